@@ -1,0 +1,1 @@
+"""Runtime: the Triton multimodal model repository, server wrapper, client and load generator (no kopf)."""
