@@ -1,0 +1,151 @@
+"""Budget periods (Daily, Weekly from Monday, Monthly) as UTC instants, computed in an IANA time zone.
+
+Why a module: a budget resets at local midnight, not UTC midnight, so a Berlin daily budget lasts 23 h on
+the last Sunday of March and 25 h on the last Sunday of October, and a month is 28 to 31 days. All bounds are
+half-open ``[start, end)`` and returned as timezone-aware UTC datetimes; local wall-clock arithmetic uses
+:mod:`zoneinfo` (IANA tz database, ``tzdata`` package where the OS has none).
+
+A period starts at local 00:00 of its first day. Where local midnight does not exist (a DST gap at
+midnight, e.g. America/Santiago), the period starts at the transition instant (``fold=0`` maps the missing
+wall time onto it); where local midnight happens twice, the first occurrence is used. :func:`period_bounds`
+always returns bounds with ``start <= now < end``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+
+class Period(str, enum.Enum):
+    """``spec.period`` of a BudgetPolicy."""
+
+    DAILY = "Daily"
+    WEEKLY = "Weekly"
+    MONTHLY = "Monthly"
+
+
+class InvalidTimeZone(ValueError):
+    """The time zone is not an IANA name known to the tz database (message names it)."""
+
+
+def resolve_zone(tz: str | ZoneInfo) -> ZoneInfo:
+    """``"Europe/Berlin"`` -> ``ZoneInfo``; raises :class:`InvalidTimeZone` for unknown names."""
+    if isinstance(tz, ZoneInfo):
+        return tz
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise InvalidTimeZone(f"spec.timeZone: {tz!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
+
+
+def _require_aware(when: datetime, name: str) -> None:
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(f"{name} must be timezone-aware (UTC), got naive {when.isoformat()}")
+
+
+def _first_day(period: Period, day: date) -> date:
+    if period is Period.DAILY:
+        return day
+    if period is Period.WEEKLY:
+        return day - timedelta(days=day.weekday())  # Monday = 0
+    return day.replace(day=1)
+
+
+def _next_first_day(period: Period, first: date) -> date:
+    if period is Period.DAILY:
+        return first + timedelta(days=1)
+    if period is Period.WEEKLY:
+        return first + timedelta(days=7)
+    return date(first.year + first.month // 12, first.month % 12 + 1, 1)
+
+
+def _previous_first_day(period: Period, first: date) -> date:
+    if period is Period.DAILY:
+        return first - timedelta(days=1)
+    if period is Period.WEEKLY:
+        return first - timedelta(days=7)
+    return (first - timedelta(days=1)).replace(day=1)
+
+
+def _local_midnight_utc(day: date, zone: ZoneInfo) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=zone).astimezone(timezone.utc)
+
+
+def period_bounds(period: Period | str, tz: str | ZoneInfo, now: datetime) -> tuple[datetime, datetime]:
+    """The period containing ``now``, as UTC instants ``[start, end)``.
+
+    Args:
+        period: ``Period`` or its CRD value (``"Daily"``, ``"Weekly"``, ``"Monthly"``); weeks start on Monday.
+        tz: IANA time zone name in which periods start at local midnight.
+        now: Timezone-aware instant (any offset); never read from the clock here.
+    Returns:
+        ``(start_utc, end_utc)`` with ``start_utc <= now < end_utc``; ``end - start`` is 23/24/25 h for a
+        Daily period across DST and 28..31 days (+/- 1 h) for a Monthly one.
+    Raises:
+        InvalidTimeZone: Unknown ``tz``.
+        ValueError: Naive ``now`` or unknown ``period``.
+    """
+    period = Period(period)
+    zone = resolve_zone(tz)
+    _require_aware(now, "now")
+    first = _first_day(period, now.astimezone(zone).date())
+    start = _local_midnight_utc(first, zone)
+    end = _local_midnight_utc(_next_first_day(period, first), zone)
+    # Repeated or missing local midnights can put `now` just outside; step to the neighbouring period.
+    while now < start:
+        first = _previous_first_day(period, first)
+        start, end = _local_midnight_utc(first, zone), start
+    while now >= end:
+        first = _next_first_day(period, first)
+        start, end = end, _local_midnight_utc(_next_first_day(period, first), zone)
+    return start, end
+
+
+@dataclass(frozen=True)
+class PeriodSegment:
+    """A piece of a time span lying inside one period (all UTC, half-open ``[start, end)``)."""
+
+    start: datetime
+    end: datetime
+    period_start: datetime
+    period_end: datetime
+
+    @property
+    def seconds(self) -> float:
+        """Length in seconds (for display; money uses :func:`segment_microseconds`)."""
+        return (self.end - self.start).total_seconds()
+
+
+def segment_microseconds(start: datetime, end: datetime) -> int:
+    """Exact length of ``[start, end)`` in microseconds (an int, so money arithmetic stays exact)."""
+    delta = end - start
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def split_interval(start: datetime, end: datetime, period: Period | str, tz: str | ZoneInfo) -> list[PeriodSegment]:
+    """Cut ``[start, end)`` at every period boundary.
+
+    Args:
+        start: Timezone-aware start.
+        end: Timezone-aware end; ``end <= start`` gives ``[]``.
+        period: As in :func:`period_bounds`.
+        tz: As in :func:`period_bounds`.
+    Returns:
+        Consecutive segments in time order whose lengths add up to ``end - start``, each inside one period.
+    Raises:
+        InvalidTimeZone, ValueError: As in :func:`period_bounds`.
+    """
+    _require_aware(start, "start")
+    _require_aware(end, "end")
+    segments: list[PeriodSegment] = []
+    cursor = start.astimezone(timezone.utc)
+    stop = end.astimezone(timezone.utc)
+    while cursor < stop:
+        p_start, p_end = period_bounds(period, tz, cursor)
+        seg_end = min(stop, p_end)
+        segments.append(PeriodSegment(cursor, seg_end, p_start, p_end))
+        cursor = seg_end
+    return segments
