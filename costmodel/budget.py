@@ -1,0 +1,840 @@
+"""Budget governance: from spend, services and the alert history to a plan of state, alerts and enforcement.
+
+Why a module: "decide pure, act thin". :func:`plan_budget` is a pure function of the BudgetPolicy spec, the
+spend of the current period (from :func:`~modalscale.costmodel.ledger.advance`), the selected services as
+observed now and the de-duplication state read back from status; it returns a :class:`BudgetPlan` that the
+operator applies (scale, alert, write status) without further decisions.
+
+Rules:
+
+* **State**: ``Unknown`` when governance is blind (below), else ``Exceeded`` when spent >= limit, else
+  ``Warning`` when a threshold is crossed or the forecast crosses ``forecast.alertAtPercent``, else ``Ok``.
+* **Forecast** (method ``LinearAtCurrentBurnRate``): ``spent + burn_rate x hours left in the period``, where
+  the burn rate is the sum over selected services of running replicas x price per replica-hour now.
+* **Alerts** are de-duplicated per period with state persisted in ``status.thresholds`` (Alertmanager-style:
+  alert on the crossing, once): each threshold with the ``Alert`` action alerts exactly once per period
+  (several thresholds crossed in one evaluation are reported in one message); the forecast alerts once per
+  period (not when actual spend already crossed that percent); a ``Recovered`` notice is sent once when a new
+  period starts after one that was ``Exceeded`` or enforced; a ``GovernanceBlind`` alert is sent when the
+  state turns ``Unknown``. The plan marks alerts as sent when it decides them; persist ``status.thresholds``
+  after delivery for at-least-once, before it for at-most-once. Delivery failures belong in the
+  ``AlertDelivered`` condition.
+* **Enforcement** is level-based: every crossed threshold contributes its actions; each service gets the
+  strongest one (lowest effective maximum): ``CapReplicas`` -> ``min(maxReplicas, capReplicas)``,
+  ``ScaleDown`` -> ``enforcement.floorReplicas``, ``ScaleToZero`` -> 0. Actions are listed in threshold
+  order, services within a threshold in ``enforcement.order`` (``LowestPriorityFirst``: ascending
+  ``spec.priority``, then higher cost first; ``HighestCostFirst``: current cost rate descending). With
+  ``dryRun`` actions are reported but marked not applied. Enforcement lifts at the next period (spend resets).
+* **Blind rule**: if any selected service's price or replica count is unknown, no new enforcement action is
+  planned at all (enforcement already in force from readable data is held until the period ends), the state is
+  ``Unknown`` and a ``GovernanceBlind`` alert names the services.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
+from modalscale.costmodel.ledger import (
+    ClosedPeriod,
+    Ledger,
+    LedgerAdvance,
+    LedgerFormatError,
+    ServiceObservation,
+    format_time,
+    parse_time,
+)
+from modalscale.costmodel.money import (
+    MONEY_CONTEXT,
+    SECONDS_PER_HOUR,
+    format_usd,
+    parse_usd,
+    quantize_display_usd,
+    quantize_ledger_usd,
+)
+from modalscale.costmodel.periods import InvalidTimeZone, Period, period_bounds, resolve_zone
+
+FORECAST_METHOD = "LinearAtCurrentBurnRate"
+"""How :attr:`BudgetPlan.forecast_usd` is computed: spent + current burn rate x hours left in the period."""
+
+
+class BudgetState(str, enum.Enum):
+    """``status.state``."""
+
+    OK = "Ok"
+    WARNING = "Warning"
+    EXCEEDED = "Exceeded"
+    UNKNOWN = "Unknown"
+
+
+class ThresholdAction(str, enum.Enum):
+    """``spec.thresholds[].actions[]``."""
+
+    ALERT = "Alert"
+    CAP_REPLICAS = "CapReplicas"
+    SCALE_DOWN = "ScaleDown"
+    SCALE_TO_ZERO = "ScaleToZero"
+
+
+class EnforcementOrder(str, enum.Enum):
+    """``spec.enforcement.order``."""
+
+    LOWEST_PRIORITY_FIRST = "LowestPriorityFirst"
+    HIGHEST_COST_FIRST = "HighestCostFirst"
+
+
+class NotifierType(str, enum.Enum):
+    """``spec.notifications[].type``."""
+
+    SLACK = "Slack"
+    TEAMS = "Teams"
+    WECOM = "WeCom"
+    DINGTALK = "DingTalk"
+    FEISHU = "Feishu"
+    WEBHOOK = "Webhook"
+
+
+class AlertKind(str, enum.Enum):
+    """Why a notification is sent; also the Alertmanager ``alertname`` label (prefixed ``Budget``)."""
+
+    THRESHOLD_CROSSED = "ThresholdCrossed"
+    FORECAST_EXCEEDED = "ForecastExceeded"
+    GOVERNANCE_BLIND = "GovernanceBlind"
+    RECOVERED = "Recovered"
+
+
+class InvalidBudgetSpec(ValueError):
+    """The BudgetPolicy spec does not validate; the message names the field (``spec.limit.amount: ...``)."""
+
+
+class InvalidBudgetStatus(ValueError):
+    """The BudgetPolicy status could not be read back; the message names the field."""
+
+
+# --------------------------------------------------------------------------------------------- spec (typed)
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+
+class LabelSelectorRequirement(_Spec):
+    key: str = Field(max_length=316)
+    operator: str = Field(pattern="^(In|NotIn|Exists|DoesNotExist)$")
+    values: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> "LabelSelectorRequirement":
+        if (self.operator in ("In", "NotIn")) != bool(self.values):
+            raise ValueError("In and NotIn need values; Exists and DoesNotExist take none")
+        return self
+
+
+class BudgetSelector(_Spec):
+    """``spec.selector``: empty namespaces = the policy's own namespace; labels narrow further."""
+
+    namespaces: tuple[str, ...] = ()
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: tuple[LabelSelectorRequirement, ...] = Field(default=(), alias="matchExpressions")
+
+    def matches(self, policy_namespace: str, namespace: str, labels: Mapping[str, str]) -> bool:
+        """True when an InferenceService in ``namespace`` with ``labels`` counts against this budget."""
+        if namespace not in (self.namespaces or (policy_namespace,)):
+            return False
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        for req in self.match_expressions:
+            present = req.key in labels
+            if req.operator == "In" and not (present and labels[req.key] in req.values):
+                return False
+            if req.operator == "NotIn" and present and labels[req.key] in req.values:
+                return False
+            if req.operator == "Exists" and not present:
+                return False
+            if req.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+    def describe(self, policy_namespace: str) -> str:
+        """Human scope, e.g. ``namespaces default, ml-prod; labels team=search``."""
+        parts = [f"namespace{'s' if len(self.namespaces) > 1 else ''} "
+                 f"{', '.join(self.namespaces or (policy_namespace or '(policy namespace)',))}"]
+        labels = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
+        labels += [f"{r.key} {r.operator} ({', '.join(r.values)})" if r.values else f"{r.key} {r.operator}"
+                   for r in self.match_expressions]
+        if labels:
+            parts.append("labels " + ", ".join(labels))
+        return "; ".join(parts)
+
+
+class BudgetLimit(_Spec):
+    amount: Decimal
+    currency: str = "USD"
+
+    @field_validator("amount", mode="before")
+    @classmethod
+    def _amount(cls, value: object) -> Decimal:
+        amount = parse_usd(value, "amount")
+        if amount <= 0:
+            raise ValueError("must be greater than zero")
+        return amount
+
+    @field_validator("currency")
+    @classmethod
+    def _usd_only(cls, value: str) -> str:
+        if value != "USD":
+            raise ValueError(f"only USD is supported (the pricing catalog is in USD), got {value!r}")
+        return value
+
+
+class Threshold(_Spec):
+    percent: int = Field(ge=1, le=200)
+    actions: tuple[ThresholdAction, ...] = (ThresholdAction.ALERT,)
+    cap_replicas: int | None = Field(default=None, alias="capReplicas", ge=0, le=1000)
+
+    @model_validator(mode="after")
+    def _cap_needs_value(self) -> "Threshold":
+        if ThresholdAction.CAP_REPLICAS in self.actions and self.cap_replicas is None:
+            raise ValueError("capReplicas is required with the CapReplicas action")
+        return self
+
+
+class Enforcement(_Spec):
+    floor_replicas: int = Field(default=1, alias="floorReplicas", ge=0, le=1000)
+    order: EnforcementOrder = EnforcementOrder.LOWEST_PRIORITY_FIRST
+    dry_run: bool = Field(default=False, alias="dryRun")
+
+
+class ForecastSpec(_Spec):
+    enabled: bool = True
+    alert_at_percent: int = Field(default=100, alias="alertAtPercent", ge=1, le=200)
+
+
+class SecretRef(_Spec):
+    name: str = Field(max_length=253)
+    url_key: str = Field(default="url", alias="urlKey")
+    signing_secret_key: str | None = Field(default=None, alias="signingSecretKey")
+
+
+class Notification(_Spec):
+    name: str = Field(max_length=63)
+    type: NotifierType
+    secret_ref: SecretRef = Field(alias="secretRef")
+
+
+class BudgetSpec(_Spec):
+    """Typed ``BudgetPolicy.spec`` (field names snake_case; the CRD's camelCase are accepted as aliases)."""
+
+    selector: BudgetSelector = Field(default_factory=BudgetSelector)
+    period: Period
+    time_zone: str = Field(default="UTC", alias="timeZone")
+    limit: BudgetLimit
+    thresholds: tuple[Threshold, ...] = Field(min_length=1, max_length=10)
+    enforcement: Enforcement = Field(default_factory=Enforcement)
+    forecast: ForecastSpec = Field(default_factory=ForecastSpec)
+    evaluation_interval_s: int = Field(default=60, alias="evaluationIntervalSeconds", ge=1, le=3600)
+    notifications: tuple[Notification, ...] = Field(default=(), max_length=10)
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            resolve_zone(value)
+        except InvalidTimeZone:
+            raise ValueError(f"{value!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
+        return value
+
+    @field_validator("thresholds")
+    @classmethod
+    def _ascending(cls, value: tuple[Threshold, ...]) -> tuple[Threshold, ...]:
+        percents = [t.percent for t in value]
+        if any(b <= a for a, b in zip(percents, percents[1:])):
+            raise ValueError(f"percent must be strictly ascending, got {percents}")
+        return value
+
+    @field_validator("notifications")
+    @classmethod
+    def _unique_names(cls, value: tuple[Notification, ...]) -> tuple[Notification, ...]:
+        names = [n.name for n in value]
+        if len(set(names)) != len(names):
+            raise ValueError("names must be unique")
+        return value
+
+
+def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
+    """Parse ``BudgetPolicy.spec`` (camelCase dict, as kopf gives it) into a typed :class:`BudgetSpec`.
+
+    CRD defaults are applied here too, so a spec that skipped API-server defaulting parses the same.
+
+    Raises:
+        InvalidBudgetSpec: The first field that does not validate, e.g. ``spec.thresholds[1].capReplicas: ...``.
+    """
+    if not isinstance(spec, Mapping):
+        raise InvalidBudgetSpec(f"spec: expected an object, got {type(spec).__name__}")
+    try:
+        return BudgetSpec.model_validate(dict(spec))
+    except ValidationError as exc:
+        messages = []
+        errors = exc.errors()
+        for err in errors:
+            # A list that is "too short" only because its items failed says nothing new.
+            if err["type"] == "too_short" and any(len(o["loc"]) > len(err["loc"]) and
+                                                  o["loc"][:len(err["loc"])] == err["loc"] for o in errors):
+                continue
+            path = "spec"
+            for part in err["loc"]:
+                path += f"[{part}]" if isinstance(part, int) else f".{part}"
+            msg = err["msg"].removeprefix("Value error, ")
+            messages.append(f"{path}: {msg}")
+        raise InvalidBudgetSpec("; ".join(messages)) from None
+
+
+# ------------------------------------------------------------------------------------------ observed inputs
+@dataclass(frozen=True)
+class PolicyRef:
+    """Which BudgetPolicy (for messages and alert labels)."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """A selected InferenceService as observed now.
+
+    Attributes:
+        priority: ``spec.priority`` (lower is enforced first under LowestPriorityFirst).
+        replicas: Running replicas; None when they could not be read (metrics or API failure).
+        max_replicas: ``spec.scaling.maxReplicas``.
+        usd_per_replica_hour: Price of one replica; None when the catalog could not price it.
+        unknown_reason: Why something is unknown (shown in the GovernanceBlind alert).
+    """
+
+    namespace: str
+    name: str
+    replicas: int | None
+    max_replicas: int
+    usd_per_replica_hour: Decimal | None
+    priority: int = 100
+    unknown_reason: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.replicas is not None and self.usd_per_replica_hour is not None
+
+    @property
+    def cost_usd_per_hour(self) -> Decimal | None:
+        """Replicas x price now (0 with zero replicas); None when not known."""
+        return self.observation().cost_usd_per_hour
+
+    def observation(self) -> ServiceObservation:
+        """The ledger's view of this service."""
+        return ServiceObservation(self.namespace, self.name, self.replicas, self.usd_per_replica_hour)
+
+
+def service_state(namespace: str, name: str, *, replicas: int | None, max_replicas: int,
+                  resources: ReplicaResources, tier: PricingTier | str, catalog: Catalog,
+                  priority: int = 100, usage: ReplicaResources | None = None) -> ServiceState:
+    """Price one service for the budget; an unknown price becomes ``usd_per_replica_hour=None``, not 0.
+
+    Args:
+        resources: Requested resources per replica; ``usage`` (observed, per replica) raises them when larger.
+        tier: ``spec.pricing.tier``.
+    Returns:
+        A :class:`ServiceState` whose ``unknown_reason`` says what could not be read.
+    """
+    reason = "" if replicas is not None else "replica count could not be read"
+    try:
+        price: Decimal | None = catalog.price_replica(resources.at_least(usage), tier)
+    except UnknownPrice as exc:
+        price, reason = None, "; ".join(r for r in (reason, str(exc)) if r)
+    return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason)
+
+
+@dataclass(frozen=True)
+class ThresholdRecord:
+    """One item of ``status.thresholds``: de-duplication state of a threshold (or of the forecast)."""
+
+    percent: int
+    forecast: bool = False
+    crossed: bool = False
+    last_alert_time: datetime | None = None
+    alerted_period_start: datetime | None = None
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"percent": self.percent, "crossed": self.crossed}
+        if self.forecast:
+            out["forecast"] = True
+        if self.last_alert_time is not None:
+            out["lastAlertTime"] = format_time(self.last_alert_time)
+        if self.alerted_period_start is not None:
+            out["alertedPeriodStart"] = format_time(self.alerted_period_start)
+        return out
+
+
+@dataclass(frozen=True)
+class EnforcedService:
+    """One item of ``status.enforcedServices``."""
+
+    namespace: str
+    name: str
+    action: ThresholdAction
+    max_replicas: int
+    since: datetime
+    dry_run: bool = False
+
+    def to_status(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "name": self.name, "action": self.action.value,
+                "maxReplicas": self.max_replicas, "since": format_time(self.since), "dryRun": self.dry_run}
+
+
+@dataclass(frozen=True)
+class AlertState:
+    """What earlier evaluations decided, read back from status: the de-duplication input (and output).
+
+    Attributes:
+        records: ``status.thresholds``.
+        period_start: ``status.periodStart`` of the last evaluation (None = first evaluation).
+        state: ``status.state`` of the last evaluation.
+        enforced: ``status.enforcedServices``.
+    """
+
+    records: tuple[ThresholdRecord, ...] = ()
+    period_start: datetime | None = None
+    state: BudgetState | None = None
+    enforced: tuple[EnforcedService, ...] = ()
+
+    def record(self, percent: int, forecast: bool = False) -> ThresholdRecord | None:
+        return next((r for r in self.records if r.percent == percent and r.forecast == forecast), None)
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any] | None) -> "AlertState":
+        """Read ``thresholds``, ``periodStart``, ``state`` and ``enforcedServices`` from ``status``.
+
+        Raises:
+            InvalidBudgetStatus: A field does not parse (message names it).
+        """
+        if not status:
+            return cls()
+        try:
+            records = []
+            for i, item in enumerate(status.get("thresholds") or []):
+                path = f"status.thresholds[{i}]"
+                if not isinstance(item, Mapping) or not isinstance(item.get("percent"), int):
+                    raise InvalidBudgetStatus(f"{path}.percent: expected an integer")
+                records.append(ThresholdRecord(
+                    percent=item["percent"], forecast=bool(item.get("forecast", False)),
+                    crossed=bool(item.get("crossed", False)),
+                    last_alert_time=parse_time(item["lastAlertTime"], f"{path}.lastAlertTime")
+                    if item.get("lastAlertTime") else None,
+                    alerted_period_start=parse_time(item["alertedPeriodStart"], f"{path}.alertedPeriodStart")
+                    if item.get("alertedPeriodStart") else None))
+            enforced = []
+            for i, item in enumerate(status.get("enforcedServices") or []):
+                path = f"status.enforcedServices[{i}]"
+                try:
+                    enforced.append(EnforcedService(
+                        str(item["namespace"]), str(item["name"]), ThresholdAction(item["action"]),
+                        int(item.get("maxReplicas", 0)), parse_time(item.get("since"), f"{path}.since"),
+                        bool(item.get("dryRun", False))))
+                except (KeyError, ValueError, TypeError) as exc:
+                    if isinstance(exc, LedgerFormatError):
+                        raise
+                    raise InvalidBudgetStatus(f"{path}: {exc}") from None
+            start = status.get("periodStart")
+            state = status.get("state")
+            return cls(tuple(records), parse_time(start, "status.periodStart") if start else None,
+                       BudgetState(state) if state else None, tuple(enforced))
+        except LedgerFormatError as exc:
+            raise InvalidBudgetStatus(str(exc)) from None
+        except ValueError as exc:
+            if isinstance(exc, InvalidBudgetStatus):
+                raise
+            raise InvalidBudgetStatus(f"status.state: {exc}") from None
+
+
+# ------------------------------------------------------------------------------------------------- outputs
+@dataclass(frozen=True)
+class EnforcementAction:
+    """Scale one service down to at most ``max_replicas`` because a threshold was crossed.
+
+    Attributes:
+        threshold_percent: The threshold whose action this is.
+        max_replicas: Effective maximum while enforced (``min`` with the service's own maxReplicas).
+        current_replicas: Replicas now (None if unknown; never the case in a plan, see the blind rule).
+        desired_replicas: ``min(current, max_replicas)``: what the service should run now.
+        dry_run: True when ``spec.enforcement.dryRun``: report only.
+        since: When this action first took effect in the period.
+    """
+
+    namespace: str
+    name: str
+    action: ThresholdAction
+    threshold_percent: int
+    max_replicas: int
+    current_replicas: int | None
+    desired_replicas: int
+    dry_run: bool
+    since: datetime
+
+    @property
+    def applied(self) -> bool:
+        """False in dry run: the handler must not scale."""
+        return not self.dry_run
+
+    def describe(self) -> str:
+        """Human text, e.g. ``ScaleDown search/ranker to 1 (was 4, at 100 %)``."""
+        text = (f"{self.action.value} {self.namespace}/{self.name} to {self.max_replicas}"
+                f" (running {self.current_replicas}, at {self.threshold_percent} %)")
+        return text + (" [dry run, not applied]" if self.dry_run else "")
+
+    def enforced(self) -> EnforcedService:
+        return EnforcedService(self.namespace, self.name, self.action, self.max_replicas, self.since, self.dry_run)
+
+
+@dataclass(frozen=True)
+class BudgetAlert:
+    """One notification to send to every configured receiver (see ``notify_payloads``).
+
+    Carries only what a chat room may see: no URLs, no secrets.
+    """
+
+    kind: AlertKind
+    policy: PolicyRef
+    scope: str
+    period: Period
+    time_zone: str
+    period_start: datetime
+    period_end: datetime
+    spent_usd: Decimal
+    limit_usd: Decimal
+    currency: str
+    percent_used: Decimal
+    forecast_usd: Decimal | None
+    forecast_method: str
+    thresholds_percent: tuple[int, ...]
+    actions: tuple[str, ...]
+    dry_run: bool
+    blind_services: tuple[str, ...]
+    created_at: datetime
+    closed_period_spent_usd: Decimal | None = None
+
+    @property
+    def resolved(self) -> bool:
+        """True for a recovery notice (Alertmanager ``status: resolved``)."""
+        return self.kind is AlertKind.RECOVERED
+
+    @property
+    def severity(self) -> str:
+        """``critical`` when at/over the limit, ``info`` for recovery, else ``warning``."""
+        if self.kind is AlertKind.RECOVERED:
+            return "info"
+        if self.kind is AlertKind.THRESHOLD_CROSSED and self.percent_used >= 100:
+            return "critical"
+        return "warning"
+
+    @property
+    def title(self) -> str:
+        """One-line headline."""
+        if self.kind is AlertKind.THRESHOLD_CROSSED:
+            marks = ", ".join(f"{p} %" for p in self.thresholds_percent)
+            return f"Budget {self.policy} crossed {marks} of its {self.period.value.lower()} limit"
+        if self.kind is AlertKind.FORECAST_EXCEEDED:
+            return (f"Budget {self.policy} is forecast to reach {self.thresholds_percent[0]} % of its "
+                    f"{self.period.value.lower()} limit")
+        if self.kind is AlertKind.GOVERNANCE_BLIND:
+            return f"Budget {self.policy} cannot see its spend: no enforcement until it can"
+        return f"Budget {self.policy}: a new {self.period.value.lower()} period started, enforcement lifted"
+
+    def facts(self, max_actions: int = 10) -> list[tuple[str, str]]:
+        """Ordered (label, value) pairs every payload shows; at most ``max_actions`` actions are listed."""
+        cur = self.currency
+        facts = [
+            ("Policy", str(self.policy)),
+            ("Scope", self.scope),
+            ("Period", f"{self.period.value} ({self.time_zone}) {format_time(self.period_start)} to "
+                       f"{format_time(self.period_end)}"),
+            ("Spent", f"{format_usd(quantize_display_usd(self.spent_usd))} {cur} of "
+                      f"{format_usd(quantize_display_usd(self.limit_usd))} {cur} "
+                      f"({format_usd(self.percent_used)} %)"),
+            ("Forecast", f"{format_usd(quantize_display_usd(self.forecast_usd))} {cur} at period end "
+                         f"({self.forecast_method})" if self.forecast_usd is not None
+             else "unknown (spend rate not readable)"),
+        ]
+        if self.closed_period_spent_usd is not None:
+            facts.append(("Previous period", f"closed at {format_usd(quantize_display_usd(self.closed_period_spent_usd))} {cur}"))
+        if self.blind_services:
+            facts.append(("Not readable", "; ".join(self.blind_services)))
+        shown = list(self.actions[:max_actions])
+        if len(self.actions) > max_actions:
+            shown.append(f"and {len(self.actions) - max_actions} more")
+        facts.append(("Action", "; ".join(shown) if shown else "none"))
+        return facts
+
+    def text(self) -> str:
+        """Plain-text rendering (fallback text, logs, the demo's "what a chat room sees")."""
+        return self.title + "\n" + "\n".join(f"{k}: {v}" for k, v in self.facts())
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """Everything the operator does for one BudgetPolicy evaluation.
+
+    Attributes:
+        state, reason, message: Budget state and a CamelCase reason / sentence for the conditions.
+        spent_usd, limit_usd, remaining_usd: Current period; remaining may be negative.
+        percent_used: spent / limit x 100, rounded to 0.01.
+        burn_rate_usd_per_hour: Sum of replicas x price now; None when blind.
+        forecast_usd: Spend at period end (:data:`FORECAST_METHOD`); None when blind or disabled.
+        thresholds_crossed: Percents crossed this period, ascending.
+        alerts: Notifications to send now (each to every receiver).
+        actions: Enforcement in force, in threshold order then service order (empty when blind).
+        enforced_services: What ``status.enforcedServices`` should say (held ones when blind).
+        alert_state: The de-duplication state to persist (``status.thresholds`` etc.).
+        blind_services: ``namespace/name: reason`` for services whose price or replicas are unknown.
+    """
+
+    state: BudgetState
+    reason: str
+    message: str
+    period_start: datetime
+    period_end: datetime
+    currency: str
+    spent_usd: Decimal
+    limit_usd: Decimal
+    remaining_usd: Decimal
+    percent_used: Decimal
+    burn_rate_usd_per_hour: Decimal | None
+    forecast_usd: Decimal | None
+    forecast_method: str
+    thresholds_crossed: tuple[int, ...]
+    alerts: tuple[BudgetAlert, ...]
+    actions: tuple[EnforcementAction, ...]
+    enforced_services: tuple[EnforcedService, ...]
+    alert_state: AlertState
+    evaluated_at: datetime
+    blind_services: tuple[str, ...] = ()
+
+    @property
+    def blind(self) -> bool:
+        return self.state is BudgetState.UNKNOWN
+
+    def effective_max_replicas(self) -> dict[tuple[str, str], int]:
+        """(namespace, name) -> enforced maximum replicas (not in dry run); what the autoscaler must cap to.
+
+        Includes enforcement held while blind; empty after a new period starts.
+        """
+        return {(e.namespace, e.name): e.max_replicas for e in self.enforced_services if not e.dry_run}
+
+    def status_fields(self, ledger: Ledger | None = None) -> dict[str, Any]:
+        """The BudgetPolicy ``status`` keys this plan owns (camelCase; money as decimal strings).
+
+        Args:
+            ledger: When given, ``ledger`` is included (``ledger.to_status()``).
+        Returns:
+            ``periodStart, periodEnd, currency, spent, remaining`` (cents), ``state, lastEvaluationTime,
+            thresholds, enforcedServices`` and ``burnRatePerHour``/``forecast`` (cents) when known.
+            Conditions are the operator's (see ``reason``/``message``).
+        """
+        out: dict[str, Any] = {
+            "periodStart": format_time(self.period_start),
+            "periodEnd": format_time(self.period_end),
+            "currency": self.currency,
+            "spent": format_usd(quantize_display_usd(self.spent_usd)),
+            "remaining": format_usd(quantize_display_usd(self.remaining_usd)),
+            "state": self.state.value,
+            "lastEvaluationTime": format_time(self.evaluated_at),
+            "thresholds": [r.to_status() for r in self.alert_state.records],
+            "enforcedServices": [e.to_status() for e in self.enforced_services],
+        }
+        if self.burn_rate_usd_per_hour is not None:
+            out["burnRatePerHour"] = format_usd(quantize_display_usd(self.burn_rate_usd_per_hour))
+        if self.forecast_usd is not None:
+            out["forecast"] = format_usd(quantize_display_usd(self.forecast_usd))
+        if ledger is not None:
+            out["ledger"] = ledger.to_status()
+        return out
+
+
+# ------------------------------------------------------------------------------------------------- planner
+_STRENGTH = {ThresholdAction.CAP_REPLICAS: 1, ThresholdAction.SCALE_DOWN: 2, ThresholdAction.SCALE_TO_ZERO: 3}
+
+
+def _order_services(services: Sequence[ServiceState], order: EnforcementOrder) -> list[ServiceState]:
+    def cost(s: ServiceState) -> Decimal:
+        return s.cost_usd_per_hour or Decimal(0)
+
+    if order is EnforcementOrder.LOWEST_PRIORITY_FIRST:
+        return sorted(services, key=lambda s: (s.priority, -cost(s), s.namespace, s.name))
+    return sorted(services, key=lambda s: (-cost(s), s.priority, s.namespace, s.name))
+
+
+def _target(action: ThresholdAction, threshold: Threshold, svc: ServiceState, floor: int) -> int:
+    if action is ThresholdAction.CAP_REPLICAS:
+        return min(svc.max_replicas, threshold.cap_replicas if threshold.cap_replicas is not None else svc.max_replicas)
+    if action is ThresholdAction.SCALE_DOWN:
+        return min(svc.max_replicas, floor)
+    return 0
+
+
+def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequence[ServiceState] | Iterable[ServiceState],
+                alert_state: AlertState, now: datetime, *, policy: PolicyRef = PolicyRef("", "")) -> BudgetPlan:
+    """Decide the budget state, the alerts to send now and the enforcement in force.
+
+    Args:
+        spec: Parsed spec (:func:`parse_budget_spec`).
+        spend: Spend of the period containing ``now`` in USD, or the :class:`LedgerAdvance` that computed it
+            (then the closed period's final spend is quoted in a recovery notice).
+        services: Every selected InferenceService as observed now.
+        alert_state: De-duplication state read back from status (``AlertState()`` the first time).
+        now: Timezone-aware UTC instant of this evaluation; never read from the clock here.
+        policy: Namespace/name of the BudgetPolicy, for messages and alert labels.
+    Returns:
+        :class:`BudgetPlan`; persist ``plan.status_fields()`` and apply ``plan.actions`` whose ``applied``.
+    Raises:
+        ValueError: Naive ``now`` or negative spend.
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
+    now = now.astimezone(timezone.utc)
+    closed: ClosedPeriod | None = None
+    if isinstance(spend, LedgerAdvance):
+        closed, spent = spend.closed_period, spend.spent_usd
+    else:
+        spent = spend
+    if spent < 0:
+        raise ValueError(f"spend must be >= 0, got {spent}")
+    services = list(services)
+    ctx = MONEY_CONTEXT
+    p_start, p_end = period_bounds(spec.period, spec.time_zone, now)
+    limit = spec.limit.amount
+    currency = spec.limit.currency
+    percent_used = quantize_display_usd(ctx.divide(ctx.multiply(spent, Decimal(100)), limit))
+
+    def reached(percent: int, amount: Decimal) -> bool:  # amount >= percent % of limit, exactly
+        return ctx.multiply(amount, Decimal(100)) >= ctx.multiply(Decimal(percent), limit)
+
+    blind = [s for s in services if not s.known]
+    blind_text = tuple(f"{s.namespace}/{s.name}: {s.unknown_reason or 'price or replicas unknown'}" for s in blind)
+    burn: Decimal | None = None
+    forecast: Decimal | None = None
+    if not blind:
+        burn = quantize_ledger_usd(sum((s.cost_usd_per_hour or Decimal(0) for s in services), Decimal(0)))
+        hours_left = ctx.divide(Decimal(int((p_end - now).total_seconds())), SECONDS_PER_HOUR)
+        if spec.forecast.enabled:
+            forecast = quantize_ledger_usd(ctx.add(spent, ctx.multiply(burn, hours_left)))
+
+    crossed = [t for t in spec.thresholds if reached(t.percent, spent)]
+    new_period = alert_state.period_start is not None and alert_state.period_start != p_start
+    ordered = _order_services(services, spec.enforcement.order)
+
+    # ---- enforcement (level-based), strongest action per service, listed in threshold then service order
+    previous = {(e.namespace, e.name, e.action): e for e in alert_state.enforced} if not new_period else {}
+    actions: list[EnforcementAction] = []
+    enforced: tuple[EnforcedService, ...]
+    if blind:
+        enforced = tuple(alert_state.enforced) if not new_period else ()
+    else:
+        best: dict[tuple[str, str], tuple[int, int, Threshold, ThresholdAction]] = {}
+        for t in crossed:
+            for action in t.actions:
+                if action is ThresholdAction.ALERT:
+                    continue
+                for svc in ordered:
+                    target = _target(action, t, svc, spec.enforcement.floor_replicas)
+                    key = (svc.namespace, svc.name)
+                    candidate = (target, -_STRENGTH[action], t, action)
+                    if key not in best or (candidate[0], candidate[1]) < (best[key][0], best[key][1]):
+                        best[key] = candidate
+        rank = {(s.namespace, s.name): i for i, s in enumerate(ordered)}
+        for key, (target, _, t, action) in sorted(best.items(), key=lambda kv: (kv[1][2].percent, rank[kv[0]])):
+            svc = ordered[rank[key]]
+            prior = previous.get((svc.namespace, svc.name, action))
+            actions.append(EnforcementAction(
+                svc.namespace, svc.name, action, t.percent, target, svc.replicas,
+                min(svc.replicas if svc.replicas is not None else target, target),
+                spec.enforcement.dry_run, prior.since if prior else now))
+        enforced = tuple(a.enforced() for a in actions)
+
+    # ---- alerts, each once per period
+    def alerted_now(record: ThresholdRecord | None) -> bool:
+        return record is not None and record.alerted_period_start == p_start
+
+    scope = spec.selector.describe(policy.namespace)
+    action_text = tuple(a.describe() for a in actions)
+
+    def make(kind: AlertKind, marks: tuple[int, ...], **extra: Any) -> BudgetAlert:
+        return BudgetAlert(kind, policy, scope, spec.period, spec.time_zone, p_start, p_end, spent, limit, currency,
+                           percent_used, forecast, FORECAST_METHOD, marks, extra.get("actions", action_text),
+                           spec.enforcement.dry_run, blind_text, now, extra.get("closed"))
+
+    alerts: list[BudgetAlert] = []
+    if new_period and (alert_state.state is BudgetState.EXCEEDED or alert_state.enforced):
+        alerts.append(make(AlertKind.RECOVERED, (), actions=("enforcement lifted",) if alert_state.enforced else (),
+                           closed=closed.spent_usd if closed is not None else None))
+    if blind and alert_state.state is not BudgetState.UNKNOWN:
+        alerts.append(make(AlertKind.GOVERNANCE_BLIND, (),
+                           actions=("none: enforcement held until prices and replicas are readable",)))
+
+    records: list[ThresholdRecord] = []
+    newly_alerted: list[int] = []
+    for t in spec.thresholds:
+        old = alert_state.record(t.percent)
+        is_crossed = t in crossed
+        if is_crossed and not alerted_now(old):
+            send = ThresholdAction.ALERT in t.actions
+            if send:
+                newly_alerted.append(t.percent)
+            records.append(ThresholdRecord(t.percent, False, True, now if send else (old.last_alert_time if old else None), p_start))
+        elif is_crossed:
+            records.append(replace(old, crossed=True))  # type: ignore[arg-type]
+        else:
+            records.append(ThresholdRecord(t.percent, False, False, old.last_alert_time if old else None,
+                                           old.alerted_period_start if old else None))
+    if newly_alerted:
+        alerts.append(make(AlertKind.THRESHOLD_CROSSED, tuple(newly_alerted)))
+
+    if spec.forecast.enabled:
+        at = spec.forecast.alert_at_percent
+        old = alert_state.record(at, forecast=True)
+        forecast_over = forecast is not None and reached(at, forecast)
+        if forecast_over and not reached(at, spent) and not alerted_now(old):
+            alerts.append(make(AlertKind.FORECAST_EXCEEDED, (at,)))
+            records.append(ThresholdRecord(at, True, True, now, p_start))
+        elif old is not None:
+            records.append(replace(old, crossed=bool(forecast_over)))
+        else:
+            records.append(ThresholdRecord(at, True, bool(forecast_over)))
+
+    # ---- state
+    forecast_warning = (spec.forecast.enabled and forecast is not None
+                        and reached(spec.forecast.alert_at_percent, forecast))
+    if blind:
+        state, reason = BudgetState.UNKNOWN, "GovernanceBlind"
+        message = "Spend cannot be governed: " + "; ".join(blind_text)
+    elif spent >= limit:
+        state, reason = BudgetState.EXCEEDED, "BudgetExceeded"
+        message = f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
+    elif crossed or forecast_warning:
+        state, reason = BudgetState.WARNING, "ThresholdCrossed" if crossed else "ForecastOverLimit"
+        message = (f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
+                   + (f", forecast {format_usd(quantize_display_usd(forecast))}" if forecast is not None else ""))
+    else:
+        state, reason = BudgetState.OK, "WithinBudget"
+        message = f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
+
+    new_state = AlertState(tuple(sorted(records, key=lambda r: (r.forecast, r.percent))), p_start, state, enforced)
+    return BudgetPlan(
+        state=state, reason=reason, message=message, period_start=p_start, period_end=p_end, currency=currency,
+        spent_usd=spent, limit_usd=limit, remaining_usd=ctx.subtract(limit, spent), percent_used=percent_used,
+        burn_rate_usd_per_hour=burn, forecast_usd=forecast, forecast_method=FORECAST_METHOD,
+        thresholds_crossed=tuple(t.percent for t in crossed), alerts=tuple(alerts), actions=tuple(actions),
+        enforced_services=enforced, alert_state=new_state, blind_services=blind_text, evaluated_at=now)

@@ -1,0 +1,376 @@
+"""Spend ledger: cost rates integrated over time, kept in BudgetPolicy ``status.ledger`` so restarts lose nothing.
+
+Why a module: spend is the integral of (running replicas x price per replica-hour) over time. The operator
+observes replica counts at discrete evaluations; between two evaluations the rate observed at the earlier one
+is in force. The ledger remembers where integration stopped (``observedTime``) and the rate in force since
+then, so an operator that restarts and reloads the ledger from status integrates exactly the time it has not
+yet counted: nothing twice, nothing lost.
+
+Rules (all pure; the caller passes ``now``):
+
+* Time is integrated **to the second**: ``now`` is floored to a whole second, so status timestamps are whole
+  seconds and a reload is exact.
+* ``cost = costUSDPerHour x seconds / 3600`` per interval, quantized to 1e-9 USD half-even
+  (``money.LEDGER_QUANTUM_USD``) after every interval, per service.
+* An interval that straddles a period boundary is split (:func:`~modalscale.costmodel.periods.split_interval`);
+  only the part inside the period containing ``now`` counts toward the current spend. The period the ledger
+  was accumulating, when it has just ended, is reported once as :attr:`LedgerAdvance.closed_period`.
+* A new period resets every service's ``spent`` to what falls inside the new period. If the policy's period or
+  time zone changes, spend already accumulated is carried over only when its window lies inside the new
+  period (Daily -> Monthly keeps today's spend; spend earlier in the month was never recorded).
+* A rate that was unknown (price or replicas could not be read) integrates to nothing and is reported in
+  :attr:`LedgerAdvance.unpriced`; zero replicas always cost zero, even at an unknown price.
+* Services that are no longer observed keep their spend for the rest of the period at replicas 0.
+* A clock that steps back before ``observedTime`` is treated as standing still until it passes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from modalscale.costmodel.money import (
+    MONEY_CONTEXT,
+    format_usd,
+    parse_usd,
+    quantize_ledger_usd,
+)
+from modalscale.costmodel.periods import Period, period_bounds, segment_microseconds, split_interval
+
+MICROSECONDS_PER_HOUR = Decimal(3_600_000_000)
+MAX_LEDGER_SERVICES = 500
+"""``status.ledger.services`` maxItems in the CRD."""
+
+
+class LedgerFormatError(ValueError):
+    """``status.ledger`` could not be read back (message names the field path)."""
+
+
+def format_time(when: datetime) -> str:
+    """RFC 3339 UTC with a ``Z`` suffix, e.g. ``2026-03-29T22:00:00Z`` (microseconds only when non-zero)."""
+    text = when.astimezone(timezone.utc).replace(tzinfo=None).isoformat()
+    return text + "Z"
+
+
+def parse_time(value: object, field_path: str) -> datetime:
+    """Parse an RFC 3339 timestamp from status; raises :class:`LedgerFormatError` naming ``field_path``."""
+    if isinstance(value, datetime):
+        when = value
+    elif isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value.strip().replace("z", "Z"))
+        except ValueError:
+            raise LedgerFormatError(f"{field_path}: {value!r} is not an RFC 3339 date-time") from None
+    else:
+        raise LedgerFormatError(f"{field_path}: expected an RFC 3339 date-time string, got {type(value).__name__}")
+    if when.tzinfo is None:
+        raise LedgerFormatError(f"{field_path}: {value!r} has no time zone offset")
+    return when.astimezone(timezone.utc)
+
+
+def floor_to_second(when: datetime) -> datetime:
+    """Drop sub-second precision (the ledger integrates to the second)."""
+    return when.replace(microsecond=0)
+
+
+@dataclass(frozen=True)
+class ServiceObservation:
+    """What one evaluation saw of one selected service.
+
+    Attributes:
+        namespace: Namespace of the InferenceService.
+        name: Name of the InferenceService.
+        replicas: Running replicas now; None when they could not be read.
+        usd_per_replica_hour: Price of one replica (``Catalog.price_replica``); None when unknown
+            (``UnknownPrice``).
+    """
+
+    namespace: str
+    name: str
+    replicas: int | None
+    usd_per_replica_hour: Decimal | None
+
+    @property
+    def cost_usd_per_hour(self) -> Decimal | None:
+        """Rate of the whole service: replicas x price; 0 with zero replicas even if the price is unknown."""
+        if self.replicas == 0:
+            return Decimal(0)
+        if self.replicas is None or self.usd_per_replica_hour is None:
+            return None
+        return quantize_ledger_usd(MONEY_CONTEXT.multiply(Decimal(self.replicas), self.usd_per_replica_hour))
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One service in ``status.ledger.services``.
+
+    Attributes:
+        replicas: Replicas observed at ``observedTime`` (None = unknown).
+        cost_usd_per_hour: Service rate in force since ``observedTime`` (None = unknown).
+        spent_usd: Spend of this service in the ledger's period up to ``observedTime``.
+    """
+
+    namespace: str
+    name: str
+    replicas: int | None
+    cost_usd_per_hour: Decimal | None
+    spent_usd: Decimal
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Where integration stopped. Empty (``Ledger()``) before the first evaluation.
+
+    Attributes:
+        observed_time: UTC instant up to which spend is counted; None = nothing counted yet.
+        period_start: Start of the period that ``spent_usd`` values belong to (``status.periodStart``).
+        entries: One entry per service, sorted by (namespace, name).
+    """
+
+    observed_time: datetime | None = None
+    period_start: datetime | None = None
+    entries: tuple[LedgerEntry, ...] = ()
+
+    @property
+    def spent_usd(self) -> Decimal:
+        """Total spend of the period up to ``observed_time``."""
+        return sum((e.spent_usd for e in self.entries), Decimal(0))
+
+    def to_status(self) -> dict[str, Any]:
+        """The ``status.ledger`` object (camelCase, decimal strings). ``periodStart`` is written separately.
+
+        Unknown ``replicas``/``costUSDPerHour`` are omitted rather than written as 0.
+        """
+        services = []
+        for e in self.entries:
+            item: dict[str, Any] = {"namespace": e.namespace, "name": e.name}
+            if e.replicas is not None:
+                item["replicas"] = e.replicas
+            if e.cost_usd_per_hour is not None:
+                item["costUSDPerHour"] = format_usd(quantize_ledger_usd(e.cost_usd_per_hour))
+            item["spent"] = format_usd(quantize_ledger_usd(e.spent_usd))
+            services.append(item)
+        out: dict[str, Any] = {"services": services}
+        if self.observed_time is not None:
+            out["observedTime"] = format_time(self.observed_time)
+        return out
+
+    @classmethod
+    def from_status(cls, ledger: Mapping[str, Any] | None, period_start: object = None) -> "Ledger":
+        """Read back ``status.ledger`` and ``status.periodStart``.
+
+        Args:
+            ledger: The ``status.ledger`` mapping, or None/{} when the policy has none yet.
+            period_start: ``status.periodStart`` (RFC 3339 string) or None.
+        Returns:
+            The ledger; ``Ledger()`` when there is none.
+        Raises:
+            LedgerFormatError: A field does not parse (message names e.g. ``status.ledger.services[2].spent``).
+        """
+        if not ledger:
+            return cls()
+        if not isinstance(ledger, Mapping):
+            raise LedgerFormatError(f"status.ledger: expected an object, got {type(ledger).__name__}")
+        observed = ledger.get("observedTime")
+        observed_time = parse_time(observed, "status.ledger.observedTime") if observed is not None else None
+        start = parse_time(period_start, "status.periodStart") if period_start is not None else None
+        raw_services = ledger.get("services") or []
+        if not isinstance(raw_services, list):
+            raise LedgerFormatError("status.ledger.services: expected a list")
+        entries: list[LedgerEntry] = []
+        for i, item in enumerate(raw_services):
+            path = f"status.ledger.services[{i}]"
+            if not isinstance(item, Mapping):
+                raise LedgerFormatError(f"{path}: expected an object")
+            try:
+                namespace, name = str(item["namespace"]), str(item["name"])
+            except KeyError as exc:
+                raise LedgerFormatError(f"{path}.{exc.args[0]}: missing") from None
+            replicas = item.get("replicas")
+            if replicas is not None and (not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0):
+                raise LedgerFormatError(f"{path}.replicas: expected a non-negative integer, got {replicas!r}")
+            try:
+                cost = item.get("costUSDPerHour")
+                cost_d = parse_usd(cost, f"{path}.costUSDPerHour") if cost is not None else None
+                spent_d = parse_usd(item.get("spent", "0"), f"{path}.spent")
+            except ValueError as exc:
+                raise LedgerFormatError(str(exc)) from None
+            entries.append(LedgerEntry(namespace, name, replicas, cost_d, spent_d))
+        keys = [e.key for e in entries]
+        if len(set(keys)) != len(keys):
+            raise LedgerFormatError("status.ledger.services: a namespace/name appears twice")
+        return cls(observed_time, start, tuple(sorted(entries, key=lambda e: e.key)))
+
+
+@dataclass(frozen=True)
+class CostSegment:
+    """Spend of one service over one interval inside one period (the unit of a FOCUS cost row).
+
+    Attributes:
+        start, end: UTC ``[start, end)``.
+        replicas: Replicas in force (None = unknown).
+        cost_usd_per_hour: Rate in force (None = unknown, then ``cost_usd`` is 0 and the segment is unpriced).
+        cost_usd: Rate x hours, quantized to 1e-9 USD.
+        period_start: Start of the budget period the segment lies in.
+        counted: True when the segment belongs to the current period's spend.
+    """
+
+    namespace: str
+    name: str
+    start: datetime
+    end: datetime
+    replicas: int | None
+    cost_usd_per_hour: Decimal | None
+    cost_usd: Decimal
+    period_start: datetime
+    counted: bool
+
+    @property
+    def replica_hours(self) -> Decimal | None:
+        """Replicas x hours of this segment (None when replicas are unknown)."""
+        if self.replicas is None:
+            return None
+        return MONEY_CONTEXT.divide(MONEY_CONTEXT.multiply(Decimal(self.replicas),
+                                                           Decimal(segment_microseconds(self.start, self.end))),
+                                    MICROSECONDS_PER_HOUR)
+
+
+@dataclass(frozen=True)
+class ClosedPeriod:
+    """The period the ledger was accumulating, reported once when it has ended."""
+
+    period_start: datetime
+    period_end: datetime
+    spent_usd: Decimal
+
+
+@dataclass(frozen=True)
+class UnpricedInterval:
+    """A service whose rate was unknown for ``seconds`` s since the last observation (spend undercounted)."""
+
+    namespace: str
+    name: str
+    seconds: int
+
+
+@dataclass(frozen=True)
+class LedgerAdvance:
+    """Result of :func:`advance`.
+
+    Attributes:
+        ledger: The new ledger to persist (``ledger.to_status()`` and ``status.periodStart``).
+        spent_usd: Spend in the current period up to ``now``.
+        period_start, period_end: Current period (UTC, half-open).
+        segments: Every interval integrated by this call, in the current period or not.
+        closed_period: The period that just ended, with its final spend; None otherwise.
+        unpriced: Services whose rate was unknown over the integrated interval.
+        new_period: True when this call started a new period (spend was reset).
+    """
+
+    ledger: Ledger
+    spent_usd: Decimal
+    period_start: datetime
+    period_end: datetime
+    segments: tuple[CostSegment, ...] = ()
+    closed_period: ClosedPeriod | None = None
+    unpriced: tuple[UnpricedInterval, ...] = ()
+    new_period: bool = False
+
+
+def _interval_cost(rate_usd_per_hour: Decimal, start: datetime, end: datetime) -> Decimal:
+    micro = Decimal(segment_microseconds(start, end))
+    return quantize_ledger_usd(MONEY_CONTEXT.divide(MONEY_CONTEXT.multiply(rate_usd_per_hour, micro),
+                                                    MICROSECONDS_PER_HOUR))
+
+
+def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterable[ServiceObservation],
+            now: datetime, period: Period | str, tz: str = "UTC") -> LedgerAdvance:
+    """Integrate the rates in force since ``ledger.observed_time`` up to ``now`` and start the new rates.
+
+    Args:
+        ledger: The ledger read back from status (``Ledger()`` the first time).
+        observations: The selected services as seen now; each (namespace, name) at most once.
+        now: Timezone-aware instant of this evaluation (floored to the second).
+        period: ``spec.period`` (Daily, Weekly, Monthly).
+        tz: ``spec.timeZone`` (IANA name).
+    Returns:
+        :class:`LedgerAdvance` with the new ledger and the spend in the period containing ``now``.
+    Raises:
+        ValueError: Naive ``now``, a duplicate service, or negative replicas/prices.
+        InvalidTimeZone: Unknown ``tz``.
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
+    obs = list(observations)
+    seen: set[tuple[str, str]] = set()
+    for o in obs:
+        if (o.namespace, o.name) in seen:
+            raise ValueError(f"service {o.namespace}/{o.name} observed twice")
+        seen.add((o.namespace, o.name))
+        if (o.replicas is not None and o.replicas < 0) or (o.usd_per_replica_hour is not None and o.usd_per_replica_hour < 0):
+            raise ValueError(f"service {o.namespace}/{o.name}: replicas and price must be non-negative")
+
+    now = floor_to_second(now.astimezone(timezone.utc))
+    if ledger.observed_time is not None and now < ledger.observed_time:
+        now = ledger.observed_time  # clock stepped back: stand still
+    p_start, p_end = period_bounds(period, tz, now)
+    if ledger.period_start is None and ledger.observed_time is not None:
+        # status.periodStart missing: the spend belongs to the period containing observedTime (invariant).
+        ledger = replace(ledger, period_start=period_bounds(period, tz, ledger.observed_time)[0])
+    carry = ledger.period_start is not None and ledger.period_start >= p_start
+    new_period = ledger.period_start is not None and not carry
+
+    segments: list[CostSegment] = []
+    unpriced: list[UnpricedInterval] = []
+    current_spent: dict[tuple[str, str], Decimal] = {}
+    closing_spent = Decimal(0)
+    for entry in ledger.entries:
+        spent = entry.spent_usd if carry else Decimal(0)
+        if not carry:
+            closing_spent += entry.spent_usd
+        if ledger.observed_time is not None and now > ledger.observed_time:
+            rate = entry.cost_usd_per_hour if entry.replicas != 0 else Decimal(0)
+            if rate is None:
+                unpriced.append(UnpricedInterval(entry.namespace, entry.name,
+                                                 int((now - ledger.observed_time).total_seconds())))
+            for seg in split_interval(ledger.observed_time, now, period, tz):
+                cost = _interval_cost(rate, seg.start, seg.end) if rate is not None else Decimal(0)
+                counted = seg.period_start == p_start
+                segments.append(CostSegment(entry.namespace, entry.name, seg.start, seg.end, entry.replicas,
+                                            rate, cost, seg.period_start, counted))
+                if counted:
+                    spent += cost
+                elif not carry and seg.period_start == ledger.period_start:
+                    closing_spent += cost
+        current_spent[entry.key] = spent
+
+    closed = None
+    if new_period and ledger.period_start is not None:
+        _, closed_end = period_bounds(period, tz, ledger.period_start)
+        closed = ClosedPeriod(ledger.period_start, min(closed_end, p_start), closing_spent)
+
+    entries: list[LedgerEntry] = []
+    for o in obs:
+        key = (o.namespace, o.name)
+        entries.append(LedgerEntry(o.namespace, o.name, o.replicas, o.cost_usd_per_hour,
+                                   current_spent.get(key, Decimal(0))))
+    for entry in ledger.entries:
+        if entry.key not in seen and current_spent.get(entry.key, Decimal(0)) != 0:
+            entries.append(replace(entry, replicas=0, cost_usd_per_hour=Decimal(0), spent_usd=current_spent[entry.key]))
+    entries.sort(key=lambda e: e.key)
+    new_ledger = Ledger(now, p_start, tuple(entries))
+    return LedgerAdvance(new_ledger, new_ledger.spent_usd, p_start, p_end, tuple(segments), closed,
+                         tuple(unpriced), new_period)
+
+
+__all__ = [
+    "ClosedPeriod", "CostSegment", "Ledger", "LedgerAdvance", "LedgerEntry", "LedgerFormatError",
+    "ServiceObservation", "UnpricedInterval", "advance", "floor_to_second", "format_time", "parse_time",
+]

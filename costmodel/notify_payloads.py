@@ -1,0 +1,286 @@
+"""Chat and webhook payloads for budget alerts, with each platform's signing (pure: no I/O, no clock).
+
+Why a module: six platforms want six shapes and two of them sign requests. Building and signing here, as pure
+functions of a :class:`~modalscale.costmodel.budget.BudgetAlert` and an explicit timestamp, makes every payload
+testable byte for byte; the one HTTP sender (``modalscale.notify.sender``) only posts what
+:func:`prepare_request` returns.
+
+Every message states the policy, the scope, spent/limit, the forecast and the action taken. Messages never
+contain URLs or secrets: the alert carries none, and the signing secret only ever enters an HMAC.
+
+Documented shapes (checked 2026-11-30):
+
+* Slack incoming webhook, Block Kit ``blocks`` plus ``text`` fallback:
+  https://api.slack.com/messaging/webhooks and https://api.slack.com/reference/block-kit/blocks
+* Microsoft Teams Workflows ("When a Teams webhook request is received"): a ``message`` with one Adaptive Card
+  attachment (``contentType: application/vnd.microsoft.card.adaptive``); Workflows accept Adaptive Cards only:
+  https://learn.microsoft.com/en-us/microsoftteams/platform/webhooks-and-connectors/how-to/connectors-using
+* WeCom group robot, ``msgtype: markdown`` (content at most 4096 bytes):
+  https://developer.work.weixin.qq.com/document/path/91770
+* DingTalk custom robot, ``msgtype: markdown`` (title + text); signing: ``sign = urlencode(base64(
+  HmacSHA256(key=secret, msg=f"{timestamp_ms}\\n{secret}")))`` appended as ``&timestamp=...&sign=...``:
+  https://open.dingtalk.com/document/robots/custom-robot-access and
+  https://open.dingtalk.com/document/robots/customize-robot-security-settings
+* Feishu/Lark custom bot, ``msg_type: interactive`` card; signing: ``sign = base64(HmacSHA256(
+  key=f"{timestamp_s}\\n{secret}", msg=b""))`` sent in the JSON body with ``timestamp`` (seconds, valid for
+  1 hour): https://open.feishu.cn/document/client-docs/bot-v3/add-custom-bot
+* Generic webhook: the Alertmanager webhook payload, ``version: "4"``:
+  https://prometheus.io/docs/alerting/latest/configuration/#webhook_config. With a signing secret it carries
+  ``X-Modalscale-Timestamp`` and ``X-Modalscale-Signature: sha256=<hex HMAC-SHA256(secret, f"{ts}." + body)>``
+  (our own scheme, in the style of Slack's request signing).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import urllib.parse
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from modalscale.costmodel.budget import BudgetAlert, NotifierType
+from modalscale.costmodel.ledger import format_time
+
+WECOM_MAX_MARKDOWN_BYTES = 4096
+"""WeCom markdown ``content`` limit in UTF-8 bytes (WeCom group robot documentation)."""
+SLACK_MAX_HEADER_CHARS = 150
+"""Slack ``header`` block plain_text limit."""
+WEBHOOK_SIGNATURE_HEADER = "X-Modalscale-Signature"
+WEBHOOK_TIMESTAMP_HEADER = "X-Modalscale-Timestamp"
+
+
+# ------------------------------------------------------------------------------------------------ signing
+def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
+    """DingTalk ``sign`` query value (already URL-encoded).
+
+    ``urlencode(base64(HmacSHA256(key=secret, msg=f"{timestamp_ms}\\n{secret}")))`` (UTF-8), per
+    https://open.dingtalk.com/document/robots/customize-robot-security-settings.
+    """
+    digest = hmac.new(secret.encode("utf-8"), f"{timestamp_ms}\n{secret}".encode("utf-8"), hashlib.sha256).digest()
+    return urllib.parse.quote_plus(base64.b64encode(digest).decode("ascii"))
+
+
+def dingtalk_signed_url(url: str, secret: str, timestamp_ms: int) -> str:
+    """The webhook URL with ``timestamp`` and ``sign`` appended to its query (other parameters kept)."""
+    parts = urllib.parse.urlsplit(url)
+    extra = f"timestamp={timestamp_ms}&sign={dingtalk_sign(secret, timestamp_ms)}"
+    query = f"{parts.query}&{extra}" if parts.query else extra
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+def feishu_sign(secret: str, timestamp_s: int) -> str:
+    """Feishu/Lark ``sign`` body value.
+
+    ``base64(HmacSHA256(key=f"{timestamp_s}\\n{secret}", msg=b""))``: the string to sign is the *key* and the
+    message is empty, per https://open.feishu.cn/document/client-docs/bot-v3/add-custom-bot.
+    """
+    digest = hmac.new(f"{timestamp_s}\n{secret}".encode("utf-8"), b"", hashlib.sha256).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def webhook_signature(secret: str, timestamp_s: int, body: bytes) -> str:
+    """``sha256=<hex>`` of HMAC-SHA256(key=secret, msg=f"{timestamp_s}." + body) for the generic webhook."""
+    mac = hmac.new(secret.encode("utf-8"), f"{timestamp_s}.".encode("ascii") + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ payloads
+def _markdown_lines(alert: BudgetAlert, bold: str = "**") -> list[str]:
+    return [f"{bold}{label}:{bold} {value}" for label, value in alert.facts()]
+
+
+def slack_payload(alert: BudgetAlert) -> dict[str, Any]:
+    """Slack incoming-webhook body: Block Kit ``blocks`` and a ``text`` fallback for notifications."""
+    facts = alert.facts()
+    header = alert.title if len(alert.title) <= SLACK_MAX_HEADER_CHARS else alert.title[:SLACK_MAX_HEADER_CHARS - 1] + "…"
+    fields = [{"type": "mrkdwn", "text": f"*{label}*\n{value}"[:2000]} for label, value in facts if label != "Action"]
+    action = next(value for label, value in facts if label == "Action")
+    return {
+        "text": alert.text(),
+        "blocks": [
+            {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}},
+            {"type": "section", "fields": fields[:10]},
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*Action*\n{action}"[:3000]}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text":
+                                              f"modalscale · {alert.kind.value} · {format_time(alert.created_at)}"}]},
+        ],
+    }
+
+
+def teams_payload(alert: BudgetAlert) -> dict[str, Any]:
+    """Teams Workflows webhook body: a ``message`` with one Adaptive Card (1.4) attachment."""
+    color = {"critical": "Attention", "warning": "Warning", "info": "Good"}[alert.severity]
+    card = {
+        "type": "AdaptiveCard",
+        "version": "1.4",
+        "body": [
+            {"type": "TextBlock", "text": alert.title, "weight": "Bolder", "size": "Medium", "wrap": True,
+             "color": color},
+            {"type": "FactSet", "facts": [{"title": label, "value": value} for label, value in alert.facts()]},
+        ],
+        "msteams": {"width": "Full"},
+    }
+    return {"type": "message",
+            "attachments": [{"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": None,
+                             "content": card}]}
+
+
+def _fit_bytes(text: str, limit: int) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[:limit - 3].decode("utf-8", errors="ignore") + "..."
+
+
+def wecom_payload(alert: BudgetAlert) -> dict[str, Any]:
+    """WeCom group-robot body: ``msgtype: markdown`` (content cut to 4096 bytes)."""
+    color = {"critical": "warning", "warning": "warning", "info": "info"}[alert.severity]
+    content = f"### <font color=\"{color}\">{alert.title}</font>\n" + "\n".join(
+        f"> **{label}:** {value}" for label, value in alert.facts())
+    return {"msgtype": "markdown", "markdown": {"content": _fit_bytes(content, WECOM_MAX_MARKDOWN_BYTES)}}
+
+
+def dingtalk_payload(alert: BudgetAlert) -> dict[str, Any]:
+    """DingTalk custom-robot body: ``msgtype: markdown`` with ``title`` (notification preview) and ``text``."""
+    text = f"#### {alert.title}\n\n" + "\n\n".join(f"- **{label}:** {value}" for label, value in alert.facts())
+    return {"msgtype": "markdown", "markdown": {"title": alert.title[:64], "text": text}}
+
+
+def feishu_payload(alert: BudgetAlert, secret: str | None = None, timestamp_s: int | None = None) -> dict[str, Any]:
+    """Feishu/Lark custom-bot body: ``msg_type: interactive`` card; signed when ``secret`` is given.
+
+    Raises:
+        ValueError: ``secret`` given without ``timestamp_s``.
+    """
+    template = {"critical": "red", "warning": "orange", "info": "green"}[alert.severity]
+    body: dict[str, Any] = {
+        "msg_type": "interactive",
+        "card": {
+            "config": {"wide_screen_mode": True},
+            "header": {"title": {"tag": "plain_text", "content": alert.title}, "template": template},
+            "elements": [{"tag": "div", "text": {"tag": "lark_md", "content": "\n".join(_markdown_lines(alert))}}],
+        },
+    }
+    if secret:
+        if timestamp_s is None:
+            raise ValueError("feishu_payload: timestamp_s is required with a signing secret")
+        body = {"timestamp": str(timestamp_s), "sign": feishu_sign(secret, timestamp_s), **body}
+    return body
+
+
+_ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def webhook_payload(alert: BudgetAlert, receiver: str = "modalscale") -> dict[str, Any]:
+    """Alertmanager-compatible webhook body (``version: "4"``), one alert, no URLs."""
+    labels = {
+        "alertname": f"Budget{alert.kind.value}",
+        "severity": alert.severity,
+        "namespace": alert.policy.namespace,
+        "budgetpolicy": alert.policy.name,
+        "period": alert.period.value,
+    }
+    annotations = {"summary": alert.title, "description": "\n".join(f"{k}: {v}" for k, v in alert.facts())}
+    if alert.thresholds_percent:
+        labels["threshold_percent"] = ",".join(str(p) for p in alert.thresholds_percent)
+    fingerprint = hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]
+    status = "resolved" if alert.resolved else "firing"
+    item = {
+        "status": status,
+        "labels": labels,
+        "annotations": annotations,
+        "startsAt": format_time(alert.created_at),
+        "endsAt": format_time(alert.created_at) if alert.resolved else _ZERO_TIME,
+        "generatorURL": "",
+        "fingerprint": fingerprint,
+    }
+    group_labels = {"alertname": labels["alertname"], "budgetpolicy": alert.policy.name}
+    return {
+        "version": "4",
+        "groupKey": "{}:{" + ", ".join(f'{k}="{v}"' for k, v in sorted(group_labels.items())) + "}",
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": receiver,
+        "groupLabels": group_labels,
+        "commonLabels": labels,
+        "commonAnnotations": annotations,
+        "externalURL": "",
+        "alerts": [item],
+    }
+
+
+# ------------------------------------------------------------------------------------------ request build
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A POST ready to send: the (possibly signed) URL, the exact body bytes and headers.
+
+    ``url`` may contain tokens and signatures: never log it (``modalscale.notify.sender`` redacts it).
+    """
+
+    url: str = field(repr=False)
+    body: bytes
+    headers: dict[str, str]
+
+
+def encode_json(payload: dict[str, Any]) -> bytes:
+    """The exact JSON bytes sent (compact, UTF-8, no ASCII escaping), so signatures cover what is sent."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def build_payload(kind: NotifierType | str, alert: BudgetAlert, secret: str | None = None,
+                  now: datetime | None = None) -> dict[str, Any]:
+    """The JSON body for ``kind`` (Feishu signed in the body when ``secret`` and ``now`` are given)."""
+    kind = NotifierType(kind)
+    if kind is NotifierType.SLACK:
+        return slack_payload(alert)
+    if kind is NotifierType.TEAMS:
+        return teams_payload(alert)
+    if kind is NotifierType.WECOM:
+        return wecom_payload(alert)
+    if kind is NotifierType.DINGTALK:
+        return dingtalk_payload(alert)
+    if kind is NotifierType.FEISHU:
+        ts = int(now.timestamp()) if (secret and now is not None) else None
+        return feishu_payload(alert, secret, ts)
+    return webhook_payload(alert)
+
+
+def prepare_request(kind: NotifierType | str, url: str, secret: str | None, alert: BudgetAlert,
+                    now: datetime) -> PreparedRequest:
+    """Build the signed POST for one receiver.
+
+    Args:
+        kind: Platform (``spec.notifications[].type``).
+        url: Webhook URL from the Secret (``urlKey``).
+        secret: Signing secret from the Secret (``signingSecretKey``) or None. DingTalk and Feishu sign with it
+            when given (robots configured with keywords or IP allow-lists need none); Webhook adds an HMAC header.
+        alert: What to say.
+        now: Timezone-aware instant used for the signature timestamps.
+    Returns:
+        :class:`PreparedRequest`.
+    Raises:
+        ValueError: Naive ``now`` or unknown ``kind``.
+    """
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    kind = NotifierType(kind)
+    payload = build_payload(kind, alert, secret, now)
+    body = encode_json(payload)
+    headers = {"Content-Type": "application/json; charset=utf-8"}
+    if kind is NotifierType.DINGTALK and secret:
+        url = dingtalk_signed_url(url, secret, int(now.timestamp()) * 1000 + now.microsecond // 1000)
+    if kind is NotifierType.WEBHOOK and secret:
+        ts = int(now.timestamp())
+        headers[WEBHOOK_TIMESTAMP_HEADER] = str(ts)
+        headers[WEBHOOK_SIGNATURE_HEADER] = webhook_signature(secret, ts, body)
+    return PreparedRequest(url, body, headers)
+
+
+__all__ = [
+    "PreparedRequest", "build_payload", "dingtalk_payload", "dingtalk_sign",
+    "dingtalk_signed_url", "encode_json", "feishu_payload", "feishu_sign", "prepare_request", "slack_payload",
+    "teams_payload", "webhook_payload", "webhook_signature", "wecom_payload",
+]
