@@ -1,0 +1,247 @@
+"""Build and cache the local control-plane binaries from the Go module proxy.
+
+kube-apiserver, kube-controller-manager, kube-scheduler and kubectl are built from ``k8s.io/kubernetes`` through
+a wrapper module that pins every staging module (``k8s.io/api``, ``k8s.io/apiserver``, ...) to the matching
+``v0.MINOR.PATCH`` tag with ``replace`` directives, read from that version's own ``go.mod``: ``go install
+k8s.io/kubernetes/cmd/...@vX`` is refused because of its replace directives (the same pattern as
+kubernetes-sigs/scheduler-plugins). etcd's server module has replace directives too (etcd-io/etcd#18501), so it
+is also built as a dependency of a wrapper module. KWOK and helm install with plain ``go install pkg@version``.
+
+Binaries are cached per version under ``$MODALSCALE_CACHE_DIR`` (default ``~/.cache/modalscale``), outside the
+repository; a fresh machine pays one cold build (minutes), later calls return at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+KUBERNETES_VERSION = "v1.35.4"
+"""Pinned Kubernetes release (apiserver, controller-manager, scheduler, kubectl)."""
+ETCD_VERSION = "v3.6.16"
+"""Pinned etcd server release."""
+KWOK_VERSION = "v0.7.0"
+"""Pinned KWOK release (fake kubelets); v0.7 falls back to its built-in default stages."""
+HELM_VERSION = "v3.19.5"
+"""Pinned helm release."""
+
+K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+Log = Callable[[str], None]
+
+
+class BuildError(RuntimeError):
+    """A Go build or download failed; the message holds the command and the tail of its output."""
+
+
+def cache_dir() -> Path:
+    """Root of modalscale's caches: ``$MODALSCALE_CACHE_DIR`` or ``~/.cache/modalscale``."""
+    env = os.environ.get("MODALSCALE_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "modalscale"
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Absolute paths of the control-plane binaries."""
+
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kubectl: Path
+    etcd: Path
+    kwok: Path
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("GOTOOLCHAIN", "local")
+    env["CGO_ENABLED"] = "0"
+    env.setdefault("GOFLAGS", "-mod=mod")
+    return env
+
+
+def _run(cmd: list[str], cwd: Path, log: Log, env: dict[str, str] | None = None) -> str:
+    log(f"$ {' '.join(cmd)}  (in {cwd})")
+    proc = subprocess.run(cmd, cwd=cwd, env=env or _go_env(), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
+        raise BuildError(f"command failed with exit code {proc.returncode}: {' '.join(cmd)}\n{tail}")
+    return proc.stdout
+
+
+@contextlib.contextmanager
+def _build_lock(root: Path) -> Iterator[None]:
+    """Serialise builds between processes (two test sessions, or the demo and the tests)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _require_go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("the `go` command is not on PATH: install Go >= 1.24 to build the control plane")
+    return go
+
+
+def kubernetes_wrapper_gomod(version: str, upstream_gomod: str) -> str:
+    """Return the text of a wrapper ``go.mod`` that builds ``k8s.io/kubernetes`` at ``version``.
+
+    Args:
+        version: A release tag such as ``v1.35.4``.
+        upstream_gomod: The text of ``k8s.io/kubernetes``'s own ``go.mod`` at that tag; its
+            ``k8s.io/x => ./staging/...`` lines name the staging modules to pin.
+    Returns:
+        The ``go.mod`` text; every staging module is replaced by its published ``v0.MINOR.PATCH`` tag.
+    Raises:
+        ValueError: ``version`` is not ``v1.MINOR.PATCH`` or the upstream file names no staging module.
+    """
+    m = re.fullmatch(r"v1\.(\d+)\.(\d+)", version)
+    if not m:
+        raise ValueError(f"kubernetes version must look like v1.35.4, got {version!r}")
+    staging_tag = f"v0.{m.group(1)}.{m.group(2)}"
+    go_line = re.search(r"^go (\S+)", upstream_gomod, re.M)
+    godebug = re.search(r"^godebug .*$", upstream_gomod, re.M)
+    staged = re.findall(r"^\s*(k8s\.io/[A-Za-z0-9._-]+) => \./staging/", upstream_gomod, re.M)
+    if not staged:
+        raise ValueError("the upstream go.mod names no staging module (k8s.io/x => ./staging/...)")
+    lines = ["module local.test/k8s-bin", "", f"go {go_line.group(1) if go_line else '1.24'}", ""]
+    if godebug:
+        lines += [godebug.group(0), ""]
+    lines += [f"require k8s.io/kubernetes {version}", "", "replace ("]
+    lines += [f"\t{mod} => {mod} {staging_tag}" for mod in staged]
+    lines += [")", ""]
+    return "\n".join(lines)
+
+
+ETCD_WRAPPER_GOMOD = """module local.test/etcd-bin
+
+go 1.25.0
+
+require go.etcd.io/etcd/server/v3 {version}
+"""
+
+
+def _build_kubernetes(version: str, out: Path, log: Log) -> None:
+    go = _require_go()
+    work = cache_dir() / "build" / f"k8s-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    info = json.loads(_run([go, "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], work, log))
+    gomod = kubernetes_wrapper_gomod(version, Path(info["GoMod"]).read_text())
+    (work / "go.mod").write_text(gomod)
+    (work / "tools.go").write_text(
+        "//go:build tools\n\npackage tools\n\nimport (\n"
+        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"\n' for c in K8S_COMMANDS)
+        + ")\n"
+    )
+    _run([go, "mod", "tidy"], work, log)
+    minor = version.split(".")[1]
+    ldflags = ["-s", "-w"]
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        ldflags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor=1",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate={stamp}",
+        ]
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _run(
+        [go, "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(tmp) + "/"]
+        + [f"k8s.io/kubernetes/cmd/{c}" for c in K8S_COMMANDS],
+        work,
+        log,
+    )
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def _build_etcd(version: str, out: Path, log: Log) -> None:
+    go = _require_go()
+    work = cache_dir() / "build" / f"etcd-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "go.mod").write_text(ETCD_WRAPPER_GOMOD.format(version=version))
+    (work / "tools.go").write_text('//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n')
+    _run([go, "mod", "tidy"], work, log)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _run([go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "etcd"), "go.etcd.io/etcd/server/v3"],
+         work, log)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def _go_install(package: str, version: str, out: Path, log: Log) -> None:
+    go = _require_go()
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    env = _go_env()
+    env["GOBIN"] = str(tmp)
+    env.pop("GOFLAGS", None)
+    _run([go, "install", f"{package}@{version}"], tmp, log, env=env)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def _ensure(name: str, version: str, files: tuple[str, ...], build: Callable[[Path], None], log: Log) -> Path:
+    out = cache_dir() / "bin" / f"{name}-{version}"
+    if all((out / f).is_file() for f in files):
+        return out
+    with _build_lock(cache_dir()):
+        if all((out / f).is_file() for f in files):
+            return out
+        log(f"Building {name} {version} from the Go module proxy (one cold build; cached in {out})")
+        started = time.monotonic()
+        build(out)
+        log(f"Built {name} {version} in {time.monotonic() - started:.0f} s")
+    return out
+
+
+def ensure_binaries(log: Log = print) -> Binaries:
+    """Return the control-plane binaries, building any that are not cached yet.
+
+    Raises:
+        BuildError: ``go`` is missing or a build failed (the message holds the command and its output).
+    """
+    k8s = _ensure("kubernetes", KUBERNETES_VERSION, K8S_COMMANDS,
+                  lambda out: _build_kubernetes(KUBERNETES_VERSION, out, log), log)
+    etcd = _ensure("etcd", ETCD_VERSION, ("etcd",), lambda out: _build_etcd(ETCD_VERSION, out, log), log)
+    kwok = _ensure("kwok", KWOK_VERSION, ("kwok",),
+                   lambda out: _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, out, log), log)
+    return Binaries(
+        kube_apiserver=k8s / "kube-apiserver",
+        kube_controller_manager=k8s / "kube-controller-manager",
+        kube_scheduler=k8s / "kube-scheduler",
+        kubectl=k8s / "kubectl",
+        etcd=etcd / "etcd",
+        kwok=kwok / "kwok",
+    )
+
+
+def ensure_helm(log: Log = print) -> Path:
+    """Return the path of the pinned ``helm`` binary, building it with ``go install`` if needed.
+
+    Raises:
+        BuildError: ``go`` is missing or the build failed.
+    """
+    out = _ensure("helm", HELM_VERSION, ("helm",),
+                  lambda o: _go_install("helm.sh/helm/v3/cmd/helm", HELM_VERSION, o, log), log)
+    return out / "helm"

@@ -1,0 +1,466 @@
+"""A real local Kubernetes control plane on 127.0.0.1, without Docker.
+
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK (fake kubelets) run as child processes
+started with their own session, so they outlive ``modalscale cluster up``. Everything lives in one working
+directory: ``cluster.json`` (ports, versions), ``pki/``, ``etcd/``, ``logs/``, ``pids/`` and ``kubeconfig``.
+``down`` stops exactly the processes recorded in ``pids/`` whose command line is still ours.
+
+The flags follow envtest (apiserver with a client certificate in ``system:masters``, RBAC on) plus a
+controller-manager (garbage collection, Deployments, ReplicaSets), a scheduler and KWOK managing only nodes
+annotated ``kwok.x-k8s.io/node=fake``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modalscale.devenv.binaries import (
+    ETCD_VERSION,
+    KUBERNETES_VERSION,
+    KWOK_VERSION,
+    Binaries,
+    Log,
+    cache_dir,
+    ensure_binaries,
+)
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+"""Processes of a local cluster, in start order."""
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""Node label that carries the GPU type (as NVIDIA's GPU feature discovery sets it)."""
+
+
+class ClusterError(RuntimeError):
+    """The local control plane could not be started or did not become ready; the message names the log."""
+
+
+@dataclass
+class ClusterConfig:
+    """Ports and versions of one local cluster, saved as ``cluster.json`` in its working directory."""
+
+    etcd_client_port: int = 0
+    etcd_peer_port: int = 0
+    apiserver_port: int = 0
+    kubernetes_version: str = KUBERNETES_VERSION
+    etcd_version: str = ETCD_VERSION
+    kwok_version: str = KWOK_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def default_workdir() -> Path:
+    """Working directory of ``modalscale cluster`` when none is given: ``<cache>/clusters/default``."""
+    return cache_dir() / "clusters" / "default"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+class LocalCluster:
+    """One local control plane rooted at ``workdir``.
+
+    Args:
+        workdir: Directory for its state; created on ``up``.
+        log: Progress printer.
+    """
+
+    def __init__(self, workdir: Path | str | None = None, log: Log = print) -> None:
+        self.workdir = Path(workdir) if workdir else default_workdir()
+        self.log = log
+
+    # ------------------------------------------------------------------ paths and config
+    @property
+    def kubeconfig(self) -> Path:
+        """Path of the admin kubeconfig (client certificate in ``system:masters``)."""
+        return self.workdir / "kubeconfig"
+
+    def _pidfile(self, name: str) -> Path:
+        return self.workdir / "pids" / f"{name}.pid"
+
+    def _logfile(self, name: str) -> Path:
+        return self.workdir / "logs" / f"{name}.log"
+
+    def load_config(self) -> ClusterConfig | None:
+        """The saved ``cluster.json``, or None before the first ``up``."""
+        path = self.workdir / "cluster.json"
+        if not path.exists():
+            return None
+        return ClusterConfig(**json.loads(path.read_text()))
+
+    def _config(self) -> ClusterConfig:
+        cfg = self.load_config()
+        if cfg is None:
+            cfg = ClusterConfig(
+                etcd_client_port=_free_port(), etcd_peer_port=_free_port(), apiserver_port=_free_port()
+            )
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            (self.workdir / "cluster.json").write_text(json.dumps(asdict(cfg), indent=2))
+        return cfg
+
+    @property
+    def server_url(self) -> str:
+        """``https://127.0.0.1:<port>`` of the apiserver."""
+        cfg = self.load_config()
+        if cfg is None:
+            raise ClusterError(f"no cluster in {self.workdir}: run `modalscale cluster up` first")
+        return f"https://127.0.0.1:{cfg.apiserver_port}"
+
+    # ------------------------------------------------------------------ status
+    def pids(self) -> dict[str, int | None]:
+        """Running PID per component (None when not running or not ours)."""
+        out: dict[str, int | None] = {}
+        for name in COMPONENTS:
+            pf = self._pidfile(name)
+            pid = int(pf.read_text()) if pf.exists() else None
+            if pid is not None and _pid_alive(pid) and self._is_ours(pid, name):
+                out[name] = pid
+            else:
+                out[name] = None
+        return out
+
+    def _is_ours(self, pid: int, name: str) -> bool:
+        cmd = _cmdline(pid)
+        return bool(cmd) and Path(cmd[0]).name == name and any(str(self.workdir) in a for a in cmd)
+
+    def apiserver_ready(self, timeout_s: float = 2.0) -> bool:
+        """True when ``/readyz`` answers 200 with the admin certificate."""
+        if not self.kubeconfig.exists() or self.load_config() is None:
+            return False
+        pki = self.workdir / "pki"
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        try:
+            with urllib.request.urlopen(f"{self.server_url}/readyz", context=ctx, timeout=timeout_s) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def status(self) -> dict[str, Any]:
+        """What runs: PIDs per component, apiserver readiness, kubeconfig path, versions."""
+        cfg = self.load_config()
+        return {
+            "workdir": str(self.workdir),
+            "kubeconfig": str(self.kubeconfig) if self.kubeconfig.exists() else None,
+            "server": self.server_url if cfg else None,
+            "apiserverReady": self.apiserver_ready(),
+            "processes": self.pids(),
+            "versions": {
+                "kubernetes": cfg.kubernetes_version if cfg else KUBERNETES_VERSION,
+                "etcd": cfg.etcd_version if cfg else ETCD_VERSION,
+                "kwok": cfg.kwok_version if cfg else KWOK_VERSION,
+            },
+        }
+
+    # ------------------------------------------------------------------ up
+    def up(self, nodes: int = 2, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
+           binaries: Binaries | None = None, timeout_s: float = 120.0) -> None:
+        """Start the control plane (idempotent: running components are left alone) and create fake GPU nodes.
+
+        Args:
+            nodes: Fake GPU nodes wanted (created if missing, never deleted here).
+            gpus_per_node: ``nvidia.com/gpu`` capacity of each fake node.
+            gpu_type: Value of the ``nvidia.com/gpu.product`` label of the fake nodes.
+            binaries: Prebuilt binaries; built or taken from the cache when None.
+            timeout_s: Deadline for the apiserver to become ready, in seconds.
+        Raises:
+            ClusterError: A component exited or the apiserver was not ready in time.
+            modalscale.devenv.binaries.BuildError: Building the binaries failed.
+        """
+        bins = binaries or ensure_binaries(self.log)
+        cfg = self._config()
+        for d in ("pki", "logs", "pids"):
+            (self.workdir / d).mkdir(parents=True, exist_ok=True)
+        (self.workdir / "etcd").mkdir(mode=0o700, exist_ok=True)
+        self._ensure_pki()
+        self._write_kubeconfig(cfg)
+        running = self.pids()
+        w = self.workdir
+        pki = w / "pki"
+
+        if not running["etcd"]:
+            self._start("etcd", [
+                str(bins.etcd), "--name=node0", f"--data-dir={w / 'etcd'}", "--logger=zap", "--log-level=warn",
+                f"--listen-client-urls=http://127.0.0.1:{cfg.etcd_client_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{cfg.etcd_client_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{cfg.etcd_peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{cfg.etcd_peer_port}",
+                f"--initial-cluster=node0=http://127.0.0.1:{cfg.etcd_peer_port}",
+                # Progress notifications let the apiserver's watch cache send BOOKMARKs on idle resources,
+                # so kopf's watches do not reconnect every inactivity timeout (kubeadm uses 5 s too).
+                "--watch-progress-notify-interval=5s",
+                "--unsafe-no-fsync", "--auto-compaction-retention=1", "--quota-backend-bytes=2147483648",
+            ])
+            self._wait(lambda: self._http_ok(f"http://127.0.0.1:{cfg.etcd_client_port}/health"), "etcd", 30)
+
+        if not running["kube-apiserver"]:
+            self._start("kube-apiserver", [
+                str(bins.kube_apiserver),
+                f"--etcd-servers=http://127.0.0.1:{cfg.etcd_client_port}",
+                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                f"--secure-port={cfg.apiserver_port}", f"--cert-dir={pki}",
+                f"--tls-cert-file={pki / 'admin.crt'}", f"--tls-private-key-file={pki / 'admin.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+                "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
+                "--endpoint-reconciler-type=none", "--enable-priority-and-fairness=false",
+                "--max-requests-inflight=0", "--max-mutating-requests-inflight=0", "--v=1",
+            ])
+        self._wait(self.apiserver_ready, "kube-apiserver", timeout_s)
+
+        kc = f"--kubeconfig={self.kubeconfig}"
+        if not running["kube-controller-manager"]:
+            self._start("kube-controller-manager", [
+                str(bins.kube_controller_manager), kc,
+                f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
+                f"--root-ca-file={pki / 'ca.crt'}", f"--service-account-private-key-file={pki / 'sa.key'}",
+                "--use-service-account-credentials=false",
+                "--node-monitor-period=25s", "--node-monitor-grace-period=3m20s",
+                "--concurrent-gc-syncs=5", "--kube-api-qps=500", "--kube-api-burst=1000", "--v=1",
+                f"--profiling=false", f"--cluster-name=modalscale-{w.name}",
+            ])
+        if not running["kube-scheduler"]:
+            self._start("kube-scheduler", [
+                str(bins.kube_scheduler), kc,
+                f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
+                "--kube-api-qps=500", "--kube-api-burst=1000", "--v=1",
+            ])
+        if not running["kwok"]:
+            self._start("kwok", [
+                str(bins.kwok), kc, "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16",
+                f"--server-address=127.0.0.1:0",
+            ])
+        time.sleep(0.5)
+        dead = [n for n, pid in self.pids().items() if pid is None]
+        if dead:
+            raise ClusterError(f"{', '.join(dead)} exited at start; see {self._logfile(dead[0])}")
+        self.ensure_gpu_nodes(nodes, gpus_per_node, gpu_type)
+        self._wait(lambda: self._default_service_account_ready(), "namespace default", 60)
+
+    def _default_service_account_ready(self) -> bool:
+        # The ServiceAccount admission plugin is off, but the controller-manager still creates `default`
+        # ServiceAccounts; Deployments do not need them. Wait only for the namespace itself.
+        from kubernetes import client
+
+        api = client.CoreV1Api(self.api_client())
+        try:
+            api.read_namespace("default")
+            return True
+        except Exception:  # noqa: BLE001 - any failure means "not yet"; the deadline reports it
+            return False
+
+    def _start(self, name: str, cmd: list[str]) -> None:
+        self.log(f"Starting {name}")
+        logf = open(self._logfile(name), "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=self.workdir)
+        logf.close()
+        self._pidfile(name).write_text(str(proc.pid))
+
+    def _wait(self, ready: Any, name: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            pid = self.pids().get(name)
+            if name in COMPONENTS and pid is None:
+                raise ClusterError(f"{name} exited; see {self._logfile(name)}:\n{self._tail(name)}")
+            time.sleep(0.2)
+        raise ClusterError(f"{name} was not ready within {timeout_s:.0f} s; see {self._logfile(name)}")
+
+    def _tail(self, name: str, lines: int = 20) -> str:
+        try:
+            return "\n".join(self._logfile(name).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    @staticmethod
+    def _http_ok(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    # ------------------------------------------------------------------ down
+    def down(self, timeout_s: float = 10.0) -> list[str]:
+        """Stop the processes this cluster started (by recorded PID, newest first); returns their names."""
+        stopped = []
+        for name in reversed(COMPONENTS):
+            pf = self._pidfile(name)
+            if not pf.exists():
+                continue
+            pid = int(pf.read_text())
+            if _pid_alive(pid) and self._is_ours(pid, name):
+                os.kill(pid, signal.SIGTERM)
+                deadline = time.monotonic() + timeout_s
+                while _pid_alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if _pid_alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+                    while _pid_alive(pid):
+                        time.sleep(0.05)
+                stopped.append(name)
+            pf.unlink(missing_ok=True)
+        return stopped
+
+    # ------------------------------------------------------------------ clients and nodes
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for the admin kubeconfig."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def ensure_gpu_nodes(self, count: int, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
+                         cpu: str = "32", memory: str = "256Gi", prefix: str = "kwok-gpu-") -> list[str]:
+        """Create fake GPU nodes ``<prefix>0..count-1`` that KWOK manages (existing ones are kept).
+
+        Returns:
+            The names of the nodes that now exist with that prefix.
+        """
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        api = client.CoreV1Api(self.api_client())
+        names = []
+        for i in range(count):
+            name = f"{prefix}{i}"
+            names.append(name)
+            capacity = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus_per_node)}
+            body = {
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+                    "labels": {
+                        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64", "type": "kwok",
+                        "nvidia.com/gpu.present": "true", GPU_PRODUCT_LABEL: gpu_type,
+                    },
+                },
+                "spec": {},
+                "status": {
+                    "capacity": capacity, "allocatable": capacity,
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kwok"}],
+                },
+            }
+            try:
+                api.create_node(body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        return names
+
+    # ------------------------------------------------------------------ PKI and kubeconfig
+    def _ensure_pki(self) -> None:
+        pki = self.workdir / "pki"
+        if (pki / "admin.crt").exists() and (pki / "sa.pub").exists():
+            return
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        now = dt.datetime.now(dt.UTC)
+        valid = dt.timedelta(days=365)
+
+        def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+            return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption())
+
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "modalscale-local-ca")])
+        ca_cert = (
+            x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+            .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + valid)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False,
+                                         encipher_only=False, decipher_only=False), critical=True)
+            .sign(ca_key, hashes.SHA256())
+        )
+        admin_key = ec.generate_private_key(ec.SECP256R1())
+        admin_cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                                     x509.NameAttribute(NameOID.COMMON_NAME, "admin")]))
+            .issuer_name(ca_name).public_key(admin_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + valid)
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                                        x509.DNSName("localhost")]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        sa_key = ec.generate_private_key(ec.SECP256R1())
+        pki.mkdir(parents=True, exist_ok=True)
+        (pki / "ca.key").write_bytes(pem_key(ca_key))
+        (pki / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+        (pki / "admin.key").write_bytes(pem_key(admin_key))
+        (pki / "admin.crt").write_bytes(admin_cert.public_bytes(serialization.Encoding.PEM))
+        (pki / "sa.key").write_bytes(pem_key(sa_key))
+        (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        for f in ("ca.key", "admin.key", "sa.key"):
+            (pki / f).chmod(0o600)
+
+    def _write_kubeconfig(self, cfg: ClusterConfig) -> None:
+        import yaml
+
+        pki = self.workdir / "pki"
+        doc = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "modalscale-local", "cluster": {
+                "server": f"https://127.0.0.1:{cfg.apiserver_port}", "certificate-authority": str(pki / "ca.crt")}}],
+            "users": [{"name": "admin", "user": {
+                "client-certificate": str(pki / "admin.crt"), "client-key": str(pki / "admin.key")}}],
+            "contexts": [{"name": "modalscale-local",
+                          "context": {"cluster": "modalscale-local", "user": "admin", "namespace": "default"}}],
+            "current-context": "modalscale-local",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -1,0 +1,82 @@
+"""``modalscale cluster up|down|status``: the local control plane with fake GPU nodes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from modalscale.devenv.binaries import BuildError, ensure_binaries
+from modalscale.devenv.cluster import ClusterError, LocalCluster, default_workdir
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``cluster`` and its subcommands on ``sub`` (an argparse subparsers action)."""
+    p = sub.add_parser("cluster", help="local control plane: etcd, apiserver, controller-manager, scheduler, KWOK")
+    p.add_argument("--workdir", type=Path, default=None,
+                   help=f"cluster state directory (default: {default_workdir()})")
+    csub = p.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    up = csub.add_parser("up", help="build or reuse the binaries, start the control plane, create fake GPU nodes")
+    up.add_argument("--nodes", type=int, default=2, help="fake GPU nodes (default 2)")
+    up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity per node (default 8)")
+    up.add_argument("--gpu-type", default="nvidia-l4", help="nvidia.com/gpu.product label (default nvidia-l4)")
+    up.set_defaults(func=_up)
+    down = csub.add_parser("down", help="stop exactly the processes `up` started")
+    down.set_defaults(func=_down)
+    st = csub.add_parser("status", help="tell what runs")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.set_defaults(func=_status)
+    build = csub.add_parser("build", help="only build (or find cached) binaries")
+    build.set_defaults(func=_build)
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _up(args: argparse.Namespace) -> int:
+    if args.nodes < 0 or args.gpus_per_node < 0:
+        _log("--nodes and --gpus-per-node must be >= 0")
+        return 2
+    cluster = LocalCluster(args.workdir, log=_log)
+    started = time.monotonic()
+    try:
+        cluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type)
+    except (ClusterError, BuildError) as exc:
+        _log(f"cluster up failed: {exc}")
+        return 1
+    _log(f"Control plane ready in {time.monotonic() - started:.1f} s")
+    print(f"export KUBECONFIG={cluster.kubeconfig}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    stopped = LocalCluster(args.workdir, log=_log).down()
+    _log(f"Stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    st = LocalCluster(args.workdir, log=_log).status()
+    if args.json:
+        print(json.dumps(st, indent=2))
+    else:
+        for name, pid in st["processes"].items():
+            print(f"{name:24} {'running pid ' + str(pid) if pid else 'stopped'}")
+        print(f"{'apiserver ready':24} {st['apiserverReady']}")
+        print(f"{'kubeconfig':24} {st['kubeconfig']}")
+    return 0 if st["apiserverReady"] else 3
+
+
+def _build(args: argparse.Namespace) -> int:
+    try:
+        bins = ensure_binaries(_log)
+    except BuildError as exc:
+        _log(str(exc))
+        return 1
+    for k, v in vars(bins).items():
+        print(f"{k:24} {v}")
+    return 0

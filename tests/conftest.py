@@ -1,0 +1,54 @@
+"""Shared fixtures: the real local control plane for integration tests (one per test session)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CRD_DIR = REPO / "crds"
+EXAMPLES_DIR = CRD_DIR / "examples"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "/integration/" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalCluster"]:  # noqa: F821
+    """A real etcd + kube-apiserver + controller-manager + scheduler + KWOK with 2 fake GPU nodes (8 GPUs each).
+
+    Binaries come from the cache (built once from the Go module proxy when missing). Set
+    ``MODALSCALE_TEST_KEEP_CLUSTER=1`` to leave it running after the session for debugging.
+    """
+    from modalscale.devenv.cluster import LocalCluster
+
+    workdir = tmp_path_factory.mktemp("cluster")
+    c = LocalCluster(workdir, log=lambda m: print(m, flush=True))
+    try:
+        c.up(nodes=2, gpus_per_node=8, gpu_type="nvidia-l4")
+        yield c
+    finally:
+        if not os.environ.get("MODALSCALE_TEST_KEEP_CLUSTER"):
+            c.down()
+
+
+@pytest.fixture(scope="session")
+def api(cluster: "LocalCluster"):  # noqa: F821
+    """A ``kubernetes.client.ApiClient`` bound to the session cluster."""
+    client = cluster.api_client()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def crds_installed(api) -> list[str]:  # noqa: ANN001
+    """Install every CRD from ``crds/`` and wait until each is Established; returns their names."""
+    from modalscale.devenv.kube import install_crds
+
+    return install_crds(api, CRD_DIR)

@@ -1,0 +1,107 @@
+"""The local control plane itself: scheduling against fake GPU capacity, idempotent up, clean down."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from modalscale.devenv.cluster import LocalCluster
+from modalscale.devenv.kube import wait_for
+
+
+def _gpu_deployment(name: str, replicas: int, gpus: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas, "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {"nvidia.com/gpu.product": "nvidia-l4"},
+                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [{"name": "main", "image": "example.invalid/triton:fake",
+                                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+                },
+            },
+        },
+    }
+
+
+def test_gpu_deployment_gets_ready_pods_on_kwok_nodes(api: Any) -> None:
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    apps.create_namespaced_deployment("default", _gpu_deployment("gpu-ok", replicas=2, gpus=1))
+    try:
+        wait_for(lambda: (apps.read_namespaced_deployment("gpu-ok", "default").status.ready_replicas or 0) == 2,
+                 90, "2 ready replicas of gpu-ok")
+        pods = core.list_namespaced_pod("default", label_selector="app=gpu-ok").items
+        assert len(pods) == 2
+        for pod in pods:
+            assert pod.status.phase == "Running"
+            assert pod.spec.node_name.startswith("kwok-gpu-")
+    finally:
+        apps.delete_namespaced_deployment("gpu-ok", "default")
+
+
+def test_deployment_asking_for_more_gpus_than_exist_stays_pending_with_the_scheduler_reason(api: Any) -> None:
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    apps.create_namespaced_deployment("default", _gpu_deployment("gpu-too-many", replicas=1, gpus=64))
+    try:
+        def unschedulable() -> Any:
+            for pod in core.list_namespaced_pod("default", label_selector="app=gpu-too-many").items:
+                for cond in pod.status.conditions or []:
+                    if cond.type == "PodScheduled" and cond.status == "False":
+                        return cond
+            return None
+
+        cond = wait_for(unschedulable, 60, "PodScheduled=False on gpu-too-many")
+        assert cond.reason == "Unschedulable"
+        assert "Insufficient nvidia.com/gpu" in cond.message
+        pods = core.list_namespaced_pod("default", label_selector="app=gpu-too-many").items
+        assert [p.status.phase for p in pods] == ["Pending"]
+    finally:
+        apps.delete_namespaced_deployment("gpu-too-many", "default")
+
+
+def _our_processes(workdir: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(workdir) in cmd and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def test_cluster_up_twice_is_safe_and_down_leaves_nothing_running(tmp_path: Path, cluster: LocalCluster) -> None:
+    second = LocalCluster(tmp_path / "second", log=lambda _m: None)
+    try:
+        second.up(nodes=1)
+        first_pids = second.pids()
+        assert all(first_pids.values()), first_pids
+        second.up(nodes=1)
+        assert second.pids() == first_pids
+        assert second.status()["apiserverReady"] is True
+        nodes = client.CoreV1Api(second.api_client()).list_node().items
+        assert [n.metadata.name for n in nodes] == ["kwok-gpu-0"]
+    finally:
+        stopped = second.down()
+    assert set(stopped) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+    assert _our_processes(tmp_path / "second") == []
+    assert second.status()["apiserverReady"] is False
+    assert second.down() == []
+
+
+@pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
+def test_status_reports_each_component_running(cluster: LocalCluster, component: str) -> None:
+    st = cluster.status()
+    assert st["processes"][component] is not None
+    assert st["apiserverReady"] is True

@@ -1,0 +1,177 @@
+"""Both CRDs in the real apiserver: examples accepted and round-tripped, invalid objects rejected by name."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION = "modalscale.io", "v1alpha1"
+PLURALS = {"InferenceService": "inferenceservices", "BudgetPolicy": "budgetpolicies"}
+NS = "default"
+
+EXAMPLES = sorted((REPO / "crds" / "examples").glob("*.yaml"))
+
+
+def _create(api: Any, body: dict[str, Any]) -> dict[str, Any]:
+    return client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURALS[body["kind"]], body, field_validation="Strict")
+
+
+def _delete(api: Any, kind: str, name: str) -> None:
+    try:
+        client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, NS, PLURALS[kind], name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def _assert_subset(sent: Any, stored: Any, path: str = "spec") -> None:
+    if isinstance(sent, dict):
+        assert isinstance(stored, dict), path
+        for k, v in sent.items():
+            assert k in stored, f"{path}.{k} was dropped"
+            _assert_subset(v, stored[k], f"{path}.{k}")
+    else:
+        assert sent == stored, f"{path}: sent {sent!r}, stored {stored!r}"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_is_accepted_and_round_trips(api: Any, crds_installed: list[str], path: Path) -> None:
+    body = yaml.safe_load(path.read_text())
+    _delete(api, body["kind"], body["metadata"]["name"])
+    try:
+        stored = _create(api, copy.deepcopy(body))
+        _assert_subset(body["spec"], stored["spec"])
+        again = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURALS[body["kind"]], body["metadata"]["name"])
+        assert again["spec"] == stored["spec"]
+    finally:
+        _delete(api, body["kind"], body["metadata"]["name"])
+
+
+def test_defaults_are_filled_in_by_the_apiserver(api: Any, crds_installed: list[str]) -> None:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": "defaults"},
+            "spec": {}}
+    _delete(api, "InferenceService", "defaults")
+    try:
+        spec = _create(api, body)["spec"]
+    finally:
+        _delete(api, "InferenceService", "defaults")
+    assert spec["model"] == {"source": "BuiltIn", "name": "multimodal"}
+    assert spec["scaling"]["mode"] == "Predictive"
+    assert (spec["scaling"]["minReplicas"], spec["scaling"]["maxReplicas"]) == (1, 10)
+    assert spec["runtime"]["dynamicBatching"] == {"enabled": True, "maxQueueDelayMicroseconds": 2000}
+    assert spec["pricing"] == {"tier": "OnDemand"}
+
+
+def _isvc(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": "bad-isvc"},
+            "spec": spec}
+
+
+def _budget(**overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"period": "Daily", "limit": {"amount": "10", "currency": "USD"},
+                            "thresholds": [{"percent": 50}, {"percent": 100}]}
+    spec.update(overrides)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "BudgetPolicy", "metadata": {"name": "bad-budget"},
+            "spec": spec}
+
+
+INVALID = [
+    ("min-above-max", _isvc(scaling={"minReplicas": 5, "maxReplicas": 2}),
+     ["spec.scaling.minReplicas", "minReplicas must be <= scaling.maxReplicas"]),
+    ("unknown-scaling-mode", _isvc(scaling={"mode": "Aggressive"}), ["spec.scaling.mode", "Unsupported value"]),
+    ("p95-target-zero", _isvc(scaling={"targetP95LatencyMilliseconds": 0}),
+     ["spec.scaling.targetP95LatencyMilliseconds"]),
+    ("replicas-above-bound", _isvc(scaling={"mode": "Fixed", "replicas": 5000, "maxReplicas": 1000}),
+     ["spec.scaling.replicas", "1000"]),
+    ("fixed-without-replicas", _isvc(scaling={"mode": "Fixed"}), ["scaling.replicas is required"]),
+    ("gpu-without-type", _isvc(resources={"gpu": {"count": 1}}), ["spec.resources.gpu.type"]),
+    ("unknown-precision", _isvc(runtime={"precision": "INT4"}), ["spec.runtime.precision"]),
+    ("configmap-source-without-configmap", _isvc(model={"source": "ConfigMap"}), ["spec.model.configMap"]),
+    ("batch-sizes-not-ascending", _isvc(runtime={"dynamicBatching": {"preferredBatchSizes": [8, 4]}}),
+     ["spec.runtime.dynamicBatching.preferredBatchSizes", "ascending"]),
+    ("batch-size-above-max", _isvc(runtime={"maxBatchSize": 4, "dynamicBatching": {"preferredBatchSizes": [8]}}),
+     ["spec.runtime.dynamicBatching.preferredBatchSizes", "maxBatchSize"]),
+    ("cpu-not-a-quantity", _isvc(resources={"cpu": "lots"}), ["spec.resources.cpu"]),
+    ("uri-not-a-model-store", _isvc(model={"source": "URI", "uri": "http://example.com/m"}), ["spec.model.uri"]),
+    ("negative-limit", _budget(limit={"amount": "-5", "currency": "USD"}), ["spec.limit.amount"]),
+    ("non-decimal-limit", _budget(limit={"amount": "ten", "currency": "USD"}), ["spec.limit.amount"]),
+    ("zero-limit", _budget(limit={"amount": "0.00", "currency": "USD"}),
+     ["spec.limit.amount", "greater than zero"]),
+    ("currency-not-iso-4217", _budget(limit={"amount": "10", "currency": "usd"}), ["spec.limit.currency"]),
+    ("thresholds-not-ascending", _budget(thresholds=[{"percent": 80}, {"percent": 50}]),
+     ["spec.thresholds", "strictly ascending"]),
+    ("thresholds-repeated", _budget(thresholds=[{"percent": 80}, {"percent": 80}]),
+     ["spec.thresholds", "strictly ascending"]),
+    ("threshold-out-of-range", _budget(thresholds=[{"percent": 500}]), ["spec.thresholds[0].percent"]),
+    ("threshold-zero", _budget(thresholds=[{"percent": 0}]), ["spec.thresholds[0].percent"]),
+    ("cap-without-replicas", _budget(thresholds=[{"percent": 90, "actions": ["CapReplicas"]}]),
+     ["spec.thresholds[0].capReplicas"]),
+    ("unknown-action", _budget(thresholds=[{"percent": 90, "actions": ["Delete"]}]),
+     ["spec.thresholds[0].actions[0]"]),
+    ("unknown-period", _budget(period="Hourly"), ["spec.period", "Unsupported value"]),
+    ("bad-time-zone", _budget(timeZone="Not a zone!"), ["spec.timeZone"]),
+    ("unknown-notification-type",
+     _budget(notifications=[{"name": "t", "type": "Telegram", "secretRef": {"name": "s"}}]),
+     ["spec.notifications[0].type", "Unsupported value"]),
+    ("secret-inline-instead-of-reference",
+     _budget(notifications=[{"name": "s", "type": "Slack", "url": "https://hooks.example/T0/B0/x",
+                             "secretRef": {"name": "s"}}]),
+     ['unknown field "spec.notifications[0].url"']),
+    ("notification-without-secret-ref", _budget(notifications=[{"name": "s", "type": "Slack"}]),
+     ["spec.notifications[0].secretRef", "Required value"]),
+]
+
+
+def test_invalid_table_has_at_least_fifteen_cases() -> None:
+    assert len(INVALID) >= 15
+
+
+@pytest.mark.parametrize("body,expected", [(b, e) for _, b, e in INVALID], ids=[i for i, _, _ in INVALID])
+def test_invalid_object_is_rejected_with_a_message_naming_the_field(
+        api: Any, crds_installed: list[str], body: dict[str, Any], expected: list[str]) -> None:
+    with pytest.raises(ApiException) as info:
+        created = _create(api, copy.deepcopy(body))
+        _delete(api, created["kind"], created["metadata"]["name"])
+    assert info.value.status == 422, info.value.body
+    for fragment in expected:
+        assert fragment in info.value.body, f"{fragment!r} not in {info.value.body}"
+
+
+def _kubectl(cluster: Any, *args: str) -> str:
+    from modalscale.devenv.binaries import ensure_binaries
+
+    kubectl = ensure_binaries(lambda _m: None).kubectl
+    proc = subprocess.run([str(kubectl), f"--kubeconfig={cluster.kubeconfig}", *args],
+                          capture_output=True, text=True, check=True, timeout=60)
+    return proc.stdout
+
+
+def test_kubectl_get_shows_the_printer_columns(cluster: Any, api: Any, crds_installed: list[str]) -> None:
+    isvc = yaml.safe_load((REPO / "crds/examples/inferenceservice-predictive.yaml").read_text())
+    budget = yaml.safe_load((REPO / "crds/examples/budgetpolicy-daily.yaml").read_text())
+    for body in (isvc, budget):
+        _delete(api, body["kind"], body["metadata"]["name"])
+        _create(api, body)
+    try:
+        header, row = _kubectl(cluster, "get", "msvc", isvc["metadata"]["name"]).splitlines()
+        assert header.split() == ["NAME", "READY", "REPLICAS", "DESIRED", "P95", "SLO", "COST/H", "AGE"]
+        assert row.split()[0] == "vision-chat" and "300" in row.split()
+        header, row = _kubectl(cluster, "get", "budgetpolicies", budget["metadata"]["name"]).splitlines()
+        assert header.split() == ["NAME", "PERIOD", "LIMIT", "SPENT", "FORECAST", "STATE", "AGE"]
+        assert row.split()[:3] == ["search-daily", "Daily", "50.00"]
+        listed = _kubectl(cluster, "get", "modalscale", "-o", "name").split()
+        assert f"inferenceservice.modalscale.io/{isvc['metadata']['name']}" in listed
+        assert f"budgetpolicy.modalscale.io/{budget['metadata']['name']}" in listed
+    finally:
+        for body in (isvc, budget):
+            _delete(api, body["kind"], body["metadata"]["name"])

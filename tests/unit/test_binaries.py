@@ -1,0 +1,43 @@
+"""The wrapper go.mod that builds k8s.io/kubernetes from the Go module proxy."""
+
+from __future__ import annotations
+
+import pytest
+
+from modalscale.devenv.binaries import kubernetes_wrapper_gomod
+
+UPSTREAM = """module k8s.io/kubernetes
+
+go 1.24.0
+
+godebug default=go1.24
+
+require (
+\tk8s.io/api v0.0.0
+\tk8s.io/apiserver v0.0.0
+)
+
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/apiserver => ./staging/src/k8s.io/apiserver
+)
+"""
+
+
+def test_staging_modules_are_pinned_to_the_matching_v0_tag() -> None:
+    text = kubernetes_wrapper_gomod("v1.35.4", UPSTREAM)
+    assert "\tk8s.io/api => k8s.io/api v0.35.4" in text
+    assert "\tk8s.io/apiserver => k8s.io/apiserver v0.35.4" in text
+    assert "require k8s.io/kubernetes v1.35.4" in text
+    assert "go 1.24.0" in text and "godebug default=go1.24" in text
+
+
+@pytest.mark.parametrize("bad", ["1.35.4", "v2.0.0", "v1.35", "latest"])
+def test_version_must_be_a_v1_release_tag(bad: str) -> None:
+    with pytest.raises(ValueError, match="v1.35.4"):
+        kubernetes_wrapper_gomod(bad, UPSTREAM)
+
+
+def test_upstream_without_staging_modules_is_refused() -> None:
+    with pytest.raises(ValueError, match="staging"):
+        kubernetes_wrapper_gomod("v1.35.4", "module k8s.io/kubernetes\n\ngo 1.24\n")
