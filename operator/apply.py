@@ -1,0 +1,87 @@
+"""The only writer to the Kubernetes API: executes a plan's writes, status patch and Events."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from modalscale import GROUP, VERSION
+from modalscale.operator.isvc_plan import Write
+from modalscale.operator.metrics import OperatorMetrics
+
+SMP = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+
+
+class Writer:
+    """Applies writes through one ``ApiClient`` and counts them in ``metrics``."""
+
+    def __init__(self, api: client.ApiClient, metrics: OperatorMetrics, component: str = "modalscale-operator"):
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.events = client.EventsV1Api(api)
+        self.metrics = metrics
+        self.component = component
+
+    def _count(self, kind: str, verb: str) -> None:
+        self.metrics.api_writes.labels(kind=kind, verb=verb).inc()
+
+    def apply(self, namespace: str, write: Write) -> None:
+        """Create or patch one child. A create that finds the object already there is not an error."""
+        self._count(write.kind, write.action)
+        try:
+            if write.kind == "Deployment":
+                if write.action == "create":
+                    self.apps.create_namespaced_deployment(namespace, write.body)
+                else:
+                    self.apps.patch_namespaced_deployment(write.name, namespace, write.body, _content_type=SMP)
+            elif write.kind == "Service":
+                if write.action == "create":
+                    self.core.create_namespaced_service(namespace, write.body)
+                else:
+                    self.core.patch_namespaced_service(write.name, namespace, write.body, _content_type=SMP)
+            elif write.kind == "ConfigMap":
+                if write.action == "create":
+                    self.core.create_namespaced_config_map(namespace, write.body)
+                else:
+                    self.core.patch_namespaced_config_map(write.name, namespace, write.body, _content_type=MERGE)
+            else:
+                raise ValueError(f"unknown kind {write.kind}")
+        except ApiException as exc:
+            if write.action == "create" and exc.status == 409:
+                return  # Created meanwhile (e.g. by the other replica before a handover); the next pass patches.
+            raise
+
+    def patch_status(self, plural: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """Merge-patch ``status`` (a no-op when ``patch`` is empty)."""
+        if not patch:
+            return
+        self._count(plural, "patch-status")
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, plural, name, {"status": patch}, _content_type=MERGE)
+
+    def event(self, body: dict[str, Any], type_: str, reason: str, message: str,
+              logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+        """Post a Kubernetes Event about ``body`` (failures are logged, never raised)."""
+        meta = body["metadata"]
+        import datetime as dt
+
+        now = dt.datetime.now(dt.UTC)
+        ev = {
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "reportingController": f"{GROUP}/{self.component}", "reportingInstance": self.component,
+            "action": "Reconcile", "reason": reason, "type": type_, "note": message[:1024],
+            "regarding": {"apiVersion": body.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": body["kind"],
+                          "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
+        }
+        self._count("Event", "create")
+        try:
+            self.events.create_namespaced_event(meta["namespace"], ev)
+        except ApiException as exc:
+            logger.warning("Posting the event failed: reason=%s status=%s", reason, exc.status)

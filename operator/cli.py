@@ -1,0 +1,57 @@
+"""``modalscale operator``: run the kopf operator (settings from ``MODALSCALE_*``, validated at start-up)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from typing import Any
+
+from modalscale.operator.settings import ConfigError, Settings
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``operator`` on ``sub`` (an argparse subparsers action)."""
+    p = sub.add_parser("operator", help="run the operator (watches InferenceService and BudgetPolicy)")
+    p.add_argument("--namespace", "-n", action="append", default=None,
+                   help="namespace to watch (repeatable); default: MODALSCALE_NAMESPACES, else all namespaces")
+    p.add_argument("--standalone", action="store_true", default=None,
+                   help="no peering with other replicas (single replica only)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = Settings.from_env(os.environ)
+    except ConfigError as exc:
+        print(f"modalscale operator: {exc}", file=sys.stderr)
+        return 2
+    if args.namespace:
+        settings = Settings(**{**settings.__dict__, "namespaces": tuple(args.namespace)})
+    if args.standalone:
+        settings = Settings(**{**settings.__dict__, "standalone": True})
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    import kopf
+    from prometheus_client import start_http_server
+
+    from modalscale.operator.handlers import build_deps, register
+
+    registry = kopf.OperatorRegistry()
+    register(registry, settings)
+    deps = build_deps(settings)
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, addr="0.0.0.0", registry=deps.metrics.registry)
+    liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
+    asyncio.run(kopf.operator(
+        registry=registry,
+        clusterwide=not settings.namespaces,
+        namespaces=settings.namespaces,
+        standalone=settings.standalone,
+        peering_name=settings.peering_name,
+        liveness_endpoint=liveness,
+        memo=kopf.Memo(deps=deps),
+    ))
+    return 0

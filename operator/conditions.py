@@ -1,0 +1,81 @@
+"""Kubernetes-style conditions: one pure ``upsert`` owns ``lastTransitionTime``; ``status_patch`` writes only change.
+
+Conditions follow metav1.Condition: ``{type, status, observedGeneration, lastTransitionTime, reason, message}``,
+a list-map keyed by ``type``. Since a merge patch replaces lists, ``conditions`` is always written whole.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition as the planner wants it (the transition time is derived, never chosen)."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.status not in (TRUE, FALSE, UNKNOWN):
+            raise ValueError(f"condition {self.type}: status must be True, False or Unknown, got {self.status!r}")
+
+
+def rfc3339(now: dt.datetime) -> str:
+    """``now`` (timezone-aware) as RFC 3339 UTC with second precision, as Kubernetes stores times."""
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def upsert(current: list[dict[str, Any]] | None, wanted: list[Condition], generation: int,
+           now: dt.datetime) -> list[dict[str, Any]]:
+    """Merge ``wanted`` into ``current``; ``lastTransitionTime`` moves only when a condition's status flips.
+
+    Conditions of other types in ``current`` are kept, in their order; new types are appended.
+
+    Returns:
+        The full new list (shape of ``status.conditions``).
+    """
+    by_type = {c.get("type"): dict(c) for c in (current or [])}
+    order = [c.get("type") for c in (current or [])]
+    for cond in wanted:
+        old = by_type.get(cond.type)
+        flipped = old is None or old.get("status") != cond.status
+        by_type[cond.type] = {
+            "type": cond.type,
+            "status": cond.status,
+            "observedGeneration": generation,
+            "lastTransitionTime": rfc3339(now) if flipped else old["lastTransitionTime"],
+            "reason": cond.reason,
+            "message": cond.message[:32768],
+        }
+        if cond.type not in order:
+            order.append(cond.type)
+    return [by_type[t] for t in order]
+
+
+def get(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
+    """The condition of ``type_`` or None."""
+    return next((c for c in conditions or [] if c.get("type") == type_), None)
+
+
+def transitions(before: list[dict[str, Any]] | None, after: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Conditions of ``after`` whose status differs from ``before`` (or that are new): what Events report."""
+    old = {c.get("type"): c.get("status") for c in before or []}
+    return [c for c in after if old.get(c["type"]) != c["status"]]
+
+
+def status_patch(current: dict[str, Any] | None, desired: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``desired`` whose value differs from ``current``: ``{}`` when nothing changed.
+
+    Lists (``conditions``, ``scalingHistory``) are compared and written whole.
+    """
+    cur = current or {}
+    return {k: v for k, v in desired.items() if cur.get(k) != v}

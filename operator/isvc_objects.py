@@ -1,0 +1,199 @@
+"""Pure builders of the children of an InferenceService: model-repository ConfigMap, Deployment, Service.
+
+Every child carries a controller ownerReference (garbage collection deletes it with its owner) and the
+recommended ``app.kubernetes.io/*`` labels. Builders never read the cluster or the clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from modalscale import GROUP, VERSION
+from modalscale.operator.isvc_spec import GPU_RESOURCE, IsvcSpec
+
+SELECTOR_LABEL = "modalscale.io/inferenceservice"
+"""Pod label that selects the pods of one InferenceService (immutable Deployment selector)."""
+REPLICAS_ANNOTATION = "modalscale.io/replicas"
+"""Deployment annotation: the replicas the operator last wrote; a different spec.replicas means someone else scaled."""
+MODEL_REPO_MOUNT = "/models"
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+TERMINATION_GRACE_S = 60
+"""Seconds Kubernetes waits after SIGTERM; Triton drains in-flight requests within ``--exit-timeout-secs``."""
+DRAIN_S = 45
+
+
+def owned_labels(spec: IsvcSpec) -> dict[str, str]:
+    """The labels the operator owns on every child (others' labels are never touched)."""
+    return {
+        "app.kubernetes.io/name": "triton-inference-server",
+        "app.kubernetes.io/instance": spec.name,
+        "app.kubernetes.io/component": "inference-server",
+        "app.kubernetes.io/part-of": "modalscale",
+        "app.kubernetes.io/managed-by": "modalscale-operator",
+        SELECTOR_LABEL: spec.name,
+    }
+
+
+def selector(spec: IsvcSpec) -> str:
+    """``status.selector`` of the scale subresource (label selector string of the pods)."""
+    return f"{SELECTOR_LABEL}={spec.name}"
+
+
+def owner_reference(spec: IsvcSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "name": spec.name, "uid": spec.uid,
+        "controller": True, "blockOwnerDeletion": True,
+    }
+
+
+def _meta(spec: IsvcSpec, name: str) -> dict[str, Any]:
+    return {"name": name, "namespace": spec.namespace, "labels": owned_labels(spec),
+            "ownerReferences": [owner_reference(spec)]}
+
+
+def configmap_name(spec: IsvcSpec) -> str:
+    return f"{spec.name}-model-repo"
+
+
+def configmap_key(path: str) -> str:
+    """A ConfigMap key for a repository file path (keys may not hold ``/``): ``a/b.txt`` -> ``a__b.txt``."""
+    key = path.replace("/", "__")
+    if not re.fullmatch(r"[-._a-zA-Z0-9]+", key):
+        raise ValueError(f"repository path {path!r} cannot be a ConfigMap key")
+    return key
+
+
+def build_configmap(spec: IsvcSpec, files: dict[str, str]) -> dict[str, Any]:
+    """The ConfigMap holding the generated model repository (``files``: repository path -> text)."""
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(spec, configmap_name(spec)),
+        "data": {configmap_key(p): text for p, text in sorted(files.items())},
+    }
+
+
+def _model_volume(spec: IsvcSpec, repo_files: dict[str, str], user_cm_keys: list[str]) -> tuple[
+        list[dict[str, Any]], list[dict[str, Any]], str]:
+    """Volumes, mounts and the ``--model-repository`` argument for the model source."""
+    m = spec.model
+    mount = {"name": "model-repository", "mountPath": MODEL_REPO_MOUNT, "readOnly": True}
+    if m.source == "BuiltIn":
+        items = [{"key": configmap_key(p), "path": p} for p in sorted(repo_files)]
+        vol = {"name": "model-repository", "configMap": {"name": configmap_name(spec), "items": items}}
+        return [vol], [mount], MODEL_REPO_MOUNT
+    if m.source == "ConfigMap":
+        items = [{"key": k, "path": k.replace("__", "/")} for k in sorted(user_cm_keys)]
+        vol = {"name": "model-repository", "configMap": {"name": m.config_map, "items": items}}
+        return [vol], [mount], MODEL_REPO_MOUNT
+    if m.source == "PVC":
+        vol = {"name": "model-repository", "persistentVolumeClaim": {"claimName": m.pvc_claim, "readOnly": True}}
+        if m.pvc_sub_path:
+            mount = {**mount, "subPath": m.pvc_sub_path}
+        return [vol], [mount], MODEL_REPO_MOUNT
+    if m.source == "Image":
+        vol = {"name": "model-repository", "image": {"reference": m.image_reference, "pullPolicy": "IfNotPresent"}}
+        return [vol], [mount], f"{MODEL_REPO_MOUNT}/{m.image_path.strip('/')}"
+    return [], [], str(m.uri)
+
+
+def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
+                     user_cm_keys: list[str] | None = None) -> dict[str, Any]:
+    """The Deployment running ``tritonserver`` for ``spec``.
+
+    Args:
+        replicas: ``spec.replicas`` to write (the scaling decision; never None).
+        repo_files: The generated repository (BuiltIn source), mounted from the ConfigMap.
+        user_cm_keys: Keys of the user's ConfigMap (ConfigMap source), ``__`` standing for ``/``.
+    """
+    labels = owned_labels(spec)
+    volumes, mounts, repo_arg = _model_volume(spec, repo_files, user_cm_keys or [])
+    volumes.append({"name": "tmp", "emptyDir": {}})
+    mounts.append({"name": "tmp", "mountPath": "/tmp"})
+    threads = int(spec.runtime.get("intraOpThreads", 1) or 1)
+    resources: dict[str, Any] = {
+        "requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory},
+        "limits": {"memory": spec.resources.memory},
+    }
+    node_selector: dict[str, str] = {}
+    if spec.resources.gpu_count > 0:
+        resources["requests"][GPU_RESOURCE] = str(spec.resources.gpu_count)
+        resources["limits"][GPU_RESOURCE] = str(spec.resources.gpu_count)
+        node_selector["nvidia.com/gpu.product"] = str(spec.resources.gpu_type)
+    args = [
+        f"--model-repository={repo_arg}", f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}",
+        f"--metrics-port={METRICS_PORT}", "--allow-metrics=true", "--strict-readiness=true",
+        f"--exit-timeout-secs={DRAIN_S}",
+    ]
+    if spec.runtime.get("responseCache"):
+        args.append("--cache-config=local,size=268435456")
+    container = {
+        "name": "triton",
+        "image": spec.image,
+        "command": ["tritonserver"],
+        "args": args,
+        "env": [{"name": "OMP_NUM_THREADS", "value": str(threads)},
+                {"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+                  {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": f"/v2/models/{spec.model.name}/ready", "port": "http"},
+                           "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"},
+                          "periodSeconds": 10, "failureThreshold": 6},
+        "startupProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"},
+                         "periodSeconds": 5, "failureThreshold": 60},
+        "resources": resources,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": mounts,
+    }
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "automountServiceAccountToken": False,
+    }
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+        pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    template = {"metadata": {"labels": labels}, "spec": pod_spec}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {**_meta(spec, spec.name), "annotations": {REPLICAS_ANNOTATION: str(replicas)}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {SELECTOR_LABEL: spec.name}},
+            # Never drop below the ready replicas during a rollout: surge one, take none away.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "revisionHistoryLimit": 5,
+            "template": template,
+        },
+    }
+
+
+def build_service(spec: IsvcSpec) -> dict[str, Any]:
+    """The ClusterIP Service in front of the Triton pods (HTTP, gRPC, metrics)."""
+    return {
+        "apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, spec.name),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {SELECTOR_LABEL: spec.name},
+            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+                      {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
+                      {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}],
+        },
+    }
+
+
+def service_url(spec: IsvcSpec) -> str:
+    """Cluster DNS URL of the HTTP endpoint."""
+    return f"http://{spec.name}.{spec.namespace}.svc.cluster.local:{HTTP_PORT}"
+
+
+def content_hash(obj: Any) -> str:
+    """Short stable hash of a JSON-able value (for logs and tests)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]

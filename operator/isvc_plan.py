@@ -1,0 +1,394 @@
+"""The pure planner of an InferenceService: observed world in, writes + status + Events out.
+
+``plan_isvc(spec, observed, config, now)`` never reads the cluster or the clock. It decides:
+- which children to create or patch (only when the fields the operator owns differ: drift is repaired,
+  what others added is left alone, and a second run with nothing changed plans zero writes);
+- the replicas to write, by the single scaling decision of the mode (Fixed: ``spec.scaling.replicas``;
+  Predictive/Utilization: the autoscaler's ``status.desiredReplicas``, else ``minReplicas``), and whether
+  someone else scaled the Deployment (``ScalingConflict``);
+- ``status`` (observations only) with whole conditions, and Events for condition transitions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from modalscale.operator import conditions as cond
+from modalscale.operator import reasons as R
+from modalscale.operator.isvc_objects import (
+    REPLICAS_ANNOTATION,
+    build_configmap,
+    build_deployment,
+    build_service,
+    configmap_name,
+    selector,
+    service_url,
+)
+from modalscale.operator.isvc_spec import IsvcSpec
+
+HISTORY_LIMIT = 20
+"""Entries kept in ``status.scalingHistory``."""
+FAILING_WAIT_REASONS = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError",
+                        "CreateContainerError", "RunContainerError", "InvalidImageName"}
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """Operator-wide knobs the planner needs."""
+
+    conflict_hold_s: float = 60.0
+    """How long ScalingConflict stays True after the last external change, in seconds."""
+
+
+@dataclass
+class IsvcObserved:
+    """What the operator read for one InferenceService (dicts as the API returns them, camelCase)."""
+
+    status: dict[str, Any]
+    deployment: dict[str, Any] | None = None
+    service: dict[str, Any] | None = None
+    configmap: dict[str, Any] | None = None
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    user_configmap_keys: list[str] | None = None
+    """Keys of the user's model ConfigMap; None when it does not exist (or the source is not ConfigMap)."""
+    pvc_exists: bool | None = None
+    foreign_autoscalers: list[str] = field(default_factory=list)
+    """HorizontalPodAutoscalers whose scaleTargetRef is this InferenceService's Deployment."""
+    budget_cap_replicas: int | None = None
+    """Effective max replicas imposed by a BudgetPolicy (None: no cap)."""
+    budget_cap_policy: str | None = None
+
+
+@dataclass(frozen=True)
+class Write:
+    """One API write: create ``body`` or patch it (strategic merge for Deployments, merge otherwise)."""
+
+    kind: str
+    action: str
+    name: str
+    body: dict[str, Any]
+
+
+@dataclass
+class IsvcPlan:
+    writes: list[Write]
+    status: dict[str, Any]
+    events: list[tuple[str, str, str]]
+    """(type Normal|Warning, reason, message) to post."""
+    desired_replicas: int | None
+
+
+class ModelReferenceError(Exception):
+    """The model source names an object that does not exist; ``field`` is the spec path."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+# ---------------------------------------------------------------------------------------------- drift
+def _quantity(value: Any) -> Decimal | None:
+    text = str(value)
+    scale = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "m": Decimal("0.001"), "k": 10**3, "M": 10**6,
+             "G": 10**9, "T": 10**12}
+    for suffix, factor in scale.items():
+        if text.endswith(suffix):
+            try:
+                return Decimal(text[: -len(suffix)]) * Decimal(factor)
+            except InvalidOperation:
+                return None
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        return None
+
+
+def is_derivative(desired: Any, observed: Any, path: tuple[str, ...] = ()) -> bool:
+    """True when every field set in ``desired`` has the same value in ``observed`` (apimachinery's
+    ``equality.Semantic.DeepDerivative``): fields the apiserver defaulted or others added are ignored.
+
+    Lists of named objects (containers, ports, volumes, env) match by ``name``; quantities under
+    ``requests``/``limits`` compare by value (``"2000m"`` equals ``"2"``).
+    """
+    if isinstance(desired, dict):
+        if not isinstance(observed, dict):
+            return False
+        return all(is_derivative(v, observed.get(k), (*path, k)) for k, v in desired.items())
+    if isinstance(desired, list):
+        if not isinstance(observed, list):
+            return False
+        if desired and all(isinstance(d, dict) and "name" in d for d in desired):
+            by_name = {o.get("name"): o for o in observed if isinstance(o, dict)}
+            return all(is_derivative(d, by_name.get(d["name"]), path) for d in desired)
+        return len(desired) == len(observed) and all(
+            is_derivative(d, o, path) for d, o in zip(desired, observed, strict=True))
+    if path and len(path) >= 2 and path[-2] in ("requests", "limits"):
+        a, b = _quantity(desired), _quantity(observed)
+        return a is not None and a == b
+    return bool(desired == observed)
+
+
+def _owned_meta_ok(desired: dict[str, Any], observed: dict[str, Any]) -> bool:
+    dm, om = desired["metadata"], observed.get("metadata") or {}
+    if not is_derivative(dm.get("labels", {}), om.get("labels") or {}):
+        return False
+    if not is_derivative({k: v for k, v in (dm.get("annotations") or {}).items() if k != REPLICAS_ANNOTATION},
+                         om.get("annotations") or {}):
+        return False
+    uids = {r.get("uid") for r in om.get("ownerReferences") or []}
+    return all(r["uid"] in uids for r in dm.get("ownerReferences", []))
+
+
+def _child_write(kind: str, desired: dict[str, Any], observed: dict[str, Any] | None,
+                 spec_keys: tuple[str, ...]) -> Write | None:
+    name = desired["metadata"]["name"]
+    if observed is None:
+        return Write(kind, "create", name, desired)
+    same = _owned_meta_ok(desired, observed) and all(
+        is_derivative(desired.get(k), observed.get(k), (k,)) for k in spec_keys)
+    if same:
+        return None
+    patch = {"metadata": {k: desired["metadata"][k] for k in ("labels", "ownerReferences")}}
+    if desired["metadata"].get("annotations"):
+        patch["metadata"]["annotations"] = {
+            k: v for k, v in desired["metadata"]["annotations"].items() if k != REPLICAS_ANNOTATION}
+    for k in spec_keys:
+        patch[k] = desired[k]
+    return Write(kind, "patch", name, patch)
+
+
+# ---------------------------------------------------------------------------------------------- replicas
+@dataclass(frozen=True)
+class ReplicaDecision:
+    desired: int
+    write: int | None
+    """Replicas to write to the Deployment now; None = leave ``spec.replicas`` alone."""
+    conflict: cond.Condition | None
+    """A ScalingConflict=True condition detected now (None: no new conflict)."""
+    reason: str
+    message: str
+
+
+def decide_replicas(spec: IsvcSpec, obs: IsvcObserved) -> ReplicaDecision:
+    """The single replica decision (pure). See the module docstring for the rules."""
+    sc = spec.scaling
+    if sc.mode == "Fixed":
+        desired, reason = int(sc.replicas or 0), "FixedReplicas"
+        message = f"Fixed mode: spec.scaling.replicas={desired}"
+    else:
+        scaler = obs.status.get("desiredReplicas")
+        base = int(scaler) if isinstance(scaler, int) and obs.deployment is not None else sc.min_replicas
+        desired = min(max(base, sc.min_replicas), sc.max_replicas)
+        reason = "AutoscalerDecision" if isinstance(scaler, int) and obs.deployment is not None else "MinReplicas"
+        message = f"{sc.mode} mode: holding {desired} replica(s) within [{sc.min_replicas}, {sc.max_replicas}]"
+    if obs.budget_cap_replicas is not None and desired > obs.budget_cap_replicas:
+        desired, reason = obs.budget_cap_replicas, R.CAPPED_BY_BUDGET
+        message = f"capped at {desired} replica(s) by BudgetPolicy {obs.budget_cap_policy}"
+
+    dep = obs.deployment
+    if dep is None:
+        return ReplicaDecision(desired, desired, None, reason, message)
+    current = int((dep.get("spec") or {}).get("replicas") or 0)
+    last_raw = ((dep.get("metadata") or {}).get("annotations") or {}).get(REPLICAS_ANNOTATION)
+    last = int(last_raw) if last_raw is not None and str(last_raw).isdigit() else None
+    if obs.foreign_autoscalers:
+        names = ", ".join(sorted(obs.foreign_autoscalers))
+        c = cond.Condition(R.SCALING_CONFLICT, cond.TRUE, R.FOREIGN_AUTOSCALER,
+                           f"HorizontalPodAutoscaler {names} targets Deployment {spec.name}; modalscale is the "
+                           f"one writer of its replicas and does not fight it: delete the HPA (replicas held "
+                           f"at {current})")
+        return ReplicaDecision(desired, None, c, reason, message)
+    if last is not None and current != last:
+        c = cond.Condition(R.SCALING_CONFLICT, cond.TRUE, R.EXTERNAL_SCALE,
+                           f"Deployment {spec.name} was scaled to {current} by someone else; restored {desired} "
+                           f"({message}). Scale the InferenceService instead (Fixed mode) or change its bounds")
+        return ReplicaDecision(desired, desired, c, reason, message)
+    if current != desired or last is None:
+        return ReplicaDecision(desired, desired, None, reason, message)
+    return ReplicaDecision(desired, None, None, reason, message)
+
+
+# ---------------------------------------------------------------------------------------------- pods
+def _pod_problems(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """(reason, message) of the first failing pod, or None. Terminating pods are ignored."""
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        name = pod["metadata"]["name"]
+        st = pod.get("status") or {}
+        for c in st.get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+                return R.UNSCHEDULABLE, f"pod {name} cannot be scheduled: {c.get('message', '')}"
+        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in FAILING_WAIT_REASONS:
+                kind = R.IMAGE_PULL if "Image" in waiting["reason"] else R.CRASH_LOOP
+                return kind, (f"pod {name} container {cs.get('name')}: {waiting['reason']}: "
+                              f"{waiting.get('message', '')}".rstrip(": "))
+            terminated = (cs.get("state") or {}).get("terminated") or {}
+            if terminated and terminated.get("exitCode", 0) != 0:
+                return R.CRASH_LOOP, (f"pod {name} container {cs.get('name')} exited with code "
+                                      f"{terminated.get('exitCode')} ({terminated.get('reason', 'Error')})")
+        if st.get("phase") == "Failed":
+            return R.PODS_FAILING, f"pod {name} failed: {st.get('reason', '')} {st.get('message', '')}".strip()
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- plan
+def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str], config: PlanConfig,
+              now: dt.datetime) -> IsvcPlan:
+    """Plan one reconcile of an InferenceService.
+
+    Args:
+        spec: The parsed spec.
+        obs: What was read from the cluster.
+        repo_files: The generated model repository (BuiltIn source; empty otherwise).
+        config: Operator-wide knobs.
+        now: Timezone-aware UTC.
+    Returns:
+        Writes (children to create/patch, replicas), the whole desired status, Events for transitions.
+    Raises:
+        ModelReferenceError: The model's ConfigMap or PVC does not exist; nothing is written then.
+    """
+    m = spec.model
+    if m.source == "ConfigMap" and obs.user_configmap_keys is None:
+        raise ModelReferenceError("spec.model.configMap.name",
+                                  f"ConfigMap {m.config_map} not found in namespace {spec.namespace}; create it "
+                                  f"(keys are repository paths with __ for /) or fix the name")
+    if m.source == "PVC" and not obs.pvc_exists:
+        raise ModelReferenceError("spec.model.pvc.claimName",
+                                  f"PersistentVolumeClaim {m.pvc_claim} not found in namespace {spec.namespace}")
+
+    decision = decide_replicas(spec, obs)
+    writes: list[Write] = []
+    if m.source == "BuiltIn":
+        w = _child_write("ConfigMap", build_configmap(spec, repo_files), obs.configmap, ("data",))
+        if w:
+            writes.append(w)
+    replicas_for_body = decision.write if decision.write is not None else int(
+        ((obs.deployment or {}).get("spec") or {}).get("replicas") or decision.desired)
+    dep = build_deployment(spec, replicas_for_body, repo_files, obs.user_configmap_keys)
+    dep_spec_no_replicas = {k: v for k, v in dep["spec"].items() if k != "replicas"}
+    dep_cmp = {**dep, "spec": dep_spec_no_replicas}
+    w = _child_write("Deployment", dep_cmp, obs.deployment, ("spec",))
+    if obs.deployment is None:
+        writes.append(Write("Deployment", "create", spec.name, dep))
+    else:
+        if decision.write is not None:
+            patch = w.body if w else {"metadata": {}, "spec": {}}
+            patch = {**patch, "metadata": {**patch.get("metadata", {}),
+                                           "annotations": {REPLICAS_ANNOTATION: str(decision.write)}},
+                     "spec": {**patch.get("spec", {}), "replicas": decision.write}}
+            writes.append(Write("Deployment", "patch", spec.name, patch))
+        elif w:
+            writes.append(w)
+    w = _child_write("Service", build_service(spec), obs.service, ("spec",))
+    if w:
+        if w.action == "patch":
+            # Only the parts of a Service spec the operator owns (clusterIP etc. stay the apiserver's).
+            w = Write(w.kind, w.action, w.name, {**w.body, "spec": {
+                k: w.body["spec"][k] for k in ("type", "selector", "ports")}})
+        writes.append(w)
+
+    status, events = _status(spec, obs, decision, config, now)
+    return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=decision.desired)
+
+
+def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config: PlanConfig,
+            now: dt.datetime) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    dep = obs.deployment or {}
+    dst = dep.get("status") or {}
+    replicas = int(dst.get("replicas") or 0)
+    ready = int(dst.get("readyReplicas") or 0)
+    updated = int(dst.get("updatedReplicas") or 0)
+    desired = decision.desired
+    problem = _pod_problems(obs.pods)
+    old_conditions = obs.status.get("conditions") or []
+
+    if not obs.deployment:
+        ready_c = cond.Condition(R.READY, cond.FALSE, R.CREATING, "creating the Deployment")
+    elif problem:
+        ready_c = cond.Condition(R.READY, cond.FALSE, problem[0],
+                                 f"{ready}/{desired} replicas ready; {problem[1]}")
+    elif desired == 0:
+        ready_c = cond.Condition(R.READY, cond.TRUE, R.SCALED_TO_ZERO, "scaled to zero replicas")
+    elif ready >= desired and (dst.get("observedGeneration") or 0) >= (dep.get("metadata") or {}).get("generation", 0):
+        ready_c = cond.Condition(R.READY, cond.TRUE, R.AVAILABLE, f"{ready}/{desired} replicas ready")
+    else:
+        ready_c = cond.Condition(R.READY, cond.FALSE, R.WAITING_FOR_REPLICAS, f"{ready}/{desired} replicas ready")
+
+    rolling = bool(obs.deployment) and (
+        (dst.get("observedGeneration") or 0) < (dep.get("metadata") or {}).get("generation", 0)
+        or updated < desired or replicas > desired or (decision.write is not None))
+    if not obs.deployment:
+        prog_c = cond.Condition(R.PROGRESSING, cond.TRUE, R.CREATING, "creating the Deployment")
+    elif rolling:
+        prog_c = cond.Condition(R.PROGRESSING, cond.TRUE, R.ROLLING_OUT,
+                                f"{updated}/{desired} replicas updated, {ready} ready")
+    else:
+        prog_c = cond.Condition(R.PROGRESSING, cond.FALSE, R.ROLLOUT_COMPLETE, f"{updated}/{desired} replicas updated")
+
+    deg_c = (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1]) if problem
+             else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))
+
+    conflict = decision.conflict
+    sc = spec.scaling
+    if conflict is None and sc.mode != "Fixed" and sc.replicas is not None and sc.replicas != desired:
+        conflict = cond.Condition(R.SCALING_CONFLICT, cond.TRUE, R.SCALE_IGNORED_IN_MODE,
+                                  f"spec.scaling.replicas={sc.replicas} (e.g. from kubectl scale) is ignored in "
+                                  f"{sc.mode} mode; set spec.scaling.mode: Fixed to pin replicas, or change "
+                                  f"minReplicas/maxReplicas")
+    if conflict is None:
+        old = cond.get(old_conditions, R.SCALING_CONFLICT)
+        held = False
+        if old and old.get("status") == cond.TRUE and old.get("reason") == R.EXTERNAL_SCALE:
+            since = dt.datetime.fromisoformat(old["lastTransitionTime"].replace("Z", "+00:00"))
+            held = (now - since).total_seconds() < config.conflict_hold_s
+        conflict = (cond.Condition(R.SCALING_CONFLICT, cond.TRUE, old["reason"], old["message"]) if held and old
+                    else cond.Condition(R.SCALING_CONFLICT, cond.FALSE, R.NO_CONFLICT,
+                                        "only modalscale writes the replicas"))
+
+    if obs.budget_cap_replicas is not None:
+        budget_c = cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.CAPPED_BY_BUDGET,
+                                  f"BudgetPolicy {obs.budget_cap_policy} caps replicas at {obs.budget_cap_replicas}")
+    else:
+        budget_c = cond.Condition(R.BUDGET_LIMITED, cond.FALSE, R.WITHIN_BUDGET, "no budget cap in force")
+
+    new_conditions = cond.upsert(old_conditions, [ready_c, prog_c, deg_c, conflict, budget_c],
+                                 spec.generation, now)
+    history = list(obs.status.get("scalingHistory") or [])
+    previous = obs.status.get("desiredReplicas")
+    if decision.write is not None and obs.deployment is not None:
+        before = int((obs.deployment.get("spec") or {}).get("replicas") or 0)
+        if before != decision.write:
+            history.append({"time": cond.rfc3339(now), "from": before, "to": decision.write,
+                            "reason": (decision.conflict.reason if decision.conflict else decision.reason),
+                            "message": decision.message[:1024]})
+    history = history[-HISTORY_LIMIT:]
+    status: dict[str, Any] = {
+        "observedGeneration": spec.generation,
+        "replicas": replicas,
+        "readyReplicas": ready,
+        "desiredReplicas": desired if spec.scaling.mode == "Fixed" or previous is None else desired,
+        "selector": selector(spec),
+        "url": service_url(spec),
+        "conditions": new_conditions,
+    }
+    if history:
+        status["scalingHistory"] = history
+    events = []
+    for c in cond.transitions(old_conditions, new_conditions):
+        bad = (c["type"] == R.READY and c["status"] != cond.TRUE) or (
+            c["type"] in (R.DEGRADED, R.SCALING_CONFLICT, R.BUDGET_LIMITED) and c["status"] == cond.TRUE)
+        if not old_conditions and not bad:
+            continue  # First visit: no Event for the initial healthy/unknown state of every condition.
+        events.append(("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: {c['message']}"))
+    return status, events
+
+
+def configmap_for(spec: IsvcSpec) -> str:
+    """Name of the generated model-repository ConfigMap."""
+    return configmap_name(spec)

@@ -1,0 +1,95 @@
+"""Operator settings from ``MODALSCALE_*`` environment variables, validated all at once at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """One or more ``MODALSCALE_*`` variables are invalid; the message lists each with the fix."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the operator reads from its environment."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch (``MODALSCALE_NAMESPACES``, comma-separated); empty means all namespaces."""
+    resync_interval_s: float = 30.0
+    """Timer period of the level-triggered reconcile, in seconds (``MODALSCALE_RESYNC_INTERVAL_SECONDS``)."""
+    conflict_hold_s: float = 60.0
+    """How long ``ScalingConflict`` stays True after the last external change, in seconds."""
+    metrics_port: int = 9090
+    """Port of the operator's own Prometheus metrics (``MODALSCALE_METRICS_PORT``; 0 disables)."""
+    health_port: int = 8080
+    """Port of the liveness endpoint ``/healthz`` (``MODALSCALE_HEALTH_PORT``; 0 disables)."""
+    peering_name: str = "modalscale"
+    """kopf peering object shared by the replicas of one operator (``MODALSCALE_PEERING_NAME``)."""
+    standalone: bool = False
+    """Run without peering (``MODALSCALE_STANDALONE``); only for a single replica."""
+    prometheus_url: str = ""
+    """Prometheus base URL for the autoscaler (``MODALSCALE_PROMETHEUS_URL``)."""
+    log_level: str = "INFO"
+    """``MODALSCALE_LOG_LEVEL``: DEBUG, INFO, WARNING or ERROR."""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        """Build settings from ``environ``; unknown ``MODALSCALE_*`` names and bad values are errors.
+
+        Raises:
+            ConfigError: Listing every invalid variable, what it got, and what it takes.
+        """
+        errors: list[str] = []
+        known = {
+            "MODALSCALE_NAMESPACES", "MODALSCALE_RESYNC_INTERVAL_SECONDS", "MODALSCALE_CONFLICT_HOLD_SECONDS",
+            "MODALSCALE_METRICS_PORT", "MODALSCALE_HEALTH_PORT", "MODALSCALE_PEERING_NAME",
+            "MODALSCALE_STANDALONE", "MODALSCALE_PROMETHEUS_URL", "MODALSCALE_LOG_LEVEL",
+            "MODALSCALE_CACHE_DIR", "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
+        }
+        for name in environ:
+            if name.startswith("MODALSCALE_") and name not in known:
+                errors.append(f"{name}: unknown setting; known ones are {', '.join(sorted(known))}")
+
+        def number(name: str, default: float, lo: float, hi: float, integer: bool = False) -> float:
+            raw = environ.get(name)
+            if raw is None or raw == "":
+                return default
+            try:
+                value = int(raw) if integer else float(raw)
+            except ValueError:
+                errors.append(f"{name}={raw!r}: not a {'whole ' if integer else ''}number; use e.g. {default:g}")
+                return default
+            if not lo <= value <= hi:
+                errors.append(f"{name}={raw!r}: out of range; use a value in [{lo:g}, {hi:g}]")
+                return default
+            return value
+
+        namespaces = tuple(n.strip() for n in environ.get("MODALSCALE_NAMESPACES", "").split(",") if n.strip())
+        for ns in namespaces:
+            if not (len(ns) <= 63 and ns.replace("-", "a").isalnum() and ns.islower() or ns.isdigit()):
+                errors.append(f"MODALSCALE_NAMESPACES: {ns!r} is not a namespace name (lowercase, digits, '-')")
+        standalone_raw = environ.get("MODALSCALE_STANDALONE", "false").lower()
+        if standalone_raw not in ("true", "false", "1", "0", ""):
+            errors.append(f"MODALSCALE_STANDALONE={standalone_raw!r}: use true or false")
+        level = environ.get("MODALSCALE_LOG_LEVEL", "INFO").upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            errors.append(f"MODALSCALE_LOG_LEVEL={level!r}: use DEBUG, INFO, WARNING or ERROR")
+        prom = environ.get("MODALSCALE_PROMETHEUS_URL", "")
+        if prom and not prom.startswith(("http://", "https://")):
+            errors.append(f"MODALSCALE_PROMETHEUS_URL={prom!r}: use an http:// or https:// URL")
+        settings = cls(
+            namespaces=namespaces,
+            resync_interval_s=number("MODALSCALE_RESYNC_INTERVAL_SECONDS", 30.0, 1.0, 3600.0),
+            conflict_hold_s=number("MODALSCALE_CONFLICT_HOLD_SECONDS", 60.0, 0.0, 86400.0),
+            metrics_port=int(number("MODALSCALE_METRICS_PORT", 9090, 0, 65535, integer=True)),
+            health_port=int(number("MODALSCALE_HEALTH_PORT", 8080, 0, 65535, integer=True)),
+            peering_name=environ.get("MODALSCALE_PEERING_NAME", "modalscale") or "modalscale",
+            standalone=standalone_raw in ("true", "1"),
+            prometheus_url=prom,
+            log_level=level,
+        )
+        if errors:
+            raise ConfigError("invalid operator settings:\n  " + "\n  ".join(errors))
+        return settings

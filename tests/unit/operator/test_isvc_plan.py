@@ -1,0 +1,224 @@
+"""The pure InferenceService planner: writes only on difference, one replica writer, truthful status."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from modalscale.operator import reasons as R
+from modalscale.operator.conditions import get
+from modalscale.operator.isvc_objects import REPLICAS_ANNOTATION
+from modalscale.operator.isvc_plan import (
+    IsvcObserved,
+    ModelReferenceError,
+    PlanConfig,
+    is_derivative,
+    plan_isvc,
+)
+from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
+
+NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n', "multimodal/1/model.py": "# model\n"}
+
+
+def make_isvc(**spec: Any) -> dict[str, Any]:
+    body = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "vc", "namespace": "ml", "uid": "u-1", "generation": 1},
+            "spec": {"resources": {"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
+                     "scaling": {"mode": "Predictive", "minReplicas": 2, "maxReplicas": 6}}}
+    body["spec"].update(spec)
+    return body
+
+
+def apiserver_view(created: dict[str, Any]) -> dict[str, Any]:
+    """What the apiserver returns for a created object: defaults filled, canonical quantities, status."""
+    obj = copy.deepcopy(created)
+    obj["metadata"]["generation"] = 1
+    obj["metadata"]["resourceVersion"] = "1"
+    if obj["kind"] == "Deployment":
+        c = obj["spec"]["template"]["spec"]["containers"][0]
+        c["imagePullPolicy"] = "IfNotPresent"
+        c["terminationMessagePath"] = "/dev/termination-log"
+        c["resources"]["requests"]["cpu"] = "2000m" if c["resources"]["requests"]["cpu"] == "2" else "1"
+        obj["spec"]["progressDeadlineSeconds"] = 600
+        r = obj["spec"]["replicas"]
+        obj["status"] = {"observedGeneration": 1, "replicas": r, "readyReplicas": r, "updatedReplicas": r,
+                         "availableReplicas": r}
+    if obj["kind"] == "Service":
+        obj["spec"]["clusterIP"] = "10.0.0.12"
+        obj["spec"]["sessionAffinity"] = "None"
+    return obj
+
+
+def converge(body: dict[str, Any]) -> tuple[IsvcObserved, dict[str, Any]]:
+    """Plan once from nothing, 'apply' the creates, and return the observed world afterwards."""
+    spec = parse_isvc(body)
+    first = plan_isvc(spec, IsvcObserved(status={}), FILES, PlanConfig(), NOW)
+    kinds = {w.kind: apiserver_view(w.body) for w in first.writes}
+    obs = IsvcObserved(status=first.status, deployment=kinds["Deployment"], service=kinds["Service"],
+                       configmap=kinds["ConfigMap"])
+    return obs, first.status
+
+
+def test_first_reconcile_creates_the_three_children_with_owner_references() -> None:
+    plan = plan_isvc(parse_isvc(make_isvc()), IsvcObserved(status={}), FILES, PlanConfig(), NOW)
+    assert sorted((w.kind, w.action) for w in plan.writes) == [
+        ("ConfigMap", "create"), ("Deployment", "create"), ("Service", "create")]
+    for w in plan.writes:
+        (ref,) = w.body["metadata"]["ownerReferences"]
+        assert ref["uid"] == "u-1" and ref["controller"] is True
+        assert w.body["metadata"]["labels"]["app.kubernetes.io/instance"] == "vc"
+    dep = next(w.body for w in plan.writes if w.kind == "Deployment")
+    assert dep["spec"]["replicas"] == 2  # Predictive without an autoscaler decision holds minReplicas.
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "nvidia-l4"}
+    (c,) = pod["containers"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/models/multimodal/ready"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+def test_second_reconcile_with_nothing_changed_plans_zero_writes() -> None:
+    obs, _ = converge(make_isvc())
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    assert plan.writes == []
+
+
+def test_labels_and_annotations_added_by_others_are_left_alone() -> None:
+    obs, _ = converge(make_isvc())
+    obs.deployment["metadata"]["labels"]["team"] = "search"
+    obs.deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "3"
+    obs.service["metadata"].setdefault("annotations", {})["prometheus.io/scrape"] = "true"
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    assert plan.writes == []
+
+
+def test_edited_image_is_repaired_without_touching_replicas() -> None:
+    obs, _ = converge(make_isvc())
+    obs.deployment["spec"]["template"]["spec"]["containers"][0]["image"] = "evil/image:latest"
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    (w,) = plan.writes
+    assert (w.kind, w.action) == ("Deployment", "patch")
+    assert w.body["spec"]["template"]["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/tritonserver:24.10-py3"
+    assert "replicas" not in w.body["spec"]
+
+
+def test_changed_owned_label_is_repaired() -> None:
+    obs, _ = converge(make_isvc())
+    obs.service["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "helm"
+    (w,) = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).writes
+    assert (w.kind, w.body["metadata"]["labels"]["app.kubernetes.io/managed-by"]) == ("Service", "modalscale-operator")
+
+
+def test_deleted_service_is_recreated() -> None:
+    obs, _ = converge(make_isvc())
+    obs.service = None
+    (w,) = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).writes
+    assert (w.kind, w.action) == ("Service", "create")
+
+
+def test_hand_scaled_deployment_is_restored_once_and_reported_as_conflict() -> None:
+    obs, _ = converge(make_isvc())
+    obs.deployment["spec"]["replicas"] = 5  # kubectl scale deployment vc --replicas=5
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    (w,) = plan.writes
+    assert w.body["spec"]["replicas"] == 2
+    assert w.body["metadata"]["annotations"][REPLICAS_ANNOTATION] == "2"
+    c = get(plan.status["conditions"], R.SCALING_CONFLICT)
+    assert (c["status"], c["reason"]) == ("True", R.EXTERNAL_SCALE)
+    assert ("Warning", R.EXTERNAL_SCALE) in [(t, r) for t, r, _ in plan.events]
+    assert plan.status["scalingHistory"][-1]["from"] == 5 and plan.status["scalingHistory"][-1]["to"] == 2
+
+    # Restored: the next pass writes nothing, and the condition stays True for the hold time only.
+    obs.deployment["spec"]["replicas"] = 2
+    obs.status = plan.status
+    later = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(conflict_hold_s=60), NOW + dt.timedelta(seconds=30))
+    assert later.writes == []
+    assert get(later.status["conditions"], R.SCALING_CONFLICT)["status"] == "True"
+    after = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(conflict_hold_s=60), NOW + dt.timedelta(seconds=90))
+    assert get(after.status["conditions"], R.SCALING_CONFLICT)["status"] == "False"
+
+
+def test_an_hpa_on_the_deployment_is_reported_and_never_fought() -> None:
+    obs, _ = converge(make_isvc())
+    obs.deployment["spec"]["replicas"] = 4
+    obs.foreign_autoscalers = ["vc-hpa"]
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    assert plan.writes == []
+    c = get(plan.status["conditions"], R.SCALING_CONFLICT)
+    assert (c["status"], c["reason"]) == ("True", R.FOREIGN_AUTOSCALER) and "vc-hpa" in c["message"]
+
+
+def test_fixed_mode_writes_spec_replicas_and_other_modes_explain_kubectl_scale() -> None:
+    obs, _ = converge(make_isvc())
+    fixed = make_isvc(scaling={"mode": "Fixed", "replicas": 4, "minReplicas": 1, "maxReplicas": 6})
+    (w,) = plan_isvc(parse_isvc(fixed), obs, FILES, PlanConfig(), NOW).writes
+    assert w.body["spec"]["replicas"] == 4
+
+    scaled = make_isvc(scaling={"mode": "Predictive", "replicas": 3, "minReplicas": 2, "maxReplicas": 6})
+    plan = plan_isvc(parse_isvc(scaled), obs, FILES, PlanConfig(), NOW)
+    assert plan.writes == []
+    c = get(plan.status["conditions"], R.SCALING_CONFLICT)
+    assert (c["status"], c["reason"]) == ("True", R.SCALE_IGNORED_IN_MODE)
+    assert "Fixed" in c["message"]
+
+
+def test_ready_is_true_only_when_enough_replicas_are_ready_and_none_fail() -> None:
+    obs, _ = converge(make_isvc())
+    ready = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    assert get(ready.status["conditions"], R.READY)["status"] == "True"
+    assert ready.status["readyReplicas"] == 2 and ready.status["desiredReplicas"] == 2
+
+    obs.pods = [{"metadata": {"name": "vc-abc"}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}}]
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    c = get(plan.status["conditions"], R.READY)
+    assert (c["status"], c["reason"]) == ("False", R.UNSCHEDULABLE)
+    assert "Insufficient nvidia.com/gpu" in c["message"]
+    assert ("Warning", R.UNSCHEDULABLE) in [(t, r) for t, r, _ in plan.events]
+
+    obs.pods = [{"metadata": {"name": "vc-def"}, "status": {"phase": "Running", "containerStatuses": [
+        {"name": "triton", "ready": False, "restartCount": 4,
+         "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}}]}}]
+    c = get(plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status["conditions"], R.READY)
+    assert (c["status"], c["reason"]) == ("False", R.CRASH_LOOP)
+
+
+def test_last_transition_time_moves_only_when_status_flips() -> None:
+    obs, status = converge(make_isvc())
+    first = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    obs.status = first.status
+    second = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW + dt.timedelta(minutes=5))
+    assert second.status == first.status
+    assert second.events == []
+
+
+def test_missing_model_configmap_is_refused_by_field() -> None:
+    body = make_isvc(model={"source": "ConfigMap", "name": "cap", "configMap": {"name": "nope"}})
+    with pytest.raises(ModelReferenceError) as info:
+        plan_isvc(parse_isvc(body), IsvcObserved(status={}, user_configmap_keys=None), {}, PlanConfig(), NOW)
+    assert info.value.field == "spec.model.configMap.name"
+
+
+@pytest.mark.parametrize("spec,field", [
+    ({"scaling": {"mode": "Fixed"}}, "spec.scaling.replicas"),
+    ({"scaling": {"minReplicas": 4, "maxReplicas": 2}}, "spec.scaling.minReplicas"),
+    ({"resources": {"gpu": {"count": 2}}}, "spec.resources.gpu.type"),
+    ({"resources": {"cpu": "lots"}}, "spec.resources.cpu"),
+], ids=["fixed-needs-replicas", "min-above-max", "gpu-type", "cpu-quantity"])
+def test_invalid_spec_names_the_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidSpec) as info:
+        parse_isvc(make_isvc(**spec))
+    assert info.value.field == field
+
+
+def test_quantities_compare_by_value_in_drift_detection() -> None:
+    assert is_derivative({"resources": {"requests": {"cpu": "2"}}}, {"resources": {"requests": {"cpu": "2000m"}}})
+    assert not is_derivative({"resources": {"requests": {"cpu": "2"}}}, {"resources": {"requests": {"cpu": "1"}}})
+    assert is_derivative({"containers": [{"name": "a", "image": "x"}]},
+                         {"containers": [{"name": "sidecar"}, {"name": "a", "image": "x", "tty": False}]})
