@@ -1,0 +1,89 @@
+"""Pure planning of how one Triton batch is run through the encoders.
+
+Naive batching pads every item of the batch to the largest one and runs one forward pass; modality-aware
+batching runs one forward pass per shape-homogeneous group (image resolution bucket, text length bucket),
+so small items do not pay for the padding of large ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+TEXT_LENGTH_BUCKETS = (16, 32, 64, 128, 256)
+"""Token-length buckets (including [CLS] and [SEP]) for modality-aware text batching; 256 is MiniLM's limit."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """One forward pass: the items it takes and the shape every item is padded to."""
+
+    indices: tuple[int, ...]
+    """Positions in the input sequence, ascending."""
+    pad_to: tuple[int, ...]
+    """Image: ``(h, w)`` in pixels; text: ``(tokens,)``."""
+
+    def padded_size(self) -> int:
+        """Work units of this pass: items x product of ``pad_to`` (pixels or tokens)."""
+        size = len(self.indices)
+        for dim in self.pad_to:
+            size *= dim
+        return size
+
+
+def plan_image_groups(shapes: Sequence[tuple[int, int]], modality_aware: bool) -> list[Group]:
+    """Plan the image-encoder passes of a batch.
+
+    Args:
+        shapes: ``(h, w)`` bucket of each image, in pixels.
+        modality_aware: One pass per distinct shape (in order of first appearance) if True; else one pass
+            padded to ``(max h, max w)``.
+    Returns:
+        Groups covering every index exactly once; ``[]`` for no images.
+    """
+    if not shapes:
+        return []
+    if not modality_aware:
+        return [Group(tuple(range(len(shapes))), (max(h for h, _ in shapes), max(w for _, w in shapes)))]
+    by_shape: dict[tuple[int, int], list[int]] = {}
+    for i, shape in enumerate(shapes):
+        by_shape.setdefault(tuple(shape), []).append(i)  # type: ignore[arg-type]
+    return [Group(tuple(idx), shape) for shape, idx in by_shape.items()]
+
+
+def text_bucket(tokens: int, buckets: Sequence[int] = TEXT_LENGTH_BUCKETS) -> int:
+    """Smallest bucket >= ``tokens`` (the largest bucket when ``tokens`` exceeds all)."""
+    return next((b for b in buckets if b >= tokens), buckets[-1])
+
+
+def plan_text_groups(lengths: Sequence[int], modality_aware: bool,
+                     buckets: Sequence[int] = TEXT_LENGTH_BUCKETS) -> list[Group]:
+    """Plan the text-encoder passes of a batch.
+
+    Args:
+        lengths: Encoder sequence length of each text in tokens (with special tokens, <= ``buckets[-1]``).
+        modality_aware: One pass per length bucket (ascending) padded to the longest member if True; else
+            one pass padded to the longest text.
+    Returns:
+        Groups covering every index exactly once; ``[]`` for no texts.
+    """
+    if not lengths:
+        return []
+    if not modality_aware:
+        return [Group(tuple(range(len(lengths))), (max(lengths),))]
+    by_bucket: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        by_bucket.setdefault(text_bucket(n, buckets), []).append(i)
+    return [Group(tuple(idx), (max(lengths[i] for i in idx),)) for _, idx in sorted(by_bucket.items())]
+
+
+def split_evenly(total_s: float, weights: Sequence[int]) -> list[float]:
+    """Attribute a pass's ``total_s`` seconds to its members in proportion to ``weights`` (e.g. images).
+
+    Returns:
+        Shares summing to ``total_s`` (all zero if the weights sum to zero).
+    """
+    weight_sum = sum(weights)
+    if weight_sum <= 0:
+        return [0.0 for _ in weights]
+    return [total_s * w / weight_sum for w in weights]

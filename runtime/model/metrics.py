@@ -1,0 +1,41 @@
+"""Names, help texts and bucket boundaries of the per-request feature metrics (pure; no Triton import).
+
+Triton's Python backend (2.51) supports counters, gauges and histograms through ``pb_utils.MetricFamily``;
+they appear on Triton's ``/metrics`` endpoint next to the standard ``nv_inference_*`` series.
+"""
+
+from __future__ import annotations
+
+REQUESTS_TOTAL = "modalscale_requests_total"
+"""Counter of successfully parsed requests by ``modality`` (image, text, image_text)."""
+REQUEST_ERRORS_TOTAL = "modalscale_request_errors_total"
+"""Counter of rejected requests by ``reason`` (CamelCase, e.g. CorruptImage, TooManyImages)."""
+REQUEST_IMAGE_PIXELS = "modalscale_request_image_pixels"
+"""Histogram of width x height of each received image, in pixels (before resizing)."""
+REQUEST_IMAGES = "modalscale_request_images"
+"""Histogram of images per request (text-only requests observe 0)."""
+REQUEST_TEXT_TOKENS = "modalscale_request_text_tokens"
+"""Histogram of MiniLM WordPiece tokens per text (without special tokens, before truncation to 256)."""
+STAGE_COMPUTE_SECONDS = "modalscale_stage_compute_seconds"
+"""Histogram of compute seconds per request and ``stage``; a batched pass is split over its requests in
+proportion to their items."""
+EMBEDDING_CACHE_LOOKUPS_TOTAL = "modalscale_embedding_cache_lookups_total"
+"""Counter of image-embedding cache lookups by ``result`` (hit, miss)."""
+
+STAGES = ("decode", "tokenize", "image_encoder", "text_encoder", "fusion")
+"""Values of the ``stage`` label."""
+
+PIXEL_BUCKETS = (4_096.0, 16_384.0, 65_536.0, 262_144.0, 1_048_576.0, 4_194_304.0, 16_777_216.0, 40_000_000.0)
+IMAGE_COUNT_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)
+TOKEN_BUCKETS = (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0)
+SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+HELP = {
+    REQUESTS_TOTAL: "Requests accepted by the modalscale model, by modality class.",
+    REQUEST_ERRORS_TOTAL: "Requests rejected by the modalscale model, by reason.",
+    REQUEST_IMAGE_PIXELS: "Pixels (width x height, as received) of each image.",
+    REQUEST_IMAGES: "Images per request.",
+    REQUEST_TEXT_TOKENS: "WordPiece tokens per request text (no special tokens, before truncation).",
+    STAGE_COMPUTE_SECONDS: "Compute seconds attributed to a request, by stage.",
+    EMBEDDING_CACHE_LOOKUPS_TOTAL: "Image embedding cache lookups, by result.",
+}

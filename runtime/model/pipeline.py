@@ -1,0 +1,200 @@
+"""One model instance's request pipeline, independent of Triton: prepare each request, then run a batch.
+
+``prepare`` validates, decodes and tokenizes one request (raising ``RequestError``); ``run`` encodes a list
+of prepared requests together, grouped as ``batching`` plans, and returns one output per request with the
+compute seconds attributed to it per stage.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from modalscale.runtime.model.batching import Group, plan_image_groups, plan_text_groups, split_evenly
+from modalscale.runtime.model.encoders import IMAGE_FEATURE_DIM, TEXT_FEATURE_DIM, MultimodalEncoder
+from modalscale.runtime.model.inputs import ParsedRequest, parse_request
+from modalscale.runtime.model.settings import ModelSettings
+
+
+@dataclass
+class Prepared:
+    """A validated request ready for the encoders."""
+
+    parsed: ParsedRequest
+    token_ids: list[int] | None
+    """Encoder ids ([CLS] ... [SEP], truncated to 256) or None without text."""
+    text_tokens: int
+    """WordPiece tokens of the text without special tokens, before truncation (0 without text)."""
+    stage_s: dict[str, float] = field(default_factory=dict)
+    """Seconds per stage spent on this request so far."""
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """Outputs of one request."""
+
+    embedding: np.ndarray
+    """float32 (256,)."""
+    modality: str
+    image_classes: np.ndarray
+    """int32 (n_images,)."""
+    stage_s: dict[str, float]
+    cache_hits: int
+    cache_misses: int
+
+
+class EmbeddingCache:
+    """LRU cache of per-image ``(features, class)`` keyed by the SHA-256 of the encoded image bytes."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[bytes, tuple[np.ndarray, int]] = OrderedDict()
+
+    def get(self, key: bytes) -> tuple[np.ndarray, int] | None:
+        """The cached entry (marked most recently used) or None."""
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: bytes, value: tuple[np.ndarray, int]) -> None:
+        """Insert, evicting the least recently used entry beyond ``capacity``."""
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class MultimodalPipeline:
+    """Prepare and run requests for one model instance.
+
+    Args:
+        settings: From the model config parameters.
+        encoder: The torch model (loaded once per instance).
+        clock: Monotonic seconds (injectable for tests).
+    """
+
+    def __init__(self, settings: ModelSettings, encoder: MultimodalEncoder,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.settings = settings
+        self.encoder = encoder
+        self.clock = clock
+        self.cache = EmbeddingCache(settings.embedding_cache_entries) if settings.embedding_cache else None
+
+    def prepare(self, images: np.ndarray | None, text: np.ndarray | None) -> Prepared:
+        """Validate, decode and tokenize one request.
+
+        Args:
+            images: IMAGES tensor (object array of bytes) or None.
+            text: TEXT tensor (object array, one bytes element) or None.
+        Raises:
+            RequestError: The request is invalid (see ``inputs.parse_request``).
+        """
+        start = self.clock()
+        parsed = parse_request(images, text, self.settings)
+        decoded = self.clock()
+        token_ids, tokens = None, 0
+        if parsed.text is not None:
+            token_ids = self.encoder.token_ids(parsed.text)
+            tokens = self.encoder.count_tokens(parsed.text)
+        stage_s = {"decode": decoded - start}
+        if parsed.text is not None:
+            stage_s["tokenize"] = self.clock() - decoded
+        return Prepared(parsed=parsed, token_ids=token_ids, text_tokens=tokens, stage_s=stage_s)
+
+    def run(self, batch: Sequence[Prepared]) -> list[RequestOutput]:
+        """Encode a batch of prepared requests.
+
+        Returns:
+            One output per request, in order.
+        """
+        n = len(batch)
+        image_features = np.zeros((n, IMAGE_FEATURE_DIM), dtype=np.float32)
+        image_present = np.zeros(n, dtype=bool)
+        text_features = np.zeros((n, TEXT_FEATURE_DIM), dtype=np.float32)
+        text_present = np.zeros(n, dtype=bool)
+        classes: list[np.ndarray] = []
+        hits = [0] * n
+        misses = [0] * n
+
+        # Images: look up the cache, encode the misses in planned groups.
+        owners: list[tuple[int, int]] = []  # (request, image) of each image to encode
+        per_request: list[list[tuple[np.ndarray, int] | None]] = []
+        for r, prep in enumerate(batch):
+            slots: list[tuple[np.ndarray, int] | None] = []
+            for k, image in enumerate(prep.parsed.images):
+                cached = self.cache.get(image.digest) if self.cache is not None else None
+                if cached is None:
+                    owners.append((r, k))
+                    if self.cache is not None:
+                        misses[r] += 1
+                else:
+                    hits[r] += 1
+                slots.append(cached)
+            per_request.append(slots)
+        shapes = [batch[r].parsed.images[k].bucket for r, k in owners]
+        for group in plan_image_groups(shapes, self.settings.modality_aware_batching):
+            self._encode_image_group(batch, owners, group, per_request)
+        for r, slots in enumerate(per_request):
+            if slots:
+                feats = np.stack([s[0] for s in slots if s is not None])
+                image_features[r] = feats.mean(axis=0)
+                image_present[r] = True
+            classes.append(np.array([s[1] for s in slots if s is not None], dtype=np.int32))
+
+        # Texts.
+        text_rows = [r for r, prep in enumerate(batch) if prep.token_ids is not None]
+        lengths = [len(batch[r].token_ids or []) for r in text_rows]
+        for group in plan_text_groups(lengths, self.settings.modality_aware_batching):
+            rows = [text_rows[i] for i in group.indices]
+            start = self.clock()
+            feats = self.encoder.encode_texts([batch[r].token_ids or [] for r in rows], group.pad_to[0])
+            shares = split_evenly(self.clock() - start, [1] * len(rows))
+            for r, feat, share in zip(rows, feats, shares, strict=True):
+                text_features[r] = feat
+                text_present[r] = True
+                _add(batch[r].stage_s, "text_encoder", share)
+
+        start = self.clock()
+        embeddings = self.encoder.fuse(image_features, image_present, text_features, text_present)
+        for prep, share in zip(batch, split_evenly(self.clock() - start, [1] * n), strict=True):
+            _add(prep.stage_s, "fusion", share)
+        return [RequestOutput(embedding=embeddings[r], modality=prep.parsed.modality.value,
+                              image_classes=classes[r], stage_s=dict(prep.stage_s), cache_hits=hits[r],
+                              cache_misses=misses[r])
+                for r, prep in enumerate(batch)]
+
+    def _encode_image_group(self, batch: Sequence[Prepared], owners: list[tuple[int, int]], group: Group,
+                            per_request: list[list[tuple[np.ndarray, int] | None]]) -> None:
+        pad_h, pad_w = group.pad_to
+        arrays = np.zeros((len(group.indices), 3, pad_h, pad_w), dtype=np.float32)
+        valid: list[tuple[int, int]] = []
+        for j, i in enumerate(group.indices):
+            r, k = owners[i]
+            image = batch[r].parsed.images[k]
+            h, w = image.bucket
+            arrays[j, :, :h, :w] = image.array
+            valid.append((h, w))
+        start = self.clock()
+        result = self.encoder.encode_images(arrays, valid)
+        elapsed = self.clock() - start
+        for j, i in enumerate(group.indices):
+            r, k = owners[i]
+            entry = (result.features[j], int(result.classes[j]))
+            per_request[r][k] = entry
+            if self.cache is not None:
+                self.cache.put(batch[r].parsed.images[k].digest, entry)
+        for (r, _), share in zip((owners[i] for i in group.indices),
+                                 split_evenly(elapsed, [1] * len(group.indices)), strict=True):
+            _add(batch[r].stage_s, "image_encoder", share)
+
+
+def _add(stage_s: dict[str, float], stage: str, seconds: float) -> None:
+    stage_s[stage] = stage_s.get(stage, 0.0) + seconds

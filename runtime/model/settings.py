@@ -1,0 +1,65 @@
+"""Model settings read from the ``parameters`` of the generated ``config.pbtxt`` (pure, no torch)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from modalscale.runtime.repo_config import Precision
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """What the Python model needs to know about its configuration."""
+
+    intra_op_threads: int = 1
+    """torch intra-op threads of this instance."""
+    precision: Precision = Precision.FP32
+    """Encoder precision."""
+    modality_aware_batching: bool = True
+    """Group a batch into shape-homogeneous sub-batches instead of padding to the largest item."""
+    embedding_cache: bool = True
+    """Cache per-image features by SHA-256 of the encoded bytes."""
+    embedding_cache_entries: int = 1024
+    """Cache capacity in images."""
+    max_images_per_request: int = 16
+    """More images in one request are rejected."""
+    max_image_side_pixels: int = 384
+    """Longer side, in pixels, that images are scaled down to before encoding."""
+    max_image_pixels: int = 40_000_000
+    """Images declaring more pixels than this are rejected before decoding."""
+    max_text_bytes: int = 16_384
+    """Longer UTF-8 texts are rejected."""
+
+    @classmethod
+    def from_model_config(cls, model_config: Mapping[str, Any]) -> ModelSettings:
+        """Read the parsed model config (Triton's ``args["model_config"]`` JSON) ``parameters`` block.
+
+        Args:
+            model_config: ``{"parameters": {key: {"string_value": "..."}}, ...}``; missing keys keep defaults.
+        Raises:
+            ValueError: A parameter cannot be parsed; the message names it.
+        """
+        raw = {k: v.get("string_value", "") for k, v in (model_config.get("parameters") or {}).items()}
+        values: dict[str, Any] = {}
+        for name, kind in (("intra_op_threads", int), ("embedding_cache_entries", int),
+                           ("max_images_per_request", int), ("max_image_side_pixels", int),
+                           ("max_image_pixels", int), ("max_text_bytes", int)):
+            if name in raw:
+                try:
+                    values[name] = kind(raw[name])
+                except ValueError:
+                    raise ValueError(f"parameter {name}: expected an integer, got {raw[name]!r}") from None
+        for name in ("modality_aware_batching", "embedding_cache"):
+            if name in raw:
+                if raw[name] not in ("true", "false"):
+                    raise ValueError(f"parameter {name}: expected true or false, got {raw[name]!r}")
+                values[name] = raw[name] == "true"
+        if "precision" in raw:
+            try:
+                values["precision"] = Precision(raw["precision"])
+            except ValueError:
+                raise ValueError(f"parameter precision: expected one of FP32, FP16, BF16, INT8, "
+                                 f"got {raw['precision']!r}") from None
+        return cls(**values)

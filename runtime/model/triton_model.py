@@ -1,0 +1,146 @@
+"""Triton Python-backend adapter of the built-in multimodal model (imported by the generated ``model.py``).
+
+Only this module imports ``triton_python_backend_utils``, which exists inside the backend's stub process.
+Each request is validated on its own: a bad request gets a ``pb_utils.TritonError`` in its own response and
+the rest of the batch is served.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
+
+from modalscale.runtime.model import metrics as names
+from modalscale.runtime.model.encoders import MultimodalEncoder
+from modalscale.runtime.model.inputs import Modality, RequestError
+from modalscale.runtime.model.pipeline import MultimodalPipeline, Prepared
+from modalscale.runtime.model.settings import ModelSettings
+from modalscale.runtime.repo_config import (INPUT_IMAGES, INPUT_TEXT, OUTPUT_EMBEDDING, OUTPUT_IMAGE_CLASSES,
+                                            OUTPUT_MODALITY)
+
+LOG = logging.getLogger("modalscale.runtime.model")
+
+
+class FeatureMetrics:
+    """The per-request feature metrics, registered through ``pb_utils.MetricFamily``.
+
+    The families and metrics are kept as attributes: Triton drops a family whose Python object is collected.
+    """
+
+    def __init__(self) -> None:
+        family = pb_utils.MetricFamily
+        self.families = {
+            name: family(name=name, description=names.HELP[name], kind=kind)
+            for name, kind in (
+                (names.REQUESTS_TOTAL, family.COUNTER),
+                (names.REQUEST_ERRORS_TOTAL, family.COUNTER),
+                (names.REQUEST_IMAGE_PIXELS, family.HISTOGRAM),
+                (names.REQUEST_IMAGES, family.HISTOGRAM),
+                (names.REQUEST_TEXT_TOKENS, family.HISTOGRAM),
+                (names.STAGE_COMPUTE_SECONDS, family.HISTOGRAM),
+                (names.EMBEDDING_CACHE_LOOKUPS_TOTAL, family.COUNTER),
+            )
+        }
+        f = self.families
+        self.requests = {m.value: f[names.REQUESTS_TOTAL].Metric(labels={"modality": m.value}) for m in Modality}
+        self.errors: dict[str, Any] = {}
+        self.pixels = f[names.REQUEST_IMAGE_PIXELS].Metric(labels={}, buckets=list(names.PIXEL_BUCKETS))
+        self.images = f[names.REQUEST_IMAGES].Metric(labels={}, buckets=list(names.IMAGE_COUNT_BUCKETS))
+        self.tokens = f[names.REQUEST_TEXT_TOKENS].Metric(labels={}, buckets=list(names.TOKEN_BUCKETS))
+        self.stages = {s: f[names.STAGE_COMPUTE_SECONDS].Metric(labels={"stage": s},
+                                                                 buckets=list(names.SECONDS_BUCKETS))
+                       for s in names.STAGES}
+        self.cache = {r: f[names.EMBEDDING_CACHE_LOOKUPS_TOTAL].Metric(labels={"result": r})
+                      for r in ("hit", "miss")}
+
+    def error(self, reason: str) -> None:
+        """Count one rejected request."""
+        if reason not in self.errors:
+            self.errors[reason] = self.families[names.REQUEST_ERRORS_TOTAL].Metric(labels={"reason": reason})
+        self.errors[reason].increment(1)
+
+    def accepted(self, prep: Prepared) -> None:
+        """Record the features of one accepted request (before it is encoded)."""
+        self.requests[prep.parsed.modality.value].increment(1)
+        self.images.observe(float(len(prep.parsed.images)))
+        for image in prep.parsed.images:
+            self.pixels.observe(float(image.pixels))
+        if prep.parsed.text is not None:
+            self.tokens.observe(float(prep.text_tokens))
+
+    def computed(self, stage_s: dict[str, float], hits: int, misses: int) -> None:
+        """Record the per-stage compute seconds and cache lookups of one finished request."""
+        for stage, seconds in stage_s.items():
+            self.stages[stage].observe(seconds)
+        if hits:
+            self.cache["hit"].increment(hits)
+        if misses:
+            self.cache["miss"].increment(misses)
+
+
+class TritonPythonModel:
+    """Triton Python-backend model: ``initialize`` loads the encoders, ``execute`` serves a batch."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Load settings from the model config, set torch threads, load the encoders, register metrics."""
+        config = json.loads(args["model_config"])
+        self.settings = ModelSettings.from_model_config(config)
+        torch.set_num_threads(self.settings.intra_op_threads)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # already set by an earlier parallel section in this process
+            LOG.info("Kept inter-op threads: already initialised")
+        device = "cpu"
+        if args.get("model_instance_kind") == "GPU":
+            device = f"cuda:{args.get('model_instance_device_id', '0')}"
+        self.batched = int(config.get("max_batch_size", 0)) > 0
+        self.pipeline = MultimodalPipeline(self.settings, MultimodalEncoder(self.settings.precision, device))
+        self.metrics = FeatureMetrics()
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Serve one batch: a response (or a per-request error) for every request, in order."""
+        responses: list[Any] = [None] * len(requests)
+        prepared: list[Prepared] = []
+        rows: list[int] = []
+        for i, request in enumerate(requests):
+            images = pb_utils.get_input_tensor_by_name(request, INPUT_IMAGES)
+            text = pb_utils.get_input_tensor_by_name(request, INPUT_TEXT)
+            try:
+                prep = self.pipeline.prepare(None if images is None else images.as_numpy(),
+                                             None if text is None else text.as_numpy())
+            except RequestError as exc:
+                self.metrics.error(exc.reason)
+                responses[i] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
+                continue
+            self.metrics.accepted(prep)
+            prepared.append(prep)
+            rows.append(i)
+        if prepared:
+            try:
+                outputs = self.pipeline.run(prepared)
+            except (RuntimeError, ValueError) as exc:  # a torch failure fails this batch, not the server
+                LOG.exception("Model failed on a batch of %d requests", len(prepared))
+                for i in rows:
+                    self.metrics.error("InternalError")
+                    responses[i] = pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}"))
+                return responses
+            for i, out in zip(rows, outputs, strict=True):
+                self.metrics.computed(out.stage_s, out.cache_hits, out.cache_misses)
+                responses[i] = pb_utils.InferenceResponse(output_tensors=[
+                    pb_utils.Tensor(OUTPUT_EMBEDDING, out.embedding.reshape(1, -1).astype(np.float32)),
+                    pb_utils.Tensor(OUTPUT_MODALITY, np.array([[out.modality.encode()]], dtype=np.object_)),
+                    pb_utils.Tensor(OUTPUT_IMAGE_CLASSES, out.image_classes.reshape(1, -1).astype(np.int32)),
+                ])
+        return responses
+
+    def finalize(self) -> None:
+        """Drop the model and metric references (Triton unloads the families afterwards)."""
+        self.pipeline = None  # type: ignore[assignment]
+        self.metrics = None  # type: ignore[assignment]

@@ -1,0 +1,382 @@
+"""Pure generation of the Triton model repository for the built-in multimodal model.
+
+The operator puts the result of :func:`build_repository` into a ConfigMap and ``modalscale runtime serve``
+writes it to disk, so both serve byte-identical repositories. Nothing here touches the disk, the clock or
+the network: a :class:`RuntimeConfig` goes in, text comes out.
+
+Request interface of the generated model (also in ``runtime/README.md``); the leading ``1`` is the batch
+dimension a client always sends (with ``max_batch_size: 0`` the model declares it explicitly, so clients
+never need to know whether batching is on):
+
+============== ============ ========= ===========================================================
+name           Triton type  shape     meaning
+============== ============ ========= ===========================================================
+IMAGES         TYPE_STRING  [1, n]    n >= 0 encoded JPEG/PNG/WebP/BMP images (bytes), optional
+TEXT           TYPE_STRING  [1, 1]    one UTF-8 text, optional
+EMBEDDING      TYPE_FP32    [1, 256]  L2-normalised fused embedding
+MODALITY       TYPE_STRING  [1, 1]    ``image``, ``text`` or ``image_text``
+IMAGE_CLASSES  TYPE_INT32   [1, n]    ImageNet-1k top-1 class index per image (empty for text)
+============== ============ ========= ===========================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+EMBEDDING_DIM = 256
+"""Width D of the ``EMBEDDING`` output (fixed-seed projection size of the fusion head)."""
+
+INPUT_IMAGES = "IMAGES"
+INPUT_TEXT = "TEXT"
+OUTPUT_EMBEDDING = "EMBEDDING"
+OUTPUT_MODALITY = "MODALITY"
+OUTPUT_IMAGE_CLASSES = "IMAGE_CLASSES"
+
+RESPONSE_CACHE_BYTES = 64 * 1024 * 1024
+"""Size of Triton's local response cache (``--cache-config local,size=...``) when any model enables it."""
+
+
+class Precision(str, enum.Enum):
+    """Numeric precision of the encoders (``spec.runtime.precision``)."""
+
+    FP32 = "FP32"
+    FP16 = "FP16"
+    BF16 = "BF16"
+    INT8 = "INT8"
+    """Dynamic INT8 quantization of ``nn.Linear`` layers; LayerNorm and convolutions stay in float."""
+
+
+class InvalidRuntimeSpec(ValueError):
+    """An InferenceService ``spec`` field cannot be turned into a :class:`RuntimeConfig`.
+
+    The message starts with the field path, e.g. ``spec.runtime.maxBatchSize: ...``.
+    """
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Everything that shapes the generated Triton model repository.
+
+    Defaults equal the CRD defaults of ``inferenceservices.modalscale.io``.
+    """
+
+    model_name: str = "multimodal"
+    """Triton model name (``spec.model.name``); clients and the readiness probe use it."""
+    instance_count: int = 1
+    """Triton ``instance_group.count``: model instances (processes of the Python backend) per replica."""
+    intra_op_threads: int = 1
+    """torch intra-op threads per instance; instance_count x intra_op_threads should not exceed cores."""
+    max_batch_size: int = 8
+    """Triton ``max_batch_size`` in requests; 0 disables batching."""
+    dynamic_batching: bool = True
+    """Emit a ``dynamic_batching`` block (ignored when ``max_batch_size`` is 0)."""
+    preferred_batch_sizes: tuple[int, ...] = ()
+    """Ascending preferred batch sizes in requests, each <= ``max_batch_size``."""
+    max_queue_delay_microseconds: int = 2000
+    """How long the dynamic batcher may hold a request to form a larger batch, in microseconds."""
+    modality_aware_batching: bool = True
+    """Run each batch as shape-homogeneous groups (modality x resolution / token bucket) instead of padding
+    every item to the largest one in the batch."""
+    response_cache: bool = False
+    """Triton response cache for byte-identical requests (the server also needs ``--cache-config``)."""
+    embedding_cache: bool = True
+    """Content-hash (SHA-256) LRU cache of per-image embeddings inside the model."""
+    precision: Precision = Precision.FP32
+    """Encoder precision."""
+    gpu_count: int = 0
+    """GPUs per replica (``spec.resources.gpu.count``); > 0 gives ``KIND_GPU`` instances."""
+    max_images_per_request: int = 16
+    """Requests with more images are rejected with a per-request error."""
+    max_image_side_pixels: int = 384
+    """Images are resized so that their longer side is at most this many pixels before encoding."""
+    max_image_pixels: int = 40_000_000
+    """Images whose header declares more pixels (width x height) are rejected without being decoded."""
+    max_text_bytes: int = 16_384
+    """Texts longer than this many UTF-8 bytes are rejected (the encoder reads at most 256 tokens)."""
+    embedding_cache_entries: int = 1024
+    """Capacity of the per-instance embedding cache, in images."""
+
+    def __post_init__(self) -> None:
+        _check_int("model.name", len(self.model_name), 1, 63)
+        _check_int("runtime.instanceCount", self.instance_count, 1, 16)
+        _check_int("runtime.intraOpThreads", self.intra_op_threads, 1, 64)
+        _check_int("runtime.maxBatchSize", self.max_batch_size, 0, 256)
+        _check_int("runtime.dynamicBatching.maxQueueDelayMicroseconds", self.max_queue_delay_microseconds, 0,
+                   1_000_000)
+        _check_int("resources.gpu.count", self.gpu_count, 0, 16)
+        for name in ("max_images_per_request", "max_image_side_pixels", "max_image_pixels", "max_text_bytes",
+                     "embedding_cache_entries"):
+            _check_int(name, getattr(self, name), 1, 1 << 40)
+        sizes = self.preferred_batch_sizes
+        if list(sizes) != sorted(set(sizes)) or any(s < 1 for s in sizes):
+            raise InvalidRuntimeSpec(
+                f"spec.runtime.dynamicBatching.preferredBatchSizes: must be ascending, distinct and >= 1, "
+                f"got {list(sizes)}")
+        if sizes and sizes[-1] > self.max_batch_size:
+            raise InvalidRuntimeSpec(
+                f"spec.runtime.dynamicBatching.preferredBatchSizes: each entry must be <= runtime.maxBatchSize "
+                f"({self.max_batch_size}), got {list(sizes)}")
+        if not isinstance(self.precision, Precision):
+            raise InvalidRuntimeSpec(f"spec.runtime.precision: must be a Precision, got {self.precision!r}")
+
+    @property
+    def batching_enabled(self) -> bool:
+        """True when Triton may put several requests into one ``execute`` call."""
+        return self.max_batch_size > 0 and self.dynamic_batching
+
+    @property
+    def instance_kind(self) -> str:
+        """Triton ``instance_group.kind``: ``KIND_GPU`` when the replica has GPUs, else ``KIND_CPU``."""
+        return "KIND_GPU" if self.gpu_count > 0 else "KIND_CPU"
+
+    def replace(self, **changes: Any) -> RuntimeConfig:
+        """Return a copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_isvc_spec(cls, spec: Mapping[str, Any]) -> RuntimeConfig:
+        """Read ``spec.model``, ``spec.runtime`` and ``spec.resources.gpu`` of an InferenceService.
+
+        Args:
+            spec: The ``spec`` mapping of an ``inferenceservices.modalscale.io`` object (camelCase keys as in
+                the CRD). Missing fields take the CRD defaults. ``runtime.image`` and ``runtime.version``
+                choose the container and are accepted but not used here.
+        Returns:
+            The frozen config.
+        Raises:
+            InvalidRuntimeSpec: A field has the wrong type, is out of the CRD's range, is unknown, or
+                ``model.source`` is not ``BuiltIn``; the message names the field path.
+        """
+        if not isinstance(spec, Mapping):
+            raise InvalidRuntimeSpec(f"spec: must be a mapping, got {type(spec).__name__}")
+        model = _mapping(spec, "model", "spec.model")
+        runtime = _mapping(spec, "runtime", "spec.runtime")
+        resources = _mapping(spec, "resources", "spec.resources")
+        gpu = _mapping(resources, "gpu", "spec.resources.gpu")
+        _reject_unknown(model, "spec.model", {"source", "name", "configMap", "pvc", "image", "uri",
+                                              "costModelRef"})
+        _reject_unknown(runtime, "spec.runtime", {
+            "image", "version", "instanceCount", "intraOpThreads", "maxBatchSize", "dynamicBatching",
+            "modalityAwareBatching", "responseCache", "embeddingCache", "precision"})
+        source = model.get("source", "BuiltIn")
+        if source != "BuiltIn":
+            raise InvalidRuntimeSpec(
+                f"spec.model.source: modalscale.runtime generates the repository only for BuiltIn, got {source!r}")
+        batching = _mapping(runtime, "dynamicBatching", "spec.runtime.dynamicBatching")
+        _reject_unknown(batching, "spec.runtime.dynamicBatching",
+                        {"enabled", "preferredBatchSizes", "maxQueueDelayMicroseconds"})
+        preferred = batching.get("preferredBatchSizes", [])
+        if not isinstance(preferred, list) or not all(_is_int(b) for b in preferred):
+            raise InvalidRuntimeSpec(
+                f"spec.runtime.dynamicBatching.preferredBatchSizes: must be a list of integers, got {preferred!r}")
+        precision = runtime.get("precision", "FP32")
+        try:
+            precision_enum = Precision(precision)
+        except ValueError:
+            raise InvalidRuntimeSpec(
+                f"spec.runtime.precision: must be one of {[p.value for p in Precision]}, got {precision!r}"
+            ) from None
+        name = model.get("name", "multimodal")
+        if not isinstance(name, str) or not name:
+            raise InvalidRuntimeSpec(f"spec.model.name: must be a non-empty string, got {name!r}")
+        return cls(
+            model_name=name,
+            instance_count=_int_field(runtime, "instanceCount", 1, "spec.runtime"),
+            intra_op_threads=_int_field(runtime, "intraOpThreads", 1, "spec.runtime"),
+            max_batch_size=_int_field(runtime, "maxBatchSize", 8, "spec.runtime"),
+            dynamic_batching=_bool_field(batching, "enabled", True, "spec.runtime.dynamicBatching"),
+            preferred_batch_sizes=tuple(preferred),
+            max_queue_delay_microseconds=_int_field(batching, "maxQueueDelayMicroseconds", 2000,
+                                                    "spec.runtime.dynamicBatching"),
+            modality_aware_batching=_bool_field(runtime, "modalityAwareBatching", True, "spec.runtime"),
+            response_cache=_bool_field(runtime, "responseCache", False, "spec.runtime"),
+            embedding_cache=_bool_field(runtime, "embeddingCache", True, "spec.runtime"),
+            precision=precision_enum,
+            gpu_count=_int_field(gpu, "count", 0, "spec.resources.gpu"),
+        )
+
+
+def model_parameters(cfg: RuntimeConfig) -> dict[str, str]:
+    """The ``parameters`` map handed to the Python model (Triton parameters are strings).
+
+    Returns:
+        Key -> ``string_value``; read back by ``modalscale.runtime.model.settings.ModelSettings``.
+    """
+    return {
+        "intra_op_threads": str(cfg.intra_op_threads),
+        "precision": cfg.precision.value,
+        "modality_aware_batching": _bool_text(cfg.modality_aware_batching),
+        "embedding_cache": _bool_text(cfg.embedding_cache),
+        "embedding_cache_entries": str(cfg.embedding_cache_entries),
+        "max_images_per_request": str(cfg.max_images_per_request),
+        "max_image_side_pixels": str(cfg.max_image_side_pixels),
+        "max_image_pixels": str(cfg.max_image_pixels),
+        "max_text_bytes": str(cfg.max_text_bytes),
+    }
+
+
+def render_config_pbtxt(cfg: RuntimeConfig) -> str:
+    """Render the Triton ``config.pbtxt`` (protobuf text format) of the built-in model.
+
+    Args:
+        cfg: The runtime config.
+    Returns:
+        The text; with ``max_batch_size: 0`` the inputs declare the leading ``1`` themselves so the request
+        shapes (``IMAGES [1, n]``, ``TEXT [1, 1]``) do not depend on batching. ``IMAGES`` carries
+        ``allow_ragged_batch`` whenever batching is on, so requests with different image counts share a batch.
+    """
+    batched = cfg.max_batch_size > 0
+    lead: list[int] = [] if batched else [1]
+    lines = [
+        f"name: {_quote(cfg.model_name)}",
+        'backend: "python"',
+        f"max_batch_size: {cfg.max_batch_size}",
+        "input [",
+        _tensor_block(INPUT_IMAGES, "TYPE_STRING", lead + [-1], optional=True, ragged=batched) + ",",
+        _tensor_block(INPUT_TEXT, "TYPE_STRING", lead + [1], optional=True),
+        "]",
+        "output [",
+        _tensor_block(OUTPUT_EMBEDDING, "TYPE_FP32", lead + [EMBEDDING_DIM]) + ",",
+        _tensor_block(OUTPUT_MODALITY, "TYPE_STRING", lead + [1]) + ",",
+        _tensor_block(OUTPUT_IMAGE_CLASSES, "TYPE_INT32", lead + [-1]),
+        "]",
+        "instance_group [",
+        "  {",
+        f"    count: {cfg.instance_count}",
+        f"    kind: {cfg.instance_kind}",
+        "  }",
+        "]",
+    ]
+    if cfg.batching_enabled:
+        lines.append("dynamic_batching {")
+        if cfg.preferred_batch_sizes:
+            lines.append(f"  preferred_batch_size: [ {', '.join(str(s) for s in cfg.preferred_batch_sizes)} ]")
+        lines.append(f"  max_queue_delay_microseconds: {cfg.max_queue_delay_microseconds}")
+        lines.append("}")
+    if cfg.response_cache:
+        lines += ["response_cache {", "  enable: true", "}"]
+    for key, value in model_parameters(cfg).items():
+        lines += ["parameters {", f"  key: {_quote(key)}", f"  value: {{ string_value: {_quote(value)} }}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+MODEL_PY = '''\
+"""Triton Python-backend entry point of the modalscale built-in multimodal model (generated, do not edit).
+
+The stub's embedded interpreter ignores PYTHONPATH, so the entries of PYTHONPATH are put in front of
+sys.path here (as site directories, so .pth files of editable installs work). ``modalscale runtime serve``
+sets PYTHONPATH to the directory holding modalscale and the site-packages with torch; in a container image
+either set PYTHONPATH the same way or install modalscale[runtime] into the stub's Python.
+"""
+
+import os
+import site
+import sys
+
+_before = list(sys.path)
+for _entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    if _entry:
+        site.addsitedir(_entry)
+sys.path[:] = [_p for _p in sys.path if _p not in _before] + _before
+
+from modalscale.runtime.model.triton_model import TritonPythonModel  # noqa: E402,F401
+'''
+
+
+def build_repository(cfg: RuntimeConfig) -> dict[str, str]:
+    """All files of the model repository, keyed by path relative to the repository root.
+
+    Args:
+        cfg: The runtime config.
+    Returns:
+        ``{"<name>/config.pbtxt": ..., "<name>/1/model.py": ...}``; the operator stores them in a ConfigMap
+        (``/`` written as ``__`` in keys, per the CRD), the server writes them to a directory.
+    """
+    return {
+        f"{cfg.model_name}/config.pbtxt": render_config_pbtxt(cfg),
+        f"{cfg.model_name}/1/model.py": MODEL_PY,
+    }
+
+
+def server_arguments(cfg: RuntimeConfig) -> list[str]:
+    """Extra ``tritonserver`` arguments the config needs (the response cache must be sized by the server).
+
+    Returns:
+        E.g. ``["--cache-config", "local,size=67108864"]`` when ``response_cache`` is on, else ``[]``.
+    """
+    if cfg.response_cache:
+        return ["--cache-config", f"local,size={RESPONSE_CACHE_BYTES}"]
+    return []
+
+
+def config_summary(cfg: RuntimeConfig) -> str:
+    """One-line JSON of the config, for logs and ConfigMap annotations."""
+    data = dataclasses.asdict(cfg)
+    data["precision"] = cfg.precision.value
+    data["preferred_batch_sizes"] = list(cfg.preferred_batch_sizes)
+    return json.dumps(data, sort_keys=True)
+
+
+def _tensor_block(name: str, data_type: str, dims: list[int], optional: bool = False,
+                  ragged: bool = False) -> str:
+    lines = ["  {", f"    name: {_quote(name)}", f"    data_type: {data_type}",
+             f"    dims: [ {', '.join(str(d) for d in dims)} ]"]
+    if optional:
+        lines.append("    optional: true")
+    if ragged:
+        lines.append("    allow_ragged_batch: true")
+    lines.append("  }")
+    return "\n".join(lines)
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text)
+
+
+def _bool_text(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_int(field: str, value: object, low: int, high: int) -> None:
+    """Raise InvalidRuntimeSpec naming ``field`` (a CRD path below ``spec.`` or a config attribute)."""
+    if not _is_int(value) or not low <= value <= high:  # type: ignore[operator]
+        path = f"spec.{field}" if "." in field else field
+        raise InvalidRuntimeSpec(f"{path}: must be an integer in [{low}, {high}], got {value!r}")
+
+
+def _mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+    value = parent.get(key, {})
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidRuntimeSpec(f"{path}: must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _reject_unknown(obj: Mapping[str, Any], path: str, known: set[str]) -> None:
+    unknown = sorted(set(obj) - known)
+    if unknown:
+        raise InvalidRuntimeSpec(f"{path}.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
+
+
+def _int_field(obj: Mapping[str, Any], key: str, default: int, path: str) -> int:
+    value = obj.get(key, default)
+    if not _is_int(value):
+        raise InvalidRuntimeSpec(f"{path}.{key}: must be an integer, got {value!r}")
+    return int(value)
+
+
+def _bool_field(obj: Mapping[str, Any], key: str, default: bool, path: str) -> bool:
+    value = obj.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidRuntimeSpec(f"{path}.{key}: must be a boolean, got {value!r}")
+    return value

@@ -1,0 +1,341 @@
+"""Run the real NVIDIA ``tritonserver`` shipped in the ``nvidia-pytriton`` wheel with our model repository.
+
+What the Python backend needs here (found by trying, documented in ``runtime/README.md``):
+
+* a backend directory holding ``libtriton_python.so``, ``triton_python_backend_utils.py`` and the
+  ``triton_python_backend_stub`` built for the running Python (``python_backend_stubs/3.11/`` of the wheel);
+  :func:`prepare_backend_directory` copies them once into ``~/.cache/modalscale/triton/<key>/backends/python``;
+* ``LD_LIBRARY_PATH`` containing ``nvidia_pytriton.libs`` (the copied backend loses its ``$ORIGIN`` RPATH);
+* the stub runs the model with the system ``libpython3.11`` (not the venv), so ``PYTHONPATH`` must list the
+  directory that holds the ``modalscale`` package and the venv's ``site-packages`` (torch, PIL,
+  transformers); the stub inherits tritonserver's environment. ``HF_HUB_OFFLINE=1`` keeps transformers
+  from reaching for the hub.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from modalscale.runtime.repo_config import RuntimeConfig, build_repository, server_arguments
+
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "modalscale" / "triton"
+"""Where the prepared backend directory lives (one sub-directory per wheel + Python version)."""
+
+
+class TritonNotFound(RuntimeError):
+    """The ``nvidia-pytriton`` wheel (and so ``tritonserver``) is not installed: install ``modalscale[runtime]``."""
+
+
+class TritonStartError(RuntimeError):
+    """``tritonserver`` exited or did not become ready before the deadline; the message ends with its log tail."""
+
+
+@dataclass(frozen=True)
+class TritonDistribution:
+    """Paths inside the installed ``nvidia-pytriton`` wheel."""
+
+    root: Path
+    """``.../site-packages/pytriton/tritonserver``."""
+    libs: Path
+    """``.../site-packages/nvidia_pytriton.libs`` (bundled shared libraries)."""
+
+    @property
+    def binary(self) -> Path:
+        """The ``tritonserver`` executable."""
+        return self.root / "bin" / "tritonserver"
+
+    @property
+    def caches(self) -> Path:
+        """Directory of cache plug-ins (``local/libtritoncache_local.so``)."""
+        return self.root / "caches"
+
+    def stub(self, python_version: str) -> Path:
+        """The Python-backend stub built for ``python_version`` (``"3.11"``)."""
+        return self.root / "python_backend_stubs" / python_version / "triton_python_backend_stub"
+
+
+def find_distribution() -> TritonDistribution:
+    """Locate ``tritonserver`` inside the installed ``nvidia-pytriton`` wheel.
+
+    Raises:
+        TritonNotFound: The wheel is not installed.
+    """
+    try:
+        import pytriton  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise TritonNotFound("nvidia-pytriton is not installed; pip install 'modalscale[runtime]'") from exc
+    package = Path(pytriton.__file__).resolve().parent
+    dist = TritonDistribution(root=package / "tritonserver", libs=package.parent / "nvidia_pytriton.libs")
+    if not dist.binary.is_file():
+        raise TritonNotFound(f"{dist.binary} is missing; reinstall nvidia-pytriton")
+    return dist
+
+
+def prepare_backend_directory(dist: TritonDistribution, cache_dir: Path = DEFAULT_CACHE_DIR,
+                              python_version: str | None = None) -> Path:
+    """Create (once, idempotently) a ``--backend-directory`` whose Python backend has the right stub.
+
+    Args:
+        dist: The installed wheel.
+        cache_dir: Parent directory; a sub-directory keyed by the wheel's binary and the Python version is used.
+        python_version: ``"3.11"``-style; default: the running interpreter's.
+    Returns:
+        The directory to pass as ``--backend-directory`` (it contains ``python/``).
+    Raises:
+        TritonNotFound: The wheel has no stub for ``python_version``.
+    """
+    version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = dist.stub(version)
+    if not stub.is_file():
+        raise TritonNotFound(f"nvidia-pytriton ships no Python-backend stub for Python {version} ({stub})")
+    source = dist.root / "backends" / "python"
+    digest = hashlib.sha256()
+    for path in (stub, source / "libtriton_python.so", source / "triton_python_backend_utils.py"):
+        stat = path.stat()
+        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    target = cache_dir / f"py{version}-{digest.hexdigest()[:12]}" / "backends"
+    if (target / "python" / "triton_python_backend_stub").is_file():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cache_dir))
+    python_dir = staging / "backends" / "python"
+    python_dir.mkdir(parents=True)
+    shutil.copy2(source / "libtriton_python.so", python_dir)
+    shutil.copy2(source / "triton_python_backend_utils.py", python_dir)
+    shutil.copy2(stub, python_dir / "triton_python_backend_stub")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        (staging / "backends").rename(target)  # atomic; a concurrent preparer may win the race
+    except OSError:
+        if not (target / "python" / "triton_python_backend_stub").is_file():
+            raise
+    shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def stub_environment(dist: TritonDistribution, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for ``tritonserver`` so that its Python-backend stub imports modalscale and torch.
+
+    Args:
+        dist: The installed wheel.
+        base: Starting environment; default ``os.environ``.
+    Returns:
+        A copy of ``base`` with ``LD_LIBRARY_PATH`` (bundled libs), ``PYTHONPATH`` (the directory holding
+        ``modalscale`` and this interpreter's ``purelib``/``platlib``) and ``HF_HUB_OFFLINE=1`` set.
+    """
+    import modalscale
+
+    env = dict(os.environ if base is None else base)
+    modalscale_parent = str(Path(modalscale.__file__).resolve().parent.parent)
+    paths = [modalscale_parent, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    paths += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    libs = [str(dist.libs)] + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(dict.fromkeys(libs))
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def write_repository(files: Mapping[str, str | bytes], directory: Path) -> Path:
+    """Write ``build_repository`` output below ``directory`` (created); returns ``directory``."""
+    for relative, content in files.items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    return directory
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An unused TCP port on ``host`` (bound then released; fine for tests on loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class TritonProcess:
+    """One ``tritonserver`` child process serving a model repository on loopback (or ``host``).
+
+    Use as a context manager or call :meth:`start` / :meth:`stop`. ``stop`` sends SIGTERM, on which Triton
+    stops accepting new requests and finishes those in flight (up to ``--exit-timeout-secs``), then SIGKILL
+    after ``stop_timeout_s``.
+    """
+
+    model_repository: Path
+    """Directory with ``<model>/config.pbtxt`` and ``<model>/1/model.py``."""
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    host: str = "127.0.0.1"
+    """Address the three endpoints bind to."""
+    extra_args: Sequence[str] = ()
+    """Further ``tritonserver`` arguments (e.g. from :func:`server_arguments`)."""
+    log_path: Path | None = None
+    """Where stdout/stderr of the server go; default: a temporary file."""
+    exit_timeout_s: int = 30
+    """``--exit-timeout-secs``: how long Triton drains in-flight requests after SIGTERM."""
+    stop_timeout_s: float = 45.0
+    """How long :meth:`stop` waits after SIGTERM before SIGKILL."""
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _log_file: object | None = field(default=None, init=False, repr=False)
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP endpoint (tritonclient style, no scheme)."""
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC endpoint."""
+        return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Full URL of the Prometheus endpoint."""
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the running server, else None."""
+        return self._proc.pid if self._proc else None
+
+    def command(self, dist: TritonDistribution, backend_directory: Path) -> list[str]:
+        """The full ``tritonserver`` command line."""
+        return [
+            str(dist.binary),
+            f"--model-repository={self.model_repository}",
+            f"--backend-directory={backend_directory}",
+            f"--cache-directory={dist.caches}",
+            f"--http-address={self.host}", f"--http-port={self.http_port}",
+            f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}",
+            "--allow-metrics=true", "--allow-cpu-metrics=true", "--allow-gpu-metrics=false",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            "--disable-auto-complete-config",
+            "--strict-readiness=true",
+            *self.extra_args,
+        ]
+
+    def start(self, ready_timeout_s: float = 180.0) -> TritonProcess:
+        """Start the server and wait until ``/v2/health/ready`` answers 200.
+
+        Raises:
+            TritonStartError: The process exited or was not ready within ``ready_timeout_s`` seconds (it is
+                then stopped); the message carries the log tail.
+            TritonNotFound: The wheel is missing.
+        """
+        dist = find_distribution()
+        backends = prepare_backend_directory(dist)
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._proc = subprocess.Popen(  # noqa: S603 - fixed binary, our arguments
+            self.command(dist, backends), stdout=self._log_file, stderr=subprocess.STDOUT,
+            env=stub_environment(dist), start_new_session=True)
+        try:
+            self.wait_ready(ready_timeout_s)
+        except TritonStartError:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Poll ``/v2/health/ready`` until 200, the process exits, or ``timeout_s`` passes.
+
+        Raises:
+            TritonStartError: Exited or timed out.
+        """
+        deadline = time.monotonic() + timeout_s
+        url = f"http://{self.http_url}/v2/health/ready"
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                if self._proc is None or self._proc.poll() is not None:
+                    code = None if self._proc is None else self._proc.returncode
+                    raise TritonStartError(f"tritonserver exited with code {code}\n{self.log_tail()}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(url).status_code == 200:
+                        return
+                if time.monotonic() > deadline:
+                    raise TritonStartError(f"tritonserver not ready after {timeout_s} s\n{self.log_tail()}")
+                time.sleep(0.2)
+
+    def stop(self) -> int | None:
+        """SIGTERM (Triton drains in-flight requests), then SIGKILL after ``stop_timeout_s``.
+
+        Returns:
+            The exit code, or None if it was not running.
+        """
+        proc, self._proc = self._proc, None
+        code = None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(self.stop_timeout_s)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            code = proc.returncode
+        if self._log_file is not None:
+            self._log_file.close()  # type: ignore[attr-defined]
+            self._log_file = None
+        return code
+
+    def wait(self) -> int:
+        """Block until the server exits; returns its exit code."""
+        if self._proc is None:
+            raise RuntimeError("tritonserver is not running")
+        return self._proc.wait()
+
+    def log_tail(self, max_chars: int = 6000) -> str:
+        """The last ``max_chars`` characters of the server log."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")[-max_chars:]
+
+    def __enter__(self) -> TritonProcess:
+        return self.start() if self._proc is None else self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def serve_config(cfg: RuntimeConfig, repository_dir: Path, **kwargs: object) -> Iterator[TritonProcess]:
+    """Write the repository of ``cfg`` into ``repository_dir`` and run a server on it for the ``with`` body.
+
+    Args:
+        cfg: The runtime config.
+        repository_dir: Target directory (created; existing files of the same names are overwritten).
+        **kwargs: Passed to :class:`TritonProcess` (ports, host, log_path ...).
+    """
+    write_repository(build_repository(cfg), repository_dir)
+    extra = list(server_arguments(cfg)) + list(kwargs.pop("extra_args", ()))  # type: ignore[call-overload]
+    server = TritonProcess(model_repository=repository_dir, extra_args=extra, **kwargs)  # type: ignore[arg-type]
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
