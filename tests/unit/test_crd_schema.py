@@ -22,7 +22,8 @@ def _walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, A
     if isinstance(schema.get("additionalProperties"), dict):
         out += _walk(schema["additionalProperties"], f"{path}{{}}")
     for alt in schema.get("anyOf", []):
-        out += _walk(alt, path)
+        # int-or-string alternatives carry only a type; the bounds sit beside anyOf and apply to both.
+        out += _walk({**{k: v for k, v in schema.items() if k != "anyOf"}, **alt}, path)
     return out
 
 

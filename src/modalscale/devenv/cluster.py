@@ -257,7 +257,7 @@ class LocalCluster:
                 "--use-service-account-credentials=false",
                 "--node-monitor-period=25s", "--node-monitor-grace-period=3m20s",
                 "--concurrent-gc-syncs=5", "--kube-api-qps=500", "--kube-api-burst=1000", "--v=1",
-                f"--profiling=false", f"--cluster-name=modalscale-{w.name}",
+                "--profiling=false", f"--cluster-name=modalscale-{w.name}",
             ])
         if not running["kube-scheduler"]:
             self._start("kube-scheduler", [
@@ -271,7 +271,6 @@ class LocalCluster:
                 str(bins.kwok), kc, "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16",
-                f"--server-address=127.0.0.1:0",
             ])
         time.sleep(0.5)
         dead = [n for n, pid in self.pids().items() if pid is None]

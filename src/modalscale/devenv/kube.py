@@ -39,7 +39,7 @@ def load_crds(crd_dir: Path) -> list[dict[str, Any]]:
 
 
 def install_crds(api_client: Any, crd_dir: Path, timeout_s: float = 60.0) -> list[str]:
-    """Create or update every CRD in ``crd_dir`` (server-side apply) and wait until each is Established.
+    """Create or update every CRD in ``crd_dir`` and its ``peering/`` folder (server-side apply) and wait until each is Established.
 
     Returns:
         The CRD names.
@@ -51,15 +51,12 @@ def install_crds(api_client: Any, crd_dir: Path, timeout_s: float = 60.0) -> lis
 
     ext = client.ApiextensionsV1Api(api_client)
     names = []
-    for doc in load_crds(crd_dir):
+    docs = load_crds(crd_dir) + (load_crds(crd_dir / "peering") if (crd_dir / "peering").is_dir() else [])
+    for doc in docs:
         name = doc["metadata"]["name"]
         names.append(name)
-        api_client.call_api(
-            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", "PATCH",
-            query_params=[("fieldManager", "modalscale"), ("force", "true")],
-            header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
-            body=doc, auth_settings=["BearerToken"], _return_http_data_only=True, _preload_content=False,
-        )
+        ext.patch_custom_resource_definition(name, doc, field_manager="modalscale", force=True,
+                                             _content_type="application/apply-patch+yaml")
 
     def established(n: str) -> bool:
         crd = ext.read_custom_resource_definition(n)
