@@ -219,7 +219,8 @@ class ReplicaResources:
 def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     merged: dict[str, Any] = dict(base)
     for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+        # A price figure is replaced whole, so a stale source or note never survives an override.
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping) and "usdPerUnitHour" not in value:
             merged[key] = _deep_merge(merged[key], value)
         else:
             merged[key] = value
@@ -240,7 +241,8 @@ def load_catalog(override: str | Path | Mapping[str, Any] | None = None, *,
 
     Args:
         override: A YAML string, a path to a YAML file, or an already parsed mapping, with the shape of
-            ``catalog.yaml``; any subset (e.g. one new GPU type) is merged onto the defaults.
+            ``catalog.yaml``; any subset (e.g. one new GPU type) is merged onto the defaults, each price
+            figure (``usdPerUnitHour``/``source``/``asOf``/``note``) being replaced whole.
         base: The default catalog file.
     Returns:
         The validated, immutable :class:`Catalog`.
