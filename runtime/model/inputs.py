@@ -126,8 +126,10 @@ def decode_image(data: bytes, index: int, settings: ModelSettings) -> DecodedIma
             image = ImageOps.exif_transpose(image)
     except RequestError:
         raise
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError,
-            Image.DecompressionBombWarning) as exc:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise RequestError("ImageTooLarge", f"IMAGES[{index}]: exceeds the limit of {settings.max_image_pixels} "
+                                            f"pixels ({exc})") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise RequestError("CorruptImage",
                            f"IMAGES[{index}]: cannot decode image ({type(exc).__name__}: {exc})") from None
     rgb = _to_rgb(image)

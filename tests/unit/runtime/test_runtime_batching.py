@@ -1,0 +1,75 @@
+"""Pure planning of encoder passes and model settings parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from modalscale.runtime.model.batching import (
+    Group,
+    plan_image_groups,
+    plan_text_groups,
+    split_evenly,
+    text_bucket,
+)
+from modalscale.runtime.model.settings import ModelSettings
+from modalscale.runtime.repo_config import Precision, RuntimeConfig, model_parameters
+
+SHAPES = [(64, 64), (384, 384), (64, 64), (96, 384)]
+
+
+def test_naive_images_pad_everything_to_the_largest() -> None:
+    assert plan_image_groups(SHAPES, modality_aware=False) == [Group((0, 1, 2, 3), (384, 384))]
+
+
+def test_aware_images_group_by_shape_in_order_of_first_appearance() -> None:
+    assert plan_image_groups(SHAPES, modality_aware=True) == [
+        Group((0, 2), (64, 64)), Group((1,), (384, 384)), Group((3,), (96, 384))]
+
+
+def test_aware_padded_pixels_never_exceed_naive() -> None:
+    naive = sum(g.padded_size() for g in plan_image_groups(SHAPES, False))
+    aware = sum(g.padded_size() for g in plan_image_groups(SHAPES, True))
+    assert naive == 4 * 384 * 384
+    assert aware == 2 * 64 * 64 + 384 * 384 + 96 * 384
+    assert aware <= naive
+
+
+@pytest.mark.parametrize("aware", [True, False], ids=["aware", "naive"])
+def test_groups_cover_each_item_once(aware: bool) -> None:
+    for plan in (plan_image_groups(SHAPES, aware), plan_text_groups([3, 40, 7, 256, 17], aware)):
+        indices = sorted(i for g in plan for i in g.indices)
+        assert indices == list(range(len(indices)))
+
+
+def test_empty_batches_plan_nothing() -> None:
+    assert plan_image_groups([], True) == [] and plan_text_groups([], False) == []
+
+
+def test_text_buckets() -> None:
+    assert [text_bucket(n) for n in (1, 16, 17, 64, 65, 256, 300)] == [16, 16, 32, 64, 128, 256, 256]
+    assert plan_text_groups([3, 40, 7, 256, 17], True) == [
+        Group((0, 2), (7,)), Group((4,), (17,)), Group((1,), (40,)), Group((3,), (256,))]
+    assert plan_text_groups([3, 40, 7], False) == [Group((0, 1, 2), (40,))]
+
+
+def test_split_evenly_adds_up() -> None:
+    assert split_evenly(1.0, [1, 3]) == [0.25, 0.75]
+    assert split_evenly(2.0, [0, 0]) == [0.0, 0.0]
+    assert sum(split_evenly(0.3, [1, 1, 1])) == pytest.approx(0.3)
+
+
+def test_settings_round_trip_from_generated_parameters() -> None:
+    cfg = RuntimeConfig(intra_op_threads=3, precision=Precision.INT8, modality_aware_batching=False,
+                        embedding_cache=False, max_images_per_request=4)
+    model_config = {"parameters": {k: {"string_value": v} for k, v in model_parameters(cfg).items()}}
+    settings = ModelSettings.from_model_config(model_config)
+    assert settings == ModelSettings(intra_op_threads=3, precision=Precision.INT8, modality_aware_batching=False,
+                                     embedding_cache=False, max_images_per_request=4)
+
+
+def test_settings_defaults_and_errors() -> None:
+    assert ModelSettings.from_model_config({}) == ModelSettings()
+    with pytest.raises(ValueError, match="parameter intra_op_threads"):
+        ModelSettings.from_model_config({"parameters": {"intra_op_threads": {"string_value": "two"}}})
+    with pytest.raises(ValueError, match="parameter embedding_cache"):
+        ModelSettings.from_model_config({"parameters": {"embedding_cache": {"string_value": "yes"}}})
