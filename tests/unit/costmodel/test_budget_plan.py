@@ -1,0 +1,309 @@
+"""Budget planner: state, forecast, alert de-duplication across status round trips, enforcement, blind rule."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from modalscale.costmodel.budget import (
+    AlertKind,
+    AlertState,
+    BudgetPlan,
+    BudgetState,
+    InvalidBudgetSpec,
+    InvalidBudgetStatus,
+    PolicyRef,
+    ServiceState,
+    ThresholdAction,
+    parse_budget_spec,
+    plan_budget,
+    service_state,
+)
+from modalscale.costmodel.catalog import ReplicaResources, default_catalog
+from modalscale.costmodel.ledger import Ledger, ServiceObservation, advance
+
+UTC = timezone.utc
+D = Decimal
+POLICY = PolicyRef("team-search", "search-daily")
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def svc(name: str, replicas: int | None = 2, price: str | None = "1", *, max_replicas: int = 10,
+        priority: int = 100, namespace: str = "team-search") -> ServiceState:
+    return ServiceState(namespace, name, replicas, max_replicas, D(price) if price is not None else None, priority,
+                        "" if price is not None and replicas is not None else "price not in catalog")
+
+
+def roundtrip(plan: BudgetPlan) -> AlertState:
+    """What the next evaluation (or a restarted operator) reads back from the written status."""
+    return AlertState.from_status(json.loads(json.dumps(plan.status_fields())))
+
+
+def kinds(plan: BudgetPlan) -> list[AlertKind]:
+    return [a.kind for a in plan.alerts]
+
+
+# ------------------------------------------------------------------------------------------------ state
+@pytest.mark.parametrize(
+    ("spent", "state", "crossed"),
+    [("10", BudgetState.OK, ()), ("50", BudgetState.WARNING, (50,)), ("79.99", BudgetState.WARNING, (50,)),
+     ("80", BudgetState.WARNING, (50, 80)), ("100", BudgetState.EXCEEDED, (50, 80, 100)),
+     ("250", BudgetState.EXCEEDED, (50, 80, 100))],
+)
+def test_state_and_crossed_thresholds_follow_spend(make_spec, spent: str, state: BudgetState, crossed) -> None:
+    plan = plan_budget(make_spec(), D(spent), [svc("a")], AlertState(), utc(2026, 5, 1, 12), policy=POLICY)
+    assert plan.state is state
+    assert plan.thresholds_crossed == crossed
+    assert plan.remaining_usd == D(100) - D(spent)
+
+
+def test_forecast_is_linear_at_the_current_burn_rate(make_spec) -> None:
+    # 2 services: 2 x 1.5 + 1 x 4 = 7 USD/h; 14:00 UTC -> 10 h left; 20 + 70 = 90
+    spec = make_spec(forecast={"enabled": True, "alertAtPercent": 100})
+    plan = plan_budget(spec, D(20), [svc("a", 2, "1.5"), svc("b", 1, "4")], AlertState(), utc(2026, 5, 1, 14))
+    assert plan.burn_rate_usd_per_hour == D(7)
+    assert plan.forecast_usd == D(90)
+    assert plan.forecast_method == "LinearAtCurrentBurnRate"
+    assert plan.state is BudgetState.OK and plan.alerts == ()
+
+
+def test_forecast_alert_once_per_period_and_not_when_disabled(make_spec) -> None:
+    spec = make_spec(forecast={"enabled": True, "alertAtPercent": 90})
+    services = [svc("a", 2, "5")]  # 10 USD/h; at 12:00 UTC 12 h left: 10 + 120 = 130 >= 90
+    first = plan_budget(spec, D(10), services, AlertState(), utc(2026, 5, 1, 12), policy=POLICY)
+    assert kinds(first) == [AlertKind.FORECAST_EXCEEDED]
+    assert first.state is BudgetState.WARNING and first.reason == "ForecastOverLimit"
+    second = plan_budget(spec, D(11), services, roundtrip(first), utc(2026, 5, 1, 12, 1), policy=POLICY)
+    assert second.alerts == ()
+    next_day = plan_budget(spec, D(10), services, roundtrip(second), utc(2026, 5, 2, 12), policy=POLICY)
+    assert kinds(next_day) == [AlertKind.FORECAST_EXCEEDED]
+    off = plan_budget(make_spec(), D(10), services, AlertState(), utc(2026, 5, 1, 12), policy=POLICY)
+    assert off.forecast_usd is None and off.alerts == ()
+
+
+def test_no_forecast_alert_when_actual_spend_already_crossed_that_percent(make_spec) -> None:
+    spec = make_spec(forecast={"enabled": True, "alertAtPercent": 50}, thresholds=[{"percent": 90}])
+    plan = plan_budget(spec, D(60), [svc("a", 1, "1")], AlertState(), utc(2026, 5, 1, 12))
+    assert AlertKind.FORECAST_EXCEEDED not in kinds(plan)
+
+
+# ------------------------------------------------------------------------------------------- dedupe
+def test_each_threshold_alerts_exactly_once_per_period_across_restarts(make_spec) -> None:
+    spec, services = make_spec(), [svc("a")]
+    t = utc(2026, 5, 1, 9)
+    sent: list[tuple[int, ...]] = []
+    state = AlertState()
+    for minute, spent in enumerate(["10", "49.99", "50", "51", "60", "79", "80", "81", "99", "100", "120", "130"]):
+        plan = plan_budget(spec, D(spent), services, state, t + timedelta(minutes=minute), policy=POLICY)
+        sent += [a.thresholds_percent for a in plan.alerts if a.kind is AlertKind.THRESHOLD_CROSSED]
+        state = roundtrip(plan)  # every evaluation goes through the status, as after a restart
+    assert sent == [(50,), (80,), (100,)]
+
+
+def test_thresholds_crossed_together_are_one_message_and_each_is_marked(make_spec) -> None:
+    plan = plan_budget(make_spec(), D(85), [svc("a")], AlertState(), utc(2026, 5, 1, 9), policy=POLICY)
+    assert [(a.kind, a.thresholds_percent) for a in plan.alerts] == [(AlertKind.THRESHOLD_CROSSED, (50, 80))]
+    records = {r.percent: r for r in plan.alert_state.records if not r.forecast}
+    assert records[50].alerted_period_start == records[80].alerted_period_start == utc(2026, 5, 1)
+    assert records[100].alerted_period_start is None and not records[100].crossed
+
+
+def test_a_new_period_resets_the_dedupe(make_spec) -> None:
+    day1 = plan_budget(make_spec(), D(55), [svc("a")], AlertState(), utc(2026, 5, 1, 20), policy=POLICY)
+    day2_low = plan_budget(make_spec(), D(5), [svc("a")], roundtrip(day1), utc(2026, 5, 2, 1), policy=POLICY)
+    assert day2_low.alerts == () and day2_low.state is BudgetState.OK
+    day2 = plan_budget(make_spec(), D(50), [svc("a")], roundtrip(day2_low), utc(2026, 5, 2, 9), policy=POLICY)
+    assert [a.thresholds_percent for a in day2.alerts] == [(50,)]
+
+
+def test_threshold_without_alert_action_enforces_silently(make_spec) -> None:
+    spec = make_spec(thresholds=[{"percent": 50, "actions": ["CapReplicas"], "capReplicas": 1}])
+    plan = plan_budget(spec, D(60), [svc("a", 3)], AlertState(), utc(2026, 5, 1, 9))
+    assert plan.alerts == ()
+    assert [(a.action, a.max_replicas) for a in plan.actions] == [(ThresholdAction.CAP_REPLICAS, 1)]
+    assert plan.alert_state.records[0].crossed and plan.alert_state.records[0].last_alert_time is None
+
+
+def test_recovery_notice_once_when_a_new_period_follows_an_exceeded_one(make_spec) -> None:
+    exceeded = plan_budget(make_spec(), D(120), [svc("a", 4)], AlertState(), utc(2026, 5, 1, 22), policy=POLICY)
+    assert exceeded.state is BudgetState.EXCEEDED and exceeded.actions
+    ledger = advance(Ledger(), [ServiceObservation("team-search", "a", 1, D(1))], utc(2026, 5, 1, 23), "Daily")
+    rolled = advance(ledger.ledger, [ServiceObservation("team-search", "a", 1, D(1))], utc(2026, 5, 2, 0, 30), "Daily")
+    recovered = plan_budget(make_spec(), rolled, [svc("a", 1)], roundtrip(exceeded), utc(2026, 5, 2, 0, 30),
+                            policy=POLICY)
+    assert kinds(recovered) == [AlertKind.RECOVERED]
+    alert = recovered.alerts[0]
+    assert alert.resolved and alert.severity == "info"
+    assert alert.closed_period_spent_usd == D(1)  # 23:00 -> 24:00 at 1 USD/h
+    assert recovered.actions == () and recovered.enforced_services == ()
+    assert recovered.state is BudgetState.OK
+    again = plan_budget(make_spec(), D("1.5"), [svc("a", 1)], roundtrip(recovered), utc(2026, 5, 2, 1), policy=POLICY)
+    assert again.alerts == ()
+
+
+# -------------------------------------------------------------------------------------- enforcement
+def test_enforcement_targets_and_threshold_order(make_spec) -> None:
+    spec = make_spec(thresholds=[
+        {"percent": 50, "actions": ["Alert", "CapReplicas"], "capReplicas": 3},
+        {"percent": 90, "actions": ["ScaleDown"]},
+        {"percent": 120, "actions": ["ScaleToZero"]},
+    ], enforcement={"floorReplicas": 1})
+    services = [svc("a", 5, max_replicas=4), svc("b", 2, max_replicas=8)]
+    cap = plan_budget(spec, D(60), services, AlertState(), utc(2026, 5, 1, 9))
+    assert [(a.name, a.action.value, a.max_replicas, a.desired_replicas) for a in cap.actions] == [
+        ("a", "CapReplicas", 3, 3), ("b", "CapReplicas", 3, 2)]
+    down = plan_budget(spec, D(95), services, AlertState(), utc(2026, 5, 1, 9))
+    assert {(a.name, a.action.value, a.max_replicas) for a in down.actions} == {("a", "ScaleDown", 1), ("b", "ScaleDown", 1)}
+    zero = plan_budget(spec, D(130), services, AlertState(), utc(2026, 5, 1, 9))
+    assert {(a.action.value, a.max_replicas, a.desired_replicas) for a in zero.actions} == {("ScaleToZero", 0, 0)}
+    assert zero.effective_max_replicas() == {("team-search", "a"): 0, ("team-search", "b"): 0}
+
+
+def test_cap_never_raises_a_services_own_maximum(make_spec) -> None:
+    plan = plan_budget(make_spec(), D(85), [svc("a", 1, max_replicas=1)], AlertState(), utc(2026, 5, 1, 9))
+    assert plan.actions[0].max_replicas == 1  # capReplicas 2 > maxReplicas 1
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [("LowestPriorityFirst", ["low", "dear-mid", "cheap-mid", "high"]),
+     ("HighestCostFirst", ["dear-mid", "high", "low", "cheap-mid"])],
+)
+def test_services_are_ordered_by_priority_or_cost(make_spec, order: str, expected: list[str]) -> None:
+    # cost rates: high 2 x 3 = 6, low 1, cheap-mid 0.5, dear-mid 4 x 2 = 8 USD/h;
+    # equal priority (100) is broken by the higher cost first
+    services = [svc("high", 2, "3", priority=500), svc("low", 1, "1", priority=10),
+                svc("cheap-mid", 1, "0.5", priority=100), svc("dear-mid", 4, "2", priority=100)]
+    plan = plan_budget(make_spec(enforcement={"order": order}), D(85), services, AlertState(), utc(2026, 5, 1, 9))
+    assert [a.name for a in plan.actions] == expected
+
+
+def test_dry_run_reports_actions_but_applies_none(make_spec) -> None:
+    plan = plan_budget(make_spec(enforcement={"dryRun": True}), D(105), [svc("a", 4)], AlertState(),
+                       utc(2026, 5, 1, 9), policy=POLICY)
+    assert plan.actions and all(a.dry_run and not a.applied for a in plan.actions)
+    assert plan.effective_max_replicas() == {}
+    assert plan.status_fields()["enforcedServices"][0]["dryRun"] is True
+    assert "[dry run, not applied]" in plan.alerts[0].text()
+
+
+def test_enforcement_since_is_kept_while_the_action_holds(make_spec) -> None:
+    first = plan_budget(make_spec(), D(85), [svc("a", 4)], AlertState(), utc(2026, 5, 1, 9))
+    later = plan_budget(make_spec(), D(90), [svc("a", 2)], roundtrip(first), utc(2026, 5, 1, 10))
+    assert later.actions[0].since == utc(2026, 5, 1, 9)
+    stronger = plan_budget(make_spec(), D(101), [svc("a", 2)], roundtrip(later), utc(2026, 5, 1, 11))
+    assert (stronger.actions[0].action, stronger.actions[0].since) == (ThresholdAction.SCALE_DOWN, utc(2026, 5, 1, 11))
+
+
+def test_raising_the_limit_mid_period_lifts_enforcement_without_realerting(make_spec) -> None:
+    tight = plan_budget(make_spec(), D(85), [svc("a", 4)], AlertState(), utc(2026, 5, 1, 9))
+    loose = plan_budget(make_spec(limit={"amount": "1000"}), D(86), [svc("a", 4)], roundtrip(tight),
+                        utc(2026, 5, 1, 10))
+    assert loose.actions == () and loose.alerts == () and loose.state is BudgetState.OK
+
+
+# --------------------------------------------------------------------------------------- blind rule
+def test_unknown_price_makes_governance_blind_no_action_one_alert(make_spec) -> None:
+    services = [svc("a", 4, "1"), svc("b", 2, None)]
+    plan = plan_budget(make_spec(), D(105), services, AlertState(), utc(2026, 5, 1, 9), policy=POLICY)
+    assert plan.state is BudgetState.UNKNOWN and plan.reason == "GovernanceBlind"
+    assert plan.actions == () and plan.enforced_services == ()
+    assert plan.burn_rate_usd_per_hour is None and plan.forecast_usd is None
+    blind = [a for a in plan.alerts if a.kind is AlertKind.GOVERNANCE_BLIND]
+    assert len(blind) == 1 and "team-search/b" in blind[0].text()
+    again = plan_budget(make_spec(), D(106), services, roundtrip(plan), utc(2026, 5, 1, 9, 1), policy=POLICY)
+    assert AlertKind.GOVERNANCE_BLIND not in kinds(again)
+
+
+def test_unknown_replicas_are_blind_too_and_held_enforcement_is_not_tightened(make_spec) -> None:
+    capped = plan_budget(make_spec(), D(85), [svc("a", 4)], AlertState(), utc(2026, 5, 1, 9))
+    blind = plan_budget(make_spec(), D(120), [svc("a", None)], roundtrip(capped), utc(2026, 5, 1, 10))
+    assert blind.state is BudgetState.UNKNOWN
+    assert blind.actions == ()  # no ScaleDown although 100 % is crossed
+    assert [(e.action, e.max_replicas) for e in blind.enforced_services] == [(ThresholdAction.CAP_REPLICAS, 2)]
+    next_day = plan_budget(make_spec(), D(1), [svc("a", None)], roundtrip(blind), utc(2026, 5, 2, 1))
+    assert next_day.enforced_services == ()
+
+
+def test_service_state_turns_unknown_price_into_none_not_zero() -> None:
+    cat = default_catalog()
+    known = service_state("ns", "a", replicas=2, max_replicas=4, resources=ReplicaResources.from_quantities(
+        "2", "8Gi", 1, "nvidia-l4"), tier="OnDemand", catalog=cat)
+    assert known.known and known.usd_per_replica_hour == D("0.657158239")  # 0.063222 + 0.033896 + 0.560040239
+    unknown = service_state("ns", "b", replicas=2, max_replicas=4, resources=ReplicaResources.from_quantities(
+        "2", "8Gi", 1, "nvidia-b200"), tier="OnDemand", catalog=cat)
+    assert unknown.usd_per_replica_hour is None and "nvidia-b200" in unknown.unknown_reason
+
+
+# --------------------------------------------------------------------------------------------- spec
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"period": "Hourly"}, "spec.period"),
+        ({"timeZone": "Mars/Olympus"}, "spec.timeZone"),
+        ({"limit": {"amount": "0"}}, "spec.limit.amount"),
+        ({"limit": {"amount": 12.5}}, "spec.limit.amount"),
+        ({"limit": {"currency": "EUR"}}, "spec.limit.currency"),
+        ({"thresholds": [{"percent": 80}, {"percent": 50}]}, "spec.thresholds"),
+        ({"thresholds": [{"percent": 80, "actions": ["CapReplicas"]}]}, "spec.thresholds[0]"),
+        ({"thresholds": [{"percent": 250}]}, "spec.thresholds[0].percent"),
+        ({"thresholds": []}, "spec.thresholds"),
+        ({"enforcement": {"order": "Random"}}, "spec.enforcement.order"),
+        ({"notifications": [{"name": "x", "type": "Slack", "secretRef": {"name": "s"}},
+                            {"name": "x", "type": "Teams", "secretRef": {"name": "t"}}]}, "spec.notifications"),
+        ({"notifications": [{"name": "x", "type": "Pager", "secretRef": {"name": "s"}}]}, "spec.notifications[0].type"),
+    ],
+)
+def test_invalid_spec_names_the_field(spec_dict, overrides: dict, fragment: str) -> None:
+    with pytest.raises(InvalidBudgetSpec) as info:
+        parse_budget_spec(spec_dict(**overrides))
+    assert fragment in str(info.value)
+
+
+def test_spec_defaults_follow_the_crd() -> None:
+    spec = parse_budget_spec({"period": "Monthly", "limit": {"amount": "10"}, "thresholds": [{"percent": 100}]})
+    assert spec.time_zone == "UTC" and spec.limit.currency == "USD"
+    assert spec.thresholds[0].actions == (ThresholdAction.ALERT,)
+    assert (spec.enforcement.floor_replicas, spec.enforcement.order.value, spec.enforcement.dry_run) == (
+        1, "LowestPriorityFirst", False)
+    assert (spec.forecast.enabled, spec.forecast.alert_at_percent, spec.evaluation_interval_s) == (True, 100, 60)
+
+
+@pytest.mark.parametrize(
+    ("selector", "namespace", "labels", "selected"),
+    [({}, "team-search", {}, True), ({}, "other", {}, False),
+     ({"namespaces": ["a", "b"]}, "b", {}, True),
+     ({"matchLabels": {"team": "search"}}, "team-search", {"team": "search"}, True),
+     ({"matchLabels": {"team": "search"}}, "team-search", {"team": "ads"}, False),
+     ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}]}, "team-search", {"tier": "gold"}, True),
+     ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gold"]}]}, "team-search", {"tier": "gold"}, False),
+     ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, "team-search", {}, True)],
+)
+def test_selector_matches_like_the_crd_describes(selector, namespace, labels, selected) -> None:
+    spec = parse_budget_spec({"selector": selector, "period": "Daily", "limit": {"amount": "1"},
+                              "thresholds": [{"percent": 100}]})
+    assert spec.selector.matches("team-search", namespace, labels) is selected
+
+
+def test_status_fields_use_crd_names_and_decimal_strings(make_spec) -> None:
+    plan = plan_budget(make_spec(forecast={"enabled": True}), D("85.125"), [svc("a", 2, "1.5")], AlertState(),
+                       utc(2026, 5, 1, 12), policy=POLICY)
+    status = plan.status_fields()
+    assert {k: status[k] for k in ("periodStart", "periodEnd", "spent", "remaining", "state", "burnRatePerHour",
+                                   "forecast", "currency")} == {
+        "periodStart": "2026-05-01T00:00:00Z", "periodEnd": "2026-05-02T00:00:00Z", "spent": "85.12",
+        "remaining": "14.88", "state": "Warning", "burnRatePerHour": "3.00", "forecast": "121.12", "currency": "USD"}
+    assert len(status["thresholds"]) == 4  # three thresholds and the forecast record (CRD maxItems 11)
+
+
+def test_corrupt_alert_status_names_the_field() -> None:
+    with pytest.raises(InvalidBudgetStatus, match=r"status.thresholds\[0\].alertedPeriodStart"):
+        AlertState.from_status({"thresholds": [{"percent": 50, "alertedPeriodStart": "soon"}]})
+    with pytest.raises(InvalidBudgetStatus, match="status.state"):
+        AlertState.from_status({"state": "Fine"})

@@ -1,0 +1,189 @@
+"""Notification payloads: each platform's documented shape, known-answer signatures, no URLs or secrets."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import urllib.parse
+from datetime import datetime, timezone
+from decimal import Decimal
+
+import pytest
+
+from modalscale.costmodel.budget import AlertKind, AlertState, BudgetAlert, PolicyRef, ServiceState, plan_budget
+from modalscale.costmodel.notify_payloads import (
+    WECOM_MAX_MARKDOWN_BYTES,
+    dingtalk_payload,
+    dingtalk_sign,
+    dingtalk_signed_url,
+    feishu_payload,
+    feishu_sign,
+    prepare_request,
+    slack_payload,
+    teams_payload,
+    webhook_payload,
+    webhook_signature,
+    wecom_payload,
+)
+
+UTC = timezone.utc
+NOW = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)
+SECRET = "SECa1b2c3-not-a-real-secret"
+URLS = {
+    "Slack": "https://hooks.slack.com/services/T000/B000/XXXXSECRETPATH",
+    "Teams": "https://prod-00.westus.logic.azure.com/workflows/abc/triggers/manual/paths/invoke?sig=SIGSECRET",
+    "WeCom": "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=KEYSECRET",
+    "DingTalk": "https://oapi.dingtalk.com/robot/send?access_token=TOKENSECRET",
+    "Feishu": "https://open.feishu.cn/open-apis/bot/v2/hook/HOOKSECRET",
+    "Webhook": "https://alerts.example.com/hook?token=TOKSECRET",
+}
+
+
+def make_alert(spent: str = "105", services: int = 2, dry_run: bool = False) -> BudgetAlert:
+    from modalscale.costmodel.budget import parse_budget_spec
+
+    spec = parse_budget_spec({
+        "selector": {"matchLabels": {"team": "search"}}, "period": "Daily", "timeZone": "Europe/Berlin",
+        "limit": {"amount": "100"}, "forecast": {"enabled": True},
+        "thresholds": [{"percent": 100, "actions": ["Alert", "ScaleDown"]}], "enforcement": {"dryRun": dry_run}})
+    svcs = [ServiceState("team-search", f"svc-{i:03d}", 3, 8, Decimal("1.25")) for i in range(services)]
+    plan = plan_budget(spec, Decimal(spent), svcs, AlertState(), NOW, policy=PolicyRef("team-search", "search-daily"))
+    return next(a for a in plan.alerts if a.kind is AlertKind.THRESHOLD_CROSSED)
+
+
+# ------------------------------------------------------------------------------- known-answer signatures
+def _dingtalk_reference(secret: str, timestamp_ms: int) -> str:
+    """Written from the DingTalk document (Python sample), independently of the module under test."""
+    string_to_sign = "{}\n{}".format(timestamp_ms, secret)
+    code = hmac.new(secret.encode("utf-8"), string_to_sign.encode("utf-8"), digestmod=hashlib.sha256).digest()
+    return urllib.parse.quote_plus(base64.b64encode(code))
+
+
+def _feishu_reference(secret: str, timestamp_s: int) -> str:
+    """Written from the Feishu document: the string "timestamp\\nsecret" is the HMAC key, the message empty."""
+    key = ("%d\n%s" % (timestamp_s, secret)).encode("utf-8")
+    return base64.b64encode(hmac.new(key, digestmod=hashlib.sha256).digest()).decode()
+
+
+@pytest.mark.parametrize(("secret", "ts"), [("this is secret", 1577836800000), (SECRET, 1777627800000),
+                                            ("SEC密钥", 1700000000123)])
+def test_dingtalk_sign_matches_the_documented_algorithm(secret: str, ts: int) -> None:
+    assert dingtalk_sign(secret, ts) == _dingtalk_reference(secret, ts)
+
+
+def test_dingtalk_sign_matches_a_published_vector() -> None:
+    # Test vector of the `dingding` Rust crate (docs.rs/crate/dingding, src/signature.rs).
+    assert dingtalk_sign("secret", 1700000000000) == "OuzzJR5%2BxZ4%2FEYwqtNt6sMYZQMTa%2FHEGvc9miJe7XzY%3D"
+
+
+@pytest.mark.parametrize(("secret", "ts"), [("this is secret", 1599360473), (SECRET, 1777627800)])
+def test_feishu_sign_matches_the_documented_algorithm(secret: str, ts: int) -> None:
+    assert feishu_sign(secret, ts) == _feishu_reference(secret, ts)
+    # and it is not the DingTalk construction (key = secret), a common mix-up
+    assert feishu_sign(secret, ts) != urllib.parse.unquote_plus(dingtalk_sign(secret, ts))
+
+
+def test_dingtalk_signed_url_keeps_the_token_and_appends_timestamp_and_sign() -> None:
+    url = dingtalk_signed_url(URLS["DingTalk"], SECRET, 1777627800000)
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+    assert query["access_token"] == ["TOKENSECRET"]
+    assert query["timestamp"] == ["1777627800000"]
+    assert query["sign"] == [urllib.parse.unquote_plus(_dingtalk_reference(SECRET, 1777627800000))]
+
+
+def test_webhook_signature_is_hmac_over_timestamp_dot_body() -> None:
+    body = b'{"a":1}'
+    expected = hmac.new(SECRET.encode(), b"1777627800." + body, hashlib.sha256).hexdigest()
+    assert webhook_signature(SECRET, 1777627800, body) == "sha256=" + expected
+
+
+# -------------------------------------------------------------------------------------------- shapes
+def test_slack_has_block_kit_blocks_and_text_fallback() -> None:
+    body = slack_payload(make_alert())
+    assert body["text"].startswith("Budget team-search/search-daily crossed 100 %")
+    assert [b["type"] for b in body["blocks"]] == ["header", "section", "section", "context"]
+    assert body["blocks"][0]["text"]["type"] == "plain_text" and len(body["blocks"][0]["text"]["text"]) <= 150
+    assert len(body["blocks"][1]["fields"]) <= 10
+
+
+def test_teams_is_a_message_with_one_adaptive_card() -> None:
+    body = teams_payload(make_alert())
+    assert body["type"] == "message"
+    (attachment,) = body["attachments"]
+    assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
+    card = attachment["content"]
+    assert card["type"] == "AdaptiveCard" and card["version"] == "1.4"
+    assert [b["type"] for b in card["body"]] == ["TextBlock", "FactSet"]
+
+
+def test_wecom_markdown_fits_4096_bytes_even_with_many_actions() -> None:
+    body = wecom_payload(make_alert(services=400))
+    assert body["msgtype"] == "markdown"
+    assert len(body["markdown"]["content"].encode("utf-8")) <= WECOM_MAX_MARKDOWN_BYTES
+    assert "and 390 more" in body["markdown"]["content"]
+
+
+def test_dingtalk_markdown_has_title_and_text() -> None:
+    body = dingtalk_payload(make_alert())
+    assert body["msgtype"] == "markdown"
+    assert set(body["markdown"]) == {"title", "text"}
+
+
+def test_feishu_interactive_card_signed_in_the_body() -> None:
+    body = feishu_payload(make_alert(), SECRET, 1777627800)
+    assert body["msg_type"] == "interactive"
+    assert body["timestamp"] == "1777627800"
+    assert body["sign"] == _feishu_reference(SECRET, 1777627800)
+    assert body["card"]["header"]["template"] == "red"
+    assert "timestamp" not in feishu_payload(make_alert())
+
+
+def test_generic_webhook_is_alertmanager_v4() -> None:
+    body = webhook_payload(make_alert())
+    assert body["version"] == "4" and body["status"] == "firing"
+    (alert,) = body["alerts"]
+    assert alert["labels"]["alertname"] == "BudgetThresholdCrossed"
+    assert alert["labels"]["severity"] == "critical"
+    assert alert["startsAt"] == "2026-05-01T09:30:00Z" and alert["endsAt"] == "0001-01-01T00:00:00Z"
+    assert set(alert) >= {"status", "labels", "annotations", "startsAt", "endsAt", "generatorURL", "fingerprint"}
+    assert body["commonLabels"] == alert["labels"]
+
+
+def test_recovery_is_resolved_in_alertmanager_terms() -> None:
+    alert = make_alert()
+    from dataclasses import replace
+
+    resolved = webhook_payload(replace(alert, kind=AlertKind.RECOVERED))
+    assert resolved["status"] == "resolved" and resolved["alerts"][0]["endsAt"] == "2026-05-01T09:30:00Z"
+
+
+# ----------------------------------------------------------------------------------- content rules
+@pytest.mark.parametrize("kind", list(URLS))
+def test_every_message_states_policy_scope_spend_forecast_and_action(kind: str) -> None:
+    request = prepare_request(kind, URLS[kind], SECRET, make_alert(), NOW)
+    text = request.body.decode("utf-8")
+    for fragment in ("team-search/search-daily", "labels team=search", "105.00 USD of 100.00 USD",
+                     "Forecast", "ScaleDown team-search/svc-000 to 1"):
+        assert fragment in text, (kind, fragment)
+
+
+@pytest.mark.parametrize("kind", list(URLS))
+def test_payloads_contain_no_urls_or_secrets(kind: str) -> None:
+    request = prepare_request(kind, URLS[kind], SECRET, make_alert(), NOW)
+    text = request.body.decode("utf-8") + json.dumps(request.headers)
+    assert "http://" not in text and "https://" not in text
+    for secret_part in (SECRET, "SECRETPATH", "SIGSECRET", "KEYSECRET", "TOKENSECRET", "HOOKSECRET", "TOKSECRET"):
+        assert secret_part not in text
+    assert "SECRET" not in repr(request)  # the URL is not in the repr either
+
+
+def test_prepare_request_signs_dingtalk_url_and_webhook_header() -> None:
+    ding = prepare_request("DingTalk", URLS["DingTalk"], SECRET, make_alert(), NOW)
+    assert f"timestamp={int(NOW.timestamp()) * 1000}" in ding.url
+    hook = prepare_request("Webhook", URLS["Webhook"], SECRET, make_alert(), NOW)
+    ts = int(hook.headers["X-Modalscale-Timestamp"])
+    assert hook.headers["X-Modalscale-Signature"] == webhook_signature(SECRET, ts, hook.body)
+    unsigned = prepare_request("DingTalk", URLS["DingTalk"], None, make_alert(), NOW)
+    assert unsigned.url == URLS["DingTalk"]
