@@ -73,7 +73,7 @@ class Writer:
         now = dt.datetime.now(dt.UTC)
         ev = {
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "metadata": {"generateName": f"{meta['name'][:200]}-", "namespace": meta["namespace"]},
             "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "reportingController": f"{GROUP}/{self.component}", "reportingInstance": self.component,
             "action": "Reconcile", "reason": reason, "type": type_, "note": message[:1024],
@@ -84,4 +84,4 @@ class Writer:
         try:
             self.events.create_namespaced_event(meta["namespace"], ev)
         except ApiException as exc:
-            logger.warning("Posting the event failed: reason=%s status=%s", reason, exc.status)
+            logger.warning("Posting the event failed: reason=%s status=%s body=%s", reason, exc.status, exc.body)

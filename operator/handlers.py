@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -34,6 +35,11 @@ class Deps:
     writer: Writer
     metrics: OperatorMetrics
     clock: Callable[[], dt.datetime]
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
+    """One lock per object uid: the change handler and the timer never reconcile the same object at once."""
+
+    def lock_for(self, uid: str) -> threading.Lock:
+        return self.locks.setdefault(uid, threading.Lock())
 
 
 def repository_files(spec: IsvcSpec) -> dict[str, str]:
@@ -53,7 +59,7 @@ def repository_files(spec: IsvcSpec) -> dict[str, str]:
         raise InvalidSpec(field, str(exc).split(":", 1)[-1].strip()) from exc
 
 
-def _fail_status(body: kopf.Body, reason: str, message: str, now: dt.datetime) -> dict[str, Any]:
+def _fail_status(body: dict[str, Any], reason: str, message: str, now: dt.datetime) -> dict[str, Any]:
     status = dict(body.get("status") or {})
     generation = int(body["metadata"].get("generation") or 0)
     conditions = cond.upsert(status.get("conditions"), [
@@ -71,87 +77,103 @@ def reconcile_isvc(deps: Deps, body: kopf.Body, logger: logging.Logger | logging
     """
     started = time.monotonic()
     now = deps.clock()
-    raw = {"metadata": dict(body["metadata"]), "spec": dict(body.get("spec") or {}), "kind": body["kind"],
-           "apiVersion": body["apiVersion"]}
-    raw["metadata"]["namespace"] = body["metadata"]["namespace"]
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    current_status = dict(body.get("status") or {})
+    # Level-triggered: act on the object as it is now, not on the (possibly older) event that woke us.
+    raw = deps.observer.read_isvc(ns, name)
+    if raw is None:
+        return
+    current_status = dict(raw.get("status") or {})
     try:
-        spec = parse_isvc(_plain(raw))
+        spec = parse_isvc(raw)
         files = repository_files(spec)
-        observed = deps.observer.observe(spec, _plain(current_status))
+        observed = deps.observer.observe(spec, current_status)
         plan = plan_isvc(spec, observed, files, PlanConfig(conflict_hold_s=deps.settings.conflict_hold_s), now)
     except (InvalidSpec, ModelReferenceError) as exc:
         reason = R.INVALID_SPEC if isinstance(exc, InvalidSpec) else R.MODEL_NOT_FOUND
-        new = _fail_status(body, reason, str(exc), now)
-        patch = cond.status_patch(_plain(current_status), new)
-        if patch:
+        new = _fail_status(raw, reason, str(exc), now)
+        patch = cond.status_patch(current_status, new)
+        if patch:  # The problem is new or changed: report it once, in status and as an Event.
             deps.writer.patch_status(ISVC_PLURAL, ns, name, patch)
-            if any(c["type"] == R.READY for c in cond.transitions(current_status.get("conditions"), new["conditions"])) \
-                    or cond.get(current_status.get("conditions"), R.READY) is None \
-                    or (cond.get(current_status.get("conditions"), R.READY) or {}).get("message") != str(exc):
-                deps.writer.event(_plain(raw), "Warning", reason, str(exc), logger)
+            deps.writer.event(raw, "Warning", reason, str(exc), logger)
+            logger.warning("Refused InferenceService: reason=%s %s", reason, exc)
         deps.metrics.reconciles.labels(kind="InferenceService", result=reason).inc()
-        logger.warning("Refused InferenceService: reason=%s %s", reason, exc)
         raise
     for write in plan.writes:
         deps.writer.apply(ns, write)
         logger.info("Applied %s %s: name=%s", write.action, write.kind, write.name)
         if write.kind == "Deployment" and "replicas" in (write.body.get("spec") or {}):
             deps.metrics.decisions.labels(mode=spec.scaling.mode, reason="write").inc()
-    patch = cond.status_patch(_plain(current_status), plan.status)
+    patch = cond.status_patch(current_status, plan.status)
     deps.writer.patch_status(ISVC_PLURAL, ns, name, patch)
     for type_, reason, message in plan.events:
-        deps.writer.event(_plain(raw), type_, reason, message, logger)
+        deps.writer.event(raw, type_, reason, message, logger)
     deps.metrics.reconciles.labels(kind="InferenceService", result="ok").inc()
     deps.metrics.reconcile_seconds.labels(kind="InferenceService").observe(time.monotonic() - started)
 
 
-def _plain(obj: Any) -> Any:
-    """kopf's read-only views -> plain dicts/lists."""
-    if isinstance(obj, dict) or hasattr(obj, "items") and callable(obj.items):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
-
-
-def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
-    """Register every handler on ``registry`` (timer intervals come from ``settings``)."""
+def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
+    """Register every handler on ``registry`` (timer intervals come from ``config``)."""
 
     @kopf.on.startup(registry=registry)
-    def configure(settings_: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        settings_.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="modalscale.io")
-        settings_.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="modalscale.io")
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix="modalscale.io", key="last-handled-configuration")
-        settings_.persistence.finalizer = "modalscale.io/finalizer"
-        settings_.posting.reporting_component = "modalscale-operator"
-        settings_.posting.level = logging.WARNING
-        settings_.watching.server_timeout = 300
-        settings_.watching.client_timeout = 330
-        settings_.watching.connect_timeout = 30
-        settings_.peering.name = settings.peering_name
-        settings_.peering.standalone = settings.standalone
-        settings_.peering.priority = random.randint(1, 32767)  # kopf docs: distinct priorities for replicas
-        settings_.peering.lifetime = 30
-        settings_.execution.max_workers = 8
-        memo.deps = memo.get("deps") or build_deps(settings)
+        settings.persistence.finalizer = "modalscale.io/finalizer"
+        settings.posting.reporting_component = "modalscale-operator"
+        settings.posting.level = logging.WARNING
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.watching.connect_timeout = 30
+        settings.peering.name = config.peering_name
+        settings.peering.standalone = config.standalone
+        settings.peering.priority = random.randint(1, 32767)  # kopf docs: distinct priorities for replicas
+        settings.peering.lifetime = 30
+        settings.execution.max_workers = 8
+        memo.deps = memo.get("deps") or build_deps(config)
+        if not config.standalone:
+            ensure_peering(memo.deps.writer.custom, config)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # In a pod: the mounted ServiceAccount token; elsewhere: $KUBECONFIG or ~/.kube/config.
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.resume(GROUP, VERSION, ISVC_PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, ISVC_PLURAL, registry=registry)
     @kopf.on.update(GROUP, VERSION, ISVC_PLURAL, registry=registry)
     def isvc_changed(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
         try:
-            reconcile_isvc(memo.deps, body, logger)
+            with memo.deps.lock_for(body["metadata"]["uid"]):
+                reconcile_isvc(memo.deps, body, logger)
         except (InvalidSpec, ModelReferenceError) as exc:
             raise kopf.PermanentError(str(exc)) from exc
 
-    @kopf.timer(GROUP, VERSION, ISVC_PLURAL, interval=settings.resync_interval_s, registry=registry)
+    @kopf.timer(GROUP, VERSION, ISVC_PLURAL, interval=config.resync_interval_s, registry=registry)
     def isvc_resync(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
         try:
-            reconcile_isvc(memo.deps, body, logger)
+            with memo.deps.lock_for(body["metadata"]["uid"]):
+                reconcile_isvc(memo.deps, body, logger)
         except (InvalidSpec, ModelReferenceError):
             pass  # Recorded in status and an Event; re-evaluated on the next tick or spec change.
+
+
+def ensure_peering(custom: Any, config: Settings) -> None:
+    """Create the kopf peering object(s) the replicas meet in, if missing (kopf freezes until it exists)."""
+    from kubernetes.client.rest import ApiException
+
+    body = {"apiVersion": "kopf.dev/v1", "metadata": {"name": config.peering_name}}
+    try:
+        if config.namespaces:
+            for ns in config.namespaces:
+                custom.create_namespaced_custom_object("kopf.dev", "v1", ns, "kopfpeerings",
+                                                       {**body, "kind": "KopfPeering"})
+        else:
+            custom.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings",
+                                                {**body, "kind": "ClusterKopfPeering"})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
 
 
 def build_deps(settings: Settings) -> Deps:

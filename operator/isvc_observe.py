@@ -8,6 +8,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from modalscale import GROUP, VERSION
 from modalscale.operator.isvc_objects import configmap_name, selector
 from modalscale.operator.isvc_plan import IsvcObserved
 from modalscale.operator.isvc_spec import IsvcSpec
@@ -31,6 +32,11 @@ class Observer:
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.autoscaling = client.AutoscalingV2Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def read_isvc(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The InferenceService as stored now (None when it is gone)."""
+        return _raw(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, "inferenceservices", name)
 
     def observe(self, spec: IsvcSpec, status: dict[str, Any]) -> IsvcObserved:
         ns = spec.namespace
