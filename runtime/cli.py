@@ -1,0 +1,157 @@
+"""``modalscale runtime``: serve the built-in multimodal model on a real tritonserver, or render its repository.
+
+``modalscale runtime serve [--from-isvc FILE.yaml] [optimization flags] [--http-port ...]`` writes the
+generated model repository and runs ``tritonserver`` from the ``nvidia-pytriton`` wheel until SIGTERM or
+SIGINT, which it forwards so that Triton drains in-flight requests before exiting.
+``modalscale runtime render --out DIR`` only writes the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modalscale.runtime.repo_config import (InvalidRuntimeSpec, Precision, RuntimeConfig, build_repository,
+                                            config_summary, server_arguments)
+
+#: CLI flag destination -> RuntimeConfig field, for flags that override the config.
+_OVERRIDES = {
+    "model_name": "model_name",
+    "instance_count": "instance_count",
+    "intra_op_threads": "intra_op_threads",
+    "max_batch_size": "max_batch_size",
+    "dynamic_batching": "dynamic_batching",
+    "preferred_batch_sizes": "preferred_batch_sizes",
+    "max_queue_delay_us": "max_queue_delay_microseconds",
+    "modality_aware_batching": "modality_aware_batching",
+    "response_cache": "response_cache",
+    "embedding_cache": "embedding_cache",
+    "precision": "precision",
+}
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``runtime`` with its ``serve`` and ``render`` subcommands."""
+    parser = subparsers.add_parser("runtime", help="Serve the built-in multimodal model on tritonserver")
+    sub = parser.add_subparsers(dest="runtime_command", metavar="SUBCOMMAND", required=True)
+
+    serve = sub.add_parser("serve", help="Generate the model repository and run tritonserver in the foreground")
+    _add_config_flags(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="Address to bind (0.0.0.0 inside a pod)")
+    serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument("--grpc-port", type=int, default=8001)
+    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument("--model-repository", type=Path, default=None,
+                       help="Directory to write the repository to (default: a new temporary directory)")
+    serve.add_argument("--exit-timeout-s", type=int, default=30,
+                       help="Seconds Triton drains in-flight requests after SIGTERM")
+    serve.add_argument("--ready-timeout-s", type=float, default=300.0)
+    serve.set_defaults(func=run_serve)
+
+    render = sub.add_parser("render", help="Write the generated model repository to a directory")
+    _add_config_flags(render)
+    render.add_argument("--out", type=Path, required=True)
+    render.set_defaults(func=run_render)
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from-isvc", type=Path, default=None, metavar="FILE.yaml",
+                        help="Read spec.model / spec.runtime / spec.resources.gpu of an InferenceService manifest")
+    parser.add_argument("--model-name", default=None)
+    parser.add_argument("--instance-count", type=int, default=None)
+    parser.add_argument("--intra-op-threads", type=int, default=None)
+    parser.add_argument("--max-batch-size", type=int, default=None)
+    parser.add_argument("--dynamic-batching", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--preferred-batch-sizes", type=_int_tuple, default=None, metavar="4,8")
+    parser.add_argument("--max-queue-delay-us", type=int, default=None)
+    parser.add_argument("--modality-aware-batching", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--response-cache", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--embedding-cache", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--precision", choices=[p.value for p in Precision], default=None)
+
+
+def _int_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
+    """Build the config: the InferenceService file (if any), then explicit flags on top.
+
+    Raises:
+        InvalidRuntimeSpec: The file or a flag is invalid (message names the field).
+    """
+    cfg = RuntimeConfig()
+    if args.from_isvc is not None:
+        manifest = yaml.safe_load(args.from_isvc.read_text(encoding="utf-8")) or {}
+        if not isinstance(manifest, dict) or manifest.get("kind", "InferenceService") != "InferenceService":
+            raise InvalidRuntimeSpec(f"{args.from_isvc}: not an InferenceService manifest")
+        cfg = RuntimeConfig.from_isvc_spec(manifest.get("spec") or {})
+    changes = {field: getattr(args, dest) for dest, field in _OVERRIDES.items() if getattr(args, dest) is not None}
+    if "precision" in changes:
+        changes["precision"] = Precision(changes["precision"])
+    return cfg.replace(**changes) if changes else cfg
+
+
+def run_render(args: argparse.Namespace) -> int:
+    """Write the repository; returns 0, or 2 on an invalid config."""
+    from modalscale.runtime.server import write_repository
+
+    try:
+        cfg = config_from_args(args)
+    except InvalidRuntimeSpec as exc:
+        print(f"Invalid runtime config: {exc}", file=sys.stderr)
+        return 2
+    write_repository(build_repository(cfg), args.out)
+    print(f"Wrote model repository to {args.out}: {config_summary(cfg)}")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Run tritonserver in the foreground until it exits or SIGTERM/SIGINT arrives; returns its exit code."""
+    from modalscale.runtime.server import TritonProcess, TritonStartError, write_repository
+
+    try:
+        cfg = config_from_args(args)
+    except InvalidRuntimeSpec as exc:
+        print(f"Invalid runtime config: {exc}", file=sys.stderr)
+        return 2
+    repository = args.model_repository or Path(tempfile.mkdtemp(prefix="modalscale-repo-"))
+    write_repository(build_repository(cfg), repository)
+    server = TritonProcess(model_repository=repository, http_port=args.http_port, grpc_port=args.grpc_port,
+                           metrics_port=args.metrics_port, host=args.host, extra_args=server_arguments(cfg),
+                           exit_timeout_s=args.exit_timeout_s, stop_timeout_s=args.exit_timeout_s + 15)
+    stopping = False
+
+    def _forward(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        print(f"Received signal {signal.Signals(signum).name}, draining tritonserver", flush=True)
+        server.stop()
+
+    previous = {sig: signal.signal(sig, _forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.start(ready_timeout_s=args.ready_timeout_s)
+        print(f"Serving model={cfg.model_name} http={server.http_url} grpc={server.grpc_url} "
+              f"metrics={server.metrics_url} repository={repository} log={server.log_path}", flush=True)
+        code = server.wait()
+    except TritonStartError as exc:
+        print(f"tritonserver failed to start: {exc}", file=sys.stderr)
+        return 1
+    except RuntimeError:
+        if not stopping:
+            raise
+        code = 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    server.stop()
+    return 0 if stopping else int(code)
