@@ -1,0 +1,169 @@
+"""Sender -> local platform receivers over real HTTP on 127.0.0.1 (no mocks): delivery, signatures, retries.
+
+The receivers (``modalscale.devenv.receivers``) verify each platform's payload shape, URL token, signature and
+timestamp freshness and answer like the platform does; the sender must classify those answers correctly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from modalscale.costmodel.budget import AlertKind, AlertState, BudgetAlert, PolicyRef, ServiceState, parse_budget_spec, plan_budget
+from modalscale.devenv.receivers import KINDS, ChatReceiver, Reply
+from modalscale.notify.sender import RateLimit, RetryPolicy, Sender, alert_delivered_condition
+
+SIGNING = {"DingTalk", "Feishu", "Webhook"}
+SECRET = "SEC-integration-signing-secret"
+FAST = RetryPolicy(max_retries=5, base_delay_s=0.05, max_delay_s=0.2, timeout_s=2.0, max_total_s=8.0)
+
+
+def make_alert() -> BudgetAlert:
+    spec = parse_budget_spec({
+        "selector": {"namespaces": ["ml-prod"]}, "period": "Daily", "timeZone": "Europe/Berlin",
+        "limit": {"amount": "50"}, "forecast": {"enabled": True},
+        "thresholds": [{"percent": 80, "actions": ["Alert", "CapReplicas"], "capReplicas": 2}]})
+    services = [ServiceState("ml-prod", "captioner", 4, 8, Decimal("0.704574739"))]
+    plan = plan_budget(spec, Decimal("41.5"), services, AlertState(), datetime.now(timezone.utc),
+                       policy=PolicyRef("ml-prod", "platform-daily"))
+    return next(a for a in plan.alerts if a.kind is AlertKind.THRESHOLD_CROSSED)
+
+
+def send(receiver: ChatReceiver, *, secret: str | None = None, retry: RetryPolicy = FAST, clock=None,
+         url: str | None = None, sender: Sender | None = None):
+    async def go():
+        if sender is not None:
+            return await sender.deliver(receiver.kind, url or receiver.url, secret, make_alert(), receiver="room")
+        kwargs = {"clock": clock} if clock else {}
+        async with Sender(retry=retry, **kwargs) as s:
+            return await s.deliver(receiver.kind, url or receiver.url, secret, make_alert(), receiver="room")
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_platform_receives_a_verified_message(kind: str) -> None:
+    secret = SECRET if kind in SIGNING else None
+    with ChatReceiver(kind, secret) as rx:
+        result = send(rx, secret=secret)
+        assert result.delivered, result
+        assert (result.reason, result.attempts) == ("Delivered", 1)
+        assert len(rx.accepted) == 1 and rx.received[0].errors == []
+        room = rx.transcript()
+        assert "ml-prod/platform-daily" in room and "41.50 USD of 50.00 USD" in room
+        assert "CapReplicas ml-prod/captioner to 2" in room
+    assert result.condition()["status"] == "True"
+
+
+@pytest.mark.parametrize(("kind", "code"), [("DingTalk", 310000), ("Feishu", 19021), ("Webhook", None)])
+def test_a_bad_signature_is_rejected_by_the_receiver_and_reported_as_failure(kind: str, code) -> None:
+    with ChatReceiver(kind, SECRET) as rx:
+        result = send(rx, secret="SEC-wrong-secret")
+        assert not result.delivered and result.reason == "RejectedByPlatform"
+        assert result.attempts == 1  # a rejection is final, not retried
+        assert result.platform_code == code
+        assert rx.accepted == [] and rx.received[0].errors == ["sign:mismatch"]
+    assert result.condition() == {"type": "AlertDelivered", "status": "False", "reason": "RejectedByPlatform",
+                                  "message": result.message}
+
+
+@pytest.mark.parametrize("kind", ["DingTalk", "Feishu"])
+def test_a_timestamp_older_than_one_hour_is_rejected(kind: str) -> None:
+    two_hours_ago = lambda: datetime.now(timezone.utc) - timedelta(hours=2)  # noqa: E731
+    with ChatReceiver(kind, SECRET) as rx:
+        result = send(rx, secret=SECRET, clock=two_hours_ago)
+        assert not result.delivered
+        assert rx.received[0].errors == ["sign:timestamp-stale"]
+
+
+def test_429_then_200_is_delivered_exactly_once_after_retry_after() -> None:
+    with ChatReceiver("Slack") as rx:
+        rx.script(Reply(status=429, body="rate_limited", headers={"Retry-After": "1"}))
+        result = send(rx)
+        assert result.delivered and result.attempts == 2
+        assert len(rx.accepted) == 1 and len(rx.received) == 2
+        first, second = rx.received
+        assert second.received_at - first.received_at >= 1.0  # Retry-After honoured (a lower bound, not a speed)
+
+
+def test_5xx_is_retried_with_backoff_until_accepted() -> None:
+    with ChatReceiver("Teams") as rx:
+        rx.script(Reply(status=503, body="busy"), Reply(status=502, body="bad gateway"))
+        result = send(rx)
+        assert result.delivered and result.attempts == 3 and len(rx.accepted) == 1
+
+
+def test_retries_stop_after_five() -> None:
+    with ChatReceiver("Webhook") as rx:
+        rx.script(*[Reply(status=500, body="down")] * 10)
+        result = send(rx)
+        assert not result.delivered and result.reason == "ServerError"
+        assert result.attempts == 6 and len(rx.received) == 6  # 1 + 5 retries
+
+
+@pytest.mark.parametrize(
+    ("kind", "reply", "reason", "code"),
+    [("WeCom", Reply(status=200, body={"errcode": 93000, "errmsg": "invalid webhook url"}), "RejectedByPlatform", 93000),
+     ("DingTalk", Reply(status=200, body={"errcode": 130101, "errmsg": "send too fast"}), "RateLimited", 130101),
+     ("Feishu", Reply(status=200, body={"code": 9499, "msg": "Bad Request", "data": {}}), "RateLimited", 9499),
+     ("Slack", Reply(status=400, body="invalid_payload"), "RejectedByPlatform", "invalid_payload")],
+    ids=["wecom-errcode", "dingtalk-too-fast", "feishu-code", "slack-invalid-payload"],
+)
+def test_an_error_inside_an_http_200_or_a_4xx_is_a_final_failure(kind, reply, reason, code) -> None:
+    with ChatReceiver(kind) as rx:
+        rx.script(reply)
+        result = send(rx)
+        assert (result.delivered, result.reason, result.platform_code, result.attempts) == (False, reason, code, 1)
+        assert result.status_code == reply.status
+
+
+def test_a_wrong_url_token_is_reported_from_the_platforms_own_answer() -> None:
+    with ChatReceiver("WeCom") as rx:
+        result = send(rx, url=rx.url.replace("key=", "key=0"))
+        assert not result.delivered and result.platform_code == 93000
+        assert rx.received[0].errors == ["token:invalid"]
+
+
+def test_a_hanging_receiver_is_bounded_by_the_timeout() -> None:
+    policy = RetryPolicy(max_retries=2, base_delay_s=0.05, timeout_s=0.3, max_total_s=3.0)
+    with ChatReceiver("Feishu") as rx:
+        rx.script(*[Reply(delay_s=30)] * 5)
+        result = send(rx, retry=policy)
+        assert not result.delivered and result.reason == "TimedOut"
+        assert result.attempts == 3
+        assert result.elapsed_s < 30  # returned long before the receiver would have answered
+        assert rx.wait_for_arrivals(3, timeout_s=5)  # the attempts did reach the receiver
+
+
+def test_connection_refused_is_retried_then_reported_without_the_url(caplog: pytest.LogCaptureFixture) -> None:
+    with ChatReceiver("DingTalk", SECRET) as rx:
+        url = rx.url
+    caplog.set_level(logging.INFO, logger="modalscale.notify")
+    policy = RetryPolicy(max_retries=2, base_delay_s=0.01, timeout_s=1.0, max_total_s=3.0)
+    result = send(rx, url=url, secret=SECRET, retry=policy)
+    assert not result.delivered and result.reason == "ConnectionFailed" and result.attempts == 3
+    token = url.split("access_token=")[1]
+    text = result.message + " ".join(r.getMessage() for r in caplog.records)
+    assert token not in text and SECRET not in text and "127.0.0.1" not in text
+
+
+def test_client_side_rate_limit_queues_or_refuses_without_reaching_the_platform() -> None:
+    async def go(rx: ChatReceiver):
+        limits = {"DingTalk": (RateLimit(2, 60.0),)}
+        from modalscale.costmodel.budget import NotifierType
+
+        async with Sender(retry=RetryPolicy(max_total_s=1.0),
+                          rate_limits={NotifierType(k): v for k, v in limits.items()}) as sender:
+            return [await sender.deliver("DingTalk", rx.url, SECRET, make_alert(), receiver="oncall") for _ in range(3)]
+
+    with ChatReceiver("DingTalk", SECRET) as rx:
+        results = asyncio.run(go(rx))
+        assert [r.reason for r in results] == ["Delivered", "Delivered", "ClientRateLimited"]
+        assert len(rx.received) == 2
+    condition = alert_delivered_condition(results)
+    assert condition["status"] == "False" and condition["reason"] == "ClientRateLimited"
+    assert "oncall:" in condition["message"]
