@@ -2,7 +2,7 @@
 
 Request interface (see ``runtime/README.md``): ``IMAGES`` BYTES [1, n] of encoded images and/or ``TEXT``
 BYTES [1, 1] of UTF-8 text; outputs ``EMBEDDING`` FP32 [1, 256], ``MODALITY`` BYTES [1, 1] and
-``IMAGE_CLASSES`` INT32 [1, n].
+``IMAGE_CLASSES`` INT32 [1, n] (``[[-1]]`` for text-only).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class MultimodalResult:
     modality: str
     """``image``, ``text`` or ``image_text``."""
     image_classes: np.ndarray
-    """int32 (n_images,) ImageNet-1k class index per image."""
+    """int32 (n_images,) ImageNet-1k class index per image; ``[-1]`` for a text-only request."""
 
 
 def _module(protocol: Protocol, aio: bool) -> types.ModuleType:

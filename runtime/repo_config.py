@@ -15,7 +15,7 @@ IMAGES         TYPE_STRING  [1, n]    n >= 0 encoded JPEG/PNG/WebP/BMP images (b
 TEXT           TYPE_STRING  [1, 1]    one UTF-8 text, optional
 EMBEDDING      TYPE_FP32    [1, 256]  L2-normalised fused embedding
 MODALITY       TYPE_STRING  [1, 1]    ``image``, ``text`` or ``image_text``
-IMAGE_CLASSES  TYPE_INT32   [1, n]    ImageNet-1k top-1 class index per image (empty for text)
+IMAGE_CLASSES  TYPE_INT32   [1, n]    ImageNet-1k top-1 class index per image; [[-1]] for text
 ============== ============ ========= ===========================================================
 """
 

@@ -136,7 +136,7 @@ class TritonPythonModel:
                 responses[i] = pb_utils.InferenceResponse(output_tensors=[
                     pb_utils.Tensor(OUTPUT_EMBEDDING, out.embedding.reshape(1, -1).astype(np.float32)),
                     pb_utils.Tensor(OUTPUT_MODALITY, np.array([[out.modality.encode()]], dtype=np.object_)),
-                    pb_utils.Tensor(OUTPUT_IMAGE_CLASSES, out.image_classes.reshape(1, -1).astype(np.int32)),
+                    pb_utils.Tensor(OUTPUT_IMAGE_CLASSES, _classes_output(out.image_classes)),
                 ])
         return responses
 
@@ -144,3 +144,11 @@ class TritonPythonModel:
         """Drop the model and metric references (Triton unloads the families afterwards)."""
         self.pipeline = None  # type: ignore[assignment]
         self.metrics = None  # type: ignore[assignment]
+
+
+def _classes_output(classes: np.ndarray) -> np.ndarray:
+    """IMAGE_CLASSES as sent: (1, n) int32; text-only requests get ``[[-1]]`` because Triton's response cache
+    cannot store an empty output ("Response buffer from output was nullptr")."""
+    if classes.size == 0:
+        return np.full((1, 1), -1, dtype=np.int32)
+    return classes.reshape(1, -1).astype(np.int32)
