@@ -641,7 +641,8 @@ class BudgetPlan:
             ledger: When given, ``ledger`` is included (``ledger.to_status()``).
         Returns:
             ``periodStart, periodEnd, currency, spent, remaining`` (cents), ``state, lastEvaluationTime,
-            thresholds, enforcedServices`` and ``burnRatePerHour``/``forecast`` (cents) when known.
+            thresholds, enforcedServices`` and ``burnRatePerHour``/``forecast`` (cents; None when unknown, which
+            deletes the field under a JSON merge patch).
             Conditions are the operator's (see ``reason``/``message``).
         """
         out: dict[str, Any] = {
@@ -655,10 +656,10 @@ class BudgetPlan:
             "thresholds": [r.to_status() for r in self.alert_state.records],
             "enforcedServices": [e.to_status() for e in self.enforced_services],
         }
-        if self.burn_rate_usd_per_hour is not None:
-            out["burnRatePerHour"] = format_usd(quantize_display_usd(self.burn_rate_usd_per_hour))
-        if self.forecast_usd is not None:
-            out["forecast"] = format_usd(quantize_display_usd(self.forecast_usd))
+        # None (JSON null) deletes a stale value under a merge patch when it becomes unknown.
+        out["burnRatePerHour"] = (format_usd(quantize_display_usd(self.burn_rate_usd_per_hour))
+                                  if self.burn_rate_usd_per_hour is not None else None)
+        out["forecast"] = format_usd(quantize_display_usd(self.forecast_usd)) if self.forecast_usd is not None else None
         if ledger is not None:
             out["ledger"] = ledger.to_status()
         return out

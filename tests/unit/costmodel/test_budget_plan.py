@@ -215,6 +215,8 @@ def test_unknown_price_makes_governance_blind_no_action_one_alert(make_spec) -> 
     assert plan.state is BudgetState.UNKNOWN and plan.reason == "GovernanceBlind"
     assert plan.actions == () and plan.enforced_services == ()
     assert plan.burn_rate_usd_per_hour is None and plan.forecast_usd is None
+    status = plan.status_fields()
+    assert status["forecast"] is None and status["burnRatePerHour"] is None  # null deletes stale values
     blind = [a for a in plan.alerts if a.kind is AlertKind.GOVERNANCE_BLIND]
     assert len(blind) == 1 and "team-search/b" in blind[0].text()
     again = plan_budget(make_spec(), D(106), services, roundtrip(plan), utc(2026, 5, 1, 9, 1), policy=POLICY)
