@@ -1,0 +1,709 @@
+"""The replica policy: one pure decision per InferenceService and decision interval.
+
+``recommend(observation, policy, state, model, now)`` turns observed traffic into a replica count:
+
+1. Predictive mode: offered work ``sum_k rate_k * predicted_service_ms_k`` (model prediction on each workload
+   class's mean features, times a service scale calibrated online from observed mean service times) -> least
+   replicas meeting the p95 target (queueing p95 times a latency scale calibrated online from observed p95) and
+   the utilization target (:func:`modalscale.autoscaler.queueing.replicas_for_slo`). Utilization mode (and Predictive
+   without a model): the HPA rule ``ceil(ready * utilization / target)``. Fixed mode: ``spec.scaling.replicas``.
+2. Tolerance band: no change while ``|need / current - 1| <= tolerance`` (HPA).
+3. Stabilization windows with HPA semantics: the recommendation is stored; scale-up goes to the MIN of the
+   recommendations in the scale-up window, scale-down to the MAX of those in the scale-down window.
+4. At most ``max_step_replicas`` change per decision; then ``[min_replicas, max_replicas]``.
+5. The BudgetPolicy cap last; it is never exceeded (it wins over ``min_replicas``).
+
+Replicas still starting count in ``current_replicas`` (the /scale target) but not in ``ready_replicas``. The
+predictive need depends on load, not on current replicas, so starting replicas never trigger another scale-up;
+the utilization rule counts them as fully busy when it would scale down (HPA's rule for unready pods).
+
+Missing or stale metrics give ``valid=False`` and hold ``max(current, last valid decision)``: no data never
+scales down. Spec bounds and the budget cap still apply (they are not metrics).
+
+Reasons are the CamelCase constants of :class:`Reason`; the decision also returns the features behind it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from modalscale.autoscaler.features import MODALITIES, Modality, features_from_columns
+from modalscale.autoscaler.queueing import (
+    offered_load_erlangs,
+    replicas_for_slo,
+    response_quantile_ms,
+    slo_attainable,
+)
+from modalscale.autoscaler.regressor import Calibrator
+
+
+_CALIBRATION_MAX_UTILIZATION = 0.95
+"""Latency calibration is skipped above this predicted utilization of the ready slots (p95 is too sensitive there)."""
+_BURST_Z = 3.0
+"""The short window overrides the stable one when its load exceeds it by this many standard errors."""
+
+
+class ScalingMode(enum.StrEnum):
+    """``spec.scaling.mode``."""
+
+    PREDICTIVE = "Predictive"
+    UTILIZATION = "Utilization"
+    FIXED = "Fixed"
+
+
+class Reason(enum.StrEnum):
+    """Why a decision came out as it did (CamelCase, usable as a condition or Event reason)."""
+
+    SCALE_UP_FOR_SLO = "ScaleUpForSLO"
+    SCALE_UP_FOR_BACKLOG = "ScaleUpForBacklog"
+    SCALE_DOWN_IDLE = "ScaleDownIdle"
+    SCALE_UP_FOR_UTILIZATION = "ScaleUpForUtilization"
+    SCALE_DOWN_FOR_UTILIZATION = "ScaleDownForUtilization"
+    SLO_UNATTAINABLE = "SLOUnattainable"
+    STEADY = "Steady"
+    WITHIN_TOLERANCE = "WithinTolerance"
+    SCALE_UP_STABILIZED = "ScaleUpStabilized"
+    SCALE_DOWN_STABILIZED = "ScaleDownStabilized"
+    LIMITED_BY_MAX_STEP = "LimitedByMaxStep"
+    BOUNDED_BY_MIN = "BoundedByMin"
+    BOUNDED_BY_MAX = "BoundedByMax"
+    CAPPED_BY_BUDGET = "CappedByBudget"
+    HELD_NO_METRICS = "HeldNoMetrics"
+    HELD_STALE_METRICS = "HeldStaleMetrics"
+    FIXED_REPLICAS = "FixedReplicas"
+
+
+class PolicySpecError(ValueError):
+    """``spec.scaling`` (or a field it depends on) is invalid; the message names the field."""
+
+
+class ServiceTimePredictor(Protocol):
+    """Anything with ``predict(X (n, len(FEATURES))) -> service ms (n,)``, e.g. ``ServiceTimeRegressor``."""
+
+    def predict(self, X: NDArray[np.float64]) -> NDArray[np.float64]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPolicy:
+    """Typed ``spec.scaling`` of an InferenceService (see :meth:`from_spec`), plus policy internals.
+
+    Attributes:
+        mode: Predictive, Utilization or Fixed.
+        replicas: Replicas in Fixed mode (``spec.scaling.replicas``); None otherwise.
+        min_replicas: Lower bound (``minReplicas``).
+        max_replicas: Upper bound (``maxReplicas``).
+        target_p95_latency_ms: p95 response-time target, ms (``targetP95LatencyMilliseconds``).
+        target_utilization_percent: Highest slot utilization to plan for, 1..100 (``targetUtilizationPercent``).
+        tolerance_percent: No change while need/current is within this band, 0..50 (``tolerancePercent``).
+        scale_up_stabilization_s: Scale-up window, s (``scaleUpStabilizationSeconds``).
+        scale_down_stabilization_s: Scale-down window, s (``scaleDownStabilizationSeconds``).
+        max_step_replicas: Largest change per decision (``maxStepReplicas``).
+        decision_interval_s: Seconds between decisions (``decisionIntervalSeconds``).
+        slots_per_replica: Concurrent executions per replica (``spec.runtime.instanceCount``).
+        metrics_max_age_s: Metrics older than this are stale; None = ``max(60, 3 * decision_interval_s)``.
+        default_service_scv: Within-class service-time SCV when the observation has none.
+        latency_quantile: Quantile of the latency target (0.95).
+        backlog_drain_s: Predictive mode sizes for draining queued requests within this many seconds.
+        calibrator: Online correction of the model's service times.
+    """
+
+    mode: ScalingMode = ScalingMode.PREDICTIVE
+    replicas: int | None = None
+    min_replicas: int = 1
+    max_replicas: int = 10
+    target_p95_latency_ms: float = 500.0
+    target_utilization_percent: float = 70.0
+    tolerance_percent: float = 10.0
+    scale_up_stabilization_s: float = 0.0
+    scale_down_stabilization_s: float = 300.0
+    max_step_replicas: int = 4
+    decision_interval_s: float = 15.0
+    slots_per_replica: int = 1
+    metrics_max_age_s: float | None = None
+    default_service_scv: float = 1.0
+    latency_quantile: float = 0.95
+    backlog_drain_s: float = 60.0
+    calibrator: Calibrator = field(default_factory=Calibrator)
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.min_replicas >= 0, "min_replicas must be >= 0"),
+            (self.max_replicas >= 1, "max_replicas must be >= 1"),
+            (self.min_replicas <= self.max_replicas, "min_replicas must be <= max_replicas"),
+            (self.target_p95_latency_ms > 0, "target_p95_latency_ms must be > 0"),
+            (0 < self.target_utilization_percent <= 100, "target_utilization_percent must be in (0, 100]"),
+            (0 <= self.tolerance_percent < 100, "tolerance_percent must be in [0, 100)"),
+            (self.scale_up_stabilization_s >= 0, "scale_up_stabilization_s must be >= 0"),
+            (self.scale_down_stabilization_s >= 0, "scale_down_stabilization_s must be >= 0"),
+            (self.max_step_replicas >= 1, "max_step_replicas must be >= 1"),
+            (self.decision_interval_s > 0, "decision_interval_s must be > 0"),
+            (self.slots_per_replica >= 1, "slots_per_replica must be >= 1"),
+            (self.default_service_scv >= 0, "default_service_scv must be >= 0"),
+            (0 < self.latency_quantile < 1, "latency_quantile must be in (0, 1)"),
+            (self.backlog_drain_s > 0, "backlog_drain_s must be > 0"),
+            (self.mode != ScalingMode.FIXED or self.replicas is not None, "replicas is required in Fixed mode"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"{message} (got {self!r})")
+
+    @property
+    def max_metrics_age_s(self) -> float:
+        """Age beyond which metrics are stale, s."""
+        return self.metrics_max_age_s if self.metrics_max_age_s is not None else max(60.0, 3 * self.decision_interval_s)
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], **internals: Any) -> ScalingPolicy:
+        """Build from an InferenceService ``.spec`` (a dict), applying the CRD's defaults and bounds.
+
+        Reads ``spec.scaling.*`` and ``spec.runtime.instanceCount`` (slots per replica). ``internals`` sets
+        the non-CRD attributes (``metrics_max_age_s``, ``default_service_scv``, ``calibrator``, ...).
+
+        Raises:
+            PolicySpecError: a field has the wrong type or range, or a CRD cross-field rule fails; the message
+                names the field, e.g. ``spec.scaling.maxReplicas``.
+        """
+        if not isinstance(spec, Mapping):
+            raise PolicySpecError(f"spec must be a mapping, got {type(spec).__name__}")
+        scaling = spec.get("scaling") or {}
+        runtime = spec.get("runtime") or {}
+        if not isinstance(scaling, Mapping):
+            raise PolicySpecError("spec.scaling must be an object")
+        if not isinstance(runtime, Mapping):
+            raise PolicySpecError("spec.runtime must be an object")
+
+        def integer(source: Mapping[str, Any], path: str, key: str, default: int | None, lo: int, hi: int) -> int | None:
+            value = source.get(key, default)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PolicySpecError(f"{path}.{key} must be an integer, got {value!r}")
+            if not lo <= value <= hi:
+                raise PolicySpecError(f"{path}.{key} must be in [{lo}, {hi}], got {value}")
+            return value
+
+        s = "spec.scaling"
+        mode_value = scaling.get("mode", ScalingMode.PREDICTIVE.value)
+        try:
+            mode = ScalingMode(mode_value)
+        except ValueError:
+            raise PolicySpecError(
+                f"{s}.mode must be one of {[m.value for m in ScalingMode]}, got {mode_value!r}"
+            ) from None
+        min_replicas = integer(scaling, s, "minReplicas", 1, 0, 1000)
+        max_replicas = integer(scaling, s, "maxReplicas", 10, 1, 1000)
+        assert min_replicas is not None and max_replicas is not None
+        if min_replicas > max_replicas:
+            raise PolicySpecError(f"{s}.minReplicas ({min_replicas}) must be <= {s}.maxReplicas ({max_replicas})")
+        replicas = integer(scaling, s, "replicas", None, 0, 1000)
+        if mode == ScalingMode.FIXED:
+            if replicas is None:
+                raise PolicySpecError(f"{s}.replicas is required when {s}.mode is Fixed")
+            if not min_replicas <= replicas <= max_replicas:
+                raise PolicySpecError(
+                    f"{s}.replicas ({replicas}) must lie within [{min_replicas}, {max_replicas}] in Fixed mode"
+                )
+        values = dict(
+            mode=mode,
+            replicas=replicas if mode == ScalingMode.FIXED else None,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            target_p95_latency_ms=float(integer(scaling, s, "targetP95LatencyMilliseconds", 500, 1, 600000)),  # type: ignore[arg-type]
+            target_utilization_percent=float(integer(scaling, s, "targetUtilizationPercent", 70, 1, 100)),  # type: ignore[arg-type]
+            tolerance_percent=float(integer(scaling, s, "tolerancePercent", 10, 0, 50)),  # type: ignore[arg-type]
+            scale_up_stabilization_s=float(integer(scaling, s, "scaleUpStabilizationSeconds", 0, 0, 3600)),  # type: ignore[arg-type]
+            scale_down_stabilization_s=float(integer(scaling, s, "scaleDownStabilizationSeconds", 300, 0, 3600)),  # type: ignore[arg-type]
+            max_step_replicas=integer(scaling, s, "maxStepReplicas", 4, 1, 1000),
+            decision_interval_s=float(integer(scaling, s, "decisionIntervalSeconds", 15, 5, 3600)),  # type: ignore[arg-type]
+            slots_per_replica=integer(runtime, "spec.runtime", "instanceCount", 1, 1, 16),
+        )
+        values.update(internals)
+        return cls(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadClass:
+    """Observed traffic of one request class (a modality, or a finer bucket) over the metrics window.
+
+    Attributes:
+        modality: ``text``, ``image`` or ``image_text``.
+        rate_rps: Arrival rate, requests/s.
+        mean_image_pixels: Mean pixels per request (summed over its images).
+        mean_image_count: Mean images per request.
+        mean_text_tokens: Mean text tokens per request.
+        mean_batch_size: Mean server-side batch size (1 when unbatched).
+        service_scv: Observed service-time SCV within the class (e.g. from the runtime's histogram); None = use
+            the policy default.
+        observed_service_ms: Observed mean service time of the class's completed requests, ms (Triton's
+            compute duration / count); None = unknown. Drives the service-time calibration.
+    """
+
+    modality: Modality | str
+    rate_rps: float
+    mean_image_pixels: float = 0.0
+    mean_image_count: float = 0.0
+    mean_text_tokens: float = 0.0
+    mean_batch_size: float = 1.0
+    service_scv: float | None = None
+    observed_service_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        modality = Modality(self.modality)
+        object.__setattr__(self, "modality", modality)
+        if self.rate_rps < 0 or self.mean_image_pixels < 0 or self.mean_image_count < 0 or self.mean_text_tokens < 0:
+            raise ValueError(f"workload values must be >= 0: {self!r}")
+        if self.mean_batch_size < 1:
+            raise ValueError(f"mean_batch_size must be >= 1: {self!r}")
+        if self.service_scv is not None and self.service_scv < 0:
+            raise ValueError(f"service_scv must be >= 0: {self!r}")
+        if self.observed_service_ms is not None and self.observed_service_ms <= 0:
+            raise ValueError(f"observed_service_ms must be > 0: {self!r}")
+        has_images = self.mean_image_count > 0
+        if (
+            (modality == Modality.TEXT) == has_images
+            or (modality == Modality.IMAGE and self.mean_text_tokens > 0)
+            or (modality == Modality.IMAGE_TEXT and self.mean_text_tokens <= 0)
+        ):
+            raise ValueError(f"class {modality.value} contradicts its means: {self!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What was observed for one InferenceService (all metrics cover the ``window_s`` before ``observed_at``).
+
+    Attributes:
+        observed_at: When the metrics were sampled; timezone-aware UTC.
+        current_replicas: Replicas requested now (the /scale target), ready or not.
+        ready_replicas: Replicas serving now (<= current while some start or are Pending).
+        workload: Per-class traffic; None = rate metrics missing. An empty tuple = no traffic (valid data).
+        p95_latency_ms: Observed p95 response time, ms; None = unknown (used only for calibration).
+        utilization_ratio: Busy fraction of ready slots, 0..1; None = unknown (Utilization mode needs it).
+        window_s: Length of the metrics window, s.
+        recent_workload: Per-class traffic over a shorter recent window (KPA's panic window idea); it replaces
+            ``workload`` when its offered load exceeds the stable one by more than 3 standard errors of
+            compound-Poisson sampling noise (``sqrt(rate * E[S^2] / recent_window_s)`` erlangs). None = unused.
+        recent_window_s: Length of the recent window, s.
+        queued_requests: Requests waiting for a slot now (Triton ``nv_inference_pending_request_count``); None =
+            unknown. Predictive mode adds capacity to drain them within ``policy.backlog_drain_s``.
+        budget_max_replicas: Effective maxReplicas from an enforcing BudgetPolicy (CapReplicas); None = no cap.
+    """
+
+    observed_at: datetime
+    current_replicas: int
+    ready_replicas: int
+    workload: tuple[WorkloadClass, ...] | None = None
+    p95_latency_ms: float | None = None
+    utilization_ratio: float | None = None
+    window_s: float = 60.0
+    recent_workload: tuple[WorkloadClass, ...] | None = None
+    recent_window_s: float = 15.0
+    queued_requests: float | None = None
+    budget_max_replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.observed_at.tzinfo is None:
+            raise ValueError("observed_at must be timezone-aware (UTC)")
+        if self.current_replicas < 0 or self.ready_replicas < 0:
+            raise ValueError("current_replicas and ready_replicas must be >= 0")
+        if self.budget_max_replicas is not None and self.budget_max_replicas < 0:
+            raise ValueError("budget_max_replicas must be >= 0")
+        if self.window_s <= 0 or self.recent_window_s <= 0:
+            raise ValueError("window_s and recent_window_s must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ScalerState:
+    """What the policy remembers between decisions (immutable; JSON via :meth:`to_dict`/:meth:`from_dict`).
+
+    Attributes:
+        recommendations: ``(time, replicas)`` of recent post-tolerance recommendations, oldest first.
+        service_scale: Multiplier on the model's service times, from observed vs predicted mean service time.
+        latency_scale: Multiplier on the queueing model's p95, from observed vs predicted p95 latency.
+        last_desired_replicas: The last valid decision; held when metrics go missing.
+        last_change_at: When a decision last changed the replica count (calibration waits for metrics to settle).
+    """
+
+    recommendations: tuple[tuple[datetime, int], ...] = ()
+    service_scale: float = 1.0
+    latency_scale: float = 1.0
+    last_desired_replicas: int | None = None
+    last_change_at: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (times as ISO 8601 UTC)."""
+        return {
+            "recommendations": [[t.isoformat(), int(r)] for t, r in self.recommendations],
+            "service_scale": float(self.service_scale),
+            "latency_scale": float(self.latency_scale),
+            "last_desired_replicas": self.last_desired_replicas,
+            "last_change_at": None if self.last_change_at is None else self.last_change_at.isoformat(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ScalerState:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: malformed data (a naive time, a non-integer count).
+        """
+        recs = []
+        for t, r in data.get("recommendations", []):
+            when = datetime.fromisoformat(t)
+            if when.tzinfo is None:
+                raise ValueError(f"recommendation time {t!r} is not timezone-aware")
+            recs.append((when, int(r)))
+        last = data.get("last_desired_replicas")
+        changed = data.get("last_change_at")
+        changed_at = None if changed is None else datetime.fromisoformat(changed)
+        if changed_at is not None and changed_at.tzinfo is None:
+            raise ValueError(f"last_change_at {changed!r} is not timezone-aware")
+        return cls(
+            recommendations=tuple(recs),
+            service_scale=float(data.get("service_scale", 1.0)),
+            latency_scale=float(data.get("latency_scale", 1.0)),
+            last_desired_replicas=None if last is None else int(last),
+            last_change_at=changed_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The policy's answer.
+
+    Attributes:
+        desired_replicas: Replicas to request; within bounds and never above the budget cap.
+        valid: False = do not act on it (metrics missing or stale; it holds the current count).
+        reason: The step that decided the count.
+        message: Human-readable explanation with the numbers.
+        features: Numbers that drove the decision (rates, service ms, load, need, scale ...).
+        state: State to pass to the next call.
+        mode_used: Policy actually applied (Predictive without a model falls back to Utilization).
+    """
+
+    desired_replicas: int
+    valid: bool
+    reason: Reason
+    message: str
+    features: Mapping[str, float]
+    state: ScalerState
+    mode_used: ScalingMode
+
+
+def recommend(
+    observation: Observation,
+    policy: ScalingPolicy,
+    state: ScalerState,
+    model: ServiceTimePredictor | None,
+    now: datetime,
+) -> Decision:
+    """Choose the replica count for one InferenceService (pure; see the module docstring for the steps).
+
+    Args:
+        observation: Metrics over the last ``observation.window_s`` s; None fields = missing.
+        policy: Typed ``spec.scaling``.
+        state: Previous decision's ``state`` (``ScalerState()`` at first).
+        model: Service-time predictor over ``FEATURES``; None in Predictive mode falls back to Utilization.
+        now: Timezone-aware UTC; the clock is never read inside.
+    Returns:
+        A :class:`Decision`; ``valid=False`` means hold (no action).
+    Raises:
+        ValueError: ``now`` is naive.
+    """
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    current = observation.current_replicas
+    if policy.mode == ScalingMode.FIXED:
+        assert policy.replicas is not None
+        desired, reason, message = _cap(policy.replicas, Reason.FIXED_REPLICAS, f"Fixed mode: {policy.replicas} replicas", observation)
+        return Decision(desired, True, reason, message, {"fixed_replicas": float(policy.replicas)},
+                        replace(state, last_desired_replicas=desired), ScalingMode.FIXED)
+
+    mode = policy.mode if model is not None else ScalingMode.UTILIZATION
+    missing = observation.workload is None if mode == ScalingMode.PREDICTIVE else observation.utilization_ratio is None
+    age_s = (now - observation.observed_at).total_seconds()
+    if missing or age_s > policy.max_metrics_age_s:
+        return _hold(observation, policy, state, mode, stale=not missing, age_s=age_s)
+    if mode == ScalingMode.UTILIZATION and observation.ready_replicas == 0:
+        return _hold(observation, policy, state, mode, stale=False, age_s=age_s)
+
+    if mode == ScalingMode.PREDICTIVE:
+        assert model is not None
+        need, reason, message, features, state = _predictive_need(observation, policy, state, model, now)
+    else:
+        need, reason, message, features = _utilization_need(observation, policy)
+    return finalize_recommendation(need, reason, message, features, observation, policy, state, now, mode)
+
+
+def finalize_recommendation(
+    need: int,
+    reason: Reason,
+    message: str,
+    features: Mapping[str, float],
+    observation: Observation,
+    policy: ScalingPolicy,
+    state: ScalerState,
+    now: datetime,
+    mode: ScalingMode,
+) -> Decision:
+    """Apply tolerance, stabilization windows, max step, min/max and the budget cap to a raw need (pure).
+
+    Shared by every mode (and by the simulator's KPA-like baseline) so all policies get the same guards.
+
+    Args:
+        need: Replicas the load calls for, before any guard.
+        reason: Reason for ``need`` (e.g. ``ScaleUpForSLO``).
+        message: Human explanation of ``need``.
+        features: Numbers behind ``need``; ``needed_replicas`` is added.
+    Returns:
+        A valid :class:`Decision` with the recommendation recorded in its state.
+    """
+    current = observation.current_replicas
+    features = dict(features)
+    features["needed_replicas"] = float(need)
+    tolerance = policy.tolerance_percent / 100.0
+    if need == current:
+        reason, rec = Reason.STEADY, current
+        message = f"{message}; need equals current {current}"
+    elif current > 0 and abs(need / current - 1.0) <= tolerance:
+        rec = current
+        message = f"{message}; need {need} within {policy.tolerance_percent:g}% of current {current}"
+        reason = Reason.WITHIN_TOLERANCE
+    else:
+        rec = need
+
+    # HPA stabilization: up = min over the up window, down = max over the down window (this rec included).
+    horizon_s = max(policy.scale_up_stabilization_s, policy.scale_down_stabilization_s)
+    history = [(t, r) for t, r in state.recommendations if (now - t).total_seconds() < horizon_s and t <= now]
+    up_cutoff = now - timedelta(seconds=policy.scale_up_stabilization_s)
+    down_cutoff = now - timedelta(seconds=policy.scale_down_stabilization_s)
+    up_rec = min([rec] + [r for t, r in history if t > up_cutoff])
+    down_rec = max([rec] + [r for t, r in history if t > down_cutoff])
+    desired = min(max(current, up_rec), down_rec)
+    if desired != rec:
+        if rec < current:
+            reason = Reason.SCALE_DOWN_STABILIZED
+            message = f"{message}; scale-down to {rec} held at {desired} (max over the last {policy.scale_down_stabilization_s:g} s)"
+        else:
+            reason = Reason.SCALE_UP_STABILIZED
+            message = f"{message}; scale-up to {rec} held at {desired} (min over the last {policy.scale_up_stabilization_s:g} s)"
+
+    if abs(desired - current) > policy.max_step_replicas:
+        desired = current + policy.max_step_replicas * (1 if desired > current else -1)
+        reason = Reason.LIMITED_BY_MAX_STEP
+        message = f"{message}; step limited to {policy.max_step_replicas} -> {desired}"
+    desired, reason, message = _bound(desired, reason, message, policy)
+    desired, reason, message = _cap(desired, reason, message, observation)
+    new_state = replace(
+        state,
+        recommendations=tuple(history) + ((now, rec),),
+        last_desired_replicas=desired,
+        last_change_at=now if desired != current else state.last_change_at,
+    )
+    return Decision(desired, True, reason, message, features, new_state, mode)
+
+
+def _bound(desired: int, reason: Reason, message: str, policy: ScalingPolicy) -> tuple[int, Reason, str]:
+    if desired > policy.max_replicas:
+        return policy.max_replicas, Reason.BOUNDED_BY_MAX, f"{message}; bounded by maxReplicas {policy.max_replicas}"
+    if desired < policy.min_replicas:
+        return policy.min_replicas, Reason.BOUNDED_BY_MIN, f"{message}; bounded by minReplicas {policy.min_replicas}"
+    return desired, reason, message
+
+
+def _cap(desired: int, reason: Reason, message: str, observation: Observation) -> tuple[int, Reason, str]:
+    cap = observation.budget_max_replicas
+    if cap is not None and desired > cap:
+        return cap, Reason.CAPPED_BY_BUDGET, f"{message}; capped by budget at {cap}"
+    return desired, reason, message
+
+
+def _hold(
+    observation: Observation, policy: ScalingPolicy, state: ScalerState, mode: ScalingMode, stale: bool, age_s: float
+) -> Decision:
+    current = observation.current_replicas
+    held = max(current, state.last_desired_replicas or 0)
+    if stale:
+        reason = Reason.HELD_STALE_METRICS
+        message = f"Metrics are {age_s:.0f} s old (limit {policy.max_metrics_age_s:g} s); holding {held} replicas"
+    else:
+        reason = Reason.HELD_NO_METRICS
+        what = "workload rates" if mode == ScalingMode.PREDICTIVE else "utilization of ready replicas"
+        message = f"No {what}; holding {held} replicas"
+    desired, reason, message = _bound(held, reason, message, policy)
+    desired, reason, message = _cap(desired, reason, message, observation)
+    valid = desired != current  # act only when a bound or the budget forces a change
+    features = {"metrics_age_s": float(age_s), "held_replicas": float(held)}
+    return Decision(desired, valid, reason, message, features, state, mode)
+
+
+@dataclass(frozen=True, slots=True)
+class _Load:
+    classes: tuple[WorkloadClass, ...]
+    raw_ms: NDArray[np.float64]  # model prediction per class, before calibration
+    arrival_rps: float
+    mean_ms: float  # calibrated, rate-weighted
+    scv: float
+    load_erlangs: float
+    second_moment_s2: float  # E[S^2] in s^2
+
+
+def _estimate(
+    workload: tuple[WorkloadClass, ...], model: ServiceTimePredictor, policy: ScalingPolicy, service_scale: float
+) -> _Load:
+    classes = tuple(c for c in workload if c.rate_rps > 0)
+    if not classes:
+        return _Load(classes, np.zeros(0), 0.0, 0.0, 0.0, 0.0, 0.0)
+    x = features_from_columns(
+        [c.mean_image_pixels for c in classes],
+        [c.mean_image_count for c in classes],
+        [c.mean_text_tokens for c in classes],
+        [c.mean_batch_size for c in classes],
+        [Modality(c.modality).value for c in classes],
+    )
+    raw_ms = np.asarray(model.predict(x), dtype=np.float64).reshape(-1)
+    rates = np.array([c.rate_rps for c in classes])
+    scvs = np.array([policy.default_service_scv if c.service_scv is None else c.service_scv for c in classes])
+    arrival_rps = float(rates.sum())
+    service_ms = raw_ms * service_scale
+    mean_ms = float((rates * service_ms).sum() / arrival_rps)
+    second_ms2 = float((rates * service_ms**2 * (1.0 + scvs)).sum() / arrival_rps)
+    scv = max(0.0, second_ms2 / mean_ms**2 - 1.0)
+    load = offered_load_erlangs(arrival_rps, mean_ms)
+    return _Load(classes, raw_ms, arrival_rps, mean_ms, scv, load, second_ms2 / 1e6)
+
+
+def _predictive_need(
+    observation: Observation, policy: ScalingPolicy, state: ScalerState, model: ServiceTimePredictor, now: datetime
+) -> tuple[int, Reason, str, dict[str, float], ScalerState]:
+    assert observation.workload is not None
+    current = observation.current_replicas
+    slots = policy.slots_per_replica
+    target = policy.target_p95_latency_ms
+    q = policy.latency_quantile
+    calibrator = policy.calibrator
+    features: dict[str, float] = {m.value + "_rps": 0.0 for m in MODALITIES}
+    # calibrate only on settled metrics: every replica ready and no replica change within two windows
+    ready = observation.ready_replicas
+    quiet_s = math.inf if state.last_change_at is None else (now - state.last_change_at).total_seconds()
+    settled = ready == current and ready > 0 and quiet_s >= 2 * observation.window_s
+
+    # 1. service-time calibration: observed vs predicted (raw) mean service time, rate-weighted over classes
+    stable = _estimate(observation.workload, model, policy, state.service_scale)
+    seen = [
+        (c.rate_rps, c.observed_service_ms, p)
+        for c, p in zip(stable.classes, stable.raw_ms, strict=True)
+        if c.observed_service_ms is not None
+    ]
+    service_scale = state.service_scale
+    if seen and settled:
+        weight = sum(r for r, _, _ in seen)
+        observed_ms = sum(r * o for r, o, _ in seen) / weight
+        predicted_ms = sum(r * p for r, _, p in seen) / weight
+        service_scale = calibrator.update(service_scale, observed_ms, predicted_ms)
+        features["observed_service_ms"] = observed_ms
+        stable = _estimate(observation.workload, model, policy, service_scale)
+
+    # 2. latency calibration: observed vs predicted p95 at the ready replicas (before the latency scale), only
+    # in steady conditions: no replica starting, enough requests, and inside the model's operating range
+    latency_scale = state.latency_scale
+    steady = settled and stable.arrival_rps * observation.window_s >= 20
+    if observation.p95_latency_ms is not None and steady and stable.load_erlangs <= _CALIBRATION_MAX_UTILIZATION * ready * slots:
+        predicted_p95 = response_quantile_ms(stable.arrival_rps, stable.mean_ms, stable.scv, ready * slots, q)
+        if math.isfinite(predicted_p95):
+            latency_scale = calibrator.update(latency_scale, observation.p95_latency_ms, predicted_p95)
+            features["predicted_p95_at_ready_ms"] = predicted_p95
+            features["observed_p95_ms"] = observation.p95_latency_ms
+    state = replace(state, service_scale=service_scale, latency_scale=latency_scale)
+    features.update(service_scale=service_scale, latency_scale=latency_scale, stable_load_erlangs=stable.load_erlangs)
+
+    # 3. a burst in the short window overrides the stable window when it is beyond sampling noise
+    chosen, burst = stable, False
+    if observation.recent_workload is not None:
+        recent = _estimate(observation.recent_workload, model, policy, service_scale)
+        noise = math.sqrt(recent.arrival_rps * recent.second_moment_s2 / observation.recent_window_s)
+        features.update(recent_load_erlangs=recent.load_erlangs, recent_load_noise_erlangs=noise)
+        if recent.load_erlangs > stable.load_erlangs + _BURST_Z * noise:
+            chosen, burst = recent, True
+    features["burst"] = float(burst)
+    if not chosen.classes:
+        reason = Reason.SCALE_DOWN_IDLE if current > 0 else Reason.STEADY
+        features.update(arrival_rps=0.0, offered_load_erlangs=0.0)
+        return 0, reason, "No traffic in the window", features, state
+
+    for c, ms in zip(chosen.classes, chosen.raw_ms * service_scale, strict=True):
+        features[Modality(c.modality).value + "_rps"] += c.rate_rps
+        features[Modality(c.modality).value + "_service_ms"] = float(ms)
+    arrival_rps, mean_ms, scv, load = chosen.arrival_rps, chosen.mean_ms, chosen.scv, chosen.load_erlangs
+    features.update(arrival_rps=arrival_rps, mean_service_ms=mean_ms, service_scv=scv, offered_load_erlangs=load)
+    window = f"last {observation.recent_window_s:g} s (burst)" if burst else f"last {observation.window_s:g} s"
+    effective_target = target / latency_scale
+    utilization = policy.target_utilization_percent / 100.0
+
+    if not slo_attainable(mean_ms, scv, effective_target, q):
+        need = max(1, math.ceil(load / (slots * utilization) - 1e-9))
+        message = (
+            f"Service time alone (mean {mean_ms:.0f} ms, SCV {scv:.2f}, latency scale {latency_scale:.2f}) misses "
+            f"p95 {target:g} ms; sizing {arrival_rps:.2f} req/s ({window}) = {load:.2f} erlangs for "
+            f"{utilization:.0%} utilization -> {need}"
+        )
+        return need, Reason.SLO_UNATTAINABLE, message, features, state
+
+    limit = 2 * max(policy.max_replicas, current) + 1
+    need = replicas_for_slo(arrival_rps, mean_ms, scv, slots, effective_target, utilization, limit, quantile=q)
+    p95 = latency_scale * (response_quantile_ms(arrival_rps, mean_ms, scv, need * slots, q) if need > 0 else mean_ms)
+    features["predicted_p95_ms"] = p95
+    reason = Reason.SCALE_UP_FOR_SLO if need > current else Reason.SCALE_DOWN_IDLE if need < current else Reason.STEADY
+    message = (
+        f"{arrival_rps:.2f} req/s ({window}) x {mean_ms:.0f} ms = {load:.2f} erlangs (SCV {scv:.2f}); {need} "
+        f"replicas x {slots} slots give predicted p95 {p95:.0f} ms <= {target:g} ms at <= {utilization:.0%} utilization"
+    )
+    # 4. a backlog (queued requests) must also drain within backlog_drain_s, with every slot busy
+    queued = observation.queued_requests or 0.0
+    if queued > 0:
+        backlog_erlang_s = queued * mean_ms / 1000.0
+        drain_need = math.ceil((load + backlog_erlang_s / policy.backlog_drain_s) / slots - 1e-9)
+        features.update(queued_requests=queued, backlog_erlang_s=backlog_erlang_s, backlog_need_replicas=float(drain_need))
+        if drain_need > need:
+            need = drain_need
+            reason = Reason.SCALE_UP_FOR_BACKLOG if need > current else Reason.STEADY
+            message = (
+                f"{message}; {queued:.0f} queued requests ({backlog_erlang_s:.0f} erlang-s) drain within "
+                f"{policy.backlog_drain_s:g} s only with {need} replicas"
+            )
+    return need, reason, message, features, state
+
+
+def _utilization_need(observation: Observation, policy: ScalingPolicy) -> tuple[int, Reason, str, dict[str, float]]:
+    assert observation.utilization_ratio is not None
+    ready = observation.ready_replicas
+    current = observation.current_replicas
+    pending = max(0, current - ready)
+    target = policy.target_utilization_percent / 100.0
+    busy = ready * observation.utilization_ratio
+    need = math.ceil(busy / target - 1e-9)
+    counted = f"{ready} ready x {observation.utilization_ratio:.0%} busy"
+    if need < current and pending > 0:  # HPA: unready pods count as fully busy when scaling down
+        busy += pending
+        need = math.ceil(busy / target - 1e-9)
+        counted += f" + {pending} starting counted busy"
+    features = {
+        "utilization_ratio": float(observation.utilization_ratio),
+        "ready_replicas": float(ready),
+        "pending_replicas": float(pending),
+        "busy_replicas": float(busy),
+    }
+    reason = (
+        Reason.SCALE_UP_FOR_UTILIZATION if need > current
+        else Reason.SCALE_DOWN_FOR_UTILIZATION if need < current
+        else Reason.STEADY
+    )
+    message = f"{counted} = {busy:.2f} busy replicas / target {target:.0%} -> {need}"
+    return need, reason, message, features

@@ -1,0 +1,593 @@
+"""Trace-driven discrete-event simulation of a replica pool under different autoscaling policies.
+
+Model of the pool (assumptions, stated once):
+
+- Every replica has ``slots_per_replica`` execution slots; all ready slots serve ONE FCFS queue (an ideal
+  least-loaded load balancer). Requests are not batched (batch size 1).
+- A request's service time is its trace ``service_ms`` if given, else the synthetic law's draw
+  (``SimulationConfig.law`` times ``true_service_scale``); every policy sees the same draws.
+- A new replica is ready ``startup_delay_s`` after the decision that created it; it costs from creation.
+  Scale-down removes starting replicas first (newest first), then the ready ones with the least work left;
+  a removed replica finishes its in-flight requests (and costs until it has), but takes no new ones.
+- A policy decides every ``decision_interval_s`` on metrics of the last ``metrics_window_s``: per-modality
+  arrival rates and mean features (also over ``recent_window_s``), mean service time of those requests that
+  completed, p95 latency of requests completed in the window, slot utilization of ready replicas, mean in-flight
+  requests (queued + running) and the queue length now; the per-modality service-time SCV over
+  ``service_window_s``.
+
+Policies:
+
+- ``predictive``: :func:`modalscale.autoscaler.policy.recommend` in Predictive mode with a
+  :class:`ServiceTimeRegressor` trained on a synthetic profile of the same law.
+- ``utilization``: the same function in Utilization mode (HPA-like, ``hpa_target_utilization_percent``).
+- ``concurrency``: KPA-like: ``ceil(mean in-flight over 60 s / (slots * 0.7))``, panic mode on a 6 s window
+  when it asks for >= 2x the ready replicas (Knative defaults), no scale-down stabilization.
+- ``oracle``: per minute, the least replicas that meet the p95 target for that minute's arrivals, found by
+  replaying the minute with the exact service times and the queue carried over; replicas are ready at once
+  and a minute's replicas serve its own requests to the end (see :func:`oracle_schedule`).
+
+Metrics: ``slo_minutes_fraction`` (minutes, by arrival, whose p95 response time <= target; empty minutes count
+as met) and ``replica_hours``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from modalscale.autoscaler.features import MODALITIES
+from modalscale.autoscaler.policy import (
+    Decision,
+    Observation,
+    Reason,
+    ScalerState,
+    ScalingMode,
+    ScalingPolicy,
+    ServiceTimePredictor,
+    WorkloadClass,
+    finalize_recommendation,
+    recommend,
+)
+from modalscale.autoscaler.profile_data import SyntheticServiceLaw, generate_profile
+from modalscale.autoscaler.regressor import ServiceTimeRegressor
+from modalscale.autoscaler.traces import Trace
+
+POLICIES: tuple[str, ...] = ("predictive", "utilization", "concurrency", "oracle")
+"""Policy names :func:`run_simulation` knows."""
+
+_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
+_LOOKBACK_S = 600.0  # requests older than this before a window are assumed finished when measuring it
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """Knobs of :func:`run_simulation` (units in names).
+
+    Attributes:
+        target_p95_ms: p95 response-time target, ms.
+        decision_interval_s: Seconds between decisions.
+        metrics_window_s: Window of the rate, latency and utilization metrics of each decision, s.
+        recent_window_s: Short window of the predictive policy's burst check (``Observation.recent_workload``), s.
+        service_window_s: Window of the observed service-time mean and SCV per class (a histogram over [5m]), s.
+        startup_delay_s: Seconds from a scale-up decision until the new replica serves.
+        slots_per_replica: Concurrent executions per replica.
+        min_replicas: Lower bound for every policy.
+        max_replicas: Upper bound for every policy.
+        initial_replicas: Ready replicas at t=0; None = the oracle's first-minute count.
+        predictive_target_utilization_percent: ``targetUtilizationPercent`` of the predictive policy.
+        hpa_target_utilization_percent: Target utilization of the HPA-like baseline.
+        kpa_target_utilization_ratio: Target in-flight per slot of the KPA-like baseline.
+        kpa_stable_window_s: KPA stable window, s.
+        kpa_panic_window_s: KPA panic window, s.
+        tolerance_percent: Tolerance band (predictive and HPA-like).
+        scale_up_stabilization_s: Scale-up window (predictive and HPA-like).
+        scale_down_stabilization_s: Scale-down window (predictive and HPA-like).
+        max_step_replicas: Largest change per decision (all policies).
+        law: True service-time law (when the trace has no ``service_ms``).
+        true_service_scale: Multiplier on the law's service times the model does not know (tests calibration).
+        profile_requests: Size of the synthetic profile the predictive model is trained on.
+        policies: Which policies to run.
+        random_state: Seed of service-time draws and the profile.
+    """
+
+    target_p95_ms: float = 2000.0
+    decision_interval_s: float = 15.0
+    metrics_window_s: float = 60.0
+    recent_window_s: float = 15.0
+    service_window_s: float = 300.0
+    startup_delay_s: float = 30.0
+    slots_per_replica: int = 1
+    min_replicas: int = 1
+    max_replicas: int = 200
+    initial_replicas: int | None = None
+    predictive_target_utilization_percent: float = 80.0
+    hpa_target_utilization_percent: float = 70.0
+    kpa_target_utilization_ratio: float = 0.7
+    kpa_stable_window_s: float = 60.0
+    kpa_panic_window_s: float = 6.0
+    tolerance_percent: float = 10.0
+    scale_up_stabilization_s: float = 0.0
+    scale_down_stabilization_s: float = 300.0
+    max_step_replicas: int = 32
+    law: SyntheticServiceLaw = field(default_factory=SyntheticServiceLaw)
+    true_service_scale: float = 1.0
+    profile_requests: int = 3000
+    policies: tuple[str, ...] = POLICIES
+    random_state: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.policies if p not in POLICIES]
+        if unknown:
+            raise ValueError(f"unknown policies {unknown}; known: {list(POLICIES)}")
+        if self.metrics_window_s <= 0 or self.decision_interval_s <= 0 or self.startup_delay_s < 0:
+            raise ValueError("metrics_window_s and decision_interval_s must be > 0, startup_delay_s >= 0")
+        if not 1 <= self.min_replicas <= self.max_replicas:
+            raise ValueError("need 1 <= min_replicas <= max_replicas (the simulated pool never scales to zero)")
+
+    def scaling_policy(self, mode: ScalingMode) -> ScalingPolicy:
+        """The ``ScalingPolicy`` the predictive (``PREDICTIVE``) or HPA-like (``UTILIZATION``) policy runs with."""
+        target = (
+            self.predictive_target_utilization_percent
+            if mode == ScalingMode.PREDICTIVE
+            else self.hpa_target_utilization_percent
+        )
+        return ScalingPolicy(
+            mode=mode,
+            min_replicas=self.min_replicas,
+            max_replicas=self.max_replicas,
+            target_p95_latency_ms=self.target_p95_ms,
+            target_utilization_percent=target,
+            tolerance_percent=self.tolerance_percent,
+            scale_up_stabilization_s=self.scale_up_stabilization_s,
+            scale_down_stabilization_s=self.scale_down_stabilization_s,
+            max_step_replicas=self.max_step_replicas,
+            decision_interval_s=self.decision_interval_s,
+            slots_per_replica=self.slots_per_replica,
+        )
+
+
+@dataclass
+class _Replica:
+    created_s: float
+    ready_s: float
+    removed_s: float | None = None
+    drained_s: float | None = None
+
+
+class _Pool:
+    """Replicas and the FCFS assignment of requests to slots (mutable; internal)."""
+
+    def __init__(self, arrival_s: NDArray[np.float64], service_s: NDArray[np.float64], slots: int) -> None:
+        self.arrival = arrival_s
+        self.service = service_s
+        self.slots = slots
+        self.start = np.full(arrival_s.shape[0], np.nan)
+        self.finish = np.full(arrival_s.shape[0], np.nan)
+        self.next_i = 0  # first request not yet assigned to a slot
+        self.replicas: list[_Replica] = []
+        self.active: list[int] = []  # indices into replicas, not removed
+        self.heap: list[tuple[float, int, int]] = []  # (free_at_s, slot sequence, replica index)
+        self._seq = 0
+
+    def copy(self) -> _Pool:
+        other = _Pool.__new__(_Pool)
+        other.__dict__.update(self.__dict__)
+        other.start = self.start  # shared: the oracle search overwrites only rows it re-assigns
+        other.finish = self.finish
+        other.replicas = [replace(r) for r in self.replicas]
+        other.active = list(self.active)
+        other.heap = list(self.heap)
+        return other
+
+    def add(self, now_s: float, ready_s: float) -> None:
+        self.replicas.append(_Replica(now_s, ready_s))
+        index = len(self.replicas) - 1
+        self.active.append(index)
+        for _ in range(self.slots):
+            heapq.heappush(self.heap, (ready_s, self._seq, index))
+            self._seq += 1
+
+    def remove(self, count: int, now_s: float) -> None:
+        if count <= 0:
+            return
+        busy_until: dict[int, float] = {}
+        for free_at, _, index in self.heap:
+            busy_until[index] = max(busy_until.get(index, now_s), free_at)
+        starting = [i for i in self.active if self.replicas[i].ready_s > now_s]
+        ready = [i for i in self.active if self.replicas[i].ready_s <= now_s]
+        victims = sorted(starting, reverse=True) + sorted(ready, key=lambda i: (busy_until.get(i, now_s), -i))
+        gone = set(victims[:count])
+        for index in gone:
+            rep = self.replicas[index]
+            rep.removed_s = now_s
+            rep.drained_s = max(now_s, busy_until.get(index, now_s)) if rep.ready_s <= now_s else now_s
+        self.active = [i for i in self.active if i not in gone]
+        self.heap = [entry for entry in self.heap if entry[2] not in gone]
+        heapq.heapify(self.heap)
+
+    def resize(self, desired: int, now_s: float, startup_delay_s: float) -> None:
+        if desired > len(self.active):
+            for _ in range(desired - len(self.active)):
+                self.add(now_s, now_s + startup_delay_s)
+        elif desired < len(self.active):
+            self.remove(len(self.active) - desired, now_s)
+
+    def advance(self, until_s: float, stop_index: int | None = None) -> None:
+        """Assign queued requests (FCFS) whose start is <= ``until_s`` (and index < ``stop_index``)."""
+        heap, arrival, service = self.heap, self.arrival, self.service
+        start, finish = self.start, self.finish
+        i = self.next_i
+        n = arrival.shape[0] if stop_index is None else stop_index
+        while i < n and heap:
+            a = arrival[i]
+            if a > until_s:
+                break
+            free_at, seq, index = heap[0]
+            begin = a if a > free_at else free_at
+            if begin > until_s:
+                break
+            end = begin + service[i]
+            heapq.heapreplace(heap, (end, seq, index))
+            start[i] = begin
+            finish[i] = end
+            i += 1
+        self.next_i = i
+
+    def ready_count(self, now_s: float) -> int:
+        return sum(1 for i in self.active if self.replicas[i].ready_s <= now_s)
+
+    def ready_slot_seconds(self, lo_s: float, hi_s: float) -> float:
+        total = 0.0
+        for rep in self.replicas:
+            end = rep.removed_s if rep.removed_s is not None else hi_s
+            total += max(0.0, min(end, hi_s) - max(rep.ready_s, lo_s))
+        return total * self.slots
+
+    def replica_seconds(self, end_s: float) -> float:
+        total = 0.0
+        for rep in self.replicas:
+            stop = rep.drained_s if rep.drained_s is not None else end_s
+            total += max(0.0, stop - rep.created_s)
+        return total
+
+
+class _Metrics:
+    """Window metrics over the pool, vectorised with prefix sums over the arrival-ordered trace."""
+
+    def __init__(self, trace: Trace, service_ms: NDArray[np.float64]) -> None:
+        self.arrival = trace.arrival_s
+        self.modality = trace.modality
+        self.service_ms = service_ms
+        self.prefix: dict[tuple[int, str], NDArray[np.float64]] = {}
+        columns = {
+            "count": np.ones(len(trace)),
+            "pixels": trace.image_pixels.astype(np.float64),
+            "images": trace.image_count.astype(np.float64),
+            "tokens": trace.text_tokens.astype(np.float64),
+        }
+        for code in range(len(MODALITIES)):
+            mask = self.modality == code
+            for name, values in columns.items():
+                self.prefix[(code, name)] = np.concatenate([[0.0], np.cumsum(np.where(mask, values, 0.0))])
+
+    def index(self, t_s: float) -> int:
+        return int(np.searchsorted(self.arrival, t_s, side="right"))
+
+    def workload(self, pool: _Pool, lo_s: float, hi_s: float, service_window_s: float) -> tuple[WorkloadClass, ...]:
+        a, b = self.index(lo_s), self.index(hi_s)
+        window = hi_s - lo_s
+        sa = self.index(hi_s - service_window_s)
+        done = np.isfinite(pool.finish[sa:b]) & (pool.finish[sa:b] <= hi_s)
+        done_here = np.isfinite(pool.finish[a:b]) & (pool.finish[a:b] <= hi_s)
+        classes = []
+        for code, modality in enumerate(MODALITIES):
+            count = self.prefix[(code, "count")][b] - self.prefix[(code, "count")][a]
+            if count <= 0:
+                continue
+
+            def mean(name: str) -> float:
+                return float((self.prefix[(code, name)][b] - self.prefix[(code, name)][a]) / count)
+
+            served = self.service_ms[sa:b][done & (self.modality[sa:b] == code)]
+            scv = float(served.var() / served.mean() ** 2) if served.size >= 10 else None
+            served_here = self.service_ms[a:b][done_here & (self.modality[a:b] == code)]
+            observed_ms = float(served_here.mean()) if served_here.size >= 10 else None
+            classes.append(
+                WorkloadClass(
+                    modality=modality,
+                    rate_rps=float(count / window),
+                    mean_image_pixels=mean("pixels"),
+                    mean_image_count=mean("images"),
+                    mean_text_tokens=mean("tokens"),
+                    service_scv=scv,
+                    observed_service_ms=observed_ms,
+                )
+            )
+        return tuple(classes)
+
+    def latency_p95_ms(self, pool: _Pool, lo_s: float, hi_s: float) -> float | None:
+        a, b = self.index(lo_s - _LOOKBACK_S), self.index(hi_s)
+        finish = pool.finish[a:b]
+        mask = np.isfinite(finish) & (finish > lo_s) & (finish <= hi_s)
+        if not mask.any():
+            return None
+        return float(np.percentile((finish[mask] - self.arrival[a:b][mask]) * 1000.0, 95))
+
+    def utilization(self, pool: _Pool, lo_s: float, hi_s: float) -> float | None:
+        capacity = pool.ready_slot_seconds(lo_s, hi_s)
+        if capacity <= 0:
+            return None
+        a, b = self.index(lo_s - _LOOKBACK_S), min(pool.next_i, self.index(hi_s))
+        start, finish = pool.start[a:b], pool.finish[a:b]
+        busy = np.clip(np.minimum(finish, hi_s) - np.maximum(start, lo_s), 0.0, None).sum()
+        return float(min(1.0, busy / capacity))
+
+    def in_flight(self, pool: _Pool, lo_s: float, hi_s: float) -> float:
+        a, b = self.index(lo_s - _LOOKBACK_S), self.index(hi_s)
+        finish = np.where(np.isfinite(pool.finish[a:b]), pool.finish[a:b], hi_s)
+        overlap = np.clip(np.minimum(finish, hi_s) - np.maximum(self.arrival[a:b], lo_s), 0.0, None)
+        return float(overlap.sum() / (hi_s - lo_s))
+
+
+Decider = Callable[[_Pool, float], int]
+
+
+def _simulate(
+    trace: Trace,
+    service_ms: NDArray[np.float64],
+    config: SimulationConfig,
+    initial_replicas: int,
+    decide: Decider,
+    decision_times_s: NDArray[np.float64],
+    startup_delay_s: float,
+) -> tuple[_Pool, list[int], list[int]]:
+    """Replay the trace; ``decide(pool, t)`` returns the replica count at each decision time."""
+    pool = _Pool(trace.arrival_s, service_ms / 1000.0, config.slots_per_replica)
+    for _ in range(initial_replicas):
+        pool.add(0.0, 0.0)
+    desired_log: list[int] = []
+    ready_log: list[int] = []
+    for d in decision_times_s:
+        pool.advance(d)
+        desired = decide(pool, float(d))
+        pool.resize(desired, float(d), startup_delay_s)
+        desired_log.append(len(pool.active))
+        ready_log.append(pool.ready_count(float(d)))
+    pool.advance(math.inf)
+    return pool, desired_log, ready_log
+
+
+def _slo_minutes(trace: Trace, pool: _Pool, target_ms: float, end_s: float) -> tuple[float, NDArray[np.float64]]:
+    n_minutes = max(1, math.ceil(end_s / 60.0))
+    latency_ms = np.where(np.isfinite(pool.finish), (pool.finish - trace.arrival_s) * 1000.0, np.inf)
+    minute = np.minimum((trace.arrival_s // 60.0).astype(np.int64), n_minutes - 1)
+    p95 = np.zeros(n_minutes)
+    order = np.argsort(minute, kind="stable")
+    bounds = np.searchsorted(minute[order], np.arange(n_minutes + 1))
+    for m in range(n_minutes):
+        chunk = latency_ms[order[bounds[m] : bounds[m + 1]]]
+        p95[m] = np.percentile(chunk, 95) if chunk.size else 0.0
+    return float((p95 <= target_ms).mean()), p95
+
+
+def _reversals(series: list[int]) -> int:
+    steps = [b - a for a, b in zip(series, series[1:], strict=False) if b != a]
+    return sum(1 for x, y in zip(steps, steps[1:], strict=False) if (x > 0) != (y > 0))
+
+
+def train_default_model(config: SimulationConfig) -> ServiceTimeRegressor:
+    """The predictive policy's model: the additive regressor fitted on a synthetic profile of ``config.law``."""
+    profile = generate_profile(config.profile_requests, config.law, random_state=config.random_state + 1)
+    return ServiceTimeRegressor(random_state=config.random_state).fit(profile)
+
+
+def oracle_schedule(
+    trace: Trace, service_ms: NDArray[np.float64], config: SimulationConfig, end_s: float
+) -> tuple[list[int], _Pool]:
+    """Least replicas per minute meeting the p95 target for that minute's arrivals (perfect knowledge).
+
+    Minutes are searched in order; each replays its arrivals (exact service times, the queue left by the chosen
+    earlier minutes, replicas ready at once and kept until the minute's requests have started) with a binary
+    search over the replica count.
+
+    Returns:
+        ``(replicas per minute, the replayed pool)``; the schedule has length ``ceil(end_s / 60)`` and holds
+        ``max_replicas`` where even that misses the target.
+    """
+    n_minutes = max(1, math.ceil(end_s / 60.0))
+    pool = _Pool(trace.arrival_s, service_ms / 1000.0, config.slots_per_replica)
+    schedule: list[int] = []
+    index = np.searchsorted(trace.arrival_s, np.arange(n_minutes + 1) * 60.0, side="left")
+    index[-1] = len(trace)
+    for m in range(n_minutes):
+        lo_i, hi_i = int(index[m]), int(index[m + 1])
+        t0 = m * 60.0
+        work_s = float(service_ms[lo_i:hi_i].sum()) / 1000.0
+        lower = max(config.min_replicas, math.ceil(work_s / 60.0 / config.slots_per_replica))
+
+        def trial(c: int) -> tuple[bool, _Pool]:
+            candidate = pool.copy()
+            candidate.resize(c, t0, 0.0)
+            candidate.advance(math.inf, stop_index=hi_i)
+            latency = (candidate.finish[lo_i:hi_i] - trace.arrival_s[lo_i:hi_i]) * 1000.0
+            ok = latency.size == 0 or float(np.percentile(latency, 95)) <= config.target_p95_ms
+            return ok, candidate
+
+        lower = min(lower, config.max_replicas)
+        ok, chosen = trial(lower)
+        best = lower
+        if not ok:
+            ok_max, at_max = trial(config.max_replicas)
+            best, chosen = config.max_replicas, at_max
+            if ok_max:
+                bad = lower
+                while best - bad > 1:
+                    mid = (bad + best) // 2
+                    ok_mid, at_mid = trial(mid)
+                    if ok_mid:
+                        best, chosen = mid, at_mid
+                    else:
+                        bad = mid
+        # keep the chosen replay's assignments (trials share the start/finish arrays, so replay it last)
+        _, chosen = trial(best)
+        pool = chosen
+        schedule.append(best)
+    return schedule, pool
+
+
+def _predictive_decider(config: SimulationConfig, model: ServiceTimePredictor, metrics: _Metrics, log: list[Decision]) -> Decider:
+    policy = config.scaling_policy(ScalingMode.PREDICTIVE)
+    state = ScalerState()
+
+    def decide(pool: _Pool, now_s: float) -> int:
+        nonlocal state
+        lo = max(0.0, now_s - config.metrics_window_s)
+        recent_lo = max(0.0, now_s - config.recent_window_s)
+        obs = Observation(
+            observed_at=_EPOCH + timedelta(seconds=now_s),
+            current_replicas=len(pool.active),
+            ready_replicas=pool.ready_count(now_s),
+            workload=metrics.workload(pool, lo, now_s, config.service_window_s),
+            recent_workload=metrics.workload(pool, recent_lo, now_s, config.service_window_s),
+            recent_window_s=now_s - recent_lo,
+            p95_latency_ms=metrics.latency_p95_ms(pool, lo, now_s),
+            queued_requests=float(metrics.index(now_s) - pool.next_i),
+            utilization_ratio=metrics.utilization(pool, lo, now_s),
+            window_s=now_s - lo,
+        )
+        decision = recommend(obs, policy, state, model, _EPOCH + timedelta(seconds=now_s))
+        state = decision.state
+        log.append(decision)
+        return decision.desired_replicas if decision.valid else len(pool.active)
+
+    return decide
+
+
+def _utilization_decider(config: SimulationConfig, metrics: _Metrics) -> Decider:
+    policy = config.scaling_policy(ScalingMode.UTILIZATION)
+    state = ScalerState()
+
+    def decide(pool: _Pool, now_s: float) -> int:
+        nonlocal state
+        lo = max(0.0, now_s - config.metrics_window_s)
+        obs = Observation(
+            observed_at=_EPOCH + timedelta(seconds=now_s),
+            current_replicas=len(pool.active),
+            ready_replicas=pool.ready_count(now_s),
+            utilization_ratio=metrics.utilization(pool, lo, now_s),
+            window_s=now_s - lo,
+        )
+        decision = recommend(obs, policy, state, None, _EPOCH + timedelta(seconds=now_s))
+        state = decision.state
+        return decision.desired_replicas if decision.valid else len(pool.active)
+
+    return decide
+
+
+def _concurrency_decider(config: SimulationConfig, metrics: _Metrics) -> Decider:
+    policy = replace(
+        config.scaling_policy(ScalingMode.UTILIZATION), tolerance_percent=0.0, scale_down_stabilization_s=0.0
+    )
+    state = ScalerState()
+    panic_until_s = -math.inf
+    per_replica = config.slots_per_replica * config.kpa_target_utilization_ratio
+
+    def decide(pool: _Pool, now_s: float) -> int:
+        nonlocal state, panic_until_s
+        current = len(pool.active)
+        ready = pool.ready_count(now_s)
+        stable = metrics.in_flight(pool, max(0.0, now_s - config.kpa_stable_window_s), now_s)
+        panic = metrics.in_flight(pool, max(0.0, now_s - config.kpa_panic_window_s), now_s)
+        need = math.ceil(stable / per_replica - 1e-9)
+        need_panic = math.ceil(panic / per_replica - 1e-9)
+        if need_panic >= 2 * max(ready, 1):
+            panic_until_s = now_s + config.kpa_stable_window_s
+        in_panic = now_s < panic_until_s
+        if in_panic:
+            need = max(need, need_panic, current)  # KPA never scales down in panic mode
+        obs = Observation(observed_at=_EPOCH + timedelta(seconds=now_s), current_replicas=current, ready_replicas=ready)
+        reason = Reason.SCALE_UP_FOR_UTILIZATION if need > current else Reason.SCALE_DOWN_FOR_UTILIZATION
+        features = {"in_flight_stable": stable, "in_flight_panic": panic, "panic": float(in_panic)}
+        decision = finalize_recommendation(
+            need, reason, f"in-flight {stable:.1f} / {per_replica:.2f} per replica", features, obs, policy, state,
+            _EPOCH + timedelta(seconds=now_s), ScalingMode.UTILIZATION,
+        )
+        state = decision.state
+        return decision.desired_replicas
+
+    return decide
+
+
+def service_times_ms(trace: Trace, config: SimulationConfig) -> NDArray[np.float64]:
+    """True service time of every request, ms: the trace's own, else a draw from the law (seeded)."""
+    if trace.service_ms is not None:
+        return np.asarray(trace.service_ms, dtype=np.float64)
+    rng = np.random.default_rng(config.random_state)
+    return config.law.sample_ms(trace.features(), rng) * config.true_service_scale
+
+
+def run_simulation(
+    trace: Trace, config: SimulationConfig = SimulationConfig(), model: ServiceTimePredictor | None = None
+) -> dict[str, dict[str, Any]]:
+    """Replay ``trace`` under each policy of ``config.policies`` and measure it.
+
+    Args:
+        trace: Requests in arrival order.
+        config: Pool, policy and law parameters.
+        model: Predictor for the predictive policy; None = :func:`train_default_model`.
+    Returns:
+        ``{policy: {"slo_minutes_fraction": float, "replica_hours": float, "mean_replicas": float,
+        "p95_latency_ms": float, "direction_reversals": int, "decision_times_s": [...],
+        "desired_replicas": [...], "ready_replicas": [...], "minute_p95_ms": [...]}}``; the oracle's decision
+        series is per minute.
+    Raises:
+        ValueError: an empty trace.
+    """
+    if len(trace) == 0:
+        raise ValueError("cannot simulate an empty trace")
+    service = service_times_ms(trace, config)
+    end_s = math.ceil(trace.duration_s / 60.0) * 60.0
+    decision_times = np.arange(config.decision_interval_s, end_s + 1e-9, config.decision_interval_s)
+    metrics = _Metrics(trace, service)
+    schedule: list[int] | None = None
+    if "oracle" in config.policies or config.initial_replicas is None:
+        schedule, oracle_pool = oracle_schedule(trace, service, config, end_s)
+    initial = config.initial_replicas if config.initial_replicas is not None else (schedule or [1])[0]
+    results: dict[str, dict[str, Any]] = {}
+    for name in config.policies:
+        times = decision_times
+        start = initial
+        if name == "oracle":
+            assert schedule is not None
+            pool, times, start = oracle_pool, np.arange(1, len(schedule)) * 60.0, schedule[0]
+            desired, ready = schedule[1:], schedule[1:]
+        elif name == "predictive":
+            decider: Decider = _predictive_decider(config, model if model is not None else train_default_model(config), metrics, [])
+        elif name == "utilization":
+            decider = _utilization_decider(config, metrics)
+        elif name == "concurrency":
+            decider = _concurrency_decider(config, metrics)
+        if name != "oracle":
+            pool, desired, ready = _simulate(trace, service, config, start, decider, times, config.startup_delay_s)
+        fraction, minute_p95 = _slo_minutes(trace, pool, config.target_p95_ms, end_s)
+        latency = (pool.finish - trace.arrival_s) * 1000.0
+        replica_s = pool.replica_seconds(end_s)
+        results[name] = {
+            "slo_minutes_fraction": fraction,
+            "replica_hours": replica_s / 3600.0,
+            "mean_replicas": replica_s / end_s,
+            "p95_latency_ms": float(np.percentile(np.where(np.isfinite(latency), latency, np.inf), 95)),
+            "direction_reversals": _reversals([start] + desired),
+            "decision_times_s": [float(t) for t in times],
+            "desired_replicas": desired,
+            "ready_replicas": ready,
+            "minute_p95_ms": [float(x) for x in minute_p95],
+        }
+    return results

@@ -1,0 +1,372 @@
+"""Request traces for the simulator: the project's CSV format, Azure's public LLM trace, and a generator.
+
+Trace CSV (modalscale's format; one row per request, header required, rows in any order)::
+
+    arrival_s,image_count,image_width,image_height,text_tokens[,service_ms]
+
+``arrival_s`` seconds since the trace start; ``image_count`` images in the request (0 = text only);
+``image_width``/``image_height`` pixels of each image (all images of one request share the size; 0 when there
+are none); ``text_tokens`` prompt tokens; optional ``service_ms`` the known service time of the request (the
+simulator otherwise draws it from its service-time law).
+
+Azure LLM inference trace (Azure/AzurePublicDataset, ``AzureLLMInferenceTrace_{conv,code}.csv``, CC BY 4.0,
+cite Patel et al., "Splitwise", ISCA 2024): columns ``TIMESTAMP`` (``YYYY-MM-DD HH:MM:SS.fffffff``),
+``ContextTokens``, ``GeneratedTokens``. It is text only: ``ContextTokens`` become ``text_tokens`` (the service
+law models prefill, so ``GeneratedTokens`` are ignored) and images are attached from an :class:`ImageMix`.
+
+Generator parameters cite ServeGen (Xiang et al., "ServeGen: Workload Characterization of Large Language Model
+Serving in Production", arXiv 2505.09999, 2025; data alibaba/ServeGen ``data/multimodal/mm-image``, Qwen-VL
+production traffic, mixture over clients weighted by requests), rounded from the published distributions:
+
+- images per image-carrying request: 1 image 80.3 %, 2: 6.7 %, 3: 7.6 %, 4: 2.1 %, 5: 1.0 %, p99 = 9;
+- image tokens per image: median 405, p90 1,224, max ~1,280 (about 28 x 28 = 784 px per token for
+  Qwen2-VL-style encoders, so the median image is ~0.32 MP and the p90 ~0.96 MP);
+- text tokens per request: median 106, p90 1,914, p99 3,064;
+- per-client inter-arrival CV: median ~1.0 (Poisson-like), upper quartile ~1.8 (bursty);
+- summed request rate over a day: 4.9-13.3 req/s (peak/trough ~2.7).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from modalscale.autoscaler.features import features_from_columns, modality_codes
+
+TRACE_COLUMNS: tuple[str, ...] = ("arrival_s", "image_count", "image_width", "image_height", "text_tokens")
+"""Required columns of a trace CSV, in file order (``service_ms`` may follow)."""
+
+AZURE_COLUMNS: tuple[str, ...] = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+"""Columns of Azure's public LLM inference trace."""
+
+SERVEGEN_IMAGE_COUNT_PMF: tuple[tuple[int, float], ...] = (
+    (1, 0.803), (2, 0.0668), (3, 0.0764), (4, 0.0209), (5, 0.0100),
+    (6, 0.0064), (7, 0.0035), (8, 0.0024), (9, 0.0019), (12, 0.0087),
+)
+"""Images per image-carrying request (ServeGen mm-image, rounded; ``12`` stands for the 10-49 tail, 0.87 %)."""
+
+SERVEGEN_IMAGE_TOKEN_QUANTILES: tuple[tuple[float, float], ...] = (
+    (0.0, 4), (0.1, 6), (0.2, 25), (0.3, 180), (0.4, 252), (0.5, 405), (0.6, 576),
+    (0.7, 972), (0.8, 1196), (0.9, 1224), (0.95, 1242), (0.99, 1269), (1.0, 1280),
+)
+"""(quantile, image tokens per image), ServeGen mm-image, rounded."""
+
+SERVEGEN_TEXT_TOKEN_QUANTILES: tuple[tuple[float, float], ...] = (
+    (0.0, 29), (0.1, 41), (0.2, 75), (0.3, 79), (0.4, 90), (0.5, 106), (0.6, 186),
+    (0.7, 474), (0.8, 1227), (0.9, 1914), (0.95, 2346), (0.99, 3064), (1.0, 4242),
+)
+"""(quantile, text tokens per request), ServeGen mm-image, rounded."""
+
+PIXELS_PER_IMAGE_TOKEN = 784
+"""28 x 28 px per image token (Qwen2-VL-style patch merging), to turn image tokens into pixels."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests in arrival order (all arrays shape ``(n,)``).
+
+    Attributes:
+        arrival_s: Arrival time, s since trace start, non-decreasing.
+        image_count: Images per request.
+        image_width: Width of each image of the request, px (0 without images).
+        image_height: Height, px (0 without images).
+        text_tokens: Prompt text tokens.
+        service_ms: Known service time per request, ms; None = the simulator draws it from its law.
+        name: Label for reports.
+    """
+
+    arrival_s: NDArray[np.float64]
+    image_count: NDArray[np.int64]
+    image_width: NDArray[np.int64]
+    image_height: NDArray[np.int64]
+    text_tokens: NDArray[np.int64]
+    service_ms: NDArray[np.float64] | None = None
+    name: str = "trace"
+
+    def __post_init__(self) -> None:
+        n = self.arrival_s.shape[0]
+        arrays = [self.image_count, self.image_width, self.image_height, self.text_tokens]
+        if self.service_ms is not None:
+            arrays.append(self.service_ms)
+        if any(a.shape != (n,) for a in arrays):
+            raise ValueError("trace columns must all have shape (n,)")
+        if n and (np.diff(self.arrival_s) < 0).any():
+            raise ValueError("arrival_s must be non-decreasing")
+        if n and (self.arrival_s[0] < 0 or min(a.min() for a in arrays) < 0):
+            raise ValueError("trace values must be >= 0")
+        if n and ((self.image_count > 0) != (self.image_width * self.image_height > 0)).any():
+            raise ValueError("requests with images need image_width and image_height > 0, and vice versa")
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+    @property
+    def image_pixels(self) -> NDArray[np.int64]:
+        """Pixels summed over each request's images, shape ``(n,)``."""
+        return self.image_count * self.image_width * self.image_height
+
+    @property
+    def modality(self) -> NDArray[np.int64]:
+        """Index into ``features.MODALITIES`` per request, shape ``(n,)``."""
+        return modality_codes(self.image_count, self.text_tokens)
+
+    @property
+    def duration_s(self) -> float:
+        """Time of the last arrival, s (0 for an empty trace)."""
+        return float(self.arrival_s[-1]) if len(self) else 0.0
+
+    def features(self) -> NDArray[np.float64]:
+        """``make_features`` matrix, shape ``(n, len(FEATURES))``, batch size 1."""
+        return features_from_columns(self.image_pixels, self.image_count, self.text_tokens)
+
+
+def _trace_from_rows(rows: list[dict[str, str]], path: str | Path, name: str) -> Trace:
+    has_service = bool(rows) and "service_ms" in rows[0]
+    cols: dict[str, list[float]] = {c: [] for c in TRACE_COLUMNS + (("service_ms",) if has_service else ())}
+    for line, row in enumerate(rows, start=2):
+        for c in cols:
+            try:
+                cols[c].append(float(row[c]))
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: line {line}: column {c}={row.get(c)!r} is not a number") from None
+    order = np.argsort(np.asarray(cols["arrival_s"]), kind="stable")
+
+    def ints(c: str) -> NDArray[np.int64]:
+        return np.rint(np.asarray(cols[c])[order]).astype(np.int64)
+
+    return Trace(
+        arrival_s=np.asarray(cols["arrival_s"], dtype=np.float64)[order],
+        image_count=ints("image_count"),
+        image_width=ints("image_width"),
+        image_height=ints("image_height"),
+        text_tokens=ints("text_tokens"),
+        service_ms=np.asarray(cols["service_ms"], dtype=np.float64)[order] if has_service else None,
+        name=name,
+    )
+
+
+def read_trace_csv(path: str | Path) -> Trace:
+    """Read a trace in modalscale's CSV format (see the module docstring); rows are sorted by arrival.
+
+    Raises:
+        ValueError: missing columns (named), a non-numeric cell (line and column named) or invalid values.
+    """
+    with Path(path).open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in TRACE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: trace CSV lacks column(s) {missing}; expected {list(TRACE_COLUMNS)}")
+        rows = list(reader)
+    return _trace_from_rows(rows, path, Path(path).stem)
+
+
+def write_trace_csv(trace: Trace, path: str | Path) -> None:
+    """Write ``trace`` in modalscale's CSV format (with ``service_ms`` when the trace has it)."""
+    header = list(TRACE_COLUMNS) + (["service_ms"] if trace.service_ms is not None else [])
+    with Path(path).open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        for i in range(len(trace)):
+            row = [f"{trace.arrival_s[i]:.6f}", int(trace.image_count[i]), int(trace.image_width[i]),
+                   int(trace.image_height[i]), int(trace.text_tokens[i])]
+            if trace.service_ms is not None:
+                row.append(f"{trace.service_ms[i]:.3f}")
+            writer.writerow(row)
+
+
+@dataclass(frozen=True)
+class ImageMix:
+    """How images are attached to requests (used by the generator and for text-only traces such as Azure's).
+
+    Attributes:
+        image_fraction: Fraction (0..1) of requests that carry images.
+        image_count_pmf: ``(images, probability)`` for image-carrying requests (normalised on use).
+        tokens_per_image_quantiles: ``(quantile, image tokens)`` of one image; sampled by linear interpolation
+            of the inverse CDF. Pixels = tokens x ``PIXELS_PER_IMAGE_TOKEN`` x ``pixel_scale``.
+        pixel_scale: Multiplier on pixels per image (4.0 = a 4x resolution shift).
+        aspect_ratio: Width / height of generated images.
+        image_only_fraction: Fraction of image-carrying requests with no text (ServeGen: 0; all carry a prompt).
+    """
+
+    image_fraction: float = 0.5
+    image_count_pmf: tuple[tuple[int, float], ...] = SERVEGEN_IMAGE_COUNT_PMF
+    tokens_per_image_quantiles: tuple[tuple[float, float], ...] = SERVEGEN_IMAGE_TOKEN_QUANTILES
+    pixel_scale: float = 1.0
+    aspect_ratio: float = 4.0 / 3.0
+    image_only_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.image_fraction <= 1 and 0 <= self.image_only_fraction <= 1):
+            raise ValueError("image_fraction and image_only_fraction must be in [0, 1]")
+        if self.pixel_scale <= 0 or self.aspect_ratio <= 0:
+            raise ValueError("pixel_scale and aspect_ratio must be > 0")
+        if not self.image_count_pmf or any(c < 1 or p < 0 for c, p in self.image_count_pmf):
+            raise ValueError("image_count_pmf needs counts >= 1 and probabilities >= 0")
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.bool_]]:
+        """Draw images for ``n`` requests.
+
+        Returns:
+            ``(image_count, image_width, image_height, image_only)``, each shape ``(n,)``; ``image_only`` marks
+            image-carrying requests that should get no text.
+        """
+        has = rng.random(n) < self.image_fraction
+        counts = np.array([c for c, _ in self.image_count_pmf])
+        probs = np.array([p for _, p in self.image_count_pmf], dtype=np.float64)
+        image_count = np.where(has, rng.choice(counts, size=n, p=probs / probs.sum()), 0)
+        tokens = _sample_quantiles(self.tokens_per_image_quantiles, n, rng)
+        pixels = np.maximum(tokens * PIXELS_PER_IMAGE_TOKEN * self.pixel_scale, 1.0)
+        width = np.maximum(1, np.rint(np.sqrt(pixels * self.aspect_ratio))).astype(np.int64)
+        height = np.maximum(1, np.rint(pixels / width)).astype(np.int64)
+        width = np.where(has, width, 0)
+        height = np.where(has, height, 0)
+        image_only = has & (rng.random(n) < self.image_only_fraction)
+        return image_count.astype(np.int64), width, height, image_only
+
+
+def _sample_quantiles(table: tuple[tuple[float, float], ...], n: int, rng: np.random.Generator) -> NDArray[np.float64]:
+    q = np.array([a for a, _ in table], dtype=np.float64)
+    v = np.array([b for _, b in table], dtype=np.float64)
+    if q[0] != 0 or q[-1] != 1 or (np.diff(q) <= 0).any() or (np.diff(v) < 0).any():
+        raise ValueError("quantile table must run from 0 to 1 with increasing quantiles and non-decreasing values")
+    return np.interp(rng.random(n), q, v)
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """Parameters of a generated trace (see :func:`generate_trace`).
+
+    Attributes:
+        duration_s: Trace length, s.
+        mean_rate_rps: Mean request rate, req/s.
+        rate_swing_ratio: Amplitude of a sinusoidal rate swing relative to the mean (0.45 ~ ServeGen's daily
+            4.9-13.3 req/s range, compressed into one ``rate_period_s``).
+        rate_period_s: Period of the swing, s (None = ``duration_s``).
+        arrival_cv: Coefficient of variation of inter-arrival times (gamma renewal; 1 = Poisson).
+        mix: Image mix before ``shift_at_s``.
+        shift_at_s: Time of a modality shift; None = none.
+        mix_after_shift: Image mix after ``shift_at_s``.
+        text_token_quantiles: ``(quantile, tokens)`` of prompt text tokens.
+        random_state: Seed.
+        name: Label for reports.
+    """
+
+    duration_s: float = 3600.0
+    mean_rate_rps: float = 20.0
+    rate_swing_ratio: float = 0.45
+    rate_period_s: float | None = None
+    arrival_cv: float = 1.0
+    mix: ImageMix = field(default_factory=ImageMix)
+    shift_at_s: float | None = None
+    mix_after_shift: ImageMix | None = None
+    text_token_quantiles: tuple[tuple[float, float], ...] = SERVEGEN_TEXT_TOKEN_QUANTILES
+    random_state: int = 0
+    name: str = "generated"
+
+
+def generate_trace(spec: TraceSpec = TraceSpec()) -> Trace:
+    """Generate a trace: a gamma renewal process time-warped to a sinusoidal rate, with ServeGen-shaped requests.
+
+    ``rate(t) = mean_rate_rps * (1 + rate_swing_ratio * sin(2 pi t / rate_period_s))``; arrivals are a unit-rate
+    gamma renewal process (CV ``arrival_cv``) mapped through the inverse cumulative rate.
+
+    Raises:
+        ValueError: ``rate_swing_ratio`` outside [0, 1), non-positive rate/duration/CV.
+    """
+    if spec.duration_s <= 0 or spec.mean_rate_rps <= 0 or spec.arrival_cv <= 0 or not 0 <= spec.rate_swing_ratio < 1:
+        raise ValueError(f"invalid trace spec {spec!r}")
+    rng = np.random.default_rng(spec.random_state)
+    period = spec.rate_period_s or spec.duration_s
+    grid = np.linspace(0.0, spec.duration_s, int(spec.duration_s) * 4 + 1)
+    rate = spec.mean_rate_rps * (1 + spec.rate_swing_ratio * np.sin(2 * math.pi * grid / period))
+    cumulative = np.concatenate([[0.0], np.cumsum(0.5 * (rate[1:] + rate[:-1]) * np.diff(grid))])
+    expected = cumulative[-1]
+    shape = 1.0 / spec.arrival_cv**2
+    n_draw = int(expected + 10 * math.sqrt(expected) * spec.arrival_cv + 100)
+    unit_times = np.cumsum(rng.gamma(shape, 1.0 / shape, size=n_draw))
+    unit_times = unit_times[unit_times < expected]
+    arrival = np.interp(unit_times, cumulative, grid)
+    n = arrival.shape[0]
+
+    count, width, height, image_only = spec.mix.sample(n, rng)
+    if spec.shift_at_s is not None:
+        after = spec.mix_after_shift or spec.mix
+        count2, width2, height2, only2 = after.sample(n, rng)
+        late = arrival >= spec.shift_at_s
+        count = np.where(late, count2, count)
+        width = np.where(late, width2, width)
+        height = np.where(late, height2, height)
+        image_only = np.where(late, only2, image_only)
+    tokens = np.rint(_sample_quantiles(spec.text_token_quantiles, n, rng)).astype(np.int64)
+    tokens = np.where(image_only, 0, np.maximum(tokens, 1))
+    return Trace(arrival, count, width, height, tokens, None, spec.name)
+
+
+def modality_shift_trace(
+    duration_s: float = 3600.0,
+    rate_rps: float = 20.0,
+    shift_at_s: float = 1800.0,
+    image_fraction_before: float = 0.10,
+    image_fraction_after: float = 0.70,
+    pixel_scale_after: float = 4.0,
+    random_state: int = 1,
+) -> Trace:
+    """A constant-rate Poisson trace whose mix shifts at ``shift_at_s`` from few, small images to many, large ones.
+
+    Defaults: 10 % -> 70 % image-carrying requests and 4x pixels per image, at a constant 20 req/s.
+    """
+    spec = TraceSpec(
+        duration_s=duration_s,
+        mean_rate_rps=rate_rps,
+        rate_swing_ratio=0.0,
+        arrival_cv=1.0,
+        mix=ImageMix(image_fraction=image_fraction_before),
+        shift_at_s=shift_at_s,
+        mix_after_shift=ImageMix(image_fraction=image_fraction_after, pixel_scale=pixel_scale_after),
+        random_state=random_state,
+        name="modality-shift",
+    )
+    return generate_trace(spec)
+
+
+def read_azure_llm_trace(
+    path: str | Path, mix: ImageMix | None = None, random_state: int = 0, name: str | None = None
+) -> Trace:
+    """Read Azure's public LLM inference trace and attach images from ``mix`` (format in the module docstring).
+
+    Args:
+        path: CSV with ``TIMESTAMP, ContextTokens, GeneratedTokens`` (extra columns are ignored).
+        mix: Image mix to attach (default ``ImageMix()``: half the requests carry ServeGen-shaped images).
+        random_state: Seed of the image draw.
+    Returns:
+        A trace with arrivals relative to the first request, sorted.
+    Raises:
+        ValueError: missing columns or an unparsable cell (line named).
+    """
+    mix = mix or ImageMix()
+    with Path(path).open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in AZURE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: Azure LLM trace lacks column(s) {missing}; expected {list(AZURE_COLUMNS)}")
+        times: list[float] = []
+        tokens: list[int] = []
+        for line, row in enumerate(reader, start=2):
+            try:
+                times.append(datetime.fromisoformat(row["TIMESTAMP"].strip()).replace(tzinfo=timezone.utc).timestamp())
+                tokens.append(int(row["ContextTokens"]))
+            except ValueError:
+                raise ValueError(f"{path}: line {line}: cannot parse TIMESTAMP/ContextTokens {row!r}") from None
+    t = np.asarray(times)
+    order = np.argsort(t, kind="stable")
+    arrival = t[order] - (t[order][0] if t.size else 0.0)
+    text = np.maximum(np.asarray(tokens, dtype=np.int64)[order], 0)
+    count, width, height, image_only = mix.sample(arrival.shape[0], np.random.default_rng(random_state))
+    text = np.where(image_only, 0, np.maximum(text, 1))
+    return Trace(arrival, count, width, height, text, None, name or Path(path).stem)
