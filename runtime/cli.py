@@ -129,13 +129,9 @@ def run_serve(args: argparse.Namespace) -> int:
     server = TritonProcess(model_repository=repository, http_port=args.http_port, grpc_port=args.grpc_port,
                            metrics_port=args.metrics_port, host=args.host, extra_args=server_arguments(cfg),
                            exit_timeout_s=args.exit_timeout_s, stop_timeout_s=args.exit_timeout_s + 15)
-    stopping = False
-
     def _forward(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
         print(f"Received signal {signal.Signals(signum).name}, draining tritonserver", flush=True)
-        server.stop()
+        server.terminate()  # the main thread's wait() returns once Triton has drained and exited
 
     previous = {sig: signal.signal(sig, _forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -146,12 +142,9 @@ def run_serve(args: argparse.Namespace) -> int:
     except TritonStartError as exc:
         print(f"tritonserver failed to start: {exc}", file=sys.stderr)
         return 1
-    except RuntimeError:
-        if not stopping:
-            raise
-        code = 0
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     server.stop()
-    return 0 if stopping else int(code)
+    print(f"tritonserver exited with code {code}", flush=True)
+    return int(code)

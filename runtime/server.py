@@ -303,6 +303,11 @@ class TritonProcess:
             self._log_file = None
         return code
 
+    def terminate(self) -> None:
+        """Send SIGTERM without waiting (safe inside a signal handler); Triton then drains and exits."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+
     def wait(self) -> int:
         """Block until the server exits; returns its exit code."""
         if self._proc is None:

@@ -1,0 +1,99 @@
+"""`modalscale runtime serve` runs the real tritonserver and drains in-flight requests on SIGTERM;
+`modalscale load` replays a trace CSV against it and reports per-modality counts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from modalscale.cli import main
+from modalscale.runtime.client import AsyncMultimodalClient, MultimodalResult, scrape_metrics
+from modalscale.runtime.server import free_port
+from modalscale.runtime.workload import photo_at
+
+
+def _wait_until(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def _ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int]]]:
+    ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
+    repo = tmp_path_factory.mktemp("cli-repo")
+    log = (tmp_path_factory.mktemp("cli-log") / "serve.log").open("wb")
+    proc = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-m", "modalscale.cli", "runtime", "serve", "--http-port", str(ports["http"]),
+         "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]), "--model-repository",
+         str(repo), "--max-batch-size", "4", "--preferred-batch-sizes", "2,4", "--exit-timeout-s", "20"],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_until(lambda: _ready(ports["http"]) or proc.poll() is not None, 300, "runtime serve to be ready")
+        assert proc.poll() is None, "runtime serve exited during start-up"
+        assert 'max_batch_size: 4' in (repo / "multimodal" / "config.pbtxt").read_text()
+        yield proc, ports
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+        log.close()
+
+
+def test_load_replays_a_trace_csv(served: tuple, tmp_path: Path) -> None:
+    _, ports = served
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,image_count,image_width,image_height,text_tokens\n"
+                     "0.0,1,320,240,0\n0.1,0,0,0,12\n0.2,2,640,480,8\n0.3,0,0,0,3\n0.4,1,100,80,0\n")
+    report = tmp_path / "report.json"
+    code = main(["load", "--url", f"127.0.0.1:{ports['grpc']}", "--trace", str(trace), "--json", str(report)])
+    assert code == 0
+    stats = {s["modality"]: s for s in json.loads(report.read_text())["stats"]}
+    assert {k: v["requests"] for k, v in stats.items()} == {"image": 2, "text": 2, "image_text": 1, "all": 5}
+    assert all(v["errors"] == 0 for v in stats.values())
+    assert stats["all"]["p50_ms"] <= stats["all"]["p99_ms"]
+
+
+def test_sigterm_drains_in_flight_requests(served: tuple) -> None:
+    proc, ports = served
+    metrics_url = f"http://127.0.0.1:{ports['metrics']}/metrics"
+    key = 'modalscale_requests_total{modality="image"}'
+
+    async def run() -> list[object]:
+        client = AsyncMultimodalClient(f"127.0.0.1:{ports['grpc']}", "grpc")
+        try:
+            base = scrape_metrics(metrics_url).get(key, 0.0)
+            images = [photo_at(name, 384, 384) for name in ("astronaut", "coffee", "chelsea", "rocket")]
+            tasks = [asyncio.create_task(client.infer(images=[img + bytes([k]) for img in images]))
+                     for k in range(3)]
+            deadline = time.monotonic() + 60
+            while scrape_metrics(metrics_url).get(key, 0.0) < base + 1:  # the model has started on them
+                assert time.monotonic() < deadline, "requests never reached the model"
+                await asyncio.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+            return await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await client.close()
+
+    results = asyncio.run(run())
+    assert all(isinstance(r, MultimodalResult) and r.image_classes.shape == (4,) for r in results), results
+    assert proc.wait(60) == 0
+    assert not _ready(ports["http"])
