@@ -15,6 +15,8 @@ from modalscale.operator.metrics import OperatorMetrics
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 
+log = logging.getLogger("modalscale.operator.writes")
+
 
 class Writer:
     """Applies writes through one ``ApiClient`` and counts them in ``metrics``."""
@@ -27,12 +29,13 @@ class Writer:
         self.metrics = metrics
         self.component = component
 
-    def _count(self, kind: str, verb: str) -> None:
+    def _count(self, kind: str, verb: str, namespace: str, name: str) -> None:
         self.metrics.api_writes.labels(kind=kind, verb=verb).inc()
+        log.info("Wrote kind=%s verb=%s namespace=%s name=%s", kind, verb, namespace, name)
 
     def apply(self, namespace: str, write: Write) -> None:
         """Create or patch one child. A create that finds the object already there is not an error."""
-        self._count(write.kind, write.action)
+        self._count(write.kind, write.action, namespace, write.name)
         try:
             if write.kind == "Deployment":
                 if write.action == "create":
@@ -60,7 +63,7 @@ class Writer:
         """Merge-patch ``status`` (a no-op when ``patch`` is empty)."""
         if not patch:
             return
-        self._count(plural, "patch-status")
+        self._count(plural, "patch-status", namespace, name)
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, plural, name, {"status": patch}, _content_type=MERGE)
 
@@ -80,7 +83,7 @@ class Writer:
             "regarding": {"apiVersion": body.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": body["kind"],
                           "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
         }
-        self._count("Event", "create")
+        self._count("Event", "create", meta["namespace"], meta["name"])
         try:
             self.events.create_namespaced_event(meta["namespace"], ev)
         except ApiException as exc:

@@ -159,16 +159,24 @@ class LocalCluster:
         cmd = _cmdline(pid)
         return bool(cmd) and Path(cmd[0]).name == name and any(str(self.workdir) in a for a in cmd)
 
+    def raw_get(self, path: str, timeout_s: float = 10.0) -> bytes:
+        """GET ``path`` (e.g. ``/metrics``) from the apiserver with the admin certificate.
+
+        Raises:
+            OSError: The apiserver did not answer 200.
+        """
+        pki = self.workdir / "pki"
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        with urllib.request.urlopen(f"{self.server_url}{path}", context=ctx, timeout=timeout_s) as r:
+            return bytes(r.read())
+
     def apiserver_ready(self, timeout_s: float = 2.0) -> bool:
         """True when ``/readyz`` answers 200 with the admin certificate."""
         if not self.kubeconfig.exists() or self.load_config() is None:
             return False
-        pki = self.workdir / "pki"
-        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
         try:
-            with urllib.request.urlopen(f"{self.server_url}/readyz", context=ctx, timeout=timeout_s) as r:
-                return r.status == 200
+            return self.raw_get("/readyz", timeout_s) == b"ok"
         except OSError:
             return False
 

@@ -1,0 +1,235 @@
+"""The operator against the real control plane: children, readiness, rollout, drift, one replica writer."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from modalscale.devenv.kube import wait_for
+
+GROUP, VERSION, PLURAL = "modalscale.io", "v1alpha1", "inferenceservices"
+
+
+def make_isvc(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name},
+        "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
+                 "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 6}},
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def create(api: Any, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    return client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+
+def get(api: Any, ns: str, name: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+
+def patch_spec(api: Any, ns: str, name: str, spec: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, {"spec": spec})
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+
+def wait_condition(api: Any, ns: str, name: str, type_: str, status: str, reason: str | None = None,
+                   timeout_s: float = 60) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        c = condition(get(api, ns, name), type_)
+        if c and c["status"] == status and (reason is None or c["reason"] == reason):
+            return c
+        return None
+
+    return wait_for(check, timeout_s, f"{type_}={status} ({reason}) on {ns}/{name}")
+
+
+def test_create_makes_owned_children_and_reports_ready(api: Any, operator: Any, namespace: str,
+                                                        cluster: Any) -> None:
+    isvc = create(api, namespace, make_isvc("vc"))
+    wait_condition(api, namespace, "vc", "Ready", "True")
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    dep = apps.read_namespaced_deployment("vc", namespace)
+    svc = core.read_namespaced_service("vc", namespace)
+    cm = core.read_namespaced_config_map("vc-model-repo", namespace)
+    for obj in (dep, svc, cm):
+        (ref,) = obj.metadata.owner_references
+        assert (ref.kind, ref.name, ref.uid, ref.controller) == ("InferenceService", "vc", isvc["metadata"]["uid"], True)
+        assert obj.metadata.labels["app.kubernetes.io/managed-by"] == "modalscale-operator"
+    assert "multimodal__config.pbtxt" in cm.data
+    assert dep.spec.template.spec.containers[0].readiness_probe.http_get.path == "/v2/models/multimodal/ready"
+    pods = core.list_namespaced_pod(namespace, label_selector="modalscale.io/inferenceservice=vc").items
+    assert len(pods) == 2 and all(p.spec.node_name.startswith("kwok-gpu-") for p in pods)
+    status = get(api, namespace, "vc")["status"]
+    assert (status["replicas"], status["readyReplicas"], status["desiredReplicas"]) == (2, 2, 2)
+    assert status["url"] == f"http://vc.{namespace}.svc.cluster.local:8000"
+    assert status["observedGeneration"] == 1
+
+    from modalscale.devenv.binaries import ensure_binaries
+
+    out = subprocess.run([str(ensure_binaries(lambda _m: None).kubectl), f"--kubeconfig={cluster.kubeconfig}",
+                          "-n", namespace, "get", "msvc", "vc"], capture_output=True, text=True, check=True).stdout
+    header, row = out.splitlines()
+    assert row.split()[:5] == ["vc", "True", "2", "2", "500"]
+
+
+def test_spec_change_rolls_out_without_losing_ready_replicas(api: Any, operator: Any, namespace: str) -> None:
+    create(api, namespace, make_isvc("roll"))
+    wait_condition(api, namespace, "roll", "Ready", "True")
+    apps = client.AppsV1Api(api)
+    seen_ready: list[int] = []
+    stop = threading.Event()
+
+    def watch_ready() -> None:
+        w = watch.Watch()
+        for ev in w.stream(apps.list_namespaced_deployment, namespace, field_selector="metadata.name=roll",
+                           timeout_seconds=60):
+            seen_ready.append(ev["object"].status.ready_replicas or 0)
+            if stop.is_set():
+                w.stop()
+
+    t = threading.Thread(target=watch_ready, daemon=True)
+    t.start()
+    time.sleep(0.5)
+    patch_spec(api, namespace, "roll", {"runtime": {"version": "24.11-py3",
+                                                    "dynamicBatching": {"maxQueueDelayMicroseconds": 500}}})
+
+    def rolled() -> bool:
+        d = apps.read_namespaced_deployment("roll", namespace)
+        return (d.spec.template.spec.containers[0].image.endswith(":24.11-py3")
+                and d.status.updated_replicas == 2 and d.status.ready_replicas == 2 and d.status.replicas == 2)
+
+    wait_for(rolled, 90, "rollout of the new image")
+    wait_condition(api, namespace, "roll", "Ready", "True")
+    stop.set()
+    t.join(timeout=70)
+    assert seen_ready and min(seen_ready) >= 2, seen_ready
+    cm = client.CoreV1Api(api).read_namespaced_config_map("roll-model-repo", namespace)
+    assert "max_queue_delay_microseconds: 500" in cm.data["multimodal__config.pbtxt"]
+
+
+def test_drift_is_repaired_and_hand_scaling_is_reported(api: Any, operator: Any, namespace: str) -> None:
+    create(api, namespace, make_isvc("drift"))
+    wait_condition(api, namespace, "drift", "Ready", "True")
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+
+    core.delete_namespaced_service("drift", namespace)
+    wait_for(lambda: core.list_namespaced_service(namespace, field_selector="metadata.name=drift").items,
+             30, "Service recreated")
+
+    apps.patch_namespaced_deployment("drift", namespace, {"spec": {"template": {"spec": {"containers": [
+        {"name": "triton", "image": "evil/triton:latest"}]}}}})
+    wait_for(lambda: apps.read_namespaced_deployment("drift", namespace)
+             .spec.template.spec.containers[0].image == "nvcr.io/nvidia/tritonserver:24.10-py3", 30, "image restored")
+
+    apps.patch_namespaced_deployment("drift", namespace, {"metadata": {"labels": {
+        "app.kubernetes.io/part-of": "other", "team": "search"}}})
+    wait_for(lambda: apps.read_namespaced_deployment("drift", namespace).metadata.labels.get(
+        "app.kubernetes.io/part-of") == "modalscale", 30, "owned label restored")
+    assert apps.read_namespaced_deployment("drift", namespace).metadata.labels["team"] == "search"
+
+    apps.patch_namespaced_deployment_scale("drift", namespace, {"spec": {"replicas": 5}})
+    c = wait_condition(api, namespace, "drift", "ScalingConflict", "True", "ReplicasChangedExternally")
+    assert "scaled to 5" in c["message"]
+    wait_for(lambda: apps.read_namespaced_deployment("drift", namespace).spec.replicas == 2, 30, "replicas restored")
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=drift").items
+    assert any(e.reason == "ReplicasChangedExternally" and e.type == "Warning" for e in events)
+    # Restored once; no alternating writes afterwards.
+    time.sleep(3 * 2.0)
+    history = get(api, namespace, "drift")["status"]["scalingHistory"]
+    assert [(h["from"], h["to"]) for h in history].count((5, 2)) == 1
+
+
+def test_reconciles_with_nothing_changed_make_zero_writes(api: Any, operator: Any, namespace: str) -> None:
+    create(api, namespace, make_isvc("quiet"))
+    wait_condition(api, namespace, "quiet", "Ready", "True")
+    time.sleep(2 * 2.0)  # let the rollout settle: deployment status and the Ready/Progressing flips
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+
+    def versions() -> list[str]:
+        return [get(api, namespace, "quiet")["metadata"]["resourceVersion"],
+                apps.read_namespaced_deployment("quiet", namespace).metadata.resource_version,
+                core.read_namespaced_service("quiet", namespace).metadata.resource_version,
+                core.read_namespaced_config_map("quiet-model-repo", namespace).metadata.resource_version]
+
+    def our_writes() -> int:
+        return operator.log().count(f"namespace={namespace} ")
+
+    before_versions, before_writes = versions(), our_writes()
+    assert before_writes >= 4  # the creates and first status were counted by the same log line
+    reconciles_before = operator.metric("modalscale_reconciles_total", result="ok")
+    time.sleep(4 * 2.0)  # four resync periods
+    assert operator.metric("modalscale_reconciles_total", result="ok") >= reconciles_before + 3
+    assert our_writes() == before_writes
+    assert versions() == before_versions
+
+
+def test_unschedulable_pods_make_ready_false_with_the_scheduler_reason(api: Any, operator: Any,
+                                                                       namespace: str) -> None:
+    create(api, namespace, make_isvc("huge", resources={"cpu": "1", "memory": "1Gi",
+                                                        "gpu": {"count": 16, "type": "nvidia-l4"}}))
+    c = wait_condition(api, namespace, "huge", "Ready", "False", "Unschedulable")
+    assert "Insufficient nvidia.com/gpu" in c["message"]
+    deg = condition(get(api, namespace, "huge"), "Degraded")
+    assert deg and deg["status"] == "True"
+
+
+def test_missing_model_configmap_is_reported_by_field_and_nothing_is_created(api: Any, operator: Any,
+                                                                            namespace: str) -> None:
+    create(api, namespace, make_isvc("usermodel", model={"source": "ConfigMap", "name": "cap",
+                                                         "configMap": {"name": "no-such-repo"}}))
+    c = wait_condition(api, namespace, "usermodel", "Ready", "False", "ModelNotFound")
+    assert "spec.model.configMap.name" in c["message"]
+    assert client.AppsV1Api(api).list_namespaced_deployment(namespace).items == []
+    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=usermodel")
+    assert [e.reason for e in events.items].count("ModelNotFound") == 1
+
+    client.CoreV1Api(api).create_namespaced_config_map(namespace, {
+        "metadata": {"name": "no-such-repo"},
+        "data": {"cap__config.pbtxt": 'name: "cap"\nbackend: "python"\n', "cap__1__model.py": "# user model\n"}})
+    wait_condition(api, namespace, "usermodel", "Ready", "True")
+    dep = client.AppsV1Api(api).read_namespaced_deployment("usermodel", namespace)
+    (vol,) = [v for v in dep.spec.template.spec.volumes if v.name == "model-repository"]
+    assert sorted(i.path for i in vol.config_map.items) == ["cap/1/model.py", "cap/config.pbtxt"]
+
+
+def test_scale_subresource_is_honoured_in_fixed_mode_and_explained_otherwise(api: Any, operator: Any,
+                                                                            namespace: str) -> None:
+    custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
+    create(api, namespace, make_isvc("fixed"))
+    wait_condition(api, namespace, "fixed", "Ready", "True")
+    custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "fixed", {"spec": {"replicas": 3}})
+    wait_for(lambda: (apps.read_namespaced_deployment("fixed", namespace).status.ready_replicas or 0) == 3, 60,
+             "3 ready replicas")
+    scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "fixed")
+    wait_for(lambda: custom.get_namespaced_custom_object_scale(
+        GROUP, VERSION, namespace, PLURAL, "fixed")["status"]["replicas"] == 3, 30, "scale status 3")
+    assert scale["status"]["selector"] == "modalscale.io/inferenceservice=fixed"
+
+    create(api, namespace, make_isvc("pred", scaling={"mode": "Predictive", "minReplicas": 1, "maxReplicas": 4}))
+    wait_condition(api, namespace, "pred", "Ready", "True")
+    custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "pred", {"spec": {"replicas": 3}})
+    c = wait_condition(api, namespace, "pred", "ScalingConflict", "True", "ScaleIgnoredInMode")
+    assert "Fixed" in c["message"]
+    assert apps.read_namespaced_deployment("pred", namespace).spec.replicas == 1
+
+
+def test_delete_removes_everything_and_nothing_hangs(api: Any, operator: Any, namespace: str) -> None:
+    create(api, namespace, make_isvc("gone"))
+    wait_condition(api, namespace, "gone", "Ready", "True")
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gone")
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    wait_for(lambda: not client.CustomObjectsApi(api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL)["items"], 30, "InferenceService deleted")
+    wait_for(lambda: not apps.list_namespaced_deployment(namespace).items
+             and not core.list_namespaced_service(namespace).items
+             and not [c for c in core.list_namespaced_config_map(namespace).items if c.metadata.name != "kube-root-ca.crt"]
+             and not core.list_namespaced_pod(namespace).items, 60, "children garbage-collected")
