@@ -7,6 +7,7 @@ import logging
 import random
 import threading
 import time
+from decimal import Decimal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from modalscale.operator import conditions as cond
 from modalscale.operator import reasons as R
 from modalscale.operator.apply import Writer
 from modalscale.operator.isvc_observe import Observer
-from modalscale.operator.isvc_plan import ModelReferenceError, PlanConfig, plan_isvc
+from modalscale.operator.isvc_plan import ModelReferenceError, PlanConfig, budget_cap, plan_isvc
 from modalscale.operator.isvc_spec import InvalidSpec, IsvcSpec, parse_isvc
 from modalscale.operator.metrics import OperatorMetrics
 from modalscale.operator.settings import Settings
@@ -35,6 +36,8 @@ class Deps:
     writer: Writer
     metrics: OperatorMetrics
     clock: Callable[[], dt.datetime]
+    catalog: Any
+    """``modalscale.costmodel.catalog.Catalog`` (packaged prices merged with MODALSCALE_PRICING_CATALOG)."""
     locks: dict[str, threading.Lock] = field(default_factory=dict)
     """One lock per object uid: the change handler and the timer never reconcile the same object at once."""
 
@@ -57,6 +60,26 @@ def repository_files(spec: IsvcSpec) -> dict[str, str]:
     except InvalidRuntimeSpec as exc:
         field = str(exc).split(":", 1)[0]
         raise InvalidSpec(field, str(exc).split(":", 1)[-1].strip()) from exc
+
+
+class UnpricedGPU(InvalidSpec):
+    """The GPU type has no price in the catalog: never priced at $0 silently."""
+
+
+def replica_price(deps: Deps, spec: IsvcSpec) -> Decimal:
+    """USD per replica-hour from the catalog.
+
+    Raises:
+        UnpricedGPU: The catalog has no price for ``spec.resources.gpu.type`` at the pricing tier.
+    """
+    from modalscale.costmodel.catalog import ReplicaResources, UnknownPrice
+
+    res = ReplicaResources.from_quantities(cpu=spec.resources.cpu, memory=spec.resources.memory,
+                                           gpu_count=spec.resources.gpu_count, gpu_type=spec.resources.gpu_type)
+    try:
+        return deps.catalog.price_replica(res, spec.pricing_tier)
+    except UnknownPrice as exc:
+        raise UnpricedGPU("spec.resources.gpu.type", f"{exc}") from exc
 
 
 def _fail_status(body: dict[str, Any], reason: str, message: str, now: dt.datetime) -> dict[str, Any]:
@@ -87,9 +110,12 @@ def reconcile_isvc(deps: Deps, body: kopf.Body, logger: logging.Logger | logging
         spec = parse_isvc(raw)
         files = repository_files(spec)
         observed = deps.observer.observe(spec, current_status)
+        observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
+        observed.replica_usd_per_hour = replica_price(deps, spec)
         plan = plan_isvc(spec, observed, files, PlanConfig(conflict_hold_s=deps.settings.conflict_hold_s), now)
     except (InvalidSpec, ModelReferenceError) as exc:
-        reason = R.INVALID_SPEC if isinstance(exc, InvalidSpec) else R.MODEL_NOT_FOUND
+        reason = {InvalidSpec: R.INVALID_SPEC, ModelReferenceError: R.MODEL_NOT_FOUND,
+                  UnpricedGPU: R.UNKNOWN_GPU_PRICE}[type(exc)]
         new = _fail_status(raw, reason, str(exc), now)
         patch = cond.status_patch(current_status, new)
         if patch:  # The problem is new or changed: report it once, in status and as an Event.
@@ -184,7 +210,12 @@ def build_deps(settings: Settings) -> Deps:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
+    from pathlib import Path
+
+    from modalscale.costmodel.catalog import load_catalog
+
     api = client.ApiClient()
     metrics = OperatorMetrics()
+    catalog = load_catalog(Path(settings.pricing_catalog) if settings.pricing_catalog else None)
     return Deps(settings=settings, observer=Observer(api), writer=Writer(api, metrics), metrics=metrics,
-                clock=lambda: dt.datetime.now(dt.UTC))
+                clock=lambda: dt.datetime.now(dt.UTC), catalog=catalog)

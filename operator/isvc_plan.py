@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -58,8 +59,10 @@ class IsvcObserved:
     foreign_autoscalers: list[str] = field(default_factory=list)
     """HorizontalPodAutoscalers whose scaleTargetRef is this InferenceService's Deployment."""
     budget_cap_replicas: int | None = None
-    """Effective max replicas imposed by a BudgetPolicy (None: no cap)."""
+    """Effective max replicas imposed by a BudgetPolicy (None: no cap); see :func:`budget_cap`."""
     budget_cap_policy: str | None = None
+    replica_usd_per_hour: Decimal | None = None
+    """Price of one replica in USD per hour (None: not priced; ``costUSDPerHour`` is then left out)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,43 @@ class ModelReferenceError(Exception):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+BUDGET_CAP_PREFIX = "budget.modalscale.io/cap-"
+"""Annotation key prefix a BudgetPolicy writes on an InferenceService to cap it; value is JSON
+``{"maxReplicas": int, "policy": "ns/name", "action": "CapReplicas|ScaleDown|ScaleToZero"}``."""
+
+
+def budget_cap(annotations: dict[str, str] | None) -> tuple[int | None, str | None]:
+    """The tightest budget cap in ``annotations``: (max replicas, "ns/name[, ...]" of the policies) or (None, None).
+
+    Malformed values are ignored here (the BudgetPolicy controller owns and rewrites them).
+    """
+    best: int | None = None
+    policies: list[str] = []
+    for key, value in (annotations or {}).items():
+        if not key.startswith(BUDGET_CAP_PREFIX):
+            continue
+        try:
+            data = json.loads(value)
+            cap = int(data["maxReplicas"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if cap < 0:
+            continue
+        if best is None or cap < best:
+            best, policies = cap, [str(data.get("policy", key))]
+        elif cap == best:
+            policies.append(str(data.get("policy", key)))
+    return best, (", ".join(sorted(policies)) if policies else None)
+
+
+def running_replicas(pods: list[dict[str, Any]]) -> int:
+    """Pods that hold their resources: bound to a node, not terminating, not Succeeded/Failed."""
+    return sum(1 for p in pods
+               if (p.get("spec") or {}).get("nodeName")
+               and not (p.get("metadata") or {}).get("deletionTimestamp")
+               and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
 
 # ---------------------------------------------------------------------------------------------- drift
@@ -360,7 +400,6 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
     new_conditions = cond.upsert(old_conditions, [ready_c, prog_c, deg_c, conflict, budget_c],
                                  spec.generation, now)
     history = list(obs.status.get("scalingHistory") or [])
-    previous = obs.status.get("desiredReplicas")
     if decision.write is not None and obs.deployment is not None:
         before = int((obs.deployment.get("spec") or {}).get("replicas") or 0)
         if before != decision.write:
@@ -372,13 +411,16 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
         "observedGeneration": spec.generation,
         "replicas": replicas,
         "readyReplicas": ready,
-        "desiredReplicas": desired if spec.scaling.mode == "Fixed" or previous is None else desired,
+        "desiredReplicas": desired,
         "selector": selector(spec),
         "url": service_url(spec),
         "conditions": new_conditions,
     }
     if history:
         status["scalingHistory"] = history
+    if obs.replica_usd_per_hour is not None:
+        cost = obs.replica_usd_per_hour * running_replicas(obs.pods)
+        status["costUSDPerHour"] = format(cost.quantize(Decimal("0.0001")), "f")
     events = []
     for c in cond.transitions(old_conditions, new_conditions):
         bad = (c["type"] == R.READY and c["status"] != cond.TRUE) or (

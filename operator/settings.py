@@ -32,6 +32,10 @@ class Settings:
     """Prometheus base URL for the autoscaler (``MODALSCALE_PROMETHEUS_URL``)."""
     log_level: str = "INFO"
     """``MODALSCALE_LOG_LEVEL``: DEBUG, INFO, WARNING or ERROR."""
+    pricing_catalog: str = ""
+    """Path of a YAML pricing-catalog override merged onto the packaged catalog (``MODALSCALE_PRICING_CATALOG``)."""
+    opencost_url: str = ""
+    """OpenCost base URL for prices (``MODALSCALE_OPENCOST_URL``); empty: the catalog only."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -79,6 +83,22 @@ class Settings:
         prom = environ.get("MODALSCALE_PROMETHEUS_URL", "")
         if prom and not prom.startswith(("http://", "https://")):
             errors.append(f"MODALSCALE_PROMETHEUS_URL={prom!r}: use an http:// or https:// URL")
+        catalog = environ.get("MODALSCALE_PRICING_CATALOG", "")
+        if catalog:
+            from pathlib import Path
+
+            from modalscale.costmodel.catalog import CatalogError, load_catalog
+
+            if not Path(catalog).is_file():
+                errors.append(f"MODALSCALE_PRICING_CATALOG={catalog!r}: no such file; mount the catalog override")
+            else:
+                try:
+                    load_catalog(Path(catalog))
+                except CatalogError as exc:
+                    errors.append(f"MODALSCALE_PRICING_CATALOG={catalog!r}: {exc}")
+        opencost = environ.get("MODALSCALE_OPENCOST_URL", "")
+        if opencost and not opencost.startswith(("http://", "https://")):
+            errors.append(f"MODALSCALE_OPENCOST_URL={opencost!r}: use an http:// or https:// URL")
         settings = cls(
             namespaces=namespaces,
             resync_interval_s=number("MODALSCALE_RESYNC_INTERVAL_SECONDS", 30.0, 1.0, 3600.0),
@@ -89,6 +109,8 @@ class Settings:
             standalone=standalone_raw in ("true", "1"),
             prometheus_url=prom,
             log_level=level,
+            pricing_catalog=catalog,
+            opencost_url=opencost,
         )
         if errors:
             raise ConfigError("invalid operator settings:\n  " + "\n  ".join(errors))

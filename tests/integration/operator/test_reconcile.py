@@ -72,6 +72,15 @@ def test_create_makes_owned_children_and_reports_ready(api: Any, operator: Any, 
     assert (status["replicas"], status["readyReplicas"], status["desiredReplicas"]) == (2, 2, 2)
     assert status["url"] == f"http://vc.{namespace}.svc.cluster.local:8000"
     assert status["observedGeneration"] == 1
+    from decimal import Decimal
+
+    from modalscale.costmodel.catalog import ReplicaResources, default_catalog
+
+    per_replica = default_catalog().price_replica(ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4"),
+                                                  "OnDemand")
+    wait_for(lambda: get(api, namespace, "vc")["status"].get("costUSDPerHour") is not None, 30, "cost in status")
+    assert Decimal(get(api, namespace, "vc")["status"]["costUSDPerHour"]) == (2 * per_replica).quantize(
+        Decimal("0.0001"))
 
     from modalscale.devenv.binaries import ensure_binaries
 
@@ -79,6 +88,7 @@ def test_create_makes_owned_children_and_reports_ready(api: Any, operator: Any, 
                           "-n", namespace, "get", "msvc", "vc"], capture_output=True, text=True, check=True).stdout
     header, row = out.splitlines()
     assert row.split()[:5] == ["vc", "True", "2", "2", "500"]
+    assert row.split()[5] == get(api, namespace, "vc")["status"]["costUSDPerHour"]
 
 
 def test_spec_change_rolls_out_without_losing_ready_replicas(api: Any, operator: Any, namespace: str) -> None:
@@ -233,3 +243,15 @@ def test_delete_removes_everything_and_nothing_hangs(api: Any, operator: Any, na
              and not core.list_namespaced_service(namespace).items
              and not [c for c in core.list_namespaced_config_map(namespace).items if c.metadata.name != "kube-root-ca.crt"]
              and not core.list_namespaced_pod(namespace).items, 60, "children garbage-collected")
+
+
+def test_gpu_type_without_a_price_is_refused_by_field_and_nothing_is_created(api: Any, operator: Any,
+                                                                             namespace: str) -> None:
+    create(api, namespace, make_isvc("exotic", resources={"cpu": "1", "memory": "1Gi",
+                                                          "gpu": {"count": 1, "type": "acme-tpu9000"}}))
+    c = wait_condition(api, namespace, "exotic", "Ready", "False", "UnknownGPUPrice")
+    assert "spec.resources.gpu.type" in c["message"] and "acme-tpu9000" in c["message"]
+    assert "costUSDPerHour" not in get(api, namespace, "exotic")["status"]
+    assert client.AppsV1Api(api).list_namespaced_deployment(namespace).items == []
+    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=exotic")
+    assert [e.reason for e in events.items].count("UnknownGPUPrice") == 1

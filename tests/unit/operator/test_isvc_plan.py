@@ -222,3 +222,41 @@ def test_quantities_compare_by_value_in_drift_detection() -> None:
     assert not is_derivative({"resources": {"requests": {"cpu": "2"}}}, {"resources": {"requests": {"cpu": "1"}}})
     assert is_derivative({"containers": [{"name": "a", "image": "x"}]},
                          {"containers": [{"name": "sidecar"}, {"name": "a", "image": "x", "tty": False}]})
+
+
+def test_budget_cap_is_the_tightest_annotation_and_is_applied_last_even_in_fixed_mode() -> None:
+    from modalscale.operator.isvc_plan import budget_cap
+
+    ann = {"budget.modalscale.io/cap-aaaaaaaaaa": '{"maxReplicas": 3, "policy": "a/p1", "action": "CapReplicas"}',
+           "budget.modalscale.io/cap-bbbbbbbbbb": '{"maxReplicas": 1, "policy": "b/p2", "action": "ScaleDown"}',
+           "budget.modalscale.io/cap-cccccccccc": "not json", "team": "x"}
+    assert budget_cap(ann) == (1, "b/p2")
+    assert budget_cap({}) == (None, None)
+
+    obs, _ = converge(make_isvc(scaling={"mode": "Fixed", "replicas": 4, "minReplicas": 2, "maxReplicas": 6}))
+    obs.budget_cap_replicas, obs.budget_cap_policy = 1, "b/p2"
+    fixed = make_isvc(scaling={"mode": "Fixed", "replicas": 4, "minReplicas": 2, "maxReplicas": 6})
+    plan = plan_isvc(parse_isvc(fixed), obs, FILES, PlanConfig(), NOW)
+    (w,) = plan.writes
+    assert w.body["spec"]["replicas"] == 1  # below minReplicas too: the budget cap is never exceeded
+    c = get(plan.status["conditions"], R.BUDGET_LIMITED)
+    assert (c["status"], c["reason"]) == ("True", R.CAPPED_BY_BUDGET) and "b/p2" in c["message"]
+    assert plan.status["scalingHistory"][-1]["reason"] == R.CAPPED_BY_BUDGET
+
+
+def test_cost_per_hour_counts_only_pods_holding_resources() -> None:
+    from decimal import Decimal
+
+    obs, _ = converge(make_isvc())
+    obs.replica_usd_per_hour = Decimal("1.25")
+    obs.pods = [
+        {"metadata": {"name": "a"}, "spec": {"nodeName": "n0"}, "status": {"phase": "Running"}},
+        {"metadata": {"name": "b"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}},
+        {"metadata": {"name": "c"}, "spec": {}, "status": {"phase": "Pending"}},  # not scheduled: no GPU held
+        {"metadata": {"name": "d", "deletionTimestamp": "2026-11-30T11:00:00Z"}, "spec": {"nodeName": "n0"},
+         "status": {"phase": "Running"}},
+    ]
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    assert plan.status["costUSDPerHour"] == "2.5000"
+    obs.replica_usd_per_hour = None
+    assert "costUSDPerHour" not in plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status
