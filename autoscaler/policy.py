@@ -15,10 +15,12 @@
 
 Replicas still starting count in ``current_replicas`` (the /scale target) but not in ``ready_replicas``. The
 predictive need depends on load, not on current replicas, so starting replicas never trigger another scale-up;
-the utilization rule counts them as fully busy when it would scale down (HPA's rule for unready pods).
+the utilization rule follows HPA for unready pods: counted idle when scaling up, at the target when scaling
+down, and no change when that flips the direction.
 
-Missing or stale metrics give ``valid=False`` and hold ``max(current, last valid decision)``: no data never
-scales down. Spec bounds and the budget cap still apply (they are not metrics).
+Missing or stale metrics give ``valid=False`` and hold the current count (the last applied decision): no data
+never scales down. Spec bounds and the budget cap still apply (they are not metrics); when they force a change,
+the decision is valid.
 
 Reasons are the CamelCase constants of :class:`Reason`; the decision also returns the features behind it.
 """
@@ -173,8 +175,10 @@ class ScalingPolicy:
         """
         if not isinstance(spec, Mapping):
             raise PolicySpecError(f"spec must be a mapping, got {type(spec).__name__}")
-        scaling = spec.get("scaling") or {}
-        runtime = spec.get("runtime") or {}
+        scaling = spec.get("scaling", {})
+        runtime = spec.get("runtime", {})
+        scaling = {} if scaling is None else scaling
+        runtime = {} if runtime is None else runtime
         if not isinstance(scaling, Mapping):
             raise PolicySpecError("spec.scaling must be an object")
         if not isinstance(runtime, Mapping):
@@ -327,14 +331,12 @@ class ScalerState:
         recommendations: ``(time, replicas)`` of recent post-tolerance recommendations, oldest first.
         service_scale: Multiplier on the model's service times, from observed vs predicted mean service time.
         latency_scale: Multiplier on the queueing model's p95, from observed vs predicted p95 latency.
-        last_desired_replicas: The last valid decision; held when metrics go missing.
         last_change_at: When a decision last changed the replica count (calibration waits for metrics to settle).
     """
 
     recommendations: tuple[tuple[datetime, int], ...] = ()
     service_scale: float = 1.0
     latency_scale: float = 1.0
-    last_desired_replicas: int | None = None
     last_change_at: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -343,7 +345,6 @@ class ScalerState:
             "recommendations": [[t.isoformat(), int(r)] for t, r in self.recommendations],
             "service_scale": float(self.service_scale),
             "latency_scale": float(self.latency_scale),
-            "last_desired_replicas": self.last_desired_replicas,
             "last_change_at": None if self.last_change_at is None else self.last_change_at.isoformat(),
         }
 
@@ -360,7 +361,6 @@ class ScalerState:
             if when.tzinfo is None:
                 raise ValueError(f"recommendation time {t!r} is not timezone-aware")
             recs.append((when, int(r)))
-        last = data.get("last_desired_replicas")
         changed = data.get("last_change_at")
         changed_at = None if changed is None else datetime.fromisoformat(changed)
         if changed_at is not None and changed_at.tzinfo is None:
@@ -369,7 +369,6 @@ class ScalerState:
             recommendations=tuple(recs),
             service_scale=float(data.get("service_scale", 1.0)),
             latency_scale=float(data.get("latency_scale", 1.0)),
-            last_desired_replicas=None if last is None else int(last),
             last_change_at=changed_at,
         )
 
@@ -423,8 +422,8 @@ def recommend(
     if policy.mode == ScalingMode.FIXED:
         assert policy.replicas is not None
         desired, reason, message = _cap(policy.replicas, Reason.FIXED_REPLICAS, f"Fixed mode: {policy.replicas} replicas", observation)
-        return Decision(desired, True, reason, message, {"fixed_replicas": float(policy.replicas)},
-                        replace(state, last_desired_replicas=desired), ScalingMode.FIXED)
+        features = {"fixed_replicas": float(policy.replicas)}
+        return Decision(desired, True, reason, message, features, state, ScalingMode.FIXED)
 
     mode = policy.mode if model is not None else ScalingMode.UTILIZATION
     missing = observation.workload is None if mode == ScalingMode.PREDICTIVE else observation.utilization_ratio is None
@@ -472,7 +471,7 @@ def finalize_recommendation(
     if need == current:
         reason, rec = Reason.STEADY, current
         message = f"{message}; need equals current {current}"
-    elif current > 0 and abs(need / current - 1.0) <= tolerance:
+    elif current > 0 and abs(need / current - 1.0) <= tolerance + 1e-9:
         rec = current
         message = f"{message}; need {need} within {policy.tolerance_percent:g}% of current {current}"
         reason = Reason.WITHIN_TOLERANCE
@@ -504,7 +503,6 @@ def finalize_recommendation(
     new_state = replace(
         state,
         recommendations=tuple(history) + ((now, rec),),
-        last_desired_replicas=desired,
         last_change_at=now if desired != current else state.last_change_at,
     )
     return Decision(desired, True, reason, message, features, new_state, mode)
@@ -529,7 +527,7 @@ def _hold(
     observation: Observation, policy: ScalingPolicy, state: ScalerState, mode: ScalingMode, stale: bool, age_s: float
 ) -> Decision:
     current = observation.current_replicas
-    held = max(current, state.last_desired_replicas or 0)
+    held = current  # the last decision that was applied
     if stale:
         reason = Reason.HELD_STALE_METRICS
         message = f"Metrics are {age_s:.0f} s old (limit {policy.max_metrics_age_s:g} s); holding {held} replicas"
@@ -682,20 +680,31 @@ def _predictive_need(
 
 
 def _utilization_need(observation: Observation, policy: ScalingPolicy) -> tuple[int, Reason, str, dict[str, float]]:
+    """HPA rule ``ceil(ready * utilization / target)``; replicas still starting are handled as HPA handles unready
+    pods: counted idle when the ready ones ask to scale up, counted at the target when they ask to scale down,
+    and no change when counting them flips the direction."""
     assert observation.utilization_ratio is not None
     ready = observation.ready_replicas
     current = observation.current_replicas
     pending = max(0, current - ready)
     target = policy.target_utilization_percent / 100.0
-    busy = ready * observation.utilization_ratio
+    utilization = observation.utilization_ratio
+    busy = ready * utilization
+    counted = f"{ready} ready x {utilization:.0%} busy"
     need = math.ceil(busy / target - 1e-9)
-    counted = f"{ready} ready x {observation.utilization_ratio:.0%} busy"
-    if need < current and pending > 0:  # HPA: unready pods count as fully busy when scaling down
-        busy += pending
-        need = math.ceil(busy / target - 1e-9)
-        counted += f" + {pending} starting counted busy"
+    if pending > 0:
+        scaling_up = utilization > target
+        if not scaling_up:  # unready replicas count as busy at the target when scaling down
+            busy += pending * target
+            need = math.ceil(busy / target - 1e-9)
+            counted += f" + {pending} starting at target"
+        else:
+            counted += f" + {pending} starting counted idle"
+        if (need > current) != scaling_up and need != current:
+            counted += "; counting starting replicas flips the direction, so no change"
+            need = current
     features = {
-        "utilization_ratio": float(observation.utilization_ratio),
+        "utilization_ratio": float(utilization),
         "ready_replicas": float(ready),
         "pending_replicas": float(pending),
         "busy_replicas": float(busy),

@@ -1,0 +1,413 @@
+"""The replica policy: hand-computed needs, HPA-style guards, holds, the budget cap, and its invariants."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from modalscale.autoscaler.features import FEATURES
+from modalscale.autoscaler.policy import (
+    Observation,
+    PolicySpecError,
+    Reason,
+    ScalerState,
+    ScalingMode,
+    ScalingPolicy,
+    WorkloadClass,
+    recommend,
+)
+from modalscale.autoscaler.regressor import Calibrator
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+
+class ConstantModel:
+    """Predicts the same service time for every request."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        assert X.shape[1] == len(FEATURES)
+        return np.full(X.shape[0], self.ms)
+
+
+MODEL = ConstantModel(100.0)
+
+
+def make_policy(**overrides: Any) -> ScalingPolicy:
+    values: dict[str, Any] = dict(
+        min_replicas=1, max_replicas=50, target_p95_latency_ms=10_000, target_utilization_percent=70,
+        tolerance_percent=10, scale_up_stabilization_s=0, scale_down_stabilization_s=300, max_step_replicas=4,
+        decision_interval_s=15,
+    )
+    values.update(overrides)
+    return ScalingPolicy(**values)
+
+
+def text_class(rate_rps: float, **overrides: Any) -> WorkloadClass:
+    values: dict[str, Any] = dict(modality="text", rate_rps=rate_rps, mean_text_tokens=100, service_scv=1.0)
+    values.update(overrides)
+    return WorkloadClass(**values)
+
+
+def make_obs(rate_rps: float | None = 50.0, current: int = 4, ready: int | None = None, **overrides: Any) -> Observation:
+    values: dict[str, Any] = dict(
+        observed_at=NOW,
+        current_replicas=current,
+        ready_replicas=current if ready is None else ready,
+        workload=None if rate_rps is None else (text_class(rate_rps),),
+        window_s=60.0,
+    )
+    values.update(overrides)
+    return Observation(**values)
+
+
+# ------------------------------------------------------------------------------------------- the raw need
+
+
+def test_scale_up_for_slo_sizes_offered_work_by_hand() -> None:
+    # 50 req/s x 100 ms = 5 erlangs; 70 % utilization -> ceil(7.14) = 8; from 4 with max step 4 -> 8
+    d = recommend(make_obs(50.0, current=4), make_policy(), ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.reason, d.valid) == (8, Reason.SCALE_UP_FOR_SLO, True)
+    assert d.features["arrival_rps"] == pytest.approx(50.0)
+    assert d.features["offered_load_erlangs"] == pytest.approx(5.0)
+    assert d.features["needed_replicas"] == 8
+    assert "5.00 erlangs" in d.message
+
+
+def test_latency_target_can_bind_before_utilization() -> None:
+    # M/M/1 at 5 req/s, 100 ms: p95 599 ms; a 590 ms target needs a second replica (see the queueing tests)
+    policy = make_policy(target_p95_latency_ms=590, target_utilization_percent=100, tolerance_percent=0)
+    d = recommend(make_obs(5.0, current=1), policy, ScalerState(), MODEL, NOW)
+    assert d.desired_replicas == 2
+    assert d.features["predicted_p95_ms"] <= 590
+
+
+def test_sums_offered_work_over_modality_classes() -> None:
+    # 20 x 100 ms + 10 x 100 ms = 3 erlangs -> ceil(3 / 0.7) = 5
+    classes = (text_class(20.0), WorkloadClass("image_text", 10.0, 3e5, 1.0, 50.0, service_scv=1.0))
+    d = recommend(make_obs(current=5, workload=classes), make_policy(), ScalerState(), MODEL, NOW)
+    assert d.features["offered_load_erlangs"] == pytest.approx(3.0)
+    assert d.features["image_text_rps"] == pytest.approx(10.0)
+    assert d.desired_replicas == 5 and d.reason == Reason.STEADY
+
+
+def test_unattainable_slo_sizes_for_utilization_and_says_so() -> None:
+    policy = make_policy(target_p95_latency_ms=150)  # exponential 100 ms alone has p95 300 ms
+    d = recommend(make_obs(50.0, current=8), policy, ScalerState(), MODEL, NOW)
+    assert d.desired_replicas == 8
+    assert "misses p95" in d.message
+
+
+def test_predictive_without_model_falls_back_to_utilization() -> None:
+    obs = make_obs(50.0, current=4, utilization_ratio=0.35)
+    d = recommend(obs, make_policy(), ScalerState(), None, NOW)
+    assert d.mode_used == ScalingMode.UTILIZATION
+    assert d.desired_replicas == 2  # ceil(4 x 0.35 / 0.7); step 2 <= 4; below the 10 % band
+    assert d.reason == Reason.SCALE_DOWN_FOR_UTILIZATION
+
+
+def test_utilization_mode_is_the_hpa_formula() -> None:
+    policy = make_policy(mode=ScalingMode.UTILIZATION, max_step_replicas=100)
+    d = recommend(make_obs(None, current=10, utilization_ratio=0.91), policy, ScalerState(), None, NOW)
+    assert d.desired_replicas == 13  # ceil(10 x 0.91 / 0.7) = ceil(13.0)
+
+
+def test_fixed_mode_never_autoscales_but_respects_the_budget() -> None:
+    policy = make_policy(mode=ScalingMode.FIXED, replicas=6)
+    for obs in (make_obs(500.0, current=6), make_obs(None, current=6), make_obs(0.0, current=6)):
+        d = recommend(obs, policy, ScalerState(), MODEL, NOW)
+        assert (d.desired_replicas, d.reason) == (6, Reason.FIXED_REPLICAS)
+    capped = recommend(make_obs(5.0, current=6, budget_max_replicas=2), policy, ScalerState(), MODEL, NOW)
+    assert (capped.desired_replicas, capped.reason) == (2, Reason.CAPPED_BY_BUDGET)
+
+
+# ------------------------------------------------------------------------------------------------ guards
+
+
+@pytest.mark.parametrize(
+    ("rate", "current"), [(75.0, 10), (60.0, 10)], ids=["need-11-of-10", "need-9-of-10"]
+)
+def test_need_within_tolerance_keeps_current(rate: float, current: int) -> None:
+    d = recommend(make_obs(rate, current=current), make_policy(), ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.reason) == (current, Reason.WITHIN_TOLERANCE)
+
+
+def test_scale_down_waits_for_the_max_over_the_window() -> None:
+    policy = make_policy()
+    high = ScalerState(recommendations=((NOW - timedelta(seconds=100), 10),))
+    held = recommend(make_obs(30.0, current=10), policy, high, MODEL, NOW)  # need ceil(3 / .7) = 5
+    assert (held.desired_replicas, held.reason) == (10, Reason.SCALE_DOWN_STABILIZED)
+    old = ScalerState(recommendations=((NOW - timedelta(seconds=301), 10),))
+    down = recommend(make_obs(30.0, current=10), replace(policy, max_step_replicas=10), old, MODEL, NOW)
+    assert (down.desired_replicas, down.reason) == (5, Reason.SCALE_DOWN_IDLE)
+
+
+def test_scale_down_follows_the_recommendation_history_over_time() -> None:
+    policy = make_policy(max_step_replicas=20)
+    state, current, t = ScalerState(), 4, NOW
+    for _ in range(4):  # high load for a minute: 8 replicas
+        d = recommend(make_obs(50.0, current=current, observed_at=t), policy, state, MODEL, t)
+        state, current, t = d.state, d.desired_replicas, t + timedelta(seconds=15)
+    assert current == 8
+    drop_at = t
+    desired = []
+    while t <= drop_at + timedelta(seconds=400):  # load falls to 1 erlang: need 2
+        d = recommend(make_obs(10.0, current=current, observed_at=t), policy, state, MODEL, t)
+        state, current = d.state, d.desired_replicas
+        desired.append(((t - drop_at).total_seconds(), current))
+        t += timedelta(seconds=15)
+    # the last high recommendation was at drop_at - 15 s; it leaves the 300 s window at drop_at + 285 s
+    assert all(r == 8 for s, r in desired if s < 285)
+    assert all(r == 2 for s, r in desired if s >= 285)
+
+
+def test_scale_up_window_takes_the_min_over_the_window() -> None:
+    policy = make_policy(scale_up_stabilization_s=60)
+    state = ScalerState(recommendations=((NOW - timedelta(seconds=30), 4),))
+    d = recommend(make_obs(50.0, current=4), policy, state, MODEL, NOW)
+    assert (d.desired_replicas, d.reason) == (4, Reason.SCALE_UP_STABILIZED)
+    later = NOW + timedelta(seconds=31)
+    d2 = recommend(make_obs(50.0, current=4, observed_at=later), policy, d.state, MODEL, later)
+    assert d2.desired_replicas == 8
+
+
+def test_max_step_limits_one_decision() -> None:
+    d = recommend(make_obs(200.0, current=2), make_policy(), ScalerState(), MODEL, NOW)  # need 29
+    assert (d.desired_replicas, d.reason) == (6, Reason.LIMITED_BY_MAX_STEP)
+
+
+def test_bounds_apply_after_stabilization() -> None:
+    d = recommend(make_obs(200.0, current=9), make_policy(max_replicas=10, max_step_replicas=100), ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.reason) == (10, Reason.BOUNDED_BY_MAX)
+    d = recommend(make_obs(0.0, current=3), make_policy(min_replicas=2, scale_down_stabilization_s=0), ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.reason) == (2, Reason.BOUNDED_BY_MIN)
+
+
+def test_budget_cap_is_applied_last_even_below_min_replicas() -> None:
+    policy = make_policy(min_replicas=3)
+    d = recommend(make_obs(50.0, current=4, budget_max_replicas=5), policy, ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.reason) == (5, Reason.CAPPED_BY_BUDGET)
+    d = recommend(make_obs(50.0, current=4, budget_max_replicas=1), policy, ScalerState(), MODEL, NOW)
+    assert d.desired_replicas == 1
+
+
+# ------------------------------------------------------------------------------------ missing/stale metrics
+
+
+def test_missing_metrics_hold_current_and_never_scale_down() -> None:
+    state = ScalerState(recommendations=((NOW - timedelta(seconds=15), 2),))
+    d = recommend(make_obs(None, current=7), make_policy(), state, MODEL, NOW)
+    assert (d.desired_replicas, d.valid, d.reason) == (7, False, Reason.HELD_NO_METRICS)
+    assert d.state == state  # no recommendation recorded on no data
+
+
+def test_stale_metrics_hold_current() -> None:
+    obs = make_obs(1.0, current=7, observed_at=NOW - timedelta(seconds=61))
+    d = recommend(obs, make_policy(), ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.valid, d.reason) == (7, False, Reason.HELD_STALE_METRICS)
+
+
+def test_missing_metrics_still_obey_the_budget_cap_and_bounds() -> None:
+    d = recommend(make_obs(None, current=7, budget_max_replicas=3), make_policy(), ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.valid, d.reason) == (3, True, Reason.CAPPED_BY_BUDGET)
+    d = recommend(make_obs(None, current=7), make_policy(max_replicas=5), ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.valid, d.reason) == (5, True, Reason.BOUNDED_BY_MAX)
+
+
+def test_utilization_mode_holds_without_utilization_metric() -> None:
+    policy = make_policy(mode=ScalingMode.UTILIZATION)
+    d = recommend(make_obs(50.0, current=3), policy, ScalerState(), None, NOW)
+    assert (d.desired_replicas, d.valid) == (3, False)
+
+
+def test_zero_traffic_is_data_not_missing_data() -> None:
+    d = recommend(make_obs(0.0, current=3), make_policy(scale_down_stabilization_s=0), ScalerState(), MODEL, NOW)
+    assert d.valid and d.desired_replicas == 1 and d.features["needed_replicas"] == 0
+
+
+# ------------------------------------------------------------------------------------------------ pending
+
+
+def test_starting_replicas_do_not_cause_repeated_scale_ups() -> None:
+    policy = make_policy(max_step_replicas=100)
+    d = recommend(make_obs(50.0, current=4), policy, ScalerState(), MODEL, NOW)
+    assert d.desired_replicas == 8
+    state, t = d.state, NOW
+    for _ in range(6):  # 4 of the 8 are still starting and latency is bad
+        t += timedelta(seconds=15)
+        obs = make_obs(50.0, current=8, ready=4, observed_at=t, p95_latency_ms=5000.0, queued_requests=0.0)
+        d = recommend(obs, policy, state, MODEL, t)
+        state = d.state
+        assert d.desired_replicas == 8
+
+
+def test_utilization_mode_counts_starting_replicas_like_hpa() -> None:
+    policy = make_policy(mode=ScalingMode.UTILIZATION, max_step_replicas=100)
+    # 4 ready at 100 %: ceil(4 / 0.7) = 6 < 8 requested -> the 4 starting cover it; no further scale-up
+    d = recommend(make_obs(None, current=8, ready=4, utilization_ratio=1.0), policy, ScalerState(), None, NOW)
+    assert d.desired_replicas == 8
+    # 4 ready idle-ish: scale-down counts starting replicas at the target: ceil(4 x 0.1 / 0.7 + 4) = 5
+    d = recommend(make_obs(None, current=8, ready=4, utilization_ratio=0.1), replace(policy, scale_down_stabilization_s=0), ScalerState(), None, NOW)
+    assert d.desired_replicas == 5
+
+
+# ----------------------------------------------------------------------------------- calibration, bursts
+
+
+def test_service_calibration_moves_toward_observed_and_stays_bounded() -> None:
+    policy = make_policy(calibrator=Calibrator(smoothing_ratio=0.5))
+    state, t, current = ScalerState(), NOW, 8
+    for _ in range(80):  # calibration pauses for two windows after each replica change
+        obs = make_obs(observed_at=t, current=current, workload=(text_class(50.0, observed_service_ms=150.0),))
+        d = recommend(obs, policy, state, MODEL, t)
+        state, t, current = d.state, t + timedelta(seconds=15), d.desired_replicas
+    assert state.service_scale == pytest.approx(1.5, rel=1e-3)
+    assert d.features["mean_service_ms"] == pytest.approx(150.0, rel=1e-3)
+    assert d.features["needed_replicas"] == 11  # 50 x 150 ms = 7.5 erlangs / 0.7 -> 11
+    extreme = make_obs(current=8, workload=(text_class(50.0, observed_service_ms=10_000.0),))
+    for _ in range(30):
+        state = recommend(extreme, policy, state, MODEL, NOW + timedelta(hours=1)).state
+    assert state.service_scale == 2.0
+
+
+def test_no_calibration_while_replicas_start() -> None:
+    obs = make_obs(current=8, ready=4, workload=(text_class(50.0, observed_service_ms=150.0),), p95_latency_ms=9e3)
+    d = recommend(obs, make_policy(), ScalerState(), MODEL, NOW)
+    assert (d.state.service_scale, d.state.latency_scale) == (1.0, 1.0)
+
+
+def test_burst_in_recent_window_overrides_the_stable_window() -> None:
+    burst = make_obs(10.0, current=2, recent_workload=(text_class(40.0),), recent_window_s=15.0)
+    d = recommend(burst, make_policy(max_step_replicas=10), ScalerState(), MODEL, NOW)
+    assert d.features["burst"] == 1.0
+    assert d.desired_replicas == 6  # 40 x 0.1 = 4 erlangs / 0.7
+    noise = make_obs(10.0, current=2, recent_workload=(text_class(11.0),), recent_window_s=15.0)
+    d = recommend(noise, make_policy(max_step_replicas=10), ScalerState(), MODEL, NOW)
+    assert d.features["burst"] == 0.0 and d.desired_replicas == 2
+
+
+def test_queued_backlog_adds_capacity_to_drain_it() -> None:
+    # 5 erlangs + 1200 queued x 0.1 s / 60 s = 2 erlangs -> 7 replicas with every slot busy; SLO sizing says 8
+    d = recommend(make_obs(50.0, current=8, queued_requests=1200.0), make_policy(), ScalerState(), MODEL, NOW)
+    assert d.features["backlog_need_replicas"] == 7 and d.desired_replicas == 8
+    d = recommend(make_obs(50.0, current=8, queued_requests=6000.0), make_policy(), ScalerState(), MODEL, NOW)
+    assert d.features["backlog_need_replicas"] == 15  # 5 + 10 erlangs
+    assert (d.desired_replicas, d.reason) == (12, Reason.LIMITED_BY_MAX_STEP)
+
+
+# ------------------------------------------------------------------------------------------- invariants
+
+
+def test_decisions_stay_in_bounds_under_the_cap_and_never_drop_on_no_data() -> None:
+    rng = np.random.default_rng(20250601)
+    for _ in range(600):
+        lo = int(rng.integers(0, 5))
+        policy = make_policy(
+            mode=ScalingMode.PREDICTIVE if rng.random() < 0.7 else ScalingMode.UTILIZATION,
+            min_replicas=lo,
+            max_replicas=int(rng.integers(max(lo, 1), 40)),
+            target_p95_latency_ms=float(rng.choice([300, 1000, 5000])),
+            tolerance_percent=float(rng.integers(0, 30)),
+            scale_down_stabilization_s=float(rng.choice([0, 60, 300])),
+            max_step_replicas=int(rng.integers(1, 10)),
+        )
+        current = int(rng.integers(0, 60))
+        ready = int(rng.integers(0, current + 1))
+        cap = None if rng.random() < 0.4 else int(rng.integers(0, 50))
+        missing = rng.random() < 0.2
+        stale = rng.random() < 0.1
+        obs = make_obs(
+            None if missing else float(rng.exponential(40)),
+            current=current,
+            ready=ready,
+            utilization_ratio=None if missing else float(rng.random()),
+            observed_at=NOW - timedelta(seconds=600 if stale else 5),
+            budget_max_replicas=cap,
+            queued_requests=float(rng.integers(0, 500)),
+            p95_latency_ms=float(rng.exponential(800)),
+        )
+        history = tuple((NOW - timedelta(seconds=float(s)), int(r))
+                        for s, r in zip(sorted(rng.uniform(1, 400, 5))[::-1], rng.integers(0, 60, 5)))
+        d = recommend(obs, policy, ScalerState(recommendations=history), MODEL if rng.random() < 0.9 else None, NOW)
+        if cap is not None:
+            assert d.desired_replicas <= cap
+        if cap is None or cap >= policy.min_replicas:
+            assert policy.min_replicas <= d.desired_replicas <= policy.max_replicas
+        if not d.valid:
+            assert d.desired_replicas == current
+        if (missing or stale) and d.desired_replicas < current:
+            assert d.reason in (Reason.CAPPED_BY_BUDGET, Reason.BOUNDED_BY_MAX)
+        assert re.fullmatch(r"[A-Z][A-Za-z0-9]*", d.reason.value)
+
+
+# --------------------------------------------------------------------------------------- spec and state
+
+
+def test_from_spec_applies_crd_defaults() -> None:
+    policy = ScalingPolicy.from_spec({})
+    assert (policy.mode, policy.min_replicas, policy.max_replicas) == (ScalingMode.PREDICTIVE, 1, 10)
+    assert (policy.target_p95_latency_ms, policy.target_utilization_percent, policy.tolerance_percent) == (500, 70, 10)
+    assert (policy.scale_up_stabilization_s, policy.scale_down_stabilization_s) == (0, 300)
+    assert (policy.max_step_replicas, policy.decision_interval_s, policy.slots_per_replica) == (4, 15, 1)
+
+
+def test_from_spec_reads_every_field() -> None:
+    spec = {
+        "scaling": {"mode": "Utilization", "minReplicas": 2, "maxReplicas": 20, "targetP95LatencyMilliseconds": 800,
+                    "targetUtilizationPercent": 60, "tolerancePercent": 5, "scaleUpStabilizationSeconds": 30,
+                    "scaleDownStabilizationSeconds": 120, "maxStepReplicas": 3, "decisionIntervalSeconds": 20},
+        "runtime": {"instanceCount": 2},
+    }
+    policy = ScalingPolicy.from_spec(spec, default_service_scv=0.5)
+    assert policy == ScalingPolicy(
+        mode=ScalingMode.UTILIZATION, min_replicas=2, max_replicas=20, target_p95_latency_ms=800,
+        target_utilization_percent=60, tolerance_percent=5, scale_up_stabilization_s=30,
+        scale_down_stabilization_s=120, max_step_replicas=3, decision_interval_s=20, slots_per_replica=2,
+        default_service_scv=0.5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"scaling": {"maxReplicas": "ten"}}, "spec.scaling.maxReplicas"),
+        ({"scaling": {"minReplicas": True}}, "spec.scaling.minReplicas"),
+        ({"scaling": {"minReplicas": 5, "maxReplicas": 3}}, "spec.scaling.minReplicas"),
+        ({"scaling": {"targetUtilizationPercent": 0}}, "spec.scaling.targetUtilizationPercent"),
+        ({"scaling": {"mode": "Magic"}}, "spec.scaling.mode"),
+        ({"scaling": {"mode": "Fixed"}}, "spec.scaling.replicas"),
+        ({"scaling": {"mode": "Fixed", "replicas": 50}}, "spec.scaling.replicas"),
+        ({"runtime": {"instanceCount": 0}}, "spec.runtime.instanceCount"),
+        ({"scaling": []}, "spec.scaling"),
+    ],
+    ids=["type", "bool", "min-gt-max", "range", "enum", "fixed-needs-replicas", "fixed-in-bounds", "runtime", "object"],
+)
+def test_from_spec_names_the_bad_field(spec: dict, field: str) -> None:
+    with pytest.raises(PolicySpecError, match=re.escape(field)):
+        ScalingPolicy.from_spec(spec)
+
+
+def test_state_round_trips_through_json() -> None:
+    state = ScalerState(
+        recommendations=((NOW - timedelta(seconds=30), 4), (NOW, 6)),
+        service_scale=1.2, latency_scale=0.9, last_change_at=NOW,
+    )
+    assert ScalerState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
+
+
+def test_state_with_naive_time_is_rejected() -> None:
+    with pytest.raises(ValueError, match="timezone"):
+        ScalerState.from_dict({"recommendations": [["2025-06-01T12:00:00", 3]]})
+
+
+def test_naive_now_is_rejected() -> None:
+    with pytest.raises(ValueError, match="timezone"):
+        recommend(make_obs(), make_policy(), ScalerState(), MODEL, datetime(2025, 6, 1))
