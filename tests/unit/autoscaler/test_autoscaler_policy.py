@@ -272,9 +272,11 @@ def test_service_calibration_moves_toward_observed_and_stays_bounded() -> None:
     assert state.service_scale == pytest.approx(1.5, rel=1e-3)
     assert d.features["mean_service_ms"] == pytest.approx(150.0, rel=1e-3)
     assert d.features["needed_replicas"] == 11  # 50 x 150 ms = 7.5 erlangs / 0.7 -> 11
-    extreme = make_obs(current=8, workload=(text_class(50.0, observed_service_ms=10_000.0),))
-    for _ in range(30):
-        state = recommend(extreme, policy, state, MODEL, NOW + timedelta(hours=1)).state
+    for _ in range(80):
+        obs = make_obs(observed_at=t, current=current, workload=(text_class(50.0, observed_service_ms=1e4),))
+        d = recommend(obs, policy, state, MODEL, t)
+        state, t, current = d.state, t + timedelta(seconds=15), d.desired_replicas
+        assert 0.5 <= state.service_scale <= 2.0
     assert state.service_scale == 2.0
 
 
