@@ -56,7 +56,7 @@ from modalscale.autoscaler.policy import (
     recommend,
 )
 from modalscale.autoscaler.profile_data import SyntheticServiceLaw, generate_profile
-from modalscale.autoscaler.regressor import ServiceTimeRegressor
+from modalscale.autoscaler.regressor import Calibrator, ServiceTimeRegressor
 from modalscale.autoscaler.traces import Trace
 
 POLICIES: tuple[str, ...] = ("predictive", "utilization", "concurrency", "oracle")
@@ -93,6 +93,7 @@ class SimulationConfig:
         law: True service-time law (when the trace has no ``service_ms``).
         true_service_scale: Multiplier on the law's service times the model does not know (tests calibration).
         profile_requests: Size of the synthetic profile the predictive model is trained on.
+        calibrator: Online calibration of the predictive policy.
         policies: Which policies to run.
         random_state: Seed of service-time draws and the profile.
     """
@@ -119,6 +120,7 @@ class SimulationConfig:
     law: SyntheticServiceLaw = field(default_factory=SyntheticServiceLaw)
     true_service_scale: float = 1.0
     profile_requests: int = 3000
+    calibrator: Calibrator = field(default_factory=Calibrator)
     policies: tuple[str, ...] = POLICIES
     random_state: int = 0
 
@@ -150,6 +152,7 @@ class SimulationConfig:
             max_step_replicas=self.max_step_replicas,
             decision_interval_s=self.decision_interval_s,
             slots_per_replica=self.slots_per_replica,
+            calibrator=self.calibrator,
         )
 
 
@@ -531,6 +534,20 @@ def service_times_ms(trace: Trace, config: SimulationConfig) -> NDArray[np.float
         return np.asarray(trace.service_ms, dtype=np.float64)
     rng = np.random.default_rng(config.random_state)
     return config.law.sample_ms(trace.features(), rng) * config.true_service_scale
+
+
+def replay_fixed(trace: Trace, replicas: int, config: SimulationConfig = SimulationConfig()) -> NDArray[np.float64]:
+    """Response time of every request (ms, shape ``(n,)``) with a fixed pool of ready ``replicas`` (no decisions).
+
+    Useful to check the simulator against queueing theory and to size fixed pools.
+    """
+    if replicas < 1:
+        raise ValueError("replicas must be >= 1")
+    pool = _Pool(trace.arrival_s, service_times_ms(trace, config) / 1000.0, config.slots_per_replica)
+    for _ in range(replicas):
+        pool.add(0.0, 0.0)
+    pool.advance(math.inf)
+    return (pool.finish - trace.arrival_s) * 1000.0
 
 
 def run_simulation(

@@ -1,0 +1,125 @@
+"""Trace readers (modalscale CSV, Azure LLM trace) and the generator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modalscale.autoscaler.traces import (
+    ImageMix,
+    Trace,
+    TraceSpec,
+    generate_trace,
+    modality_shift_trace,
+    read_azure_llm_trace,
+    read_trace_csv,
+    write_trace_csv,
+)
+
+
+def test_reads_modalscale_csv_sorted_by_arrival(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "arrival_s,image_count,image_width,image_height,text_tokens\n"
+        "1.5,2,640,480,30\n"
+        "0.25,0,0,0,120\n"
+        "3.0,1,100,50,0\n"
+    )
+    trace = read_trace_csv(path)
+    np.testing.assert_array_equal(trace.arrival_s, [0.25, 1.5, 3.0])
+    np.testing.assert_array_equal(trace.image_pixels, [0, 2 * 640 * 480, 5000])
+    np.testing.assert_array_equal(trace.modality, [0, 2, 1])  # text, image_text, image
+    assert trace.service_ms is None
+    assert trace.duration_s == 3.0
+
+
+def test_csv_round_trip_keeps_service_ms(tmp_path: Path) -> None:
+    trace = generate_trace(TraceSpec(duration_s=30, mean_rate_rps=5, random_state=2))
+    trace = Trace(trace.arrival_s, trace.image_count, trace.image_width, trace.image_height, trace.text_tokens,
+                  np.linspace(10, 20, len(trace)))
+    write_trace_csv(trace, tmp_path / "t.csv")
+    back = read_trace_csv(tmp_path / "t.csv")
+    np.testing.assert_allclose(back.arrival_s, trace.arrival_s, atol=1e-6)
+    np.testing.assert_array_equal(back.image_pixels, trace.image_pixels)
+    np.testing.assert_allclose(back.service_ms, trace.service_ms, atol=1e-3)
+
+
+def test_csv_errors_name_column_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,image_count,text_tokens\n0,0,1\n")
+    with pytest.raises(ValueError, match="image_width"):
+        read_trace_csv(path)
+    path.write_text("arrival_s,image_count,image_width,image_height,text_tokens\n0,0,0,0,x\n")
+    with pytest.raises(ValueError, match="line 2: column text_tokens"):
+        read_trace_csv(path)
+    path.write_text("arrival_s,image_count,image_width,image_height,text_tokens\n0,2,0,0,5\n")
+    with pytest.raises(ValueError, match="image_width"):
+        read_trace_csv(path)
+
+
+AZURE = (
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    "2023-11-16 18:15:46.6805900,374,44\n"
+    "2023-11-16 18:15:50.9951690,396,109\n"
+    "2023-11-16 18:15:51.2224670,879,55\n"
+)
+
+
+def test_reads_azure_trace_relative_times_and_context_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "azure.csv"
+    path.write_text(AZURE)
+    trace = read_azure_llm_trace(path, ImageMix(image_fraction=0.0))
+    np.testing.assert_allclose(trace.arrival_s, [0.0, 4.314579, 4.541877], atol=1e-6)
+    np.testing.assert_array_equal(trace.text_tokens, [374, 396, 879])
+    assert (trace.image_count == 0).all()
+    with_images = read_azure_llm_trace(path, ImageMix(image_fraction=1.0))
+    assert (with_images.image_count >= 1).all() and (with_images.image_pixels > 0).all()
+
+
+def test_azure_reader_names_missing_columns(tmp_path: Path) -> None:
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,3\n")
+    with pytest.raises(ValueError, match="GeneratedTokens"):
+        read_azure_llm_trace(path)
+
+
+def test_image_mix_follows_its_fraction_and_pixel_scale() -> None:
+    rng = np.random.default_rng(0)
+    count, width, height, _ = ImageMix(image_fraction=0.3).sample(20000, rng)
+    assert (count > 0).mean() == pytest.approx(0.3, abs=0.02)
+    assert (count[count > 0] == 1).mean() == pytest.approx(0.803, abs=0.02)  # ServeGen: 80.3 % one image
+    base = (width * height)[count > 0].mean()
+    count4, width4, height4, _ = ImageMix(image_fraction=0.3, pixel_scale=4.0).sample(20000, np.random.default_rng(0))
+    assert (width4 * height4)[count4 > 0].mean() / base == pytest.approx(4.0, rel=0.02)
+
+
+def test_generated_trace_has_the_requested_mean_rate_and_swing() -> None:
+    trace = generate_trace(TraceSpec(duration_s=1200, mean_rate_rps=20, rate_swing_ratio=0.45, random_state=4))
+    assert len(trace) / 1200 == pytest.approx(20, rel=0.03)
+    first_half = (trace.arrival_s < 600).sum()
+    assert first_half / (len(trace) - first_half) == pytest.approx((1 + 0.45 * 2 / np.pi) / (1 - 0.45 * 2 / np.pi), rel=0.05)
+
+
+def test_generated_trace_is_reproducible() -> None:
+    a, b = generate_trace(TraceSpec(duration_s=60, random_state=9)), generate_trace(TraceSpec(duration_s=60, random_state=9))
+    np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
+    np.testing.assert_array_equal(a.image_pixels, b.image_pixels)
+
+
+def test_bursty_arrivals_have_the_requested_cv() -> None:
+    trace = generate_trace(TraceSpec(duration_s=2000, rate_swing_ratio=0.0, arrival_cv=2.0, random_state=1))
+    gaps = np.diff(trace.arrival_s)
+    assert gaps.std() / gaps.mean() == pytest.approx(2.0, rel=0.1)
+
+
+def test_modality_shift_trace_shifts_mix_and_resolution_at_constant_rate() -> None:
+    trace = modality_shift_trace(duration_s=1200, shift_at_s=600)
+    before, after = trace.arrival_s < 600, trace.arrival_s >= 600
+    assert before.sum() == pytest.approx(after.sum(), rel=0.05)
+    images = trace.image_count > 0
+    assert images[before].mean() == pytest.approx(0.10, abs=0.02)
+    assert images[after].mean() == pytest.approx(0.70, abs=0.02)
+    per_image = trace.image_width * trace.image_height
+    assert per_image[after & images].mean() / per_image[before & images].mean() == pytest.approx(4.0, rel=0.15)
