@@ -67,6 +67,23 @@ class Writer:
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, plural, name, {"status": patch}, _content_type=MERGE)
 
+    def patch_annotations(self, plural: str, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        """Merge-patch ``metadata.annotations`` of one of our custom objects (a None value deletes the key).
+
+        Used by BudgetPolicies to set and lift the ``budget.modalscale.io/cap-*`` annotation on
+        InferenceServices. Returns False when the object is gone (404); other API errors raise.
+        """
+        self._count(plural, "patch-annotations", namespace, name)
+        try:
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, name, {"metadata": {"annotations": annotations}},
+                _content_type=MERGE)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def event(self, body: dict[str, Any], type_: str, reason: str, message: str,
               logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
         """Post a Kubernetes Event about ``body`` (failures are logged, never raised)."""

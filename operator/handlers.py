@@ -183,6 +183,9 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
         except (InvalidSpec, ModelReferenceError):
             pass  # Recorded in status and an Event; re-evaluated on the next tick or spec change.
 
+    from modalscale.operator.budget_handlers import register_budget  # BudgetPolicy handlers (own module)
+    register_budget(registry, config)
+
 
 def ensure_peering(custom: Any, config: Settings) -> None:
     """Create the kopf peering object(s) the replicas meet in, if missing (kopf freezes until it exists)."""

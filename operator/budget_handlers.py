@@ -1,0 +1,286 @@
+"""kopf registration for BudgetPolicies: one daemon per policy that observes, plans (pure), applies and alerts.
+
+Shape (STYLE C2 with a daemon instead of change handlers, because the work is periodic, not change-driven):
+every ``spec.evaluationIntervalSeconds`` (re-read each time, 1..3600 s) the daemon reads the policy fresh,
+reads the InferenceServices and pods it selects (``budget_observe``), plans with
+``budget_plan.plan_policy`` (which calls ``costmodel.budget.plan_budget``), then applies in this order:
+
+1. cap annotations on InferenceServices (``Writer.patch_annotations``; the InferenceService reconcile, woken by
+   the annotation change, is the one writer of Deployment replicas);
+2. the status patch (only when something other than the clock changed), then Events for transitions;
+3. alerts, but only once the status that records them was written (at most once per threshold and period).
+
+Delivery never blocks evaluation or deletion: each batch of alerts runs as an asyncio task of its own, with
+a deadline (:data:`DELIVERY_RETRY` bounds every receiver; the batch is cut at ``len(alerts) x max_total_s +
+DELIVERY_SLACK_S``); batches of one policy run in order. Results return through memory and wake the daemon,
+whose next evaluation writes the ``AlertDelivered`` condition. A batch in flight when the operator stops is
+lost (at most once), and the condition keeps its previous value.
+
+A spec change wakes the daemon at once (watch event whose generation differs from ``observedGeneration``).
+Deleting a policy lifts its caps (``on.delete``: the annotation is removed from every InferenceService that
+carries it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+import urllib3
+from kubernetes.client.rest import ApiException
+
+from modalscale import GROUP, VERSION
+from modalscale.costmodel.budget import BudgetAlert
+from modalscale.notify.sender import DeliveryResult, RetryPolicy, Sender
+from modalscale.operator.budget_observe import BudgetObserver, Receiver
+from modalscale.operator.budget_plan import (
+    BUDGET_PLURAL,
+    ENFORCEMENT_LIFTED,
+    ISVC_PLURAL,
+    lift_all,
+    observed_namespaces,
+    plan_policy,
+)
+from modalscale.operator.settings import Settings
+
+DELIVERY_RETRY = RetryPolicy(max_retries=5, base_delay_s=1.0, max_delay_s=15.0, timeout_s=10.0, max_total_s=45.0)
+"""Per receiver and alert: 5 retries (429, 5xx, timeouts), 10 s per attempt, 45 s in all (house rule C7)."""
+DELIVERY_SLACK_S = 5.0
+"""Extra seconds the batch deadline allows beyond the sender's own bound."""
+ERROR_RETRY_S = 5.0
+"""Seconds before re-evaluating after an API error (or the interval, if shorter)."""
+
+Log = logging.Logger | logging.LoggerAdapter[Any]
+
+
+@dataclass
+class BudgetRuntime:
+    """Per-process state of the BudgetPolicy handlers, kept in ``memo.budget`` (built at start-up)."""
+
+    observer: BudgetObserver
+    sender: Sender | None = None
+    """Created inside the event loop on first use (it owns an ``httpx.AsyncClient``)."""
+    wake: dict[str, asyncio.Event] = field(default_factory=dict)
+    """Policy uid -> event that ends the daemon's sleep early (spec change, delivery finished)."""
+    delivered: dict[str, list[DeliveryResult]] = field(default_factory=dict)
+    """Policy uid -> delivery results not yet written to ``AlertDelivered``."""
+    batches: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """Policy uid -> its latest delivery batch (the next one waits for it, so rooms see alerts in order)."""
+
+    def waker(self, uid: str) -> asyncio.Event:
+        return self.wake.setdefault(uid, asyncio.Event())
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What the (threaded) evaluation hands back to the daemon."""
+
+    interval_s: int
+    alerts: tuple[BudgetAlert, ...] = ()
+    receivers: tuple[Receiver, ...] = ()
+    problems: tuple[DeliveryResult, ...] = ()
+
+
+def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str,
+                    delivered: Sequence[DeliveryResult], logger: Log) -> Evaluation | None:
+    """One evaluation: read, plan, annotate, write status, post Events, resolve receivers (blocking I/O).
+
+    Args:
+        deps: ``memo.deps`` (``modalscale.operator.handlers.Deps``: writer, catalog, clock, metrics).
+        delivered: Delivery results to fold into ``AlertDelivered``.
+    Returns:
+        The next interval and the alerts to send; None when the policy is gone or being deleted.
+    Raises:
+        ApiException, urllib3.exceptions.HTTPError: A read or write failed; nothing after it was done.
+    """
+    started = time.monotonic()
+    policy = runtime.observer.read_policy(namespace, name)
+    if policy is None or policy["metadata"].get("deletionTimestamp"):
+        return None
+    policy.setdefault("apiVersion", f"{GROUP}/{VERSION}")
+    policy.setdefault("kind", "BudgetPolicy")
+    now = deps.clock()
+    observed = runtime.observer.observe(observed_namespaces(policy))
+    plan = plan_policy(policy, observed, deps.catalog, delivered, now)
+    for w in plan.annotation_writes:
+        if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: w.value}):
+            logger.info("Wrote budget cap on InferenceService: namespace=%s name=%s cap=%s", w.namespace, w.name,
+                        w.value if w.value is not None else "lifted")
+    deps.writer.patch_status(BUDGET_PLURAL, namespace, name, plan.status_patch)
+    for type_, reason, message in plan.events:
+        deps.writer.event(policy, type_, reason, message, logger)
+    if plan.budget is not None and plan.status_patch:
+        b = plan.budget
+        logger.info("Evaluated BudgetPolicy: state=%s spent_usd=%s limit_usd=%s enforced=%d alerts=%d",
+                    b.state.value, plan.status_patch.get("spent", (policy.get("status") or {}).get("spent")),
+                    b.limit_usd, len(b.enforced_services), len(plan.alerts))
+    deps.metrics.reconciles.labels(kind="BudgetPolicy", result="ok").inc()
+    deps.metrics.reconcile_seconds.labels(kind="BudgetPolicy").observe(time.monotonic() - started)
+    if not plan.alerts:
+        return Evaluation(plan.interval_s)
+    receivers, problems = runtime.observer.read_receivers(namespace, plan.notifications)
+    return Evaluation(plan.interval_s, plan.alerts, tuple(receivers), tuple(problems))
+
+
+async def deliver_batch(sender: Sender, alerts: Sequence[BudgetAlert], receivers: Sequence[Receiver],
+                        problems: Sequence[DeliveryResult], *, deadline_s: float,
+                        previous: asyncio.Task[None] | None = None) -> list[DeliveryResult]:
+    """Send every alert to every receiver (receivers in parallel, alerts in order); never raises.
+
+    Args:
+        problems: Receivers that cannot be tried (Secret missing): returned as they are.
+        deadline_s: Bound on the whole batch, in seconds; a receiver still busy then gets a ``TimedOut`` result.
+        previous: The policy's previous batch, waited for first (bounded by its own deadline).
+    Returns:
+        One result per (alert, receiver), plus ``problems``.
+    """
+    if previous is not None and not previous.done():
+        await asyncio.wait([previous])
+
+    async def one(r: Receiver) -> list[DeliveryResult]:
+        results = []
+        for alert in alerts:
+            results.append(await sender.deliver(r.type, r.url, r.secret, alert, receiver=r.name))
+        return results
+
+    tasks = {asyncio.create_task(one(r)): r for r in receivers}
+    results = list(problems)
+    if tasks:
+        done, pending = await asyncio.wait(tasks, timeout=deadline_s)
+        for task in done:
+            results += task.result()
+        for task in pending:
+            task.cancel()
+            r = tasks[task]
+            results.append(DeliveryResult(r.type, r.name, False, "TimedOut",
+                                          f"Delivery to {r.name} did not finish within {deadline_s:g} s", 0))
+    return results
+
+
+def _launch(runtime: BudgetRuntime, uid: str, ev: Evaluation, logger: Log) -> None:
+    if runtime.sender is None:
+        runtime.sender = Sender(retry=DELIVERY_RETRY)
+    deadline = len(ev.alerts) * DELIVERY_RETRY.max_total_s + DELIVERY_SLACK_S
+    previous = runtime.batches.get(uid)
+
+    async def run() -> None:
+        assert runtime.sender is not None
+        results = await deliver_batch(runtime.sender, ev.alerts, ev.receivers, ev.problems, deadline_s=deadline,
+                                      previous=previous)
+        for r in results:
+            if not r.delivered:
+                logger.warning("Failed to deliver budget alert: receiver=%s reason=%s", r.receiver, r.reason)
+        runtime.delivered.setdefault(uid, []).extend(results)
+        runtime.waker(uid).set()
+
+    task = asyncio.create_task(run(), name=f"budget-alerts-{uid}")
+    runtime.batches[uid] = task
+    task.add_done_callback(lambda t: runtime.batches.pop(uid, None) if runtime.batches.get(uid) is t else None)
+
+
+async def _sleep(stopped: Any, wake: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds`` unless the daemon is stopped or woken first."""
+    waits = [asyncio.ensure_future(stopped.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    wake.clear()
+
+
+async def run_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str, uid: str, stopped: Any,
+                     logger: Log) -> None:
+    """The per-policy loop until the daemon is stopped or the policy is gone."""
+    wake = runtime.waker(uid)
+    try:
+        while not stopped:
+            delivered = runtime.delivered.pop(uid, [])
+            try:
+                ev = await asyncio.to_thread(evaluate_policy, deps, runtime, namespace, name, delivered, logger)
+            except (ApiException, urllib3.exceptions.HTTPError) as exc:
+                runtime.delivered[uid] = delivered + runtime.delivered.get(uid, [])
+                status = getattr(exc, "status", None)
+                logger.warning("Evaluating BudgetPolicy failed, retrying: error=%s status=%s", type(exc).__name__,
+                               status)
+                deps.metrics.reconciles.labels(kind="BudgetPolicy", result="ApiError").inc()
+                await _sleep(stopped, wake, ERROR_RETRY_S)
+                continue
+            if ev is None:
+                return
+            if ev.alerts:
+                _launch(runtime, uid, ev, logger)
+            await _sleep(stopped, wake, ev.interval_s)
+    finally:
+        runtime.wake.pop(uid, None)
+
+
+def lift_caps(deps: Any, runtime: BudgetRuntime, policy: dict[str, Any], logger: Log) -> int:
+    """Remove this policy's cap annotation from every InferenceService that carries it; returns how many."""
+    isvcs = runtime.observer.list_isvcs(observed_namespaces(policy))
+    lifted = 0
+    for w in lift_all(policy, isvcs):
+        if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: None}):
+            lifted += 1
+            deps.writer.event(policy, "Normal", ENFORCEMENT_LIFTED,
+                              f"Budget cap lifted from InferenceService {w.namespace}/{w.name}: policy deleted",
+                              logger)
+    return lifted
+
+
+def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
+    """Register the BudgetPolicy handlers on ``registry``.
+
+    Needs ``memo.deps`` (``modalscale.operator.handlers.Deps``) for the writer, catalog, clock and metrics.
+    """
+
+    @kopf.on.startup(registry=registry)
+    def budget_startup(memo: kopf.Memo, **_: Any) -> None:
+        if memo.get("budget") is None:
+            memo.budget = BudgetRuntime(BudgetObserver(memo.deps.observer.custom.api_client))
+
+    @kopf.on.cleanup(registry=registry)
+    async def budget_cleanup(memo: kopf.Memo, logger: Log, **_: Any) -> None:
+        runtime: BudgetRuntime | None = memo.get("budget")
+        if runtime is None:
+            return
+        pending = list(runtime.batches.values())
+        for task in pending:
+            task.cancel()
+        if pending:
+            logger.warning("Abandoned budget alert deliveries at shutdown: batches=%d", len(pending))
+            await asyncio.wait(pending, timeout=5)
+        if runtime.sender is not None:
+            await runtime.sender.aclose()
+
+    @kopf.daemon(GROUP, VERSION, BUDGET_PLURAL, registry=registry, cancellation_backoff=5.0,
+                 cancellation_timeout=10.0)
+    async def budget_daemon(name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped, memo: kopf.Memo,
+                            logger: Log, **_: Any) -> None:
+        await run_policy(memo.deps, memo.budget, namespace, name, uid, stopped, logger)
+
+    @kopf.on.event(GROUP, VERSION, BUDGET_PLURAL, registry=registry)
+    async def budget_spec_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        runtime: BudgetRuntime | None = memo.get("budget")
+        uid = body["metadata"].get("uid")
+        if runtime is None or uid not in runtime.wake:
+            return
+        if body["metadata"].get("generation") != (body.get("status") or {}).get("observedGeneration"):
+            runtime.wake[uid].set()
+
+    @kopf.on.delete(GROUP, VERSION, BUDGET_PLURAL, registry=registry)
+    def budget_deleted(body: kopf.Body, memo: kopf.Memo, logger: Log, **_: Any) -> None:
+        policy = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "BudgetPolicy", "metadata": dict(body["metadata"]),
+                  "spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}
+        lifted = lift_caps(memo.deps, memo.budget, policy, logger)
+        if lifted:
+            logger.info("Lifted budget caps of the deleted BudgetPolicy: services=%d", lifted)
+
+
+__all__ = ["BudgetRuntime", "DELIVERY_RETRY", "Evaluation", "deliver_batch", "evaluate_policy", "lift_caps",
+           "register_budget", "run_policy"]

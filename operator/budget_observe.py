@@ -1,0 +1,139 @@
+"""Read-only observation for BudgetPolicies: the policy as stored, the InferenceServices and pods it may select,
+and the webhook Secrets of its notifications. Never writes.
+
+Why a module: the planner (``budget_plan``) is pure, so every read happens here, in one place that can be
+reviewed for what the operator needs RBAC for: ``get`` on budgetpolicies and secrets (in the policy's
+namespace), ``list`` on inferenceservices and pods (in the selected namespaces).
+
+Secrets: the webhook URL and signing secret are read only when an alert is about to be sent, held in memory
+only as long as the delivery takes, and never logged or written anywhere (:class:`Receiver` hides them from
+``repr``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from modalscale import GROUP, VERSION
+from modalscale.costmodel.budget import Notification, NotifierType
+from modalscale.notify.sender import DeliveryResult
+from modalscale.operator.budget_plan import (
+    BUDGET_PLURAL,
+    ISVC_PLURAL,
+    SECRET_KEY_MISSING,
+    SECRET_NOT_FOUND,
+    SECRET_UNREADABLE,
+    BudgetObserved,
+    receiver_problem,
+)
+from modalscale.operator.isvc_objects import SELECTOR_LABEL
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """One notification target, resolved from its Secret. ``url`` and ``secret`` never appear in ``repr``."""
+
+    name: str
+    type: NotifierType
+    url: str = field(repr=False)
+    secret: str | None = field(default=None, repr=False)
+
+
+def _json(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+    """A typed-client read as the raw JSON dict (camelCase, as kopf gives bodies); None on 404."""
+    try:
+        resp = call(*args, _preload_content=False, **kwargs)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    data: dict[str, Any] = json.loads(resp.data)
+    return data
+
+
+class BudgetObserver:
+    """Reads through one ``ApiClient``; never writes."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def read_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The BudgetPolicy as stored now (None when it is gone)."""
+        return _json(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, BUDGET_PLURAL, name)
+
+    def list_isvcs(self, namespaces: Sequence[str]) -> list[dict[str, Any]]:
+        """Every InferenceService in ``namespaces``.
+
+        Raises:
+            ApiException: The list failed (the evaluation is retried; nothing is decided on partial data).
+        """
+        items: list[dict[str, Any]] = []
+        for ns in namespaces:
+            page = _json(self.custom.list_namespaced_custom_object, GROUP, VERSION, ns, ISVC_PLURAL) or {}
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", f"{GROUP}/{VERSION}")
+                item.setdefault("kind", "InferenceService")
+                items.append(item)
+        return items
+
+    def observe(self, namespaces: Sequence[str]) -> BudgetObserved:
+        """InferenceServices and their pods in ``namespaces``.
+
+        A namespace whose pods cannot be listed (any API error) maps to None: replicas unknown, so the
+        planner goes blind for the services there instead of assuming zero.
+        """
+        observed = BudgetObserved(isvcs=self.list_isvcs(namespaces))
+        for ns in {i["metadata"]["namespace"] for i in observed.isvcs}:
+            try:
+                pods = _json(self.core.list_namespaced_pod, ns, label_selector=SELECTOR_LABEL) or {}
+                observed.pods[ns] = list(pods.get("items") or [])
+            except ApiException:
+                observed.pods[ns] = None
+        return observed
+
+    def read_receivers(self, namespace: str, notifications: Sequence[Notification]
+                       ) -> tuple[list[Receiver], list[DeliveryResult]]:
+        """Resolve each notification's URL (and signing secret) from its Secret in ``namespace``.
+
+        Returns:
+            (receivers that can be tried, one failed :class:`DeliveryResult` per receiver that cannot:
+            reason ``SecretNotFound``, ``SecretKeyMissing`` or ``SecretUnreadable``). Never raises for a
+            Secret problem; messages name the Secret and key, never a value.
+        """
+        ok: list[Receiver] = []
+        problems: list[DeliveryResult] = []
+        cache: dict[str, dict[str, Any] | None] = {}
+        for n in notifications:
+            ref = n.secret_ref
+            where = f"Secret {namespace}/{ref.name}"
+            if ref.name not in cache:
+                try:
+                    cache[ref.name] = _json(self.core.read_namespaced_secret, ref.name, namespace)
+                except ApiException as exc:
+                    problems.append(receiver_problem(n, SECRET_UNREADABLE,
+                                                     f"{where} could not be read (HTTP {exc.status})"))
+                    continue
+            secret = cache[ref.name]
+            if secret is None:
+                problems.append(receiver_problem(n, SECRET_NOT_FOUND,
+                                                 f"{where} (secretRef of notification {n.name}) was not found"))
+                continue
+            data = secret.get("data") or {}
+            missing = [k for k in (ref.url_key, ref.signing_secret_key) if k and k not in data]
+            if missing:
+                problems.append(receiver_problem(n, SECRET_KEY_MISSING,
+                                                 f"{where} has no key {', '.join(missing)} (notification {n.name})"))
+                continue
+            url = base64.b64decode(data[ref.url_key]).decode("utf-8").strip()
+            signing = (base64.b64decode(data[ref.signing_secret_key]).decode("utf-8").strip()
+                       if ref.signing_secret_key else None)
+            ok.append(Receiver(n.name, n.type, url, signing))
+        return ok, problems

@@ -1,0 +1,391 @@
+"""The pure BudgetPolicy planner of the operator: one evaluation's observations in, writes and status out.
+
+Why a module: ``modalscale.costmodel.budget.plan_budget`` decides spend, state, alerts and enforcement from
+typed inputs; this module turns what the operator *read* (the policy as stored, the InferenceServices, their
+pods, the catalog, finished alert deliveries) into those inputs, and the resulting plan into the exact API
+writes: annotation patches on InferenceServices, the status patch, Events, and the alerts to send. It never
+reads the cluster or the clock (``now`` is passed in).
+
+Rules decided here (the rest is ``plan_budget``'s):
+
+* **Running replicas** of a service are its pods (label ``modalscale.io/inferenceservice=<name>``) bound to a
+  node, not terminating and not Succeeded/Failed: the same rule as the InferenceService's
+  ``status.costUSDPerHour`` (:func:`modalscale.operator.isvc_plan.running_replicas`), so both agree. Pods are
+  used rather than ``Deployment.status.replicas`` because a pending pod holds no GPU and a pod of an old
+  ReplicaSet still does. Pods that could not be listed make the count unknown (governance blind).
+* **Enforcement** is written only as the annotation ``budget.modalscale.io/cap-<sha256(ns/name)[:10]>`` on each
+  InferenceService (the InferenceService reconcile is the one writer of replicas). Lifting deletes it. Dry run
+  writes none. An InferenceService that carries this policy's annotation but is no longer enforced (new
+  period, left the selector, dry run switched on) has it removed.
+* **Status** is written only when something other than the clock moved: a change of ``lastEvaluationTime``,
+  ``ledger.observedTime`` or ``ledger.services[].spent`` alone is not a reason to write, because spend is
+  linear in time at a constant rate (integrating ``[t0, t2)`` from the stored ledger equals integrating it in
+  two steps, to 1e-9 USD). A heartbeat (:func:`heartbeat_s`) still refreshes it. Rates, replicas, displayed
+  money (cents), thresholds, enforcement and conditions are always written when they change.
+* **Alerts** are at most once: the thresholds that alert are persisted in ``status.thresholds`` *before*
+  anything is sent, so a restart (or a failed status write) never sends twice; a delivery that fails after
+  its retries is not resent, and ``AlertDelivered=False`` says why.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from modalscale.costmodel.budget import (
+    AlertKind,
+    AlertState,
+    BudgetAlert,
+    BudgetPlan,
+    BudgetSpec,
+    InvalidBudgetSpec,
+    InvalidBudgetStatus,
+    Notification,
+    PolicyRef,
+    ServiceState,
+    parse_budget_spec,
+    plan_budget,
+    service_state,
+)
+from modalscale.costmodel.catalog import Catalog, ReplicaResources
+from modalscale.costmodel.ledger import Ledger, LedgerFormatError, advance, parse_time
+from modalscale.costmodel.quantities import InvalidQuantity
+from modalscale.notify.sender import DeliveryResult, alert_delivered_condition
+from modalscale.operator import conditions as cond
+from modalscale.operator.isvc_objects import SELECTOR_LABEL
+from modalscale.operator.isvc_plan import BUDGET_CAP_PREFIX, running_replicas
+from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
+
+BUDGET_PLURAL = "budgetpolicies"
+ISVC_PLURAL = "inferenceservices"
+
+# Condition types of a BudgetPolicy (STYLE C4).
+READY = "Ready"
+BUDGET_EXCEEDED = "BudgetExceeded"
+ALERT_DELIVERED = "AlertDelivered"
+
+# Reasons (CamelCase) used by this module; the planner's own reasons (WithinBudget, ThresholdCrossed,
+# ForecastOverLimit, BudgetExceeded, GovernanceBlind) pass through unchanged.
+EVALUATED = "Evaluated"
+INVALID_SPEC = "InvalidSpec"
+INVALID_STATUS = "InvalidStatus"
+GOVERNANCE_BLIND = "GovernanceBlind"
+NO_ALERT_SENT = "NoAlertSent"
+SECRET_NOT_FOUND = "SecretNotFound"
+SECRET_KEY_MISSING = "SecretKeyMissing"
+SECRET_UNREADABLE = "SecretUnreadable"
+BUDGET_ENFORCED = "BudgetEnforced"
+ENFORCEMENT_LIFTED = "EnforcementLifted"
+
+HEARTBEAT_MIN_S = 60
+"""Status is refreshed at least every ``max(HEARTBEAT_MIN_S, 10 x evaluationIntervalSeconds)`` seconds."""
+
+
+# --------------------------------------------------------------------------------------------- annotations
+def cap_annotation_key(policy_namespace: str, policy_name: str) -> str:
+    """``budget.modalscale.io/cap-<first 10 hex of sha256("<ns>/<name>")>``: this policy's key on a service."""
+    digest = hashlib.sha256(f"{policy_namespace}/{policy_name}".encode()).hexdigest()[:10]
+    return f"{BUDGET_CAP_PREFIX}{digest}"
+
+
+def cap_annotation_value(policy: PolicyRef, action: str, max_replicas: int) -> str:
+    """The annotation value: JSON ``{"maxReplicas": n, "policy": "ns/name", "action": "..."}`` (compact)."""
+    return json.dumps({"maxReplicas": int(max_replicas), "policy": str(policy), "action": action},
+                      separators=(",", ":"))
+
+
+def _same_cap(current: str | None, wanted: str | None) -> bool:
+    if current is None or wanted is None:
+        return current is wanted
+    try:
+        return bool(json.loads(current) == json.loads(wanted))
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class AnnotationWrite:
+    """Set (``value``) or delete (``value=None``) this policy's cap annotation on one InferenceService."""
+
+    namespace: str
+    name: str
+    key: str
+    value: str | None
+
+
+# --------------------------------------------------------------------------------------------- observation
+@dataclass
+class BudgetObserved:
+    """What one evaluation read (dicts as the API returns them, camelCase).
+
+    Attributes:
+        isvcs: Every InferenceService in :func:`observed_namespaces` (selected or not).
+        pods: Namespace -> pods carrying the ``modalscale.io/inferenceservice`` label; None = not readable.
+    """
+
+    isvcs: list[dict[str, Any]] = field(default_factory=list)
+    pods: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
+
+
+def observed_namespaces(policy: Mapping[str, Any]) -> tuple[str, ...]:
+    """Namespaces to read for ``policy``: its selector's (default: its own) plus those it enforces on now.
+
+    Works on the raw body so that an invalid spec still lets the operator find (and hold) its annotations.
+    """
+    ns = policy["metadata"]["namespace"]
+    selector = (policy.get("spec") or {}).get("selector") or {}
+    wanted = [n for n in selector.get("namespaces") or [] if isinstance(n, str)] or [ns]
+    for item in (policy.get("status") or {}).get("enforcedServices") or []:
+        if isinstance(item, Mapping) and isinstance(item.get("namespace"), str):
+            wanted.append(item["namespace"])
+    return tuple(sorted(set(wanted)))
+
+
+def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetObserved,
+                      catalog: Catalog) -> list[ServiceState]:
+    """The InferenceServices ``spec.selector`` picks, priced by ``catalog``, as the budget planner's input.
+
+    A service whose price cannot be determined (unknown GPU type, invalid spec or quantity, unknown tier) has
+    ``usd_per_replica_hour=None``; one whose pods could not be listed has ``replicas=None``; both make the
+    budget blind (see ``plan_budget``).
+
+    Returns:
+        One :class:`ServiceState` per selected service, sorted by (namespace, name).
+    """
+    out = []
+    for isvc in observed.isvcs:
+        meta = isvc.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        if not spec.selector.matches(policy_namespace, ns, meta.get("labels") or {}):
+            continue
+        pods = observed.pods.get(ns)
+        replicas = None if pods is None else running_replicas(
+            [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name])
+        raw_scaling = (isvc.get("spec") or {}).get("scaling") or {}
+        try:
+            parsed = parse_isvc(isvc)
+            res = ReplicaResources.from_quantities(parsed.resources.cpu, parsed.resources.memory,
+                                                   parsed.resources.gpu_count, parsed.resources.gpu_type)
+            state = service_state(ns, name, replicas=replicas, max_replicas=parsed.scaling.max_replicas,
+                                  resources=res, tier=parsed.pricing_tier, catalog=catalog,
+                                  priority=parsed.priority)
+        except (InvalidSpec, InvalidQuantity, ValueError) as exc:
+            max_replicas = raw_scaling.get("maxReplicas")
+            state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,
+                                 unknown_reason=f"price unknown: {exc}")
+        out.append(state)
+    return sorted(out, key=lambda s: (s.namespace, s.name))
+
+
+# --------------------------------------------------------------------------------------------- the plan
+@dataclass
+class PolicyPlan:
+    """Everything one evaluation of a BudgetPolicy does, in order: annotations, status, Events, alerts.
+
+    Attributes:
+        annotation_writes: Cap annotations to set or delete on InferenceServices.
+        status_patch: Merge patch of ``status`` (``{}``: write nothing).
+        events: (type Normal|Warning, CamelCase reason, message) to post on the policy.
+        alerts: Notifications to send to every receiver, only after ``status_patch`` was written.
+        notifications: ``spec.notifications`` (receivers to read from their Secrets).
+        interval_s: Seconds until the next evaluation (``spec.evaluationIntervalSeconds``).
+        budget: The cost model's plan (None when the spec or status could not be read).
+    """
+
+    annotation_writes: list[AnnotationWrite]
+    status_patch: dict[str, Any]
+    events: list[tuple[str, str, str]]
+    alerts: tuple[BudgetAlert, ...] = ()
+    notifications: tuple[Notification, ...] = ()
+    interval_s: int = 60
+    budget: BudgetPlan | None = None
+
+
+def heartbeat_s(interval_s: int) -> int:
+    """Longest time status goes unwritten while nothing but the clock changes, in seconds."""
+    return max(HEARTBEAT_MIN_S, 10 * interval_s)
+
+
+def _material(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` without what only the clock moves (see the module docstring)."""
+    out = {k: v for k, v in status.items() if k != "lastEvaluationTime" and v is not None}
+    ledger = out.get("ledger")
+    if isinstance(ledger, Mapping):
+        out["ledger"] = {"services": [{k: v for k, v in s.items() if k != "spent"} if isinstance(s, Mapping) else s
+                                      for s in ledger.get("services") or []]}
+    return out
+
+
+def _due(status: Mapping[str, Any], interval_s: int, now: dt.datetime) -> bool:
+    last = status.get("lastEvaluationTime")
+    if not last:
+        return True
+    try:
+        return (now - parse_time(last, "status.lastEvaluationTime")).total_seconds() >= heartbeat_s(interval_s)
+    except LedgerFormatError:
+        return True
+
+
+def _interval(policy: Mapping[str, Any]) -> int:
+    value = (policy.get("spec") or {}).get("evaluationIntervalSeconds", 60)
+    return value if isinstance(value, int) and 1 <= value <= 3600 else 60
+
+
+def _events_for(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    events = []
+    for c in cond.transitions(old, new):
+        bad = ((c["type"] == READY and c["status"] == cond.FALSE)
+               or (c["type"] == BUDGET_EXCEEDED and c["status"] == cond.TRUE)
+               or (c["type"] == ALERT_DELIVERED and c["status"] == cond.FALSE))
+        if not old and not bad:
+            continue  # First visit: no Event for the initial healthy/unknown state of each condition.
+        events.append(("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: {c['message']}"))
+    return events
+
+
+def _alert_condition(current: list[dict[str, Any]], delivered: Sequence[DeliveryResult]) -> cond.Condition:
+    if delivered:
+        c = alert_delivered_condition(delivered)
+        return cond.Condition(ALERT_DELIVERED, c["status"], c["reason"], c["message"])
+    old = cond.get(current, ALERT_DELIVERED)
+    if old is not None:
+        return cond.Condition(ALERT_DELIVERED, old["status"], old["reason"], old.get("message", ""))
+    return cond.Condition(ALERT_DELIVERED, cond.UNKNOWN, NO_ALERT_SENT, "No alert has been sent")
+
+
+def _hold(policy: Mapping[str, Any], reason: str, message: str, delivered: Sequence[DeliveryResult],
+          now: dt.datetime) -> PolicyPlan:
+    """Spec or status unreadable: report it, change nothing else (enforcement in force is held)."""
+    status = dict(policy.get("status") or {})
+    generation = int(policy["metadata"].get("generation") or 0)
+    old = list(status.get("conditions") or [])
+    conditions = cond.upsert(old, [cond.Condition(READY, cond.FALSE, reason, message),
+                                   _alert_condition(old, delivered)], generation, now)
+    patch = cond.status_patch(status, {"observedGeneration": generation, "conditions": conditions})
+    return PolicyPlan([], patch, _events_for(old, conditions) if patch else [], interval_s=_interval(policy))
+
+
+def _enforcement_events(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+                        ) -> list[tuple[str, str, str]]:
+    def key(e: Mapping[str, Any]) -> tuple[str, str]:
+        return (str(e.get("namespace")), str(e.get("name")))
+
+    old = {key(e): e for e in before}
+    new = {key(e): e for e in after}
+    events = []
+    for k, e in new.items():
+        prev = old.get(k)
+        if prev is None or (prev.get("action"), prev.get("maxReplicas"), prev.get("dryRun")) != (
+                e.get("action"), e.get("maxReplicas"), e.get("dryRun")):
+            dry = " (dry run, not applied)" if e.get("dryRun") else ""
+            events.append(("Warning", BUDGET_ENFORCED,
+                           f"{e['action']} InferenceService {k[0]}/{k[1]} to at most {e['maxReplicas']} "
+                           f"replica(s){dry}"))
+    for k in old.keys() - new.keys():
+        events.append(("Normal", ENFORCEMENT_LIFTED, f"Budget cap lifted from InferenceService {k[0]}/{k[1]}"))
+    return events
+
+
+def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Catalog,
+                delivered: Sequence[DeliveryResult], now: dt.datetime) -> PolicyPlan:
+    """Plan one evaluation of a BudgetPolicy.
+
+    Args:
+        policy: The BudgetPolicy as stored now (``metadata``, ``spec``, ``status``; camelCase).
+        observed: InferenceServices and pods in :func:`observed_namespaces` of ``policy``.
+        catalog: Prices (the operator's catalog, the same one InferenceServices are priced with).
+        delivered: Results of alert deliveries that finished since the last evaluation (may be empty).
+        now: Timezone-aware UTC instant of this evaluation; never read from the clock here.
+    Returns:
+        :class:`PolicyPlan`. An invalid spec or unreadable status yields ``Ready=False`` (``InvalidSpec`` /
+        ``InvalidStatus``) and no other change: enforcement in force is held, nothing is alerted.
+    """
+    meta = policy["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    ref = PolicyRef(ns, name)
+    status = dict(policy.get("status") or {})
+    generation = int(meta.get("generation") or 0)
+    try:
+        spec = parse_budget_spec(policy.get("spec") or {})
+    except InvalidBudgetSpec as exc:
+        return _hold(policy, INVALID_SPEC, str(exc), delivered, now)
+    try:
+        ledger = Ledger.from_status(status.get("ledger"), status.get("periodStart"))
+        alert_state = AlertState.from_status(status)
+    except (LedgerFormatError, InvalidBudgetStatus) as exc:
+        return _hold(policy, INVALID_STATUS, f"{exc}; fix or clear the status by hand (spend is not reset "
+                                             f"automatically)", delivered, now)
+
+    services = selected_services(spec, ns, observed, catalog)
+    result = advance(ledger, [s.observation() for s in services], now, spec.period, spec.time_zone)
+    plan = plan_budget(spec, result, services, alert_state, now, policy=ref)
+
+    # ---- enforcement as annotations (level-based: the whole desired set every time)
+    key = cap_annotation_key(ns, name)
+    wanted = {(e.namespace, e.name): cap_annotation_value(ref, e.action.value, e.max_replicas)
+              for e in plan.enforced_services if not e.dry_run}
+    writes = []
+    for isvc in observed.isvcs:
+        m = isvc.get("metadata") or {}
+        target = (m.get("namespace", ""), m.get("name", ""))
+        current = (m.get("annotations") or {}).get(key)
+        value = wanted.get(target)
+        if not _same_cap(current, value):
+            writes.append(AnnotationWrite(target[0], target[1], key, value))
+
+    # ---- conditions
+    old_conditions = list(status.get("conditions") or [])
+    n = len(services)
+    if plan.blind:
+        ready = cond.Condition(READY, cond.FALSE, GOVERNANCE_BLIND, plan.message)
+        exceeded = cond.Condition(BUDGET_EXCEEDED, cond.UNKNOWN, GOVERNANCE_BLIND, plan.message)
+    else:
+        ready = cond.Condition(READY, cond.TRUE, EVALUATED,
+                               f"Evaluated {n} InferenceService{'s' if n != 1 else ''} every "
+                               f"{spec.evaluation_interval_s} s")
+        exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
+                                  plan.reason, plan.message)
+    conditions = cond.upsert(old_conditions, [ready, exceeded, _alert_condition(old_conditions, delivered)],
+                             generation, now)
+
+    desired = {"observedGeneration": generation, **plan.status_fields(result.ledger), "conditions": conditions}
+    merged = {**status, **desired}
+    write = _material(merged) != _material(status) or _due(status, spec.evaluation_interval_s, now)
+    patch = cond.status_patch(status, desired) if write else {}
+
+    events: list[tuple[str, str, str]] = []
+    if patch:
+        events += _events_for(old_conditions, conditions)
+        events += _enforcement_events(status.get("enforcedServices") or [], desired["enforcedServices"])
+        for alert in plan.alerts:
+            events.append(("Normal" if alert.kind is AlertKind.RECOVERED else "Warning", alert.kind.value,
+                           alert.title))
+    return PolicyPlan(writes, patch, events, plan.alerts if patch else (), spec.notifications,
+                      spec.evaluation_interval_s, plan)
+
+
+def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> list[AnnotationWrite]:
+    """Deletions of this policy's cap annotation from every InferenceService that carries it (policy deleted)."""
+    key = cap_annotation_key(policy["metadata"]["namespace"], policy["metadata"]["name"])
+    writes = []
+    for isvc in isvcs:
+        m = isvc.get("metadata") or {}
+        if key in (m.get("annotations") or {}):
+            writes.append(AnnotationWrite(m.get("namespace", ""), m.get("name", ""), key, None))
+    return writes
+
+
+def receiver_problem(notification: Notification, reason: str, message: str) -> DeliveryResult:
+    """A :class:`DeliveryResult` for a receiver that could not even be tried (e.g. its Secret is missing)."""
+    return DeliveryResult(notification.type, notification.name, False, reason, message, attempts=0)
+
+
+__all__ = [
+    "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "BudgetObserved", "PolicyPlan", "READY",
+    "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
+    "plan_policy", "receiver_problem", "selected_services",
+]

@@ -1,0 +1,288 @@
+"""The pure BudgetPolicy planner of the operator: annotations, status written only on change, conditions, Events.
+
+Prices come from the packaged catalog: one replica with 1 CPU, 2Gi and one nvidia-l4 costs
+1 x 0.031611 + 2 x 0.004237 + 0.560040239 = 0.600125239 USD/h, so two replicas cost 1.200250478 USD/h.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from modalscale.costmodel.budget import NotifierType
+from modalscale.costmodel.catalog import load_catalog
+from modalscale.notify.sender import DeliveryResult
+from modalscale.operator.budget_plan import (
+    BudgetObserved,
+    cap_annotation_key,
+    cap_annotation_value,
+    heartbeat_s,
+    lift_all,
+    observed_namespaces,
+    plan_policy,
+    receiver_problem,
+    selected_services,
+)
+from modalscale.operator.conditions import get
+
+CATALOG = load_catalog()
+T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
+KEY = "budget.modalscale.io/cap-cfac823678"  # sha256("ml/daily")[:10], computed once by hand with hashlib
+TWO_REPLICAS_USD_PER_HOUR = Decimal("1.200250478")
+
+
+def make_policy(**spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy",
+        "metadata": {"name": "daily", "namespace": "ml", "uid": "p-1", "generation": 1},
+        "spec": {"period": "Daily", "limit": {"amount": "2", "currency": "USD"},
+                 "thresholds": [{"percent": 50, "actions": ["Alert", "CapReplicas"], "capReplicas": 1},
+                                {"percent": 100, "actions": ["Alert", "ScaleDown"]}],
+                 "enforcement": {"floorReplicas": 1}, "forecast": {"enabled": False},
+                 "evaluationIntervalSeconds": 60},
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def make_isvc(name: str = "vc", ns: str = "ml", gpu_type: str = "nvidia-l4", labels: dict[str, str] | None = None,
+              annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    body = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": ns, "uid": f"u-{name}", "generation": 1,
+                         "labels": labels or {}, "annotations": annotations or {}},
+            "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": gpu_type}},
+                     "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 4}}}
+    body["spec"].update(spec)
+    return body
+
+
+def make_pod(isvc: str, i: int, node: str | None = "kwok-gpu-0", phase: str = "Running",
+             deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": f"{isvc}-{i}", "labels": {"modalscale.io/inferenceservice": isvc}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-30T09:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": {"phase": phase}}
+
+
+def observed(*isvcs: dict[str, Any], pods: dict[str, list[dict[str, Any]] | None] | None = None) -> BudgetObserved:
+    if pods is None:
+        pods = {"ml": [make_pod(i["metadata"]["name"], n) for i in isvcs for n in range(2)]}
+    return BudgetObserved(isvcs=list(isvcs), pods=pods)
+
+
+def persisted(policy: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """The policy after the apiserver applied ``patch`` to its status (JSON merge patch: null deletes)."""
+    out = copy.deepcopy(policy)
+    status = out.setdefault("status", {})
+    for k, v in patch.items():
+        if v is None:
+            status.pop(k, None)
+        else:
+            status[k] = copy.deepcopy(v)
+    return out
+
+
+def annotated(isvc: dict[str, Any], writes: list[Any]) -> dict[str, Any]:
+    out = copy.deepcopy(isvc)
+    for w in writes:
+        if (w.namespace, w.name) == (out["metadata"]["namespace"], out["metadata"]["name"]):
+            if w.value is None:
+                out["metadata"]["annotations"].pop(w.key, None)
+            else:
+                out["metadata"]["annotations"][w.key] = w.value
+    return out
+
+
+def test_cap_annotation_key_is_the_contract_prefix_and_ten_hex_of_the_policy_hash() -> None:
+    assert cap_annotation_key("ml", "daily") == KEY
+    assert cap_annotation_key("ml", "daily2") != KEY
+
+
+def test_cap_annotation_value_is_the_contract_json() -> None:
+    from modalscale.costmodel.budget import PolicyRef
+
+    assert json.loads(cap_annotation_value(PolicyRef("ml", "daily"), "CapReplicas", 2)) == {
+        "maxReplicas": 2, "policy": "ml/daily", "action": "CapReplicas"}
+
+
+def test_running_replicas_count_bound_live_pods_only() -> None:
+    from modalscale.costmodel.budget import parse_budget_spec
+
+    pods = {"ml": [make_pod("vc", 0), make_pod("vc", 1, node=None), make_pod("vc", 2, phase="Succeeded"),
+                   make_pod("vc", 3, phase="Failed"), make_pod("vc", 4, deleting=True), make_pod("other", 5)]}
+    (svc,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml",
+                               BudgetObserved([make_isvc()], pods), CATALOG)
+    assert svc.replicas == 1
+    assert svc.usd_per_replica_hour == Decimal("0.600125239")
+
+
+def test_selector_picks_by_namespace_and_labels() -> None:
+    from modalscale.costmodel.budget import parse_budget_spec
+
+    spec = parse_budget_spec({**make_policy()["spec"], "selector": {"matchLabels": {"team": "search"}}})
+    obs = BudgetObserved([make_isvc("a", labels={"team": "search"}), make_isvc("b", labels={"team": "ads"}),
+                          make_isvc("c", ns="other", labels={"team": "search"})], {"ml": [], "other": []})
+    assert [s.name for s in selected_services(spec, "ml", obs, CATALOG)] == ["a"]
+
+
+def test_observed_namespaces_add_those_enforced_on_to_the_selector() -> None:
+    p = make_policy(selector={"namespaces": ["b", "a"]})
+    p["status"] = {"enforcedServices": [{"namespace": "c", "name": "x", "action": "CapReplicas"}]}
+    assert observed_namespaces(p) == ("a", "b", "c")
+    assert observed_namespaces(make_policy()) == ("ml",)
+
+
+def test_first_evaluation_writes_status_with_the_rate_and_unknown_alert_condition() -> None:
+    plan = plan_policy(make_policy(), observed(make_isvc()), CATALOG, [], T0)
+    s = plan.status_patch
+    assert (s["spent"], s["remaining"], s["state"], s["burnRatePerHour"]) == ("0.00", "2.00", "Ok", "1.20")
+    assert s["ledger"]["services"] == [{"namespace": "ml", "name": "vc", "replicas": 2,
+                                        "costUSDPerHour": "1.200250478", "spent": "0.000000000"}]
+    assert s["periodStart"] == "2026-11-30T00:00:00Z" and s["periodEnd"] == "2026-12-01T00:00:00Z"
+    conds = {c["type"]: (c["status"], c["reason"]) for c in s["conditions"]}
+    assert conds == {"Ready": ("True", "Evaluated"), "BudgetExceeded": ("False", "WithinBudget"),
+                     "AlertDelivered": ("Unknown", "NoAlertSent")}
+    assert plan.annotation_writes == [] and plan.alerts == () and plan.events == []
+
+
+def test_only_the_clock_moving_writes_nothing_until_the_heartbeat() -> None:
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(make_isvc()), CATALOG, [], T0).status_patch)
+    # 10 s at 1.200250478 USD/h is 0.0033 USD: displayed money unchanged, rate unchanged -> no write.
+    quiet = plan_policy(p1, observed(make_isvc()), CATALOG, [], T0 + dt.timedelta(seconds=10))
+    assert quiet.status_patch == {}
+    beat = plan_policy(p1, observed(make_isvc()), CATALOG, [], T0 + dt.timedelta(seconds=heartbeat_s(60)))
+    assert heartbeat_s(60) == 600 and heartbeat_s(1) == 60
+    # 600 s x 1.200250478 / 3600 = 0.200041746333... -> 0.200041746 in the ledger, 0.20 displayed.
+    assert beat.status_patch["spent"] == "0.20"
+    assert beat.status_patch["ledger"]["services"][0]["spent"] == "0.200041746"
+
+
+def test_a_rate_change_is_written_even_when_money_shown_is_unchanged() -> None:
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(make_isvc()), CATALOG, [], T0).status_patch)
+    one_pod = observed(make_isvc(), pods={"ml": [make_pod("vc", 0)]})
+    plan = plan_policy(p1, one_pod, CATALOG, [], T0 + dt.timedelta(seconds=5))
+    assert plan.status_patch["ledger"]["services"][0]["costUSDPerHour"] == "0.600125239"
+    assert plan.status_patch["burnRatePerHour"] == "0.60"
+
+
+def test_crossing_a_cap_threshold_annotates_once_and_alerts_once_per_period() -> None:
+    isvc = make_isvc()
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(isvc), CATALOG, [], T0).status_patch)
+    # One hour at 1.200250478 USD/h = 1.20 of 2 USD = 60 %: the 50 % threshold (Alert, CapReplicas 1) is crossed.
+    t1 = T0 + dt.timedelta(hours=1)
+    plan = plan_policy(p1, observed(isvc), CATALOG, [], t1)
+    assert plan.status_patch["spent"] == "1.20" and plan.status_patch["state"] == "Warning"
+    (w,) = plan.annotation_writes
+    assert (w.namespace, w.name, w.key) == ("ml", "vc", KEY)
+    assert json.loads(w.value or "") == {"maxReplicas": 1, "policy": "ml/daily", "action": "CapReplicas"}
+    (alert,) = plan.alerts
+    assert alert.thresholds_percent == (50,)
+    assert plan.status_patch["enforcedServices"] == [{"namespace": "ml", "name": "vc", "action": "CapReplicas",
+                                                      "maxReplicas": 1, "since": "2026-11-30T11:00:00Z",
+                                                      "dryRun": False}]
+    reasons = [e[1] for e in plan.events]
+    assert "ThresholdCrossed" in reasons and "BudgetEnforced" in reasons
+    # Replayed after the status and annotation were persisted: nothing to write, nothing to send.
+    p2 = persisted(p1, plan.status_patch)
+    again = plan_policy(p2, observed(annotated(isvc, plan.annotation_writes)), CATALOG, [],
+                        t1 + dt.timedelta(seconds=1))
+    assert again.annotation_writes == [] and again.alerts == () and again.status_patch == {}
+
+
+def test_dry_run_reports_enforcement_but_writes_no_annotation() -> None:
+    policy = make_policy(enforcement={"dryRun": True, "floorReplicas": 1})
+    p1 = persisted(policy, plan_policy(policy, observed(make_isvc()), CATALOG, [], T0).status_patch)
+    plan = plan_policy(p1, observed(make_isvc()), CATALOG, [], T0 + dt.timedelta(hours=1))
+    assert plan.annotation_writes == []
+    assert [(e["name"], e["dryRun"]) for e in plan.status_patch["enforcedServices"]] == [("vc", True)]
+    assert len(plan.alerts) == 1 and plan.alerts[0].dry_run
+
+
+def test_dry_run_switched_on_removes_a_cap_already_written() -> None:
+    isvc = make_isvc(annotations={KEY: cap_annotation_value_for(1)})
+    policy = make_policy(enforcement={"dryRun": True})
+    plan = plan_policy(policy, observed(isvc), CATALOG, [], T0)
+    assert [(w.name, w.value) for w in plan.annotation_writes] == [("vc", None)]
+
+
+def cap_annotation_value_for(n: int) -> str:
+    from modalscale.costmodel.budget import PolicyRef
+
+    return cap_annotation_value(PolicyRef("ml", "daily"), "CapReplicas", n)
+
+
+def test_unknown_gpu_price_makes_governance_blind_and_enforces_nothing() -> None:
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(make_isvc(gpu_type="nvidia-b999")), CATALOG,
+                                              [], T0).status_patch)
+    conds = {c["type"]: (c["status"], c["reason"]) for c in p1["status"]["conditions"]}
+    assert conds["Ready"] == ("False", "GovernanceBlind")
+    assert conds["BudgetExceeded"] == ("Unknown", "GovernanceBlind")
+    assert p1["status"]["state"] == "Unknown" and "burnRatePerHour" not in p1["status"]
+    assert "nvidia-b999" in get(p1["status"]["conditions"], "Ready")["message"]
+    later = plan_policy(p1, observed(make_isvc(gpu_type="nvidia-b999")), CATALOG, [], T0 + dt.timedelta(hours=5))
+    assert later.annotation_writes == [] and later.alerts == ()
+
+
+def test_unreadable_pods_make_governance_blind() -> None:
+    plan = plan_policy(make_policy(), observed(make_isvc(), pods={"ml": None}), CATALOG, [], T0)
+    assert plan.status_patch["state"] == "Unknown"
+    assert "replica count could not be read" in get(plan.status_patch["conditions"], "Ready")["message"]
+
+
+def test_invalid_spec_is_reported_and_holds_caps_in_force() -> None:
+    isvc = make_isvc(annotations={KEY: cap_annotation_value_for(1)})
+    plan = plan_policy(make_policy(limit={"amount": "2", "currency": "EUR"}), observed(isvc), CATALOG, [], T0)
+    ready = get(plan.status_patch["conditions"], "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert "only USD" in ready["message"]
+    assert plan.annotation_writes == [] and plan.alerts == ()
+    assert [e[:2] for e in plan.events] == [("Warning", "InvalidSpec")]
+
+
+def test_a_new_period_lifts_the_caps_of_the_old_one() -> None:
+    isvc = make_isvc()
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(isvc), CATALOG, [], T0).status_patch)
+    crossed = plan_policy(p1, observed(isvc), CATALOG, [], T0 + dt.timedelta(hours=1))
+    p2, capped = persisted(p1, crossed.status_patch), annotated(isvc, crossed.annotation_writes)
+    nextday = plan_policy(p2, observed(capped), CATALOG, [], dt.datetime(2026, 12, 1, 0, 0, 1, tzinfo=dt.UTC))
+    assert [(w.name, w.value) for w in nextday.annotation_writes] == [("vc", None)]
+    assert nextday.status_patch["enforcedServices"] == []
+    assert [a.kind.value for a in nextday.alerts] == ["Recovered"]
+    assert ("Normal", "EnforcementLifted") in [e[:2] for e in nextday.events]
+
+
+def test_a_service_that_left_the_selector_loses_the_cap() -> None:
+    isvc = make_isvc(labels={"team": "ads"}, annotations={KEY: cap_annotation_value_for(1)})
+    plan = plan_policy(make_policy(selector={"matchLabels": {"team": "search"}}), observed(isvc), CATALOG, [], T0)
+    assert [(w.name, w.value) for w in plan.annotation_writes] == [("vc", None)]
+
+
+def test_delivery_results_become_the_alert_delivered_condition_and_a_warning_event() -> None:
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(make_isvc()), CATALOG, [], T0).status_patch)
+    from modalscale.costmodel.budget import Notification
+
+    n = Notification.model_validate({"name": "room", "type": "Slack", "secretRef": {"name": "gone"}})
+    results = [receiver_problem(n, "SecretNotFound", "Secret ml/gone was not found"),
+               DeliveryResult(NotifierType.DINGTALK, "ding", True, "Delivered", "DingTalk accepted", 1)]
+    plan = plan_policy(p1, observed(make_isvc()), CATALOG, results, T0 + dt.timedelta(seconds=1))
+    c = get(plan.status_patch["conditions"], "AlertDelivered")
+    assert (c["status"], c["reason"]) == ("False", "SecretNotFound")
+    assert "ml/gone" in c["message"] and "ding" not in c["message"]
+    assert ("Warning", "SecretNotFound") in [e[:2] for e in plan.events]
+
+
+def test_lift_all_deletes_only_this_policys_key() -> None:
+    other = "budget.modalscale.io/cap-0123456789"
+    isvcs = [make_isvc("a", annotations={KEY: "{}", other: "{}"}), make_isvc("b", annotations={other: "{}"})]
+    writes = lift_all(make_policy(), isvcs)
+    assert [(w.name, w.key, w.value) for w in writes] == [("a", KEY, None)]
+
+
+@pytest.mark.parametrize("seconds,expected", [(1, 60), (60, 600), (3600, 36000)], ids=["1s", "60s", "1h"])
+def test_heartbeat_is_ten_intervals_but_at_least_a_minute(seconds: int, expected: int) -> None:
+    assert heartbeat_s(seconds) == expected
