@@ -588,12 +588,13 @@ def _predictive_need(
     q = policy.latency_quantile
     calibrator = policy.calibrator
     features: dict[str, float] = {m.value + "_rps": 0.0 for m in MODALITIES}
-    # calibrate only on settled metrics: every replica ready and no replica change within two windows
+    # latency calibration only on settled metrics: every replica ready, no replica change within two windows
     ready = observation.ready_replicas
     quiet_s = math.inf if state.last_change_at is None else (now - state.last_change_at).total_seconds()
     settled = ready == current and ready > 0 and quiet_s >= 2 * observation.window_s
 
     # 1. service-time calibration: observed vs predicted (raw) mean service time, rate-weighted over classes
+    # (service time does not depend on the replica count, so this runs during scaling too)
     stable = _estimate(observation.workload, model, policy, state.service_scale)
     seen = [
         (c.rate_rps, c.observed_service_ms, p)
@@ -601,7 +602,7 @@ def _predictive_need(
         if c.observed_service_ms is not None
     ]
     service_scale = state.service_scale
-    if seen and settled:
+    if seen:
         weight = sum(r for r, _, _ in seen)
         observed_ms = sum(r * o for r, o, _ in seen) / weight
         predicted_ms = sum(r * p for r, _, p in seen) / weight
