@@ -12,44 +12,7 @@ from kubernetes import client, watch
 
 from modalscale.devenv.kube import wait_for
 
-GROUP, VERSION, PLURAL = "modalscale.io", "v1alpha1", "inferenceservices"
-
-
-def make_isvc(name: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name},
-        "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                 "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 6}},
-    }
-    body["spec"].update(spec)
-    return body
-
-
-def create(api: Any, ns: str, body: dict[str, Any]) -> dict[str, Any]:
-    return client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-
-
-def get(api: Any, ns: str, name: str) -> dict[str, Any]:
-    return client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-
-
-def patch_spec(api: Any, ns: str, name: str, spec: dict[str, Any]) -> None:
-    client.CustomObjectsApi(api).patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, {"spec": spec})
-
-
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
-
-
-def wait_condition(api: Any, ns: str, name: str, type_: str, status: str, reason: str | None = None,
-                   timeout_s: float = 60) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        c = condition(get(api, ns, name), type_)
-        if c and c["status"] == status and (reason is None or c["reason"] == reason):
-            return c
-        return None
-
-    return wait_for(check, timeout_s, f"{type_}={status} ({reason}) on {ns}/{name}")
+from isvc_helpers import GROUP, PLURAL, VERSION, condition, create, get, make_isvc, patch_spec, wait_condition
 
 
 def test_create_makes_owned_children_and_reports_ready(api: Any, operator: Any, namespace: str,

@@ -1,0 +1,91 @@
+"""``modalscale operator`` as a child process with its own metrics and health ports (tests and the demo)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+RESYNC_S = 2.0
+"""Resync period used by tests, in seconds."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OperatorProcess:
+    """``modalscale operator`` as a child process with its own metrics port and log file."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, extra_env: dict[str, str] | None = None,
+                 resync_s: float = RESYNC_S) -> None:
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.log_path = log_path
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MODALSCALE_") or k == "MODALSCALE_CACHE_DIR"}
+        env.update({
+            "KUBECONFIG": str(kubeconfig),
+            "MODALSCALE_RESYNC_INTERVAL_SECONDS": str(resync_s),
+            "MODALSCALE_CONFLICT_HOLD_SECONDS": "30",
+            "MODALSCALE_METRICS_PORT": str(self.metrics_port),
+            "MODALSCALE_HEALTH_PORT": str(self.health_port),
+            **(extra_env or {}),
+        })
+        self._log = open(log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, "-m", "modalscale.cli", "operator"], env=env,
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_healthy(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"operator not healthy within {timeout_s} s:\n{self.log()[-3000:]}")
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels`` (0 when absent)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    total += s.value
+        return total
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=30)
+        self._log.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
