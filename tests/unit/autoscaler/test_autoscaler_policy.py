@@ -280,10 +280,19 @@ def test_service_calibration_moves_toward_observed_and_stays_bounded() -> None:
     assert state.service_scale == 2.0
 
 
-def test_no_calibration_while_replicas_start() -> None:
+def test_latency_calibration_pauses_while_replicas_start_but_service_calibration_does_not() -> None:
     obs = make_obs(current=8, ready=4, workload=(text_class(50.0, observed_service_ms=150.0),), p95_latency_ms=9e3)
     d = recommend(obs, make_policy(), ScalerState(), MODEL, NOW)
-    assert (d.state.service_scale, d.state.latency_scale) == (1.0, 1.0)
+    assert d.state.latency_scale == 1.0
+    assert d.state.service_scale == pytest.approx(1.1)  # 0.8 x 1 + 0.2 x 1.5
+
+
+def test_latency_calibration_pauses_for_two_windows_after_a_change() -> None:
+    obs = make_obs(current=8, workload=(text_class(50.0),), p95_latency_ms=9e3)
+    recent = ScalerState(last_change_at=NOW - timedelta(seconds=119))
+    assert recommend(obs, make_policy(), recent, MODEL, NOW).state.latency_scale == 1.0
+    quiet = ScalerState(last_change_at=NOW - timedelta(seconds=121))
+    assert recommend(obs, make_policy(), quiet, MODEL, NOW).state.latency_scale > 1.0
 
 
 def test_burst_in_recent_window_overrides_the_stable_window() -> None:
