@@ -121,3 +121,13 @@ def test_profile_csv_errors_name_the_column_and_line(tmp_path: Path) -> None:
     path.write_text(",".join(PROFILE_COLUMNS) + "\n0,text,0,0,12,1,abc\n")
     with pytest.raises(ValueError, match="line 2: column service_ms"):
         read_profile_csv(path)
+
+
+def test_shipped_synthetic_profile_parses_and_trains_a_model_within_10_percent_mape() -> None:
+    from modalscale.autoscaler.regressor import ServiceTimeRegressor, evaluate
+
+    shipped = read_profile_csv(Path(__file__).resolve().parents[3] / "autoscaler" / "data" / "synthetic_profile.csv")
+    assert len(shipped["service_ms"]) == 1000
+    model = ServiceTimeRegressor().fit(shipped)
+    held_out = generate_profile(1000, random_state=99)
+    assert evaluate(model, features_from_mapping(held_out), held_out["service_ms"]).mape_ratio <= 0.10
