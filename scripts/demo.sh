@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Run the modalscale demo end to end (local control plane + real Triton + Prometheus), after setting up .venv.
+# Extra arguments go to `modalscale demo` (e.g. --duration 180, --trace PATH).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/env.sh
+. scripts/env.sh
+MODALSCALE_EXTRAS=${MODALSCALE_EXTRAS:-test,runtime}
+EXTRAS=$MODALSCALE_EXTRAS
+ensure_venv
+exec modalscale demo "$@"
