@@ -5,7 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
 . scripts/env.sh
-MODALSCALE_EXTRAS=${MODALSCALE_EXTRAS:-test,runtime}
-EXTRAS=$MODALSCALE_EXTRAS
 ensure_venv
 exec modalscale demo "$@"

@@ -1,6 +1,6 @@
 # Sourced by scripts/test.sh and scripts/demo.sh: a project virtualenv with everything installed.
 # Installs only when pyproject.toml changed since the last install (a stamp in .venv).
-EXTRAS=${MODALSCALE_EXTRAS:-test}
+EXTRAS=${MODALSCALE_EXTRAS:-test,runtime}
 ensure_system_packages() {
   # Debian packages the tests start for real (none needed yet beyond Go, which the machine has).
   command -v go >/dev/null || { echo "Go is required to build the control plane (apt-get install golang-go)" >&2; return 1; }
