@@ -2,8 +2,16 @@
 # Installs only when pyproject.toml changed since the last install (a stamp in .venv).
 EXTRAS=${MODALSCALE_EXTRAS:-test,runtime}
 ensure_system_packages() {
-  # Debian packages the tests start for real (none needed yet beyond Go, which the machine has).
-  command -v go >/dev/null || { echo "Go is required to build the control plane (apt-get install golang-go)" >&2; return 1; }
+  # Go builds the control plane; Debian's prometheus is the real metrics server the tests and the demo start.
+  command -v go >/dev/null || { echo "Go >= 1.24 is required to build the control plane" >&2; return 1; }
+  if ! command -v prometheus >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then
+      echo "Installing Debian's prometheus package" >&2
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+    else
+      echo "Prometheus is required: sudo apt-get install prometheus" >&2; return 1
+    fi
+  fi
 }
 ensure_venv() {
   ensure_system_packages
