@@ -553,12 +553,13 @@ class _Load:
     second_moment_s2: float  # E[S^2] in s^2
 
 
-def _estimate(
-    workload: tuple[WorkloadClass, ...], model: ServiceTimePredictor, policy: ScalingPolicy, service_scale: float
-) -> _Load:
-    classes = tuple(c for c in workload if c.rate_rps > 0)
+def _predict_raw_ms(
+    workloads: list[tuple[WorkloadClass, ...]], model: ServiceTimePredictor
+) -> list[NDArray[np.float64]]:
+    """Model prediction per active class of each workload, in one ``predict`` call (before calibration)."""
+    classes = [c for w in workloads for c in w if c.rate_rps > 0]
     if not classes:
-        return _Load(classes, np.zeros(0), 0.0, 0.0, 0.0, 0.0, 0.0)
+        return [np.zeros(0) for _ in workloads]
     x = features_from_columns(
         [c.mean_image_pixels for c in classes],
         [c.mean_image_count for c in classes],
@@ -566,7 +567,21 @@ def _estimate(
         [c.mean_batch_size for c in classes],
         [Modality(c.modality).value for c in classes],
     )
-    raw_ms = np.asarray(model.predict(x), dtype=np.float64).reshape(-1)
+    raw = np.asarray(model.predict(x), dtype=np.float64).reshape(-1)
+    out, start = [], 0
+    for w in workloads:
+        n = sum(1 for c in w if c.rate_rps > 0)
+        out.append(raw[start : start + n])
+        start += n
+    return out
+
+
+def _estimate(
+    workload: tuple[WorkloadClass, ...], raw_ms: NDArray[np.float64], policy: ScalingPolicy, service_scale: float
+) -> _Load:
+    classes = tuple(c for c in workload if c.rate_rps > 0)
+    if not classes:
+        return _Load(classes, np.zeros(0), 0.0, 0.0, 0.0, 0.0, 0.0)
     rates = np.array([c.rate_rps for c in classes])
     scvs = np.array([policy.default_service_scv if c.service_scv is None else c.service_scv for c in classes])
     arrival_rps = float(rates.sum())
@@ -593,9 +608,12 @@ def _predictive_need(
     quiet_s = math.inf if state.last_change_at is None else (now - state.last_change_at).total_seconds()
     settled = ready == current and ready > 0 and quiet_s >= 2 * observation.window_s
 
+    workloads = [observation.workload] + ([observation.recent_workload] if observation.recent_workload is not None else [])
+    raw = _predict_raw_ms(workloads, model)
+
     # 1. service-time calibration: observed vs predicted (raw) mean service time, rate-weighted over classes
     # (service time does not depend on the replica count, so this runs during scaling too)
-    stable = _estimate(observation.workload, model, policy, state.service_scale)
+    stable = _estimate(observation.workload, raw[0], policy, state.service_scale)
     seen = [
         (c.rate_rps, c.observed_service_ms, p)
         for c, p in zip(stable.classes, stable.raw_ms, strict=True)
@@ -608,7 +626,7 @@ def _predictive_need(
         predicted_ms = sum(r * p for r, _, p in seen) / weight
         service_scale = calibrator.update(service_scale, observed_ms, predicted_ms)
         features["observed_service_ms"] = observed_ms
-        stable = _estimate(observation.workload, model, policy, service_scale)
+        stable = _estimate(observation.workload, raw[0], policy, service_scale)
 
     # 2. latency calibration: observed vs predicted p95 at the ready replicas (before the latency scale), only
     # in steady conditions: no replica starting, enough requests, and inside the model's operating range
@@ -626,7 +644,7 @@ def _predictive_need(
     # 3. a burst in the short window overrides the stable window when it is beyond sampling noise
     chosen, burst = stable, False
     if observation.recent_workload is not None:
-        recent = _estimate(observation.recent_workload, model, policy, service_scale)
+        recent = _estimate(observation.recent_workload, raw[1], policy, service_scale)
         noise = math.sqrt(recent.arrival_rps * recent.second_moment_s2 / observation.recent_window_s)
         features.update(recent_load_erlangs=recent.load_erlangs, recent_load_noise_erlangs=noise)
         if recent.load_erlangs > stable.load_erlangs + _BURST_Z * noise:

@@ -159,7 +159,7 @@ def response_quantile_ms(
     while exceeds(hi):
         hi *= 2.0
     lo = 0.0
-    while hi - lo > 1e-4 * hi:
+    while hi - lo > 1e-3 * hi:  # 0.1 %
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if exceeds(mid) else (lo, mid)
     return hi
