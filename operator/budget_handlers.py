@@ -241,6 +241,9 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
 
     @kopf.on.startup(registry=registry)
     def budget_startup(memo: kopf.Memo, **_: Any) -> None:
+        # httpx logs every request URL at INFO; webhook URLs carry tokens and must never reach a log (C11).
+        for noisy in ("httpx", "httpcore"):
+            logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger(noisy).level))
         if memo.get("budget") is None:
             memo.budget = BudgetRuntime(BudgetObserver(memo.deps.observer.custom.api_client))
 

@@ -1,0 +1,143 @@
+"""``modalscale cost export``: the spend recorded in BudgetPolicy ledgers as a FOCUS 1.0 CSV.
+
+Why a module: FinOps tools read FOCUS (``modalscale.costmodel.focus``); the ledgers live in the status of the
+BudgetPolicies. This command reads them (read-only: ``list`` on budgetpolicies and inferenceservices) and
+writes one row per InferenceService with its period-to-date spend ``[status.periodStart,
+status.ledger.observedTime)``; the billing period is the budget period.
+
+A service selected by several policies would be counted once per policy, and a FOCUS consumer sums
+``BilledCost``; so each service is exported once, from the policy whose ledger covers the longest window
+(a Monthly ledger over a Daily one; ties: the first policy by namespace/name). The policy is named in the
+``Tags`` column (``modalscale.io/budgetpolicy``). Policies not evaluated yet are skipped and listed on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from modalscale.costmodel.catalog import PricingTier
+from modalscale.costmodel.focus import FOCUS_VERSION, CostRecord, focus_rows, write_focus_csv
+from modalscale.costmodel.ledger import Ledger, LedgerFormatError, parse_time
+
+POLICY_TAG = "modalscale.io/budgetpolicy"
+
+
+@dataclass(frozen=True)
+class Export:
+    """Rows to write and what was left out (``"ns/name: why"``)."""
+
+    rows: list[dict[str, str]]
+    skipped: list[str]
+    policies: int
+
+
+def export_rows(policies: Sequence[Mapping[str, Any]], tiers: Mapping[tuple[str, str], PricingTier] | None = None,
+                billing_account_id: str = "modalscale") -> Export:
+    """FOCUS rows from BudgetPolicy bodies (pure).
+
+    Args:
+        policies: BudgetPolicies as read from the API (camelCase dicts with ``status``).
+        tiers: (namespace, name) of an InferenceService -> its pricing tier (OnDemand when missing).
+        billing_account_id: ``BillingAccountId`` of every row (e.g. the cluster name).
+    Returns:
+        :class:`Export`: one row per InferenceService (deduplicated, see the module docstring), sorted by
+        (namespace, name).
+    """
+    best: dict[tuple[str, str], tuple[float, str, CostRecord, tuple[Any, Any]]] = {}
+    skipped: list[str] = []
+    used = 0
+    for p in sorted(policies, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"])):
+        ref = f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}"
+        status = p.get("status") or {}
+        try:
+            ledger = Ledger.from_status(status.get("ledger"), status.get("periodStart"))
+            end = parse_time(status["periodEnd"], "status.periodEnd") if status.get("periodEnd") else None
+        except LedgerFormatError as exc:
+            skipped.append(f"{ref}: {exc}")
+            continue
+        if ledger.period_start is None or ledger.observed_time is None or end is None:
+            skipped.append(f"{ref}: not evaluated yet (no ledger)")
+            continue
+        used += 1
+        window = (ledger.observed_time - ledger.period_start).total_seconds()
+        for e in ledger.entries:
+            record = CostRecord(e.namespace, e.name, ledger.period_start, ledger.observed_time, e.spent_usd,
+                                tier=(tiers or {}).get(e.key, PricingTier.ON_DEMAND), tags={POLICY_TAG: ref})
+            old = best.get(e.key)
+            if old is None or window > old[0]:
+                best[e.key] = (window, ref, record, (ledger.period_start, end))
+    rows: list[dict[str, str]] = []
+    for key in sorted(best):
+        _, _, record, period = best[key]
+        rows += focus_rows([record], billing_period=period, billing_account_id=billing_account_id)
+    return Export(rows, skipped, used)
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``cost`` (with ``export``) on ``sub`` (an argparse subparsers action)."""
+    p = sub.add_parser("cost", help="cost reports from BudgetPolicy ledgers")
+    csub = p.add_subparsers(dest="cost_command", metavar="COMMAND")
+    e = csub.add_parser("export", help=f"write period-to-date spend as FOCUS {FOCUS_VERSION} CSV")
+    e.add_argument("--namespace", "-n", default=None, help="only BudgetPolicies in this namespace (default: all)")
+    e.add_argument("--output", "-o", default="-", help="CSV file to write (default: standard output)")
+    e.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG or in-cluster)")
+    e.add_argument("--billing-account", default="modalscale", help="BillingAccountId of every row")
+    e.set_defaults(func=run_export)
+    p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
+
+
+def _client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Read the BudgetPolicies (and InferenceService tiers) and write the CSV; returns the exit code."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from modalscale import GROUP, VERSION
+
+    api = _client(args.kubeconfig)
+    custom = client.CustomObjectsApi(api)
+    try:
+        if args.namespace:
+            policies = custom.list_namespaced_custom_object(GROUP, VERSION, args.namespace, "budgetpolicies")
+            isvcs = custom.list_namespaced_custom_object(GROUP, VERSION, args.namespace, "inferenceservices")
+        else:
+            policies = custom.list_cluster_custom_object(GROUP, VERSION, "budgetpolicies")
+            isvcs = custom.list_cluster_custom_object(GROUP, VERSION, "inferenceservices")
+    except ApiException as exc:
+        print(f"modalscale cost export: listing failed: HTTP {exc.status} {exc.reason}", file=sys.stderr)
+        return 1
+    finally:
+        api.close()
+    tiers = {}
+    for i in isvcs.get("items") or []:
+        try:
+            tiers[(i["metadata"]["namespace"], i["metadata"]["name"])] = PricingTier(
+                ((i.get("spec") or {}).get("pricing") or {}).get("tier", "OnDemand"))
+        except ValueError:
+            continue
+    result = export_rows(policies.get("items") or [], tiers, args.billing_account)
+    out: IO[str]
+    if args.output == "-":
+        count = write_focus_csv(result.rows, sys.stdout)
+    else:
+        with open(args.output, "w", newline="", encoding="utf-8") as out:
+            count = write_focus_csv(result.rows, out)
+    for s in result.skipped:
+        print(f"skipped {s}", file=sys.stderr)
+    print(f"Wrote {count} FOCUS {FOCUS_VERSION} rows from {result.policies} BudgetPolicies", file=sys.stderr)
+    return 0

@@ -1,0 +1,426 @@
+"""BudgetPolicy governance on the real control plane: spend accrues, alerts arrive once, caps scale down.
+
+Everything is real: kube-apiserver + etcd + scheduler + KWOK fake nodes, the ``modalscale operator``
+subprocess, and chat receivers on 127.0.0.1 that verify each platform's payload and signature.
+
+Spend accrues in seconds without a test-only price: the services are priced by the packaged catalog and
+request a realistic 8 x H100 replica (64 CPU, 512Gi, 8 nvidia-h100-80gb: about 84 USD/h, like an
+a3-highgpu-8g), on a fake KWOK node of their own (no other test's pods fit its GPU label), against budgets of
+a few dollars. The limits are chosen so that thresholds are seconds apart at a 1 s evaluation interval.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from modalscale.costmodel.catalog import ReplicaResources, load_catalog
+from modalscale.costmodel.ledger import parse_time
+from modalscale.devenv.kube import install_crds, wait_for
+from modalscale.devenv.receivers import ChatReceiver, Reply
+from modalscale.operator.budget_plan import cap_annotation_key
+
+GROUP, VERSION = "modalscale.io", "v1alpha1"
+REPO = Path(__file__).resolve().parents[3]
+GPU_TYPE = "nvidia-h100-80gb"
+RESOURCES = {"cpu": "64", "memory": "512Gi", "gpu": {"count": 8, "type": GPU_TYPE}}
+PRICE_USD_PER_REPLICA_HOUR = load_catalog().price_replica(
+    ReplicaResources.from_quantities("64", "512Gi", 8, GPU_TYPE), "OnDemand")
+SIGNING = "SEC-test-signing-secret"
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def custom(api: Any) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def make_isvc(name: str, replicas: int, max_replicas: int = 4) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name},
+            "spec": {"resources": RESOURCES,
+                     "scaling": {"mode": "Fixed", "replicas": replicas, "minReplicas": 1,
+                                 "maxReplicas": max_replicas}}}
+
+
+def make_policy(name: str, limit: str, thresholds: list[dict[str, Any]], notifications: list[dict[str, Any]],
+                **spec: Any) -> dict[str, Any]:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "BudgetPolicy", "metadata": {"name": name},
+            "spec": {"period": "Daily", "limit": {"amount": limit, "currency": "USD"}, "thresholds": thresholds,
+                     "forecast": {"enabled": False}, "evaluationIntervalSeconds": 1,
+                     "notifications": notifications}}
+    body["spec"].update(spec)
+    return body
+
+
+def make_secret(api: Any, ns: str, name: str, **data: str) -> None:
+    client.CoreV1Api(api).create_namespaced_secret(ns, {
+        "metadata": {"name": name}, "type": "Opaque",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})
+
+
+def get_isvc(api: Any, ns: str, name: str) -> dict[str, Any]:
+    return custom(api).get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", name)
+
+
+def get_policy(api: Any, ns: str, name: str) -> dict[str, Any]:
+    return custom(api).get_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", name)
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+
+def running_pods(api: Any, ns: str, name: str) -> int:
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"modalscale.io/inferenceservice={name}")
+    return sum(1 for p in pods.items if p.spec.node_name and not p.metadata.deletion_timestamp
+               and p.status.phase == "Running")
+
+
+def start_isvc(api: Any, ns: str, name: str, replicas: int, max_replicas: int = 4) -> None:
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices",
+                                                make_isvc(name, replicas, max_replicas))
+    wait_for(lambda: running_pods(api, ns, name) == replicas, 90, f"{replicas} running pods of {ns}/{name}")
+
+
+def thresholds_alerted(status: dict[str, Any]) -> list[int]:
+    start = status.get("periodStart")
+    return sorted(r["percent"] for r in status.get("thresholds") or []
+                  if not r.get("forecast") and r.get("alertedPeriodStart") == start and r.get("lastAlertTime"))
+
+
+def percents_in(titles: list[str]) -> list[int]:
+    return sorted(int(p) for t in titles for p in re.findall(r"(\d+) %", t.split(" of its ")[0]))
+
+
+def titles(receiver: ChatReceiver) -> list[str]:
+    out = []
+    for r in receiver.accepted:
+        p = r.payload
+        if receiver.kind == "Slack":
+            out.append(next(b["text"]["text"] for b in p["blocks"] if b["type"] == "header"))
+        elif receiver.kind == "DingTalk":
+            out.append(p["markdown"]["title"])
+        elif receiver.kind == "Webhook":
+            out.append(p["commonAnnotations"]["summary"])
+        else:
+            out.append(json.dumps(p))
+    return out
+
+
+def policy_events(api: Any, ns: str, name: str) -> list[dict[str, Any]]:
+    """events.k8s.io Events about the policy, as raw dicts (the typed client refuses kopf's core Events)."""
+    resp = client.EventsV1Api(api).list_namespaced_event(ns, _preload_content=False)
+    return [e for e in json.loads(resp.data)["items"]
+            if (e.get("regarding") or {}).get("kind") == "BudgetPolicy" and e["regarding"].get("name") == name]
+
+
+def evaluations_after(api: Any, ns: str, name: str, when: dt.datetime, seconds: float) -> dict[str, Any]:
+    """Wait until the policy's status was evaluated ``seconds`` after ``when``; returns that policy."""
+    def check() -> dict[str, Any] | None:
+        p = get_policy(api, ns, name)
+        last = (p.get("status") or {}).get("lastEvaluationTime")
+        return p if last and parse_time(last, "lastEvaluationTime") >= when + dt.timedelta(seconds=seconds) else None
+
+    return wait_for(check, 60, f"evaluations of {ns}/{name} {seconds} s after {when.isoformat()}")
+
+
+def ledger_spent(status: dict[str, Any]) -> Decimal:
+    return sum((Decimal(s["spent"]) for s in status["ledger"]["services"]), Decimal(0))
+
+
+class ReplicaTimeline:
+    """Polls a Deployment's spec/status replicas every 0.1 s with UTC timestamps (to measure reaction times)."""
+
+    def __init__(self, api: Any, ns: str, name: str) -> None:
+        self.samples: list[tuple[dt.datetime, int | None, int | None]] = []
+        self._stop = threading.Event()
+        self._apps = client.AppsV1Api(api)
+        self._thread = threading.Thread(target=self._run, args=(ns, name), daemon=True)
+        self._thread.start()
+
+    def _run(self, ns: str, name: str) -> None:
+        while not self._stop.is_set():
+            d = self._apps.read_namespaced_deployment(name, ns)
+            self.samples.append((dt.datetime.now(dt.UTC), d.spec.replicas, d.status.replicas))
+            self._stop.wait(0.1)
+
+    def first(self, pred: Any) -> dt.datetime | None:
+        return next((t for t, spec, st in self.samples if pred(spec, st)), None)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+# ------------------------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def h100_node(cluster: Any) -> list[str]:
+    """A fake node with 64 H100s that only these tests' services select (by their GPU label)."""
+    return cluster.ensure_gpu_nodes(1, gpus_per_node=64, gpu_type=GPU_TYPE, cpu="1024", memory="16Ti",
+                                    prefix="kwok-budget-h100-")
+
+
+@pytest.fixture
+def slack() -> Iterator[ChatReceiver]:
+    with ChatReceiver("Slack") as r:
+        yield r
+
+
+@pytest.fixture
+def dingtalk() -> Iterator[ChatReceiver]:
+    with ChatReceiver("DingTalk", secret=SIGNING) as r:
+        yield r
+
+
+# ------------------------------------------------------------------------------------------------ tests
+def test_thresholds_alert_once_each_then_cap_and_scale_down_through_the_inferenceservice(
+        api: Any, operator: Any, namespace: str, h100_node: list[str], slack: ChatReceiver,
+        dingtalk: ChatReceiver) -> None:
+    ns = namespace
+    make_secret(api, ns, "slack-hook", url=slack.url)
+    make_secret(api, ns, "ding-hook", url=dingtalk.url, secret=SIGNING)
+    start_isvc(api, ns, "big", replicas=3)
+    timeline = ReplicaTimeline(api, ns, "big")
+    # 3 replicas x ~84 USD/h = ~0.07 USD/s: 50 % (0.75) after ~11 s, 80 % (1.20) after ~17 s; then 2 replicas
+    # reach 100 % (1.50) ~6 s later, and ScaleDown leaves the floor of 1.
+    limit = Decimal("1.50")
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+        "budget", str(limit),
+        [{"percent": 50, "actions": ["Alert"]},
+         {"percent": 80, "actions": ["Alert", "CapReplicas"], "capReplicas": 2},
+         {"percent": 100, "actions": ["Alert", "ScaleDown"]}],
+        [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}},
+         {"name": "oncall-dingtalk", "type": "DingTalk",
+          "secretRef": {"name": "ding-hook", "signingSecretKey": "secret"}}],
+        enforcement={"floorReplicas": 1}))
+    try:
+        status = wait_for(lambda: (s := get_policy(api, ns, "budget").get("status") or {}).get("state") == "Exceeded"
+                          and thresholds_alerted(s) == [50, 80, 100] and s, 120, "state Exceeded, all alerted")
+        wait_for(lambda: running_pods(api, ns, "big") == 1, 60, "scaled down to the floor of 1 running pod")
+        assert dingtalk.wait_for(3, timeout_s=60, accepted_only=True) and slack.wait_for(3, 60, accepted_only=True)
+        # A few more evaluations later nothing was re-sent.
+        evaluations_after(api, ns, "budget", dt.datetime.now(dt.UTC), 3)
+    finally:
+        timeline.stop()
+
+    for room in (slack, dingtalk):
+        assert percents_in(titles(room)) == [50, 80, 100], titles(room)
+        assert len(room.received) == len(room.accepted) == 3  # DingTalk: every signature verified
+    status = get_policy(api, ns, "budget")["status"]
+    assert status["state"] == "Exceeded" and Decimal(status["spent"]) >= limit
+    assert ledger_spent(status) >= limit
+    assert Decimal(status["remaining"]) == limit - Decimal(status["spent"])
+    assert status["enforcedServices"] == [{"namespace": ns, "name": "big", "action": "ScaleDown", "maxReplicas": 1,
+                                           "since": status["enforcedServices"][0]["since"], "dryRun": False}]
+    (svc,) = status["ledger"]["services"]
+    assert svc["replicas"] == 1 and Decimal(svc["costUSDPerHour"]) == PRICE_USD_PER_REPLICA_HOUR
+    conds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conds == {"Ready": ("True", "Evaluated"), "BudgetExceeded": ("True", "BudgetExceeded"),
+                     "AlertDelivered": ("True", "Delivered")}
+
+    isvc = get_isvc(api, ns, "big")
+    cap = json.loads(isvc["metadata"]["annotations"][cap_annotation_key(ns, "budget")])
+    assert cap == {"maxReplicas": 1, "policy": f"{ns}/budget", "action": "ScaleDown"}
+    limited = condition(isvc, "BudgetLimited")
+    assert limited and limited["status"] == "True" and f"{ns}/budget" in limited["message"]
+    assert client.AppsV1Api(api).read_namespaced_deployment("big", ns).spec.replicas == 1
+    assert isvc["spec"]["scaling"]["replicas"] == 3  # enforcement never touches the spec
+
+    reasons = [e.get("reason") for e in policy_events(api, ns, "budget")]
+    assert reasons.count("ThresholdCrossed") == 3 and "BudgetEnforced" in reasons
+    leaked = [slack.url, dingtalk.url, SIGNING]
+    texts = json.dumps(status) + " ".join(e.get("note") or "" for e in policy_events(api, ns, "budget")) + operator.log()
+    assert not [s for s in leaked if s in texts]
+
+    crossed = {r["percent"]: parse_time(r["lastAlertTime"], "t") for r in status["thresholds"] if not r.get("forecast")}
+    capped = timeline.first(lambda spec, st: spec is not None and spec <= 2)
+    floored = timeline.first(lambda spec, st: spec == 1)
+    assert capped and floored
+    print(f"\nfigure: 80 % crossed -> Deployment spec.replicas 3->2 after {(capped - crossed[80]).total_seconds():.2f} s;"
+          f" 100 % crossed -> 2->1 after {(floored - crossed[100]).total_seconds():.2f} s "
+          f"(evaluation interval 1 s, timeline sampled every 0.1 s)")
+
+
+def test_webhook_answering_429_then_200_gets_the_alert_exactly_once(api: Any, operator: Any, namespace: str,
+                                                                    h100_node: list[str]) -> None:
+    ns = namespace
+    with ChatReceiver("Webhook", secret=SIGNING) as hook:
+        hook.script(Reply(status=429, body="slow down", headers={"Retry-After": "1"}))
+        make_secret(api, ns, "hook", url=hook.url, hmac=SIGNING)
+        start_isvc(api, ns, "one", replicas=1)
+        custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+            "budget", "0.20", [{"percent": 50}],
+            [{"name": "alertmanager", "type": "Webhook", "secretRef": {"name": "hook", "signingSecretKey": "hmac"}}]))
+        wait_for(lambda: (c := condition(get_policy(api, ns, "budget"), "AlertDelivered")) and c["status"] == "True",
+                 90, "AlertDelivered=True")
+        evaluations_after(api, ns, "budget", dt.datetime.now(dt.UTC), 3)
+        assert [r.status for r in hook.received] == [429, 200]
+        (msg,) = hook.accepted
+        assert msg.payload["commonLabels"]["threshold_percent"] == "50"
+    assert thresholds_alerted(get_policy(api, ns, "budget")["status"]) == [50]
+
+
+def test_missing_secret_sets_the_condition_and_other_receivers_still_get_the_alert(
+        api: Any, operator: Any, namespace: str, h100_node: list[str], slack: ChatReceiver) -> None:
+    ns = namespace
+    make_secret(api, ns, "slack-hook", url=slack.url)
+    start_isvc(api, ns, "one", replicas=1)
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+        "budget", "0.20", [{"percent": 50}],
+        [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}},
+         {"name": "finops-feishu", "type": "Feishu", "secretRef": {"name": "no-such-secret",
+                                                                  "signingSecretKey": "secret"}}]))
+    c = wait_for(lambda: (c := condition(get_policy(api, ns, "budget"), "AlertDelivered")) and c["status"] == "False"
+                 and c, 90, "AlertDelivered=False")
+    assert c["reason"] == "SecretNotFound" and f"{ns}/no-such-secret" in c["message"]
+    assert slack.wait_for(1, timeout_s=30, accepted_only=True)
+    assert percents_in(titles(slack)) == [50]
+    wait_for(lambda: any(e.get("reason") == "SecretNotFound" and e.get("type") == "Warning"
+                         for e in policy_events(api, ns, "budget")), 30, "a SecretNotFound Event")
+    # Still alive and still evaluating; the alert was not sent again to anyone.
+    evaluations_after(api, ns, "budget", dt.datetime.now(dt.UTC), 2)
+    assert operator.proc.poll() is None
+    assert len(slack.received) == 1
+    assert (condition(get_policy(api, ns, "budget"), "Ready") or {}).get("status") == "True"
+
+
+def test_dry_run_reports_enforcement_without_annotating_or_scaling(api: Any, operator: Any, namespace: str,
+                                                                  h100_node: list[str]) -> None:
+    ns = namespace
+    start_isvc(api, ns, "two", replicas=2)
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+        "budget", "0.20", [{"percent": 10, "actions": ["CapReplicas"], "capReplicas": 1},
+                           {"percent": 50, "actions": ["ScaleToZero"]}], [],
+        enforcement={"dryRun": True}))
+    status = wait_for(lambda: (s := get_policy(api, ns, "budget").get("status") or {}).get("enforcedServices")
+                      and s["enforcedServices"][0]["action"] == "ScaleToZero" and s, 90, "ScaleToZero reported")
+    assert status["enforcedServices"] == [{"namespace": ns, "name": "two", "action": "ScaleToZero", "maxReplicas": 0,
+                                           "since": status["enforcedServices"][0]["since"], "dryRun": True}]
+    evaluations_after(api, ns, "budget", dt.datetime.now(dt.UTC), 3)
+    isvc = get_isvc(api, ns, "two")
+    assert not [k for k in isvc["metadata"].get("annotations") or {} if k.startswith("budget.modalscale.io/")]
+    assert (condition(isvc, "BudgetLimited") or {}).get("status") == "False"
+    assert client.AppsV1Api(api).read_namespaced_deployment("two", ns).spec.replicas == 2
+    assert running_pods(api, ns, "two") == 2
+    reasons = [(e.get("reason"), e.get("note")) for e in policy_events(api, ns, "budget")]
+    assert any(r == "BudgetEnforced" and "dry run" in (n or "") for r, n in reasons)
+
+
+def test_deleting_the_policy_lifts_its_cap(api: Any, operator: Any, namespace: str, h100_node: list[str]) -> None:
+    ns = namespace
+    start_isvc(api, ns, "two", replicas=2)
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+        "budget", "0.10", [{"percent": 10, "actions": ["CapReplicas"], "capReplicas": 1}], []))
+    wait_for(lambda: running_pods(api, ns, "two") == 1, 60, "capped to 1 running pod")
+    custom(api).delete_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", "budget")
+    wait_for(lambda: running_pods(api, ns, "two") == 2, 60, "back to 2 running pods after the policy was deleted")
+    assert cap_annotation_key(ns, "budget") not in (get_isvc(api, ns, "two")["metadata"].get("annotations") or {})
+
+
+def test_cost_export_writes_focus_rows_that_add_up_to_the_ledger(api: Any, operator: Any, namespace: str,
+                                                                 h100_node: list[str], cluster: Any,
+                                                                 tmp_path: Path) -> None:
+    import csv
+
+    ns = namespace
+    start_isvc(api, ns, "one", replicas=1)
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+        "budget", "100", [{"percent": 50}], []))
+    wait_for(lambda: Decimal(((get_policy(api, ns, "budget").get("status") or {}).get("spent")) or "0") > 0, 60,
+             "some spend")
+    out = tmp_path / "focus.csv"
+    proc = subprocess.run([sys.executable, "-m", "modalscale.cli", "cost", "export", "--namespace", ns,
+                           "--output", str(out), "--kubeconfig", str(cluster.kubeconfig)],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(out.open(newline="")))
+    status = get_policy(api, ns, "budget")["status"]  # read after: spend only grows, so the CSV is <= it
+    (row,) = rows
+    assert (row["SubAccountId"], row["ResourceName"], row["BillingCurrency"]) == (ns, "one", "USD")
+    assert Decimal("0") < Decimal(row["BilledCost"]) <= ledger_spent(status)
+    assert row["BillingPeriodStart"] == status["periodStart"]
+    assert json.loads(row["Tags"])["modalscale.io/budgetpolicy"] == f"{ns}/budget"
+
+
+# ------------------------------------------------------------------------------------------------ restart
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A control plane of its own: the restart test kills its operator, which must not be the session's."""
+    from modalscale.devenv.cluster import LocalCluster
+
+    c = LocalCluster(tmp_path_factory.mktemp("budget-restart-cluster"), log=lambda _m: None)
+    try:
+        c.up(nodes=0)
+        c.ensure_gpu_nodes(1, gpus_per_node=16, gpu_type=GPU_TYPE, cpu="256", memory="4Ti", prefix="kwok-h100-")
+        install_crds(c.api_client(), REPO / "crds")
+        yield c
+    finally:
+        c.down()
+
+
+def test_restart_mid_period_resends_nothing_and_continues_the_ledger(own_cluster: Any, tmp_path: Path,
+                                                                     slack: ChatReceiver) -> None:
+    from modalscale.devenv.operator_process import OperatorProcess
+
+    api = own_cluster.api_client()
+    ns = "default"
+    env = {"MODALSCALE_STANDALONE": "true"}
+    first = OperatorProcess(own_cluster.kubeconfig, tmp_path / "first.log", env)
+    second = None
+    try:
+        first.wait_healthy()
+        make_secret(api, ns, "slack-hook", url=slack.url)
+        start_isvc(api, ns, "one", replicas=1)
+        # ~84 USD/h = ~0.0235 USD/s: 10 % of 0.40 after ~2 s, 90 % after ~15 s.
+        custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+            "budget", "0.40", [{"percent": 10}, {"percent": 90}],
+            [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
+        assert slack.wait_for(1, timeout_s=60, accepted_only=True)
+        before = wait_for(lambda: thresholds_alerted(s := get_policy(api, ns, "budget")["status"]) == [10] and s,
+                          30, "10 % recorded")
+        first.kill(signal.SIGKILL)
+        killed_at = dt.datetime.now(dt.UTC)
+        second = OperatorProcess(own_cluster.kubeconfig, tmp_path / "second.log", env)
+        second.wait_healthy()
+        after = evaluations_after(api, ns, "budget", killed_at, 4)["status"]
+
+        # Spend continues from the ledger: the second operator integrated exactly the time since the last
+        # observation the first one stored (its downtime included), at the same rate: not reset, not doubled.
+        (s1,), (s2,) = before["ledger"]["services"], after["ledger"]["services"]
+        assert s1["costUSDPerHour"] == s2["costUSDPerHour"] and s1["replicas"] == s2["replicas"] == 1
+        rate = Decimal(s1["costUSDPerHour"])
+        t1 = parse_time(before["ledger"]["observedTime"], "t1")
+        t2 = parse_time(after["ledger"]["observedTime"], "t2")
+        seconds = Decimal(int((t2 - t1).total_seconds()))
+        expected = rate * seconds / Decimal(3600)
+        grown = Decimal(s2["spent"]) - Decimal(s1["spent"])
+        assert seconds >= 4 and grown > 0
+        assert abs(grown - expected) <= Decimal("1e-9") * seconds, (grown, expected)
+        assert after["periodStart"] == before["periodStart"]
+        # Nothing re-sent after the restart; the next threshold still alerts exactly once.
+        assert len(slack.received) == 1
+        final = wait_for(lambda: thresholds_alerted(s := get_policy(api, ns, "budget")["status"]) == [10, 90] and s,
+                         60, "90 % recorded by the second operator")
+        assert slack.wait_for(2, timeout_s=30, accepted_only=True)
+        evaluations_after(api, ns, "budget", parse_time(final["lastEvaluationTime"], "t"), 2)
+        assert percents_in(titles(slack)) == [10, 90] and len(slack.received) == 2
+        print(f"\nfigure: operator SIGKILLed and restarted; ledger grew {grown} USD over {seconds} s "
+              f"(expected {expected.quantize(Decimal('1e-9'))} at {rate} USD/h)")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        api.close()

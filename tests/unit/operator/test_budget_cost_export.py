@@ -1,0 +1,70 @@
+"""``modalscale cost export``: FOCUS rows from BudgetPolicy ledgers, one per service, summing to the ledgers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from decimal import Decimal
+from typing import Any
+
+from modalscale.cli import main
+from modalscale.costmodel.catalog import PricingTier
+from modalscale.costmodel.focus import FOCUS_COLUMNS, write_focus_csv
+from modalscale.operator.cost_cli import export_rows
+
+
+def policy(name: str, period_start: str, period_end: str, observed: str, services: list[tuple[str, str, str]],
+           ns: str = "ml") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns},
+            "status": {"periodStart": period_start, "periodEnd": period_end,
+                       "ledger": {"observedTime": observed,
+                                  "services": [{"namespace": n, "name": s, "spent": spent}
+                                               for n, s, spent in services]}}}
+
+
+DAILY = policy("daily", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z", "2026-11-30T12:00:00Z",
+               [("ml", "a", "1.500000000"), ("ml", "b", "0.250000000")])
+MONTHLY = policy("monthly", "2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z", "2026-11-30T12:00:00Z",
+                 [("ml", "a", "40.123456789")])
+FRESH = {"metadata": {"name": "fresh", "namespace": "ml"}, "status": {}}
+
+
+def test_each_service_is_exported_once_from_the_longest_ledger_window() -> None:
+    result = export_rows([DAILY, MONTHLY, FRESH], {("ml", "b"): PricingTier.SPOT})
+    assert [(r["ResourceName"], r["BilledCost"]) for r in result.rows] == [("a", "40.123456789"),
+                                                                           ("b", "0.250000000")]
+    a, b = result.rows
+    assert (a["ChargePeriodStart"], a["ChargePeriodEnd"]) == ("2026-11-01T00:00:00Z", "2026-11-30T12:00:00Z")
+    assert (a["BillingPeriodStart"], a["BillingPeriodEnd"]) == ("2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z")
+    assert json.loads(a["Tags"])["modalscale.io/budgetpolicy"] == "ml/monthly"
+    assert json.loads(b["Tags"])["modalscale.io/budgetpolicy"] == "ml/daily"
+    assert (a["PricingCategory"], b["PricingCategory"]) == ("Standard", "Dynamic")
+    assert result.skipped == ["ml/fresh: not evaluated yet (no ledger)"] and result.policies == 2
+    # 40.123456789 + 0.25 = 40.373456789: the export adds up to the ledgers it kept, nothing counted twice.
+    assert sum(Decimal(r["BilledCost"]) for r in result.rows) == Decimal("40.373456789")
+
+
+def test_a_corrupt_ledger_is_skipped_with_the_field_named() -> None:
+    bad = policy("bad", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z", "yesterday", [("ml", "a", "1")])
+    result = export_rows([bad])
+    assert result.rows == [] and "status.ledger.observedTime" in result.skipped[0]
+
+
+def test_rows_write_as_focus_csv_with_every_column() -> None:
+    buf = io.StringIO()
+    assert write_focus_csv(export_rows([DAILY]).rows, buf) == 2
+    header = next(csv.reader(io.StringIO(buf.getvalue())))
+    assert tuple(header) == FOCUS_COLUMNS
+
+
+def test_cli_registers_cost_export() -> None:
+    import contextlib
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(["cost", "export", "--help"])
+        except SystemExit as exc:
+            assert exc.code == 0
+    assert "--namespace" in out.getvalue() and "--output" in out.getvalue()
