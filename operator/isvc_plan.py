@@ -220,10 +220,15 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved) -> ReplicaDecision:
         message = f"Fixed mode: spec.scaling.replicas={desired}"
     else:
         scaler = obs.status.get("desiredReplicas")
-        base = int(scaler) if isinstance(scaler, int) and obs.deployment is not None else sc.min_replicas
+        decided = isinstance(scaler, int) and obs.deployment is not None
+        base = int(scaler) if decided else sc.min_replicas
         desired = min(max(base, sc.min_replicas), sc.max_replicas)
-        reason = "AutoscalerDecision" if isinstance(scaler, int) and obs.deployment is not None else "MinReplicas"
-        message = f"{sc.mode} mode: holding {desired} replica(s) within [{sc.min_replicas}, {sc.max_replicas}]"
+        auto = obs.status.get("autoscaler") or {}
+        if decided and auto.get("reason"):
+            reason, message = str(auto["reason"]), str(auto.get("message") or auto["reason"])
+        else:
+            reason = "AutoscalerDecision" if decided else "MinReplicas"
+            message = f"{sc.mode} mode: holding {desired} replica(s) within [{sc.min_replicas}, {sc.max_replicas}]"
     if obs.budget_cap_replicas is not None and desired > obs.budget_cap_replicas:
         desired, reason = obs.budget_cap_replicas, R.CAPPED_BY_BUDGET
         message = f"capped at {desired} replica(s) by BudgetPolicy {obs.budget_cap_policy}"
