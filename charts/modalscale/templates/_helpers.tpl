@@ -1,0 +1,71 @@
+{{/* Chart name, truncated to the 63 characters of a label value. */}}
+{{- define "modalscale.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the release's objects: <release>-<chart>, or the release alone when it holds the chart name. */}}
+{{- define "modalscale.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "modalscale.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "modalscale.labels" -}}
+helm.sh/chart: {{ include "modalscale.chart" . }}
+{{ include "modalscale.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: modalscale
+{{- end }}
+
+{{/* Labels that select the operator pods (immutable in the Deployment selector). */}}
+{{- define "modalscale.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "modalscale.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The ServiceAccount the operator runs as. */}}
+{{- define "modalscale.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "modalscale.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The kopf peering object's name (MODALSCALE_PEERING_NAME). */}}
+{{- define "modalscale.peeringName" -}}
+{{- default (include "modalscale.fullname" .) .Values.config.peeringName }}
+{{- end }}
+
+{{/* Name of the ConfigMap holding the pricing catalog override, empty when there is none. */}}
+{{- define "modalscale.pricingConfigMap" -}}
+{{- if .Values.pricingCatalog.existingConfigMap }}
+{{- .Values.pricingCatalog.existingConfigMap }}
+{{- else if .Values.pricingCatalog.overrides }}
+{{- printf "%s-pricing" (include "modalscale.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* Where the catalog override is mounted in the container. */}}
+{{- define "modalscale.pricingMountDir" -}}
+/etc/modalscale/pricing
+{{- end }}
+
+{{/* The operator image reference. */}}
+{{- define "modalscale.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
