@@ -80,8 +80,9 @@ class RuntimeConfig:
     max_queue_delay_microseconds: int = 2000
     """How long the dynamic batcher may hold a request to form a larger batch, in microseconds."""
     modality_aware_batching: bool = True
-    """Run each batch as shape-homogeneous groups (modality x resolution / token bucket) instead of padding
-    every item to the largest one in the batch."""
+    """Separate Triton queues per modality class (a light router model in front of one batched model per
+    modality), and inside each batch one encoder pass per resolution / token-length bucket instead of padding
+    every item to the largest. Without batching only the in-model grouping applies."""
     response_cache: bool = False
     """Triton response cache for byte-identical requests (the server also needs ``--cache-config``)."""
     embedding_cache: bool = True
@@ -102,7 +103,7 @@ class RuntimeConfig:
     """Capacity of the per-instance embedding cache, in images."""
 
     def __post_init__(self) -> None:
-        _check_int("model.name", len(self.model_name), 1, 63)
+        _check_int("model.name", len(self.model_name), 1, 127)
         _check_int("runtime.instanceCount", self.instance_count, 1, 16)
         _check_int("runtime.intraOpThreads", self.intra_op_threads, 1, 64)
         _check_int("runtime.maxBatchSize", self.max_batch_size, 0, 256)
@@ -128,6 +129,21 @@ class RuntimeConfig:
     def batching_enabled(self) -> bool:
         """True when Triton may put several requests into one ``execute`` call."""
         return self.max_batch_size > 0 and self.dynamic_batching
+
+    @property
+    def uses_router(self) -> bool:
+        """True when the repository has a router model in front of per-modality batched models."""
+        return self.modality_aware_batching and self.batching_enabled
+
+    @property
+    def router_instances(self) -> int:
+        """Router instances: each forwards one request at a time, so this bounds the requests in flight to the
+        modality models (2 x max_batch_size, at most 16; routers hold no torch model)."""
+        return min(16, max(2, 2 * self.max_batch_size))
+
+    def modality_model_name(self, modality: str) -> str:
+        """Name of the batched model serving ``modality`` (``image``, ``text``, ``image_text``) behind the router."""
+        return f"{self.model_name}_{modality}"
 
     @property
     def instance_kind(self) -> str:
@@ -221,7 +237,9 @@ def model_parameters(cfg: RuntimeConfig) -> dict[str, str]:
 
 
 def render_config_pbtxt(cfg: RuntimeConfig) -> str:
-    """Render the Triton ``config.pbtxt`` (protobuf text format) of the built-in model.
+    """Render the Triton ``config.pbtxt`` (protobuf text format) of the built-in model (or, behind the router,
+    of one per-modality model: call with ``cfg.replace(model_name=cfg.modality_model_name(m),
+    response_cache=False)``).
 
     Args:
         cfg: The runtime config.
@@ -288,19 +306,77 @@ from modalscale.runtime.model.triton_model import TritonPythonModel  # noqa: E40
 '''
 
 
+MODALITIES = ("image", "text", "image_text")
+"""Modality classes; one batched model per class behind the router."""
+
+
+def render_router_pbtxt(cfg: RuntimeConfig) -> str:
+    """Render the router's ``config.pbtxt``: the client-facing model when ``cfg.uses_router``.
+
+    It has the same request interface as the unbatched model (leading ``1`` declared, ``max_batch_size: 0``),
+    ``cfg.router_instances`` CPU instances, the response cache if enabled, and parameters naming the
+    per-modality models it forwards to.
+    """
+    lead = [1]
+    lines = [
+        f"name: {_quote(cfg.model_name)}",
+        'backend: "python"',
+        "max_batch_size: 0",
+        "input [",
+        _tensor_block(INPUT_IMAGES, "TYPE_STRING", lead + [-1], optional=True) + ",",
+        _tensor_block(INPUT_TEXT, "TYPE_STRING", lead + [1], optional=True),
+        "]",
+        "output [",
+        _tensor_block(OUTPUT_EMBEDDING, "TYPE_FP32", lead + [EMBEDDING_DIM]) + ",",
+        _tensor_block(OUTPUT_MODALITY, "TYPE_STRING", lead + [1]) + ",",
+        _tensor_block(OUTPUT_IMAGE_CLASSES, "TYPE_INT32", lead + [-1]),
+        "]",
+        "instance_group [",
+        "  {",
+        f"    count: {cfg.router_instances}",
+        "    kind: KIND_CPU",
+        "  }",
+        "]",
+    ]
+    if cfg.response_cache:
+        lines += ["response_cache {", "  enable: true", "}"]
+    for modality in MODALITIES:
+        lines += ["parameters {", f"  key: {_quote('route_' + modality)}",
+                  f"  value: {{ string_value: {_quote(cfg.modality_model_name(modality))} }}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+ROUTER_PY = MODEL_PY.replace("Python-backend entry point of the modalscale built-in multimodal model",
+                             "Python-backend router of the modalscale built-in multimodal model").replace(
+    "from modalscale.runtime.model.triton_model import TritonPythonModel",
+    "from modalscale.runtime.model.router import TritonPythonModel")
+
+
 def build_repository(cfg: RuntimeConfig) -> dict[str, str]:
     """All files of the model repository, keyed by path relative to the repository root.
 
     Args:
         cfg: The runtime config.
     Returns:
-        ``{"<name>/config.pbtxt": ..., "<name>/1/model.py": ...}``; the operator stores them in a ConfigMap
-        (``/`` written as ``__`` in keys, per the CRD), the server writes them to a directory.
+        Without the router: ``{"<name>/config.pbtxt", "<name>/1/model.py"}``. With ``cfg.uses_router``: the
+        router as ``<name>`` plus ``<name>_image``, ``<name>_text`` and ``<name>_image_text`` (each the batched
+        model, without response cache). The operator stores the files in a ConfigMap (``/`` written as ``__``
+        in keys, per the CRD), the server writes them to a directory.
     """
-    return {
-        f"{cfg.model_name}/config.pbtxt": render_config_pbtxt(cfg),
-        f"{cfg.model_name}/1/model.py": MODEL_PY,
+    if not cfg.uses_router:
+        return {
+            f"{cfg.model_name}/config.pbtxt": render_config_pbtxt(cfg),
+            f"{cfg.model_name}/1/model.py": MODEL_PY,
+        }
+    files = {
+        f"{cfg.model_name}/config.pbtxt": render_router_pbtxt(cfg),
+        f"{cfg.model_name}/1/model.py": ROUTER_PY,
     }
+    for modality in MODALITIES:
+        name = cfg.modality_model_name(modality)
+        files[f"{name}/config.pbtxt"] = render_config_pbtxt(cfg.replace(model_name=name, response_cache=False))
+        files[f"{name}/1/model.py"] = MODEL_PY
+    return files
 
 
 def server_arguments(cfg: RuntimeConfig) -> list[str]:

@@ -87,3 +87,21 @@ def split_evenly(total_s: float, weights: Sequence[int]) -> list[float]:
     if weight_sum <= 0:
         return [0.0 for _ in weights]
     return [total_s * w / weight_sum for w in weights]
+
+
+def route(image_count: int | None, text_present: bool) -> str | None:
+    """Modality class of a request from what it carries (pure; content is validated by the target model).
+
+    Args:
+        image_count: Elements of IMAGES, None when the input is absent.
+        text_present: TEXT input present (blank text is judged by the target model).
+    Returns:
+        ``image``, ``text``, ``image_text``, or None when the request has neither input.
+    """
+    if image_count is None and not text_present:
+        return None
+    if image_count and text_present:
+        return "image_text"
+    if image_count is not None and (image_count or not text_present):
+        return "image"
+    return "text"

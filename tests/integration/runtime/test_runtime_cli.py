@@ -49,7 +49,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subproces
     try:
         _wait_until(lambda: _ready(ports["http"]) or proc.poll() is not None, 300, "runtime serve to be ready")
         assert proc.poll() is None, "runtime serve exited during start-up"
-        assert 'max_batch_size: 4' in (repo / "multimodal" / "config.pbtxt").read_text()
+        assert 'max_batch_size: 4' in (repo / "multimodal_image" / "config.pbtxt").read_text()
         yield proc, ports
     finally:
         if proc.poll() is None:

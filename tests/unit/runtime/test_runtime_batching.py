@@ -8,6 +8,7 @@ from modalscale.runtime.model.batching import (
     Group,
     plan_image_groups,
     plan_text_groups,
+    route,
     split_evenly,
     text_bucket,
 )
@@ -73,3 +74,11 @@ def test_settings_defaults_and_errors() -> None:
         ModelSettings.from_model_config({"parameters": {"intra_op_threads": {"string_value": "two"}}})
     with pytest.raises(ValueError, match="parameter embedding_cache"):
         ModelSettings.from_model_config({"parameters": {"embedding_cache": {"string_value": "yes"}}})
+
+
+@pytest.mark.parametrize(("image_count", "text", "expected"), [
+    (None, False, None), (None, True, "text"), (0, True, "text"), (0, False, "image"),
+    (1, False, "image"), (3, True, "image_text"),
+], ids=["nothing", "text", "empty-images-and-text", "empty-images", "image", "both"])
+def test_router_picks_the_modality_queue(image_count: int | None, text: bool, expected: str | None) -> None:
+    assert route(image_count, text) == expected

@@ -15,6 +15,7 @@ from modalscale.runtime.repo_config import (
     build_repository,
     model_parameters,
     render_config_pbtxt,
+    render_router_pbtxt,
     server_arguments,
 )
 
@@ -135,13 +136,38 @@ def test_parameters_carry_threads_precision_and_switches() -> None:
     assert text.count("parameters {") == len(params)
 
 
-def test_repository_has_config_and_model_py_importing_modalscale() -> None:
-    files = build_repository(RuntimeConfig(model_name="vision"))
+def test_repository_without_router_has_config_and_model_py_importing_modalscale() -> None:
+    cfg = RuntimeConfig(model_name="vision", modality_aware_batching=False)
+    files = build_repository(cfg)
     assert set(files) == {"vision/config.pbtxt", "vision/1/model.py"}
-    assert files["vision/config.pbtxt"] == render_config_pbtxt(RuntimeConfig(model_name="vision"))
+    assert files["vision/config.pbtxt"] == render_config_pbtxt(cfg)
     model_py = files["vision/1/model.py"]
     assert "from modalscale.runtime.model.triton_model import TritonPythonModel" in model_py
     compile(model_py, "model.py", "exec")
+    assert set(build_repository(RuntimeConfig(model_name="vision", max_batch_size=0))) == set(files)
+
+
+def test_modality_aware_repository_routes_to_one_batched_model_per_modality() -> None:
+    cfg = RuntimeConfig(model_name="vision", response_cache=True, max_batch_size=4)
+    files = build_repository(cfg)
+    assert set(files) == {f"{m}/{f}" for m in ("vision", "vision_image", "vision_text", "vision_image_text")
+                          for f in ("config.pbtxt", "1/model.py")}
+    router = files["vision/config.pbtxt"]
+    assert router == render_router_pbtxt(cfg)
+    assert "max_batch_size: 0" in router and "dims: [ 1, -1 ]" in router and "count: 8" in router
+    assert "response_cache {\n  enable: true\n}" in router
+    assert 'key: "route_image_text"\n  value: { string_value: "vision_image_text" }' in router
+    assert "from modalscale.runtime.model.router import TritonPythonModel" in files["vision/1/model.py"]
+    compile(files["vision/1/model.py"], "model.py", "exec")
+    text_model = files["vision_text/config.pbtxt"]
+    assert text_model == render_config_pbtxt(cfg.replace(model_name="vision_text", response_cache=False))
+    assert "max_batch_size: 4" in text_model and "dynamic_batching" in text_model
+    assert "response_cache" not in text_model
+
+
+@pytest.mark.parametrize(("max_batch_size", "instances"), [(1, 2), (4, 8), (8, 16), (64, 16)])
+def test_router_instances_bound(max_batch_size: int, instances: int) -> None:
+    assert RuntimeConfig(max_batch_size=max_batch_size).router_instances == instances
 
 
 def test_generation_is_deterministic() -> None:
