@@ -1,0 +1,34 @@
+"""``modalscale demo``: run the product's main job end to end on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``demo`` on ``sub`` (an argparse subparsers action)."""
+    p = sub.add_parser("demo", help="local control plane + real Triton + Prometheus; scaling and budget, live")
+    p.add_argument("--duration", type=float, default=240.0, help="seconds of generated trace (default 240)")
+    p.add_argument("--trace", type=Path, default=None,
+                   help="trace CSV (arrival_s,image_count,image_width,image_height,text_tokens) instead")
+    p.add_argument("--rate", type=float, default=3.0, help="requests per second of the generated trace (default 3)")
+    p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where the report goes (default reports/)")
+    p.add_argument("--no-live", action="store_true", help="plain log lines instead of the live view")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from modalscale.demo.run import DemoConfig, run_demo
+
+    if args.duration < 30 or args.rate <= 0:
+        print("--duration must be >= 30 s and --rate > 0", file=sys.stderr)
+        return 2
+    if args.trace is not None and not args.trace.is_file():
+        print(f"--trace {args.trace}: no such file", file=sys.stderr)
+        return 2
+    cfg = DemoConfig(duration_s=args.duration, trace=args.trace, rate_rps=args.rate, report_dir=args.report_dir,
+                     live=not args.no_live and sys.stdout.isatty())
+    return run_demo(cfg, say=lambda m: print(m, flush=True))

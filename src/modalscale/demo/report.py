@@ -1,0 +1,154 @@
+"""The demo's verdict (what was observed, checked) and its HTML report with plots (matplotlib PNGs inline)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import io
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Checks:
+    """What the demo must show; each item with what was seen."""
+
+    items: list[tuple[str, bool, str]] = field(default_factory=list)
+
+    @property
+    def all_passed(self) -> bool:
+        return all(ok for _, ok, _ in self.items)
+
+    def summary(self) -> str:
+        lines = ["Demo summary:"]
+        lines += [f"  [{'PASS' if ok else 'FAIL'}] {name}: {seen}" for name, ok, seen in self.items]
+        return "\n".join(lines)
+
+    @classmethod
+    def evaluate(cls, isvc: dict[str, Any], policy: dict[str, Any], receiver: Any, shift_at_s: float | None,
+                 samples: list[Any] | None = None) -> Checks:
+        """Judge the run from the objects' final status, the receiver and the samples."""
+        checks = cls()
+        history = (isvc.get("status") or {}).get("scalingHistory") or []
+        ups = [h for h in history if h["to"] > h["from"] and h["reason"] not in ("CappedByBudget", "FixedReplicas")]
+        checks.items.append(("scale-up by the autoscaler", bool(ups),
+                             "; ".join(f"{h['time']} {h['from']}->{h['to']} {h['reason']}" for h in ups) or "none"))
+        if samples and shift_at_s is not None:
+            before = [s.desired for s in samples if s.t_s < shift_at_s and s.desired is not None]
+            after = [s.desired for s in samples if s.t_s >= shift_at_s and s.desired is not None]
+            ok = bool(before and after and max(after) > max(before))
+            checks.items.append(("scale-up after the modality shift", ok,
+                                 f"desired before the shift max {max(before) if before else '-'}, after max "
+                                 f"{max(after) if after else '-'}"))
+        caps = [h for h in history if h["reason"] == "CappedByBudget" and h["to"] < h["from"]]
+        enforced = (policy.get("status") or {}).get("enforcedServices") or []
+        checks.items.append(("scale-down enforced at the budget cap", bool(caps) and bool(enforced),
+                             "; ".join(f"{h['time']} {h['from']}->{h['to']}" for h in caps) or "none"))
+        crossed = [t for t in (policy.get("status") or {}).get("thresholds") or [] if t.get("crossed")
+                   and not t.get("forecast")]
+        per = {t["percent"]: 0 for t in crossed}
+        for m in receiver.accepted():
+            headline = m.room_text().splitlines()[0] if m.room_text() else ""
+            if " crossed " in headline:  # "Budget ns/name crossed 50 %, 80 % of its daily limit"
+                for pct in re.findall(r"(\d+) %", headline.split(" of its ")[0]):
+                    per[int(pct)] = per.get(int(pct), 0) + 1
+        checks.items.append(("exactly one alert per crossed threshold",
+                             bool(crossed) and all(v == 1 for v in per.values()),
+                             ", ".join(f"{p}%: {n}" for p, n in sorted(per.items())) or "no threshold crossed"))
+        return checks
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, float, str, bool]],
+                 isvc: dict[str, Any], policy: dict[str, Any], receiver: Any, checks: Checks, slo_ms: float,
+                 shift_at_s: float | None) -> Path:
+    """Write ``demo-report.html`` (four plots, the decisions, the chat room, the checks) and ``demo-run.json``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [s.t_s for s in samples]
+    figs = []
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    for modality in sorted({m for s in samples for m in s.rps_by_modality}):
+        ax.plot(t, [s.rps_by_modality.get(modality, 0.0) for s in samples], label=modality)
+    ax.set_ylabel("req/s (Prometheus)")
+    ax.set_title("Request rate by modality")
+    ax.legend(loc="upper left", fontsize=8)
+    figs.append(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    done = sorted((a + lat / 1000, lat) for a, lat, _, ok in records if ok)
+    ax.scatter([x for x, _ in done], [y for _, y in done], s=3, alpha=0.35, label="request latency")
+    ax.plot(t, [s.p95_ms if s.p95_ms is not None else float("nan") for s in samples], color="C3", label="p95 (20 s)")
+    ax.axhline(slo_ms, color="k", linestyle="--", linewidth=1, label=f"SLO {slo_ms:.0f} ms")
+    ax.set_ylabel("ms (client side)")
+    ax.set_yscale("log")
+    ax.set_title("Latency vs SLO (one local Triton process serves all requests)")
+    ax.legend(loc="upper left", fontsize=8)
+    figs.append(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    ax.step(t, [s.desired if s.desired is not None else float("nan") for s in samples], where="post", label="desired")
+    ax.step(t, [s.ready if s.ready is not None else float("nan") for s in samples], where="post", label="ready (KWOK)")
+    ax.set_ylabel("replicas")
+    ax.set_title("Replicas: the operator's decisions (pods simulated on KWOK nodes)")
+    ax.legend(loc="upper left", fontsize=8)
+    figs.append(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    ax.plot(t, [float(s.spent_usd) if s.spent_usd else float("nan") for s in samples], label="spent")
+    limit = float(samples[-1].limit_usd) if samples else 0.0
+    for pct in (50, 80, 100):
+        ax.axhline(limit * pct / 100, color="grey", linestyle=":", linewidth=1)
+    ax.axhline(limit, color="k", linestyle="--", linewidth=1, label=f"limit {limit:.4f} USD")
+    ax.set_ylabel("USD")
+    ax.set_title("Spend vs budget (ledger in BudgetPolicy status)")
+    ax.legend(loc="upper left", fontsize=8)
+    figs.append(fig)
+    if shift_at_s is not None:
+        for f in figs:
+            f.axes[0].axvline(shift_at_s, color="C1", linewidth=1)
+    for f in figs:
+        f.axes[0].set_xlabel("seconds since the replay started")
+    images = [_png(f) for f in figs]
+    plt.close("all")
+
+    history = (isvc.get("status") or {}).get("scalingHistory") or []
+    rows = "".join(f"<tr><td>{html.escape(h['time'])}</td><td>{h['from']}</td><td>{h['to']}</td>"
+                   f"<td>{html.escape(h['reason'])}</td><td>{html.escape(h.get('message', ''))}</td></tr>"
+                   for h in history)
+    room = "".join(f"<pre>{html.escape(m.room_text())}</pre>" for m in receiver.accepted())
+    check_rows = "".join(f"<li><b>{'PASS' if ok else 'FAIL'}</b> {html.escape(n)}: {html.escape(s)}</li>"
+                         for n, ok, s in checks.items)
+    body = f"""<!doctype html><html><head><meta charset="utf-8"><title>modalscale demo report</title>
+<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}
+table{{border-collapse:collapse}} pre{{background:#f6f6f6;padding:6px}}</style></head><body>
+<h1>modalscale demo report</h1>
+<p>Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}. The InferenceService's pods ran on KWOK fake
+nodes (simulated capacity); every request was served by one local <code>tritonserver</code> process. Replica counts
+are the operator's decisions on real Prometheus metrics; the capacity they would add is not measured here.</p>
+<h2>Checks</h2><ul>{check_rows}</ul>
+{''.join(f'<img src="data:image/png;base64,{i}" style="width:100%">' for i in images)}
+<h2>Scaling decisions (status.scalingHistory)</h2>
+<table><tr><th>time</th><th>from</th><th>to</th><th>reason</th><th>message</th></tr>{rows}</table>
+<h2>What the chat room saw</h2>{room or '<p>(nothing)</p>'}
+<h2>Final BudgetPolicy status</h2><pre>{html.escape(json.dumps((policy.get('status') or {}), indent=2))}</pre>
+</body></html>"""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "demo-report.html"
+    path.write_text(body)
+    (out_dir / "demo-run.json").write_text(json.dumps({
+        "samples": [asdict(s) for s in samples], "checks": checks.items,
+        "isvc_status": isvc.get("status"), "budget_status": policy.get("status")}, indent=1, default=str))
+    return path
