@@ -14,7 +14,7 @@ from kubernetes import client
 from modalscale.devenv.cluster import LocalCluster
 from modalscale.devenv.kube import install_crds, wait_for
 
-from isvc_helpers import GROUP, PLURAL, VERSION, condition, create, make_isvc
+from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, condition, create, make_isvc
 from modalscale.devenv.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[3]

@@ -12,7 +12,9 @@ from kubernetes import client, watch
 
 from modalscale.devenv.kube import wait_for
 
-from isvc_helpers import GROUP, PLURAL, VERSION, condition, create, get, make_isvc, patch_spec, wait_condition
+from tests.integration.operator.isvc_helpers import (
+    GROUP, PLURAL, VERSION, condition, create, get, make_isvc, patch_spec, wait_condition,
+)
 
 
 def test_create_makes_owned_children_and_reports_ready(api: Any, operator: Any, namespace: str,
