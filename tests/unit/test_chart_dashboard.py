@@ -1,0 +1,124 @@
+"""The Grafana dashboard and the kube-state-metrics config shipped by the chart: the required panels exist and
+every series they query is one that the operator, the runtime, Triton or the chart's own kube-state-metrics
+config exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from modalscale.operator.metrics import OperatorMetrics
+from modalscale.runtime.model import metrics as runtime_metrics
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "modalscale"
+DASHBOARD = json.loads((CHART / "files" / "dashboard.json").read_text())
+KSM = yaml.safe_load((CHART / "files" / "kube-state-metrics-crs.yaml").read_text())
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+TRITON_SERIES = {"nv_inference_request_success", "nv_inference_request_duration_us", "nv_inference_request_summary_us"}
+"""Triton's documented metric names the dashboard uses (Triton metrics docs; the summary needs
+``--metrics-config summary_latencies=true``)."""
+
+
+def _series(name: str, kind: str) -> set[str]:
+    if kind == "counter":
+        return {name if name.endswith("_total") else name + "_total"}
+    if kind == "histogram":
+        return {name + s for s in ("_bucket", "_sum", "_count")}
+    return {name}
+
+
+def operator_series() -> set[str]:
+    out: set[str] = set()
+    for family in OperatorMetrics().registry.collect():
+        out |= _series(family.name, family.type)
+    return out
+
+
+def runtime_series() -> set[str]:
+    names = {v for k, v in vars(runtime_metrics).items() if k.isupper() and isinstance(v, str)
+             and v.startswith("modalscale_")}
+    return set().union(*(_series(n, "counter" if n.endswith("_total") else "histogram") for n in names))
+
+
+def ksm_series() -> set[str]:
+    return {f"{r['metricNamePrefix']}_{m['name']}" for r in KSM["spec"]["resources"] for m in r["metrics"]}
+
+
+def queried_series(expr: str) -> set[str]:
+    """Metric names in a PromQL expression (label matchers and grouping labels removed first)."""
+    bare = re.sub(r"\{[^}]*\}", "", expr)
+    bare = re.sub(r"\b(by|without)\s*\([^)]*\)", "", bare)
+    return set(re.findall(r"\b((?:modalscale|nv|kube)_[a-zA-Z0-9_]+)\b", bare))
+
+
+def targets() -> list[tuple[str, str]]:
+    return [(p["title"], t["expr"]) for p in DASHBOARD["panels"] for t in p["targets"]]
+
+
+def test_dashboard_has_the_required_panels() -> None:
+    titles = {p["title"] for p in DASHBOARD["panels"]}
+    assert {"Replicas", "Desired vs actual replicas", "p95 latency vs SLO", "Spend vs budget",
+            "Scaling decisions"} <= titles
+
+
+@pytest.mark.parametrize(("title", "expr"), targets(), ids=[f"{t}:{i}" for i, (t, _) in enumerate(targets())])
+def test_every_queried_series_is_exported(title: str, expr: str) -> None:
+    known = operator_series() | runtime_series() | ksm_series() | TRITON_SERIES
+    used = queried_series(expr)
+    assert used, f"{title}: no metric found in {expr!r}"
+    assert used <= known, f"{title}: not exported by anything: {sorted(used - known)}"
+
+
+def test_series_extraction_ignores_labels_and_grouping() -> None:
+    expr = 'sum by (namespace, kube_x) (rate(modalscale_requests_total{namespace=~"nv_foo"}[5m]))'
+    assert queried_series(expr) == {"modalscale_requests_total"}
+
+
+def test_operator_and_runtime_series_cover_the_decision_and_request_metrics() -> None:
+    assert "modalscale_scaling_decisions_total" in operator_series()
+    assert "modalscale_requests_total" in runtime_series()
+    assert "modalscale_stage_compute_seconds_bucket" in runtime_series()
+
+
+def test_panels_use_the_datasource_variable_and_unique_ids_and_grid() -> None:
+    variables = {v["name"] for v in DASHBOARD["templating"]["list"]}
+    assert {"datasource", "namespace", "inferenceservice"} <= variables
+    ids = [p["id"] for p in DASHBOARD["panels"]]
+    assert len(ids) == len(set(ids))
+    for p in DASHBOARD["panels"]:
+        assert p["datasource"]["uid"] == "${datasource}"
+        assert 0 <= p["gridPos"]["x"] and p["gridPos"]["x"] + p["gridPos"]["w"] <= 24
+    cells = {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in DASHBOARD["panels"]}
+    assert len(cells) == len(ids), "two panels share a grid position"
+
+
+def _crd_schema(name: str) -> dict:
+    return yaml.safe_load((CRDS / f"{name}.modalscale.io.yaml").read_text())["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"]
+
+
+def _has_path(schema: dict, path: list[str]) -> bool:
+    node = schema
+    for part in path:
+        node = (node.get("properties") or {}).get(part)
+        if node is None:
+            return False
+    return True
+
+
+def test_kube_state_metrics_paths_exist_in_the_crds() -> None:
+    kinds = {"InferenceService": _crd_schema("inferenceservices"), "BudgetPolicy": _crd_schema("budgetpolicies")}
+    for resource in KSM["spec"]["resources"]:
+        schema = kinds[resource["groupVersionKind"]["kind"]]
+        assert resource["groupVersionKind"]["group"] == "modalscale.io"
+        assert resource["groupVersionKind"]["version"] == "v1alpha1"
+        for metric in resource["metrics"]:
+            path = metric["each"]["gauge"]["path"]
+            assert _has_path(schema, path), f"{resource['metricNamePrefix']}_{metric['name']}: no field {path}"
+        for label, path in resource["labelsFromPath"].items():
+            assert path[0] == "metadata" or _has_path(schema, path), f"label {label}: no field {path}"
