@@ -79,3 +79,8 @@ def test_pure_packages_never_import_the_operator(folder: str) -> None:
                 names = [node.module]
             offenders += [f"{py.relative_to(REPO)}: {n}" for n in names if n.startswith("modalscale.operator")]
     assert offenders == []
+
+
+def test_every_test_folder_is_a_package_so_test_module_names_never_collide() -> None:
+    folders = {p.parent for p in (REPO / "tests").rglob("test_*.py")}
+    assert sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").exists()) == []
