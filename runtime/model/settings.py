@@ -31,6 +31,8 @@ class ModelSettings:
     """Images declaring more pixels than this are rejected before decoding."""
     max_text_bytes: int = 16_384
     """Longer UTF-8 texts are rejected."""
+    preload: tuple[str, ...] = ("image", "text")
+    """Encoders loaded at start-up (the rest on first use)."""
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any]) -> ModelSettings:
@@ -56,6 +58,11 @@ class ModelSettings:
                 if raw[name] not in ("true", "false"):
                     raise ValueError(f"parameter {name}: expected true or false, got {raw[name]!r}")
                 values[name] = raw[name] == "true"
+        if "preload" in raw:
+            values["preload"] = tuple(p for p in raw["preload"].split(",") if p)
+            unknown = set(values["preload"]) - {"image", "text"}
+            if unknown:
+                raise ValueError(f"parameter preload: unknown encoders {sorted(unknown)}")
         if "precision" in raw:
             try:
                 values["precision"] = Precision(raw["precision"])

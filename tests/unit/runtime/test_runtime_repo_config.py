@@ -160,7 +160,9 @@ def test_modality_aware_repository_routes_to_one_batched_model_per_modality() ->
     assert "from modalscale.runtime.model.router import TritonPythonModel" in files["vision/1/model.py"]
     compile(files["vision/1/model.py"], "model.py", "exec")
     text_model = files["vision_text/config.pbtxt"]
-    assert text_model == render_config_pbtxt(cfg.replace(model_name="vision_text", response_cache=False))
+    assert text_model == render_config_pbtxt(cfg.replace(model_name="vision_text", response_cache=False),
+                                             preload=("text",))
+    assert 'key: "preload"\n  value: { string_value: "text" }' in text_model
     assert "max_batch_size: 4" in text_model and "dynamic_batching" in text_model
     assert "response_cache" not in text_model
 
