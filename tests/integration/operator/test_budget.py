@@ -297,6 +297,38 @@ def test_missing_secret_sets_the_condition_and_other_receivers_still_get_the_ale
     assert (condition(get_policy(api, ns, "budget"), "Ready") or {}).get("status") == "True"
 
 
+def test_a_hanging_webhook_blocks_neither_evaluation_nor_deletion(api: Any, operator: Any, namespace: str,
+                                                                   h100_node: list[str]) -> None:
+    ns = namespace
+    with ChatReceiver("Slack") as hanging:
+        # Every attempt (the first and all retries) is held open for 120 s: this delivery can never finish.
+        hanging.script(*[Reply(delay_s=120)] * 8)
+        make_secret(api, ns, "slack-hook", url=hanging.url)
+        start_isvc(api, ns, "one", replicas=2)
+        custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+            "budget", "0.20", [{"percent": 10, "actions": ["Alert", "CapReplicas"], "capReplicas": 1}],
+            [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
+        assert hanging.wait_for_arrivals(1, timeout_s=60)
+        # Evaluation goes on while the request hangs: the cap is applied and spend (1 replica) keeps being counted.
+        evaluations_after(api, ns, "budget", dt.datetime.now(dt.UTC), 2)
+        key = cap_annotation_key(ns, "budget")
+        assert key in (get_isvc(api, ns, "one")["metadata"].get("annotations") or {})
+        custom(api).delete_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", "budget")
+
+        def gone() -> bool:
+            try:
+                get_policy(api, ns, "budget")
+            except client.exceptions.ApiException as exc:
+                return exc.status == 404
+            return False
+
+        wait_for(gone, 40, "the policy deleted (finalizer removed)")
+        assert hanging.received == []  # no attempt was ever answered: deletion did not wait for delivery
+        wait_for(lambda: key not in (get_isvc(api, ns, "one")["metadata"].get("annotations") or {}), 30,
+                 "the cap lifted with the policy")
+        assert operator.proc.poll() is None
+
+
 def test_dry_run_reports_enforcement_without_annotating_or_scaling(api: Any, operator: Any, namespace: str,
                                                                   h100_node: list[str]) -> None:
     ns = namespace
