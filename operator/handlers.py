@@ -185,6 +185,8 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
 
     from modalscale.operator.budget_handlers import register_budget  # BudgetPolicy handlers (own module)
     register_budget(registry, config)
+    from modalscale.operator.autoscale_handlers import register_autoscaler  # autoscaler daemon (own module)
+    register_autoscaler(registry, config)
 
 
 def ensure_peering(custom: Any, config: Settings) -> None:

@@ -1,0 +1,179 @@
+"""kopf registration of the autoscaler: one daemon per InferenceService in Predictive or Utilization mode.
+
+Every ``spec.scaling.decisionIntervalSeconds`` the daemon: reads the object fresh, loads the cost model of
+``spec.model.costModelRef`` (cached by the ConfigMap's resourceVersion), reads Prometheus (outside any lock), and
+then, under ``Deps.lock_for(uid)`` (so it never interleaves with ``reconcile_isvc``): reads the object and its
+Deployment again, builds the ``Observation``, calls the pure ``recommend``, writes ``status.desiredReplicas`` (a
+valid decision only), ``status.autoscaler`` and the ``MetricsAvailable`` / ``CostModelLoaded`` conditions as
+``plan_autoscale`` decides, and when the desired replicas changed calls ``reconcile_isvc`` so the Deployment
+follows at once (``reconcile_isvc`` stays the single writer of Deployment replicas).
+
+The scaler's memory is kept in the daemon between decisions and stored in ``status.autoscaler.state``, from
+which a restarted (or newly elected) operator continues. kopf stops the daemon when the object is deleted, when
+its mode becomes Fixed (the ``when`` filter) and while this operator is paused by peering.
+
+Local setup note: the InferenceService's pods are KWOK-simulated, while one real local Triton process (scraped by
+a real Prometheus with the InferenceService's labels) serves the requests, so utilization and queueing inputs
+come from that one process whatever the replica count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from modalscale import GROUP, VERSION
+from modalscale.autoscaler.policy import PolicySpecError, ScalerState, ScalingMode, ScalingPolicy, recommend
+from modalscale.operator.autoscale_metrics import AutoscalerMetrics
+from modalscale.operator.autoscale_model import CostModelCache
+from modalscale.operator.autoscale_observe import PrometheusReader, build_observation
+from modalscale.operator.autoscale_plan import compress_recommendations, plan_autoscale, state_from_status
+from modalscale.operator.isvc_plan import ModelReferenceError, budget_cap
+from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
+from modalscale.operator.settings import Settings
+
+ISVC_PLURAL = "inferenceservices"
+RETRY_AFTER_ERROR_S = 5.0
+"""Wait before the next decision after a Kubernetes API error, s."""
+
+
+@dataclass
+class AutoscaleRuntime:
+    """What the autoscaler daemons share (built once per operator, on the first daemon start)."""
+
+    reader: PrometheusReader
+    models: CostModelCache
+    metrics: AutoscalerMetrics
+
+
+def _runtime(memo: Any, config: Settings) -> AutoscaleRuntime:
+    """The shared runtime in ``memo.autoscale`` (created in the event loop, so without races)."""
+    rt = memo.get("autoscale")
+    if rt is None:
+        deps = memo.deps
+        rt = AutoscaleRuntime(reader=PrometheusReader(config.prometheus_url),
+                              models=CostModelCache(deps.observer.core),
+                              metrics=AutoscalerMetrics(deps.metrics.registry))
+        memo.autoscale = rt
+    return rt
+
+
+def _autoscaled(spec: Any, **_: Any) -> bool:
+    return ((spec.get("scaling") or {}).get("mode") or "Predictive") != "Fixed"
+
+
+def _read_deployment(deps: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    from kubernetes.client.rest import ApiException
+
+    try:
+        resp = deps.observer.apps.read_namespaced_deployment(name, namespace, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return json.loads(resp.data)
+
+
+def decide_once(deps: Any, rt: AutoscaleRuntime, namespace: str, name: str, state: ScalerState | None,
+                logger: logging.Logger | logging.LoggerAdapter[Any]) -> tuple[ScalerState | None, float]:
+    """One autoscaler decision for one InferenceService (blocking; run in a worker thread).
+
+    Args:
+        deps: The operator's ``Deps``.
+        rt: Shared autoscaler runtime.
+        state: The scaler's memory from the previous decision; None = load it from ``status.autoscaler.state``.
+    Returns:
+        ``(state for the next decision, seconds until it)``.
+    Raises:
+        kubernetes.client.rest.ApiException: reads or writes failed (the daemon retries).
+    """
+    from modalscale.operator.handlers import reconcile_isvc  # late: handlers imports this module's register
+
+    raw = deps.observer.read_isvc(namespace, name)
+    if raw is None:
+        return state, RETRY_AFTER_ERROR_S
+    try:
+        spec = parse_isvc(raw)
+        policy = ScalingPolicy.from_spec(raw.get("spec") or {})
+    except (InvalidSpec, PolicySpecError) as exc:
+        logger.info("Skipped the autoscaler decision for InferenceService: reason=InvalidSpec %s", exc)
+        return state, RETRY_AFTER_ERROR_S
+    interval = policy.decision_interval_s
+    if policy.mode == ScalingMode.FIXED:
+        return state, interval
+    if state is None:
+        state = state_from_status(raw.get("status"))
+    ref = spec.model.cost_model_config_map
+    if ref or policy.mode == ScalingMode.PREDICTIVE:
+        model, cost_status = rt.models.load(namespace, ref, spec.model.cost_model_key)
+    else:
+        model, cost_status = None, None
+    reading = rt.reader.read(namespace, name, spec.model.name, deps.clock())
+
+    with deps.lock_for(raw["metadata"]["uid"]):
+        raw = deps.observer.read_isvc(namespace, name)
+        if raw is None:
+            return state, interval
+        deployment = _read_deployment(deps, namespace, name)
+        if deployment is None:
+            return state, interval  # reconcile_isvc creates it first
+        now = deps.clock()
+        observation = build_observation(
+            reading,
+            current_replicas=int((deployment.get("spec") or {}).get("replicas") or 0),
+            ready_replicas=int((deployment.get("status") or {}).get("readyReplicas") or 0),
+            slots_per_replica=policy.slots_per_replica,
+            budget_max_replicas=budget_cap(raw["metadata"].get("annotations"))[0],
+            now=now)
+        decision = recommend(observation, policy, state, model, now)
+        plan = plan_autoscale(raw.get("status"), decision, reading, cost_status,
+                              generation=int(raw["metadata"].get("generation") or 0), now=now,
+                              utilization_ratio=observation.utilization_ratio,
+                              refresh_s=max(60.0, 4 * interval))
+        deps.writer.patch_status(ISVC_PLURAL, namespace, name, plan.status_patch)
+        if plan.desired_changed:
+            logger.info("Decided replicas for InferenceService: desired=%d current=%d reason=%s mode=%s %s",
+                        decision.desired_replicas, observation.current_replicas, decision.reason.value,
+                        decision.mode_used.value, decision.message)
+            try:
+                reconcile_isvc(deps, raw, logger)
+            except (InvalidSpec, ModelReferenceError):
+                pass  # reconcile_isvc recorded it in status and an Event; the decision stays in status
+        elif "autoscaler" in plan.status_patch:
+            logger.info("Held replicas for InferenceService: replicas=%d reason=%s valid=%s metrics=%s %s",
+                        observation.current_replicas, decision.reason.value, decision.valid,
+                        plan.metrics_reason, decision.message)
+    rt.metrics.record(namespace, name, decision, plan.metrics_available,
+                      None if cost_status is None else cost_status.loaded, observation.utilization_ratio)
+    return compress_recommendations(decision.state), interval
+
+
+def register_autoscaler(registry: kopf.OperatorRegistry, config: Settings) -> None:
+    """Register the autoscaler daemon on ``registry`` (Prometheus at ``config.prometheus_url``)."""
+
+    @kopf.daemon(GROUP, VERSION, ISVC_PLURAL, registry=registry, when=_autoscaled, cancellation_timeout=30.0)
+    async def autoscale_isvc(name: str, namespace: str, memo: kopf.Memo, logger: logging.Logger,
+                             stopped: kopf.DaemonStopped, **_: Any) -> None:
+        from kubernetes.client.rest import ApiException
+
+        rt = _runtime(memo, config)
+        state: ScalerState | None = None
+        try:
+            while not stopped:
+                started = time.monotonic()
+                try:
+                    state, interval = await asyncio.to_thread(decide_once, memo.deps, rt, namespace, name,
+                                                              state, logger)
+                except ApiException as exc:
+                    logger.warning("Autoscaler decision failed for InferenceService: status=%s reason=%s",
+                                   exc.status, exc.reason)
+                    interval = RETRY_AFTER_ERROR_S
+                await stopped.wait(max(0.5, interval - (time.monotonic() - started)))
+        finally:
+            rt.metrics.forget(namespace, name)

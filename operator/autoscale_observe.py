@@ -1,0 +1,407 @@
+"""What the autoscaler observes: Prometheus answers about one InferenceService's real Triton traffic.
+
+The scrape targets of an InferenceService carry the labels ``namespace`` and ``inferenceservice`` (a
+ServiceMonitor/PodMonitor relabels them from the pod label ``modalscale.io/inferenceservice`` in a cluster; the
+local dev setup gives the same labels to its static target). Everything is queried by these two labels.
+
+Split into:
+
+- :func:`build_queries` (pure): the PromQL, one instant query per key, over a stable window (60 s) and a short
+  recent window (15 s, the policy's burst window);
+- :func:`parse_answers` (pure): the answers (``{key: [{"metric": {...}, "value": [ts, "v"]}, ...]}``, exactly
+  what ``PrometheusConnect.custom_query`` returns) -> :class:`MetricsReading`;
+- :func:`build_observation` (pure): a reading + the replica counts + the budget cap -> the policy's
+  ``Observation``;
+- :class:`PrometheusReader` (thin I/O): runs the queries with prometheus-api-client at one evaluation time.
+
+Which series are demand. Request rates come from ``modalscale_requests_total`` (incremented by the model's
+``execute`` for each accepted inference request) and Triton's ``nv_inference_count`` / ``exec_count`` of the
+models that execute requests. Readiness probes (``/v2/health/ready``), metrics scrapes and model-statistics calls
+never run ``execute``, so they never count as traffic.
+
+Per-class features. The runtime exports ``modalscale_requests_total{modality}`` and the feature histograms
+``modalscale_request_images`` (per request, 0 for text), ``modalscale_request_image_pixels`` (per image) and
+``modalscale_request_text_tokens`` (per request with text). When those histograms carry a ``modality`` label,
+each class gets its own means; when they do not (runtime of this version), the means are pooled over the classes
+that have the feature (images and pixels over ``image`` + ``image_text`` requests, tokens over ``text`` +
+``image_text``) and given to each of them: exact when only one of those classes has traffic.
+
+Service time and batching. With modality-aware batching the runtime serves each class with its own Triton model
+``<model>_<modality>`` behind a router model ``<model>``; otherwise one model ``<model>`` executes everything.
+Triton adds a batch's full compute time (``compute_input + compute_infer + compute_output``) to every request
+of the batch, so per executing model ``m`` over the window::
+
+    mean_batch_size_m = count_rate_m / exec_rate_m
+    busy_erlangs_m    = compute_rate_us_m / 1e6 / mean_batch_size_m       (slot-seconds busy per second)
+    service_ms_m      = 1000 * busy_erlangs_m / count_rate_m              (a slot's time per request)
+
+which is exact when the batches of the window have equal sizes (always so without batching) and overestimates
+busy time when sizes vary (the request-weighted mean batch time exceeds the batch-weighted one). The profile
+(``modalscale profile``) measures the same quantity per request. The router model (which only waits on the
+modality models) is never counted as executing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from modalscale.autoscaler.features import MODALITIES, Modality
+from modalscale.autoscaler.policy import Observation, WorkloadClass
+
+STABLE_WINDOW_S = 60.0
+"""Length of the stable metrics window, s (the policy's ``Observation.window_s``)."""
+RECENT_WINDOW_S = 15.0
+"""Length of the recent (burst) window, s; needs a scrape interval of at most ~7 s to hold two samples."""
+QUERY_TIMEOUT_S = 5.0
+"""Timeout of one Prometheus HTTP query, s."""
+
+# Reasons of a reading that cannot drive a decision (MetricsAvailable=False) or drives it only partly.
+PROMETHEUS_NOT_CONFIGURED = "PrometheusNotConfigured"
+PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
+NO_SCRAPE_TARGETS = "NoScrapeTargets"
+SCRAPE_TARGETS_DOWN = "ScrapeTargetsDown"
+NO_REQUEST_METRICS = "NoRequestMetrics"
+INCOMPLETE_FEATURES = "IncompleteFeatureMetrics"
+NO_SERVICE_METRICS = "NoServiceTimeMetrics"
+PARTIAL_TARGETS = "PartialScrapeTargets"
+METRICS_READ = "MetricsRead"
+
+_STABLE_KEYS = ("requests", "images", "pixels", "tokens")
+
+
+def selector(namespace: str, name: str) -> str:
+    """PromQL label matchers of one InferenceService's series (values escaped for a double-quoted string)."""
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace('"', '\\"')
+    return f'namespace="{esc(namespace)}",inferenceservice="{esc(name)}"'
+
+
+def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
+                  recent_window_s: float = RECENT_WINDOW_S) -> dict[str, str]:
+    """The instant queries of one observation (pure).
+
+    Args:
+        namespace: The InferenceService's namespace (label ``namespace`` of its scrape targets).
+        name: Its name (label ``inferenceservice``).
+        window_s: Stable window, s.
+        recent_window_s: Recent window, s.
+    Returns:
+        ``{key: PromQL}``. Keys ``requests|images|pixels|tokens`` (stable window) and the same with a ``recent_``
+        prefix are summed ``by (modality)``; ``nv_*`` keys are summed ``by (model)``; ``up`` and ``scraped``
+        (sample timestamp of ``up``) are per target.
+    """
+    s = selector(namespace, name)
+    w, r = f"{int(round(window_s))}s", f"{int(round(recent_window_s))}s"
+
+    def by_modality(metric: str, window: str) -> str:
+        return f"sum by (modality) (rate({metric}{{{s}}}[{window}]))"
+
+    def by_model(metric: str) -> str:
+        return f"sum by (model) (rate({metric}{{{s}}}[{w}]))"
+
+    metrics = {"requests": "modalscale_requests_total", "images": "modalscale_request_images_sum",
+               "pixels": "modalscale_request_image_pixels_sum", "tokens": "modalscale_request_text_tokens_sum"}
+    queries: dict[str, str] = {}
+    for key, metric in metrics.items():
+        queries[key] = by_modality(metric, w)
+        queries["recent_" + key] = by_modality(metric, r)
+    queries["nv_count"] = by_model("nv_inference_count")
+    queries["nv_exec"] = by_model("nv_inference_exec_count")
+    queries["nv_compute_us"] = " + ".join(
+        by_model(f"nv_inference_compute_{part}_duration_us") for part in ("input", "infer", "output"))
+    queries["nv_success"] = by_model("nv_inference_request_success")
+    queries["nv_request_us"] = by_model("nv_inference_request_duration_us")
+    queries["nv_pending"] = f"sum by (model) (nv_inference_pending_request_count{{{s}}})"
+    queries["nv_p95_us"] = f'max by (model) (nv_inference_request_summary_us{{{s},quantile="0.95"}})'
+    queries["up"] = f"up{{{s}}}"
+    queries["scraped"] = f"timestamp(up{{{s}}})"
+    return queries
+
+
+@dataclass(frozen=True)
+class MetricsReading:
+    """What Prometheus said about one InferenceService (pure data; see :func:`parse_answers`).
+
+    Attributes:
+        observed_at: Newest sample time of an up scrape target (timezone-aware UTC); None = no target up.
+        workload: Per-class traffic over the stable window; None = unusable (``problem`` says why); ``()`` = no
+            traffic.
+        recent_workload: Same over the recent window; None = not enough samples.
+        busy_erlangs: Execution slots busy on average (sum over executing models); None = no Triton metrics.
+        p95_latency_ms: Client-facing model's p95 request duration, ms (Triton summary quantiles when enabled
+            with ``--metrics-config summary_latencies=true``); None = not exported.
+        queued_requests: Requests waiting in Triton queues now; None = unknown.
+        targets_up: Scrape targets answering now.
+        targets_total: Scrape targets Prometheus has for the InferenceService.
+        down_targets: ``instance`` of each target that is down.
+        problem: ``(reason, message)`` when the reading is unusable or partial; None = complete.
+        extra: Further numbers for status and metrics (mean latency ms, batch sizes ...).
+    """
+
+    observed_at: dt.datetime | None
+    workload: tuple[WorkloadClass, ...] | None
+    recent_workload: tuple[WorkloadClass, ...] | None = None
+    busy_erlangs: float | None = None
+    p95_latency_ms: float | None = None
+    queued_requests: float | None = None
+    targets_up: int = 0
+    targets_total: int = 0
+    down_targets: tuple[str, ...] = ()
+    problem: tuple[str, str] | None = None
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def partial(self) -> bool:
+        """Some scrape targets are down but the others were read."""
+        return bool(self.down_targets) and self.targets_up > 0
+
+
+def unavailable(reason: str, message: str) -> MetricsReading:
+    """A reading with nothing in it (Prometheus not configured or unreachable)."""
+    return MetricsReading(observed_at=None, workload=None, problem=(reason, message))
+
+
+def _value(sample: Mapping[str, Any]) -> float | None:
+    try:
+        v = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _by_label(answer: Sequence[Mapping[str, Any]] | None, label: str) -> dict[str, float]:
+    """``{label value: value}`` of one answer; a series without the label is keyed ``""``."""
+    out: dict[str, float] = {}
+    for sample in answer or ():
+        v = _value(sample)
+        if v is not None:
+            key = str((sample.get("metric") or {}).get(label, ""))
+            out[key] = out.get(key, 0.0) + v
+    return out
+
+
+def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
+              batch: Mapping[Modality, float], service_ms: Mapping[Modality, float | None]
+              ) -> tuple[tuple[WorkloadClass, ...] | None, tuple[str, str] | None]:
+    """Per-class workload from one window's answers (``prefix`` "" or "recent_")."""
+    if not answers.get(prefix + "requests"):
+        return None, (NO_REQUEST_METRICS, "no modalscale_requests_total series for this InferenceService "
+                                          "(is the modalscale runtime serving it, and scraped?)")
+    rates = {m: v for m, v in _by_label(answers[prefix + "requests"], "modality").items() if m}
+    classes = {m: max(0.0, rates.get(m.value, 0.0)) for m in MODALITIES}
+    if sum(classes.values()) <= 0:
+        return (), None
+    sums = {k: _by_label(answers.get(prefix + k), "modality") for k in ("images", "pixels", "tokens")}
+    users = {"images": (Modality.IMAGE, Modality.IMAGE_TEXT), "pixels": (Modality.IMAGE, Modality.IMAGE_TEXT),
+             "tokens": (Modality.TEXT, Modality.IMAGE_TEXT)}
+    means: dict[str, dict[Modality, float]] = {}
+    for key, who in users.items():
+        active = [m for m in who if classes[m] > 0]
+        means[key] = {}
+        if not active:
+            continue
+        by_class = sums[key]
+        if by_class and all(k for k in by_class):  # labelled by modality: per-class means
+            for m in active:
+                if m.value not in by_class:
+                    return None, (INCOMPLETE_FEATURES, f"no {key} series for modality {m.value}")
+                means[key][m] = max(0.0, by_class[m.value]) / classes[m]
+        elif "" in by_class:  # pooled over the classes that carry the feature
+            mean = max(0.0, by_class[""]) / sum(classes[m] for m in active)
+            for m in active:
+                means[key][m] = mean
+        else:
+            return None, (INCOMPLETE_FEATURES, f"no {key} histogram series although {active[0].value} requests "
+                                               f"arrive; the runtime's feature metrics are missing")
+    out = []
+    for m in MODALITIES:
+        rate = classes[m]
+        if rate <= 0:
+            continue
+        images = means["images"].get(m, 0.0)
+        pixels = means["pixels"].get(m, 0.0)
+        tokens = means["tokens"].get(m, 0.0)
+        if m != Modality.TEXT and (images <= 0 or pixels <= 0):
+            return None, (INCOMPLETE_FEATURES, f"{m.value} requests arrive but their image features read 0")
+        if m == Modality.IMAGE_TEXT and tokens <= 0:
+            return None, (INCOMPLETE_FEATURES, "image_text requests arrive but their token feature reads 0")
+        out.append(WorkloadClass(
+            modality=m, rate_rps=rate, mean_image_pixels=pixels, mean_image_count=images,
+            mean_text_tokens=0.0 if m == Modality.IMAGE else tokens, mean_batch_size=max(1.0, batch.get(m, 1.0)),
+            observed_service_ms=service_ms.get(m)))
+    return tuple(out), None
+
+
+def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name: str) -> MetricsReading:
+    """Turn the answers to :func:`build_queries` into a :class:`MetricsReading` (pure).
+
+    Args:
+        answers: ``{key: result list}`` as ``PrometheusConnect.custom_query`` returns it per key; a missing key
+            is an empty answer.
+        model_name: ``spec.model.name`` (Triton's client-facing model); ``<model_name>_<modality>`` are the
+            per-class models of modality-aware batching.
+    Returns:
+        The reading. ``workload`` is None (with ``problem``) when no target is up, the request counter is
+        missing, or a feature the traffic needs is missing; targets that are down are left out of the sums
+        (``partial``). ``busy_erlangs`` is None without Triton compute metrics.
+    """
+    up = {str((s.get("metric") or {}).get("instance", "?")): _value(s) for s in answers.get("up") or ()}
+    scraped = {str((s.get("metric") or {}).get("instance", "?")): _value(s) for s in answers.get("scraped") or ()}
+    total = len(up)
+    live = sorted(i for i, v in up.items() if v == 1.0)
+    down = tuple(sorted(i for i, v in up.items() if v != 1.0))
+    if total == 0:
+        return MetricsReading(None, None, problem=(NO_SCRAPE_TARGETS, (
+            "Prometheus has no scrape target labelled with this InferenceService (labels namespace and "
+            "inferenceservice; add a ServiceMonitor/PodMonitor)")))
+    if not live:
+        return MetricsReading(None, None, targets_total=total, down_targets=down, problem=(
+            SCRAPE_TARGETS_DOWN, f"all {total} scrape target(s) are down: {', '.join(down)}"))
+    stamps = [scraped[i] for i in live if scraped.get(i) is not None]
+    observed_at = dt.datetime.fromtimestamp(max(stamps), dt.UTC) if stamps else None
+
+    # Executing models: the per-modality models when present (router layout), else every model reported.
+    counts = _by_label(answers.get("nv_count"), "model")
+    execs = _by_label(answers.get("nv_exec"), "model")
+    compute = _by_label(answers.get("nv_compute_us"), "model")
+    per_class = {m: f"{model_name}_{m.value}" for m in MODALITIES}
+    routed = any(n in counts for n in per_class.values())
+    executing = [n for n in per_class.values() if n in counts] if routed else [n for n in counts if n]
+    busy: dict[str, float] = {}
+    batch_of: dict[str, float] = {}
+    for n in executing:
+        c, e, us = counts.get(n, 0.0), execs.get(n, 0.0), compute.get(n)
+        if c <= 0 or e <= 0 or us is None:
+            continue
+        batch_of[n] = max(1.0, c / e)
+        busy[n] = max(0.0, us) / 1e6 / batch_of[n]
+    busy_erlangs = sum(busy.values()) if compute else None
+    extra: dict[str, float] = {"targets_up": float(len(live)), "targets_total": float(total)}
+    if busy_erlangs is not None:
+        extra["busy_erlangs"] = busy_erlangs
+
+    batch: dict[Modality, float] = {}
+    service_ms: dict[Modality, float | None] = {}
+    if routed:
+        for m, n in per_class.items():
+            if n in busy and counts.get(n, 0.0) > 0 and busy[n] > 0:
+                batch[m] = batch_of[n]
+                service_ms[m] = 1000.0 * busy[n] / counts[n]
+    else:
+        pooled_count = sum(counts.get(n, 0.0) for n in busy)
+        pooled_exec = sum(execs.get(n, 0.0) for n in busy)
+        if pooled_count > 0 and pooled_exec > 0 and sum(busy.values()) > 0:
+            for m in MODALITIES:
+                batch[m] = max(1.0, pooled_count / pooled_exec)
+                service_ms[m] = 1000.0 * sum(busy.values()) / pooled_count
+    for m in MODALITIES:
+        if m in batch:
+            extra[f"{m.value}_batch_size"] = batch[m]
+
+    workload, problem = _workload(answers, "", batch, service_ms)
+    recent, _ = _workload(answers, "recent_", batch, {})
+
+    # Latency of the client-facing model: the router when present, else the executing models.
+    front = model_name if model_name in counts or not executing else None
+    success = _by_label(answers.get("nv_success"), "model")
+    request_us = _by_label(answers.get("nv_request_us"), "model")
+    names = [front] if front else executing
+    n_ok = sum(success.get(n, 0.0) for n in names)
+    if n_ok > 0 and any(n in request_us for n in names):
+        extra["mean_latency_ms"] = sum(request_us.get(n, 0.0) for n in names) / n_ok / 1000.0
+    p95s = _by_label(answers.get("nv_p95_us"), "model")
+    p95_us = p95s.get(front) if front else (max((p95s[n] for n in executing if n in p95s), default=None))
+    p95_ms = p95_us / 1000.0 if p95_us is not None and p95_us > 0 else None
+    pending = _by_label(answers.get("nv_pending"), "model")
+    queued = sum(max(0.0, v) for v in pending.values()) if pending else None
+
+    if problem is None and down:
+        problem = (PARTIAL_TARGETS, f"{len(down)} of {total} scrape target(s) down ({', '.join(down)}); "
+                                    f"deciding on the {len(live)} that answered")
+    return MetricsReading(observed_at=observed_at, workload=workload, recent_workload=recent,
+                          busy_erlangs=busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
+                          targets_up=len(live), targets_total=total, down_targets=down, problem=problem,
+                          extra=extra)
+
+
+def build_observation(reading: MetricsReading, *, current_replicas: int, ready_replicas: int,
+                      slots_per_replica: int, budget_max_replicas: int | None, now: dt.datetime,
+                      window_s: float = STABLE_WINDOW_S, recent_window_s: float = RECENT_WINDOW_S) -> Observation:
+    """The policy's ``Observation`` from a reading and the replica counts (pure).
+
+    Args:
+        reading: From :func:`parse_answers` (or :func:`unavailable`).
+        current_replicas: The Deployment's ``spec.replicas`` (the /scale target).
+        ready_replicas: Its ``status.readyReplicas``.
+        slots_per_replica: ``spec.runtime.instanceCount``.
+        budget_max_replicas: The BudgetPolicy cap (``isvc_plan.budget_cap``), None = no cap.
+        now: Timezone-aware UTC; stands in for ``observed_at`` when no sample time is known (then the reading
+            carries no data anyway).
+    Returns:
+        The observation; ``utilization_ratio = busy_erlangs / (ready_replicas * slots_per_replica)`` (may exceed
+        1 when the work exceeds the slots, as HPA's utilization may exceed 100 %), None when unknown or no
+        replica is ready.
+    """
+    utilization = None
+    if reading.busy_erlangs is not None and ready_replicas > 0 and reading.observed_at is not None:
+        utilization = reading.busy_erlangs / (ready_replicas * max(1, slots_per_replica))
+    return Observation(
+        observed_at=reading.observed_at or now,
+        current_replicas=current_replicas,
+        ready_replicas=ready_replicas,
+        workload=reading.workload,
+        p95_latency_ms=reading.p95_latency_ms,
+        utilization_ratio=utilization,
+        window_s=window_s,
+        recent_workload=reading.recent_workload,
+        recent_window_s=recent_window_s,
+        queued_requests=reading.queued_requests,
+        budget_max_replicas=budget_max_replicas,
+    )
+
+
+class PrometheusReader:
+    """Runs :func:`build_queries` against one Prometheus with prometheus-api-client (thin I/O).
+
+    Args:
+        url: Prometheus base URL (``MODALSCALE_PROMETHEUS_URL``); empty = not configured.
+        timeout_s: Per-query HTTP timeout, s.
+    """
+
+    def __init__(self, url: str, timeout_s: float = QUERY_TIMEOUT_S) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self._client: Any = None
+
+    def answers(self, namespace: str, name: str, at: dt.datetime) -> dict[str, list[dict[str, Any]]]:
+        """Every query of :func:`build_queries`, evaluated at ``at`` (one consistent instant).
+
+        Raises:
+            Exception: whatever prometheus-api-client / requests raise when Prometheus cannot answer.
+        """
+        if self._client is None:
+            from prometheus_api_client import PrometheusConnect
+
+            self._client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout_s)
+        params = {"time": f"{at.timestamp():.3f}"}
+        return {key: self._client.custom_query(q, params=params)
+                for key, q in build_queries(namespace, name).items()}
+
+    def read(self, namespace: str, name: str, model_name: str, at: dt.datetime) -> MetricsReading:
+        """Query and parse; never raises for Prometheus trouble (returns an unusable reading instead)."""
+        if not self.url:
+            return unavailable(PROMETHEUS_NOT_CONFIGURED,
+                               "MODALSCALE_PROMETHEUS_URL is not set; the autoscaler has no metrics and holds")
+        from prometheus_api_client import PrometheusApiClientException
+        from requests.exceptions import RequestException
+
+        try:
+            answers = self.answers(namespace, name, at)
+        except (RequestException, PrometheusApiClientException, ValueError) as exc:
+            first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            return unavailable(PROMETHEUS_UNREACHABLE, f"Prometheus at {self.url} did not answer: {first}")
+        return parse_answers(answers, model_name)

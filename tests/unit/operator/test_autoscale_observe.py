@@ -1,0 +1,275 @@
+"""Prometheus answers -> the autoscaler's Observation (pure parser), on answers recorded from a real Prometheus
+scraping the real Triton runtime, and on hand-made variants of them."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import re
+from typing import Any
+
+import pytest
+
+from modalscale.autoscaler.features import Modality
+from modalscale.autoscaler.policy import Reason, ScalingMode, ScalingPolicy, ScalerState, recommend
+from modalscale.autoscaler.profile_data import generate_profile
+from modalscale.autoscaler.regressor import ServiceTimeRegressor
+from modalscale.operator.autoscale_observe import (
+    INCOMPLETE_FEATURES,
+    NO_REQUEST_METRICS,
+    NO_SCRAPE_TARGETS,
+    PARTIAL_TARGETS,
+    PROMETHEUS_NOT_CONFIGURED,
+    SCRAPE_TARGETS_DOWN,
+    PrometheusReader,
+    build_observation,
+    build_queries,
+    parse_answers,
+    selector,
+)
+
+T = 1796040026.556  # evaluation time of the recording
+
+
+def _answer(rows: list[tuple[dict[str, str], str]]) -> list[dict[str, Any]]:
+    return [{"metric": labels, "value": [T, value]} for labels, value in rows]
+
+
+# Recorded on 2026-11-30 from Prometheus 2.x scraping `tritonserver` (nvidia-pytriton 0.7.0) serving the default
+# RuntimeConfig (router + per-modality batched models) under a 3 req/s mixed trace; a second target labelled with
+# the same InferenceService pointed at a closed port (down). Labels other than modality/model/instance dropped.
+RECORDED: dict[str, list[dict[str, Any]]] = {
+    "requests": _answer([({"modality": "image"}, "0.34242666666666666"),
+                         ({"modality": "image_text"}, "0.4965186666666666"),
+                         ({"modality": "text"}, "0.5478826666666666")]),
+    "recent_requests": _answer([({"modality": "image"}, "0.7142857142857142"),
+                                ({"modality": "image_text"}, "1.357142857142857"),
+                                ({"modality": "text"}, "1.2857142857142856")]),
+    "images": _answer([({}, "1.5751626666666665")]),
+    "recent_images": _answer([({}, "3.142857142857143")]),
+    "pixels": _answer([({}, "488974.32234666665")]),
+    "recent_pixels": _answer([({}, "734134.8571428572")]),
+    "tokens": _answer([({}, "55.19917866666666")]),
+    "recent_tokens": _answer([({}, "122.85714285714285")]),
+    "nv_count": _answer([({"model": "multimodal"}, "1.386828"), ({"model": "multimodal_image"}, "0.34242666666666666"),
+                         ({"model": "multimodal_image_text"}, "0.4965186666666666"),
+                         ({"model": "multimodal_text"}, "0.5478826666666666")]),
+    "nv_exec": _answer([({"model": "multimodal"}, "1.386828"), ({"model": "multimodal_image"}, "0.30818399999999996"),
+                        ({"model": "multimodal_image_text"}, "0.25682"),
+                        ({"model": "multimodal_text"}, "0.4965186666666666")]),
+    "nv_compute_us": _answer([({"model": "multimodal"}, "2387239.354629333"),
+                              ({"model": "multimodal_image"}, "293444.1585266667"),
+                              ({"model": "multimodal_image_text"}, "1128346.86784"),
+                              ({"model": "multimodal_text"}, "97320.39808")]),
+    "nv_success": _answer([({"model": "multimodal"}, "1.386828"), ({"model": "multimodal_image"}, "0.34242666666666666"),
+                           ({"model": "multimodal_image_text"}, "0.4965186666666666"),
+                           ({"model": "multimodal_text"}, "0.5478826666666666")]),
+    "nv_request_us": _answer([({"model": "multimodal"}, "2387814.9567346666"),
+                              ({"model": "multimodal_image"}, "385808.8894013333"),
+                              ({"model": "multimodal_image_text"}, "1847504.1098520001"),
+                              ({"model": "multimodal_text"}, "130200.48142133332")]),
+    "nv_pending": _answer([({"model": "multimodal"}, "0"), ({"model": "multimodal_image"}, "0"),
+                           ({"model": "multimodal_image_text"}, "0"), ({"model": "multimodal_text"}, "0")]),
+    "nv_p95_us": [],
+    "up": _answer([({"instance": "127.0.0.1:18002"}, "1"), ({"instance": "127.0.0.1:18999"}, "0")]),
+    "scraped": _answer([({"instance": "127.0.0.1:18002"}, "1796040026.374"),
+                        ({"instance": "127.0.0.1:18999"}, "1796040026.556")]),
+}
+
+RATE = {"text": 0.5478826666666666, "image": 0.34242666666666666, "image_text": 0.4965186666666666}
+EXEC = {"text": 0.4965186666666666, "image": 0.30818399999999996, "image_text": 0.25682}
+COMPUTE_US = {"text": 97320.39808, "image": 293444.1585266667, "image_text": 1128346.86784}
+
+
+def by_class(workload: Any) -> dict[str, Any]:
+    return {Modality(c.modality).value: c for c in workload}
+
+
+def test_recorded_answer_gives_per_class_rates_pooled_features_and_per_class_service_times() -> None:
+    reading = parse_answers(RECORDED, "multimodal")
+    classes = by_class(reading.workload)
+    assert set(classes) == {"text", "image", "image_text"}
+    image_requests = RATE["image"] + RATE["image_text"]
+    text_requests = RATE["text"] + RATE["image_text"]
+    for m in classes:
+        assert classes[m].rate_rps == pytest.approx(RATE[m])
+        batch = RATE[m] / EXEC[m]  # inference count / executions
+        assert classes[m].mean_batch_size == pytest.approx(batch)
+        # a batch's compute is added to each of its requests: per-request slot time = compute / count / batch
+        assert classes[m].observed_service_ms == pytest.approx(COMPUTE_US[m] / 1000 / RATE[m] / batch)
+    # the runtime's histograms carry no modality label: means pooled over the classes that have the feature
+    assert classes["image"].mean_image_count == pytest.approx(1.5751626666666665 / image_requests)
+    assert classes["image_text"].mean_image_count == classes["image"].mean_image_count
+    assert classes["image"].mean_image_pixels == pytest.approx(488974.32234666665 / image_requests)
+    assert classes["text"].mean_text_tokens == pytest.approx(55.19917866666666 / text_requests)
+    assert classes["image_text"].mean_text_tokens == classes["text"].mean_text_tokens
+    assert classes["image"].mean_text_tokens == 0 and classes["text"].mean_image_count == 0
+
+
+def test_recorded_answer_router_is_not_an_executing_model() -> None:
+    reading = parse_answers(RECORDED, "multimodal")
+    # busy slots = sum over the three modality models only (the router only waits on them)
+    expected = sum(COMPUTE_US[m] / 1e6 / (RATE[m] / EXEC[m]) for m in RATE)
+    assert reading.busy_erlangs == pytest.approx(expected)
+    assert reading.extra["mean_latency_ms"] == pytest.approx(2387814.9567346666 / 1.386828 / 1000)
+    assert reading.queued_requests == 0.0
+    assert reading.p95_latency_ms is None  # Triton's summary quantiles were not enabled
+
+
+def test_recorded_answer_with_one_target_down_is_read_from_the_other_and_reported_partial() -> None:
+    reading = parse_answers(RECORDED, "multimodal")
+    assert reading.workload is not None and reading.partial
+    assert reading.down_targets == ("127.0.0.1:18999",) and reading.targets_up == 1 and reading.targets_total == 2
+    assert reading.problem is not None and reading.problem[0] == PARTIAL_TARGETS
+    # the sample time of the live target, not the down one's
+    assert reading.observed_at == dt.datetime.fromtimestamp(1796040026.374, dt.UTC)
+
+
+def test_recent_window_has_its_own_rates_and_no_observed_service() -> None:
+    reading = parse_answers(RECORDED, "multimodal")
+    recent = by_class(reading.recent_workload)
+    assert recent["text"].rate_rps == pytest.approx(1.2857142857142856)
+    assert recent["image"].mean_image_count == pytest.approx(3.142857142857143 / (0.7142857142857142 + 1.357142857142857))
+    assert all(c.observed_service_ms is None for c in recent.values())
+
+
+def test_histograms_labelled_by_modality_give_per_class_means() -> None:
+    answers = copy.deepcopy(RECORDED)
+    answers["images"] = _answer([({"modality": "image"}, "0.6"), ({"modality": "image_text"}, "1.0")])
+    answers["pixels"] = _answer([({"modality": "image"}, "600000"), ({"modality": "image_text"}, "100000")])
+    answers["tokens"] = _answer([({"modality": "text"}, "11"), ({"modality": "image_text"}, "40")])
+    classes = by_class(parse_answers(answers, "multimodal").workload)
+    assert classes["image"].mean_image_pixels == pytest.approx(600000 / RATE["image"])
+    assert classes["image_text"].mean_image_pixels == pytest.approx(100000 / RATE["image_text"])
+    assert classes["text"].mean_text_tokens == pytest.approx(11 / RATE["text"])
+    assert classes["image_text"].mean_text_tokens == pytest.approx(40 / RATE["image_text"])
+
+
+def test_single_model_layout_pools_service_time_and_batch_size_over_classes() -> None:
+    answers = copy.deepcopy(RECORDED)
+    answers["nv_count"] = _answer([({"model": "multimodal"}, "2.0")])
+    answers["nv_exec"] = _answer([({"model": "multimodal"}, "1.6")])
+    answers["nv_compute_us"] = _answer([({"model": "multimodal"}, "500000")])
+    reading = parse_answers(answers, "multimodal")
+    batch = 2.0 / 1.6
+    service_ms = 1000 * (0.5 / batch) / 2.0  # 0.5 s of compute per second over 2 req/s, shared by batch
+    assert reading.busy_erlangs == pytest.approx(0.5 / batch)
+    for c in reading.workload:
+        assert c.mean_batch_size == pytest.approx(batch)
+        assert c.observed_service_ms == pytest.approx(service_ms)
+
+
+def test_no_traffic_is_an_empty_workload_not_missing_data() -> None:
+    answers = copy.deepcopy(RECORDED)
+    for key in ("requests", "images", "pixels", "tokens", "recent_requests"):
+        for sample in answers[key]:
+            sample["value"][1] = "0"
+    answers["nv_count"] = _answer([({"model": "multimodal_text"}, "0")])
+    reading = parse_answers(answers, "multimodal")
+    assert reading.workload == ()
+    assert reading.busy_erlangs == 0.0
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"up": []}, NO_SCRAPE_TARGETS),
+    ({"up": _answer([({"instance": "a:1"}, "0"), ({"instance": "b:2"}, "0")])}, SCRAPE_TARGETS_DOWN),
+    ({"requests": []}, NO_REQUEST_METRICS),
+    ({"images": []}, INCOMPLETE_FEATURES),
+    ({"tokens": _answer([({}, "0")])}, INCOMPLETE_FEATURES),
+], ids=["no-targets", "all-targets-down", "no-request-counter", "no-image-histogram", "tokens-read-zero"])
+def test_unusable_answers_give_no_workload_and_say_why(change: dict[str, Any], reason: str) -> None:
+    answers = {**copy.deepcopy(RECORDED), **change}
+    reading = parse_answers(answers, "multimodal")
+    assert reading.workload is None
+    assert reading.problem is not None and reading.problem[0] == reason and reading.problem[1]
+
+
+def test_missing_data_makes_the_policy_hold_instead_of_scaling() -> None:
+    reading = parse_answers({**copy.deepcopy(RECORDED), "requests": []}, "multimodal")
+    now = reading.observed_at
+    obs = build_observation(reading, current_replicas=3, ready_replicas=3, slots_per_replica=1,
+                            budget_max_replicas=None, now=now)
+    decision = recommend(obs, ScalingPolicy(), ScalerState(), _model(), now)
+    assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 3, Reason.HELD_NO_METRICS)
+
+
+def test_observation_utilization_is_busy_slots_over_ready_slots() -> None:
+    reading = parse_answers(RECORDED, "multimodal")
+    now = reading.observed_at + dt.timedelta(seconds=1)
+    obs = build_observation(reading, current_replicas=3, ready_replicas=2, slots_per_replica=2,
+                            budget_max_replicas=4, now=now)
+    assert obs.utilization_ratio == pytest.approx(reading.busy_erlangs / 4)
+    assert obs.observed_at == reading.observed_at and obs.budget_max_replicas == 4
+    assert obs.window_s == 60 and obs.recent_window_s == 15
+    none_ready = build_observation(reading, current_replicas=3, ready_replicas=0, slots_per_replica=2,
+                                   budget_max_replicas=None, now=now)
+    assert none_ready.utilization_ratio is None
+
+
+def _model() -> ServiceTimeRegressor:
+    return ServiceTimeRegressor().fit(generate_profile(400, random_state=1))
+
+
+def _with_only(modality: str, rate_rps: float = 5.0) -> dict[str, Any]:
+    """The recorded answer with all traffic in one class: text of 40 tokens or two 640x480 images per request."""
+    answers = copy.deepcopy(RECORDED)
+    images = 2 if modality == "image" else 0
+    answers["requests"] = _answer([({"modality": modality}, str(rate_rps))])
+    answers["images"] = _answer([({}, str(rate_rps * images))])
+    answers["pixels"] = _answer([({}, str(rate_rps * images * 640 * 480))])
+    answers["tokens"] = _answer([({}, str(rate_rps * 40 if modality == "text" else 0))])
+    answers["recent_requests"] = []
+    return answers
+
+
+def test_same_rate_image_heavy_traffic_needs_more_replicas_than_text_only() -> None:
+    policy = ScalingPolicy(target_p95_latency_ms=2000, max_replicas=50)
+    model = _model()
+    desired = {}
+    for modality in ("text", "image"):
+        reading = parse_answers(_with_only(modality), "multimodal")
+        now = reading.observed_at
+        obs = build_observation(reading, current_replicas=1, ready_replicas=1, slots_per_replica=1,
+                                budget_max_replicas=None, now=now)
+        decision = recommend(obs, policy, ScalerState(), model, now)
+        assert decision.valid and decision.mode_used == ScalingMode.PREDICTIVE
+        desired[modality] = decision.desired_replicas
+    assert desired["image"] > desired["text"]
+
+
+def test_budget_cap_reaches_the_policy() -> None:
+    reading = parse_answers(_with_only("image"), "multimodal")
+    now = reading.observed_at
+    obs = build_observation(reading, current_replicas=1, ready_replicas=1, slots_per_replica=1,
+                            budget_max_replicas=2, now=now)
+    decision = recommend(obs, ScalingPolicy(target_p95_latency_ms=500, max_replicas=50, max_step_replicas=100),
+                         ScalerState(), _model(), now)
+    assert decision.desired_replicas == 2 and decision.reason == Reason.CAPPED_BY_BUDGET
+
+
+def test_queries_select_the_inferenceservice_by_namespace_and_name_only() -> None:
+    queries = build_queries("ml", "vc")
+    for key, q in queries.items():
+        assert 'namespace="ml",inferenceservice="vc"' in q, key
+    assert "[60s]" in queries["requests"] and "[15s]" in queries["recent_requests"]
+    assert selector('a"b', "c\\d") == 'namespace="a\\"b",inferenceservice="c\\\\d"'
+
+
+def test_demand_comes_only_from_inference_counters() -> None:
+    """Health checks and scrapes never run the model: rates use only counters the model's execute moves."""
+    queries = build_queries("ml", "vc")
+    counted = set()
+    for q in queries.values():
+        counted |= set(re.findall(r"rate\(([a-z_]+)\{", q))
+    allowed = {"modalscale_requests_total", "modalscale_request_images_sum", "modalscale_request_image_pixels_sum",
+               "modalscale_request_text_tokens_sum", "nv_inference_count", "nv_inference_exec_count",
+               "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
+               "nv_inference_compute_output_duration_us", "nv_inference_request_success",
+               "nv_inference_request_duration_us"}
+    assert counted == allowed
+
+
+def test_reader_without_url_reports_prometheus_not_configured() -> None:
+    reading = PrometheusReader("").read("ml", "vc", "multimodal", dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    assert reading.workload is None and reading.problem is not None
+    assert reading.problem[0] == PROMETHEUS_NOT_CONFIGURED
