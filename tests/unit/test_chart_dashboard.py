@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from modalscale.operator.autoscale_metrics import AutoscalerMetrics
 from modalscale.operator.metrics import OperatorMetrics
 from modalscale.runtime.model import metrics as runtime_metrics
 
@@ -33,8 +34,11 @@ def _series(name: str, kind: str) -> set[str]:
 
 
 def operator_series() -> set[str]:
+    """Series on the operator's registry: its own metrics and the autoscaler's (registered on the same one)."""
+    registry = OperatorMetrics().registry
+    AutoscalerMetrics(registry)
     out: set[str] = set()
-    for family in OperatorMetrics().registry.collect():
+    for family in registry.collect():
         out |= _series(family.name, family.type)
     return out
 
@@ -80,7 +84,7 @@ def test_series_extraction_ignores_labels_and_grouping() -> None:
 
 
 def test_operator_and_runtime_series_cover_the_decision_and_request_metrics() -> None:
-    assert "modalscale_scaling_decisions_total" in operator_series()
+    assert {"modalscale_scaling_decisions_total", "modalscale_autoscaler_desired_replicas"} <= operator_series()
     assert "modalscale_requests_total" in runtime_series()
     assert "modalscale_stage_compute_seconds_bucket" in runtime_series()
 
