@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from modalscale.runtime.repo_config import (InvalidRuntimeSpec, Precision, RuntimeConfig, build_repository,
-                                            config_summary, server_arguments)
+                                            config_summary, from_configmap_data, server_arguments)
 
 #: CLI flag destination -> RuntimeConfig field, for flags that override the config.
 _OVERRIDES = {
@@ -49,6 +49,9 @@ def add_parser(subparsers: Any) -> None:
     serve.add_argument("--metrics-port", type=int, default=8002)
     serve.add_argument("--model-repository", type=Path, default=None,
                        help="Directory to write the repository to (default: a new temporary directory)")
+    serve.add_argument("--configmap-dir", type=Path, default=None,
+                       help="Serve a repository mounted from a ConfigMap (flat files, '__' for '/') instead of "
+                            "generating one; the optimization flags then only choose the server arguments")
     serve.add_argument("--exit-timeout-s", type=int, default=30,
                        help="Seconds Triton drains in-flight requests after SIGTERM")
     serve.add_argument("--ready-timeout-s", type=float, default=300.0)
@@ -125,7 +128,12 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"Invalid runtime config: {exc}", file=sys.stderr)
         return 2
     repository = args.model_repository or Path(tempfile.mkdtemp(prefix="modalscale-repo-"))
-    write_repository(build_repository(cfg), repository)
+    if args.configmap_dir is not None:
+        files = {p.name: p.read_text(encoding="utf-8") for p in sorted(args.configmap_dir.iterdir())
+                 if p.is_file() and not p.name.startswith(".")}
+        write_repository(from_configmap_data(files), repository)
+    else:
+        write_repository(build_repository(cfg), repository)
     server = TritonProcess(model_repository=repository, http_port=args.http_port, grpc_port=args.grpc_port,
                            metrics_port=args.metrics_port, host=args.host, extra_args=server_arguments(cfg),
                            exit_timeout_s=args.exit_timeout_s, stop_timeout_s=args.exit_timeout_s + 15)

@@ -387,6 +387,29 @@ def build_repository(cfg: RuntimeConfig) -> dict[str, str]:
     return files
 
 
+CONFIGMAP_SEPARATOR = "__"
+"""ConfigMap keys cannot contain ``/``; the CRD's convention writes it as ``__``."""
+
+
+def to_configmap_data(files: Mapping[str, str]) -> dict[str, str]:
+    """Repository files -> ConfigMap ``data`` (``multimodal/1/model.py`` -> ``multimodal__1__model.py``).
+
+    Raises:
+        ValueError: A path already contains ``__`` (it would not round-trip).
+    """
+    data = {}
+    for path, content in files.items():
+        if CONFIGMAP_SEPARATOR in path:
+            raise ValueError(f"{path}: repository paths must not contain {CONFIGMAP_SEPARATOR!r}")
+        data[path.replace("/", CONFIGMAP_SEPARATOR)] = content
+    return data
+
+
+def from_configmap_data(data: Mapping[str, str]) -> dict[str, str]:
+    """Inverse of :func:`to_configmap_data` (for a ConfigMap mounted as flat files)."""
+    return {key.replace(CONFIGMAP_SEPARATOR, "/"): content for key, content in data.items()}
+
+
 def server_arguments(cfg: RuntimeConfig) -> list[str]:
     """Extra ``tritonserver`` arguments the config needs (the response cache must be sized by the server).
 

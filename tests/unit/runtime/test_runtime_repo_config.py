@@ -17,6 +17,8 @@ from modalscale.runtime.repo_config import (
     render_config_pbtxt,
     render_router_pbtxt,
     server_arguments,
+    to_configmap_data,
+    from_configmap_data,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "crds" / "examples"
@@ -176,3 +178,33 @@ def test_generation_is_deterministic() -> None:
     cfg = RuntimeConfig(preferred_batch_sizes=(2, 4), precision=Precision.INT8)
     assert build_repository(cfg) == build_repository(RuntimeConfig(preferred_batch_sizes=(2, 4),
                                                                     precision=Precision.INT8))
+
+
+def test_configmap_data_round_trips_with_double_underscore_keys() -> None:
+    files = build_repository(RuntimeConfig(model_name="vision"))
+    data = to_configmap_data(files)
+    assert "vision__1__model.py" in data and "vision_image_text__config.pbtxt" in data
+    assert all("/" not in key for key in data)
+    assert from_configmap_data(data) == files
+    with pytest.raises(ValueError, match="must not contain"):
+        to_configmap_data({"bad__name/config.pbtxt": ""})
+
+
+def test_cli_flags_override_the_isvc_file(tmp_path: Path) -> None:
+    import argparse
+
+    from modalscale.runtime.cli import add_parser, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    example = EXAMPLES / "inferenceservice-predictive.yaml"
+    args = parser.parse_args(["runtime", "render", "--out", str(tmp_path), "--from-isvc", str(example),
+                              "--precision", "BF16", "--no-response-cache", "--preferred-batch-sizes", "2,8"])
+    cfg = config_from_args(args)
+    assert cfg.precision is Precision.BF16 and cfg.response_cache is False
+    assert cfg.preferred_batch_sizes == (2, 8)
+    assert cfg.instance_count == 2 and cfg.gpu_count == 1  # from the file
+    args = parser.parse_args(["runtime", "render", "--out", str(tmp_path), "--max-batch-size", "2",
+                              "--preferred-batch-sizes", "4"])
+    with pytest.raises(InvalidRuntimeSpec, match="preferredBatchSizes"):
+        config_from_args(args)
