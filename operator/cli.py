@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
         standalone=settings.standalone,
-        peering_name=settings.peering_name,
+        # Naming a peering makes kopf's peering mandatory, which a standalone operator must not wait for.
+        peering_name=None if settings.standalone else settings.peering_name,
         liveness_endpoint=liveness,
         memo=kopf.Memo(deps=deps),
     ))

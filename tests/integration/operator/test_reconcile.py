@@ -88,7 +88,9 @@ def test_spec_change_rolls_out_without_losing_ready_replicas(api: Any, operator:
     t.join(timeout=70)
     assert seen_ready and min(seen_ready) >= 2, seen_ready
     cm = client.CoreV1Api(api).read_namespaced_config_map("roll-model-repo", namespace)
-    assert "max_queue_delay_microseconds: 500" in cm.data["multimodal__config.pbtxt"]
+    configs = {k: v for k, v in cm.data.items() if k.endswith("config.pbtxt")}
+    # The batched models (one per modality with modality-aware batching) carry the new queue delay.
+    assert any("max_queue_delay_microseconds: 500" in v for v in configs.values()), sorted(configs)
 
 
 def test_drift_is_repaired_and_hand_scaling_is_reported(api: Any, operator: Any, namespace: str) -> None:
@@ -115,8 +117,9 @@ def test_drift_is_repaired_and_hand_scaling_is_reported(api: Any, operator: Any,
     c = wait_condition(api, namespace, "drift", "ScalingConflict", "True", "ReplicasChangedExternally")
     assert "scaled to 5" in c["message"]
     wait_for(lambda: apps.read_namespaced_deployment("drift", namespace).spec.replicas == 2, 30, "replicas restored")
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=drift").items
-    assert any(e.reason == "ReplicasChangedExternally" and e.type == "Warning" for e in events)
+    wait_for(lambda: any(e.reason == "ReplicasChangedExternally" and e.type == "Warning" for e in
+                         core.list_namespaced_event(namespace, field_selector="involvedObject.name=drift").items),
+             30, "the ReplicasChangedExternally Warning Event")
     # Restored once; no alternating writes afterwards.
     time.sleep(3 * 2.0)
     history = get(api, namespace, "drift")["status"]["scalingHistory"]
