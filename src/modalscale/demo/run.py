@@ -18,6 +18,7 @@ the capacity they would add is not measured here.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime as dt
 import json
@@ -269,16 +270,24 @@ class Demo:
         custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "budgetpolicies", policy)
         return str(limit)
 
-    def fit_cost_model(self) -> bytes:
-        """Profile the running Triton briefly and fit the service-time regressor on what it measured."""
-        from modalscale import profile_cli  # noqa: F401 - presence check; the function below does the work
+    def fit_cost_model(self) -> str:
+        """Profile the running Triton with ``modalscale profile`` and return the fitted artifact (skops zip)."""
+        import subprocess
+        import sys
 
-        from modalscale.profile_cli import quick_profile_artifact
-
-        self.say("Profiling the real runtime to fit the per-request service-time model (about a minute)")
-        artifact, summary = quick_profile_artifact(self.triton, seconds=45)
-        self.say(f"Cost model fitted on the real runtime: {summary}")
-        return artifact
+        out = self.workdir / "profile"
+        out.mkdir(exist_ok=True)
+        self.say("Profiling the real runtime with `modalscale profile` to fit the service-time model")
+        proc = subprocess.run(
+            [sys.executable, "-m", "modalscale.cli", "profile", "--url", self.triton.http_url, "--shapes", "24",
+             "--repeats", "2", "--images", "1,2,4", "--tokens", "8,32,128", "--out-csv", str(out / "profile.csv"),
+             "--out-model", str(out / "model.skops"), "--json", str(out / "evaluation.json")],
+            capture_output=True, text=True, check=False, timeout=900)
+        if proc.returncode != 0:
+            raise RuntimeError(f"modalscale profile failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
+                               f"{proc.stderr[-2000:]}")
+        self.say("Cost model fitted on the real runtime: " + " ".join(proc.stdout.strip().splitlines()[-3:]))
+        return base64.b64encode((out / "model.skops").read_bytes()).decode()
 
     # ----------------------------------------------------------------------------------------- run
     def read_state(self) -> tuple[dict[str, Any], dict[str, Any]]:
