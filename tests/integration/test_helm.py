@@ -666,3 +666,38 @@ def test_operator_runs_with_only_the_chart_rbac(helm: list[str], kubectl: str, o
         run([*helm, "uninstall", release, "--namespace", ns, "--kubeconfig", str(kc), "--wait", "--timeout", "60s"])
     finally:
         api.close()
+
+
+def test_crd_chart_upgrade_applies_crd_changes_and_uninstall_keeps_them(helm: list[str], own_cluster: LocalCluster,
+                                                                       tmp_path: Path) -> None:
+    """CRDs are templates, so `helm upgrade` changes them (Helm's crds/ folder is never upgraded), and the keep
+    policy leaves them, and the objects in them, in place on uninstall."""
+    import shutil
+
+    kc = own_cluster.kubeconfig
+    changed = tmp_path / "modalscale-crds"
+    shutil.copytree(CRD_CHART, changed)
+    path = changed / "files" / "crds" / "budgetpolicies.modalscale.io.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["versions"][0]["additionalPrinterColumns"].append(
+        {"name": "Currency", "type": "string", "jsonPath": ".spec.limit.currency"})
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    api = own_cluster.api_client()
+    ext = client.ApiextensionsV1Api(api)
+
+    def columns() -> list[str]:
+        crd = ext.read_custom_resource_definition("budgetpolicies.modalscale.io")
+        return [c.name for c in crd.spec.versions[0].additional_printer_columns]
+
+    try:
+        assert "Currency" not in columns()
+        run([*helm, "upgrade", "crds", str(changed), "--kubeconfig", str(kc), "--wait", "--timeout", "60s"])
+        assert columns()[-1] == "Currency"
+        run([*helm, "upgrade", "crds", str(CRD_CHART), "--kubeconfig", str(kc), "--wait", "--timeout", "60s"])
+        assert "Currency" not in columns()
+        out = run([*helm, "uninstall", "crds", "--kubeconfig", str(kc), "--wait", "--timeout", "60s"])
+        assert "These resources were kept due to the resource policy" in out.stdout + out.stderr
+        for name in ("inferenceservices.modalscale.io", "budgetpolicies.modalscale.io", "kopfpeerings.kopf.dev"):
+            assert ext.read_custom_resource_definition(name).metadata.deletion_timestamp is None
+    finally:
+        api.close()
