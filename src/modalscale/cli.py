@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, str] = {
     "operator": "modalscale.operator.cli",
     "runtime": "modalscale.runtime.cli",
     "load": "modalscale.runtime.load_cli",
-    "profile": "modalscale.autoscaler.profile_cli",
+    "profile": "modalscale.profile_cli",
     "simulate": "modalscale.autoscaler.simulate_cli",
     "cost": "modalscale.operator.cost_cli",
     "demo": "modalscale.demo.cli",
