@@ -87,12 +87,17 @@ class MultimodalEncoder:
         device: torch device string.
         preload: Encoders to load now (``image``, ``text``); the others load on first use, so a per-modality
             model behind the router holds only what it needs.
+    Raises:
+        ValueError: INT8 on a non-CPU device.
     """
 
     def __init__(self, precision: Precision = Precision.FP32, device: str = "cpu",
                  preload: Sequence[str] = ("image", "text")) -> None:
         self.precision = precision
         self.device = torch.device(device)
+        if precision is Precision.INT8 and self.device.type != "cpu":
+            raise ValueError("precision INT8 (torch dynamic quantization) runs on CPU only; use FP16 or BF16 "
+                             f"on {self.device}")
         self._image_model: nn.Module | None = None
         self._text_model: nn.Module | None = None
         self._tokenizer: Any = None

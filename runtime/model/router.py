@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 
+from modalscale.runtime.model import metrics as names
 from modalscale.runtime.model.batching import route
 from modalscale.runtime.repo_config import (INPUT_IMAGES, INPUT_TEXT, OUTPUT_EMBEDDING, OUTPUT_IMAGE_CLASSES,
                                             OUTPUT_MODALITY)
@@ -32,6 +33,11 @@ class TritonPythonModel:
         """Read the route table from the model config."""
         params = json.loads(args["model_config"]).get("parameters", {})
         self.routes = {m: params[f"route_{m}"]["string_value"] for m in ("image", "text", "image_text")}
+        # same family as the modality models register (Triton shares it by name); keep the references
+        self.errors_family = pb_utils.MetricFamily(name=names.REQUEST_ERRORS_TOTAL,
+                                                   description=names.HELP[names.REQUEST_ERRORS_TOTAL],
+                                                   kind=pb_utils.MetricFamily.COUNTER)
+        self.missing_input = self.errors_family.Metric(labels={"reason": "MissingInput"})
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Forward each request (one per call: the router does not batch) and relay the answer."""
@@ -42,6 +48,7 @@ class TritonPythonModel:
             modality = route(None if images is None else int(np.prod(images.shape()[1:], dtype=np.int64)),
                              text is not None)
             if modality is None:
+                self.missing_input.increment(1)
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
                     "MissingInput: request has neither IMAGES nor TEXT; send at least one",
                     pb_utils.TritonError.INVALID_ARG)))

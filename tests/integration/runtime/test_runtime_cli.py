@@ -37,20 +37,23 @@ def _ready(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int]]]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int], Path]]:
     ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
     repo = tmp_path_factory.mktemp("cli-repo")
-    log = (tmp_path_factory.mktemp("cli-log") / "serve.log").open("wb")
+    log_path = tmp_path_factory.mktemp("cli-log") / "serve.log"
+    log = log_path.open("wb")
     proc = subprocess.Popen(  # noqa: S603
         [sys.executable, "-m", "modalscale.cli", "runtime", "serve", "--http-port", str(ports["http"]),
          "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]), "--model-repository",
-         str(repo), "--max-batch-size", "4", "--preferred-batch-sizes", "2,4", "--exit-timeout-s", "20"],
+         str(repo), "--max-batch-size", "4", "--preferred-batch-sizes", "2,4", "--exit-timeout-s", "60"],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_until(lambda: _ready(ports["http"]) or proc.poll() is not None, 300, "runtime serve to be ready")
         assert proc.poll() is None, "runtime serve exited during start-up"
         assert 'max_batch_size: 4' in (repo / "multimodal_image" / "config.pbtxt").read_text()
-        yield proc, ports
+        yield proc, ports, log_path
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -59,7 +62,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subproces
 
 
 def test_load_replays_a_trace_csv(served: tuple, tmp_path: Path) -> None:
-    _, ports = served
+    _, ports, _ = served
     trace = tmp_path / "trace.csv"
     trace.write_text("arrival_s,image_count,image_width,image_height,text_tokens\n"
                      "0.0,1,320,240,0\n0.1,0,0,0,12\n0.2,2,640,480,8\n0.3,0,0,0,3\n0.4,1,100,80,0\n")
@@ -73,7 +76,7 @@ def test_load_replays_a_trace_csv(served: tuple, tmp_path: Path) -> None:
 
 
 def test_sigterm_drains_in_flight_requests(served: tuple) -> None:
-    proc, ports = served
+    proc, ports, log_path = served
     metrics_url = f"http://127.0.0.1:{ports['metrics']}/metrics"
     key = 'modalscale_requests_total{modality="image"}'
 
@@ -94,6 +97,10 @@ def test_sigterm_drains_in_flight_requests(served: tuple) -> None:
             await client.close()
 
     results = asyncio.run(run())
-    assert all(isinstance(r, MultimodalResult) and r.image_classes.shape == (4,) for r in results), results
-    assert proc.wait(60) == 0
+    code = proc.wait(120)
+    log = log_path.read_text(errors="replace")
+    triton_log = log[log.index("log=") + 4:].split()[0] if "log=" in log else None
+    detail = f"{results}\n{log[-3000:]}\n" + (Path(triton_log).read_text(errors="replace")[-4000:] if triton_log else "")
+    assert all(isinstance(r, MultimodalResult) and r.image_classes.shape == (4,) for r in results), detail
+    assert code == 0, detail
     assert not _ready(ports["http"])

@@ -182,9 +182,11 @@ def test_grayscale_and_alpha_png_are_converted(client: MultimodalClient) -> None
 
 def test_missing_and_unknown_inputs_are_rejected(triton_server: TritonProcess) -> None:
     raw = triton_http.InferenceServerClient(triton_server.http_url)
+    before = scrape(triton_server)
     try:
         with pytest.raises(InferenceServerException) as info:
             raw.infer("multimodal", [])
+        assert delta(before, scrape(triton_server), 'modalscale_request_errors_total{reason="MissingInput"}') == 1
         assert info.value.status() == "400"
         assert info.value.message().startswith("MissingInput: request has neither IMAGES nor TEXT")
         unknown = triton_http.InferInput("IMAGE", [1, 1], "BYTES")
