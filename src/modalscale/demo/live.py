@@ -34,12 +34,13 @@ class LiveView:
     def update(self, s: Any, receiver: Any) -> None:
         rates = ", ".join(f"{k} {v:.1f}/s" for k, v in sorted(s.rps_by_modality.items())) or "(no data yet)"
         p95 = f"{s.p95_ms:.0f} ms" if s.p95_ms is not None else "-"
-        accepted = receiver.accepted()
+        spent = f"{float(s.spent_usd):.4f}" if s.spent_usd else "-"
+        accepted = receiver.accepted
         new = accepted[self.seen_alerts:]
         self.seen_alerts = len(accepted)
         if not self.enabled:
             self.say(f"t={s.t_s:5.0f}s rate[{rates}] images={s.image_share:.0%} p95={p95} desired={s.desired} "
-                     f"ready={s.ready} ({s.reason}) spent={s.spent_usd}/{s.limit_usd} USD {s.budget_state} "
+                     f"ready={s.ready} ({s.reason}) spent={spent}/{s.limit_usd} USD {s.budget_state} "
                      f"alerts={s.alerts}")
             for msg in new:
                 self.say("chat room> " + msg.room_text().replace("\n", " | "))
@@ -49,7 +50,7 @@ class LiveView:
                     "spent / limit (USD)", "budget", "alerts"):
             table.add_column(col)
         table.add_row(rates, f"{s.image_share:.0%}", p95, f"{s.desired} / {s.ready}", s.reason or "-",
-                      f"{s.spent_usd or '-'} / {s.limit_usd}", s.budget_state or "-", str(s.alerts))
+                      f"{spent} / {s.limit_usd}", s.budget_state or "-", str(s.alerts))
         room = "\n\n".join(m.room_text() for m in accepted[-3:]) or "(no message yet)"
         note = "Pods are simulated on KWOK nodes; requests are served by one local Triton process."
         assert self.live is not None

@@ -51,7 +51,7 @@ class Checks:
         crossed = [t for t in (policy.get("status") or {}).get("thresholds") or [] if t.get("crossed")
                    and not t.get("forecast")]
         per = {t["percent"]: 0 for t in crossed}
-        for m in receiver.accepted():
+        for m in receiver.accepted:
             headline = m.room_text().splitlines()[0] if m.room_text() else ""
             if " crossed " in headline:  # "Budget ns/name crossed 50 %, 80 % of its daily limit"
                 for pct in re.findall(r"(\d+) %", headline.split(" of its ")[0]):
@@ -128,7 +128,7 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
     rows = "".join(f"<tr><td>{html.escape(h['time'])}</td><td>{h['from']}</td><td>{h['to']}</td>"
                    f"<td>{html.escape(h['reason'])}</td><td>{html.escape(h.get('message', ''))}</td></tr>"
                    for h in history)
-    room = "".join(f"<pre>{html.escape(m.room_text())}</pre>" for m in receiver.accepted())
+    room = "".join(f"<pre>{html.escape(m.room_text())}</pre>" for m in receiver.accepted)
     check_rows = "".join(f"<li><b>{'PASS' if ok else 'FAIL'}</b> {html.escape(n)}: {html.escape(s)}</li>"
                          for n, ok, s in checks.items)
     body = f"""<!doctype html><html><head><meta charset="utf-8"><title>modalscale demo report</title>

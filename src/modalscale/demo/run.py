@@ -20,15 +20,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime as dt
-import json
-import os
-import secrets
 import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -39,6 +35,8 @@ ISVC = "vision-chat"
 POLICY = "demo-budget"
 SLO_MS = 800
 """p95 latency target of the demo InferenceService, in ms (2-core CPU: a 4-image request takes ~0.5 s)."""
+TARGET_UTILIZATION_PERCENT = 25
+"""Utilization target: latency-sensitive GPU services run well below saturation."""
 GPU_TYPE = "nvidia-l4"
 
 
@@ -188,7 +186,6 @@ class Demo:
         self.say(f"Control plane up: 4 KWOK fake nodes x 8 {GPU_TYPE} GPUs (simulated capacity)")
 
     def start_runtime(self) -> None:
-        from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget
         from modalscale.runtime.repo_config import RuntimeConfig, build_repository, server_arguments
         from modalscale.runtime.server import TritonProcess, free_port, write_repository
 
@@ -200,11 +197,17 @@ class Demo:
         self.say("Starting tritonserver with the built-in multimodal model (EfficientNet-Lite0 + MiniLM)")
         self.triton.start(ready_timeout_s=300)
         self.stack.callback(self.triton.stop)
+        self.say(f"Triton serving on gRPC {self.triton.grpc_url}")
+
+    def start_prometheus(self) -> None:
+        """Start scraping only after profiling, so that profile requests are never counted as demand."""
+        from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget
+
         self.prom = PrometheusProcess(self.workdir / "prometheus", scrape_interval_s=1.0)
         self.prom.start([ScrapeTarget(f"127.0.0.1:{self.triton.metrics_port}",
                                       {"namespace": NAMESPACE, "inferenceservice": ISVC})])
         self.stack.callback(self.prom.stop)
-        self.say(f"Triton serving on gRPC {self.triton.grpc_url}; Prometheus at {self.prom.url}")
+        self.say(f"Prometheus at {self.prom.url} scraping Triton's metrics as {NAMESPACE}/{ISVC}")
 
     def start_receiver(self) -> None:
         from modalscale.devenv.receivers import ChatReceiver
@@ -222,7 +225,7 @@ class Demo:
         self.operator.wait_healthy()
         self.say(f"Operator running (log: {self.workdir / 'operator.log'})")
 
-    def apply_objects(self, replica_usd_per_hour: Decimal, expected_hours: float) -> str:
+    def apply_objects(self, artifact_b64: str, replica_usd_per_hour: Decimal, expected_hours: float) -> str:
         """Namespace, Secret, cost-model ConfigMap, InferenceService, BudgetPolicy. Returns the limit (USD)."""
         from kubernetes import client
 
@@ -232,9 +235,8 @@ class Demo:
             core.create_namespace({"metadata": {"name": NAMESPACE}})
         core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": "demo-slack"},
                                                   "stringData": {"url": self.receiver.url}})
-        artifact = self.fit_cost_model()
         core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": "vision-chat-cost-model"},
-                                                      "binaryData": {"model.skops": artifact}})
+                                                      "binaryData": {"model.skops": artifact_b64}})
         isvc = {
             "apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
             "metadata": {"name": ISVC, "labels": {"team": "demo"}},
@@ -246,13 +248,14 @@ class Demo:
                 "resources": {"cpu": "4", "memory": "16Gi", "gpu": {"count": 1, "type": GPU_TYPE}},
                 "scaling": {"mode": "Predictive", "minReplicas": 1, "maxReplicas": 12,
                             "targetP95LatencyMilliseconds": SLO_MS, "decisionIntervalSeconds": 5,
+                            "targetUtilizationPercent": TARGET_UTILIZATION_PERCENT,
                             "scaleUpStabilizationSeconds": 0, "scaleDownStabilizationSeconds": 60},
             },
         }
         custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices", isvc)
-        # A limit that the replicas the trace needs reach late in the run: about 60 % of the spend expected
-        # if the service ran at 4 replicas for the whole trace (real catalog prices, tiny budget).
-        limit = (replica_usd_per_hour * 4 * Decimal(str(expected_hours)) * Decimal("0.6")).quantize(Decimal("0.0001"))
+        # A tiny budget at real catalog prices, sized so that it runs out late in the trace: the spend of one
+        # replica before the shift and about three after it, reached at ~80 % of the run.
+        limit = (replica_usd_per_hour * Decimal(str(expected_hours)) * Decimal("1.6")).quantize(Decimal("0.0001"))
         policy = {
             "apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy", "metadata": {"name": POLICY},
             "spec": {
@@ -316,11 +319,13 @@ class Demo:
         st, pst = isvc.get("status") or {}, pol.get("status") or {}
         history = st.get("scalingHistory") or []
         images = [r for r in recent if r[2] != "text"]
+        ledger = [Decimal(x["spent"]) for x in (pst.get("ledger") or {}).get("services") or [] if x.get("spent")]
+        spent = format(sum(ledger), "f") if ledger else pst.get("spent")
         s = Sample(
             t_s=now_s, rps_by_modality=self.rates(), p95_ms=_p95([r[1] for r in recent if r[3]]),
             desired=st.get("desiredReplicas"), ready=st.get("readyReplicas"), replicas_kwok=st.get("replicas"),
-            reason=(history[-1]["reason"] if history else ""), spent_usd=pst.get("spent"), limit_usd=limit,
-            budget_state=pst.get("state", ""), alerts=len(self.receiver.accepted()),
+            reason=(history[-1]["reason"] if history else ""), spent_usd=spent, limit_usd=limit,
+            budget_state=pst.get("state", ""), alerts=len(self.receiver.accepted),
             image_share=(len(images) / len(recent)) if recent else 0.0,
         )
         self.samples.append(s)
@@ -338,6 +343,8 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
     try:
         demo.start_cluster()
         demo.start_runtime()
+        artifact = demo.fit_cost_model()
+        demo.start_prometheus()
         demo.start_receiver()
         demo.start_operator()
         if cfg.trace:
@@ -350,7 +357,7 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             rows = default_trace(cfg.duration_s, cfg.rate_rps, shift_at)
         duration = rows[-1].arrival_s if rows else 0.0
         price = _replica_price()
-        limit = demo.apply_objects(price, duration / 3600)
+        limit = demo.apply_objects(artifact, price, duration / 3600)
         say(f"Applied InferenceService {NAMESPACE}/{ISVC} (Predictive, p95 SLO {SLO_MS} ms) and BudgetPolicy "
             f"{NAMESPACE}/{POLICY} (limit {limit} USD; one replica costs {price} USD/h at catalog prices)")
         say(f"Replaying {len(rows)} requests over {duration:.0f} s"
