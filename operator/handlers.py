@@ -156,6 +156,8 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
         settings.peering.priority = random.randint(1, 32767)  # kopf docs: distinct priorities for replicas
         settings.peering.lifetime = 30
         settings.execution.max_workers = 8
+        # Namespace-scoped installs have no cluster-wide list rights: do not scan namespaces and CRDs.
+        settings.scanning.disabled = bool(config.namespaces)
         memo.deps = memo.get("deps") or build_deps(config)
         if not config.standalone:
             ensure_peering(memo.deps.writer.custom, config)

@@ -125,6 +125,8 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
         f"--model-repository={repo_arg}", f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}",
         f"--metrics-port={METRICS_PORT}", "--allow-metrics=true", "--strict-readiness=true",
         f"--exit-timeout-secs={DRAIN_S}",
+        # Latency quantiles (nv_inference_request_summary_us) for the autoscaler's p95 and the dashboard.
+        "--metrics-config=summary_latencies=true",
     ]
     if spec.runtime.get("responseCache"):
         args.append("--cache-config=local,size=268435456")
