@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from modalscale.runtime.client import MultimodalClient, scrape_metrics
-from modalscale.runtime.loadgen import LoadReport, closed_loop
+from modalscale.runtime.loadgen import LoadReport, closed_loop, replay
 from modalscale.runtime.repo_config import Precision, RuntimeConfig, build_repository
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
-from modalscale.runtime.workload import TraceRow, photo_bytes
+from modalscale.runtime.workload import TraceRow, photo_bytes, synthetic_trace
 
 ROWS = [  # arrival_s unused in closed loop
     TraceRow(0, 0, 0, 0, 16), TraceRow(0, 1, 224, 224, 0), TraceRow(0, 1, 640, 480, 32),
@@ -68,6 +68,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--instances", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--open-loop-rps", type=float, default=0.0,
+                        help="Also replay a Poisson trace at this rate against naive, dynamic and aware (0: skip)")
+    parser.add_argument("--open-loop-s", type=float, default=20.0)
     parser.add_argument("--aware-instances", type=int, default=1,
                         help="Instances of each per-modality model (3 models share the cores)")
     args = parser.parse_args()
@@ -87,6 +90,12 @@ def main() -> int:
             for name in configs:
                 runs[name].append(asyncio.run(closed_loop(args.requests, args.concurrency, server.grpc_url, ROWS,
                                                           model_name=name, repeat_images=(name == "cache"))))
+        open_loop: dict[str, list[LoadReport]] = {"naive": [], "dynamic": [], "aware": []}
+        if args.open_loop_rps > 0:
+            for seed in range(args.rounds):
+                trace = synthetic_trace(args.open_loop_rps, args.open_loop_s, seed=seed)
+                for name in open_loop:
+                    open_loop[name].append(asyncio.run(replay(trace, server.grpc_url, model_name=name)))
         cosine = fidelity(server)
         metrics = scrape_metrics(server.metrics_url)
     finally:
@@ -108,6 +117,18 @@ def main() -> int:
               f"{p99['image_text']:12.0f} {s.errors:7d}")
     print("round throughputs (req/s): " + "; ".join(
         f"{name} " + ",".join(f"{_all(r).throughput_rps:.1f}" for r in reports) for name, reports in runs.items()))
+    if args.open_loop_rps > 0:
+        print(f"\nopen loop: Poisson {args.open_loop_rps} req/s for {args.open_loop_s} s, {args.rounds} traces "
+              f"(same traces for every variant); worst per-trace p99 and median p50, in ms")
+        print(f"{'variant':<9} {'text p99':>9} {'image p99':>10} {'img+txt p99':>12} {'all p99':>8} {'all p50':>8}")
+        for name, reports in open_loop.items():
+            pooled = {m: [] for m in ("text", "image", "image_text", "all")}
+            for report in reports:
+                for m, st in report.by_modality().items():
+                    pooled[m].append(st.p99_ms)
+            p50 = float(np.median([_all(r).p50_ms for r in reports]))
+            print(f"{name:<9} {max(pooled['text']):9.0f} {max(pooled['image']):10.0f} "
+                  f"{max(pooled['image_text']):12.0f} {max(pooled['all']):8.0f} {p50:8.0f}")
     hits = metrics.get('modalscale_embedding_cache_lookups_total{result="hit"}', 0.0)
     misses = metrics.get('modalscale_embedding_cache_lookups_total{result="miss"}', 0.0)
     print(f"\nINT8 vs FP32 embedding cosine (coffee + text): {cosine:.4f}")
