@@ -1,0 +1,112 @@
+"""Batch bookkeeping of the pipeline (cache accounting, stage-time attribution, grouping) with a small
+deterministic stand-in encoder; the real encoders are exercised in tests/integration/runtime."""
+
+from __future__ import annotations
+
+import io
+import itertools
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from modalscale.runtime.model.pipeline import EmbeddingCache, MultimodalPipeline
+from modalscale.runtime.model.settings import ModelSettings
+
+
+class CountingEncoder:
+    """Image feature = mean pixel value (so padding is visible); text feature = token count."""
+
+    def __init__(self) -> None:
+        self.image_passes: list[tuple[int, ...]] = []
+        self.text_passes: list[tuple[int, int]] = []
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def token_ids(self, text: str) -> list[int]:
+        return [101] + [1000 + i for i, _ in enumerate(text.split())] + [102]
+
+    def encode_images(self, batch: np.ndarray, valid_hw):  # noqa: ANN001, ANN201
+        from modalscale.runtime.model.encoders import ImageResult
+
+        self.image_passes.append(batch.shape)
+        feats = np.zeros((batch.shape[0], 1280), dtype=np.float32)
+        feats[:, 0] = batch.mean(axis=(1, 2, 3))
+        return ImageResult(features=feats, classes=np.arange(batch.shape[0], dtype=np.int32))
+
+    def encode_texts(self, ids, pad_to: int) -> np.ndarray:  # noqa: ANN001
+        self.text_passes.append((len(ids), pad_to))
+        out = np.zeros((len(ids), 384), dtype=np.float32)
+        out[:, 0] = [len(row) for row in ids]
+        return out
+
+    def fuse(self, image, image_present, text, text_present) -> np.ndarray:  # noqa: ANN001
+        out = np.zeros((image.shape[0], 256), dtype=np.float32)
+        out[:, 0] = image[:, 0] * image_present
+        out[:, 1] = text[:, 0] * text_present
+        return out
+
+
+def png(width: int, height: int, value: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (value, value, value)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def tick_clock(step_s: float = 0.5):  # noqa: ANN201
+    counter = itertools.count()
+    return lambda: next(counter) * step_s
+
+
+def prep(pipeline: MultimodalPipeline, images: list[bytes] | None, text: str | None):  # noqa: ANN201
+    return pipeline.prepare(None if images is None else np.array([images], dtype=object),
+                            None if text is None else np.array([[text.encode()]], dtype=object))
+
+
+def test_aware_batch_runs_one_pass_per_bucket_and_cache_counts_hits() -> None:
+    encoder = CountingEncoder()
+    pipeline = MultimodalPipeline(ModelSettings(), encoder, clock=tick_clock())  # type: ignore[arg-type]
+    small, large = png(40, 40, 200), png(300, 200, 10)
+    batch = [prep(pipeline, [small], None), prep(pipeline, [large, small], "two words"), prep(pipeline, None, "x")]
+    outputs = pipeline.run(batch)
+    assert sorted(encoder.image_passes) == sorted([(2, 3, 64, 64), (1, 3, 224, 320)])  # small twice, large once
+    assert encoder.text_passes == [(2, 4)]  # both texts in the 16-token bucket, padded to the longer (4 ids)
+    assert [o.modality for o in outputs] == ["image", "image_text", "text"]
+    assert [(o.cache_hits, o.cache_misses) for o in outputs] == [(0, 1), (0, 2), (0, 0)]
+    assert outputs[1].image_classes.shape == (2,) and outputs[2].image_classes.shape == (0,)
+    again = pipeline.run([prep(pipeline, [small, large], None)])
+    assert (again[0].cache_hits, again[0].cache_misses) == (2, 0)
+    assert len(encoder.image_passes) == 2  # nothing re-encoded
+
+
+def test_naive_batch_pads_to_the_largest_and_changes_the_small_image() -> None:
+    encoder = CountingEncoder()
+    settings = ModelSettings(modality_aware_batching=False, embedding_cache=False)
+    pipeline = MultimodalPipeline(settings, encoder, clock=tick_clock())  # type: ignore[arg-type]
+    alone = pipeline.run([prep(pipeline, [png(40, 40, 200)], None)])[0].embedding[0]
+    mixed = pipeline.run([prep(pipeline, [png(40, 40, 200)], None), prep(pipeline, [png(300, 200, 10)], None)])
+    assert encoder.image_passes[-1] == (2, 3, 224, 320)
+    assert mixed[0].embedding[0] != pytest.approx(alone)  # zero padding entered the (stand-in) features
+
+
+def test_stage_seconds_split_evenly_over_the_items_of_a_pass() -> None:
+    encoder = CountingEncoder()
+    pipeline = MultimodalPipeline(ModelSettings(embedding_cache=False), encoder,  # type: ignore[arg-type]
+                                  clock=tick_clock(1.0))
+    batch = [prep(pipeline, [png(8, 8, 1)], None), prep(pipeline, [png(8, 8, 2)], None)]
+    outputs = pipeline.run(batch)
+    # one image pass of 2 items took 1 clock tick (1 s): 0.5 s each; fusion likewise
+    assert [o.stage_s["image_encoder"] for o in outputs] == [0.5, 0.5]
+    assert [o.stage_s["fusion"] for o in outputs] == [0.5, 0.5]
+    assert all(o.stage_s["decode"] == 1.0 for o in outputs)
+
+
+def test_embedding_cache_is_lru() -> None:
+    cache = EmbeddingCache(capacity=2)
+    entry = (np.zeros(1, dtype=np.float32), 0)
+    cache.put(b"a", entry)
+    cache.put(b"b", entry)
+    assert cache.get(b"a") is entry  # a is now most recent
+    cache.put(b"c", entry)
+    assert cache.get(b"b") is None and cache.get(b"a") is entry and len(cache) == 2
