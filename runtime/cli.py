@@ -132,6 +132,8 @@ def run_serve(args: argparse.Namespace) -> int:
         files = {p.name: p.read_text(encoding="utf-8") for p in sorted(args.configmap_dir.iterdir())
                  if p.is_file() and not p.name.startswith(".")}
         write_repository(from_configmap_data(files), repository)
+        if any("response_cache {\n  enable: true" in text for text in files.values()):
+            cfg = cfg.replace(response_cache=True)  # the server must size the cache the models ask for
     else:
         write_repository(build_repository(cfg), repository)
     server = TritonProcess(model_repository=repository, http_port=args.http_port, grpc_port=args.grpc_port,

@@ -1,4 +1,5 @@
-"""`modalscale runtime serve` runs the real tritonserver and drains in-flight requests on SIGTERM;
+"""`modalscale runtime serve --configmap-dir` runs the real tritonserver on a repository laid out like a mounted
+ConfigMap and drains in-flight requests on SIGTERM;
 `modalscale load` replays a trace CSV against it and reports per-modality counts."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 from modalscale.cli import main
 from modalscale.runtime.client import AsyncMultimodalClient, MultimodalResult, scrape_metrics
+from modalscale.runtime.repo_config import RuntimeConfig, build_repository, to_configmap_data
 from modalscale.runtime.server import free_port
 from modalscale.runtime.workload import photo_at
 
@@ -42,12 +44,16 @@ def served(
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int], Path]]:
     ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
     repo = tmp_path_factory.mktemp("cli-repo")
+    configmap = tmp_path_factory.mktemp("cli-configmap")  # what a mounted ConfigMap looks like: flat files
+    cfg = RuntimeConfig(max_batch_size=4, preferred_batch_sizes=(2, 4), response_cache=True)
+    for key, text in to_configmap_data(build_repository(cfg)).items():
+        (configmap / key).write_text(text)
     log_path = tmp_path_factory.mktemp("cli-log") / "serve.log"
     log = log_path.open("wb")
     proc = subprocess.Popen(  # noqa: S603
         [sys.executable, "-m", "modalscale.cli", "runtime", "serve", "--http-port", str(ports["http"]),
          "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]), "--model-repository",
-         str(repo), "--max-batch-size", "4", "--preferred-batch-sizes", "2,4", "--exit-timeout-s", "60"],
+         str(repo), "--configmap-dir", str(configmap), "--exit-timeout-s", "60"],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_until(lambda: _ready(ports["http"]) or proc.poll() is not None, 300, "runtime serve to be ready")
@@ -59,6 +65,13 @@ def served(
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
         log.close()
+
+
+def test_configmap_repository_is_served_with_its_response_cache(served: tuple) -> None:
+    _, ports, _ = served
+    metrics = scrape_metrics(f"http://127.0.0.1:{ports['metrics']}/metrics")
+    assert "nv_cache_num_entries" in metrics  # only exported when tritonserver got --cache-config
+    assert 'nv_inference_request_success{model="multimodal_image_text",version="1"}' in metrics
 
 
 def test_load_replays_a_trace_csv(served: tuple, tmp_path: Path) -> None:
