@@ -52,16 +52,20 @@ class AutoscaleRuntime:
     metrics: AutoscalerMetrics
 
 
-def _runtime(memo: Any, config: Settings) -> AutoscaleRuntime:
-    """The shared runtime in ``memo.autoscale`` (created in the event loop, so without races)."""
-    rt = memo.get("autoscale")
-    if rt is None:
-        deps = memo.deps
-        rt = AutoscaleRuntime(reader=PrometheusReader(config.prometheus_url),
-                              models=CostModelCache(deps.observer.core),
-                              metrics=AutoscalerMetrics(deps.metrics.registry))
-        memo.autoscale = rt
-    return rt
+@dataclass
+class SharedRuntime:
+    """Holder put in the operator-wide memo at start-up. kopf gives each object a shallow copy of that memo, so
+    this one holder is shared by all daemons; the runtime is built in it on first use (in the event loop, so
+    without races) because ``memo.deps`` may be set by a start-up handler that runs after ours."""
+
+    runtime: AutoscaleRuntime | None = None
+
+    def get(self, deps: Any, config: Settings) -> AutoscaleRuntime:
+        if self.runtime is None:
+            self.runtime = AutoscaleRuntime(reader=PrometheusReader(config.prometheus_url),
+                                            models=CostModelCache(deps.observer.core),
+                                            metrics=AutoscalerMetrics(deps.metrics.registry))
+        return self.runtime
 
 
 def _autoscaled(spec: Any, **_: Any) -> bool:
@@ -157,12 +161,16 @@ def decide_once(deps: Any, rt: AutoscaleRuntime, namespace: str, name: str, stat
 def register_autoscaler(registry: kopf.OperatorRegistry, config: Settings) -> None:
     """Register the autoscaler daemon on ``registry`` (Prometheus at ``config.prometheus_url``)."""
 
+    @kopf.on.startup(registry=registry)
+    def autoscale_startup(memo: kopf.Memo, **_: Any) -> None:
+        memo.autoscale = SharedRuntime()
+
     @kopf.daemon(GROUP, VERSION, ISVC_PLURAL, registry=registry, when=_autoscaled, cancellation_timeout=30.0)
     async def autoscale_isvc(name: str, namespace: str, memo: kopf.Memo, logger: logging.Logger,
                              stopped: kopf.DaemonStopped, **_: Any) -> None:
         from kubernetes.client.rest import ApiException
 
-        rt = _runtime(memo, config)
+        rt = memo.autoscale.get(memo.deps, config)
         state: ScalerState | None = None
         try:
             while not stopped:

@@ -15,18 +15,19 @@ class AutoscalerMetrics:
 
     Metric names (documented in the README with the operator's other metrics):
 
-    - ``modalscale_autoscaler_desired_replicas{namespace,name}``: replicas of the latest valid decision;
-    - ``modalscale_autoscaler_offered_load_erlangs{namespace,name}``: predicted busy slots (Predictive mode);
-    - ``modalscale_autoscaler_predicted_service_milliseconds{namespace,name,modality}``: calibrated service time
-      per request class;
-    - ``modalscale_autoscaler_arrival_requests_per_second{namespace,name,modality}``: observed request rate;
-    - ``modalscale_autoscaler_utilization_ratio{namespace,name}``: busy fraction of ready slots;
-    - ``modalscale_autoscaler_metrics_available{namespace,name}`` and ``..._cost_model_loaded``: 1 or 0;
-    - ``modalscale_autoscaler_decisions_total{namespace,name,reason,valid}``.
+    - ``modalscale_autoscaler_desired_replicas{namespace,inferenceservice}``: replicas of the latest valid decision;
+    - ``modalscale_autoscaler_offered_load_erlangs{namespace,inferenceservice}``: predicted busy slots
+      (Predictive mode);
+    - ``modalscale_autoscaler_predicted_service_milliseconds{namespace,inferenceservice,modality}``: calibrated
+      service time per request class;
+    - ``modalscale_autoscaler_arrival_requests_per_second{namespace,inferenceservice,modality}``: observed request rate;
+    - ``modalscale_autoscaler_utilization_ratio{namespace,inferenceservice}``: busy fraction of ready slots;
+    - ``modalscale_autoscaler_metrics_available{namespace,inferenceservice}`` and ``..._cost_model_loaded``: 1 or 0;
+    - ``modalscale_autoscaler_decisions_total{namespace,inferenceservice,reason,valid}``.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        ids = ["namespace", "name"]
+        ids = ["namespace", "inferenceservice"]
         self.desired = Gauge("modalscale_autoscaler_desired_replicas",
                              "Replicas recommended by the latest valid autoscaler decision", ids, registry=registry)
         self.load = Gauge("modalscale_autoscaler_offered_load_erlangs",
@@ -52,7 +53,7 @@ class AutoscalerMetrics:
     def record(self, namespace: str, name: str, decision: Decision, metrics_available: bool,
                cost_model_loaded: bool | None, utilization_ratio: float | None) -> None:
         """Export one decision."""
-        ids = {"namespace": namespace, "name": name}
+        ids = {"namespace": namespace, "inferenceservice": name}
         self.decisions.labels(reason=decision.reason.value, valid=str(decision.valid).lower(), **ids).inc()
         if decision.valid:
             self.desired.labels(**ids).set(decision.desired_replicas)

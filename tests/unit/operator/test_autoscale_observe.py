@@ -61,7 +61,8 @@ RECORDED: dict[str, list[dict[str, Any]]] = {
                               ({"model": "multimodal_image"}, "293444.1585266667"),
                               ({"model": "multimodal_image_text"}, "1128346.86784"),
                               ({"model": "multimodal_text"}, "97320.39808")]),
-    "nv_success": _answer([({"model": "multimodal"}, "1.386828"), ({"model": "multimodal_image"}, "0.34242666666666666"),
+    "nv_success": _answer([({"model": "multimodal"}, "1.386828"),
+                           ({"model": "multimodal_image"}, "0.34242666666666666"),
                            ({"model": "multimodal_image_text"}, "0.4965186666666666"),
                            ({"model": "multimodal_text"}, "0.5478826666666666")]),
     "nv_request_us": _answer([({"model": "multimodal"}, "2387814.9567346666"),
@@ -129,7 +130,8 @@ def test_recent_window_has_its_own_rates_and_no_observed_service() -> None:
     reading = parse_answers(RECORDED, "multimodal")
     recent = by_class(reading.recent_workload)
     assert recent["text"].rate_rps == pytest.approx(1.2857142857142856)
-    assert recent["image"].mean_image_count == pytest.approx(3.142857142857143 / (0.7142857142857142 + 1.357142857142857))
+    image_requests = 0.7142857142857142 + 1.357142857142857
+    assert recent["image"].mean_image_count == pytest.approx(3.142857142857143 / image_requests)
     assert all(c.observed_service_ms is None for c in recent.values())
 
 
