@@ -248,7 +248,7 @@ class LocalCluster:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+                "--service-cluster-ip-range=10.0.0.0/16", "--allow-privileged=true",
                 "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
                 "--endpoint-reconciler-type=none", "--enable-priority-and-fairness=false",
                 "--max-requests-inflight=0", "--max-mutating-requests-inflight=0", "--v=1",
