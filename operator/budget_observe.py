@@ -13,7 +13,6 @@ only as long as the delivery takes, and never logged or written anywhere (:class
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +33,7 @@ from modalscale.operator.budget_plan import (
     receiver_problem,
 )
 from modalscale.operator.isvc_objects import SELECTOR_LABEL
+from modalscale.operator.isvc_observe import read_json
 
 
 @dataclass(frozen=True)
@@ -46,18 +46,6 @@ class Receiver:
     secret: str | None = field(default=None, repr=False)
 
 
-def _json(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
-    """A typed-client read as the raw JSON dict (camelCase, as kopf gives bodies); None on 404."""
-    try:
-        resp = call(*args, _preload_content=False, **kwargs)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    data: dict[str, Any] = json.loads(resp.data)
-    return data
-
-
 class BudgetObserver:
     """Reads through one ``ApiClient``; never writes."""
 
@@ -67,7 +55,7 @@ class BudgetObserver:
 
     def read_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The BudgetPolicy as stored now (None when it is gone)."""
-        return _json(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, BUDGET_PLURAL, name)
+        return read_json(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, BUDGET_PLURAL, name)
 
     def list_isvcs(self, namespaces: Sequence[str]) -> list[dict[str, Any]]:
         """Every InferenceService in ``namespaces``.
@@ -77,7 +65,7 @@ class BudgetObserver:
         """
         items: list[dict[str, Any]] = []
         for ns in namespaces:
-            page = _json(self.custom.list_namespaced_custom_object, GROUP, VERSION, ns, ISVC_PLURAL) or {}
+            page = read_json(self.custom.list_namespaced_custom_object, GROUP, VERSION, ns, ISVC_PLURAL) or {}
             for item in page.get("items") or []:
                 item.setdefault("apiVersion", f"{GROUP}/{VERSION}")
                 item.setdefault("kind", "InferenceService")
@@ -93,7 +81,7 @@ class BudgetObserver:
         observed = BudgetObserved(isvcs=self.list_isvcs(namespaces))
         for ns in {i["metadata"]["namespace"] for i in observed.isvcs}:
             try:
-                pods = _json(self.core.list_namespaced_pod, ns, label_selector=SELECTOR_LABEL) or {}
+                pods = read_json(self.core.list_namespaced_pod, ns, label_selector=SELECTOR_LABEL) or {}
                 observed.pods[ns] = list(pods.get("items") or [])
             except ApiException:
                 observed.pods[ns] = None
@@ -116,7 +104,7 @@ class BudgetObserver:
             where = f"Secret {namespace}/{ref.name}"
             if ref.name not in cache:
                 try:
-                    cache[ref.name] = _json(self.core.read_namespaced_secret, ref.name, namespace)
+                    cache[ref.name] = read_json(self.core.read_namespaced_secret, ref.name, namespace)
                 except ApiException as exc:
                     problems.append(receiver_problem(n, SECRET_UNREADABLE,
                                                      f"{where} could not be read (HTTP {exc.status})"))

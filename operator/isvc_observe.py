@@ -14,8 +14,9 @@ from modalscale.operator.isvc_plan import IsvcObserved
 from modalscale.operator.isvc_spec import IsvcSpec
 
 
-def _raw(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
-    """Call a typed-client read with ``_preload_content=False`` and return the JSON dict (None on 404)."""
+def read_json(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+    """Call a typed-client read with ``_preload_content=False`` and return the raw JSON dict, camelCase as
+    kopf gives bodies (None on 404)."""
     try:
         resp = call(*args, _preload_content=False, **kwargs)
     except ApiException as exc:
@@ -36,23 +37,23 @@ class Observer:
 
     def read_isvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The InferenceService as stored now (None when it is gone)."""
-        return _raw(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, "inferenceservices", name)
+        return read_json(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, "inferenceservices", name)
 
     def observe(self, spec: IsvcSpec, status: dict[str, Any]) -> IsvcObserved:
         ns = spec.namespace
         obs = IsvcObserved(status=dict(status or {}))
-        obs.deployment = _raw(self.apps.read_namespaced_deployment, spec.name, ns)
-        obs.service = _raw(self.core.read_namespaced_service, spec.name, ns)
-        obs.configmap = _raw(self.core.read_namespaced_config_map, configmap_name(spec), ns)
-        pods = _raw(self.core.list_namespaced_pod, ns, label_selector=selector(spec)) or {}
+        obs.deployment = read_json(self.apps.read_namespaced_deployment, spec.name, ns)
+        obs.service = read_json(self.core.read_namespaced_service, spec.name, ns)
+        obs.configmap = read_json(self.core.read_namespaced_config_map, configmap_name(spec), ns)
+        pods = read_json(self.core.list_namespaced_pod, ns, label_selector=selector(spec)) or {}
         obs.pods = pods.get("items") or []
         if spec.model.source == "ConfigMap" and spec.model.config_map:
-            cm = _raw(self.core.read_namespaced_config_map, spec.model.config_map, ns)
+            cm = read_json(self.core.read_namespaced_config_map, spec.model.config_map, ns)
             obs.user_configmap_keys = None if cm is None else sorted(
                 list((cm.get("data") or {}).keys()) + list((cm.get("binaryData") or {}).keys()))
         if spec.model.source == "PVC" and spec.model.pvc_claim:
-            obs.pvc_exists = _raw(self.core.read_namespaced_persistent_volume_claim, spec.model.pvc_claim, ns) is not None
-        hpas = _raw(self.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns) or {}
+            obs.pvc_exists = read_json(self.core.read_namespaced_persistent_volume_claim, spec.model.pvc_claim, ns) is not None
+        hpas = read_json(self.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns) or {}
         obs.foreign_autoscalers = [
             h["metadata"]["name"] for h in hpas.get("items") or []
             if (h.get("spec") or {}).get("scaleTargetRef", {}).get("kind") == "Deployment"
