@@ -137,10 +137,13 @@ def _target(triton: TritonProcess, ns: str, name: str) -> ScrapeTarget:
 
 
 def _predictive(name: str, **scaling: Any) -> dict[str, Any]:
+    """Predictive scaling with a low utilization target: one real Triton on a shared 2-core machine carries
+    little load, and a low target maps that load to several replicas (text-only stays at 1: at 1.5 req/s it
+    would need > 100 ms per request to exceed 0.15 erlangs)."""
     body = make_isvc(name, model={"costModelRef": {"name": "cost"}})
     body["spec"]["scaling"] = {"mode": "Predictive", "minReplicas": 1, "maxReplicas": 6,
                                "decisionIntervalSeconds": INTERVAL_S, "targetP95LatencyMilliseconds": 3000,
-                               "targetUtilizationPercent": 30, "scaleDownStabilizationSeconds": 0, **scaling}
+                               "targetUtilizationPercent": 15, "scaleDownStabilizationSeconds": 0, **scaling}
     return body
 
 
@@ -189,9 +192,10 @@ def _run_load(triton: TritonProcess, api: Any, op: OperatorProcess, ns: str, nam
     the outcome changes)."""
     from modalscale.runtime.loadgen import replay
 
-    peak: dict[str, Any] = {"desired": 0, "autoscaler": {}, "load_erlangs": 0.0, "service_ms": 0.0}
+    peak: dict[str, Any] = {"desired": 0, "autoscaler": {}, "load_erlangs": 0.0, "service_ms": 0.0, "timeline": []}
     ids = {"namespace": ns, "inferenceservice": name}
     modality = "image" if image_heavy else "text"
+    started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         load = pool.submit(lambda: asyncio.run(replay(_trace(image_heavy), triton.grpc_url)))
         deadline = None
@@ -202,6 +206,10 @@ def _run_load(triton: TritonProcess, api: Any, op: OperatorProcess, ns: str, nam
             if desired > peak["desired"]:
                 peak.update(desired=desired, autoscaler=auto)
             load_erlangs = op.metric("modalscale_autoscaler_offered_load_erlangs", **ids)
+            decisions = op.metric("modalscale_autoscaler_decisions_total", **ids)
+            if not peak["timeline"] or peak["timeline"][-1][1:] != (desired, round(load_erlangs, 3), decisions):
+                peak["timeline"].append((round(time.monotonic() - started, 1), desired, round(load_erlangs, 3),
+                                         decisions))
             if load_erlangs > peak["load_erlangs"]:
                 service_ms = op.metric("modalscale_autoscaler_predicted_service_milliseconds", modality=modality,
                                        **ids)
@@ -260,7 +268,7 @@ def test_image_heavy_load_raises_desired_replicas_more_than_text_only_at_the_sam
     text, image, ns = scaled["text"], scaled["image"], scaled["ns"]
     print(f"\nfigure: peak desired replicas at {RATE_RPS} req/s: text-only {text['desired']}, image-heavy "
           f"{image['desired']}; image-heavy decision: {image['autoscaler'].get('message')}")
-    assert image["desired"] > text["desired"]
+    assert image["desired"] > text["desired"], (text["timeline"], image["timeline"])
     assert image["desired"] >= 2
     assert image["autoscaler"]["mode"] == "Predictive" and image["autoscaler"]["features"]["image_rps"] > 0
     # same rate, more work per request: the offered load and the per-request service time tell the classes apart
