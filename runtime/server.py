@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -128,6 +129,32 @@ def prepare_backend_directory(dist: TritonDistribution, cache_dir: Path = DEFAUL
     return target
 
 
+def stub_python_home(stub: Path) -> str | None:
+    """The prefix of the ``libpython`` the Python-backend stub is linked against (``/usr`` for Debian's).
+
+    The stub embeds that library in an isolated configuration (environment variables such as ``PYTHONHOME``
+    are ignored) and derives its prefix from the first ``python3`` on ``PATH``. When that is a virtualenv of
+    another CPython build (e.g. ``.venv/bin`` of a pyenv Python, which ``scripts/test.sh`` puts first on
+    ``PATH``), it loads that build's stdlib and extension modules, which fail against the embedded library
+    (``_ssl``: undefined symbol ``_PyModule_Add``). So ``<prefix>/bin`` goes first on the server's ``PATH``.
+
+    Returns:
+        The prefix holding ``lib/python3.X/os.py`` for the linked library, or None when ``ldd`` cannot tell.
+    """
+    try:
+        out = subprocess.run(["ldd", str(stub)], capture_output=True, text=True, check=False, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"libpython(3\.\d+)\S* => (\S+)", out)
+    if not match:
+        return None
+    version, library = match.group(1), Path(match.group(2)).resolve()
+    for parent in library.parents:
+        if (parent / "lib" / f"python{version}" / "os.py").is_file():
+            return str(parent)
+    return None
+
+
 def stub_environment(dist: TritonDistribution, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for ``tritonserver`` so that its Python-backend stub imports modalscale and torch.
 
@@ -147,6 +174,10 @@ def stub_environment(dist: TritonDistribution, base: Mapping[str, str] | None = 
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     libs = [str(dist.libs)] + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     env["LD_LIBRARY_PATH"] = os.pathsep.join(dict.fromkeys(libs))
+    home = stub_python_home(dist.stub(f"{sys.version_info.major}.{sys.version_info.minor}"))
+    if home:  # the stub's own python3 first, whatever virtualenv is active
+        env["PATH"] = os.pathsep.join(dict.fromkeys([str(Path(home) / "bin")] + env.get("PATH", "").split(os.pathsep)))
+    env.pop("VIRTUAL_ENV", None)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -27,11 +27,26 @@ def _create(api: Any, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _delete(api: Any, kind: str, name: str) -> None:
+    """Delete and wait until it is gone (a running operator's finalizer makes deletion asynchronous)."""
+    from modalscale.devenv.kube import wait_for
+
+    custom = client.CustomObjectsApi(api)
     try:
-        client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, NS, PLURALS[kind], name)
+        custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURALS[kind], name)
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+    def gone() -> bool:
+        try:
+            custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURALS[kind], name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    wait_for(gone, 60, f"{kind} {name} deleted")
 
 
 def _assert_subset(sent: Any, stored: Any, path: str = "spec") -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,13 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonPr
     """The default configuration (dynamic batching, modality-aware, embedding cache, FP32), one instance."""
     repo = tmp_path_factory.mktemp("triton-repo")
     log = tmp_path_factory.mktemp("triton-log") / "tritonserver.log"
-    with serve_config(RuntimeConfig(), repo, http_port=free_port(), grpc_port=free_port(),
-                      metrics_port=free_port(), log_path=log, exit_timeout_s=5) as server:
-        yield server
+    # As scripts/test.sh and the demo run it: this virtualenv's python3 first on PATH. The Python-backend stub
+    # must still use the stdlib of the libpython it embeds (see server.stub_python_home).
+    old_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + old_path
+    try:
+        with serve_config(RuntimeConfig(), repo, http_port=free_port(), grpc_port=free_port(),
+                          metrics_port=free_port(), log_path=log, exit_timeout_s=5) as server:
+            yield server
+    finally:
+        os.environ["PATH"] = old_path
