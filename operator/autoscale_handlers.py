@@ -20,7 +20,6 @@ come from that one process whatever the replica count.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from modalscale.operator.autoscale_metrics import AutoscalerMetrics
 from modalscale.operator.autoscale_model import CostModelCache
 from modalscale.operator.autoscale_observe import PrometheusReader, build_observation
 from modalscale.operator.autoscale_plan import compress_recommendations, plan_autoscale, state_from_status
+from modalscale.operator.isvc_observe import read_json
 from modalscale.operator.isvc_plan import ModelReferenceError, budget_cap
 from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
 from modalscale.operator.settings import Settings
@@ -70,18 +70,6 @@ class SharedRuntime:
 
 def _autoscaled(spec: Any, **_: Any) -> bool:
     return ((spec.get("scaling") or {}).get("mode") or "Predictive") != "Fixed"
-
-
-def _read_deployment(deps: Any, namespace: str, name: str) -> dict[str, Any] | None:
-    from kubernetes.client.rest import ApiException
-
-    try:
-        resp = deps.observer.apps.read_namespaced_deployment(name, namespace, _preload_content=False)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return json.loads(resp.data)
 
 
 def decide_once(deps: Any, rt: AutoscaleRuntime, namespace: str, name: str, state: ScalerState | None,
@@ -124,7 +112,7 @@ def decide_once(deps: Any, rt: AutoscaleRuntime, namespace: str, name: str, stat
         raw = deps.observer.read_isvc(namespace, name)
         if raw is None:
             return state, interval
-        deployment = _read_deployment(deps, namespace, name)
+        deployment = read_json(deps.observer.apps.read_namespaced_deployment, name, namespace)
         if deployment is None:
             return state, interval  # reconcile_isvc creates it first
         now = deps.clock()

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from modalscale.autoscaler.regressor import ArtifactError, ServiceTimeRegressor, loads_model
 from modalscale.operator.autoscale_plan import CostModelStatus
+from modalscale.operator.isvc_observe import read_json
 
 NO_COST_MODEL_REF = "NoCostModelRef"
 COST_MODEL_NOT_FOUND = "CostModelNotFound"
@@ -81,15 +81,7 @@ class CostModelCache:
         if not name:
             return None, CostModelStatus(False, NO_COST_MODEL_REF,
                                          f"spec.model.costModelRef is not set{_FALLBACK}")
-        from kubernetes.client.rest import ApiException
-
-        try:
-            resp = self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
-            configmap = json.loads(resp.data)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            configmap = None
+        configmap = read_json(self.core.read_namespaced_config_map, name, namespace)
         version = str(((configmap or {}).get("metadata") or {}).get("resourceVersion", ""))
         cache_key = (namespace, name, key)
         with self._lock:
