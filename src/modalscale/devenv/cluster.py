@@ -12,6 +12,7 @@ annotated ``kwok.x-k8s.io/node=fake``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -22,6 +23,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -471,3 +473,22 @@ class LocalCluster:
             "current-context": "modalscale-local",
         }
         self.kubeconfig.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+@contextlib.contextmanager
+def running_cluster(workdir: Path, nodes: int = 2, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
+                    crd_dir: Path | None = None) -> Iterator[LocalCluster]:
+    """A local control plane for the duration of a ``with`` block, with the CRDs of ``crd_dir`` installed.
+
+    Tests that kill or restart operators use one of their own, so that no other operator acts on their objects.
+    """
+    from modalscale.devenv.kube import install_crds
+
+    cluster = LocalCluster(workdir, log=lambda _m: None)
+    try:
+        cluster.up(nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type)
+        if crd_dir is not None:
+            install_crds(cluster.api_client(), crd_dir)
+        yield cluster
+    finally:
+        cluster.down()

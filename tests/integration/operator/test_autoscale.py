@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from modalscale.devenv.cluster import LocalCluster
-from modalscale.devenv.kube import install_crds, wait_for
+from modalscale.devenv.cluster import LocalCluster, running_cluster
+from modalscale.devenv.kube import wait_for
 from modalscale.devenv.operator_process import OperatorProcess
 from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget
 from modalscale.runtime.repo_config import RuntimeConfig
@@ -50,13 +50,8 @@ AUTOSCALER_REASONS = {"ScaleUpForSLO", "ScaleUpForBacklog", "SLOUnattainable", "
 
 @pytest.fixture(scope="module")
 def as_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("autoscale-cluster"), log=lambda _m: None)
-    try:
-        c.up(nodes=2, gpus_per_node=8, gpu_type="nvidia-l4")
-        install_crds(c.api_client(), REPO / "crds")
+    with running_cluster(tmp_path_factory.mktemp("autoscale-cluster"), crd_dir=REPO / "crds") as c:
         yield c
-    finally:
-        c.down()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -30,7 +29,7 @@ from kubernetes import client
 
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.costmodel.ledger import parse_time
-from modalscale.devenv.kube import install_crds, wait_for
+from modalscale.devenv.kube import wait_for
 from modalscale.devenv.receivers import ChatReceiver, Reply
 from modalscale.operator.budget_plan import cap_annotation_key
 
@@ -391,16 +390,11 @@ def test_cost_export_writes_focus_rows_that_add_up_to_the_ledger(api: Any, opera
 @pytest.fixture(scope="module")
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A control plane of its own: the restart test kills its operator, which must not be the session's."""
-    from modalscale.devenv.cluster import LocalCluster
+    from modalscale.devenv.cluster import running_cluster
 
-    c = LocalCluster(tmp_path_factory.mktemp("budget-restart-cluster"), log=lambda _m: None)
-    try:
-        c.up(nodes=0)
+    with running_cluster(tmp_path_factory.mktemp("budget-restart-cluster"), nodes=0, crd_dir=REPO / "crds") as c:
         c.ensure_gpu_nodes(1, gpus_per_node=16, gpu_type=GPU_TYPE, cpu="256", memory="4Ti", prefix="kwok-h100-")
-        install_crds(c.api_client(), REPO / "crds")
         yield c
-    finally:
-        c.down()
 
 
 def test_restart_mid_period_resends_nothing_and_continues_the_ledger(own_cluster: Any, tmp_path: Path,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from modalscale.devenv.cluster import LocalCluster
-from modalscale.devenv.kube import install_crds, wait_for
+from modalscale.devenv.cluster import LocalCluster, running_cluster
+from modalscale.devenv.kube import wait_for
 
 from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, condition, create, make_isvc
 from modalscale.devenv.operator_process import OperatorProcess
@@ -22,13 +22,8 @@ REPO = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("ha-cluster"), log=lambda _m: None)
-    try:
-        c.up(nodes=2, gpus_per_node=8, gpu_type="nvidia-l4")
-        install_crds(c.api_client(), REPO / "crds")
+    with running_cluster(tmp_path_factory.mktemp("ha-cluster"), crd_dir=REPO / "crds") as c:
         yield c
-    finally:
-        c.down()
 
 
 @pytest.fixture

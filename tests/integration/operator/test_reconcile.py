@@ -7,7 +7,6 @@ import threading
 import time
 from typing import Any
 
-import pytest
 from kubernetes import client, watch
 
 from modalscale.devenv.kube import wait_for
