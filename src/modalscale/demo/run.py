@@ -253,9 +253,10 @@ class Demo:
             },
         }
         custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices", isvc)
-        # A tiny budget at real catalog prices, sized so that it runs out late in the trace: the spend of one
-        # replica before the shift and about three after it, reached at ~80 % of the run.
-        limit = (replica_usd_per_hour * Decimal(str(expected_hours)) * Decimal("1.6")).quantize(Decimal("0.0001"))
+        # A tiny budget at real catalog prices, sized so that it runs out before the trace ends: with one replica
+        # before the shift (35 % of the run) and two after it, spend reaches the limit at ~78 % of the run
+        # (at ~63 % with three).
+        limit = (replica_usd_per_hour * Decimal(str(expected_hours)) * Decimal("1.2")).quantize(Decimal("0.0001"))
         policy = {
             "apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy", "metadata": {"name": POLICY},
             "spec": {
@@ -374,8 +375,13 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             while thread.is_alive():
                 view.update(demo.sample(replayer, limit), demo.receiver)
                 time.sleep(SAMPLE_S)
-            for _ in range(3):  # let the last decisions and the budget evaluation land
-                view.update(demo.sample(replayer, limit), demo.receiver)
+            # Let the last decisions and budget evaluations land: until the budget is exceeded and enforced,
+            # at most 60 s after the trace.
+            for _ in range(30):
+                s = demo.sample(replayer, limit)
+                view.update(s, demo.receiver)
+                if s.budget_state == "Exceeded" and s.reason == "CappedByBudget":
+                    break
                 time.sleep(SAMPLE_S)
         isvc, pol = demo.read_state()
         checks = Checks.evaluate(isvc, pol, demo.receiver, shift_at, demo.samples)
