@@ -259,15 +259,7 @@ def render_config_pbtxt(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image",
         f"name: {_quote(cfg.model_name)}",
         'backend: "python"',
         f"max_batch_size: {cfg.max_batch_size}",
-        "input [",
-        _tensor_block(INPUT_IMAGES, "TYPE_STRING", lead + [-1], optional=True, ragged=batched) + ",",
-        _tensor_block(INPUT_TEXT, "TYPE_STRING", lead + [1], optional=True),
-        "]",
-        "output [",
-        _tensor_block(OUTPUT_EMBEDDING, "TYPE_FP32", lead + [EMBEDDING_DIM]) + ",",
-        _tensor_block(OUTPUT_MODALITY, "TYPE_STRING", lead + [1]) + ",",
-        _tensor_block(OUTPUT_IMAGE_CLASSES, "TYPE_INT32", lead + [-1]),
-        "]",
+        *_interface_blocks(lead, ragged_images=batched),
         "instance_group [",
         "  {",
         f"    count: {cfg.instance_count}",
@@ -329,15 +321,7 @@ def render_router_pbtxt(cfg: RuntimeConfig) -> str:
         f"name: {_quote(cfg.model_name)}",
         'backend: "python"',
         "max_batch_size: 0",
-        "input [",
-        _tensor_block(INPUT_IMAGES, "TYPE_STRING", lead + [-1], optional=True) + ",",
-        _tensor_block(INPUT_TEXT, "TYPE_STRING", lead + [1], optional=True),
-        "]",
-        "output [",
-        _tensor_block(OUTPUT_EMBEDDING, "TYPE_FP32", lead + [EMBEDDING_DIM]) + ",",
-        _tensor_block(OUTPUT_MODALITY, "TYPE_STRING", lead + [1]) + ",",
-        _tensor_block(OUTPUT_IMAGE_CLASSES, "TYPE_INT32", lead + [-1]),
-        "]",
+        *_interface_blocks(lead, ragged_images=False),
         "instance_group [",
         "  {",
         f"    count: {cfg.router_instances}",
@@ -427,6 +411,22 @@ def config_summary(cfg: RuntimeConfig) -> str:
     data["precision"] = cfg.precision.value
     data["preferred_batch_sizes"] = list(cfg.preferred_batch_sizes)
     return json.dumps(data, sort_keys=True)
+
+
+def _interface_blocks(lead: list[int], ragged_images: bool) -> list[str]:
+    """The client-facing ``input``/``output`` blocks (the request interface), shared by the batched model and
+    the router; ``lead`` is the batch dimension prefix of the dims."""
+    return [
+        "input [",
+        _tensor_block(INPUT_IMAGES, "TYPE_STRING", lead + [-1], optional=True, ragged=ragged_images) + ",",
+        _tensor_block(INPUT_TEXT, "TYPE_STRING", lead + [1], optional=True),
+        "]",
+        "output [",
+        _tensor_block(OUTPUT_EMBEDDING, "TYPE_FP32", lead + [EMBEDDING_DIM]) + ",",
+        _tensor_block(OUTPUT_MODALITY, "TYPE_STRING", lead + [1]) + ",",
+        _tensor_block(OUTPUT_IMAGE_CLASSES, "TYPE_INT32", lead + [-1]),
+        "]",
+    ]
 
 
 def _tensor_block(name: str, data_type: str, dims: list[int], optional: bool = False,
