@@ -20,9 +20,15 @@ REPLICAS_ANNOTATION = "modalscale.io/replicas"
 """Deployment annotation: the replicas the operator last wrote; a different spec.replicas means someone else scaled."""
 MODEL_REPO_MOUNT = "/models"
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
-TERMINATION_GRACE_S = 60
-"""Seconds Kubernetes waits after SIGTERM; Triton drains in-flight requests within ``--exit-timeout-secs``."""
+PRESTOP_DRAIN_S = 30
+"""Longest wait of the BuiltIn runtime's preStop hook (``python3 -m modalscale.runtime.drain``) for the requests
+executing in the router and batched models, which Triton's own drain does not count."""
+PRESTOP_QUIET_S = 5
+"""Seconds without a request in flight before the hook ends (the endpoint removal races the hook)."""
 DRAIN_S = 45
+"""``--exit-timeout-secs``: after SIGTERM, Triton waits this long for queued requests and model unloads."""
+TERMINATION_GRACE_S = PRESTOP_DRAIN_S + DRAIN_S + 15
+"""Seconds Kubernetes allows from the start of the preStop hook to SIGKILL (hook, then Triton's drain)."""
 
 
 def owned_labels(spec: IsvcSpec) -> dict[str, str]:
@@ -146,6 +152,7 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
                           "periodSeconds": 10, "failureThreshold": 6},
         "startupProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"},
                          "periodSeconds": 5, "failureThreshold": 60},
+        **({"lifecycle": _prestop_drain()} if spec.model.source == "BuiltIn" else {}),
         "resources": resources,
         "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
                             "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
@@ -175,6 +182,14 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
             "template": template,
         },
     }
+
+
+def _prestop_drain() -> dict[str, Any]:
+    """The preStop hook of the BuiltIn runtime image (which has Python and modalscale; a user's own Triton image
+    may have neither, so other model sources get Triton's own drain only)."""
+    return {"preStop": {"exec": {"command": [
+        "python3", "-m", "modalscale.runtime.drain", f"--metrics-url=http://127.0.0.1:{METRICS_PORT}/metrics",
+        f"--timeout-s={PRESTOP_DRAIN_S}", f"--quiet-s={PRESTOP_QUIET_S}"]}}}
 
 
 def build_service(spec: IsvcSpec) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import argparse
 import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -139,9 +140,25 @@ def run_serve(args: argparse.Namespace) -> int:
     server = TritonProcess(model_repository=repository, http_port=args.http_port, grpc_port=args.grpc_port,
                            metrics_port=args.metrics_port, host=args.host, extra_args=server_arguments(cfg),
                            exit_timeout_s=args.exit_timeout_s, stop_timeout_s=args.exit_timeout_s + 15)
+    draining: list[threading.Thread] = []
+
     def _forward(signum: int, _frame: object) -> None:
+        # First signal: wait for the requests in flight (Triton's own drain misses those inside a router's BLS
+        # call), then SIGTERM; a second signal sends SIGTERM at once. The main thread's wait() returns once
+        # Triton has exited.
+        if draining:
+            print(f"Received signal {signal.Signals(signum).name} again, stopping tritonserver now", flush=True)
+            server.terminate()
+            return
         print(f"Received signal {signal.Signals(signum).name}, draining tritonserver", flush=True)
-        server.terminate()  # the main thread's wait() returns once Triton has drained and exited
+        draining.append(threading.Thread(target=_drain_then_terminate, name="drain", daemon=True))
+        draining[0].start()
+
+    def _drain_then_terminate() -> None:
+        result = server.drain()
+        if result is not None:
+            print(f"Drain: {result.reason} after {result.waited_s:.1f} s (in flight: {result.inflight})", flush=True)
+        server.terminate()
 
     previous = {sig: signal.signal(sig, _forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

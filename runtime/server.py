@@ -32,6 +32,7 @@ from pathlib import Path
 
 import httpx
 
+from modalscale.runtime.drain import DrainResult, drain_url
 from modalscale.runtime.repo_config import RuntimeConfig, build_repository, server_arguments
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "modalscale" / "triton"
@@ -312,12 +313,22 @@ class TritonProcess:
                     raise TritonStartError(f"tritonserver not ready after {timeout_s} s\n{self.log_tail()}")
                 time.sleep(0.2)
 
-    def stop(self) -> int | None:
-        """SIGTERM (Triton drains in-flight requests), then SIGKILL after ``stop_timeout_s``.
+    def drain(self, timeout_s: float | None = None, quiet_s: float = 1.0) -> DrainResult | None:
+        """Wait until no request is in flight (see :mod:`modalscale.runtime.drain`), at most ``timeout_s``
+        seconds (default ``exit_timeout_s``). Returns None when the server is not running."""
+        if self._proc is None or self._proc.poll() is not None:
+            return None
+        return drain_url(self.metrics_url, self.exit_timeout_s if timeout_s is None else timeout_s, quiet_s)
+
+    def stop(self, drain: bool = True) -> int | None:
+        """Drain (unless ``drain`` is False), SIGTERM (Triton finishes queued requests and unloads), then SIGKILL
+        of its process group after ``stop_timeout_s``.
 
         Returns:
             The exit code, or None if it was not running.
         """
+        if drain:
+            self.drain()
         proc, self._proc = self._proc, None
         code = None
         if proc is not None:

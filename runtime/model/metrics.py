@@ -21,6 +21,10 @@ STAGE_COMPUTE_SECONDS = "modalscale_stage_compute_seconds"
 proportion to their items."""
 EMBEDDING_CACHE_LOOKUPS_TOTAL = "modalscale_embedding_cache_lookups_total"
 """Counter of image-embedding cache lookups by ``result`` (hit, miss)."""
+INFLIGHT_REQUESTS = "modalscale_inflight_requests"
+"""Gauge of requests inside a model's ``execute`` by ``model`` (router and batched models). Triton's own
+in-flight count (``nv_inference_pending_request_count``) covers only queued requests, not executing ones, so a
+router waiting on a BLS call is invisible to Triton's shutdown; :mod:`modalscale.runtime.drain` reads both."""
 
 STAGES = ("decode", "tokenize", "image_encoder", "text_encoder", "fusion")
 """Values of the ``stage`` label."""
@@ -38,4 +42,5 @@ HELP = {
     REQUEST_TEXT_TOKENS: "WordPiece tokens per request text (no special tokens, before truncation).",
     STAGE_COMPUTE_SECONDS: "Compute seconds attributed to a request, by stage.",
     EMBEDDING_CACHE_LOOKUPS_TOTAL: "Image embedding cache lookups, by result.",
+    INFLIGHT_REQUESTS: "Requests being executed by the model (queued requests are not counted here).",
 }

@@ -38,9 +38,24 @@ class TritonPythonModel:
                                                    description=names.HELP[names.REQUEST_ERRORS_TOTAL],
                                                    kind=pb_utils.MetricFamily.COUNTER)
         self.missing_input = self.errors_family.Metric(labels={"reason": "MissingInput"})
+        # Triton counts only queued requests as in flight; this gauge covers requests waiting on a BLS call.
+        self.inflight_family = pb_utils.MetricFamily(name=names.INFLIGHT_REQUESTS,
+                                                     description=names.HELP[names.INFLIGHT_REQUESTS],
+                                                     kind=pb_utils.MetricFamily.GAUGE)
+        self.inflight = self.inflight_family.Metric(labels={"model": str(args.get("model_name", ""))})
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        """Forward each request (one per call: the router does not batch) and relay the answer."""
+        """Forward each request (one per call: the router does not batch) and relay the answer.
+
+        The requests count in ``modalscale_inflight_requests`` until the answers are returned.
+        """
+        self.inflight.increment(len(requests))
+        try:
+            return self._forward(requests)
+        finally:
+            self.inflight.increment(-len(requests))
+
+    def _forward(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
             images = pb_utils.get_input_tensor_by_name(request, INPUT_IMAGES)

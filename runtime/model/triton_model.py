@@ -32,7 +32,7 @@ class FeatureMetrics:
     The families and metrics are kept as attributes: Triton drops a family whose Python object is collected.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, model_name: str) -> None:
         family = pb_utils.MetricFamily
         self.families = {
             name: family(name=name, description=names.HELP[name], kind=kind)
@@ -44,9 +44,11 @@ class FeatureMetrics:
                 (names.REQUEST_TEXT_TOKENS, family.HISTOGRAM),
                 (names.STAGE_COMPUTE_SECONDS, family.HISTOGRAM),
                 (names.EMBEDDING_CACHE_LOOKUPS_TOTAL, family.COUNTER),
+                (names.INFLIGHT_REQUESTS, family.GAUGE),
             )
         }
         f = self.families
+        self.inflight = f[names.INFLIGHT_REQUESTS].Metric(labels={"model": model_name})
         self.requests = {m.value: f[names.REQUESTS_TOTAL].Metric(labels={"modality": m.value}) for m in Modality}
         self.errors: dict[str, Any] = {}
         self.pixels = f[names.REQUEST_IMAGE_PIXELS].Metric(labels={}, buckets=list(names.PIXEL_BUCKETS))
@@ -101,10 +103,20 @@ class TritonPythonModel:
         self.batched = int(config.get("max_batch_size", 0)) > 0
         self.pipeline = MultimodalPipeline(self.settings, MultimodalEncoder(self.settings.precision, device,
                                                                                 self.settings.preload))
-        self.metrics = FeatureMetrics()
+        self.metrics = FeatureMetrics(str(args.get("model_name", config.get("name", ""))))
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        """Serve one batch: a response (or a per-request error) for every request, in order."""
+        """Serve one batch: a response (or a per-request error) for every request, in order.
+
+        The requests count in ``modalscale_inflight_requests`` until the responses are returned.
+        """
+        self.metrics.inflight.increment(len(requests))
+        try:
+            return self._execute(requests)
+        finally:
+            self.metrics.inflight.increment(-len(requests))
+
+    def _execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         prepared: list[Prepared] = []
         rows: list[int] = []
