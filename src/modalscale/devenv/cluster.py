@@ -88,11 +88,23 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
+def _cmdline(pid: int, settle_s: float = 1.0) -> list[str]:
+    """Arguments of ``pid`` ([] if it is gone).
+
+    Right after ``execve`` the kernel has switched the process to the new image (so ``Popen`` has returned) but
+    may not have set up its argument area yet, and ``/proc/<pid>/cmdline`` reads empty: an apiserver started a
+    millisecond earlier was taken for "not ours" and reported as exited (seen in CI). An empty read is retried
+    for up to ``settle_s`` seconds.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return []
+        if raw or time.monotonic() > deadline:
+            return raw.decode(errors="replace").split("\0") if raw else []
+        time.sleep(0.01)
 
 
 class LocalCluster:
@@ -106,6 +118,7 @@ class LocalCluster:
     def __init__(self, workdir: Path | str | None = None, log: Log = print) -> None:
         self.workdir = Path(workdir) if workdir else default_workdir()
         self.log = log
+        self._started: dict[str, subprocess.Popen[bytes]] = {}
 
     # ------------------------------------------------------------------ paths and config
     @property
@@ -308,15 +321,18 @@ class LocalCluster:
                                 start_new_session=True, cwd=self.workdir)
         logf.close()
         self._pidfile(name).write_text(str(proc.pid))
+        self._started[name] = proc
 
     def _wait(self, ready: Any, name: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if ready():
                 return
-            pid = self.pids().get(name)
-            if name in COMPONENTS and pid is None:
-                raise ClusterError(f"{name} exited; see {self._logfile(name)}:\n{self._tail(name)}")
+            proc = self._started.get(name)
+            exited = proc.poll() is not None if proc is not None else self.pids().get(name) is None
+            if name in COMPONENTS and exited:
+                code = f" with code {proc.returncode}" if proc is not None else ""
+                raise ClusterError(f"{name} exited{code}; see {self._logfile(name)}:\n{self._tail(name)}")
             time.sleep(0.2)
         raise ClusterError(f"{name} was not ready within {timeout_s:.0f} s; see {self._logfile(name)}")
 
@@ -354,6 +370,9 @@ class LocalCluster:
                         time.sleep(0.05)
                 stopped.append(name)
             pf.unlink(missing_ok=True)
+            proc = self._started.pop(name, None)
+            if proc is not None:
+                proc.poll()  # reap our own child
         return stopped
 
     # ------------------------------------------------------------------ clients and nodes
