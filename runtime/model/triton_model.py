@@ -29,7 +29,9 @@ LOG = logging.getLogger("modalscale.runtime.model")
 class FeatureMetrics:
     """The per-request feature metrics, registered through ``pb_utils.MetricFamily``.
 
-    The families and metrics are kept as attributes: Triton drops a family whose Python object is collected.
+    Every feature histogram is labelled with the request's ``modality`` (see ``metrics.FEATURE_MODALITIES``), so
+    the autoscaler reads per-class means. The families and one metric per (family, label set) are kept as
+    attributes, all created here: Triton drops a metric whose Python object is collected.
     """
 
     def __init__(self, model_name: str) -> None:
@@ -51,12 +53,15 @@ class FeatureMetrics:
         self.inflight = f[names.INFLIGHT_REQUESTS].Metric(labels={"model": model_name})
         self.requests = {m.value: f[names.REQUESTS_TOTAL].Metric(labels={"modality": m.value}) for m in Modality}
         self.errors: dict[str, Any] = {}
-        self.pixels = f[names.REQUEST_IMAGE_PIXELS].Metric(labels={}, buckets=list(names.PIXEL_BUCKETS))
-        self.images = f[names.REQUEST_IMAGES].Metric(labels={}, buckets=list(names.IMAGE_COUNT_BUCKETS))
-        self.tokens = f[names.REQUEST_TEXT_TOKENS].Metric(labels={}, buckets=list(names.TOKEN_BUCKETS))
-        self.stages = {s: f[names.STAGE_COMPUTE_SECONDS].Metric(labels={"stage": s},
-                                                                 buckets=list(names.SECONDS_BUCKETS))
-                       for s in names.STAGES}
+        buckets = {names.REQUEST_IMAGE_PIXELS: names.PIXEL_BUCKETS, names.REQUEST_IMAGES: names.IMAGE_COUNT_BUCKETS,
+                   names.REQUEST_TEXT_TOKENS: names.TOKEN_BUCKETS}
+        self.features: dict[tuple[str, str], Any] = {
+            (name, m): f[name].Metric(labels={"modality": m}, buckets=list(buckets[name]))
+            for name, modalities in names.FEATURE_MODALITIES.items() for m in modalities
+        }
+        self.stages = {(s, m.value): f[names.STAGE_COMPUTE_SECONDS].Metric(labels={"stage": s, "modality": m.value},
+                                                                           buckets=list(names.SECONDS_BUCKETS))
+                       for s in names.STAGES for m in Modality}
         self.cache = {r: f[names.EMBEDDING_CACHE_LOOKUPS_TOTAL].Metric(labels={"result": r})
                       for r in ("hit", "miss")}
 
@@ -67,18 +72,18 @@ class FeatureMetrics:
         self.errors[reason].increment(1)
 
     def accepted(self, prep: Prepared) -> None:
-        """Record the features of one accepted request (before it is encoded)."""
-        self.requests[prep.parsed.modality.value].increment(1)
-        self.images.observe(float(len(prep.parsed.images)))
-        for image in prep.parsed.images:
-            self.pixels.observe(float(image.pixels))
-        if prep.parsed.text is not None:
-            self.tokens.observe(float(prep.text_tokens))
+        """Record the features of one accepted request (before it is encoded) under its modality."""
+        modality = prep.parsed.modality.value
+        self.requests[modality].increment(1)
+        tokens = prep.text_tokens if prep.parsed.text is not None else None
+        for name, label, value in names.request_observations(
+                modality, [image.pixels for image in prep.parsed.images], tokens):
+            self.features[name, label].observe(value)
 
-    def computed(self, stage_s: dict[str, float], hits: int, misses: int) -> None:
-        """Record the per-stage compute seconds and cache lookups of one finished request."""
+    def computed(self, modality: str, stage_s: dict[str, float], hits: int, misses: int) -> None:
+        """Record the per-stage compute seconds (under ``modality``) and cache lookups of one finished request."""
         for stage, seconds in stage_s.items():
-            self.stages[stage].observe(seconds)
+            self.stages[stage, modality].observe(seconds)
         if hits:
             self.cache["hit"].increment(hits)
         if misses:
@@ -145,7 +150,7 @@ class TritonPythonModel:
                         error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}"))
                 return responses
             for i, out in zip(rows, outputs, strict=True):
-                self.metrics.computed(out.stage_s, out.cache_hits, out.cache_misses)
+                self.metrics.computed(out.modality, out.stage_s, out.cache_hits, out.cache_misses)
                 responses[i] = pb_utils.InferenceResponse(output_tensors=[
                     pb_utils.Tensor(OUTPUT_EMBEDDING, out.embedding.reshape(1, -1).astype(np.float32)),
                     pb_utils.Tensor(OUTPUT_MODALITY, np.array([[out.modality.encode()]], dtype=np.object_)),
