@@ -21,10 +21,18 @@ never run ``execute``, so they never count as traffic.
 
 Per-class features. The runtime exports ``modalscale_requests_total{modality}`` and the feature histograms
 ``modalscale_request_images`` (per request, 0 for text), ``modalscale_request_image_pixels`` (per image) and
-``modalscale_request_text_tokens`` (per request with text). When those histograms carry a ``modality`` label,
-each class gets its own means; when they do not (runtime of this version), the means are pooled over the classes
-that have the feature (images and pixels over ``image`` + ``image_text`` requests, tokens over ``text`` +
-``image_text``) and given to each of them: exact when only one of those classes has traffic.
+``modalscale_request_text_tokens`` (per request with text), all labelled ``modality`` too. The features are per
+request (pixels summed over a request's images), so every mean divides a histogram's ``_sum`` rate by the
+class's request rate, both ``sum by (modality)`` over the InferenceService's targets::
+
+    mean_<feature>_c = rate(<histogram>_sum{modality=c}) / rate(modalscale_requests_total{modality=c})
+
+(for images and tokens that denominator equals the histogram's own ``_count`` rate; for pixels ``_count`` counts
+images, not requests). When a histogram has no ``modality`` label (a runtime before the label, or a user's model
+exporting the same names) or only some targets have it (a rolling upgrade), its means are pooled over the
+classes that have the feature (images and pixels over ``image`` + ``image_text`` requests, tokens over ``text``
++ ``image_text``), summing every series, and given to each of them: exact when only one of those classes has
+traffic.
 
 Service time and batching. With modality-aware batching the runtime serves each class with its own Triton model
 ``<model>_<modality>`` behind a router model ``<model>``; otherwise one model ``<model>`` executes everything.
@@ -205,13 +213,13 @@ def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
         if not active:
             continue
         by_class = sums[key]
-        if by_class and all(k for k in by_class):  # labelled by modality: per-class means
+        if by_class and "" not in by_class:  # labelled by modality: per-class means
             for m in active:
                 if m.value not in by_class:
                     return None, (INCOMPLETE_FEATURES, f"no {key} series for modality {m.value}")
                 means[key][m] = max(0.0, by_class[m.value]) / classes[m]
-        elif "" in by_class:  # pooled over the classes that carry the feature
-            mean = max(0.0, by_class[""]) / sum(classes[m] for m in active)
+        elif by_class:  # unlabelled (or a mix of both): pooled over the classes that carry the feature
+            mean = max(0.0, sum(by_class.values())) / sum(classes[m] for m in active)
             for m in active:
                 means[key][m] = mean
         else:

@@ -98,7 +98,7 @@ def test_recorded_answer_gives_per_class_rates_pooled_features_and_per_class_ser
         assert classes[m].mean_batch_size == pytest.approx(batch)
         # a batch's compute is added to each of its requests: per-request slot time = compute / count / batch
         assert classes[m].observed_service_ms == pytest.approx(COMPUTE_US[m] / 1000 / RATE[m] / batch)
-    # the runtime's histograms carry no modality label: means pooled over the classes that have the feature
+    # recorded before the histograms carried a modality label: means pooled over the classes with the feature
     assert classes["image"].mean_image_count == pytest.approx(1.5751626666666665 / image_requests)
     assert classes["image_text"].mean_image_count == classes["image"].mean_image_count
     assert classes["image"].mean_image_pixels == pytest.approx(488974.32234666665 / image_requests)
@@ -135,16 +135,78 @@ def test_recent_window_has_its_own_rates_and_no_observed_service() -> None:
     assert all(c.observed_service_ms is None for c in recent.values())
 
 
+def _labelled(answers: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The feature answers as Prometheus returns ``sum by (modality)`` of the labelled histograms: one series per
+    label set the runtime creates (text-only requests observe 0 images, so ``images`` has a text series)."""
+    answers[prefix + "images"] = _answer([({"modality": "image"}, "0.6"), ({"modality": "text"}, "0"),
+                                          ({"modality": "image_text"}, "1.0")])
+    answers[prefix + "pixels"] = _answer([({"modality": "image"}, "600000"), ({"modality": "image_text"}, "100000")])
+    answers[prefix + "tokens"] = _answer([({"modality": "text"}, "11"), ({"modality": "image_text"}, "40")])
+    return answers
+
+
 def test_histograms_labelled_by_modality_give_per_class_means() -> None:
-    answers = copy.deepcopy(RECORDED)
-    answers["images"] = _answer([({"modality": "image"}, "0.6"), ({"modality": "image_text"}, "1.0")])
-    answers["pixels"] = _answer([({"modality": "image"}, "600000"), ({"modality": "image_text"}, "100000")])
-    answers["tokens"] = _answer([({"modality": "text"}, "11"), ({"modality": "image_text"}, "40")])
-    classes = by_class(parse_answers(answers, "multimodal").workload)
+    classes = by_class(parse_answers(_labelled(copy.deepcopy(RECORDED)), "multimodal").workload)
+    assert classes["image"].mean_image_count == pytest.approx(0.6 / RATE["image"])
+    assert classes["image_text"].mean_image_count == pytest.approx(1.0 / RATE["image_text"])
     assert classes["image"].mean_image_pixels == pytest.approx(600000 / RATE["image"])
     assert classes["image_text"].mean_image_pixels == pytest.approx(100000 / RATE["image_text"])
     assert classes["text"].mean_text_tokens == pytest.approx(11 / RATE["text"])
     assert classes["image_text"].mean_text_tokens == pytest.approx(40 / RATE["image_text"])
+    # a class's features never leak into another's: text has no images, image no tokens
+    assert classes["text"].mean_image_count == 0 and classes["text"].mean_image_pixels == 0
+    assert classes["image"].mean_text_tokens == 0
+
+
+def test_labelled_means_differ_from_the_pooled_ones_of_the_same_traffic() -> None:
+    labelled = by_class(parse_answers(_labelled(copy.deepcopy(RECORDED)), "multimodal").workload)
+    pooled_answers = copy.deepcopy(RECORDED)
+    for key in ("images", "pixels", "tokens"):  # the same traffic without the label: one series per histogram
+        total = sum(float(s["value"][1]) for s in _labelled({})[key])
+        pooled_answers[key] = _answer([({}, str(total))])
+    pooled = by_class(parse_answers(pooled_answers, "multimodal").workload)
+    pixels_pooled = (600000 + 100000) / (RATE["image"] + RATE["image_text"])
+    assert pooled["image"].mean_image_pixels == pytest.approx(pixels_pooled)
+    assert pooled["image_text"].mean_image_pixels == pytest.approx(pixels_pooled)
+    assert labelled["image"].mean_image_pixels > pixels_pooled > labelled["image_text"].mean_image_pixels
+    # the request rates and service times do not depend on the label
+    for m in RATE:
+        assert labelled[m].rate_rps == pooled[m].rate_rps
+        assert labelled[m].observed_service_ms == pooled[m].observed_service_ms
+
+
+def test_recent_window_reads_its_own_labelled_series() -> None:
+    answers = _labelled(copy.deepcopy(RECORDED))  # stable window labelled, recent window still pooled
+    answers["recent_pixels"] = _answer([({"modality": "image"}, "2000000"), ({"modality": "image_text"}, "50000")])
+    recent = by_class(parse_answers(answers, "multimodal").recent_workload)
+    assert recent["image"].mean_image_pixels == pytest.approx(2000000 / 0.7142857142857142)
+    assert recent["image_text"].mean_image_pixels == pytest.approx(50000 / 1.357142857142857)
+    pooled_images = 3.142857142857143 / (0.7142857142857142 + 1.357142857142857)
+    assert recent["image"].mean_image_count == pytest.approx(pooled_images)
+
+
+def test_rolling_upgrade_with_labelled_and_unlabelled_targets_pools_over_every_series() -> None:
+    """Old pods export the histograms without the label, new ones with it: per-class sums would miss the old
+    pods' share, so the means are pooled over all series (exact pooled means, not a per-class split)."""
+    answers = copy.deepcopy(RECORDED)
+    answers["pixels"] = _answer([({}, "300000"), ({"modality": "image"}, "600000"),
+                                 ({"modality": "image_text"}, "100000")])
+    answers["tokens"] = _answer([({}, "20"), ({"modality": "text"}, "11"), ({"modality": "image_text"}, "40")])
+    classes = by_class(parse_answers(answers, "multimodal").workload)
+    pixels = (300000 + 600000 + 100000) / (RATE["image"] + RATE["image_text"])
+    tokens = (20 + 11 + 40) / (RATE["text"] + RATE["image_text"])
+    assert classes["image"].mean_image_pixels == pytest.approx(pixels)
+    assert classes["image_text"].mean_image_pixels == pytest.approx(pixels)
+    assert classes["text"].mean_text_tokens == pytest.approx(tokens)
+    assert classes["image_text"].mean_text_tokens == pytest.approx(tokens)
+
+
+def test_labelled_histogram_without_a_series_for_an_active_class_is_incomplete() -> None:
+    answers = _labelled(copy.deepcopy(RECORDED))
+    answers["tokens"] = _answer([({"modality": "text"}, "11")])  # image_text requests arrive, no series
+    reading = parse_answers(answers, "multimodal")
+    assert reading.workload is None
+    assert reading.problem == (INCOMPLETE_FEATURES, "no tokens series for modality image_text")
 
 
 def test_single_model_layout_pools_service_time_and_batch_size_over_classes() -> None:
@@ -269,6 +331,17 @@ def test_demand_comes_only_from_inference_counters() -> None:
                "nv_inference_compute_output_duration_us", "nv_inference_request_success",
                "nv_inference_request_duration_us"}
     assert counted == allowed
+
+
+def test_feature_queries_read_the_runtime_histograms_summed_by_modality() -> None:
+    from modalscale.runtime.model import metrics as runtime_metrics
+
+    queries = build_queries("ml", "vc")
+    for key, family in (("images", runtime_metrics.REQUEST_IMAGES), ("pixels", runtime_metrics.REQUEST_IMAGE_PIXELS),
+                        ("tokens", runtime_metrics.REQUEST_TEXT_TOKENS)):
+        for window, q in (("60s", queries[key]), ("15s", queries["recent_" + key])):
+            assert q == f'sum by (modality) (rate({family}_sum{{namespace="ml",inferenceservice="vc"}}[{window}]))'
+    assert queries["requests"].startswith(f"sum by (modality) (rate({runtime_metrics.REQUESTS_TOTAL}{{")
 
 
 def test_reader_without_url_reports_prometheus_not_configured() -> None:
