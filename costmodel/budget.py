@@ -12,19 +12,33 @@ Rules:
 * **Forecast** (method ``LinearAtCurrentBurnRate``): ``spent + burn_rate x hours left in the period``, where
   the burn rate is the sum over selected services of running replicas x price per replica-hour now.
 * **Alerts** are de-duplicated per period with state persisted in ``status.thresholds`` (Alertmanager-style:
-  alert on the crossing, once): each threshold with the ``Alert`` action alerts exactly once per period
+  alert on the crossing, once): each threshold with the ``Alert`` action alerts exactly once per period, on
+  its crossing or, for an enforcing threshold enforced ahead, when its enforcement starts (the title says
+  "would have crossed ... within N s"; ``status.thresholds[].crossed`` stays the actual crossing)
   (several thresholds crossed in one evaluation are reported in one message); the forecast alerts once per
   period (not when actual spend already crossed that percent); a ``Recovered`` notice is sent once when a new
   period starts after one that was ``Exceeded`` or enforced; a ``GovernanceBlind`` alert is sent when the
   state turns ``Unknown``. The plan marks alerts as sent when it decides them; persist ``status.thresholds``
   after delivery for at-least-once, before it for at-most-once. Delivery failures belong in the
   ``AlertDelivered`` condition.
-* **Enforcement** is level-based: every crossed threshold contributes its actions; each service gets the
+* **Enforcement** is level-based: every *enforced* threshold contributes its actions; each service gets the
   strongest one (lowest effective maximum): ``CapReplicas`` -> ``min(maxReplicas, capReplicas)``,
   ``ScaleDown`` -> ``enforcement.floorReplicas``, ``ScaleToZero`` -> 0. Actions are listed in threshold
   order, services within a threshold in ``enforcement.order`` (``LowestPriorityFirst``: ascending
   ``spec.priority``, then higher cost first; ``HighestCostFirst``: current cost rate descending). With
   ``dryRun`` actions are reported but marked not applied. Enforcement lifts at the next period (spend resets).
+* **Enforcement starts one evaluation ahead** (:data:`ENFORCEMENT_METHOD`): the operator only acts at
+  evaluations, so a threshold acted on once spend has passed it is overshot by up to one interval of spend
+  (e.g. a 60 s interval at 84 USD/h is 1.40 USD, 1.4 % of a 100 USD limit). A threshold with an enforcing
+  action (CapReplicas, ScaleDown, ScaleToZero) is therefore enforced when ``spent >= percent % x limit`` or
+  when ``spent + burn_rate x horizon >= percent % x limit`` (the horizon is ``evaluationIntervalSeconds``: it
+  would be crossed before the next evaluation). Once enforced it is held for the period while
+  ``spent + max_rate x horizon`` still reaches it, where ``max_rate`` is every selected service at
+  ``max(replicas, maxReplicas)``: enforcement lowers the burn rate, so re-testing the lowered rate would lift
+  and re-apply the action every other evaluation; spend only grows, so the hold ends only with the period or
+  a spec change (a raised limit lifts it, as before). Enforcement is downward closed (enforcing 100 %
+  enforces every lower enforcing threshold). Thresholds with only ``Alert`` are not anticipated.
+  ``horizon_s=0`` gives the reactive rule (act only after the crossing).
 * **Blind rule**: if any selected service's price or replica count is unknown, no new enforcement action is
   planned at all (enforcement already in force from readable data is held until the period ends), the state is
   ``Unknown`` and a ``GovernanceBlind`` alert names the services.
@@ -63,6 +77,9 @@ from modalscale.costmodel.periods import InvalidTimeZone, Period, period_bounds,
 
 FORECAST_METHOD = "LinearAtCurrentBurnRate"
 """How :attr:`BudgetPlan.forecast_usd` is computed: spent + current burn rate x hours left in the period."""
+ENFORCEMENT_METHOD = "AheadOfCrossingByOneEvaluation"
+"""When a threshold's enforcement starts: when spent + current burn rate x horizon (the evaluation interval)
+reaches it, held while spent + the services' maximum rate x horizon still does (see the module docstring)."""
 
 
 class BudgetState(str, enum.Enum):
@@ -473,6 +490,8 @@ class EnforcementAction:
         desired_replicas: ``min(current, max_replicas)``: what the service should run now.
         dry_run: True when ``spec.enforcement.dryRun``: report only.
         since: When this action first took effect in the period.
+        ahead: True when spend has not reached the threshold yet: it is enforced because it would be crossed
+            before the next evaluation (see :data:`ENFORCEMENT_METHOD`).
     """
 
     namespace: str
@@ -484,6 +503,7 @@ class EnforcementAction:
     desired_replicas: int
     dry_run: bool
     since: datetime
+    ahead: bool = False
 
     @property
     def applied(self) -> bool:
@@ -492,8 +512,9 @@ class EnforcementAction:
 
     def describe(self) -> str:
         """Human text, e.g. ``ScaleDown search/ranker to 1 (was 4, at 100 %)``."""
+        ahead = ", ahead of the crossing" if self.ahead else ""
         text = (f"{self.action.value} {self.namespace}/{self.name} to {self.max_replicas}"
-                f" (running {self.current_replicas}, at {self.threshold_percent} %)")
+                f" (running {self.current_replicas}, at {self.threshold_percent} %{ahead})")
         return text + (" [dry run, not applied]" if self.dry_run else "")
 
     def enforced(self) -> EnforcedService:
@@ -526,6 +547,10 @@ class BudgetAlert:
     blind_services: tuple[str, ...]
     created_at: datetime
     closed_period_spent_usd: Decimal | None = None
+    ahead_percents: tuple[int, ...] = ()
+    """Thresholds of this message not reached yet but enforced ahead (a subset of ``thresholds_percent``)."""
+    horizon_s: int = 0
+    """Seconds ahead that ``ahead_percents`` would be crossed at the current burn rate."""
 
     @property
     def resolved(self) -> bool:
@@ -534,10 +559,12 @@ class BudgetAlert:
 
     @property
     def severity(self) -> str:
-        """``critical`` when at/over the limit, ``info`` for recovery, else ``warning``."""
+        """``critical`` when at/over the limit (or enforcing a threshold >= 100 % ahead), ``info`` for
+        recovery, else ``warning``."""
         if self.kind is AlertKind.RECOVERED:
             return "info"
-        if self.kind is AlertKind.THRESHOLD_CROSSED and self.percent_used >= 100:
+        if self.kind is AlertKind.THRESHOLD_CROSSED and (
+                self.percent_used >= 100 or max(self.thresholds_percent, default=0) >= 100):
             return "critical"
         return "warning"
 
@@ -545,8 +572,13 @@ class BudgetAlert:
     def title(self) -> str:
         """One-line headline."""
         if self.kind is AlertKind.THRESHOLD_CROSSED:
-            marks = ", ".join(f"{p} %" for p in self.thresholds_percent)
-            return f"Budget {self.policy} crossed {marks} of its {self.period.value.lower()} limit"
+            period = self.period.value.lower()
+            crossed = ", ".join(f"{p} %" for p in self.thresholds_percent if p not in self.ahead_percents)
+            if not self.ahead_percents:
+                return f"Budget {self.policy} crossed {crossed} of its {period} limit"
+            ahead = ", ".join(f"{p} %" for p in self.ahead_percents)
+            return (f"Budget {self.policy} {f'crossed {crossed} and ' if crossed else ''}would have crossed {ahead} "
+                    f"of its {period} limit within {self.horizon_s} s: enforcing now")
         if self.kind is AlertKind.FORECAST_EXCEEDED:
             return (f"Budget {self.policy} is forecast to reach {self.thresholds_percent[0]} % of its "
                     f"{self.period.value.lower()} limit")
@@ -569,6 +601,9 @@ class BudgetAlert:
                          f"({self.forecast_method})" if self.forecast_usd is not None
              else "unknown (spend rate not readable)"),
         ]
+        if self.ahead_percents:
+            facts.append(("Enforced ahead", f"{', '.join(f'{p} %' for p in self.ahead_percents)} would be crossed "
+                                            f"within {self.horizon_s} s at the current burn rate"))
         if self.closed_period_spent_usd is not None:
             facts.append(("Previous period", f"closed at {format_usd(quantize_display_usd(self.closed_period_spent_usd))} {cur}"))
         if self.blind_services:
@@ -594,12 +629,15 @@ class BudgetPlan:
         percent_used: spent / limit x 100, rounded to 0.01.
         burn_rate_usd_per_hour: Sum of replicas x price now; None when blind.
         forecast_usd: Spend at period end (:data:`FORECAST_METHOD`); None when blind or disabled.
-        thresholds_crossed: Percents crossed this period, ascending.
+        thresholds_crossed: Percents crossed this period (spent reached them), ascending.
+        thresholds_enforced: Percents of the thresholds whose enforcing actions are in force (crossed, or
+            enforced ahead), ascending; empty when blind.
         alerts: Notifications to send now (each to every receiver).
         actions: Enforcement in force, in threshold order then service order (empty when blind).
         enforced_services: What ``status.enforcedServices`` should say (held ones when blind).
         alert_state: The de-duplication state to persist (``status.thresholds`` etc.).
         blind_services: ``namespace/name: reason`` for services whose price or replicas are unknown.
+        horizon_s: Seconds ahead that enforcement looked (0 = reactive).
     """
 
     state: BudgetState
@@ -622,6 +660,8 @@ class BudgetPlan:
     alert_state: AlertState
     evaluated_at: datetime
     blind_services: tuple[str, ...] = ()
+    thresholds_enforced: tuple[int, ...] = ()
+    horizon_s: int = 0
 
     @property
     def blind(self) -> bool:
@@ -686,8 +726,57 @@ def _target(action: ThresholdAction, threshold: Threshold, svc: ServiceState, fl
     return 0
 
 
+def _held(t: Threshold, previous: Mapping[tuple[str, str, ThresholdAction], EnforcedService],
+          services: Sequence[ServiceState], floor: int) -> bool:
+    """True when ``t``'s enforcement was in force at the previous evaluation of this period.
+
+    A service's entry in ``status.enforcedServices`` names only its strongest action, so ``t`` counts as in
+    force when some still-selected service carries one of ``t``'s actions at or below ``t``'s target.
+    """
+    for svc in services:
+        for action in t.actions:
+            if action is ThresholdAction.ALERT:
+                continue
+            e = previous.get((svc.namespace, svc.name, action))
+            if e is not None and e.max_replicas <= _target(action, t, svc, floor):
+                return True
+    return False
+
+
+def _enforced_thresholds(spec: BudgetSpec, spent: Decimal, burn_usd_per_hour: Decimal,
+                         max_usd_per_hour: Decimal, horizon_s: int,
+                         previous: Mapping[tuple[str, str, ThresholdAction], EnforcedService],
+                         services: Sequence[ServiceState]) -> list[Threshold]:
+    """The thresholds whose enforcing actions are in force now (:data:`ENFORCEMENT_METHOD`), ascending.
+
+    Args:
+        spent: Spend of the period so far, USD.
+        burn_usd_per_hour: Selected services' replicas x price now.
+        max_usd_per_hour: Selected services at ``max(replicas, maxReplicas)`` x price (bounds the burn rate over
+            the horizon; enforcement never lowers it, so a threshold once enforced stays enforced).
+        horizon_s: Seconds to the next evaluation (0 = act only after the crossing).
+        previous: ``status.enforcedServices`` of this period by (namespace, name, action).
+    """
+    ctx = MONEY_CONTEXT
+    limit = spec.limit.amount
+    hours = ctx.divide(Decimal(horizon_s), SECONDS_PER_HOUR)
+    projected = ctx.add(spent, ctx.multiply(burn_usd_per_hour, hours))
+    bounded = ctx.add(spent, ctx.multiply(max_usd_per_hour, hours))
+    floor = spec.enforcement.floor_replicas
+
+    def reached(percent: int, amount: Decimal) -> bool:
+        return ctx.multiply(amount, Decimal(100)) >= ctx.multiply(Decimal(percent), limit)
+
+    enforcing = [t for t in spec.thresholds if any(a is not ThresholdAction.ALERT for a in t.actions)]
+    top = max((t.percent for t in enforcing
+               if reached(t.percent, projected)  # also covers spent itself: the burn rate is >= 0
+               or (reached(t.percent, bounded) and _held(t, previous, services, floor))), default=0)
+    return [t for t in enforcing if t.percent <= top]
+
+
 def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequence[ServiceState] | Iterable[ServiceState],
-                alert_state: AlertState, now: datetime, *, policy: PolicyRef = PolicyRef("", "")) -> BudgetPlan:
+                alert_state: AlertState, now: datetime, *, policy: PolicyRef = PolicyRef("", ""),
+                horizon_s: int | None = None) -> BudgetPlan:
     """Decide the budget state, the alerts to send now and the enforcement in force.
 
     Args:
@@ -698,11 +787,16 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
         alert_state: De-duplication state read back from status (``AlertState()`` the first time).
         now: Timezone-aware UTC instant of this evaluation; never read from the clock here.
         policy: Namespace/name of the BudgetPolicy, for messages and alert labels.
+        horizon_s: How many seconds ahead enforcement looks (:data:`ENFORCEMENT_METHOD`); None =
+            ``spec.evaluation_interval_s``, 0 = reactive (act only once spend has reached a threshold).
     Returns:
         :class:`BudgetPlan`; persist ``plan.status_fields()`` and apply ``plan.actions`` whose ``applied``.
     Raises:
-        ValueError: Naive ``now`` or negative spend.
+        ValueError: Naive ``now``, negative spend or a negative ``horizon_s``.
     """
+    horizon_s = spec.evaluation_interval_s if horizon_s is None else horizon_s
+    if horizon_s < 0:
+        raise ValueError(f"horizon_s must be >= 0, got {horizon_s}")
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
     now = now.astimezone(timezone.utc)
@@ -726,9 +820,12 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     blind = [s for s in services if not s.known]
     blind_text = tuple(f"{s.namespace}/{s.name}: {s.unknown_reason or 'price or replicas unknown'}" for s in blind)
     burn: Decimal | None = None
+    max_burn = Decimal(0)
     forecast: Decimal | None = None
     if not blind:
         burn = quantize_ledger_usd(sum((s.cost_usd_per_hour or Decimal(0) for s in services), Decimal(0)))
+        max_burn = sum((ctx.multiply(Decimal(max(s.replicas or 0, s.max_replicas)), s.usd_per_replica_hour or Decimal(0))
+                        for s in services), Decimal(0))
         hours_left = ctx.divide(Decimal(int((p_end - now).total_seconds())), SECONDS_PER_HOUR)
         if spec.forecast.enabled:
             forecast = quantize_ledger_usd(ctx.add(spent, ctx.multiply(burn, hours_left)))
@@ -741,11 +838,13 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     previous = {(e.namespace, e.name, e.action): e for e in alert_state.enforced} if not new_period else {}
     actions: list[EnforcementAction] = []
     enforced: tuple[EnforcedService, ...]
+    in_force: list[Threshold] = []
     if blind:
         enforced = tuple(alert_state.enforced) if not new_period else ()
     else:
+        in_force = _enforced_thresholds(spec, spent, burn or Decimal(0), max_burn, horizon_s, previous, services)
         best: dict[tuple[str, str], tuple[int, int, Threshold, ThresholdAction]] = {}
-        for t in crossed:
+        for t in in_force:
             for action in t.actions:
                 if action is ThresholdAction.ALERT:
                     continue
@@ -762,8 +861,9 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
             actions.append(EnforcementAction(
                 svc.namespace, svc.name, action, t.percent, target, svc.replicas,
                 min(svc.replicas if svc.replicas is not None else target, target),
-                spec.enforcement.dry_run, prior.since if prior else now))
+                spec.enforcement.dry_run, prior.since if prior else now, ahead=t not in crossed))
         enforced = tuple(a.enforced() for a in actions)
+    ahead = [t for t in in_force if t not in crossed]
 
     # ---- alerts, each once per period
     def alerted_now(record: ThresholdRecord | None) -> bool:
@@ -775,7 +875,8 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     def make(kind: AlertKind, marks: tuple[int, ...], **extra: Any) -> BudgetAlert:
         return BudgetAlert(kind, policy, scope, spec.period, spec.time_zone, p_start, p_end, spent, limit, currency,
                            percent_used, forecast, FORECAST_METHOD, marks, extra.get("actions", action_text),
-                           spec.enforcement.dry_run, blind_text, now, extra.get("closed"))
+                           spec.enforcement.dry_run, blind_text, now, extra.get("closed"),
+                           extra.get("ahead", ()), horizon_s)
 
     alerts: list[BudgetAlert] = []
     if new_period and (alert_state.state is BudgetState.EXCEEDED or alert_state.enforced):
@@ -790,18 +891,20 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     for t in spec.thresholds:
         old = alert_state.record(t.percent)
         is_crossed = t in crossed
-        if is_crossed and not alerted_now(old):
+        if (is_crossed or t in ahead) and not alerted_now(old):
             send = ThresholdAction.ALERT in t.actions
             if send:
                 newly_alerted.append(t.percent)
-            records.append(ThresholdRecord(t.percent, False, True, now if send else (old.last_alert_time if old else None), p_start))
+            records.append(ThresholdRecord(t.percent, False, is_crossed,
+                                           now if send else (old.last_alert_time if old else None), p_start))
         elif is_crossed:
             records.append(replace(old, crossed=True))  # type: ignore[arg-type]
         else:
             records.append(ThresholdRecord(t.percent, False, False, old.last_alert_time if old else None,
                                            old.alerted_period_start if old else None))
     if newly_alerted:
-        alerts.append(make(AlertKind.THRESHOLD_CROSSED, tuple(newly_alerted)))
+        alerts.append(make(AlertKind.THRESHOLD_CROSSED, tuple(newly_alerted),
+                           ahead=tuple(t.percent for t in ahead if t.percent in newly_alerted)))
 
     if spec.forecast.enabled:
         at = spec.forecast.alert_at_percent
@@ -824,13 +927,17 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     elif spent >= limit:
         state, reason = BudgetState.EXCEEDED, "BudgetExceeded"
         message = f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
-    elif crossed or forecast_warning:
-        state, reason = BudgetState.WARNING, "ThresholdCrossed" if crossed else "ForecastOverLimit"
+    elif crossed or ahead or forecast_warning:
+        state = BudgetState.WARNING
+        reason = "ThresholdCrossed" if crossed else "ThresholdAhead" if ahead else "ForecastOverLimit"
         message = (f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
                    + (f", forecast {format_usd(quantize_display_usd(forecast))}" if forecast is not None else ""))
     else:
         state, reason = BudgetState.OK, "WithinBudget"
         message = f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
+    if ahead and not blind:
+        message += (f"; enforcing {', '.join(f'{t.percent} %' for t in ahead)} ahead: crossed within "
+                    f"{horizon_s} s at the current burn rate")
 
     new_state = AlertState(tuple(sorted(records, key=lambda r: (r.forecast, r.percent))), p_start, state, enforced)
     return BudgetPlan(
@@ -838,4 +945,5 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
         spent_usd=spent, limit_usd=limit, remaining_usd=ctx.subtract(limit, spent), percent_used=percent_used,
         burn_rate_usd_per_hour=burn, forecast_usd=forecast, forecast_method=FORECAST_METHOD,
         thresholds_crossed=tuple(t.percent for t in crossed), alerts=tuple(alerts), actions=tuple(actions),
-        enforced_services=enforced, alert_state=new_state, blind_services=blind_text, evaluated_at=now)
+        enforced_services=enforced, alert_state=new_state, blind_services=blind_text, evaluated_at=now,
+        thresholds_enforced=tuple(t.percent for t in in_force), horizon_s=horizon_s)

@@ -309,3 +309,126 @@ def test_corrupt_alert_status_names_the_field() -> None:
         AlertState.from_status({"thresholds": [{"percent": 50, "alertedPeriodStart": "soon"}]})
     with pytest.raises(InvalidBudgetStatus, match="status.state"):
         AlertState.from_status({"state": "Fine"})
+
+
+# ------------------------------------------------------------------------- enforcement one evaluation ahead
+# One service at 3 replicas x 2 USD = 6 USD/h; at the default 60 s interval it spends 6 / 60 = 0.10 USD per
+# evaluation. With a 100 USD limit a hard cap at 100 % must start at spent >= 99.90 to hold the limit.
+HARD_CAP = {"thresholds": [{"percent": 100, "actions": ["Alert", "ScaleToZero"]}]}
+
+
+@pytest.mark.parametrize(
+    ("spent", "enforced"),
+    [("99.89", False), ("99.90", True), ("100", True)],
+    ids=["99.89+0.10-short", "99.90+0.10-reaches", "crossed"],
+)
+def test_hard_cap_starts_when_the_next_interval_would_cross_it(make_spec, spent: str, enforced: bool) -> None:
+    plan = plan_budget(make_spec(**HARD_CAP), D(spent), [svc("a", 3, "2", max_replicas=4)], AlertState(),
+                       utc(2026, 5, 1, 9), policy=POLICY)
+    assert plan.thresholds_enforced == ((100,) if enforced else ())
+    assert [(a.action, a.max_replicas, a.desired_replicas) for a in plan.actions] == (
+        [(ThresholdAction.SCALE_TO_ZERO, 0, 0)] if enforced else [])
+    assert plan.horizon_s == 60
+
+
+def test_reactive_horizon_zero_acts_only_after_the_crossing(make_spec) -> None:
+    services = [svc("a", 3, "2", max_replicas=4)]
+    before = plan_budget(make_spec(**HARD_CAP), D("99.99"), services, AlertState(), utc(2026, 5, 1, 9), horizon_s=0)
+    assert before.actions == () and before.alerts == ()
+    at = plan_budget(make_spec(**HARD_CAP), D(100), services, AlertState(), utc(2026, 5, 1, 9), horizon_s=0)
+    assert [a.action for a in at.actions] == [ThresholdAction.SCALE_TO_ZERO] and not at.actions[0].ahead
+    with pytest.raises(ValueError, match="horizon_s"):
+        plan_budget(make_spec(), D(1), services, AlertState(), utc(2026, 5, 1, 9), horizon_s=-1)
+
+
+def test_enforcing_ahead_alerts_once_says_so_and_keeps_crossed_for_the_real_crossing(make_spec) -> None:
+    spec = make_spec(**HARD_CAP)
+    ahead = plan_budget(spec, D("99.90"), [svc("a", 3, "2", max_replicas=4)], AlertState(), utc(2026, 5, 1, 9),
+                        policy=POLICY)
+    assert ahead.thresholds_crossed == () and ahead.actions[0].ahead
+    assert (ahead.state, ahead.reason) == (BudgetState.WARNING, "ThresholdAhead")
+    (alert,) = ahead.alerts
+    assert (alert.kind, alert.thresholds_percent, alert.ahead_percents) == (AlertKind.THRESHOLD_CROSSED, (100,), (100,))
+    assert alert.title == ("Budget team-search/search-daily would have crossed 100 % of its daily limit within 60 s: "
+                           "enforcing now")
+    assert alert.severity == "critical"  # a 100 % threshold, though spent is 99.90 %
+    assert ("Enforced ahead", "100 % would be crossed within 60 s at the current burn rate") in alert.facts()
+    assert "ahead of the crossing" in ahead.actions[0].describe()
+    (record,) = [r for r in ahead.alert_state.records if not r.forecast]
+    assert (record.crossed, record.alerted_period_start) == (False, utc(2026, 5, 1))
+    # Scaled to zero: no burn any more. Still held (no flapping), not re-alerted, since unchanged.
+    zero = [svc("a", 0, "2", max_replicas=4)]
+    held = plan_budget(spec, D("99.95"), zero, roundtrip(ahead), utc(2026, 5, 1, 9, 1), policy=POLICY)
+    assert [(a.action, a.since) for a in held.actions] == [(ThresholdAction.SCALE_TO_ZERO, utc(2026, 5, 1, 9))]
+    assert held.alerts == ()
+    # The last interval's spend arrives and crosses 100 %: crossed now, still exactly one alert.
+    crossed = plan_budget(spec, D("100.02"), zero, roundtrip(held), utc(2026, 5, 1, 9, 2), policy=POLICY)
+    assert crossed.thresholds_crossed == (100,) and crossed.alerts == () and crossed.state is BudgetState.EXCEEDED
+    assert [r.crossed for r in crossed.alert_state.records if not r.forecast] == [True]
+
+
+def test_hold_uses_the_services_maximum_rate_and_lifts_when_the_limit_is_raised(make_spec) -> None:
+    spec = make_spec(**HARD_CAP)
+    ahead = plan_budget(spec, D("99.90"), [svc("a", 3, "2", max_replicas=4)], AlertState(), utc(2026, 5, 1, 9))
+    zero = [svc("a", 0, "2", max_replicas=4)]
+    # Held: 99.87 + 4 replicas x 2 USD/h x 60 s = 99.87 + 0.1333 = 100.0033 >= 100 (the current burn is 0).
+    assert plan_budget(spec, D("99.87"), zero, roundtrip(ahead), utc(2026, 5, 1, 9, 1)).thresholds_enforced == (100,)
+    # Without the earlier enforcement the same observation enforces nothing: the hold is what keeps it.
+    assert plan_budget(spec, D("99.87"), zero, AlertState(), utc(2026, 5, 1, 9, 1)).actions == ()
+    raised = plan_budget(make_spec(limit={"amount": "200"}, **HARD_CAP), D("99.95"), zero, roundtrip(ahead),
+                         utc(2026, 5, 1, 9, 1))
+    assert raised.actions == () and raised.alerts == () and raised.state is BudgetState.OK
+
+
+def test_a_sequence_of_evaluations_enforces_once_and_never_flaps(make_spec) -> None:
+    # Burn 6 USD/h while running, 0 once scaled to zero; spend per evaluation follows from the replicas.
+    spec, state, spent, replicas = make_spec(**HARD_CAP), AlertState(), D("99.70"), 3
+    history = []
+    for minute in range(8):
+        plan = plan_budget(spec, spent, [svc("a", replicas, "2", max_replicas=4)], state,
+                           utc(2026, 5, 1, 9, minute), policy=POLICY)
+        history.append((bool(plan.actions), len(plan.alerts)))
+        replicas = min(replicas, plan.effective_max_replicas().get(("team-search", "a"), replicas))
+        spent += D(replicas) * 2 / 60  # the next minute at the replicas now running
+        state = roundtrip(plan)
+    # 99.70 -> 99.80 -> 99.90 (+0.10 reaches 100: enforce) -> zero from then on
+    assert history == [(False, 0), (False, 0), (True, 1)] + [(True, 0)] * 5
+    assert spent == D("99.90")
+
+
+def test_enforcement_in_force_is_downward_closed(make_spec) -> None:
+    # Hourly evaluation: a at 0 replicas (max 10) at 6 USD = up to 60 USD in the next hour.
+    spec = make_spec(evaluationIntervalSeconds=3600, thresholds=[
+        {"percent": 90, "actions": ["Alert", "CapReplicas"], "capReplicas": 2},
+        {"percent": 100, "actions": ["Alert", "ScaleToZero"]}])
+    first = plan_budget(spec, D(45), [svc("a", 10, "6")], AlertState(), utc(2026, 5, 1, 9))  # 45 + 60 >= 100
+    assert first.thresholds_enforced == (90, 100) and first.thresholds_crossed == ()
+    assert [(a.action, a.threshold_percent) for a in first.actions] == [(ThresholdAction.SCALE_TO_ZERO, 100)]
+    # Only ScaleToZero is recorded per service; 100 % is held (45 + 60 bound) and so 90 % stays enforced too.
+    later = plan_budget(spec, D(45), [svc("a", 0, "6")], roundtrip(first), utc(2026, 5, 1, 10))
+    assert later.thresholds_enforced == (90, 100)
+
+
+def test_alert_only_thresholds_are_not_anticipated(make_spec) -> None:
+    plan = plan_budget(make_spec(), D("49.95"), [svc("a", 3, "2")], AlertState(), utc(2026, 5, 1, 9))
+    assert plan.alerts == () and plan.state is BudgetState.OK  # 49.95 + 0.10 >= 50, but 50 % only alerts
+
+
+def test_crossed_and_ahead_in_one_message(make_spec) -> None:
+    spec = make_spec(thresholds=[{"percent": 80, "actions": ["Alert", "CapReplicas"], "capReplicas": 2},
+                                 {"percent": 100, "actions": ["Alert", "ScaleDown"]}])
+    # 2 replicas x 30 USD = 60 USD/h -> 1.00 USD per 60 s: 99.00 + 1.00 reaches 100
+    plan = plan_budget(spec, D(99), [svc("a", 2, "30")], AlertState(), utc(2026, 5, 1, 9), policy=POLICY)
+    (alert,) = plan.alerts
+    assert alert.title == ("Budget team-search/search-daily crossed 80 % and would have crossed 100 % of its daily "
+                           "limit within 60 s: enforcing now")
+    assert plan.thresholds_crossed == (80,) and plan.thresholds_enforced == (80, 100)
+    assert [(a.action, a.max_replicas, a.ahead) for a in plan.actions] == [(ThresholdAction.SCALE_DOWN, 1, True)]
+
+
+@pytest.mark.parametrize("spent", ["0", "49.99", "80", "99.99", "100", "150"])
+def test_reactive_rule_enforces_exactly_the_crossed_thresholds(make_spec, spent: str) -> None:
+    plan = plan_budget(make_spec(), D(spent), [svc("a", 5, "40")], AlertState(), utc(2026, 5, 1, 9), horizon_s=0)
+    enforcing = tuple(p for p in plan.thresholds_crossed if p != 50)  # 50 % only alerts
+    assert plan.thresholds_enforced == enforcing
+    assert all(not a.ahead for a in plan.actions)

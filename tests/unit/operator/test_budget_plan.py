@@ -286,3 +286,26 @@ def test_lift_all_deletes_only_this_policys_key() -> None:
 @pytest.mark.parametrize("seconds,expected", [(1, 60), (60, 600), (3600, 36000)], ids=["1s", "60s", "1h"])
 def test_heartbeat_is_ten_intervals_but_at_least_a_minute(seconds: int, expected: int) -> None:
     assert heartbeat_s(seconds) == expected
+
+
+def test_the_cap_is_written_one_evaluation_before_the_crossing_and_held_at_the_lower_rate() -> None:
+    isvc = make_isvc()
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(isvc), CATALOG, [], T0).status_patch)
+    # 50 % of 2 USD = 1.00. Spend after 2939 s at 1.200250478 USD/h is 0.979871154, and the next 60 s add
+    # 0.020004175: 0.999875329 < 1.00, nothing yet. After 2940 s: 0.980204557 + 0.020004175 = 1.000208732.
+    early = plan_policy(p1, observed(isvc), CATALOG, [], T0 + dt.timedelta(seconds=2939))
+    assert early.annotation_writes == [] and early.alerts == ()
+    plan = plan_policy(p1, observed(isvc), CATALOG, [], T0 + dt.timedelta(seconds=2940))
+    assert plan.budget is not None and plan.budget.spent_usd == Decimal("0.980204557")
+    (w,) = plan.annotation_writes
+    assert json.loads(w.value or "") == {"maxReplicas": 1, "policy": "ml/daily", "action": "CapReplicas"}
+    (alert,) = plan.alerts
+    assert alert.title == "Budget ml/daily would have crossed 50 % of its daily limit within 60 s: enforcing now"
+    assert plan.status_patch["state"] == "Warning"
+    assert [r["crossed"] for r in plan.status_patch["thresholds"] if r["percent"] == 50] == [False]
+    # One pod now (0.600125239 USD/h, 0.010 USD per interval: 0.990 < 1.00), yet the cap stays and nothing resends.
+    p2, capped = persisted(p1, plan.status_patch), annotated(isvc, plan.annotation_writes)
+    one_pod = observed(capped, pods={"ml": [make_pod("vc", 0)]})
+    later = plan_policy(p2, one_pod, CATALOG, [], T0 + dt.timedelta(seconds=2941))
+    assert later.annotation_writes == [] and later.alerts == ()
+    assert later.budget is not None and later.budget.thresholds_enforced == (50,)
