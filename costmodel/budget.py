@@ -705,6 +705,38 @@ class BudgetPlan:
         return out
 
 
+def rates_after_enforcement(services: Sequence[ServiceState], plan: BudgetPlan, before: AlertState
+                            ) -> list[ServiceObservation]:
+    """The services that ``plan`` lowers at this evaluation, as they run once its enforcement took effect.
+
+    Only a cap that is new or lower than the one in force before (``before.enforced``, same period, not dry
+    run) counts: a cap that was already in force and still sees more replicas did not take effect, and the
+    observed replicas are what is charged.
+
+    Args:
+        services: The selected services as observed at this evaluation (the input of :func:`plan_budget`).
+        plan: Its plan.
+        before: The ``alert_state`` that :func:`plan_budget` was given.
+    Returns:
+        One observation per service lowered now (known replicas above its new enforced maximum): replicas =
+        that maximum, same price. Pass to ``ledger.with_rates_in_force`` so the interval after the action is
+        charged at the lowered rate.
+    """
+    caps = plan.effective_max_replicas()
+    old = ({(e.namespace, e.name): e.max_replicas for e in before.enforced if not e.dry_run}
+           if before.period_start == plan.period_start else {})
+    out = []
+    for s in services:
+        key = (s.namespace, s.name)
+        cap = caps.get(key)
+        if cap is None or s.replicas is None or s.replicas <= cap:
+            continue
+        if key in old and old[key] <= cap:
+            continue  # in force since an earlier evaluation and still exceeded: charge what runs
+        out.append(ServiceObservation(s.namespace, s.name, cap, s.usd_per_replica_hour))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------- planner
 _STRENGTH = {ThresholdAction.CAP_REPLICAS: 1, ThresholdAction.SCALE_DOWN: 2, ThresholdAction.SCALE_TO_ZERO: 3}
 

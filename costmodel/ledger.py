@@ -21,6 +21,11 @@ Rules (all pure; the caller passes ``now``):
 * A rate that was unknown (price or replicas could not be read) integrates to nothing and is reported in
   :attr:`LedgerAdvance.unpriced`; zero replicas always cost zero, even at an unknown price.
 * Services that are no longer observed keep their spend for the rest of the period at replicas 0.
+* When the evaluation itself lowers a service (budget enforcement), the rate in force from ``now`` is the
+  lowered one (:func:`with_rates_in_force`), not the one observed a moment before the action: otherwise the
+  ledger charges every enforcing evaluation one interval at the pre-action rate (a hard cap that held would
+  read as exceeded). The cap takes effect within the apply latency (seconds); only the evaluation that sets a
+  new cap lowers the rate, so a cap that fails to apply is seen, and charged, from the next evaluation on.
 * A clock that steps back before ``observedTime`` is treated as standing still until it passes it.
 """
 
@@ -108,7 +113,8 @@ class LedgerEntry:
     """One service in ``status.ledger.services``.
 
     Attributes:
-        replicas: Replicas observed at ``observedTime`` (None = unknown).
+        replicas: Replicas in force since ``observedTime``: observed then, or lowered by the enforcement applied
+            then (None = unknown).
         cost_usd_per_hour: Service rate in force since ``observedTime`` (None = unknown).
         spent_usd: Spend of this service in the ledger's period up to ``observedTime``.
     """
@@ -370,7 +376,32 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
                          tuple(unpriced), new_period)
 
 
+def with_rates_in_force(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterable[ServiceObservation]
+                        ) -> Ledger:
+    """The same ledger with the rates in force from ``ledger.observed_time`` replaced for ``observations``.
+
+    Spend is unchanged; only what the next :func:`advance` integrates changes. Used after an evaluation that
+    lowered services (``modalscale.costmodel.budget.rates_after_enforcement``).
+
+    Args:
+        ledger: The ledger returned by :func:`advance` at this evaluation.
+        observations: Services as they run from now on; each must already be in ``ledger``.
+    Returns:
+        A new :class:`Ledger`.
+    Raises:
+        ValueError: A service that is not in ``ledger``.
+    """
+    by_key = {(o.namespace, o.name): o for o in observations}
+    unknown = by_key.keys() - {e.key for e in ledger.entries}
+    if unknown:
+        raise ValueError(f"not in the ledger: {', '.join(f'{ns}/{n}' for ns, n in sorted(unknown))}")
+    entries = tuple(replace(e, replicas=by_key[e.key].replicas, cost_usd_per_hour=by_key[e.key].cost_usd_per_hour)
+                    if e.key in by_key else e for e in ledger.entries)
+    return replace(ledger, entries=entries)
+
+
 __all__ = [
     "ClosedPeriod", "CostSegment", "Ledger", "LedgerAdvance", "LedgerEntry", "LedgerFormatError",
     "ServiceObservation", "UnpricedInterval", "advance", "floor_to_second", "format_time", "parse_time",
+    "with_rates_in_force",
 ]

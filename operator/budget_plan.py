@@ -13,6 +13,10 @@ Rules decided here (the rest is ``plan_budget``'s):
   ``status.costUSDPerHour`` (:func:`modalscale.operator.isvc_plan.running_replicas`), so both agree. Pods are
   used rather than ``Deployment.status.replicas`` because a pending pod holds no GPU and a pod of an old
   ReplicaSet still does. Pods that could not be listed make the count unknown (governance blind).
+* **Ledger after an action**: the interval that starts at an evaluation which lowers services is charged at
+  the lowered rate (``rates_after_enforcement``): the cap annotations are written before the status, and the
+  InferenceService reconcile applies them within seconds. Only a new (or lower) cap does this: a cap already
+  in force that still sees more replicas did not take effect, and what runs is charged.
 * **Enforcement** is written only as the annotation ``budget.modalscale.io/cap-<sha256(ns/name)[:10]>`` on each
   InferenceService (the InferenceService reconcile is the one writer of replicas). Lifting deletes it. Dry run
   writes none. An InferenceService that carries this policy's annotation but is no longer enforced (new
@@ -49,10 +53,11 @@ from modalscale.costmodel.budget import (
     ServiceState,
     parse_budget_spec,
     plan_budget,
+    rates_after_enforcement,
     service_state,
 )
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
-from modalscale.costmodel.ledger import Ledger, LedgerFormatError, advance, parse_time
+from modalscale.costmodel.ledger import Ledger, LedgerFormatError, advance, parse_time, with_rates_in_force
 from modalscale.costmodel.quantities import InvalidQuantity
 from modalscale.notify.sender import DeliveryResult, alert_delivered_condition
 from modalscale.operator import conditions as cond
@@ -323,6 +328,8 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     services = selected_services(spec, ns, observed, catalog)
     result = advance(ledger, [s.observation() for s in services], now, spec.period, spec.time_zone)
     plan = plan_budget(spec, result, services, alert_state, now, policy=ref)
+    # Services capped now run at most their cap from now on (the annotations are written before the status).
+    ledger = with_rates_in_force(result.ledger, rates_after_enforcement(services, plan, alert_state))
 
     # ---- enforcement as annotations (level-based: the whole desired set every time)
     key = cap_annotation_key(ns, name)
@@ -352,7 +359,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     conditions = cond.upsert(old_conditions, [ready, exceeded, _alert_condition(old_conditions, delivered)],
                              generation, now)
 
-    desired = {"observedGeneration": generation, **plan.status_fields(result.ledger), "conditions": conditions}
+    desired = {"observedGeneration": generation, **plan.status_fields(ledger), "conditions": conditions}
     merged = {**status, **desired}
     write = _material(merged) != _material(status) or _due(status, spec.evaluation_interval_s, now)
     patch = cond.status_patch(status, desired) if write else {}

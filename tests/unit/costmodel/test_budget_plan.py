@@ -20,6 +20,7 @@ from modalscale.costmodel.budget import (
     ThresholdAction,
     parse_budget_spec,
     plan_budget,
+    rates_after_enforcement,
     service_state,
 )
 from modalscale.costmodel.catalog import ReplicaResources, default_catalog
@@ -432,3 +433,19 @@ def test_reactive_rule_enforces_exactly_the_crossed_thresholds(make_spec, spent:
     enforcing = tuple(p for p in plan.thresholds_crossed if p != 50)  # 50 % only alerts
     assert plan.thresholds_enforced == enforcing
     assert all(not a.ahead for a in plan.actions)
+
+
+def test_only_a_new_or_lower_cap_lowers_the_rate_charged_from_now_on(make_spec) -> None:
+    spec = make_spec()  # 80 %: CapReplicas 2; 100 %: ScaleDown to 1
+    services = [svc("a", 4, "1.5"), svc("b", 1, "2")]
+    capped = plan_budget(spec, D(85), services, AlertState(), utc(2026, 5, 1, 9))
+    # a runs 4 > cap 2: charged 2 x 1.5 from now; b runs 1 <= 2: as observed, so not listed.
+    assert rates_after_enforcement(services, capped, AlertState()) == [ServiceObservation("team-search", "a", 2, D("1.5"))]
+    # The next evaluation still sees a at 4: the same cap did not take effect, so 4 replicas are charged.
+    again = plan_budget(spec, D(86), services, roundtrip(capped), utc(2026, 5, 1, 9, 1))
+    assert rates_after_enforcement(services, again, roundtrip(capped)) == []
+    # A stronger action (ScaleDown to 1) is new: lowered again, now to 1.
+    down = plan_budget(spec, D(100), services, roundtrip(again), utc(2026, 5, 1, 9, 2))
+    assert rates_after_enforcement(services, down, roundtrip(again)) == [ServiceObservation("team-search", "a", 1, D("1.5"))]
+    dry = plan_budget(make_spec(enforcement={"dryRun": True}), D(85), services, AlertState(), utc(2026, 5, 1, 9))
+    assert rates_after_enforcement(services, dry, AlertState()) == []  # nothing is applied in a dry run

@@ -14,6 +14,7 @@ from modalscale.costmodel.ledger import (
     ServiceObservation,
     advance,
     format_time,
+    with_rates_in_force,
 )
 
 UTC = timezone.utc
@@ -227,3 +228,17 @@ def test_duplicate_observation_and_naive_now_are_rejected() -> None:
         advance(Ledger(), [obs("a", 1, "1"), obs("a", 2, "1")], utc(2026, 5, 1), "Daily")
     with pytest.raises(ValueError, match="timezone-aware"):
         advance(Ledger(), [], datetime(2026, 5, 1), "Daily")
+
+
+def test_rates_in_force_replace_only_what_the_next_interval_integrates() -> None:
+    # a: 4 replicas x 1.5 = 6 USD/h for one hour -> 6; b: 1 x 2 = 2 USD/h -> 2.
+    first = advance(Ledger(), [obs("a", 4, "1.5"), obs("b", 1, "2")], utc(2026, 5, 1, 9), "Daily").ledger
+    at_10 = advance(first, [obs("a", 4, "1.5"), obs("b", 1, "2")], utc(2026, 5, 1, 10), "Daily").ledger
+    lowered = with_rates_in_force(at_10, [obs("a", 1, "1.5")])
+    assert lowered.spent_usd == at_10.spent_usd == D(8)  # spend already counted is untouched
+    assert [(e.name, e.replicas, e.cost_usd_per_hour) for e in lowered.entries] == [("a", 1, D("1.5")), ("b", 1, D(2))]
+    # 10:00 -> 10:30 at a 1 x 1.5 + b 2 = 3.5 USD/h -> 1.75 (at the observed 8 USD/h it would have been 4)
+    later = advance(reload(lowered), [obs("a", 1, "1.5"), obs("b", 1, "2")], utc(2026, 5, 1, 10, 30), "Daily")
+    assert later.spent_usd == D("9.75")
+    with pytest.raises(ValueError, match="default/c"):
+        with_rates_in_force(at_10, [obs("c", 1, "1")])

@@ -187,10 +187,18 @@ def test_crossing_a_cap_threshold_annotates_once_and_alerts_once_per_period() ->
                                                       "dryRun": False}]
     reasons = [e[1] for e in plan.events]
     assert "ThresholdCrossed" in reasons and "BudgetEnforced" in reasons
-    # Replayed after the status and annotation were persisted: nothing to write, nothing to send.
+    # The ledger charges the capped rate from now on: 1 replica, 0.600125239 USD/h.
+    (entry,) = plan.status_patch["ledger"]["services"]
+    assert (entry["replicas"], entry["costUSDPerHour"]) == (1, "0.600125239")
+    # The cap took effect: the next evaluation only records the lower burn rate it now observes.
     p2 = persisted(p1, plan.status_patch)
-    again = plan_policy(p2, observed(annotated(isvc, plan.annotation_writes)), CATALOG, [],
-                        t1 + dt.timedelta(seconds=1))
+    capped = observed(annotated(isvc, plan.annotation_writes), pods={"ml": [make_pod("vc", 0)]})
+    settled = plan_policy(p2, capped, CATALOG, [], t1 + dt.timedelta(seconds=1))
+    assert settled.annotation_writes == [] and settled.alerts == ()
+    assert settled.status_patch["burnRatePerHour"] == "0.60"
+    assert settled.status_patch["ledger"]["services"][0]["replicas"] == 1
+    # Replayed after that was persisted: nothing to write, nothing to send.
+    again = plan_policy(persisted(p2, settled.status_patch), capped, CATALOG, [], t1 + dt.timedelta(seconds=2))
     assert again.annotation_writes == [] and again.alerts == () and again.status_patch == {}
 
 
@@ -309,3 +317,18 @@ def test_the_cap_is_written_one_evaluation_before_the_crossing_and_held_at_the_l
     later = plan_policy(p2, one_pod, CATALOG, [], T0 + dt.timedelta(seconds=2941))
     assert later.annotation_writes == [] and later.alerts == ()
     assert later.budget is not None and later.budget.thresholds_enforced == (50,)
+
+
+def test_a_cap_that_did_not_take_effect_is_charged_at_the_replicas_still_running() -> None:
+    isvc = make_isvc()
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(isvc), CATALOG, [], T0).status_patch)
+    t1 = T0 + dt.timedelta(hours=1)
+    capped = plan_policy(p1, observed(isvc), CATALOG, [], t1)  # CapReplicas 1; the ledger assumes 1 from t1
+    p2 = persisted(p1, capped.status_patch)
+    # 60 s later both pods still run (the InferenceService never applied the cap). [t1, t1+60) was charged at the
+    # capped 0.600125239 USD/h: 1.200250478 + 0.010002087 = 1.210252565; from now on both replicas are charged.
+    later = plan_policy(p2, observed(annotated(isvc, capped.annotation_writes)), CATALOG, [],
+                        t1 + dt.timedelta(seconds=60))
+    assert later.budget is not None and later.budget.spent_usd == Decimal("1.210252565")
+    (entry,) = later.status_patch["ledger"]["services"]
+    assert (entry["replicas"], entry["costUSDPerHour"]) == (2, "1.200250478")
