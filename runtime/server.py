@@ -38,6 +38,11 @@ from modalscale.runtime.repo_config import RuntimeConfig, build_repository, serv
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "modalscale" / "triton"
 """Where the prepared backend directory lives (one sub-directory per wheel + Python version)."""
 
+SUMMARY_LATENCIES_ARG = "--metrics-config=summary_latencies=true"
+"""Enables Triton's latency summaries (``nv_inference_request_summary_us{model,version,quantile}``, quantiles 0.5,
+0.9, 0.95, 0.99 and 0.999 over a sliding window, seen on Triton 2.51); the operator's pods pass the same argument.
+Triton exports no request summary for a model with its response cache enabled."""
+
 
 class TritonNotFound(RuntimeError):
     """The ``nvidia-pytriton`` wheel (and so ``tritonserver``) is not installed: install ``modalscale[runtime]``."""
@@ -252,7 +257,12 @@ class TritonProcess:
         return self._proc.pid if self._proc else None
 
     def command(self, dist: TritonDistribution, backend_directory: Path) -> list[str]:
-        """The full ``tritonserver`` command line."""
+        """The full ``tritonserver`` command line.
+
+        Like the operator's pods (``operator/isvc_objects.py``), every local server exports Triton's latency
+        quantiles (``nv_inference_request_summary_us{quantile=...}``, ``--metrics-config=summary_latencies=true``),
+        which the autoscaler reads as the observed p95, whatever the model repository.
+        """
         return [
             str(dist.binary),
             f"--model-repository={self.model_repository}",
@@ -262,6 +272,7 @@ class TritonProcess:
             f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}",
             f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}",
             "--allow-metrics=true", "--allow-cpu-metrics=true", "--allow-gpu-metrics=false",
+            SUMMARY_LATENCIES_ARG,
             f"--exit-timeout-secs={self.exit_timeout_s}",
             "--disable-auto-complete-config",
             "--strict-readiness=true",
