@@ -77,6 +77,57 @@ RECORDED: dict[str, list[dict[str, Any]]] = {
                         ({"instance": "127.0.0.1:18999"}, "1796040026.556")]),
 }
 
+T_LABELLED = 1796049435.144  # evaluation time of the second recording
+
+
+def _answer_at(t: float, rows: list[tuple[dict[str, str], str]]) -> list[dict[str, Any]]:
+    return [{"metric": labels, "value": [t, value]} for labels, value in rows]
+
+
+# Recorded on 2026-11-30 from Prometheus scraping `tritonserver` serving the default RuntimeConfig with the feature
+# histograms labelled by modality and --metrics-config=summary_latencies=true, under a 3 req/s mixed
+# synthetic_trace(seed=5) of 70 s; one target. Labels other than modality/model/instance dropped.
+RECORDED_LABELLED: dict[str, list[dict[str, Any]]] = {key: _answer_at(T_LABELLED, rows) for key, rows in {
+    "requests": [({"modality": "image"}, "0.9321559920681999"), ({"modality": "image_text"}, "0.7287765028896835"),
+                 ({"modality": "text"}, "1.2541735166008507")],
+    "recent_requests": [({"modality": "image"}, "0.9283724916089409"),
+                        ({"modality": "image_text"}, "0.7141326858530315"),
+                        ({"modality": "text"}, "1.3568521031207597")],
+    "images": [({"modality": "image"}, "1.457553005779367"), ({"modality": "image_text"}, "1.355863261190109"),
+               ({"modality": "text"}, "0")],
+    "recent_images": [({"modality": "image"}, "1.571091908876669"), ({"modality": "image_text"}, "1.571091908876669"),
+                      ({"modality": "text"}, "0")],
+    "pixels": [({"modality": "image"}, "604979.6789993729"), ({"modality": "image_text"}, "409527.1087910784")],
+    "recent_pixels": [({"modality": "image"}, "532877.8118974505"),
+                      ({"modality": "image_text"}, "370169.8207526958")],
+    "tokens": [({"modality": "image_text"}, "38.642102943918104"), ({"modality": "text"}, "58.98005186176974")],
+    "recent_tokens": [({"modality": "image_text"}, "47.98971648932371"), ({"modality": "text"}, "57.701921016924935")],
+    "nv_count": [({"model": "multimodal"}, "2.898157720793858"), ({"model": "multimodal_image"}, "0.9152077013033235"),
+                 ({"model": "multimodal_image_text"}, "0.7287765028896835"),
+                 ({"model": "multimodal_text"}, "1.2541735166008507")],
+    "nv_exec": [({"model": "multimodal"}, "2.898157720793858"), ({"model": "multimodal_image"}, "0.8982594105384472"),
+                ({"model": "multimodal_image_text"}, "0.6948799213599308"),
+                ({"model": "multimodal_text"}, "1.2541735166008507")],
+    "nv_compute_us": [({"model": "multimodal"}, "350776.8588037896"),
+                      ({"model": "multimodal_image"}, "118012.0671830246"),
+                      ({"model": "multimodal_image_text"}, "137958.57837737064"),
+                      ({"model": "multimodal_text"}, "40144.45028218904")],
+    "nv_success": [({"model": "multimodal"}, "2.898157720793858"),
+                   ({"model": "multimodal_image"}, "0.9152077013033235"),
+                   ({"model": "multimodal_image_text"}, "0.7287765028896835"),
+                   ({"model": "multimodal_text"}, "1.2541735166008507")],
+    "nv_request_us": [({"model": "multimodal"}, "351236.9032083114"),
+                      ({"model": "multimodal_image"}, "129675.91478399403"),
+                      ({"model": "multimodal_image_text"}, "171455.19719336304"),
+                      ({"model": "multimodal_text"}, "43832.19497313696")],
+    "nv_pending": [({"model": "multimodal"}, "0"), ({"model": "multimodal_image"}, "0"),
+                   ({"model": "multimodal_image_text"}, "0"), ({"model": "multimodal_text"}, "0")],
+    "nv_p95_us": [({"model": "multimodal"}, "417878"), ({"model": "multimodal_image"}, "346134"),
+                  ({"model": "multimodal_image_text"}, "591504"), ({"model": "multimodal_text"}, "59406")],
+    "up": [({"instance": "127.0.0.1:35699"}, "1")],
+    "scraped": [({"instance": "127.0.0.1:35699"}, "1796049435.019")],
+}.items()}
+
 RATE = {"text": 0.5478826666666666, "image": 0.34242666666666666, "image_text": 0.4965186666666666}
 EXEC = {"text": 0.4965186666666666, "image": 0.30818399999999996, "image_text": 0.25682}
 COMPUTE_US = {"text": 97320.39808, "image": 293444.1585266667, "image_text": 1128346.86784}
@@ -133,6 +184,31 @@ def test_recent_window_has_its_own_rates_and_no_observed_service() -> None:
     image_requests = 0.7142857142857142 + 1.357142857142857
     assert recent["image"].mean_image_count == pytest.approx(3.142857142857143 / image_requests)
     assert all(c.observed_service_ms is None for c in recent.values())
+
+
+def test_recorded_labelled_answer_gives_each_class_its_own_means() -> None:
+    reading = parse_answers(RECORDED_LABELLED, "multimodal")
+    assert reading.problem is None
+    classes = by_class(reading.workload)
+    image_rps, image_text_rps, text_rps = 0.9321559920681999, 0.7287765028896835, 1.2541735166008507
+    assert classes["image"].mean_image_count == pytest.approx(1.457553005779367 / image_rps)
+    assert classes["image_text"].mean_image_count == pytest.approx(1.355863261190109 / image_text_rps)
+    assert classes["image"].mean_image_pixels == pytest.approx(604979.6789993729 / image_rps)
+    assert classes["image_text"].mean_image_pixels == pytest.approx(409527.1087910784 / image_text_rps)
+    assert classes["text"].mean_text_tokens == pytest.approx(58.98005186176974 / text_rps)
+    assert classes["image_text"].mean_text_tokens == pytest.approx(38.642102943918104 / image_text_rps)
+    assert classes["text"].mean_image_count == 0 and classes["image"].mean_text_tokens == 0
+    # the trace sent larger images in image-only requests (673k vs 504k px per request over the whole trace):
+    # per-class means keep that apart (649k, 562k); a pooled mean would give both classes 611k
+    assert classes["image"].mean_image_pixels > 640_000 > 570_000 > classes["image_text"].mean_image_pixels
+    recent = by_class(reading.recent_workload)
+    assert recent["image_text"].mean_text_tokens == pytest.approx(47.98971648932371 / 0.7141326858530315)
+
+
+def test_recorded_labelled_answer_reads_the_routers_p95() -> None:
+    reading = parse_answers(RECORDED_LABELLED, "multimodal")
+    assert reading.p95_latency_ms == pytest.approx(417.878)  # the client-facing router, not a modality model
+    assert reading.extra["mean_latency_ms"] == pytest.approx(351236.9032083114 / 2.898157720793858 / 1000)
 
 
 def _labelled(answers: dict[str, Any], prefix: str = "") -> dict[str, Any]:
