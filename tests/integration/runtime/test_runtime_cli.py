@@ -90,6 +90,12 @@ def test_load_replays_a_trace_csv(served: tuple, tmp_path: Path) -> None:
     assert {k: v["requests"] for k, v in stats.items()} == {"image": 2, "text": 2, "image_text": 1, "all": 5}
     assert all(v["errors"] == 0 for v in stats.values())
     assert stats["all"]["p50_ms"] <= stats["all"]["p99_ms"]
+    # runtime serve exports Triton's latency quantiles, as the operator's pods do (the autoscaler's observed p95).
+    # Triton 2.51 exports no request summary for a model with the response cache on (here the router), so the
+    # modality models carry them.
+    metrics = scrape_metrics(f"http://127.0.0.1:{ports['metrics']}/metrics")
+    for model in ("multimodal_image", "multimodal_text", "multimodal_image_text"):
+        assert metrics.get(f'nv_inference_request_summary_us{{model="{model}",quantile="0.95",version="1"}}', 0) > 0
 
 
 IN_FLIGHT = 10

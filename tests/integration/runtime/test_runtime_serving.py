@@ -1,5 +1,6 @@
 """The built-in model on a real tritonserver: every modality answers with the documented outputs, feature
-metrics on /metrics equal what was sent, and bad inputs get per-request errors while others are served."""
+metrics on /metrics equal what was sent in each modality class, and bad inputs get per-request errors while
+others are served."""
 
 from __future__ import annotations
 
@@ -98,27 +99,54 @@ def test_feature_metrics_equal_what_was_sent(triton_server: TritonProcess, clien
                  text="a dog on the grass")                                               # 3072 + 10000 px, 5 tok
     client.infer(images=[photo_at("flower", 64, 48)], text="coffee in a cup")             # 3072 px, 4 tokens
     after = scrape(triton_server)
-    assert delta(before, after, 'modalscale_requests_total{modality="image"}') == 1
-    assert delta(before, after, 'modalscale_requests_total{modality="text"}') == 1
-    assert delta(before, after, 'modalscale_requests_total{modality="image_text"}') == 2
-    assert delta(before, after, "modalscale_request_image_pixels_count") == 4
-    assert delta(before, after, "modalscale_request_image_pixels_sum") == 60000 + 3072 + 10000 + 3072
-    assert delta(before, after, 'modalscale_request_image_pixels_bucket{le="4096"}') == 2
-    assert delta(before, after, 'modalscale_request_image_pixels_bucket{le="16384"}') == 3
-    assert delta(before, after, "modalscale_request_images_count") == 4
-    assert delta(before, after, "modalscale_request_images_sum") == 1 + 0 + 2 + 1
-    assert delta(before, after, 'modalscale_request_images_bucket{le="0"}') == 1
-    assert delta(before, after, "modalscale_request_text_tokens_count") == 3
-    assert delta(before, after, "modalscale_request_text_tokens_sum") == 5 + 5 + 4
-    # every accepted request observes fusion once; image requests the image encoder (cache misses only)
-    assert delta(before, after, 'modalscale_stage_compute_seconds_count{stage="fusion"}') == 4
-    assert delta(before, after, 'modalscale_stage_compute_seconds_count{stage="text_encoder"}') == 3
-    assert delta(before, after, 'modalscale_stage_compute_seconds_sum{stage="image_encoder"}') > 0
+
+    def d(key: str) -> float:
+        return delta(before, after, key)
+
+    assert d('modalscale_requests_total{modality="image"}') == 1
+    assert d('modalscale_requests_total{modality="text"}') == 1
+    assert d('modalscale_requests_total{modality="image_text"}') == 2
+    # each request's features land in its own class's series, and only there
+    assert d('modalscale_request_image_pixels_count{modality="image"}') == 1
+    assert d('modalscale_request_image_pixels_sum{modality="image"}') == 60000
+    assert d('modalscale_request_image_pixels_bucket{le="16384",modality="image"}') == 0
+    assert d('modalscale_request_image_pixels_bucket{le="65536",modality="image"}') == 1
+    assert d('modalscale_request_image_pixels_count{modality="image_text"}') == 3
+    assert d('modalscale_request_image_pixels_sum{modality="image_text"}') == 3072 + 10000 + 3072
+    assert d('modalscale_request_image_pixels_bucket{le="4096",modality="image_text"}') == 2
+    assert d('modalscale_request_image_pixels_bucket{le="16384",modality="image_text"}') == 3
+    assert d('modalscale_request_images_count{modality="image"}') == 1
+    assert d('modalscale_request_images_sum{modality="image"}') == 1
+    assert d('modalscale_request_images_count{modality="text"}') == 1
+    assert d('modalscale_request_images_sum{modality="text"}') == 0
+    assert d('modalscale_request_images_bucket{le="0",modality="text"}') == 1
+    assert d('modalscale_request_images_count{modality="image_text"}') == 2
+    assert d('modalscale_request_images_sum{modality="image_text"}') == 2 + 1
+    assert d('modalscale_request_images_bucket{le="0",modality="image_text"}') == 0
+    assert d('modalscale_request_text_tokens_count{modality="text"}') == 1
+    assert d('modalscale_request_text_tokens_sum{modality="text"}') == 5
+    assert d('modalscale_request_text_tokens_count{modality="image_text"}') == 2
+    assert d('modalscale_request_text_tokens_sum{modality="image_text"}') == 5 + 4
+    # series a class cannot observe are not exported, and no unlabelled (pooled) series is left
+    for key in ('modalscale_request_image_pixels_count{modality="text"}',
+                'modalscale_request_text_tokens_count{modality="image"}', "modalscale_request_image_pixels_count",
+                "modalscale_request_images_count", "modalscale_request_text_tokens_count"):
+        assert key not in after, key
+    # every accepted request observes fusion once under its class; the text encoder runs for requests with text
+    for modality, requests in (("image", 1), ("text", 1), ("image_text", 2)):
+        assert d(f'modalscale_stage_compute_seconds_count{{modality="{modality}",stage="fusion"}}') == requests
+    assert d('modalscale_stage_compute_seconds_count{modality="text",stage="text_encoder"}') == 1
+    assert d('modalscale_stage_compute_seconds_count{modality="image_text",stage="text_encoder"}') == 2
+    assert d('modalscale_stage_compute_seconds_count{modality="image",stage="text_encoder"}') == 0
+    assert d('modalscale_stage_compute_seconds_sum{modality="image",stage="image_encoder"}') > 0
+    assert d('modalscale_stage_compute_seconds_count{modality="text",stage="image_encoder"}') == 0
     # the second flower 64x48 is the same bytes as the first: served from the embedding cache
-    assert delta(before, after, 'modalscale_embedding_cache_lookups_total{result="hit"}') == 1
-    assert delta(before, after, 'modalscale_embedding_cache_lookups_total{result="miss"}') == 3
-    # Triton's own series stay available next to ours
-    assert delta(before, after, 'nv_inference_request_success{model="multimodal",version="1"}') == 4
+    assert d('modalscale_embedding_cache_lookups_total{result="hit"}') == 1
+    assert d('modalscale_embedding_cache_lookups_total{result="miss"}') == 3
+    # Triton's own series stay available next to ours, with latency quantiles as in the operator's pods
+    assert d('nv_inference_request_success{model="multimodal",version="1"}') == 4
+    assert d('nv_inference_request_summary_us_count{model="multimodal",version="1"}') == 4
+    assert after['nv_inference_request_summary_us{model="multimodal",quantile="0.95",version="1"}'] > 0
 
 
 def _png(image: Image.Image) -> bytes:
