@@ -253,6 +253,51 @@ def test_thresholds_alert_once_each_then_cap_and_scale_down_through_the_inferenc
           f"(evaluation interval 1 s, timeline sampled every 0.1 s)")
 
 
+def test_a_hard_cap_is_enforced_one_evaluation_before_the_spend_reaches_it(
+        api: Any, operator: Any, namespace: str, h100_node: list[str], slack: ChatReceiver) -> None:
+    ns = namespace
+    make_secret(api, ns, "slack-hook", url=slack.url)
+    start_isvc(api, ns, "one", replicas=1, max_replicas=1)
+    # One replica (~82.56 USD/h) spends ~0.459 USD per 20 s evaluation interval. Evaluation 1 (at creation) sees 0,
+    # evaluation 2 (~20 s) ~0.459: with the next interval's ~0.459 that passes the 0.70 limit, so it scales to
+    # zero now, while spent is still under the limit (as long as evaluation 2 is not over 10 s late). Acting only
+    # once spend had passed the limit would have waited for evaluation 3 (~40 s, ~0.92 USD: 31 % over).
+    limit = Decimal("0.70")
+    timeline = ReplicaTimeline(api, ns, "one")
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+        "budget", str(limit), [{"percent": 100, "actions": ["Alert", "ScaleToZero"]}],
+        [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}],
+        evaluationIntervalSeconds=20))
+    try:
+        status = wait_for(lambda: (s := get_policy(api, ns, "budget").get("status") or {}).get("enforcedServices")
+                          and s, 90, "ScaleToZero in status")
+        wait_for(lambda: running_pods(api, ns, "one") == 0, 60, "scaled to zero running pods")
+        assert slack.wait_for(1, timeout_s=60, accepted_only=True)
+    finally:
+        timeline.stop()
+
+    assert status["enforcedServices"] == [{"namespace": ns, "name": "one", "action": "ScaleToZero", "maxReplicas": 0,
+                                           "since": status["enforcedServices"][0]["since"], "dryRun": False}]
+    spent = Decimal(status["spent"])
+    assert spent < limit and status["state"] == "Warning"
+    (record,) = [r for r in status["thresholds"] if not r.get("forecast")]
+    assert record["crossed"] is False and record["alertedPeriodStart"] == status["periodStart"]
+    # From the enforcing evaluation on, the ledger charges the capped rate: nothing.
+    (svc,) = status["ledger"]["services"]
+    assert svc["replicas"] == 0 and Decimal(svc["costUSDPerHour"]) == 0
+    conds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conds["BudgetExceeded"] == ("False", "ThresholdAhead")
+    assert titles(slack) == [f"Budget {ns}/budget would have crossed 100 % of its daily limit within 20 s: "
+                             "enforcing now"]
+    assert client.AppsV1Api(api).read_namespaced_deployment("one", ns).spec.replicas == 0
+    enforced_at = parse_time(status["enforcedServices"][0]["since"], "since")
+    zeroed = timeline.first(lambda spec, st: spec == 0)
+    assert zeroed
+    print(f"\nfigure: hard cap enforced at {spent} of {limit} USD ({spent / limit * 100:.1f} %), one 20 s interval "
+          f"ahead; Deployment spec.replicas 1->0 {(zeroed - enforced_at).total_seconds():.2f} s after the enforcing "
+          f"evaluation (timeline sampled every 0.1 s)")
+
+
 def test_webhook_answering_429_then_200_gets_the_alert_exactly_once(api: Any, operator: Any, namespace: str,
                                                                     h100_node: list[str]) -> None:
     ns = namespace
