@@ -14,6 +14,7 @@ import asyncio
 import base64
 import calendar
 import concurrent.futures
+import datetime as dt
 import json
 import random
 import subprocess
@@ -179,12 +180,13 @@ def _trace(image_heavy: bool, seed: int = 11) -> list[TraceRow]:
         rows.append(TraceRow(t, 3, 1024, 768, 0) if image_heavy else TraceRow(t, 0, 0, 0, 32))
 
 
-def _run_load(triton: TritonProcess, api: Any, op: OperatorProcess, ns: str, name: str, image_heavy: bool
-              ) -> dict[str, Any]:
+def _run_load(triton: TritonProcess, api: Any, op: OperatorProcess, prometheus: PrometheusProcess, ns: str,
+              name: str, image_heavy: bool) -> dict[str, Any]:
     """Replay the load in a thread while following the InferenceService; returns the peak desired replicas (with
     the decision behind it) and the peak offered load with the per-request service time of the class at that
     moment, both from the operator's metrics (exported every decision; status.autoscaler is rewritten only when
-    the outcome changes)."""
+    the outcome changes), and what the operator's Prometheus reader sees once the load is over (``reading``)."""
+    from modalscale.operator.autoscale_observe import PrometheusReader
     from modalscale.runtime.loadgen import replay
 
     peak: dict[str, Any] = {"desired": 0, "autoscaler": {}, "load_erlangs": 0.0, "service_ms": 0.0, "timeline": []}
@@ -215,6 +217,8 @@ def _run_load(triton: TritonProcess, api: Any, op: OperatorProcess, ns: str, nam
         report = load.result()
     assert all(s.errors == 0 for s in report.stats), report.errors
     peak["report"] = report
+    # the whole load lies inside the 60 s stable window: LOAD_S plus the 2 decision intervals waited above
+    peak["reading"] = PrometheusReader(prometheus.url).read(ns, name, "multimodal", dt.datetime.now(dt.UTC))
     return peak
 
 
@@ -239,12 +243,12 @@ def scaled(as_api: Any, triton: TritonProcess, prometheus: PrometheusProcess, au
     probed = time.time()
     wait_for(lambda: _autoscaler(as_api, ns, "text-svc").get("metricsAvailable"), 90, "text-svc metrics")
     idle = _decided_after(as_api, ns, "text-svc", probed + 2)
-    text = _run_load(triton, as_api, autoscale_operator, ns, "text-svc", image_heavy=False)
+    text = _run_load(triton, as_api, autoscale_operator, prometheus, ns, "text-svc", image_heavy=False)
 
     # Phase B: the same Triton now counts for image-svc.
     prometheus.set_targets([_target(triton, ns, "image-svc")])
     wait_for(lambda: _autoscaler(as_api, ns, "image-svc").get("metricsAvailable"), 90, "image-svc metrics")
-    image = _run_load(triton, as_api, autoscale_operator, ns, "image-svc", image_heavy=True)
+    image = _run_load(triton, as_api, autoscale_operator, prometheus, ns, "image-svc", image_heavy=True)
     return {"ns": ns, "idle": idle, "text": text, "image": image}
 
 
@@ -278,6 +282,29 @@ def test_image_heavy_load_raises_desired_replicas_more_than_text_only_at_the_sam
     assert ups and all(h["reason"] in AUTOSCALER_REASONS for h in ups), history
     assert autoscale_operator.metric("modalscale_autoscaler_decisions_total", namespace=ns,
                                      inferenceservice="image-svc") > 0
+
+
+@pytest.mark.timeout(1200)
+def test_prometheus_answers_give_each_class_its_own_features_and_a_p95(scaled: dict[str, Any]) -> None:
+    """The runtime's modality-labelled histograms, read by the operator's own reader through the real Prometheus:
+    the trace's features come back per class (3 images of 1024x768; 32 tokens), and Triton's p95 is there."""
+    for load, modality in ((scaled["text"], "text"), (scaled["image"], "image")):
+        reading = load["reading"]
+        assert reading.problem is None, reading.problem
+        assert [c.modality for c in reading.workload] == [modality], reading.workload
+        (cls,) = reading.workload
+        # rates of _sum and of the request counter come from the same scrapes; 2 % covers Prometheus clamping one
+        # series' extrapolation at zero and not the other's
+        if modality == "image":
+            assert (cls.mean_image_count, cls.mean_text_tokens) == (pytest.approx(3, rel=0.02), 0.0)
+            assert cls.mean_image_pixels == pytest.approx(3 * 1024 * 768, rel=0.02)
+        else:
+            assert (cls.mean_image_count, cls.mean_image_pixels) == (0.0, 0.0)
+            assert cls.mean_text_tokens == pytest.approx(32, rel=0.02)
+        # --metrics-config=summary_latencies=true on the local server, as in the operator's pods
+        assert reading.p95_latency_ms is not None and reading.p95_latency_ms > 0, reading.extra
+        print(f"\nfigure: {modality} load: Triton p95 {reading.p95_latency_ms:.0f} ms, mean "
+              f"{reading.extra.get('mean_latency_ms', float('nan')):.0f} ms")
 
 
 @pytest.mark.timeout(1200)
