@@ -1,7 +1,9 @@
 """Names, help texts and bucket boundaries of the per-request feature metrics (pure; no Triton import).
 
 Triton's Python backend (2.51) supports counters, gauges and histograms through ``pb_utils.MetricFamily``;
-they appear on Triton's ``/metrics`` endpoint next to the standard ``nv_inference_*`` series.
+they appear on Triton's ``/metrics`` endpoint next to the standard ``nv_inference_*`` series. Every feature
+histogram carries the request's ``modality``, so the operator's autoscaler (``autoscale_observe``) reads each
+class's mean features instead of means pooled over the classes.
 """
 
 from __future__ import annotations
