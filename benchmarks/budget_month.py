@@ -1,19 +1,32 @@
 """Benchmark (not a test): one simulated month of budget governance, evaluated every 60 s.
 
 Three InferenceServices follow a synthetic diurnal replica trajectory (an autoscaler decides every 15 s, so
-replicas change between budget evaluations). The BudgetPolicy is Monthly in Europe/Berlin (March 2026: 31 days
-minus the DST hour) with thresholds 50 % Alert, 80 % CapReplicas 2, 100 % ScaleDown (floor 1) and
-105 % ScaleToZero. Every evaluation goes through the real pure API: ``ledger.advance`` -> ``plan_budget``; the
-status (ledger + alert state) is round-tripped through JSON every evaluation, as after an operator restart.
+replicas change between budget evaluations). Budgets are in Europe/Berlin (March 2026: 31 days minus the DST
+hour). Every evaluation goes through the real pure API: ``ledger.advance`` -> ``plan_budget``; the status (ledger
++ alert state) is round-tripped through JSON every evaluation, as after an operator restart.
 
-Printed, side by side with the ungoverned baseline run (same trajectory, no enforcement):
+Each step ``t`` (every 15 s): the autoscaler sets replicas within the budget caps in force; on an evaluation
+(every 60 s) the budget observes the replicas running at ``t``, plans, and its caps apply at once (no apply
+latency here: the integration test ``tests/integration/operator/test_budget.py`` measures that on a real control
+plane). Ground truth is replica-seconds x price at 15 s resolution.
 
-* spend at month end and overspend past the limit as % of the limit;
-* time from each enforcing threshold's true crossing (from the 15 s ground truth) to the evaluation that
-  planned its action;
-* ledger spend vs ground truth (replica-seconds x price at 15 s resolution), which must agree within +/-1 %;
-* alerts sent per kind (each threshold exactly once);
-* wall time per evaluation.
+Each policy runs twice, side by side: ``before`` is the operator before 2026-11-30 (a threshold acted on at
+the first evaluation after the ledger passed it; the interval after an action charged at the rate observed just
+before it) and ``after`` is the current one (enforcement starts when spend + burn rate x 60 s would pass the
+threshold, ``AheadOfCrossingByOneEvaluation``; the interval after a new cap is charged at the capped rate):
+
+* ``hard cap``: Monthly, 50 % Alert, 80 % CapReplicas 2, 100 % ScaleToZero (the headline: enforcement at 100 %);
+* ``floor + 105 %``: the policy this benchmark used before, 100 % ScaleDown to a floor of 1 replica and
+  105 % ScaleToZero: the floor keeps spending past the cap until 105 %, by the user's choice;
+* ``daily hard cap``: Daily, 100 % ScaleToZero: 31 crossings in the month instead of one;
+* ``constant``: one 8 x H100 replica (the integration test's) at a constant 82.56 USD/h against a ~100 USD
+  Daily hard cap, the limit stepped through 20 phases of the 60 s grid: the ledger is exact at a constant rate,
+  so this isolates the planner's timing (one interval is 1.38 USD, 1.4 % of the limit).
+
+Printed: overspend past the cap as % of the limit (goal <= 1 %), time from each enforcing threshold's true
+crossing to the evaluation that applied its action, and what that time is made of (the evaluation grid and the
+ledger's sampling error), ledger vs ground truth (goal within +/-1 %), alerts per threshold (goal: exactly
+once), wall time per evaluation.
 
 Run: ``.venv/bin/python benchmarks/budget_month.py``
 """
@@ -23,11 +36,13 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from modalscale.costmodel.budget import (
@@ -38,15 +53,18 @@ from modalscale.costmodel.budget import (
     ThresholdAction,
     parse_budget_spec,
     plan_budget,
+    rates_after_enforcement,
 )
 from modalscale.costmodel.catalog import ReplicaResources, default_catalog
-from modalscale.costmodel.ledger import Ledger, advance, format_time
+from modalscale.costmodel.ledger import Ledger, advance, format_time, with_rates_in_force
 from modalscale.costmodel.periods import period_bounds
 
 TZ = "Europe/Berlin"
 STEP_S = 15           # autoscaler decision interval (replicas change on this grid)
-EVAL_S = 60           # budget evaluation interval
+EVAL_S = 60           # budget evaluation interval (spec.evaluationIntervalSeconds)
 SEED = 20260301
+MONTH = period_bounds("Monthly", TZ, datetime(2026, 3, 15, tzinfo=timezone.utc))
+ENFORCING = (ThresholdAction.CAP_REPLICAS, ThresholdAction.SCALE_DOWN, ThresholdAction.SCALE_TO_ZERO)
 
 
 @dataclass(frozen=True)
@@ -72,25 +90,64 @@ def desired(svc: Svc, t: datetime, rng: random.Random) -> int:
     return max(1, min(svc.max_replicas, math.ceil(svc.peak_demand * max(0.05, diurnal + noise))))
 
 
-def simulate(limit_usd: Decimal | None, spec_dict: dict) -> dict:
-    """One month; ``limit_usd=None`` = baseline without enforcement (plans are still computed, not applied)."""
+def policy(period: str, limit_usd: Decimal, top: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"period": period, "timeZone": TZ, "limit": {"amount": str(limit_usd)},
+            "thresholds": [{"percent": 50, "actions": ["Alert"]},
+                           {"percent": 80, "actions": ["Alert", "CapReplicas"], "capReplicas": 2}, *top],
+            "enforcement": {"floorReplicas": 1, "order": "LowestPriorityFirst"},
+            "forecast": {"enabled": True, "alertAtPercent": 100}, "evaluationIntervalSeconds": EVAL_S}
+
+
+HARD_CAP = [{"percent": 100, "actions": ["Alert", "ScaleToZero"]}]
+FLOOR_105 = [{"percent": 100, "actions": ["Alert", "ScaleDown"]}, {"percent": 105, "actions": ["Alert", "ScaleToZero"]}]
+
+
+@dataclass
+class Period:
+    """One budget period of a run; money in USD."""
+
+    start: datetime
+    end: datetime
+    truth_start: Decimal = Decimal(0)   # ground-truth spend of the month before this period
+    truth: Decimal = Decimal(0)         # ground-truth spend in this period
+    ledger: Decimal = Decimal(0)        # the ledger's final spend of this period
+    planned: dict[ThresholdAction, tuple[datetime, Decimal, bool]] = field(default_factory=dict)
+    """First evaluation that applied each action: (time, ledger spend then, enforced ahead)."""
+    alerted: dict[int, int] = field(default_factory=dict)  # threshold percent -> ThresholdCrossed alerts
+
+
+def simulate(spec_dict: dict[str, Any], *, enforce: bool = True, old: bool = False) -> dict[str, Any]:
+    """One month. ``enforce=False``: plans are computed but not applied (the ungoverned baseline).
+
+    ``old=True``: the operator before 2026-11-30: reactive rule (``horizon_s=0``) and the interval after an
+    action charged at the rate observed before it. Else the planner's defaults and ``rates_after_enforcement``.
+    """
     cat = default_catalog()
     prices = {s.name: cat.price_replica(s.resources, "OnDemand") for s in SERVICES}
-    start, end = period_bounds("Monthly", TZ, datetime(2026, 3, 15, tzinfo=timezone.utc))
-    spec = parse_budget_spec({**spec_dict, "limit": {"amount": str(limit_usd or spec_dict["limit"]["amount"])}})
+    spec = parse_budget_spec(spec_dict)
+    start, end = MONTH
+    periods: list[Period] = []
+    t = start
+    while t < end:
+        p_start, p_end = period_bounds(spec.period, spec.time_zone, t)
+        periods.append(Period(p_start, min(p_end, end)))
+        t = p_end
     rng = random.Random(SEED)
     ledger, alert_status = Ledger(), {}
     caps: dict[str, int] = {}
     replicas = {s.name: 1 for s in SERVICES}
-    truth = Decimal(0)  # replica-seconds x price at STEP_S resolution
-    truth_at: list[tuple[datetime, Decimal, Decimal]] = []  # (t, truth spend, rate) at each step
-    first_planned: dict[ThresholdAction, datetime] = {}
-    ledger_at: dict[datetime, Decimal] = {}  # ledger spend at each evaluation
-    alerts: dict[AlertKind, int] = {}
-    eval_wall_s, evals = 0.0, 0
+    truth = Decimal(0)
+    truth_at: list[tuple[datetime, Decimal, Decimal]] = []  # (t, month truth spend before t, rate in [t, t+STEP))
+    eval_wall_s, evals, pi = 0.0, 0, 0
     t = start
-    spent = Decimal(0)
     while t < end:
+        if t >= periods[pi].end:
+            periods[pi].truth = truth - periods[pi].truth_start
+            pi += 1
+            periods[pi].truth_start = truth
+        # the autoscaler moves replicas every STEP_S, within the budget caps in force
+        for s in SERVICES:
+            replicas[s.name] = min(desired(s, t, rng), caps.get(s.name, s.max_replicas))
         if (t - start).total_seconds() % EVAL_S == 0:
             observations = [ServiceState("ml", s.name, replicas[s.name], s.max_replicas, prices[s.name], s.priority)
                             for s in SERVICES]
@@ -100,96 +157,254 @@ def simulate(limit_usd: Decimal | None, spec_dict: dict) -> dict:
                                             format_time(ledger.period_start) if ledger.period_start else None}))
             result = advance(Ledger.from_status(status["ledger"], status["periodStart"]),
                              [o.observation() for o in observations], t, spec.period, spec.time_zone)
-            plan = plan_budget(spec, result, observations, AlertState.from_status(alert_status), t,
-                               policy=PolicyRef("ml", "month"))
+            before = AlertState.from_status(alert_status)
+            plan = plan_budget(spec, result, observations, before, t, policy=PolicyRef("ml", "budget"),
+                               horizon_s=0 if old else None)
+            ledger = result.ledger
+            if enforce and not old:
+                ledger = with_rates_in_force(ledger, rates_after_enforcement(observations, plan, before))
             eval_wall_s += time.perf_counter() - tick
             evals += 1
-            ledger, spent = result.ledger, result.spent_usd
-            ledger_at[t] = spent
+            if result.closed_period is not None:
+                periods[pi - 1].ledger = result.closed_period.spent_usd
             alert_status = json.loads(json.dumps(plan.status_fields()))
             for a in plan.alerts:
-                alerts[a.kind] = alerts.get(a.kind, 0) + 1
+                if a.kind is AlertKind.THRESHOLD_CROSSED:
+                    for pct in a.thresholds_percent:
+                        periods[pi].alerted[pct] = periods[pi].alerted.get(pct, 0) + 1
             for action in plan.actions:
-                first_planned.setdefault(action.action, t)
-            caps = {} if limit_usd is None else {n: m for (_, n), m in plan.effective_max_replicas().items()}
-        # the autoscaler moves replicas every STEP_S, within the budget cap in force
-        for s in SERVICES:
-            replicas[s.name] = min(desired(s, t, rng), caps.get(s.name, s.max_replicas))
+                periods[pi].planned.setdefault(action.action, (t, result.spent_usd, action.ahead))
+            if enforce:
+                caps = {n: m for (_, n), m in plan.effective_max_replicas().items()}
+                for s in SERVICES:  # applied at once
+                    replicas[s.name] = min(replicas[s.name], caps.get(s.name, s.max_replicas))
         rate = sum(Decimal(replicas[s.name]) * prices[s.name] for s in SERVICES)
         truth_at.append((t, truth, rate))
         truth += rate * STEP_S / 3600
         t += timedelta(seconds=STEP_S)
-    # final evaluation at period end closes the month
+    periods[pi].truth = truth - periods[pi].truth_start
+    # final evaluation at month end closes the last period
     final = advance(ledger, [ServiceState("ml", s.name, replicas[s.name], s.max_replicas, prices[s.name]).observation()
                              for s in SERVICES], end, spec.period, spec.time_zone)
-    month_spend = final.closed_period.spent_usd if final.closed_period else final.spent_usd
-    return {"start": start, "end": end, "ledger": month_spend, "truth": truth, "truth_at": truth_at,
-            "first_planned": first_planned, "alerts": alerts, "ledger_at": ledger_at, "eval_us": 1e6 * eval_wall_s / max(evals, 1),
-            "evals": evals, "prices": prices}
+    periods[-1].ledger = final.closed_period.spent_usd if final.closed_period else final.spent_usd
+    return {"spec": spec, "periods": periods, "truth_at": truth_at, "prices": prices, "evals": evals,
+            "eval_us": 1e6 * eval_wall_s / max(evals, 1)}
 
 
-def crossing_time(truth_at, amount: Decimal) -> datetime | None:
-    """Exact instant the ground-truth spend reached ``amount`` (rate is constant within a step)."""
-    for t, before, rate in truth_at:
-        after = before + rate * STEP_S / 3600
-        if after >= amount and rate > 0:
-            return t + timedelta(seconds=float((amount - before) / rate * 3600))
+H100_X8 = ReplicaResources.from_quantities("64", "512Gi", 8, "nvidia-h100-80gb")
+PHASES = 20
+
+
+def constant_rate_overspend(*, old: bool) -> list[Decimal]:
+    """One 8 x H100 replica at a constant rate (the ledger is exact), Daily hard cap near 100 USD.
+
+    The limit is stepped through ``PHASES`` positions of the crossing within the 60 s evaluation grid, so the
+    result isolates the planner's timing. Returns the overspend past the limit, % of the limit, per phase.
+    """
+    price = default_catalog().price_replica(H100_X8, "OnDemand")
+    per_eval = price * EVAL_S / 3600
+    start = datetime(2026, 3, 10, tzinfo=timezone.utc)
+    out = []
+    for k in range(PHASES):
+        limit = (Decimal(100) + per_eval * k / PHASES).quantize(Decimal("0.01"))
+        spec = parse_budget_spec({"period": "Daily", "limit": {"amount": str(limit)}, "evaluationIntervalSeconds": EVAL_S,
+                                  "thresholds": [{"percent": 100, "actions": ["Alert", "ScaleToZero"]}]})
+        ledger, alert_status, t, replicas = Ledger(), {}, start, 1
+        while replicas:
+            svc = [ServiceState("ml", "big", replicas, 1, price)]
+            result = advance(ledger, [s.observation() for s in svc], t, spec.period, spec.time_zone)
+            before = AlertState.from_status(alert_status)
+            plan = plan_budget(spec, result, svc, before, t, horizon_s=0 if old else None)
+            ledger = result.ledger if old else with_rates_in_force(result.ledger, rates_after_enforcement(svc, plan, before))
+            alert_status = json.loads(json.dumps(plan.status_fields()))
+            if plan.effective_max_replicas():
+                replicas = 0  # applied at once
+                out.append((price * Decimal((t - start).total_seconds()) / 3600 - limit) / limit * 100)
+            t += timedelta(seconds=EVAL_S)
+    return out
+
+
+def crossing(run: dict[str, Any], p: Period, amount: Decimal) -> tuple[datetime, Decimal] | None:
+    """Instant the ground-truth spend of period ``p`` reached ``amount`` (rate constant within a step), and the
+    rate then in USD/h."""
+    target = p.truth_start + amount
+    for t, before, rate in run["truth_at"]:
+        if p.start <= t < p.end and rate > 0 and before + rate * STEP_S / 3600 >= target:
+            return t + timedelta(seconds=float((target - before) / rate * 3600)), rate
     return None
 
 
+def truth_before(run: dict[str, Any], p: Period, when: datetime) -> Decimal:
+    """Ground-truth spend of period ``p`` before ``when`` (an evaluation instant, on the step grid)."""
+    i = int((when - MONTH[0]).total_seconds()) // STEP_S
+    return run["truth_at"][i][1] - p.truth_start
+
+
+def overspend_percent(run: dict[str, Any], p: Period) -> Decimal:
+    limit = run["spec"].limit.amount
+    return (p.truth - limit) / limit * 100
+
+
+def timing_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per enforcing threshold and period that applied an action.
+
+    Keys: ``percent``, ``action``, ``ahead`` (enforced before the ledger reached it), ``at`` (evaluation time),
+    ``lag_usd`` (ledger - truth at that evaluation), ``delay_s`` (from the true crossing; < 0 before it; None
+    when the true spend never reached it), ``truth_percent`` (final true spend of the period, % of the limit).
+    """
+    rows = []
+    limit = run["spec"].limit.amount
+    for p in run["periods"]:
+        for t in run["spec"].thresholds:
+            for action in t.actions:
+                if action not in ENFORCING or action not in p.planned:
+                    continue
+                planned_at, ledger_then, ahead = p.planned[action]
+                i = int((planned_at - MONTH[0]).total_seconds()) // STEP_S
+                lag_usd = ledger_then - (run["truth_at"][i][1] - p.truth_start)
+                row = {"percent": t.percent, "action": action, "ahead": ahead, "at": planned_at,
+                       "lag_usd": float(lag_usd), "delay_s": None, "truth_percent": float(p.truth / limit * 100)}
+                found = crossing(run, p, limit * t.percent / 100)
+                if found is not None:
+                    row["delay_s"] = (planned_at - found[0]).total_seconds()
+                rows.append(row)
+    return rows
+
+
+def ledger_error_percent(run: dict[str, Any]) -> float:
+    led = sum(p.ledger for p in run["periods"])
+    tru = sum(p.truth for p in run["periods"])
+    return float((led - tru) / tru * 100)
+
+
+def alerts_once(run: dict[str, Any]) -> str:
+    """'ok' when each alerting threshold that was reached (or enforced) alerted exactly once per period."""
+    bad = []
+    for i, p in enumerate(run["periods"]):
+        for t in run["spec"].thresholds:
+            if ThresholdAction.ALERT not in t.actions:
+                continue
+            reached = p.truth >= run["spec"].limit.amount * t.percent / 100 or any(a in p.planned for a in t.actions
+                                                                                     if a in ENFORCING)
+            n = p.alerted.get(t.percent, 0)
+            if (reached and n != 1) or n > 1:
+                bad.append(f"period {i} {t.percent} %: {n}")
+    return "exactly once each" if not bad else "NOT once: " + ", ".join(bad[:5])
+
+
+def fmt_ratio(new: float, old: float) -> str:
+    return f"{new / old:9.3f}" if old > 0 and new >= 0 else f"{'-':>9s}"
+
+
 def main() -> int:
-    spec_dict = {
-        "period": "Monthly", "timeZone": TZ, "limit": {"amount": "1"},
-        "thresholds": [
-            {"percent": 50, "actions": ["Alert"]},
-            {"percent": 80, "actions": ["Alert", "CapReplicas"], "capReplicas": 2},
-            {"percent": 100, "actions": ["Alert", "ScaleDown"]},
-            {"percent": 105, "actions": ["Alert", "ScaleToZero"]},
-        ],
-        "enforcement": {"floorReplicas": 1, "order": "LowestPriorityFirst"},
-        "forecast": {"enabled": True, "alertAtPercent": 100},
-    }
     wall = time.perf_counter()
-    baseline = simulate(None, spec_dict)
-    limit = (baseline["truth"] * Decimal("0.75")).quantize(Decimal("1"))  # the month would overspend by a third
-    governed = simulate(limit, spec_dict)
+    ungoverned = simulate(policy("Monthly", Decimal(1), HARD_CAP), enforce=False)
+    month_truth = ungoverned["periods"][0].truth
+    limit = (month_truth * Decimal("0.75")).quantize(Decimal("1"))  # the month would overspend by a third
+    day_limit = (month_truth * Decimal("0.75") / len(month_days())).quantize(Decimal("1"))
+    runs = {}
+    for key, spec in (("hard cap", policy("Monthly", limit, HARD_CAP)),
+                      ("floor + 105 %", policy("Monthly", limit, FLOOR_105)),
+                      ("daily hard cap", policy("Daily", day_limit, HARD_CAP))):
+        runs[key] = (simulate(spec, old=True), simulate(spec))
+    const = (constant_rate_overspend(old=True), constant_rate_overspend(old=False))
     wall = time.perf_counter() - wall
 
-    print(f"Simulated {governed['start'].isoformat()} .. {governed['end'].isoformat()} "
-          f"({(governed['end'] - governed['start']) / timedelta(hours=1):.0f} h, {governed['evals']} evaluations "
-          f"every {EVAL_S} s, replicas change every {STEP_S} s)")
-    print("Prices USD/replica-hour: " + ", ".join(f"{k} {v}" for k, v in governed["prices"].items()))
-    print(f"Monthly limit: {limit} USD (75 % of the ungoverned month)\n")
-    print(f"{'':44s}{'ungoverned':>14s}{'governed':>14s}{'ratio':>9s}")
-    for label, key in (("spend at month end, ledger (USD)", "ledger"), ("spend at month end, ground truth (USD)", "truth")):
-        b, g = baseline[key], governed[key]
-        print(f"{label:44s}{b:14.2f}{g:14.2f}{g / b:9.3f}")
-    over_b = (baseline["truth"] - limit) / limit * 100
-    over_g = (governed["truth"] - limit) / limit * 100
-    print(f"{'overspend past the limit (% of limit)':44s}{over_b:14.2f}{over_g:14.2f}")
-    for run, name in ((baseline, "ungoverned"), (governed, "governed")):
-        err = (run["ledger"] - run["truth"]) / run["truth"] * 100
-        print(f"ledger vs replica-seconds x price, {name:10s}: {err:+.4f} %  "
-              f"({'within' if abs(err) <= 1 else 'OUTSIDE'} +/-1 %)")
+    g = runs["hard cap"][1]
+    print(f"Simulated {MONTH[0].isoformat()} .. {MONTH[1].isoformat()} "
+          f"({(MONTH[1] - MONTH[0]) / timedelta(hours=1):.0f} h, {g['evals']} evaluations every {EVAL_S} s, "
+          f"replicas change every {STEP_S} s; caps apply at once)")
+    print("Prices USD/replica-hour: " + ", ".join(f"{k} {v}" for k, v in g["prices"].items()))
+    print(f"Ungoverned month: {month_truth:.2f} USD. Monthly limit {limit} USD, daily limit {day_limit} USD "
+          f"(75 % of the ungoverned spend)\n")
+
+    print(f"{'overspend past the cap, % of the limit (goal <= 1 %)':58s}{'before':>10s}{'after':>10s}{'ratio':>9s}")
+    for key, (old, new) in runs.items():
+        if key == "daily hard cap":
+            o = [float(overspend_percent(old, p)) for p in old["periods"]]
+            n = [float(overspend_percent(new, p)) for p in new["periods"]]
+            print(f"{'daily hard cap (100 % ScaleToZero), worst of ' + str(len(o)) + ' days':58s}"
+                  f"{max(o):10.4f}{max(n):10.4f}{fmt_ratio(max(n), max(o))}")
+            print(f"{'daily hard cap, mean of ' + str(len(o)) + ' days':58s}"
+                  f"{statistics.mean(o):10.4f}{statistics.mean(n):10.4f}{fmt_ratio(statistics.mean(n), statistics.mean(o))}")
+        else:
+            o, n = float(overspend_percent(old, old["periods"][0])), float(overspend_percent(new, new["periods"][0]))
+            label = ("hard cap (100 % ScaleToZero), monthly" if key == "hard cap"
+                     else "floor + 105 % (100 % ScaleDown to 1, 105 % Zero), monthly")
+            print(f"{label:58s}{o:10.4f}{n:10.4f}{fmt_ratio(n, o)}")
+    print(f"{'ungoverned month (no enforcement)':58s}{float((month_truth - limit) / limit * 100):10.4f}")
+    fl = runs["floor + 105 %"][1]
+    p = fl["periods"][0]
+    if ThresholdAction.SCALE_DOWN in p.planned and ThresholdAction.SCALE_TO_ZERO in p.planned:
+        floor_rate = sum(fl["prices"].values())
+        hours = (p.planned[ThresholdAction.SCALE_TO_ZERO][0] - p.planned[ThresholdAction.SCALE_DOWN][0]) / timedelta(hours=1)
+        print(f"  (floor + 105 %: the floor of 1 replica per service burns {floor_rate:.2f} USD/h for {hours:.0f} h "
+              f"between 100 % and 105 %: the 5 % is the policy's, not a lag)")
+    (o, n), price = const, default_catalog().price_replica(H100_X8, "OnDemand")
+    print(f"{'constant ' + f'{price:.2f}' + ' USD/h, ~100 USD daily hard cap, worst of ' + str(PHASES):58s}"
+          f"{float(max(o)):10.4f}{float(max(n)):10.4f}{fmt_ratio(float(max(n)), float(max(o)))}")
+    print(f"{'  same, mean (negative: stopped under the limit)':58s}"
+          f"{float(statistics.mean(o)):10.4f}{float(statistics.mean(n)):10.4f}")
+    print(f"  (constant rate: the ledger is exact, so this is the planner alone; {PHASES} limits step the crossing "
+          f"through the 60 s grid; one interval = {price * EVAL_S / 3600:.2f} USD)")
     print()
-    truth_by_t = {t: spent for t, spent, _ in governed["truth_at"]}
-    print("Threshold           true crossing (UTC)   action planned (UTC)    delay   ledger - truth at plan")
-    for pct, action in ((80, ThresholdAction.CAP_REPLICAS), (100, ThresholdAction.SCALE_DOWN),
-                        (105, ThresholdAction.SCALE_TO_ZERO)):
-        crossed = crossing_time(governed["truth_at"], limit * pct / 100)
-        planned = governed["first_planned"].get(action)
-        delay = f"{(planned - crossed).total_seconds():6.0f} s" if crossed and planned else "     -"
-        lag = (f"{governed['ledger_at'][planned] - truth_by_t[planned]:+9.3f} USD" if planned in truth_by_t else "")
-        fmt = "%Y-%m-%d %H:%M:%S"
-        print(f"{pct:4d} % {action.value:13s} {crossed.strftime(fmt) if crossed else '-':22s}"
-              f"{planned.strftime(fmt) if planned else '-':22s}{delay}   {lag}")
-    print("(delay = evaluation interval plus the time the sampled ledger trails the 15 s ground truth)")
+
+    old, new = runs["hard cap"]
+    lo, ln = old["periods"][0].ledger, new["periods"][0].ledger
+    print(f"hard cap, month end: ledger {lo:.2f} / {ln:.2f} USD (status {'Exceeded' if lo >= limit else 'not exceeded'}"
+          f" / {'Exceeded' if ln >= limit else 'not exceeded'}), true spend {old['periods'][0].truth:.2f} / "
+          f"{new['periods'][0].truth:.2f} USD, limit {limit} USD  (before / after)")
+    print("Ledger vs replica-seconds x price (goal within +/-1 %):")
+    print(f"  ungoverned {ledger_error_percent(ungoverned):+.4f} %; " + "; ".join(
+        f"{k} {ledger_error_percent(old):+.4f} % / {ledger_error_percent(new):+.4f} %" for k, (old, new) in runs.items())
+        + "  (before / after)")
+    print("Alerts per threshold and period: " + "; ".join(
+        f"{k} {alerts_once(old)} / {alerts_once(new)}" for k, (old, new) in runs.items()))
     print()
-    print("Alerts sent (governed): " + ", ".join(f"{k.value} x{v}" for k, v in sorted(governed["alerts"].items(),
-                                                                                  key=lambda kv: kv[0].value)))
-    print(f"Mean evaluation (advance + plan + 2 status JSON round trips): {governed['eval_us']:.0f} us "
-          f"(ungoverned run {baseline['eval_us']:.0f} us); total wall {wall:.1f} s")
+
+    print("Time from the true crossing (15 s ground truth) to the evaluation that applied the action "
+          "(negative: before it)")
+    print(f"{'':44s}{'delay':>14s}{'ledger - truth at the action':>32s}")
+    for key in ("hard cap", "floor + 105 %"):
+        for name, run in zip(("before", "after"), runs[key]):
+            for r in timing_rows(run):
+                label = f"{key}, {name}: {r['percent']} % {r['action'].value}"
+                lag = f"{r['lag_usd']:+9.3f} USD"
+                if r["delay_s"] is None:
+                    print(f"{label:44s}{'never crossed':>14s}{lag:>32s}  (true spend stopped at "
+                          f"{r['truth_percent']:.4f} %)")
+                else:
+                    print(f"{label:44s}{r['delay_s']:13.0f}s{lag:>32s}" + ("  (enforced ahead)" if r["ahead"] else ""))
+    for name, run in zip(("before", "after"), runs["daily hard cap"]):
+        rows = [r for r in timing_rows(run) if r["action"] is ThresholdAction.SCALE_TO_ZERO]
+        timed = [r for r in rows if r["delay_s"] is not None]
+
+        def span(k: str, rs: list[dict[str, Any]], unit: str = "s", f: str = "+.0f") -> str:
+            v = [r[k] for r in rs]
+            return f"median {statistics.median(v):{f}} {unit} [{min(v):{f}}, {max(v):{f}}]"
+
+        crossed = f"{len(timed)} days crossed, delay {span('delay_s', timed)}" if timed else "none crossed"
+        print(f"daily hard cap, {name}: {len(rows)} days enforced; ledger - truth at the action "
+              f"{span('lag_usd', rows, 'USD', '+.3f')}; {crossed}")
+    print("The planner acts on the ledger, which holds each 60 s sample's rate while replicas change every 15 s: "
+          "its error against the 15 s truth is a random walk (sd 0.02 USD per evaluation here), not a lag. A "
+          "ledger ahead of the truth acts before the true crossing (the day never crosses); one behind acts "
+          "after it, by that error over the burn rate (minutes, when capped services burn ~5-10 USD/h). So the "
+          "crossed days are the ones whose ledger ran behind, and their delays are biased late.")
+    print()
+    evals = [r["eval_us"] for pair in runs.values() for r in pair]
+    print(f"Mean evaluation (advance + plan + 2 status JSON round trips): {statistics.mean(evals):.0f} us "
+          f"(ungoverned run {ungoverned['eval_us']:.0f} us); total wall {wall:.1f} s")
     return 0
+
+
+def month_days() -> list[tuple[datetime, datetime]]:
+    """The Daily periods of the month (31 in March 2026, one of 23 h)."""
+    days, t = [], MONTH[0]
+    while t < MONTH[1]:
+        days.append(period_bounds("Daily", TZ, t))
+        t = days[-1][1]
+    return days
 
 
 if __name__ == "__main__":
