@@ -1,7 +1,8 @@
 """Chat and webhook payloads for budget alerts, with each platform's signing (pure: no I/O, no clock).
 
 Why a module: six platforms want six shapes and two of them sign requests. Building and signing here, as pure
-functions of a :class:`~modalscale.costmodel.budget.BudgetAlert` and an explicit timestamp, makes every payload
+functions of a :class:`~modalscale.costmodel.budget.BudgetAlert` (or the
+:class:`~modalscale.costmodel.outbox.AlertMessage` it was rendered to and stored as) and an explicit timestamp, makes every payload
 testable byte for byte; the one HTTP sender (``modalscale.notify.sender``) only posts what
 :func:`prepare_request` returns.
 
@@ -43,6 +44,10 @@ from typing import Any
 
 from modalscale.costmodel.budget import BudgetAlert, NotifierType
 from modalscale.costmodel.ledger import format_time
+from modalscale.costmodel.outbox import AlertMessage
+
+Alert = BudgetAlert | AlertMessage
+"""What a payload is built from: an alert as decided, or as rendered and stored in the outbox (same surface)."""
 
 WECOM_MAX_MARKDOWN_BYTES = 4096
 """WeCom markdown ``content`` limit in UTF-8 bytes (WeCom group robot documentation)."""
@@ -88,11 +93,11 @@ def webhook_signature(secret: str, timestamp_s: int, body: bytes) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ payloads
-def _markdown_lines(alert: BudgetAlert, bold: str = "**") -> list[str]:
+def _markdown_lines(alert: Alert, bold: str = "**") -> list[str]:
     return [f"{bold}{label}:{bold} {value}" for label, value in alert.facts()]
 
 
-def slack_payload(alert: BudgetAlert) -> dict[str, Any]:
+def slack_payload(alert: Alert) -> dict[str, Any]:
     """Slack incoming-webhook body: Block Kit ``blocks`` and a ``text`` fallback for notifications."""
     facts = alert.facts()
     header = alert.title if len(alert.title) <= SLACK_MAX_HEADER_CHARS else alert.title[:SLACK_MAX_HEADER_CHARS - 1] + "…"
@@ -110,7 +115,7 @@ def slack_payload(alert: BudgetAlert) -> dict[str, Any]:
     }
 
 
-def teams_payload(alert: BudgetAlert) -> dict[str, Any]:
+def teams_payload(alert: Alert) -> dict[str, Any]:
     """Teams Workflows webhook body: a ``message`` with one Adaptive Card (1.4) attachment."""
     color = {"critical": "Attention", "warning": "Warning", "info": "Good"}[alert.severity]
     card = {
@@ -135,7 +140,7 @@ def _fit_bytes(text: str, limit: int) -> str:
     return data[:limit - 3].decode("utf-8", errors="ignore") + "..."
 
 
-def wecom_payload(alert: BudgetAlert) -> dict[str, Any]:
+def wecom_payload(alert: Alert) -> dict[str, Any]:
     """WeCom group-robot body: ``msgtype: markdown`` (content cut to 4096 bytes)."""
     color = {"critical": "warning", "warning": "warning", "info": "info"}[alert.severity]
     content = f"### <font color=\"{color}\">{alert.title}</font>\n" + "\n".join(
@@ -143,13 +148,13 @@ def wecom_payload(alert: BudgetAlert) -> dict[str, Any]:
     return {"msgtype": "markdown", "markdown": {"content": _fit_bytes(content, WECOM_MAX_MARKDOWN_BYTES)}}
 
 
-def dingtalk_payload(alert: BudgetAlert) -> dict[str, Any]:
+def dingtalk_payload(alert: Alert) -> dict[str, Any]:
     """DingTalk custom-robot body: ``msgtype: markdown`` with ``title`` (notification preview) and ``text``."""
     text = f"#### {alert.title}\n\n" + "\n\n".join(f"- **{label}:** {value}" for label, value in alert.facts())
     return {"msgtype": "markdown", "markdown": {"title": alert.title[:64], "text": text}}
 
 
-def feishu_payload(alert: BudgetAlert, secret: str | None = None, timestamp_s: int | None = None) -> dict[str, Any]:
+def feishu_payload(alert: Alert, secret: str | None = None, timestamp_s: int | None = None) -> dict[str, Any]:
     """Feishu/Lark custom-bot body: ``msg_type: interactive`` card; signed when ``secret`` is given.
 
     Raises:
@@ -174,7 +179,7 @@ def feishu_payload(alert: BudgetAlert, secret: str | None = None, timestamp_s: i
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
-def webhook_payload(alert: BudgetAlert, receiver: str = "modalscale") -> dict[str, Any]:
+def webhook_payload(alert: Alert, receiver: str = "modalscale") -> dict[str, Any]:
     """Alertmanager-compatible webhook body (``version: "4"``), one alert, no URLs."""
     labels = {
         "alertname": f"Budget{alert.kind.value}",
@@ -230,7 +235,7 @@ def encode_json(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def build_payload(kind: NotifierType | str, alert: BudgetAlert, secret: str | None = None,
+def build_payload(kind: NotifierType | str, alert: Alert, secret: str | None = None,
                   now: datetime | None = None) -> dict[str, Any]:
     """The JSON body for ``kind`` (Feishu signed in the body when ``secret`` and ``now`` are given)."""
     kind = NotifierType(kind)
@@ -248,7 +253,7 @@ def build_payload(kind: NotifierType | str, alert: BudgetAlert, secret: str | No
     return webhook_payload(alert)
 
 
-def prepare_request(kind: NotifierType | str, url: str, secret: str | None, alert: BudgetAlert,
+def prepare_request(kind: NotifierType | str, url: str, secret: str | None, alert: Alert,
                     now: datetime) -> PreparedRequest:
     """Build the signed POST for one receiver.
 
@@ -280,7 +285,7 @@ def prepare_request(kind: NotifierType | str, url: str, secret: str | None, aler
 
 
 __all__ = [
-    "PreparedRequest", "build_payload", "dingtalk_payload", "dingtalk_sign",
+    "Alert", "PreparedRequest", "build_payload", "dingtalk_payload", "dingtalk_sign",
     "dingtalk_signed_url", "encode_json", "feishu_payload", "feishu_sign", "prepare_request", "slack_payload",
     "teams_payload", "webhook_payload", "webhook_signature", "wecom_payload",
 ]

@@ -50,8 +50,8 @@ from typing import Any
 
 import httpx
 
-from modalscale.costmodel.budget import BudgetAlert, NotifierType
-from modalscale.costmodel.notify_payloads import prepare_request
+from modalscale.costmodel.budget import NotifierType
+from modalscale.costmodel.notify_payloads import Alert, prepare_request
 
 log = logging.getLogger("modalscale.notify")
 
@@ -317,7 +317,7 @@ class Sender:
         base = min(r.max_delay_s, r.base_delay_s * (2 ** (retry_number - 1)))
         return base * self._rng.uniform(1 - r.jitter_ratio, 1 + r.jitter_ratio)
 
-    async def deliver(self, kind: NotifierType | str, url: str, secret: str | None, alert: BudgetAlert, *,
+    async def deliver(self, kind: NotifierType | str, url: str, secret: str | None, alert: Alert, *,
                       receiver: str = "") -> DeliveryResult:
         """Send ``alert`` to one webhook; never raises.
 
@@ -325,7 +325,7 @@ class Sender:
             kind: ``spec.notifications[].type``.
             url: The webhook URL from the Secret (never logged or returned).
             secret: The signing secret or None (never logged or returned).
-            alert: What to say (:class:`~modalscale.costmodel.budget.BudgetAlert`).
+            alert: What to say (a ``BudgetAlert`` or the ``AlertMessage`` stored in the outbox).
             receiver: ``spec.notifications[].name``, for messages.
         Returns:
             :class:`DeliveryResult`.
@@ -350,7 +350,7 @@ class Sender:
                         kind_.value, receiver, result.reason, attempts, result.message)
         return result
 
-    async def _deliver(self, kind: NotifierType, url: str, secret: str | None, alert: BudgetAlert,
+    async def _deliver(self, kind: NotifierType, url: str, secret: str | None, alert: Alert,
                        sensitive: Sequence[str], started: float) -> tuple[_Outcome, int]:
         r = self._retry
         deadline = started + r.max_total_s
@@ -407,7 +407,7 @@ class Sender:
             await self._sleep(delay)
 
 
-async def deliver(kind: NotifierType | str, url: str, secret: str | None, message: BudgetAlert,
+async def deliver(kind: NotifierType | str, url: str, secret: str | None, message: Alert,
                   clock: Callable[[], datetime] = utc_now, *, receiver: str = "",
                   retry: RetryPolicy = RetryPolicy()) -> DeliveryResult:
     """One-shot delivery with a fresh :class:`Sender` (its rate limiter is not shared; keep a Sender instead

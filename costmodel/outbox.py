@@ -1,0 +1,369 @@
+"""The alert outbox: budget alerts persisted in ``status.pendingAlerts`` until each target has accepted them.
+
+Why a module: alerts are delivered **at least once** (Alertmanager's contract), not at most once. An alert the
+planner decides is written to status, once per notification target, in the same status patch that records
+its threshold as alerted and *before* anything is sent; it leaves the outbox only when that target accepted it,
+or when it expires (reported, never silent). These pure functions decide what is due, what a round of delivery
+attempts changes, and what expires; the operator only reads status, sends what is due and writes the result.
+
+Rules (times are timezone-aware UTC, passed in as ``now``; nothing here reads the clock):
+
+* **One entry per (alert, target)**: a target that accepted an alert never gets it again because another
+  target failed. An entry is keyed by (notification name, alert kind, alert creation time).
+* **Due**: an entry is due when ``nextAttemptTime <= now`` and it is not in flight (being sent by this
+  process). A new entry is due at once.
+* **Backoff** after a failed round (the sender's own bounded in-process retries included):
+  ``nextAttemptTime = now + min(BACKOFF_MAX_S, BACKOFF_BASE_S x 2**(attempts - 1))``: 30 s, 60 s, 120 s, ...,
+  capped at 15 min (Alertmanager retries a failed notification with capped exponential backoff too).
+  ``attempts`` counts rounds, not HTTP requests.
+* **Expiry** (reported as abandoned, with the target, the number of rounds and the last error): at the end of
+  the alert's budget period (the message is about a period that is over), when its notification was removed
+  from ``spec.notifications``, or when the outbox is full (:data:`MAX_PENDING`, oldest first).
+* **At least once, not exactly once**: a crash after a send and before the status write that removes the
+  entry sends it once more on restart.
+
+Messages are stored rendered (title, facts, severity, kind, thresholds, period): the payload builders of
+``notify_payloads`` need exactly these, so a retried message says what the first attempt said, even after a
+restart, and new alert kinds need no new status fields. No URL or secret is ever stored: the alert carries
+none and ``lastError`` comes from the sender's redacted message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from modalscale.costmodel.budget import AlertKind, BudgetAlert, InvalidBudgetStatus, PolicyRef
+from modalscale.costmodel.ledger import LedgerFormatError, format_time, parse_time
+from modalscale.costmodel.periods import Period
+
+BACKOFF_BASE_S = 30
+"""Wait after the first failed round, in seconds; doubles with each further failed round."""
+BACKOFF_MAX_S = 900
+"""Cap of one wait between rounds, in seconds (15 min)."""
+MAX_PENDING = 64
+"""Most entries ``status.pendingAlerts`` holds (the CRD's ``maxItems``); the oldest are abandoned beyond it."""
+MAX_TITLE_CHARS = 512
+MAX_FACT_LABEL_CHARS = 64
+MAX_FACT_VALUE_CHARS = 2048
+MAX_FACTS = 16
+MAX_ERROR_CHARS = 1024
+"""Bounds of the stored texts (the CRD's ``maxLength``/``maxItems``); longer texts are cut with an ellipsis."""
+
+PERIOD_ENDED = "PeriodEnded"
+NOTIFICATION_REMOVED = "NotificationRemoved"
+OUTBOX_FULL = "OutboxFull"
+"""Why an entry was abandoned (CamelCase)."""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class AlertMessage:
+    """A budget alert as rendered once, when decided: what every payload builder needs, and no more.
+
+    Has the same reading surface as :class:`~modalscale.costmodel.budget.BudgetAlert` (``kind``, ``policy``,
+    ``period``, ``title``, ``facts()``, ``text()``, ``severity``, ``resolved``, ``created_at``,
+    ``thresholds_percent``), so ``notify_payloads`` renders both byte for byte alike.
+
+    Attributes:
+        fact_pairs: (label, value) pairs in display order (``BudgetAlert.facts()``).
+        severity: ``critical``, ``warning`` or ``info``.
+        period_start, period_end: The budget period the alert is about (UTC); it expires at ``period_end``.
+    """
+
+    kind: AlertKind
+    policy: PolicyRef
+    period: Period
+    title: str
+    fact_pairs: tuple[tuple[str, str], ...]
+    severity: str
+    created_at: datetime
+    thresholds_percent: tuple[int, ...]
+    period_start: datetime
+    period_end: datetime
+
+    @classmethod
+    def from_alert(cls, alert: BudgetAlert) -> "AlertMessage":
+        """Render ``alert`` (texts cut to the stored bounds, which real alerts stay well within)."""
+        facts = tuple((_cut(k, MAX_FACT_LABEL_CHARS), _cut(v, MAX_FACT_VALUE_CHARS))
+                      for k, v in alert.facts()[:MAX_FACTS])
+        return cls(alert.kind, alert.policy, alert.period, _cut(alert.title, MAX_TITLE_CHARS), facts,
+                   alert.severity, alert.created_at, tuple(alert.thresholds_percent), alert.period_start,
+                   alert.period_end)
+
+    @property
+    def resolved(self) -> bool:
+        """True for a recovery notice (Alertmanager ``status: resolved``)."""
+        return self.kind is AlertKind.RECOVERED
+
+    def facts(self) -> list[tuple[str, str]]:
+        """The (label, value) pairs every payload shows."""
+        return list(self.fact_pairs)
+
+    def text(self) -> str:
+        """Plain-text rendering, as ``BudgetAlert.text()``."""
+        return self.title + "\n" + "\n".join(f"{k}: {v}" for k, v in self.fact_pairs)
+
+
+OutboxKey = tuple[str, str, datetime]
+"""(notification name, alert kind, alert creation time): identifies one entry."""
+
+
+@dataclass(frozen=True)
+class PendingAlert:
+    """One item of ``status.pendingAlerts``: an alert not yet accepted by one notification target.
+
+    Attributes:
+        notification: ``spec.notifications[].name`` of the target.
+        attempts: Failed delivery rounds so far (each round is the sender's bounded retries).
+        first_attempt_time: Start of the first round; None before it.
+        next_attempt_time: When the entry is due again (UTC).
+        last_reason: CamelCase reason of the last failure (``ServerError``, ``SecretNotFound``, ...).
+        last_error: The sender's redacted message of the last failure (never a URL or secret).
+    """
+
+    notification: str
+    message: AlertMessage
+    next_attempt_time: datetime
+    attempts: int = 0
+    first_attempt_time: datetime | None = None
+    last_reason: str | None = None
+    last_error: str | None = None
+
+    @property
+    def key(self) -> OutboxKey:
+        return (self.notification, self.message.kind.value, self.message.created_at)
+
+    def to_status(self) -> dict[str, Any]:
+        """The camelCase ``status.pendingAlerts[]`` item."""
+        m = self.message
+        out: dict[str, Any] = {
+            "notification": self.notification, "kind": m.kind.value,
+            "thresholdsPercent": list(m.thresholds_percent), "period": m.period.value,
+            "periodStart": format_time(m.period_start), "periodEnd": format_time(m.period_end),
+            "createdAt": format_time(m.created_at), "severity": m.severity, "title": m.title,
+            "facts": [{"label": k, "value": v} for k, v in m.fact_pairs],
+            "attempts": self.attempts, "nextAttemptTime": format_time(self.next_attempt_time),
+        }
+        if self.first_attempt_time is not None:
+            out["firstAttemptTime"] = format_time(self.first_attempt_time)
+        if self.last_reason:
+            out["lastReason"] = self.last_reason
+        if self.last_error:
+            out["lastError"] = self.last_error
+        return out
+
+    @classmethod
+    def from_status(cls, item: Mapping[str, Any], policy: PolicyRef, path: str) -> "PendingAlert":
+        """Read one ``status.pendingAlerts[]`` item.
+
+        Raises:
+            InvalidBudgetStatus: A field is missing or does not parse (message names ``path``).
+        """
+        try:
+            message = AlertMessage(
+                AlertKind(item["kind"]), policy, Period(item["period"]), str(item["title"]),
+                tuple((str(f["label"]), str(f["value"])) for f in item.get("facts") or []),
+                str(item["severity"]), parse_time(item["createdAt"], f"{path}.createdAt"),
+                tuple(int(p) for p in item.get("thresholdsPercent") or []),
+                parse_time(item["periodStart"], f"{path}.periodStart"),
+                parse_time(item["periodEnd"], f"{path}.periodEnd"))
+            first = item.get("firstAttemptTime")
+            return cls(str(item["notification"]), message, parse_time(item["nextAttemptTime"], f"{path}.nextAttemptTime"),
+                       int(item.get("attempts", 0)), parse_time(first, f"{path}.firstAttemptTime") if first else None,
+                       item.get("lastReason") or None, item.get("lastError") or None)
+        except LedgerFormatError as exc:
+            raise InvalidBudgetStatus(str(exc)) from None
+        except (KeyError, ValueError, TypeError) as exc:
+            raise InvalidBudgetStatus(f"{path}: {type(exc).__name__}: {exc}") from None
+
+
+def outbox_from_status(status: Mapping[str, Any] | None, policy: PolicyRef) -> tuple[PendingAlert, ...]:
+    """``status.pendingAlerts`` as typed entries (empty when absent).
+
+    Raises:
+        InvalidBudgetStatus: An item does not parse (message names ``status.pendingAlerts[i]``).
+    """
+    items = (status or {}).get("pendingAlerts") or []
+    if not isinstance(items, list):
+        raise InvalidBudgetStatus("status.pendingAlerts: expected a list")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise InvalidBudgetStatus(f"status.pendingAlerts[{i}]: expected an object")
+        out.append(PendingAlert.from_status(item, policy, f"status.pendingAlerts[{i}]"))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The outcome of one delivery round of one entry (built by the operator from the sender's result).
+
+    Attributes:
+        key: :attr:`PendingAlert.key` of the entry that was sent.
+        delivered: True when the target accepted the message.
+        reason: CamelCase (``Delivered``, ``ServerError``, ``SecretNotFound``, ...).
+        message: Redacted explanation (no URL, no secret).
+        started_at: When the round started (UTC).
+    """
+
+    key: OutboxKey
+    delivered: bool
+    reason: str
+    message: str
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """An entry that left the outbox undelivered, and why (:data:`PERIOD_ENDED`, :data:`NOTIFICATION_REMOVED`,
+    :data:`OUTBOX_FULL`)."""
+
+    entry: PendingAlert
+    why: str
+
+    def describe(self) -> str:
+        """Human text naming the target, the alert, the rounds tried and the last error."""
+        e = self.entry
+        cause = {PERIOD_ENDED: "its budget period ended",
+                 NOTIFICATION_REMOVED: "the notification was removed from spec.notifications",
+                 OUTBOX_FULL: f"the outbox is full ({MAX_PENDING} pending alerts)"}.get(self.why, self.why)
+        last = f"; last error: {e.last_error}" if e.last_error else ""
+        return (f"Gave up delivering {e.message.title!r} to notification {e.notification} after {e.attempts} "
+                f"attempt{'s' if e.attempts != 1 else ''}: {cause}{last}")
+
+
+@dataclass(frozen=True)
+class OutboxUpdate:
+    """What :func:`outbox_after` decided.
+
+    Attributes:
+        pending: The outbox to persist, in order.
+        delivered: Entries accepted in the rounds applied (removed).
+        abandoned: Entries expired or dropped (removed; report each).
+    """
+
+    pending: tuple[PendingAlert, ...]
+    delivered: tuple[PendingAlert, ...] = ()
+    abandoned: tuple[Abandoned, ...] = ()
+
+
+def _aware(now: datetime) -> datetime:
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
+    return now.astimezone(timezone.utc)
+
+
+def backoff_s(attempts: int) -> int:
+    """Seconds to wait after ``attempts`` failed rounds: ``min(900, 30 x 2**(attempts - 1))``.
+
+    Raises:
+        ValueError: ``attempts < 1``.
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
+    return BACKOFF_MAX_S if attempts > 10 else min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (attempts - 1))
+
+
+def enqueue(outbox: Sequence[PendingAlert], alerts: Iterable[BudgetAlert | AlertMessage],
+            notifications: Sequence[str], now: datetime, *, max_pending: int = MAX_PENDING
+            ) -> tuple[tuple[PendingAlert, ...], tuple[Abandoned, ...]]:
+    """Add one entry per (alert, notification), due at ``now``, after those already pending.
+
+    Args:
+        alerts: Alerts decided now, in the order rooms should see them.
+        notifications: ``spec.notifications[].name``, in spec order.
+        max_pending: Bound of the outbox; the oldest entries beyond it are abandoned (:data:`OUTBOX_FULL`).
+    Returns:
+        (the new outbox, the entries dropped to keep the bound).
+    Raises:
+        ValueError: Naive ``now``.
+    """
+    now = _aware(now)
+    out = list(outbox)
+    have = {e.key for e in out}
+    for alert in alerts:
+        message = alert if isinstance(alert, AlertMessage) else AlertMessage.from_alert(alert)
+        for name in notifications:
+            entry = PendingAlert(name, message, now)
+            if entry.key not in have:
+                out.append(entry)
+                have.add(entry.key)
+    dropped = out[:max(0, len(out) - max_pending)]
+    return tuple(out[len(dropped):]), tuple(Abandoned(e, OUTBOX_FULL) for e in dropped)
+
+
+def due_alerts(outbox: Sequence[PendingAlert], now: datetime,
+               in_flight: Collection[OutboxKey] = frozenset()) -> tuple[PendingAlert, ...]:
+    """The entries to send now: ``next_attempt_time <= now`` and not in flight, in outbox order.
+
+    Raises:
+        ValueError: Naive ``now``.
+    """
+    now = _aware(now)
+    return tuple(e for e in outbox if e.next_attempt_time <= now and e.key not in in_flight)
+
+
+def next_due_s(outbox: Sequence[PendingAlert], now: datetime,
+               in_flight: Collection[OutboxKey] = frozenset()) -> float | None:
+    """Seconds until the earliest entry not in flight is due (0 if one is due now); None when there is none."""
+    now = _aware(now)
+    waits = [(e.next_attempt_time - now).total_seconds() for e in outbox if e.key not in in_flight]
+    return max(0.0, min(waits)) if waits else None
+
+
+def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], now: datetime,
+                 notifications: Collection[str] | None,
+                 in_flight: Collection[OutboxKey] = frozenset()) -> OutboxUpdate:
+    """Apply finished delivery rounds, then expire what can no longer be delivered.
+
+    Args:
+        outbox: ``status.pendingAlerts`` as stored.
+        attempts: Rounds finished since the outbox was stored; one for an entry no longer pending is ignored.
+        now: Timezone-aware UTC instant of this evaluation.
+        notifications: ``spec.notifications[].name`` now; None = unknown (invalid spec): expire by period only.
+        in_flight: Keys being sent right now: never expired here (the round in flight decides their fate).
+    Returns:
+        :class:`OutboxUpdate`: delivered entries removed; failed ones with ``attempts + 1``, ``last_reason``,
+        ``last_error`` (cut to :data:`MAX_ERROR_CHARS`), ``first_attempt_time`` set once and
+        ``next_attempt_time = now + backoff_s(attempts)``; then entries whose period ended
+        (``period_end <= now``) or whose notification is gone are abandoned.
+    Raises:
+        ValueError: Naive ``now``.
+    """
+    now = _aware(now)
+    by_key = {a.key: a for a in attempts}
+    pending: list[PendingAlert] = []
+    delivered: list[PendingAlert] = []
+    abandoned: list[Abandoned] = []
+    for e in outbox:
+        a = by_key.get(e.key)
+        if a is not None:
+            if a.delivered:
+                delivered.append(e)
+                continue
+            n = e.attempts + 1
+            e = replace(e, attempts=n, first_attempt_time=e.first_attempt_time or a.started_at,
+                        last_reason=a.reason, last_error=_cut(a.message, MAX_ERROR_CHARS) or None,
+                        next_attempt_time=now + timedelta(seconds=backoff_s(n)))
+        if e.key in in_flight:
+            pending.append(e)
+        elif e.message.period_end <= now:
+            abandoned.append(Abandoned(e, PERIOD_ENDED))
+        elif notifications is not None and e.notification not in notifications:
+            abandoned.append(Abandoned(e, NOTIFICATION_REMOVED))
+        else:
+            pending.append(e)
+    return OutboxUpdate(tuple(pending), tuple(delivered), tuple(abandoned))
+
+
+__all__ = [
+    "Abandoned", "AlertMessage", "Attempt", "BACKOFF_BASE_S", "BACKOFF_MAX_S", "MAX_PENDING", "NOTIFICATION_REMOVED",
+    "OUTBOX_FULL", "OutboxKey", "OutboxUpdate", "PERIOD_ENDED", "PendingAlert", "backoff_s", "due_alerts", "enqueue",
+    "next_due_s", "outbox_after", "outbox_from_status",
+]

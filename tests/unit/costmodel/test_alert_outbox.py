@@ -1,0 +1,193 @@
+"""The alert outbox (pure): due selection, backoff, removal and update after a round, expiry, bounds, round trip.
+
+Times are hand-computed from T0 = 2026-11-30T10:00:00Z; the alert's daily period ends 2026-12-01T00:00:00Z.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from modalscale.costmodel.budget import (
+    AlertKind,
+    AlertState,
+    BudgetAlert,
+    InvalidBudgetStatus,
+    PolicyRef,
+    ServiceState,
+    parse_budget_spec,
+    plan_budget,
+)
+from modalscale.costmodel.notify_payloads import build_payload, encode_json
+from modalscale.costmodel.outbox import (
+    NOTIFICATION_REMOVED,
+    OUTBOX_FULL,
+    PERIOD_ENDED,
+    AlertMessage,
+    Attempt,
+    PendingAlert,
+    backoff_s,
+    due_alerts,
+    enqueue,
+    next_due_s,
+    outbox_after,
+    outbox_from_status,
+)
+
+UTC = timezone.utc
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+PERIOD_END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
+POLICY = PolicyRef("ml", "daily")
+
+
+def make_alert(now: datetime = T0, spent: str = "105") -> BudgetAlert:
+    spec = parse_budget_spec({
+        "period": "Daily", "limit": {"amount": "100"}, "forecast": {"enabled": True},
+        "thresholds": [{"percent": 50}, {"percent": 100, "actions": ["Alert", "ScaleDown"]}]})
+    svcs = [ServiceState("ml", "vc", 3, 8, Decimal("1.25"))]
+    plan = plan_budget(spec, Decimal(spent), svcs, AlertState(), now, policy=POLICY)
+    return next(a for a in plan.alerts if a.kind is AlertKind.THRESHOLD_CROSSED)
+
+
+def failed(entry: PendingAlert, at: datetime, reason: str = "ServerError", message: str = "HTTP 503") -> Attempt:
+    return Attempt(entry.key, False, reason, message, at)
+
+
+def ok(entry: PendingAlert, at: datetime) -> Attempt:
+    return Attempt(entry.key, True, "Delivered", "accepted", at)
+
+
+@pytest.mark.parametrize("attempts,expected_s", [(1, 30), (2, 60), (3, 120), (4, 240), (5, 480), (6, 900),
+                                                 (7, 900), (40, 900)],
+                         ids=["1", "2", "3", "4", "5", "6-capped", "7", "40"])
+def test_backoff_doubles_from_30_s_and_is_capped_at_15_min(attempts: int, expected_s: int) -> None:
+    assert backoff_s(attempts) == expected_s
+
+
+def test_backoff_needs_a_failed_round() -> None:
+    with pytest.raises(ValueError):
+        backoff_s(0)
+
+
+def test_one_entry_per_alert_and_target_due_at_once_in_order() -> None:
+    alert = make_alert()
+    outbox, dropped = enqueue((), [alert], ["slack", "ding"], T0)
+    assert dropped == ()
+    assert [(e.notification, e.attempts, e.next_attempt_time) for e in outbox] == [("slack", 0, T0), ("ding", 0, T0)]
+    assert due_alerts(outbox, T0) == outbox
+    # Enqueuing the same alert again adds nothing (same key).
+    assert enqueue(outbox, [alert], ["slack", "ding"], T0)[0] == outbox
+    assert next_due_s(outbox, T0) == 0.0
+
+
+def test_no_targets_no_entries() -> None:
+    assert enqueue((), [make_alert()], [], T0) == ((), ())
+
+
+def test_due_skips_entries_in_flight_and_those_waiting_for_their_backoff() -> None:
+    outbox, _ = enqueue((), [make_alert()], ["slack", "ding"], T0)
+    slack, ding = outbox
+    assert due_alerts(outbox, T0, in_flight={slack.key}) == (ding,)
+    after = outbox_after(outbox, [failed(slack, T0)], T0 + timedelta(seconds=40), ["slack", "ding"])
+    # slack failed its first round at T0+40 s: due again at T0+70 s (30 s), not at T0+69 s.
+    (slack2, ding2) = after.pending
+    assert slack2.next_attempt_time == T0 + timedelta(seconds=70)
+    assert due_alerts(after.pending, T0 + timedelta(seconds=69), in_flight={ding2.key}) == ()
+    assert due_alerts(after.pending, T0 + timedelta(seconds=70), in_flight={ding2.key}) == (slack2,)
+    assert next_due_s(after.pending, T0 + timedelta(seconds=50), in_flight={ding2.key}) == 20.0
+    assert next_due_s((), T0) is None
+
+
+def test_two_targets_one_fails_only_the_failed_one_stays_and_is_retried_with_backoff() -> None:
+    outbox, _ = enqueue((), [make_alert()], ["slack", "ding"], T0)
+    slack, ding = outbox
+    t1 = T0 + timedelta(seconds=31)
+    after = outbox_after(outbox, [ok(slack, T0), failed(ding, T0)], t1, ["slack", "ding"])
+    assert after.delivered == (slack,) and after.abandoned == ()
+    (d,) = after.pending
+    assert (d.notification, d.attempts, d.first_attempt_time, d.next_attempt_time, d.last_reason, d.last_error) == (
+        "ding", 1, T0, t1 + timedelta(seconds=30), "ServerError", "HTTP 503")
+    # Second failed round at t2: attempts 2, 60 s; first_attempt_time is kept.
+    t2 = t1 + timedelta(seconds=30)
+    again = outbox_after(after.pending, [failed(d, t2 - timedelta(seconds=5), message="timed out")], t2,
+                         ["slack", "ding"])
+    (d2,) = again.pending
+    assert (d2.attempts, d2.first_attempt_time, d2.next_attempt_time, d2.last_error) == (
+        2, T0, t2 + timedelta(seconds=60), "timed out")
+    # Third round delivered: the outbox is empty.
+    done = outbox_after(again.pending, [ok(d2, t2 + timedelta(seconds=60))], t2 + timedelta(seconds=61),
+                        ["slack", "ding"])
+    assert done.pending == () and done.delivered == (d2,)
+
+
+def test_a_result_for_an_entry_no_longer_pending_is_ignored() -> None:
+    outbox, _ = enqueue((), [make_alert()], ["slack"], T0)
+    (slack,) = outbox
+    other = PendingAlert("gone", slack.message, T0)
+    after = outbox_after(outbox, [failed(other, T0)], T0 + timedelta(seconds=1), ["slack"])
+    assert after.pending == outbox and after.delivered == () and after.abandoned == ()
+
+
+def test_entries_expire_at_the_end_of_their_period_and_are_reported() -> None:
+    outbox, _ = enqueue((), [make_alert()], ["slack"], T0)
+    (slack,) = outbox
+    last = PERIOD_END - timedelta(microseconds=1)
+    assert outbox_after(outbox, [], last, ["slack"]).pending == outbox
+    after = outbox_after(outbox, [failed(slack, last)], PERIOD_END, ["slack"])
+    assert after.pending == ()
+    (gone,) = after.abandoned
+    assert gone.why == PERIOD_ENDED and gone.entry.attempts == 1
+    text = gone.describe()
+    assert "notification slack" in text and "after 1 attempt:" in text and "last error: HTTP 503" in text
+
+
+def test_entries_of_a_removed_notification_are_abandoned_unless_in_flight_or_the_spec_is_unknown() -> None:
+    outbox, _ = enqueue((), [make_alert()], ["slack", "ding"], T0)
+    slack, ding = outbox
+    after = outbox_after(outbox, [], T0 + timedelta(seconds=1), ["slack"])
+    assert after.pending == (slack,) and [(a.entry, a.why) for a in after.abandoned] == [(ding, NOTIFICATION_REMOVED)]
+    assert outbox_after(outbox, [], T0 + timedelta(seconds=1), ["slack"], in_flight={ding.key}).pending == outbox
+    assert outbox_after(outbox, [], T0 + timedelta(seconds=1), None).pending == outbox
+
+
+def test_a_full_outbox_abandons_the_oldest_entries() -> None:
+    first, _ = enqueue((), [make_alert(T0)], ["a", "b"], T0)
+    later = make_alert(T0 + timedelta(seconds=5), spent="106")
+    outbox, dropped = enqueue(first, [later], ["a", "b"], T0 + timedelta(seconds=5), max_pending=3)
+    assert [e.key for e in outbox] == [first[1].key] + [("a", "ThresholdCrossed", later.created_at),
+                                                        ("b", "ThresholdCrossed", later.created_at)]
+    assert [(d.entry, d.why) for d in dropped] == [(first[0], OUTBOX_FULL)]
+
+
+def test_status_round_trip_keeps_every_field_and_payloads_byte_for_byte() -> None:
+    alert = make_alert()
+    outbox, _ = enqueue((), [alert], ["slack"], T0)
+    after = outbox_after(outbox, [failed(outbox[0], T0)], T0 + timedelta(seconds=2), ["slack"])
+    status = {"pendingAlerts": [e.to_status() for e in after.pending]}
+    (item,) = status["pendingAlerts"]
+    assert item["attempts"] == 1 and item["nextAttemptTime"] == "2026-11-30T10:00:32Z"
+    assert item["firstAttemptTime"] == "2026-11-30T10:00:00Z" and item["lastReason"] == "ServerError"
+    assert item["thresholdsPercent"] == [50, 100] and item["periodEnd"] == "2026-12-01T00:00:00Z"
+    assert outbox_from_status(status, POLICY) == after.pending
+    stored = outbox_from_status(status, POLICY)[0].message
+    for kind in ("Slack", "Teams", "WeCom", "DingTalk", "Feishu", "Webhook"):
+        assert encode_json(build_payload(kind, stored, "s", T0)) == encode_json(build_payload(kind, alert, "s", T0))
+    assert stored.text() == alert.text() and stored == AlertMessage.from_alert(alert)
+
+
+@pytest.mark.parametrize("item,field", [
+    ({"kind": "Nope"}, "status.pendingAlerts[0]"),
+    ({"nextAttemptTime": "yesterday"}, "status.pendingAlerts[0].nextAttemptTime"),
+], ids=["unknown-kind", "bad-time"])
+def test_an_unreadable_entry_names_its_field(item: dict[str, str], field: str) -> None:
+    outbox, _ = enqueue((), [make_alert()], ["slack"], T0)
+    raw = {**outbox[0].to_status(), **item}
+    with pytest.raises(InvalidBudgetStatus, match=field.replace("[", r"\[").replace("]", r"\]")):
+        outbox_from_status({"pendingAlerts": [raw]}, POLICY)
+
+
+def test_naive_now_is_refused() -> None:
+    with pytest.raises(ValueError):
+        due_alerts((), datetime(2026, 11, 30, 10, 0))
