@@ -18,9 +18,10 @@ Rules:
   (several thresholds crossed in one evaluation are reported in one message); the forecast alerts once per
   period (not when actual spend already crossed that percent); a ``Recovered`` notice is sent once when a new
   period starts after one that was ``Exceeded`` or enforced; a ``GovernanceBlind`` alert is sent when the
-  state turns ``Unknown``. The plan marks alerts as sent when it decides them; persist ``status.thresholds``
-  after delivery for at-least-once, before it for at-most-once. Delivery failures belong in the
-  ``AlertDelivered`` condition.
+  state turns ``Unknown``. The plan marks alerts as decided when it decides them; delivery is at least
+  once through the outbox of :mod:`modalscale.costmodel.outbox` (each alert is persisted in
+  ``status.pendingAlerts`` together with ``status.thresholds``, before it is sent, and retried until its
+  target accepts it or it expires).
 * **Enforcement** is level-based: every *enforced* threshold contributes its actions; each service gets the
   strongest one (lowest effective maximum): ``CapReplicas`` -> ``min(maxReplicas, capReplicas)``,
   ``ScaleDown`` -> ``enforcement.floorReplicas``, ``ScaleToZero`` -> 0. Actions are listed in threshold

@@ -349,7 +349,7 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
                 continue
             n = e.attempts + 1
             e = replace(e, attempts=n, first_attempt_time=e.first_attempt_time or a.started_at,
-                        last_reason=a.reason, last_error=_cut(a.message, MAX_ERROR_CHARS) or None,
+                        last_reason=_cut(a.reason, 128), last_error=_cut(a.message, MAX_ERROR_CHARS) or None,
                         next_attempt_time=now + timedelta(seconds=backoff_s(n)))
         if e.key in in_flight:
             pending.append(e)

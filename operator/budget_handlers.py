@@ -7,14 +7,18 @@ reads the InferenceServices and pods it selects (``budget_observe``), plans with
 
 1. cap annotations on InferenceServices (``Writer.patch_annotations``; the InferenceService reconcile, woken by
    the annotation change, is the one writer of Deployment replicas);
-2. the status patch (only when something other than the clock changed), then Events for transitions;
-3. alerts, but only once the status that records them was written (at most once per threshold and period).
+2. the status patch (only when something other than the clock changed), then Events for transitions; new
+   alerts enter the outbox ``status.pendingAlerts`` in this patch;
+3. the outbox entries that are due (``PolicyPlan.sends``), only once the status that holds them was written.
 
-Delivery never blocks evaluation or deletion: each batch of alerts runs as an asyncio task of its own, with
-a deadline (:data:`DELIVERY_RETRY` bounds every receiver; the batch is cut at ``len(alerts) x max_total_s +
-DELIVERY_SLACK_S``); batches of one policy run in order. Results return through memory and wake the daemon,
-whose next evaluation writes the ``AlertDelivered`` condition. A batch in flight when the operator stops is
-lost (at most once), and the condition keeps its previous value.
+Delivery is at least once and never blocks evaluation or deletion: each batch of due entries runs as an
+asyncio task of its own, with a deadline (:data:`DELIVERY_RETRY` bounds every round; the batch is cut at
+``most entries per receiver x max_total_s + DELIVERY_SLACK_S``); batches of one policy run in order. Entries
+in a batch are *in flight* (kept in memory, never sent twice by this process). Results return through memory
+and wake the daemon, whose next evaluation removes delivered entries from the outbox, schedules failed ones
+again (backoff in ``modalscale.costmodel.outbox``) and writes ``AlertDelivered``. A batch in flight when the
+operator stops is not lost: its entries are still in status and the next operator sends them (once more if
+they had arrived). The daemon also wakes when the next entry is due, if that is before the next interval.
 
 A spec change wakes the daemon at once (watch event whose generation differs from ``observedGeneration``).
 Deleting a policy lifts its caps (``on.delete``: the annotation is removed from every InferenceService that
@@ -35,7 +39,7 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from modalscale import GROUP, VERSION
-from modalscale.costmodel.budget import BudgetAlert
+from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.sender import DeliveryResult, RetryPolicy, Sender
 from modalscale.operator.budget_observe import BudgetObserver, Receiver
 from modalscale.operator.budget_plan import (
@@ -67,8 +71,10 @@ class BudgetRuntime:
     """Created inside the event loop on first use (it owns an ``httpx.AsyncClient``)."""
     wake: dict[str, asyncio.Event] = field(default_factory=dict)
     """Policy uid -> event that ends the daemon's sleep early (spec change, delivery finished)."""
-    delivered: dict[str, list[DeliveryResult]] = field(default_factory=dict)
-    """Policy uid -> delivery results not yet written to ``AlertDelivered``."""
+    delivered: dict[str, list[Attempt]] = field(default_factory=dict)
+    """Policy uid -> finished delivery rounds not yet written to the outbox in status."""
+    in_flight: dict[str, set[OutboxKey]] = field(default_factory=dict)
+    """Policy uid -> outbox entries being sent now (excluded from what is due)."""
     batches: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Policy uid -> its latest delivery batch (the next one waits for it, so rooms see alerts in order)."""
 
@@ -81,20 +87,29 @@ class Evaluation:
     """What the (threaded) evaluation hands back to the daemon."""
 
     interval_s: int
-    alerts: tuple[BudgetAlert, ...] = ()
+    sends: tuple[PendingAlert, ...] = ()
     receivers: tuple[Receiver, ...] = ()
     problems: tuple[DeliveryResult, ...] = ()
+    next_due_s: float | None = None
+
+    def sleep_s(self) -> float:
+        """Seconds until the next evaluation: the interval, or sooner when an outbox entry is due (>= 1 s)."""
+        if self.next_due_s is None:
+            return float(self.interval_s)
+        return min(float(self.interval_s), max(1.0, self.next_due_s))
 
 
 def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str,
-                    delivered: Sequence[DeliveryResult], logger: Log) -> Evaluation | None:
+                    attempts: Sequence[Attempt], logger: Log,
+                    in_flight: frozenset[OutboxKey] = frozenset()) -> Evaluation | None:
     """One evaluation: read, plan, annotate, write status, post Events, resolve receivers (blocking I/O).
 
     Args:
         deps: ``memo.deps`` (``modalscale.operator.handlers.Deps``: writer, catalog, clock, metrics).
-        delivered: Delivery results to fold into ``AlertDelivered``.
+        attempts: Finished delivery rounds to record in the outbox.
+        in_flight: Outbox entries being sent now.
     Returns:
-        The next interval and the alerts to send; None when the policy is gone or being deleted.
+        The next interval and the outbox entries to send; None when the policy is gone or being deleted.
     Raises:
         ApiException, urllib3.exceptions.HTTPError: A read or write failed; nothing after it was done.
     """
@@ -106,7 +121,7 @@ def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str
     policy.setdefault("kind", "BudgetPolicy")
     now = deps.clock()
     observed = runtime.observer.observe(observed_namespaces(policy))
-    plan = plan_policy(policy, observed, deps.catalog, delivered, now)
+    plan = plan_policy(policy, observed, deps.catalog, attempts, now, in_flight)
     for w in plan.annotation_writes:
         if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: w.value}):
             logger.info("Wrote budget cap on InferenceService: namespace=%s name=%s cap=%s", w.namespace, w.name,
@@ -121,62 +136,95 @@ def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str
                     b.limit_usd, len(b.enforced_services), len(plan.alerts))
     deps.metrics.reconciles.labels(kind="BudgetPolicy", result="ok").inc()
     deps.metrics.reconcile_seconds.labels(kind="BudgetPolicy").observe(time.monotonic() - started)
-    if not plan.alerts:
-        return Evaluation(plan.interval_s)
-    receivers, problems = runtime.observer.read_receivers(namespace, plan.notifications)
-    return Evaluation(plan.interval_s, plan.alerts, tuple(receivers), tuple(problems))
+    if not plan.sends:
+        return Evaluation(plan.interval_s, next_due_s=plan.next_due_s)
+    targets = {e.notification for e in plan.sends}
+    receivers, problems = runtime.observer.read_receivers(
+        namespace, [n for n in plan.notifications if n.name in targets])
+    return Evaluation(plan.interval_s, plan.sends, tuple(receivers), tuple(problems), plan.next_due_s)
 
 
-async def deliver_batch(sender: Sender, alerts: Sequence[BudgetAlert], receivers: Sequence[Receiver],
-                        problems: Sequence[DeliveryResult], *, deadline_s: float,
-                        previous: asyncio.Task[None] | None = None) -> list[DeliveryResult]:
-    """Send every alert to every receiver (receivers in parallel, alerts in order); never raises.
+def batch_deadline_s(sends: Sequence[PendingAlert]) -> float:
+    """Bound of one batch, in seconds: the most entries any one receiver gets x one round's bound, plus slack."""
+    per_target: dict[str, int] = {}
+    for e in sends:
+        per_target[e.notification] = per_target.get(e.notification, 0) + 1
+    return max(per_target.values(), default=0) * DELIVERY_RETRY.max_total_s + DELIVERY_SLACK_S
+
+
+async def deliver_batch(sender: Sender, sends: Sequence[PendingAlert], receivers: Sequence[Receiver],
+                        problems: Sequence[DeliveryResult], *, deadline_s: float, clock: Any,
+                        previous: asyncio.Task[None] | None = None) -> list[Attempt]:
+    """Send each outbox entry to its receiver (receivers in parallel, entries in order); never raises.
 
     Args:
-        problems: Receivers that cannot be tried (Secret missing): returned as they are.
-        deadline_s: Bound on the whole batch, in seconds; a receiver still busy then gets a ``TimedOut`` result.
+        sends: Due outbox entries.
+        receivers: Resolved targets of ``sends`` (by ``name``).
+        problems: Targets that cannot be tried (Secret missing): each of their entries fails with that result.
+        deadline_s: Bound on the whole batch, in seconds; an entry not finished by then fails as ``TimedOut``.
+        clock: Timezone-aware UTC "now" (when each round started).
         previous: The policy's previous batch, waited for first (bounded by its own deadline).
     Returns:
-        One result per (alert, receiver), plus ``problems``.
+        One :class:`Attempt` per entry of ``sends``.
     """
     if previous is not None and not previous.done():
         await asyncio.wait([previous])
+    by_name = {r.name: r for r in receivers}
+    problem = {p.receiver: p for p in problems}
+    results: list[Attempt] = []
+    groups: dict[str, list[PendingAlert]] = {}
+    for e in sends:
+        if e.notification in by_name:
+            groups.setdefault(e.notification, []).append(e)
+        else:
+            p = problem.get(e.notification)
+            results.append(Attempt(e.key, False, p.reason if p else "ReceiverUnknown",
+                                   p.message if p else f"Notification {e.notification} could not be resolved",
+                                   clock()))
 
-    async def one(r: Receiver) -> list[DeliveryResult]:
-        results = []
-        for alert in alerts:
-            results.append(await sender.deliver(r.type, r.url, r.secret, alert, receiver=r.name))
-        return results
+    async def one(r: Receiver, entries: list[PendingAlert]) -> None:
+        for e in entries:
+            started = clock()
+            res = await sender.deliver(r.type, r.url, r.secret, e.message, receiver=r.name)
+            results.append(Attempt(e.key, res.delivered, res.reason, res.message, started))
 
-    tasks = {asyncio.create_task(one(r)): r for r in receivers}
-    results = list(problems)
+    tasks = [asyncio.create_task(one(by_name[name], entries)) for name, entries in groups.items()]
     if tasks:
-        done, pending = await asyncio.wait(tasks, timeout=deadline_s)
-        for task in done:
-            results += task.result()
+        _, pending = await asyncio.wait(tasks, timeout=deadline_s)
         for task in pending:
             task.cancel()
-            r = tasks[task]
-            results.append(DeliveryResult(r.type, r.name, False, "TimedOut",
-                                          f"Delivery to {r.name} did not finish within {deadline_s:g} s", 0))
+        finished = {a.key for a in results}
+        for name, entries in groups.items():
+            for e in entries:
+                if e.key not in finished:
+                    results.append(Attempt(e.key, False, "TimedOut",
+                                           f"Delivery to {name} did not finish within {deadline_s:g} s", clock()))
     return results
 
 
-def _launch(runtime: BudgetRuntime, uid: str, ev: Evaluation, logger: Log) -> None:
+def _launch(runtime: BudgetRuntime, uid: str, ev: Evaluation, clock: Any, logger: Log) -> None:
     if runtime.sender is None:
         runtime.sender = Sender(retry=DELIVERY_RETRY)
-    deadline = len(ev.alerts) * DELIVERY_RETRY.max_total_s + DELIVERY_SLACK_S
+    deadline = batch_deadline_s(ev.sends)
     previous = runtime.batches.get(uid)
+    keys = {e.key for e in ev.sends}
+    runtime.in_flight.setdefault(uid, set()).update(keys)
 
     async def run() -> None:
         assert runtime.sender is not None
-        results = await deliver_batch(runtime.sender, ev.alerts, ev.receivers, ev.problems, deadline_s=deadline,
-                                      previous=previous)
-        for r in results:
-            if not r.delivered:
-                logger.warning("Failed to deliver budget alert: receiver=%s reason=%s", r.receiver, r.reason)
-        runtime.delivered.setdefault(uid, []).extend(results)
-        runtime.waker(uid).set()
+        results: list[Attempt] = []
+        try:
+            results = await deliver_batch(runtime.sender, ev.sends, ev.receivers, ev.problems, deadline_s=deadline,
+                                          clock=clock, previous=previous)
+            for a in results:
+                if not a.delivered:
+                    logger.warning("Failed to deliver budget alert, will retry: receiver=%s reason=%s", a.key[0],
+                                   a.reason)
+        finally:
+            # No await between these two: an evaluation sees an entry either in flight or with its result.
+            runtime.delivered.setdefault(uid, []).extend(results)
+            runtime.in_flight.get(uid, set()).difference_update(keys)
+            runtime.waker(uid).set()
 
     task = asyncio.create_task(run(), name=f"budget-alerts-{uid}")
     runtime.batches[uid] = task
@@ -200,9 +248,12 @@ async def run_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: st
     wake = runtime.waker(uid)
     try:
         while not stopped:
+            # Taken together (no await in between): a round is either in flight or among the results.
             delivered = runtime.delivered.pop(uid, [])
+            in_flight = frozenset(runtime.in_flight.get(uid, ()))
             try:
-                ev = await asyncio.to_thread(evaluate_policy, deps, runtime, namespace, name, delivered, logger)
+                ev = await asyncio.to_thread(evaluate_policy, deps, runtime, namespace, name, delivered, logger,
+                                             in_flight)
             except (ApiException, urllib3.exceptions.HTTPError) as exc:
                 runtime.delivered[uid] = delivered + runtime.delivered.get(uid, [])
                 status = getattr(exc, "status", None)
@@ -213,9 +264,9 @@ async def run_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: st
                 continue
             if ev is None:
                 return
-            if ev.alerts:
-                _launch(runtime, uid, ev, logger)
-            await _sleep(stopped, wake, ev.interval_s)
+            if ev.sends:
+                _launch(runtime, uid, ev, deps.clock, logger)
+            await _sleep(stopped, wake, ev.sleep_s())
     finally:
         runtime.wake.pop(uid, None)
 
@@ -285,5 +336,5 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
             logger.info("Lifted budget caps of the deleted BudgetPolicy: services=%d", lifted)
 
 
-__all__ = ["BudgetRuntime", "DELIVERY_RETRY", "Evaluation", "deliver_batch", "evaluate_policy", "lift_caps",
+__all__ = ["BudgetRuntime", "DELIVERY_RETRY", "Evaluation", "batch_deadline_s", "deliver_batch", "evaluate_policy", "lift_caps",
            "register_budget", "run_policy"]

@@ -26,9 +26,18 @@ Rules decided here (the rest is ``plan_budget``'s):
   linear in time at a constant rate (integrating ``[t0, t2)`` from the stored ledger equals integrating it in
   two steps, to 1e-9 USD). A heartbeat (:func:`heartbeat_s`) still refreshes it. Rates, replicas, displayed
   money (cents), thresholds, enforcement and conditions are always written when they change.
-* **Alerts** are at most once: the thresholds that alert are persisted in ``status.thresholds`` *before*
-  anything is sent, so a restart (or a failed status write) never sends twice; a delivery that fails after
-  its retries is not resent, and ``AlertDelivered=False`` says why.
+* **Alerts** are at least once, through the outbox ``status.pendingAlerts`` (``modalscale.costmodel.outbox``):
+  an alert decided now enters the outbox, one entry per notification target, in the same status patch that
+  records its threshold as alerted in ``status.thresholds``, *before* anything is sent. Every evaluation
+  sends the entries that are due (:attr:`PolicyPlan.sends`, after the status patch); the next evaluation
+  removes an entry its target accepted, or records the failure (``attempts``, ``lastError``) and when to try
+  again (30 s x 2^(attempts-1), at most 15 min). A crash after a send and before that status write sends it
+  once more. Entries expire when their period ends or their notification is removed: that is reported
+  (``AlertDelivered=False``, reason ``DeliveryAbandoned``, and a Warning Event naming the target and the last
+  error), never silent.
+* **AlertDelivered**: ``False`` (reason of the last failure) while an entry has failed at least once; ``False``
+  / ``DeliveryAbandoned`` when an entry was given up, until a later delivery succeeds; ``True`` / ``Delivered``
+  once deliveries succeeded and no entry has a failed attempt; ``Unknown`` / ``NoAlertSent`` before any.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,12 +67,25 @@ from modalscale.costmodel.budget import (
 )
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, advance, parse_time, with_rates_in_force
+from modalscale.costmodel.outbox import (
+    Abandoned,
+    Attempt,
+    OutboxKey,
+    OutboxUpdate,
+    PendingAlert,
+    due_alerts,
+    enqueue,
+    next_due_s,
+    outbox_after,
+    outbox_from_status,
+)
 from modalscale.costmodel.quantities import InvalidQuantity
-from modalscale.notify.sender import DeliveryResult, alert_delivered_condition
+from modalscale.notify.sender import DeliveryResult
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc_objects import SELECTOR_LABEL
 from modalscale.operator.isvc_plan import BUDGET_CAP_PREFIX, running_replicas
 from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
+from modalscale.operator.reasons import DELIVERY_ABANDONED, DELIVERY_FAILED
 
 BUDGET_PLURAL = "budgetpolicies"
 ISVC_PLURAL = "inferenceservices"
@@ -80,6 +102,7 @@ INVALID_SPEC = "InvalidSpec"
 INVALID_STATUS = "InvalidStatus"
 GOVERNANCE_BLIND = "GovernanceBlind"
 NO_ALERT_SENT = "NoAlertSent"
+DELIVERED = "Delivered"
 SECRET_NOT_FOUND = "SecretNotFound"
 SECRET_KEY_MISSING = "SecretKeyMissing"
 SECRET_UNREADABLE = "SecretUnreadable"
@@ -195,10 +218,14 @@ class PolicyPlan:
         annotation_writes: Cap annotations to set or delete on InferenceServices.
         status_patch: Merge patch of ``status`` (``{}``: write nothing).
         events: (type Normal|Warning, CamelCase reason, message) to post on the policy.
-        alerts: Notifications to send to every receiver, only after ``status_patch`` was written.
+        alerts: Alerts decided at this evaluation (already in the outbox of ``status_patch``, one entry per target).
         notifications: ``spec.notifications`` (receivers to read from their Secrets).
         interval_s: Seconds until the next evaluation (``spec.evaluationIntervalSeconds``).
         budget: The cost model's plan (None when the spec or status could not be read).
+        sends: Outbox entries due now, in order: send each to its target, only after ``status_patch`` was
+            written (the entry must be in status before it is sent).
+        next_due_s: Seconds until the next outbox entry not in flight is due (None: none pending); the daemon
+            evaluates again by then even when the interval is longer.
     """
 
     annotation_writes: list[AnnotationWrite]
@@ -208,6 +235,8 @@ class PolicyPlan:
     notifications: tuple[Notification, ...] = ()
     interval_s: int = 60
     budget: BudgetPlan | None = None
+    sends: tuple[PendingAlert, ...] = ()
+    next_due_s: float | None = None
 
 
 def heartbeat_s(interval_s: int) -> int:
@@ -252,26 +281,59 @@ def _events_for(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[tu
     return events
 
 
-def _alert_condition(current: list[dict[str, Any]], delivered: Sequence[DeliveryResult]) -> cond.Condition:
-    if delivered:
-        c = alert_delivered_condition(delivered)
-        return cond.Condition(ALERT_DELIVERED, c["status"], c["reason"], c["message"])
+def _alert_condition(current: list[dict[str, Any]], update: OutboxUpdate,
+                     abandoned: Sequence[Abandoned] = ()) -> cond.Condition:
+    """``AlertDelivered`` from the outbox after this evaluation's rounds (see the module docstring)."""
+    if abandoned:
+        return cond.Condition(ALERT_DELIVERED, cond.FALSE, DELIVERY_ABANDONED,
+                              "; ".join(a.describe() for a in abandoned))
+    failing = [e for e in update.pending if e.attempts > 0]
+    if failing:
+        return cond.Condition(ALERT_DELIVERED, cond.FALSE, failing[0].last_reason or DELIVERY_FAILED, "; ".join(
+            f"{e.notification}: {e.last_error or e.last_reason} (attempt {e.attempts} failed; retrying at "
+            f"{cond.rfc3339(e.next_attempt_time)})" for e in failing))
     old = cond.get(current, ALERT_DELIVERED)
+    if update.delivered:
+        names = list(dict.fromkeys(e.notification for e in update.delivered))
+        return cond.Condition(ALERT_DELIVERED, cond.TRUE, DELIVERED, f"Delivered to {', '.join(names)}")
     if old is not None:
         return cond.Condition(ALERT_DELIVERED, old["status"], old["reason"], old.get("message", ""))
     return cond.Condition(ALERT_DELIVERED, cond.UNKNOWN, NO_ALERT_SENT, "No alert has been sent")
 
 
-def _hold(policy: Mapping[str, Any], reason: str, message: str, delivered: Sequence[DeliveryResult],
-          now: dt.datetime) -> PolicyPlan:
-    """Spec or status unreadable: report it, change nothing else (enforcement in force is held)."""
+def _abandoned_events(events: list[tuple[str, str, str]], abandoned: Sequence[Abandoned]
+                      ) -> list[tuple[str, str, str]]:
+    """``events`` with one Warning per abandoned entry instead of the condition's own transition Event."""
+    return ([e for e in events if e[1] != DELIVERY_ABANDONED]
+            + [("Warning", DELIVERY_ABANDONED, a.describe()) for a in abandoned])
+
+
+def _hold(policy: Mapping[str, Any], reason: str, message: str, attempts: Sequence[Attempt],
+          now: dt.datetime, in_flight: Collection[OutboxKey]) -> PolicyPlan:
+    """Spec or status unreadable: report it, change nothing else (enforcement in force is held, nothing is sent).
+
+    Finished rounds are still applied to a readable outbox (expiry by period only: the targets are unknown).
+    """
     status = dict(policy.get("status") or {})
     generation = int(policy["metadata"].get("generation") or 0)
     old = list(status.get("conditions") or [])
-    conditions = cond.upsert(old, [cond.Condition(READY, cond.FALSE, reason, message),
-                                   _alert_condition(old, delivered)], generation, now)
-    patch = cond.status_patch(status, {"observedGeneration": generation, "conditions": conditions})
-    return PolicyPlan([], patch, _events_for(old, conditions) if patch else [], interval_s=_interval(policy))
+    desired: dict[str, Any] = {"observedGeneration": generation}
+    wanted = [cond.Condition(READY, cond.FALSE, reason, message)]
+    abandoned: tuple[Abandoned, ...] = ()
+    try:
+        outbox = outbox_from_status(status, PolicyRef(policy["metadata"]["namespace"], policy["metadata"]["name"]))
+    except InvalidBudgetStatus:
+        outbox = None
+    if outbox is not None:
+        update = outbox_after(outbox, attempts, now, None, in_flight)
+        abandoned = update.abandoned
+        desired["pendingAlerts"] = [e.to_status() for e in update.pending]
+        wanted.append(_alert_condition(old, update, abandoned))
+    conditions = cond.upsert(old, wanted, generation, now)
+    desired["conditions"] = conditions
+    patch = cond.status_patch({"pendingAlerts": [], **status}, desired)
+    events = _abandoned_events(_events_for(old, conditions), abandoned) if patch else []
+    return PolicyPlan([], patch, events, interval_s=_interval(policy))
 
 
 def _enforcement_events(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
@@ -296,18 +358,21 @@ def _enforcement_events(before: Sequence[Mapping[str, Any]], after: Sequence[Map
 
 
 def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Catalog,
-                delivered: Sequence[DeliveryResult], now: dt.datetime) -> PolicyPlan:
+                attempts: Sequence[Attempt], now: dt.datetime,
+                in_flight: Collection[OutboxKey] = frozenset()) -> PolicyPlan:
     """Plan one evaluation of a BudgetPolicy.
 
     Args:
         policy: The BudgetPolicy as stored now (``metadata``, ``spec``, ``status``; camelCase).
         observed: InferenceServices and pods in :func:`observed_namespaces` of ``policy``.
         catalog: Prices (the operator's catalog, the same one InferenceServices are priced with).
-        delivered: Results of alert deliveries that finished since the last evaluation (may be empty).
+        attempts: Delivery rounds of outbox entries that finished since the status was read (may be empty).
         now: Timezone-aware UTC instant of this evaluation; never read from the clock here.
+        in_flight: Keys of outbox entries being sent right now by this process (not due, not expired).
     Returns:
         :class:`PolicyPlan`. An invalid spec or unreadable status yields ``Ready=False`` (``InvalidSpec`` /
-        ``InvalidStatus``) and no other change: enforcement in force is held, nothing is alerted.
+        ``InvalidStatus``) and no other change: enforcement in force is held, nothing new is alerted and
+        nothing is sent (finished rounds are still recorded in a readable outbox).
     """
     meta = policy["metadata"]
     ns, name = meta["namespace"], meta["name"]
@@ -317,13 +382,14 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     try:
         spec = parse_budget_spec(policy.get("spec") or {})
     except InvalidBudgetSpec as exc:
-        return _hold(policy, INVALID_SPEC, str(exc), delivered, now)
+        return _hold(policy, INVALID_SPEC, str(exc), attempts, now, in_flight)
     try:
         ledger = Ledger.from_status(status.get("ledger"), status.get("periodStart"))
         alert_state = AlertState.from_status(status)
+        outbox = outbox_from_status(status, ref)
     except (LedgerFormatError, InvalidBudgetStatus) as exc:
         return _hold(policy, INVALID_STATUS, f"{exc}; fix or clear the status by hand (spend is not reset "
-                                             f"automatically)", delivered, now)
+                                             f"automatically)", attempts, now, in_flight)
 
     services = selected_services(spec, ns, observed, catalog)
     result = advance(ledger, [s.observation() for s in services], now, spec.period, spec.time_zone)
@@ -344,6 +410,13 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
         if not _same_cap(current, value):
             writes.append(AnnotationWrite(target[0], target[1], key, value))
 
+    # ---- the outbox: finished rounds, expiry, then this evaluation's alerts (one entry per target)
+    names = [n.name for n in spec.notifications]
+    update = outbox_after(outbox, attempts, now, names, in_flight)
+    pending, dropped = enqueue(update.pending, plan.alerts, names, now)
+    abandoned = update.abandoned + dropped
+    update = OutboxUpdate(pending, update.delivered, abandoned)
+
     # ---- conditions
     old_conditions = list(status.get("conditions") or [])
     n = len(services)
@@ -356,13 +429,15 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
                                f"{spec.evaluation_interval_s} s")
         exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
                                   plan.reason, plan.message)
-    conditions = cond.upsert(old_conditions, [ready, exceeded, _alert_condition(old_conditions, delivered)],
+    conditions = cond.upsert(old_conditions, [ready, exceeded, _alert_condition(old_conditions, update, abandoned)],
                              generation, now)
 
-    desired = {"observedGeneration": generation, **plan.status_fields(ledger), "conditions": conditions}
-    merged = {**status, **desired}
-    write = _material(merged) != _material(status) or _due(status, spec.evaluation_interval_s, now)
-    patch = cond.status_patch(status, desired) if write else {}
+    desired = {"observedGeneration": generation, **plan.status_fields(ledger),
+               "pendingAlerts": [e.to_status() for e in pending], "conditions": conditions}
+    stored = {"pendingAlerts": [], **status}
+    merged = {**stored, **desired}
+    write = _material(merged) != _material(stored) or _due(status, spec.evaluation_interval_s, now)
+    patch = cond.status_patch(stored, desired) if write else {}
 
     events: list[tuple[str, str, str]] = []
     if patch:
@@ -371,8 +446,12 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
         for alert in plan.alerts:
             events.append(("Normal" if alert.kind is AlertKind.RECOVERED else "Warning", alert.kind.value,
                            alert.title))
+        events = _abandoned_events(events, abandoned)
+    # Every pending entry is in status by the time the handler sends (an outbox change is always written).
+    sends = due_alerts(pending, now, in_flight)
     return PolicyPlan(writes, patch, events, plan.alerts if patch else (), spec.notifications,
-                      spec.evaluation_interval_s, plan)
+                      spec.evaluation_interval_s, plan, sends,
+                      next_due_s(pending, now, {*in_flight, *(e.key for e in sends)}))
 
 
 def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> list[AnnotationWrite]:
@@ -392,7 +471,7 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 
 
 __all__ = [
-    "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "BudgetObserved", "PolicyPlan", "READY",
+    "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "PolicyPlan", "READY",
     "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
     "plan_policy", "receiver_problem", "selected_services",
 ]

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from modalscale.costmodel.budget import NotifierType
+from modalscale.costmodel.budget import parse_budget_spec
 from modalscale.costmodel.catalog import load_catalog
-from modalscale.notify.sender import DeliveryResult
+from modalscale.costmodel.outbox import Attempt
 from modalscale.operator.budget_plan import (
     BudgetObserved,
     cap_annotation_key,
@@ -270,18 +270,128 @@ def test_a_service_that_left_the_selector_loses_the_cap() -> None:
     assert [(w.name, w.value) for w in plan.annotation_writes] == [("vc", None)]
 
 
-def test_delivery_results_become_the_alert_delivered_condition_and_a_warning_event() -> None:
-    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(make_isvc()), CATALOG, [], T0).status_patch)
-    from modalscale.costmodel.budget import Notification
+NOTIFICATIONS = [{"name": "slack", "type": "Slack", "secretRef": {"name": "s"}},
+                 {"name": "ding", "type": "DingTalk", "secretRef": {"name": "d"}}]
+CROSSED_50 = 3000  # s after T0: 1.200250478 USD/h x 3000 s = 1.000208732 USD >= 50 % of 2 USD
 
-    n = Notification.model_validate({"name": "room", "type": "Slack", "secretRef": {"name": "gone"}})
-    results = [receiver_problem(n, "SecretNotFound", "Secret ml/gone was not found"),
-               DeliveryResult(NotifierType.DINGTALK, "ding", True, "Delivered", "DingTalk accepted", 1)]
-    plan = plan_policy(p1, observed(make_isvc()), CATALOG, results, T0 + dt.timedelta(seconds=1))
-    c = get(plan.status_patch["conditions"], "AlertDelivered")
-    assert (c["status"], c["reason"]) == ("False", "SecretNotFound")
-    assert "ml/gone" in c["message"] and "ding" not in c["message"]
-    assert ("Warning", "SecretNotFound") in [e[:2] for e in plan.events]
+
+def alerting_policy(**spec: Any) -> dict[str, Any]:
+    return make_policy(thresholds=[{"percent": 50}], notifications=NOTIFICATIONS, **spec)
+
+
+def first_alert() -> tuple[dict[str, Any], Any]:
+    """The policy after the evaluation at T0 + 3000 s that crossed 50 %, and that evaluation's plan."""
+    p0 = alerting_policy()
+    p1 = persisted(p0, plan_policy(p0, observed(make_isvc()), CATALOG, [], T0).status_patch)
+    plan = plan_policy(p1, observed(make_isvc()), CATALOG, [], T0 + dt.timedelta(seconds=CROSSED_50))
+    return persisted(p1, plan.status_patch), plan
+
+
+def test_an_alert_enters_the_outbox_once_per_target_in_the_patch_that_marks_it_alerted() -> None:
+    p2, plan = first_alert()
+    now = T0 + dt.timedelta(seconds=CROSSED_50)
+    (alert,) = plan.alerts
+    items = plan.status_patch["pendingAlerts"]
+    assert [(i["notification"], i["kind"], i["attempts"], i["nextAttemptTime"]) for i in items] == [
+        ("slack", "ThresholdCrossed", 0, "2026-11-30T10:50:00Z"), ("ding", "ThresholdCrossed", 0, "2026-11-30T10:50:00Z")]
+    assert all(i["title"] == alert.title == "Budget ml/daily crossed 50 % of its daily limit" for i in items)
+    assert [r["alertedPeriodStart"] for r in plan.status_patch["thresholds"] if r["percent"] == 50] == [
+        "2026-11-30T00:00:00Z"]
+    # Sent after this patch: both entries, due now; nothing else is due later.
+    assert [e.notification for e in plan.sends] == ["slack", "ding"]
+    assert all(e.message.created_at == now for e in plan.sends) and plan.next_due_s is None
+    # An evaluation while they are in flight sends nothing and writes nothing new about them.
+    busy = plan_policy(p2, observed(make_isvc()), CATALOG, [], now + dt.timedelta(seconds=1),
+                       in_flight={e.key for e in plan.sends})
+    assert busy.sends == () and "pendingAlerts" not in busy.status_patch and busy.alerts == ()
+
+
+def test_one_target_fails_the_other_is_removed_and_the_failed_one_is_retried_after_backoff() -> None:
+    p2, plan = first_alert()
+    slack, ding = plan.sends
+    sent = T0 + dt.timedelta(seconds=CROSSED_50)
+    t1 = sent + dt.timedelta(seconds=5)
+    attempts = [Attempt(slack.key, True, "Delivered", "Slack accepted the message", sent),
+                Attempt(ding.key, False, "ServerError", "DingTalk answered HTTP 503 (gave up after 6 attempts)", sent)]
+    after = plan_policy(p2, observed(make_isvc()), CATALOG, attempts, t1)
+    (item,) = after.status_patch["pendingAlerts"]
+    # 30 s after the evaluation that recorded the first failed round: 10:50:05 + 30 s.
+    assert (item["notification"], item["attempts"], item["firstAttemptTime"], item["nextAttemptTime"],
+            item["lastReason"]) == ("ding", 1, "2026-11-30T10:50:00Z", "2026-11-30T10:50:35Z", "ServerError")
+    assert after.sends == () and after.next_due_s == 30.0
+    c = get(after.status_patch["conditions"], "AlertDelivered")
+    assert (c["status"], c["reason"]) == ("False", "ServerError")
+    assert "ding: DingTalk answered HTTP 503" in c["message"] and "retrying at 2026-11-30T10:50:35Z" in c["message"]
+    assert ("Warning", "ServerError") in [e[:2] for e in after.events]
+    p3 = persisted(p2, after.status_patch)
+    assert plan_policy(p3, observed(make_isvc()), CATALOG, [], t1 + dt.timedelta(seconds=29)).sends == ()
+    due = plan_policy(p3, observed(make_isvc()), CATALOG, [], t1 + dt.timedelta(seconds=30))
+    (retry,) = due.sends
+    assert retry.notification == "ding" and retry.attempts == 1 and due.alerts == ()
+    # The retry succeeds: outbox empty, AlertDelivered back to True.
+    t2 = t1 + dt.timedelta(seconds=31)
+    done = plan_policy(p3, observed(make_isvc()), CATALOG,
+                       [Attempt(retry.key, True, "Delivered", "DingTalk accepted the message", t1)], t2)
+    assert done.status_patch["pendingAlerts"] == [] and done.sends == ()
+    c = get(done.status_patch["conditions"], "AlertDelivered")
+    assert (c["status"], c["reason"], c["message"]) == ("True", "Delivered", "Delivered to ding")
+
+
+def test_a_missing_secret_is_a_failed_round_like_any_other() -> None:
+    p2, plan = first_alert()
+    slack, ding = plan.sends
+    n = parse_budget_spec(p2["spec"]).notifications[0]
+    problem = receiver_problem(n, "SecretNotFound", "Secret ml/s (secretRef of notification slack) was not found")
+    sent = T0 + dt.timedelta(seconds=CROSSED_50)
+    attempts = [Attempt(slack.key, problem.delivered, problem.reason, problem.message, sent),
+                Attempt(ding.key, True, "Delivered", "DingTalk accepted", sent)]
+    after = plan_policy(p2, observed(make_isvc()), CATALOG, attempts, sent + dt.timedelta(seconds=1))
+    c = get(after.status_patch["conditions"], "AlertDelivered")
+    assert (c["status"], c["reason"]) == ("False", "SecretNotFound") and "ml/s" in c["message"]
+    assert [i["notification"] for i in after.status_patch["pendingAlerts"]] == ["slack"]
+    assert ("Warning", "SecretNotFound") in [e[:2] for e in after.events]
+
+
+def test_removing_a_notification_abandons_its_entries_with_a_warning_event() -> None:
+    p2, plan = first_alert()
+    p2["spec"]["notifications"] = NOTIFICATIONS[:1]
+    p2["metadata"]["generation"] = 2
+    after = plan_policy(p2, observed(make_isvc()), CATALOG, [], T0 + dt.timedelta(seconds=CROSSED_50 + 1))
+    assert [i["notification"] for i in after.status_patch["pendingAlerts"]] == ["slack"]
+    c = get(after.status_patch["conditions"], "AlertDelivered")
+    assert (c["status"], c["reason"]) == ("False", "DeliveryAbandoned")
+    (event,) = [e for e in after.events if e[1] == "DeliveryAbandoned"]
+    assert event[0] == "Warning" and "notification ding" in event[2] and "removed from spec.notifications" in event[2]
+    assert [e.notification for e in after.sends] == ["slack"]
+
+
+def test_an_entry_still_failing_at_the_end_of_its_period_is_abandoned_and_reported() -> None:
+    p2, plan = first_alert()
+    slack, ding = plan.sends
+    sent = T0 + dt.timedelta(seconds=CROSSED_50)
+    p3 = persisted(p2, plan_policy(p2, observed(make_isvc()), CATALOG,
+                                   [Attempt(slack.key, True, "Delivered", "ok", sent),
+                                    Attempt(ding.key, False, "ConnectionFailed", "Connection to DingTalk failed", sent)],
+                                   sent + dt.timedelta(seconds=1)).status_patch)
+    midnight = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    after = plan_policy(p3, observed(make_isvc()), CATALOG, [], midnight)
+    assert after.status_patch["pendingAlerts"] == [] and after.sends == ()
+    c = get(after.status_patch["conditions"], "AlertDelivered")
+    assert (c["status"], c["reason"]) == ("False", "DeliveryAbandoned")
+    assert "notification ding after 1 attempt: its budget period ended" in c["message"]
+    assert "last error: Connection to DingTalk failed" in c["message"]
+    assert ("Warning", "DeliveryAbandoned") in [e[:2] for e in after.events]
+
+
+def test_an_invalid_spec_sends_nothing_but_records_finished_rounds() -> None:
+    p2, plan = first_alert()
+    slack, ding = plan.sends
+    sent = T0 + dt.timedelta(seconds=CROSSED_50)
+    p2["spec"]["limit"] = {"amount": "-1"}
+    held = plan_policy(p2, observed(make_isvc()), CATALOG, [Attempt(slack.key, True, "Delivered", "ok", sent)],
+                       sent + dt.timedelta(seconds=1))
+    assert held.sends == () and [i["notification"] for i in held.status_patch["pendingAlerts"]] == ["ding"]
+    assert (get(held.status_patch["conditions"], "Ready") or {}).get("reason") == "InvalidSpec"
 
 
 def test_lift_all_deletes_only_this_policys_key() -> None:
