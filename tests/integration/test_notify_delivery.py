@@ -167,3 +167,28 @@ def test_client_side_rate_limit_queues_or_refuses_without_reaching_the_platform(
     condition = alert_delivered_condition(results)
     assert condition["status"] == "False" and condition["reason"] == "ClientRateLimited"
     assert "oncall:" in condition["message"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_outage_outlasts_the_senders_retries_and_the_stored_message_arrives_after_recovery(kind: str) -> None:
+    from modalscale.costmodel.outbox import AlertMessage
+
+    secret = SECRET if kind in SIGNING else None
+    alert = make_alert()
+    stored = AlertMessage.from_alert(alert)  # what the operator's outbox re-sends after a failed round
+
+    async def go(rx: ChatReceiver):
+        async with Sender(retry=FAST) as s:
+            failed = await s.deliver(kind, rx.url, secret, alert, receiver="room")
+            rx.recover()
+            return failed, await s.deliver(kind, rx.url, secret, stored, receiver="room")
+
+    with ChatReceiver(kind, secret) as rx:
+        rx.outage()
+        failed, retried = asyncio.run(go(rx))
+        assert (failed.delivered, failed.reason, failed.attempts) == (False, "ServerError", 6)  # 1 + 5 retries
+        assert "gave up after 6 attempts" in failed.message and rx.url not in failed.message
+        assert [r.status for r in rx.received][:6] == [503] * 6
+        assert retried.delivered and retried.attempts == 1
+        (msg,) = rx.accepted
+        assert "ml-prod/platform-daily" in msg.room_text() and alert.title.split(":")[0] in msg.room_text()

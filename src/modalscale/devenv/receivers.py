@@ -5,7 +5,8 @@ Why a module: the sender must be proven against real HTTP, real signatures and t
 shapes, without the internet. Each :class:`ChatReceiver` listens on an ephemeral loopback port, checks the
 payload shape, the token in the URL, the signature and the timestamp freshness (DingTalk and Feishu refuse
 timestamps more than one hour away, as the platforms do), records what arrived, can be scripted to answer with
-errors, 429 (+ ``Retry-After``) or delays, and can print what a chat room would have shown
+errors, 429 (+ ``Retry-After``) or delays, can be taken down (every request answered with one error, however
+many retries come, until :meth:`ChatReceiver.recover`), and can print what a chat room would have shown
 (:meth:`ChatReceiver.transcript`).
 
 Answers imitate the platforms' documented ones (see ``modalscale.notify.sender`` for the sources): Slack
@@ -131,6 +132,7 @@ class ChatReceiver:
         self._now = now
         self._token = secrets.token_hex(12)
         self._replies: deque[Reply] = deque()
+        self._outage: Reply | None = None
         self._received: list[Received] = []
         self._arrivals = 0
         self._cond = threading.Condition()
@@ -215,6 +217,19 @@ class ChatReceiver:
         with self._cond:
             self._replies.extend(replies)
 
+    def outage(self, reply: Reply | None = None) -> None:
+        """Answer every request with ``reply`` (default ``503 Service Unavailable``) until :meth:`recover`.
+
+        Scripted replies (:meth:`script`) still come first.
+        """
+        with self._cond:
+            self._outage = reply or Reply(status=503, body="service unavailable")
+
+    def recover(self) -> None:
+        """End the outage: requests are judged and answered normally again."""
+        with self._cond:
+            self._outage = None
+
     @property
     def received(self) -> list[Received]:
         with self._cond:
@@ -263,7 +278,7 @@ class ChatReceiver:
         with self._cond:
             self._arrivals += 1
             self._cond.notify_all()
-            reply = self._replies.popleft() if self._replies else None
+            reply = self._replies.popleft() if self._replies else self._outage
         if reply is not None and reply.delay_s > 0:
             self._stop.wait(reply.delay_s)
         try:
