@@ -111,7 +111,8 @@ def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str
     Returns:
         The next interval and the outbox entries to send; None when the policy is gone or being deleted.
     Raises:
-        ApiException, urllib3.exceptions.HTTPError: A read or write failed; nothing after it was done.
+        ApiException, urllib3.exceptions.HTTPError: A read or the status write failed; nothing after it was
+            done (so ``attempts`` are not recorded yet and must be passed again).
     """
     started = time.monotonic()
     policy = runtime.observer.read_policy(namespace, name)
@@ -139,8 +140,14 @@ def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str
     if not plan.sends:
         return Evaluation(plan.interval_s, next_due_s=plan.next_due_s)
     targets = {e.notification for e in plan.sends}
-    receivers, problems = runtime.observer.read_receivers(
-        namespace, [n for n in plan.notifications if n.name in targets])
+    try:
+        receivers, problems = runtime.observer.read_receivers(
+            namespace, [n for n in plan.notifications if n.name in targets])
+    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        # The status (with the rounds just recorded) is written: do not raise, send at the next evaluation.
+        logger.warning("Reading notification Secrets failed, sending later: error=%s status=%s", type(exc).__name__,
+                       getattr(exc, "status", None))
+        return Evaluation(plan.interval_s, next_due_s=ERROR_RETRY_S)
     return Evaluation(plan.interval_s, plan.sends, tuple(receivers), tuple(problems), plan.next_due_s)
 
 

@@ -341,6 +341,46 @@ def test_missing_secret_sets_the_condition_and_other_receivers_still_get_the_ale
     assert (condition(get_policy(api, ns, "budget"), "Ready") or {}).get("status") == "True"
 
 
+def test_an_alert_that_fails_past_the_senders_retries_is_delivered_once_after_the_receiver_recovers(
+        api: Any, operator: Any, namespace: str, h100_node: list[str]) -> None:
+    ns = namespace
+    with ChatReceiver("Slack") as slack:
+        slack.outage()  # 503 to every request, however many retries come
+        make_secret(api, ns, "slack-hook", url=slack.url)
+        start_isvc(api, ns, "one", replicas=1)
+        # ~84 USD/h = ~0.023 USD/s: 50 % of 0.20 after ~4 s. The sender's round is 6 attempts over ~30 s.
+        custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+            "budget", "0.20", [{"percent": 50}],
+            [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
+        failing = wait_for(lambda: (p := get_policy(api, ns, "budget")) and (c := condition(p, "AlertDelivered"))
+                           and c["status"] == "False" and p, 120, "AlertDelivered=False after a failed round")
+        status = failing["status"]
+        (entry,) = status["pendingAlerts"]
+        assert (entry["notification"], entry["kind"], entry["attempts"], entry["lastReason"]) == (
+            "team-slack", "ThresholdCrossed", 1, "ServerError")
+        assert entry["thresholdsPercent"] == [50] and thresholds_alerted(status) == [50]
+        # Retried 30 s after the evaluation that recorded the failed round (its time is lastEvaluationTime or
+        # later, and that round ended after the first attempt).
+        retry_at = parse_time(entry["nextAttemptTime"], "nextAttemptTime")
+        assert retry_at - parse_time(entry["firstAttemptTime"], "firstAttemptTime") >= dt.timedelta(seconds=30)
+        assert [r.status for r in slack.received] == [503] * 6 and slack.accepted == []
+        c = condition(failing, "AlertDelivered")
+        assert c is not None and c["reason"] == "ServerError" and "team-slack" in c["message"]
+        slack.recover()
+        done = wait_for(lambda: (p := get_policy(api, ns, "budget")) and (c := condition(p, "AlertDelivered"))
+                        and c["status"] == "True" and p, 120, "AlertDelivered=True after recovery")
+        assert not done["status"].get("pendingAlerts")
+        evaluations_after(api, ns, "budget", dt.datetime.now(dt.UTC), 3)
+        statuses = [r.status for r in slack.received]
+        assert statuses[-1] == 200 and set(statuses[:-1]) == {503}  # one delivery, after the failed rounds
+        (msg,) = slack.accepted
+        assert msg.received_at >= retry_at.timestamp() - 1  # not before the backoff (1 s: clock rounding)
+        assert percents_in(titles(slack)) == [50]
+        reasons = [(e.get("type"), e.get("reason")) for e in policy_events(api, ns, "budget")]
+        assert ("Warning", "ServerError") in reasons and ("Normal", "Delivered") in reasons
+        assert slack.url not in json.dumps(get_policy(api, ns, "budget"))
+
+
 def test_a_hanging_webhook_blocks_neither_evaluation_nor_deletion(api: Any, operator: Any, namespace: str,
                                                                    h100_node: list[str]) -> None:
     ns = namespace
@@ -460,8 +500,10 @@ def test_restart_mid_period_resends_nothing_and_continues_the_ledger(own_cluster
             "budget", "1.00", [{"percent": 10}, {"percent": 50}],
             [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
         assert slack.wait_for(1, timeout_s=60, accepted_only=True)
-        before = wait_for(lambda: thresholds_alerted(s := get_policy(api, ns, "budget")["status"]) == [10] and s,
-                          30, "10 % recorded")
+        # Delivery is at least once: the alert leaves status.pendingAlerts at the evaluation after Slack accepted
+        # it, and a kill before that write sends it once more. Killed after it, nothing is sent again.
+        before = wait_for(lambda: thresholds_alerted(s := get_policy(api, ns, "budget")["status"]) == [10]
+                          and not s.get("pendingAlerts") and s, 30, "10 % recorded and delivered")
         first.kill(signal.SIGKILL)  # no graceful shutdown: whatever was in flight is lost
         killed_at = dt.datetime.now(dt.UTC)
         second = OperatorProcess(own_cluster.kubeconfig, tmp_path / "second.log")
@@ -491,6 +533,47 @@ def test_restart_mid_period_resends_nothing_and_continues_the_ledger(own_cluster
         assert "Evaluated BudgetPolicy" in second.log()
         print(f"\nfigure: operator SIGKILLed, the new one evaluated again {resumed_s:.1f} s later (peering); "
               f"ledger grew {grown} USD over {seconds} s (expected {expected.quantize(Decimal('1e-9'))} at {rate} USD/h)")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        api.close()
+
+
+def test_an_alert_pending_when_the_operator_is_killed_is_delivered_once_by_the_next_operator(
+        own_cluster: Any, tmp_path: Path, slack: ChatReceiver) -> None:
+    from modalscale.devenv.operator_process import OperatorProcess
+
+    api = own_cluster.api_client()
+    ns = "outbox"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    first = OperatorProcess(own_cluster.kubeconfig, tmp_path / "first.log")
+    second = None
+    try:
+        first.wait_healthy()
+        slack.outage()
+        make_secret(api, ns, "slack-hook", url=slack.url)
+        start_isvc(api, ns, "one", replicas=1)
+        custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+            "budget", "1.00", [{"percent": 10}],
+            [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
+        pending = wait_for(lambda: [e for e in (get_policy(api, ns, "budget").get("status") or {}).get(
+            "pendingAlerts") or [] if e["attempts"] >= 1], 120, "a pending alert after a failed round")
+        assert pending[0]["lastReason"] == "ServerError" and slack.accepted == []
+        first.kill(signal.SIGKILL)
+        failed_requests = len(slack.received)
+        slack.recover()
+        killed_at = dt.datetime.now(dt.UTC)
+        second = OperatorProcess(own_cluster.kubeconfig, tmp_path / "second.log")
+        second.wait_healthy()
+        done = wait_for(lambda: (p := get_policy(api, ns, "budget")) and (c := condition(p, "AlertDelivered"))
+                        and c["status"] == "True" and p, 150, "AlertDelivered=True from the second operator")
+        assert not done["status"].get("pendingAlerts")
+        evaluations_after(api, ns, "budget", parse_time(done["status"]["lastEvaluationTime"], "t"), 2)
+        (msg,) = slack.accepted
+        assert len(slack.received) == failed_requests + 1 and msg.received_at >= killed_at.timestamp()
+        assert percents_in(titles(slack)) == [10]
+        assert thresholds_alerted(done["status"]) == [10]
     finally:
         first.stop()
         if second is not None:
