@@ -145,6 +145,7 @@ class ReplicaTimeline:
 
     def __init__(self, api: Any, ns: str, name: str) -> None:
         self.samples: list[tuple[dt.datetime, int | None, int | None]] = []
+        self.errors: list[int] = []
         self._stop = threading.Event()
         self._apps = client.AppsV1Api(api)
         self._thread = threading.Thread(target=self._run, args=(ns, name), daemon=True)
@@ -152,8 +153,14 @@ class ReplicaTimeline:
 
     def _run(self, ns: str, name: str) -> None:
         while not self._stop.is_set():
-            d = self._apps.read_namespaced_deployment(name, ns)
-            self.samples.append((dt.datetime.now(dt.UTC), d.spec.replicas, d.status.replicas))
+            try:
+                d = self._apps.read_namespaced_deployment(name, ns)
+            except client.exceptions.ApiException as exc:
+                # 404 until the operator has created the Deployment (CI once started the timeline first, the
+                # thread died on the 404 and recorded nothing); other errors: try again at the next tick.
+                self.errors.append(exc.status)
+            else:
+                self.samples.append((dt.datetime.now(dt.UTC), d.spec.replicas, d.status.replicas))
             self._stop.wait(0.1)
 
     def first(self, pred: Any) -> dt.datetime | None:
