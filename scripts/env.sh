@@ -12,6 +12,31 @@ ensure_system_packages() {
       echo "Prometheus is required: sudo apt-get install prometheus" >&2; return 1
     fi
   fi
+  ensure_node_packages
+}
+# Debian packages of the real kubelet node (modalscale.devenv.realnode): containerd (CRI), runc, the CNI plugins,
+# iptables (kube-proxy, CNI masquerade), iproute2, and umoci + busybox-static for the locally built pause image.
+# Without them `modalscale cluster up` runs KWOK-only and says which piece is missing.
+NODE_PACKAGES="containerd runc containernetworking-plugins iptables iproute2 umoci busybox-static"
+ensure_node_packages() {
+  local missing="" pkg
+  for pkg in $NODE_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
+  done
+  [ -z "$missing" ] && return 0
+  if [ "$(id -u)" = 0 ]; then
+    echo "Installing Debian packages for the real node:$missing" >&2
+    # policy-rc.d 101: the packages must not start a system containerd; the cluster runs its own.
+    local policy=/usr/sbin/policy-rc.d created=""
+    [ -e "$policy" ] || { printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && created=1; }
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $missing >/dev/null
+    local rc=$?
+    [ -n "$created" ] && rm -f "$policy"
+    [ $rc = 0 ] || { echo "Installing$missing failed; the cluster will run KWOK-only" >&2; return 0; }
+  else
+    echo "Not root: the real kubelet node needs$missing (sudo apt-get install$missing);" \
+         "without them \`modalscale cluster up\` runs KWOK-only" >&2
+  fi
 }
 ensure_venv() {
   ensure_system_packages

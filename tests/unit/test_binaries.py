@@ -41,3 +41,14 @@ def test_version_must_be_a_v1_release_tag(bad: str) -> None:
 def test_upstream_without_staging_modules_is_refused() -> None:
     with pytest.raises(ValueError, match="staging"):
         kubernetes_wrapper_gomod("v1.35.4", "module k8s.io/kubernetes\n\ngo 1.24\n")
+
+
+def test_wrapper_tools_go_imports_the_control_plane_and_the_node_commands() -> None:
+    from modalscale.devenv.binaries import K8S_COMMANDS, NODE_COMMANDS, kubernetes_tools_go
+
+    text = kubernetes_tools_go()
+    assert text.startswith("//go:build tools\n")
+    assert NODE_COMMANDS == ("kubelet", "kube-proxy")
+    for cmd in K8S_COMMANDS + NODE_COMMANDS:
+        assert f'\t_ "k8s.io/kubernetes/cmd/{cmd}"\n' in text
+    assert not set(K8S_COMMANDS) & set(NODE_COMMANDS)

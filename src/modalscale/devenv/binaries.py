@@ -1,6 +1,7 @@
 """Build and cache the local control-plane binaries from the Go module proxy.
 
-kube-apiserver, kube-controller-manager, kube-scheduler and kubectl are built from ``k8s.io/kubernetes`` through
+kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (and, for the real node, kubelet and
+kube-proxy) are built from ``k8s.io/kubernetes`` through
 a wrapper module that pins every staging module (``k8s.io/api``, ``k8s.io/apiserver``, ...) to the matching
 ``v0.MINOR.PATCH`` tag with ``replace`` directives, read from that version's own ``go.mod``: ``go install
 k8s.io/kubernetes/cmd/...@vX`` is refused because of its replace directives (the same pattern as
@@ -35,6 +36,11 @@ HELM_VERSION = "v3.19.5"
 """Pinned helm release."""
 
 K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+"""Control-plane commands of ``k8s.io/kubernetes``, cached together in ``bin/kubernetes-<version>``."""
+NODE_COMMANDS = ("kubelet", "kube-proxy")
+"""Commands of the real node (modalscale.devenv.realnode), built from the same wrapper module into
+``bin/kubernetes-node-<version>``: a KWOK-only machine never pays for them, and adding them does not rebuild a
+cached control plane."""
 
 Log = Callable[[str], None]
 
@@ -47,6 +53,14 @@ def cache_dir() -> Path:
     """Root of modalscale's caches: ``$MODALSCALE_CACHE_DIR`` or ``~/.cache/modalscale``."""
     env = os.environ.get("MODALSCALE_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "modalscale"
+
+
+@dataclass(frozen=True)
+class NodeBinaries:
+    """Absolute paths of the real node's binaries."""
+
+    kubelet: Path
+    kube_proxy: Path
 
 
 @dataclass(frozen=True)
@@ -127,6 +141,14 @@ def kubernetes_wrapper_gomod(version: str, upstream_gomod: str) -> str:
     return "\n".join(lines)
 
 
+def kubernetes_tools_go() -> str:
+    """The ``tools.go`` of the wrapper module: it imports every command of :data:`K8S_COMMANDS` and
+    :data:`NODE_COMMANDS`, so ``go mod tidy`` gives one ``go.sum`` for both builds that share the directory."""
+    return ("//go:build tools\n\npackage tools\n\nimport (\n"
+            + "".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"\n' for c in K8S_COMMANDS + NODE_COMMANDS)
+            + ")\n")
+
+
 ETCD_WRAPPER_GOMOD = """module local.test/etcd-bin
 
 go 1.25.0
@@ -135,18 +157,14 @@ require go.etcd.io/etcd/server/v3 {version}
 """
 
 
-def _build_kubernetes(version: str, out: Path, log: Log) -> None:
+def _build_kubernetes(version: str, out: Path, log: Log, commands: tuple[str, ...] = K8S_COMMANDS) -> None:
     go = _require_go()
     work = cache_dir() / "build" / f"k8s-{version}"
     work.mkdir(parents=True, exist_ok=True)
     info = json.loads(_run([go, "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], work, log))
     gomod = kubernetes_wrapper_gomod(version, Path(info["GoMod"]).read_text())
     (work / "go.mod").write_text(gomod)
-    (work / "tools.go").write_text(
-        "//go:build tools\n\npackage tools\n\nimport (\n"
-        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"\n' for c in K8S_COMMANDS)
-        + ")\n"
-    )
+    (work / "tools.go").write_text(kubernetes_tools_go())
     _run([go, "mod", "tidy"], work, log)
     minor = version.split(".")[1]
     ldflags = ["-s", "-w"]
@@ -164,7 +182,7 @@ def _build_kubernetes(version: str, out: Path, log: Log) -> None:
     tmp.mkdir(parents=True)
     _run(
         [go, "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(tmp) + "/"]
-        + [f"k8s.io/kubernetes/cmd/{c}" for c in K8S_COMMANDS],
+        + [f"k8s.io/kubernetes/cmd/{c}" for c in commands],
         work,
         log,
     )
@@ -234,6 +252,19 @@ def ensure_binaries(log: Log = print) -> Binaries:
         etcd=etcd / "etcd",
         kwok=kwok / "kwok",
     )
+
+
+def ensure_node_binaries(log: Log = print) -> NodeBinaries:
+    """Return kubelet and kube-proxy (same pinned :data:`KUBERNETES_VERSION`), building them if not cached.
+
+    The first build takes about 6 minutes on 2 cores with a warm Go cache (the control plane's).
+
+    Raises:
+        BuildError: ``go`` is missing or the build failed.
+    """
+    out = _ensure("kubernetes-node", KUBERNETES_VERSION, NODE_COMMANDS,
+                  lambda o: _build_kubernetes(KUBERNETES_VERSION, o, log, NODE_COMMANDS), log)
+    return NodeBinaries(kubelet=out / "kubelet", kube_proxy=out / "kube-proxy")
 
 
 def ensure_helm(log: Log = print) -> Path:

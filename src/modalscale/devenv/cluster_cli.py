@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
     st = csub.add_parser("status", help="tell what runs")
     st.add_argument("--json", action="store_true", help="print JSON")
     st.set_defaults(func=_status)
-    build = csub.add_parser("build", help="only build (or find cached) binaries, helm included")
+    build = csub.add_parser("build", help="only build (or find cached) binaries, helm, kubelet and kube-proxy included")
     build.set_defaults(func=_build)
 
 
@@ -72,14 +72,15 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from modalscale.devenv.binaries import ensure_helm
+    from modalscale.devenv.binaries import ensure_helm, ensure_node_binaries
 
     try:
         bins = ensure_binaries(_log)
         helm = ensure_helm(_log)
+        node = ensure_node_binaries(_log)
     except BuildError as exc:
         _log(str(exc))
         return 1
-    for k, v in {**vars(bins), "helm": helm}.items():
+    for k, v in {**vars(bins), **vars(node), "helm": helm}.items():
         print(f"{k:24} {v}")
     return 0
