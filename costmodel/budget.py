@@ -7,8 +7,9 @@ operator applies (scale, alert, write status) without further decisions.
 
 Rules:
 
-* **State**: ``Unknown`` when governance is blind (below), else ``Exceeded`` when spent >= limit, else
-  ``Warning`` when a threshold is crossed or the forecast crosses ``forecast.alertAtPercent``, else ``Ok``.
+* **State**: ``Exceeded`` when spent >= limit (spent being a lower bound when some service is not priced, see
+  below), else ``Unknown`` when part of the spend is not priced, else ``Warning`` when a threshold is crossed or
+  the forecast crosses ``forecast.alertAtPercent``, else ``Ok``.
 * **Forecast** (method ``LinearAtCurrentBurnRate``): ``spent + burn_rate x hours left in the period``, where
   the burn rate is the sum over selected services of running replicas x price per replica-hour now.
 * **Alerts** are de-duplicated per period with state persisted in ``status.thresholds`` (Alertmanager-style:
@@ -18,7 +19,7 @@ Rules:
   (several thresholds crossed in one evaluation are reported in one message); the forecast alerts once per
   period (not when actual spend already crossed that percent); a ``Recovered`` notice is sent once when a new
   period starts after one that was ``Exceeded`` or enforced; a ``GovernanceBlind`` alert is sent when the
-  state turns ``Unknown``. The plan marks alerts as decided when it decides them; delivery is at least
+  policy starts to have a running service it cannot price. The plan marks alerts as decided when it decides them; delivery is at least
   once through the outbox of :mod:`modalscale.costmodel.outbox` (each alert is persisted in
   ``status.pendingAlerts`` together with ``status.thresholds``, before it is sent, and retried until its
   target accepts it or it expires).
@@ -40,9 +41,16 @@ Rules:
   a spec change (a raised limit lifts it, as before). Enforcement is downward closed (enforcing 100 %
   enforces every lower enforcing threshold). Thresholds with only ``Alert`` are not anticipated.
   ``horizon_s=0`` gives the reactive rule (act only after the crossing).
-* **Blind rule**: if any selected service's price or replica count is unknown, no new enforcement action is
-  planned at all (enforcement already in force from readable data is held until the period ends), the state is
-  ``Unknown`` and a ``GovernanceBlind`` alert names the services.
+* **Unknown price or replicas: the known spend is a lower bound** (never "do nothing"). A service with no
+  running pod costs 0 whether or not it has a price. A service that runs but whose price (or whose replica
+  count) cannot be read adds an unknown, non-negative part: the ledger charges it nothing (it reports it as
+  unpriced), so ``spent`` and the burn rate of the priced services are lower bounds of the true ones. A threshold
+  the lower bound crosses is crossed, alerted and enforced, on every selected service (the unpriced ones too);
+  an enforcing threshold the known burn rate alone reaches within the horizon is enforced ahead. Enforcement
+  already in force this period is held while anything is unknown (lifting would act on data that could not be
+  read). The state is ``Exceeded`` when the lower bound reaches the limit, else ``Unknown``; ``burnRatePerHour``
+  and ``forecast`` are unknown (None); a ``GovernanceBlind`` alert names the services once, when the policy
+  starts having any (the forecast alert is decided on the lower-bound forecast and says "at least").
 """
 
 from __future__ import annotations
@@ -346,7 +354,8 @@ class ServiceState:
 
     @property
     def known(self) -> bool:
-        return self.replicas is not None and self.usd_per_replica_hour is not None
+        """True when the service's cost rate is known: priced with known replicas, or no running replica (0)."""
+        return self.cost_usd_per_hour is not None
 
     @property
     def cost_usd_per_hour(self) -> Decimal | None:
@@ -423,12 +432,15 @@ class AlertState:
         period_start: ``status.periodStart`` of the last evaluation (None = first evaluation).
         state: ``status.state`` of the last evaluation.
         enforced: ``status.enforcedServices``.
+        blind: True when the last evaluation had a running service it could not price (state ``Unknown``, or
+            the ``Ready`` condition's reason ``GovernanceBlind``): the ``GovernanceBlind`` alert was decided.
     """
 
     records: tuple[ThresholdRecord, ...] = ()
     period_start: datetime | None = None
     state: BudgetState | None = None
     enforced: tuple[EnforcedService, ...] = ()
+    blind: bool = False
 
     def record(self, percent: int, forecast: bool = False) -> ThresholdRecord | None:
         return next((r for r in self.records if r.percent == percent and r.forecast == forecast), None)
@@ -469,8 +481,11 @@ class AlertState:
                     raise InvalidBudgetStatus(f"{path}: {exc}") from None
             start = status.get("periodStart")
             state = status.get("state")
+            ready = next((c for c in status.get("conditions") or []
+                          if isinstance(c, Mapping) and c.get("type") == "Ready"), None)
+            blind = state == BudgetState.UNKNOWN.value or (ready is not None and ready.get("reason") == "GovernanceBlind")
             return cls(tuple(records), parse_time(start, "status.periodStart") if start else None,
-                       BudgetState(state) if state else None, tuple(enforced))
+                       BudgetState(state) if state else None, tuple(enforced), blind)
         except LedgerFormatError as exc:
             raise InvalidBudgetStatus(str(exc)) from None
         except ValueError as exc:
@@ -552,6 +567,8 @@ class BudgetAlert:
     """Thresholds of this message not reached yet but enforced ahead (a subset of ``thresholds_percent``)."""
     horizon_s: int = 0
     """Seconds ahead that ``ahead_percents`` would be crossed at the current burn rate."""
+    lower_bound: bool = False
+    """True when part of the spend is not priced: ``spent_usd`` and ``forecast_usd`` are lower bounds."""
 
     @property
     def resolved(self) -> bool:
@@ -584,21 +601,22 @@ class BudgetAlert:
             return (f"Budget {self.policy} is forecast to reach {self.thresholds_percent[0]} % of its "
                     f"{self.period.value.lower()} limit")
         if self.kind is AlertKind.GOVERNANCE_BLIND:
-            return f"Budget {self.policy} cannot see its spend: no enforcement until it can"
+            return f"Budget {self.policy} cannot price all of its spend: enforcing on the known part, a lower bound"
         return f"Budget {self.policy}: a new {self.period.value.lower()} period started, enforcement lifted"
 
     def facts(self, max_actions: int = 10) -> list[tuple[str, str]]:
         """Ordered (label, value) pairs every payload shows; at most ``max_actions`` actions are listed."""
         cur = self.currency
+        least = "at least " if self.lower_bound else ""
         facts = [
             ("Policy", str(self.policy)),
             ("Scope", self.scope),
             ("Period", f"{self.period.value} ({self.time_zone}) {format_time(self.period_start)} to "
                        f"{format_time(self.period_end)}"),
-            ("Spent", f"{format_usd(quantize_display_usd(self.spent_usd))} {cur} of "
+            ("Spent", f"{least}{format_usd(quantize_display_usd(self.spent_usd))} {cur} of "
                       f"{format_usd(quantize_display_usd(self.limit_usd))} {cur} "
                       f"({format_usd(self.percent_used)} %)"),
-            ("Forecast", f"{format_usd(quantize_display_usd(self.forecast_usd))} {cur} at period end "
+            ("Forecast", f"{least}{format_usd(quantize_display_usd(self.forecast_usd))} {cur} at period end "
                          f"({self.forecast_method})" if self.forecast_usd is not None
              else "unknown (spend rate not readable)"),
         ]
@@ -628,14 +646,15 @@ class BudgetPlan:
         state, reason, message: Budget state and a CamelCase reason / sentence for the conditions.
         spent_usd, limit_usd, remaining_usd: Current period; remaining may be negative.
         percent_used: spent / limit x 100, rounded to 0.01.
-        burn_rate_usd_per_hour: Sum of replicas x price now; None when blind.
-        forecast_usd: Spend at period end (:data:`FORECAST_METHOD`); None when blind or disabled.
+        burn_rate_usd_per_hour: Sum of replicas x price now; None when a running service is not priced.
+        forecast_usd: Spend at period end (:data:`FORECAST_METHOD`); None when a running service is not priced,
+            or when disabled.
         thresholds_crossed: Percents crossed this period (spent reached them), ascending.
         thresholds_enforced: Percents of the thresholds whose enforcing actions are in force (crossed, or
-            enforced ahead), ascending; empty when blind.
+            enforced ahead, on the lower bound when some service is not priced), ascending.
         alerts: Notifications to send now (each to every receiver).
-        actions: Enforcement in force, in threshold order then service order (empty when blind).
-        enforced_services: What ``status.enforcedServices`` should say (held ones when blind).
+        actions: Enforcement in force, in threshold order then service order.
+        enforced_services: What ``status.enforcedServices`` should say.
         alert_state: The de-duplication state to persist (``status.thresholds`` etc.).
         blind_services: ``namespace/name: reason`` for services whose price or replicas are unknown.
         horizon_s: Seconds ahead that enforcement looked (0 = reactive).
@@ -666,7 +685,8 @@ class BudgetPlan:
 
     @property
     def blind(self) -> bool:
-        return self.state is BudgetState.UNKNOWN
+        """True when some selected service runs but cannot be priced (spend is a lower bound)."""
+        return bool(self.blind_services)
 
     def effective_max_replicas(self) -> dict[tuple[str, str], int]:
         """(namespace, name) -> enforced maximum replicas (not in dry run); what the autoscaler must cap to.
@@ -779,7 +799,7 @@ def _held(t: Threshold, previous: Mapping[tuple[str, str, ThresholdAction], Enfo
 def _enforced_thresholds(spec: BudgetSpec, spent: Decimal, burn_usd_per_hour: Decimal,
                          max_usd_per_hour: Decimal, horizon_s: int,
                          previous: Mapping[tuple[str, str, ThresholdAction], EnforcedService],
-                         services: Sequence[ServiceState]) -> list[Threshold]:
+                         services: Sequence[ServiceState], hold_unconditionally: bool = False) -> list[Threshold]:
     """The thresholds whose enforcing actions are in force now (:data:`ENFORCEMENT_METHOD`), ascending.
 
     Args:
@@ -789,6 +809,8 @@ def _enforced_thresholds(spec: BudgetSpec, spent: Decimal, burn_usd_per_hour: De
             the horizon; enforcement never lowers it, so a threshold once enforced stays enforced).
         horizon_s: Seconds to the next evaluation (0 = act only after the crossing).
         previous: ``status.enforcedServices`` of this period by (namespace, name, action).
+        hold_unconditionally: Hold every threshold in force at the previous evaluation whatever the bound
+            says (part of the spend is unknown: the bound is a lower bound and lifting would act on it).
     """
     ctx = MONEY_CONTEXT
     limit = spec.limit.amount
@@ -803,7 +825,8 @@ def _enforced_thresholds(spec: BudgetSpec, spent: Decimal, burn_usd_per_hour: De
     enforcing = [t for t in spec.thresholds if any(a is not ThresholdAction.ALERT for a in t.actions)]
     top = max((t.percent for t in enforcing
                if reached(t.percent, projected)  # also covers spent itself: the burn rate is >= 0
-               or (reached(t.percent, bounded) and _held(t, previous, services, floor))), default=0)
+               or ((hold_unconditionally or reached(t.percent, bounded)) and _held(t, previous, services, floor))),
+              default=0)
     return [t for t in enforcing if t.percent <= top]
 
 
@@ -850,18 +873,17 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     def reached(percent: int, amount: Decimal) -> bool:  # amount >= percent % of limit, exactly
         return ctx.multiply(amount, Decimal(100)) >= ctx.multiply(Decimal(percent), limit)
 
+    # Services that run but cannot be priced add an unknown, non-negative part: what is known is a lower bound.
     blind = [s for s in services if not s.known]
     blind_text = tuple(f"{s.namespace}/{s.name}: {s.unknown_reason or 'price or replicas unknown'}" for s in blind)
-    burn: Decimal | None = None
-    max_burn = Decimal(0)
-    forecast: Decimal | None = None
-    if not blind:
-        burn = quantize_ledger_usd(sum((s.cost_usd_per_hour or Decimal(0) for s in services), Decimal(0)))
-        max_burn = sum((ctx.multiply(Decimal(max(s.replicas or 0, s.max_replicas)), s.usd_per_replica_hour or Decimal(0))
-                        for s in services), Decimal(0))
-        hours_left = ctx.divide(Decimal(int((p_end - now).total_seconds())), SECONDS_PER_HOUR)
-        if spec.forecast.enabled:
-            forecast = quantize_ledger_usd(ctx.add(spent, ctx.multiply(burn, hours_left)))
+    known_burn = quantize_ledger_usd(sum((s.cost_usd_per_hour or Decimal(0) for s in services), Decimal(0)))
+    max_burn = sum((ctx.multiply(Decimal(max(s.replicas or 0, s.max_replicas)), s.usd_per_replica_hour or Decimal(0))
+                    for s in services), Decimal(0))
+    hours_left = ctx.divide(Decimal(int((p_end - now).total_seconds())), SECONDS_PER_HOUR)
+    forecast_bound: Decimal | None = (quantize_ledger_usd(ctx.add(spent, ctx.multiply(known_burn, hours_left)))
+                                      if spec.forecast.enabled else None)
+    burn: Decimal | None = None if blind else known_burn
+    forecast: Decimal | None = None if blind else forecast_bound
 
     crossed = [t for t in spec.thresholds if reached(t.percent, spent)]
     new_period = alert_state.period_start is not None and alert_state.period_start != p_start
@@ -870,32 +892,29 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     # ---- enforcement (level-based), strongest action per service, listed in threshold then service order
     previous = {(e.namespace, e.name, e.action): e for e in alert_state.enforced} if not new_period else {}
     actions: list[EnforcementAction] = []
-    enforced: tuple[EnforcedService, ...]
-    in_force: list[Threshold] = []
-    if blind:
-        enforced = tuple(alert_state.enforced) if not new_period else ()
-    else:
-        in_force = _enforced_thresholds(spec, spent, burn or Decimal(0), max_burn, horizon_s, previous, services)
-        best: dict[tuple[str, str], tuple[int, int, Threshold, ThresholdAction]] = {}
-        for t in in_force:
-            for action in t.actions:
-                if action is ThresholdAction.ALERT:
-                    continue
-                for svc in ordered:
-                    target = _target(action, t, svc, spec.enforcement.floor_replicas)
-                    key = (svc.namespace, svc.name)
-                    candidate = (target, -_STRENGTH[action], t, action)
-                    if key not in best or (candidate[0], candidate[1]) < (best[key][0], best[key][1]):
-                        best[key] = candidate
-        rank = {(s.namespace, s.name): i for i, s in enumerate(ordered)}
-        for key, (target, _, t, action) in sorted(best.items(), key=lambda kv: (kv[1][2].percent, rank[kv[0]])):
-            svc = ordered[rank[key]]
-            prior = previous.get((svc.namespace, svc.name, action))
-            actions.append(EnforcementAction(
-                svc.namespace, svc.name, action, t.percent, target, svc.replicas,
-                min(svc.replicas if svc.replicas is not None else target, target),
-                spec.enforcement.dry_run, prior.since if prior else now, ahead=t not in crossed))
-        enforced = tuple(a.enforced() for a in actions)
+    # Enforced on the known spend: a lower bound when some service is not priced (see the module docstring).
+    in_force = _enforced_thresholds(spec, spent, known_burn, max_burn, horizon_s, previous, services,
+                                    hold_unconditionally=bool(blind))
+    best: dict[tuple[str, str], tuple[int, int, Threshold, ThresholdAction]] = {}
+    for t in in_force:
+        for action in t.actions:
+            if action is ThresholdAction.ALERT:
+                continue
+            for svc in ordered:
+                target = _target(action, t, svc, spec.enforcement.floor_replicas)
+                key = (svc.namespace, svc.name)
+                candidate = (target, -_STRENGTH[action], t, action)
+                if key not in best or (candidate[0], candidate[1]) < (best[key][0], best[key][1]):
+                    best[key] = candidate
+    rank = {(s.namespace, s.name): i for i, s in enumerate(ordered)}
+    for key, (target, _, t, action) in sorted(best.items(), key=lambda kv: (kv[1][2].percent, rank[kv[0]])):
+        svc = ordered[rank[key]]
+        prior = previous.get((svc.namespace, svc.name, action))
+        actions.append(EnforcementAction(
+            svc.namespace, svc.name, action, t.percent, target, svc.replicas,
+            min(svc.replicas if svc.replicas is not None else target, target),
+            spec.enforcement.dry_run, prior.since if prior else now, ahead=t not in crossed))
+    enforced = tuple(a.enforced() for a in actions)
     ahead = [t for t in in_force if t not in crossed]
 
     # ---- alerts, each once per period
@@ -907,17 +926,16 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
 
     def make(kind: AlertKind, marks: tuple[int, ...], **extra: Any) -> BudgetAlert:
         return BudgetAlert(kind, policy, scope, spec.period, spec.time_zone, p_start, p_end, spent, limit, currency,
-                           percent_used, forecast, FORECAST_METHOD, marks, extra.get("actions", action_text),
+                           percent_used, forecast_bound, FORECAST_METHOD, marks, extra.get("actions", action_text),
                            spec.enforcement.dry_run, blind_text, now, extra.get("closed"),
-                           extra.get("ahead", ()), horizon_s)
+                           extra.get("ahead", ()), horizon_s, lower_bound=bool(blind))
 
     alerts: list[BudgetAlert] = []
     if new_period and (alert_state.state is BudgetState.EXCEEDED or alert_state.enforced):
         alerts.append(make(AlertKind.RECOVERED, (), actions=("enforcement lifted",) if alert_state.enforced else (),
                            closed=closed.spent_usd if closed is not None else None))
-    if blind and alert_state.state is not BudgetState.UNKNOWN:
-        alerts.append(make(AlertKind.GOVERNANCE_BLIND, (),
-                           actions=("none: enforcement held until prices and replicas are readable",)))
+    if blind and not alert_state.blind:
+        alerts.append(make(AlertKind.GOVERNANCE_BLIND, ()))
 
     records: list[ThresholdRecord] = []
     newly_alerted: list[int] = []
@@ -942,7 +960,7 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     if spec.forecast.enabled:
         at = spec.forecast.alert_at_percent
         old = alert_state.record(at, forecast=True)
-        forecast_over = forecast is not None and reached(at, forecast)
+        forecast_over = forecast_bound is not None and reached(at, forecast_bound)  # a lower bound if blind
         if forecast_over and not reached(at, spent) and not alerted_now(old):
             alerts.append(make(AlertKind.FORECAST_EXCEEDED, (at,)))
             records.append(ThresholdRecord(at, True, True, now, p_start))
@@ -954,10 +972,7 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     # ---- state
     forecast_warning = (spec.forecast.enabled and forecast is not None
                         and reached(spec.forecast.alert_at_percent, forecast))
-    if blind:
-        state, reason = BudgetState.UNKNOWN, "GovernanceBlind"
-        message = "Spend cannot be governed: " + "; ".join(blind_text)
-    elif spent >= limit:
+    if spent >= limit:
         state, reason = BudgetState.EXCEEDED, "BudgetExceeded"
         message = f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
     elif crossed or ahead or forecast_warning:
@@ -968,11 +983,17 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     else:
         state, reason = BudgetState.OK, "WithinBudget"
         message = f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
-    if ahead and not blind:
+    if blind:
+        if state is not BudgetState.EXCEEDED:
+            state, reason = BudgetState.UNKNOWN, "GovernanceBlind"
+        message = (f"Spent at least {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency} "
+                   f"(the known part; not priced: {'; '.join(blind_text)})")
+    if ahead:
         message += (f"; enforcing {', '.join(f'{t.percent} %' for t in ahead)} ahead: crossed within "
-                    f"{horizon_s} s at the current burn rate")
+                    f"{horizon_s} s at the {'known ' if blind else ''}current burn rate")
 
-    new_state = AlertState(tuple(sorted(records, key=lambda r: (r.forecast, r.percent))), p_start, state, enforced)
+    new_state = AlertState(tuple(sorted(records, key=lambda r: (r.forecast, r.percent))), p_start, state, enforced,
+                           bool(blind))
     return BudgetPlan(
         state=state, reason=reason, message=message, period_start=p_start, period_end=p_end, currency=currency,
         spent_usd=spent, limit_usd=limit, remaining_usd=ctx.subtract(limit, spent), percent_used=percent_used,

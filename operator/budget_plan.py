@@ -178,8 +178,9 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
     """The InferenceServices ``spec.selector`` picks, priced by ``catalog``, as the budget planner's input.
 
     A service whose price cannot be determined (unknown GPU type, invalid spec or quantity, unknown tier) has
-    ``usd_per_replica_hour=None``; one whose pods could not be listed has ``replicas=None``; both make the
-    budget blind (see ``plan_budget``).
+    ``usd_per_replica_hour=None``; one whose pods could not be listed has ``replicas=None``. Either makes its
+    cost unknown when it runs (a service with no running pod costs 0, priced or not), and the budget then
+    enforces on the known spend, a lower bound (see ``plan_budget``).
 
     Returns:
         One :class:`ServiceState` per selected service, sorted by (namespace, name).
@@ -420,9 +421,11 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     # ---- conditions
     old_conditions = list(status.get("conditions") or [])
     n = len(services)
-    if plan.blind:
+    if plan.blind:  # some running service is not priced: spend is a lower bound, still enforced on
         ready = cond.Condition(READY, cond.FALSE, GOVERNANCE_BLIND, plan.message)
-        exceeded = cond.Condition(BUDGET_EXCEEDED, cond.UNKNOWN, GOVERNANCE_BLIND, plan.message)
+        exceeded = (cond.Condition(BUDGET_EXCEEDED, cond.TRUE, plan.reason, plan.message)
+                    if plan.state.value == "Exceeded" else
+                    cond.Condition(BUDGET_EXCEEDED, cond.UNKNOWN, GOVERNANCE_BLIND, plan.message))
     else:
         ready = cond.Condition(READY, cond.TRUE, EVALUATED,
                                f"Evaluated {n} InferenceService{'s' if n != 1 else ''} every "

@@ -210,27 +210,41 @@ def test_raising_the_limit_mid_period_lifts_enforcement_without_realerting(make_
 
 
 # --------------------------------------------------------------------------------------- blind rule
-def test_unknown_price_makes_governance_blind_no_action_one_alert(make_spec) -> None:
+def test_unknown_price_is_reported_once_and_the_state_is_unknown_below_the_limit(make_spec) -> None:
     services = [svc("a", 4, "1"), svc("b", 2, None)]
-    plan = plan_budget(make_spec(), D(105), services, AlertState(), utc(2026, 5, 1, 9), policy=POLICY)
+    plan = plan_budget(make_spec(), D(60), services, AlertState(), utc(2026, 5, 1, 9), policy=POLICY)
     assert plan.state is BudgetState.UNKNOWN and plan.reason == "GovernanceBlind"
-    assert plan.actions == () and plan.enforced_services == ()
+    assert plan.thresholds_crossed == (50,) and plan.actions == ()  # 50 % only alerts
     assert plan.burn_rate_usd_per_hour is None and plan.forecast_usd is None
     status = plan.status_fields()
     assert status["forecast"] is None and status["burnRatePerHour"] is None  # null deletes stale values
-    blind = [a for a in plan.alerts if a.kind is AlertKind.GOVERNANCE_BLIND]
-    assert len(blind) == 1 and "team-search/b" in blind[0].text()
-    again = plan_budget(make_spec(), D(106), services, roundtrip(plan), utc(2026, 5, 1, 9, 1), policy=POLICY)
-    assert AlertKind.GOVERNANCE_BLIND not in kinds(again)
+    assert kinds(plan) == [AlertKind.GOVERNANCE_BLIND, AlertKind.THRESHOLD_CROSSED]
+    blind = plan.alerts[0]
+    assert "team-search/b" in blind.text() and "lower bound" in blind.title
+    assert "Spent: at least 60.00 USD" in plan.alerts[1].text()
+    again = plan_budget(make_spec(), D(61), services, roundtrip(plan), utc(2026, 5, 1, 9, 1), policy=POLICY)
+    assert kinds(again) == []
+    # Over the limit the state is Exceeded; the blindness already reported is not reported again.
+    over = plan_budget(make_spec(), D(105), services, roundtrip(again), utc(2026, 5, 1, 9, 2), policy=POLICY)
+    assert over.state is BudgetState.EXCEEDED and AlertKind.GOVERNANCE_BLIND not in kinds(over)
+    assert [(a.name, a.action, a.max_replicas) for a in over.actions] == [
+        ("a", ThresholdAction.SCALE_DOWN, 1), ("b", ThresholdAction.SCALE_DOWN, 1)]
 
 
-def test_unknown_replicas_are_blind_too_and_held_enforcement_is_not_tightened(make_spec) -> None:
-    capped = plan_budget(make_spec(), D(85), [svc("a", 4)], AlertState(), utc(2026, 5, 1, 9))
-    blind = plan_budget(make_spec(), D(120), [svc("a", None)], roundtrip(capped), utc(2026, 5, 1, 10))
-    assert blind.state is BudgetState.UNKNOWN
-    assert blind.actions == ()  # no ScaleDown although 100 % is crossed
-    assert [(e.action, e.max_replicas) for e in blind.enforced_services] == [(ThresholdAction.CAP_REPLICAS, 2)]
-    next_day = plan_budget(make_spec(), D(1), [svc("a", None)], roundtrip(blind), utc(2026, 5, 2, 1))
+def test_enforcement_in_force_is_held_while_unknown_and_the_lower_bound_tightens_it(make_spec) -> None:
+    # 79.99 + 4 x 40 USD/h x 60 s = 82.66 >= 80: the 80 % cap is enforced ahead.
+    capped = plan_budget(make_spec(), D("79.99"), [svc("a", 4, "40")], AlertState(), utc(2026, 5, 1, 9))
+    assert [(e.action, e.max_replicas) for e in capped.enforced_services] == [(ThresholdAction.CAP_REPLICAS, 2)]
+    # Now the price cannot be read: the known part (79.99, rate 0) no longer reaches 80 % within the interval,
+    # yet the cap in force is held (lifting it would act on data that could not be read).
+    held = plan_budget(make_spec(), D("79.99"), [svc("a", 4, None)], roundtrip(capped), utc(2026, 5, 1, 9, 1))
+    assert held.state is BudgetState.UNKNOWN
+    assert [(e.action, e.max_replicas) for e in held.enforced_services] == [(ThresholdAction.CAP_REPLICAS, 2)]
+    # 120 USD known is past the limit: the 100 % ScaleDown is enforced although the replicas are unknown.
+    tighter = plan_budget(make_spec(), D(120), [svc("a", None)], roundtrip(held), utc(2026, 5, 1, 10))
+    assert tighter.state is BudgetState.EXCEEDED
+    assert [(e.action, e.max_replicas) for e in tighter.enforced_services] == [(ThresholdAction.SCALE_DOWN, 1)]
+    next_day = plan_budget(make_spec(), D(1), [svc("a", None)], roundtrip(tighter), utc(2026, 5, 2, 1))
     assert next_day.enforced_services == ()
 
 
@@ -449,3 +463,43 @@ def test_only_a_new_or_lower_cap_lowers_the_rate_charged_from_now_on(make_spec) 
     assert rates_after_enforcement(services, down, roundtrip(again)) == [ServiceObservation("team-search", "a", 1, D("1.5"))]
     dry = plan_budget(make_spec(enforcement={"dryRun": True}), D(85), services, AlertState(), utc(2026, 5, 1, 9))
     assert rates_after_enforcement(services, dry, AlertState()) == []  # nothing is applied in a dry run
+
+
+# ------------------------------------------------------------------ unknown price: the known spend is a lower bound
+def _hard_cap_spec(make_spec):
+    return make_spec(thresholds=[{"percent": 100, "actions": ["Alert", "ScaleToZero"]}])
+
+
+def test_a_service_without_a_price_and_without_pods_does_not_switch_off_the_hard_cap(make_spec) -> None:
+    # Issue 12's input: 120 USD spent of a 100 USD daily limit; big runs 10 x 1 USD/h; typo (mistyped GPU type:
+    # no price, refused by the operator, so no pod) runs 0. A service with no running pod costs 0, priced or not.
+    services = [svc("big", 10, "1"), svc("typo", 0, None)]
+    plan = plan_budget(_hard_cap_spec(make_spec), D(120), services, AlertState(), utc(2026, 5, 1, 12), policy=POLICY)
+    assert plan.state is BudgetState.EXCEEDED
+    assert [(a.name, a.action, a.max_replicas) for a in plan.actions if a.name == "big"] == [
+        ("big", ThresholdAction.SCALE_TO_ZERO, 0)]
+    assert plan.burn_rate_usd_per_hour == D(10) and plan.blind_services == ()
+    assert kinds(plan) == [AlertKind.THRESHOLD_CROSSED]
+    without_typo = plan_budget(_hard_cap_spec(make_spec), D(120), services[:1], AlertState(), utc(2026, 5, 1, 12))
+    assert [(a.name, a.max_replicas) for a in without_typo.actions] == [("big", 0)]
+
+
+@pytest.mark.parametrize("typo", [svc("typo", 2, None), svc("typo", None, "1")], ids=["price", "replicas"])
+def test_a_running_service_that_cannot_be_priced_leaves_the_known_spend_as_a_lower_bound_that_enforces(
+        make_spec, typo: ServiceState) -> None:
+    services = [svc("big", 10, "1"), typo]
+    plan = plan_budget(_hard_cap_spec(make_spec), D(120), services, AlertState(), utc(2026, 5, 1, 12), policy=POLICY)
+    # 120 USD is at least what was spent: the 100 % threshold is crossed for sure, and enforced on every service.
+    assert plan.state is BudgetState.EXCEEDED and plan.thresholds_crossed == (100,)
+    assert sorted((a.name, a.max_replicas) for a in plan.actions) == [("big", 0), ("typo", 0)]
+    assert plan.blind_services and "team-search/typo" in plan.blind_services[0]
+    assert kinds(plan) == [AlertKind.GOVERNANCE_BLIND, AlertKind.THRESHOLD_CROSSED]
+    # Below the limit the lower bound cannot say Ok, Warning or Exceeded: the state is Unknown, and a hard cap the
+    # known burn rate alone reaches within the next interval is still enforced ahead (50 + 10 USD/h x 5 h >= 100).
+    under = plan_budget(_hard_cap_spec(make_spec), D(50), services, AlertState(), utc(2026, 5, 1, 12),
+                        policy=POLICY, horizon_s=5 * 3600)
+    assert under.state is BudgetState.UNKNOWN and under.reason == "GovernanceBlind"
+    assert sorted((a.name, a.max_replicas, a.ahead) for a in under.actions) == [("big", 0, True), ("typo", 0, True)]
+    assert under.burn_rate_usd_per_hour is None  # the true rate is unknown; 10 USD/h is only its lower bound
+    quiet = plan_budget(_hard_cap_spec(make_spec), D(50), services, AlertState(), utc(2026, 5, 1, 12))
+    assert quiet.state is BudgetState.UNKNOWN and quiet.actions == ()

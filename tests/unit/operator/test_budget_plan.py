@@ -236,6 +236,33 @@ def test_unknown_gpu_price_makes_governance_blind_and_enforces_nothing() -> None
     assert later.annotation_writes == [] and later.alerts == ()
 
 
+@pytest.mark.parametrize("typo_pods", [0, 2], ids=["typo-not-running", "typo-running"])
+def test_a_mistyped_gpu_type_does_not_switch_off_the_hard_cap_of_the_priced_services(typo_pods: int) -> None:
+    # Issue 12 on the operator's planner: big ran 2 x 0.600125239 USD/h for an hour (1.20 USD of a 1 USD daily
+    # cap); typo asks for an unknown GPU type (no price).
+    policy = make_policy(limit={"amount": "1", "currency": "USD"},
+                         thresholds=[{"percent": 100, "actions": ["Alert", "ScaleToZero"]}])
+    policy["status"] = {"periodStart": "2026-11-30T00:00:00Z", "ledger": {
+        "observedTime": "2026-11-30T09:00:00Z",
+        "services": [{"namespace": "ml", "name": "big", "replicas": 2, "costUSDPerHour": "1.200250478", "spent": "0"}]}}
+    pods = {"ml": [make_pod("big", n) for n in range(2)] + [make_pod("typo", n) for n in range(typo_pods)]}
+    plan = plan_policy(policy, observed(make_isvc("big"), make_isvc("typo", gpu_type="nvidia-b999"), pods=pods),
+                       CATALOG, [], T0)
+    assert plan.status_patch["state"] == "Exceeded"
+    assert plan.status_patch["spent"] == "1.20"
+    caps = {w.name: json.loads(w.value)["maxReplicas"] for w in plan.annotation_writes if w.value}
+    assert caps["big"] == 0
+    conds = {c["type"]: (c["status"], c["reason"]) for c in plan.status_patch["conditions"]}
+    assert conds["BudgetExceeded"] == ("True", "BudgetExceeded")
+    if typo_pods:  # running without a price: its part is unknown, reported, and it is enforced on too
+        assert caps["typo"] == 0 and conds["Ready"] == ("False", "GovernanceBlind")
+        assert "nvidia-b999" in get(plan.status_patch["conditions"], "Ready")["message"]
+        assert [a.kind.value for a in plan.alerts] == ["GovernanceBlind", "ThresholdCrossed"]
+    else:  # no pod costs 0, priced or not
+        assert conds["Ready"] == ("True", "Evaluated") and plan.status_patch["burnRatePerHour"] == "1.20"
+        assert [a.kind.value for a in plan.alerts] == ["ThresholdCrossed"]
+
+
 def test_unreadable_pods_make_governance_blind() -> None:
     plan = plan_policy(make_policy(), observed(make_isvc(), pods={"ml": None}), CATALOG, [], T0)
     assert plan.status_patch["state"] == "Unknown"
