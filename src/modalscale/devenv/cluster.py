@@ -7,7 +7,8 @@ directory: ``cluster.json`` (ports, versions), ``pki/``, ``etcd/``, ``logs/``, `
 
 The flags follow envtest (apiserver with a client certificate in ``system:masters``, RBAC on) plus a
 controller-manager (garbage collection, Deployments, ReplicaSets), a scheduler and KWOK managing only nodes
-annotated ``kwok.x-k8s.io/node=fake``.
+annotated ``kwok.x-k8s.io/node=fake``. Where the machine supports it, a real kubelet node (containerd, runc, a
+CNI bridge, kube-proxy) runs beside the KWOK GPU nodes: see :mod:`modalscale.devenv.realnode`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 """Node label that carries the GPU type (as NVIDIA's GPU feature discovery sets it)."""
+
+
+REAL_NODE_ENV = "MODALSCALE_REAL_NODE"
+"""``0`` turns the real node off where ``up`` is not told either way (``1`` requires it)."""
 
 
 class ClusterError(RuntimeError):
@@ -204,6 +209,7 @@ class LocalCluster:
             "server": self.server_url if cfg else None,
             "apiserverReady": self.apiserver_ready(),
             "processes": self.pids(),
+            "realNode": self.real_node_status(),
             "versions": {
                 "kubernetes": cfg.kubernetes_version if cfg else KUBERNETES_VERSION,
                 "etcd": cfg.etcd_version if cfg else ETCD_VERSION,
@@ -211,9 +217,24 @@ class LocalCluster:
             },
         }
 
+    def real_node_status(self) -> dict[str, Any]:
+        """``{"enabled": bool, "reason": why not (or None), "processes": {containerd, kubelet, kube-proxy: PID}}``."""
+        from modalscale.devenv.realnode import RealNode
+
+        cfg = self.load_config()
+        info = (cfg.extra if cfg else {}).get("realNode") or {}
+        return {"enabled": bool(info.get("enabled")), "reason": info.get("reason"),
+                "processes": RealNode(self.workdir).pids()}
+
+    @property
+    def has_real_node(self) -> bool:
+        """True when this cluster's real node runs (kubelet and containerd alive)."""
+        st = self.real_node_status()
+        return st["enabled"] and all(st["processes"].values())
+
     # ------------------------------------------------------------------ up
     def up(self, nodes: int = 2, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
-           binaries: Binaries | None = None, timeout_s: float = 120.0) -> None:
+           binaries: Binaries | None = None, timeout_s: float = 120.0, real_node: bool | None = None) -> None:
         """Start the control plane (idempotent: running components are left alone) and create fake GPU nodes.
 
         Args:
@@ -222,8 +243,13 @@ class LocalCluster:
             gpu_type: Value of the ``nvidia.com/gpu.product`` label of the fake nodes.
             binaries: Prebuilt binaries; built or taken from the cache when None.
             timeout_s: Deadline for the apiserver to become ready, in seconds.
+            real_node: Run the real kubelet node too. None (the default): where the machine supports it, unless
+                ``MODALSCALE_REAL_NODE=0``; otherwise a message names the missing piece and the cluster runs
+                KWOK-only. True: a machine that cannot run it is an error. False: KWOK-only. Either way, when
+                another cluster already runs this machine's real node, this one runs KWOK-only and says so.
         Raises:
-            ClusterError: A component exited or the apiserver was not ready in time.
+            ClusterError: A component exited, the apiserver was not ready in time, or ``real_node=True`` on a
+                machine without what the node needs (the message names the missing pieces).
             modalscale.devenv.binaries.BuildError: Building the binaries failed.
         """
         bins = binaries or ensure_binaries(self.log)
@@ -266,6 +292,9 @@ class LocalCluster:
                 "--service-cluster-ip-range=10.0.0.0/16", "--allow-privileged=true",
                 "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
                 "--endpoint-reconciler-type=none", "--enable-priority-and-fairness=false",
+                # The real node's kubelet (logs, exec) at its InternalIP 127.0.0.1, authenticated by client cert.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
                 "--max-requests-inflight=0", "--max-mutating-requests-inflight=0", "--v=1",
             ])
         self._wait(self.apiserver_ready, "kube-apiserver", timeout_s)
@@ -301,6 +330,35 @@ class LocalCluster:
             raise ClusterError(f"{', '.join(dead)} exited at start; see {self._logfile(dead[0])}")
         self.ensure_gpu_nodes(nodes, gpus_per_node, gpu_type)
         self._wait(lambda: self._default_service_account_ready(), "namespace default", 60)
+        self._up_real_node(real_node)
+
+    def _up_real_node(self, wanted: bool | None) -> None:
+        from modalscale.devenv.realnode import RealNode, RealNodeError, machine_support
+
+        if wanted is None:
+            env = os.environ.get(REAL_NODE_ENV, "").strip()
+            wanted = None if env == "" else env not in ("0", "false", "no")
+        reason: str | None = None
+        if wanted is False:
+            reason = "off (--no-real-node)"
+        else:
+            missing = machine_support()
+            if missing:
+                reason = f"this machine lacks {'; '.join(missing)}"
+                if wanted:
+                    raise ClusterError(f"--real-node: {reason}. Install them (scripts/env.sh "
+                                       "ensure_node_packages, as root) or run KWOK-only with --no-real-node")
+        if reason is None:
+            try:
+                reason = RealNode(self.workdir, log=self.log).start(
+                    self.kubeconfig, self.workdir / "pki" / "ca.crt", self.api_client())
+            except RealNodeError as exc:
+                raise ClusterError(f"the real node did not start: {exc}") from exc
+        if reason is not None and wanted is not False:
+            self.log(f"No real node: {reason}; the cluster runs KWOK-only (fake GPU nodes)")
+        cfg = self._config()
+        cfg.extra["realNode"] = {"enabled": reason is None, "reason": reason}
+        (self.workdir / "cluster.json").write_text(json.dumps(asdict(cfg), indent=2))
 
     def _default_service_account_ready(self) -> bool:
         # The ServiceAccount admission plugin is off, but the controller-manager still creates `default`
@@ -352,8 +410,16 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ down
     def down(self, timeout_s: float = 10.0) -> list[str]:
-        """Stop the processes this cluster started (by recorded PID, newest first); returns their names."""
+        """Stop the processes this cluster started (by recorded PID, newest first); returns their names.
+
+        The real node goes first: its containers, shims, mounts, network namespaces, veths, the ``cni0`` bridge
+        and the ``KUBE-``/``CNI-`` iptables chains are removed too.
+        """
         stopped = []
+        if (self.workdir / "node").exists():
+            from modalscale.devenv.realnode import RealNode
+
+            stopped += RealNode(self.workdir, log=self.log).stop()
         for name in reversed(COMPONENTS):
             pf = self._pidfile(name)
             if not pf.exists():
@@ -505,7 +571,8 @@ def running_cluster(workdir: Path, nodes: int = 2, gpus_per_node: int = 8, gpu_t
 
     cluster = LocalCluster(workdir, log=lambda _m: None)
     try:
-        cluster.up(nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type)
+        # No real node: only one can run per machine, and the session cluster has it.
+        cluster.up(nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, real_node=False)
         if crd_dir is not None:
             install_crds(cluster.api_client(), crd_dir)
         yield cluster

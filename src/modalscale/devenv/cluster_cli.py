@@ -23,6 +23,10 @@ def add_parser(sub: Any) -> None:
     up.add_argument("--nodes", type=int, default=2, help="fake GPU nodes (default 2)")
     up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity per node (default 8)")
     up.add_argument("--gpu-type", default="nvidia-l4", help="nvidia.com/gpu.product label (default nvidia-l4)")
+    up.add_argument("--real-node", action=argparse.BooleanOptionalAction, default=None,
+                    help="also run a real kubelet node (containerd, runc, CNI bridge, kube-proxy); default: on where "
+                         "the machine supports it (root, containerd, runc, CNI plugins, cgroup controllers), "
+                         "otherwise KWOK-only with a message naming what is missing")
     up.set_defaults(func=_up)
     down = csub.add_parser("down", help="stop exactly the processes `up` started")
     down.set_defaults(func=_down)
@@ -44,11 +48,14 @@ def _up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.workdir, log=_log)
     started = time.monotonic()
     try:
-        cluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type)
+        cluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
+                   real_node=args.real_node)
     except (ClusterError, BuildError) as exc:
         _log(f"cluster up failed: {exc}")
         return 1
-    _log(f"Control plane ready in {time.monotonic() - started:.1f} s")
+    real = cluster.real_node_status()
+    _log(f"Control plane ready in {time.monotonic() - started:.1f} s; real node: "
+         f"{'real-node-0' if real['enabled'] else 'none (' + str(real['reason']) + ')'}")
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     return 0
 
@@ -66,6 +73,10 @@ def _status(args: argparse.Namespace) -> int:
     else:
         for name, pid in st["processes"].items():
             print(f"{name:24} {'running pid ' + str(pid) if pid else 'stopped'}")
+        for name, pid in st["realNode"]["processes"].items():
+            print(f"{name:24} {'running pid ' + str(pid) if pid else 'stopped'}")
+        if st["realNode"]["reason"]:
+            print(f"{'real node':24} {st['realNode']['reason']}")
         print(f"{'apiserver ready':24} {st['apiserverReady']}")
         print(f"{'kubeconfig':24} {st['kubeconfig']}")
     return 0 if st["apiserverReady"] else 3

@@ -1,0 +1,862 @@
+"""A real kubelet node in the local cluster: containerd (CRI) + runc + a CNI bridge, kubelet and kube-proxy.
+
+The settings come from a node that ran real pods on these machines (``restrict_oom_score_adj = true`` because
+the machine lacks ``CAP_SYS_RESOURCE``; ``failCgroupV1: false`` and ``cgroupDriver: cgroupfs`` on a cgroup v1
+host; images referred to by their full ``docker.io/...`` name because CRI normalizes names; ``--node-ip
+127.0.0.1`` so that the apiserver reaches the kubelet for logs).
+
+Layout:
+
+- state under the cluster's work dir, ``<workdir>/node/``: configs, containerd's state dir and socket, the
+  kubelet's root dir, CNI's IPAM data; PIDs in ``<workdir>/pids/{containerd,kubelet,kube-proxy}.pid``.
+- containerd's *root* (content store, snapshots, image metadata) is machine-wide,
+  ``<cache>/node/containerd-root``: imported images survive ``cluster down``/``up`` (the cached-image case),
+  and there is only one real node per machine anyway.
+- one real node per machine: the ``cni0`` bridge and the ``KUBE-``/``CNI-`` iptables chains are global. The
+  owner is recorded in ``/run/modalscale/real-node.json`` (under a ``flock``); a second cluster while the owner's
+  node runs gets KWOK only, with a message naming the owner.
+
+Nothing is pulled: images are imported into containerd's ``k8s.io`` namespace with :func:`import_image`;
+the node's own pause and busybox images are built here from Debian's busybox-static with ``umoci``
+(:func:`ensure_node_images`). Pods opt in to the node with :func:`real_node_placement` (the node is tainted so
+that pods written for the KWOK nodes never land on it by chance).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modalscale.devenv.binaries import Log, NodeBinaries, cache_dir, ensure_node_binaries
+
+NODE_NAME = "real-node-0"
+"""Name of the real node (kubelet ``--hostname-override``)."""
+NODE_TYPE_LABEL = "modalscale.io/node-type"
+"""Label key on the real node (value ``real``); the taint has the same key."""
+NODE_TYPE_REAL = "real"
+REAL_NODE_TAINT = {"key": NODE_TYPE_LABEL, "value": NODE_TYPE_REAL, "effect": "NoSchedule"}
+"""Taint of the real node: only pods that tolerate it run there (pods written for KWOK never land on it)."""
+NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
+"""Processes of the real node, in start order."""
+POD_CIDR = "10.88.0.0/16"
+"""Pod addresses of the CNI bridge (host-local IPAM)."""
+CNI_BRIDGE = "cni0"
+CNI_BIN_DIR = Path("/usr/lib/cni")
+CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+K8S_NAMESPACE = "k8s.io"
+"""containerd namespace that the CRI plugin (and so the kubelet) uses."""
+PAUSE_IMAGE = "docker.io/modalscale/pause:1"
+"""Sandbox image: a busybox-static rootfs whose entrypoint sleeps forever (built here, never pulled)."""
+BUSYBOX_IMAGE = "docker.io/modalscale/busybox:1"
+"""A busybox-static image with every applet (sh, httpd, wget ...), for tests and debugging."""
+IMAGE_RECIPE_VERSION = "1"
+"""Bumped when the pause/busybox build below changes (part of their cache key)."""
+CHAIN_PREFIXES = ("KUBE-", "CNI-")
+"""iptables chains created by kube-proxy, the kubelet and the CNI plugins; all removed at stop."""
+
+
+class RealNodeError(RuntimeError):
+    """The real node could not start, an image could not be imported, or the node is not running."""
+
+
+# ---------------------------------------------------------------------------------------------- pure parts
+def normalize_image_ref(ref: str) -> str:
+    """The fully qualified name CRI looks an image up by (``busybox`` -> ``docker.io/library/busybox:latest``).
+
+    Same rule as the docker reference library: a first path component without ``.`` or ``:`` (and not
+    ``localhost``) is a Docker Hub path; one component gets ``library/``; no tag or digest gets ``:latest``.
+
+    Raises:
+        ValueError: ``ref`` is empty or has whitespace or upper-case repository characters.
+    """
+    if not ref or any(c.isspace() for c in ref):
+        raise ValueError(f"image reference {ref!r} is empty or has whitespace")
+    name, sep, digest = ref.partition("@")
+    parts = name.split("/")
+    if len(parts) == 1 or not ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        if len(parts) == 1:
+            parts = ["library", *parts]
+        parts = ["docker.io", *parts]
+    last = parts[-1]
+    repo_path = "/".join(parts[1:-1] + [last.split(":")[0]])
+    if repo_path != repo_path.lower():
+        raise ValueError(f"image reference {ref!r}: repository names must be lower case")
+    if not sep and ":" not in last:
+        parts[-1] = last + ":latest"
+    return "/".join(parts) + (f"@{digest}" if sep else "")
+
+
+def node_reserve(cpus: int, memory_bytes: int) -> dict[str, dict[str, str]]:
+    """``kubeReserved``/``systemReserved`` of the kubelet: what the control plane and the host keep.
+
+    The control plane (etcd, apiserver, controller-manager, scheduler, KWOK, the operator and Prometheus when
+    they run as processes) gets a quarter of the CPUs, at least 500m, and a quarter of the memory, at least
+    2 GiB; the host keeps 512 MiB more. At least 500m CPU and 1 GiB stay allocatable (one replica).
+
+    Args:
+        cpus: Logical CPUs of the machine.
+        memory_bytes: Physical memory, bytes.
+    Returns:
+        ``{"kubeReserved": {"cpu": "<m>m", "memory": "<Mi>Mi"}, "systemReserved": {"memory": "512Mi"}}``.
+    Raises:
+        ValueError: Fewer than 1 CPU or less than 2 GiB of memory.
+    """
+    if cpus < 1 or memory_bytes < 2 * 2**30:
+        raise ValueError(f"a real node needs >= 1 CPU and >= 2 GiB, got {cpus} CPUs and {memory_bytes} bytes")
+    total_m = cpus * 1000
+    cpu_m = min(max(500, total_m // 4), max(0, total_m - 500))
+    mem_mi = memory_bytes // 2**20
+    system_mi = 512
+    kube_mi = min(max(2048, mem_mi // 4), max(0, mem_mi - system_mi - 1024))
+    return {"kubeReserved": {"cpu": f"{cpu_m}m", "memory": f"{kube_mi}Mi"},
+            "systemReserved": {"memory": f"{system_mi}Mi"}}
+
+
+def real_node_placement() -> dict[str, Any]:
+    """Pod-spec fields that put a pod on the real node: ``nodeSelector`` and the toleration of its taint."""
+    return {"nodeSelector": {NODE_TYPE_LABEL: NODE_TYPE_REAL},
+            "tolerations": [{"key": NODE_TYPE_LABEL, "operator": "Equal", "value": NODE_TYPE_REAL,
+                             "effect": "NoSchedule"}]}
+
+
+def iptables_cleanup_commands(save_output: str, prefixes: tuple[str, ...] = CHAIN_PREFIXES) -> list[list[str]]:
+    """Arguments of ``iptables`` calls that remove every chain named ``prefix...`` and every rule using one.
+
+    Args:
+        save_output: The text of ``iptables-save`` (all tables).
+        prefixes: Chain-name prefixes to remove.
+    Returns:
+        ``-D`` of the rules in other chains that jump to such a chain, then ``-F`` and ``-X`` of each chain, each
+        as ``["-t", table, ...]``; ``[]`` when nothing matches.
+    """
+    deletes: list[list[str]] = []
+    flushes: list[list[str]] = []
+    removes: list[list[str]] = []
+    table = ""
+    for line in save_output.splitlines():
+        line = line.strip()
+        if line.startswith("*"):
+            table = line[1:]
+        elif line.startswith(":"):
+            chain = line[1:].split()[0]
+            if chain.startswith(prefixes):
+                flushes.append(["-t", table, "-F", chain])
+                removes.append(["-t", table, "-X", chain])
+        elif line.startswith("-A "):
+            parts = line.split()
+            chain = parts[1]
+            if chain.startswith(prefixes):
+                continue  # goes with the chain's flush
+            if any(p.startswith(prefixes) for p in parts[2:]):
+                deletes.append(["-t", table, "-D", chain, *_unquote_rule(line[len("-A " + chain):].strip())])
+    return deletes + flushes + removes
+
+
+def _unquote_rule(spec: str) -> list[str]:
+    import shlex
+
+    return shlex.split(spec)
+
+
+def missing_pieces(is_root: bool, which: dict[str, str | None], cni_plugins: dict[str, bool],
+                   cgroup_controllers: set[str], busybox_static: bool) -> list[str]:
+    """What this machine lacks for a real node (``[]`` when nothing): pure, for the message and its test.
+
+    Args:
+        is_root: The process runs as uid 0.
+        which: Command name -> its path or None (containerd, ctr, runc, iptables, iptables-save, ip, umoci).
+        cni_plugins: CNI plugin name -> present in ``/usr/lib/cni``.
+        cgroup_controllers: Mounted cgroup controllers (v1 hierarchies or v2 ``cgroup.controllers``).
+        busybox_static: ``/bin/busybox`` exists and is statically linked.
+    """
+    missing = []
+    if not is_root:
+        missing.append("root (the kubelet, containerd and CNI need uid 0)")
+    packages = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "iptables": "iptables",
+                "iptables-save": "iptables", "ip": "iproute2", "umoci": "umoci"}
+    for cmd, pkg in packages.items():
+        if not which.get(cmd):
+            missing.append(f"`{cmd}` (Debian package {pkg})")
+    absent = [p for p, ok in cni_plugins.items() if not ok]
+    if absent:
+        missing.append(f"CNI plugins {', '.join(absent)} in {CNI_BIN_DIR} (Debian package containernetworking-plugins)")
+    lacking = [c for c in ("cpu", "cpuacct", "memory", "pids") if c not in cgroup_controllers]
+    if "cpuacct" in lacking and "cpu" not in lacking and (Path("/sys/fs/cgroup/cgroup.controllers").exists()):
+        lacking.remove("cpuacct")  # cgroup v2 has no cpuacct controller
+    if lacking:
+        missing.append(f"cgroup controllers {', '.join(lacking)}")
+    if not busybox_static:
+        missing.append("a static /bin/busybox for the pause image (Debian package busybox-static)")
+    return missing
+
+
+# ---------------------------------------------------------------------------------------------- machine probes
+def _cgroup_controllers() -> set[str]:
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+    found: set[str] = set()
+    if v2.exists():
+        found |= set(v2.read_text().split())
+    try:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            pre, _, post = line.partition(" - ")
+            fields = post.split()
+            if fields and fields[0] == "cgroup":
+                found |= {o for o in fields[2].split(",") if o in ("cpu", "cpuacct", "memory", "pids", "cpuset")}
+    except OSError:
+        pass
+    return found
+
+
+def _is_static(path: Path) -> bool:
+    try:
+        data = path.read_bytes()[:4096]
+    except OSError:
+        return False
+    if data[:4] != b"\x7fELF":
+        return False
+    # A dynamically linked ELF names its interpreter (PT_INTERP) near the start of the file.
+    return b"/lib64/ld-linux" not in data and b"/lib/ld-" not in data and b"ld-linux" not in data
+
+
+def machine_support() -> list[str]:
+    """Missing pieces of this machine for a real node (``[]`` when it can run one)."""
+    cmds = ("containerd", "ctr", "runc", "iptables", "iptables-save", "ip", "umoci")
+    return missing_pieces(
+        is_root=os.geteuid() == 0,
+        which={c: shutil.which(c) or (f"/usr/sbin/{c}" if Path(f"/usr/sbin/{c}").exists() else None) for c in cmds},
+        cni_plugins={p: (CNI_BIN_DIR / p).is_file() for p in CNI_PLUGINS},
+        cgroup_controllers=_cgroup_controllers(),
+        busybox_static=_is_static(Path("/bin/busybox")),
+    )
+
+
+def _memory_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise RealNodeError("no MemTotal in /proc/meminfo")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
+    if path is None:
+        raise RealNodeError(f"`{name}` is not installed (scripts/env.sh ensure_node_packages installs it as root)")
+    return path
+
+
+def _run(cmd: list[str], timeout_s: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if check and proc.returncode != 0:
+        raise RealNodeError(f"{' '.join(cmd)} failed with exit code {proc.returncode}: "
+                            f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+    return proc
+
+
+# ---------------------------------------------------------------------------------------------- the machine lock
+LOCK_DIR = Path("/run/modalscale")
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[Path]:
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    with open(LOCK_DIR / "real-node.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield LOCK_DIR / "real-node.json"
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def current_owner() -> str | None:
+    """Work dir of the cluster whose real node runs on this machine now (None when none runs)."""
+    path = LOCK_DIR / "real-node.json"
+    try:
+        owner = json.loads(path.read_text())["workdir"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return owner if RealNode(Path(owner)).any_running() else None
+
+
+# ---------------------------------------------------------------------------------------------- images
+def containerd_address(workdir: Path | str) -> Path:
+    """Socket of the real node's containerd for the cluster rooted at ``workdir``."""
+    return Path(workdir) / "node" / "containerd" / "containerd.sock"
+
+
+def _ctr(workdir: Path | str) -> list[str]:
+    return [_tool("ctr"), "--address", str(containerd_address(workdir)), "-n", K8S_NAMESPACE]
+
+
+def list_images(workdir: Path | str) -> list[str]:
+    """Names of the images in the node's ``k8s.io`` namespace."""
+    out = _run([*_ctr(workdir), "images", "ls", "-q"]).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def import_image(workdir: Path | str, oci_tar: Path | str, refs: list[str], log: Log = print) -> list[str]:
+    """Import one image from an OCI (or docker-save) tar into the running node's containerd, under ``refs``.
+
+    The tar's own names are ignored: it is imported under a unique temporary name (``ctr images import
+    --base-name ... --digests``), tagged with the full name of every ref (CRI normalizes ``local/x:1`` to
+    ``docker.io/local/x:1`` and finds nothing under the short name), and the temporary and any stray
+    ``import-*`` names are removed (the CRI image cache resolves those to ``docker.io/library/...`` and fails).
+
+    Args:
+        workdir: The cluster's work dir (or anything with a ``workdir`` attribute, e.g. a ``LocalCluster``).
+        oci_tar: The archive.
+        refs: Names to give it, e.g. ``["modalscale/operator:0.1.0"]``; each is stored normalized.
+    Returns:
+        The normalized names now in containerd.
+    Raises:
+        RealNodeError: The node's containerd is not running, the import failed, or the tar holds no image or
+            more than one.
+        ValueError: A ref is not a valid image reference.
+    """
+    workdir = Path(getattr(workdir, "workdir", workdir))
+    full = list(dict.fromkeys(normalize_image_ref(r) for r in refs))
+    if not full:
+        raise ValueError("import_image needs at least one ref")
+    if not containerd_address(workdir).exists():
+        raise RealNodeError(f"the real node's containerd is not running in {workdir}: run `modalscale cluster up`")
+    base = f"docker.io/modalscale-import/{uuid.uuid4().hex[:12]}"
+    started = time.monotonic()
+    _run([*_ctr(workdir), "images", "import", "--base-name", base, "--digests", str(oci_tar)], timeout_s=1800)
+    temp = [n for n in list_images(workdir) if n.startswith(base)]
+    try:
+        targets = {_run([*_ctr(workdir), "images", "ls", f"name=={n}"]).stdout.split("\n")[1].split()[2]
+                   for n in temp}
+        if len(targets) != 1:
+            raise RealNodeError(f"{oci_tar} holds {len(targets)} images; import_image takes exactly one")
+        _run([*_ctr(workdir), "images", "tag", "--force", temp[0], *full])
+    finally:
+        stray = temp + [n for n in list_images(workdir) if n.startswith("import-")]
+        if stray:
+            _run([*_ctr(workdir), "images", "rm", *stray], check=False)
+    log(f"Imported {oci_tar} as {', '.join(full)} in {time.monotonic() - started:.1f} s")
+    return full
+
+
+def _busybox_key() -> str:
+    h = hashlib.sha256(Path("/bin/busybox").read_bytes())
+    h.update(IMAGE_RECIPE_VERSION.encode())
+    return h.hexdigest()[:16]
+
+
+def ensure_node_images(log: Log = print) -> dict[str, Path]:
+    """The node's own OCI tars ``{ref: path}`` (pause and busybox), built with umoci from ``/bin/busybox``.
+
+    Cached under ``<cache>/images/node-<hash>/`` keyed by the busybox binary and :data:`IMAGE_RECIPE_VERSION`.
+
+    Raises:
+        RealNodeError: umoci or busybox-static is missing, or a umoci step failed.
+    """
+    out = cache_dir() / "images" / f"node-{_busybox_key()}"
+    want = {PAUSE_IMAGE: out / "pause.tar", BUSYBOX_IMAGE: out / "busybox.tar"}
+    if all(p.is_file() for p in want.values()):
+        return want
+    umoci = _tool("umoci")
+    started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    applets = _run(["/bin/busybox", "--list-full"]).stdout.split()
+    for ref, tar in want.items():
+        with tempfile.TemporaryDirectory(dir=out) as tmp:
+            layout, bundle = Path(tmp) / "layout", Path(tmp) / "bundle"
+            img = f"{layout}:img"
+            _run([umoci, "init", "--layout", str(layout)])
+            _run([umoci, "new", "--image", img])
+            _run([umoci, "unpack", "--image", img, str(bundle)])
+            root = bundle / "rootfs"
+            for d in ("bin", "tmp", "etc", "www"):
+                (root / d).mkdir(parents=True, exist_ok=True)
+            (root / "tmp").chmod(0o1777)
+            shutil.copy2("/bin/busybox", root / "bin" / "busybox")
+            if ref == PAUSE_IMAGE:
+                (root / "bin" / "sleep").symlink_to("busybox")
+                config = ["--config.entrypoint", "/bin/sleep", "--config.cmd", "2147483647"]
+            else:
+                for applet in applets:  # e.g. usr/bin/wget
+                    link = root / applet
+                    if link.name == "busybox" or link.exists():
+                        continue
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    link.symlink_to("/bin/busybox")
+                (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n")
+                (root / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+                config = ["--config.cmd", "/bin/sh", "--config.env", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
+            _run([umoci, "repack", "--image", img, str(bundle)])
+            _run([umoci, "config", "--image", img, *config])
+            _run([umoci, "gc", "--layout", str(layout)])
+            tmp_tar = tar.with_suffix(".tmp")
+            _run(["tar", "cf", str(tmp_tar), "-C", str(layout), "."])
+            tmp_tar.rename(tar)
+    log(f"Built the node's pause and busybox images in {time.monotonic() - started:.1f} s ({out})")
+    return want
+
+
+# ---------------------------------------------------------------------------------------------- the node
+@dataclass
+class NodePorts:
+    kubelet: int
+    kubelet_healthz: int
+    proxy_metrics: int
+    proxy_healthz: int
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").split("\0") if raw else []
+
+
+class RealNode:
+    """The real node of the cluster rooted at ``workdir`` (which must already have its kubeconfig and pki).
+
+    Args:
+        workdir: The cluster's work dir.
+        log: Progress printer.
+    """
+
+    def __init__(self, workdir: Path | str, log: Log = print) -> None:
+        self.workdir = Path(workdir)
+        self.dir = self.workdir / "node"
+        self.log = log
+        self._started: dict[str, subprocess.Popen[bytes]] = {}
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def containerd_root(self) -> Path:
+        """Machine-wide containerd root (content, snapshots, image metadata): images survive ``down``/``up``."""
+        return cache_dir() / "node" / "containerd-root"
+
+    @property
+    def address(self) -> Path:
+        """containerd's socket."""
+        return containerd_address(self.workdir)
+
+    def _pidfile(self, name: str) -> Path:
+        return self.workdir / "pids" / f"{name}.pid"
+
+    def _logfile(self, name: str) -> Path:
+        return self.workdir / "logs" / f"{name}.log"
+
+    # ------------------------------------------------------------------ status
+    def pids(self) -> dict[str, int | None]:
+        """Running PID per node component (None when not running or not ours)."""
+        out: dict[str, int | None] = {}
+        for name in NODE_COMPONENTS:
+            pf = self._pidfile(name)
+            pid = int(pf.read_text()) if pf.exists() else None
+            ok = pid is not None and _pid_alive(pid) and self._is_ours(pid, name)
+            out[name] = pid if ok else None
+        return out
+
+    def any_running(self) -> bool:
+        """True when any of containerd, kubelet or kube-proxy of this work dir runs."""
+        return any(self.pids().values())
+
+    def _is_ours(self, pid: int, name: str) -> bool:
+        cmd = _cmdline(pid)
+        return bool(cmd) and Path(cmd[0]).name == name and any(str(self.workdir) in a for a in cmd)
+
+    # ------------------------------------------------------------------ configs
+    def _write_configs(self, kubeconfig: Path, ca_crt: Path, ports: NodePorts) -> dict[str, Path]:
+        import yaml
+
+        d = self.dir
+        for sub in ("containerd/state", "cni/net.d", "cni/ipam", "kubelet/pki"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        self.containerd_root.mkdir(parents=True, exist_ok=True)
+        runc = _tool("runc")
+        containerd_toml = f"""version = 2
+root = "{self.containerd_root}"
+state = "{d / 'containerd' / 'state'}"
+[grpc]
+  address = "{self.address}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # The machine lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj below ours (every sandbox failed with
+  # "can't get final child's PID from pipe").
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN_DIR}"
+    conf_dir = "{d / 'cni' / 'net.d'}"
+    max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      BinaryName = "{runc}"
+      SystemdCgroup = false
+"""
+        (d / "containerd.toml").write_text(containerd_toml)
+        conflist = {
+            "cniVersion": "0.4.0", "name": "modalscale",
+            "plugins": [
+                {"type": "bridge", "bridge": CNI_BRIDGE, "isGateway": True, "ipMasq": True, "hairpinMode": True,
+                 "ipam": {"type": "host-local", "dataDir": str(d / "cni" / "ipam"),
+                          "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+                {"type": "portmap", "capabilities": {"portMappings": True}},
+            ],
+        }
+        (d / "cni" / "net.d" / "10-modalscale.conflist").write_text(json.dumps(conflist, indent=1))
+        reserve = node_reserve(os.cpu_count() or 1, _memory_bytes())
+        kubelet = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "failCgroupV1": False, "cgroupDriver": "cgroupfs",
+            "containerRuntimeEndpoint": f"unix://{self.address}",
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                               "x509": {"clientCAFile": str(ca_crt)}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "staticPodPath": "", "failSwapOn": False,
+            "address": "127.0.0.1", "port": ports.kubelet, "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": ports.kubelet_healthz,
+            "clusterDNS": [], "resolvConf": "/etc/resolv.conf",
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "cgroupsPerQOS": True, "enforceNodeAllocatable": ["pods"],
+            "localStorageCapacityIsolation": False,
+            "registerWithTaints": [REAL_NODE_TAINT],
+            "serializeImagePulls": False,
+            "nodeStatusReportFrequency": "10s", "nodeStatusUpdateFrequency": "10s",
+            **reserve,
+        }
+        (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet, sort_keys=False))
+        proxy = {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "hostnameOverride": NODE_NAME, "mode": "iptables", "clusterCIDR": POD_CIDR,
+            "bindAddress": "127.0.0.1",
+            "metricsBindAddress": f"127.0.0.1:{ports.proxy_metrics}",
+            "healthzBindAddress": f"127.0.0.1:{ports.proxy_healthz}",
+            # Pod -> Service -> pod on the same bridge: SNAT so that the reply comes back through the host.
+            "iptables": {"masqueradeAll": True, "localhostNodePorts": False},
+            # 0 = leave the host's conntrack sysctls alone (read-only in a container).
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+        }
+        (d / "kube-proxy.yaml").write_text(yaml.safe_dump(proxy, sort_keys=False))
+        return {"containerd": d / "containerd.toml", "kubelet": d / "kubelet.yaml", "kube-proxy": d / "kube-proxy.yaml"}
+
+    # ------------------------------------------------------------------ start
+    def start(self, kubeconfig: Path, ca_crt: Path, api: Any, binaries: NodeBinaries | None = None,
+              timeout_s: float = 180.0) -> str | None:
+        """Start containerd, import the pause/busybox images, start kubelet and kube-proxy; wait for Ready.
+
+        Idempotent: running components are left alone.
+
+        Args:
+            kubeconfig: Admin kubeconfig of the cluster.
+            ca_crt: The cluster CA (the kubelet accepts client certificates it signed).
+            api: A ``kubernetes.client.ApiClient`` of the cluster.
+            binaries: kubelet and kube-proxy; built or taken from the cache when None.
+            timeout_s: Deadline for the node to become Ready, seconds.
+        Returns:
+            None when the node runs; otherwise why not (another cluster owns the machine's real node).
+        Raises:
+            RealNodeError: A component exited or the node was not Ready in time (the message names the log).
+            modalscale.devenv.binaries.BuildError: Building kubelet/kube-proxy failed.
+        """
+        started = time.monotonic()
+        with _locked() as owner_file:
+            try:
+                owner = json.loads(owner_file.read_text()).get("workdir")
+            except (OSError, ValueError):
+                owner = None
+            if owner and owner != str(self.workdir) and RealNode(Path(owner)).any_running():
+                return (f"another cluster ({owner}) runs this machine's real node (one per machine: the cni0 "
+                        f"bridge and kube-proxy's iptables chains are global)")
+            if owner != str(self.workdir) or not self.any_running():
+                # No live owner: whatever global state a crashed node left goes first.
+                if owner and owner != str(self.workdir):
+                    RealNode(Path(owner), log=self.log)._stop_local(15.0)
+                _cleanup_global_network(self.log)
+            owner_file.write_text(json.dumps({"workdir": str(self.workdir), "pid": os.getpid()}))
+        try:
+            self._start_components(kubeconfig, ca_crt, api, binaries, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.log(f"Real node {NODE_NAME} Ready in {time.monotonic() - started:.1f} s")
+        return None
+
+    def _start_components(self, kubeconfig: Path, ca_crt: Path, api: Any, binaries: NodeBinaries | None,
+                          timeout_s: float) -> None:
+        bins = binaries or ensure_node_binaries(self.log)
+        images = ensure_node_images(self.log)
+        (self.workdir / "pids").mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        running = self.pids()
+        cfg_path = self.dir / "ports.json"
+        if cfg_path.exists() and any(running.values()):
+            ports = NodePorts(**json.loads(cfg_path.read_text()))
+        else:
+            ports = NodePorts(_free_port(), _free_port(), _free_port(), _free_port())
+            self.dir.mkdir(parents=True, exist_ok=True)
+            cfg_path.write_text(json.dumps(ports.__dict__))
+        files = self._write_configs(kubeconfig, ca_crt, ports)
+        if not running["containerd"]:
+            self._start("containerd", [_tool("containerd"), "--config", str(files["containerd"])])
+            self._wait(lambda: self.address.exists() and _run([*_ctr(self.workdir), "version"],
+                                                               check=False).returncode == 0, "containerd", 60)
+            # Containers a crashed run left in the shared root would be recovered by CRI: remove them first.
+            _remove_containers(self.workdir, self.log)
+        have = set(list_images(self.workdir))
+        for ref, tar in images.items():
+            if ref not in have:
+                import_image(self.workdir, tar, [ref], log=self.log)
+        if not running["kubelet"]:
+            self._start("kubelet", [
+                str(bins.kubelet), f"--config={files['kubelet']}", f"--kubeconfig={kubeconfig}",
+                f"--hostname-override={NODE_NAME}", "--node-ip=127.0.0.1",
+                f"--node-labels={NODE_TYPE_LABEL}={NODE_TYPE_REAL}",
+                f"--root-dir={self.dir / 'kubelet'}", f"--cert-dir={self.dir / 'kubelet' / 'pki'}", "--v=1",
+            ])
+        if not running["kube-proxy"]:
+            self._start("kube-proxy", [str(bins.kube_proxy), f"--config={files['kube-proxy']}", "--v=1"])
+        self._wait(lambda: self._node_ready(api), "kubelet", timeout_s)
+
+    def _node_ready(self, api: Any) -> bool:
+        from kubernetes import client
+
+        try:
+            node = client.CoreV1Api(api).read_node(NODE_NAME)
+        except Exception:  # noqa: BLE001 - not registered yet; the deadline reports it
+            return False
+        return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+    def _start(self, name: str, cmd: list[str]) -> None:
+        self.log(f"Starting {name}")
+        logf = open(self._logfile(name), "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=self.dir)
+        logf.close()
+        self._pidfile(name).write_text(str(proc.pid))
+        self._started[name] = proc
+
+    def _wait(self, ready: Any, name: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            for comp, proc in self._started.items():
+                if proc.poll() is not None:
+                    raise RealNodeError(f"{comp} exited with code {proc.returncode}; see {self._logfile(comp)}:\n"
+                                        f"{self._tail(comp)}")
+            time.sleep(0.3)
+        raise RealNodeError(f"{name} was not ready within {timeout_s:.0f} s; see {self._logfile(name)}:\n"
+                            f"{self._tail(name)}")
+
+    def _tail(self, name: str, lines: int = 15) -> str:
+        try:
+            return "\n".join(self._logfile(name).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # ------------------------------------------------------------------ stop
+    def stop(self, timeout_s: float = 15.0) -> list[str]:
+        """Stop kubelet, kube-proxy, every container and shim, containerd; remove mounts, network namespaces,
+        veths, the ``cni0`` bridge and the ``KUBE-``/``CNI-`` iptables chains. Returns the components stopped.
+
+        Safe to call when nothing runs (it still removes what a crashed node of this work dir left).
+        """
+        stopped = self._stop_local(timeout_s)
+        owns = False
+        with contextlib.suppress(OSError), _locked() as owner_file:
+            try:
+                owns = json.loads(owner_file.read_text()).get("workdir") == str(self.workdir)
+            except (OSError, ValueError):
+                owns = False
+            if owns:
+                _cleanup_global_network(self.log)
+                owner_file.unlink(missing_ok=True)
+        if owns:
+            _remove_kubepods_cgroups()
+        return stopped
+
+    def _stop_local(self, timeout_s: float) -> list[str]:
+        """Everything of :meth:`stop` but the machine-wide state (bridge, iptables, the owner record)."""
+        stopped = []
+        for name in ("kubelet", "kube-proxy"):
+            if self._kill(name, timeout_s):
+                stopped.append(name)
+        netns: set[str] = set()
+        if self.pids()["containerd"]:
+            netns |= _remove_containers(self.workdir, self.log)
+        shims = _shims_of(self.address)
+        if self._kill("containerd", timeout_s):
+            stopped.append("containerd")
+        for pid in shims:  # a shim whose task could not be deleted
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _unmount_under([self.dir, *[Path(p) for p in netns]], self.log)
+        for p in netns:
+            with contextlib.suppress(OSError):
+                Path(p).unlink()
+        return stopped
+
+    def _kill(self, name: str, timeout_s: float) -> bool:
+        pf = self._pidfile(name)
+        if not pf.exists():
+            return False
+        pid = int(pf.read_text())
+        killed = False
+        if _pid_alive(pid) and self._is_ours(pid, name):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+                while _pid_alive(pid):
+                    time.sleep(0.05)
+            killed = True
+        pf.unlink(missing_ok=True)
+        proc = self._started.pop(name, None)
+        if proc is not None:
+            proc.poll()
+        return killed
+
+
+# ---------------------------------------------------------------------------------------------- cleanup helpers
+def _remove_containers(workdir: Path, log: Log) -> set[str]:
+    """Kill and delete every task and container in the ``k8s.io`` namespace; returns their netns paths."""
+    ctr = _ctr(workdir)
+    netns: set[str] = set()
+    ids = _run([*ctr, "containers", "ls", "-q"], check=False).stdout.split()
+    for cid in ids:
+        info = _run([*ctr, "containers", "info", cid], check=False).stdout
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            for ns in json.loads(info)["Spec"]["linux"]["namespaces"]:
+                if ns.get("type") == "network" and ns.get("path", "").startswith(("/var/run/netns/", "/run/netns/")):
+                    netns.add(ns["path"])
+    for cid in ids:
+        _run([*ctr, "tasks", "kill", "-s", "SIGKILL", cid], check=False)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        tasks = set(_run([*ctr, "tasks", "ls", "-q"], check=False).stdout.split())
+        if not tasks & set(ids):
+            break
+        for cid in tasks & set(ids):
+            _run([*ctr, "tasks", "rm", "-f", cid], check=False)
+        time.sleep(0.2)
+    for cid in ids:
+        _run([*ctr, "containers", "rm", cid], check=False)
+    if ids:
+        log(f"Removed {len(ids)} container(s) from the real node")
+    return netns
+
+
+def _shims_of(address: Path) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        cmd = _cmdline(int(entry.name))
+        if cmd and Path(cmd[0]).name.startswith("containerd-shim") and str(address) in cmd:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _mounts() -> list[str]:
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        # Field 5 is the mount point, octal-escaped.
+        points.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]))
+    return points
+
+
+def mounts_under(paths: list[Path]) -> list[str]:
+    """Mount points at or under any of ``paths`` (deepest first)."""
+    roots = [str(p).rstrip("/") for p in paths]
+    found = [m for m in _mounts() if any(m == r or m.startswith(r + "/") for r in roots)]
+    return sorted(set(found), key=lambda m: -m.count("/"))
+
+
+def _unmount_under(paths: list[Path], log: Log) -> None:
+    for _ in range(3):
+        points = mounts_under(paths)
+        if not points:
+            return
+        for m in points:
+            subprocess.run(["umount", "-l", m], capture_output=True, check=False)
+    left = mounts_under(paths)
+    if left:
+        log(f"could not unmount {left}")
+
+
+def _cleanup_global_network(log: Log) -> None:
+    """Remove the cni0 bridge, its veths and every KUBE-/CNI- iptables chain (the node's global state)."""
+    ip = shutil.which("ip") or "/usr/sbin/ip"
+    brif = Path(f"/sys/class/net/{CNI_BRIDGE}/brif")
+    for veth in sorted(brif.iterdir()) if brif.is_dir() else []:
+        subprocess.run([ip, "link", "del", veth.name], capture_output=True, check=False)
+    if Path(f"/sys/class/net/{CNI_BRIDGE}").exists():
+        subprocess.run([ip, "link", "del", CNI_BRIDGE], capture_output=True, check=False)
+    # CRI's network namespaces (bind mounts named cni-<uuid>); only one real node runs per machine.
+    for ns in sorted(Path("/var/run/netns").glob("cni-*")) if Path("/var/run/netns").is_dir() else []:
+        subprocess.run(["umount", "-l", str(ns)], capture_output=True, check=False)
+        with contextlib.suppress(OSError):
+            ns.unlink()
+    for family in ("iptables", "ip6tables"):
+        save, tool = shutil.which(f"{family}-save"), shutil.which(family)
+        if not save or not tool:
+            continue
+        dump = subprocess.run([save], capture_output=True, text=True, check=False).stdout
+        for args in iptables_cleanup_commands(dump):
+            subprocess.run([tool, "-w", *args], capture_output=True, check=False)
+        left = [args for args in iptables_cleanup_commands(
+            subprocess.run([save], capture_output=True, text=True, check=False).stdout) if "-X" in args]
+        if left:
+            log(f"{family}: could not remove chains {[a[-1] for a in left]}")
+
+
+def _remove_kubepods_cgroups() -> None:
+    """Remove the kubelet's empty ``kubepods`` cgroups (deepest first) in every v1 hierarchy or v2."""
+    base = Path("/sys/fs/cgroup")
+    for top in [base / "kubepods", *base.glob("*/kubepods")]:
+        if not top.is_dir():
+            continue
+        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
