@@ -32,8 +32,15 @@ from modalscale.operator.isvc_spec import IsvcSpec
 
 HISTORY_LIMIT = 20
 """Entries kept in ``status.scalingHistory``."""
-FAILING_WAIT_REASONS = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError",
-                        "CreateContainerError", "RunContainerError", "InvalidImageName"}
+IMAGE_WAIT_REASONS = {"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName",
+                      "ImageInspectError", "ErrRegistryUnavailable", "SignatureValidationFailed"}
+"""Kubelet waiting reasons of a container whose image cannot be had (pkg/kubelet/images/types.go):
+``ErrImageNeverPull`` is what a real node gives a pod whose image was not imported (``imagePullPolicy: Never``/
+``IfNotPresent`` with nothing to pull from)."""
+FAILING_WAIT_REASONS = IMAGE_WAIT_REASONS | {"CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError",
+                                             "RunContainerError", "PreStartHookError", "PostStartHookError"}
+"""Waiting reasons that stop a replica until something changes (``ContainerCreating`` and ``PodInitializing``
+are progress, not problems)."""
 
 
 @dataclass(frozen=True)
@@ -270,7 +277,7 @@ def _pod_problems(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
         for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in FAILING_WAIT_REASONS:
-                kind = R.IMAGE_PULL if "Image" in waiting["reason"] else R.CRASH_LOOP
+                kind = R.IMAGE_PULL if waiting["reason"] in IMAGE_WAIT_REASONS else R.CRASH_LOOP
                 return kind, (f"pod {name} container {cs.get('name')}: {waiting['reason']}: "
                               f"{waiting.get('message', '')}".rstrip(": "))
             terminated = (cs.get("state") or {}).get("terminated") or {}

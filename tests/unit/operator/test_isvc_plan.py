@@ -189,6 +189,30 @@ def test_ready_is_true_only_when_enough_replicas_are_ready_and_none_fail() -> No
     assert (c["status"], c["reason"]) == ("False", R.CRASH_LOOP)
 
 
+@pytest.mark.parametrize("waiting", ["ErrImageNeverPull", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                                     "ImageInspectError", "ErrRegistryUnavailable"])
+def test_a_pod_waiting_on_its_image_gives_its_real_reason_in_ready_false(waiting: str) -> None:
+    # A real kubelet with imagePullPolicy IfNotPresent and the image not imported: the pod waits forever.
+    obs, _ = converge(make_isvc())
+    obs.pods = [{"metadata": {"name": "vc-img"}, "status": {"phase": "Pending", "containerStatuses": [
+        {"name": "triton", "ready": False, "restartCount": 0, "image": "modalscale/runtime-cpu:0.1.0",
+         "state": {"waiting": {"reason": waiting,
+                               "message": 'Container image "modalscale/runtime-cpu:0.1.0" is not present'}}}]}}]
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    c = get(plan.status["conditions"], R.READY)
+    assert (c["status"], c["reason"]) == ("False", R.IMAGE_PULL)
+    assert f"pod vc-img container triton: {waiting}: Container image" in c["message"]
+    assert ("Warning", R.IMAGE_PULL) in [(t, r) for t, r, _ in plan.events]
+
+
+def test_a_pod_still_creating_its_container_is_not_a_problem() -> None:
+    obs, _ = converge(make_isvc())
+    obs.pods = [{"metadata": {"name": "vc-new"}, "status": {"phase": "Pending", "containerStatuses": [
+        {"name": "triton", "ready": False, "state": {"waiting": {"reason": "ContainerCreating"}}}]}}]
+    c = get(plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status["conditions"], R.READY)
+    assert c["reason"] not in (R.IMAGE_PULL, R.CRASH_LOOP)
+
+
 def test_last_transition_time_moves_only_when_status_flips() -> None:
     obs, status = converge(make_isvc())
     first = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
