@@ -70,6 +70,7 @@ from modalscale.costmodel.ledger import (
     Ledger,
     LedgerAdvance,
     LedgerFormatError,
+    PodRun,
     ServiceObservation,
     format_time,
     parse_time,
@@ -342,6 +343,8 @@ class ServiceState:
         max_replicas: ``spec.scaling.maxReplicas``.
         usd_per_replica_hour: Price of one replica; None when the catalog could not price it.
         unknown_reason: Why something is unknown (shown in the GovernanceBlind alert).
+        pods: Its pods with their own start/stop times (the ledger charges each from start to stop); None
+            when not listed.
     """
 
     namespace: str
@@ -351,6 +354,7 @@ class ServiceState:
     usd_per_replica_hour: Decimal | None
     priority: int = 100
     unknown_reason: str = ""
+    pods: tuple[PodRun, ...] | None = None
 
     @property
     def known(self) -> bool:
@@ -364,12 +368,13 @@ class ServiceState:
 
     def observation(self) -> ServiceObservation:
         """The ledger's view of this service."""
-        return ServiceObservation(self.namespace, self.name, self.replicas, self.usd_per_replica_hour)
+        return ServiceObservation(self.namespace, self.name, self.replicas, self.usd_per_replica_hour, self.pods)
 
 
 def service_state(namespace: str, name: str, *, replicas: int | None, max_replicas: int,
                   resources: ReplicaResources, tier: PricingTier | str, catalog: Catalog,
-                  priority: int = 100, usage: ReplicaResources | None = None) -> ServiceState:
+                  priority: int = 100, usage: ReplicaResources | None = None,
+                  pods: tuple[PodRun, ...] | None = None) -> ServiceState:
     """Price one service for the budget; an unknown price becomes ``usd_per_replica_hour=None``, not 0.
 
     Args:
@@ -383,7 +388,7 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
         price: Decimal | None = catalog.price_replica(resources.at_least(usage), tier)
     except UnknownPrice as exc:
         price, reason = None, "; ".join(r for r in (reason, str(exc)) if r)
-    return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason)
+    return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason, pods)
 
 
 @dataclass(frozen=True)
@@ -728,20 +733,22 @@ class BudgetPlan:
 
 def rates_after_enforcement(services: Sequence[ServiceState], plan: BudgetPlan, before: AlertState
                             ) -> list[ServiceObservation]:
-    """The services that ``plan`` lowers at this evaluation, as they run once its enforcement took effect.
+    """The services that ``plan``'s enforcement holds below what was observed, as they run once it took effect.
 
-    Only a cap that is new or lower than the one in force before (``before.enforced``, same period, not dry
-    run) counts: a cap that was already in force and still sees more replicas did not take effect, and the
-    observed replicas are what is charged.
+    A service whose pods are listed (``pods`` not None) runs at most its applied cap from now on whenever a cap
+    is in force, new or not: a pod still seen mid scale-down is charged by its own timestamps at the next
+    evaluation if it is still there (the cap did not take effect), and stops costing when it is gone (ledger
+    module docstring). Without a pod list only a cap that is new or lower than the one in force before
+    (``before.enforced``, same period, not dry run) counts: a cap that was already in force and still sees more
+    replicas did not take effect, and the observed replicas are what is charged.
 
     Args:
         services: The selected services as observed at this evaluation (the input of :func:`plan_budget`).
         plan: Its plan.
         before: The ``alert_state`` that :func:`plan_budget` was given.
     Returns:
-        One observation per service lowered now (known replicas above its new enforced maximum): replicas =
-        that maximum, same price. Pass to ``ledger.with_rates_in_force`` so the interval after the action is
-        charged at the lowered rate.
+        One observation per service lowered (known replicas above its enforced maximum): replicas = that
+        maximum, same price. Pass to ``ledger.with_rates_in_force``.
     """
     caps = plan.effective_max_replicas()
     old = ({(e.namespace, e.name): e.max_replicas for e in before.enforced if not e.dry_run}
@@ -752,7 +759,7 @@ def rates_after_enforcement(services: Sequence[ServiceState], plan: BudgetPlan, 
         cap = caps.get(key)
         if cap is None or s.replicas is None or s.replicas <= cap:
             continue
-        if key in old and old[key] <= cap:
+        if s.pods is None and key in old and old[key] <= cap:
             continue  # in force since an earlier evaluation and still exceeded: charge what runs
         out.append(ServiceObservation(s.namespace, s.name, cap, s.usd_per_replica_hour))
     return out

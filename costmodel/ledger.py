@@ -1,10 +1,11 @@
 """Spend ledger: cost rates integrated over time, kept in BudgetPolicy ``status.ledger`` so restarts lose nothing.
 
 Why a module: spend is the integral of (running replicas x price per replica-hour) over time. The operator
-observes replica counts at discrete evaluations; between two evaluations the rate observed at the earlier one
-is in force. The ledger remembers where integration stopped (``observedTime``) and the rate in force since
-then, so an operator that restarts and reloads the ledger from status integrates exactly the time it has not
-yet counted: nothing twice, nothing lost.
+observes a service's pods at discrete evaluations. Each pod costs from its own start to its own stop (as
+OpenCost charges pods from kube-state-metrics' start/end times), not the count seen at the last evaluation held
+for the whole interval. The ledger remembers where integration stopped (``observedTime``) and the replicas (and
+rate) in force since then, so an operator that restarts and reloads the ledger from status integrates exactly
+the time it has not yet counted: nothing twice, nothing lost.
 
 Rules (all pure; the caller passes ``now``):
 
@@ -27,6 +28,16 @@ Rules (all pure; the caller passes ``now``):
   read as exceeded). The cap takes effect within the apply latency (seconds); only the evaluation that sets a
   new cap lowers the rate, so a cap that fails to apply is seen, and charged, from the next evaluation on.
 * A clock that steps back before ``observedTime`` is treated as standing still until it passes it.
+* **Pods** (:class:`PodRun`, when the observation lists them): the interval ``[t0, t1)`` since ``observedTime``
+  costs, per service, ``price x replica-seconds`` where every pod listed at ``t1`` counts its overlap of
+  ``[t0, t1)`` with ``[start, stop)`` (``start`` = ``status.startTime``, unknown = before ``t0``; ``stop`` = its
+  ``deletionTimestamp`` when terminating, the kubelet's deadline to be gone, else still running), plus, for each
+  of the replicas in force since ``t0`` that no listed pod accounts for (a pod gone by ``t1``, whose stop
+  nobody saw), the whole interval: an upper bound. The replicas in force since ``t0`` are those running then,
+  or fewer when budget enforcement applied a cap then (``with_rates_in_force``): a pod removed by an enforced
+  cap stops costing when it is gone, and one that is still listed at ``t1`` (the cap did not take effect) is
+  charged by its own timestamps anyway. Without a pod list (``pods=None``) the replicas in force are charged
+  for the whole interval, as before.
 """
 
 from __future__ import annotations
@@ -82,6 +93,32 @@ def floor_to_second(when: datetime) -> datetime:
 
 
 @dataclass(frozen=True)
+class PodRun:
+    """One pod of a service as observed: when it started and when it stops costing.
+
+    Attributes:
+        name: Pod name.
+        start: ``status.startTime`` (UTC); None when unknown: counted as running since before any interval.
+        stop: ``metadata.deletionTimestamp`` (UTC) when terminating (the kubelet's deadline to be gone), the
+            time its containers finished when Succeeded/Failed; None while it runs.
+    """
+
+    name: str
+    start: datetime | None
+    stop: datetime | None = None
+
+    def running_at(self, when: datetime) -> bool:
+        """True when the pod had started by ``when`` and not stopped by then."""
+        return (self.start is None or self.start <= when) and (self.stop is None or self.stop > when)
+
+    def microseconds_in(self, start: datetime, end: datetime) -> int:
+        """Microseconds of ``[start, end)`` during which the pod ran."""
+        a = start if self.start is None else max(start, self.start)
+        b = end if self.stop is None else min(end, self.stop)
+        return segment_microseconds(a, b) if b > a else 0
+
+
+@dataclass(frozen=True)
 class ServiceObservation:
     """What one evaluation saw of one selected service.
 
@@ -91,12 +128,15 @@ class ServiceObservation:
         replicas: Running replicas now; None when they could not be read.
         usd_per_replica_hour: Price of one replica (``Catalog.price_replica``); None when unknown
             (``UnknownPrice``).
+        pods: The service's pods now (running, terminating or finished) with their own timestamps; None when
+            not known (the replicas in force are then charged for the whole interval).
     """
 
     namespace: str
     name: str
     replicas: int | None
     usd_per_replica_hour: Decimal | None
+    pods: tuple[PodRun, ...] | None = None
 
     @property
     def cost_usd_per_hour(self) -> Decimal | None:
@@ -223,9 +263,10 @@ class CostSegment:
         start, end: UTC ``[start, end)``.
         replicas: Replicas in force (None = unknown).
         cost_usd_per_hour: Rate in force (None = unknown, then ``cost_usd`` is 0 and the segment is unpriced).
-        cost_usd: Rate x hours, quantized to 1e-9 USD.
+        cost_usd: Rate x hours (or price x the pods' replica-seconds), quantized to 1e-9 USD.
         period_start: Start of the budget period the segment lies in.
         counted: True when the segment belongs to the current period's spend.
+        replica_microseconds: What the pods ran in the segment, when charged by pods (None: replicas x length).
     """
 
     namespace: str
@@ -237,10 +278,13 @@ class CostSegment:
     cost_usd: Decimal
     period_start: datetime
     counted: bool
+    replica_microseconds: int | None = None
 
     @property
     def replica_hours(self) -> Decimal | None:
-        """Replicas x hours of this segment (None when replicas are unknown)."""
+        """Replica-hours run in this segment (None when replicas are unknown)."""
+        if self.replica_microseconds is not None:
+            return MONEY_CONTEXT.divide(Decimal(self.replica_microseconds), MICROSECONDS_PER_HOUR)
         if self.replicas is None:
             return None
         return MONEY_CONTEXT.divide(MONEY_CONTEXT.multiply(Decimal(self.replicas),
@@ -337,20 +381,43 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     unpriced: list[UnpricedInterval] = []
     current_spent: dict[tuple[str, str], Decimal] = {}
     closing_spent = Decimal(0)
+    by_key = {(o.namespace, o.name): o for o in obs}
     for entry in ledger.entries:
         spent = entry.spent_usd if carry else Decimal(0)
         if not carry:
             closing_spent += entry.spent_usd
         if ledger.observed_time is not None and now > ledger.observed_time:
+            t0 = ledger.observed_time
+            now_seen = by_key.get(entry.key)
+            pods = now_seen.pods if now_seen is not None and entry.replicas is not None else None
             rate = entry.cost_usd_per_hour if entry.replicas != 0 else Decimal(0)
+            price: Decimal | None = None
+            gone = 0
+            if pods is not None:
+                # Per pod (see the module docstring): listed pods by their own timestamps, plus the replicas in
+                # force since t0 that no listed pod accounts for, for the whole interval.
+                gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.running_at(t0)))
+                if entry.replicas and entry.cost_usd_per_hour is not None:
+                    price = MONEY_CONTEXT.divide(entry.cost_usd_per_hour, Decimal(entry.replicas))
+                elif now_seen is not None:
+                    price = now_seen.usd_per_replica_hour
+                ran = gone + sum(1 for p in pods if p.microseconds_in(t0, now) > 0)
+                rate = None if price is None and ran else (price or Decimal(0))
             if rate is None:
-                unpriced.append(UnpricedInterval(entry.namespace, entry.name,
-                                                 int((now - ledger.observed_time).total_seconds())))
-            for seg in split_interval(ledger.observed_time, now, period, tz):
-                cost = _interval_cost(rate, seg.start, seg.end) if rate is not None else Decimal(0)
+                unpriced.append(UnpricedInterval(entry.namespace, entry.name, int((now - t0).total_seconds())))
+            for seg in split_interval(t0, now, period, tz):
+                replica_us: int | None = None
+                if pods is not None:
+                    replica_us = gone * segment_microseconds(seg.start, seg.end) + sum(
+                        p.microseconds_in(seg.start, seg.end) for p in pods)
+                    cost = (quantize_ledger_usd(MONEY_CONTEXT.divide(MONEY_CONTEXT.multiply(
+                        rate, Decimal(replica_us)), MICROSECONDS_PER_HOUR)) if rate is not None else Decimal(0))
+                else:
+                    cost = _interval_cost(rate, seg.start, seg.end) if rate is not None else Decimal(0)
                 counted = seg.period_start == p_start
                 segments.append(CostSegment(entry.namespace, entry.name, seg.start, seg.end, entry.replicas,
-                                            rate, cost, seg.period_start, counted))
+                                            entry.cost_usd_per_hour if pods is not None else rate, cost,
+                                            seg.period_start, counted, replica_us))
                 if counted:
                     spent += cost
                 elif not carry and seg.period_start == ledger.period_start:
@@ -401,7 +468,7 @@ def with_rates_in_force(ledger: Ledger, observations: Sequence[ServiceObservatio
 
 
 __all__ = [
-    "ClosedPeriod", "CostSegment", "Ledger", "LedgerAdvance", "LedgerEntry", "LedgerFormatError",
+    "ClosedPeriod", "CostSegment", "Ledger", "LedgerAdvance", "LedgerEntry", "LedgerFormatError", "PodRun",
     "ServiceObservation", "UnpricedInterval", "advance", "floor_to_second", "format_time", "parse_time",
     "with_rates_in_force",
 ]

@@ -13,10 +13,12 @@ Rules decided here (the rest is ``plan_budget``'s):
   ``status.costUSDPerHour`` (:func:`modalscale.operator.isvc_plan.running_replicas`), so both agree. Pods are
   used rather than ``Deployment.status.replicas`` because a pending pod holds no GPU and a pod of an old
   ReplicaSet still does. Pods that could not be listed make the count unknown (governance blind).
-* **Ledger after an action**: the interval that starts at an evaluation which lowers services is charged at
-  the lowered rate (``rates_after_enforcement``): the cap annotations are written before the status, and the
-  InferenceService reconcile applies them within seconds. Only a new (or lower) cap does this: a cap already
-  in force that still sees more replicas did not take effect, and what runs is charged.
+* **Ledger: pods cost from their own start to their own stop.** Each service's pods are passed to the ledger
+  with ``status.startTime`` and, when terminating, ``metadata.deletionTimestamp`` (:func:`pod_runs`), so an
+  interval is charged for what ran in it, not for the count seen at the evaluation that opened it. While an
+  enforced cap is in force the replicas in force are at most the cap (``rates_after_enforcement``): the cap
+  annotations are written before the status and the InferenceService reconcile applies them within seconds;
+  a pod still listed at the next evaluation (the cap did not take effect) is charged by its own timestamps.
 * **Enforcement** is written only as the annotation ``budget.modalscale.io/cap-<sha256(ns/name)[:10]>`` on each
   InferenceService (the InferenceService reconcile is the one writer of replicas). Lifting deletes it. Dry run
   writes none. An InferenceService that carries this policy's annotation but is no longer enforced (new
@@ -66,7 +68,7 @@ from modalscale.costmodel.budget import (
     service_state,
 )
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
-from modalscale.costmodel.ledger import Ledger, LedgerFormatError, advance, parse_time, with_rates_in_force
+from modalscale.costmodel.ledger import Ledger, LedgerFormatError, PodRun, advance, parse_time, with_rates_in_force
 from modalscale.costmodel.outbox import (
     Abandoned,
     Attempt,
@@ -173,6 +175,44 @@ def observed_namespaces(policy: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(sorted(set(wanted)))
 
 
+def _time_or_none(value: object) -> dt.datetime | None:
+    try:
+        return parse_time(value, "pod") if value else None
+    except LedgerFormatError:
+        return None
+
+
+def pod_runs(pods: Sequence[Mapping[str, Any]]) -> tuple[PodRun, ...]:
+    """The pods of one service as the ledger charges them: each from its own start to its own stop.
+
+    A pod counts once bound to a node. ``start`` is ``status.startTime`` (None when absent or unreadable: the
+    ledger then counts it as running since before the interval, an upper bound). ``stop`` is
+    ``metadata.deletionTimestamp`` when terminating (the kubelet's deadline for it to be gone); for a Succeeded or
+    Failed pod, the latest ``finishedAt`` of its containers (a finished pod without one is left out: it runs no
+    more, and had it been counted running before, the ledger charges it to now as a pod it cannot account for).
+
+    Args:
+        pods: Pod objects (camelCase dicts) of one InferenceService.
+    Returns:
+        One :class:`PodRun` per pod that ran, sorted by name.
+    """
+    out = []
+    for p in pods:
+        meta, status = p.get("metadata") or {}, p.get("status") or {}
+        if not (p.get("spec") or {}).get("nodeName"):
+            continue
+        start = _time_or_none(status.get("startTime"))
+        stop = _time_or_none(meta.get("deletionTimestamp"))
+        if status.get("phase") in ("Succeeded", "Failed"):
+            finished = [t for c in status.get("containerStatuses") or []
+                        if (t := _time_or_none(((c.get("state") or {}).get("terminated") or {}).get("finishedAt")))]
+            if not finished:
+                continue
+            stop = min([max(finished)] + ([stop] if stop else []))
+        out.append(PodRun(str(meta.get("name", "")), start, stop))
+    return tuple(sorted(out, key=lambda r: r.name))
+
+
 def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetObserved,
                       catalog: Catalog) -> list[ServiceState]:
     """The InferenceServices ``spec.selector`` picks, priced by ``catalog``, as the budget planner's input.
@@ -192,8 +232,10 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
         if not spec.selector.matches(policy_namespace, ns, meta.get("labels") or {}):
             continue
         pods = observed.pods.get(ns)
-        replicas = None if pods is None else running_replicas(
-            [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name])
+        own = None if pods is None else [
+            p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name]
+        replicas = None if own is None else running_replicas(own)
+        runs = None if own is None else pod_runs(own)
         raw_scaling = (isvc.get("spec") or {}).get("scaling") or {}
         try:
             parsed = parse_isvc(isvc)
@@ -201,11 +243,11 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
                                                    parsed.resources.gpu_count, parsed.resources.gpu_type)
             state = service_state(ns, name, replicas=replicas, max_replicas=parsed.scaling.max_replicas,
                                   resources=res, tier=parsed.pricing_tier, catalog=catalog,
-                                  priority=parsed.priority)
+                                  priority=parsed.priority, pods=runs)
         except (InvalidSpec, InvalidQuantity, ValueError) as exc:
             max_replicas = raw_scaling.get("maxReplicas")
             state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,
-                                 unknown_reason=f"price unknown: {exc}")
+                                 unknown_reason=f"price unknown: {exc}", pods=runs)
         out.append(state)
     return sorted(out, key=lambda s: (s.namespace, s.name))
 
@@ -476,5 +518,5 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 __all__ = [
     "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "PolicyPlan", "READY",
     "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
-    "plan_policy", "receiver_problem", "selected_services",
+    "plan_policy", "pod_runs", "receiver_problem", "selected_services",
 ]

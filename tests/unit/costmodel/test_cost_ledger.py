@@ -242,3 +242,47 @@ def test_rates_in_force_replace_only_what_the_next_interval_integrates() -> None
     assert later.spent_usd == D("9.75")
     with pytest.raises(ValueError, match="default/c"):
         with_rates_in_force(at_10, [obs("c", 1, "1")])
+
+
+# ------------------------------------------------------------------ pods cost from their own start to their own stop
+def test_each_pod_costs_from_its_own_start_to_its_own_stop_not_the_count_seen_at_the_last_evaluation() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    long_ago = utc(2026, 5, 1, 9)
+    a, b = PodRun("svc-a", long_ago), PodRun("svc-b", long_ago)
+    first = advance(Ledger(), [ServiceObservation("default", "svc", 2, D("36"), pods=(a, b))], t0, "Daily")
+    # Mid-interval: b is terminating with its deletionTimestamp at t0 + 20 s (still listed at t1), c started at
+    # t0 + 30 s. a 60 s + b 20 s + c 30 s = 110 replica-seconds at 36 USD/h (0.01 USD/s) = 1.10 USD; the count
+    # seen at t0 held for the whole interval (2 x 60 s) said 1.20.
+    b_stopping = PodRun("svc-b", long_ago, t0 + timedelta(seconds=20))
+    c = PodRun("svc-c", t0 + timedelta(seconds=30))
+    second = advance(reload(first.ledger), [ServiceObservation("default", "svc", 2, D("36"), pods=(a, b_stopping, c))],
+                     t1, "Daily")
+    assert second.spent_usd == D("1.10")
+    (seg,) = second.segments
+    assert seg.replica_microseconds == 110_000_000
+    # A pod counted at t0 that is gone at t1 without a deletion ever seen stopped somewhere in (t0, t1]: it is
+    # charged to t1 (an upper bound; the next case is the exception). 2 pods at t0, only a left: 60 + 60 s.
+    gone = advance(first.ledger, [ServiceObservation("default", "svc", 1, D("36"), pods=(a,))], t1, "Daily")
+    assert gone.spent_usd == D("1.20")
+
+
+def test_after_an_enforced_scale_to_zero_a_pod_seen_mid_scale_down_is_not_charged_for_the_next_interval() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    # Issue 12: the enforcing evaluation lowered the ledger to 0 replicas; 1 s later an evaluation woken by the
+    # alert still lists one pod not yet marked for deletion. The cap in force is applied, so that evaluation also
+    # holds the ledger at the cap; the pod it saw is charged for the second it was seen, and nothing more once gone.
+    t0 = utc(2026, 5, 1, 12)
+    pod = PodRun("one-0", utc(2026, 5, 1, 11))
+    enforcing = advance(Ledger(), [ServiceObservation("default", "one", 1, D("79.42"), pods=(pod,))], t0, "Daily")
+    capped = with_rates_in_force(enforcing.ledger, [ServiceObservation("default", "one", 0, D("79.42"))])
+    woken = advance(capped, [ServiceObservation("default", "one", 1, D("79.42"), pods=(pod,))],
+                    t0 + timedelta(seconds=1), "Daily")
+    # 1 s x 79.42 USD/h = 0.022061111 USD
+    assert woken.spent_usd == D("0.022061111")
+    held = with_rates_in_force(woken.ledger, [ServiceObservation("default", "one", 0, D("79.42"))])
+    later = advance(held, [ServiceObservation("default", "one", 0, D("79.42"), pods=())], t0 + timedelta(seconds=11),
+                    "Daily")
+    assert later.spent_usd == D("0.022061111")  # the snapshot rule charged 10 s x 79.42 USD/h = 0.220611111 more

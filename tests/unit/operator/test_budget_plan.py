@@ -462,10 +462,69 @@ def test_a_cap_that_did_not_take_effect_is_charged_at_the_replicas_still_running
     t1 = T0 + dt.timedelta(hours=1)
     capped = plan_policy(p1, observed(isvc), CATALOG, [], t1)  # CapReplicas 1; the ledger assumes 1 from t1
     p2 = persisted(p1, capped.status_patch)
-    # 60 s later both pods still run (the InferenceService never applied the cap). [t1, t1+60) was charged at the
-    # capped 0.600125239 USD/h: 1.200250478 + 0.010002087 = 1.210252565; from now on both replicas are charged.
+    # 60 s later both pods still run (the InferenceService never applied the cap): both are charged by their own
+    # timestamps for [t1, t1+60), although the ledger had assumed the cap from t1: 1.200250478 + 0.020004175.
     later = plan_policy(p2, observed(annotated(isvc, capped.annotation_writes)), CATALOG, [],
                         t1 + dt.timedelta(seconds=60))
-    assert later.budget is not None and later.budget.spent_usd == Decimal("1.210252565")
+    assert later.budget is not None and later.budget.spent_usd == Decimal("1.220254653")
+    # The ledger keeps assuming the cap in force from now on; pods still listed next time are charged as here.
     (entry,) = later.status_patch["ledger"]["services"]
-    assert (entry["replicas"], entry["costUSDPerHour"]) == (2, "1.200250478")
+    assert (entry["replicas"], entry["costUSDPerHour"]) == (1, "0.600125239")
+    again = plan_policy(persisted(p2, later.status_patch), observed(annotated(isvc, capped.annotation_writes)),
+                        CATALOG, [], t1 + dt.timedelta(seconds=120))
+    assert again.budget is not None and again.budget.spent_usd == Decimal("1.220254653") + Decimal("0.020004175")
+
+
+def test_after_an_enforced_scale_to_zero_an_evaluation_mid_scale_down_charges_no_interval_nobody_ran() -> None:
+    # Issue 12, fault 2, on the pure planner: the enforcing evaluation E0 scales to zero ahead of the crossing;
+    # E1, 1 s later (woken by the alert delivery), still lists one pod not yet marked for deletion and one
+    # terminating; at E2, 10 s later, both are gone. The ledger must charge what ran (both pods for the second
+    # before E1), not E1's snapshot of one pod for the whole interval to E2.
+    policy = make_policy(limit={"amount": "2", "currency": "USD"}, evaluationIntervalSeconds=10,
+                         thresholds=[{"percent": 100, "actions": ["Alert", "ScaleToZero"]}])
+    # 5990 s at 1.200250478 USD/h = 1.997083434; + 10 s at that rate = 2.000417463 >= 2: enforced ahead at E0.
+    policy["status"] = {"periodStart": "2026-11-30T00:00:00Z", "ledger": {
+        "observedTime": (T0 - dt.timedelta(seconds=5990)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "services": [{"namespace": "ml", "name": "vc", "replicas": 2, "costUSDPerHour": "1.200250478", "spent": "0"}]}}
+    started = {"startTime": "2026-11-30T08:00:00Z"}
+    running = [dict(make_pod("vc", n), status={"phase": "Running", **started}) for n in range(2)]
+    isvc = make_isvc()
+    e0 = plan_policy(policy, observed(isvc, pods={"ml": running}), CATALOG, [], T0)
+    assert e0.budget is not None and e0.budget.spent_usd == Decimal("1.997083434") and e0.budget.actions[0].ahead
+    assert [json.loads(w.value or "")["maxReplicas"] for w in e0.annotation_writes] == [0]
+    p1 = persisted(policy, e0.status_patch)
+    isvc = annotated(isvc, e0.annotation_writes)
+    terminating = dict(running[1], metadata={**running[1]["metadata"], "deletionTimestamp": "2026-11-30T10:00:30Z"})
+    e1 = plan_policy(p1, observed(isvc, pods={"ml": [running[0], terminating]}), CATALOG, [],
+                     T0 + dt.timedelta(seconds=1))
+    (entry,) = e1.status_patch["ledger"]["services"]
+    assert (entry["replicas"], Decimal(entry["costUSDPerHour"])) == (0, 0)  # held at the cap, not the snapshot
+    p2 = persisted(p1, e1.status_patch)
+    e2 = plan_policy(p2, observed(isvc, pods={"ml": []}), CATALOG, [], T0 + dt.timedelta(seconds=11))
+    # Both pods ran the second [E0, E1): 2 x 0.600125239 / 3600 = 0.000333403; nothing after.
+    assert e2.budget is not None and e2.budget.spent_usd == Decimal("1.997083434") + Decimal("0.000333403")
+    assert e2.budget.state.value == "Warning"
+
+
+def test_pod_runs_take_each_pods_own_start_and_stop() -> None:
+    from modalscale.costmodel.ledger import PodRun
+    from modalscale.operator.budget_plan import pod_runs
+
+    def at(text: str) -> dt.datetime:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    started = {"phase": "Running", "startTime": "2026-11-30T08:00:00Z"}
+    finished = {"phase": "Succeeded", "startTime": "2026-11-30T08:00:00Z", "containerStatuses": [
+        {"state": {"terminated": {"finishedAt": "2026-11-30T09:30:00Z"}}},
+        {"state": {"terminated": {"finishedAt": "2026-11-30T09:45:00Z"}}}]}
+    pods = [dict(make_pod("vc", 0), status=started),
+            dict(make_pod("vc", 1, deleting=True), status=started),
+            make_pod("vc", 2),  # no startTime: counted as running since before the interval
+            make_pod("vc", 3, node=None),  # never bound: never ran
+            dict(make_pod("vc", 4), status=finished),
+            make_pod("vc", 5, phase="Failed")]  # finished, no finishedAt: left out
+    assert pod_runs(pods) == (
+        PodRun("vc-0", at("2026-11-30T08:00:00Z")),
+        PodRun("vc-1", at("2026-11-30T08:00:00Z"), at("2026-11-30T09:00:00Z")),
+        PodRun("vc-2", None),
+        PodRun("vc-4", at("2026-11-30T08:00:00Z"), at("2026-11-30T09:45:00Z")))
