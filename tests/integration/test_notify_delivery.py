@@ -108,10 +108,10 @@ def test_retries_stop_after_five() -> None:
 @pytest.mark.parametrize(
     ("kind", "reply", "reason", "code"),
     [("WeCom", Reply(status=200, body={"errcode": 93000, "errmsg": "invalid webhook url"}), "RejectedByPlatform", 93000),
-     ("DingTalk", Reply(status=200, body={"errcode": 130101, "errmsg": "send too fast"}), "RateLimited", 130101),
-     ("Feishu", Reply(status=200, body={"code": 9499, "msg": "Bad Request", "data": {}}), "RateLimited", 9499),
+     ("Feishu", Reply(status=200, body={"code": 19021, "msg": "sign match fail or timestamp is not within one hour "
+                                                  "from current time"}), "RejectedByPlatform", 19021),
      ("Slack", Reply(status=400, body="invalid_payload"), "RejectedByPlatform", "invalid_payload")],
-    ids=["wecom-errcode", "dingtalk-too-fast", "feishu-code", "slack-invalid-payload"],
+    ids=["wecom-errcode", "feishu-code", "slack-invalid-payload"],
 )
 def test_an_error_inside_an_http_200_or_a_4xx_is_a_final_failure(kind, reply, reason, code) -> None:
     with ChatReceiver(kind) as rx:
@@ -119,6 +119,39 @@ def test_an_error_inside_an_http_200_or_a_4xx_is_a_final_failure(kind, reply, re
         result = send(rx)
         assert (result.delivered, result.reason, result.platform_code, result.attempts) == (False, reason, code, 1)
         assert result.status_code == reply.status
+
+
+@pytest.mark.parametrize(
+    ("kind", "reply", "wait_s"),
+    [("Feishu", Reply(status=200, body={"code": 11232, "msg": "frequency limited psm[lark.oapi.app_platform_runtime]"
+                                                            "appID[1]"}), 1.0),
+     ("Feishu", Reply(status=200, body={"code": 9499, "msg": "too many request", "data": {}}), 1.0),
+     ("WeCom", Reply(status=200, body={"errcode": 45009, "errmsg": "api freq out of limit"}), 3.0)],
+    ids=["feishu-11232", "feishu-9499", "wecom-45009"],
+)
+def test_a_rate_limit_code_inside_an_http_200_is_retried_in_the_round_like_a_429(kind, reply, wait_s) -> None:
+    # Issue 12: Feishu's rate-limit answer (a code inside HTTP 200) ended the round like a hard failure, and the
+    # outbox retried 30 s, then 60 s later. Like a 429 it is retried within the round, after at least one window
+    # of the platform's documented limit (Feishu 5/s; WeCom 20/min: one message per 3 s).
+    secret = SECRET if kind in SIGNING else None
+    with ChatReceiver(kind, secret) as rx:
+        rx.script(reply)
+        result = send(rx, secret=secret, retry=RetryPolicy(max_retries=5, base_delay_s=0.05, max_delay_s=0.2,
+                                                           timeout_s=2.0, max_total_s=10.0))
+        assert (result.delivered, result.reason, result.attempts) == (True, "Delivered", 2), result
+        assert len(rx.received) == 2 and len(rx.accepted) == 1
+        first, second = rx.received
+        assert second.received_at - first.received_at >= wait_s  # a lower bound the sender honours, not a speed
+
+
+def test_dingtalks_ten_minute_throttle_ends_the_round_for_the_outbox_to_retry() -> None:
+    # DingTalk throttles a robot for 10 minutes after 20 messages in a minute: no retry fits in a round.
+    with ChatReceiver("DingTalk", SECRET) as rx:
+        rx.script(Reply(status=200, body={"errcode": 130101, "errmsg": "send too fast, exceed 20 times per minute"}))
+        result = send(rx, secret=SECRET)
+        assert (result.delivered, result.reason, result.platform_code, result.attempts) == (False, "RateLimited",
+                                                                                              130101, 1)
+        assert "retry budget" in result.message and len(rx.received) == 1
 
 
 def test_a_wrong_url_token_is_reported_from_the_platforms_own_answer() -> None:

@@ -8,8 +8,11 @@ re-signed on every attempt (DingTalk and Feishu reject timestamps older than one
 
 Retries (house rule C7, crate-operator style): 429, 5xx, timeouts and connection errors are retried at most
 ``RetryPolicy.max_retries`` (5) times with exponential backoff ``base x 2**n`` and +/-20 % jitter; a 429's
-``Retry-After`` is honoured as the lower bound of the wait. The whole delivery, waits included, is bounded by
-``RetryPolicy.max_total_s``. Anything else (4xx, an error code inside a 200) is final.
+``Retry-After`` is honoured as the lower bound of the wait. A platform's rate-limit code inside an HTTP 200
+(:data:`RATE_LIMIT_WAIT_S`) is a 429 too: retried in the round, waiting at least one window of that platform's
+documented limit (a wait longer than the round's budget ends the round, and the outbox retries later). The whole
+delivery, waits included, is bounded by ``RetryPolicy.max_total_s``. Anything else (4xx, any other error code
+inside a 200) is final.
 
 Success and error shapes handled (documentation read 2026-11-30):
 
@@ -99,12 +102,14 @@ PLATFORM_RATE_LIMITS: Mapping[NotifierType, tuple[RateLimit, ...]] = {
 }
 """Client-side limits per platform (sources in the module docstring)."""
 
-# Error codes inside a 200 that mean "rate limited" (final: the platforms' windows outlast our retry budget).
-_RATE_LIMIT_CODES = {
-    NotifierType.WECOM: {45009},          # "api freq out of limit"
-    NotifierType.DINGTALK: {130101},      # "send too fast, exceed 20 times per minute"
-    NotifierType.FEISHU: {9499, 11232},   # "too many request" / message rate limit
+RATE_LIMIT_WAIT_S: Mapping[NotifierType, Mapping[int, float]] = {
+    NotifierType.WECOM: {45009: 3.0},         # "api freq out of limit"; 20 messages/minute: one per 3 s
+    NotifierType.DINGTALK: {130101: 600.0},   # "send too fast, exceed 20 times per minute": throttled 10 minutes
+    NotifierType.FEISHU: {9499: 1.0, 11232: 1.0},  # "too many request" / frequency limit; 5/second, 100/minute
 }
+"""Error codes inside an HTTP 200 that mean "rate limited", with the least wait before the next attempt in
+seconds (the platform's documented window, sources in the module docstring): retried like a 429 whose
+``Retry-After`` is that wait; the exponential backoff still doubles past it."""
 
 
 @dataclass(frozen=True)
@@ -266,9 +271,13 @@ def classify(kind: NotifierType, status: int, body: str, retry_after: float | No
         code, msg = parsed
         if status == 200 and code == 0:
             return _Outcome(True, "Delivered", f"{kind.value} accepted the message", False, status, 0)
-        reason = "RateLimited" if code in _RATE_LIMIT_CODES.get(kind, set()) else "RejectedByPlatform"
-        return _Outcome(False, reason, f"{kind.value} rejected the message (HTTP {status}, code {code}: {msg[:160]})",
-                        False, status, code)
+        wait_s = RATE_LIMIT_WAIT_S.get(kind, {}).get(code) if isinstance(code, int) else None
+        if wait_s is not None:
+            return _Outcome(False, "RateLimited", f"{kind.value} rate-limited the message (HTTP {status}, code "
+                            f"{code}: {msg[:160]})", True, status, code,
+                            retry_after_s=max(wait_s, retry_after or 0.0))
+        return _Outcome(False, "RejectedByPlatform", f"{kind.value} rejected the message (HTTP {status}, code {code}: "
+                        f"{msg[:160]})", False, status, code)
     if 200 <= status < 300:
         return _Outcome(True, "Delivered", f"Webhook accepted the message (HTTP {status})", False, status)
     return _Outcome(False, "RejectedByPlatform", f"Webhook rejected the message (HTTP {status}: {snippet})",
@@ -416,5 +425,5 @@ async def deliver(kind: NotifierType | str, url: str, secret: str | None, messag
         return await sender.deliver(kind, url, secret, message, receiver=receiver)
 
 
-__all__ = ["DeliveryResult", "PLATFORM_RATE_LIMITS", "RateLimit", "RetryPolicy", "Sender",
+__all__ = ["DeliveryResult", "PLATFORM_RATE_LIMITS", "RATE_LIMIT_WAIT_S", "RateLimit", "RetryPolicy", "Sender",
            "alert_delivered_condition", "classify", "deliver", "redact", "utc_now"]
