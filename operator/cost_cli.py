@@ -1,4 +1,5 @@
-"""``modalscale cost export``: the spend recorded in BudgetPolicy ledgers as a FOCUS 1.0 CSV.
+"""``modalscale cost export``: the spend recorded in BudgetPolicy ledgers as a FOCUS 1.0 CSV; ``modalscale cost
+diff``: the monthly cost a change to InferenceService manifests adds (see ``modalscale.operator.cost_diff``).
 
 Why a module: FinOps tools read FOCUS (``modalscale.costmodel.focus``); the ledgers live in the status of the
 BudgetPolicies. This command reads them (read-only: ``list`` on budgetpolicies and inferenceservices) and
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -87,6 +90,22 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG or in-cluster)")
     e.add_argument("--billing-account", default="modalscale", help="BillingAccountId of every row")
     e.set_defaults(func=run_export)
+    d = csub.add_parser("diff", help="monthly cost of InferenceService changes between two manifest sets",
+                        description="Compare the InferenceServices of BASE and HEAD (files, folders, or git refs REF "
+                                    "or REF:PATH) at catalog prices: monthly cost at min, expected and max replicas "
+                                    "(730 h/month) and the delta. Exit 1 when --fail-above is exceeded, 2 on errors.")
+    d.add_argument("base", metavar="BASE", help="file, folder, REF or REF:PATH of the manifests before the change")
+    d.add_argument("head", metavar="HEAD", help="file, folder, REF or REF:PATH of the manifests after the change")
+    d.add_argument("--format", choices=("table", "markdown", "json"), default="table", help="output format")
+    d.add_argument("--fail-above", type=str, default=None, metavar="USD",
+                   help="exit 1 when the total max monthly delta exceeds this many USD")
+    d.add_argument("--catalog", type=Path, default=None,
+                   help="pricing catalog override YAML (as MODALSCALE_PRICING_CATALOG; default: packaged catalog)")
+    d.add_argument("--trace", type=Path, default=None, help="trace CSV for expected replicas (needs --profile)")
+    d.add_argument("--profile", type=Path, default=None,
+                   help="service-time model artifact from `modalscale profile` (needs --trace)")
+    d.add_argument("--repo", type=Path, default=Path.cwd(), help="git repository for REF inputs (default: .)")
+    d.set_defaults(func=run_diff)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
 
@@ -140,4 +159,40 @@ def run_export(args: argparse.Namespace) -> int:
     for s in result.skipped:
         print(f"skipped {s}", file=sys.stderr)
     print(f"Wrote {count} FOCUS {FOCUS_VERSION} rows from {result.policies} BudgetPolicies", file=sys.stderr)
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    """Price both sides, print the diff; 0, 1 (``--fail-above`` exceeded) or 2 (bad input, named on stderr)."""
+    from modalscale.costmodel.catalog import CatalogError, load_catalog
+    from modalscale.operator.cost_diff import CostDiffError, diff, price_side, read_manifests, render, simulator_expected
+
+    try:
+        limit = Decimal(args.fail_above) if args.fail_above is not None else None
+        if limit is not None and not limit.is_finite():
+            raise InvalidOperation
+    except InvalidOperation:
+        print(f"modalscale cost diff: --fail-above: {args.fail_above!r} is not an amount in USD (e.g. 500)",
+              file=sys.stderr)
+        return 2
+    if (args.trace is None) != (args.profile is None):
+        print("modalscale cost diff: --trace and --profile go together (expected replicas come from the simulator "
+              "replaying the trace with the profiled model)", file=sys.stderr)
+        return 2
+    try:
+        catalog = load_catalog(args.catalog) if args.catalog is not None else load_catalog()
+        expected = simulator_expected(args.trace, args.profile) if args.trace is not None else None
+        base, skipped_base = price_side(read_manifests(args.base, args.repo), catalog, expected)
+        head, skipped_head = price_side(read_manifests(args.head, args.repo), catalog, expected)
+    except (CostDiffError, CatalogError) as exc:
+        print(f"modalscale cost diff: {exc}", file=sys.stderr)
+        return 2
+    source = (f"the simulator's predictive policy replaying {args.trace} with {args.profile}" if expected
+              else "unknown (give --trace and --profile), except Fixed mode")
+    result = diff(base, head, args.base, args.head, source, skipped_base + skipped_head)
+    print(render(result, args.format))
+    if limit is not None and result.total_monthly_delta_usd.max > limit:
+        print(f"modalscale cost diff: the max monthly delta {result.total_monthly_delta_usd.max:.2f} USD exceeds "
+              f"--fail-above {limit} USD", file=sys.stderr)
+        return 1
     return 0

@@ -1,0 +1,420 @@
+"""``modalscale cost diff BASE HEAD``: the monthly cost a change to InferenceService manifests adds, for a CI gate.
+
+Why a module: a pull request that raises ``maxReplicas`` or switches a GPU type changes what the cluster may
+spend long before any budget sees it; infracost answers this for Terraform, this answers it for the
+InferenceServices of a change. Pure except :func:`read_manifests` (files, folders, ``git show``).
+
+Rules:
+
+* **Inputs.** BASE and HEAD are each a YAML/JSON file, a folder (every ``*.yaml``, ``*.yml`` and ``*.json``
+  under it), or a git ref of this repository (``REF`` or ``REF:PATH``; with a bare ``REF`` every file of the
+  tree that mentions ``kind: InferenceService`` is read). A file may hold several documents (rendered Helm
+  output, ``kind: List``); only ``InferenceService`` objects of ``modalscale.io`` count, everything else is
+  skipped. A service is identified by ``namespace/name`` (namespace ``default`` when absent, as ``kubectl``
+  would apply it).
+* **Parsing and prices.** Each InferenceService is parsed by the operator's own parser
+  (:func:`modalscale.operator.isvc_spec.parse_isvc`) and priced per replica-hour by the operator's catalog
+  (:meth:`modalscale.costmodel.catalog.Catalog.price_replica`, ``--catalog`` merges an override exactly like
+  ``MODALSCALE_PRICING_CATALOG``). An invalid spec or an unknown GPU type is an error naming the file, the
+  service and the field (never priced at 0).
+* **Replicas.** ``min`` = ``spec.scaling.minReplicas`` and ``max`` = ``maxReplicas``; ``expected`` = the mean
+  replicas of the ``predictive`` policy replaying a trace in the simulator
+  (:func:`modalscale.autoscaler.simulate.run_simulation`, bounded by the service's min/max and its p95
+  target) when a profile and a trace are given, else unknown (None). ``Fixed`` mode runs ``replicas``: min,
+  expected and max are all that.
+* **Money.** Monthly cost = replicas x USD per replica-hour x :data:`HOURS_PER_MONTH` (730 h, the FinOps
+  convention of infracost and the cloud pricing calculators: 8760 h / 12). Deltas are HEAD - BASE per
+  service (an added service's BASE is 0, a removed one's HEAD is 0); the total is their sum. ``expected`` of a
+  delta or total is None when any side it needs is unknown. Amounts are ``Decimal``, shown to the cent.
+* ``--fail-above USD``: exit status 1 when the total ``max`` delta exceeds it (2 for errors).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modalscale.costmodel.catalog import Catalog, ReplicaResources, UnknownPrice
+from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd
+from modalscale.costmodel.quantities import InvalidQuantity
+from modalscale.operator.isvc_spec import InvalidSpec, IsvcSpec, parse_isvc
+
+HOURS_PER_MONTH = Decimal(730)
+"""Hours in a month for monthly cost (8760 / 12, the convention of infracost and cloud pricing calculators)."""
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+GROUP_PREFIX = "modalscale.io/"
+
+ExpectedReplicas = Callable[[IsvcSpec], float]
+"""Mean replicas of a service over the trace (the simulator's predictive policy), given its parsed spec."""
+
+
+class CostDiffError(ValueError):
+    """An input cannot be read or priced; the message names the file (and service and field)."""
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    """One input file: where it came from (``path`` or ``REF:path``) and its text."""
+
+    origin: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplicaRange:
+    """Replicas (or money) at the service's minimum, expected and maximum; ``expected`` None = unknown."""
+
+    min: Decimal
+    expected: Decimal | None
+    max: Decimal
+
+    def times(self, factor: Decimal) -> "ReplicaRange":
+        ctx = MONEY_CONTEXT
+        return ReplicaRange(ctx.multiply(self.min, factor),
+                            None if self.expected is None else ctx.multiply(self.expected, factor),
+                            ctx.multiply(self.max, factor))
+
+    def minus(self, other: "ReplicaRange") -> "ReplicaRange":
+        ctx = MONEY_CONTEXT
+        expected = (None if self.expected is None or other.expected is None
+                    else ctx.subtract(self.expected, other.expected))
+        return ReplicaRange(ctx.subtract(self.min, other.min), expected, ctx.subtract(self.max, other.max))
+
+    def plus(self, other: "ReplicaRange") -> "ReplicaRange":
+        ctx = MONEY_CONTEXT
+        expected = None if self.expected is None or other.expected is None else ctx.add(self.expected, other.expected)
+        return ReplicaRange(ctx.add(self.min, other.min), expected, ctx.add(self.max, other.max))
+
+    def to_json(self) -> dict[str, str | None]:
+        """Money to the cent as decimal strings (``expected`` null when unknown)."""
+        def cents(v: Decimal) -> str:
+            return format_usd(quantize_display_usd(v))
+
+        return {"min": cents(self.min), "expected": None if self.expected is None else cents(self.expected),
+                "max": cents(self.max)}
+
+
+ZERO = ReplicaRange(Decimal(0), Decimal(0), Decimal(0))
+
+
+@dataclass(frozen=True)
+class PricedService:
+    """One InferenceService of one side, priced.
+
+    Attributes:
+        origin: File it came from.
+        usd_per_replica_hour: Catalog price of one replica.
+        replicas: Replicas at min, expected (None: unknown) and max.
+        monthly_usd: ``replicas x usd_per_replica_hour x HOURS_PER_MONTH``.
+    """
+
+    namespace: str
+    name: str
+    origin: str
+    gpu: str
+    pricing_tier: str
+    mode: str
+    usd_per_replica_hour: Decimal
+    replicas: ReplicaRange
+    monthly_usd: ReplicaRange
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.replicas
+        return {"file": self.origin, "gpu": self.gpu, "pricingTier": self.pricing_tier, "scalingMode": self.mode,
+                "usdPerReplicaHour": format_usd(self.usd_per_replica_hour),
+                "replicas": {"min": int(r.min), "expected": None if r.expected is None else float(r.expected),
+                             "max": int(r.max)},
+                "monthly_usd": self.monthly_usd.to_json()}
+
+
+@dataclass(frozen=True)
+class ServiceDiff:
+    """One service in BASE, HEAD or both; ``change`` is ``added``, ``removed``, ``changed`` or ``unchanged``."""
+
+    namespace: str
+    name: str
+    base: PricedService | None
+    head: PricedService | None
+
+    @property
+    def change(self) -> str:
+        if self.base is None:
+            return "added"
+        if self.head is None:
+            return "removed"
+        return "unchanged" if self.base.monthly_usd == self.head.monthly_usd else "changed"
+
+    @property
+    def monthly_delta_usd(self) -> ReplicaRange:
+        return ((self.head.monthly_usd if self.head else ZERO)
+                .minus(self.base.monthly_usd if self.base else ZERO))
+
+
+@dataclass(frozen=True)
+class CostDiff:
+    """The whole comparison: per-service diffs sorted by (namespace, name), and the total delta."""
+
+    services: tuple[ServiceDiff, ...]
+    base_label: str
+    head_label: str
+    expected_source: str
+    skipped: tuple[str, ...] = field(default=())
+
+    @property
+    def total_monthly_delta_usd(self) -> ReplicaRange:
+        total = ZERO
+        for s in self.services:
+            total = total.plus(s.monthly_delta_usd)
+        return total
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--format json`` object (``total_monthly_delta_usd``: {min, expected|null, max}; ``services``)."""
+        return {
+            "base": self.base_label, "head": self.head_label, "currency": "USD",
+            "hours_per_month": int(HOURS_PER_MONTH), "expected_replicas": self.expected_source,
+            "total_monthly_delta_usd": self.total_monthly_delta_usd.to_json(),
+            "services": [{"namespace": s.namespace, "name": s.name, "change": s.change,
+                          "base": s.base.to_json() if s.base else None, "head": s.head.to_json() if s.head else None,
+                          "monthly_delta_usd": s.monthly_delta_usd.to_json()} for s in self.services],
+        }
+
+
+# ------------------------------------------------------------------------------------------------- reading
+def _git(args: Sequence[str], cwd: Path) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise CostDiffError(f"git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
+    return proc.stdout
+
+
+def _is_git_ref(ref: str, repo: Path) -> bool:
+    proc = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=repo,
+                          capture_output=True, text=True, check=False)
+    return proc.returncode == 0
+
+
+def read_manifests(source: str, repo: Path = Path.cwd()) -> list[ManifestFile]:
+    """The manifest files of one side: a file, a folder, or a git ref (``REF`` or ``REF:PATH``) of ``repo``.
+
+    Raises:
+        CostDiffError: Neither a file, a folder nor a git ref; an unreadable file.
+    """
+    path = Path(source)
+    if path.is_file():
+        return [ManifestFile(str(path), path.read_text(encoding="utf-8"))]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+        return [ManifestFile(str(p), p.read_text(encoding="utf-8")) for p in files]
+    ref, _, sub = source.partition(":")
+    if not ref or not _is_git_ref(ref, repo):
+        raise CostDiffError(f"{source}: not a file, a folder or a git ref of {repo} (use PATH, REF or REF:PATH)")
+    names = [n for n in _git(["ls-tree", "-r", "--name-only", ref, "--", sub or "."], repo).splitlines()
+             if n.endswith(MANIFEST_SUFFIXES)]
+    if sub and not names:
+        raise CostDiffError(f"{source}: no {', '.join(MANIFEST_SUFFIXES)} file at {sub} in {ref}")
+    out = []
+    for name in names:
+        text = _git(["show", f"{ref}:{name}"], repo)
+        if sub or "InferenceService" in text:  # a bare ref: only files that can hold one (charts hold templates)
+            out.append(ManifestFile(f"{ref}:{name}", text))
+    return out
+
+
+def inference_services(files: Iterable[ManifestFile]) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """Every ``modalscale.io`` InferenceService object in ``files``, with its file; and what was skipped.
+
+    Raises:
+        CostDiffError: A file that does not parse as YAML/JSON, or a service defined twice.
+    """
+    found: list[tuple[str, dict[str, Any]]] = []
+    skipped: list[str] = []
+    seen: dict[tuple[str, str], str] = {}
+    for f in files:
+        try:
+            docs = list(yaml.safe_load_all(f.text))
+        except yaml.YAMLError as exc:
+            raise CostDiffError(f"{f.origin}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        stack = [d for d in docs if d is not None]
+        while stack:
+            doc = stack.pop(0)
+            if not isinstance(doc, dict):
+                skipped.append(f"{f.origin}: a document that is not an object")
+                continue
+            kind, api = doc.get("kind"), str(doc.get("apiVersion", ""))
+            if kind == "List" and isinstance(doc.get("items"), list):
+                stack = list(doc["items"]) + stack
+                continue
+            if kind != "InferenceService" or not api.startswith(GROUP_PREFIX):
+                skipped.append(f"{f.origin}: {kind or '(no kind)'} {((doc.get('metadata') or {}).get('name')) or ''}"
+                               .rstrip())
+                continue
+            meta = doc.get("metadata") or {}
+            if not meta.get("name"):
+                raise CostDiffError(f"{f.origin}: an InferenceService without metadata.name")
+            key = (str(meta.get("namespace") or "default"), str(meta["name"]))
+            if key in seen:
+                raise CostDiffError(f"{f.origin}: InferenceService {key[0]}/{key[1]} is also defined in {seen[key]}")
+            seen[key] = f.origin
+            found.append((f.origin, doc))
+    return found, skipped
+
+
+# ------------------------------------------------------------------------------------------------- pricing
+def price_service(origin: str, body: Mapping[str, Any], catalog: Catalog,
+                  expected: ExpectedReplicas | None = None) -> PricedService:
+    """Price one InferenceService at min, expected and max replicas.
+
+    Args:
+        origin: The file, for messages.
+        body: The object (camelCase dict).
+        expected: Mean replicas from the simulator, or None (expected unknown unless the mode is Fixed).
+    Raises:
+        CostDiffError: ``<file>: InferenceService <ns>/<name>: <field>: <why>`` for an invalid spec, quantity
+            or an unknown GPU type / pricing tier.
+    """
+    meta = body.get("metadata") or {}
+    where = f"{origin}: InferenceService {meta.get('namespace') or 'default'}/{meta.get('name')}"
+    doc = {**body, "metadata": {**meta, "namespace": meta.get("namespace") or "default"}}
+    try:
+        spec = parse_isvc(doc)
+        res = ReplicaResources.from_quantities(spec.resources.cpu, spec.resources.memory, spec.resources.gpu_count,
+                                               spec.resources.gpu_type)
+    except InvalidSpec as exc:
+        raise CostDiffError(f"{where}: {exc}") from None
+    except (InvalidQuantity, ValueError) as exc:
+        raise CostDiffError(f"{where}: spec.resources: {exc}") from None
+    try:
+        price = catalog.price_replica(res, spec.pricing_tier)
+    except UnknownPrice as exc:
+        unknown_type = bool(spec.resources.gpu_count and spec.resources.gpu_type
+                            and catalog.gpu_type_name(spec.resources.gpu_type) is None)
+        field_ = "spec.resources.gpu.type" if unknown_type else "spec.pricing.tier"
+        raise CostDiffError(f"{where}: {field_}: {exc}") from None
+    except ValueError as exc:
+        raise CostDiffError(f"{where}: spec.pricing.tier: {exc}") from None
+    sc = spec.scaling
+    if sc.mode == "Fixed" and sc.replicas is not None:
+        fixed = Decimal(sc.replicas)
+        replicas = ReplicaRange(fixed, fixed, fixed)
+    else:
+        mean = expected(spec) if expected is not None else None
+        exp = (None if mean is None else
+               min(max(Decimal(str(round(mean, 4))), Decimal(sc.min_replicas)), Decimal(sc.max_replicas)))
+        replicas = ReplicaRange(Decimal(sc.min_replicas), exp, Decimal(sc.max_replicas))
+    gpu = f"{spec.resources.gpu_count} x {spec.resources.gpu_type}" if spec.resources.gpu_count else "none"
+    return PricedService(spec.namespace, spec.name, origin, gpu, spec.pricing_tier, sc.mode, price, replicas,
+                         replicas.times(MONEY_CONTEXT.multiply(price, HOURS_PER_MONTH)))
+
+
+def price_side(files: Iterable[ManifestFile], catalog: Catalog, expected: ExpectedReplicas | None = None
+               ) -> tuple[dict[tuple[str, str], PricedService], list[str]]:
+    """Every InferenceService of one side, priced, by (namespace, name); and what was skipped."""
+    objects, skipped = inference_services(files)
+    priced = {}
+    for origin, body in objects:
+        p = price_service(origin, body, catalog, expected)
+        priced[(p.namespace, p.name)] = p
+    return priced, skipped
+
+
+def diff(base: Mapping[tuple[str, str], PricedService], head: Mapping[tuple[str, str], PricedService],
+         base_label: str = "BASE", head_label: str = "HEAD", expected_source: str = "unknown",
+         skipped: Sequence[str] = ()) -> CostDiff:
+    """Pair the services of both sides by namespace/name (pure)."""
+    keys = sorted(set(base) | set(head))
+    return CostDiff(tuple(ServiceDiff(k[0], k[1], base.get(k), head.get(k)) for k in keys), base_label, head_label,
+                    expected_source, tuple(skipped))
+
+
+def simulator_expected(trace_path: Path, profile_path: Path, seed: int = 0) -> ExpectedReplicas:
+    """Expected replicas of a service: the simulator's ``predictive`` policy replaying the trace.
+
+    The model is the profiled regressor (``modalscale profile`` artifact); the policy runs with the service's
+    ``minReplicas``/``maxReplicas``, ``targetP95LatencyMilliseconds`` and ``targetUtilizationPercent``. Results
+    are cached per distinct setting.
+
+    Raises:
+        CostDiffError: The trace or the profile cannot be read.
+    """
+    from modalscale.autoscaler.regressor import load_model
+    from modalscale.autoscaler.simulate import SimulationConfig, run_simulation
+    from modalscale.autoscaler.simulate_cli import load_trace
+
+    try:
+        trace = load_trace(trace_path, seed=seed)
+        model = load_model(profile_path)
+    except (OSError, ValueError) as exc:
+        raise CostDiffError(f"--trace/--profile: {exc}") from None
+    cache: dict[tuple[int, int, int, int], float] = {}
+
+    def mean_replicas(spec: IsvcSpec) -> float:
+        sc = spec.scaling
+        key = (sc.min_replicas, sc.max_replicas, sc.target_p95_latency_ms, sc.target_utilization_percent)
+        if key not in cache:
+            config = SimulationConfig(target_p95_ms=float(sc.target_p95_latency_ms), min_replicas=max(1, sc.min_replicas),
+                                      max_replicas=sc.max_replicas, policies=("predictive",), random_state=seed,
+                                      predictive_target_utilization_percent=float(sc.target_utilization_percent))
+            cache[key] = float(run_simulation(trace, config, model)["predictive"]["mean_replicas"])
+        return cache[key]
+
+    return mean_replicas
+
+
+# ------------------------------------------------------------------------------------------------- output
+def _money(v: Decimal | None) -> str:
+    return "unknown" if v is None else format_usd(quantize_display_usd(v))
+
+
+def _signed(v: Decimal | None) -> str:
+    if v is None:
+        return "unknown"
+    text = format_usd(quantize_display_usd(v))
+    return text if v < 0 else f"+{text}"
+
+
+def render(result: CostDiff, fmt: str) -> str:
+    """``table`` (plain text), ``markdown`` (a pull-request comment) or ``json``."""
+    if fmt == "json":
+        return json.dumps(result.to_json(), indent=2)
+    total = result.total_monthly_delta_usd
+    header = ["Service", "Change", "Replicas min/exp/max", "BASE USD/month min/exp/max",
+              "HEAD USD/month min/exp/max", "Delta USD/month min/exp/max"]
+    rows = []
+    for s in result.services:
+        side = s.head or s.base
+        assert side is not None
+        r = side.replicas
+
+        def triple(p: PricedService | None) -> str:
+            if p is None:
+                return "-"
+            m = p.monthly_usd
+            return f"{_money(m.min)} / {_money(m.expected)} / {_money(m.max)}"
+
+        d = s.monthly_delta_usd
+        exp = "?" if r.expected is None else f"{r.expected.normalize():f}"
+        rows.append([f"{s.namespace}/{s.name}", s.change, f"{r.min}/{exp}/{r.max}", triple(s.base), triple(s.head),
+                     f"{_signed(d.min)} / {_signed(d.expected)} / {_signed(d.max)}"])
+    rows.append(["Total", "", "", "", "", f"{_signed(total.min)} / {_signed(total.expected)} / {_signed(total.max)}"])
+    note = (f"Monthly = replicas x catalog USD per replica-hour x {HOURS_PER_MONTH} h/month; expected replicas: "
+            f"{result.expected_source}.")
+    if fmt == "markdown":
+        lines = [f"### modalscale cost diff: `{result.base_label}` -> `{result.head_label}`", "",
+                 "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines + ["", note])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join([f"modalscale cost diff: {result.base_label} -> {result.head_label}", *lines, note])
+
+
+__all__ = ["CostDiff", "CostDiffError", "HOURS_PER_MONTH", "ManifestFile", "PricedService", "ReplicaRange",
+           "ServiceDiff", "diff", "inference_services", "price_service", "price_side", "read_manifests", "render",
+           "simulator_expected"]

@@ -1,0 +1,196 @@
+"""``modalscale cost diff`` on the repository's real example manifests: prices by hand from the catalog figures.
+
+Catalog figures used (costmodel/catalog.yaml, OnDemand): CPU core-hour 0.031611, memory GiB-hour 0.004237,
+nvidia-l4 0.560040239, nvidia-a100-40gb 2.933908 USD per GPU-hour. The Fixed example runs Spot A10Gs, which
+the packaged catalog deliberately does not price: the tests add a Spot price by catalog override (as the
+operator's ``MODALSCALE_PRICING_CATALOG`` would), or expect the error that names the file and field.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from modalscale.cli import main
+from modalscale.costmodel.catalog import load_catalog
+from modalscale.operator.cost_diff import (
+    HOURS_PER_MONTH,
+    CostDiffError,
+    ManifestFile,
+    diff,
+    price_side,
+    read_manifests,
+    render,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLES = REPO / "crds" / "examples"
+SPOT_A10G = {"gpuHour": {"nvidia-a10g": {"spot": {"usdPerUnitHour": "0.40", "source": "test", "asOf": "2026-12-01"}}}}
+CATALOG = load_catalog(SPOT_A10G)
+D = Decimal
+# vision-chat: 4 CPU, 16Gi, 1 x nvidia-l4 -> 0.126444 + 0.067792 + 0.560040239 = 0.754276239 USD/h
+L4_REPLICA = D("0.754276239")
+# the same with 1 x nvidia-a100-40gb -> 0.126444 + 0.067792 + 2.933908 = 3.128144 USD/h
+A100_REPLICA = D("3.128144")
+
+
+@pytest.fixture
+def changed(tmp_path: Path) -> Path:
+    """A copy of crds/examples where vision-chat moves from L4 to A100 40GB and maxReplicas 8 -> 12."""
+    head = tmp_path / "head"
+    shutil.copytree(EXAMPLES, head)
+    path = head / "inferenceservice-predictive.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["resources"]["gpu"]["type"] = "nvidia-a100-40gb"
+    doc["spec"]["scaling"]["maxReplicas"] = 12
+    path.write_text(yaml.safe_dump(doc))
+    return head
+
+
+def test_a_real_change_is_priced_at_min_and_max_replicas_for_730_hours(changed: Path) -> None:
+    base, skipped = price_side(read_manifests(str(EXAMPLES)), CATALOG)
+    head, _ = price_side(read_manifests(str(changed)), CATALOG)
+    assert sorted(base) == [("default", "captioner"), ("default", "text-embedder"), ("default", "vision-chat")]
+    assert any("BudgetPolicy" in s for s in skipped)  # other kinds are skipped, not errors
+    result = diff(base, head)
+    vc = next(s for s in result.services if s.name == "vision-chat")
+    assert vc.change == "changed" and HOURS_PER_MONTH == 730
+    assert vc.base is not None and vc.base.usd_per_replica_hour == L4_REPLICA
+    assert vc.head is not None and vc.head.usd_per_replica_hour == A100_REPLICA
+    # min: 1 replica; max: 8 -> 12 replicas; expected unknown (no trace/profile).
+    assert vc.monthly_delta_usd.min == (A100_REPLICA - L4_REPLICA) * 730
+    assert vc.monthly_delta_usd.max == (12 * A100_REPLICA - 8 * L4_REPLICA) * 730
+    assert vc.monthly_delta_usd.expected is None
+    assert {s.name: s.change for s in result.services} == {"captioner": "unchanged", "text-embedder": "unchanged",
+                                                           "vision-chat": "changed"}
+    total = result.total_monthly_delta_usd
+    assert (total.min, total.expected, total.max) == (vc.monthly_delta_usd.min, None, vc.monthly_delta_usd.max)
+    # Fixed mode knows its replicas: captioner runs 2 Spot replicas (2 x 0.006655 + 8 x 0.000892 + 0.40).
+    cap = next(s for s in result.services if s.name == "captioner").head
+    assert cap is not None and cap.replicas.expected == 2
+    assert cap.monthly_usd.expected == 2 * (2 * D("0.006655") + 8 * D("0.000892") + D("0.40")) * 730
+
+
+def test_json_has_the_total_delta_object_and_the_services_list(changed: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    override = tmp_path / "spot.yaml"
+    override.write_text(yaml.safe_dump(SPOT_A10G))
+    rc = main(["cost", "diff", str(EXAMPLES), str(changed), "--format", "json", "--catalog", str(override)])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    max_delta = (12 * A100_REPLICA - 8 * L4_REPLICA) * 730  # 22997.568204240 -> 22997.57 shown
+    assert out["total_monthly_delta_usd"] == {"min": f"{(A100_REPLICA - L4_REPLICA) * 730:.2f}", "expected": None,
+                                              "max": f"{max_delta:.2f}"}
+    assert out["hours_per_month"] == 730 and out["currency"] == "USD"
+    assert [(s["name"], s["change"]) for s in out["services"]] == [
+        ("captioner", "unchanged"), ("text-embedder", "unchanged"), ("vision-chat", "changed")]
+    vc = out["services"][2]
+    assert vc["base"]["gpu"] == "1 x nvidia-l4" and vc["head"]["gpu"] == "1 x nvidia-a100-40gb"
+    assert vc["head"]["replicas"] == {"min": 1, "expected": None, "max": 12}
+    assert vc["base"]["file"].endswith("inferenceservice-predictive.yaml")
+
+
+@pytest.mark.parametrize(("fail_above", "rc"), [("22997.56", 1), ("22997.57", 0)], ids=["exceeded", "within"])
+def test_fail_above_exits_1_when_the_max_delta_exceeds_it(changed: Path, tmp_path: Path, fail_above: str, rc: int,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    override = tmp_path / "spot.yaml"
+    override.write_text(yaml.safe_dump(SPOT_A10G))
+    # max delta = (12 x 3.128144 - 8 x 0.754276239) x 730 = 22997.568204240 USD
+    assert main(["cost", "diff", str(EXAMPLES), str(changed), "--catalog", str(override),
+                 "--fail-above", fail_above]) == rc
+    out = capsys.readouterr()
+    assert "vision-chat" in out.out and "730 h/month" in out.out
+    assert ("exceeds --fail-above" in out.err) == (rc == 1)
+
+
+def test_markdown_is_a_table_with_a_total_row(changed: Path) -> None:
+    result = diff(price_side(read_manifests(str(EXAMPLES)), CATALOG)[0], price_side(read_manifests(str(changed)),
+                                                                                    CATALOG)[0], "main", "pr")
+    text = render(result, "markdown")
+    assert text.startswith("### modalscale cost diff: `main` -> `pr`")
+    assert "| default/vision-chat | changed | 1/?/12 |" in text and "| Total |" in text
+    assert "730 h/month" in text
+
+
+def test_an_unknown_gpu_type_is_an_error_naming_the_file_and_field_never_zero(tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    doc = yaml.safe_load((EXAMPLES / "inferenceservice-predictive.yaml").read_text())
+    doc["spec"]["resources"]["gpu"]["type"] = "nvidia-h200-typo"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    with pytest.raises(CostDiffError, match=r"bad\.yaml: InferenceService default/vision-chat: "
+                                            r"spec\.resources\.gpu\.type: .*nvidia-h200-typo"):
+        price_side(read_manifests(str(bad)), CATALOG)
+    assert main(["cost", "diff", str(EXAMPLES / "inferenceservice-predictive.yaml"), str(bad)]) == 2
+    assert "spec.resources.gpu.type" in capsys.readouterr().err
+
+
+def test_the_packaged_catalog_has_no_spot_a10g_so_the_fixed_example_is_an_error_not_zero() -> None:
+    with pytest.raises(CostDiffError, match=r"inferenceservice-fixed\.yaml: InferenceService default/captioner: "
+                                            r"spec\.pricing\.tier: .*no Spot price"):
+        price_side(read_manifests(str(EXAMPLES / "inferenceservice-fixed.yaml")), load_catalog())
+
+
+def test_added_and_removed_services_and_rendered_multi_document_input() -> None:
+    text = (EXAMPLES / "inferenceservice-predictive.yaml").read_text()
+    rendered = ("---\n# Source: chart/templates/configmap.yaml\napiVersion: v1\nkind: ConfigMap\n"
+                "metadata: {name: x}\n---\n" + text.replace("name: vision-chat", "name: vision-chat-2")
+                + "\n---\napiVersion: v1\nkind: List\nitems:\n- " + "\n  ".join(
+                    yaml.safe_dump(yaml.safe_load(text)).splitlines()))
+    head, skipped = price_side([ManifestFile("rendered.yaml", rendered)], CATALOG)
+    assert sorted(k[1] for k in head) == ["vision-chat", "vision-chat-2"] and skipped == ["rendered.yaml: ConfigMap x"]
+    base, _ = price_side(read_manifests(str(EXAMPLES / "inferenceservice-cpu-utilization.yaml")), CATALOG)
+    result = diff(base, head)
+    assert {s.name: s.change for s in result.services} == {"text-embedder": "removed", "vision-chat": "added",
+                                                           "vision-chat-2": "added"}
+    # text-embedder (2 CPU, 8Gi defaults, 0..3 replicas) removed: -3 x (0.063222 + 0.033896) x 730 at max.
+    assert result.total_monthly_delta_usd.max == 2 * 8 * L4_REPLICA * 730 - 3 * (D("0.063222") + D("0.033896")) * 730
+
+
+def test_a_service_defined_twice_on_one_side_is_an_error() -> None:
+    text = (EXAMPLES / "inferenceservice-predictive.yaml").read_text()
+    with pytest.raises(CostDiffError, match="default/vision-chat is also defined in a.yaml"):
+        price_side([ManifestFile("a.yaml", text), ManifestFile("b.yaml", text)], CATALOG)
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs the git checkout")
+def test_git_refs_read_this_repositorys_own_layout(changed: Path) -> None:
+    head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    files = read_manifests(f"{head_commit}:crds/examples", REPO)
+    assert {Path(f.origin.split(":", 1)[1]).name for f in files} >= {"inferenceservice-predictive.yaml",
+                                                                     "inferenceservice-fixed.yaml"}
+    base, _ = price_side(files, CATALOG)
+    head, _ = price_side(read_manifests(str(changed)), CATALOG)
+    assert [s.name for s in diff(base, head).services if s.change != "unchanged"] == ["vision-chat"]
+    with pytest.raises(CostDiffError, match="not a file, a folder or a git ref"):
+        read_manifests("no-such-ref-or-path", REPO)
+
+
+def test_expected_replicas_come_from_the_simulator_when_a_trace_and_a_profile_are_given(changed: Path,
+                                                                                        tmp_path: Path) -> None:
+    from modalscale.autoscaler.regressor import save_model
+    from modalscale.autoscaler.simulate import SimulationConfig, train_default_model
+    from modalscale.autoscaler.traces import TraceSpec, generate_trace, write_trace_csv
+    from modalscale.operator.cost_diff import simulator_expected
+
+    save_model(train_default_model(SimulationConfig()), tmp_path / "model.skops")
+    write_trace_csv(generate_trace(TraceSpec(duration_s=900, mean_rate_rps=4, random_state=3)), tmp_path / "t.csv")
+    expected = simulator_expected(tmp_path / "t.csv", tmp_path / "model.skops")
+    base, _ = price_side(read_manifests(str(EXAMPLES)), CATALOG, expected)
+    head, _ = price_side(read_manifests(str(changed)), CATALOG, expected)
+    result = diff(base, head)
+    vc = next(s for s in result.services if s.name == "vision-chat")
+    assert vc.base is not None and vc.head is not None
+    for side, price in ((vc.base, L4_REPLICA), (vc.head, A100_REPLICA)):
+        r = side.replicas
+        assert r.expected is not None and r.min <= r.expected <= r.max
+        assert side.monthly_usd.expected == r.expected * price * 730
+    assert vc.monthly_delta_usd.expected == vc.head.monthly_usd.expected - vc.base.monthly_usd.expected
+    # text-embedder (Utilization, minReplicas 0) is simulated too; the total's expected is known.
+    assert result.total_monthly_delta_usd.expected == sum(s.monthly_delta_usd.expected for s in result.services)
