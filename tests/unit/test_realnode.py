@@ -10,6 +10,7 @@ from modalscale.devenv.realnode import (
     missing_pieces,
     node_reserve,
     normalize_image_ref,
+    primary_ipv4,
     real_node_placement,
 )
 
@@ -112,3 +113,10 @@ def test_missing_pieces_name_each_package_and_the_kwok_only_case() -> None:
     assert "CNI plugins bridge" in text and "containernetworking-plugins" in text
     assert "cgroup controllers memory" in text
     assert "busybox-static" in text
+
+
+def test_node_ip_is_the_first_global_ipv4_address() -> None:
+    out = ("4: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0\\       valid_lft forever\n"
+           "5: eth1    inet 10.1.2.3/16 scope global eth1\\       valid_lft forever\n")
+    assert primary_ipv4(out) == "192.0.2.2"
+    assert primary_ipv4("") is None

@@ -441,6 +441,30 @@ class LocalCluster:
                 proc.poll()  # reap our own child
         return stopped
 
+    def stop_real_node(self) -> list[str]:
+        """Stop only the real node (the control plane and the KWOK nodes keep running); ``up`` starts it again.
+
+        Returns:
+            The node components that were running.
+        """
+        from modalscale.devenv.realnode import NODE_NAME, RealNode
+
+        stopped = RealNode(self.workdir, log=self.log).stop()
+        cfg = self.load_config()
+        if cfg is not None:
+            cfg.extra["realNode"] = {"enabled": False, "reason": "stopped"}
+            (self.workdir / "cluster.json").write_text(json.dumps(asdict(cfg), indent=2))
+        if self.apiserver_ready():
+            from kubernetes import client
+            from kubernetes.client.rest import ApiException
+
+            try:  # its pods are gone with it; the scheduler must not count on it
+                client.CoreV1Api(self.api_client()).delete_node(NODE_NAME)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return stopped
+
     # ------------------------------------------------------------------ clients and nodes
     def api_client(self) -> Any:
         """A ``kubernetes.client.ApiClient`` for the admin kubeconfig."""

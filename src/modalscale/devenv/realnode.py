@@ -2,8 +2,10 @@
 
 The settings come from a node that ran real pods on these machines (``restrict_oom_score_adj = true`` because
 the machine lacks ``CAP_SYS_RESOURCE``; ``failCgroupV1: false`` and ``cgroupDriver: cgroupfs`` on a cgroup v1
-host; images referred to by their full ``docker.io/...`` name because CRI normalizes names; ``--node-ip
-127.0.0.1`` so that the apiserver reaches the kubelet for logs).
+host; images referred to by their full ``docker.io/...`` name because CRI normalizes names; an explicit ``--node-ip``
+so that the apiserver reaches the kubelet for logs. That address is the machine's primary IPv4 address, not
+127.0.0.1: kubelet v1.35 refuses a loopback node IP ("nodeIP can't be loopback address") and then publishes no
+address at all).
 
 Layout:
 
@@ -252,10 +254,32 @@ def _memory_bytes() -> int:
     raise RealNodeError("no MemTotal in /proc/meminfo")
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def primary_ipv4(ip_addr_output: str) -> str | None:
+    """The first global-scope IPv4 address in ``ip -4 -o addr show scope global`` output (None if none).
+
+    The node's InternalIP and the kubelet's listen address: the apiserver reaches the kubelet there for logs.
+    """
+    m = re.search(r"\sinet (\d+\.\d+\.\d+\.\d+)/\d+", ip_addr_output)
+    return m.group(1) if m else None
+
+
+def node_ip() -> str:
+    """This machine's primary IPv4 address.
+
+    Raises:
+        RealNodeError: The machine has no global-scope IPv4 address.
+    """
+    out = _run([_tool("ip"), "-4", "-o", "addr", "show", "scope", "global"], check=False).stdout
+    ip = primary_ipv4("\n".join(line for line in out.splitlines() if f" {CNI_BRIDGE} " not in line))
+    if ip is None:
+        raise RealNodeError("this machine has no global IPv4 address for the node (the kubelet refuses 127.0.0.1)")
+    return ip
 
 
 def _tool(name: str) -> str:
@@ -300,8 +324,13 @@ def current_owner() -> str | None:
 
 # ---------------------------------------------------------------------------------------------- images
 def containerd_address(workdir: Path | str) -> Path:
-    """Socket of the real node's containerd for the cluster rooted at ``workdir``."""
-    return Path(workdir) / "node" / "containerd" / "containerd.sock"
+    """Socket of the real node's containerd for the cluster rooted at ``workdir``.
+
+    ``/run/modalscale/<hash of workdir>/containerd.sock``: a unix socket path has at most 104 characters with
+    containerd's ``.ttrpc`` suffix, and pytest's work dirs are longer than that.
+    """
+    digest = hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:12]
+    return LOCK_DIR / digest / "containerd.sock"
 
 
 def _ctr(workdir: Path | str) -> list[str]:
@@ -421,6 +450,7 @@ class NodePorts:
     kubelet_healthz: int
     proxy_metrics: int
     proxy_healthz: int
+    node_ip: str
 
 
 def _pid_alive(pid: int) -> bool:
@@ -502,6 +532,7 @@ class RealNode:
         d = self.dir
         for sub in ("containerd/state", "cni/net.d", "cni/ipam", "kubelet/pki"):
             (d / sub).mkdir(parents=True, exist_ok=True)
+        self.address.parent.mkdir(parents=True, exist_ok=True)
         self.containerd_root.mkdir(parents=True, exist_ok=True)
         runc = _tool("runc")
         containerd_toml = f"""version = 2
@@ -548,7 +579,7 @@ state = "{d / 'containerd' / 'state'}"
                                "x509": {"clientCAFile": str(ca_crt)}},
             "authorization": {"mode": "AlwaysAllow"},
             "staticPodPath": "", "failSwapOn": False,
-            "address": "127.0.0.1", "port": ports.kubelet, "readOnlyPort": 0,
+            "address": ports.node_ip, "port": ports.kubelet, "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1", "healthzPort": ports.kubelet_healthz,
             "clusterDNS": [], "resolvConf": "/etc/resolv.conf",
             "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
@@ -565,7 +596,6 @@ state = "{d / 'containerd' / 'state'}"
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
             "clientConnection": {"kubeconfig": str(kubeconfig)},
             "hostnameOverride": NODE_NAME, "mode": "iptables", "clusterCIDR": POD_CIDR,
-            "bindAddress": "127.0.0.1",
             "metricsBindAddress": f"127.0.0.1:{ports.proxy_metrics}",
             "healthzBindAddress": f"127.0.0.1:{ports.proxy_healthz}",
             # Pod -> Service -> pod on the same bridge: SNAT so that the reply comes back through the host.
@@ -629,7 +659,8 @@ state = "{d / 'containerd' / 'state'}"
         if cfg_path.exists() and any(running.values()):
             ports = NodePorts(**json.loads(cfg_path.read_text()))
         else:
-            ports = NodePorts(_free_port(), _free_port(), _free_port(), _free_port())
+            ip = node_ip()
+            ports = NodePorts(_free_port(ip), _free_port(), _free_port(), _free_port(), ip)
             self.dir.mkdir(parents=True, exist_ok=True)
             cfg_path.write_text(json.dumps(ports.__dict__))
         files = self._write_configs(kubeconfig, ca_crt, ports)
@@ -646,22 +677,25 @@ state = "{d / 'containerd' / 'state'}"
         if not running["kubelet"]:
             self._start("kubelet", [
                 str(bins.kubelet), f"--config={files['kubelet']}", f"--kubeconfig={kubeconfig}",
-                f"--hostname-override={NODE_NAME}", "--node-ip=127.0.0.1",
+                f"--hostname-override={NODE_NAME}", f"--node-ip={ports.node_ip}",
                 f"--node-labels={NODE_TYPE_LABEL}={NODE_TYPE_REAL}",
                 f"--root-dir={self.dir / 'kubelet'}", f"--cert-dir={self.dir / 'kubelet' / 'pki'}", "--v=1",
             ])
         if not running["kube-proxy"]:
             self._start("kube-proxy", [str(bins.kube_proxy), f"--config={files['kube-proxy']}", "--v=1"])
-        self._wait(lambda: self._node_ready(api), "kubelet", timeout_s)
+        since = time.time() - 2.0
+        self._wait(lambda: self._node_ready(api, since), "kubelet", timeout_s)
 
-    def _node_ready(self, api: Any) -> bool:
+    def _node_ready(self, api: Any, since: float) -> bool:
+        """Ready=True posted after ``since`` (epoch s): a Node kept in etcd from an earlier run says Ready too."""
         from kubernetes import client
 
         try:
             node = client.CoreV1Api(api).read_node(NODE_NAME)
         except Exception:  # noqa: BLE001 - not registered yet; the deadline reports it
             return False
-        return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+        return any(c.type == "Ready" and c.status == "True" and c.last_heartbeat_time is not None
+                   and c.last_heartbeat_time.timestamp() >= since for c in node.status.conditions or [])
 
     def _start(self, name: str, cmd: list[str]) -> None:
         self.log(f"Starting {name}")
@@ -731,6 +765,7 @@ state = "{d / 'containerd' / 'state'}"
         for p in netns:
             with contextlib.suppress(OSError):
                 Path(p).unlink()
+        shutil.rmtree(self.address.parent, ignore_errors=True)
         return stopped
 
     def _kill(self, name: str, timeout_s: float) -> bool:

@@ -1,0 +1,233 @@
+"""The real kubelet node of the session cluster: real containers (busybox built here), their logs, a CPU limit
+in the pod's cgroup, a ClusterIP Service through kube-proxy, ErrImageNeverPull for an image never imported,
+and ``cluster down`` leaving nothing behind.
+
+Timing figures (node start, pod start with the image cached) are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from modalscale.devenv.cluster import LocalCluster
+from modalscale.devenv.kube import wait_for
+from modalscale.devenv.realnode import (
+    BUSYBOX_IMAGE,
+    CNI_BRIDGE,
+    NODE_NAME,
+    NODE_TYPE_LABEL,
+    POD_CIDR,
+    RealNode,
+    containerd_address,
+    iptables_cleanup_commands,
+    list_images,
+    mounts_under,
+    node_ip,
+    real_node_placement,
+)
+
+NS = "real-node-test"
+
+
+@pytest.fixture(scope="module")
+def real(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The session cluster, which must have its real node (in CI it is a failure not to)."""
+    if not cluster.has_real_node:
+        reason = cluster.real_node_status()["reason"]
+        if os.environ.get("CI"):
+            pytest.fail(f"the session cluster has no real node in CI: {reason}")
+        pytest.skip(f"the session cluster has no real node: {reason}")
+    core = client.CoreV1Api(cluster.api_client())
+    try:
+        core.create_namespace({"metadata": {"name": NS}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    yield cluster
+
+
+def _pod(name: str, image: str, command: list[str], policy: str = "IfNotPresent",
+         labels: dict[str, str] | None = None, ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": image, "imagePullPolicy": policy, "command": command,
+                                 "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}
+    if ports:
+        container["ports"] = ports
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels or {"app": name}},
+            "spec": {"containers": [container], "terminationGracePeriodSeconds": 1, **real_node_placement()}}
+
+
+def _running(core: client.CoreV1Api, name: str) -> Any:
+    pod = core.read_namespaced_pod(name, NS)
+    return pod if pod.status.phase == "Running" else None
+
+
+def _delete(core: client.CoreV1Api, *names: str) -> None:
+    for name in names:
+        try:
+            core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def test_node_is_ready_labelled_tainted_and_sized_below_the_machine(real: LocalCluster) -> None:
+    node = client.CoreV1Api(real.api_client()).read_node(NODE_NAME)
+    assert node.metadata.labels[NODE_TYPE_LABEL] == "real"
+    assert "kwok.x-k8s.io/node" not in (node.metadata.annotations or {})
+    assert [(t.key, t.effect) for t in node.spec.taints or []] == [(NODE_TYPE_LABEL, "NoSchedule")]
+    assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+    assert [a.address for a in node.status.addresses if a.type == "InternalIP"] == [node_ip()]
+    cpu_m = int(node.status.allocatable["cpu"].rstrip("m")) if node.status.allocatable["cpu"].endswith("m") \
+        else int(node.status.allocatable["cpu"]) * 1000
+    assert 0 < cpu_m < (os.cpu_count() or 1) * 1000
+    assert int(node.status.capacity["cpu"]) == os.cpu_count()
+    assert BUSYBOX_IMAGE in list_images(real.workdir)
+
+
+def test_pod_runs_on_the_real_node_with_its_cpu_limit_and_its_logs_are_served(real: LocalCluster) -> None:
+    core = client.CoreV1Api(real.api_client())
+    name = f"hello-{uuid.uuid4().hex[:6]}"
+    started = time.monotonic()
+    core.create_namespaced_pod(NS, _pod(name, BUSYBOX_IMAGE, ["sh", "-c", "echo hello from $(hostname); "
+                                                                          "exec sleep 3600"]))
+    try:
+        pod = wait_for(lambda: _running(core, name), 120, f"pod {name} Running")
+        print(f"\npod start (image cached, create -> Running): {time.monotonic() - started:.1f} s "
+              f"(shared 2-core machine, load {os.getloadavg()[0]:.2f})")
+        assert pod.spec.node_name == NODE_NAME
+        assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(POD_CIDR)
+        logs = wait_for(lambda: core.read_namespaced_pod_log(name, NS), 60, f"logs of {name}")
+        assert logs.strip() == f"hello from {name}"
+        # limits.cpu 500m -> CFS quota 50 ms per 100 ms period in the pod's cgroup (v1, cgroupfs driver).
+        quota = list(Path("/sys/fs/cgroup/cpu").glob(f"kubepods*/**/pod{pod.metadata.uid}/cpu.cfs_quota_us"))
+        if quota:
+            assert quota[0].read_text().strip() == "50000"
+        else:
+            v2 = list(Path("/sys/fs/cgroup").glob(f"kubepods*/**/pod{pod.metadata.uid}/cpu.max"))
+            assert v2 and v2[0].read_text().split()[0] == "50000"
+    finally:
+        _delete(core, name)
+
+
+def test_a_clusterip_service_reaches_a_real_pod_through_kube_proxy(real: LocalCluster) -> None:
+    core = client.CoreV1Api(real.api_client())
+    name = f"web-{uuid.uuid4().hex[:6]}"
+    script = f"mkdir -p /www && echo served-by-{name} > /www/index.html && exec httpd -f -p 8080 -h /www"
+    core.create_namespaced_pod(NS, _pod(name, BUSYBOX_IMAGE, ["sh", "-c", script],
+                                        ports=[{"name": "http", "containerPort": 8080}]))
+    core.create_namespaced_service(NS, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                                        "spec": {"selector": {"app": name},
+                                                 "ports": [{"port": 80, "targetPort": "http"}]}})
+    try:
+        wait_for(lambda: _running(core, name), 120, f"pod {name} Running")
+        ip = core.read_namespaced_service(name, NS).spec.cluster_ip
+
+        def fetch() -> str | None:
+            try:
+                with urllib.request.urlopen(f"http://{ip}/index.html", timeout=2) as r:
+                    return r.read().decode().strip()
+            except OSError:
+                return None  # endpoints or kube-proxy's rules not there yet
+
+        assert wait_for(fetch, 90, f"an answer from Service {name} at {ip}:80") == f"served-by-{name}"
+    finally:
+        core.delete_namespaced_service(name, NS)
+        _delete(core, name)
+
+
+def test_an_image_never_imported_gives_err_image_never_pull(real: LocalCluster) -> None:
+    core = client.CoreV1Api(real.api_client())
+    name = f"noimg-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod(NS, _pod(name, "docker.io/modalscale/not-imported:0", ["true"], policy="Never"))
+    try:
+        def waiting_reason() -> str | None:
+            for cs in core.read_namespaced_pod(name, NS).status.container_statuses or []:
+                if cs.state.waiting and cs.state.waiting.reason not in (None, "ContainerCreating"):
+                    return str(cs.state.waiting.reason)
+            return None
+
+        assert wait_for(waiting_reason, 90, f"a waiting reason on {name}") == "ErrImageNeverPull"
+    finally:
+        _delete(core, name)
+
+
+# ---------------------------------------------------------------------------------------------- cluster down
+def _left_behind(workdir: Path) -> dict[str, Any]:
+    """Everything a real node could leave on the machine, by kind (empty lists when clean)."""
+    address = str(containerd_address(workdir))
+    procs = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(workdir) in cmd or address in cmd:
+            procs.append(cmd.replace("\0", " ")[:200])
+    netns = sorted(p.name for p in Path("/var/run/netns").glob("cni-*")) if Path("/var/run/netns").is_dir() else []
+    chains = []
+    for save in ("iptables-save", "ip6tables-save"):
+        if shutil.which(save):
+            dump = subprocess.run([save], capture_output=True, text=True, check=False).stdout
+            chains += [c[-1] for c in iptables_cleanup_commands(dump) if c[2] == "-X"]
+    veths = [p.name for p in Path("/sys/class/net").iterdir()
+             if p.name.startswith("veth") and (p / "brport").exists()]
+    return {"processes": procs, "mounts": mounts_under([workdir]), "netns": netns, "chains": chains,
+            "veths": veths, "bridge": Path(f"/sys/class/net/{CNI_BRIDGE}").exists(),
+            "socket": containerd_address(workdir).parent.exists()}
+
+
+def test_cluster_down_leaves_no_container_mount_netns_veth_bridge_chain_or_process(
+        real: LocalCluster, tmp_path: Path) -> None:
+    """A private cluster takes the machine's real node (the session's is stopped, then started again), runs a
+    pod and a Service, and ``down`` removes everything."""
+    real.stop_real_node()
+    private = LocalCluster(tmp_path / "private", log=lambda m: print(m, flush=True))
+    try:
+        try:
+            started = time.monotonic()
+            private.up(nodes=1, real_node=True)
+            print(f"\nreal node start with a fresh control plane: {time.monotonic() - started:.1f} s")
+            assert private.has_real_node
+            core = client.CoreV1Api(private.api_client())
+            core.create_namespace({"metadata": {"name": NS}})
+            core.create_namespaced_pod(NS, _pod("leftover", BUSYBOX_IMAGE, ["sleep", "3600"],
+                                                ports=[{"name": "http", "containerPort": 8080}]))
+            core.create_namespaced_service(NS, {"apiVersion": "v1", "kind": "Service",
+                                                "metadata": {"name": "leftover"},
+                                                "spec": {"selector": {"app": "leftover"}, "ports": [{"port": 80}]}})
+            wait_for(lambda: _running(core, "leftover"), 120, "pod leftover Running")
+            during = _left_behind(private.workdir)
+            # The check can see each kind: while the pod runs, every one of them is there.
+            assert during["processes"] and during["mounts"] and during["netns"] and during["veths"], during
+            assert during["bridge"] and during["socket"], during
+            assert any(c.startswith("KUBE-") for c in during["chains"]), during
+            assert any(c.startswith("CNI-") for c in during["chains"]), during
+            ctr = ["ctr", "--address", str(containerd_address(private.workdir)), "-n", "k8s.io"]
+            assert subprocess.run([*ctr, "tasks", "ls", "-q"], capture_output=True, text=True).stdout.split()
+        finally:
+            stopped = private.down()
+        assert {"containerd", "kubelet", "kube-proxy", "kube-apiserver", "etcd"} <= set(stopped)
+        after = _left_behind(private.workdir)
+        assert after == {"processes": [], "mounts": [], "netns": [], "chains": [], "veths": [], "bridge": False,
+                         "socket": False}
+        assert not RealNode(private.workdir).any_running()
+    finally:
+        # The session cluster gets its real node back for the tests after this one.
+        real.up(nodes=2, real_node=True)
+    assert real.has_real_node
