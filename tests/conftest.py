@@ -21,7 +21,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalCluster"]:  # noqa: F821
-    """A real etcd + kube-apiserver + controller-manager + scheduler + KWOK with 2 fake GPU nodes (8 GPUs each).
+    """A real etcd + kube-apiserver + controller-manager + scheduler + KWOK with 2 fake GPU nodes (8 GPUs each),
+    and the real kubelet node ``real-node-0`` where the machine supports it (``cluster.has_real_node``; pods
+    opt in with ``modalscale.devenv.realnode.real_node_placement()``; tests/integration/test_real_node.py).
 
     Binaries come from the cache (built once from the Go module proxy when missing). Set
     ``MODALSCALE_TEST_KEEP_CLUSTER=1`` to leave it running after the session for debugging.

@@ -84,10 +84,10 @@ def _our_processes(workdir: Path) -> list[int]:
 def test_cluster_up_twice_is_safe_and_down_leaves_nothing_running(tmp_path: Path, cluster: LocalCluster) -> None:
     second = LocalCluster(tmp_path / "second", log=lambda _m: None)
     try:
-        second.up(nodes=1)
+        second.up(nodes=1, real_node=False)  # the machine's one real node belongs to the session cluster
         first_pids = second.pids()
         assert all(first_pids.values()), first_pids
-        second.up(nodes=1)
+        second.up(nodes=1, real_node=False)
         assert second.pids() == first_pids
         assert second.status()["apiserverReady"] is True
         nodes = client.CoreV1Api(second.api_client()).list_node().items
@@ -98,6 +98,27 @@ def test_cluster_up_twice_is_safe_and_down_leaves_nothing_running(tmp_path: Path
     assert _our_processes(tmp_path / "second") == []
     assert second.status()["apiserverReady"] is False
     assert second.down() == []
+
+
+def test_real_node_off_is_recorded_and_a_second_cluster_never_takes_the_machines_real_node(
+        tmp_path: Path, cluster: LocalCluster) -> None:
+    """Without --real-node the cluster says why it has none; while the session cluster runs the machine's real
+    node, another cluster asking for one runs KWOK-only and names the owner."""
+    third = LocalCluster(tmp_path / "third", log=lambda _m: None)
+    try:
+        third.up(nodes=1, real_node=False)
+        assert third.real_node_status()["enabled"] is False
+        assert third.real_node_status()["reason"] == "off (--no-real-node)"
+        if cluster.has_real_node:
+            third.up(nodes=1, real_node=True)
+            st = third.real_node_status()
+            assert st["enabled"] is False and str(cluster.workdir) in st["reason"], st
+            assert not any(st["processes"].values())
+            names = [n.metadata.name for n in client.CoreV1Api(third.api_client()).list_node().items]
+            assert names == ["kwok-gpu-0"]
+    finally:
+        third.down()
+    assert cluster.has_real_node == (cluster.real_node_status()["enabled"])
 
 
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])

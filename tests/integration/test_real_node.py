@@ -96,6 +96,9 @@ def test_node_is_ready_labelled_tainted_and_sized_below_the_machine(real: LocalC
     assert 0 < cpu_m < (os.cpu_count() or 1) * 1000
     assert int(node.status.capacity["cpu"]) == os.cpu_count()
     assert BUSYBOX_IMAGE in list_images(real.workdir)
+    pids = real.real_node_status()["processes"]
+    real.up(nodes=2)  # idempotent: the node's processes are left alone
+    assert real.real_node_status()["processes"] == pids and all(pids.values())
 
 
 def test_pod_runs_on_the_real_node_with_its_cpu_limit_and_its_logs_are_served(real: LocalCluster) -> None:

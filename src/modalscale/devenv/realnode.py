@@ -444,6 +444,11 @@ def ensure_node_images(log: Log = print) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------------------------- the node
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
 @dataclass
 class NodePorts:
     kubelet: int
@@ -559,7 +564,7 @@ state = "{d / 'containerd' / 'state'}"
       BinaryName = "{runc}"
       SystemdCgroup = false
 """
-        (d / "containerd.toml").write_text(containerd_toml)
+        _write_if_changed(d / "containerd.toml", containerd_toml)
         conflist = {
             "cniVersion": "0.4.0", "name": "modalscale",
             "plugins": [
@@ -569,7 +574,7 @@ state = "{d / 'containerd' / 'state'}"
                 {"type": "portmap", "capabilities": {"portMappings": True}},
             ],
         }
-        (d / "cni" / "net.d" / "10-modalscale.conflist").write_text(json.dumps(conflist, indent=1))
+        _write_if_changed(d / "cni" / "net.d" / "10-modalscale.conflist", json.dumps(conflist, indent=1))
         reserve = node_reserve(os.cpu_count() or 1, _memory_bytes())
         kubelet = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
@@ -591,7 +596,7 @@ state = "{d / 'containerd' / 'state'}"
             "nodeStatusReportFrequency": "10s", "nodeStatusUpdateFrequency": "10s",
             **reserve,
         }
-        (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet, sort_keys=False))
+        _write_if_changed(d / "kubelet.yaml", yaml.safe_dump(kubelet, sort_keys=False))
         proxy = {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
             "clientConnection": {"kubeconfig": str(kubeconfig)},
@@ -603,7 +608,8 @@ state = "{d / 'containerd' / 'state'}"
             # 0 = leave the host's conntrack sysctls alone (read-only in a container).
             "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         }
-        (d / "kube-proxy.yaml").write_text(yaml.safe_dump(proxy, sort_keys=False))
+        # kube-proxy exits when its config file changes: a second `up` must not touch it.
+        _write_if_changed(d / "kube-proxy.yaml", yaml.safe_dump(proxy, sort_keys=False))
         return {"containerd": d / "containerd.toml", "kubelet": d / "kubelet.yaml", "kube-proxy": d / "kube-proxy.yaml"}
 
     # ------------------------------------------------------------------ start
