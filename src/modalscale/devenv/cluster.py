@@ -257,7 +257,8 @@ class LocalCluster:
         for d in ("pki", "logs", "pids"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         (self.workdir / "etcd").mkdir(mode=0o700, exist_ok=True)
-        self._ensure_pki()
+        pod_ip = pod_reachable_address()
+        self._ensure_pki(pod_ip, regenerate_ok=not self.pids()["kube-apiserver"])
         self._write_kubeconfig(cfg)
         running = self.pids()
         w = self.workdir
@@ -282,7 +283,11 @@ class LocalCluster:
             self._start("kube-apiserver", [
                 str(bins.kube_apiserver),
                 f"--etcd-servers=http://127.0.0.1:{cfg.etcd_client_port}",
-                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                # Pods (the operator installed by Helm) reach the apiserver through the `kubernetes` Service, whose
+                # endpoint is the advertise address: the machine's IPv4 when it has one (EndpointSlices refuse
+                # loopback, hence no endpoint reconciler without one). Clients on the machine keep 127.0.0.1.
+                *(["--bind-address=0.0.0.0", f"--advertise-address={pod_ip}"] if pod_ip else
+                  ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]),
                 f"--secure-port={cfg.apiserver_port}", f"--cert-dir={pki}",
                 f"--tls-cert-file={pki / 'admin.crt'}", f"--tls-private-key-file={pki / 'admin.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
@@ -291,7 +296,7 @@ class LocalCluster:
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-cluster-ip-range=10.0.0.0/16", "--allow-privileged=true",
                 "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
-                "--endpoint-reconciler-type=none", "--enable-priority-and-fairness=false",
+                "--enable-priority-and-fairness=false",
                 # The real node's kubelet (logs, exec) at its InternalIP 127.0.0.1, authenticated by client cert.
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
@@ -513,10 +518,18 @@ class LocalCluster:
         return names
 
     # ------------------------------------------------------------------ PKI and kubeconfig
-    def _ensure_pki(self) -> None:
+    def _ensure_pki(self, pod_ip: str | None = None, regenerate_ok: bool = True) -> None:
+        """CA, the apiserver's serving/admin certificate and the service-account key, made once per work dir.
+
+        The serving certificate names 127.0.0.1, ``pod_ip`` and the ``kubernetes`` Service (IP 10.0.0.1 and its
+        DNS names) so in-cluster clients verify it; an older one lacking them is remade while the apiserver
+        is stopped (``regenerate_ok``).
+        """
         pki = self.workdir / "pki"
+        wanted = {"127.0.0.1", KUBERNETES_SERVICE_IP, *([pod_ip] if pod_ip else [])}
         if (pki / "admin.crt").exists() and (pki / "sa.pub").exists():
-            return
+            if not regenerate_ok or wanted <= _certificate_ips(pki / "admin.crt"):
+                return
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -549,8 +562,10 @@ class LocalCluster:
                                      x509.NameAttribute(NameOID.COMMON_NAME, "admin")]))
             .issuer_name(ca_name).public_key(admin_key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + valid)
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                        x509.DNSName("localhost")]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(ip)) for ip in sorted(wanted)]
+                + [x509.DNSName(n) for n in ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                                             "kubernetes.default.svc.cluster.local")]), critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                   ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256())
@@ -582,6 +597,32 @@ class LocalCluster:
             "current-context": "modalscale-local",
         }
         self.kubeconfig.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+KUBERNETES_SERVICE_IP = "10.0.0.1"
+"""ClusterIP of the ``kubernetes`` Service (first address of --service-cluster-ip-range 10.0.0.0/16)."""
+
+
+def pod_reachable_address() -> str | None:
+    """This machine's primary IPv4, where pods on the real node reach the apiserver; None without one."""
+    from modalscale.devenv.realnode import RealNodeError, node_ip
+
+    try:
+        return node_ip()
+    except (RealNodeError, OSError, subprocess.SubprocessError):
+        return None
+
+
+def _certificate_ips(path: Path) -> set[str]:
+    """IP addresses in the subjectAltName of the PEM certificate at ``path`` (empty when unreadable)."""
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (OSError, ValueError, x509.ExtensionNotFound):
+        return set()
+    return {str(ip) for ip in san.get_values_for_type(x509.IPAddress)}
 
 
 @contextlib.contextmanager
