@@ -19,8 +19,17 @@ the utilization rule follows HPA for unready pods: counted idle when scaling up,
 down, and no change when that flips the direction.
 
 Missing or stale metrics give ``valid=False`` and hold the current count (the last applied decision): no data
-never scales down. Spec bounds and the budget cap still apply (they are not metrics); when they force a change,
-the decision is valid.
+never scales down. A non-finite number (Prometheus answers ``NaN`` or ``+-Inf`` for a rate over no samples or a
+division by zero) is missing data, never zero traffic: :class:`WorkloadClass` rejects one, and :class:`Observation`
+turns a non-finite utilization, p95 or queue length into None (unknown). Partly missing metrics (fewer scrape
+targets answered than replicas are ready, ``Observation.targets_up``) read low: the need computed from them is a
+lower bound, so it may scale up but never down (``HeldPartialMetrics``), as HPA skips scale-down while a metric
+is missing. Spec bounds and the budget cap still apply (they are not metrics); when they force a change, the
+decision is valid.
+
+An empty history (status lost, or a switch from Fixed mode, which keeps no state) is seeded with the current
+replica count at ``now``, as HPA seeds a new autoscaler's recommendations, so the scale-down window applies to
+the first decisions instead of letting them scale down at once.
 
 Reasons are the CamelCase constants of :class:`Reason`; the decision also returns the features behind it.
 """
@@ -80,6 +89,7 @@ class Reason(enum.StrEnum):
     CAPPED_BY_BUDGET = "CappedByBudget"
     HELD_NO_METRICS = "HeldNoMetrics"
     HELD_STALE_METRICS = "HeldStaleMetrics"
+    HELD_PARTIAL_METRICS = "HeldPartialMetrics"
     FIXED_REPLICAS = "FixedReplicas"
 
 
@@ -262,6 +272,12 @@ class WorkloadClass:
     def __post_init__(self) -> None:
         modality = Modality(self.modality)
         object.__setattr__(self, "modality", modality)
+        for name in ("rate_rps", "mean_image_pixels", "mean_image_count", "mean_text_tokens", "mean_batch_size",
+                     "service_scv", "observed_service_ms"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"WorkloadClass.{name} must be finite (a NaN or Inf metric is missing data, "
+                                 f"not a number), got {value!r}")
         if self.rate_rps < 0 or self.mean_image_pixels < 0 or self.mean_image_count < 0 or self.mean_text_tokens < 0:
             raise ValueError(f"workload values must be >= 0: {self!r}")
         if self.mean_batch_size < 1:
@@ -298,6 +314,11 @@ class Observation:
         queued_requests: Requests waiting for a slot now (Triton ``nv_inference_pending_request_count``); None =
             unknown. Predictive mode adds capacity to drain them within ``policy.backlog_drain_s``.
         budget_max_replicas: Effective maxReplicas from an enforcing BudgetPolicy (CapReplicas); None = no cap.
+        targets_up: Scrape targets that answered (Prometheus ``up == 1``) for this window; None = unknown (e.g. the
+            simulator). Fewer than ``ready_replicas`` means the rates and utilization cover only part of the
+            replicas: they are a lower bound, so the policy may scale up on them but never down.
+
+    A non-finite ``p95_latency_ms``, ``utilization_ratio`` or ``queued_requests`` is stored as None (unknown).
     """
 
     observed_at: datetime
@@ -311,8 +332,15 @@ class Observation:
     recent_window_s: float = 15.0
     queued_requests: float | None = None
     budget_max_replicas: int | None = None
+    targets_up: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("p95_latency_ms", "utilization_ratio", "queued_requests"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                object.__setattr__(self, name, None)  # NaN / Inf is missing data
+        if self.targets_up is not None and self.targets_up < 0:
+            raise ValueError("targets_up must be >= 0")
         if self.observed_at.tzinfo is None:
             raise ValueError("observed_at must be timezone-aware (UTC)")
         if self.current_replicas < 0 or self.ready_replicas < 0:
@@ -438,7 +466,18 @@ def recommend(
         need, reason, message, features, state = _predictive_need(observation, policy, state, model, now)
     else:
         need, reason, message, features = _utilization_need(observation, policy)
+    if is_partial(observation):
+        features = {**features, "targets_up": float(observation.targets_up or 0)}
+        if need < current:
+            message = (f"{message}; only {observation.targets_up} of {observation.ready_replicas} ready replicas' "
+                       f"scrape targets answered, so this need is a lower bound: no scale-down below {current}")
+            need, reason = current, Reason.HELD_PARTIAL_METRICS
     return finalize_recommendation(need, reason, message, features, observation, policy, state, now, mode)
+
+
+def is_partial(observation: Observation) -> bool:
+    """Whether fewer scrape targets answered than replicas are ready (the metrics cover only some replicas)."""
+    return observation.targets_up is not None and observation.targets_up < observation.ready_replicas
 
 
 def finalize_recommendation(
@@ -469,7 +508,8 @@ def finalize_recommendation(
     features["needed_replicas"] = float(need)
     tolerance = policy.tolerance_percent / 100.0
     if need == current:
-        reason, rec = Reason.STEADY, current
+        reason = reason if reason == Reason.HELD_PARTIAL_METRICS else Reason.STEADY
+        rec = current
         message = f"{message}; need equals current {current}"
     elif current > 0 and abs(need / current - 1.0) <= tolerance + 1e-9:
         rec = current
@@ -480,7 +520,12 @@ def finalize_recommendation(
 
     # HPA stabilization: up = min over the up window, down = max over the down window (this rec included).
     horizon_s = max(policy.scale_up_stabilization_s, policy.scale_down_stabilization_s)
-    history = [(t, r) for t, r in state.recommendations if (now - t).total_seconds() < horizon_s and t <= now]
+    # no history at all (status lost, a switch from Fixed): seed it with the current count, as HPA does
+    seeded = not state.recommendations
+    recommendations = ((now, current),) if seeded else state.recommendations
+    if seeded:
+        features["history_seeded"] = 1.0
+    history = [(t, r) for t, r in recommendations if (now - t).total_seconds() < horizon_s and t <= now]
     up_cutoff = now - timedelta(seconds=policy.scale_up_stabilization_s)
     down_cutoff = now - timedelta(seconds=policy.scale_down_stabilization_s)
     up_rec = min([rec] + [r for t, r in history if t > up_cutoff])
@@ -490,6 +535,8 @@ def finalize_recommendation(
         if rec < current:
             reason = Reason.SCALE_DOWN_STABILIZED
             message = f"{message}; scale-down to {rec} held at {desired} (max over the last {policy.scale_down_stabilization_s:g} s)"
+            if seeded:
+                message += f"; no history, seeded with the current {current}"
         else:
             reason = Reason.SCALE_UP_STABILIZED
             message = f"{message}; scale-up to {rec} held at {desired} (min over the last {policy.scale_up_stabilization_s:g} s)"
@@ -606,7 +653,7 @@ def _predictive_need(
     # latency calibration only on settled metrics: every replica ready, no replica change within two windows
     ready = observation.ready_replicas
     quiet_s = math.inf if state.last_change_at is None else (now - state.last_change_at).total_seconds()
-    settled = ready == current and ready > 0 and quiet_s >= 2 * observation.window_s
+    settled = ready == current and ready > 0 and quiet_s >= 2 * observation.window_s and not is_partial(observation)
 
     workloads = [observation.workload] + ([observation.recent_workload] if observation.recent_workload is not None else [])
     raw = _predict_raw_ms(workloads, model)

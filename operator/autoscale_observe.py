@@ -47,6 +47,12 @@ which is exact when the batches of the window have equal sizes (always so withou
 busy time when sizes vary (the request-weighted mean batch time exceeds the batch-weighted one). The profile
 (``modalscale profile``) measures the same quantity per request. The router model (which only waits on the
 modality models) is never counted as executing.
+
+Bad answers. A non-finite value (``NaN``, ``+Inf``, ``-Inf``) in any series of a rate, feature or Triton answer
+makes that answer unknown (``NonFiniteMetrics``): the workload is None and the policy holds, never reading it
+as zero traffic. Only Triton's p95 summary is read per series (a quantile is NaN for a model with no request in
+its window). A scrape target that is down leaves its replicas' traffic out of every sum: the reading reports
+``targets_up`` and the policy does not scale down while fewer targets answered than replicas are ready.
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ NO_REQUEST_METRICS = "NoRequestMetrics"
 INCOMPLETE_FEATURES = "IncompleteFeatureMetrics"
 NO_SERVICE_METRICS = "NoServiceTimeMetrics"
 PARTIAL_TARGETS = "PartialScrapeTargets"
+NON_FINITE_METRICS = "NonFiniteMetrics"
 METRICS_READ = "MetricsRead"
 
 _STABLE_KEYS = ("requests", "images", "pixels", "tokens")
@@ -174,6 +181,7 @@ def unavailable(reason: str, message: str) -> MetricsReading:
 
 
 def _value(sample: Mapping[str, Any]) -> float | None:
+    """The sample's value; None when it is unparsable or not finite (``NaN``, ``+Inf``, ``-Inf``)."""
     try:
         v = float(sample["value"][1])
     except (KeyError, IndexError, TypeError, ValueError):
@@ -181,15 +189,28 @@ def _value(sample: Mapping[str, Any]) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _by_label(answer: Sequence[Mapping[str, Any]] | None, label: str) -> dict[str, float]:
-    """``{label value: value}`` of one answer; a series without the label is keyed ``""``."""
+def _by_label(answer: Sequence[Mapping[str, Any]] | None, label: str, *, per_series: bool = False
+              ) -> dict[str, float] | None:
+    """``{label value: value}`` of one answer (series summed per label value; a series without the label is keyed
+    ``""``); None when any series' value is not a finite number: Prometheus answers ``NaN`` for a ratio over no
+    samples and ``+-Inf`` for a division by zero, and a sum with one unknown term is unknown (missing data, never
+    zero). With ``per_series`` a non-finite series is left out instead (only that label value is unknown: a Triton
+    summary quantile is NaN for a model with no request in its window)."""
     out: dict[str, float] = {}
     for sample in answer or ():
         v = _value(sample)
-        if v is not None:
-            key = str((sample.get("metric") or {}).get(label, ""))
-            out[key] = out.get(key, 0.0) + v
+        if v is None:
+            if per_series:
+                continue
+            return None
+        key = str((sample.get("metric") or {}).get(label, ""))
+        out[key] = out.get(key, 0.0) + v
     return out
+
+
+def _non_finite(key: str) -> tuple[str, str]:
+    return (NON_FINITE_METRICS, f"Prometheus answered a non-finite value (NaN or +-Inf) for {key!r}; that is "
+                                f"missing data, not zero traffic: holding")
 
 
 def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
@@ -199,11 +220,19 @@ def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
     if not answers.get(prefix + "requests"):
         return None, (NO_REQUEST_METRICS, "no modalscale_requests_total series for this InferenceService "
                                           "(is the modalscale runtime serving it, and scraped?)")
-    rates = {m: v for m, v in _by_label(answers[prefix + "requests"], "modality").items() if m}
+    by_modality = _by_label(answers[prefix + "requests"], "modality")
+    if by_modality is None:
+        return None, _non_finite(prefix + "requests")
+    rates = {m: v for m, v in by_modality.items() if m}
     classes = {m: max(0.0, rates.get(m.value, 0.0)) for m in MODALITIES}
     if sum(classes.values()) <= 0:
         return (), None
-    sums = {k: _by_label(answers.get(prefix + k), "modality") for k in ("images", "pixels", "tokens")}
+    sums: dict[str, dict[str, float]] = {}
+    for k in ("images", "pixels", "tokens"):
+        read = _by_label(answers.get(prefix + k), "modality")
+        if read is None:
+            return None, _non_finite(prefix + k)
+        sums[k] = read
     users = {"images": (Modality.IMAGE, Modality.IMAGE_TEXT), "pixels": (Modality.IMAGE, Modality.IMAGE_TEXT),
              "tokens": (Modality.TEXT, Modality.IMAGE_TEXT)}
     means: dict[str, dict[Modality, float]] = {}
@@ -273,9 +302,11 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
     observed_at = dt.datetime.fromtimestamp(max(stamps), dt.UTC) if stamps else None
 
     # Executing models: the per-modality models when present (router layout), else every model reported.
-    counts = _by_label(answers.get("nv_count"), "model")
-    execs = _by_label(answers.get("nv_exec"), "model")
-    compute = _by_label(answers.get("nv_compute_us"), "model")
+    # A non-finite count, exec count or compute time makes every Triton-derived figure unknown.
+    triton = {k: _by_label(answers.get(k), "model") for k in ("nv_count", "nv_exec", "nv_compute_us")}
+    bad_triton = [k for k, v in triton.items() if v is None]
+    counts = triton["nv_count"] or {}
+    execs, compute = ({}, {}) if bad_triton else (triton["nv_exec"] or {}, triton["nv_compute_us"] or {})
     per_class = {m: f"{model_name}_{m.value}" for m in MODALITIES}
     routed = any(n in counts for n in per_class.values())
     executing = [n for n in per_class.values() if n in counts] if routed else [n for n in counts if n]
@@ -318,10 +349,11 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
     success = _by_label(answers.get("nv_success"), "model")
     request_us = _by_label(answers.get("nv_request_us"), "model")
     names = [front] if front else executing
-    n_ok = sum(success.get(n, 0.0) for n in names)
-    if n_ok > 0 and any(n in request_us for n in names):
-        extra["mean_latency_ms"] = sum(request_us.get(n, 0.0) for n in names) / n_ok / 1000.0
-    p95s = _by_label(answers.get("nv_p95_us"), "model")
+    if success is not None and request_us is not None and not bad_triton:
+        n_ok = sum(success.get(n, 0.0) for n in names)
+        if n_ok > 0 and any(n in request_us for n in names):
+            extra["mean_latency_ms"] = sum(request_us.get(n, 0.0) for n in names) / n_ok / 1000.0
+    p95s = _by_label(answers.get("nv_p95_us"), "model", per_series=True) or {}
     p95_us = p95s.get(front) if front else (max((p95s[n] for n in executing if n in p95s), default=None))
     p95_ms = p95_us / 1000.0 if p95_us is not None and p95_us > 0 else None
     pending = _by_label(answers.get("nv_pending"), "model")
@@ -329,7 +361,9 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
 
     if problem is None and down:
         problem = (PARTIAL_TARGETS, f"{len(down)} of {total} scrape target(s) down ({', '.join(down)}); "
-                                    f"deciding on the {len(live)} that answered")
+                                    f"deciding on the {len(live)} that answered (no scale-down on them)")
+    if problem is None and bad_triton:
+        problem = _non_finite(", ".join(bad_triton))
     return MetricsReading(observed_at=observed_at, workload=workload, recent_workload=recent,
                           busy_erlangs=busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
                           targets_up=len(live), targets_total=total, down_targets=down, problem=problem,
@@ -352,7 +386,8 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
     Returns:
         The observation; ``utilization_ratio = busy_erlangs / (ready_replicas * slots_per_replica)`` (may exceed
         1 when the work exceeds the slots, as HPA's utilization may exceed 100 %), None when unknown or no
-        replica is ready.
+        replica is ready; ``targets_up`` the scrape targets that answered (None when Prometheus has none), which
+        the policy compares with ``ready_replicas`` (fewer: no scale-down).
     """
     utilization = None
     if reading.busy_erlangs is not None and ready_replicas > 0 and reading.observed_at is not None:
@@ -369,6 +404,7 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         recent_window_s=recent_window_s,
         queued_requests=reading.queued_requests,
         budget_max_replicas=budget_max_replicas,
+        targets_up=reading.targets_up if reading.targets_total > 0 else None,
     )
 
 

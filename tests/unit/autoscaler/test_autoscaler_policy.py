@@ -108,7 +108,7 @@ def test_unattainable_slo_sizes_for_utilization_and_says_so() -> None:
 
 def test_predictive_without_model_falls_back_to_utilization() -> None:
     obs = make_obs(50.0, current=4, utilization_ratio=0.35)
-    d = recommend(obs, make_policy(), ScalerState(), None, NOW)
+    d = recommend(obs, make_policy(scale_down_stabilization_s=0), ScalerState(), None, NOW)
     assert d.mode_used == ScalingMode.UTILIZATION
     assert d.desired_replicas == 2  # ceil(4 x 0.35 / 0.7); step 2 <= 4; below the 10 % band
     assert d.reason == Reason.SCALE_DOWN_FOR_UTILIZATION
@@ -422,3 +422,81 @@ def test_state_with_naive_time_is_rejected() -> None:
 def test_naive_now_is_rejected() -> None:
     with pytest.raises(ValueError, match="timezone"):
         recommend(make_obs(), make_policy(), ScalerState(), MODEL, datetime(2025, 6, 1))
+
+
+# ----------------------------------------------------------------------------- faults on bad metrics (issue 11)
+
+
+def _run(policy: ScalingPolicy, state: ScalerState, current: int, seconds: float, **obs: Any) -> list[int]:
+    """Decide every 15 s for ``seconds``, applying each valid decision; returns the replicas after each."""
+    model = obs.pop("model", MODEL200)
+    out, t = [], NOW
+    while t <= NOW + timedelta(seconds=seconds):
+        o = make_obs(current=current, observed_at=t, **obs)
+        d = recommend(o, policy, state, model, t)
+        state = d.state
+        current = d.desired_replicas if d.valid else current
+        out.append(current)
+        t += timedelta(seconds=15)
+    return out
+
+
+MODEL200 = ConstantModel(200.0)
+
+
+def test_partial_scrape_targets_never_scale_down() -> None:
+    """Issue 11: 4 ready replicas serve 12 text req/s at 200 ms (2.4 erlangs: 4 replicas at 70 %); one of the 4
+    scrape targets fails, so the rate reads 9 req/s (1.8 erlangs: 3). The old policy went to 3 after 300 s."""
+    policy = make_policy()
+    state = ScalerState(recommendations=((NOW - timedelta(seconds=15), 4),))
+    assert _run(policy, state, 4, 330, rate_rps=12.0) == [4] * 23  # complete data: 4 is right
+    partial = _run(policy, state, 4, 330, rate_rps=9.0, targets_up=3)
+    assert partial == [4] * 23, partial
+    d = recommend(make_obs(9.0, current=4, targets_up=3), replace(policy, scale_down_stabilization_s=0), state,
+                  MODEL200, NOW)
+    assert (d.desired_replicas, d.reason) == (4, Reason.HELD_PARTIAL_METRICS)
+    assert "3 of 4" in d.message
+    # the same reading with every target answering does scale down (the rule is about the missing targets)
+    whole = recommend(make_obs(9.0, current=4, targets_up=4), replace(policy, scale_down_stabilization_s=0), state,
+                      MODEL200, NOW)
+    assert whole.desired_replicas == 3
+
+
+def test_partial_scrape_targets_may_still_scale_up_on_the_partial_rate_as_a_lower_bound() -> None:
+    policy = make_policy()
+    d = recommend(make_obs(30.0, current=4, targets_up=3), policy, ScalerState(), MODEL200, NOW)
+    assert d.valid and d.desired_replicas == 8 and d.reason == Reason.LIMITED_BY_MAX_STEP  # need 9, step 4
+
+
+def test_partial_scrape_targets_hold_the_utilization_rule_too() -> None:
+    policy = make_policy(mode=ScalingMode.UTILIZATION, scale_down_stabilization_s=0)
+    d = recommend(make_obs(None, current=4, utilization_ratio=0.3, targets_up=3), policy, ScalerState(), None, NOW)
+    assert (d.desired_replicas, d.reason) == (4, Reason.HELD_PARTIAL_METRICS)
+    up = recommend(make_obs(None, current=4, utilization_ratio=1.0, targets_up=3), policy, ScalerState(), None, NOW)
+    assert up.desired_replicas == 6
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_metrics_are_missing_data_not_numbers(bad: float) -> None:
+    with pytest.raises(ValueError, match="rate_rps"):
+        text_class(bad)
+    with pytest.raises(ValueError, match="mean_text_tokens"):
+        text_class(1.0, mean_text_tokens=bad)
+    policy = make_policy(mode=ScalingMode.UTILIZATION, scale_down_stabilization_s=0)
+    d = recommend(make_obs(None, current=5, utilization_ratio=bad), policy, ScalerState(), None, NOW)
+    assert (d.desired_replicas, d.valid, d.reason) == (5, False, Reason.HELD_NO_METRICS)
+    # a non-finite p95 or queue length is unknown, not a number to act on
+    obs = make_obs(10.0, current=2, p95_latency_ms=bad, queued_requests=bad)
+    assert obs.p95_latency_ms is None and obs.queued_requests is None
+
+
+def test_empty_state_seeds_the_history_with_the_current_count() -> None:
+    """Issue 11: with no history (status lost, or a switch from Fixed), 7 replicas at low load went to 3 and then
+    1 within 15 s. HPA seeds the history with the current count, so the scale-down window applies."""
+    policy = make_policy()  # 300 s scale-down window, step 4
+    replicas = _run(policy, ScalerState(), 7, 330, rate_rps=2.0, model=MODEL)  # need 1
+    assert replicas[:20] == [7] * 20, replicas  # 0..285 s
+    assert replicas[-1] == 1  # after the window it goes down (by steps of 4)
+    # an empty state still scales UP at once (only the scale-down window is seeded)
+    up = recommend(make_obs(50.0, current=2), policy, ScalerState(), MODEL, NOW)
+    assert up.desired_replicas == 6

@@ -18,6 +18,7 @@ from modalscale.operator.autoscale_observe import (
     INCOMPLETE_FEATURES,
     NO_REQUEST_METRICS,
     NO_SCRAPE_TARGETS,
+    NON_FINITE_METRICS,
     PARTIAL_TARGETS,
     PROMETHEUS_NOT_CONFIGURED,
     SCRAPE_TARGETS_DOWN,
@@ -424,3 +425,77 @@ def test_reader_without_url_reports_prometheus_not_configured() -> None:
     reading = PrometheusReader("").read("ml", "vc", "multimodal", dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
     assert reading.workload is None and reading.problem is not None
     assert reading.problem[0] == PROMETHEUS_NOT_CONFIGURED
+
+
+# ----------------------------------------------------------------------------- faults on bad metrics (issue 11)
+
+
+def _four_targets_one_down() -> dict[str, Any]:
+    answers = copy.deepcopy(RECORDED_LABELLED)
+    instances = [f"10.0.0.{i}:8002" for i in range(1, 5)]
+    answers["up"] = _answer_at(T_LABELLED, [({"instance": i}, "0" if i.endswith("4:8002") else "1")
+                                            for i in instances])
+    answers["scraped"] = _answer_at(T_LABELLED, [({"instance": i}, str(T_LABELLED - 0.1)) for i in instances])
+    return answers
+
+
+def test_partial_targets_are_counted_and_reach_the_policy_which_does_not_scale_down() -> None:
+    """One pod's /metrics fails while it keeps serving: 3 of 4 targets answer. The reading says so, the
+    observation carries the count, and the policy holds instead of scaling down on the low rate."""
+    reading = parse_answers(_four_targets_one_down(), "multimodal")
+    assert (reading.targets_up, reading.targets_total, reading.partial) == (3, 4, True)
+    assert reading.problem is not None and reading.problem[0] == PARTIAL_TARGETS
+    now = reading.observed_at + dt.timedelta(seconds=1)
+    obs = build_observation(reading, current_replicas=4, ready_replicas=4, slots_per_replica=1,
+                            budget_max_replicas=None, now=now)
+    assert obs.targets_up == 3
+    policy = ScalingPolicy(scale_down_stabilization_s=0, target_p95_latency_ms=10_000)  # the 3 targets' load: 1
+    decision = recommend(obs, policy, ScalerState(), _model(), now)
+    assert (decision.desired_replicas, decision.reason) == (4, Reason.HELD_PARTIAL_METRICS), decision.message
+    whole = build_observation(reading, current_replicas=3, ready_replicas=3, slots_per_replica=1,
+                              budget_max_replicas=None, now=now)  # 3 replicas, all 3 answer: it does scale down
+    assert recommend(whole, policy, ScalerState(), _model(), now).desired_replicas < 3
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf"])
+@pytest.mark.parametrize("key", ["requests", "images", "pixels", "tokens"])
+def test_non_finite_answer_is_missing_data_and_the_policy_holds(key: str, bad: str) -> None:
+    """Issue 11: a rate of "NaN" gave an empty workload (no traffic) and the service scaled to its minimum."""
+    answers = copy.deepcopy(RECORDED_LABELLED)
+    answers[key][0]["value"][1] = bad
+    reading = parse_answers(answers, "multimodal")
+    assert reading.workload is None
+    assert reading.problem is not None and reading.problem[0] == NON_FINITE_METRICS and key in reading.problem[1]
+    now = reading.observed_at + dt.timedelta(seconds=1)
+    obs = build_observation(reading, current_replicas=5, ready_replicas=5, slots_per_replica=1,
+                            budget_max_replicas=None, now=now)
+    decision = recommend(obs, ScalingPolicy(scale_down_stabilization_s=0), ScalerState(), _model(), now)
+    assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 5, Reason.HELD_NO_METRICS)
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf"])
+def test_non_finite_triton_and_recent_answers_are_unknown_everywhere(bad: str) -> None:
+    answers = copy.deepcopy(RECORDED_LABELLED)
+    for key in ("nv_compute_us", "recent_requests", "nv_pending", "nv_request_us"):
+        answers[key][0]["value"][1] = bad
+    answers["nv_p95_us"][0]["value"][1] = bad  # the router's (client-facing) p95
+    reading = parse_answers(answers, "multimodal")
+    assert reading.workload is not None  # the stable window is intact
+    assert reading.busy_erlangs is None and reading.recent_workload is None
+    assert all(c.observed_service_ms is None for c in reading.workload)
+    assert reading.p95_latency_ms is None and reading.queued_requests is None
+    assert "mean_latency_ms" not in reading.extra
+    assert reading.problem is not None and reading.problem[0] == NON_FINITE_METRICS
+    now = reading.observed_at + dt.timedelta(seconds=1)
+    obs = build_observation(reading, current_replicas=5, ready_replicas=5, slots_per_replica=1,
+                            budget_max_replicas=None, now=now)
+    assert obs.utilization_ratio is None
+    held = recommend(obs, ScalingPolicy(mode=ScalingMode.UTILIZATION, scale_down_stabilization_s=0), ScalerState(),
+                     None, now)
+    assert (held.valid, held.desired_replicas, held.reason) == (False, 5, Reason.HELD_NO_METRICS)
+
+
+def test_a_nan_quantile_of_an_idle_model_leaves_the_routers_p95_readable() -> None:
+    answers = copy.deepcopy(RECORDED_LABELLED)
+    answers["nv_p95_us"][1]["value"][1] = "NaN"  # multimodal_image: Triton's summary is NaN with no observation
+    assert parse_answers(answers, "multimodal").p95_latency_ms == pytest.approx(417.878)
