@@ -168,6 +168,46 @@ def test_an_image_never_imported_gives_err_image_never_pull(real: LocalCluster) 
         _delete(core, name)
 
 
+def _query(url: str, promql: str) -> list[dict[str, Any]]:
+    import json
+    import urllib.parse
+
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}", timeout=5) as r:
+        return list(json.loads(r.read())["data"]["result"])
+
+
+def test_prometheus_discovers_inferenceservice_pods_through_the_apiserver_like_the_podmonitor(
+        real: LocalCluster, tmp_path: Path) -> None:
+    """kubernetes_sd_configs (role pod) against the local apiserver: the pod with the PodMonitor's labels and a
+    ``metrics`` port is scraped with ``namespace`` and ``inferenceservice`` labels; a pod without them is not."""
+    from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess
+
+    core = client.CoreV1Api(real.api_client())
+    owned = {"app.kubernetes.io/managed-by": "modalscale-operator", "app.kubernetes.io/part-of": "modalscale"}
+    script = "mkdir -p /www && echo 'demo_requests_total 7' > /www/metrics && exec httpd -f -p 8002 -h /www"
+    port = [{"name": "metrics", "containerPort": 8002}]
+    pods = {"disc-yes": {**owned, "modalscale.io/inferenceservice": "disc-demo", "app": "disc-yes"},
+            "disc-no": {**owned, "app": "disc-no"}}
+    for name, labels in pods.items():
+        core.create_namespaced_pod(NS, _pod(name, BUSYBOX_IMAGE, ["sh", "-c", script], labels=labels, ports=port))
+    prom = PrometheusProcess(tmp_path / "prom", scrape_interval_s=1.0,
+                             discovery=PodDiscovery.for_cluster(real, namespaces=(NS,)))
+    try:
+        for name in pods:
+            wait_for(lambda name=name: _running(core, name), 120, f"pod {name} Running")
+        prom.start()
+        series = wait_for(lambda: _query(prom.url, "demo_requests_total"), 90, "the discovered pod's series")
+        assert len(series) == 1
+        labels = series[0]["metric"]
+        assert (labels["namespace"], labels["inferenceservice"], labels["pod"]) == (NS, "disc-demo", "disc-yes")
+        assert series[0]["value"][1] == "7"
+        up = _query(prom.url, 'up{job="inferenceservice-pods"}')
+        assert [(u["metric"]["pod"], u["value"][1]) for u in up] == [("disc-yes", "1")]
+    finally:
+        prom.stop()
+        _delete(core, *pods)
+
+
 # ---------------------------------------------------------------------------------------------- cluster down
 def _left_behind(workdir: Path) -> dict[str, Any]:
     """Everything a real node could leave on the machine, by kind (empty lists when clean)."""

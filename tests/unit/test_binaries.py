@@ -52,3 +52,29 @@ def test_wrapper_tools_go_imports_the_control_plane_and_the_node_commands() -> N
     for cmd in K8S_COMMANDS + NODE_COMMANDS:
         assert f'\t_ "k8s.io/kubernetes/cmd/{cmd}"\n' in text
     assert not set(K8S_COMMANDS) & set(NODE_COMMANDS)
+
+
+PROM_UPSTREAM = """module github.com/prometheus/prometheus
+
+go 1.25.8
+
+require k8s.io/client-go v0.35.3
+
+replace cloud.google.com/go => cloud.google.com/go v0.123.0
+
+replace (
+\tk8s.io/klog => github.com/simonpasquier/klog-gokit v0.3.0
+)
+"""
+
+
+def test_prometheus_wrapper_requires_the_pin_and_copies_every_replace() -> None:
+    from modalscale.devenv.binaries import PROMETHEUS_VERSION, prometheus_wrapper_gomod
+
+    text = prometheus_wrapper_gomod(PROMETHEUS_VERSION, PROM_UPSTREAM)
+    assert f"require github.com/prometheus/prometheus {PROMETHEUS_VERSION}" in text
+    assert "go 1.25.8" in text
+    assert "replace cloud.google.com/go => cloud.google.com/go v0.123.0" in text
+    assert "replace k8s.io/klog => github.com/simonpasquier/klog-gokit v0.3.0" in text
+    with pytest.raises(ValueError, match="v0.314.0"):
+        prometheus_wrapper_gomod("v3.14.0", PROM_UPSTREAM)

@@ -34,6 +34,12 @@ KWOK_VERSION = "v0.7.0"
 """Pinned KWOK release (fake kubelets); v0.7 falls back to its built-in default stages."""
 HELM_VERSION = "v3.19.5"
 """Pinned helm release."""
+PROMETHEUS_VERSION = "v0.314.0"
+"""Pinned Prometheus 3.14.0 (Go module versions are v0.3MM.P): built only for pod discovery through
+``kubernetes_sd_configs``, which Debian's prometheus package leaves out (its client-go is not packaged). Its
+client-go (v0.35.3) matches the control plane's minor. Debian's 2.42 keeps serving the static-target mode."""
+PROMETHEUS_BUILD_TAGS = "remove_all_sd,enable_kubernetes_sd"
+"""Prometheus's own build tags: no service discovery but Kubernetes (no cloud SDKs to download and compile)."""
 
 K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 """Control-plane commands of ``k8s.io/kubernetes``, cached together in ``bin/kubernetes-<version>``."""
@@ -190,6 +196,46 @@ def _build_kubernetes(version: str, out: Path, log: Log, commands: tuple[str, ..
     tmp.rename(out)
 
 
+def prometheus_wrapper_gomod(version: str, upstream_gomod: str) -> str:
+    """Return the text of a wrapper ``go.mod`` that builds ``github.com/prometheus/prometheus`` at ``version``.
+
+    ``go install ...@version`` refuses a module with ``replace`` directives, so the wrapper requires it and
+    copies its replaces (single-line and block form) verbatim.
+
+    Raises:
+        ValueError: ``version`` is not a ``v0.MINOR.PATCH`` module version.
+    """
+    if not re.fullmatch(r"v0\.\d+\.\d+", version):
+        raise ValueError(f"prometheus module version must look like v0.314.0, got {version!r}")
+    go_line = re.search(r"^go (\S+)", upstream_gomod, re.M)
+    replaces = re.findall(r"^replace (\S+ .*=>.*)$", upstream_gomod, re.M)
+    for block in re.findall(r"^replace \(\n(.*?)^\)", upstream_gomod, re.M | re.S):
+        replaces += [line.strip() for line in block.splitlines() if "=>" in line]
+    lines = ["module local.test/prometheus-bin", "", f"go {go_line.group(1) if go_line else '1.25.0'}", "",
+             f"require github.com/prometheus/prometheus {version}", ""]
+    lines += [f"replace {r}" for r in replaces]
+    return "\n".join(lines) + "\n"
+
+
+def _build_prometheus(version: str, out: Path, log: Log) -> None:
+    go = _require_go()
+    work = cache_dir() / "build" / f"prometheus-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    info = json.loads(_run([go, "mod", "download", "-json", f"github.com/prometheus/prometheus@{version}"], work, log))
+    (work / "go.mod").write_text(prometheus_wrapper_gomod(version, Path(info["GoMod"]).read_text()))
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    # No `go mod tidy`: it would resolve every build tag (all the cloud SDKs); -mod=mod adds what the tagged
+    # build needs.
+    pkg = "github.com/prometheus/common/version"
+    _run([go, "build", "-mod=mod", "-trimpath", "-tags", PROMETHEUS_BUILD_TAGS,
+          "-ldflags", f"-s -w -X {pkg}.Version=3.{version.split('.')[1][1:]}.{version.split('.')[2]}",
+          "-o", str(tmp / "prometheus"), "github.com/prometheus/prometheus/cmd/prometheus"], work, log)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
 def _build_etcd(version: str, out: Path, log: Log) -> None:
     go = _require_go()
     work = cache_dir() / "build" / f"etcd-{version}"
@@ -265,6 +311,17 @@ def ensure_node_binaries(log: Log = print) -> NodeBinaries:
     out = _ensure("kubernetes-node", KUBERNETES_VERSION, NODE_COMMANDS,
                   lambda o: _build_kubernetes(KUBERNETES_VERSION, o, log, NODE_COMMANDS), log)
     return NodeBinaries(kubelet=out / "kubelet", kube_proxy=out / "kube-proxy")
+
+
+def ensure_prometheus(log: Log = print) -> Path:
+    """Return the pinned Prometheus with Kubernetes service discovery, building it if not cached (minutes).
+
+    Raises:
+        BuildError: ``go`` is missing or the build failed.
+    """
+    out = _ensure("prometheus", PROMETHEUS_VERSION, ("prometheus",),
+                  lambda o: _build_prometheus(PROMETHEUS_VERSION, o, log), log)
+    return out / "prometheus"
 
 
 def ensure_helm(log: Log = print) -> Path:

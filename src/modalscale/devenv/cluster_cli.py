@@ -33,7 +33,8 @@ def add_parser(sub: Any) -> None:
     st = csub.add_parser("status", help="tell what runs")
     st.add_argument("--json", action="store_true", help="print JSON")
     st.set_defaults(func=_status)
-    build = csub.add_parser("build", help="only build (or find cached) binaries, helm, kubelet and kube-proxy included")
+    build = csub.add_parser("build", help="only build (or find cached) binaries: helm, kubelet, kube-proxy and "
+                                          "a Prometheus with Kubernetes discovery included")
     build.set_defaults(func=_build)
 
 
@@ -83,15 +84,16 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from modalscale.devenv.binaries import ensure_helm, ensure_node_binaries
+    from modalscale.devenv.binaries import ensure_helm, ensure_node_binaries, ensure_prometheus
 
     try:
         bins = ensure_binaries(_log)
         helm = ensure_helm(_log)
         node = ensure_node_binaries(_log)
+        prometheus = ensure_prometheus(_log)
     except BuildError as exc:
         _log(str(exc))
         return 1
-    for k, v in {**vars(bins), **vars(node), "helm": helm}.items():
+    for k, v in {**vars(bins), **vars(node), "helm": helm, "prometheus_k8s_sd": prometheus}.items():
         print(f"{k:24} {v}")
     return 0

@@ -1,7 +1,11 @@
 """A real Prometheus server (Debian's ``prometheus`` package) for tests and the demo, on 127.0.0.1.
 
 Scrape targets carry the labels a ServiceMonitor would give them in a cluster (``namespace``,
-``inferenceservice``), so the autoscaler queries the same series locally and in production.
+``inferenceservice``), so the autoscaler queries the same series locally and in production. Two ways to name
+them: a static list (:class:`ScrapeTarget`, for processes on this machine) or discovery of the InferenceService
+pods through ``kubernetes_sd_configs`` (role ``pod``) against the local apiserver (:class:`PodDiscovery`, for
+pods on the real node), with the selection and relabelings of the chart's PodMonitor
+(``charts/modalscale/templates/podmonitor.yaml``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,76 @@ class ScrapeTarget:
     job: str = "triton"
 
 
+POD_MONITOR_RELABELINGS = (
+    ("__meta_kubernetes_pod_label_modalscale_io_inferenceservice", "inferenceservice"),
+    ("__meta_kubernetes_namespace", "namespace"),
+)
+"""(source label, target label) of the chart's PodMonitor relabelings, in its order."""
+POD_MONITOR_MATCH_LABELS = {"app.kubernetes.io/managed-by": "modalscale-operator",
+                            "app.kubernetes.io/part-of": "modalscale"}
+"""The PodMonitor's ``selector.matchLabels`` (operator/isvc_objects.py owned_labels)."""
+POD_MONITOR_REQUIRED_LABEL = "modalscale.io/inferenceservice"
+"""The PodMonitor's ``matchExpressions``: this label must exist."""
+POD_MONITOR_PORT = "metrics"
+"""The container port the PodMonitor scrapes, by name."""
+
+
+def _meta_label(label: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in label)
+
+
+@dataclass(frozen=True)
+class PodDiscovery:
+    """Discover pods through the apiserver like the chart's PodMonitor (``kubernetes_sd_configs``, role pod).
+
+    Attributes:
+        api_server: ``https://127.0.0.1:<port>`` of the apiserver.
+        ca_file: CA that signed the apiserver's certificate.
+        cert_file: Client certificate (any identity that may list and watch pods).
+        key_file: Its key.
+        namespaces: Namespaces to watch; empty = all (the PodMonitor's ``namespaceSelector.any``).
+        metrics_path: Path scraped on the ``metrics`` port.
+    """
+
+    api_server: str
+    ca_file: str
+    cert_file: str
+    key_file: str
+    namespaces: tuple[str, ...] = ()
+    metrics_path: str = "/metrics"
+
+    @classmethod
+    def for_cluster(cls, cluster: object, namespaces: tuple[str, ...] = ()) -> PodDiscovery:
+        """Discovery against a :class:`modalscale.devenv.cluster.LocalCluster` with its admin certificate."""
+        pki = Path(getattr(cluster, "workdir")) / "pki"
+        return cls(api_server=str(getattr(cluster, "server_url")), ca_file=str(pki / "ca.crt"),
+                   cert_file=str(pki / "admin.crt"), key_file=str(pki / "admin.key"), namespaces=namespaces)
+
+    def scrape_config(self, job_name: str = "inferenceservice-pods") -> dict[str, object]:
+        """The ``scrape_configs`` entry: keep the PodMonitor's pods and port, then its relabelings."""
+        sd: dict[str, object] = {
+            "role": "pod", "api_server": self.api_server,
+            "tls_config": {"ca_file": self.ca_file, "cert_file": self.cert_file, "key_file": self.key_file},
+        }
+        if self.namespaces:
+            sd["namespaces"] = {"names": list(self.namespaces)}
+        keep = [{"action": "keep", "source_labels": [f"__meta_kubernetes_pod_label_{_meta_label(k)}"], "regex": v}
+                for k, v in POD_MONITOR_MATCH_LABELS.items()]
+        keep.append({"action": "keep", "regex": "true", "source_labels": [
+            f"__meta_kubernetes_pod_labelpresent_{_meta_label(POD_MONITOR_REQUIRED_LABEL)}"]})
+        keep.append({"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+                     "regex": POD_MONITOR_PORT})
+        # As the Prometheus operator does for PodMonitors: finished pods are no targets.
+        keep.append({"action": "drop", "source_labels": ["__meta_kubernetes_pod_phase"],
+                     "regex": "(Failed|Succeeded)"})
+        relabel = [{"source_labels": [src], "target_label": dst} for src, dst in POD_MONITOR_RELABELINGS]
+        relabel.append({"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"})
+        return {"job_name": job_name, "metrics_path": self.metrics_path,
+                # Prometheus 3 refuses a scrape whose Content-Type is not a metrics format unless told a fallback.
+                "fallback_scrape_protocol": "PrometheusText0.0.4",
+                "kubernetes_sd_configs": [sd], "relabel_configs": keep + relabel}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -47,10 +121,12 @@ class PrometheusProcess:
         scrape_interval_s: Scrape and evaluation interval, seconds.
     """
 
-    def __init__(self, workdir: Path, scrape_interval_s: float = 1.0, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, scrape_interval_s: float = 1.0, port: int | None = None,
+                 discovery: PodDiscovery | None = None) -> None:
         self.workdir = Path(workdir)
         self.scrape_interval_s = scrape_interval_s
         self.port = port or _free_port()
+        self.discovery = discovery
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -69,22 +145,32 @@ class PrometheusProcess:
                 {"job_name": f"{job}-{i}", "metrics_path": path,
                  "static_configs": [{"targets": [t.address], "labels": t.labels} for t in ts]}
                 for i, ((job, path), ts) in enumerate(sorted(jobs.items()))
-            ],
+            ] + ([self.discovery.scrape_config()] if self.discovery else []),
         }
         (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
-    def start(self, targets: list[ScrapeTarget], timeout_s: float = 30.0) -> None:
-        """Write the config and start the server; returns when ``/-/ready`` answers.
+    def start(self, targets: list[ScrapeTarget] | None = None, timeout_s: float = 30.0) -> None:
+        """Write the config (the static ``targets`` and the pod discovery, if any) and start the server; returns
+        when ``/-/ready`` answers.
+
+        With pod discovery the pinned Prometheus 3 built from the Go module proxy runs
+        (:func:`modalscale.devenv.binaries.ensure_prometheus`; Debian's leaves Kubernetes discovery out).
 
         Raises:
             PrometheusError: The binary is missing (``apt-get install prometheus``) or it did not get ready.
+            modalscale.devenv.binaries.BuildError: Building the discovery-capable Prometheus failed.
         """
-        binary = shutil.which("prometheus")
+        if self.discovery is not None:
+            from modalscale.devenv.binaries import ensure_prometheus
+
+            binary: str | None = str(ensure_prometheus())
+        else:
+            binary = shutil.which("prometheus")
         if binary is None:
             raise PrometheusError("the `prometheus` binary is not on PATH: apt-get install prometheus "
                                   "(scripts/test.sh and scripts/demo.sh do this when run as root)")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._write_config(targets)
+        self._write_config(targets or [])
         log = open(self.workdir / "prometheus.log", "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
             [binary, f"--config.file={self.workdir / 'prometheus.yml'}",
