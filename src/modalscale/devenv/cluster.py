@@ -297,7 +297,7 @@ class LocalCluster:
                 "--service-cluster-ip-range=10.0.0.0/16", "--allow-privileged=true",
                 "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
                 "--enable-priority-and-fairness=false",
-                # The real node's kubelet (logs, exec) at its InternalIP 127.0.0.1, authenticated by client cert.
+                # The real node's kubelet (logs, exec) at its InternalIP, authenticated by client certificate.
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
                 "--max-requests-inflight=0", "--max-mutating-requests-inflight=0", "--v=1",

@@ -430,7 +430,8 @@ def ensure_node_images(log: Log = print) -> dict[str, Path]:
                         continue
                     link.parent.mkdir(parents=True, exist_ok=True)
                     link.symlink_to("/bin/busybox")
-                (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n")
+                (root / "etc" / "passwd").write_text(
+                    "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n")
                 (root / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
                 config = ["--config.cmd", "/bin/sh", "--config.env", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
             _run([umoci, "repack", "--image", img, str(bundle)])
