@@ -45,14 +45,20 @@ def run(args: argparse.Namespace) -> int:
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr="0.0.0.0", registry=deps.metrics.registry)
     liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
-    asyncio.run(kopf.operator(
-        registry=registry,
-        clusterwide=not settings.namespaces,
-        namespaces=settings.namespaces,
-        standalone=settings.standalone,
-        # Naming a peering makes kopf's peering mandatory, which a standalone operator must not wait for.
-        peering_name=None if settings.standalone else settings.peering_name,
-        liveness_endpoint=liveness,
-        memo=kopf.Memo(deps=deps),
-    ))
+    try:
+        asyncio.run(kopf.operator(
+            registry=registry,
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            standalone=settings.standalone,
+            # Naming a peering makes kopf's peering mandatory, which a standalone operator must not wait for.
+            peering_name=None if settings.standalone else settings.peering_name,
+            liveness_endpoint=liveness,
+            memo=kopf.Memo(deps=deps),
+        ))
+    except Exception as exc:  # kopf's (private) ActivityError: a start-up handler failed permanently
+        if not isinstance(exc.__cause__, kopf.PermanentError):
+            raise
+        print(f"modalscale operator: start-up failed: {exc.__cause__}", file=sys.stderr)
+        return 1
     return 0

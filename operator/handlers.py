@@ -191,22 +191,51 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
     register_autoscaler(registry, config)
 
 
+PEERING_CRD_FIXES = ("install it with `kubectl apply -f crds/` (kopf's peering CRDs ship there and in the "
+                     "modalscale-crds chart, kopfPeering.install=true), or run a single replica without peering "
+                     "with MODALSCALE_STANDALONE=true")
+"""The two fixes named when kopf's peering CRD is missing."""
+
+
 def ensure_peering(custom: Any, config: Settings) -> None:
-    """Create the kopf peering object(s) the replicas meet in, if missing (kopf freezes until it exists)."""
+    """Create the kopf peering object(s) the replicas meet in, if missing (kopf freezes until it exists).
+
+    Raises:
+        kopf.PermanentError: kopf's peering CRD (``clusterkopfpeerings.kopf.dev``, or ``kopfpeerings.kopf.dev``
+            with ``MODALSCALE_NAMESPACES``) is not installed: the apiserver answered 404 for the resource itself.
+            The message names the CRD and both fixes; start-up stops, since without the CRD kopf would hold every
+            handler paused forever.
+        kubernetes.client.rest.ApiException: Any other refusal (409, the object already exists, is success).
+    """
     from kubernetes.client.rest import ApiException
 
     body = {"apiVersion": "kopf.dev/v1", "metadata": {"name": config.peering_name}}
+    plural = "kopfpeerings" if config.namespaces else "clusterkopfpeerings"
     try:
         if config.namespaces:
             for ns in config.namespaces:
-                custom.create_namespaced_custom_object("kopf.dev", "v1", ns, "kopfpeerings",
-                                                       {**body, "kind": "KopfPeering"})
+                custom.create_namespaced_custom_object("kopf.dev", "v1", ns, plural, {**body, "kind": "KopfPeering"})
         else:
-            custom.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings",
-                                                {**body, "kind": "ClusterKopfPeering"})
+            custom.create_cluster_custom_object("kopf.dev", "v1", plural, {**body, "kind": "ClusterKopfPeering"})
     except ApiException as exc:
-        if exc.status != 409:
-            raise
+        if exc.status == 409:
+            return
+        if exc.status == 404 and not _names_a_missing_namespace(exc):
+            raise kopf.PermanentError(
+                f"the CRD {plural}.kopf.dev is not installed (creating {plural}/{config.peering_name} answered "
+                f"404): {PEERING_CRD_FIXES}") from None
+        raise
+
+
+def _names_a_missing_namespace(exc: Any) -> bool:
+    """A 404 whose Status names a namespace (a watched namespace that does not exist), not a missing resource."""
+    import json
+
+    try:
+        details = json.loads(exc.body or "").get("details") or {}
+    except (ValueError, AttributeError):
+        return False
+    return details.get("kind") == "namespaces"
 
 
 def build_deps(settings: Settings) -> Deps:

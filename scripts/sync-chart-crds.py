@@ -22,8 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "crds"
 TARGET = REPO / "charts" / "modalscale-crds" / "files" / "crds"
-PATTERNS = ("*.yaml", "peering/*.yaml")
-"""CRD files copied (relative to ``crds/``); ``crds/examples/`` holds example objects, not CRDs."""
+PATTERNS = ("*.yaml",)
+"""CRD files copied (relative to ``crds/``): every top-level file, kopf's peering CRDs included, so that
+``kubectl apply -f crds/`` and the chart install the same set; ``crds/examples/`` holds example objects, not CRDs."""
 
 
 def expected_files(source: Path = SOURCE) -> dict[str, bytes]:
@@ -57,6 +58,9 @@ def sync(source: Path = SOURCE, target: Path = TARGET) -> list[str]:
     want = expected_files(source)
     for name in actual_files(target).keys() - want.keys():
         (target / name).unlink()
+    for folder in sorted((p for p in target.rglob("*") if p.is_dir()), reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()  # left empty by a stale copy
     for name, data in want.items():
         path = target / name
         path.parent.mkdir(parents=True, exist_ok=True)

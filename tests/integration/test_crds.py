@@ -197,3 +197,51 @@ def test_kubectl_get_shows_the_printer_columns(cluster: Any, api: Any, crds_inst
     finally:
         for body in (isvc, budget):
             _delete(api, body["kind"], body["metadata"]["name"])
+
+
+def _object_paths(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every object-typed field with fields of its own, in ``kubectl explain`` spelling (arrays are transparent)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for name, sub in (schema.get("properties") or {}).items():
+        child = sub["items"] if sub.get("type") == "array" and isinstance(sub.get("items"), dict) else sub
+        if child.get("properties"):
+            out.append((f"{path}.{name}", child))
+            out += _object_paths(child, f"{path}.{name}")
+    return out
+
+
+@pytest.mark.parametrize("plural", ["inferenceservices", "budgetpolicies"])
+def test_kubectl_explain_prints_a_description_for_every_field(cluster: Any, crds_installed: list[str],
+                                                               plural: str) -> None:
+    from modalscale.devenv.kube import load_crds, wait_for
+
+    (crd,) = [d for d in load_crds(REPO / "crds") if d["spec"]["names"]["plural"] == plural]
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    paths = _object_paths(schema)
+    assert len(paths) > 10
+    for path, sub in paths:
+        # The apiserver publishes a CRD's OpenAPI shortly after it is Established: wait for this path to appear.
+        def explained(path: str = path) -> str | None:
+            proc = subprocess.run([str(_kubectl_path()), f"--kubeconfig={cluster.kubeconfig}", "explain",
+                                   f"{plural}{path}"], capture_output=True, text=True, timeout=60)
+            return proc.stdout if proc.returncode == 0 else None
+
+        out = wait_for(explained, 60, f"kubectl explain {plural}{path}", interval_s=1.0)
+        # kubectl prints "<empty>" for the field's own missing description, "<no description>" for a child's.
+        assert "<no description>" not in out and "<empty>" not in out, f"kubectl explain {plural}{path}:\n{out}"
+        for name in sub["properties"]:
+            assert f"  {name}\t" in out, f"{name} missing from kubectl explain {plural}{path}:\n{out}"
+
+
+def test_kubectl_explain_scaling_states_units_and_defaults(cluster: Any, crds_installed: list[str]) -> None:
+    out = _kubectl(cluster, "explain", "inferenceservices.spec.scaling")
+    for text in ("minReplicas", "Fewest replicas any decision may set, 0-1000, default 1",
+                 "targetP95LatencyMilliseconds", "in milliseconds", "default 500",
+                 "scaleDownStabilizationSeconds", "in seconds, 0-3600, default 300"):
+        assert text in " ".join(out.split()), f"{text!r} not in:\n{out}"
+
+
+def _kubectl_path() -> Path:
+    from modalscale.devenv.binaries import ensure_binaries
+
+    return ensure_binaries(lambda _m: None).kubectl

@@ -321,8 +321,7 @@ def test_schema_rejects_bad_values(helm: list[str], tmp_path: Path, values: dict
 
 def test_crd_chart_renders_the_crds_folder_unchanged_plus_helm_metadata(helm: list[str], tmp_path: Path) -> None:
     _, docs = template(helm, tmp_path, chart=CRD_CHART, release="crds")
-    source = [d for p in sorted((REPO / "crds").glob("*.yaml")) + [REPO / "crds/peering/kopf-peering.yaml"]
-              for d in yaml.safe_load_all(p.read_text()) if d]
+    source = [d for p in sorted((REPO / "crds").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
     rendered = {d["metadata"]["name"]: d for d in docs}
     assert set(rendered) == {d["metadata"]["name"] for d in source}
     for src in source:

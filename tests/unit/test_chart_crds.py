@@ -31,7 +31,7 @@ def test_chart_crds_equal_the_crds_folder() -> None:
 
 def test_every_crd_in_crds_folder_is_in_the_chart() -> None:
     names_in_source = set()
-    for path in list((REPO / "crds").glob("*.yaml")) + list((REPO / "crds" / "peering").glob("*.yaml")):
+    for path in (REPO / "crds").glob("*.yaml"):
         names_in_source |= {d["metadata"]["name"] for d in yaml.safe_load_all(path.read_text())
                             if d and d.get("kind") == "CustomResourceDefinition"}
     names_in_chart = set()
@@ -64,11 +64,11 @@ def test_check_reports_a_changed_crd(copies: tuple[Path, Path]) -> None:
 
 def test_check_reports_missing_and_stale_files(copies: tuple[Path, Path]) -> None:
     source, target = copies
-    (source / "peering" / "kopf-peering.yaml").unlink()
+    (source / "kopfpeerings.kopf.dev.yaml").unlink()
     (source / "newkinds.modalscale.io.yaml").write_text("kind: CustomResourceDefinition\n")
     assert sync.differences(source, target) == [
         "missing in chart: newkinds.modalscale.io.yaml",
-        "not in crds/ (stale copy): peering/kopf-peering.yaml",
+        "not in crds/ (stale copy): kopfpeerings.kopf.dev.yaml",
     ]
 
 
@@ -76,11 +76,14 @@ def test_sync_makes_the_copies_exact_and_is_idempotent(copies: tuple[Path, Path]
     source, target = copies
     (source / "budgetpolicies.modalscale.io.yaml").write_bytes(b"# edited\n")
     (target / "leftover.yaml").write_text("x: 1\n")
+    (target / "peering").mkdir()
+    (target / "peering" / "kopf-peering.yaml").write_text("x: 1\n")  # the old layout's folder
     changes = sync.sync(source, target)
     assert changes == ["not in crds/ (stale copy): leftover.yaml",
+                       "not in crds/ (stale copy): peering/kopf-peering.yaml",
                        "differs from crds/: budgetpolicies.modalscale.io.yaml"]
     assert (target / "budgetpolicies.modalscale.io.yaml").read_bytes() == b"# edited\n"
-    assert not (target / "leftover.yaml").exists()
+    assert not (target / "leftover.yaml").exists() and not (target / "peering").exists()
     assert sync.sync(source, target) == []
 
 

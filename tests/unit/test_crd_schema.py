@@ -10,7 +10,8 @@ import pytest
 from modalscale.devenv.kube import load_crds
 
 REPO = Path(__file__).resolve().parents[2]
-CRDS = {d["spec"]["names"]["kind"]: d for d in load_crds(REPO / "crds")}
+ALL_CRDS = load_crds(REPO / "crds")
+CRDS = {d["spec"]["names"]["kind"]: d for d in ALL_CRDS if d["spec"]["group"] == "modalscale.io"}
 
 
 def _walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
@@ -27,6 +28,32 @@ def _walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, A
     return out
 
 
+def _fields(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every named field (a ``properties`` entry) under ``schema``, as (dotted path, sub-schema)."""
+    out = []
+    for name, sub in (schema.get("properties") or {}).items():
+        out.append((f"{path}.{name}", sub))
+        out += _fields(sub, f"{path}.{name}")
+    for key, suffix in (("items", "[]"), ("additionalProperties", "{}")):
+        if isinstance(schema.get(key), dict):
+            out += _fields(schema[key], f"{path}{suffix}")
+    return out
+
+
+def _default_text(value: Any) -> str:
+    """How a schema default is written in a description (YAML spelling: true, "", [Alert])."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return '""' if value == "" else str(value)
+
+
+UNIT_WORDS = {"Seconds": "seconds", "Milliseconds": "milliseconds", "Microseconds": "microseconds",
+              "Percent": "percent", "PerHour": "per hour"}
+"""A field named with a unit suffix says that unit in words in its description."""
+
+
 def _schema(kind: str) -> dict[str, Any]:
     (version,) = CRDS[kind]["spec"]["versions"]
     return version["schema"]["openAPIV3Schema"]
@@ -35,6 +62,16 @@ def _schema(kind: str) -> dict[str, Any]:
 def test_both_kinds_exist_in_group_modalscale_io() -> None:
     assert set(CRDS) == {"InferenceService", "BudgetPolicy"}
     assert {d["spec"]["group"] for d in CRDS.values()} == {"modalscale.io"}
+
+
+def test_crds_folder_carries_kopfs_peering_crds_beside_ours() -> None:
+    # `kubectl apply -f crds/` (not recursive) must install everything `modalscale operator` needs with peering on.
+    assert {d["metadata"]["name"] for d in ALL_CRDS} == {
+        "inferenceservices.modalscale.io", "budgetpolicies.modalscale.io",
+        "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+    assert not [p for p in (REPO / "crds").iterdir() if p.is_dir() and p.name != "examples"]
+    peering = {d["spec"]["names"]["kind"]: d["spec"]["scope"] for d in ALL_CRDS if d["spec"]["group"] == "kopf.dev"}
+    assert peering == {"ClusterKopfPeering": "Cluster", "KopfPeering": "Namespaced"}
 
 
 def test_short_names_do_not_collide_with_kserve() -> None:
@@ -89,3 +126,32 @@ def test_budgetpolicy_printer_columns() -> None:
     (version,) = CRDS["BudgetPolicy"]["spec"]["versions"]
     names = [c["name"] for c in version["additionalPrinterColumns"]]
     assert names == ["Period", "Limit", "Spent", "Forecast", "State", "Age"]
+
+
+@pytest.mark.parametrize("kind", ["InferenceService", "BudgetPolicy"])
+def test_every_field_has_a_description_for_kubectl_explain(kind: str) -> None:
+    # The apiserver forbids anything but type on the root's metadata (it is the standard ObjectMeta).
+    undescribed = [path for path, s in _fields(_schema(kind))
+                   if path != ".metadata" and not str(s.get("description") or "").strip()]
+    assert undescribed == [], "add a description (unit, default, effect; the README's CRD reference is the source)"
+
+
+@pytest.mark.parametrize("kind", ["InferenceService", "BudgetPolicy"])
+def test_every_defaulted_field_states_its_default_and_every_unit_field_its_unit(kind: str) -> None:
+    wrong = []
+    for path, s in _fields(_schema(kind)):
+        text = str(s.get("description") or "")
+        if "default" in s and not isinstance(s["default"], dict):
+            if "default" not in text.lower() or _default_text(s["default"]) not in text:
+                wrong.append(f"{path}: say 'Default {_default_text(s['default'])}'")
+        name = path.rsplit(".", 1)[-1]
+        wrong += [f"{path}: say the unit ({word})" for suffix, word in UNIT_WORDS.items()
+                  if name.endswith(suffix) and word not in text.lower()]
+    assert wrong == []
+
+
+def test_field_walk_sees_nested_items_and_flags_a_missing_description() -> None:
+    # The guard's own check: a field deep inside an array of objects is reached, and an empty text counts as none.
+    schema = {"properties": {"a": {"type": "array", "description": "x", "items": {"properties": {
+        "b": {"type": "string", "description": " "}}}}}}
+    assert [p for p, s in _fields(schema) if not str(s.get("description") or "").strip()] == [".a[].b"]

@@ -39,7 +39,7 @@ def load_crds(crd_dir: Path) -> list[dict[str, Any]]:
 
 
 def install_crds(api_client: Any, crd_dir: Path, timeout_s: float = 60.0) -> list[str]:
-    """Create or update every CRD in ``crd_dir`` and its ``peering/`` folder (server-side apply) and wait until each is Established.
+    """Create or update every CRD in ``crd_dir`` (server-side apply) and wait until each is Established.
 
     Returns:
         The CRD names.
@@ -51,7 +51,7 @@ def install_crds(api_client: Any, crd_dir: Path, timeout_s: float = 60.0) -> lis
 
     ext = client.ApiextensionsV1Api(api_client)
     names = []
-    docs = load_crds(crd_dir) + (load_crds(crd_dir / "peering") if (crd_dir / "peering").is_dir() else [])
+    docs = load_crds(crd_dir)  # crds/ holds kopf's peering CRDs too, as `kubectl apply -f crds/` installs them
     for doc in docs:
         name = doc["metadata"]["name"]
         names.append(name)

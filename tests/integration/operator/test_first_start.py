@@ -1,0 +1,122 @@
+"""A newcomer's first start: only ``kubectl apply -f crds/``, then ``modalscale operator`` with peering on.
+
+On a control plane of its own, so that the peering CRDs can be removed without disturbing the session's operator.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from modalscale.devenv.cluster import LocalCluster, running_cluster
+from modalscale.devenv.kube import wait_for
+from modalscale.devenv.operator_process import OperatorProcess
+
+from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION
+
+REPO = Path(__file__).resolve().parents[3]
+PEERING_CRDS = ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
+
+
+@pytest.fixture(scope="module")
+def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A control plane with no CRD installed (the tests install them the way a newcomer does)."""
+    with running_cluster(tmp_path_factory.mktemp("first-start-cluster"), nodes=1) as c:
+        yield c
+
+
+@pytest.fixture
+def bare_api(bare_cluster: LocalCluster) -> Iterator[Any]:
+    api = bare_cluster.api_client()
+    yield api
+    api.close()
+
+
+def kubectl(cluster: LocalCluster, *args: str) -> str:
+    from modalscale.devenv.binaries import ensure_binaries
+
+    exe = ensure_binaries(lambda _m: None).kubectl
+    proc = subprocess.run([str(exe), f"--kubeconfig={cluster.kubeconfig}", *args], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
+    return proc.stdout
+
+
+def apply_crds_folder(cluster: LocalCluster) -> None:
+    """Exactly what the README's CRD reference tells a newcomer to run, then wait until every CRD is served."""
+    kubectl(cluster, "apply", "-f", str(REPO / "crds"))
+    kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+
+def crd_names(api: Any) -> set[str]:
+    return {c.metadata.name for c in client.ApiextensionsV1Api(api).list_custom_resource_definition().items}
+
+
+def test_operator_started_after_applying_only_the_crds_folder_reconciles_the_example(
+        bare_cluster: LocalCluster, bare_api: Any, tmp_path: Path) -> None:
+    apply_crds_folder(bare_cluster)
+    assert set(PEERING_CRDS) <= crd_names(bare_api), "kubectl apply -f crds/ must install kopf's peering CRDs"
+    example = yaml.safe_load((REPO / "crds/examples/inferenceservice-predictive.yaml").read_text())
+    name, ns = example["metadata"]["name"], "default"
+    custom = client.CustomObjectsApi(bare_api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, example)
+    op = OperatorProcess(bare_cluster.kubeconfig, tmp_path / "operator.log")  # peering on: no MODALSCALE_STANDALONE
+    try:
+        op.wait_healthy(timeout_s=120)
+
+        def reconciled() -> dict[str, Any] | None:
+            obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+            if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"]["generation"]:
+                return None
+            try:
+                return client.AppsV1Api(bare_api).read_namespaced_deployment(name, ns).to_dict()
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+        try:
+            deployment = wait_for(reconciled, 180, f"InferenceService {ns}/{name} reconciled")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\noperator log:\n{op.log()[-4000:]}") from exc
+        owners = [(o["kind"], o["name"]) for o in deployment["metadata"]["owner_references"] or []]
+        assert owners == [("InferenceService", name)]
+        assert op.proc.poll() is None, "the operator stopped"
+    finally:
+        op.stop()
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+
+@pytest.mark.parametrize("scope,missing", [("cluster-wide", "clusterkopfpeerings.kopf.dev"),
+                                           ("namespaced", "kopfpeerings.kopf.dev")], ids=["cluster-wide", "namespaced"])
+def test_a_missing_peering_crd_stops_start_up_naming_the_crd_and_both_fixes(
+        bare_cluster: LocalCluster, bare_api: Any, tmp_path: Path, scope: str, missing: str) -> None:
+    apply_crds_folder(bare_cluster)
+    ext = client.ApiextensionsV1Api(bare_api)
+    try:
+        ext.delete_custom_resource_definition(missing)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    wait_for(lambda: missing not in crd_names(bare_api), 60, f"CRD {missing} deleted")
+    env = {"MODALSCALE_NAMESPACES": "default"} if scope == "namespaced" else {}
+    op = OperatorProcess(bare_cluster.kubeconfig, tmp_path / "operator.log", env)
+    try:
+        # Before: start-up failed every 60 s with a bare "(404) 404 page not found" and never ended.
+        (returncode,) = wait_for(lambda: None if op.proc.poll() is None else (op.proc.returncode,), 180,
+                                 "the operator to stop at start-up")
+        log = op.log()
+        assert returncode != 0, log[-3000:]
+        assert f"{missing} is not installed" in log, log[-3000:]
+        assert "kubectl apply -f crds/" in log and "MODALSCALE_STANDALONE=true" in log, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+    finally:
+        op.stop()
+        apply_crds_folder(bare_cluster)
