@@ -5,8 +5,25 @@
 1. Predictive mode: offered work ``sum_k rate_k * predicted_service_ms_k`` (model prediction on each workload
    class's mean features, times a service scale calibrated online from observed mean service times) -> least
    replicas meeting the p95 target (queueing p95 times a latency scale calibrated online from observed p95) and
-   the utilization target (:func:`modalscale.autoscaler.queueing.replicas_for_slo`). Utilization mode (and Predictive
-   without a model): the HPA rule ``ceil(ready * utilization / target)``. Fixed mode: ``spec.scaling.replicas``.
+   the utilization target (:func:`modalscale.autoscaler.queueing.replicas_for_slo`), with the arrival SCV measured
+   from per-bin request counts (:func:`modalscale.autoscaler.arrivals.arrival_scv`; Poisson without counts). The
+   rules, each named by the decision's reason when it sets the need:
+
+   - ``ScaleUpForSLO`` / ``ScaleDownIdle`` / ``Steady``: the stable (60 s) window sized as above;
+   - ``ScaleUpForBurst``: the recent (15 s) window's load exceeds the stable one by more than 3 standard errors of
+     compound-Poisson noise, so the recent window is sized instead;
+   - ``ScaleUpForPanic`` (KPA's panic mode): the recent window alone needs at least ``panic_threshold_ratio`` x
+     the ready replicas; it is sized at once, whatever the noise test says;
+   - ``ScaleUpForForecast``: the forecast demand over ``forecast_horizon_s`` (a new replica's start-up time;
+     :func:`modalscale.autoscaler.arrivals.forecast_rate_rps`) needs more than the current load; replicas are
+     started before the demand arrives;
+   - ``ScaleDownForForecast``: below the current count, the need is never lower than what the forecast demand
+     needs, so a scale-down goes only as far as the forecast allows (and the scale-down window still applies);
+   - ``ScaleUpForBacklog``: queued requests must drain within ``backlog_drain_s``;
+   - ``SLOUnattainable``: service time alone misses the target; sized for the utilization target.
+
+   Utilization mode (and Predictive without a model): the HPA rule ``ceil(ready * utilization / target)``. Fixed
+   mode: ``spec.scaling.replicas``.
 2. Tolerance band: no change while ``|need / current - 1| <= tolerance`` (HPA).
 3. Stabilization windows with HPA semantics: the recommendation is stored; scale-up goes to the MIN of the
    recommendations in the scale-up window, scale-down to the MAX of those in the scale-down window.
@@ -46,6 +63,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps
 from modalscale.autoscaler.features import MODALITIES, Modality, features_from_columns
 from modalscale.autoscaler.queueing import (
     offered_load_erlangs,
@@ -75,6 +93,10 @@ class Reason(enum.StrEnum):
 
     SCALE_UP_FOR_SLO = "ScaleUpForSLO"
     SCALE_UP_FOR_BACKLOG = "ScaleUpForBacklog"
+    SCALE_UP_FOR_BURST = "ScaleUpForBurst"
+    SCALE_UP_FOR_PANIC = "ScaleUpForPanic"
+    SCALE_UP_FOR_FORECAST = "ScaleUpForForecast"
+    SCALE_DOWN_FOR_FORECAST = "ScaleDownForForecast"
     SCALE_DOWN_IDLE = "ScaleDownIdle"
     SCALE_UP_FOR_UTILIZATION = "ScaleUpForUtilization"
     SCALE_DOWN_FOR_UTILIZATION = "ScaleDownForUtilization"
@@ -125,6 +147,14 @@ class ScalingPolicy:
         latency_quantile: Quantile of the latency target (0.95).
         backlog_drain_s: Predictive mode sizes for draining queued requests within this many seconds.
         calibrator: Online correction of the model's service times.
+        burst_aware: Size with the arrival SCV measured from ``Observation.arrival_counts`` (False: Poisson).
+        forecaster: Demand forecast rule (``naive``, ``holt``, ``peak``; see :mod:`modalscale.autoscaler.arrivals`);
+            None disables forecasting.
+        forecast_horizon_s: How far ahead demand is forecast: the time a new replica takes to serve, s.
+        forecast_window_s: Look-back of the ``peak`` forecaster, s.
+        forecast_quantile: Quantile of the recent per-bin rates the ``peak`` forecaster provisions for.
+        panic_threshold_ratio: KPA's panic threshold: the recent window alone needs this many times the ready
+            replicas (KPA default 2.0 = 200 %).
     """
 
     mode: ScalingMode = ScalingMode.PREDICTIVE
@@ -144,6 +174,12 @@ class ScalingPolicy:
     latency_quantile: float = 0.95
     backlog_drain_s: float = 60.0
     calibrator: Calibrator = field(default_factory=Calibrator)
+    burst_aware: bool = True
+    forecaster: str | None = "peak"
+    forecast_horizon_s: float = 60.0
+    forecast_window_s: float = 300.0
+    forecast_quantile: float = 0.9
+    panic_threshold_ratio: float = 2.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -161,6 +197,10 @@ class ScalingPolicy:
             (self.default_service_scv >= 0, "default_service_scv must be >= 0"),
             (0 < self.latency_quantile < 1, "latency_quantile must be in (0, 1)"),
             (self.backlog_drain_s > 0, "backlog_drain_s must be > 0"),
+            (self.forecaster is None or self.forecaster in FORECASTERS, f"forecaster must be one of {FORECASTERS}"),
+            (self.forecast_horizon_s >= 0 and self.forecast_window_s > 0, "forecast horizon/window must be >= 0 / > 0"),
+            (0 < self.forecast_quantile <= 1, "forecast_quantile must be in (0, 1]"),
+            (self.panic_threshold_ratio > 1, "panic_threshold_ratio must be > 1"),
             (self.mode != ScalingMode.FIXED or self.replicas is not None, "replicas is required in Fixed mode"),
         ]
         for ok, message in checks:
@@ -314,11 +354,15 @@ class Observation:
         queued_requests: Requests waiting for a slot now (Triton ``nv_inference_pending_request_count``); None =
             unknown. Predictive mode adds capacity to drain them within ``policy.backlog_drain_s``.
         budget_max_replicas: Effective maxReplicas from an enforcing BudgetPolicy (CapReplicas); None = no cap.
+        arrival_counts: Requests that arrived in consecutive bins of ``count_bin_s``, oldest first (the last ~10
+            min); None = unknown. Gives the arrival SCV (burst-aware sizing) and the demand forecast.
+        count_bin_s: Length of one ``arrival_counts`` bin, s.
         targets_up: Scrape targets that answered (Prometheus ``up == 1``) for this window; None = unknown (e.g. the
             simulator). Fewer than ``ready_replicas`` means the rates and utilization cover only part of the
             replicas: they are a lower bound, so the policy may scale up on them but never down.
 
-    A non-finite ``p95_latency_ms``, ``utilization_ratio`` or ``queued_requests`` is stored as None (unknown).
+    A non-finite ``p95_latency_ms``, ``utilization_ratio`` or ``queued_requests`` is stored as None (unknown), as
+    are ``arrival_counts`` with a non-finite count.
     """
 
     observed_at: datetime
@@ -333,8 +377,14 @@ class Observation:
     queued_requests: float | None = None
     budget_max_replicas: int | None = None
     targets_up: int | None = None
+    arrival_counts: tuple[float, ...] | None = None
+    count_bin_s: float = 15.0
 
     def __post_init__(self) -> None:
+        if self.arrival_counts is not None and not all(math.isfinite(c) for c in self.arrival_counts):
+            object.__setattr__(self, "arrival_counts", None)  # NaN / Inf is missing data
+        if self.count_bin_s <= 0:
+            raise ValueError("count_bin_s must be > 0")
         for name in ("p95_latency_ms", "utilization_ratio", "queued_requests"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
@@ -675,12 +725,18 @@ def _predictive_need(
         features["observed_service_ms"] = observed_ms
         stable = _estimate(observation.workload, raw[0], policy, service_scale)
 
+    # arrival SCV from the per-bin counts (burst-aware sizing); Poisson (1.0) when unknown, too few, or disabled
+    measured = arrival_scv(observation.arrival_counts) if policy.burst_aware and observation.arrival_counts else None
+    ca2 = 1.0 if measured is None else measured
+    features["arrival_scv"] = ca2
+
     # 2. latency calibration: observed vs predicted p95 at the ready replicas (before the latency scale), only
     # in steady conditions: no replica starting, enough requests, and inside the model's operating range
     latency_scale = state.latency_scale
     steady = settled and stable.arrival_rps * observation.window_s >= 20
     if observation.p95_latency_ms is not None and steady and stable.load_erlangs <= _CALIBRATION_MAX_UTILIZATION * ready * slots:
-        predicted_p95 = response_quantile_ms(stable.arrival_rps, stable.mean_ms, stable.scv, ready * slots, q)
+        predicted_p95 = response_quantile_ms(stable.arrival_rps, stable.mean_ms, stable.scv, ready * slots, q,
+                                             scv_arrival=ca2)
         if math.isfinite(predicted_p95):
             latency_scale = calibrator.update(latency_scale, observation.p95_latency_ms, predicted_p95)
             features["predicted_p95_at_ready_ms"] = predicted_p95
@@ -688,15 +744,35 @@ def _predictive_need(
     state = replace(state, service_scale=service_scale, latency_scale=latency_scale)
     features.update(service_scale=service_scale, latency_scale=latency_scale, stable_load_erlangs=stable.load_erlangs)
 
-    # 3. a burst in the short window overrides the stable window when it is beyond sampling noise
-    chosen, burst = stable, False
+    # 3. the rules: each sizes a load; the largest need wins and names the reason
+    effective_target = target / latency_scale
+    utilization = policy.target_utilization_percent / 100.0
+    limit = 2 * max(policy.max_replicas, current) + 1
+
+    def size(load: _Load) -> tuple[int, bool]:
+        """(replicas, SLO attainable) for one load; unattainable loads are sized for the utilization target."""
+        if not load.classes:
+            return 0, True
+        if not slo_attainable(load.mean_ms, load.scv, effective_target, q):
+            return max(1, math.ceil(load.load_erlangs / (slots * utilization) - 1e-9)), False
+        return replicas_for_slo(load.arrival_rps, load.mean_ms, load.scv, slots, effective_target, utilization, limit,
+                                scv_arrival=ca2, quantile=q), True
+
+    chosen, rule = stable, "stable"
+    need, attainable = size(stable)
     if observation.recent_workload is not None:
         recent = _estimate(observation.recent_workload, raw[1], policy, service_scale)
         noise = math.sqrt(recent.arrival_rps * recent.second_moment_s2 / observation.recent_window_s)
         features.update(recent_load_erlangs=recent.load_erlangs, recent_load_noise_erlangs=noise)
-        if recent.load_erlangs > stable.load_erlangs + _BURST_Z * noise:
-            chosen, burst = recent, True
-    features["burst"] = float(burst)
+        recent_need, recent_ok = size(recent)
+        # KPA's panic: the short window alone needs panic_threshold_ratio x the ready replicas
+        panic = recent_need > need and recent_need >= policy.panic_threshold_ratio * max(ready, 1)
+        # a burst beyond the compound-Poisson sampling noise of the short window
+        burst = recent.load_erlangs > stable.load_erlangs + _BURST_Z * noise and recent_need > need
+        if panic or burst:
+            chosen, rule, need, attainable = recent, "panic" if panic else "burst", recent_need, recent_ok
+    features["burst"] = float(rule == "burst")
+    features["panic"] = float(rule == "panic")
     if not chosen.classes:
         reason = Reason.SCALE_DOWN_IDLE if current > 0 else Reason.STEADY
         features.update(arrival_rps=0.0, offered_load_erlangs=0.0)
@@ -707,29 +783,55 @@ def _predictive_need(
         features[Modality(c.modality).value + "_service_ms"] = float(ms)
     arrival_rps, mean_ms, scv, load = chosen.arrival_rps, chosen.mean_ms, chosen.scv, chosen.load_erlangs
     features.update(arrival_rps=arrival_rps, mean_service_ms=mean_ms, service_scv=scv, offered_load_erlangs=load)
-    window = f"last {observation.recent_window_s:g} s (burst)" if burst else f"last {observation.window_s:g} s"
-    effective_target = target / latency_scale
-    utilization = policy.target_utilization_percent / 100.0
-
-    if not slo_attainable(mean_ms, scv, effective_target, q):
-        need = max(1, math.ceil(load / (slots * utilization) - 1e-9))
+    window = {"stable": f"last {observation.window_s:g} s", "burst": f"last {observation.recent_window_s:g} s (burst)",
+              "panic": f"last {observation.recent_window_s:g} s (panic: >= {policy.panic_threshold_ratio:g}x the "
+                       f"{ready} ready)"}[rule]
+    if not attainable:
         message = (
             f"Service time alone (mean {mean_ms:.0f} ms, SCV {scv:.2f}, latency scale {latency_scale:.2f}) misses "
             f"p95 {target:g} ms; sizing {arrival_rps:.2f} req/s ({window}) = {load:.2f} erlangs for "
             f"{utilization:.0%} utilization -> {need}"
         )
-        return need, Reason.SLO_UNATTAINABLE, message, features, state
+    else:
+        p95 = latency_scale * (response_quantile_ms(arrival_rps, mean_ms, scv, need * slots, q, scv_arrival=ca2)
+                               if need > 0 else mean_ms)
+        features["predicted_p95_ms"] = p95
+        message = (
+            f"{arrival_rps:.2f} req/s ({window}) x {mean_ms:.0f} ms = {load:.2f} erlangs (service SCV {scv:.2f}, "
+            f"arrival SCV {ca2:.2f}); {need} replicas x {slots} slots give predicted p95 {p95:.0f} ms <= {target:g} ms "
+            f"at <= {utilization:.0%} utilization"
+        )
+    now_need = need
 
-    limit = 2 * max(policy.max_replicas, current) + 1
-    need = replicas_for_slo(arrival_rps, mean_ms, scv, slots, effective_target, utilization, limit, quantile=q)
-    p95 = latency_scale * (response_quantile_ms(arrival_rps, mean_ms, scv, need * slots, q) if need > 0 else mean_ms)
-    features["predicted_p95_ms"] = p95
-    reason = Reason.SCALE_UP_FOR_SLO if need > current else Reason.SCALE_DOWN_IDLE if need < current else Reason.STEADY
-    message = (
-        f"{arrival_rps:.2f} req/s ({window}) x {mean_ms:.0f} ms = {load:.2f} erlangs (SCV {scv:.2f}); {need} "
-        f"replicas x {slots} slots give predicted p95 {p95:.0f} ms <= {target:g} ms at <= {utilization:.0%} utilization"
-    )
-    # 4. a backlog (queued requests) must also drain within backlog_drain_s, with every slot busy
+    # 4. forecast demand over the start-up horizon: start replicas before it arrives, and never scale down below it
+    if policy.forecaster is not None and observation.arrival_counts:
+        forecast = forecast_rate_rps(observation.arrival_counts, observation.count_bin_s, policy.forecast_horizon_s,
+                                     rule=policy.forecaster, window_s=policy.forecast_window_s,
+                                     quantile=policy.forecast_quantile)
+        if forecast is not None:
+            factor = forecast.rate_rps / arrival_rps
+            features.update(forecast_rps=forecast.rate_rps, forecast_factor=factor)
+            if factor > 1.0:
+                ahead = replace(chosen, arrival_rps=arrival_rps * factor, load_erlangs=load * factor)
+                forecast_need, forecast_ok = size(ahead)
+                features["forecast_need_replicas"] = float(forecast_need)
+                if forecast_need > need:
+                    need, rule = forecast_need, "forecast"
+                    message = (
+                        f"{message}; the {forecast.rule} forecast of {forecast.rate_rps:.2f} req/s over the next "
+                        f"{policy.forecast_horizon_s:g} s ({factor:.2f}x) needs {forecast_need}"
+                        + ("" if forecast_ok else " (SLO unattainable: sized for utilization)")
+                    )
+    if need > current:
+        reason = {"stable": Reason.SCALE_UP_FOR_SLO, "burst": Reason.SCALE_UP_FOR_BURST,
+                  "panic": Reason.SCALE_UP_FOR_PANIC, "forecast": Reason.SCALE_UP_FOR_FORECAST}[rule]
+    elif need < current:
+        reason = Reason.SCALE_DOWN_FOR_FORECAST if rule == "forecast" and now_need < need else Reason.SCALE_DOWN_IDLE
+    else:
+        reason = Reason.STEADY
+    if not attainable and rule != "forecast" and need > current:
+        reason = Reason.SLO_UNATTAINABLE
+    # 5. a backlog (queued requests) must also drain within backlog_drain_s, with every slot busy
     queued = observation.queued_requests or 0.0
     if queued > 0:
         backlog_erlang_s = queued * mean_ms / 1000.0

@@ -70,6 +70,10 @@ STABLE_WINDOW_S = 60.0
 """Length of the stable metrics window, s (the policy's ``Observation.window_s``)."""
 RECENT_WINDOW_S = 15.0
 """Length of the recent (burst) window, s; needs a scrape interval of at most ~7 s to hold two samples."""
+COUNT_BIN_S = 15.0
+"""Bin of the per-bin request counts (arrival SCV and demand forecast), s; needs a scrape interval <= ~7 s."""
+COUNT_SPAN_S = 600.0
+"""How far back the per-bin request counts reach, s (40 bins of 15 s)."""
 QUERY_TIMEOUT_S = 5.0
 """Timeout of one Prometheus HTTP query, s."""
 
@@ -96,7 +100,8 @@ def selector(namespace: str, name: str) -> str:
 
 
 def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
-                  recent_window_s: float = RECENT_WINDOW_S) -> dict[str, str]:
+                  recent_window_s: float = RECENT_WINDOW_S, count_bin_s: float = COUNT_BIN_S,
+                  count_span_s: float = COUNT_SPAN_S) -> dict[str, str]:
     """The instant queries of one observation (pure).
 
     Args:
@@ -107,7 +112,8 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
     Returns:
         ``{key: PromQL}``. Keys ``requests|images|pixels|tokens`` (stable window) and the same with a ``recent_``
         prefix are summed ``by (modality)``; ``nv_*`` keys are summed ``by (model)``; ``up`` and ``scraped``
-        (sample timestamp of ``up``) are per target.
+        (sample timestamp of ``up``) are per target; ``arrival_counts`` is a subquery (a range vector): the
+        requests of every ``count_bin_s`` bin over the last ``count_span_s``, summed over classes and targets.
     """
     s = selector(namespace, name)
     w, r = f"{int(round(window_s))}s", f"{int(round(recent_window_s))}s"
@@ -132,6 +138,8 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
     queries["nv_request_us"] = by_model("nv_inference_request_duration_us")
     queries["nv_pending"] = f"sum by (model) (nv_inference_pending_request_count{{{s}}})"
     queries["nv_p95_us"] = f'max by (model) (nv_inference_request_summary_us{{{s},quantile="0.95"}})'
+    b, span = f"{int(round(count_bin_s))}s", f"{int(round(count_span_s))}s"
+    queries["arrival_counts"] = f"sum(increase(modalscale_requests_total{{{s}}}[{b}]))[{span}:{b}]"
     queries["up"] = f"up{{{s}}}"
     queries["scraped"] = f"timestamp(up{{{s}}})"
     return queries
@@ -155,6 +163,8 @@ class MetricsReading:
         down_targets: ``instance`` of each target that is down.
         problem: ``(reason, message)`` when the reading is unusable or partial; None = complete.
         extra: Further numbers for status and metrics (mean latency ms, batch sizes ...).
+        arrival_counts: Requests per ``COUNT_BIN_S`` bin, oldest first (bins without a value are left out); None =
+            no answer or a non-finite count.
     """
 
     observed_at: dt.datetime | None
@@ -168,6 +178,7 @@ class MetricsReading:
     down_targets: tuple[str, ...] = ()
     problem: tuple[str, str] | None = None
     extra: Mapping[str, float] = field(default_factory=dict)
+    arrival_counts: tuple[float, ...] | None = None
 
     @property
     def partial(self) -> bool:
@@ -273,6 +284,26 @@ def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
     return tuple(out), None
 
 
+def _counts(answer: Sequence[Mapping[str, Any]] | None) -> tuple[float, ...] | None:
+    """The per-bin counts of the ``arrival_counts`` range vector (one series of ``[ts, "v"]`` values); None when
+    absent, malformed or any value is not finite."""
+    if not answer or len(answer) != 1:
+        return None
+    values = answer[0].get("values")
+    if not isinstance(values, Sequence) or not values:
+        return None
+    out = []
+    for point in values:
+        try:
+            v = float(point[1])
+        except (IndexError, TypeError, ValueError):
+            return None
+        if not math.isfinite(v):
+            return None
+        out.append(max(0.0, v))
+    return tuple(out)
+
+
 def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name: str) -> MetricsReading:
     """Turn the answers to :func:`build_queries` into a :class:`MetricsReading` (pure).
 
@@ -367,7 +398,7 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
     return MetricsReading(observed_at=observed_at, workload=workload, recent_workload=recent,
                           busy_erlangs=busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
                           targets_up=len(live), targets_total=total, down_targets=down, problem=problem,
-                          extra=extra)
+                          extra=extra, arrival_counts=_counts(answers.get("arrival_counts")))
 
 
 def build_observation(reading: MetricsReading, *, current_replicas: int, ready_replicas: int,
@@ -405,6 +436,8 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         queued_requests=reading.queued_requests,
         budget_max_replicas=budget_max_replicas,
         targets_up=reading.targets_up if reading.targets_total > 0 else None,
+        arrival_counts=reading.arrival_counts,
+        count_bin_s=COUNT_BIN_S,
     )
 
 

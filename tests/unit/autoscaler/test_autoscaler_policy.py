@@ -296,13 +296,22 @@ def test_latency_calibration_pauses_for_two_windows_after_a_change() -> None:
 
 
 def test_burst_in_recent_window_overrides_the_stable_window() -> None:
-    burst = make_obs(10.0, current=2, recent_workload=(text_class(40.0),), recent_window_s=15.0)
+    # 4 ready; the last 15 s carry 40 req/s against 10 in the minute: beyond noise, and 6 < 2 x 4 (no panic)
+    burst = make_obs(10.0, current=4, recent_workload=(text_class(40.0),), recent_window_s=15.0)
     d = recommend(burst, make_policy(max_step_replicas=10), ScalerState(), MODEL, NOW)
-    assert d.features["burst"] == 1.0
-    assert d.desired_replicas == 6  # 40 x 0.1 = 4 erlangs / 0.7
+    assert (d.features["burst"], d.features["panic"]) == (1.0, 0.0)
+    assert (d.desired_replicas, d.reason) == (6, Reason.SCALE_UP_FOR_BURST)  # 40 x 0.1 = 4 erlangs / 0.7
     noise = make_obs(10.0, current=2, recent_workload=(text_class(11.0),), recent_window_s=15.0)
     d = recommend(noise, make_policy(max_step_replicas=10), ScalerState(), MODEL, NOW)
     assert d.features["burst"] == 0.0 and d.desired_replicas == 2
+
+
+def test_panic_when_the_recent_window_needs_twice_the_ready_replicas() -> None:
+    # KPA's panic mode: 2 ready, the last 15 s need 6 (>= 2 x 2): sized at once, named ScaleUpForPanic
+    panic = make_obs(10.0, current=2, recent_workload=(text_class(40.0),), recent_window_s=15.0)
+    d = recommend(panic, make_policy(max_step_replicas=10), ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.reason, d.features["panic"]) == (6, Reason.SCALE_UP_FOR_PANIC, 1.0)
+    assert "panic" in d.message
 
 
 def test_queued_backlog_adds_capacity_to_drain_it() -> None:
@@ -500,3 +509,48 @@ def test_empty_state_seeds_the_history_with_the_current_count() -> None:
     # an empty state still scales UP at once (only the scale-down window is seeded)
     up = recommend(make_obs(50.0, current=2), policy, ScalerState(), MODEL, NOW)
     assert up.desired_replicas == 6
+
+
+# -------------------------------------------------------------------- burst-aware sizing and forecasts (issue 11)
+
+
+def test_bursty_arrivals_need_more_replicas_than_poisson_at_the_same_rate() -> None:
+    poisson = tuple(float(x) for x in np.random.default_rng(3).poisson(750, 40))  # 50 req/s in 15 s bins
+    bursty = tuple([700.0, 800.0] * 20)  # same mean; first differences of 100: SCV ~ 100^2 / 2 / 750 = 6.7
+    policy = make_policy(target_p95_latency_ms=400, max_step_replicas=50)
+    calm = recommend(make_obs(50.0, current=8, arrival_counts=poisson), policy, ScalerState(), MODEL, NOW)
+    rough = recommend(make_obs(50.0, current=8, arrival_counts=bursty), policy, ScalerState(), MODEL, NOW)
+    assert calm.features["arrival_scv"] == pytest.approx(1.0, abs=0.5)
+    assert rough.features["arrival_scv"] == pytest.approx(6.67, rel=0.01)
+    assert rough.desired_replicas > calm.desired_replicas
+    assert "arrival SCV 6.67" in rough.message
+    # without counts (or burst_aware off) the model is Poisson
+    blind = recommend(make_obs(50.0, current=8, arrival_counts=bursty), replace(policy, burst_aware=False),
+                      ScalerState(), MODEL, NOW)
+    plain = recommend(make_obs(50.0, current=8), policy, ScalerState(), MODEL, NOW)
+    assert blind.features["arrival_scv"] == plain.features["arrival_scv"] == 1.0
+    assert blind.desired_replicas == plain.desired_replicas <= calm.desired_replicas + 1
+    # a NaN count is missing data: the counts are dropped, not read as numbers
+    assert make_obs(50.0, arrival_counts=(1.0, float("nan"))).arrival_counts is None
+
+
+def test_forecast_starts_replicas_ahead_of_a_ramp() -> None:
+    ramp = tuple(float(x) for x in np.linspace(150, 750, 40))  # 10 -> 50 req/s over 10 min
+    policy = make_policy(max_step_replicas=50, forecast_horizon_s=300)
+    d = recommend(make_obs(50.0, current=8, arrival_counts=ramp), policy, ScalerState(), MODEL, NOW)
+    assert d.reason == Reason.SCALE_UP_FOR_FORECAST and d.desired_replicas >= 10
+    assert d.features["forecast_rps"] > 60 and "forecast" in d.message
+    off = recommend(make_obs(50.0, current=8, arrival_counts=ramp), replace(policy, forecaster=None), ScalerState(),
+                    MODEL, NOW)
+    assert (off.desired_replicas, off.reason) == (8, Reason.STEADY)
+
+
+def test_scale_down_goes_only_as_far_as_the_forecast_demand() -> None:
+    # 50 req/s for 7.5 min, then 30 for 75 s, then 10 now; the peak forecaster's last 150 s hold 30 req/s bins
+    counts = tuple([750.0] * 30 + [450.0] * 5 + [150.0] * 5)
+    policy = make_policy(max_step_replicas=50, scale_down_stabilization_s=0, forecast_window_s=150)
+    d = recommend(make_obs(10.0, current=8, arrival_counts=counts), policy, ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.reason) == (5, Reason.SCALE_DOWN_FOR_FORECAST)  # 3 erlangs / 0.7; now needs 2
+    later = tuple([750.0] * 20 + [450.0] * 5 + [150.0] * 15)  # the 30 req/s bins left the look-back
+    d = recommend(make_obs(10.0, current=5, arrival_counts=later), policy, ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.reason) == (2, Reason.SCALE_DOWN_IDLE)

@@ -401,7 +401,7 @@ def test_demand_comes_only_from_inference_counters() -> None:
     queries = build_queries("ml", "vc")
     counted = set()
     for q in queries.values():
-        counted |= set(re.findall(r"rate\(([a-z_]+)\{", q))
+        counted |= set(re.findall(r"(?:rate|increase)\(([a-z_]+)\{", q))
     allowed = {"modalscale_requests_total", "modalscale_request_images_sum", "modalscale_request_image_pixels_sum",
                "modalscale_request_text_tokens_sum", "nv_inference_count", "nv_inference_exec_count",
                "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
@@ -499,3 +499,19 @@ def test_a_nan_quantile_of_an_idle_model_leaves_the_routers_p95_readable() -> No
     answers = copy.deepcopy(RECORDED_LABELLED)
     answers["nv_p95_us"][1]["value"][1] = "NaN"  # multimodal_image: Triton's summary is NaN with no observation
     assert parse_answers(answers, "multimodal").p95_latency_ms == pytest.approx(417.878)
+
+
+def test_arrival_counts_are_a_15s_subquery_over_10_minutes_and_reach_the_observation() -> None:
+    q = build_queries("ml", "vc")["arrival_counts"]
+    assert q == 'sum(increase(modalscale_requests_total{namespace="ml",inferenceservice="vc"}[15s]))[600s:15s]'
+    answers = copy.deepcopy(RECORDED_LABELLED)
+    answers["arrival_counts"] = [{"metric": {}, "values": [[T_LABELLED - 15 * (3 - i), v]
+                                                           for i, v in enumerate(["40", "44.5", "0", "39"])]}]
+    reading = parse_answers(answers, "multimodal")
+    assert reading.arrival_counts == (40.0, 44.5, 0.0, 39.0)
+    obs = build_observation(reading, current_replicas=1, ready_replicas=1, slots_per_replica=1,
+                            budget_max_replicas=None, now=reading.observed_at + dt.timedelta(seconds=1))
+    assert obs.arrival_counts == (40.0, 44.5, 0.0, 39.0) and obs.count_bin_s == 15.0
+    answers["arrival_counts"][0]["values"][1][1] = "NaN"
+    assert parse_answers(answers, "multimodal").arrival_counts is None  # missing, not a number
+    assert parse_answers(RECORDED_LABELLED, "multimodal").arrival_counts is None  # no answer

@@ -1,0 +1,82 @@
+"""Arrival SCV from per-bin counts, and the demand forecasters, on processes whose answers are known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps, holt
+
+
+def bin_counts(arrival_s: np.ndarray, bin_s: float, duration_s: float) -> np.ndarray:
+    return np.histogram(arrival_s, bins=np.arange(0.0, duration_s + 1e-9, bin_s))[0].astype(float)
+
+
+def renewal(rate_rps: float, scv: float, duration_s: float, seed: int) -> np.ndarray:
+    """Gamma renewal arrivals with inter-arrival SCV ``scv`` (1 = Poisson)."""
+    rng = np.random.default_rng(seed)
+    shape = 1.0 / scv
+    gaps = rng.gamma(shape, 1.0 / (shape * rate_rps), size=int(rate_rps * duration_s * 2))
+    t = np.cumsum(gaps)
+    return t[t < duration_s]
+
+
+@pytest.mark.parametrize("scv", [1.0, 4.0, 9.0])
+def test_scv_of_renewal_arrivals_is_recovered_from_15s_counts(scv: float) -> None:
+    # 10 min of 15 s bins at 10 req/s: the estimator's relative error is ~30 % (module docstring); averaged over
+    # 30 independent windows it must sit within 15 % of the true SCV
+    estimates = [arrival_scv(bin_counts(renewal(10.0, scv, 600.0, seed), 15.0, 600.0)) for seed in range(30)]
+    assert all(e is not None for e in estimates)
+    assert float(np.mean(estimates)) == pytest.approx(scv, rel=0.15)
+
+
+def test_a_linear_ramp_is_not_burstiness() -> None:
+    # Poisson arrivals whose rate ramps from 2 to 20 req/s over 10 min: the plain variance of the counts would read
+    # SCV ~6; the first differences remove the trend
+    rng = np.random.default_rng(4)
+    rates = np.linspace(2.0, 20.0, 40)
+    counts = rng.poisson(rates * 15.0).astype(float)
+    naive = counts.var() / counts.mean()
+    assert naive > 4
+    assert arrival_scv(counts) == pytest.approx(1.0, abs=0.45)
+
+
+def test_on_off_bursts_read_far_above_poisson() -> None:
+    # bursts of 60 requests inside single seconds, idle in between (the issue's bursty trace shape)
+    rng = np.random.default_rng(1)
+    starts = np.sort(rng.uniform(0, 600, size=20))
+    arrivals = np.sort(np.concatenate([s + rng.uniform(0, 1, size=60) for s in starts]))
+    scv = arrival_scv(bin_counts(arrivals, 15.0, 600.0))
+    assert scv is not None and scv > 20
+
+
+def test_too_few_requests_or_bins_give_no_estimate_and_bad_counts_are_rejected() -> None:
+    assert arrival_scv([1.0, 0.0, 2.0, 1.0, 0.0]) is None  # 4 requests
+    assert arrival_scv([100.0, 120.0, 90.0]) is None  # 3 bins
+    assert arrival_scv([100.0] * 10) == 0.25  # perfectly regular: clipped at the floor
+    with pytest.raises(ValueError, match="finite"):
+        arrival_scv([10.0, float("nan"), 10.0, 10.0])
+
+
+def test_holt_follows_a_linear_trend() -> None:
+    level, trend, rms = holt(np.arange(20, dtype=float) * 2.0 + 5.0)
+    assert level == pytest.approx(43.0, abs=0.5) and trend == pytest.approx(2.0, abs=0.2) and rms < 2.0
+
+
+def test_forecasts_rise_ahead_of_a_ramp_and_peak_remembers_recent_bursts() -> None:
+    ramp = np.arange(40, dtype=float) * 3.0  # counts per 15 s bin, rising 0.2 req/s per bin
+    naive = forecast_rate_rps(ramp, 15.0, 60.0, rule="naive")
+    peak = forecast_rate_rps(ramp, 15.0, 60.0, rule="peak")
+    trend = forecast_rate_rps(ramp, 15.0, 60.0, rule="holt")
+    assert naive is not None and peak is not None and trend is not None
+    assert naive.rate_rps == pytest.approx(117 / 15.0)
+    assert trend.rate_rps > naive.rate_rps  # four bins ahead on the trend
+    assert peak.rate_rps > naive.rate_rps
+    burst_then_quiet = np.array([30.0] * 30 + [300.0] + [30.0] * 9)
+    remembered = forecast_rate_rps(burst_then_quiet, 15.0, 60.0, rule="peak", quantile=1.0)
+    assert remembered is not None and remembered.rate_rps == pytest.approx(20.0)  # the burst bin, 300 / 15
+    assert remembered.current_rps == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="unknown forecaster"):
+        forecast_rate_rps(ramp, 15.0, 60.0, rule="prophet")
+    assert forecast_rate_rps([5.0], 15.0, 60.0) is None
+    assert set(FORECASTERS) == {"naive", "holt", "peak"}
