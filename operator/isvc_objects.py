@@ -122,11 +122,16 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
         "requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory},
         "limits": {"memory": spec.resources.memory},
     }
-    node_selector: dict[str, str] = {}
+    node_selector: dict[str, str] = dict(spec.placement.node_selector)
+    tolerations: list[dict[str, Any]] = [dict(t) for t in spec.placement.tolerations]
     if spec.resources.gpu_count > 0:
         resources["requests"][GPU_RESOURCE] = str(spec.resources.gpu_count)
         resources["limits"][GPU_RESOURCE] = str(spec.resources.gpu_count)
         node_selector["nvidia.com/gpu.product"] = str(spec.resources.gpu_type)
+        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    else:
+        # A CPU replica gets exactly its request (CFS quota): each replica adds a fixed slice of compute.
+        resources["limits"]["cpu"] = spec.resources.cpu
     args = [
         f"--model-repository={repo_arg}", f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}",
         f"--metrics-port={METRICS_PORT}", "--allow-metrics=true", "--strict-readiness=true",
@@ -168,7 +173,8 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
     }
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
-        pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
     template = {"metadata": {"labels": labels}, "spec": pod_spec}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",

@@ -5,7 +5,7 @@ The CRD schema rejects what it can; this module reports the rest with an error n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -58,6 +58,17 @@ class ResourceSpec:
 
 
 @dataclass(frozen=True)
+class PlacementSpec:
+    """``spec.placement``: merged into the pods' spec (a GPU service adds its GPU product selector)."""
+
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+
+
+TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+
+
+@dataclass(frozen=True)
 class IsvcSpec:
     """An InferenceService as the planner sees it."""
 
@@ -76,6 +87,8 @@ class IsvcSpec:
     priority: int
     raw_spec: dict[str, Any]
     """The whole ``spec`` as read (apiserver defaults applied), for ``modalscale.runtime``."""
+    placement: PlacementSpec = field(default_factory=PlacementSpec)
+    """Node selector and tolerations of the pods (``spec.placement``)."""
 
 
 def _get(d: dict[str, Any], key: str, default: Any) -> Any:
@@ -180,6 +193,7 @@ def parse_isvc(body: dict[str, Any]) -> IsvcSpec:
         raise InvalidSpec("spec.scaling.replicas", "required when spec.scaling.mode is Fixed")
 
     return IsvcSpec(
+        placement=_placement(spec.get("placement") or {}),
         namespace=meta.get("namespace", "default"),
         name=meta["name"],
         uid=meta.get("uid", ""),
@@ -194,3 +208,19 @@ def parse_isvc(body: dict[str, Any]) -> IsvcSpec:
         priority=_int(spec, "priority", 100, "spec", 0, 1000),
         raw_spec=spec,
     )
+
+
+def _placement(placement: dict[str, Any]) -> PlacementSpec:
+    """Typed ``spec.placement``; raises InvalidSpec naming the field when the schema could not check it."""
+    selector = placement.get("nodeSelector") or {}
+    if not isinstance(selector, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in selector.items()):
+        raise InvalidSpec("spec.placement.nodeSelector", "must map label names to string values")
+    tolerations = placement.get("tolerations") or []
+    out = []
+    for i, tol in enumerate(tolerations if isinstance(tolerations, list) else [None]):
+        if not isinstance(tol, dict) or set(tol) - set(TOLERATION_KEYS):
+            raise InvalidSpec(f"spec.placement.tolerations[{i}]",
+                              f"must be a toleration with only {', '.join(TOLERATION_KEYS)}")
+        out.append(dict(tol))
+    return PlacementSpec(node_selector=dict(selector), tolerations=tuple(out))
