@@ -274,3 +274,47 @@ def test_cluster_down_leaves_no_container_mount_netns_veth_bridge_chain_or_proce
         # The session cluster gets its real node back for the tests after this one.
         real.up(nodes=2, real_node=True)
     assert real.has_real_node
+
+
+def test_a_crashed_node_is_cleaned_up_by_the_next_cluster_that_takes_the_machine(
+        real: LocalCluster, tmp_path: Path) -> None:
+    """Cluster A's containerd, kubelet and kube-proxy are SIGKILLed with a pod running (its shim, netns, veth and
+    mounts stay); cluster B then takes the machine's real node, runs a pod, and after both ``down`` nothing of
+    either is left."""
+    import signal
+
+    real.stop_real_node()
+    a = LocalCluster(tmp_path / "a", log=lambda m: print(m, flush=True))
+    b = LocalCluster(tmp_path / "b", log=lambda m: print(m, flush=True))
+    try:
+        try:
+            a.up(nodes=0, real_node=True)
+            core_a = client.CoreV1Api(a.api_client())
+            core_a.create_namespace({"metadata": {"name": NS}})
+            core_a.create_namespaced_pod(NS, _pod("crashed", BUSYBOX_IMAGE, ["sleep", "3600"]))
+            wait_for(lambda: _running(core_a, "crashed"), 120, "pod crashed Running on A")
+            for pid in a.real_node_status()["processes"].values():
+                os.kill(int(pid), signal.SIGKILL)
+            wait_for(lambda: not RealNode(a.workdir).any_running(), 30, "A's node processes gone")
+            def shims() -> list[str]:
+                return [p for p in _left_behind(a.workdir)["processes"] if "containerd-shim" in p]
+
+            assert shims(), "the crashed node's shim keeps running"
+
+            b.up(nodes=0, real_node=True)
+            assert b.has_real_node, b.real_node_status()
+            assert shims() == []  # B removed A's shim
+            core_b = client.CoreV1Api(b.api_client())
+            core_b.create_namespace({"metadata": {"name": NS}})
+            core_b.create_namespaced_pod(NS, _pod("after", BUSYBOX_IMAGE, ["sleep", "3600"]))
+            wait_for(lambda: _running(core_b, "after"), 120, "pod after Running on B")
+        finally:
+            b.down()
+            a.down()
+        clean = {"processes": [], "mounts": [], "netns": [], "chains": [], "veths": [], "bridge": False,
+                 "socket": False}
+        assert _left_behind(a.workdir) == clean
+        assert _left_behind(b.workdir) == clean
+    finally:
+        real.up(nodes=2, real_node=True)
+    assert real.has_real_node
