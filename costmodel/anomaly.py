@@ -1,0 +1,216 @@
+"""Spend-anomaly detection per service: a burn rate far above that service's own seasonal baseline.
+
+Why a module: a budget threshold catches a runaway service only when the whole budget crosses it; Kubecost-style
+anomaly alerts catch it when the service leaves its own normal range. Pure: the caller passes the history.
+
+Method (a robust z-score over a seasonal baseline, Iglewicz and Hoaglin's modified z-score):
+
+* **Baseline** of a sample at time ``t``: the service's samples at the same phase of earlier seasons
+  (``|t - k x season_s - s| <= slot_s / 2`` for ``k = 1 .. seasons``), when there are at least
+  ``min_baseline_samples`` of them; else the samples of the last ``recent_s`` seconds before ``t`` (a service
+  without a season of history yet), when there are at least ``min_recent_samples``. Else: no decision.
+* **Score**: ``z = (x - median) / scale`` with ``scale = max(1.4826 x MAD, floor_ratio x median,
+  min_excess_usd_per_hour / z_threshold)`` (1.4826 x MAD estimates the standard deviation of normal data; the
+  floors keep a flat baseline, whose MAD is 0, from turning every small step into an infinite score).
+* **Anomaly** starts when ``z >= z_threshold`` and ``x - median >= min_excess_usd_per_hour``; it lasts until
+  ``z < clear_z`` for ``clear_after_s`` seconds in a row (hysteresis: a noisy series does not flap), and is
+  alerted **once**, when it starts.
+* **Driver**: the sample's replicas and price per replica-hour against the baseline's medians: the larger
+  relative rise names it (``replicas 3 -> 9`` or ``price 0.75 -> 3.13 USD/replica-hour``).
+
+Units: burn rates in USD/h, times timezone-aware UTC, durations in seconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+MAD_TO_SIGMA = 1.4826
+"""Consistency constant: 1.4826 x MAD estimates sigma for normal data (1 / Phi^-1(3/4))."""
+
+
+@dataclass(frozen=True)
+class BurnSample:
+    """One observation of one service: burn rate and what made it (``usd_per_hour = replicas x price``)."""
+
+    time: datetime
+    usd_per_hour: float
+    replicas: int
+    usd_per_replica_hour: float
+
+
+@dataclass(frozen=True)
+class AnomalyConfig:
+    """Detector settings (units in names)."""
+
+    season_s: float = 86_400.0
+    """Seasonal period (a day)."""
+    slot_s: float = 3_600.0
+    """Width of the same-phase slot taken from each earlier season."""
+    seasons: int = 7
+    """How many earlier seasons form the baseline."""
+    recent_s: float = 3_600.0
+    """Fallback baseline window before the sample, while there is not a season of history yet."""
+    min_baseline_samples: int = 10
+    """Fewer same-phase samples than this: the recent baseline is used."""
+    min_recent_samples: int = 30
+    """Fewer recent samples than this: no decision (a short, noisy window is no baseline)."""
+    z_threshold: float = 6.0
+    """Modified z-score that starts an anomaly."""
+    clear_z: float = 3.0
+    """An anomaly ends when the score stays below this ..."""
+    clear_after_s: float = 1_800.0
+    """... for this many seconds."""
+    floor_ratio: float = 0.25
+    """Least scale as a fraction of the baseline median (a flat baseline)."""
+    min_excess_usd_per_hour: float = 1.0
+    """Least rise over the baseline median that can alert, USD/h (tiny services stay quiet)."""
+
+
+@dataclass(frozen=True)
+class Score:
+    """The decision inputs for one sample."""
+
+    z: float
+    median_usd_per_hour: float
+    scale_usd_per_hour: float
+    baseline: str
+    """``seasonal`` or ``recent``."""
+    baseline_samples: int
+    median_replicas: float
+    median_usd_per_replica_hour: float
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """An anomaly that started at ``sample`` for service ``namespace/name``."""
+
+    namespace: str
+    name: str
+    sample: BurnSample
+    score: Score
+    driver: str
+    """``replicas`` or ``price``."""
+
+    def describe(self) -> str:
+        """Human text naming the service and the driver."""
+        s, b = self.sample, self.score
+        if self.driver == "replicas":
+            why = f"replicas {b.median_replicas:g} -> {s.replicas}"
+        else:
+            why = f"price {b.median_usd_per_replica_hour:.4g} -> {s.usd_per_replica_hour:.4g} USD/replica-hour"
+        return (f"{self.namespace}/{self.name} burns {s.usd_per_hour:.2f} USD/h against a {b.baseline} baseline of "
+                f"{b.median_usd_per_hour:.2f} USD/h (robust z {b.z:.1f}); driver: {why}")
+
+
+@dataclass(frozen=True)
+class AnomalyState:
+    """Services in an anomaly now, with when it started (persist between evaluations).
+
+    Attributes:
+        active: (namespace, name) -> when its anomaly started.
+        calm_since: (namespace, name) -> since when an active anomaly's score has stayed below ``clear_z``.
+    """
+
+    active: Mapping[tuple[str, str], datetime] = field(default_factory=dict)
+    calm_since: Mapping[tuple[str, str], datetime] = field(default_factory=dict)
+
+
+def _baseline(history: Sequence[BurnSample], t: datetime, cfg: AnomalyConfig) -> tuple[list[BurnSample], str]:
+    """``history`` is oldest first: each window is found by bisection."""
+    times = [s.time for s in history]
+    seasonal: list[BurnSample] = []
+    half = timedelta(seconds=cfg.slot_s / 2)
+    for k in range(1, cfg.seasons + 1):
+        centre = t - timedelta(seconds=k * cfg.season_s)
+        seasonal += history[bisect.bisect_left(times, centre - half):bisect.bisect_right(times, centre + half)]
+    if len(seasonal) >= cfg.min_baseline_samples:
+        return seasonal, "seasonal"
+    lo = bisect.bisect_right(times, t - timedelta(seconds=cfg.recent_s))
+    recent = list(history[lo:bisect.bisect_left(times, t)])
+    return (recent, "recent") if len(recent) >= cfg.min_recent_samples else ([], "none")
+
+
+def score(history: Sequence[BurnSample], sample: BurnSample, cfg: AnomalyConfig = AnomalyConfig()) -> Score | None:
+    """Robust z-score of ``sample`` against its baseline in ``history`` (samples before it); None = too little.
+
+    Raises:
+        ValueError: A naive timestamp.
+    """
+    if sample.time.tzinfo is None:
+        raise ValueError("sample.time must be timezone-aware (UTC)")
+    base, kind = _baseline(history, sample.time, cfg)
+    if not base:
+        return None
+    values = [b.usd_per_hour for b in base]
+    median = statistics.median(values)
+    mad = statistics.median(abs(v - median) for v in values)
+    scale = max(MAD_TO_SIGMA * mad, cfg.floor_ratio * abs(median), cfg.min_excess_usd_per_hour / cfg.z_threshold,
+                1e-12)
+    return Score((sample.usd_per_hour - median) / scale, median, scale, kind, len(base),
+                 statistics.median(b.replicas for b in base), statistics.median(b.usd_per_replica_hour for b in base))
+
+
+def _driver(sample: BurnSample, s: Score) -> str:
+    rep = sample.replicas / s.median_replicas if s.median_replicas > 0 else float("inf") if sample.replicas else 1.0
+    price = (sample.usd_per_replica_hour / s.median_usd_per_replica_hour
+             if s.median_usd_per_replica_hour > 0 else 1.0)
+    return "replicas" if rep >= price else "price"
+
+
+def detect(history: Mapping[tuple[str, str], Sequence[BurnSample]], state: AnomalyState,
+           cfg: AnomalyConfig = AnomalyConfig()) -> tuple[list[Anomaly], AnomalyState]:
+    """Decide, for the newest sample of each service, whether an anomaly starts, lasts or ends.
+
+    Args:
+        history: (namespace, name) -> that service's samples, oldest first; the last one is "now".
+        state: From the previous call (``AnomalyState()`` the first time).
+    Returns:
+        (anomalies that started now: alert each once, the new state). A service with too little history keeps
+        its state.
+    """
+    started: list[Anomaly] = []
+    active, calm = dict(state.active), dict(state.calm_since)
+    for key, samples in sorted(history.items()):
+        if not samples:
+            continue
+        now = samples[-1]
+        sc = score(samples[:-1], now, cfg)
+        if sc is None:
+            continue
+        excess = now.usd_per_hour - sc.median_usd_per_hour
+        if key in active:
+            if sc.z >= cfg.clear_z:
+                calm.pop(key, None)
+            elif (now.time - calm.setdefault(key, now.time)).total_seconds() >= cfg.clear_after_s:
+                del active[key], calm[key]
+        elif sc.z >= cfg.z_threshold and excess >= cfg.min_excess_usd_per_hour:
+            active[key] = now.time
+            started.append(Anomaly(key[0], key[1], now, sc, _driver(now, sc)))
+    for key in list(active):
+        if not history.get(key):
+            active.pop(key, None)
+            calm.pop(key, None)
+    return started, AnomalyState(active, calm)
+
+
+def replay(samples: Sequence[BurnSample], cfg: AnomalyConfig = AnomalyConfig(),
+           key: tuple[str, str] = ("", "svc")) -> list[Anomaly]:
+    """Run :func:`detect` over one service's whole series, sample by sample (for tests and benchmarks)."""
+    state = AnomalyState()
+    out: list[Anomaly] = []
+    times = [s.time for s in samples]
+    horizon = timedelta(seconds=cfg.seasons * cfg.season_s + cfg.slot_s)
+    for i in range(len(samples)):
+        lo = bisect.bisect_left(times, times[i] - horizon)
+        found, state = detect({key: samples[lo: i + 1]}, state, cfg)
+        out += found
+    return out
+
+
+__all__ = ["Anomaly", "AnomalyConfig", "AnomalyState", "BurnSample", "MAD_TO_SIGMA", "Score", "detect", "replay",
+           "score"]

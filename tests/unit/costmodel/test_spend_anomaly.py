@@ -1,0 +1,110 @@
+"""Spend-anomaly detector: injected spikes are found once with their driver; quiet series stay quiet."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from modalscale.costmodel.anomaly import AnomalyConfig, AnomalyState, BurnSample, detect, replay, score
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+PRICE = 0.754276239  # one L4 replica (4 CPU, 16Gi), USD/h
+STEP_S = 300
+
+
+def daily_series(days: int, seed: int = 0, spike: tuple[float, float, float] | None = None,
+                 price_change_at_h: float | None = None) -> list[BurnSample]:
+    """5-minute samples of a service whose replicas follow a daily cycle (2 at night, 6 at 14:00) with +/-1 noise.
+
+    spike: (start hour since T0, hours, replica factor); price_change_at_h: from then on the price is 4x.
+    """
+    rng = random.Random(seed)
+    out = []
+    for i in range(int(days * 86_400 / STEP_S)):
+        t = T0 + timedelta(seconds=i * STEP_S)
+        hour = i * STEP_S / 3600
+        replicas = max(1, round(4 - 2 * math.cos(2 * math.pi * (hour - 2) / 24) + rng.choice((-1, 0, 0, 1))))
+        if spike and spike[0] <= hour < spike[0] + spike[1]:
+            replicas = round(replicas * spike[2])
+        price = PRICE * (4 if price_change_at_h is not None and hour >= price_change_at_h else 1)
+        out.append(BurnSample(t, replicas * price, replicas, price))
+    return out
+
+
+def test_a_quiet_week_raises_no_alarm() -> None:
+    # 8 days, 2304 samples at 5 min: the first day decides nothing (12 samples an hour are too few for the
+    # recent baseline), then the seasonal baseline has 13 same-phase samples a day.
+    assert replay(daily_series(8, seed=1)) == []
+
+
+@pytest.mark.parametrize("seed", [2, 3, 4])
+def test_an_injected_replica_spike_is_found_at_once_once_and_blamed_on_replicas(seed: int) -> None:
+    spike_h = 7 * 24 + 14  # day 8, 14:00, the daily peak: 3 x the replicas for 40 min
+    series = daily_series(8, seed=seed, spike=(spike_h, 40 / 60, 3.0))
+    (found,) = replay(series)
+    delay_s = (found.sample.time - (T0 + timedelta(hours=spike_h))).total_seconds()
+    assert delay_s == 0  # the first spiked sample
+    assert found.driver == "replicas" and found.score.baseline == "seasonal"
+    assert found.name == "svc" and "driver: replicas" in found.describe()
+
+
+def test_a_price_change_is_blamed_on_the_price() -> None:
+    series = daily_series(8, seed=5, price_change_at_h=7 * 24 + 3)  # day 8, 03:00: the GPU got 4x dearer
+    (found,) = replay(series)  # one alert for the whole shifted day: it stays an anomaly, no flapping
+    assert found.driver == "price" and "price 0.7543 -> 3.017 USD/replica-hour" in found.describe()
+    assert 0 <= (found.sample.time - (T0 + timedelta(hours=7 * 24 + 3))).total_seconds() <= 15 * 60
+
+
+def test_a_new_service_uses_its_recent_hour_and_an_anomaly_alerts_once_until_it_clears() -> None:
+    flat = [BurnSample(T0 + timedelta(minutes=i), 2 * PRICE, 2, PRICE) for i in range(60)]
+    high = [BurnSample(T0 + timedelta(minutes=60 + i), 8 * PRICE, 8, PRICE) for i in range(5)]
+    state, alerts = AnomalyState(), []
+    for i in range(len(flat) + len(high)):
+        found, state = detect({("ml", "vc"): (flat + high)[: i + 1]}, state)
+        alerts += found
+    (a,) = alerts
+    assert a.score.baseline == "recent" and a.driver == "replicas" and ("ml", "vc") in state.active
+    # Back to normal: cleared after 30 min calm (one more score below clear_z at +31 min), then a new spike alerts.
+    series = flat + high
+    for minutes in (65, 80, 96):
+        series = series + [BurnSample(T0 + timedelta(minutes=minutes), 2 * PRICE, 2, PRICE)]
+        found, state = detect({("ml", "vc"): series}, state)
+        assert found == []
+    assert state.active == {}
+
+
+def test_too_little_history_decides_nothing_and_small_services_stay_quiet() -> None:
+    few = [BurnSample(T0 + timedelta(minutes=i), 1.0, 1, 1.0) for i in range(29)]
+    assert score(few[:-1], few[-1]) is None
+    tiny = [BurnSample(T0 + timedelta(minutes=i), 0.05, 1, 0.05) for i in range(40)]
+    tiny.append(BurnSample(T0 + timedelta(minutes=40), 0.5, 10, 0.05))  # 10x, but only +0.45 USD/h
+    assert replay(tiny) == []
+    with pytest.raises(ValueError, match="timezone-aware"):
+        score(few, BurnSample(datetime(2026, 1, 1), 1.0, 1, 1.0))
+
+
+def _simulated(hours: int, seed: int) -> list[BurnSample]:
+    from modalscale.autoscaler.simulate import SimulationConfig, run_simulation
+    from modalscale.autoscaler.traces import TraceSpec, generate_trace
+
+    trace = generate_trace(TraceSpec(duration_s=hours * 3600, mean_rate_rps=1, rate_period_s=3600, random_state=seed))
+    run = run_simulation(trace, SimulationConfig(policies=("predictive",), random_state=seed))["predictive"]
+    return [BurnSample(T0 + timedelta(seconds=t), r * PRICE, r, PRICE)
+            for t, r in zip(run["decision_times_s"], run["ready_replicas"])]
+
+
+def test_on_a_simulated_replica_timeline_quiet_stays_quiet_and_an_injected_spike_is_found() -> None:
+    # The predictive autoscaler's ready replicas every 15 s over a 3 h trace whose rate cycles hourly: the
+    # season is the hour.
+    cfg = AnomalyConfig(season_s=3600, slot_s=600, seasons=2, recent_s=900)
+    quiet = _simulated(3, seed=7)
+    assert replay(quiet, cfg) == []
+    start = len(quiet) * 3 // 4
+    spiked = [BurnSample(s.time, s.usd_per_hour * 4, s.replicas * 4, s.usd_per_replica_hour)
+              if start <= i < start + 20 else s for i, s in enumerate(quiet)]
+    (found,) = replay(spiked, cfg)
+    assert found.driver == "replicas"
+    assert 0 <= (found.sample.time - quiet[start].time).total_seconds() <= 60  # within 4 samples of 15 s
