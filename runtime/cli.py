@@ -9,6 +9,7 @@ SIGINT, which it forwards so that Triton drains in-flight requests before exitin
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import sys
 import tempfile
@@ -18,8 +19,9 @@ from typing import Any
 
 import yaml
 
-from modalscale.runtime.repo_config import (InvalidRuntimeSpec, Precision, RuntimeConfig, build_repository,
-                                            config_summary, from_configmap_data, server_arguments)
+from modalscale.runtime.repo_config import (PRESETS, InvalidRuntimeSpec, Precision, RuntimeConfig,
+                                            build_repository, config_summary, from_configmap_data, preset_flags,
+                                            server_arguments)
 
 #: CLI flag destination -> RuntimeConfig field, for flags that override the config.
 _OVERRIDES = {
@@ -42,7 +44,9 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("runtime", help="Serve the built-in multimodal model on tritonserver")
     sub = parser.add_subparsers(dest="runtime_command", metavar="SUBCOMMAND", required=True)
 
-    serve = sub.add_parser("serve", help="Generate the model repository and run tritonserver in the foreground")
+    serve = sub.add_parser("serve", help="Generate the model repository and run tritonserver in the foreground",
+                           description="Generate the model repository and run tritonserver in the foreground.",
+                           epilog=_presets_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_config_flags(serve)
     serve.add_argument("--host", default="127.0.0.1", help="Address to bind (0.0.0.0 inside a pod)")
     serve.add_argument("--http-port", type=int, default=8000)
@@ -56,17 +60,32 @@ def add_parser(subparsers: Any) -> None:
     serve.add_argument("--exit-timeout-s", type=int, default=30,
                        help="Seconds Triton drains in-flight requests after SIGTERM")
     serve.add_argument("--ready-timeout-s", type=float, default=300.0)
+    serve.add_argument("--log-file", type=Path, default=None,
+                       help="Write tritonserver's output to this file (default: this command's stdout/stderr)")
     serve.set_defaults(func=run_serve)
 
-    render = sub.add_parser("render", help="Write the generated model repository to a directory")
+    render = sub.add_parser("render", help="Write the generated model repository to a directory",
+                            epilog=_presets_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_config_flags(render)
     render.add_argument("--out", type=Path, required=True)
     render.set_defaults(func=run_render)
 
 
+def _presets_epilog() -> str:
+    lines = ["presets (--preset NAME is the same as these flags; explicit flags override the preset):"]
+    for name in PRESETS:
+        lines.append(f"  {name:<8} {' '.join(preset_flags(name))}")
+    return "\n".join(lines)
+
+
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from-isvc", type=Path, default=None, metavar="FILE.yaml",
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--from-isvc", type=Path, default=None, metavar="FILE.yaml",
                         help="Read spec.model / spec.runtime / spec.resources.gpu of an InferenceService manifest")
+    source.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="Start from a named configuration (listed below): naive = FP32, no batching, no "
+                             "modality queues, no caches; default = an InferenceService without runtime fields; "
+                             "fastest = the configuration behind the headline figure in runtime/README.md")
     parser.add_argument("--model-name", default=None)
     parser.add_argument("--instance-count", type=int, default=None)
     parser.add_argument("--intra-op-threads", type=int, default=None)
@@ -88,12 +107,12 @@ def _int_tuple(text: str) -> tuple[int, ...]:
 
 
 def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
-    """Build the config: the InferenceService file (if any), then explicit flags on top.
+    """Build the config: the InferenceService file or the preset (if any), then explicit flags on top.
 
     Raises:
         InvalidRuntimeSpec: The file or a flag is invalid (message names the field).
     """
-    cfg = RuntimeConfig()
+    cfg = PRESETS[args.preset] if getattr(args, "preset", None) else RuntimeConfig()
     if args.from_isvc is not None:
         manifest = yaml.safe_load(args.from_isvc.read_text(encoding="utf-8")) or {}
         if not isinstance(manifest, dict) or manifest.get("kind", "InferenceService") != "InferenceService":
@@ -121,14 +140,25 @@ def run_render(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Run tritonserver in the foreground until it exits or SIGTERM/SIGINT arrives; returns its exit code."""
-    from modalscale.runtime.server import TritonProcess, TritonStartError, write_repository
+    from modalscale.runtime.server import TEMP_REPOSITORY_PREFIX, temp_name_prefix
 
     try:
         cfg = config_from_args(args)
     except InvalidRuntimeSpec as exc:
         print(f"Invalid runtime config: {exc}", file=sys.stderr)
         return 2
-    repository = args.model_repository or Path(tempfile.mkdtemp(prefix="modalscale-repo-"))
+    if args.model_repository is not None:
+        return _serve(args, cfg, args.model_repository)
+    repository = Path(tempfile.mkdtemp(prefix=temp_name_prefix(TEMP_REPOSITORY_PREFIX)))
+    try:
+        return _serve(args, cfg, repository)
+    finally:  # a SIGKILLed launcher's repository is removed by the next start (remove_stale_temp_files)
+        shutil.rmtree(repository, ignore_errors=True)
+
+
+def _serve(args: argparse.Namespace, cfg: RuntimeConfig, repository: Path) -> int:
+    from modalscale.runtime.server import TritonProcess, TritonStartError, write_repository
+
     if args.configmap_dir is not None:
         files = {p.name: p.read_text(encoding="utf-8") for p in sorted(args.configmap_dir.iterdir())
                  if p.is_file() and not p.name.startswith(".")}
@@ -139,7 +169,9 @@ def run_serve(args: argparse.Namespace) -> int:
         write_repository(build_repository(cfg), repository)
     server = TritonProcess(model_repository=repository, http_port=args.http_port, grpc_port=args.grpc_port,
                            metrics_port=args.metrics_port, host=args.host, extra_args=server_arguments(cfg),
-                           exit_timeout_s=args.exit_timeout_s, stop_timeout_s=args.exit_timeout_s + 15)
+                           exit_timeout_s=args.exit_timeout_s, stop_timeout_s=args.exit_timeout_s + 15,
+                           log_path=args.log_file, inherit_output=args.log_file is None,
+                           temp_paths=[] if args.model_repository is not None else [repository])
     draining: list[threading.Thread] = []
 
     def _forward(signum: int, _frame: object) -> None:
@@ -164,7 +196,7 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         server.start(ready_timeout_s=args.ready_timeout_s)
         print(f"Serving model={cfg.model_name} http={server.http_url} grpc={server.grpc_url} "
-              f"metrics={server.metrics_url} repository={repository} log={server.log_path}", flush=True)
+              f"metrics={server.metrics_url} repository={repository} log={server.log_path or 'stdout'}", flush=True)
         code = server.wait()
     except TritonStartError as exc:
         print(f"tritonserver failed to start: {exc}", file=sys.stderr)

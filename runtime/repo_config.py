@@ -487,3 +487,44 @@ def _bool_field(obj: Mapping[str, Any], key: str, default: bool, path: str) -> b
     if not isinstance(value, bool):
         raise InvalidRuntimeSpec(f"{path}.{key}: must be a boolean, got {value!r}")
     return value
+
+
+PRESETS: dict[str, RuntimeConfig] = {
+    "naive": RuntimeConfig(instance_count=2, intra_op_threads=1, max_batch_size=0, dynamic_batching=False,
+                           modality_aware_batching=False, response_cache=False, embedding_cache=False,
+                           precision=Precision.FP32),
+    "default": RuntimeConfig(),
+    "fastest": RuntimeConfig(instance_count=2, intra_op_threads=1, max_batch_size=0, dynamic_batching=False,
+                             modality_aware_batching=False, response_cache=False, embedding_cache=True,
+                             precision=Precision.INT8),
+}
+"""Named configurations (``runtime serve --preset``, the benchmarks' variant names):
+
+* ``naive``: the baseline every speed-up is measured against: FP32, every request alone (``max_batch_size 0``),
+  no router or modality queues, no caches; 2 instances x 1 thread (one process per core of the 2-core machines
+  the figures come from).
+* ``default``: what an InferenceService with no ``spec.runtime`` fields gets (the CRD defaults).
+* ``fastest``: the configuration behind the runtime's headline figure in ``runtime/README.md``.
+"""
+
+
+def preset_flags(name: str) -> list[str]:
+    """The explicit ``runtime serve`` flags equivalent to preset ``name`` (every config field the CLI can set).
+
+    Raises:
+        KeyError: Unknown preset.
+    """
+    cfg = PRESETS[name]
+
+    def flag(on: bool, option: str) -> str:
+        return f"--{option}" if on else f"--no-{option}"
+
+    flags = ["--model-name", cfg.model_name, "--instance-count", str(cfg.instance_count),
+             "--intra-op-threads", str(cfg.intra_op_threads), "--max-batch-size", str(cfg.max_batch_size),
+             flag(cfg.dynamic_batching, "dynamic-batching")]
+    if cfg.preferred_batch_sizes:
+        flags += ["--preferred-batch-sizes", ",".join(str(b) for b in cfg.preferred_batch_sizes)]
+    flags += ["--max-queue-delay-us", str(cfg.max_queue_delay_microseconds),
+              flag(cfg.modality_aware_batching, "modality-aware-batching"), flag(cfg.response_cache, "response-cache"),
+              flag(cfg.embedding_cache, "embedding-cache"), "--precision", cfg.precision.value]
+    return flags

@@ -10,11 +10,22 @@ What the Python backend needs here (found by trying, documented in ``runtime/REA
   directory that holds the ``modalscale`` package and the venv's ``site-packages`` (torch, PIL,
   transformers); the stub inherits tritonserver's environment. ``HF_HUB_OFFLINE=1`` keeps transformers
   from reaching for the hub.
+
+Process hygiene: ``tritonserver`` runs in its own session (a terminal's Ctrl-C reaches only the launcher, which
+drains first), so it is also started with ``PR_SET_PDEATHSIG`` = SIGKILL: it dies when the thread that
+started it dies, whether the launcher exits, is SIGKILLed or its process group is killed. What it leaves then
+(its Python-backend stubs, the backend's ``/dev/shm`` region, the launcher's temporary files) is removed by a
+small reaper process (:mod:`modalscale.runtime.reaper`) started once the server is ready. Temporary files (the
+generated repository of ``runtime serve``, the server log) are named ``<prefix><launcher pid>-*`` and removed on a
+normal stop; what a launcher killed before its reaper started left behind is removed by the next
+:meth:`TritonProcess.start` (:func:`remove_stale_temp_files`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import hashlib
 import os
 import re
@@ -26,7 +37,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +53,15 @@ SUMMARY_LATENCIES_ARG = "--metrics-config=summary_latencies=true"
 """Enables Triton's latency summaries (``nv_inference_request_summary_us{model,version,quantile}``, quantiles 0.5,
 0.9, 0.95, 0.99 and 0.999 over a sliding window, seen on Triton 2.51); the operator's pods pass the same argument.
 Triton exports no request summary for a model with its response cache enabled."""
+
+
+TEMP_REPOSITORY_PREFIX = "modalscale-repo-"
+"""Prefix of the temporary model repository ``runtime serve`` generates, followed by ``<launcher pid>-``."""
+TEMP_LOG_PREFIX = "tritonserver-"
+"""Prefix of the temporary server log of :class:`TritonProcess`, followed by ``<launcher pid>-``."""
+
+_PR_SET_PDEATHSIG = 1
+"""``prctl`` option (linux/prctl.h): signal delivered to this process when its parent thread dies."""
 
 
 class TritonNotFound(RuntimeError):
@@ -209,6 +229,75 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def temp_name_prefix(prefix: str, pid: int | None = None) -> str:
+    """``<prefix><pid>-``: the start of a temporary file name owned by process ``pid`` (default: this one)."""
+    return f"{prefix}{os.getpid() if pid is None else pid}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temp_files(directory: Path | None = None) -> list[Path]:
+    """Remove temporary repositories and server logs whose owning launcher no longer runs.
+
+    A launcher killed with SIGKILL cannot clean up; its ``modalscale-repo-<pid>-*`` directories and
+    ``tritonserver-<pid>-*.log`` files stay in the temp folder. This removes those of this user whose ``<pid>``
+    is not a running process (a reused pid keeps its files until that process ends too).
+
+    Args:
+        directory: The temp folder; default :func:`tempfile.gettempdir`.
+    Returns:
+        The paths removed.
+    """
+    folder = Path(directory or tempfile.gettempdir())
+    pattern = re.compile(rf"^(?:{re.escape(TEMP_REPOSITORY_PREFIX)}|{re.escape(TEMP_LOG_PREFIX)})(\d+)-")
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        match = pattern.match(path.name)
+        if not match or int(match.group(1)) == os.getpid() or _pid_alive(int(match.group(1))):
+            continue
+        try:
+            if path.lstat().st_uid != os.getuid():
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _die_with_parent_hook() -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child receive SIGKILL when the thread that forks it dies.
+
+    ``prctl`` is resolved here, in the parent, so the child only calls a function pointer between ``fork`` and
+    ``exec``. If the parent died before ``prctl`` took effect, the child kills itself.
+    """
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    prctl = libc.prctl
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
 @dataclass
 class TritonProcess:
     """One ``tritonserver`` child process serving a model repository on loopback (or ``host``).
@@ -228,13 +317,23 @@ class TritonProcess:
     extra_args: Sequence[str] = ()
     """Further ``tritonserver`` arguments (e.g. from :func:`server_arguments`)."""
     log_path: Path | None = None
-    """Where stdout/stderr of the server go; default: a temporary file."""
+    """Where stdout/stderr of the server go; default: a temporary file ``tritonserver-<pid>-*.log``, removed by
+    :meth:`stop` (a given path is kept)."""
+    inherit_output: bool = False
+    """Let the server write to this process's stdout/stderr instead of a log file (``log_path`` is ignored and
+    :meth:`log_tail` is empty)."""
     exit_timeout_s: int = 30
     """``--exit-timeout-secs``: how long Triton drains in-flight requests after SIGTERM."""
     stop_timeout_s: float = 45.0
     """How long :meth:`stop` waits after SIGTERM before SIGKILL."""
+    temp_paths: Sequence[Path] = ()
+    """Temporary files or directories of the caller (e.g. a generated repository) that the reaper removes if this
+    process dies without stopping the server (the caller removes them after a normal :meth:`stop`)."""
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _reaper: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _shm: list[str] = field(default_factory=list, init=False, repr=False)
     _log_file: object | None = field(default=None, init=False, repr=False)
+    _owns_log: bool = field(default=False, init=False, repr=False)
 
     @property
     def http_url(self) -> str:
@@ -282,6 +381,10 @@ class TritonProcess:
     def start(self, ready_timeout_s: float = 180.0) -> TritonProcess:
         """Start the server and wait until ``/v2/health/ready`` answers 200.
 
+        The server is killed (SIGKILL) when the calling thread exits, so call this from a thread that lives as
+        long as the server should (the main thread in ``runtime serve``, tests and benchmarks). Temporary files
+        left by launchers that were killed are removed first (:func:`remove_stale_temp_files`).
+
         Raises:
             TritonStartError: The process exited or was not ready within ``ready_timeout_s`` seconds (it is
                 then stopped); the message carries the log tail.
@@ -289,20 +392,61 @@ class TritonProcess:
         """
         dist = find_distribution()
         backends = prepare_backend_directory(dist)
-        if self.log_path is None:
-            fd, name = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
-            os.close(fd)
-            self.log_path = Path(name)
-        self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        remove_stale_temp_files()
+        if self.inherit_output:
+            output: dict[str, object] = {}
+        else:
+            if self.log_path is None:
+                fd, name = tempfile.mkstemp(prefix=temp_name_prefix(TEMP_LOG_PREFIX), suffix=".log")
+                os.close(fd)
+                self.log_path, self._owns_log = Path(name), True
+            self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+            output = {"stdout": self._log_file, "stderr": subprocess.STDOUT}
+        # Own session: a terminal's SIGINT reaches only the launcher (which drains first); PDEATHSIG: the server
+        # dies with the thread that started it (its stubs follow their parent).
         self._proc = subprocess.Popen(  # noqa: S603 - fixed binary, our arguments
-            self.command(dist, backends), stdout=self._log_file, stderr=subprocess.STDOUT,
-            env=stub_environment(dist), start_new_session=True)
+            self.command(dist, backends), env=stub_environment(dist), start_new_session=True,
+            preexec_fn=_die_with_parent_hook(), **output)  # type: ignore[call-overload]  # noqa: PLW1509
         try:
             self.wait_ready(ready_timeout_s)
         except TritonStartError:
             self.stop()
             raise
+        self._start_reaper()
         return self
+
+    def _kill_leftovers(self, pgid: int) -> None:
+        """After the server exited: SIGKILL what is left of its process group and unlink its ``/dev/shm`` files.
+
+        Triton leaves its Python-backend stubs running when it exits before they finish unloading (seen with
+        ``--exit-timeout-secs=5`` on a loaded machine: orphaned stubs spinning at 100 % CPU, and their shared
+        memory left in /dev/shm). The group id is the server's pid (its own session), which no other group can
+        take while a member lives.
+        """
+        from modalscale.runtime.reaper import group_members
+
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for path in self._shm:
+            Path(path).unlink(missing_ok=True)
+        self._shm = []
+
+    def _start_reaper(self) -> None:
+        """Start :mod:`modalscale.runtime.reaper` for the running server, in its own session."""
+        from modalscale.runtime.reaper import shared_memory_files
+
+        assert self._proc is not None
+        self._shm = shared_memory_files(self._proc.pid)
+        remove = [str(p) for p in self.temp_paths]
+        if self._owns_log and self.log_path is not None:
+            remove.append(str(self.log_path))
+        self._reaper = subprocess.Popen(  # noqa: S603 - our module, our arguments
+            [sys.executable, "-m", "modalscale.runtime.reaper", "--launcher", str(os.getpid()),
+             "--server", str(self._proc.pid), "--shm", *self._shm, "--remove", *remove],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def wait_ready(self, timeout_s: float) -> None:
         """Poll ``/v2/health/ready`` until 200, the process exits, or ``timeout_s`` passes.
@@ -351,9 +495,20 @@ class TritonProcess:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
             code = proc.returncode
+            self._kill_leftovers(proc.pid)
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:  # it exits within a poll interval of the server's exit
+            try:
+                reaper.wait(30)
+            except subprocess.TimeoutExpired:
+                reaper.kill()
+                reaper.wait()
         if self._log_file is not None:
             self._log_file.close()  # type: ignore[attr-defined]
             self._log_file = None
+        if self._owns_log and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+            self.log_path, self._owns_log = None, False
         return code
 
     def terminate(self) -> None:

@@ -1,0 +1,111 @@
+"""Clean up after a ``tritonserver`` whose launcher died: ``python -m modalscale.runtime.reaper``.
+
+:meth:`modalscale.runtime.server.TritonProcess.start` starts one reaper per server once the server is ready, in its
+own session (so a kill of the launcher's process group does not reach it). The kernel already kills the server
+when the launcher dies (``PR_SET_PDEATHSIG``), but not what the server leaves: its Python-backend stubs (which exit
+on their own a few seconds later), the shared-memory region of the Python backend in ``/dev/shm`` (1 MiB or more;
+Triton unlinks it only on a clean exit) and the launcher's temporary files. The reaper waits until either
+
+* the server exits while the launcher lives (a normal stop: the launcher cleans up itself), then it exits; or
+* the launcher is gone (the reaper's parent changed), then it kills the server's process group (server and
+  stubs) with SIGKILL, waits until they are gone, unlinks the shared-memory files the server had mapped and
+  removes the temporary paths, then exits.
+
+Usage: ``python -m modalscale.runtime.reaper --launcher PID --server PID [--shm /dev/shm/NAME ...]
+[--remove PATH ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from modalscale.runtime.proctree import alive, read_proc
+
+POLL_S = 0.25
+"""How often the reaper looks at its parent and the server."""
+SHM_PREFIX = "/dev/shm/triton_python_backend_shm_region"
+"""Shared-memory files of Triton's Python backend (``triton_python_backend_shm_region_<uuid>``)."""
+
+
+def shared_memory_files(pid: int) -> list[str]:
+    """The Python backend's ``/dev/shm`` files mapped by process ``pid`` (from ``/proc/<pid>/maps``)."""
+    try:
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    except OSError:
+        return []
+    paths = (line.split(maxsplit=5)[5] for line in lines if len(line.split(maxsplit=5)) == 6)
+    return sorted({p for p in paths if p.startswith(SHM_PREFIX)})
+
+
+def group_members(pgid: int) -> list[int]:
+    """Living processes of process group ``pgid``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) == pgid and alive(int(entry.name)):
+                out.append(int(entry.name))
+        except OSError:
+            continue
+    return out
+
+
+def clean_up(server: int, shm: Sequence[str], remove: Sequence[str], timeout_s: float = 30.0) -> None:
+    """SIGKILL the server's process group, wait (at most ``timeout_s``) until it is gone, then unlink ``shm`` and
+    remove ``remove`` (files or directory trees). Errors are ignored: everything is best effort."""
+    try:
+        os.killpg(server, signal.SIGKILL)
+    except OSError:
+        pass
+    deadline = time.monotonic() + timeout_s
+    while group_members(server) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    for path in shm:
+        Path(path).unlink(missing_ok=True)
+    for path in remove:
+        target = Path(path)
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+
+
+def watch(launcher: int, server: int, shm: Sequence[str], remove: Sequence[str],
+          parent: Callable[[], int] = os.getppid, sleep: Callable[[float], None] = time.sleep) -> str:
+    """Wait for the server's exit or the launcher's death and act as the module docstring says.
+
+    Returns:
+        ``"server-exited"`` (nothing done) or ``"launcher-died"`` (cleaned up).
+    """
+    while True:
+        if parent() != launcher:
+            clean_up(server, shm, remove)
+            return "launcher-died"
+        info = read_proc(server)
+        if info is None or info.state == "Z":
+            return "server-exited"
+        sleep(POLL_S)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m modalscale.runtime.reaper", description=__doc__.splitlines()[0])
+    parser.add_argument("--launcher", type=int, required=True, help="pid of the process that started the server")
+    parser.add_argument("--server", type=int, required=True, help="pid (and process group) of tritonserver")
+    parser.add_argument("--shm", nargs="*", default=[], help="shared-memory files to unlink")
+    parser.add_argument("--remove", nargs="*", default=[], help="temporary files or directories to remove")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the launcher's business
+    watch(args.launcher, args.server, args.shm, args.remove)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
