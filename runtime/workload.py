@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,62 @@ def photo_at(name: str, width: int, height: int, fmt: str = "JPEG") -> bytes:
     buf = io.BytesIO()
     resized.save(buf, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
     return buf.getvalue()
+
+
+FIDELITY_TEXT_MODULES = (
+    "collections", "functools", "itertools", "os", "pathlib", "re", "string", "textwrap", "datetime", "decimal",
+    "fractions", "statistics", "random", "heapq", "bisect", "difflib", "inspect", "typing", "unittest",
+    "urllib.parse", "configparser", "pickle", "enum", "dataclasses", "contextlib", "socket", "queue", "tempfile",
+    "glob", "codecs", "locale", "calendar", "math", "copy", "pprint", "weakref", "types", "struct",
+    "hashlib", "uuid", "base64", "html", "mimetypes", "smtplib", "ftplib", "gzip", "zlib", "sched", "signal",
+    "ssl", "asyncio", "concurrent.futures", "multiprocessing", "doctest", "pdb", "timeit", "warnings",
+    "traceback", "ast", "dis", "tokenize", "platform", "sysconfig", "shlex", "ipaddress", "numbers", "filecmp",
+)
+"""Standard-library modules whose docstrings give the fidelity texts; disjoint from the modules of the INT8
+calibration texts (``modalscale.runtime.model.calibration``)."""
+
+
+def docstring_paragraphs(module_names: Sequence[str] = FIDELITY_TEXT_MODULES) -> list[str]:
+    """Distinct English paragraphs (>= 40 characters, mostly letters) of the docstrings of ``module_names`` and of
+    the public classes and functions each defines (not those it imports), whitespace collapsed, in a deterministic
+    order."""
+    import importlib
+    import inspect
+    import re
+
+    out: list[str] = []
+    for name in module_names:
+        module = importlib.import_module(name)
+        objects = [module] + [getattr(module, attr) for attr in sorted(dir(module)) if not attr.startswith("_")]
+        for obj in objects:
+            if obj is not module and (inspect.ismodule(obj) or getattr(obj, "__module__", None) != name):
+                continue
+            if not (inspect.ismodule(obj) or inspect.isclass(obj) or inspect.isroutine(obj)):
+                continue
+            doc = inspect.cleandoc(obj.__doc__) if isinstance(obj.__doc__, str) else ""  # not inherited ones
+            for paragraph in re.split(r"\n\s*\n", doc or ""):
+                text = " ".join(paragraph.split())
+                if (len(text) >= 40 and sum(c.isalpha() for c in text) > 0.7 * len(text)
+                        and not text.startswith((">>>", "..", "-"))):
+                    out.append(text)
+    return list(dict.fromkeys(out))
+
+
+def fidelity_texts(count: int, seed: int = 0, exclude: Sequence[str] = ()) -> list[str]:
+    """``count`` real English texts of 3 to ~300 words (log-uniform lengths: short queries to texts past the
+    encoder's 254-token window), cut from :func:`docstring_paragraphs`, none equal to an ``exclude`` text."""
+    excluded = set(exclude)
+    paragraphs = [p for p in docstring_paragraphs() if p not in excluded]
+    words = " ".join(paragraphs).split()
+    rng = random.Random(seed)
+    texts = []
+    while len(texts) < count:
+        length = int(round(math.exp(rng.uniform(math.log(3), math.log(300)))))
+        start = rng.randrange(0, len(words) - length)
+        text = " ".join(words[start:start + length])
+        if text not in excluded:
+            texts.append(text)
+    return texts
 
 
 def text_of_tokens(tokens: int, seed: int = 0) -> str:

@@ -33,6 +33,9 @@ class ModelSettings:
     """Longer UTF-8 texts are rejected."""
     preload: tuple[str, ...] = ("image", "text")
     """Encoders loaded at start-up (the rest on first use)."""
+    int8_text: str = "smoothquant"
+    """INT8 scheme of the text encoder (``encoders.INT8_TEXT_SCHEMES``); not generated from a RuntimeConfig, a
+    benchmark sets ``dynamic`` to compare with the earlier scheme side by side."""
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any]) -> ModelSettings:
@@ -63,6 +66,10 @@ class ModelSettings:
             unknown = set(values["preload"]) - {"image", "text"}
             if unknown:
                 raise ValueError(f"parameter preload: unknown encoders {sorted(unknown)}")
+        if "int8_text" in raw:
+            if raw["int8_text"] not in ("smoothquant", "dynamic"):
+                raise ValueError(f"parameter int8_text: expected smoothquant or dynamic, got {raw['int8_text']!r}")
+            values["int8_text"] = raw["int8_text"]
         if "precision" in raw:
             try:
                 values["precision"] = Precision(raw["precision"])

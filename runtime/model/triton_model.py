@@ -106,8 +106,8 @@ class TritonPythonModel:
         if args.get("model_instance_kind") == "GPU":
             device = f"cuda:{args.get('model_instance_device_id', '0')}"
         self.batched = int(config.get("max_batch_size", 0)) > 0
-        self.pipeline = MultimodalPipeline(self.settings, MultimodalEncoder(self.settings.precision, device,
-                                                                                self.settings.preload))
+        self.pipeline = MultimodalPipeline(self.settings, MultimodalEncoder(
+            self.settings.precision, device, self.settings.preload, self.settings.int8_text))
         self.metrics = FeatureMetrics(str(args.get("model_name", config.get("name", ""))))
 
     def execute(self, requests: list[Any]) -> list[Any]:

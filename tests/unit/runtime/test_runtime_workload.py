@@ -55,3 +55,16 @@ def test_parse_metrics_keeps_wire_names_and_sorts_labels() -> None:
         'modalscale_request_image_pixels_bucket{le="+Inf"}': 2.0,
         "modalscale_request_image_pixels_sum": 15000.0,
     }
+
+
+def test_fidelity_texts_are_real_varied_and_disjoint_from_the_int8_calibration_texts() -> None:
+    from modalscale.runtime.model.calibration import CALIBRATION_TEXTS
+    from modalscale.runtime.workload import docstring_paragraphs, fidelity_texts
+
+    corpus = " ".join(docstring_paragraphs())
+    assert not [t for t in CALIBRATION_TEXTS if t in corpus]  # no calibration text inside the fidelity corpus
+    texts = fidelity_texts(200, exclude=CALIBRATION_TEXTS)
+    assert len(texts) == 200 and texts == fidelity_texts(200, exclude=CALIBRATION_TEXTS)  # deterministic
+    lengths = sorted(len(t.split()) for t in texts)
+    assert lengths[0] <= 5 and lengths[-1] >= 200  # short queries up to texts past the 254-token window
+    assert len(CALIBRATION_TEXTS) >= 64 and not set(texts) & set(CALIBRATION_TEXTS)
