@@ -11,7 +11,9 @@ import hashlib
 import io
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -50,14 +52,23 @@ class DecodedImage:
     """``width * height`` of the image as received, before resizing."""
     width: int
     height: int
-    array: np.ndarray
-    """float32, shape (3, bucket_h, bucket_w), normalised with IMAGE_MEAN / IMAGE_STD."""
+    array: np.ndarray | None
+    """float32, shape (3, bucket_h, bucket_w), normalised with IMAGE_MEAN / IMAGE_STD; None when the image was not
+    decoded because the embedding cache holds it (then ``cached`` is set)."""
     digest: bytes
     """SHA-256 of the encoded bytes (the embedding-cache key)."""
+    cached: Any = None
+    """The embedding-cache entry found for ``digest`` before decoding (decoding was skipped), else None."""
 
     @property
     def bucket(self) -> tuple[int, int]:
-        """``(bucket_h, bucket_w)`` in pixels."""
+        """``(bucket_h, bucket_w)`` in pixels.
+
+        Raises:
+            ValueError: The image was not decoded (cache hit).
+        """
+        if self.array is None:
+            raise ValueError("image was not decoded (embedding cache hit)")
         return int(self.array.shape[1]), int(self.array.shape[2])
 
 
@@ -94,7 +105,7 @@ def resolution_bucket(width: int, height: int, max_side_pixels: int,
     return bucket_h, bucket_w
 
 
-def decode_image(data: bytes, index: int, settings: ModelSettings) -> DecodedImage:
+def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes | None = None) -> DecodedImage:
     """Decode one encoded image into the encoder's input.
 
     Grayscale, palette and alpha images are converted to RGB (alpha composited onto white); EXIF orientation
@@ -104,6 +115,7 @@ def decode_image(data: bytes, index: int, settings: ModelSettings) -> DecodedIma
         data: Encoded image bytes (any format Pillow reads: JPEG, PNG, WebP, BMP, GIF ...).
         index: Position in the request's IMAGES (for messages).
         settings: Bounds.
+        digest: SHA-256 of ``data`` if already computed.
     Returns:
         The decoded image.
     Raises:
@@ -138,7 +150,7 @@ def decode_image(data: bytes, index: int, settings: ModelSettings) -> DecodedIma
     array = (np.asarray(resized, dtype=np.float32) - IMAGE_MEAN) / IMAGE_STD
     return DecodedImage(pixels=width * height, width=width, height=height,
                         array=np.ascontiguousarray(array.transpose(2, 0, 1)),
-                        digest=hashlib.sha256(data).digest())
+                        digest=digest or hashlib.sha256(data).digest())
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:
@@ -171,13 +183,20 @@ def decode_text(raw: bytes, settings: ModelSettings) -> str | None:
     return text if text.strip() else None
 
 
-def parse_request(images: np.ndarray | None, text: np.ndarray | None, settings: ModelSettings) -> ParsedRequest:
+CacheLookup = Callable[[bytes], "tuple[Any, int, int] | None"]
+"""SHA-256 digest -> ``(cache entry, width, height)`` of an image already encoded, or None."""
+
+
+def parse_request(images: np.ndarray | None, text: np.ndarray | None, settings: ModelSettings,
+                  lookup: CacheLookup | None = None) -> ParsedRequest:
     """Validate and decode one request.
 
     Args:
         images: The IMAGES tensor as numpy (object array of bytes, shape (1, n) or (n,)), or None if absent.
         text: The TEXT tensor (object array with one bytes element), or None if absent.
         settings: Bounds.
+        lookup: The embedding cache: an image whose digest it knows is not decoded again (byte-identical bytes
+            decoded and passed validation before), and carries the cache entry instead of pixels.
     Returns:
         The parsed request.
     Raises:
@@ -197,9 +216,18 @@ def parse_request(images: np.ndarray | None, text: np.ndarray | None, settings: 
         decoded_text = decode_text(_as_bytes(items[0], "TEXT"), settings)
     if not image_items and decoded_text is None:
         raise RequestError("EmptyRequest", "request is empty: IMAGES has no image and TEXT is absent or blank")
-    decoded = tuple(decode_image(_as_bytes(item, f"IMAGES[{i}]"), i, settings)
-                    for i, item in enumerate(image_items))
-    return ParsedRequest(images=decoded, text=decoded_text)
+    decoded = []
+    for i, item in enumerate(image_items):
+        data = _as_bytes(item, f"IMAGES[{i}]")
+        digest = hashlib.sha256(data).digest()
+        known = lookup(digest) if lookup is not None and data else None
+        if known is not None:
+            entry, width, height = known
+            decoded.append(DecodedImage(pixels=width * height, width=width, height=height, array=None,
+                                        digest=digest, cached=entry))
+        else:
+            decoded.append(decode_image(data, i, settings, digest))
+    return ParsedRequest(images=tuple(decoded), text=decoded_text)
 
 
 def _as_bytes(item: object, name: str) -> bytes:

@@ -11,6 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -48,20 +49,21 @@ class RequestOutput:
 
 
 class EmbeddingCache:
-    """LRU cache of per-image ``(features, class)`` keyed by the SHA-256 of the encoded image bytes."""
+    """LRU cache of per-image ``(features, class, width, height)`` keyed by the SHA-256 of the encoded image bytes
+    (width and height as received, for the feature metrics of a request whose image is not decoded again)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[bytes, tuple[np.ndarray, int]] = OrderedDict()
+        self._items: OrderedDict[bytes, tuple[Any, ...]] = OrderedDict()
 
-    def get(self, key: bytes) -> tuple[np.ndarray, int] | None:
+    def get(self, key: bytes) -> tuple[Any, ...] | None:
         """The cached entry (marked most recently used) or None."""
         value = self._items.get(key)
         if value is not None:
             self._items.move_to_end(key)
         return value
 
-    def put(self, key: bytes, value: tuple[np.ndarray, int]) -> None:
+    def put(self, key: bytes, value: tuple[Any, ...]) -> None:
         """Insert, evicting the least recently used entry beyond ``capacity``."""
         self._items[key] = value
         self._items.move_to_end(key)
@@ -88,8 +90,13 @@ class MultimodalPipeline:
         self.clock = clock
         self.cache = EmbeddingCache(settings.embedding_cache_entries) if settings.embedding_cache else None
 
+    def _lookup(self, digest: bytes) -> tuple[Any, int, int] | None:
+        """Embedding-cache lookup for ``parse_request``: ``(entry, width, height)`` or None."""
+        entry = self.cache.get(digest) if self.cache is not None else None
+        return None if entry is None else (entry, int(entry[2]), int(entry[3]))
+
     def prepare(self, images: np.ndarray | None, text: np.ndarray | None) -> Prepared:
-        """Validate, decode and tokenize one request.
+        """Validate, decode and tokenize one request; an image the embedding cache holds is not decoded.
 
         Args:
             images: IMAGES tensor (object array of bytes) or None.
@@ -98,7 +105,7 @@ class MultimodalPipeline:
             RequestError: The request is invalid (see ``inputs.parse_request``).
         """
         start = self.clock()
-        parsed = parse_request(images, text, self.settings)
+        parsed = parse_request(images, text, self.settings, self._lookup if self.cache is not None else None)
         decoded = self.clock()
         token_ids, tokens = None, 0
         if parsed.text is not None:
@@ -126,11 +133,13 @@ class MultimodalPipeline:
 
         # Images: look up the cache, encode the misses in planned groups.
         owners: list[tuple[int, int]] = []  # (request, image) of each image to encode
-        per_request: list[list[tuple[np.ndarray, int] | None]] = []
+        per_request: list[list[tuple[Any, ...] | None]] = []
         for r, prep in enumerate(batch):
-            slots: list[tuple[np.ndarray, int] | None] = []
+            slots: list[tuple[Any, ...] | None] = []
             for k, image in enumerate(prep.parsed.images):
-                cached = self.cache.get(image.digest) if self.cache is not None else None
+                cached = image.cached  # looked up in prepare (the image was not decoded)
+                if cached is None and self.cache is not None:
+                    cached = self.cache.get(image.digest)
                 if cached is None:
                     owners.append((r, k))
                     if self.cache is not None:
@@ -172,7 +181,7 @@ class MultimodalPipeline:
                 for r, prep in enumerate(batch)]
 
     def _encode_image_group(self, batch: Sequence[Prepared], owners: list[tuple[int, int]], group: Group,
-                            per_request: list[list[tuple[np.ndarray, int] | None]]) -> None:
+                            per_request: list[list[tuple[Any, ...] | None]]) -> None:
         pad_h, pad_w = group.pad_to
         arrays = np.zeros((len(group.indices), 3, pad_h, pad_w), dtype=np.float32)
         valid: list[tuple[int, int]] = []
@@ -187,7 +196,8 @@ class MultimodalPipeline:
         elapsed = self.clock() - start
         for j, i in enumerate(group.indices):
             r, k = owners[i]
-            entry = (result.features[j], int(result.classes[j]))
+            image = batch[r].parsed.images[k]
+            entry = (result.features[j], int(result.classes[j]), image.width, image.height)
             per_request[r][k] = entry
             if self.cache is not None:
                 self.cache.put(batch[r].parsed.images[k].digest, entry)

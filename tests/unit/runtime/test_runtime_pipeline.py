@@ -110,3 +110,34 @@ def test_embedding_cache_is_lru() -> None:
     assert cache.get(b"a") is entry  # a is now most recent
     cache.put(b"c", entry)
     assert cache.get(b"b") is None and cache.get(b"a") is entry and len(cache) == 2
+
+
+def test_an_image_in_the_embedding_cache_is_not_decoded_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from modalscale.runtime.model import inputs
+
+    decoded: list[int] = []
+    real = inputs.decode_image
+
+    def counting(data: bytes, index: int, settings: ModelSettings, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        decoded.append(len(data))
+        return real(data, index, settings, *args, **kwargs)
+
+    monkeypatch.setattr(inputs, "decode_image", counting)
+    encoder = CountingEncoder()
+    pipeline = MultimodalPipeline(ModelSettings(), encoder, clock=tick_clock())  # type: ignore[arg-type]
+    large, other = png(300, 200, 10), png(40, 40, 7)
+    first = pipeline.run([prep(pipeline, [large], "a b")])[0]
+    assert len(decoded) == 1
+    again = prep(pipeline, [large, other], None)
+    assert len(decoded) == 2  # only the image the cache does not hold was decoded
+    hit = again.parsed.images[0]
+    assert (hit.pixels, hit.width, hit.height) == (300 * 200, 300, 200)  # the feature metrics still see its size
+    out = pipeline.run([again])[0]
+    assert (out.cache_hits, out.cache_misses) == (1, 1)
+    assert len(encoder.image_passes) == 2  # the cached image was not encoded again either
+    no_cache = MultimodalPipeline(ModelSettings(embedding_cache=False), CountingEncoder(),  # type: ignore[arg-type]
+                                  clock=tick_clock())
+    no_cache.run([prep(no_cache, [large], None)])
+    prep(no_cache, [large], None)
+    assert len(decoded) == 4  # without the cache every request decodes
+    assert first.image_classes.shape == (1,)
