@@ -178,7 +178,7 @@ class ScalingPolicy:
     forecaster: str | None = "peak"
     forecast_horizon_s: float = 60.0
     forecast_window_s: float = 300.0
-    forecast_quantile: float = 0.9
+    forecast_quantile: float = 0.95
     panic_threshold_ratio: float = 2.0
 
     def __post_init__(self) -> None:

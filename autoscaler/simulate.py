@@ -4,9 +4,15 @@ Model of the pool (assumptions, stated once):
 
 - Every replica has ``slots_per_replica`` execution slots; all ready slots serve ONE FCFS queue (an ideal
   least-loaded load balancer). Requests are not batched (batch size 1).
-- A request's service time is its trace ``service_ms`` if given, else the synthetic law's draw
-  (``SimulationConfig.law`` times ``true_service_scale``); every policy sees the same draws.
-- A new replica is ready ``startup_delay_s`` after the decision that created it; it costs from creation.
+- Arrivals are replayed exactly as the trace has them (never redrawn).
+- A request's service time is its trace ``service_ms`` if given; else, with ``service_source="regressor"``, the
+  predictive policy's regressor's prediction for the request's own features times a mean-one lognormal draw whose
+  sigma is the regressor's residual spread (log observed / predicted) on a held-out profile; else the synthetic
+  law's draw (``SimulationConfig.law`` times ``true_service_scale``). Every policy sees the same draws.
+- A new replica is ready a start-up delay after the decision that created it, drawn per replica: fixed
+  ``startup_delay_s``; lognormal with median ``startup_delay_s`` and 90th percentile ``startup_delay_p90_s``;
+  or uniformly from measured ``startup_delay_samples_s``. Every policy gets the same sequence of draws. A replica
+  costs from creation.
   Scale-down removes starting replicas first (newest first), then the ready ones with the least work left;
   a removed replica finishes its in-flight requests (and costs until it has), but takes no new ones.
 - A policy decides every ``decision_interval_s`` on metrics of the last ``metrics_window_s``: per-modality
@@ -20,11 +26,15 @@ Policies:
 - ``predictive``: :func:`modalscale.autoscaler.policy.recommend` in Predictive mode with a
   :class:`ServiceTimeRegressor` trained on a synthetic profile of the same law.
 - ``utilization``: the same function in Utilization mode (HPA-like, ``hpa_target_utilization_percent``).
-- ``concurrency``: KPA-like: ``ceil(mean in-flight over 60 s / (slots * 0.7))``, panic mode on a 6 s window
-  when it asks for >= 2x the ready replicas (Knative defaults), no scale-down stabilization.
+- ``concurrency``: KPA-like: ``ceil(mean in-flight over 60 s / (slots * kpa_target_utilization_ratio))``, panic
+  mode on a 6 s window when it asks for >= 2x the ready replicas (Knative defaults), no scale-down stabilization.
+- ``fixed``: ``fixed_replicas`` ready from the start, never changed (the best fixed pool is found by sweeping).
 - ``oracle``: per minute, the least replicas that meet the p95 target for that minute's arrivals, found by
   replaying the minute with the exact service times and the queue carried over; replicas are ready at once
   and a minute's replicas serve its own requests to the end (see :func:`oracle_schedule`).
+
+The predictive policy also gets the per-bin arrival counts Prometheus would give (``count_bin_s`` bins over the
+last ``count_span_s``), for its arrival-SCV estimate and its demand forecast over the start-up horizon.
 
 Metrics: ``slo_minutes_fraction`` (minutes, by arrival, whose p95 response time <= target; empty minutes count
 as met) and ``replica_hours``.
@@ -42,7 +52,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from modalscale.autoscaler.features import MODALITIES
+from modalscale.autoscaler.features import MODALITIES, features_from_columns
 from modalscale.autoscaler.policy import (
     Decision,
     Observation,
@@ -60,7 +70,9 @@ from modalscale.autoscaler.regressor import Calibrator, ServiceTimeRegressor
 from modalscale.autoscaler.traces import Trace
 
 POLICIES: tuple[str, ...] = ("predictive", "utilization", "concurrency", "oracle")
-"""Policy names :func:`run_simulation` knows."""
+"""Policies :func:`run_simulation` runs by default."""
+KNOWN_POLICIES: tuple[str, ...] = POLICIES + ("fixed",)
+"""Policy names :func:`run_simulation` knows (``fixed`` needs ``SimulationConfig.fixed_replicas``)."""
 
 _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 _LOOKBACK_S = 600.0  # requests older than this before a window are assumed finished when measuring it
@@ -76,7 +88,11 @@ class SimulationConfig:
         metrics_window_s: Window of the rate, latency and utilization metrics of each decision, s.
         recent_window_s: Short window of the predictive policy's burst check (``Observation.recent_workload``), s.
         service_window_s: Window of the observed service-time mean and SCV per class (a histogram over [5m]), s.
-        startup_delay_s: Seconds from a scale-up decision until the new replica serves.
+        startup_delay_s: Seconds from a scale-up decision until the new replica serves (the median when
+            ``startup_delay_p90_s`` is set).
+        startup_delay_p90_s: 90th percentile of a lognormal start-up delay; None = always ``startup_delay_s``.
+        startup_delay_samples_s: Measured start-up delays, drawn uniformly per new replica (overrides the two
+            above when given).
         slots_per_replica: Concurrent executions per replica.
         min_replicas: Lower bound for every policy.
         max_replicas: Upper bound for every policy.
@@ -96,6 +112,17 @@ class SimulationConfig:
         calibrator: Online calibration of the predictive policy.
         policies: Which policies to run.
         random_state: Seed of service-time draws and the profile.
+        service_source: ``law`` (synthetic law draws) or ``regressor`` (the regressor's prediction with its
+            residual noise) for traces without ``service_ms``.
+        fixed_replicas: Pool size of the ``fixed`` policy.
+        predictive_scale_down_stabilization_s: Scale-down window of the predictive policy; None = the shared one.
+            Default 60 s: the peak forecaster's 300 s look-back is the predictive policy's memory after a drop,
+            so HPA's 300 s window on top of it mostly holds idle replicas (benchmarks/autoscaler_pareto.py); 60 s
+            rather than 0-30 s keeps the forecast's bin-to-bin jitter from flapping a replica.
+        predictive_forecaster: The predictive policy's forecaster (None = no forecast).
+        predictive_burst_aware: Whether the predictive policy sizes with the measured arrival SCV.
+        count_bin_s: Bin of the arrival counts given to the predictive policy, s.
+        count_span_s: How far back those counts reach, s.
     """
 
     target_p95_ms: float = 2000.0
@@ -108,7 +135,7 @@ class SimulationConfig:
     min_replicas: int = 1
     max_replicas: int = 200
     initial_replicas: int | None = None
-    predictive_target_utilization_percent: float = 80.0
+    predictive_target_utilization_percent: float = 90.0
     hpa_target_utilization_percent: float = 70.0
     kpa_target_utilization_ratio: float = 0.7
     kpa_stable_window_s: float = 60.0
@@ -123,23 +150,58 @@ class SimulationConfig:
     calibrator: Calibrator = field(default_factory=Calibrator)
     policies: tuple[str, ...] = POLICIES
     random_state: int = 0
+    startup_delay_p90_s: float | None = None
+    startup_delay_samples_s: tuple[float, ...] = ()
+    service_source: str = "law"
+    fixed_replicas: int | None = None
+    predictive_scale_down_stabilization_s: float | None = 60.0
+    predictive_forecaster: str | None = "peak"
+    predictive_burst_aware: bool = True
+    count_bin_s: float = 15.0
+    count_span_s: float = 600.0
 
     def __post_init__(self) -> None:
-        unknown = [p for p in self.policies if p not in POLICIES]
+        unknown = [p for p in self.policies if p not in KNOWN_POLICIES]
         if unknown:
-            raise ValueError(f"unknown policies {unknown}; known: {list(POLICIES)}")
+            raise ValueError(f"unknown policies {unknown}; known: {list(KNOWN_POLICIES)}")
+        if "fixed" in self.policies and (self.fixed_replicas is None or self.fixed_replicas < 1):
+            raise ValueError("the fixed policy needs fixed_replicas >= 1")
+        if self.service_source not in ("law", "regressor"):
+            raise ValueError(f"service_source must be 'law' or 'regressor', got {self.service_source!r}")
+        if self.startup_delay_p90_s is not None and self.startup_delay_p90_s < self.startup_delay_s:
+            raise ValueError("startup_delay_p90_s must be >= startup_delay_s (the median)")
+        if any(d < 0 for d in self.startup_delay_samples_s):
+            raise ValueError("startup_delay_samples_s must be >= 0")
         if self.metrics_window_s <= 0 or self.decision_interval_s <= 0 or self.startup_delay_s < 0:
             raise ValueError("metrics_window_s and decision_interval_s must be > 0, startup_delay_s >= 0")
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise ValueError("need 1 <= min_replicas <= max_replicas (the simulated pool never scales to zero)")
 
+    def startup_horizon_s(self) -> float:
+        """A new replica's start-up time the predictive policy forecasts over: the p90 of the delay law, s."""
+        if self.startup_delay_samples_s:
+            return float(np.percentile(self.startup_delay_samples_s, 90))
+        return self.startup_delay_p90_s if self.startup_delay_p90_s is not None else self.startup_delay_s
+
+    def startup_delays(self) -> Callable[[], float]:
+        """A seeded draw of one replica's start-up delay, s (a fresh, identical sequence per call)."""
+        rng = np.random.default_rng(self.random_state + 7)
+        samples = np.asarray(self.startup_delay_samples_s, dtype=np.float64)
+        if samples.size:
+            return lambda: float(samples[rng.integers(samples.size)])
+        if self.startup_delay_p90_s is None or self.startup_delay_p90_s == self.startup_delay_s:
+            return lambda: float(self.startup_delay_s)
+        mu = math.log(max(self.startup_delay_s, 1e-9))
+        sigma = (math.log(self.startup_delay_p90_s) - mu) / 1.2815515655446004  # z of the 90th percentile
+        return lambda: float(rng.lognormal(mu, sigma))
+
     def scaling_policy(self, mode: ScalingMode) -> ScalingPolicy:
         """The ``ScalingPolicy`` the predictive (``PREDICTIVE``) or HPA-like (``UTILIZATION``) policy runs with."""
-        target = (
-            self.predictive_target_utilization_percent
-            if mode == ScalingMode.PREDICTIVE
-            else self.hpa_target_utilization_percent
-        )
+        predictive = mode == ScalingMode.PREDICTIVE
+        target = self.predictive_target_utilization_percent if predictive else self.hpa_target_utilization_percent
+        down_s = self.scale_down_stabilization_s
+        if predictive and self.predictive_scale_down_stabilization_s is not None:
+            down_s = self.predictive_scale_down_stabilization_s
         return ScalingPolicy(
             mode=mode,
             min_replicas=self.min_replicas,
@@ -148,11 +210,14 @@ class SimulationConfig:
             target_utilization_percent=target,
             tolerance_percent=self.tolerance_percent,
             scale_up_stabilization_s=self.scale_up_stabilization_s,
-            scale_down_stabilization_s=self.scale_down_stabilization_s,
+            scale_down_stabilization_s=down_s,
             max_step_replicas=self.max_step_replicas,
             decision_interval_s=self.decision_interval_s,
             slots_per_replica=self.slots_per_replica,
             calibrator=self.calibrator,
+            burst_aware=self.predictive_burst_aware,
+            forecaster=self.predictive_forecaster,
+            forecast_horizon_s=self.startup_horizon_s(),
         )
 
 
@@ -215,10 +280,11 @@ class _Pool:
         self.heap = [entry for entry in self.heap if entry[2] not in gone]
         heapq.heapify(self.heap)
 
-    def resize(self, desired: int, now_s: float, startup_delay_s: float) -> None:
+    def resize(self, desired: int, now_s: float, startup_delay_s: float | Callable[[], float]) -> None:
         if desired > len(self.active):
             for _ in range(desired - len(self.active)):
-                self.add(now_s, now_s + startup_delay_s)
+                delay = startup_delay_s() if callable(startup_delay_s) else startup_delay_s
+                self.add(now_s, now_s + delay)
         elif desired < len(self.active):
             self.remove(len(self.active) - desired, now_s)
 
@@ -282,6 +348,14 @@ class _Metrics:
 
     def index(self, t_s: float) -> int:
         return int(np.searchsorted(self.arrival, t_s, side="right"))
+
+    def counts(self, now_s: float, bin_s: float, span_s: float) -> tuple[float, ...] | None:
+        """Requests per ``bin_s`` bin over the last ``span_s`` before ``now_s`` (whole bins only), oldest first."""
+        k = int(min(span_s, now_s) // bin_s)
+        if k < 2:
+            return None
+        edges = now_s - bin_s * np.arange(k, -1, -1)
+        return tuple(float(x) for x in np.diff(np.searchsorted(self.arrival, edges, side="right")))
 
     def workload(self, pool: _Pool, lo_s: float, hi_s: float, service_window_s: float) -> tuple[WorkloadClass, ...]:
         a, b = self.index(lo_s), self.index(hi_s)
@@ -349,7 +423,7 @@ def _simulate(
     initial_replicas: int,
     decide: Decider,
     decision_times_s: NDArray[np.float64],
-    startup_delay_s: float,
+    startup_delay_s: float | Callable[[], float],
 ) -> tuple[_Pool, list[int], list[int]]:
     """Replay the trace; ``decide(pool, t)`` returns the replica count at each decision time."""
     pool = _Pool(trace.arrival_s, service_ms / 1000.0, config.slots_per_replica)
@@ -464,6 +538,8 @@ def _predictive_decider(config: SimulationConfig, model: ServiceTimePredictor, m
             queued_requests=float(metrics.index(now_s) - pool.next_i),
             utilization_ratio=metrics.utilization(pool, lo, now_s),
             window_s=now_s - lo,
+            arrival_counts=metrics.counts(now_s, config.count_bin_s, config.count_span_s),
+            count_bin_s=config.count_bin_s,
         )
         decision = recommend(obs, policy, state, model, _EPOCH + timedelta(seconds=now_s))
         state = decision.state
@@ -528,11 +604,33 @@ def _concurrency_decider(config: SimulationConfig, metrics: _Metrics) -> Decider
     return decide
 
 
-def service_times_ms(trace: Trace, config: SimulationConfig) -> NDArray[np.float64]:
-    """True service time of every request, ms: the trace's own, else a draw from the law (seeded)."""
+def residual_sigma(model: ServiceTimePredictor, config: SimulationConfig) -> float:
+    """Spread of the regressor's residuals: std of ``log(observed / predicted)`` on a held-out synthetic profile of
+    ``config.law`` (another seed than the training profile)."""
+    profile = generate_profile(config.profile_requests, config.law, random_state=config.random_state + 11)
+    x = features_from_columns(profile["image_pixels"], profile["image_count"], profile["text_tokens"],
+                              profile["batch_size"], profile["modality"])
+    predicted = np.maximum(np.asarray(model.predict(x), dtype=np.float64), 1e-6)
+    return float(np.std(np.log(np.asarray(profile["service_ms"]) / predicted)))
+
+
+def service_times_ms(trace: Trace, config: SimulationConfig, model: ServiceTimePredictor | None = None
+                     ) -> NDArray[np.float64]:
+    """True service time of every request, ms (seeded): the trace's own; else with ``service_source="regressor"``
+    ``model``'s prediction times a mean-one lognormal with :func:`residual_sigma`; else a draw from the law.
+
+    Raises:
+        ValueError: ``service_source="regressor"`` without a model.
+    """
     if trace.service_ms is not None:
         return np.asarray(trace.service_ms, dtype=np.float64)
     rng = np.random.default_rng(config.random_state)
+    if config.service_source == "regressor":
+        if model is None:
+            raise ValueError("service_source='regressor' needs the regressor (model)")
+        sigma = residual_sigma(model, config)
+        predicted = np.maximum(np.asarray(model.predict(trace.features()), dtype=np.float64), 1e-3)
+        return predicted * rng.lognormal(-0.5 * sigma * sigma, sigma, size=predicted.shape[0]) * config.true_service_scale
     return config.law.sample_ms(trace.features(), rng) * config.true_service_scale
 
 
@@ -563,13 +661,15 @@ def run_simulation(
         ``{policy: {"slo_minutes_fraction": float, "replica_hours": float, "mean_replicas": float,
         "p95_latency_ms": float, "direction_reversals": int, "decision_times_s": [...],
         "desired_replicas": [...], "ready_replicas": [...], "minute_p95_ms": [...]}}``; the oracle's decision
-        series is per minute.
+        series is per minute; predictive also has ``"reasons": {reason: decisions}``.
     Raises:
         ValueError: an empty trace.
     """
     if len(trace) == 0:
         raise ValueError("cannot simulate an empty trace")
-    service = service_times_ms(trace, config)
+    if model is None and ("predictive" in config.policies or config.service_source == "regressor"):
+        model = train_default_model(config)
+    service = service_times_ms(trace, config, model)
     end_s = math.ceil(trace.duration_s / 60.0) * 60.0
     decision_times = np.arange(config.decision_interval_s, end_s + 1e-9, config.decision_interval_s)
     metrics = _Metrics(trace, service)
@@ -578,6 +678,7 @@ def run_simulation(
         schedule, oracle_pool = oracle_schedule(trace, service, config, end_s)
     initial = config.initial_replicas if config.initial_replicas is not None else (schedule or [1])[0]
     results: dict[str, dict[str, Any]] = {}
+    decider: Decider
     for name in config.policies:
         times = decision_times
         start = initial
@@ -585,14 +686,21 @@ def run_simulation(
             assert schedule is not None
             pool, times, start = oracle_pool, np.arange(1, len(schedule)) * 60.0, schedule[0]
             desired, ready = schedule[1:], schedule[1:]
+        elif name == "fixed":
+            assert config.fixed_replicas is not None
+            fixed = config.fixed_replicas
+            start, times = fixed, np.zeros(0)
+            decider = lambda pool, now_s: fixed  # noqa: E731 - never called: no decision times
         elif name == "predictive":
-            decider: Decider = _predictive_decider(config, model if model is not None else train_default_model(config), metrics, [])
+            assert model is not None
+            decisions: list[Decision] = []
+            decider = _predictive_decider(config, model, metrics, decisions)
         elif name == "utilization":
             decider = _utilization_decider(config, metrics)
         elif name == "concurrency":
             decider = _concurrency_decider(config, metrics)
         if name != "oracle":
-            pool, desired, ready = _simulate(trace, service, config, start, decider, times, config.startup_delay_s)
+            pool, desired, ready = _simulate(trace, service, config, start, decider, times, config.startup_delays())
         fraction, minute_p95 = _slo_minutes(trace, pool, config.target_p95_ms, end_s)
         latency = (pool.finish - trace.arrival_s) * 1000.0
         replica_s = pool.replica_seconds(end_s)
@@ -607,4 +715,78 @@ def run_simulation(
             "ready_replicas": ready,
             "minute_p95_ms": [float(x) for x in minute_p95],
         }
+        if name == "predictive":
+            reasons: dict[str, int] = {}
+            for decision in decisions:
+                reasons[decision.reason.value] = reasons.get(decision.reason.value, 0) + 1
+            results[name]["reasons"] = reasons
     return results
+
+
+SWEEP_GRID: dict[str, tuple[float, ...]] = {
+    "predictive": (60.0, 70.0, 80.0, 90.0, 95.0),
+    "utilization": (30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0),
+    "concurrency": (0.3, 0.5, 0.7, 0.9, 1.2, 1.6),
+}
+"""Knob values swept per family: predictive and HPA-like ``targetUtilizationPercent``, KPA-like target in-flight
+requests per slot. The fixed pool sweeps every size from the mean load to the oracle's largest minute + 2."""
+SWEEP_SLO_TARGET = 0.95
+"""SLO-minutes fraction the fixed family's default (the smallest pool reaching it) is chosen for."""
+
+
+def _knob(config: SimulationConfig, family: str, value: float) -> SimulationConfig:
+    if family == "predictive":
+        return replace(config, predictive_target_utilization_percent=value, policies=("predictive",))
+    if family == "utilization":
+        return replace(config, hpa_target_utilization_percent=value, policies=("utilization",))
+    if family == "concurrency":
+        return replace(config, kpa_target_utilization_ratio=value, policies=("concurrency",))
+    return replace(config, fixed_replicas=int(value), policies=("fixed",))
+
+
+def run_sweep(trace: Trace, config: SimulationConfig = SimulationConfig(), model: ServiceTimePredictor | None = None,
+              grid: dict[str, tuple[float, ...]] | None = None) -> dict[str, Any]:
+    """Sweep each family's knob on one trace (the Pareto benchmark's data; ``modalscale simulate --sweep``).
+
+    Args:
+        trace: Requests in arrival order.
+        config: Shared settings; its own knob values are each family's default (shipped) setting.
+        model: The predictive policy's regressor; None = :func:`train_default_model`.
+        grid: Knob values per family (default :data:`SWEEP_GRID`); each family's default is added when missing.
+    Returns:
+        ``{"trace": name, "points": [{"policy", "param", "default", "slo_minutes_fraction", "replica_hours"}, ...]}``
+        with exactly one ``default: true`` point per policy: predictive, utilization, concurrency at the
+        config's settings, fixed at the smallest pool reaching :data:`SWEEP_SLO_TARGET` SLO-minutes (the largest
+        swept when none does), oracle (``param`` null).
+    """
+    grid = dict(SWEEP_GRID if grid is None else grid)
+    if model is None:
+        model = train_default_model(config)
+    defaults = {"predictive": config.predictive_target_utilization_percent,
+                "utilization": config.hpa_target_utilization_percent,
+                "concurrency": config.kpa_target_utilization_ratio}
+    points: list[dict[str, Any]] = []
+
+    def point(policy: str, param: float | None, default: bool, result: dict[str, Any]) -> dict[str, Any]:
+        return {"policy": policy, "param": param, "default": default,
+                "slo_minutes_fraction": float(result["slo_minutes_fraction"]),
+                "replica_hours": float(result["replica_hours"])}
+
+    oracle = run_simulation(trace, replace(config, policies=("oracle",)), model)["oracle"]
+    points.append(point("oracle", None, True, oracle))
+    for family, default in defaults.items():
+        values = sorted(set(grid.get(family, ())) | {default})
+        for value in values:
+            result = run_simulation(trace, _knob(config, family, value), model)[family]
+            points.append(point(family, float(value), value == default, result))
+    service = service_times_ms(trace, config, model)
+    lo = max(1, math.floor(float(service.sum()) / 1000.0 / max(trace.duration_s, 1.0) / config.slots_per_replica))
+    hi = max(lo, max(oracle["desired_replicas"], default=1) + 2)
+    fixed = []
+    for size in range(lo, hi + 1):
+        result = run_simulation(trace, _knob(config, "fixed", size), model)["fixed"]
+        fixed.append(point("fixed", float(size), False, result))
+    reaching = [p for p in fixed if p["slo_minutes_fraction"] >= SWEEP_SLO_TARGET]
+    (reaching[0] if reaching else fixed[-1])["default"] = True
+    points.extend(fixed)
+    return {"trace": trace.name, "points": points}

@@ -1,7 +1,17 @@
 """``modalscale simulate``: replay a trace under the predictive, HPA-like, KPA-like and oracle policies.
 
 Without ``--trace`` it uses the generated trace (``traces.generate_trace``; ``--shift`` for the modality-shift
-trace). ``--trace`` takes modalscale's trace CSV or Azure's LLM trace CSV (recognised by its header).
+trace). ``--trace`` takes modalscale's trace CSV, Azure's LLM trace CSV, the Mooncake conversation trace CSV, or
+ServeGen's per-client rate windows (arrivals generated from them), each recognised by its header.
+
+``--sweep`` sweeps each family's knob instead (predictive and HPA-like target utilization, KPA-like target
+concurrency, fixed pool size) and with ``--json`` prints exactly::
+
+    {"trace": ..., "points": [{"policy": "predictive"|"utilization"|"concurrency"|"fixed"|"oracle",
+                               "param": <number or null>, "default": true|false,
+                               "slo_minutes_fraction": x, "replica_hours": y}, ...]}
+
+with one ``default: true`` point per policy (see ``simulate.run_sweep``).
 """
 
 from __future__ import annotations
@@ -11,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from modalscale.autoscaler.simulate import POLICIES, SimulationConfig, run_simulation
+from modalscale.autoscaler.simulate import POLICIES, SimulationConfig, run_simulation, run_sweep
 from modalscale.autoscaler.traces import (
     ImageMix,
     Trace,
@@ -19,7 +29,9 @@ from modalscale.autoscaler.traces import (
     generate_trace,
     modality_shift_trace,
     read_azure_llm_trace,
+    read_mooncake_trace,
     read_trace_csv,
+    servegen_trace,
 )
 
 
@@ -35,9 +47,14 @@ def load_trace(path: Path | None, shift: bool = False, image_fraction: float = 0
         header = fh.readline()
     if "TIMESTAMP" in header and "ContextTokens" in header:
         return read_azure_llm_trace(path, ImageMix(image_fraction=image_fraction), random_state=seed)
+    if "timestamp_ms" in header and "input_length" in header:
+        return read_mooncake_trace(path, ImageMix(image_fraction=image_fraction), random_state=seed)
+    if "window_start_s" in header and "rate_rps" in header:
+        return servegen_trace(path, random_state=seed)
     if "arrival_s" in header:
         return read_trace_csv(path)
-    raise ValueError(f"{path}: header {header.strip()!r} is neither a modalscale trace CSV nor an Azure LLM trace")
+    raise ValueError(f"{path}: header {header.strip()!r} is none of: a modalscale trace CSV, an Azure LLM trace, "
+                     f"the Mooncake conversation trace, ServeGen rate windows")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -47,15 +64,25 @@ def add_parser(subparsers: Any) -> None:
         help="compare autoscaling policies on a request trace",
         description=__doc__.splitlines()[0],
     )
-    parser.add_argument("--trace", type=Path, default=None, help="trace CSV (modalscale or Azure LLM format)")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="trace CSV (modalscale, Azure LLM, Mooncake conversation, or ServeGen rate windows)")
     parser.add_argument("--shift", action="store_true", help="without --trace: use the modality-shift trace")
     parser.add_argument("--image-fraction", type=float, default=0.5,
                         help="Azure traces: fraction of requests given ServeGen-shaped images (default 0.5)")
     parser.add_argument("--target-p95-ms", type=float, default=None,
                         help="p95 latency target in ms (default 2000; 5000 with --shift)")
-    parser.add_argument("--predictive-utilization-percent", type=float, default=80.0,
-                        help="targetUtilizationPercent of the predictive policy (default 80)")
-    parser.add_argument("--startup-delay-s", type=float, default=30.0, help="replica start-up delay in s")
+    parser.add_argument("--predictive-utilization-percent", type=float, default=90.0,
+                        help="targetUtilizationPercent of the predictive policy (default 90)")
+    parser.add_argument("--startup-delay-s", type=float, default=30.0,
+                        help="replica start-up delay in s (the median with --startup-delay-p90-s)")
+    parser.add_argument("--startup-delay-p90-s", type=float, default=None,
+                        help="p90 of a lognormal start-up delay (default: every replica takes --startup-delay-s)")
+    parser.add_argument("--startup-delays-s", default="",
+                        help="comma list of measured start-up delays in s, drawn per new replica (overrides both)")
+    parser.add_argument("--service-source", choices=("regressor", "law"), default="regressor",
+                        help="service times of traces without them: the regressor's prediction with its residual "
+                             "noise (default) or the synthetic law")
+    parser.add_argument("--sweep", action="store_true", help="sweep each policy family's knob (Pareto data)")
     parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma list out of {','.join(POLICIES)}")
     parser.add_argument("--seed", type=int, default=0, help="seed of generated traces and service times")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -66,13 +93,30 @@ def run(args: argparse.Namespace) -> int:
     """Run the simulation and print the results; returns the exit code."""
     trace = load_trace(args.trace, args.shift, args.image_fraction, args.seed)
     target = args.target_p95_ms if args.target_p95_ms is not None else (5000.0 if args.shift else 2000.0)
+    try:
+        delays = tuple(float(x) for x in args.startup_delays_s.split(",") if x.strip())
+    except ValueError:
+        raise SystemExit(f"--startup-delays-s must be a comma list of seconds, got {args.startup_delays_s!r}") from None
     config = SimulationConfig(
         target_p95_ms=target,
         predictive_target_utilization_percent=args.predictive_utilization_percent,
         startup_delay_s=args.startup_delay_s,
+        startup_delay_p90_s=args.startup_delay_p90_s,
+        startup_delay_samples_s=delays,
+        service_source=args.service_source,
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
         random_state=args.seed,
     )
+    if args.sweep:
+        sweep = run_sweep(trace, config)
+        if args.json:
+            print(json.dumps(sweep))
+            return 0
+        for p in sweep["points"]:
+            param = "-" if p["param"] is None else f"{p['param']:g}"
+            print(f"{p['policy']:<12} {param:>6} {'default' if p['default'] else '':<8} "
+                  f"SLO-minutes {p['slo_minutes_fraction']:6.1%}  replica-hours {p['replica_hours']:7.2f}")
+        return 0
     results = run_simulation(trace, config)
     summary = {
         name: {"slo_minutes_fraction": r["slo_minutes_fraction"], "replica_hours": r["replica_hours"]}

@@ -370,3 +370,114 @@ def read_azure_llm_trace(
     count, width, height, image_only = mix.sample(arrival.shape[0], np.random.default_rng(random_state))
     text = np.where(image_only, 0, np.maximum(text, 1))
     return Trace(arrival, count, width, height, text, None, name or Path(path).stem)
+
+
+MOONCAKE_COLUMNS: tuple[str, ...] = ("timestamp_ms", "input_length")
+"""Columns of the Mooncake conversation trace (CSV cut of kvcache-ai/Mooncake ``conversation_trace.jsonl``)."""
+
+SERVEGEN_RATE_COLUMNS: tuple[str, ...] = ("client_id", "window_start_s", "rate_rps", "cv", "arrival_dist",
+                                          "dist_param1", "dist_param2")
+"""Columns of ServeGen's per-client rate windows (alibaba/ServeGen ``data/multimodal/mm-image``)."""
+
+
+def read_mooncake_trace(
+    path: str | Path, mix: ImageMix | None = None, random_state: int = 0, name: str | None = None
+) -> Trace:
+    """Read the Mooncake (FAST'25) conversation trace as CSV and attach images from ``mix``.
+
+    Arrivals are replayed exactly as recorded (``timestamp_ms`` since the first request); ``input_length``
+    (prompt tokens) become ``text_tokens``. Cite Qin et al., "Mooncake", FAST 2025 (Apache-2.0).
+
+    Raises:
+        ValueError: missing columns or an unparsable cell (line named).
+    """
+    mix = mix or ImageMix()
+    with Path(path).open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in MOONCAKE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: Mooncake trace lacks column(s) {missing}; expected {list(MOONCAKE_COLUMNS)}")
+        times: list[float] = []
+        tokens: list[int] = []
+        for line, row in enumerate(reader, start=2):
+            try:
+                times.append(float(row["timestamp_ms"]) / 1000.0)
+                tokens.append(int(float(row["input_length"])))
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: line {line}: cannot parse timestamp_ms/input_length {row!r}") from None
+    t = np.asarray(times)
+    order = np.argsort(t, kind="stable")
+    arrival = t[order] - (t[order][0] if t.size else 0.0)
+    text = np.maximum(np.asarray(tokens, dtype=np.int64)[order], 0)
+    count, width, height, image_only = mix.sample(arrival.shape[0], np.random.default_rng(random_state))
+    text = np.where(image_only, 0, np.maximum(text, 1))
+    return Trace(arrival, count, width, height, text, None, name or Path(path).stem)
+
+
+def _renewal(rng: np.random.Generator, dist: str, p1: float, p2: float, cv: float, rate_rps: float,
+             length_s: float) -> NDArray[np.float64]:
+    """Arrival offsets in ``[0, length_s)`` of a renewal process with ServeGen's fitted inter-arrival law, rescaled
+    so that its mean rate is exactly ``rate_rps`` (the fitted parameters keep their shape, i.e. the CV)."""
+    expected = rate_rps * length_s
+    n = int(expected + 10 * math.sqrt(expected + 1) * max(1.0, cv) + 20)
+    if dist == "Gamma" and p1 > 0:
+        gaps = rng.gamma(p1, 1.0, size=n) / p1
+    elif dist == "Weibull" and p1 > 0:
+        gaps = rng.weibull(p1, size=n) / math.gamma(1.0 + 1.0 / p1)
+    elif cv > 0:  # no fitted law: a gamma with the window's CV
+        shape = 1.0 / cv**2
+        gaps = rng.gamma(shape, 1.0, size=n) / shape
+    else:
+        gaps = rng.exponential(1.0, size=n)
+    gaps /= rate_rps  # mean gap 1 / rate
+    times = np.cumsum(gaps) - rng.random() * gaps[0]  # a random phase at the window start
+    return times[(times >= 0) & (times < length_s)]
+
+
+def servegen_trace(
+    path: str | Path, start_s: float = 36000.0, duration_s: float = 3600.0, mix: ImageMix | None = None,
+    random_state: int = 0, name: str | None = None,
+) -> Trace:
+    """Generate arrivals from ServeGen's per-client rate windows (``servegen_mm_image_rate_windows.csv``).
+
+    For every client and 600 s window overlapping ``[start_s, start_s + duration_s)``, arrivals are a renewal
+    process with that window's fitted inter-arrival law (``Gamma(shape=dist_param1, scale=dist_param2)`` or
+    ``Weibull(shape=dist_param1, scale=dist_param2)``; a gamma with the window's ``cv`` when no law is given),
+    rescaled to the window's ``rate_rps``; the clients are superposed. Requests get ServeGen-shaped images and
+    text from ``mix`` (default ``ImageMix()``) and the ServeGen text-token quantiles. Default: the busiest hour
+    of the day (10:00-11:00, 13.3 req/s summed). Cite Xiang et al., arXiv 2505.09999 (Apache-2.0).
+
+    Raises:
+        ValueError: missing columns, an unparsable cell (line named), or no traffic in the span.
+    """
+    mix = mix or ImageMix()
+    rng = np.random.default_rng(random_state)
+    end_s = start_s + duration_s
+    parts: list[NDArray[np.float64]] = []
+    with Path(path).open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in SERVEGEN_RATE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: ServeGen rate windows lack column(s) {missing}; "
+                             f"expected {list(SERVEGEN_RATE_COLUMNS)}")
+        for line, row in enumerate(reader, start=2):
+            try:
+                w0, rate = float(row["window_start_s"]), float(row["rate_rps"])
+                cv = float(row["cv"] or 0.0)
+                p1, p2 = float(row["dist_param1"] or 0.0), float(row["dist_param2"] or 0.0)
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: line {line}: cannot parse {row!r}") from None
+            lo, hi = max(w0, start_s), min(w0 + 600.0, end_s)
+            if rate <= 0 or hi <= lo:
+                continue
+            offsets = _renewal(rng, (row["arrival_dist"] or "").strip(), p1, p2, cv, rate, 600.0)
+            absolute = w0 + offsets
+            parts.append(absolute[(absolute >= lo) & (absolute < hi)] - start_s)
+    arrival = np.sort(np.concatenate(parts)) if parts else np.zeros(0)
+    if arrival.size == 0:
+        raise ValueError(f"{path}: no traffic in [{start_s:g}, {end_s:g}) s")
+    n = arrival.shape[0]
+    count, width, height, image_only = mix.sample(n, rng)
+    tokens = np.rint(_sample_quantiles(SERVEGEN_TEXT_TOKEN_QUANTILES, n, rng)).astype(np.int64)
+    tokens = np.where(image_only, 0, np.maximum(tokens, 1))
+    return Trace(arrival, count, width, height, tokens, None, name or f"servegen@{start_s / 3600:g}h")

