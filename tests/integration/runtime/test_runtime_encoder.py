@@ -87,6 +87,8 @@ def test_int8_quantizes_linear_layers_and_keeps_layernorm_float(int8: Multimodal
     norms = [m for m in modules if isinstance(m, nn.LayerNorm)]
     assert norms and all(m.weight.dtype == torch.float32 for m in norms)
     assert isinstance(int8.image_model._fc, nn.Linear)  # classifier and fusion head stay FP32 (< 2 MFLOP)
+    stem = int8.image_model._conv_stem.weight
+    assert int8.channels_last and stem.is_contiguous(memory_format=torch.channels_last)
     assert isinstance(int8.fusion.text_proj, nn.Linear)
 
 
