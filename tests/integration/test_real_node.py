@@ -31,12 +31,15 @@ from modalscale.devenv.realnode import (
     NODE_TYPE_LABEL,
     POD_CIDR,
     RealNode,
+    _our_cni_results,
+    _shims_of,
     containerd_address,
     iptables_cleanup_commands,
     list_images,
     mounts_under,
     node_ip,
     real_node_placement,
+    shim_socket,
 )
 
 NS = "real-node-test"
@@ -232,7 +235,11 @@ def _left_behind(workdir: Path) -> dict[str, Any]:
              if p.name.startswith("veth") and (p / "brport").exists()]
     return {"processes": procs, "mounts": mounts_under([workdir]), "netns": netns, "chains": chains,
             "veths": veths, "bridge": Path(f"/sys/class/net/{CNI_BRIDGE}").exists(),
-            "socket": containerd_address(workdir).parent.exists()}
+            "socket": containerd_address(workdir).parent.exists(),
+            "log_links": [p.name for p in Path("/var/log/containers").glob("*.log")
+                          if os.readlink(p).startswith(str(workdir))] if Path("/var/log/containers").is_dir() else [],
+            "cni_results": len(_our_cni_results()),
+            "runc_state": [p.name for p in RealNode(workdir).runc_root.glob("*/*")]}
 
 
 def test_cluster_down_leaves_no_container_mount_netns_veth_bridge_chain_or_process(
@@ -259,6 +266,7 @@ def test_cluster_down_leaves_no_container_mount_netns_veth_bridge_chain_or_proce
             # The check can see each kind: while the pod runs, every one of them is there.
             assert during["processes"] and during["mounts"] and during["netns"] and during["veths"], during
             assert during["bridge"] and during["socket"], during
+            assert during["log_links"] and during["cni_results"] and during["runc_state"], during
             assert any(c.startswith("KUBE-") for c in during["chains"]), during
             assert any(c.startswith("CNI-") for c in during["chains"]), during
             ctr = ["ctr", "--address", str(containerd_address(private.workdir)), "-n", "k8s.io"]
@@ -268,7 +276,8 @@ def test_cluster_down_leaves_no_container_mount_netns_veth_bridge_chain_or_proce
         assert {"containerd", "kubelet", "kube-proxy", "kube-apiserver", "etcd"} <= set(stopped)
         after = _left_behind(private.workdir)
         assert after == {"processes": [], "mounts": [], "netns": [], "chains": [], "veths": [], "bridge": False,
-                         "socket": False}
+                         "socket": False, "log_links": [], "cni_results": 0, "runc_state": []}
+        assert not Path("/var/lib/kubelet/device-plugins/kubelet.sock").exists()
         assert not RealNode(private.workdir).any_running()
     finally:
         # The session cluster gets its real node back for the tests after this one.
@@ -293,6 +302,9 @@ def test_a_crashed_node_is_cleaned_up_by_the_next_cluster_that_takes_the_machine
             core_a.create_namespace({"metadata": {"name": NS}})
             core_a.create_namespaced_pod(NS, _pod("crashed", BUSYBOX_IMAGE, ["sleep", "3600"]))
             wait_for(lambda: _running(core_a, "crashed"), 120, "pod crashed Running on A")
+            sockets = [shim_socket(containerd_address(a.workdir), ns, sid)
+                       for _pid, ns, sid in _shims_of(containerd_address(a.workdir))]
+            assert sockets and all(p.exists() for p in sockets)  # where containerd 1.6 puts them
             for pid in a.real_node_status()["processes"].values():
                 os.kill(int(pid), signal.SIGKILL)
             wait_for(lambda: not RealNode(a.workdir).any_running(), 30, "A's node processes gone")
@@ -304,6 +316,7 @@ def test_a_crashed_node_is_cleaned_up_by_the_next_cluster_that_takes_the_machine
             b.up(nodes=0, real_node=True)
             assert b.has_real_node, b.real_node_status()
             assert shims() == []  # B removed A's shim
+            assert not any(p.exists() for p in sockets)
             core_b = client.CoreV1Api(b.api_client())
             core_b.create_namespace({"metadata": {"name": NS}})
             core_b.create_namespaced_pod(NS, _pod("after", BUSYBOX_IMAGE, ["sleep", "3600"]))
@@ -312,7 +325,7 @@ def test_a_crashed_node_is_cleaned_up_by_the_next_cluster_that_takes_the_machine
             b.down()
             a.down()
         clean = {"processes": [], "mounts": [], "netns": [], "chains": [], "veths": [], "bridge": False,
-                 "socket": False}
+                 "socket": False, "log_links": [], "cni_results": 0, "runc_state": []}
         assert _left_behind(a.workdir) == clean
         assert _left_behind(b.workdir) == clean
     finally:

@@ -502,6 +502,11 @@ class RealNode:
         return cache_dir() / "node" / "containerd-root"
 
     @property
+    def runc_root(self) -> Path:
+        """runc's state root for this node's containers (``runc --root``), inside the work dir."""
+        return self.dir / "containerd" / "state" / "runc"
+
+    @property
     def address(self) -> Path:
         """containerd's socket."""
         return containerd_address(self.workdir)
@@ -563,6 +568,7 @@ state = "{d / 'containerd' / 'state'}"
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
       BinaryName = "{runc}"
+      Root = "{self.runc_root}"
       SystemdCgroup = false
 """
         _write_if_changed(d / "containerd.toml", containerd_toml)
@@ -579,6 +585,8 @@ state = "{d / 'containerd' / 'state'}"
         reserve = node_reserve(os.cpu_count() or 1, _memory_bytes())
         kubelet = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            # Container logs in the work dir (the links in /var/log/containers are removed at stop).
+            "podLogsDir": str(d / "pod-logs"),
             "failCgroupV1": False, "cgroupDriver": "cgroupfs",
             "containerRuntimeEndpoint": f"unix://{self.address}",
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
@@ -765,10 +773,16 @@ state = "{d / 'containerd' / 'state'}"
         shims = _shims_of(self.address)
         if self._kill("containerd", timeout_s):
             stopped.append("containerd")
-        for pid in shims:  # a shim whose task could not be deleted
+        for pid, ns, sid in shims:  # a shim whose task could not be deleted, or one a crashed containerd left
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+            shim_socket(self.address, ns, sid).unlink(missing_ok=True)
+        _kill_runc_containers(self.runc_root, self.log)
         _unmount_under([self.dir, *[Path(p) for p in netns]], self.log)
+        for link in Path(CONTAINER_LOG_LINKS).glob("*.log") if Path(CONTAINER_LOG_LINKS).is_dir() else []:
+            with contextlib.suppress(OSError):
+                if os.readlink(link).startswith(str(self.dir) + "/"):
+                    link.unlink()
         for p in netns:
             with contextlib.suppress(OSError):
                 Path(p).unlink()
@@ -827,15 +841,42 @@ def _remove_containers(workdir: Path, log: Log) -> set[str]:
     return netns
 
 
-def _shims_of(address: Path) -> list[int]:
-    pids = []
+def shim_socket(address: Path, namespace: str, shim_id: str) -> Path:
+    """Where a containerd 1.6 runc v2 shim listens: ``/run/containerd/s/<sha256(address/namespace/id)>``.
+
+    The shim removes it when it exits cleanly; one killed (or left by a killed containerd) does not.
+    Source: containerd v1.6 ``runtime/v2/shim/util_unix.go`` ``SocketAddress``.
+    """
+    digest = hashlib.sha256(f"{address}/{namespace}/{shim_id}".encode()).hexdigest()
+    return Path("/run/containerd/s") / digest
+
+
+def _shims_of(address: Path) -> list[tuple[int, str, str]]:
+    """(pid, namespace, id) of the shims that serve the containerd at ``address``."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         cmd = _cmdline(int(entry.name))
         if cmd and Path(cmd[0]).name.startswith("containerd-shim") and str(address) in cmd:
-            pids.append(int(entry.name))
-    return pids
+            args = dict(zip(cmd, cmd[1:]))
+            found.append((int(entry.name), args.get("-namespace", K8S_NAMESPACE), args.get("-id", "")))
+    return found
+
+
+def _kill_runc_containers(runc_root: Path, log: Log) -> None:
+    """SIGKILL the init process of every container runc still records under ``runc_root`` (its start time must
+    match, so a reused PID is left alone), then drop the records."""
+    for state in runc_root.glob("*/*/state.json"):
+        try:
+            info = json.loads(state.read_text())
+            pid, start = int(info["init_process_pid"]), int(info["init_process_start"])
+            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]) == start:
+                os.kill(pid, signal.SIGKILL)
+                log(f"killed container {state.parent.name[:12]} (init pid {pid}) left by a killed shim")
+        except (OSError, ValueError, KeyError, IndexError):
+            pass
+        shutil.rmtree(state.parent, ignore_errors=True)
 
 
 def _mounts() -> list[str]:
@@ -865,8 +906,35 @@ def _unmount_under(paths: list[Path], log: Log) -> None:
         log(f"could not unmount {left}")
 
 
+CONTAINER_LOG_LINKS = "/var/log/containers"
+"""The kubelet links every container's log here (fixed path); the logs themselves are in the work dir."""
+CNI_CACHE = Path("/var/lib/cni/results")
+"""libcni's result cache (fixed in containerd 1.6's CRI): one file per sandbox and network."""
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+"""The kubelet's device-plugin socket directory (fixed path, whatever ``--root-dir`` says)."""
+
+
+def _our_cni_results() -> list[Path]:
+    """Cached CNI results of this node's networks (``modalscale``, CRI's ``cni-loopback``), leaving those of a
+    system containerd's live sandboxes (runc state in ``/run/containerd/runc``) alone."""
+    if not CNI_CACHE.is_dir():
+        return []
+    stale = []
+    for f in CNI_CACHE.iterdir():
+        try:
+            info = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("networkName") in ("modalscale", "cni-loopback") and not any(
+                (Path("/run/containerd/runc") / ns / str(info.get("containerId"))).exists()
+                for ns in (K8S_NAMESPACE, "default")):
+            stale.append(f)
+    return stale
+
+
 def _cleanup_global_network(log: Log) -> None:
-    """Remove the cni0 bridge, its veths and every KUBE-/CNI- iptables chain (the node's global state)."""
+    """Remove the cni0 bridge, its veths and every KUBE-/CNI- iptables chain (the node's global state), CRI's
+    network namespaces, stale CNI results and the kubelet's device-plugin socket."""
     ip = shutil.which("ip") or "/usr/sbin/ip"
     brif = Path(f"/sys/class/net/{CNI_BRIDGE}/brif")
     for veth in sorted(brif.iterdir()) if brif.is_dir() else []:
@@ -878,6 +946,12 @@ def _cleanup_global_network(log: Log) -> None:
         subprocess.run(["umount", "-l", str(ns)], capture_output=True, check=False)
         with contextlib.suppress(OSError):
             ns.unlink()
+    for f in _our_cni_results():
+        f.unlink(missing_ok=True)
+    (DEVICE_PLUGIN_DIR / "kubelet.sock").unlink(missing_ok=True)
+    for d in (DEVICE_PLUGIN_DIR, DEVICE_PLUGIN_DIR.parent):
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only when empty
     for family in ("iptables", "ip6tables"):
         save, tool = shutil.which(f"{family}-save"), shutil.which(family)
         if not save or not tool:
