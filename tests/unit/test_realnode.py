@@ -3,6 +3,8 @@ machine check's message."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from modalscale.devenv.realnode import (
@@ -120,3 +122,17 @@ def test_node_ip_is_the_first_global_ipv4_address() -> None:
            "5: eth1    inet 10.1.2.3/16 scope global eth1\\       valid_lft forever\n")
     assert primary_ipv4(out) == "192.0.2.2"
     assert primary_ipv4("") is None
+
+
+def test_an_owner_record_is_alive_while_its_recording_process_lives(tmp_path: Path) -> None:
+    """Between the owner record and containerd's start nothing of the node runs: the recording process (another
+    one, with the same start time, so not a reused PID) keeps the claim."""
+    import os
+
+    from modalscale.devenv.realnode import _owner_alive, _start_time
+
+    parent = os.getppid()
+    assert _owner_alive({"workdir": str(tmp_path), "pid": parent, "pidStart": _start_time(parent)})
+    assert not _owner_alive({"workdir": str(tmp_path), "pid": parent, "pidStart": -1})
+    assert not _owner_alive({"workdir": str(tmp_path), "pid": os.getpid(), "pidStart": _start_time(os.getpid())})
+    assert not _owner_alive({"workdir": str(tmp_path)})

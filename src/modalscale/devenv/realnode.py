@@ -312,14 +312,32 @@ def _locked() -> Iterator[Path]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _start_time(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _owner_alive(record: dict[str, Any]) -> bool:
+    """The recorded owner's node runs, or the process that recorded it still lives (it may be starting the node:
+    between the record and containerd's start nothing of it runs yet). This process never races itself."""
+    if RealNode(Path(record["workdir"])).any_running():
+        return True
+    pid = record.get("pid")
+    return (isinstance(pid, int) and pid != os.getpid() and _pid_alive(pid)
+            and _start_time(pid) == record.get("pidStart"))
+
+
 def current_owner() -> str | None:
     """Work dir of the cluster whose real node runs on this machine now (None when none runs)."""
     path = LOCK_DIR / "real-node.json"
     try:
-        owner = json.loads(path.read_text())["workdir"]
+        record = json.loads(path.read_text())
+        owner = record["workdir"]
     except (OSError, ValueError, KeyError):
         return None
-    return owner if RealNode(Path(owner)).any_running() else None
+    return str(owner) if _owner_alive(record) else None
 
 
 # ---------------------------------------------------------------------------------------------- images
@@ -641,12 +659,16 @@ state = "{d / 'containerd' / 'state'}"
             modalscale.devenv.binaries.BuildError: Building kubelet/kube-proxy failed.
         """
         started = time.monotonic()
+        # Builds first: the owner record below must not stand for minutes with nothing running yet.
+        binaries = binaries or ensure_node_binaries(self.log)
+        ensure_node_images(self.log)
         with _locked() as owner_file:
             try:
-                owner = json.loads(owner_file.read_text()).get("workdir")
+                record = json.loads(owner_file.read_text())
             except (OSError, ValueError):
-                owner = None
-            if owner and owner != str(self.workdir) and RealNode(Path(owner)).any_running():
+                record = {}
+            owner = record.get("workdir")
+            if owner and owner != str(self.workdir) and _owner_alive(record):
                 return (f"another cluster ({owner}) runs this machine's real node (one per machine: the cni0 "
                         f"bridge and kube-proxy's iptables chains are global)")
             if owner != str(self.workdir) or not self.any_running():
@@ -654,7 +676,8 @@ state = "{d / 'containerd' / 'state'}"
                 if owner and owner != str(self.workdir):
                     RealNode(Path(owner), log=self.log)._stop_local(15.0)
                 _cleanup_global_network(self.log)
-            owner_file.write_text(json.dumps({"workdir": str(self.workdir), "pid": os.getpid()}))
+            owner_file.write_text(json.dumps({"workdir": str(self.workdir), "pid": os.getpid(),
+                                              "pidStart": _start_time(os.getpid())}))
         try:
             self._start_components(kubeconfig, ca_crt, api, binaries, timeout_s)
         except BaseException:
