@@ -104,6 +104,19 @@ def int8_full_range_safe() -> bool:
     return False
 
 
+def cpu_has_native_bf16() -> bool:
+    """True when ``/proc/cpuinfo`` lists AVX512-BF16 or AMX-BF16 (BF16 matrix arithmetic in hardware)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    flags = set(line.split())
+                    return bool({"avx512_bf16", "amx_bf16"} & flags)
+    except OSError:
+        return False
+    return False
+
+
 class SmoothedLinear(nn.Module):
     """``linear(x * inv_scale)``: a Linear whose weight columns were multiplied by ``1 / inv_scale`` (SmoothQuant).
 
@@ -201,7 +214,8 @@ class MultimodalEncoder:
             ``calibration.CALIBRATION_TEXTS``, then dynamic INT8 with per-channel weights, classifier and fusion
             head in FP32; ``dynamic`` = the earlier ``quantize_dynamic`` of every Linear (text encoder, classifier,
             fusion head). LayerNorm, BatchNorm and convolutions stay in float (the seed's finding: quantizing
-            LayerNorm costs accuracy).
+            LayerNorm costs accuracy); with ``smoothquant`` the convolutions run channels-last, in BF16 where the
+            CPU has native BF16 (:attr:`image_bf16`).
         device: torch device string.
         preload: Encoders to load now (``image``, ``text``); the others load on first use, so a per-modality
             model behind the router holds only what it needs.
@@ -220,6 +234,11 @@ class MultimodalEncoder:
         """Run the image encoder in channels-last (NHWC) layout: oneDNN then skips a layout reorder around every
         convolution. Measured on the shared 2-core EPYC: 1.39x less CPU for 4 images of 96x128 to 384x384, features
         bit-identical to NCHW there; only with INT8 so that FP32 stays the plain module on every CPU."""
+        self.image_bf16 = self.channels_last and torch.device(device).type == "cpu" and cpu_has_native_bf16()
+        """INT8 on a CPU with native BF16 arithmetic (AVX512-BF16 or AMX-BF16): the image encoder's convolutions run
+        under BF16 autocast. Measured on the shared 2-core EPYC (AVX512-BF16): 2.2x less CPU than FP32 channels-last
+        for 4 images of 96x128 to 384x384, pooled-feature cosine >= 0.9996. Elsewhere (Ice Lake has no BF16) they stay
+        FP32, where BF16 would be emulated and slower."""
         self.device = torch.device(device)
         if precision is Precision.INT8 and self.device.type != "cpu":
             raise ValueError("precision INT8 (torch dynamic quantization) runs on CPU only; use FP16 or BF16 "
@@ -319,7 +338,12 @@ class MultimodalEncoder:
             x = torch.from_numpy(batch).to(self.device)
             if self.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
-            fmap = self.image_model.extract_features(x).float()  # (n, 1280, fh, fw)
+            if self.image_bf16:  # the convolutions only; pooling and the classifier stay FP32
+                with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                    fmap = self.image_model.extract_features(x)
+                fmap = fmap.float()
+            else:
+                fmap = self.image_model.extract_features(x).float()  # (n, 1280, fh, fw)
             mask = torch.zeros((fmap.shape[0], 1, fmap.shape[2], fmap.shape[3]), device=fmap.device)
             for i, (h, w) in enumerate(valid_hw):
                 mask[i, :, : math.ceil(h / ENCODER_STRIDE), : math.ceil(w / ENCODER_STRIDE)] = 1.0

@@ -12,7 +12,7 @@ from torch import nn
 
 from modalscale.runtime.model.calibration import CALIBRATION_TEXTS
 from modalscale.runtime.model.encoders import (ENCODER_STRIDE, FusionHead, MultimodalEncoder, SmoothedLinear,
-                                               int8_full_range_safe)
+                                               cpu_has_native_bf16, int8_full_range_safe)
 from modalscale.runtime.model.pipeline import MultimodalPipeline
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.repo_config import Precision
@@ -89,6 +89,7 @@ def test_int8_quantizes_linear_layers_and_keeps_layernorm_float(int8: Multimodal
     assert isinstance(int8.image_model._fc, nn.Linear)  # classifier and fusion head stay FP32 (< 2 MFLOP)
     stem = int8.image_model._conv_stem.weight
     assert int8.channels_last and stem.is_contiguous(memory_format=torch.channels_last)
+    assert int8.image_bf16 is cpu_has_native_bf16()
     assert isinstance(int8.fusion.text_proj, nn.Linear)
 
 
@@ -108,6 +109,18 @@ def test_int8_embeddings_stay_close_to_fp32(fp32: MultimodalEncoder, int8: Multi
     alone = [_embed(int8, True, [request])[0] for request in requests[-6:]]
     for a, b in zip(alone, quantized[-6:], strict=True):
         np.testing.assert_allclose(a.embedding, b.embedding, atol=1e-6)
+
+
+def test_int8_image_embeddings_and_classes_stay_with_fp32(fp32: MultimodalEncoder, int8: MultimodalEncoder) -> None:
+    sizes = [(224, 224), (640, 480), (96, 128), (1024, 768), (384, 384), (50, 300)]
+    requests = [([photo_at(p, w, h, fmt)], None) for p in PHOTOS for (w, h) in sizes for fmt in ("JPEG",)]
+    reference = _embed(fp32, True, requests)
+    quantized = _embed(int8, True, requests)
+    cosines = [float(np.dot(a.embedding, b.embedding)) for a, b in zip(reference, quantized, strict=True)]
+    agree = np.mean([a.image_classes[0] == b.image_classes[0] for a, b in zip(reference, quantized, strict=True)])
+    print(f"INT8 image (BF16 convolutions: {int8.image_bf16}) vs FP32: cosine min {min(cosines):.5f}, "
+          f"top-1 agreement {agree:.3f}")
+    assert min(cosines) >= 0.99 and agree >= 0.9
 
 
 def test_the_earlier_int8_scheme_stays_selectable_for_side_by_side_runs() -> None:
