@@ -136,3 +136,17 @@ def test_an_owner_record_is_alive_while_its_recording_process_lives(tmp_path: Pa
     assert not _owner_alive({"workdir": str(tmp_path), "pid": parent, "pidStart": -1})
     assert not _owner_alive({"workdir": str(tmp_path), "pid": os.getpid(), "pidStart": _start_time(os.getpid())})
     assert not _owner_alive({"workdir": str(tmp_path)})
+
+
+def test_plan_runs_kwok_only_with_the_missing_piece_named_unless_the_node_was_asked_for() -> None:
+    from modalscale.devenv.realnode import RealNodeError, real_node_plan
+
+    lacks = ["`containerd` (Debian package containerd)"]
+    assert real_node_plan(None, "", []) == (True, None)
+    assert real_node_plan(None, "", lacks) == (False, "this machine lacks `containerd` (Debian package containerd)")
+    assert real_node_plan(False, "1", []) == (False, "off (--no-real-node)")
+    assert real_node_plan(None, "0", []) == (False, "off (MODALSCALE_REAL_NODE=0)")
+    assert real_node_plan(True, "0", []) == (True, None)
+    for wanted, env in ((True, ""), (None, "1")):
+        with pytest.raises(RealNodeError, match=r"lacks `containerd`.*ensure_node_packages.*--no-real-node"):
+            real_node_plan(wanted, env, lacks)

@@ -338,28 +338,20 @@ class LocalCluster:
         self._up_real_node(real_node)
 
     def _up_real_node(self, wanted: bool | None) -> None:
-        from modalscale.devenv.realnode import RealNode, RealNodeError, machine_support
+        from modalscale.devenv.realnode import RealNode, RealNodeError, machine_support, real_node_plan
 
-        if wanted is None:
-            env = os.environ.get(REAL_NODE_ENV, "").strip()
-            wanted = None if env == "" else env not in ("0", "false", "no")
-        reason: str | None = None
-        if wanted is False:
-            reason = "off (--no-real-node)"
-        else:
-            missing = machine_support()
-            if missing:
-                reason = f"this machine lacks {'; '.join(missing)}"
-                if wanted:
-                    raise ClusterError(f"--real-node: {reason}. Install them (scripts/env.sh "
-                                       "ensure_node_packages, as root) or run KWOK-only with --no-real-node")
-        if reason is None:
+        try:
+            start, reason = real_node_plan(wanted, os.environ.get(REAL_NODE_ENV, ""),
+                                           [] if wanted is False else machine_support())
+        except RealNodeError as exc:
+            raise ClusterError(str(exc)) from exc
+        if start:
             try:
                 reason = RealNode(self.workdir, log=self.log).start(
                     self.kubeconfig, self.workdir / "pki" / "ca.crt", self.api_client())
             except RealNodeError as exc:
                 raise ClusterError(f"the real node did not start: {exc}") from exc
-        if reason is not None and wanted is not False:
+        if reason is not None and not reason.startswith("off ("):
             self.log(f"No real node: {reason}; the cluster runs KWOK-only (fake GPU nodes)")
         cfg = self._config()
         cfg.extra["realNode"] = {"enabled": reason is None, "reason": reason}

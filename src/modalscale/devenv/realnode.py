@@ -207,6 +207,33 @@ def missing_pieces(is_root: bool, which: dict[str, str | None], cni_plugins: dic
     return missing
 
 
+def real_node_plan(wanted: bool | None, env_value: str, missing: list[str]) -> tuple[bool, str | None]:
+    """Whether ``cluster up`` starts the real node, and if not, why (pure: the decision and its message).
+
+    Args:
+        wanted: ``--real-node`` (True), ``--no-real-node`` (False) or neither (None).
+        env_value: ``$MODALSCALE_REAL_NODE`` (``""`` when unset); ``0``/``false``/``no`` turn it off, anything
+            else asks for it, when ``wanted`` is None.
+        missing: What the machine lacks (:func:`machine_support`).
+    Returns:
+        ``(True, None)`` to start it, else ``(False, reason)``.
+    Raises:
+        RealNodeError: The node was asked for (flag or variable) and the machine lacks a piece; the message
+            names each piece, how to install them and the KWOK-only option.
+    """
+    env = env_value.strip().lower()
+    asked = wanted if wanted is not None else (None if env == "" else env not in ("0", "false", "no"))
+    if asked is False:
+        return False, "off (--no-real-node)" if wanted is False else f"off (MODALSCALE_REAL_NODE={env_value})"
+    if missing:
+        reason = f"this machine lacks {'; '.join(missing)}"
+        if asked:
+            raise RealNodeError(f"a real node was asked for but {reason}. Install them (scripts/env.sh "
+                                "ensure_node_packages, as root) or run KWOK-only with --no-real-node")
+        return False, reason
+    return True, None
+
+
 # ---------------------------------------------------------------------------------------------- machine probes
 def _cgroup_controllers() -> set[str]:
     v2 = Path("/sys/fs/cgroup/cgroup.controllers")
