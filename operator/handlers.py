@@ -153,7 +153,12 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
         settings.watching.connect_timeout = 30
         settings.peering.name = config.peering_name
         settings.peering.standalone = config.standalone
-        settings.peering.priority = random.randint(1, 32767)  # kopf docs: distinct priorities for replicas
+        # Newest start wins. kopf lets the live peer with the highest priority act; with random priorities a replica
+        # restarted after a crash (SIGKILL, OOM: no record removed) waited up to one lifetime (30 s) for its dead
+        # predecessor's record to expire whenever that one had drawn the higher number (2 of 5 restarts: 29-30 s).
+        # Ranked by start time it outranks that record and acts at once. A live older replica pauses in favour of a
+        # newer one (a rolling update hands over at once); a standby still waits out a dead active's record (HA).
+        settings.peering.priority = peering_priority(time.time())
         settings.peering.lifetime = 30
         settings.execution.max_workers = 8
         # Namespace-scoped installs have no cluster-wide list rights: do not scan namespaces and CRDs.
@@ -189,6 +194,25 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
     register_budget(registry, config)
     from modalscale.operator.autoscale_handlers import register_autoscaler  # autoscaler daemon (own module)
     register_autoscaler(registry, config)
+
+
+def peering_priority(started_at_s: float, tie_break: int | None = None) -> int:
+    """kopf peering priority of an operator replica started at ``started_at_s``: a later start ranks higher.
+
+    Args:
+        started_at_s: Start time, Unix seconds.
+        tie_break: 0..999 (default random), so that replicas started in the same millisecond still differ: kopf
+            pauses every replica while two live peers share a priority.
+    Returns:
+        Milliseconds since the epoch x 1000 + ``tie_break``; exact in a JSON double (below 2**53) until the year
+        2255.
+    Raises:
+        ValueError: ``tie_break`` outside 0..999.
+    """
+    tie = random.randint(0, 999) if tie_break is None else tie_break
+    if not 0 <= tie <= 999:
+        raise ValueError(f"tie_break must be in 0..999, got {tie}")
+    return round(started_at_s * 1000) * 1000 + tie
 
 
 PEERING_CRD_FIXES = ("install it with `kubectl apply -f crds/` (kopf's peering CRDs ship there and in the "

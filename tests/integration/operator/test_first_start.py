@@ -120,3 +120,48 @@ def test_a_missing_peering_crd_stops_start_up_naming_the_crd_and_both_fixes(
     finally:
         op.stop()
         apply_crds_folder(bare_cluster)
+
+
+def test_an_operator_restarted_after_sigkill_outranks_its_dead_predecessors_record(
+        bare_cluster: LocalCluster, bare_api: Any, tmp_path: Path) -> None:
+    # A killed operator leaves its peering record alive for one lifetime (30 s), and kopf lets only the live peer
+    # with the highest priority act. With random priorities the restarted one waited for that dead record whenever
+    # it had drawn the lower number (2 of 5 restarts waited 29-30 s); ranked by start time it always outranks it.
+    # Three kills: a random ranking would pass all three 1 time in 8.
+    apply_crds_folder(bare_cluster)
+    custom = client.CustomObjectsApi(bare_api)
+
+    def records() -> dict[str, int]:
+        try:
+            obj = custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", "modalscale")
+        except ApiException as exc:
+            if exc.status == 404:
+                return {}
+            raise
+        return {k: int(v["priority"]) for k, v in (obj.get("status") or {}).items() if v}
+
+    previous: OperatorProcess | None = None
+    try:
+        for i in range(4):
+            name = f"restart-{i}"
+            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name},
+                    "spec": {"resources": {"cpu": "100m", "memory": "256Mi"},
+                             "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 1}}}
+            custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, body)
+            if previous is not None:
+                previous.kill()  # SIGKILL: no chance to remove its peering record
+            before = records()
+            op = OperatorProcess(bare_cluster.kubeconfig, tmp_path / f"operator-{i}.log")
+            previous = op
+            new = wait_for(lambda: records().keys() - before.keys(), 120, f"operator {i}'s peering record")
+            (mine,) = new
+            assert all(records()[mine] > p for p in before.values()), (records(), mine)
+
+            def reconciled(name: str = name) -> bool:
+                obj = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+                return (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
+
+            wait_for(reconciled, 180, f"{name} reconciled by operator {i}")
+    finally:
+        if previous is not None:
+            previous.stop()

@@ -1,0 +1,63 @@
+"""Start-up choices of the operator that need no cluster: the peering priority and the missing-CRD message."""
+
+from __future__ import annotations
+
+import json
+
+import kopf
+import pytest
+from kubernetes.client.rest import ApiException
+
+from modalscale.operator.handlers import ensure_peering, peering_priority
+from modalscale.operator.settings import Settings
+
+
+def test_a_later_start_always_outranks_an_earlier_one_whatever_the_tie_breaks() -> None:
+    # A replica restarted 1 ms after its predecessor started beats it even with the lowest tie-break against the
+    # highest: so a restart never waits for a dead predecessor's peering record to expire.
+    t = 1_764_590_000.123
+    assert peering_priority(t + 0.001, tie_break=0) > peering_priority(t, tie_break=999)
+    assert peering_priority(t, tie_break=1) == peering_priority(t, tie_break=0) + 1
+
+
+def test_priorities_are_exact_in_json_until_2255_and_tie_breaks_are_bounded() -> None:
+    year_2255_s = 9_000_000_000  # about 2255-03
+    assert peering_priority(year_2255_s, tie_break=999) < 2**53
+    assert 0 <= peering_priority(1_764_590_000.0) - 1_764_590_000_000_000 <= 999
+    with pytest.raises(ValueError, match="0..999"):
+        peering_priority(1.0, tie_break=1000)
+
+
+class _Refusing:
+    """A CustomObjectsApi stand-in whose create answers like the apiserver did (status, body)."""
+
+    def __init__(self, status: int, body: str) -> None:
+        self.status, self.body = status, body
+
+    def _refuse(self, *_: object) -> None:
+        exc = ApiException(status=self.status, reason="refused")
+        exc.body = self.body
+        raise exc
+
+    create_cluster_custom_object = create_namespaced_custom_object = _refuse
+
+
+@pytest.mark.parametrize("namespaces,crd", [((), "clusterkopfpeerings.kopf.dev"), (("team-a",), "kopfpeerings.kopf.dev")],
+                         ids=["cluster-wide", "namespaced"])
+def test_a_missing_peering_crd_is_a_permanent_error_naming_it_and_both_fixes(namespaces: tuple[str, ...],
+                                                                            crd: str) -> None:
+    with pytest.raises(kopf.PermanentError) as info:
+        ensure_peering(_Refusing(404, "404 page not found"), Settings(namespaces=namespaces))
+    assert f"the CRD {crd} is not installed" in str(info.value)
+    assert "kubectl apply -f crds/" in str(info.value) and "MODALSCALE_STANDALONE=true" in str(info.value)
+
+
+def test_a_missing_namespace_or_another_refusal_is_not_reported_as_a_missing_crd() -> None:
+    missing_ns = json.dumps({"kind": "Status", "reason": "NotFound", "code": 404,
+                             "details": {"name": "team-a", "kind": "namespaces"}})
+    with pytest.raises(ApiException) as info:
+        ensure_peering(_Refusing(404, missing_ns), Settings(namespaces=("team-a",)))
+    assert not isinstance(info.value, kopf.PermanentError) and info.value.status == 404
+    with pytest.raises(ApiException):
+        ensure_peering(_Refusing(403, "forbidden"), Settings())
+    ensure_peering(_Refusing(409, "exists"), Settings())  # the object already exists: nothing to do
