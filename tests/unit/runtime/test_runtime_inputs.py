@@ -148,3 +148,29 @@ def test_too_many_images_rejected_before_decoding() -> None:
         parse_request(objects(*([b"not decoded"] * 17)), None, SETTINGS)
     assert info.value.reason == "TooManyImages"
     assert "17 images exceed the limit of 16" in str(info.value)
+
+
+def test_int8_decodes_large_jpegs_in_draft_mode_close_to_a_full_decode() -> None:
+    """With INT8 a JPEG much larger than its resolution bucket is decoded by libjpeg at 1/2, 1/4 or 1/8 scale (never
+    below the bucket), then resized as before; FP32 keeps the full decode (its outputs stay bit-identical)."""
+    import io as _io
+
+    from modalscale.runtime.repo_config import Precision
+    from modalscale.runtime.workload import photo_at
+
+    data = photo_at("astronaut", 1600, 1200)  # bucket 288 x 384: libjpeg can decode at 1/4 (400 x 300)
+    full = decode_image(data, 0, SETTINGS)
+    draft = decode_image(data, 0, ModelSettings(precision=Precision.INT8))
+    assert full.bucket == draft.bucket == (288, 384)
+    assert (draft.pixels, draft.width, draft.height) == (full.pixels, full.width, full.height) == (1920000, 1600, 1200)
+    assert draft.digest == full.digest
+    assert not np.array_equal(draft.array, full.array)  # it did take the draft path
+    assert float(np.abs(draft.array - full.array).mean()) < 0.02  # of a normalised range of about 2 (measured 0.004)
+    png = _io.BytesIO()
+    Image.open(_io.BytesIO(data)).save(png, format="PNG")
+    png_full = decode_image(png.getvalue(), 0, SETTINGS)
+    assert np.array_equal(decode_image(png.getvalue(), 0, ModelSettings(precision=Precision.INT8)).array,
+                          png_full.array)  # no draft mode for PNG
+    small = photo_at("astronaut", 320, 240)
+    assert np.array_equal(decode_image(small, 0, ModelSettings(precision=Precision.INT8)).array,
+                          decode_image(small, 0, SETTINGS).array)  # already at its bucket: nothing to skip
