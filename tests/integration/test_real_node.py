@@ -239,7 +239,9 @@ def _left_behind(workdir: Path) -> dict[str, Any]:
             "log_links": [p.name for p in Path("/var/log/containers").glob("*.log")
                           if os.readlink(p).startswith(str(workdir))] if Path("/var/log/containers").is_dir() else [],
             "cni_results": len(_our_cni_results()),
-            "runc_state": [p.name for p in RealNode(workdir).runc_root.glob("*/*")]}
+            "runc_state": [p.name for p in RealNode(workdir).runc_root.glob("*/*")],
+            "cgroups": [str(p) for p in [Path("/sys/fs/cgroup/kubepods"), *Path("/sys/fs/cgroup").glob("*/kubepods")]
+                        if p.exists()]}
 
 
 def test_cluster_down_leaves_no_container_mount_netns_veth_bridge_chain_or_process(
@@ -267,6 +269,7 @@ def test_cluster_down_leaves_no_container_mount_netns_veth_bridge_chain_or_proce
             assert during["processes"] and during["mounts"] and during["netns"] and during["veths"], during
             assert during["bridge"] and during["socket"], during
             assert during["log_links"] and during["cni_results"] and during["runc_state"], during
+            assert during["cgroups"], during
             assert any(c.startswith("KUBE-") for c in during["chains"]), during
             assert any(c.startswith("CNI-") for c in during["chains"]), during
             ctr = ["ctr", "--address", str(containerd_address(private.workdir)), "-n", "k8s.io"]
@@ -276,7 +279,7 @@ def test_cluster_down_leaves_no_container_mount_netns_veth_bridge_chain_or_proce
         assert {"containerd", "kubelet", "kube-proxy", "kube-apiserver", "etcd"} <= set(stopped)
         after = _left_behind(private.workdir)
         assert after == {"processes": [], "mounts": [], "netns": [], "chains": [], "veths": [], "bridge": False,
-                         "socket": False, "log_links": [], "cni_results": 0, "runc_state": []}
+                         "socket": False, "log_links": [], "cni_results": 0, "runc_state": [], "cgroups": []}
         assert not Path("/var/lib/kubelet/device-plugins/kubelet.sock").exists()
         assert not RealNode(private.workdir).any_running()
     finally:
@@ -325,7 +328,7 @@ def test_a_crashed_node_is_cleaned_up_by_the_next_cluster_that_takes_the_machine
             b.down()
             a.down()
         clean = {"processes": [], "mounts": [], "netns": [], "chains": [], "veths": [], "bridge": False,
-                 "socket": False, "log_links": [], "cni_results": 0, "runc_state": []}
+                 "socket": False, "log_links": [], "cni_results": 0, "runc_state": [], "cgroups": []}
         assert _left_behind(a.workdir) == clean
         assert _left_behind(b.workdir) == clean
     finally:
