@@ -9,12 +9,14 @@ Method (a robust z-score over a seasonal baseline, Iglewicz and Hoaglin's modifi
   (``|t - k x season_s - s| <= slot_s / 2`` for ``k = 1 .. seasons``), when there are at least
   ``min_baseline_samples`` of them; else the samples of the last ``recent_s`` seconds before ``t`` (a service
   without a season of history yet), when there are at least ``min_recent_samples``. Else: no decision.
-* **Score**: ``z = (x - median) / scale`` with ``scale = max(1.4826 x MAD, floor_ratio x median,
+* **Score**: ``z = (x - median) / scale``, where ``x`` is the median burn rate of the samples of the last
+  ``smooth_s`` seconds (a blip of one autoscaler step is not an anomaly; a spike is seen once it fills half of
+  that window), with ``scale = max(1.4826 x MAD, floor_ratio x median,
   min_excess_usd_per_hour / z_threshold)`` (1.4826 x MAD estimates the standard deviation of normal data; the
   floors keep a flat baseline, whose MAD is 0, from turning every small step into an infinite score).
 * **Anomaly** starts when ``z >= z_threshold`` and ``x - median >= min_excess_usd_per_hour``; it lasts until
-  ``z < clear_z`` for ``clear_after_s`` seconds in a row (hysteresis: a noisy series does not flap), and is
-  alerted **once**, when it starts.
+  it is calm (``z < clear_z`` or less than ``min_excess_usd_per_hour`` over the median) for ``clear_after_s``
+  seconds in a row (hysteresis: a noisy series does not flap), and is alerted **once**, when it starts.
 * **Driver**: the sample's replicas and price per replica-hour against the baseline's medians: the larger
   relative rise names it (``replicas 3 -> 9`` or ``price 0.75 -> 3.13 USD/replica-hour``).
 
@@ -69,6 +71,8 @@ class AnomalyConfig:
     """Least scale as a fraction of the baseline median (a flat baseline)."""
     min_excess_usd_per_hour: float = 1.0
     """Least rise over the baseline median that can alert, USD/h (tiny services stay quiet)."""
+    smooth_s: float = 120.0
+    """The scored value is the median burn rate of the samples of this many seconds up to the newest."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class Score:
     """The decision inputs for one sample."""
 
     z: float
+    value_usd_per_hour: float
+    """The scored (smoothed) burn rate."""
     median_usd_per_hour: float
     scale_usd_per_hour: float
     baseline: str
@@ -103,8 +109,9 @@ class Anomaly:
             why = f"replicas {b.median_replicas:g} -> {s.replicas}"
         else:
             why = f"price {b.median_usd_per_replica_hour:.4g} -> {s.usd_per_replica_hour:.4g} USD/replica-hour"
-        return (f"{self.namespace}/{self.name} burns {s.usd_per_hour:.2f} USD/h against a {b.baseline} baseline of "
-                f"{b.median_usd_per_hour:.2f} USD/h (robust z {b.z:.1f}); driver: {why}")
+        return (f"{self.namespace}/{self.name} burns {s.usd_per_hour:.2f} USD/h (median of the last samples "
+                f"{b.value_usd_per_hour:.2f}) against a {b.baseline} baseline of {b.median_usd_per_hour:.2f} USD/h "
+                f"(robust z {b.z:.1f}); driver: {why}")
 
 
 @dataclass(frozen=True)
@@ -151,7 +158,10 @@ def score(history: Sequence[BurnSample], sample: BurnSample, cfg: AnomalyConfig 
     mad = statistics.median(abs(v - median) for v in values)
     scale = max(MAD_TO_SIGMA * mad, cfg.floor_ratio * abs(median), cfg.min_excess_usd_per_hour / cfg.z_threshold,
                 1e-12)
-    return Score((sample.usd_per_hour - median) / scale, median, scale, kind, len(base),
+    window = [h.usd_per_hour for h in history
+              if 0 < (sample.time - h.time).total_seconds() < cfg.smooth_s] + [sample.usd_per_hour]
+    value = statistics.median(window)
+    return Score((value - median) / scale, value, median, scale, kind, len(base),
                  statistics.median(b.replicas for b in base), statistics.median(b.usd_per_replica_hour for b in base))
 
 
@@ -182,9 +192,9 @@ def detect(history: Mapping[tuple[str, str], Sequence[BurnSample]], state: Anoma
         sc = score(samples[:-1], now, cfg)
         if sc is None:
             continue
-        excess = now.usd_per_hour - sc.median_usd_per_hour
+        excess = sc.value_usd_per_hour - sc.median_usd_per_hour
         if key in active:
-            if sc.z >= cfg.clear_z:
+            if sc.z >= cfg.clear_z and excess >= cfg.min_excess_usd_per_hour:
                 calm.pop(key, None)
             elif (now.time - calm.setdefault(key, now.time)).total_seconds() >= cfg.clear_after_s:
                 del active[key], calm[key]
@@ -196,6 +206,26 @@ def detect(history: Mapping[tuple[str, str], Sequence[BurnSample]], state: Anoma
             active.pop(key, None)
             calm.pop(key, None)
     return started, AnomalyState(active, calm)
+
+
+def trim_history(samples: Sequence[BurnSample], now: datetime, cfg: AnomalyConfig = AnomalyConfig(),
+                 keep_every_s: float = 300.0) -> list[BurnSample]:
+    """Bound a service's history: samples older than the seasonal horizon are dropped, and beyond the last
+    ``max(recent_s, smooth_s)`` only one sample per ``keep_every_s`` is kept (the seasonal baseline needs no more).
+
+    Returns:
+        The kept samples, oldest first.
+    """
+    horizon = now - timedelta(seconds=cfg.seasons * cfg.season_s + cfg.slot_s)
+    dense_from = now - timedelta(seconds=max(cfg.recent_s, cfg.smooth_s))
+    out: list[BurnSample] = []
+    for s in samples:
+        if s.time < horizon:
+            continue
+        if s.time < dense_from and out and (s.time - out[-1].time).total_seconds() < keep_every_s:
+            continue
+        out.append(s)
+    return out
 
 
 def replay(samples: Sequence[BurnSample], cfg: AnomalyConfig = AnomalyConfig(),
@@ -213,4 +243,4 @@ def replay(samples: Sequence[BurnSample], cfg: AnomalyConfig = AnomalyConfig(),
 
 
 __all__ = ["Anomaly", "AnomalyConfig", "AnomalyState", "BurnSample", "MAD_TO_SIGMA", "Score", "detect", "replay",
-           "score"]
+           "score", "trim_history"]

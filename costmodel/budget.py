@@ -135,6 +135,7 @@ class AlertKind(str, enum.Enum):
     FORECAST_EXCEEDED = "ForecastExceeded"
     GOVERNANCE_BLIND = "GovernanceBlind"
     RECOVERED = "Recovered"
+    SPEND_ANOMALY = "SpendAnomaly"
 
 
 class InvalidBudgetSpec(ValueError):
@@ -574,6 +575,10 @@ class BudgetAlert:
     """Seconds ahead that ``ahead_percents`` would be crossed at the current burn rate."""
     lower_bound: bool = False
     """True when part of the spend is not priced: ``spent_usd`` and ``forecast_usd`` are lower bounds."""
+    anomalies: tuple[str, ...] = ()
+    """For ``SpendAnomaly``: one line per service whose burn rate left its baseline, naming the driver."""
+    anomaly_services: tuple[str, ...] = ()
+    """For ``SpendAnomaly``: ``namespace/name`` of those services."""
 
     @property
     def resolved(self) -> bool:
@@ -605,6 +610,9 @@ class BudgetAlert:
         if self.kind is AlertKind.FORECAST_EXCEEDED:
             return (f"Budget {self.policy} is forecast to reach {self.thresholds_percent[0]} % of its "
                     f"{self.period.value.lower()} limit")
+        if self.kind is AlertKind.SPEND_ANOMALY:
+            return (f"Budget {self.policy}: spend anomaly in {', '.join(self.anomaly_services[:3])}"
+                    + (f" and {len(self.anomaly_services) - 3} more" if len(self.anomaly_services) > 3 else ""))
         if self.kind is AlertKind.GOVERNANCE_BLIND:
             return f"Budget {self.policy} cannot price all of its spend: enforcing on the known part, a lower bound"
         return f"Budget {self.policy}: a new {self.period.value.lower()} period started, enforcement lifted"
@@ -632,6 +640,8 @@ class BudgetAlert:
             facts.append(("Previous period", f"closed at {format_usd(quantize_display_usd(self.closed_period_spent_usd))} {cur}"))
         if self.blind_services:
             facts.append(("Not readable", "; ".join(self.blind_services)))
+        if self.anomalies:
+            facts.append(("Anomaly", "; ".join(self.anomalies)))
         shown = list(self.actions[:max_actions])
         if len(self.actions) > max_actions:
             shown.append(f"and {len(self.actions) - max_actions} more")
@@ -1008,3 +1018,21 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
         thresholds_crossed=tuple(t.percent for t in crossed), alerts=tuple(alerts), actions=tuple(actions),
         enforced_services=enforced, alert_state=new_state, blind_services=blind_text, evaluated_at=now,
         thresholds_enforced=tuple(t.percent for t in in_force), horizon_s=horizon_s)
+
+
+def spend_anomaly_alert(plan: BudgetPlan, spec: BudgetSpec, policy: PolicyRef, anomalies: Sequence[str],
+                        services: Sequence[str]) -> BudgetAlert:
+    """The ``SpendAnomaly`` alert for services whose burn rate left their own baseline at this evaluation.
+
+    Args:
+        plan: This evaluation's plan (period, spend and forecast are quoted).
+        anomalies: One line per service (``modalscale.costmodel.anomaly.Anomaly.describe``), naming the driver.
+        services: ``namespace/name`` of each, same order.
+    Returns:
+        One alert for all anomalies that started at this evaluation (sent like every budget alert).
+    """
+    return BudgetAlert(AlertKind.SPEND_ANOMALY, policy, spec.selector.describe(policy.namespace), spec.period,
+                       spec.time_zone, plan.period_start, plan.period_end, plan.spent_usd, plan.limit_usd,
+                       plan.currency, plan.percent_used, plan.forecast_usd, plan.forecast_method, (), (),
+                       spec.enforcement.dry_run, plan.blind_services, plan.evaluated_at, lower_bound=plan.blind,
+                       anomalies=tuple(anomalies), anomaly_services=tuple(services))

@@ -37,6 +37,11 @@ Rules decided here (the rest is ``plan_budget``'s):
   once more. Entries expire when their period ends or their notification is removed: that is reported
   (``AlertDelivered=False``, reason ``DeliveryAbandoned``, and a Warning Event naming the target and the last
   error), never silent.
+* **Spend anomalies** (``modalscale.costmodel.anomaly``): every evaluation adds one burn-rate sample per priced
+  service to a history the caller keeps (in memory: after a restart the baseline rebuilds, so no anomaly is
+  decided for the first ``AnomalyConfig.recent_s``); a service whose burn rate leaves its own seasonal (or, at
+  first, recent) baseline gets one ``SpendAnomaly`` alert, through the same outbox, naming the driver
+  (replicas or price). Anomalies that start at the same evaluation share one message.
 * **AlertDelivered**: ``False`` (reason of the last failure) while an entry has failed at least once; ``False``
   / ``DeliveryAbandoned`` when an entry was given up, until a later delivery succeeds; ``True`` / ``Delivered``
   once deliveries succeeded and no entry has a failed attempt; ``Unknown`` / ``NoAlertSent`` before any.
@@ -66,7 +71,9 @@ from modalscale.costmodel.budget import (
     plan_budget,
     rates_after_enforcement,
     service_state,
+    spend_anomaly_alert,
 )
+from modalscale.costmodel.anomaly import AnomalyConfig, AnomalyState, BurnSample, detect
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, PodRun, advance, parse_time, with_rates_in_force
 from modalscale.costmodel.outbox import (
@@ -269,6 +276,9 @@ class PolicyPlan:
             written (the entry must be in status before it is sent).
         next_due_s: Seconds until the next outbox entry not in flight is due (None: none pending); the daemon
             evaluates again by then even when the interval is longer.
+        burn_samples: This evaluation's burn-rate sample per priced service (add to the anomaly history once
+            the status is written).
+        anomaly_state: The anomaly de-duplication state after this evaluation (keep it with the history).
     """
 
     annotation_writes: list[AnnotationWrite]
@@ -280,6 +290,8 @@ class PolicyPlan:
     budget: BudgetPlan | None = None
     sends: tuple[PendingAlert, ...] = ()
     next_due_s: float | None = None
+    burn_samples: dict[tuple[str, str], BurnSample] = field(default_factory=dict)
+    anomaly_state: AnomalyState = field(default_factory=AnomalyState)
 
 
 def heartbeat_s(interval_s: int) -> int:
@@ -402,7 +414,10 @@ def _enforcement_events(before: Sequence[Mapping[str, Any]], after: Sequence[Map
 
 def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Catalog,
                 attempts: Sequence[Attempt], now: dt.datetime,
-                in_flight: Collection[OutboxKey] = frozenset()) -> PolicyPlan:
+                in_flight: Collection[OutboxKey] = frozenset(),
+                history: Mapping[tuple[str, str], Sequence[BurnSample]] | None = None,
+                anomaly_state: AnomalyState = AnomalyState(),
+                anomaly_config: AnomalyConfig = AnomalyConfig()) -> PolicyPlan:
     """Plan one evaluation of a BudgetPolicy.
 
     Args:
@@ -412,6 +427,10 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
         attempts: Delivery rounds of outbox entries that finished since the status was read (may be empty).
         now: Timezone-aware UTC instant of this evaluation; never read from the clock here.
         in_flight: Keys of outbox entries being sent right now by this process (not due, not expired).
+        history: Earlier burn-rate samples per service, oldest first (``PolicyPlan.burn_samples`` of earlier
+            evaluations); None or empty: no anomaly can be decided yet.
+        anomaly_state: ``PolicyPlan.anomaly_state`` of the previous evaluation.
+        anomaly_config: Detector settings.
     Returns:
         :class:`PolicyPlan`. An invalid spec or unreadable status yields ``Ready=False`` (``InvalidSpec`` /
         ``InvalidStatus``) and no other change: enforcement in force is held, nothing new is alerted and
@@ -453,10 +472,21 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
         if not _same_cap(current, value):
             writes.append(AnnotationWrite(target[0], target[1], key, value))
 
+    # ---- spend anomalies: this evaluation's sample per priced service against its own history
+    samples = {(s.namespace, s.name): BurnSample(now, float(s.cost_usd_per_hour), s.replicas or 0,
+                                                 float(s.usd_per_replica_hour))
+               for s in services if s.cost_usd_per_hour is not None and s.usd_per_replica_hour is not None}
+    series = {k: [*(history or {}).get(k, ()), v] for k, v in samples.items()}
+    started, anomaly_state = detect(series, anomaly_state, anomaly_config)
+    alerts = plan.alerts
+    if started:
+        alerts += (spend_anomaly_alert(plan, spec, ref, [a.describe() for a in started],
+                                       [f"{a.namespace}/{a.name}" for a in started]),)
+
     # ---- the outbox: finished rounds, expiry, then this evaluation's alerts (one entry per target)
     names = [n.name for n in spec.notifications]
     update = outbox_after(outbox, attempts, now, names, in_flight)
-    pending, dropped = enqueue(update.pending, plan.alerts, names, now)
+    pending, dropped = enqueue(update.pending, alerts, names, now)
     abandoned = update.abandoned + dropped
     update = OutboxUpdate(pending, update.delivered, abandoned)
 
@@ -488,15 +518,15 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     if patch:
         events += _events_for(old_conditions, conditions)
         events += _enforcement_events(status.get("enforcedServices") or [], desired["enforcedServices"])
-        for alert in plan.alerts:
+        for alert in alerts:
             events.append(("Normal" if alert.kind is AlertKind.RECOVERED else "Warning", alert.kind.value,
                            alert.title))
         events = _abandoned_events(events, abandoned)
     # Every pending entry is in status by the time the handler sends (an outbox change is always written).
     sends = due_alerts(pending, now, in_flight)
-    return PolicyPlan(writes, patch, events, plan.alerts if patch else (), spec.notifications,
+    return PolicyPlan(writes, patch, events, alerts if patch else (), spec.notifications,
                       spec.evaluation_interval_s, plan, sends,
-                      next_due_s(pending, now, {*in_flight, *(e.key for e in sends)}))
+                      next_due_s(pending, now, {*in_flight, *(e.key for e in sends)}), samples, anomaly_state)
 
 
 def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> list[AnnotationWrite]:

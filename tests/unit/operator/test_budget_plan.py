@@ -528,3 +528,28 @@ def test_pod_runs_take_each_pods_own_start_and_stop() -> None:
         PodRun("vc-1", at("2026-11-30T08:00:00Z"), at("2026-11-30T09:00:00Z")),
         PodRun("vc-2", None),
         PodRun("vc-4", at("2026-11-30T08:00:00Z"), at("2026-11-30T09:45:00Z")))
+
+
+def test_a_spend_anomaly_is_alerted_once_through_the_outbox_naming_the_driver() -> None:
+    from modalscale.costmodel.anomaly import BurnSample
+
+    price = 0.600125239  # one L4 replica of make_isvc
+    history = {("ml", "vc"): [BurnSample(T0 - dt.timedelta(minutes=40 - i), 2 * price, 2, price) for i in range(40)]}
+    policy = make_policy(notifications=[{"name": "room", "type": "Slack", "secretRef": {"name": "hook"}}])
+    ten = observed(make_isvc(), pods={"ml": [make_pod("vc", n) for n in range(10)]})
+    plan = plan_policy(policy, ten, CATALOG, [], T0, history=history)
+    (alert,) = plan.alerts
+    assert alert.kind.value == "SpendAnomaly" and alert.title == "Budget ml/daily: spend anomaly in ml/vc"
+    facts = dict(alert.facts())
+    # smoothed over 120 s: the median of the samples at T0 - 60 s (2 replicas) and now (10) is 6 replicas
+    assert ("ml/vc burns 6.00 USD/h (median of the last samples 3.60) against a recent baseline of 1.20 USD/h "
+            "(robust z 8.0)") in facts["Anomaly"]
+    assert "driver: replicas 2 -> 10" in facts["Anomaly"]
+    assert [(e["kind"], e["notification"]) for e in plan.status_patch["pendingAlerts"]] == [("SpendAnomaly", "room")]
+    assert ("Warning", "SpendAnomaly", alert.title) in plan.events
+    assert plan.burn_samples[("ml", "vc")].replicas == 10
+    # The next evaluation, still at 10 replicas: the anomaly lasts, nothing new is alerted.
+    history[("ml", "vc")].append(plan.burn_samples[("ml", "vc")])
+    again = plan_policy(persisted(policy, plan.status_patch), ten, CATALOG, [], T0 + dt.timedelta(minutes=1),
+                        history=history, anomaly_state=plan.anomaly_state)
+    assert again.alerts == () and ("ml", "vc") in again.anomaly_state.active
