@@ -19,6 +19,7 @@ from modalscale.autoscaler.policy import (
     finalize_recommendation,
 )
 from modalscale.operator.autoscale_observe import (
+    NON_FINITE_METRICS,
     PARTIAL_TARGETS,
     PROMETHEUS_UNREACHABLE,
     MetricsReading,
@@ -122,6 +123,17 @@ def test_partial_targets_are_available_but_say_so() -> None:
     plan = plan_autoscale({}, decision(3), partial, None, generation=1, now=NOW)
     c = get(plan.status_patch["conditions"], METRICS_AVAILABLE)
     assert (c["status"], c["reason"]) == ("True", PARTIAL_TARGETS)
+
+
+def test_a_nan_rate_is_reported_unavailable_and_never_moves_desired_replicas() -> None:
+    nan = MetricsReading(observed_at=NOW, workload=None, targets_up=1, targets_total=1,
+                         problem=(NON_FINITE_METRICS, "Prometheus answered a non-finite value (NaN or +-Inf) for "
+                                                      "'requests'; that is missing data, not zero traffic: holding"))
+    plan = plan_autoscale({"desiredReplicas": 5}, decision(5, valid=False, reason=Reason.HELD_NO_METRICS), nan, None,
+                          generation=1, now=NOW)
+    c = get(plan.status_patch["conditions"], METRICS_AVAILABLE)
+    assert (c["status"], c["reason"]) == ("False", NON_FINITE_METRICS) and "NaN" in c["message"]
+    assert not plan.desired_changed and "desiredReplicas" not in plan.status_patch
 
 
 def test_utilization_mode_needs_busy_time_not_workload() -> None:
