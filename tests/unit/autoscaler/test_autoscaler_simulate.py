@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -205,3 +206,15 @@ def test_sweep_json_has_exactly_the_issue_interface(tmp_path: Path, capsys: pyte
     assert defaults["predictive"] == 90 and defaults["utilization"] == 70 and defaults["concurrency"] == 0.7
     fixed = sorted((p for p in out["points"] if p["policy"] == "fixed"), key=lambda p: p["param"])
     assert [p["replica_hours"] for p in fixed] == sorted(p["replica_hours"] for p in fixed)  # bigger pools cost more
+
+
+def test_measured_arrival_scv_keeps_the_slo_on_bursty_arrivals_where_poisson_sizing_misses() -> None:
+    # constant 10 req/s, gamma renewal arrivals with CV 3 (SCV 9); forecasts off to isolate the sizing
+    trace = generate_trace(TraceSpec(duration_s=900, mean_rate_rps=10, rate_swing_ratio=0.0, arrival_cv=3.0,
+                                     random_state=2))
+    config = SimulationConfig(policies=("predictive",), target_p95_ms=1500, predictive_forecaster=None)
+    aware = run_simulation(trace, config)["predictive"]
+    poisson = run_simulation(trace, replace(config, predictive_burst_aware=False))["predictive"]
+    # measured: 86.7 % vs 20.0 % SLO-minutes, for 1.55 vs 1.33 replica-hours
+    assert aware["slo_minutes_fraction"] >= poisson["slo_minutes_fraction"] + 0.3
+    assert aware["replica_hours"] > poisson["replica_hours"]
