@@ -421,7 +421,7 @@ def main() -> int:
         for name in names:
             write_repository(repository_files(table[name]), repo)
         server = TritonProcess(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                               exit_timeout_s=5)
+                               exit_timeout_s=5, temp_paths=[repo])  # the reaper removes it if this process dies
         server.start(ready_timeout_s=900)
         try:
             triton_version = httpx.get(f"http://{server.http_url}/v2", timeout=10).json().get("version", "?")

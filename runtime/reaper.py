@@ -1,7 +1,8 @@
 """Clean up after a ``tritonserver`` whose launcher died: ``python -m modalscale.runtime.reaper``.
 
-:meth:`modalscale.runtime.server.TritonProcess.start` starts one reaper per server once the server is ready, in its
-own session (so a kill of the launcher's process group does not reach it). The kernel already kills the server
+:meth:`modalscale.runtime.server.TritonProcess.start` starts one reaper per server right after the server, in its
+own session (so a kill of the launcher's process group does not reach it). While the server runs, the reaper
+re-reads which ``/dev/shm`` files it maps (every second: stubs start while models load). The kernel already kills the server
 when the launcher dies (``PR_SET_PDEATHSIG``), but not what the server leaves: its Python-backend stubs (which exit
 on their own a few seconds later), the shared-memory region of the Python backend in ``/dev/shm`` (1 MiB or more;
 Triton unlinks it only on a clean exit) and the launcher's temporary files. The reaper waits until either
@@ -29,6 +30,8 @@ from modalscale.runtime.proctree import alive, read_proc
 
 POLL_S = 0.25
 """How often the reaper looks at its parent and the server."""
+MAPS_EVERY = 4
+"""Re-read the server's shared-memory files every this many polls."""
 SHM_PREFIX = "/dev/shm/triton_python_backend_shm_region"
 """Shared-memory files of Triton's Python backend (``triton_python_backend_shm_region_<uuid>``)."""
 
@@ -81,16 +84,23 @@ def watch(launcher: int, server: int, shm: Sequence[str], remove: Sequence[str],
           parent: Callable[[], int] = os.getppid, sleep: Callable[[float], None] = time.sleep) -> str:
     """Wait for the server's exit or the launcher's death and act as the module docstring says.
 
+    Args:
+        shm: Shared-memory files known at start; those the server maps later are added as they appear.
     Returns:
         ``"server-exited"`` (nothing done) or ``"launcher-died"`` (cleaned up).
     """
+    known = set(shm)
+    polls = 0
     while True:
         if parent() != launcher:
-            clean_up(server, shm, remove)
+            clean_up(server, sorted(known), remove)
             return "launcher-died"
         info = read_proc(server)
         if info is None or info.state == "Z":
             return "server-exited"
+        if polls % MAPS_EVERY == 0:
+            known.update(shared_memory_files(server))
+        polls += 1
         sleep(POLL_S)
 
 

@@ -15,10 +15,10 @@ Process hygiene: ``tritonserver`` runs in its own session (a terminal's Ctrl-C r
 drains first), so it is also started with ``PR_SET_PDEATHSIG`` = SIGKILL: it dies when the thread that
 started it dies, whether the launcher exits, is SIGKILLed or its process group is killed. What it leaves then
 (its Python-backend stubs, the backend's ``/dev/shm`` region, the launcher's temporary files) is removed by a
-small reaper process (:mod:`modalscale.runtime.reaper`) started once the server is ready. Temporary files (the
+small reaper process (:mod:`modalscale.runtime.reaper`) started right after the server. Temporary files (the
 generated repository of ``runtime serve``, the server log) are named ``<prefix><launcher pid>-*`` and removed on a
-normal stop; what a launcher killed before its reaper started left behind is removed by the next
-:meth:`TritonProcess.start` (:func:`remove_stale_temp_files`).
+normal stop; what a launcher killed before its reaper started (a few milliseconds) left behind is removed by the
+next :meth:`TritonProcess.start` (:func:`remove_stale_temp_files`).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from pathlib import Path
 import httpx
 
 from modalscale.runtime.drain import DrainResult, drain_url
+from modalscale.runtime.reaper import shared_memory_files
 from modalscale.runtime.repo_config import RuntimeConfig, build_repository, server_arguments
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "modalscale" / "triton"
@@ -407,12 +408,13 @@ class TritonProcess:
         self._proc = subprocess.Popen(  # noqa: S603 - fixed binary, our arguments
             self.command(dist, backends), env=stub_environment(dist), start_new_session=True,
             preexec_fn=_die_with_parent_hook(), **output)  # type: ignore[call-overload]  # noqa: PLW1509
+        self._start_reaper()
         try:
             self.wait_ready(ready_timeout_s)
         except TritonStartError:
             self.stop()
             raise
-        self._start_reaper()
+        self._shm = shared_memory_files(self._proc.pid)
         return self
 
     def _kill_leftovers(self, pgid: int) -> None:
@@ -435,17 +437,14 @@ class TritonProcess:
         self._shm = []
 
     def _start_reaper(self) -> None:
-        """Start :mod:`modalscale.runtime.reaper` for the running server, in its own session."""
-        from modalscale.runtime.reaper import shared_memory_files
-
+        """Start :mod:`modalscale.runtime.reaper` for the server just started, in its own session."""
         assert self._proc is not None
-        self._shm = shared_memory_files(self._proc.pid)
         remove = [str(p) for p in self.temp_paths]
         if self._owns_log and self.log_path is not None:
             remove.append(str(self.log_path))
         self._reaper = subprocess.Popen(  # noqa: S603 - our module, our arguments
             [sys.executable, "-m", "modalscale.runtime.reaper", "--launcher", str(os.getpid()),
-             "--server", str(self._proc.pid), "--shm", *self._shm, "--remove", *remove],
+             "--server", str(self._proc.pid), "--remove", *remove],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -488,6 +487,7 @@ class TritonProcess:
         code = None
         if proc is not None:
             if proc.poll() is None:
+                self._shm = sorted(set(self._shm) | set(shared_memory_files(proc.pid)))
                 proc.send_signal(signal.SIGTERM)
                 try:
                     proc.wait(self.stop_timeout_s)

@@ -157,3 +157,40 @@ def test_triton_process_removes_its_own_temporary_log(tmp_path: Path,
     # stop() returns only when the server, its stubs and the reaper are gone and the backend's /dev/shm is unlinked
     assert [p.comm for p in tree if alive(p.pid)] == []
     assert [f for f in shm if Path(f).exists()] == []
+
+
+def test_a_launcher_killed_while_the_server_loads_leaves_nothing(tmp_path: Path) -> None:
+    """The reaper starts with the server, not when it is ready: killed during model loading, nothing stays."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    shm_before = set(Path("/dev/shm").glob("triton_python_backend_shm_region_*"))
+    log = tmp_path / "serve.log"
+    env = dict(os.environ, TMPDIR=str(tmp))
+    with log.open("wb") as out:
+        proc = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "modalscale.cli", "runtime", "serve", *NAIVE_FLAGS, "--http-port", str(free_port()),
+             "--grpc-port", str(free_port()), "--metrics-port", str(free_port())],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    tree: dict[int, str] = {}
+
+    def stub_started() -> bool:
+        tree.update({p.pid: p.comm for p in descendants(proc.pid)})
+        return any(c.startswith("triton_python") for c in tree.values()) or proc.poll() is not None
+
+    try:
+        _wait_until(stub_started, 300, "a stub to start")
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert any(c.startswith("python") for c in tree.values()), tree  # the reaper runs already
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        _wait_until(lambda: not any(alive(pid) for pid in tree), 90, f"{tree} to exit")
+        _wait_until(lambda: not _ours(tmp), 30, f"the launcher's temporary files to be removed: {_ours(tmp)}")
+        new_shm = set(Path("/dev/shm").glob("triton_python_backend_shm_region_*")) - shm_before
+        _wait_until(lambda: not [f for f in new_shm if f.exists()], 30, "its /dev/shm regions to be unlinked")
+    finally:
+        for pid in tree:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
