@@ -39,9 +39,9 @@ Missing or stale metrics give ``valid=False`` and hold the current count (the la
 never scales down. A non-finite number (Prometheus answers ``NaN`` or ``+-Inf`` for a rate over no samples or a
 division by zero) is missing data, never zero traffic: :class:`WorkloadClass` rejects one, and :class:`Observation`
 turns a non-finite utilization, p95 or queue length into None (unknown). Partly missing metrics (fewer scrape
-targets answered than replicas are ready, ``Observation.targets_up``) read low: the need computed from them is a
-lower bound, so it may scale up but never down (``HeldPartialMetrics``), as HPA skips scale-down while a metric
-is missing. Spec bounds and the budget cap still apply (they are not metrics); when they force a change, the
+targets answered than were expected: one per ready replica when each pod is a target, ``Observation.targets_up``
+vs ``targets_expected``) read low: the need computed from them is a lower bound, so it may scale up but never
+down (``HeldPartialMetrics``), as HPA skips scale-down while a metric is missing. Spec bounds and the budget cap still apply (they are not metrics); when they force a change, the
 decision is valid.
 
 An empty history (status lost, or a switch from Fixed mode, which keeps no state) is seeded with the current
@@ -358,8 +358,10 @@ class Observation:
             min); None = unknown. Gives the arrival SCV (burst-aware sizing) and the demand forecast.
         count_bin_s: Length of one ``arrival_counts`` bin, s.
         targets_up: Scrape targets that answered (Prometheus ``up == 1``) for this window; None = unknown (e.g. the
-            simulator). Fewer than ``ready_replicas`` means the rates and utilization cover only part of the
+            simulator). Fewer than ``targets_expected`` means the rates and utilization cover only part of the
             replicas: they are a lower bound, so the policy may scale up on them but never down.
+        targets_expected: Targets that should answer; None = ``ready_replicas`` (each replica's pod is a target).
+            The observer passes Prometheus' target count when the targets are not per pod (a shared target).
 
     A non-finite ``p95_latency_ms``, ``utilization_ratio`` or ``queued_requests`` is stored as None (unknown), as
     are ``arrival_counts`` with a non-finite count.
@@ -377,6 +379,7 @@ class Observation:
     queued_requests: float | None = None
     budget_max_replicas: int | None = None
     targets_up: int | None = None
+    targets_expected: int | None = None
     arrival_counts: tuple[float, ...] | None = None
     count_bin_s: float = 15.0
 
@@ -519,15 +522,21 @@ def recommend(
     if is_partial(observation):
         features = {**features, "targets_up": float(observation.targets_up or 0)}
         if need < current:
-            message = (f"{message}; only {observation.targets_up} of {observation.ready_replicas} ready replicas' "
-                       f"scrape targets answered, so this need is a lower bound: no scale-down below {current}")
+            message = (f"{message}; only {observation.targets_up} of {expected_targets(observation)} expected scrape "
+                       f"targets answered ({observation.ready_replicas} ready replicas), so this need is a lower "
+                       f"bound: no scale-down below {current}")
             need, reason = current, Reason.HELD_PARTIAL_METRICS
     return finalize_recommendation(need, reason, message, features, observation, policy, state, now, mode)
 
 
+def expected_targets(observation: Observation) -> int:
+    """Scrape targets that should answer: ``targets_expected``, else one per ready replica."""
+    return observation.ready_replicas if observation.targets_expected is None else observation.targets_expected
+
+
 def is_partial(observation: Observation) -> bool:
-    """Whether fewer scrape targets answered than replicas are ready (the metrics cover only some replicas)."""
-    return observation.targets_up is not None and observation.targets_up < observation.ready_replicas
+    """Whether fewer scrape targets answered than expected (the metrics cover only some replicas)."""
+    return observation.targets_up is not None and observation.targets_up < expected_targets(observation)
 
 
 def finalize_recommendation(

@@ -52,7 +52,8 @@ Bad answers. A non-finite value (``NaN``, ``+Inf``, ``-Inf``) in any series of a
 makes that answer unknown (``NonFiniteMetrics``): the workload is None and the policy holds, never reading it
 as zero traffic. Only Triton's p95 summary is read per series (a quantile is NaN for a model with no request in
 its window). A scrape target that is down leaves its replicas' traffic out of every sum: the reading reports
-``targets_up`` and the policy does not scale down while fewer targets answered than replicas are ready.
+``targets_up`` and the policy does not scale down while fewer targets answered than expected: than replicas are
+ready when the targets are pods (a ``pod`` label: a vanished pod target counts too), else than Prometheus has.
 """
 
 from __future__ import annotations
@@ -161,6 +162,9 @@ class MetricsReading:
         targets_up: Scrape targets answering now.
         targets_total: Scrape targets Prometheus has for the InferenceService.
         down_targets: ``instance`` of each target that is down.
+        per_pod_targets: Every target carries a ``pod`` label (a PodMonitor or pod discovery: one target per
+            replica), so the answering targets are compared with the ready replicas; otherwise (a shared or
+            static target) with the targets Prometheus has.
         problem: ``(reason, message)`` when the reading is unusable or partial; None = complete.
         extra: Further numbers for status and metrics (mean latency ms, batch sizes ...).
         arrival_counts: Requests per ``COUNT_BIN_S`` bin, oldest first (bins without a value are left out); None =
@@ -176,6 +180,7 @@ class MetricsReading:
     targets_up: int = 0
     targets_total: int = 0
     down_targets: tuple[str, ...] = ()
+    per_pod_targets: bool = False
     problem: tuple[str, str] | None = None
     extra: Mapping[str, float] = field(default_factory=dict)
     arrival_counts: tuple[float, ...] | None = None
@@ -397,7 +402,9 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
         problem = _non_finite(", ".join(bad_triton))
     return MetricsReading(observed_at=observed_at, workload=workload, recent_workload=recent,
                           busy_erlangs=busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
-                          targets_up=len(live), targets_total=total, down_targets=down, problem=problem,
+                          targets_up=len(live), targets_total=total, down_targets=down,
+                          per_pod_targets=all((s.get("metric") or {}).get("pod") for s in answers.get("up") or ()),
+                          problem=problem,
                           extra=extra, arrival_counts=_counts(answers.get("arrival_counts")))
 
 
@@ -418,7 +425,9 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         The observation; ``utilization_ratio = busy_erlangs / (ready_replicas * slots_per_replica)`` (may exceed
         1 when the work exceeds the slots, as HPA's utilization may exceed 100 %), None when unknown or no
         replica is ready; ``targets_up`` the scrape targets that answered (None when Prometheus has none), which
-        the policy compares with ``ready_replicas`` (fewer: no scale-down).
+        the policy compares with ``ready_replicas`` when every target is a pod, else with the targets Prometheus
+        has (``targets_expected``; one shared target, as in the local setup, stands for every replica); fewer:
+        no scale-down.
     """
     utilization = None
     if reading.busy_erlangs is not None and ready_replicas > 0 and reading.observed_at is not None:
@@ -436,6 +445,7 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         queued_requests=reading.queued_requests,
         budget_max_replicas=budget_max_replicas,
         targets_up=reading.targets_up if reading.targets_total > 0 else None,
+        targets_expected=None if reading.per_pod_targets else reading.targets_total,
         arrival_counts=reading.arrival_counts,
         count_bin_s=COUNT_BIN_S,
     )

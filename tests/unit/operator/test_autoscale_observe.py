@@ -452,8 +452,10 @@ def test_partial_targets_are_counted_and_reach_the_policy_which_does_not_scale_d
     policy = ScalingPolicy(scale_down_stabilization_s=0, target_p95_latency_ms=10_000)  # the 3 targets' load: 1
     decision = recommend(obs, policy, ScalerState(), _model(), now)
     assert (decision.desired_replicas, decision.reason) == (4, Reason.HELD_PARTIAL_METRICS), decision.message
-    whole = build_observation(reading, current_replicas=3, ready_replicas=3, slots_per_replica=1,
-                              budget_max_replicas=None, now=now)  # 3 replicas, all 3 answer: it does scale down
+    answers = _four_targets_one_down()  # the failing pod is gone (scaled away): 3 targets, all answering
+    answers["up"] = answers["up"][:3]
+    whole = build_observation(parse_answers(answers, "multimodal"), current_replicas=3, ready_replicas=3,
+                              slots_per_replica=1, budget_max_replicas=None, now=now)
     assert recommend(whole, policy, ScalerState(), _model(), now).desired_replicas < 3
 
 
@@ -515,3 +517,28 @@ def test_arrival_counts_are_a_15s_subquery_over_10_minutes_and_reach_the_observa
     answers["arrival_counts"][0]["values"][1][1] = "NaN"
     assert parse_answers(answers, "multimodal").arrival_counts is None  # missing, not a number
     assert parse_answers(RECORDED_LABELLED, "multimodal").arrival_counts is None  # no answer
+
+
+def test_pod_targets_are_compared_with_ready_replicas_and_a_shared_target_with_prometheus_targets() -> None:
+    """Per-pod targets (a PodMonitor adds ``pod``): 3 answering for 4 ready replicas is partial even when no
+    target reads down (one vanished from discovery). A shared static target (the local setup: one Triton for every
+    replica) stands for all replicas: answering, it is complete however many replicas are ready."""
+    pods = copy.deepcopy(RECORDED_LABELLED)
+    pods["up"] = _answer_at(T_LABELLED, [({"instance": f"10.0.0.{i}:8002", "pod": f"svc-{i}"}, "1") for i in range(3)])
+    pods["scraped"] = _answer_at(T_LABELLED, [({"instance": f"10.0.0.{i}:8002"}, str(T_LABELLED)) for i in range(3)])
+    reading = parse_answers(pods, "multimodal")
+    assert reading.per_pod_targets and reading.problem is None
+    now = reading.observed_at + dt.timedelta(seconds=1)
+    policy = ScalingPolicy(scale_down_stabilization_s=0, target_p95_latency_ms=10_000)
+    obs = build_observation(reading, current_replicas=4, ready_replicas=4, slots_per_replica=1,
+                            budget_max_replicas=None, now=now)
+    assert (obs.targets_up, obs.targets_expected) == (3, None)
+    held = recommend(obs, policy, ScalerState(), _model(), now)
+    assert (held.desired_replicas, held.reason) == (4, Reason.HELD_PARTIAL_METRICS)
+    shared = parse_answers(RECORDED_LABELLED, "multimodal")  # one static target, no pod label
+    assert not shared.per_pod_targets
+    obs = build_observation(shared, current_replicas=4, ready_replicas=4, slots_per_replica=1,
+                            budget_max_replicas=None, now=now)
+    assert (obs.targets_up, obs.targets_expected) == (1, 1)
+    down = recommend(obs, policy, ScalerState(), _model(), now)
+    assert down.desired_replicas < 4 and down.reason != Reason.HELD_PARTIAL_METRICS
