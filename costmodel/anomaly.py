@@ -7,8 +7,9 @@ Method (a robust z-score over a seasonal baseline, Iglewicz and Hoaglin's modifi
 
 * **Baseline** of a sample at time ``t``: the service's samples at the same phase of earlier seasons
   (``|t - k x season_s - s| <= slot_s / 2`` for ``k = 1 .. seasons``), when there are at least
-  ``min_baseline_samples`` of them; else the samples of the last ``recent_s`` seconds before ``t`` (a service
-  without a season of history yet), when there are at least ``min_recent_samples``. Else: no decision.
+  ``min_baseline_samples`` of them; else the samples from ``recent_s`` to ``smooth_s`` seconds before ``t`` (a
+  service without a season of history yet; the scored window below is not part of its own baseline), when
+  there are at least ``min_recent_samples``. Else: no decision.
 * **Score**: ``z = (x - median) / scale``, where ``x`` is the median burn rate of the samples of the last
   ``smooth_s`` seconds (a blip of one autoscaler step is not an anomaly; a spike is seen once it fills half of
   that window), with ``scale = max(1.4826 x MAD, floor_ratio x median,
@@ -138,7 +139,7 @@ def _baseline(history: Sequence[BurnSample], t: datetime, cfg: AnomalyConfig) ->
     if len(seasonal) >= cfg.min_baseline_samples:
         return seasonal, "seasonal"
     lo = bisect.bisect_right(times, t - timedelta(seconds=cfg.recent_s))
-    recent = list(history[lo:bisect.bisect_left(times, t)])
+    recent = list(history[lo:bisect.bisect_right(times, t - timedelta(seconds=cfg.smooth_s))])
     return (recent, "recent") if len(recent) >= cfg.min_recent_samples else ([], "none")
 
 
