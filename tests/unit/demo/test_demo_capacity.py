@@ -1,0 +1,116 @@
+"""The demo's measured capacity: windows, scale-up merging, Ready times and the PASS/FAIL of the measured figures."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from modalscale.demo.capacity import (
+    PodRecord,
+    judge_budget_scale_down,
+    judge_scale_ups,
+    measure,
+    ready_time,
+    scale_ups,
+    window_stats,
+)
+
+T0 = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.UTC).timestamp()
+
+
+def at(t_s: float) -> str:
+    return dt.datetime.fromtimestamp(T0 + t_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def h(t_s: float, frm: int, to: int, reason: str = "ScaleUpForSLO") -> dict[str, Any]:
+    return {"time": at(t_s), "from": frm, "to": to, "reason": reason}
+
+
+def steady(start_s: float, end_s: float, rps: float, latency_ms: float, ok: bool = True) -> list[Any]:
+    n = int((end_s - start_s) * rps)
+    return [(start_s + i / rps, latency_ms, "image_text", ok) for i in range(n)]
+
+
+PODS = [PodRecord("p0", "real-node-0", True, -100.0, -80.0),
+        PodRecord("p1", "real-node-0", True, 61.0, 95.0),
+        PodRecord("p2", "real-node-0", True, 61.0, 100.0)]
+
+
+def test_window_counts_offered_by_arrival_and_throughput_by_completion() -> None:
+    records = steady(0, 10, 2.0, 1500.0) + [(5.0, 100.0, "text", False)]
+    w = window_stats(records, 0.0, 10.0)
+    assert (w.sent, w.answered, w.failed) == (21, 20, 1)
+    assert w.offered_rps == pytest.approx(2.1)
+    assert w.throughput_rps == pytest.approx(17 / 10)  # the last 3 answers complete after 10 s
+    assert w.p95_ms == pytest.approx(1500.0)
+    assert window_stats(records[:5], 0.0, 10.0).p95_ms is None  # too few to judge
+    with pytest.raises(ValueError, match="empty window"):
+        window_stats(records, 5.0, 5.0)
+
+
+def test_ready_time_is_when_the_target_count_is_ready_at_once() -> None:
+    assert ready_time(PODS, 3, 60.0) == 100.0
+    assert ready_time(PODS, 2, 60.0) == 95.0
+    gone = [PODS[0], PODS[1], PodRecord("p2", "n", True, 61.0, 100.0), PodRecord("p3", "n", True, 61.0, None)]
+    gone[1] = PodRecord("p1", "n", True, 61.0, 95.0, deleted_s=98.0)
+    assert ready_time(gone, 3, 60.0) is None
+
+
+def test_decisions_taken_before_the_replicas_were_ready_are_one_scale_up() -> None:
+    ups = scale_ups([h(60, 1, 2), h(62, 2, 3, "ScaleUpForBurst"), h(200, 3, 2, "CappedByBudget")], T0, PODS)
+    assert len(ups) == 1
+    up = ups[0]
+    assert (up.from_replicas, up.to_replicas, up.reasons) == (1, 3, ["ScaleUpForSLO", "ScaleUpForBurst"])
+    assert (up.decision_s, up.ready_s, up.decision_to_ready_s) == (60.0, 100.0, 40.0)
+    assert up.nodes == ["real-node-0"]
+
+
+def test_a_scale_up_that_lowered_p95_under_the_same_load_passes_one_that_did_not_fails() -> None:
+    records = steady(60, 100, 2.0, 4000.0) + steady(100, 200, 2.0, 600.0)
+    ups = measure(scale_ups([h(60, 1, 3)], T0, PODS), records, end_s=300.0, budget_cap_s=None)
+    up = ups[0]
+    assert up.before is not None and up.after is not None
+    assert (up.before.start_s, up.before.end_s) == (60.0, 100.0)
+    assert (up.after.start_s, up.after.end_s) == (115.0, 145.0)
+    ok, seen = judge_scale_ups(ups, slo_ms=800)
+    assert ok, seen
+    assert "p95 4000 -> 600 ms" in seen
+
+    worse = measure(scale_ups([h(60, 1, 3)], T0, PODS), steady(60, 100, 2.0, 4000.0) + steady(100, 200, 2.0, 5000.0),
+                    end_s=300.0, budget_cap_s=None)
+    ok, seen = judge_scale_ups(worse, slo_ms=800)
+    assert not ok and "NOT lowered" in seen
+
+    other_load = measure(scale_ups([h(60, 1, 3)], T0, PODS), steady(60, 100, 2.0, 4000.0) + steady(100, 200, 1.0, 600),
+                         end_s=300.0, budget_cap_s=None)
+    ok, seen = judge_scale_ups(other_load, slo_ms=800)
+    assert not ok and "offered load differs" in seen
+
+
+def test_no_measurable_scale_up_fails_and_a_headroom_scale_up_is_not_judged() -> None:
+    ok, seen = judge_scale_ups([], slo_ms=800)
+    assert not ok and "no scale-up was measured" in seen
+    calm = measure(scale_ups([h(60, 1, 3)], T0, PODS), steady(60, 200, 2.0, 300.0), end_s=300.0, budget_cap_s=None)
+    ok, seen = judge_scale_ups(calm, slo_ms=800)
+    assert not ok and "not judged" in seen
+    # The budget's cap right after Ready leaves no 'after' window: not measured, not passed.
+    capped = measure(scale_ups([h(60, 1, 3)], T0, PODS), steady(60, 200, 2.0, 4000.0), end_s=300.0,
+                     budget_cap_s=104.0)
+    assert capped[0].after is None
+    assert not judge_scale_ups(capped, slo_ms=800)[0]
+
+
+def test_budget_scale_down_passes_only_with_a_real_pod_removed_and_every_request_answered() -> None:
+    history = [h(60, 1, 3), h(200, 3, 2, "CappedByBudget"), h(240, 2, 1, "CappedByBudget")]
+    pods = [PodRecord("p0", "real-node-0", True, -100, -80), PodRecord("p1", "real-node-0", True, 61, 95, 201.0),
+            PodRecord("p2", "real-node-0", True, 61, 100, 241.0)]
+    ok, seen = judge_budget_scale_down(history, T0, pods, sent=500, answered=500, failed=0)
+    assert ok, seen
+    assert "2 on the real node" in seen and "3->2, 2->1" in seen
+    assert not judge_budget_scale_down(history, T0, pods, sent=500, answered=499, failed=1)[0]
+    assert not judge_budget_scale_down(history, T0, pods, sent=500, answered=498, failed=0)[0]  # lost, unanswered
+    kwok = [PodRecord(p.name, "kwok-0", False, p.created_s, p.ready_s, p.deleted_s) for p in pods]
+    assert not judge_budget_scale_down(history, T0, kwok, sent=500, answered=500, failed=0)[0]
+    assert not judge_budget_scale_down(history[:1], T0, pods, sent=500, answered=500, failed=0)[0]
