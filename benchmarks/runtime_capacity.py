@@ -26,8 +26,10 @@ Variants (names accepted by ``--variants``; the presets are those of ``modalscal
   default          preset default: what an InferenceService gets with no runtime fields
   int8_dynamic     naive's layout with the earlier INT8 (per-tensor dynamic quantization of every Linear)
   int8_smoothquant naive's layout with INT8 as now: SmoothQuant + per-channel weights for the text encoder; image
-                   convolutions channels-last, in BF16 where the CPU has native BF16; classifier and fusion FP32
+                   convolutions channels-last FP32; JPEG draft-mode decoding; classifier and fusion FP32
   fastest          preset fastest (= int8_smoothquant + the embedding cache, measured separately on repeated images)
+  int8_bf16_image  int8_smoothquant with the opt-in BF16 image convolutions (model parameter image_bf16; only where
+                   the CPU has native BF16)
 
 Usage: ``python benchmarks/runtime_capacity.py [--rounds 5] [--requests 24] [--concurrency 8] [--fidelity 200]``.
 """
@@ -62,7 +64,7 @@ from modalscale.runtime.server import TritonProcess, free_port, write_repository
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 LIBRARIES = ("torch", "transformers", "numpy", "pillow", "tritonclient", "nvidia-pytriton", "scikit-image")
 PREDECESSOR = {"default": "naive", "int8_dynamic": "naive", "int8_smoothquant": "int8_dynamic",
-               "fastest": "int8_smoothquant"}
+               "fastest": "int8_smoothquant", "int8_bf16_image": "int8_smoothquant"}
 """Each step is also compared with the variant it improves on (when both run)."""
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "china", "flower")
 
@@ -86,6 +88,8 @@ def variants() -> dict[str, Variant]:
         "int8_dynamic": Variant("int8_dynamic", naive.replace(precision=Precision.INT8), (("int8_text", "dynamic"),)),
         "int8_smoothquant": Variant("int8_smoothquant", naive.replace(precision=Precision.INT8)),
         "fastest": Variant("fastest", PRESETS["fastest"]),
+        "int8_bf16_image": Variant("int8_bf16_image", naive.replace(precision=Precision.INT8),
+                                   (("image_bf16", "true"),)),
     }
 
 
@@ -298,8 +302,8 @@ def fidelity_requests(per_modality: int, seed: int) -> dict[str, list[tuple[list
     return out
 
 
-def fidelity(precisions: dict[str, tuple[Precision, str]], per_modality: int, seed: int) -> dict[str, dict]:
-    """Cosine of each named (precision, int8_text) against FP32 per modality, and top-1 class agreement."""
+def fidelity(precisions: dict[str, tuple[Precision, str, bool]], per_modality: int, seed: int) -> dict[str, dict]:
+    """Cosine of each named (precision, int8_text, image_bf16) against FP32 per modality, and top-1 agreement."""
     import torch
 
     from modalscale.runtime.model.encoders import MultimodalEncoder
@@ -309,9 +313,9 @@ def fidelity(precisions: dict[str, tuple[Precision, str]], per_modality: int, se
     torch.set_num_threads(1)
     requests = fidelity_requests(per_modality, seed)
 
-    def embed(precision: Precision, scheme: str) -> dict[str, list]:
-        pipeline = MultimodalPipeline(ModelSettings(embedding_cache=False),
-                                      MultimodalEncoder(precision, int8_text=scheme))
+    def embed(precision: Precision, scheme: str, bf16: bool = False) -> dict[str, list]:
+        pipeline = MultimodalPipeline(ModelSettings(embedding_cache=False, precision=precision),
+                                      MultimodalEncoder(precision, int8_text=scheme, image_bf16=bf16))
         out = {}
         for modality, items in requests.items():
             results = []
@@ -324,8 +328,8 @@ def fidelity(precisions: dict[str, tuple[Precision, str]], per_modality: int, se
 
     reference = embed(Precision.FP32, "smoothquant")
     report: dict[str, dict] = {}
-    for name, (precision, scheme) in precisions.items():
-        got = embed(precision, scheme)
+    for name, (precision, scheme, bf16) in precisions.items():
+        got = embed(precision, scheme, bf16)
         report[name] = {}
         for modality, results in got.items():
             cos = np.array([float(np.dot(a.embedding, b.embedding)) for a, b in zip(reference[modality], results,
@@ -374,7 +378,7 @@ def header(names: list[str], table: dict[str, Variant]) -> list[str]:
         lines.append(f"  {name:<17} instances {cfg.instance_count} x threads {cfg.intra_op_threads}, max batch "
                      f"{cfg.max_batch_size}, dynamic {cfg.batching_enabled}, router {cfg.uses_router}"
                      f"{f' ({cfg.router_instances} router instances)' if cfg.uses_router else ''}, precision "
-                     f"{cfg.precision.value}{' ' + dict(table[name].parameters).get('int8_text', '') if table[name].parameters else ''}, "
+                     f"{cfg.precision.value}{' ' + ' '.join(f'{k}={v}' for k, v in table[name].parameters) if table[name].parameters else ''}, "
                      f"embedding cache {cfg.embedding_cache}, response cache {cfg.response_cache}")
     return lines
 
@@ -392,7 +396,7 @@ def _machine_state() -> tuple[tuple[float, float, float], dict[str, int]]:
 def main() -> int:
     table = variants()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", default="naive,default,int8_dynamic,int8_smoothquant,fastest",
+    parser.add_argument("--variants", default="naive,default,int8_dynamic,int8_smoothquant,fastest,int8_bf16_image",
                         help=f"comma-separated, from: {', '.join(table)} (naive is always included)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=24, help="requests per variant per round")
@@ -521,15 +525,16 @@ def main() -> int:
 
     fid: dict[str, dict] = {}
     if args.fidelity > 0:
-        precisions: dict[str, tuple[Precision, str]] = {}
+        def numerics(n: str) -> tuple[Precision, str, bool]:
+            params = dict(table[n].parameters)
+            return (table[n].config.precision, params.get("int8_text", "smoothquant"),
+                    params.get("image_bf16", "false") == "true")
+
+        precisions: dict[str, tuple[Precision, str, bool]] = {}
         for name in names:
-            cfg = table[name].config
-            key = (cfg.precision, dict(table[name].parameters).get("int8_text", "smoothquant"))
-            if cfg.precision is not Precision.FP32 and key not in precisions.values():
-                precisions[name] = key  # variants with the same model numerics share one row
-        same = {name: [n for n in names if table[n].config.precision is key[0]
-                       and dict(table[n].parameters).get("int8_text", "smoothquant") == key[1]]
-                for name, key in precisions.items()}
+            if table[name].config.precision is not Precision.FP32 and numerics(name) not in precisions.values():
+                precisions[name] = numerics(name)  # variants with the same model numerics share one row
+        same = {name: [n for n in names if numerics(n) == key] for name, key in precisions.items()}
         if precisions:
             t0 = time.monotonic()
             fid = fidelity(precisions, args.fidelity, args.seed)

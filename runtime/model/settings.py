@@ -33,6 +33,9 @@ class ModelSettings:
     """Longer UTF-8 texts are rejected."""
     preload: tuple[str, ...] = ("image", "text")
     """Encoders loaded at start-up (the rest on first use)."""
+    image_bf16: bool = False
+    """Opt-in BF16 image convolutions with INT8 (``encoders.MultimodalEncoder.image_bf16``); like ``int8_text`` a
+    model parameter for side-by-side runs, not generated from a RuntimeConfig."""
     int8_text: str = "smoothquant"
     """INT8 scheme of the text encoder (``encoders.INT8_TEXT_SCHEMES``); not generated from a RuntimeConfig, a
     benchmark sets ``dynamic`` to compare with the earlier scheme side by side."""
@@ -56,7 +59,7 @@ class ModelSettings:
                     values[name] = kind(raw[name])
                 except ValueError:
                     raise ValueError(f"parameter {name}: expected an integer, got {raw[name]!r}") from None
-        for name in ("modality_aware_batching", "embedding_cache"):
+        for name in ("modality_aware_batching", "embedding_cache", "image_bf16"):
             if name in raw:
                 if raw[name] not in ("true", "false"):
                     raise ValueError(f"parameter {name}: expected true or false, got {raw[name]!r}")

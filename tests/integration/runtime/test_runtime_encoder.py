@@ -89,7 +89,7 @@ def test_int8_quantizes_linear_layers_and_keeps_layernorm_float(int8: Multimodal
     assert isinstance(int8.image_model._fc, nn.Linear)  # classifier and fusion head stay FP32 (< 2 MFLOP)
     stem = int8.image_model._conv_stem.weight
     assert int8.channels_last and stem.is_contiguous(memory_format=torch.channels_last)
-    assert int8.image_bf16 is cpu_has_native_bf16()
+    assert int8.image_bf16 is False  # opt-in only (it cost fidelity)
     assert isinstance(int8.fusion.text_proj, nn.Linear)
 
 
@@ -121,6 +121,19 @@ def test_int8_image_embeddings_and_classes_stay_with_fp32(fp32: MultimodalEncode
     print(f"INT8 image (BF16 convolutions: {int8.image_bf16}) vs FP32: cosine min {min(cosines):.5f}, "
           f"top-1 agreement {agree:.3f}")
     assert min(cosines) >= 0.99 and agree >= 0.9
+
+
+def test_bf16_image_convolutions_are_opt_in_and_need_native_bf16() -> None:
+    opted = MultimodalEncoder(Precision.INT8, preload=(), image_bf16=True)
+    assert opted.image_bf16 is cpu_has_native_bf16()
+    assert MultimodalEncoder(Precision.FP32, preload=(), image_bf16=True).image_bf16 is False
+    if opted.image_bf16:
+        image = np.random.default_rng(1).normal(size=(1, 3, 96, 128)).astype(np.float32)
+        plain = MultimodalEncoder(Precision.INT8, preload=())
+        a, b = plain.encode_images(image, [(96, 128)]), opted.encode_images(image, [(96, 128)])
+        assert not np.array_equal(a.features, b.features)  # it ran in BF16
+        cos = float(np.dot(a.features[0], b.features[0]) / np.linalg.norm(a.features[0]) / np.linalg.norm(b.features[0]))
+        assert cos > 0.98
 
 
 def test_the_earlier_int8_scheme_stays_selectable_for_side_by_side_runs() -> None:
