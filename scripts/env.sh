@@ -18,9 +18,12 @@ ensure_system_packages() {
 # iptables (kube-proxy, CNI masquerade), iproute2, and umoci + busybox-static for the locally built pause image.
 # Without them `modalscale cluster up` runs KWOK-only and says which piece is missing.
 NODE_PACKAGES="containerd runc containernetworking-plugins iptables iproute2 umoci busybox-static"
+# `modalscale images build` (src/modalscale/devenv/images.py): debootstrap makes the Debian base rootfs, buildah
+# builds the Dockerfiles without a daemon (umoci is above).
+IMAGE_PACKAGES="debootstrap buildah"
 ensure_node_packages() {
   local missing="" pkg
-  for pkg in $NODE_PACKAGES; do
+  for pkg in $NODE_PACKAGES $IMAGE_PACKAGES; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
   done
   [ -z "$missing" ] && return 0

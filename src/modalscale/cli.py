@@ -15,6 +15,7 @@ from collections.abc import Sequence
 #: subcommand name -> module that registers it.
 SUBCOMMANDS: dict[str, str] = {
     "cluster": "modalscale.devenv.cluster_cli",
+    "images": "modalscale.devenv.images_cli",
     "operator": "modalscale.operator.cli",
     "runtime": "modalscale.runtime.cli",
     "load": "modalscale.runtime.load_cli",
