@@ -201,7 +201,10 @@ def plan_autoscale(status: Mapping[str, Any] | None, decision: Decision, reading
     outcome_changed = any(old.get(k) != block[k] for k in ("mode", "valid", "reason", "metricsAvailable"))
     stale = last is None or (now - last).total_seconds() >= refresh_s
     if desired_changed or outcome_changed or stale:
-        patch["autoscaler"] = block
+        # status is merge-patched: a feature of the stored block that this decision lacks is removed explicitly
+        # (else the keys of successive decisions pile up past the CRD's 32 and every status write is refused).
+        gone = {k: None for k in old.get("features") or {} if k not in block["features"]}
+        patch["autoscaler"] = {**block, "features": {**block["features"], **gone}} if gone else block
 
     wanted = [cond.Condition(METRICS_AVAILABLE, cond.TRUE if available else cond.FALSE, reason, message)]
     if cost_model is not None:
