@@ -10,13 +10,18 @@ from typing import Any
 
 def add_parser(sub: Any) -> None:
     """Register ``demo`` on ``sub`` (an argparse subparsers action)."""
-    p = sub.add_parser("demo", help="local control plane + real Triton + Prometheus; scaling and budget, live")
-    p.add_argument("--duration", type=float, default=240.0, help="seconds of generated trace (default 240)")
+    p = sub.add_parser("demo", help="local cluster with a real node: real pods, Prometheus, scaling and budget, live")
+    p.add_argument("--duration", type=float, default=300.0, help="seconds of generated trace (default 300)")
     p.add_argument("--trace", type=Path, default=None,
                    help="trace CSV (arrival_s,image_count,image_width,image_height,text_tokens) instead")
     p.add_argument("--rate", type=float, default=3.0, help="requests per second of the generated trace (default 3)")
     p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where the report goes (default reports/)")
     p.add_argument("--no-live", action="store_true", help="plain log lines instead of the live view")
+    node = p.add_mutually_exclusive_group()
+    node.add_argument("--real-node", dest="real_node", action="store_true", default=None,
+                      help="require the real node (an error where the machine cannot run one)")
+    node.add_argument("--no-real-node", dest="real_node", action="store_false",
+                      help="KWOK-only fallback: pods are fakes, one local Triton serves every request")
     p.set_defaults(func=run)
 
 
@@ -30,5 +35,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"--trace {args.trace}: no such file", file=sys.stderr)
         return 2
     cfg = DemoConfig(duration_s=args.duration, trace=args.trace, rate_rps=args.rate, report_dir=args.report_dir,
-                     live=not args.no_live and sys.stdout.isatty())
+                     live=not args.no_live and sys.stdout.isatty(), real_node=args.real_node)
     return run_demo(cfg, say=lambda m: print(m, flush=True))

@@ -14,8 +14,9 @@ from rich.table import Table
 class LiveView:
     """``with LiveView(...) as v: v.update(sample, receiver)``; prints plain lines when not enabled."""
 
-    def __init__(self, enabled: bool, say: Callable[[str], None]) -> None:
+    def __init__(self, enabled: bool, say: Callable[[str], None], note: str = "") -> None:
         self.enabled = enabled
+        self.note = note
         self.say = say
         self.console = Console()
         self.live: Live | None = None
@@ -52,6 +53,5 @@ class LiveView:
         table.add_row(rates, f"{s.image_share:.0%}", p95, f"{s.desired} / {s.ready}", s.reason or "-",
                       f"{spent} / {s.limit_usd}", s.budget_state or "-", str(s.alerts))
         room = "\n\n".join(m.room_text() for m in accepted[-3:]) or "(no message yet)"
-        note = "Pods are simulated on KWOK nodes; requests are served by one local Triton process."
         assert self.live is not None
-        self.live.update(Group(table, Panel(room, title="chat room (local Slack receiver)"), note))
+        self.live.update(Group(table, Panel(room, title="chat room (local Slack receiver)"), self.note))

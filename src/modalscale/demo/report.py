@@ -70,8 +70,16 @@ def _png(fig: Any) -> str:
 
 def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, float, str, bool]],
                  isvc: dict[str, Any], policy: dict[str, Any], receiver: Any, checks: Checks, slo_ms: float,
-                 shift_at_s: float | None) -> Path:
-    """Write ``demo-report.html`` (four plots, the decisions, the chat room, the checks) and ``demo-run.json``."""
+                 shift_at_s: float | None, real: bool = False, kwok_reason: str | None = None,
+                 scale_ups: list[Any] | None = None, pods: list[Any] | None = None,
+                 nodes: list[tuple[str, bool]] | None = None, timings: dict[str, float] | None = None) -> Path:
+    """Write ``demo-report.html`` (four plots, the measured capacity of each scale-up, nodes and pods, the
+    decisions, the chat room, the checks) and ``demo-run.json``.
+
+    ``real``: the pods ran on the real node (else the KWOK-only fallback, named with ``kwok_reason``);
+    ``scale_ups``: :class:`modalscale.demo.capacity.ScaleUp`; ``pods``: :class:`modalscale.demo.capacity.PodRecord`;
+    ``nodes``: (name, real?); ``timings``: set-up step -> seconds."""
+    scale_ups, pods, nodes, timings = scale_ups or [], pods or [], nodes or [], timings or {}
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,15 +102,22 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
     ax.axhline(slo_ms, color="k", linestyle="--", linewidth=1, label=f"SLO {slo_ms:.0f} ms")
     ax.set_ylabel("ms (client side)")
     ax.set_yscale("log")
-    ax.set_title("Latency vs SLO (one local Triton process serves all requests)")
+    ax.set_title("Latency vs SLO (client side, through the Service)" if real
+                 else "Latency vs SLO (one local Triton process serves all requests)")
+    for up in scale_ups:
+        ax.axvline(up.decision_s, color="C2", linewidth=1, linestyle="--")
+        if up.ready_s is not None:
+            ax.axvline(up.ready_s, color="C2", linewidth=1)
     ax.legend(loc="upper left", fontsize=8)
     figs.append(fig)
 
     fig, ax = plt.subplots(figsize=(8, 2.6))
     ax.step(t, [s.desired if s.desired is not None else float("nan") for s in samples], where="post", label="desired")
-    ax.step(t, [s.ready if s.ready is not None else float("nan") for s in samples], where="post", label="ready (KWOK)")
+    ax.step(t, [s.ready if s.ready is not None else float("nan") for s in samples], where="post",
+            label="ready (real pods)" if real else "ready (KWOK)")
     ax.set_ylabel("replicas")
-    ax.set_title("Replicas: the operator's decisions (pods simulated on KWOK nodes)")
+    ax.set_title("Replicas: the operator's decisions (pods on the real node)" if real
+                 else "Replicas: the operator's decisions (pods simulated on KWOK nodes)")
     ax.legend(loc="upper left", fontsize=8)
     figs.append(fig)
 
@@ -129,16 +144,54 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
                    f"<td>{html.escape(h['reason'])}</td><td>{html.escape(h.get('message', ''))}</td></tr>"
                    for h in history)
     room = "".join(f"<pre>{html.escape(m.room_text())}</pre>" for m in receiver.accepted)
+    if real:
+        what = ("The InferenceService's pods ran for real on the local cluster's kubelet node (containerd + runc), "
+                "from the CPU runtime image, 500m CPU each; requests went open-loop through the Service's ClusterIP "
+                "(kube-proxy), a new connection per request. Prometheus discovered the pods through the apiserver. "
+                "The KWOK GPU nodes are fakes and served nothing.")
+    else:
+        what = (f"<b>KWOK-ONLY FALLBACK ({html.escape(kwok_reason or '')}):</b> the InferenceService's pods ran on "
+                "KWOK fake nodes (simulated capacity); every request was served by one local <code>tritonserver</code> "
+                "process. Replica counts are the operator's decisions on real Prometheus metrics; the capacity they "
+                "would add is not measured.")
+
+    def win(w: Any) -> str:
+        if w is None:
+            return "<td colspan=4>not measured</td>"
+        p95 = f"{w.p95_ms:.0f}" if w.p95_ms is not None else "-"
+        return (f"<td>{w.start_s:.0f}-{w.end_s:.0f}</td><td>{w.offered_rps:.2f}</td><td>{w.throughput_rps:.2f}</td>"
+                f"<td>{p95}</td>")
+
+    cap_rows = "".join(
+        f"<tr><td>{u.from_replicas}&rarr;{u.to_replicas}</td><td>{html.escape(', '.join(u.reasons))}</td>"
+        f"<td>{u.decision_s:.0f}</td><td>{'-' if u.ready_s is None else f'{u.decision_to_ready_s:.0f}'}</td>"
+        f"{win(u.before)}{win(u.after)}</tr>" for u in scale_ups)
+    cap_table = ("<table><tr><th>scale-up</th><th>reason</th><th>decided (s)</th><th>decision&rarr;Ready (s)</th>"
+                 "<th>before: window (s)</th><th>offered req/s</th><th>throughput req/s</th><th>p95 ms</th>"
+                 "<th>after: window (s)</th><th>offered req/s</th><th>throughput req/s</th><th>p95 ms</th></tr>"
+                 f"{cap_rows}</table><p>Before: arrivals from the decision until the new replicas were Ready. After: "
+                 "from 15 s after Ready, at most 30 s, ended early by the next decision or the budget's cap.</p>"
+                 if real else "<p>Not measured (KWOK-only).</p>")
+    node_table = ("<table><tr><th>node</th><th>kind</th></tr>" + "".join(
+        f"<tr><td>{html.escape(n)}</td><td>{'real (kubelet + containerd)' if r else 'KWOK (fake)'}</td></tr>"
+        for n, r in nodes) + "</table>")
+    pod_table = ("<table><tr><th>pod</th><th>node</th><th>created (s)</th><th>Ready (s)</th><th>deleted (s)</th></tr>"
+                 + "".join(f"<tr><td>{html.escape(p.name)}</td><td>{html.escape(str(p.node))} "
+                           f"({'real' if p.node_real else 'KWOK'})</td><td>{p.created_s:.0f}</td>"
+                           f"<td>{'-' if p.ready_s is None else f'{p.ready_s:.0f}'}</td>"
+                           f"<td>{'-' if p.deleted_s is None else f'{p.deleted_s:.0f}'}</td></tr>" for p in pods)
+                 + "</table>") if pods else ""
     check_rows = "".join(f"<li><b>{'PASS' if ok else 'FAIL'}</b> {html.escape(n)}: {html.escape(s)}</li>"
                          for n, ok, s in checks.items)
     body = f"""<!doctype html><html><head><meta charset="utf-8"><title>modalscale demo report</title>
 <style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}
 table{{border-collapse:collapse}} pre{{background:#f6f6f6;padding:6px}}</style></head><body>
 <h1>modalscale demo report</h1>
-<p>Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}. The InferenceService's pods ran on KWOK fake
-nodes (simulated capacity); every request was served by one local <code>tritonserver</code> process. Replica counts
-are the operator's decisions on real Prometheus metrics; the capacity they would add is not measured here.</p>
+<p>Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}. {what}</p>
 <h2>Checks</h2><ul>{check_rows}</ul>
+<h2>Measured capacity of each scale-up</h2>{cap_table}
+<h2>Nodes and pods</h2>{node_table}{pod_table}
+<p>Set-up: {html.escape(', '.join(f'{k} {v:.0f} s' for k, v in timings.items()) or '-')}</p>
 {''.join(f'<img src="data:image/png;base64,{i}" style="width:100%">' for i in images)}
 <h2>Scaling decisions (status.scalingHistory)</h2>
 <table><tr><th>time</th><th>from</th><th>to</th><th>reason</th><th>message</th></tr>{rows}</table>
@@ -149,6 +202,8 @@ are the operator's decisions on real Prometheus metrics; the capacity they would
     path = out_dir / "demo-report.html"
     path.write_text(body)
     (out_dir / "demo-run.json").write_text(json.dumps({
-        "samples": [asdict(s) for s in samples], "checks": checks.items,
+        "samples": [asdict(s) for s in samples], "checks": checks.items, "real_node": real,
+        "kwok_reason": kwok_reason, "scale_ups": [asdict(u) for u in scale_ups], "pods": [asdict(p) for p in pods],
+        "nodes": nodes, "timings": timings,
         "isvc_status": isvc.get("status"), "budget_status": policy.get("status")}, indent=1, default=str))
     return path

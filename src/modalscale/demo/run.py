@@ -1,18 +1,22 @@
 """The demo: everything modalscale does, end to end, on one machine, with no cloud and no Docker.
 
-1. A local control plane (etcd, kube-apiserver, controller-manager, scheduler, KWOK fake GPU nodes), the CRDs
-   and the operator (a subprocess, as in a cluster).
-2. A real ``tritonserver`` with the built-in multimodal model, and a real Prometheus scraping it with the labels
-   a ServiceMonitor would give it (``namespace``, ``inferenceservice``).
-3. An InferenceService (Predictive, p95 SLO) and a BudgetPolicy with a small limit, three thresholds and a Slack
-   webhook pointed at a local receiver that prints what the chat room would see.
-4. An arrival trace of real photographs (shipped inside Python packages, resized to the trace's resolutions)
-   and real text prompts, whose modality mix shifts part-way through, replayed with tritonclient.
-5. A live view; then a report (HTML with plots) and a summary; then everything started is stopped.
+1. A local control plane (etcd, kube-apiserver, controller-manager, scheduler), a real kubelet node (containerd,
+   runc, CNI bridge, kube-proxy) beside KWOK fake GPU nodes, the CRDs and the operator (a subprocess).
+2. The CPU runtime image (``modalscale images build``, cached by content hash) imported into the real node. The
+   InferenceService's pods run it there, 500m CPU each (a fixed CFS slice per replica, up to 3 on this node).
+   ``modalscale profile`` measures the first real replica through its Service and fits the service-time model;
+   then a real Prometheus discovers the pods through the apiserver (``kubernetes_sd_configs``, role pod).
+3. The InferenceService turns Predictive (p95 SLO) and a BudgetPolicy with a small limit, three thresholds and a
+   Slack webhook pointed at a local receiver that prints what the chat room would see.
+4. An arrival trace of real photographs and real text prompts, whose modality mix shifts part-way through,
+   replayed open-loop through the Service's ClusterIP (kube-proxy), a new connection per request, so a new
+   replica takes its share.
+5. A live view; then a report (HTML with plots, the measured capacity of each scale-up, which nodes were real and
+   which KWOK) and a summary; then everything started is stopped.
 
-What is simulated is said so: the InferenceService's pods run on KWOK nodes (no containers), while all requests
-are served by the one local Triton process. Replica counts are the operator's real decisions on real metrics;
-the capacity they would add is not measured here.
+Where the machine cannot run a real node (not root, no containerd, ...) the demo falls back to the old KWOK-only
+mode and says so loudly: pods on KWOK nodes, every request served by one local Triton process, no capacity
+measured.
 """
 
 from __future__ import annotations
@@ -34,23 +38,36 @@ NAMESPACE = "demo"
 ISVC = "vision-chat"
 POLICY = "demo-budget"
 SLO_MS = 800
-"""p95 latency target of the demo InferenceService, in ms (2-core CPU: a 4-image request takes ~0.5 s)."""
+"""p95 latency target of the demo InferenceService, in ms."""
 TARGET_UTILIZATION_PERCENT = 25
-"""Utilization target: latency-sensitive GPU services run well below saturation."""
+"""Utilization target of the KWOK-only fallback: latency-sensitive GPU services run well below saturation."""
+REAL_TARGET_UTILIZATION_PERCENT = 60
+"""Utilization target of the real replicas (500m each): three fit on the real node."""
 GPU_TYPE = "nvidia-l4"
+REPLICA_CPU = "500m"
+"""CPU request and limit of each real replica (CFS quota): each replica adds a fixed half core."""
+REPLICA_MEMORY = "2Gi"
+MAX_REAL_REPLICAS = 3
+"""Replicas that fit on the real node of a 2-core machine (allocatable ~1500m)."""
+HTTP_PORT = 8000
+REUSE_IMAGE_ENV = "MODALSCALE_DEMO_REUSE_IMAGE"
+"""Set to 1 to use the runtime image already in the real node's containerd instead of building the working tree's
+(for iterating on the demo: the image's content hash covers the whole package, so any edit rebuilds it)."""
+REQUEST_TIMEOUT_S = 600.0
+"""Client timeout of one request: an overloaded replica queues, it must not fail the request."""
 
 
 @dataclass
 class DemoConfig:
     """Options of ``modalscale demo``."""
 
-    duration_s: float = 240.0
+    duration_s: float = 300.0
     """Length of the replayed trace, in seconds."""
     trace: Path | None = None
     """A trace CSV (arrival_s, image_count, image_width, image_height, text_tokens); default: generated."""
     rate_rps: float = 3.0
     """Request rate of the generated trace, req/s (kept constant across the modality shift)."""
-    shift_at_ratio: float = 0.35
+    shift_at_ratio: float = 0.25
     """Where in the trace the modality mix shifts (fraction of the duration)."""
     report_dir: Path = field(default_factory=lambda: Path("reports"))
     """Where the report (``demo-report.html``) and the run's data (``demo-run.json``) go."""
@@ -58,6 +75,8 @@ class DemoConfig:
     """State of the demo's cluster, Triton, Prometheus; default: a temporary directory."""
     live: bool = True
     """Show the live view (rich); off for CI logs."""
+    real_node: bool | None = None
+    """Run the pods on the real node: None = where the machine supports it (else KWOK-only, said loudly)."""
 
 
 @dataclass
@@ -101,15 +120,26 @@ def default_trace(duration_s: float, rate_rps: float, shift_at_s: float) -> list
 
 
 class Replayer:
-    """Open-loop replay of a trace against Triton over gRPC; records (arrival, latency, modality, ok)."""
+    """Open-loop replay of a trace; records (arrival, latency, modality, ok) of every request.
 
-    def __init__(self, rows: list[Any], grpc_url: str) -> None:
+    Args:
+        rows: The trace.
+        url: ``host:port`` of the server.
+        protocol: ``http``: a new client (connection) per request, so each request goes through kube-proxy's
+            current endpoints and a new replica takes its share; ``grpc``: one shared channel (one local Triton).
+    """
+
+    def __init__(self, rows: list[Any], url: str, protocol: str = "grpc") -> None:
         self.rows = rows
-        self.grpc_url = grpc_url
+        self.url = url
+        self.protocol = protocol
         self.records: list[tuple[float, float, str, bool]] = []
+        self.errors: list[str] = []
+        self.sent = 0
         self.lock = threading.Lock()
         self.started = threading.Event()
         self.t0 = 0.0
+        self.t0_wall = 0.0
 
     def content(self, i: int) -> tuple[list[bytes] | None, str | None]:
         from modalscale.demo.prompts import prompt_for_tokens
@@ -123,12 +153,13 @@ class Replayer:
         return images, text
 
     async def run(self) -> None:
-        from modalscale.runtime.client import AsyncMultimodalClient, InferenceError
+        from modalscale.runtime.client import AsyncMultimodalClient
 
         contents = [self.content(i) for i in range(len(self.rows))]  # encode before the clock starts
-        client = AsyncMultimodalClient(self.grpc_url, "grpc", "multimodal")
-        gate = asyncio.Semaphore(64)
+        shared = AsyncMultimodalClient(self.url, "grpc", "multimodal") if self.protocol == "grpc" else None
+        gate = asyncio.Semaphore(64 if shared else 512)
         self.t0 = time.monotonic()
+        self.t0_wall = time.time()
         self.started.set()
 
         async def one(i: int) -> None:
@@ -138,17 +169,29 @@ class Replayer:
             async with gate:
                 images, text = contents[i]
                 ok = True
+                with self.lock:
+                    self.sent += 1
                 try:
-                    await client.infer(images=images, text=text)
-                except InferenceError:
+                    if shared is not None:
+                        await shared.infer(images=images, text=text)
+                    else:
+                        client = AsyncMultimodalClient(self.url, "http", "multimodal", timeout_s=REQUEST_TIMEOUT_S)
+                        try:
+                            await client.infer(images=images, text=text)
+                        finally:
+                            await client.close()
+                except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
                     ok = False
+                    with self.lock:
+                        self.errors.append(f"{row.arrival_s:.1f} s: {type(exc).__name__}: {exc}"[:300])
                 with self.lock:
                     self.records.append((row.arrival_s, (time.monotonic() - scheduled) * 1000, row.modality, ok))
 
         try:
             await asyncio.gather(*(one(i) for i in range(len(self.rows))))
         finally:
-            await client.close()
+            if shared is not None:
+                await shared.close()
 
     def window(self, now_s: float, span_s: float = 20.0) -> list[tuple[float, float, str, bool]]:
         with self.lock:
@@ -161,6 +204,11 @@ def _p95(values: list[float]) -> float | None:
     return statistics.quantiles(values, n=20, method="inclusive")[18]
 
 
+def _t(value: Any, t0_wall: float) -> float | None:
+    """A Kubernetes timestamp (datetime) as seconds since the replay started."""
+    return None if value is None else value.timestamp() - t0_wall
+
+
 class Demo:
     """Owns every process the demo starts, and stops them all in :meth:`close`."""
 
@@ -171,6 +219,12 @@ class Demo:
         self.workdir = cfg.workdir or Path(self.stack.enter_context(tempfile.TemporaryDirectory(prefix="msdemo-")))
         self.samples: list[Sample] = []
         self.events: list[tuple[float, str]] = []
+        self.real = False
+        self.kwok_reason: str | None = None
+        self.pods: dict[str, Any] = {}
+        self.node_real: dict[str, bool] = {}
+        self.timings: dict[str, float] = {}
+        self.t0_wall = 0.0
 
     # ----------------------------------------------------------------------------------------- set-up
     def start_cluster(self) -> None:
@@ -179,13 +233,47 @@ class Demo:
 
         self.cluster = LocalCluster(self.workdir / "cluster", log=self.say)
         self.stack.callback(self.cluster.down)
-        self.cluster.up(nodes=4, gpus_per_node=8, gpu_type=GPU_TYPE)
+        started = time.monotonic()
+        self.cluster.up(nodes=4, gpus_per_node=8, gpu_type=GPU_TYPE, real_node=self.cfg.real_node)
+        self.timings["cluster up"] = time.monotonic() - started
         repo_crds = Path(__file__).resolve().parents[3] / "crds"
         install_crds(self.cluster.api_client(), repo_crds)
         self.api = self.cluster.api_client()
-        self.say(f"Control plane up: 4 KWOK fake nodes x 8 {GPU_TYPE} GPUs (simulated capacity)")
+        self.real = self.cluster.has_real_node
+        self.kwok_reason = None if self.real else (self.cluster.real_node_status().get("reason") or "not running")
+        self.say(f"Control plane up: 4 KWOK fake nodes x 8 {GPU_TYPE} GPUs (simulated, unused by the demo's service)"
+                 + (" and the real kubelet node (containerd + runc, 500m per replica)" if self.real else ""))
+        if not self.real and self.cfg.real_node:
+            raise RuntimeError(f"--real-node: this cluster runs no real node ({self.kwok_reason})")
+        if not self.real:
+            self.say(kwok_banner(self.kwok_reason))
+
+    def import_runtime_image(self) -> None:
+        """Build the CPU runtime image (cached by content hash) and import it into the real node's containerd."""
+        import os
+
+        from modalscale.devenv.images import build_images, import_into_cluster, runtime_cpu_reference
+        from modalscale.devenv.realnode import list_images, normalize_image_ref
+
+        if os.environ.get(REUSE_IMAGE_ENV) == "1":
+            ref = runtime_cpu_reference()
+            if normalize_image_ref(ref) in list_images(self.cluster.workdir):
+                self.image_ref = ref
+                self.say(f"{REUSE_IMAGE_ENV}=1: reusing {ref} as already imported into the real node's containerd "
+                         "(it may predate the working tree; nothing was built)")
+                return
+        started = time.monotonic()
+        (image,) = build_images(["runtime-cpu"], log=self.say)
+        self.timings["runtime image build"] = time.monotonic() - started
+        how = "cached" if image.cached else f"built in {image.build_s:.0f} s"
+        self.say(f"Runtime image {image.full_ref}: {image.size_bytes / 1e6:.0f} MB of layers, {how}")
+        seconds = import_into_cluster(image, self.cluster.workdir, log=self.say)
+        self.timings["runtime image import"] = seconds
+        self.say(f"Runtime image in the real node's containerd ({seconds:.1f} s to import)")
+        self.image_ref = image.ref
 
     def start_runtime(self) -> None:
+        """KWOK-only fallback: one local tritonserver serves every request."""
         from modalscale.runtime.repo_config import RuntimeConfig, build_repository, server_arguments
         from modalscale.runtime.server import TritonProcess, free_port, write_repository
 
@@ -201,8 +289,16 @@ class Demo:
 
     def start_prometheus(self) -> None:
         """Start scraping only after profiling, so that profile requests are never counted as demand."""
-        from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget
+        from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess, ScrapeTarget
 
+        if self.real:
+            self.prom = PrometheusProcess(self.workdir / "prometheus", scrape_interval_s=1.0,
+                                          discovery=PodDiscovery.for_cluster(self.cluster, (NAMESPACE,)))
+            self.prom.start([])
+            self.stack.callback(self.prom.stop)
+            self.say(f"Prometheus at {self.prom.url} discovering the InferenceService's pods through the apiserver "
+                     "(kubernetes_sd_configs, role pod)")
+            return
         self.prom = PrometheusProcess(self.workdir / "prometheus", scrape_interval_s=1.0)
         self.prom.start([ScrapeTarget(f"127.0.0.1:{self.triton.metrics_port}",
                                       {"namespace": NAMESPACE, "inferenceservice": ISVC})])
@@ -216,17 +312,93 @@ class Demo:
         self.stack.callback(self.receiver.stop)
         self.say("Local Slack receiver listening (it prints what the chat room would see)")
 
-    def start_operator(self) -> None:
+    def start_operator(self, prometheus_url: str | None = None) -> None:
         from modalscale.devenv.operator_process import OperatorProcess
 
-        self.operator = OperatorProcess(self.cluster.kubeconfig, self.workdir / "operator.log",
-                                        extra_env={"MODALSCALE_PROMETHEUS_URL": self.prom.url}, resync_s=5.0)
+        env = {"MODALSCALE_PROMETHEUS_URL": prometheus_url} if prometheus_url else {}
+        self.operator = OperatorProcess(self.cluster.kubeconfig, self.workdir / "operator.log", extra_env=env,
+                                        resync_s=5.0)
         self.stack.callback(self.operator.stop)
         self.operator.wait_healthy()
-        self.say(f"Operator running (log: {self.workdir / 'operator.log'})")
+        self.say(f"Operator running as a subprocess (log: {self.workdir / 'operator.log'})")
 
-    def apply_objects(self, artifact_b64: str, replica_usd_per_hour: Decimal, expected_hours: float) -> str:
-        """Namespace, Secret, cost-model ConfigMap, InferenceService, BudgetPolicy. Returns the limit (USD)."""
+    def _isvc_body(self) -> dict[str, Any]:
+        if self.real:
+            from modalscale.devenv.realnode import real_node_placement
+
+            image, _, version = self.image_ref.rpartition(":")
+            return {
+                "apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+                "metadata": {"name": ISVC, "labels": {"team": "demo"}},
+                "spec": {
+                    "model": {"source": "BuiltIn", "name": "multimodal"},
+                    "runtime": {"image": image, "version": version, "instanceCount": 1, "intraOpThreads": 1,
+                                "modalityAwareBatching": False, "maxBatchSize": 8,
+                                "dynamicBatching": {"preferredBatchSizes": [4, 8],
+                                                    "maxQueueDelayMicroseconds": 2000}},
+                    "resources": {"cpu": REPLICA_CPU, "memory": REPLICA_MEMORY},
+                    "placement": real_node_placement(),
+                    "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": MAX_REAL_REPLICAS},
+                },
+            }
+        return {
+            "apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": ISVC, "labels": {"team": "demo"}},
+            "spec": {
+                "model": {"source": "BuiltIn", "name": "multimodal",
+                          "costModelRef": {"name": "vision-chat-cost-model", "key": "model.skops"}},
+                "runtime": {"instanceCount": 1, "maxBatchSize": 8,
+                            "dynamicBatching": {"preferredBatchSizes": [4, 8], "maxQueueDelayMicroseconds": 2000}},
+                "resources": {"cpu": "4", "memory": "16Gi", "gpu": {"count": 1, "type": GPU_TYPE}},
+                "scaling": self._scaling(),
+            },
+        }
+
+    def _scaling(self) -> dict[str, Any]:
+        return {"mode": "Predictive", "minReplicas": 1, "maxReplicas": MAX_REAL_REPLICAS if self.real else 12,
+                "targetP95LatencyMilliseconds": SLO_MS, "decisionIntervalSeconds": 5,
+                "targetUtilizationPercent": REAL_TARGET_UTILIZATION_PERCENT if self.real
+                else TARGET_UTILIZATION_PERCENT,
+                "scaleUpStabilizationSeconds": 0, "scaleDownStabilizationSeconds": 60}
+
+    def start_first_replica(self) -> str:
+        """Real mode: the InferenceService with one Fixed replica on the real node; returns its Service's
+        ``ClusterIP:port`` once the replica is Ready (profiled before it turns Predictive)."""
+        from kubernetes import client
+
+        from modalscale.devenv.kube import wait_for
+
+        core = client.CoreV1Api(self.api)
+        custom = client.CustomObjectsApi(self.api)
+        apps = client.AppsV1Api(self.api)
+        with contextlib.suppress(client.exceptions.ApiException):
+            core.create_namespace({"metadata": {"name": NAMESPACE}})
+        custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices",
+                                               self._isvc_body())
+        started = time.monotonic()
+
+        def ready() -> bool:
+            with contextlib.suppress(client.exceptions.ApiException):
+                return (apps.read_namespaced_deployment(ISVC, NAMESPACE).status.ready_replicas or 0) >= 1
+            return False
+
+        self.say(f"InferenceService {NAMESPACE}/{ISVC}: first replica starting on the real node "
+                 f"({REPLICA_CPU} CPU, {REPLICA_MEMORY})")
+        try:
+            wait_for(ready, 600, "the first runtime replica Ready")
+        except TimeoutError:
+            isvc = custom.get_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices",
+                                                       ISVC)
+            raise RuntimeError(f"first replica not Ready in 600 s; status: {isvc.get('status')}") from None
+        self.timings["first replica Ready"] = time.monotonic() - started
+        ip = core.read_namespaced_service(ISVC, NAMESPACE).spec.cluster_ip
+        self.say(f"First replica Ready after {self.timings['first replica Ready']:.0f} s; Service ClusterIP {ip}")
+        return f"{ip}:{HTTP_PORT}"
+
+    def apply_objects(self, artifact_b64: str, replica_usd_per_hour: Decimal, expected_hours: float,
+                      limit_factor: float) -> str:
+        """Secret, cost-model ConfigMap, the InferenceService (created, or turned Predictive in real mode),
+        BudgetPolicy. Returns the limit (USD)."""
         from kubernetes import client
 
         core = client.CoreV1Api(self.api)
@@ -237,26 +409,18 @@ class Demo:
                                                   "stringData": {"url": self.receiver.url}})
         core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": "vision-chat-cost-model"},
                                                       "binaryData": {"model.skops": artifact_b64}})
-        isvc = {
-            "apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": ISVC, "labels": {"team": "demo"}},
-            "spec": {
-                "model": {"source": "BuiltIn", "name": "multimodal",
-                          "costModelRef": {"name": "vision-chat-cost-model", "key": "model.skops"}},
-                "runtime": {"instanceCount": 1, "maxBatchSize": 8,
-                            "dynamicBatching": {"preferredBatchSizes": [4, 8], "maxQueueDelayMicroseconds": 2000}},
-                "resources": {"cpu": "4", "memory": "16Gi", "gpu": {"count": 1, "type": GPU_TYPE}},
-                "scaling": {"mode": "Predictive", "minReplicas": 1, "maxReplicas": 12,
-                            "targetP95LatencyMilliseconds": SLO_MS, "decisionIntervalSeconds": 5,
-                            "targetUtilizationPercent": TARGET_UTILIZATION_PERCENT,
-                            "scaleUpStabilizationSeconds": 0, "scaleDownStabilizationSeconds": 60},
-            },
-        }
-        custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices", isvc)
-        # A tiny budget at real catalog prices, sized so that it runs out before the trace ends: with one replica
-        # before the shift (35 % of the run) and two after it, spend reaches the limit at ~78 % of the run
-        # (at ~63 % with three).
-        limit = (replica_usd_per_hour * Decimal(str(expected_hours)) * Decimal("1.2")).quantize(Decimal("0.0001"))
+        if self.real:
+            scaling: dict[str, Any] = dict(self._scaling(), replicas=None)
+            custom.patch_namespaced_custom_object(
+                "modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices", ISVC,
+                {"spec": {"model": {"costModelRef": {"name": "vision-chat-cost-model", "key": "model.skops"}},
+                          "scaling": scaling}})
+        else:
+            custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices",
+                                                   self._isvc_body())
+        # A tiny budget at real catalog prices, sized so that it runs out before the trace ends (run_demo says how).
+        limit = (replica_usd_per_hour * Decimal(str(expected_hours)) * Decimal(str(limit_factor))).quantize(
+            Decimal("0.000001"))
         policy = {
             "apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy", "metadata": {"name": POLICY},
             "spec": {
@@ -274,22 +438,24 @@ class Demo:
         custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "budgetpolicies", policy)
         return str(limit)
 
-    def fit_cost_model(self) -> str:
-        """Profile the running Triton with ``modalscale profile`` and return the fitted artifact (skops zip)."""
+    def fit_cost_model(self, http_url: str, shapes: int = 24) -> str:
+        """Profile the runtime at ``http_url`` with ``modalscale profile``; return the fitted artifact (skops zip)."""
         import subprocess
         import sys
 
         out = self.workdir / "profile"
         out.mkdir(exist_ok=True)
-        self.say("Profiling the real runtime with `modalscale profile` to fit the service-time model")
+        self.say(f"Profiling the real runtime at {http_url} with `modalscale profile` to fit the service-time model")
+        started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "modalscale.cli", "profile", "--url", self.triton.http_url, "--shapes", "24",
+            [sys.executable, "-m", "modalscale.cli", "profile", "--url", http_url, "--shapes", str(shapes),
              "--repeats", "2", "--images", "1,2,4", "--tokens", "8,32,128", "--out-csv", str(out / "profile.csv"),
              "--out-model", str(out / "model.skops"), "--json", str(out / "evaluation.json")],
-            capture_output=True, text=True, check=False, timeout=900)
+            capture_output=True, text=True, check=False, timeout=1800)
         if proc.returncode != 0:
             raise RuntimeError(f"modalscale profile failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
                                f"{proc.stderr[-2000:]}")
+        self.timings["profile"] = time.monotonic() - started
         self.say("Cost model fitted on the real runtime: " + " ".join(proc.stdout.strip().splitlines()[-3:]))
         return base64.b64encode((out / "model.skops").read_bytes()).decode()
 
@@ -313,9 +479,59 @@ class Demo:
             return {}
         return {r["metric"].get("modality", "?"): float(r["value"][1]) for r in result}
 
+    def nodes(self) -> list[tuple[str, bool]]:
+        """Every node of the cluster as (name, real?)."""
+        from kubernetes import client
+
+        from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL
+
+        out = []
+        for n in client.CoreV1Api(self.api).list_node().items:
+            out.append((n.metadata.name, (n.metadata.labels or {}).get(NODE_TYPE_LABEL) == NODE_TYPE_REAL))
+        self.node_real.update(dict(out))
+        return out
+
+    def track_pods(self, now_s: float) -> None:
+        """Record each pod of the service: node, created, first Ready, deleted (seconds since the replay start)."""
+        from kubernetes import client
+
+        from modalscale.demo.capacity import PodRecord
+
+        try:
+            items = client.CoreV1Api(self.api).list_namespaced_pod(
+                NAMESPACE, label_selector=f"modalscale.io/inferenceservice={ISVC}").items
+        except Exception:  # noqa: BLE001 - a missed sample leaves the last one; the next one catches up
+            return
+        seen = set()
+        for p in items:
+            name = p.metadata.name
+            seen.add(name)
+            rec = self.pods.get(name)
+            if rec is None:
+                node = p.spec.node_name
+                if node and node not in self.node_real:
+                    self.nodes()
+                rec = self.pods[name] = PodRecord(name, node, self.node_real.get(node) if node else None,
+                                                  _t(p.metadata.creation_timestamp, self.t0_wall) or now_s)
+            if rec.node is None and p.spec.node_name:
+                if p.spec.node_name not in self.node_real:
+                    self.nodes()
+                rec.node, rec.node_real = p.spec.node_name, self.node_real.get(p.spec.node_name)
+            if rec.ready_s is None:
+                for c in (p.status.conditions or []) if p.status else []:
+                    if c.type == "Ready" and c.status == "True":
+                        rec.ready_s = _t(c.last_transition_time, self.t0_wall) or now_s
+            if rec.deleted_s is None and p.metadata.deletion_timestamp is not None:
+                rec.deleted_s = _t(p.metadata.deletion_timestamp, self.t0_wall)
+        for name, rec in self.pods.items():
+            if name not in seen and rec.deleted_s is None:
+                rec.deleted_s = now_s
+
     def sample(self, replayer: Replayer, limit: str) -> Sample:
         now_s = time.monotonic() - replayer.t0
         recent = replayer.window(now_s)
+        if self.real:
+            self.track_pods(now_s)
         isvc, pol = self.read_state()
         st, pst = isvc.get("status") or {}, pol.get("status") or {}
         history = st.get("scalingHistory") or []
@@ -336,18 +552,39 @@ class Demo:
         self.stack.close()
 
 
+def kwok_banner(reason: str | None) -> str:
+    """The loud notice of the KWOK-only fallback."""
+    bar = "!" * 100
+    return (f"{bar}\n!! KWOK-ONLY FALLBACK: this machine runs no real node ({reason}).\n"
+            "!! The InferenceService's pods are KWOK fakes (no containers); every request is served by ONE local\n"
+            "!! Triton process. Replica counts are real decisions on real metrics, but NO capacity is measured.\n"
+            f"{bar}")
+
+
+REAL_NOTE = ("Pods run for real on the real kubelet node (CPU runtime image, 500m each); requests go through the "
+             "Service's ClusterIP (kube-proxy). The KWOK GPU nodes are fakes and serve nothing here.")
+KWOK_NOTE = "KWOK-ONLY FALLBACK: pods are simulated on KWOK nodes; requests are served by one local Triton process."
+
+
 def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
     """Run the demo; returns the exit code (0 when every expected behaviour was observed)."""
+    from modalscale.demo import capacity
     from modalscale.demo.report import Checks, write_report
 
     demo = Demo(cfg, say)
+    started = time.monotonic()
     try:
         demo.start_cluster()
-        demo.start_runtime()
-        artifact = demo.fit_cost_model()
+        if demo.real:
+            demo.import_runtime_image()
+            url = demo.start_first_replica()
+            artifact = demo.fit_cost_model(url)
+        else:
+            demo.start_runtime()
+            artifact = demo.fit_cost_model(demo.triton.http_url)
         demo.start_prometheus()
         demo.start_receiver()
-        demo.start_operator()
+        demo.start_operator(demo.prom.url)
         if cfg.trace:
             from modalscale.runtime.workload import read_trace
 
@@ -357,21 +594,28 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             shift_at = cfg.duration_s * cfg.shift_at_ratio
             rows = default_trace(cfg.duration_s, cfg.rate_rps, shift_at)
         duration = rows[-1].arrival_s if rows else 0.0
-        price = _replica_price()
-        limit = demo.apply_objects(artifact, price, duration / 3600)
-        say(f"Applied InferenceService {NAMESPACE}/{ISVC} (Predictive, p95 SLO {SLO_MS} ms) and BudgetPolicy "
-            f"{NAMESPACE}/{POLICY} (limit {limit} USD; one replica costs {price} USD/h at catalog prices)")
+        price = _replica_price(demo.real)
+        # Real mode: one replica until shortly after the shift, then up to three; the limit is sized so that the
+        # cap (80 %) comes after the scale-up's capacity was measured and the scale-down (100 %) while the trace
+        # still runs (about 1.6 replica-durations of spend). KWOK-only: as before (1.2).
+        limit = demo.apply_objects(artifact, price, duration / 3600, 1.6 if demo.real else 1.2)
+        say(f"{'Turned' if demo.real else 'Applied'} InferenceService {NAMESPACE}/{ISVC} (Predictive, p95 SLO "
+            f"{SLO_MS} ms) and BudgetPolicy {NAMESPACE}/{POLICY} (limit {limit} USD; one replica costs {price} "
+            "USD/h at catalog prices)")
         say(f"Replaying {len(rows)} requests over {duration:.0f} s"
             + (f"; the modality mix shifts at {shift_at:.0f} s" if shift_at else ""))
-        say("NOTE: the InferenceService's pods run on KWOK fake nodes (simulated capacity); every request is "
-            "served by the one local Triton process. Replica counts are real decisions on real metrics.")
-        replayer = Replayer(rows, demo.triton.grpc_url)
+        say("NOTE: " + (REAL_NOTE if demo.real else KWOK_NOTE))
+        if demo.real:
+            replayer = Replayer(rows, url, "http")
+        else:
+            replayer = Replayer(rows, demo.triton.grpc_url, "grpc")
         thread = threading.Thread(target=lambda: asyncio.run(replayer.run()), daemon=True)
         thread.start()
         replayer.started.wait(timeout=600)
+        demo.t0_wall = replayer.t0_wall
         from modalscale.demo.live import LiveView
 
-        with LiveView(enabled=cfg.live, say=say) as view:
+        with LiveView(enabled=cfg.live, say=say, note=REAL_NOTE if demo.real else KWOK_NOTE) as view:
             while thread.is_alive():
                 view.update(demo.sample(replayer, limit), demo.receiver)
                 time.sleep(SAMPLE_S)
@@ -385,18 +629,64 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
                 time.sleep(SAMPLE_S)
         isvc, pol = demo.read_state()
         checks = Checks.evaluate(isvc, pol, demo.receiver, shift_at, demo.samples)
+        history = (isvc.get("status") or {}).get("scalingHistory") or []
+        pods = list(demo.pods.values())
+        ups: list[capacity.ScaleUp] = []
+        answered = sum(1 for r in replayer.records if r[3])
+        failed = sum(1 for r in replayer.records if not r[3])
+        if demo.real:
+            caps = [capacity.wall_to_t(h["time"], demo.t0_wall) for h in history
+                    if h["reason"] == "CappedByBudget" and h["to"] < h["from"]]
+            ups = capacity.measure(capacity.scale_ups(history, demo.t0_wall, pods), replayer.records, duration,
+                                   caps[0] if caps else None)
+            ok, seen = capacity.judge_scale_ups(ups, SLO_MS)
+            checks.items.append(("scale-up lowered the measured p95 under the same offered load", ok, seen))
+            after_cap = sum(1 for r in replayer.records if caps and r[0] >= caps[0])
+            ok, seen = capacity.judge_budget_scale_down(history, demo.t0_wall, pods, replayer.sent, answered, failed)
+            ok = ok and after_cap > 0
+            checks.items.append(("budget scale-down removed a real pod with no failed request", ok,
+                                 f"{seen}; {after_cap} requests arrived after the first cap"))
+        nodes = demo.nodes()
         cfg.report_dir.mkdir(parents=True, exist_ok=True)
         report = write_report(cfg.report_dir, demo.samples, replayer.records, isvc, pol, demo.receiver, checks,
-                              slo_ms=SLO_MS, shift_at_s=shift_at)
+                              slo_ms=SLO_MS, shift_at_s=shift_at, real=demo.real, kwok_reason=demo.kwok_reason,
+                              scale_ups=ups, pods=pods, nodes=nodes, timings=demo.timings)
+        say(capacity_summary(demo.real, demo.kwok_reason, ups, pods, nodes, replayer, demo.timings))
         say(checks.summary())
-        say(f"Report: {report}")
+        say(f"Report: {report} (demo ran {time.monotonic() - started:.0f} s)")
         return 0 if checks.all_passed else 1
     finally:
         say("Stopping everything the demo started")
         demo.close()
 
 
-def _replica_price() -> Decimal:
+def capacity_summary(real: bool, kwok_reason: str | None, ups: list[Any], pods: list[Any],
+                     nodes: list[tuple[str, bool]], replayer: Replayer, timings: dict[str, float]) -> str:
+    """The measured-capacity part of the summary: nodes, pods, each scale-up's windows, requests and set-up times."""
+    lines = ["Nodes: " + ", ".join(f"{n} ({'REAL' if r else 'KWOK'})" for n, r in nodes)]
+    if not real:
+        lines.append(kwok_banner(kwok_reason))
+    for p in pods:
+        where = "REAL" if p.node_real else ("KWOK" if p.node_real is False else "?")
+        lines.append(f"  pod {p.name} on {p.node} ({where}): created {p.created_s:.0f} s, Ready "
+                     f"{'-' if p.ready_s is None else f'{p.ready_s:.0f} s'}, deleted "
+                     f"{'-' if p.deleted_s is None else f'{p.deleted_s:.0f} s'}")
+    for up in ups:
+        ready = "never" if up.ready_s is None else f"{up.ready_s:.0f} s ({up.decision_to_ready_s:.0f} s after)"
+        lines.append(f"Scale-up {up.from_replicas}->{up.to_replicas} ({', '.join(up.reasons)}): decided at "
+                     f"{up.decision_s:.0f} s, Ready at {ready}")
+        lines.append(f"  before: {up.before.line() if up.before else 'not measured'}")
+        lines.append(f"  after:  {up.after.line() if up.after else 'not measured'}")
+    answered = sum(1 for r in replayer.records if r[3])
+    lines.append(f"Requests: sent {replayer.sent}, answered {answered}, failed {len(replayer.records) - answered}"
+                 + (f" (first errors: {replayer.errors[:3]})" if replayer.errors else ""))
+    lines.append("Set-up: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
+    return "\n".join(lines)
+
+
+def _replica_price(real: bool = False) -> Decimal:
     from modalscale.costmodel.catalog import ReplicaResources, default_catalog
 
-    return default_catalog().price_replica(ReplicaResources.from_quantities("4", "16Gi", 1, GPU_TYPE), "OnDemand")
+    resources = (ReplicaResources.from_quantities(REPLICA_CPU, REPLICA_MEMORY) if real
+                 else ReplicaResources.from_quantities("4", "16Gi", 1, GPU_TYPE))
+    return default_catalog().price_replica(resources, "OnDemand")
