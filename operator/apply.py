@@ -84,6 +84,18 @@ class Writer:
             raise
         return True
 
+    def create_peering(self, plural: str, namespace: str | None, body: dict[str, Any]) -> None:
+        """Create one of kopf's peering objects (``kopf.dev/v1``): ``namespace`` None = cluster-scoped.
+
+        Raises:
+            kubernetes.client.rest.ApiException: Any refusal, 409 (it already exists) included.
+        """
+        self._count(plural, "create", namespace or "", body["metadata"]["name"])
+        if namespace is None:
+            self.custom.create_cluster_custom_object("kopf.dev", "v1", plural, body)
+        else:
+            self.custom.create_namespaced_custom_object("kopf.dev", "v1", namespace, plural, body)
+
     def event(self, body: dict[str, Any], type_: str, reason: str, message: str,
               logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
         """Post a Kubernetes Event about ``body`` (failures are logged, never raised)."""

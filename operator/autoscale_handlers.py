@@ -2,7 +2,7 @@
 
 Every ``spec.scaling.decisionIntervalSeconds`` the daemon: reads the object fresh, loads the cost model of
 ``spec.model.costModelRef`` (cached by the ConfigMap's resourceVersion), reads Prometheus (outside any lock), and
-then, under ``Deps.lock_for(uid)`` (so it never interleaves with ``reconcile_isvc``): reads the object and its
+then, under ``Deps.lock_for(uid)`` (so it never interleaves with ``isvc_reconcile.reconcile_isvc``): reads the object and its
 Deployment again, builds the ``Observation``, calls the pure ``recommend``, writes ``status.desiredReplicas`` (a
 valid decision only), ``status.autoscaler`` and the ``MetricsAvailable`` / ``CostModelLoaded`` conditions as
 ``plan_autoscale`` decides, and when the desired replicas changed calls ``reconcile_isvc`` so the Deployment
@@ -22,71 +22,42 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
 from modalscale import GROUP, VERSION
 from modalscale.autoscaler.policy import PolicySpecError, ScalerState, ScalingMode, ScalingPolicy, recommend
-from modalscale.operator.autoscale_metrics import AutoscalerMetrics
-from modalscale.operator.autoscale_model import CostModelCache
-from modalscale.operator.autoscale_observe import PrometheusReader, build_observation
+from modalscale.operator.autoscale_observe import build_observation
 from modalscale.operator.autoscale_plan import compress_recommendations, plan_autoscale, state_from_status
+from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc_observe import read_json
 from modalscale.operator.isvc_plan import ModelReferenceError, budget_cap
+from modalscale.operator.isvc_reconcile import ISVC_PLURAL, reconcile_isvc
 from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
 from modalscale.operator.settings import Settings
 
-ISVC_PLURAL = "inferenceservices"
 RETRY_AFTER_ERROR_S = 5.0
 """Wait before the next decision after a Kubernetes API error, s."""
-
-
-@dataclass
-class AutoscaleRuntime:
-    """What the autoscaler daemons share (built once per operator, on the first daemon start)."""
-
-    reader: PrometheusReader
-    models: CostModelCache
-    metrics: AutoscalerMetrics
-
-
-@dataclass
-class SharedRuntime:
-    """Holder put in the operator-wide memo at start-up. kopf gives each object a shallow copy of that memo, so
-    this one holder is shared by all daemons; the runtime is built in it on first use (in the event loop, so
-    without races) because ``memo.deps`` may be set by a start-up handler that runs after ours."""
-
-    runtime: AutoscaleRuntime | None = None
-
-    def get(self, deps: Any, config: Settings) -> AutoscaleRuntime:
-        if self.runtime is None:
-            self.runtime = AutoscaleRuntime(reader=PrometheusReader(config.prometheus_url),
-                                            models=CostModelCache(deps.observer.core),
-                                            metrics=AutoscalerMetrics(deps.metrics.registry))
-        return self.runtime
 
 
 def _autoscaled(spec: Any, **_: Any) -> bool:
     return ((spec.get("scaling") or {}).get("mode") or "Predictive") != "Fixed"
 
 
-def decide_once(deps: Any, rt: AutoscaleRuntime, namespace: str, name: str, state: ScalerState | None,
+def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None,
                 logger: logging.Logger | logging.LoggerAdapter[Any]) -> tuple[ScalerState | None, float]:
     """One autoscaler decision for one InferenceService (blocking; run in a worker thread).
 
     Args:
-        deps: The operator's ``Deps``.
-        rt: Shared autoscaler runtime.
+        deps: The operator's ``Deps`` (its ``autoscale`` runtime: Prometheus reader, model cache, metrics).
         state: The scaler's memory from the previous decision; None = load it from ``status.autoscaler.state``.
     Returns:
         ``(state for the next decision, seconds until it)``.
     Raises:
         kubernetes.client.rest.ApiException: reads or writes failed (the daemon retries).
     """
-    from modalscale.operator.handlers import reconcile_isvc  # late: handlers imports this module's register
-
+    rt = deps.autoscale
     raw = deps.observer.read_isvc(namespace, name)
     if raw is None:
         return state, RETRY_AFTER_ERROR_S
@@ -147,29 +118,24 @@ def decide_once(deps: Any, rt: AutoscaleRuntime, namespace: str, name: str, stat
 
 
 def register_autoscaler(registry: kopf.OperatorRegistry, config: Settings) -> None:
-    """Register the autoscaler daemon on ``registry`` (Prometheus at ``config.prometheus_url``)."""
-
-    @kopf.on.startup(registry=registry)
-    def autoscale_startup(memo: kopf.Memo, **_: Any) -> None:
-        memo.autoscale = SharedRuntime()
+    """Register the autoscaler daemon on ``registry`` (Prometheus at ``Deps.settings.prometheus_url``)."""
 
     @kopf.daemon(GROUP, VERSION, ISVC_PLURAL, registry=registry, when=_autoscaled, cancellation_timeout=30.0)
     async def autoscale_isvc(name: str, namespace: str, memo: kopf.Memo, logger: logging.Logger,
                              stopped: kopf.DaemonStopped, **_: Any) -> None:
         from kubernetes.client.rest import ApiException
 
-        rt = memo.autoscale.get(memo.deps, config)
+        deps = deps_of(memo)
         state: ScalerState | None = None
         try:
             while not stopped:
                 started = time.monotonic()
                 try:
-                    state, interval = await asyncio.to_thread(decide_once, memo.deps, rt, namespace, name,
-                                                              state, logger)
+                    state, interval = await asyncio.to_thread(decide_once, deps, namespace, name, state, logger)
                 except ApiException as exc:
                     logger.warning("Autoscaler decision failed for InferenceService: status=%s reason=%s",
                                    exc.status, exc.reason)
                     interval = RETRY_AFTER_ERROR_S
                 await stopped.wait(max(0.5, interval - (time.monotonic() - started)))
         finally:
-            rt.metrics.forget(namespace, name)
+            deps.autoscale.metrics.forget(namespace, name)

@@ -37,11 +37,12 @@ def run(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    from modalscale.operator.handlers import build_deps, register
+    from modalscale.operator.deps import build_deps
+    from modalscale.operator.handlers import register
 
+    deps = build_deps(settings)  # the one composition root: handlers reach it as memo.deps
     registry = kopf.OperatorRegistry()
     register(registry, settings)
-    deps = build_deps(settings)
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr="0.0.0.0", registry=deps.metrics.registry)
     liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None

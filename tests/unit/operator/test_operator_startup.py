@@ -8,7 +8,9 @@ import kopf
 import pytest
 from kubernetes.client.rest import ApiException
 
-from modalscale.operator.handlers import ensure_peering, peering_priority
+from modalscale.operator.apply import Writer
+from modalscale.operator.metrics import OperatorMetrics
+from modalscale.operator.peering import ensure_peering, peering_priority
 from modalscale.operator.settings import Settings
 
 
@@ -42,12 +44,21 @@ class _Refusing:
     create_cluster_custom_object = create_namespaced_custom_object = _refuse
 
 
+def _writer(custom: _Refusing) -> Writer:
+    """The operator's ``Writer`` (the peering write goes through it) over the refusing stand-in."""
+    from kubernetes import client
+
+    writer = Writer(client.ApiClient(), OperatorMetrics())
+    writer.custom = custom  # type: ignore[assignment]
+    return writer
+
+
 @pytest.mark.parametrize("namespaces,crd", [((), "clusterkopfpeerings.kopf.dev"), (("team-a",), "kopfpeerings.kopf.dev")],
                          ids=["cluster-wide", "namespaced"])
 def test_a_missing_peering_crd_is_a_permanent_error_naming_it_and_both_fixes(namespaces: tuple[str, ...],
                                                                             crd: str) -> None:
     with pytest.raises(kopf.PermanentError) as info:
-        ensure_peering(_Refusing(404, "404 page not found"), Settings(namespaces=namespaces))
+        ensure_peering(_writer(_Refusing(404, "404 page not found")), Settings(namespaces=namespaces))
     assert f"the CRD {crd} is not installed" in str(info.value)
     assert "kubectl apply -f crds/" in str(info.value) and "MODALSCALE_STANDALONE=true" in str(info.value)
 
@@ -56,8 +67,8 @@ def test_a_missing_namespace_or_another_refusal_is_not_reported_as_a_missing_crd
     missing_ns = json.dumps({"kind": "Status", "reason": "NotFound", "code": 404,
                              "details": {"name": "team-a", "kind": "namespaces"}})
     with pytest.raises(ApiException) as info:
-        ensure_peering(_Refusing(404, missing_ns), Settings(namespaces=("team-a",)))
+        ensure_peering(_writer(_Refusing(404, missing_ns)), Settings(namespaces=("team-a",)))
     assert not isinstance(info.value, kopf.PermanentError) and info.value.status == 404
     with pytest.raises(ApiException):
-        ensure_peering(_Refusing(403, "forbidden"), Settings())
-    ensure_peering(_Refusing(409, "exists"), Settings())  # the object already exists: nothing to do
+        ensure_peering(_writer(_Refusing(403, "forbidden")), Settings())
+    ensure_peering(_writer(_Refusing(409, "exists")), Settings())  # the object already exists: nothing to do

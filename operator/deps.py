@@ -1,0 +1,95 @@
+"""The operator's composition root: one typed ``Deps``, built once by the entry point before kopf starts.
+
+``modalscale operator`` (``operator/cli.py``) calls :func:`build_deps` and hands the result to kopf as
+``memo.deps``; every handler, timer and daemon reaches it through :func:`deps_of`. Nothing here is built lazily
+by a handler, so no start-up handler depends on the order kopf runs the others in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from modalscale.operator.apply import Writer
+from modalscale.operator.autoscale_metrics import AutoscalerMetrics
+from modalscale.operator.autoscale_model import CostModelCache
+from modalscale.operator.autoscale_observe import PrometheusReader
+from modalscale.operator.isvc_observe import Observer
+from modalscale.operator.metrics import OperatorMetrics
+from modalscale.operator.settings import Settings
+
+if TYPE_CHECKING:
+    from modalscale.costmodel.catalog import Catalog
+
+
+@dataclass
+class AutoscaleRuntime:
+    """What the autoscaler daemons share: the Prometheus reader, the service-time model cache, their metrics."""
+
+    reader: PrometheusReader
+    models: CostModelCache
+    metrics: AutoscalerMetrics
+
+
+@dataclass
+class Deps:
+    """Everything handlers need, built once at start-up (:func:`build_deps`) and kept in ``memo.deps``."""
+
+    settings: Settings
+    observer: Observer
+    writer: Writer
+    metrics: OperatorMetrics
+    clock: Callable[[], dt.datetime]
+    catalog: Catalog
+    """Packaged prices merged with ``MODALSCALE_PRICING_CATALOG``."""
+    autoscale: AutoscaleRuntime
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
+    """One lock per object uid: the change handler, the timer and the autoscaler daemon never reconcile the same
+    object at once."""
+
+    def lock_for(self, uid: str) -> threading.Lock:
+        return self.locks.setdefault(uid, threading.Lock())
+
+
+def build_deps(settings: Settings) -> Deps:
+    """Clients, metrics, prices, autoscaler runtime and clock for the handlers (kubeconfig or in-cluster config).
+
+    Raises:
+        kubernetes.config.ConfigException: Neither in a pod nor with a readable kubeconfig.
+        modalscale.costmodel.catalog.CatalogError: ``MODALSCALE_PRICING_CATALOG`` cannot be read.
+    """
+    from pathlib import Path
+
+    from kubernetes import client, config
+
+    from modalscale.costmodel.catalog import load_catalog
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    api = client.ApiClient()
+    metrics = OperatorMetrics()
+    observer = Observer(api)
+    catalog = load_catalog(Path(settings.pricing_catalog) if settings.pricing_catalog else None)
+    autoscale = AutoscaleRuntime(reader=PrometheusReader(settings.prometheus_url),
+                                 models=CostModelCache(observer.core),
+                                 metrics=AutoscalerMetrics(metrics.registry))
+    return Deps(settings=settings, observer=observer, writer=Writer(api, metrics), metrics=metrics,
+                clock=lambda: dt.datetime.now(dt.UTC), catalog=catalog, autoscale=autoscale)
+
+
+def deps_of(memo: Any) -> Deps:
+    """The ``Deps`` in a kopf memo.
+
+    Raises:
+        RuntimeError: The memo holds none: kopf was started without ``memo=kopf.Memo(deps=build_deps(...))``.
+    """
+    deps = memo.get("deps") if hasattr(memo, "get") else None
+    if not isinstance(deps, Deps):
+        raise RuntimeError("the operator was started without its Deps: run it with `modalscale operator`, or pass "
+                           "memo=kopf.Memo(deps=build_deps(settings)) to kopf.operator")
+    return deps

@@ -1,0 +1,121 @@
+"""The InferenceService reconcile (observe, plan, apply, report), called by the change handler, the resync timer
+and the autoscaler daemon, always under ``Deps.lock_for(uid)``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from decimal import Decimal
+from typing import Any
+
+from modalscale.operator import conditions as cond
+from modalscale.operator import reasons as R
+from modalscale.operator.deps import Deps
+from modalscale.operator.isvc_plan import ModelReferenceError, PlanConfig, budget_cap, plan_isvc
+from modalscale.operator.isvc_spec import InvalidSpec, IsvcSpec, parse_isvc
+
+ISVC_PLURAL = "inferenceservices"
+Log = logging.Logger | logging.LoggerAdapter[Any]
+
+
+def repository_files(spec: IsvcSpec) -> dict[str, str]:
+    """The generated Triton model repository for a BuiltIn model (empty for user repositories).
+
+    Raises:
+        InvalidSpec: ``modalscale.runtime`` refused the runtime fields.
+    """
+    if spec.model.source != "BuiltIn":
+        return {}
+    from modalscale.runtime.repo_config import InvalidRuntimeSpec, RuntimeConfig, build_repository
+
+    try:
+        return build_repository(RuntimeConfig.from_isvc_spec(spec.raw_spec))
+    except InvalidRuntimeSpec as exc:
+        field = str(exc).split(":", 1)[0]
+        raise InvalidSpec(field, str(exc).split(":", 1)[-1].strip()) from exc
+
+
+class UnpricedGPU(InvalidSpec):
+    """The GPU type has no price in the catalog: never priced at $0 silently."""
+
+
+def replica_price(deps: Deps, spec: IsvcSpec) -> Decimal:
+    """USD per replica-hour from the catalog.
+
+    Raises:
+        UnpricedGPU: The catalog has no price for ``spec.resources.gpu.type`` at the pricing tier.
+    """
+    from modalscale.costmodel.catalog import ReplicaResources, UnknownPrice
+
+    res = ReplicaResources.from_quantities(cpu=spec.resources.cpu, memory=spec.resources.memory,
+                                           gpu_count=spec.resources.gpu_count, gpu_type=spec.resources.gpu_type)
+    try:
+        return deps.catalog.price_replica(res, spec.pricing_tier)
+    except UnknownPrice as exc:
+        raise UnpricedGPU("spec.resources.gpu.type", f"{exc}") from exc
+
+
+def _fail_status(body: dict[str, Any], reason: str, message: str, now: dt.datetime) -> dict[str, Any]:
+    status = dict(body.get("status") or {})
+    generation = int(body["metadata"].get("generation") or 0)
+    conditions = cond.upsert(status.get("conditions"), [
+        cond.Condition(R.READY, cond.FALSE, reason, message),
+        cond.Condition(R.DEGRADED, cond.TRUE, reason, message),
+    ], generation, now)
+    return {"observedGeneration": generation, "conditions": conditions}
+
+
+def refuse(deps: Deps, raw: dict[str, Any], exc: InvalidSpec | ModelReferenceError, now: dt.datetime,
+           logger: Log) -> None:
+    """Record a refused InferenceService in status and an Event (once per new or changed problem)."""
+    ns, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
+    reason = {InvalidSpec: R.INVALID_SPEC, ModelReferenceError: R.MODEL_NOT_FOUND,
+              UnpricedGPU: R.UNKNOWN_GPU_PRICE}[type(exc)]
+    current_status = dict(raw.get("status") or {})
+    new = _fail_status(raw, reason, str(exc), now)
+    patch = cond.status_patch(current_status, new)
+    if patch:  # The problem is new or changed: report it once, in status and as an Event.
+        deps.writer.patch_status(ISVC_PLURAL, ns, name, patch)
+        deps.writer.event(raw, "Warning", reason, str(exc), logger)
+        logger.warning("Refused InferenceService: reason=%s %s", reason, exc)
+    deps.metrics.reconciles.labels(kind="InferenceService", result=reason).inc()
+
+
+def reconcile_isvc(deps: Deps, body: dict[str, Any], logger: Log) -> None:
+    """One level-triggered reconcile of an InferenceService: observe, plan, apply, report.
+
+    Args:
+        body: The object (or the event that woke us); only its namespace and name are used: it is read fresh.
+    Raises:
+        InvalidSpec / ModelReferenceError: after recording them in status and an Event (nothing else written).
+    """
+    started = time.monotonic()
+    now = deps.clock()
+    ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    # Level-triggered: act on the object as it is now, not on the (possibly older) event that woke us.
+    raw = deps.observer.read_isvc(ns, name)
+    if raw is None:
+        return
+    current_status = dict(raw.get("status") or {})
+    try:
+        spec = parse_isvc(raw)
+        files = repository_files(spec)
+        observed = deps.observer.observe(spec, current_status)
+        observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
+        observed.replica_usd_per_hour = replica_price(deps, spec)
+        plan = plan_isvc(spec, observed, files, PlanConfig(conflict_hold_s=deps.settings.conflict_hold_s), now)
+    except (InvalidSpec, ModelReferenceError) as exc:
+        refuse(deps, raw, exc, now, logger)
+        raise
+    for write in plan.writes:
+        deps.writer.apply(ns, write)
+        logger.info("Applied %s %s: name=%s", write.action, write.kind, write.name)
+        if write.kind == "Deployment" and "replicas" in (write.body.get("spec") or {}):
+            deps.metrics.decisions.labels(mode=spec.scaling.mode, reason="write").inc()
+    patch = cond.status_patch(current_status, plan.status)
+    deps.writer.patch_status(ISVC_PLURAL, ns, name, patch)
+    for type_, reason, message in plan.events:
+        deps.writer.event(raw, type_, reason, message, logger)
+    deps.metrics.reconciles.labels(kind="InferenceService", result="ok").inc()
+    deps.metrics.reconcile_seconds.labels(kind="InferenceService").observe(time.monotonic() - started)
