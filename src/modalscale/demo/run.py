@@ -77,6 +77,8 @@ class DemoConfig:
     """Show the live view (rich); off for CI logs."""
     real_node: bool | None = None
     """Run the pods on the real node: None = where the machine supports it (else KWOK-only, said loudly)."""
+    wait_real_node_s: float = 900.0
+    """How long to wait for the machine's one real node while another cluster holds it, in seconds."""
 
 
 @dataclass
@@ -232,6 +234,8 @@ class Demo:
         from modalscale.devenv.kube import install_crds
 
         self.cluster = LocalCluster(self.workdir / "cluster", log=self.say)
+        if self.cfg.real_node is not False:
+            self.wait_for_real_node()
         self.stack.callback(self.cluster.down)
         started = time.monotonic()
         self.cluster.up(nodes=4, gpus_per_node=8, gpu_type=GPU_TYPE, real_node=self.cfg.real_node)
@@ -247,6 +251,23 @@ class Demo:
             raise RuntimeError(f"--real-node: this cluster runs no real node ({self.kwok_reason})")
         if not self.real:
             self.say(kwok_banner(self.kwok_reason))
+
+    def wait_for_real_node(self) -> None:
+        """One real node per machine: while another cluster (a test session) runs it, wait for it up to
+        ``cfg.wait_real_node_s`` rather than fall back to KWOK-only on a machine that can run one."""
+        from modalscale.devenv.realnode import current_owner
+
+        started = time.monotonic()
+        deadline = started + self.cfg.wait_real_node_s
+        owner = current_owner()
+        if owner is not None:
+            self.say(f"The machine's real node is held by another cluster ({owner}); waiting up to "
+                     f"{self.cfg.wait_real_node_s:.0f} s for it")
+        while owner is not None and time.monotonic() < deadline:
+            time.sleep(3)
+            owner = current_owner()
+        if time.monotonic() - started > 1.0:
+            self.timings["wait for the real node"] = time.monotonic() - started
 
     def import_runtime_image(self) -> None:
         """Build the CPU runtime image (cached by content hash) and import it into the real node's containerd."""
@@ -287,13 +308,20 @@ class Demo:
         self.stack.callback(self.triton.stop)
         self.say(f"Triton serving on gRPC {self.triton.grpc_url}")
 
+    def prepare_prometheus(self) -> str:
+        """Real mode: the Prometheus that will discover the pods, not started yet; returns its URL (for the
+        operator, which starts before the first replica)."""
+        from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess
+
+        self.prom = PrometheusProcess(self.workdir / "prometheus", scrape_interval_s=1.0,
+                                      discovery=PodDiscovery.for_cluster(self.cluster, (NAMESPACE,)))
+        return self.prom.url
+
     def start_prometheus(self) -> None:
         """Start scraping only after profiling, so that profile requests are never counted as demand."""
-        from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess, ScrapeTarget
+        from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget
 
         if self.real:
-            self.prom = PrometheusProcess(self.workdir / "prometheus", scrape_interval_s=1.0,
-                                          discovery=PodDiscovery.for_cluster(self.cluster, (NAMESPACE,)))
             self.prom.start([])
             self.stack.callback(self.prom.stop)
             self.say(f"Prometheus at {self.prom.url} discovering the InferenceService's pods through the apiserver "
@@ -577,14 +605,16 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         demo.start_cluster()
         if demo.real:
             demo.import_runtime_image()
+            demo.start_operator(demo.prepare_prometheus())
             url = demo.start_first_replica()
             artifact = demo.fit_cost_model(url)
+            demo.start_prometheus()
         else:
             demo.start_runtime()
             artifact = demo.fit_cost_model(demo.triton.http_url)
-        demo.start_prometheus()
+            demo.start_prometheus()
+            demo.start_operator(demo.prom.url)
         demo.start_receiver()
-        demo.start_operator(demo.prom.url)
         if cfg.trace:
             from modalscale.runtime.workload import read_trace
 
