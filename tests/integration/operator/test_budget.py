@@ -223,6 +223,7 @@ def test_thresholds_alert_once_each_then_cap_and_scale_down_through_the_inferenc
         assert dingtalk.wait_for(3, timeout_s=60, accepted_only=True) and slack.wait_for(3, 60, accepted_only=True)
         # A few more evaluations later nothing was re-sent.
         evaluations_after(api, ns, "budget", dt.datetime.now(dt.UTC), 3)
+        wait_for(lambda: timeline.first(lambda spec, st: spec == 1), 60, "the timeline's sample of spec.replicas 1")
     finally:
         timeline.stop()
 
@@ -284,6 +285,10 @@ def test_a_hard_cap_is_enforced_one_evaluation_before_the_spend_reaches_it(
                           and s, 90, "ScaleToZero in status")
         wait_for(lambda: running_pods(api, ns, "one") == 0, 60, "scaled to zero running pods")
         assert slack.wait_for(1, timeout_s=60, accepted_only=True)
+        # The sampler reads every 0.1 s plus the read's own latency (long on a loaded machine): stopped as soon as
+        # the pods were gone, it had once not read the Deployment since the scale-down (its last sample said 1).
+        # Wait for its sample of the state this test already saw, then stop it.
+        wait_for(lambda: timeline.first(lambda spec, st: spec == 0), 60, "the timeline's sample of spec.replicas 0")
     finally:
         timeline.stop()
 
@@ -374,6 +379,32 @@ def test_an_evaluation_that_sees_a_pod_mid_scale_down_charges_only_what_ran(
           f"{woken['spent']} USD at that evaluation, {later['spent']} USD "
           f"{(parse_time(later['lastEvaluationTime'], 't') - enforced_at).total_seconds():.0f} s after the enforcing "
           f"one (limit {limit} USD)")
+
+
+def test_the_status_schema_accepts_a_spend_anomaly_in_the_outbox(api: Any, operator: Any, namespace: str) -> None:
+    """The planner's SpendAnomaly outbox entry, written as the operator writes status, passes the CRD schema."""
+    from modalscale.costmodel.anomaly import BurnSample
+    from modalscale.costmodel.catalog import load_catalog as catalog
+    from modalscale.operator.budget_plan import BudgetObserved, plan_policy
+
+    ns = namespace
+    body = make_policy("budget", "1000", [{"percent": 100, "actions": ["Alert"]}],
+                       [{"name": "room", "type": "Slack", "secretRef": {"name": "absent"}}], evaluationIntervalSeconds=3600)
+    created = custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", body)
+    isvc = {**make_isvc("vc", 2), "metadata": {"name": "vc", "namespace": ns}}
+    pods = [{"metadata": {"name": f"vc-{i}", "labels": {"modalscale.io/inferenceservice": "vc"}},
+             "spec": {"nodeName": "n"}, "status": {"phase": "Running"}} for i in range(4)]
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    price = float(PRICE_USD_PER_REPLICA_HOUR)  # 40 min at one replica, now four
+    history = {(ns, "vc"): [BurnSample(now - dt.timedelta(minutes=40 - i), price, 1, price) for i in range(40)]}
+    plan = plan_policy(created, BudgetObserved([isvc], {ns: pods}), catalog(), [], now, history=history)
+    assert [a.kind.value for a in plan.alerts] == ["SpendAnomaly"]
+    written = custom(api).patch_namespaced_custom_object_status(
+        GROUP, VERSION, ns, "budgetpolicies", "budget", {"status": plan.status_patch},
+        _content_type="application/merge-patch+json")
+    (entry,) = written["status"]["pendingAlerts"]
+    assert entry["kind"] == "SpendAnomaly" and entry["title"] == f"Budget {ns}/budget: spend anomaly in {ns}/vc"
+    assert any(f["label"] == "Anomaly" and "driver: replicas 1 -> 4" in f["value"] for f in entry["facts"])
 
 
 def test_webhook_answering_429_then_200_gets_the_alert_exactly_once(api: Any, operator: Any, namespace: str,
