@@ -17,6 +17,7 @@ from modalscale import GROUP, VERSION
 from modalscale.operator.autoscale_handlers import register_autoscaler
 from modalscale.operator.budget_handlers import register_budget
 from modalscale.operator.deps import deps_of
+from modalscale.operator.incluster import login_in_pod
 from modalscale.operator.isvc_plan import ModelReferenceError
 from modalscale.operator.isvc_reconcile import ISVC_PLURAL, reconcile_isvc
 from modalscale.operator.isvc_spec import InvalidSpec
@@ -56,8 +57,9 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        # In a pod: the mounted ServiceAccount token; elsewhere: $KUBECONFIG or ~/.kube/config.
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        # In a pod: the mounted ServiceAccount token against $KUBERNETES_SERVICE_HOST (no cluster DNS needed);
+        # elsewhere: $KUBECONFIG or ~/.kube/config.
+        return login_in_pod(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.resume(GROUP, VERSION, ISVC_PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, ISVC_PLURAL, registry=registry)
