@@ -406,7 +406,8 @@ class Observation:
 
 @dataclass(frozen=True, slots=True)
 class ScalerState:
-    """What the policy remembers between decisions (immutable; JSON via :meth:`to_dict`/:meth:`from_dict`).
+    """What the policy remembers between decisions (immutable; stored in ``status.autoscaler.state`` by
+    ``modalscale.operator.autoscale_plan.state_to_status``/``state_from_status``, its one codec).
 
     Attributes:
         recommendations: ``(time, replicas)`` of recent post-tolerance recommendations, oldest first.
@@ -419,39 +420,6 @@ class ScalerState:
     service_scale: float = 1.0
     latency_scale: float = 1.0
     last_change_at: datetime | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (times as ISO 8601 UTC)."""
-        return {
-            "recommendations": [[t.isoformat(), int(r)] for t, r in self.recommendations],
-            "service_scale": float(self.service_scale),
-            "latency_scale": float(self.latency_scale),
-            "last_change_at": None if self.last_change_at is None else self.last_change_at.isoformat(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ScalerState:
-        """Inverse of :meth:`to_dict`.
-
-        Raises:
-            ValueError: malformed data (a naive time, a non-integer count).
-        """
-        recs = []
-        for t, r in data.get("recommendations", []):
-            when = datetime.fromisoformat(t)
-            if when.tzinfo is None:
-                raise ValueError(f"recommendation time {t!r} is not timezone-aware")
-            recs.append((when, int(r)))
-        changed = data.get("last_change_at")
-        changed_at = None if changed is None else datetime.fromisoformat(changed)
-        if changed_at is not None and changed_at.tzinfo is None:
-            raise ValueError(f"last_change_at {changed!r} is not timezone-aware")
-        return cls(
-            recommendations=tuple(recs),
-            service_scale=float(data.get("service_scale", 1.0)),
-            latency_scale=float(data.get("latency_scale", 1.0)),
-            last_change_at=changed_at,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,7 +470,8 @@ def recommend(
     current = observation.current_replicas
     if policy.mode == ScalingMode.FIXED:
         assert policy.replicas is not None
-        desired, reason, message = _cap(policy.replicas, Reason.FIXED_REPLICAS, f"Fixed mode: {policy.replicas} replicas", observation)
+        desired, reason, message = _bounded(policy.replicas, Reason.FIXED_REPLICAS,
+                                            f"Fixed mode: {policy.replicas} replicas", None, observation)
         features = {"fixed_replicas": float(policy.replicas)}
         return Decision(desired, True, reason, message, features, state, ScalingMode.FIXED)
 
@@ -604,8 +573,7 @@ def finalize_recommendation(
         desired = current + policy.max_step_replicas * (1 if desired > current else -1)
         reason = Reason.LIMITED_BY_MAX_STEP
         message = f"{message}; step limited to {policy.max_step_replicas} -> {desired}"
-    desired, reason, message = _bound(desired, reason, message, policy)
-    desired, reason, message = _cap(desired, reason, message, observation)
+    desired, reason, message = _bounded(desired, reason, message, policy, observation)
     new_state = replace(
         state,
         recommendations=tuple(history) + ((now, rec),),
@@ -614,19 +582,44 @@ def finalize_recommendation(
     return Decision(desired, True, reason, message, features, new_state, mode)
 
 
-def _bound(desired: int, reason: Reason, message: str, policy: ScalingPolicy) -> tuple[int, Reason, str]:
-    if desired > policy.max_replicas:
-        return policy.max_replicas, Reason.BOUNDED_BY_MAX, f"{message}; bounded by maxReplicas {policy.max_replicas}"
-    if desired < policy.min_replicas:
-        return policy.min_replicas, Reason.BOUNDED_BY_MIN, f"{message}; bounded by minReplicas {policy.min_replicas}"
-    return desired, reason, message
+def bound_replicas(n: int, min_replicas: int | None, max_replicas: int | None,
+                   cap: int | None) -> tuple[int, Reason | None]:
+    """The one replica clamp: ``n`` within ``[min_replicas, max_replicas]``, then never above the budget ``cap``.
+
+    Used by every autoscaler decision and by the InferenceService planner (``status.desiredReplicas`` of an
+    earlier decision against the spec as it is now).
+
+    Args:
+        n: Replicas before the bounds.
+        min_replicas, max_replicas: Spec bounds (``minReplicas`` <= ``maxReplicas``); None = unbounded (Fixed mode).
+        cap: Effective maxReplicas of an enforcing BudgetPolicy; None = no cap. It wins over ``min_replicas``.
+    Returns:
+        ``(replicas, reason)``: the reason of the last bound that changed ``n`` (``BoundedByMax``,
+        ``BoundedByMin``, ``CappedByBudget``), None when none did.
+    """
+    reason: Reason | None = None
+    if max_replicas is not None and n > max_replicas:
+        n, reason = max_replicas, Reason.BOUNDED_BY_MAX
+    elif min_replicas is not None and n < min_replicas:
+        n, reason = min_replicas, Reason.BOUNDED_BY_MIN
+    if cap is not None and n > cap:
+        n, reason = cap, Reason.CAPPED_BY_BUDGET
+    return n, reason
 
 
-def _cap(desired: int, reason: Reason, message: str, observation: Observation) -> tuple[int, Reason, str]:
-    cap = observation.budget_max_replicas
-    if cap is not None and desired > cap:
-        return cap, Reason.CAPPED_BY_BUDGET, f"{message}; capped by budget at {cap}"
-    return desired, reason, message
+def _bounded(desired: int, reason: Reason, message: str, policy: ScalingPolicy | None,
+             observation: Observation) -> tuple[int, Reason, str]:
+    """:func:`bound_replicas` with the decision's reason and message (``policy`` None: the budget cap only)."""
+    lo, hi = (None, None) if policy is None else (policy.min_replicas, policy.max_replicas)
+    within, why = bound_replicas(desired, lo, hi, None)
+    if why == Reason.BOUNDED_BY_MAX:
+        reason, message = why, f"{message}; bounded by maxReplicas {hi}"
+    elif why == Reason.BOUNDED_BY_MIN:
+        reason, message = why, f"{message}; bounded by minReplicas {lo}"
+    capped, why = bound_replicas(within, None, None, observation.budget_max_replicas)
+    if why == Reason.CAPPED_BY_BUDGET:
+        reason, message = why, f"{message}; capped by budget at {capped}"
+    return capped, reason, message
 
 
 def _hold(
@@ -641,8 +634,7 @@ def _hold(
         reason = Reason.HELD_NO_METRICS
         what = "workload rates" if mode == ScalingMode.PREDICTIVE else "utilization of ready replicas"
         message = f"No {what}; holding {held} replicas"
-    desired, reason, message = _bound(held, reason, message, policy)
-    desired, reason, message = _cap(desired, reason, message, observation)
+    desired, reason, message = _bounded(held, reason, message, policy, observation)
     valid = desired != current  # act only when a bound or the budget forces a change
     features = {"metrics_age_s": float(age_s), "held_replicas": float(held)}
     return Decision(desired, valid, reason, message, features, state, mode)

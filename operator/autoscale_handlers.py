@@ -2,11 +2,13 @@
 
 Every ``spec.scaling.decisionIntervalSeconds`` the daemon: reads the object fresh, loads the cost model of
 ``spec.model.costModelRef`` (cached by the ConfigMap's resourceVersion), reads Prometheus (outside any lock), and
-then, under ``Deps.lock_for(uid)`` (so it never interleaves with ``isvc_reconcile.reconcile_isvc``): reads the object and its
-Deployment again, builds the ``Observation``, calls the pure ``recommend``, writes ``status.desiredReplicas`` (a
-valid decision only), ``status.autoscaler`` and the ``MetricsAvailable`` / ``CostModelLoaded`` conditions as
-``plan_autoscale`` decides, and when the desired replicas changed calls ``reconcile_isvc`` so the Deployment
-follows at once (``reconcile_isvc`` stays the single writer of Deployment replicas).
+then, under ``Deps.lock_for(uid)`` (so it never interleaves with ``isvc_reconcile.reconcile_isvc``): reads the
+object and its Deployment again, builds the ``Observation``, calls the pure ``recommend``, and writes what
+``plan_autoscale`` decides: ``status.desiredReplicas`` (a valid decision only), ``status.autoscaler`` and the
+``MetricsAvailable`` / ``CostModelLoaded`` conditions. When the desired replicas change, the ``Decision`` goes
+straight to ``isvc_reconcile.scale_isvc`` (``plan_isvc`` with the decision): one status patch holding both the
+decision and the InferenceService's status, then the Deployment's replicas (``plan_isvc`` stays the single planner
+of Deployment replicas; ``status.desiredReplicas`` stays the record a restarted operator continues from).
 
 The scaler's memory is kept in the daemon between decisions and stored in ``status.autoscaler.state``, from
 which a restarted (or newly elected) operator continues. kopf stops the daemon when the object is deleted, when
@@ -33,7 +35,7 @@ from modalscale.operator.autoscale_plan import compress_recommendations, plan_au
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc_observe import read_json
 from modalscale.operator.isvc_plan import ModelReferenceError, budget_cap
-from modalscale.operator.isvc_reconcile import ISVC_PLURAL, reconcile_isvc
+from modalscale.operator.isvc_reconcile import ISVC_PLURAL, scale_isvc
 from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
 from modalscale.operator.settings import Settings
 
@@ -99,19 +101,20 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
                               generation=int(raw["metadata"].get("generation") or 0), now=now,
                               utilization_ratio=observation.utilization_ratio,
                               refresh_s=max(60.0, 4 * interval))
-        deps.writer.patch_status(ISVC_PLURAL, namespace, name, plan.status_patch)
         if plan.desired_changed:
             logger.info("Decided replicas for InferenceService: desired=%d current=%d reason=%s mode=%s %s",
                         decision.desired_replicas, observation.current_replicas, decision.reason.value,
                         decision.mode_used.value, decision.message)
-            try:
-                reconcile_isvc(deps, raw, logger)
+            try:  # one status patch (decision + InferenceService status), then the Deployment's replicas
+                scale_isvc(deps, raw, decision, plan.status_patch, logger)
             except (InvalidSpec, ModelReferenceError):
-                pass  # reconcile_isvc recorded it in status and an Event; the decision stays in status
-        elif "autoscaler" in plan.status_patch:
-            logger.info("Held replicas for InferenceService: replicas=%d reason=%s valid=%s metrics=%s %s",
-                        observation.current_replicas, decision.reason.value, decision.valid,
-                        plan.metrics_reason, decision.message)
+                pass  # scale_isvc recorded it in status and an Event; the decision stays in status
+        else:
+            deps.writer.patch_status(ISVC_PLURAL, namespace, name, plan.status_patch)
+            if "autoscaler" in plan.status_patch:
+                logger.info("Held replicas for InferenceService: replicas=%d reason=%s valid=%s metrics=%s %s",
+                            observation.current_replicas, decision.reason.value, decision.valid,
+                            plan.metrics_reason, decision.message)
     rt.metrics.record(namespace, name, decision, plan.metrics_available,
                       None if cost_status is None else cost_status.loaded, observation.utilization_ratio)
     return compress_recommendations(decision.state), interval

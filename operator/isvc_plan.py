@@ -1,11 +1,14 @@
 """The pure planner of an InferenceService: observed world in, writes + status + Events out.
 
-``plan_isvc(spec, observed, config, now)`` never reads the cluster or the clock. It decides:
+``plan_isvc(spec, observed, repo_files, config, now, decision=None)`` never reads the cluster or the clock. It
+decides:
 - which children to create or patch (only when the fields the operator owns differ: drift is repaired,
-  what others added is left alone, and a second run with nothing changed plans zero writes);
+  what others added is left alone, and a second run with nothing changed plans zero writes); a scale pass
+  (``repo_files`` None, the autoscaler's ``decision`` given) plans the Deployment's replicas only;
 - the replicas to write, by the single scaling decision of the mode (Fixed: ``spec.scaling.replicas``;
-  Predictive/Utilization: the autoscaler's ``status.desiredReplicas``, else ``minReplicas``), and whether
-  someone else scaled the Deployment (``ScalingConflict``);
+  Predictive/Utilization: the autoscaler's ``decision`` when it hands one over, else its record
+  ``status.desiredReplicas`` within the spec's bounds now, else ``minReplicas``), and whether someone else scaled
+  the Deployment (``ScalingConflict``);
 - ``status`` (observations only) with whole conditions, and Events for condition transitions.
 """
 
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator import reasons as R
 from modalscale.operator.isvc_objects import (
@@ -219,25 +223,35 @@ class ReplicaDecision:
     message: str
 
 
-def decide_replicas(spec: IsvcSpec, obs: IsvcObserved) -> ReplicaDecision:
-    """The single replica decision (pure). See the module docstring for the rules."""
+def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None = None) -> ReplicaDecision:
+    """The single replica decision (pure). See the module docstring for the rules.
+
+    Args:
+        decision: A valid autoscaler decision taken on this object just now (already within the bounds and
+            under the budget cap of the same read: :func:`modalscale.autoscaler.policy.bound_replicas`); None =
+            follow ``status.desiredReplicas``, the record of the last one.
+    """
     sc = spec.scaling
     if sc.mode == "Fixed":
-        desired, reason = int(sc.replicas or 0), "FixedReplicas"
-        message = f"Fixed mode: spec.scaling.replicas={desired}"
+        desired, why = bound_replicas(int(sc.replicas or 0), None, None, obs.budget_cap_replicas)
+        reason, message = "FixedReplicas", f"Fixed mode: spec.scaling.replicas={int(sc.replicas or 0)}"
+    elif decision is not None:
+        desired, why = decision.desired_replicas, None
+        reason, message = decision.reason.value, decision.message[:1024] or decision.reason.value
     else:
         scaler = obs.status.get("desiredReplicas")
         decided = isinstance(scaler, int) and obs.deployment is not None
         base = int(scaler) if decided else sc.min_replicas
-        desired = min(max(base, sc.min_replicas), sc.max_replicas)
+        desired, why = bound_replicas(base, sc.min_replicas, sc.max_replicas, obs.budget_cap_replicas)
         auto = obs.status.get("autoscaler") or {}
         if decided and auto.get("reason"):
             reason, message = str(auto["reason"]), str(auto.get("message") or auto["reason"])
         else:
             reason = "AutoscalerDecision" if decided else "MinReplicas"
-            message = f"{sc.mode} mode: holding {desired} replica(s) within [{sc.min_replicas}, {sc.max_replicas}]"
-    if obs.budget_cap_replicas is not None and desired > obs.budget_cap_replicas:
-        desired, reason = obs.budget_cap_replicas, R.CAPPED_BY_BUDGET
+            within = bound_replicas(base, sc.min_replicas, sc.max_replicas, None)[0]  # before the cap
+            message = f"{sc.mode} mode: holding {within} replica(s) within [{sc.min_replicas}, {sc.max_replicas}]"
+    if why == Reason.CAPPED_BY_BUDGET:
+        reason = R.CAPPED_BY_BUDGET
         message = f"capped at {desired} replica(s) by BudgetPolicy {obs.budget_cap_policy}"
 
     dep = obs.deployment
@@ -290,16 +304,19 @@ def _pod_problems(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
 
 
 # ---------------------------------------------------------------------------------------------- plan
-def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str], config: PlanConfig,
-              now: dt.datetime) -> IsvcPlan:
+def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | None, config: PlanConfig,
+              now: dt.datetime, decision: Decision | None = None) -> IsvcPlan:
     """Plan one reconcile of an InferenceService.
 
     Args:
         spec: The parsed spec.
         obs: What was read from the cluster.
-        repo_files: The generated model repository (BuiltIn source; empty otherwise).
+        repo_files: The generated model repository (BuiltIn source; empty otherwise). None = a scale pass: the
+            children are not re-rendered, so only the Deployment's replicas are planned (drift is repaired by the
+            next full pass: change handler or resync timer).
         config: Operator-wide knobs.
         now: Timezone-aware UTC.
+        decision: The autoscaler's valid decision, handed over directly (see :func:`decide_replicas`).
     Returns:
         Writes (children to create/patch, replicas), the whole desired status, Events for transitions.
     Raises:
@@ -314,14 +331,19 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str], con
         raise ModelReferenceError("spec.model.pvc.claimName",
                                   f"PersistentVolumeClaim {m.pvc_claim} not found in namespace {spec.namespace}")
 
-    decision = decide_replicas(spec, obs)
+    replicas = decide_replicas(spec, obs, decision)
+    if repo_files is None:
+        writes = [_replicas_write(spec, replicas.write, None)] if (
+            obs.deployment is not None and replicas.write is not None) else []
+        status, events = _status(spec, obs, replicas, config, now)
+        return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
     writes: list[Write] = []
     if m.source == "BuiltIn":
         w = _child_write("ConfigMap", build_configmap(spec, repo_files), obs.configmap, ("data",))
         if w:
             writes.append(w)
-    replicas_for_body = decision.write if decision.write is not None else int(
-        ((obs.deployment or {}).get("spec") or {}).get("replicas") or decision.desired)
+    replicas_for_body = replicas.write if replicas.write is not None else int(
+        ((obs.deployment or {}).get("spec") or {}).get("replicas") or replicas.desired)
     dep = build_deployment(spec, replicas_for_body, repo_files, obs.user_configmap_keys)
     dep_spec_no_replicas = {k: v for k, v in dep["spec"].items() if k != "replicas"}
     dep_cmp = {**dep, "spec": dep_spec_no_replicas}
@@ -329,12 +351,8 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str], con
     if obs.deployment is None:
         writes.append(Write("Deployment", "create", spec.name, dep))
     else:
-        if decision.write is not None:
-            patch = w.body if w else {"metadata": {}, "spec": {}}
-            patch = {**patch, "metadata": {**patch.get("metadata", {}),
-                                           "annotations": {REPLICAS_ANNOTATION: str(decision.write)}},
-                     "spec": {**patch.get("spec", {}), "replicas": decision.write}}
-            writes.append(Write("Deployment", "patch", spec.name, patch))
+        if replicas.write is not None:
+            writes.append(_replicas_write(spec, replicas.write, w))
         elif w:
             writes.append(w)
     w = _child_write("Service", build_service(spec), obs.service, ("spec",))
@@ -345,8 +363,16 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str], con
                 k: w.body["spec"][k] for k in ("type", "selector", "ports")}})
         writes.append(w)
 
-    status, events = _status(spec, obs, decision, config, now)
-    return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=decision.desired)
+    status, events = _status(spec, obs, replicas, config, now)
+    return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
+
+
+def _replicas_write(spec: IsvcSpec, replicas: int, drift: Write | None) -> Write:
+    """The Deployment patch that sets ``replicas`` (and records them in the annotation), with any drift repair."""
+    patch = drift.body if drift else {"metadata": {}, "spec": {}}
+    patch = {**patch, "metadata": {**patch.get("metadata", {}), "annotations": {REPLICAS_ANNOTATION: str(replicas)}},
+             "spec": {**patch.get("spec", {}), "replicas": replicas}}
+    return Write("Deployment", "patch", spec.name, patch)
 
 
 def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config: PlanConfig,

@@ -1,5 +1,11 @@
-"""The InferenceService reconcile (observe, plan, apply, report), called by the change handler, the resync timer
-and the autoscaler daemon, always under ``Deps.lock_for(uid)``."""
+"""The InferenceService reconcile (observe, plan, apply, report), always under ``Deps.lock_for(uid)``.
+
+- :func:`reconcile_isvc`: the full pass of the change handler and the resync timer (renders the model repository,
+  prices the replicas, repairs drift of every child);
+- :func:`scale_isvc`: the autoscaler daemon's pass for a decision that changes the replicas: the ``Decision`` goes
+  to ``plan_isvc`` directly, the Deployment's replicas are the only child write, and the autoscaler's status and
+  the InferenceService's status are one patch (the model repository is not re-rendered, the GPU not re-priced).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,9 @@ from typing import Any
 
 from modalscale.operator import conditions as cond
 from modalscale.operator import reasons as R
+from modalscale.autoscaler.policy import Decision
 from modalscale.operator.deps import Deps
-from modalscale.operator.isvc_plan import ModelReferenceError, PlanConfig, budget_cap, plan_isvc
+from modalscale.operator.isvc_plan import ModelReferenceError, PlanConfig, Write, budget_cap, plan_isvc
 from modalscale.operator.isvc_spec import InvalidSpec, IsvcSpec, parse_isvc
 
 ISVC_PLURAL = "inferenceservices"
@@ -108,14 +115,59 @@ def reconcile_isvc(deps: Deps, body: dict[str, Any], logger: Log) -> None:
     except (InvalidSpec, ModelReferenceError) as exc:
         refuse(deps, raw, exc, now, logger)
         raise
-    for write in plan.writes:
-        deps.writer.apply(ns, write)
+    _apply_writes(deps, spec, plan.writes, logger)
+    deps.writer.patch_status(ISVC_PLURAL, ns, name, cond.status_patch(current_status, plan.status))
+    _report(deps, raw, plan.events, started, logger)
+
+
+def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision, autoscale_patch: dict[str, Any],
+               logger: Log) -> None:
+    """Apply a valid autoscaler decision that changes ``status.desiredReplicas`` (caller holds the object's lock).
+
+    Writes, in this order: one status patch (the autoscaler's ``autoscale_patch`` merged with the
+    InferenceService's status; ``desiredReplicas`` stays the record a restarted operator continues from), the
+    Deployment's replicas, Events for condition transitions.
+
+    Args:
+        raw: The InferenceService as just read (under the lock).
+        decision: From ``recommend``; valid.
+        autoscale_patch: ``plan_autoscale``'s status patch for the same decision.
+    Raises:
+        InvalidSpec / ModelReferenceError: after writing ``autoscale_patch`` and recording the refusal in status
+            and an Event (no child written).
+    """
+    started = time.monotonic()
+    now = deps.clock()
+    ns, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
+    current_status = dict(raw.get("status") or {})
+    decided_status = {**current_status, **autoscale_patch}
+    try:
+        spec = parse_isvc(raw)
+        observed = deps.observer.observe(spec, decided_status)
+        observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
+        plan = plan_isvc(spec, observed, None, PlanConfig(conflict_hold_s=deps.settings.conflict_hold_s), now,
+                         decision=decision)
+    except (InvalidSpec, ModelReferenceError) as exc:
+        deps.writer.patch_status(ISVC_PLURAL, ns, name, autoscale_patch)
+        refuse(deps, {**raw, "status": decided_status}, exc, now, logger)
+        raise
+    deps.writer.patch_status(ISVC_PLURAL, ns, name,
+                             cond.status_patch(current_status, {**autoscale_patch, **plan.status}))
+    _apply_writes(deps, spec, plan.writes, logger)
+    _report(deps, raw, plan.events, started, logger)
+
+
+def _apply_writes(deps: Deps, spec: IsvcSpec, writes: list[Write], logger: Log) -> None:
+    for write in writes:
+        deps.writer.apply(spec.namespace, write)
         logger.info("Applied %s %s: name=%s", write.action, write.kind, write.name)
         if write.kind == "Deployment" and "replicas" in (write.body.get("spec") or {}):
             deps.metrics.decisions.labels(mode=spec.scaling.mode, reason="write").inc()
-    patch = cond.status_patch(current_status, plan.status)
-    deps.writer.patch_status(ISVC_PLURAL, ns, name, patch)
-    for type_, reason, message in plan.events:
+
+
+def _report(deps: Deps, raw: dict[str, Any], events: list[tuple[str, str, str]], started: float,
+            logger: Log) -> None:
+    for type_, reason, message in events:
         deps.writer.event(raw, type_, reason, message, logger)
     deps.metrics.reconciles.labels(kind="InferenceService", result="ok").inc()
     deps.metrics.reconcile_seconds.labels(kind="InferenceService").observe(time.monotonic() - started)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -20,6 +19,7 @@ from modalscale.autoscaler.policy import (
     ScalingMode,
     ScalingPolicy,
     WorkloadClass,
+    bound_replicas,
     recommend,
 )
 from modalscale.autoscaler.regressor import Calibrator
@@ -415,17 +415,20 @@ def test_from_spec_names_the_bad_field(spec: dict, field: str) -> None:
         ScalingPolicy.from_spec(spec)
 
 
-def test_state_round_trips_through_json() -> None:
-    state = ScalerState(
-        recommendations=((NOW - timedelta(seconds=30), 4), (NOW, 6)),
-        service_scale=1.2, latency_scale=0.9, last_change_at=NOW,
-    )
-    assert ScalerState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
-
-
-def test_state_with_naive_time_is_rejected() -> None:
-    with pytest.raises(ValueError, match="timezone"):
-        ScalerState.from_dict({"recommendations": [["2025-06-01T12:00:00", 3]]})
+@pytest.mark.parametrize(("n", "lo", "hi", "cap", "expected"), [
+    (5, 2, 8, None, (5, None)),
+    (9, 2, 8, None, (8, Reason.BOUNDED_BY_MAX)),
+    (1, 2, 8, None, (2, Reason.BOUNDED_BY_MIN)),
+    (9, 2, 8, 4, (4, Reason.CAPPED_BY_BUDGET)),
+    (1, 2, 8, 1, (1, Reason.CAPPED_BY_BUDGET)),   # the cap wins over minReplicas
+    (1, 2, 8, 0, (0, Reason.CAPPED_BY_BUDGET)),
+    (4, 2, 8, 4, (4, None)),                      # at the cap is not above it
+    (7, None, None, 3, (3, Reason.CAPPED_BY_BUDGET)),  # Fixed mode: the cap only
+    (7, None, None, None, (7, None)),
+])
+def test_bound_replicas_is_the_one_clamp(n: int, lo: int | None, hi: int | None, cap: int | None,
+                                         expected: tuple[int, Reason | None]) -> None:
+    assert bound_replicas(n, lo, hi, cap) == expected
 
 
 def test_naive_now_is_rejected() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
 from modalscale.operator import reasons as R
 from modalscale.operator.conditions import get
 from modalscale.operator.isvc_objects import REPLICAS_ANNOTATION
@@ -284,3 +285,34 @@ def test_cost_per_hour_counts_only_pods_holding_resources() -> None:
     assert plan.status["costUSDPerHour"] == "2.5000"
     obs.replica_usd_per_hour = None
     assert "costUSDPerHour" not in plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status
+
+
+def _decision(replicas: int, reason: Reason = Reason.SCALE_UP_FOR_SLO,
+              message: str = "p95 410 ms > 300 ms") -> Decision:
+    return Decision(replicas, True, reason, message, {}, ScalerState(), ScalingMode.PREDICTIVE)
+
+
+def test_an_autoscaler_decision_is_planned_directly_as_the_deployments_replicas_only() -> None:
+    obs, _ = converge(make_isvc())
+    obs.service, obs.configmap = None, None  # missing children are the full pass's business, not a scale pass's
+    obs.deployment["spec"]["template"]["spec"]["containers"][0]["image"] = "someone/else:1"
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, None, PlanConfig(), NOW, decision=_decision(5))
+    (w,) = plan.writes
+    assert (w.kind, w.action) == ("Deployment", "patch")
+    assert w.body == {"metadata": {"annotations": {REPLICAS_ANNOTATION: "5"}}, "spec": {"replicas": 5}}
+    assert plan.status["desiredReplicas"] == 5 and "costUSDPerHour" not in plan.status
+    (entry,) = plan.status["scalingHistory"]
+    assert (entry["from"], entry["to"], entry["reason"], entry["message"]) == (2, 5, "ScaleUpForSLO",
+                                                                             "p95 410 ms > 300 ms")
+
+
+def test_a_direct_decision_plans_what_the_same_decision_read_back_from_status_plans() -> None:
+    obs, status = converge(make_isvc())
+    spec = parse_isvc(make_isvc())
+    recorded = {**status, "desiredReplicas": 4,
+                "autoscaler": {"reason": "ScaleUpForSLO", "message": "p95 410 ms > 300 ms"}}
+    via_status = plan_isvc(spec, IsvcObserved(**{**obs.__dict__, "status": recorded}), FILES, PlanConfig(), NOW)
+    direct = plan_isvc(spec, IsvcObserved(**{**obs.__dict__, "status": recorded}), None, PlanConfig(), NOW,
+                       decision=_decision(4))
+    assert direct.writes == via_status.writes and direct.status == via_status.status
+    assert direct.events == via_status.events
