@@ -11,6 +11,10 @@ reads the InferenceServices and pods it selects (``budget_observe``), plans with
    alerts enter the outbox ``status.pendingAlerts`` in this patch;
 3. the outbox entries that are due (``PolicyPlan.sends``), only once the status that holds them was written.
 
+Once the status is written, each priced service's burn-rate sample joins the policy's spend-anomaly history
+(``BudgetRuntime.burn_history``, in memory and bounded; ``modalscale.costmodel.anomaly``), the input of the next
+evaluation's anomaly decision.
+
 Delivery is at least once and never blocks evaluation or deletion: each batch of due entries runs as an
 asyncio task of its own, with a deadline (:data:`DELIVERY_RETRY` bounds every round; the batch is cut at
 ``most entries per receiver x max_total_s + DELIVERY_SLACK_S``); batches of one policy run in order. Entries
@@ -39,6 +43,7 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from modalscale import GROUP, VERSION
+from modalscale.costmodel.anomaly import AnomalyState, BurnSample, trim_history
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.sender import DeliveryResult, RetryPolicy, Sender
 from modalscale.operator.budget_observe import BudgetObserver, Receiver
@@ -77,6 +82,11 @@ class BudgetRuntime:
     """Policy uid -> outbox entries being sent now (excluded from what is due)."""
     batches: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Policy uid -> its latest delivery batch (the next one waits for it, so rooms see alerts in order)."""
+    burn_history: dict[str, dict[tuple[str, str], list[BurnSample]]] = field(default_factory=dict)
+    """Policy uid -> (namespace, name) -> burn-rate samples of earlier evaluations (the anomaly baseline; in
+    memory, bounded by ``trim_history``: a restarted operator rebuilds it)."""
+    anomaly_states: dict[str, AnomalyState] = field(default_factory=dict)
+    """Policy uid -> services in a spend anomaly now (alerted once each)."""
 
     def waker(self, uid: str) -> asyncio.Event:
         return self.wake.setdefault(uid, asyncio.Event())
@@ -122,12 +132,24 @@ def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str
     policy.setdefault("kind", "BudgetPolicy")
     now = deps.clock()
     observed = runtime.observer.observe(observed_namespaces(policy))
-    plan = plan_policy(policy, observed, deps.catalog, attempts, now, in_flight)
+    uid = str(policy["metadata"].get("uid", ""))
+    history = runtime.burn_history.setdefault(uid, {})
+    plan = plan_policy(policy, observed, deps.catalog, attempts, now, in_flight, history,
+                       runtime.anomaly_states.get(uid, AnomalyState()))
     for w in plan.annotation_writes:
         if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: w.value}):
             logger.info("Wrote budget cap on InferenceService: namespace=%s name=%s cap=%s", w.namespace, w.name,
                         w.value if w.value is not None else "lifted")
     deps.writer.patch_status(BUDGET_PLURAL, namespace, name, plan.status_patch)
+    # The anomaly state moves only once the status (with any SpendAnomaly alert in its outbox) is written.
+    runtime.anomaly_states[uid] = plan.anomaly_state
+    for key in {*history, *plan.burn_samples}:
+        kept = trim_history([*history.get(key, ()), *([plan.burn_samples[key]] if key in plan.burn_samples else [])],
+                            now)
+        if kept:
+            history[key] = kept
+        else:
+            del history[key]
     for type_, reason, message in plan.events:
         deps.writer.event(policy, type_, reason, message, logger)
     if plan.budget is not None and plan.status_patch:
@@ -270,6 +292,8 @@ async def run_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: st
                 await _sleep(stopped, wake, ERROR_RETRY_S)
                 continue
             if ev is None:
+                runtime.burn_history.pop(uid, None)
+                runtime.anomaly_states.pop(uid, None)
                 return
             if ev.sends:
                 _launch(runtime, uid, ev, deps.clock, logger)
