@@ -19,6 +19,9 @@ SELECTOR_LABEL = "modalscale.io/inferenceservice"
 REPLICAS_ANNOTATION = "modalscale.io/replicas"
 """Deployment annotation: the replicas the operator last wrote; a different spec.replicas means someone else scaled."""
 MODEL_REPO_MOUNT = "/models"
+CONFIGMAP_REPO = f"{MODEL_REPO_MOUNT}/..data"
+"""``--model-repository`` of a ConfigMap volume: the kubelet's ``..data`` link to the current files. The volume's
+root also holds ``..data`` and ``..<timestamp>``, which Triton would scan as models and fail to load."""
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 PRESTOP_DRAIN_S = 30
 """Longest wait of the BuiltIn runtime's preStop hook (``python3 -m modalscale.runtime.drain``) for the requests
@@ -88,11 +91,11 @@ def _model_volume(spec: IsvcSpec, repo_files: dict[str, str], user_cm_keys: list
     if m.source == "BuiltIn":
         items = [{"key": configmap_key(p), "path": p} for p in sorted(repo_files)]
         vol = {"name": "model-repository", "configMap": {"name": configmap_name(spec), "items": items}}
-        return [vol], [mount], MODEL_REPO_MOUNT
+        return [vol], [mount], CONFIGMAP_REPO
     if m.source == "ConfigMap":
         items = [{"key": k, "path": k.replace("__", "/")} for k in sorted(user_cm_keys)]
         vol = {"name": "model-repository", "configMap": {"name": m.config_map, "items": items}}
-        return [vol], [mount], MODEL_REPO_MOUNT
+        return [vol], [mount], CONFIGMAP_REPO
     if m.source == "PVC":
         vol = {"name": "model-repository", "persistentVolumeClaim": {"claimName": m.pvc_claim, "readOnly": True}}
         if m.pvc_sub_path:

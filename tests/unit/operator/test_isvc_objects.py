@@ -37,3 +37,15 @@ def test_a_users_own_triton_image_gets_no_python_hook() -> None:
     body = isvc({"source": "ConfigMap", "name": "own", "configMap": {"name": "own-repo"}})
     dep = build_deployment(parse_isvc(body), 1, {}, ["own__config.pbtxt"])
     assert "lifecycle" not in container(dep)
+
+
+def test_a_configmap_model_repository_is_read_through_its_data_link() -> None:
+    # Seen on the real kubelet node: a ConfigMap volume's root also holds the kubelet's `..data` link and
+    # `..<timestamp>` directory; Triton scanned /models, took them for models and exited ("failed to load model
+    # '..data'"), so the pod crash-looped. The repository is the `..data` link, which holds only the files.
+    for body, repo_files, keys in ((isvc(), {"multimodal/config.pbtxt": ""}, None),
+                                   (isvc({"source": "ConfigMap", "name": "own", "configMap": {"name": "own-repo"}}),
+                                    {}, ["own__config.pbtxt"])):
+        dep = build_deployment(parse_isvc(body), 1, repo_files, keys)
+        assert "--model-repository=/models/..data" in container(dep)["args"]
+        assert container(dep)["volumeMounts"][0]["mountPath"] == "/models"
