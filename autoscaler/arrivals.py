@@ -57,13 +57,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 FORECASTERS: tuple[str, ...] = ("naive", "holt", "peak")
 """Names :func:`forecast_rate_rps` knows."""
 
 
-def _counts(counts: ArrayLike) -> np.ndarray:
+def _counts(counts: ArrayLike) -> NDArray[np.float64]:
     c = np.asarray(counts, dtype=np.float64).reshape(-1)
     if not np.isfinite(c).all():
         raise ValueError("counts must be finite (a NaN or Inf count is missing data)")
@@ -107,7 +107,7 @@ class Forecast:
     rule: str
 
 
-def holt(rates: np.ndarray, alpha: float = 0.5, beta: float = 0.2) -> tuple[float, float, float]:
+def holt(rates: NDArray[np.float64], alpha: float = 0.5, beta: float = 0.2) -> tuple[float, float, float]:
     """Holt's linear exponential smoothing over ``rates`` (oldest first).
 
     Returns:
@@ -125,7 +125,7 @@ def holt(rates: np.ndarray, alpha: float = 0.5, beta: float = 0.2) -> tuple[floa
     return level, trend, rms
 
 
-def forecast_rate_rps(counts: Sequence[float] | np.ndarray, bin_s: float, horizon_s: float, rule: str = "peak",
+def forecast_rate_rps(counts: Sequence[float] | NDArray[np.float64], bin_s: float, horizon_s: float, rule: str = "peak",
                       window_s: float = 300.0, quantile: float = 0.9, z: float = 1.0, recent_bins: int = 1
                       ) -> Forecast | None:
     """Upper forecast of the arrival rate over the next ``horizon_s`` seconds (rules in the module docstring).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -180,7 +181,7 @@ def features_from_mapping(columns: Mapping[str, ArrayLike]) -> NDArray[np.float6
         columns["image_count"],
         columns["text_tokens"],
         columns["batch_size"] if "batch_size" in names else None,
-        columns["modality"] if "modality" in names else None,
+        cast("Iterable[str]", columns["modality"]) if "modality" in names else None,  # str codes per row
     )
 
 

@@ -21,6 +21,7 @@ import csv
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -82,7 +83,8 @@ class SyntheticServiceLaw:
             + self.ms_per_megapixel * x[:, _I_PIXELS] / 1e6
             + self.ms_per_kilotoken * x[:, _I_TOKENS] / 1e3
         )
-        return self.overhead_ms / batch + solo * (self.unshared_ratio + (1.0 - self.unshared_ratio) / batch)
+        return cast(NDArray[np.float64],
+                    self.overhead_ms / batch + solo * (self.unshared_ratio + (1.0 - self.unshared_ratio) / batch))
 
     def sample_ms(self, features: NDArray[np.float64], rng: np.random.Generator) -> NDArray[np.float64]:
         """Service times with the law's lognormal noise, ms, shape ``(n,)``."""
@@ -96,7 +98,7 @@ def generate_profile(
     law: SyntheticServiceLaw | None = None,
     random_state: int = 0,
     max_megapixels_per_image: float = 4.0,
-) -> dict[str, NDArray]:
+) -> dict[str, NDArray[Any]]:
     """Draw a SYNTHETIC profile: a design sweep over request shapes, timed by ``law``.
 
     The sweep covers what a real ``modalscale profile`` run should cover: all three modalities in equal parts,
@@ -147,7 +149,7 @@ def write_profile_csv(table: Mapping[str, ArrayLike], path: str | Path) -> None:
             writer.writerow([f"{float(t):.3f}", str(m), int(ic), int(px), int(tok), int(b), f"{float(s):.3f}"])
 
 
-def read_profile_csv(path: str | Path) -> dict[str, NDArray]:
+def read_profile_csv(path: str | Path) -> dict[str, NDArray[Any]]:
     """Read a profile CSV (format in the module docstring).
 
     Returns:
@@ -163,7 +165,7 @@ def read_profile_csv(path: str | Path) -> dict[str, NDArray]:
         rows = list(reader)
     if not rows:
         raise ValueError(f"{path}: profile CSV has no rows")
-    out: dict[str, NDArray] = {"modality": np.array([r["modality"].strip() for r in rows], dtype=object)}
+    out: dict[str, NDArray[Any]] = {"modality": np.array([r["modality"].strip() for r in rows], dtype=object)}
     for col, kind in (
         ("time_s", float),
         ("image_count", int),

@@ -26,11 +26,13 @@ Formulas and sources:
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.special import gammaincc
 
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(64)
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(64)  # type: ignore[no-untyped-call]
 _MIN_SCV = 0.01  # a gamma with shape 100 stands in for (near-)deterministic service
 
 
@@ -93,10 +95,10 @@ def allen_cunneen_mean_wait_ms(
     return erlang_c(servers, a) / spare_rate_per_ms * (scv_arrival + scv_service) / 2.0
 
 
-def _gamma_sf(t_ms: np.ndarray, mean_ms: float, scv: float) -> np.ndarray:
+def _gamma_sf(t_ms: NDArray[np.float64], mean_ms: float, scv: float) -> NDArray[np.float64]:
     scv = max(scv, _MIN_SCV)
     shape = 1.0 / scv
-    return gammaincc(shape, np.maximum(t_ms, 0.0) / (mean_ms * scv))
+    return cast(NDArray[np.float64], gammaincc(shape, np.maximum(t_ms, 0.0) / (mean_ms * scv)))
 
 
 def response_tail_probability(

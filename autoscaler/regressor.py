@@ -24,7 +24,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import sklearn
@@ -96,7 +96,7 @@ class ArtifactError(Exception):
     """A model artifact cannot be used; the message names the problem and the fix."""
 
 
-class PhysicalTerms(TransformerMixin, BaseEstimator):
+class PhysicalTerms(TransformerMixin, BaseEstimator):  # type: ignore[misc]  # sklearn ships no types
     """Map ``FEATURES`` columns to physical cost terms (``TERMS``), shape ``(n, 12)``.
 
     Pixels become megapixels and tokens kilotokens so coefficients read as ms per MP / per 1000 tokens; each term
@@ -124,7 +124,7 @@ class PhysicalTerms(TransformerMixin, BaseEstimator):
         return np.asarray(TERMS, dtype=object)
 
 
-class ServiceTimeRegressor(RegressorMixin, BaseEstimator):
+class ServiceTimeRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]  # sklearn ships no types
     """Predict one request's service time (ms in an execution slot, queueing excluded) from its features.
 
     Args:
@@ -219,7 +219,7 @@ class ServiceTimeRegressor(RegressorMixin, BaseEstimator):
         """
         check_is_fitted(self, "pipeline_")
         x = validate_data(self, X, reset=False)
-        return np.maximum(self.pipeline_.predict(x), 1e-3)
+        return cast(NDArray[np.float64], np.maximum(self.pipeline_.predict(x), 1e-3))
 
     def coefficients_ms(self) -> dict[str, float]:
         """Fitted coefficient per physical term (additive only), e.g. ``{"megapixels": ms per MP, ...}``."""

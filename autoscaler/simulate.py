@@ -47,7 +47,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -630,7 +630,8 @@ def service_times_ms(trace: Trace, config: SimulationConfig, model: ServiceTimeP
             raise ValueError("service_source='regressor' needs the regressor (model)")
         sigma = residual_sigma(model, config)
         predicted = np.maximum(np.asarray(model.predict(trace.features()), dtype=np.float64), 1e-3)
-        return predicted * rng.lognormal(-0.5 * sigma * sigma, sigma, size=predicted.shape[0]) * config.true_service_scale
+        return cast(NDArray[np.float64], predicted * rng.lognormal(-0.5 * sigma * sigma, sigma, size=predicted.shape[0])
+                    * config.true_service_scale)
     return config.law.sample_ms(trace.features(), rng) * config.true_service_scale
 
 

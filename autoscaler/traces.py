@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -91,7 +92,7 @@ class Trace:
 
     def __post_init__(self) -> None:
         n = self.arrival_s.shape[0]
-        arrays = [self.image_count, self.image_width, self.image_height, self.text_tokens]
+        arrays: list[NDArray[Any]] = [self.image_count, self.image_width, self.image_height, self.text_tokens]
         if self.service_ms is not None:
             arrays.append(self.service_ms)
         if any(a.shape != (n,) for a in arrays):
@@ -138,7 +139,7 @@ def _trace_from_rows(rows: list[dict[str, str]], path: str | Path, name: str) ->
     order = np.argsort(np.asarray(cols["arrival_s"]), kind="stable")
 
     def ints(c: str) -> NDArray[np.int64]:
-        return np.rint(np.asarray(cols[c])[order]).astype(np.int64)
+        return cast(NDArray[np.int64], np.rint(np.asarray(cols[c])[order]).astype(np.int64))
 
     return Trace(
         arrival_s=np.asarray(cols["arrival_s"], dtype=np.float64)[order],
@@ -431,7 +432,7 @@ def _renewal(rng: np.random.Generator, dist: str, p1: float, p2: float, cv: floa
         gaps = rng.exponential(1.0, size=n)
     gaps /= rate_rps  # mean gap 1 / rate
     times = np.cumsum(gaps) - rng.random() * gaps[0]  # a random phase at the window start
-    return times[(times >= 0) & (times < length_s)]
+    return cast(NDArray[np.float64], times[(times >= 0) & (times < length_s)])
 
 
 def servegen_trace(

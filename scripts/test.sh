@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the whole test suite from a fresh clone: create .venv, install the package with its test extras,
-# build (or reuse from ~/.cache/modalscale) the control-plane binaries, then run pytest on tests/.
+# build (or reuse from ~/.cache/modalscale) the control-plane binaries, run ruff and mypy, then pytest on tests/.
 # Extra arguments go to pytest, e.g. `scripts/test.sh tests/unit -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 . scripts/env.sh
 ensure_venv
 modalscale cluster build >/dev/null
+# Lint and type checks first (rules and packages in pyproject.toml: [tool.ruff], [tool.mypy]).
+ruff check .
+mypy
 set +e
 python -m pytest "$@"
 rc=$?
