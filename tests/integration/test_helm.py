@@ -2,7 +2,9 @@
 dry-run of every rendered manifest against the real control plane, `helm install`/`uninstall` of the operator
 (pods scheduled on KWOK's fake GPU nodes, so objects and RBAC are checked, not the container), `kubectl auth
 can-i` as the operator's ServiceAccount, and the operator process itself running with that ServiceAccount's
-token on a control plane of its own, so the chart's RBAC is shown to be enough for what the code does."""
+token on a control plane of its own, so the chart's RBAC is shown to be enough for what the code does; and the
+operator image built from Dockerfile.operator (modalscale images build) installed by `helm install` and running in
+pods on the session cluster's real node, reconciling with only the chart's RBAC."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -31,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "modalscale"
 CRD_CHART = REPO / "charts" / "modalscale-crds"
 KUBE_VERSION = KUBERNETES_VERSION.lstrip("v")
+VALUES_UID = yaml.safe_load((CHART / "values.yaml").read_text())["securityContext"]["runAsUser"]
 
 NONDEFAULT = {
     "config": {"namespaces": ["team-a", "team-b"], "logLevel": "DEBUG",
@@ -701,3 +705,112 @@ def test_crd_chart_upgrade_applies_crd_changes_and_uninstall_keeps_them(helm: li
             assert ext.read_custom_resource_definition(name).metadata.deletion_timestamp is None
     finally:
         api.close()
+
+
+# ---------------------------------------------------------------------------------------------- the operator in a pod
+@pytest.fixture(scope="module")
+def operator_image(cluster: Any) -> Any:
+    """The operator image built from Dockerfile.operator (cached by its inputs) and imported into the session
+    cluster's real node under the chart's default name."""
+    from modalscale.devenv.images import build_images, import_into_cluster
+
+    assert cluster.has_real_node, f"the session cluster has no real node: {cluster.real_node_status()}"
+    image = build_images(["operator"], log=lambda m: print(m, flush=True))[0]
+    print(f"operator image {image.full_ref}: {'cached' if image.cached else f'built in {image.build_s:.1f} s'}, "
+          f"{image.size_bytes / 1e6:.0f} MB of layers (gzip)")
+    seconds = import_into_cluster(image, cluster.workdir, log=lambda m: print(m, flush=True))
+    print(f"operator image imported into the real node's containerd in {seconds:.1f} s")
+    return image
+
+
+def test_operator_pod_installed_by_helm_on_the_real_node_reconciles_with_only_the_chart_rbac(
+        helm: list[str], kubectl: str, cluster: Any, api: Any, crds_installed: list[str], namespaces: Any,
+        tmp_path: Path, operator_image: Any) -> None:
+    """A plain `helm install` (default image, 2 replicas with peering, the chart's ServiceAccount, RBAC and
+    locked-down securityContext) plus the real node's placement: both operator pods run in containers on the real
+    node, and the active one reconciles an InferenceService to Ready and evaluates a BudgetPolicy, with no request
+    refused. (In a whole-suite run the session's test operator may act on the same objects too; the operator
+    pods' own logs show that they handled them.)"""
+    from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL, real_node_placement
+
+    ns, workload = namespaces("ms-pod"), namespaces("apps-pod")
+    kc, release = cluster.kubeconfig, "oppod"
+    name = f"{release}-modalscale"
+    core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
+    values = {**real_node_placement(), "config": {"resyncIntervalSeconds": 10}}
+    started = time.monotonic()
+    out = run([*helm, "install", release, str(CHART), "--namespace", ns, "--kubeconfig", str(kc), "--wait",
+               "--timeout", "300s", "-f", str(values_file(tmp_path, values))], timeout_s=400).stdout
+    assert "STATUS: deployed" in out
+    print(f"helm install --wait: 2 operator pods Ready on the real node in {time.monotonic() - started:.1f} s")
+
+    def pod_logs() -> dict[str, str]:
+        pods = core.list_namespaced_pod(ns, label_selector=f"app.kubernetes.io/instance={release}").items
+        return {p.metadata.name: core.read_namespaced_pod_log(p.metadata.name, ns, container="operator")
+                for p in pods}
+
+    def wait_pods(predicate: Any, timeout_s: float, what: str) -> None:
+        try:
+            wait_for(predicate, timeout_s, what)
+        except TimeoutError as exc:
+            logs = pod_logs()
+            raise AssertionError(f"{exc}\n" + "\n".join(f"--- {n}\n{log[-3000:]}" for n, log in logs.items())) from None
+
+    try:
+        pods = core.list_namespaced_pod(ns, label_selector=f"app.kubernetes.io/instance={release}").items
+        assert len(pods) == 2
+        for pod in pods:
+            node = core.read_node(pod.spec.node_name)
+            assert node.metadata.labels.get(NODE_TYPE_LABEL) == NODE_TYPE_REAL, pod.spec.node_name
+            assert pod.spec.service_account_name == name and pod.status.phase == "Running"
+            status = pod.status.container_statuses[0]
+            assert status.ready and status.image.endswith(operator_image.ref), status.image
+            assert pod.spec.containers[0].security_context.read_only_root_filesystem is True
+        # In the container: a non-root uid, a read-only root and the ServiceAccount's token.
+        probe = run([kubectl, "--kubeconfig", str(kc), "exec", "-n", ns, pods[0].metadata.name, "-c", "operator",
+                     "--", "python3", "-c",
+                     "import os, pathlib\nprint(os.getuid())\ntry:\n    pathlib.Path('/x').write_text('x')\n"
+                     "except OSError as e:\n    print(e.errno)\n"
+                     "print(pathlib.Path('/var/run/secrets/kubernetes.io/serviceaccount/token').is_file())"]).stdout
+        assert probe.split() == [str(VALUES_UID), "30", "True"], probe  # 30: EROFS
+
+        isvc = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+                "metadata": {"name": "pod-check", "labels": {"team": "search"}},
+                "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
+                         "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2}}}
+        custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", workload, "inferenceservices", isvc)
+
+        def isvc_ready() -> bool:
+            obj = custom.get_namespaced_custom_object("modalscale.io", "v1alpha1", workload, "inferenceservices",
+                                                      "pod-check")
+            status = obj.get("status") or {}
+            return status.get("observedGeneration") == obj["metadata"]["generation"] and any(
+                c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
+
+        wait_pods(isvc_ready, 180, "InferenceService Ready, reconciled by the operator pod")
+        assert apps.read_namespaced_deployment("pod-check", workload).metadata.owner_references[0].kind == \
+            "InferenceService"
+
+        budget = yaml.safe_load((REPO / "crds/examples/budgetpolicy-daily.yaml").read_text())
+        budget["spec"].pop("notifications", None)
+        custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", workload, "budgetpolicies", budget)
+
+        def budget_evaluated() -> bool:
+            obj = custom.get_namespaced_custom_object("modalscale.io", "v1alpha1", workload, "budgetpolicies",
+                                                      budget["metadata"]["name"])
+            status = obj.get("status") or {}
+            return status.get("state") in ("Ok", "Warning", "Exceeded") and "spent" in status
+
+        wait_pods(budget_evaluated, 180, "BudgetPolicy evaluated by the operator pod")
+        # The active pod wrote both statuses itself (the operator's one writer logs every write), no pod was refused.
+        logs = pod_logs()
+        handled = [n for n, log in logs.items()
+                   if f"Wrote kind=inferenceservices verb=patch-status namespace={workload} name=pod-check" in log
+                   and f"Wrote kind=budgetpolicies verb=patch-status namespace={workload} "
+                       f"name={budget['metadata']['name']}" in log]
+        assert handled, "\n".join(f"--- {n}\n{log[-3000:]}" for n, log in logs.items())
+        for pod_name, log in logs.items():
+            assert refusals(log) == [] and "Not enough permissions" not in log, f"{pod_name}:\n{log[-4000:]}"
+    finally:
+        run([*helm, "uninstall", release, "--namespace", ns, "--kubeconfig", str(kc), "--wait", "--timeout", "120s"],
+            timeout_s=200)
