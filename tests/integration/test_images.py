@@ -243,8 +243,7 @@ def test_cpu_runtime_image_serves_an_image_and_text_request_read_only_as_uid_100
 
 # ---------------------------------------------------------------------------------------------- on the real node
 def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_3_1_loses_no_request(
-        built: dict[str, BuiltImage], cluster: Any, api: Any, crds_installed: list[str],
-        tmp_path: Path) -> None:
+        cluster: Any, api: Any, crds_installed: list[str], built: dict[str, BuiltImage], tmp_path: Path) -> None:
     """crds/examples/inferenceservice-real-node.yaml reconciled by a real operator: its pods run the CPU runtime
     image on the real node (500m CPU limit each), become Ready on /v2/models/<name>/ready, and answer a real
     image + text request through the ClusterIP Service (kube-proxy). Then, under a steady stream of requests (a
@@ -253,6 +252,7 @@ def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_
     import threading
 
     from kubernetes import client
+    from kubernetes.client.rest import ApiException
 
     from modalscale.devenv.images import import_into_cluster
     from modalscale.devenv.operator_process import OperatorProcess
@@ -284,7 +284,12 @@ def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_
         return "\n".join(lines) + f"\nstatus: {json.dumps(obj.get('status'))[:1500]}\noperator:\n{op.log()[-1500:]}"
 
     def ready_replicas(n: int) -> bool:
-        deploy = apps.read_namespaced_deployment(name, ns)
+        try:
+            deploy = apps.read_namespaced_deployment(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:  # the operator has not created it yet
+                return False
+            raise
         running = [p for p in pods() if p.metadata.deletion_timestamp is None]
         return (deploy.status.ready_replicas or 0) == n and len(running) == n and len(pods()) == n
 
