@@ -10,6 +10,7 @@ wait on the client side counts too. Decisions come from the InferenceService's `
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,9 @@ WINDOW_S = 30.0
 MIN_WINDOW_REQUESTS = 10
 """A window with fewer answered requests is too small to judge."""
 SAME_LOAD_TOLERANCE = 0.15
-"""The offered rates of the two windows may differ by this share and still count as the same offered load."""
+"""The offered rates of the two windows may differ by this share, or by twice the Poisson counting noise of the two
+windows' arrivals (``2 * sqrt(1/n_before + 1/n_after)``), whichever is larger, and still count as the same offered
+load (one trace at a constant rate: a short window's count alone varies by that much)."""
 
 
 def wall_to_t(rfc3339: str, t0_wall: float) -> float:
@@ -173,7 +176,7 @@ def judge_scale_ups(ups: list[ScaleUp], slo_ms: float) -> tuple[bool, str]:
     measured p95 under the same offered load (offered rates within ``SAME_LOAD_TOLERANCE``).
 
     A scale-up whose 'before' p95 was within the SLO (headroom ahead of demand) is reported, not judged: there was
-    no overload to lower. Returns ``(ok, what was seen)``.
+    no overload to lower. The same offered load: see ``SAME_LOAD_TOLERANCE``. Returns ``(ok, what was seen)``.
     """
     judged, lines, ok = 0, [], True
     for up in ups:
@@ -182,7 +185,8 @@ def judge_scale_ups(ups: list[ScaleUp], slo_ms: float) -> tuple[bool, str]:
         if b is None or a is None or b.p95_ms is None or a.p95_ms is None:
             lines.append(f"{head}: not measured (before {b.line() if b else '-'}; after {a.line() if a else '-'})")
             continue
-        same = abs(a.offered_rps - b.offered_rps) <= SAME_LOAD_TOLERANCE * max(b.offered_rps, 1e-9)
+        tolerance = max(SAME_LOAD_TOLERANCE, 2 * math.sqrt(1 / max(b.sent, 1) + 1 / max(a.sent, 1)))
+        same = abs(a.offered_rps - b.offered_rps) <= tolerance * max(b.offered_rps, 1e-9)
         figures = (f"p95 {b.p95_ms:.0f} -> {a.p95_ms:.0f} ms, throughput {b.throughput_rps:.2f} -> "
                    f"{a.throughput_rps:.2f} req/s at offered {b.offered_rps:.2f} / {a.offered_rps:.2f} req/s")
         if b.p95_ms <= slo_ms:
