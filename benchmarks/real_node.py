@@ -147,7 +147,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-real-node-") as tmp:
         cluster = LocalCluster(Path(tmp) / "cluster")
         try:
-            cluster.up(nodes=4, real_node=True)
+            cluster.up(nodes=args.services // 8 + 2, real_node=True)  # a KWOK GPU for each service
             api = cluster.api_client()
             install_crds(api, REPO / "crds")
             (image,) = build_images(["runtime-cpu"])
