@@ -83,7 +83,12 @@ class Bench:
         return self.core.list_namespaced_pod(NS, label_selector=f"modalscale.io/inferenceservice={NAME}").items
 
     def settled(self, n: int) -> bool:
-        d = self.apps.read_namespaced_deployment(NAME, NS)
+        try:
+            d = self.apps.read_namespaced_deployment(NAME, NS)
+        except client.exceptions.ApiException as exc:
+            if exc.status == 404:  # the operator has not created it yet
+                return False
+            raise
         live = [p for p in self.pods() if p.metadata.deletion_timestamp is None]
         return (d.status.ready_replicas or 0) == n and len(live) == n and len(self.pods()) == n
 
