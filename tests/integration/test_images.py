@@ -151,7 +151,9 @@ def runtime_container(built: dict[str, BuiltImage], tmp_path_factory: pytest.Tem
     body["metadata"].update({"namespace": "default", "uid": "1"})
     spec = parse_isvc(body)
     files = build_repository(RuntimeConfig.from_isvc_spec(spec.raw_spec))
-    repo = write_repository(files, work / "models")
+    # As a ConfigMap volume lays it out: the files under the kubelet's ..data link, which the pod's
+    # --model-repository names (the volume root also holds ..data and ..<timestamp>).
+    write_repository(files, work / "models" / "..data")
     container = build_deployment(spec, 1, files)["spec"]["template"]["spec"]["containers"][0]
     ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
     args = [a for a in container["args"] if not a.startswith(("--http-port", "--grpc-port", "--metrics-port"))]
@@ -159,7 +161,7 @@ def runtime_container(built: dict[str, BuiltImage], tmp_path_factory: pytest.Tem
     env = config["Env"] + [f"{e['name']}={e['value']}" for e in container["env"]]
     uid = container["securityContext"]["runAsUser"]
     spec_json = runc_config(rootfs, container["command"] + args, env, uid,
-                            [{"destination": "/models", "type": "bind", "source": str(repo),
+                            [{"destination": "/models", "type": "bind", "source": str(work / "models"),
                               "options": ["rbind", "ro"]}], work / "bundle")
     (work / "bundle" / "config.json").write_text(json.dumps(spec_json))
     state = work / "runc-state"
