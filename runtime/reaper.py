@@ -9,7 +9,8 @@ Triton unlinks it only on a clean exit) and the launcher's temporary files. The 
 
 * the server exits while the launcher lives (a normal stop: the launcher cleans up itself), then it exits; or
 * the launcher is gone (the reaper's parent changed), then it kills the server's process group (server and
-  stubs) with SIGKILL, waits until they are gone, unlinks the shared-memory files the server had mapped and
+  stubs) with SIGKILL, waits until they are gone, unlinks the shared-memory files the server had mapped (and any
+  region created since the server started that nothing maps any more) and
   removes the temporary paths, then exits.
 
 Usage: ``python -m modalscale.runtime.reaper --launcher PID --server PID [--shm /dev/shm/NAME ...]
@@ -34,6 +35,8 @@ MAPS_EVERY = 4
 """Re-read the server's shared-memory files every this many polls."""
 SHM_PREFIX = "/dev/shm/triton_python_backend_shm_region"
 """Shared-memory files of Triton's Python backend (``triton_python_backend_shm_region_<uuid>``)."""
+START_SLACK_S = 2.0
+"""Regions created this long before the reaper started still count as its server's (it starts right after it)."""
 
 
 def shared_memory_files(pid: int) -> list[str]:
@@ -44,6 +47,26 @@ def shared_memory_files(pid: int) -> list[str]:
         return []
     paths = (line.split(maxsplit=5)[5] for line in lines if len(line.split(maxsplit=5)) == 6)
     return sorted({p for p in paths if p.startswith(SHM_PREFIX)})
+
+
+def unmapped_regions_since(since: float) -> list[str]:
+    """Python-backend ``/dev/shm`` files created at or after ``since`` (epoch seconds, by their ctime) that no living
+    process maps. A region the server created within the last map re-read before it was killed (a stub starting while
+    models load) is not in the reaper's list; once the server and its stubs are gone, nothing maps it."""
+    candidates = []
+    for path in Path("/dev/shm").glob(Path(SHM_PREFIX).name + "*"):
+        try:
+            if path.stat().st_ctime >= since:
+                candidates.append(str(path))
+        except OSError:
+            continue
+    if not candidates:
+        return []
+    mapped: set[str] = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            mapped.update(shared_memory_files(int(entry.name)))
+    return [c for c in candidates if c not in mapped]
 
 
 def group_members(pgid: int) -> list[int]:
@@ -60,8 +83,10 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
-def clean_up(server: int, shm: Sequence[str], remove: Sequence[str], timeout_s: float = 30.0) -> None:
-    """SIGKILL the server's process group, wait (at most ``timeout_s``) until it is gone, then unlink ``shm`` and
+def clean_up(server: int, shm: Sequence[str], remove: Sequence[str], timeout_s: float = 30.0,
+             since: float | None = None) -> None:
+    """SIGKILL the server's process group, wait (at most ``timeout_s``) until it is gone, then unlink ``shm`` (and,
+    with ``since``, every region created since then that nothing maps any more: :func:`unmapped_regions_since`) and
     remove ``remove`` (files or directory trees). Errors are ignored: everything is best effort."""
     try:
         os.killpg(server, signal.SIGKILL)
@@ -70,7 +95,7 @@ def clean_up(server: int, shm: Sequence[str], remove: Sequence[str], timeout_s: 
     deadline = time.monotonic() + timeout_s
     while group_members(server) and time.monotonic() < deadline:
         time.sleep(POLL_S)
-    for path in shm:
+    for path in [*shm, *(unmapped_regions_since(since) if since is not None else [])]:
         Path(path).unlink(missing_ok=True)
     for path in remove:
         target = Path(path)
@@ -90,10 +115,11 @@ def watch(launcher: int, server: int, shm: Sequence[str], remove: Sequence[str],
         ``"server-exited"`` (nothing done) or ``"launcher-died"`` (cleaned up).
     """
     known = set(shm)
+    since = time.time() - START_SLACK_S
     polls = 0
     while True:
         if parent() != launcher:
-            clean_up(server, sorted(known), remove)
+            clean_up(server, sorted(known), remove, since=since)
             return "launcher-died"
         info = read_proc(server)
         if info is None or info.state == "Z":
