@@ -388,6 +388,18 @@ def list_images(workdir: Path | str) -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
+def _replaced_image_ids(workdir: Path) -> list[str]:
+    """``sha256:<id>`` refs that point at no named image's manifest any more.
+
+    The CRI plugin names every image it has seen by its ID as well; when an import replaces ``name:tag`` with a new
+    build, the old build's ID ref stays and keeps its content and unpacked snapshots alive (seen: 14 refs, 31 GB
+    for 4 named images). A container still running an old build keeps its own snapshot regardless."""
+    rows = [r.split() for r in _run([*_ctr(workdir), "images", "ls"]).stdout.splitlines()[1:]]
+    digests = {r[0]: r[2] for r in rows if len(r) >= 3}
+    named = {d for ref, d in digests.items() if not ref.startswith("sha256:")}
+    return [ref for ref, d in digests.items() if ref.startswith("sha256:") and d not in named]
+
+
 def import_image(workdir: Path | str, oci_tar: Path | str, refs: list[str], log: Log = print) -> list[str]:
     """Import one image from an OCI (or docker-save) tar into the running node's containerd, under ``refs``.
 
@@ -424,7 +436,7 @@ def import_image(workdir: Path | str, oci_tar: Path | str, refs: list[str], log:
             raise RealNodeError(f"{oci_tar} holds {len(targets)} images; import_image takes exactly one")
         _run([*_ctr(workdir), "images", "tag", "--force", temp[0], *full])
     finally:
-        stray = temp + [n for n in list_images(workdir) if n.startswith("import-")]
+        stray = temp + [n for n in list_images(workdir) if n.startswith("import-")] + _replaced_image_ids(workdir)
         if stray:
             # --sync waits for containerd's garbage collection, which also frees the content and unpacked
             # snapshots of the image this import replaced under the same name: the machine-wide store otherwise
