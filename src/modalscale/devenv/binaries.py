@@ -99,8 +99,9 @@ def _run(cmd: list[str], cwd: Path, log: Log, env: dict[str, str] | None = None)
 
 
 @contextlib.contextmanager
-def _build_lock(root: Path) -> Iterator[None]:
-    """Serialise builds between processes (two test sessions, or the demo and the tests)."""
+def build_lock(root: Path) -> Iterator[None]:
+    """Serialise builds under ``root`` between processes (two test sessions, or the demo and the tests): an
+    exclusive ``flock`` on ``root/.build.lock``, released when the block ends or the process dies."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".build.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -269,7 +270,7 @@ def _ensure(name: str, version: str, files: tuple[str, ...], build: Callable[[Pa
     out = cache_dir() / "bin" / f"{name}-{version}"
     if all((out / f).is_file() for f in files):
         return out
-    with _build_lock(cache_dir()):
+    with build_lock(cache_dir()):
         if all((out / f).is_file() for f in files):
             return out
         log(f"Building {name} {version} from the Go module proxy (one cold build; cached in {out})")

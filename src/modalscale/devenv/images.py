@@ -23,8 +23,6 @@ files copied into it, the base key and the wheel pins); a second run with no cha
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -35,14 +33,14 @@ import sys
 import tarfile
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from modalscale.devenv.binaries import cache_dir
+from modalscale.devenv.binaries import build_lock, cache_dir
 
 Log = Callable[[str], None]
 
@@ -192,18 +190,6 @@ def _run(cmd: Sequence[str], log: Log, cwd: Path | None = None, env: dict[str, s
         tail = (proc.stdout[-3000:] + "\n" + proc.stderr[-4000:]).strip()
         raise ImageBuildError(f"{' '.join(cmd[:4])} ... exited {proc.returncode}:\n{tail}")
     return proc.stdout
-
-
-@contextlib.contextmanager
-def _lock(root: Path) -> Iterator[None]:
-    """One image build at a time on this machine (the buildah store and the caches are shared)."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".build.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def buildah_command(root: Path | None = None) -> list[str]:
@@ -549,7 +535,7 @@ def build_image(defn: ImageDefinition, log: Log, repo: Path = REPO, force: bool 
         if Path(data["archive"]).is_file():
             return BuiltImage(**{"unpacked_bytes": 0, **data, "cached": True})
     check_tools()
-    with _lock(root):
+    with build_lock(root):  # one image build at a time: the buildah store and caches are shared
         started = time.monotonic()
         base = ensure_base(log, root)
         house = ensure_wheelhouse(pins, log, root)
