@@ -233,9 +233,10 @@ def _left_behind(workdir: Path) -> dict[str, Any]:
             chains += [c[-1] for c in iptables_cleanup_commands(dump) if c[2] == "-X"]
     veths = [p.name for p in Path("/sys/class/net").iterdir()
              if p.name.startswith("veth") and (p / "brport").exists()]
-    return {"processes": procs, "mounts": mounts_under([workdir]), "netns": netns, "chains": chains,
+    kubelet_root = RealNode(workdir).kubelet_root
+    return {"processes": procs, "mounts": mounts_under([workdir, kubelet_root]), "netns": netns, "chains": chains,
             "veths": veths, "bridge": Path(f"/sys/class/net/{CNI_BRIDGE}").exists(),
-            "socket": containerd_address(workdir).parent.exists(),
+            "socket": containerd_address(workdir).parent.exists() or kubelet_root.exists(),
             "log_links": [p.name for p in Path("/var/log/containers").glob("*.log")
                           if os.readlink(p).startswith(str(workdir))] if Path("/var/log/containers").is_dir() else [],
             "cni_results": len(_our_cni_results()),

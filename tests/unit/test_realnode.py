@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from modalscale.devenv.realnode import (
+    RealNode,
+    containerd_address,
     iptables_cleanup_commands,
     missing_pieces,
     node_reserve,
@@ -150,3 +152,25 @@ def test_plan_runs_kwok_only_with_the_missing_piece_named_unless_the_node_was_as
     for wanted, env in ((True, ""), (None, "1")):
         with pytest.raises(RealNodeError, match=r"lacks `containerd`.*ensure_node_packages.*--no-real-node"):
             real_node_plan(wanted, env, lacks)
+
+
+# The kubelet binds ``pod-resources/<10 digits>`` before renaming it to ``kubelet.sock``; containerd adds ``.ttrpc``.
+_SOCKETS_UNDER_KUBELET_ROOT = ("pod-resources/1749108107", "pod-resources/kubelet.sock",
+                               "plugins_registry/modalscale.example.com-reg.sock")
+_SUN_PATH_MAX_BYTES = 107  # sizeof(sockaddr_un.sun_path) = 108 on Linux, less the terminating NUL
+
+
+@pytest.mark.parametrize("workdir", [
+    # CI's work dir when kubelet exited with "bind: invalid argument" (the socket path had 108 bytes).
+    "/tmp/pytest-of-root/pytest-160/test_cluster_down_leaves_no_co0/private",
+    "/tmp/" + "a-very-long-directory-name/" * 12 + "cluster",
+])
+def test_every_unix_socket_of_the_real_node_fits_sun_path_whatever_the_work_dir(workdir: str) -> None:
+    node = RealNode(Path(workdir))
+    sockets = [node.kubelet_root / s for s in _SOCKETS_UNDER_KUBELET_ROOT]
+    sockets += [containerd_address(workdir), Path(f"{containerd_address(workdir)}.ttrpc")]
+    too_long = [str(s) for s in sockets if len(str(s).encode()) > _SUN_PATH_MAX_BYTES]
+    assert too_long == []
+    # Two clusters never share the kubelet's root dir or containerd's socket.
+    other = RealNode(Path(workdir + "-2"))
+    assert other.kubelet_root != node.kubelet_root and other.address != node.address

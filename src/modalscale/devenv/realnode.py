@@ -9,8 +9,12 @@ address at all).
 
 Layout:
 
-- state under the cluster's work dir, ``<workdir>/node/``: configs, containerd's state dir and socket, the
-  kubelet's root dir, CNI's IPAM data; PIDs in ``<workdir>/pids/{containerd,kubelet,kube-proxy}.pid``.
+- state under the cluster's work dir, ``<workdir>/node/``: configs, containerd's state dir, CNI's IPAM data;
+  PIDs in ``<workdir>/pids/{containerd,kubelet,kube-proxy}.pid``. What holds unix sockets lives on a short path
+  named by a hash of the work dir, because a socket path has at most 107 bytes and work dirs (pytest's among
+  them) can be longer: containerd's socket in ``/run/modalscale/<hash>/`` (:func:`containerd_address`) and the
+  kubelet's root dir in ``/var/lib/modalscale/<hash>/kubelet`` (:func:`kubelet_root_dir`; on disk, not ``/run``,
+  because pods' emptyDir volumes live there).
 - containerd's *root* (content store, snapshots, image metadata) is machine-wide,
   ``<cache>/node/containerd-root``: imported images survive ``cluster down``/``up`` (the cached-image case),
   and there is only one real node per machine anyway.
@@ -374,8 +378,25 @@ def containerd_address(workdir: Path | str) -> Path:
     ``/run/modalscale/<hash of workdir>/containerd.sock``: a unix socket path has at most 104 characters with
     containerd's ``.ttrpc`` suffix, and pytest's work dirs are longer than that.
     """
-    digest = hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:12]
-    return LOCK_DIR / digest / "containerd.sock"
+    return LOCK_DIR / _workdir_digest(workdir) / "containerd.sock"
+
+
+KUBELET_STATE_DIR = Path("/var/lib/modalscale")
+
+
+def kubelet_root_dir(workdir: Path | str) -> Path:
+    """The kubelet's ``--root-dir`` for the cluster rooted at ``workdir``: ``/var/lib/modalscale/<hash>/kubelet``.
+
+    Not under the work dir: the kubelet binds unix sockets below its root dir (``pod-resources/<10 digits>``,
+    then renamed to ``kubelet.sock``; ``plugins_registry/``), and a socket path has at most 107 bytes. Under
+    ``/tmp/pytest-of-root/pytest-160/<test name>0/private/node/kubelet`` that limit was passed by one byte and
+    kubelet exited with "bind: invalid argument".
+    """
+    return KUBELET_STATE_DIR / _workdir_digest(workdir) / "kubelet"
+
+
+def _workdir_digest(workdir: Path | str) -> str:
+    return hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:12]
 
 
 def _ctr(workdir: Path | str) -> list[str]:
@@ -571,6 +592,11 @@ class RealNode:
         """containerd's socket."""
         return containerd_address(self.workdir)
 
+    @property
+    def kubelet_root(self) -> Path:
+        """The kubelet's root dir (pods' volumes, its sockets): :func:`kubelet_root_dir`."""
+        return kubelet_root_dir(self.workdir)
+
     def _pidfile(self, name: str) -> Path:
         return self.workdir / "pids" / f"{name}.pid"
 
@@ -601,8 +627,9 @@ class RealNode:
         import yaml
 
         d = self.dir
-        for sub in ("containerd/state", "cni/net.d", "cni/ipam", "kubelet/pki"):
+        for sub in ("containerd/state", "cni/net.d", "cni/ipam"):
             (d / sub).mkdir(parents=True, exist_ok=True)
+        (self.kubelet_root / "pki").mkdir(parents=True, exist_ok=True)
         self.address.parent.mkdir(parents=True, exist_ok=True)
         self.containerd_root.mkdir(parents=True, exist_ok=True)
         runc = _tool("runc")
@@ -759,7 +786,7 @@ state = "{d / 'containerd' / 'state'}"
                 str(bins.kubelet), f"--config={files['kubelet']}", f"--kubeconfig={kubeconfig}",
                 f"--hostname-override={NODE_NAME}", f"--node-ip={ports.node_ip}",
                 f"--node-labels={NODE_TYPE_LABEL}={NODE_TYPE_REAL}",
-                f"--root-dir={self.dir / 'kubelet'}", f"--cert-dir={self.dir / 'kubelet' / 'pki'}", "--v=1",
+                f"--root-dir={self.kubelet_root}", f"--cert-dir={self.kubelet_root / 'pki'}", "--v=1",
             ])
         if not running["kube-proxy"]:
             self._start("kube-proxy", [str(bins.kube_proxy), f"--config={files['kube-proxy']}", "--v=1"])
@@ -843,7 +870,7 @@ state = "{d / 'containerd' / 'state'}"
                 os.kill(pid, signal.SIGKILL)
             shim_socket(self.address, ns, sid).unlink(missing_ok=True)
         _kill_runc_containers(self.runc_root, self.log)
-        _unmount_under([self.dir, *[Path(p) for p in netns]], self.log)
+        _unmount_under([self.dir, self.kubelet_root, *[Path(p) for p in netns]], self.log)
         for link in Path(CONTAINER_LOG_LINKS).glob("*.log") if Path(CONTAINER_LOG_LINKS).is_dir() else []:
             with contextlib.suppress(OSError):
                 if os.readlink(link).startswith(str(self.dir) + "/"):
@@ -852,6 +879,8 @@ state = "{d / 'containerd' / 'state'}"
             with contextlib.suppress(OSError):
                 Path(p).unlink()
         shutil.rmtree(self.address.parent, ignore_errors=True)
+        if not mounts_under([self.kubelet_root]):  # never rmtree through a mount that would not go
+            shutil.rmtree(self.kubelet_root.parent, ignore_errors=True)
         return stopped
 
     def _kill(self, name: str, timeout_s: float) -> bool:
