@@ -30,6 +30,9 @@ Variants (names accepted by ``--variants``; the presets are those of ``modalscal
   fastest          preset fastest (= int8_smoothquant + the embedding cache, measured separately on repeated images)
   int8_bf16_image  int8_smoothquant with the opt-in BF16 image convolutions (model parameter image_bf16; only where
                    the CPU has native BF16)
+  naive_metrics_per_request, default_metrics_per_request
+                   the preset with the model parameter metrics_batching=request: each request's feature metrics sent
+                   on their own (before metrics were batched per execute), the predecessor of naive and default
 
 Usage: ``python benchmarks/runtime_capacity.py [--rounds 5] [--requests 24] [--concurrency 8] [--fidelity 200]``.
 """
@@ -63,7 +66,8 @@ from modalscale.runtime.server import TritonProcess, free_port, write_repository
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 LIBRARIES = ("torch", "transformers", "numpy", "pillow", "tritonclient", "nvidia-pytriton", "scikit-image")
-PREDECESSOR = {"default": "naive", "int8_dynamic": "naive", "int8_smoothquant": "int8_dynamic",
+PREDECESSOR = {"default": "default_metrics_per_request", "naive": "naive_metrics_per_request",
+               "int8_dynamic": "naive", "int8_smoothquant": "int8_dynamic",
                "fastest": "int8_smoothquant", "int8_bf16_image": "int8_smoothquant"}
 """Each step is also compared with the variant it improves on (when both run)."""
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "china", "flower")
@@ -90,6 +94,9 @@ def variants() -> dict[str, Variant]:
         "fastest": Variant("fastest", PRESETS["fastest"]),
         "int8_bf16_image": Variant("int8_bf16_image", naive.replace(precision=Precision.INT8),
                                    (("image_bf16", "true"),)),
+        "naive_metrics_per_request": Variant("naive_metrics_per_request", naive, (("metrics_batching", "request"),)),
+        "default_metrics_per_request": Variant("default_metrics_per_request", PRESETS["default"],
+                                               (("metrics_batching", "request"),)),
     }
 
 

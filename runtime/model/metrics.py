@@ -8,7 +8,7 @@ class's mean features instead of means pooled over the classes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 REQUESTS_TOTAL = "modalscale_requests_total"
 """Counter of successfully parsed requests by ``modality`` (image, text, image_text)."""
@@ -81,3 +81,77 @@ def request_observations(modality: str, image_pixels: Sequence[int], text_tokens
     if text_tokens is not None:
         out.append((REQUEST_TEXT_TOKENS, modality, float(text_tokens)))
     return out
+
+
+Labels = tuple[tuple[str, str], ...]
+"""A metric's label set as sorted ``(name, value)`` pairs (hashable)."""
+
+METRICS_BATCHING = ("execute", "request")
+"""Values of the model parameter ``metrics_batching``: ``execute`` (default) sends one metric call per counter
+series per ``execute`` call; ``request`` sends each request's updates on their own, as before (kept so a benchmark
+can measure the two side by side; not a CRD field)."""
+
+
+def labels(**values: str) -> Labels:
+    """``labels(modality="image")`` -> ``(("modality", "image"),)``: a hashable, ordered label set."""
+    return tuple(sorted(values.items()))
+
+
+class MetricBatch:
+    """The metric updates of one ``execute`` call, collected in the model's process and sent together (pure).
+
+    Each metric update of Triton's Python backend (``Metric.increment`` / ``observe``) is a synchronous IPC round
+    trip from the stub to ``tritonserver`` (measured 18-29 us of server CPU per call on the 2-vCPU dev machine,
+    ``benchmarks/runtime_capacity.py``'s notes). Counter increments of the same series are summed, so a batch of
+    n requests sends one ``increment`` per (counter, label set) instead of one per request and series. Histogram
+    observations cannot be merged (the backend has no weighted or multi-value ``observe``), so each stays one
+    call. What Prometheus reads is unchanged: the same series with the same values after the call returns.
+    """
+
+    def __init__(self) -> None:
+        self.increments: dict[tuple[str, Labels], float] = {}
+        self.observations: list[tuple[str, Labels, float]] = []
+
+    def increment(self, name: str, label_set: Labels, by: float = 1.0) -> None:
+        """Add ``by`` to counter ``name`` with ``label_set`` (summed with earlier increments of the same series)."""
+        if by:
+            key = (name, label_set)
+            self.increments[key] = self.increments.get(key, 0.0) + by
+
+    def observe(self, name: str, label_set: Labels, value: float) -> None:
+        """Record one observation of histogram ``name`` with ``label_set``."""
+        self.observations.append((name, label_set, value))
+
+    def error(self, reason: str) -> None:
+        """One rejected request with ``reason`` (``modalscale_request_errors_total``)."""
+        self.increment(REQUEST_ERRORS_TOTAL, labels(reason=reason))
+
+    def accepted(self, modality: str, image_pixels: Sequence[int], text_tokens: int | None) -> None:
+        """One accepted request: ``modalscale_requests_total`` and its feature observations
+        (:func:`request_observations`), all under ``modality``."""
+        self.increment(REQUESTS_TOTAL, labels(modality=modality))
+        for name, label, value in request_observations(modality, image_pixels, text_tokens):
+            self.observe(name, labels(modality=label), value)
+
+    def computed(self, modality: str, stage_s: Mapping[str, float], hits: int, misses: int) -> None:
+        """One finished request: its compute seconds per stage (``modalscale_stage_compute_seconds``) and its
+        embedding-cache lookups (``modalscale_embedding_cache_lookups_total``)."""
+        for stage, seconds in stage_s.items():
+            self.observe(STAGE_COMPUTE_SECONDS, labels(modality=modality, stage=stage), seconds)
+        self.increment(EMBEDDING_CACHE_LOOKUPS_TOTAL, labels(result="hit"), hits)
+        self.increment(EMBEDDING_CACHE_LOOKUPS_TOTAL, labels(result="miss"), misses)
+
+    def calls(self) -> list[tuple[str, str, Labels, float]]:
+        """The metric calls to send, in a stable order: ``("increment" | "observe", name, labels, value)``;
+        counters first (one per series), then every observation in the order recorded."""
+        return ([("increment", name, label_set, by) for (name, label_set), by in self.increments.items()]
+                + [("observe", name, label_set, value) for name, label_set, value in self.observations])
+
+    def clear(self) -> None:
+        """Forget everything recorded (after it was sent)."""
+        self.increments.clear()
+        self.observations.clear()
+
+    def __len__(self) -> int:
+        """Number of metric calls :meth:`calls` returns."""
+        return len(self.increments) + len(self.observations)

@@ -40,6 +40,11 @@ class ModelSettings:
     """INT8 scheme of the text encoder (``encoders.INT8_TEXT_SCHEMES``); not generated from a RuntimeConfig, a
     benchmark sets ``dynamic`` to compare with the earlier scheme side by side."""
 
+    metrics_batching: str = "execute"
+    """``execute``: the feature metrics of one ``execute`` call are sent together (counters summed per series);
+    ``request``: each request's on its own, as before (``metrics.METRICS_BATCHING``); not generated from a
+    RuntimeConfig, a benchmark sets ``request`` to measure the two side by side."""
+
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any]) -> ModelSettings:
         """Read the parsed model config (Triton's ``args["model_config"]`` JSON) ``parameters`` block.
@@ -73,6 +78,11 @@ class ModelSettings:
             if raw["int8_text"] not in ("smoothquant", "dynamic"):
                 raise ValueError(f"parameter int8_text: expected smoothquant or dynamic, got {raw['int8_text']!r}")
             values["int8_text"] = raw["int8_text"]
+        if "metrics_batching" in raw:
+            if raw["metrics_batching"] not in ("execute", "request"):
+                raise ValueError(f"parameter metrics_batching: expected execute or request, "
+                                 f"got {raw['metrics_batching']!r}")
+            values["metrics_batching"] = raw["metrics_batching"]
         if "precision" in raw:
             try:
                 values["precision"] = Precision(raw["precision"])

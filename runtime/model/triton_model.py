@@ -65,29 +65,30 @@ class FeatureMetrics:
         self.cache = {r: f[names.EMBEDDING_CACHE_LOOKUPS_TOTAL].Metric(labels={"result": r})
                       for r in ("hit", "miss")}
 
-    def error(self, reason: str) -> None:
-        """Count one rejected request."""
-        if reason not in self.errors:
-            self.errors[reason] = self.families[names.REQUEST_ERRORS_TOTAL].Metric(labels={"reason": reason})
-        self.errors[reason].increment(1)
+    def _metric(self, name: str, label_set: names.Labels) -> Any:
+        """The metric object of one series; error reasons are created on first use."""
+        if name == names.REQUESTS_TOTAL:
+            return self.requests[dict(label_set)["modality"]]
+        if name == names.STAGE_COMPUTE_SECONDS:
+            lab = dict(label_set)
+            return self.stages[lab["stage"], lab["modality"]]
+        if name == names.EMBEDDING_CACHE_LOOKUPS_TOTAL:
+            return self.cache[dict(label_set)["result"]]
+        if name == names.REQUEST_ERRORS_TOTAL:
+            reason = dict(label_set)["reason"]
+            if reason not in self.errors:
+                self.errors[reason] = self.families[names.REQUEST_ERRORS_TOTAL].Metric(labels={"reason": reason})
+            return self.errors[reason]
+        return self.features[name, dict(label_set)["modality"]]
 
-    def accepted(self, prep: Prepared) -> None:
-        """Record the features of one accepted request (before it is encoded) under its modality."""
-        modality = prep.parsed.modality.value
-        self.requests[modality].increment(1)
-        tokens = prep.text_tokens if prep.parsed.text is not None else None
-        for name, label, value in names.request_observations(
-                modality, [image.pixels for image in prep.parsed.images], tokens):
-            self.features[name, label].observe(value)
-
-    def computed(self, modality: str, stage_s: dict[str, float], hits: int, misses: int) -> None:
-        """Record the per-stage compute seconds (under ``modality``) and cache lookups of one finished request."""
-        for stage, seconds in stage_s.items():
-            self.stages[stage, modality].observe(seconds)
-        if hits:
-            self.cache["hit"].increment(hits)
-        if misses:
-            self.cache["miss"].increment(misses)
+    def send(self, batch: names.MetricBatch) -> None:
+        """Send the collected updates: one IPC round trip to tritonserver per call of ``batch.calls()``."""
+        for op, name, label_set, value in batch.calls():
+            metric = self._metric(name, label_set)
+            if op == "increment":
+                metric.increment(value)
+            else:
+                metric.observe(value)
 
 
 class TritonPythonModel:
@@ -113,15 +114,26 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         """Serve one batch: a response (or a per-request error) for every request, in order.
 
-        The requests count in ``modalscale_inflight_requests`` until the responses are returned.
+        The requests count in ``modalscale_inflight_requests`` until the responses are returned. The feature
+        metrics of the whole batch are collected in a :class:`~modalscale.runtime.model.metrics.MetricBatch`
+        and sent once at the end (model parameter ``metrics_batching: request`` sends each request's on its own).
         """
         self.metrics.inflight.increment(len(requests))
+        batch = names.MetricBatch()
         try:
-            return self._execute(requests)
+            return self._execute(requests, batch)
         finally:
+            self.metrics.send(batch)
             self.metrics.inflight.increment(-len(requests))
 
-    def _execute(self, requests: list[Any]) -> list[Any]:
+    def _flush_per_request(self, batch: names.MetricBatch) -> None:
+        """With ``metrics_batching: request``, send what one request recorded now and empty ``batch`` (the earlier
+        behaviour: every request's updates on their own)."""
+        if self.settings.metrics_batching == "request":
+            self.metrics.send(batch)
+            batch.clear()
+
+    def _execute(self, requests: list[Any], batch: names.MetricBatch) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         prepared: list[Prepared] = []
         rows: list[int] = []
@@ -132,11 +144,14 @@ class TritonPythonModel:
                 prep = self.pipeline.prepare(None if images is None else images.as_numpy(),
                                              None if text is None else text.as_numpy())
             except RequestError as exc:
-                self.metrics.error(exc.reason)
+                batch.error(exc.reason)
+                self._flush_per_request(batch)
                 responses[i] = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
                 continue
-            self.metrics.accepted(prep)
+            batch.accepted(prep.parsed.modality.value, [image.pixels for image in prep.parsed.images],
+                           prep.text_tokens if prep.parsed.text is not None else None)
+            self._flush_per_request(batch)
             prepared.append(prep)
             rows.append(i)
         if prepared:
@@ -145,12 +160,14 @@ class TritonPythonModel:
             except (RuntimeError, ValueError) as exc:  # a torch failure fails this batch, not the server
                 LOG.exception("Model failed on a batch of %d requests", len(prepared))
                 for i in rows:
-                    self.metrics.error("InternalError")
+                    batch.error("InternalError")
+                    self._flush_per_request(batch)
                     responses[i] = pb_utils.InferenceResponse(
                         error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}"))
                 return responses
             for i, out in zip(rows, outputs, strict=True):
-                self.metrics.computed(out.modality, out.stage_s, out.cache_hits, out.cache_misses)
+                batch.computed(out.modality, out.stage_s, out.cache_hits, out.cache_misses)
+                self._flush_per_request(batch)
                 responses[i] = pb_utils.InferenceResponse(output_tensors=[
                     pb_utils.Tensor(OUTPUT_EMBEDDING, out.embedding.reshape(1, -1).astype(np.float32)),
                     pb_utils.Tensor(OUTPUT_MODALITY, np.array([[out.modality.encode()]], dtype=np.object_)),
