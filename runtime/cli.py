@@ -36,6 +36,7 @@ _OVERRIDES = {
     "response_cache": "response_cache",
     "embedding_cache": "embedding_cache",
     "precision": "precision",
+    "cpu_cores": "cpu_cores",
 }
 
 
@@ -97,6 +98,9 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--response-cache", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--embedding-cache", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--precision", choices=[p.value for p in Precision], default=None)
+    parser.add_argument("--cpu-cores", type=float, default=None, metavar="CORES",
+                        help="Cores the server may use, which size the router's instances (2 per core, at most "
+                             "16); default or 0: this process's cgroup CPU quota, else its CPU affinity")
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:
@@ -124,12 +128,19 @@ def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
     return cfg.replace(**changes) if changes else cfg
 
 
+def sized_for_this_machine(cfg: RuntimeConfig) -> RuntimeConfig:
+    """``cfg`` with ``cpu_cores`` set to :func:`~modalscale.runtime.cores.available_cores` when it is 0 (unknown)."""
+    from modalscale.runtime.cores import available_cores
+
+    return cfg if cfg.cpu_cores > 0 else cfg.replace(cpu_cores=available_cores())
+
+
 def run_render(args: argparse.Namespace) -> int:
     """Write the repository; returns 0, or 2 on an invalid config."""
     from modalscale.runtime.server import write_repository
 
     try:
-        cfg = config_from_args(args)
+        cfg = sized_for_this_machine(config_from_args(args))
     except InvalidRuntimeSpec as exc:
         print(f"Invalid runtime config: {exc}", file=sys.stderr)
         return 2
@@ -143,7 +154,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from modalscale.runtime.server import TEMP_REPOSITORY_PREFIX, temp_name_prefix
 
     try:
-        cfg = config_from_args(args)
+        cfg = sized_for_this_machine(config_from_args(args))
     except InvalidRuntimeSpec as exc:
         print(f"Invalid runtime config: {exc}", file=sys.stderr)
         return 2
