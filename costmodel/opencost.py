@@ -1,0 +1,374 @@
+"""OpenCost as a price source: node and GPU hourly prices from OpenCost's ``/assets`` answer, the catalog as fallback.
+
+Why a module: with ``MODALSCALE_OPENCOST_URL`` set, a service should be priced at what the cluster's own nodes cost
+(OpenCost reads them from the cloud provider's billing or its custom pricing), and fall back to the pricing
+catalog whenever that answer is missing, unreadable or incomplete -- never to $0, never to a crash. Everything
+here is pure: the operator reads the HTTP answer (``modalscale.operator.opencost_source``) and hands the status
+code and body in.
+
+The endpoint (OpenCost API docs, https://www.opencost.io/docs/integrations/api, "Assets API"): "The Assets API
+retrieves backing cost data broken down by individual assets in your cluster." ``GET /assets`` with the one
+documented, required query parameter ``window`` ("Duration of time over which to query. Accepts: words like
+``today`` ...; durations like ``30m``, ``12h``, ``7d``; RFC3339 date pairs ...; Unix timestamps ..."). The answer
+(https://www.opencost.io/docs/integrations/api-examples, "/assets Example") is
+``{"code": 200, "status": "success", "data": {<asset key>: <asset>}}``; an asset of ``"type": "Node"`` carries
+``labels`` (Kubernetes label names sanitized, ``nvidia.com/gpu.product`` -> ``nvidia_com_gpu_product``),
+``cpuCoreHours``, ``ramByteHours``, ``GPUHours``, ``gpuCount``, ``preemptible`` (0 or 1), ``discount`` (0..1),
+``cpuCost``, ``ramCost``, ``gpuCost`` (USD over the window) and ``totalCost``. OpenCost computes
+``totalCost = (cpuCost + ramCost) x (1 - discount) + gpuCost + adjustment`` (``Node.TotalCost`` in
+github.com/opencost/opencost ``core/pkg/opencost/asset.go``) and writes NaN and Inf as ``null``
+(``core/pkg/opencost/json.go``).
+
+Hourly prices (per unit, over the nodes of one tier; spot = ``preemptible`` nodes):
+
+* ``cpuCoreHour = sum(cpuCost x (1 - discount)) / sum(cpuCoreHours)`` USD per core-hour,
+* ``memoryGiBHour = sum(ramCost x (1 - discount)) / sum(ramByteHours / 2**30)`` USD per GiB-hour,
+* ``gpuHour[type] = sum(gpuCost) / sum(GPUHours)`` over the nodes whose GPU label names ``type`` (the same
+  ``nvidia.com/gpu.product`` label the operator's node selector uses; GKE's accelerator label too),
+
+i.e. what one unit-hour cost in this cluster over the window. The node-level ``adjustment`` (cloud bill
+reconciliation) is not a unit price and is left out. A price of 0 (OpenCost has no price for it) is not used:
+that figure comes from the catalog. These figures replace the catalog's in an effective :class:`Catalog`, so the
+InferenceService status and the BudgetPolicy ledger price with the same numbers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources
+from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd, quantize_ledger_usd
+from modalscale.costmodel.quantities import GIB_BYTES
+
+ASSETS_PATH = "/assets"
+"""OpenCost's Assets API path."""
+ASSETS_WINDOW = "1h"
+"""The ``window`` the operator asks for: the last hour (a documented duration form)."""
+GPU_LABEL_KEYS = ("nvidia_com_gpu_product", "nvidia.com/gpu.product", "cloud_google_com_gke_accelerator",
+                  "cloud.google.com/gke-accelerator")
+"""Node labels naming the GPU type, as OpenCost writes them (sanitized) and as Kubernetes does."""
+_NODE_NUMBERS = ("cpuCost", "ramCost", "gpuCost", "cpuCoreHours", "ramByteHours", "GPUHours")
+
+
+class PriceSource(str, enum.Enum):
+    """Which source priced a service: the reason of the InferenceService's ``Priced`` condition."""
+
+    OPENCOST = "OpenCost"
+    """Every figure came from OpenCost's ``/assets`` answer."""
+    CATALOG = "Catalog"
+    """No OpenCost is configured: the pricing catalog."""
+    CATALOG_FALLBACK = "CatalogFallback"
+    """OpenCost is configured, but its answer was unusable or had no price for some figure: the catalog's."""
+
+
+class OpenCostAnswerError(ValueError):
+    """OpenCost's ``/assets`` answer cannot be used; the message names the node and field and what was wrong."""
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """One ``Node`` asset of the answer, as numbers (USD and unit-hours over the window).
+
+    Attributes:
+        name: ``properties.name`` (or the asset key).
+        tier: ``Spot`` when OpenCost marks the node ``preemptible``, else ``OnDemand``.
+        gpu_type: The GPU label's value, or None.
+        cpu_usd / ram_usd: CPU and RAM cost after the node's ``discount``.
+        gpu_usd: GPU cost (OpenCost does not discount GPUs).
+    """
+
+    name: str
+    tier: PricingTier
+    gpu_type: str | None
+    cpu_usd: Decimal
+    cpu_core_hours: Decimal
+    ram_usd: Decimal
+    ram_gib_hours: Decimal
+    gpu_usd: Decimal
+    gpu_hours: Decimal
+
+
+def _number(node: str, asset: Mapping[str, Any], key: str, default: float | None = None) -> Decimal:
+    if key not in asset and default is not None:
+        return Decimal(str(default))
+    if key not in asset:
+        raise OpenCostAnswerError(f"node {node!r}: field {key!r} is missing")
+    value = asset[key]
+    if value is None:
+        raise OpenCostAnswerError(f"node {node!r}: {key} is null (OpenCost writes NaN and Inf as null)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OpenCostAnswerError(f"node {node!r}: {key} is {value!r}, not a number")
+    if math.isnan(value) or math.isinf(value):
+        raise OpenCostAnswerError(f"node {node!r}: {key} is {value}, not a finite number")
+    if value < 0:
+        raise OpenCostAnswerError(f"node {node!r}: {key} is negative ({value}); a cost or an amount is >= 0")
+    return Decimal(repr(float(value)))
+
+
+def parse_assets_answer(status_code: int, body: bytes | str) -> list[NodeCost]:
+    """The ``Node`` assets of one ``/assets`` answer.
+
+    Args:
+        status_code: HTTP status of the answer.
+        body: Its body (JSON, see the module docstring for the shape).
+    Returns:
+        One :class:`NodeCost` per ``Node`` asset (other asset types -- disks, load balancers -- are skipped),
+        sorted by name; empty when the window had no node.
+    Raises:
+        OpenCostAnswerError: Not HTTP 200, not JSON, not the documented envelope (``code`` 200, ``data`` an
+            object), or a node with a missing, null, NaN, infinite, negative or non-numeric cost or amount, a
+            ``discount``/``preemptible`` outside [0, 1], or a cost over zero unit-hours. One bad node refuses the
+            whole answer: a partial answer could price a GPU type from the wrong nodes.
+    """
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    if status_code != 200:
+        raise OpenCostAnswerError(f"HTTP {status_code}: {text.strip()[:200]!r}")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise OpenCostAnswerError(f"the answer is not JSON ({exc}): {text.strip()[:120]!r}") from None
+    if not isinstance(doc, dict):
+        raise OpenCostAnswerError(f"the answer is a JSON {type(doc).__name__}, not the {{code, status, data}} object")
+    if doc.get("code") != 200 or doc.get("status", "success") != "success":
+        raise OpenCostAnswerError(f"the answer says code={doc.get('code')!r} status={doc.get('status')!r}: "
+                                  f"{str(doc.get('message', ''))[:200]!r}")
+    data = doc.get("data")
+    if not isinstance(data, dict):
+        raise OpenCostAnswerError(f"'data' is {type(data).__name__}, not an object of assets by key")
+    nodes = []
+    for key, asset in data.items():
+        if not isinstance(asset, dict):
+            raise OpenCostAnswerError(f"asset {key!r} is {type(asset).__name__}, not an object")
+        if asset.get("type") != "Node":
+            continue
+        raw_props = asset.get("properties")
+        props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
+        name = str(props.get("name") or key)
+        nums = {k: _number(name, asset, k) for k in _NODE_NUMBERS}
+        discount = _number(name, asset, "discount", 0.0)
+        preemptible = _number(name, asset, "preemptible", 0.0)
+        for label, value in (("discount", discount), ("preemptible", preemptible)):
+            if value > 1:
+                raise OpenCostAnswerError(f"node {name!r}: {label} is {value}, outside [0, 1]")
+        for cost, amount in (("cpuCost", "cpuCoreHours"), ("ramCost", "ramByteHours"), ("gpuCost", "GPUHours")):
+            if nums[cost] > 0 and nums[amount] == 0:
+                raise OpenCostAnswerError(f"node {name!r}: {cost} is {nums[cost]} USD over 0 {amount}")
+        raw_labels = asset.get("labels")
+        labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
+        gpu_type = next((str(labels[k]) for k in GPU_LABEL_KEYS if labels.get(k)), None)
+        ctx = MONEY_CONTEXT
+        kept = ctx.subtract(Decimal(1), discount)
+        nodes.append(NodeCost(
+            name=name, tier=PricingTier.SPOT if preemptible >= Decimal("0.5") else PricingTier.ON_DEMAND,
+            gpu_type=gpu_type,
+            cpu_usd=ctx.multiply(nums["cpuCost"], kept), cpu_core_hours=nums["cpuCoreHours"],
+            ram_usd=ctx.multiply(nums["ramCost"], kept),
+            ram_gib_hours=ctx.divide(nums["ramByteHours"], Decimal(GIB_BYTES)),
+            gpu_usd=nums["gpuCost"], gpu_hours=nums["GPUHours"]))
+    return sorted(nodes, key=lambda n: n.name)
+
+
+def _tier_key(tier: PricingTier) -> str:
+    return "onDemand" if tier is PricingTier.ON_DEMAND else "spot"
+
+
+def figure_key(resource: str, tier: PricingTier, gpu_name: str | None = None) -> str:
+    """Name of one catalog figure, e.g. ``cpuCoreHour.onDemand`` or ``gpuHour.nvidia-l4.spot``."""
+    return f"{resource}.{gpu_name}.{_tier_key(tier)}" if gpu_name else f"{resource}.{_tier_key(tier)}"
+
+
+@dataclass(frozen=True)
+class OpenCostPrices:
+    """The catalog with OpenCost's figures in place of its own, and which figures those are.
+
+    Attributes:
+        catalog: The effective catalog (every figure OpenCost priced replaced; GPU types only OpenCost knows
+            added with their on-demand figure).
+        from_opencost: :func:`figure_key` of each replaced figure, with its USD per unit-hour.
+        nodes: Number of ``Node`` assets in the answer.
+    """
+
+    catalog: Catalog
+    from_opencost: Mapping[str, Decimal]
+    nodes: int
+
+
+def prices_from_nodes(nodes: Sequence[NodeCost], catalog: Catalog, as_of: dt.date) -> OpenCostPrices:
+    """Per-unit hourly prices of ``nodes`` (formulas in the module docstring), laid over ``catalog``.
+
+    Args:
+        nodes: From :func:`parse_assets_answer`.
+        catalog: The operator's catalog (packaged + override); figures OpenCost has no non-zero price for stay.
+        as_of: Date written in each replaced figure's ``asOf``.
+    Returns:
+        :class:`OpenCostPrices`; rates quantized to 1e-9 USD.
+    """
+    ctx = MONEY_CONTEXT
+    sums: dict[str, list[Decimal]] = {}
+
+    def add(key: str, usd: Decimal, hours: Decimal) -> None:
+        if hours > 0:
+            total = sums.setdefault(key, [Decimal(0), Decimal(0)])
+            total[0], total[1] = ctx.add(total[0], usd), ctx.add(total[1], hours)
+
+    gpu_names: dict[str, str] = {}
+    for n in nodes:
+        add(figure_key("cpuCoreHour", n.tier), n.cpu_usd, n.cpu_core_hours)
+        add(figure_key("memoryGiBHour", n.tier), n.ram_usd, n.ram_gib_hours)
+        if n.gpu_type:
+            name = catalog.gpu_type_name(n.gpu_type) or gpu_names.setdefault(n.gpu_type.lower(), n.gpu_type)
+            add(figure_key("gpuHour", n.tier, name), n.gpu_usd, n.gpu_hours)
+    rates = {k: quantize_ledger_usd(ctx.divide(usd, hours)) for k, (usd, hours) in sums.items()}
+    rates = {k: v for k, v in rates.items() if v > 0}  # 0 = OpenCost has no price for it: keep the catalog's.
+    data = catalog.model_dump(by_alias=True, mode="python")
+    source = f"OpenCost {ASSETS_PATH} window={ASSETS_WINDOW} ({len(nodes)} node(s)), per-unit average"
+    used: dict[str, Decimal] = {}
+    for key, rate in sorted(rates.items()):
+        parts = key.split(".")
+        figure = {"usdPerUnitHour": rate, "source": source, "asOf": as_of}
+        if parts[0] != "gpuHour":
+            data[parts[0]][parts[1]] = figure
+        elif parts[1] in data["gpuHour"]:
+            data["gpuHour"][parts[1]][parts[2]] = figure
+        elif parts[2] == "onDemand":  # A GPU type only OpenCost knows: its on-demand figure (and spot below).
+            data["gpuHour"][parts[1]] = {"onDemand": figure}
+        else:
+            continue
+        used[key] = rate
+    for key, rate in sorted(rates.items()):  # Spot figures of GPU types only OpenCost knows.
+        parts = key.split(".")
+        if parts[0] == "gpuHour" and parts[2] == "spot" and key not in used and parts[1] in data["gpuHour"]:
+            data["gpuHour"][parts[1]]["spot"] = {"usdPerUnitHour": rate, "source": source, "asOf": as_of}
+            used[key] = rate
+    return OpenCostPrices(Catalog.model_validate(data), used, len(nodes))
+
+
+@dataclass(frozen=True)
+class OpenCostObservation:
+    """What the operator last learned from OpenCost.
+
+    Attributes:
+        prices: The usable answer's prices, or None when the last read failed.
+        problem: Why the last read is not usable ('' when it is).
+        since: When the current run of usable (or of unusable) reads began (timezone-aware UTC); it moves only
+            when usability flips, so a steady state rewrites no condition.
+        checked_at: When the last read was made.
+    """
+
+    prices: OpenCostPrices | None
+    problem: str
+    since: dt.datetime
+    checked_at: dt.datetime
+
+    @property
+    def usable(self) -> bool:
+        return self.prices is not None
+
+
+def observe_answer(previous: OpenCostObservation | None, catalog: Catalog, now: dt.datetime, *,
+                   status_code: int | None = None, body: bytes | str = b"", error: str = "") -> OpenCostObservation:
+    """Turn one read of ``/assets`` into the next observation.
+
+    Args:
+        previous: The observation before this read (None at start-up).
+        catalog: The operator's catalog, overlaid with OpenCost's figures.
+        now: Time of the read, timezone-aware UTC.
+        status_code / body: The HTTP answer; ``error``: the transport failure instead (connection refused,
+            timeout), e.g. ``"ConnectError: [Errno 111] Connection refused"``.
+    Returns:
+        The new observation; ``since`` carried over from ``previous`` when usability did not flip.
+    """
+    prices: OpenCostPrices | None = None
+    problem = ""
+    if error or status_code is None:
+        problem = f"OpenCost unreachable ({error or 'no answer'})"
+    else:
+        try:
+            prices = prices_from_nodes(parse_assets_answer(status_code, body), catalog, now.date())
+        except OpenCostAnswerError as exc:
+            problem = f"OpenCost answer refused: {exc}"
+    usable = prices is not None
+    since = previous.since if previous is not None and previous.usable == usable else now
+    return OpenCostObservation(prices, problem, since, now)
+
+
+@dataclass(frozen=True)
+class PricedReplica:
+    """The price of one replica and where it came from (the ``Priced`` condition's reason and message)."""
+
+    usd_per_hour: Decimal
+    source: PriceSource
+    message: str
+
+
+def _stamp(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _figures_used(resources: ReplicaResources, tier: PricingTier, catalog: Catalog) -> list[str]:
+    used = []
+    if resources.cpu_cores > 0:
+        used.append(figure_key("cpuCoreHour", tier))
+    if resources.memory_bytes > 0:
+        used.append(figure_key("memoryGiBHour", tier))
+    if resources.gpu_count > 0 and resources.gpu_type:
+        used.append(figure_key("gpuHour", tier, catalog.gpu_type_name(resources.gpu_type) or resources.gpu_type))
+    return used
+
+
+def resolve_replica_price(resources: ReplicaResources, tier: PricingTier | str, catalog: Catalog,
+                          opencost: OpenCostObservation | None) -> PricedReplica:
+    """Price one replica from OpenCost where it has the figures, from the catalog otherwise.
+
+    Args:
+        resources: One replica's CPU, memory and GPUs (see :class:`ReplicaResources`).
+        tier: ``OnDemand`` or ``Spot``.
+        catalog: The operator's catalog (packaged + override).
+        opencost: The last OpenCost observation; None when no OpenCost is configured.
+    Returns:
+        USD per replica-hour (1e-9 USD resolution) with its :class:`PriceSource` and a message that names the
+        source, since when, and for ``CatalogFallback`` why (unreachable, refused answer, or which figures
+        OpenCost had no price for).
+    Raises:
+        UnknownPrice: Neither OpenCost nor the catalog has a price for the GPU type (or tier); never priced 0.
+        ValueError: ``tier`` is not a known tier.
+    """
+    tier = PricingTier(tier)
+    if opencost is None:
+        usd = catalog.price_replica(resources, tier)
+        return PricedReplica(usd, PriceSource.CATALOG,
+                             f"Priced from the pricing catalog: {format_usd(quantize_display_usd(usd))} USD "
+                             f"per replica-hour")
+    if opencost.prices is None:
+        usd = catalog.price_replica(resources, tier)
+        return PricedReplica(usd, PriceSource.CATALOG_FALLBACK,
+                             f"{opencost.problem} (since {_stamp(opencost.since)}); priced from the pricing catalog: "
+                             f"{format_usd(quantize_display_usd(usd))} USD per replica-hour")
+    effective = opencost.prices.catalog
+    usd = effective.price_replica(resources, tier)
+    used = _figures_used(resources, tier, effective)
+    missing = [k for k in used if k not in opencost.prices.from_opencost]
+    shown = f"{format_usd(quantize_display_usd(usd))} USD per replica-hour"
+    if not missing:
+        rates = ", ".join(f"{k} {format_usd(opencost.prices.from_opencost[k].normalize())}" for k in used)
+        return PricedReplica(usd, PriceSource.OPENCOST,
+                             f"Priced from OpenCost {ASSETS_PATH} since {_stamp(opencost.since)}: {shown} "
+                             f"({rates or 'no resources'} USD per unit-hour)")
+    return PricedReplica(usd, PriceSource.CATALOG_FALLBACK,
+                         f"OpenCost {ASSETS_PATH} has no non-zero price for {', '.join(missing)} "
+                         f"({opencost.prices.nodes} node(s) in window={ASSETS_WINDOW}, since "
+                         f"{_stamp(opencost.since)}); those from the pricing catalog: {shown}")
+
+
+__all__ = [
+    "ASSETS_PATH", "ASSETS_WINDOW", "GPU_LABEL_KEYS", "NodeCost", "OpenCostAnswerError", "OpenCostObservation",
+    "OpenCostPrices", "PriceSource", "PricedReplica", "figure_key", "observe_answer", "parse_assets_answer",
+    "prices_from_nodes", "resolve_replica_price",
+]
