@@ -10,8 +10,11 @@ CPU ratio is comparable across runs). Its stability check is relaxed (``-s 999``
 it failed to see 3 windows within 50 % of each other, and the CPU figure does not depend on it.
 
 The ``perf_analyzer`` binary of the tritonclient 2.51 wheel needs ``libb64.so.0d`` (Debian ``libb64-0d``) and CUDA 12's
-``libcudart.so.12``; pass the directory holding the latter with ``--cudart-dir`` (e.g. unpacked from the
-``nvidia-cuda-runtime-cu12`` wheel) when torch's CUDA 13 wheels are all the machine has.
+``libcudart.so.12`` (torch brings CUDA 13). The script sets both up itself (:func:`ensure_dependencies`): as root it
+installs ``libb64-0d`` with apt-get when the loader does not know it (else it says which command to run), and it
+installs the ``nvidia-cuda-runtime-cu12`` pin of pyproject's ``perf-analyzer`` extra with ``pip --target`` into
+``~/.cache/modalscale/perf-analyzer/<pin>`` (not into the venv) unless a ``libcudart.so.12`` is already found in the
+venv or in ``--cudart-dir``. So it runs from a fresh clone after ``scripts/test.sh``'s set-up (network needed once).
 
 Usage: ``python benchmarks/runtime_perf_analyzer.py [--rounds 3] [--concurrency 2] [--requests 40] [--cudart-dir DIR]``.
 """
@@ -27,7 +30,10 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
+import sysconfig
 import tempfile
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +65,55 @@ def input_json(path: Path) -> Path:
     return path
 
 
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path.home() / ".cache" / "modalscale" / "perf-analyzer"
+
+
+def cudart_requirement(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """The pinned ``nvidia-cuda-runtime-cu12==...`` of pyproject's ``perf-analyzer`` extra (the one source of it)."""
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["perf-analyzer"]
+    return next(r for r in extras if r.startswith("nvidia-cuda-runtime-cu12=="))
+
+
+def find_cudart(*roots: Path) -> Path | None:
+    """The directory holding ``libcudart.so.12`` below any of ``roots`` (a wheel puts it in
+    ``nvidia/cuda_runtime/lib``), or None."""
+    for root in roots:
+        if root.is_dir():
+            for hit in sorted(root.rglob("libcudart.so.12")):
+                return hit.parent
+    return None
+
+
+def ensure_dependencies(cudart_dir: Path | None) -> Path:
+    """Make ``perf_analyzer``'s two shared libraries loadable; returns the directory to put on LD_LIBRARY_PATH.
+
+    Raises:
+        SystemExit: libb64 is missing and this is not root (the message names the apt-get command), or pip failed.
+    """
+    known = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    if "libb64.so.0d" not in known:
+        if os.geteuid() != 0:
+            raise SystemExit("perf_analyzer needs libb64.so.0d: sudo apt-get install libb64-0d")
+        print("installing Debian's libb64-0d (perf_analyzer links libb64.so.0d)", flush=True)
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "libb64-0d"], check=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    requirement = cudart_requirement()
+    target = CACHE / requirement.replace("==", "-")
+    found = find_cudart(*(p for p in (cudart_dir,) if p is not None), Path(sysconfig.get_paths()["purelib"]) / "nvidia",
+                        target)
+    if found is not None:
+        return found
+    print(f"installing {requirement} into {target} (perf_analyzer links libcudart.so.12)", flush=True)
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                          requirement], check=False)
+    found = find_cudart(target)
+    if pip.returncode != 0 or found is None:
+        raise SystemExit(f"could not install {requirement} into {target} (pip exit {pip.returncode})")
+    return found
+
+
 def tree_cpu_s(pid: int) -> dict[int, float]:
     return {p.pid: p.cpu_s for p in proctree.tree_cpu_s(pid).values()}
 
@@ -68,15 +123,20 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--requests", type=int, default=40, help="requests per measurement window")
-    parser.add_argument("--cudart-dir", type=Path, default=None)
+    parser.add_argument("--cudart-dir", type=Path, default=None,
+                        help="a directory holding libcudart.so.12 (default: found or installed, see above)")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     binary = shutil.which("perf_analyzer")
     if binary is None:
         parser.error("perf_analyzer not found on PATH (it ships in the tritonclient wheel)")
     env = dict(os.environ)
-    if args.cudart_dir is not None:
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(args.cudart_dir), env.get("LD_LIBRARY_PATH")]))
+    cudart = ensure_dependencies(args.cudart_dir)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(cudart), env.get("LD_LIBRARY_PATH")]))
+    check = subprocess.run([binary, "--help"], capture_output=True, text=True, env=env, check=False)
+    if "error while loading shared libraries" in check.stderr:
+        raise SystemExit(f"perf_analyzer cannot start: {check.stderr.strip()}")
+    print(f"perf_analyzer: {binary}; libcudart.so.12 from {cudart}", flush=True)
     load0, jiffies0 = proctree.loadavg(), proctree.cpu_jiffies()
     print(f"before: load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} (shared machine)")
     work = Path(tempfile.mkdtemp(prefix="bench-pa-"))
