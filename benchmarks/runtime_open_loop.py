@@ -1,0 +1,218 @@
+"""Open-loop rate sweep of the runtime's variants, with the issue-13 headline (not a test).
+
+Per variant, Poisson arrivals at offered rates that are fractions of naive's capacity (capacity = usable cores /
+naive's server CPU-s per request, measured first with a closed loop, or given with ``--naive-capacity-rps``); each
+request is the mixed workload of ``benchmarks/runtime_capacity.py`` (text, image-only JPEG and PNG from 224x224 to
+1600x1200, several images, image + text; every image's bytes distinct, so no cache hits). Latency counts from each
+request's scheduled arrival (a late client counts against the server too, as in ``modalscale load``).
+
+Printed per (variant, offered rate): achieved rate, errors, p50 and p99 per modality and overall, each with n and a
+95 % percentile-bootstrap interval (a ``*`` marks a p99 from fewer than 2,000 latencies: indicative only), Triton's
+own mean queue and compute time per request (``nv_inference_queue_duration_us`` / ``compute_infer``; with the router
+the modality models' are shown), and server CPU-ms per request from ``/proc``. The SLO is naive's overall p99 at 70 %
+of its capacity (interpolated between measured rates); each variant's headline is the highest offered rate whose p99
+stays within it (all lower rates too), as a ratio to naive's. Variants run alternately at each rate, rates ascending.
+A point stops sending when more than ``--max-backlog`` requests are in flight (the server is past saturation); the
+requests not sent are counted as shed and the point fails the SLO.
+
+The machine this runs on is shared: the load average and steal are printed before and after, and the capacity used
+for the rates is a CPU figure, so rates near 1.0 may already saturate a machine whose other jobs take CPU.
+
+Usage: ``python benchmarks/runtime_open_loop.py [--variants naive,fastest] [--fractions 0.3,0.5,0.7,0.9,1.1,1.3]
+[--requests 2000] [--naive-capacity-rps R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from modalscale.runtime import proctree
+from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, scrape_metrics
+from modalscale.runtime.sweep import MIN_REQUESTS_FOR_P99, headline_rps, percentile_ci, poisson_arrivals_s, slo_ms
+from modalscale.runtime.server import TritonProcess, free_port, write_repository
+
+_spec = importlib.util.spec_from_file_location("runtime_capacity", Path(__file__).with_name("runtime_capacity.py"))
+assert _spec is not None and _spec.loader is not None
+capacity = importlib.util.module_from_spec(_spec)
+sys.modules["runtime_capacity"] = capacity
+_spec.loader.exec_module(capacity)
+
+MODALITIES = ("text", "image", "image_text")
+
+
+async def open_loop(url: str, model: str, contents: list[tuple[list[bytes] | None, str | None]],
+                    arrivals_s: list[float], max_backlog: int) -> tuple[list[tuple[int, float]], int, int, float]:
+    """Send request i at ``arrivals_s[i]`` whatever is in flight; returns ``([(index, latency_ms)], errors, shed,
+    wall_s)`` with latency from the scheduled arrival."""
+    client = AsyncMultimodalClient(url, "grpc", model, timeout_s=600)
+    done: list[tuple[int, float]] = []
+    errors = 0
+    inflight = 0
+    tasks: list[asyncio.Task[None]] = []
+
+    async def one(i: int, due: float) -> None:
+        nonlocal errors, inflight
+        images, text = contents[i]
+        try:
+            await client.infer(images=images, text=text)
+            done.append((i, 1000 * (time.perf_counter() - due)))
+        except InferenceError:
+            errors += 1
+        finally:
+            inflight -= 1
+
+    start = time.perf_counter()
+    shed = 0
+    try:
+        for i, at in enumerate(arrivals_s):
+            delay = start + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if inflight >= max_backlog:
+                shed = len(arrivals_s) - i
+                break
+            inflight += 1
+            tasks.append(asyncio.create_task(one(i, start + at)))
+        await asyncio.gather(*tasks)
+    finally:
+        await client.close()
+    return done, errors, shed, time.perf_counter() - start
+
+
+def triton_times(metrics: dict[str, float], models: list[str]) -> tuple[float, float, float]:
+    """Sum over ``models`` of (success count, queue us, compute-infer us) from Triton's counters."""
+    ok = queue = compute = 0.0
+    for m in models:
+        ok += metrics.get(f'nv_inference_request_success{{model="{m}",version="1"}}', 0.0)
+        queue += metrics.get(f'nv_inference_queue_duration_us{{model="{m}",version="1"}}', 0.0)
+        compute += metrics.get(f'nv_inference_compute_infer_duration_us{{model="{m}",version="1"}}', 0.0)
+    return ok, queue, compute
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", default="naive,fastest", help="names of benchmarks/runtime_capacity.py")
+    parser.add_argument("--fractions", default="0.3,0.5,0.7,0.9,1.1,1.3",
+                        help="offered rates as fractions of naive's capacity (0.7 is needed for the SLO)")
+    parser.add_argument("--requests", type=int, default=MIN_REQUESTS_FOR_P99, help="requests per (variant, rate)")
+    parser.add_argument("--naive-capacity-rps", type=float, default=None,
+                        help="skip the closed-loop capacity measurement and use this")
+    parser.add_argument("--capacity-requests", type=int, default=96)
+    parser.add_argument("--max-backlog", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=17)
+    args = parser.parse_args()
+    table = capacity.variants()
+    names = ["naive"] + [n for n in dict.fromkeys(args.variants.split(",")) if n and n != "naive"]
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {sorted(table)}")
+    fractions = sorted(float(f) for f in args.fractions.split(","))
+    if 0.7 not in fractions:
+        parser.error("--fractions must include 0.7 (the SLO is naive's p99 there)")
+    cores = len(os.sched_getaffinity(0))
+    print("\n".join(capacity.header(names, table)))
+    load0, jiffies0 = proctree.loadavg(), proctree.cpu_jiffies()
+    print(f"before: load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} (machine shared with other jobs)")
+
+    work = Path(tempfile.mkdtemp(prefix="bench-openloop-"))
+    repo = work / "repo"
+    for name in names:
+        write_repository(capacity.repository_files(table[name]), repo)
+    server = TritonProcess(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                           exit_timeout_s=5, temp_paths=[work])
+    server.start(ready_timeout_s=900)
+    results: dict[tuple[str, float], dict[str, object]] = {}
+    try:
+        assert server.pid is not None
+        warm = capacity.workload(8, seed=args.seed)
+        for name in names:
+            capacity.measure(server, name, name, -1, warm, concurrency=4)
+        naive_rps = args.naive_capacity_rps
+        if naive_rps is None:
+            w = capacity.measure(server, "naive", "naive", -2, capacity.workload(args.capacity_requests, args.seed + 1),
+                                 concurrency=4)
+            naive_rps = cores * 1000 / w.server_ms
+            print(f"naive capacity: {cores} cores / {w.server_ms:.1f} server CPU-ms per request = {naive_rps:.1f} req/s "
+                  f"(closed loop, {w.requests} requests)")
+        else:
+            print(f"naive capacity (given): {naive_rps:.1f} req/s")
+        for k, fraction in enumerate(fractions):
+            rate = fraction * naive_rps
+            order = names if k % 2 == 0 else names[::-1]
+            for name in order:
+                specs = capacity.workload(args.requests, seed=args.seed + 100 + k)
+                contents = [capacity.encode(s, f"ol:{k}:{name}:{i}") for i, s in enumerate(specs)]
+                arrivals = [float(a) for a in poisson_arrivals_s(rate, len(specs), seed=args.seed + k)]
+                models = [name, f"{name}_image", f"{name}_text", f"{name}_image_text"]
+                m0, cpu0 = scrape_metrics(server.metrics_url), capacity._tree_cpu(server.pid)
+                done, errors, shed, wall = asyncio.run(open_loop(server.grpc_url, name, contents, arrivals,
+                                                                 args.max_backlog))
+                cpu1, m1 = capacity._tree_cpu(server.pid), scrape_metrics(server.metrics_url)
+                inner = models[1:] if table[name].config.uses_router else models[:1]
+                ok0, q0, c0 = triton_times(m0, inner)
+                ok1, q1, c1 = triton_times(m1, inner)
+                n_ok = max(1.0, ok1 - ok0)
+                by_mod: dict[str, list[float]] = {m: [] for m in MODALITIES}
+                for i, lat in done:
+                    by_mod[specs[i].modality].append(lat)
+                row = {"offered": rate, "achieved": len(done) / wall if wall > 0 else 0.0, "errors": errors,
+                       "shed": shed, "n": len(done), "queue_ms": (q1 - q0) / 1000 / n_ok,
+                       "compute_ms": (c1 - c0) / 1000 / n_ok,
+                       "server_ms": 1000 * capacity._delta_cpu(cpu0, cpu1) / max(1, len(done)),
+                       "all": [lat for _, lat in done], **by_mod}
+                results[(name, fraction)] = row
+                p99 = percentile_ci(row["all"], 99, seed=1)  # type: ignore[arg-type]
+                print(f"  {name:<10} offered {rate:6.1f} req/s: achieved {row['achieved']:6.1f}, n {len(done)}, "
+                      f"errors {errors}, shed {shed}, p99 {p99} ms, load {proctree.loadavg()[0]:.1f}", flush=True)
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    load1, jiffies1 = proctree.loadavg(), proctree.cpu_jiffies()
+    print(f"after: load average {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; steal "
+          f"{100 * proctree.steal_fraction(jiffies0, jiffies1):.2f} % (machine shared with other jobs)")
+
+    print("\nlatency ms from scheduled arrival: value [95 % bootstrap interval], n; * = p99 from < "
+          f"{MIN_REQUESTS_FOR_P99} latencies")
+    print(f"{'variant':<10} {'offered':>7} {'achieved':>8} {'err':>4} {'shed':>5} {'queue':>6} {'compute':>7} "
+          f"{'srvCPU':>6}  " + "  ".join(f"{m + ' p50 / p99 (n)':<34}" for m in (*MODALITIES, "all")))
+    for fraction in fractions:
+        for name in names:
+            r = results[(name, fraction)]
+            cells = []
+            for m in (*MODALITIES, "all"):
+                lat = r[m]
+                cells.append(f"{percentile_ci(lat, 50, seed=2)!s:<12} / {percentile_ci(lat, 99, seed=3)!s:<14} "  # type: ignore[arg-type]
+                             f"({len(lat)})")  # type: ignore[arg-type]
+            print(f"{name:<10} {r['offered']:7.1f} {r['achieved']:8.1f} {r['errors']:4d} {r['shed']:5d} "
+                  f"{r['queue_ms']:6.0f} {r['compute_ms']:7.0f} {r['server_ms']:6.0f}  " + "  ".join(f"{c:<34}" for c in cells))
+
+    def points(name: str) -> list[tuple[float, float]]:
+        out = []
+        for f in fractions:
+            r = results[(name, f)]
+            p = percentile_ci(r["all"], 99).value_ms if not r["shed"] and not r["errors"] else float("nan")  # type: ignore[arg-type]
+            out.append((float(r["offered"]), p))  # type: ignore[arg-type]
+        return out
+
+    slo = slo_ms(points("naive"), naive_rps)
+    base = headline_rps(points("naive"), slo)
+    print(f"\nSLO = naive's overall p99 at 70 % of its capacity ({0.7 * naive_rps:.1f} req/s): {slo:.0f} ms")
+    for name in names:
+        head = headline_rps(points(name), slo)
+        ratio = head / base if base > 0 else float("nan")
+        print(f"headline {name:<10} highest offered rate within the SLO: {head:.1f} req/s = {ratio:.2f}x naive's "
+              f"{base:.1f} (grid of offered rates: {', '.join(f'{f:g}' for f in fractions)} x naive capacity; the "
+              f"ratio's resolution is that grid)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

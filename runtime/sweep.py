@@ -1,0 +1,97 @@
+"""Pure statistics of the open-loop rate sweep (``benchmarks/runtime_open_loop.py``): Poisson arrival times,
+percentiles with bootstrap confidence intervals, the SLO and the headline rate.
+
+Headline (issue 13): the SLO is naive's p99 at 70 % of naive's capacity; a variant's headline is the highest offered
+rate whose p99 stays within that SLO (every lower offered rate within it too), reported as a ratio to naive's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_REQUESTS_FOR_P99 = 2000
+"""Fewer latencies than this give a p99 from fewer than 20 tail samples; the sweep marks it as indicative."""
+
+
+def poisson_arrivals_s(rate_rps: float, count: int, seed: int) -> np.ndarray:
+    """Arrival times in seconds from 0 of ``count`` requests of a Poisson process of ``rate_rps`` (exponential gaps).
+
+    Raises:
+        ValueError: ``rate_rps`` <= 0 or ``count`` < 1.
+    """
+    if rate_rps <= 0 or count < 1:
+        raise ValueError(f"rate_rps must be > 0 and count >= 1, got {rate_rps} and {count}")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_rps, size=count)
+    return np.cumsum(gaps) - gaps[0]
+
+
+@dataclass(frozen=True)
+class Quantile:
+    """A latency percentile with its bootstrap interval."""
+
+    q: float
+    """Percentile in [0, 100]."""
+    value_ms: float
+    low_ms: float
+    high_ms: float
+    n: int
+    """Latencies it was computed from."""
+
+    def __str__(self) -> str:
+        flag = "" if self.q < 99 or self.n >= MIN_REQUESTS_FOR_P99 else "*"
+        return f"{self.value_ms:.0f} [{self.low_ms:.0f}-{self.high_ms:.0f}]{flag}"
+
+
+def percentile_ci(latencies_ms: Sequence[float], q: float, resamples: int = 1000, confidence: float = 0.95,
+                  seed: int = 0) -> Quantile:
+    """The ``q``-th percentile of ``latencies_ms`` and its percentile-bootstrap interval (Efron & Tibshirani 1993,
+    ch. 13: resample with replacement ``resamples`` times, take the (1 - confidence)/2 quantiles of the statistic).
+
+    Returns NaNs when ``latencies_ms`` is empty.
+    """
+    values = np.asarray(latencies_ms, dtype=float)
+    if values.size == 0:
+        nan = float("nan")
+        return Quantile(q, nan, nan, nan, 0)
+    rng = np.random.default_rng(seed)
+    stats = np.percentile(rng.choice(values, size=(resamples, values.size), replace=True), q, axis=1)
+    tail = (1 - confidence) / 2
+    return Quantile(q, float(np.percentile(values, q)), float(np.quantile(stats, tail)),
+                    float(np.quantile(stats, 1 - tail)), int(values.size))
+
+
+def slo_ms(naive_points: Sequence[tuple[float, float]], naive_capacity_rps: float, fraction: float = 0.7) -> float:
+    """The SLO: naive's p99 at ``fraction`` of its capacity, interpolated linearly between the offered rates measured.
+
+    Args:
+        naive_points: ``(offered_rps, p99_ms)`` of naive, any order.
+        naive_capacity_rps: Naive's capacity (cores / server CPU-s per request).
+    Raises:
+        ValueError: No measured rate at or below, or none at or above, the target rate.
+    """
+    target = fraction * naive_capacity_rps
+    points = sorted(naive_points)
+    for (r0, p0), (r1, p1) in zip(points, points[1:], strict=False):
+        if r0 <= target <= r1:
+            return p0 if r1 == r0 else p0 + (p1 - p0) * (target - r0) / (r1 - r0)
+    if points and points[0][0] == target:
+        return points[0][1]
+    raise ValueError(f"naive was not measured around {target:.2f} req/s (rates {[r for r, _ in points]})")
+
+
+def headline_rps(points: Sequence[tuple[float, float]], slo: float) -> float:
+    """The highest offered rate whose p99 is within ``slo`` with every lower offered rate within it too (0.0 when
+    even the lowest misses).
+
+    Args:
+        points: ``(offered_rps, p99_ms)`` of one variant, any order; NaN p99 counts as a miss.
+    """
+    best = 0.0
+    for rate, p99 in sorted(points):
+        if not p99 <= slo:  # NaN fails too
+            break
+        best = rate
+    return best
