@@ -108,6 +108,7 @@ class ThresholdAction(str, enum.Enum):
     CAP_REPLICAS = "CapReplicas"
     SCALE_DOWN = "ScaleDown"
     SCALE_TO_ZERO = "ScaleToZero"
+    SWITCH_TO_SPOT = "SwitchToSpot"
 
 
 class EnforcementOrder(str, enum.Enum):
@@ -224,11 +225,16 @@ class Threshold(_Spec):
     percent: int = Field(ge=1, le=200)
     actions: tuple[ThresholdAction, ...] = (ThresholdAction.ALERT,)
     cap_replicas: int | None = Field(default=None, alias="capReplicas", ge=0, le=1000)
+    spot_max_priority: int | None = Field(default=None, alias="spotMaxPriority", ge=0, le=1000)
+    """``SwitchToSpot`` moves the services whose ``spec.priority`` is at most this (lower = less important)."""
 
     @model_validator(mode="after")
     def _cap_needs_value(self) -> "Threshold":
         if ThresholdAction.CAP_REPLICAS in self.actions and self.cap_replicas is None:
             raise ValueError("capReplicas is required with the CapReplicas action")
+        if ThresholdAction.SWITCH_TO_SPOT in self.actions and self.spot_max_priority is None:
+            raise ValueError("spotMaxPriority is required with the SwitchToSpot action (services with "
+                             "spec.priority <= spotMaxPriority move to Spot; e.g. 50)")
         return self
 
 
@@ -236,6 +242,8 @@ class Enforcement(_Spec):
     floor_replicas: int = Field(default=1, alias="floorReplicas", ge=0, le=1000)
     order: EnforcementOrder = EnforcementOrder.LOWEST_PRIORITY_FIRST
     dry_run: bool = Field(default=False, alias="dryRun")
+    spot_pending_timeout_s: int = Field(default=300, alias="spotPendingTimeoutSeconds", ge=10, le=86400)
+    """Seconds a service's Spot pod may stay Pending before the service falls back to on-demand."""
 
 
 class ForecastSpec(_Spec):
@@ -356,6 +364,19 @@ class ServiceState:
     priority: int = 100
     unknown_reason: str = ""
     pods: tuple[PodRun, ...] | None = None
+    tier: str = PricingTier.ON_DEMAND.value
+    """``spec.pricing.tier``: the tier its pods are priced at unless their node says otherwise."""
+    tier_prices: tuple[tuple[str, Decimal | None], ...] = ()
+    """Price of one replica at each tier (``(tier, USD/h or None when the catalog has none)``): what a pod whose
+    node is of that tier (``PodRun.tier``) costs."""
+    spot_pending_since: datetime | None = None
+    """Creation time of the oldest of its pods that waits, unscheduled, for a Spot node (None: none waits)."""
+
+    def price_at(self, tier: str) -> Decimal | None:
+        """Price of one replica at ``tier`` (None: not priced)."""
+        if tier == self.tier:
+            return self.usd_per_replica_hour
+        return dict(self.tier_prices).get(tier)
 
     @property
     def known(self) -> bool:
@@ -369,27 +390,43 @@ class ServiceState:
 
     def observation(self) -> ServiceObservation:
         """The ledger's view of this service."""
-        return ServiceObservation(self.namespace, self.name, self.replicas, self.usd_per_replica_hour, self.pods)
+        return ServiceObservation(self.namespace, self.name, self.replicas, self.usd_per_replica_hour, self.pods,
+                                  self.tier_prices)
 
 
 def service_state(namespace: str, name: str, *, replicas: int | None, max_replicas: int,
                   resources: ReplicaResources, tier: PricingTier | str, catalog: Catalog,
                   priority: int = 100, usage: ReplicaResources | None = None,
-                  pods: tuple[PodRun, ...] | None = None) -> ServiceState:
+                  pods: tuple[PodRun, ...] | None = None,
+                  spot_pending_since: datetime | None = None) -> ServiceState:
     """Price one service for the budget; an unknown price becomes ``usd_per_replica_hour=None``, not 0.
 
     Args:
         resources: Requested resources per replica; ``usage`` (observed, per replica) raises them when larger.
         tier: ``spec.pricing.tier``.
+        pods: Its pods, each with the tier its node ran it at (``PodRun.tier``; None = ``tier``).
+        spot_pending_since: See :attr:`ServiceState.spot_pending_since`.
     Returns:
-        A :class:`ServiceState` whose ``unknown_reason`` says what could not be read.
+        A :class:`ServiceState` whose ``unknown_reason`` says what could not be read; ``tier_prices`` holds the
+        price at every tier (None where the catalog has none).
     """
+    tier = PricingTier(tier)
     reason = "" if replicas is not None else "replica count could not be read"
-    try:
-        price: Decimal | None = catalog.price_replica(resources.at_least(usage), tier)
-    except UnknownPrice as exc:
-        price, reason = None, "; ".join(r for r in (reason, str(exc)) if r)
-    return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason, pods)
+    prices: dict[str, Decimal | None] = {}
+    for t in PricingTier:
+        try:
+            prices[t.value] = catalog.price_replica(resources.at_least(usage), t)
+        except UnknownPrice as exc:
+            prices[t.value] = None
+            if t is tier:
+                reason = "; ".join(r for r in (reason, str(exc)) if r)
+    price = prices[tier.value]
+    on_other = [p.tier for p in pods or () if p.tier not in (None, tier.value) and p.stop is None]
+    if on_other and any(prices.get(t) is None for t in on_other):
+        reason = "; ".join(r for r in (reason, f"no {on_other[0]} price for the pods its node runs at that tier")
+                           if r)
+    return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason, pods, tier.value,
+                        tuple(sorted(prices.items())), spot_pending_since)
 
 
 @dataclass(frozen=True)
@@ -429,6 +466,65 @@ class EnforcedService:
                 "maxReplicas": self.max_replicas, "since": format_time(self.since), "dryRun": self.dry_run}
 
 
+class SpotState(str, enum.Enum):
+    """``status.spotServices[].state``."""
+
+    SPOT = "Spot"
+    """Switched: its pods are asked onto Spot nodes (the Spot annotation is on the InferenceService)."""
+    ON_DEMAND_FALLBACK = "OnDemandFallback"
+    """Its Spot pods stayed Pending past ``spotPendingTimeoutSeconds``: back on on-demand for the period."""
+
+
+@dataclass(frozen=True)
+class SpotRecord:
+    """One item of ``status.spotServices``: a service a ``SwitchToSpot`` action holds this period.
+
+    Attributes:
+        threshold_percent: The threshold whose action it is.
+        state: :class:`SpotState`.
+        since: When it was switched to Spot (this period).
+        fallback_time: When it fell back to on-demand (None while on Spot).
+        dry_run: True when ``spec.enforcement.dryRun``: reported, not applied.
+        message: Why it is in this state (a sentence for the status and the Event).
+    """
+
+    namespace: str
+    name: str
+    threshold_percent: int
+    state: SpotState
+    since: datetime
+    fallback_time: datetime | None = None
+    dry_run: bool = False
+    message: str = ""
+
+    @property
+    def applied(self) -> bool:
+        """True when the service should run on Spot now (the Spot annotation is wanted)."""
+        return self.state is SpotState.SPOT and not self.dry_run
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"namespace": self.namespace, "name": self.name,
+                               "thresholdPercent": self.threshold_percent, "state": self.state.value,
+                               "since": format_time(self.since), "dryRun": self.dry_run, "message": self.message}
+        if self.fallback_time is not None:
+            out["fallbackTime"] = format_time(self.fallback_time)
+        return out
+
+    @classmethod
+    def from_status(cls, item: Mapping[str, Any], path: str) -> "SpotRecord":
+        """Read one ``status.spotServices`` item; raises :class:`InvalidBudgetStatus` naming ``path``."""
+        try:
+            fallback = item.get("fallbackTime")
+            return cls(str(item["namespace"]), str(item["name"]), int(item["thresholdPercent"]),
+                       SpotState(item["state"]), parse_time(item.get("since"), f"{path}.since"),
+                       parse_time(fallback, f"{path}.fallbackTime") if fallback else None,
+                       bool(item.get("dryRun", False)), str(item.get("message", "")))
+        except LedgerFormatError as exc:
+            raise InvalidBudgetStatus(str(exc)) from None
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
+            raise InvalidBudgetStatus(f"{path}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class AlertState:
     """What earlier evaluations decided, read back from status: the de-duplication input (and output).
@@ -447,6 +543,8 @@ class AlertState:
     state: BudgetState | None = None
     enforced: tuple[EnforcedService, ...] = ()
     blind: bool = False
+    spot: tuple[SpotRecord, ...] = ()
+    """``status.spotServices``."""
 
     def record(self, percent: int, forecast: bool = False) -> ThresholdRecord | None:
         return next((r for r in self.records if r.percent == percent and r.forecast == forecast), None)
@@ -485,13 +583,15 @@ class AlertState:
                     if isinstance(exc, LedgerFormatError):
                         raise
                     raise InvalidBudgetStatus(f"{path}: {exc}") from None
+            spot = tuple(SpotRecord.from_status(item, f"status.spotServices[{i}]")
+                         for i, item in enumerate(status.get("spotServices") or []))
             start = status.get("periodStart")
             state = status.get("state")
             ready = next((c for c in status.get("conditions") or []
                           if isinstance(c, Mapping) and c.get("type") == "Ready"), None)
             blind = state == BudgetState.UNKNOWN.value or (ready is not None and ready.get("reason") == "GovernanceBlind")
             return cls(tuple(records), parse_time(start, "status.periodStart") if start else None,
-                       BudgetState(state) if state else None, tuple(enforced), blind)
+                       BudgetState(state) if state else None, tuple(enforced), blind, spot)
         except LedgerFormatError as exc:
             raise InvalidBudgetStatus(str(exc)) from None
         except ValueError as exc:
@@ -697,6 +797,10 @@ class BudgetPlan:
     blind_services: tuple[str, ...] = ()
     thresholds_enforced: tuple[int, ...] = ()
     horizon_s: int = 0
+    spot: tuple[SpotRecord, ...] = ()
+    """``SwitchToSpot`` in force: what ``status.spotServices`` should say (see :func:`plan_spot`)."""
+    spot_skipped: tuple[str, ...] = ()
+    """Services a ``SwitchToSpot`` action selected but did not move, with why (e.g. no Spot price)."""
 
     @property
     def blind(self) -> bool:
@@ -731,6 +835,7 @@ class BudgetPlan:
             "lastEvaluationTime": format_time(self.evaluated_at),
             "thresholds": [r.to_status() for r in self.alert_state.records],
             "enforcedServices": [e.to_status() for e in self.enforced_services],
+            "spotServices": [r.to_status() for r in self.spot],
         }
         # None (JSON null) deletes a stale value under a merge patch when it becomes unknown.
         out["burnRatePerHour"] = (format_usd(quantize_display_usd(self.burn_rate_usd_per_hour))
@@ -793,19 +898,24 @@ def _target(action: ThresholdAction, threshold: Threshold, svc: ServiceState, fl
         return min(svc.max_replicas, threshold.cap_replicas if threshold.cap_replicas is not None else svc.max_replicas)
     if action is ThresholdAction.SCALE_DOWN:
         return min(svc.max_replicas, floor)
+    if action is ThresholdAction.SWITCH_TO_SPOT:
+        raise ValueError("SwitchToSpot sets no replica target (see plan_spot)")
     return 0
 
 
 def _held(t: Threshold, previous: Mapping[tuple[str, str, ThresholdAction], EnforcedService],
-          services: Sequence[ServiceState], floor: int) -> bool:
+          services: Sequence[ServiceState], floor: int, spot_held: frozenset[int] = frozenset()) -> bool:
     """True when ``t``'s enforcement was in force at the previous evaluation of this period.
 
     A service's entry in ``status.enforcedServices`` names only its strongest action, so ``t`` counts as in
-    force when some still-selected service carries one of ``t``'s actions at or below ``t``'s target.
+    force when some still-selected service carries one of ``t``'s actions at or below ``t``'s target; a
+    ``SwitchToSpot`` action is in force when ``status.spotServices`` names ``t`` (``spot_held``).
     """
+    if ThresholdAction.SWITCH_TO_SPOT in t.actions and t.percent in spot_held:
+        return True
     for svc in services:
         for action in t.actions:
-            if action is ThresholdAction.ALERT:
+            if action in (ThresholdAction.ALERT, ThresholdAction.SWITCH_TO_SPOT):
                 continue
             e = previous.get((svc.namespace, svc.name, action))
             if e is not None and e.max_replicas <= _target(action, t, svc, floor):
@@ -816,7 +926,8 @@ def _held(t: Threshold, previous: Mapping[tuple[str, str, ThresholdAction], Enfo
 def _enforced_thresholds(spec: BudgetSpec, spent: Decimal, burn_usd_per_hour: Decimal,
                          max_usd_per_hour: Decimal, horizon_s: int,
                          previous: Mapping[tuple[str, str, ThresholdAction], EnforcedService],
-                         services: Sequence[ServiceState], hold_unconditionally: bool = False) -> list[Threshold]:
+                         services: Sequence[ServiceState], hold_unconditionally: bool = False,
+                         spot_held: frozenset[int] = frozenset()) -> list[Threshold]:
     """The thresholds whose enforcing actions are in force now (:data:`ENFORCEMENT_METHOD`), ascending.
 
     Args:
@@ -842,7 +953,8 @@ def _enforced_thresholds(spec: BudgetSpec, spent: Decimal, burn_usd_per_hour: De
     enforcing = [t for t in spec.thresholds if any(a is not ThresholdAction.ALERT for a in t.actions)]
     top = max((t.percent for t in enforcing
                if reached(t.percent, projected)  # also covers spent itself: the burn rate is >= 0
-               or ((hold_unconditionally or reached(t.percent, bounded)) and _held(t, previous, services, floor))),
+               or ((hold_unconditionally or reached(t.percent, bounded))
+                   and _held(t, previous, services, floor, spot_held))),
               default=0)
     return [t for t in enforcing if t.percent <= top]
 
@@ -910,12 +1022,14 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     previous = {(e.namespace, e.name, e.action): e for e in alert_state.enforced} if not new_period else {}
     actions: list[EnforcementAction] = []
     # Enforced on the known spend: a lower bound when some service is not priced (see the module docstring).
+    previous_spot = alert_state.spot if not new_period else ()
     in_force = _enforced_thresholds(spec, spent, known_burn, max_burn, horizon_s, previous, services,
-                                    hold_unconditionally=bool(blind))
+                                    hold_unconditionally=bool(blind),
+                                    spot_held=frozenset(r.threshold_percent for r in previous_spot))
     best: dict[tuple[str, str], tuple[int, int, Threshold, ThresholdAction]] = {}
     for t in in_force:
         for action in t.actions:
-            if action is ThresholdAction.ALERT:
+            if action in (ThresholdAction.ALERT, ThresholdAction.SWITCH_TO_SPOT):
                 continue
             for svc in ordered:
                 target = _target(action, t, svc, spec.enforcement.floor_replicas)
@@ -933,13 +1047,16 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
             spec.enforcement.dry_run, prior.since if prior else now, ahead=t not in crossed))
     enforced = tuple(a.enforced() for a in actions)
     ahead = [t for t in in_force if t not in crossed]
+    spot, spot_skipped = plan_spot(spec, in_force, ordered, previous_spot, now)
 
     # ---- alerts, each once per period
     def alerted_now(record: ThresholdRecord | None) -> bool:
         return record is not None and record.alerted_period_start == p_start
 
     scope = spec.selector.describe(policy.namespace)
-    action_text = tuple(a.describe() for a in actions)
+    action_text = tuple(a.describe() for a in actions) + tuple(
+        f"SwitchToSpot {r.namespace}/{r.name} (at {r.threshold_percent} %)"
+        + (" [dry run, not applied]" if r.dry_run else "") for r in spot if r.state is SpotState.SPOT)
 
     def make(kind: AlertKind, marks: tuple[int, ...], **extra: Any) -> BudgetAlert:
         return BudgetAlert(kind, policy, scope, spec.period, spec.time_zone, p_start, p_end, spent, limit, currency,
@@ -948,8 +1065,9 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
                            extra.get("ahead", ()), horizon_s, lower_bound=bool(blind))
 
     alerts: list[BudgetAlert] = []
-    if new_period and (alert_state.state is BudgetState.EXCEEDED or alert_state.enforced):
-        alerts.append(make(AlertKind.RECOVERED, (), actions=("enforcement lifted",) if alert_state.enforced else (),
+    if new_period and (alert_state.state is BudgetState.EXCEEDED or alert_state.enforced or alert_state.spot):
+        alerts.append(make(AlertKind.RECOVERED, (), actions=("enforcement lifted",)
+                           if alert_state.enforced or alert_state.spot else (),
                            closed=closed.spent_usd if closed is not None else None))
     if blind and not alert_state.blind:
         alerts.append(make(AlertKind.GOVERNANCE_BLIND, ()))
@@ -1010,14 +1128,82 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
                     f"{horizon_s} s at the {'known ' if blind else ''}current burn rate")
 
     new_state = AlertState(tuple(sorted(records, key=lambda r: (r.forecast, r.percent))), p_start, state, enforced,
-                           bool(blind))
+                           bool(blind), spot)
     return BudgetPlan(
         state=state, reason=reason, message=message, period_start=p_start, period_end=p_end, currency=currency,
         spent_usd=spent, limit_usd=limit, remaining_usd=ctx.subtract(limit, spent), percent_used=percent_used,
         burn_rate_usd_per_hour=burn, forecast_usd=forecast, forecast_method=FORECAST_METHOD,
         thresholds_crossed=tuple(t.percent for t in crossed), alerts=tuple(alerts), actions=tuple(actions),
         enforced_services=enforced, alert_state=new_state, blind_services=blind_text, evaluated_at=now,
-        thresholds_enforced=tuple(t.percent for t in in_force), horizon_s=horizon_s)
+        thresholds_enforced=tuple(t.percent for t in in_force), horizon_s=horizon_s, spot=spot,
+        spot_skipped=spot_skipped)
+
+
+def plan_spot(spec: BudgetSpec, in_force: Sequence[Threshold], ordered: Sequence[ServiceState],
+              previous: Sequence[SpotRecord], now: datetime) -> tuple[tuple[SpotRecord, ...], tuple[str, ...]]:
+    """Decide which services run on Spot capacity now (the ``SwitchToSpot`` action), and which fell back.
+
+    Rules:
+
+    * A threshold in force (``in_force``, as for the replica actions: crossed, enforced ahead, or held) with
+      ``SwitchToSpot`` selects the services whose ``spec.priority <= spotMaxPriority`` (Kubernetes
+      PriorityClass sense: lower = less important), in enforcement order. When several thresholds select a
+      service, the lowest one owns it.
+    * Not moved (listed in the second result): a service already priced at Spot (``spec.pricing.tier: Spot``)
+      and one whose Spot price the catalog lacks (moving it would make its spend unknown).
+    * **Fallback**: a switched service whose oldest Spot pod has waited unscheduled for
+      ``spec.enforcement.spotPendingTimeoutSeconds`` or more (``ServiceState.spot_pending_since``) goes back to
+      on-demand, state ``OnDemandFallback``, and stays there for the rest of the period (no flapping between
+      a Spot shortage and on-demand). The Deployment's rollout keeps the on-demand pods until Spot pods are
+      Ready (maxUnavailable 0), so a shortage never takes serving capacity away.
+    * A switch, and a fallback, lasts for the period (its ``since`` carried over); a new period starts on
+      on-demand again (``previous`` is then empty).
+
+    Args:
+        in_force: Thresholds whose enforcing actions are in force now, ascending.
+        ordered: Selected services in enforcement order.
+        previous: ``status.spotServices`` of this period (empty after a new period).
+        now: This evaluation (UTC).
+    Returns:
+        (records for ``status.spotServices``, sorted by namespace/name; "ns/name: why" for services not moved).
+    """
+    timeout_s = spec.enforcement.spot_pending_timeout_s
+    prior = {(r.namespace, r.name): r for r in previous}
+    owned: dict[tuple[str, str], tuple[Threshold, ServiceState]] = {}
+    for t in in_force:
+        if ThresholdAction.SWITCH_TO_SPOT not in t.actions or t.spot_max_priority is None:
+            continue
+        for svc in ordered:
+            if svc.priority <= t.spot_max_priority:
+                owned.setdefault((svc.namespace, svc.name), (t, svc))
+    out: list[SpotRecord] = []
+    skipped: list[str] = []
+    for key, (t, svc) in owned.items():
+        old = prior.get(key)
+        if svc.tier == PricingTier.SPOT.value:
+            skipped.append(f"{key[0]}/{key[1]}: already priced at Spot (spec.pricing.tier)")
+            continue
+        if svc.price_at(PricingTier.SPOT.value) is None:
+            skipped.append(f"{key[0]}/{key[1]}: the pricing catalog has no Spot price for it")
+            continue
+        since = old.since if old is not None else now
+        if old is not None and old.state is SpotState.ON_DEMAND_FALLBACK:
+            out.append(replace(old, threshold_percent=t.percent, dry_run=spec.enforcement.dry_run))
+            continue
+        waited = (now - svc.spot_pending_since).total_seconds() if svc.spot_pending_since is not None else None
+        if waited is not None and waited >= timeout_s:
+            message = (f"Spot pods of {key[0]}/{key[1]} stayed Pending for {int(waited)} s (timeout "
+                       f"{timeout_s} s): back on on-demand for the rest of the period")
+            out.append(SpotRecord(key[0], key[1], t.percent, SpotState.ON_DEMAND_FALLBACK, since, now,
+                                  spec.enforcement.dry_run, message))
+            continue
+        message = (f"On Spot capacity since {format_time(since)} (priority {svc.priority} <= spotMaxPriority "
+                   f"{t.spot_max_priority}, threshold {t.percent} %)")
+        if waited is not None:
+            message += f"; a Spot pod has waited {int(waited)} s of {timeout_s} s"
+        out.append(SpotRecord(key[0], key[1], t.percent, SpotState.SPOT, since, None, spec.enforcement.dry_run,
+                              message))
+    return tuple(sorted(out, key=lambda r: (r.namespace, r.name))), tuple(skipped)
 
 
 def spend_anomaly_alert(plan: BudgetPlan, spec: BudgetSpec, policy: PolicyRef, anomalies: Sequence[str],

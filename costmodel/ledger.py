@@ -106,6 +106,9 @@ class PodRun:
     name: str
     start: datetime | None
     stop: datetime | None = None
+    tier: str | None = None
+    """Pricing tier its node ran it at (``"Spot"``/``"OnDemand"``, from the node's capacity-type label); None =
+    the service's own tier (``spec.pricing.tier``)."""
 
     def running_at(self, when: datetime) -> bool:
         """True when the pod had started by ``when`` and not stopped by then."""
@@ -130,6 +133,8 @@ class ServiceObservation:
             (``UnknownPrice``).
         pods: The service's pods now (running, terminating or finished) with their own timestamps; None when
             not known (the replicas in force are then charged for the whole interval).
+        tier_prices: ``(tier, USD per replica-hour or None)`` for pods whose ``tier`` is set (the tier their node
+            ran them at); a pod at a tier missing here is not priced.
     """
 
     namespace: str
@@ -137,13 +142,29 @@ class ServiceObservation:
     replicas: int | None
     usd_per_replica_hour: Decimal | None
     pods: tuple[PodRun, ...] | None = None
+    tier_prices: tuple[tuple[str, Decimal | None], ...] = ()
+
+    def pod_price(self, pod: PodRun) -> Decimal | None:
+        """USD per hour of one pod: at its node's tier when known, else the service's price (None: unknown)."""
+        if pod.tier is None:
+            return self.usd_per_replica_hour
+        return dict(self.tier_prices).get(pod.tier)
 
     @property
     def cost_usd_per_hour(self) -> Decimal | None:
-        """Rate of the whole service: replicas x price; 0 with zero replicas even if the price is unknown."""
+        """Rate of the whole service: replicas x price, each running pod at its node's tier when the pods say;
+        0 with zero replicas even if the price is unknown."""
         if self.replicas == 0:
             return Decimal(0)
-        if self.replicas is None or self.usd_per_replica_hour is None:
+        if self.replicas is None:
+            return None
+        running = [p for p in self.pods or () if p.stop is None]
+        if any(p.tier is not None for p in running) and len(running) == self.replicas:
+            prices = [self.pod_price(p) for p in running]
+            if any(p is None for p in prices):
+                return None
+            return quantize_ledger_usd(sum((p for p in prices if p is not None), Decimal(0)))
+        if self.usd_per_replica_hour is None:
             return None
         return quantize_ledger_usd(MONEY_CONTEXT.multiply(Decimal(self.replicas), self.usd_per_replica_hour))
 
@@ -401,17 +422,34 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
                     price = MONEY_CONTEXT.divide(entry.cost_usd_per_hour, Decimal(entry.replicas))
                 elif now_seen is not None:
                     price = now_seen.usd_per_replica_hour
-                ran = gone + sum(1 for p in pods if p.microseconds_in(t0, now) > 0)
-                rate = None if price is None and ran else (price or Decimal(0))
+                # Each pod at the price of the tier its node ran it at (PodRun.tier), the rest at the service's.
+                assert now_seen is not None
+                seen_obs = now_seen
+
+                # Mixed tiers: the entry's price is an average, so a pod at the service's own tier takes that price.
+                own = seen_obs.usd_per_replica_hour if any(p.tier is not None for p in pods) else price
+
+                def pod_rate(p: PodRun, base: Decimal | None = own) -> Decimal | None:
+                    return base if p.tier is None else seen_obs.pod_price(p)
+
+                unknown_ran = (price is None and gone > 0) or any(
+                    pod_rate(p) is None and p.microseconds_in(t0, now) > 0 for p in pods)
+                rate = None if unknown_ran else (price or Decimal(0))
             if rate is None:
                 unpriced.append(UnpricedInterval(entry.namespace, entry.name, int((now - t0).total_seconds())))
             for seg in split_interval(t0, now, period, tz):
                 replica_us: int | None = None
                 if pods is not None:
-                    replica_us = gone * segment_microseconds(seg.start, seg.end) + sum(
-                        p.microseconds_in(seg.start, seg.end) for p in pods)
-                    cost = (quantize_ledger_usd(MONEY_CONTEXT.divide(MONEY_CONTEXT.multiply(
-                        rate, Decimal(replica_us)), MICROSECONDS_PER_HOUR)) if rate is not None else Decimal(0))
+                    seg_us = segment_microseconds(seg.start, seg.end)
+                    replica_us = gone * seg_us + sum(p.microseconds_in(seg.start, seg.end) for p in pods)
+                    usd_us = MONEY_CONTEXT.multiply(price or Decimal(0), Decimal(gone * seg_us))
+                    for p in pods:
+                        p_rate = pod_rate(p)
+                        if p_rate is not None:
+                            usd_us = MONEY_CONTEXT.add(usd_us, MONEY_CONTEXT.multiply(
+                                p_rate, Decimal(p.microseconds_in(seg.start, seg.end))))
+                    # Known pods are charged even when another's price is unknown (a lower bound, reported).
+                    cost = quantize_ledger_usd(MONEY_CONTEXT.divide(usd_us, MICROSECONDS_PER_HOUR))
                 else:
                     cost = _interval_cost(rate, seg.start, seg.end) if rate is not None else Decimal(0)
                 counted = seg.period_start == p_start

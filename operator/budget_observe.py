@@ -3,7 +3,8 @@ and the webhook Secrets of its notifications. Never writes.
 
 Why a module: the planner (``budget_plan``) is pure, so every read happens here, in one place that can be
 reviewed for what the operator needs RBAC for: ``get`` on budgetpolicies and secrets (in the policy's
-namespace), ``list`` on inferenceservices and pods (in the selected namespaces).
+namespace), ``list`` on inferenceservices and pods (in the selected namespaces), ``get`` on the nodes those pods run on
+(their capacity-type label prices each pod at Spot or on-demand; optional).
 
 Secrets: the webhook URL and signing secret are read only when an alert is about to be sent, held in memory
 only as long as the delivery takes, and never logged or written anywhere (:class:`Receiver` hides them from
@@ -85,7 +86,25 @@ class BudgetObserver:
                 observed.pods[ns] = list(pods.get("items") or [])
             except ApiException:
                 observed.pods[ns] = None
+        observed.node_labels = self.node_labels({(p.get("spec") or {}).get("nodeName") for pods in
+                                                 observed.pods.values() for p in pods or []} - {None, ""})
         return observed
+
+    def node_labels(self, names: set[str]) -> dict[str, dict[str, str]] | None:
+        """Labels of the nodes ``names`` (their capacity type prices the pods bound to them).
+
+        Returns:
+            Node name -> labels (a node gone since maps to {}); None when nodes cannot be read (e.g. a
+            namespaced install without ``get nodes``): pods are then priced by what they asked for.
+        """
+        out: dict[str, dict[str, str]] = {}
+        for name in sorted(names):
+            try:
+                node = read_json(self.core.read_node, name)
+            except ApiException:
+                return None
+            out[name] = dict(((node or {}).get("metadata") or {}).get("labels") or {})
+        return out
 
     def read_receivers(self, namespace: str, notifications: Sequence[Notification]
                        ) -> tuple[list[Receiver], list[DeliveryResult]]:

@@ -50,12 +50,18 @@ Rules decided here (the rest is ``plan_budget``'s):
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from modalscale.api.annotations import (
+    BudgetCap,
+    SpotSwitch,
+    cap_annotation_key,
+    same_value,
+    spot_annotation_key,
+)
+from modalscale.api.capacity import pod_requires_spot, pod_tier
 from modalscale.costmodel.budget import (
     AlertKind,
     AlertState,
@@ -67,6 +73,9 @@ from modalscale.costmodel.budget import (
     Notification,
     PolicyRef,
     ServiceState,
+    SpotRecord,
+    SpotState,
+    ThresholdAction,
     parse_budget_spec,
     plan_budget,
     rates_after_enforcement,
@@ -92,7 +101,7 @@ from modalscale.costmodel.quantities import InvalidQuantity
 from modalscale.notify.sender import DeliveryResult
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc_objects import SELECTOR_LABEL
-from modalscale.operator.isvc_plan import BUDGET_CAP_PREFIX, running_replicas
+from modalscale.operator.isvc_plan import running_replicas
 from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
 from modalscale.operator.reasons import DELIVERY_ABANDONED, DELIVERY_FAILED
 
@@ -117,36 +126,29 @@ SECRET_KEY_MISSING = "SecretKeyMissing"
 SECRET_UNREADABLE = "SecretUnreadable"
 BUDGET_ENFORCED = "BudgetEnforced"
 ENFORCEMENT_LIFTED = "EnforcementLifted"
+SPOT_FALLBACK = "SpotFallback"
+"""Condition type: True while a service switched to Spot by this policy fell back to on-demand."""
+SPOT_PENDING_TIMEOUT = "SpotPendingTimeout"
+SPOT_AVAILABLE = "SpotAvailable"
+NO_SPOT_SWITCH = "NoSpotSwitch"
+SWITCHED_TO_SPOT = "SwitchedToSpot"
+SPOT_LIFTED = "SpotLifted"
 
 HEARTBEAT_MIN_S = 60
 """Status is refreshed at least every ``max(HEARTBEAT_MIN_S, 10 x evaluationIntervalSeconds)`` seconds."""
 
 
 # --------------------------------------------------------------------------------------------- annotations
-def cap_annotation_key(policy_namespace: str, policy_name: str) -> str:
-    """``budget.modalscale.io/cap-<first 10 hex of sha256("<ns>/<name>")>``: this policy's key on a service."""
-    digest = hashlib.sha256(f"{policy_namespace}/{policy_name}".encode()).hexdigest()[:10]
-    return f"{BUDGET_CAP_PREFIX}{digest}"
-
-
+# The annotation codec lives in modalscale.api.annotations (one encoder, one decoder); these names stay here.
 def cap_annotation_value(policy: PolicyRef, action: str, max_replicas: int) -> str:
-    """The annotation value: JSON ``{"maxReplicas": n, "policy": "ns/name", "action": "..."}`` (compact)."""
-    return json.dumps({"maxReplicas": int(max_replicas), "policy": str(policy), "action": action},
-                      separators=(",", ":"))
-
-
-def _same_cap(current: str | None, wanted: str | None) -> bool:
-    if current is None or wanted is None:
-        return current is wanted
-    try:
-        return bool(json.loads(current) == json.loads(wanted))
-    except ValueError:
-        return False
+    """The cap annotation value (:meth:`modalscale.api.annotations.BudgetCap.encode`)."""
+    return BudgetCap(int(max_replicas), str(policy), action).encode()
 
 
 @dataclass(frozen=True)
 class AnnotationWrite:
-    """Set (``value``) or delete (``value=None``) this policy's cap annotation on one InferenceService."""
+    """Set (``value``) or delete (``value=None``) one of this policy's annotations (cap or Spot) on one
+    InferenceService."""
 
     namespace: str
     name: str
@@ -166,6 +168,9 @@ class BudgetObserved:
 
     isvcs: list[dict[str, Any]] = field(default_factory=list)
     pods: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
+    node_labels: dict[str, dict[str, str]] | None = None
+    """Node name -> labels of the nodes the pods are bound to (their capacity type prices the pods); None =
+    nodes not readable (a pod is then Spot when it asked for a Spot node, else at its service's tier)."""
 
 
 def observed_namespaces(policy: Mapping[str, Any]) -> tuple[str, ...]:
@@ -189,7 +194,8 @@ def _time_or_none(value: object) -> dt.datetime | None:
         return None
 
 
-def pod_runs(pods: Sequence[Mapping[str, Any]]) -> tuple[PodRun, ...]:
+def pod_runs(pods: Sequence[Mapping[str, Any]],
+             node_labels: Mapping[str, Mapping[str, str]] | None = None) -> tuple[PodRun, ...]:
     """The pods of one service as the ledger charges them: each from its own start to its own stop.
 
     A pod counts once bound to a node. ``start`` is ``status.startTime`` (None when absent or unreadable: the
@@ -198,8 +204,12 @@ def pod_runs(pods: Sequence[Mapping[str, Any]]) -> tuple[PodRun, ...]:
     Failed pod, the latest ``finishedAt`` of its containers (a finished pod without one is left out: it runs no
     more, and had it been counted running before, the ledger charges it to now as a pod it cannot account for).
 
+    ``tier`` is the tier the pod ran at (:func:`modalscale.api.capacity.pod_tier`): its node's capacity-type
+    label, else Spot when it asked for a Spot node, else None (its service's ``spec.pricing.tier``).
+
     Args:
         pods: Pod objects (camelCase dicts) of one InferenceService.
+        node_labels: Node name -> labels (None: not read).
     Returns:
         One :class:`PodRun` per pod that ran, sorted by name.
     """
@@ -216,8 +226,28 @@ def pod_runs(pods: Sequence[Mapping[str, Any]]) -> tuple[PodRun, ...]:
             if not finished:
                 continue
             stop = min([max(finished)] + ([stop] if stop else []))
-        out.append(PodRun(str(meta.get("name", "")), start, stop))
+        node = (p.get("spec") or {}).get("nodeName")
+        out.append(PodRun(str(meta.get("name", "")), start, stop,
+                          pod_tier(p, (node_labels or {}).get(node) if node_labels is not None else None)))
     return tuple(sorted(out, key=lambda r: r.name))
+
+
+def spot_pending_since(pods: Sequence[Mapping[str, Any]]) -> dt.datetime | None:
+    """Creation time of the oldest pod that asks for a Spot node and is not scheduled yet (None: none waits).
+
+    Counts pods not bound to a node, not terminating and not finished; an unreadable ``creationTimestamp`` is
+    skipped (no fallback is decided on a time that could not be read).
+    """
+    times = []
+    for p in pods:
+        meta, status = p.get("metadata") or {}, p.get("status") or {}
+        if ((p.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp")
+                or status.get("phase") in ("Succeeded", "Failed") or not pod_requires_spot(p)):
+            continue
+        created = _time_or_none(meta.get("creationTimestamp"))
+        if created is not None:
+            times.append(created)
+    return min(times) if times else None
 
 
 def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetObserved,
@@ -242,7 +272,8 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
         own = None if pods is None else [
             p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name]
         replicas = None if own is None else running_replicas(own)
-        runs = None if own is None else pod_runs(own)
+        runs = None if own is None else pod_runs(own, observed.node_labels)
+        waiting = None if own is None else spot_pending_since(own)
         raw_scaling = (isvc.get("spec") or {}).get("scaling") or {}
         try:
             parsed = parse_isvc(isvc)
@@ -250,7 +281,7 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
                                                    parsed.resources.gpu_count, parsed.resources.gpu_type)
             state = service_state(ns, name, replicas=replicas, max_replicas=parsed.scaling.max_replicas,
                                   resources=res, tier=parsed.pricing_tier, catalog=catalog,
-                                  priority=parsed.priority, pods=runs)
+                                  priority=parsed.priority, pods=runs, spot_pending_since=waiting)
         except (InvalidSpec, InvalidQuantity, ValueError) as exc:
             max_replicas = raw_scaling.get("maxReplicas")
             state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,
@@ -412,6 +443,38 @@ def _enforcement_events(before: Sequence[Mapping[str, Any]], after: Sequence[Map
     return events
 
 
+def _spot_condition(spot: Sequence[SpotRecord], skipped: Sequence[str]) -> cond.Condition:
+    """``SpotFallback``: True (``SpotPendingTimeout``) while a switched service fell back to on-demand."""
+    fallen = [r for r in spot if r.state is SpotState.ON_DEMAND_FALLBACK]
+    if fallen:
+        return cond.Condition(SPOT_FALLBACK, cond.TRUE, SPOT_PENDING_TIMEOUT, "; ".join(r.message for r in fallen))
+    on_spot = [f"{r.namespace}/{r.name}" for r in spot if r.state is SpotState.SPOT]
+    message = (f"On Spot capacity: {', '.join(on_spot)}" if on_spot else "No service is held on Spot capacity")
+    if skipped:
+        message += f"; not moved: {'; '.join(skipped)}"
+    return cond.Condition(SPOT_FALLBACK, cond.FALSE, SPOT_AVAILABLE if on_spot else NO_SPOT_SWITCH, message)
+
+
+def _spot_events(before: Sequence[Mapping[str, Any]], after: Sequence[SpotRecord]) -> list[tuple[str, str, str]]:
+    """One Event per service switched to Spot, fallen back to on-demand, or released, at the transition."""
+    old = {(str(e.get("namespace")), str(e.get("name"))): e.get("state") for e in before if isinstance(e, Mapping)}
+    events = []
+    for r in after:
+        prev = old.pop((r.namespace, r.name), None)
+        if prev == r.state.value:
+            continue
+        dry = " (dry run, not applied)" if r.dry_run else ""
+        if r.state is SpotState.SPOT:
+            events.append(("Warning", SWITCHED_TO_SPOT,
+                           f"SwitchToSpot InferenceService {r.namespace}/{r.name} at {r.threshold_percent} %{dry}"))
+        else:
+            events.append(("Warning", SPOT_PENDING_TIMEOUT, f"InferenceService {r.namespace}/{r.name}: {r.message}{dry}"))
+    for (ns, n), state in sorted(old.items()):
+        if state == SpotState.SPOT.value:
+            events.append(("Normal", SPOT_LIFTED, f"InferenceService {ns}/{n} back on on-demand capacity"))
+    return events
+
+
 def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Catalog,
                 attempts: Sequence[Attempt], now: dt.datetime,
                 in_flight: Collection[OutboxKey] = frozenset(),
@@ -460,17 +523,20 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     ledger = with_rates_in_force(result.ledger, rates_after_enforcement(services, plan, alert_state))
 
     # ---- enforcement as annotations (level-based: the whole desired set every time)
-    key = cap_annotation_key(ns, name)
+    key, spot_key = cap_annotation_key(ns, name), spot_annotation_key(ns, name)
     wanted = {(e.namespace, e.name): cap_annotation_value(ref, e.action.value, e.max_replicas)
               for e in plan.enforced_services if not e.dry_run}
+    wanted_spot = {(r.namespace, r.name): SpotSwitch(str(ref), r.threshold_percent).encode()
+                   for r in plan.spot if r.applied}
     writes = []
     for isvc in observed.isvcs:
         m = isvc.get("metadata") or {}
         target = (m.get("namespace", ""), m.get("name", ""))
-        current = (m.get("annotations") or {}).get(key)
-        value = wanted.get(target)
-        if not _same_cap(current, value):
-            writes.append(AnnotationWrite(target[0], target[1], key, value))
+        for k, values in ((key, wanted), (spot_key, wanted_spot)):
+            current = (m.get("annotations") or {}).get(k)
+            value = values.get(target)
+            if not same_value(current, value):
+                writes.append(AnnotationWrite(target[0], target[1], k, value))
 
     # ---- spend anomalies: this evaluation's sample per priced service against its own history
     samples = {(s.namespace, s.name): BurnSample(now, float(s.cost_usd_per_hour), s.replicas or 0,
@@ -504,12 +570,16 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
                                f"{spec.evaluation_interval_s} s")
         exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
                                   plan.reason, plan.message)
-    conditions = cond.upsert(old_conditions, [ready, exceeded, _alert_condition(old_conditions, update, abandoned)],
-                             generation, now)
+    wanted_conditions = [ready, exceeded, _alert_condition(old_conditions, update, abandoned)]
+    # SpotFallback only for policies that use SwitchToSpot (or did: the condition then says it is over).
+    if (any(ThresholdAction.SWITCH_TO_SPOT in t.actions for t in spec.thresholds)
+            or cond.get(old_conditions, SPOT_FALLBACK) is not None):
+        wanted_conditions.append(_spot_condition(plan.spot, plan.spot_skipped))
+    conditions = cond.upsert(old_conditions, wanted_conditions, generation, now)
 
     desired = {"observedGeneration": generation, **plan.status_fields(ledger),
                "pendingAlerts": [e.to_status() for e in pending], "conditions": conditions}
-    stored = {"pendingAlerts": [], **status}
+    stored = {"pendingAlerts": [], "spotServices": [], **status}
     merged = {**stored, **desired}
     write = _material(merged) != _material(stored) or _due(status, spec.evaluation_interval_s, now)
     patch = cond.status_patch(stored, desired) if write else {}
@@ -518,6 +588,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     if patch:
         events += _events_for(old_conditions, conditions)
         events += _enforcement_events(status.get("enforcedServices") or [], desired["enforcedServices"])
+        events += _spot_events(status.get("spotServices") or [], plan.spot)
         for alert in alerts:
             events.append(("Normal" if alert.kind is AlertKind.RECOVERED else "Warning", alert.kind.value,
                            alert.title))
@@ -530,13 +601,15 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
 
 
 def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> list[AnnotationWrite]:
-    """Deletions of this policy's cap annotation from every InferenceService that carries it (policy deleted)."""
-    key = cap_annotation_key(policy["metadata"]["namespace"], policy["metadata"]["name"])
+    """Deletions of this policy's cap and Spot annotations from every InferenceService that carries them (policy
+    deleted)."""
+    ns, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
     writes = []
     for isvc in isvcs:
         m = isvc.get("metadata") or {}
-        if key in (m.get("annotations") or {}):
-            writes.append(AnnotationWrite(m.get("namespace", ""), m.get("name", ""), key, None))
+        for key in (cap_annotation_key(ns, name), spot_annotation_key(ns, name)):
+            if key in (m.get("annotations") or {}):
+                writes.append(AnnotationWrite(m.get("namespace", ""), m.get("name", ""), key, None))
     return writes
 
 
@@ -548,5 +621,5 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 __all__ = [
     "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "PolicyPlan", "READY",
     "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
-    "plan_policy", "pod_runs", "receiver_problem", "selected_services",
+    "plan_policy", "pod_runs", "receiver_problem", "selected_services", "spot_annotation_key", "spot_pending_since",
 ]

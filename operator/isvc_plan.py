@@ -15,11 +15,13 @@ decides:
 from __future__ import annotations
 
 import datetime as dt
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+# The cap codec lives in modalscale.api.annotations; BUDGET_CAP_PREFIX and budget_cap stay importable from here.
+from modalscale.api.annotations import BUDGET_CAP_PREFIX, SpotSwitch, budget_cap  # noqa: F401
+from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator import reasons as R
@@ -32,7 +34,7 @@ from modalscale.operator.isvc_objects import (
     selector,
     service_url,
 )
-from modalscale.operator.isvc_spec import IsvcSpec
+from modalscale.operator.isvc_spec import IsvcSpec, PlacementSpec
 
 HISTORY_LIMIT = 20
 """Entries kept in ``status.scalingHistory``."""
@@ -103,33 +105,41 @@ class ModelReferenceError(Exception):
         self.field = field
 
 
-BUDGET_CAP_PREFIX = "budget.modalscale.io/cap-"
-"""Annotation key prefix a BudgetPolicy writes on an InferenceService to cap it; value is JSON
-``{"maxReplicas": int, "policy": "ns/name", "action": "CapReplicas|ScaleDown|ScaleToZero"}``."""
+def with_spot_placement(spec: IsvcSpec, switches: tuple[SpotSwitch, ...]) -> IsvcSpec:
+    """``spec`` as its pods run while a ``SwitchToSpot`` holds it (``switches`` from the Spot annotations).
 
-
-def budget_cap(annotations: dict[str, str] | None) -> tuple[int | None, str | None]:
-    """The tightest budget cap in ``annotations``: (max replicas, "ns/name[, ...]" of the policies) or (None, None).
-
-    Malformed values are ignored here (the BudgetPolicy controller owns and rewrites them).
+    With a switch: pricing tier ``Spot``, the Spot node selector and toleration
+    (:mod:`modalscale.api.capacity`) added to ``spec.placement``. Without one: ``spec`` unchanged.
     """
-    best: int | None = None
-    policies: list[str] = []
-    for key, value in (annotations or {}).items():
-        if not key.startswith(BUDGET_CAP_PREFIX):
-            continue
-        try:
-            data = json.loads(value)
-            cap = int(data["maxReplicas"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        if cap < 0:
-            continue
-        if best is None or cap < best:
-            best, policies = cap, [str(data.get("policy", key))]
-        elif cap == best:
-            policies.append(str(data.get("policy", key)))
-    return best, (", ".join(sorted(policies)) if policies else None)
+    if not switches:
+        return spec
+    tolerations = spec.placement.tolerations
+    if SPOT_TOLERATION not in tolerations:
+        tolerations = (*tolerations, dict(SPOT_TOLERATION))
+    placement = PlacementSpec({**spec.placement.node_selector, **SPOT_NODE_SELECTOR}, tolerations)
+    return replace(spec, placement=placement, pricing_tier=SPOT_TIER)
+
+
+def _spot_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pod-template patch that takes the Spot node selector and toleration off a Deployment that has them
+    while ``desired`` has not (a strategic merge keeps map keys a patch does not name: the key must be nulled;
+    tolerations are replaced whole). None when nothing is to remove."""
+    if observed is None:
+        return None
+    want = desired["spec"]["template"]["spec"]
+    have = ((observed.get("spec") or {}).get("template") or {}).get("spec") or {}
+    stale_selector = [k for k in SPOT_NODE_SELECTOR if k in (have.get("nodeSelector") or {})
+                      and k not in (want.get("nodeSelector") or {})]
+    stale_toleration = (SPOT_TOLERATION in (have.get("tolerations") or [])
+                        and SPOT_TOLERATION not in (want.get("tolerations") or []))
+    if not stale_selector and not stale_toleration:
+        return None
+    pod: dict[str, Any] = {}
+    if stale_selector:
+        pod["nodeSelector"] = {**(want.get("nodeSelector") or {}), **{k: None for k in stale_selector}}
+    if stale_toleration:
+        pod["tolerations"] = list(want.get("tolerations") or [])
+    return {"spec": {"template": {"spec": pod}}}
 
 
 def running_replicas(pods: list[dict[str, Any]]) -> int:
@@ -348,6 +358,12 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
     dep_spec_no_replicas = {k: v for k, v in dep["spec"].items() if k != "replicas"}
     dep_cmp = {**dep, "spec": dep_spec_no_replicas}
     w = _child_write("Deployment", dep_cmp, obs.deployment, ("spec",))
+    removal = _spot_removal(dep, obs.deployment)
+    if removal is not None:
+        body = w.body if w else {"metadata": {}, "spec": {}}
+        template = {**(body["spec"].get("template") or {})}
+        template["spec"] = {**(template.get("spec") or {}), **removal["spec"]["template"]["spec"]}
+        w = Write("Deployment", "patch", spec.name, {**body, "spec": {**body["spec"], "template": template}})
     if obs.deployment is None:
         writes.append(Write("Deployment", "create", spec.name, dep))
     else:

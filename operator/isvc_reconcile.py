@@ -21,6 +21,8 @@ from modalscale.autoscaler.policy import Decision
 from modalscale.operator.deps import Deps
 from modalscale.operator.isvc_plan import ModelReferenceError, PlanConfig, Write, budget_cap, plan_isvc
 from modalscale.operator.isvc_spec import InvalidSpec, IsvcSpec, parse_isvc
+from modalscale.api.annotations import spot_switches  # SwitchToSpot: the Spot annotation places the pods
+from modalscale.operator.isvc_plan import with_spot_placement
 
 ISVC_PLURAL = "inferenceservices"
 Log = logging.Logger | logging.LoggerAdapter[Any]
@@ -106,7 +108,7 @@ def reconcile_isvc(deps: Deps, body: dict[str, Any], logger: Log) -> None:
         return
     current_status = dict(raw.get("status") or {})
     try:
-        spec = parse_isvc(raw)
+        spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         files = repository_files(spec)
         observed = deps.observer.observe(spec, current_status)
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
@@ -142,7 +144,7 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision, autoscale_pa
     current_status = dict(raw.get("status") or {})
     decided_status = {**current_status, **autoscale_patch}
     try:
-        spec = parse_isvc(raw)
+        spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         observed = deps.observer.observe(spec, decided_status)
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
         plan = plan_isvc(spec, observed, None, PlanConfig(conflict_hold_s=deps.settings.conflict_hold_s), now,

@@ -1,9 +1,10 @@
 """``modalscale cost diff`` on the repository's real example manifests: prices by hand from the catalog figures.
 
 Catalog figures used (costmodel/catalog.yaml, OnDemand): CPU core-hour 0.031611, memory GiB-hour 0.004237,
-nvidia-l4 0.560040239, nvidia-a100-40gb 2.933908 USD per GPU-hour. The Fixed example runs Spot A10Gs, which
-the packaged catalog deliberately does not price: the tests add a Spot price by catalog override (as the
-operator's ``MODALSCALE_PRICING_CATALOG`` would), or expect the error that names the file and field.
+nvidia-l4 0.560040239, nvidia-a100-40gb 2.933908 USD per GPU-hour; Spot: CPU 0.006655, memory 0.000892, nvidia-l4
+0.2688. The Fixed example runs Spot L4s. The packaged catalog deliberately has no Spot A10G price: a Spot A10G
+service is priced by catalog override (as the operator's ``MODALSCALE_PRICING_CATALOG`` would), or is the error
+that names the file and field.
 """
 
 from __future__ import annotations
@@ -72,10 +73,10 @@ def test_a_real_change_is_priced_at_min_and_max_replicas_for_730_hours(changed: 
                                                            "multimodal-real": "unchanged", "vision-chat": "changed"}
     total = result.total_monthly_delta_usd
     assert (total.min, total.expected, total.max) == (vc.monthly_delta_usd.min, None, vc.monthly_delta_usd.max)
-    # Fixed mode knows its replicas: captioner runs 2 Spot replicas (2 x 0.006655 + 8 x 0.000892 + 0.40).
+    # Fixed mode knows its replicas: captioner runs 2 Spot L4 replicas (2 x 0.006655 + 8 x 0.000892 + 0.2688).
     cap = next(s for s in result.services if s.name == "captioner").head
     assert cap is not None and cap.replicas.expected == 2
-    assert cap.monthly_usd.expected == 2 * (2 * D("0.006655") + 8 * D("0.000892") + D("0.40")) * 730
+    assert cap.monthly_usd.expected == 2 * (2 * D("0.006655") + 8 * D("0.000892") + D("0.2688")) * 730
 
 
 def test_json_has_the_total_delta_object_and_the_services_list(changed: Path, tmp_path: Path,
@@ -133,10 +134,14 @@ def test_an_unknown_gpu_type_is_an_error_naming_the_file_and_field_never_zero(tm
     assert "spec.resources.gpu.type" in capsys.readouterr().err
 
 
-def test_the_packaged_catalog_has_no_spot_a10g_so_the_fixed_example_is_an_error_not_zero() -> None:
-    with pytest.raises(CostDiffError, match=r"inferenceservice-fixed\.yaml: InferenceService default/captioner: "
+def test_the_packaged_catalog_has_no_spot_a10g_so_a_spot_a10g_service_is_an_error_not_zero(tmp_path: Path) -> None:
+    doc = yaml.safe_load((EXAMPLES / "inferenceservice-fixed.yaml").read_text())
+    doc["spec"]["resources"]["gpu"]["type"] = "nvidia-a10g"
+    (tmp_path / "spot-a10g.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(CostDiffError, match=r"spot-a10g\.yaml: InferenceService default/captioner: "
                                             r"spec\.pricing\.tier: .*no Spot price"):
-        price_side(read_manifests(str(EXAMPLES / "inferenceservice-fixed.yaml")), load_catalog())
+        price_side(read_manifests(str(tmp_path / "spot-a10g.yaml")), load_catalog())
+    assert price_side(read_manifests(str(tmp_path / "spot-a10g.yaml")), CATALOG)[0]  # priced with the override
 
 
 def test_added_and_removed_services_and_rendered_multi_document_input() -> None:

@@ -1,0 +1,210 @@
+"""The annotations a BudgetPolicy writes on an InferenceService, and the one codec of each.
+
+Why a module: the budget controller writes these annotations and the InferenceService reconcile (and the
+autoscaler) read them; one encoder and one decoder here keep the two sides from drifting. Pure: no kopf, no
+Kubernetes client.
+
+Two annotations, one of each per (policy, service), keyed by the policy so that several policies can hold the
+same service and each lifts only its own:
+
+* ``budget.modalscale.io/cap-<h>``: a replica cap (``CapReplicas``, ``ScaleDown``, ``ScaleToZero``). Value: compact
+  JSON ``{"maxReplicas": n, "policy": "ns/name", "action": "..."}``.
+* ``budget.modalscale.io/spot-<h>``: run the service on Spot capacity (``SwitchToSpot``). Value: compact JSON
+  ``{"policy": "ns/name", "capacityType": "Spot", "thresholdPercent": p}``. Present = the pods get the Spot node
+  selector and toleration (:mod:`modalscale.api.capacity`) and are priced at the Spot tier where their node is
+  Spot; deleted = back to on-demand (the policy deletes it on fallback, at a new period, or when the threshold
+  is no longer enforced).
+
+``<h>`` is the first 10 hex digits of ``sha256("<policy namespace>/<policy name>")``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+BUDGET_CAP_PREFIX = "budget.modalscale.io/cap-"
+"""Key prefix of a policy's replica-cap annotation."""
+BUDGET_SPOT_PREFIX = "budget.modalscale.io/spot-"
+"""Key prefix of a policy's Spot-capacity annotation."""
+CAP_ACTIONS = ("CapReplicas", "ScaleDown", "ScaleToZero")
+"""``action`` values of a cap annotation."""
+SPOT_CAPACITY_TYPE = "Spot"
+"""``capacityType`` of a Spot annotation (the only value written)."""
+
+
+class InvalidAnnotation(ValueError):
+    """An annotation value does not decode; the message names the key and what is wrong."""
+
+
+def policy_digest(policy_namespace: str, policy_name: str) -> str:
+    """First 10 hex digits of ``sha256("<ns>/<name>")``: a policy's part of its annotation keys."""
+    return hashlib.sha256(f"{policy_namespace}/{policy_name}".encode()).hexdigest()[:10]
+
+
+def cap_annotation_key(policy_namespace: str, policy_name: str) -> str:
+    """``budget.modalscale.io/cap-<digest>``: this policy's cap key on a service."""
+    return BUDGET_CAP_PREFIX + policy_digest(policy_namespace, policy_name)
+
+
+def spot_annotation_key(policy_namespace: str, policy_name: str) -> str:
+    """``budget.modalscale.io/spot-<digest>``: this policy's Spot key on a service."""
+    return BUDGET_SPOT_PREFIX + policy_digest(policy_namespace, policy_name)
+
+
+def _json_object(key: str, value: str) -> dict[str, object]:
+    try:
+        data = json.loads(value)
+    except (ValueError, TypeError):
+        raise InvalidAnnotation(f"annotation {key}: {value!r} is not JSON") from None
+    if not isinstance(data, dict):
+        raise InvalidAnnotation(f"annotation {key}: expected a JSON object, got {value!r}")
+    return data
+
+
+def _policy(key: str, data: Mapping[str, object]) -> str:
+    policy = data.get("policy")
+    if not isinstance(policy, str) or not policy:
+        raise InvalidAnnotation(f"annotation {key}: 'policy' must be the policy's \"namespace/name\"")
+    return policy
+
+
+@dataclass(frozen=True)
+class BudgetCap:
+    """The value of a cap annotation.
+
+    Attributes:
+        max_replicas: Replicas the service may run at most while the cap holds (>= 0).
+        policy: ``namespace/name`` of the BudgetPolicy.
+        action: One of :data:`CAP_ACTIONS`.
+    """
+
+    max_replicas: int
+    policy: str
+    action: str
+
+    def encode(self) -> str:
+        """Compact JSON ``{"maxReplicas": n, "policy": "ns/name", "action": "..."}``."""
+        return json.dumps({"maxReplicas": int(self.max_replicas), "policy": self.policy, "action": self.action},
+                          separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, key: str, value: str) -> "BudgetCap":
+        """Parse a cap annotation's value.
+
+        Raises:
+            InvalidAnnotation: Not JSON, ``maxReplicas`` not a whole number >= 0, ``policy`` missing, or an
+                unknown ``action``.
+        """
+        data = _json_object(key, value)
+        n = data.get("maxReplicas")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise InvalidAnnotation(f"annotation {key}: 'maxReplicas' must be a whole number >= 0, got {n!r}")
+        action = data.get("action")
+        if action not in CAP_ACTIONS:
+            raise InvalidAnnotation(f"annotation {key}: 'action' must be one of {', '.join(CAP_ACTIONS)}, "
+                                    f"got {action!r}")
+        return cls(n, _policy(key, data), str(action))
+
+
+@dataclass(frozen=True)
+class SpotSwitch:
+    """The value of a Spot annotation.
+
+    Attributes:
+        policy: ``namespace/name`` of the BudgetPolicy.
+        threshold_percent: The threshold whose ``SwitchToSpot`` action this is (1..200).
+    """
+
+    policy: str
+    threshold_percent: int
+
+    def encode(self) -> str:
+        """Compact JSON ``{"policy": "ns/name", "capacityType": "Spot", "thresholdPercent": p}``."""
+        return json.dumps({"policy": self.policy, "capacityType": SPOT_CAPACITY_TYPE,
+                           "thresholdPercent": int(self.threshold_percent)}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, key: str, value: str) -> "SpotSwitch":
+        """Parse a Spot annotation's value.
+
+        Raises:
+            InvalidAnnotation: Not JSON, ``capacityType`` not ``Spot``, ``policy`` missing, or
+                ``thresholdPercent`` not a whole number in 1..200.
+        """
+        data = _json_object(key, value)
+        if data.get("capacityType") != SPOT_CAPACITY_TYPE:
+            raise InvalidAnnotation(f"annotation {key}: 'capacityType' must be {SPOT_CAPACITY_TYPE!r}, "
+                                    f"got {data.get('capacityType')!r}")
+        p = data.get("thresholdPercent")
+        if not isinstance(p, int) or isinstance(p, bool) or not 1 <= p <= 200:
+            raise InvalidAnnotation(f"annotation {key}: 'thresholdPercent' must be a whole number in 1..200, "
+                                    f"got {p!r}")
+        return cls(_policy(key, data), p)
+
+
+def same_value(current: str | None, wanted: str | None) -> bool:
+    """True when two annotation values say the same (JSON equality; None = absent)."""
+    if current is None or wanted is None:
+        return current is wanted
+    try:
+        return bool(json.loads(current) == json.loads(wanted))
+    except ValueError:
+        return False
+
+
+def budget_cap(annotations: Mapping[str, str] | None) -> tuple[int | None, str | None]:
+    """The tightest cap among ``annotations``: (max replicas, ``"ns/name[, ...]"`` of its policies), or (None, None).
+
+    Values that do not decode are skipped (the BudgetPolicy controller owns and rewrites them); see
+    :func:`invalid_budget_annotations` to report them.
+    """
+    best: int | None = None
+    policies: list[str] = []
+    for key, value in (annotations or {}).items():
+        if not key.startswith(BUDGET_CAP_PREFIX):
+            continue
+        try:
+            cap = BudgetCap.decode(key, value)
+        except InvalidAnnotation:
+            continue
+        if best is None or cap.max_replicas < best:
+            best, policies = cap.max_replicas, [cap.policy]
+        elif cap.max_replicas == best:
+            policies.append(cap.policy)
+    return best, (", ".join(sorted(policies)) if policies else None)
+
+
+def spot_switches(annotations: Mapping[str, str] | None) -> tuple[SpotSwitch, ...]:
+    """Every decodable Spot annotation in ``annotations``, sorted by policy (empty: run on-demand)."""
+    out = []
+    for key, value in (annotations or {}).items():
+        if key.startswith(BUDGET_SPOT_PREFIX):
+            try:
+                out.append(SpotSwitch.decode(key, value))
+            except InvalidAnnotation:
+                continue
+    return tuple(sorted(out, key=lambda s: s.policy))
+
+
+def invalid_budget_annotations(annotations: Mapping[str, str] | None) -> list[str]:
+    """Messages for budget annotations whose values do not decode (for logs; they are ignored)."""
+    out = []
+    for key, value in (annotations or {}).items():
+        try:
+            if key.startswith(BUDGET_CAP_PREFIX):
+                BudgetCap.decode(key, value)
+            elif key.startswith(BUDGET_SPOT_PREFIX):
+                SpotSwitch.decode(key, value)
+        except InvalidAnnotation as exc:
+            out.append(str(exc))
+    return out
+
+
+__all__ = [
+    "BUDGET_CAP_PREFIX", "BUDGET_SPOT_PREFIX", "BudgetCap", "CAP_ACTIONS", "InvalidAnnotation", "SPOT_CAPACITY_TYPE",
+    "SpotSwitch", "budget_cap", "cap_annotation_key", "invalid_budget_annotations", "policy_digest", "same_value",
+    "spot_annotation_key", "spot_switches",
+]

@@ -1,0 +1,151 @@
+"""SwitchToSpot through the operator's pure planners: annotations, status, condition and Events of the policy;
+the Deployment's Spot placement and its removal; pods priced by the tier of their node."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from typing import Any
+
+from modalscale.api.annotations import SpotSwitch, spot_annotation_key
+from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
+from modalscale.costmodel.catalog import load_catalog
+from modalscale.operator.budget_plan import BudgetObserved, plan_policy
+from modalscale.operator.conditions import get
+from modalscale.operator.isvc_objects import build_deployment
+from modalscale.operator.isvc_plan import IsvcObserved, PlanConfig, plan_isvc, with_spot_placement
+from modalscale.operator.isvc_spec import parse_isvc
+
+CATALOG = load_catalog()
+T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
+SPOT_KEY = spot_annotation_key("ml", "daily")
+SPOT_NODE = "kwok-gpu-spot-0"
+NODES = {"kwok-gpu-0": {"type": "kwok"}, SPOT_NODE: {"type": "kwok", "karpenter.sh/capacity-type": "spot"}}
+
+
+def make_policy(timeout_s: int = 120, limit: str = "2") -> dict[str, Any]:
+    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy",
+            "metadata": {"name": "daily", "namespace": "ml", "uid": "p-1", "generation": 1},
+            "spec": {"period": "Daily", "limit": {"amount": limit}, "forecast": {"enabled": False},
+                     "thresholds": [{"percent": 50, "actions": ["Alert", "SwitchToSpot"], "spotMaxPriority": 50}],
+                     "enforcement": {"spotPendingTimeoutSeconds": timeout_s}, "evaluationIntervalSeconds": 60}}
+
+
+def make_isvc(name: str, priority: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": "ml", "uid": f"u-{name}", "generation": 1,
+                         "annotations": annotations or {}},
+            "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
+                     "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 4},
+                     "priority": priority}}
+
+
+def make_pod(isvc: str, i: int, node: str | None, spot: bool = False,
+             created: str = "2026-11-30T09:00:00Z") -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeName": node} if node else {}
+    if spot:
+        spec.update(nodeSelector=dict(SPOT_NODE_SELECTOR), tolerations=[SPOT_TOLERATION])
+    return {"metadata": {"name": f"{isvc}-{i}", "labels": {"modalscale.io/inferenceservice": isvc},
+                         "creationTimestamp": created},
+            "spec": spec, "status": {"phase": "Running" if node else "Pending", "startTime": "2026-11-30T09:00:00Z"}}
+
+
+def persisted(policy: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(policy)
+    status = out.setdefault("status", {})
+    for k, v in patch.items():
+        if v is None:
+            status.pop(k, None)
+        else:
+            status[k] = copy.deepcopy(v)
+    return out
+
+
+def test_a_crossing_annotates_the_low_priority_service_and_reports_it() -> None:
+    batch, search = make_isvc("batch", 10), make_isvc("search", 100)
+    pods = [make_pod(n, i, "kwok-gpu-0") for n in ("batch", "search") for i in range(2)]
+    obs = BudgetObserved([batch, search], {"ml": pods}, NODES)
+    p1 = persisted(make_policy(), plan_policy(make_policy(), obs, CATALOG, [], T0).status_patch)
+    # 4 replicas x 0.600125239 USD/h for 30 min = 1.20 of 2 USD: 50 % crossed.
+    plan = plan_policy(p1, obs, CATALOG, [], T0 + dt.timedelta(minutes=30))
+    (w,) = plan.annotation_writes
+    assert (w.name, w.key) == ("batch", SPOT_KEY)
+    assert SpotSwitch.decode(w.key, w.value or "") == SpotSwitch("ml/daily", 50)
+    (record,) = plan.status_patch["spotServices"]
+    assert (record["name"], record["state"], record["thresholdPercent"]) == ("batch", "Spot", 50)
+    c = get(plan.status_patch["conditions"], "SpotFallback")
+    assert (c["status"], c["reason"]) == ("False", "SpotAvailable") and "ml/batch" in c["message"]
+    assert ("Warning", "SwitchedToSpot") in [(e[0], e[1]) for e in plan.events]
+
+
+def test_spot_pods_pending_past_the_timeout_remove_the_annotation_with_condition_and_event() -> None:
+    batch = make_isvc("batch", 10, {SPOT_KEY: SpotSwitch("ml/daily", 50).encode()})
+    t1 = T0 + dt.timedelta(minutes=30)
+    # On-demand pods still serve; the rollout's Spot pod waits since t1 (no Spot node has room).
+    pods = [make_pod("batch", 0, "kwok-gpu-0"), make_pod("batch", 1, "kwok-gpu-0"),
+            make_pod("batch", 2, None, spot=True, created="2026-11-30T10:30:00Z")]
+    obs = BudgetObserved([batch], {"ml": pods}, NODES)
+    base = make_policy(timeout_s=120, limit="1")  # 2 x 0.600125239 USD/h for 30 min: 60 % of 1 USD at t1
+    p1 = persisted(base, plan_policy(base, obs, CATALOG, [], T0).status_patch)
+    p2 = persisted(p1, plan_policy(p1, obs, CATALOG, [], t1).status_patch)
+    still = plan_policy(p2, obs, CATALOG, [], t1 + dt.timedelta(seconds=119))
+    assert still.annotation_writes == []
+    p3 = persisted(p2, still.status_patch) if still.status_patch else p2
+    plan = plan_policy(p3, obs, CATALOG, [], t1 + dt.timedelta(seconds=120))
+    (w,) = plan.annotation_writes
+    assert (w.name, w.key, w.value) == ("batch", SPOT_KEY, None)  # back to on-demand
+    (record,) = plan.status_patch["spotServices"]
+    assert record["state"] == "OnDemandFallback" and record["fallbackTime"] == "2026-11-30T10:32:00Z"
+    c = get(plan.status_patch["conditions"], "SpotFallback")
+    assert (c["status"], c["reason"]) == ("True", "SpotPendingTimeout") and "120 s" in c["message"]
+    assert ("Warning", "SpotPendingTimeout") in [(e[0], e[1]) for e in plan.events]
+
+
+def test_pods_on_a_spot_node_are_charged_at_the_spot_price() -> None:
+    batch = make_isvc("batch", 10)
+    pods = [make_pod("batch", 0, SPOT_NODE, spot=True), make_pod("batch", 1, "kwok-gpu-0")]
+    plan = plan_policy(make_policy(), BudgetObserved([batch], {"ml": pods}, NODES), CATALOG, [], T0)
+    (entry,) = plan.status_patch["ledger"]["services"]
+    assert entry["costUSDPerHour"] == "0.877364239"  # 0.600125239 on-demand + 0.277239 Spot, by hand
+    # Nodes not readable: the pod that asked for a Spot node is still priced at Spot.
+    unread = plan_policy(make_policy(), BudgetObserved([batch], {"ml": pods}, None), CATALOG, [], T0)
+    assert unread.status_patch["ledger"]["services"][0]["costUSDPerHour"] == "0.877364239"
+
+
+def test_policies_without_switch_to_spot_get_no_spot_condition() -> None:
+    policy = make_policy()
+    policy["spec"]["thresholds"] = [{"percent": 50, "actions": ["Alert"]}]
+    plan = plan_policy(policy, BudgetObserved([], {}), CATALOG, [], T0)
+    assert get(plan.status_patch["conditions"], "SpotFallback") is None
+
+
+# ------------------------------------------------------------------------------------------- the Deployment
+def test_spot_placement_adds_selector_toleration_and_the_spot_tier() -> None:
+    spec = parse_isvc(make_isvc("batch", 10))
+    assert with_spot_placement(spec, ()) is spec
+    spot = with_spot_placement(spec, (SpotSwitch("ml/daily", 50),))
+    assert spot.pricing_tier == "Spot"
+    pod = build_deployment(spot, 2, {})["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "nvidia-l4", "karpenter.sh/capacity-type": "spot"}
+    assert SPOT_TOLERATION in pod["tolerations"]
+    assert with_spot_placement(spot, (SpotSwitch("ml/daily", 50),)).placement.tolerations.count(SPOT_TOLERATION) == 1
+
+
+def test_leaving_spot_nulls_the_selector_key_and_replaces_the_tolerations() -> None:
+    spec = parse_isvc(make_isvc("batch", 10))
+    on_spot = build_deployment(with_spot_placement(spec, (SpotSwitch("ml/daily", 50),)), 2, {})
+    on_spot["status"] = {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 2, "observedGeneration": 1}
+    on_spot["metadata"]["generation"] = 1
+    obs = IsvcObserved(status={}, deployment=on_spot, service=None, configmap=None)
+    plan = plan_isvc(spec, obs, {}, PlanConfig(), T0)
+    (w,) = [w for w in plan.writes if w.kind == "Deployment"]
+    pod = w.body["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "nvidia-l4", "karpenter.sh/capacity-type": None}
+    assert SPOT_TOLERATION not in pod["tolerations"] and pod["tolerations"]  # the GPU toleration stays
+    # Already off Spot: no such patch.
+    plain = build_deployment(spec, 2, {})
+    plain["status"], plain["metadata"]["generation"] = on_spot["status"], 1
+    again = plan_isvc(spec, IsvcObserved(status={}, deployment=plain), {}, PlanConfig(), T0)
+    assert not any(w.kind == "Deployment" and "template" in w.body.get("spec", {}) for w in again.writes)
+    assert json.dumps(plain).count("capacity-type") == 0
