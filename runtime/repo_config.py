@@ -31,6 +31,11 @@ from typing import Any
 
 EMBEDDING_DIM = 256
 """Width D of the ``EMBEDDING`` output (fixed-seed projection size of the fusion head)."""
+IMAGE_FEATURE_DIM = 1280
+"""Pooled EfficientNet-Lite0 features per image (``model.encoders.IMAGE_FEATURE_DIM``; a unit test keeps them equal,
+spelled out here because this module imports no torch)."""
+TEXT_FEATURE_DIM = 384
+"""Mean-pooled MiniLM features per text (``model.encoders.TEXT_FEATURE_DIM``)."""
 
 INPUT_IMAGES = "IMAGES"
 INPUT_TEXT = "TEXT"
@@ -385,9 +390,11 @@ def build_repository(cfg: RuntimeConfig) -> dict[str, str]:
     Returns:
         Without the router: ``{"<name>/config.pbtxt", "<name>/1/model.py"}``. With ``cfg.uses_router``: the
         router as ``<name>`` plus ``<name>_image``, ``<name>_text`` and ``<name>_image_text`` (each the batched
-        model, without response cache). The operator stores the files in a ConfigMap (``/`` written as ``__``
+        model, without response cache). With GPUs (``cfg.gpu_count > 0``): :func:`build_gpu_repository`. The operator stores the files in a ConfigMap (``/`` written as ``__``
         in keys, per the CRD), the server writes them to a directory.
     """
+    if cfg.gpu_count > 0:
+        return build_gpu_repository(cfg)
     if not cfg.uses_router:
         return {
             f"{cfg.model_name}/config.pbtxt": render_config_pbtxt(cfg),
@@ -402,6 +409,135 @@ def build_repository(cfg: RuntimeConfig) -> dict[str, str]:
         files[f"{name}/config.pbtxt"] = render_config_pbtxt(cfg.replace(model_name=name, response_cache=False),
                                                              preload=PRELOAD[modality])
         files[f"{name}/1/model.py"] = MODEL_PY
+    return files
+
+
+GPU_IMAGE_BUCKET_SIDES = (128, 256, 384)
+"""Fixed square image sizes of the GPU layout, in pixels: each image (its resolution bucket, longer side <= 384) is
+zero-padded to the smallest of these that holds it, so the GPU image encoder sees three input shapes instead of up
+to 144 (12 x 12 multiples of 32); masked pooling keeps the padding out of the average (it still reaches the
+convolutions at the borders)."""
+GPU_ENCODER_MAX_BATCH = 64
+"""``max_batch_size`` of the GPU encoder models: images (image encoder) or texts (text encoder) per execution."""
+GPU_ENCODERS = ("image_encoder", "text_encoder")
+"""Encoder models of the GPU layout, named ``<name>_<encoder>``."""
+PIXELS, VALID_HW, TOKEN_IDS, FEATURES, CLASSES = "PIXELS", "VALID_HW", "TOKEN_IDS", "FEATURES", "CLASSES"
+"""Tensors between the GPU layout's orchestrator and its encoder models (not part of the client interface)."""
+
+
+def gpu_precision(cfg: RuntimeConfig) -> Precision:
+    """Encoder precision of the GPU layout: INT8 (torch dynamic quantization, CPU-only) runs as FP16; FP32, FP16
+    and BF16 as given (FP16 is what a GPU InferenceService should ask for: ``spec.runtime.precision: FP16``)."""
+    return Precision.FP16 if cfg.precision is Precision.INT8 else cfg.precision
+
+
+def gpu_image_sides(cfg: RuntimeConfig) -> tuple[int, ...]:
+    """The fixed square sizes (pixels) for ``cfg``: :data:`GPU_IMAGE_BUCKET_SIDES` below ``max_image_side_pixels``,
+    then that side itself (every resolution bucket fits the last)."""
+    side = cfg.max_image_side_pixels
+    return tuple(s for s in GPU_IMAGE_BUCKET_SIDES if s < side) + (side,)
+
+
+def render_gpu_encoder_pbtxt(cfg: RuntimeConfig, encoder: str) -> str:
+    """``config.pbtxt`` of one GPU encoder model (``image_encoder`` or ``text_encoder``).
+
+    ``KIND_GPU`` instances (``instance_count`` per GPU, on GPUs ``0 .. gpu_count - 1``), ``max_batch_size``
+    :data:`GPU_ENCODER_MAX_BATCH` and ``dynamic_batching``: requests of every modality class that need this encoder
+    share its queue, so batches form per encoder, not per modality class (image + text requests feed both).
+    Inputs are ragged (``allow_ragged_batch``): each request keeps its own image size or token count and the model
+    runs one pass per fixed image size / text length bucket.
+
+    Raises:
+        ValueError: Unknown ``encoder``.
+    """
+    if encoder == "image_encoder":
+        inputs = [_tensor_block(PIXELS, "TYPE_FP16", [3, -1, -1], ragged=True) + ",",
+                  _tensor_block(VALID_HW, "TYPE_INT32", [2], ragged=True)]
+        outputs = [_tensor_block(FEATURES, "TYPE_FP32", [IMAGE_FEATURE_DIM]) + ",",
+                   _tensor_block(CLASSES, "TYPE_INT32", [1])]
+        preload: tuple[str, ...] = ("image",)
+    elif encoder == "text_encoder":
+        inputs = [_tensor_block(TOKEN_IDS, "TYPE_INT64", [-1], ragged=True)]
+        outputs = [_tensor_block(FEATURES, "TYPE_FP32", [TEXT_FEATURE_DIM])]
+        preload = ("text",)
+    else:
+        raise ValueError(f"encoder must be one of {GPU_ENCODERS}, got {encoder!r}")
+    gpus = ", ".join(str(g) for g in range(cfg.gpu_count))
+    lines = [
+        f"name: {_quote(cfg.model_name + '_' + encoder)}",
+        'backend: "python"',
+        f"max_batch_size: {GPU_ENCODER_MAX_BATCH}",
+        "input [", *inputs, "]",
+        "output [", *outputs, "]",
+        "instance_group [",
+        "  {",
+        f"    count: {cfg.instance_count}",
+        "    kind: KIND_GPU",
+        f"    gpus: [ {gpus} ]",
+        "  }",
+        "]",
+        "dynamic_batching {",
+        f"  max_queue_delay_microseconds: {cfg.max_queue_delay_microseconds}",
+        "}",
+    ]
+    params = model_parameters(cfg.replace(precision=gpu_precision(cfg)), preload)
+    for key, value in params.items():
+        lines += ["parameters {", f"  key: {_quote(key)}", f"  value: {{ string_value: {_quote(value)} }}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_gpu_orchestrator_pbtxt(cfg: RuntimeConfig) -> str:
+    """``config.pbtxt`` of the GPU layout's client-facing model: CPU instances (sized like the router's) that
+    decode and tokenize each request, send its images and text to the encoder models (BLS), fuse and answer. Same
+    request interface as every other layout (``max_batch_size 0``, leading ``1`` declared)."""
+    lines = [
+        f"name: {_quote(cfg.model_name)}",
+        'backend: "python"',
+        "max_batch_size: 0",
+        *_interface_blocks([1], ragged_images=False),
+        "instance_group [",
+        "  {",
+        f"    count: {cfg.router_instances}",
+        "    kind: KIND_CPU",
+        "  }",
+        "]",
+    ]
+    if cfg.response_cache:
+        lines += ["response_cache {", "  enable: true", "}"]
+    params = model_parameters(cfg.replace(precision=Precision.FP32), preload=())
+    params["image_bucket_sides"] = ",".join(str(s) for s in gpu_image_sides(cfg))
+    for encoder in GPU_ENCODERS:
+        params[f"route_{encoder}"] = f"{cfg.model_name}_{encoder}"
+    for key, value in params.items():
+        lines += ["parameters {", f"  key: {_quote(key)}", f"  value: {{ string_value: {_quote(value)} }}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _entry_point(class_path: str, what: str) -> str:
+    module, _, name = class_path.rpartition(".")
+    return MODEL_PY.replace("Python-backend entry point of the modalscale built-in multimodal model", what).replace(
+        "from modalscale.runtime.model.triton_model import TritonPythonModel",
+        f"from {module} import {name} as TritonPythonModel")
+
+
+def build_gpu_repository(cfg: RuntimeConfig) -> dict[str, str]:
+    """The GPU layout (``cfg.gpu_count > 0``): ``<name>`` (orchestrator, CPU), ``<name>_image_encoder`` and
+    ``<name>_text_encoder`` (``KIND_GPU``, precision :func:`gpu_precision`, fixed image sizes
+    :func:`gpu_image_sides`, encoder-level dynamic batching); models in ``modalscale.runtime.model.gpu_models``.
+
+    Not run on a GPU in this project (no GPU machine); ``tests/integration/runtime/test_runtime_gpu_layout.py``
+    serves the same repository with the instance kind switched to ``KIND_CPU``.
+    """
+    name = cfg.model_name
+    files = {
+        f"{name}/config.pbtxt": render_gpu_orchestrator_pbtxt(cfg),
+        f"{name}/1/model.py": _entry_point("modalscale.runtime.model.gpu_models.OrchestratorModel",
+                                           "Python-backend orchestrator of the modalscale GPU layout"),
+    }
+    for encoder, cls in zip(GPU_ENCODERS, ("ImageEncoderModel", "TextEncoderModel"), strict=True):
+        files[f"{name}_{encoder}/config.pbtxt"] = render_gpu_encoder_pbtxt(cfg, encoder)
+        files[f"{name}_{encoder}/1/model.py"] = _entry_point(f"modalscale.runtime.model.gpu_models.{cls}",
+                                                             f"Python-backend GPU {encoder} of modalscale")
     return files
 
 

@@ -105,3 +105,17 @@ def route(image_count: int | None, text_present: bool) -> str | None:
     if image_count is not None and (image_count or not text_present):
         return "image"
     return "text"
+
+
+def fixed_side(bucket_hw: tuple[int, int], sides: Sequence[int]) -> int:
+    """The smallest fixed square size in ``sides`` (ascending, pixels) holding an image of resolution bucket
+    ``(h, w)``; the GPU layout pads every image to it (``repo_config.gpu_image_sides``).
+
+    Raises:
+        ValueError: The bucket is larger than every side (the sides must end with the longest allowed side).
+    """
+    need = max(bucket_hw)
+    for side in sides:
+        if side >= need:
+            return side
+    raise ValueError(f"image bucket {bucket_hw} exceeds every fixed side {list(sides)}")

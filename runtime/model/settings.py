@@ -40,6 +40,8 @@ class ModelSettings:
     """INT8 scheme of the text encoder (``encoders.INT8_TEXT_SCHEMES``); not generated from a RuntimeConfig, a
     benchmark sets ``dynamic`` to compare with the earlier scheme side by side."""
 
+    image_bucket_sides: tuple[int, ...] = ()
+    """Fixed square image sizes of the GPU layout's orchestrator (``repo_config.gpu_image_sides``); empty elsewhere."""
     metrics_batching: str = "execute"
     """``execute``: the feature metrics of one ``execute`` call are sent together (counters summed per series);
     ``request``: each request's on its own, as before (``metrics.METRICS_BATCHING``); not generated from a
@@ -78,6 +80,15 @@ class ModelSettings:
             if raw["int8_text"] not in ("smoothquant", "dynamic"):
                 raise ValueError(f"parameter int8_text: expected smoothquant or dynamic, got {raw['int8_text']!r}")
             values["int8_text"] = raw["int8_text"]
+        if raw.get("image_bucket_sides"):
+            try:
+                sides = tuple(int(p) for p in raw["image_bucket_sides"].split(","))
+            except ValueError:
+                raise ValueError(f"parameter image_bucket_sides: expected comma-separated integers, "
+                                 f"got {raw['image_bucket_sides']!r}") from None
+            if list(sides) != sorted(set(sides)) or sides[0] < 1:
+                raise ValueError(f"parameter image_bucket_sides: must be ascending and >= 1, got {list(sides)}")
+            values["image_bucket_sides"] = sides
         if "metrics_batching" in raw:
             if raw["metrics_batching"] not in ("execute", "request"):
                 raise ValueError(f"parameter metrics_batching: expected execute or request, "

@@ -1,0 +1,230 @@
+"""Triton Python-backend models of the GPU layout (``repo_config.build_gpu_repository``), imported by its generated
+``model.py`` files; like ``triton_model`` only usable inside the backend's stub.
+
+* :class:`OrchestratorModel` (client-facing, CPU instances): validates, decodes and tokenizes each request (the
+  CPU pipeline's ``prepare``, with the embedding cache), pads each image to a fixed square size, sends the images
+  and the text to the encoder models by BLS, fuses the features (FP32, CPU) and answers; it exports the feature
+  metrics and the in-flight gauge.
+* :class:`ImageEncoderModel` and :class:`TextEncoderModel` (``KIND_GPU``, dynamic batching): every request that
+  needs the encoder, whatever its modality class, waits in the same queue, and one execution runs one pass per
+  fixed image size / text length bucket over all of its requests (encoder-level batching).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
+
+from modalscale.runtime.model import metrics as names
+from modalscale.runtime.model.batching import fixed_side, plan_text_groups
+from modalscale.runtime.model.encoders import IMAGE_FEATURE_DIM, TEXT_FEATURE_DIM, MultimodalEncoder
+from modalscale.runtime.model.inputs import RequestError
+from modalscale.runtime.model.pipeline import EmbeddingCache, MultimodalPipeline, Prepared
+from modalscale.runtime.model.settings import ModelSettings
+from modalscale.runtime.model.triton_model import FeatureMetrics, _classes_output
+from modalscale.runtime.repo_config import (CLASSES, FEATURES, INPUT_IMAGES, INPUT_TEXT, OUTPUT_EMBEDDING,
+                                            OUTPUT_IMAGE_CLASSES, OUTPUT_MODALITY, PIXELS, TOKEN_IDS, VALID_HW)
+
+LOG = logging.getLogger("modalscale.runtime.model.gpu")
+
+
+def _device(args: dict[str, str]) -> str:
+    if args.get("model_instance_kind") == "GPU":
+        return f"cuda:{args.get('model_instance_device_id', '0')}"
+    return "cpu"
+
+
+def _inflight_gauge(model_name: str) -> tuple[Any, Any]:
+    family = pb_utils.MetricFamily(name=names.INFLIGHT_REQUESTS, description=names.HELP[names.INFLIGHT_REQUESTS],
+                                   kind=pb_utils.MetricFamily.GAUGE)
+    return family, family.Metric(labels={"model": model_name})
+
+
+class _EncoderModel:
+    """Shared set-up of the two encoder models."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Read the settings, set torch threads, load this model's encoder on its device."""
+        config = json.loads(args["model_config"])
+        self.settings = ModelSettings.from_model_config(config)
+        torch.set_num_threads(self.settings.intra_op_threads)
+        self.encoder = MultimodalEncoder(self.settings.precision, _device(args), self.settings.preload)
+        self.inflight_family, self.inflight = _inflight_gauge(str(args.get("model_name", config.get("name", ""))))
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Encode every request of the batch; a failure fails the batch (the orchestrator answers InternalError)."""
+        self.inflight.increment(len(requests))
+        try:
+            return self._encode(requests)
+        except (RuntimeError, ValueError) as exc:
+            LOG.exception("Encoder failed on a batch of %d requests", len(requests))
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(f"InternalError: {exc}"))
+                    for _ in requests]
+        finally:
+            self.inflight.increment(-len(requests))
+
+    def _encode(self, requests: list[Any]) -> list[Any]:
+        raise NotImplementedError
+
+    def finalize(self) -> None:
+        """Drop the model."""
+        self.encoder = None  # type: ignore[assignment]
+
+
+class ImageEncoderModel(_EncoderModel):
+    """``PIXELS`` FP16 ``[k, 3, S, S]`` (S one of the fixed sizes, zero-padded beyond ``VALID_HW`` ``[k, 2]``) ->
+    ``FEATURES`` FP32 ``[k, 1280]`` and ``CLASSES`` INT32 ``[k, 1]``; one encoder pass per size over the batch."""
+
+    def _encode(self, requests: list[Any]) -> list[Any]:
+        pixels = [pb_utils.get_input_tensor_by_name(r, PIXELS).as_numpy() for r in requests]
+        valid = [pb_utils.get_input_tensor_by_name(r, VALID_HW).as_numpy() for r in requests]
+        items = [(r, k) for r, p in enumerate(pixels) for k in range(p.shape[0])]
+        by_side: dict[int, list[tuple[int, int]]] = {}
+        for r, k in items:
+            by_side.setdefault(int(pixels[r].shape[-1]), []).append((r, k))
+        feats = [np.zeros((p.shape[0], IMAGE_FEATURE_DIM), np.float32) for p in pixels]
+        classes = [np.zeros((p.shape[0], 1), np.int32) for p in pixels]
+        for members in by_side.values():
+            batch = np.stack([pixels[r][k] for r, k in members]).astype(np.float32)
+            result = self.encoder.encode_images(batch, [(int(valid[r][k][0]), int(valid[r][k][1]))
+                                                        for r, k in members])
+            for j, (r, k) in enumerate(members):
+                feats[r][k] = result.features[j]
+                classes[r][k, 0] = result.classes[j]
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(FEATURES, f), pb_utils.Tensor(CLASSES, c)])
+                for f, c in zip(feats, classes, strict=True)]
+
+
+class TextEncoderModel(_EncoderModel):
+    """``TOKEN_IDS`` INT64 ``[1, L]`` ([CLS] ... [SEP]) -> ``FEATURES`` FP32 ``[1, 384]``; one pass per length
+    bucket (``batching.TEXT_LENGTH_BUCKETS``) over the batch."""
+
+    def _encode(self, requests: list[Any]) -> list[Any]:
+        ids = [[int(t) for t in pb_utils.get_input_tensor_by_name(r, TOKEN_IDS).as_numpy().reshape(-1)]
+               for r in requests]
+        out = np.zeros((len(ids), TEXT_FEATURE_DIM), np.float32)
+        for group in plan_text_groups([len(row) for row in ids], modality_aware=True):
+            rows = list(group.indices)
+            out[rows] = self.encoder.encode_texts([ids[i] for i in rows], group.pad_to[0])
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(FEATURES, out[i:i + 1])])
+                for i in range(len(ids))]
+
+
+class OrchestratorModel:
+    """Client-facing model of the GPU layout (see the module docstring)."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Settings and routes from the model config; the tokenizer and the FP32 fusion head on CPU."""
+        config = json.loads(args["model_config"])
+        params = config.get("parameters", {})
+        self.settings = ModelSettings.from_model_config(config)
+        if not self.settings.image_bucket_sides:
+            raise ValueError("parameter image_bucket_sides: required by the GPU layout's orchestrator")
+        self.routes = {e: params[f"route_{e}"]["string_value"] for e in ("image_encoder", "text_encoder")}
+        torch.set_num_threads(self.settings.intra_op_threads)
+        self.pipeline = MultimodalPipeline(self.settings, MultimodalEncoder(preload=()))
+        self.cache: EmbeddingCache | None = self.pipeline.cache
+        self.metrics = FeatureMetrics(str(args.get("model_name", config.get("name", ""))))
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Answer each request (max_batch_size 0: Triton sends them one at a time per instance)."""
+        self.metrics.inflight.increment(len(requests))
+        batch = names.MetricBatch()
+        try:
+            return [self._one(request, batch) for request in requests]
+        finally:
+            self.metrics.send(batch)
+            self.metrics.inflight.increment(-len(requests))
+
+    def _one(self, request: Any, batch: names.MetricBatch) -> Any:
+        images = pb_utils.get_input_tensor_by_name(request, INPUT_IMAGES)
+        text = pb_utils.get_input_tensor_by_name(request, INPUT_TEXT)
+        try:
+            prep = self.pipeline.prepare(None if images is None else images.as_numpy(),
+                                         None if text is None else text.as_numpy())
+        except RequestError as exc:
+            batch.error(exc.reason)
+            return pb_utils.InferenceResponse(
+                error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
+        modality = prep.parsed.modality.value
+        batch.accepted(modality, [image.pixels for image in prep.parsed.images],
+                       prep.text_tokens if prep.parsed.text is not None else None)
+        try:
+            embedding, classes, hits, misses = self._encode(prep)
+        except (RuntimeError, ValueError, pb_utils.TritonModelException) as exc:
+            LOG.exception("GPU layout failed on a request")
+            batch.error("InternalError")
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"InternalError: {exc}"))
+        batch.computed(modality, prep.stage_s, hits, misses)
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor(OUTPUT_EMBEDDING, embedding.reshape(1, -1).astype(np.float32)),
+            pb_utils.Tensor(OUTPUT_MODALITY, np.array([[modality.encode()]], dtype=np.object_)),
+            pb_utils.Tensor(OUTPUT_IMAGE_CLASSES, _classes_output(classes)),
+        ])
+
+    def _call(self, encoder: str, tensors: list[Any], outputs: list[str]) -> list[np.ndarray]:
+        answer = pb_utils.InferenceRequest(model_name=self.routes[encoder], inputs=tensors,
+                                           requested_output_names=outputs).exec()
+        if answer.has_error():
+            raise RuntimeError(answer.error().message())
+        return [pb_utils.get_output_tensor_by_name(answer, name).as_numpy() for name in outputs]
+
+    def _encode(self, prep: Prepared) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """BLS calls for the images (one per fixed size) and the text, then the fusion head; stage seconds are
+        added to ``prep.stage_s`` (encoder stages = the BLS call's wall time, queueing included)."""
+        clock = time.perf_counter
+        images = prep.parsed.images
+        entries: list[tuple[Any, ...] | None] = []
+        hits = misses = 0
+        for image in images:
+            cached = image.cached if image.cached is not None else (
+                self.cache.get(image.digest) if self.cache is not None else None)
+            hits += cached is not None and self.cache is not None
+            misses += cached is None and self.cache is not None
+            entries.append(cached)
+        by_side: dict[int, list[int]] = {}
+        for k, entry in enumerate(entries):
+            if entry is None:
+                by_side.setdefault(fixed_side(images[k].bucket, self.settings.image_bucket_sides), []).append(k)
+        start = clock()
+        for side, members in by_side.items():
+            pixels = np.zeros((len(members), 3, side, side), np.float16)
+            valid = np.zeros((len(members), 2), np.int32)
+            for j, k in enumerate(members):
+                h, w = images[k].bucket
+                pixels[j, :, :h, :w] = images[k].array
+                valid[j] = (h, w)
+            feats, classes = self._call("image_encoder", [pb_utils.Tensor(PIXELS, pixels),
+                                                          pb_utils.Tensor(VALID_HW, valid)], [FEATURES, CLASSES])
+            for j, k in enumerate(members):
+                entries[k] = (feats[j], int(classes[j, 0]), images[k].width, images[k].height)
+                if self.cache is not None:
+                    self.cache.put(images[k].digest, entries[k])  # type: ignore[arg-type]
+        if by_side:
+            prep.stage_s["image_encoder"] = clock() - start
+        image_feats = np.zeros((1, IMAGE_FEATURE_DIM), np.float32)
+        text_feats = np.zeros((1, TEXT_FEATURE_DIM), np.float32)
+        done = [e for e in entries if e is not None]
+        if done:
+            image_feats[0] = np.stack([e[0] for e in done]).mean(axis=0)
+        if prep.token_ids is not None:
+            start = clock()
+            (text_feats,) = self._call("text_encoder", [pb_utils.Tensor(
+                TOKEN_IDS, np.array([prep.token_ids], dtype=np.int64))], [FEATURES])
+            prep.stage_s["text_encoder"] = clock() - start
+        start = clock()
+        embedding = self.pipeline.encoder.fuse(image_feats, np.array([bool(images)]), text_feats.astype(np.float32),
+                                               np.array([prep.token_ids is not None]))[0]
+        prep.stage_s["fusion"] = clock() - start
+        return embedding, np.array([e[1] for e in done], dtype=np.int32), hits, misses
+
+    def finalize(self) -> None:
+        """Drop the model and metric references."""
+        self.pipeline = None  # type: ignore[assignment]
+        self.metrics = None  # type: ignore[assignment]
