@@ -43,6 +43,8 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 """Processes of a local cluster, in start order."""
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+SPOT_NODE_PREFIX = "kwok-gpu-spot-"
+"""Name prefix of the fake Spot GPU nodes (``modalscale cluster up --spot-nodes``)."""
 """Node label that carries the GPU type (as NVIDIA's GPU feature discovery sets it)."""
 
 
@@ -234,11 +236,14 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ up
     def up(self, nodes: int = 2, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
-           binaries: Binaries | None = None, timeout_s: float = 120.0, real_node: bool | None = None) -> None:
+           binaries: Binaries | None = None, timeout_s: float = 120.0, real_node: bool | None = None,
+           spot_nodes: int = 0) -> None:
         """Start the control plane (idempotent: running components are left alone) and create fake GPU nodes.
 
         Args:
             nodes: Fake GPU nodes wanted (created if missing, never deleted here).
+            spot_nodes: Fake Spot GPU nodes ``kwok-gpu-spot-<i>`` wanted besides (label and taint
+                ``karpenter.sh/capacity-type=spot``; see :meth:`ensure_gpu_nodes`).
             gpus_per_node: ``nvidia.com/gpu`` capacity of each fake node.
             gpu_type: Value of the ``nvidia.com/gpu.product`` label of the fake nodes.
             binaries: Prebuilt binaries; built or taken from the cache when None.
@@ -334,6 +339,8 @@ class LocalCluster:
         if dead:
             raise ClusterError(f"{', '.join(dead)} exited at start; see {self._logfile(dead[0])}")
         self.ensure_gpu_nodes(nodes, gpus_per_node, gpu_type)
+        if spot_nodes:
+            self.ensure_gpu_nodes(spot_nodes, gpus_per_node, gpu_type, prefix=SPOT_NODE_PREFIX, spot=True)
         self._wait(lambda: self._default_service_account_ready(), "namespace default", 60)
         self._up_real_node(real_node)
 
@@ -470,12 +477,18 @@ class LocalCluster:
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
     def ensure_gpu_nodes(self, count: int, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
-                         cpu: str = "32", memory: str = "256Gi", prefix: str = "kwok-gpu-") -> list[str]:
+                         cpu: str = "32", memory: str = "256Gi", prefix: str = "kwok-gpu-",
+                         spot: bool = False) -> list[str]:
         """Create fake GPU nodes ``<prefix>0..count-1`` that KWOK manages (existing ones are kept).
 
+        Args:
+            spot: Make them Spot nodes: Karpenter's label ``karpenter.sh/capacity-type=spot`` and the taint
+                ``karpenter.sh/capacity-type=spot:NoSchedule`` (:mod:`modalscale.api.capacity`), so only pods that
+                tolerate it (a service a ``SwitchToSpot`` budget action moved) run there, priced at Spot.
         Returns:
             The names of the nodes that now exist with that prefix.
         """
+        from modalscale.api.capacity import CAPACITY_TYPE_LABEL, SPOT_LABEL_VALUE, SPOT_TAINT
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
@@ -494,9 +507,10 @@ class LocalCluster:
                         "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                         "kubernetes.io/arch": "amd64", "type": "kwok",
                         "nvidia.com/gpu.present": "true", GPU_PRODUCT_LABEL: gpu_type,
+                        **({CAPACITY_TYPE_LABEL: SPOT_LABEL_VALUE} if spot else {}),
                     },
                 },
-                "spec": {},
+                "spec": {"taints": [dict(SPOT_TAINT)]} if spot else {},
                 "status": {
                     "capacity": capacity, "allocatable": capacity,
                     "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kwok"}],

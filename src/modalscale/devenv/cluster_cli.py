@@ -23,6 +23,9 @@ def add_parser(sub: Any) -> None:
     up.add_argument("--nodes", type=int, default=2, help="fake GPU nodes (default 2)")
     up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity per node (default 8)")
     up.add_argument("--gpu-type", default="nvidia-l4", help="nvidia.com/gpu.product label (default nvidia-l4)")
+    up.add_argument("--spot-nodes", type=int, default=1,
+                    help="fake Spot GPU nodes kwok-gpu-spot-<i> besides, labelled and tainted "
+                         "karpenter.sh/capacity-type=spot (for the SwitchToSpot budget action; default 1)")
     up.add_argument("--real-node", action=argparse.BooleanOptionalAction, default=None,
                     help="also run a real kubelet node (containerd, runc, CNI bridge, kube-proxy); default: on where "
                          "the machine supports it (root, containerd, runc, CNI plugins, cgroup controllers), "
@@ -43,14 +46,14 @@ def _log(msg: str) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    if args.nodes < 0 or args.gpus_per_node < 0:
-        _log("--nodes and --gpus-per-node must be >= 0")
+    if args.nodes < 0 or args.gpus_per_node < 0 or args.spot_nodes < 0:
+        _log("--nodes, --gpus-per-node and --spot-nodes must be >= 0")
         return 2
     cluster = LocalCluster(args.workdir, log=_log)
     started = time.monotonic()
     try:
         cluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
-                   real_node=args.real_node)
+                   real_node=args.real_node, spot_nodes=args.spot_nodes)
     except (ClusterError, BuildError) as exc:
         _log(f"cluster up failed: {exc}")
         return 1
