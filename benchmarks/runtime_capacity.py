@@ -19,7 +19,8 @@ What a reviewer needs to trust a ratio on a shared machine (issue 13, section 1)
   model's own pipeline in this process: cosine min / p1 / median and ImageNet top-1 agreement;
 * a verdict line per target, with its interval.
 
-Not done here (see runtime/README.md): the open-loop rate sweep with bootstrap CIs and the perf_analyzer cross-check.
+Not done here: the open-loop rate sweep with bootstrap CIs (``benchmarks/runtime_open_loop.py``) and the
+perf_analyzer cross-check (``benchmarks/runtime_perf_analyzer.py``).
 
 Variants (names accepted by ``--variants``; the presets are those of ``modalscale runtime serve --preset``):
   naive            preset naive: FP32, every request alone, 2 instances x 1 thread, no router, no caches
@@ -30,6 +31,10 @@ Variants (names accepted by ``--variants``; the presets are those of ``modalscal
   fastest          preset fastest (= int8_smoothquant + the embedding cache, measured separately on repeated images)
   int8_bf16_image  int8_smoothquant with the opt-in BF16 image convolutions (model parameter image_bf16; only where
                    the CPU has native BF16)
+  default_16_routers
+                   preset default with its router sized as before the core rule (16 instances; the operator's
+                   ConfigMaps still are); `default` is what `runtime serve --preset default` starts on this machine
+                   (router instances from the cores available, 4 on 2 cores)
   naive_metrics_per_request, default_metrics_per_request
                    the preset with the model parameter metrics_batching=request: each request's feature metrics sent
                    on their own (before metrics were batched per execute), the predecessor of naive and default
@@ -59,6 +64,7 @@ import httpx
 import numpy as np
 
 from modalscale.runtime import proctree
+from modalscale.runtime.cores import available_cores
 from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, scrape_metrics
 from modalscale.runtime.model.metrics import STAGES
 from modalscale.runtime.repo_config import PRESETS, Precision, RuntimeConfig, build_repository
@@ -66,9 +72,9 @@ from modalscale.runtime.server import TritonProcess, free_port, write_repository
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 LIBRARIES = ("torch", "transformers", "numpy", "pillow", "tritonclient", "nvidia-pytriton", "scikit-image")
-PREDECESSOR = {"default": "default_metrics_per_request", "naive": "naive_metrics_per_request",
-               "int8_dynamic": "naive", "int8_smoothquant": "int8_dynamic",
-               "fastest": "int8_smoothquant", "int8_bf16_image": "int8_smoothquant"}
+PREDECESSOR = {"default": ("default_16_routers", "default_metrics_per_request"), "naive": ("naive_metrics_per_request",),
+               "default_16_routers": ("naive",), "int8_dynamic": ("naive",), "int8_smoothquant": ("int8_dynamic",),
+               "fastest": ("int8_smoothquant",), "int8_bf16_image": ("int8_smoothquant",)}
 """Each step is also compared with the variant it improves on (when both run)."""
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "china", "flower")
 
@@ -88,14 +94,16 @@ def variants() -> dict[str, Variant]:
     naive = PRESETS["naive"]
     return {
         "naive": Variant("naive", naive),
-        "default": Variant("default", PRESETS["default"]),
+        "default": Variant("default", PRESETS["default"].replace(cpu_cores=available_cores())),
+        "default_16_routers": Variant("default_16_routers", PRESETS["default"]),
         "int8_dynamic": Variant("int8_dynamic", naive.replace(precision=Precision.INT8), (("int8_text", "dynamic"),)),
         "int8_smoothquant": Variant("int8_smoothquant", naive.replace(precision=Precision.INT8)),
         "fastest": Variant("fastest", PRESETS["fastest"]),
         "int8_bf16_image": Variant("int8_bf16_image", naive.replace(precision=Precision.INT8),
                                    (("image_bf16", "true"),)),
         "naive_metrics_per_request": Variant("naive_metrics_per_request", naive, (("metrics_batching", "request"),)),
-        "default_metrics_per_request": Variant("default_metrics_per_request", PRESETS["default"],
+        "default_metrics_per_request": Variant("default_metrics_per_request",
+                                               PRESETS["default"].replace(cpu_cores=available_cores()),
                                                (("metrics_batching", "request"),)),
     }
 
@@ -493,9 +501,9 @@ def main() -> int:
     print(f"  {'A/A naive vs naive':<36} {_interval(ratios('naive', 'naive (A/A)'))}")
     for name in names[1:]:
         print(f"  {name + ' vs naive':<36} {_interval(ratios('naive', name))}")
-        pred = PREDECESSOR.get(name)
-        if pred in names and pred != "naive":
-            print(f"  {name + ' vs ' + pred:<36} {_interval(ratios(pred, name))}")
+        for pred in PREDECESSOR.get(name, ()):
+            if pred in names and pred != "naive":
+                print(f"  {name + ' vs ' + pred:<36} {_interval(ratios(pred, name))}")
 
     print("\nper-stage milliseconds per request inside the model (median over rounds), from the runtime's own "
           "modalscale_stage_compute_seconds histograms: these time each stage with a wall clock inside the stub, so on "
@@ -573,8 +581,8 @@ def main() -> int:
         ok = all(row["min"] >= 0.99 for row in rows.values())
         print(f"  cosine min >= 0.99 on every modality ({'='.join(same[name])}): {'MET' if ok else 'NOT MET'} - "
               "min " + ", ".join(f"{m} {row['min']:.4f}" for m, row in rows.items()))
-    print("  mixed-modality p99 at 70 % load >= 2x lower than plain dynamic batching: NOT MEASURED (no open-loop "
-          "sweep in this benchmark)")
+    print("  mixed-modality p99 at 70 % load >= 2x lower than plain dynamic batching: NOT MEASURED here "
+          "(benchmarks/runtime_open_loop.py sweeps open-loop rates)")
     return 0
 
 
