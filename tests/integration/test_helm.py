@@ -215,7 +215,8 @@ def test_default_rbac_is_exactly_what_the_operator_uses_with_no_wildcards(helm: 
     assert "*" not in text
     assert grants(rule_list) == NAMESPACED_GRANTS | peering_grants("clusterkopfpeerings", "ms-modalscale") | {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list", ""),
-        ("apiextensions.k8s.io", "customresourcedefinitions", "watch", "")}
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch", ""),
+        ("", "nodes", "get", "")}  # budget_observe: a pod's node's capacity-type label prices it (SwitchToSpot)
     verbs = {v for _, _, v, _ in grants(rule_list)}
     assert not verbs & {"delete", "deletecollection", "escalate", "bind", "impersonate"}
     assert {r for _, r, v, _ in grants(rule_list) if v == "update"} == {"inferenceservices/finalizers"}
@@ -459,7 +460,7 @@ def test_helm_install_cluster_wide_brings_up_the_operator_with_least_privilege_r
             ["get", "secrets/team-webhook", "-n", other],
             ["create", "clusterkopfpeerings.kopf.dev"], ["list", "clusterkopfpeerings.kopf.dev"],
             ["patch", "clusterkopfpeerings.kopf.dev/op-modalscale"],
-            ["watch", "customresourcedefinitions.apiextensions.k8s.io"],
+            ["watch", "customresourcedefinitions.apiextensions.k8s.io"], ["get", "nodes"],
         ], denied=[
             ["delete", "namespaces"], ["create", "namespaces"], ["list", "secrets", "-A"],
             ["get", "secrets", "-n", other], ["get", "secrets/other-secret", "-n", other],
@@ -513,7 +514,7 @@ def test_helm_install_namespace_scoped_grants_only_the_watched_namespaces(
             ["list", "inferenceservices.modalscale.io", "-n", unwatched],
             ["create", "deployments.apps", "-n", unwatched], ["create", "deployments.apps", "-n", ns],
             ["create", "clusterkopfpeerings.kopf.dev"], ["list", "customresourcedefinitions.apiextensions.k8s.io"],
-            ["get", "secrets", "-n", watched_a], ["delete", "namespaces"],
+            ["get", "secrets", "-n", watched_a], ["delete", "namespaces"], ["get", "nodes"],
         ])
     finally:
         run([*helm, "uninstall", "scoped", "--namespace", ns, "--kubeconfig", str(kc), "--wait", "--timeout", "60s"])
