@@ -217,3 +217,69 @@ def judge_budget_scale_down(history: list[dict[str, Any]], t0_wall: float, pods:
     steps = ", ".join(f"{h['from']}->{h['to']}" for h in caps)
     return ok, (f"{steps}; pods removed {', '.join(f'{p.name} on {p.node}' for p in removed) or 'none'} "
                 f"({len(real)} on the real node); requests sent {sent}, answered {answered}, failed {failed}")
+
+
+OVERLOAD_FACTOR = 1.3
+"""Offered rate of the demo's trace as a multiple of one replica's measured capacity on the post-shift mix: after
+the shift one replica is overloaded (its queue grows at 0.3x its capacity, so p95 leaves the SLO within seconds),
+two replicas run at 65 % and three at 43 %. Not more: the budget later scales back to one replica while the
+post-shift load lasts, and that replica's backlog grows at the same 0.3x."""
+MIN_OVERLOAD_FACTOR = 1.2
+"""Below this multiple the post-shift overload of one replica is too slight to show (measurement noise on a shared
+machine is ~10-20 %): :func:`plan_offered_rate` flags the plan as not overloading."""
+MAX_PRE_SHIFT_UTILIZATION = 0.3
+"""Highest share of one replica's measured pre-shift capacity the offered rate may use, so that one replica serves
+the pre-shift mix well inside the autoscaler's utilization target (60 %) and the first scale-up comes after the
+shift, even when other work on the shared machine takes half the CPU the probe saw (seen: load average 2.5 during
+the probe, 10-15 during the replay)."""
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """The demo's offered rate, sized from one replica's measured capacity (closed loop through the Service).
+
+    Attributes:
+        rate_rps: Constant arrival rate of the trace, req/s.
+        pre_capacity_rps: One replica's measured throughput on the pre-shift mix, req/s.
+        post_capacity_rps: One replica's measured throughput on the post-shift mix, req/s.
+        overload: ``rate_rps / post_capacity_rps``: one replica's offered load after the shift.
+        pre_utilization: ``rate_rps / pre_capacity_rps``: one replica's utilization before the shift.
+        overloads: ``overload >= MIN_OVERLOAD_FACTOR``: the plan can show a scale-up adding capacity.
+        reason: How the rate was chosen, in words.
+    """
+
+    rate_rps: float
+    pre_capacity_rps: float
+    post_capacity_rps: float
+    overload: float
+    pre_utilization: float
+    overloads: bool
+    reason: str
+
+
+def plan_offered_rate(pre_capacity_rps: float, post_capacity_rps: float, overload: float = OVERLOAD_FACTOR,
+                      max_pre_utilization: float = MAX_PRE_SHIFT_UTILIZATION) -> LoadPlan:
+    """The trace's constant rate: ``overload`` x one replica's post-shift capacity, lowered to
+    ``max_pre_utilization`` x its pre-shift capacity where that is smaller (the pre-shift phase must not need a
+    second replica). An open-loop rate ``rho = rate / capacity > 1`` grows the queue by ``(rho - 1) x capacity``
+    requests per second (M/G/1 past saturation), so p95 rises without bound until capacity is added.
+
+    Raises:
+        ValueError: a capacity that is not a positive number (the probe answered nothing), or ``overload`` <= 1.
+    """
+    for name, value in (("pre_capacity_rps", pre_capacity_rps), ("post_capacity_rps", post_capacity_rps)):
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a positive number of req/s (did the capacity probe get answers?), "
+                             f"got {value!r}")
+    if not overload > 1:
+        raise ValueError(f"overload must exceed 1 (one replica must be overloaded after the shift), got {overload!r}")
+    rate = overload * post_capacity_rps
+    reason = (f"{overload:.2f} x one replica's post-shift capacity ({post_capacity_rps:.2f} req/s measured)")
+    if rate > max_pre_utilization * pre_capacity_rps:
+        rate = max_pre_utilization * pre_capacity_rps
+        reason = (f"{max_pre_utilization:.0%} of one replica's pre-shift capacity ({pre_capacity_rps:.2f} req/s "
+                  f"measured), lower than {overload:.2f} x its post-shift capacity ({post_capacity_rps:.2f} req/s)")
+    rate = round(rate, 2)
+    ratio = rate / post_capacity_rps
+    return LoadPlan(rate, pre_capacity_rps, post_capacity_rps, ratio, rate / pre_capacity_rps,
+                    ratio >= MIN_OVERLOAD_FACTOR, reason)

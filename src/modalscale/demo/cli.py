@@ -14,7 +14,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--duration", type=float, default=300.0, help="seconds of generated trace (default 300)")
     p.add_argument("--trace", type=Path, default=None,
                    help="trace CSV (arrival_s,image_count,image_width,image_height,text_tokens) instead")
-    p.add_argument("--rate", type=float, default=3.0, help="requests per second of the generated trace (default 3)")
+    p.add_argument("--rate", type=float, default=None,
+                   help="requests per second of the generated trace (default: on the real node, 1.3x one "
+                        "replica's measured capacity on the post-shift mix; KWOK-only, 3)")
     p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where the report goes (default reports/)")
     p.add_argument("--no-live", action="store_true", help="plain log lines instead of the live view")
     node = p.add_mutually_exclusive_group()
@@ -28,7 +30,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from modalscale.demo.run import DemoConfig, run_demo
 
-    if args.duration < 30 or args.rate <= 0:
+    if args.duration < 30 or (args.rate is not None and args.rate <= 0):
         print("--duration must be >= 30 s and --rate > 0", file=sys.stderr)
         return 2
     if args.trace is not None and not args.trace.is_file():

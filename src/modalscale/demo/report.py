@@ -72,13 +72,15 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
                  isvc: dict[str, Any], policy: dict[str, Any], receiver: Any, checks: Checks, slo_ms: float,
                  shift_at_s: float | None, real: bool = False, kwok_reason: str | None = None,
                  scale_ups: list[Any] | None = None, pods: list[Any] | None = None,
-                 nodes: list[tuple[str, bool]] | None = None, timings: dict[str, float] | None = None) -> Path:
+                 nodes: list[tuple[str, bool]] | None = None, timings: dict[str, float] | None = None,
+                 load_plan: Any = None) -> Path:
     """Write ``demo-report.html`` (four plots, the measured capacity of each scale-up, nodes and pods, the
     decisions, the chat room, the checks) and ``demo-run.json``.
 
     ``real``: the pods ran on the real node (else the KWOK-only fallback, named with ``kwok_reason``);
     ``scale_ups``: :class:`modalscale.demo.capacity.ScaleUp`; ``pods``: :class:`modalscale.demo.capacity.PodRecord`;
-    ``nodes``: (name, real?); ``timings``: set-up step -> seconds."""
+    ``nodes``: (name, real?); ``timings``: set-up step -> seconds; ``load_plan``: the
+    :class:`modalscale.demo.capacity.LoadPlan` the trace's rate came from (None: given or KWOK-only)."""
     scale_ups, pods, nodes, timings = scale_ups or [], pods or [], nodes or [], timings or {}
     import matplotlib
 
@@ -183,13 +185,14 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
                  + "</table>") if pods else ""
     check_rows = "".join(f"<li><b>{'PASS' if ok else 'FAIL'}</b> {html.escape(n)}: {html.escape(s)}</li>"
                          for n, ok, s in checks.items)
+    plan_line = (f"<p>Offered load: {html.escape(plan_summary(load_plan))}</p>" if load_plan is not None else "")
     body = f"""<!doctype html><html><head><meta charset="utf-8"><title>modalscale demo report</title>
 <style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}
 table{{border-collapse:collapse}} pre{{background:#f6f6f6;padding:6px}}</style></head><body>
 <h1>modalscale demo report</h1>
 <p>Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}. {what}</p>
 <h2>Checks</h2><ul>{check_rows}</ul>
-<h2>Measured capacity of each scale-up</h2>{cap_table}
+<h2>Measured capacity of each scale-up</h2>{plan_line}{cap_table}
 <h2>Nodes and pods</h2>{node_table}{pod_table}
 <p>Set-up: {html.escape(', '.join(f'{k} {v:.0f} s' for k, v in timings.items()) or '-')}</p>
 {''.join(f'<img src="data:image/png;base64,{i}" style="width:100%">' for i in images)}
@@ -204,6 +207,13 @@ table{{border-collapse:collapse}} pre{{background:#f6f6f6;padding:6px}}</style><
     (out_dir / "demo-run.json").write_text(json.dumps({
         "samples": [asdict(s) for s in samples], "checks": checks.items, "real_node": real,
         "kwok_reason": kwok_reason, "scale_ups": [asdict(u) for u in scale_ups], "pods": [asdict(p) for p in pods],
-        "nodes": nodes, "timings": timings,
+        "nodes": nodes, "timings": timings, "load_plan": asdict(load_plan) if load_plan is not None else None,
         "isvc_status": isvc.get("status"), "budget_status": policy.get("status")}, indent=1, default=str))
     return path
+
+
+def plan_summary(plan: Any) -> str:
+    """One line on how the trace's rate was sized (a :class:`modalscale.demo.capacity.LoadPlan`)."""
+    return (f"{plan.rate_rps:.2f} req/s = {plan.reason}; one replica's measured capacity {plan.pre_capacity_rps:.2f} "
+            f"req/s on the pre-shift mix, {plan.post_capacity_rps:.2f} req/s on the post-shift mix: one replica at "
+            f"{plan.pre_utilization:.0%} before the shift and {plan.overload:.0%} after")

@@ -46,10 +46,18 @@ REAL_TARGET_UTILIZATION_PERCENT = 60
 GPU_TYPE = "nvidia-l4"
 REPLICA_CPU = "500m"
 """CPU request and limit of each real replica (CFS quota): each replica adds a fixed half core."""
-REPLICA_MEMORY = "2Gi"
+REPLICA_MEMORY = "3Gi"
+"""Memory request and limit of each real replica. 2Gi was seen to OOM-kill the Python backend stub (anon RSS
+2.0 GB) under a backlog of post-shift requests (full batches of 8 requests with up to 4 large images each)."""
 MAX_REAL_REPLICAS = 3
 """Replicas that fit on the real node of a 2-core machine (allocatable ~1500m)."""
 HTTP_PORT = 8000
+KWOK_RATE_RPS = 3.0
+"""Default request rate of the KWOK-only fallback (one local Triton process), req/s."""
+PROBE_S = 20.0
+"""Seconds of each closed-loop capacity probe of the first replica (pre-shift and post-shift mix)."""
+PROBE_CONCURRENCY = 8
+"""Closed-loop workers of the capacity probe: the replica's largest batch (``maxBatchSize``), so it saturates."""
 REUSE_IMAGE_ENV = "MODALSCALE_DEMO_REUSE_IMAGE"
 """Set to 1 to use the runtime image already in the real node's containerd instead of building the working tree's
 (for iterating on the demo: the image's content hash covers the whole package, so any edit rebuilds it)."""
@@ -65,8 +73,10 @@ class DemoConfig:
     """Length of the replayed trace, in seconds."""
     trace: Path | None = None
     """A trace CSV (arrival_s, image_count, image_width, image_height, text_tokens); default: generated."""
-    rate_rps: float = 3.0
-    """Request rate of the generated trace, req/s (kept constant across the modality shift)."""
+    rate_rps: float | None = None
+    """Request rate of the generated trace, req/s (kept constant across the modality shift). None: on the real node,
+    sized from one replica's measured capacity (:func:`modalscale.demo.capacity.plan_offered_rate`); KWOK-only,
+    ``KWOK_RATE_RPS``."""
     shift_at_ratio: float = 0.25
     """Where in the trace the modality mix shifts (fraction of the duration)."""
     report_dir: Path = field(default_factory=lambda: Path("reports"))
@@ -121,6 +131,49 @@ def default_trace(duration_s: float, rate_rps: float, shift_at_s: float) -> list
     return rows
 
 
+def request_content(row: Any, i: int) -> tuple[list[bytes] | None, str | None]:
+    """The images (real photographs resized to the row's size, JPEG) and text of trace row ``row``, the ``i``-th."""
+    from modalscale.demo.prompts import prompt_for_tokens
+    from modalscale.runtime.workload import photo_at, photo_names
+
+    names = photo_names()
+    images = [photo_at(names[(i + k) % len(names)], max(row.image_width, 16), max(row.image_height, 16))
+              for k in range(row.image_count)] or None
+    text = prompt_for_tokens(row.text_tokens) if row.text_tokens else None
+    return images, text
+
+
+def closed_loop_rps(url: str, contents: list[tuple[list[bytes] | None, str | None]], seconds: float,
+                    concurrency: int) -> tuple[float, int, int]:
+    """Closed-loop throughput at ``url`` (``host:port``, HTTP): ``concurrency`` workers send ``contents`` in turn
+    (cycling), a new connection per request, for ``seconds``. Returns ``(answers per second, answered, failed)``;
+    the rate divides the answers by the time until the last worker finished (its last request included)."""
+    from modalscale.runtime.client import AsyncMultimodalClient
+
+    async def go() -> tuple[float, int, int]:
+        done, failed, nxt = [0], [0], [0]
+        stop = time.monotonic() + seconds
+
+        async def worker() -> None:
+            while time.monotonic() < stop:
+                images, text = contents[nxt[0] % len(contents)]
+                nxt[0] += 1
+                client = AsyncMultimodalClient(url, "http", "multimodal", timeout_s=REQUEST_TIMEOUT_S)
+                try:
+                    await client.infer(images=images, text=text)
+                    done[0] += 1
+                except Exception:  # noqa: BLE001 - counted; the caller reports failures
+                    failed[0] += 1
+                finally:
+                    await client.close()
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return done[0] / (time.monotonic() - started), done[0], failed[0]
+
+    return asyncio.run(go())
+
+
 class Replayer:
     """Open-loop replay of a trace; records (arrival, latency, modality, ok) of every request.
 
@@ -144,15 +197,7 @@ class Replayer:
         self.t0_wall = 0.0
 
     def content(self, i: int) -> tuple[list[bytes] | None, str | None]:
-        from modalscale.demo.prompts import prompt_for_tokens
-        from modalscale.runtime.workload import photo_at, photo_names
-
-        row = self.rows[i]
-        names = photo_names()
-        images = [photo_at(names[(i + k) % len(names)], max(row.image_width, 16), max(row.image_height, 16))
-                  for k in range(row.image_count)] or None
-        text = prompt_for_tokens(row.text_tokens) if row.text_tokens else None
-        return images, text
+        return request_content(self.rows[i], i)
 
     async def run(self) -> None:
         from modalscale.runtime.client import AsyncMultimodalClient
@@ -227,6 +272,7 @@ class Demo:
         self.node_real: dict[str, bool] = {}
         self.timings: dict[str, float] = {}
         self.t0_wall = 0.0
+        self.load_plan: Any = None
 
     # ----------------------------------------------------------------------------------------- set-up
     def start_cluster(self) -> None:
@@ -361,7 +407,7 @@ class Demo:
                 "spec": {
                     "model": {"source": "BuiltIn", "name": "multimodal"},
                     "runtime": {"image": image, "version": version, "instanceCount": 1, "intraOpThreads": 1,
-                                "modalityAwareBatching": False, "maxBatchSize": 8,
+                                "modalityAwareBatching": False, "maxBatchSize": 8, "embeddingCache": False,
                                 "dynamicBatching": {"preferredBatchSizes": [4, 8],
                                                     "maxQueueDelayMicroseconds": 2000}},
                     "resources": {"cpu": REPLICA_CPU, "memory": REPLICA_MEMORY},
@@ -487,6 +533,40 @@ class Demo:
         self.say("Cost model fitted on the real runtime: " + " ".join(proc.stdout.strip().splitlines()[-3:]))
         return base64.b64encode((out / "model.skops").read_bytes()).decode()
 
+    def plan_load(self, url: str, shift_at_s: float) -> Any:
+        """Real mode: measure the first replica's capacity, closed loop through the Service (``PROBE_S`` s each on
+        the trace's pre-shift and post-shift requests, distinct inputs, the embedding cache off), and size the
+        trace's rate from it (:func:`modalscale.demo.capacity.plan_offered_rate`). Returns the ``LoadPlan``.
+
+        Raises:
+            RuntimeError: a probe got no answer (the replica cannot serve; nothing to size the load from).
+        """
+        from modalscale.demo.capacity import plan_offered_rate
+
+        nominal = default_trace(self.cfg.duration_s, KWOK_RATE_RPS, shift_at_s)
+        capacity: dict[str, float] = {}
+        for phase, rows in (("pre-shift", [r for r in nominal if r.arrival_s < shift_at_s]),
+                            ("post-shift", [r for r in nominal if r.arrival_s >= shift_at_s])):
+            offset = 0 if phase == "pre-shift" else len(nominal)
+            contents = [request_content(r, offset + i) for i, r in enumerate(rows)]
+            started = time.monotonic()
+            rps, answered, failed = closed_loop_rps(url, contents, PROBE_S, PROBE_CONCURRENCY)
+            self.timings[f"capacity probe ({phase})"] = time.monotonic() - started
+            if answered == 0:
+                raise RuntimeError(f"capacity probe ({phase} mix) at {url}: no request answered ({failed} failed)")
+            capacity[phase] = rps
+            self.say(f"One replica's capacity on the {phase} mix: {rps:.2f} req/s (closed loop x{PROBE_CONCURRENCY}, "
+                     f"{answered} answered, {failed} failed in {PROBE_S:.0f} s; load {_load()})")
+        plan = plan_offered_rate(capacity["pre-shift"], capacity["post-shift"])
+        self.load_plan = plan
+        self.say(f"Offered rate {plan.rate_rps:.2f} req/s: {plan.reason}; one replica at {plan.pre_utilization:.0%} "
+                 f"before the shift, {plan.overload:.0%} after")
+        if not plan.overloads:
+            self.say("!! WARNING: this rate overloads one replica by less than "
+                     f"{(plan.overload - 1):.0%} after the shift; the scale-up's before/after capacity may not be "
+                     "measurable (the check says so if not)")
+        return plan
+
     # ----------------------------------------------------------------------------------------- run
     def read_state(self) -> tuple[dict[str, Any], dict[str, Any]]:
         from kubernetes import client
@@ -580,6 +660,12 @@ class Demo:
         self.stack.close()
 
 
+def _load() -> str:
+    import os
+
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def kwok_banner(reason: str | None) -> str:
     """The loud notice of the KWOK-only fallback."""
     bar = "!" * 100
@@ -608,6 +694,8 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             demo.start_operator(demo.prepare_prometheus())
             url = demo.start_first_replica()
             artifact = demo.fit_cost_model(url)
+            if cfg.trace is None and cfg.rate_rps is None:
+                demo.plan_load(url, cfg.duration_s * cfg.shift_at_ratio)
             demo.start_prometheus()
         else:
             demo.start_runtime()
@@ -622,7 +710,8 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             shift_at = None
         else:
             shift_at = cfg.duration_s * cfg.shift_at_ratio
-            rows = default_trace(cfg.duration_s, cfg.rate_rps, shift_at)
+            rate = cfg.rate_rps or (demo.load_plan.rate_rps if demo.load_plan else KWOK_RATE_RPS)
+            rows = default_trace(cfg.duration_s, rate, shift_at)
         duration = rows[-1].arrival_s if rows else 0.0
         price = _replica_price(demo.real)
         # Real mode: one replica until shortly after the shift, then up to three; the limit is sized so that the
@@ -680,8 +769,8 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         cfg.report_dir.mkdir(parents=True, exist_ok=True)
         report = write_report(cfg.report_dir, demo.samples, replayer.records, isvc, pol, demo.receiver, checks,
                               slo_ms=SLO_MS, shift_at_s=shift_at, real=demo.real, kwok_reason=demo.kwok_reason,
-                              scale_ups=ups, pods=pods, nodes=nodes, timings=demo.timings)
-        say(capacity_summary(demo.real, demo.kwok_reason, ups, pods, nodes, replayer, demo.timings))
+                              scale_ups=ups, pods=pods, nodes=nodes, timings=demo.timings, load_plan=demo.load_plan)
+        say(capacity_summary(demo.real, demo.kwok_reason, ups, pods, nodes, replayer, demo.timings, demo.load_plan))
         say(checks.summary())
         say(f"Report: {report} (demo ran {time.monotonic() - started:.0f} s)")
         return 0 if checks.all_passed else 1
@@ -691,9 +780,14 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
 
 
 def capacity_summary(real: bool, kwok_reason: str | None, ups: list[Any], pods: list[Any],
-                     nodes: list[tuple[str, bool]], replayer: Replayer, timings: dict[str, float]) -> str:
+                     nodes: list[tuple[str, bool]], replayer: Replayer, timings: dict[str, float],
+                     load_plan: Any = None) -> str:
     """The measured-capacity part of the summary: nodes, pods, each scale-up's windows, requests and set-up times."""
+    from modalscale.demo.report import plan_summary
+
     lines = ["Nodes: " + ", ".join(f"{n} ({'REAL' if r else 'KWOK'})" for n, r in nodes)]
+    if load_plan is not None:
+        lines.append("Offered load: " + plan_summary(load_plan))
     if not real:
         lines.append(kwok_banner(kwok_reason))
     for p in pods:

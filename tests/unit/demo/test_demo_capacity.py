@@ -122,3 +122,50 @@ def test_budget_scale_down_passes_only_with_a_real_pod_removed_and_every_request
     kwok = [PodRecord(p.name, "kwok-0", False, p.created_s, p.ready_s, p.deleted_s) for p in pods]
     assert not judge_budget_scale_down(history, T0, kwok, sent=500, answered=500, failed=0)[0]
     assert not judge_budget_scale_down(history[:1], T0, pods, sent=500, answered=500, failed=0)[0]
+
+
+def test_offered_rate_overloads_one_replica_after_the_shift_and_not_before() -> None:
+    from modalscale.demo.capacity import MAX_PRE_SHIFT_UTILIZATION, OVERLOAD_FACTOR, plan_offered_rate
+
+    # Measured on the real node: text-heavy pre-shift mix ~6x cheaper than the post-shift mix.
+    plan = plan_offered_rate(pre_capacity_rps=24.0, post_capacity_rps=2.5)
+    assert plan.rate_rps == pytest.approx(OVERLOAD_FACTOR * 2.5)
+    assert plan.overload == pytest.approx(OVERLOAD_FACTOR, abs=0.01) and plan.overloads
+    assert plan.pre_utilization == pytest.approx(OVERLOAD_FACTOR * 2.5 / 24.0, abs=0.01)
+    assert plan.pre_utilization <= MAX_PRE_SHIFT_UTILIZATION
+    assert "post-shift capacity" in plan.reason
+
+
+def test_offered_rate_is_lowered_to_keep_the_pre_shift_phase_on_one_replica_and_flagged_when_too_low() -> None:
+    from modalscale.demo.capacity import MAX_PRE_SHIFT_UTILIZATION, plan_offered_rate
+
+    # Pre-shift only 2x cheaper: 1.3 x 5 = 6.5 req/s would load one replica to 65 % before the shift.
+    plan = plan_offered_rate(pre_capacity_rps=10.0, post_capacity_rps=5.0)
+    assert plan.rate_rps == pytest.approx(MAX_PRE_SHIFT_UTILIZATION * 10.0)
+    assert plan.pre_utilization == pytest.approx(MAX_PRE_SHIFT_UTILIZATION)
+    assert plan.overload == pytest.approx(MAX_PRE_SHIFT_UTILIZATION * 2) and not plan.overloads
+    assert "pre-shift capacity" in plan.reason
+    # Just enough: 0.3 x 21 = 6.3 req/s = 1.26 x 5.
+    assert plan_offered_rate(pre_capacity_rps=21.0, post_capacity_rps=5.0, max_pre_utilization=0.3).overloads
+
+
+@pytest.mark.parametrize(("pre", "post", "field"), [(0.0, 2.0, "pre_capacity_rps"), (10.0, 0.0, "post_capacity_rps"),
+                                                    (float("nan"), 2.0, "pre_capacity_rps"),
+                                                    (10.0, -1.0, "post_capacity_rps")])
+def test_offered_rate_refuses_an_unmeasured_capacity(pre: float, post: float, field: str) -> None:
+    from modalscale.demo.capacity import plan_offered_rate
+
+    with pytest.raises(ValueError, match=field):
+        plan_offered_rate(pre, post)
+    with pytest.raises(ValueError, match="overload"):
+        plan_offered_rate(10.0, 2.0, overload=1.0)
+
+
+def test_the_report_states_how_the_offered_rate_was_sized() -> None:
+    from modalscale.demo.capacity import plan_offered_rate
+    from modalscale.demo.report import plan_summary
+
+    line = plan_summary(plan_offered_rate(pre_capacity_rps=21.5, post_capacity_rps=4.55, overload=1.4,
+                                          max_pre_utilization=0.45))
+    assert line.startswith("6.37 req/s = 1.40 x one replica's post-shift capacity (4.55 req/s measured)")
+    assert "21.50 req/s on the pre-shift mix" in line and "30% before the shift and 140% after" in line
