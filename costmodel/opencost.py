@@ -357,7 +357,9 @@ def resolve_replica_price(resources: ReplicaResources, tier: PricingTier | str, 
     missing = [k for k in used if k not in opencost.prices.from_opencost]
     shown = f"{format_usd(quantize_display_usd(usd))} USD per replica-hour"
     if not missing:
-        rates = ", ".join(f"{k} {format_usd(opencost.prices.from_opencost[k].normalize())}" for k in used)
+        # 4 significant digits: OpenCost writes costs with 6 decimals, so the rates' further digits move with the
+        # window's length at each read; the message (and so the condition) stays the same while prices do.
+        rates = ", ".join(f"{k} {float(opencost.prices.from_opencost[k]):.4g}" for k in used)
         return PricedReplica(usd, PriceSource.OPENCOST,
                              f"Priced from OpenCost {ASSETS_PATH} since {_stamp(opencost.since)}: {shown} "
                              f"({rates or 'no resources'} USD per unit-hour)")

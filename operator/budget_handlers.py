@@ -115,7 +115,7 @@ def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str
     """One evaluation: read, plan, annotate, write status, post Events, resolve receivers (blocking I/O).
 
     Args:
-        deps: ``memo.deps`` (``modalscale.operator.handlers.Deps``: writer, catalog, clock, metrics).
+        deps: ``memo.deps`` (``modalscale.operator.handlers.Deps``: writer, prices, clock, metrics).
         attempts: Finished delivery rounds to record in the outbox.
         in_flight: Outbox entries being sent now.
     Returns:
@@ -134,7 +134,7 @@ def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str
     observed = runtime.observer.observe(observed_namespaces(policy))
     uid = str(policy["metadata"].get("uid", ""))
     history = runtime.burn_history.setdefault(uid, {})
-    plan = plan_policy(policy, observed, deps.catalog, attempts, now, in_flight, history,
+    plan = plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
                        runtime.anomaly_states.get(uid, AnomalyState()))
     for w in plan.annotation_writes:
         if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: w.value}):

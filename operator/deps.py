@@ -19,6 +19,7 @@ from modalscale.operator.autoscale_model import CostModelCache
 from modalscale.operator.autoscale_observe import PrometheusReader
 from modalscale.operator.isvc_observe import Observer
 from modalscale.operator.metrics import OperatorMetrics
+from modalscale.operator.opencost_source import PriceBook
 from modalscale.operator.settings import Settings
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ class Deps:
     catalog: Catalog
     """Packaged prices merged with ``MODALSCALE_PRICING_CATALOG``."""
     autoscale: AutoscaleRuntime
+    prices: PriceBook
+    """``catalog`` with OpenCost's prices laid over it when ``MODALSCALE_OPENCOST_URL`` is set (what handlers price
+    with)."""
     locks: dict[str, threading.Lock] = field(default_factory=dict)
     """One lock per object uid: the change handler, the timer and the autoscaler daemon never reconcile the same
     object at once."""
@@ -78,8 +82,10 @@ def build_deps(settings: Settings) -> Deps:
     autoscale = AutoscaleRuntime(reader=PrometheusReader(settings.prometheus_url),
                                  models=CostModelCache(observer.core),
                                  metrics=AutoscalerMetrics(metrics.registry))
+    clock = lambda: dt.datetime.now(dt.UTC)  # noqa: E731
+    prices = PriceBook(catalog, settings.opencost_url, settings.opencost_refresh_s, clock)
     return Deps(settings=settings, observer=observer, writer=Writer(api, metrics), metrics=metrics,
-                clock=lambda: dt.datetime.now(dt.UTC), catalog=catalog, autoscale=autoscale)
+                clock=clock, catalog=catalog, autoscale=autoscale, prices=prices)
 
 
 def deps_of(memo: Any) -> Deps:

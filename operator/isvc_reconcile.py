@@ -12,14 +12,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from decimal import Decimal
 from typing import Any
 
 from modalscale.operator import conditions as cond
 from modalscale.operator import reasons as R
 from modalscale.autoscaler.policy import Decision
+from modalscale.costmodel.opencost import PricedReplica
 from modalscale.operator.deps import Deps
-from modalscale.operator.isvc_plan import ModelReferenceError, PlanConfig, Write, budget_cap, plan_isvc
+from modalscale.operator.isvc_plan import IsvcPlan, ModelReferenceError, PlanConfig, Write, budget_cap, plan_isvc
 from modalscale.operator.isvc_spec import InvalidSpec, IsvcSpec, parse_isvc
 from modalscale.api.annotations import spot_switches  # SwitchToSpot: the Spot annotation places the pods
 from modalscale.operator.isvc_plan import with_spot_placement
@@ -49,20 +49,38 @@ class UnpricedGPU(InvalidSpec):
     """The GPU type has no price in the catalog: never priced at $0 silently."""
 
 
-def replica_price(deps: Deps, spec: IsvcSpec) -> Decimal:
-    """USD per replica-hour from the catalog.
+def replica_price(deps: Deps, spec: IsvcSpec) -> PricedReplica:
+    """USD per replica-hour with its source: OpenCost where it has the figures (``MODALSCALE_OPENCOST_URL``), else
+    the catalog (``modalscale.costmodel.opencost.resolve_replica_price``).
 
     Raises:
-        UnpricedGPU: The catalog has no price for ``spec.resources.gpu.type`` at the pricing tier.
+        UnpricedGPU: Neither OpenCost nor the catalog prices ``spec.resources.gpu.type`` at the pricing tier.
     """
     from modalscale.costmodel.catalog import ReplicaResources, UnknownPrice
 
     res = ReplicaResources.from_quantities(cpu=spec.resources.cpu, memory=spec.resources.memory,
                                            gpu_count=spec.resources.gpu_count, gpu_type=spec.resources.gpu_type)
     try:
-        return deps.catalog.price_replica(res, spec.pricing_tier)
+        return deps.prices.price_replica(res, spec.pricing_tier)
     except UnknownPrice as exc:
         raise UnpricedGPU("spec.resources.gpu.type", f"{exc}") from exc
+
+
+def priced_condition(priced: PricedReplica) -> cond.Condition:
+    """The ``Priced`` condition: True, reason ``OpenCost``/``Catalog``/``CatalogFallback``, the message says since
+    when and (for a fallback) why."""
+    return cond.Condition(R.PRICED, cond.TRUE, priced.source.value, priced.message)
+
+
+def add_priced(plan: IsvcPlan, current_status: dict[str, Any], priced: PricedReplica, generation: int,
+               now: dt.datetime) -> None:
+    """Put the ``Priced`` condition into ``plan.status`` and an Event into ``plan.events`` when the source changed."""
+    before = cond.get(current_status.get("conditions"), R.PRICED)
+    wanted = priced_condition(priced)
+    plan.status["conditions"] = cond.upsert(plan.status.get("conditions"), [wanted], generation, now)
+    fallback = wanted.reason == R.CATALOG_FALLBACK
+    if (before is None and fallback) or (before is not None and before.get("reason") != wanted.reason):
+        plan.events.append(("Warning" if fallback else "Normal", wanted.reason, f"Priced: {wanted.message}"))
 
 
 def _fail_status(body: dict[str, Any], reason: str, message: str, now: dt.datetime) -> dict[str, Any]:
@@ -112,8 +130,10 @@ def reconcile_isvc(deps: Deps, body: dict[str, Any], logger: Log) -> None:
         files = repository_files(spec)
         observed = deps.observer.observe(spec, current_status)
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
-        observed.replica_usd_per_hour = replica_price(deps, spec)
+        priced = replica_price(deps, spec)
+        observed.replica_usd_per_hour = priced.usd_per_hour
         plan = plan_isvc(spec, observed, files, PlanConfig(conflict_hold_s=deps.settings.conflict_hold_s), now)
+        add_priced(plan, current_status, priced, spec.generation, now)
     except (InvalidSpec, ModelReferenceError) as exc:
         refuse(deps, raw, exc, now, logger)
         raise

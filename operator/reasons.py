@@ -8,7 +8,8 @@ PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 SCALING_CONFLICT = "ScalingConflict"
 BUDGET_LIMITED = "BudgetLimited"
-ISVC_CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, SCALING_CONFLICT, BUDGET_LIMITED)
+PRICED = "Priced"
+ISVC_CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, SCALING_CONFLICT, BUDGET_LIMITED, PRICED)
 
 # Reasons.
 INVALID_SPEC = "InvalidSpec"
@@ -35,3 +36,8 @@ CAPPED_BY_BUDGET = "CappedByBudget"
 WITHIN_BUDGET = "WithinBudget"
 DELIVERY_FAILED = "DeliveryFailed"
 DELIVERY_ABANDONED = "DeliveryAbandoned"
+
+# Reasons of Priced: which source priced the service (the values of modalscale.costmodel.opencost.PriceSource).
+PRICED_BY_OPENCOST = "OpenCost"
+PRICED_BY_CATALOG = "Catalog"
+CATALOG_FALLBACK = "CatalogFallback"

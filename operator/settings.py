@@ -36,6 +36,8 @@ class Settings:
     """Path of a YAML pricing-catalog override merged onto the packaged catalog (``MODALSCALE_PRICING_CATALOG``)."""
     opencost_url: str = ""
     """OpenCost base URL for prices (``MODALSCALE_OPENCOST_URL``); empty: the catalog only."""
+    opencost_refresh_s: float = 300.0
+    """Seconds between reads of OpenCost's ``/assets`` (``MODALSCALE_OPENCOST_REFRESH_SECONDS``)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -51,6 +53,7 @@ class Settings:
             "MODALSCALE_METRICS_PORT", "MODALSCALE_HEALTH_PORT", "MODALSCALE_PEERING_NAME",
             "MODALSCALE_STANDALONE", "MODALSCALE_PROMETHEUS_URL", "MODALSCALE_LOG_LEVEL",
             "MODALSCALE_CACHE_DIR", "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
+            "MODALSCALE_OPENCOST_REFRESH_SECONDS",
         }
         for name in environ:
             if name.startswith("MODALSCALE_") and name not in known:
@@ -111,6 +114,7 @@ class Settings:
             log_level=level,
             pricing_catalog=catalog,
             opencost_url=opencost,
+            opencost_refresh_s=number("MODALSCALE_OPENCOST_REFRESH_SECONDS", 300.0, 1.0, 86400.0),
         )
         if errors:
             raise ConfigError("invalid operator settings:\n  " + "\n  ".join(errors))
