@@ -98,6 +98,11 @@ def test_the_price_book_rereads_opencost_and_falls_back_while_it_is_down() -> No
             book.close()
 
 
+BUDGET = {"apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy", "metadata": {"name": "daily"},
+          "spec": {"period": "Daily", "limit": {"amount": "1000", "currency": "USD"}, "evaluationIntervalSeconds": 1,
+                   "forecast": {"enabled": False}, "thresholds": [{"percent": 100, "actions": ["Alert"]}]}}
+
+
 @pytest.fixture(scope="module")
 def oc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with running_cluster(tmp_path_factory.mktemp("opencost-cluster"), nodes=2, crd_dir=REPO / "crds") as c:
@@ -135,6 +140,13 @@ def test_a_service_is_priced_from_opencost_then_from_the_catalog_when_opencost_s
         try:
             op.wait_healthy()
             create(api, ns, make_isvc("vc"))  # 1 core, 2 GiB, 1 L4 per replica; Fixed, 2 replicas
+            client.CustomObjectsApi(api).create_namespaced_custom_object("modalscale.io", "v1alpha1", ns,
+                                                                         "budgetpolicies", BUDGET)
+
+            def burn_rate() -> str | None:
+                status = client.CustomObjectsApi(api).get_namespaced_custom_object(
+                    "modalscale.io", "v1alpha1", ns, "budgetpolicies", "daily").get("status") or {}
+                return status.get("burnRatePerHour")
 
             def priced(reason: str) -> dict[str, Any] | None:
                 c = condition(get(api, ns, "vc"), "Priced")
@@ -153,6 +165,7 @@ def test_a_service_is_priced_from_opencost_then_from_the_catalog_when_opencost_s
             wait(lambda: get(api, ns, "vc")["status"].get("costUSDPerHour") == "1.5200", 120,
                      "costUSDPerHour 1.5200 from OpenCost")
             assert server.requests and all(r == {"path": "/assets", "window": "1h"} for r in server.requests)
+            wait(lambda: burn_rate() == "1.52", 120, "the budget's burn rate at OpenCost's price (1.52 USD/h)")
 
             server.stop()
             fallback = wait(lambda: priced("CatalogFallback"), 120, "Priced=True (CatalogFallback)")
@@ -162,6 +175,8 @@ def test_a_service_is_priced_from_opencost_then_from_the_catalog_when_opencost_s
             want = format((2 * catalog_usd).quantize(Decimal("0.0001")), "f")
             wait(lambda: get(api, ns, "vc")["status"].get("costUSDPerHour") == want, 60,
                      f"costUSDPerHour {want} from the catalog")
+            want_burn = format((2 * catalog_usd).quantize(Decimal("0.01")), "f")
+            wait(lambda: burn_rate() == want_burn, 60, f"the budget's burn rate at the catalog's price ({want_burn})")
             events = wait_for(lambda: [e for e in client.CoreV1Api(api).list_namespaced_event(ns).items
                                        if e.reason == "CatalogFallback"], 60, "a CatalogFallback Event")
             assert events[0].type == "Warning"
