@@ -562,9 +562,11 @@ class Demo:
         self.say(f"Offered rate {plan.rate_rps:.2f} req/s: {plan.reason}; one replica at {plan.pre_utilization:.0%} "
                  f"before the shift, {plan.overload:.0%} after")
         if not plan.overloads:
-            self.say("!! WARNING: this rate overloads one replica by less than "
-                     f"{(plan.overload - 1):.0%} after the shift; the scale-up's before/after capacity may not be "
-                     "measurable (the check says so if not)")
+            from modalscale.demo.capacity import MIN_OVERLOAD_FACTOR
+
+            self.say(f"!! WARNING: this rate is only {plan.overload:.2f}x one replica's post-shift capacity (under "
+                     f"{MIN_OVERLOAD_FACTOR}x): one replica may not be overloaded after the shift, and then the "
+                     "scale-up's before/after capacity is not judged (the check fails and says so)")
         return plan
 
     # ----------------------------------------------------------------------------------------- run

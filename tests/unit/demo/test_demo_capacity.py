@@ -145,7 +145,10 @@ def test_offered_rate_is_lowered_to_keep_the_pre_shift_phase_on_one_replica_and_
     assert plan.pre_utilization == pytest.approx(MAX_PRE_SHIFT_UTILIZATION)
     assert plan.overload == pytest.approx(MAX_PRE_SHIFT_UTILIZATION * 2) and not plan.overloads
     assert "pre-shift capacity" in plan.reason
-    # Just enough: 0.3 x 21 = 6.3 req/s = 1.26 x 5.
+    # Measured in a demo run under load 10: 13.47 and 4.49 req/s -> 1.3 x 4.49 = 5.84 req/s, 43 % of pre-shift.
+    seen = plan_offered_rate(pre_capacity_rps=13.47, post_capacity_rps=4.49)
+    assert seen.rate_rps == pytest.approx(5.84) and seen.overloads
+    # Just enough with a 0.3 cap: 0.3 x 21 = 6.3 req/s = 1.26 x 5.
     assert plan_offered_rate(pre_capacity_rps=21.0, post_capacity_rps=5.0, max_pre_utilization=0.3).overloads
 
 
