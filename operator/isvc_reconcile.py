@@ -86,10 +86,11 @@ def add_priced(plan: IsvcPlan, current_status: dict[str, Any], priced: PricedRep
 def _fail_status(body: dict[str, Any], reason: str, message: str, now: dt.datetime) -> dict[str, Any]:
     status = dict(body.get("status") or {})
     generation = int(body["metadata"].get("generation") or 0)
-    conditions = cond.upsert(status.get("conditions"), [
-        cond.Condition(R.READY, cond.FALSE, reason, message),
-        cond.Condition(R.DEGRADED, cond.TRUE, reason, message),
-    ], generation, now)
+    wanted = [cond.Condition(R.READY, cond.FALSE, reason, message),
+              cond.Condition(R.DEGRADED, cond.TRUE, reason, message)]
+    if reason == R.UNKNOWN_GPU_PRICE:  # Neither OpenCost nor the catalog prices it: Priced says so too.
+        wanted.append(cond.Condition(R.PRICED, cond.FALSE, reason, message))
+    conditions = cond.upsert(status.get("conditions"), wanted, generation, now)
     return {"observedGeneration": generation, "conditions": conditions}
 
 

@@ -193,3 +193,13 @@ def test_without_opencost_the_priced_condition_names_the_catalog(api: Any, opera
     usd = load_catalog().price_replica(ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4"), "OnDemand")
     assert (c["status"], c["reason"]) == ("True", "Catalog")
     assert c["message"] == f"Priced from the pricing catalog: {usd.quantize(Decimal('0.01'))} USD per replica-hour"
+
+
+def test_a_gpu_type_no_source_prices_is_refused_with_priced_false(api: Any, operator: OperatorProcess,
+                                                                   namespace: str) -> None:
+    create(api, namespace, make_isvc("exotic", resources={"cpu": "1", "memory": "2Gi",
+                                                          "gpu": {"count": 1, "type": "acme-tpu9000"}}))
+    c = wait_for(lambda: condition(get(api, namespace, "exotic"), "Priced"), 60, "the Priced condition")
+    assert (c["status"], c["reason"]) == ("False", "UnknownGPUPrice")
+    assert "acme-tpu9000" in c["message"]
+    assert "costUSDPerHour" not in get(api, namespace, "exotic")["status"]
