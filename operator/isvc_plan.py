@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 # The cap codec lives in modalscale.api.annotations; BUDGET_CAP_PREFIX and budget_cap stay importable from here.
 from modalscale.api.annotations import BUDGET_CAP_PREFIX, SpotSwitch, budget_cap  # noqa: F401
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
+from modalscale.api.quantities import same_quantity
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator import reasons as R
@@ -151,22 +152,6 @@ def running_replicas(pods: list[dict[str, Any]]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- drift
-def _quantity(value: Any) -> Decimal | None:
-    text = str(value)
-    scale = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "m": Decimal("0.001"), "k": 10**3, "M": 10**6,
-             "G": 10**9, "T": 10**12}
-    for suffix, factor in scale.items():
-        if text.endswith(suffix):
-            try:
-                return Decimal(text[: -len(suffix)]) * Decimal(factor)
-            except InvalidOperation:
-                return None
-    try:
-        return Decimal(text)
-    except InvalidOperation:
-        return None
-
-
 def is_derivative(desired: Any, observed: Any, path: tuple[str, ...] = ()) -> bool:
     """True when every field set in ``desired`` has the same value in ``observed`` (apimachinery's
     ``equality.Semantic.DeepDerivative``): fields the apiserver defaulted or others added are ignored.
@@ -187,8 +172,7 @@ def is_derivative(desired: Any, observed: Any, path: tuple[str, ...] = ()) -> bo
         return len(desired) == len(observed) and all(
             is_derivative(d, o, path) for d, o in zip(desired, observed, strict=True))
     if path and len(path) >= 2 and path[-2] in ("requests", "limits"):
-        a, b = _quantity(desired), _quantity(observed)
-        return a is not None and a == b
+        return same_quantity(desired, observed)
     return bool(desired == observed)
 
 

@@ -6,8 +6,9 @@ The CRD schema rejects what it can; this module reports the rest with an error n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from modalscale.api.quantities import InvalidQuantity, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -103,21 +104,13 @@ def _int(d: dict[str, Any], key: str, default: int, field: str, lo: int, hi: int
     return value
 
 
-def _quantity(value: Any, field: str) -> str:
-    text = str(value)
-    units = ("Ki", "Mi", "Gi", "Ti", "m", "k", "M", "G", "T", "")
-    for u in units:
-        if u and text.endswith(u):
-            number = text[: -len(u)]
-            break
-    else:
-        number = text
+def _resource(value: Any, field: str) -> str:
+    """``value`` as the quantity text the Deployment gets, once :func:`parse_quantity` accepts it."""
     try:
-        if Decimal(number) < 0:
-            raise InvalidOperation
-    except InvalidOperation:
-        raise InvalidSpec(field, f"{text!r} is not a Kubernetes quantity (e.g. \"2\", \"500m\", \"8Gi\")") from None
-    return text
+        parse_quantity(value, field)
+    except InvalidQuantity as exc:
+        raise InvalidSpec(field, exc.message) from None
+    return str(value)
 
 
 def parse_isvc(body: dict[str, Any]) -> IsvcSpec:
@@ -161,8 +154,8 @@ def parse_isvc(body: dict[str, Any]) -> IsvcSpec:
     if gpu_count > 0 and not gpu_type:
         raise InvalidSpec("spec.resources.gpu.type", "required when spec.resources.gpu.count > 0 (e.g. nvidia-l4)")
     resources = ResourceSpec(
-        cpu=_quantity(_get(res, "cpu", "2"), "spec.resources.cpu"),
-        memory=_quantity(_get(res, "memory", "8Gi"), "spec.resources.memory"),
+        cpu=_resource(_get(res, "cpu", "2"), "spec.resources.cpu"),
+        memory=_resource(_get(res, "memory", "8Gi"), "spec.resources.memory"),
         gpu_count=gpu_count,
         gpu_type=gpu_type,
     )
