@@ -1,12 +1,12 @@
 """A local OpenCost ``/assets`` server for tests and the demo: a real HTTP server on 127.0.0.1 that answers the
 documented response shape from configured node prices.
 
-Why not a real OpenCost: OpenCost (github.com/opencost/opencost, ``cmd/costmodel``) builds from the Go module proxy,
-but computes assets from Prometheus series that it exports itself and that Prometheus must have scraped over the
-query window (``node_total_hourly_cost``, ``kube_node_status_capacity_*``, ...), with a Kubernetes provider config
-and hour-aligned windows; building it (a large module graph on two shared cores) and wiring it to the local
-control plane and Prometheus was judged well over the ~20 minutes this feature could spend on it. This server
-answers instead, exactly as the docs show (https://www.opencost.io/docs/integrations/api, "Assets API", and
+Why not a real OpenCost: it cannot be built here. The Go module proxy this machine reaches answers ``403
+Forbidden: This module version is not available`` for ``github.com/opencost/opencost`` (``go list -m -versions``
+and ``go mod download github.com/opencost/opencost@v1.118.0``, tried 2026-12-01). Even built, OpenCost computes
+assets from Prometheus series that it exports itself and that Prometheus must have scraped over the query window
+(``node_total_hourly_cost``, ``kube_node_status_capacity_*``, ...), which is more wiring than this feature could
+spend on it. This server answers instead, exactly as the docs show (https://www.opencost.io/docs/integrations/api, "Assets API", and
 https://www.opencost.io/docs/integrations/api-examples, "/assets Example"):
 
 * ``GET /assets?window=...``: ``window`` is required and parsed with OpenCost's rules (``today``, ``yesterday``,
