@@ -174,14 +174,16 @@ class BudgetObserved:
 
 
 def observed_namespaces(policy: Mapping[str, Any]) -> tuple[str, ...]:
-    """Namespaces to read for ``policy``: its selector's (default: its own) plus those it enforces on now.
+    """Namespaces to read for ``policy``: its selector's (default: its own) plus those it enforces on (caps and
+    SwitchToSpot) now.
 
     Works on the raw body so that an invalid spec still lets the operator find (and hold) its annotations.
     """
     ns = policy["metadata"]["namespace"]
     selector = (policy.get("spec") or {}).get("selector") or {}
     wanted = [n for n in selector.get("namespaces") or [] if isinstance(n, str)] or [ns]
-    for item in (policy.get("status") or {}).get("enforcedServices") or []:
+    status = policy.get("status") or {}
+    for item in [*(status.get("enforcedServices") or []), *(status.get("spotServices") or [])]:
         if isinstance(item, Mapping) and isinstance(item.get("namespace"), str):
             wanted.append(item["namespace"])
     return tuple(sorted(set(wanted)))

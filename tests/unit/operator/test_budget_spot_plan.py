@@ -11,7 +11,7 @@ from typing import Any
 from modalscale.api.annotations import SpotSwitch, spot_annotation_key
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
 from modalscale.costmodel.catalog import load_catalog
-from modalscale.operator.budget_plan import BudgetObserved, plan_policy
+from modalscale.operator.budget_plan import BudgetObserved, lift_all, observed_namespaces, plan_policy
 from modalscale.operator.conditions import get
 from modalscale.operator.isvc_objects import build_deployment
 from modalscale.operator.isvc_plan import IsvcObserved, PlanConfig, plan_isvc, with_spot_placement
@@ -149,3 +149,13 @@ def test_leaving_spot_nulls_the_selector_key_and_replaces_the_tolerations() -> N
     again = plan_isvc(spec, IsvcObserved(status={}, deployment=plain), {}, PlanConfig(), T0)
     assert not any(w.kind == "Deployment" and "template" in w.body.get("spec", {}) for w in again.writes)
     assert json.dumps(plain).count("capacity-type") == 0
+
+
+def test_a_deleted_policy_lifts_its_spot_annotation_and_switched_namespaces_stay_observed() -> None:
+    other = {SPOT_KEY: SpotSwitch("ml/daily", 50).encode(), "budget.modalscale.io/spot-0000000000": "{}"}
+    writes = lift_all(make_policy(), [make_isvc("batch", 10, other), make_isvc("search", 100)])
+    assert [(w.name, w.key, w.value) for w in writes] == [("batch", SPOT_KEY, None)]  # only this policy's key
+    policy = make_policy()
+    policy["status"] = {"spotServices": [{"namespace": "ads", "name": "batch", "thresholdPercent": 50,
+                                          "state": "Spot", "since": "2026-11-30T10:00:00Z"}]}
+    assert observed_namespaces(policy) == ("ads", "ml")
