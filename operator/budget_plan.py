@@ -541,8 +541,11 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
                 writes.append(AnnotationWrite(target[0], target[1], k, value))
 
     # ---- spend anomalies: this evaluation's sample per priced service against its own history
+    # The price per replica is the effective one (cost / replicas): a move to Spot, or a fallback from it, shows
+    # as a price change of the driver, not as replicas that did not change.
     samples = {(s.namespace, s.name): BurnSample(now, float(s.cost_usd_per_hour), s.replicas or 0,
-                                                 float(s.usd_per_replica_hour))
+                                                 float(s.cost_usd_per_hour) / s.replicas if s.replicas
+                                                 else float(s.usd_per_replica_hour))
                for s in services if s.cost_usd_per_hour is not None and s.usd_per_replica_hour is not None}
     series = {k: [*(history or {}).get(k, ()), v] for k, v in samples.items()}
     started, anomaly_state = detect(series, anomaly_state, anomaly_config)

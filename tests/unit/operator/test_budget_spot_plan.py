@@ -108,6 +108,9 @@ def test_pods_on_a_spot_node_are_charged_at_the_spot_price() -> None:
     plan = plan_policy(make_policy(), BudgetObserved([batch], {"ml": pods}, NODES), CATALOG, [], T0)
     (entry,) = plan.status_patch["ledger"]["services"]
     assert entry["costUSDPerHour"] == "0.877364239"  # 0.600125239 on-demand + 0.277239 Spot, by hand
+    # The anomaly detector's sample carries the effective price per replica (a move to Spot is a price change).
+    sample = plan.burn_samples[("ml", "batch")]
+    assert (sample.replicas, sample.usd_per_replica_hour) == (2, 0.877364239 / 2)
     # Nodes not readable: the pod that asked for a Spot node is still priced at Spot.
     unread = plan_policy(make_policy(), BudgetObserved([batch], {"ml": pods}, None), CATALOG, [], T0)
     assert unread.status_patch["ledger"]["services"][0]["costUSDPerHour"] == "0.877364239"
