@@ -29,6 +29,11 @@ Rules:
   order, services within a threshold in ``enforcement.order`` (``LowestPriorityFirst``: ascending
   ``spec.priority``, then higher cost first; ``HighestCostFirst``: current cost rate descending). With
   ``dryRun`` actions are reported but marked not applied. Enforcement lifts at the next period (spend resets).
+* **SwitchToSpot** (:func:`plan_spot`) sets no replica cap: it moves the services whose ``spec.priority`` is at
+  most the threshold's ``spotMaxPriority`` to Spot capacity, in force (ahead, held, lifted) like the other
+  enforcing actions, and falls a service back to on-demand for the period when its Spot pods stay Pending for
+  ``enforcement.spotPendingTimeoutSeconds``. Pods are priced at the tier their node ran them at
+  (``ServiceState.tier_prices``, ``PodRun.tier``).
 * **Enforcement starts one evaluation ahead** (:data:`ENFORCEMENT_METHOD`): the operator only acts at
   evaluations, so a threshold acted on once spend has passed it is overshot by up to one interval of spend
   (e.g. a 60 s interval at 84 USD/h is 1.40 USD, 1.4 % of a 100 USD limit). A threshold with an enforcing
@@ -64,6 +69,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from modalscale.api.errors import InvalidSpec
 from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
 from modalscale.costmodel.ledger import (
     ClosedPeriod,
@@ -139,8 +145,8 @@ class AlertKind(str, enum.Enum):
     SPEND_ANOMALY = "SpendAnomaly"
 
 
-class InvalidBudgetSpec(ValueError):
-    """The BudgetPolicy spec does not validate; the message names the field (``spec.limit.amount: ...``)."""
+class InvalidBudgetSpec(InvalidSpec):
+    """The BudgetPolicy spec does not validate; ``field`` is the first failing field (``spec.limit.amount``)."""
 
 
 class InvalidBudgetStatus(ValueError):
@@ -311,7 +317,7 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
         InvalidBudgetSpec: The first field that does not validate, e.g. ``spec.thresholds[1].capReplicas: ...``.
     """
     if not isinstance(spec, Mapping):
-        raise InvalidBudgetSpec(f"spec: expected an object, got {type(spec).__name__}")
+        raise InvalidBudgetSpec("spec", f"expected an object, got {type(spec).__name__}")
     try:
         return BudgetSpec.model_validate(dict(spec))
     except ValidationError as exc:
@@ -326,8 +332,9 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
             for part in err["loc"]:
                 path += f"[{part}]" if isinstance(part, int) else f".{part}"
             msg = err["msg"].removeprefix("Value error, ")
-            messages.append(f"{path}: {msg}")
-        raise InvalidBudgetSpec("; ".join(messages)) from None
+            messages.append((path, msg))
+        first, rest = messages[0], [f"{p}: {m}" for p, m in messages[1:]]
+        raise InvalidBudgetSpec(first[0], "; ".join([first[1], *rest])) from None
 
 
 # ------------------------------------------------------------------------------------------ observed inputs

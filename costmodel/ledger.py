@@ -38,6 +38,10 @@ Rules (all pure; the caller passes ``now``):
   cap stops costing when it is gone, and one that is still listed at ``t1`` (the cap did not take effect) is
   charged by its own timestamps anyway. Without a pod list (``pods=None``) the replicas in force are charged
   for the whole interval, as before.
+* **Tiers**: a pod whose ``PodRun.tier`` is set (the capacity type of the node it ran on, e.g. Spot after a
+  ``SwitchToSpot``) is charged at that tier's price (``ServiceObservation.tier_prices``); the others at the
+  service's price. A pod at a tier with no price is charged nothing and the interval is reported unpriced (the
+  spend is then a lower bound).
 """
 
 from __future__ import annotations

@@ -22,7 +22,10 @@ Rules decided here (the rest is ``plan_budget``'s):
 * **Enforcement** is written only as the annotation ``budget.modalscale.io/cap-<sha256(ns/name)[:10]>`` on each
   InferenceService (the InferenceService reconcile is the one writer of replicas). Lifting deletes it. Dry run
   writes none. An InferenceService that carries this policy's annotation but is no longer enforced (new
-  period, left the selector, dry run switched on) has it removed.
+  period, left the selector, dry run switched on) has it removed. ``SwitchToSpot`` is written the same way as
+  ``budget.modalscale.io/spot-<same hash>`` (codec: ``modalscale.api.annotations``); a fallback deletes it. The
+  pods' Spot wait (:func:`spot_pending_since`) and the tier their node ran them at (:func:`pod_runs`, node labels
+  in :attr:`BudgetObserved.node_labels`) are read from the pods and nodes here.
 * **Status** is written only when something other than the clock moved: a change of ``lastEvaluationTime``,
   ``ledger.observedTime`` or ``ledger.services[].spent`` alone is not a reason to write, because spend is
   linear in time at a constant rate (integrating ``[t0, t2)`` from the stored ledger equals integrating it in
