@@ -166,6 +166,10 @@ def test_a_service_is_priced_from_opencost_then_from_the_catalog_when_opencost_s
                      "costUSDPerHour 1.5200 from OpenCost")
             assert server.requests and all(r == {"path": "/assets", "window": "1h"} for r in server.requests)
             wait(lambda: burn_rate() == "1.52", 120, "the budget's burn rate at OpenCost's price (1.52 USD/h)")
+            # Steady state: more reads of /assets (the window grows, costs change) rewrite nothing in Priced.
+            seen = len(server.requests)
+            wait(lambda: len(server.requests) >= seen + 3, 60, "three more reads of /assets")
+            assert condition(get(api, ns, "vc"), "Priced") == by_opencost
 
             server.stop()
             fallback = wait(lambda: priced("CatalogFallback"), 120, "Priced=True (CatalogFallback)")
