@@ -211,42 +211,40 @@ def prices_from_nodes(nodes: Sequence[NodeCost], catalog: Catalog, as_of: dt.dat
         :class:`OpenCostPrices`; rates quantized to 1e-9 USD.
     """
     ctx = MONEY_CONTEXT
-    sums: dict[str, list[Decimal]] = {}
+    Figure = tuple[str, str | None, PricingTier]  # (resource, GPU type name or None, tier)
+    sums: dict[Figure, list[Decimal]] = {}
 
-    def add(key: str, usd: Decimal, hours: Decimal) -> None:
+    def add(key: Figure, usd: Decimal, hours: Decimal) -> None:
         if hours > 0:
             total = sums.setdefault(key, [Decimal(0), Decimal(0)])
             total[0], total[1] = ctx.add(total[0], usd), ctx.add(total[1], hours)
 
     gpu_names: dict[str, str] = {}
     for n in nodes:
-        add(figure_key("cpuCoreHour", n.tier), n.cpu_usd, n.cpu_core_hours)
-        add(figure_key("memoryGiBHour", n.tier), n.ram_usd, n.ram_gib_hours)
+        add(("cpuCoreHour", None, n.tier), n.cpu_usd, n.cpu_core_hours)
+        add(("memoryGiBHour", None, n.tier), n.ram_usd, n.ram_gib_hours)
         if n.gpu_type:
             name = catalog.gpu_type_name(n.gpu_type) or gpu_names.setdefault(n.gpu_type.lower(), n.gpu_type)
-            add(figure_key("gpuHour", n.tier, name), n.gpu_usd, n.gpu_hours)
+            add(("gpuHour", name, n.tier), n.gpu_usd, n.gpu_hours)
     rates = {k: quantize_ledger_usd(ctx.divide(usd, hours)) for k, (usd, hours) in sums.items()}
     rates = {k: v for k, v in rates.items() if v > 0}  # 0 = OpenCost has no price for it: keep the catalog's.
     data = catalog.model_dump(by_alias=True, mode="python")
     source = f"OpenCost {ASSETS_PATH} window={ASSETS_WINDOW} ({len(nodes)} node(s)), per-unit average"
     used: dict[str, Decimal] = {}
-    for key, rate in sorted(rates.items()):
-        parts = key.split(".")
+    # On-demand first: a GPU type only OpenCost knows enters the catalog with its on-demand figure, and may then
+    # take a spot one (a type seen only on spot nodes stays unknown: the catalog needs an on-demand figure).
+    for (resource, gpu, tier), rate in sorted(rates.items(), key=lambda kv: (kv[0][2] is PricingTier.SPOT,
+                                                                           kv[0][0], kv[0][1] or "")):
         figure = {"usdPerUnitHour": rate, "source": source, "asOf": as_of}
-        if parts[0] != "gpuHour":
-            data[parts[0]][parts[1]] = figure
-        elif parts[1] in data["gpuHour"]:
-            data["gpuHour"][parts[1]][parts[2]] = figure
-        elif parts[2] == "onDemand":  # A GPU type only OpenCost knows: its on-demand figure (and spot below).
-            data["gpuHour"][parts[1]] = {"onDemand": figure}
+        if gpu is None:
+            data[resource][_tier_key(tier)] = figure
+        elif gpu in data["gpuHour"]:
+            data["gpuHour"][gpu][_tier_key(tier)] = figure
+        elif tier is PricingTier.ON_DEMAND:
+            data["gpuHour"][gpu] = {"onDemand": figure}
         else:
             continue
-        used[key] = rate
-    for key, rate in sorted(rates.items()):  # Spot figures of GPU types only OpenCost knows.
-        parts = key.split(".")
-        if parts[0] == "gpuHour" and parts[2] == "spot" and key not in used and parts[1] in data["gpuHour"]:
-            data["gpuHour"][parts[1]]["spot"] = {"usdPerUnitHour": rate, "source": source, "asOf": as_of}
-            used[key] = rate
+        used[figure_key(resource, tier, gpu)] = rate
     return OpenCostPrices(Catalog.model_validate(data), used, len(nodes))
 
 

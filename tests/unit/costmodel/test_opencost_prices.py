@@ -233,3 +233,23 @@ def test_the_effective_catalog_keeps_every_catalog_figure_opencost_did_not_repla
     assert effective.gpu_hour["nvidia-l4"].spot == CATALOG.gpu_hour["nvidia-l4"].spot
     assert effective.gpu_hour["nvidia-t4"] == CATALOG.gpu_hour["nvidia-t4"]
     assert effective.cpu_core_hour.spot == CATALOG.cpu_core_hour.spot
+
+
+def test_a_gpu_type_with_dots_in_its_label_is_priced() -> None:
+    dotted = node("gpu-1", gpu_h=2.0, gpu_usd=3.0, gpu_label="acme.gpu.v2", preemptible=0.0)
+    spot = node("spot-1", gpu_h=2.0, gpu_usd=1.0, gpu_label="acme.gpu.v2", preemptible=1.0)
+    obs = observed(answer(dotted, spot))
+    res = ReplicaResources.from_quantities("0", "0", 2, "acme.gpu.v2")
+    on_demand = resolve_replica_price(res, "OnDemand", CATALOG, obs)
+    assert (on_demand.source, on_demand.usd_per_hour) == (PriceSource.OPENCOST, Decimal("3.0"))  # 2 x 3.0/2
+    assert "gpuHour.acme.gpu.v2.onDemand 1.5" in on_demand.message
+    spot_priced = resolve_replica_price(res, "Spot", CATALOG, obs)
+    assert (spot_priced.source, spot_priced.usd_per_hour) == (PriceSource.OPENCOST, Decimal("1.0"))  # 2 x 1.0/2
+
+
+def test_a_gpu_type_only_spot_nodes_have_stays_unknown_without_an_on_demand_price() -> None:
+    spot = node("spot-1", gpu_h=2.0, gpu_usd=1.0, gpu_label="acme-gpu", preemptible=1.0)
+    obs = observed(answer(spot))
+    res = ReplicaResources.from_quantities("1", "1Gi", 1, "acme-gpu")
+    with pytest.raises(UnknownPrice, match="acme-gpu"):
+        resolve_replica_price(res, "Spot", CATALOG, obs)
