@@ -15,8 +15,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--trace", type=Path, default=None,
                    help="trace CSV (arrival_s,image_count,image_width,image_height,text_tokens) instead")
     p.add_argument("--rate", type=float, default=None,
-                   help="requests per second of the generated trace (default: on the real node, 1.3x one "
-                        "replica's measured capacity on the post-shift mix; KWOK-only, 3)")
+                   help="constant requests per second of the generated trace (default: on the real node, 15%% of "
+                        "one replica's measured capacity before the shift, 1.3x after it; KWOK-only, 3)")
     p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where the report goes (default reports/)")
     p.add_argument("--no-live", action="store_true", help="plain log lines instead of the live view")
     node = p.add_mutually_exclusive_group()

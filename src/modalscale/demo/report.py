@@ -213,7 +213,8 @@ table{{border-collapse:collapse}} pre{{background:#f6f6f6;padding:6px}}</style><
 
 
 def plan_summary(plan: Any) -> str:
-    """One line on how the trace's rate was sized (a :class:`modalscale.demo.capacity.LoadPlan`)."""
-    return (f"{plan.rate_rps:.2f} req/s = {plan.reason}; one replica's measured capacity {plan.pre_capacity_rps:.2f} "
-            f"req/s on the pre-shift mix, {plan.post_capacity_rps:.2f} req/s on the post-shift mix: one replica at "
-            f"{plan.pre_utilization:.0%} before the shift and {plan.overload:.0%} after")
+    """One line on how the trace's rates were sized (a :class:`modalscale.demo.capacity.LoadPlan`)."""
+    return (f"{plan.rate_before_rps:.2f} req/s before the shift ({plan.pre_utilization:.0%} of one replica's measured "
+            f"capacity on the pre-shift mix, {plan.pre_capacity_rps:.2f} req/s), {plan.rate_after_rps:.2f} req/s from "
+            f"the shift on ({plan.overload:.2f}x one replica's measured capacity on the post-shift mix, "
+            f"{plan.post_capacity_rps:.2f} req/s)")

@@ -74,9 +74,9 @@ class DemoConfig:
     trace: Path | None = None
     """A trace CSV (arrival_s, image_count, image_width, image_height, text_tokens); default: generated."""
     rate_rps: float | None = None
-    """Request rate of the generated trace, req/s (kept constant across the modality shift). None: on the real node,
-    sized from one replica's measured capacity (:func:`modalscale.demo.capacity.plan_offered_rate`); KWOK-only,
-    ``KWOK_RATE_RPS``."""
+    """Constant request rate of the generated trace, req/s. None: on the real node, a lower rate before the modality
+    shift and a higher one after it, both sized from one replica's measured capacity
+    (:func:`modalscale.demo.capacity.plan_offered_rate`); KWOK-only, ``KWOK_RATE_RPS``."""
     shift_at_ratio: float = 0.25
     """Where in the trace the modality mix shifts (fraction of the duration)."""
     report_dir: Path = field(default_factory=lambda: Path("reports"))
@@ -112,19 +112,33 @@ class Sample:
 SAMPLE_S = 2.0
 
 
-def default_trace(duration_s: float, rate_rps: float, shift_at_s: float) -> list[Any]:
-    """The modality-shift trace (constant rate; 10 % -> 70 % image requests, 4x pixels) as runtime rows.
+def default_trace(duration_s: float, rate_rps: float, shift_at_s: float,
+                  rate_before_rps: float | None = None) -> list[Any]:
+    """The modality-shift trace (10 % -> 70 % image requests, 4x pixels) as runtime rows: Poisson arrivals at
+    ``rate_rps`` req/s, or before ``shift_at_s`` at ``rate_before_rps`` (<= ``rate_rps``; None: the same rate).
 
-    The generator and its published parameters are in :func:`modalscale.autoscaler.traces.modality_shift_trace`.
-    Requests are capped at 4 images so one 2-core CPU keeps up with the replay.
+    The generator and its published parameters are in :func:`modalscale.autoscaler.traces.modality_shift_trace`;
+    the lower pre-shift rate is the same Poisson process thinned (each pre-shift arrival kept with probability
+    ``rate_before_rps / rate_rps``, which leaves a Poisson process at the lower rate). Requests are capped at 4
+    images so one 2-core CPU keeps up with the replay.
+
+    Raises:
+        ValueError: ``rate_before_rps`` is not in (0, ``rate_rps``].
     """
+    import numpy as np
+
     from modalscale.autoscaler.traces import modality_shift_trace
     from modalscale.runtime.workload import TraceRow
 
+    if rate_before_rps is not None and not 0 < rate_before_rps <= rate_rps:
+        raise ValueError(f"rate_before_rps must be in (0, rate_rps={rate_rps}], got {rate_before_rps}")
     tr = modality_shift_trace(duration_s=duration_s, rate_rps=rate_rps, shift_at_s=shift_at_s,
                               pixel_scale_after=4.0, random_state=7)
+    keep = np.random.default_rng(11).random(len(tr)) < (rate_before_rps or rate_rps) / rate_rps
     rows = []
     for i in range(len(tr)):
+        if tr.arrival_s[i] < shift_at_s and not keep[i]:
+            continue
         count = min(int(tr.image_count[i]), 4)
         rows.append(TraceRow(float(tr.arrival_s[i]), count, int(tr.image_width[i]) if count else 0,
                              int(tr.image_height[i]) if count else 0, int(tr.text_tokens[i])))
@@ -536,7 +550,7 @@ class Demo:
     def plan_load(self, url: str, shift_at_s: float) -> Any:
         """Real mode: measure the first replica's capacity, closed loop through the Service (``PROBE_S`` s each on
         the trace's pre-shift and post-shift requests, distinct inputs, the embedding cache off), and size the
-        trace's rate from it (:func:`modalscale.demo.capacity.plan_offered_rate`). Returns the ``LoadPlan``.
+        trace's rates from it (:func:`modalscale.demo.capacity.plan_offered_rate`). Returns the ``LoadPlan``.
 
         Raises:
             RuntimeError: a probe got no answer (the replica cannot serve; nothing to size the load from).
@@ -559,14 +573,9 @@ class Demo:
                      f"{answered} answered, {failed} failed in {PROBE_S:.0f} s; load {_load()})")
         plan = plan_offered_rate(capacity["pre-shift"], capacity["post-shift"])
         self.load_plan = plan
-        self.say(f"Offered rate {plan.rate_rps:.2f} req/s: {plan.reason}; one replica at {plan.pre_utilization:.0%} "
-                 f"before the shift, {plan.overload:.0%} after")
-        if not plan.overloads:
-            from modalscale.demo.capacity import MIN_OVERLOAD_FACTOR
+        from modalscale.demo.report import plan_summary
 
-            self.say(f"!! WARNING: this rate is only {plan.overload:.2f}x one replica's post-shift capacity (under "
-                     f"{MIN_OVERLOAD_FACTOR}x): one replica may not be overloaded after the shift, and then the "
-                     "scale-up's before/after capacity is not judged (the check fails and says so)")
+        self.say(f"Offered load: {plan_summary(plan)}")
         return plan
 
     # ----------------------------------------------------------------------------------------- run
@@ -712,8 +721,9 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             shift_at = None
         else:
             shift_at = cfg.duration_s * cfg.shift_at_ratio
-            rate = cfg.rate_rps or (demo.load_plan.rate_rps if demo.load_plan else KWOK_RATE_RPS)
-            rows = default_trace(cfg.duration_s, rate, shift_at)
+            plan = demo.load_plan
+            rate = cfg.rate_rps or (plan.rate_after_rps if plan else KWOK_RATE_RPS)
+            rows = default_trace(cfg.duration_s, rate, shift_at, plan.rate_before_rps if plan else None)
         duration = rows[-1].arrival_s if rows else 0.0
         price = _replica_price(demo.real)
         # Real mode: one replica until shortly after the shift, then up to three; the limit is sized so that the

@@ -124,32 +124,18 @@ def test_budget_scale_down_passes_only_with_a_real_pod_removed_and_every_request
     assert not judge_budget_scale_down(history[:1], T0, pods, sent=500, answered=500, failed=0)[0]
 
 
-def test_offered_rate_overloads_one_replica_after_the_shift_and_not_before() -> None:
-    from modalscale.demo.capacity import MAX_PRE_SHIFT_UTILIZATION, OVERLOAD_FACTOR, plan_offered_rate
+def test_offered_rates_overload_one_replica_after_the_shift_and_not_before() -> None:
+    from modalscale.demo.capacity import OVERLOAD_FACTOR, PRE_SHIFT_UTILIZATION, plan_offered_rate
 
-    # Measured on the real node: text-heavy pre-shift mix ~6x cheaper than the post-shift mix.
-    plan = plan_offered_rate(pre_capacity_rps=24.0, post_capacity_rps=2.5)
-    assert plan.rate_rps == pytest.approx(OVERLOAD_FACTOR * 2.5)
-    assert plan.overload == pytest.approx(OVERLOAD_FACTOR, abs=0.01) and plan.overloads
-    assert plan.pre_utilization == pytest.approx(OVERLOAD_FACTOR * 2.5 / 24.0, abs=0.01)
-    assert plan.pre_utilization <= MAX_PRE_SHIFT_UTILIZATION
-    assert "post-shift capacity" in plan.reason
-
-
-def test_offered_rate_is_lowered_to_keep_the_pre_shift_phase_on_one_replica_and_flagged_when_too_low() -> None:
-    from modalscale.demo.capacity import MAX_PRE_SHIFT_UTILIZATION, plan_offered_rate
-
-    # Pre-shift only 2x cheaper: 1.3 x 5 = 6.5 req/s would load one replica to 65 % before the shift.
-    plan = plan_offered_rate(pre_capacity_rps=10.0, post_capacity_rps=5.0)
-    assert plan.rate_rps == pytest.approx(MAX_PRE_SHIFT_UTILIZATION * 10.0)
-    assert plan.pre_utilization == pytest.approx(MAX_PRE_SHIFT_UTILIZATION)
-    assert plan.overload == pytest.approx(MAX_PRE_SHIFT_UTILIZATION * 2) and not plan.overloads
-    assert "pre-shift capacity" in plan.reason
-    # Measured in a demo run under load 10: 13.47 and 4.49 req/s -> 1.3 x 4.49 = 5.84 req/s, 43 % of pre-shift.
-    seen = plan_offered_rate(pre_capacity_rps=13.47, post_capacity_rps=4.49)
-    assert seen.rate_rps == pytest.approx(5.84) and seen.overloads
-    # Just enough with a 0.3 cap: 0.3 x 21 = 6.3 req/s = 1.26 x 5.
-    assert plan_offered_rate(pre_capacity_rps=21.0, post_capacity_rps=5.0, max_pre_utilization=0.3).overloads
+    # Measured in a demo run (load average 6-10): 19.27 req/s pre-shift mix, 5.13 req/s post-shift mix.
+    plan = plan_offered_rate(pre_capacity_rps=19.27, post_capacity_rps=5.13)
+    assert plan.rate_after_rps == pytest.approx(round(OVERLOAD_FACTOR * 5.13, 2))
+    assert plan.rate_before_rps == pytest.approx(round(PRE_SHIFT_UTILIZATION * 19.27, 2))
+    assert plan.overload == pytest.approx(OVERLOAD_FACTOR, abs=0.01) and plan.overload > 1
+    assert plan.pre_utilization == pytest.approx(PRE_SHIFT_UTILIZATION, abs=0.01)
+    # The pre-shift rate never exceeds the post-shift one (a pre-shift mix barely cheaper than the post-shift one).
+    close = plan_offered_rate(pre_capacity_rps=6.0, post_capacity_rps=0.5)
+    assert close.rate_before_rps == close.rate_after_rps == pytest.approx(0.65)
 
 
 @pytest.mark.parametrize(("pre", "post", "field"), [(0.0, 2.0, "pre_capacity_rps"), (10.0, 0.0, "post_capacity_rps"),
@@ -162,13 +148,30 @@ def test_offered_rate_refuses_an_unmeasured_capacity(pre: float, post: float, fi
         plan_offered_rate(pre, post)
     with pytest.raises(ValueError, match="overload"):
         plan_offered_rate(10.0, 2.0, overload=1.0)
+    with pytest.raises(ValueError, match="pre_utilization"):
+        plan_offered_rate(10.0, 2.0, pre_utilization=1.0)
 
 
-def test_the_report_states_how_the_offered_rate_was_sized() -> None:
+def test_the_report_states_how_the_offered_rates_were_sized() -> None:
     from modalscale.demo.capacity import plan_offered_rate
     from modalscale.demo.report import plan_summary
 
-    line = plan_summary(plan_offered_rate(pre_capacity_rps=21.5, post_capacity_rps=4.55, overload=1.4,
-                                          max_pre_utilization=0.45))
-    assert line.startswith("6.37 req/s = 1.40 x one replica's post-shift capacity (4.55 req/s measured)")
-    assert "21.50 req/s on the pre-shift mix" in line and "30% before the shift and 140% after" in line
+    line = plan_summary(plan_offered_rate(pre_capacity_rps=19.27, post_capacity_rps=5.13))
+    assert line == ("2.89 req/s before the shift (15% of one replica's measured capacity on the pre-shift mix, "
+                    "19.27 req/s), 6.67 req/s from the shift on (1.30x one replica's measured capacity on the "
+                    "post-shift mix, 5.13 req/s)")
+
+
+def test_the_trace_steps_up_its_rate_at_the_shift_and_keeps_the_post_shift_arrivals() -> None:
+    from modalscale.demo.run import default_trace
+
+    full = default_trace(300.0, 6.0, 75.0)
+    stepped = default_trace(300.0, 6.0, 75.0, rate_before_rps=3.0)
+    before = [r for r in stepped if r.arrival_s < 75.0]
+    # Thinning keeps each pre-shift arrival with probability 1/2: about 225 of ~450, well inside 4 sigma (~42).
+    assert abs(len(before) - 0.5 * sum(1 for r in full if r.arrival_s < 75.0)) < 45
+    assert len(before) / 75.0 == pytest.approx(3.0, rel=0.2)
+    assert [r for r in stepped if r.arrival_s >= 75.0] == [r for r in full if r.arrival_s >= 75.0]
+    assert all(a.arrival_s <= b.arrival_s for a, b in zip(stepped, stepped[1:]))
+    with pytest.raises(ValueError, match="rate_before_rps"):
+        default_trace(300.0, 6.0, 75.0, rate_before_rps=7.0)
