@@ -1,0 +1,52 @@
+"""``modalscale cluster up`` creates KWOK Spot nodes by default (``--spot-nodes``, default 1).
+
+The nodes themselves (label and taint ``karpenter.sh/capacity-type=spot``, pods placed and priced there) are
+tested on the real control plane in tests/integration/operator/test_budget_spot.py; this checks only that the
+command hands the count to ``LocalCluster.up`` (a recording stand-in for the cluster: starting one is that test's
+job)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modalscale.devenv import cluster_cli
+
+
+class RecordingCluster:
+    calls: list[dict[str, Any]] = []
+
+    def __init__(self, workdir: Path | None, log: Any = None) -> None:
+        self.kubeconfig = Path("/nonexistent/kubeconfig")
+
+    def up(self, **kwargs: Any) -> None:
+        RecordingCluster.calls.append(kwargs)
+
+    def real_node_status(self) -> dict[str, Any]:
+        return {"enabled": False, "reason": "test"}
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cluster_cli.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["cluster", *argv])
+
+
+@pytest.mark.parametrize("argv, spot", [(("up",), 1), (("up", "--spot-nodes", "3"), 3), (("up", "--spot-nodes", "0"), 0)],
+                         ids=["default", "three", "none"])
+def test_cluster_up_passes_the_spot_node_count(monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...],
+                                               spot: int) -> None:
+    monkeypatch.setattr(cluster_cli, "LocalCluster", RecordingCluster)
+    RecordingCluster.calls = []
+    assert cluster_cli._up(parse(*argv)) == 0
+    (call,) = RecordingCluster.calls
+    assert call["spot_nodes"] == spot and call["nodes"] == 2
+
+
+def test_a_negative_spot_node_count_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster_cli, "LocalCluster", RecordingCluster)
+    RecordingCluster.calls = []
+    assert cluster_cli._up(parse("up", "--spot-nodes", "-1")) == 2 and RecordingCluster.calls == []
