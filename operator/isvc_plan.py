@@ -75,6 +75,8 @@ class IsvcObserved:
     budget_cap_replicas: int | None = None
     """Effective max replicas imposed by a BudgetPolicy (None: no cap); see :func:`budget_cap`."""
     budget_cap_policy: str | None = None
+    spot_policy: str | None = None
+    """``ns/name`` of the BudgetPolicies whose SwitchToSpot holds the service on Spot capacity (None: on-demand)."""
     replica_usd_per_hour: Decimal | None = None
     """Price of one replica in USD per hour (None: not priced; ``costUSDPerHour`` is then left out)."""
 
@@ -429,9 +431,14 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
                     else cond.Condition(R.SCALING_CONFLICT, cond.FALSE, R.NO_CONFLICT,
                                         "only modalscale writes the replicas"))
 
+    on_spot = (f"BudgetPolicy {obs.spot_policy} runs the pods on Spot capacity "
+               f"({', '.join(f'{k}={v}' for k, v in SPOT_NODE_SELECTOR.items())})") if obs.spot_policy else ""
     if obs.budget_cap_replicas is not None:
         budget_c = cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.CAPPED_BY_BUDGET,
-                                  f"BudgetPolicy {obs.budget_cap_policy} caps replicas at {obs.budget_cap_replicas}")
+                                  f"BudgetPolicy {obs.budget_cap_policy} caps replicas at {obs.budget_cap_replicas}"
+                                  + (f"; {on_spot}" if on_spot else ""))
+    elif on_spot:
+        budget_c = cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.MOVED_TO_SPOT, on_spot)
     else:
         budget_c = cond.Condition(R.BUDGET_LIMITED, cond.FALSE, R.WITHIN_BUDGET, "no budget cap in force")
 

@@ -24,6 +24,11 @@ from modalscale.operator.isvc_spec import InvalidSpec, IsvcSpec, parse_isvc
 from modalscale.api.annotations import spot_switches  # SwitchToSpot: the Spot annotation places the pods
 from modalscale.operator.isvc_plan import with_spot_placement
 
+
+def spot_policies(annotations: dict[str, str] | None) -> str | None:
+    """``"ns/name[, ...]"`` of the policies whose Spot annotation is on the service (None: none)."""
+    return ", ".join(s.policy for s in spot_switches(annotations)) or None
+
 ISVC_PLURAL = "inferenceservices"
 Log = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -130,6 +135,7 @@ def reconcile_isvc(deps: Deps, body: dict[str, Any], logger: Log) -> None:
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         files = repository_files(spec)
         observed = deps.observer.observe(spec, current_status)
+        observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
         priced = replica_price(deps, spec)
         observed.replica_usd_per_hour = priced.usd_per_hour
@@ -167,6 +173,7 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision, autoscale_pa
     try:
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         observed = deps.observer.observe(spec, decided_status)
+        observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
         plan = plan_isvc(spec, observed, None, PlanConfig(conflict_hold_s=deps.settings.conflict_hold_s), now,
                          decision=decision)

@@ -34,6 +34,8 @@ SCALE_IGNORED_IN_MODE = "ScaleIgnoredInMode"
 NO_BUDGET_POLICY = "NoBudgetPolicy"
 CAPPED_BY_BUDGET = "CappedByBudget"
 WITHIN_BUDGET = "WithinBudget"
+MOVED_TO_SPOT = "MovedToSpot"
+"""BudgetLimited: a BudgetPolicy's SwitchToSpot runs the pods on Spot capacity."""
 DELIVERY_FAILED = "DeliveryFailed"
 DELIVERY_ABANDONED = "DeliveryAbandoned"
 

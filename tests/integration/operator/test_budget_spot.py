@@ -92,6 +92,9 @@ def test_a_crossing_moves_the_low_priority_service_to_spot_then_a_spot_shortage_
     isvc = custom(api).get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "batch")
     key = spot_annotation_key(ns, "budget")
     assert SpotSwitch.decode(key, isvc["metadata"]["annotations"][key]) == SpotSwitch(f"{ns}/budget", 50)
+    wait_for(lambda: (c := condition(custom(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, "inferenceservices", "batch"), "BudgetLimited")) and c["reason"] == "MovedToSpot", 60,
+        "batch's BudgetLimited=True/MovedToSpot")
     template = client.AppsV1Api(api).read_namespaced_deployment("batch", ns).spec.template.spec
     assert template.node_selector["karpenter.sh/capacity-type"] == "spot"
     assert any(t.key == "karpenter.sh/capacity-type" and t.value == "spot" for t in template.tolerations)
@@ -125,6 +128,9 @@ def test_a_crossing_moves_the_low_priority_service_to_spot_then_a_spot_shortage_
     assert fell and (fell["status"], fell["reason"]) == ("True", "SpotPendingTimeout")
     isvc = custom(api).get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "batch")
     assert key not in (isvc["metadata"].get("annotations") or {})
+    wait_for(lambda: (c := condition(custom(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, "inferenceservices", "batch"), "BudgetLimited")) and c["reason"] == "WithinBudget", 60,
+        "batch's BudgetLimited=False/WithinBudget again")
     template = client.AppsV1Api(api).read_namespaced_deployment("batch", ns).spec.template.spec
     assert "karpenter.sh/capacity-type" not in (template.node_selector or {})
     assert not any(t.key == "karpenter.sh/capacity-type" for t in template.tolerations or [])

@@ -162,3 +162,18 @@ def test_a_deleted_policy_lifts_its_spot_annotation_and_switched_namespaces_stay
     policy["status"] = {"spotServices": [{"namespace": "ads", "name": "batch", "thresholdPercent": 50,
                                           "state": "Spot", "since": "2026-11-30T10:00:00Z"}]}
     assert observed_namespaces(policy) == ("ads", "ml")
+
+
+def test_the_inferenceservice_says_it_runs_on_spot_in_budget_limited() -> None:
+    spec = with_spot_placement(parse_isvc(make_isvc("batch", 10)), (SpotSwitch("ml/daily", 50),))
+    obs = IsvcObserved(status={}, spot_policy="ml/daily")
+    c = get(plan_isvc(spec, obs, {}, PlanConfig(), T0).status["conditions"], "BudgetLimited")
+    assert (c["status"], c["reason"]) == ("True", "MovedToSpot")
+    assert c["message"] == "BudgetPolicy ml/daily runs the pods on Spot capacity (karpenter.sh/capacity-type=spot)"
+    obs.budget_cap_replicas, obs.budget_cap_policy = 1, "ml/daily"
+    c = get(plan_isvc(spec, obs, {}, PlanConfig(), T0).status["conditions"], "BudgetLimited")
+    assert c["reason"] == "CappedByBudget" and c["message"].endswith("; BudgetPolicy ml/daily runs the pods on Spot "
+                                                                     "capacity (karpenter.sh/capacity-type=spot)")
+    plain = get(plan_isvc(parse_isvc(make_isvc("batch", 10)), IsvcObserved(status={}), {}, PlanConfig(), T0
+                          ).status["conditions"], "BudgetLimited")
+    assert (plain["status"], plain["reason"]) == ("False", "WithinBudget")
