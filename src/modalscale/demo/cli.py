@@ -38,4 +38,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cfg = DemoConfig(duration_s=args.duration, trace=args.trace, rate_rps=args.rate, report_dir=args.report_dir,
                      live=not args.no_live and sys.stdout.isatty(), real_node=args.real_node)
+    if cfg.trace is None:
+        from modalscale.demo.run import shift_at_s
+
+        try:
+            shift_at_s(cfg, real=cfg.real_node is not False)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     return run_demo(cfg, say=lambda m: print(m, flush=True))

@@ -87,6 +87,11 @@ class DemoConfig:
     """Show the live view (rich); off for CI logs."""
     real_node: bool | None = None
     """Run the pods on the real node: None = where the machine supports it (else KWOK-only, said loudly)."""
+    autoscaler_on_s: float = 60.0
+    """Real mode: seconds of replayed traffic before the InferenceService turns Predictive (one Fixed replica until
+    then), so that the autoscaler's 60 s window holds traffic only. Turned on before the first request, its first
+    windows saw the 0 -> rate ramp as a burst (arrival SCV 13.7, a 'peak' forecast 3.7x the 60 s mean) and scaled
+    up at 0.07 erlangs, before the shift. The modality shift comes at least 60 s after this."""
     wait_real_node_s: float = 900.0
     """How long to wait for the machine's one real node while another cluster holds it, in seconds."""
 
@@ -143,6 +148,22 @@ def default_trace(duration_s: float, rate_rps: float, shift_at_s: float,
         rows.append(TraceRow(float(tr.arrival_s[i]), count, int(tr.image_width[i]) if count else 0,
                              int(tr.image_height[i]) if count else 0, int(tr.text_tokens[i])))
     return rows
+
+
+def shift_at_s(cfg: DemoConfig, real: bool) -> float:
+    """When the generated trace's modality mix shifts, s: ``shift_at_ratio`` of the duration, and on the real node
+    at least 60 s after the autoscaler turns on (``autoscaler_on_s``), so it runs a minute on the pre-shift mix.
+
+    Raises:
+        ValueError: the shift would leave less than half the trace after it.
+    """
+    shift = cfg.duration_s * cfg.shift_at_ratio
+    if real:
+        shift = max(shift, cfg.autoscaler_on_s + 60.0)
+    if shift > cfg.duration_s / 2:
+        raise ValueError(f"--duration {cfg.duration_s:.0f} s is too short: the modality shift comes at {shift:.0f} s "
+                         f"(the autoscaler runs a minute before it); use --duration {2 * shift:.0f} or more")
+    return shift
 
 
 def request_content(row: Any, i: int) -> tuple[list[bytes] | None, str | None]:
@@ -485,8 +506,9 @@ class Demo:
 
     def apply_objects(self, artifact_b64: str, replica_usd_per_hour: Decimal, expected_hours: float,
                       limit_factor: float) -> str:
-        """Secret, cost-model ConfigMap, the InferenceService (created, or turned Predictive in real mode),
-        BudgetPolicy. Returns the limit (USD)."""
+        """Secret, cost-model ConfigMap, the InferenceService (created; in real mode given its cost model, still
+        Fixed at one replica: :meth:`turn_predictive` turns it Predictive once traffic runs), BudgetPolicy.
+        Returns the limit (USD)."""
         from kubernetes import client
 
         core = client.CoreV1Api(self.api)
@@ -498,11 +520,9 @@ class Demo:
         core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": "vision-chat-cost-model"},
                                                       "binaryData": {"model.skops": artifact_b64}})
         if self.real:
-            scaling: dict[str, Any] = dict(self._scaling(), replicas=None)
             custom.patch_namespaced_custom_object(
                 "modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices", ISVC,
-                {"spec": {"model": {"costModelRef": {"name": "vision-chat-cost-model", "key": "model.skops"}},
-                          "scaling": scaling}})
+                {"spec": {"model": {"costModelRef": {"name": "vision-chat-cost-model", "key": "model.skops"}}}})
         else:
             custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices",
                                                    self._isvc_body())
@@ -525,6 +545,14 @@ class Demo:
         }
         custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "budgetpolicies", policy)
         return str(limit)
+
+    def turn_predictive(self) -> None:
+        """Real mode: the InferenceService's scaling turns Predictive (p95 SLO, up to ``MAX_REAL_REPLICAS``)."""
+        from kubernetes import client
+
+        client.CustomObjectsApi(self.api).patch_namespaced_custom_object(
+            "modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices", ISVC,
+            {"spec": {"scaling": dict(self._scaling(), replicas=None)}})
 
     def fit_cost_model(self, http_url: str, shapes: int = 24) -> str:
         """Profile the runtime at ``http_url`` with ``modalscale profile``; return the fitted artifact (skops zip)."""
@@ -706,7 +734,7 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             url = demo.start_first_replica()
             artifact = demo.fit_cost_model(url)
             if cfg.trace is None and cfg.rate_rps is None:
-                demo.plan_load(url, cfg.duration_s * cfg.shift_at_ratio)
+                demo.plan_load(url, shift_at_s(cfg, real=True))
             demo.start_prometheus()
         else:
             demo.start_runtime()
@@ -720,19 +748,21 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             rows = read_trace(cfg.trace)
             shift_at = None
         else:
-            shift_at = cfg.duration_s * cfg.shift_at_ratio
+            shift_at = shift_at_s(cfg, demo.real)
             plan = demo.load_plan
             rate = cfg.rate_rps or (plan.rate_after_rps if plan else KWOK_RATE_RPS)
             rows = default_trace(cfg.duration_s, rate, shift_at, plan.rate_before_rps if plan else None)
         duration = rows[-1].arrival_s if rows else 0.0
         price = _replica_price(demo.real)
-        # Real mode: one replica until shortly after the shift, then up to three; the limit is sized so that the
-        # cap (80 %) comes after the scale-up's capacity was measured and the scale-down (100 %) while the trace
-        # still runs (about 1.6 replica-durations of spend). KWOK-only: as before (1.2).
-        limit = demo.apply_objects(artifact, price, duration / 3600, 1.6 if demo.real else 1.2)
-        say(f"{'Turned' if demo.real else 'Applied'} InferenceService {NAMESPACE}/{ISVC} (Predictive, p95 SLO "
-            f"{SLO_MS} ms) and BudgetPolicy {NAMESPACE}/{POLICY} (limit {limit} USD; one replica costs {price} "
-            "USD/h at catalog prices)")
+        # Real mode: one replica until shortly after the shift (at 120 s of 300), then up to three; the limit
+        # (1.3 replica-durations of spend) puts the cap (80 %) about a minute after the scale-up's replicas are
+        # Ready, once its capacity was measured, and the scale-down (100 %) about 40 s later, while the trace still
+        # runs. KWOK-only: as before (1.2).
+        limit = demo.apply_objects(artifact, price, duration / 3600, 1.3 if demo.real else 1.2)
+        say(f"Applied InferenceService {NAMESPACE}/{ISVC} (Predictive, p95 SLO {SLO_MS} ms"
+            + (f", from {cfg.autoscaler_on_s:.0f} s into the replay" if demo.real else "")
+            + f") and BudgetPolicy {NAMESPACE}/{POLICY} (limit {limit} USD; one replica costs {price} USD/h at "
+            "catalog prices)")
         say(f"Replaying {len(rows)} requests over {duration:.0f} s"
             + (f"; the modality mix shifts at {shift_at:.0f} s" if shift_at else ""))
         say("NOTE: " + (REAL_NOTE if demo.real else KWOK_NOTE))
@@ -746,9 +776,17 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         demo.t0_wall = replayer.t0_wall
         from modalscale.demo.live import LiveView
 
+        predictive = not demo.real  # KWOK-only: created Predictive
         with LiveView(enabled=cfg.live, say=say, note=REAL_NOTE if demo.real else KWOK_NOTE) as view:
             while thread.is_alive():
-                view.update(demo.sample(replayer, limit), demo.receiver)
+                s = demo.sample(replayer, limit)
+                if not predictive and s.t_s >= cfg.autoscaler_on_s:
+                    demo.turn_predictive()
+                    predictive = True
+                    demo.timings["autoscaler on (s into the replay)"] = s.t_s
+                    say(f"t={s.t_s:.0f}s: InferenceService {NAMESPACE}/{ISVC} turned Predictive after "
+                        f"{cfg.autoscaler_on_s:.0f} s of traffic on one Fixed replica")
+                view.update(s, demo.receiver)
                 time.sleep(SAMPLE_S)
             # Let the last decisions and budget evaluations land: until the budget is exceeded and enforced,
             # at most 60 s after the trace.

@@ -175,3 +175,13 @@ def test_the_trace_steps_up_its_rate_at_the_shift_and_keeps_the_post_shift_arriv
     assert all(a.arrival_s <= b.arrival_s for a, b in zip(stepped, stepped[1:]))
     with pytest.raises(ValueError, match="rate_before_rps"):
         default_trace(300.0, 6.0, 75.0, rate_before_rps=7.0)
+
+
+def test_on_the_real_node_the_shift_comes_a_minute_after_the_autoscaler_turns_on() -> None:
+    from modalscale.demo.run import DemoConfig, shift_at_s
+
+    assert shift_at_s(DemoConfig(duration_s=300), real=False) == 75.0
+    assert shift_at_s(DemoConfig(duration_s=300), real=True) == 120.0  # autoscaler on at 60 s, + 60 s
+    assert shift_at_s(DemoConfig(duration_s=600), real=True) == 150.0  # the ratio, when later
+    with pytest.raises(ValueError, match="--duration 240 or more"):
+        shift_at_s(DemoConfig(duration_s=200), real=True)
