@@ -49,8 +49,10 @@ from modalscale.costmodel.quantities import GIB_BYTES
 
 ASSETS_PATH = "/assets"
 """OpenCost's Assets API path."""
-ASSETS_WINDOW = "1h"
-"""The ``window`` the operator asks for: the last hour (a documented duration form)."""
+ASSETS_WINDOW = "2h"
+"""The ``window`` the operator asks for (a documented duration form). OpenCost reads ``<n>h`` as the current hour,
+rounded forward, plus the ``n - 1`` before it, so ``1h`` holds only the minutes since the hour began (none at
+``:00``, and rates rounded from six-decimal costs over a few minutes); ``2h`` always holds the last complete hour."""
 GPU_LABEL_KEYS = ("nvidia_com_gpu_product", "nvidia.com/gpu.product", "cloud_google_com_gke_accelerator",
                   "cloud.google.com/gke-accelerator")
 """Node labels naming the GPU type, as OpenCost writes them (sanitized) and as Kubernetes does."""

@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
-from modalscale.costmodel.opencost import PriceSource, parse_assets_answer
+from modalscale.costmodel.opencost import ASSETS_WINDOW, PriceSource, parse_assets_answer
 from modalscale.devenv.cluster import LocalCluster, running_cluster
 from modalscale.devenv.kube import wait_for
 from modalscale.devenv.opencost_server import OpenCostServer, PricedNode, Scripted
@@ -93,7 +93,7 @@ def test_the_price_book_rereads_opencost_and_falls_back_while_it_is_down() -> No
             back = book.price_replica(replica, "OnDemand")  # 15:33: costs (6 decimals) over 0.55 h
             assert (back.source, back.usd_per_hour.quantize(Decimal("0.000001"))) == (PriceSource.OPENCOST,
                                                                                      Decimal("0.76"))
-            assert [r["window"] for r in server.requests] == ["1h"] * 3
+            assert [r["window"] for r in server.requests] == [ASSETS_WINDOW] * 3
         finally:
             book.close()
 
@@ -110,7 +110,9 @@ def oc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluste
 
 
 def _cluster_nodes(api: Any) -> list[PricedNode]:
-    """The cluster's nodes as OpenCost would price them: L4 0.70 USD/GPU-h, 0.05 USD/core-h, 0.005 USD/GiB-h."""
+    """The cluster's nodes as OpenCost would price them: L4 0.70 USD/GPU-h, 0.05 USD/core-h, 0.005 USD/GiB-h, as if
+    they had run the whole window (created seconds ago, their costs over a few seconds, rounded to six decimals,
+    would move the rates in the fourth digit from one read to the next)."""
     from modalscale.costmodel.quantities import parse_cpu_cores, parse_memory_bytes
 
     out = []
@@ -121,8 +123,7 @@ def _cluster_nodes(api: Any) -> list[PricedNode]:
                               ram_bytes=float(parse_memory_bytes(cap.get("memory", "0"))),
                               gpu_count=float(cap.get("nvidia.com/gpu", "0")), cpu_usd_per_core_hour=0.05,
                               ram_usd_per_gib_hour=0.005, gpu_usd_per_gpu_hour=0.7, labels=labels,
-                              preemptible=dict(labels).get("karpenter.sh/capacity-type") == "spot",
-                              created=n.metadata.creation_timestamp))
+                              preemptible=dict(labels).get("karpenter.sh/capacity-type") == "spot"))
     return out
 
 
@@ -164,7 +165,7 @@ def test_a_service_is_priced_from_opencost_then_from_the_catalog_when_opencost_s
             assert "0.76 USD per replica-hour" in by_opencost["message"], by_opencost
             wait(lambda: get(api, ns, "vc")["status"].get("costUSDPerHour") == "1.5200", 120,
                      "costUSDPerHour 1.5200 from OpenCost")
-            assert server.requests and all(r == {"path": "/assets", "window": "1h"} for r in server.requests)
+            assert server.requests and all(r == {"path": "/assets", "window": ASSETS_WINDOW} for r in server.requests)
             wait(lambda: burn_rate() == "1.52", 120, "the budget's burn rate at OpenCost's price (1.52 USD/h)")
             # Steady state: more reads of /assets (the window grows, costs change) rewrite nothing in Priced.
             seen = len(server.requests)
