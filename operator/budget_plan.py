@@ -41,10 +41,13 @@ Rules decided here (the rest is ``plan_budget``'s):
   (``AlertDelivered=False``, reason ``DeliveryAbandoned``, and a Warning Event naming the target and the last
   error), never silent.
 * **Spend anomalies** (``modalscale.costmodel.anomaly``): every evaluation adds one burn-rate sample per priced
-  service to a history the caller keeps (in memory: after a restart the baseline rebuilds, so no anomaly is
-  decided for the first ``AnomalyConfig.recent_s``); a service whose burn rate leaves its own seasonal (or, at
-  first, recent) baseline gets one ``SpendAnomaly`` alert, through the same outbox, naming the driver
-  (replicas or price). Anomalies that start at the same evaluation share one message.
+  service to a history the caller keeps (exported to Prometheus and read back after a restart:
+  ``modalscale.operator.budget_history``); a service whose burn rate leaves its own seasonal (or, at first,
+  recent) baseline gets one ``SpendAnomaly`` alert, through the same outbox, naming the driver (replicas or
+  price). Anomalies that start at the same evaluation share one message. The services in an anomaly now are
+  ``status.spendAnomalies``, written in the same patch as the alert's outbox entry, so a restarted operator
+  never alerts the same anomaly twice. A history that could not be read decides nothing (the stored set is
+  held) and says so in ``SpendAnomalyHistory=False``.
 * **AlertDelivered**: ``False`` (reason of the last failure) while an entry has failed at least once; ``False``
   / ``DeliveryAbandoned`` when an entry was given up, until a later delivery succeeds; ``True`` / ``Delivered``
   once deliveries succeeded and no entry has a failed attempt; ``Unknown`` / ``NoAlertSent`` before any.
@@ -85,7 +88,9 @@ from modalscale.costmodel.budget import (
     service_state,
     spend_anomaly_alert,
 )
-from modalscale.costmodel.anomaly import AnomalyConfig, AnomalyState, BurnSample, detect
+from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
+from modalscale.operator.budget_history import (HISTORY_READ, HISTORY_UNAVAILABLE, SPEND_ANOMALY_HISTORY,
+                                                 HistoryRead, anomaly_state_from_status, anomaly_state_to_status)
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, PodRun, advance, parse_time, with_rates_in_force
 from modalscale.costmodel.outbox import (
@@ -314,7 +319,7 @@ class PolicyPlan:
             evaluates again by then even when the interval is longer.
         burn_samples: This evaluation's burn-rate sample per priced service (add to the anomaly history once
             the status is written).
-        anomaly_state: The anomaly de-duplication state after this evaluation (keep it with the history).
+        anomaly_state: The services in an anomaly after this evaluation (as written to ``status.spendAnomalies``).
     """
 
     annotation_writes: list[AnnotationWrite]
@@ -484,8 +489,8 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
                 attempts: Sequence[Attempt], now: dt.datetime,
                 in_flight: Collection[OutboxKey] = frozenset(),
                 history: Mapping[tuple[str, str], Sequence[BurnSample]] | None = None,
-                anomaly_state: AnomalyState = AnomalyState(),
-                anomaly_config: AnomalyConfig = AnomalyConfig()) -> PolicyPlan:
+                anomaly_config: AnomalyConfig = AnomalyConfig(),
+                history_read: HistoryRead | None = None) -> PolicyPlan:
     """Plan one evaluation of a BudgetPolicy.
 
     Args:
@@ -497,8 +502,10 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
         in_flight: Keys of outbox entries being sent right now by this process (not due, not expired).
         history: Earlier burn-rate samples per service, oldest first (``PolicyPlan.burn_samples`` of earlier
             evaluations); None or empty: no anomaly can be decided yet.
-        anomaly_state: ``PolicyPlan.anomaly_state`` of the previous evaluation.
         anomaly_config: Detector settings.
+        history_read: How reading ``history`` back after start went (None: history kept in memory only, no
+            ``SpendAnomalyHistory`` condition); ``ok`` False: no anomaly is decided and the services in an
+            anomaly (``status.spendAnomalies``) are held.
     Returns:
         :class:`PolicyPlan`. An invalid spec or unreadable status yields ``Ready=False`` (``InvalidSpec`` /
         ``InvalidStatus``) and no other change: enforcement in force is held, nothing new is alerted and
@@ -517,6 +524,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
         ledger = Ledger.from_status(status.get("ledger"), status.get("periodStart"))
         alert_state = AlertState.from_status(status)
         outbox = outbox_from_status(status, ref)
+        anomaly_state = anomaly_state_from_status(status)
     except (LedgerFormatError, InvalidBudgetStatus) as exc:
         return _hold(policy, INVALID_STATUS, f"{exc}; fix or clear the status by hand (spend is not reset "
                                              f"automatically)", attempts, now, in_flight)
@@ -551,7 +559,9 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
                                                  else float(s.usd_per_replica_hour))
                for s in services if s.cost_usd_per_hour is not None and s.usd_per_replica_hour is not None}
     series = {k: [*(history or {}).get(k, ()), v] for k, v in samples.items()}
-    started, anomaly_state = detect(series, anomaly_state, anomaly_config)
+    started: list[Anomaly] = []
+    if history_read is None or history_read.ok:  # never decide on a history that could not be read
+        started, anomaly_state = detect(series, anomaly_state, anomaly_config)
     alerts = plan.alerts
     if started:
         alerts += (spend_anomaly_alert(plan, spec, ref, [a.describe() for a in started],
@@ -583,11 +593,16 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     if (any(ThresholdAction.SWITCH_TO_SPOT in t.actions for t in spec.thresholds)
             or cond.get(old_conditions, SPOT_FALLBACK) is not None):
         wanted_conditions.append(_spot_condition(plan.spot, plan.spot_skipped))
+    if history_read is not None:
+        wanted_conditions.append(cond.Condition(
+            SPEND_ANOMALY_HISTORY, cond.TRUE if history_read.ok else cond.FALSE,
+            HISTORY_READ if history_read.ok else HISTORY_UNAVAILABLE, history_read.message))
     conditions = cond.upsert(old_conditions, wanted_conditions, generation, now)
 
     desired = {"observedGeneration": generation, **plan.status_fields(ledger),
-               "pendingAlerts": [e.to_status() for e in pending], "conditions": conditions}
-    stored = {"pendingAlerts": [], "spotServices": [], **status}
+               "pendingAlerts": [e.to_status() for e in pending],
+               "spendAnomalies": anomaly_state_to_status(anomaly_state), "conditions": conditions}
+    stored = {"pendingAlerts": [], "spotServices": [], "spendAnomalies": [], **status}
     merged = {**stored, **desired}
     write = _material(merged) != _material(stored) or _due(status, spec.evaluation_interval_s, now)
     patch = cond.status_patch(stored, desired) if write else {}
