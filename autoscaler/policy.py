@@ -63,6 +63,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from modalscale.api.errors import InvalidSpec
 from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps
 from modalscale.autoscaler.features import MODALITIES, Modality, features_from_columns
 from modalscale.autoscaler.queueing import (
@@ -115,8 +116,8 @@ class Reason(enum.StrEnum):
     FIXED_REPLICAS = "FixedReplicas"
 
 
-class PolicySpecError(ValueError):
-    """``spec.scaling`` (or a field it depends on) is invalid; the message names the field."""
+class PolicySpecError(InvalidSpec):
+    """``spec.scaling`` (or a field it depends on) is invalid; ``field`` names it (``modalscale.api`` error)."""
 
 
 class ServiceTimePredictor(Protocol):
@@ -224,24 +225,24 @@ class ScalingPolicy:
                 names the field, e.g. ``spec.scaling.maxReplicas``.
         """
         if not isinstance(spec, Mapping):
-            raise PolicySpecError(f"spec must be a mapping, got {type(spec).__name__}")
+            raise PolicySpecError("spec", f"must be a mapping, got {type(spec).__name__}")
         scaling = spec.get("scaling", {})
         runtime = spec.get("runtime", {})
         scaling = {} if scaling is None else scaling
         runtime = {} if runtime is None else runtime
         if not isinstance(scaling, Mapping):
-            raise PolicySpecError("spec.scaling must be an object")
+            raise PolicySpecError("spec.scaling", "must be an object")
         if not isinstance(runtime, Mapping):
-            raise PolicySpecError("spec.runtime must be an object")
+            raise PolicySpecError("spec.runtime", "must be an object")
 
         def integer(source: Mapping[str, Any], path: str, key: str, default: int | None, lo: int, hi: int) -> int | None:
             value = source.get(key, default)
             if value is None:
                 return None
             if isinstance(value, bool) or not isinstance(value, int):
-                raise PolicySpecError(f"{path}.{key} must be an integer, got {value!r}")
+                raise PolicySpecError(f"{path}.{key}", f"must be an integer, got {value!r}")
             if not lo <= value <= hi:
-                raise PolicySpecError(f"{path}.{key} must be in [{lo}, {hi}], got {value}")
+                raise PolicySpecError(f"{path}.{key}", f"must be in [{lo}, {hi}], got {value}")
             return value
 
         s = "spec.scaling"
@@ -250,20 +251,20 @@ class ScalingPolicy:
             mode = ScalingMode(mode_value)
         except ValueError:
             raise PolicySpecError(
-                f"{s}.mode must be one of {[m.value for m in ScalingMode]}, got {mode_value!r}"
+                f"{s}.mode", f"must be one of {[m.value for m in ScalingMode]}, got {mode_value!r}"
             ) from None
         min_replicas = integer(scaling, s, "minReplicas", 1, 0, 1000)
         max_replicas = integer(scaling, s, "maxReplicas", 10, 1, 1000)
         assert min_replicas is not None and max_replicas is not None
         if min_replicas > max_replicas:
-            raise PolicySpecError(f"{s}.minReplicas ({min_replicas}) must be <= {s}.maxReplicas ({max_replicas})")
+            raise PolicySpecError(f"{s}.minReplicas", f"({min_replicas}) must be <= {s}.maxReplicas ({max_replicas})")
         replicas = integer(scaling, s, "replicas", None, 0, 1000)
         if mode == ScalingMode.FIXED:
             if replicas is None:
-                raise PolicySpecError(f"{s}.replicas is required when {s}.mode is Fixed")
+                raise PolicySpecError(f"{s}.replicas", f"is required when {s}.mode is Fixed")
             if not min_replicas <= replicas <= max_replicas:
                 raise PolicySpecError(
-                    f"{s}.replicas ({replicas}) must lie within [{min_replicas}, {max_replicas}] in Fixed mode"
+                    f"{s}.replicas", f"({replicas}) must lie within [{min_replicas}, {max_replicas}] in Fixed mode"
                 )
         values = dict(
             mode=mode,

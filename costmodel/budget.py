@@ -69,6 +69,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from modalscale.api.errors import InvalidSpec
 from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
 from modalscale.costmodel.ledger import (
     ClosedPeriod,
@@ -144,8 +145,8 @@ class AlertKind(str, enum.Enum):
     SPEND_ANOMALY = "SpendAnomaly"
 
 
-class InvalidBudgetSpec(ValueError):
-    """The BudgetPolicy spec does not validate; the message names the field (``spec.limit.amount: ...``)."""
+class InvalidBudgetSpec(InvalidSpec):
+    """The BudgetPolicy spec does not validate; ``field`` is the first failing field (``spec.limit.amount``)."""
 
 
 class InvalidBudgetStatus(ValueError):
@@ -316,7 +317,7 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
         InvalidBudgetSpec: The first field that does not validate, e.g. ``spec.thresholds[1].capReplicas: ...``.
     """
     if not isinstance(spec, Mapping):
-        raise InvalidBudgetSpec(f"spec: expected an object, got {type(spec).__name__}")
+        raise InvalidBudgetSpec("spec", f"expected an object, got {type(spec).__name__}")
     try:
         return BudgetSpec.model_validate(dict(spec))
     except ValidationError as exc:
@@ -331,8 +332,9 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
             for part in err["loc"]:
                 path += f"[{part}]" if isinstance(part, int) else f".{part}"
             msg = err["msg"].removeprefix("Value error, ")
-            messages.append(f"{path}: {msg}")
-        raise InvalidBudgetSpec("; ".join(messages)) from None
+            messages.append((path, msg))
+        first, rest = messages[0], [f"{p}: {m}" for p, m in messages[1:]]
+        raise InvalidBudgetSpec(first[0], "; ".join([first[1], *rest])) from None
 
 
 # ------------------------------------------------------------------------------------------ observed inputs

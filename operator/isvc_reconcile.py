@@ -37,21 +37,20 @@ def repository_files(spec: IsvcSpec) -> dict[str, str]:
     """The generated Triton model repository for a BuiltIn model (empty for user repositories).
 
     Raises:
-        InvalidSpec: ``modalscale.runtime`` refused the runtime fields.
+        InvalidSpec: ``modalscale.runtime`` refused the runtime fields (``field`` names the one).
     """
     if spec.model.source != "BuiltIn":
         return {}
-    from modalscale.runtime.repo_config import InvalidRuntimeSpec, RuntimeConfig, build_repository
+    from modalscale.runtime.repo_config import RuntimeConfig, build_repository
 
-    try:
-        return build_repository(RuntimeConfig.from_isvc_spec(spec.raw_spec))
-    except InvalidRuntimeSpec as exc:
-        field = str(exc).split(":", 1)[0]
-        raise InvalidSpec(field, str(exc).split(":", 1)[-1].strip()) from exc
+    return build_repository(RuntimeConfig.from_isvc_spec(spec.raw_spec))
 
 
 class UnpricedGPU(InvalidSpec):
-    """The GPU type has no price in the catalog: never priced at $0 silently."""
+    """The GPU type has no price in the catalog: never priced at $0 silently (reason ``UnknownGPUPrice``)."""
+
+    def __init__(self, field: str, message: str, reason: str = R.UNKNOWN_GPU_PRICE) -> None:
+        super().__init__(field, message, reason)
 
 
 def replica_price(deps: Deps, spec: IsvcSpec) -> PricedReplica:
@@ -103,8 +102,7 @@ def refuse(deps: Deps, raw: dict[str, Any], exc: InvalidSpec | ModelReferenceErr
            logger: Log) -> None:
     """Record a refused InferenceService in status and an Event (once per new or changed problem)."""
     ns, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
-    reason = {InvalidSpec: R.INVALID_SPEC, ModelReferenceError: R.MODEL_NOT_FOUND,
-              UnpricedGPU: R.UNKNOWN_GPU_PRICE}[type(exc)]
+    reason = exc.reason if isinstance(exc, InvalidSpec) else R.MODEL_NOT_FOUND
     current_status = dict(raw.get("status") or {})
     new = _fail_status(raw, reason, str(exc), now)
     patch = cond.status_patch(current_status, new)

@@ -8,17 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from modalscale.api.errors import InvalidSpec
 from modalscale.api.quantities import InvalidQuantity, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
-
-
-class InvalidSpec(ValueError):
-    """The spec cannot be acted on; ``field`` is the path (e.g. ``spec.scaling.replicas``)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
     if args.from_isvc is not None:
         manifest = yaml.safe_load(args.from_isvc.read_text(encoding="utf-8")) or {}
         if not isinstance(manifest, dict) or manifest.get("kind", "InferenceService") != "InferenceService":
-            raise InvalidRuntimeSpec(f"{args.from_isvc}: not an InferenceService manifest")
+            raise InvalidRuntimeSpec(str(args.from_isvc), "not an InferenceService manifest")
         cfg = RuntimeConfig.from_isvc_spec(manifest.get("spec") or {})
     changes = {field: getattr(args, dest) for dest, field in _OVERRIDES.items() if getattr(args, dest) is not None}
     if "precision" in changes:

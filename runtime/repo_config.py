@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from modalscale.api.errors import InvalidSpec
+
 EMBEDDING_DIM = 256
 """Width D of the ``EMBEDDING`` output (fixed-seed projection size of the fusion head)."""
 IMAGE_FEATURE_DIM = 1280
@@ -57,10 +59,10 @@ class Precision(str, enum.Enum):
     """Dynamic INT8 quantization of ``nn.Linear`` layers; LayerNorm and convolutions stay in float."""
 
 
-class InvalidRuntimeSpec(ValueError):
+class InvalidRuntimeSpec(InvalidSpec):
     """An InferenceService ``spec`` field cannot be turned into a :class:`RuntimeConfig`.
 
-    The message starts with the field path, e.g. ``spec.runtime.maxBatchSize: ...``.
+    ``field`` is the path, e.g. ``spec.runtime.maxBatchSize`` (``str(error)`` starts with it).
     """
 
 
@@ -122,7 +124,7 @@ class RuntimeConfig:
         _check_int("resources.gpu.count", self.gpu_count, 0, 16)
         if isinstance(self.cpu_cores, bool) or not isinstance(self.cpu_cores, int | float) \
                 or not 0 <= self.cpu_cores <= 1024:
-            raise InvalidRuntimeSpec(f"cpu_cores: must be a number of cores in [0, 1024] (0 = unknown), "
+            raise InvalidRuntimeSpec("cpu_cores", f"must be a number of cores in [0, 1024] (0 = unknown), "
                                      f"got {self.cpu_cores!r}")
         for name in ("max_images_per_request", "max_image_side_pixels", "max_image_pixels", "max_text_bytes",
                      "embedding_cache_entries"):
@@ -130,14 +132,14 @@ class RuntimeConfig:
         sizes = self.preferred_batch_sizes
         if list(sizes) != sorted(set(sizes)) or any(s < 1 for s in sizes):
             raise InvalidRuntimeSpec(
-                f"spec.runtime.dynamicBatching.preferredBatchSizes: must be ascending, distinct and >= 1, "
+                "spec.runtime.dynamicBatching.preferredBatchSizes", f"must be ascending, distinct and >= 1, "
                 f"got {list(sizes)}")
         if sizes and sizes[-1] > self.max_batch_size:
             raise InvalidRuntimeSpec(
-                f"spec.runtime.dynamicBatching.preferredBatchSizes: each entry must be <= runtime.maxBatchSize "
+                "spec.runtime.dynamicBatching.preferredBatchSizes", f"each entry must be <= runtime.maxBatchSize "
                 f"({self.max_batch_size}), got {list(sizes)}")
         if not isinstance(self.precision, Precision):
-            raise InvalidRuntimeSpec(f"spec.runtime.precision: must be a Precision, got {self.precision!r}")
+            raise InvalidRuntimeSpec("spec.runtime.precision", f"must be a Precision, got {self.precision!r}")
 
     @property
     def batching_enabled(self) -> bool:
@@ -182,7 +184,7 @@ class RuntimeConfig:
                 ``model.source`` is not ``BuiltIn``; the message names the field path.
         """
         if not isinstance(spec, Mapping):
-            raise InvalidRuntimeSpec(f"spec: must be a mapping, got {type(spec).__name__}")
+            raise InvalidRuntimeSpec("spec", f"must be a mapping, got {type(spec).__name__}")
         model = _mapping(spec, "model", "spec.model")
         runtime = _mapping(spec, "runtime", "spec.runtime")
         resources = _mapping(spec, "resources", "spec.resources")
@@ -195,24 +197,24 @@ class RuntimeConfig:
         source = model.get("source", "BuiltIn")
         if source != "BuiltIn":
             raise InvalidRuntimeSpec(
-                f"spec.model.source: modalscale.runtime generates the repository only for BuiltIn, got {source!r}")
+                "spec.model.source", f"modalscale.runtime generates the repository only for BuiltIn, got {source!r}")
         batching = _mapping(runtime, "dynamicBatching", "spec.runtime.dynamicBatching")
         _reject_unknown(batching, "spec.runtime.dynamicBatching",
                         {"enabled", "preferredBatchSizes", "maxQueueDelayMicroseconds"})
         preferred = batching.get("preferredBatchSizes", [])
         if not isinstance(preferred, list) or not all(_is_int(b) for b in preferred):
             raise InvalidRuntimeSpec(
-                f"spec.runtime.dynamicBatching.preferredBatchSizes: must be a list of integers, got {preferred!r}")
+                "spec.runtime.dynamicBatching.preferredBatchSizes", f"must be a list of integers, got {preferred!r}")
         precision = runtime.get("precision", "FP32")
         try:
             precision_enum = Precision(precision)
         except ValueError:
             raise InvalidRuntimeSpec(
-                f"spec.runtime.precision: must be one of {[p.value for p in Precision]}, got {precision!r}"
+                "spec.runtime.precision", f"must be one of {[p.value for p in Precision]}, got {precision!r}"
             ) from None
         name = model.get("name", "multimodal")
         if not isinstance(name, str) or not name:
-            raise InvalidRuntimeSpec(f"spec.model.name: must be a non-empty string, got {name!r}")
+            raise InvalidRuntimeSpec("spec.model.name", f"must be a non-empty string, got {name!r}")
         return cls(
             model_name=name,
             instance_count=_int_field(runtime, "instanceCount", 1, "spec.runtime"),
@@ -627,7 +629,7 @@ def _check_int(field: str, value: object, low: int, high: int) -> None:
     """Raise InvalidRuntimeSpec naming ``field`` (a CRD path below ``spec.`` or a config attribute)."""
     if not _is_int(value) or not low <= value <= high:  # type: ignore[operator]
         path = f"spec.{field}" if "." in field else field
-        raise InvalidRuntimeSpec(f"{path}: must be an integer in [{low}, {high}], got {value!r}")
+        raise InvalidRuntimeSpec(path, f"must be an integer in [{low}, {high}], got {value!r}")
 
 
 def _mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
@@ -635,27 +637,27 @@ def _mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise InvalidRuntimeSpec(f"{path}: must be a mapping, got {type(value).__name__}")
+        raise InvalidRuntimeSpec(path, f"must be a mapping, got {type(value).__name__}")
     return value
 
 
 def _reject_unknown(obj: Mapping[str, Any], path: str, known: set[str]) -> None:
     unknown = sorted(set(obj) - known)
     if unknown:
-        raise InvalidRuntimeSpec(f"{path}.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
+        raise InvalidRuntimeSpec(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(known))})")
 
 
 def _int_field(obj: Mapping[str, Any], key: str, default: int, path: str) -> int:
     value = obj.get(key, default)
     if not _is_int(value):
-        raise InvalidRuntimeSpec(f"{path}.{key}: must be an integer, got {value!r}")
+        raise InvalidRuntimeSpec(f"{path}.{key}", f"must be an integer, got {value!r}")
     return int(value)
 
 
 def _bool_field(obj: Mapping[str, Any], key: str, default: bool, path: str) -> bool:
     value = obj.get(key, default)
     if not isinstance(value, bool):
-        raise InvalidRuntimeSpec(f"{path}.{key}: must be a boolean, got {value!r}")
+        raise InvalidRuntimeSpec(f"{path}.{key}", f"must be a boolean, got {value!r}")
     return value
 
 

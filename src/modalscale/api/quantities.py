@@ -19,6 +19,8 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
+from modalscale.api.errors import InvalidSpec
+
 _CONTEXT = decimal.Context(prec=34, traps=[InvalidOperation, decimal.DivisionByZero])
 """34 significant digits: every quantity a CRD field admits (at most 16 characters) is exact."""
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -34,16 +36,11 @@ GIB_BYTES = 2**30
 """Bytes in one GiB (the catalog prices memory per GiB-hour)."""
 
 
-class InvalidQuantity(ValueError):
+class InvalidQuantity(InvalidSpec):
     """A value is not a Kubernetes quantity; ``field`` is the path given by the caller (e.g. ``spec.resources.cpu``).
 
     ``str(error)`` is ``"<field>: <message>"``.
     """
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 def parse_quantity(value: str | int | Decimal, field: str = "quantity") -> Decimal:
