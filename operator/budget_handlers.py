@@ -13,7 +13,10 @@ reads the InferenceServices and pods it selects (``budget_observe``), plans with
 
 Once the status is written, each priced service's burn-rate sample joins the policy's spend-anomaly history
 (``BudgetRuntime.burn_history``, in memory and bounded; ``modalscale.costmodel.anomaly``), the input of the next
-evaluation's anomaly decision.
+evaluation's anomaly decision, and is exported as gauges for Prometheus. With ``MODALSCALE_PROMETHEUS_URL`` set,
+the first evaluation of a policy after start reads that history back from Prometheus
+(``modalscale.operator.budget_history``); until a read succeeds no anomaly is decided (retried every
+evaluation). The services already alerted are ``status.spendAnomalies``, not memory.
 
 Delivery is at least once and never blocks evaluation or deletion: each batch of due entries runs as an
 asyncio task of its own, with a deadline (:data:`DELIVERY_RETRY` bounds every round; the batch is cut at
@@ -43,9 +46,16 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from modalscale import GROUP, VERSION
-from modalscale.costmodel.anomaly import AnomalyState, BurnSample, trim_history
+from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, trim_history
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.sender import DeliveryResult, RetryPolicy, Sender
+from modalscale.operator.budget_history import (
+    BurnGauges,
+    HistoryRead,
+    HistoryUnavailable,
+    PrometheusHistory,
+    merge_history,
+)
 from modalscale.operator.budget_observe import BudgetObserver, Receiver
 from modalscale.operator.budget_plan import (
     BUDGET_PLURAL,
@@ -84,9 +94,13 @@ class BudgetRuntime:
     """Policy uid -> its latest delivery batch (the next one waits for it, so rooms see alerts in order)."""
     burn_history: dict[str, dict[tuple[str, str], list[BurnSample]]] = field(default_factory=dict)
     """Policy uid -> (namespace, name) -> burn-rate samples of earlier evaluations (the anomaly baseline; in
-    memory, bounded by ``trim_history``: a restarted operator rebuilds it)."""
-    anomaly_states: dict[str, AnomalyState] = field(default_factory=dict)
-    """Policy uid -> services in a spend anomaly now (alerted once each)."""
+    memory, bounded by ``trim_history``; read back from ``history_source`` after a restart)."""
+    history_source: PrometheusHistory | None = None
+    """Where the history is read back from at a policy's first evaluation (None: memory only)."""
+    history_read: dict[str, HistoryRead] = field(default_factory=dict)
+    """Policy uid -> how reading its history back went (retried every evaluation until ``ok``)."""
+    gauges: BurnGauges | None = None
+    """The burn-rate gauges every evaluation exports (what ``history_source`` reads back)."""
 
     def waker(self, uid: str) -> asyncio.Event:
         return self.wake.setdefault(uid, asyncio.Event())
@@ -133,19 +147,38 @@ def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str
     now = deps.clock()
     observed = runtime.observer.observe(observed_namespaces(policy))
     uid = str(policy["metadata"].get("uid", ""))
+    cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
     history = runtime.burn_history.setdefault(uid, {})
+    read = runtime.history_read.get(uid)
+    if runtime.history_source is not None and (read is None or not read.ok):
+        interval_s = float((policy.get("spec") or {}).get("evaluationIntervalSeconds") or 60)
+        try:
+            loaded = runtime.history_source.read(namespace, name, now, cfg, interval_s)
+        except HistoryUnavailable as exc:
+            read = HistoryRead(False, f"{exc}; no spend anomaly is decided until the history is read (retried "
+                                      f"every evaluation)")
+            logger.warning("Reading the spend-anomaly history failed, holding anomaly decisions: error=%s", exc)
+        else:
+            history = runtime.burn_history[uid] = merge_history(loaded, history)
+            read = HistoryRead(True, f"Read {sum(map(len, loaded.values()))} burn-rate samples of {len(loaded)} "
+                                     f"InferenceServices from Prometheus at {runtime.history_source.url}")
+            logger.info("Read the spend-anomaly history from Prometheus: services=%d samples=%d", len(loaded),
+                        sum(map(len, loaded.values())))
+        runtime.history_read[uid] = read
     plan = plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
-                       runtime.anomaly_states.get(uid, AnomalyState()))
+                       anomaly_config=cfg, history_read=read)
     for w in plan.annotation_writes:
         if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: w.value}):
             logger.info("Wrote budget cap on InferenceService: namespace=%s name=%s cap=%s", w.namespace, w.name,
                         w.value if w.value is not None else "lifted")
     deps.writer.patch_status(BUDGET_PLURAL, namespace, name, plan.status_patch)
-    # The anomaly state moves only once the status (with any SpendAnomaly alert in its outbox) is written.
-    runtime.anomaly_states[uid] = plan.anomaly_state
+    # The samples join the history only once the status (with status.spendAnomalies and any SpendAnomaly alert
+    # in its outbox) is written.
+    if runtime.gauges is not None:
+        runtime.gauges.export(namespace, name, plan.burn_samples)
     for key in {*history, *plan.burn_samples}:
         kept = trim_history([*history.get(key, ()), *([plan.burn_samples[key]] if key in plan.burn_samples else [])],
-                            now)
+                            now, cfg)
         if kept:
             history[key] = kept
         else:
@@ -293,13 +326,15 @@ async def run_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: st
                 continue
             if ev is None:
                 runtime.burn_history.pop(uid, None)
-                runtime.anomaly_states.pop(uid, None)
+                runtime.history_read.pop(uid, None)
                 return
             if ev.sends:
                 _launch(runtime, uid, ev, deps.clock, logger)
             await _sleep(stopped, wake, ev.sleep_s())
     finally:
         runtime.wake.pop(uid, None)
+        if runtime.gauges is not None:  # a stopped daemon (deleted policy, another leader) exports nothing stale
+            runtime.gauges.forget(namespace, name)
 
 
 def lift_caps(deps: Any, runtime: BudgetRuntime, policy: dict[str, Any], logger: Log) -> int:
@@ -327,7 +362,10 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
         for noisy in ("httpx", "httpcore"):
             logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger(noisy).level))
         if memo.get("budget") is None:
-            memo.budget = BudgetRuntime(BudgetObserver(memo.deps.observer.custom.api_client))
+            url = memo.deps.settings.prometheus_url
+            memo.budget = BudgetRuntime(BudgetObserver(memo.deps.observer.custom.api_client),
+                                        history_source=PrometheusHistory(url) if url else None,
+                                        gauges=BurnGauges(memo.deps.metrics.registry))
 
     @kopf.on.cleanup(registry=registry)
     async def budget_cleanup(memo: kopf.Memo, logger: Log, **_: Any) -> None:

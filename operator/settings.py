@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+
+from modalscale.costmodel.anomaly import AnomalyConfig
 
 
 class ConfigError(ValueError):
@@ -38,6 +40,9 @@ class Settings:
     """OpenCost base URL for prices (``MODALSCALE_OPENCOST_URL``); empty: the catalog only."""
     opencost_refresh_s: float = 300.0
     """Seconds between reads of OpenCost's ``/assets`` (``MODALSCALE_OPENCOST_REFRESH_SECONDS``)."""
+    spend_anomaly: AnomalyConfig = field(default_factory=AnomalyConfig)
+    """Spend-anomaly detector settings (``MODALSCALE_SPEND_ANOMALY``: comma-separated ``field=value`` over the
+    fields of :class:`modalscale.costmodel.anomaly.AnomalyConfig`, e.g. ``season_s=86400,recent_s=3600``)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -53,7 +58,7 @@ class Settings:
             "MODALSCALE_METRICS_PORT", "MODALSCALE_HEALTH_PORT", "MODALSCALE_PEERING_NAME",
             "MODALSCALE_STANDALONE", "MODALSCALE_PROMETHEUS_URL", "MODALSCALE_LOG_LEVEL",
             "MODALSCALE_CACHE_DIR", "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
-            "MODALSCALE_OPENCOST_REFRESH_SECONDS",
+            "MODALSCALE_OPENCOST_REFRESH_SECONDS", "MODALSCALE_SPEND_ANOMALY",
         }
         for name in environ:
             if name.startswith("MODALSCALE_") and name not in known:
@@ -102,6 +107,7 @@ class Settings:
         opencost = environ.get("MODALSCALE_OPENCOST_URL", "")
         if opencost and not opencost.startswith(("http://", "https://")):
             errors.append(f"MODALSCALE_OPENCOST_URL={opencost!r}: use an http:// or https:// URL")
+        anomaly = _anomaly_config(environ.get("MODALSCALE_SPEND_ANOMALY", ""), errors)
         settings = cls(
             namespaces=namespaces,
             resync_interval_s=number("MODALSCALE_RESYNC_INTERVAL_SECONDS", 30.0, 1.0, 3600.0),
@@ -115,7 +121,33 @@ class Settings:
             pricing_catalog=catalog,
             opencost_url=opencost,
             opencost_refresh_s=number("MODALSCALE_OPENCOST_REFRESH_SECONDS", 300.0, 1.0, 86400.0),
+            spend_anomaly=anomaly,
         )
         if errors:
             raise ConfigError("invalid operator settings:\n  " + "\n  ".join(errors))
         return settings
+
+
+def _anomaly_config(raw: str, errors: list[str]) -> AnomalyConfig:
+    """Parse ``MODALSCALE_SPEND_ANOMALY`` (``field=value,...``); appends to ``errors`` and returns the defaults
+    for anything invalid."""
+    defaults = AnomalyConfig()
+    types = {f.name: type(getattr(defaults, f.name)) for f in fields(AnomalyConfig)}
+    values: dict[str, float | int] = {}
+    for part in (p.strip() for p in raw.split(",") if p.strip()):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in types:
+            errors.append(f"MODALSCALE_SPEND_ANOMALY: {part!r} is not field=value with a field among "
+                          f"{', '.join(types)}")
+            continue
+        try:
+            number = types[key](value.strip())
+        except ValueError:
+            errors.append(f"MODALSCALE_SPEND_ANOMALY: {key}={value!r} is not a {types[key].__name__}")
+            continue
+        if not number > 0:
+            errors.append(f"MODALSCALE_SPEND_ANOMALY: {key}={value!r} must be greater than 0")
+            continue
+        values[key] = number
+    return AnomalyConfig(**values)  # type: ignore[arg-type]

@@ -550,6 +550,8 @@ def test_a_spend_anomaly_is_alerted_once_through_the_outbox_naming_the_driver() 
     assert plan.burn_samples[("ml", "vc")].replicas == 10
     # The next evaluation, still at 10 replicas: the anomaly lasts, nothing new is alerted.
     history[("ml", "vc")].append(plan.burn_samples[("ml", "vc")])
+    assert plan.status_patch["spendAnomalies"] == [{"namespace": "ml", "name": "vc", "since": "2026-11-30T10:00:00Z"}]
+    # The state is read back from the status the apiserver stored, not passed along in memory.
     again = plan_policy(persisted(policy, plan.status_patch), ten, CATALOG, [], T0 + dt.timedelta(minutes=1),
-                        history=history, anomaly_state=plan.anomaly_state)
+                        history=history)
     assert again.alerts == () and ("ml", "vc") in again.anomaly_state.active

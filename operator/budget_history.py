@@ -1,0 +1,276 @@
+"""Spend-anomaly history that survives an operator restart: burn rates live in Prometheus, the alerted set in status.
+
+Why a module: the anomaly detector (``modalscale.costmodel.anomaly``) needs each service's burn-rate history (up
+to 7 seasons of it) and the set of services already alerted. Kept only in the operator's memory, a restart
+forgot both: nothing was decided for about ``recent_s`` (30 min by default) and an anomaly in progress could
+be alerted twice. Where each now lives, and why:
+
+* **History: in Prometheus** (Kubecost's way: cost history lives in Prometheus). Every evaluation exports each
+  priced service's sample as three gauges on the operator's ``/metrics`` (:class:`BurnGauges`):
+  ``modalscale_budget_service_burn_usd_per_hour``, ``modalscale_budget_service_replicas`` and
+  ``modalscale_budget_service_usd_per_replica_hour``, labelled ``policy_namespace``, ``policy``, ``namespace``,
+  ``inferenceservice``. At the first evaluation of a policy after start, the history is read back with
+  ``query_range`` (:class:`PrometheusHistory`): the dense window (``max(recent_s, smooth_s)``) at the
+  evaluation interval and the older seasons at ``keep_every_s`` (300 s), the resolution ``trim_history`` keeps
+  anyway, so a week is about 2,000 points per series (Prometheus allows 11,000). Each point is
+  ``last_over_time(gauge[step])``: a point exists only where a scrape happened within that step, so the time
+  the operator was down is a gap, not the last value repeated for Prometheus' 5-minute lookback.
+  Chosen over a bounded summary in the BudgetPolicy status because the baseline is per sample (medians and MAD
+  of the same-phase samples of 7 seasons): a faithful summary is thousands of numbers per service, rewritten
+  into an object that is written only when something material changes; Prometheus already keeps it, and
+  operators already run one (the autoscaler reads it, ``MODALSCALE_PROMETHEUS_URL``).
+* **Who is in an anomaly now: in the BudgetPolicy status** (``status.spendAnomalies``), written in the same
+  patch as the ``SpendAnomaly`` outbox entry that alerts it, so the alert and the "alerted" mark land together
+  or not at all; a restarted operator reads it from the status and never alerts the same anomaly twice.
+* **Never decide on a history that could not be read.** When Prometheus does not answer, answers an error or
+  ``warnings`` (a partial result), or a malformed body, :class:`HistoryUnavailable` is raised; the evaluation
+  then decides no anomaly (the alerted set is held as stored), says so in the condition
+  ``SpendAnomalyHistory=False`` / ``HistoryUnavailable`` (naming Prometheus and the error), and retries the
+  read at the next evaluation. Without ``MODALSCALE_PROMETHEUS_URL`` the history stays in memory only (as
+  before: a restart rebuilds it) and the condition is not written.
+
+The query building and answer parsing are pure (:func:`history_queries`, :func:`parse_history`); only
+:class:`PrometheusHistory` does I/O (``requests``, as ``prometheus-api-client`` does for the autoscaler).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from modalscale.costmodel.anomaly import AnomalyConfig, AnomalyState, BurnSample
+from modalscale.costmodel.ledger import LedgerFormatError, floor_to_second, format_time, parse_time
+
+BURN_METRIC = "modalscale_budget_service_burn_usd_per_hour"
+REPLICAS_METRIC = "modalscale_budget_service_replicas"
+PRICE_METRIC = "modalscale_budget_service_usd_per_replica_hour"
+LABELS = ("policy_namespace", "policy", "namespace", "inferenceservice")
+KEEP_EVERY_S = 300.0
+"""Step of the older part of the history (``trim_history`` keeps one sample per 300 s there)."""
+MAX_POINTS = 10_000
+"""Most points asked of Prometheus per series and query (its limit is 11,000)."""
+QUERY_TIMEOUT_S = 10.0
+
+SPEND_ANOMALY_HISTORY = "SpendAnomalyHistory"
+"""Condition type: True once the spend-anomaly history was read from Prometheus after start."""
+HISTORY_READ = "HistoryRead"
+HISTORY_UNAVAILABLE = "HistoryUnavailable"
+
+SpendKey = tuple[str, str]
+
+
+class HistoryUnavailable(RuntimeError):
+    """The history could not be read completely (Prometheus down, an error, a partial answer, a malformed body)."""
+
+
+@dataclass(frozen=True)
+class HistoryRead:
+    """Outcome of reading the history at start: ``ok`` False means hold (no anomaly decided), ``message`` says why."""
+
+    ok: bool
+    message: str
+
+
+class BurnGauges:
+    """The per-service burn-rate gauges on the operator's registry (exported every evaluation)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.burn = Gauge(BURN_METRIC, "Burn rate of an InferenceService selected by a BudgetPolicy, USD/h",
+                          LABELS, registry=registry)
+        self.replicas = Gauge(REPLICAS_METRIC, "Replicas running, as the BudgetPolicy evaluation saw them",
+                              LABELS, registry=registry)
+        self.price = Gauge(PRICE_METRIC, "Effective price per replica-hour (burn rate / replicas), USD",
+                           LABELS, registry=registry)
+        self._exported: dict[SpendKey, set[SpendKey]] = {}
+
+    def export(self, policy_namespace: str, policy: str, samples: Mapping[SpendKey, BurnSample]) -> None:
+        """Set the gauges of this evaluation's samples; series of services no longer sampled are removed."""
+        pkey = (policy_namespace, policy)
+        for key, s in samples.items():
+            labels = (policy_namespace, policy, *key)
+            self.burn.labels(*labels).set(s.usd_per_hour)
+            self.replicas.labels(*labels).set(s.replicas)
+            self.price.labels(*labels).set(s.usd_per_replica_hour)
+        gone = self._exported.get(pkey, set()) - set(samples)
+        self._remove(pkey, gone)
+        self._exported[pkey] = set(samples)
+
+    def forget(self, policy_namespace: str, policy: str) -> None:
+        """Remove every series of a policy whose daemon stopped (deleted, or another replica leads)."""
+        pkey = (policy_namespace, policy)
+        self._remove(pkey, self._exported.pop(pkey, set()))
+
+    def _remove(self, pkey: SpendKey, keys: set[SpendKey]) -> None:
+        for key in keys:
+            for g in (self.burn, self.replicas, self.price):
+                try:
+                    g.remove(*pkey, *key)
+                except KeyError:
+                    pass
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def history_queries(policy_namespace: str, policy: str, now: dt.datetime, cfg: AnomalyConfig,
+                    interval_s: float) -> list[tuple[str, str, dt.datetime, dt.datetime, float]]:
+    """The ``query_range`` calls that read one policy's history back: (metric, PromQL, start, end, step_s).
+
+    Two windows per metric: ``[now - dense, now]`` at ``max(1, interval_s)`` s (``dense = max(recent_s,
+    smooth_s)``) and ``[now - horizon, now - dense)`` at ``max(300, horizon / 10000)`` s, where ``horizon =
+    seasons x season_s + slot_s`` (the detector's, ``anomaly.trim_history``).
+    """
+    sel = f'policy_namespace="{_quote(policy_namespace)}",policy="{_quote(policy)}"'
+    horizon = cfg.seasons * cfg.season_s + cfg.slot_s
+    dense = min(max(cfg.recent_s, cfg.smooth_s), horizon)
+    dense_step = max(1.0, float(interval_s), dense / MAX_POINTS)
+    sparse_step = max(KEEP_EVERY_S, horizon / MAX_POINTS)
+    out = []
+    for metric in (BURN_METRIC, REPLICAS_METRIC, PRICE_METRIC):
+        for start_s, end_s, step in ((dense, 0.0, dense_step), (horizon, dense, sparse_step)):
+            if start_s <= end_s:
+                continue
+            q = f"last_over_time({metric}{{{sel}}}[{int(math.ceil(step))}s])"
+            out.append((metric, q, now - dt.timedelta(seconds=start_s),
+                        now - dt.timedelta(seconds=end_s + (step if end_s else 0.0)), step))
+    return out
+
+
+def parse_history(answers: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[SpendKey, list[BurnSample]]:
+    """Join the answers of :func:`history_queries` into samples per service, oldest first.
+
+    Args:
+        answers: (metric, the JSON body of ``/api/v1/query_range``) per query.
+    Returns:
+        (namespace, name) -> samples; a point is kept only where all three gauges have a value at that time.
+    Raises:
+        HistoryUnavailable: An answer whose ``status`` is not ``success``, that carries ``warnings`` (a partial
+            result), or whose shape or values do not parse.
+    """
+    points: dict[SpendKey, dict[float, dict[str, float]]] = {}
+    for metric, body in answers:
+        if not isinstance(body, Mapping) or body.get("status") != "success":
+            err = body.get("error") if isinstance(body, Mapping) else None
+            raise HistoryUnavailable(f"query of {metric} failed: {err or 'status is not success'}")
+        if body.get("warnings"):
+            raise HistoryUnavailable(f"query of {metric} answered a partial result: {body['warnings'][0]}")
+        try:
+            data = body["data"]
+            if data["resultType"] != "matrix":
+                raise ValueError(f"resultType {data['resultType']!r}, expected matrix")
+            for series in data["result"]:
+                labels = series["metric"]
+                key = (str(labels["namespace"]), str(labels["inferenceservice"]))
+                for ts, value in series["values"]:
+                    v = float(value)
+                    if not math.isfinite(v):
+                        raise ValueError(f"value {value!r}")
+                    points.setdefault(key, {}).setdefault(round(float(ts), 3), {})[metric] = v
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HistoryUnavailable(f"answer of {metric} is malformed: {type(exc).__name__}: {exc}") from None
+    out: dict[SpendKey, list[BurnSample]] = {}
+    for key, by_time in points.items():
+        samples = [BurnSample(dt.datetime.fromtimestamp(ts, dt.UTC), v[BURN_METRIC], int(round(v[REPLICAS_METRIC])),
+                              v[PRICE_METRIC])
+                   for ts, v in sorted(by_time.items()) if len(v) == 3]
+        if samples:
+            out[key] = samples
+    return out
+
+
+def merge_history(loaded: Mapping[SpendKey, Sequence[BurnSample]],
+                  memory: Mapping[SpendKey, Sequence[BurnSample]]) -> dict[SpendKey, list[BurnSample]]:
+    """Samples read from Prometheus older than the first one kept in memory, then the memory's (oldest first)."""
+    out: dict[SpendKey, list[BurnSample]] = {}
+    for key in {*loaded, *memory}:
+        mem = list(memory.get(key, ()))
+        first = mem[0].time if mem else None
+        out[key] = [s for s in loaded.get(key, ()) if first is None or s.time < first] + mem
+    return out
+
+
+class PrometheusHistory:
+    """Reads one policy's spend-anomaly history from Prometheus (thin I/O around :func:`parse_history`).
+
+    Args:
+        url: Prometheus base URL (``MODALSCALE_PROMETHEUS_URL``).
+        timeout_s: Per-query HTTP timeout, seconds.
+    """
+
+    def __init__(self, url: str, timeout_s: float = QUERY_TIMEOUT_S) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def read(self, policy_namespace: str, policy: str, now: dt.datetime, cfg: AnomalyConfig,
+             interval_s: float) -> dict[SpendKey, list[BurnSample]]:
+        """The history of every service this policy exported, oldest first.
+
+        Raises:
+            HistoryUnavailable: Prometheus did not answer, answered an HTTP error, or see :func:`parse_history`.
+        """
+        import requests
+
+        answers = []
+        for metric, q, start, end, step in history_queries(policy_namespace, policy, now, cfg, interval_s):
+            try:
+                r = requests.get(f"{self.url}/api/v1/query_range", timeout=self.timeout_s, params={
+                    "query": q, "start": f"{start.timestamp():.3f}", "end": f"{end.timestamp():.3f}",
+                    "step": f"{step:g}"})
+                body = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
+            except (requests.RequestException, ValueError) as exc:
+                first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+                raise HistoryUnavailable(f"Prometheus at {self.url} did not answer: {first}") from None
+            if r.status_code != 200 and not isinstance(body, Mapping):
+                raise HistoryUnavailable(f"Prometheus at {self.url} answered HTTP {r.status_code}")
+            try:
+                answers.append((metric, body if isinstance(body, Mapping) else {}))
+                parse_history(answers[-1:])
+            except HistoryUnavailable as exc:
+                raise HistoryUnavailable(f"Prometheus at {self.url}: {exc}") from None
+        return parse_history(answers)
+
+
+def anomaly_state_from_status(status: Mapping[str, Any]) -> AnomalyState:
+    """The services in an anomaly now, from ``status.spendAnomalies`` (``[]`` or absent: none).
+
+    Raises:
+        modalscale.costmodel.ledger.LedgerFormatError: An item without ``namespace``, ``name`` or an RFC 3339
+            ``since`` (the message names the field; the caller reports the status as unreadable).
+    """
+    items = status.get("spendAnomalies") or []
+    if not isinstance(items, list):
+        raise LedgerFormatError(f"status.spendAnomalies: expected a list, got {type(items).__name__}")
+    active: dict[SpendKey, dt.datetime] = {}
+    calm: dict[SpendKey, dt.datetime] = {}
+    for i, item in enumerate(items):
+        path = f"status.spendAnomalies[{i}]"
+        if not isinstance(item, Mapping) or not item.get("namespace") or not item.get("name"):
+            raise LedgerFormatError(f"{path}: expected an object with namespace, name and since")
+        key = (str(item["namespace"]), str(item["name"]))
+        active[key] = parse_time(item.get("since"), f"{path}.since")
+        if item.get("calmSince"):
+            calm[key] = parse_time(item["calmSince"], f"{path}.calmSince")
+    return AnomalyState(active, calm)
+
+
+def anomaly_state_to_status(state: AnomalyState) -> list[dict[str, str]]:
+    """``status.spendAnomalies``: one item per service in an anomaly, sorted (RFC 3339 UTC, whole seconds)."""
+    out = []
+    for key in sorted(state.active):
+        item = {"namespace": key[0], "name": key[1], "since": format_time(floor_to_second(state.active[key]))}
+        if key in state.calm_since:
+            item["calmSince"] = format_time(floor_to_second(state.calm_since[key]))
+        out.append(item)
+    return out
+
+
+__all__ = ["BURN_METRIC", "BurnGauges", "HISTORY_READ", "HISTORY_UNAVAILABLE", "HistoryRead", "HistoryUnavailable",
+           "PRICE_METRIC", "PrometheusHistory", "REPLICAS_METRIC", "SPEND_ANOMALY_HISTORY",
+           "anomaly_state_from_status", "anomaly_state_to_status", "history_queries", "merge_history",
+           "parse_history"]

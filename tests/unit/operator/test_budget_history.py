@@ -1,0 +1,202 @@
+"""Spend-anomaly history across a restart (pure parts): the Prometheus queries and answers, the alerted set in
+status, and the planner holding its decisions while the history could not be read.
+
+Prices as in test_budget_plan: one nvidia-l4 replica of ``make_isvc`` costs 0.600125239 USD/h.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from modalscale.costmodel.anomaly import AnomalyConfig, AnomalyState, BurnSample
+from modalscale.costmodel.ledger import LedgerFormatError
+from modalscale.operator.budget_history import (
+    BURN_METRIC,
+    PRICE_METRIC,
+    REPLICAS_METRIC,
+    BurnGauges,
+    HistoryRead,
+    HistoryUnavailable,
+    anomaly_state_from_status,
+    anomaly_state_to_status,
+    history_queries,
+    merge_history,
+    parse_history,
+)
+from modalscale.operator.budget_plan import plan_policy
+from modalscale.operator.conditions import get
+from modalscale.operator.settings import ConfigError, Settings
+from tests.unit.operator.test_budget_plan import CATALOG, T0, make_isvc, make_pod, make_policy, observed, persisted
+
+PRICE = 0.600125239
+KEY = ("ml", "vc")
+
+
+def matrix(*series: tuple[dict[str, str], list[tuple[float, float]]], **extra: Any) -> dict[str, Any]:
+    return {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": labels, "values": [[ts, str(v)] for ts, v in values]} for labels, values in series]}, **extra}
+
+
+LABELS = {"policy_namespace": "ml", "policy": "daily", "namespace": "ml", "inferenceservice": "vc"}
+
+
+def test_queries_read_the_dense_window_at_the_interval_and_older_seasons_at_300_s() -> None:
+    cfg = AnomalyConfig()  # 7 seasons of a day, 1 h slots, 1 h recent window
+    qs = history_queries("ml", "daily", T0, cfg, 60)
+    assert [q[0] for q in qs] == [BURN_METRIC] * 2 + [REPLICAS_METRIC] * 2 + [PRICE_METRIC] * 2
+    metric, query, start, end, step = qs[0]
+    assert query == f'last_over_time({BURN_METRIC}{{policy_namespace="ml",policy="daily"}}[60s])'
+    assert (start, end, step) == (T0 - dt.timedelta(hours=1), T0, 60.0)
+    _, query, start, end, step = qs[1]
+    assert query.endswith("[300s])") and step == 300.0
+    # 7 days + one slot back, up to one step before the dense window: about 2,000 points, under Prometheus' 11,000
+    assert (start, end) == (T0 - dt.timedelta(days=7, hours=1), T0 - dt.timedelta(hours=1, seconds=300))
+    assert (T0 - start).total_seconds() / step < 11_000
+    # a label value with a quote cannot break out of the selector
+    assert 'policy="a\\"b"' in history_queries("ml", 'a"b', T0, cfg, 60)[0][1]
+
+
+def test_answers_join_the_three_gauges_per_service_and_time() -> None:
+    t = T0.timestamp()
+    ans = [(BURN_METRIC, matrix((LABELS, [(t - 120, 1.2), (t - 60, 6.0), (t - 30, 6.0)]))),
+           (REPLICAS_METRIC, matrix((LABELS, [(t - 120, 2), (t - 60, 10)]))),
+           (PRICE_METRIC, matrix((LABELS, [(t - 120, PRICE), (t - 60, PRICE)])))]
+    out = parse_history(ans)
+    # t - 30 has a burn rate but no replicas: that point is left out, not guessed
+    assert out == {KEY: [BurnSample(T0 - dt.timedelta(seconds=120), 1.2, 2, PRICE),
+                         BurnSample(T0 - dt.timedelta(seconds=60), 6.0, 10, PRICE)]}
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"status": "error", "errorType": "timeout", "error": "query timed out"}, "query timed out"),
+    (matrix((LABELS, [(1.0, 1.0)]), warnings=["partial response: store unavailable"]), "partial result"),
+    ({"status": "success", "data": {"resultType": "vector", "result": []}}, "malformed"),
+    (matrix(({"namespace": "ml"}, [(1.0, 1.0)])), "malformed"),
+    (matrix((LABELS, [(1.0, float("nan"))])), "malformed"),
+    ("<html>", "status is not success"),
+])
+def test_an_answer_that_is_not_the_whole_history_is_refused(body: Any, words: str) -> None:
+    with pytest.raises(HistoryUnavailable, match=words):
+        parse_history([(BURN_METRIC, body)])
+
+
+def test_merge_keeps_memory_and_adds_only_older_samples_from_prometheus() -> None:
+    old = [BurnSample(T0 - dt.timedelta(seconds=s), 1.0, 1, 1.0) for s in (300, 200, 100)]
+    mem = [BurnSample(T0 - dt.timedelta(seconds=150), 2.0, 2, 1.0)]
+    assert merge_history({KEY: old}, {KEY: mem}) == {KEY: old[:2] + mem}
+    assert merge_history({KEY: old}, {}) == {KEY: old}
+
+
+def test_the_alerted_set_round_trips_through_status_and_a_bad_item_names_its_field() -> None:
+    state = AnomalyState({KEY: T0, ("ml", "b"): T0 + dt.timedelta(seconds=1.5)},
+                         {KEY: T0 + dt.timedelta(minutes=3)})
+    items = anomaly_state_to_status(state)
+    assert items == [{"namespace": "ml", "name": "b", "since": "2026-11-30T10:00:01Z"},
+                     {"namespace": "ml", "name": "vc", "since": "2026-11-30T10:00:00Z",
+                      "calmSince": "2026-11-30T10:03:00Z"}]
+    back = anomaly_state_from_status({"spendAnomalies": items})
+    assert back.active[KEY] == T0 and back.calm_since == {KEY: T0 + dt.timedelta(minutes=3)}
+    assert anomaly_state_from_status({}) == AnomalyState()
+    with pytest.raises(LedgerFormatError, match=r"status.spendAnomalies\[0\].since"):
+        anomaly_state_from_status({"spendAnomalies": [{"namespace": "ml", "name": "vc", "since": "yesterday"}]})
+
+
+def test_an_unreadable_spend_anomalies_item_holds_the_policy_as_invalid_status() -> None:
+    policy = persisted(make_policy(), {"spendAnomalies": [{"namespace": "ml", "name": "vc"}]})
+    plan = plan_policy(policy, observed(make_isvc()), CATALOG, [], T0)
+    ready = get(plan.status_patch["conditions"], "Ready")
+    assert ready is not None and ready["reason"] == "InvalidStatus" and "spendAnomalies[0]" in ready["message"]
+    assert plan.alerts == ()
+
+
+def steady(minutes: int = 40) -> dict[tuple[str, str], list[BurnSample]]:
+    return {KEY: [BurnSample(T0 - dt.timedelta(minutes=minutes - i), 2 * PRICE, 2, PRICE) for i in range(minutes)]}
+
+
+TEN = observed(make_isvc(), pods={"ml": [make_pod("vc", n) for n in range(10)]})
+ROOM = [{"name": "room", "type": "Slack", "secretRef": {"name": "hook"}}]
+
+
+def test_a_restart_during_an_anomaly_does_not_alert_it_again() -> None:
+    policy = make_policy(notifications=ROOM)
+    first = plan_policy(policy, TEN, CATALOG, [], T0, history=steady())
+    assert [a.kind.value for a in first.alerts] == ["SpendAnomaly"]
+    stored = persisted(policy, first.status_patch)
+    # A new operator: its history is what Prometheus gave back (the same samples, plus the spike), its memory empty.
+    reloaded = steady()
+    reloaded[KEY].append(first.burn_samples[KEY])
+    after = plan_policy(stored, TEN, CATALOG, [], T0 + dt.timedelta(minutes=1), history=reloaded,
+                        history_read=HistoryRead(True, "Read 41 samples"))
+    assert after.alerts == () and KEY in after.anomaly_state.active
+    cond = get(after.status_patch["conditions"], "SpendAnomalyHistory")
+    assert cond is not None and (cond["status"], cond["reason"]) == ("True", "HistoryRead")
+    # The same restart without status.spendAnomalies (the old, in-memory way) alerts the same anomaly twice.
+    forgot = persisted(stored, {"spendAnomalies": None})
+    twice = plan_policy(forgot, TEN, CATALOG, [], T0 + dt.timedelta(minutes=1), history=reloaded,
+                        history_read=HistoryRead(True, "Read 41 samples"))
+    assert [a.kind.value for a in twice.alerts] == ["SpendAnomaly"]
+
+
+def test_a_history_that_could_not_be_read_decides_nothing_and_says_so() -> None:
+    policy = make_policy(notifications=ROOM)
+    held = plan_policy(policy, TEN, CATALOG, [], T0, history=steady(),
+                       history_read=HistoryRead(False, "Prometheus at http://p did not answer"))
+    assert held.alerts == () and held.anomaly_state == AnomalyState()
+    cond = get(held.status_patch["conditions"], "SpendAnomalyHistory")
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "HistoryUnavailable")
+    assert "http://p did not answer" in cond["message"]
+    assert KEY in held.burn_samples  # still recorded (and exported): the next read includes it
+    # An anomaly in status is held as stored, neither cleared nor alerted, while the history is unreadable.
+    stored = persisted(policy, {"spendAnomalies": [{"namespace": "ml", "name": "vc", "since": "2026-11-30T09:00:00Z"}]})
+    two = observed(make_isvc())
+    calm = plan_policy(stored, two, CATALOG, [], T0 + dt.timedelta(hours=2), history=steady(),
+                       history_read=HistoryRead(False, "down"))
+    assert KEY in calm.anomaly_state.active and calm.alerts == ()
+    assert "spendAnomalies" not in calm.status_patch or calm.status_patch["spendAnomalies"] == \
+        stored["status"]["spendAnomalies"]
+
+
+def test_the_anomaly_clears_from_status_once_calm_for_clear_after_s() -> None:
+    cfg = AnomalyConfig(clear_after_s=60)
+    policy = make_policy(notifications=ROOM)
+    hist = steady()
+    p = plan_policy(policy, TEN, CATALOG, [], T0, history=hist, anomaly_config=cfg)
+    stored = persisted(policy, p.status_patch)
+    two = observed(make_isvc())
+    for i, t in enumerate(T0 + dt.timedelta(seconds=s) for s in (150, 180, 240)):
+        hist[KEY].append(p.burn_samples[KEY])
+        p = plan_policy(stored, two, CATALOG, [], t, history=hist, anomaly_config=cfg)
+        assert p.alerts == ()
+        stored = persisted(stored, p.status_patch)
+        if i == 0:
+            assert stored["status"]["spendAnomalies"][0]["calmSince"] == "2026-11-30T10:02:30Z"
+    assert stored["status"]["spendAnomalies"] == []
+
+
+def test_gauges_export_each_sample_and_drop_services_no_longer_sampled() -> None:
+    from prometheus_client import CollectorRegistry
+
+    reg = CollectorRegistry()
+    g = BurnGauges(reg)
+    labels = {"policy_namespace": "ml", "policy": "daily", "namespace": "ml", "inferenceservice": "vc"}
+    g.export("ml", "daily", {KEY: BurnSample(T0, 6.0, 10, 0.6), ("ml", "b"): BurnSample(T0, 1.0, 1, 1.0)})
+    assert reg.get_sample_value(BURN_METRIC, labels) == 6.0
+    assert reg.get_sample_value(REPLICAS_METRIC, labels) == 10
+    assert reg.get_sample_value(PRICE_METRIC, labels) == 0.6
+    g.export("ml", "daily", {("ml", "b"): BurnSample(T0, 1.0, 1, 1.0)})
+    assert reg.get_sample_value(BURN_METRIC, labels) is None
+    g.forget("ml", "daily")
+    assert reg.get_sample_value(BURN_METRIC, {**labels, "inferenceservice": "b"}) is None
+
+
+def test_settings_take_detector_fields_and_name_a_bad_one() -> None:
+    s = Settings.from_env({"MODALSCALE_SPEND_ANOMALY": "recent_s=60, smooth_s=6,min_recent_samples=10"})
+    assert (s.spend_anomaly.recent_s, s.spend_anomaly.smooth_s, s.spend_anomaly.min_recent_samples) == (60, 6, 10)
+    assert Settings.from_env({}).spend_anomaly == AnomalyConfig()
+    for raw, words in (("recent=60", "field=value with a field among"), ("seasons=two", "is not a int"),
+                       ("clear_after_s=0", "greater than 0")):
+        with pytest.raises(ConfigError, match=words):
+            Settings.from_env({"MODALSCALE_SPEND_ANOMALY": raw})
