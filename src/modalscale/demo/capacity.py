@@ -86,6 +86,10 @@ class ScaleUp:
     before: WindowStats | None = None
     after: WindowStats | None = None
     nodes: list[str] = field(default_factory=list)
+    ready_replicas: int | None = None
+    """Replicas Ready at ``ready_s``: ``to_replicas``, or fewer (but more than ``from_replicas``) when the full
+    count was never Ready at once (a replica still starting when the budget removed it): the capacity actually
+    added, which the windows then measure."""
 
     @property
     def decision_to_ready_s(self) -> float | None:
@@ -129,8 +133,19 @@ def ready_time(pods: list[PodRecord], replicas: int, after_s: float) -> float | 
     return None
 
 
+def _ready_step(pods: list[PodRecord], frm: int, to: int, after_s: float) -> tuple[float | None, int | None]:
+    """``(time, count)``: when ``to`` replicas were first Ready at once after ``after_s``, else the largest count
+    above ``frm`` that was; ``(None, None)`` when no replica was added."""
+    for n in range(to, frm, -1):
+        t = ready_time(pods, n, after_s)
+        if t is not None:
+            return t, n
+    return None, None
+
+
 def scale_ups(history: list[dict[str, Any]], t0_wall: float, pods: list[PodRecord]) -> list[ScaleUp]:
-    """The autoscaler's scale-ups from ``status.scalingHistory``, each with the time its replicas were all Ready.
+    """The autoscaler's scale-ups from ``status.scalingHistory``, each with the time its replicas were all Ready
+    (or, when they never all were, the time the most of them were: ``ScaleUp.ready_replicas``).
 
     A decision taken while the previous scale-up's replicas were still starting joins it (1 -> 2 -> 3 before the
     second pod was Ready is one scale-up 1 -> 3): there was no moment with the intermediate capacity to measure.
@@ -144,10 +159,13 @@ def scale_ups(history: list[dict[str, Any]], t0_wall: float, pods: list[PodRecor
             last = out[-1]
             last.to_replicas = h["to"]
             last.reasons.append(h["reason"])
-            last.ready_s = ready_time(pods, last.to_replicas, last.decision_s)
+            last.ready_s, last.ready_replicas = _ready_step(pods, last.from_replicas, last.to_replicas,
+                                                            last.decision_s)
             continue
-        out.append(ScaleUp(t, h["from"], h["to"], [h["reason"]], ready_time(pods, h["to"], t)))
+        out.append(ScaleUp(t, h["from"], h["to"], [h["reason"]], *_ready_step(pods, h["from"], h["to"], t)))
     for up in out:
+        if up.ready_s is None:
+            up.ready_replicas = None
         up.nodes = sorted({p.node for p in pods if p.node and p.created_s >= up.decision_s - 1.0
                            and (up.ready_s is None or p.created_s <= up.ready_s)})
     return out

@@ -165,7 +165,8 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
                 f"<td>{p95}</td>")
 
     cap_rows = "".join(
-        f"<tr><td>{u.from_replicas}&rarr;{u.to_replicas}</td><td>{html.escape(', '.join(u.reasons))}</td>"
+        f"<tr><td>{u.from_replicas}&rarr;{u.to_replicas}"
+        f"{'' if u.ready_replicas in (None, u.to_replicas) else f' ({u.ready_replicas} Ready)'}</td><td>{html.escape(', '.join(u.reasons))}</td>"
         f"<td>{u.decision_s:.0f}</td><td>{'-' if u.ready_s is None else f'{u.decision_to_ready_s:.0f}'}</td>"
         f"{win(u.before)}{win(u.after)}</tr>" for u in scale_ups)
     cap_table = ("<table><tr><th>scale-up</th><th>reason</th><th>decided (s)</th><th>decision&rarr;Ready (s)</th>"

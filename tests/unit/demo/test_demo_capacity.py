@@ -185,3 +185,23 @@ def test_on_the_real_node_the_shift_comes_a_minute_after_the_autoscaler_turns_on
     assert shift_at_s(DemoConfig(duration_s=600), real=True) == 150.0  # the ratio, when later
     with pytest.raises(ValueError, match="--duration 240 or more"):
         shift_at_s(DemoConfig(duration_s=200), real=True)
+
+
+def test_a_merged_scale_up_whose_last_replica_never_started_is_measured_at_the_replicas_that_did() -> None:
+    # Seen in a demo run: 1->2 at 131 s, 2->3 at 161 s (before the 2nd pod was Ready at 166 s); the 3rd pod was
+    # still starting when the budget removed it at 280 s. The 2nd replica's capacity was added and is measured.
+    pods = [PodRecord("p0", "real-node-0", True, -165.0, -130.0),
+            PodRecord("p1", "real-node-0", True, 131.0, 166.0, deleted_s=305.0),
+            PodRecord("p2", "real-node-0", True, 161.0, None, deleted_s=280.0)]
+    (up,) = scale_ups([h(131, 1, 2, "ScaleUpForPanic"), h(161, 2, 3, "ScaleUpForPanic"),
+                       h(220, 3, 2, "CappedByBudget")], T0, pods)
+    assert (up.from_replicas, up.to_replicas, up.ready_replicas, up.ready_s) == (1, 3, 2, 166.0)
+    records = steady(120, 166, 3.0, 9000.0) + steady(166, 220, 3.0, 600.0)
+    (up,) = measure([up], records, 300.0, budget_cap_s=220.0)
+    assert up.before is not None and up.after is not None
+    assert (up.before.start_s, up.before.end_s, up.after.start_s, up.after.end_s) == (131.0, 166.0, 181.0, 211.0)
+    assert judge_scale_ups([up], 800)[0]
+    # Nothing added at all: not measured (and the judge fails).
+    (none,) = scale_ups([h(131, 1, 2, "ScaleUpForPanic")], T0, pods[:1] + [PodRecord("p1", "n", True, 131.0)])
+    assert (none.ready_s, none.ready_replicas) == (None, None)
+    assert not judge_scale_ups(measure([none], records, 300.0, None), 800)[0]
