@@ -64,6 +64,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from modalscale.api.errors import InvalidSpec
+from modalscale.api.inferenceservice import RuntimeSpec, ScalingSpec, parse_spec
 from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps
 from modalscale.autoscaler.features import MODALITIES, Modality, features_from_columns
 from modalscale.autoscaler.queueing import (
@@ -116,8 +117,8 @@ class Reason(enum.StrEnum):
     FIXED_REPLICAS = "FixedReplicas"
 
 
-class PolicySpecError(InvalidSpec):
-    """``spec.scaling`` (or a field it depends on) is invalid; ``field`` names it (``modalscale.api`` error)."""
+PolicySpecError = InvalidSpec
+"""The old name of :class:`modalscale.api.errors.InvalidSpec` for ``spec.scaling`` errors."""
 
 
 class ServiceTimePredictor(Protocol):
@@ -128,7 +129,7 @@ class ServiceTimePredictor(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ScalingPolicy:
-    """Typed ``spec.scaling`` of an InferenceService (see :meth:`from_spec`), plus policy internals.
+    """The replica policy of an InferenceService: its typed ``spec.scaling`` (:meth:`from_typed`) plus internals.
 
     Attributes:
         mode: Predictive, Utilization or Fixed.
@@ -214,74 +215,40 @@ class ScalingPolicy:
         return self.metrics_max_age_s if self.metrics_max_age_s is not None else max(60.0, 3 * self.decision_interval_s)
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any], **internals: Any) -> ScalingPolicy:
-        """Build from an InferenceService ``.spec`` (a dict), applying the CRD's defaults and bounds.
-
-        Reads ``spec.scaling.*`` and ``spec.runtime.instanceCount`` (slots per replica). ``internals`` sets
-        the non-CRD attributes (``metrics_max_age_s``, ``default_service_scv``, ``calibrator``, ...).
+    def from_spec(cls, spec: Mapping[str, Any] | None, **internals: Any) -> ScalingPolicy:
+        """Build from an InferenceService ``.spec`` (a dict): :func:`modalscale.api.inferenceservice.parse_spec`
+        (the CRD's defaults and rules), then :meth:`from_typed`.
 
         Raises:
-            PolicySpecError: a field has the wrong type or range, or a CRD cross-field rule fails; the message
-                names the field, e.g. ``spec.scaling.maxReplicas``.
+            InvalidSpec: A field breaks a CRD rule; ``field`` names it, e.g. ``spec.scaling.maxReplicas``.
         """
-        if not isinstance(spec, Mapping):
-            raise PolicySpecError("spec", f"must be a mapping, got {type(spec).__name__}")
-        scaling = spec.get("scaling", {})
-        runtime = spec.get("runtime", {})
-        scaling = {} if scaling is None else scaling
-        runtime = {} if runtime is None else runtime
-        if not isinstance(scaling, Mapping):
-            raise PolicySpecError("spec.scaling", "must be an object")
-        if not isinstance(runtime, Mapping):
-            raise PolicySpecError("spec.runtime", "must be an object")
+        parsed = parse_spec(spec)
+        return cls.from_typed(parsed.scaling, parsed.runtime, **internals)
 
-        def integer(source: Mapping[str, Any], path: str, key: str, default: int | None, lo: int, hi: int) -> int | None:
-            value = source.get(key, default)
-            if value is None:
-                return None
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise PolicySpecError(f"{path}.{key}", f"must be an integer, got {value!r}")
-            if not lo <= value <= hi:
-                raise PolicySpecError(f"{path}.{key}", f"must be in [{lo}, {hi}], got {value}")
-            return value
+    @classmethod
+    def from_typed(cls, scaling: ScalingSpec, runtime: RuntimeSpec, **internals: Any) -> ScalingPolicy:
+        """Build from the typed ``spec.scaling`` and ``spec.runtime`` (slots per replica = ``instanceCount``).
 
-        s = "spec.scaling"
-        mode_value = scaling.get("mode", ScalingMode.PREDICTIVE.value)
-        try:
-            mode = ScalingMode(mode_value)
-        except ValueError:
-            raise PolicySpecError(
-                f"{s}.mode", f"must be one of {[m.value for m in ScalingMode]}, got {mode_value!r}"
-            ) from None
-        min_replicas = integer(scaling, s, "minReplicas", 1, 0, 1000)
-        max_replicas = integer(scaling, s, "maxReplicas", 10, 1, 1000)
-        assert min_replicas is not None and max_replicas is not None
-        if min_replicas > max_replicas:
-            raise PolicySpecError(f"{s}.minReplicas", f"({min_replicas}) must be <= {s}.maxReplicas ({max_replicas})")
-        replicas = integer(scaling, s, "replicas", None, 0, 1000)
-        if mode == ScalingMode.FIXED:
-            if replicas is None:
-                raise PolicySpecError(f"{s}.replicas", f"is required when {s}.mode is Fixed")
-            if not min_replicas <= replicas <= max_replicas:
-                raise PolicySpecError(
-                    f"{s}.replicas", f"({replicas}) must lie within [{min_replicas}, {max_replicas}] in Fixed mode"
-                )
-        values = dict(
+        ``internals`` sets the non-CRD attributes (``metrics_max_age_s``, ``default_service_scv``, ``calibrator``,
+        ...). Durations and targets become floats (s, ms, percent).
+        """
+        mode = ScalingMode(scaling.mode)
+        values: dict[str, Any] = dict(
             mode=mode,
-            replicas=replicas if mode == ScalingMode.FIXED else None,
-            min_replicas=min_replicas,
-            max_replicas=max_replicas,
-            target_p95_latency_ms=float(integer(scaling, s, "targetP95LatencyMilliseconds", 500, 1, 600000)),  # type: ignore[arg-type]
-            target_utilization_percent=float(integer(scaling, s, "targetUtilizationPercent", 70, 1, 100)),  # type: ignore[arg-type]
-            tolerance_percent=float(integer(scaling, s, "tolerancePercent", 10, 0, 50)),  # type: ignore[arg-type]
-            scale_up_stabilization_s=float(integer(scaling, s, "scaleUpStabilizationSeconds", 0, 0, 3600)),  # type: ignore[arg-type]
-            scale_down_stabilization_s=float(integer(scaling, s, "scaleDownStabilizationSeconds", 300, 0, 3600)),  # type: ignore[arg-type]
-            max_step_replicas=integer(scaling, s, "maxStepReplicas", 4, 1, 1000),
-            decision_interval_s=float(integer(scaling, s, "decisionIntervalSeconds", 15, 5, 3600)),  # type: ignore[arg-type]
-            slots_per_replica=integer(runtime, "spec.runtime", "instanceCount", 1, 1, 16),
+            replicas=scaling.replicas if mode == ScalingMode.FIXED else None,
+            min_replicas=scaling.min_replicas,
+            max_replicas=scaling.max_replicas,
+            target_p95_latency_ms=float(scaling.target_p95_latency_ms),
+            target_utilization_percent=float(scaling.target_utilization_percent),
+            tolerance_percent=float(scaling.tolerance_percent),
+            scale_up_stabilization_s=float(scaling.scale_up_stabilization_s),
+            scale_down_stabilization_s=float(scaling.scale_down_stabilization_s),
+            max_step_replicas=scaling.max_step_replicas,
+            decision_interval_s=float(scaling.decision_interval_s),
+            slots_per_replica=runtime.instance_count,
         )
         values.update(internals)
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from typing import Any
 import kopf
 
 from modalscale import GROUP, VERSION
-from modalscale.autoscaler.policy import PolicySpecError, ScalerState, ScalingMode, ScalingPolicy, recommend
+from modalscale.autoscaler.policy import ScalerState, ScalingMode, ScalingPolicy, recommend
 from modalscale.operator.autoscale_observe import build_observation
 from modalscale.operator.autoscale_plan import compress_recommendations, plan_autoscale, state_from_status
 from modalscale.operator.deps import Deps, deps_of
@@ -65,10 +65,10 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
         return state, RETRY_AFTER_ERROR_S
     try:
         spec = parse_isvc(raw)
-        policy = ScalingPolicy.from_spec(raw.get("spec") or {})
-    except (InvalidSpec, PolicySpecError) as exc:
-        logger.info("Skipped the autoscaler decision for InferenceService: reason=InvalidSpec %s", exc)
+    except InvalidSpec as exc:
+        logger.info("Skipped the autoscaler decision for InferenceService: reason=%s %s", exc.reason, exc)
         return state, RETRY_AFTER_ERROR_S
+    policy = ScalingPolicy.from_typed(spec.scaling, spec.runtime)
     interval = policy.decision_interval_s
     if policy.mode == ScalingMode.FIXED:
         return state, interval

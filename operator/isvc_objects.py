@@ -120,7 +120,7 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
     volumes, mounts, repo_arg = _model_volume(spec, repo_files, user_cm_keys or [])
     volumes.append({"name": "tmp", "emptyDir": {}})
     mounts.append({"name": "tmp", "mountPath": "/tmp"})
-    threads = int(spec.runtime.get("intraOpThreads", 1) or 1)
+    threads = spec.runtime.intra_op_threads
     resources: dict[str, Any] = {
         "requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory},
         "limits": {"memory": spec.resources.memory},
@@ -142,7 +142,7 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
         # Latency quantiles (nv_inference_request_summary_us) for the autoscaler's p95 and the dashboard.
         "--metrics-config=summary_latencies=true",
     ]
-    if spec.runtime.get("responseCache"):
+    if spec.runtime.response_cache:
         args.append("--cache-config=local,size=268435456")
     container = {
         "name": "triton",

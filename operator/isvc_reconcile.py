@@ -43,7 +43,7 @@ def repository_files(spec: IsvcSpec) -> dict[str, str]:
         return {}
     from modalscale.runtime.repo_config import RuntimeConfig, build_repository
 
-    return build_repository(RuntimeConfig.from_isvc_spec(spec.raw_spec))
+    return build_repository(RuntimeConfig.from_typed(spec.model, spec.runtime, spec.resources))
 
 
 class UnpricedGPU(InvalidSpec):

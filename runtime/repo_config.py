@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modalscale.api.errors import InvalidSpec
+from modalscale.api.inferenceservice import ModelSpec, ResourceSpec, RuntimeSpec, parse_spec
 
 EMBEDDING_DIM = 256
 """Width D of the ``EMBEDDING`` output (fixed-seed projection size of the fusion head)."""
@@ -59,11 +60,9 @@ class Precision(str, enum.Enum):
     """Dynamic INT8 quantization of ``nn.Linear`` layers; LayerNorm and convolutions stay in float."""
 
 
-class InvalidRuntimeSpec(InvalidSpec):
-    """An InferenceService ``spec`` field cannot be turned into a :class:`RuntimeConfig`.
-
-    ``field`` is the path, e.g. ``spec.runtime.maxBatchSize`` (``str(error)`` starts with it).
-    """
+InvalidRuntimeSpec = InvalidSpec
+"""The old name of :class:`modalscale.api.errors.InvalidSpec` here: a field (``spec.runtime.maxBatchSize``) or config
+attribute that cannot make a :class:`RuntimeConfig`."""
 
 
 @dataclass(frozen=True)
@@ -170,65 +169,43 @@ class RuntimeConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_isvc_spec(cls, spec: Mapping[str, Any]) -> RuntimeConfig:
-        """Read ``spec.model``, ``spec.runtime`` and ``spec.resources.gpu`` of an InferenceService.
+    def from_isvc_spec(cls, spec: Mapping[str, Any] | None) -> RuntimeConfig:
+        """Read an InferenceService ``spec`` (camelCase mapping, missing fields = CRD defaults) with
+        :func:`modalscale.api.inferenceservice.parse_spec`, then :meth:`from_typed`.
 
-        Args:
-            spec: The ``spec`` mapping of an ``inferenceservices.modalscale.io`` object (camelCase keys as in
-                the CRD). Missing fields take the CRD defaults. ``runtime.image`` and ``runtime.version``
-                choose the container and are accepted but not used here.
-        Returns:
-            The frozen config.
         Raises:
-            InvalidRuntimeSpec: A field has the wrong type, is out of the CRD's range, is unknown, or
-                ``model.source`` is not ``BuiltIn``; the message names the field path.
+            InvalidSpec: A field breaks a CRD rule (unknown fields included), or ``model.source`` is not
+                ``BuiltIn``; ``field`` names it.
         """
-        if not isinstance(spec, Mapping):
-            raise InvalidRuntimeSpec("spec", f"must be a mapping, got {type(spec).__name__}")
-        model = _mapping(spec, "model", "spec.model")
-        runtime = _mapping(spec, "runtime", "spec.runtime")
-        resources = _mapping(spec, "resources", "spec.resources")
-        gpu = _mapping(resources, "gpu", "spec.resources.gpu")
-        _reject_unknown(model, "spec.model", {"source", "name", "configMap", "pvc", "image", "uri",
-                                              "costModelRef"})
-        _reject_unknown(runtime, "spec.runtime", {
-            "image", "version", "instanceCount", "intraOpThreads", "maxBatchSize", "dynamicBatching",
-            "modalityAwareBatching", "responseCache", "embeddingCache", "precision"})
-        source = model.get("source", "BuiltIn")
-        if source != "BuiltIn":
-            raise InvalidRuntimeSpec(
-                "spec.model.source", f"modalscale.runtime generates the repository only for BuiltIn, got {source!r}")
-        batching = _mapping(runtime, "dynamicBatching", "spec.runtime.dynamicBatching")
-        _reject_unknown(batching, "spec.runtime.dynamicBatching",
-                        {"enabled", "preferredBatchSizes", "maxQueueDelayMicroseconds"})
-        preferred = batching.get("preferredBatchSizes", [])
-        if not isinstance(preferred, list) or not all(_is_int(b) for b in preferred):
-            raise InvalidRuntimeSpec(
-                "spec.runtime.dynamicBatching.preferredBatchSizes", f"must be a list of integers, got {preferred!r}")
-        precision = runtime.get("precision", "FP32")
-        try:
-            precision_enum = Precision(precision)
-        except ValueError:
-            raise InvalidRuntimeSpec(
-                "spec.runtime.precision", f"must be one of {[p.value for p in Precision]}, got {precision!r}"
-            ) from None
-        name = model.get("name", "multimodal")
-        if not isinstance(name, str) or not name:
-            raise InvalidRuntimeSpec("spec.model.name", f"must be a non-empty string, got {name!r}")
+        parsed = parse_spec(spec)
+        return cls.from_typed(parsed.model, parsed.runtime, parsed.resources)
+
+    @classmethod
+    def from_typed(cls, model: ModelSpec, runtime: RuntimeSpec, resources: ResourceSpec) -> RuntimeConfig:
+        """The config of the typed ``spec.model``, ``spec.runtime`` and ``spec.resources.gpu``.
+
+        ``runtime.image`` and ``runtime.version`` choose the container and are not used here.
+
+        Raises:
+            InvalidRuntimeSpec: ``model.source`` is not ``BuiltIn`` (only that repository is generated here).
+        """
+        if model.source != "BuiltIn":
+            raise InvalidRuntimeSpec("spec.model.source", f"modalscale.runtime generates the repository only for "
+                                                           f"BuiltIn, got {model.source!r}")
+        batching = runtime.dynamic_batching
         return cls(
-            model_name=name,
-            instance_count=_int_field(runtime, "instanceCount", 1, "spec.runtime"),
-            intra_op_threads=_int_field(runtime, "intraOpThreads", 1, "spec.runtime"),
-            max_batch_size=_int_field(runtime, "maxBatchSize", 8, "spec.runtime"),
-            dynamic_batching=_bool_field(batching, "enabled", True, "spec.runtime.dynamicBatching"),
-            preferred_batch_sizes=tuple(preferred),
-            max_queue_delay_microseconds=_int_field(batching, "maxQueueDelayMicroseconds", 2000,
-                                                    "spec.runtime.dynamicBatching"),
-            modality_aware_batching=_bool_field(runtime, "modalityAwareBatching", True, "spec.runtime"),
-            response_cache=_bool_field(runtime, "responseCache", False, "spec.runtime"),
-            embedding_cache=_bool_field(runtime, "embeddingCache", True, "spec.runtime"),
-            precision=precision_enum,
-            gpu_count=_int_field(gpu, "count", 0, "spec.resources.gpu"),
+            model_name=model.name,
+            instance_count=runtime.instance_count,
+            intra_op_threads=runtime.intra_op_threads,
+            max_batch_size=runtime.max_batch_size,
+            dynamic_batching=batching.enabled,
+            preferred_batch_sizes=batching.preferred_batch_sizes,
+            max_queue_delay_microseconds=batching.max_queue_delay_us,
+            modality_aware_batching=runtime.modality_aware_batching,
+            response_cache=runtime.response_cache,
+            embedding_cache=runtime.embedding_cache,
+            precision=Precision(runtime.precision),
+            gpu_count=resources.gpu_count,
         )
 
 
@@ -630,35 +607,6 @@ def _check_int(field: str, value: object, low: int, high: int) -> None:
     if not _is_int(value) or not low <= value <= high:  # type: ignore[operator]
         path = f"spec.{field}" if "." in field else field
         raise InvalidRuntimeSpec(path, f"must be an integer in [{low}, {high}], got {value!r}")
-
-
-def _mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
-    value = parent.get(key, {})
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidRuntimeSpec(path, f"must be a mapping, got {type(value).__name__}")
-    return value
-
-
-def _reject_unknown(obj: Mapping[str, Any], path: str, known: set[str]) -> None:
-    unknown = sorted(set(obj) - known)
-    if unknown:
-        raise InvalidRuntimeSpec(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(known))})")
-
-
-def _int_field(obj: Mapping[str, Any], key: str, default: int, path: str) -> int:
-    value = obj.get(key, default)
-    if not _is_int(value):
-        raise InvalidRuntimeSpec(f"{path}.{key}", f"must be an integer, got {value!r}")
-    return int(value)
-
-
-def _bool_field(obj: Mapping[str, Any], key: str, default: bool, path: str) -> bool:
-    value = obj.get(key, default)
-    if not isinstance(value, bool):
-        raise InvalidRuntimeSpec(f"{path}.{key}", f"must be a boolean, got {value!r}")
-    return value
 
 
 PRESETS: dict[str, RuntimeConfig] = {

@@ -150,7 +150,7 @@ def runtime_container(built: dict[str, BuiltImage], tmp_path_factory: pytest.Tem
     body = yaml.safe_load((REPO / "crds" / "examples" / "inferenceservice-real-node.yaml").read_text())
     body["metadata"].update({"namespace": "default", "uid": "1"})
     spec = parse_isvc(body)
-    files = build_repository(RuntimeConfig.from_isvc_spec(spec.raw_spec))
+    files = build_repository(RuntimeConfig.from_typed(spec.model, spec.runtime, spec.resources))
     # As a ConfigMap volume lays it out: the files under the kubelet's ..data link, which the pod's
     # --model-repository names (the volume root also holds ..data and ..<timestamp>).
     write_repository(files, work / "models" / "..data")

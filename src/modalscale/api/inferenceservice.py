@@ -1,0 +1,481 @@
+"""The typed ``inferenceservices.modalscale.io`` spec, parsed once (camelCase -> snake_case happens here only).
+
+Why a module: the operator's planner, the autoscaler's ``ScalingPolicy`` and the runtime's ``RuntimeConfig`` each
+read the same ``spec`` dict and re-applied its defaults and bounds, and they drifted apart (a Fixed-mode replica
+count outside ``[minReplicas, maxReplicas]`` was refused by one reader only; unknown fields by another; an explicit
+``null`` crashed a third). Here the spec is read once into frozen pieces (:class:`ModelSpec`, :class:`RuntimeSpec`,
+:class:`ResourceSpec`, :class:`ScalingSpec`, :class:`PlacementSpec`) that every consumer takes.
+
+The rules are the CRD's (``crds/inferenceservices.modalscale.io.yaml``), so an object the apiserver admitted
+parses, and a manifest read from a file (``modalscale cost diff``, ``modalscale runtime render --from-isvc``) is
+held to what the apiserver would hold it to:
+
+- defaults as the CRD's ``default``; an explicit ``null`` is the default (the apiserver prunes nulls before
+  defaulting);
+- integer ranges, enums and string patterns as the schema's;
+- the CEL rules: ``minReplicas <= maxReplicas``, Fixed mode needs ``replicas`` within ``[minReplicas,
+  maxReplicas]``, a model source needs its object, a GPU count needs a type, preferred batch sizes ascending and
+  ``<= maxBatchSize``;
+- unknown fields are refused, as the apiserver's strict field validation (kubectl's default) refuses them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from modalscale.api.errors import InvalidSpec
+from modalscale.api.quantities import InvalidQuantity, parse_quantity
+
+GPU_RESOURCE = "nvidia.com/gpu"
+"""Extended resource name of NVIDIA GPUs."""
+MODEL_SOURCES = ("BuiltIn", "ConfigMap", "PVC", "Image", "URI")
+SCALING_MODES = ("Predictive", "Utilization", "Fixed")
+PRECISIONS = ("FP32", "FP16", "BF16", "INT8")
+PRICING_TIERS = ("OnDemand", "Spot")
+TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+
+KNOWN_FIELDS: dict[str, frozenset[str]] = {
+    "spec": frozenset({"model", "runtime", "resources", "placement", "scaling", "pricing", "priority"}),
+    "spec.model": frozenset({"source", "name", "configMap", "pvc", "image", "uri", "costModelRef"}),
+    "spec.model.configMap": frozenset({"name"}),
+    "spec.model.pvc": frozenset({"claimName", "subPath"}),
+    "spec.model.image": frozenset({"reference", "path"}),
+    "spec.model.costModelRef": frozenset({"name", "key"}),
+    "spec.runtime": frozenset({"image", "version", "instanceCount", "intraOpThreads", "maxBatchSize",
+                               "dynamicBatching", "modalityAwareBatching", "responseCache", "embeddingCache",
+                               "precision"}),
+    "spec.runtime.dynamicBatching": frozenset({"enabled", "preferredBatchSizes", "maxQueueDelayMicroseconds"}),
+    "spec.resources": frozenset({"cpu", "memory", "gpu"}),
+    "spec.resources.gpu": frozenset({"count", "type"}),
+    "spec.placement": frozenset({"nodeSelector", "tolerations"}),
+    "spec.scaling": frozenset({"mode", "replicas", "minReplicas", "maxReplicas", "targetP95LatencyMilliseconds",
+                               "targetUtilizationPercent", "tolerancePercent", "scaleUpStabilizationSeconds",
+                               "scaleDownStabilizationSeconds", "maxStepReplicas", "decisionIntervalSeconds"}),
+    "spec.pricing": frozenset({"tier"}),
+}
+"""The properties of every object in the CRD's ``spec`` schema (a unit test holds this equal to the CRD)."""
+
+_MODEL_NAME = re.compile(r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$")
+_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_VERSION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+_CPU = re.compile(r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$")
+_MEMORY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_URI = re.compile(r"^(s3|gs|as)://.+")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """``spec.model``: where the Triton model repository comes from."""
+
+    source: str
+    """One of :data:`MODEL_SOURCES`."""
+    name: str
+    """Triton model name clients call (``spec.model.name``)."""
+    config_map: str | None = None
+    pvc_claim: str | None = None
+    pvc_sub_path: str = ""
+    image_reference: str | None = None
+    image_path: str = "/models"
+    uri: str | None = None
+    cost_model_config_map: str | None = None
+    """ConfigMap holding the service-time model artifact (``costModelRef.name``); None = none."""
+    cost_model_key: str = "model.skops"
+
+
+@dataclass(frozen=True)
+class DynamicBatchingSpec:
+    """``spec.runtime.dynamicBatching``."""
+
+    enabled: bool = True
+    preferred_batch_sizes: tuple[int, ...] = ()
+    """Ascending, each in [1, ``max_batch_size``], in requests."""
+    max_queue_delay_us: int = 2000
+    """How long Triton may hold a request to form a batch, microseconds."""
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """``spec.runtime``: the Triton container and the generated model configuration (CRD defaults)."""
+
+    image: str = "nvcr.io/nvidia/tritonserver"
+    version: str = "24.10-py3"
+    instance_count: int = 1
+    """Model instances (Triton ``instance_group.count``) per replica, 1..16; the autoscaler's slots per replica."""
+    intra_op_threads: int = 1
+    """torch intra-op threads per instance, 1..64."""
+    max_batch_size: int = 8
+    """Triton ``max_batch_size`` in requests, 0..256 (0 disables batching)."""
+    dynamic_batching: DynamicBatchingSpec = field(default_factory=DynamicBatchingSpec)
+    modality_aware_batching: bool = True
+    response_cache: bool = False
+    embedding_cache: bool = True
+    precision: str = "FP32"
+    """One of :data:`PRECISIONS`."""
+
+    @property
+    def image_ref(self) -> str:
+        """``<image>:<version>`` of the runtime container."""
+        return f"{self.image}:{self.version}"
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """``spec.resources`` per replica."""
+
+    cpu: str
+    """CPU quantity as written (``"2"``, ``"500m"``), validated by :mod:`modalscale.api.quantities`."""
+    memory: str
+    """Memory quantity as written (``"8Gi"``)."""
+    gpu_count: int
+    """GPUs per replica, 0..16."""
+    gpu_type: str | None
+    """GPU product (``nvidia-l4``); required when ``gpu_count > 0``."""
+
+
+@dataclass(frozen=True)
+class ScalingSpec:
+    """``spec.scaling`` (CRD defaults applied; CEL rules checked)."""
+
+    mode: str
+    """One of :data:`SCALING_MODES`."""
+    replicas: int | None
+    """``spec.scaling.replicas`` (the /scale target); required in Fixed mode, within [min, max] there."""
+    min_replicas: int
+    max_replicas: int
+    target_p95_latency_ms: int
+    target_utilization_percent: int
+    tolerance_percent: int
+    scale_up_stabilization_s: int
+    scale_down_stabilization_s: int
+    max_step_replicas: int
+    decision_interval_s: int
+
+
+@dataclass(frozen=True)
+class PlacementSpec:
+    """``spec.placement``: merged into the pods' spec (a GPU service adds its GPU product selector)."""
+
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """The whole ``spec`` of an InferenceService, typed."""
+
+    model: ModelSpec
+    runtime: RuntimeSpec
+    resources: ResourceSpec
+    scaling: ScalingSpec
+    placement: PlacementSpec
+    pricing_tier: str
+    """``spec.pricing.tier``: one of :data:`PRICING_TIERS`."""
+    priority: int
+    """``spec.priority``, 0..1000 (budget actions touch lower priorities first)."""
+
+
+@dataclass(frozen=True)
+class IsvcSpec:
+    """An InferenceService as the planner sees it: identity from ``metadata`` plus the typed spec pieces."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    labels: dict[str, str]
+    model: ModelSpec
+    runtime: RuntimeSpec
+    image: str
+    """``<runtime.image>:<runtime.version>``."""
+    resources: ResourceSpec
+    scaling: ScalingSpec
+    pricing_tier: str
+    priority: int
+    placement: PlacementSpec = field(default_factory=PlacementSpec)
+    """Node selector and tolerations of the pods (``spec.placement``)."""
+
+
+# ---------------------------------------------------------------------------------------------- readers
+def _object(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+    """``parent[key]`` as a mapping ({} when absent or null), its fields checked against :data:`KNOWN_FIELDS`."""
+    value = parent.get(key)
+    if value is None:
+        value = {}
+    where = f"{path}.{key}" if path else key
+    if not isinstance(value, Mapping):
+        raise InvalidSpec(where, f"must be an object, got {type(value).__name__}")
+    unknown = sorted(set(value) - KNOWN_FIELDS[where])
+    if unknown:
+        raise InvalidSpec(f"{where}.{unknown[0]}",
+                          f"unknown field (known: {', '.join(sorted(KNOWN_FIELDS[where]))})")
+    return value
+
+
+def _int(d: Mapping[str, Any], key: str, default: int, path: str, lo: int, hi: int) -> int:
+    value = d.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise InvalidSpec(f"{path}.{key}", f"must be a whole number in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _bool(d: Mapping[str, Any], key: str, default: bool, path: str) -> bool:
+    value = d.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidSpec(f"{path}.{key}", f"must be true or false, got {value!r}")
+    return value
+
+
+def _str(d: Mapping[str, Any], key: str, default: str | None, path: str, *, pattern: re.Pattern[str] | None = None,
+         choices: tuple[str, ...] = (), max_length: int = 253, min_length: int = 0) -> str | None:
+    value = d.get(key)
+    if value is None:
+        return default
+    where = f"{path}.{key}"
+    if not isinstance(value, str):
+        raise InvalidSpec(where, f"must be a string, got {value!r}")
+    if choices and value not in choices:
+        raise InvalidSpec(where, f"unknown value {value!r}; use {', '.join(choices)}")
+    if not min_length <= len(value) <= max_length:
+        raise InvalidSpec(where, f"must be {min_length}..{max_length} characters long, got {len(value)}")
+    if pattern is not None and not pattern.match(value):
+        raise InvalidSpec(where, f"{value!r} does not match {pattern.pattern}")
+    return value
+
+
+def _req(value: str | None) -> str:
+    assert value is not None  # a default was given
+    return value
+
+
+def _quantity_text(d: Mapping[str, Any], key: str, default: str, path: str, pattern: re.Pattern[str],
+                   max_int: int) -> str:
+    """A resource quantity: an integer in [0, ``max_int``] or a string matching the CRD's ``pattern``, valid in the
+    one quantity grammar. Returns it as the text the Deployment gets."""
+    value = d.get(key)
+    where = f"{path}.{key}"
+    if value is None:
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value <= max_int:
+            raise InvalidSpec(where, f"must be in [0, {max_int}], got {value}")
+    elif isinstance(value, str):
+        if len(value) > 16 or not pattern.match(value):
+            raise InvalidSpec(where, f"{value!r} is not a quantity this field takes (e.g. \"2\", \"500m\", \"8Gi\"; "
+                                     f"pattern {pattern.pattern})")
+    try:
+        parse_quantity(value, where)
+    except InvalidQuantity as exc:
+        raise InvalidSpec(where, exc.message) from None
+    return str(value)
+
+
+def parse_model(model: Mapping[str, Any]) -> ModelSpec:
+    """Typed ``spec.model`` (``model`` is its mapping, already checked for unknown fields).
+
+    Raises:
+        InvalidSpec: An enum, pattern or CEL rule of the CRD fails (field named).
+    """
+    p = "spec.model"
+    source = _req(_str(model, "source", "BuiltIn", p, choices=MODEL_SOURCES))
+    config_map = _object(model, "configMap", p)
+    pvc = _object(model, "pvc", p)
+    image = _object(model, "image", p)
+    cost_ref = _object(model, "costModelRef", p)
+    spec = ModelSpec(
+        source=source,
+        name=_req(_str(model, "name", "multimodal", p, pattern=_MODEL_NAME, max_length=63)),
+        config_map=_str(config_map, "name", None, f"{p}.configMap", pattern=_OBJECT_NAME),
+        pvc_claim=_str(pvc, "claimName", None, f"{p}.pvc", pattern=_OBJECT_NAME),
+        pvc_sub_path=_req(_str(pvc, "subPath", "", f"{p}.pvc", max_length=1024)),
+        image_reference=_str(image, "reference", None, f"{p}.image", min_length=1, max_length=512),
+        image_path=_req(_str(image, "path", "/models", f"{p}.image", max_length=1024)),
+        uri=_str(model, "uri", None, p, pattern=_URI, max_length=2048),
+        cost_model_config_map=_str(cost_ref, "name", None, f"{p}.costModelRef", pattern=_OBJECT_NAME),
+        cost_model_key=_req(_str(cost_ref, "key", "model.skops", f"{p}.costModelRef")),
+    )
+    needed = {"ConfigMap": ("configMap.name", spec.config_map), "PVC": ("pvc.claimName", spec.pvc_claim),
+              "Image": ("image.reference", spec.image_reference), "URI": ("uri", spec.uri)}
+    if source in needed and not needed[source][1]:
+        raise InvalidSpec(f"{p}.{needed[source][0]}", f"required when spec.model.source is {source}")
+    given = [k for k in ("configMap", "pvc", "image", "uri") if model.get(k) is not None]
+    own = {"ConfigMap": "configMap", "PVC": "pvc", "Image": "image", "URI": "uri"}.get(source)
+    extra = [k for k in given if k != own]
+    if extra:
+        raise InvalidSpec(f"{p}.{extra[0]}", f"not used with spec.model.source {source}; set only the object the "
+                                             f"source names")
+    if cost_ref and spec.cost_model_config_map is None:
+        raise InvalidSpec(f"{p}.costModelRef.name", "required when spec.model.costModelRef is set")
+    return spec
+
+
+def parse_runtime(runtime: Mapping[str, Any]) -> RuntimeSpec:
+    """Typed ``spec.runtime`` (``runtime`` is its mapping, already checked for unknown fields).
+
+    Raises:
+        InvalidSpec: A range, enum, pattern or CEL rule of the CRD fails (field named).
+    """
+    p = "spec.runtime"
+    batching = _object(runtime, "dynamicBatching", p)
+    b = f"{p}.dynamicBatching"
+    max_batch = _int(runtime, "maxBatchSize", 8, p, 0, 256)
+    sizes = batching.get("preferredBatchSizes")
+    sizes = [] if sizes is None else sizes
+    if (not isinstance(sizes, list) or len(sizes) > 8
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= 256 for s in sizes)):
+        raise InvalidSpec(f"{b}.preferredBatchSizes", f"must be a list of at most 8 integers in [1, 256], got {sizes!r}")
+    if sizes != sorted(set(sizes)):
+        raise InvalidSpec(f"{b}.preferredBatchSizes", f"must be ascending and distinct, got {sizes}")
+    if sizes and sizes[-1] > max_batch:
+        raise InvalidSpec(f"{b}.preferredBatchSizes",
+                          f"each entry must be <= spec.runtime.maxBatchSize ({max_batch}), got {sizes}")
+    return RuntimeSpec(
+        image=_req(_str(runtime, "image", "nvcr.io/nvidia/tritonserver", p, min_length=1, max_length=512)),
+        version=_req(_str(runtime, "version", "24.10-py3", p, pattern=_VERSION, max_length=128)),
+        instance_count=_int(runtime, "instanceCount", 1, p, 1, 16),
+        intra_op_threads=_int(runtime, "intraOpThreads", 1, p, 1, 64),
+        max_batch_size=max_batch,
+        dynamic_batching=DynamicBatchingSpec(
+            enabled=_bool(batching, "enabled", True, b),
+            preferred_batch_sizes=tuple(sizes),
+            max_queue_delay_us=_int(batching, "maxQueueDelayMicroseconds", 2000, b, 0, 1_000_000),
+        ),
+        modality_aware_batching=_bool(runtime, "modalityAwareBatching", True, p),
+        response_cache=_bool(runtime, "responseCache", False, p),
+        embedding_cache=_bool(runtime, "embeddingCache", True, p),
+        precision=_req(_str(runtime, "precision", "FP32", p, choices=PRECISIONS)),
+    )
+
+
+def parse_resources(res: Mapping[str, Any]) -> ResourceSpec:
+    """Typed ``spec.resources`` (``res`` is its mapping, already checked for unknown fields).
+
+    Raises:
+        InvalidSpec: A quantity, range or CEL rule of the CRD fails (field named).
+    """
+    p = "spec.resources"
+    gpu = _object(res, "gpu", p)
+    gpu_count = _int(gpu, "count", 0, f"{p}.gpu", 0, 16)
+    gpu_type = _str(gpu, "type", None, f"{p}.gpu", pattern=_GPU_TYPE, max_length=63)
+    if gpu_count > 0 and not gpu_type:
+        raise InvalidSpec(f"{p}.gpu.type", "required when spec.resources.gpu.count > 0 (e.g. nvidia-l4)")
+    return ResourceSpec(
+        cpu=_quantity_text(res, "cpu", "2", p, _CPU, 1024),
+        memory=_quantity_text(res, "memory", "8Gi", p, _MEMORY, 2**44),
+        gpu_count=gpu_count,
+        gpu_type=gpu_type,
+    )
+
+
+def parse_scaling(sc: Mapping[str, Any]) -> ScalingSpec:
+    """Typed ``spec.scaling`` (``sc`` is its mapping, already checked for unknown fields).
+
+    Raises:
+        InvalidSpec: A range, enum or CEL rule of the CRD fails (field named).
+    """
+    p = "spec.scaling"
+    mode = _req(_str(sc, "mode", "Predictive", p, choices=SCALING_MODES))
+    replicas = sc.get("replicas")
+    if replicas is not None:
+        replicas = _int(sc, "replicas", 0, p, 0, 1000)
+    scaling = ScalingSpec(
+        mode=mode,
+        replicas=replicas,
+        min_replicas=_int(sc, "minReplicas", 1, p, 0, 1000),
+        max_replicas=_int(sc, "maxReplicas", 10, p, 1, 1000),
+        target_p95_latency_ms=_int(sc, "targetP95LatencyMilliseconds", 500, p, 1, 600000),
+        target_utilization_percent=_int(sc, "targetUtilizationPercent", 70, p, 1, 100),
+        tolerance_percent=_int(sc, "tolerancePercent", 10, p, 0, 50),
+        scale_up_stabilization_s=_int(sc, "scaleUpStabilizationSeconds", 0, p, 0, 3600),
+        scale_down_stabilization_s=_int(sc, "scaleDownStabilizationSeconds", 300, p, 0, 3600),
+        max_step_replicas=_int(sc, "maxStepReplicas", 4, p, 1, 1000),
+        decision_interval_s=_int(sc, "decisionIntervalSeconds", 15, p, 5, 3600),
+    )
+    if scaling.min_replicas > scaling.max_replicas:
+        raise InvalidSpec(f"{p}.minReplicas", f"({scaling.min_replicas}) must be <= spec.scaling.maxReplicas "
+                                              f"({scaling.max_replicas})")
+    if mode == "Fixed":
+        if replicas is None:
+            raise InvalidSpec(f"{p}.replicas", "required when spec.scaling.mode is Fixed")
+        if not scaling.min_replicas <= replicas <= scaling.max_replicas:
+            raise InvalidSpec(f"{p}.replicas", f"({replicas}) must lie within [spec.scaling.minReplicas, "
+                                               f"spec.scaling.maxReplicas] = [{scaling.min_replicas}, "
+                                               f"{scaling.max_replicas}] in Fixed mode")
+    return scaling
+
+
+def parse_placement(placement: Mapping[str, Any]) -> PlacementSpec:
+    """Typed ``spec.placement`` (``placement`` is its mapping, already checked for unknown fields).
+
+    Raises:
+        InvalidSpec: Not a map of strings / not a list of tolerations (field named).
+    """
+    selector = placement.get("nodeSelector") or {}
+    if (not isinstance(selector, Mapping) or len(selector) > 16
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items())):
+        raise InvalidSpec("spec.placement.nodeSelector", "must map at most 16 label names to string values")
+    tolerations = placement.get("tolerations") or []
+    out = []
+    for i, tol in enumerate(tolerations if isinstance(tolerations, list) else [None]):
+        if not isinstance(tol, Mapping) or set(tol) - set(TOLERATION_KEYS):
+            raise InvalidSpec(f"spec.placement.tolerations[{i}]",
+                              f"must be a toleration with only {', '.join(TOLERATION_KEYS)}")
+        out.append(dict(tol))
+    return PlacementSpec(node_selector=dict(selector), tolerations=tuple(out))
+
+
+def parse_spec(spec: Mapping[str, Any] | None) -> ServiceSpec:
+    """Parse the ``spec`` of an InferenceService (camelCase mapping as the API or a manifest holds it).
+
+    Args:
+        spec: ``body["spec"]``; None or missing fields take the CRD defaults.
+    Returns:
+        The typed spec; every consumer (planner, ``ScalingPolicy``, ``RuntimeConfig``, pricing) reads these pieces.
+    Raises:
+        InvalidSpec: The first field that breaks a CRD rule, named with its path and the fix.
+    """
+    root = _object({"spec": spec}, "spec", "")
+    return ServiceSpec(
+        model=parse_model(_object(root, "model", "spec")),
+        runtime=parse_runtime(_object(root, "runtime", "spec")),
+        resources=parse_resources(_object(root, "resources", "spec")),
+        scaling=parse_scaling(_object(root, "scaling", "spec")),
+        placement=parse_placement(_object(root, "placement", "spec")),
+        pricing_tier=_req(_str(_object(root, "pricing", "spec"), "tier", "OnDemand", "spec.pricing",
+                               choices=PRICING_TIERS)),
+        priority=_int(root, "priority", 100, "spec", 0, 1000),
+    )
+
+
+def parse_isvc(body: Mapping[str, Any]) -> IsvcSpec:
+    """Return the typed InferenceService of ``body`` (a dict as read from the API or a manifest).
+
+    Raises:
+        InvalidSpec: See :func:`parse_spec`; also ``metadata.name`` missing.
+    """
+    meta = body.get("metadata") or {}
+    if not meta.get("name"):
+        raise InvalidSpec("metadata.name", "required")
+    s = parse_spec(body.get("spec"))
+    return IsvcSpec(
+        namespace=meta.get("namespace") or "default",
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        generation=int(meta.get("generation", 0) or 0),
+        labels=dict(meta.get("labels") or {}),
+        model=s.model,
+        runtime=s.runtime,
+        image=s.runtime.image_ref,
+        resources=s.resources,
+        scaling=s.scaling,
+        pricing_tier=s.pricing_tier,
+        priority=s.priority,
+        placement=s.placement,
+    )

@@ -1,0 +1,117 @@
+"""The InferenceService spec parsed once (``modalscale.api.inferenceservice``), by the CRD's rules.
+
+Each place where the three old readers (``parse_isvc``, ``ScalingPolicy.from_spec``, ``RuntimeConfig.from_isvc_spec``)
+disagreed has a test: the answer is the CRD's, and every consumer now gives the same one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from modalscale.api.errors import InvalidSpec
+from modalscale.api.inferenceservice import KNOWN_FIELDS, parse_isvc, parse_spec
+from modalscale.autoscaler.policy import ScalingPolicy
+from modalscale.runtime.repo_config import RuntimeConfig
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "vc", "namespace": "ml"}, "spec": spec}
+
+
+def readers(spec: dict[str, Any]) -> list[tuple[str, Any]]:
+    """What each consumer makes of ``spec``: its value, or the InvalidSpec field it refused."""
+    out = []
+    for name, read in (("parse_isvc", lambda: parse_isvc(body(**spec))),
+                       ("ScalingPolicy", lambda: ScalingPolicy.from_spec(spec)),
+                       ("RuntimeConfig", lambda: RuntimeConfig.from_isvc_spec(spec))):
+        try:
+            out.append((name, read()))
+        except InvalidSpec as exc:
+            out.append((name, exc.field))
+    return out
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    # Fixed mode outside [min, max]: the CRD's CEL rule; parse_isvc used to accept it.
+    ({"scaling": {"mode": "Fixed", "replicas": 12, "minReplicas": 1, "maxReplicas": 10}}, "spec.scaling.replicas"),
+    # Unknown fields: the apiserver's strict field validation refuses them; only the runtime reader did.
+    ({"runtime": {"maxBatchsize": 4}}, "spec.runtime.maxBatchsize"),
+    ({"scaling": {"maxReplica": 4}}, "spec.scaling.maxReplica"),
+    # A section that is not an object: the policy named it, parse_isvc crashed (AttributeError).
+    ({"scaling": [1, 2]}, "spec.scaling"),
+    # Enums and patterns of the CRD: parse_isvc accepted these.
+    ({"runtime": {"precision": "FP8"}}, "spec.runtime.precision"),
+    ({"model": {"name": "Bad Name"}}, "spec.model.name"),
+    ({"pricing": {"tier": "Reserved"}}, "spec.pricing.tier"),
+    ({"runtime": {"instanceCount": 32}}, "spec.runtime.instanceCount"),
+    ({"runtime": {"maxBatchSize": 4, "dynamicBatching": {"preferredBatchSizes": [2, 8]}}},
+     "spec.runtime.dynamicBatching.preferredBatchSizes"),
+    ({"resources": {"cpu": "1Gi"}}, "spec.resources.cpu"),
+    ({"resources": {"memory": "8GB"}}, "spec.resources.memory"),
+], ids=["fixed-outside-bounds", "unknown-runtime-field", "unknown-scaling-field", "scaling-not-object",
+        "precision-enum", "model-name-pattern", "tier-enum", "instance-count-range", "preferred-above-max",
+        "cpu-pattern", "memory-pattern"])
+def test_every_reader_refuses_what_the_crd_refuses_naming_the_same_field(spec: dict[str, Any], field: str) -> None:
+    assert readers(spec) == [("parse_isvc", field), ("ScalingPolicy", field), ("RuntimeConfig", field)]
+
+
+def test_an_explicit_null_takes_the_crd_default_in_every_reader() -> None:
+    """The apiserver prunes nulls before defaulting; ScalingPolicy.from_spec used to fail on them."""
+    spec = {"scaling": {"minReplicas": None, "maxReplicas": None, "mode": None},
+            "runtime": {"instanceCount": None, "maxBatchSize": None}}
+    (_, isvc), (_, policy), (_, runtime) = readers(spec)
+    assert (isvc.scaling.min_replicas, isvc.scaling.max_replicas, isvc.scaling.mode) == (1, 10, "Predictive")
+    assert (policy.min_replicas, policy.max_replicas, policy.slots_per_replica) == (1, 10, 1)
+    assert (runtime.instance_count, runtime.max_batch_size) == (1, 8)
+
+
+def test_the_policy_and_the_runtime_are_built_from_the_same_typed_pieces() -> None:
+    spec = {"scaling": {"mode": "Utilization", "minReplicas": 2, "maxReplicas": 7, "targetP95LatencyMilliseconds": 250,
+                        "decisionIntervalSeconds": 30},
+            "runtime": {"instanceCount": 3, "maxBatchSize": 16, "precision": "INT8",
+                        "dynamicBatching": {"preferredBatchSizes": [4, 8], "maxQueueDelayMicroseconds": 500}},
+            "resources": {"gpu": {"count": 1, "type": "nvidia-l4"}}}
+    s = parse_spec(spec)
+    policy = ScalingPolicy.from_typed(s.scaling, s.runtime, default_service_scv=0.5)
+    assert policy == ScalingPolicy.from_spec(spec, default_service_scv=0.5)
+    assert (policy.mode.value, policy.min_replicas, policy.max_replicas, policy.target_p95_latency_ms,
+            policy.decision_interval_s, policy.slots_per_replica) == ("Utilization", 2, 7, 250.0, 30.0, 3)
+    runtime = RuntimeConfig.from_typed(s.model, s.runtime, s.resources)
+    assert runtime == RuntimeConfig.from_isvc_spec(spec)
+    assert (runtime.instance_count, runtime.max_batch_size, runtime.preferred_batch_sizes,
+            runtime.max_queue_delay_microseconds, runtime.precision.value, runtime.gpu_count) == (
+        3, 16, (4, 8), 500, "INT8", 1)
+
+
+def test_the_runtime_generates_a_repository_only_for_the_built_in_model() -> None:
+    with pytest.raises(InvalidSpec) as info:
+        RuntimeConfig.from_isvc_spec({"model": {"source": "URI", "uri": "s3://b/m"}})
+    assert info.value.field == "spec.model.source"
+
+
+def test_the_known_fields_are_exactly_the_crd_schema() -> None:
+    crd = yaml.safe_load((REPO / "crds" / "inferenceservices.modalscale.io.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    found: dict[str, frozenset[str]] = {}
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if node.get("type") == "object" and "properties" in node:
+            found[path] = frozenset(node["properties"])
+            for key, child in node["properties"].items():
+                walk(child, f"{path}.{key}")
+
+    walk(schema, "spec")
+    assert found == KNOWN_FIELDS
+
+
+def test_every_example_manifest_parses() -> None:
+    for path in sorted((REPO / "crds" / "examples").glob("inferenceservice-*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "InferenceService":
+                assert parse_isvc(doc).name == doc["metadata"]["name"], path
