@@ -17,11 +17,13 @@ from typing import Any
 from modalscale.autoscaler.regressor import ArtifactError, ServiceTimeRegressor, loads_model
 from modalscale.operator.autoscale_plan import CostModelStatus
 from modalscale.operator.isvc_observe import read_json
+from modalscale.api.conditions import (  # condition types and reasons: one module per kind
+    ARTIFACT_LOADED,
+    COST_MODEL_NOT_FOUND,
+    INVALID_COST_MODEL,
+    NO_COST_MODEL_REF,
+)
 
-NO_COST_MODEL_REF = "NoCostModelRef"
-COST_MODEL_NOT_FOUND = "CostModelNotFound"
-INVALID_COST_MODEL = "InvalidCostModel"
-ARTIFACT_LOADED = "ArtifactLoaded"
 
 _FALLBACK = "; Predictive mode falls back to the Utilization policy"
 

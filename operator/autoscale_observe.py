@@ -66,6 +66,16 @@ from typing import Any
 
 from modalscale.autoscaler.features import MODALITIES, Modality
 from modalscale.autoscaler.policy import Observation, WorkloadClass
+from modalscale.api.conditions import (  # condition types and reasons: one module per kind
+    INCOMPLETE_FEATURES,
+    NON_FINITE_METRICS,
+    NO_REQUEST_METRICS,
+    NO_SCRAPE_TARGETS,
+    PARTIAL_TARGETS,
+    PROMETHEUS_NOT_CONFIGURED,
+    PROMETHEUS_UNREACHABLE,
+    SCRAPE_TARGETS_DOWN,
+)
 
 STABLE_WINDOW_S = 60.0
 """Length of the stable metrics window, s (the policy's ``Observation.window_s``)."""
@@ -77,18 +87,6 @@ COUNT_SPAN_S = 600.0
 """How far back the per-bin request counts reach, s (40 bins of 15 s)."""
 QUERY_TIMEOUT_S = 5.0
 """Timeout of one Prometheus HTTP query, s."""
-
-# Reasons of a reading that cannot drive a decision (MetricsAvailable=False) or drives it only partly.
-PROMETHEUS_NOT_CONFIGURED = "PrometheusNotConfigured"
-PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
-NO_SCRAPE_TARGETS = "NoScrapeTargets"
-SCRAPE_TARGETS_DOWN = "ScrapeTargetsDown"
-NO_REQUEST_METRICS = "NoRequestMetrics"
-INCOMPLETE_FEATURES = "IncompleteFeatureMetrics"
-NO_SERVICE_METRICS = "NoServiceTimeMetrics"
-PARTIAL_TARGETS = "PartialScrapeTargets"
-NON_FINITE_METRICS = "NonFiniteMetrics"
-METRICS_READ = "MetricsRead"
 
 _STABLE_KEYS = ("requests", "images", "pixels", "tokens")
 

@@ -22,13 +22,15 @@ from typing import Any
 
 from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
 from modalscale.operator import conditions as cond
-from modalscale.operator.autoscale_observe import METRICS_READ, NO_SERVICE_METRICS, MetricsReading
+from modalscale.operator.autoscale_observe import MetricsReading
+from modalscale.api.conditions import (  # condition types and reasons: one module per kind
+    COST_MODEL_LOADED,
+    METRICS_AVAILABLE,
+    METRICS_READ,
+    NO_SERVICE_METRICS,
+    STALE_METRICS,
+)
 
-METRICS_AVAILABLE = "MetricsAvailable"
-"""Condition type: the autoscaler could read the metrics its mode needs."""
-COST_MODEL_LOADED = "CostModelLoaded"
-"""Condition type: the service-time model of ``spec.model.costModelRef`` is loaded."""
-STALE_METRICS = "StaleMetrics"
 MAX_RECOMMENDATIONS = 240
 """Bound of ``status.autoscaler.state.recommendations`` (the CRD's ``maxItems``)."""
 MAX_FEATURES = 32

@@ -24,12 +24,10 @@ from kubernetes.client.rest import ApiException
 from modalscale import GROUP, VERSION
 from modalscale.costmodel.budget import Notification, NotifierType
 from modalscale.notify.sender import DeliveryResult
+from modalscale.api.conditions import SECRET_KEY_MISSING, SECRET_NOT_FOUND, SECRET_UNREADABLE
 from modalscale.operator.budget_plan import (
     BUDGET_PLURAL,
     ISVC_PLURAL,
-    SECRET_KEY_MISSING,
-    SECRET_NOT_FOUND,
-    SECRET_UNREADABLE,
     BudgetObserved,
     receiver_problem,
 )

@@ -111,36 +111,30 @@ from modalscale.operator import conditions as cond
 from modalscale.operator.isvc_objects import SELECTOR_LABEL
 from modalscale.operator.isvc_plan import running_replicas
 from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
-from modalscale.operator.reasons import DELIVERY_ABANDONED, DELIVERY_FAILED
+from modalscale.api.conditions import (  # condition types and reasons: one module per kind
+    ALERT_DELIVERED,
+    BUDGET_ENFORCED,
+    BUDGET_EXCEEDED,
+    DELIVERED,
+    DELIVERY_ABANDONED,
+    DELIVERY_FAILED,
+    ENFORCEMENT_LIFTED,
+    EVALUATED,
+    GOVERNANCE_BLIND,
+    INVALID_SPEC,
+    INVALID_STATUS,
+    NO_ALERT_SENT,
+    NO_SPOT_SWITCH,
+    READY,
+    SPOT_AVAILABLE,
+    SPOT_FALLBACK,
+    SPOT_LIFTED,
+    SPOT_PENDING_TIMEOUT,
+    SWITCHED_TO_SPOT,
+)
 
 BUDGET_PLURAL = "budgetpolicies"
 ISVC_PLURAL = "inferenceservices"
-
-# Condition types of a BudgetPolicy (STYLE C4).
-READY = "Ready"
-BUDGET_EXCEEDED = "BudgetExceeded"
-ALERT_DELIVERED = "AlertDelivered"
-
-# Reasons (CamelCase) used by this module; the planner's own reasons (WithinBudget, ThresholdCrossed,
-# ForecastOverLimit, BudgetExceeded, GovernanceBlind) pass through unchanged.
-EVALUATED = "Evaluated"
-INVALID_SPEC = "InvalidSpec"
-INVALID_STATUS = "InvalidStatus"
-GOVERNANCE_BLIND = "GovernanceBlind"
-NO_ALERT_SENT = "NoAlertSent"
-DELIVERED = "Delivered"
-SECRET_NOT_FOUND = "SecretNotFound"
-SECRET_KEY_MISSING = "SecretKeyMissing"
-SECRET_UNREADABLE = "SecretUnreadable"
-BUDGET_ENFORCED = "BudgetEnforced"
-ENFORCEMENT_LIFTED = "EnforcementLifted"
-SPOT_FALLBACK = "SpotFallback"
-"""Condition type: True while a service switched to Spot by this policy fell back to on-demand."""
-SPOT_PENDING_TIMEOUT = "SpotPendingTimeout"
-SPOT_AVAILABLE = "SpotAvailable"
-NO_SPOT_SWITCH = "NoSpotSwitch"
-SWITCHED_TO_SPOT = "SwitchedToSpot"
-SPOT_LIFTED = "SpotLifted"
 
 HEARTBEAT_MIN_S = 60
 """Status is refreshed at least every ``max(HEARTBEAT_MIN_S, 10 x evaluationIntervalSeconds)`` seconds."""
