@@ -200,3 +200,16 @@ def test_settings_take_detector_fields_and_name_a_bad_one() -> None:
                        ("clear_after_s=0", "greater than 0")):
         with pytest.raises(ConfigError, match=words):
             Settings.from_env({"MODALSCALE_SPEND_ANOMALY": raw})
+
+
+def test_prometheus_that_does_not_answer_is_history_unavailable_naming_it() -> None:
+    import socket
+
+    from modalscale.operator.budget_history import PrometheusHistory
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with pytest.raises(HistoryUnavailable, match=f"Prometheus at {url} did not answer"):
+        PrometheusHistory(url, timeout_s=2).read("ml", "daily", T0, AnomalyConfig(), 60)
