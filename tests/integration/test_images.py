@@ -9,6 +9,7 @@ Build times (cold on a fresh cache, warm on the second call) and sizes are print
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -24,6 +25,8 @@ import yaml
 
 from modalscale.devenv.images import (
     BuiltImage,
+    archive_layers,
+    archive_manifest,
     archive_paths,
     build_images,
     missing_tools,
@@ -63,7 +66,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, BuiltImage]:
     first = build_images(log=lambda m: print(m, flush=True), repo=repo)
     first_s = time.monotonic() - started
     for b in first:
-        how = "found in the cache" if b.cached else f"built in {b.build_s:.1f} s (this call)"
+        how = "found in the cache" if b.cached else (
+            f"built in {b.build_s:.1f} s (this call; deps " + ("cached" if b.deps_cached else f"{b.deps_build_s:.1f} s")
+            + f", code layer {b.code_build_s:.1f} s, push {b.push_s:.1f} s)")
         print(f"image {b.full_ref}: {b.unpacked_bytes / 1e6:.0f} MB unpacked, {b.size_bytes / 1e6:.0f} MB of "
               f"layers (gzip), {how}")
     started = time.monotonic()
@@ -72,6 +77,38 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, BuiltImage]:
     assert [b.cached for b in second] == [True, True], "a second build with unchanged inputs rebuilt an image"
     assert [b.archive for b in second] == [b.archive for b in first]
     return {b.name: b for b in second}
+
+
+def layer_paths(archive: Path, digest: str) -> set[str]:
+    """Paths in one layer of the image in ``archive``."""
+    import tarfile
+
+    algo, _, hexd = digest.partition(":")
+    with tarfile.open(archive) as outer:
+        fh = outer.extractfile(f"blobs/{algo}/{hexd}")
+        assert fh is not None
+        with tarfile.open(fileobj=fh, mode="r|*") as inner:
+            return {m.name.removeprefix("./").lstrip("/") for m in inner}
+
+
+def test_images_are_a_base_a_deps_and_a_small_code_layer(built: dict[str, BuiltImage]) -> None:
+    """The code stage is built on the cached deps image: the project's package is in the last layer only, which
+    is small, so a code edit rebuilds and re-imports only that layer."""
+    for name, image in built.items():
+        archive = Path(image.archive)
+        layers = archive_layers(archive)
+        assert [size for _, size in layers] == image.layer_sizes and len(layers) == 3, (name, layers)
+        code = layer_paths(archive, layers[2][0])
+        assert any(re.search(r"site-packages/modalscale/runtime/drain\.py$", p) for p in code), name
+        assert not any("/src/" in p or p.endswith("README.md") for p in code if "site-packages" not in p), name
+        assert layers[2][1] < 0.05 * sum(size for _, size in layers), (name, layers)
+        print(f"image {image.ref}: layers (gzip) base {layers[0][1] / 1e6:.1f} MB, deps {layers[1][1] / 1e6:.1f} MB, "
+              f"code {layers[2][1] / 1e6:.2f} MB")
+    # The operator's deps layer (small enough to read here) has every dependency and none of the project.
+    archive = Path(built["operator"].archive)
+    manifest, _ = archive_manifest(archive)
+    deps = layer_paths(archive, manifest["layers"][1]["digest"])
+    assert site_packages(deps) >= {"kopf", "kubernetes", "sklearn"} and "modalscale" not in site_packages(deps)
 
 
 def site_packages(paths: set[str]) -> set[str]:
@@ -262,7 +299,11 @@ def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_
     from modalscale.runtime.client import MultimodalClient
     from modalscale.runtime.workload import photo_at, photo_bytes
 
-    assert cluster.has_real_node, f"the session cluster has no real node: {cluster.real_node_status()}"
+    if not cluster.has_real_node:  # as tests/integration/test_real_node.py: a failure in CI, else a skip
+        reason = cluster.real_node_status()["reason"]
+        if os.environ.get("CI"):
+            pytest.fail(f"the session cluster has no real node in CI: {reason}")
+        pytest.skip(f"the session cluster has no real node: {reason}")
     seconds = import_into_cluster(built["runtime-cpu"], cluster.workdir, log=lambda m: print(m, flush=True))
     print(f"runtime image imported into the real node's containerd in {seconds:.1f} s")
     core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)

@@ -60,8 +60,9 @@ def test_dockerignore_keeps_every_copied_path(name: str) -> None:
 def test_operator_image_is_python_slim_non_root_with_the_operator_entrypoint() -> None:
     ins = instructions("Dockerfile.operator")
     assert ("ARG", "PYTHON_IMAGE=python:3.11-slim") in ins
+    assert ("FROM", "${PYTHON_IMAGE} AS deps") in ins  # the dependencies stage; the code stage is built on it
     stage = final_stage("Dockerfile.operator")
-    assert stage[0] == ("FROM", "${PYTHON_IMAGE}")
+    assert stage[0] == ("FROM", "${DEPS_IMAGE}") and ("ARG", "DEPS_IMAGE=deps") in ins
     assert last(stage, "ENTRYPOINT") == '["modalscale", "operator"]'
     user = last(stage, "USER")
     uid = int(user.split(":")[0])
@@ -108,7 +109,8 @@ def test_runtime_image_installs_the_runtime_extras_except_pytriton() -> None:
 # ---------------------------------------------------------------------------------------------- CPU runtime image
 def test_cpu_runtime_image_is_debian_python_with_pytriton_non_root_matching_the_triton_pods() -> None:
     ins = instructions("Dockerfile.runtime-cpu")
-    assert final_stage("Dockerfile.runtime-cpu")[0] == ("FROM", "${BASE_IMAGE}")
+    assert ("FROM", "${BASE_IMAGE} AS deps") in ins and ("ARG", "DEPS_IMAGE=deps") in ins
+    assert final_stage("Dockerfile.runtime-cpu")[0] == ("FROM", "${DEPS_IMAGE}")
     assert last(ins, "USER") == "1000:1000"
     assert set(map(int, last(ins, "EXPOSE").split())) == {8000, 8001, 8002}
     runs = " ".join(a for w, a in ins if w == "RUN")
@@ -169,26 +171,146 @@ def test_operator_wheels_have_no_torch_and_cpu_runtime_wheels_drop_only_the_trit
         assert runtime[name.split("[")[0].lower()] == version
 
 
-def test_image_inputs_hash_over_the_copied_files_only(tmp_path: Path) -> None:
-    from modalscale.devenv.images import CONTEXT_PATHS, context_digest, stage_context
+SPLIT_DOCKERFILE = """# syntax=docker/dockerfile:1
+ARG BASE_IMAGE=python:3.11-slim
+ARG DEPS_IMAGE=deps
+FROM ${BASE_IMAGE} AS deps
+COPY deps.lock /tmp/
+RUN pip install -r /wheels/requirements.txt
+FROM ${DEPS_IMAGE}
+# the code
+COPY --chown=1:1 pyproject.toml ./
+COPY ["src/", "src/"]
+COPY runtime/ \\
+     runtime/
+COPY --from=deps /etc/passwd /etc/passwd
+RUN pip install --no-deps .
+"""
 
-    repo = tmp_path / "repo"
-    for top in CONTEXT_PATHS:
-        if top.endswith((".toml", ".md")):
-            (repo / top).parent.mkdir(parents=True, exist_ok=True)
-            (repo / top).write_text(top)
-        else:
-            (repo / top / "pkg").mkdir(parents=True)
-            (repo / top / "pkg" / "a.py").write_text("a = 1\n")
-    (repo / "src" / "link").symlink_to("../operator")
-    first = context_digest(repo)
-    (repo / "runtime" / "pkg" / "__pycache__").mkdir()
-    (repo / "runtime" / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"x")
+
+def fake_repo(root: Path) -> Path:
+    """A repository whose Dockerfile.x copies deps.lock (deps stage), pyproject.toml, src/ and runtime/ (code
+    stage), beside files it does not copy (README.md, tests/, benchmarks/)."""
+    files = {"Dockerfile.x": SPLIT_DOCKERFILE, "deps.lock": "a==1\n", "pyproject.toml": "[project]\n",
+             "src/pkg/__init__.py": "", "runtime/m.py": "x = 1\n", "README.md": "# readme\n",
+             "tests/test_m.py": "def test(): pass\n", "benchmarks/b.py": "print(1)\n"}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "src" / "runtime").symlink_to("../runtime")
+    return root
+
+
+def test_dockerfile_split_into_deps_and_code_stages_with_their_copy_sources(tmp_path: Path) -> None:
+    from modalscale.devenv.images import split_dockerfile
+
+    split = split_dockerfile("Dockerfile.x", fake_repo(tmp_path))
+    assert split.deps.name == "deps" and split.deps.sources == ("deps.lock",)
+    assert split.code.base == "${DEPS_IMAGE}"
+    assert split.code.sources == ("pyproject.toml", "src/", "runtime/")  # shell, JSON and continued forms; no --from
+    assert split.deps_dockerfile().startswith("# syntax=docker/dockerfile:1\nARG BASE_IMAGE=")
+    assert "FROM ${DEPS_IMAGE}" not in split.deps_dockerfile()
+    assert split.code_dockerfile().count("FROM") == 1 and "ARG DEPS_IMAGE=deps" in split.code_dockerfile()
+    for name in ("Dockerfile.operator", "Dockerfile.runtime-cpu"):  # the repository's own images
+        real = split_dockerfile(name, REPO)
+        assert real.deps.sources == () and "README.md" not in real.code.sources
+        assert {"pyproject.toml", "src/", "operator/", "autoscaler/", "costmodel/", "runtime/"} == set(real.code.sources)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("FROM python:3.11\nRUN true\n", "expected two stages"),
+    ("ARG DEPS_IMAGE=deps\nFROM python:3.11 AS deps\nFROM python:3.11\n", "expected two stages"),
+    ("FROM python:3.11 AS deps\nFROM ${DEPS_IMAGE}\n", "add `ARG DEPS_IMAGE=deps`"),
+    ("ARG DEPS_IMAGE=deps\nFROM python:3.11 AS deps\nFROM ${DEPS_IMAGE}\nCOPY src/*.py /x/\n", "glob"),
+    ("ARG DEPS_IMAGE=deps\nFROM python:3.11 AS deps\nADD https://example.com/x /x\nFROM ${DEPS_IMAGE}\n", "URL"),
+    ("ARG DEPS_IMAGE=deps\nFROM python:3.11 AS deps\nFROM ${DEPS_IMAGE}\nCOPY ../x /x\n", "outside"),
+    ("RUN true\n", "no FROM"),
+], ids=["one-stage", "code-not-on-deps", "no-deps-arg", "glob", "url", "outside-context", "no-from"])
+def test_a_dockerfile_the_hash_cannot_cover_is_refused_with_the_fix(tmp_path: Path, text: str, message: str) -> None:
+    from modalscale.devenv.images import ImageBuildError, split_dockerfile
+
+    (tmp_path / "Dockerfile.bad").write_text(text)
+    with pytest.raises(ImageBuildError, match=re.escape(message)) as err:
+        split_dockerfile("Dockerfile.bad", tmp_path)
+    assert "Dockerfile.bad" in str(err.value)
+
+
+def test_image_inputs_hash_only_what_each_stage_copies(tmp_path: Path) -> None:
+    """Guard: a file a COPY names changes its stage's hash; README.md, tests/, benchmarks/, bytecode and
+    Dockerfile comments change nothing; the deps hash moves with the deps stage, the wheel pins and the base only."""
+    from modalscale.devenv.images import ImageDefinition, image_inputs
+
+    repo = fake_repo(tmp_path / "repo")
+    defn = ImageDefinition("x", "Dockerfile.x", "modalscale/x:1", "BASE_IMAGE", (), cpu_only=True)
+    pins = {"numpy": "2.0.0"}
+
+    def hashes(pins: dict[str, str] = pins) -> tuple[str, str]:
+        inputs = image_inputs(defn, repo, pins)
+        assert inputs.deps_ref == f"localhost/modalscale/x-deps:{inputs.deps_hash}"
+        assert inputs.code_args["DEPS_IMAGE"] == inputs.deps_ref
+        return inputs.deps_hash, inputs.code_hash
+
+    def edit(name: str, text: str) -> None:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+
+    first = hashes()
+    for name in ("README.md", "tests/test_m.py", "benchmarks/b.py", "runtime/__pycache__/m.cpython-311.pyc",
+                 "docs/new.md"):
+        edit(name, "changed")
+        assert hashes() == first, f"{name} is not copied into the image but changed its hash"
+    edit("Dockerfile.x", SPLIT_DOCKERFILE.replace("# the code", "# the code, commented otherwise"))
+    assert hashes() == first  # comments are not instructions
+
+    edit("runtime/m.py", "x = 2\n")  # copied by the code stage
+    deps, code = hashes()
+    assert deps == first[0] and code != first[1]
+    edit("src/pkg/new.py", "")  # a new file under a copied folder
+    assert hashes()[0] == deps and hashes()[1] != code
+    deps, code = hashes()
+    (repo / "src" / "runtime").unlink()
+    (repo / "src" / "runtime").symlink_to("../tests")  # a symlink's target counts
+    assert hashes()[0] == deps and hashes()[1] != code
+    deps, code = hashes()
+    edit("Dockerfile.x", SPLIT_DOCKERFILE.replace("--no-deps .", "--no-deps --no-compile ."))
+    assert hashes()[0] == deps and hashes()[1] != code  # a code-stage instruction
+    deps, code = hashes()
+    edit("deps.lock", "a==2\n")  # copied by the deps stage: both move (the code stage is built on the deps)
+    assert hashes()[0] != deps and hashes()[1] != code
+    deps, code = hashes()
+    assert hashes({"numpy": "2.0.1"})[0] != deps  # the wheel pins mounted at /wheels
+
+
+def test_the_repositorys_image_hashes_ignore_readme_tests_and_benchmarks(tmp_path: Path) -> None:
+    """The same guard on the real Dockerfiles: a copy of what they copy hashes like the working tree; README,
+    tests/ and benchmarks/ edits leave both images' hashes as they are, a runtime/ edit changes only the code hash
+    of the images (their deps hashes stay)."""
+    import shutil
+
+    from modalscale.devenv.images import image_definitions, image_inputs, stage_context
+
+    repo = stage_context(REPO, tmp_path / "repo")
+    for name in ("Dockerfile.operator", "Dockerfile.runtime-cpu"):
+        shutil.copy2(REPO / name, repo / name)
+    (repo / "charts" / "modalscale").mkdir(parents=True)
+    for name in ("Chart.yaml", "values.yaml"):
+        shutil.copy2(REPO / "charts" / "modalscale" / name, repo / "charts" / "modalscale" / name)
+    pins = {"kopf": "1.0"}
+
+    def hashes() -> dict[str, tuple[str, str]]:
+        return {n: (i.deps_hash, i.code_hash) for n, d in image_definitions(repo).items()
+                for i in [image_inputs(d, repo, pins)]}
+
+    first = hashes()
+    assert first == {n: (i.deps_hash, i.code_hash) for n, d in image_definitions(REPO).items()
+                     for i in [image_inputs(d, REPO, pins)]}
+    (repo / "README.md").write_text("# another readme\n")
+    (repo / "tests" / "unit").mkdir(parents=True)
+    (repo / "tests" / "unit" / "test_new.py").write_text("def test(): pass\n")
     (repo / "benchmarks").mkdir()
-    (repo / "benchmarks" / "b.py").write_text("not copied")
-    assert context_digest(repo) == first  # bytecode and files outside the context do not count
-    (repo / "runtime" / "pkg" / "a.py").write_text("a = 2\n")
-    assert context_digest(repo) != first
-    staged = stage_context(repo, tmp_path / "ctx")
-    assert (staged / "src" / "link").is_symlink() and not (staged / "runtime" / "pkg" / "__pycache__").exists()
-    assert context_digest(staged) == context_digest(repo)
+    (repo / "benchmarks" / "b.py").write_text("print(1)\n")
+    assert hashes() == first
+    drain = repo / "runtime" / "drain.py"
+    drain.write_text(drain.read_text() + "\n# edited\n")
+    after = hashes()
+    assert all(after[n][0] == first[n][0] and after[n][1] != first[n][1] for n in first), (first, after)

@@ -17,8 +17,14 @@ Wheels: the dependency closure of ``modalscale`` (plus extras) is read from the 
 running interpreter (the project's ``.venv``), so the images carry exactly the versions the tests ran with;
 ``pip wheel --no-deps`` fetches those pins (PyPI or pip's cache) into ``images/wheels/<key>/`` once.
 
-Cache: an image is rebuilt only when the content hash of its inputs changes (Dockerfile, build arguments, the
-files copied into it, the base key and the wheel pins); a second run with no change only hashes the inputs.
+Layers and cache: each Dockerfile has two stages, ``deps`` (the venv with the pinned dependency closure, no
+project code) and the code stage ``FROM ${DEPS_IMAGE}``. The deps stage is built alone into
+``localhost/modalscale/<name>-deps:<deps hash>`` and kept in the private store; the code stage is built on it. The
+deps hash covers the deps stage's instructions, its build arguments (the base image, named by its key), the
+wheel pins and the files the stage copies; the image's hash covers the deps hash, the code stage's instructions
+and build arguments and the files its ``COPY`` lines name (see :func:`image_inputs`). Nothing else counts:
+README.md, tests/, benchmarks/ or a comment in a Dockerfile rebuild nothing; a code edit rebuilds only the code
+layer; a second run with no change only hashes the inputs.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import tarfile
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +62,10 @@ BASE_PACKAGES = ("python3", "python3-venv", "libpython3.11", "ca-certificates")
 Triton's Python-backend stub links against, and CA certificates."""
 RECIPE_VERSION = "1"
 """Bump when the build procedure changes in a way the hashed inputs do not show (invalidates every cache)."""
-CONTEXT_PATHS = ("pyproject.toml", "README.md", "src", "operator", "autoscaler", "costmodel", "runtime")
-"""What the Dockerfiles COPY (their .dockerignore files list the same); the build context is a copy of these."""
+DEPS_STAGE = "deps"
+"""Name of the dependencies stage every image Dockerfile here has (no project code in it)."""
+DEPS_ARGUMENT = "DEPS_IMAGE"
+"""Build argument the code stage is built ``FROM``: the deps stage by default, the cached deps image here."""
 RUNTIME_CPU_REPOSITORY = "modalscale/runtime-cpu"
 """Repository of the CPU runtime image; its tag is the project version (pyproject.toml)."""
 CPU_EXCLUDED_DISTRIBUTIONS = re.compile(r"^triton$")
@@ -109,6 +117,21 @@ class BuiltImage:
     """Seconds the build took when it was made (0 for a base found in the store)."""
     cached: bool
     """True when this call found it in the cache and built nothing."""
+    deps_hash: str = ""
+    """Input hash of its dependencies image (``localhost/modalscale/<name>-deps:<deps_hash>``)."""
+    deps_cached: bool = False
+    """True when the build found its dependencies image in the store (only the code layer was built)."""
+    deps_build_s: float = 0.0
+    """Seconds the dependencies image took (0 when it was cached)."""
+    code_build_s: float = 0.0
+    """Seconds the code stage took."""
+    push_s: float = 0.0
+    """Seconds ``buildah push`` took to write the archive (compressing every layer)."""
+    layer_sizes: list[int] = field(default_factory=list)
+    """Size of each layer in the archive (gzip), base first: base, deps, code."""
+    reused_bytes: int = -1
+    """Bytes of layers identical (same digest) to the previous build's archive, which an import over that
+    build does not write again; -1 when there was no previous archive."""
 
 
 def full_reference(ref: str) -> str:
@@ -238,14 +261,148 @@ def base_reference() -> str:
     return f"localhost/modalscale/debian-python:{DEBIAN_SUITE}-{base_key()}"
 
 
-def _context_files(repo: Path) -> list[Path]:
-    """Files and symlinks of :data:`CONTEXT_PATHS`, sorted, without bytecode caches."""
+# ---------------------------------------------------------------------------------------------- Dockerfiles
+@dataclass(frozen=True)
+class DockerfileStage:
+    """One ``FROM`` stage of a Dockerfile."""
+
+    name: str
+    """The stage's ``AS`` name ("" when it has none)."""
+    base: str
+    """The ``FROM`` argument as written (``${BASE_IMAGE}``)."""
+    text: str
+    """The stage's lines, from its ``FROM`` up to the next ``FROM``, comments included."""
+    sources: tuple[str, ...]
+    """Build-context paths its ``COPY``/``ADD`` instructions name (``--from`` copies left out), in order."""
+
+
+@dataclass(frozen=True)
+class SplitDockerfile:
+    """A Dockerfile of two stages: ``deps`` (the dependencies, no project code) and the code stage
+    ``FROM ${DEPS_IMAGE}`` on top of it. Each half is built as a Dockerfile of its own: the preamble (the global
+    ``ARG`` lines and comments before the first ``FROM``) followed by the stage."""
+
+    path: str
+    preamble: str
+    deps: DockerfileStage
+    code: DockerfileStage
+
+    def deps_dockerfile(self) -> str:
+        return self.preamble + self.deps.text
+
+    def code_dockerfile(self) -> str:
+        return self.preamble + self.code.text
+
+
+def _logical_instructions(lines: Sequence[str]) -> list[tuple[int, str, str]]:
+    """``(first line index, INSTRUCTION, arguments)`` of each instruction, continuation lines joined."""
+    out: list[tuple[int, str, str]] = []
+    current, first = "", -1
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if first < 0:
+            first = i
+        current += " " + stripped.removesuffix("\\").strip()
+        if not stripped.endswith("\\"):
+            word, _, rest = current.strip().partition(" ")
+            out.append((first, word.upper(), rest.strip()))
+            current, first = "", -1
+    return out
+
+
+def copy_sources(instruction: str, args: str, where: str) -> list[str]:
+    """Build-context sources of one ``COPY``/``ADD`` (``[]`` for ``COPY --from=...``).
+
+    Args:
+        instruction: ``COPY`` or ``ADD``.
+        args: Its arguments, shell form (``--chown=1:1 a b dest/``) or JSON form (``["a", "dest/"]``).
+        where: ``<Dockerfile>: <instruction>`` for error messages.
+    Raises:
+        ImageBuildError: A source is a URL, a glob or leaves the build context (the input hash could not cover
+            it: name the files plainly).
+    """
+    import shlex
+
+    words = shlex.split(args)
+    flags = [w for w in words if w.startswith("--")]
+    if any(f.startswith("--from") for f in flags):
+        return []
+    rest = " ".join(w for w in words if not w.startswith("--")) if not args.lstrip().startswith("[") else None
+    items = json.loads(args[args.index("["):]) if rest is None else shlex.split(rest)
+    if len(items) < 2:
+        raise ImageBuildError(f"{where}: {instruction} needs a source and a destination")
+    sources = [str(s) for s in items[:-1]]
+    for src in sources:
+        if "://" in src or any(c in src for c in "*?[") or ".." in Path(src).parts or src.startswith("/"):
+            raise ImageBuildError(f"{where}: {instruction} source {src!r} is a URL, a glob or outside the build "
+                                  "context; the image's input hash covers only plain paths in the repository, so "
+                                  "name the files or folders plainly")
+    return sources
+
+
+def parse_dockerfile(text: str, path: str = "Dockerfile") -> list[tuple[str, DockerfileStage]]:
+    """Split a Dockerfile into its preamble and stages: ``[("", preamble-as-stage), (name, stage), ...]``.
+
+    The first element is a pseudo stage holding the text before the first ``FROM`` (its base is "").
+    Raises:
+        ImageBuildError: The file has no ``FROM``, or a ``COPY``/``ADD`` source cannot be hashed.
+    """
+    lines = text.splitlines(keepends=True)
+    instructions = _logical_instructions(lines)
+    starts = [i for i, word, _ in instructions if word == "FROM"]
+    if not starts:
+        raise ImageBuildError(f"{path}: no FROM instruction")
+    bounds = [0, *starts, len(lines)]
+    stages: list[tuple[str, DockerfileStage]] = []
+    for k, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        body = [(word, args) for i, word, args in instructions if lo <= i < hi]
+        base = name = ""
+        if k > 0:  # a stage (k = 0 is the preamble)
+            words = body[0][1].split()
+            base = words[0]
+            if len(words) == 3 and words[1].upper() == "AS":
+                name = words[2]
+        sources = tuple(s for word, args in body if word in ("COPY", "ADD")
+                        for s in copy_sources(word, args, f"{path}: {word} {args[:60]}"))
+        stages.append((name, DockerfileStage(name, base, "".join(lines[lo:hi]), sources)))
+    return stages
+
+
+def split_dockerfile(path: str, repo: Path = REPO) -> SplitDockerfile:
+    """Read ``repo/path`` as a :class:`SplitDockerfile`.
+
+    Raises:
+        ImageBuildError: The file is not ``<preamble> FROM ... AS deps ... FROM ${DEPS_IMAGE} ...`` (the message
+            says what to change), or a source cannot be hashed.
+    """
+    stages = parse_dockerfile((repo / path).read_text(), path)
+    (_, preamble), body = stages[0], stages[1:]
+    if preamble.sources or len(body) != 2 or body[0][0] != DEPS_STAGE or body[1][1].base != f"${{{DEPS_ARGUMENT}}}":
+        found = ", ".join(f"FROM {s.base}" + (f" AS {n}" if n else "") for n, s in body)
+        raise ImageBuildError(f"{path}: expected two stages, `FROM <base> AS {DEPS_STAGE}` (dependencies only) and "
+                              f"`FROM ${{{DEPS_ARGUMENT}}}` (the code, with `ARG {DEPS_ARGUMENT}={DEPS_STAGE}` "
+                              f"before the first FROM); found {found}")
+    if f"ARG {DEPS_ARGUMENT}=" not in preamble.text:
+        raise ImageBuildError(f"{path}: add `ARG {DEPS_ARGUMENT}={DEPS_STAGE}` before the first FROM")
+    return SplitDockerfile(path, preamble.text, body[0][1], body[1][1])
+
+
+def _context_files(repo: Path, sources: Iterable[str]) -> list[Path]:
+    """Files and symlinks under ``sources`` (paths relative to ``repo``), sorted, without bytecode caches.
+
+    Raises:
+        ImageBuildError: A source does not exist.
+    """
     out: list[Path] = []
-    for top in CONTEXT_PATHS:
+    for top in dict.fromkeys(s.rstrip("/") or "." for s in sources):
         path = repo / top
         if path.is_file() or path.is_symlink():
             out.append(path)
             continue
+        if not path.is_dir():
+            raise ImageBuildError(f"{top} is copied into an image but does not exist in {repo}")
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.endswith(".egg-info"))
             here = Path(dirpath)
@@ -253,24 +410,35 @@ def _context_files(repo: Path) -> list[Path]:
                 if (here / d).is_symlink():
                     out.append(here / d)
             out += [here / f for f in sorted(filenames) if not f.endswith((".pyc", ".pyo"))]
-    return sorted(out)
+    return sorted(set(out))
 
 
-def context_digest(repo: Path = REPO) -> str:
-    """sha256 over the relative path and the content (or symlink target) of every build-context file."""
+def context_digest(repo: Path, sources: Iterable[str]) -> str:
+    """sha256 over the relative path and the content (or symlink target) of every file under ``sources``
+    (the ``COPY``/``ADD`` sources of a stage), bytecode caches left out as the .dockerignore files do."""
     parts: list[bytes] = []
-    for path in _context_files(repo):
+    for path in _context_files(repo, sources):
         parts.append(str(path.relative_to(repo)).encode())
         parts.append(b"L" + os.readlink(path).encode() if path.is_symlink() else b"F" + path.read_bytes())
     return _digest(parts)
 
 
-def stage_context(repo: Path, dest: Path) -> Path:
-    """Copy :data:`CONTEXT_PATHS` (symlinks kept, bytecode left out) into ``dest``; returns ``dest``."""
+def all_copy_sources(repo: Path = REPO) -> list[str]:
+    """Every build-context path a Dockerfile of :func:`image_definitions` copies, in first-seen order."""
+    out: dict[str, None] = {}
+    for defn in image_definitions(repo).values():
+        split = split_dockerfile(defn.dockerfile, repo)
+        out.update(dict.fromkeys(split.deps.sources + split.code.sources))
+    return list(out)
+
+
+def stage_context(repo: Path, dest: Path, sources: Iterable[str] | None = None) -> Path:
+    """Copy ``sources`` (default: :func:`all_copy_sources`; symlinks kept, bytecode left out) into ``dest``."""
+    files = _context_files(repo, all_copy_sources(repo) if sources is None else sources)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for path in _context_files(repo):
+    for path in files:
         target = dest / path.relative_to(repo)
         target.parent.mkdir(parents=True, exist_ok=True)
         if path.is_symlink():
@@ -423,13 +591,68 @@ def ensure_base(log: Log, root: Path | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- images
+WHEELS_MOUNT = "/wheels"
+"""Where the wheelhouse is mounted (read-only) during both stages' builds."""
+
+
+def _pip_offline_args() -> dict[str, str]:
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": WHEELS_MOUNT}
+
+
+def deps_repository(defn: ImageDefinition) -> str:
+    """Repository of ``defn``'s dependencies image in the private store (tagged by its deps hash)."""
+    return f"localhost/modalscale/{defn.name}-deps"
+
+
+@dataclass(frozen=True)
+class ImageInputs:
+    """The two input hashes of an image (16 hex digits each) and what they were taken over."""
+
+    split: SplitDockerfile
+    deps_hash: str
+    """Over the deps stage's instructions, its build arguments (the base image's name, which carries the base's
+    key), the wheel pins mounted at /wheels and the files the deps stage copies."""
+    deps_ref: str
+    """``localhost/modalscale/<name>-deps:<deps_hash>``."""
+    deps_args: dict[str, str]
+    code_hash: str
+    """Over the deps hash, the code stage's instructions, its build arguments, the image's name and the files the
+    code stage copies: the image's cache key."""
+    code_args: dict[str, str]
+
+
+def _instructions_digest(text: str) -> bytes:
+    """The instructions of a Dockerfile text (continuations joined, comments and blank lines left out)."""
+    return json.dumps([[w, a] for _, w, a in _logical_instructions(text.splitlines())]).encode()
+
+
+def image_inputs(defn: ImageDefinition, repo: Path, pins: dict[str, str]) -> ImageInputs:
+    """Hash what each half of ``defn`` is built from, and only that (a README, tests/ or benchmarks/ edit changes
+    neither hash; a comment in a Dockerfile neither; a file a ``COPY`` names changes the hash of its stage).
+
+    Raises:
+        ImageBuildError: The Dockerfile is not split into deps and code stages, or a copied path is missing.
+    """
+    split = split_dockerfile(defn.dockerfile, repo)
+    deps_args = {defn.base_argument: base_reference(), **_pip_offline_args()}
+    deps_hash = _digest([RECIPE_VERSION.encode(), b"deps", defn.name.encode(),
+                         _instructions_digest(split.deps_dockerfile()),
+                         json.dumps(deps_args, sort_keys=True).encode(),
+                         json.dumps(pins, sort_keys=True).encode(),
+                         json.dumps(build_requirement_pins(), sort_keys=True).encode(),
+                         context_digest(repo, split.deps.sources).encode()])[:16]
+    deps_ref = f"{deps_repository(defn)}:{deps_hash}"
+    code_args = {DEPS_ARGUMENT: deps_ref, **_pip_offline_args()}
+    code_hash = _digest([RECIPE_VERSION.encode(), b"code", defn.name.encode(), defn.ref.encode(), deps_hash.encode(),
+                         _instructions_digest(split.code_dockerfile()),
+                         json.dumps(code_args, sort_keys=True).encode(),
+                         context_digest(repo, split.code.sources).encode()])[:16]
+    return ImageInputs(split, deps_hash, deps_ref, deps_args, code_hash, code_args)
+
+
 def input_hash(defn: ImageDefinition, repo: Path, pins: dict[str, str]) -> str:
-    """Content hash of everything an image is built from (16 hex digits)."""
-    return _digest([RECIPE_VERSION.encode(), defn.name.encode(), defn.ref.encode(),
-                    (repo / defn.dockerfile).read_bytes(), base_key().encode(),
-                    json.dumps(pins, sort_keys=True).encode(),
-                    json.dumps(build_requirement_pins(), sort_keys=True).encode(),
-                    context_digest(repo).encode()])[:16]
+    """The image's cache key: :attr:`ImageInputs.code_hash` (16 hex digits)."""
+    return image_inputs(defn, repo, pins).code_hash
 
 
 def _record_path(root: Path, name: str, digest: str) -> Path:
@@ -518,57 +741,134 @@ def unpack_archive(archive: Path, rootfs: Path) -> dict[str, Any]:
     return dict(config.get("config") or {})
 
 
+def _bud(buildah: list[str], root: Path, label: str, dockerfile_text: str, sources: Sequence[str], tag: str,
+         args: dict[str, str], house: Path, repo: Path, log: Log) -> None:
+    """``buildah bud`` of one Dockerfile text in a context holding only ``sources``, squashed into one new layer
+    on top of its ``FROM`` image, with the wheelhouse at :data:`WHEELS_MOUNT`; tagged ``tag``."""
+    context = stage_context(repo, root / "context" / label, sources)
+    dockerfile = root / "context" / f"{label}.Dockerfile"
+    dockerfile.write_text(dockerfile_text)
+    build_args = [a for k, v in args.items() for a in ("--build-arg", f"{k}={v}")]
+    try:
+        _run([*buildah, "bud", "--isolation", "chroot", "--pull=never", "--layers=false", "--identity-label=false",
+              "-f", str(dockerfile), "-t", tag, *build_args, "--volume", f"{house}:{WHEELS_MOUNT}:ro", str(context)],
+             log)
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+        dockerfile.unlink(missing_ok=True)
+
+
+def _store_names(prefix: str) -> list[str]:
+    """Names in the private store that start with ``prefix``."""
+    proc = subprocess.run([*buildah_command(), "images", "--json"], capture_output=True, text=True, check=False)
+    try:
+        images = json.loads(proc.stdout or "[]")
+    except ValueError:
+        return []
+    return [n for image in images for n in image.get("names") or [] if n.startswith(prefix)]
+
+
+def archive_layers(archive: Path) -> list[tuple[str, int]]:
+    """``(digest, size)`` of each layer of the image in ``archive``, base first."""
+    manifest, _ = archive_manifest(archive)
+    return [(str(layer["digest"]), int(layer["size"])) for layer in manifest["layers"]]
+
+
 def build_image(defn: ImageDefinition, log: Log, repo: Path = REPO, force: bool = False) -> BuiltImage:
     """Build ``defn`` into ``images/<name>-<hash>.oci.tar`` unless that archive already exists.
 
+    Two builds, each squashed into one layer: the Dockerfile's deps stage into the dependencies image
+    ``localhost/modalscale/<name>-deps:<deps hash>`` (kept in the private store, built only when its inputs
+    change), then the code stage ``FROM`` that image. The archive holds three layers (base, deps, code);
+    ``buildah push`` compresses each the same way every time, so an unchanged deps layer keeps its digest and
+    an import into a containerd that holds the previous build only writes the new code layer.
+
+    Args:
+        force: Rebuild the deps image and the image even when their inputs did not change.
     Returns:
-        The archive, its size and the seconds the build took (``cached`` when nothing was built).
+        The archive, its size and the seconds each step took (``cached`` when nothing was built).
     Raises:
-        ImageBuildError: A tool is missing or a step failed.
+        ImageBuildError: A tool is missing, the Dockerfile is not split into deps/code stages, or a step failed.
     """
     root = images_dir()
     pins = dependency_pins("modalscale", defn.extras, defn.cpu_only)
-    digest = input_hash(defn, repo, pins)
+    inputs = image_inputs(defn, repo, pins)
+    digest = inputs.code_hash
     record = _record_path(root, defn.name, digest)
-    if record.is_file() and not force:
-        data = json.loads(record.read_text())
-        if Path(data["archive"]).is_file():
-            return BuiltImage(**{"unpacked_bytes": 0, **data, "cached": True})
+
+    def cached() -> BuiltImage | None:
+        if record.is_file() and not force:
+            data = json.loads(record.read_text())
+            if Path(data["archive"]).is_file():
+                return BuiltImage(**{"unpacked_bytes": 0, **data, "cached": True})
+        return None
+
+    if (hit := cached()) is not None:
+        return hit
     check_tools()
     with build_lock(root):  # one image build at a time: the buildah store and caches are shared
+        if (hit := cached()) is not None:  # built by another process while this one waited for the lock
+            return hit
         started = time.monotonic()
         base = ensure_base(log, root)
         house = ensure_wheelhouse(pins, log, root)
-        context = stage_context(repo, root / "context" / defn.name)
-        shutil.copy2(repo / defn.dockerfile, context / defn.dockerfile)
         buildah = buildah_command(root)
-        # Working containers of an interrupted build (the store is private and this build holds its lock).
+        # Working containers and untagged images of an interrupted build (the store is private, this build
+        # holds its lock).
         subprocess.run([*buildah, "rm", "--all"], capture_output=True, check=False)
+        subprocess.run([*buildah, "rmi", "--prune"], capture_output=True, check=False)
+        deps_started = time.monotonic()
+        deps_cached = _image_exists(inputs.deps_ref) and not force
+        if not deps_cached:
+            subprocess.run([*buildah, "rmi", inputs.deps_ref], capture_output=True, check=False)
+            log(f"Building {inputs.deps_ref}: the {DEPS_STAGE} stage of {defn.dockerfile} on {base}")
+            _bud(buildah, root, f"{defn.name}-deps", inputs.split.deps_dockerfile(), inputs.split.deps.sources,
+                 inputs.deps_ref, inputs.deps_args, house, repo, log)
+            for stale in _store_names(deps_repository(defn) + ":"):
+                if stale != inputs.deps_ref:  # one deps image per name: older ones are only disk
+                    subprocess.run([*buildah, "rmi", stale], capture_output=True, check=False)
+        deps_s = round(time.monotonic() - deps_started, 1)
+        log(f"Dependencies image {inputs.deps_ref} " + ("found in the store" if deps_cached else
+                                                        f"built in {deps_s:.1f} s"))
         tag = f"localhost/{defn.ref}"
-        log(f"Building {defn.ref} from {defn.dockerfile} (inputs {digest})")
-        _run([*buildah, "bud", "--isolation", "chroot", "--pull=never", "--layers=false", "--identity-label=false",
-              "-f", str(context / defn.dockerfile), "-t", tag,
-              "--build-arg", f"{defn.base_argument}={base}",
-              "--build-arg", "PIP_NO_INDEX=1", "--build-arg", "PIP_FIND_LINKS=/wheels",
-              "--volume", f"{house}:/wheels:ro", str(context)], log)
+        code_started = time.monotonic()
+        log(f"Building {defn.ref} from the code stage of {defn.dockerfile} (inputs {digest})")
+        _bud(buildah, root, defn.name, inputs.split.code_dockerfile(), inputs.split.code.sources, tag,
+             inputs.code_args, house, repo, log)
+        code_s = round(time.monotonic() - code_started, 1)
         archive = root / f"{defn.name}-{digest}.oci.tar"
         tmp = archive.with_suffix(".tmp")
         tmp.unlink(missing_ok=True)
+        push_started = time.monotonic()
         # gzip level 1: a few GB of layers compress several times faster than at the default level.
         _run([*buildah, "push", "--compression-format", "gzip", "--compression-level", "1", tag,
               f"oci-archive:{tmp}:{full_reference(defn.ref)}"], log)
         tmp.rename(archive)
+        push_s = round(time.monotonic() - push_started, 1)
         unpacked = _store_size_bytes(tag)
-        # The archive is the product; the store keeps only the base (no dangling copies of big layers).
+        # The archive is the product; the store keeps the base and the deps images (the code layer goes).
         subprocess.run([*buildah, "rmi", tag], capture_output=True, check=False)
-        shutil.rmtree(context, ignore_errors=True)
-        for old in root.glob(f"{defn.name}-*.oci.tar"):
-            if old != archive:
-                old.unlink()
-                _record_path(root, defn.name, old.name[len(defn.name) + 1:].split(".")[0]).unlink(missing_ok=True)
+        layers = archive_layers(archive)
+        reused = -1
+        for old in sorted(root.glob(f"{defn.name}-*.oci.tar"), key=lambda p: p.stat().st_mtime, reverse=True):
+            if old == archive:
+                continue
+            if reused < 0:  # the newest previous build: what an import over it would not have to write again
+                try:
+                    previous = set(archive_layers(old))
+                    reused = sum(size for layer, size in layers if (layer, size) in previous)
+                except (OSError, KeyError, ValueError, tarfile.TarError):
+                    reused = -1
+            old.unlink()
+            _record_path(root, defn.name, old.name[len(defn.name) + 1:].split(".")[0]).unlink(missing_ok=True)
         built = BuiltImage(name=defn.name, ref=defn.ref, full_ref=full_reference(defn.ref), archive=str(archive),
-                           size_bytes=archive_size_bytes(archive), unpacked_bytes=unpacked, input_hash=digest,
-                           build_s=round(time.monotonic() - started, 1), cached=False)
+                           size_bytes=sum(size for _, size in layers), unpacked_bytes=unpacked, input_hash=digest,
+                           build_s=round(time.monotonic() - started, 1), cached=False, deps_hash=inputs.deps_hash,
+                           deps_cached=deps_cached, deps_build_s=0.0 if deps_cached else deps_s, code_build_s=code_s,
+                           push_s=push_s, layer_sizes=[size for _, size in layers], reused_bytes=reused)
+        log(f"{defn.ref}: deps {'cached' if deps_cached else f'{deps_s:.1f} s'}, code layer {code_s:.1f} s, push "
+            f"{push_s:.1f} s; layers (gzip) " + " + ".join(f"{s / 1e6:.1f}" for s in built.layer_sizes) + " MB"
+            + (f"; {reused / 1e6:.0f} MB of them identical to the previous archive" if reused >= 0 else ""))
         record.write_text(json.dumps({k: v for k, v in asdict(built).items() if k != "cached"}, indent=2))
         return built
 

@@ -48,7 +48,9 @@ def _build(args: argparse.Namespace) -> int:
         print(json.dumps([asdict(b) for b in built], indent=2))
     else:
         for b in built:
-            how = "cached" if b.cached else f"built in {b.build_s:.1f} s"
+            how = "cached" if b.cached else (
+                f"built in {b.build_s:.1f} s (deps " + ("cached" if b.deps_cached else f"{b.deps_build_s:.1f} s")
+                + f", code {b.code_build_s:.1f} s, push {b.push_s:.1f} s)")
             print(f"{b.name:12} {b.full_ref:40} {b.unpacked_bytes / 1e6:6.0f} MB unpacked, "
                   f"{b.size_bytes / 1e6:6.0f} MB gzip  {how}  {b.archive}")
     _log(f"images build took {time.monotonic() - started:.1f} s")
