@@ -73,6 +73,8 @@ DELIVERY_SLACK_S = 5.0
 """Extra seconds the batch deadline allows beyond the sender's own bound."""
 ERROR_RETRY_S = 5.0
 """Seconds before re-evaluating after an API error (or the interval, if shorter)."""
+HISTORY_RETRY_S = 30.0
+"""Seconds between attempts to read a policy's spend-anomaly history back from Prometheus after a failure."""
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -98,7 +100,10 @@ class BudgetRuntime:
     history_source: PrometheusHistory | None = None
     """Where the history is read back from at a policy's first evaluation (None: memory only)."""
     history_read: dict[str, HistoryRead] = field(default_factory=dict)
-    """Policy uid -> how reading its history back went (retried every evaluation until ``ok``)."""
+    """Policy uid -> how reading its history back went (retried until ``ok``, at most every
+    :data:`HISTORY_RETRY_S`)."""
+    history_retry_at: dict[str, float] = field(default_factory=dict)
+    """Policy uid -> ``time.monotonic()`` before which a failed read is not tried again."""
     gauges: BurnGauges | None = None
     """The burn-rate gauges every evaluation exports (what ``history_source`` reads back)."""
 
@@ -150,13 +155,17 @@ def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str
     cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
     history = runtime.burn_history.setdefault(uid, {})
     read = runtime.history_read.get(uid)
-    if runtime.history_source is not None and (read is None or not read.ok):
+    if (runtime.history_source is not None and (read is None or not read.ok)
+            and time.monotonic() >= runtime.history_retry_at.get(uid, 0.0)):
         interval_s = float((policy.get("spec") or {}).get("evaluationIntervalSeconds") or 60)
         try:
             loaded = runtime.history_source.read(namespace, name, now, cfg, interval_s)
         except HistoryUnavailable as exc:
             read = HistoryRead(False, f"{exc}; no spend anomaly is decided until the history is read (retried "
-                                      f"every evaluation)")
+                                      f"every {HISTORY_RETRY_S:g} s)")
+            # A hanging Prometheus costs one query timeout per retry, never one per evaluation: budget
+            # enforcement does not wait on it.
+            runtime.history_retry_at[uid] = time.monotonic() + HISTORY_RETRY_S
             logger.warning("Reading the spend-anomaly history failed, holding anomaly decisions: error=%s", exc)
         else:
             history = runtime.burn_history[uid] = merge_history(loaded, history)
@@ -327,6 +336,7 @@ async def run_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: st
             if ev is None:
                 runtime.burn_history.pop(uid, None)
                 runtime.history_read.pop(uid, None)
+                runtime.history_retry_at.pop(uid, None)
                 return
             if ev.sends:
                 _launch(runtime, uid, ev, deps.clock, logger)
