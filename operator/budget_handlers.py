@@ -65,6 +65,7 @@ from modalscale.operator.budget_plan import (
     observed_namespaces,
     plan_policy,
 )
+from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.settings import Settings
 
 DELIVERY_RETRY = RetryPolicy(max_retries=5, base_delay_s=1.0, max_delay_s=15.0, timeout_s=10.0, max_total_s=45.0)
@@ -128,13 +129,13 @@ class Evaluation:
         return min(float(self.interval_s), max(1.0, self.next_due_s))
 
 
-def evaluate_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str,
+def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: str,
                     attempts: Sequence[Attempt], logger: Log,
                     in_flight: frozenset[OutboxKey] = frozenset()) -> Evaluation | None:
     """One evaluation: read, plan, annotate, write status, post Events, resolve receivers (blocking I/O).
 
     Args:
-        deps: ``memo.deps`` (``modalscale.operator.handlers.Deps``: writer, prices, clock, metrics).
+        deps: The operator's :class:`~modalscale.operator.deps.Deps` (writer, prices, clock, metrics).
         attempts: Finished delivery rounds to record in the outbox.
         in_flight: Outbox entries being sent now.
     Returns:
@@ -313,7 +314,7 @@ async def _sleep(stopped: Any, wake: asyncio.Event, seconds: float) -> None:
     wake.clear()
 
 
-async def run_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: str, uid: str, stopped: Any,
+async def run_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: str, uid: str, stopped: Any,
                      logger: Log) -> None:
     """The per-policy loop until the daemon is stopped or the policy is gone."""
     wake = runtime.waker(uid)
@@ -347,7 +348,7 @@ async def run_policy(deps: Any, runtime: BudgetRuntime, namespace: str, name: st
             runtime.gauges.forget(namespace, name)
 
 
-def lift_caps(deps: Any, runtime: BudgetRuntime, policy: dict[str, Any], logger: Log) -> int:
+def lift_caps(deps: Deps, runtime: BudgetRuntime, policy: dict[str, Any], logger: Log) -> int:
     """Remove this policy's cap annotation from every InferenceService that carries it; returns how many."""
     isvcs = runtime.observer.list_isvcs(observed_namespaces(policy))
     lifted = 0
@@ -363,19 +364,17 @@ def lift_caps(deps: Any, runtime: BudgetRuntime, policy: dict[str, Any], logger:
 def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
     """Register the BudgetPolicy handlers on ``registry``.
 
-    Needs ``memo.deps`` (``modalscale.operator.handlers.Deps``) for the writer, catalog, clock and metrics.
+    Needs ``memo.deps`` (:class:`modalscale.operator.deps.Deps`) for the writer, catalog, clock and metrics.
     """
 
     @kopf.on.startup(registry=registry)
     def budget_startup(memo: kopf.Memo, **_: Any) -> None:
-        # httpx logs every request URL at INFO; webhook URLs carry tokens and must never reach a log (C11).
-        for noisy in ("httpx", "httpcore"):
-            logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger(noisy).level))
         if memo.get("budget") is None:
-            url = memo.deps.settings.prometheus_url
-            memo.budget = BudgetRuntime(BudgetObserver(memo.deps.observer.custom.api_client),
+            deps = deps_of(memo)
+            url = deps.settings.prometheus_url
+            memo.budget = BudgetRuntime(BudgetObserver(deps.observer.custom.api_client),
                                         history_source=PrometheusHistory(url) if url else None,
-                                        gauges=BurnGauges(memo.deps.metrics.registry))
+                                        gauges=BurnGauges(deps.metrics.registry))
 
     @kopf.on.cleanup(registry=registry)
     async def budget_cleanup(memo: kopf.Memo, logger: Log, **_: Any) -> None:
@@ -395,7 +394,7 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
                  cancellation_timeout=10.0)
     async def budget_daemon(name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                             logger: Log, **_: Any) -> None:
-        await run_policy(memo.deps, memo.budget, namespace, name, uid, stopped, logger)
+        await run_policy(deps_of(memo), memo.budget, namespace, name, uid, stopped, logger)
 
     @kopf.on.event(GROUP, VERSION, BUDGET_PLURAL, registry=registry)
     async def budget_spec_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -410,7 +409,7 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
     def budget_deleted(body: kopf.Body, memo: kopf.Memo, logger: Log, **_: Any) -> None:
         policy = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "BudgetPolicy", "metadata": dict(body["metadata"]),
                   "spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}
-        lifted = lift_caps(memo.deps, memo.budget, policy, logger)
+        lifted = lift_caps(deps_of(memo), memo.budget, policy, logger)
         if lifted:
             logger.info("Lifted budget caps of the deleted BudgetPolicy: services=%d", lifted)
 

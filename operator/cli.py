@@ -22,6 +22,19 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+QUIET_LOGGERS = ("httpx", "httpcore")
+"""Loggers held at WARNING or above: httpx logs every request URL at INFO, and chat webhook URLs carry tokens that
+must never reach a log (STYLE C11)."""
+
+
+def configure_logging(level: int | str) -> None:
+    """The operator process's logging: ``level`` for everything, :data:`QUIET_LOGGERS` at WARNING or above."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    floor = max(logging.WARNING, logging.getLogger().getEffectiveLevel())
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(floor)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env(os.environ)
@@ -32,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         settings = Settings(**{**settings.__dict__, "namespaces": tuple(args.namespace)})
     if args.standalone:
         settings = Settings(**{**settings.__dict__, "standalone": True})
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(settings.log_level)
 
     import kopf
     from prometheus_client import start_http_server
