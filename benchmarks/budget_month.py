@@ -2,17 +2,21 @@
 
 Three InferenceServices follow a synthetic diurnal replica trajectory (an autoscaler decides every 15 s, so
 replicas change between budget evaluations). Budgets are in Europe/Berlin (March 2026: 31 days minus the DST
-hour). Every evaluation goes through the real pure API: ``ledger.advance`` -> ``plan_budget``; the status (ledger
-+ alert state) is round-tripped through JSON every evaluation, as after an operator restart.
+hour). Every evaluation is the operator's own: ``modalscale.costmodel.evaluation.evaluate_budget`` (per-pod
+ledger -> ``plan_budget`` -> rates in force), the function ``operator/budget_plan.plan_policy`` calls; the status
+(ledger + alert state) is round-tripped through JSON every evaluation, as after an operator restart.
 
-Each step ``t`` (every 15 s): the autoscaler sets replicas within the budget caps in force; on an evaluation
-(every 60 s) the budget observes the replicas running at ``t``, plans, and its caps apply at once (no apply
-latency here: the integration test ``tests/integration/operator/test_budget.py`` measures that on a real control
-plane). Ground truth is replica-seconds x price at 15 s resolution.
+Each step ``t`` (every 15 s): the autoscaler sets replicas within the budget caps in force, as pods: a new pod
+starts at ``t``; a pod scaled away stops at ``t`` and stays listed, terminating (its ``deletionTimestamp``), for
+``TERMINATING_S``. On an evaluation (every 60 s) the budget observes the pods listed at ``t`` (each with its own
+start and, when terminating, stop), plans, and its caps apply at once (no apply latency here: the integration
+test ``tests/integration/operator/test_budget.py`` measures that on a real control plane). Ground truth is
+replica-seconds x price at 15 s resolution.
 
-Each policy runs twice, side by side: ``before`` is the operator before 2026-11-30 (a threshold acted on at
-the first evaluation after the ledger passed it; the interval after an action charged at the rate observed just
-before it) and ``after`` is the current one (enforcement starts when spend + burn rate x 60 s would pass the
+Each policy runs twice, side by side: ``before`` is the operator before 2026-11-30, kept here as a frozen
+baseline (:func:`legacy_evaluation`: replica counts sampled at each evaluation and held for the interval, a
+threshold acted on at the first evaluation after the ledger passed it, the interval after an action charged at
+the rate observed just before it) and ``after`` is the current one, what ships (enforcement starts when spend + burn rate x 60 s would pass the
 threshold, ``AheadOfCrossingByOneEvaluation``; the interval after a new cap is charged at the capped rate):
 
 * ``hard cap``: Monthly, 50 % Alert, 80 % CapReplicas 2, 100 % ScaleToZero (the headline: enforcement at 100 %);
@@ -39,7 +43,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -53,10 +57,10 @@ from modalscale.costmodel.budget import (
     ThresholdAction,
     parse_budget_spec,
     plan_budget,
-    rates_after_enforcement,
 )
 from modalscale.costmodel.catalog import ReplicaResources, default_catalog
-from modalscale.costmodel.ledger import Ledger, advance, format_time, with_rates_in_force
+from modalscale.costmodel.evaluation import BudgetEvaluation, evaluate_budget
+from modalscale.costmodel.ledger import Ledger, PodRun, advance, format_time
 from modalscale.costmodel.periods import period_bounds
 
 TZ = "Europe/Berlin"
@@ -65,6 +69,7 @@ EVAL_S = 60           # budget evaluation interval (spec.evaluationIntervalSecon
 SEED = 20260301
 MONTH = period_bounds("Monthly", TZ, datetime(2026, 3, 15, tzinfo=timezone.utc))
 ENFORCING = (ThresholdAction.CAP_REPLICAS, ThresholdAction.SCALE_DOWN, ThresholdAction.SCALE_TO_ZERO)
+TERMINATING_S = 30    # a pod scaled away stays listed, terminating, this long (Kubernetes' default grace period)
 
 
 @dataclass(frozen=True)
@@ -116,11 +121,57 @@ class Period:
     alerted: dict[int, int] = field(default_factory=dict)  # threshold percent -> ThresholdCrossed alerts
 
 
+class Pods:
+    """The pods of one service: each starts when the autoscaler adds it and stops when it is scaled away."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.made = name, 0
+        self.running: list[PodRun] = []
+        self.terminating: list[PodRun] = []
+
+    def scale(self, replicas: int, t: datetime) -> None:
+        """Start or stop pods at ``t`` (newest stop first); terminating pods leave after ``TERMINATING_S``."""
+        while len(self.running) < replicas:
+            self.made += 1
+            self.running.append(PodRun(f"{self.name}-{self.made}", t))
+        while len(self.running) > replicas:
+            self.terminating.append(replace(self.running.pop(), stop=t))
+        self.terminating = [p for p in self.terminating
+                            if p.stop is not None and (t - p.stop).total_seconds() < TERMINATING_S]
+
+    def listed(self) -> tuple[PodRun, ...]:
+        return (*self.running, *self.terminating)
+
+
+def legacy_evaluation(spec: Any, ledger: Ledger, services: list[ServiceState], before: AlertState,
+                      t: datetime) -> BudgetEvaluation:
+    """The operator before 2026-11-30 (frozen baseline, not what ships): replica counts sampled at the evaluation
+    and held for the interval, reactive thresholds (``horizon_s=0``), no rates in force after an action."""
+    result = advance(ledger, [replace(s, pods=None).observation() for s in services], t, spec.period, spec.time_zone)
+    plan = plan_budget(spec, result, services, before, t, policy=PolicyRef("ml", "budget"), horizon_s=0)
+    return BudgetEvaluation(result, plan, result.ledger)
+
+
+def evaluate(spec: Any, status: dict[str, Any], services: list[ServiceState], t: datetime, *, old: bool
+             ) -> tuple[BudgetEvaluation, dict[str, Any]]:
+    """One evaluation from the status as stored (JSON), and the status to store.
+
+    ``old=False``: the product's :func:`~modalscale.costmodel.evaluation.evaluate_budget`; ``old=True``:
+    :func:`legacy_evaluation`.
+    """
+    ledger = Ledger.from_status(status.get("ledger"), status.get("periodStart"))
+    before = AlertState.from_status(status)
+    ev = (legacy_evaluation(spec, ledger, services, before, t) if old
+          else evaluate_budget(spec, ledger, services, before, t, policy=PolicyRef("ml", "budget")))
+    return ev, json.loads(json.dumps({**ev.plan.status_fields(), "ledger": ev.ledger.to_status(),
+                                      "periodStart": format_time(ev.ledger.period_start)
+                                      if ev.ledger.period_start else None}))
+
+
 def simulate(spec_dict: dict[str, Any], *, enforce: bool = True, old: bool = False) -> dict[str, Any]:
     """One month. ``enforce=False``: plans are computed but not applied (the ungoverned baseline).
 
-    ``old=True``: the operator before 2026-11-30: reactive rule (``horizon_s=0``) and the interval after an
-    action charged at the rate observed before it. Else the planner's defaults and ``rates_after_enforcement``.
+    ``old=True``: the operator before 2026-11-30 (:func:`legacy_evaluation`); else the product's evaluation.
     """
     cat = default_catalog()
     prices = {s.name: cat.price_replica(s.resources, "OnDemand") for s in SERVICES}
@@ -133,12 +184,19 @@ def simulate(spec_dict: dict[str, Any], *, enforce: bool = True, old: bool = Fal
         periods.append(Period(p_start, min(p_end, end)))
         t = p_end
     rng = random.Random(SEED)
-    ledger, alert_status = Ledger(), {}
+    status: dict[str, Any] = {}
     caps: dict[str, int] = {}
-    replicas = {s.name: 1 for s in SERVICES}
+    pods = {s.name: Pods(s.name) for s in SERVICES}
     truth = Decimal(0)
     truth_at: list[tuple[datetime, Decimal, Decimal]] = []  # (t, month truth spend before t, rate in [t, t+STEP))
     eval_wall_s, evals, pi = 0.0, 0, 0
+    seen: set[str] = set()  # pods listed running at the previous evaluation
+    stops = {"seen": 0, "unseen": 0}  # of those gone since: stop listed (terminating) / gone unlisted
+
+    def observed() -> list[ServiceState]:
+        return [ServiceState("ml", s.name, len(pods[s.name].running), s.max_replicas, prices[s.name], s.priority,
+                             pods=pods[s.name].listed()) for s in SERVICES]
+
     t = start
     while t < end:
         if t >= periods[pi].end:
@@ -147,48 +205,42 @@ def simulate(spec_dict: dict[str, Any], *, enforce: bool = True, old: bool = Fal
             periods[pi].truth_start = truth
         # the autoscaler moves replicas every STEP_S, within the budget caps in force
         for s in SERVICES:
-            replicas[s.name] = min(desired(s, t, rng), caps.get(s.name, s.max_replicas))
+            pods[s.name].scale(min(desired(s, t, rng), caps.get(s.name, s.max_replicas)), t)
         if (t - start).total_seconds() % EVAL_S == 0:
-            observations = [ServiceState("ml", s.name, replicas[s.name], s.max_replicas, prices[s.name], s.priority)
-                            for s in SERVICES]
+            listed = {p.name: p for s in SERVICES for p in pods[s.name].listed()}
+            for name in seen - {n for n, p in listed.items() if p.stop is None}:
+                stops["seen" if name in listed else "unseen"] += 1
+            seen = {n for n, p in listed.items() if p.stop is None}
             tick = time.perf_counter()
-            # reload from status each time: JSON, as an operator restart would read it
-            status = json.loads(json.dumps({"ledger": ledger.to_status(), "periodStart":
-                                            format_time(ledger.period_start) if ledger.period_start else None}))
-            result = advance(Ledger.from_status(status["ledger"], status["periodStart"]),
-                             [o.observation() for o in observations], t, spec.period, spec.time_zone)
-            before = AlertState.from_status(alert_status)
-            plan = plan_budget(spec, result, observations, before, t, policy=PolicyRef("ml", "budget"),
-                               horizon_s=0 if old else None)
-            ledger = result.ledger
-            if enforce and not old:
-                ledger = with_rates_in_force(ledger, rates_after_enforcement(observations, plan, before))
+            ev, status = evaluate(spec, status, observed(), t, old=old)
             eval_wall_s += time.perf_counter() - tick
             evals += 1
-            if result.closed_period is not None:
-                periods[pi - 1].ledger = result.closed_period.spent_usd
-            alert_status = json.loads(json.dumps(plan.status_fields()))
+            plan = ev.plan
+            if ev.advance.closed_period is not None:
+                periods[pi - 1].ledger = ev.advance.closed_period.spent_usd
             for a in plan.alerts:
                 if a.kind is AlertKind.THRESHOLD_CROSSED:
                     for pct in a.thresholds_percent:
                         periods[pi].alerted[pct] = periods[pi].alerted.get(pct, 0) + 1
             for action in plan.actions:
-                periods[pi].planned.setdefault(action.action, (t, result.spent_usd, action.ahead))
+                periods[pi].planned.setdefault(action.action, (t, ev.advance.spent_usd, action.ahead))
             if enforce:
                 caps = {n: m for (_, n), m in plan.effective_max_replicas().items()}
                 for s in SERVICES:  # applied at once
-                    replicas[s.name] = min(replicas[s.name], caps.get(s.name, s.max_replicas))
-        rate = sum(Decimal(replicas[s.name]) * prices[s.name] for s in SERVICES)
+                    pods[s.name].scale(min(len(pods[s.name].running), caps.get(s.name, s.max_replicas)), t)
+        rate = sum(Decimal(len(pods[s.name].running)) * prices[s.name] for s in SERVICES)
         truth_at.append((t, truth, rate))
         truth += rate * STEP_S / 3600
         t += timedelta(seconds=STEP_S)
     periods[pi].truth = truth - periods[pi].truth_start
     # final evaluation at month end closes the last period
-    final = advance(ledger, [ServiceState("ml", s.name, replicas[s.name], s.max_replicas, prices[s.name]).observation()
-                             for s in SERVICES], end, spec.period, spec.time_zone)
-    periods[-1].ledger = final.closed_period.spent_usd if final.closed_period else final.spent_usd
+    for s in SERVICES:
+        pods[s.name].scale(len(pods[s.name].running), end)
+    final, _ = evaluate(spec, status, observed(), end, old=old)
+    periods[-1].ledger = (final.advance.closed_period.spent_usd if final.advance.closed_period
+                          else final.advance.spent_usd)
     return {"spec": spec, "periods": periods, "truth_at": truth_at, "prices": prices, "evals": evals,
-            "eval_us": 1e6 * eval_wall_s / max(evals, 1)}
+            "eval_us": 1e6 * eval_wall_s / max(evals, 1), "stops": stops}
 
 
 H100_X8 = ReplicaResources.from_quantities("64", "512Gi", 8, "nvidia-h100-80gb")
@@ -209,17 +261,13 @@ def constant_rate_overspend(*, old: bool) -> list[Decimal]:
         limit = (Decimal(100) + per_eval * k / PHASES).quantize(Decimal("0.01"))
         spec = parse_budget_spec({"period": "Daily", "limit": {"amount": str(limit)}, "evaluationIntervalSeconds": EVAL_S,
                                   "thresholds": [{"percent": 100, "actions": ["Alert", "ScaleToZero"]}]})
-        ledger, alert_status, t, replicas = Ledger(), {}, start, 1
-        while replicas:
-            svc = [ServiceState("ml", "big", replicas, 1, price)]
-            result = advance(ledger, [s.observation() for s in svc], t, spec.period, spec.time_zone)
-            before = AlertState.from_status(alert_status)
-            plan = plan_budget(spec, result, svc, before, t, horizon_s=0 if old else None)
-            ledger = result.ledger if old else with_rates_in_force(result.ledger, rates_after_enforcement(svc, plan, before))
-            alert_status = json.loads(json.dumps(plan.status_fields()))
-            if plan.effective_max_replicas():
-                replicas = 0  # applied at once
+        status: dict[str, Any] = {}
+        t, pod = start, PodRun("big-1", start)
+        while True:
+            ev, status = evaluate(spec, status, [ServiceState("ml", "big", 1, 1, price, pods=(pod,))], t, old=old)
+            if ev.plan.effective_max_replicas():  # applied at once: the pod stops now
                 out.append((price * Decimal((t - start).total_seconds()) / 3600 - limit) / limit * 100)
+                break
             t += timedelta(seconds=EVAL_S)
     return out
 
@@ -298,7 +346,9 @@ def fmt_ratio(new: float, old: float) -> str:
 
 def main() -> int:
     wall = time.perf_counter()
-    ungoverned = simulate(policy("Monthly", Decimal(1), HARD_CAP), enforce=False)
+    ungoverned = simulate({"period": "Monthly", "timeZone": TZ, "limit": {"amount": "1"},
+                           "thresholds": [{"percent": 100, "actions": ["Alert"]}], "evaluationIntervalSeconds": EVAL_S},
+                          enforce=False)
     month_truth = ungoverned["periods"][0].truth
     limit = (month_truth * Decimal("0.75")).quantize(Decimal("1"))  # the month would overspend by a third
     day_limit = (month_truth * Decimal("0.75") / len(month_days())).quantize(Decimal("1"))
@@ -358,6 +408,10 @@ def main() -> int:
     print(f"  ungoverned {ledger_error_percent(ungoverned):+.4f} %; " + "; ".join(
         f"{k} {ledger_error_percent(old):+.4f} % / {ledger_error_percent(new):+.4f} %" for k, (old, new) in runs.items())
         + "  (before / after)")
+    st = ungoverned["stops"]
+    print(f"Pods stopped between evaluations (ungoverned run): {st['seen']} still listed, terminating, at the next "
+          f"evaluation (charged to their own stop); {st['unseen']} gone by then (listed {TERMINATING_S} s after the "
+          f"stop), charged to that evaluation (the per-pod ledger's upper bound, what ships)")
     print("Alerts per threshold and period: " + "; ".join(
         f"{k} {alerts_once(old)} / {alerts_once(new)}" for k, (old, new) in runs.items()))
     print()
@@ -386,14 +440,16 @@ def main() -> int:
         crossed = f"{len(timed)} days crossed, delay {span('delay_s', timed)}" if timed else "none crossed"
         print(f"daily hard cap, {name}: {len(rows)} days enforced; ledger - truth at the action "
               f"{span('lag_usd', rows, 'USD', '+.3f')}; {crossed}")
-    print("The planner acts on the ledger, which holds each 60 s sample's rate while replicas change every 15 s: "
-          "its error against the 15 s truth is a random walk (sd 0.02 USD per evaluation here), not a lag. A "
-          "ledger ahead of the truth acts before the true crossing (the day never crosses); one behind acts "
-          "after it, by that error over the burn rate (minutes, when capped services burn ~5-10 USD/h). So the "
-          "crossed days are the ones whose ledger ran behind, and their delays are biased late.")
+    print("before: the planner acts on the ledger, which held each 60 s sample's rate while replicas change every "
+          "15 s: its error against the 15 s truth is a random walk (sd 0.02 USD per evaluation here), not a lag; "
+          "a ledger ahead of the truth acts before the true crossing (the day never crosses), one behind acts "
+          "after it. after: the per-pod ledger charges each pod from its start, and to its stop when a listing "
+          "shows it terminating; a pod gone by the next evaluation is charged up to that evaluation (an upper "
+          "bound), so with scale-downs every few minutes the ledger runs ahead of the truth and enforcement "
+          "comes early (see 'Pods stopped between evaluations').")
     print()
     evals = [r["eval_us"] for pair in runs.values() for r in pair]
-    print(f"Mean evaluation (advance + plan + 2 status JSON round trips): {statistics.mean(evals):.0f} us "
+    print(f"Mean evaluation (status from JSON + evaluation + status to JSON): {statistics.mean(evals):.0f} us "
           f"(ungoverned run {ungoverned['eval_us']:.0f} us); total wall {wall:.1f} s")
     return 0
 
