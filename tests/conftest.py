@@ -41,6 +41,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalCluster"
 
 
 @pytest.fixture(scope="session")
+def real_node_cluster(cluster: "LocalCluster") -> "LocalCluster":  # noqa: F821
+    """The session cluster, which must have its real node: a failure in CI (which has one), else a skip (another
+    cluster on this machine owns its one real node, or ``MODALSCALE_REAL_NODE=0``)."""
+    if not cluster.has_real_node:
+        reason = cluster.real_node_status()["reason"]
+        if os.environ.get("CI"):
+            pytest.fail(f"the session cluster has no real node in CI: {reason}")
+        pytest.skip(f"the session cluster has no real node: {reason}")
+    return cluster
+
+
+@pytest.fixture(scope="session")
 def api(cluster: "LocalCluster"):  # noqa: F821
     """A ``kubernetes.client.ApiClient`` bound to the session cluster."""
     client = cluster.api_client()

@@ -710,12 +710,12 @@ def test_crd_chart_upgrade_applies_crd_changes_and_uninstall_keeps_them(helm: li
 
 # ---------------------------------------------------------------------------------------------- the operator in a pod
 @pytest.fixture(scope="module")
-def operator_image(cluster: Any) -> Any:
+def operator_image(real_node_cluster: Any) -> Any:
     """The operator image built from Dockerfile.operator (cached by its inputs) and imported into the session
     cluster's real node under the chart's default name."""
     from modalscale.devenv.images import build_images, import_into_cluster
 
-    assert cluster.has_real_node, f"the session cluster has no real node: {cluster.real_node_status()}"
+    cluster = real_node_cluster
     image = build_images(["operator"], log=lambda m: print(m, flush=True))[0]
     print(f"operator image {image.full_ref}: {'cached' if image.cached else f'built in {image.build_s:.1f} s'}, "
           f"{image.size_bytes / 1e6:.0f} MB of layers (gzip)")

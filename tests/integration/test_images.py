@@ -9,7 +9,6 @@ Build times (cold on a fresh cache, warm on the second call) and sizes are print
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -282,7 +281,8 @@ def test_cpu_runtime_image_serves_an_image_and_text_request_read_only_as_uid_100
 
 # ---------------------------------------------------------------------------------------------- on the real node
 def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_3_1_loses_no_request(
-        cluster: Any, api: Any, crds_installed: list[str], built: dict[str, BuiltImage], tmp_path: Path) -> None:
+        real_node_cluster: Any, api: Any, crds_installed: list[str], built: dict[str, BuiltImage],
+        tmp_path: Path) -> None:
     """crds/examples/inferenceservice-real-node.yaml reconciled by a real operator: its pods run the CPU runtime
     image on the real node (500m CPU limit each), become Ready on /v2/models/<name>/ready, and answer a real
     image + text request through the ClusterIP Service (kube-proxy). Then, under a steady stream of requests (a
@@ -299,11 +299,7 @@ def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_
     from modalscale.runtime.client import MultimodalClient
     from modalscale.runtime.workload import photo_at, photo_bytes
 
-    if not cluster.has_real_node:  # as tests/integration/test_real_node.py: a failure in CI, else a skip
-        reason = cluster.real_node_status()["reason"]
-        if os.environ.get("CI"):
-            pytest.fail(f"the session cluster has no real node in CI: {reason}")
-        pytest.skip(f"the session cluster has no real node: {reason}")
+    cluster = real_node_cluster
     seconds = import_into_cluster(built["runtime-cpu"], cluster.workdir, log=lambda m: print(m, flush=True))
     print(f"runtime image imported into the real node's containerd in {seconds:.1f} s")
     core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)

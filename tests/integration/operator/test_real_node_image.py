@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-import pytest
 
 from modalscale.devenv.realnode import real_node_placement
 
@@ -16,12 +14,7 @@ IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull")
 
 
 def test_missing_runtime_image_on_the_real_node_is_the_ready_false_reason(
-        api: Any, operator: Any, namespace: str, cluster: Any) -> None:
-    if not cluster.has_real_node:
-        reason = cluster.real_node_status()["reason"]
-        if os.environ.get("CI"):
-            pytest.fail(f"the session cluster has no real node in CI: {reason}")
-        pytest.skip(f"the session cluster has no real node: {reason}")
+        api: Any, operator: Any, namespace: str, real_node_cluster: Any) -> None:
     body = make_isvc("noimage", runtime={"image": "modalscale/not-imported", "version": "0"},
                      placement=real_node_placement())
     body["spec"]["resources"] = {"cpu": "500m", "memory": "256Mi"}
