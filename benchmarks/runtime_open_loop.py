@@ -208,6 +208,12 @@ def main() -> int:
         return out
 
     slo = slo_ms(points("naive"), naive_rps)
+    if slo != slo:  # NaN: naive shed requests or failed at 70 % of its capacity
+        r70 = results[("naive", 0.7)]
+        print(f"\nno SLO: naive did not sustain 70 % of its capacity ({0.7 * naive_rps:.1f} req/s offered, "
+              f"{r70['achieved']:.1f} achieved, {r70['shed']} shed, {r70['errors']} errors), so the headline is "
+              f"undefined; on a machine shared with other jobs try --capacity-basis wall")
+        return 0
     base = headline_rps(points("naive"), slo)
     print(f"\nSLO = naive's overall p99 at 70 % of its capacity ({0.7 * naive_rps:.1f} req/s): {slo:.0f} ms")
     for name in names:
