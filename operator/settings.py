@@ -8,6 +8,16 @@ from dataclasses import dataclass, field, fields
 from modalscale.costmodel.anomaly import AnomalyConfig
 
 
+SETTINGS_ENV = frozenset({
+    "MODALSCALE_NAMESPACES", "MODALSCALE_RESYNC_INTERVAL_SECONDS", "MODALSCALE_CONFLICT_HOLD_SECONDS",
+    "MODALSCALE_METRICS_PORT", "MODALSCALE_HEALTH_PORT", "MODALSCALE_PEERING_NAME",
+    "MODALSCALE_STANDALONE", "MODALSCALE_PROMETHEUS_URL", "MODALSCALE_LOG_LEVEL",
+    "MODALSCALE_CACHE_DIR", "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
+    "MODALSCALE_OPENCOST_REFRESH_SECONDS", "MODALSCALE_SPEND_ANOMALY",
+})
+"""Every environment variable :meth:`Settings.from_env` reads (any other ``MODALSCALE_*`` name is an error)."""
+
+
 class ConfigError(ValueError):
     """One or more ``MODALSCALE_*`` variables are invalid; the message lists each with the fix."""
 
@@ -53,13 +63,7 @@ class Settings:
             ConfigError: Listing every invalid variable, what it got, and what it takes.
         """
         errors: list[str] = []
-        known = {
-            "MODALSCALE_NAMESPACES", "MODALSCALE_RESYNC_INTERVAL_SECONDS", "MODALSCALE_CONFLICT_HOLD_SECONDS",
-            "MODALSCALE_METRICS_PORT", "MODALSCALE_HEALTH_PORT", "MODALSCALE_PEERING_NAME",
-            "MODALSCALE_STANDALONE", "MODALSCALE_PROMETHEUS_URL", "MODALSCALE_LOG_LEVEL",
-            "MODALSCALE_CACHE_DIR", "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
-            "MODALSCALE_OPENCOST_REFRESH_SECONDS", "MODALSCALE_SPEND_ANOMALY",
-        }
+        known = SETTINGS_ENV
         for name in environ:
             if name.startswith("MODALSCALE_") and name not in known:
                 errors.append(f"{name}: unknown setting; known ones are {', '.join(sorted(known))}")

@@ -115,6 +115,21 @@ def test_each_config_key_is_a_setting_the_operator_reads() -> None:
     assert "name: MODALSCALE_PRICING_CATALOG\n" in template
 
 
+# Settings the chart sets another way, or that make no sense in a pod.
+_NOT_CHART_VALUES = {
+    "MODALSCALE_PRICING_CATALOG": "set by the chart to its pricing ConfigMap's mount (pricing.* values)",
+    "MODALSCALE_CACHE_DIR": "the local developer cache (Go-built binaries, images); unused by the operator pod",
+}
+
+
+def test_every_operator_setting_is_a_chart_value_or_set_by_the_chart() -> None:
+    from modalscale.operator.settings import SETTINGS_ENV
+
+    from_values = {_env_name(k) for k in VALUES["config"]}
+    assert sorted(SETTINGS_ENV - from_values - set(_NOT_CHART_VALUES)) == []
+    assert set(_NOT_CHART_VALUES) <= SETTINGS_ENV
+
+
 def test_config_defaults_equal_the_operator_defaults() -> None:
     defaults = Settings()
     cfg = VALUES["config"]
