@@ -56,10 +56,7 @@ MAX_POINTS = 10_000
 """Most points asked of Prometheus per series and query (its limit is 11,000)."""
 QUERY_TIMEOUT_S = 10.0
 
-SPEND_ANOMALY_HISTORY = "SpendAnomalyHistory"
-"""Condition type: True once the spend-anomaly history was read from Prometheus after start."""
-HISTORY_READ = "HistoryRead"
-HISTORY_UNAVAILABLE = "HistoryUnavailable"
+# The condition type (SpendAnomalyHistory) and its reasons live with the others in modalscale.api.conditions.
 
 SpendKey = tuple[str, str]
 
@@ -270,7 +267,7 @@ def anomaly_state_to_status(state: AnomalyState) -> list[dict[str, str]]:
     return out
 
 
-__all__ = ["BURN_METRIC", "BurnGauges", "HISTORY_READ", "HISTORY_UNAVAILABLE", "HistoryRead", "HistoryUnavailable",
-           "PRICE_METRIC", "PrometheusHistory", "REPLICAS_METRIC", "SPEND_ANOMALY_HISTORY",
+__all__ = ["BURN_METRIC", "BurnGauges", "HistoryRead", "HistoryUnavailable",
+           "PRICE_METRIC", "PrometheusHistory", "REPLICAS_METRIC",
            "anomaly_state_from_status", "anomaly_state_to_status", "history_queries", "merge_history",
            "parse_history"]

@@ -88,8 +88,8 @@ from modalscale.costmodel.budget import (
 )
 from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
 from modalscale.costmodel.evaluation import evaluate_budget
-from modalscale.operator.budget_history import (HISTORY_READ, HISTORY_UNAVAILABLE, SPEND_ANOMALY_HISTORY,
-                                                 HistoryRead, anomaly_state_from_status, anomaly_state_to_status)
+from modalscale.api.conditions import HISTORY_READ, HISTORY_UNAVAILABLE, SPEND_ANOMALY_HISTORY
+from modalscale.operator.budget_history import HistoryRead, anomaly_state_from_status, anomaly_state_to_status
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, PodRun, parse_time
 from modalscale.costmodel.outbox import (

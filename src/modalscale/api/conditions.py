@@ -84,7 +84,9 @@ BUDGET_EXCEEDED = "BudgetExceeded"
 ALERT_DELIVERED = "AlertDelivered"
 SPOT_FALLBACK = "SpotFallback"
 """True while a service switched to Spot by this policy fell back to on-demand."""
-BUDGET_CONDITION_TYPES = (READY, BUDGET_EXCEEDED, ALERT_DELIVERED, SPOT_FALLBACK)
+SPEND_ANOMALY_HISTORY = "SpendAnomalyHistory"
+"""True once the spend-anomaly history was read back from Prometheus after the operator started."""
+BUDGET_CONDITION_TYPES = (READY, BUDGET_EXCEEDED, ALERT_DELIVERED, SPOT_FALLBACK, SPEND_ANOMALY_HISTORY)
 
 # Reasons written by the operator; the budget planner's own reasons (WithinBudget, ThresholdCrossed,
 # ForecastOverLimit, BudgetExceeded, GovernanceBlind, ...) pass through unchanged (modalscale.costmodel.budget.Reason).
@@ -105,5 +107,7 @@ SPOT_AVAILABLE = "SpotAvailable"
 NO_SPOT_SWITCH = "NoSpotSwitch"
 SWITCHED_TO_SPOT = "SwitchedToSpot"
 SPOT_LIFTED = "SpotLifted"
+HISTORY_READ = "HistoryRead"
+HISTORY_UNAVAILABLE = "HistoryUnavailable"
 
 __all__ = sorted(name for name in dir() if name.isupper())

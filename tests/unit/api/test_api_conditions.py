@@ -23,7 +23,8 @@ def test_every_type_and_reason_is_camel_case_and_named_once() -> None:
 def test_each_kind_lists_its_condition_types() -> None:
     assert C.ISVC_CONDITION_TYPES == ("Ready", "Progressing", "Degraded", "ScalingConflict", "BudgetLimited", "Priced")
     assert C.AUTOSCALER_CONDITION_TYPES == ("MetricsAvailable", "CostModelLoaded")
-    assert C.BUDGET_CONDITION_TYPES == ("Ready", "BudgetExceeded", "AlertDelivered", "SpotFallback")
+    assert C.BUDGET_CONDITION_TYPES == ("Ready", "BudgetExceeded", "AlertDelivered", "SpotFallback",
+                                         "SpendAnomalyHistory")
 
 
 def test_no_operator_module_defines_a_condition_type_or_reason_itself() -> None:
