@@ -327,19 +327,15 @@ PRELOAD = {"image": ("image",), "text": ("text",), "image_text": ("image", "text
 """Encoders each per-modality model loads at start-up."""
 
 
-def render_router_pbtxt(cfg: RuntimeConfig) -> str:
-    """Render the router's ``config.pbtxt``: the client-facing model when ``cfg.uses_router``.
-
-    It has the same request interface as the unbatched model (leading ``1`` declared, ``max_batch_size: 0``),
-    ``cfg.router_instances`` CPU instances, the response cache if enabled, and parameters naming the
-    per-modality models it forwards to.
-    """
-    lead = [1]
+def _client_model_head(cfg: RuntimeConfig) -> list[str]:
+    """The first lines of a client-facing Python model's ``config.pbtxt`` (the router, the GPU orchestrator): the
+    unbatched request interface (leading ``1`` declared, ``max_batch_size: 0``), ``cfg.router_instances`` CPU
+    instances, and the response cache if enabled."""
     lines = [
         f"name: {_quote(cfg.model_name)}",
         'backend: "python"',
         "max_batch_size: 0",
-        *_interface_blocks(lead, ragged_images=False),
+        *_interface_blocks([1], ragged_images=False),
         "instance_group [",
         "  {",
         f"    count: {cfg.router_instances}",
@@ -349,6 +345,17 @@ def render_router_pbtxt(cfg: RuntimeConfig) -> str:
     ]
     if cfg.response_cache:
         lines += ["response_cache {", "  enable: true", "}"]
+    return lines
+
+
+def render_router_pbtxt(cfg: RuntimeConfig) -> str:
+    """Render the router's ``config.pbtxt``: the client-facing model when ``cfg.uses_router``.
+
+    It has the same request interface as the unbatched model (leading ``1`` declared, ``max_batch_size: 0``),
+    ``cfg.router_instances`` CPU instances, the response cache if enabled, and parameters naming the
+    per-modality models it forwards to.
+    """
+    lines = _client_model_head(cfg)
     for modality in MODALITIES:
         lines += ["parameters {", f"  key: {_quote('route_' + modality)}",
                   f"  value: {{ string_value: {_quote(cfg.modality_model_name(modality))} }}", "}"]
@@ -469,20 +476,7 @@ def render_gpu_orchestrator_pbtxt(cfg: RuntimeConfig) -> str:
     """``config.pbtxt`` of the GPU layout's client-facing model: CPU instances (sized like the router's) that
     decode and tokenize each request, send its images and text to the encoder models (BLS), fuse and answer. Same
     request interface as every other layout (``max_batch_size 0``, leading ``1`` declared)."""
-    lines = [
-        f"name: {_quote(cfg.model_name)}",
-        'backend: "python"',
-        "max_batch_size: 0",
-        *_interface_blocks([1], ragged_images=False),
-        "instance_group [",
-        "  {",
-        f"    count: {cfg.router_instances}",
-        "    kind: KIND_CPU",
-        "  }",
-        "]",
-    ]
-    if cfg.response_cache:
-        lines += ["response_cache {", "  enable: true", "}"]
+    lines = _client_model_head(cfg)
     params = model_parameters(cfg.replace(precision=Precision.FP32), preload=())
     params["image_bucket_sides"] = ",".join(str(s) for s in gpu_image_sides(cfg))
     for encoder in GPU_ENCODERS:
