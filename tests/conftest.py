@@ -19,11 +19,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+NO_TEST_NEEDS_REAL_NODE = "no collected test needs the real node"
+
+
+def session_needs_real_node(items: list[pytest.Item]) -> bool:
+    """Whether any collected test uses the ``real_node_cluster`` fixture (directly or through another fixture)."""
+    return any("real_node_cluster" in getattr(item, "fixturenames", ()) for item in items)
+
+
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalCluster"]:  # noqa: F821
+def cluster(tmp_path_factory: pytest.TempPathFactory,
+            request: pytest.FixtureRequest) -> Iterator["LocalCluster"]:  # noqa: F821
     """A real etcd + kube-apiserver + controller-manager + scheduler + KWOK with 2 fake GPU nodes (8 GPUs each),
-    and the real kubelet node ``real-node-0`` where the machine supports it (``cluster.has_real_node``; pods
-    opt in with ``modalscale.devenv.realnode.real_node_placement()``; tests/integration/test_real_node.py).
+    and the real kubelet node ``real-node-0`` where the machine supports it and a collected test asks for it
+    through ``real_node_cluster`` (``cluster.has_real_node``; pods opt in with
+    ``modalscale.devenv.realnode.real_node_placement()``; tests/integration/test_real_node.py).
 
     Binaries come from the cache (built once from the Go module proxy when missing). Set
     ``MODALSCALE_TEST_KEEP_CLUSTER=1`` to leave it running after the session for debugging.
@@ -32,8 +42,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalCluster"
 
     workdir = tmp_path_factory.mktemp("cluster")
     c = LocalCluster(workdir, log=lambda m: print(m, flush=True))
+    # The machine has one real node: take it only when a collected test needs it (another cluster, e.g. the
+    # demo or a benchmark, may want it meanwhile); where one does, the default applies (the node where the
+    # machine supports it; ``real_node_cluster`` fails in CI when it did not start).
+    wanted = None if session_needs_real_node(request.session.items) else False
     try:
-        c.up(nodes=2, gpus_per_node=8, gpu_type="nvidia-l4")
+        c.up(nodes=2, gpus_per_node=8, gpu_type="nvidia-l4", real_node=wanted,
+             real_node_off_reason=None if wanted is None else NO_TEST_NEEDS_REAL_NODE)
         yield c
     finally:
         if not os.environ.get("MODALSCALE_TEST_KEEP_CLUSTER"):

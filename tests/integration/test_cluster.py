@@ -121,6 +121,21 @@ def test_real_node_off_is_recorded_and_a_second_cluster_never_takes_the_machines
     assert cluster.has_real_node == (cluster.real_node_status()["enabled"])
 
 
+def test_the_session_cluster_takes_the_real_node_only_when_a_collected_test_needs_it(
+        cluster: LocalCluster, request: pytest.FixtureRequest) -> None:
+    """The machine has one real node: a session whose collected tests never ask for ``real_node_cluster`` leaves it
+    free (run alone, this test is such a session); one that does asks for it as ``cluster up`` does by default."""
+    needs = any("real_node_cluster" in item.fixturenames for item in request.session.items)
+    st = cluster.real_node_status()
+    if needs:
+        assert st["reason"] != "off (no collected test needs the real node)", st
+    else:
+        assert st["enabled"] is False and st["reason"] == "off (no collected test needs the real node)", st
+        assert not any(st["processes"].values()), st
+        names = [n.metadata.name for n in client.CoreV1Api(cluster.api_client()).list_node().items]
+        assert "real-node-0" not in names
+
+
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
 def test_status_reports_each_component_running(cluster: LocalCluster, component: str) -> None:
     st = cluster.status()

@@ -237,7 +237,7 @@ class LocalCluster:
     # ------------------------------------------------------------------ up
     def up(self, nodes: int = 2, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
            binaries: Binaries | None = None, timeout_s: float = 120.0, real_node: bool | None = None,
-           spot_nodes: int = 0) -> None:
+           spot_nodes: int = 0, real_node_off_reason: str | None = None) -> None:
         """Start the control plane (idempotent: running components are left alone) and create fake GPU nodes.
 
         Args:
@@ -252,6 +252,8 @@ class LocalCluster:
                 ``MODALSCALE_REAL_NODE=0``; otherwise a message names the missing piece and the cluster runs
                 KWOK-only. True: a machine that cannot run it is an error. False: KWOK-only. Either way, when
                 another cluster already runs this machine's real node, this one runs KWOK-only and says so.
+            real_node_off_reason: With ``real_node=False``, why it is off, recorded as ``off (<reason>)`` in
+                :meth:`real_node_status` (default ``--no-real-node``).
         Raises:
             ClusterError: A component exited, the apiserver was not ready in time, or ``real_node=True`` on a
                 machine without what the node needs (the message names the missing pieces).
@@ -342,9 +344,9 @@ class LocalCluster:
         if spot_nodes:
             self.ensure_gpu_nodes(spot_nodes, gpus_per_node, gpu_type, prefix=SPOT_NODE_PREFIX, spot=True)
         self._wait(lambda: self._default_service_account_ready(), "namespace default", 60)
-        self._up_real_node(real_node)
+        self._up_real_node(real_node, real_node_off_reason)
 
-    def _up_real_node(self, wanted: bool | None) -> None:
+    def _up_real_node(self, wanted: bool | None, off_reason: str | None = None) -> None:
         from modalscale.devenv.realnode import RealNode, RealNodeError, machine_support, real_node_plan
 
         try:
@@ -352,6 +354,8 @@ class LocalCluster:
                                            [] if wanted is False else machine_support())
         except RealNodeError as exc:
             raise ClusterError(str(exc)) from exc
+        if wanted is False and off_reason:
+            reason = f"off ({off_reason})"
         if start:
             try:
                 reason = RealNode(self.workdir, log=self.log).start(
