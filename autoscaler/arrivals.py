@@ -1,7 +1,7 @@
 """Arrival variability and short-term demand from per-bin request counts (what Prometheus can give).
 
 Input everywhere: ``counts``, the requests that arrived in consecutive bins of ``bin_s`` seconds, oldest first,
-shape ``(k,)``. The operator reads them with one subquery (see ``autoscale_observe.build_queries``)::
+shape ``(k,)``. The operator reads them with one subquery (see ``autoscale.observe.build_queries``)::
 
     sum(increase(modalscale_requests_total{<service>}[15s]))[600s:15s]
 

@@ -375,7 +375,7 @@ class Observation:
 @dataclass(frozen=True, slots=True)
 class ScalerState:
     """What the policy remembers between decisions (immutable; stored in ``status.autoscaler.state`` by
-    ``modalscale.operator.autoscale_plan.state_to_status``/``state_from_status``, its one codec).
+    ``modalscale.operator.autoscale.plan.state_to_status``/``state_from_status``, its one codec).
 
     Attributes:
         recommendations: ``(time, replicas)`` of recent post-tolerance recommendations, oldest first.

@@ -89,7 +89,9 @@ if sys.argv[1] == "with-torch":
 import kopf
 import modalscale.cli
 modalscale.cli.build_parser(["operator"])
-from modalscale.operator import autoscale_handlers, budget_handlers, handlers
+from modalscale.operator import handlers
+from modalscale.operator.autoscale import handlers as autoscale_handlers
+from modalscale.operator.budget import handlers as budget_handlers
 from modalscale.operator.settings import Settings
 handlers.register(kopf.OperatorRegistry(), Settings())
 print(time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "torch" in sys.modules)

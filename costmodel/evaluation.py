@@ -1,6 +1,6 @@
 """One budget evaluation as the operator runs it, in one place: ledger, planner, rates in force.
 
-Why a module: the BudgetPolicy planner (``modalscale.operator.budget_plan.plan_policy``) and the month benchmark
+Why a module: the BudgetPolicy planner (``modalscale.operator.budget.plan.plan_policy``) and the month benchmark
 (``benchmarks/budget_month.py``) ran the same three steps each in their own copy; a change to one (the per-pod
 ledger, the rates charged after a new cap) went unmeasured by the other. Both now call :func:`evaluate_budget`.
 

@@ -9,7 +9,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from modalscale import GROUP, VERSION
-from modalscale.operator.isvc_plan import Write
+from modalscale.operator.isvc.plan import Write
 from modalscale.operator.metrics import OperatorMetrics
 
 SMP = "application/strategic-merge-patch+json"

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from modalscale.operator.apply import Writer
-from modalscale.operator.autoscale_metrics import AutoscalerMetrics
-from modalscale.operator.autoscale_model import CostModelCache
-from modalscale.operator.autoscale_observe import PrometheusReader
-from modalscale.operator.isvc_observe import Observer
+from modalscale.operator.autoscale.metrics import AutoscalerMetrics
+from modalscale.operator.autoscale.model import CostModelCache
+from modalscale.operator.autoscale.observe import PrometheusReader
+from modalscale.operator.isvc.observe import Observer
 from modalscale.operator.metrics import OperatorMetrics
 from modalscale.operator.opencost_source import PriceBook
 from modalscale.operator.settings import Settings

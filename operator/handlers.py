@@ -1,7 +1,7 @@
 """kopf registration only: which handler runs on which event, with what settings.
 
-The work lives elsewhere: the InferenceService reconcile in ``isvc_reconcile``, the autoscaler daemon in
-``autoscale_handlers``, the BudgetPolicy daemon in ``budget_handlers``, peering in ``peering``; everything they
+The work lives elsewhere: the InferenceService reconcile in ``isvc.reconcile``, the autoscaler daemon in
+``autoscale.handlers``, the BudgetPolicy daemon in ``budget.handlers``, peering in ``peering``; everything they
 share is the one ``Deps`` the entry point builds (``deps.build_deps``) and hands to kopf as ``memo.deps``.
 """
 
@@ -14,13 +14,13 @@ from typing import Any
 import kopf
 
 from modalscale import GROUP, VERSION
-from modalscale.operator.autoscale_handlers import register_autoscaler
-from modalscale.operator.budget_handlers import register_budget
+from modalscale.operator.autoscale.handlers import register_autoscaler
+from modalscale.operator.budget.handlers import register_budget
 from modalscale.operator.deps import deps_of
 from modalscale.operator.incluster import login_in_pod
-from modalscale.operator.isvc_plan import ModelReferenceError
-from modalscale.operator.isvc_reconcile import ISVC_PLURAL, reconcile_isvc
-from modalscale.operator.isvc_spec import InvalidSpec
+from modalscale.operator.isvc.plan import ModelReferenceError
+from modalscale.operator.isvc.reconcile import ISVC_PLURAL, reconcile_isvc
+from modalscale.operator.isvc.spec import InvalidSpec
 from modalscale.operator.peering import ensure_peering, peering_priority
 from modalscale.operator.settings import Settings
 

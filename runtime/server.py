@@ -359,7 +359,7 @@ class TritonProcess:
     def command(self, dist: TritonDistribution, backend_directory: Path) -> list[str]:
         """The full ``tritonserver`` command line.
 
-        Like the operator's pods (``operator/isvc_objects.py``), every local server exports Triton's latency
+        Like the operator's pods (``operator/isvc/objects.py``), every local server exports Triton's latency
         quantiles (``nv_inference_request_summary_us{quantile=...}``, ``--metrics-config=summary_latencies=true``),
         which the autoscaler reads as the observed p95, whatever the model repository.
         """

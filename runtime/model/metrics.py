@@ -2,7 +2,7 @@
 
 Triton's Python backend (2.51) supports counters, gauges and histograms through ``pb_utils.MetricFamily``;
 they appear on Triton's ``/metrics`` endpoint next to the standard ``nv_inference_*`` series. Every feature
-histogram carries the request's ``modality``, so the operator's autoscaler (``autoscale_observe``) reads each
+histogram carries the request's ``modality``, so the operator's autoscaler (``autoscale.observe``) reads each
 class's mean features instead of means pooled over the classes.
 """
 

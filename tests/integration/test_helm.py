@@ -216,7 +216,7 @@ def test_default_rbac_is_exactly_what_the_operator_uses_with_no_wildcards(helm: 
     assert grants(rule_list) == NAMESPACED_GRANTS | peering_grants("clusterkopfpeerings", "ms-modalscale") | {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list", ""),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch", ""),
-        ("", "nodes", "get", "")}  # budget_observe: a pod's node's capacity-type label prices it (SwitchToSpot)
+        ("", "nodes", "get", "")}  # budget.observe: a pod's node's capacity-type label prices it (SwitchToSpot)
     verbs = {v for _, _, v, _ in grants(rule_list)}
     assert not verbs & {"delete", "deletecollection", "escalate", "bind", "impersonate"}
     assert {r for _, r, v, _ in grants(rule_list) if v == "update"} == {"inferenceservices/finalizers"}
@@ -289,8 +289,8 @@ def test_nondefault_render_is_namespace_scoped_with_servicemonitor_catalog_and_s
 
     # The PodMonitor selects the Triton pods the operator creates and labels their series the way the autoscaler
     # queries them ({namespace, inferenceservice}).
-    from modalscale.operator.isvc_objects import SELECTOR_LABEL, owned_labels
-    from modalscale.operator.isvc_spec import parse_isvc
+    from modalscale.operator.isvc.objects import SELECTOR_LABEL, owned_labels
+    from modalscale.operator.isvc.spec import parse_isvc
 
     pm = one(docs, "PodMonitor")
     assert pm["apiVersion"] == "monitoring.coreos.com/v1"

@@ -175,8 +175,8 @@ def runtime_container(built: dict[str, BuiltImage], tmp_path_factory: pytest.Tem
     """tritonserver from the CPU runtime image under runc, with the arguments, env, uid and read-only root the
     operator's Deployment gives it (ports moved to free loopback ports), serving the BuiltIn model repository of
     crds/examples/inferenceservice-real-node.yaml."""
-    from modalscale.operator.isvc_objects import build_deployment
-    from modalscale.operator.isvc_spec import parse_isvc
+    from modalscale.operator.isvc.objects import build_deployment
+    from modalscale.operator.isvc.spec import parse_isvc
     from modalscale.runtime.repo_config import RuntimeConfig, build_repository
     from modalscale.runtime.server import write_repository
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from modalscale.operator.autoscale_metrics import AutoscalerMetrics
+from modalscale.operator.autoscale.metrics import AutoscalerMetrics
 from modalscale.operator.metrics import OperatorMetrics
 from modalscale.runtime.model import metrics as runtime_metrics
 

@@ -89,7 +89,7 @@ def test_runtime_image_is_triton_py3_non_root_matching_the_triton_pods() -> None
     assert final_stage("Dockerfile.runtime")[0] == ("FROM", "nvcr.io/nvidia/tritonserver:${TRITON_TAG}")
     user = last(ins, "USER")
     assert user == "1000:1000"
-    objects = (REPO / "operator" / "isvc_objects.py").read_text()
+    objects = (REPO / "operator" / "isvc" / "objects.py").read_text()
     assert '"runAsUser": 1000' in objects  # the operator runs Triton pods as this uid
     ports = set(map(int, last(ins, "EXPOSE").split()))
     assert ports == {8000, 8001, 8002}
@@ -121,7 +121,7 @@ def test_cpu_runtime_image_is_debian_python_with_pytriton_non_root_matching_the_
     # Triton's default backend directory.
     assert "/usr/local/bin/tritonserver" in runs and "python_backend_stubs/3.11/triton_python_backend_stub" in runs
     assert "/opt/tritonserver/backends/python" in runs
-    objects = (REPO / "operator" / "isvc_objects.py").read_text()
+    objects = (REPO / "operator" / "isvc" / "objects.py").read_text()
     assert '"command": ["tritonserver"]' in objects and '"python3", "-m", "modalscale.runtime.drain"' in objects
     env = " ".join(a for w, a in ins if w == "ENV")
     assert "PATH=/opt/modalscale/venv/bin:" in env and "HOME=/tmp" in env  # python3 of the preStop hook

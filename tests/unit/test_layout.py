@@ -84,3 +84,45 @@ def test_pure_packages_never_import_the_operator(folder: str) -> None:
 def test_every_test_folder_is_a_package_so_test_module_names_never_collide() -> None:
     folders = {p.parent for p in (REPO / "tests").rglob("test_*.py")}
     assert sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").exists()) == []
+
+
+# The operator's pure planners (decide pure, act thin): they return a plan and a reason from observed state and
+# never reach Kubernetes, kopf or HTTP themselves. import-linter cannot see the namespace portion
+# `modalscale.operator`, so this is an AST scan of every import statement, function-local ones included.
+PLANNERS = ("operator/isvc/plan.py", "operator/isvc/spec.py", "operator/budget/plan.py", "operator/autoscale/plan.py",
+            "operator/conditions.py", "operator/reasons.py")
+FORBIDDEN_IN_PLANNERS = ("kopf", "kubernetes", "httpx", "httpcore", "aiohttp", "requests")
+
+
+def _imported_roots(path: Path) -> set[str]:
+    import ast
+
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("planner", PLANNERS)
+def test_operator_planners_import_no_kopf_kubernetes_or_http(planner: str) -> None:
+    assert (REPO / planner).is_file(), f"{planner} moved: update PLANNERS"
+    assert _imported_roots(REPO / planner) & set(FORBIDDEN_IN_PLANNERS) == set()
+
+
+def test_the_planner_guard_sees_a_forbidden_import(tmp_path: Path) -> None:
+    bad = tmp_path / "plan.py"
+    bad.write_text("def f():\n    from kubernetes.client import CoreV1Api\n    import httpx\n")
+    assert _imported_roots(bad) & set(FORBIDDEN_IN_PLANNERS) == {"kubernetes", "httpx"}
+
+
+def test_operator_subpackages_show_the_architecture() -> None:
+    # isvc/, budget/, autoscale/ each hold their spec/observe/plan/handlers; no flat `isvc_*.py` module comes back.
+    for sub in ("isvc", "budget", "autoscale"):
+        assert (REPO / "operator" / sub / "__init__.py").is_file()
+        assert (REPO / "operator" / sub / "plan.py").is_file()
+    flat = sorted(p.name for p in (REPO / "operator").glob("*.py")
+                  if p.name.startswith(("isvc_", "budget_", "autoscale_")))
+    assert flat == []

@@ -32,9 +32,11 @@ import numpy as np
 import modalscale.cli
 parser = modalscale.cli.build_parser(["operator"])           # what `modalscale operator` imports before it runs
 import kopf
-from modalscale.operator import autoscale_handlers, budget_handlers, handlers
+from modalscale.operator import handlers
+from modalscale.operator.autoscale import handlers as autoscale_handlers
+from modalscale.operator.budget import handlers as budget_handlers
 from modalscale.autoscaler.features import FEATURES
-from modalscale.operator.autoscale_model import decode_cost_model
+from modalscale.operator.autoscale.model import decode_cost_model
 from modalscale.operator.settings import Settings
 
 handlers.register(kopf.OperatorRegistry(), Settings())       # every handler module, as at start-up

@@ -44,7 +44,7 @@ POD_MONITOR_RELABELINGS = (
 """(source label, target label) of the chart's PodMonitor relabelings, in its order."""
 POD_MONITOR_MATCH_LABELS = {"app.kubernetes.io/managed-by": "modalscale-operator",
                             "app.kubernetes.io/part-of": "modalscale"}
-"""The PodMonitor's ``selector.matchLabels`` (operator/isvc_objects.py owned_labels)."""
+"""The PodMonitor's ``selector.matchLabels`` (operator/isvc/objects.py owned_labels)."""
 POD_MONITOR_REQUIRED_LABEL = "modalscale.io/inferenceservice"
 """The PodMonitor's ``matchExpressions``: this label must exist."""
 POD_MONITOR_PORT = "metrics"

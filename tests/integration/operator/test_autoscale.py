@@ -187,7 +187,7 @@ def _run_load(triton: TritonProcess, api: Any, op: OperatorProcess, prometheus: 
     the decision behind it) and the peak offered load with the per-request service time of the class at that
     moment, both from the operator's metrics (exported every decision; status.autoscaler is rewritten only when
     the outcome changes), and what the operator's Prometheus reader sees once the load is over (``reading``)."""
-    from modalscale.operator.autoscale_observe import PrometheusReader
+    from modalscale.operator.autoscale.observe import PrometheusReader
     from modalscale.runtime.loadgen import replay
 
     peak: dict[str, Any] = {"desired": 0, "autoscaler": {}, "load_erlangs": 0.0, "service_ms": 0.0, "timeline": []}

@@ -32,7 +32,7 @@ from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.kube import wait_for
 from modalscale.devenv.receivers import ChatReceiver, Reply
-from modalscale.operator.budget_plan import cap_annotation_key
+from modalscale.operator.budget.plan import cap_annotation_key
 
 GROUP, VERSION = "modalscale.io", "v1alpha1"
 REPO = Path(__file__).resolve().parents[3]
@@ -385,7 +385,7 @@ def test_the_status_schema_accepts_a_spend_anomaly_in_the_outbox(api: Any, opera
     """The planner's SpendAnomaly outbox entry, written as the operator writes status, passes the CRD schema."""
     from modalscale.costmodel.anomaly import BurnSample
     from modalscale.costmodel.catalog import load_catalog as catalog
-    from modalscale.operator.budget_plan import BudgetObserved, plan_policy
+    from modalscale.operator.budget.plan import BudgetObserved, plan_policy
 
     ns = namespace
     body = make_policy("budget", "1000", [{"percent": 100, "actions": ["Alert"]}],

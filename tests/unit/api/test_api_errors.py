@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def _isvc(spec: dict[str, Any]) -> None:
-    from modalscale.operator.isvc_spec import parse_isvc
+    from modalscale.operator.isvc.spec import parse_isvc
 
     parse_isvc({"metadata": {"name": "a", "namespace": "ns"}, "spec": spec})
 
@@ -45,8 +45,8 @@ def _quantity(spec: dict[str, Any]) -> None:
 
 
 def _repository(spec: dict[str, Any]) -> None:
-    from modalscale.operator.isvc_reconcile import repository_files
-    from modalscale.operator.isvc_spec import parse_isvc
+    from modalscale.operator.isvc.reconcile import repository_files
+    from modalscale.operator.isvc.spec import parse_isvc
 
     repository_files(parse_isvc({"metadata": {"name": "a", "namespace": "ns"}, "spec": spec}))
 
@@ -76,7 +76,7 @@ def test_every_spec_reader_raises_the_one_invalid_spec_naming_field_and_reason(r
 
 
 def test_an_unpriced_gpu_is_an_invalid_spec_with_its_own_reason() -> None:
-    from modalscale.operator.isvc_reconcile import UnpricedGPU
+    from modalscale.operator.isvc.reconcile import UnpricedGPU
 
     err = UnpricedGPU("spec.resources.gpu.type", "no price for nvidia-b200 at OnDemand")
     assert isinstance(err, InvalidSpec) and err.reason == "UnknownGPUPrice"

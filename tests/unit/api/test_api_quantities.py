@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from modalscale.api.quantities import InvalidQuantity, parse_cpu_cores, parse_memory_bytes, parse_quantity
-from modalscale.operator.isvc_plan import is_derivative
+from modalscale.operator.isvc.plan import is_derivative
 
 REPO = Path(__file__).resolve().parents[3]
 CODE = [REPO / d for d in ("operator", "autoscaler", "costmodel", "runtime")] + [REPO / "src" / "modalscale"]

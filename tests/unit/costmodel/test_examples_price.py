@@ -11,7 +11,7 @@ import yaml
 from modalscale.costmodel.budget import parse_budget_spec
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.operator.cost_diff import price_side, read_manifests
-from modalscale.operator.isvc_spec import parse_isvc
+from modalscale.operator.isvc.spec import parse_isvc
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "crds" / "examples"
 FILES = sorted(EXAMPLES.glob("*.yaml"))

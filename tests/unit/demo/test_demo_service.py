@@ -9,8 +9,8 @@ import pytest
 
 from modalscale.demo.run import MAX_REAL_REPLICAS, REPLICA_CPU, Demo, DemoConfig, _replica_price, kwok_banner
 from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL
-from modalscale.operator.isvc_objects import build_deployment
-from modalscale.operator.isvc_spec import parse_isvc
+from modalscale.operator.isvc.objects import build_deployment
+from modalscale.operator.isvc.spec import parse_isvc
 
 
 def _body(real: bool) -> dict[str, Any]:

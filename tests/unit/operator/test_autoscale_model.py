@@ -13,7 +13,7 @@ from kubernetes.client.rest import ApiException
 from modalscale.autoscaler.features import features_from_columns
 from modalscale.autoscaler.profile_data import generate_profile
 from modalscale.autoscaler.regressor import ServiceTimeRegressor, dumps_model
-from modalscale.operator.autoscale_model import (
+from modalscale.operator.autoscale.model import (
     ARTIFACT_LOADED,
     COST_MODEL_NOT_FOUND,
     INVALID_COST_MODEL,
@@ -78,7 +78,7 @@ def test_cache_loads_again_only_when_the_resource_version_changes(artifact: Any,
     _, raw = artifact
     core = RecordingCore(configmap({"model.skops": raw}, version="7"))
     cache = CostModelCache(core)
-    import modalscale.operator.autoscale_model as module
+    import modalscale.operator.autoscale.model as module
 
     loads = []
     real = module.decode_cost_model

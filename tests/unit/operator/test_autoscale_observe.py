@@ -14,7 +14,7 @@ from modalscale.autoscaler.features import Modality
 from modalscale.autoscaler.policy import Reason, ScalingMode, ScalingPolicy, ScalerState, recommend
 from modalscale.autoscaler.profile_data import generate_profile
 from modalscale.autoscaler.regressor import ServiceTimeRegressor
-from modalscale.operator.autoscale_observe import (
+from modalscale.operator.autoscale.observe import (
     INCOMPLETE_FEATURES,
     NO_REQUEST_METRICS,
     NO_SCRAPE_TARGETS,

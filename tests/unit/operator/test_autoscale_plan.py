@@ -18,14 +18,14 @@ from modalscale.autoscaler.policy import (
     ScalingPolicy,
     finalize_recommendation,
 )
-from modalscale.operator.autoscale_observe import (
+from modalscale.operator.autoscale.observe import (
     NON_FINITE_METRICS,
     PARTIAL_TARGETS,
     PROMETHEUS_UNREACHABLE,
     MetricsReading,
     unavailable,
 )
-from modalscale.operator.autoscale_plan import (
+from modalscale.operator.autoscale.plan import (
     COST_MODEL_LOADED,
     MAX_FEATURES,
     METRICS_AVAILABLE,

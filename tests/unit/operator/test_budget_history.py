@@ -13,7 +13,7 @@ import pytest
 
 from modalscale.costmodel.anomaly import AnomalyConfig, AnomalyState, BurnSample
 from modalscale.costmodel.ledger import LedgerFormatError
-from modalscale.operator.budget_history import (
+from modalscale.operator.budget.history import (
     BURN_METRIC,
     PRICE_METRIC,
     REPLICAS_METRIC,
@@ -26,7 +26,7 @@ from modalscale.operator.budget_history import (
     merge_history,
     parse_history,
 )
-from modalscale.operator.budget_plan import plan_policy
+from modalscale.operator.budget.plan import plan_policy
 from modalscale.operator.conditions import get
 from modalscale.operator.settings import ConfigError, Settings
 from tests.unit.operator.test_budget_plan import CATALOG, T0, make_isvc, make_pod, make_policy, observed, persisted
@@ -205,7 +205,7 @@ def test_settings_take_detector_fields_and_name_a_bad_one() -> None:
 def test_prometheus_that_does_not_answer_is_history_unavailable_naming_it() -> None:
     import socket
 
-    from modalscale.operator.budget_history import PrometheusHistory
+    from modalscale.operator.budget.history import PrometheusHistory
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

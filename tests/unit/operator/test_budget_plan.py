@@ -17,7 +17,7 @@ import pytest
 from modalscale.costmodel.budget import parse_budget_spec
 from modalscale.costmodel.catalog import load_catalog
 from modalscale.costmodel.outbox import Attempt
-from modalscale.operator.budget_plan import (
+from modalscale.operator.budget.plan import (
     BudgetObserved,
     cap_annotation_key,
     cap_annotation_value,
@@ -508,7 +508,7 @@ def test_after_an_enforced_scale_to_zero_an_evaluation_mid_scale_down_charges_no
 
 def test_pod_runs_take_each_pods_own_start_and_stop() -> None:
     from modalscale.costmodel.ledger import PodRun
-    from modalscale.operator.budget_plan import pod_runs
+    from modalscale.operator.budget.plan import pod_runs
 
     def at(text: str) -> dt.datetime:
         return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))

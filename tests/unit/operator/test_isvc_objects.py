@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from modalscale.operator.isvc_objects import (DRAIN_S, PRESTOP_DRAIN_S, PRESTOP_QUIET_S, TERMINATION_GRACE_S,
+from modalscale.operator.isvc.objects import (DRAIN_S, PRESTOP_DRAIN_S, PRESTOP_QUIET_S, TERMINATION_GRACE_S,
                                               build_deployment)
-from modalscale.operator.isvc_spec import parse_isvc
+from modalscale.operator.isvc.spec import parse_isvc
 
 
 def isvc(model: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from modalscale.operator.isvc_objects import build_deployment
-from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
+from modalscale.operator.isvc.objects import build_deployment
+from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
 
 REAL_NODE = {"nodeSelector": {"modalscale.io/node-type": "real"},
              "tolerations": [{"key": "modalscale.io/node-type", "operator": "Equal", "value": "real",

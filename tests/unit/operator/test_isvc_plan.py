@@ -11,15 +11,15 @@ import pytest
 from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
 from modalscale.operator import reasons as R
 from modalscale.operator.conditions import get
-from modalscale.operator.isvc_objects import REPLICAS_ANNOTATION
-from modalscale.operator.isvc_plan import (
+from modalscale.operator.isvc.objects import REPLICAS_ANNOTATION
+from modalscale.operator.isvc.plan import (
     IsvcObserved,
     ModelReferenceError,
     PlanConfig,
     is_derivative,
     plan_isvc,
 )
-from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
+from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n', "multimodal/1/model.py": "# model\n"}
@@ -250,7 +250,7 @@ def test_quantities_compare_by_value_in_drift_detection() -> None:
 
 
 def test_budget_cap_is_the_tightest_annotation_and_is_applied_last_even_in_fixed_mode() -> None:
-    from modalscale.operator.isvc_plan import budget_cap
+    from modalscale.operator.isvc.plan import budget_cap
 
     ann = {"budget.modalscale.io/cap-aaaaaaaaaa": '{"maxReplicas": 3, "policy": "a/p1", "action": "CapReplicas"}',
            "budget.modalscale.io/cap-bbbbbbbbbb": '{"maxReplicas": 1, "policy": "b/p2", "action": "ScaleDown"}',

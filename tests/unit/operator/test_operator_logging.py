@@ -37,7 +37,7 @@ def test_only_the_entry_point_changes_log_levels() -> None:
 
 
 def test_budget_functions_take_the_typed_deps() -> None:
-    from modalscale.operator import budget_handlers
+    from modalscale.operator.budget import handlers as budget_handlers
 
     for fn in (budget_handlers.evaluate_policy, budget_handlers.run_policy, budget_handlers.lift_caps):
         assert inspect.signature(fn).parameters["deps"].annotation == "Deps", fn.__name__

@@ -20,7 +20,7 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def test_only_the_entry_point_imports_the_registration_module() -> None:
-    # autoscale_handlers once imported reconcile_isvc back from handlers (a cycle hidden in a function).
+    # autoscale.handlers once imported reconcile_isvc back from handlers (a cycle hidden in a function).
     importers = sorted(p.name for p in OPERATOR.glob("*.py") if p.name not in ("handlers.py", "cli.py")
                        and "modalscale.operator.handlers" in _imported_modules(p))
     assert importers == []

@@ -1,7 +1,7 @@
 """Read-only observation for BudgetPolicies: the policy as stored, the InferenceServices and pods it may select,
 and the webhook Secrets of its notifications. Never writes.
 
-Why a module: the planner (``budget_plan``) is pure, so every read happens here, in one place that can be
+Why a module: the planner (``budget.plan``) is pure, so every read happens here, in one place that can be
 reviewed for what the operator needs RBAC for: ``get`` on budgetpolicies and secrets (in the policy's
 namespace), ``list`` on inferenceservices and pods (in the selected namespaces), ``get`` on the nodes those pods run on
 (their capacity-type label prices each pod at Spot or on-demand; optional).
@@ -25,14 +25,14 @@ from modalscale import GROUP, VERSION
 from modalscale.costmodel.budget import Notification, NotifierType
 from modalscale.notify.sender import DeliveryResult
 from modalscale.api.conditions import SECRET_KEY_MISSING, SECRET_NOT_FOUND, SECRET_UNREADABLE
-from modalscale.operator.budget_plan import (
+from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
     ISVC_PLURAL,
     BudgetObserved,
     receiver_problem,
 )
-from modalscale.operator.isvc_objects import SELECTOR_LABEL
-from modalscale.operator.isvc_observe import read_json
+from modalscale.operator.isvc.objects import SELECTOR_LABEL
+from modalscale.operator.isvc.observe import read_json
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from modalscale.api.quantities import same_quantity
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator import reasons as R
-from modalscale.operator.isvc_objects import (
+from modalscale.operator.isvc.objects import (
     REPLICAS_ANNOTATION,
     build_configmap,
     build_deployment,
@@ -35,7 +35,7 @@ from modalscale.operator.isvc_objects import (
     selector,
     service_url,
 )
-from modalscale.operator.isvc_spec import IsvcSpec, PlacementSpec
+from modalscale.operator.isvc.spec import IsvcSpec, PlacementSpec
 
 HISTORY_LIMIT = 20
 """Entries kept in ``status.scalingHistory``."""

@@ -2,8 +2,8 @@
 
 Shape (STYLE C2 with a daemon instead of change handlers, because the work is periodic, not change-driven):
 every ``spec.evaluationIntervalSeconds`` (re-read each time, 1..3600 s) the daemon reads the policy fresh,
-reads the InferenceServices and pods it selects (``budget_observe``), plans with
-``budget_plan.plan_policy`` (which calls ``costmodel.budget.plan_budget``), then applies in this order:
+reads the InferenceServices and pods it selects (``budget.observe``), plans with
+``budget.plan.plan_policy`` (which calls ``costmodel.budget.plan_budget``), then applies in this order:
 
 1. cap annotations on InferenceServices (``Writer.patch_annotations``; the InferenceService reconcile, woken by
    the annotation change, is the one writer of Deployment replicas);
@@ -15,7 +15,7 @@ Once the status is written, each priced service's burn-rate sample joins the pol
 (``BudgetRuntime.burn_history``, in memory and bounded; ``modalscale.costmodel.anomaly``), the input of the next
 evaluation's anomaly decision, and is exported as gauges for Prometheus. With ``MODALSCALE_PROMETHEUS_URL`` set,
 the first evaluation of a policy after start reads that history back from Prometheus
-(``modalscale.operator.budget_history``); until a read succeeds no anomaly is decided (retried every
+(``modalscale.operator.budget.history``); until a read succeeds no anomaly is decided (retried every
 evaluation). The services already alerted are ``status.spendAnomalies``, not memory.
 
 Delivery is at least once and never blocks evaluation or deletion: each batch of due entries runs as an
@@ -49,15 +49,15 @@ from modalscale import GROUP, VERSION
 from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, trim_history
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.sender import DeliveryResult, RetryPolicy, Sender
-from modalscale.operator.budget_history import (
+from modalscale.operator.budget.history import (
     BurnGauges,
     HistoryRead,
     HistoryUnavailable,
     PrometheusHistory,
     merge_history,
 )
-from modalscale.operator.budget_observe import BudgetObserver, Receiver
-from modalscale.operator.budget_plan import (
+from modalscale.operator.budget.observe import BudgetObserver, Receiver
+from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
     ENFORCEMENT_LIFTED,
     ISVC_PLURAL,

@@ -22,7 +22,7 @@ from typing import Any
 
 from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
 from modalscale.operator import conditions as cond
-from modalscale.operator.autoscale_observe import MetricsReading
+from modalscale.operator.autoscale.observe import MetricsReading
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
     COST_MODEL_LOADED,
     METRICS_AVAILABLE,

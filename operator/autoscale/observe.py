@@ -416,7 +416,7 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         current_replicas: The Deployment's ``spec.replicas`` (the /scale target).
         ready_replicas: Its ``status.readyReplicas``.
         slots_per_replica: ``spec.runtime.instanceCount``.
-        budget_max_replicas: The BudgetPolicy cap (``isvc_plan.budget_cap``), None = no cap.
+        budget_max_replicas: The BudgetPolicy cap (``isvc.plan.budget_cap``), None = no cap.
         now: Timezone-aware UTC; stands in for ``observed_at`` when no sample time is known (then the reading
             carries no data anyway).
     Returns:

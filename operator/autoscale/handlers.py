@@ -2,11 +2,11 @@
 
 Every ``spec.scaling.decisionIntervalSeconds`` the daemon: reads the object fresh, loads the cost model of
 ``spec.model.costModelRef`` (cached by the ConfigMap's resourceVersion), reads Prometheus (outside any lock), and
-then, under ``Deps.lock_for(uid)`` (so it never interleaves with ``isvc_reconcile.reconcile_isvc``): reads the
+then, under ``Deps.lock_for(uid)`` (so it never interleaves with ``isvc.reconcile.reconcile_isvc``): reads the
 object and its Deployment again, builds the ``Observation``, calls the pure ``recommend``, and writes what
 ``plan_autoscale`` decides: ``status.desiredReplicas`` (a valid decision only), ``status.autoscaler`` and the
 ``MetricsAvailable`` / ``CostModelLoaded`` conditions. When the desired replicas change, the ``Decision`` goes
-straight to ``isvc_reconcile.scale_isvc`` (``plan_isvc`` with the decision): one status patch holding both the
+straight to ``isvc.reconcile.scale_isvc`` (``plan_isvc`` with the decision): one status patch holding both the
 decision and the InferenceService's status, then the Deployment's replicas (``plan_isvc`` stays the single planner
 of Deployment replicas; ``status.desiredReplicas`` stays the record a restarted operator continues from).
 
@@ -30,13 +30,13 @@ import kopf
 
 from modalscale import GROUP, VERSION
 from modalscale.autoscaler.policy import ScalerState, ScalingMode, ScalingPolicy, recommend
-from modalscale.operator.autoscale_observe import build_observation
-from modalscale.operator.autoscale_plan import compress_recommendations, plan_autoscale, state_from_status
+from modalscale.operator.autoscale.observe import build_observation
+from modalscale.operator.autoscale.plan import compress_recommendations, plan_autoscale, state_from_status
 from modalscale.operator.deps import Deps, deps_of
-from modalscale.operator.isvc_observe import read_json
-from modalscale.operator.isvc_plan import ModelReferenceError, budget_cap
-from modalscale.operator.isvc_reconcile import ISVC_PLURAL, scale_isvc
-from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
+from modalscale.operator.isvc.observe import read_json
+from modalscale.operator.isvc.plan import ModelReferenceError, budget_cap
+from modalscale.operator.isvc.reconcile import ISVC_PLURAL, scale_isvc
+from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
 from modalscale.operator.settings import Settings
 
 RETRY_AFTER_ERROR_S = 5.0

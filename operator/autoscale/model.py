@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from modalscale.autoscaler.regressor import ArtifactError, ServiceTimeRegressor, loads_model
-from modalscale.operator.autoscale_plan import CostModelStatus
-from modalscale.operator.isvc_observe import read_json
+from modalscale.operator.autoscale.plan import CostModelStatus
+from modalscale.operator.isvc.observe import read_json
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
     ARTIFACT_LOADED,
     COST_MODEL_NOT_FOUND,

@@ -10,7 +10,7 @@ Rules decided here (the rest is ``plan_budget``'s):
 
 * **Running replicas** of a service are its pods (label ``modalscale.io/inferenceservice=<name>``) bound to a
   node, not terminating and not Succeeded/Failed: the same rule as the InferenceService's
-  ``status.costUSDPerHour`` (:func:`modalscale.operator.isvc_plan.running_replicas`), so both agree. Pods are
+  ``status.costUSDPerHour`` (:func:`modalscale.operator.isvc.plan.running_replicas`), so both agree. Pods are
   used rather than ``Deployment.status.replicas`` because a pending pod holds no GPU and a pod of an old
   ReplicaSet still does. Pods that could not be listed make the count unknown (governance blind).
 * **Ledger: pods cost from their own start to their own stop.** Each service's pods are passed to the ledger
@@ -42,7 +42,7 @@ Rules decided here (the rest is ``plan_budget``'s):
   error), never silent.
 * **Spend anomalies** (``modalscale.costmodel.anomaly``): every evaluation adds one burn-rate sample per priced
   service to a history the caller keeps (exported to Prometheus and read back after a restart:
-  ``modalscale.operator.budget_history``); a service whose burn rate leaves its own seasonal (or, at first,
+  ``modalscale.operator.budget.history``); a service whose burn rate leaves its own seasonal (or, at first,
   recent) baseline gets one ``SpendAnomaly`` alert, through the same outbox, naming the driver (replicas or
   price). Anomalies that start at the same evaluation share one message. The services in an anomaly now are
   ``status.spendAnomalies``, written in the same patch as the alert's outbox entry, so a restarted operator
@@ -89,7 +89,7 @@ from modalscale.costmodel.budget import (
 from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
 from modalscale.costmodel.evaluation import evaluate_budget
 from modalscale.api.conditions import HISTORY_READ, HISTORY_UNAVAILABLE, SPEND_ANOMALY_HISTORY
-from modalscale.operator.budget_history import HistoryRead, anomaly_state_from_status, anomaly_state_to_status
+from modalscale.operator.budget.history import HistoryRead, anomaly_state_from_status, anomaly_state_to_status
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, PodRun, parse_time
 from modalscale.costmodel.outbox import (
@@ -107,9 +107,9 @@ from modalscale.costmodel.outbox import (
 from modalscale.costmodel.quantities import InvalidQuantity
 from modalscale.notify.sender import DeliveryResult
 from modalscale.operator import conditions as cond
-from modalscale.operator.isvc_objects import SELECTOR_LABEL
-from modalscale.operator.isvc_plan import running_replicas
-from modalscale.operator.isvc_spec import InvalidSpec, parse_isvc
+from modalscale.operator.isvc.objects import SELECTOR_LABEL
+from modalscale.operator.isvc.plan import running_replicas
+from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
     ALERT_DELIVERED,
     BUDGET_ENFORCED,
