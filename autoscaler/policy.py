@@ -75,7 +75,6 @@ from modalscale.autoscaler.queueing import (
 )
 from modalscale.autoscaler.regressor import Calibrator
 
-
 _CALIBRATION_MAX_UTILIZATION = 0.95
 """Latency calibration is skipped above this predicted utilization of the ready slots (p95 is too sensitive there)."""
 _BURST_Z = 3.0

@@ -49,8 +49,9 @@ def ready_count(custom: client.CustomObjectsApi, ns: str) -> int:
 
 def quantile_from_histogram(op: OperatorProcess, q: float) -> float:
     """Upper bound of the histogram bucket that holds quantile ``q`` of reconcile durations, seconds."""
-    from prometheus_client.parser import text_string_to_metric_families
     import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=5) as r:
         text = r.read().decode()

@@ -64,8 +64,8 @@ import httpx
 import numpy as np
 
 from modalscale.runtime import proctree
-from modalscale.runtime.cores import available_cores
 from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, scrape_metrics
+from modalscale.runtime.cores import available_cores
 from modalscale.runtime.model.metrics import STAGES
 from modalscale.runtime.repo_config import PRESETS, Precision, RuntimeConfig, build_repository
 from modalscale.runtime.server import TritonProcess, free_port, write_repository

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from modalscale.runtime import proctree
 from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, scrape_metrics
-from modalscale.runtime.sweep import MIN_REQUESTS_FOR_P99, headline_rps, percentile_ci, poisson_arrivals_s, slo_ms
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
+from modalscale.runtime.sweep import MIN_REQUESTS_FOR_P99, headline_rps, percentile_ci, poisson_arrivals_s, slo_ms
 
 _spec = importlib.util.spec_from_file_location("runtime_capacity", Path(__file__).with_name("runtime_capacity.py"))
 assert _spec is not None and _spec.loader is not None

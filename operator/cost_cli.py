@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from decimal import Decimal, InvalidOperation
-from pathlib import Path
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from typing import IO, Any
 
 from modalscale.costmodel.catalog import PricingTier
@@ -165,7 +165,14 @@ def run_export(args: argparse.Namespace) -> int:
 def run_diff(args: argparse.Namespace) -> int:
     """Price both sides, print the diff; 0, 1 (``--fail-above`` exceeded) or 2 (bad input, named on stderr)."""
     from modalscale.costmodel.catalog import CatalogError, load_catalog
-    from modalscale.operator.cost_diff import CostDiffError, diff, price_side, read_manifests, render, simulator_expected
+    from modalscale.operator.cost_diff import (
+        CostDiffError,
+        diff,
+        price_side,
+        read_manifests,
+        render,
+        simulator_expected,
+    )
 
     try:
         limit = Decimal(args.fail_above) if args.fail_above is not None else None

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, fields
 
 from modalscale.costmodel.anomaly import AnomalyConfig
 
-
 SETTINGS_ENV = frozenset({
     "MODALSCALE_NAMESPACES", "MODALSCALE_RESYNC_INTERVAL_SECONDS", "MODALSCALE_CONFLICT_HOLD_SECONDS",
     "MODALSCALE_METRICS_PORT", "MODALSCALE_HEALTH_PORT", "MODALSCALE_PEERING_NAME",

@@ -19,9 +19,17 @@ from typing import Any
 
 import yaml
 
-from modalscale.runtime.repo_config import (PRESETS, InvalidRuntimeSpec, Precision, RuntimeConfig,
-                                            build_repository, config_summary, from_configmap_data, preset_flags,
-                                            server_arguments)
+from modalscale.runtime.repo_config import (
+    PRESETS,
+    InvalidRuntimeSpec,
+    Precision,
+    RuntimeConfig,
+    build_repository,
+    config_summary,
+    from_configmap_data,
+    preset_flags,
+    server_arguments,
+)
 
 #: CLI flag destination -> RuntimeConfig field, for flags that override the config.
 _OVERRIDES = {

@@ -16,8 +16,13 @@ from typing import Any, Literal
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from modalscale.runtime.repo_config import (INPUT_IMAGES, INPUT_TEXT, OUTPUT_EMBEDDING, OUTPUT_IMAGE_CLASSES,
-                                            OUTPUT_MODALITY)
+from modalscale.runtime.repo_config import (
+    INPUT_IMAGES,
+    INPUT_TEXT,
+    OUTPUT_EMBEDDING,
+    OUTPUT_IMAGE_CLASSES,
+    OUTPUT_MODALITY,
+)
 
 Protocol = Literal["http", "grpc"]
 

@@ -14,16 +14,15 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from modalscale.autoscaler.regressor import ArtifactError, ServiceTimeRegressor, loads_model
-from modalscale.operator.autoscale.plan import CostModelStatus
-from modalscale.operator.isvc.observe import read_json
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
     ARTIFACT_LOADED,
     COST_MODEL_NOT_FOUND,
     INVALID_COST_MODEL,
     NO_COST_MODEL_REF,
 )
-
+from modalscale.autoscaler.regressor import ArtifactError, ServiceTimeRegressor, loads_model
+from modalscale.operator.autoscale.plan import CostModelStatus
+from modalscale.operator.isvc.observe import read_json
 
 _FALLBACK = "; Predictive mode falls back to the Utilization policy"
 

@@ -64,18 +64,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from modalscale.autoscaler.features import MODALITIES, Modality
-from modalscale.autoscaler.policy import Observation, WorkloadClass
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
     INCOMPLETE_FEATURES,
-    NON_FINITE_METRICS,
     NO_REQUEST_METRICS,
     NO_SCRAPE_TARGETS,
+    NON_FINITE_METRICS,
     PARTIAL_TARGETS,
     PROMETHEUS_NOT_CONFIGURED,
     PROMETHEUS_UNREACHABLE,
     SCRAPE_TARGETS_DOWN,
 )
+from modalscale.autoscaler.features import MODALITIES, Modality
+from modalscale.autoscaler.policy import Observation, WorkloadClass
 
 STABLE_WINDOW_S = 60.0
 """Length of the stable metrics window, s (the policy's ``Observation.window_s``)."""

@@ -20,9 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
-from modalscale.operator import conditions as cond
-from modalscale.operator.autoscale.observe import MetricsReading
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
     COST_MODEL_LOADED,
     METRICS_AVAILABLE,
@@ -30,6 +27,9 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     NO_SERVICE_METRICS,
     STALE_METRICS,
 )
+from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
+from modalscale.operator import conditions as cond
+from modalscale.operator.autoscale.observe import MetricsReading
 
 MAX_RECOMMENDATIONS = 240
 """Bound of ``status.autoscaler.state.recommendations`` (the CRD's ``maxItems``)."""

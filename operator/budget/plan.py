@@ -68,6 +68,31 @@ from modalscale.api.annotations import (
     spot_annotation_key,
 )
 from modalscale.api.capacity import pod_requires_spot, pod_tier
+from modalscale.api.conditions import (  # condition types and reasons: one module per kind
+    ALERT_DELIVERED,
+    BUDGET_ENFORCED,
+    BUDGET_EXCEEDED,
+    DELIVERED,
+    DELIVERY_ABANDONED,
+    DELIVERY_FAILED,
+    ENFORCEMENT_LIFTED,
+    EVALUATED,
+    GOVERNANCE_BLIND,
+    HISTORY_READ,
+    HISTORY_UNAVAILABLE,
+    INVALID_SPEC,
+    INVALID_STATUS,
+    NO_ALERT_SENT,
+    NO_SPOT_SWITCH,
+    READY,
+    SPEND_ANOMALY_HISTORY,
+    SPOT_AVAILABLE,
+    SPOT_FALLBACK,
+    SPOT_LIFTED,
+    SPOT_PENDING_TIMEOUT,
+    SWITCHED_TO_SPOT,
+)
+from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
 from modalscale.costmodel.budget import (
     AlertKind,
     AlertState,
@@ -86,11 +111,8 @@ from modalscale.costmodel.budget import (
     service_state,
     spend_anomaly_alert,
 )
-from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
-from modalscale.costmodel.evaluation import evaluate_budget
-from modalscale.api.conditions import HISTORY_READ, HISTORY_UNAVAILABLE, SPEND_ANOMALY_HISTORY
-from modalscale.operator.budget.history import HistoryRead, anomaly_state_from_status, anomaly_state_to_status
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
+from modalscale.costmodel.evaluation import evaluate_budget
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, PodRun, parse_time
 from modalscale.costmodel.outbox import (
     Abandoned,
@@ -107,30 +129,10 @@ from modalscale.costmodel.outbox import (
 from modalscale.costmodel.quantities import InvalidQuantity
 from modalscale.notify.sender import DeliveryResult
 from modalscale.operator import conditions as cond
+from modalscale.operator.budget.history import HistoryRead, anomaly_state_from_status, anomaly_state_to_status
 from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.isvc.plan import running_replicas
 from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
-from modalscale.api.conditions import (  # condition types and reasons: one module per kind
-    ALERT_DELIVERED,
-    BUDGET_ENFORCED,
-    BUDGET_EXCEEDED,
-    DELIVERED,
-    DELIVERY_ABANDONED,
-    DELIVERY_FAILED,
-    ENFORCEMENT_LIFTED,
-    EVALUATED,
-    GOVERNANCE_BLIND,
-    INVALID_SPEC,
-    INVALID_STATUS,
-    NO_ALERT_SENT,
-    NO_SPOT_SWITCH,
-    READY,
-    SPOT_AVAILABLE,
-    SPOT_FALLBACK,
-    SPOT_LIFTED,
-    SPOT_PENDING_TIMEOUT,
-    SWITCHED_TO_SPOT,
-)
 
 BUDGET_PLURAL = "budgetpolicies"
 ISVC_PLURAL = "inferenceservices"

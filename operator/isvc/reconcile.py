@@ -14,15 +14,22 @@ import logging
 import time
 from typing import Any
 
-from modalscale.operator import conditions as cond
-from modalscale.operator import reasons as R
+from modalscale.api.annotations import spot_switches  # SwitchToSpot: the Spot annotation places the pods
 from modalscale.autoscaler.policy import Decision
 from modalscale.costmodel.opencost import PricedReplica
+from modalscale.operator import conditions as cond
+from modalscale.operator import reasons as R
 from modalscale.operator.deps import Deps
-from modalscale.operator.isvc.plan import IsvcPlan, ModelReferenceError, PlanConfig, Write, budget_cap, plan_isvc
+from modalscale.operator.isvc.plan import (
+    IsvcPlan,
+    ModelReferenceError,
+    PlanConfig,
+    Write,
+    budget_cap,
+    plan_isvc,
+    with_spot_placement,
+)
 from modalscale.operator.isvc.spec import InvalidSpec, IsvcSpec, parse_isvc
-from modalscale.api.annotations import spot_switches  # SwitchToSpot: the Spot annotation places the pods
-from modalscale.operator.isvc.plan import with_spot_placement
 
 
 def spot_policies(annotations: dict[str, str] | None) -> str | None:

@@ -28,8 +28,18 @@ from modalscale.runtime.model.inputs import RequestError
 from modalscale.runtime.model.pipeline import EmbeddingCache, MultimodalPipeline, Prepared
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.model.triton_model import FeatureMetrics, _classes_output
-from modalscale.runtime.repo_config import (CLASSES, FEATURES, INPUT_IMAGES, INPUT_TEXT, OUTPUT_EMBEDDING,
-                                            OUTPUT_IMAGE_CLASSES, OUTPUT_MODALITY, PIXELS, TOKEN_IDS, VALID_HW)
+from modalscale.runtime.repo_config import (
+    CLASSES,
+    FEATURES,
+    INPUT_IMAGES,
+    INPUT_TEXT,
+    OUTPUT_EMBEDDING,
+    OUTPUT_IMAGE_CLASSES,
+    OUTPUT_MODALITY,
+    PIXELS,
+    TOKEN_IDS,
+    VALID_HW,
+)
 
 LOG = logging.getLogger("modalscale.runtime.model.gpu")
 

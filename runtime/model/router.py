@@ -20,8 +20,13 @@ import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 
 from modalscale.runtime.model import metrics as names
 from modalscale.runtime.model.batching import route
-from modalscale.runtime.repo_config import (INPUT_IMAGES, INPUT_TEXT, OUTPUT_EMBEDDING, OUTPUT_IMAGE_CLASSES,
-                                            OUTPUT_MODALITY)
+from modalscale.runtime.repo_config import (
+    INPUT_IMAGES,
+    INPUT_TEXT,
+    OUTPUT_EMBEDDING,
+    OUTPUT_IMAGE_CLASSES,
+    OUTPUT_MODALITY,
+)
 
 OUTPUTS = [OUTPUT_EMBEDDING, OUTPUT_MODALITY, OUTPUT_IMAGE_CLASSES]
 

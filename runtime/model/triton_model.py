@@ -20,8 +20,13 @@ from modalscale.runtime.model.encoders import MultimodalEncoder
 from modalscale.runtime.model.inputs import Modality, RequestError
 from modalscale.runtime.model.pipeline import MultimodalPipeline, Prepared
 from modalscale.runtime.model.settings import ModelSettings
-from modalscale.runtime.repo_config import (INPUT_IMAGES, INPUT_TEXT, OUTPUT_EMBEDDING, OUTPUT_IMAGE_CLASSES,
-                                            OUTPUT_MODALITY)
+from modalscale.runtime.repo_config import (
+    INPUT_IMAGES,
+    INPUT_TEXT,
+    OUTPUT_EMBEDDING,
+    OUTPUT_IMAGE_CLASSES,
+    OUTPUT_MODALITY,
+)
 
 LOG = logging.getLogger("modalscale.runtime.model")
 

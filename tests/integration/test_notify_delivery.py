@@ -13,7 +13,15 @@ from decimal import Decimal
 
 import pytest
 
-from modalscale.costmodel.budget import AlertKind, AlertState, BudgetAlert, PolicyRef, ServiceState, parse_budget_spec, plan_budget
+from modalscale.costmodel.budget import (
+    AlertKind,
+    AlertState,
+    BudgetAlert,
+    PolicyRef,
+    ServiceState,
+    parse_budget_spec,
+    plan_budget,
+)
 from modalscale.devenv.receivers import KINDS, ChatReceiver, Reply
 from modalscale.notify.sender import RateLimit, RetryPolicy, Sender, alert_delivered_condition
 

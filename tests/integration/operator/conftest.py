@@ -12,7 +12,6 @@ from kubernetes import client
 from modalscale.devenv.operator_process import OperatorProcess
 
 
-
 @pytest.fixture(scope="session")
 def start_operator(cluster: Any, crds_installed: list[str], tmp_path_factory: pytest.TempPathFactory
                    ) -> Iterator[Callable[..., OperatorProcess]]:

@@ -35,7 +35,6 @@ from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget
 from modalscale.runtime.repo_config import RuntimeConfig
 from modalscale.runtime.server import TritonProcess, free_port, serve_config
 from modalscale.runtime.workload import TraceRow
-
 from tests.integration.operator.isvc_helpers import condition, create, get, make_isvc
 
 REPO = Path(__file__).resolve().parents[3]

@@ -18,7 +18,6 @@ from kubernetes.client.rest import ApiException
 from modalscale.devenv.cluster import LocalCluster, running_cluster
 from modalscale.devenv.kube import wait_for
 from modalscale.devenv.operator_process import OperatorProcess
-
 from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION
 
 REPO = Path(__file__).resolve().parents[3]

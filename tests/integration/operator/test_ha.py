@@ -13,9 +13,8 @@ from kubernetes import client
 
 from modalscale.devenv.cluster import LocalCluster, running_cluster
 from modalscale.devenv.kube import wait_for
-
-from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, condition, create, make_isvc
 from modalscale.devenv.operator_process import OperatorProcess
+from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, condition, create, make_isvc
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -25,7 +25,6 @@ from modalscale.devenv.kube import wait_for
 from modalscale.devenv.opencost_server import OpenCostServer, PricedNode, Scripted
 from modalscale.devenv.operator_process import OperatorProcess
 from modalscale.operator.opencost_source import PriceBook
-
 from tests.integration.operator.isvc_helpers import condition, create, get, make_isvc
 
 REPO = Path(__file__).resolve().parents[3]

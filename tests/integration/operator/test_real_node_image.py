@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from modalscale.devenv.realnode import real_node_placement
 
 from .isvc_helpers import create, make_isvc, wait_condition

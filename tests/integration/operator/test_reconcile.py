@@ -10,9 +10,16 @@ from typing import Any
 from kubernetes import client, watch
 
 from modalscale.devenv.kube import wait_for
-
 from tests.integration.operator.isvc_helpers import (
-    GROUP, PLURAL, VERSION, condition, create, get, make_isvc, patch_spec, wait_condition,
+    GROUP,
+    PLURAL,
+    VERSION,
+    condition,
+    create,
+    get,
+    make_isvc,
+    patch_spec,
+    wait_condition,
 )
 
 

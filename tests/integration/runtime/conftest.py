@@ -12,6 +12,7 @@ import pytest
 from modalscale.runtime.repo_config import RuntimeConfig
 from modalscale.runtime.server import TritonProcess, free_port, serve_config
 
+
 @pytest.fixture(scope="session")
 def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
     """The default configuration (dynamic batching, modality-aware, embedding cache, FP32), one instance."""

@@ -11,8 +11,14 @@ import torch
 from torch import nn
 
 from modalscale.runtime.model.calibration import CALIBRATION_TEXTS
-from modalscale.runtime.model.encoders import (ENCODER_STRIDE, FusionHead, MultimodalEncoder, SmoothedLinear,
-                                               cpu_has_native_bf16, int8_full_range_safe)
+from modalscale.runtime.model.encoders import (
+    ENCODER_STRIDE,
+    FusionHead,
+    MultimodalEncoder,
+    SmoothedLinear,
+    cpu_has_native_bf16,
+    int8_full_range_safe,
+)
 from modalscale.runtime.model.pipeline import MultimodalPipeline
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.repo_config import Precision

@@ -23,8 +23,14 @@ import pytest
 from modalscale.runtime.proctree import alive, descendants
 from modalscale.runtime.reaper import shared_memory_files
 from modalscale.runtime.repo_config import RuntimeConfig, build_repository
-from modalscale.runtime.server import (TEMP_LOG_PREFIX, TEMP_REPOSITORY_PREFIX, TritonProcess, free_port,
-                                       remove_stale_temp_files, write_repository)
+from modalscale.runtime.server import (
+    TEMP_LOG_PREFIX,
+    TEMP_REPOSITORY_PREFIX,
+    TritonProcess,
+    free_port,
+    remove_stale_temp_files,
+    write_repository,
+)
 
 NAIVE_FLAGS = ["--max-batch-size", "0", "--no-modality-aware-batching", "--no-embedding-cache"]
 TORCH_CACHE = "torchinductor_"

@@ -10,15 +10,13 @@ import io
 import numpy as np
 import pytest
 import tritonclient.http as triton_http
-from tritonclient.utils import InferenceServerException
 from PIL import Image
+from tritonclient.utils import InferenceServerException
 
 from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, MultimodalClient, scrape_metrics
 from modalscale.runtime.repo_config import EMBEDDING_DIM
 from modalscale.runtime.server import TritonProcess
 from modalscale.runtime.workload import photo_at, photo_bytes
-
-
 
 
 def scrape(server: TritonProcess) -> dict[str, float]:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import skops.io as sio
 import sklearn
+import skops.io as sio
 from sklearn.preprocessing import FunctionTransformer
 
 from modalscale.autoscaler.features import FEATURES, features_from_mapping

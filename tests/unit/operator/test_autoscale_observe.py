@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from modalscale.autoscaler.features import Modality
-from modalscale.autoscaler.policy import Reason, ScalingMode, ScalingPolicy, ScalerState, recommend
+from modalscale.autoscaler.policy import Reason, ScalerState, ScalingMode, ScalingPolicy, recommend
 from modalscale.autoscaler.profile_data import generate_profile
 from modalscale.autoscaler.regressor import ServiceTimeRegressor
 from modalscale.operator.autoscale.observe import (

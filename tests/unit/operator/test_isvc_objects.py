@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from modalscale.operator.isvc.objects import (DRAIN_S, PRESTOP_DRAIN_S, PRESTOP_QUIET_S, TERMINATION_GRACE_S,
-                                              build_deployment)
+from modalscale.operator.isvc.objects import (
+    DRAIN_S,
+    PRESTOP_DRAIN_S,
+    PRESTOP_QUIET_S,
+    TERMINATION_GRACE_S,
+    build_deployment,
+)
 from modalscale.operator.isvc.spec import parse_isvc
 
 

@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 
 from modalscale.runtime import cli
-from modalscale.runtime.cores import (available_cores, cgroup_paths, cgroup_quota_cores, parse_cfs,
-                                      parse_cpu_max)
-from modalscale.runtime.repo_config import (PRESETS, InvalidRuntimeSpec, RuntimeConfig, build_repository,
-                                            router_instances_for)
+from modalscale.runtime.cores import available_cores, cgroup_paths, cgroup_quota_cores, parse_cfs, parse_cpu_max
+from modalscale.runtime.repo_config import (
+    PRESETS,
+    InvalidRuntimeSpec,
+    RuntimeConfig,
+    build_repository,
+    router_instances_for,
+)
 
 
 @pytest.mark.parametrize(("text", "cores"), [("50000 100000", 0.5), ("200000 100000", 2.0), ("max 100000", None),

@@ -8,9 +8,17 @@ import pytest
 from modalscale.runtime.model import encoders
 from modalscale.runtime.model.batching import fixed_side
 from modalscale.runtime.model.settings import ModelSettings
-from modalscale.runtime.repo_config import (GPU_ENCODER_MAX_BATCH, IMAGE_FEATURE_DIM, TEXT_FEATURE_DIM, Precision,
-                                            RuntimeConfig, build_repository, gpu_image_sides, gpu_precision,
-                                            render_gpu_encoder_pbtxt)
+from modalscale.runtime.repo_config import (
+    GPU_ENCODER_MAX_BATCH,
+    IMAGE_FEATURE_DIM,
+    TEXT_FEATURE_DIM,
+    Precision,
+    RuntimeConfig,
+    build_repository,
+    gpu_image_sides,
+    gpu_precision,
+    render_gpu_encoder_pbtxt,
+)
 
 GPU = RuntimeConfig(gpu_count=2, precision=Precision.FP16, instance_count=1, max_queue_delay_microseconds=500)
 

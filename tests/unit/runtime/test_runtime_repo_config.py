@@ -13,12 +13,12 @@ from modalscale.runtime.repo_config import (
     Precision,
     RuntimeConfig,
     build_repository,
+    from_configmap_data,
     model_parameters,
     render_config_pbtxt,
     render_router_pbtxt,
     server_arguments,
     to_configmap_data,
-    from_configmap_data,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "crds" / "examples"

@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from modalscale.runtime.sweep import (MIN_REQUESTS_FOR_P99, headline_rps, percentile_ci, poisson_arrivals_s,
-                                      slo_ms)
+from modalscale.runtime.sweep import MIN_REQUESTS_FOR_P99, headline_rps, percentile_ci, poisson_arrivals_s, slo_ms
 
 
 def test_poisson_arrivals_have_the_offered_rate_and_start_at_zero() -> None:
