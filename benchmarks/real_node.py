@@ -5,11 +5,18 @@ Prints:
    1 -> 3), timed from the patch, from the operator's decision (``status.scalingHistory``, 1 s resolution) and from
    each new pod's creation, to the Deployment's readyReplicas; repeated rounds, back to 1 in between.
 2. Per-replica throughput on the real node: closed-loop saturation (``--workers-per-replica`` x replicas workers,
-   a new connection per request through the Service's ClusterIP) for ``--load-s`` s at 1, 2 and 3 replicas of 500m
-   each, in rounds whose order is shuffled, after a warm-up of every pod; ratios 2/1 and 3/1 against the same
-   round's 1-replica run, with a second 1-replica run as the A/A row (its spread is the noise). No request is
-   answered from a cache: the InferenceService turns the runtime's embedding cache off (``embeddingCache: false``;
-   the response cache is off by default) and every request is also a distinct image (photo and size) and text.
+   a new connection per request through the Service's ClusterIP) for ``--load-s`` s at 1, 2 and 3 replicas of
+   ``--cpu`` each (default 250m: 3 replicas, the client and the control plane fit in 2 cores, so each replica is
+   bound by its own CFS quota, not by the machine), in rounds whose order is shuffled, after a warm-up of every
+   pod; ratios 2/1 and 3/1 against the same round's 1-replica run, with a second 1-replica run as the A/A row (its
+   spread is the noise). Each run also prints where the CPU went: every pod's CPU from its cgroup
+   (``cpuacct.usage``, in cores, against its quota ``cpu.cfs_quota_us``) and the share of its CFS periods that
+   were throttled (``cpu.stat``: a quota-bound pod is throttled in most periods), the client's own CPU (this
+   process, ``os.times``: in cores and ms per answer) and the whole machine's busy cores (``/proc/stat``), so a
+   ratio below the replica count can be told apart: pods under their quota and the machine busy = contention. No
+   request is answered from a cache: the InferenceService turns the runtime's embedding cache off
+   (``embeddingCache: false``; the response cache is off by default) and every request is also a distinct image
+   (photo and size) and text.
 3. The operator in its pod: the chart (``helm install charts/modalscale``, the built operator image, 2 replicas
    with peering, the chart's RBAC) on the real node, Prometheus discovering the runtime pods, the autoscaler of the
    active operator pod switched on for the real InferenceService under load: its ``status.autoscaler`` (read from
@@ -21,7 +28,7 @@ Prints:
 The pod reaches Prometheus (which listens on 127.0.0.1) through a TCP relay this script runs on the node's IP.
 Every section prints the machine's load average: the machine is shared, so absolute figures move; compare ratios.
 
-Usage: .venv/bin/python benchmarks/real_node.py [--rounds 3] [--load-s 20] [--services 100] [--skip 1,2]
+Usage: .venv/bin/python benchmarks/real_node.py [--rounds 3] [--load-s 20] [--cpu 250m] [--services 100] [--skip 1,3]
 """
 
 from __future__ import annotations
@@ -70,13 +77,13 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]" if values else "-"
 
 
-def real_isvc(image_ref: str) -> dict[str, Any]:
+def real_isvc(image_ref: str, cpu: str = "250m") -> dict[str, Any]:
     image, _, version = image_ref.rpartition(":")
     return {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": NAME},
             "spec": {"model": {"source": "BuiltIn", "name": "multimodal"},
                      "runtime": {"image": image, "version": version, "instanceCount": 1, "intraOpThreads": 1,
                                  "modalityAwareBatching": False, "embeddingCache": False},
-                     "resources": {"cpu": "500m", "memory": "2Gi"}, "placement": real_node_placement(),
+                     "resources": {"cpu": cpu, "memory": "2Gi"}, "placement": real_node_placement(),
                      "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 3}}}
 
 
@@ -116,6 +123,75 @@ def cgroup_rss_mb(memory_path: str) -> float:
             if key == "rss":
                 return int(value) / 2**20
     return float("nan")
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def pod_cgroup(uid: str, controller: str) -> Path | None:
+    """The pod's cgroup-v1 directory in ``controller``'s hierarchy (kubelet's cgroupfs driver:
+    ``kubepods[/<qos>]/pod<uid>``), or None when there is none (e.g. cgroup v2)."""
+    base = CGROUP_ROOT / controller
+    return next(iter(sorted(base.glob(f"kubepods*/**/pod{uid}"))), None) if base.is_dir() else None
+
+
+def read_cpu(uid: str) -> dict[str, float]:
+    """The pod's cumulative CPU: ``usage_s`` (``cpuacct.usage``, ns -> s), ``periods`` and ``throttled``
+    (``cpu.stat`` ``nr_periods``/``nr_throttled``) and ``quota_cores`` (``cpu.cfs_quota_us / cpu.cfs_period_us``).
+    Missing files give NaN."""
+    out = {"usage_s": float("nan"), "periods": float("nan"), "throttled": float("nan"), "quota_cores": float("nan")}
+    acct, cpu = pod_cgroup(uid, "cpuacct"), pod_cgroup(uid, "cpu")
+    if acct is not None:
+        with contextlib.suppress(OSError, ValueError):
+            out["usage_s"] = int((acct / "cpuacct.usage").read_text()) / 1e9
+    if cpu is not None:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            stat = dict(line.split() for line in (cpu / "cpu.stat").read_text().splitlines())
+            out["periods"], out["throttled"] = float(stat["nr_periods"]), float(stat["nr_throttled"])
+            quota = int((cpu / "cpu.cfs_quota_us").read_text())
+            period = int((cpu / "cpu.cfs_period_us").read_text())
+            out["quota_cores"] = quota / period if quota > 0 else float("inf")
+    return out
+
+
+def host_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs from ``/proc/stat`` (busy = total - idle - iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return float(sum(fields) - fields[3] - fields[4]), float(sum(fields))
+
+
+class CpuMeter:
+    """Where the CPU went during one run: each pod's cgroup, this process (the client) and the whole machine."""
+
+    def __init__(self, pods: list[Any]) -> None:
+        self.uids = {p.metadata.name: p.metadata.uid for p in pods}
+
+    def __enter__(self) -> CpuMeter:
+        self.pods0 = {name: read_cpu(uid) for name, uid in self.uids.items()}
+        t = os.times()
+        self.client0, self.host0, self.wall0 = t.user + t.system, host_busy(), time.monotonic()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.wall_s = time.monotonic() - self.wall0
+        t = os.times()
+        self.client_s = t.user + t.system - self.client0
+        busy, total = host_busy()
+        self.host_cores = (busy - self.host0[0]) / max(total - self.host0[1], 1) * (os.cpu_count() or 1)
+        self.pods = {}
+        for name, uid in self.uids.items():
+            a, b = self.pods0[name], read_cpu(uid)
+            periods = b["periods"] - a["periods"]
+            throttled = (b["throttled"] - a["throttled"]) / periods if periods > 0 else float("nan")
+            self.pods[name] = {"cores": (b["usage_s"] - a["usage_s"]) / self.wall_s, "quota": b["quota_cores"],
+                               "throttled": throttled}
+
+    def line(self, answered: int) -> str:
+        pods = ", ".join(f"{v['cores']:.2f}/{v['quota']:.2f} cores, throttled {100 * v['throttled']:.0f} %"
+                         for v in self.pods.values())
+        per = 1000 * self.client_s / answered if answered else float("nan")
+        return (f"pods [{pods}]; client {self.client_s / self.wall_s:.2f} cores ({1000 * self.client_s:.0f} "
+                f"CPU-ms, {per:.1f} ms per answer); machine {self.host_cores:.2f} of {os.cpu_count()} cores busy")
 
 
 class Relay:
@@ -205,7 +281,8 @@ class Bench:
         created = min(p.metadata.creation_timestamp.timestamp() for p in new)
         pod_ready = max(c.last_transition_time.timestamp() for p in new for c in p.status.conditions or []
                         if c.type == "Ready" and c.status == "True")
-        return {"patch->Ready": ready - patched, "decision->Ready": (pod_ready - decided[0]) if decided else float("nan"),
+        decision_to_ready = (pod_ready - decided[0]) if decided else float("nan")
+        return {"patch->Ready": ready - patched, "decision->Ready": decision_to_ready,
                 "pod created->Ready": pod_ready - created}
 
     def request(self) -> tuple[bytes, str]:
@@ -217,9 +294,10 @@ class Bench:
         return (photo_at(names[i % len(names)], 288 + (i // len(names)) % 64, 216 + (i // (64 * len(names))) % 64),
                 f"photo number {i} of a table")
 
-    def closed_loop(self, url: str, workers: int, seconds: float) -> tuple[float, int, int]:
+    def closed_loop(self, url: str, workers: int, seconds: float,
+                    meter: CpuMeter | None = None) -> tuple[float, int, int]:
         """(answers/s, answered, failed) of ``workers`` closed-loop senders for ``seconds``; requests are made
-        (JPEG-encoded) before the clock starts."""
+        (JPEG-encoded) before the clock and ``meter`` (entered around the senders only) start."""
         batch = [self.request() for _ in range(int(workers * seconds * 4) + 1)]  # ample: 4 req/s per sender
         counter = [0]
         stop = time.monotonic() + seconds
@@ -240,15 +318,18 @@ class Bench:
                     with lock:
                         errors[0] += 1
 
-        started = time.monotonic()
-        threads = [threading.Thread(target=worker) for _ in range(workers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        with meter or contextlib.nullcontext():
+            started = time.monotonic()
+            stop = started + seconds
+            threads = [threading.Thread(target=worker) for _ in range(workers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            elapsed = time.monotonic() - started
         if counter[0] > len(batch):
             print(f"  (warning: {counter[0]} requests from {len(batch)} distinct; some repeated)")
-        return done[0] / (time.monotonic() - started), done[0], errors[0]
+        return done[0] / elapsed, done[0], errors[0]
 
 
 def helm_env(home: Path) -> dict[str, str]:
@@ -261,7 +342,8 @@ def section_operator_pod(b: Bench, cluster: LocalCluster, tmp: Path, url: str, a
     print(f"\n3. the operator in its pod (helm install of charts/modalscale on the real node); {load()}")
     (op_image,) = build_images(["operator"], log=lambda _m: None)
     seconds = import_into_cluster(op_image, cluster.workdir, log=lambda _m: None)
-    print(f"  operator image {op_image.full_ref}: {'cached' if op_image.cached else f'built in {op_image.build_s:.0f} s'}"
+    how = "cached" if op_image.cached else f"built in {op_image.build_s:.0f} s"
+    print(f"  operator image {op_image.full_ref}: {how}"
           f", import {seconds:.1f} s")
     prom = PrometheusProcess(tmp / "prometheus", scrape_interval_s=1.0,
                              discovery=PodDiscovery.for_cluster(cluster, (NS,)))
@@ -375,6 +457,7 @@ def section_operator_pod(b: Bench, cluster: LocalCluster, tmp: Path, url: str, a
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cpu", default="250m", help="CPU limit (= request) of each replica")
     ap.add_argument("--workers-per-replica", type=int, default=6, help="closed-loop senders per replica")
     ap.add_argument("--load-s", type=float, default=20.0, help="seconds of each throughput run")
     ap.add_argument("--warmup-s", type=float, default=5.0, help="seconds of closed loop before each throughput run")
@@ -402,7 +485,7 @@ def main() -> None:
             try:
                 op.wait_healthy()
                 b.custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NS, "inferenceservices",
-                                                         real_isvc(image.ref))
+                                                         real_isvc(image.ref, args.cpu))
                 started = time.monotonic()
                 wait_for(lambda: b.settled(1), 900, "the first replica Ready")
                 print(f"first replica Ready {time.monotonic() - started:.1f} s after the InferenceService was created")
@@ -425,11 +508,14 @@ def main() -> None:
 
                 if "2" not in skip:
                     print(f"\n2. throughput through the Service, closed loop, {args.workers_per_replica} senders per "
-                          f"replica, {args.load_s:.0f} s each after a {args.warmup_s:.0f} s warm-up, 1 distinct "
-                          f"image 288-351 x 216-279 + text per request, embedding cache off; {args.rounds} rounds "
-                          f"in shuffled order; median [min-max]; {load()}")
+                          f"replica of {args.cpu}, {args.load_s:.0f} s each after a {args.warmup_s:.0f} s warm-up, "
+                          f"1 distinct image 288-351 x 216-279 + text per request, embedding cache off; "
+                          f"{args.rounds} rounds in shuffled order; median [min-max]; {load()}")
                     tput: dict[str, list[float]] = {}
                     ratios: dict[str, list[float]] = {}
+                    pod_use: dict[int, list[float]] = {}  # each pod's CPU / its quota, per replica count
+                    throttled: dict[int, list[float]] = {}
+                    client_cores: list[float] = []
                     for rnd in range(args.rounds):
                         order = [1, 2, 3]
                         rng.shuffle(order)
@@ -439,18 +525,27 @@ def main() -> None:
                             wait_for(lambda n=n: b.settled(n), 600, f"{n} replicas")
                             workers = args.workers_per_replica * n
                             b.closed_loop(url, workers, args.warmup_s)
-                            rps, answered, errs = b.closed_loop(url, workers, args.load_s)
+                            m = CpuMeter([p for p in b.pods() if p.metadata.deletion_timestamp is None])
+                            rps, answered, errs = b.closed_loop(url, workers, args.load_s, meter=m)
                             got[label] = rps
                             tput.setdefault(label, []).append(rps)
+                            for v in m.pods.values():
+                                pod_use.setdefault(n, []).append(v["cores"] / v["quota"])
+                                throttled.setdefault(n, []).append(v["throttled"])
+                            client_cores.append(m.client_s / m.wall_s)
                             print(f"  round {rnd + 1} {label}: {rps:.2f} req/s ({answered} answered, {errs} failed); "
-                                  f"{load()}")
+                                  f"{m.line(answered)}; {load()}")
                         for label, rps in got.items():
                             ratios.setdefault(label, []).append(rps / got["1 replica(s)"])
                     for label in ["1 replica(s)", "2 replica(s)", "3 replica(s)", "1 replica (A/A)"]:
                         print(f"  {label:16s} req/s {spread(tput[label])}  ratio to 1 replica {spread(ratios[label])}")
                     aa = [abs(r - 1) for r in ratios["1 replica (A/A)"]]
-                    print(f"  noise: A/A ratio off 1 by {100 * max(aa):.0f} % at most; per replica (500m): req/s "
-                          f"{spread(tput['1 replica(s)'])}; {load()}")
+                    print(f"  noise: A/A ratio off 1 by {100 * max(aa):.0f} % at most; per replica ({args.cpu}): "
+                          f"req/s {spread(tput['1 replica(s)'])}; {load()}")
+                    for n in (1, 2, 3):
+                        print(f"  {n} replica(s): each pod's CPU / its quota {spread(pod_use.get(n, []))}, share of "
+                              f"CFS periods throttled {spread(throttled.get(n, []))}")
+                    print(f"  client (this process): {spread(client_cores)} cores")
                 b.scale(1)
                 wait_for(lambda: b.settled(1), 600, "1 replica")
             finally:
