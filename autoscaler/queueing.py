@@ -124,11 +124,15 @@ def response_tail_probability(
     p_wait = erlang_c(servers, a)
     if p_wait <= 0.0:  # underflow: waiting is negligible
         return service_sf
-    mean_wait_if_waiting = allen_cunneen_mean_wait_ms(arrival_rps, mean_service_ms, scv_service, servers, scv_arrival) / p_wait
+    mean_wait_if_waiting = (
+        allen_cunneen_mean_wait_ms(arrival_rps, mean_service_ms, scv_service, servers, scv_arrival) / p_wait
+    )
     theta = 1.0 / mean_wait_if_waiting
     # P(W' + S > t) for W' ~ Exp(theta): e^{-theta t} + int_0^t theta e^{-theta w} P(S > t - w) dw
     w = 0.5 * t_ms * (_GL_NODES + 1.0)
-    integral = 0.5 * t_ms * float(np.sum(_GL_WEIGHTS * theta * np.exp(-theta * w) * _gamma_sf(t_ms - w, mean_service_ms, scv_service)))
+    integral = 0.5 * t_ms * float(
+        np.sum(_GL_WEIGHTS * theta * np.exp(-theta * w) * _gamma_sf(t_ms - w, mean_service_ms, scv_service))
+    )
     waited_sf = math.exp(-theta * t_ms) + integral
     return min(1.0, (1.0 - p_wait) * service_sf + p_wait * waited_sf)
 
@@ -224,7 +228,9 @@ def replicas_for_slo(
     tail = 1.0 - quantile
 
     def meets(c: int) -> bool:
-        p = response_tail_probability(target_p95_ms, arrival_rps, mean_service_ms, scv_service, c * slots_per_replica, scv_arrival)
+        p = response_tail_probability(
+            target_p95_ms, arrival_rps, mean_service_ms, scv_service, c * slots_per_replica, scv_arrival
+        )
         return p <= tail
 
     if meets(lo):

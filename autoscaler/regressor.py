@@ -377,7 +377,9 @@ def loads_model(data: bytes) -> ServiceTimeRegressor:
     try:
         model = sio.loads(payload, trusted=list(TRUSTED_TYPES))
     except Exception as exc:  # skops raises many types on malformed input; all mean "unusable artifact"
-        raise ArtifactError(f"model artifact could not be deserialised ({type(exc).__name__}: {exc}); re-create it") from exc
+        raise ArtifactError(
+            f"model artifact could not be deserialised ({type(exc).__name__}: {exc}); re-create it"
+        ) from exc
     if not isinstance(model, ServiceTimeRegressor) or getattr(model, "n_features_in_", None) != len(FEATURES):
         raise ArtifactError("model artifact does not hold a fitted ServiceTimeRegressor over FEATURES; re-create it")
     return model
@@ -432,7 +434,8 @@ class Calibrator:
         """New scale after one observation; unchanged when either value is missing, non-finite or <= 0."""
         if observed_ms is None or predicted_raw_ms is None:
             return self.clip(scale)
-        if not (math.isfinite(observed_ms) and math.isfinite(predicted_raw_ms)) or observed_ms <= 0 or predicted_raw_ms <= 0:
+        if (not (math.isfinite(observed_ms) and math.isfinite(predicted_raw_ms))
+                or observed_ms <= 0 or predicted_raw_ms <= 0):
             return self.clip(scale)
         target = self.clip(observed_ms / predicted_raw_ms)
         return self.clip((1 - self.smoothing_ratio) * self.clip(scale) + self.smoothing_ratio * target)

@@ -519,7 +519,9 @@ def oracle_schedule(
     return schedule, pool
 
 
-def _predictive_decider(config: SimulationConfig, model: ServiceTimePredictor, metrics: _Metrics, log: list[Decision]) -> Decider:
+def _predictive_decider(
+    config: SimulationConfig, model: ServiceTimePredictor, metrics: _Metrics, log: list[Decision]
+) -> Decider:
     policy = config.scaling_policy(ScalingMode.PREDICTIVE)
     state = ScalerState()
 

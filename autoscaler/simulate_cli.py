@@ -128,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{trace.name}: {len(trace)} requests, {trace.duration_s / 60:.0f} min, p95 target {target:g} ms")
+    table = Table(
+        title=f"{trace.name}: {len(trace)} requests, {trace.duration_s / 60:.0f} min, p95 target {target:g} ms"
+    )
     for column in ("policy", "SLO-minutes", "replica-hours", "p95 ms", "reversals"):
         table.add_column(column, justify="left" if column == "policy" else "right")
     for name, r in results.items():

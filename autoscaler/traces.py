@@ -210,7 +210,9 @@ class ImageMix:
         if not self.image_count_pmf or any(c < 1 or p < 0 for c, p in self.image_count_pmf):
             raise ValueError("image_count_pmf needs counts >= 1 and probabilities >= 0")
 
-    def sample(self, n: int, rng: np.random.Generator) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.bool_]]:
+    def sample(
+        self, n: int, rng: np.random.Generator
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.bool_]]:
         """Draw images for ``n`` requests.
 
         Returns:

@@ -203,7 +203,8 @@ def main() -> int:
                       + ", ".join(f"{k} {v}" for k, v in sorted(d["reasons"].items(), key=lambda kv: -kv[1])))
                 if rival is not None and ratio > 0.75:
                     print(f"  why (headline): {LABEL[rival['policy']]}@{rival['param']:g} already reaches "
-                          f"{rival['slo_minutes_fraction']:.1%} at {rival['replica_hours'] / oracle['replica_hours']:.2f}x"
+                          f"{rival['slo_minutes_fraction']:.1%} at "
+                          f"{rival['replica_hours'] / oracle['replica_hours']:.2f}x"
                           f" oracle, so 0.75x of it would be "
                           f"{0.75 * rival['replica_hours'] / oracle['replica_hours']:.2f}x oracle"
                           + (": below the oracle itself, unreachable by any policy" if
@@ -230,7 +231,8 @@ def main() -> int:
                       f"({'identical' if same else 'DIFFERENT'})")
 
     print("\n== summary (predictive at its shipped setting)")
-    print(f"{'trace':<22}{'seed':>5}{'SLO-min':>9}{'replica-h':>11}{'x oracle':>10}{'x cheapest baseline':>21}  baseline")
+    print(f"{'trace':<22}{'seed':>5}{'SLO-min':>9}{'replica-h':>11}{'x oracle':>10}"
+          f"{'x cheapest baseline':>21}  baseline")
     for name, seed, pred, rival, ratio, x_oracle in summary:
         base_text = f"{LABEL[rival['policy']]}@{rival['param']:g}" if rival else "-"
         print(f"{name:<22}{seed:>5}{pred['slo_minutes_fraction']:>9.1%}{pred['replica_hours']:>11.2f}"

@@ -358,7 +358,8 @@ def simulator_expected(trace_path: Path, profile_path: Path, seed: int = 0) -> E
         sc = spec.scaling
         key = (sc.min_replicas, sc.max_replicas, sc.target_p95_latency_ms, sc.target_utilization_percent)
         if key not in cache:
-            config = SimulationConfig(target_p95_ms=float(sc.target_p95_latency_ms), min_replicas=max(1, sc.min_replicas),
+            config = SimulationConfig(target_p95_ms=float(sc.target_p95_latency_ms),
+                                      min_replicas=max(1, sc.min_replicas),
                                       max_replicas=sc.max_replicas, policies=("predictive",), random_state=seed,
                                       predictive_target_utilization_percent=float(sc.target_utilization_percent))
             cache[key] = float(run_simulation(trace, config, model)["predictive"]["mean_replicas"])

@@ -52,7 +52,9 @@ class Observer:
             obs.user_configmap_keys = None if cm is None else sorted(
                 list((cm.get("data") or {}).keys()) + list((cm.get("binaryData") or {}).keys()))
         if spec.model.source == "PVC" and spec.model.pvc_claim:
-            obs.pvc_exists = read_json(self.core.read_namespaced_persistent_volume_claim, spec.model.pvc_claim, ns) is not None
+            obs.pvc_exists = (
+                read_json(self.core.read_namespaced_persistent_volume_claim, spec.model.pvc_claim, ns) is not None
+            )
         hpas = read_json(self.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns) or {}
         obs.foreign_autoscalers = [
             h["metadata"]["name"] for h in hpas.get("items") or []

@@ -423,7 +423,8 @@ def test_helm_install_cluster_wide_brings_up_the_operator_with_least_privilege_r
     kc = cluster.kubeconfig
     release = "op"
     install = [*helm, "install", release, str(CHART), "--namespace", ns, "--kubeconfig", str(kc), "--wait",
-               "--timeout", "120s", "-f", str(values_file(tmp_path, {"notifications": {"secretNames": ["team-webhook"]}}))]
+               "--timeout", "120s", "-f",
+               str(values_file(tmp_path, {"notifications": {"secretNames": ["team-webhook"]}}))]
     out = run(install, timeout_s=240).stdout
     assert "STATUS: deployed" in out
     apps, core, rbac = client.AppsV1Api(api), client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
@@ -478,7 +479,8 @@ def test_helm_install_cluster_wide_brings_up_the_operator_with_least_privilege_r
     assert f'release "{release}" uninstalled' in out
     wait_for(lambda: _gone(apps.read_namespaced_deployment, name, ns), 30, "Deployment deleted")
     for call, args in [(core.read_namespaced_service_account, (name, ns)), (rbac.read_cluster_role, (name,)),
-                       (rbac.read_cluster_role_binding, (name,)), (core.read_namespaced_service, (f"{name}-metrics", ns)),
+                       (rbac.read_cluster_role_binding, (name,)),
+                       (core.read_namespaced_service, (f"{name}-metrics", ns)),
                        (core.read_namespaced_config_map, (f"{name}-dashboard", ns))]:
         wait_for(lambda call=call, args=args: _gone(call, *args), 30, f"{call.__name__}{args} deleted")
     assert not can_i(kubectl, kc, f"system:serviceaccount:{ns}:{name}", "list", "inferenceservices.modalscale.io", "-A")
@@ -507,7 +509,8 @@ def test_helm_install_namespace_scoped_grants_only_the_watched_namespaces(
         allowed = []
         for w in (watched_a, watched_b):
             allowed += [["list", "inferenceservices.modalscale.io", "-n", w], ["create", "deployments.apps", "-n", w],
-                        ["create", "kopfpeerings.kopf.dev", "-n", w], ["patch", f"kopfpeerings.kopf.dev/{name}", "-n", w],
+                        ["create", "kopfpeerings.kopf.dev", "-n", w],
+                        ["patch", f"kopfpeerings.kopf.dev/{name}", "-n", w],
                         ["create", "events", "-n", w]]
         assert_can(kubectl, kc, sa, allowed=allowed, denied=[
             ["list", "inferenceservices.modalscale.io", "-A"],
@@ -522,7 +525,7 @@ def test_helm_install_namespace_scoped_grants_only_the_watched_namespaces(
         wait_for(lambda w=w: _gone(rbac.read_namespaced_role, name, w), 30, f"Role in {w} deleted")
 
 
-# ---------------------------------------------------------------------------------------------- the operator under the chart's RBAC
+# ------------------------------------------------------------------------------ the operator under the chart's RBAC
 @pytest.fixture(scope="module")
 def own_cluster(helm: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A control plane of its own (the session's cluster-wide test operator would act on the same objects),
@@ -560,8 +563,10 @@ def token_kubeconfig(cluster: LocalCluster, kubectl: str, namespace: str, sa: st
 
 KOPF_OPTIONAL_SCANS = ('cannot list resource "namespaces" in API group "" at the cluster scope',
                        'cannot watch resource "namespaces" in API group "" at the cluster scope',
-                       'cannot list resource "customresourcedefinitions" in API group "apiextensions.k8s.io" at the cluster scope',
-                       'cannot watch resource "customresourcedefinitions" in API group "apiextensions.k8s.io" at the cluster scope')
+                       'cannot list resource "customresourcedefinitions" in API group "apiextensions.k8s.io" '
+                       'at the cluster scope',
+                       'cannot watch resource "customresourcedefinitions" in API group "apiextensions.k8s.io" '
+                       'at the cluster scope')
 """Cluster-scope reads kopf tries even when watching fixed namespaces (its observers of namespaces and CRDs).
 A namespace-scoped install grants no cluster scope, so kopf retries them (about a minute of backoff), then logs
 a warning and goes on with the listed namespaces and the CRDs found at start-up (kopf's documented fallback).
@@ -638,7 +643,8 @@ def test_operator_runs_with_only_the_chart_rbac(helm: list[str], kubectl: str, o
                 return obj.get("status") or {}
 
             def ready() -> bool:
-                return any(c["type"] == "Ready" and c["status"] == "True" for c in isvc_status().get("conditions") or [])
+                return any(c["type"] == "Ready" and c["status"] == "True"
+                           for c in isvc_status().get("conditions") or [])
 
             wait_logged(op, ready, 90, "InferenceService Ready under the chart's RBAC")
             child = apps.read_namespaced_deployment("rbac-check", workload_ns)

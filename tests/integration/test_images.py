@@ -171,7 +171,8 @@ def runc_config(rootfs: Path, args: list[str], env: list[str], uid: int, mounts:
 
 
 @pytest.fixture
-def runtime_container(built: dict[str, BuiltImage], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def runtime_container(
+        built: dict[str, BuiltImage], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """tritonserver from the CPU runtime image under runc, with the arguments, env, uid and read-only root the
     operator's Deployment gives it (ports moved to free loopback ports), serving the BuiltIn model repository of
     crds/examples/inferenceservice-real-node.yaml."""
@@ -352,7 +353,8 @@ def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_
         assert core.read_node(pod.spec.node_name).metadata.labels.get(NODE_TYPE_LABEL) == NODE_TYPE_REAL
         limits = pod.spec.containers[0].resources.limits
         assert limits["cpu"] == "500m", limits
-        assert pod.spec.containers[0].readiness_probe.http_get.path == f"/v2/models/{body['spec']['model']['name']}/ready"
+        assert (pod.spec.containers[0].readiness_probe.http_get.path
+                == f"/v2/models/{body['spec']['model']['name']}/ready")
         service_ip = core.read_namespaced_service(name, ns).spec.cluster_ip
         url = f"{service_ip}:8000"
         with MultimodalClient(url, model_name=body["spec"]["model"]["name"], timeout_s=120) as c:

@@ -214,7 +214,8 @@ def test_dockerfile_split_into_deps_and_code_stages_with_their_copy_sources(tmp_
     for name in ("Dockerfile.operator", "Dockerfile.runtime-cpu"):  # the repository's own images
         real = split_dockerfile(name, REPO)
         assert real.deps.sources == () and "README.md" not in real.code.sources
-        assert {"pyproject.toml", "src/", "operator/", "autoscaler/", "costmodel/", "runtime/"} == set(real.code.sources)
+        assert ({"pyproject.toml", "src/", "operator/", "autoscaler/", "costmodel/", "runtime/"}
+                == set(real.code.sources))
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -35,7 +35,8 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["cluster", *argv])
 
 
-@pytest.mark.parametrize("argv, spot", [(("up",), 1), (("up", "--spot-nodes", "3"), 3), (("up", "--spot-nodes", "0"), 0)],
+@pytest.mark.parametrize("argv, spot", [(("up",), 1), (("up", "--spot-nodes", "3"), 3),
+                                        (("up", "--spot-nodes", "0"), 0)],
                          ids=["default", "three", "none"])
 def test_cluster_up_passes_the_spot_node_count(monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...],
                                                spot: int) -> None:

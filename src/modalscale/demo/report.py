@@ -166,7 +166,8 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
 
     cap_rows = "".join(
         f"<tr><td>{u.from_replicas}&rarr;{u.to_replicas}"
-        f"{'' if u.ready_replicas in (None, u.to_replicas) else f' ({u.ready_replicas} Ready)'}</td><td>{html.escape(', '.join(u.reasons))}</td>"
+        f"{'' if u.ready_replicas in (None, u.to_replicas) else f' ({u.ready_replicas} Ready)'}</td>"
+        f"<td>{html.escape(', '.join(u.reasons))}</td>"
         f"<td>{u.decision_s:.0f}</td><td>{'-' if u.ready_s is None else f'{u.decision_to_ready_s:.0f}'}</td>"
         f"{win(u.before)}{win(u.after)}</tr>" for u in scale_ups)
     cap_table = ("<table><tr><th>scale-up</th><th>reason</th><th>decided (s)</th><th>decision&rarr;Ready (s)</th>"
@@ -188,7 +189,8 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
                          for n, ok, s in checks.items)
     plan_line = (f"<p>Offered load: {html.escape(plan_summary(load_plan))}</p>" if load_plan is not None else "")
     body = f"""<!doctype html><html><head><meta charset="utf-8"><title>modalscale demo report</title>
-<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}
+<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}} \
+td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}}
 table{{border-collapse:collapse}} pre{{background:#f6f6f6;padding:6px}}</style></head><body>
 <h1>modalscale demo report</h1>
 <p>Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}. {what}</p>

@@ -33,7 +33,8 @@ def test_create_makes_owned_children_and_reports_ready(api: Any, operator: Any, 
     cm = core.read_namespaced_config_map("vc-model-repo", namespace)
     for obj in (dep, svc, cm):
         (ref,) = obj.metadata.owner_references
-        assert (ref.kind, ref.name, ref.uid, ref.controller) == ("InferenceService", "vc", isvc["metadata"]["uid"], True)
+        assert (ref.kind, ref.name, ref.uid, ref.controller) == (
+            "InferenceService", "vc", isvc["metadata"]["uid"], True)
         assert obj.metadata.labels["app.kubernetes.io/managed-by"] == "modalscale-operator"
     assert "multimodal__config.pbtxt" in cm.data
     assert dep.spec.template.spec.containers[0].readiness_probe.http_get.path == "/v2/models/multimodal/ready"
@@ -215,7 +216,8 @@ def test_delete_removes_everything_and_nothing_hangs(api: Any, operator: Any, na
         GROUP, VERSION, namespace, PLURAL)["items"], 30, "InferenceService deleted")
     wait_for(lambda: not apps.list_namespaced_deployment(namespace).items
              and not core.list_namespaced_service(namespace).items
-             and not [c for c in core.list_namespaced_config_map(namespace).items if c.metadata.name != "kube-root-ca.crt"]
+             and not [c for c in core.list_namespaced_config_map(namespace).items
+                      if c.metadata.name != "kube-root-ca.crt"]
              and not core.list_namespaced_pod(namespace).items, 60, "children garbage-collected")
 
 

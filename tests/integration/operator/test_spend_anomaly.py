@@ -5,9 +5,9 @@ on 127.0.0.1.
 A service runs steady at one 8 x H100 replica (about 84 USD/h, packaged catalog), is scaled to 4 replicas by hand
 (a spike: 4x its own baseline), and back. The operator is killed during the anomaly and the next one starts
 while Prometheus is down: it holds (decides nothing) until Prometheus is back. The detector runs with short
-windows through ``MODALSCALE_SPEND_ANOMALY`` (recent baseline 180 s, scored window 4 s, cleared after 10 s calm), the policy
-every second, Prometheus scraping every second, so the whole story takes a few minutes. The budget limit is far
-away: only the anomaly can alert.
+windows through ``MODALSCALE_SPEND_ANOMALY`` (recent baseline 180 s, scored window 4 s, cleared after 10 s calm), the
+policy every second, Prometheus scraping every second, so the whole story takes a few minutes. The budget limit is
+far away: only the anomaly can alert.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ CODE = [REPO / d for d in ("operator", "autoscaler", "costmodel", "runtime")] + 
 @pytest.mark.parametrize(("text", "value"), [
     ("2", Decimal(2)), ("2000m", Decimal(2)), ("500u", Decimal("0.0005")), ("250n", Decimal("0.00000025")),
     ("1.5k", Decimal(1500)), ("1Pi", Decimal(2**50)), ("1Ei", Decimal(2**60)), ("2E", Decimal("2e18")),
-    ("3P", Decimal("3e15")), ("5e3", Decimal(5000)), ("5E-3", Decimal("0.005")), (".5", Decimal("0.5")), (7, Decimal(7)),
+    ("3P", Decimal("3e15")), ("5e3", Decimal(5000)), ("5E-3", Decimal("0.005")), (".5", Decimal("0.5")),
+    (7, Decimal(7)),
 ], ids=lambda v: str(v))
 def test_every_suffix_of_the_kubernetes_grammar_parses_to_its_exact_value(text, value) -> None:
     assert parse_quantity(text) == value

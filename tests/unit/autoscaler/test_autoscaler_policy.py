@@ -57,7 +57,8 @@ def text_class(rate_rps: float, **overrides: Any) -> WorkloadClass:
     return WorkloadClass(**values)
 
 
-def make_obs(rate_rps: float | None = 50.0, current: int = 4, ready: int | None = None, **overrides: Any) -> Observation:
+def make_obs(
+        rate_rps: float | None = 50.0, current: int = 4, ready: int | None = None, **overrides: Any) -> Observation:
     values: dict[str, Any] = dict(
         observed_at=NOW,
         current_replicas=current,
@@ -185,9 +186,11 @@ def test_max_step_limits_one_decision() -> None:
 
 
 def test_bounds_apply_after_stabilization() -> None:
-    d = recommend(make_obs(200.0, current=9), make_policy(max_replicas=10, max_step_replicas=100), ScalerState(), MODEL, NOW)
+    d = recommend(make_obs(200.0, current=9), make_policy(max_replicas=10, max_step_replicas=100), ScalerState(),
+                  MODEL, NOW)
     assert (d.desired_replicas, d.reason) == (10, Reason.BOUNDED_BY_MAX)
-    d = recommend(make_obs(0.0, current=3), make_policy(min_replicas=2, scale_down_stabilization_s=0), ScalerState(), MODEL, NOW)
+    d = recommend(make_obs(0.0, current=3), make_policy(min_replicas=2, scale_down_stabilization_s=0), ScalerState(),
+                  MODEL, NOW)
     assert (d.desired_replicas, d.reason) == (2, Reason.BOUNDED_BY_MIN)
 
 
@@ -255,7 +258,8 @@ def test_utilization_mode_counts_starting_replicas_like_hpa() -> None:
     d = recommend(make_obs(None, current=8, ready=4, utilization_ratio=1.0), policy, ScalerState(), None, NOW)
     assert d.desired_replicas == 8
     # 4 ready idle-ish: scale-down counts starting replicas at the target: ceil(4 x 0.1 / 0.7 + 4) = 5
-    d = recommend(make_obs(None, current=8, ready=4, utilization_ratio=0.1), replace(policy, scale_down_stabilization_s=0), ScalerState(), None, NOW)
+    d = recommend(make_obs(None, current=8, ready=4, utilization_ratio=0.1),
+                  replace(policy, scale_down_stabilization_s=0), ScalerState(), None, NOW)
     assert d.desired_replicas == 5
 
 

@@ -30,7 +30,8 @@ def poisson_text_trace(rate_rps: float, duration_s: float, mean_service_ms: floa
     arrival = np.cumsum(rng.exponential(1.0 / rate_rps, int(rate_rps * duration_s * 1.2)))
     arrival = arrival[arrival < duration_s]
     zeros = np.zeros(arrival.size, dtype=np.int64)
-    return Trace(arrival, zeros, zeros, zeros, np.full(arrival.size, 100), rng.exponential(mean_service_ms, arrival.size))
+    return Trace(arrival, zeros, zeros, zeros, np.full(arrival.size, 100),
+                 rng.exponential(mean_service_ms, arrival.size))
 
 
 def mmc_response_tail(t_s: float, rate: float, mu: float, c: int) -> float:
@@ -43,7 +44,8 @@ def mmc_response_tail(t_s: float, rate: float, mu: float, c: int) -> float:
     if math.isclose(theta, mu):  # integral of theta e^{-theta w} e^{-mu (t - w)} over [0, t] is theta t e^{-mu t}
         waited = math.exp(-theta * t_s) + theta * t_s * math.exp(-mu * t_s)
     else:
-        waited = math.exp(-theta * t_s) + theta * math.exp(-mu * t_s) * (1 - math.exp(-(theta - mu) * t_s)) / (theta - mu)
+        waited = (math.exp(-theta * t_s)
+                  + theta * math.exp(-mu * t_s) * (1 - math.exp(-(theta - mu) * t_s)) / (theta - mu))
     return (1 - p_wait) * math.exp(-mu * t_s) + p_wait * waited
 
 

@@ -99,11 +99,13 @@ def test_generated_trace_has_the_requested_mean_rate_and_swing() -> None:
     trace = generate_trace(TraceSpec(duration_s=1200, mean_rate_rps=20, rate_swing_ratio=0.45, random_state=4))
     assert len(trace) / 1200 == pytest.approx(20, rel=0.03)
     first_half = (trace.arrival_s < 600).sum()
-    assert first_half / (len(trace) - first_half) == pytest.approx((1 + 0.45 * 2 / np.pi) / (1 - 0.45 * 2 / np.pi), rel=0.05)
+    assert first_half / (len(trace) - first_half) == pytest.approx(
+        (1 + 0.45 * 2 / np.pi) / (1 - 0.45 * 2 / np.pi), rel=0.05)
 
 
 def test_generated_trace_is_reproducible() -> None:
-    a, b = generate_trace(TraceSpec(duration_s=60, random_state=9)), generate_trace(TraceSpec(duration_s=60, random_state=9))
+    a, b = (generate_trace(TraceSpec(duration_s=60, random_state=9)),
+            generate_trace(TraceSpec(duration_s=60, random_state=9)))
     np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
     np.testing.assert_array_equal(a.image_pixels, b.image_pixels)
 

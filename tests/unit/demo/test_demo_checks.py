@@ -27,7 +27,8 @@ class S:
     desired: int | None
 
 
-def statuses(history: list[dict[str, Any]], crossed: list[int], enforced: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def statuses(
+        history: list[dict[str, Any]], crossed: list[int], enforced: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     isvc = {"status": {"scalingHistory": history}}
     pol = {"status": {"thresholds": [{"percent": p, "crossed": True} for p in crossed]
                       + [{"percent": 100, "crossed": True, "forecast": True}],

@@ -121,8 +121,8 @@ def test_markdown_is_a_table_with_a_total_row(changed: Path) -> None:
     assert "730 h/month" in text
 
 
-def test_an_unknown_gpu_type_is_an_error_naming_the_file_and_field_never_zero(tmp_path: Path,
-                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unknown_gpu_type_is_an_error_naming_the_file_and_field_never_zero(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = yaml.safe_load((EXAMPLES / "inferenceservice-predictive.yaml").read_text())
     doc["spec"]["resources"]["gpu"]["type"] = "nvidia-h200-typo"
     bad = tmp_path / "bad.yaml"

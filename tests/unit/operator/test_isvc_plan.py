@@ -137,10 +137,12 @@ def test_hand_scaled_deployment_is_restored_once_and_reported_as_conflict() -> N
     # Restored: the next pass writes nothing, and the condition stays True for the hold time only.
     obs.deployment["spec"]["replicas"] = 2
     obs.status = plan.status
-    later = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(conflict_hold_s=60), NOW + dt.timedelta(seconds=30))
+    later = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(conflict_hold_s=60),
+                      NOW + dt.timedelta(seconds=30))
     assert later.writes == []
     assert get(later.status["conditions"], R.SCALING_CONFLICT)["status"] == "True"
-    after = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(conflict_hold_s=60), NOW + dt.timedelta(seconds=90))
+    after = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(conflict_hold_s=60),
+                      NOW + dt.timedelta(seconds=90))
     assert get(after.status["conditions"], R.SCALING_CONFLICT)["status"] == "False"
 
 

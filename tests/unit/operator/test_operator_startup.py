@@ -53,7 +53,8 @@ def _writer(custom: _Refusing) -> Writer:
     return writer
 
 
-@pytest.mark.parametrize("namespaces,crd", [((), "clusterkopfpeerings.kopf.dev"), (("team-a",), "kopfpeerings.kopf.dev")],
+@pytest.mark.parametrize("namespaces,crd", [((), "clusterkopfpeerings.kopf.dev"),
+                                            (("team-a",), "kopfpeerings.kopf.dev")],
                          ids=["cluster-wide", "namespaced"])
 def test_a_missing_peering_crd_is_a_permanent_error_naming_it_and_both_fixes(namespaces: tuple[str, ...],
                                                                             crd: str) -> None:
