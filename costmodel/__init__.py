@@ -1,4 +1,4 @@
-"""Cost model: pricing catalog, spend ledger, budget periods and evaluation, notification payloads (pure).
+"""Cost model: pricing catalog, spend ledger, budget periods and evaluation, the alert outbox (pure).
 
 Nothing here does I/O or reads the clock. A BudgetPolicy handler is meant to be this thin::
 
@@ -14,5 +14,7 @@ Nothing here does I/O or reads the clock. A BudgetPolicy handler is meant to be 
 
 Modules: ``catalog`` (prices), ``quantities`` (Kubernetes quantities), ``money`` (Decimal rounding rule),
 ``periods`` (Daily/Weekly/Monthly in an IANA zone), ``ledger`` (spend integration, status round trip),
-``budget`` (spec parsing, the planner), ``notify_payloads`` (chat payloads and signatures), ``focus`` (FOCUS CSV).
+``budget`` (spec parsing, the planner), ``evaluation`` (ledger -> planner -> rates in force), ``outbox`` (alerts
+pending delivery, at least once), ``anomaly`` (spend anomalies), ``opencost`` (OpenCost prices), ``focus`` (FOCUS
+CSV). Chat payloads, signatures and the HTTP sender are ``modalscale.notify``'s: a platform is not a cost.
 """

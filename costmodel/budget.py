@@ -652,7 +652,7 @@ class EnforcementAction:
 
 @dataclass(frozen=True)
 class BudgetAlert:
-    """One notification to send to every configured receiver (see ``notify_payloads``).
+    """One notification to send to every configured receiver (rendered per platform by ``modalscale.notify.payloads``).
 
     Carries only what a chat room may see: no URLs, no secrets.
     """

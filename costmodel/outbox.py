@@ -23,7 +23,7 @@ Rules (times are timezone-aware UTC, passed in as ``now``; nothing here reads th
   entry sends it once more on restart.
 
 Messages are stored rendered (title, facts, severity, kind, thresholds, period): the payload builders of
-``notify_payloads`` need exactly these, so a retried message says what the first attempt said, even after a
+``modalscale.notify.payloads`` need exactly these, so a retried message says what the first attempt said, even after a
 restart, and new alert kinds need no new status fields. No URL or secret is ever stored: the alert carries
 none and ``lastError`` comes from the sender's redacted message.
 """
@@ -68,7 +68,7 @@ class AlertMessage:
 
     Has the same reading surface as :class:`~modalscale.costmodel.budget.BudgetAlert` (``kind``, ``policy``,
     ``period``, ``title``, ``facts()``, ``text()``, ``severity``, ``resolved``, ``created_at``,
-    ``thresholds_percent``), so ``notify_payloads`` renders both byte for byte alike.
+    ``thresholds_percent``), so ``modalscale.notify.payloads`` renders both byte for byte alike.
 
     Attributes:
         fact_pairs: (label, value) pairs in display order (``BudgetAlert.facts()``).

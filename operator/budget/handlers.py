@@ -48,7 +48,8 @@ from kubernetes.client.rest import ApiException
 from modalscale import GROUP, VERSION
 from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, trim_history
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
-from modalscale.notify.sender import DeliveryResult, RetryPolicy, Sender
+from modalscale.notify.answers import DeliveryResult
+from modalscale.notify.sender import RetryPolicy, Sender
 from modalscale.operator.budget.history import (
     BurnGauges,
     HistoryRead,

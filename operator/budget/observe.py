@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 from modalscale import GROUP, VERSION
 from modalscale.api.conditions import SECRET_KEY_MISSING, SECRET_NOT_FOUND, SECRET_UNREADABLE
 from modalscale.costmodel.budget import Notification, NotifierType
-from modalscale.notify.sender import DeliveryResult
+from modalscale.notify.answers import DeliveryResult
 from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
     ISVC_PLURAL,

@@ -127,7 +127,7 @@ from modalscale.costmodel.outbox import (
     outbox_from_status,
 )
 from modalscale.costmodel.quantities import InvalidQuantity
-from modalscale.notify.sender import DeliveryResult
+from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
 from modalscale.operator.budget.history import HistoryRead, anomaly_state_from_status, anomaly_state_to_status
 from modalscale.operator.isvc.objects import SELECTOR_LABEL

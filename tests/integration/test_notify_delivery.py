@@ -23,7 +23,8 @@ from modalscale.costmodel.budget import (
     plan_budget,
 )
 from modalscale.devenv.receivers import KINDS, ChatReceiver, Reply
-from modalscale.notify.sender import RateLimit, RetryPolicy, Sender, alert_delivered_condition
+from modalscale.notify.limits import RateLimit
+from modalscale.notify.sender import RetryPolicy, Sender
 
 SIGNING = {"DingTalk", "Feishu", "Webhook"}
 SECRET = "SEC-integration-signing-secret"
@@ -64,7 +65,6 @@ def test_each_platform_receives_a_verified_message(kind: str) -> None:
         room = rx.transcript()
         assert "ml-prod/platform-daily" in room and "41.50 USD of 50.00 USD" in room
         assert "CapReplicas ml-prod/captioner to 2" in room
-    assert result.condition()["status"] == "True"
 
 
 @pytest.mark.parametrize(("kind", "code"), [("DingTalk", 310000), ("Feishu", 19021), ("Webhook", None)])
@@ -75,8 +75,6 @@ def test_a_bad_signature_is_rejected_by_the_receiver_and_reported_as_failure(kin
         assert result.attempts == 1  # a rejection is final, not retried
         assert result.platform_code == code
         assert rx.accepted == [] and rx.received[0].errors == ["sign:mismatch"]
-    assert result.condition() == {"type": "AlertDelivered", "status": "False", "reason": "RejectedByPlatform",
-                                  "message": result.message}
 
 
 @pytest.mark.parametrize("kind", ["DingTalk", "Feishu"])
@@ -205,9 +203,9 @@ def test_client_side_rate_limit_queues_or_refuses_without_reaching_the_platform(
         results = asyncio.run(go(rx))
         assert [r.reason for r in results] == ["Delivered", "Delivered", "ClientRateLimited"]
         assert len(rx.received) == 2
-    condition = alert_delivered_condition(results)
-    assert condition["status"] == "False" and condition["reason"] == "ClientRateLimited"
-    assert "oncall:" in condition["message"]
+    refused = results[2]
+    assert (refused.delivered, refused.attempts, refused.receiver) == (False, 0, "oncall")
+    assert "client-side rate limit" in refused.message
 
 
 @pytest.mark.parametrize("kind", KINDS)

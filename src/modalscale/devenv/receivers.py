@@ -9,7 +9,7 @@ errors, 429 (+ ``Retry-After``) or delays, can be taken down (every request answ
 many retries come, until :meth:`ChatReceiver.recover`), and can print what a chat room would have shown
 (:meth:`ChatReceiver.transcript`).
 
-Answers imitate the platforms' documented ones (see ``modalscale.notify.sender`` for the sources): Slack
+Answers imitate the platforms' documented ones (see ``modalscale.notify.answers`` for the sources): Slack
 ``200 ok`` / ``400 invalid_payload`` / ``404 no_service``; Teams ``202``; WeCom and DingTalk ``200
 {"errcode": ...}``; Feishu ``200 {"code": ...}`` (19021 for a bad signature or stale timestamp); webhook
 ``200`` / ``401`` on a bad HMAC.

@@ -20,7 +20,6 @@ from modalscale.costmodel.budget import (
     parse_budget_spec,
     plan_budget,
 )
-from modalscale.costmodel.notify_payloads import build_payload, encode_json
 from modalscale.costmodel.outbox import (
     NOTIFICATION_REMOVED,
     OUTBOX_FULL,
@@ -35,6 +34,7 @@ from modalscale.costmodel.outbox import (
     outbox_after,
     outbox_from_status,
 )
+from modalscale.notify.payloads import build_payload, encode_json
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)

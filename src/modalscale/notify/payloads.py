@@ -1,13 +1,15 @@
-"""Chat and webhook payloads for budget alerts, with each platform's signing (pure: no I/O, no clock).
+"""Chat and webhook payloads for budget alerts, one builder per platform, and the signed request (pure: no I/O,
+no clock).
 
-Why a module: six platforms want six shapes and two of them sign requests. Building and signing here, as pure
+Why a module: six platforms want six shapes and three of them sign requests. Building and signing here, as pure
 functions of a :class:`~modalscale.costmodel.budget.BudgetAlert` (or the
-:class:`~modalscale.costmodel.outbox.AlertMessage` it was rendered to and stored as) and an explicit timestamp, makes every payload
-testable byte for byte; the one HTTP sender (``modalscale.notify.sender``) only posts what
-:func:`prepare_request` returns.
+:class:`~modalscale.costmodel.outbox.AlertMessage` it was rendered to and stored as) and an explicit timestamp,
+makes every payload testable byte for byte; the one HTTP sender (:mod:`modalscale.notify.sender`) only posts what
+:func:`prepare_request` returns. Signatures are :mod:`modalscale.notify.signing`'s.
 
-Every message states the policy, the scope, spent/limit, the forecast and the action taken. Messages never
-contain URLs or secrets: the alert carries none, and the signing secret only ever enters an HMAC.
+Every message states the policy, the scope, spent/limit, the forecast and the action taken (the alert's
+``title`` and ``facts()``, platform-neutral text decided with the alert). Messages never contain URLs or
+secrets: the alert carries none, and the signing secret only ever enters an HMAC.
 
 Documented shapes (checked 2026-11-30):
 
@@ -18,26 +20,19 @@ Documented shapes (checked 2026-11-30):
   https://learn.microsoft.com/en-us/microsoftteams/platform/webhooks-and-connectors/how-to/connectors-using
 * WeCom group robot, ``msgtype: markdown`` (content at most 4096 bytes):
   https://developer.work.weixin.qq.com/document/path/91770
-* DingTalk custom robot, ``msgtype: markdown`` (title + text); signing: ``sign = urlencode(base64(
-  HmacSHA256(key=secret, msg=f"{timestamp_ms}\\n{secret}")))`` appended as ``&timestamp=...&sign=...``:
-  https://open.dingtalk.com/document/robots/custom-robot-access and
-  https://open.dingtalk.com/document/robots/customize-robot-security-settings
-* Feishu/Lark custom bot, ``msg_type: interactive`` card; signing: ``sign = base64(HmacSHA256(
-  key=f"{timestamp_s}\\n{secret}", msg=b""))`` sent in the JSON body with ``timestamp`` (seconds, valid for
-  1 hour): https://open.feishu.cn/document/client-docs/bot-v3/add-custom-bot
+* DingTalk custom robot, ``msgtype: markdown`` (title + text), signed in the URL:
+  https://open.dingtalk.com/document/robots/custom-robot-access
+* Feishu/Lark custom bot, ``msg_type: interactive`` card, signed in the body:
+  https://open.feishu.cn/document/client-docs/bot-v3/add-custom-bot
 * Generic webhook: the Alertmanager webhook payload, ``version: "4"``:
-  https://prometheus.io/docs/alerting/latest/configuration/#webhook_config. With a signing secret it carries
-  ``X-Modalscale-Timestamp`` and ``X-Modalscale-Signature: sha256=<hex HMAC-SHA256(secret, f"{ts}." + body)>``
-  (our own scheme, in the style of Slack's request signing).
+  https://prometheus.io/docs/alerting/latest/configuration/#webhook_config; signed in two headers with a
+  signing secret.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import json
-import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -45,6 +40,13 @@ from typing import Any
 from modalscale.costmodel.budget import BudgetAlert, NotifierType
 from modalscale.costmodel.ledger import format_time
 from modalscale.costmodel.outbox import AlertMessage
+from modalscale.notify.signing import (
+    WEBHOOK_SIGNATURE_HEADER,
+    WEBHOOK_TIMESTAMP_HEADER,
+    dingtalk_signed_url,
+    feishu_sign,
+    webhook_signature,
+)
 
 Alert = BudgetAlert | AlertMessage
 """What a payload is built from: an alert as decided, or as rendered and stored in the outbox (same surface)."""
@@ -53,43 +55,6 @@ WECOM_MAX_MARKDOWN_BYTES = 4096
 """WeCom markdown ``content`` limit in UTF-8 bytes (WeCom group robot documentation)."""
 SLACK_MAX_HEADER_CHARS = 150
 """Slack ``header`` block plain_text limit."""
-WEBHOOK_SIGNATURE_HEADER = "X-Modalscale-Signature"
-WEBHOOK_TIMESTAMP_HEADER = "X-Modalscale-Timestamp"
-
-
-# ------------------------------------------------------------------------------------------------ signing
-def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
-    """DingTalk ``sign`` query value (already URL-encoded).
-
-    ``urlencode(base64(HmacSHA256(key=secret, msg=f"{timestamp_ms}\\n{secret}")))`` (UTF-8), per
-    https://open.dingtalk.com/document/robots/customize-robot-security-settings.
-    """
-    digest = hmac.new(secret.encode("utf-8"), f"{timestamp_ms}\n{secret}".encode("utf-8"), hashlib.sha256).digest()
-    return urllib.parse.quote_plus(base64.b64encode(digest).decode("ascii"))
-
-
-def dingtalk_signed_url(url: str, secret: str, timestamp_ms: int) -> str:
-    """The webhook URL with ``timestamp`` and ``sign`` appended to its query (other parameters kept)."""
-    parts = urllib.parse.urlsplit(url)
-    extra = f"timestamp={timestamp_ms}&sign={dingtalk_sign(secret, timestamp_ms)}"
-    query = f"{parts.query}&{extra}" if parts.query else extra
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
-
-
-def feishu_sign(secret: str, timestamp_s: int) -> str:
-    """Feishu/Lark ``sign`` body value.
-
-    ``base64(HmacSHA256(key=f"{timestamp_s}\\n{secret}", msg=b""))``: the string to sign is the *key* and the
-    message is empty, per https://open.feishu.cn/document/client-docs/bot-v3/add-custom-bot.
-    """
-    digest = hmac.new(f"{timestamp_s}\n{secret}".encode("utf-8"), b"", hashlib.sha256).digest()
-    return base64.b64encode(digest).decode("ascii")
-
-
-def webhook_signature(secret: str, timestamp_s: int, body: bytes) -> str:
-    """``sha256=<hex>`` of HMAC-SHA256(key=secret, msg=f"{timestamp_s}." + body) for the generic webhook."""
-    mac = hmac.new(secret.encode("utf-8"), f"{timestamp_s}.".encode("ascii") + body, hashlib.sha256)
-    return "sha256=" + mac.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------ payloads
@@ -222,7 +187,7 @@ def webhook_payload(alert: Alert, receiver: str = "modalscale") -> dict[str, Any
 class PreparedRequest:
     """A POST ready to send: the (possibly signed) URL, the exact body bytes and headers.
 
-    ``url`` may contain tokens and signatures: never log it (``modalscale.notify.sender`` redacts it).
+    ``url`` may contain tokens and signatures: never log it (the sender redacts it).
     """
 
     url: str = field(repr=False)
@@ -285,7 +250,7 @@ def prepare_request(kind: NotifierType | str, url: str, secret: str | None, aler
 
 
 __all__ = [
-    "Alert", "PreparedRequest", "build_payload", "dingtalk_payload", "dingtalk_sign",
-    "dingtalk_signed_url", "encode_json", "feishu_payload", "feishu_sign", "prepare_request", "slack_payload",
-    "teams_payload", "webhook_payload", "webhook_signature", "wecom_payload",
+    "Alert", "PreparedRequest", "SLACK_MAX_HEADER_CHARS", "WECOM_MAX_MARKDOWN_BYTES", "build_payload",
+    "dingtalk_payload", "encode_json", "feishu_payload", "prepare_request", "slack_payload", "teams_payload",
+    "webhook_payload", "wecom_payload",
 ]

@@ -13,20 +13,17 @@ from decimal import Decimal
 import pytest
 
 from modalscale.costmodel.budget import AlertKind, AlertState, BudgetAlert, PolicyRef, ServiceState, plan_budget
-from modalscale.costmodel.notify_payloads import (
+from modalscale.notify.payloads import (
     WECOM_MAX_MARKDOWN_BYTES,
     dingtalk_payload,
-    dingtalk_sign,
-    dingtalk_signed_url,
     feishu_payload,
-    feishu_sign,
     prepare_request,
     slack_payload,
     teams_payload,
     webhook_payload,
-    webhook_signature,
     wecom_payload,
 )
+from modalscale.notify.signing import dingtalk_sign, dingtalk_signed_url, feishu_sign, webhook_signature
 
 UTC = timezone.utc
 NOW = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)
