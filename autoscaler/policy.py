@@ -66,6 +66,7 @@ from numpy.typing import NDArray
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import RuntimeSpec, ScalingSpec, parse_spec
 from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps
+from modalscale.autoscaler.calibration import Calibrator
 from modalscale.autoscaler.features import MODALITIES, Modality, features_from_columns
 from modalscale.autoscaler.queueing import (
     offered_load_erlangs,
@@ -73,7 +74,6 @@ from modalscale.autoscaler.queueing import (
     response_quantile_ms,
     slo_attainable,
 )
-from modalscale.autoscaler.regressor import Calibrator
 
 _CALIBRATION_MAX_UTILIZATION = 0.95
 """Latency calibration is skipped above this predicted utilization of the ready slots (p95 is too sensitive there)."""

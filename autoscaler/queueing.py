@@ -30,7 +30,6 @@ from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import gammaincc
 
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(64)  # type: ignore[no-untyped-call]
 _MIN_SCV = 0.01  # a gamma with shape 100 stands in for (near-)deterministic service
@@ -96,6 +95,10 @@ def allen_cunneen_mean_wait_ms(
 
 
 def _gamma_sf(t_ms: NDArray[np.float64], mean_ms: float, scv: float) -> NDArray[np.float64]:
+    # Imported here, not at the top: scipy.special costs the operator ~11 MB of RSS, needed only once a service is
+    # sized by the queueing model (tests/unit/test_operator_imports.py keeps it out of the idle operator).
+    from scipy.special import gammaincc
+
     scv = max(scv, _MIN_SCV)
     shape = 1.0 / scv
     return cast(NDArray[np.float64], gammaincc(shape, np.maximum(t_ms, 0.0) / (mean_ms * scv)))

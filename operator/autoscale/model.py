@@ -12,7 +12,7 @@ import base64
 import binascii
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
     ARTIFACT_LOADED,
@@ -20,9 +20,11 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     INVALID_COST_MODEL,
     NO_COST_MODEL_REF,
 )
-from modalscale.autoscaler.regressor import ArtifactError, ServiceTimeRegressor, loads_model
 from modalscale.operator.autoscale.plan import CostModelStatus
 from modalscale.operator.isvc.observe import read_json
+
+if TYPE_CHECKING:
+    from modalscale.autoscaler.regressor import ServiceTimeRegressor
 
 _FALLBACK = "; Predictive mode falls back to the Utilization policy"
 
@@ -52,6 +54,10 @@ def decode_cost_model(configmap: Mapping[str, Any] | None, name: str, key: str
     except (binascii.Error, ValueError, TypeError) as exc:
         return None, CostModelStatus(False, INVALID_COST_MODEL, f"ConfigMap {name} key {key}: not base64 ({exc})"
                                                                 f"{_FALLBACK}")
+    # The regressor's stack (scikit-learn, SciPy, skops: ~110 MB of RSS) is imported on the first artifact decoded,
+    # not when the operator starts: an operator whose services have no costModelRef never loads it.
+    from modalscale.autoscaler.regressor import ArtifactError, loads_model
+
     try:
         model = loads_model(raw)
     except ArtifactError as exc:

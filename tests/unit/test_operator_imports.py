@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,69 @@ def test_the_regressor_module_still_lets_torch_users_import_sklearns_torch_shim(
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["sklearn.externals.array_api_compat.torch", "True"]
+
+
+# ---------------------------------------------------------------------------------------------- lazy model stack
+
+LAZY_LIBRARIES = ("sklearn", "scipy", "skops", "pandas", "torch")
+"""Libraries the idle operator must not hold (about 110 MB of RSS for sklearn + SciPy + skops, measured with
+``benchmarks/operator_scale.py --import-breakdown``): the service-time model's stack is imported when the first
+artifact is decoded; pandas is an optional extra of prometheus-api-client >= 0.7 that its query path never uses."""
+
+OPERATOR_START = r"""
+import base64, json, sys
+from pathlib import Path
+
+LAZY = set(sys.argv[1].split(","))
+
+def loaded():
+    return sorted({m.split(".")[0] for m in sys.modules} & LAZY)
+
+# What `modalscale operator` imports and builds before kopf runs (src/modalscale/cli.py, operator/cli.py:run).
+import modalscale.cli
+modalscale.cli.build_parser(["operator"])
+import kopf
+from prometheus_client import start_http_server
+from modalscale.operator.deps import build_deps
+from modalscale.operator.handlers import register
+from modalscale.operator.settings import Settings
+
+settings = Settings()
+deps = build_deps(settings)
+register(kopf.OperatorRegistry(), settings)
+at_start = loaded()
+
+# The first service that needs a prediction: its artifact decoded, a prediction, the queueing model's p95.
+import numpy as np
+from modalscale.autoscaler.features import FEATURES
+from modalscale.autoscaler.queueing import response_quantile_ms
+from modalscale.operator.autoscale.model import decode_cost_model
+
+cm = {"binaryData": {"model.skops": base64.b64encode(Path(sys.argv[2]).read_bytes()).decode()}}
+model, status = decode_cost_model(cm, "cost-model", "model.skops")
+assert status.loaded, status
+service_ms = float(model.predict(np.ones((1, len(FEATURES))))[0])
+p95_ms = response_quantile_ms(500.0 / service_ms, service_ms, 1.0, 2)  # 0.5 erlangs on 2 slots
+print(json.dumps({"at_start": at_start, "after_first_model": loaded(), "p95_ms": p95_ms}))
+"""
+
+
+def test_the_operator_starts_without_the_service_time_models_stack_and_loads_it_with_the_first_model(
+        artifacts: list[Path], tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"  # build_deps reads one; nothing here connects to it
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MODALSCALE_", "KUBERNETES_SERVICE"))}
+    env["KUBECONFIG"] = str(kubeconfig)
+    proc = subprocess.run([sys.executable, "-c", OPERATOR_START, ",".join(LAZY_LIBRARIES), str(artifacts[0])],
+                          capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["at_start"] == [], (
+        f"the operator imported {result['at_start']} at start-up; find the path with python -X importtime")
+    # The same check sees the stack once a model is in use, so it looks at the right module names.
+    assert result["after_first_model"] == ["scipy", "sklearn", "skops"]
+    assert math.isfinite(result["p95_ms"]) and result["p95_ms"] > 0
