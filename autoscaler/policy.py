@@ -63,6 +63,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from modalscale.api.conditions import ScalingReason
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import RuntimeSpec, ScalingSpec, parse_spec
 from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps
@@ -89,31 +90,9 @@ class ScalingMode(enum.StrEnum):
     FIXED = "Fixed"
 
 
-class Reason(enum.StrEnum):
-    """Why a decision came out as it did (CamelCase, usable as a condition or Event reason)."""
-
-    SCALE_UP_FOR_SLO = "ScaleUpForSLO"
-    SCALE_UP_FOR_BACKLOG = "ScaleUpForBacklog"
-    SCALE_UP_FOR_BURST = "ScaleUpForBurst"
-    SCALE_UP_FOR_PANIC = "ScaleUpForPanic"
-    SCALE_UP_FOR_FORECAST = "ScaleUpForForecast"
-    SCALE_DOWN_FOR_FORECAST = "ScaleDownForForecast"
-    SCALE_DOWN_IDLE = "ScaleDownIdle"
-    SCALE_UP_FOR_UTILIZATION = "ScaleUpForUtilization"
-    SCALE_DOWN_FOR_UTILIZATION = "ScaleDownForUtilization"
-    SLO_UNATTAINABLE = "SLOUnattainable"
-    STEADY = "Steady"
-    WITHIN_TOLERANCE = "WithinTolerance"
-    SCALE_UP_STABILIZED = "ScaleUpStabilized"
-    SCALE_DOWN_STABILIZED = "ScaleDownStabilized"
-    LIMITED_BY_MAX_STEP = "LimitedByMaxStep"
-    BOUNDED_BY_MIN = "BoundedByMin"
-    BOUNDED_BY_MAX = "BoundedByMax"
-    CAPPED_BY_BUDGET = "CappedByBudget"
-    HELD_NO_METRICS = "HeldNoMetrics"
-    HELD_STALE_METRICS = "HeldStaleMetrics"
-    HELD_PARTIAL_METRICS = "HeldPartialMetrics"
-    FIXED_REPLICAS = "FixedReplicas"
+Reason = ScalingReason
+"""Why a decision came out as it did (CamelCase, usable as a condition or Event reason): the vocabulary is defined in
+:class:`modalscale.api.conditions.ScalingReason`, with every other reason, and named ``Reason`` here."""
 
 
 PolicySpecError = InvalidSpec

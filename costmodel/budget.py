@@ -69,6 +69,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from modalscale.api import conditions as C
 from modalscale.api.errors import InvalidSpec
 from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
 from modalscale.costmodel.ledger import (
@@ -136,13 +137,14 @@ class NotifierType(str, enum.Enum):
 
 
 class AlertKind(str, enum.Enum):
-    """Why a notification is sent; also the Alertmanager ``alertname`` label (prefixed ``Budget``)."""
+    """Why a notification is sent; also the Alertmanager ``alertname`` label (prefixed ``Budget``) and the reason
+    of the Event the operator posts with it (values from :mod:`modalscale.api.conditions`)."""
 
-    THRESHOLD_CROSSED = "ThresholdCrossed"
-    FORECAST_EXCEEDED = "ForecastExceeded"
-    GOVERNANCE_BLIND = "GovernanceBlind"
-    RECOVERED = "Recovered"
-    SPEND_ANOMALY = "SpendAnomaly"
+    THRESHOLD_CROSSED = C.THRESHOLD_CROSSED
+    FORECAST_EXCEEDED = C.FORECAST_EXCEEDED
+    GOVERNANCE_BLIND = C.GOVERNANCE_BLIND
+    RECOVERED = C.RECOVERED
+    SPEND_ANOMALY = C.SPEND_ANOMALY
 
 
 class InvalidBudgetSpec(InvalidSpec):
@@ -595,8 +597,9 @@ class AlertState:
             start = status.get("periodStart")
             state = status.get("state")
             ready = next((c for c in status.get("conditions") or []
-                          if isinstance(c, Mapping) and c.get("type") == "Ready"), None)
-            blind = state == BudgetState.UNKNOWN.value or (ready is not None and ready.get("reason") == "GovernanceBlind")
+                          if isinstance(c, Mapping) and c.get("type") == C.READY), None)
+            blind = state == BudgetState.UNKNOWN.value or (ready is not None
+                                                           and ready.get("reason") == C.GOVERNANCE_BLIND)
             return cls(tuple(records), parse_time(start, "status.periodStart") if start else None,
                        BudgetState(state) if state else None, tuple(enforced), blind, spot)
         except LedgerFormatError as exc:
@@ -1115,19 +1118,19 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequ
     forecast_warning = (spec.forecast.enabled and forecast is not None
                         and reached(spec.forecast.alert_at_percent, forecast))
     if spent >= limit:
-        state, reason = BudgetState.EXCEEDED, "BudgetExceeded"
+        state, reason = BudgetState.EXCEEDED, C.BUDGET_EXCEEDED
         message = f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
     elif crossed or ahead or forecast_warning:
         state = BudgetState.WARNING
-        reason = "ThresholdCrossed" if crossed else "ThresholdAhead" if ahead else "ForecastOverLimit"
+        reason = C.THRESHOLD_CROSSED if crossed else C.THRESHOLD_AHEAD if ahead else C.FORECAST_OVER_LIMIT
         message = (f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
                    + (f", forecast {format_usd(quantize_display_usd(forecast))}" if forecast is not None else ""))
     else:
-        state, reason = BudgetState.OK, "WithinBudget"
+        state, reason = BudgetState.OK, C.WITHIN_BUDGET
         message = f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
     if blind:
         if state is not BudgetState.EXCEEDED:
-            state, reason = BudgetState.UNKNOWN, "GovernanceBlind"
+            state, reason = BudgetState.UNKNOWN, C.GOVERNANCE_BLIND
         message = (f"Spent at least {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency} "
                    f"(the known part; not priced: {'; '.join(blind_text)})")
     if ahead:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from modalscale.api import conditions as C
 from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources
 from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd, quantize_ledger_usd
 from modalscale.costmodel.quantities import GIB_BYTES
@@ -60,13 +61,14 @@ _NODE_NUMBERS = ("cpuCost", "ramCost", "gpuCost", "cpuCoreHours", "ramByteHours"
 
 
 class PriceSource(str, enum.Enum):
-    """Which source priced a service: the reason of the InferenceService's ``Priced`` condition."""
+    """Which source priced a service: the reason of the InferenceService's ``Priced`` condition (values from
+    :mod:`modalscale.api.conditions`)."""
 
-    OPENCOST = "OpenCost"
+    OPENCOST = C.PRICED_BY_OPENCOST
     """Every figure came from OpenCost's ``/assets`` answer."""
-    CATALOG = "Catalog"
+    CATALOG = C.PRICED_BY_CATALOG
     """No OpenCost is configured: the pricing catalog."""
-    CATALOG_FALLBACK = "CatalogFallback"
+    CATALOG_FALLBACK = C.CATALOG_FALLBACK
     """OpenCost is configured, but its answer was unusable or had no price for some figure: the catalog's."""
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from modalscale.api.conditions import NOTIFICATION_REMOVED, OUTBOX_FULL, PERIOD_ENDED
 from modalscale.costmodel.budget import AlertKind, BudgetAlert, InvalidBudgetStatus, PolicyRef
 from modalscale.costmodel.ledger import LedgerFormatError, format_time, parse_time
 from modalscale.costmodel.periods import Period
@@ -52,10 +53,8 @@ MAX_FACTS = 16
 MAX_ERROR_CHARS = 1024
 """Bounds of the stored texts (the CRD's ``maxLength``/``maxItems``); longer texts are cut with an ellipsis."""
 
-PERIOD_ENDED = "PeriodEnded"
-NOTIFICATION_REMOVED = "NotificationRemoved"
-OUTBOX_FULL = "OutboxFull"
-"""Why an entry was abandoned (CamelCase)."""
+# Why an entry was abandoned (CamelCase reasons, defined in modalscale.api.conditions): PERIOD_ENDED,
+# NOTIFICATION_REMOVED, OUTBOX_FULL.
 
 
 def _cut(text: str, limit: int) -> str:

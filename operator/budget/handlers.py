@@ -46,6 +46,7 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from modalscale import GROUP, VERSION
+from modalscale.api.conditions import TIMED_OUT
 from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, trim_history
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.answers import DeliveryResult
@@ -270,7 +271,7 @@ async def deliver_batch(sender: Sender, sends: Sequence[PendingAlert], receivers
         for name, entries in groups.items():
             for e in entries:
                 if e.key not in finished:
-                    results.append(Attempt(e.key, False, "TimedOut",
+                    results.append(Attempt(e.key, False, TIMED_OUT,
                                            f"Delivery to {name} did not finish within {deadline_s:g} s", clock()))
     return results
 

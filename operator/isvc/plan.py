@@ -230,7 +230,7 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None
     sc = spec.scaling
     if sc.mode == "Fixed":
         desired, why = bound_replicas(int(sc.replicas or 0), None, None, obs.budget_cap_replicas)
-        reason, message = "FixedReplicas", f"Fixed mode: spec.scaling.replicas={int(sc.replicas or 0)}"
+        reason, message = Reason.FIXED_REPLICAS.value, f"Fixed mode: spec.scaling.replicas={int(sc.replicas or 0)}"
     elif decision is not None:
         desired, why = decision.desired_replicas, None
         reason, message = decision.reason.value, decision.message[:1024] or decision.reason.value

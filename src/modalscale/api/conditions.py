@@ -1,9 +1,13 @@
-"""Condition types and CamelCase reasons that modalscale writes in ``status.conditions`` and Events, per kind.
+"""Condition types and CamelCase reasons that modalscale writes in ``status.conditions``, Events and status, per kind.
 
 Why a module: they were defined in seven places (``operator/reasons.py``, ``budget_plan.py``, ``autoscale_plan.py``,
-``autoscale_model.py``, ``autoscale_observe.py``, ...), so one reason could be spelt two ways and nothing listed what
-a kind reports. The operator modules import them from here; ``operator/conditions.py`` keeps ``upsert`` (the
-``lastTransitionTime`` rule). A unit test fails when an operator module defines one of these strings itself.
+``autoscale_model.py``, ``autoscale_observe.py``, the autoscaler's and the budget planner's own vocabularies, the
+alert sender's and outbox's ...), so one reason could be spelt two ways and nothing listed what a kind reports.
+Every other module imports them from here: the autoscaler's decision reasons are :class:`ScalingReason`
+(re-exported as ``modalscale.autoscaler.policy.Reason``), the budget planner's, the alert sender's and the outbox's
+are constants below, and enums whose values double as reasons (``AlertKind``, ``PriceSource``) take their values
+from here. ``operator/conditions.py`` keeps ``upsert`` (the ``lastTransitionTime`` rule). A unit test
+(``tests/unit/api/test_api_conditions.py``) fails when another module defines a reason itself.
 
 Conventions (Kubernetes API conventions, STYLE C4): a type is a CamelCase adjective or past participle
 (``Ready``, ``BudgetLimited``); a reason is a CamelCase word the status and message explain.
@@ -11,7 +15,11 @@ Conventions (Kubernetes API conventions, STYLE C4): a type is a CamelCase adject
 
 from __future__ import annotations
 
-from modalscale.api.errors import INVALID_SPEC as INVALID_SPEC
+import enum
+
+INVALID_SPEC = "InvalidSpec"
+"""The default reason of every ``modalscale.api.errors.InvalidSpec``: the spec cannot be acted on
+(``Ready=False/InvalidSpec``)."""
 
 # ============================================================================================= InferenceService
 # Condition types.
@@ -29,8 +37,7 @@ ISVC_CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, SCALING_CONFLICT, BUDGET_L
 """The conditions the reconcile writes (the autoscaler adds ``MetricsAvailable`` and ``CostModelLoaded``)."""
 AUTOSCALER_CONDITION_TYPES = (METRICS_AVAILABLE, COST_MODEL_LOADED)
 
-# Reasons of Ready / Progressing / Degraded.
-# INVALID_SPEC ("InvalidSpec") comes from modalscale.api.errors, the reason of every InvalidSpec error.
+# Reasons of Ready / Progressing / Degraded (and INVALID_SPEC above).
 MODEL_NOT_FOUND = "ModelNotFound"
 UNKNOWN_GPU_PRICE = "UnknownGPUPrice"
 AVAILABLE = "MinimumReplicasAvailable"
@@ -88,15 +95,41 @@ SPEND_ANOMALY_HISTORY = "SpendAnomalyHistory"
 """True once the spend-anomaly history was read back from Prometheus after the operator started."""
 BUDGET_CONDITION_TYPES = (READY, BUDGET_EXCEEDED, ALERT_DELIVERED, SPOT_FALLBACK, SPEND_ANOMALY_HISTORY)
 
-# Reasons written by the operator; the budget planner's own reasons (WithinBudget, ThresholdCrossed,
-# ForecastOverLimit, BudgetExceeded, GovernanceBlind, ...) pass through unchanged (modalscale.costmodel.budget.Reason).
+# Reasons of BudgetExceeded, decided by the budget planner (modalscale.costmodel.budget.plan_budget; WITHIN_BUDGET
+# above, and BUDGET_EXCEEDED, the condition's own name, when spent >= limit).
+THRESHOLD_CROSSED = "ThresholdCrossed"
+"""Also the Event reason of a threshold alert (``AlertKind.THRESHOLD_CROSSED``)."""
+THRESHOLD_AHEAD = "ThresholdAhead"
+FORECAST_OVER_LIMIT = "ForecastOverLimit"
+GOVERNANCE_BLIND = "GovernanceBlind"
+"""Part of the spend cannot be priced (Ready=False, BudgetExceeded=Unknown; also the Event reason of that alert)."""
+# Event reasons of the other alerts posted on a BudgetPolicy (modalscale.costmodel.budget.AlertKind).
+FORECAST_EXCEEDED = "ForecastExceeded"
+RECOVERED = "Recovered"
+SPEND_ANOMALY = "SpendAnomaly"
+# Reasons written by the operator.
 EVALUATED = "Evaluated"
 INVALID_STATUS = "InvalidStatus"
-GOVERNANCE_BLIND = "GovernanceBlind"
 NO_ALERT_SENT = "NoAlertSent"
-DELIVERED = "Delivered"
 DELIVERY_FAILED = "DeliveryFailed"
 DELIVERY_ABANDONED = "DeliveryAbandoned"
+# Reasons of one delivery (modalscale.notify: DeliveryResult.reason, the outbox's lastReason, and AlertDelivered's
+# reason while an entry fails).
+DELIVERED = "Delivered"
+REJECTED_BY_PLATFORM = "RejectedByPlatform"
+RATE_LIMITED = "RateLimited"
+"""HTTP 429, or a platform's rate-limit code inside an HTTP 200."""
+CLIENT_RATE_LIMITED = "ClientRateLimited"
+"""The sender's own per-webhook limit left no slot within the round's budget (nothing was sent)."""
+SERVER_ERROR = "ServerError"
+TIMED_OUT = "TimedOut"
+CONNECTION_FAILED = "ConnectionFailed"
+INVALID_URL = "InvalidURL"
+INTERNAL_ERROR = "InternalError"
+# Why an outbox entry was abandoned (modalscale.costmodel.outbox.Abandoned.why; reported as DELIVERY_ABANDONED).
+PERIOD_ENDED = "PeriodEnded"
+NOTIFICATION_REMOVED = "NotificationRemoved"
+OUTBOX_FULL = "OutboxFull"
 SECRET_NOT_FOUND = "SecretNotFound"
 SECRET_KEY_MISSING = "SecretKeyMissing"
 SECRET_UNREADABLE = "SecretUnreadable"
@@ -110,4 +143,34 @@ SPOT_LIFTED = "SpotLifted"
 HISTORY_READ = "HistoryRead"
 HISTORY_UNAVAILABLE = "HistoryUnavailable"
 
-__all__ = sorted(name for name in dir() if name.isupper())
+
+# ============================================================================================= the autoscaler
+class ScalingReason(enum.StrEnum):
+    """Why an autoscaler decision came out as it did (``modalscale.autoscaler.policy.Reason``): the decision's
+    reason in ``status.autoscaler``, the Event reason of a scale, and the InferenceService's ``Scaled`` reason."""
+
+    SCALE_UP_FOR_SLO = "ScaleUpForSLO"
+    SCALE_UP_FOR_BACKLOG = "ScaleUpForBacklog"
+    SCALE_UP_FOR_BURST = "ScaleUpForBurst"
+    SCALE_UP_FOR_PANIC = "ScaleUpForPanic"
+    SCALE_UP_FOR_FORECAST = "ScaleUpForForecast"
+    SCALE_DOWN_FOR_FORECAST = "ScaleDownForForecast"
+    SCALE_DOWN_IDLE = "ScaleDownIdle"
+    SCALE_UP_FOR_UTILIZATION = "ScaleUpForUtilization"
+    SCALE_DOWN_FOR_UTILIZATION = "ScaleDownForUtilization"
+    SLO_UNATTAINABLE = "SLOUnattainable"
+    STEADY = "Steady"
+    WITHIN_TOLERANCE = "WithinTolerance"
+    SCALE_UP_STABILIZED = "ScaleUpStabilized"
+    SCALE_DOWN_STABILIZED = "ScaleDownStabilized"
+    LIMITED_BY_MAX_STEP = "LimitedByMaxStep"
+    BOUNDED_BY_MIN = "BoundedByMin"
+    BOUNDED_BY_MAX = "BoundedByMax"
+    CAPPED_BY_BUDGET = "CappedByBudget"
+    HELD_NO_METRICS = "HeldNoMetrics"
+    HELD_STALE_METRICS = "HeldStaleMetrics"
+    HELD_PARTIAL_METRICS = "HeldPartialMetrics"
+    FIXED_REPLICAS = "FixedReplicas"
+
+
+__all__ = sorted([name for name in dir() if name.isupper()] + ["ScalingReason"])

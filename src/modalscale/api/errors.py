@@ -8,8 +8,7 @@ operator reads ``field`` and ``reason`` instead of parsing text.
 
 from __future__ import annotations
 
-INVALID_SPEC = "InvalidSpec"
-"""The default reason: the spec cannot be acted on (``Ready=False/InvalidSpec``)."""
+from modalscale.api.conditions import INVALID_SPEC
 
 
 class InvalidSpec(ValueError):

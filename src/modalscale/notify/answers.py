@@ -37,6 +37,12 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from modalscale.api.conditions import (
+    DELIVERED,
+    RATE_LIMITED,
+    REJECTED_BY_PLATFORM,
+    SERVER_ERROR,
+)
 from modalscale.costmodel.budget import NotifierType
 from modalscale.notify.limits import RATE_LIMIT_WAIT_S
 
@@ -156,40 +162,40 @@ def classify(kind: NotifierType, status: int, body: str, retry_after: float | No
     """
     snippet = body.strip()[:200]
     if status == 429:
-        return Outcome(False, "RateLimited", f"{kind.value} answered 429 Too Many Requests", True, status,
+        return Outcome(False, RATE_LIMITED, f"{kind.value} answered 429 Too Many Requests", True, status,
                        retry_after_s=retry_after)
     if status >= 500:
-        return Outcome(False, "ServerError", f"{kind.value} answered HTTP {status}: {snippet}", True, status,
+        return Outcome(False, SERVER_ERROR, f"{kind.value} answered HTTP {status}: {snippet}", True, status,
                        snippet or None)
     if kind is NotifierType.SLACK:
         if status == 200 and snippet == "ok":
-            return Outcome(True, "Delivered", "Slack accepted the message", False, status)
-        return Outcome(False, "RejectedByPlatform", f"Slack rejected the message (HTTP {status}: {snippet})",
+            return Outcome(True, DELIVERED, "Slack accepted the message", False, status)
+        return Outcome(False, REJECTED_BY_PLATFORM, f"Slack rejected the message (HTTP {status}: {snippet})",
                        False, status, snippet or None)
     if kind is NotifierType.TEAMS:
         if status in (200, 202):
-            return Outcome(True, "Delivered", f"Teams Workflows accepted the message (HTTP {status})", False, status)
-        return Outcome(False, "RejectedByPlatform", f"Teams rejected the message (HTTP {status}: {snippet})",
+            return Outcome(True, DELIVERED, f"Teams Workflows accepted the message (HTTP {status})", False, status)
+        return Outcome(False, REJECTED_BY_PLATFORM, f"Teams rejected the message (HTTP {status}: {snippet})",
                        False, status)
     if kind in (NotifierType.WECOM, NotifierType.DINGTALK, NotifierType.FEISHU):
         keys = ("code", "StatusCode") if kind is NotifierType.FEISHU else ("errcode",)
         parsed = _json_code(body, keys)
         if parsed is None:
-            return Outcome(False, "RejectedByPlatform",
+            return Outcome(False, REJECTED_BY_PLATFORM,
                            f"{kind.value} answered HTTP {status} without a result code: {snippet}", False, status)
         code, msg = parsed
         if status == 200 and code == 0:
-            return Outcome(True, "Delivered", f"{kind.value} accepted the message", False, status, 0)
+            return Outcome(True, DELIVERED, f"{kind.value} accepted the message", False, status, 0)
         wait_s = RATE_LIMIT_WAIT_S.get(kind, {}).get(code) if isinstance(code, int) else None
         if wait_s is not None:
-            return Outcome(False, "RateLimited", f"{kind.value} rate-limited the message (HTTP {status}, code "
+            return Outcome(False, RATE_LIMITED, f"{kind.value} rate-limited the message (HTTP {status}, code "
                            f"{code}: {msg[:160]})", True, status, code,
                            retry_after_s=max(wait_s, retry_after or 0.0))
-        return Outcome(False, "RejectedByPlatform", f"{kind.value} rejected the message (HTTP {status}, code {code}: "
+        return Outcome(False, REJECTED_BY_PLATFORM, f"{kind.value} rejected the message (HTTP {status}, code {code}: "
                        f"{msg[:160]})", False, status, code)
     if 200 <= status < 300:
-        return Outcome(True, "Delivered", f"Webhook accepted the message (HTTP {status})", False, status)
-    return Outcome(False, "RejectedByPlatform", f"Webhook rejected the message (HTTP {status}: {snippet})",
+        return Outcome(True, DELIVERED, f"Webhook accepted the message (HTTP {status})", False, status)
+    return Outcome(False, REJECTED_BY_PLATFORM, f"Webhook rejected the message (HTTP {status}: {snippet})",
                    False, status)
 
 

@@ -29,6 +29,13 @@ from datetime import datetime, timezone
 
 import httpx
 
+from modalscale.api.conditions import (
+    CLIENT_RATE_LIMITED,
+    CONNECTION_FAILED,
+    INTERNAL_ERROR,
+    INVALID_URL,
+    TIMED_OUT,
+)
 from modalscale.costmodel.budget import NotifierType
 from modalscale.notify.answers import DeliveryResult, Outcome, classify, redact, retry_after_s, sensitive_parts
 from modalscale.notify.limits import PLATFORM_RATE_LIMITS, RateLimit, SlidingWindow
@@ -123,7 +130,7 @@ class Sender:
         try:
             outcome, attempts = await self._deliver(kind_, url, secret, alert, sensitive, started)
         except Exception as exc:  # noqa: BLE001 - the contract is "never raise"; the error is reported, not hidden
-            outcome = Outcome(False, "InternalError", f"Delivery failed unexpectedly: {type(exc).__name__}: {exc}",
+            outcome = Outcome(False, INTERNAL_ERROR, f"Delivery failed unexpectedly: {type(exc).__name__}: {exc}",
                                False)
         result = DeliveryResult(kind_, receiver, outcome.delivered, outcome.reason, redact(outcome.message, sensitive),
                                 attempts, outcome.status_code,
@@ -152,14 +159,14 @@ class Sender:
                         self._window.record(key, self._monotonic())
                         break
                 if self._monotonic() + wait > deadline:
-                    return Outcome(False, "ClientRateLimited",
+                    return Outcome(False, CLIENT_RATE_LIMITED,
                                     f"{kind.value} client-side rate limit reached; no slot within {r.max_total_s:g} s",
                                     False), attempts
                 await self._sleep(wait)
             attempts += 1
             remaining = deadline - self._monotonic()
             if remaining <= 0:
-                return Outcome(False, "TimedOut", f"Gave up after {r.max_total_s:g} s", False), attempts
+                return Outcome(False, TIMED_OUT, f"Gave up after {r.max_total_s:g} s", False), attempts
             request = prepare_request(kind, url, secret, alert, self._clock())
             timeout = httpx.Timeout(min(r.timeout_s, remaining))
             try:
@@ -169,13 +176,13 @@ class Sender:
                 outcome = classify(kind, response.status_code, body,
                                    retry_after_s(response.headers.get("Retry-After"), self._clock()))
             except httpx.TimeoutException:
-                outcome = Outcome(False, "TimedOut", f"{kind.value} did not answer within {min(r.timeout_s, remaining):.3g} s",
+                outcome = Outcome(False, TIMED_OUT, f"{kind.value} did not answer within {min(r.timeout_s, remaining):.3g} s",
                                    True)
             except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-                return Outcome(False, "InvalidURL", f"The webhook URL is not usable: {type(exc).__name__}",
+                return Outcome(False, INVALID_URL, f"The webhook URL is not usable: {type(exc).__name__}",
                                 False), attempts
             except httpx.TransportError as exc:
-                outcome = Outcome(False, "ConnectionFailed", f"Connection to {kind.value} failed: {type(exc).__name__}: "
+                outcome = Outcome(False, CONNECTION_FAILED, f"Connection to {kind.value} failed: {type(exc).__name__}: "
                                    f"{redact(str(exc), sensitive)}", True)
             if outcome.delivered or not outcome.retryable:
                 return outcome, attempts
