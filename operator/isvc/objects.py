@@ -154,10 +154,7 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
                   {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": f"/v2/models/{spec.model.name}/ready", "port": "http"},
-                           "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"},
-                          "periodSeconds": 10, "failureThreshold": 6},
+        **_probes(spec),
         "startupProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"},
                          "periodSeconds": 5, "failureThreshold": 60},
         **({"lifecycle": _prestop_drain()} if spec.model.source == "BuiltIn" else {}),
@@ -191,6 +188,27 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
             "template": template,
         },
     }
+
+
+def _probes(spec: IsvcSpec) -> dict[str, Any]:
+    """Readiness and liveness of the Triton container.
+
+    The BuiltIn runtime image runs ``modalscale.runtime.health`` (exec): besides Triton's answer (the model's ready
+    endpoint; ``/v2/health/live``) it fails while a Python-backend stub of tritonserver is dead, which Triton
+    itself never reports (a stub killed by the OOM killer: Triton keeps saying ready while every request to that
+    model fails), so the pod leaves the Service and the kubelet restarts the container. It runs in the replica's
+    CPU quota (about 50 ms of CPU a run), hence the timeouts. A user's own Triton image may have neither Python
+    nor modalscale: it gets Triton's endpoints over HTTP.
+    """
+    if spec.model.source == "BuiltIn":
+        check = ["python3", "-m", "modalscale.runtime.health", f"--http-port={HTTP_PORT}"]
+        readiness: dict[str, Any] = {"exec": {"command": [*check, f"--model={spec.model.name}"]}}
+        liveness: dict[str, Any] = {"exec": {"command": check}}
+    else:
+        readiness = {"httpGet": {"path": f"/v2/models/{spec.model.name}/ready", "port": "http"}}
+        liveness = {"httpGet": {"path": "/v2/health/live", "port": "http"}}
+    return {"readinessProbe": {**readiness, "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5},
+            "livenessProbe": {**liveness, "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5}}
 
 
 def _prestop_drain() -> dict[str, Any]:

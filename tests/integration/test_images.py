@@ -221,19 +221,14 @@ def runtime_container(
         shutil.rmtree(rootfs, ignore_errors=True)
 
 
-def test_cpu_runtime_image_serves_an_image_and_text_request_read_only_as_uid_1000(
-        runtime_container: dict[str, Any]) -> None:
-    from modalscale.runtime.client import MultimodalClient
-    from modalscale.runtime.workload import photo_bytes
-
-    info = runtime_container
-    http = f"http://127.0.0.1:{info['ports']['http']}"
-    probe = info["container"]["readinessProbe"]["httpGet"]["path"]  # /v2/models/<name>/ready, the pod's probe
+def wait_model_ready(info: dict[str, Any]) -> float:
+    """Seconds until Triton in the container answers 200 on ``/v2/models/<name>/ready``."""
+    url = f"http://127.0.0.1:{info['ports']['http']}/v2/models/{info['model']}/ready"
 
     def ready() -> bool:
         assert info["proc"].poll() is None, f"runc exited {info['proc'].returncode}:\n{info['log'].read_text()[-4000:]}"
         try:
-            return httpx.get(http + probe, timeout=5).status_code == 200
+            return httpx.get(url, timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -242,7 +237,62 @@ def test_cpu_runtime_image_serves_an_image_and_text_request_read_only_as_uid_100
         wait_for(ready, 300, "the model in the CPU runtime image Ready")
     except TimeoutError:
         raise AssertionError(info["log"].read_text()[-4000:]) from None
-    print(f"runtime image: model Ready {time.monotonic() - started:.1f} s after runc run")
+    return time.monotonic() - started
+
+
+def pod_probe(info: dict[str, Any], kind: str) -> subprocess.CompletedProcess[str]:
+    """Run the Deployment's exec probe ``kind`` (``readinessProbe``/``livenessProbe``) inside the container
+    (``runc exec``), its ``--http-port`` moved as the container's ports were."""
+    command = [f"--http-port={info['ports']['http']}" if a.startswith("--http-port=") else a
+               for a in info["container"][kind]["exec"]["command"]]
+    return subprocess.run(["runc", "--root", str(info["state"]), "exec", info["cid"], *command],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_cpu_runtime_image_probes_fail_after_a_python_backend_stub_is_killed(
+        runtime_container: dict[str, Any]) -> None:
+    """The pod's exec probes (modalscale.runtime.health) in the real image, read-only root, uid 1000: ok while it
+    serves; after SIGKILL of a Python-backend stub (as the OOM killer does) both fail and name the stub, so the pod
+    leaves the Service and the kubelet restarts it, while Triton's own ready endpoint still answers 200."""
+    import os
+    import signal
+
+    from modalscale.runtime.proctree import descendants
+
+    info = runtime_container
+    wait_model_ready(info)
+    for kind in ("readinessProbe", "livenessProbe"):
+        out = pod_probe(info, kind)
+        assert (out.returncode, out.stdout.strip()) == (0, "ok"), out
+    state = subprocess.run(["runc", "--root", str(info["state"]), "state", info["cid"]], capture_output=True,
+                           text=True, check=True)
+    stubs = [p for p in descendants(json.loads(state.stdout)["pid"]) if p.comm.startswith("triton_python")]
+    assert stubs, "no Python-backend stub under the container's tritonserver"
+    os.kill(stubs[0].pid, signal.SIGKILL)
+
+    def failing() -> subprocess.CompletedProcess[str] | None:
+        out = pod_probe(info, "readinessProbe")
+        return out if out.returncode != 0 else None
+
+    ready = wait_for(failing, 60, "the readiness probe failing after the stub was killed")
+    assert ready.returncode == 1 and "stub" in ready.stdout, ready
+    live = pod_probe(info, "livenessProbe")
+    assert live.returncode == 1 and "stub" in live.stdout, live
+    triton = httpx.get(f"http://127.0.0.1:{info['ports']['http']}/v2/models/{info['model']}/ready", timeout=5)
+    print(f"runtime image: after SIGKILL of stub {stubs[0].pid}: readiness probe {ready.stdout.strip()!r}; "
+          f"Triton's own ready endpoint {triton.status_code}")
+
+
+def test_cpu_runtime_image_serves_an_image_and_text_request_read_only_as_uid_1000(
+        runtime_container: dict[str, Any]) -> None:
+    from modalscale.runtime.client import MultimodalClient
+    from modalscale.runtime.workload import photo_bytes
+
+    info = runtime_container
+    print(f"runtime image: model Ready {wait_model_ready(info):.1f} s after runc run")
+    for kind in ("readinessProbe", "livenessProbe"):  # the pod's own checks, run in the container
+        out = pod_probe(info, kind)
+        assert (out.returncode, out.stdout.strip()) == (0, "ok"), out
 
     with MultimodalClient(f"127.0.0.1:{info['ports']['http']}", model_name=info["model"]) as client:
         result = client.infer(images=[photo_bytes("chelsea")], text="a photo of a cat")
@@ -353,8 +403,7 @@ def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_
         assert core.read_node(pod.spec.node_name).metadata.labels.get(NODE_TYPE_LABEL) == NODE_TYPE_REAL
         limits = pod.spec.containers[0].resources.limits
         assert limits["cpu"] == "500m", limits
-        assert (pod.spec.containers[0].readiness_probe.http_get.path
-                == f"/v2/models/{body['spec']['model']['name']}/ready")
+        assert pod.spec.containers[0].readiness_probe._exec.command[-1] == f"--model={body['spec']['model']['name']}"
         service_ip = core.read_namespaced_service(name, ns).spec.cluster_ip
         url = f"{service_ip}:8000"
         with MultimodalClient(url, model_name=body["spec"]["model"]["name"], timeout_s=120) as c:

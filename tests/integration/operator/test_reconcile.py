@@ -37,7 +37,7 @@ def test_create_makes_owned_children_and_reports_ready(api: Any, operator: Any, 
             "InferenceService", "vc", isvc["metadata"]["uid"], True)
         assert obj.metadata.labels["app.kubernetes.io/managed-by"] == "modalscale-operator"
     assert "multimodal__config.pbtxt" in cm.data
-    assert dep.spec.template.spec.containers[0].readiness_probe.http_get.path == "/v2/models/multimodal/ready"
+    assert dep.spec.template.spec.containers[0].readiness_probe._exec.command[-1] == "--model=multimodal"
     pods = core.list_namespaced_pod(namespace, label_selector="modalscale.io/inferenceservice=vc").items
     assert len(pods) == 2 and all(p.spec.node_name.startswith("kwok-gpu-") for p in pods)
     status = get(api, namespace, "vc")["status"]

@@ -54,3 +54,20 @@ def test_a_configmap_model_repository_is_read_through_its_data_link() -> None:
         dep = build_deployment(parse_isvc(body), 1, repo_files, keys)
         assert "--model-repository=/models/..data" in container(dep)["args"]
         assert container(dep)["volumeMounts"][0]["mountPath"] == "/models"
+
+
+def test_builtin_probes_see_a_dead_python_backend_stub_and_a_users_image_gets_http_probes() -> None:
+    # Seen on a real tritonserver: a Python-backend stub killed (as the OOM killer does) left Triton answering 200
+    # on /v2/models/<name>/ready while every request to that model failed, so the httpGet probes kept the replica
+    # in the Service and never restarted it. The BuiltIn image's probes run modalscale.runtime.health.
+    c = container(build_deployment(parse_isvc(isvc()), 1, {"multimodal/config.pbtxt": ""}))
+    check = ["python3", "-m", "modalscale.runtime.health", "--http-port=8000"]
+    assert c["readinessProbe"]["exec"]["command"] == [*check, "--model=multimodal"]
+    assert c["livenessProbe"]["exec"]["command"] == check
+    for probe in (c["readinessProbe"], c["livenessProbe"]):
+        assert "httpGet" not in probe and probe["timeoutSeconds"] >= 5  # it runs inside the replica's CPU quota
+    body = isvc({"source": "ConfigMap", "name": "own", "configMap": {"name": "own-repo"}})
+    c = container(build_deployment(parse_isvc(body), 1, {}, ["own__config.pbtxt"]))
+    assert c["readinessProbe"]["httpGet"] == {"path": "/v2/models/own/ready", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    assert "exec" not in c["readinessProbe"] and "exec" not in c["livenessProbe"]

@@ -78,7 +78,7 @@ def test_first_reconcile_creates_the_three_children_with_owner_references() -> N
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "nvidia-l4"}
     (c,) = pod["containers"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/models/multimodal/ready"
+    assert c["readinessProbe"]["exec"]["command"][-1] == "--model=multimodal"
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
 
