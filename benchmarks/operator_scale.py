@@ -11,7 +11,14 @@ installed: time from starting ``modalscale operator`` to the first reconcile of 
 exists, peering on (the default) against a standalone operator run side by side in alternating rounds (plus a second
 standalone column, the A/A row), and the operator's idle RSS. It also times importing the operator's modules in a
 fresh interpreter, against the same import with torch imported first (what the operator paid before it stopped
-importing torch).
+importing torch). With ``--rss-services N`` (default 100) it then reads the idle RSS of a standalone operator with N
+Fixed InferenceServices (the service-time model's stack never loaded) and with N Predictive ones whose
+``costModelRef`` names a real artifact (every one ``CostModelLoaded=True``: scikit-learn, SciPy and skops loaded).
+
+``--import-breakdown`` prints the RSS each library adds on import, each in a fresh interpreter (the dev venv's
+versions), and what importing the operator's modules costs without and with the service-time model decoded.
+
+Every cluster here is KWOK-only (``real_node=False``): the machine's one real kubelet node is never taken.
 """
 
 from __future__ import annotations
@@ -35,16 +42,27 @@ from modalscale.devenv.operator_process import OperatorProcess
 REPO = Path(__file__).resolve().parents[1]
 
 
-def isvc(name: str) -> dict[str, Any]:
-    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": name},
-            "spec": {"resources": {"cpu": "100m", "memory": "256Mi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                     "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2}}}
+def isvc(name: str, cost_model: str | None = None) -> dict[str, Any]:
+    """A one-GPU InferenceService; Fixed at 1 replica, or Predictive with ``costModelRef`` ``cost_model``."""
+    body: dict[str, Any] = {
+        "apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": name},
+        "spec": {"resources": {"cpu": "100m", "memory": "256Mi", "gpu": {"count": 1, "type": "nvidia-l4"}},
+                 "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2}}}
+    if cost_model:
+        body["spec"]["model"] = {"costModelRef": {"name": cost_model}}
+        body["spec"]["scaling"] = {"mode": "Predictive", "minReplicas": 1, "maxReplicas": 2}
+    return body
 
 
 def ready_count(custom: client.CustomObjectsApi, ns: str) -> int:
     items = custom.list_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices")["items"]
     return sum(1 for o in items for c in (o.get("status") or {}).get("conditions") or []
                if c["type"] == "Ready" and c["status"] == "True")
+
+
+def reconciled_count(custom: client.CustomObjectsApi, ns: str) -> int:
+    items = custom.list_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices")["items"]
+    return sum(1 for o in items if (o.get("status") or {}).get("observedGeneration") == o["metadata"]["generation"])
 
 
 def quantile_from_histogram(op: OperatorProcess, q: float) -> float:
@@ -99,6 +117,97 @@ print(time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxr
 """
 
 
+BREAKDOWN_PROBE = """
+import importlib, json, sys
+def rss_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+before = rss_mb()
+if sys.argv[1] == "operator" or sys.argv[1] == "operator+model":
+    import base64
+    import kopf
+    import modalscale.cli
+    modalscale.cli.build_parser(["operator"])
+    from prometheus_client import start_http_server
+    from modalscale.operator.handlers import register
+    from modalscale.operator.deps import build_deps
+    from modalscale.operator.settings import Settings
+    register(kopf.OperatorRegistry(), Settings())
+    build_deps(Settings())
+    if sys.argv[1] == "operator+model":
+        from modalscale.operator.autoscale.model import decode_cost_model
+        cm = {"binaryData": {"model.skops": base64.b64encode(open(sys.argv[2], "rb").read()).decode()}}
+        assert decode_cost_model(cm, "cm", "model.skops")[1].loaded
+elif sys.argv[1] != "python":
+    for name in sys.argv[1].split("+"):
+        importlib.import_module(name)
+heavy = ("sklearn", "scipy", "skops", "pandas", "torch", "numpy")
+print(json.dumps({"before": before, "after": rss_mb(),
+                  "heavy": sorted({m.split(".")[0] for m in sys.modules} & set(heavy))}))
+"""
+
+BREAKDOWN_LIBRARIES = ("numpy", "scipy.special", "sklearn", "skops.io", "pandas", "kopf", "kubernetes", "aiohttp",
+                       "pydantic", "httpx", "requests", "prometheus_client",
+                       "prometheus_api_client.prometheus_connect", "yaml", "modalscale.autoscaler.policy",
+                       "modalscale.autoscaler.regressor")
+
+
+def cost_model_artifact(path: Path) -> Path:
+    """A small additive service-time model artifact (what ``modalscale profile`` writes), at ``path``."""
+    from modalscale.autoscaler.features import features_from_mapping
+    from modalscale.autoscaler.profile_data import generate_profile
+    from modalscale.autoscaler.regressor import ServiceTimeRegressor, dumps_model
+
+    profile = generate_profile(300, random_state=3)
+    model = ServiceTimeRegressor(kind="additive").fit(features_from_mapping(profile), profile["service_ms"])
+    path.write_bytes(dumps_model(model))
+    return path
+
+
+def import_breakdown(rounds: int) -> None:
+    """RSS added by importing each library alone, and by the operator's modules, each in a fresh interpreter."""
+    import importlib.util
+    import json
+
+    with tempfile.TemporaryDirectory(prefix="opimports-") as tmp:
+        artifact = cost_model_artifact(Path(tmp) / "model.skops")
+        kubeconfig = Path(tmp) / "kubeconfig"  # build_deps reads one; nothing connects to it
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}]}))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MODALSCALE_")}
+        env["KUBECONFIG"] = str(kubeconfig)
+        print(f"RSS added by importing (fresh interpreter each, median of {rounds}; a library's figure includes "
+              "what it imports, so the rows overlap):")
+        for what in ("python", *BREAKDOWN_LIBRARIES, "operator", "operator+model"):
+            top = what.split("+")[0].split(".")[0]
+            if what not in ("python", "operator", "operator+model") and importlib.util.find_spec(top) is None:
+                print(f"  {what:42s} not installed")
+                continue
+            deltas, totals, heavy = [], [], []
+            for _ in range(rounds):
+                out = subprocess.run([sys.executable, "-c", BREAKDOWN_PROBE, what, str(artifact)], capture_output=True,
+                                     text=True, check=True, cwd=REPO, env=env).stdout
+                result = json.loads(out.strip().splitlines()[-1])
+                deltas.append(result["after"] - result["before"])
+                totals.append(result["after"])
+                heavy = result["heavy"]
+            print(f"  {what:42s} +{statistics.median(deltas):6.1f} MB  (process {statistics.median(totals):6.1f} MB; "
+                  f"heavy libraries loaded: {', '.join(heavy) or 'none'})")
+
+
+def git_sha() -> str:
+    """The checkout's commit, with ``+dirty`` when tracked files differ from it."""
+    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    if sha.returncode != 0:
+        return f"(not a git checkout: {REPO})"
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "."], cwd=REPO).returncode != 0
+    return sha.stdout.strip() + ("+dirty" if dirty else "")
+
+
 def spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f} (min {min(values):.2f}, max {max(values):.2f}, n={len(values)})"
 
@@ -121,7 +230,57 @@ def import_rounds(rounds: int) -> None:
               f"time {statistics.median(s_) / base_s:.2f}x, RSS {statistics.median(mb) / base_mb:.2f}x")
 
 
-def startup_rounds(rounds: int, idle_s: float) -> None:
+def services_rss(cluster: LocalCluster, api: Any, tmp: Path, n: int, idle_s: float) -> None:
+    """Idle RSS of a standalone operator with ``n`` Fixed services, then (a fresh operator) ``n`` Predictive ones
+    whose service-time model is loaded. Each operator watches only its own namespace."""
+    import base64
+    import math
+
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    artifact = cost_model_artifact(tmp / "model.skops")
+
+    def items(ns: str) -> list[dict[str, Any]]:
+        return list(custom.list_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices")["items"])
+
+    def reconciled(ns: str) -> bool:
+        objs = items(ns)
+        return len(objs) == n and all((o.get("status") or {}).get("observedGeneration") == o["metadata"]["generation"]
+                                      for o in objs)
+
+    def models_loaded(ns: str) -> bool:
+        objs = items(ns)
+        return len(objs) == n and all(any(c["type"] == "CostModelLoaded" and c["status"] == "True"
+                                          for c in (o.get("status") or {}).get("conditions") or []) for o in objs)
+
+    print(f"idle RSS of a standalone operator with {n} InferenceServices ({idle_s:.0f} s after the last was done; "
+          f"{math.ceil(2 * n / 16)} extra KWOK nodes):")
+    for label, ns, predictive in ((f"{n} Fixed (no service-time model)", "rss-fixed", False),
+                                  (f"{n} Predictive, model loaded", "rss-predictive", True)):
+        core.create_namespace({"metadata": {"name": ns}})
+        if predictive:
+            core.create_namespaced_config_map(ns, {"metadata": {"name": "cost"}, "binaryData": {
+                "model.skops": base64.b64encode(artifact.read_bytes()).decode()}})
+        for i in range(n):
+            custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices",
+                                                   isvc(f"svc-{i:04d}", "cost" if predictive else None))
+        op = OperatorProcess(cluster.kubeconfig, tmp / f"operator-{ns}.log",
+                             {"MODALSCALE_STANDALONE": "true", "MODALSCALE_NAMESPACES": ns}, resync_s=30.0)
+        try:
+            t0 = time.monotonic()
+            wait_for(lambda: reconciled(ns), 900, f"{n} services reconciled in {ns}", 1.0)
+            if predictive:
+                wait_for(lambda: models_loaded(ns), 900, f"CostModelLoaded=True on {n} services in {ns}", 1.0)
+            done_s = time.monotonic() - t0
+            time.sleep(idle_s)
+            heavy = [m for m in ("sklearn", "scipy", "skops") if f"/{m}/" in Path(f"/proc/{op.proc.pid}/maps").read_text()]
+            print(f"  {label:36s} RSS {current_rss_mb(op.proc.pid):.0f} MB, peak {rss_mb(op.proc.pid):.0f} MB "
+                  f"(done after {done_s:.1f} s; shared libraries of {', '.join(heavy) or 'none of sklearn/scipy/skops'} "
+                  "mapped)")
+        finally:
+            op.stop()
+
+
+def startup_rounds(rounds: int, idle_s: float, rss_services: int = 0) -> None:
     """Time from process start to the first reconcile, peering on against standalone, and idle RSS.
 
     "peering after SIGKILL" starts right after a peering operator was killed (its record left in the peering
@@ -137,7 +296,7 @@ def startup_rounds(rounds: int, idle_s: float) -> None:
     with tempfile.TemporaryDirectory(prefix="opstart-") as tmp:
         cluster = LocalCluster(Path(tmp) / "cluster", log=lambda _m: None)
         try:
-            cluster.up(nodes=1, gpus_per_node=16, gpu_type="nvidia-l4")
+            cluster.up(nodes=1, gpus_per_node=16, gpu_type="nvidia-l4", real_node=False)
             api = cluster.api_client()
             install_crds(api, REPO / "crds")  # crds/ only, as a newcomer applies it (kopf's peering CRDs included)
             custom = client.CustomObjectsApi(api)
@@ -170,14 +329,20 @@ def startup_rounds(rounds: int, idle_s: float) -> None:
                         idle_mb[label].append(current_rss_mb(op.proc.pid))
                     finally:
                         op.stop()
+            print("time from starting `modalscale operator` to the first reconcile (1 InferenceService already there):")
+            base = statistics.median(first_s["standalone"])
+            for label in variants:
+                print(f"  {label:22s} s {spread(first_s[label])}  ratio to standalone "
+                      f"{statistics.median(first_s[label]) / base:.2f}x;  idle RSS after {idle_s:.0f} s: MB "
+                      f"{spread(idle_mb[label])}")
+            if rss_services:
+                import math
+
+                cluster.ensure_gpu_nodes(math.ceil(2 * rss_services / 16), gpus_per_node=16, gpu_type="nvidia-l4",
+                                         prefix="rss-node-")
+                services_rss(cluster, api, Path(tmp), rss_services, idle_s)
         finally:
             cluster.down()
-    print("time from starting `modalscale operator` to the first reconcile (1 InferenceService already there):")
-    base = statistics.median(first_s["standalone"])
-    for label in variants:
-        print(f"  {label:22s} s {spread(first_s[label])}  ratio to standalone "
-              f"{statistics.median(first_s[label]) / base:.2f}x;  idle RSS after {idle_s:.0f} s: MB "
-              f"{spread(idle_mb[label])}")
 
 
 def main() -> None:
@@ -190,19 +355,28 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of each variant in --startup mode")
     ap.add_argument("--startup-idle-s", type=float, default=10.0,
                     help="--startup mode: seconds after the first reconcile before the idle RSS is read")
+    ap.add_argument("--rss-services", type=int, default=100,
+                    help="--startup mode: then the idle RSS with this many Fixed, and as many Predictive services "
+                         "with a loaded service-time model (0: skip)")
+    ap.add_argument("--import-breakdown", action="store_true",
+                    help="print the RSS each library adds on import (fresh interpreter each) and stop")
     args = ap.parse_args()
+    print(f"git {git_sha()}; load average before: {os.getloadavg()} on {os.cpu_count()} CPUs (shared with other "
+          "work: compare the columns of one run, not absolute figures)")
+    if args.import_breakdown:
+        import_breakdown(args.rounds)
+        print(f"load average after: {os.getloadavg()}")
+        return
     if args.startup:
-        print(f"load average before: {os.getloadavg()} on {os.cpu_count()} CPUs (shared with other work: "
-              "compare the columns of one run, not absolute figures)")
         import_rounds(args.rounds)
-        startup_rounds(args.rounds, args.startup_idle_s)
+        startup_rounds(args.rounds, args.startup_idle_s, args.rss_services)
         print(f"load average after: {os.getloadavg()}")
         return
     with tempfile.TemporaryDirectory(prefix="opscale-") as tmp:
         cluster = LocalCluster(Path(tmp) / "cluster", log=lambda _m: None)
         op = None
         try:
-            cluster.up(nodes=args.nodes, gpus_per_node=16, gpu_type="nvidia-l4")
+            cluster.up(nodes=args.nodes, gpus_per_node=16, gpu_type="nvidia-l4", real_node=False)
             api = cluster.api_client()
             install_crds(api, REPO / "crds")
             op = OperatorProcess(cluster.kubeconfig, Path(tmp) / "operator.log", resync_s=30.0)
@@ -222,6 +396,8 @@ def main() -> None:
                 custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", "bench", "inferenceservices",
                                                        isvc(f"svc-{i:04d}"))
             created_s = time.monotonic() - t0
+            wait_for(lambda: reconciled_count(custom, "bench") == args.services + 1, 3600, "all reconciled", 1.0)
+            all_reconciled_s = time.monotonic() - t0
             wait_for(lambda: ready_count(custom, "bench") == args.services + 1, 3600, "all Ready", 1.0)
             all_ready_s = time.monotonic() - t0
             writes1 = op.metric("modalscale_api_writes_total")
@@ -229,13 +405,18 @@ def main() -> None:
             writes2 = op.metric("modalscale_api_writes_total")
             print(f"services={args.services} nodes={args.nodes} (KWOK, 16 GPUs each)")
             print(f"baseline: one service alone Ready in {single_s:.2f} s")
-            print(f"created {args.services} objects in {created_s:.1f} s; all Ready after {all_ready_s:.1f} s "
+            print(f"created {args.services} objects in {created_s:.1f} s; all reconciled once (observedGeneration) "
+                  f"after {all_reconciled_s:.1f} s; all Ready after {all_ready_s:.1f} s "
                   f"({all_ready_s / args.services:.3f} s per service, {all_ready_s / single_s:.1f}x the single one)")
             print(f"reconcile duration p50 <= {quantile_from_histogram(op, 0.5)} s, "
                   f"p99 <= {quantile_from_histogram(op, 0.99)} s (histogram bucket bounds)")
             print(f"API writes per object while creating: {(writes1 - writes0) / args.services:.2f}; "
                   f"during {args.idle_s:.0f} s idle: {writes2 - writes1:.0f} in total")
-            print(f"operator peak RSS: {rss_mb(op.proc.pid):.0f} MB")
+            reconciles = op.metric("modalscale_reconciles_total", kind="InferenceService")
+            reconciled_ok = op.metric("modalscale_reconciles_total", kind="InferenceService", result="ok")
+            print(f"operator peak RSS: {rss_mb(op.proc.pid):.0f} MB, RSS now {current_rss_mb(op.proc.pid):.0f} MB; "
+                  f"reconciles: {reconciles:.0f} ({reconciles - reconciled_ok:.0f} refused)")
+            print(f"load average after: {os.getloadavg()}")
         finally:
             if op:
                 op.stop()
