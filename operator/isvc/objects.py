@@ -197,7 +197,7 @@ def _probes(spec: IsvcSpec) -> dict[str, Any]:
     endpoint; ``/v2/health/live``) it fails while a Python-backend stub of tritonserver is dead, which Triton
     itself never reports (a stub killed by the OOM killer: Triton keeps saying ready while every request to that
     model fails), so the pod leaves the Service and the kubelet restarts the container. It runs in the replica's
-    CPU quota (about 50 ms of CPU a run), hence the timeouts. A user's own Triton image may have neither Python
+    CPU quota (about 40 ms of CPU a run), hence the timeouts. A user's own Triton image may have neither Python
     nor modalscale: it gets Triton's endpoints over HTTP.
     """
     if spec.model.source == "BuiltIn":

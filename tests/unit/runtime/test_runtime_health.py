@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -30,5 +29,5 @@ def test_only_zombie_stubs_of_a_running_server_are_dead() -> None:
 def test_processes_reads_this_process() -> None:
     import os
 
-    me = [p for p in processes(Path("/proc")) if p.pid == os.getpid()]
+    me = [p for p in processes("/proc") if p.pid == os.getpid()]
     assert len(me) == 1 and me[0].ppid == os.getppid() and me[0].state in "RS"
