@@ -28,7 +28,13 @@ Variants (names accepted by ``--variants``; the presets are those of ``modalscal
   int8_dynamic     naive's layout with the earlier INT8 (per-tensor dynamic quantization of every Linear)
   int8_smoothquant naive's layout with INT8 as now: SmoothQuant + per-channel weights for the text encoder; image
                    convolutions channels-last FP32; JPEG draft-mode decoding; classifier and fusion FP32
-  fastest          preset fastest (= int8_smoothquant + the embedding cache, measured separately on repeated images)
+  fastest_prev     the fastest preset before the OpenVINO engine: int8_smoothquant + the embedding cache
+  ov_fp32          naive's layout with engine openvino (both encoders converted and compiled by OpenVINO), FP32
+  ov_bf16          ov_fp32 at precision BF16 (OpenVINO's BF16 CPU kernels; only where the CPU has native BF16)
+  ov_int8          ov_fp32 at precision INT8: NNCF-quantized text encoder (SmoothQuant, FFN down-projections
+                   float), image encoder FP32, JPEG draft-mode decoding
+  fastest          preset fastest (see runtime/README.md; its cache is measured against fastest_no_cache, the same
+                   config without the cache, on repeated images)
   int8_bf16_image  int8_smoothquant with the opt-in BF16 image convolutions (model parameter image_bf16; only where
                    the CPU has native BF16)
   default_16_routers
@@ -67,15 +73,21 @@ from modalscale.runtime import proctree
 from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, scrape_metrics
 from modalscale.runtime.cores import available_cores
 from modalscale.runtime.model.metrics import STAGES
-from modalscale.runtime.repo_config import PRESETS, Precision, RuntimeConfig, build_repository
+from modalscale.runtime.repo_config import PRESETS, Engine, Precision, RuntimeConfig, build_repository
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
-LIBRARIES = ("torch", "transformers", "numpy", "pillow", "tritonclient", "nvidia-pytriton", "scikit-image")
+LIBRARIES = ("torch", "transformers", "numpy", "pillow", "tritonclient", "nvidia-pytriton", "scikit-image", "openvino",
+             "nncf")
 PREDECESSOR = {"default": ("default_16_routers", "default_metrics_per_request"), "naive": ("naive_metrics_per_request",),
                "default_16_routers": ("naive",), "int8_dynamic": ("naive",), "int8_smoothquant": ("int8_dynamic",),
-               "fastest": ("int8_smoothquant",), "int8_bf16_image": ("int8_smoothquant",)}
+               "fastest_prev": ("int8_smoothquant",), "int8_bf16_image": ("int8_smoothquant",),
+               "ov_fp32": ("naive",), "ov_bf16": ("ov_fp32",), "ov_int8": ("ov_fp32", "int8_smoothquant"),
+               "fastest": ("fastest_prev", "fastest_no_cache")}
 """Each step is also compared with the variant it improves on (when both run)."""
+CACHE_PAIRS = (("fastest", "fastest_no_cache"), ("fastest_prev", "int8_smoothquant"))
+"""(cache on, the same config with the cache off): the first pair whose both variants run is measured on repeated
+requests."""
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "china", "flower")
 
 
@@ -98,7 +110,12 @@ def variants() -> dict[str, Variant]:
         "default_16_routers": Variant("default_16_routers", PRESETS["default"]),
         "int8_dynamic": Variant("int8_dynamic", naive.replace(precision=Precision.INT8), (("int8_text", "dynamic"),)),
         "int8_smoothquant": Variant("int8_smoothquant", naive.replace(precision=Precision.INT8)),
+        "fastest_prev": Variant("fastest_prev", naive.replace(precision=Precision.INT8, embedding_cache=True)),
+        "ov_fp32": Variant("ov_fp32", naive.replace(engine=Engine.OPENVINO)),
+        "ov_bf16": Variant("ov_bf16", naive.replace(engine=Engine.OPENVINO, precision=Precision.BF16)),
+        "ov_int8": Variant("ov_int8", naive.replace(engine=Engine.OPENVINO, precision=Precision.INT8)),
         "fastest": Variant("fastest", PRESETS["fastest"]),
+        "fastest_no_cache": Variant("fastest_no_cache", PRESETS["fastest"].replace(embedding_cache=False)),
         "int8_bf16_image": Variant("int8_bf16_image", naive.replace(precision=Precision.INT8),
                                    (("image_bf16", "true"),)),
         "naive_metrics_per_request": Variant("naive_metrics_per_request", naive, (("metrics_batching", "request"),)),
@@ -317,8 +334,10 @@ def fidelity_requests(per_modality: int, seed: int) -> dict[str, list[tuple[list
     return out
 
 
-def fidelity(precisions: dict[str, tuple[Precision, str, bool]], per_modality: int, seed: int) -> dict[str, dict]:
-    """Cosine of each named (precision, int8_text, image_bf16) against FP32 per modality, and top-1 agreement."""
+def fidelity(precisions: dict[str, tuple[Precision, str, bool, Engine]], per_modality: int,
+             seed: int) -> dict[str, dict]:
+    """Cosine of each named (precision, int8_text, image_bf16, engine) against torch FP32 per modality, and top-1
+    agreement."""
     import torch
 
     from modalscale.runtime.model.encoders import MultimodalEncoder
@@ -328,9 +347,10 @@ def fidelity(precisions: dict[str, tuple[Precision, str, bool]], per_modality: i
     torch.set_num_threads(1)
     requests = fidelity_requests(per_modality, seed)
 
-    def embed(precision: Precision, scheme: str, bf16: bool = False) -> dict[str, list]:
+    def embed(precision: Precision, scheme: str, bf16: bool = False, engine: Engine = Engine.TORCH) -> dict[str, list]:
         pipeline = MultimodalPipeline(ModelSettings(embedding_cache=False, precision=precision),
-                                      MultimodalEncoder(precision, int8_text=scheme, image_bf16=bf16))
+                                      MultimodalEncoder(precision, int8_text=scheme, image_bf16=bf16, engine=engine,
+                                                        threads=1))
         out = {}
         for modality, items in requests.items():
             results = []
@@ -343,8 +363,8 @@ def fidelity(precisions: dict[str, tuple[Precision, str, bool]], per_modality: i
 
     reference = embed(Precision.FP32, "smoothquant")
     report: dict[str, dict] = {}
-    for name, (precision, scheme, bf16) in precisions.items():
-        got = embed(precision, scheme, bf16)
+    for name, (precision, scheme, bf16, engine) in precisions.items():
+        got = embed(precision, scheme, bf16, engine)
         report[name] = {}
         for modality, results in got.items():
             cos = np.array([float(np.dot(a.embedding, b.embedding)) for a, b in zip(reference[modality], results,
@@ -393,7 +413,7 @@ def header(names: list[str], table: dict[str, Variant]) -> list[str]:
         lines.append(f"  {name:<17} instances {cfg.instance_count} x threads {cfg.intra_op_threads}, max batch "
                      f"{cfg.max_batch_size}, dynamic {cfg.batching_enabled}, router {cfg.uses_router}"
                      f"{f' ({cfg.router_instances} router instances)' if cfg.uses_router else ''}, precision "
-                     f"{cfg.precision.value}{' ' + ' '.join(f'{k}={v}' for k, v in table[name].parameters) if table[name].parameters else ''}, "
+                     f"{cfg.precision.value}, engine {cfg.engine.value}{' ' + ' '.join(f'{k}={v}' for k, v in table[name].parameters) if table[name].parameters else ''}, "
                      f"embedding cache {cfg.embedding_cache}, response cache {cfg.response_cache}")
     return lines
 
@@ -432,6 +452,7 @@ def main() -> int:
     print(f"before: load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}; the machine is shared with other "
           f"jobs, so wall-clock figures are not comparable across runs; CPU-ms per request is the figure to trust")
 
+    cache_pair = next((pair for pair in CACHE_PAIRS if set(pair) <= set(names)), None)
     repo = Path(tempfile.mkdtemp(prefix="bench-capacity-repo-"))
     windows: list[Window] = []
     cache_windows: list[Window] = []
@@ -461,9 +482,9 @@ def main() -> int:
                 print(f"round {rnd + 1}/{args.rounds}: " + ", ".join(
                     f"{w.variant} {w.server_ms:.0f}" for w in windows if w.round == rnd) + " server CPU-ms/req",
                     flush=True)
-            if {"fastest", "int8_smoothquant"} <= set(names):  # the cache against its own no-cache control
+            if cache_pair:  # the cache against its own no-cache control
                 for rnd in range(args.rounds):
-                    pair = ["fastest", "int8_smoothquant"]
+                    pair = list(cache_pair)
                     rng.shuffle(pair)
                     for name in pair:
                         cache_windows.append(measure(server, name, name, 100 + rnd, specs, args.concurrency,
@@ -524,38 +545,43 @@ def main() -> int:
             cells.append(f"{modality} {float(np.median(values)):.0f}" if values else f"{modality} -")
         print(f"  {slot:<18} " + ", ".join(cells))
 
-    if cache_windows:
+    if cache_windows and cache_pair:
+        on, off = cache_pair
         cby = {(w.variant, w.round): w for w in cache_windows}
         crounds = sorted({w.round for w in cache_windows})
-        c_ratio = [cby[("int8_smoothquant", r)].server_ms / cby[("fastest", r)].server_ms for r in crounds]
-        hits = sum(w.cache_hits for w in cache_windows if w.variant == "fastest")
-        looked = hits + sum(w.cache_misses for w in cache_windows if w.variant == "fastest")
+        c_ratio = [cby[(off, r)].server_ms / cby[(on, r)].server_ms for r in crounds]
+        hits = sum(w.cache_hits for w in cache_windows if w.variant == on)
+        looked = hits + sum(w.cache_misses for w in cache_windows if w.variant == on)
+
+        def decode_ms(name: str) -> float:
+            return float(np.median([1000 * cby[(name, r)].stage_s.get("decode", 0) / cby[(name, r)].requests
+                                    for r in crounds]))
+
         print(f"\nembedding cache: each request's bytes sent 3 times per round ({len(specs) // 3} distinct requests); "
-              f"fastest (cache on) vs int8_smoothquant (same config, cache off): server CPU-ms/req "
-              f"{_interval([cby[('fastest', r)].server_ms for r in crounds], '{:.1f}')} vs "
-              f"{_interval([cby[('int8_smoothquant', r)].server_ms for r in crounds], '{:.1f}')}; capacity ratio "
+              f"{on} (cache on) vs {off} (same config, cache off): server CPU-ms/req "
+              f"{_interval([cby[(on, r)].server_ms for r in crounds], '{:.1f}')} vs "
+              f"{_interval([cby[(off, r)].server_ms for r in crounds], '{:.1f}')}; capacity ratio "
               f"{_interval(c_ratio)}; image hit rate {hits}/{looked} = {hits / max(1, looked):.2f}; decode core-ms/req "
-              f"{float(np.median([1000 * cby[('fastest', r)].stage_s.get('decode', 0) / cby[('fastest', r)].requests for r in crounds])):.1f}"
-              f" vs {float(np.median([1000 * cby[('int8_smoothquant', r)].stage_s.get('decode', 0) / cby[('int8_smoothquant', r)].requests for r in crounds])):.1f}")
+              f"{decode_ms(on):.1f} vs {decode_ms(off):.1f}")
 
     fid: dict[str, dict] = {}
     if args.fidelity > 0:
-        def numerics(n: str) -> tuple[Precision, str, bool]:
+        def numerics(n: str) -> tuple[Precision, str, bool, Engine]:
             params = dict(table[n].parameters)
             return (table[n].config.precision, params.get("int8_text", "smoothquant"),
-                    params.get("image_bf16", "false") == "true")
+                    params.get("image_bf16", "false") == "true", table[n].config.engine)
 
-        precisions: dict[str, tuple[Precision, str, bool]] = {}
+        precisions: dict[str, tuple[Precision, str, bool, Engine]] = {}
         for name in names:
-            if table[name].config.precision is not Precision.FP32 and numerics(name) not in precisions.values():
+            if numerics(name)[0::3] != (Precision.FP32, Engine.TORCH) and numerics(name) not in precisions.values():
                 precisions[name] = numerics(name)  # variants with the same model numerics share one row
         same = {name: [n for n in names if numerics(n) == key] for name, key in precisions.items()}
         if precisions:
             t0 = time.monotonic()
             fid = fidelity(precisions, args.fidelity, args.seed)
-            print(f"\nfidelity against FP32 ({args.fidelity} requests per modality, computed in this process with the "
+            print(f"\nfidelity against torch FP32 ({args.fidelity} requests per modality, computed in this process with the "
                   f"model's own pipeline, {time.monotonic() - t0:.0f} s); texts disjoint from the INT8 calibration "
-                  f"texts; no image calibration exists")
+                  f"texts; no image calibration is used")
             print(f"{'variant':<18} {'modality':<11} {'n':>4} {'images':>6} {'cos min':>8} {'p1':>7} {'median':>7} "
                   f"{'top-1 agree':>11}")
             for name, rows in fid.items():

@@ -21,6 +21,7 @@ import yaml
 
 from modalscale.runtime.repo_config import (
     PRESETS,
+    Engine,
     InvalidRuntimeSpec,
     Precision,
     RuntimeConfig,
@@ -44,6 +45,7 @@ _OVERRIDES = {
     "response_cache": "response_cache",
     "embedding_cache": "embedding_cache",
     "precision": "precision",
+    "engine": "engine",
     "cpu_cores": "cpu_cores",
 }
 
@@ -106,6 +108,9 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--response-cache", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--embedding-cache", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--precision", choices=[p.value for p in Precision], default=None)
+    parser.add_argument("--engine", choices=[e.value for e in Engine], default=None,
+                        help="What runs the encoders in the Python backend: torch (default) or openvino (the same "
+                             "modules converted and compiled for the CPU; CPU instances only)")
     parser.add_argument("--cpu-cores", type=float, default=None, metavar="CORES",
                         help="Cores the server may use, which size the router's instances (2 per core, at most "
                              "16); default or 0: this process's cgroup CPU quota, else its CPU affinity")
@@ -133,6 +138,8 @@ def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
     changes = {field: getattr(args, dest) for dest, field in _OVERRIDES.items() if getattr(args, dest) is not None}
     if "precision" in changes:
         changes["precision"] = Precision(changes["precision"])
+    if "engine" in changes:
+        changes["engine"] = Engine(changes["engine"])
     return cfg.replace(**changes) if changes else cfg
 
 

@@ -60,6 +60,18 @@ class Precision(str, enum.Enum):
     """Dynamic INT8 quantization of ``nn.Linear`` layers; LayerNorm and convolutions stay in float."""
 
 
+class Engine(str, enum.Enum):
+    """What runs the two encoders inside the Python backend (the ``runtime serve --engine`` flag).
+
+    ``torch`` (default): the torch modules as they are. ``openvino``: the same modules converted once with
+    ``openvino.convert_model`` and compiled for the CPU (``modalscale.runtime.model.ov_engine``); CPU instances
+    only (a GPU layout always runs torch).
+    """
+
+    TORCH = "torch"
+    OPENVINO = "openvino"
+
+
 InvalidRuntimeSpec = InvalidSpec
 """The old name of :class:`modalscale.api.errors.InvalidSpec` here: a field (``spec.runtime.maxBatchSize``) or config
 attribute that cannot make a :class:`RuntimeConfig`."""
@@ -96,6 +108,9 @@ class RuntimeConfig:
     """Content-hash (SHA-256) LRU cache of per-image embeddings inside the model."""
     precision: Precision = Precision.FP32
     """Encoder precision."""
+    engine: Engine = Engine.TORCH
+    """Encoder engine (:class:`Engine`); not an InferenceService field yet (the CRD has no ``spec.runtime.engine``),
+    set by ``runtime serve --engine`` and the presets."""
     gpu_count: int = 0
     """GPUs per replica (``spec.resources.gpu.count``); > 0 gives ``KIND_GPU`` instances."""
     max_images_per_request: int = 16
@@ -139,6 +154,8 @@ class RuntimeConfig:
                 f"({self.max_batch_size}), got {list(sizes)}")
         if not isinstance(self.precision, Precision):
             raise InvalidRuntimeSpec("spec.runtime.precision", f"must be a Precision, got {self.precision!r}")
+        if not isinstance(self.engine, Engine):
+            raise InvalidRuntimeSpec("engine", f"must be one of {[e.value for e in Engine]}, got {self.engine!r}")
 
     @property
     def batching_enabled(self) -> bool:
@@ -256,7 +273,7 @@ def model_parameters(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image", "t
         "max_image_pixels": str(cfg.max_image_pixels),
         "max_text_bytes": str(cfg.max_text_bytes),
         "preload": ",".join(preload),
-    }
+    } | ({"engine": cfg.engine.value} if cfg.engine is not Engine.TORCH else {})
 
 
 def render_config_pbtxt(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image", "text")) -> str:
@@ -466,7 +483,7 @@ def render_gpu_encoder_pbtxt(cfg: RuntimeConfig, encoder: str) -> str:
         f"  max_queue_delay_microseconds: {cfg.max_queue_delay_microseconds}",
         "}",
     ]
-    params = model_parameters(cfg.replace(precision=gpu_precision(cfg)), preload)
+    params = model_parameters(cfg.replace(precision=gpu_precision(cfg), engine=Engine.TORCH), preload)
     for key, value in params.items():
         lines += ["parameters {", f"  key: {_quote(key)}", f"  value: {{ string_value: {_quote(value)} }}", "}"]
     return "\n".join(lines) + "\n"
@@ -477,7 +494,7 @@ def render_gpu_orchestrator_pbtxt(cfg: RuntimeConfig) -> str:
     decode and tokenize each request, send its images and text to the encoder models (BLS), fuse and answer. Same
     request interface as every other layout (``max_batch_size 0``, leading ``1`` declared)."""
     lines = _client_model_head(cfg)
-    params = model_parameters(cfg.replace(precision=Precision.FP32), preload=())
+    params = model_parameters(cfg.replace(precision=Precision.FP32, engine=Engine.TORCH), preload=())
     params["image_bucket_sides"] = ",".join(str(s) for s in gpu_image_sides(cfg))
     for encoder in GPU_ENCODERS:
         params[f"route_{encoder}"] = f"{cfg.model_name}_{encoder}"
@@ -552,6 +569,10 @@ def config_summary(cfg: RuntimeConfig) -> str:
     """One-line JSON of the config, for logs and ConfigMap annotations."""
     data = dataclasses.asdict(cfg)
     data["precision"] = cfg.precision.value
+    if cfg.engine is Engine.TORCH:  # the summary of a torch config is what it was before the engine existed
+        del data["engine"]
+    else:
+        data["engine"] = cfg.engine.value
     data["preferred_batch_sizes"] = list(cfg.preferred_batch_sizes)
     return json.dumps(data, sort_keys=True)
 
@@ -610,7 +631,7 @@ PRESETS: dict[str, RuntimeConfig] = {
     "default": RuntimeConfig(),
     "fastest": RuntimeConfig(instance_count=2, intra_op_threads=1, max_batch_size=0, dynamic_batching=False,
                              modality_aware_batching=False, response_cache=False, embedding_cache=True,
-                             precision=Precision.INT8),
+                             precision=Precision.INT8, engine=Engine.OPENVINO),
 }
 """Named configurations (``runtime serve --preset``, the benchmarks' variant names):
 
@@ -640,5 +661,6 @@ def preset_flags(name: str) -> list[str]:
         flags += ["--preferred-batch-sizes", ",".join(str(b) for b in cfg.preferred_batch_sizes)]
     flags += ["--max-queue-delay-us", str(cfg.max_queue_delay_microseconds),
               flag(cfg.modality_aware_batching, "modality-aware-batching"), flag(cfg.response_cache, "response-cache"),
-              flag(cfg.embedding_cache, "embedding-cache"), "--precision", cfg.precision.value]
+              flag(cfg.embedding_cache, "embedding-cache"), "--precision", cfg.precision.value,
+              "--engine", cfg.engine.value]
     return flags

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from modalscale.runtime.repo_config import EMBEDDING_DIM, Precision
+from modalscale.runtime.repo_config import EMBEDDING_DIM, Engine, Precision
 
 FUSION_SEED = 20240501
 """Seed of the fusion head's random projections."""
@@ -221,18 +221,35 @@ class MultimodalEncoder:
             model behind the router holds only what it needs.
         int8_text: One of :data:`INT8_TEXT_SCHEMES`.
         image_bf16: Opt-in BF16 convolutions with INT8 (see :attr:`image_bf16`).
+        engine: ``torch`` (everything above) or ``openvino``: both encoders converted and compiled by
+            ``ov_engine`` (FP32 exact, BF16 the plugin's BF16 kernels, INT8 an NNCF-quantized text encoder and
+            FP32 image encoder; ``int8_text`` and ``image_bf16`` do not apply); masked pooling, the classifier
+            and the fusion head stay torch FP32.
+        threads: Threads of each compiled OpenVINO model (default: torch's intra-op threads).
     Raises:
-        ValueError: INT8 on a non-CPU device, or an unknown ``int8_text``.
+        ValueError: INT8 or engine openvino on a non-CPU device, FP16 with openvino, or an unknown ``int8_text``.
     """
 
     def __init__(self, precision: Precision = Precision.FP32, device: str = "cpu",
                  preload: Sequence[str] = ("image", "text"), int8_text: str = "smoothquant",
-                 image_bf16: bool = False) -> None:
+                 image_bf16: bool = False, engine: Engine = Engine.TORCH, threads: int | None = None) -> None:
         if int8_text not in INT8_TEXT_SCHEMES:
             raise ValueError(f"int8_text must be one of {INT8_TEXT_SCHEMES}, got {int8_text!r}")
+        self.engine = Engine(engine)
+        self.threads = threads or torch.get_num_threads()
+        if self.engine is Engine.OPENVINO:
+            from modalscale.runtime.model import ov_engine
+
+            ov_engine.inference_precision(precision)  # raises on FP16
+            if torch.device(device).type != "cpu":
+                raise ValueError(f"engine openvino runs on CPU only, got device {device}")
+            int8_text, image_bf16 = "smoothquant", False
+        self._ov_image: Any = None
+        self._ov_text: Any = None
         self.int8_text = int8_text
         self.precision = precision
-        self.channels_last = precision is Precision.INT8 and int8_text == "smoothquant"
+        self.channels_last = (precision is Precision.INT8 and int8_text == "smoothquant"
+                              and self.engine is Engine.TORCH)
         """Run the image encoder in channels-last (NHWC) layout: oneDNN then skips a layout reorder around every
         convolution. Measured on the shared 2-core EPYC: 1.39x less CPU for 4 images of 96x128 to 384x384, features
         bit-identical to NCHW there; only with INT8 so that FP32 stays the plain module on every CPU."""
@@ -259,7 +276,7 @@ class MultimodalEncoder:
     def _prepare(self, module: nn.Module) -> nn.Module:
         """The fusion head and the classifier: quantized only by the earlier ``dynamic`` scheme (they cost
         < 2 MFLOP per request, and quantizing the fusion head alone took text cosine min from 0.996 to 0.986)."""
-        if self.precision is Precision.INT8 and self.int8_text == "dynamic":
+        if self.precision is Precision.INT8 and self.int8_text == "dynamic" and self.engine is Engine.TORCH:
             return torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8)
         return module.to(self.device)
 
@@ -279,6 +296,10 @@ class MultimodalEncoder:
                 model.to(self.device)
             if self.channels_last:
                 model.to(memory_format=torch.channels_last)
+            if self.engine is Engine.OPENVINO:
+                from modalscale.runtime.model import ov_engine
+
+                self._ov_image = ov_engine.image_encoder(model, self.precision, self.threads)
             self._image_model = model
         return self._image_model
 
@@ -292,7 +313,14 @@ class MultimodalEncoder:
             path = str(get_model_path())
             self._tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModel.from_pretrained(path).eval()
-            if self.precision is Precision.INT8 and self.int8_text == "smoothquant":
+            if self.engine is Engine.OPENVINO:
+                from modalscale.runtime.model import ov_engine
+                from modalscale.runtime.model.calibration import CALIBRATION_TEXTS
+
+                self._ov_text = ov_engine.text_encoder(model, self.precision, self.threads,
+                                                       lambda: [self.token_ids(t) for t in CALIBRATION_TEXTS])
+                self._text_model = model
+            elif self.precision is Precision.INT8 and self.int8_text == "smoothquant":
                 from modalscale.runtime.model.calibration import CALIBRATION_TEXTS
 
                 batches = [{"input_ids": torch.tensor([self.token_ids(t)]),
@@ -313,6 +341,8 @@ class MultimodalEncoder:
     @contextlib.contextmanager
     def _autocast(self) -> Iterator[None]:
         dtype = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}.get(self.precision)
+        if self.engine is Engine.OPENVINO:
+            dtype = None  # the compiled encoders carry the precision; the torch remainder runs FP32
         with torch.inference_mode():
             if dtype is None:
                 yield
@@ -342,7 +372,10 @@ class MultimodalEncoder:
             x = torch.from_numpy(batch).to(self.device)
             if self.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
-            if self.image_bf16:  # the convolutions only; pooling and the classifier stay FP32
+            if self.engine is Engine.OPENVINO:
+                _ = self.image_model
+                fmap = torch.from_numpy(self._ov_image(np.ascontiguousarray(batch, dtype=np.float32)))
+            elif self.image_bf16:  # the convolutions only; pooling and the classifier stay FP32
                 with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
                     fmap = self.image_model.extract_features(x)
                 fmap = fmap.float()
@@ -369,7 +402,8 @@ class MultimodalEncoder:
         so in a padded batch one text's result depended on its neighbours and their padding (text cosine min
         0.988 in a batch of 56 against 0.996 alone); alone, a text's embedding no longer depends on the batch.
         """
-        if self.precision is Precision.INT8 and self.int8_text == "smoothquant" and len(ids) > 1:
+        if (self.precision is Precision.INT8 and self.int8_text == "smoothquant" and self.engine is Engine.TORCH
+                and len(ids) > 1):
             return np.concatenate([self.encode_texts([row], len(row)) for row in ids])
         pad_id = int(self.tokenizer.pad_token_id or 0)
         input_ids = torch.full((len(ids), pad_to), pad_id, dtype=torch.long)
@@ -378,8 +412,12 @@ class MultimodalEncoder:
             input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
             attention[i, : len(row)] = 1
         with self._autocast():
-            hidden = self.text_model(input_ids=input_ids.to(self.device),
-                                     attention_mask=attention.to(self.device)).last_hidden_state.float()
+            if self.engine is Engine.OPENVINO:
+                _ = self.text_model
+                hidden = torch.from_numpy(self._ov_text(input_ids.numpy(), attention.numpy()))
+            else:
+                hidden = self.text_model(input_ids=input_ids.to(self.device),
+                                         attention_mask=attention.to(self.device)).last_hidden_state.float()
             mask = attention.to(hidden.device)[:, :, None].float()
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
         return pooled.cpu().numpy()

