@@ -65,7 +65,8 @@ def _markdown_lines(alert: Alert, bold: str = "**") -> list[str]:
 def slack_payload(alert: Alert) -> dict[str, Any]:
     """Slack incoming-webhook body: Block Kit ``blocks`` and a ``text`` fallback for notifications."""
     facts = alert.facts()
-    header = alert.title if len(alert.title) <= SLACK_MAX_HEADER_CHARS else alert.title[:SLACK_MAX_HEADER_CHARS - 1] + "…"
+    header = (alert.title if len(alert.title) <= SLACK_MAX_HEADER_CHARS
+              else alert.title[:SLACK_MAX_HEADER_CHARS - 1] + "…")
     fields = [{"type": "mrkdwn", "text": f"*{label}*\n{value}"[:2000]} for label, value in facts if label != "Action"]
     action = next(value for label, value in facts if label == "Action")
     return {

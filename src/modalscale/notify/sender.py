@@ -131,7 +131,7 @@ class Sender:
             outcome, attempts = await self._deliver(kind_, url, secret, alert, sensitive, started)
         except Exception as exc:  # noqa: BLE001 - the contract is "never raise"; the error is reported, not hidden
             outcome = Outcome(False, INTERNAL_ERROR, f"Delivery failed unexpectedly: {type(exc).__name__}: {exc}",
-                               False)
+                              False)
         result = DeliveryResult(kind_, receiver, outcome.delivered, outcome.reason, redact(outcome.message, sensitive),
                                 attempts, outcome.status_code,
                                 redact(outcome.platform_code, sensitive) if isinstance(outcome.platform_code, str)
@@ -160,8 +160,8 @@ class Sender:
                         break
                 if self._monotonic() + wait > deadline:
                     return Outcome(False, CLIENT_RATE_LIMITED,
-                                    f"{kind.value} client-side rate limit reached; no slot within {r.max_total_s:g} s",
-                                    False), attempts
+                                   f"{kind.value} client-side rate limit reached; no slot within {r.max_total_s:g} s",
+                                   False), attempts
                 await self._sleep(wait)
             attempts += 1
             remaining = deadline - self._monotonic()
@@ -176,14 +176,14 @@ class Sender:
                 outcome = classify(kind, response.status_code, body,
                                    retry_after_s(response.headers.get("Retry-After"), self._clock()))
             except httpx.TimeoutException:
-                outcome = Outcome(False, TIMED_OUT, f"{kind.value} did not answer within {min(r.timeout_s, remaining):.3g} s",
-                                   True)
+                waited_s = min(r.timeout_s, remaining)
+                outcome = Outcome(False, TIMED_OUT, f"{kind.value} did not answer within {waited_s:.3g} s", True)
             except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
                 return Outcome(False, INVALID_URL, f"The webhook URL is not usable: {type(exc).__name__}",
-                                False), attempts
+                               False), attempts
             except httpx.TransportError as exc:
                 outcome = Outcome(False, CONNECTION_FAILED, f"Connection to {kind.value} failed: {type(exc).__name__}: "
-                                   f"{redact(str(exc), sensitive)}", True)
+                                  f"{redact(str(exc), sensitive)}", True)
             if outcome.delivered or not outcome.retryable:
                 return outcome, attempts
             if attempts > r.max_retries:

@@ -1,0 +1,64 @@
+"""Budget governance: from spend, services and the alert history to a plan of state, alerts and enforcement.
+
+Why a package: "decide pure, act thin". :func:`plan_budget` is a pure function of the BudgetPolicy spec, the spend
+of the current period, the selected services as observed now and the de-duplication state read back from
+status; it returns a :class:`BudgetPlan` that the operator applies (scale, alert, write status) without further
+decisions. Each module is one part of that decision, in the order an evaluation runs it:
+
+* ``spec``: the typed ``BudgetPolicy.spec`` (:func:`parse_budget_spec`);
+* ``state``: the inputs besides the spec (:class:`ServiceState`, priced by :func:`service_state`) and what earlier
+  evaluations decided, read back from status (:class:`AlertState`);
+* ``spend``: step 1, the spend to date and the burn rate, and step 2, the forecast;
+* ``enforce``: step 3, the thresholds in force (one evaluation ahead of the crossing) and each service's cap;
+* ``spot``: step 4, ``SwitchToSpot`` and the fallback to on-demand (:func:`plan_spot`);
+* ``alerts``: step 5, the alerts to send, once each per period, and their text (:class:`BudgetAlert`);
+* ``plan``: step 6, the state, and :func:`plan_budget`, which runs the steps and returns the :class:`BudgetPlan`.
+
+The rules are in each module's docstring. The names below are the package's API; delivery of the alerts is
+:mod:`modalscale.costmodel.outbox` (at least once) and :mod:`modalscale.notify` (platforms).
+"""
+
+from __future__ import annotations
+
+from modalscale.costmodel.budget.alerts import AlertKind, BudgetAlert, spend_anomaly_alert
+from modalscale.costmodel.budget.enforce import ENFORCEMENT_METHOD, EnforcementAction
+from modalscale.costmodel.budget.plan import BudgetPlan, plan_budget, rates_after_enforcement
+from modalscale.costmodel.budget.spec import (
+    BudgetLimit,
+    BudgetSelector,
+    BudgetSpec,
+    Enforcement,
+    EnforcementOrder,
+    ForecastSpec,
+    InvalidBudgetSpec,
+    LabelSelectorRequirement,
+    Notification,
+    NotifierType,
+    SecretRef,
+    Threshold,
+    ThresholdAction,
+    parse_budget_spec,
+)
+from modalscale.costmodel.budget.spend import FORECAST_METHOD
+from modalscale.costmodel.budget.spot import plan_spot
+from modalscale.costmodel.budget.state import (
+    AlertState,
+    BudgetState,
+    EnforcedService,
+    InvalidBudgetStatus,
+    PolicyRef,
+    ServiceState,
+    SpotRecord,
+    SpotState,
+    ThresholdRecord,
+    service_state,
+)
+
+__all__ = [
+    "AlertKind", "AlertState", "BudgetAlert", "BudgetLimit", "BudgetPlan", "BudgetSelector", "BudgetSpec",
+    "BudgetState", "ENFORCEMENT_METHOD", "EnforcedService", "Enforcement", "EnforcementAction", "EnforcementOrder",
+    "FORECAST_METHOD", "ForecastSpec", "InvalidBudgetSpec", "InvalidBudgetStatus", "LabelSelectorRequirement",
+    "Notification", "NotifierType", "PolicyRef", "SecretRef", "ServiceState", "SpotRecord", "SpotState", "Threshold",
+    "ThresholdAction", "ThresholdRecord", "parse_budget_spec", "plan_budget", "plan_spot", "rates_after_enforcement",
+    "service_state", "spend_anomaly_alert",
+]

@@ -1,0 +1,275 @@
+"""Step 5 of a budget evaluation: the alerts to send now, once each per period, and what a chat room reads in them.
+
+**Alerts** are de-duplicated per period with state persisted in ``status.thresholds`` (Alertmanager-style: alert on
+the crossing, once): each threshold with the ``Alert`` action alerts exactly once per period, on its crossing or,
+for an enforcing threshold enforced ahead, when its enforcement starts (the title says "would have crossed ...
+within N s"; ``status.thresholds[].crossed`` stays the actual crossing) (several thresholds crossed in one
+evaluation are reported in one message); the forecast alerts once per period (not when actual spend already
+crossed that percent; decided on the lower-bound forecast when some service is not priced, and it then says "at
+least"); a ``Recovered`` notice is sent once when a new period starts after one that was ``Exceeded`` or
+enforced; a ``GovernanceBlind`` alert names the services it cannot price once, when the policy starts to have
+any. The plan marks alerts as decided when it decides them; delivery is at least once through the outbox of
+:mod:`modalscale.costmodel.outbox` (each alert is persisted in ``status.pendingAlerts`` together with
+``status.thresholds``, before it is sent, and retried until its target accepts it or it expires).
+
+What an alert says (:attr:`BudgetAlert.title`, :meth:`BudgetAlert.facts`) is platform-neutral text decided here
+with the alert and stored with it in the outbox; each platform's shape is ``modalscale.notify.payloads``'.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from modalscale.api import conditions as C
+from modalscale.costmodel.budget.enforce import EnforcementAction
+from modalscale.costmodel.budget.spec import BudgetSpec, Threshold, ThresholdAction
+from modalscale.costmodel.budget.spend import FORECAST_METHOD, SpendToDate, reaches
+from modalscale.costmodel.budget.state import AlertState, BudgetState, PolicyRef, SpotRecord, SpotState, ThresholdRecord
+from modalscale.costmodel.ledger import format_time
+from modalscale.costmodel.money import format_usd, quantize_display_usd
+from modalscale.costmodel.periods import Period
+
+if TYPE_CHECKING:
+    from modalscale.costmodel.budget.plan import BudgetPlan
+
+
+class AlertKind(str, enum.Enum):
+    """Why a notification is sent; also the Alertmanager ``alertname`` label (prefixed ``Budget``) and the reason
+    of the Event the operator posts with it (values from :mod:`modalscale.api.conditions`)."""
+
+    THRESHOLD_CROSSED = C.THRESHOLD_CROSSED
+    FORECAST_EXCEEDED = C.FORECAST_EXCEEDED
+    GOVERNANCE_BLIND = C.GOVERNANCE_BLIND
+    RECOVERED = C.RECOVERED
+    SPEND_ANOMALY = C.SPEND_ANOMALY
+
+
+@dataclass(frozen=True)
+class BudgetAlert:
+    """One notification to send to every configured receiver (rendered per platform by ``modalscale.notify.payloads``).
+
+    Carries only what a chat room may see: no URLs, no secrets.
+    """
+
+    kind: AlertKind
+    policy: PolicyRef
+    scope: str
+    period: Period
+    time_zone: str
+    period_start: datetime
+    period_end: datetime
+    spent_usd: Decimal
+    limit_usd: Decimal
+    currency: str
+    percent_used: Decimal
+    forecast_usd: Decimal | None
+    forecast_method: str
+    thresholds_percent: tuple[int, ...]
+    actions: tuple[str, ...]
+    dry_run: bool
+    blind_services: tuple[str, ...]
+    created_at: datetime
+    closed_period_spent_usd: Decimal | None = None
+    ahead_percents: tuple[int, ...] = ()
+    """Thresholds of this message not reached yet but enforced ahead (a subset of ``thresholds_percent``)."""
+    horizon_s: int = 0
+    """Seconds ahead that ``ahead_percents`` would be crossed at the current burn rate."""
+    lower_bound: bool = False
+    """True when part of the spend is not priced: ``spent_usd`` and ``forecast_usd`` are lower bounds."""
+    anomalies: tuple[str, ...] = ()
+    """For ``SpendAnomaly``: one line per service whose burn rate left its baseline, naming the driver."""
+    anomaly_services: tuple[str, ...] = ()
+    """For ``SpendAnomaly``: ``namespace/name`` of those services."""
+
+    @property
+    def resolved(self) -> bool:
+        """True for a recovery notice (Alertmanager ``status: resolved``)."""
+        return self.kind is AlertKind.RECOVERED
+
+    @property
+    def severity(self) -> str:
+        """``critical`` when at/over the limit (or enforcing a threshold >= 100 % ahead), ``info`` for
+        recovery, else ``warning``."""
+        if self.kind is AlertKind.RECOVERED:
+            return "info"
+        if self.kind is AlertKind.THRESHOLD_CROSSED and (
+                self.percent_used >= 100 or max(self.thresholds_percent, default=0) >= 100):
+            return "critical"
+        return "warning"
+
+    @property
+    def title(self) -> str:
+        """One-line headline."""
+        if self.kind is AlertKind.THRESHOLD_CROSSED:
+            period = self.period.value.lower()
+            crossed = ", ".join(f"{p} %" for p in self.thresholds_percent if p not in self.ahead_percents)
+            if not self.ahead_percents:
+                return f"Budget {self.policy} crossed {crossed} of its {period} limit"
+            ahead = ", ".join(f"{p} %" for p in self.ahead_percents)
+            return (f"Budget {self.policy} {f'crossed {crossed} and ' if crossed else ''}would have crossed {ahead} "
+                    f"of its {period} limit within {self.horizon_s} s: enforcing now")
+        if self.kind is AlertKind.FORECAST_EXCEEDED:
+            return (f"Budget {self.policy} is forecast to reach {self.thresholds_percent[0]} % of its "
+                    f"{self.period.value.lower()} limit")
+        if self.kind is AlertKind.SPEND_ANOMALY:
+            return (f"Budget {self.policy}: spend anomaly in {', '.join(self.anomaly_services[:3])}"
+                    + (f" and {len(self.anomaly_services) - 3} more" if len(self.anomaly_services) > 3 else ""))
+        if self.kind is AlertKind.GOVERNANCE_BLIND:
+            return f"Budget {self.policy} cannot price all of its spend: enforcing on the known part, a lower bound"
+        return f"Budget {self.policy}: a new {self.period.value.lower()} period started, enforcement lifted"
+
+    def facts(self, max_actions: int = 10) -> list[tuple[str, str]]:
+        """Ordered (label, value) pairs every payload shows; at most ``max_actions`` actions are listed."""
+        cur = self.currency
+        least = "at least " if self.lower_bound else ""
+        facts = [
+            ("Policy", str(self.policy)),
+            ("Scope", self.scope),
+            ("Period", f"{self.period.value} ({self.time_zone}) {format_time(self.period_start)} to "
+                       f"{format_time(self.period_end)}"),
+            ("Spent", f"{least}{format_usd(quantize_display_usd(self.spent_usd))} {cur} of "
+                      f"{format_usd(quantize_display_usd(self.limit_usd))} {cur} "
+                      f"({format_usd(self.percent_used)} %)"),
+            ("Forecast", f"{least}{format_usd(quantize_display_usd(self.forecast_usd))} {cur} at period end "
+                         f"({self.forecast_method})" if self.forecast_usd is not None
+             else "unknown (spend rate not readable)"),
+        ]
+        if self.ahead_percents:
+            facts.append(("Enforced ahead", f"{', '.join(f'{p} %' for p in self.ahead_percents)} would be crossed "
+                                            f"within {self.horizon_s} s at the current burn rate"))
+        if self.closed_period_spent_usd is not None:
+            closed = format_usd(quantize_display_usd(self.closed_period_spent_usd))
+            facts.append(("Previous period", f"closed at {closed} {cur}"))
+        if self.blind_services:
+            facts.append(("Not readable", "; ".join(self.blind_services)))
+        if self.anomalies:
+            facts.append(("Anomaly", "; ".join(self.anomalies)))
+        shown = list(self.actions[:max_actions])
+        if len(self.actions) > max_actions:
+            shown.append(f"and {len(self.actions) - max_actions} more")
+        facts.append(("Action", "; ".join(shown) if shown else "none"))
+        return facts
+
+    def text(self) -> str:
+        """Plain-text rendering (fallback text, logs, the demo's "what a chat room sees")."""
+        return self.title + "\n" + "\n".join(f"{k}: {v}" for k, v in self.facts())
+
+
+def action_lines(actions: Sequence[EnforcementAction], spot: Sequence[SpotRecord]) -> tuple[str, ...]:
+    """The ``Action`` lines of an alert: each enforcement in force, then each service switched to Spot."""
+    return tuple(a.describe() for a in actions) + tuple(
+        f"SwitchToSpot {r.namespace}/{r.name} (at {r.threshold_percent} %)"
+        + (" [dry run, not applied]" if r.dry_run else "") for r in spot if r.state is SpotState.SPOT)
+
+
+def _alerted_in(record: ThresholdRecord | None, period_start: datetime) -> bool:
+    return record is not None and record.alerted_period_start == period_start
+
+
+def _threshold_records(spec: BudgetSpec, crossed: Sequence[Threshold], ahead: Sequence[Threshold],
+                       alert_state: AlertState, period_start: datetime, now: datetime
+                       ) -> tuple[list[ThresholdRecord], list[int]]:
+    """Each threshold's ``status.thresholds`` record after this evaluation, and the percents to alert now."""
+    records: list[ThresholdRecord] = []
+    newly_alerted: list[int] = []
+    for t in spec.thresholds:
+        old = alert_state.record(t.percent)
+        is_crossed = t in crossed
+        if (is_crossed or t in ahead) and not _alerted_in(old, period_start):
+            send = ThresholdAction.ALERT in t.actions
+            if send:
+                newly_alerted.append(t.percent)
+            records.append(ThresholdRecord(t.percent, False, is_crossed,
+                                           now if send else (old.last_alert_time if old else None), period_start))
+        elif is_crossed and old is not None:  # decided earlier this period (so ``old`` is there): mark the crossing
+            records.append(replace(old, crossed=True))
+        else:
+            records.append(ThresholdRecord(t.percent, False, False, old.last_alert_time if old else None,
+                                           old.alerted_period_start if old else None))
+    return records, newly_alerted
+
+
+def _forecast_record(spec: BudgetSpec, spend: SpendToDate, forecast_usd: Decimal | None, alert_state: AlertState,
+                     now: datetime) -> tuple[ThresholdRecord | None, bool]:
+    """The forecast's ``status.thresholds`` record (None when the forecast is disabled), and whether to alert now."""
+    if not spec.forecast.enabled:
+        return None, False
+    at = spec.forecast.alert_at_percent
+    old = alert_state.record(at, forecast=True)
+    forecast_over = forecast_usd is not None and reaches(forecast_usd, at, spend.limit_usd)  # a lower bound if blind
+    if (forecast_over and not reaches(spend.spent_usd, at, spend.limit_usd)
+            and not _alerted_in(old, spend.period_start)):
+        return ThresholdRecord(at, True, True, now, spend.period_start), True
+    if old is not None:
+        return replace(old, crossed=bool(forecast_over)), False
+    return ThresholdRecord(at, True, bool(forecast_over)), False
+
+
+def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecast_usd: Decimal | None,
+                crossed: Sequence[Threshold], ahead: Sequence[Threshold], actions: tuple[str, ...],
+                alert_state: AlertState, new_period: bool, closed_period_spent_usd: Decimal | None, horizon_s: int,
+                now: datetime) -> tuple[tuple[BudgetAlert, ...], tuple[ThresholdRecord, ...]]:
+    """Step 5: the alerts to send now (see the module docstring) and the de-duplication records to persist.
+
+    Args:
+        spend: Step 1; ``forecast_usd``: step 2 (the lower-bound forecast when some service is not priced).
+        crossed: Thresholds the spend has reached; ``ahead``: enforced ahead of their crossing (step 3).
+        actions: :func:`action_lines` of the enforcement in force (quoted in every alert but a recovery).
+        alert_state: What earlier evaluations decided; ``new_period``: its period is over.
+        closed_period_spent_usd: Final spend of the period that just closed (quoted in a recovery notice).
+        horizon_s: Seconds ahead that enforcement looked (quoted when a threshold is enforced ahead).
+    Returns:
+        (alerts in the order rooms should see them: Recovered, GovernanceBlind, ThresholdCrossed,
+        ForecastExceeded; the records of ``status.thresholds``, thresholds then the forecast).
+    """
+    scope = spec.selector.describe(policy.namespace)
+
+    def make(kind: AlertKind, marks: tuple[int, ...], lines: tuple[str, ...] = actions,
+             closed: Decimal | None = None, ahead_percents: tuple[int, ...] = ()) -> BudgetAlert:
+        return BudgetAlert(kind, policy, scope, spec.period, spec.time_zone, spend.period_start, spend.period_end,
+                           spend.spent_usd, spend.limit_usd, spend.currency, spend.percent_used, forecast_usd,
+                           FORECAST_METHOD, marks, lines, spec.enforcement.dry_run, spend.blind_services, now,
+                           closed, ahead_percents, horizon_s, lower_bound=spend.blind)
+
+    alerts: list[BudgetAlert] = []
+    if new_period and (alert_state.state is BudgetState.EXCEEDED or alert_state.enforced or alert_state.spot):
+        alerts.append(make(AlertKind.RECOVERED, (), ("enforcement lifted",)
+                           if alert_state.enforced or alert_state.spot else (), closed=closed_period_spent_usd))
+    if spend.blind and not alert_state.blind:
+        alerts.append(make(AlertKind.GOVERNANCE_BLIND, ()))
+    records, newly_alerted = _threshold_records(spec, crossed, ahead, alert_state, spend.period_start, now)
+    if newly_alerted:
+        alerts.append(make(AlertKind.THRESHOLD_CROSSED, tuple(newly_alerted),
+                           ahead_percents=tuple(t.percent for t in ahead if t.percent in newly_alerted)))
+    forecast_record, send = _forecast_record(spec, spend, forecast_usd, alert_state, now)
+    if forecast_record is not None:
+        if send:
+            alerts.append(make(AlertKind.FORECAST_EXCEEDED, (forecast_record.percent,)))
+        records.append(forecast_record)
+    return tuple(alerts), tuple(records)
+
+
+def spend_anomaly_alert(plan: BudgetPlan, spec: BudgetSpec, policy: PolicyRef, anomalies: Sequence[str],
+                        services: Sequence[str]) -> BudgetAlert:
+    """The ``SpendAnomaly`` alert for services whose burn rate left their own baseline at this evaluation.
+
+    Args:
+        plan: This evaluation's plan (period, spend and forecast are quoted).
+        anomalies: One line per service (``modalscale.costmodel.anomaly.Anomaly.describe``), naming the driver.
+        services: ``namespace/name`` of each, same order.
+    Returns:
+        One alert for all anomalies that started at this evaluation (sent like every budget alert).
+    """
+    return BudgetAlert(AlertKind.SPEND_ANOMALY, policy, spec.selector.describe(policy.namespace), spec.period,
+                       spec.time_zone, plan.period_start, plan.period_end, plan.spent_usd, plan.limit_usd,
+                       plan.currency, plan.percent_used, plan.forecast_usd, plan.forecast_method, (), (),
+                       spec.enforcement.dry_run, plan.blind_services, plan.evaluated_at, lower_bound=plan.blind,
+                       anomalies=tuple(anomalies), anomaly_services=tuple(services))
+
+
+__all__ = ["AlertKind", "BudgetAlert", "action_lines", "plan_alerts", "spend_anomaly_alert"]

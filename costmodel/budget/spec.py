@@ -1,0 +1,240 @@
+"""The typed ``BudgetPolicy.spec``: what a budget is (scope, period, limit, thresholds and their actions,
+enforcement, forecast, notifications), parsed and validated once.
+
+Why a module: every later step reads typed fields; the CRD's camelCase names and defaults are applied here, so a
+spec that skipped API-server defaulting parses the same, and a bad field is reported by its path.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from modalscale.api.errors import InvalidSpec
+from modalscale.costmodel.money import parse_usd
+from modalscale.costmodel.periods import InvalidTimeZone, Period, resolve_zone
+
+
+class ThresholdAction(str, enum.Enum):
+    """``spec.thresholds[].actions[]``."""
+
+    ALERT = "Alert"
+    CAP_REPLICAS = "CapReplicas"
+    SCALE_DOWN = "ScaleDown"
+    SCALE_TO_ZERO = "ScaleToZero"
+    SWITCH_TO_SPOT = "SwitchToSpot"
+
+
+class EnforcementOrder(str, enum.Enum):
+    """``spec.enforcement.order``."""
+
+    LOWEST_PRIORITY_FIRST = "LowestPriorityFirst"
+    HIGHEST_COST_FIRST = "HighestCostFirst"
+
+
+class NotifierType(str, enum.Enum):
+    """``spec.notifications[].type``."""
+
+    SLACK = "Slack"
+    TEAMS = "Teams"
+    WECOM = "WeCom"
+    DINGTALK = "DingTalk"
+    FEISHU = "Feishu"
+    WEBHOOK = "Webhook"
+
+
+class InvalidBudgetSpec(InvalidSpec):
+    """The BudgetPolicy spec does not validate; ``field`` is the first failing field (``spec.limit.amount``)."""
+
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+
+class LabelSelectorRequirement(_Spec):
+    key: str = Field(max_length=316)
+    operator: str = Field(pattern="^(In|NotIn|Exists|DoesNotExist)$")
+    values: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> "LabelSelectorRequirement":
+        if (self.operator in ("In", "NotIn")) != bool(self.values):
+            raise ValueError("In and NotIn need values; Exists and DoesNotExist take none")
+        return self
+
+
+class BudgetSelector(_Spec):
+    """``spec.selector``: empty namespaces = the policy's own namespace; labels narrow further."""
+
+    namespaces: tuple[str, ...] = ()
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: tuple[LabelSelectorRequirement, ...] = Field(default=(), alias="matchExpressions")
+
+    def matches(self, policy_namespace: str, namespace: str, labels: Mapping[str, str]) -> bool:
+        """True when an InferenceService in ``namespace`` with ``labels`` counts against this budget."""
+        if namespace not in (self.namespaces or (policy_namespace,)):
+            return False
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        for req in self.match_expressions:
+            present = req.key in labels
+            if req.operator == "In" and not (present and labels[req.key] in req.values):
+                return False
+            if req.operator == "NotIn" and present and labels[req.key] in req.values:
+                return False
+            if req.operator == "Exists" and not present:
+                return False
+            if req.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+    def describe(self, policy_namespace: str) -> str:
+        """Human scope, e.g. ``namespaces default, ml-prod; labels team=search``."""
+        parts = [f"namespace{'s' if len(self.namespaces) > 1 else ''} "
+                 f"{', '.join(self.namespaces or (policy_namespace or '(policy namespace)',))}"]
+        labels = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
+        labels += [f"{r.key} {r.operator} ({', '.join(r.values)})" if r.values else f"{r.key} {r.operator}"
+                   for r in self.match_expressions]
+        if labels:
+            parts.append("labels " + ", ".join(labels))
+        return "; ".join(parts)
+
+
+class BudgetLimit(_Spec):
+    amount: Decimal
+    currency: str = "USD"
+
+    @field_validator("amount", mode="before")
+    @classmethod
+    def _amount(cls, value: object) -> Decimal:
+        amount = parse_usd(value, "amount")
+        if amount <= 0:
+            raise ValueError("must be greater than zero")
+        return amount
+
+    @field_validator("currency")
+    @classmethod
+    def _usd_only(cls, value: str) -> str:
+        if value != "USD":
+            raise ValueError(f"only USD is supported (the pricing catalog is in USD), got {value!r}")
+        return value
+
+
+class Threshold(_Spec):
+    percent: int = Field(ge=1, le=200)
+    actions: tuple[ThresholdAction, ...] = (ThresholdAction.ALERT,)
+    cap_replicas: int | None = Field(default=None, alias="capReplicas", ge=0, le=1000)
+    spot_max_priority: int | None = Field(default=None, alias="spotMaxPriority", ge=0, le=1000)
+    """``SwitchToSpot`` moves the services whose ``spec.priority`` is at most this (lower = less important)."""
+
+    @model_validator(mode="after")
+    def _cap_needs_value(self) -> "Threshold":
+        if ThresholdAction.CAP_REPLICAS in self.actions and self.cap_replicas is None:
+            raise ValueError("capReplicas is required with the CapReplicas action")
+        if ThresholdAction.SWITCH_TO_SPOT in self.actions and self.spot_max_priority is None:
+            raise ValueError("spotMaxPriority is required with the SwitchToSpot action (services with "
+                             "spec.priority <= spotMaxPriority move to Spot; e.g. 50)")
+        return self
+
+
+class Enforcement(_Spec):
+    floor_replicas: int = Field(default=1, alias="floorReplicas", ge=0, le=1000)
+    order: EnforcementOrder = EnforcementOrder.LOWEST_PRIORITY_FIRST
+    dry_run: bool = Field(default=False, alias="dryRun")
+    spot_pending_timeout_s: int = Field(default=300, alias="spotPendingTimeoutSeconds", ge=10, le=86400)
+    """Seconds a service's Spot pod may stay Pending before the service falls back to on-demand."""
+
+
+class ForecastSpec(_Spec):
+    enabled: bool = True
+    alert_at_percent: int = Field(default=100, alias="alertAtPercent", ge=1, le=200)
+
+
+class SecretRef(_Spec):
+    name: str = Field(max_length=253)
+    url_key: str = Field(default="url", alias="urlKey")
+    signing_secret_key: str | None = Field(default=None, alias="signingSecretKey")
+
+
+class Notification(_Spec):
+    name: str = Field(max_length=63)
+    type: NotifierType
+    secret_ref: SecretRef = Field(alias="secretRef")
+
+
+class BudgetSpec(_Spec):
+    """Typed ``BudgetPolicy.spec`` (field names snake_case; the CRD's camelCase are accepted as aliases)."""
+
+    selector: BudgetSelector = Field(default_factory=BudgetSelector)
+    period: Period
+    time_zone: str = Field(default="UTC", alias="timeZone")
+    limit: BudgetLimit
+    thresholds: tuple[Threshold, ...] = Field(min_length=1, max_length=10)
+    enforcement: Enforcement = Field(default_factory=Enforcement)
+    forecast: ForecastSpec = Field(default_factory=ForecastSpec)
+    evaluation_interval_s: int = Field(default=60, alias="evaluationIntervalSeconds", ge=1, le=3600)
+    notifications: tuple[Notification, ...] = Field(default=(), max_length=10)
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            resolve_zone(value)
+        except InvalidTimeZone:
+            raise ValueError(f"{value!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
+        return value
+
+    @field_validator("thresholds")
+    @classmethod
+    def _ascending(cls, value: tuple[Threshold, ...]) -> tuple[Threshold, ...]:
+        percents = [t.percent for t in value]
+        if any(b <= a for a, b in zip(percents, percents[1:])):
+            raise ValueError(f"percent must be strictly ascending, got {percents}")
+        return value
+
+    @field_validator("notifications")
+    @classmethod
+    def _unique_names(cls, value: tuple[Notification, ...]) -> tuple[Notification, ...]:
+        names = [n.name for n in value]
+        if len(set(names)) != len(names):
+            raise ValueError("names must be unique")
+        return value
+
+
+def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
+    """Parse ``BudgetPolicy.spec`` (camelCase dict, as kopf gives it) into a typed :class:`BudgetSpec`.
+
+    CRD defaults are applied here too, so a spec that skipped API-server defaulting parses the same.
+
+    Raises:
+        InvalidBudgetSpec: The first field that does not validate, e.g. ``spec.thresholds[1].capReplicas: ...``.
+    """
+    if not isinstance(spec, Mapping):
+        raise InvalidBudgetSpec("spec", f"expected an object, got {type(spec).__name__}")
+    try:
+        return BudgetSpec.model_validate(dict(spec))
+    except ValidationError as exc:
+        messages = []
+        errors = exc.errors()
+        for err in errors:
+            # A list that is "too short" only because its items failed says nothing new.
+            if err["type"] == "too_short" and any(len(o["loc"]) > len(err["loc"]) and
+                                                  o["loc"][:len(err["loc"])] == err["loc"] for o in errors):
+                continue
+            path = "spec"
+            for part in err["loc"]:
+                path += f"[{part}]" if isinstance(part, int) else f".{part}"
+            msg = err["msg"].removeprefix("Value error, ")
+            messages.append((path, msg))
+        first, rest = messages[0], [f"{p}: {m}" for p, m in messages[1:]]
+        raise InvalidBudgetSpec(first[0], "; ".join([first[1], *rest])) from None
+
+
+__all__ = ["BudgetLimit", "BudgetSelector", "BudgetSpec", "Enforcement", "EnforcementOrder", "ForecastSpec",
+           "InvalidBudgetSpec", "LabelSelectorRequirement", "Notification", "NotifierType", "SecretRef", "Threshold",
+           "ThresholdAction", "parse_budget_spec"]

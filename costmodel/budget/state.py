@@ -1,0 +1,313 @@
+"""What one budget evaluation starts from besides the spec: the selected services as observed now, and what
+earlier evaluations decided, read back from ``status`` (the de-duplication and enforcement record).
+
+Why a module: these are the planner's inputs and the part of its output that is persisted; each type reads and
+writes its own ``status`` item, and an item that does not parse is reported by its path
+(:class:`InvalidBudgetStatus`), never guessed.
+
+**Unknown price or replicas**: a service with no running pod costs 0 whether or not it has a price; one that runs
+but whose price (or replica count) cannot be read has ``cost_usd_per_hour`` None (:attr:`ServiceState.known` is
+False), and the planner treats the known spend as a lower bound.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from modalscale.api import conditions as C
+from modalscale.costmodel.budget.spec import ThresholdAction
+from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
+from modalscale.costmodel.ledger import LedgerFormatError, PodRun, ServiceObservation, format_time, parse_time
+
+
+class BudgetState(str, enum.Enum):
+    """``status.state``."""
+
+    OK = "Ok"
+    WARNING = "Warning"
+    EXCEEDED = "Exceeded"
+    UNKNOWN = "Unknown"
+
+
+class InvalidBudgetStatus(ValueError):
+    """The BudgetPolicy status could not be read back; the message names the field."""
+
+
+
+@dataclass(frozen=True)
+class PolicyRef:
+    """Which BudgetPolicy (for messages and alert labels)."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """A selected InferenceService as observed now.
+
+    Attributes:
+        priority: ``spec.priority`` (lower is enforced first under LowestPriorityFirst).
+        replicas: Running replicas; None when they could not be read (metrics or API failure).
+        max_replicas: ``spec.scaling.maxReplicas``.
+        usd_per_replica_hour: Price of one replica; None when the catalog could not price it.
+        unknown_reason: Why something is unknown (shown in the GovernanceBlind alert).
+        pods: Its pods with their own start/stop times (the ledger charges each from start to stop); None
+            when not listed.
+    """
+
+    namespace: str
+    name: str
+    replicas: int | None
+    max_replicas: int
+    usd_per_replica_hour: Decimal | None
+    priority: int = 100
+    unknown_reason: str = ""
+    pods: tuple[PodRun, ...] | None = None
+    tier: str = PricingTier.ON_DEMAND.value
+    """``spec.pricing.tier``: the tier its pods are priced at unless their node says otherwise."""
+    tier_prices: tuple[tuple[str, Decimal | None], ...] = ()
+    """Price of one replica at each tier (``(tier, USD/h or None when the catalog has none)``): what a pod whose
+    node is of that tier (``PodRun.tier``) costs."""
+    spot_pending_since: datetime | None = None
+    """Creation time of the oldest of its pods that waits, unscheduled, for a Spot node (None: none waits)."""
+
+    def price_at(self, tier: str) -> Decimal | None:
+        """Price of one replica at ``tier`` (None: not priced)."""
+        if tier == self.tier:
+            return self.usd_per_replica_hour
+        return dict(self.tier_prices).get(tier)
+
+    @property
+    def known(self) -> bool:
+        """True when the service's cost rate is known: priced with known replicas, or no running replica (0)."""
+        return self.cost_usd_per_hour is not None
+
+    @property
+    def cost_usd_per_hour(self) -> Decimal | None:
+        """Replicas x price now (0 with zero replicas); None when not known."""
+        return self.observation().cost_usd_per_hour
+
+    def observation(self) -> ServiceObservation:
+        """The ledger's view of this service."""
+        return ServiceObservation(self.namespace, self.name, self.replicas, self.usd_per_replica_hour, self.pods,
+                                  self.tier_prices)
+
+
+def service_state(namespace: str, name: str, *, replicas: int | None, max_replicas: int,
+                  resources: ReplicaResources, tier: PricingTier | str, catalog: Catalog,
+                  priority: int = 100, usage: ReplicaResources | None = None,
+                  pods: tuple[PodRun, ...] | None = None,
+                  spot_pending_since: datetime | None = None) -> ServiceState:
+    """Price one service for the budget; an unknown price becomes ``usd_per_replica_hour=None``, not 0.
+
+    Args:
+        resources: Requested resources per replica; ``usage`` (observed, per replica) raises them when larger.
+        tier: ``spec.pricing.tier``.
+        pods: Its pods, each with the tier its node ran it at (``PodRun.tier``; None = ``tier``).
+        spot_pending_since: See :attr:`ServiceState.spot_pending_since`.
+    Returns:
+        A :class:`ServiceState` whose ``unknown_reason`` says what could not be read; ``tier_prices`` holds the
+        price at every tier (None where the catalog has none).
+    """
+    tier = PricingTier(tier)
+    reason = "" if replicas is not None else "replica count could not be read"
+    prices: dict[str, Decimal | None] = {}
+    for t in PricingTier:
+        try:
+            prices[t.value] = catalog.price_replica(resources.at_least(usage), t)
+        except UnknownPrice as exc:
+            prices[t.value] = None
+            if t is tier:
+                reason = "; ".join(r for r in (reason, str(exc)) if r)
+    price = prices[tier.value]
+    on_other = [p.tier for p in pods or () if p.tier not in (None, tier.value) and p.stop is None]
+    if on_other and any(prices.get(t) is None for t in on_other):
+        reason = "; ".join(r for r in (reason, f"no {on_other[0]} price for the pods its node runs at that tier")
+                           if r)
+    return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason, pods, tier.value,
+                        tuple(sorted(prices.items())), spot_pending_since)
+
+
+@dataclass(frozen=True)
+class ThresholdRecord:
+    """One item of ``status.thresholds``: de-duplication state of a threshold (or of the forecast)."""
+
+    percent: int
+    forecast: bool = False
+    crossed: bool = False
+    last_alert_time: datetime | None = None
+    alerted_period_start: datetime | None = None
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"percent": self.percent, "crossed": self.crossed}
+        if self.forecast:
+            out["forecast"] = True
+        if self.last_alert_time is not None:
+            out["lastAlertTime"] = format_time(self.last_alert_time)
+        if self.alerted_period_start is not None:
+            out["alertedPeriodStart"] = format_time(self.alerted_period_start)
+        return out
+
+
+@dataclass(frozen=True)
+class EnforcedService:
+    """One item of ``status.enforcedServices``."""
+
+    namespace: str
+    name: str
+    action: ThresholdAction
+    max_replicas: int
+    since: datetime
+    dry_run: bool = False
+
+    def to_status(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "name": self.name, "action": self.action.value,
+                "maxReplicas": self.max_replicas, "since": format_time(self.since), "dryRun": self.dry_run}
+
+
+class SpotState(str, enum.Enum):
+    """``status.spotServices[].state``."""
+
+    SPOT = "Spot"
+    """Switched: its pods are asked onto Spot nodes (the Spot annotation is on the InferenceService)."""
+    ON_DEMAND_FALLBACK = "OnDemandFallback"
+    """Its Spot pods stayed Pending past ``spotPendingTimeoutSeconds``: back on on-demand for the period."""
+
+
+@dataclass(frozen=True)
+class SpotRecord:
+    """One item of ``status.spotServices``: a service a ``SwitchToSpot`` action holds this period.
+
+    Attributes:
+        threshold_percent: The threshold whose action it is.
+        state: :class:`SpotState`.
+        since: When it was switched to Spot (this period).
+        fallback_time: When it fell back to on-demand (None while on Spot).
+        dry_run: True when ``spec.enforcement.dryRun``: reported, not applied.
+        message: Why it is in this state (a sentence for the status and the Event).
+    """
+
+    namespace: str
+    name: str
+    threshold_percent: int
+    state: SpotState
+    since: datetime
+    fallback_time: datetime | None = None
+    dry_run: bool = False
+    message: str = ""
+
+    @property
+    def applied(self) -> bool:
+        """True when the service should run on Spot now (the Spot annotation is wanted)."""
+        return self.state is SpotState.SPOT and not self.dry_run
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"namespace": self.namespace, "name": self.name,
+                               "thresholdPercent": self.threshold_percent, "state": self.state.value,
+                               "since": format_time(self.since), "dryRun": self.dry_run, "message": self.message}
+        if self.fallback_time is not None:
+            out["fallbackTime"] = format_time(self.fallback_time)
+        return out
+
+    @classmethod
+    def from_status(cls, item: Mapping[str, Any], path: str) -> "SpotRecord":
+        """Read one ``status.spotServices`` item; raises :class:`InvalidBudgetStatus` naming ``path``."""
+        try:
+            fallback = item.get("fallbackTime")
+            return cls(str(item["namespace"]), str(item["name"]), int(item["thresholdPercent"]),
+                       SpotState(item["state"]), parse_time(item.get("since"), f"{path}.since"),
+                       parse_time(fallback, f"{path}.fallbackTime") if fallback else None,
+                       bool(item.get("dryRun", False)), str(item.get("message", "")))
+        except LedgerFormatError as exc:
+            raise InvalidBudgetStatus(str(exc)) from None
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
+            raise InvalidBudgetStatus(f"{path}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class AlertState:
+    """What earlier evaluations decided, read back from status: the de-duplication input (and output).
+
+    Attributes:
+        records: ``status.thresholds``.
+        period_start: ``status.periodStart`` of the last evaluation (None = first evaluation).
+        state: ``status.state`` of the last evaluation.
+        enforced: ``status.enforcedServices``.
+        blind: True when the last evaluation had a running service it could not price (state ``Unknown``, or
+            the ``Ready`` condition's reason ``GovernanceBlind``): the ``GovernanceBlind`` alert was decided.
+    """
+
+    records: tuple[ThresholdRecord, ...] = ()
+    period_start: datetime | None = None
+    state: BudgetState | None = None
+    enforced: tuple[EnforcedService, ...] = ()
+    blind: bool = False
+    spot: tuple[SpotRecord, ...] = ()
+    """``status.spotServices``."""
+
+    def record(self, percent: int, forecast: bool = False) -> ThresholdRecord | None:
+        return next((r for r in self.records if r.percent == percent and r.forecast == forecast), None)
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any] | None) -> "AlertState":
+        """Read ``thresholds``, ``periodStart``, ``state`` and ``enforcedServices`` from ``status``.
+
+        Raises:
+            InvalidBudgetStatus: A field does not parse (message names it).
+        """
+        if not status:
+            return cls()
+        try:
+            records = []
+            for i, item in enumerate(status.get("thresholds") or []):
+                path = f"status.thresholds[{i}]"
+                if not isinstance(item, Mapping) or not isinstance(item.get("percent"), int):
+                    raise InvalidBudgetStatus(f"{path}.percent: expected an integer")
+                records.append(ThresholdRecord(
+                    percent=item["percent"], forecast=bool(item.get("forecast", False)),
+                    crossed=bool(item.get("crossed", False)),
+                    last_alert_time=parse_time(item["lastAlertTime"], f"{path}.lastAlertTime")
+                    if item.get("lastAlertTime") else None,
+                    alerted_period_start=parse_time(item["alertedPeriodStart"], f"{path}.alertedPeriodStart")
+                    if item.get("alertedPeriodStart") else None))
+            enforced = []
+            for i, item in enumerate(status.get("enforcedServices") or []):
+                path = f"status.enforcedServices[{i}]"
+                try:
+                    enforced.append(EnforcedService(
+                        str(item["namespace"]), str(item["name"]), ThresholdAction(item["action"]),
+                        int(item.get("maxReplicas", 0)), parse_time(item.get("since"), f"{path}.since"),
+                        bool(item.get("dryRun", False))))
+                except (KeyError, ValueError, TypeError) as exc:
+                    if isinstance(exc, LedgerFormatError):
+                        raise
+                    raise InvalidBudgetStatus(f"{path}: {exc}") from None
+            spot = tuple(SpotRecord.from_status(item, f"status.spotServices[{i}]")
+                         for i, item in enumerate(status.get("spotServices") or []))
+            start = status.get("periodStart")
+            state = status.get("state")
+            ready = next((c for c in status.get("conditions") or []
+                          if isinstance(c, Mapping) and c.get("type") == C.READY), None)
+            blind = state == BudgetState.UNKNOWN.value or (ready is not None
+                                                           and ready.get("reason") == C.GOVERNANCE_BLIND)
+            return cls(tuple(records), parse_time(start, "status.periodStart") if start else None,
+                       BudgetState(state) if state else None, tuple(enforced), blind, spot)
+        except LedgerFormatError as exc:
+            raise InvalidBudgetStatus(str(exc)) from None
+        except ValueError as exc:
+            if isinstance(exc, InvalidBudgetStatus):
+                raise
+            raise InvalidBudgetStatus(f"status.state: {exc}") from None
+
+
+__all__ = ["AlertState", "BudgetState", "EnforcedService", "InvalidBudgetStatus", "PolicyRef", "ServiceState",
+           "SpotRecord", "SpotState", "ThresholdRecord", "service_state"]
