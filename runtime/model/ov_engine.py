@@ -23,8 +23,10 @@ at every start-up.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
+import io
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -206,9 +208,12 @@ def text_encoder(model: nn.Module, precision: Precision, threads: int,
 
         rows = [np.asarray([ids], dtype=np.int64) for ids in calibration()]
         data = nncf.Dataset(rows, lambda ids: {"input_ids": ids, "attention_mask": np.ones_like(ids)})
-        return nncf.quantize(load_or_build(float_stem, convert, directory), data, subset_size=len(rows),
-                             model_type=nncf.ModelType.TRANSFORMER,
-                             ignored_scope=nncf.IgnoredScope(patterns=[TEXT_FLOAT_PATTERN]))
+        float_model = load_or_build(float_stem, convert, directory)
+        # NNCF draws progress bars (non-ASCII) on stdout/stderr, which a Triton stub opens as ASCII: keep them here.
+        sink = io.StringIO()
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            return nncf.quantize(float_model, data, subset_size=len(rows), model_type=nncf.ModelType.TRANSFORMER,
+                                 ignored_scope=nncf.IgnoredScope(patterns=[TEXT_FLOAT_PATTERN]))
 
     from modalscale.runtime.model.calibration import CALIBRATION_TEXTS
 
