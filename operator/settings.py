@@ -11,10 +11,22 @@ SETTINGS_ENV = frozenset({
     "MODALSCALE_NAMESPACES", "MODALSCALE_RESYNC_INTERVAL_SECONDS", "MODALSCALE_CONFLICT_HOLD_SECONDS",
     "MODALSCALE_METRICS_PORT", "MODALSCALE_HEALTH_PORT", "MODALSCALE_PEERING_NAME",
     "MODALSCALE_STANDALONE", "MODALSCALE_PROMETHEUS_URL", "MODALSCALE_LOG_LEVEL",
-    "MODALSCALE_CACHE_DIR", "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
+    "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
     "MODALSCALE_OPENCOST_REFRESH_SECONDS", "MODALSCALE_SPEND_ANOMALY",
 })
-"""Every environment variable :meth:`Settings.from_env` reads (any other ``MODALSCALE_*`` name is an error)."""
+"""Every environment variable :meth:`Settings.from_env` reads (a ``MODALSCALE_*`` name that is neither this nor
+:data:`OTHER_COMMANDS_ENV` is an error: most likely a typo)."""
+
+OTHER_COMMANDS_ENV: dict[str, str] = {
+    "MODALSCALE_REAL_NODE": "modalscale cluster up / the demo / the tests: run the real kubelet node or not",
+    "MODALSCALE_DEMO_REUSE_IMAGE": "modalscale demo: reuse the runtime image already imported",
+    "MODALSCALE_CACHE_DIR": "the developer cache of Go-built binaries and images",
+    "MODALSCALE_TEST_KEEP_CLUSTER": "the tests: keep the session cluster running",
+    "MODALSCALE_EXTRAS": "scripts/env.sh: the package extras installed into .venv",
+    "MODALSCALE_OPENVINO_CACHE": "the runtime's OpenVINO engine: where converted models are cached",
+}
+"""``MODALSCALE_*`` names that other modalscale commands read (README tells users to export some of them, so
+they are often set in the shell that starts the operator) -> who reads them. The operator ignores them."""
 
 
 class ConfigError(ValueError):
@@ -62,10 +74,9 @@ class Settings:
             ConfigError: Listing every invalid variable, what it got, and what it takes.
         """
         errors: list[str] = []
-        known = SETTINGS_ENV
-        for name in environ:
-            if name.startswith("MODALSCALE_") and name not in known:
-                errors.append(f"{name}: unknown setting; known ones are {', '.join(sorted(known))}")
+        for name in sorted(environ):
+            if name.startswith("MODALSCALE_") and name not in SETTINGS_ENV and name not in OTHER_COMMANDS_ENV:
+                errors.append(_unknown_setting(name))
 
         def number(name: str, default: float, lo: float, hi: float, integer: bool = False) -> float:
             raw = environ.get(name)
@@ -129,6 +140,16 @@ class Settings:
         if errors:
             raise ConfigError("invalid operator settings:\n  " + "\n  ".join(errors))
         return settings
+
+
+def _unknown_setting(name: str) -> str:
+    """The error line of an unknown ``MODALSCALE_*`` name: the closest setting if one is near, then the lists."""
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(SETTINGS_ENV), n=1, cutoff=0.8)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return (f"{name}: unknown setting; {hint}the operator reads {', '.join(sorted(SETTINGS_ENV))} and ignores "
+            f"{', '.join(sorted(OTHER_COMMANDS_ENV))} (other modalscale commands')")
 
 
 def _anomaly_config(raw: str, errors: list[str]) -> AnomalyConfig:

@@ -118,7 +118,6 @@ def test_each_config_key_is_a_setting_the_operator_reads() -> None:
 # Settings the chart sets another way, or that make no sense in a pod.
 _NOT_CHART_VALUES = {
     "MODALSCALE_PRICING_CATALOG": "set by the chart to its pricing ConfigMap's mount (pricing.* values)",
-    "MODALSCALE_CACHE_DIR": "the local developer cache (Go-built binaries, images); unused by the operator pod",
 }
 
 

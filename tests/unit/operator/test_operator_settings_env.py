@@ -1,0 +1,65 @@
+"""Which ``MODALSCALE_*`` names the operator accepts: its own settings, plus the names other modalscale commands
+read (README tells users to export some of them), which it ignores; anything else is a typo and stops it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from modalscale.operator.settings import OTHER_COMMANDS_ENV, SETTINGS_ENV, ConfigError, Settings
+
+ROOT = Path(__file__).resolve().parents[3]
+CODE = ("src", "operator", "autoscaler", "costmodel", "runtime", "scripts", "benchmarks", "tests/conftest.py")
+
+
+def _names_read_in_the_repo() -> set[str]:
+    names: set[str] = set()
+    for top in CODE:
+        base = ROOT / top
+        files = [base] if base.is_file() else [*base.rglob("*.py"), *base.rglob("*.sh")]
+        for f in files:
+            if "__pycache__" not in f.parts:
+                names |= set(re.findall(r"MODALSCALE_[A-Z0-9_]*[A-Z0-9]", f.read_text(encoding="utf-8")))
+    return names
+
+
+@pytest.mark.parametrize("name", ["MODALSCALE_REAL_NODE", "MODALSCALE_DEMO_REUSE_IMAGE", "MODALSCALE_CACHE_DIR",
+                                  "MODALSCALE_TEST_KEEP_CLUSTER", "MODALSCALE_EXTRAS"])
+def test_a_variable_of_another_modalscale_command_is_ignored_not_an_error(name: str) -> None:
+    settings = Settings.from_env({name: "1"})
+    assert settings == Settings()
+
+
+def test_every_modalscale_variable_read_in_the_repo_is_an_operator_setting_or_another_commands() -> None:
+    read = _names_read_in_the_repo()
+    assert {"MODALSCALE_REAL_NODE", "MODALSCALE_DEMO_REUSE_IMAGE", "MODALSCALE_NAMESPACES"} <= read
+    assert sorted(read - SETTINGS_ENV - set(OTHER_COMMANDS_ENV)) == []
+    assert not SETTINGS_ENV & set(OTHER_COMMANDS_ENV)
+
+
+def test_a_typo_is_still_an_error_naming_it_and_the_likely_setting() -> None:
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env({"MODALSCALE_PROMETHEUS_ULR": "http://p:9090", "MODALSCALE_REAL_NODE": "0"})
+    text = str(err.value)
+    assert "MODALSCALE_PROMETHEUS_ULR: unknown setting; did you mean MODALSCALE_PROMETHEUS_URL?" in text
+    assert "MODALSCALE_REAL_NODE:" not in text
+    assert "MODALSCALE_REAL_NODE" in text  # listed among the names the operator ignores
+
+
+def test_modalscale_operator_starts_past_its_settings_with_readme_exports_and_stops_on_a_typo() -> None:
+    """The CLI as a user runs it: README's exports are no error; a typo exits 2 with one line per variable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODALSCALE_")}
+    env |= {"MODALSCALE_REAL_NODE": "0", "MODALSCALE_DEMO_REUSE_IMAGE": "1", "MODALSCALE_NAMESPCES": "a"}
+    proc = subprocess.run([sys.executable, "-m", "modalscale.cli", "operator"], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [ln.strip() for ln in proc.stderr.strip().splitlines()]
+    assert lines[0] == "modalscale operator: invalid operator settings:"
+    assert [ln.split(":")[0] for ln in lines[1:]] == ["MODALSCALE_NAMESPCES"]
+    assert "did you mean MODALSCALE_NAMESPACES?" in lines[1]
