@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from modalscale.autoscaler.simulate import POLICIES, SimulationConfig, run_simulation, run_sweep
+from modalscale.cli import UsageError
 from modalscale.autoscaler.traces import (
     ImageMix,
     Trace,
@@ -39,12 +41,31 @@ def load_trace(path: Path | None, shift: bool = False, image_fraction: float = 0
     """The trace the command runs on: a file (format from its header), or a generated one.
 
     Raises:
-        ValueError: the file's header matches neither known format.
+        UsageError: ``--trace``: the file cannot be read as text, is empty, its header matches no known format,
+            or a row is invalid (the reader's message, with the line).
     """
     if path is None:
         return modality_shift_trace(random_state=seed + 1) if shift else generate_trace(TraceSpec(random_state=seed))
-    with path.open() as fh:
+    try:
+        return _read_trace_file(path, image_fraction, seed)
+    except FileNotFoundError:
+        raise UsageError("--trace", f"{path}: no such file; give a trace CSV (or leave --trace out for the "
+                                    "generated trace)") from None
+    except IsADirectoryError:
+        raise UsageError("--trace", f"{path} is a directory; give a trace CSV file") from None
+    except UnicodeDecodeError:
+        raise UsageError("--trace", f"{path} is not UTF-8 text; give a trace CSV") from None
+    except OSError as exc:
+        raise UsageError("--trace", f"{path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # the readers' messages name the file, the line and the column
+        raise UsageError("--trace", str(exc).splitlines()[0]) from None
+
+
+def _read_trace_file(path: Path, image_fraction: float, seed: int) -> Trace:
+    with path.open(encoding="utf-8") as fh:
         header = fh.readline()
+    if not header.strip():
+        raise ValueError(f"{path} is empty; a trace CSV starts with its header line")
     if "TIMESTAMP" in header and "ContextTokens" in header:
         return read_azure_llm_trace(path, ImageMix(image_fraction=image_fraction), random_state=seed)
     if "timestamp_ms" in header and "input_length" in header:
@@ -83,30 +104,77 @@ def add_parser(subparsers: Any) -> None:
                         help="service times of traces without them: the regressor's prediction with its residual "
                              "noise (default) or the synthetic law")
     parser.add_argument("--sweep", action="store_true", help="sweep each policy family's knob (Pareto data)")
-    parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma list out of {','.join(POLICIES)}")
+    parser.add_argument("--policies", default=",".join(POLICIES),
+                        help=f"comma list out of {','.join(POLICIES)} (fixed pools: --sweep)")
     parser.add_argument("--seed", type=int, default=0, help="seed of generated traces and service times")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the simulation and print the results; returns the exit code."""
-    trace = load_trace(args.trace, args.shift, args.image_fraction, args.seed)
+def config_from_args(args: argparse.Namespace) -> SimulationConfig:
+    """The :class:`SimulationConfig` of the parsed flags, every flag checked first (pure).
+
+    Raises:
+        UsageError: A flag out of its range (the flag named, with the range or the fix).
+    """
+    def positive(flag: str, value: float | None, example: str) -> None:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(flag, f"{value:g} must be > 0 and finite; e.g. {example}")
+
     target = args.target_p95_ms if args.target_p95_ms is not None else (5000.0 if args.shift else 2000.0)
+    positive("--target-p95-ms", target, "2000 (ms)")
+    util = args.predictive_utilization_percent
+    if not (math.isfinite(util) and 0 < util <= 100):
+        raise UsageError("--predictive-utilization-percent", f"{util:g} is not in (0, 100]; e.g. 90")
+    if not (math.isfinite(args.startup_delay_s) and args.startup_delay_s >= 0):
+        raise UsageError("--startup-delay-s", f"{args.startup_delay_s:g} must be >= 0 s and finite")
+    positive("--startup-delay-p90-s", args.startup_delay_p90_s, "60 (s)")
+    if args.startup_delay_p90_s is not None and args.startup_delay_p90_s < args.startup_delay_s:
+        raise UsageError("--startup-delay-p90-s", f"{args.startup_delay_p90_s:g} s is below the median "
+                                                  f"--startup-delay-s {args.startup_delay_s:g} s; give a p90 >= it")
     try:
         delays = tuple(float(x) for x in args.startup_delays_s.split(",") if x.strip())
     except ValueError:
-        raise SystemExit(f"--startup-delays-s must be a comma list of seconds, got {args.startup_delays_s!r}") from None
-    config = SimulationConfig(
+        raise UsageError("--startup-delays-s", f"{args.startup_delays_s!r} is not a comma list of seconds "
+                                               "(e.g. 21.5,30,44)") from None
+    if any(not (math.isfinite(d) and d >= 0) for d in delays):
+        raise UsageError("--startup-delays-s", f"{args.startup_delays_s!r}: every delay must be >= 0 s and finite")
+    if not (math.isfinite(args.image_fraction) and 0 <= args.image_fraction <= 1):
+        raise UsageError("--image-fraction", f"{args.image_fraction:g} is not in [0, 1]; e.g. 0.5")
+    if args.seed < 0:
+        raise UsageError("--seed", f"{args.seed} must be >= 0")
+    policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
+    if not policies:
+        raise UsageError("--policies", f"name at least one of {','.join(POLICIES)}")
+    if "fixed" in policies:
+        raise UsageError("--policies", "fixed pools have no single size to simulate; --sweep sweeps every size "
+                                       f"(choose among {','.join(POLICIES)})")
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise UsageError("--policies", f"unknown {','.join(unknown)}; choose among {','.join(POLICIES)}")
+    return SimulationConfig(
         target_p95_ms=target,
-        predictive_target_utilization_percent=args.predictive_utilization_percent,
+        predictive_target_utilization_percent=util,
         startup_delay_s=args.startup_delay_s,
         startup_delay_p90_s=args.startup_delay_p90_s,
         startup_delay_samples_s=delays,
         service_source=args.service_source,
-        policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
+        policies=policies,
         random_state=args.seed,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the simulation and print the results; returns the exit code.
+
+    Raises:
+        UsageError: A bad flag or trace file (``modalscale`` prints it in one line and exits 2).
+    """
+    config = config_from_args(args)
+    target = config.target_p95_ms
+    trace = load_trace(args.trace, args.shift, args.image_fraction, args.seed)
+    if len(trace) == 0:
+        raise UsageError("--trace", f"{args.trace} holds no request (only a header); give a trace with requests")
     if args.sweep:
         sweep = run_sweep(trace, config)
         if args.json:

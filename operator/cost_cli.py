@@ -89,7 +89,7 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--output", "-o", default="-", help="CSV file to write (default: standard output)")
     e.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG or in-cluster)")
     e.add_argument("--billing-account", default="modalscale", help="BillingAccountId of every row")
-    e.set_defaults(func=run_export)
+    e.set_defaults(func=run_export, prog=e.prog)
     d = csub.add_parser("diff", help="monthly cost of InferenceService changes between two manifest sets",
                         description="Compare the InferenceServices of BASE and HEAD (files, folders, or git refs REF "
                                     "or REF:PATH) at catalog prices: monthly cost at min, expected and max replicas "
@@ -105,20 +105,45 @@ def add_parser(sub: Any) -> None:
     d.add_argument("--profile", type=Path, default=None,
                    help="service-time model artifact from `modalscale profile` (needs --trace)")
     d.add_argument("--repo", type=Path, default=Path.cwd(), help="git repository for REF inputs (default: .)")
-    d.set_defaults(func=run_diff)
+    d.set_defaults(func=run_diff, prog=d.prog)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
 
 def _client(kubeconfig: str | None) -> Any:
+    """An API client from ``--kubeconfig``, else in-cluster, else ``$KUBECONFIG`` / ``~/.kube/config``.
+
+    Raises:
+        UsageError: No usable kubeconfig (the flag or variable named, with the fix).
+    """
     from kubernetes import client, config
 
+    from modalscale.cli import UsageError
+
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
+        if not Path(kubeconfig).is_file():
+            raise UsageError("--kubeconfig", f"{kubeconfig}: no such file; give the kubeconfig of the cluster")
+        try:
+            return config.new_client_from_config(config_file=kubeconfig)
+        except (config.ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
+            raise UsageError("--kubeconfig", f"{kubeconfig} is not a kubeconfig the client can read "
+                                             f"({_first_line(exc)}); give the cluster's kubeconfig") from None
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
+            raise UsageError("KUBECONFIG", f"no usable kubeconfig ({_first_line(exc)}); "
+                                    "export KUBECONFIG=FILE or give --kubeconfig FILE (for the local cluster: "
+                                    "`modalscale cluster up` prints the export)") from None
     return client.ApiClient()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a KeyError's or ConfigException's repr
+        text = text[1:-1]
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -126,8 +151,14 @@ def run_export(args: argparse.Namespace) -> int:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    from modalscale import GROUP, VERSION
+    from urllib3.exceptions import HTTPError
 
+    from modalscale import GROUP, VERSION
+    from modalscale.cli import UsageError
+
+    if args.output != "-" and not Path(args.output).parent.is_dir():
+        raise UsageError("--output", f"{args.output}: the folder {Path(args.output).parent} does not exist; create "
+                                     "it or write elsewhere (- for standard output)")
     api = _client(args.kubeconfig)
     custom = client.CustomObjectsApi(api)
     try:
@@ -139,6 +170,11 @@ def run_export(args: argparse.Namespace) -> int:
             isvcs = custom.list_cluster_custom_object(GROUP, VERSION, "inferenceservices")
     except ApiException as exc:
         print(f"modalscale cost export: listing failed: HTTP {exc.status} {exc.reason}", file=sys.stderr)
+        return 1
+    except HTTPError as exc:  # urllib3: connection refused, DNS, TLS, timeout
+        reason = getattr(exc, "reason", None) or exc
+        print(f"modalscale cost export: cannot reach the API server {api.configuration.host}: "
+              f"{str(reason).splitlines()[0]}", file=sys.stderr)
         return 1
     finally:
         api.close()
@@ -154,8 +190,11 @@ def run_export(args: argparse.Namespace) -> int:
     if args.output == "-":
         count = write_focus_csv(result.rows, sys.stdout)
     else:
-        with open(args.output, "w", newline="", encoding="utf-8") as out:
-            count = write_focus_csv(result.rows, out)
+        try:
+            with open(args.output, "w", newline="", encoding="utf-8") as out:
+                count = write_focus_csv(result.rows, out)
+        except OSError as exc:
+            raise UsageError("--output", f"{args.output}: {exc.strerror or exc}; write elsewhere") from None
     for s in result.skipped:
         print(f"skipped {s}", file=sys.stderr)
     print(f"Wrote {count} FOCUS {FOCUS_VERSION} rows from {result.policies} BudgetPolicies", file=sys.stderr)

@@ -3,6 +3,9 @@
 Each subcommand module exposes ``add_parser(subparsers) -> None``; the parser it adds sets ``func`` to a
 callable taking the parsed ``argparse.Namespace`` and returning an exit code. Modules are imported only
 when their subcommand runs, so ``modalscale cluster`` does not import torch.
+
+Bad input exits 2 with one line on stderr, ``modalscale <command>: <flag or field>: <what is wrong; the fix>``,
+never a traceback: a subcommand raises :class:`UsageError` (argparse's own errors also exit 2).
 """
 
 from __future__ import annotations
@@ -11,6 +14,24 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+
+
+class UsageError(ValueError):
+    """Bad input to a subcommand: :func:`main` prints ``modalscale <command>: <where>: <message>`` and exits 2.
+
+    A ``ValueError``, so library callers of a command's helpers (``simulate_cli.load_trace``) that catch
+    ``ValueError`` keep working.
+
+    Args:
+        where: The flag or field at fault (``--trace``, ``KUBECONFIG``).
+        message: What is wrong and the fix, one line.
+    """
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+        self.message = message
+
 
 #: subcommand name -> module that registers it.
 SUBCOMMANDS: dict[str, str] = {
@@ -25,17 +46,34 @@ SUBCOMMANDS: dict[str, str] = {
     "demo": "modalscale.demo.cli",
 }
 
+#: subcommand name -> its one-line summary in ``modalscale --help`` (the module is not imported for it); equal to
+#: the ``help`` its module registers (a unit test says so).
+SUMMARIES: dict[str, str] = {
+    "cluster": "local control plane: etcd, apiserver, controller-manager, scheduler, KWOK",
+    "images": "build the operator and CPU runtime images (buildah, no daemon) and load them",
+    "operator": "run the operator (watches InferenceService and BudgetPolicy)",
+    "runtime": "Serve the built-in multimodal model on tritonserver",
+    "load": "Replay an arrival trace against the runtime and report latency",
+    "profile": "Measure per-request service time on the real runtime and fit the autoscaler's cost model",
+    "simulate": "compare autoscaling policies on a request trace",
+    "cost": "cost reports from BudgetPolicy ledgers",
+    "demo": "local cluster with a real node: real pods, Prometheus, scaling and budget, live",
+}
+
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """Build the parser; only the subcommand named in ``argv`` (if any) is imported."""
-    parser = argparse.ArgumentParser(prog="modalscale", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="modalscale",
+        description="Serve multimodal models on Triton, autoscale them and keep their spend inside budgets.",
+        epilog="`modalscale COMMAND --help` lists a command's options.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = next((a for a in argv if not a.startswith("-")), None)
     for name, module in SUBCOMMANDS.items():
         if wanted == name:
             importlib.import_module(module).add_parser(sub)
         else:
-            sub.add_parser(name, help=f"(see `modalscale {name} --help`)")
+            sub.add_parser(name, help=SUMMARIES[name])
     return parser
 
 
@@ -48,8 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    return int(func(args) or 0)
+    try:
+        return int(func(args) or 0)
+    except UsageError as exc:
+        print(f"{getattr(args, 'prog', None) or 'modalscale ' + args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m modalscale.cli`: run the imported module's main, so this UsageError is the one commands raise.
+    from modalscale.cli import main as _imported_main
+
+    raise SystemExit(_imported_main())

@@ -1,0 +1,126 @@
+"""Bad input to a ``modalscale`` command: exit 2 and one line on stderr naming the flag (or variable) and the fix,
+never a traceback (user report item 10). ``main()`` in-process for the table, one real process per command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from modalscale.cli import SUBCOMMANDS, SUMMARIES, build_parser, main
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.fixture()
+def traces(tmp_path: Path) -> Path:
+    (tmp_path / "header.csv").write_text("time,requests\n0,1\n")
+    (tmp_path / "row.csv").write_text("arrival_s,image_count,image_width,image_height,text_tokens\n"
+                                      "0.5,0,0,0,zwölf\n")
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "noreq.csv").write_text("arrival_s,image_count,image_width,image_height,text_tokens\n")
+    (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00arrival_s\n")
+    return tmp_path
+
+
+SIMULATE_CASES = [
+    (["--trace", "{d}/nonexistent.csv"], "--trace", "no such file"),
+    (["--trace", "{d}"], "--trace", "is a directory"),
+    (["--trace", "{d}/header.csv"], "--trace", "header"),
+    (["--trace", "{d}/row.csv"], "--trace", "line 2"),
+    (["--trace", "{d}/empty.csv"], "--trace", "empty"),
+    (["--trace", "{d}/binary.csv"], "--trace", "text"),
+    (["--trace", "{d}/noreq.csv"], "--trace", "no request"),
+    (["--policies", "foo"], "--policies", "predictive,utilization,concurrency,oracle"),
+    (["--policies", "fixed"], "--policies", "--sweep"),
+    (["--policies", ","], "--policies", "at least one"),
+    (["--target-p95-ms", "-5"], "--target-p95-ms", "> 0"),
+    (["--target-p95-ms", "nan"], "--target-p95-ms", "> 0"),
+    (["--target-p95-ms", "inf"], "--target-p95-ms", "> 0"),
+    (["--predictive-utilization-percent", "0"], "--predictive-utilization-percent", "(0, 100]"),
+    (["--predictive-utilization-percent", "150"], "--predictive-utilization-percent", "(0, 100]"),
+    (["--startup-delay-s", "-1"], "--startup-delay-s", ">= 0"),
+    (["--startup-delay-p90-s", "1"], "--startup-delay-p90-s", "--startup-delay-s"),
+    (["--startup-delays-s", "a,b"], "--startup-delays-s", "comma list"),
+    (["--startup-delays-s", "5,-1"], "--startup-delays-s", ">= 0"),
+    (["--image-fraction", "2"], "--image-fraction", "[0, 1]"),
+    (["--seed", "-1"], "--seed", ">= 0"),
+]
+
+
+@pytest.mark.parametrize(("args", "flag", "says"), SIMULATE_CASES, ids=[" ".join(c[0]) for c in SIMULATE_CASES])
+def test_simulate_bad_input_exits_2_with_one_line_naming_the_flag(
+        capsys: pytest.CaptureFixture[str], traces: Path, args: list[str], flag: str, says: str) -> None:
+    line = _one_line_error(capsys, ["simulate", *[a.format(d=traces) for a in args]])
+    assert line.startswith(f"modalscale simulate: {flag}: "), line
+    assert says in line, line
+
+
+def test_cost_export_without_a_kubeconfig_exits_2_naming_kubeconfig(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    line = _one_line_error(capsys, ["cost", "export"])
+    assert line.startswith("modalscale cost export: KUBECONFIG: "), line
+    assert "--kubeconfig" in line
+
+
+def test_cost_export_with_a_missing_kubeconfig_file_exits_2(capsys: pytest.CaptureFixture[str],
+                                                            tmp_path: Path) -> None:
+    line = _one_line_error(capsys, ["cost", "export", "--kubeconfig", str(tmp_path / "none")])
+    assert line.startswith("modalscale cost export: --kubeconfig: "), line
+
+
+def test_cost_export_with_an_unreachable_apiserver_says_so_in_one_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("""apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:9"}}]
+users: [{name: u, user: {}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+""")
+    code = main(["cost", "export", "--kubeconfig", str(kubeconfig)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "cannot reach the API server http://127.0.0.1:9" in err
+
+
+def test_cost_export_to_a_missing_folder_exits_2_naming_output(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    line = _one_line_error(capsys, ["cost", "export", "--output", str(tmp_path / "no" / "x.csv")])
+    assert line.startswith("modalscale cost export: --output: "), line
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--trace", "/nonexistent/trace.csv"],
+                                  ["cost", "export", "--kubeconfig", "/nonexistent/kubeconfig"]])
+def test_a_real_process_exits_2_without_a_traceback(argv: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    proc = subprocess.run([sys.executable, "-m", "modalscale.cli", *argv], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_top_level_help_gives_each_command_the_summary_its_module_registers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def helps(parser: object) -> dict[str, str]:
+        sub = next(a for a in parser._actions if a.dest == "command")  # type: ignore[attr-defined]
+        return {a.dest: a.help for a in sub._choices_actions}
+
+    top = helps(build_parser([]))
+    assert top == SUMMARIES and set(SUMMARIES) == set(SUBCOMMANDS)
+    for name in SUBCOMMANDS:
+        assert helps(build_parser([name]))[name] == SUMMARIES[name], name
