@@ -1,0 +1,140 @@
+"""Engine openvino with the real pretrained weights: FP32 matches torch FP32 (the same modules converted, compiled
+with an explicit f32 precision), INT8 (NNCF text encoder) stays within cosine 0.99 of torch FP32 on texts disjoint
+from its calibration set, the converted IR is cached and reused, and the ``fastest`` preset (engine openvino) loads
+in a real tritonserver's Python backend and answers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from modalscale.runtime.client import MultimodalClient
+from modalscale.runtime.model import ov_engine
+from modalscale.runtime.model.calibration import CALIBRATION_TEXTS
+from modalscale.runtime.model.encoders import MultimodalEncoder
+from modalscale.runtime.model.pipeline import MultimodalPipeline
+from modalscale.runtime.model.settings import ModelSettings
+from modalscale.runtime.repo_config import PRESETS, Engine, Precision, build_repository
+from modalscale.runtime.server import TritonProcess, free_port, write_repository
+from modalscale.runtime.workload import fidelity_texts, photo_at, photo_bytes
+
+SIZES = [(224, 224, "JPEG"), (640, 480, "PNG"), (1600, 1200, "JPEG"), (48, 300, "PNG"), (32, 32, "JPEG")]
+
+
+@pytest.fixture(scope="module")
+def ov_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private IR cache for this module (the conversions below run cold, then warm)."""
+    path = tmp_path_factory.mktemp("openvino-cache")
+    old = os.environ.get(ov_engine.CACHE_ENV)
+    os.environ[ov_engine.CACHE_ENV] = str(path)
+    try:
+        yield path
+    finally:
+        if old is None:
+            os.environ.pop(ov_engine.CACHE_ENV, None)
+        else:
+            os.environ[ov_engine.CACHE_ENV] = old
+
+
+@pytest.fixture(scope="module")
+def torch_fp32() -> MultimodalEncoder:
+    torch.set_num_threads(1)
+    return MultimodalEncoder(Precision.FP32)
+
+
+@pytest.fixture(scope="module")
+def ov_fp32(ov_cache: Path) -> MultimodalEncoder:
+    return MultimodalEncoder(Precision.FP32, engine=Engine.OPENVINO, threads=1)
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)  # type: ignore[no-any-return]
+
+
+def _embed(encoder: MultimodalEncoder, requests: list[tuple[list[bytes], str | None]]) -> list:
+    pipeline = MultimodalPipeline(ModelSettings(embedding_cache=False, precision=encoder.precision), encoder)
+    return [pipeline.run([pipeline.prepare(np.array([images], dtype=object) if images else None,
+                                           np.array([[text.encode()]], dtype=object) if text else None)])[0]
+            for images, text in requests]
+
+
+def test_openvino_fp32_matches_torch_fp32(torch_fp32: MultimodalEncoder, ov_fp32: MultimodalEncoder) -> None:
+    """Same features to float32 rounding: images of every size bucket (down to a 1x1 feature map) and texts."""
+    requests: list[tuple[list[bytes], str | None]] = [
+        ([photo_at(name, w, h, fmt)], None) for name in ("chelsea", "rocket") for w, h, fmt in SIZES]
+    requests += [([], text) for text in fidelity_texts(8, seed=5, exclude=CALIBRATION_TEXTS)]
+    requests += [([photo_bytes("coffee"), photo_at("astronaut", 300, 200, "JPEG")], "a cup of coffee")]
+    ref, got = _embed(torch_fp32, requests), _embed(ov_fp32, requests)
+    cos = _cos(np.stack([r.embedding for r in ref]), np.stack([g.embedding for g in got]))
+    assert cos.min() > 0.9999, cos
+    assert [r.image_classes.tolist() for r in ref] == [g.image_classes.tolist() for g in got]
+
+
+def test_openvino_int8_text_stays_within_cosine_0_99(torch_fp32: MultimodalEncoder, ov_cache: Path) -> None:
+    int8 = MultimodalEncoder(Precision.INT8, preload=("text",), engine=Engine.OPENVINO, threads=1)
+    texts = fidelity_texts(40, seed=11, exclude=CALIBRATION_TEXTS)
+    ids = [torch_fp32.token_ids(t) for t in texts]
+    ref = np.concatenate([torch_fp32.encode_texts([i], len(i)) for i in ids])
+    got = np.concatenate([int8.encode_texts([i], len(i)) for i in ids])
+    cos = _cos(ref, got)
+    assert cos.min() >= 0.99, sorted(cos)[:3]
+    assert not np.array_equal(ref, got)  # it is quantized, not the float model
+    # A padded batch gives each text what it gets alone (static activation scales): no dependence on neighbours.
+    batch = int8.encode_texts(ids[:4], max(len(i) for i in ids[:4]))
+    assert _cos(batch, got[:4]).min() > 0.9999
+
+
+def test_converted_ir_is_cached_and_reused(ov_cache: Path, ov_fp32: MultimodalEncoder,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second encoder reads the cached IR instead of converting again (start-up without conversion)."""
+    cached = sorted(p.name for p in ov_cache.glob("*.xml"))
+    assert any(n.startswith("efficientnet-lite0-fp32-") for n in cached)
+    assert any(n.startswith("minilm-l6-fp32-") for n in cached)
+    assert all((ov_cache / n).with_suffix(".bin").exists() for n in cached)
+    import openvino as ov
+
+    def no_conversion(*args: object, **kwargs: object) -> None:
+        raise AssertionError("converted again although the IR is cached")
+
+    monkeypatch.setattr(ov, "convert_model", no_conversion)
+    again = MultimodalEncoder(Precision.FP32, engine=Engine.OPENVINO, threads=1)
+    ids = again.token_ids("a photo of a cat")
+    np.testing.assert_allclose(again.encode_texts([ids], len(ids)), ov_fp32.encode_texts([ids], len(ids)),
+                               rtol=0, atol=1e-6)
+
+
+def test_openvino_refuses_fp16_and_gpu() -> None:
+    with pytest.raises(ValueError, match="FP16"):
+        MultimodalEncoder(Precision.FP16, preload=(), engine=Engine.OPENVINO)
+    with pytest.raises(ValueError, match="CPU only"):
+        MultimodalEncoder(Precision.FP32, device="cuda:0", preload=(), engine=Engine.OPENVINO)
+
+
+def test_fastest_preset_serves_in_tritonserver(tmp_path: Path, ov_cache: Path,
+                                               torch_fp32: MultimodalEncoder) -> None:
+    """The Python-backend stubs convert, quantize (NNCF) and compile on load, then answer every modality."""
+    cfg = PRESETS["fastest"]
+    assert cfg.engine is Engine.OPENVINO
+    repo = tmp_path / "repo"
+    write_repository(build_repository(cfg), repo)
+    server = TritonProcess(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                           exit_timeout_s=5, log_path=tmp_path / "tritonserver.log")
+    server.start(ready_timeout_s=600)
+    try:
+        requests: list[tuple[list[bytes], str | None]] = [
+            ([photo_bytes("chelsea")], None), ([], "a photo of a cat on a red chair"),
+            ([photo_at("coffee", 640, 480, "JPEG")], "a cup of coffee")]
+        ref = _embed(torch_fp32, requests)
+        with MultimodalClient(server.http_url, "http", model_name=cfg.model_name) as client:
+            for (images, text), expected in zip(requests, ref, strict=True):
+                answer = client.infer(images=images or None, text=text)
+                assert float(_cos(answer.embedding, expected.embedding)) >= 0.99
+                classes = [c for c in answer.image_classes.tolist() if c >= 0]  # -1 pads a text-only answer
+                assert classes == expected.image_classes.tolist()
+    finally:
+        server.stop()

@@ -1,0 +1,114 @@
+"""The encoder engine knob (``torch`` | ``openvino``): how it travels from the CLI and presets through the generated
+config.pbtxt to the model's settings, that a torch config renders exactly as before the knob existed, and the pure
+parts of the OpenVINO engine (precision hint, compile properties, cache keys)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from modalscale.runtime.model import ov_engine
+from modalscale.runtime.model.settings import ModelSettings
+from modalscale.runtime.repo_config import (
+    PRESETS,
+    Engine,
+    InvalidRuntimeSpec,
+    Precision,
+    RuntimeConfig,
+    build_repository,
+    config_summary,
+    model_parameters,
+    preset_flags,
+)
+
+
+def _parameters(pbtxt: str) -> dict[str, str]:
+    """The ``parameters`` blocks of a rendered config.pbtxt."""
+    out = {}
+    lines = pbtxt.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("  key: "):
+            key = json.loads(line.split(":", 1)[1])
+            value = lines[i + 1].split("string_value:", 1)[1].strip().rstrip("}").strip()
+            out[key] = json.loads(value)
+    return out
+
+
+def test_torch_config_renders_without_an_engine_parameter() -> None:
+    """A torch config's repository is what it was before the engine existed (no new parameter, same summary keys)."""
+    for cfg in (RuntimeConfig(), PRESETS["naive"], RuntimeConfig(precision=Precision.INT8, max_batch_size=0)):
+        assert "engine" not in model_parameters(cfg)
+        for path, text in build_repository(cfg).items():
+            if path.endswith("config.pbtxt"):
+                assert "engine" not in _parameters(text)
+        assert "engine" not in json.loads(config_summary(cfg))
+
+
+def test_openvino_config_reaches_the_model_settings() -> None:
+    cfg = PRESETS["naive"].replace(engine=Engine.OPENVINO, precision=Precision.INT8)
+    (pbtxt,) = [t for p, t in build_repository(cfg).items() if p.endswith("config.pbtxt")]
+    params = _parameters(pbtxt)
+    assert params["engine"] == "openvino"
+    settings = ModelSettings.from_model_config({"parameters": {k: {"string_value": v} for k, v in params.items()}})
+    assert settings.engine is Engine.OPENVINO and settings.precision is Precision.INT8
+    assert json.loads(config_summary(cfg))["engine"] == "openvino"
+
+
+def test_every_model_of_a_batched_openvino_config_gets_the_engine() -> None:
+    cfg = RuntimeConfig(engine=Engine.OPENVINO)  # router + one batched model per modality
+    configs = {p: _parameters(t) for p, t in build_repository(cfg).items() if p.endswith("config.pbtxt")}
+    encoders = [p for p, params in configs.items() if "preload" in params and params["preload"]]
+    assert encoders and all(configs[p]["engine"] == "openvino" for p in encoders)
+
+
+def test_gpu_layout_runs_torch() -> None:
+    cfg = RuntimeConfig(engine=Engine.OPENVINO, gpu_count=1, precision=Precision.FP16)
+    for path, text in build_repository(cfg).items():
+        if path.endswith("config.pbtxt"):
+            assert "engine" not in _parameters(text), path
+
+
+def test_unknown_engine_parameter_is_named() -> None:
+    with pytest.raises(ValueError, match="parameter engine"):
+        ModelSettings.from_model_config({"parameters": {"engine": {"string_value": "tensorrt"}}})
+    with pytest.raises(InvalidRuntimeSpec, match="engine"):
+        RuntimeConfig(engine="openvino")  # type: ignore[arg-type]  # a plain string, not an Engine
+
+
+def test_fastest_preset_uses_openvino_and_lists_its_engine_flag() -> None:
+    assert PRESETS["fastest"].engine is Engine.OPENVINO
+    assert PRESETS["naive"].engine is Engine.TORCH and PRESETS["default"].engine is Engine.TORCH
+    flags = preset_flags("fastest")
+    assert flags[flags.index("--engine") + 1] == "openvino"
+
+
+def test_inference_precision_is_explicit_and_refuses_fp16() -> None:
+    """OpenVINO's CPU plugin would run an FP32 model in BF16 on a BF16-capable CPU unless told ``f32``."""
+    assert ov_engine.inference_precision(Precision.FP32) == "f32"
+    assert ov_engine.inference_precision(Precision.INT8) == "f32"
+    assert ov_engine.inference_precision(Precision.BF16) == "bf16"
+    with pytest.raises(ValueError, match="FP16"):
+        ov_engine.inference_precision(Precision.FP16)
+    cfg = ov_engine.compile_config(2, Precision.FP32)
+    assert cfg["INFERENCE_NUM_THREADS"] == 2 and cfg["NUM_STREAMS"] == 1
+    assert cfg["ENABLE_CPU_PINNING"] is False and cfg["INFERENCE_PRECISION_HINT"] == "f32"
+
+
+def test_cache_key_depends_on_scheme_and_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    a = ov_engine.cache_key("minilm", "fp32", ("torch",))
+    assert a == ov_engine.cache_key("minilm", "fp32", ("torch",))
+    assert a != ov_engine.cache_key("minilm", "int8", ("torch",))
+    assert a != ov_engine.cache_key("minilm", "fp32", ("torch", "nncf"))
+    monkeypatch.setattr(ov_engine, "IR_FORMAT_VERSION", "999")
+    assert a != ov_engine.cache_key("minilm", "fp32", ("torch",))
+
+
+def test_cache_dir_from_environment_and_unwritable_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ov_engine.CACHE_ENV, str(tmp_path / "ov"))
+    assert ov_engine.cache_dir() == tmp_path / "ov" and (tmp_path / "ov").is_dir()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv(ov_engine.CACHE_ENV, str(blocker / "below-a-file"))
+    assert ov_engine.cache_dir() is None
