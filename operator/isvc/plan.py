@@ -15,6 +15,7 @@ decides:
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 # The cap codec lives in modalscale.api.annotations; BUDGET_CAP_PREFIX and budget_cap stay importable from here.
 from modalscale.api.annotations import BUDGET_CAP_PREFIX, SpotSwitch, budget_cap  # noqa: F401
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
-from modalscale.api.quantities import same_quantity
+from modalscale.api.quantities import parse_cpu_cores, same_quantity
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator import reasons as R
@@ -366,7 +367,31 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
         writes.append(w)
 
     status, events = _status(spec, obs, replicas, config, now)
+    oversubscribed = cpu_oversubscription(spec)
+    if oversubscribed and obs.status.get("observedGeneration") != spec.generation:  # once per spec generation
+        events.append(("Warning", R.CPU_OVERSUBSCRIBED, oversubscribed))
     return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
+
+
+def cpu_oversubscription(spec: IsvcSpec) -> str | None:
+    """The warning when a CPU replica runs more torch threads than it has cores, else None (pure).
+
+    A replica without GPUs gets its CPU request as its limit (a CFS quota): ``instanceCount`` Triton instances of
+    ``intraOpThreads`` threads each then contend for ``ceil(cpu)`` cores (at least 1, so one thread on a fraction
+    of a core is fine). Not a refusal: it runs, only slower, and a user may mean it. GPU replicas have no CPU
+    limit and are not checked. Posted as a Warning Event ``CPUOversubscribed`` once per spec generation.
+    """
+    if spec.resources.gpu_count > 0:
+        return None
+    cores = parse_cpu_cores(spec.resources.cpu, "spec.resources.cpu")
+    budget = max(1, math.ceil(cores))
+    instances, threads = spec.runtime.instance_count, spec.runtime.intra_op_threads
+    if instances * threads <= budget:
+        return None
+    return (f"spec.runtime.instanceCount x spec.runtime.intraOpThreads = {instances} x {threads} = "
+            f"{instances * threads} threads on {spec.resources.cpu} CPU (spec.resources.cpu, also the replica's CPU "
+            f"limit): they contend for {budget} core(s) and requests slow down; keep instanceCount x intraOpThreads "
+            f"<= {budget} or raise spec.resources.cpu")
 
 
 def _replicas_write(spec: IsvcSpec, replicas: int, drift: Write | None) -> Write:

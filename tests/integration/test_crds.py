@@ -97,6 +97,10 @@ def _isvc(**spec: Any) -> dict[str, Any]:
             "spec": spec}
 
 
+def _named_isvc(name: str, **spec: Any) -> dict[str, Any]:
+    return {**_isvc(**spec), "metadata": {"name": name}}
+
+
 def _budget(**overrides: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {"period": "Daily", "limit": {"amount": "10", "currency": "USD"},
                             "thresholds": [{"percent": 50}, {"percent": 100}]}
@@ -123,11 +127,28 @@ INVALID = [
      ["spec.runtime.dynamicBatching.preferredBatchSizes", "maxBatchSize"]),
     ("cpu-not-a-quantity", _isvc(resources={"cpu": "lots"}), ["spec.resources.cpu"]),
     ("uri-not-a-model-store", _isvc(model={"source": "URI", "uri": "http://example.com/m"}), ["spec.model.uri"]),
+    # The name becomes the Service's (a DNS-1035 label) and the pods' label value (at most 63 characters).
+    ("name-with-dots", _named_isvc("my.model.v2"), ["metadata.name", "DNS-1035", "rename"]),
+    ("name-starts-with-digit", _named_isvc("1abc"), ["metadata.name", "DNS-1035"]),
+    ("name-over-63-characters", _named_isvc("a" * 70), ["metadata.name", "63"]),
+    # Nothing activates a Utilization/Predictive service at 0 replicas (no pod, no metric).
+    ("utilization-min-replicas-zero", _isvc(scaling={"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3}),
+     ["spec.scaling.minReplicas", "at least 1", "Fixed"]),
+    ("predictive-min-replicas-zero", _isvc(scaling={"minReplicas": 0}), ["spec.scaling.minReplicas", "at least 1"]),
+    # A replica with no CPU or memory is priced 0 USD and never counts against a budget.
+    ("cpu-zero", _isvc(resources={"cpu": "0"}), ["spec.resources.cpu", "greater than 0"]),
+    ("cpu-zero-milli", _isvc(resources={"cpu": "0m"}), ["spec.resources.cpu", "greater than 0"]),
+    ("cpu-zero-integer", _isvc(resources={"cpu": 0}), ["spec.resources.cpu"]),
+    ("memory-zero", _isvc(resources={"memory": "0"}), ["spec.resources.memory", "greater than 0"]),
+    ("memory-zero-gi", _isvc(resources={"memory": "0.0Gi"}), ["spec.resources.memory", "greater than 0"]),
     ("negative-limit", _budget(limit={"amount": "-5", "currency": "USD"}), ["spec.limit.amount"]),
     ("non-decimal-limit", _budget(limit={"amount": "ten", "currency": "USD"}), ["spec.limit.amount"]),
     ("zero-limit", _budget(limit={"amount": "0.00", "currency": "USD"}),
      ["spec.limit.amount", "greater than zero"]),
     ("currency-not-iso-4217", _budget(limit={"amount": "10", "currency": "usd"}), ["spec.limit.currency"]),
+    # Only USD is priced (the catalog is in USD): EUR is refused here, not later by the operator.
+    ("currency-not-priced", _budget(limit={"amount": "10", "currency": "EUR"}),
+     ["spec.limit.currency", "Unsupported value", "USD"]),
     ("thresholds-not-ascending", _budget(thresholds=[{"percent": 80}, {"percent": 50}]),
      ["spec.thresholds", "strictly ascending"]),
     ("thresholds-repeated", _budget(thresholds=[{"percent": 80}, {"percent": 80}]),
@@ -171,6 +192,26 @@ def test_invalid_object_is_rejected_with_a_message_naming_the_field(
     message = json.loads(info.value.body)["message"]
     for fragment in expected:
         assert fragment in message, f"{fragment!r} not in {message}"
+
+
+ACCEPTED = [
+    ("name-of-63-characters", _named_isvc("a" * 63)),
+    ("fixed-mode-at-zero-replicas", _isvc(scaling={"mode": "Fixed", "replicas": 0, "minReplicas": 0})),
+    ("one-milli-cpu", _isvc(resources={"cpu": "1m", "memory": "1Mi"})),
+    ("currency-defaulted", _budget(limit={"amount": "10"})),
+]
+
+
+@pytest.mark.parametrize("body", [b for _, b in ACCEPTED], ids=[i for i, _ in ACCEPTED])
+def test_the_edges_of_the_new_rules_are_accepted(api: Any, crds_installed: list[str], body: dict[str, Any]) -> None:
+    name = body["metadata"]["name"]
+    _delete(api, body["kind"], name)
+    try:
+        stored = _create(api, copy.deepcopy(body))
+        if body["kind"] == "BudgetPolicy":
+            assert stored["spec"]["limit"]["currency"] == "USD"
+    finally:
+        _delete(api, body["kind"], name)
 
 
 def _kubectl(cluster: Any, *args: str) -> str:

@@ -52,6 +52,8 @@ ROLLOUT_COMPLETE = "RolloutComplete"
 CREATING = "Creating"
 HEALTHY = "Healthy"
 PODS_FAILING = "PodsFailing"
+CPU_OVERSUBSCRIBED = "CPUOversubscribed"
+"""Warning Event (not a condition, not a refusal): ``instanceCount x intraOpThreads`` exceeds the replica's CPU."""
 # Reasons of ScalingConflict.
 NO_CONFLICT = "NoConflict"
 EXTERNAL_SCALE = "ReplicasChangedExternally"

@@ -14,8 +14,10 @@ held to what the apiserver would hold it to:
   defaulting);
 - integer ranges, enums and string patterns as the schema's;
 - the CEL rules: ``minReplicas <= maxReplicas``, Fixed mode needs ``replicas`` within ``[minReplicas,
-  maxReplicas]``, a model source needs its object, a GPU count needs a type, preferred batch sizes ascending and
-  ``<= maxBatchSize``;
+  maxReplicas]``, Utilization and Predictive need ``minReplicas >= 1`` (nothing activates them from 0 replicas),
+  CPU and memory above 0, a model source needs its object, a GPU count needs a type, preferred batch sizes
+  ascending and ``<= maxBatchSize``, and ``metadata.name`` a DNS-1035 label of at most 63 characters (it names
+  the Service and is the pods' label value);
 - unknown fields are refused, as the apiserver's strict field validation (kubectl's default) refuses them.
 """
 
@@ -65,6 +67,14 @@ _GPU_TYPE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _CPU = re.compile(r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$")
 _MEMORY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _URI = re.compile(r"^(s3|gs|as)://.+")
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+NAME_MAX_LENGTH = 63
+"""Longest InferenceService name: it is the Service's name (a DNS-1035 label, at most 63 characters) and the
+value of the pods' ``modalscale.io/inferenceservice`` label (at most 63); the other children append suffixes
+to it (``<name>-model-repo``, a ConfigMap: a DNS-1123 subdomain of up to 253, so never the tighter limit)."""
+NAME_RULE = (f"a DNS-1035 label of at most {NAME_MAX_LENGTH} characters (lower-case letters, digits and '-', "
+             f"starting with a letter and ending with a letter or digit)")
+"""What an InferenceService name must be, in words (the CRD's rule on ``metadata.name`` says the same)."""
 
 
 @dataclass(frozen=True)
@@ -257,8 +267,8 @@ def _req(value: str | None) -> str:
 
 def _quantity_text(d: Mapping[str, Any], key: str, default: str, path: str, pattern: re.Pattern[str],
                    max_int: int) -> str:
-    """A resource quantity: an integer in [0, ``max_int``] or a string matching the CRD's ``pattern``, valid in the
-    one quantity grammar. Returns it as the text the Deployment gets."""
+    """A resource quantity above 0: an integer in [1, ``max_int``] or a string matching the CRD's ``pattern``, valid
+    in the one quantity grammar. Returns it as the text the Deployment gets."""
     value = d.get(key)
     where = f"{path}.{key}"
     if value is None:
@@ -271,9 +281,12 @@ def _quantity_text(d: Mapping[str, Any], key: str, default: str, path: str, patt
             raise InvalidSpec(where, f"{value!r} is not a quantity this field takes (e.g. \"2\", \"500m\", \"8Gi\"; "
                                      f"pattern {pattern.pattern})")
     try:
-        parse_quantity(value, where)
+        amount = parse_quantity(value, where)
     except InvalidQuantity as exc:
         raise InvalidSpec(where, exc.message) from None
+    if amount == 0:
+        raise InvalidSpec(where, f"must be greater than 0, got {value!r}: a replica that requests none is priced "
+                                 f"0 USD and never counts against a budget (e.g. \"{default}\")")
     return str(value)
 
 
@@ -401,6 +414,12 @@ def parse_scaling(sc: Mapping[str, Any]) -> ScalingSpec:
     if scaling.min_replicas > scaling.max_replicas:
         raise InvalidSpec(f"{p}.minReplicas", f"({scaling.min_replicas}) must be <= spec.scaling.maxReplicas "
                                               f"({scaling.max_replicas})")
+    if mode != "Fixed" and scaling.min_replicas < 1:
+        raise InvalidSpec(f"{p}.minReplicas", f"must be at least 1 in {mode} mode, got {scaling.min_replicas}: at 0 "
+                                              f"replicas there is no pod to measure and nothing in front of the "
+                                              f"Service to activate one, so it would never scale up again. Set "
+                                              f"minReplicas: 1, or use mode: Fixed with replicas: 0 to stop it (a "
+                                              f"BudgetPolicy's ScaleToZero still scales any mode to 0)")
     if mode == "Fixed":
         if replicas is None:
             raise InvalidSpec(f"{p}.replicas", "required when spec.scaling.mode is Fixed")
@@ -454,15 +473,37 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ServiceSpec:
     )
 
 
+def check_name(name: object) -> None:
+    """Refuse an InferenceService name the operator cannot use for its children.
+
+    Raises:
+        InvalidSpec: ``metadata.name`` is not :data:`NAME_RULE`; the message names the fix (rename).
+    """
+    if isinstance(name, str) and len(name) <= NAME_MAX_LENGTH and _DNS_1035_LABEL.match(name):
+        return
+    length = len(name) if isinstance(name, str) else 0
+    hint = ""
+    if isinstance(name, str):
+        fixed = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+        fixed = ("x" + fixed if fixed[:1].isdigit() else fixed)[:NAME_MAX_LENGTH].rstrip("-")
+        hint = f", e.g. {fixed!r}" if fixed and _DNS_1035_LABEL.match(fixed) else ""
+    raise InvalidSpec("metadata.name", f"{name!r} ({length} characters) must be {NAME_RULE}: it becomes the name of "
+                                       f"the Service and the value of the pods' label modalscale.io/inferenceservice"
+                                       f"; rename the InferenceService (delete it and create it under a new name"
+                                       f"{hint})")
+
+
 def parse_isvc(body: Mapping[str, Any]) -> IsvcSpec:
     """Return the typed InferenceService of ``body`` (a dict as read from the API or a manifest).
 
     Raises:
-        InvalidSpec: See :func:`parse_spec`; also ``metadata.name`` missing.
+        InvalidSpec: See :func:`parse_spec`; also ``metadata.name`` missing or not :data:`NAME_RULE` (the apiserver
+            admits any DNS-1123 subdomain of up to 253 for a custom resource; a CRD older than this rule too).
     """
     meta = body.get("metadata") or {}
     if not meta.get("name"):
         raise InvalidSpec("metadata.name", "required")
+    check_name(meta["name"])
     s = parse_spec(body.get("spec"))
     return IsvcSpec(
         namespace=meta.get("namespace") or "default",

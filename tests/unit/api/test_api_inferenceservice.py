@@ -54,11 +54,54 @@ def readers(spec: dict[str, Any]) -> list[tuple[str, Any]]:
      "spec.runtime.dynamicBatching.preferredBatchSizes"),
     ({"resources": {"cpu": "1Gi"}}, "spec.resources.cpu"),
     ({"resources": {"memory": "8GB"}}, "spec.resources.memory"),
+    # No activator: at 0 replicas Utilization/Predictive have no pod and no metric, so nothing scales them up.
+    ({"scaling": {"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3}}, "spec.scaling.minReplicas"),
+    ({"scaling": {"minReplicas": 0}}, "spec.scaling.minReplicas"),
+    # A replica with no CPU or memory is priced 0 USD and never counts against a budget.
+    ({"resources": {"cpu": "0"}}, "spec.resources.cpu"),
+    ({"resources": {"cpu": "0m"}}, "spec.resources.cpu"),
+    ({"resources": {"cpu": "0.000"}}, "spec.resources.cpu"),
+    ({"resources": {"cpu": 0}}, "spec.resources.cpu"),
+    ({"resources": {"memory": "0"}}, "spec.resources.memory"),
+    ({"resources": {"memory": "0Gi"}}, "spec.resources.memory"),
+    ({"resources": {"memory": 0}}, "spec.resources.memory"),
 ], ids=["fixed-outside-bounds", "unknown-runtime-field", "unknown-scaling-field", "scaling-not-object",
         "precision-enum", "model-name-pattern", "tier-enum", "instance-count-range", "preferred-above-max",
-        "cpu-pattern", "memory-pattern"])
+        "cpu-pattern", "memory-pattern", "utilization-min-zero", "predictive-min-zero", "cpu-zero", "cpu-zero-milli",
+        "cpu-zero-decimal", "cpu-zero-int", "memory-zero", "memory-zero-gi", "memory-zero-int"])
 def test_every_reader_refuses_what_the_crd_refuses_naming_the_same_field(spec: dict[str, Any], field: str) -> None:
     assert readers(spec) == [("parse_isvc", field), ("ScalingPolicy", field), ("RuntimeConfig", field)]
+
+
+def test_fixed_mode_may_still_hold_zero_replicas() -> None:
+    """Fixed mode says its own count (0 included): only the modes that need a replica's metrics refuse min 0."""
+    (_, isvc), (_, policy), _ = readers({"scaling": {"mode": "Fixed", "replicas": 0, "minReplicas": 0}})
+    assert (isvc.scaling.min_replicas, isvc.scaling.replicas, policy.replicas) == (0, 0, 0)
+    assert parse_spec({"resources": {"cpu": "1m", "memory": "1Mi"}}).resources.cpu == "1m"
+
+
+NAMES_REFUSED = [
+    ("my.model.v2", "dots: not a DNS-1035 label"),
+    ("1abc", "starts with a digit"),
+    ("a" * 64, "64 characters: over the 63 of a Service name and a label value"),
+    ("a" * 70, "70 characters"),
+    ("Vision", "upper case"),
+    ("vision-", "ends with a dash"),
+]
+
+
+@pytest.mark.parametrize("name", [n for n, _ in NAMES_REFUSED], ids=[w for _, w in NAMES_REFUSED])
+def test_a_name_that_cannot_be_a_service_name_or_label_value_is_refused_naming_metadata_name(name: str) -> None:
+    """The name becomes the Service's (DNS-1035 label, <= 63) and the pods' label value (<= 63)."""
+    with pytest.raises(InvalidSpec) as info:
+        parse_isvc({"metadata": {"name": name, "namespace": "ml"}, "spec": {}})
+    assert info.value.field == "metadata.name"
+    assert "DNS-1035" in info.value.message and "63" in info.value.message and "rename" in info.value.message
+
+
+@pytest.mark.parametrize("name", ["a", "vision-chat", "v2-model", "a" * 63])
+def test_a_dns_1035_label_of_at_most_63_characters_is_a_good_name(name: str) -> None:
+    assert parse_isvc({"metadata": {"name": name, "namespace": "ml"}, "spec": {}}).name == name
 
 
 def test_an_explicit_null_takes_the_crd_default_in_every_reader() -> None:

@@ -1,0 +1,120 @@
+"""On a cluster whose CRD is older than its rules, the operator refuses what today's CRD would: by field, with
+``Ready=False``/``InvalidSpec``, one Warning Event, and nothing created.
+
+The rules: the name (it becomes the Service's, a DNS-1035 label, and the pods' label value, at most 63
+characters), ``minReplicas >= 1`` outside Fixed mode (nothing activates a service from 0 replicas) and CPU and
+memory above 0 (a replica priced 0 USD never counts against a budget). A control plane of its own carries the
+CRD without those rules; the session cluster's CRD has them and refuses such objects at the apiserver
+(tests/integration/test_crds.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from modalscale.devenv.kube import wait_for
+from tests.integration.operator.isvc_helpers import condition, create, get, make_isvc, wait_condition
+
+REPO = Path(__file__).resolve().parents[3]
+NEW_RULES = ("self.metadata.name", "self.minReplicas >= 1", "[.]0*")
+"""Fragments of the CEL rules the older CRD lacks."""
+
+
+def _strip_new_rules(schema: Any) -> int:
+    """Remove the CEL rules named by :data:`NEW_RULES` from ``schema`` in place; returns how many."""
+    removed = 0
+    if isinstance(schema, dict):
+        rules = schema.get("x-kubernetes-validations")
+        if rules:
+            kept = [r for r in rules if not any(f in r["rule"] for f in NEW_RULES)]
+            removed += len(rules) - len(kept)
+            if kept:
+                schema["x-kubernetes-validations"] = kept
+            else:
+                del schema["x-kubernetes-validations"]
+        for value in schema.values():
+            removed += _strip_new_rules(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            removed += _strip_new_rules(value)
+    return removed
+
+
+@pytest.fixture(scope="module")
+def older_crd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from modalscale.devenv.cluster import running_cluster
+
+    crds = tmp_path_factory.mktemp("older-crds")
+    for path in (REPO / "crds").glob("*.yaml"):
+        doc = yaml.safe_load(path.read_text())
+        if doc["metadata"]["name"] == "inferenceservices.modalscale.io":
+            assert _strip_new_rules(doc) == 4  # the name, minReplicas, cpu and memory rules
+        (crds / path.name).write_text(yaml.safe_dump(doc))
+    with running_cluster(tmp_path_factory.mktemp("older-crd-cluster"), nodes=0, crd_dir=crds) as c:
+        yield c
+
+
+REFUSED = [
+    ("my.model.v2", {}, "metadata.name", ["DNS-1035", "rename", "'my-model-v2'"]),
+    ("1abc", {}, "metadata.name", ["DNS-1035", "rename"]),
+    ("a" * 70, {}, "metadata.name", ["70 characters", "at most 63"]),
+    ("util-zero", {"scaling": {"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3}}, "spec.scaling.minReplicas",
+     ["at least 1", "mode: Fixed"]),
+    ("no-cpu", {"resources": {"cpu": "0", "memory": "1Gi"}}, "spec.resources.cpu", ["greater than 0", "0 USD"]),
+    ("no-memory", {"resources": {"cpu": "1", "memory": "0Gi"}}, "spec.resources.memory", ["greater than 0"]),
+]
+
+
+def test_what_the_crd_now_refuses_is_refused_by_the_operator_naming_the_field_and_nothing_is_created(
+        older_crd_cluster: Any, tmp_path: Path) -> None:
+    from modalscale.devenv.operator_process import OperatorProcess
+
+    api = older_crd_cluster.api_client()
+    ns = "default"
+    op = OperatorProcess(older_crd_cluster.kubeconfig, tmp_path / "operator.log")
+    try:
+        op.wait_healthy()
+        for name, spec, _, _ in REFUSED:  # the older CRD admits every one of them
+            create(api, ns, make_isvc(name, **spec))
+        create(api, ns, make_isvc("fine"))  # a valid neighbour is served as usual
+        for name, _, field, fragments in REFUSED:
+            c = wait_condition(api, ns, name, "Ready", "False", "InvalidSpec", timeout_s=120)
+            assert c["message"].startswith(f"{field}: "), c["message"]
+            for fragment in fragments:
+                assert fragment in c["message"], (fragment, c["message"])
+            assert get(api, ns, name)["status"]["observedGeneration"] == 1
+        wait_for(lambda: [d for d in client.AppsV1Api(api).list_namespaced_deployment(ns).items],
+                 120, f"the valid neighbour's Deployment; operator log:\n{op.log()[-4000:]}")
+
+        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        assert [d.metadata.name for d in apps.list_namespaced_deployment(ns).items] == ["fine"]
+        assert [s.metadata.name for s in core.list_namespaced_service(ns).items
+                if s.metadata.name != "kubernetes"] == ["fine"]
+        assert [m.metadata.name for m in core.list_namespaced_config_map(ns).items
+                if m.metadata.name.endswith("-model-repo")] == ["fine-model-repo"]
+
+        def warnings() -> dict[str, list[str]] | None:
+            out: dict[str, list[str]] = {}
+            for e in core.list_namespaced_event(ns).items:
+                if e.reason == "InvalidSpec" and e.type == "Warning":
+                    out.setdefault(e.involved_object.name, []).extend([e.message] * (e.count or 1))
+            return out if set(out) == {n for n, _, _, _ in REFUSED} else None
+
+        by_object = wait_for(warnings, 60, "one InvalidSpec Warning Event per refused InferenceService")
+        for name, _, field, _ in REFUSED:
+            assert any(m.startswith(f"{field}: ") for m in by_object[name]), by_object[name]
+        # A resync later (the operator's timer runs every few seconds in tests) nothing was posted again.
+        resync_s = 5.0
+        wait_for(lambda: op.metric("modalscale_reconciles_total", kind="InferenceService", result="InvalidSpec")
+                 >= 2 * len(REFUSED), 20 * resync_s, "refused objects reconciled again by the timer")
+        again = warnings()
+        assert again is not None and {n: len(m) for n, m in again.items()} == {n: len(m) for n, m in by_object.items()}
+        assert condition(get(api, ns, "fine"), "Ready") is not None, op.log()[-4000:]
+    finally:
+        op.stop()
