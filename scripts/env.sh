@@ -56,4 +56,12 @@ ensure_venv() {
   fi
   export PATH="$PWD/.venv/bin:$PATH"
   export VIRTUAL_ENV="$PWD/.venv"
+  use_cached_tools
+}
+# The pinned kubectl and helm that `modalscale cluster build` caches (src/modalscale/devenv/binaries.py), on PATH,
+# so README's `kubectl ...` and `helm ...` lines run as written. Elsewhere: eval "$(modalscale cluster env)".
+use_cached_tools() {
+  local line
+  line=$(.venv/bin/modalscale cluster env 2>/dev/null | grep '^export PATH=') && eval "$line"
+  return 0
 }

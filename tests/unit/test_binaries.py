@@ -78,3 +78,49 @@ def test_prometheus_wrapper_requires_the_pin_and_copies_every_replace() -> None:
     assert "replace k8s.io/klog => github.com/simonpasquier/klog-gokit v0.3.0" in text
     with pytest.raises(ValueError, match="v0.314.0"):
         prometheus_wrapper_gomod("v3.14.0", PROM_UPSTREAM)
+
+
+HELM_GOMOD = """module helm.sh/helm/v3
+
+go 1.24.0
+
+require (
+\tgithub.com/Masterminds/semver/v3 v3.4.0
+\tk8s.io/api v0.34.2
+\tk8s.io/client-go v0.34.2
+)
+"""
+
+
+def test_helm_is_built_with_its_release_ldflags_so_template_assumes_its_kubernetes_minor() -> None:
+    """As helm's Makefile: version, tree state, and the default Kubernetes 1.<client-go minor> (else v1.20.0)."""
+    from modalscale.devenv.binaries import helm_ldflags
+
+    flags = helm_ldflags("v3.19.5", HELM_GOMOD).split(" -X ")
+    assert flags[0] == "-s -w"
+    assert set(flags[1:]) == {
+        "helm.sh/helm/v3/internal/version.version=v3.19.5",
+        "helm.sh/helm/v3/internal/version.gitTreeState=clean",
+        "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1",
+        "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=34",
+        "helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
+        "helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=34",
+    }
+
+
+@pytest.mark.parametrize(("version", "gomod", "says"), [
+    ("3.19.5", HELM_GOMOD, "v3.19.5"), ("v4.0.0", HELM_GOMOD, "v3.19.5"),
+    ("v3.19.5", "module helm.sh/helm/v3\n\ngo 1.24\n", "client-go"),
+], ids=["no-v", "major-4", "no-client-go"])
+def test_helm_ldflags_refuse_what_they_cannot_stamp(version: str, gomod: str, says: str) -> None:
+    from modalscale.devenv.binaries import helm_ldflags
+
+    with pytest.raises(ValueError, match=says):
+        helm_ldflags(version, gomod)
+
+
+def test_a_helm_built_by_an_older_recipe_is_not_reused() -> None:
+    """The cache folder carries HELM_BUILD: the v3.19.5 cached without ldflags (helm-v3.19.5/) is rebuilt."""
+    from modalscale.devenv.binaries import HELM_BUILD, HELM_VERSION, tool_dirs
+
+    assert HELM_BUILD and tool_dirs()[1].name == f"helm-{HELM_VERSION}-{HELM_BUILD}" != f"helm-{HELM_VERSION}"

@@ -34,6 +34,10 @@ KWOK_VERSION = "v0.7.0"
 """Pinned KWOK release (fake kubelets); v0.7 falls back to its built-in default stages."""
 HELM_VERSION = "v3.19.5"
 """Pinned helm release."""
+HELM_BUILD = "ldflags1"
+"""Cache key of how helm is built, part of its cache folder ``bin/helm-<version>-<build>``: change it whenever
+:func:`helm_ldflags` changes, so a helm cached by an older recipe is rebuilt (``helm-v3.19.5`` without the
+version ldflags reported Kubernetes v1.20.0 to ``helm template``)."""
 PROMETHEUS_VERSION = "v0.314.0"
 """Pinned Prometheus 3.14.0 (Go module versions are v0.3MM.P): built only for pod discovery through
 ``kubernetes_sd_configs``, which Debian's prometheus package leaves out (its client-go is not packaged). Its
@@ -325,12 +329,73 @@ def ensure_prometheus(log: Log = print) -> Path:
     return out / "prometheus"
 
 
+def helm_ldflags(version: str, helm_gomod: str) -> str:
+    """The ``-ldflags`` helm's own Makefile gives its release builds, for ``helm.sh/helm/v3`` at ``version``.
+
+    Without them ``helm version`` prints ``v3.19`` with an empty ``GitCommit``, and ``helm template`` (no cluster)
+    assumes Kubernetes v1.20.0, below the chart's ``kubeVersion: >=1.28.0-0``. As helm's Makefile does
+    (``K8S_MODULES_VER`` from ``go list -m k8s.io/client-go``): the default Kubernetes version is
+    ``1.<minor of helm's k8s.io/client-go v0.<minor>.x>``, set in ``pkg/chartutil`` and ``pkg/lint/rules``.
+    ``gitCommit`` stays empty: the Go module proxy's zip of a release carries no commit; ``gitTreeState`` is
+    ``clean`` (the zip is the release's tree).
+
+    Args:
+        version: helm's release tag, e.g. ``v3.19.5``.
+        helm_gomod: The text of helm's own ``go.mod`` at that tag.
+    Returns:
+        The ``-ldflags`` value (one string).
+    Raises:
+        ValueError: ``version`` is not ``v3.MINOR.PATCH``, or the go.mod requires no ``k8s.io/client-go v0.N.x``.
+    """
+    if not re.fullmatch(r"v3\.\d+\.\d+", version):
+        raise ValueError(f"helm version must look like v3.19.5, got {version!r}")
+    m = re.search(r"^\s*(?:require\s+)?k8s\.io/client-go\s+v0\.(\d+)\.\d+", helm_gomod, re.MULTILINE)
+    if m is None:
+        raise ValueError("helm's go.mod requires no k8s.io/client-go v0.MINOR.PATCH; cannot set its default "
+                         "Kubernetes version")
+    flags = ["-s", "-w",
+             f"-X helm.sh/helm/v3/internal/version.version={version}",
+             "-X helm.sh/helm/v3/internal/version.gitTreeState=clean"]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={m.group(1)}"]
+    return " ".join(flags)
+
+
+def _build_helm(version: str, out: Path, log: Log) -> None:
+    go = _require_go()
+    work = cache_dir() / "build" / f"helm-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    info = json.loads(_run([go, "mod", "download", "-json", f"helm.sh/helm/v3@{version}"], work, log))
+    ldflags = helm_ldflags(version, Path(info["GoMod"]).read_text())
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    env = _go_env()
+    env["GOBIN"] = str(tmp)
+    env.pop("GOFLAGS", None)
+    _run([go, "install", "-trimpath", "-ldflags", ldflags, f"helm.sh/helm/v3/cmd/helm@{version}"], tmp, log, env=env)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
 def ensure_helm(log: Log = print) -> Path:
-    """Return the path of the pinned ``helm`` binary, building it with ``go install`` if needed.
+    """Return the path of the pinned ``helm`` binary, building it with helm's release ldflags if needed.
+
+    Cached in ``bin/helm-<HELM_VERSION>-<HELM_BUILD>``. ``helm version`` then prints the pinned version and
+    ``helm template`` without a cluster assumes the Kubernetes minor helm was built against (see
+    :func:`helm_ldflags`).
 
     Raises:
         BuildError: ``go`` is missing or the build failed.
     """
-    out = _ensure("helm", HELM_VERSION, ("helm",),
-                  lambda o: _go_install("helm.sh/helm/v3/cmd/helm", HELM_VERSION, o, log), log)
+    out = _ensure("helm", f"{HELM_VERSION}-{HELM_BUILD}", ("helm",),
+                  lambda o: _build_helm(HELM_VERSION, o, log), log)
     return out / "helm"
+
+
+def tool_dirs() -> list[Path]:
+    """The cached folders that hold the commands README's examples run by name: ``kubectl`` (the control plane's)
+    and ``helm``, in that order; they may not exist before the first build. ``scripts/env.sh`` and ``modalscale
+    cluster env`` put them on ``PATH``."""
+    root = cache_dir() / "bin"
+    return [root / f"kubernetes-{KUBERNETES_VERSION}", root / f"helm-{HELM_VERSION}-{HELM_BUILD}"]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from modalscale.devenv.binaries import BuildError, ensure_binaries
+from modalscale.devenv.binaries import BuildError, ensure_binaries, tool_dirs
 from modalscale.devenv.cluster import ClusterError, LocalCluster, default_workdir
 
 
@@ -33,6 +34,9 @@ def add_parser(sub: Any) -> None:
     up.set_defaults(func=_up)
     down = csub.add_parser("down", help="stop exactly the processes `up` started")
     down.set_defaults(func=_down)
+    env = csub.add_parser("env", help="print shell exports: KUBECONFIG of this cluster, and the cached kubectl and "
+                                      "helm on PATH (eval \"$(modalscale cluster env)\")")
+    env.set_defaults(func=_env)
     st = csub.add_parser("status", help="tell what runs")
     st.add_argument("--json", action="store_true", help="print JSON")
     st.set_defaults(func=_status)
@@ -57,10 +61,25 @@ def _up(args: argparse.Namespace) -> int:
     except (ClusterError, BuildError) as exc:
         _log(f"cluster up failed: {exc}")
         return 1
-    real = cluster.real_node_status()
-    _log(f"Control plane ready in {time.monotonic() - started:.1f} s; real node: "
-         f"{'real-node-0' if real['enabled'] else 'none (' + str(real['reason']) + ')'}")
+    _log(f"Control plane ready in {time.monotonic() - started:.1f} s; {real_node_summary(cluster.real_node_status())}")
     print(f"export KUBECONFIG={cluster.kubeconfig}")
+    return 0
+
+
+def real_node_summary(status: dict[str, Any]) -> str:
+    """``real node: ...`` for ``cluster up``'s last line, from :meth:`LocalCluster.real_node_status`: the node's
+    name, the reason it was turned off (``off (--no-real-node)``), or ``none (<what the machine lacks>)``."""
+    if status.get("enabled"):
+        return "real node: real-node-0"
+    reason = str(status.get("reason") or "unknown")
+    return f"real node: {reason}" if reason.startswith("off (") else f"real node: none ({reason})"
+
+
+def _env(args: argparse.Namespace) -> int:
+    kubeconfig = LocalCluster(args.workdir, log=_log).kubeconfig
+    path = ":".join(shlex.quote(str(d)) for d in tool_dirs())
+    print(f"export KUBECONFIG={shlex.quote(str(kubeconfig))}")
+    print(f'export PATH={path}:"$PATH"')
     return 0
 
 
