@@ -80,7 +80,8 @@ def _reason_assignments(tree: ast.AST) -> list[tuple[int, str]]:
         elif isinstance(node, ast.keyword) and node.arg:
             pairs.append((ast.Name(id=node.arg), node.value))
         for target, value in pairs:
-            name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
+            name = (target.id if isinstance(target, ast.Name)
+                    else target.attr if isinstance(target, ast.Attribute) else "")
             if ("reason" in name.lower() and isinstance(value, ast.Constant) and isinstance(value.value, str)
                     and CAMEL.fullmatch(value.value)):
                 out.append((value.lineno, value.value))
