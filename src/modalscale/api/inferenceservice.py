@@ -266,7 +266,7 @@ def _req(value: str | None) -> str:
 
 
 def _quantity_text(d: Mapping[str, Any], key: str, default: str, path: str, pattern: re.Pattern[str],
-                   max_int: int) -> str:
+                   max_int: int, examples: str) -> str:
     """A resource quantity above 0: an integer in [1, ``max_int``] or a string matching the CRD's ``pattern``, valid
     in the one quantity grammar. Returns it as the text the Deployment gets."""
     value = d.get(key)
@@ -278,7 +278,7 @@ def _quantity_text(d: Mapping[str, Any], key: str, default: str, path: str, patt
             raise InvalidSpec(where, f"must be in [0, {max_int}], got {value}")
     elif isinstance(value, str):
         if len(value) > 16 or not pattern.match(value):
-            raise InvalidSpec(where, f"{value!r} is not a quantity this field takes (e.g. \"2\", \"500m\", \"8Gi\"; "
+            raise InvalidSpec(where, f"{value!r} is not a quantity this field takes (e.g. {examples}; "
                                      f"pattern {pattern.pattern})")
     try:
         amount = parse_quantity(value, where)
@@ -380,8 +380,8 @@ def parse_resources(res: Mapping[str, Any]) -> ResourceSpec:
     if gpu_count > 0 and not gpu_type:
         raise InvalidSpec(f"{p}.gpu.type", "required when spec.resources.gpu.count > 0 (e.g. nvidia-l4)")
     return ResourceSpec(
-        cpu=_quantity_text(res, "cpu", "2", p, _CPU, 1024),
-        memory=_quantity_text(res, "memory", "8Gi", p, _MEMORY, 2**44),
+        cpu=_quantity_text(res, "cpu", "2", p, _CPU, 1024, '"2", "500m" (half a core)'),
+        memory=_quantity_text(res, "memory", "8Gi", p, _MEMORY, 2**44, '"8Gi", "512Mi" (binary units)'),
         gpu_count=gpu_count,
         gpu_type=gpu_type,
     )
