@@ -60,6 +60,18 @@ def older_crd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]
         yield c
 
 
+@pytest.fixture(scope="module")
+def older_crd_operator(older_crd_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from modalscale.devenv.operator_process import OperatorProcess
+
+    op = OperatorProcess(older_crd_cluster.kubeconfig, tmp_path_factory.mktemp("older-crd-operator") / "op.log")
+    try:
+        op.wait_healthy()
+        yield op
+    finally:
+        op.stop()
+
+
 REFUSED = [
     ("my.model.v2", {}, "metadata.name", ["DNS-1035", "rename", "'my-model-v2'"]),
     ("1abc", {}, "metadata.name", ["DNS-1035", "rename"]),
@@ -72,49 +84,69 @@ REFUSED = [
 
 
 def test_what_the_crd_now_refuses_is_refused_by_the_operator_naming_the_field_and_nothing_is_created(
-        older_crd_cluster: Any, tmp_path: Path) -> None:
-    from modalscale.devenv.operator_process import OperatorProcess
-
-    api = older_crd_cluster.api_client()
+        older_crd_cluster: Any, older_crd_operator: Any) -> None:
+    api, op = older_crd_cluster.api_client(), older_crd_operator
     ns = "default"
-    op = OperatorProcess(older_crd_cluster.kubeconfig, tmp_path / "operator.log")
-    try:
-        op.wait_healthy()
-        for name, spec, _, _ in REFUSED:  # the older CRD admits every one of them
-            create(api, ns, make_isvc(name, **spec))
-        create(api, ns, make_isvc("fine"))  # a valid neighbour is served as usual
-        for name, _, field, fragments in REFUSED:
-            c = wait_condition(api, ns, name, "Ready", "False", "InvalidSpec", timeout_s=120)
-            assert c["message"].startswith(f"{field}: "), c["message"]
-            for fragment in fragments:
-                assert fragment in c["message"], (fragment, c["message"])
-            assert get(api, ns, name)["status"]["observedGeneration"] == 1
-        wait_for(lambda: [d for d in client.AppsV1Api(api).list_namespaced_deployment(ns).items],
-                 120, f"the valid neighbour's Deployment; operator log:\n{op.log()[-4000:]}")
+    for name, spec, _, _ in REFUSED:  # the older CRD admits every one of them
+        create(api, ns, make_isvc(name, **spec))
+    create(api, ns, make_isvc("fine"))  # a valid neighbour is served as usual
+    for name, _, field, fragments in REFUSED:
+        c = wait_condition(api, ns, name, "Ready", "False", "InvalidSpec", timeout_s=120)
+        assert c["message"].startswith(f"{field}: "), c["message"]
+        for fragment in fragments:
+            assert fragment in c["message"], (fragment, c["message"])
+        assert get(api, ns, name)["status"]["observedGeneration"] == 1
+    wait_for(lambda: [d for d in client.AppsV1Api(api).list_namespaced_deployment(ns).items],
+             120, "the valid neighbour's Deployment")
 
-        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-        assert [d.metadata.name for d in apps.list_namespaced_deployment(ns).items] == ["fine"]
-        assert [s.metadata.name for s in core.list_namespaced_service(ns).items
-                if s.metadata.name != "kubernetes"] == ["fine"]
-        assert [m.metadata.name for m in core.list_namespaced_config_map(ns).items
-                if m.metadata.name.endswith("-model-repo")] == ["fine-model-repo"]
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    assert [d.metadata.name for d in apps.list_namespaced_deployment(ns).items] == ["fine"]
+    assert [s.metadata.name for s in core.list_namespaced_service(ns).items
+            if s.metadata.name != "kubernetes"] == ["fine"]
+    assert [m.metadata.name for m in core.list_namespaced_config_map(ns).items
+            if m.metadata.name.endswith("-model-repo")] == ["fine-model-repo"]
 
-        def warnings() -> dict[str, list[str]] | None:
-            out: dict[str, list[str]] = {}
-            for e in core.list_namespaced_event(ns).items:
-                if e.reason == "InvalidSpec" and e.type == "Warning":
-                    out.setdefault(e.involved_object.name, []).extend([e.message] * (e.count or 1))
-            return out if set(out) == {n for n, _, _, _ in REFUSED} else None
+    def warnings() -> dict[str, list[str]] | None:
+        out: dict[str, list[str]] = {}
+        for e in core.list_namespaced_event(ns).items:
+            if e.reason == "InvalidSpec" and e.type == "Warning":
+                out.setdefault(e.involved_object.name, []).extend([e.message] * (e.count or 1))
+        return out if set(out) == {n for n, _, _, _ in REFUSED} else None
 
-        by_object = wait_for(warnings, 60, "one InvalidSpec Warning Event per refused InferenceService")
-        for name, _, field, _ in REFUSED:
-            assert any(m.startswith(f"{field}: ") for m in by_object[name]), by_object[name]
-        # A resync later (the operator's timer runs every few seconds in tests) nothing was posted again.
-        resync_s = 5.0
-        wait_for(lambda: op.metric("modalscale_reconciles_total", kind="InferenceService", result="InvalidSpec")
-                 >= 2 * len(REFUSED), 20 * resync_s, "refused objects reconciled again by the timer")
-        again = warnings()
-        assert again is not None and {n: len(m) for n, m in again.items()} == {n: len(m) for n, m in by_object.items()}
-        assert condition(get(api, ns, "fine"), "Ready") is not None, op.log()[-4000:]
-    finally:
-        op.stop()
+    by_object = wait_for(warnings, 60, "one InvalidSpec Warning Event per refused InferenceService")
+    for name, _, field, _ in REFUSED:
+        assert any(m.startswith(f"{field}: ") for m in by_object[name]), by_object[name]
+    # A resync later (the operator's timer runs every few seconds in tests) nothing was posted again.
+    resync_s = 5.0
+    wait_for(lambda: op.metric("modalscale_reconciles_total", kind="InferenceService", result="InvalidSpec")
+             >= 2 * len(REFUSED), 20 * resync_s, "refused objects reconciled again by the timer")
+    again = warnings()
+    assert again is not None and {n: len(m) for n, m in again.items()} == {n: len(m) for n, m in by_object.items()}
+    assert condition(get(api, ns, "fine"), "Ready") is not None, op.log()[-4000:]
+
+
+def test_threads_beyond_a_cpu_replicas_cores_get_one_warning_event_per_spec_change_and_the_service_runs(
+        older_crd_cluster: Any, older_crd_operator: Any) -> None:
+    api, op = older_crd_cluster.api_client(), older_crd_operator
+    core = client.CoreV1Api(api)
+    ns = "threads"
+    core.create_namespace({"metadata": {"name": ns}})
+    body = make_isvc("threads", resources={"cpu": "2", "memory": "2Gi"},
+                     runtime={"instanceCount": 16, "intraOpThreads": 64})
+    create(api, ns, body)
+
+    def warnings() -> list[str]:
+        return [m for e in core.list_namespaced_event(ns, field_selector="involvedObject.name=threads").items
+                if e.reason == "CPUOversubscribed" and e.type == "Warning" for m in [e.message] * (e.count or 1)]
+
+    (message,) = wait_for(warnings, 60, "a CPUOversubscribed Warning Event")
+    assert "16 x 64 = 1024 threads on 2 CPU" in message and "raise spec.resources.cpu" in message
+    client.AppsV1Api(api).read_namespaced_deployment("threads", ns)  # served, not refused
+    ok = op.metric("modalscale_reconciles_total", kind="InferenceService", result="ok")
+    wait_for(lambda: op.metric("modalscale_reconciles_total", kind="InferenceService", result="ok") >= ok + 3, 60,
+             "three more reconciles (the timer)")
+    assert len(warnings()) == 1  # the same spec generation warns once
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "modalscale.io", "v1alpha1", ns, "inferenceservices", "threads", {"spec": {"runtime": {"intraOpThreads": 32}}})
+    wait_for(lambda: len(warnings()) == 2, 60, "a second Warning Event for the changed spec")
+    assert "16 x 32 = 512 threads" in " ".join(warnings())
