@@ -156,7 +156,7 @@ def test_added_and_removed_services_and_rendered_multi_document_input() -> None:
     result = diff(base, head)
     assert {s.name: s.change for s in result.services} == {"text-embedder": "removed", "vision-chat": "added",
                                                            "vision-chat-2": "added"}
-    # text-embedder (2 CPU, 8Gi defaults, 0..3 replicas) removed: -3 x (0.063222 + 0.033896) x 730 at max.
+    # text-embedder (2 CPU, 8Gi defaults, 1..3 replicas) removed: -3 x (0.063222 + 0.033896) x 730 at max.
     assert result.total_monthly_delta_usd.max == 2 * 8 * L4_REPLICA * 730 - 3 * (D("0.063222") + D("0.033896")) * 730
 
 
@@ -199,5 +199,5 @@ def test_expected_replicas_come_from_the_simulator_when_a_trace_and_a_profile_ar
         assert r.expected is not None and r.min <= r.expected <= r.max
         assert side.monthly_usd.expected == r.expected * price * 730
     assert vc.monthly_delta_usd.expected == vc.head.monthly_usd.expected - vc.base.monthly_usd.expected
-    # text-embedder (Utilization, minReplicas 0) is simulated too; the total's expected is known.
+    # text-embedder (Utilization, minReplicas 1) is simulated too; the total's expected is known.
     assert result.total_monthly_delta_usd.expected == sum(s.monthly_delta_usd.expected for s in result.services)
