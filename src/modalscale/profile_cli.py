@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import sys
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -107,6 +108,23 @@ def executing_models(client: httpx.Client, url: str, model: str) -> dict[str, st
         ok = client.get(f"http://{url}/v2/models/{name}/ready").status_code == 200
         out[modality] = name if ok else model
     return out
+
+
+@contextlib.contextmanager
+def server_log(say: Any) -> Iterator[Path]:
+    """A per-run path for the local runtime's server log, ``<tmp>/modalscale-profile-XXXX/tritonserver.log``.
+
+    Two runs never share it. After a run that ended normally its folder is removed; when the block raises, the
+    log is kept and ``say`` names its path (the server's own account of the failure).
+    """
+    folder = Path(tempfile.mkdtemp(prefix="modalscale-profile-"))
+    log = folder / "tritonserver.log"
+    try:
+        yield log
+    except BaseException:
+        say(f"The local runtime's log is kept in {log}")
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -223,8 +241,8 @@ def run_profile(args: argparse.Namespace) -> int:
         with contextlib.ExitStack() as stack:
             url = args.url
             if url is None:
-                log = Path(tempfile.gettempdir()) / "modalscale-profile-tritonserver.log"
-                say(f"Starting a local runtime (default config; log {log})")
+                log = stack.enter_context(server_log(say))
+                say(f"Starting a local runtime (default config; log {log}, removed after the run)")
                 url = stack.enter_context(local_runtime(log))
             rows = measure(url, args.model, shapes, batched, args.concurrency, args.rounds, grid.warmup_shapes(),
                            say)
