@@ -4,6 +4,11 @@
 generated model repository and runs ``tritonserver`` from the ``nvidia-pytriton`` wheel until SIGTERM or
 SIGINT, which it forwards so that Triton drains in-flight requests before exiting.
 ``modalscale runtime render --out DIR`` only writes the repository.
+
+A directory given to ``render --out`` or ``serve --model-repository`` ends up holding exactly this config's
+models: Triton loads every model folder it finds, so one left by an earlier render with other flags would be
+served too. A directory an earlier render wrote (it holds :data:`RENDER_MARKER`) is emptied first; a non-empty one
+without the marker is refused (exit 2), never emptied.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ from modalscale.runtime.repo_config import (
     preset_flags,
     server_arguments,
 )
+
+RENDER_MARKER = ".modalscale-repository"
+"""File a render leaves in the repository's top folder (Triton loads only folders, so it is ignored there):
+the folder's contents are ours to replace."""
 
 #: CLI flag destination -> RuntimeConfig field, for flags that override the config.
 _OVERRIDES = {
@@ -150,16 +159,44 @@ def sized_for_this_machine(cfg: RuntimeConfig) -> RuntimeConfig:
     return cfg if cfg.cpu_cores > 0 else cfg.replace(cpu_cores=available_cores())
 
 
-def run_render(args: argparse.Namespace) -> int:
-    """Write the repository; returns 0, or 2 on an invalid config."""
+def write_fresh_repository(files: dict[str, str | bytes], directory: Path, flag: str) -> None:
+    """Write ``files`` (``build_repository`` output) so that ``directory`` holds exactly them plus the marker.
+
+    Args:
+        files: Repository-relative path -> content.
+        directory: Created when missing; emptied first when an earlier render wrote it (:data:`RENDER_MARKER`).
+        flag: The flag that named ``directory``, for the error.
+    Raises:
+        UsageError: ``directory`` is not a directory, or is not empty and was not written by a render (left as is).
+    """
+    from modalscale.cli import UsageError
     from modalscale.runtime.server import write_repository
 
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(flag, f"{directory} is a file; give a directory for the model repository")
+    entries = sorted(directory.iterdir()) if directory.is_dir() else []
+    if entries and not (directory / RENDER_MARKER).is_file():
+        shown = ", ".join(p.name for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise UsageError(flag, f"{directory} holds files modalscale did not render ({shown}) and Triton would load "
+                               "every model folder in it; give an empty or new directory")
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    write_repository(files, directory)
+    (directory / RENDER_MARKER).write_text("Written by modalscale runtime; emptied by the next render.\n",
+                                           encoding="utf-8")
+
+
+def run_render(args: argparse.Namespace) -> int:
+    """Write the repository; returns 0, or 2 on an invalid config or an ``--out`` holding files not ours."""
     try:
         cfg = sized_for_this_machine(config_from_args(args))
     except InvalidRuntimeSpec as exc:
         print(f"Invalid runtime config: {exc}", file=sys.stderr)
         return 2
-    write_repository(build_repository(cfg), args.out)
+    write_fresh_repository(build_repository(cfg), args.out, "--out")
     print(f"Wrote model repository to {args.out}: {config_summary(cfg)}")
     return 0
 
@@ -183,16 +220,16 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, cfg: RuntimeConfig, repository: Path) -> int:
-    from modalscale.runtime.server import TritonProcess, TritonStartError, write_repository
+    from modalscale.runtime.server import TritonProcess, TritonStartError
 
     if args.configmap_dir is not None:
         files = {p.name: p.read_text(encoding="utf-8") for p in sorted(args.configmap_dir.iterdir())
                  if p.is_file() and not p.name.startswith(".")}
-        write_repository(from_configmap_data(files), repository)
+        write_fresh_repository(from_configmap_data(files), repository, "--model-repository")
         if any("response_cache {\n  enable: true" in text for text in files.values()):
             cfg = cfg.replace(response_cache=True)  # the server must size the cache the models ask for
     else:
-        write_repository(build_repository(cfg), repository)
+        write_fresh_repository(build_repository(cfg), repository, "--model-repository")
     server = TritonProcess(model_repository=repository, http_port=args.http_port, grpc_port=args.grpc_port,
                            metrics_port=args.metrics_port, host=args.host, extra_args=server_arguments(cfg),
                            exit_timeout_s=args.exit_timeout_s, stop_timeout_s=args.exit_timeout_s + 15,

@@ -89,7 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(func(args) or 0)
     except UsageError as exc:
-        print(f"{getattr(args, 'prog', None) or 'modalscale ' + args.command}: {exc}", file=sys.stderr)
+        # The command as typed: `modalscale runtime render` (a nested command's dest ends in `_command`).
+        nested = [v for k, v in vars(args).items() if k.endswith("_command") and isinstance(v, str)]
+        print(f"{getattr(args, 'prog', None) or ' '.join(['modalscale', args.command, *nested])}: {exc}",
+              file=sys.stderr)
         return 2
 
 
