@@ -136,11 +136,17 @@ def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
     """Build the config: the InferenceService file or the preset (if any), then explicit flags on top.
 
     Raises:
-        InvalidRuntimeSpec: The file or a flag is invalid (message names the field).
+        InvalidRuntimeSpec: The file cannot be read or parsed, or it or a flag is invalid (message names the
+            flag or field).
     """
     cfg = PRESETS[args.preset] if getattr(args, "preset", None) else RuntimeConfig()
     if args.from_isvc is not None:
-        manifest = yaml.safe_load(args.from_isvc.read_text(encoding="utf-8")) or {}
+        try:
+            manifest = yaml.safe_load(args.from_isvc.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+            raise InvalidRuntimeSpec("--from-isvc", f"{args.from_isvc}: {why}; give an InferenceService "
+                                                    "manifest (YAML)") from None
         if not isinstance(manifest, dict) or manifest.get("kind", "InferenceService") != "InferenceService":
             raise InvalidRuntimeSpec(str(args.from_isvc), "not an InferenceService manifest")
         cfg = RuntimeConfig.from_isvc_spec(manifest.get("spec") or {})

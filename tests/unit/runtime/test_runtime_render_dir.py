@@ -64,3 +64,17 @@ def test_serve_refuses_a_model_repository_it_did_not_write_before_starting_trito
     with pytest.raises(UsageError, match="--model-repository"):
         run_serve(args)
     assert _models(tmp_path) == {"old_model"}
+
+
+@pytest.mark.parametrize("content", [None, "spec: [unclosed\n", b"\xff\xfe"], ids=["missing", "bad-yaml", "binary"])
+def test_an_unreadable_from_isvc_file_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         content: str | bytes | None) -> None:
+    manifest = tmp_path / "isvc.yaml"
+    if isinstance(content, bytes):
+        manifest.write_bytes(content)
+    elif content is not None:
+        manifest.write_text(content)
+    assert main(["runtime", "render", "--out", str(tmp_path / "repo"), "--from-isvc", str(manifest)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--from-isvc" in err[0] and "Traceback" not in err[0], err
+    assert not (tmp_path / "repo").exists()
