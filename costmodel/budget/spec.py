@@ -57,7 +57,7 @@ class _Spec(BaseModel):
 
 
 class LabelSelectorRequirement(_Spec):
-    key: str = Field(max_length=316)
+    key: str = Field(min_length=1, max_length=316)
     operator: str = Field(pattern="^(In|NotIn|Exists|DoesNotExist)$")
     values: tuple[str, ...] = ()
 
@@ -74,6 +74,14 @@ class BudgetSelector(_Spec):
     namespaces: tuple[str, ...] = ()
     match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
     match_expressions: tuple[LabelSelectorRequirement, ...] = Field(default=(), alias="matchExpressions")
+
+    @field_validator("match_labels")
+    @classmethod
+    def _label_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not 0 < len(k) <= 316]
+        if bad:
+            raise ValueError(f"label keys must be 1-316 characters, got {bad!r}")
+        return value
 
     def matches(self, policy_namespace: str, namespace: str, labels: Mapping[str, str]) -> bool:
         """True when an InferenceService in ``namespace`` with ``labels`` counts against this budget."""
@@ -155,14 +163,19 @@ class ForecastSpec(_Spec):
     alert_at_percent: int = Field(default=100, alias="alertAtPercent", ge=1, le=200)
 
 
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+"""A key of a Secret's ``data`` (Kubernetes: alphanumerics, ``-``, ``_``, ``.``; at least one), as the CRD says."""
+
+
 class SecretRef(_Spec):
-    name: str = Field(max_length=253)
-    url_key: str = Field(default="url", alias="urlKey")
-    signing_secret_key: str | None = Field(default=None, alias="signingSecretKey")
+    name: str = Field(min_length=1, max_length=253)
+    url_key: str = Field(default="url", alias="urlKey", min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
+    signing_secret_key: str | None = Field(default=None, alias="signingSecretKey", min_length=1, max_length=253,
+                                           pattern=SECRET_KEY_PATTERN)
 
 
 class Notification(_Spec):
-    name: str = Field(max_length=63)
+    name: str = Field(min_length=1, max_length=63)
     type: NotifierType
     secret_ref: SecretRef = Field(alias="secretRef")
 

@@ -14,6 +14,7 @@ only as long as the delivery takes, and never logged or written anywhere (:class
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,15 +111,28 @@ class BudgetObserver:
 
         Returns:
             (receivers that can be tried, one failed :class:`DeliveryResult` per receiver that cannot:
-            reason ``SecretNotFound``, ``SecretKeyMissing`` or ``SecretUnreadable``). Never raises for a
-            Secret problem; messages name the Secret and key, never a value.
+            reason ``SecretNotFound``, ``SecretKeyMissing`` (also for an empty ``urlKey``/``signingSecretKey``,
+            naming the ``spec.notifications[i].secretRef`` field) or ``SecretUnreadable`` (a read error, or a
+            value that is not base64 of non-empty UTF-8 text). Never raises for a Secret problem (the daemon
+            records it in ``AlertDelivered`` and an Event); messages name the Secret, the key and the field,
+            never a value.
         """
         ok: list[Receiver] = []
         problems: list[DeliveryResult] = []
         cache: dict[str, dict[str, Any] | None] = {}
-        for n in notifications:
+        for i, n in enumerate(notifications):
             ref = n.secret_ref
             where = f"Secret {namespace}/{ref.name}"
+            field = f"spec.notifications[{i}].secretRef"
+            # An empty key is a key no Secret can hold (the CRD refuses it; an older CRD did not): name the field.
+            empty = [f"{field}.{attr}" for attr, k in (("urlKey", ref.url_key),
+                                                      ("signingSecretKey", ref.signing_secret_key))
+                     if k is not None and not k.strip()]
+            if empty:
+                problems.append(receiver_problem(n, SECRET_KEY_MISSING, (
+                    f"{' and '.join(empty)} of notification {n.name} is empty; set it to the key of {where} that "
+                    f"holds the value (urlKey defaults to url)")))
+                continue
             if ref.name not in cache:
                 try:
                     cache[ref.name] = read_json(self.core.read_namespaced_secret, ref.name, namespace)
@@ -132,13 +146,33 @@ class BudgetObserver:
                                                  f"{where} (secretRef of notification {n.name}) was not found"))
                 continue
             data = secret.get("data") or {}
-            missing = [k for k in (ref.url_key, ref.signing_secret_key) if k and k not in data]
+            missing = [k for k in (ref.url_key, ref.signing_secret_key) if k is not None and k not in data]
             if missing:
                 problems.append(receiver_problem(n, SECRET_KEY_MISSING,
                                                  f"{where} has no key {', '.join(missing)} (notification {n.name})"))
                 continue
-            url = base64.b64decode(data[ref.url_key]).decode("utf-8").strip()
-            signing = (base64.b64decode(data[ref.signing_secret_key]).decode("utf-8").strip()
-                       if ref.signing_secret_key else None)
+            try:
+                url = _secret_value(data, ref.url_key, f"{field}.urlKey")
+                signing = (_secret_value(data, ref.signing_secret_key, f"{field}.signingSecretKey")
+                           if ref.signing_secret_key is not None else None)
+            except ValueError as exc:
+                problems.append(receiver_problem(n, SECRET_UNREADABLE,
+                                                 f"{where}: {exc} (notification {n.name})"))
+                continue
             ok.append(Receiver(n.name, n.type, url, signing))
         return ok, problems
+
+
+def _secret_value(data: dict[str, Any], key: str, field: str) -> str:
+    """The text of ``data[key]`` (base64 of UTF-8, as the API returns Secret data), stripped.
+
+    Raises:
+        ValueError: Not base64, not UTF-8, or empty; the message names ``key`` and ``field``, never the value.
+    """
+    try:
+        text = base64.b64decode(str(data[key]), validate=True).decode("utf-8").strip()
+    except (binascii.Error, ValueError):
+        raise ValueError(f"the value of key {key} ({field}) is not base64-encoded UTF-8 text") from None
+    if not text:
+        raise ValueError(f"the value of key {key} ({field}) is empty")
+    return text
