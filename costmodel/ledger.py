@@ -38,6 +38,11 @@ Rules (all pure; the caller passes ``now``):
   cap stops costing when it is gone, and one that is still listed at ``t1`` (the cap did not take effect) is
   charged by its own timestamps anyway. Without a pod list (``pods=None``) the replicas in force are charged
   for the whole interval, as before.
+* **Services new to the ledger** (a policy's first evaluation, a policy deleted and created again, a service
+  created or selected since the last evaluation) are charged for what their listed pods ran since
+  ``max(window start, status.startTime)``: the window starts at the period start on the first evaluation, else at
+  ``observedTime``. A pod whose start is unknown is charged from this evaluation on; pods that ended and are no
+  longer listed before the policy existed cannot be known (the spend is then a lower bound).
 * **Tiers**: a pod whose ``PodRun.tier`` is set (the capacity type of the node it ran on, e.g. Spot after a
   ``SwitchToSpot``) is charged at that tier's price (``ServiceObservation.tier_prices``); the others at the
   service's price. A pod at a tier with no price is charged nothing and the interval is reported unpriced (the
@@ -407,14 +412,22 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     current_spent: dict[tuple[str, str], Decimal] = {}
     closing_spent = Decimal(0)
     by_key = {(o.namespace, o.name): o for o in obs}
+    # What to integrate: every service in the ledger since observedTime, and every service new to it (the
+    # policy's first evaluation, or a service that appeared since) from its pods' own start times (see
+    # :func:`_new_service_work`).
+    work: list[tuple[LedgerEntry, datetime | None, tuple[PodRun, ...] | None]] = []
     for entry in ledger.entries:
+        now_seen = by_key.get(entry.key)
+        work.append((entry, ledger.observed_time,
+                     now_seen.pods if now_seen is not None and entry.replicas is not None else None))
+    work += _new_service_work(ledger, obs, now, p_start)
+    for entry, t0_or_none, pods in work:
         spent = entry.spent_usd if carry else Decimal(0)
         if not carry:
             closing_spent += entry.spent_usd
-        if ledger.observed_time is not None and now > ledger.observed_time:
-            t0 = ledger.observed_time
+        if t0_or_none is not None and now > t0_or_none:
+            t0 = t0_or_none
             now_seen = by_key.get(entry.key)
-            pods = now_seen.pods if now_seen is not None and entry.replicas is not None else None
             rate = entry.cost_usd_per_hour if entry.replicas != 0 else Decimal(0)
             price: Decimal | None = None
             gone = 0
@@ -483,6 +496,33 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     new_ledger = Ledger(now, p_start, tuple(entries))
     return LedgerAdvance(new_ledger, new_ledger.spent_usd, p_start, p_end, tuple(segments), closed,
                          tuple(unpriced), new_period)
+
+
+def _new_service_work(ledger: Ledger, obs: Sequence[ServiceObservation], now: datetime, p_start: datetime
+                      ) -> list[tuple[LedgerEntry, datetime | None, tuple[PodRun, ...] | None]]:
+    """The services of ``obs`` that ``ledger`` does not hold yet, each with the window it is charged over.
+
+    A service new to the ledger is charged for what its listed pods ran since ``max(window start,
+    status.startTime)``: the window starts at ``ledger.observed_time`` (the service appeared since the last
+    evaluation), or at the period start on a policy's first evaluation (a policy created, or re-created, mid-period
+    charges the pods running since the period began, as it would have had it existed). Pods with an unknown
+    start are charged only from this evaluation on (charging them from the window start could be far too much),
+    and pods that ended and are no longer listed cannot be known: the spend is then a lower bound.
+
+    Returns:
+        ``(entry with nothing spent and no replicas in force, window start, the pods that ran in the window)``
+        per such service with at least one.
+    """
+    known = {e.key for e in ledger.entries}
+    since = ledger.observed_time if ledger.observed_time is not None else p_start
+    out: list[tuple[LedgerEntry, datetime | None, tuple[PodRun, ...] | None]] = []
+    for o in obs:
+        if (o.namespace, o.name) in known or not o.pods or now <= since:
+            continue
+        ran = tuple(p for p in o.pods if p.start is not None and p.microseconds_in(since, now) > 0)
+        if ran:
+            out.append((LedgerEntry(o.namespace, o.name, 0, Decimal(0), Decimal(0)), since, ran))
+    return out
 
 
 def with_rates_in_force(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterable[ServiceObservation]

@@ -144,12 +144,13 @@ def ledger_after(pods: tuple[PodRun, ...], replicas: int) -> Any:
     s = service_state("ml", "batch", replicas=replicas, max_replicas=4, resources=L4, tier="OnDemand",
                       catalog=CATALOG, pods=pods)
     first = advance(Ledger(), [s.observation()], T0, "Daily")
+    assert first.spent_usd == 0  # the pods started at T0, the policy's first evaluation
     return s, advance(first.ledger, [s.observation()], T0 + dt.timedelta(hours=1), "Daily")
 
 
 def test_the_ledger_charges_each_pod_at_the_tier_its_node_ran_it() -> None:
-    pods = (PodRun("batch-0", T0 - dt.timedelta(hours=1), None, "Spot"),
-            PodRun("batch-1", T0 - dt.timedelta(hours=1), None, "OnDemand"))
+    pods = (PodRun("batch-0", T0, None, "Spot"),
+            PodRun("batch-1", T0, None, "OnDemand"))
     s, result = ledger_after(pods, 2)
     assert s.cost_usd_per_hour == ON_DEMAND_USD + SPOT_USD
     assert result.spent_usd == ON_DEMAND_USD + SPOT_USD  # one hour of each
@@ -157,8 +158,8 @@ def test_the_ledger_charges_each_pod_at_the_tier_its_node_ran_it() -> None:
 
 
 def test_a_pod_whose_node_says_nothing_is_charged_at_the_service_tier() -> None:
-    pods = (PodRun("batch-0", T0 - dt.timedelta(hours=1), None, None),
-            PodRun("batch-1", T0 - dt.timedelta(hours=1), None, "Spot"))
+    pods = (PodRun("batch-0", T0, None, None),
+            PodRun("batch-1", T0, None, "Spot"))
     _, result = ledger_after(pods, 2)
     assert result.spent_usd == ON_DEMAND_USD + SPOT_USD
 
@@ -177,13 +178,14 @@ def test_a_move_to_spot_mid_interval_charges_each_part_at_its_tier() -> None:
     result = advance(first.ledger, [s1.observation()], T0 + dt.timedelta(hours=1), "Daily")
     # 30 min on-demand + 40 min Spot, to 1e-9 USD half-even.
     expected = (ON_DEMAND_USD / 2 + SPOT_USD * 40 / 60).quantize(Decimal("1e-9"))
-    assert result.spent_usd == expected
+    assert first.spent_usd == ON_DEMAND_USD  # batch-0 from its start, an hour before the first evaluation
+    assert result.spent_usd - first.spent_usd == expected
     assert s1.cost_usd_per_hour == SPOT_USD  # the rate in force from now: the one running pod, at Spot
 
 
 def test_a_spot_pod_without_a_spot_price_is_unpriced_not_free() -> None:
-    pods = (PodRun("a-0", T0 - dt.timedelta(hours=1), None, "Spot"),
-            PodRun("a-1", T0 - dt.timedelta(hours=1), None, "OnDemand"))
+    pods = (PodRun("a-0", T0, None, "Spot"),
+            PodRun("a-1", T0, None, "OnDemand"))
     s = service_state("ml", "a", replicas=2, max_replicas=4, resources=A10G, tier="OnDemand", catalog=CATALOG,
                       pods=pods)
     assert s.cost_usd_per_hour is None and not s.known and "no Spot price" in s.unknown_reason

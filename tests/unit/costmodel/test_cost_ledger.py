@@ -45,7 +45,8 @@ def run(steps: list[tuple[datetime, list[ServiceObservation]]], period: str = "D
     return result
 
 
-def test_first_evaluation_counts_nothing() -> None:
+def test_first_evaluation_counts_nothing_without_pods() -> None:
+    # Without a pod list there is no start time to charge from (with one, see the mid-period tests below).
     result = advance(Ledger(), [obs("a", 4, "2.5")], utc(2026, 5, 1, 12), "Daily")
     assert result.spent_usd == 0
     assert result.ledger.observed_time == utc(2026, 5, 1, 12)
@@ -252,6 +253,7 @@ def test_each_pod_costs_from_its_own_start_to_its_own_stop_not_the_count_seen_at
     long_ago = utc(2026, 5, 1, 9)
     a, b = PodRun("svc-a", long_ago), PodRun("svc-b", long_ago)
     first = advance(Ledger(), [ServiceObservation("default", "svc", 2, D("36"), pods=(a, b))], t0, "Daily")
+    assert first.spent_usd == D("216")  # the first evaluation charges a and b from 09:00: 2 x 3 h x 36 USD/h
     # Mid-interval: b is terminating with its deletionTimestamp at t0 + 20 s (still listed at t1), c started at
     # t0 + 30 s. a 60 s + b 20 s + c 30 s = 110 replica-seconds at 36 USD/h (0.01 USD/s) = 1.10 USD; the count
     # seen at t0 held for the whole interval (2 x 60 s) said 1.20.
@@ -259,13 +261,13 @@ def test_each_pod_costs_from_its_own_start_to_its_own_stop_not_the_count_seen_at
     c = PodRun("svc-c", t0 + timedelta(seconds=30))
     second = advance(reload(first.ledger), [ServiceObservation("default", "svc", 2, D("36"), pods=(a, b_stopping, c))],
                      t1, "Daily")
-    assert second.spent_usd == D("1.10")
+    assert second.spent_usd - first.spent_usd == D("1.10")
     (seg,) = second.segments
     assert seg.replica_microseconds == 110_000_000
     # A pod counted at t0 that is gone at t1 without a deletion ever seen stopped somewhere in (t0, t1]: it is
     # charged to t1 (an upper bound; the next case is the exception). 2 pods at t0, only a left: 60 + 60 s.
     gone = advance(first.ledger, [ServiceObservation("default", "svc", 1, D("36"), pods=(a,))], t1, "Daily")
-    assert gone.spent_usd == D("1.20")
+    assert gone.spent_usd - first.spent_usd == D("1.20")
 
 
 def test_after_an_enforced_scale_to_zero_a_pod_seen_mid_scale_down_is_not_charged_for_the_next_interval() -> None:
@@ -280,9 +282,70 @@ def test_after_an_enforced_scale_to_zero_a_pod_seen_mid_scale_down_is_not_charge
     capped = with_rates_in_force(enforcing.ledger, [ServiceObservation("default", "one", 0, D("79.42"))])
     woken = advance(capped, [ServiceObservation("default", "one", 1, D("79.42"), pods=(pod,))],
                     t0 + timedelta(seconds=1), "Daily")
+    assert enforcing.spent_usd == D("79.42")  # the first evaluation charges the pod from 11:00
     # 1 s x 79.42 USD/h = 0.022061111 USD
-    assert woken.spent_usd == D("0.022061111")
+    assert woken.spent_usd - enforcing.spent_usd == D("0.022061111")
     held = with_rates_in_force(woken.ledger, [ServiceObservation("default", "one", 0, D("79.42"))])
     later = advance(held, [ServiceObservation("default", "one", 0, D("79.42"), pods=())], t0 + timedelta(seconds=11),
                     "Daily")
-    assert later.spent_usd == D("0.022061111")  # the snapshot rule charged 10 s x 79.42 USD/h = 0.220611111 more
+    assert later.spent_usd - enforcing.spent_usd == D("0.022061111")  # the snapshot rule charged 10 s x 79.42 USD/h = 0.220611111 more
+
+
+# ------------------------------------------------------------------ a policy created mid-period (user report item 6)
+def test_a_policy_created_mid_period_charges_running_pods_from_their_own_start_not_its_first_evaluation() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    # Daily period from 00:00 UTC; the policy's first evaluation is at 12:00. At 2 USD per replica-hour:
+    # a started 09:00 -> 3 h = 6; b started yesterday 20:00 -> from the period start, 12 h = 24; c finished at
+    # 10:00 after starting 08:00 (still listed) -> 2 h = 4; d's start is unknown -> nothing before 12:00.
+    # 6 + 24 + 4 = 34 USD (the old ledger counted 0 until the next evaluation).
+    now = utc(2026, 5, 1, 12)
+    pods = (PodRun("s-a", utc(2026, 5, 1, 9)), PodRun("s-b", utc(2026, 4, 30, 20)),
+            PodRun("s-c", utc(2026, 5, 1, 8), utc(2026, 5, 1, 10)), PodRun("s-d", None))
+    first = advance(Ledger(), [ServiceObservation("default", "s", 3, D("2"), pods=pods)], now, "Daily")
+    assert first.spent_usd == D("34")
+    (seg,) = first.segments
+    assert (seg.start, seg.end, seg.counted) == (utc(2026, 5, 1), now, True)
+    assert seg.replica_microseconds == 17 * 3_600_000_000
+    # The next minute charges the three running pods (a, b, d) as usual: 3 x 60 s x 2 USD/h = 0.1 USD.
+    later = advance(reload(first.ledger), [ServiceObservation("default", "s", 3, D("2"), pods=pods)],
+                    now + timedelta(minutes=1), "Daily")
+    assert later.spent_usd == D("34.1")
+
+
+def test_deleting_and_recreating_a_policy_does_not_reset_the_spend_of_pods_still_running() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    pods = (PodRun("s-a", utc(2026, 5, 1, 6)),)
+    steps = [(utc(2026, 5, 1, 8), pods), (utc(2026, 5, 1, 9), pods)]
+    old = run([(t, [ServiceObservation("default", "s", 1, D("3"), pods=p)]) for t, p in steps])
+    recreated = advance(Ledger(), [ServiceObservation("default", "s", 1, D("3"), pods=pods)], utc(2026, 5, 1, 9),
+                        "Daily")
+    assert old.spent_usd == recreated.spent_usd == D("9")  # 06:00 -> 09:00 at 3 USD/h
+
+
+def test_a_service_that_appears_between_evaluations_is_charged_from_its_pods_start() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    first = advance(Ledger(), [obs("x", 0, "1")], t0, "Daily")
+    # y was created after t0; its pod started at t0 + 30 s: 30 s at 36 USD/h = 0.30. A pod of y that started
+    # before t0 (y was selected only from t0 on, e.g. a label added) is charged from t0: 60 s = 0.60.
+    y = ServiceObservation("default", "y", 2, D("36"), pods=(PodRun("y-0", t0 + timedelta(seconds=30)),
+                                                            PodRun("y-1", utc(2026, 5, 1, 11))))
+    second = advance(reload(first.ledger), [obs("x", 0, "1"), y], t1, "Daily")
+    assert second.spent_usd == D("0.90")
+    assert {(s.name, s.start) for s in second.segments if s.cost_usd} == {("y", t0)}
+
+
+def test_a_new_services_pods_are_charged_at_the_tier_their_node_ran_them_and_unpriced_ones_are_reported() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    now = utc(2026, 5, 1, 2)
+    spot = ServiceObservation("default", "s", 2, D("4"), pods=(PodRun("s-0", utc(2026, 5, 1, 1), tier="Spot"),
+                                                               PodRun("s-1", utc(2026, 5, 1, 1))),
+                              tier_prices=(("Spot", D("1")),))
+    assert advance(Ledger(), [spot], now, "Daily").spent_usd == D("5")  # 1 h at 1 (Spot) + 1 h at 4
+    unknown = ServiceObservation("default", "u", 1, None, pods=(PodRun("u-0", utc(2026, 5, 1, 1)),))
+    result = advance(Ledger(), [unknown], now, "Daily")
+    assert result.spent_usd == 0 and [u.name for u in result.unpriced] == ["u"]

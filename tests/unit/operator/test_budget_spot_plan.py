@@ -48,7 +48,7 @@ def make_pod(isvc: str, i: int, node: str | None, spot: bool = False,
         spec.update(nodeSelector=dict(SPOT_NODE_SELECTOR), tolerations=[SPOT_TOLERATION])
     return {"metadata": {"name": f"{isvc}-{i}", "labels": {"modalscale.io/inferenceservice": isvc},
                          "creationTimestamp": created},
-            "spec": spec, "status": {"phase": "Running" if node else "Pending", "startTime": "2026-11-30T09:00:00Z"}}
+            "spec": spec, "status": {"phase": "Running" if node else "Pending", "startTime": "2026-11-30T10:00:00Z"}}
 
 
 def persisted(policy: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
