@@ -47,16 +47,22 @@ def _strip_new_rules(schema: Any) -> int:
 
 
 @pytest.fixture(scope="module")
-def older_crd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from modalscale.devenv.cluster import running_cluster
-
+def older_crds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``crds/`` as it was before the rules: a folder of CRD files."""
     crds = tmp_path_factory.mktemp("older-crds")
     for path in (REPO / "crds").glob("*.yaml"):
         doc = yaml.safe_load(path.read_text())
         if doc["metadata"]["name"] == "inferenceservices.modalscale.io":
             assert _strip_new_rules(doc) == 4  # the name, minReplicas, cpu and memory rules
         (crds / path.name).write_text(yaml.safe_dump(doc))
-    with running_cluster(tmp_path_factory.mktemp("older-crd-cluster"), nodes=0, crd_dir=crds) as c:
+    return crds
+
+
+@pytest.fixture(scope="module")
+def older_crd_cluster(tmp_path_factory: pytest.TempPathFactory, older_crds: Path) -> Iterator[Any]:
+    from modalscale.devenv.cluster import running_cluster
+
+    with running_cluster(tmp_path_factory.mktemp("older-crd-cluster"), nodes=0, crd_dir=older_crds) as c:
         yield c
 
 
@@ -150,3 +156,48 @@ def test_threads_beyond_a_cpu_replicas_cores_get_one_warning_event_per_spec_chan
         "modalscale.io", "v1alpha1", ns, "inferenceservices", "threads", {"spec": {"runtime": {"intraOpThreads": 32}}})
     wait_for(lambda: len(warnings()) == 2, 60, "a second Warning Event for the changed spec")
     assert "16 x 32 = 512 threads" in " ".join(warnings())
+
+
+def test_after_the_crd_is_upgraded_a_refused_object_stays_writable_and_can_be_deleted(
+        older_crd_cluster: Any, older_crd_operator: Any, older_crds: Path) -> None:
+    """The name rule holds on create only: an object admitted before it keeps its status and finalizer writes
+    (a rule re-checked on every update would leave it stuck in Terminating, its finalizer unremovable)."""
+    from kubernetes.client.rest import ApiException
+
+    from modalscale.devenv.kube import install_crds
+
+    api = older_crd_cluster.api_client()
+    custom = client.CustomObjectsApi(api)
+    ns = "upgrade"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    create(api, ns, make_isvc("my.model.v3"))
+    wait_condition(api, ns, "my.model.v3", "Ready", "False", "InvalidSpec", timeout_s=120)
+    try:
+        install_crds(api, REPO / "crds")  # today's CRD, with the rules
+
+        def refused_now() -> bool:
+            try:
+                custom.delete_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices",
+                                                       create(api, ns, make_isvc("probe.name"))["metadata"]["name"])
+            except ApiException as exc:
+                return exc.status == 422
+            return False
+
+        wait_for(refused_now, 60, "the upgraded CRD refusing a new bad name")
+        patch = {"spec": {"priority": 5}}  # generation 2: the operator refuses it again and writes its status
+        custom.patch_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices", "my.model.v3", patch)
+        wait_for(lambda: (get(api, ns, "my.model.v3").get("status") or {}).get("observedGeneration") == 2, 60,
+                 "status of generation 2 written under the upgraded CRD")
+        assert get(api, ns, "my.model.v3")["metadata"]["finalizers"]  # kopf's: deletion needs the operator
+        custom.delete_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices", "my.model.v3")
+
+        def gone() -> bool:
+            try:
+                get(api, ns, "my.model.v3")
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+
+        wait_for(gone, 60, "the refused object deleted (its finalizer removed under the upgraded CRD)")
+    finally:
+        install_crds(api, older_crds)
