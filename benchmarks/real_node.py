@@ -13,7 +13,9 @@ Prints:
    (``cpuacct.usage``, in cores, against its quota ``cpu.cfs_quota_us``) and the share of its CFS periods that
    were throttled (``cpu.stat``: a quota-bound pod is throttled in most periods), the client's own CPU (this
    process, ``os.times``: in cores and ms per answer) and the whole machine's busy cores (``/proc/stat``), so a
-   ratio below the replica count can be told apart: pods under their quota and the machine busy = contention. No
+   ratio below the replica count can be told apart: pods under their quota and the machine busy = contention.
+   ``--cpu-shares N`` gives the pods' ``kubepods`` cgroup and the client's own cgroup CPU weight ``N`` during the
+   section (a shared machine's other work otherwise outweighs them; restored after). No
    request is answered from a cache: the InferenceService turns the runtime's embedding cache off
    (``embeddingCache: false``; the response cache is off by default) and every request is also a distinct image
    (photo and size) and text.
@@ -28,7 +30,8 @@ Prints:
 The pod reaches Prometheus (which listens on 127.0.0.1) through a TCP relay this script runs on the node's IP.
 Every section prints the machine's load average: the machine is shared, so absolute figures move; compare ratios.
 
-Usage: .venv/bin/python benchmarks/real_node.py [--rounds 3] [--load-s 20] [--cpu 250m] [--services 100] [--skip 1,3]
+Usage: .venv/bin/python benchmarks/real_node.py [--rounds 3] [--load-s 20] [--cpu 250m] [--cpu-shares 32768]
+       [--services 100] [--skip 1,3]
 """
 
 from __future__ import annotations
@@ -194,6 +197,39 @@ class CpuMeter:
                 f"CPU-ms, {per:.1f} ms per answer); machine {self.host_cores:.2f} of {os.cpu_count()} cores busy")
 
 
+class CpuPriority:
+    """``--cpu-shares N``: the measured system gets CPU weight ``N`` over the other work of a shared machine (cgroup
+    v1 ``cpu.shares``; a process at the root weighs 1024, the kubelet gives ``kubepods`` its allocatable
+    millicores): the ``kubepods`` cgroup (every pod) and this process (the client), moved into a cgroup of its own.
+    Without it, a neighbour's dozen busy processes outweigh the pods, which then miss their quota and no replica
+    count can show its capacity. Restored on exit, with the ``kubepods`` value read back first (the kubelet could
+    have reset it)."""
+
+    def __init__(self, shares: int) -> None:
+        self.shares = shares
+        self.root = CGROUP_ROOT / "cpu"
+        self.kubepods = self.root / "kubepods" / "cpu.shares"
+        self.own = self.root / f"modalscale-bench-{os.getpid()}"
+
+    def __enter__(self) -> CpuPriority:
+        self.before = int(self.kubepods.read_text())
+        self.kubepods.write_text(str(self.shares))
+        self.own.mkdir(exist_ok=True)
+        (self.own / "cpu.shares").write_text(str(self.shares))
+        (self.own / "cgroup.procs").write_text(str(os.getpid()))  # v1: moves every thread of this process
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        (self.root / "cgroup.procs").write_text(str(os.getpid()))
+        self.own.rmdir()
+        self.at_end = int(self.kubepods.read_text())
+        self.kubepods.write_text(str(self.before))
+
+    def line(self) -> str:
+        return (f"CPU weight (cpu.shares) of kubepods {self.before} -> {self.shares} and of the client {self.shares}, "
+                f"against 1024 per process of other work")
+
+
 class Relay:
     """TCP relay ``listen_host:port`` -> ``target`` (``host:port``) in a thread: pods reach a 127.0.0.1 server."""
 
@@ -332,6 +368,49 @@ class Bench:
         return done[0] / elapsed, done[0], errors[0]
 
 
+def section_throughput(b: Bench, url: str, args: argparse.Namespace, rng: random.Random) -> None:
+    """Section 2 (see the module docstring)."""
+    print(f"\n2. throughput through the Service, closed loop, {args.workers_per_replica} senders per "
+          f"replica of {args.cpu}, {args.load_s:.0f} s each after a {args.warmup_s:.0f} s warm-up, "
+          f"1 distinct image 288-351 x 216-279 + text per request, embedding cache off; "
+          f"{args.rounds} rounds in shuffled order; median [min-max]; {load()}")
+    tput: dict[str, list[float]] = {}
+    ratios: dict[str, list[float]] = {}
+    pod_use: dict[int, list[float]] = {}  # each pod's CPU / its quota, per replica count
+    throttled: dict[int, list[float]] = {}
+    client_cores: list[float] = []
+    for rnd in range(args.rounds):
+        order = [1, 2, 3]
+        rng.shuffle(order)
+        got: dict[str, float] = {}
+        for label, n in [(f"{n} replica(s)", n) for n in order] + [("1 replica (A/A)", 1)]:
+            b.scale(n)
+            wait_for(lambda n=n: b.settled(n), 600, f"{n} replicas")
+            workers = args.workers_per_replica * n
+            b.closed_loop(url, workers, args.warmup_s)
+            m = CpuMeter([p for p in b.pods() if p.metadata.deletion_timestamp is None])
+            rps, answered, errs = b.closed_loop(url, workers, args.load_s, meter=m)
+            got[label] = rps
+            tput.setdefault(label, []).append(rps)
+            for v in m.pods.values():
+                pod_use.setdefault(n, []).append(v["cores"] / v["quota"])
+                throttled.setdefault(n, []).append(v["throttled"])
+            client_cores.append(m.client_s / m.wall_s)
+            print(f"  round {rnd + 1} {label}: {rps:.2f} req/s ({answered} answered, {errs} failed); "
+                  f"{m.line(answered)}; {load()}")
+        for label, rps in got.items():
+            ratios.setdefault(label, []).append(rps / got["1 replica(s)"])
+    for label in ["1 replica(s)", "2 replica(s)", "3 replica(s)", "1 replica (A/A)"]:
+        print(f"  {label:16s} req/s {spread(tput[label])}  ratio to 1 replica {spread(ratios[label])}")
+    aa = [abs(r - 1) for r in ratios["1 replica (A/A)"]]
+    print(f"  noise: A/A ratio off 1 by {100 * max(aa):.0f} % at most; per replica ({args.cpu}): "
+          f"req/s {spread(tput['1 replica(s)'])}; {load()}")
+    for n in (1, 2, 3):
+        print(f"  {n} replica(s): each pod's CPU / its quota {spread(pod_use.get(n, []))}, share of "
+              f"CFS periods throttled {spread(throttled.get(n, []))}")
+    print(f"  client (this process): {spread(client_cores)} cores")
+
+
 def helm_env(home: Path) -> dict[str, str]:
     return {**os.environ, **{k: str(home / k.lower()) for k in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME",
                                                                "HELM_DATA_HOME")}}
@@ -458,6 +537,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cpu", default="250m", help="CPU limit (= request) of each replica")
+    ap.add_argument("--cpu-shares", type=int, default=0,
+                    help="during section 2, CPU weight of the pods and the client over other work (0: leave as is)")
     ap.add_argument("--workers-per-replica", type=int, default=6, help="closed-loop senders per replica")
     ap.add_argument("--load-s", type=float, default=20.0, help="seconds of each throughput run")
     ap.add_argument("--warmup-s", type=float, default=5.0, help="seconds of closed loop before each throughput run")
@@ -507,45 +588,12 @@ def main() -> None:
                     print(f"  {load()}")
 
                 if "2" not in skip:
-                    print(f"\n2. throughput through the Service, closed loop, {args.workers_per_replica} senders per "
-                          f"replica of {args.cpu}, {args.load_s:.0f} s each after a {args.warmup_s:.0f} s warm-up, "
-                          f"1 distinct image 288-351 x 216-279 + text per request, embedding cache off; "
-                          f"{args.rounds} rounds in shuffled order; median [min-max]; {load()}")
-                    tput: dict[str, list[float]] = {}
-                    ratios: dict[str, list[float]] = {}
-                    pod_use: dict[int, list[float]] = {}  # each pod's CPU / its quota, per replica count
-                    throttled: dict[int, list[float]] = {}
-                    client_cores: list[float] = []
-                    for rnd in range(args.rounds):
-                        order = [1, 2, 3]
-                        rng.shuffle(order)
-                        got: dict[str, float] = {}
-                        for label, n in [(f"{n} replica(s)", n) for n in order] + [("1 replica (A/A)", 1)]:
-                            b.scale(n)
-                            wait_for(lambda n=n: b.settled(n), 600, f"{n} replicas")
-                            workers = args.workers_per_replica * n
-                            b.closed_loop(url, workers, args.warmup_s)
-                            m = CpuMeter([p for p in b.pods() if p.metadata.deletion_timestamp is None])
-                            rps, answered, errs = b.closed_loop(url, workers, args.load_s, meter=m)
-                            got[label] = rps
-                            tput.setdefault(label, []).append(rps)
-                            for v in m.pods.values():
-                                pod_use.setdefault(n, []).append(v["cores"] / v["quota"])
-                                throttled.setdefault(n, []).append(v["throttled"])
-                            client_cores.append(m.client_s / m.wall_s)
-                            print(f"  round {rnd + 1} {label}: {rps:.2f} req/s ({answered} answered, {errs} failed); "
-                                  f"{m.line(answered)}; {load()}")
-                        for label, rps in got.items():
-                            ratios.setdefault(label, []).append(rps / got["1 replica(s)"])
-                    for label in ["1 replica(s)", "2 replica(s)", "3 replica(s)", "1 replica (A/A)"]:
-                        print(f"  {label:16s} req/s {spread(tput[label])}  ratio to 1 replica {spread(ratios[label])}")
-                    aa = [abs(r - 1) for r in ratios["1 replica (A/A)"]]
-                    print(f"  noise: A/A ratio off 1 by {100 * max(aa):.0f} % at most; per replica ({args.cpu}): "
-                          f"req/s {spread(tput['1 replica(s)'])}; {load()}")
-                    for n in (1, 2, 3):
-                        print(f"  {n} replica(s): each pod's CPU / its quota {spread(pod_use.get(n, []))}, share of "
-                              f"CFS periods throttled {spread(throttled.get(n, []))}")
-                    print(f"  client (this process): {spread(client_cores)} cores")
+                    priority = CpuPriority(args.cpu_shares) if args.cpu_shares else contextlib.nullcontext()
+                    with priority:
+                        section_throughput(b, url, args, rng)
+                    if isinstance(priority, CpuPriority):
+                        print(f"  {priority.line()}; kubepods read back at the end: {priority.at_end} (restored to "
+                              f"{priority.before})")
                 b.scale(1)
                 wait_for(lambda: b.settled(1), 600, "1 replica")
             finally:
