@@ -12,7 +12,7 @@ SETTINGS_ENV = frozenset({
     "MODALSCALE_METRICS_PORT", "MODALSCALE_HEALTH_PORT", "MODALSCALE_PEERING_NAME",
     "MODALSCALE_STANDALONE", "MODALSCALE_PROMETHEUS_URL", "MODALSCALE_LOG_LEVEL",
     "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
-    "MODALSCALE_OPENCOST_REFRESH_SECONDS", "MODALSCALE_SPEND_ANOMALY",
+    "MODALSCALE_OPENCOST_REFRESH_SECONDS", "MODALSCALE_SPEND_ANOMALY", "MODALSCALE_BUDGET_ADMIN_NAMESPACES",
 })
 """Every environment variable :meth:`Settings.from_env` reads (a ``MODALSCALE_*`` name that is neither this nor
 :data:`OTHER_COMMANDS_ENV` is an error: most likely a typo)."""
@@ -64,6 +64,11 @@ class Settings:
     spend_anomaly: AnomalyConfig = field(default_factory=AnomalyConfig)
     """Spend-anomaly detector settings (``MODALSCALE_SPEND_ANOMALY``: comma-separated ``field=value`` over the
     fields of :class:`modalscale.costmodel.anomaly.AnomalyConfig`, e.g. ``season_s=86400,recent_s=3600``)."""
+    budget_admin_namespaces: tuple[str, ...] = ()
+    """Namespaces whose BudgetPolicies may select InferenceServices in other namespaces
+    (``MODALSCALE_BUDGET_ADMIN_NAMESPACES``, comma-separated; ``*``: every namespace). Default none: a policy
+    counts and enforces only in its own namespace, as a KEDA ScaledObject scales only there (the trust boundary:
+    whoever may create a BudgetPolicy in a namespace must not be able to scale another team's services)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -122,6 +127,11 @@ class Settings:
         if opencost and not opencost.startswith(("http://", "https://")):
             errors.append(f"MODALSCALE_OPENCOST_URL={opencost!r}: use an http:// or https:// URL")
         anomaly = _anomaly_config(environ.get("MODALSCALE_SPEND_ANOMALY", ""), errors)
+        admin = tuple(n.strip() for n in environ.get("MODALSCALE_BUDGET_ADMIN_NAMESPACES", "").split(",") if n.strip())
+        for ns in admin:
+            if ns != "*" and not (len(ns) <= 63 and ns.replace("-", "a").isalnum() and ns.islower() or ns.isdigit()):
+                errors.append(f"MODALSCALE_BUDGET_ADMIN_NAMESPACES: {ns!r} is not a namespace name (lowercase, "
+                              "digits, '-') or *")
         settings = cls(
             namespaces=namespaces,
             resync_interval_s=number("MODALSCALE_RESYNC_INTERVAL_SECONDS", 30.0, 1.0, 3600.0),
@@ -136,6 +146,7 @@ class Settings:
             opencost_url=opencost,
             opencost_refresh_s=number("MODALSCALE_OPENCOST_REFRESH_SECONDS", 300.0, 1.0, 86400.0),
             spend_anomaly=anomaly,
+            budget_admin_namespaces=admin,
         )
         if errors:
             raise ConfigError("invalid operator settings:\n  " + "\n  ".join(errors))

@@ -135,7 +135,8 @@ class BudgetLimit(_Spec):
 
 class Threshold(_Spec):
     percent: int = Field(ge=1, le=200)
-    actions: tuple[ThresholdAction, ...] = (ThresholdAction.ALERT,)
+    actions: tuple[ThresholdAction, ...] = Field(default=(ThresholdAction.ALERT,), min_length=1, max_length=5)
+    """At least one: a threshold without actions would do nothing (the CRD says minItems 1)."""
     cap_replicas: int | None = Field(default=None, alias="capReplicas", ge=0, le=1000)
     spot_max_priority: int | None = Field(default=None, alias="spotMaxPriority", ge=0, le=1000)
     """``SwitchToSpot`` moves the services whose ``spec.priority`` is at most this (lower = less important)."""

@@ -82,7 +82,9 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     HISTORY_UNAVAILABLE,
     INVALID_SPEC,
     INVALID_STATUS,
+    NAMESPACE_NOT_ALLOWED,
     NO_ALERT_SENT,
+    NO_SERVICES_SELECTED,
     NO_SPOT_SWITCH,
     READY,
     SPEND_ANOMALY_HISTORY,
@@ -176,15 +178,39 @@ class BudgetObserved:
     nodes not readable (a pod is then Spot when it asked for a Spot node, else at its service's tier)."""
 
 
-def observed_namespaces(policy: Mapping[str, Any]) -> tuple[str, ...]:
-    """Namespaces to read for ``policy``: its selector's (default: its own) plus those it enforces on (caps and
-    SwitchToSpot) now.
+ANY_NAMESPACE = "*"
+"""In ``admin_namespaces``: policies of every namespace may select any namespace."""
+
+
+def refused_namespaces(policy_namespace: str, selected: Collection[str], admin_namespaces: Collection[str]
+                       ) -> tuple[str, ...]:
+    """The namespaces of ``spec.selector.namespaces`` a policy in ``policy_namespace`` may not select.
+
+    The trust boundary: a BudgetPolicy scales (caps, scales to zero, moves to Spot) what it selects, so only a
+    policy in one of ``admin_namespaces`` (``MODALSCALE_BUDGET_ADMIN_NAMESPACES``; ``*``: all) may select other
+    namespaces; any other policy counts and enforces in its own namespace only (as a KEDA ScaledObject scales
+    only in its own).
+
+    Returns:
+        Sorted names, empty when every selected namespace is allowed.
+    """
+    if ANY_NAMESPACE in admin_namespaces or policy_namespace in admin_namespaces:
+        return ()
+    return tuple(sorted({n for n in selected if n != policy_namespace}))
+
+
+def observed_namespaces(policy: Mapping[str, Any], admin_namespaces: Collection[str] = ()) -> tuple[str, ...]:
+    """Namespaces to read for ``policy``: its selector's (default: its own) that it may select
+    (:func:`refused_namespaces`), plus those it enforces on (caps and SwitchToSpot) now, so that it can lift
+    them.
 
     Works on the raw body so that an invalid spec still lets the operator find (and hold) its annotations.
     """
     ns = policy["metadata"]["namespace"]
     selector = (policy.get("spec") or {}).get("selector") or {}
-    wanted = [n for n in selector.get("namespaces") or [] if isinstance(n, str)] or [ns]
+    listed = [n for n in selector.get("namespaces") or [] if isinstance(n, str)]
+    refused = set(refused_namespaces(ns, listed, admin_namespaces))
+    wanted = [n for n in listed if n not in refused] or [ns]
     status = policy.get("status") or {}
     for item in [*(status.get("enforcedServices") or []), *(status.get("spotServices") or [])]:
         if isinstance(item, Mapping) and isinstance(item.get("namespace"), str):
@@ -485,7 +511,8 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
                 in_flight: Collection[OutboxKey] = frozenset(),
                 history: Mapping[tuple[str, str], Sequence[BurnSample]] | None = None,
                 anomaly_config: AnomalyConfig = AnomalyConfig(),
-                history_read: HistoryRead | None = None) -> PolicyPlan:
+                history_read: HistoryRead | None = None,
+                admin_namespaces: Collection[str] = ()) -> PolicyPlan:
     """Plan one evaluation of a BudgetPolicy.
 
     Args:
@@ -501,6 +528,10 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
         history_read: How reading ``history`` back after start went (None: history kept in memory only, no
             ``SpendAnomalyHistory`` condition); ``ok`` False: no anomaly is decided and the services in an
             anomaly (``status.spendAnomalies``) are held.
+        admin_namespaces: Namespaces whose policies may select other namespaces (``*``: all;
+            :func:`refused_namespaces`). A policy that selects a namespace it may not gets ``Ready=False`` /
+            ``NamespaceNotAllowed`` naming ``spec.selector.namespaces`` and the fix; nothing there is counted or
+            enforced (caps it holds there are lifted), the rest of the policy is evaluated as usual.
     Returns:
         :class:`PolicyPlan`. An invalid spec or unreadable status yields ``Ready=False`` (``InvalidSpec`` /
         ``InvalidStatus``) and no other change: enforcement in force is held, nothing new is alerted and
@@ -524,7 +555,8 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
         return _hold(policy, INVALID_STATUS, f"{exc}; fix or clear the status by hand (spend is not reset "
                                              f"automatically)", attempts, now, in_flight)
 
-    services = selected_services(spec, ns, observed, catalog)
+    refused = refused_namespaces(ns, spec.selector.namespaces, admin_namespaces)
+    services = [s for s in selected_services(spec, ns, observed, catalog) if s.namespace not in refused]
     # Ledger, planner, then the rates in force: services capped now run at most their cap from now on (the
     # annotations are written before the status). The one sequence the month benchmark measures too.
     evaluation = evaluate_budget(spec, ledger, services, alert_state, now, policy=ref)
@@ -577,12 +609,25 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
         exceeded = (cond.Condition(BUDGET_EXCEEDED, cond.TRUE, plan.reason, plan.message)
                     if plan.state.value == "Exceeded" else
                     cond.Condition(BUDGET_EXCEEDED, cond.UNKNOWN, GOVERNANCE_BLIND, plan.message))
+    elif n == 0:
+        ready = cond.Condition(READY, cond.TRUE, NO_SERVICES_SELECTED, (
+            f"spec.selector matches no InferenceService ({spec.selector.describe(ns)}): nothing is counted or "
+            f"enforced; check spec.selector.namespaces and the labels"))
+        exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
+                                  plan.reason, plan.message)
     else:
         ready = cond.Condition(READY, cond.TRUE, EVALUATED,
                                f"Evaluated {n} InferenceService{'s' if n != 1 else ''} every "
                                f"{spec.evaluation_interval_s} s")
         exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
                                   plan.reason, plan.message)
+    if refused:
+        ready = cond.Condition(READY, cond.FALSE, NAMESPACE_NOT_ALLOWED, "; ".join([
+            f"spec.selector.namespaces lists {', '.join(refused)}, but a BudgetPolicy in namespace {ns} may select "
+            f"only its own namespace: nothing there is counted or enforced (the rest of the policy is). Fix: "
+            f"create the policy in the namespace it governs, or have the operator's admin add {ns} to "
+            f"MODALSCALE_BUDGET_ADMIN_NAMESPACES (chart value config.budgetAdminNamespaces)",
+            *([ready.message] if ready.status == cond.FALSE or n == 0 else [])]))
     wanted_conditions = [ready, exceeded, _alert_condition(old_conditions, update, abandoned)]
     # SpotFallback only for policies that use SwitchToSpot (or did: the condition then says it is over).
     if (any(ThresholdAction.SWITCH_TO_SPOT in t.actions for t in spec.thresholds)
@@ -605,6 +650,10 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     events: list[tuple[str, str, str]] = []
     if patch:
         events += _events_for(old_conditions, conditions)
+        old_ready = cond.get(old_conditions, READY) or {}
+        if ready.reason == NO_SERVICES_SELECTED and old_ready.get("reason") != NO_SERVICES_SELECTED:
+            events = [e for e in events if e[1] != NO_SERVICES_SELECTED]
+            events.append(("Warning", NO_SERVICES_SELECTED, ready.message))  # once, on the way in
         events += _enforcement_events(status.get("enforcedServices") or [], desired["enforcedServices"])
         events += _spot_events(status.get("spotServices") or [], plan.spot)
         for alert in alerts:
@@ -639,5 +688,5 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 __all__ = [
     "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "PolicyPlan", "READY",
     "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
-    "plan_policy", "pod_runs", "receiver_problem", "selected_services", "spot_annotation_key", "spot_pending_since",
+    "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "selected_services", "spot_annotation_key", "spot_pending_since",
 ]

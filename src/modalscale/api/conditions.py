@@ -111,6 +111,11 @@ RECOVERED = "Recovered"
 SPEND_ANOMALY = "SpendAnomaly"
 # Reasons written by the operator.
 EVALUATED = "Evaluated"
+NO_SERVICES_SELECTED = "NoServicesSelected"
+"""Ready=True, but the selector matches no InferenceService: nothing is counted or enforced (also an Event)."""
+NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+"""Ready=False: ``spec.selector.namespaces`` names another namespace and the policy's namespace is not in
+``MODALSCALE_BUDGET_ADMIN_NAMESPACES``; nothing there is counted or enforced (the trust boundary)."""
 INVALID_STATUS = "InvalidStatus"
 NO_ALERT_SENT = "NoAlertSent"
 DELIVERY_FAILED = "DeliveryFailed"

@@ -133,7 +133,8 @@ def test_selector_picks_by_namespace_and_labels() -> None:
 def test_observed_namespaces_add_those_enforced_on_to_the_selector() -> None:
     p = make_policy(selector={"namespaces": ["b", "a"]})
     p["status"] = {"enforcedServices": [{"namespace": "c", "name": "x", "action": "CapReplicas"}]}
-    assert observed_namespaces(p) == ("a", "b", "c")
+    assert observed_namespaces(p, admin_namespaces=("ml",)) == ("a", "b", "c")
+    assert observed_namespaces(p) == ("c", "ml")  # not an admin namespace: its own, and c to lift the cap there
     assert observed_namespaces(make_policy()) == ("ml",)
 
 
