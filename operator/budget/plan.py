@@ -391,7 +391,8 @@ def _events_for(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[tu
     for c in cond.transitions(old, new):
         bad = ((c["type"] == READY and c["status"] == cond.FALSE)
                or (c["type"] == BUDGET_EXCEEDED and c["status"] == cond.TRUE)
-               or (c["type"] == ALERT_DELIVERED and c["status"] == cond.FALSE))
+               or (c["type"] == ALERT_DELIVERED and c["status"] == cond.FALSE)
+               or (c["type"] == SPEND_ANOMALY_HISTORY and c["status"] == cond.FALSE))
         if not old and not bad:
             continue  # First visit: no Event for the initial healthy/unknown state of each condition.
         events.append(("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: {c['message']}"))
@@ -406,9 +407,18 @@ def _alert_condition(current: list[dict[str, Any]], update: OutboxUpdate,
                               "; ".join(a.describe() for a in abandoned))
     failing = [e for e in update.pending if e.attempts > 0]
     if failing:
-        return cond.Condition(ALERT_DELIVERED, cond.FALSE, failing[0].last_reason or DELIVERY_FAILED, "; ".join(
-            f"{e.notification}: {e.last_error or e.last_reason} (attempt {e.attempts} failed; retrying at "
-            f"{cond.rfc3339(e.next_attempt_time)})" for e in failing))
+        # Each receiver once, however many of its alerts are pending: its latest failure and its next retry.
+        by_target: dict[str, list[PendingAlert]] = {}
+        for e in failing:
+            by_target.setdefault(e.notification, []).append(e)
+        parts = []
+        for target, entries in by_target.items():
+            last = max(entries, key=lambda e: (e.attempts, e.next_attempt_time))
+            pending = f"{len(entries)} alerts pending, " if len(entries) > 1 else ""
+            parts.append(f"{target}: {last.last_error or last.last_reason} ({pending}attempt {last.attempts} "
+                         f"failed; retrying at {cond.rfc3339(min(e.next_attempt_time for e in entries))})")
+        return cond.Condition(ALERT_DELIVERED, cond.FALSE, failing[0].last_reason or DELIVERY_FAILED,
+                              "; ".join(parts))
     old = cond.get(current, ALERT_DELIVERED)
     if update.delivered:
         names = list(dict.fromkeys(e.notification for e in update.delivered))

@@ -431,10 +431,14 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
     if not obs.deployment:
         prog_c = cond.Condition(R.PROGRESSING, cond.TRUE, R.CREATING, "creating the Deployment")
     elif rolling:
+        # Never "4/1 replicas updated": a scale-down is said as one (old pods count as updated until gone).
         prog_c = cond.Condition(R.PROGRESSING, cond.TRUE, R.ROLLING_OUT,
-                                f"{updated}/{desired} replicas updated, {ready} ready")
+                                f"scaling down from {replicas} to {desired} replica(s), {ready} ready"
+                                if replicas > desired else
+                                f"{min(updated, desired)} of {desired} replica(s) updated, {ready} ready")
     else:
-        prog_c = cond.Condition(R.PROGRESSING, cond.FALSE, R.ROLLOUT_COMPLETE, f"{updated}/{desired} replicas updated")
+        prog_c = cond.Condition(R.PROGRESSING, cond.FALSE, R.ROLLOUT_COMPLETE,
+                                f"all {desired} replica(s) updated")
 
     deg_c = (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1]) if problem
              else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))
@@ -492,10 +496,20 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
         cost = obs.replica_usd_per_hour * running_replicas(obs.pods)
         status["costUSDPerHour"] = format(cost.quantize(Decimal("0.0001")), "f")
     events = []
-    for c in cond.transitions(old_conditions, new_conditions):
-        bad = (c["type"] == R.READY and c["status"] != cond.TRUE) or (
+    changed = cond.transitions(old_conditions, new_conditions)
+    # A scaling conflict is an Event whenever its cause changes (kubectl scale on the InferenceService, then on the
+    # Deployment, then an HPA: True all along) and at each external scale restored, not only when status flips.
+    old_conflict = cond.get(old_conditions, R.SCALING_CONFLICT) or {}
+    new_conflict = cond.get(new_conditions, R.SCALING_CONFLICT) or {}
+    if new_conflict.get("status") == cond.TRUE and new_conflict not in changed and (
+            old_conflict.get("reason") != new_conflict.get("reason") or decision.conflict is not None
+            and decision.conflict.reason == R.EXTERNAL_SCALE and decision.write is not None):
+        changed.append(new_conflict)
+    for c in changed:
+        # Creating is the normal first step, not a warning (Ready=False only until the Deployment exists).
+        bad = (c["type"] == R.READY and c["status"] != cond.TRUE and c["reason"] != R.CREATING) or (
             c["type"] in (R.DEGRADED, R.SCALING_CONFLICT, R.BUDGET_LIMITED) and c["status"] == cond.TRUE)
-        if not old_conditions and not bad:
+        if not old_conditions and not bad and not (c["type"] == R.READY and c["reason"] == R.CREATING):
             continue  # First visit: no Event for the initial healthy/unknown state of every condition.
         events.append(("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: {c['message']}"))
     return status, events
