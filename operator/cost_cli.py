@@ -63,7 +63,7 @@ def export_rows(policies: Sequence[Mapping[str, Any]], tiers: Mapping[tuple[str,
             skipped.append(f"{ref}: {exc}")
             continue
         if ledger.period_start is None or ledger.observed_time is None or end is None:
-            skipped.append(f"{ref}: not evaluated yet (no ledger)")
+            skipped.append(f"{ref}: {_why_no_ledger(status)}")
             continue
         used += 1
         window = (ledger.observed_time - ledger.period_start).total_seconds()
@@ -78,6 +78,19 @@ def export_rows(policies: Sequence[Mapping[str, Any]], tiers: Mapping[tuple[str,
         _, _, record, period = best[key]
         rows += focus_rows([record], billing_period=period, billing_account_id=billing_account_id)
     return Export(rows, skipped, used)
+
+
+def _why_no_ledger(status: Mapping[str, Any]) -> str:
+    """Why a policy has no ledger to export: the operator refused it (Ready=False, e.g. ``InvalidSpec``, with its
+    message naming the field), or it was not evaluated yet (no status at all: no operator watches it)."""
+    ready = next((c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == "Ready"),
+                 None)
+    if ready is not None and ready.get("status") == "False":
+        return (f"not evaluated: Ready=False/{ready.get('reason')}: {ready.get('message', '')} (fix the policy; "
+                f"it has no ledger until it is valid)")
+    if not status:
+        return "not evaluated yet (no status: is an operator running and watching its namespace?)"
+    return "not evaluated yet (no ledger)"
 
 
 def add_parser(sub: Any) -> None:

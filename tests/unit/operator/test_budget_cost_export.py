@@ -40,9 +40,25 @@ def test_each_service_is_exported_once_from_the_longest_ledger_window() -> None:
     assert json.loads(a["Tags"])["modalscale.io/budgetpolicy"] == "ml/monthly"
     assert json.loads(b["Tags"])["modalscale.io/budgetpolicy"] == "ml/daily"
     assert (a["PricingCategory"], b["PricingCategory"]) == ("Standard", "Dynamic")
-    assert result.skipped == ["ml/fresh: not evaluated yet (no ledger)"] and result.policies == 2
+    assert result.skipped == ["ml/fresh: not evaluated yet (no status: is an operator running and watching its "
+                              "namespace?)"] and result.policies == 2
     # 40.123456789 + 0.25 = 40.373456789: the export adds up to the ledgers it kept, nothing counted twice.
     assert sum(Decimal(r["BilledCost"]) for r in result.rows) == Decimal("40.373456789")
+
+
+def test_an_invalid_policy_is_reported_as_refused_with_its_field_not_as_not_evaluated_yet() -> None:
+    # User report item 15: a policy the operator refused (Ready=False/InvalidSpec, no ledger) read "not evaluated
+    # yet (no ledger)".
+    invalid = {"metadata": {"name": "typo", "namespace": "ml"},
+               "status": {"observedGeneration": 2, "conditions": [
+                   {"type": "Ready", "status": "False", "reason": "InvalidSpec",
+                    "message": "spec.thresholds[0].actions: List should have at least 1 item after validation"}]}}
+    (why,) = export_rows([invalid]).skipped
+    assert why.startswith("ml/typo: not evaluated: Ready=False/InvalidSpec: spec.thresholds[0].actions")
+    assert "not evaluated yet" not in why
+    evaluating = {"metadata": {"name": "soon", "namespace": "ml"},
+                  "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "Evaluating"}]}}
+    assert export_rows([evaluating]).skipped == ["ml/soon: not evaluated yet (no ledger)"]
 
 
 def test_a_corrupt_ledger_is_skipped_with_the_field_named() -> None:
