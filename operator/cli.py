@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from modalscale.operator.settings import ConfigError, Settings
@@ -35,6 +36,30 @@ def configure_logging(level: int | str) -> None:
         logging.getLogger(name).setLevel(floor)
 
 
+def missing_namespaces(core: Any, namespaces: Sequence[str]) -> list[str]:
+    """The watched ``namespaces`` that do not exist (the apiserver answered 404), in order.
+
+    A namespace that cannot be read for another reason (403: a namespace-scoped install may not ``get``
+    namespaces; the apiserver unreachable) is not reported: it may well exist.
+
+    Args:
+        core: A ``kubernetes.client.CoreV1Api``.
+    """
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
+
+    missing = []
+    for ns in namespaces:
+        try:
+            core.read_namespace(ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                missing.append(ns)
+        except HTTPError:
+            break  # kopf reports the unreachable apiserver itself
+    return missing
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env(os.environ)
@@ -54,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
     from modalscale.operator.handlers import register
 
     deps = build_deps(settings)  # the one composition root: handlers reach it as memo.deps
+    for ns in missing_namespaces(deps.observer.core, settings.namespaces):
+        # A typo in -n / MODALSCALE_NAMESPACES watches nothing, silently: say so (it may still be created later).
+        logging.getLogger(__name__).warning("Watched namespace does not exist, nothing there is reconciled until it "
+                                            "is created: namespace=%s", ns)
     registry = kopf.OperatorRegistry()
     register(registry, settings)
     if settings.metrics_port:

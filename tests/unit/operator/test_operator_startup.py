@@ -73,3 +73,25 @@ def test_a_missing_namespace_or_another_refusal_is_not_reported_as_a_missing_crd
     with pytest.raises(ApiException):
         ensure_peering(_writer(_Refusing(403, "forbidden")), Settings())
     ensure_peering(_writer(_Refusing(409, "exists")), Settings())  # the object already exists: nothing to do
+
+
+class _Namespaces:
+    """A CoreV1Api stand-in whose read_namespace answers 200, 404 or 403 by name."""
+
+    def __init__(self, answers: dict[str, int]) -> None:
+        self.answers = answers
+
+    def read_namespace(self, name: str) -> dict[str, object]:
+        status = self.answers.get(name, 200)
+        if status != 200:
+            raise ApiException(status=status, reason="refused")
+        return {"metadata": {"name": name}}
+
+
+def test_a_watched_namespace_that_does_not_exist_is_named_at_start() -> None:
+    # User report item 13: `modalscale operator -n does-not-exist` ran without a word.
+    from modalscale.operator.cli import missing_namespaces
+
+    core = _Namespaces({"does-not-exist": 404, "team-b": 403})
+    assert missing_namespaces(core, ("team-a", "does-not-exist", "team-b")) == ["does-not-exist"]
+    assert missing_namespaces(core, ()) == []
