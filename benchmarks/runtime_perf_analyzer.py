@@ -1,7 +1,8 @@
 """Second opinion from a client nobody here wrote: Triton's ``perf_analyzer`` against naive and INT8 (not a test).
 
-One tritonserver serves ``naive`` and ``int8_smoothquant`` (the ``fastest`` preset without its embedding cache:
-perf_analyzer sends the same bytes every time, which the cache would answer); for ``--rounds`` rounds, in a
+One tritonserver serves ``naive``, ``int8_smoothquant`` (the earlier ``fastest`` preset without its embedding
+cache) and ``fastest_no_cache`` (the ``fastest`` preset, engine openvino, without its embedding cache: perf_analyzer
+sends the same bytes every time, which the cache would answer); for ``--rounds`` rounds, in a
 shuffled order, ``perf_analyzer`` drives each model at a fixed concurrency over gRPC with one image+text request
 (a 640x480 JPEG photograph and a 40-word text). Server CPU per request comes from ``/proc`` (tritonserver and
 every stub) divided by Triton's own success counter, so the figure does not depend on this script's client;
@@ -44,7 +45,8 @@ from modalscale.runtime.repo_config import PRESETS, Precision, build_repository
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
 from modalscale.runtime.workload import fidelity_texts, photo_at
 
-MODELS = {"naive": PRESETS["naive"], "int8_smoothquant": PRESETS["naive"].replace(precision=Precision.INT8)}
+MODELS = {"naive": PRESETS["naive"], "int8_smoothquant": PRESETS["naive"].replace(precision=Precision.INT8),
+          "fastest_no_cache": PRESETS["fastest"].replace(embedding_cache=False)}
 
 
 def serialized_bytes(*items: bytes) -> bytes:
@@ -183,13 +185,15 @@ def main() -> int:
     load1, jiffies1 = proctree.loadavg(), proctree.cpu_jiffies()
     print(f"after: load average {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; steal "
           f"{100 * proctree.steal_fraction(jiffies0, jiffies1):.2f} %")
-    ratios = [a[0] / b[0] for a, b in zip(rows["naive"], rows["int8_smoothquant"], strict=True)]
+    ratios = {name: [a[0] / b[0] for a, b in zip(rows["naive"], rows[name], strict=True)] for name in MODELS
+              if name != "naive"}
     for name, values in rows.items():
         cpu = [v[0] for v in values]
         print(f"{name:<17} server CPU-ms/req {np.median(cpu):.1f} [{min(cpu):.1f}-{max(cpu):.1f}], perf_analyzer "
               f"throughput {np.median([v[1] for v in values]):.2f} infer/s, p99 {np.median([v[2] for v in values]):.0f} ms")
-    print(f"capacity int8_smoothquant vs naive, paired per round: {np.median(ratios):.2f} "
-          f"[{min(ratios):.2f}-{max(ratios):.2f}] (one image+text request shape, {args.concurrency} in flight)")
+    for name, r in ratios.items():
+        print(f"capacity {name} vs naive, paired per round: {np.median(r):.2f} [{min(r):.2f}-{max(r):.2f}] (one "
+              f"image+text request shape, {args.concurrency} in flight)")
     return 0
 
 
