@@ -153,7 +153,7 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     policy.setdefault("apiVersion", f"{GROUP}/{VERSION}")
     policy.setdefault("kind", "BudgetPolicy")
     now = deps.clock()
-    admin = getattr(deps.settings, "budget_admin_namespaces", ())
+    admin = deps.settings.budget_admin_namespaces
     observed = runtime.observer.observe(observed_namespaces(policy, admin))
     uid = str(policy["metadata"].get("uid", ""))
     cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
@@ -353,7 +353,7 @@ async def run_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: s
 
 def lift_caps(deps: Deps, runtime: BudgetRuntime, policy: dict[str, Any], logger: Log) -> int:
     """Remove this policy's cap annotation from every InferenceService that carries it; returns how many."""
-    isvcs = runtime.observer.list_isvcs(observed_namespaces(policy, getattr(deps.settings, "budget_admin_namespaces", ())))
+    isvcs = runtime.observer.list_isvcs(observed_namespaces(policy, deps.settings.budget_admin_namespaces))
     lifted = 0
     for w in lift_all(policy, isvcs):
         if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: None}):
