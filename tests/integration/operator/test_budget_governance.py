@@ -162,3 +162,19 @@ def test_the_apiserver_refuses_keys_no_secret_can_hold_and_thresholds_without_ac
     with pytest.raises(ApiException) as err:
         create_policy(api, namespace, body)
     assert err.value.status == 422 and words in str(err.value.body)
+
+
+def test_an_operator_told_to_watch_a_namespace_that_does_not_exist_says_so_at_start(
+        cluster: Any, crds_installed: list[str], tmp_path: Any) -> None:
+    """Item 13: ``modalscale operator -n does-not-exist`` ran without a word."""
+    from modalscale.devenv.operator_process import OperatorProcess
+
+    missing = f"does-not-exist-{uuid.uuid4().hex[:6]}"
+    op = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log",
+                         {"MODALSCALE_NAMESPACES": missing, "MODALSCALE_STANDALONE": "true"})
+    try:
+        line = wait_for(lambda: next((x for x in op.log().splitlines() if "Watched namespace does not exist" in x),
+                                     None), 60, "the start-up warning")
+        assert "WARNING" in line and f"namespace={missing}" in line
+    finally:
+        op.stop()
