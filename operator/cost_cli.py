@@ -22,6 +22,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import IO, Any
 
+from modalscale.api.conditions import READY
 from modalscale.costmodel.catalog import PricingTier
 from modalscale.costmodel.focus import FOCUS_VERSION, CostRecord, focus_rows, write_focus_csv
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, parse_time
@@ -83,7 +84,7 @@ def export_rows(policies: Sequence[Mapping[str, Any]], tiers: Mapping[tuple[str,
 def _why_no_ledger(status: Mapping[str, Any]) -> str:
     """Why a policy has no ledger to export: the operator refused it (Ready=False, e.g. ``InvalidSpec``, with its
     message naming the field), or it was not evaluated yet (no status at all: no operator watches it)."""
-    ready = next((c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == "Ready"),
+    ready = next((c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == READY),
                  None)
     if ready is not None and ready.get("status") == "False":
         return (f"not evaluated: Ready=False/{ready.get('reason')}: {ready.get('message', '')} (fix the policy; "
