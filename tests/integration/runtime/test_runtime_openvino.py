@@ -108,6 +108,24 @@ def test_converted_ir_is_cached_and_reused(ov_cache: Path, ov_fp32: MultimodalEn
                                rtol=0, atol=1e-6)
 
 
+def test_read_only_cache_is_read_and_left_untouched(ov_cache: Path, ov_fp32: MultimodalEncoder,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """IR baked into a read-only place is used (no conversion) and nothing is written there."""
+    before = sorted(p.relative_to(ov_cache) for p in ov_cache.rglob("*"))
+    monkeypatch.setattr(ov_engine, "_writable", lambda path: False)
+    import openvino as ov
+
+    def no_conversion(*args: object, **kwargs: object) -> None:
+        raise AssertionError("converted although the IR is in the read-only cache")
+
+    monkeypatch.setattr(ov, "convert_model", no_conversion)
+    again = MultimodalEncoder(Precision.FP32, engine=Engine.OPENVINO, threads=1)
+    ids = again.token_ids("a cup of coffee")
+    np.testing.assert_allclose(again.encode_texts([ids], len(ids)), ov_fp32.encode_texts([ids], len(ids)),
+                               rtol=0, atol=1e-6)
+    assert sorted(p.relative_to(ov_cache) for p in ov_cache.rglob("*")) == before
+
+
 def test_openvino_refuses_fp16_and_gpu() -> None:
     with pytest.raises(ValueError, match="FP16"):
         MultimodalEncoder(Precision.FP16, preload=(), engine=Engine.OPENVINO)

@@ -105,10 +105,14 @@ def test_cache_key_depends_on_scheme_and_versions(monkeypatch: pytest.MonkeyPatc
     assert a != ov_engine.cache_key("minilm", "fp32", ("torch",))
 
 
-def test_cache_dir_from_environment_and_unwritable_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_dir_writable_read_only_or_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ov_engine.CACHE_ENV, str(tmp_path / "ov"))
-    assert ov_engine.cache_dir() == tmp_path / "ov" and (tmp_path / "ov").is_dir()
+    assert ov_engine.cache_dir() == ov_engine.Cache(tmp_path / "ov", True) and (tmp_path / "ov").is_dir()
+    # An existing directory this process cannot write (a read-only volume; simulated: tests may run as root): read.
+    monkeypatch.setattr(ov_engine, "_writable", lambda path: False)
+    assert ov_engine.cache_dir() == ov_engine.Cache(tmp_path / "ov", False)
+    monkeypatch.undo()
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    monkeypatch.setenv(ov_engine.CACHE_ENV, str(blocker / "below-a-file"))
+    monkeypatch.setenv(ov_engine.CACHE_ENV, str(blocker / "below-a-file"))  # can be neither created nor read
     assert ov_engine.cache_dir() is None
