@@ -45,7 +45,8 @@ Variants (names accepted by ``--variants``; the presets are those of ``modalscal
                    the preset with the model parameter metrics_batching=request: each request's feature metrics sent
                    on their own (before metrics were batched per execute), the predecessor of naive and default
 
-Usage: ``python benchmarks/runtime_capacity.py [--rounds 5] [--requests 24] [--concurrency 8] [--fidelity 200]``.
+Usage: ``python benchmarks/runtime_capacity.py [--variants naive,fastest_prev,ov_fp32,ov_bf16,ov_int8,fastest] [--rounds 5]
+[--requests 24] [--concurrency 8] [--fidelity 200]`` (the default variants are the engine steps of runtime/README.md).
 """
 
 from __future__ import annotations
@@ -445,7 +446,7 @@ def _machine_state() -> tuple[tuple[float, float, float], dict[str, int]]:
 def main() -> int:
     table = variants()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", default="naive,default,int8_dynamic,int8_smoothquant,fastest,int8_bf16_image",
+    parser.add_argument("--variants", default="naive,fastest_prev,ov_fp32,ov_bf16,ov_int8,fastest",
                         help=f"comma-separated, from: {', '.join(table)} (naive is always included)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=24, help="requests per variant per round")
