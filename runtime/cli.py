@@ -158,6 +158,23 @@ def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
     return cfg.replace(**changes) if changes else cfg
 
 
+def require_engine(cfg: RuntimeConfig) -> None:
+    """Refuse to serve with an engine whose wheels are not installed (the models would fail to load inside Triton).
+
+    Raises:
+        InvalidRuntimeSpec: ``engine`` is openvino and the ``openvino``/``nncf`` packages (the ``openvino`` extra:
+            ``pip install 'modalscale[openvino]'``) are missing.
+    """
+    import importlib.util
+
+    if cfg.engine is Engine.OPENVINO:
+        missing = [m for m in ("openvino", "nncf") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise InvalidRuntimeSpec("--engine", f"engine openvino needs {', '.join(missing)}, not installed here; "
+                                                 "install the openvino extra (pip install 'modalscale[openvino]') "
+                                                 "or use --engine torch")
+
+
 def sized_for_this_machine(cfg: RuntimeConfig) -> RuntimeConfig:
     """``cfg`` with ``cpu_cores`` set to :func:`~modalscale.runtime.cores.available_cores` when it is 0 (unknown)."""
     from modalscale.runtime.cores import available_cores
@@ -213,6 +230,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     try:
         cfg = sized_for_this_machine(config_from_args(args))
+        require_engine(cfg)
     except InvalidRuntimeSpec as exc:
         print(f"Invalid runtime config: {exc}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 # Sourced by scripts/test.sh and scripts/demo.sh: a project virtualenv with everything installed.
 # Installs only when pyproject.toml changed since the last install (a stamp in .venv).
-EXTRAS=${MODALSCALE_EXTRAS:-test,runtime,demo}
+EXTRAS=${MODALSCALE_EXTRAS:-test,runtime,openvino,demo}
 ensure_system_packages() {
   # Go builds the control plane; Debian's prometheus is the real metrics server the tests and the demo start.
   command -v go >/dev/null || { echo "Go >= 1.24 is required to build the control plane" >&2; return 1; }

@@ -116,3 +116,28 @@ def test_cache_dir_writable_read_only_or_none(tmp_path: Path, monkeypatch: pytes
     blocker.write_text("x")
     monkeypatch.setenv(ov_engine.CACHE_ENV, str(blocker / "below-a-file"))  # can be neither created nor read
     assert ov_engine.cache_dir() is None
+
+
+def test_serving_engine_openvino_without_its_wheels_is_refused_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The openvino extra is separate from `runtime` (the CPU image does not carry it): without the wheels the models
+    # would fail to load inside Triton, so the CLI refuses up front naming the flag and both fixes.
+    import importlib.util
+
+    from modalscale.runtime import cli
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("openvino", "nncf") else real_find_spec(name, *a))
+    with pytest.raises(InvalidRuntimeSpec) as err:
+        cli.require_engine(PRESETS["fastest"])
+    assert err.value.field == "--engine"
+    assert "modalscale[openvino]" in str(err.value) and "--engine torch" in str(err.value)
+    cli.require_engine(PRESETS["naive"])  # torch needs nothing more
+
+
+def test_the_openvino_wheels_are_not_in_the_runtime_extra_the_cpu_image_is_built_from() -> None:
+    from modalscale.devenv.images import dependency_pins
+
+    runtime = dependency_pins("modalscale", ("runtime",))
+    assert "openvino" not in runtime and "nncf" not in runtime
+    assert {"openvino", "nncf"} <= set(dependency_pins("modalscale", ("openvino",)))
