@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from modalscale.autoscaler.simulate import POLICIES, SimulationConfig, run_simulation, run_sweep
-from modalscale.cli import UsageError
 from modalscale.autoscaler.traces import (
     ImageMix,
     Trace,
@@ -35,6 +34,7 @@ from modalscale.autoscaler.traces import (
     read_trace_csv,
     servegen_trace,
 )
+from modalscale.cli import UsageError
 
 
 def load_trace(path: Path | None, shift: bool = False, image_fraction: float = 0.5, seed: int = 0) -> Trace:

@@ -164,7 +164,6 @@ def run_export(args: argparse.Namespace) -> int:
     """Read the BudgetPolicies (and InferenceService tiers) and write the CSV; returns the exit code."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
-
     from urllib3.exceptions import HTTPError
 
     from modalscale import GROUP, VERSION

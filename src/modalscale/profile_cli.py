@@ -18,8 +18,8 @@ import asyncio
 import contextlib
 import json
 import os
-import sys
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence

@@ -492,9 +492,10 @@ class LocalCluster:
         Returns:
             The names of the nodes that now exist with that prefix.
         """
-        from modalscale.api.capacity import CAPACITY_TYPE_LABEL, SPOT_LABEL_VALUE, SPOT_TAINT
         from kubernetes import client
         from kubernetes.client.rest import ApiException
+
+        from modalscale.api.capacity import CAPACITY_TYPE_LABEL, SPOT_LABEL_VALUE, SPOT_TAINT
 
         api = client.CoreV1Api(self.api_client())
         names = []

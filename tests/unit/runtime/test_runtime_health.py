@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from modalscale.runtime.health import Proc, dead_stubs, parse_stat, processes
