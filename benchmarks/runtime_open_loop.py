@@ -37,7 +37,17 @@ from pathlib import Path
 from modalscale.runtime import proctree
 from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, scrape_metrics
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
-from modalscale.runtime.sweep import MIN_REQUESTS_FOR_P99, headline_rps, percentile_ci, poisson_arrivals_s, slo_ms
+from modalscale.runtime.cores import available_cores
+from modalscale.runtime.repo_config import PRESETS, Engine, Precision, config_flags
+from modalscale.runtime.sweep import (
+    MIN_REQUESTS_FOR_P99,
+    headline_rps,
+    load_points,
+    percentile_ci,
+    poisson_arrivals_s,
+    quantile_ratio_ci,
+    slo_ms,
+)
 
 _spec = importlib.util.spec_from_file_location("runtime_capacity", Path(__file__).with_name("runtime_capacity.py"))
 assert _spec is not None and _spec.loader is not None
@@ -46,6 +56,26 @@ sys.modules["runtime_capacity"] = capacity
 _spec.loader.exec_module(capacity)
 
 MODALITIES = ("text", "image", "image_text")
+
+
+def extra_variants() -> dict[str, "capacity.Variant"]:
+    """The variants of the p99-at-load comparison (issue 13's "plain dynamic batching of the same engine"), kept here,
+    not as public presets; all engine openvino INT8 without the embedding cache (every request's bytes are distinct
+    anyway):
+
+    * ``ov_dynamic``: plain dynamic batching: one model, Triton ``dynamic_batching`` (max batch 8, the CRD default,
+      queue delay 2 ms), no modality queues, 2 instances x 1 thread like ``fastest``;
+    * ``ov_modality``: the modality-aware layout (router in front of image / text / image+text batched models), the
+      ``default`` preset with the engine of ``fastest``;
+    * ``fastest_no_cache`` (from ``runtime_capacity.py``): ``fastest``'s layout, every request alone.
+    """
+    fastest = PRESETS["fastest"]
+    return {
+        "ov_dynamic": capacity.Variant("ov_dynamic", fastest.replace(
+            max_batch_size=8, dynamic_batching=True, max_queue_delay_microseconds=2000, embedding_cache=False)),
+        "ov_modality": capacity.Variant("ov_modality", PRESETS["default"].replace(
+            cpu_cores=available_cores(), engine=Engine.OPENVINO, precision=Precision.INT8, embedding_cache=False)),
+    }
 
 
 async def open_loop(url: str, model: str, contents: list[tuple[list[bytes] | None, str | None]],
@@ -97,6 +127,113 @@ def triton_times(metrics: dict[str, float], models: list[str]) -> tuple[float, f
     return ok, queue, compute
 
 
+def run_point(server: TritonProcess, table: dict[str, "capacity.Variant"], name: str, rate: float, seed: int,
+              requests: int, max_backlog: int) -> dict[str, object]:
+    """One (variant, offered rate) point: ``requests`` Poisson arrivals of the mixed workload (workload and arrival
+    seeds depend on ``seed`` only, so variants given the same seed see the same requests at the same times)."""
+    assert server.pid is not None
+    specs = capacity.workload(requests, seed=seed + 100)
+    contents = [capacity.encode(s, f"ol:{seed}:{name}:{i}") for i, s in enumerate(specs)]
+    arrivals = [float(a) for a in poisson_arrivals_s(rate, len(specs), seed=seed)]
+    models = [name, f"{name}_image", f"{name}_text", f"{name}_image_text"]
+    load_before = proctree.loadavg()[0]
+    m0, cpu0 = scrape_metrics(server.metrics_url), capacity._tree_cpu(server.pid)
+    done, errors, shed, wall = asyncio.run(open_loop(server.grpc_url, name, contents, arrivals, max_backlog))
+    cpu1, m1 = capacity._tree_cpu(server.pid), scrape_metrics(server.metrics_url)
+    inner = models[1:] if table[name].config.uses_router else models[:1]
+    ok0, q0, c0 = triton_times(m0, inner)
+    ok1, q1, c1 = triton_times(m1, inner)
+    n_ok = max(1.0, ok1 - ok0)
+    by_mod: dict[str, list[float]] = {m: [] for m in MODALITIES}
+    for i, lat in done:
+        by_mod[specs[i].modality].append(lat)
+    return {"offered": rate, "achieved": len(done) / wall if wall > 0 else 0.0, "errors": errors,
+            "shed": shed, "n": len(done), "queue_ms": (q1 - q0) / 1000 / n_ok, "compute_ms": (c1 - c0) / 1000 / n_ok,
+            "server_ms": 1000 * capacity._delta_cpu(cpu0, cpu1) / max(1, len(done)),
+            "load_before": load_before, "load_after": proctree.loadavg()[0],
+            "all": [lat for _, lat in done], **by_mod}
+
+
+def p99_at_load(args: argparse.Namespace, table: dict[str, "capacity.Variant"]) -> int:
+    """Issue 13's mixed-modality p99 target: ``--p99-baseline`` (plain dynamic batching) against the other
+    ``--variants``, each at 70 % of its own capacity and all at 70 % of the baseline's (see ``load_points``)."""
+    baseline = args.p99_baseline
+    names = [baseline] + [n for n in dict.fromkeys(args.variants.split(",")) if n and n != baseline]
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; known: {sorted(table)}")
+    cores = len(os.sched_getaffinity(0))
+    print("\n".join(capacity.header(names, table)))
+    for name in names:
+        extra = " ".join(f"{k}={v}" for k, v in table[name].parameters)
+        print(f"  {name}: modalscale runtime serve {' '.join(config_flags(table[name].config))}"
+              f"{'; model parameters ' + extra if extra else ''}")
+    load0, jiffies0 = proctree.loadavg(), proctree.cpu_jiffies()
+    print(f"before: load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} (machine shared with other jobs)")
+    work = Path(tempfile.mkdtemp(prefix="bench-p99-"))
+    repo = work / "repo"
+    for name in names:
+        write_repository(capacity.repository_files(table[name]), repo)
+    server = TritonProcess(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                           exit_timeout_s=5, temp_paths=[work])
+    server.start(ready_timeout_s=900)
+    rows: list[tuple[str, str, dict[str, object]]] = []
+    caps: dict[str, float] = {}
+    try:
+        warm = capacity.workload(8, seed=args.seed)
+        for name in names:
+            capacity.measure(server, name, name, -1, warm, concurrency=4)
+        for name in names:
+            w = capacity.measure(server, name, name, -2, capacity.workload(args.capacity_requests, args.seed + 1),
+                                 concurrency=4)
+            cpu_rps, wall_rps = cores * 1000 / w.server_ms, (w.requests - w.errors) / w.wall_s
+            caps[name] = cpu_rps if args.capacity_basis == "cpu" else wall_rps
+            print(f"capacity {name:<17} {cores} cores / {w.server_ms:.1f} server CPU-ms per request = {cpu_rps:.1f} "
+                  f"req/s; closed loop (concurrency 4, {w.requests} requests) {wall_rps:.1f} req/s; using "
+                  f"{args.capacity_basis}: {caps[name]:.1f} req/s, load {proctree.loadavg()[0]:.1f}", flush=True)
+        # common points share one seed (same requests, same arrival times); own points another
+        for name, rate, label in load_points(caps, baseline, 0.7):
+            seed = args.seed if "common" in label else args.seed + 1
+            row = run_point(server, table, name, rate, seed, args.requests, args.max_backlog)
+            rows.append((name, label, row))
+            print(f"  {name:<17} {label:<10} offered {rate:6.1f} req/s: achieved {row['achieved']:6.1f}, n "
+                  f"{row['n']}, errors {row['errors']}, shed {row['shed']}, p99 "
+                  f"{percentile_ci(row['all'], 99, seed=1)} ms, load {row['load_before']:.1f} -> "  # type: ignore[arg-type]
+                  f"{row['load_after']:.1f}", flush=True)
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    load1, jiffies1 = proctree.loadavg(), proctree.cpu_jiffies()
+    print(f"after: load average {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; steal "
+          f"{100 * proctree.steal_fraction(jiffies0, jiffies1):.2f} % (machine shared with other jobs)")
+    print("\nlatency ms from scheduled arrival: p50 / p99 [95 % bootstrap interval] (n); * = p99 from < "
+          f"{MIN_REQUESTS_FOR_P99} latencies; queue / compute = Triton's mean per request (router: modality models)")
+    print(f"{'variant':<17} {'point':<10} {'offered':>7} {'achieved':>8} {'err':>4} {'shed':>5} {'queue':>6} "
+          f"{'compute':>7} {'srvCPU':>6} {'load':>9}  " + "  ".join(f"{m + ' p50 / p99 (n)':<34}"
+                                                                   for m in (*MODALITIES, "all")))
+    for name, label, r in rows:
+        cells = [f"{percentile_ci(r[m], 50, seed=2).value_ms:.0f} / {percentile_ci(r[m], 99, seed=3)!s} "  # type: ignore[arg-type]
+                 f"({len(r[m])})" for m in (*MODALITIES, "all")]  # type: ignore[arg-type]
+        print(f"{name:<17} {label:<10} {r['offered']:7.1f} {r['achieved']:8.1f} {r['errors']:4d} {r['shed']:5d} "
+              f"{r['queue_ms']:6.0f} {r['compute_ms']:7.0f} {r['server_ms']:6.0f} "
+              f"{r['load_before']:4.1f}-{r['load_after']:<4.1f}  " + "  ".join(f"{c:<34}" for c in cells))
+    base_row = next(r for n, lab, r in rows if n == baseline)
+    print(f"\nmixed-modality p99 ratio = {baseline}'s p99 / variant's p99 (> 1: the variant is lower; target >= 2), "
+          "95 % bootstrap interval; a point that shed or failed requests has no valid p99")
+    for name, label, r in rows:
+        if name == baseline:
+            continue
+        ratio, low, high = quantile_ratio_ci(base_row["all"], r["all"], 99, seed=4)  # type: ignore[arg-type]
+        valid = not (r["shed"] or r["errors"] or base_row["shed"] or base_row["errors"])
+        verdict = ("met" if low >= 2 else "not met") if valid else "undefined (shed or errors)"
+        reading = ("the issue's reading: same offered load" if label == "common"
+                   else "each at 70 % of its own capacity")
+        print(f"verdict {name:<17} {label:<7} ({reading}): {ratio:.2f}x [{low:.2f}-{high:.2f}] -> target {verdict}; "
+              "per modality " + ", ".join(
+                  f"{m} {quantile_ratio_ci(base_row[m], r[m], 99, seed=5)[0]:.2f}x" for m in MODALITIES))  # type: ignore[arg-type]
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", default="naive,fastest", help="names of benchmarks/runtime_capacity.py")
@@ -111,8 +248,14 @@ def main() -> int:
                              "its closed-loop throughput now (wall: what a machine shared with other jobs gives it)")
     parser.add_argument("--max-backlog", type=int, default=256)
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--p99-baseline", default=None, metavar="VARIANT",
+                        help="instead of the sweep: issue 13's p99-at-70%%-load comparison of --variants against this "
+                             "one (plain dynamic batching: ov_dynamic), each at 70%% of its own capacity and all at "
+                             "70%% of the baseline's")
     args = parser.parse_args()
-    table = capacity.variants()
+    table = {**capacity.variants(), **extra_variants()}
+    if args.p99_baseline:
+        return p99_at_load(args, table)
     names = ["naive"] + [n for n in dict.fromkeys(args.variants.split(",")) if n and n != "naive"]
     unknown = [n for n in names if n not in table]
     if unknown:

@@ -649,7 +649,11 @@ def preset_flags(name: str) -> list[str]:
     Raises:
         KeyError: Unknown preset.
     """
-    cfg = PRESETS[name]
+    return config_flags(PRESETS[name])
+
+
+def config_flags(cfg: RuntimeConfig) -> list[str]:
+    """The explicit ``runtime serve`` flags that give ``cfg`` (every config field the CLI can set)."""
 
     def flag(on: bool, option: str) -> str:
         return f"--{option}" if on else f"--no-{option}"

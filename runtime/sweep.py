@@ -95,3 +95,47 @@ def headline_rps(points: Sequence[tuple[float, float]], slo: float) -> float:
             break
         best = rate
     return best
+
+
+def quantile_ratio_ci(baseline_ms: Sequence[float], candidate_ms: Sequence[float], q: float = 99,
+                      resamples: int = 1000, confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """``percentile(baseline, q) / percentile(candidate, q)`` and its percentile-bootstrap interval (both samples
+    resampled independently with replacement ``resamples`` times; Efron & Tibshirani 1993, ch. 13). A value > 1
+    means the candidate's percentile is lower (better) by that factor.
+
+    Returns:
+        ``(ratio, low, high)``; NaNs when either sample is empty.
+    """
+    a = np.asarray(baseline_ms, dtype=float)
+    b = np.asarray(candidate_ms, dtype=float)
+    if a.size == 0 or b.size == 0:
+        nan = float("nan")
+        return nan, nan, nan
+    rng = np.random.default_rng(seed)
+    pa = np.percentile(rng.choice(a, size=(resamples, a.size), replace=True), q, axis=1)
+    pb = np.percentile(rng.choice(b, size=(resamples, b.size), replace=True), q, axis=1)
+    ratios = pa / pb
+    tail = (1 - confidence) / 2
+    return (float(np.percentile(a, q) / np.percentile(b, q)), float(np.quantile(ratios, tail)),
+            float(np.quantile(ratios, 1 - tail)))
+
+
+def load_points(capacities_rps: dict[str, float], baseline: str, fraction: float = 0.7) -> list[tuple[str, float, str]]:
+    """The (variant, offered rate req/s, label) points of the p99-at-load comparison: every variant at ``fraction``
+    of its own capacity (label ``own``) and every variant at ``fraction`` of ``baseline``'s capacity (label
+    ``common``); the baseline's two points coincide and are listed once (label ``own=common``). Order: the common
+    points first (baseline first), then the other variants' own points.
+
+    Raises:
+        ValueError: ``baseline`` not in ``capacities_rps``, a capacity <= 0 or not finite, or ``fraction`` <= 0.
+    """
+    if baseline not in capacities_rps:
+        raise ValueError(f"baseline {baseline!r} has no capacity (have {sorted(capacities_rps)})")
+    bad = {k: v for k, v in capacities_rps.items() if not (0 < v < float("inf"))}
+    if bad or fraction <= 0:
+        raise ValueError(f"capacities must be finite and > 0 and fraction > 0, got {bad or capacities_rps} and "
+                         f"{fraction}")
+    common = fraction * capacities_rps[baseline]
+    others = [v for v in capacities_rps if v != baseline]
+    return ([(baseline, common, "own=common")] + [(v, common, "common") for v in others]
+            + [(v, fraction * capacities_rps[v], "own") for v in others])

@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from modalscale.runtime import cli
-from modalscale.runtime.repo_config import PRESETS, Precision, RuntimeConfig, build_repository, preset_flags
+from modalscale.runtime.repo_config import PRESETS, Precision, RuntimeConfig, build_repository, config_flags, preset_flags
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,6 +38,14 @@ def test_default_preset_is_an_inference_service_without_runtime_fields() -> None
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_each_preset_equals_its_explicit_flags(name: str) -> None:
     assert _config(*preset_flags(name)) == _config("--preset", name) == PRESETS[name]
+
+
+def test_config_flags_give_back_a_config_that_is_no_preset() -> None:
+    plain_dynamic = PRESETS["fastest"].replace(max_batch_size=8, dynamic_batching=True, embedding_cache=False,
+                                               max_queue_delay_microseconds=3000)
+    assert plain_dynamic not in PRESETS.values()
+    assert _config(*config_flags(plain_dynamic)) == plain_dynamic
+    assert plain_dynamic.batching_enabled and not plain_dynamic.uses_router
 
 
 def test_fastest_preset_quantizes() -> None:

@@ -7,7 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from modalscale.runtime.sweep import MIN_REQUESTS_FOR_P99, headline_rps, percentile_ci, poisson_arrivals_s, slo_ms
+from modalscale.runtime.sweep import (
+    MIN_REQUESTS_FOR_P99,
+    headline_rps,
+    load_points,
+    percentile_ci,
+    poisson_arrivals_s,
+    quantile_ratio_ci,
+    slo_ms,
+)
 
 
 def test_poisson_arrivals_have_the_offered_rate_and_start_at_zero() -> None:
@@ -47,3 +55,27 @@ def test_headline_is_the_last_rate_before_the_first_miss() -> None:
     assert headline_rps([(10.0, 90.0), (20.0, 200.0), (30.0, 120.0)], slo=150.0) == 10.0  # no credit after a miss
     assert headline_rps([(10.0, float("nan"))], slo=150.0) == 0.0
     assert headline_rps([(10.0, 200.0)], slo=150.0) == 0.0
+
+
+def test_p99_ratio_interval_covers_the_true_ratio_and_is_oriented_baseline_over_candidate() -> None:
+    rng = np.random.default_rng(5)
+    baseline = rng.exponential(300, 4000)  # true p99 = 300 ln 100
+    candidate = rng.exponential(100, 4000)  # true p99 = 100 ln 100: 3x lower
+    ratio, low, high = quantile_ratio_ci(baseline, candidate, 99, seed=2)
+    assert low <= 3.0 <= high and low <= ratio <= high
+    assert ratio == pytest.approx(np.percentile(baseline, 99) / np.percentile(candidate, 99))
+    inverse, _, _ = quantile_ratio_ci(candidate, baseline, 99, seed=2)
+    assert inverse == pytest.approx(1 / ratio)
+    assert all(math.isnan(x) for x in quantile_ratio_ci([], candidate))
+
+
+def test_load_points_are_each_variants_own_70_percent_and_the_baselines_70_percent_for_all() -> None:
+    points = load_points({"dyn": 40.0, "a": 60.0, "b": 20.0}, "dyn")
+    assert points == [("dyn", pytest.approx(28.0), "own=common"), ("a", pytest.approx(28.0), "common"),
+                      ("b", pytest.approx(28.0), "common"), ("a", pytest.approx(42.0), "own"),
+                      ("b", pytest.approx(14.0), "own")]
+    assert load_points({"dyn": 10.0}, "dyn", fraction=0.5) == [("dyn", 5.0, "own=common")]
+    with pytest.raises(ValueError, match="baseline"):
+        load_points({"a": 1.0}, "dyn")
+    with pytest.raises(ValueError, match="finite"):
+        load_points({"dyn": 10.0, "a": float("nan")}, "dyn")
