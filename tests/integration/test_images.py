@@ -444,3 +444,85 @@ def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_
     finally:
         op.stop()
         core.delete_namespace(ns)
+
+
+def test_a_runtime_pod_whose_python_backend_stub_is_killed_leaves_the_service_and_is_restarted(
+        real_node_cluster: Any, api: Any, crds_installed: list[str], built: dict[str, BuiltImage],
+        tmp_path: Path) -> None:
+    """On the real node: SIGKILL of the runtime pod's Python-backend stub (as the OOM killer does). Triton keeps
+    answering 200 on its own ready endpoint, but the pod's probes (modalscale.runtime.health) see the dead stub:
+    the pod turns unready (its endpoint leaves the Service), the kubelet restarts the container, and the replica
+    is Ready again and answers."""
+    import os
+    import signal
+
+    from kubernetes import client
+
+    from modalscale.devenv.images import import_into_cluster
+    from modalscale.devenv.operator_process import OperatorProcess
+    from modalscale.runtime.client import MultimodalClient
+
+    cluster = real_node_cluster
+    import_into_cluster(built["runtime-cpu"], cluster.workdir, log=lambda m: print(m, flush=True))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    ns = f"stub-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    op = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log",
+                         {"MODALSCALE_NAMESPACES": ns, "MODALSCALE_STANDALONE": "true"})
+    body = yaml.safe_load((REPO / "crds" / "examples" / "inferenceservice-real-node.yaml").read_text())
+    name, model = body["metadata"]["name"], body["spec"]["model"]["name"]
+
+    def pod() -> Any:
+        pods = core.list_namespaced_pod(ns, label_selector=f"modalscale.io/inferenceservice={name}").items
+        return pods[0] if len(pods) == 1 else None
+
+    def ready(p: Any) -> bool:
+        return any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+
+    def endpoints() -> list[str]:
+        subsets = core.read_namespaced_endpoints(name, ns).subsets or []
+        return [a.ip for s in subsets for a in s.addresses or []]
+
+    try:
+        op.wait_healthy()
+        custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices", body)
+        first = wait_for(lambda: (p := pod()) is not None and ready(p) and p, 600, "the runtime pod Ready",
+                         interval_s=1)
+        wait_for(lambda: endpoints() == [first.status.pod_ip], 60, "the pod in the Service's endpoints")
+        cid = first.status.container_statuses[0].container_id.split("://", 1)[1]
+        stubs = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if cid in (entry / "cgroup").read_text() and (entry / "comm").read_text().startswith(
+                            "triton_python"):
+                        stubs.append(int(entry.name))
+                except OSError:
+                    continue
+        assert stubs, "no Python-backend stub in the runtime container"
+        http = f"{first.status.pod_ip}:8000"
+        os.kill(stubs[0], signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(lambda: not ready(core.read_namespaced_pod(first.metadata.name, ns)), 120, "the pod unready")
+        unready_s = time.monotonic() - killed
+        wait_for(lambda: endpoints() == [], 60, "the pod out of the Service's endpoints")
+        out_s = time.monotonic() - killed
+        triton = httpx.get(f"http://{http}/v2/models/{model}/ready", timeout=10).status_code
+        def restarted_and_ready() -> Any:
+            p = core.read_namespaced_pod(first.metadata.name, ns)
+            statuses = p.status.container_statuses or []
+            return p if statuses and statuses[0].restart_count >= 1 and ready(p) else None
+
+        restarted = wait_for(restarted_and_ready, 600, "the container restarted and Ready again", interval_s=1)
+        back_s = time.monotonic() - killed
+        with MultimodalClient(http, model_name=model, timeout_s=120) as c:
+            assert c.infer(text="a table after the restart").modality == "text"
+        wait_for(lambda: endpoints() == [restarted.status.pod_ip], 60, "the pod back in the Service's endpoints")
+        last = restarted.status.container_statuses[0].last_state.terminated
+        print(f"stub {stubs[0]} killed: pod unready after {unready_s:.0f} s, out of the endpoints after {out_s:.0f} s "
+              f"(Triton's own ready endpoint meanwhile: {triton}); container restarted (last exit: "
+              f"{last.reason if last else None}, code {last.exit_code if last else None}) and Ready again after "
+              f"{back_s:.0f} s")
+    finally:
+        op.stop()
+        core.delete_namespace(ns)
