@@ -59,10 +59,10 @@ class SyntheticServiceLaw:
     own compute, ``unshared_ratio`` does not amortise with batching.
 
     Attributes:
-        overhead_ms: Fixed cost per batch, ms.
+        overhead_ms: Fixed time per batch, ms.
         ms_per_image: Per image (resize, patching, encoder set-up), ms.
-        ms_per_megapixel: Vision encoder cost per megapixel, ms.
-        ms_per_kilotoken: Prefill cost per 1000 text tokens, ms.
+        ms_per_megapixel: Vision encoder time per megapixel, ms.
+        ms_per_kilotoken: Prefill time per 1000 text tokens, ms.
         unshared_ratio: Fraction (0..1) of per-request compute that batching does not amortise.
         noise_sigma: Sigma of the mean-one lognormal multiplicative noise.
     """

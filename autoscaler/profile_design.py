@@ -66,8 +66,8 @@ class ProfileGrid:
     Attributes:
         image_sizes: ``(width, height)`` choices in pixels. The default covers upload resolutions (longer side
             480 to 1920 px): the runtime scales every image to a 384-pixel longer side before encoding, so above
-            that an image costs a constant encoder pass plus decoding that grows with its pixels, which the
-            additive model represents exactly. Below 384 px the encoder cost ramps with the resolution, which a
+            that an image takes a constant encoder pass plus decoding that grows with its pixels, which the
+            additive model represents exactly. Below 384 px the encoder time ramps with the resolution, which a
             model linear in total pixels and image count cannot follow (measured: 12 ms for 64x64, 63 ms for
             320x240, 67 ms for 1024x768 per image); profile small images with ``kind="boosted"``.
         images_per_request: Image counts of requests with images.

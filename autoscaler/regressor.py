@@ -2,8 +2,8 @@
 
 Model choice. The default ``kind="additive"`` is a non-negative linear model on physically meaningful terms
 (megapixels, images, kilotokens and a per-modality constant, each split into a batch-shared part ``/batch`` and a
-per-request part), fitted on relative error (weights ``1/y^2``). Why: a vision encoder's and a prefill's cost grow
-about linearly in pixels and tokens; a linear cost model extrapolates to resolutions beyond the profile (a 4x
+per-request part), fitted on relative error (weights ``1/y^2``). Why: a vision encoder's and a prefill's time grow
+about linearly in pixels and tokens; a linear service-time model extrapolates to resolutions beyond the profile (a 4x
 pixel shift), stays monotone, is unbiased on class means (the policy predicts on per-class mean features), needs
 a small profile and gets MAPE near the noise floor (about 6 % for 8 % lognormal noise) on the synthetic law.
 ``kind="boosted"`` (HistGradientBoostingRegressor on log service time) is kept for real profiles that turn out to
@@ -97,10 +97,10 @@ class ArtifactError(Exception):
 
 
 class PhysicalTerms(TransformerMixin, BaseEstimator):  # type: ignore[misc]  # sklearn ships no types
-    """Map ``FEATURES`` columns to physical cost terms (``TERMS``), shape ``(n, 12)``.
+    """Map ``FEATURES`` columns to physical service-time terms (``TERMS``), shape ``(n, 12)``.
 
     Pixels become megapixels and tokens kilotokens so coefficients read as ms per MP / per 1000 tokens; each term
-    appears once as is (per-request cost) and once divided by ``batch_size`` (cost shared by the batch).
+    appears once as is (per-request time) and once divided by ``batch_size`` (time shared by the batch).
     """
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> PhysicalTerms:

@@ -44,14 +44,14 @@ RESYNC_S = 30.0
 """The operator's resync interval in the N-service run, s (MODALSCALE_RESYNC_INTERVAL_SECONDS; its default)."""
 
 
-def isvc(name: str, cost_model: str | None = None) -> dict[str, Any]:
-    """A one-GPU InferenceService; Fixed at 1 replica, or Predictive with ``costModelRef`` ``cost_model``."""
+def isvc(name: str, service_time_model: str | None = None) -> dict[str, Any]:
+    """A one-GPU InferenceService; Fixed at 1 replica, or Predictive with ``costModelRef`` ``service_time_model``."""
     body: dict[str, Any] = {
         "apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": name},
         "spec": {"resources": {"cpu": "100m", "memory": "256Mi", "gpu": {"count": 1, "type": "nvidia-l4"}},
                  "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2}}}
-    if cost_model:
-        body["spec"]["model"] = {"costModelRef": {"name": cost_model}}
+    if service_time_model:
+        body["spec"]["model"] = {"costModelRef": {"name": service_time_model}}
         body["spec"]["scaling"] = {"mode": "Predictive", "minReplicas": 1, "maxReplicas": 2}
     return body
 
@@ -145,9 +145,9 @@ if sys.argv[1] == "operator" or sys.argv[1] == "operator+model":
     register(kopf.OperatorRegistry(), Settings())
     build_deps(Settings())
     if sys.argv[1] == "operator+model":
-        from modalscale.operator.autoscale.model import decode_cost_model
+        from modalscale.operator.autoscale.model import decode_service_time_model
         cm = {"binaryData": {"model.skops": base64.b64encode(open(sys.argv[2], "rb").read()).decode()}}
-        assert decode_cost_model(cm, "cm", "model.skops")[1].loaded
+        assert decode_service_time_model(cm, "cm", "model.skops")[1].loaded
 elif sys.argv[1] != "python":
     for name in sys.argv[1].split("+"):
         importlib.import_module(name)
@@ -162,7 +162,7 @@ BREAKDOWN_LIBRARIES = ("numpy", "scipy.special", "sklearn", "skops.io", "pandas"
                        "modalscale.autoscaler.regressor")
 
 
-def cost_model_artifact(path: Path) -> Path:
+def service_time_model_artifact(path: Path) -> Path:
     """A small additive service-time model artifact (what ``modalscale profile`` writes), at ``path``."""
     from modalscale.autoscaler.features import features_from_mapping
     from modalscale.autoscaler.profile_data import generate_profile
@@ -180,7 +180,7 @@ def import_breakdown(rounds: int) -> None:
     import json
 
     with tempfile.TemporaryDirectory(prefix="opimports-") as tmp:
-        artifact = cost_model_artifact(Path(tmp) / "model.skops")
+        artifact = service_time_model_artifact(Path(tmp) / "model.skops")
         kubeconfig = Path(tmp) / "kubeconfig"  # build_deps reads one; nothing connects to it
         kubeconfig.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "c",
@@ -246,7 +246,7 @@ def services_rss(cluster: LocalCluster, api: Any, tmp: Path, n: int, idle_s: flo
     import math
 
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    artifact = cost_model_artifact(tmp / "model.skops")
+    artifact = service_time_model_artifact(tmp / "model.skops")
 
     def items(ns: str) -> list[dict[str, Any]]:
         return list(custom.list_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices")["items"])
@@ -267,11 +267,11 @@ def services_rss(cluster: LocalCluster, api: Any, tmp: Path, n: int, idle_s: flo
                                   (f"{n} Predictive, model loaded", "rss-predictive", True)):
         core.create_namespace({"metadata": {"name": ns}})
         if predictive:
-            core.create_namespaced_config_map(ns, {"metadata": {"name": "cost"}, "binaryData": {
+            core.create_namespaced_config_map(ns, {"metadata": {"name": "service-time"}, "binaryData": {
                 "model.skops": base64.b64encode(artifact.read_bytes()).decode()}})
         for i in range(n):
             custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices",
-                                                   isvc(f"svc-{i:04d}", "cost" if predictive else None))
+                                                   isvc(f"svc-{i:04d}", "service-time" if predictive else None))
         op = OperatorProcess(cluster.kubeconfig, tmp / f"operator-{ns}.log",
                              {"MODALSCALE_STANDALONE": "true", "MODALSCALE_NAMESPACES": ns}, resync_s=30.0)
         try:

@@ -464,7 +464,7 @@ def section_operator_pod(b: Bench, cluster: LocalCluster, tmp: Path, url: str, a
         print(f"  RSS idle (1 real InferenceService, {args.idle_s:.0f} s after install; one pod active, one "
               f"standing by): {rss_line()}; {load()}")
 
-        # The autoscaler in the pod, reading Prometheus: Utilization mode (no cost model needed), a low target,
+        # The autoscaler in the pod, reading Prometheus: Utilization mode (no service-time model needed), a low target,
         # load through the Service, until the pod's autoscaler decides a scale-up.
         b.custom.patch_namespaced_custom_object(
             "modalscale.io", "v1alpha1", NS, "inferenceservices", NAME,

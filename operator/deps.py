@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from modalscale.operator.apply import Writer
 from modalscale.operator.autoscale.metrics import AutoscalerMetrics
-from modalscale.operator.autoscale.model import CostModelCache
+from modalscale.operator.autoscale.model import ServiceTimeModelCache
 from modalscale.operator.autoscale.observe import PrometheusReader
 from modalscale.operator.isvc.observe import Observer
 from modalscale.operator.metrics import OperatorMetrics
@@ -31,7 +31,7 @@ class AutoscaleRuntime:
     """What the autoscaler daemons share: the Prometheus reader, the service-time model cache, their metrics."""
 
     reader: PrometheusReader
-    models: CostModelCache
+    models: ServiceTimeModelCache
     metrics: AutoscalerMetrics
 
 
@@ -80,7 +80,7 @@ def build_deps(settings: Settings) -> Deps:
     observer = Observer(api)
     catalog = load_catalog(Path(settings.pricing_catalog) if settings.pricing_catalog else None)
     autoscale = AutoscaleRuntime(reader=PrometheusReader(settings.prometheus_url),
-                                 models=CostModelCache(observer.core),
+                                 models=ServiceTimeModelCache(observer.core),
                                  metrics=AutoscalerMetrics(metrics.registry))
     clock = lambda: dt.datetime.now(dt.UTC)  # noqa: E731
     prices = PriceBook(catalog, settings.opencost_url, settings.opencost_refresh_s, clock)

@@ -1,7 +1,7 @@
 """kopf registration of the autoscaler: one daemon per InferenceService in Predictive or Utilization mode.
 
-Every ``spec.scaling.decisionIntervalSeconds`` the daemon: reads the object fresh, loads the cost model of
-``spec.model.costModelRef`` (cached by the ConfigMap's resourceVersion), reads Prometheus (outside any lock), and
+Every ``spec.scaling.decisionIntervalSeconds`` the daemon: reads the object fresh, loads the service-time model
+of ``spec.model.costModelRef`` (cached by the ConfigMap's resourceVersion), reads Prometheus (outside any lock), and
 then, under ``Deps.lock_for(uid)`` (so it never interleaves with ``isvc.reconcile.reconcile_isvc``): reads the
 object and its Deployment again, builds the ``Observation``, calls the pure ``recommend``, and writes what
 ``plan_autoscale`` decides: ``status.desiredReplicas`` (a valid decision only), ``status.autoscaler`` and the
@@ -76,9 +76,9 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
         state = state_from_status(raw.get("status"))
     ref = spec.model.cost_model_config_map
     if ref or policy.mode == ScalingMode.PREDICTIVE:
-        model, cost_status = rt.models.load(namespace, ref, spec.model.cost_model_key)
+        model, model_status = rt.models.load(namespace, ref, spec.model.cost_model_key)
     else:
-        model, cost_status = None, None
+        model, model_status = None, None
     reading = rt.reader.read(namespace, name, spec.model.name, deps.clock())
 
     with deps.lock_for(raw["metadata"]["uid"]):
@@ -97,7 +97,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
             budget_max_replicas=budget_cap(raw["metadata"].get("annotations"))[0],
             now=now)
         decision = recommend(observation, policy, state, model, now)
-        plan = plan_autoscale(raw.get("status"), decision, reading, cost_status,
+        plan = plan_autoscale(raw.get("status"), decision, reading, model_status,
                               generation=int(raw["metadata"].get("generation") or 0), now=now,
                               utilization_ratio=observation.utilization_ratio,
                               refresh_s=max(60.0, 4 * interval))
@@ -116,7 +116,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
                             observation.current_replicas, decision.reason.value, decision.valid,
                             plan.metrics_reason, decision.message)
     rt.metrics.record(namespace, name, decision, plan.metrics_available,
-                      None if cost_status is None else cost_status.loaded, observation.utilization_ratio)
+                      None if model_status is None else model_status.loaded, observation.utilization_ratio)
     return compress_recommendations(decision.state), interval
 
 

@@ -22,7 +22,8 @@ class AutoscalerMetrics:
       service time per request class;
     - ``modalscale_autoscaler_arrival_requests_per_second{namespace,inferenceservice,modality}``: observed request rate;
     - ``modalscale_autoscaler_utilization_ratio{namespace,inferenceservice}``: busy fraction of ready slots;
-    - ``modalscale_autoscaler_metrics_available{namespace,inferenceservice}`` and ``..._cost_model_loaded``: 1 or 0;
+    - ``modalscale_autoscaler_metrics_available{namespace,inferenceservice}`` and ``..._cost_model_loaded``
+      (the service-time model; the exported name keeps its original spelling): 1 or 0;
     - ``modalscale_autoscaler_decisions_total{namespace,inferenceservice,reason,valid}``.
     """
 
@@ -42,24 +43,24 @@ class AutoscalerMetrics:
         self.metrics_available = Gauge("modalscale_autoscaler_metrics_available",
                                        "1 when the autoscaler could read the metrics its mode needs", ids,
                                        registry=registry)
-        self.cost_model_loaded = Gauge("modalscale_autoscaler_cost_model_loaded",
-                                       "1 when the service-time model is loaded", ids, registry=registry)
+        self.service_time_model_loaded = Gauge("modalscale_autoscaler_cost_model_loaded",
+                                               "1 when the service-time model is loaded", ids, registry=registry)
         self.decisions = Counter("modalscale_autoscaler_decisions_total", "Autoscaler decisions by reason",
                                  ids + ["reason", "valid"], registry=registry)
         self._per_object = [self.desired, self.load, self.utilization, self.metrics_available,
-                            self.cost_model_loaded]
+                            self.service_time_model_loaded]
         self._per_class = [self.service, self.rate]
 
     def record(self, namespace: str, name: str, decision: Decision, metrics_available: bool,
-               cost_model_loaded: bool | None, utilization_ratio: float | None) -> None:
+               service_time_model_loaded: bool | None, utilization_ratio: float | None) -> None:
         """Export one decision."""
         ids = {"namespace": namespace, "inferenceservice": name}
         self.decisions.labels(reason=decision.reason.value, valid=str(decision.valid).lower(), **ids).inc()
         if decision.valid:
             self.desired.labels(**ids).set(decision.desired_replicas)
         self.metrics_available.labels(**ids).set(1 if metrics_available else 0)
-        if cost_model_loaded is not None:
-            self.cost_model_loaded.labels(**ids).set(1 if cost_model_loaded else 0)
+        if service_time_model_loaded is not None:
+            self.service_time_model_loaded.labels(**ids).set(1 if service_time_model_loaded else 0)
         if utilization_ratio is not None and math.isfinite(utilization_ratio):
             self.utilization.labels(**ids).set(utilization_ratio)
         f = decision.features

@@ -1,8 +1,8 @@
 """Pure glue between the autoscaler's ``Decision`` and an InferenceService's status.
 
-``plan_autoscale(status, decision, reading, cost_model, ...)`` decides what to write: ``status.desiredReplicas``
-(only for a valid decision that changes it: never scale on data that could not be read), the
-``status.autoscaler`` block (only when the outcome changed, or as a heartbeat every ``refresh_s``), and the
+``plan_autoscale(status, decision, reading, service_time_model, ...)`` decides what to write:
+``status.desiredReplicas`` (only for a valid decision that changes it: never scale on data that could not be read),
+the ``status.autoscaler`` block (only when the outcome changed, or as a heartbeat every ``refresh_s``), and the
 conditions ``MetricsAvailable`` and ``CostModelLoaded`` (whole list, only when it changed).
 
 The scaler's memory (``ScalerState``) lives in ``status.autoscaler.state`` so that a restarted or newly elected
@@ -39,8 +39,11 @@ MESSAGE_CHARS = 1024
 
 
 @dataclass(frozen=True)
-class CostModelStatus:
-    """Outcome of loading the cost model: a ``CostModelLoaded`` condition's status, reason and message."""
+class ServiceTimeModelStatus:
+    """Outcome of loading the service-time model: a ``CostModelLoaded`` condition's status, reason and message.
+
+    (``CostModelLoaded`` is the condition's API name, kept so stored objects and clients that wait on it still work.)
+    """
 
     loaded: bool
     reason: str
@@ -163,7 +166,7 @@ def metrics_outcome(decision: Decision, reading: MetricsReading) -> tuple[bool, 
 
 
 def plan_autoscale(status: Mapping[str, Any] | None, decision: Decision, reading: MetricsReading,
-                   cost_model: CostModelStatus | None, *, generation: int, now: dt.datetime,
+                   service_time_model: ServiceTimeModelStatus | None, *, generation: int, now: dt.datetime,
                    utilization_ratio: float | None = None, refresh_s: float = 60.0) -> AutoscalePlan:
     """Decide the status writes of one autoscaler decision (pure).
 
@@ -171,7 +174,7 @@ def plan_autoscale(status: Mapping[str, Any] | None, decision: Decision, reading
         status: The InferenceService's ``status`` as read now.
         decision: From ``recommend``; its ``state`` is stored (compressed).
         reading: The metrics reading behind it.
-        cost_model: Outcome of loading the cost model; None leaves ``CostModelLoaded`` alone.
+        service_time_model: Outcome of loading the service-time model; None leaves ``CostModelLoaded`` alone.
         generation: ``metadata.generation`` (the conditions' ``observedGeneration``).
         now: Timezone-aware UTC.
         utilization_ratio: The observation's utilization (for status features), if known.
@@ -209,9 +212,9 @@ def plan_autoscale(status: Mapping[str, Any] | None, decision: Decision, reading
         patch["autoscaler"] = {**block, "features": {**block["features"], **gone}} if gone else block
 
     wanted = [cond.Condition(METRICS_AVAILABLE, cond.TRUE if available else cond.FALSE, reason, message)]
-    if cost_model is not None:
-        wanted.append(cond.Condition(COST_MODEL_LOADED, cond.TRUE if cost_model.loaded else cond.FALSE,
-                                     cost_model.reason, cost_model.message))
+    if service_time_model is not None:
+        wanted.append(cond.Condition(COST_MODEL_LOADED, cond.TRUE if service_time_model.loaded else cond.FALSE,
+                                     service_time_model.reason, service_time_model.message))
     old_conditions = current.get("conditions") or []
     new_conditions = cond.upsert(old_conditions, wanted, generation, now)
     if new_conditions != old_conditions:

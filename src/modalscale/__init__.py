@@ -1,4 +1,4 @@
-"""modalscale: serve multimodal models on Triton, scale them on a learned per-request cost, keep spend in budget.
+"""modalscale: serve multimodal models on Triton, scale them on learned per-request service times, keep spend in budget.
 
 The code lives in the top-level folders ``operator/``, ``autoscaler/``, ``costmodel/`` and ``runtime/``,
 imported only as ``modalscale.<folder>`` through the symlinks beside this file.

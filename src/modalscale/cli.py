@@ -54,7 +54,7 @@ SUMMARIES: dict[str, str] = {
     "operator": "run the operator (watches InferenceService and BudgetPolicy)",
     "runtime": "Serve the built-in multimodal model on tritonserver",
     "load": "Replay an arrival trace against the runtime and report latency",
-    "profile": "Measure per-request service time on the real runtime and fit the autoscaler's cost model",
+    "profile": "Measure per-request service time on the real runtime and fit the autoscaler's service-time model",
     "simulate": "compare autoscaling policies on a request trace",
     "cost": "cost reports from BudgetPolicy ledgers",
     "demo": "local cluster with a real node: real pods, Prometheus, scaling and budget, live",

@@ -1,4 +1,4 @@
-"""``modalscale profile``: measure the real Triton runtime's per-request service time and fit the cost model.
+"""``modalscale profile``: measure the real Triton runtime's per-request service time and fit the service-time model.
 
 Drives a running runtime (``--url``) or one it starts itself (default RuntimeConfig, loopback ports) with real
 requests (photographs resized to the grid's sizes, texts of exact token counts, unique image bytes so the
@@ -32,7 +32,7 @@ import httpx
 def add_parser(subparsers: Any) -> None:
     """Register ``profile``."""
     p = subparsers.add_parser("profile", help="Measure per-request service time on the real runtime and fit "
-                                              "the autoscaler's cost model")
+                                              "the autoscaler's service-time model")
     p.add_argument("--url", default=None, help="host:port of a running runtime's HTTP endpoint; default: start a "
                                                "local runtime (default config) for the profile")
     p.add_argument("--model", default="multimodal", help="Client-facing Triton model name (spec.model.name)")

@@ -37,14 +37,14 @@ from modalscale.operator import handlers
 from modalscale.operator.autoscale import handlers as autoscale_handlers
 from modalscale.operator.budget import handlers as budget_handlers
 from modalscale.autoscaler.features import FEATURES
-from modalscale.operator.autoscale.model import decode_cost_model
+from modalscale.operator.autoscale.model import decode_service_time_model
 from modalscale.operator.settings import Settings
 
 handlers.register(kopf.OperatorRegistry(), Settings())       # every handler module, as at start-up
 loaded = []
 for path in sys.argv[1:]:
     cm = {"binaryData": {"model.skops": base64.b64encode(Path(path).read_bytes()).decode()}}
-    model, status = decode_cost_model(cm, "cost-model", "model.skops")
+    model, status = decode_service_time_model(cm, "service-time-model", "model.skops")
     assert status.loaded, status
     loaded.append(float(model.predict(np.ones((1, len(FEATURES))))[0]))     # the model is usable, not just read
 print(json.dumps({"torch": sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")),
@@ -121,10 +121,10 @@ at_start = loaded()
 import numpy as np
 from modalscale.autoscaler.features import FEATURES
 from modalscale.autoscaler.queueing import response_quantile_ms
-from modalscale.operator.autoscale.model import decode_cost_model
+from modalscale.operator.autoscale.model import decode_service_time_model
 
 cm = {"binaryData": {"model.skops": base64.b64encode(Path(sys.argv[2]).read_bytes()).decode()}}
-model, status = decode_cost_model(cm, "cost-model", "model.skops")
+model, status = decode_service_time_model(cm, "service-time-model", "model.skops")
 assert status.loaded, status
 service_ms = float(model.predict(np.ones((1, len(FEATURES))))[0])
 p95_ms = response_quantile_ms(500.0 / service_ms, service_ms, 1.0, 2)  # 0.5 erlangs on 2 slots

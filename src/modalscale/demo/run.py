@@ -455,7 +455,7 @@ class Demo:
             "metadata": {"name": ISVC, "labels": {"team": "demo"}},
             "spec": {
                 "model": {"source": "BuiltIn", "name": "multimodal",
-                          "costModelRef": {"name": "vision-chat-cost-model", "key": "model.skops"}},
+                          "costModelRef": {"name": "vision-chat-service-time-model", "key": "model.skops"}},
                 "runtime": {"instanceCount": 1, "maxBatchSize": 8,
                             "dynamicBatching": {"preferredBatchSizes": [4, 8], "maxQueueDelayMicroseconds": 2000}},
                 "resources": {"cpu": "4", "memory": "16Gi", "gpu": {"count": 1, "type": GPU_TYPE}},
@@ -506,8 +506,8 @@ class Demo:
 
     def apply_objects(self, artifact_b64: str, replica_usd_per_hour: Decimal, expected_hours: float,
                       limit_factor: float) -> str:
-        """Secret, cost-model ConfigMap, the InferenceService (created; in real mode given its cost model, still
-        Fixed at one replica: :meth:`turn_predictive` turns it Predictive once traffic runs), BudgetPolicy.
+        """Secret, service-time-model ConfigMap, the InferenceService (created; in real mode given its service-time
+        model, still Fixed at one replica: :meth:`turn_predictive` turns it Predictive once traffic runs), BudgetPolicy.
         Returns the limit (USD)."""
         from kubernetes import client
 
@@ -517,12 +517,12 @@ class Demo:
             core.create_namespace({"metadata": {"name": NAMESPACE}})
         core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": "demo-slack"},
                                                   "stringData": {"url": self.receiver.url}})
-        core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": "vision-chat-cost-model"},
+        core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": "vision-chat-service-time-model"},
                                                       "binaryData": {"model.skops": artifact_b64}})
         if self.real:
             custom.patch_namespaced_custom_object(
                 "modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices", ISVC,
-                {"spec": {"model": {"costModelRef": {"name": "vision-chat-cost-model", "key": "model.skops"}}}})
+                {"spec": {"model": {"costModelRef": {"name": "vision-chat-service-time-model", "key": "model.skops"}}}})
         else:
             custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices",
                                                    self._isvc_body())
@@ -554,7 +554,7 @@ class Demo:
             "modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices", ISVC,
             {"spec": {"scaling": dict(self._scaling(), replicas=None)}})
 
-    def fit_cost_model(self, http_url: str, shapes: int = 24) -> str:
+    def fit_service_time_model(self, http_url: str, shapes: int = 24) -> str:
         """Profile the runtime at ``http_url`` with ``modalscale profile``; return the fitted artifact (skops zip)."""
         import subprocess
         import sys
@@ -572,7 +572,7 @@ class Demo:
             raise RuntimeError(f"modalscale profile failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
                                f"{proc.stderr[-2000:]}")
         self.timings["profile"] = time.monotonic() - started
-        self.say("Cost model fitted on the real runtime: " + " ".join(proc.stdout.strip().splitlines()[-3:]))
+        self.say("Service-time model fitted on the real runtime: " + " ".join(proc.stdout.strip().splitlines()[-3:]))
         return base64.b64encode((out / "model.skops").read_bytes()).decode()
 
     def plan_load(self, url: str, shift_at_s: float) -> Any:
@@ -732,13 +732,13 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             demo.import_runtime_image()
             demo.start_operator(demo.prepare_prometheus())
             url = demo.start_first_replica()
-            artifact = demo.fit_cost_model(url)
+            artifact = demo.fit_service_time_model(url)
             if cfg.trace is None and cfg.rate_rps is None:
                 demo.plan_load(url, shift_at_s(cfg, real=True))
             demo.start_prometheus()
         else:
             demo.start_runtime()
-            artifact = demo.fit_cost_model(demo.triton.http_url)
+            artifact = demo.fit_service_time_model(demo.triton.http_url)
             demo.start_prometheus()
             demo.start_operator(demo.prom.url)
         demo.start_receiver()

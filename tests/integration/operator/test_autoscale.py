@@ -1,7 +1,7 @@
 """The autoscaler end to end, everything real: a control plane of its own (etcd, kube-apiserver, scheduler,
 controller-manager, KWOK GPU nodes), the ``modalscale operator`` subprocess with ``MODALSCALE_PROMETHEUS_URL``, a
 real Prometheus scraping a real ``tritonserver`` running the modalscale runtime, real requests (photographs,
-texts), and a cost model profiled from that server by ``modalscale profile``.
+texts), and a service-time model profiled from that server by ``modalscale profile``.
 
 Local setup: the InferenceServices' pods are KWOK-simulated; ONE real Triton process serves every request. Which
 InferenceService a request counts for is decided by the labels Prometheus gives the Triton scrape target
@@ -99,7 +99,7 @@ def profiled(triton: TritonProcess, tmp_path_factory: pytest.TempPathFactory) ->
            "--repeats", "2", "--batched-shapes", "1", "--concurrency", "3", "--rounds", "1",
            "--image-sizes", "480x360,640x480,1024x768", "--images", "1,2", "--tokens", "8,32,64",
            "--out-csv", str(out / "profile.csv"), "--out-model", str(out / "model.skops"),
-           "--json", str(out / "report.json"), "--configmap", "cost", "--configmap-out", str(out / "cm.yaml")]
+           "--json", str(out / "report.json"), "--configmap", "service-time", "--configmap-out", str(out / "cm.yaml")]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {"dir": out, "artifact": (out / "model.skops").read_bytes(), "stderr": proc.stderr,
@@ -136,7 +136,7 @@ def _predictive(name: str, **scaling: Any) -> dict[str, Any]:
     """Predictive scaling with a low utilization target: one real Triton on a shared 2-core machine carries
     little load, and a low target maps that load to several replicas (text-only stays at 1: at 1.5 req/s it
     would need > 100 ms per request to exceed 0.15 erlangs)."""
-    body = make_isvc(name, model={"costModelRef": {"name": "cost"}})
+    body = make_isvc(name, model={"costModelRef": {"name": "service-time"}})
     body["spec"]["scaling"] = {"mode": "Predictive", "minReplicas": 1, "maxReplicas": 6,
                                "decisionIntervalSeconds": INTERVAL_S, "targetP95LatencyMilliseconds": 3000,
                                "targetUtilizationPercent": 15, "scaleDownStabilizationSeconds": 0, **scaling}
@@ -229,7 +229,7 @@ def scaled(as_api: Any, triton: TritonProcess, prometheus: PrometheusProcess, au
     """Text-only load on ``text-svc``, then image-heavy load at the same rate on ``image-svc``."""
     ns = "autoscale"
     client.CoreV1Api(as_api).create_namespace({"metadata": {"name": ns}})
-    _configmap(as_api, ns, "cost", profiled["artifact"])
+    _configmap(as_api, ns, "service-time", profiled["artifact"])
     for name in ("text-svc", "image-svc"):
         create(as_api, ns, _predictive(name))
 
@@ -335,7 +335,7 @@ def test_prometheus_stopped_holds_replicas_and_reports_metrics_unavailable(
 
 
 @pytest.mark.timeout(1200)
-def test_corrupt_cost_model_sets_the_condition_and_falls_back_to_utilization(
+def test_corrupt_service_time_model_sets_the_condition_and_falls_back_to_utilization(
         as_api: Any, scaled: dict[str, Any], prometheus: PrometheusProcess, triton: TritonProcess,
         profiled: dict[str, Any]) -> None:
     ns = scaled["ns"]

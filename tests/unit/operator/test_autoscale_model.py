@@ -1,4 +1,4 @@
-"""The cost model read from the ConfigMap of spec.model.costModelRef: loaded, refused with a reason, cached."""
+"""The service-time model read from the ConfigMap of spec.model.costModelRef: loaded, refused with a reason, cached."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from modalscale.operator.autoscale.model import (
     COST_MODEL_NOT_FOUND,
     INVALID_COST_MODEL,
     NO_COST_MODEL_REF,
-    CostModelCache,
-    decode_cost_model,
+    ServiceTimeModelCache,
+    decode_service_time_model,
 )
 
 
@@ -31,7 +31,7 @@ def artifact() -> tuple[ServiceTimeRegressor, bytes]:
 
 def configmap(binary: dict[str, bytes] | None = None, data: dict[str, str] | None = None,
               version: str = "1") -> dict[str, Any]:
-    cm: dict[str, Any] = {"metadata": {"name": "cost", "resourceVersion": version}}
+    cm: dict[str, Any] = {"metadata": {"name": "service-time", "resourceVersion": version}}
     if binary is not None:
         cm["binaryData"] = {k: base64.b64encode(v).decode() for k, v in binary.items()}
     if data is not None:
@@ -41,7 +41,7 @@ def configmap(binary: dict[str, bytes] | None = None, data: dict[str, str] | Non
 
 def test_artifact_in_binary_data_loads_and_predicts_like_the_original(artifact: Any) -> None:
     model, raw = artifact
-    loaded, status = decode_cost_model(configmap({"model.skops": raw}), "cost", "model.skops")
+    loaded, status = decode_service_time_model(configmap({"model.skops": raw}), "service-time", "model.skops")
     assert status.loaded and status.reason == ARTIFACT_LOADED
     x = features_from_columns([0, 307200, 614400], [0, 1, 2], [40, 0, 10])
     np.testing.assert_array_equal(loaded.predict(x), model.predict(x))
@@ -55,7 +55,7 @@ def test_artifact_in_binary_data_loads_and_predicts_like_the_original(artifact: 
     (configmap({"model.skops": b"definitely not a zip"}), INVALID_COST_MODEL, "corrupt"),
 ], ids=["no-configmap", "no-key", "key-in-data", "bad-base64", "corrupt-artifact"])
 def test_unusable_configmaps_are_refused_with_a_reason_and_the_fallback(cm: Any, reason: str, words: str) -> None:
-    model, status = decode_cost_model(cm, "cost", "model.skops")
+    model, status = decode_service_time_model(cm, "service-time", "model.skops")
     assert model is None and not status.loaded and status.reason == reason
     assert words in status.message and "falls back to the Utilization policy" in status.message
 
@@ -77,24 +77,24 @@ class RecordingCore:
 def test_cache_loads_again_only_when_the_resource_version_changes(artifact: Any, monkeypatch: Any) -> None:
     _, raw = artifact
     core = RecordingCore(configmap({"model.skops": raw}, version="7"))
-    cache = CostModelCache(core)
+    cache = ServiceTimeModelCache(core)
     import modalscale.operator.autoscale.model as module
 
     loads = []
-    real = module.decode_cost_model
-    monkeypatch.setattr(module, "decode_cost_model", lambda *a: loads.append(a) or real(*a))
-    first, _ = cache.load("ml", "cost", "model.skops")
-    second, _ = cache.load("ml", "cost", "model.skops")
+    real = module.decode_service_time_model
+    monkeypatch.setattr(module, "decode_service_time_model", lambda *a: loads.append(a) or real(*a))
+    first, _ = cache.load("ml", "service-time", "model.skops")
+    second, _ = cache.load("ml", "service-time", "model.skops")
     assert first is second and len(loads) == 1 and core.reads == 2
     core.cm = configmap({"model.skops": b"broken"}, version="8")
-    third, status = cache.load("ml", "cost", "model.skops")
+    third, status = cache.load("ml", "service-time", "model.skops")
     assert third is None and status.reason == INVALID_COST_MODEL and len(loads) == 2
 
 
 def test_missing_reference_and_missing_configmap(artifact: Any) -> None:
-    cache = CostModelCache(RecordingCore(None))
+    cache = ServiceTimeModelCache(RecordingCore(None))
     assert cache.load("ml", None, "model.skops")[1].reason == NO_COST_MODEL_REF
-    assert cache.load("ml", "cost", "model.skops")[1].reason == COST_MODEL_NOT_FOUND
+    assert cache.load("ml", "service-time", "model.skops")[1].reason == COST_MODEL_NOT_FOUND
 
 
 def test_other_api_errors_propagate() -> None:
@@ -103,4 +103,4 @@ def test_other_api_errors_propagate() -> None:
             raise ApiException(status=500, reason="boom")
 
     with pytest.raises(ApiException):
-        CostModelCache(Failing(None)).load("ml", "cost", "model.skops")
+        ServiceTimeModelCache(Failing(None)).load("ml", "service-time", "model.skops")

@@ -29,7 +29,7 @@ from modalscale.operator.autoscale.plan import (
     COST_MODEL_LOADED,
     MAX_FEATURES,
     METRICS_AVAILABLE,
-    CostModelStatus,
+    ServiceTimeModelStatus,
     compress_recommendations,
     plan_autoscale,
     state_from_status,
@@ -39,7 +39,7 @@ from modalscale.operator.conditions import get
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 READ = MetricsReading(observed_at=NOW, workload=(), busy_erlangs=0.5, targets_up=1, targets_total=1)
-LOADED = CostModelStatus(True, "ArtifactLoaded", "service-time model loaded")
+LOADED = ServiceTimeModelStatus(True, "ArtifactLoaded", "service-time model loaded")
 
 
 def decision(desired: int = 3, valid: bool = True, reason: Reason = Reason.SCALE_UP_FOR_SLO,
@@ -100,7 +100,7 @@ def test_changed_reason_rewrites_the_block_at_once() -> None:
 def test_condition_transition_time_moves_only_when_status_flips() -> None:
     first = plan_autoscale({}, decision(3), READ, LOADED, generation=1, now=NOW)
     status = {"desiredReplicas": 3, **first.status_patch}
-    broken = CostModelStatus(False, "InvalidCostModel", "corrupt")
+    broken = ServiceTimeModelStatus(False, "InvalidCostModel", "corrupt")
     later = NOW + dt.timedelta(seconds=10)
     second = plan_autoscale(status, decision(3), READ, broken, generation=1, now=later)
     cost = get(second.status_patch["conditions"], COST_MODEL_LOADED)
