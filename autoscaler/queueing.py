@@ -95,7 +95,7 @@ def allen_cunneen_mean_wait_ms(
 
 
 def _gamma_sf(t_ms: NDArray[np.float64], mean_ms: float, scv: float) -> NDArray[np.float64]:
-    # Imported here, not at the top: scipy.special costs the operator ~11 MB of RSS, needed only once a service is
+    # Imported here, not at the top: scipy.special adds ~11 MB to the operator's RSS, needed only once a service is
     # sized by the queueing model (tests/unit/test_operator_imports.py keeps it out of the idle operator).
     from scipy.special import gammaincc
 

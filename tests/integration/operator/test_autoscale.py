@@ -120,7 +120,7 @@ def test_profile_measures_the_real_runtime_and_writes_a_model_that_beats_the_bas
     assert (table["batch_size"] >= 1).all()
     model = loads_model(profiled["artifact"])
     two_images, text = model.predict(features_from_columns([2 * 640 * 480, 0], [2, 0], [0, 32]))
-    assert two_images > text  # measured: an image costs far more than a short text on this runtime
+    assert two_images > text  # measured: an image takes far longer than a short text on this runtime
     (requests,) = [s for s in profiled["report"]["splits"] if s["name"] == "requests"]
     assert requests["results"]["model"]["mae_ms"] < requests["results"]["dummy_mean"]["mae_ms"]
     manifest = yaml.safe_load((profiled["dir"] / "cm.yaml").read_text())

@@ -103,9 +103,9 @@ def test_condition_transition_time_moves_only_when_status_flips() -> None:
     broken = ServiceTimeModelStatus(False, "InvalidCostModel", "corrupt")
     later = NOW + dt.timedelta(seconds=10)
     second = plan_autoscale(status, decision(3), READ, broken, generation=1, now=later)
-    cost = get(second.status_patch["conditions"], COST_MODEL_LOADED)
+    model = get(second.status_patch["conditions"], COST_MODEL_LOADED)
     metrics = get(second.status_patch["conditions"], METRICS_AVAILABLE)
-    assert cost["status"] == "False" and cost["lastTransitionTime"] == "2026-11-30T12:00:10Z"
+    assert model["status"] == "False" and model["lastTransitionTime"] == "2026-11-30T12:00:10Z"
     assert metrics["lastTransitionTime"] == "2026-11-30T12:00:00Z"
 
 

@@ -139,7 +139,7 @@ def test_evaluation_refuses_tiny_profiles_and_bad_ratios() -> None:
 
 def test_configmap_manifest_carries_the_artifact_in_binary_data() -> None:
     artifact = bytes(range(256)) * 3
-    manifest = yaml.safe_load(configmap_yaml("cost", "model.skops", artifact, "ml"))
+    manifest = yaml.safe_load(configmap_yaml("service-time", "model.skops", artifact, "ml"))
     assert manifest["kind"] == "ConfigMap" and manifest["metadata"] == {
-        "name": "cost", "labels": {"app.kubernetes.io/part-of": "modalscale"}, "namespace": "ml"}
+        "name": "service-time", "labels": {"app.kubernetes.io/part-of": "modalscale"}, "namespace": "ml"}
     assert base64.b64decode(manifest["binaryData"]["model.skops"]) == artifact
