@@ -177,7 +177,7 @@ def p99_at_load(args: argparse.Namespace, table: dict[str, "capacity.Variant"]) 
     server = TritonProcess(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                            exit_timeout_s=5, temp_paths=[work])
     server.start(ready_timeout_s=900)
-    rows: list[tuple[str, str, dict[str, object]]] = []
+    rows: list[tuple[str, str, dict[str, object]]] = []  # (variant, point/round, row)
     caps: dict[str, float] = {}
     try:
         warm = capacity.workload(8, seed=args.seed)
@@ -192,14 +192,17 @@ def p99_at_load(args: argparse.Namespace, table: dict[str, "capacity.Variant"]) 
                   f"req/s; closed loop (concurrency 4, {w.requests} requests) {wall_rps:.1f} req/s; using "
                   f"{args.capacity_basis}: {caps[name]:.1f} req/s, load {proctree.loadavg()[0]:.1f}", flush=True)
         # common points share one seed (same requests, same arrival times); own points another
-        for name, rate, label in load_points(caps, baseline, 0.7):
-            seed = args.seed if "common" in label else args.seed + 1
-            row = run_point(server, table, name, rate, seed, args.requests, args.max_backlog)
-            rows.append((name, label, row))
-            print(f"  {name:<17} {label:<10} offered {rate:6.1f} req/s: achieved {row['achieved']:6.1f}, n "
-                  f"{row['n']}, errors {row['errors']}, shed {row['shed']}, p99 "
-                  f"{percentile_ci(row['all'], 99, seed=1)} ms, load {row['load_before']:.1f} -> "  # type: ignore[arg-type]
-                  f"{row['load_after']:.1f}", flush=True)
+        plan = load_points(caps, baseline, 0.7)
+        for rnd in range(args.rounds):
+            for name, rate, label in (plan if rnd % 2 == 0 else plan[::-1]):  # baseline first, then last
+                seed = args.seed + 10 * rnd + (0 if "common" in label else 1)
+                row = run_point(server, table, name, rate, seed, args.requests, args.max_backlog)
+                label = f"{label}/r{rnd}"
+                rows.append((name, label, row))
+                print(f"  {name:<17} {label:<13} offered {rate:6.1f} req/s: achieved {row['achieved']:6.1f}, n "
+                      f"{row['n']}, errors {row['errors']}, shed {row['shed']}, p99 "
+                      f"{percentile_ci(row['all'], 99, seed=1)} ms, load {row['load_before']:.1f} -> "  # type: ignore[arg-type]
+                      f"{row['load_after']:.1f}", flush=True)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -208,27 +211,29 @@ def p99_at_load(args: argparse.Namespace, table: dict[str, "capacity.Variant"]) 
           f"{100 * proctree.steal_fraction(jiffies0, jiffies1):.2f} % (machine shared with other jobs)")
     print("\nlatency ms from scheduled arrival: p50 / p99 [95 % bootstrap interval] (n); * = p99 from < "
           f"{MIN_REQUESTS_FOR_P99} latencies; queue / compute = Triton's mean per request (router: modality models)")
-    print(f"{'variant':<17} {'point':<10} {'offered':>7} {'achieved':>8} {'err':>4} {'shed':>5} {'queue':>6} "
+    print(f"{'variant':<17} {'point':<13} {'offered':>7} {'achieved':>8} {'err':>4} {'shed':>5} {'queue':>6} "
           f"{'compute':>7} {'srvCPU':>6} {'load':>9}  " + "  ".join(f"{m + ' p50 / p99 (n)':<34}"
                                                                    for m in (*MODALITIES, "all")))
     for name, label, r in rows:
         cells = [f"{percentile_ci(r[m], 50, seed=2).value_ms:.0f} / {percentile_ci(r[m], 99, seed=3)!s} "  # type: ignore[arg-type]
                  f"({len(r[m])})" for m in (*MODALITIES, "all")]  # type: ignore[arg-type]
-        print(f"{name:<17} {label:<10} {r['offered']:7.1f} {r['achieved']:8.1f} {r['errors']:4d} {r['shed']:5d} "
+        print(f"{name:<17} {label:<13} {r['offered']:7.1f} {r['achieved']:8.1f} {r['errors']:4d} {r['shed']:5d} "
               f"{r['queue_ms']:6.0f} {r['compute_ms']:7.0f} {r['server_ms']:6.0f} "
               f"{r['load_before']:4.1f}-{r['load_after']:<4.1f}  " + "  ".join(f"{c:<34}" for c in cells))
-    base_row = next(r for n, lab, r in rows if n == baseline)
     print(f"\nmixed-modality p99 ratio = {baseline}'s p99 / variant's p99 (> 1: the variant is lower; target >= 2), "
           "95 % bootstrap interval; a point that shed or failed requests has no valid p99")
     for name, label, r in rows:
         if name == baseline:
             continue
+        base_row = next(b for n, lab, b in rows if n == baseline and lab.endswith("/" + label.split("/")[1]))
         ratio, low, high = quantile_ratio_ci(base_row["all"], r["all"], 99, seed=4)  # type: ignore[arg-type]
         valid = not (r["shed"] or r["errors"] or base_row["shed"] or base_row["errors"])
         verdict = ("met" if low >= 2 else "not met") if valid else "undefined (shed or errors)"
-        reading = ("the issue's reading: same offered load" if label == "common"
+        if min(r["n"], base_row["n"]) < MIN_REQUESTS_FOR_P99:  # type: ignore[call-overload]
+            verdict += f" (indicative only: p99 from < {MIN_REQUESTS_FOR_P99} latencies)"
+        reading = ("the issue's reading: same offered load" if label.startswith("common")
                    else "each at 70 % of its own capacity")
-        print(f"verdict {name:<17} {label:<7} ({reading}): {ratio:.2f}x [{low:.2f}-{high:.2f}] -> target {verdict}; "
+        print(f"verdict {name:<17} {label:<10} ({reading}): {ratio:.2f}x [{low:.2f}-{high:.2f}] -> target {verdict}; "
               "per modality " + ", ".join(
                   f"{m} {quantile_ratio_ci(base_row[m], r[m], 99, seed=5)[0]:.2f}x" for m in MODALITIES))  # type: ignore[arg-type]
     return 0
@@ -248,6 +253,9 @@ def main() -> int:
                              "its closed-loop throughput now (wall: what a machine shared with other jobs gives it)")
     parser.add_argument("--max-backlog", type=int, default=256)
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --p99-baseline: repeat the points, the order reversed every other round (the "
+                             "baseline first, then last); verdicts pair each round with its own baseline point")
     parser.add_argument("--p99-baseline", default=None, metavar="VARIANT",
                         help="instead of the sweep: issue 13's p99-at-70%%-load comparison of --variants against this "
                              "one (plain dynamic batching: ov_dynamic), each at 70%% of its own capacity and all at "
