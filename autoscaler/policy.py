@@ -41,8 +41,8 @@ division by zero) is missing data, never zero traffic: :class:`WorkloadClass` re
 turns a non-finite utilization, p95 or queue length into None (unknown). Partly missing metrics (fewer scrape
 targets answered than were expected: one per ready replica when each pod is a target, ``Observation.targets_up``
 vs ``targets_expected``) read low: the need computed from them is a lower bound, so it may scale up but never
-down (``HeldPartialMetrics``), as HPA skips scale-down while a metric is missing. Spec bounds and the budget cap still apply (they are not metrics); when they force a change, the
-decision is valid.
+down (``HeldPartialMetrics``), as HPA skips scale-down while a metric is missing. Spec bounds and the budget cap
+still apply (they are not metrics); when they force a change, the decision is valid.
 
 An empty history (status lost, or a switch from Fixed mode, which keeps no state) is seeded with the current
 replica count at ``now``, as HPA seeds a new autoscaler's recommendations, so the scale-down window applies to
@@ -508,12 +508,14 @@ def finalize_recommendation(
     if desired != rec:
         if rec < current:
             reason = Reason.SCALE_DOWN_STABILIZED
-            message = f"{message}; scale-down to {rec} held at {desired} (max over the last {policy.scale_down_stabilization_s:g} s)"
+            message = (f"{message}; scale-down to {rec} held at {desired} "
+                       f"(max over the last {policy.scale_down_stabilization_s:g} s)")
             if seeded:
                 message += f"; no history, seeded with the current {current}"
         else:
             reason = Reason.SCALE_UP_STABILIZED
-            message = f"{message}; scale-up to {rec} held at {desired} (min over the last {policy.scale_up_stabilization_s:g} s)"
+            message = (f"{message}; scale-up to {rec} held at {desired} "
+                       f"(min over the last {policy.scale_up_stabilization_s:g} s)")
 
     if abs(desired - current) > policy.max_step_replicas:
         desired = current + policy.max_step_replicas * (1 if desired > current else -1)
@@ -652,7 +654,8 @@ def _predictive_need(
     quiet_s = math.inf if state.last_change_at is None else (now - state.last_change_at).total_seconds()
     settled = ready == current and ready > 0 and quiet_s >= 2 * observation.window_s and not is_partial(observation)
 
-    workloads = [observation.workload] + ([observation.recent_workload] if observation.recent_workload is not None else [])
+    workloads = [observation.workload] + (
+        [observation.recent_workload] if observation.recent_workload is not None else [])
     raw = _predict_raw_ms(workloads, model)
 
     # 1. service-time calibration: observed vs predicted (raw) mean service time, rate-weighted over classes
@@ -681,7 +684,8 @@ def _predictive_need(
     # in steady conditions: no replica starting, enough requests, and inside the model's operating range
     latency_scale = state.latency_scale
     steady = settled and stable.arrival_rps * observation.window_s >= 20
-    if observation.p95_latency_ms is not None and steady and stable.load_erlangs <= _CALIBRATION_MAX_UTILIZATION * ready * slots:
+    if (observation.p95_latency_ms is not None and steady
+            and stable.load_erlangs <= _CALIBRATION_MAX_UTILIZATION * ready * slots):
         predicted_p95 = response_quantile_ms(stable.arrival_rps, stable.mean_ms, stable.scv, ready * slots, q,
                                              scv_arrival=ca2)
         if math.isfinite(predicted_p95):
@@ -783,7 +787,8 @@ def _predictive_need(
     if queued > 0:
         backlog_erlang_s = queued * mean_ms / 1000.0
         drain_need = math.ceil((load + backlog_erlang_s / policy.backlog_drain_s) / slots - 1e-9)
-        features.update(queued_requests=queued, backlog_erlang_s=backlog_erlang_s, backlog_need_replicas=float(drain_need))
+        features.update(queued_requests=queued, backlog_erlang_s=backlog_erlang_s,
+                        backlog_need_replicas=float(drain_need))
         if drain_need > need:
             need = drain_need
             reason = Reason.SCALE_UP_FOR_BACKLOG if need > current else Reason.STEADY

@@ -16,8 +16,9 @@ replica-seconds x price at 15 s resolution.
 Each policy runs twice, side by side: ``before`` is the operator before 2026-11-30, kept here as a frozen
 baseline (:func:`legacy_evaluation`: replica counts sampled at each evaluation and held for the interval, a
 threshold acted on at the first evaluation after the ledger passed it, the interval after an action charged at
-the rate observed just before it) and ``after`` is the current one, what ships (enforcement starts when spend + burn rate x 60 s would pass the
-threshold, ``AheadOfCrossingByOneEvaluation``; the interval after a new cap is charged at the capped rate):
+the rate observed just before it) and ``after`` is the current one, what ships (enforcement starts when spend +
+burn rate x 60 s would pass the threshold, ``AheadOfCrossingByOneEvaluation``; the interval after a new cap is
+charged at the capped rate):
 
 * ``hard cap``: Monthly, 50 % Alert, 80 % CapReplicas 2, 100 % ScaleToZero (the headline: enforcement at 100 %);
 * ``floor + 105 %``: the policy this benchmark used before, 100 % ScaleDown to a floor of 1 replica and
@@ -259,7 +260,8 @@ def constant_rate_overspend(*, old: bool) -> list[Decimal]:
     out = []
     for k in range(PHASES):
         limit = (Decimal(100) + per_eval * k / PHASES).quantize(Decimal("0.01"))
-        spec = parse_budget_spec({"period": "Daily", "limit": {"amount": str(limit)}, "evaluationIntervalSeconds": EVAL_S,
+        spec = parse_budget_spec({"period": "Daily", "limit": {"amount": str(limit)},
+                                  "evaluationIntervalSeconds": EVAL_S,
                                   "thresholds": [{"percent": 100, "actions": ["Alert", "ScaleToZero"]}]})
         status: dict[str, Any] = {}
         t, pod = start, PodRun("big-1", start)
@@ -376,7 +378,8 @@ def main() -> int:
             print(f"{'daily hard cap (100 % ScaleToZero), worst of ' + str(len(o)) + ' days':58s}"
                   f"{max(o):10.4f}{max(n):10.4f}{fmt_ratio(max(n), max(o))}")
             print(f"{'daily hard cap, mean of ' + str(len(o)) + ' days':58s}"
-                  f"{statistics.mean(o):10.4f}{statistics.mean(n):10.4f}{fmt_ratio(statistics.mean(n), statistics.mean(o))}")
+                  f"{statistics.mean(o):10.4f}{statistics.mean(n):10.4f}"
+                  f"{fmt_ratio(statistics.mean(n), statistics.mean(o))}")
         else:
             o, n = float(overspend_percent(old, old["periods"][0])), float(overspend_percent(new, new["periods"][0]))
             label = ("hard cap (100 % ScaleToZero), monthly" if key == "hard cap"
@@ -387,7 +390,8 @@ def main() -> int:
     p = fl["periods"][0]
     if ThresholdAction.SCALE_DOWN in p.planned and ThresholdAction.SCALE_TO_ZERO in p.planned:
         floor_rate = sum(fl["prices"].values())
-        hours = (p.planned[ThresholdAction.SCALE_TO_ZERO][0] - p.planned[ThresholdAction.SCALE_DOWN][0]) / timedelta(hours=1)
+        hours = ((p.planned[ThresholdAction.SCALE_TO_ZERO][0] - p.planned[ThresholdAction.SCALE_DOWN][0])
+                 / timedelta(hours=1))
         print(f"  (floor + 105 %: the floor of 1 replica per service burns {floor_rate:.2f} USD/h for {hours:.0f} h "
               f"between 100 % and 105 %: the 5 % is the policy's, not a lag)")
     (o, n), price = const, default_catalog().price_replica(H100_X8, "OnDemand")
@@ -406,7 +410,8 @@ def main() -> int:
           f"{new['periods'][0].truth:.2f} USD, limit {limit} USD  (before / after)")
     print("Ledger vs replica-seconds x price (goal within +/-1 %):")
     print(f"  ungoverned {ledger_error_percent(ungoverned):+.4f} %; " + "; ".join(
-        f"{k} {ledger_error_percent(old):+.4f} % / {ledger_error_percent(new):+.4f} %" for k, (old, new) in runs.items())
+        f"{k} {ledger_error_percent(old):+.4f} % / {ledger_error_percent(new):+.4f} %"
+        for k, (old, new) in runs.items())
         + "  (before / after)")
     st = ungoverned["stops"]
     print(f"Pods stopped between evaluations (ungoverned run): {st['seen']} still listed, terminating, at the next "

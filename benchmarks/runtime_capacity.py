@@ -45,8 +45,9 @@ Variants (names accepted by ``--variants``; the presets are those of ``modalscal
                    the preset with the model parameter metrics_batching=request: each request's feature metrics sent
                    on their own (before metrics were batched per execute), the predecessor of naive and default
 
-Usage: ``python benchmarks/runtime_capacity.py [--variants naive,fastest_prev,ov_fp32,ov_bf16,ov_int8,fastest] [--rounds 5]
-[--requests 24] [--concurrency 8] [--fidelity 200]`` (the default variants are the engine steps of runtime/README.md).
+Usage: ``python benchmarks/runtime_capacity.py [--variants naive,fastest_prev,ov_fp32,ov_bf16,ov_int8,fastest]
+[--rounds 5] [--requests 24] [--concurrency 8] [--fidelity 200]`` (the default variants are the engine steps of
+runtime/README.md).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ from modalscale.runtime.server import TritonProcess, free_port, write_repository
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 LIBRARIES = ("torch", "transformers", "numpy", "pillow", "tritonclient", "nvidia-pytriton", "scikit-image", "openvino",
              "nncf")
-PREDECESSOR = {"default": ("default_16_routers", "default_metrics_per_request"), "naive": ("naive_metrics_per_request",),
+PREDECESSOR = {"default": ("default_16_routers", "default_metrics_per_request"),
+               "naive": ("naive_metrics_per_request",),
                "default_16_routers": ("naive",), "int8_dynamic": ("naive",), "int8_smoothquant": ("int8_dynamic",),
                "fastest_prev": ("int8_smoothquant",), "int8_bf16_image": ("int8_smoothquant",),
                "ov_fp32": ("naive",), "ov_bf16": ("ov_fp32",), "ov_int8": ("ov_fp32", "int8_smoothquant"),
@@ -306,7 +308,8 @@ def measure(server: TritonProcess, variant: str, model: str, rnd: int, specs: li
     lookups = {r: metrics_after.get(f'modalscale_embedding_cache_lookups_total{{result="{r}"}}', 0.0)
                - metrics_before.get(f'modalscale_embedding_cache_lookups_total{{result="{r}"}}', 0.0)
                for r in ("hit", "miss")}
-    return Window(cache_hits=int(lookups["hit"]), cache_misses=int(lookups["miss"]), variant=variant, round=rnd, requests=len(specs), errors=errors, wall_s=wall,
+    return Window(cache_hits=int(lookups["hit"]), cache_misses=int(lookups["miss"]), variant=variant, round=rnd,
+                  requests=len(specs), errors=errors, wall_s=wall,
                   server_cpu_s=_delta_cpu(cpu_before, cpu_after), client_cpu_s=client_after - client_before,
                   stage_s={k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}, latencies_ms=latencies)
 
@@ -425,11 +428,13 @@ def header(names: list[str], table: dict[str, Variant]) -> list[str]:
     ]
     for name in names:
         cfg = table[name].config
-        lines.append(f"  {name:<17} instances {cfg.instance_count} x threads {cfg.intra_op_threads}, max batch "
-                     f"{cfg.max_batch_size}, dynamic {cfg.batching_enabled}, router {cfg.uses_router}"
-                     f"{f' ({cfg.router_instances} router instances)' if cfg.uses_router else ''}, precision "
-                     f"{cfg.precision.value}, engine {cfg.engine.value}{' ' + ' '.join(f'{k}={v}' for k, v in table[name].parameters) if table[name].parameters else ''}, "
-                     f"embedding cache {cfg.embedding_cache}, response cache {cfg.response_cache}")
+        lines.append(
+            f"  {name:<17} instances {cfg.instance_count} x threads {cfg.intra_op_threads}, max batch "
+            f"{cfg.max_batch_size}, dynamic {cfg.batching_enabled}, router {cfg.uses_router}"
+            f"{f' ({cfg.router_instances} router instances)' if cfg.uses_router else ''}, precision "
+            f"{cfg.precision.value}, engine {cfg.engine.value}"
+            f"{' ' + ' '.join(f'{k}={v}' for k, v in table[name].parameters) if table[name].parameters else ''}, "
+            f"embedding cache {cfg.embedding_cache}, response cache {cfg.response_cache}")
     return lines
 
 
@@ -594,9 +599,9 @@ def main() -> int:
         if precisions:
             t0 = time.monotonic()
             fid = fidelity(precisions, args.fidelity, args.seed)
-            print(f"\nfidelity against torch FP32 ({args.fidelity} requests per modality, computed in this process with the "
-                  f"model's own pipeline, {time.monotonic() - t0:.0f} s); texts disjoint from the INT8 calibration "
-                  f"texts; no image calibration is used")
+            print(f"\nfidelity against torch FP32 ({args.fidelity} requests per modality, computed in this process "
+                  f"with the model's own pipeline, {time.monotonic() - t0:.0f} s); texts disjoint from the INT8 "
+                  f"calibration texts; no image calibration is used")
             print(f"{'variant':<18} {'modality':<11} {'n':>4} {'images':>6} {'cos min':>8} {'p1':>7} {'median':>7} "
                   f"{'top-1 agree':>11}")
             for name, rows in fid.items():

@@ -177,7 +177,8 @@ def main() -> int:
                                    int(p99.group(1)) / 1000 if p99 else float("nan"),
                                    int(avg.group(1)) / 1000 if avg else float("nan")))
                 print(f"round {rnd + 1} {name}: {done:.0f} requests, server {cpu_ms:.1f} CPU-ms/req, perf_analyzer "
-                      f"{rows[name][-1][1]:.2f} infer/s, avg {rows[name][-1][3]:.0f} ms, p99 {rows[name][-1][2]:.0f} ms",
+                      f"{rows[name][-1][1]:.2f} infer/s, avg {rows[name][-1][3]:.0f} ms, "
+                      f"p99 {rows[name][-1][2]:.0f} ms",
                       flush=True)
     finally:
         server.stop()
@@ -190,7 +191,8 @@ def main() -> int:
     for name, values in rows.items():
         cpu = [v[0] for v in values]
         print(f"{name:<17} server CPU-ms/req {np.median(cpu):.1f} [{min(cpu):.1f}-{max(cpu):.1f}], perf_analyzer "
-              f"throughput {np.median([v[1] for v in values]):.2f} infer/s, p99 {np.median([v[2] for v in values]):.0f} ms")
+              f"throughput {np.median([v[1] for v in values]):.2f} infer/s, "
+              f"p99 {np.median([v[2] for v in values]):.0f} ms")
     for name, r in ratios.items():
         print(f"capacity {name} vs naive, paired per round: {np.median(r):.2f} [{min(r):.2f}-{max(r):.2f}] (one "
               f"image+text request shape, {args.concurrency} in flight)")

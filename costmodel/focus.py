@@ -97,7 +97,8 @@ def cost_records_from_segments(segments: Iterable[CostSegment],
     return records
 
 
-def cost_records_from_ledger(ledger: Ledger, tiers: Mapping[tuple[str, str], PricingTier] | None = None) -> list[CostRecord]:
+def cost_records_from_ledger(ledger: Ledger,
+                             tiers: Mapping[tuple[str, str], PricingTier] | None = None) -> list[CostRecord]:
     """Period-to-date records from a ledger read back from status (``[periodStart, observedTime)``).
 
     Replica-hours are not in the status, so ``ConsumedQuantity`` is null in these rows.
@@ -146,8 +147,10 @@ def focus_rows(records: Iterable[CostRecord], *, billing_period: tuple[datetime,
             "BillingPeriodStart": format_time(b_start), "BillingPeriodEnd": format_time(b_end),
             "ChargePeriodStart": format_time(r.start), "ChargePeriodEnd": format_time(r.end),
             "ChargeCategory": "Usage", "ChargeFrequency": "Usage-Based", "ChargeDescription": description,
-            "ConsumedQuantity": _dec(r.replica_hours), "ConsumedUnit": CONSUMED_UNIT if r.replica_hours is not None else "",
-            "PricingQuantity": _dec(r.replica_hours), "PricingUnit": CONSUMED_UNIT if r.replica_hours is not None else "",
+            "ConsumedQuantity": _dec(r.replica_hours),
+            "ConsumedUnit": CONSUMED_UNIT if r.replica_hours is not None else "",
+            "PricingQuantity": _dec(r.replica_hours),
+            "PricingUnit": CONSUMED_UNIT if r.replica_hours is not None else "",
             "ListUnitPrice": _dec(r.usd_per_replica_hour), "ContractedUnitPrice": _dec(r.usd_per_replica_hour),
             "PricingCategory": "Dynamic" if r.tier is PricingTier.SPOT else "Standard",
             "InvoiceIssuerName": PROVIDER, "ProviderName": PROVIDER, "PublisherName": PROVIDER,

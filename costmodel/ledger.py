@@ -394,7 +394,8 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
         if (o.namespace, o.name) in seen:
             raise ValueError(f"service {o.namespace}/{o.name} observed twice")
         seen.add((o.namespace, o.name))
-        if (o.replicas is not None and o.replicas < 0) or (o.usd_per_replica_hour is not None and o.usd_per_replica_hour < 0):
+        if ((o.replicas is not None and o.replicas < 0)
+                or (o.usd_per_replica_hour is not None and o.usd_per_replica_hour < 0)):
             raise ValueError(f"service {o.namespace}/{o.name}: replicas and price must be non-negative")
 
     now = floor_to_second(now.astimezone(timezone.utc))

@@ -173,7 +173,8 @@ class PendingAlert:
                 parse_time(item["periodStart"], f"{path}.periodStart"),
                 parse_time(item["periodEnd"], f"{path}.periodEnd"))
             first = item.get("firstAttemptTime")
-            return cls(str(item["notification"]), message, parse_time(item["nextAttemptTime"], f"{path}.nextAttemptTime"),
+            return cls(str(item["notification"]), message,
+                       parse_time(item["nextAttemptTime"], f"{path}.nextAttemptTime"),
                        int(item.get("attempts", 0)), parse_time(first, f"{path}.firstAttemptTime") if first else None,
                        item.get("lastReason") or None, item.get("lastError") or None)
         except LedgerFormatError as exc:

@@ -1,11 +1,11 @@
 """Clean up after a ``tritonserver`` whose launcher died: ``python -m modalscale.runtime.reaper``.
 
-:meth:`modalscale.runtime.server.TritonProcess.start` starts one reaper per server right after the server, in its
-own session (so a kill of the launcher's process group does not reach it). While the server runs, the reaper
-re-reads which ``/dev/shm`` files it maps (every second: stubs start while models load). The kernel already kills the server
-when the launcher dies (``PR_SET_PDEATHSIG``), but not what the server leaves: its Python-backend stubs (which exit
-on their own a few seconds later), the shared-memory region of the Python backend in ``/dev/shm`` (1 MiB or more;
-Triton unlinks it only on a clean exit) and the launcher's temporary files. The reaper waits until either
+:meth:`modalscale.runtime.server.TritonProcess.start` starts one reaper per server right after the server, in its own
+session (so a kill of the launcher's process group does not reach it). While the server runs, the reaper re-reads which
+``/dev/shm`` files it maps (every second: stubs start while models load). The kernel already kills the server when the
+launcher dies (``PR_SET_PDEATHSIG``), but not what the server leaves: its Python-backend stubs (which exit on their own
+a few seconds later), the shared-memory region of the Python backend in ``/dev/shm`` (1 MiB or more; Triton unlinks it
+only on a clean exit) and the launcher's temporary files. The reaper waits until either
 
 * the server exits while the launcher lives (a normal stop: the launcher cleans up itself), then it exits; or
 * the launcher is gone (the reaper's parent changed), then it kills the server's process group (server and

@@ -417,5 +417,5 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
             logger.info("Lifted budget caps of the deleted BudgetPolicy: services=%d", lifted)
 
 
-__all__ = ["BudgetRuntime", "DELIVERY_RETRY", "Evaluation", "batch_deadline_s", "deliver_batch", "evaluate_policy", "lift_caps",
-           "register_budget", "run_policy"]
+__all__ = ["BudgetRuntime", "DELIVERY_RETRY", "Evaluation", "batch_deadline_s", "deliver_batch", "evaluate_policy",
+           "lift_caps", "register_budget", "run_policy"]

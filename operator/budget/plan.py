@@ -509,7 +509,8 @@ def _spot_events(before: Sequence[Mapping[str, Any]], after: Sequence[SpotRecord
             events.append(("Warning", SWITCHED_TO_SPOT,
                            f"SwitchToSpot InferenceService {r.namespace}/{r.name} at {r.threshold_percent} %{dry}"))
         else:
-            events.append(("Warning", SPOT_PENDING_TIMEOUT, f"InferenceService {r.namespace}/{r.name}: {r.message}{dry}"))
+            events.append(("Warning", SPOT_PENDING_TIMEOUT,
+                           f"InferenceService {r.namespace}/{r.name}: {r.message}{dry}"))
     for (ns, n), state in sorted(old.items()):
         if state == SpotState.SPOT.value:
             events.append(("Normal", SPOT_LIFTED, f"InferenceService {ns}/{n} back on on-demand capacity"))
@@ -696,7 +697,8 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 
 
 __all__ = [
-    "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "PolicyPlan", "READY",
-    "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
-    "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "selected_services", "spot_annotation_key", "spot_pending_since",
+    "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "PolicyPlan",
+    "READY", "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
+    "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "selected_services", "spot_annotation_key",
+    "spot_pending_since",
 ]

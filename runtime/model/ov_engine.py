@@ -77,8 +77,8 @@ def _writable(path: Path) -> bool:
 
 
 def cache_dir() -> Cache | None:
-    """The cache (``MODALSCALE_OPENVINO_CACHE``, default ``~/.cache/modalscale/openvino``, created if possible): writable,
-    read-only when it exists but cannot be written, None when it neither exists nor can be created (then every
+    """The cache (``MODALSCALE_OPENVINO_CACHE``, default ``~/.cache/modalscale/openvino``, created if possible):
+    writable, read-only when it exists but cannot be written, None when it neither exists nor can be created (then every
     start-up converts in memory)."""
     path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "modalscale" / "openvino")
     if _writable(path):

@@ -113,7 +113,8 @@ def test_retries_stop_after_five() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "reply", "reason", "code"),
-    [("WeCom", Reply(status=200, body={"errcode": 93000, "errmsg": "invalid webhook url"}), "RejectedByPlatform", 93000),
+    [("WeCom", Reply(status=200, body={"errcode": 93000, "errmsg": "invalid webhook url"}), "RejectedByPlatform",
+      93000),
      ("Feishu", Reply(status=200, body={"code": 19021, "msg": "sign match fail or timestamp is not within one hour "
                                                   "from current time"}), "RejectedByPlatform", 19021),
      ("Slack", Reply(status=400, body="invalid_payload"), "RejectedByPlatform", "invalid_payload")],

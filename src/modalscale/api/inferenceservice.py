@@ -343,7 +343,8 @@ def parse_runtime(runtime: Mapping[str, Any]) -> RuntimeSpec:
     sizes = [] if sizes is None else sizes
     if (not isinstance(sizes, list) or len(sizes) > 8
             or not all(isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= 256 for s in sizes)):
-        raise InvalidSpec(f"{b}.preferredBatchSizes", f"must be a list of at most 8 integers in [1, 256], got {sizes!r}")
+        raise InvalidSpec(f"{b}.preferredBatchSizes",
+                          f"must be a list of at most 8 integers in [1, 256], got {sizes!r}")
     if sizes != sorted(set(sizes)):
         raise InvalidSpec(f"{b}.preferredBatchSizes", f"must be ascending and distinct, got {sizes}")
     if sizes and sizes[-1] > max_batch:

@@ -29,7 +29,8 @@ def add_parser(sub: Any) -> None:
     build.set_defaults(func=_build)
     imp = isub.add_parser("import", help="build if needed, then import into the local cluster's real node")
     imp.add_argument("names", nargs="*", metavar="NAME", help=f"images to import (default: all of {', '.join(names)})")
-    imp.add_argument("--workdir", type=Path, default=None, help="cluster state directory (default: the default cluster)")
+    imp.add_argument("--workdir", type=Path, default=None,
+                     help="cluster state directory (default: the default cluster)")
     imp.set_defaults(func=_import, load=True, force=False, json=False)
 
 

@@ -2,12 +2,12 @@
 documented response shape from configured node prices.
 
 Why not a real OpenCost: it cannot be built here. The Go module proxy this machine reaches answers ``403
-Forbidden: This module version is not available`` for ``github.com/opencost/opencost`` (``go list -m -versions``
-and ``go mod download github.com/opencost/opencost@v1.118.0``, tried 2026-12-01). Even built, OpenCost computes
-assets from Prometheus series that it exports itself and that Prometheus must have scraped over the query window
-(``node_total_hourly_cost``, ``kube_node_status_capacity_*``, ...), which is more wiring than this feature could
-spend on it. This server answers instead, exactly as the docs show (https://www.opencost.io/docs/integrations/api, "Assets API", and
-https://www.opencost.io/docs/integrations/api-examples, "/assets Example"):
+Forbidden: This module version is not available`` for ``github.com/opencost/opencost`` (``go list -m -versions`` and
+``go mod download github.com/opencost/opencost@v1.118.0``, tried 2026-12-01). Even built, OpenCost computes assets from
+Prometheus series that it exports itself and that Prometheus must have scraped over the query window
+(``node_total_hourly_cost``, ``kube_node_status_capacity_*``, ...), which is more wiring than this feature could spend
+on it. This server answers instead, exactly as the docs show (https://www.opencost.io/docs/integrations/api, "Assets
+API", and https://www.opencost.io/docs/integrations/api-examples, "/assets Example"):
 
 * ``GET /assets?window=...``: ``window`` is required and parsed with OpenCost's rules (``today``, ``yesterday``,
   ``week``, ``lastweek``, ``month``, ``lastmonth``; ``<n>m|h|d|w``, with ``offset <n>m|h|d|w``; an RFC 3339 pair;

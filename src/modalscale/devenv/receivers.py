@@ -381,7 +381,8 @@ class ChatReceiver:
                 errors.append("wecom:content-over-4096-bytes")
         elif self.kind == "DingTalk":
             md = p.get("markdown") or {}
-            if p.get("msgtype") != "markdown" or not isinstance(md.get("title"), str) or not isinstance(md.get("text"), str):
+            if (p.get("msgtype") != "markdown" or not isinstance(md.get("title"), str)
+                    or not isinstance(md.get("text"), str)):
                 errors.append("dingtalk:invalid-markdown")
         elif self.kind == "Feishu":
             card = p.get("card") or {}
@@ -417,7 +418,8 @@ class ChatReceiver:
                 "Teams": (404, {"error": {"code": "TriggerNotFound", "message": "workflow not found"}}),
                 "WeCom": (200, {"errcode": 93000, "errmsg": "invalid webhook url"}),
                 "DingTalk": (200, {"errcode": 300001, "errmsg": "token is not exist"}),
-                "Feishu": (200, {"code": 19001, "msg": "param invalid: incoming webhook access token invalid", "data": {}}),
+                "Feishu": (200, {"code": 19001, "msg": "param invalid: incoming webhook access token invalid",
+                                 "data": {}}),
                 "Webhook": (404, "not found"),
             }[k]
         if first.startswith("sign:"):

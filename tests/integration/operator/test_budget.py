@@ -253,14 +253,16 @@ def test_thresholds_alert_once_each_then_cap_and_scale_down_through_the_inferenc
     reasons = [e.get("reason") for e in policy_events(api, ns, "budget")]
     assert reasons.count("ThresholdCrossed") == 3 and "BudgetEnforced" in reasons
     leaked = [slack.url, dingtalk.url, SIGNING]
-    texts = json.dumps(status) + " ".join(e.get("note") or "" for e in policy_events(api, ns, "budget")) + operator.log()
+    texts = (json.dumps(status) + " ".join(e.get("note") or "" for e in policy_events(api, ns, "budget"))
+             + operator.log())
     assert not [s for s in leaked if s in texts]
 
     crossed = {r["percent"]: parse_time(r["lastAlertTime"], "t") for r in status["thresholds"] if not r.get("forecast")}
     capped = timeline.first(lambda spec, st: spec is not None and spec <= 2)
     floored = timeline.first(lambda spec, st: spec == 1)
     assert capped and floored
-    print(f"\nfigure: 80 % crossed -> Deployment spec.replicas 3->2 after {(capped - crossed[80]).total_seconds():.2f} s;"
+    print(f"\nfigure: 80 % crossed -> Deployment spec.replicas 3->2 after "
+          f"{(capped - crossed[80]).total_seconds():.2f} s;"
           f" 100 % crossed -> 2->1 after {(floored - crossed[100]).total_seconds():.2f} s "
           f"(evaluation interval 1 s, timeline sampled every 0.1 s)")
 
@@ -389,7 +391,8 @@ def test_the_status_schema_accepts_a_spend_anomaly_in_the_outbox(api: Any, opera
 
     ns = namespace
     body = make_policy("budget", "1000", [{"percent": 100, "actions": ["Alert"]}],
-                       [{"name": "room", "type": "Slack", "secretRef": {"name": "absent"}}], evaluationIntervalSeconds=3600)
+                       [{"name": "room", "type": "Slack", "secretRef": {"name": "absent"}}],
+                       evaluationIntervalSeconds=3600)
     created = custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", body)
     isvc = {**make_isvc("vc", 2), "metadata": {"name": "vc", "namespace": ns}}
     pods = [{"metadata": {"name": f"vc-{i}", "labels": {"modalscale.io/inferenceservice": "vc"}},
@@ -641,7 +644,8 @@ def test_restart_mid_period_resends_nothing_and_continues_the_ledger(own_cluster
         assert percents_in(titles(slack)) == [10, 50] and len(slack.received) == 2
         assert "Evaluated BudgetPolicy" in second.log()
         print(f"\nfigure: operator SIGKILLed, the new one evaluated again {resumed_s:.1f} s later (peering); "
-              f"ledger grew {grown} USD over {seconds} s (expected {expected.quantize(Decimal('1e-9'))} at {rate} USD/h)")
+              f"ledger grew {grown} USD over {seconds} s "
+              f"(expected {expected.quantize(Decimal('1e-9'))} at {rate} USD/h)")
     finally:
         first.stop()
         if second is not None:

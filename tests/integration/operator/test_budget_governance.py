@@ -102,7 +102,8 @@ def test_a_policy_cannot_scale_another_teams_namespace_but_governs_its_own(
     more_evaluations(operator, 3)
     victim = get_isvc(api, other_namespace, "victim")
     assert cap_annotation_key(namespace, "greedy") not in (victim["metadata"].get("annotations") or {})
-    assert deployment_replicas(api, other_namespace, "victim") == 1 and running_pods(api, other_namespace, "victim") == 1
+    assert (deployment_replicas(api, other_namespace, "victim") == 1
+            and running_pods(api, other_namespace, "victim") == 1)
     status = get_policy(api, namespace, "greedy")["status"]
     assert {s["namespace"] for s in status["ledger"]["services"]} == {namespace}
     assert [(s["namespace"], s["name"]) for s in status["enforcedServices"]] == [(namespace, "mine")]

@@ -185,7 +185,8 @@ def test_after_the_crd_is_upgraded_a_refused_object_stays_writable_and_can_be_de
 
         wait_for(refused_now, 60, "the upgraded CRD refusing a new bad name")
         patch = {"spec": {"priority": 5}}  # generation 2: the operator refuses it again and writes its status
-        custom.patch_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices", "my.model.v3", patch)
+        custom.patch_namespaced_custom_object("modalscale.io", "v1alpha1", ns, "inferenceservices", "my.model.v3",
+                                              patch)
         wait_for(lambda: (get(api, ns, "my.model.v3").get("status") or {}).get("observedGeneration") == 2, 60,
                  "status of generation 2 written under the upgraded CRD")
         assert get(api, ns, "my.model.v3")["metadata"]["finalizers"]  # kopf's: deletion needs the operator

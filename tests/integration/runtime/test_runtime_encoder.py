@@ -138,7 +138,8 @@ def test_bf16_image_convolutions_are_opt_in_and_need_native_bf16() -> None:
         plain = MultimodalEncoder(Precision.INT8, preload=())
         a, b = plain.encode_images(image, [(96, 128)]), opted.encode_images(image, [(96, 128)])
         assert not np.array_equal(a.features, b.features)  # it ran in BF16
-        cos = float(np.dot(a.features[0], b.features[0]) / np.linalg.norm(a.features[0]) / np.linalg.norm(b.features[0]))
+        cos = float(np.dot(a.features[0], b.features[0]) / np.linalg.norm(a.features[0])
+                    / np.linalg.norm(b.features[0]))
         assert cos > 0.98
 
 

@@ -160,7 +160,8 @@ def test_enforcement_targets_and_threshold_order(make_spec) -> None:
     assert [(a.name, a.action.value, a.max_replicas, a.desired_replicas) for a in cap.actions] == [
         ("a", "CapReplicas", 3, 3), ("b", "CapReplicas", 3, 2)]
     down = plan_budget(spec, D(95), services, AlertState(), utc(2026, 5, 1, 9))
-    assert {(a.name, a.action.value, a.max_replicas) for a in down.actions} == {("a", "ScaleDown", 1), ("b", "ScaleDown", 1)}
+    assert {(a.name, a.action.value, a.max_replicas) for a in down.actions} == {
+        ("a", "ScaleDown", 1), ("b", "ScaleDown", 1)}
     zero = plan_budget(spec, D(130), services, AlertState(), utc(2026, 5, 1, 9))
     assert {(a.action.value, a.max_replicas, a.desired_replicas) for a in zero.actions} == {("ScaleToZero", 0, 0)}
     assert zero.effective_max_replicas() == {("team-search", "a"): 0, ("team-search", "b"): 0}
@@ -298,8 +299,10 @@ def test_spec_defaults_follow_the_crd() -> None:
      ({"namespaces": ["a", "b"]}, "b", {}, True),
      ({"matchLabels": {"team": "search"}}, "team-search", {"team": "search"}, True),
      ({"matchLabels": {"team": "search"}}, "team-search", {"team": "ads"}, False),
-     ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}]}, "team-search", {"tier": "gold"}, True),
-     ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gold"]}]}, "team-search", {"tier": "gold"}, False),
+     ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}]}, "team-search", {"tier": "gold"},
+      True),
+     ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gold"]}]}, "team-search",
+      {"tier": "gold"}, False),
      ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, "team-search", {}, True)],
 )
 def test_selector_matches_like_the_crd_describes(selector, namespace, labels, selected) -> None:
@@ -454,13 +457,15 @@ def test_only_a_new_or_lower_cap_lowers_the_rate_charged_from_now_on(make_spec) 
     services = [svc("a", 4, "1.5"), svc("b", 1, "2")]
     capped = plan_budget(spec, D(85), services, AlertState(), utc(2026, 5, 1, 9))
     # a runs 4 > cap 2: charged 2 x 1.5 from now; b runs 1 <= 2: as observed, so not listed.
-    assert rates_after_enforcement(services, capped, AlertState()) == [ServiceObservation("team-search", "a", 2, D("1.5"))]
+    assert rates_after_enforcement(services, capped, AlertState()) == [
+        ServiceObservation("team-search", "a", 2, D("1.5"))]
     # The next evaluation still sees a at 4: the same cap did not take effect, so 4 replicas are charged.
     again = plan_budget(spec, D(86), services, roundtrip(capped), utc(2026, 5, 1, 9, 1))
     assert rates_after_enforcement(services, again, roundtrip(capped)) == []
     # A stronger action (ScaleDown to 1) is new: lowered again, now to 1.
     down = plan_budget(spec, D(100), services, roundtrip(again), utc(2026, 5, 1, 9, 2))
-    assert rates_after_enforcement(services, down, roundtrip(again)) == [ServiceObservation("team-search", "a", 1, D("1.5"))]
+    assert rates_after_enforcement(services, down, roundtrip(again)) == [
+        ServiceObservation("team-search", "a", 1, D("1.5"))]
     dry = plan_budget(make_spec(enforcement={"dryRun": True}), D(85), services, AlertState(), utc(2026, 5, 1, 9))
     assert rates_after_enforcement(services, dry, AlertState()) == []  # nothing is applied in a dry run
 

@@ -288,7 +288,8 @@ def test_after_an_enforced_scale_to_zero_a_pod_seen_mid_scale_down_is_not_charge
     held = with_rates_in_force(woken.ledger, [ServiceObservation("default", "one", 0, D("79.42"))])
     later = advance(held, [ServiceObservation("default", "one", 0, D("79.42"), pods=())], t0 + timedelta(seconds=11),
                     "Daily")
-    assert later.spent_usd - enforcing.spent_usd == D("0.022061111")  # the snapshot rule charged 10 s x 79.42 USD/h = 0.220611111 more
+    # the snapshot rule charged 10 s x 79.42 USD/h = 0.220611111 more
+    assert later.spent_usd - enforcing.spent_usd == D("0.022061111")
 
 
 # ------------------------------------------------------------------ a policy created mid-period (user report item 6)

@@ -321,7 +321,8 @@ def test_an_alert_enters_the_outbox_once_per_target_in_the_patch_that_marks_it_a
     (alert,) = plan.alerts
     items = plan.status_patch["pendingAlerts"]
     assert [(i["notification"], i["kind"], i["attempts"], i["nextAttemptTime"]) for i in items] == [
-        ("slack", "ThresholdCrossed", 0, "2026-11-30T10:50:00Z"), ("ding", "ThresholdCrossed", 0, "2026-11-30T10:50:00Z")]
+        ("slack", "ThresholdCrossed", 0, "2026-11-30T10:50:00Z"),
+        ("ding", "ThresholdCrossed", 0, "2026-11-30T10:50:00Z")]
     assert all(i["title"] == alert.title == "Budget ml/daily crossed 50 % of its daily limit" for i in items)
     assert [r["alertedPeriodStart"] for r in plan.status_patch["thresholds"] if r["percent"] == 50] == [
         "2026-11-30T00:00:00Z"]
@@ -399,7 +400,8 @@ def test_an_entry_still_failing_at_the_end_of_its_period_is_abandoned_and_report
     sent = T0 + dt.timedelta(seconds=CROSSED_50)
     p3 = persisted(p2, plan_policy(p2, observed(make_isvc()), CATALOG,
                                    [Attempt(slack.key, True, "Delivered", "ok", sent),
-                                    Attempt(ding.key, False, "ConnectionFailed", "Connection to DingTalk failed", sent)],
+                                    Attempt(ding.key, False, "ConnectionFailed", "Connection to DingTalk failed",
+                                            sent)],
                                    sent + dt.timedelta(seconds=1)).status_patch)
     midnight = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
     after = plan_policy(p3, observed(make_isvc()), CATALOG, [], midnight)

@@ -118,7 +118,8 @@ def test_cache_dir_writable_read_only_or_none(tmp_path: Path, monkeypatch: pytes
     assert ov_engine.cache_dir() is None
 
 
-def test_serving_engine_openvino_without_its_wheels_is_refused_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_serving_engine_openvino_without_its_wheels_is_refused_naming_the_extra(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # The openvino extra is separate from `runtime` (the CPU image does not carry it): without the wheels the models
     # would fail to load inside Triton, so the CLI refuses up front naming the flag and both fixes.
     import importlib.util
