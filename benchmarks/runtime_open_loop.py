@@ -36,9 +36,9 @@ from pathlib import Path
 
 from modalscale.runtime import proctree
 from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, scrape_metrics
-from modalscale.runtime.server import TritonProcess, free_port, write_repository
 from modalscale.runtime.cores import available_cores
 from modalscale.runtime.repo_config import PRESETS, Engine, Precision, config_flags
+from modalscale.runtime.server import TritonProcess, free_port, write_repository
 from modalscale.runtime.sweep import (
     MIN_REQUESTS_FOR_P99,
     headline_rps,
@@ -296,7 +296,8 @@ def main() -> int:
             cpu_rps, wall_rps = cores * 1000 / w.server_ms, (w.requests - w.errors) / w.wall_s
             naive_rps = cpu_rps if args.capacity_basis == "cpu" else wall_rps
             print(f"naive capacity: {cores} cores / {w.server_ms:.1f} server CPU-ms per request = {cpu_rps:.1f} req/s; "
-                  f"closed-loop throughput (concurrency 4, {w.requests} requests) {wall_rps:.1f} req/s; the rates below "
+                  f"closed-loop throughput (concurrency 4, {w.requests} requests) {wall_rps:.1f} req/s; "
+                  "the rates below "
                   f"use the {args.capacity_basis} figure, {naive_rps:.1f} req/s")
         else:
             print(f"naive capacity (given): {naive_rps:.1f} req/s")
@@ -348,7 +349,8 @@ def main() -> int:
                 cells.append(f"{percentile_ci(lat, 50, seed=2)!s:<12} / {percentile_ci(lat, 99, seed=3)!s:<14} "  # type: ignore[arg-type]
                              f"({len(lat)})")  # type: ignore[arg-type]
             print(f"{name:<10} {r['offered']:7.1f} {r['achieved']:8.1f} {r['errors']:4d} {r['shed']:5d} "
-                  f"{r['queue_ms']:6.0f} {r['compute_ms']:7.0f} {r['server_ms']:6.0f}  " + "  ".join(f"{c:<34}" for c in cells))
+                  f"{r['queue_ms']:6.0f} {r['compute_ms']:7.0f} {r['server_ms']:6.0f}  "
+                  + "  ".join(f"{c:<34}" for c in cells))
 
     def points(name: str) -> list[tuple[float, float]]:
         out = []

@@ -393,8 +393,9 @@ def build_repository(cfg: RuntimeConfig) -> dict[str, str]:
     Returns:
         Without the router: ``{"<name>/config.pbtxt", "<name>/1/model.py"}``. With ``cfg.uses_router``: the
         router as ``<name>`` plus ``<name>_image``, ``<name>_text`` and ``<name>_image_text`` (each the batched
-        model, without response cache). With GPUs (``cfg.gpu_count > 0``): :func:`build_gpu_repository`. The operator stores the files in a ConfigMap (``/`` written as ``__``
-        in keys, per the CRD), the server writes them to a directory.
+        model, without response cache). With GPUs (``cfg.gpu_count > 0``): :func:`build_gpu_repository`. The
+        operator stores the files in a ConfigMap (``/`` written as ``__`` in keys, per the CRD), the server writes
+        them to a directory.
     """
     if cfg.gpu_count > 0:
         return build_gpu_repository(cfg)

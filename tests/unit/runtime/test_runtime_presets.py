@@ -8,7 +8,14 @@ import argparse
 import pytest
 
 from modalscale.runtime import cli
-from modalscale.runtime.repo_config import PRESETS, Precision, RuntimeConfig, build_repository, config_flags, preset_flags
+from modalscale.runtime.repo_config import (
+    PRESETS,
+    Precision,
+    RuntimeConfig,
+    build_repository,
+    config_flags,
+    preset_flags,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
