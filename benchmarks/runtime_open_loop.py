@@ -58,6 +58,19 @@ _spec.loader.exec_module(capacity)
 MODALITIES = ("text", "image", "image_text")
 
 
+
+def serve_variants(names: list[str], table: dict[str, "capacity.Variant"], prefix: str) -> tuple[TritonProcess, Path]:
+    """One tritonserver (started, ready) serving each variant of ``names`` as its own model, and the fresh temp folder
+    (named ``prefix…``) holding its model repository; the caller stops the server and removes the folder."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    repo = work / "repo"
+    for name in names:
+        write_repository(capacity.repository_files(table[name]), repo)
+    server = TritonProcess(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                           exit_timeout_s=5, temp_paths=[work])
+    server.start(ready_timeout_s=900)
+    return server, work
+
 def extra_variants() -> dict[str, "capacity.Variant"]:
     """The variants of the p99-at-load comparison (issue 13's "plain dynamic batching of the same engine"), kept here,
     not as public presets; all engine openvino INT8 without the embedding cache (every request's bytes are distinct
@@ -170,13 +183,7 @@ def p99_at_load(args: argparse.Namespace, table: dict[str, "capacity.Variant"]) 
               f"{'; model parameters ' + extra if extra else ''}")
     load0, jiffies0 = proctree.loadavg(), proctree.cpu_jiffies()
     print(f"before: load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} (machine shared with other jobs)")
-    work = Path(tempfile.mkdtemp(prefix="bench-p99-"))
-    repo = work / "repo"
-    for name in names:
-        write_repository(capacity.repository_files(table[name]), repo)
-    server = TritonProcess(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                           exit_timeout_s=5, temp_paths=[work])
-    server.start(ready_timeout_s=900)
+    server, work = serve_variants(names, table, "bench-p99-")
     rows: list[tuple[str, str, dict[str, object]]] = []  # (variant, point/round, row)
     caps: dict[str, float] = {}
     try:
@@ -276,13 +283,7 @@ def main() -> int:
     load0, jiffies0 = proctree.loadavg(), proctree.cpu_jiffies()
     print(f"before: load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} (machine shared with other jobs)")
 
-    work = Path(tempfile.mkdtemp(prefix="bench-openloop-"))
-    repo = work / "repo"
-    for name in names:
-        write_repository(capacity.repository_files(table[name]), repo)
-    server = TritonProcess(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                           exit_timeout_s=5, temp_paths=[work])
-    server.start(ready_timeout_s=900)
+    server, work = serve_variants(names, table, "bench-openloop-")
     results: dict[tuple[str, float], dict[str, object]] = {}
     try:
         assert server.pid is not None
