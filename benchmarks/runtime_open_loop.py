@@ -59,6 +59,14 @@ MODALITIES = ("text", "image", "image_text")
 
 
 
+def print_machine_after(jiffies0: dict[str, int]) -> None:
+    """The run's closing machine line: load average now and the CPU steal since ``jiffies0``
+    (``proctree.cpu_jiffies()`` taken before the run)."""
+    load1, jiffies1 = proctree.loadavg(), proctree.cpu_jiffies()
+    print(f"after: load average {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; steal "
+          f"{100 * proctree.steal_fraction(jiffies0, jiffies1):.2f} % (machine shared with other jobs)")
+
+
 def serve_variants(names: list[str], table: dict[str, "capacity.Variant"], prefix: str) -> tuple[TritonProcess, Path]:
     """One tritonserver (started, ready) serving each variant of ``names`` as its own model, and the fresh temp folder
     (named ``prefix…``) holding its model repository; the caller stops the server and removes the folder."""
@@ -213,9 +221,7 @@ def p99_at_load(args: argparse.Namespace, table: dict[str, "capacity.Variant"]) 
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    load1, jiffies1 = proctree.loadavg(), proctree.cpu_jiffies()
-    print(f"after: load average {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; steal "
-          f"{100 * proctree.steal_fraction(jiffies0, jiffies1):.2f} % (machine shared with other jobs)")
+    print_machine_after(jiffies0)
     print("\nlatency ms from scheduled arrival: p50 / p99 [95 % bootstrap interval] (n); * = p99 from < "
           f"{MIN_REQUESTS_FOR_P99} latencies; queue / compute = Triton's mean per request (router: modality models)")
     print(f"{'variant':<17} {'point':<13} {'offered':>7} {'achieved':>8} {'err':>4} {'shed':>5} {'queue':>6} "
@@ -333,9 +339,7 @@ def main() -> int:
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    load1, jiffies1 = proctree.loadavg(), proctree.cpu_jiffies()
-    print(f"after: load average {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; steal "
-          f"{100 * proctree.steal_fraction(jiffies0, jiffies1):.2f} % (machine shared with other jobs)")
+    print_machine_after(jiffies0)
 
     print("\nlatency ms from scheduled arrival: value [95 % bootstrap interval], n; * = p99 from < "
           f"{MIN_REQUESTS_FOR_P99} latencies")
