@@ -169,8 +169,9 @@ def test_int8_decodes_large_jpegs_in_draft_mode_close_to_a_full_decode() -> None
     png = _io.BytesIO()
     Image.open(_io.BytesIO(data)).save(png, format="PNG")
     png_full = decode_image(png.getvalue(), 0, SETTINGS)
-    assert np.array_equal(decode_image(png.getvalue(), 0, ModelSettings(precision=Precision.INT8)).array,
-                          png_full.array)  # no draft mode for PNG
+    png_int8 = decode_image(png.getvalue(), 0, ModelSettings(precision=Precision.INT8))
+    # no draft mode for PNG: it differs from FP32 only by the INT8 resize's reducing gap (test_runtime_int8_decode)
+    assert float(np.abs(png_int8.array - png_full.array).mean()) < 0.02
     small = photo_at("astronaut", 320, 240)
     assert np.array_equal(decode_image(small, 0, ModelSettings(precision=Precision.INT8)).array,
                           decode_image(small, 0, SETTINGS).array)  # already at its bucket: nothing to skip
