@@ -34,7 +34,11 @@ Variants (names accepted by ``--variants``; the presets are those of ``modalscal
   ov_int8          ov_fp32 at precision INT8: NNCF-quantized text encoder (SmoothQuant, FFN down-projections
                    float), image encoder FP32, JPEG draft-mode decoding
   fastest          preset fastest (see runtime/README.md; its cache is measured against fastest_no_cache, the same
-                   config without the cache, on repeated images)
+                   config without the cache, on repeated images): ov_int8 + the embedding cache + the INT8 image
+                   encoder for images whose resolution bucket's shorter side is >= 160 px (image_int8_min_side_pixels)
+  fastest_fp32_image
+                   fastest before the INT8 image encoder (image_int8_min_side_pixels 0: every image FP32), its
+                   predecessor
   int8_bf16_image  int8_smoothquant with the opt-in BF16 image convolutions (model parameter image_bf16; only where
                    the CPU has native BF16)
   default_16_routers
@@ -48,6 +52,10 @@ Variants (names accepted by ``--variants``; the presets are those of ``modalscal
 Usage: ``python benchmarks/runtime_capacity.py [--variants naive,fastest_prev,ov_fp32,ov_bf16,ov_int8,fastest]
 [--rounds 5] [--requests 24] [--concurrency 8] [--fidelity 200]`` (the default variants are the engine steps of
 runtime/README.md).
+
+``--image-int8-table`` measures only the INT8 image encoder against the FP32 one, in this process (no server): CPU-ms
+per image per resolution bucket, both encoders side by side in repeated rounds, and image-feature cosine to torch FP32
+per shorter side of the fidelity crops (how ``image_int8_min_side_pixels`` was chosen).
 """
 
 from __future__ import annotations
@@ -86,7 +94,8 @@ PREDECESSOR = {"default": ("default_16_routers", "default_metrics_per_request"),
                "default_16_routers": ("naive",), "int8_dynamic": ("naive",), "int8_smoothquant": ("int8_dynamic",),
                "fastest_prev": ("int8_smoothquant",), "int8_bf16_image": ("int8_smoothquant",),
                "ov_fp32": ("naive",), "ov_bf16": ("ov_fp32",), "ov_int8": ("ov_fp32", "int8_smoothquant"),
-               "fastest": ("fastest_prev", "ov_int8")}
+               "fastest_fp32_image": ("fastest_prev", "ov_int8"),
+               "fastest": ("fastest_fp32_image", "fastest_prev", "ov_int8")}
 """Each step is also compared with the variant it improves on (when both run)."""
 CACHE_VARIANTS = ("fastest", "fastest_prev")
 """Cache-on variants whose cache is measured on repeated requests against a variant of the run with the same config
@@ -133,6 +142,7 @@ def variants() -> dict[str, Variant]:
         "ov_int8": Variant("ov_int8", naive.replace(engine=Engine.OPENVINO, precision=Precision.INT8)),
         "fastest": Variant("fastest", PRESETS["fastest"]),
         "fastest_no_cache": Variant("fastest_no_cache", PRESETS["fastest"].replace(embedding_cache=False)),
+        "fastest_fp32_image": Variant("fastest_fp32_image", PRESETS["fastest"].replace(image_int8_min_side_pixels=0)),
         "int8_bf16_image": Variant("int8_bf16_image", naive.replace(precision=Precision.INT8),
                                    (("image_bf16", "true"),)),
         "naive_metrics_per_request": Variant("naive_metrics_per_request", naive, (("metrics_batching", "request"),)),
@@ -352,10 +362,10 @@ def fidelity_requests(per_modality: int, seed: int) -> dict[str, list[tuple[list
     return out
 
 
-def fidelity(precisions: dict[str, tuple[Precision, str, bool, Engine]], per_modality: int,
+def fidelity(precisions: dict[str, tuple[Precision, str, bool, Engine, int]], per_modality: int,
              seed: int) -> dict[str, dict]:
-    """Cosine of each named (precision, int8_text, image_bf16, engine) against torch FP32 per modality, and top-1
-    agreement."""
+    """Cosine of each named (precision, int8_text, image_bf16, engine, image_int8_min_side_pixels) against torch FP32
+    per modality, and top-1 agreement."""
     import torch
 
     from modalscale.runtime.model.encoders import MultimodalEncoder
@@ -365,10 +375,12 @@ def fidelity(precisions: dict[str, tuple[Precision, str, bool, Engine]], per_mod
     torch.set_num_threads(1)
     requests = fidelity_requests(per_modality, seed)
 
-    def embed(precision: Precision, scheme: str, bf16: bool = False, engine: Engine = Engine.TORCH) -> dict[str, list]:
-        pipeline = MultimodalPipeline(ModelSettings(embedding_cache=False, precision=precision),
+    def embed(precision: Precision, scheme: str, bf16: bool = False, engine: Engine = Engine.TORCH,
+              image_int8: int = 0) -> dict[str, list]:
+        pipeline = MultimodalPipeline(ModelSettings(embedding_cache=False, precision=precision,
+                                                    image_int8_min_side_pixels=image_int8),
                                       MultimodalEncoder(precision, int8_text=scheme, image_bf16=bf16, engine=engine,
-                                                        threads=1))
+                                                        threads=1, image_int8_min_side_pixels=image_int8))
         out = {}
         for modality, items in requests.items():
             results = []
@@ -381,8 +393,8 @@ def fidelity(precisions: dict[str, tuple[Precision, str, bool, Engine]], per_mod
 
     reference = embed(Precision.FP32, "smoothquant")
     report: dict[str, dict] = {}
-    for name, (precision, scheme, bf16, engine) in precisions.items():
-        got = embed(precision, scheme, bf16, engine)
+    for name, (precision, scheme, bf16, engine, image_int8) in precisions.items():
+        got = embed(precision, scheme, bf16, engine, image_int8)
         report[name] = {}
         for modality, results in got.items():
             cos = np.array([float(np.dot(a.embedding, b.embedding)) for a, b in zip(reference[modality], results,
@@ -394,6 +406,79 @@ def fidelity(precisions: dict[str, tuple[Precision, str, bool, Engine]], per_mod
                 "p1": float(np.percentile(cos, 1)), "median": float(np.median(cos)),
                 "top1": float(np.mean(ref_classes == classes)) if ref_classes.size else float("nan")}
     return report
+
+
+# ---------------------------------------------------------------------------------------------------- INT8 images
+INT8_TABLE_BUCKETS = ((96, 96), (128, 128), (128, 160), (160, 224), (224, 224), (288, 384), (384, 384))
+"""Resolution buckets (h, w) whose image-encoder CPU the INT8 table measures."""
+
+
+def image_int8_table(rounds: int, per_modality: int, seed: int, repeats: int = 20) -> None:
+    """Print the INT8 image encoder against the FP32 one (engine openvino, 1 thread, in this process).
+
+    CPU: process CPU-ms per image (``time.process_time``) of each bucket of :data:`INT8_TABLE_BUCKETS`, a real photo
+    crop at that bucket, ``repeats`` calls per (encoder, bucket, round), the two encoders alternating (order flipped
+    every round); median [min-max] over ``rounds`` and the ratio paired per round. Fidelity: image-feature cosine of
+    the INT8 encoder (and of OpenVINO FP32) to torch FP32 on every image of :func:`fidelity_requests` (decoded once by
+    the FP32 path, so only the encoder differs), min / p1 / median per shorter side of the resolution bucket.
+    """
+    import torch
+
+    from modalscale.runtime.model.encoders import MultimodalEncoder
+    from modalscale.runtime.model.inputs import decode_image
+    from modalscale.runtime.model.settings import ModelSettings
+    from modalscale.runtime.workload import photo_at
+
+    torch.set_num_threads(1)
+    both = MultimodalEncoder(Precision.INT8, preload=("image",), engine=Engine.OPENVINO, threads=1,
+                             image_int8_min_side_pixels=1)
+    fp32_ov, int8_ov = both._ov_image, both._ov_image_int8
+    reference = MultimodalEncoder(Precision.FP32, preload=("image",))
+    settings = ModelSettings(embedding_cache=False)
+
+    def pooled(fmap: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+        return fmap[0, :, : -(-hw[0] // 32), : -(-hw[1] // 32)].mean(axis=(1, 2))  # type: ignore[no-any-return]
+
+    load0 = proctree.loadavg()
+    arrays = {hw: decode_image(photo_at(PHOTOS[k % len(PHOTOS)], hw[1], hw[0], "PNG"), 0, settings).array[None]
+              for k, hw in enumerate(INT8_TABLE_BUCKETS)}
+    cpu: dict[tuple[str, tuple[int, int]], list[float]] = {}
+    for rnd in range(rounds):
+        for hw, x in arrays.items():
+            pair = [("FP32", fp32_ov), ("INT8", int8_ov)]
+            for name, model in pair if rnd % 2 == 0 else pair[::-1]:
+                model(x)  # warm: first calls of a shape pick kernels
+                start = time.process_time()
+                for _ in range(repeats):
+                    model(x)
+                cpu.setdefault((name, hw), []).append(1000 * (time.process_time() - start) / repeats)
+    load1 = proctree.loadavg()
+    print(f"image encoder CPU-ms per image, engine openvino, 1 thread, {rounds} rounds x {repeats} calls, order "
+          f"alternating; load average {load0[0]:.2f} before, {load1[0]:.2f} after (the machine is shared)")
+    print(f"{'bucket h x w':<13} {'FP32':>20} {'INT8':>20} {'FP32 / INT8 (paired)':>22}")
+    for hw in INT8_TABLE_BUCKETS:
+        a, b = cpu[("FP32", hw)], cpu[("INT8", hw)]
+        print(f"{hw[0]:>4} x {hw[1]:<6} {_interval(a):>20} {_interval(b):>20} "
+              f"{_interval([x / y for x, y in zip(a, b, strict=True)]):>22}")
+
+    requests = fidelity_requests(per_modality, seed)
+    by_side: dict[int, dict[str, list[float]]] = {}
+    with torch.inference_mode():
+        for images, _ in requests["image"] + requests["image_text"]:
+            for data in images:
+                x = decode_image(data, 0, settings).array[None]
+                hw = (int(x.shape[2]), int(x.shape[3]))
+                ref = pooled(reference.image_model.extract_features(torch.from_numpy(x)).numpy(), hw)
+                for name, model in (("FP32", fp32_ov), ("INT8", int8_ov)):
+                    got = pooled(model(x), hw)
+                    cos = float(np.dot(got, ref) / np.linalg.norm(got) / np.linalg.norm(ref))
+                    by_side.setdefault(min(hw), {}).setdefault(name, []).append(cos)
+    print(f"\nimage-feature cosine to torch FP32 by the bucket's shorter side ({per_modality} image and {per_modality} "
+          f"image+text fidelity requests; crops of the six fidelity photographs, none used for calibration)")
+    print(f"{'shorter side':>12} {'n':>4} {'OpenVINO FP32 min':>18} {'INT8 min':>9} {'INT8 p1':>8} {'INT8 median':>12}")
+    for side in sorted(by_side):
+        f, q = by_side[side]["FP32"], np.array(by_side[side]["INT8"])
+        print(f"{side:>12} {len(q):>4} {min(f):18.5f} {q.min():9.4f} {np.percentile(q, 1):8.4f} {np.median(q):12.4f}")
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -458,7 +543,13 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--fidelity", type=int, default=200, help="inputs per modality (0: skip)")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--image-int8-table", action="store_true",
+                        help="only the INT8 image encoder against the FP32 one: CPU per bucket and cosine per size "
+                             "(--rounds rounds, --fidelity requests per modality), no server")
     args = parser.parse_args()
+    if args.image_int8_table:
+        image_int8_table(args.rounds, args.fidelity, args.seed)
+        return 0
     names = ["naive"] + [n for n in dict.fromkeys(args.variants.split(",")) if n and n != "naive"]
     unknown = [n for n in names if n not in table]
     if unknown:
@@ -586,12 +677,13 @@ def main() -> int:
 
     fid: dict[str, dict] = {}
     if args.fidelity > 0:
-        def numerics(n: str) -> tuple[Precision, str, bool, Engine]:
+        def numerics(n: str) -> tuple[Precision, str, bool, Engine, int]:
             params = dict(table[n].parameters)
             return (table[n].config.precision, params.get("int8_text", "smoothquant"),
-                    params.get("image_bf16", "false") == "true", table[n].config.engine)
+                    params.get("image_bf16", "false") == "true", table[n].config.engine,
+                    table[n].config.image_int8_min_side_pixels)
 
-        precisions: dict[str, tuple[Precision, str, bool, Engine]] = {}
+        precisions: dict[str, tuple[Precision, str, bool, Engine, int]] = {}
         for name in names:
             if numerics(name)[0::3] != (Precision.FP32, Engine.TORCH) and numerics(name) not in precisions.values():
                 precisions[name] = numerics(name)  # variants with the same model numerics share one row

@@ -55,6 +55,7 @@ _OVERRIDES = {
     "embedding_cache": "embedding_cache",
     "precision": "precision",
     "engine": "engine",
+    "image_int8_min_side_pixels": "image_int8_min_side_pixels",
     "cpu_cores": "cpu_cores",
 }
 
@@ -120,6 +121,10 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=[e.value for e in Engine], default=None,
                         help="What runs the encoders in the Python backend: torch (default) or openvino (the same "
                              "modules converted and compiled for the CPU; CPU instances only)")
+    parser.add_argument("--image-int8-min-side-pixels", type=int, default=None, metavar="PIXELS",
+                        help="With --engine openvino --precision INT8: images whose resolution bucket's shorter side "
+                             "is at least PIXELS go to the INT8 image encoder, smaller ones to the FP32 one; 0: every "
+                             f"image FP32 (preset fastest: {PRESETS['fastest'].image_int8_min_side_pixels})")
     parser.add_argument("--cpu-cores", type=float, default=None, metavar="CORES",
                         help="Cores the server may use, which size the router's instances (2 per core, at most "
                              "16); default or 0: this process's cgroup CPU quota, else its CPU affinity")

@@ -46,6 +46,8 @@ OUTPUT_EMBEDDING = "EMBEDDING"
 OUTPUT_MODALITY = "MODALITY"
 OUTPUT_IMAGE_CLASSES = "IMAGE_CLASSES"
 
+IMAGE_INT8_MAX_SIDE_PIXELS = 16_384
+"""Upper bound of ``image_int8_min_side_pixels`` (above ``max_image_side_pixels`` it only means no image is INT8)."""
 RESPONSE_CACHE_BYTES = 64 * 1024 * 1024
 """Size of Triton's local response cache (``--cache-config local,size=...``) when any model enables it."""
 
@@ -123,6 +125,11 @@ class RuntimeConfig:
     """Texts longer than this many UTF-8 bytes are rejected (the encoder reads at most 256 tokens)."""
     embedding_cache_entries: int = 1024
     """Capacity of the per-instance embedding cache, in images."""
+    image_int8_min_side_pixels: int = 0
+    """Engine openvino at precision INT8 only: images whose resolution bucket's shorter side is at least this many
+    pixels are encoded by the NNCF-quantized INT8 image encoder, smaller ones by the FP32 one (INT8 loses fidelity on
+    small feature maps: ``ov_engine.image_int8_ignored_names``); 0 = every image FP32, as before. Not an
+    InferenceService field (like ``engine``): set by ``runtime serve --image-int8-min-side-pixels`` and the presets."""
     cpu_cores: float = 0.0
     """CPU cores the replica may use (``modalscale.runtime.cores.available_cores``: the cgroup quota, else the CPU
     affinity); sizes the router's instances (:func:`router_instances_for`). 0 = not known: sized for the batch
@@ -156,6 +163,13 @@ class RuntimeConfig:
             raise InvalidRuntimeSpec("spec.runtime.precision", f"must be a Precision, got {self.precision!r}")
         if not isinstance(self.engine, Engine):
             raise InvalidRuntimeSpec("engine", f"must be one of {[e.value for e in Engine]}, got {self.engine!r}")
+        _check_int("image_int8_min_side_pixels", self.image_int8_min_side_pixels, 0, IMAGE_INT8_MAX_SIDE_PIXELS)
+        if self.image_int8_min_side_pixels and (self.engine is not Engine.OPENVINO
+                                                or self.precision is not Precision.INT8):
+            raise InvalidRuntimeSpec(
+                "image_int8_min_side_pixels", f"the INT8 image encoder needs engine openvino at precision INT8, got "
+                f"engine {self.engine.value} at {self.precision.value}; set --image-int8-min-side-pixels 0 (every "
+                f"image FP32) or use --engine openvino --precision INT8")
 
     @property
     def batching_enabled(self) -> bool:
@@ -273,7 +287,9 @@ def model_parameters(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image", "t
         "max_image_pixels": str(cfg.max_image_pixels),
         "max_text_bytes": str(cfg.max_text_bytes),
         "preload": ",".join(preload),
-    } | ({"engine": cfg.engine.value} if cfg.engine is not Engine.TORCH else {})
+    } | ({"engine": cfg.engine.value} if cfg.engine is not Engine.TORCH else {}) \
+        | ({"image_int8_min_side_pixels": str(cfg.image_int8_min_side_pixels)} if cfg.image_int8_min_side_pixels
+           else {})
 
 
 def render_config_pbtxt(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image", "text")) -> str:
@@ -484,7 +500,8 @@ def render_gpu_encoder_pbtxt(cfg: RuntimeConfig, encoder: str) -> str:
         f"  max_queue_delay_microseconds: {cfg.max_queue_delay_microseconds}",
         "}",
     ]
-    params = model_parameters(cfg.replace(precision=gpu_precision(cfg), engine=Engine.TORCH), preload)
+    params = model_parameters(cfg.replace(precision=gpu_precision(cfg), engine=Engine.TORCH,
+                                          image_int8_min_side_pixels=0), preload)
     for key, value in params.items():
         lines += ["parameters {", f"  key: {_quote(key)}", f"  value: {{ string_value: {_quote(value)} }}", "}"]
     return "\n".join(lines) + "\n"
@@ -495,7 +512,8 @@ def render_gpu_orchestrator_pbtxt(cfg: RuntimeConfig) -> str:
     decode and tokenize each request, send its images and text to the encoder models (BLS), fuse and answer. Same
     request interface as every other layout (``max_batch_size 0``, leading ``1`` declared)."""
     lines = _client_model_head(cfg)
-    params = model_parameters(cfg.replace(precision=Precision.FP32, engine=Engine.TORCH), preload=())
+    params = model_parameters(cfg.replace(precision=Precision.FP32, engine=Engine.TORCH,
+                                          image_int8_min_side_pixels=0), preload=())
     params["image_bucket_sides"] = ",".join(str(s) for s in gpu_image_sides(cfg))
     for encoder in GPU_ENCODERS:
         params[f"route_{encoder}"] = f"{cfg.model_name}_{encoder}"
@@ -574,6 +592,8 @@ def config_summary(cfg: RuntimeConfig) -> str:
         del data["engine"]
     else:
         data["engine"] = cfg.engine.value
+    if not cfg.image_int8_min_side_pixels:  # nor does a config without the INT8 image encoder
+        del data["image_int8_min_side_pixels"]
     data["preferred_batch_sizes"] = list(cfg.preferred_batch_sizes)
     return json.dumps(data, sort_keys=True)
 
@@ -625,6 +645,11 @@ def _check_int(field: str, value: object, low: int, high: int) -> None:
         raise InvalidRuntimeSpec(path, f"must be an integer in [{low}, {high}], got {value!r}")
 
 
+FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS = 160
+"""``image_int8_min_side_pixels`` of the ``fastest`` preset, chosen by measurement (``runtime/README.md``, "INT8 image
+encoder"; ``benchmarks/runtime_capacity.py --image-int8-table``): image-feature cosine to torch FP32 on 212 fidelity
+crops min 0.9946 from a 160-px shorter side up, but 0.989 at 128 px and 0.982 at 96 px."""
+
 PRESETS: dict[str, RuntimeConfig] = {
     "naive": RuntimeConfig(instance_count=2, intra_op_threads=1, max_batch_size=0, dynamic_batching=False,
                            modality_aware_batching=False, response_cache=False, embedding_cache=False,
@@ -632,7 +657,8 @@ PRESETS: dict[str, RuntimeConfig] = {
     "default": RuntimeConfig(),
     "fastest": RuntimeConfig(instance_count=2, intra_op_threads=1, max_batch_size=0, dynamic_batching=False,
                              modality_aware_batching=False, response_cache=False, embedding_cache=True,
-                             precision=Precision.INT8, engine=Engine.OPENVINO),
+                             precision=Precision.INT8, engine=Engine.OPENVINO,
+                             image_int8_min_side_pixels=FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS),
 }
 """Named configurations (``runtime serve --preset``, the benchmarks' variant names):
 
@@ -668,4 +694,6 @@ def config_flags(cfg: RuntimeConfig) -> list[str]:
               flag(cfg.modality_aware_batching, "modality-aware-batching"), flag(cfg.response_cache, "response-cache"),
               flag(cfg.embedding_cache, "embedding-cache"), "--precision", cfg.precision.value,
               "--engine", cfg.engine.value]
+    if cfg.image_int8_min_side_pixels:
+        flags += ["--image-int8-min-side-pixels", str(cfg.image_int8_min_side_pixels)]
     return flags

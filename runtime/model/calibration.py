@@ -5,7 +5,18 @@
 ``email.message`` and ``http.client`` modules and of the classes and functions they define (Python Software
 Foundation License). Fixed here, not read at start-up, so every machine computes the same scales. Fidelity is
 measured on texts of other modules (``modalscale.runtime.workload.fidelity_texts``), disjoint from these.
+
+Below them, the calibration images of the INT8 image encoder (``ov_engine.image_encoder_int8``): fixed crops of
+scikit-image photographs that are not in the fidelity set (:func:`calibration_image_crops`).
 """
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 CALIBRATION_TEXTS: tuple[str, ...] = (
     "This module is an optparse-inspired command-line parsing library that:",
@@ -308,3 +319,81 @@ CALIBRATION_TEXTS: tuple[str, ...] = (
      "rather than bytes. But a TextIOWrapper around self.rfile would buffer too many bytes from the stream, bytes "
      "which we later need to read as bytes. So we read the correct bytes here, as bytes, for email Parser to parse."),
 )
+
+
+# ---------------------------------------------------------------------------------------------------- images
+CALIBRATION_IMAGE_PHOTOS: tuple[str, ...] = (
+    "brick.png", "camera.png", "cell.png", "coins.png", "grass.png", "gravel.png", "horse.png",
+    "hubble_deep_field.jpg", "ihc.png", "motorcycle_left.png", "motorcycle_right.png", "page.png", "retina.jpg")
+"""Photographs of scikit-image's ``data`` folder (shipped in the wheel; scikit-image's ``data/README.txt`` gives
+their sources and licences) that calibrate the INT8 image encoder (``ov_engine.image_encoder_int8``). None of them is
+a photograph of the fidelity set (``runtime.workload.photo_names``: astronaut, coffee, chelsea, rocket, china,
+flower), so fidelity is measured on images disjoint from these."""
+CALIBRATION_CROP_BOXES: tuple[tuple[float, float, float, float], ...] = (
+    (0.0, 0.0, 1.0, 1.0), (0.0, 0.0, 0.6, 0.6), (0.4, 0.4, 1.0, 1.0), (0.2, 0.1, 0.8, 0.7), (0.0, 0.4, 0.6, 1.0),
+    (0.4, 0.0, 1.0, 0.6), (0.25, 0.25, 0.75, 0.75))
+"""Crop boxes as (left, top, right, bottom) fractions of the photograph."""
+CALIBRATION_IMAGE_SIDES: tuple[int, ...] = (128, 160, 224, 288, 384, 512)
+"""Longer side of each crop in pixels (512 is scaled to the 384-px bucket like a large request image)."""
+CALIBRATION_ASPECTS: tuple[float, ...] = (1.0, 4 / 3, 3 / 4)
+"""Width / height of the crops."""
+
+
+@dataclass(frozen=True)
+class CalibrationCrop:
+    """One calibration image: ``box`` (fractions) of ``photo``, resized to ``width`` x ``height`` pixels."""
+
+    photo: str
+    box: tuple[float, float, float, float]
+    width: int
+    height: int
+
+
+def calibration_image_crops() -> tuple[CalibrationCrop, ...]:
+    """The fixed calibration crops of the INT8 image encoder: every photograph of :data:`CALIBRATION_IMAGE_PHOTOS`
+    at every side of :data:`CALIBRATION_IMAGE_SIDES` (13 x 6 = 78), box and aspect cycling by index (no random state,
+    so every machine gets the same list)."""
+    crops = []
+    for i, photo in enumerate(CALIBRATION_IMAGE_PHOTOS):
+        for j, side in enumerate(CALIBRATION_IMAGE_SIDES):
+            aspect = CALIBRATION_ASPECTS[(i + 2 * j) % len(CALIBRATION_ASPECTS)]
+            width, height = (side, round(side / aspect)) if aspect >= 1 else (round(side * aspect), side)
+            crops.append(CalibrationCrop(photo, CALIBRATION_CROP_BOXES[(i + j) % len(CALIBRATION_CROP_BOXES)],
+                                         width, height))
+    return tuple(crops)
+
+
+def calibration_images(max_side_pixels: int = 384) -> list[np.ndarray]:
+    """The encoder inputs of :func:`calibration_image_crops`: each crop resized straight to its resolution bucket
+    (``inputs.resolution_bucket``) and normalised as ``inputs.decode_image`` does.
+
+    Returns:
+        float32 arrays of shape (1, 3, bucket_h, bucket_w).
+    Raises:
+        FileNotFoundError: scikit-image (the ``runtime`` extra) is not installed.
+    """
+    import skimage
+    from PIL import Image
+
+    from modalscale.runtime.model.inputs import IMAGE_MEAN, IMAGE_STD, resolution_bucket
+
+    folder = Path(skimage.__file__).resolve().parent / "data"
+    sources: dict[str, Image.Image] = {}
+    out = []
+    for crop in calibration_image_crops():
+        if crop.photo not in sources:
+            with Image.open(folder / crop.photo) as image:
+                sources[crop.photo] = image.convert("RGB")
+        src = sources[crop.photo]
+        left, top, right, bottom = crop.box
+        box = (round(left * src.width), round(top * src.height), round(right * src.width), round(bottom * src.height))
+        bucket_h, bucket_w = resolution_bucket(crop.width, crop.height, max_side_pixels)
+        pixels = src.crop(box).resize((bucket_w, bucket_h), Image.Resampling.BILINEAR)
+        array = (np.asarray(pixels, dtype=np.float32) - IMAGE_MEAN) / IMAGE_STD
+        out.append(np.ascontiguousarray(array.transpose(2, 0, 1))[None])
+    return out
+
+
+def calibration_images_digest() -> str:
+    """12 hex digits of SHA-256 over the crop list (part of the INT8 image IR's cache key)."""
+    return hashlib.sha256(repr(calibration_image_crops()).encode()).hexdigest()[:12]

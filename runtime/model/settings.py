@@ -38,6 +38,10 @@ class ModelSettings:
     image_bf16: bool = False
     """Opt-in BF16 image convolutions with INT8 (``encoders.MultimodalEncoder.image_bf16``); like ``int8_text`` a
     model parameter for side-by-side runs, not generated from a RuntimeConfig."""
+    image_int8_min_side_pixels: int = 0
+    """Engine openvino at INT8: images whose resolution bucket's shorter side is at least this many pixels are encoded
+    by the INT8 image encoder, the others by the FP32 one; 0 = every image FP32 (``RuntimeConfig`` field of the same
+    name)."""
     int8_text: str = "smoothquant"
     """INT8 scheme of the text encoder (``encoders.INT8_TEXT_SCHEMES``); not generated from a RuntimeConfig, a
     benchmark sets ``dynamic`` to compare with the earlier scheme side by side."""
@@ -68,6 +72,12 @@ class ModelSettings:
                     values[name] = kind(raw[name])
                 except ValueError:
                     raise ValueError(f"parameter {name}: expected an integer, got {raw[name]!r}") from None
+        if "image_int8_min_side_pixels" in raw:
+            text = raw["image_int8_min_side_pixels"]
+            if not (text.isascii() and text.isdigit()):
+                raise ValueError(f"parameter image_int8_min_side_pixels: expected an integer >= 0 (0 = off), got "
+                                 f"{text!r}")
+            values["image_int8_min_side_pixels"] = int(text)
         for name in ("modality_aware_batching", "embedding_cache", "image_bf16"):
             if name in raw:
                 if raw[name] not in ("true", "false"):

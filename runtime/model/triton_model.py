@@ -114,7 +114,7 @@ class TritonPythonModel:
         self.batched = int(config.get("max_batch_size", 0)) > 0
         self.pipeline = MultimodalPipeline(self.settings, MultimodalEncoder(
             self.settings.precision, device, self.settings.preload, self.settings.int8_text, self.settings.image_bf16,
-            self.settings.engine, self.settings.intra_op_threads))
+            self.settings.engine, self.settings.intra_op_threads, self.settings.image_int8_min_side_pixels))
         self.metrics = FeatureMetrics(str(args.get("model_name", config.get("name", ""))))
 
     def execute(self, requests: list[Any]) -> list[Any]:

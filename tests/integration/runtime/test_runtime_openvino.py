@@ -1,7 +1,8 @@
 """Engine openvino with the real pretrained weights: FP32 matches torch FP32 (the same modules converted, compiled
 with an explicit f32 precision), INT8 (NNCF text encoder) stays within cosine 0.99 of torch FP32 on texts disjoint
-from its calibration set, the converted IR is cached and reused, and the ``fastest`` preset (engine openvino) loads
-in a real tritonserver's Python backend and answers."""
+from its calibration set, the INT8 image encoder does on images at or above its size threshold (and smaller images
+get the FP32 encoder's features), the converted IR is cached and reused, and the ``fastest`` preset (engine
+openvino, INT8 image encoder from 160 px) loads in a real tritonserver's Python backend and answers."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from modalscale.runtime.client import MultimodalClient
 from modalscale.runtime.model import ov_engine
 from modalscale.runtime.model.calibration import CALIBRATION_TEXTS
 from modalscale.runtime.model.encoders import MultimodalEncoder
+from modalscale.runtime.model.inputs import decode_image
 from modalscale.runtime.model.pipeline import MultimodalPipeline
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.repo_config import PRESETS, Engine, Precision, build_repository
@@ -89,6 +91,45 @@ def test_openvino_int8_text_stays_within_cosine_0_99(torch_fp32: MultimodalEncod
     assert _cos(batch, got[:4]).min() > 0.9999
 
 
+def test_openvino_int8_image_encoder_takes_only_images_at_or_above_the_threshold(
+        torch_fp32: MultimodalEncoder, ov_fp32: MultimodalEncoder, ov_cache: Path) -> None:
+    """Images whose bucket's shorter side reaches ``fastest``'s threshold are quantized (NNCF, calibrated on other
+    photographs) and stay within cosine 0.99 of torch FP32; smaller ones get exactly the OpenVINO FP32 features; a
+    mixed pass gives each image what it gets alone; the INT8 IR is cached under its scheme."""
+    threshold = PRESETS["fastest"].image_int8_min_side_pixels
+    assert threshold > 0
+    int8 = MultimodalEncoder(Precision.INT8, preload=("image",), engine=Engine.OPENVINO, threads=1,
+                             image_int8_min_side_pixels=threshold)
+    assert any(p.name.startswith(f"efficientnet-lite0-{ov_engine.IMAGE_INT8_SCHEME}-") for p in ov_cache.glob("*.xml"))
+    settings = ModelSettings(embedding_cache=False)
+    sizes = [(224, 224, "JPEG"), (640, 480, "PNG"), (1600, 1200, "JPEG"), (160, 128, "PNG"), (451, 300, "JPEG"),
+             (300, 48, "PNG"), (32, 32, "JPEG"), (120, 90, "PNG")]
+    above = below = 0
+    for name in ("flower", "rocket"):
+        for w, h, fmt in sizes:
+            x = decode_image(photo_at(name, w, h, fmt), 0, settings).array[None]
+            hw = [(int(x.shape[2]), int(x.shape[3]))]
+            got, fp32 = int8.encode_images(x, hw).features, ov_fp32.encode_images(x, hw).features
+            if min(hw[0]) >= threshold:
+                above += 1
+                assert float(_cos(got, torch_fp32.encode_images(x, hw).features)[0]) >= 0.99, (name, w, h)
+                assert not np.array_equal(got, fp32)  # quantized, not the float encoder
+            else:
+                below += 1
+                np.testing.assert_array_equal(got, fp32)
+    assert above >= 8 and below >= 4
+    # One padded pass with an image above and one below the threshold: each row as when encoded alone.
+    batch = np.zeros((2, 3, 288, 384), dtype=np.float32)
+    big = decode_image(photo_at("flower", 640, 480, "JPEG"), 0, settings).array
+    small = decode_image(photo_at("rocket", 120, 90, "PNG"), 0, settings).array
+    batch[0, :, :288, :384], batch[1, :, :96, :128] = big, small
+    valid = [(288, 384), (96, 128)]
+    both = int8.encode_images(batch, valid).features
+    for i in range(2):
+        np.testing.assert_allclose(both[i], int8.encode_images(batch[i:i + 1], valid[i:i + 1]).features[0],
+                                   rtol=0, atol=1e-5)
+
+
 def test_converted_ir_is_cached_and_reused(ov_cache: Path, ov_fp32: MultimodalEncoder,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A second encoder reads the cached IR instead of converting again (start-up without conversion)."""
@@ -146,7 +187,9 @@ def test_fastest_preset_serves_in_tritonserver(tmp_path: Path, ov_cache: Path,
     try:
         requests: list[tuple[list[bytes], str | None]] = [
             ([photo_bytes("chelsea")], None), ([], "a photo of a cat on a red chair"),
-            ([photo_at("coffee", 640, 480, "JPEG")], "a cup of coffee")]
+            ([photo_at("coffee", 640, 480, "JPEG")], "a cup of coffee"),
+            ([photo_at("rocket", 96, 64, "PNG")], None),  # below the INT8 threshold: the FP32 image encoder
+            ([photo_at("flower", 800, 600, "PNG")], "a flower")]
         ref = _embed(torch_fp32, requests)
         with MultimodalClient(server.http_url, "http", model_name=cfg.model_name) as client:
             for (images, text), expected in zip(requests, ref, strict=True):
