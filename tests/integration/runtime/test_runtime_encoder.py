@@ -40,7 +40,9 @@ def int8() -> MultimodalEncoder:
 
 
 def _embed(encoder: MultimodalEncoder, aware: bool, requests: list[tuple[list[bytes], str | None]]) -> list:
-    pipeline = MultimodalPipeline(ModelSettings(modality_aware_batching=aware, embedding_cache=False), encoder)
+    # the settings' precision is the encoder's, as the served model has it (INT8 also decodes images differently)
+    pipeline = MultimodalPipeline(ModelSettings(modality_aware_batching=aware, embedding_cache=False,
+                                                precision=encoder.precision), encoder)
     prepared = [pipeline.prepare(np.array([images], dtype=object) if images else None,
                                  np.array([[text.encode()]], dtype=object) if text else None)
                 for images, text in requests]
@@ -118,8 +120,9 @@ def test_int8_embeddings_stay_close_to_fp32(fp32: MultimodalEncoder, int8: Multi
 
 
 def test_int8_image_embeddings_and_classes_stay_with_fp32(fp32: MultimodalEncoder, int8: MultimodalEncoder) -> None:
-    sizes = [(224, 224), (640, 480), (96, 128), (1024, 768), (384, 384), (50, 300)]
-    requests = [([photo_at(p, w, h, fmt)], None) for p in PHOTOS for (w, h) in sizes for fmt in ("JPEG",)]
+    sizes = [(224, 224), (640, 480), (96, 128), (1024, 768), (384, 384), (50, 300), (1600, 1200)]
+    # INT8 decodes differently too: JPEG in draft mode, PNG through pyspng with a reducing-gap resize
+    requests = [([photo_at(p, w, h, fmt)], None) for p in PHOTOS for (w, h) in sizes for fmt in ("JPEG", "PNG")]
     reference = _embed(fp32, True, requests)
     quantized = _embed(int8, True, requests)
     cosines = [float(np.dot(a.embedding, b.embedding)) for a, b in zip(reference, quantized, strict=True)]

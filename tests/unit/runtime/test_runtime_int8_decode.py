@@ -134,14 +134,25 @@ def test_int8_png_pixels_from_pyspng_equal_pillows(name: str, mode: str, spng_ca
         assert np.allclose(int8.array[:, :16], (255 - inputs.IMAGE_MEAN) / IMAGE_STD)
 
 
+@pytest.mark.parametrize("gap", [None, 2.0], ids=["no-gap", "gap-2"])
 @pytest.mark.parametrize("mode", ["RGB", "RGBA"])
-def test_int8_large_png_pixels_equal_pillows_before_the_resize(mode: str, spng_calls: list[str],
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """At 1600x1200 too: with the INT8 resize made FP32's (no reducing gap) the arrays are equal."""
+def test_int8_large_png_equals_pillows_decode_and_the_same_resize(mode: str, gap: float | None,
+                                                                  spng_calls: list[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 1600x1200 (where the resize does work): the INT8 array is Pillow's decode, composited onto white,
+    resized with the same reducing gap; with no gap that is FP32's array."""
     data = save(in_mode("coffee", mode, (1600, 1200)))
-    monkeypatch.setattr(inputs, "INT8_REDUCING_GAP", None)
-    assert np.array_equal(decode_image(data, 0, INT8).array, decode_image(data, 0, FP32).array)
+    monkeypatch.setattr(inputs, "INT8_REDUCING_GAP", gap)
+    int8 = decode_image(data, 0, INT8)
     assert spng_calls == [mode]
+    pillow = Image.open(io.BytesIO(data))
+    if mode == "RGBA":
+        pillow = Image.alpha_composite(Image.new("RGBA", pillow.size, (255, 255, 255, 255)), pillow)
+    resized = pillow.convert("RGB").resize((384, 288), Image.Resampling.BILINEAR, reducing_gap=gap)
+    expected = (np.asarray(resized, dtype=np.float32) - inputs.IMAGE_MEAN) / IMAGE_STD
+    assert np.array_equal(int8.array, expected.transpose(2, 0, 1))
+    if gap is None:
+        assert np.array_equal(int8.array, decode_image(data, 0, FP32).array)
 
 
 @pytest.mark.parametrize("interlace", [False, True], ids=["plain", "adam7"])
