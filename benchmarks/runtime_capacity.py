@@ -518,6 +518,7 @@ def header(names: list[str], table: dict[str, Variant]) -> list[str]:
             f"{cfg.max_batch_size}, dynamic {cfg.batching_enabled}, router {cfg.uses_router}"
             f"{f' ({cfg.router_instances} router instances)' if cfg.uses_router else ''}, precision "
             f"{cfg.precision.value}, engine {cfg.engine.value}"
+            f"{f', INT8 images from {cfg.image_int8_min_side_pixels} px' if cfg.image_int8_min_side_pixels else ''}"
             f"{' ' + ' '.join(f'{k}={v}' for k, v in table[name].parameters) if table[name].parameters else ''}, "
             f"embedding cache {cfg.embedding_cache}, response cache {cfg.response_cache}")
     return lines

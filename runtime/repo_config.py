@@ -647,8 +647,8 @@ def _check_int(field: str, value: object, low: int, high: int) -> None:
 
 FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS = 160
 """``image_int8_min_side_pixels`` of the ``fastest`` preset, chosen by measurement (``runtime/README.md``, "INT8 image
-encoder"; ``benchmarks/runtime_capacity.py --image-int8-table``): image-feature cosine to torch FP32 on 212 fidelity
-crops min 0.9946 from a 160-px shorter side up, but 0.989 at 128 px and 0.982 at 96 px."""
+encoder"; ``benchmarks/runtime_capacity.py --image-int8-table``): image-feature cosine to torch FP32 on 235 fidelity
+crops min 0.9952 on the 145 with a shorter side of 160 px or more, but 0.989 at 128 px and 0.982 at 96 px."""
 
 PRESETS: dict[str, RuntimeConfig] = {
     "naive": RuntimeConfig(instance_count=2, intra_op_threads=1, max_batch_size=0, dynamic_batching=False,
