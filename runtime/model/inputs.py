@@ -133,8 +133,9 @@ def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes
     RGB / RGBA / L / LA PNG (interlaced or not; no tRNS, no APNG, no EXIF or XMP orientation anywhere in the file)
     is inflated by pyspng (libspng) instead of Pillow, to the same pixels byte for byte (Pillow still reads the
     header and does every size check; a PNG pyspng cannot decode goes to Pillow, so a damaged PNG gets today's
-    answer), and the downscale uses Pillow's ``reducing_gap`` :data:`INT8_REDUCING_GAP`. FP32 (and FP16 / BF16)
-    keep Pillow's full decode and plain resize, bit-identical to before.
+    answer), the downscale uses Pillow's ``reducing_gap`` :data:`INT8_REDUCING_GAP`, and the normalisation is
+    written in place (same values). FP32 (and FP16 / BF16) keep Pillow's full decode, plain resize and the plain
+    normalisation expression, bit-identical to before.
 
     Args:
         data: Encoded image bytes (any format Pillow reads: JPEG, PNG, WebP, BMP, GIF ...).
@@ -183,10 +184,28 @@ def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes
     bucket_h, bucket_w = resolution_bucket(width, height, settings.max_image_side_pixels)
     gap = INT8_REDUCING_GAP if settings.precision is Precision.INT8 else None
     resized = rgb.resize((bucket_w, bucket_h), Image.Resampling.BILINEAR, reducing_gap=gap)
-    array = (np.asarray(resized, dtype=np.float32) - IMAGE_MEAN) / IMAGE_STD
-    return DecodedImage(pixels=width * height, width=width, height=height,
-                        array=np.ascontiguousarray(array.transpose(2, 0, 1)),
+    if settings.precision is Precision.INT8:
+        array = _normalised_chw(resized)
+    else:
+        array = np.ascontiguousarray(((np.asarray(resized, dtype=np.float32) - IMAGE_MEAN) / IMAGE_STD)
+                                     .transpose(2, 0, 1))
+    return DecodedImage(pixels=width * height, width=width, height=height, array=array,
                         digest=digest or hashlib.sha256(data).digest())
+
+
+def _normalised_chw(image: Image.Image) -> np.ndarray:
+    """``(x - IMAGE_MEAN) / IMAGE_STD`` of an RGB image as float32 (3, h, w), written straight into its final
+    C-contiguous layout: the same float32 operations as the plain expression, so the same values bit for bit, but
+    one allocation instead of four full-size ones. Measured on a 384x288 image alone (200 calls x 10 interleaved
+    rounds, load 3.4, shared machine): 2.0 -> 0.34 CPU-ms, the difference being page faults of the temporaries that
+    glibc hands back to the OS between calls; inside a loop of whole decode_image calls, where larger buffers keep
+    the heap mapped, no difference was measurable (1.01x). Which of the two a server process sees depends on its
+    allocation history."""
+    pixels = np.asarray(image).transpose(2, 0, 1)
+    out = np.empty(pixels.shape, dtype=np.float32)
+    np.subtract(pixels, IMAGE_MEAN, out=out, dtype=np.float32)
+    np.divide(out, IMAGE_STD, out=out, dtype=np.float32)
+    return out
 
 
 def _png_by_pyspng(data: bytes, image: Image.Image) -> Image.Image | None:

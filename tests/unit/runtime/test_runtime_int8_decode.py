@@ -155,6 +155,18 @@ def test_int8_large_png_equals_pillows_decode_and_the_same_resize(mode: str, gap
         assert np.array_equal(int8.array, decode_image(data, 0, FP32).array)
 
 
+def test_int8_normalisation_gives_the_plain_expressions_values_for_every_level() -> None:
+    """Every 0..255 level in every channel: INT8's in-place normalisation equals ``(x - 127) / 128`` in float32."""
+    levels = np.arange(256, dtype=np.uint8)
+    pixels = np.stack([np.tile(levels, (32, 1)), np.tile(levels[::-1], (32, 1)), np.tile(np.roll(levels, 85),
+                                                                                     (32, 1))], axis=-1)
+    data = save(Image.fromarray(pixels))  # 256 x 32: its own bucket
+    expected = ((pixels.astype(np.float32) - np.float32(127.0)) / np.float32(128.0)).transpose(2, 0, 1)
+    int8 = decode_image(data, 0, INT8).array
+    assert int8.dtype == np.float32 and int8.flags.c_contiguous
+    assert np.array_equal(int8, expected) and np.array_equal(decode_image(data, 0, FP32).array, expected)
+
+
 @pytest.mark.parametrize("interlace", [False, True], ids=["plain", "adam7"])
 @pytest.mark.parametrize(("mode", "colour_type"), [("RGB", 2), ("L", 0), ("RGBA", 6), ("LA", 4)])
 def test_int8_png_written_by_hand_and_interlaced_equal_pillows(mode: str, colour_type: int, interlace: bool,
@@ -172,6 +184,13 @@ def test_int8_png_with_harmless_text_chunks_still_uses_pyspng(spng_calls: list[s
     info.add_text("Software", "modalscale test")
     info.add_itxt("XML:com.adobe.xmp", '<x:xmpmeta><rdf:Description xmp:Rating="3"/></x:xmpmeta>')
     data = save(photo("chelsea"), pnginfo=info)
+    assert np.array_equal(decode_image(data, 0, INT8).array, decode_image(data, 0, FP32).array)
+    assert spng_calls == ["RGB"]
+
+
+def test_int8_png_with_bytes_after_iend_still_uses_pyspng(spng_calls: list[str]) -> None:
+    """Bytes after IEND are ignored by both decoders (benchmarks/runtime_capacity.py salts every image so)."""
+    data = save(photo("coffee")) + bytes(range(32))
     assert np.array_equal(decode_image(data, 0, INT8).array, decode_image(data, 0, FP32).array)
     assert spng_calls == ["RGB"]
 
