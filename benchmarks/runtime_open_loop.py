@@ -95,7 +95,8 @@ def extra_variants() -> dict[str, "capacity.Variant"]:
         "ov_dynamic": capacity.Variant("ov_dynamic", fastest.replace(
             max_batch_size=8, dynamic_batching=True, max_queue_delay_microseconds=2000, embedding_cache=False)),
         "ov_modality": capacity.Variant("ov_modality", PRESETS["default"].replace(
-            cpu_cores=available_cores(), engine=Engine.OPENVINO, precision=Precision.INT8, embedding_cache=False)),
+            cpu_cores=available_cores(), engine=Engine.OPENVINO, precision=Precision.INT8, embedding_cache=False,
+            image_int8_min_side_pixels=fastest.image_int8_min_side_pixels)),
     }
 
 
