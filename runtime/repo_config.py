@@ -102,8 +102,10 @@ class RuntimeConfig:
     """How long the dynamic batcher may hold a request to form a larger batch, in microseconds."""
     modality_aware_batching: bool = True
     """Separate Triton queues per modality class (a light router model in front of one batched model per
-    modality), and inside each batch one encoder pass per resolution / token-length bucket instead of padding
-    every item to the largest. Without batching only the in-model grouping applies."""
+    modality), and inside each batch one text-encoder pass per token-length bucket instead of padding every text to
+    the longest. Without batching only the in-model grouping applies. Image passes are one per resolution bucket
+    whatever this says (``batching.plan_image_groups``: padding made an image's features depend on its
+    neighbours)."""
     response_cache: bool = False
     """Triton response cache for byte-identical requests (the server also needs ``--cache-config``)."""
     embedding_cache: bool = True

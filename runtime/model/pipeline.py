@@ -149,7 +149,7 @@ class MultimodalPipeline:
                 slots.append(cached)
             per_request.append(slots)
         shapes = [batch[r].parsed.images[k].bucket for r, k in owners]
-        for group in plan_image_groups(shapes, self.settings.modality_aware_batching):
+        for group in plan_image_groups(shapes):
             self._encode_image_group(batch, owners, group, per_request)
         for r, slots in enumerate(per_request):
             if slots:

@@ -20,7 +20,8 @@ class ModelSettings:
     engine: Engine = Engine.TORCH
     """What runs the encoders (``repo_config.Engine``)."""
     modality_aware_batching: bool = True
-    """Group a batch into shape-homogeneous sub-batches instead of padding to the largest item."""
+    """Group a batch's texts into token-length buckets instead of padding to the longest (images are grouped by
+    resolution bucket either way: ``batching.plan_image_groups``)."""
     embedding_cache: bool = True
     """Cache per-image features by SHA-256 of the encoded bytes."""
     embedding_cache_entries: int = 1024

@@ -18,32 +18,36 @@ from modalscale.runtime.repo_config import Precision, RuntimeConfig, model_param
 SHAPES = [(64, 64), (384, 384), (64, 64), (96, 384)]
 
 
-def test_naive_images_pad_everything_to_the_largest() -> None:
-    assert plan_image_groups(SHAPES, modality_aware=False) == [Group((0, 1, 2, 3), (384, 384))]
+def test_images_group_by_exact_bucket_in_order_of_first_appearance_and_are_never_padded() -> None:
+    """In every layout (the image plan no longer reads ``modality_aware_batching``): padding a 64x64 image to a
+    384x384 neighbour moved its features (the integration tests in test_runtime_encoder.py measure it)."""
+    plan = plan_image_groups(SHAPES)
+    assert plan == [Group((0, 2), (64, 64)), Group((1,), (384, 384)), Group((3,), (96, 384))]
+    assert all(SHAPES[i] == g.pad_to for g in plan for i in g.indices)  # no item is padded
 
 
-def test_aware_images_group_by_shape_in_order_of_first_appearance() -> None:
-    assert plan_image_groups(SHAPES, modality_aware=True) == [
-        Group((0, 2), (64, 64)), Group((1,), (384, 384)), Group((3,), (96, 384))]
+def test_image_plan_pays_only_its_own_pixels() -> None:
+    # hand count: the earlier naive plan padded all four to 384x384 = 589824 pixels
+    assert sum(g.padded_size() for g in plan_image_groups(SHAPES)) == 2 * 64 * 64 + 384 * 384 + 96 * 384 == 192512
+    assert plan_image_groups([(96, 128)] * 3) == [Group((0, 1, 2), (96, 128))]  # one bucket: the one pass as before
 
 
-def test_aware_padded_pixels_never_exceed_naive() -> None:
-    naive = sum(g.padded_size() for g in plan_image_groups(SHAPES, False))
-    aware = sum(g.padded_size() for g in plan_image_groups(SHAPES, True))
-    assert naive == 4 * 384 * 384
-    assert aware == 2 * 64 * 64 + 384 * 384 + 96 * 384
-    assert aware <= naive
+def test_image_plan_takes_numpy_shapes_as_plain_int_tuples() -> None:
+    import numpy as np
+
+    plan = plan_image_groups([tuple(np.array([64, 96])), (64, 96)])  # type: ignore[list-item]
+    assert plan == [Group((0, 1), (64, 96))] and all(type(d) is int for d in plan[0].pad_to)
 
 
 @pytest.mark.parametrize("aware", [True, False], ids=["aware", "naive"])
 def test_groups_cover_each_item_once(aware: bool) -> None:
-    for plan in (plan_image_groups(SHAPES, aware), plan_text_groups([3, 40, 7, 256, 17], aware)):
+    for plan in (plan_image_groups(SHAPES), plan_text_groups([3, 40, 7, 256, 17], aware)):
         indices = sorted(i for g in plan for i in g.indices)
         assert indices == list(range(len(indices)))
 
 
 def test_empty_batches_plan_nothing() -> None:
-    assert plan_image_groups([], True) == [] and plan_text_groups([], False) == []
+    assert plan_image_groups([]) == [] and plan_text_groups([], False) == []
 
 
 def test_text_buckets() -> None:

@@ -80,14 +80,17 @@ def test_aware_batch_runs_one_pass_per_bucket_and_cache_counts_hits() -> None:
     assert len(encoder.image_passes) == 2  # nothing re-encoded
 
 
-def test_naive_batch_pads_to_the_largest_and_changes_the_small_image() -> None:
+def test_naive_batch_groups_images_by_bucket_and_leaves_the_small_image_alone() -> None:
+    """Without modality-aware batching texts still share one padded pass, but images never do: the stand-in's
+    feature (mean pixel, padding included) of a small image equals its value alone (padded to 224x320 it moved)."""
     encoder = CountingEncoder()
     settings = ModelSettings(modality_aware_batching=False, embedding_cache=False)
     pipeline = MultimodalPipeline(settings, encoder, clock=tick_clock())  # type: ignore[arg-type]
-    alone = pipeline.run([prep(pipeline, [png(40, 40, 200)], None)])[0].embedding[0]
-    mixed = pipeline.run([prep(pipeline, [png(40, 40, 200)], None), prep(pipeline, [png(300, 200, 10)], None)])
-    assert encoder.image_passes[-1] == (2, 3, 224, 320)
-    assert mixed[0].embedding[0] != pytest.approx(alone)  # zero padding entered the (stand-in) features
+    alone = pipeline.run([prep(pipeline, [png(40, 40, 200)], "a")])[0].embedding
+    mixed = pipeline.run([prep(pipeline, [png(40, 40, 200)], "a"), prep(pipeline, [png(300, 200, 10)], "b c d")])
+    assert encoder.image_passes[-2:] == [(1, 3, 64, 64), (1, 3, 224, 320)]
+    assert encoder.text_passes[-1] == (2, 5)  # both texts in one pass padded to the longer (5 ids)
+    np.testing.assert_array_equal(mixed[0].embedding, alone)
 
 
 def test_stage_seconds_split_evenly_over_the_items_of_a_pass() -> None:
