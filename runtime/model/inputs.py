@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyspng
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.repo_config import Precision
@@ -39,6 +39,10 @@ against the FP32 path on the six photographs at 640x480 to 2000x1000 (42 PNGs; i
 encoder): 2.0 gives mean absolute pixel difference 0.12 of 255 (max 7), feature cosine min 0.9989, top-1 41/42
 (the one change a near tie, 5.1 % vs 5.0 %); 1.0 gives 0.69 (max 40), cosine min 0.992, top-1 40/42. Resize of
 a 1600x1200 image 5.9 -> 3.6 CPU-ms at 2.0 (2.4 at 1.2)."""
+
+_QUARTER_TURNS = frozenset((5, 6, 7, 8))
+"""EXIF orientations whose displayed image is the stored one turned a quarter (width and height swap): 5 transpose,
+6 turn clockwise, 7 transverse, 8 turn anticlockwise (EXIF 2.32, tag 0x0112)."""
 
 _PNG_SPNG_FORMATS = {0: ("L", "L"), 2: ("RGB", "RGB"), 4: ("LA", "RGBA"), 6: ("RGBA", "RGBA")}
 """8-bit PNG colour type -> (Pillow's mode for it, the pyspng output format that gives Pillow's pixels). LA is
@@ -69,6 +73,8 @@ class DecodedImage:
     """``width * height`` of the image as received, before resizing."""
     width: int
     height: int
+    """Size in pixels as displayed, before resizing: the stored size with its EXIF orientation applied (a quarter
+    turn, orientation 5-8, swaps the stored width and height)."""
     array: np.ndarray | None
     """float32, shape (3, bucket_h, bucket_w), normalised with IMAGE_MEAN / IMAGE_STD; None when the image was not
     decoded because the embedding cache holds it (then ``cached`` is set)."""
@@ -125,17 +131,22 @@ def resolution_bucket(width: int, height: int, max_side_pixels: int,
 def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes | None = None) -> DecodedImage:
     """Decode one encoded image into the encoder's input.
 
-    Grayscale, palette and alpha images are converted to RGB (alpha composited onto white); EXIF orientation
-    is applied. The declared size is checked before the pixels are decoded. With ``precision`` INT8 a JPEG is
-    decoded in libjpeg's draft mode at the smallest 1/2, 1/4 or 1/8 scale not below its resolution bucket (the
-    same bucket and resize follow). Measured on 640x480 to 1600x1200 photos: mean absolute difference 0.003-0.004
-    of the normalised range (about 2); decode CPU of a 1600x1200 JPEG 13.7 -> 3.5 ms. With INT8 a plain 8-bit
-    RGB / RGBA / L / LA PNG (interlaced or not; no tRNS, no APNG, no EXIF or XMP orientation anywhere in the file)
-    is inflated by pyspng (libspng) instead of Pillow, to the same pixels byte for byte (Pillow still reads the
-    header and does every size check; a PNG pyspng cannot decode goes to Pillow, so a damaged PNG gets today's
-    answer), the downscale uses Pillow's ``reducing_gap`` :data:`INT8_REDUCING_GAP`, and the normalisation is
-    written in place (same values). FP32 (and FP16 / BF16) keep Pillow's full decode, plain resize and the plain
-    normalisation expression, bit-identical to before.
+    Grayscale, palette and alpha images are converted to RGB (alpha composited onto white); the EXIF orientation
+    (from EXIF or an XMP ``tiff:Orientation``, as Pillow's ``ImageOps.exif_transpose`` reads it) is applied before
+    anything depends on the shape: the resolution bucket, the resize and the reported ``width`` / ``height`` are
+    those of the image as displayed (orientations 5-8 swap the stored width and height; ``pixels`` and the
+    size limit are unchanged). The declared size is checked before the pixels are decoded. With ``precision``
+    INT8 a JPEG is decoded in libjpeg's draft mode at the smallest 1/2, 1/4 or 1/8 scale not below its
+    resolution bucket (the bucket turned back to the stored orientation, since the draft decode comes before
+    the orientation is applied; the same bucket and resize follow). Measured on 640x480 to 1600x1200 photos:
+    mean absolute difference 0.003-0.004 of the normalised range (about 2); decode CPU of a 1600x1200 JPEG
+    13.7 -> 3.5 ms. With INT8 a plain 8-bit RGB / RGBA / L / LA PNG (interlaced or not; no tRNS, no APNG, no EXIF
+    or XMP orientation anywhere in the file) is inflated by pyspng (libspng) instead of Pillow, to the same pixels
+    byte for byte (Pillow still reads the header and does every size check; a PNG pyspng cannot decode goes to
+    Pillow, so a damaged PNG gets today's answer), the downscale uses Pillow's ``reducing_gap``
+    :data:`INT8_REDUCING_GAP`, and the normalisation is written in place (same values). FP32 (and FP16 / BF16)
+    keep Pillow's full decode, plain resize and the plain normalisation expression, bit-identical to before for
+    every image without a quarter-turn orientation.
 
     Args:
         data: Encoded image bytes (any format Pillow reads: JPEG, PNG, WebP, BMP, GIF ...).
@@ -163,15 +174,22 @@ def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes
             fast = settings.precision is Precision.INT8
             spng_image = _png_by_pyspng(data, image) if fast and image.format == "PNG" else None
             if spng_image is not None:
-                image = spng_image
+                image = spng_image  # never has an orientation (_png_by_pyspng refuses those)
             else:
                 if fast and image.format == "JPEG":
                     # libjpeg scales by 1/2, 1/4 or 1/8 while decoding, never below the requested size: a large
-                    # photo is decoded at about its bucket instead of in full (FP32 keeps the full decode).
-                    bucket_h, bucket_w = resolution_bucket(width, height, settings.max_image_side_pixels)
-                    image.draft("RGB", (bucket_w, bucket_h))
+                    # photo is decoded at about its bucket instead of in full (FP32 keeps the full decode). The
+                    # draft runs before the orientation is applied, so it asks for the bucket in the stored
+                    # orientation: turned back for a quarter turn (the EXIF of a JPEG is read with its header).
+                    turned = image.getexif().get(ExifTags.Base.Orientation) in _QUARTER_TURNS
+                    shown_w, shown_h = (height, width) if turned else (width, height)
+                    bucket_h, bucket_w = resolution_bucket(shown_w, shown_h, settings.max_image_side_pixels)
+                    image.draft("RGB", (bucket_h, bucket_w) if turned else (bucket_w, bucket_h))
                 image.load()
+                stored_size = image.size
                 image = ImageOps.exif_transpose(image)
+                if image.size != stored_size:  # a quarter turn (orientation 5-8): report the displayed size
+                    width, height = height, width
     except RequestError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
