@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from modalscale.runtime.model.encoders import MultimodalEncoder
 from modalscale.runtime.model.inputs import decode_image
 from modalscale.runtime.model.pipeline import MultimodalPipeline
 from modalscale.runtime.model.settings import ModelSettings
-from modalscale.runtime.repo_config import PRESETS, Engine, Precision, build_repository
+from modalscale.runtime.repo_config import PRESETS, Engine, Precision, build_repository, model_parameters
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
 from modalscale.runtime.workload import fidelity_texts, photo_at, photo_bytes
 
@@ -197,5 +198,28 @@ def test_fastest_preset_serves_in_tritonserver(tmp_path: Path, ov_cache: Path,
                 assert float(_cos(answer.embedding, expected.embedding)) >= 0.99
                 classes = [c for c in answer.image_classes.tolist() if c >= 0]  # -1 pads a text-only answer
                 assert classes == expected.image_classes.tolist()
+            # fastest runs without modality-aware batching: a small image beside a large one in one request gets
+            # the features it gets alone (one pass per bucket; padded to 288x384 the embedding moved). Reference:
+            # the same model settings in this process, each image encoded alone, then averaged and fused.
+            mixed = [photo_at("chelsea", 96, 64, "PNG"), photo_at("astronaut", 800, 600, "JPEG")]
+            answer = client.infer(images=mixed, text=None)
+        settings = ModelSettings.from_model_config({"parameters": {
+            k: {"string_value": v} for k, v in model_parameters(cfg).items()}})
+        assert not settings.modality_aware_batching and settings.image_int8_min_side_pixels > 0
+        local = MultimodalEncoder(settings.precision, preload=("image",), engine=settings.engine, threads=1,
+                                  image_int8_min_side_pixels=settings.image_int8_min_side_pixels)
+        pipeline = MultimodalPipeline(replace(settings, embedding_cache=False), local)
+        alone = [pipeline.run([pipeline.prepare(np.array([[m]], dtype=object), None)])[0] for m in mixed]
+        present = np.array([True])
+        feats = np.mean([local.encode_images(*_decoded(m, settings)).features[0] for m in mixed], axis=0)
+        expected = local.fuse(feats[None].astype(np.float32), present, np.zeros((1, 384), np.float32), ~present)[0]
+        assert float(_cos(answer.embedding, expected)) >= 0.99999
+        assert answer.image_classes.tolist() == [int(a.image_classes[0]) for a in alone]
     finally:
         server.stop()
+
+
+def _decoded(data: bytes, settings: ModelSettings) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """One image as the model decodes it: ``(1, 3, h, w)`` and its valid size."""
+    image = decode_image(data, 0, settings)
+    return image.array[None], [image.bucket]
