@@ -8,11 +8,13 @@ EXIF specification's wording, and checked against that wording."""
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 from collections.abc import Callable
 
 import numpy as np
 import pytest
-from PIL import Image, JpegImagePlugin
+from PIL import Image, JpegImagePlugin, PngImagePlugin
 
 from modalscale.runtime.model.inputs import IMAGE_MEAN, IMAGE_STD, DecodedImage, decode_image, resolution_bucket
 from modalscale.runtime.model.settings import ModelSettings
@@ -211,3 +213,74 @@ def test_fp32_without_an_orientation_is_bit_identical(fmt: str, tag: str) -> Non
         decoded = decode_image(data, 0, FP32)
         assert np.array_equal(decoded.array, pillow_fp32(data)), name
         assert (decoded.width, decoded.height) == (width, height)
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def _xmp(orientation: int) -> str:
+    return (f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF><rdf:Description tiff:Orientation="{orientation}"/>'
+            "</rdf:RDF></x:xmpmeta>")
+
+
+def _png_exif_after_idat(pixels: np.ndarray, orientation: int) -> bytes:
+    """An eXIf chunk after the image data (the PNG spec allows it): Pillow only sees it once it has decoded."""
+    data = encode(pixels, "PNG")
+    iend = data.rindex(b"IEND") - 4
+    exif = exif_with(orientation).tobytes()[6:]  # without the "Exif\0\0" header, as the eXIf chunk holds it
+    return data[:iend] + _png_chunk(b"eXIf", exif) + data[iend:]
+
+
+def _png_with(pixels: np.ndarray, info: PngImagePlugin.PngInfo) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG", pnginfo=info)
+    return buf.getvalue()
+
+
+def _png_xmp(pixels: np.ndarray, orientation: int) -> bytes:
+    info = PngImagePlugin.PngInfo()
+    info.add_itxt("XML:com.adobe.xmp", _xmp(orientation))
+    return _png_with(pixels, info)
+
+
+def _png_raw_profile(pixels: np.ndarray, orientation: int) -> bytes:
+    exif = exif_with(orientation).tobytes()
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Raw profile type exif", f"\nexif\n{len(exif):8}\n{exif.hex()}\n", zip=True)
+    return _png_with(pixels, info)
+
+
+def _jpeg_xmp(pixels: np.ndarray, orientation: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=JPEG_QUALITY, xmp=_xmp(orientation).encode())
+    return buf.getvalue()
+
+
+OTHER_SOURCES: dict[str, tuple[str, Callable[[np.ndarray, int], bytes]]] = {
+    "png-exif-after-idat": ("PNG", _png_exif_after_idat),
+    "png-xmp": ("PNG", _png_xmp),
+    "png-raw-profile-exif": ("PNG", _png_raw_profile),
+    "jpeg-xmp": ("JPEG", _jpeg_xmp),
+}
+"""Orientation given elsewhere than a leading EXIF block: each is one Pillow's ``exif_transpose`` applies."""
+
+
+@pytest.mark.parametrize("settings", [FP32, INT8], ids=["fp32", "int8"])
+@pytest.mark.parametrize("orientation", [6, 7])
+@pytest.mark.parametrize("source", list(OTHER_SOURCES))
+def test_orientation_from_other_sources_follows_the_displayed_orientation(source: str, orientation: int,
+                                                                          settings: ModelSettings) -> None:
+    """A quarter turn found in XMP, a raw-profile text chunk or an eXIf chunk after the image data (known only once
+    Pillow has decoded): the displayed bucket and size too (INT8 JPEG: the draft is asked for the turned bucket)."""
+    fmt, write = OTHER_SOURCES[source]
+    stored = photo_pixels("rocket", 1600, 1200)
+    shown = DISPLAYED[orientation](stored)
+    got = decode_image(write(stored, orientation), 0, settings)
+    expected = decode_image(encode(shown, fmt), 0, settings)
+    assert (got.width, got.height, got.bucket) == (1200, 1600, (384, 288)) == (expected.width, expected.height,
+                                                                              expected.bucket)
+    if fmt == "PNG":
+        assert np.array_equal(got.array, expected.array)
+    else:
+        assert mean_diff_levels(got, expected) < JPEG_MEAN_DIFF_LEVELS
