@@ -277,3 +277,34 @@ def test_fixed_side_padding_depends_on_the_side_not_on_neighbours(fp32: Multimod
     assert _cosine(unpadded, alone) < 0.999  # the side chosen does move the features
     larger = fp32.encode_images(padded([small], 256), [small.bucket]).features[0]
     assert _cosine(larger, alone) < 0.999  # so does a different side
+
+
+def test_torch_int8_rows_do_not_depend_on_their_batch(int8: MultimodalEncoder) -> None:
+    """Dynamic INT8 quantizes activations per tensor at run time, so torch INT8 runs every text alone (both schemes;
+    padded to a 192-token neighbour the earlier ``dynamic`` scheme gave cosine 0.938 to the text alone), and the
+    ``dynamic`` scheme's quantized classifier and fusion head run each row alone: bit-identical to a batch of one."""
+    legacy = MultimodalEncoder(Precision.INT8, preload=("text",), int8_text="dynamic")
+    texts = fidelity_texts(6, seed=5) + ["a photo of a cat"]
+    for encoder in (int8, legacy):
+        assert encoder.rows_alone
+        ids = [encoder.token_ids(t) for t in texts]
+        padded = encoder.encode_texts(ids, max(len(row) for row in ids))
+        for row, got in zip(ids, padded, strict=True):
+            np.testing.assert_array_equal(got, encoder.encode_texts([row], len(row))[0])
+    rng = np.random.default_rng(2)
+    image, text = rng.normal(size=(3, 1280)).astype(np.float32), rng.normal(size=(3, 384)).astype(np.float32)
+    present = np.array([True, False, True]), np.array([True, True, False])
+    fused = legacy.fuse(image, present[0], text, present[1])
+    for i in range(3):
+        np.testing.assert_array_equal(fused[i], legacy.fuse(image[i:i + 1], present[0][i:i + 1], text[i:i + 1],
+                                                            present[1][i:i + 1])[0])
+    from modalscale.runtime.model.inputs import decode_image
+
+    settings = ModelSettings(precision=Precision.INT8, int8_text="dynamic", embedding_cache=False)
+    images = [decode_image(photo_at(p, 320, 240), 0, settings) for p in PHOTOS]
+    batch = legacy.encode_images(np.stack([d.array for d in images]), [d.bucket for d in images])
+    for j, d in enumerate(images):
+        alone = legacy.encode_images(d.array[None], [d.bucket])
+        assert int(batch.classes[j]) == int(alone.classes[0])
+        assert _cosine(batch.features[j], alone.features[0]) >= 0.99999
+    assert not MultimodalEncoder(Precision.FP32, preload=()).rows_alone
