@@ -7,7 +7,7 @@ shares the CPU, so only variants measured in the same round-robin are comparable
 
 Variants (cumulative):
   naive     max_batch_size 0: every request alone (--instances x --threads)
-  dynamic   one queue, dynamic batching (max 8, 2 ms), items padded to the largest in the batch
+  dynamic   one queue, dynamic batching (max 8, 2 ms); texts padded to the longest, images one pass per bucket
   aware     router + one queue per modality (--aware-instances each), one pass per resolution/length bucket
   int8      + INT8 dynamic quantization of Linear layers (LayerNorm in float)
   cache     + embedding cache, with the workload re-sending byte-identical photos (cache-friendly)
