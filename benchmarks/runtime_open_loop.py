@@ -67,6 +67,15 @@ def print_machine_after(jiffies0: dict[str, int]) -> None:
           f"{100 * proctree.steal_fraction(jiffies0, jiffies1):.2f} % (machine shared with other jobs)")
 
 
+def warm_up(server: TritonProcess, names: list[str], specs: list["capacity.RequestSpec"]) -> None:
+    """Send the capacity workload twice to each variant (distinct bytes each time, so no cache hits) before anything
+    is measured: the first pass of each input shape allocates and picks kernels in each instance (as in
+    ``runtime_capacity``)."""
+    for name in names:
+        for warm in (-3, -4):
+            capacity.measure(server, name, name, warm, specs, concurrency=4)
+
+
 def serve_variants(names: list[str], table: dict[str, "capacity.Variant"], prefix: str) -> tuple[TritonProcess, Path]:
     """One tritonserver (started, ready) serving each variant of ``names`` as its own model, and the fresh temp folder
     (named ``prefix…``) holding its model repository; the caller stops the server and removes the folder."""
@@ -196,9 +205,7 @@ def p99_at_load(args: argparse.Namespace, table: dict[str, "capacity.Variant"]) 
     rows: list[tuple[str, str, dict[str, object]]] = []  # (variant, point/round, row)
     caps: dict[str, float] = {}
     try:
-        warm = capacity.workload(8, seed=args.seed)
-        for name in names:
-            capacity.measure(server, name, name, -1, warm, concurrency=4)
+        warm_up(server, names, capacity.workload(args.capacity_requests, args.seed + 1))
         for name in names:
             w = capacity.measure(server, name, name, -2, capacity.workload(args.capacity_requests, args.seed + 1),
                                  concurrency=4)
@@ -294,9 +301,7 @@ def main() -> int:
     results: dict[tuple[str, float], dict[str, object]] = {}
     try:
         assert server.pid is not None
-        warm = capacity.workload(8, seed=args.seed)
-        for name in names:
-            capacity.measure(server, name, name, -1, warm, concurrency=4)
+        warm_up(server, names, capacity.workload(args.capacity_requests, args.seed + 1))
         naive_rps = args.naive_capacity_rps
         if naive_rps is None:
             w = capacity.measure(server, "naive", "naive", -2, capacity.workload(args.capacity_requests, args.seed + 1),
