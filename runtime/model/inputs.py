@@ -10,6 +10,7 @@ import enum
 import hashlib
 import io
 import math
+import re
 import warnings
 import zlib
 from collections.abc import Callable
@@ -128,6 +129,15 @@ def resolution_bucket(width: int, height: int, max_side_pixels: int,
     return bucket_h, bucket_w
 
 
+_OBJECT_REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+
+
+def _without_addresses(message: str) -> str:
+    """``message`` with Python object reprs (``<_io.BytesIO object at 0x7f...>``) replaced by ``the image bytes``:
+    an address differs per request and tells a client nothing."""
+    return _OBJECT_REPR.sub("the image bytes", message)
+
+
 def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes | None = None) -> DecodedImage:
     """Decode one encoded image into the encoder's input.
 
@@ -195,9 +205,12 @@ def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise RequestError("ImageTooLarge", f"IMAGES[{index}]: exceeds the limit of {settings.max_image_pixels} "
                                             f"pixels ({exc})") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise RequestError("CorruptImage",
-                           f"IMAGES[{index}]: cannot decode image ({type(exc).__name__}: {exc})") from None
+    except UnidentifiedImageError:
+        raise RequestError("CorruptImage", f"IMAGES[{index}]: not a recognised image format (send the encoded "
+                                           f"bytes of a JPEG, PNG, WebP, BMP or GIF file)") from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise RequestError("CorruptImage", f"IMAGES[{index}]: cannot decode image "
+                                           f"({type(exc).__name__}: {_without_addresses(str(exc))})") from None
     rgb = _to_rgb(image)
     bucket_h, bucket_w = resolution_bucket(width, height, settings.max_image_side_pixels)
     gap = INT8_REDUCING_GAP if settings.precision is Precision.INT8 else None

@@ -102,6 +102,17 @@ def test_bad_images_raise_request_error_naming_the_index(data: bytes, reason: st
         assert info.value.reason in {"CorruptImage", "ImageTooSmall"}
 
 
+def test_unrecognised_bytes_say_which_formats_are_read_and_carry_no_object_address() -> None:
+    # Pillow's own message is "cannot identify image file <_io.BytesIO object at 0x7f...>": an address that
+    # differs per request and tells the client nothing.
+    with pytest.raises(RequestError) as info:
+        decode_image(b"definitely not an image", 2, SETTINGS)
+    message = str(info.value)
+    assert info.value.reason == "CorruptImage"
+    assert "BytesIO" not in message and " at 0x" not in message
+    assert message.startswith("IMAGES[2]: not a recognised image format") and "JPEG" in message and "PNG" in message
+
+
 def test_truncated_jpeg_is_corrupt() -> None:
     data = encode(Image.new("RGB", (64, 64), (1, 2, 3)), "JPEG")
     with pytest.raises(RequestError) as info:
