@@ -155,3 +155,37 @@ def test_field_walk_sees_nested_items_and_flags_a_missing_description() -> None:
     schema = {"properties": {"a": {"type": "array", "description": "x", "items": {"properties": {
         "b": {"type": "string", "description": " "}}}}}}
     assert [p for p, s in _fields(schema) if not str(s.get("description") or "").strip()] == [".a[].b"]
+
+
+def _rules(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Every CEL rule under ``schema``, as (path of the node that declares it, that node, the rule)."""
+    return [(p, node, rule) for p, node in _walk(schema, path) for rule in node.get("x-kubernetes-validations", [])]
+
+
+@pytest.mark.parametrize("kind", ["InferenceService", "BudgetPolicy"])
+def test_every_rule_has_a_message_and_its_field_path_names_a_field_of_its_node(kind: str) -> None:
+    wrong = []
+    for path, node, rule in _rules(_schema(kind)):
+        if not str(rule.get("message") or "").strip():
+            wrong.append(f"{path}: {rule['rule']!r} has no message")
+        target: dict[str, Any] | None = node
+        for name in str(rule.get("fieldPath") or "").split(".")[1:]:
+            target = ((target or {}).get("properties") or {}).get(name)
+        if target is None:
+            wrong.append(f"{path}: fieldPath {rule['fieldPath']!r} is not a field of the node")
+    assert wrong == []
+
+
+def test_runtime_engine_is_the_runtimes_engine_enum_defaulted_to_torch_and_refuses_what_openvino_cannot_run() -> None:
+    from modalscale.runtime.repo_config import Engine
+
+    spec = _schema("InferenceService")["properties"]["spec"]
+    runtime = spec["properties"]["runtime"]
+    engine = runtime["properties"]["engine"]
+    assert engine["enum"] == [e.value for e in Engine] and engine["default"] == Engine.TORCH.value
+    assert "160 px" in runtime["properties"]["precision"]["description"]  # the fastest preset's INT8 threshold
+    fp16 = [r for r in runtime["x-kubernetes-validations"] if "openvino" in r["rule"]]
+    gpu = [r for r in spec["x-kubernetes-validations"] if "openvino" in r["rule"]]
+    assert [(r["fieldPath"], "'FP16'" in r["rule"]) for r in fp16] == [(".engine", True)]
+    assert [(r["fieldPath"], "gpu.count == 0" in r["rule"]) for r in gpu] == [(".runtime.engine", True)]
+    assert all("engine torch" in r["message"] for r in fp16 + gpu)  # the fix is named

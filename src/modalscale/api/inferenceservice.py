@@ -16,8 +16,8 @@ held to what the apiserver would hold it to:
 - the CEL rules: ``minReplicas <= maxReplicas``, Fixed mode needs ``replicas`` within ``[minReplicas,
   maxReplicas]``, Utilization and Predictive need ``minReplicas >= 1`` (nothing activates them from 0 replicas),
   CPU and memory above 0, a model source needs its object, a GPU count needs a type, preferred batch sizes
-  ascending and ``<= maxBatchSize``, and ``metadata.name`` a DNS-1035 label of at most 63 characters (it names
-  the Service and is the pods' label value);
+  ascending and ``<= maxBatchSize``, engine ``openvino`` neither at precision FP16 nor with GPUs, and
+  ``metadata.name`` a DNS-1035 label of at most 63 characters (it names the Service and is the pods' label value);
 - unknown fields are refused, as the apiserver's strict field validation (kubectl's default) refuses them.
 """
 
@@ -36,6 +36,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MODEL_SOURCES = ("BuiltIn", "ConfigMap", "PVC", "Image", "URI")
 SCALING_MODES = ("Predictive", "Utilization", "Fixed")
 PRECISIONS = ("FP32", "FP16", "BF16", "INT8")
+ENGINES = ("torch", "openvino")
+"""``spec.runtime.engine`` values (``modalscale.runtime.repo_config.Engine``; a unit test keeps them equal)."""
 PRICING_TIERS = ("OnDemand", "Spot")
 TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 
@@ -48,7 +50,7 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "spec.model.costModelRef": frozenset({"name", "key"}),
     "spec.runtime": frozenset({"image", "version", "instanceCount", "intraOpThreads", "maxBatchSize",
                                "dynamicBatching", "modalityAwareBatching", "responseCache", "embeddingCache",
-                               "precision"}),
+                               "precision", "engine"}),
     "spec.runtime.dynamicBatching": frozenset({"enabled", "preferredBatchSizes", "maxQueueDelayMicroseconds"}),
     "spec.resources": frozenset({"cpu", "memory", "gpu"}),
     "spec.resources.gpu": frozenset({"count", "type"}),
@@ -125,6 +127,8 @@ class RuntimeSpec:
     embedding_cache: bool = True
     precision: str = "FP32"
     """One of :data:`PRECISIONS`."""
+    engine: str = "torch"
+    """One of :data:`ENGINES`: what runs the encoders on a CPU replica (``openvino``: not with FP16, not with GPUs)."""
 
     @property
     def image_ref(self) -> str:
@@ -350,7 +354,7 @@ def parse_runtime(runtime: Mapping[str, Any]) -> RuntimeSpec:
     if sizes and sizes[-1] > max_batch:
         raise InvalidSpec(f"{b}.preferredBatchSizes",
                           f"each entry must be <= spec.runtime.maxBatchSize ({max_batch}), got {sizes}")
-    return RuntimeSpec(
+    spec = RuntimeSpec(
         image=_req(_str(runtime, "image", "nvcr.io/nvidia/tritonserver", p, min_length=1, max_length=512)),
         version=_req(_str(runtime, "version", "24.10-py3", p, pattern=_VERSION, max_length=128)),
         instance_count=_int(runtime, "instanceCount", 1, p, 1, 16),
@@ -365,7 +369,13 @@ def parse_runtime(runtime: Mapping[str, Any]) -> RuntimeSpec:
         response_cache=_bool(runtime, "responseCache", False, p),
         embedding_cache=_bool(runtime, "embeddingCache", True, p),
         precision=_req(_str(runtime, "precision", "FP32", p, choices=PRECISIONS)),
+        engine=_req(_str(runtime, "engine", "torch", p, choices=ENGINES)),
     )
+    if spec.engine == "openvino" and spec.precision == "FP16":
+        raise InvalidSpec(f"{p}.engine", "openvino does not offer spec.runtime.precision FP16 (no FP16 arithmetic "
+                                         "on these CPUs); use precision FP32, BF16 or INT8 with openvino, or engine "
+                                         "torch")
+    return spec
 
 
 def parse_resources(res: Mapping[str, Any]) -> ResourceSpec:
@@ -462,10 +472,18 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ServiceSpec:
         InvalidSpec: The first field that breaks a CRD rule, named with its path and the fix.
     """
     root = _object({"spec": spec}, "spec", "")
+    model = parse_model(_object(root, "model", "spec"))
+    runtime = parse_runtime(_object(root, "runtime", "spec"))
+    resources = parse_resources(_object(root, "resources", "spec"))
+    if runtime.engine == "openvino" and resources.gpu_count > 0:
+        raise InvalidSpec("spec.runtime.engine", f"openvino runs the encoders on the CPU only, but "
+                                                 f"spec.resources.gpu.count is {resources.gpu_count} (a GPU replica "
+                                                 f"runs torch encoder models on its GPUs); use engine torch with GPUs, "
+                                                 f"or gpu.count 0 with openvino")
     return ServiceSpec(
-        model=parse_model(_object(root, "model", "spec")),
-        runtime=parse_runtime(_object(root, "runtime", "spec")),
-        resources=parse_resources(_object(root, "resources", "spec")),
+        model=model,
+        runtime=runtime,
+        resources=resources,
         scaling=parse_scaling(_object(root, "scaling", "spec")),
         placement=parse_placement(_object(root, "placement", "spec")),
         pricing_tier=_req(_str(_object(root, "pricing", "spec"), "tier", "OnDemand", "spec.pricing",

@@ -65,12 +65,52 @@ def readers(spec: dict[str, Any]) -> list[tuple[str, Any]]:
     ({"resources": {"memory": "0"}}, "spec.resources.memory"),
     ({"resources": {"memory": "0Gi"}}, "spec.resources.memory"),
     ({"resources": {"memory": 0}}, "spec.resources.memory"),
+    # Engine: the enum, and what the runtime cannot run (OpenVINO has no FP16 on CPU; a GPU replica runs torch).
+    ({"runtime": {"engine": "tensorrt"}}, "spec.runtime.engine"),
+    ({"runtime": {"engine": "OpenVINO"}}, "spec.runtime.engine"),
+    ({"runtime": {"engine": "openvino", "precision": "FP16"}}, "spec.runtime.engine"),
+    ({"runtime": {"engine": "openvino"}, "resources": {"gpu": {"count": 1, "type": "nvidia-l4"}}},
+     "spec.runtime.engine"),
 ], ids=["fixed-outside-bounds", "unknown-runtime-field", "unknown-scaling-field", "scaling-not-object",
         "precision-enum", "model-name-pattern", "tier-enum", "instance-count-range", "preferred-above-max",
         "cpu-pattern", "memory-pattern", "utilization-min-zero", "predictive-min-zero", "cpu-zero", "cpu-zero-milli",
-        "cpu-zero-decimal", "cpu-zero-int", "memory-zero", "memory-zero-gi", "memory-zero-int"])
+        "cpu-zero-decimal", "cpu-zero-int", "memory-zero", "memory-zero-gi", "memory-zero-int", "engine-enum",
+        "engine-enum-case", "openvino-fp16", "openvino-gpu"])
 def test_every_reader_refuses_what_the_crd_refuses_naming_the_same_field(spec: dict[str, Any], field: str) -> None:
     assert readers(spec) == [("parse_isvc", field), ("ScalingPolicy", field), ("RuntimeConfig", field)]
+
+
+def test_engine_defaults_to_torch_and_takes_openvino_on_cpu_replicas() -> None:
+    assert parse_spec({}).runtime.engine == "torch"
+    assert parse_spec({"runtime": {"engine": None}}).runtime.engine == "torch"  # null = the default
+    for precision in ("FP32", "BF16", "INT8"):
+        spec = parse_spec({"runtime": {"engine": "openvino", "precision": precision},
+                           "resources": {"gpu": {"count": 0}}})
+        assert (spec.runtime.engine, spec.runtime.precision) == ("openvino", precision)
+    # torch keeps every precision, GPUs included.
+    gpu = parse_spec({"runtime": {"engine": "torch", "precision": "FP16"},
+                      "resources": {"gpu": {"count": 1, "type": "nvidia-l4"}}})
+    assert (gpu.runtime.engine, gpu.resources.gpu_count) == ("torch", 1)
+
+
+@pytest.mark.parametrize(("spec", "fix"), [
+    ({"runtime": {"engine": "tensorrt"}}, "use torch, openvino"),
+    ({"runtime": {"engine": "openvino", "precision": "FP16"}}, "use precision FP32, BF16 or INT8 with openvino, or "
+                                                              "engine torch"),
+    ({"runtime": {"engine": "openvino"}, "resources": {"gpu": {"count": 2, "type": "nvidia-l4"}}},
+     "use engine torch with GPUs, or gpu.count 0 with openvino"),
+], ids=["enum", "fp16", "gpu"])
+def test_engine_errors_name_the_fix(spec: dict[str, Any], fix: str) -> None:
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(spec)
+    assert info.value.field == "spec.runtime.engine" and fix in info.value.message
+
+
+def test_engines_are_the_runtime_engine_values() -> None:
+    from modalscale.api.inferenceservice import ENGINES
+    from modalscale.runtime.repo_config import Engine
+
+    assert ENGINES == tuple(e.value for e in Engine)
 
 
 def test_fixed_mode_may_still_hold_zero_replicas() -> None:
