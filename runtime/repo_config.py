@@ -59,11 +59,15 @@ class Precision(str, enum.Enum):
     FP16 = "FP16"
     BF16 = "BF16"
     INT8 = "INT8"
-    """Dynamic INT8 quantization of ``nn.Linear`` layers; LayerNorm and convolutions stay in float."""
+    """Engine torch: dynamic INT8 quantization of the text encoder's ``nn.Linear`` layers (SmoothQuant-calibrated,
+    per-channel weights); LayerNorm and convolutions stay in float. Engine openvino: NNCF INT8 text encoder, and the
+    NNCF INT8 image encoder for images at least ``image_int8_min_side_pixels`` on their bucket's shorter side. A GPU
+    layout runs it as FP16 (:func:`gpu_precision`)."""
 
 
 class Engine(str, enum.Enum):
-    """What runs the two encoders inside the Python backend (the ``runtime serve --engine`` flag).
+    """What runs the two encoders inside the Python backend (``spec.runtime.engine``, the ``runtime serve --engine``
+    flag).
 
     ``torch`` (default): the torch modules as they are. ``openvino``: the same modules converted once with
     ``openvino.convert_model`` and compiled for the CPU (``modalscale.runtime.model.ov_engine``); CPU instances
@@ -113,8 +117,7 @@ class RuntimeConfig:
     precision: Precision = Precision.FP32
     """Encoder precision."""
     engine: Engine = Engine.TORCH
-    """Encoder engine (:class:`Engine`); not an InferenceService field yet (the CRD has no ``spec.runtime.engine``),
-    set by ``runtime serve --engine`` and the presets."""
+    """Encoder engine (:class:`Engine`): ``spec.runtime.engine``, ``runtime serve --engine`` and the presets."""
     gpu_count: int = 0
     """GPUs per replica (``spec.resources.gpu.count``); > 0 gives ``KIND_GPU`` instances."""
     max_images_per_request: int = 16
@@ -131,7 +134,9 @@ class RuntimeConfig:
     """Engine openvino at precision INT8 only: images whose resolution bucket's shorter side is at least this many
     pixels are encoded by the NNCF-quantized INT8 image encoder, smaller ones by the FP32 one (INT8 loses fidelity on
     small feature maps: ``ov_engine.image_int8_ignored_names``); 0 = every image FP32, as before. Not an
-    InferenceService field (like ``engine``): set by ``runtime serve --image-int8-min-side-pixels`` and the presets."""
+    InferenceService field of its own: an InferenceService with ``engine: openvino`` and ``precision: INT8`` gets
+    :data:`FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS` (:meth:`from_typed`), any other 0; also set by ``runtime serve
+    --image-int8-min-side-pixels`` and the presets."""
     cpu_cores: float = 0.0
     """CPU cores the replica may use (``modalscale.runtime.cores.available_cores``: the cgroup quota, else the CPU
     affinity); sizes the router's instances (:func:`router_instances_for`). 0 = not known: sized for the batch
@@ -217,7 +222,9 @@ class RuntimeConfig:
     def from_typed(cls, model: ModelSpec, runtime: RuntimeSpec, resources: ResourceSpec) -> RuntimeConfig:
         """The config of the typed ``spec.model``, ``spec.runtime`` and ``spec.resources.gpu``.
 
-        ``runtime.image`` and ``runtime.version`` choose the container and are not used here.
+        ``runtime.image`` and ``runtime.version`` choose the container and are not used here. ``runtime.engine``
+        openvino at ``runtime.precision`` INT8 also gets the ``fastest`` preset's INT8 image encoder threshold
+        (``image_int8_min_side_pixels`` = :data:`FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS`, 160 px); every other spec 0.
 
         Raises:
             InvalidRuntimeSpec: ``model.source`` is not ``BuiltIn`` (only that repository is generated here).
@@ -226,6 +233,7 @@ class RuntimeConfig:
             raise InvalidRuntimeSpec("spec.model.source", f"modalscale.runtime generates the repository only for "
                                                            f"BuiltIn, got {model.source!r}")
         batching = runtime.dynamic_batching
+        engine = Engine(runtime.engine)
         return cls(
             model_name=model.name,
             instance_count=runtime.instance_count,
@@ -238,7 +246,10 @@ class RuntimeConfig:
             response_cache=runtime.response_cache,
             embedding_cache=runtime.embedding_cache,
             precision=Precision(runtime.precision),
+            engine=engine,
             gpu_count=resources.gpu_count,
+            image_int8_min_side_pixels=(FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS if engine is Engine.OPENVINO
+                                        and runtime.precision == Precision.INT8.value else 0),
         )
 
 
@@ -668,7 +679,11 @@ PRESETS: dict[str, RuntimeConfig] = {
   no router or modality queues, no caches; 2 instances x 1 thread (one process per core of the 2-core machines
   the figures come from).
 * ``default``: what an InferenceService with no ``spec.runtime`` fields gets (the CRD defaults).
-* ``fastest``: the configuration behind the runtime's headline figure in ``runtime/README.md``.
+* ``fastest``: the configuration behind the runtime's headline figure in ``runtime/README.md``; an InferenceService
+  gets it with ``spec.runtime`` ``{engine: openvino, precision: INT8, instanceCount: 2, intraOpThreads: 1,
+  maxBatchSize: 0, dynamicBatching: {enabled: false}, modalityAwareBatching: false}`` (the other fields at their
+  defaults). ``engine: openvino, precision: INT8`` alone gives the ``default`` layout (router, modality queues,
+  dynamic batching) with fastest's encoders.
 """
 
 

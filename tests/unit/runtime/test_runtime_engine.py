@@ -4,6 +4,7 @@ parts of the OpenVINO engine (precision hint, compile properties, cache keys).""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -142,3 +143,83 @@ def test_the_openvino_wheels_are_not_in_the_runtime_extra_the_cpu_image_is_built
     runtime = dependency_pins("modalscale", ("runtime",))
     assert "openvino" not in runtime and "nncf" not in runtime
     assert {"openvino", "nncf"} <= set(dependency_pins("modalscale", ("openvino",)))
+
+
+# ------------------------------------------------------------------ spec.runtime.engine of an InferenceService
+def _isvc_repository(runtime: dict[str, object]) -> dict[str, str]:
+    """The repository the operator renders for an InferenceService with ``spec.runtime`` = ``runtime``."""
+    from modalscale.api.inferenceservice import parse_isvc
+    from modalscale.operator.isvc.reconcile import repository_files
+
+    return repository_files(parse_isvc({"metadata": {"name": "vc", "namespace": "ml"},
+                                        "spec": {"runtime": runtime}}))
+
+
+def test_an_openvino_int8_inference_service_gets_fastest_encoders_in_every_encoder_model() -> None:
+    from modalscale.runtime.repo_config import FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS
+
+    assert FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS == PRESETS["fastest"].image_int8_min_side_pixels == 160
+    cfg = RuntimeConfig.from_isvc_spec({"runtime": {"engine": "openvino", "precision": "INT8"}})
+    assert (cfg.engine, cfg.precision, cfg.image_int8_min_side_pixels) == (Engine.OPENVINO, Precision.INT8, 160)
+    files = _isvc_repository({"engine": "openvino", "precision": "INT8"})  # the default layout: router + 3 models
+    configs = {p: _parameters(t) for p, t in files.items() if p.endswith("config.pbtxt")}
+    encoders = sorted(p for p, params in configs.items() if params.get("preload"))
+    assert encoders == ["multimodal_image/config.pbtxt", "multimodal_image_text/config.pbtxt",
+                        "multimodal_text/config.pbtxt"]
+    for path in encoders:
+        params = configs[path]
+        assert (params["engine"], params["precision"], params["image_int8_min_side_pixels"]) == \
+            ("openvino", "INT8", "160"), path
+        settings = ModelSettings.from_model_config({"parameters": {k: {"string_value": v}
+                                                                   for k, v in params.items()}})
+        assert (settings.engine, settings.image_int8_min_side_pixels) == (Engine.OPENVINO, 160)
+    assert "engine" not in configs["multimodal/config.pbtxt"]  # the router runs no encoder
+
+
+@pytest.mark.parametrize("precision", ["FP32", "BF16"])
+def test_openvino_without_int8_keeps_every_image_fp32(precision: str) -> None:
+    cfg = RuntimeConfig.from_isvc_spec({"runtime": {"engine": "openvino", "precision": precision}})
+    assert (cfg.engine, cfg.image_int8_min_side_pixels) == (Engine.OPENVINO, 0)
+    for path, text in _isvc_repository({"engine": "openvino", "precision": precision}).items():
+        if path.endswith("config.pbtxt") and _parameters(text).get("preload"):
+            assert _parameters(text)["engine"] == "openvino"
+            assert "image_int8_min_side_pixels" not in _parameters(text), path
+
+
+def test_the_fastest_preset_is_an_inference_service_spec() -> None:
+    """README and ``PRESETS``' docstring: these runtime fields give exactly the ``fastest`` preset."""
+    runtime = {"engine": "openvino", "precision": "INT8", "instanceCount": 2, "intraOpThreads": 1,
+               "maxBatchSize": 0, "dynamicBatching": {"enabled": False}, "modalityAwareBatching": False}
+    assert RuntimeConfig.from_isvc_spec({"runtime": runtime}) == PRESETS["fastest"]
+    assert _isvc_repository(runtime) == build_repository(PRESETS["fastest"])
+    # engine openvino at INT8 alone is the default layout with fastest's encoders, not the fastest preset.
+    alone = RuntimeConfig.from_isvc_spec({"runtime": {"engine": "openvino", "precision": "INT8"}})
+    assert alone == PRESETS["default"].replace(engine=Engine.OPENVINO, precision=Precision.INT8,
+                                               image_int8_min_side_pixels=160)
+
+
+@pytest.mark.parametrize("runtime", [{}, {"precision": "INT8"}, {"precision": "BF16", "maxBatchSize": 0}],
+                         ids=["defaults", "int8", "bf16-unbatched"])
+def test_an_explicit_torch_engine_renders_exactly_what_no_engine_field_did(runtime: dict[str, object]) -> None:
+    files = _isvc_repository(runtime)
+    assert _isvc_repository({**runtime, "engine": "torch"}) == files
+    for path, text in files.items():
+        if path.endswith("config.pbtxt"):
+            assert {"engine", "image_int8_min_side_pixels"}.isdisjoint(_parameters(text)), path
+    assert RuntimeConfig.from_isvc_spec({"runtime": runtime}).engine is Engine.TORCH
+
+
+def test_the_runtime_cli_reads_the_engine_from_an_inference_service_file(tmp_path: Path) -> None:
+    from modalscale.runtime import cli
+
+    manifest = tmp_path / "isvc.yaml"
+    manifest.write_text("kind: InferenceService\nspec:\n  runtime:\n    engine: openvino\n    precision: INT8\n")
+    parser = argparse.ArgumentParser()
+    cli._add_config_flags(parser)
+    cfg = cli.config_from_args(parser.parse_args(["--from-isvc", str(manifest)]))
+    assert (cfg.engine, cfg.image_int8_min_side_pixels) == (Engine.OPENVINO, 160)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: InferenceService\nspec:\n  runtime:\n    engine: openvino\n    precision: FP16\n")
+    with pytest.raises(InvalidRuntimeSpec) as err:
+        cli.config_from_args(parser.parse_args(["--from-isvc", str(bad)]))
+    assert err.value.field == "spec.runtime.engine"
