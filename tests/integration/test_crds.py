@@ -89,6 +89,7 @@ def test_defaults_are_filled_in_by_the_apiserver(api: Any, crds_installed: list[
     assert spec["scaling"]["mode"] == "Predictive"
     assert (spec["scaling"]["minReplicas"], spec["scaling"]["maxReplicas"]) == (1, 10)
     assert spec["runtime"]["dynamicBatching"] == {"enabled": True, "maxQueueDelayMicroseconds": 2000}
+    assert (spec["runtime"]["engine"], spec["runtime"]["precision"]) == ("torch", "FP32")
     assert spec["pricing"] == {"tier": "OnDemand"}
 
 
@@ -120,6 +121,12 @@ INVALID = [
     ("fixed-without-replicas", _isvc(scaling={"mode": "Fixed"}), ["scaling.replicas is required"]),
     ("gpu-without-type", _isvc(resources={"gpu": {"count": 1}}), ["spec.resources.gpu.type"]),
     ("unknown-precision", _isvc(runtime={"precision": "INT4"}), ["spec.runtime.precision"]),
+    # OpenVINO: no FP16 on CPU, and a GPU replica runs torch encoder models (both name the engine and the fix).
+    ("unknown-engine", _isvc(runtime={"engine": "tensorrt"}), ["spec.runtime.engine", "Unsupported value"]),
+    ("openvino-fp16", _isvc(runtime={"engine": "openvino", "precision": "FP16"}),
+     ["spec.runtime.engine", "FP16", "engine torch"]),
+    ("openvino-with-gpus", _isvc(runtime={"engine": "openvino"}, resources={"gpu": {"count": 1, "type": "nvidia-l4"}}),
+     ["spec.runtime.engine", "CPU only", "gpu.count 0"]),
     ("configmap-source-without-configmap", _isvc(model={"source": "ConfigMap"}), ["spec.model.configMap"]),
     ("batch-sizes-not-ascending", _isvc(runtime={"dynamicBatching": {"preferredBatchSizes": [8, 4]}}),
      ["spec.runtime.dynamicBatching.preferredBatchSizes", "ascending"]),
@@ -199,6 +206,8 @@ ACCEPTED = [
     ("fixed-mode-at-zero-replicas", _isvc(scaling={"mode": "Fixed", "replicas": 0, "minReplicas": 0})),
     ("one-milli-cpu", _isvc(resources={"cpu": "1m", "memory": "1Mi"})),
     ("currency-defaulted", _budget(limit={"amount": "10"})),
+    ("openvino-int8-on-cpu", _isvc(runtime={"engine": "openvino", "precision": "INT8"},
+                                   resources={"gpu": {"count": 0}})),
 ]
 
 
