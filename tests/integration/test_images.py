@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import yaml
 
@@ -171,11 +172,12 @@ def runc_config(rootfs: Path, args: list[str], env: list[str], uid: int, mounts:
 
 
 @pytest.fixture
-def runtime_container(
-        built: dict[str, BuiltImage], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def runtime_container(built: dict[str, BuiltImage], tmp_path_factory: pytest.TempPathFactory,
+                      request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     """tritonserver from the CPU runtime image under runc, with the arguments, env, uid and read-only root the
     operator's Deployment gives it (ports moved to free loopback ports), serving the BuiltIn model repository of
-    crds/examples/inferenceservice-real-node.yaml."""
+    crds/examples/inferenceservice-real-node.yaml, its ``spec.runtime`` updated with the test's indirect parameter
+    (a mapping) when it has one."""
     from modalscale.operator.isvc.objects import build_deployment
     from modalscale.operator.isvc.spec import parse_isvc
     from modalscale.runtime.repo_config import RuntimeConfig, build_repository
@@ -186,6 +188,7 @@ def runtime_container(
     config = unpack_archive(Path(built["runtime-cpu"].archive), rootfs)
     body = yaml.safe_load((REPO / "crds" / "examples" / "inferenceservice-real-node.yaml").read_text())
     body["metadata"].update({"namespace": "default", "uid": "1"})
+    body["spec"].setdefault("runtime", {}).update(getattr(request, "param", None) or {})
     spec = parse_isvc(body)
     files = build_repository(RuntimeConfig.from_typed(spec.model, spec.runtime, spec.resources))
     # As a ConfigMap volume lays it out: the files under the kubelet's ..data link, which the pod's
@@ -328,6 +331,42 @@ def test_cpu_runtime_image_serves_an_image_and_text_request_read_only_as_uid_100
     subprocess.run(["runc", "--root", str(info["state"]), "kill", info["cid"], "TERM"], check=True)
     info["proc"].wait(timeout=120)
     print(f"runtime image: exited {time.monotonic() - started:.1f} s after SIGTERM (code {info['proc'].returncode})")
+
+
+@pytest.mark.parametrize("runtime_container", [{"engine": "openvino", "precision": "INT8"}], indirect=True,
+                         ids=["openvino-int8"])
+def test_cpu_runtime_image_serves_an_openvino_int8_inference_service_read_only(
+        runtime_container: dict[str, Any]) -> None:
+    """``spec.runtime.engine: openvino`` with ``precision: INT8`` (the fastest preset's encoders): the image's
+    models load (OpenVINO and NNCF are in it; the IR is converted and calibrated at start under the read-only root,
+    into HOME=/tmp) and answer within cosine 0.99 of torch FP32 on the host."""
+    from modalscale.runtime.client import MultimodalClient
+    from modalscale.runtime.model.encoders import MultimodalEncoder
+    from modalscale.runtime.model.pipeline import MultimodalPipeline
+    from modalscale.runtime.model.settings import ModelSettings
+    from modalscale.runtime.repo_config import Precision
+    from modalscale.runtime.workload import photo_bytes
+
+    info = runtime_container
+    print(f"runtime image, engine openvino INT8: model Ready {wait_model_ready(info):.1f} s after runc run")
+    image, text = photo_bytes("chelsea"), "a photo of a cat sitting on a table"
+    with MultimodalClient(f"127.0.0.1:{info['ports']['http']}", model_name=info["model"]) as client:
+        result = client.infer(images=[image], text=text)
+    assert result.modality == "image_text"
+    cache = subprocess.run(["runc", "--root", str(info["state"]), "exec", info["cid"], "sh", "-c",
+                            "ls /tmp/.cache/modalscale/openvino"], capture_output=True, text=True, timeout=60,
+                           check=False)
+    assert cache.returncode == 0 and cache.stdout.strip(), cache.stdout + cache.stderr  # the IR went to HOME=/tmp
+
+    reference = MultimodalPipeline(ModelSettings(embedding_cache=False, precision=Precision.FP32),
+                                   MultimodalEncoder(Precision.FP32))
+    ref = reference.run([reference.prepare(np.array([[image]], dtype=object),
+                                           np.array([[text.encode()]], dtype=object))])[0]
+    got = np.asarray(result.embedding, dtype=np.float64).ravel()
+    want = np.asarray(ref.embedding, dtype=np.float64).ravel()
+    cosine = float(got @ want / np.linalg.norm(got) / np.linalg.norm(want))
+    print(f"runtime image, engine openvino INT8: cosine to torch FP32 on the host {cosine:.5f}")
+    assert cosine >= 0.99, cosine
 
 
 # ---------------------------------------------------------------------------------------------- on the real node

@@ -173,7 +173,7 @@ def image_definitions(repo: Path = REPO) -> dict[str, ImageDefinition]:
         "operator": ImageDefinition("operator", "Dockerfile.operator", operator_reference(repo), "PYTHON_IMAGE",
                                     (), cpu_only=True),
         "runtime-cpu": ImageDefinition("runtime-cpu", "Dockerfile.runtime-cpu", runtime_cpu_reference(repo),
-                                       "BASE_IMAGE", ("runtime",), cpu_only=True),
+                                       "BASE_IMAGE", ("runtime", "openvino"), cpu_only=True),
     }
 
 

@@ -137,12 +137,17 @@ def test_serving_engine_openvino_without_its_wheels_is_refused_naming_the_extra(
     cli.require_engine(PRESETS["naive"])  # torch needs nothing more
 
 
-def test_the_openvino_wheels_are_not_in_the_runtime_extra_the_cpu_image_is_built_from() -> None:
-    from modalscale.devenv.images import dependency_pins
+def test_the_openvino_wheels_are_their_own_extra_and_the_cpu_image_carries_them() -> None:
+    """``pip install modalscale[runtime]`` stays without OpenVINO, but the CPU runtime image is built from both
+    extras: an InferenceService with ``spec.runtime.engine: openvino`` gets pods whose models load."""
+    from modalscale.devenv.images import dependency_pins, image_definitions
 
     runtime = dependency_pins("modalscale", ("runtime",))
     assert "openvino" not in runtime and "nncf" not in runtime
     assert {"openvino", "nncf"} <= set(dependency_pins("modalscale", ("openvino",)))
+    image = image_definitions()["runtime-cpu"]
+    assert set(image.extras) == {"runtime", "openvino"}
+    assert {"openvino", "nncf"} <= set(dependency_pins("modalscale", image.extras, image.cpu_only))
 
 
 # ------------------------------------------------------------------ spec.runtime.engine of an InferenceService
