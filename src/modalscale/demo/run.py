@@ -61,6 +61,11 @@ PROBE_CONCURRENCY = 8
 REUSE_IMAGE_ENV = "MODALSCALE_DEMO_REUSE_IMAGE"
 """Set to 1 to use the runtime image already in the real node's containerd instead of building the working tree's
 (for iterating on the demo: the image's content hash covers the whole package, so any edit rebuilds it)."""
+ARMED_SLACK_S = 240.0
+"""Real mode: seconds of trace past ``--duration`` that the replay may use while the budget story finishes
+(:mod:`modalscale.demo.budget_story`); it stops ``STOP_AFTER_SCALE_DOWN_S`` after the budget's scale-down."""
+STOP_AFTER_SCALE_DOWN_S = 20.0
+"""Seconds of replay after the budget's scale-down to one replica (requests that meet the capped service)."""
 REQUEST_TIMEOUT_S = 600.0
 """Client timeout of one request: an overloaded replica queues, it must not fail the request."""
 
@@ -228,6 +233,7 @@ class Replayer:
         self.sent = 0
         self.lock = threading.Lock()
         self.started = threading.Event()
+        self.stopped = threading.Event()
         self.t0 = 0.0
         self.t0_wall = 0.0
 
@@ -247,7 +253,6 @@ class Replayer:
         async def one(i: int) -> None:
             row = self.rows[i]
             scheduled = self.t0 + row.arrival_s
-            await asyncio.sleep(max(0.0, scheduled - time.monotonic()))
             async with gate:
                 images, text = contents[i]
                 ok = True
@@ -269,11 +274,25 @@ class Replayer:
                 with self.lock:
                     self.records.append((row.arrival_s, (time.monotonic() - scheduled) * 1000, row.modality, ok))
 
+        tasks = []
         try:
-            await asyncio.gather(*(one(i) for i in range(len(self.rows))))
+            # One task per request, created at its arrival time (a sleeping task per row would hold the whole
+            # trace in memory and could not be stopped); arrivals after :meth:`stop` are not sent.
+            for i, row in enumerate(self.rows):
+                delay = self.t0 + row.arrival_s - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if self.stopped.is_set():
+                    break
+                tasks.append(asyncio.create_task(one(i)))
+            await asyncio.gather(*tasks)
         finally:
             if shared is not None:
                 await shared.close()
+
+    def stop(self) -> None:
+        """Send no request whose arrival is still to come (those in flight are answered and recorded)."""
+        self.stopped.set()
 
     def window(self, now_s: float, span_s: float = 20.0) -> list[tuple[float, float, str, bool]]:
         with self.lock:
@@ -391,8 +410,15 @@ class Demo:
 
     def prepare_prometheus(self) -> str:
         """Real mode: the Prometheus that will discover the pods, not started yet; returns its URL (for the
-        operator, which starts before the first replica)."""
+        operator, which starts before the first replica). Its binary is built (or taken from the cache) here, before
+        the first replica starts: a cold build (about 3 min) after it was charged to the budget and the story."""
+        from modalscale.devenv.binaries import ensure_prometheus
         from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess
+
+        started = time.monotonic()
+        ensure_prometheus(log=self.say)
+        if time.monotonic() - started > 5.0:
+            self.timings["Prometheus build"] = time.monotonic() - started
 
         self.prom = PrometheusProcess(self.workdir / "prometheus", scrape_interval_s=1.0,
                                       discovery=PodDiscovery.for_cluster(self.cluster, (NAMESPACE,)))
@@ -504,10 +530,10 @@ class Demo:
         self.say(f"First replica Ready after {self.timings['first replica Ready']:.0f} s; Service ClusterIP {ip}")
         return f"{ip}:{HTTP_PORT}"
 
-    def apply_objects(self, artifact_b64: str, replica_usd_per_hour: Decimal, expected_hours: float,
-                      limit_factor: float) -> str:
+    def apply_objects(self, artifact_b64: str, limit_usd: Decimal, scale_down_percent: int) -> str:
         """Secret, service-time-model ConfigMap, the InferenceService (created; in real mode given its service-time
-        model, still Fixed at one replica: :meth:`turn_predictive` turns it Predictive once traffic runs), BudgetPolicy.
+        model, still Fixed at one replica: :meth:`turn_predictive` turns it Predictive once traffic runs), BudgetPolicy
+        with ``limit_usd`` and thresholds 50 % (Alert), 80 % (CapReplicas 2) and ``scale_down_percent`` (ScaleDown).
         Returns the limit (USD)."""
         from kubernetes import client
 
@@ -526,9 +552,7 @@ class Demo:
         else:
             custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices",
                                                    self._isvc_body())
-        # A tiny budget at real catalog prices, sized so that it runs out before the trace ends (run_demo says how).
-        limit = (replica_usd_per_hour * Decimal(str(expected_hours)) * Decimal(str(limit_factor))).quantize(
-            Decimal("0.000001"))
+        limit = limit_usd
         policy = {
             "apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy", "metadata": {"name": POLICY},
             "spec": {
@@ -537,7 +561,7 @@ class Demo:
                 "limit": {"amount": str(limit), "currency": "USD"},
                 "thresholds": [{"percent": 50, "actions": ["Alert"]},
                                {"percent": 80, "actions": ["Alert", "CapReplicas"], "capReplicas": 2},
-                               {"percent": 100, "actions": ["Alert", "ScaleDown"]}],
+                               {"percent": scale_down_percent, "actions": ["Alert", "ScaleDown"]}],
                 "enforcement": {"floorReplicas": 1},
                 "evaluationIntervalSeconds": 5,
                 "notifications": [{"name": "demo-room", "type": "Slack", "secretRef": {"name": "demo-slack"}}],
@@ -545,6 +569,24 @@ class Demo:
         }
         custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "budgetpolicies", policy)
         return str(limit)
+
+    def spent_usd(self) -> Decimal | None:
+        """The day's spend of the demo's BudgetPolicy as its ledger last reported it (None before the first
+        evaluation)."""
+        _, pol = self.read_state()
+        pst = pol.get("status") or {}
+        ledger = [Decimal(x["spent"]) for x in (pst.get("ledger") or {}).get("services") or [] if x.get("spent")]
+        if ledger:
+            return sum(ledger, Decimal(0))
+        return Decimal(pst["spent"]) if pst.get("spent") else None
+
+    def set_limit(self, limit_usd: Decimal) -> None:
+        """Patch the BudgetPolicy's limit (what a FinOps owner tightening today's budget does)."""
+        from kubernetes import client
+
+        client.CustomObjectsApi(self.api).patch_namespaced_custom_object(
+            "modalscale.io", "v1alpha1", NAMESPACE, "budgetpolicies", POLICY,
+            {"spec": {"limit": {"amount": str(limit_usd), "currency": "USD"}}})
 
     def turn_predictive(self) -> None:
         """Real mode: the InferenceService's scaling turns Predictive (p95 SLO, up to ``MAX_REAL_REPLICAS``)."""
@@ -721,7 +763,7 @@ KWOK_NOTE = "KWOK-ONLY FALLBACK: pods are simulated on KWOK nodes; requests are 
 
 def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
     """Run the demo; returns the exit code (0 when every expected behaviour was observed)."""
-    from modalscale.demo import capacity
+    from modalscale.demo import budget_story, capacity
     from modalscale.demo.report import Checks, write_report
 
     demo = Demo(cfg, say)
@@ -754,17 +796,29 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             rows = default_trace(cfg.duration_s, rate, shift_at, plan.rate_before_rps if plan else None)
         duration = rows[-1].arrival_s if rows else 0.0
         price = _replica_price(demo.real)
-        # Real mode: one replica until shortly after the shift (at 120 s of 300), then up to three; the limit
-        # (1.6 replica-durations of spend) puts the cap (80 %) about 100 s after the shift, once the scale-up's
-        # capacity was measured (new replicas took 15-40 s to be Ready on the shared machine), and the scale-down
-        # (100 %) about 50 s later, while the trace still runs (at 1.3 the cap came at 188 s, before a slow second
-        # replica's 'after' window). KWOK-only: as before (1.2).
-        limit = demo.apply_objects(artifact, price, duration / 3600, 1.6 if demo.real else 1.2)
+        story = demo.real and cfg.trace is None
+        if story:
+            # Real mode: the budget holds (no threshold reachable) while the scale-up is measured, then the demo
+            # arms it from the spend at that moment (modalscale.demo.budget_story); the replay runs on past the
+            # nominal duration until the budget's scale-down was seen (at most ARMED_SLACK_S more).
+            nominal_s = duration
+            rows = default_trace(cfg.duration_s + ARMED_SLACK_S, rate, shift_at,
+                                 plan.rate_before_rps if plan else None)
+            duration = rows[-1].arrival_s if rows else 0.0
+            limit = budget_story.hold_limit_usd(price, MAX_REAL_REPLICAS, time.monotonic() - started,
+                                                duration + 60.0)
+            scale_down_percent = budget_story.SCALE_DOWN_PERCENT
+        else:
+            # KWOK-only or a user's trace: a tiny budget at catalog prices that runs out before the trace ends.
+            limit = (price * Decimal(str(duration / 3600)) * Decimal("1.2")).quantize(Decimal("0.000001"))
+            scale_down_percent = 100
+        limit_s = demo.apply_objects(artifact, limit, scale_down_percent)
         say(f"Applied InferenceService {NAMESPACE}/{ISVC} (Predictive, p95 SLO {SLO_MS} ms"
             + (f", from {cfg.autoscaler_on_s:.0f} s into the replay" if demo.real else "")
-            + f") and BudgetPolicy {NAMESPACE}/{POLICY} (limit {limit} USD; one replica costs {price} USD/h at "
-            "catalog prices)")
+            + f") and BudgetPolicy {NAMESPACE}/{POLICY} (limit {limit_s} USD; one replica costs {price} USD/h at "
+            "catalog prices" + ("; held out of reach until the scale-up is measured" if story else "") + ")")
         say(f"Replaying {len(rows)} requests over {duration:.0f} s"
+            + (f" (at most; it stops {STOP_AFTER_SCALE_DOWN_S:.0f} s after the budget's scale-down)" if story else "")
             + (f"; the modality mix shifts at {shift_at:.0f} s" if shift_at else ""))
         say("NOTE: " + (REAL_NOTE if demo.real else KWOK_NOTE))
         if demo.real:
@@ -778,25 +832,48 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         from modalscale.demo.live import LiveView
 
         predictive = not demo.real  # KWOK-only: created Predictive
+        armed = not story
+        scaled_down_s: float | None = None
         with LiveView(enabled=cfg.live, say=say, note=REAL_NOTE if demo.real else KWOK_NOTE) as view:
             while thread.is_alive():
-                s = demo.sample(replayer, limit)
+                s = demo.sample(replayer, limit_s)
                 if not predictive and s.t_s >= cfg.autoscaler_on_s:
                     demo.turn_predictive()
                     predictive = True
                     demo.timings["autoscaler on (s into the replay)"] = s.t_s
                     say(f"t={s.t_s:.0f}s: InferenceService {NAMESPACE}/{ISVC} turned Predictive after "
                         f"{cfg.autoscaler_on_s:.0f} s of traffic on one Fixed replica")
+                if not armed:
+                    history = (demo.read_state()[0].get("status") or {}).get("scalingHistory") or []
+                    due, why = budget_story.arm_due(
+                        capacity.scale_ups(history, demo.t0_wall, list(demo.pods.values())), s.t_s,
+                        fallback_s=nominal_s - 30.0)
+                    spent = demo.spent_usd() if due else None
+                    if spent is not None and spent > 0:
+                        limit = budget_story.armed_limit_usd(spent)
+                        demo.set_limit(limit)
+                        limit_s, armed = str(limit), True
+                        demo.timings["budget armed (s into the replay)"] = s.t_s
+                        say(f"t={s.t_s:.0f}s: {why}; today's limit lowered to {limit} USD (spent {spent} USD, "
+                            f"{budget_story.ARMED_SPEND_SHARE:.0%}): the 80 % cap and the "
+                            f"{budget_story.SCALE_DOWN_PERCENT} % scale-down follow within about "
+                            f"{budget_story.seconds_to_scale_down(spent, price, budget_story.CAP_REPLICAS)} s")
+                if story and scaled_down_s is None and s.reason == "CappedByBudget" and s.desired == 1:
+                    scaled_down_s = s.t_s
+                if scaled_down_s is not None and s.t_s >= scaled_down_s + STOP_AFTER_SCALE_DOWN_S:
+                    replayer.stop()
                 view.update(s, demo.receiver)
                 time.sleep(SAMPLE_S)
             # Let the last decisions and budget evaluations land: until the budget is exceeded and enforced,
             # at most 60 s after the trace.
             for _ in range(30):
-                s = demo.sample(replayer, limit)
+                s = demo.sample(replayer, limit_s)
                 view.update(s, demo.receiver)
                 if s.budget_state == "Exceeded" and s.reason == "CappedByBudget":
                     break
                 time.sleep(SAMPLE_S)
+        if replayer.records:
+            duration = min(duration, max(r[0] for r in replayer.records) + 1.0)
         isvc, pol = demo.read_state()
         checks = Checks.evaluate(isvc, pol, demo.receiver, shift_at, demo.samples)
         history = (isvc.get("status") or {}).get("scalingHistory") or []
