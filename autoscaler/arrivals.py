@@ -3,7 +3,7 @@
 Input everywhere: ``counts``, the requests that arrived in consecutive bins of ``bin_s`` seconds, oldest first,
 shape ``(k,)``. The operator reads them with one subquery (see ``autoscale.observe.build_queries``)::
 
-    sum(increase(modalscale_requests_total{<service>}[15s]))[600s:15s]
+    sum(max by (modality, pod, instance) (increase(modalscale_requests_total{<service>}[15s])))[600s:15s]
 
 and the simulator counts its trace's arrivals the same way, so both feed the policy the same numbers.
 

@@ -36,9 +36,11 @@ the utilization rule follows HPA for unready pods: counted idle when scaling up,
 down, and no change when that flips the direction.
 
 Missing or stale metrics give ``valid=False`` and hold the current count (the last applied decision): no data
-never scales down. A non-finite number (Prometheus answers ``NaN`` or ``+-Inf`` for a rate over no samples or a
-division by zero) is missing data, never zero traffic: :class:`WorkloadClass` rejects one, and :class:`Observation`
-turns a non-finite utilization, p95 or queue length into None (unknown). Partly missing metrics (fewer scrape
+never scales down. Stale is older than ``max_metrics_age_s`` or dated more than ``max_future_skew_s`` ahead of
+``now`` (clock skew: a frozen sample dated ahead must not read fresh). A non-finite number (Prometheus answers
+``NaN`` or ``+-Inf`` for a rate over no samples or a division by zero) is missing data, never zero traffic:
+:class:`WorkloadClass` rejects one, and :class:`Observation` turns a non-finite utilization, p95 or queue length
+into None (unknown). Partly missing metrics (fewer scrape
 targets answered than were expected: one per ready replica when each pod is a target, ``Observation.targets_up``
 vs ``targets_expected``) read low: the need computed from them is a lower bound, so it may scale up but never
 down (``HeldPartialMetrics``), as HPA skips scale-down while a metric is missing. Spec bounds and the budget cap
@@ -123,6 +125,9 @@ class ScalingPolicy:
         decision_interval_s: Seconds between decisions (``decisionIntervalSeconds``).
         slots_per_replica: Concurrent executions per replica (``spec.runtime.instanceCount``).
         metrics_max_age_s: Metrics older than this are stale; None = ``max(60, 3 * decision_interval_s)``.
+        max_future_skew_s: Metrics dated more than this ahead of ``now`` are stale too, s (clock skew between
+            the exporter, Prometheus and the operator: a sample from the future is not fresh, and a frozen one
+            dated ahead would otherwise read fresh for as long as it is ahead).
         default_service_scv: Within-class service-time SCV when the observation has none.
         latency_quantile: Quantile of the latency target (0.95).
         backlog_drain_s: Predictive mode sizes for draining queued requests within this many seconds.
@@ -150,6 +155,7 @@ class ScalingPolicy:
     decision_interval_s: float = 15.0
     slots_per_replica: int = 1
     metrics_max_age_s: float | None = None
+    max_future_skew_s: float = 5.0
     default_service_scv: float = 1.0
     latency_quantile: float = 0.95
     backlog_drain_s: float = 60.0
@@ -173,6 +179,7 @@ class ScalingPolicy:
             (self.scale_down_stabilization_s >= 0, "scale_down_stabilization_s must be >= 0"),
             (self.max_step_replicas >= 1, "max_step_replicas must be >= 1"),
             (self.decision_interval_s > 0, "decision_interval_s must be > 0"),
+            (self.max_future_skew_s >= 0, "max_future_skew_s must be >= 0"),
             (self.slots_per_replica >= 1, "slots_per_replica must be >= 1"),
             (self.default_service_scv >= 0, "default_service_scv must be >= 0"),
             (0 < self.latency_quantile < 1, "latency_quantile must be in (0, 1)"),
@@ -424,7 +431,7 @@ def recommend(
     mode = policy.mode if model is not None else ScalingMode.UTILIZATION
     missing = observation.workload is None if mode == ScalingMode.PREDICTIVE else observation.utilization_ratio is None
     age_s = (now - observation.observed_at).total_seconds()
-    if missing or age_s > policy.max_metrics_age_s:
+    if missing or age_s > policy.max_metrics_age_s or -age_s > policy.max_future_skew_s:
         return _hold(observation, policy, state, mode, stale=not missing, age_s=age_s)
     if mode == ScalingMode.UTILIZATION and observation.ready_replicas == 0:
         return _hold(observation, policy, state, mode, stale=False, age_s=age_s)
@@ -575,7 +582,11 @@ def _hold(
 ) -> Decision:
     current = observation.current_replicas
     held = current  # the last decision that was applied
-    if stale:
+    if stale and age_s < 0:
+        reason = Reason.HELD_STALE_METRICS
+        message = (f"Metrics are dated {-age_s:.0f} s in the future (clock skew; allowance "
+                   f"{policy.max_future_skew_s:g} s): not fresh; holding {held} replicas")
+    elif stale:
         reason = Reason.HELD_STALE_METRICS
         message = f"Metrics are {age_s:.0f} s old (limit {policy.max_metrics_age_s:g} s); holding {held} replicas"
     else:

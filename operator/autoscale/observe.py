@@ -48,12 +48,35 @@ busy time when sizes vary (the request-weighted mean batch time exceeds the batc
 (``modalscale profile``) measures the same quantity per request. The router model (which only waits on the
 modality models) is never counted as executing.
 
+Each pod once. A pod scraped by two jobs (the chart's PodMonitor and a user's ServiceMonitor over the same
+pods, kedacore/charts#277) or read through a querier without deduplication (Thanos) has each series twice; a
+``sum`` over the targets counted its demand, busy time and queue twice (12 req/s sized as 24). So every instant
+query keeps one row per series and pod identity (``max by (<labels>, pod, instance, job)``, which folds a
+querier's replica label) and the parse takes one value per pod identity (``pod``, else ``instance``) and label
+set, the largest, before summing (``extra["duplicate_series"]`` counts what was dropped); the scrape targets are
+counted per pod too (a pod is up when any of its scrapes is). The per-bin counts fold duplicates with the same
+``pod`` and ``instance`` in the subquery (two jobs that label one pod's ``instance`` differently are not folded
+there).
+
+Cross-checked counters. The runtime's ``modalscale_requests_total`` and Triton's ``nv_inference_count`` count
+the same requests (the router's count equals the runtime's sum over classes). When Triton's request counters read
+0 while the runtime's counter, or Triton's own execution count, compute or request time or queue, says the
+service is serving (triton-inference-server/server#8125: the counters stuck at 0 in Triton 2.51), every
+Triton-derived figure (busy time, batch size, service time, queue) is unknown, not zero; when the runtime's counter
+reads 0 while Triton counts requests, the workload is unknown. Either way ``problem`` is ``MetricsContradict`` and
+the modes that need the unknown figures hold (Utilization, and Predictive without a model, on Triton's; Predictive
+on the runtime's), never picking the signal that says idle. A counter says serving from
+:data:`CONTRADICTION_MIN_REQUESTS` requests in the window.
+
 Bad answers. A non-finite value (``NaN``, ``+Inf``, ``-Inf``) in any series of a rate, feature or Triton answer
 makes that answer unknown (``NonFiniteMetrics``): the workload is None and the policy holds, never reading it
-as zero traffic. Only Triton's p95 summary is read per series (a quantile is NaN for a model with no request in
-its window). A scrape target that is down leaves its replicas' traffic out of every sum: the reading reports
-``targets_up`` and the policy does not scale down while fewer targets answered than expected: than replicas are
-ready when the targets are pods (a ``pod`` label: a vanished pod target counts too), else than Prometheus has.
+as zero traffic. Counters are read only through ``rate()`` and ``increase()``, which correct counter resets (a
+pod or Triton restart), so a negative rate is a counter read without that correction: unknown too
+(``NegativeRate``), never clamped to zero traffic. Only Triton's p95 summary is read per series (a quantile is
+NaN for a model with no request in its window). A scrape target that is down leaves its replicas' traffic out
+of every sum: the reading reports ``targets_up`` and the policy does not scale down while fewer targets answered
+than expected: than replicas are ready when the targets are pods (a ``pod`` label: a vanished pod target counts
+too), else than Prometheus has.
 """
 
 from __future__ import annotations
@@ -66,6 +89,8 @@ from typing import Any
 
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
     INCOMPLETE_FEATURES,
+    METRICS_CONTRADICT,
+    NEGATIVE_RATE,
     NO_REQUEST_METRICS,
     NO_SCRAPE_TARGETS,
     NON_FINITE_METRICS,
@@ -87,6 +112,16 @@ COUNT_SPAN_S = 600.0
 """How far back the per-bin request counts reach, s (40 bins of 15 s)."""
 QUERY_TIMEOUT_S = 5.0
 """Timeout of one Prometheus HTTP query, s."""
+
+CONTRADICTION_MIN_REQUESTS = 3.0
+"""Requests over the stable window from which a counter says the service is serving while another reads 0
+(:func:`_contradiction`); below it one request in flight at the window's edge, seen by one counter and not yet by
+the other, could read as a contradiction."""
+SERIES_IDENTITY_LABELS = ("pod", "instance", "job")
+"""Labels a query keeps per series so that the parse counts each pod once (:func:`_series_key`): ``pod`` (a
+PodMonitor, a ServiceMonitor's endpoints or pod discovery) else ``instance`` (a static target), and ``job`` to
+tell two scrape jobs of one pod apart. Every other label a scrape or a querier adds (``service``, ``endpoint``,
+a Thanos replica label) is dropped by the queries' ``max by``."""
 
 _STABLE_KEYS = ("requests", "images", "pixels", "tokens")
 
@@ -110,18 +145,21 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
         recent_window_s: Recent window, s.
     Returns:
         ``{key: PromQL}``. Keys ``requests|images|pixels|tokens`` (stable window) and the same with a ``recent_``
-        prefix are summed ``by (modality)``; ``nv_*`` keys are summed ``by (model)``; ``up`` and ``scraped``
-        (sample timestamp of ``up``) are per target; ``arrival_counts`` is a subquery (a range vector): the
-        requests of every ``count_bin_s`` bin over the last ``count_span_s``, summed over classes and targets.
+        prefix are rates per ``modality`` and series (``max by (modality, pod, instance, job)``); ``nv_*`` keys
+        per ``model``, ``version`` and series, but ``nv_p95_us`` (``max by (model)``); the parse sums them once per
+        pod (:data:`SERIES_IDENTITY_LABELS`). ``up`` and ``scraped`` (sample timestamp of ``up``) are per target;
+        ``arrival_counts`` is a subquery (a range vector): the requests of every ``count_bin_s`` bin over the last
+        ``count_span_s``, summed over classes and pods (a pod's duplicate series folded by ``max``).
     """
     s = selector(namespace, name)
     w, r = f"{int(round(window_s))}s", f"{int(round(recent_window_s))}s"
+    per_series = ", ".join(SERIES_IDENTITY_LABELS)
 
     def by_modality(metric: str, window: str) -> str:
-        return f"sum by (modality) (rate({metric}{{{s}}}[{window}]))"
+        return f"max by (modality, {per_series}) (rate({metric}{{{s}}}[{window}]))"
 
     def by_model(metric: str) -> str:
-        return f"sum by (model) (rate({metric}{{{s}}}[{w}]))"
+        return f"max by (model, version, {per_series}) (rate({metric}{{{s}}}[{w}]))"
 
     metrics = {"requests": "modalscale_requests_total", "images": "modalscale_request_images_sum",
                "pixels": "modalscale_request_image_pixels_sum", "tokens": "modalscale_request_text_tokens_sum"}
@@ -135,10 +173,11 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
         by_model(f"nv_inference_compute_{part}_duration_us") for part in ("input", "infer", "output"))
     queries["nv_success"] = by_model("nv_inference_request_success")
     queries["nv_request_us"] = by_model("nv_inference_request_duration_us")
-    queries["nv_pending"] = f"sum by (model) (nv_inference_pending_request_count{{{s}}})"
+    queries["nv_pending"] = f"max by (model, version, {per_series}) (nv_inference_pending_request_count{{{s}}})"
     queries["nv_p95_us"] = f'max by (model) (nv_inference_request_summary_us{{{s},quantile="0.95"}})'
     b, span = f"{int(round(count_bin_s))}s", f"{int(round(count_span_s))}s"
-    queries["arrival_counts"] = f"sum(increase(modalscale_requests_total{{{s}}}[{b}]))[{span}:{b}]"
+    increase = f"increase(modalscale_requests_total{{{s}}}[{b}])"
+    queries["arrival_counts"] = f"sum(max by (modality, pod, instance) ({increase}))[{span}:{b}]"
     queries["up"] = f"up{{{s}}}"
     queries["scraped"] = f"timestamp(up{{{s}}})"
     return queries
@@ -159,7 +198,8 @@ class MetricsReading:
         queued_requests: Requests waiting in Triton queues now; None = unknown.
         targets_up: Scrape targets answering now.
         targets_total: Scrape targets Prometheus has for the InferenceService.
-        down_targets: ``instance`` of each target that is down.
+        down_targets: Each scrape target that is down, by pod identity: its ``pod`` (down when every scrape of
+            it is), else its ``instance``.
         per_pod_targets: Every target carries a ``pod`` label (a PodMonitor or pod discovery: one target per
             replica), so the answering targets are compared with the ready replicas; otherwise (a shared or
             static target) with the targets Prometheus has.
@@ -203,26 +243,57 @@ def _value(sample: Mapping[str, Any]) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _by_label(answer: Sequence[Mapping[str, Any]] | None, label: str, *, per_series: bool = False
-              ) -> dict[str, float] | None:
-    """``{label value: value}`` of one answer (series summed per label value; a series without the label is keyed
-    ``""``); None when any series' value is not a finite number: Prometheus answers ``NaN`` for a ratio over no
-    samples and ``+-Inf`` for a division by zero, and a sum with one unknown term is unknown (missing data, never
-    zero). With ``per_series`` a non-finite series is left out instead (only that label value is unknown: a Triton
-    summary quantile is NaN for a model with no request in its window)."""
-    out: dict[str, float] = {}
+def _series_key(labels: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``(pod identity, what the series measures)`` of one series' labels: the identity is ``pod`` when the
+    series has one, else ``instance``; what it measures is every other label but ``job`` (``modality``, or
+    ``model`` and ``version``). Two series with the same key are the same counter read twice."""
+    pod = str(labels.get("pod") or "")
+    identity = f"pod/{pod}" if pod else f"instance/{labels.get('instance', '')}"
+    content = tuple(sorted((str(k), str(v)) for k, v in labels.items() if k not in SERIES_IDENTITY_LABELS))
+    return identity, content
+
+
+def _by_label(answer: Sequence[Mapping[str, Any]] | None, label: str, *, per_series: bool = False,
+              rate: bool = True) -> dict[str, float] | None:
+    """``{label value: value}`` of one answer: one value per pod identity and label set (the largest when a pod's
+    series arrives more than once, under two ``job`` values or two ``instance`` values; :func:`_series_key`),
+    then summed per label value (a series without the label is keyed ``""``).
+
+    None when any series' value is not a finite number (Prometheus answers ``NaN`` for a ratio over no samples
+    and ``+-Inf`` for a division by zero; a sum with one unknown term is unknown: missing data, never zero) or,
+    for a ``rate``, is negative (``rate``/``increase`` correct counter resets, so a negative rate is a counter
+    read without that correction, e.g. by a recording rule with ``delta``; missing data, never zero either).
+    With ``per_series`` such a series is left out instead (only that label value is unknown: a Triton summary
+    quantile is NaN for a model with no request in its window)."""
+    best: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for sample in answer or ():
         v = _value(sample)
-        if v is None:
+        if v is None or (rate and v < 0):
             if per_series:
                 continue
             return None
-        key = str((sample.get("metric") or {}).get(label, ""))
-        out[key] = out.get(key, 0.0) + v
+        key = _series_key(sample.get("metric") or {})
+        best[key] = max(v, best.get(key, v))
+    out: dict[str, float] = {}
+    for (_, content), v in best.items():
+        name = dict(content).get(label, "")
+        out[name] = out.get(name, 0.0) + v
     return out
 
 
-def _non_finite(key: str) -> tuple[str, str]:
+def _duplicates(answer: Sequence[Mapping[str, Any]] | None) -> int:
+    """Series of one answer that repeat a pod's series already counted (see :func:`_series_key`)."""
+    keys = [_series_key(s.get("metric") or {}) for s in answer or ()]
+    return len(keys) - len(set(keys))
+
+
+def _unreadable(key: str, answer: Sequence[Mapping[str, Any]] | None = None) -> tuple[str, str]:
+    """``(reason, message)`` of an answer :func:`_by_label` refused: a negative rate, else a non-finite value."""
+    negative = [v for v in (_value(s) for s in answer or ()) if v is not None and v < 0]
+    if negative:
+        return (NEGATIVE_RATE, f"Prometheus answered a negative rate ({min(negative):g}) for {key!r}: a counter "
+                               f"read without reset correction (rate() and increase() correct resets); that is "
+                               f"missing data, not zero traffic: holding")
     return (NON_FINITE_METRICS, f"Prometheus answered a non-finite value (NaN or +-Inf) for {key!r}; that is "
                                 f"missing data, not zero traffic: holding")
 
@@ -236,7 +307,7 @@ def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
                                           "(is the modalscale runtime serving it, and scraped?)")
     by_modality = _by_label(answers[prefix + "requests"], "modality")
     if by_modality is None:
-        return None, _non_finite(prefix + "requests")
+        return None, _unreadable(prefix + "requests", answers[prefix + "requests"])
     rates = {m: v for m, v in by_modality.items() if m}
     classes = {m: max(0.0, rates.get(m.value, 0.0)) for m in MODALITIES}
     if sum(classes.values()) <= 0:
@@ -245,7 +316,7 @@ def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
     for k in ("images", "pixels", "tokens"):
         read = _by_label(answers.get(prefix + k), "modality")
         if read is None:
-            return None, _non_finite(prefix + k)
+            return None, _unreadable(prefix + k, answers.get(prefix + k))
         sums[k] = read
     users = {"images": (Modality.IMAGE, Modality.IMAGE_TEXT), "pixels": (Modality.IMAGE, Modality.IMAGE_TEXT),
              "tokens": (Modality.TEXT, Modality.IMAGE_TEXT)}
@@ -307,7 +378,79 @@ def _counts(answer: Sequence[Mapping[str, Any]] | None) -> tuple[float, ...] | N
     return tuple(out)
 
 
-def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name: str) -> MetricsReading:
+def _targets(answers: Mapping[str, Sequence[Mapping[str, Any]]]
+             ) -> tuple[dict[str, bool], dict[str, float], bool]:
+    """The scrape targets per pod identity: ``({identity: any of its targets up}, {identity: newest sample time of
+    its up targets, s}, every target has a pod label)``. A pod scraped by two jobs (or read twice through a
+    querier) is one target, up when either of its scrapes is (its series are read from that one)."""
+    def scrape(labels: Mapping[str, Any]) -> tuple[str, str]:
+        return str(labels.get("instance", "?")), str(labels.get("job", ""))
+
+    stamps = {scrape(s.get("metric") or {}): _value(s) for s in answers.get("scraped") or ()}
+    up: dict[str, bool] = {}
+    newest: dict[str, float] = {}
+    rows = answers.get("up") or ()
+    for sample in rows:
+        labels = sample.get("metric") or {}
+        pod = str(labels.get("pod") or "")
+        identity = pod or str(labels.get("instance", "?"))
+        live = _value(sample) == 1.0
+        up[identity] = up.get(identity, False) or live
+        stamp = stamps.get(scrape(labels))
+        if live and stamp is not None:
+            newest[identity] = max(stamp, newest.get(identity, stamp))
+    return up, newest, bool(rows) and all((s.get("metric") or {}).get("pod") for s in rows)
+
+
+def _contradiction(requests: Mapping[str, float] | None, counts: Mapping[str, float] | None,
+                   execs: Mapping[str, float], compute_us: Mapping[str, float], request_us: Mapping[str, float],
+                   pending: Mapping[str, float] | None, window_s: float) -> tuple[str, str] | None:
+    """Which demand signal reads idle while another says the service is serving (pure).
+
+    The request counters are two: the runtime's own ``modalscale_requests_total`` (``requests``, req/s by
+    modality) and Triton's ``nv_inference_count`` (``counts``, req/s by model). Triton's execution count, compute
+    and request durations and pending requests are evidence of serving too. A counter "says serving" when it
+    counts at least :data:`CONTRADICTION_MIN_REQUESTS` requests over the window; "reads idle" when its rate is 0.
+
+    Returns:
+        ``("triton", why)`` when Triton's request counters read 0 while the runtime's counter or Triton's other
+        figures say serving (triton-inference-server/server#8125: ``nv_inference_count``, ``..._exec_count``,
+        ``..._request_success`` and the pending gauge stuck at 0 in Triton 2.51 while requests are served);
+        ``("runtime", why)`` when the runtime's counter reads 0 while Triton counts requests; None otherwise
+        (a counter that is missing altogether is missing data, handled on its own, not a contradiction).
+    """
+    if not counts:
+        return None
+    runtime_rps = sum(max(0.0, v) for v in (requests or {}).values())
+    triton_rps = max(counts.values())  # the client-facing model's count (router or the only model) is the largest
+    least = CONTRADICTION_MIN_REQUESTS
+    if triton_rps <= 0:
+        evidence = []
+        if runtime_rps * window_s >= least:
+            evidence.append(f"modalscale_requests_total counts {runtime_rps * window_s:.0f} requests "
+                            f"({runtime_rps:.2f} req/s)")
+        for what, figures in (("executions (nv_inference_exec_count)", execs),
+                              ("compute time (nv_inference_compute_*_duration_us)", compute_us),
+                              ("request time (nv_inference_request_duration_us)", request_us),
+                              ("pending requests (nv_inference_pending_request_count)", pending or {})):
+            if sum(figures.values()) > 0:
+                evidence.append(f"Triton reports {what} {sum(figures.values()):g}")
+        if evidence:
+            return ("triton", f"Triton's request counters (nv_inference_count) read 0 over the last {window_s:g} s "
+                              f"while {'; '.join(evidence)}: the signals contradict each other (a Triton metrics "
+                              f"fault such as triton-inference-server/server#8125), so Triton's utilization, batch "
+                              f"size, service time and queue are unknown: holding what needs them")
+        return None
+    if requests is not None and runtime_rps <= 0 and triton_rps * window_s >= least:
+        return ("runtime", f"modalscale_requests_total reads 0 over the last {window_s:g} s while Triton counts "
+                           f"{triton_rps * window_s:.0f} requests ({triton_rps:.2f} req/s, nv_inference_count): the "
+                           f"signals contradict each other, so the request rates are unknown: holding what needs "
+                           f"them")
+    return None
+
+
+def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name: str,
+                  window_s: float = STABLE_WINDOW_S) -> MetricsReading:
     """Turn the answers to :func:`build_queries` into a :class:`MetricsReading` (pure).
 
     Args:
@@ -315,16 +458,20 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
             is an empty answer.
         model_name: ``spec.model.name`` (Triton's client-facing model); ``<model_name>_<modality>`` are the
             per-class models of modality-aware batching.
+        window_s: The stable window the answers cover, s (for the request counts of the cross-check).
     Returns:
-        The reading. ``workload`` is None (with ``problem``) when no target is up, the request counter is
-        missing, or a feature the traffic needs is missing; targets that are down are left out of the sums
-        (``partial``). ``busy_erlangs`` is None without Triton compute metrics.
+        The reading. Every series is counted once per pod (a pod scraped by two jobs, or read twice through a
+        querier without deduplication, is one pod: :func:`_by_label`). ``workload`` is None (with ``problem``)
+        when no target is up, the request counter is missing, a feature the traffic needs is missing, or the
+        runtime's request counter reads 0 while Triton's counts requests (``MetricsContradict``);
+        ``busy_erlangs`` is None without Triton compute metrics or when Triton's request counters read 0 while
+        the service is serving (``MetricsContradict``, :func:`_contradiction`). Targets that are down are left
+        out of the sums (``partial``).
     """
-    up = {str((s.get("metric") or {}).get("instance", "?")): _value(s) for s in answers.get("up") or ()}
-    scraped = {str((s.get("metric") or {}).get("instance", "?")): _value(s) for s in answers.get("scraped") or ()}
+    up, newest, per_pod = _targets(answers)
     total = len(up)
-    live = sorted(i for i, v in up.items() if v == 1.0)
-    down = tuple(sorted(i for i, v in up.items() if v != 1.0))
+    live = sorted(i for i, v in up.items() if v)
+    down = tuple(sorted(i for i, v in up.items() if not v))
     if total == 0:
         return MetricsReading(None, None, problem=(NO_SCRAPE_TARGETS, (
             "Prometheus has no scrape target labelled with this InferenceService (labels namespace and "
@@ -332,7 +479,7 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
     if not live:
         return MetricsReading(None, None, targets_total=total, down_targets=down, problem=(
             SCRAPE_TARGETS_DOWN, f"all {total} scrape target(s) are down: {', '.join(down)}"))
-    stamps = [scraped[i] for i in live if scraped.get(i) is not None]
+    stamps = [newest[i] for i in live if i in newest]
     observed_at = dt.datetime.fromtimestamp(max(stamps), dt.UTC) if stamps else None
 
     # Executing models: the per-modality models when present (router layout), else every model reported.
@@ -341,6 +488,15 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
     bad_triton = [k for k, v in triton.items() if v is None]
     counts = triton["nv_count"] or {}
     execs, compute = ({}, {}) if bad_triton else (triton["nv_exec"] or {}, triton["nv_compute_us"] or {})
+    success = _by_label(answers.get("nv_success"), "model")
+    request_us = _by_label(answers.get("nv_request_us"), "model")
+    pending = _by_label(answers.get("nv_pending"), "model", rate=False)
+    requests = _by_label(answers.get("requests"), "modality") if answers.get("requests") else None
+    contradicts = _contradiction(requests, None if bad_triton else counts, execs, compute, request_us or {},
+                                 pending, window_s)
+    if contradicts and contradicts[0] == "triton":  # Triton's figures are unknown, not zero
+        counts, execs, compute, success, request_us, pending = {}, {}, {}, None, None, None
+
     per_class = {m: f"{model_name}_{m.value}" for m in MODALITIES}
     routed = any(n in counts for n in per_class.values())
     executing = [n for n in per_class.values() if n in counts] if routed else [n for n in counts if n]
@@ -356,6 +512,9 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
     extra: dict[str, float] = {"targets_up": float(len(live)), "targets_total": float(total)}
     if busy_erlangs is not None:
         extra["busy_erlangs"] = busy_erlangs
+    duplicates = _duplicates(answers.get("requests")) + _duplicates(answers.get("up"))
+    if duplicates:
+        extra["duplicate_series"] = float(duplicates)
 
     batch: dict[Modality, float] = {}
     service_ms: dict[Modality, float | None] = {}
@@ -377,32 +536,32 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
 
     workload, problem = _workload(answers, "", batch, service_ms)
     recent, _ = _workload(answers, "recent_", batch, {})
+    if contradicts and contradicts[0] == "runtime":  # the request rates are unknown, not zero
+        workload, recent = None, None
+    if contradicts:  # the more severe fault: it names why a mode holds
+        problem = (METRICS_CONTRADICT, contradicts[1])
 
     # Latency of the client-facing model: the router when present, else the executing models.
     front = model_name if model_name in counts or not executing else None
-    success = _by_label(answers.get("nv_success"), "model")
-    request_us = _by_label(answers.get("nv_request_us"), "model")
     names = [front] if front else executing
     if success is not None and request_us is not None and not bad_triton:
         n_ok = sum(success.get(n, 0.0) for n in names)
         if n_ok > 0 and any(n in request_us for n in names):
             extra["mean_latency_ms"] = sum(request_us.get(n, 0.0) for n in names) / n_ok / 1000.0
-    p95s = _by_label(answers.get("nv_p95_us"), "model", per_series=True) or {}
+    p95s = _by_label(answers.get("nv_p95_us"), "model", per_series=True, rate=False) or {}
     p95_us = p95s.get(front) if front else (max((p95s[n] for n in executing if n in p95s), default=None))
     p95_ms = p95_us / 1000.0 if p95_us is not None and p95_us > 0 else None
-    pending = _by_label(answers.get("nv_pending"), "model")
     queued = sum(max(0.0, v) for v in pending.values()) if pending else None
 
     if problem is None and down:
         problem = (PARTIAL_TARGETS, f"{len(down)} of {total} scrape target(s) down ({', '.join(down)}); "
                                     f"deciding on the {len(live)} that answered (no scale-down on them)")
     if problem is None and bad_triton:
-        problem = _non_finite(", ".join(bad_triton))
+        problem = _unreadable(", ".join(bad_triton), [s for k in bad_triton for s in answers.get(k) or ()])
     return MetricsReading(observed_at=observed_at, workload=workload, recent_workload=recent,
                           busy_erlangs=busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
                           targets_up=len(live), targets_total=total, down_targets=down,
-                          per_pod_targets=all((s.get("metric") or {}).get("pod") for s in answers.get("up") or ()),
-                          problem=problem,
+                          per_pod_targets=per_pod, problem=problem,
                           extra=extra, arrival_counts=_counts(answers.get("arrival_counts")))
 
 

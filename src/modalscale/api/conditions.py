@@ -79,6 +79,11 @@ INCOMPLETE_FEATURES = "IncompleteFeatureMetrics"
 NO_SERVICE_METRICS = "NoServiceTimeMetrics"
 PARTIAL_TARGETS = "PartialScrapeTargets"
 NON_FINITE_METRICS = "NonFiniteMetrics"
+NEGATIVE_RATE = "NegativeRate"
+"""A counter's rate read negative (a counter read without reset correction): missing data, never zero."""
+METRICS_CONTRADICT = "MetricsContradict"
+"""Two demand signals contradict each other (one request counter reads 0 while another, or Triton's compute time,
+says the service is serving): what the idle one feeds is unknown, and the policy holds on it."""
 METRICS_READ = "MetricsRead"
 STALE_METRICS = "StaleMetrics"
 # Reasons of CostModelLoaded.

@@ -218,6 +218,26 @@ def test_stale_metrics_hold_current() -> None:
     assert (d.desired_replicas, d.valid, d.reason) == (7, False, Reason.HELD_STALE_METRICS)
 
 
+@pytest.mark.parametrize("mode", [ScalingMode.PREDICTIVE, ScalingMode.UTILIZATION])
+def test_metrics_dated_in_the_future_beyond_the_skew_allowance_are_stale(mode: ScalingMode) -> None:
+    """Issue 20 fault 3 (clock skew, ray-project/ray#66271): a frozen "no traffic" sample dated 1 h ahead had age
+    -3600 s, under the age limit, so it read fresh and 5 replicas went to 1 (after the scale-down window)."""
+    after_window = ScalerState(recommendations=((NOW - timedelta(seconds=400), 5),))
+    idle = dict(workload=(), utilization_ratio=0.0)
+    ahead = make_obs(0.0, current=5, observed_at=NOW + timedelta(hours=1), **idle)
+    d = recommend(ahead, make_policy(mode=mode), after_window, MODEL, NOW)
+    assert (d.desired_replicas, d.valid, d.reason) == (5, False, Reason.HELD_STALE_METRICS)
+    assert "3600 s in the future" in d.message and d.state == after_window
+    # within the allowance (5 s by default) the sample is fresh: zero traffic scales down as it should
+    skewed = make_obs(0.0, current=5, observed_at=NOW + timedelta(seconds=4), **idle)
+    d = recommend(skewed, make_policy(mode=mode), after_window, MODEL, NOW)
+    assert (d.desired_replicas, d.valid) == (1, True)
+    d = recommend(skewed, make_policy(mode=mode, max_future_skew_s=1.0), after_window, MODEL, NOW)
+    assert (d.desired_replicas, d.valid, d.reason) == (5, False, Reason.HELD_STALE_METRICS)
+    with pytest.raises(ValueError, match="max_future_skew_s"):
+        make_policy(max_future_skew_s=-1.0)
+
+
 def test_missing_metrics_still_obey_the_budget_cap_and_bounds() -> None:
     d = recommend(make_obs(None, current=7, budget_max_replicas=3), make_policy(), ScalerState(), MODEL, NOW)
     assert (d.desired_replicas, d.valid, d.reason) == (3, True, Reason.CAPPED_BY_BUDGET)

@@ -16,6 +16,8 @@ from modalscale.autoscaler.profile_data import generate_profile
 from modalscale.autoscaler.regressor import ServiceTimeRegressor
 from modalscale.operator.autoscale.observe import (
     INCOMPLETE_FEATURES,
+    METRICS_CONTRADICT,
+    NEGATIVE_RATE,
     NO_REQUEST_METRICS,
     NO_SCRAPE_TARGETS,
     NON_FINITE_METRICS,
@@ -28,6 +30,7 @@ from modalscale.operator.autoscale.observe import (
     parse_answers,
     selector,
 )
+from modalscale.operator.autoscale.plan import STALE_METRICS, plan_autoscale
 
 T = 1796040026.556  # evaluation time of the recording
 
@@ -305,9 +308,12 @@ def test_no_traffic_is_an_empty_workload_not_missing_data() -> None:
     for key in ("requests", "images", "pixels", "tokens", "recent_requests"):
         for sample in answers[key]:
             sample["value"][1] = "0"
-    answers["nv_count"] = _answer([({"model": "multimodal_text"}, "0")])
+    # no traffic in Triton either: every rate 0 (compute time without any inference counted would contradict the
+    # counters, MetricsContradict below)
+    for key in ("nv_count", "nv_exec", "nv_compute_us", "nv_success", "nv_request_us"):
+        answers[key] = _answer([({"model": "multimodal_text"}, "0")])
     reading = parse_answers(answers, "multimodal")
-    assert reading.workload == ()
+    assert reading.workload == () and reading.problem is not None and reading.problem[0] == PARTIAL_TARGETS
     assert reading.busy_erlangs == 0.0
 
 
@@ -410,15 +416,17 @@ def test_demand_comes_only_from_inference_counters() -> None:
     assert counted == allowed
 
 
-def test_feature_queries_read_the_runtime_histograms_summed_by_modality() -> None:
+def test_feature_queries_read_the_runtime_histograms_per_modality_and_series() -> None:
     from modalscale.runtime.model import metrics as runtime_metrics
 
     queries = build_queries("ml", "vc")
     for key, family in (("images", runtime_metrics.REQUEST_IMAGES), ("pixels", runtime_metrics.REQUEST_IMAGE_PIXELS),
                         ("tokens", runtime_metrics.REQUEST_TEXT_TOKENS)):
         for window, q in (("60s", queries[key]), ("15s", queries["recent_" + key])):
-            assert q == f'sum by (modality) (rate({family}_sum{{namespace="ml",inferenceservice="vc"}}[{window}]))'
-    assert queries["requests"].startswith(f"sum by (modality) (rate({runtime_metrics.REQUESTS_TOTAL}{{")
+            assert q == (f'max by (modality, pod, instance, job) '
+                         f'(rate({family}_sum{{namespace="ml",inferenceservice="vc"}}[{window}]))')
+    assert queries["requests"].startswith(
+        f"max by (modality, pod, instance, job) (rate({runtime_metrics.REQUESTS_TOTAL}{{")
 
 
 def test_reader_without_url_reports_prometheus_not_configured() -> None:
@@ -505,7 +513,8 @@ def test_a_nan_quantile_of_an_idle_model_leaves_the_routers_p95_readable() -> No
 
 def test_arrival_counts_are_a_15s_subquery_over_10_minutes_and_reach_the_observation() -> None:
     q = build_queries("ml", "vc")["arrival_counts"]
-    assert q == 'sum(increase(modalscale_requests_total{namespace="ml",inferenceservice="vc"}[15s]))[600s:15s]'
+    assert q == ('sum(max by (modality, pod, instance) '
+                 '(increase(modalscale_requests_total{namespace="ml",inferenceservice="vc"}[15s])))[600s:15s]')
     answers = copy.deepcopy(RECORDED_LABELLED)
     answers["arrival_counts"] = [{"metric": {}, "values": [[T_LABELLED - 15 * (3 - i), v]
                                                            for i, v in enumerate(["40", "44.5", "0", "39"])]}]
@@ -542,3 +551,227 @@ def test_pod_targets_are_compared_with_ready_replicas_and_a_shared_target_with_p
     assert (obs.targets_up, obs.targets_expected) == (1, 1)
     down = recommend(obs, policy, ScalerState(), _model(), now)
     assert down.desired_replicas < 4 and down.reason != Reason.HELD_PARTIAL_METRICS
+
+
+# ------------------------------------------------------------------ faults on metric inputs (issue 20, 1 to 3)
+
+PODMONITOR_JOB = "ml/modalscale-inferenceservices"
+SERVICEMONITOR_JOB = "ml/vc-metrics"
+
+
+def _pods(n_pods: int = 4, rps_per_pod: float = 3.0, service_ms: float = 100.0,
+          jobs: tuple[str, ...] = (PODMONITOR_JOB,), instance_per_job: bool = False,
+          skip: tuple[tuple[int, str], ...] = (), at: float = T_LABELLED) -> dict[str, list[dict[str, Any]]]:
+    """Answers shaped as the queries return them (one row per series: ``pod``, ``instance``, ``job`` kept) for
+    ``n_pods`` replicas serving image requests (one 640x480 image each) at ``rps_per_pod``, unbatched, at
+    ``service_ms`` of Triton compute per request, each pod scraped by every job of ``jobs`` (the chart's
+    PodMonitor and a user's ServiceMonitor over the same pods). ``instance_per_job``: the second job relabels
+    ``instance`` (to the pod name) so the two scrapes differ in ``instance`` too. ``skip``: ``(pod index, job)``
+    scrapes that are down (``up`` 0, no series)."""
+    answers: dict[str, list[dict[str, Any]]] = {}
+
+    def add(key: str, labels: dict[str, str], value: float) -> None:
+        answers.setdefault(key, []).append({"metric": labels, "value": [at, repr(value)]})
+
+    for i in range(n_pods):
+        pod = f"vc-7d9f8c6b5-{'abcdefgh'[i]}x2lq"
+        for j, job in enumerate(jobs):
+            target = {"pod": pod, "instance": pod if instance_per_job and j else f"10.0.0.{i + 1}:8002", "job": job}
+            down = (i, job) in skip
+            add("up", target, 0.0 if down else 1.0)
+            add("scraped", target, at - 2.0)
+            if down:
+                continue
+            for prefix in ("", "recent_"):
+                add(prefix + "requests", {**target, "modality": "image"}, rps_per_pod)
+                add(prefix + "images", {**target, "modality": "image"}, rps_per_pod)
+                add(prefix + "images", {**target, "modality": "text"}, 0.0)
+                add(prefix + "pixels", {**target, "modality": "image"}, rps_per_pod * 640 * 480)
+                add(prefix + "tokens", {**target, "modality": "text"}, 0.0)
+            for model in ("multimodal", "multimodal_image"):  # the router and the image model
+                series = {**target, "model": model, "version": "1"}
+                for key in ("nv_count", "nv_exec", "nv_success"):
+                    add(key, series, rps_per_pod)
+                add("nv_compute_us", series, rps_per_pod * service_ms * 1000)
+                add("nv_request_us", series, rps_per_pod * service_ms * 1100)
+                add("nv_pending", series, 0.0)
+    return answers
+
+
+def _decide(answers: dict[str, Any], *, current: int, policy: ScalingPolicy | None = None,
+            model: ServiceTimeRegressor | None = None, after_window: bool = False) -> Any:
+    """Parse, observe and decide as the daemon does (5 s after the newest sample). ``after_window``: the
+    scaler's history holds only a recommendation older than the scale-down window (steady operation), so a
+    scale-down is not held by the window."""
+    reading = parse_answers(answers, "multimodal")
+    now = dt.datetime.fromtimestamp(T_LABELLED + 5, dt.UTC)
+    obs = build_observation(reading, current_replicas=current, ready_replicas=current, slots_per_replica=1,
+                            budget_max_replicas=None, now=now)
+    state = ScalerState(((now - dt.timedelta(seconds=400), current),)) if after_window else ScalerState()
+    return reading, recommend(obs, policy or ScalingPolicy(), state, model, now)
+
+
+@pytest.mark.parametrize("instance_per_job", [False, True], ids=["same-instance", "instance-relabelled"])
+def test_fault1_pods_scraped_by_two_jobs_count_once_and_12_rps_sizes_4_replicas_not_7(
+        instance_per_job: bool) -> None:
+    """Issue 20 fault 1 (kedacore/charts#277): every pod scraped by two jobs summed its demand twice, and 12 req/s
+    sized 7 replicas instead of 4 (default policy). Each pod is one series per pod identity whatever the job."""
+    answers = _pods(jobs=(PODMONITOR_JOB, SERVICEMONITOR_JOB), instance_per_job=instance_per_job)
+    reading, decision = _decide(answers, current=4, model=_model())
+    assert sum(c.rate_rps for c in reading.workload) == pytest.approx(12.0)
+    assert sum(c.rate_rps for c in reading.recent_workload) == pytest.approx(12.0)
+    assert reading.busy_erlangs == pytest.approx(4 * 3.0 * 0.100)  # 1.2 erlangs, not 2.4
+    image = by_class(reading.workload)["image"]
+    assert image.observed_service_ms == pytest.approx(100.0) and image.mean_image_pixels == 640 * 480
+    assert (reading.targets_up, reading.targets_total, reading.per_pod_targets) == (4, 4, True)
+    assert reading.extra["duplicate_series"] == 4 + 4  # 4 request series and 4 targets read twice
+    assert decision.valid and decision.desired_replicas == 4, decision.message
+    # the same pods scraped once give the same decision
+    _, once = _decide(_pods(), current=4, model=_model())
+    assert once.desired_replicas == 4 and "duplicate_series" not in parse_answers(_pods(), "multimodal").extra
+
+
+def test_fault1_a_pod_is_one_target_up_when_either_scrape_is_and_down_when_both_are() -> None:
+    """With two jobs a pod has two targets: counting targets would see 6 of 8 up for 4 ready replicas while one
+    pod's series are missing altogether, and scale down on the low rates."""
+    answers = _pods(jobs=(PODMONITOR_JOB, SERVICEMONITOR_JOB), instance_per_job=True,
+                    skip=((2, SERVICEMONITOR_JOB), (3, PODMONITOR_JOB), (3, SERVICEMONITOR_JOB)))
+    reading, decision = _decide(answers, current=4, model=_model(),
+                                policy=ScalingPolicy(scale_down_stabilization_s=0, target_p95_latency_ms=10_000))
+    assert (reading.targets_up, reading.targets_total) == (3, 4)
+    assert reading.down_targets == ("vc-7d9f8c6b5-dx2lq",)
+    assert sum(c.rate_rps for c in reading.workload) == pytest.approx(9.0)  # pod c read from its other scrape
+    assert (decision.desired_replicas, decision.reason) == (4, Reason.HELD_PARTIAL_METRICS), decision.message
+
+
+def test_fault1_every_query_keeps_one_row_per_pod_and_job_instead_of_summing_them() -> None:
+    """``sum by`` over the targets double counts a pod scraped twice; each instant query keeps the series' pod
+    identity (``max by (..., pod, instance, job)``: a querier's replica label is folded by ``max``) and the parse
+    counts each pod once; the per-bin counts fold duplicates of one pod and instance before summing."""
+    queries = build_queries("ml", "vc")
+    for key, q in queries.items():
+        if key in ("up", "scraped", "nv_p95_us", "arrival_counts"):
+            continue
+        for part in q.split(" + "):
+            assert part.startswith("max by (") and "pod, instance, job)" in part, (key, q)
+    assert queries["arrival_counts"].startswith("sum(max by (modality, pod, instance) (increase(")
+
+
+@pytest.mark.parametrize("durations", ["zero", "counted"])
+@pytest.mark.parametrize("mode", ["Utilization", "Predictive without a model"])
+def test_fault2_triton_counters_stuck_at_zero_while_serving_hold_instead_of_scaling_to_1(
+        durations: str, mode: str) -> None:
+    """Issue 20 fault 2 (triton-inference-server/server#8125): Triton's request counters (count, exec count,
+    success, pending) stuck at 0 while the service serves 12 req/s: busy time 0 read as idle and Utilization
+    mode (and Predictive without a service-time model) scaled 4 -> 1. The runtime's own counter (or Triton's
+    compute time) contradicts them: hold."""
+    answers = _pods()
+    for key in ("nv_count", "nv_exec", "nv_success", "nv_pending") + (
+            ("nv_compute_us", "nv_request_us") if durations == "zero" else ()):
+        for sample in answers[key]:
+            sample["value"][1] = "0"
+    policy = ScalingPolicy(mode=ScalingMode.UTILIZATION) if mode == "Utilization" else ScalingPolicy()
+    reading, decision = _decide(answers, current=4, policy=policy, after_window=True)
+    assert reading.busy_erlangs is None and reading.queued_requests is None
+    assert reading.problem is not None and reading.problem[0] == METRICS_CONTRADICT
+    assert "720 requests" in reading.problem[1] and "nv_inference_count" in reading.problem[1]
+    assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 4, Reason.HELD_NO_METRICS)
+    plan = plan_autoscale({"desiredReplicas": 4}, decision, reading, None, generation=1,
+                          now=dt.datetime.fromtimestamp(T_LABELLED + 5, dt.UTC))
+    assert "desiredReplicas" not in plan.status_patch
+    (condition,) = plan.status_patch["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "MetricsAvailable", "False", METRICS_CONTRADICT)
+    # Predictive with a model sizes on the runtime's counter (the signal that says serving): 12 req/s -> 4
+    _, predictive = _decide(answers, current=4, model=_model(), after_window=True)
+    assert predictive.valid and predictive.desired_replicas == 4, predictive.message
+
+
+def test_fault2_triton_compute_time_without_counted_requests_is_a_contradiction() -> None:
+    """The same fault without the runtime's counter (a model that does not export it): Triton's own compute time
+    says serving while its counts read 0."""
+    answers = _pods()
+    for key in ("nv_count", "nv_exec", "nv_success"):
+        for sample in answers[key]:
+            sample["value"][1] = "0"
+    answers["requests"] = []
+    reading, decision = _decide(answers, current=4, policy=ScalingPolicy(mode=ScalingMode.UTILIZATION),
+                                after_window=True)
+    assert reading.busy_erlangs is None and reading.problem is not None
+    assert reading.problem[0] == METRICS_CONTRADICT and "compute time" in reading.problem[1]
+    assert (decision.valid, decision.desired_replicas) == (False, 4)
+
+
+def test_fault2_runtime_counter_stuck_at_zero_while_triton_counts_holds_predictive() -> None:
+    """The other direction of the kind: the runtime's counter reads 0 while Triton counts 12 req/s; Predictive
+    would read no traffic and scale 4 -> 1."""
+    answers = _pods()
+    for key in ("requests", "images", "pixels", "recent_requests", "recent_images", "recent_pixels"):
+        for sample in answers[key]:
+            sample["value"][1] = "0"
+    reading, decision = _decide(answers, current=4, model=_model(), after_window=True)
+    assert reading.workload is None and reading.recent_workload is None
+    assert reading.problem is not None and reading.problem[0] == METRICS_CONTRADICT
+    assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 4, Reason.HELD_NO_METRICS)
+    # Utilization mode reads Triton's busy time (the signal that says serving): 1.2 erlangs on 4 -> 2
+    _, utilization = _decide(answers, current=4, policy=ScalingPolicy(mode=ScalingMode.UTILIZATION),
+                             after_window=True)
+    assert utilization.valid and utilization.desired_replicas == 2, utilization.message
+
+
+def test_fault2_a_few_requests_at_the_window_edge_are_no_contradiction() -> None:
+    answers = _pods(n_pods=1, rps_per_pod=1.0 / 60)  # one request in the window, not yet counted by Triton
+    for key in ("nv_count", "nv_exec", "nv_success", "nv_compute_us", "nv_request_us"):
+        for sample in answers[key]:
+            sample["value"][1] = "0"
+    reading = parse_answers(answers, "multimodal")
+    assert reading.problem is None and reading.busy_erlangs == 0.0
+
+
+@pytest.mark.parametrize("mode", ["Predictive", "Utilization"])
+def test_fault3_frozen_idle_sample_dated_an_hour_ahead_is_stale_not_fresh(mode: str) -> None:
+    """Issue 20 fault 3 (clock skew, ray-project/ray#66271): a frozen "no traffic" sample dated 1 h ahead read as
+    fresh (age -3600 s is under any age limit) and scaled 5 -> 1. Beyond ``max_future_skew_s`` it is stale."""
+    ahead = T_LABELLED + 3600
+    answers = _pods(n_pods=5, at=ahead)
+    for key in ("requests", "images", "pixels", "recent_requests", "recent_images", "recent_pixels", "nv_count",
+                "nv_exec", "nv_success", "nv_compute_us", "nv_request_us"):
+        for sample in answers[key]:
+            sample["value"][1] = "0"
+    for sample in answers["scraped"]:
+        sample["value"][1] = repr(ahead - 2.0)
+    policy = ScalingPolicy(mode=ScalingMode(mode))
+    reading, decision = _decide(answers, current=5, policy=policy, model=_model(), after_window=True)
+    assert reading.workload == () and reading.busy_erlangs == 0.0  # no traffic, as far as the sample goes
+    assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 5, Reason.HELD_STALE_METRICS)
+    assert "in the future" in decision.message
+    plan = plan_autoscale({}, decision, reading, None, generation=1,
+                          now=dt.datetime.fromtimestamp(T_LABELLED + 5, dt.UTC))
+    (condition,) = plan.status_patch["conditions"]
+    assert (condition["status"], condition["reason"]) == ("False", STALE_METRICS)
+
+
+@pytest.mark.parametrize("key", ["requests", "nv_count"])
+def test_resets_a_negative_rate_is_missing_data_not_zero_traffic(key: str) -> None:
+    """rate() and increase() correct counter resets (a pod restart), so Prometheus never answers a negative rate
+    for them; one that does (a counter read without that correction, e.g. a recording rule with delta()) was
+    clamped to 0: no traffic, scale to the minimum. It is missing data."""
+    answers = _pods()
+    for sample in answers[key]:
+        sample["value"][1] = "-3.0"
+    reading, decision = _decide(answers, current=4, model=_model(), after_window=True,
+                                policy=ScalingPolicy(mode=ScalingMode.UTILIZATION if key == "nv_count"
+                                                     else ScalingMode.PREDICTIVE))
+    assert reading.problem is not None and reading.problem[0] == NEGATIVE_RATE and key in reading.problem[1]
+    assert (decision.valid, decision.desired_replicas) == (False, 4)
+
+
+def test_resets_every_counter_is_read_through_rate_or_increase_only() -> None:
+    """Only rate() and increase() correct counter resets; irate/delta/idelta/deriv of a counter, or a counter
+    read raw, turns a pod restart into a negative or huge rate."""
+    for key, q in build_queries("ml", "vc").items():
+        assert not re.search(r"\b(irate|delta|idelta|deriv)\(", q), (key, q)
+        for name in re.findall(r"([a-z_]+(?:_total|_count|_sum|_us|_success))\{", q):
+            if name in ("nv_inference_pending_request_count", "nv_inference_request_summary_us"):
+                continue  # a gauge and a summary quantile, not counters
+            assert re.search(rf"(rate|increase)\({name}\{{", q), (key, name)
