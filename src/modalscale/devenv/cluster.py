@@ -461,12 +461,12 @@ class LocalCluster:
         try:
             api.read_namespace("default")
             return True
-        except Exception:  # noqa: BLE001 - any failure means "not yet"; the deadline reports it
+        except Exception:  # any failure means "not yet"; the deadline reports it
             return False
 
     def _start(self, name: str, cmd: list[str]) -> None:
         self.log(f"Starting {name}")
-        logf = open(self._logfile(name), "ab")  # noqa: SIM115 - handed to the child
+        logf = open(self._logfile(name), "ab")  # handed to the child
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=self.workdir)
         logf.close()
