@@ -51,7 +51,7 @@ _block_torch = _ARRAY_API_TORCH not in sys.modules and "skops.io" not in sys.mod
 if _block_torch:
     sys.modules[_ARRAY_API_TORCH] = None  # type: ignore[assignment]
 try:
-    import skops.io as sio  # noqa: E402 (after the guard above)
+    import skops.io as sio  # after the guard above
 finally:
     if _block_torch and sys.modules.get(_ARRAY_API_TORCH, False) is None:
         del sys.modules[_ARRAY_API_TORCH]

@@ -350,7 +350,7 @@ class Bench:
                         c.infer(images=[image], text=text)
                     with lock:
                         done[0] += 1
-                except Exception:  # noqa: BLE001 - counted and printed
+                except Exception:  # counted and printed
                     with lock:
                         errors[0] += 1
 

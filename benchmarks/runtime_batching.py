@@ -142,7 +142,7 @@ def main() -> int:
     return 0
 
 
-def _all(report: LoadReport):  # noqa: ANN202
+def _all(report: LoadReport):
     return report.by_modality()["all"]
 
 

@@ -83,7 +83,7 @@ def wait_until_drained(scrape: Callable[[], Mapping[str, float]], timeout_s: flo
         now = clock()
         try:
             last = inflight_requests(scrape())
-        except Exception:  # noqa: BLE001 - a dead or refusing endpoint has nothing left to drain
+        except Exception:  # a dead or refusing endpoint has nothing left to drain
             return DrainResult(False, now - start, last, "MetricsUnavailable")
         if last > 0:
             idle_since = None

@@ -401,13 +401,13 @@ class TritonProcess:
                 fd, name = tempfile.mkstemp(prefix=temp_name_prefix(TEMP_LOG_PREFIX), suffix=".log")
                 os.close(fd)
                 self.log_path, self._owns_log = Path(name), True
-            self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+            self._log_file = open(self.log_path, "ab")  # closed in stop()
             output = {"stdout": self._log_file, "stderr": subprocess.STDOUT}
         # Own session: a terminal's SIGINT reaches only the launcher (which drains first); PDEATHSIG: the server
         # dies with the thread that started it (its stubs follow their parent).
-        self._proc = subprocess.Popen(  # noqa: S603 - fixed binary, our arguments
+        self._proc = subprocess.Popen(  # fixed binary, our arguments
             self.command(dist, backends), env=stub_environment(dist), start_new_session=True,
-            preexec_fn=_die_with_parent_hook(), **output)  # type: ignore[call-overload]  # noqa: PLW1509
+            preexec_fn=_die_with_parent_hook(), **output)  # type: ignore[call-overload]
         self._start_reaper()
         try:
             self.wait_ready(ready_timeout_s)
@@ -442,7 +442,7 @@ class TritonProcess:
         remove = [str(p) for p in self.temp_paths]
         if self._owns_log and self.log_path is not None:
             remove.append(str(self.log_path))
-        self._reaper = subprocess.Popen(  # noqa: S603 - our module, our arguments
+        self._reaper = subprocess.Popen(  # our module, our arguments
             [sys.executable, "-m", "modalscale.runtime.reaper", "--launcher", str(os.getpid()),
              "--server", str(self._proc.pid), "--remove", *remove],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

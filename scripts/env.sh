@@ -43,6 +43,10 @@ ensure_node_packages() {
 }
 ensure_venv() {
   ensure_system_packages
+  ensure_python_env
+}
+# The .venv alone (no Go, no Debian packages): what `scripts/test.sh --fast` needs for tests/unit.
+ensure_python_env() {
   local py
   py=$(command -v python3.11 || command -v python3)
   [ -x .venv/bin/python ] || "$py" -m venv .venv

@@ -76,7 +76,7 @@ def api(cluster: "LocalCluster"):  # noqa: F821
 
 
 @pytest.fixture(scope="session")
-def crds_installed(api) -> list[str]:  # noqa: ANN001
+def crds_installed(api) -> list[str]:
     """Install every CRD from ``crds/`` and wait until each is Established; returns their names."""
     from modalscale.devenv.kube import install_crds
 

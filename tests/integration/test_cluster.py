@@ -22,10 +22,11 @@ def _gpu_deployment(name: str, replicas: int, gpus: int) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    # No toleration: the apiserver's ExtendedResourceToleration adds the one of the fake GPU
+                    # nodes' taint nvidia.com/gpu=present:NoSchedule, as GKE does.
                     "nodeSelector": {"nvidia.com/gpu.product": "nvidia-l4"},
-                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
                     "containers": [{"name": "main", "image": "example.invalid/triton:fake",
-                                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+                                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}],
                 },
             },
         },
@@ -43,8 +44,34 @@ def test_gpu_deployment_gets_ready_pods_on_kwok_nodes(api: Any) -> None:
         for pod in pods:
             assert pod.status.phase == "Running"
             assert pod.spec.node_name.startswith("kwok-gpu-")
+            assert any((t.key, t.operator, t.effect) == ("nvidia.com/gpu", "Exists", "NoSchedule")
+                       for t in pod.spec.tolerations or []), pod.spec.tolerations
     finally:
         apps.delete_namespaced_deployment("gpu-ok", "default")
+
+
+def test_pod_without_gpu_or_placement_stays_pending_off_the_tainted_fake_gpu_nodes(api: Any) -> None:
+    """Issue 23: a pod that asks for no GPU (the operator chart installed with its defaults) must not land on a
+    KWOK node, where it would show Running and run nothing; with no real node placement it stays Pending."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    body = _gpu_deployment("no-gpu", replicas=1, gpus=0)
+    del body["spec"]["template"]["spec"]["nodeSelector"]
+    apps.create_namespaced_deployment("default", body)
+    try:
+        def unschedulable() -> Any:
+            for pod in core.list_namespaced_pod("default", label_selector="app=no-gpu").items:
+                for cond in pod.status.conditions or []:
+                    if cond.type == "PodScheduled" and cond.status == "False":
+                        return cond
+            return None
+
+        cond = wait_for(unschedulable, 60, "PodScheduled=False on no-gpu")
+        assert cond.reason == "Unschedulable"
+        assert "untolerated taint" in cond.message, cond.message  # v1.35: "node(s) had untolerated taint(s)"
+        (pod,) = core.list_namespaced_pod("default", label_selector="app=no-gpu").items
+        assert pod.spec.node_name is None and pod.status.phase == "Pending"
+    finally:
+        apps.delete_namespaced_deployment("no-gpu", "default")
 
 
 def test_deployment_asking_for_more_gpus_than_exist_stays_pending_with_the_scheduler_reason(api: Any) -> None:

@@ -1,10 +1,11 @@
 """The Helm charts for real: `helm lint`, `helm template` with default and non-default values, server-side
 dry-run of every rendered manifest against the real control plane, `helm install`/`uninstall` of the operator
-(pods scheduled on KWOK's fake GPU nodes, so objects and RBAC are checked, not the container), `kubectl auth
-can-i` as the operator's ServiceAccount, and the operator process itself running with that ServiceAccount's
-token on a control plane of its own, so the chart's RBAC is shown to be enough for what the code does; and the
-operator image built from Dockerfile.operator (modalscale images build) installed by `helm install` and running in
-pods on the session cluster's real node, reconciling with only the chart's RBAC."""
+(pods placed on KWOK's fake GPU nodes with ``fake_node_placement()``, so objects and RBAC are checked, not the
+container), `kubectl auth can-i` as the operator's ServiceAccount, and the operator process itself running with
+that ServiceAccount's token on a control plane of its own, so the chart's RBAC is shown to be enough for what the
+code does; and the operator image built from Dockerfile.operator (modalscale images build) installed by `helm
+install` with README's local values and running in pods on the session cluster's real node, reconciling with only
+the chart's RBAC."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from modalscale.devenv.binaries import ensure_binaries, ensure_helm
-from modalscale.devenv.cluster import LocalCluster
+from modalscale.devenv.cluster import LocalCluster, fake_node_placement
 from modalscale.devenv.kube import wait_for
 from modalscale.devenv.operator_process import OperatorProcess
 from modalscale.operator.settings import Settings
@@ -163,6 +164,8 @@ def test_helm_lint_strict_passes_for_both_charts_with_default_and_nondefault_val
     out = run([*helm, "lint", "--strict", str(CHART), str(CRD_CHART)]).stdout
     assert "2 chart(s) linted, 0 chart(s) failed" in out
     out = run([*helm, "lint", "--strict", str(CHART), "-f", str(values_file(tmp_path, NONDEFAULT))]).stdout
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+    out = run([*helm, "lint", "--strict", str(CHART), "-f", str(CHART / "values-local.yaml")]).stdout  # README's
     assert "1 chart(s) linted, 0 chart(s) failed" in out
 
 
@@ -424,7 +427,8 @@ def test_helm_install_cluster_wide_brings_up_the_operator_with_least_privilege_r
     release = "op"
     install = [*helm, "install", release, str(CHART), "--namespace", ns, "--kubeconfig", str(kc), "--wait",
                "--timeout", "120s", "-f",
-               str(values_file(tmp_path, {"notifications": {"secretNames": ["team-webhook"]}}))]
+               str(values_file(tmp_path, {**fake_node_placement(),
+                                          "notifications": {"secretNames": ["team-webhook"]}}))]
     out = run(install, timeout_s=240).stdout
     assert "STATUS: deployed" in out
     apps, core, rbac = client.AppsV1Api(api), client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
@@ -492,7 +496,7 @@ def test_helm_install_namespace_scoped_grants_only_the_watched_namespaces(
     ns, watched_a, watched_b, unwatched = (namespaces("ms-scoped"), namespaces("watched-a"), namespaces("watched-b"),
                                            namespaces("unwatched"))
     kc = cluster.kubeconfig
-    values = {"config": {"namespaces": [watched_a, watched_b]}, "replicaCount": 2}
+    values = {**fake_node_placement(), "config": {"namespaces": [watched_a, watched_b]}, "replicaCount": 2}
     run([*helm, "install", "scoped", str(CHART), "--namespace", ns, "--kubeconfig", str(kc), "--wait",
          "--timeout", "120s", "-f", str(values_file(tmp_path, values))], timeout_s=240)
     rbac = client.RbacAuthorizationV1Api(api)
@@ -601,7 +605,7 @@ def test_operator_runs_with_only_the_chart_rbac(helm: list[str], kubectl: str, o
     ns, workload_ns, release = f"ms-{suffix}", f"apps-{suffix}", f"op{suffix}"
     name = f"{release}-modalscale"
     core.create_namespace({"metadata": {"name": workload_ns}})
-    values: dict[str, Any] = {"pricingCatalog": NONDEFAULT["pricingCatalog"],
+    values: dict[str, Any] = {**fake_node_placement(), "pricingCatalog": NONDEFAULT["pricingCatalog"],
                               "notifications": {"secretNames": ["team-webhook"]}}
     if scope == "namespace-scoped":
         values["config"] = {"namespaces": [workload_ns]}
@@ -734,20 +738,21 @@ def test_operator_pod_installed_by_helm_on_the_real_node_reconciles_with_only_th
         helm: list[str], kubectl: str, cluster: Any, api: Any, crds_installed: list[str], namespaces: Any,
         tmp_path: Path, operator_image: Any) -> None:
     """A plain `helm install` (default image, 2 replicas with peering, the chart's ServiceAccount, RBAC and
-    locked-down securityContext) plus the real node's placement: both operator pods run in containers on the real
-    node, and the active one reconciles an InferenceService to Ready and evaluates a BudgetPolicy, with no request
-    refused. (In a whole-suite run the session's test operator may act on the same objects too; the operator
-    pods' own logs show that they handled them.)"""
-    from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL, real_node_placement
+    locked-down securityContext) with README's `-f charts/modalscale/values-local.yaml` (the real node's placement):
+    both operator pods run in containers on the real node, and the active one reconciles an InferenceService to
+    Ready and evaluates a BudgetPolicy, with no request refused. (In a whole-suite run the session's test operator
+    may act on the same objects too; the operator pods' own logs show that they handled them.)"""
+    from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL
 
     ns, workload = namespaces("ms-pod"), namespaces("apps-pod")
     kc, release = cluster.kubeconfig, "oppod"
     name = f"{release}-modalscale"
     core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
-    values = {**real_node_placement(), "config": {"resyncIntervalSeconds": 10}}
+    values = {"config": {"resyncIntervalSeconds": 10}}
     started = time.monotonic()
     out = run([*helm, "install", release, str(CHART), "--namespace", ns, "--kubeconfig", str(kc), "--wait",
-               "--timeout", "300s", "-f", str(values_file(tmp_path, values))], timeout_s=400).stdout
+               "--timeout", "300s", "-f", str(CHART / "values-local.yaml"), "-f", str(values_file(tmp_path, values))],
+              timeout_s=400).stdout
     assert "STATUS: deployed" in out
     print(f"helm install --wait: 2 operator pods Ready on the real node in {time.monotonic() - started:.1f} s")
 

@@ -460,7 +460,7 @@ def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_
                     with MultimodalClient(url, model_name=body["spec"]["model"]["name"], timeout_s=120) as c:
                         c.infer(images=[image], text="coffee in a cup")
                     answered[0] += 1
-                except Exception as exc:  # noqa: BLE001 - every failure is recorded and fails the test below
+                except Exception as exc:  # every failure is recorded and fails the test below
                     errors.append(f"{time.monotonic():.1f} {type(exc).__name__}: {exc}")
 
         workers = [threading.Thread(target=load, daemon=True) for _ in range(2)]

@@ -315,3 +315,23 @@ def test_the_repositorys_image_hashes_ignore_readme_tests_and_benchmarks(tmp_pat
     drain.write_text(drain.read_text() + "\n# edited\n")
     after = hashes()
     assert all(after[n][0] == first[n][0] and after[n][1] != first[n][1] for n in first), (first, after)
+
+
+def test_build_requirements_are_pyprojects_build_system_requires_not_the_running_environments() -> None:
+    from modalscale.devenv.images import build_requirements
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert build_requirements(REPO) == pyproject["build-system"]["requires"]
+    # The image's `pip install .` uses PEP 639 `license = "Apache-2.0"`, which needs setuptools >= 77.
+    assert any(r.replace(" ", "").startswith("setuptools>=") for r in build_requirements(REPO))
+
+
+@pytest.mark.parametrize("text", ["[project]\nname = 'x'\n", "[build-system]\nrequires = []\n",
+                                  "[build-system]\nrequires = 'setuptools'\n"],
+                         ids=["no-build-system", "empty-requires", "requires-not-a-list"])
+def test_missing_build_requirements_are_refused_naming_the_field(tmp_path: Path, text: str) -> None:
+    from modalscale.devenv.images import ImageBuildError, build_requirements
+
+    (tmp_path / "pyproject.toml").write_text(text)
+    with pytest.raises(ImageBuildError, match=r"\[build-system\] requires"):
+        build_requirements(tmp_path)

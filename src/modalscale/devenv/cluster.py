@@ -9,6 +9,14 @@ The flags follow envtest (apiserver with a client certificate in ``system:master
 controller-manager (garbage collection, Deployments, ReplicaSets), a scheduler and KWOK managing only nodes
 annotated ``kwok.x-k8s.io/node=fake``. Where the machine supports it, a real kubelet node (containerd, runc, a
 CNI bridge, kube-proxy) runs beside the KWOK GPU nodes: see :mod:`modalscale.devenv.realnode`.
+
+The fake GPU nodes are tainted :data:`FAKE_GPU_TAINT` (``nvidia.com/gpu=present:NoSchedule``), as GKE and AKS
+taint GPU node pools, and the apiserver runs the ``ExtendedResourceToleration`` admission plugin, which adds the
+matching toleration to every pod that requests ``nvidia.com/gpu``. So GPU workloads land on the fake nodes and
+nothing else does: a pod with no GPU and no placement (a plain ``helm install`` of the operator) no longer shows
+Running on a node that runs no container. A non-GPU pod that belongs there on purpose (a test of the chart's
+objects and RBAC) says so with :func:`fake_node_placement`; a pod for the real node with
+:func:`modalscale.devenv.realnode.real_node_placement`.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modalscale.api.inferenceservice import GPU_RESOURCE
 from modalscale.devenv.binaries import (
     ETCD_VERSION,
     KUBERNETES_VERSION,
@@ -43,13 +52,109 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 """Processes of a local cluster, in start order."""
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""Node label that carries the GPU type (as NVIDIA's GPU feature discovery sets it)."""
 SPOT_NODE_PREFIX = "kwok-gpu-spot-"
 """Name prefix of the fake Spot GPU nodes (``modalscale cluster up --spot-nodes``)."""
-"""Node label that carries the GPU type (as NVIDIA's GPU feature discovery sets it)."""
+FAKE_NODE_LABEL = "type"
+"""Label of the KWOK nodes (value :data:`FAKE_NODE_LABEL_VALUE`), as KWOK's own examples label them."""
+FAKE_NODE_LABEL_VALUE = "kwok"
+FAKE_GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+"""Taint of every fake GPU node: only pods that tolerate ``nvidia.com/gpu`` run there. GKE taints GPU node pools
+``nvidia.com/gpu=present:NoSchedule`` and AKS recommends the same; with :data:`ADMISSION_PLUGINS` a pod that
+requests ``nvidia.com/gpu`` gets the toleration from the apiserver, and the operator writes it into its GPU
+Deployments itself (``operator/isvc/objects.py``)."""
+ADMISSION_PLUGINS = ("ExtendedResourceToleration",)
+"""Admission plugins the apiserver enables besides its defaults. ExtendedResourceToleration (kubernetes#55080)
+adds ``{key: <resource>, operator: Exists, effect: NoSchedule}`` to a pod for each extended resource it requests."""
 
 
 REAL_NODE_ENV = "MODALSCALE_REAL_NODE"
 """``0`` turns the real node off where ``up`` is not told either way (``1`` requires it)."""
+
+
+def fake_node_placement() -> dict[str, Any]:
+    """Pod-spec fields that put a pod with no GPU on the fake GPU nodes on purpose (a chart install whose objects
+    and RBAC a test checks, CPU-only services whose reconcile a test follows): ``nodeSelector`` ``type: kwok`` and
+    the toleration of :data:`FAKE_GPU_TAINT`. Its containers never run there: KWOK only marks the pod Running."""
+    return {"nodeSelector": {FAKE_NODE_LABEL: FAKE_NODE_LABEL_VALUE},
+            "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]}
+
+
+def fake_gpu_node(name: str, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4", cpu: str = "32",
+                  memory: str = "256Gi", spot: bool = False) -> dict[str, Any]:
+    """The Node object of one fake GPU node that KWOK manages (annotation ``kwok.x-k8s.io/node: fake``).
+
+    Args:
+        gpus_per_node: ``nvidia.com/gpu`` capacity and allocatable.
+        gpu_type: Value of :data:`GPU_PRODUCT_LABEL`.
+        cpu: CPU capacity as a Kubernetes quantity (``"32"``); memory likewise (``"256Gi"``).
+        spot: Also Karpenter's label ``karpenter.sh/capacity-type=spot`` and its ``NoSchedule`` taint.
+    Returns:
+        The Node body: tainted :data:`FAKE_GPU_TAINT` (and the Spot taint), Ready.
+    """
+    from modalscale.api.capacity import CAPACITY_TYPE_LABEL, SPOT_LABEL_VALUE, SPOT_TAINT
+
+    capacity = {"cpu": cpu, "memory": memory, "pods": "110", GPU_RESOURCE: str(gpus_per_node)}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+            "labels": {
+                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", FAKE_NODE_LABEL: FAKE_NODE_LABEL_VALUE,
+                "nvidia.com/gpu.present": "true", GPU_PRODUCT_LABEL: gpu_type,
+                **({CAPACITY_TYPE_LABEL: SPOT_LABEL_VALUE} if spot else {}),
+            },
+        },
+        "spec": {"taints": [dict(FAKE_GPU_TAINT), *([dict(SPOT_TAINT)] if spot else [])]},
+        "status": {
+            "capacity": capacity, "allocatable": capacity,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kwok"}],
+        },
+    }
+
+
+def missing_taints(existing: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The taints of ``wanted`` that ``existing`` lacks, compared by ``key``, ``value`` and ``effect`` (a taint's
+    identity; ``timeAdded`` ignored). A node made before a taint existed gets only what it lacks."""
+    have = {(t.get("key"), t.get("value") or "", t.get("effect")) for t in existing}
+    return [dict(t) for t in wanted if (t.get("key"), t.get("value") or "", t.get("effect")) not in have]
+
+
+def apiserver_args(binary: str, cfg: ClusterConfig, pki: Path, pod_ip: str | None) -> list[str]:
+    """The kube-apiserver command line of a local cluster (envtest's flags plus what the pods and the real node
+    need; admission: :data:`ADMISSION_PLUGINS` on, ServiceAccount off).
+
+    Args:
+        binary: Path of the kube-apiserver binary.
+        cfg: The cluster's ports.
+        pki: Directory with ``admin.crt/key``, ``ca.crt`` and ``sa.pub/key``.
+        pod_ip: The machine's IPv4 that pods reach the apiserver at; None: loopback only.
+    """
+    return [
+        binary,
+        f"--etcd-servers=http://127.0.0.1:{cfg.etcd_client_port}",
+        # Pods (the operator installed by Helm) reach the apiserver through the `kubernetes` Service, whose
+        # endpoint is the advertise address: the machine's IPv4 when it has one (EndpointSlices refuse
+        # loopback, hence no endpoint reconciler without one). Clients on the machine keep 127.0.0.1.
+        *(["--bind-address=0.0.0.0", f"--advertise-address={pod_ip}"] if pod_ip else
+          ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]),
+        f"--secure-port={cfg.apiserver_port}", f"--cert-dir={pki}",
+        f"--tls-cert-file={pki / 'admin.crt'}", f"--tls-private-key-file={pki / 'admin.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        "--service-cluster-ip-range=10.0.0.0/16", "--allow-privileged=true",
+        "--authorization-mode=RBAC", f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
+        "--disable-admission-plugins=ServiceAccount",
+        "--enable-priority-and-fairness=false",
+        # The real node's kubelet (logs, exec) at its InternalIP, authenticated by client certificate.
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
+        f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
+        "--max-requests-inflight=0", "--max-mutating-requests-inflight=0", "--v=1",
+    ]
 
 
 class ClusterError(RuntimeError):
@@ -287,28 +392,7 @@ class LocalCluster:
             self._wait(lambda: self._http_ok(f"http://127.0.0.1:{cfg.etcd_client_port}/health"), "etcd", 30)
 
         if not running["kube-apiserver"]:
-            self._start("kube-apiserver", [
-                str(bins.kube_apiserver),
-                f"--etcd-servers=http://127.0.0.1:{cfg.etcd_client_port}",
-                # Pods (the operator installed by Helm) reach the apiserver through the `kubernetes` Service, whose
-                # endpoint is the advertise address: the machine's IPv4 when it has one (EndpointSlices refuse
-                # loopback, hence no endpoint reconciler without one). Clients on the machine keep 127.0.0.1.
-                *(["--bind-address=0.0.0.0", f"--advertise-address={pod_ip}"] if pod_ip else
-                  ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]),
-                f"--secure-port={cfg.apiserver_port}", f"--cert-dir={pki}",
-                f"--tls-cert-file={pki / 'admin.crt'}", f"--tls-private-key-file={pki / 'admin.key'}",
-                f"--client-ca-file={pki / 'ca.crt'}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--service-cluster-ip-range=10.0.0.0/16", "--allow-privileged=true",
-                "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
-                "--enable-priority-and-fairness=false",
-                # The real node's kubelet (logs, exec) at its InternalIP, authenticated by client certificate.
-                "--kubelet-preferred-address-types=InternalIP,Hostname",
-                f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
-                "--max-requests-inflight=0", "--max-mutating-requests-inflight=0", "--v=1",
-            ])
+            self._start("kube-apiserver", apiserver_args(str(bins.kube_apiserver), cfg, pki, pod_ip))
         self._wait(self.apiserver_ready, "kube-apiserver", timeout_s)
 
         kc = f"--kubeconfig={self.kubeconfig}"
@@ -377,12 +461,12 @@ class LocalCluster:
         try:
             api.read_namespace("default")
             return True
-        except Exception:  # noqa: BLE001 - any failure means "not yet"; the deadline reports it
+        except Exception:  # any failure means "not yet"; the deadline reports it
             return False
 
     def _start(self, name: str, cmd: list[str]) -> None:
         self.log(f"Starting {name}")
-        logf = open(self._logfile(name), "ab")  # noqa: SIM115 - handed to the child
+        logf = open(self._logfile(name), "ab")  # handed to the child
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=self.workdir)
         logf.close()
@@ -483,7 +567,8 @@ class LocalCluster:
     def ensure_gpu_nodes(self, count: int, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
                          cpu: str = "32", memory: str = "256Gi", prefix: str = "kwok-gpu-",
                          spot: bool = False) -> list[str]:
-        """Create fake GPU nodes ``<prefix>0..count-1`` that KWOK manages (existing ones are kept).
+        """Create fake GPU nodes ``<prefix>0..count-1`` that KWOK manages (:func:`fake_gpu_node`); existing ones
+        are kept and given the taints they lack (a node made before :data:`FAKE_GPU_TAINT` existed).
 
         Args:
             spot: Make them Spot nodes: Karpenter's label ``karpenter.sh/capacity-type=spot`` and the taint
@@ -495,37 +580,24 @@ class LocalCluster:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
-        from modalscale.api.capacity import CAPACITY_TYPE_LABEL, SPOT_LABEL_VALUE, SPOT_TAINT
-
         api = client.CoreV1Api(self.api_client())
         names = []
         for i in range(count):
             name = f"{prefix}{i}"
             names.append(name)
-            capacity = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus_per_node)}
-            body = {
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
-                    "labels": {
-                        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                        "kubernetes.io/arch": "amd64", "type": "kwok",
-                        "nvidia.com/gpu.present": "true", GPU_PRODUCT_LABEL: gpu_type,
-                        **({CAPACITY_TYPE_LABEL: SPOT_LABEL_VALUE} if spot else {}),
-                    },
-                },
-                "spec": {"taints": [dict(SPOT_TAINT)]} if spot else {},
-                "status": {
-                    "capacity": capacity, "allocatable": capacity,
-                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kwok"}],
-                },
-            }
+            body = fake_gpu_node(name, gpus_per_node, gpu_type, cpu, memory, spot)
             try:
                 api.create_node(body)
             except ApiException as exc:
                 if exc.status != 409:
                     raise
+                # Made by an older `cluster up` without today's taints: add what it lacks (resourceVersion
+                # makes a concurrent write, e.g. the node controller's not-ready taint, a conflict, not a loss).
+                node = api.read_node(name)
+                existing = [api.api_client.sanitize_for_serialization(t) for t in node.spec.taints or []]
+                if add := missing_taints(existing, body["spec"]["taints"]):
+                    api.patch_node(name, {"metadata": {"resourceVersion": node.metadata.resource_version},
+                                          "spec": {"taints": existing + add}})
         return names
 
     # ------------------------------------------------------------------ PKI and kubeconfig

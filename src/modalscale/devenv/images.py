@@ -15,7 +15,10 @@ isolation (no nested container runtime needed). Each image is saved as an OCI ar
 
 Wheels: the dependency closure of ``modalscale`` (plus extras) is read from the installed distributions of the
 running interpreter (the project's ``.venv``), so the images carry exactly the versions the tests ran with;
-``pip wheel --no-deps`` fetches those pins (PyPI or pip's cache) into ``images/wheels/<key>/`` once.
+``pip wheel --no-deps`` fetches those pins (PyPI or pip's cache) into ``images/wheels/<key>/`` once. The build
+requirements of modalscale itself (``pip install .`` in the code stage, build isolation on) are pyproject.toml's
+``[build-system] requires``, resolved with their dependencies by ``pip wheel``: never the setuptools the running
+environment happens to have (a plain ``python3.11 -m venv`` bundles setuptools 65.5, which cannot build it).
 
 Layers and cache: each Dockerfile has two stages, ``deps`` (the venv with the pinned dependency closure, no
 project code) and the code stage ``FROM ${DEPS_IMAGE}``. The deps stage is built alone into
@@ -72,8 +75,6 @@ CPU_EXCLUDED_DISTRIBUTIONS = re.compile(r"^triton$")
 """Canonical distribution names left out of CPU images: the OpenAI Triton compiler (about 1 GB; torch uses it
 only to compile GPU kernels and imports it lazily). The CUDA libraries (nvidia-*, through cuda-toolkit) stay:
 PyPI's torch wheel is a CUDA build whose import loads cudart, cuBLAS, cuFFT, cuSPARSE, NCCL, ... even on CPU."""
-BUILD_REQUIREMENTS = ("setuptools", "wheel")
-"""Build backend of modalscale itself (pyproject [build-system]); pip builds the package offline from these."""
 
 
 class ImageBuildError(RuntimeError):
@@ -493,35 +494,45 @@ def dependency_pins(root: str = "modalscale", extras: Sequence[str] = (), cpu_on
     return dict(sorted(pins.items()))
 
 
-def build_requirement_pins() -> dict[str, str]:
-    """Installed versions of :data:`BUILD_REQUIREMENTS` (empty version: not installed, latest is fetched)."""
-    from importlib import metadata
+def build_requirements(repo: Path = REPO) -> list[str]:
+    """The PEP 518 build requirements of modalscale: ``[build-system] requires`` of ``repo``'s pyproject.toml.
 
-    out = {}
-    for name in BUILD_REQUIREMENTS:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = ""
-    return out
+    Returns:
+        The requirement strings as written (``["setuptools>=77", "wheel"]``), in file order.
+    Raises:
+        ImageBuildError: pyproject.toml has no ``[build-system] requires`` list of strings.
+    """
+    path = repo / "pyproject.toml"
+    requires = tomllib.loads(path.read_text()).get("build-system", {}).get("requires")
+    if not isinstance(requires, list) or not requires or not all(isinstance(r, str) for r in requires):
+        raise ImageBuildError(f"{path}: [build-system] requires must be a non-empty list of requirement strings "
+                              f"(got {requires!r}); the image's offline `pip install .` builds from it")
+    return list(requires)
 
 
 def wheelhouse_key(pins: dict[str, str]) -> str:
     return _digest([f"{k}=={v}".encode() for k, v in sorted(pins.items())] + [RECIPE_VERSION.encode()])[:16]
 
 
-def ensure_wheelhouse(pins: dict[str, str], log: Log, root: Path | None = None) -> Path:
+def ensure_wheelhouse(pins: dict[str, str], log: Log, root: Path | None = None, repo: Path = REPO) -> Path:
     """A directory with one wheel per pin, the build requirements and ``requirements.txt`` (the pins).
 
     ``pip wheel --no-deps`` downloads each pinned wheel (from pip's cache when there) or builds it from its
-    sdist. Made once per set of pins under ``images/wheels/<key>/``.
+    sdist. The build requirements (:func:`build_requirements`, from ``repo``'s pyproject.toml) are resolved by
+    ``pip wheel`` with their dependencies (``wheel`` needs ``packaging``), newest satisfying version, whatever the
+    running environment has installed. Made once per set of pins and build requirements under
+    ``images/wheels/<key>/``.
 
+    Args:
+        pins: Canonical distribution name -> exact version (:func:`dependency_pins`); may be empty.
+        root: The images cache directory (default :func:`images_dir`).
+        repo: The repository whose pyproject.toml names the build requirements.
     Raises:
-        ImageBuildError: pip failed (message with its output tail).
+        ImageBuildError: pip failed (message with its output tail), or pyproject.toml has no build requirements.
     """
     root = root or images_dir()
-    build = build_requirement_pins()
-    key = wheelhouse_key({**pins, **{f"build:{k}": v for k, v in build.items()}})
+    build = build_requirements(repo)
+    key = wheelhouse_key({**pins, **{f"build:{r}": "" for r in build}})
     house = root / "wheels" / key
     if (house / ".complete").is_file():
         return house
@@ -530,11 +541,13 @@ def ensure_wheelhouse(pins: dict[str, str], log: Log, root: Path | None = None) 
     tmp.mkdir(parents=True)
     requirements = [f"{k}=={v}" for k, v in pins.items()]
     (tmp / "requirements.txt").write_text("\n".join(requirements) + "\n")
-    wanted = requirements + [f"{k}=={v}" if v else k for k, v in build.items()]
     started = time.monotonic()
-    log(f"Fetching {len(wanted)} wheels into {house}")
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp), *wanted], log,
-         quiet=True)
+    log(f"Fetching {len(requirements)} pinned wheels and the build requirements {', '.join(build)} into {house}")
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--wheel-dir",
+                 str(tmp)]
+    if requirements:
+        _run([*pip_wheel, "--no-deps", *requirements], log, quiet=True)
+    _run([*pip_wheel, *build], log, quiet=True)
     size = sum(p.stat().st_size for p in tmp.glob("*.whl"))
     log(f"Wheelhouse ready: {len(list(tmp.glob('*.whl')))} wheels, {size / 1e6:.0f} MB, "
         f"{time.monotonic() - started:.1f} s")
@@ -639,7 +652,6 @@ def image_inputs(defn: ImageDefinition, repo: Path, pins: dict[str, str]) -> Ima
                          _instructions_digest(split.deps_dockerfile()),
                          json.dumps(deps_args, sort_keys=True).encode(),
                          json.dumps(pins, sort_keys=True).encode(),
-                         json.dumps(build_requirement_pins(), sort_keys=True).encode(),
                          context_digest(repo, split.deps.sources).encode()])[:16]
     deps_ref = f"{deps_repository(defn)}:{deps_hash}"
     code_args = {DEPS_ARGUMENT: deps_ref, **_pip_offline_args()}
@@ -811,7 +823,7 @@ def build_image(defn: ImageDefinition, log: Log, repo: Path = REPO, force: bool 
             return hit
         started = time.monotonic()
         base = ensure_base(log, root)
-        house = ensure_wheelhouse(pins, log, root)
+        house = ensure_wheelhouse(pins, log, root, repo)
         buildah = buildah_command(root)
         # Working containers and untagged images of an interrupted build (the store is private, this build
         # holds its lock).

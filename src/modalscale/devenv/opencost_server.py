@@ -191,7 +191,7 @@ class OpenCostServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server naming
+            def do_GET(self) -> None:  # http.server naming
                 status, ctype, data = server._answer(self.path)
                 self.close_connection = True  # no keep-alive: after stop(), nothing answers any more
                 try:
@@ -204,7 +204,7 @@ class OpenCostServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
         ThreadingHTTPServer.allow_reuse_address = True

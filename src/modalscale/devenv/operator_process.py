@@ -38,7 +38,7 @@ class OperatorProcess:
             "MODALSCALE_HEALTH_PORT": str(self.health_port),
             **(extra_env or {}),
         })
-        self._log = open(log_path, "ab")  # noqa: SIM115
+        self._log = open(log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "modalscale.cli", "operator"], env=env,
                                      stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -171,7 +171,7 @@ class PrometheusProcess:
                                   "(scripts/test.sh and scripts/demo.sh do this when run as root)")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._write_config(targets or [])
-        log = open(self.workdir / "prometheus.log", "ab")  # noqa: SIM115 - handed to the child
+        log = open(self.workdir / "prometheus.log", "ab")  # handed to the child
         self.proc = subprocess.Popen(
             [binary, f"--config.file={self.workdir / 'prometheus.yml'}",
              f"--storage.tsdb.path={self.workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.port}",

@@ -799,14 +799,14 @@ state = "{d / 'containerd' / 'state'}"
 
         try:
             node = client.CoreV1Api(api).read_node(NODE_NAME)
-        except Exception:  # noqa: BLE001 - not registered yet; the deadline reports it
+        except Exception:  # not registered yet; the deadline reports it
             return False
         return any(c.type == "Ready" and c.status == "True" and c.last_heartbeat_time is not None
                    and c.last_heartbeat_time.timestamp() >= since for c in node.status.conditions or [])
 
     def _start(self, name: str, cmd: list[str]) -> None:
         self.log(f"Starting {name}")
-        logf = open(self._logfile(name), "ab")  # noqa: SIM115 - handed to the child
+        logf = open(self._logfile(name), "ab")  # handed to the child
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=self.dir)
         logf.close()

@@ -147,7 +147,7 @@ class ChatReceiver:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            def do_POST(self) -> None:  # http.server naming
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 status, headers, payload = receiver._handle(self.path, dict(self.headers.items()), body)
@@ -167,7 +167,7 @@ class ChatReceiver:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout); the request is still recorded
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence: paths carry tokens
+            def log_message(self, format: str, *args: Any) -> None:  # silence: paths carry tokens
                 return
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

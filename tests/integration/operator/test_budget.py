@@ -157,7 +157,7 @@ class ReplicaTimeline:
             try:
                 # Bounded: a read hanging on a stale pooled connection would stop the sampling silently.
                 d = self._apps.read_namespaced_deployment(name, ns, _request_timeout=(5, 5))
-            except Exception as exc:  # noqa: BLE001 - the sampler must outlive any one failed read
+            except Exception as exc:  # the sampler must outlive any one failed read
                 # 404 until the operator has created the Deployment; transport errors: try again at the next tick.
                 self.errors.append(repr(exc)[:200])
             else:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from modalscale.devenv.cluster import LocalCluster, running_cluster
+from modalscale.devenv.cluster import LocalCluster, fake_node_placement, running_cluster
 from modalscale.devenv.kube import wait_for
 from modalscale.devenv.operator_process import OperatorProcess
 from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, condition, create, make_isvc
@@ -90,8 +90,10 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(ha_cluster: 
     try:
         first.wait_healthy()
         names = [f"crash-{i}" for i in range(8)]
-        for n in names:  # CPU-only, so that GPU capacity left by the other test cannot matter
-            create(ha_api, "crash", make_isvc(n, resources={"cpu": "500m", "memory": "1Gi"}))
+        for n in names:  # CPU-only, so that GPU capacity left by the other test cannot matter; placed on the fake
+            # nodes on purpose (they take only GPU pods otherwise)
+            create(ha_api, "crash", make_isvc(n, resources={"cpu": "500m", "memory": "1Gi"},
+                                              placement=fake_node_placement()))
         # Kill as soon as the first child exists: the other reconciles are in flight or not started.
         wait_for(lambda: apps.list_namespaced_deployment("crash").items, 30, "a first Deployment")
         first.kill(signal.SIGKILL)

@@ -23,7 +23,7 @@ from modalscale.runtime.server import free_port
 from modalscale.runtime.workload import photo_at
 
 
-def _wait_until(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
+def _wait_until(predicate, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
@@ -50,7 +50,7 @@ def served(
         (configmap / key).write_text(text)
     log_path = tmp_path_factory.mktemp("cli-log") / "serve.log"
     log = log_path.open("wb")
-    proc = subprocess.Popen(  # noqa: S603
+    proc = subprocess.Popen(
         [sys.executable, "-m", "modalscale.cli", "runtime", "serve", "--http-port", str(ports["http"]),
          "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]), "--model-repository",
          str(repo), "--configmap-dir", str(configmap), "--exit-timeout-s", "60"],

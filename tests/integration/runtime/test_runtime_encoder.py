@@ -258,7 +258,7 @@ def test_fixed_side_padding_depends_on_the_side_not_on_neighbours(fp32: Multimod
     side = fixed_side(small.bucket, GPU_IMAGE_BUCKET_SIDES)
     assert side == 128 and {fixed_side(o.bucket, GPU_IMAGE_BUCKET_SIDES) for o in others} == {256}
 
-    def padded(images: list, to: int) -> np.ndarray:  # noqa: ANN001 (DecodedImage)
+    def padded(images: list, to: int) -> np.ndarray:  # a list of DecodedImage
         out = np.zeros((len(images), 3, to, to), dtype=np.float32)
         for j, image in enumerate(images):
             h, w = image.bucket

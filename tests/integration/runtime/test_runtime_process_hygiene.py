@@ -58,7 +58,7 @@ def _start_serve(tmp: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
     http = free_port()
     env = dict(os.environ, TMPDIR=str(tmp))
     with log.open("wb") as out:
-        proc = subprocess.Popen(  # noqa: S603
+        proc = subprocess.Popen(
             [sys.executable, "-m", "modalscale.cli", "runtime", "serve", *NAIVE_FLAGS, "--http-port", str(http),
              "--grpc-port", str(free_port()), "--metrics-port", str(free_port()), "--exit-timeout-s", "10"],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -103,7 +103,7 @@ def test_sigkill_of_the_launchers_group_leaves_no_tritonserver_or_stub(tmp_path:
 
 
 def test_files_of_a_launcher_that_died_early_are_removed_by_the_next_start(tmp_path: Path) -> None:
-    dead = subprocess.Popen(["true"])  # noqa: S603, S607 - a pid that is no longer running
+    dead = subprocess.Popen(["true"])  # a pid that is no longer running
     dead.wait()
     mine, running = f"{TEMP_REPOSITORY_PREFIX}{os.getpid()}-a", f"{TEMP_REPOSITORY_PREFIX}{os.getppid()}-b"
     stale_repo, stale_log = f"{TEMP_REPOSITORY_PREFIX}{dead.pid}-c", f"{TEMP_LOG_PREFIX}{dead.pid}-d.log"
@@ -177,7 +177,7 @@ def test_a_launcher_killed_while_the_server_loads_leaves_nothing(tmp_path: Path)
     log = tmp_path / "serve.log"
     env = dict(os.environ, TMPDIR=str(tmp))
     with log.open("wb") as out:
-        proc = subprocess.Popen(  # noqa: S603
+        proc = subprocess.Popen(
             [sys.executable, "-m", "modalscale.cli", "runtime", "serve", *NAIVE_FLAGS, "--http-port", str(free_port()),
              "--grpc-port", str(free_port()), "--metrics-port", str(free_port())],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

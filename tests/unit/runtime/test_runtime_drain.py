@@ -69,6 +69,6 @@ def test_an_unreachable_server_ends_the_wait_at_once() -> None:
     assert (result.drained, result.reason, result.inflight) == (False, "MetricsUnavailable", None)
 
 
-def test_prestop_command_exits_zero_when_nothing_answers(capsys) -> None:  # noqa: ANN001
+def test_prestop_command_exits_zero_when_nothing_answers(capsys) -> None:
     assert main(["--metrics-url", "http://127.0.0.1:9/metrics", "--timeout-s", "5"]) == 0
     assert "MetricsUnavailable" in capsys.readouterr().out

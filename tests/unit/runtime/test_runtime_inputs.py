@@ -148,7 +148,7 @@ def test_parse_request_modalities() -> None:
     (np.empty((1, 0), dtype=object), np.array([[b""]], dtype=object), "EmptyRequest"),
     (None, np.array([[b"a", b"b"]], dtype=object), "BadTextShape"),
 ], ids=["missing", "no-images", "blank-text", "two-texts"])
-def test_parse_request_rejects_missing_and_empty(images, text, reason: str) -> None:  # noqa: ANN001
+def test_parse_request_rejects_missing_and_empty(images, text, reason: str) -> None:
     with pytest.raises(RequestError) as info:
         parse_request(images, text, SETTINGS)
     assert info.value.reason == reason

@@ -27,7 +27,7 @@ class CountingEncoder:
     def token_ids(self, text: str) -> list[int]:
         return [101] + [1000 + i for i, _ in enumerate(text.split())] + [102]
 
-    def encode_images(self, batch: np.ndarray, valid_hw):  # noqa: ANN001, ANN201
+    def encode_images(self, batch: np.ndarray, valid_hw):
         from modalscale.runtime.model.encoders import ImageResult
 
         self.image_passes.append(batch.shape)
@@ -35,13 +35,13 @@ class CountingEncoder:
         feats[:, 0] = batch.mean(axis=(1, 2, 3))
         return ImageResult(features=feats, classes=np.arange(batch.shape[0], dtype=np.int32))
 
-    def encode_texts(self, ids, pad_to: int) -> np.ndarray:  # noqa: ANN001
+    def encode_texts(self, ids, pad_to: int) -> np.ndarray:
         self.text_passes.append((len(ids), pad_to))
         out = np.zeros((len(ids), 384), dtype=np.float32)
         out[:, 0] = [len(row) for row in ids]
         return out
 
-    def fuse(self, image, image_present, text, text_present) -> np.ndarray:  # noqa: ANN001
+    def fuse(self, image, image_present, text, text_present) -> np.ndarray:
         out = np.zeros((image.shape[0], 256), dtype=np.float32)
         out[:, 0] = image[:, 0] * image_present
         out[:, 1] = text[:, 0] * text_present
@@ -54,12 +54,12 @@ def png(width: int, height: int, value: int) -> bytes:
     return buf.getvalue()
 
 
-def tick_clock(step_s: float = 0.5):  # noqa: ANN201
+def tick_clock(step_s: float = 0.5):
     counter = itertools.count()
     return lambda: next(counter) * step_s
 
 
-def prep(pipeline: MultimodalPipeline, images: list[bytes] | None, text: str | None):  # noqa: ANN201
+def prep(pipeline: MultimodalPipeline, images: list[bytes] | None, text: str | None):
     return pipeline.prepare(None if images is None else np.array([images], dtype=object),
                             None if text is None else np.array([[text.encode()]], dtype=object))
 
@@ -121,7 +121,7 @@ def test_an_image_in_the_embedding_cache_is_not_decoded_again(monkeypatch: pytes
     decoded: list[int] = []
     real = inputs.decode_image
 
-    def counting(data: bytes, index: int, settings: ModelSettings, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def counting(data: bytes, index: int, settings: ModelSettings, *args, **kwargs):
         decoded.append(len(data))
         return real(data, index, settings, *args, **kwargs)
 
