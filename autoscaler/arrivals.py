@@ -47,6 +47,12 @@ traces (coverage of the next horizon's peak bin and over-forecast), which is the
 - ``peak``: a high quantile of the rates of the last ``window_s`` (a quantile of recent peaks), raised by the
   Holt trend over the horizon when that trend is positive.
 
+Level shifts (:func:`level_shifts`): a step in the rate (traffic starting from idle, a client switching on) is
+neither burstiness nor a trend. :func:`arrival_scv` leaves the differences across a shift out, and the Holt
+trend of ``holt`` and ``peak`` is fitted after the last shift once three bins follow it (before that a step
+cannot be told from a ramp). Without it a step from idle to a steady 40 req/s read as SCV 10-21 for 9 minutes
+(issue 20, fault 4).
+
 No seasonal rule: the traces here are one hour long, so a daily season cannot be learned from them.
 """
 
@@ -70,9 +76,88 @@ def _counts(counts: ArrayLike) -> NDArray[np.float64]:
     return np.maximum(c, 0.0)
 
 
+LEVEL_SHIFT_STATISTIC = 25.0
+"""A level shift is split off when its quasi-likelihood ratio statistic exceeds this (see :func:`level_shifts`)."""
+MAX_LEVEL_SHIFTS = 3
+"""At most this many level shifts are split off one window (binary segmentation)."""
+
+
+def _best_shift(c: NDArray[np.float64], min_scv: float) -> tuple[float, int]:
+    """``(statistic, bin)`` of the most likely single level shift in ``c`` (see :func:`level_shifts`)."""
+    k = c.size
+    if k < 3:
+        return 0.0, -1
+    tau = np.arange(1, k - 1)  # the bin the shift falls in; it is left out of both sides (it straddles them)
+    cs = np.concatenate([[0.0], np.cumsum(c)])
+    d2 = np.concatenate([[0.0], np.cumsum(np.diff(c) ** 2)])
+    n1, n2 = tau.astype(np.float64), (k - tau - 1).astype(np.float64)
+    s1, s2 = cs[tau], cs[k] - cs[tau + 1]
+    m = (s1 + s2) / (n1 + n2)
+
+    def xlogx(s: NDArray[np.float64], n: NDArray[np.float64]) -> NDArray[np.float64]:
+        ok = (s > 0) & (m > 0)
+        ratio = np.where(ok, s / n / np.where(m > 0, m, 1.0), 1.0)
+        return np.where(ok, s * np.log(ratio), 0.0)
+
+    deviance = 2.0 * (xlogx(s1, n1) + xlogx(s2, n2))  # Poisson: one rate against one per side
+    within = d2[tau - 1] + (d2[k - 1] - d2[tau + 1])  # squared differences inside each side
+    den = 2.0 * ((n1 - 1.0) * s1 / n1 + (n2 - 1.0) * s2 / n2)
+    dispersion = np.where(den > 0, within / np.where(den > 0, den, 1.0), 1.0)
+    stat = deviance / np.maximum(dispersion, min_scv)
+    i = int(np.argmax(stat))
+    return float(stat[i]), int(tau[i])
+
+
+def level_shifts(counts: ArrayLike, min_scv: float = 0.25, threshold: float = LEVEL_SHIFT_STATISTIC,
+                 max_shifts: int = MAX_LEVEL_SHIFTS) -> list[int]:
+    """Bins in which the arrival rate shifted level (a step from idle to load, a step between two loads).
+
+    Binary segmentation (A. J. Scott and M. Knott, "A cluster analysis method for grouping means in the analysis
+    of variance", Biometrics 30 (1974) 507-512) with the Poisson likelihood-ratio test for one change in rate
+    (K. J. Worsley, "Confidence regions and tests for a change-point in a sequence of exponential family random
+    variables", Biometrika 73 (1986) 91-104), made a quasi-likelihood test (P. McCullagh and J. A. Nelder,
+    *Generalized Linear Models*, 2nd ed., 1989, §9.2) by dividing the deviance by the dispersion measured
+    inside the two sides: bursty traffic, whose counts vary far beyond Poisson, needs a far larger shift to
+    count. The bin the shift falls in straddles both levels and belongs to neither side. The statistic
+    threshold (25, a 5-sigma single test) keeps a stationary window from being split by chance; a split of one,
+    were it to happen, drops one bin and two differences of the window.
+
+    Args:
+        counts: Requests per bin, oldest first; finite.
+        min_scv: Floor of the within dispersion (a perfectly flat side would make any shift infinite).
+        threshold: Least statistic for a split.
+        max_shifts: Most shifts split off.
+    Returns:
+        The straddling bins' indices, ascending.
+    Raises:
+        ValueError: a non-finite count.
+    """
+    c = _counts(counts)
+    pending: list[tuple[int, int]] = [(0, c.size)]
+    shifts: list[int] = []
+    while pending and len(shifts) < max_shifts:
+        best = None
+        for lo, hi in pending:
+            stat, at = _best_shift(c[lo:hi], min_scv)
+            if at >= 0 and stat > threshold and (best is None or stat > best[0]):
+                best = (stat, lo, hi, lo + at)
+        if best is None:
+            break
+        _, lo, hi, at = best
+        shifts.append(at)
+        pending.remove((lo, hi))
+        pending += [(lo, at), (at + 1, hi)]
+    return sorted(shifts)
+
+
 def arrival_scv(counts: ArrayLike, min_requests: float = 50.0, min_scv: float = 0.25, max_scv: float = 50.0
                 ) -> float | None:
     """Estimated inter-arrival SCV from per-bin counts (estimator, window and bias in the module docstring).
+
+    Level shifts (:func:`level_shifts`: a step from idle to load, from one load to another) are not
+    variability: the window is cut at each, the bin a shift falls in is left out, and the dispersion is pooled
+    over the pieces, ``sum_s sum_i (n_{i+1} - n_i)^2 / (2 sum_s (k_s - 1) mean_s)`` (``k_s`` bins of mean
+    ``mean_s`` in piece ``s``; an idle piece adds nothing). Without a shift this is the plain estimator.
 
     Args:
         counts: Requests per bin, oldest first, shape ``(k,)``; finite.
@@ -80,16 +165,27 @@ def arrival_scv(counts: ArrayLike, min_requests: float = 50.0, min_scv: float = 
         min_scv: Lower clip.
         max_scv: Upper clip.
     Returns:
-        ``c_a^2`` (1 = Poisson) in ``[min_scv, max_scv]``, or None when the window has too few requests or bins.
+        ``c_a^2`` (1 = Poisson) in ``[min_scv, max_scv]``, or None when the window has too few requests, or
+        fewer than 3 differences inside pieces with traffic (e.g. traffic started under 4 bins ago).
     Raises:
         ValueError: a non-finite count.
     """
     c = _counts(counts)
     if c.size < 4 or c.sum() < min_requests:
         return None
-    mean = float(c.mean())
-    var = float(np.sum(np.diff(c) ** 2) / (2.0 * (c.size - 1)))
-    return float(min(max_scv, max(min_scv, var / mean)))
+    edges = [-1] + level_shifts(c, min_scv) + [c.size]
+    num = den = 0.0
+    diffs = 0
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        piece = c[lo + 1 : hi]
+        if piece.size < 2 or piece.sum() <= 0:
+            continue
+        num += float(np.sum(np.diff(piece) ** 2))
+        den += 2.0 * (piece.size - 1) * float(piece.mean())
+        diffs += piece.size - 1
+    if diffs < 3 or den <= 0:
+        return None
+    return float(min(max_scv, max(min_scv, num / den)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +252,9 @@ def forecast_rate_rps(counts: Sequence[float] | NDArray[np.float64], bin_s: floa
     if rule == "naive":
         return Forecast(float(rates[-1]), current, rule)
     steps = horizon_s / bin_s
-    level, trend, rms = holt(rates)
+    shifts = level_shifts(c)
+    after = rates[shifts[-1] + 1:] if shifts else rates
+    level, trend, rms = holt(after if after.size >= 3 else rates)  # a step is not a trend (level_shifts)
     if rule == "holt":
         ahead = level + max(0.0, trend) * max(1.0, steps)
         return Forecast(max(0.0, ahead + z * rms), current, rule)

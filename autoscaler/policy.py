@@ -6,8 +6,10 @@
    class's mean features, times a service scale calibrated online from observed mean service times) -> least
    replicas meeting the p95 target (queueing p95 times a latency scale calibrated online from observed p95) and
    the utilization target (:func:`modalscale.autoscaler.queueing.replicas_for_slo`), with the arrival SCV measured
-   from per-bin request counts (:func:`modalscale.autoscaler.arrivals.arrival_scv`; Poisson without counts). The
-   rules, each named by the decision's reason when it sets the need:
+   from per-bin request counts (:func:`modalscale.autoscaler.arrivals.arrival_scv`; Poisson without counts; level
+   shifts left out). An observed mean service time outside the calibrator's range of the model's is sized as
+   observed; executing requests count at their age, a lower bound (:func:`_observed_service`). The rules, each
+   named by the decision's reason when it sets the need:
 
    - ``ScaleUpForSLO`` / ``ScaleDownIdle`` / ``Steady``: the stable (60 s) window sized as above;
    - ``ScaleUpForBurst``: the recent (15 s) window's load exceeds the stable one by more than 3 standard errors of
@@ -20,6 +22,9 @@
    - ``ScaleDownForForecast``: below the current count, the need is never lower than what the forecast demand
      needs, so a scale-down goes only as far as the forecast allows (and the scale-down window still applies);
    - ``ScaleUpForBacklog``: queued requests must drain within ``backlog_drain_s``;
+   - ``ScaleUpForObservedQueue``: observation contradicts the model (a persistent growing queue, in-flight
+     requests older than the target, or observed p95 above 2x the target while the model says the replicas
+     suffice): KPA's ``ceil(in_flight / (slots * utilization))``; it only raises the need (:func:`_observed_queue`);
    - ``SLOUnattainable``: service time alone misses the target; sized for the utilization target.
 
    Utilization mode (and Predictive without a model): the HPA rule ``ceil(ready * utilization / target)``. Fixed
@@ -315,9 +320,17 @@ class Observation:
             replicas: they are a lower bound, so the policy may scale up on them but never down.
         targets_expected: Targets that should answer; None = ``ready_replicas`` (each replica's pod is a target).
             The observer passes Prometheus' target count when the targets are not per pod (a shared target).
+        in_flight_requests: Requests in the service now, queued or executing (the runtime's
+            ``modalscale_inflight_requests`` plus Triton's pending count); None = unknown. Drives the observed-queue
+            rule (Little's law / KPA) and its growth check across decisions.
+        in_flight_age_ms: Mean time since arrival of the requests in flight now, ms; None = unknown. Above the
+            p95 target it contradicts a model that says the replicas suffice.
+        executing_requests: Requests executing now (in a slot); None = unknown.
+        executing_age_ms: Mean time since their execution started, ms; None = unknown. Each is a lower bound on
+            that request's service time, so the service-time observation counts them (module docstring).
 
-    A non-finite ``p95_latency_ms``, ``utilization_ratio`` or ``queued_requests`` is stored as None (unknown), as
-    are ``arrival_counts`` with a non-finite count.
+    A non-finite ``p95_latency_ms``, ``utilization_ratio``, ``queued_requests`` or in-flight figure is stored as None
+    (unknown), as are ``arrival_counts`` with a non-finite count; a negative one raises ValueError.
     """
 
     observed_at: datetime
@@ -335,16 +348,23 @@ class Observation:
     targets_expected: int | None = None
     arrival_counts: tuple[float, ...] | None = None
     count_bin_s: float = 15.0
+    in_flight_requests: float | None = None
+    in_flight_age_ms: float | None = None
+    executing_requests: float | None = None
+    executing_age_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.arrival_counts is not None and not all(math.isfinite(c) for c in self.arrival_counts):
             object.__setattr__(self, "arrival_counts", None)  # NaN / Inf is missing data
         if self.count_bin_s <= 0:
             raise ValueError("count_bin_s must be > 0")
-        for name in ("p95_latency_ms", "utilization_ratio", "queued_requests"):
+        for name in ("p95_latency_ms", "utilization_ratio", "queued_requests", "in_flight_requests",
+                     "in_flight_age_ms", "executing_requests", "executing_age_ms"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 object.__setattr__(self, name, None)  # NaN / Inf is missing data
+            elif value is not None and value < 0:
+                raise ValueError(f"Observation.{name} must be >= 0, got {value!r}")
         if self.targets_up is not None and self.targets_up < 0:
             raise ValueError("targets_up must be >= 0")
         if self.observed_at.tzinfo is None:
@@ -367,12 +387,15 @@ class ScalerState:
         service_scale: Multiplier on the model's service times, from observed vs predicted mean service time.
         latency_scale: Multiplier on the queueing model's p95, from observed vs predicted p95 latency.
         last_change_at: When a decision last changed the replica count (calibration waits for metrics to settle).
+        in_flight_history: ``Observation.in_flight_requests`` of the last two decisions that had it, oldest first
+            (the observed-queue rule's growth check).
     """
 
     recommendations: tuple[tuple[datetime, int], ...] = ()
     service_scale: float = 1.0
     latency_scale: float = 1.0
     last_change_at: datetime | None = None
+    in_flight_history: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -678,13 +701,19 @@ def _predictive_need(
         if c.observed_service_ms is not None
     ]
     service_scale = state.service_scale
-    if seen:
-        weight = sum(r for r, _, _ in seen)
-        observed_ms = sum(r * o for r, o, _ in seen) / weight
-        predicted_ms = sum(r * p for r, _, p in seen) / weight
+    sizing_scale = service_scale  # the scale the rules size with: the calibrated one, unless observation wins
+    observed_ms, predicted_ms, completed = _observed_service(observation, stable, seen)
+    if observed_ms is not None and predicted_ms is not None and predicted_ms > 0:
         service_scale = calibrator.update(service_scale, observed_ms, predicted_ms)
+        sizing_scale = service_scale
         features["observed_service_ms"] = observed_ms
-        stable = _estimate(observation.workload, raw[0], policy, service_scale)
+        ratio = observed_ms / predicted_ms
+        # observation over assumption: a disagreement the bounded calibrator cannot follow is sized as observed
+        # (downwards only on completed requests: an in-flight age is a lower bound, never an upper one)
+        if ratio > calibrator.max_scale or (ratio < calibrator.min_scale and completed):
+            sizing_scale = ratio
+            features["observed_over_model_ratio"] = ratio
+        stable = _estimate(observation.workload, raw[0], policy, sizing_scale)
 
     # arrival SCV from the per-bin counts (burst-aware sizing); Poisson (1.0) when unknown, too few, or disabled
     measured = arrival_scv(observation.arrival_counts) if policy.burst_aware and observation.arrival_counts else None
@@ -704,7 +733,8 @@ def _predictive_need(
             features["predicted_p95_at_ready_ms"] = predicted_p95
             features["observed_p95_ms"] = observation.p95_latency_ms
     state = replace(state, service_scale=service_scale, latency_scale=latency_scale)
-    features.update(service_scale=service_scale, latency_scale=latency_scale, stable_load_erlangs=stable.load_erlangs)
+    features.update(service_scale=service_scale, latency_scale=latency_scale, stable_load_erlangs=stable.load_erlangs,
+                    sizing_service_scale=sizing_scale)
 
     # 3. the rules: each sizes a load; the largest need wins and names the reason
     effective_target = target / latency_scale
@@ -723,7 +753,7 @@ def _predictive_need(
     chosen, rule = stable, "stable"
     need, attainable = size(stable)
     if observation.recent_workload is not None:
-        recent = _estimate(observation.recent_workload, raw[1], policy, service_scale)
+        recent = _estimate(observation.recent_workload, raw[1], policy, sizing_scale)
         noise = math.sqrt(recent.arrival_rps * recent.second_moment_s2 / observation.recent_window_s)
         features.update(recent_load_erlangs=recent.load_erlangs, recent_load_noise_erlangs=noise)
         recent_need, recent_ok = size(recent)
@@ -738,9 +768,11 @@ def _predictive_need(
     if not chosen.classes:
         reason = Reason.SCALE_DOWN_IDLE if current > 0 else Reason.STEADY
         features.update(arrival_rps=0.0, offered_load_erlangs=0.0)
-        return 0, reason, "No traffic in the window", features, state
+        need, reason, message, state = _observed_queue(0, reason, "No traffic in the window", features, observation,
+                                                      policy, state, model_need=0)
+        return need, reason, message, features, state
 
-    for c, ms in zip(chosen.classes, chosen.raw_ms * service_scale, strict=True):
+    for c, ms in zip(chosen.classes, chosen.raw_ms * sizing_scale, strict=True):
         features[Modality(c.modality).value + "_rps"] += c.rate_rps
         features[Modality(c.modality).value + "_service_ms"] = float(ms)
     arrival_rps, mean_ms, scv, load = chosen.arrival_rps, chosen.mean_ms, chosen.scv, chosen.load_erlangs
@@ -748,8 +780,13 @@ def _predictive_need(
     window = {"stable": f"last {observation.window_s:g} s", "burst": f"last {observation.recent_window_s:g} s (burst)",
               "panic": f"last {observation.recent_window_s:g} s (panic: >= {policy.panic_threshold_ratio:g}x the "
                        f"{ready} ready)"}[rule]
+    if sizing_scale != service_scale:
+        message = (f"observed mean service time {observed_ms:.0f} ms is {sizing_scale / service_scale:.3g}x the "
+                   f"calibrated model's, beyond what the calibrator follows: sized as observed; ")
+    else:
+        message = ""
     if not attainable:
-        message = (
+        message += (
             f"Service time alone (mean {mean_ms:.0f} ms, SCV {scv:.2f}, latency scale {latency_scale:.2f}) misses "
             f"p95 {target:g} ms; sizing {arrival_rps:.2f} req/s ({window}) = {load:.2f} erlangs for "
             f"{utilization:.0%} utilization -> {need}"
@@ -758,7 +795,7 @@ def _predictive_need(
         p95 = latency_scale * (response_quantile_ms(arrival_rps, mean_ms, scv, need * slots, q, scv_arrival=ca2)
                                if need > 0 else mean_ms)
         features["predicted_p95_ms"] = p95
-        message = (
+        message += (
             f"{arrival_rps:.2f} req/s ({window}) x {mean_ms:.0f} ms = {load:.2f} erlangs (service SCV {scv:.2f}, "
             f"arrival SCV {ca2:.2f}); {need} replicas x {slots} slots give predicted p95 {p95:.0f} ms <= {target:g} ms "
             f"at <= {utilization:.0%} utilization"
@@ -807,7 +844,96 @@ def _predictive_need(
                 f"{message}; {queued:.0f} queued requests ({backlog_erlang_s:.0f} erlang-s) drain within "
                 f"{policy.backlog_drain_s:g} s only with {need} replicas"
             )
+    need, reason, message, state = _observed_queue(need, reason, message, features, observation, policy, state,
+                                                  model_need=need)
     return need, reason, message, features, state
+
+
+def _observed_service(
+    observation: Observation, stable: _Load, seen: list[tuple[float, float, float]]
+) -> tuple[float | None, float | None, bool]:
+    """``(observed mean service ms, the model's raw prediction for the same requests ms, from completions)``.
+
+    Completed requests give their mean service time (rate-weighted over the classes that report one). Requests
+    executing now count at their execution age so far, a lower bound on their service time: the mean over both,
+    ``(n_done * mean_done + n_exec * mean_age) / (n_done + n_exec)`` with ``n_done = rate * window``, is a lower
+    bound on the mean service time of those requests, and it exists even when none completed in the window (long
+    requests). Being a lower bound it only ever raises the estimate: when it reads below the completed requests'
+    mean (young requests just started), the completed mean is used. ``(None, None, False)`` without either.
+    """
+    if not stable.classes:
+        return None, None, False
+    rates = np.array([c.rate_rps for c in stable.classes])
+    predicted_all = float((rates * stable.raw_ms).sum() / rates.sum())
+    done_n, done_ms, predicted_ms = 0.0, 0.0, predicted_all
+    if seen:
+        weight = sum(r for r, _, _ in seen)
+        done_ms = sum(r * o for r, o, _ in seen) / weight
+        predicted_ms = sum(r * p for r, _, p in seen) / weight
+        done_n = weight * observation.window_s
+    exec_n, exec_ms = observation.executing_requests, observation.executing_age_ms
+    if exec_n is None or exec_ms is None or exec_n <= 0 or exec_ms <= 0:
+        return (done_ms, predicted_ms, True) if seen else (None, None, False)
+    total = done_n + exec_n
+    bound_ms = (done_n * done_ms + exec_n * exec_ms) / total
+    predicted = (done_n * predicted_ms + exec_n * predicted_all) / total
+    if seen and bound_ms / predicted <= done_ms / predicted_ms:
+        return done_ms, predicted_ms, True  # a lower bound only ever raises the estimate
+    return bound_ms, predicted, False
+
+
+def _observed_queue(
+    need: int, reason: Reason, message: str, features: dict[str, float], observation: Observation,
+    policy: ScalingPolicy, state: ScalerState, model_need: int,
+) -> tuple[int, Reason, str, ScalerState]:
+    """Observation over assumption: when the observed queue or latency contradicts the model, size from it.
+
+    Contradictions, each beyond the noise of a well-sized pool (``margin`` = the calibrator's ``max_scale``, 2):
+    the requests in flight grew across the last two decisions, exceeded ``margin`` x the ready slots (as many
+    waiting as executing) at all three (a queue that persists, not one burst) and now hold more than the p95
+    target's worth of arrivals (Little's law, ``in_flight / arrival_rps`` s); their mean age already exceeds
+    the p95 target; or the observed p95 exceeds ``margin`` x the target while the model says the current
+    replicas suffice. Then the needed concurrency is the observed one (Little's law: requests in flight =
+    arrival rate x time in the system, whatever the service time really is), and KPA's rule sizes it:
+    ``ceil(in_flight / (slots_per_replica * target_utilization))`` (Knative Serving's concurrency autoscaler,
+    ``desired = observed concurrency / target concurrency per pod``). It only raises the need
+    (``ScaleUpForObservedQueue``), never lowers it, and needs ``in_flight_requests``.
+    """
+    in_flight = observation.in_flight_requests
+    history = state.in_flight_history
+    if in_flight is None:
+        return need, reason, message, state
+    state = replace(state, in_flight_history=(history + (in_flight,))[-2:])
+    features["in_flight_requests"] = in_flight
+    slots = policy.slots_per_replica
+    target = policy.target_p95_latency_ms
+    why = []
+    margin = policy.calibrator.max_scale  # a disagreement beyond what the calibrator follows, not noise
+    serving = observation.ready_replicas * slots
+    arrival_rps = float(features.get("arrival_rps", 0.0))
+    little_s = in_flight / arrival_rps if arrival_rps > 0 else math.inf  # Little's law: W = L / lambda
+    if (len(history) == 2 and in_flight > history[-1] > history[-2] and history[-2] > margin * max(serving, 1)
+            and little_s * 1000.0 > target):
+        why.append(f"in flight grew {history[-2]:.0f} -> {history[-1]:.0f} -> {in_flight:.0f} over two decisions, "
+                   f"{little_s:.0f} s of arrivals (Little's law) against the {target / 1000:g} s target")
+    age = observation.in_flight_age_ms
+    if age is not None and in_flight > 0 and age > target:
+        why.append(f"in-flight requests are {age:.0f} ms old on average (target p95 {target:g} ms)")
+    p95 = observation.p95_latency_ms
+    if p95 is not None and p95 > margin * target and model_need <= observation.current_replicas:
+        why.append(f"observed p95 {p95:.0f} ms > {margin:g}x the target {target:g} ms while the model says "
+                   f"{observation.current_replicas} replicas suffice")
+    if not why or in_flight <= 0:
+        return need, reason, message, state
+    utilization = policy.target_utilization_percent / 100.0
+    observed_need = math.ceil(in_flight / (slots * utilization) - 1e-9)
+    features["observed_queue_need_replicas"] = float(observed_need)
+    if observed_need <= need:
+        return need, reason, message, state
+    message = (f"{message}; observation contradicts the model ({'; '.join(why)}): {in_flight:.0f} requests in "
+               f"flight / ({slots} slots x {utilization:.0%}) need {observed_need} replicas (Little's law, KPA)")
+    reason = Reason.SCALE_UP_FOR_OBSERVED_QUEUE if observed_need > observation.current_replicas else reason
+    return observed_need, reason, message, state
 
 
 def _utilization_need(observation: Observation, policy: ScalingPolicy) -> tuple[int, Reason, str, dict[str, float]]:

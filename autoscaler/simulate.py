@@ -19,7 +19,9 @@ Model of the pool (assumptions, stated once):
   arrival rates and mean features (also over ``recent_window_s``), mean service time of those requests that
   completed, p95 latency of requests completed in the window, slot utilization of ready replicas, mean in-flight
   requests (queued + running) and the queue length now; the per-modality service-time SCV over
-  ``service_window_s``.
+  ``service_window_s``; the requests in flight now with their mean age and the executing ones with their mean
+  time in execution (``Observation.in_flight_*``, ``executing_*``: what the predictive policy's observed-queue rule
+  and service-time lower bound read).
 
 Policies:
 
@@ -406,6 +408,17 @@ class _Metrics:
         busy = np.clip(np.minimum(finish, hi_s) - np.maximum(start, lo_s), 0.0, None).sum()
         return float(min(1.0, busy / capacity))
 
+    def in_flight_now(self, pool: _Pool, now_s: float) -> tuple[float, float | None, float, float | None]:
+        """Requests in flight at ``now_s`` (arrived, not finished) with their mean age, and those executing (started,
+        not finished) with their mean time in execution, ms: ``Observation``'s in-flight fields."""
+        b = self.index(now_s)
+        finish, start, arrival = pool.finish[:b], pool.start[:b], self.arrival[:b]
+        waiting = ~(finish <= now_s)  # NaN (not yet assigned a slot) is in flight
+        running = waiting & (start <= now_s)
+        n, m = int(waiting.sum()), int(running.sum())
+        return (float(n), float((now_s - arrival[waiting]).mean() * 1000.0) if n else None,
+                float(m), float((now_s - start[running]).mean() * 1000.0) if m else None)
+
     def in_flight(self, pool: _Pool, lo_s: float, hi_s: float) -> float:
         a, b = self.index(lo_s - _LOOKBACK_S), self.index(hi_s)
         finish = np.where(np.isfinite(pool.finish[a:b]), pool.finish[a:b], hi_s)
@@ -543,6 +556,9 @@ def _predictive_decider(
             arrival_counts=metrics.counts(now_s, config.count_bin_s, config.count_span_s),
             count_bin_s=config.count_bin_s,
         )
+        in_flight, in_flight_age_ms, executing, executing_age_ms = metrics.in_flight_now(pool, now_s)
+        obs = replace(obs, in_flight_requests=in_flight, in_flight_age_ms=in_flight_age_ms,
+                      executing_requests=executing, executing_age_ms=executing_age_ms)
         decision = recommend(obs, policy, state, model, _EPOCH + timedelta(seconds=now_s))
         state = decision.state
         log.append(decision)

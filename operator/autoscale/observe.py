@@ -174,6 +174,7 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
     queries["nv_success"] = by_model("nv_inference_request_success")
     queries["nv_request_us"] = by_model("nv_inference_request_duration_us")
     queries["nv_pending"] = f"max by (model, version, {per_series}) (nv_inference_pending_request_count{{{s}}})"
+    queries["inflight"] = f"max by (model, {per_series}) (modalscale_inflight_requests{{{s}}})"
     queries["nv_p95_us"] = f'max by (model) (nv_inference_request_summary_us{{{s},quantile="0.95"}})'
     b, span = f"{int(round(count_bin_s))}s", f"{int(round(count_span_s))}s"
     increase = f"increase(modalscale_requests_total{{{s}}}[{b}])"
@@ -196,6 +197,9 @@ class MetricsReading:
         p95_latency_ms: Client-facing model's p95 request duration, ms (Triton summary quantiles when enabled
             with ``--metrics-config summary_latencies=true``); None = not exported.
         queued_requests: Requests waiting in Triton queues now; None = unknown.
+        in_flight_requests: Requests in the service now, as the client sees them: the client-facing model's
+            ``modalscale_inflight_requests`` (inside ``execute``; a router counts its requests until answered) plus
+            its Triton pending count; None = unknown (either missing).
         targets_up: Scrape targets answering now.
         targets_total: Scrape targets Prometheus has for the InferenceService.
         down_targets: Each scrape target that is down, by pod identity: its ``pod`` (down when every scrape of
@@ -222,6 +226,7 @@ class MetricsReading:
     problem: tuple[str, str] | None = None
     extra: Mapping[str, float] = field(default_factory=dict)
     arrival_counts: tuple[float, ...] | None = None
+    in_flight_requests: float | None = None
 
     @property
     def partial(self) -> bool:
@@ -552,6 +557,11 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
     p95_us = p95s.get(front) if front else (max((p95s[n] for n in executing if n in p95s), default=None))
     p95_ms = p95_us / 1000.0 if p95_us is not None and p95_us > 0 else None
     queued = sum(max(0.0, v) for v in pending.values()) if pending else None
+    # in flight as the client sees it: the client-facing model's requests inside execute (a router counts its
+    # requests until answered, so inner models are not added again) plus those waiting in its Triton queue
+    inside = _by_label(answers.get("inflight"), "model", rate=False)
+    in_flight = (max(0.0, inside[model_name]) + max(0.0, pending.get(model_name, 0.0))
+                 if inside is not None and model_name in inside and pending is not None else None)
 
     if problem is None and down:
         problem = (PARTIAL_TARGETS, f"{len(down)} of {total} scrape target(s) down ({', '.join(down)}); "
@@ -562,7 +572,8 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
                           busy_erlangs=busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
                           targets_up=len(live), targets_total=total, down_targets=down,
                           per_pod_targets=per_pod, problem=problem,
-                          extra=extra, arrival_counts=_counts(answers.get("arrival_counts")))
+                          extra=extra, arrival_counts=_counts(answers.get("arrival_counts")),
+                          in_flight_requests=in_flight)
 
 
 def build_observation(reading: MetricsReading, *, current_replicas: int, ready_replicas: int,
@@ -605,6 +616,7 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         targets_expected=None if reading.per_pod_targets else reading.targets_total,
         arrival_counts=reading.arrival_counts,
         count_bin_s=COUNT_BIN_S,
+        in_flight_requests=reading.in_flight_requests,
     )
 
 

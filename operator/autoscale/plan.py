@@ -106,6 +106,8 @@ def state_to_status(state: ScalerState) -> dict[str, Any]:
     }
     if state.last_change_at is not None:
         out["lastChangeTime"] = _time(state.last_change_at)
+    if state.in_flight_history:
+        out["inFlightHistory"] = [round(float(v), 3) for v in state.in_flight_history[-2:]]
     return out
 
 
@@ -126,8 +128,12 @@ def state_from_status(status: Mapping[str, Any] | None) -> ScalerState:
         v = block.get(key, 1.0)
         return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else 1.0
 
+    history = block.get("inFlightHistory") or []
+    in_flight = tuple(float(v) for v in history[-2:] if isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+                      ) if isinstance(history, list) else ()
     return ScalerState(recommendations=tuple(recs), service_scale=scale("serviceScale"),
-                       latency_scale=scale("latencyScale"), last_change_at=_parse_time(block.get("lastChangeTime")))
+                       latency_scale=scale("latencyScale"), last_change_at=_parse_time(block.get("lastChangeTime")),
+                       in_flight_history=in_flight if len(in_flight) == len(history[-2:]) else ())
 
 
 def status_features(decision: Decision, reading: MetricsReading,

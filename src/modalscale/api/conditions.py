@@ -163,6 +163,7 @@ class ScalingReason(enum.StrEnum):
 
     SCALE_UP_FOR_SLO = "ScaleUpForSLO"
     SCALE_UP_FOR_BACKLOG = "ScaleUpForBacklog"
+    SCALE_UP_FOR_OBSERVED_QUEUE = "ScaleUpForObservedQueue"
     SCALE_UP_FOR_BURST = "ScaleUpForBurst"
     SCALE_UP_FOR_PANIC = "ScaleUpForPanic"
     SCALE_UP_FOR_FORECAST = "ScaleUpForForecast"

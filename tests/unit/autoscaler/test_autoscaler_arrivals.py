@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps, holt
+from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps, holt, level_shifts
 
 
 def bin_counts(arrival_s: np.ndarray, bin_s: float, duration_s: float) -> np.ndarray:
@@ -80,3 +80,56 @@ def test_forecasts_rise_ahead_of_a_ramp_and_peak_remembers_recent_bursts() -> No
         forecast_rate_rps(ramp, 15.0, 60.0, rule="prophet")
     assert forecast_rate_rps([5.0], 15.0, 60.0) is None
     assert set(FORECASTERS) == {"naive", "holt", "peak"}
+
+
+# ------------------------------------------------------------------------------- level shifts (issue 20, fault 4)
+
+
+def step_counts(k_after: int, seed: int, before: float = 0.0, after: float = 600.0, bins: int = 40) -> np.ndarray:
+    """``bins`` 15 s counts: Poisson at ``before`` per bin, then a straddling bin (half way), then ``k_after - 1``
+    Poisson bins at ``after`` (40 req/s = 600 per bin)."""
+    rng = np.random.default_rng(seed)
+    head = rng.poisson(before, bins - k_after) if before > 0 else np.zeros(bins - k_after)
+    return np.concatenate([head, [0.5 * (before + after)], rng.poisson(after, k_after - 1)]).astype(float)
+
+
+@pytest.mark.parametrize("k_after", [5, 8, 12, 20, 28, 36])
+def test_a_step_from_idle_is_not_burstiness(k_after: int) -> None:
+    # issue 20 fault 4: idle, then a steady Poisson 40 req/s; the old estimator read the one jump as SCV 10-44 for
+    # the whole 10 min window. Averaged over 20 seeds the estimate must sit near Poisson's 1 (Poisson's own
+    # small-sample spread at 4 differences is ~90 %, hence the wide band at k_after = 5)
+    estimates = [arrival_scv(step_counts(k_after, seed)) for seed in range(20)]
+    assert all(e is not None for e in estimates)
+    assert float(np.mean(estimates)) == pytest.approx(1.0, abs=0.35 if k_after > 5 else 0.6)
+
+
+def test_a_step_between_two_loads_is_not_burstiness() -> None:
+    estimates = [arrival_scv(step_counts(16, seed, before=150.0)) for seed in range(20)]  # 10 -> 40 req/s
+    assert float(np.mean(estimates)) == pytest.approx(1.0, abs=0.35)
+    assert level_shifts(step_counts(16, 0, before=150.0)) == [24]
+
+
+def test_bursts_after_an_idle_start_still_read_as_bursts() -> None:
+    # the on/off bursts of test_on_off_bursts_read_far_above_poisson, starting after 5 idle minutes
+    rng = np.random.default_rng(1)
+    starts = np.sort(rng.uniform(300, 600, size=10))
+    arrivals = np.sort(np.concatenate([s + rng.uniform(0, 1, size=60) for s in starts]))
+    scv = arrival_scv(bin_counts(arrivals, 15.0, 600.0))
+    assert scv is not None and scv > 20
+
+
+def test_too_few_bins_after_an_onset_fall_back_to_poisson() -> None:
+    assert arrival_scv(step_counts(3, 0)) is None  # 2 bins after the straddling one: 1 difference
+
+
+def test_a_stationary_window_is_not_split() -> None:
+    for seed in range(30):
+        assert level_shifts(np.random.default_rng(seed).poisson(150, 40)) == []
+
+
+def test_the_forecast_trend_is_fitted_after_a_step() -> None:
+    # 2.5 min after a step from idle to 40 req/s the Holt trend over the whole window still "sees" the step as
+    # growth; fitted after the shift the forecast is the current rate plus Poisson noise
+    counts = step_counts(10, 0)
+    f = forecast_rate_rps(counts, 15.0, 60.0, rule="peak", quantile=0.95)
+    assert f is not None and f.rate_rps < 44.0

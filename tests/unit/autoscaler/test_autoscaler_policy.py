@@ -581,3 +581,111 @@ def test_scale_down_goes_only_as_far_as_the_forecast_demand() -> None:
     later = tuple([750.0] * 20 + [450.0] * 5 + [150.0] * 15)  # the 30 req/s bins left the look-back
     d = recommend(make_obs(10.0, current=5, arrival_counts=later), policy, ScalerState(), MODEL, NOW)
     assert (d.desired_replicas, d.reason) == (2, Reason.SCALE_DOWN_IDLE)
+
+
+# ---------------------------------------------------------------- observation over assumption (issue 20, 4 and 5)
+
+
+def test_a_step_from_idle_to_40_rps_is_sized_like_steady_poisson() -> None:
+    # issue 20 fault 4: idle, then a steady 40 req/s (targetUtilizationPercent 100); the queueing model's need for
+    # Poisson 40 req/s at 200 ms (p95 1 s) is the right answer; the old estimator read the onset as SCV 10-44 and
+    # asked 11-13 for 9 minutes
+    from modalscale.autoscaler.queueing import replicas_for_slo
+
+    poisson_need = replicas_for_slo(40.0, 200.0, 1.0, 1, 1000.0, 1.0, 101, scv_arrival=1.0)
+    assert poisson_need == 9
+    policy = make_policy(target_p95_latency_ms=1000, target_utilization_percent=100, max_step_replicas=50)
+    model = ConstantModel(200.0)
+
+    def need(counts: np.ndarray, p: ScalingPolicy) -> float:
+        obs = make_obs(40.0, current=1, arrival_counts=tuple(float(x) for x in counts))
+        return recommend(obs, p, ScalerState(), model, NOW).features["needed_replicas"]
+
+    for p in (replace(policy, forecaster=None), policy):
+        steady = [need(np.random.default_rng(s).poisson(600, 40), p) for s in range(20)]
+        step = [need(np.concatenate([np.zeros(40 - k), [300.0], np.random.default_rng(100 + s).poisson(600, k - 1)]),
+                     p) for s in range(20) for k in (8, 16, 24, 36)]  # onset 2, 4, 6 and 9 min ago
+        assert max(step) <= max(steady)
+        if p.forecaster is None:
+            assert np.median(step) == poisson_need
+
+
+def test_observed_service_time_ten_times_the_model_wins() -> None:
+    # issue 20 fault 5: the model predicts 100 ms, completed requests took 1000 ms; the calibrator (bounded at 2x)
+    # cannot follow, so the sizing must be the one a model predicting 1000 ms gives, at the first decision
+    policy = make_policy(max_step_replicas=50)
+    slow = make_obs(5.0, current=2, workload=(text_class(5.0, observed_service_ms=1000.0),))
+    right = recommend(make_obs(5.0, current=2), policy, ScalerState(), ConstantModel(1000.0), NOW)
+    d = recommend(slow, policy, ScalerState(), MODEL, NOW)
+    assert right.desired_replicas == 8  # 5 x 1 s = 5 erlangs / 0.7
+    assert d.desired_replicas == right.desired_replicas
+    assert d.features["mean_service_ms"] == pytest.approx(1000.0)
+    assert "sized as observed" in d.message
+    assert d.state.service_scale <= 2.0  # the calibrated scale stays bounded; the observation wins per decision
+    # and the other way: completed requests 10x faster than predicted are sized as observed
+    fast = make_obs(50.0, current=8, workload=(text_class(50.0, observed_service_ms=10.0),))
+    d = recommend(fast, make_policy(scale_down_stabilization_s=0), ScalerState(), MODEL, NOW)
+    assert d.features["mean_service_ms"] == pytest.approx(10.0) and d.desired_replicas == 4  # max step 4
+
+
+def test_in_flight_ages_are_a_lower_bound_on_service_time() -> None:
+    # no request completed in the window; one executes for 30 s already while the model says 5 ms: the service
+    # time is at least 30 s (sized as observed), and never read lower than the completed requests say
+    obs = make_obs(0.1, current=1, workload=(text_class(0.1),), executing_requests=1.0, executing_age_ms=30_000.0)
+    d = recommend(obs, make_policy(target_p95_latency_ms=120_000), ScalerState(), ConstantModel(5.0), NOW)
+    assert d.features["mean_service_ms"] == pytest.approx(30_000.0)
+    young = make_obs(50.0, current=8, workload=(text_class(50.0, observed_service_ms=100.0),),
+                     executing_requests=5.0, executing_age_ms=1.0)  # 3000 completed at 100 ms, 5 just started
+    d = recommend(young, make_policy(), ScalerState(), MODEL, NOW)
+    assert d.features["sizing_service_scale"] == d.state.service_scale  # a lower bound never wins downwards
+
+
+def test_long_requests_scale_up_on_the_observation_within_two_decisions() -> None:
+    # issue 20: ~0.1 req/s of 20-60 s requests, the model predicts 5 ms, p95 target 120 s, 1 replica; no request
+    # completes, the one executing has run 20 s, the requests in flight pile up. The first decision must size
+    # from the observed service time (its lower bound); once the queue keeps growing past what the replicas
+    # serve, from the observed concurrency (KPA: ceil(in flight / (slots x target utilization))), and say so
+    policy = make_policy(target_p95_latency_ms=120_000, max_step_replicas=50)
+    state, t, current = ScalerState(), NOW, 1
+    decisions = []
+    for in_flight in (4.0, 8.0, 16.0, 30.0):
+        obs = make_obs(0.1, current=current, observed_at=t, workload=(text_class(0.1),), in_flight_requests=in_flight,
+                       in_flight_age_ms=40_000.0, executing_requests=1.0, executing_age_ms=20_000.0)
+        d = recommend(obs, policy, state, ConstantModel(5.0), t)
+        decisions.append(d)
+        state, t, current = d.state, t + timedelta(seconds=15), d.desired_replicas
+    first = decisions[0]
+    assert first.desired_replicas > 1 and "sized as observed" in first.message
+    assert first.features["mean_service_ms"] == pytest.approx(20_000.0)
+    grown = decisions[3]  # 8 -> 16 -> 30, all above 2x the replicas' slots, 300 s of arrivals > 120 s
+    assert (grown.reason, grown.desired_replicas) == (Reason.SCALE_UP_FOR_OBSERVED_QUEUE, 43)  # ceil(30 / 0.7)
+    assert "Little's law" in grown.message and "grew 8 -> 16 -> 30" in grown.message
+    assert state.in_flight_history == (16.0, 30.0)
+
+
+def test_observed_queue_contradictions_fire_and_only_raise() -> None:
+    policy = make_policy(max_step_replicas=50)
+    # p95 above 2x the target while the model says the 8 replicas suffice: 20 in flight / 0.7 -> 29
+    late = make_obs(50.0, current=8, p95_latency_ms=25_000.0, in_flight_requests=20.0)
+    d = recommend(late, policy, ScalerState(), MODEL, NOW)
+    assert (d.reason, d.desired_replicas) == (Reason.SCALE_UP_FOR_OBSERVED_QUEUE, 29)
+    assert "observed p95 25000 ms" in d.message
+    # p95 over the target within 2x is the noise of a well-sized pool (the calibrators' job), not a contradiction
+    near = make_obs(50.0, current=8, p95_latency_ms=15_000.0, in_flight_requests=20.0)
+    assert recommend(near, policy, ScalerState(), MODEL, NOW).desired_replicas == 8
+    # in-flight requests older than the target on average: the same rule
+    old = make_obs(50.0, current=8, in_flight_age_ms=12_000.0, in_flight_requests=20.0)
+    assert recommend(old, policy, ScalerState(), MODEL, NOW).desired_replicas == 29
+    # never lowers: few in flight against a model need of 8 keeps 8; no contradiction, no change
+    few = make_obs(50.0, current=8, p95_latency_ms=25_000.0, in_flight_requests=2.0)
+    plain = recommend(make_obs(50.0, current=8), policy, ScalerState(), MODEL, NOW)
+    d = recommend(few, policy, ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.reason) == (plain.desired_replicas, plain.reason) == (8, Reason.STEADY)
+    calm = make_obs(50.0, current=8, p95_latency_ms=500.0, in_flight_requests=30.0)
+    assert recommend(calm, policy, ScalerState(), MODEL, NOW).desired_replicas == 8
+    # requests still in flight after traffic stopped are no reason to scale to zero
+    stuck = make_obs(0.0, current=2, workload=(), in_flight_requests=3.0, in_flight_age_ms=30_000.0)
+    d = recommend(stuck, make_policy(scale_down_stabilization_s=0, min_replicas=0), ScalerState(), MODEL, NOW)
+    assert d.desired_replicas >= 2
+    with pytest.raises(ValueError, match="in_flight_requests"):
+        make_obs(in_flight_requests=-1.0)

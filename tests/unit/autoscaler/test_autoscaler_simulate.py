@@ -217,6 +217,24 @@ def test_measured_arrival_scv_keeps_the_slo_on_bursty_arrivals_where_poisson_siz
     config = SimulationConfig(policies=("predictive",), target_p95_ms=1500, predictive_forecaster=None)
     aware = run_simulation(trace, config)["predictive"]
     poisson = run_simulation(trace, replace(config, predictive_burst_aware=False))["predictive"]
-    # measured: 86.7 % vs 20.0 % SLO-minutes, for 1.55 vs 1.33 replica-hours
+    # measured: 86.7 % vs 26.7 % SLO-minutes, for 1.55 vs 1.80 replica-hours (before issue 20's observed-queue
+    # rule Poisson sizing got 20.0 % for 1.33: the rule now buys back a few minutes late, at more cost)
     assert aware["slo_minutes_fraction"] >= poisson["slo_minutes_fraction"] + 0.3
-    assert aware["replica_hours"] > poisson["replica_hours"]
+
+
+def test_long_requests_under_a_model_predicting_ms_scale_up_on_the_observation() -> None:
+    # issue 20's shape: ~0.1 req/s of long requests (lognormal, median 20 s, capped at 70 s) plus one client's
+    # burst of 120 requests within 3 min; the model predicts 5 ms, the p95 target is 120 s. The old policy stayed
+    # at 1 replica (the model's sizing, never overruled); the observation must scale it up
+    rng = np.random.default_rng(20)
+    background = np.cumsum(rng.exponential(10.0, 400))
+    background = background[background < 3600.0]
+    burst = np.sort(rng.uniform(1200.0, 1380.0, 120))
+    arrival = np.sort(np.concatenate([background, burst]))
+    service = np.minimum(rng.lognormal(math.log(20_000.0), 0.6, arrival.size), 70_000.0)
+    zeros = np.zeros(arrival.size, dtype=np.int64)
+    trace = Trace(arrival, zeros, zeros, zeros, np.full(arrival.size, 100), service)
+    config = SimulationConfig(policies=("predictive",), target_p95_ms=120_000, initial_replicas=1, max_replicas=50)
+    result = run_simulation(trace, config, ConstantModel(5.0))["predictive"]
+    assert max(result["desired_replicas"]) >= 10
+    assert result["slo_minutes_fraction"] >= 0.9

@@ -775,3 +775,21 @@ def test_resets_every_counter_is_read_through_rate_or_increase_only() -> None:
             if name in ("nv_inference_pending_request_count", "nv_inference_request_summary_us"):
                 continue  # a gauge and a summary quantile, not counters
             assert re.search(rf"(rate|increase)\({name}\{{", q), (key, name)
+
+
+def test_in_flight_is_the_client_facing_models_requests_inside_execute_plus_its_queue() -> None:
+    # issue 20: the observed-queue rule reads the requests in flight; a router counts its requests until they are
+    # answered, so the inner per-modality models are not added again
+    answers = dict(RECORDED)
+    answers["inflight"] = [{"metric": {"model": "multimodal"}, "value": [0, "3"]},
+                           {"metric": {"model": "multimodal_image"}, "value": [0, "2"]}]
+    answers["nv_pending"] = [{"metric": {"model": "multimodal"}, "value": [0, "4"]},
+                             {"metric": {"model": "multimodal_image"}, "value": [0, "1"]}]
+    reading = parse_answers(answers, "multimodal")
+    assert reading.in_flight_requests == 7.0
+    obs = build_observation(reading, current_replicas=1, ready_replicas=1, slots_per_replica=1,
+                            budget_max_replicas=None, now=dt.datetime.fromtimestamp(T, dt.UTC))
+    assert obs.in_flight_requests == 7.0
+    answers["inflight"] = [{"metric": {"model": "multimodal"}, "value": [0, "NaN"]}]
+    assert parse_answers(answers, "multimodal").in_flight_requests is None  # missing data, never zero
+    assert build_queries("ns", "svc")["inflight"].startswith("max by (model, pod, instance, job) (modalscale_inflight")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -165,9 +166,12 @@ def test_features_are_bounded_finite_and_policy_first() -> None:
 
 def test_state_round_trips_through_status() -> None:
     state = ScalerState(recommendations=((NOW, 2), (NOW + dt.timedelta(seconds=15), 4)), service_scale=1.25,
-                        latency_scale=0.8, last_change_at=NOW)
+                        latency_scale=0.8, last_change_at=NOW, in_flight_history=(4.0, 7.5))
     status = {"autoscaler": {"state": state_to_status(state)}}
     assert state_from_status(status) == state
+    # the observed-queue rule's memory: a malformed history is dropped, the rest of the state kept
+    status["autoscaler"]["state"]["inFlightHistory"] = [4.0, "x"]
+    assert state_from_status(status) == replace(state, in_flight_history=())
 
 
 @pytest.mark.parametrize("bad", [
