@@ -288,3 +288,36 @@ def test_an_outage_outlasts_the_senders_retries_and_the_stored_message_arrives_a
         assert retried.delivered and retried.attempts == 1
         (msg,) = rx.accepted
         assert "ml-prod/platform-daily" in msg.room_text() and alert.title.split(":")[0] in msg.room_text()
+
+
+def test_the_recovery_closes_the_incident_its_alerts_opened_at_an_alertmanager_style_receiver() -> None:
+    """Issue 22 s1 fault 3: the receiver holds an incident per groupKey, an alert per fingerprint (as Grafana
+    OnCall and PagerDuty's Alertmanager integration do); every message goes through the outbox's status form."""
+    from modalscale.costmodel.outbox import AlertMessage, PendingAlert
+
+    policy = PolicyRef("ml-prod", "platform-daily")
+    spec = parse_budget_spec({"period": "Daily", "limit": {"amount": "50"}, "forecast": {"enabled": False},
+                              "thresholds": [{"percent": 80}, {"percent": 100, "actions": ["Alert", "ScaleDown"]}]})
+    services = [ServiceState("ml-prod", "captioner", 4, 8, Decimal("0.704574739"))]
+
+    def stored(alert: BudgetAlert) -> AlertMessage:
+        item = PendingAlert("oncall", AlertMessage.from_alert(alert), alert.created_at).to_status()
+        return PendingAlert.from_status(item, policy, "status.pendingAlerts[0]").message
+
+    state, messages = AlertState(), []
+    day = datetime(2026, 5, 1, tzinfo=timezone.utc)
+    for hours, spent in ((10, "41"), (20, "51"), (24.1, "0")):
+        plan = plan_budget(spec, Decimal(spent), services, state, day + timedelta(hours=hours), policy=policy)
+        messages += [stored(a) for a in plan.alerts]
+        state = AlertState.from_status(plan.status_fields())
+    assert [m.kind.value for m in messages] == ["ThresholdCrossed", "ThresholdCrossed", "Recovered"]
+
+    async def go(rx: ChatReceiver) -> list[bool]:
+        async with Sender(retry=FAST) as s:
+            return [(await s.deliver("Webhook", rx.url, SECRET, m, receiver="oncall")).delivered for m in messages]
+
+    with ChatReceiver("Webhook", SECRET) as rx:
+        assert asyncio.run(go(rx)) == [True, True, True]
+        assert [r.errors for r in rx.received] == [[], [], []]
+        assert rx.unmatched_resolves == [] and rx.open_incidents() == {}
+        assert rx.received[-1].payload["status"] == "resolved"
