@@ -18,6 +18,7 @@ The fixed quantization rule:
 from __future__ import annotations
 
 import decimal
+import re
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 LEDGER_QUANTUM_USD = Decimal("0.000000001")
@@ -53,28 +54,48 @@ def format_usd(amount: Decimal) -> str:
     return text
 
 
+STATUS_AMOUNT_PATTERN = r"^-?[0-9]+(\.[0-9]+)?$"
+"""The CRD's pattern of the amounts in a BudgetPolicy's status (``spent``, ``forecast``, ``remaining``,
+``burnRatePerHour``): what :func:`format_usd` writes."""
+MAX_AMOUNT_CHARS = 32
+"""The CRD's ``maxLength`` of every amount in status."""
+MAX_INTEGER_DIGITS = 25
+"""Most digits before the point that :func:`parse_usd` reads: rounding such an amount to :data:`LEDGER_QUANTUM_USD`
+needs 25 + 9 = 34 digits, the precision of :data:`MONEY_CONTEXT`, so no later quantization can trap."""
+_AMOUNT_RE = re.compile(STATUS_AMOUNT_PATTERN)
+
+
 def parse_usd(value: object, field: str) -> Decimal:
-    """Parse a decimal amount written as a string (or int) in a spec or status.
+    """Parse a decimal amount read back from status (or an int), as strictly as the CRD writes it.
 
     Args:
-        value: ``"19.99"``, ``"250"`` or an ``int``; floats are refused (they cannot hold money exactly).
+        value: ``"19.99"``, ``"-3.5"``, ``"250"`` (:data:`STATUS_AMOUNT_PATTERN`, at most :data:`MAX_AMOUNT_CHARS`
+            characters), an ``int`` or a finite ``Decimal``; floats are refused (they cannot hold money exactly),
+            and so are exponents, signs other than a leading ``-``, spaces, separators, non-ASCII digits, NaN and
+            Infinity.
         field: The field path used in the error message, e.g. ``"status.ledger.services[2].spent"``.
     Returns:
-        The exact :class:`~decimal.Decimal`.
+        The exact :class:`~decimal.Decimal`, with at most :data:`MAX_INTEGER_DIGITS` digits before the point.
     Raises:
-        ValueError: Not a finite decimal number (the message names ``field``).
+        ValueError: Anything else (the message names ``field``). ``spec.limit.amount`` has its own, stricter
+            grammar (``modalscale.costmodel.budget.spec.parse_limit_amount``).
     """
     if isinstance(value, bool) or isinstance(value, float):
         raise ValueError(f"{field}: expected a decimal string such as \"19.99\", got {type(value).__name__} {value!r}")
     if isinstance(value, Decimal):
         result = value
-    elif isinstance(value, (int, str)):
-        try:
-            result = Decimal(str(value).strip())
-        except InvalidOperation:
-            raise ValueError(f"{field}: {value!r} is not a decimal number") from None
+    elif isinstance(value, int):
+        result = Decimal(value)
+    elif isinstance(value, str):
+        if len(value) > MAX_AMOUNT_CHARS or _AMOUNT_RE.fullmatch(value) is None:
+            raise ValueError(f"{field}: {value[:40]!r} is not a plain decimal string such as \"19.99\" (digits, "
+                             f"optionally a leading '-' and a point with digits; at most {MAX_AMOUNT_CHARS} "
+                             f"characters)")
+        result = Decimal(value)
     else:
         raise ValueError(f"{field}: expected a decimal string, got {type(value).__name__}")
     if not result.is_finite():
         raise ValueError(f"{field}: {value!r} is not a finite decimal number")
+    if result and result.adjusted() >= MAX_INTEGER_DIGITS:
+        raise ValueError(f"{field}: {str(value)[:40]!r} has more than {MAX_INTEGER_DIGITS} digits before the point")
     return result

@@ -27,8 +27,12 @@ Hourly prices (per unit, over the nodes of one tier; spot = ``preemptible`` node
   ``nvidia.com/gpu.product`` label the operator's node selector uses; GKE's accelerator label too),
 
 i.e. what one unit-hour cost in this cluster over the window. The node-level ``adjustment`` (cloud bill
-reconciliation) is not a unit price and is left out. A price of 0 (OpenCost has no price for it) is not used:
-that figure comes from the catalog. These figures replace the catalog's in an effective :class:`Catalog`, so the
+reconciliation) is not a unit price and is left out. **A zero, null or missing cost is unknown, never a price**:
+OpenCost reports a node it cannot price at cost 0 (opencost/opencost#73, fixed for some providers by PR #3194), so
+such a node's cost and its unit-hours both stay out of that figure's sums (averaging them in would price CPU at
+half with one priced and one unpriced node, and under-count spend); the figure is the average over the nodes that
+are priced, and when none is, it comes from the catalog. The nodes left out are named in the ``Priced``
+condition's message. These figures replace the catalog's in an effective :class:`Catalog`, so the
 InferenceService status and the BudgetPolicy ledger price with the same numbers.
 """
 
@@ -39,7 +43,7 @@ import enum
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -57,7 +61,8 @@ rounded forward, plus the ``n - 1`` before it, so ``1h`` holds only the minutes 
 GPU_LABEL_KEYS = ("nvidia_com_gpu_product", "nvidia.com/gpu.product", "cloud_google_com_gke_accelerator",
                   "cloud.google.com/gke-accelerator")
 """Node labels naming the GPU type, as OpenCost writes them (sanitized) and as Kubernetes does."""
-_NODE_NUMBERS = ("cpuCost", "ramCost", "gpuCost", "cpuCoreHours", "ramByteHours", "GPUHours")
+_NODE_AMOUNTS = ("cpuCoreHours", "ramByteHours", "GPUHours")
+_NODE_COSTS = ("cpuCost", "ramCost", "gpuCost")
 
 
 class PriceSource(str, enum.Enum):
@@ -84,19 +89,28 @@ class NodeCost:
         name: ``properties.name`` (or the asset key).
         tier: ``Spot`` when OpenCost marks the node ``preemptible``, else ``OnDemand``.
         gpu_type: The GPU label's value, or None.
-        cpu_usd / ram_usd: CPU and RAM cost after the node's ``discount``.
-        gpu_usd: GPU cost (OpenCost does not discount GPUs).
+        cpu_usd / ram_usd: CPU and RAM cost after the node's ``discount``; None when unknown (OpenCost wrote 0,
+            null or nothing: it could not price the node).
+        gpu_usd: GPU cost (OpenCost does not discount GPUs); None when unknown, as above.
     """
 
     name: str
     tier: PricingTier
     gpu_type: str | None
-    cpu_usd: Decimal
+    cpu_usd: Decimal | None
     cpu_core_hours: Decimal
-    ram_usd: Decimal
+    ram_usd: Decimal | None
     ram_gib_hours: Decimal
-    gpu_usd: Decimal
+    gpu_usd: Decimal | None
     gpu_hours: Decimal
+
+
+def _cost(node: str, asset: Mapping[str, Any], key: str) -> Decimal | None:
+    """A cost field; None (unknown) when OpenCost wrote 0, null or nothing: it had no price for the node."""
+    if asset.get(key) is None:
+        return None
+    value = _number(node, asset, key)
+    return value if value > 0 else None
 
 
 def _number(node: str, asset: Mapping[str, Any], key: str, default: float | None = None) -> Decimal:
@@ -124,12 +138,14 @@ def parse_assets_answer(status_code: int, body: bytes | str) -> list[NodeCost]:
         body: Its body (JSON, see the module docstring for the shape).
     Returns:
         One :class:`NodeCost` per ``Node`` asset (other asset types -- disks, load balancers -- are skipped),
-        sorted by name; empty when the window had no node.
+        sorted by name; empty when the window had no node. A cost that is 0, null or missing is None (unknown):
+        OpenCost had no price for that node (module docstring).
     Raises:
         OpenCostAnswerError: Not HTTP 200, not JSON, not the documented envelope (``code`` 200, ``data`` an
-            object), or a node with a missing, null, NaN, infinite, negative or non-numeric cost or amount, a
-            ``discount``/``preemptible`` outside [0, 1], or a cost over zero unit-hours. One bad node refuses the
-            whole answer: a partial answer could price a GPU type from the wrong nodes.
+            object), or a node with a missing or null amount (unit-hours), a NaN, infinite, negative or
+            non-numeric cost or amount, a ``discount``/``preemptible`` outside [0, 1], or a cost over zero
+            unit-hours. One malformed node refuses the whole answer: a partial answer could price a GPU type from
+            the wrong nodes.
     """
     text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
     if status_code != 200:
@@ -155,27 +171,33 @@ def parse_assets_answer(status_code: int, body: bytes | str) -> list[NodeCost]:
         raw_props = asset.get("properties")
         props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
         name = str(props.get("name") or key)
-        nums = {k: _number(name, asset, k) for k in _NODE_NUMBERS}
+        costs = {k: _cost(name, asset, k) for k in _NODE_COSTS}
+        nums = {k: _number(name, asset, k) for k in _NODE_AMOUNTS}
         discount = _number(name, asset, "discount", 0.0)
         preemptible = _number(name, asset, "preemptible", 0.0)
         for label, value in (("discount", discount), ("preemptible", preemptible)):
             if value > 1:
                 raise OpenCostAnswerError(f"node {name!r}: {label} is {value}, outside [0, 1]")
         for cost, amount in (("cpuCost", "cpuCoreHours"), ("ramCost", "ramByteHours"), ("gpuCost", "GPUHours")):
-            if nums[cost] > 0 and nums[amount] == 0:
-                raise OpenCostAnswerError(f"node {name!r}: {cost} is {nums[cost]} USD over 0 {amount}")
+            if costs[cost] is not None and nums[amount] == 0:
+                raise OpenCostAnswerError(f"node {name!r}: {cost} is {costs[cost]} USD over 0 {amount}")
         raw_labels = asset.get("labels")
         labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
         gpu_type = next((str(labels[k]) for k in GPU_LABEL_KEYS if labels.get(k)), None)
         ctx = MONEY_CONTEXT
         kept = ctx.subtract(Decimal(1), discount)
+
+        def discounted(usd: Decimal | None) -> Decimal | None:
+            after = ctx.multiply(usd, kept) if usd is not None else None
+            return after if after else None  # a 100 % discount leaves no unit price either
+
         nodes.append(NodeCost(
             name=name, tier=PricingTier.SPOT if preemptible >= Decimal("0.5") else PricingTier.ON_DEMAND,
             gpu_type=gpu_type,
-            cpu_usd=ctx.multiply(nums["cpuCost"], kept), cpu_core_hours=nums["cpuCoreHours"],
-            ram_usd=ctx.multiply(nums["ramCost"], kept),
+            cpu_usd=discounted(costs["cpuCost"]), cpu_core_hours=nums["cpuCoreHours"],
+            ram_usd=discounted(costs["ramCost"]),
             ram_gib_hours=ctx.divide(nums["ramByteHours"], Decimal(GIB_BYTES)),
-            gpu_usd=nums["gpuCost"], gpu_hours=nums["GPUHours"]))
+            gpu_usd=costs["gpuCost"], gpu_hours=nums["GPUHours"]))
     return sorted(nodes, key=lambda n: n.name)
 
 
@@ -197,11 +219,14 @@ class OpenCostPrices:
             added with their on-demand figure).
         from_opencost: :func:`figure_key` of each replaced figure, with its USD per unit-hour.
         nodes: Number of ``Node`` assets in the answer.
+        unpriced: :func:`figure_key` -> names of the nodes with unit-hours of it but no cost (0, null or missing),
+            left out of its average; only figures with such nodes appear.
     """
 
     catalog: Catalog
     from_opencost: Mapping[str, Decimal]
     nodes: int
+    unpriced: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def prices_from_nodes(nodes: Sequence[NodeCost], catalog: Catalog, as_of: dt.date) -> OpenCostPrices:
@@ -212,26 +237,32 @@ def prices_from_nodes(nodes: Sequence[NodeCost], catalog: Catalog, as_of: dt.dat
         catalog: The operator's catalog (packaged + override); figures OpenCost has no non-zero price for stay.
         as_of: Date written in each replaced figure's ``asOf``.
     Returns:
-        :class:`OpenCostPrices`; rates quantized to 1e-9 USD.
+        :class:`OpenCostPrices`; rates quantized to 1e-9 USD. A node whose cost of a figure is unknown (None) is
+        left out of that figure's cost and unit-hours alike, and named in ``unpriced``.
     """
     ctx = MONEY_CONTEXT
     Figure = tuple[str, str | None, PricingTier]  # (resource, GPU type name or None, tier)
     sums: dict[Figure, list[Decimal]] = {}
+    unpriced: dict[Figure, list[str]] = {}
 
-    def add(key: Figure, usd: Decimal, hours: Decimal) -> None:
-        if hours > 0:
-            total = sums.setdefault(key, [Decimal(0), Decimal(0)])
-            total[0], total[1] = ctx.add(total[0], usd), ctx.add(total[1], hours)
+    def add(key: Figure, node: str, usd: Decimal | None, hours: Decimal) -> None:
+        if hours <= 0:
+            return
+        if usd is None:  # unknown for this node, never a price of 0 (module docstring)
+            unpriced.setdefault(key, []).append(node)
+            return
+        total = sums.setdefault(key, [Decimal(0), Decimal(0)])
+        total[0], total[1] = ctx.add(total[0], usd), ctx.add(total[1], hours)
 
     gpu_names: dict[str, str] = {}
     for n in nodes:
-        add(("cpuCoreHour", None, n.tier), n.cpu_usd, n.cpu_core_hours)
-        add(("memoryGiBHour", None, n.tier), n.ram_usd, n.ram_gib_hours)
+        add(("cpuCoreHour", None, n.tier), n.name, n.cpu_usd, n.cpu_core_hours)
+        add(("memoryGiBHour", None, n.tier), n.name, n.ram_usd, n.ram_gib_hours)
         if n.gpu_type:
             name = catalog.gpu_type_name(n.gpu_type) or gpu_names.setdefault(n.gpu_type.lower(), n.gpu_type)
-            add(("gpuHour", name, n.tier), n.gpu_usd, n.gpu_hours)
+            add(("gpuHour", name, n.tier), n.name, n.gpu_usd, n.gpu_hours)
     rates = {k: quantize_ledger_usd(ctx.divide(usd, hours)) for k, (usd, hours) in sums.items()}
-    rates = {k: v for k, v in rates.items() if v > 0}  # 0 = OpenCost has no price for it: keep the catalog's.
+    rates = {k: v for k, v in rates.items() if v > 0}  # rounded to 0: no usable price, keep the catalog's.
     data = catalog.model_dump(by_alias=True, mode="python")
     source = f"OpenCost {ASSETS_PATH} window={ASSETS_WINDOW} ({len(nodes)} node(s)), per-unit average"
     used: dict[str, Decimal] = {}
@@ -249,7 +280,9 @@ def prices_from_nodes(nodes: Sequence[NodeCost], catalog: Catalog, as_of: dt.dat
         else:
             continue
         used[figure_key(resource, tier, gpu)] = rate
-    return OpenCostPrices(Catalog.model_validate(data), used, len(nodes))
+    left_out = {figure_key(resource, tier, gpu): tuple(sorted(names))
+                for (resource, gpu, tier), names in unpriced.items()}
+    return OpenCostPrices(Catalog.model_validate(data), used, len(nodes), left_out)
 
 
 @dataclass(frozen=True)
@@ -358,13 +391,17 @@ def resolve_replica_price(resources: ReplicaResources, tier: PricingTier | str, 
     used = _figures_used(resources, tier, effective)
     missing = [k for k in used if k not in opencost.prices.from_opencost]
     shown = f"{format_usd(quantize_display_usd(usd))} USD per replica-hour"
+    left_out = sorted({n for k in used if k in opencost.prices.from_opencost
+                       for n in opencost.prices.unpriced.get(k, ())})
+    unpriced = (f"; {len(left_out)} node(s) without an OpenCost price left out ({', '.join(left_out[:5])}"
+                f"{', ...' if len(left_out) > 5 else ''})" if left_out else "")
     if not missing:
         # 4 significant digits: OpenCost writes costs with 6 decimals, so the rates' further digits move with the
         # window's length at each read; the message (and so the condition) stays the same while prices do.
         rates = ", ".join(f"{k} {float(opencost.prices.from_opencost[k]):.4g}" for k in used)
         return PricedReplica(usd, PriceSource.OPENCOST,
                              f"Priced from OpenCost {ASSETS_PATH} since {_stamp(opencost.since)}: {shown} "
-                             f"({rates or 'no resources'} USD per unit-hour)")
+                             f"({rates or 'no resources'} USD per unit-hour{unpriced})")
     return PricedReplica(usd, PriceSource.CATALOG_FALLBACK,
                          f"OpenCost {ASSETS_PATH} has no non-zero price for {', '.join(missing)} "
                          f"({opencost.prices.nodes} node(s) in window={ASSETS_WINDOW}, since "

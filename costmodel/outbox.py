@@ -36,7 +36,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from modalscale.api.conditions import NOTIFICATION_REMOVED, OUTBOX_FULL, PERIOD_ENDED
-from modalscale.costmodel.budget import AlertKind, BudgetAlert, InvalidBudgetStatus, PolicyRef
+from modalscale.costmodel.budget import AlertKind, BudgetAlert, FiringAlert, InvalidBudgetStatus, PolicyRef
 from modalscale.costmodel.ledger import LedgerFormatError, format_time, parse_time
 from modalscale.costmodel.periods import Period
 
@@ -51,7 +51,9 @@ MAX_FACT_LABEL_CHARS = 64
 MAX_FACT_VALUE_CHARS = 2048
 MAX_FACTS = 16
 MAX_ERROR_CHARS = 1024
-"""Bounds of the stored texts (the CRD's ``maxLength``/``maxItems``); longer texts are cut with an ellipsis."""
+MAX_RESOLVES = 11
+"""Bounds of the stored texts and lists (the CRD's ``maxLength``/``maxItems``); longer texts are cut with an
+ellipsis."""
 
 # Why an entry was abandoned (CamelCase reasons, defined in modalscale.api.conditions): PERIOD_ENDED,
 # NOTIFICATION_REMOVED, OUTBOX_FULL.
@@ -85,6 +87,9 @@ class AlertMessage:
     thresholds_percent: tuple[int, ...]
     period_start: datetime
     period_end: datetime
+    resolves: tuple[FiringAlert, ...] = ()
+    """For ``Recovered``: the identities of the alerts it resolves (``status.pendingAlerts[].resolves``), so its
+    resolve matches them in an Alertmanager-style receiver even when sent after a restart."""
 
     @classmethod
     def from_alert(cls, alert: BudgetAlert) -> "AlertMessage":
@@ -93,7 +98,7 @@ class AlertMessage:
                       for k, v in alert.facts()[:MAX_FACTS])
         return cls(alert.kind, alert.policy, alert.period, _cut(alert.title, MAX_TITLE_CHARS), facts,
                    alert.severity, alert.created_at, tuple(alert.thresholds_percent), alert.period_start,
-                   alert.period_end)
+                   alert.period_end, tuple(alert.resolves[:MAX_RESOLVES]))
 
     @property
     def resolved(self) -> bool:
@@ -149,6 +154,9 @@ class PendingAlert:
             "facts": [{"label": k, "value": v} for k, v in m.fact_pairs],
             "attempts": self.attempts, "nextAttemptTime": format_time(self.next_attempt_time),
         }
+        if m.resolves:
+            out["resolves"] = [{"kind": f.kind.value, "thresholdPercent": f.threshold_percent,
+                                "startsAt": format_time(f.starts_at)} for f in m.resolves]
         if self.first_attempt_time is not None:
             out["firstAttemptTime"] = format_time(self.first_attempt_time)
         if self.last_reason:
@@ -171,7 +179,10 @@ class PendingAlert:
                 str(item["severity"]), parse_time(item["createdAt"], f"{path}.createdAt"),
                 tuple(int(p) for p in item.get("thresholdsPercent") or []),
                 parse_time(item["periodStart"], f"{path}.periodStart"),
-                parse_time(item["periodEnd"], f"{path}.periodEnd"))
+                parse_time(item["periodEnd"], f"{path}.periodEnd"),
+                tuple(FiringAlert(AlertKind(f["kind"]), int(f["thresholdPercent"]),
+                                  parse_time(f["startsAt"], f"{path}.resolves[{i}].startsAt"))
+                      for i, f in enumerate(item.get("resolves") or [])))
             first = item.get("firstAttemptTime")
             return cls(str(item["notification"]), message,
                        parse_time(item["nextAttemptTime"], f"{path}.nextAttemptTime"),

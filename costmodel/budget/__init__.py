@@ -20,7 +20,7 @@ The rules are in each module's docstring. The names below are the package's API;
 
 from __future__ import annotations
 
-from modalscale.costmodel.budget.alerts import AlertKind, BudgetAlert, spend_anomaly_alert
+from modalscale.costmodel.budget.alerts import AlertKind, BudgetAlert, FiringAlert, spend_anomaly_alert
 from modalscale.costmodel.budget.enforce import ENFORCEMENT_METHOD, EnforcementAction
 from modalscale.costmodel.budget.plan import BudgetPlan, plan_budget, rates_after_enforcement
 from modalscale.costmodel.budget.spec import (
@@ -57,7 +57,8 @@ from modalscale.costmodel.budget.state import (
 __all__ = [
     "AlertKind", "AlertState", "BudgetAlert", "BudgetLimit", "BudgetPlan", "BudgetSelector", "BudgetSpec",
     "BudgetState", "ENFORCEMENT_METHOD", "EnforcedService", "Enforcement", "EnforcementAction", "EnforcementOrder",
-    "FORECAST_METHOD", "ForecastSpec", "InvalidBudgetSpec", "InvalidBudgetStatus", "LabelSelectorRequirement",
+    "FORECAST_METHOD", "FiringAlert", "ForecastSpec", "InvalidBudgetSpec", "InvalidBudgetStatus",
+    "LabelSelectorRequirement",
     "Notification", "NotifierType", "PolicyRef", "SecretRef", "ServiceState", "SpotRecord", "SpotState", "Threshold",
     "ThresholdAction", "ThresholdRecord", "parse_budget_spec", "plan_budget", "plan_spot", "rates_after_enforcement",
     "service_state", "spend_anomaly_alert",

@@ -50,6 +50,37 @@ class AlertKind(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class FiringAlert:
+    """The identity of one alert a recovery resolves (Alertmanager: one alert per threshold, the same labels,
+    fingerprint and ``startsAt`` in its resolve; ``modalscale.notify.payloads`` renders them).
+
+    Attributes:
+        kind: ``ThresholdCrossed`` or ``ForecastExceeded``.
+        threshold_percent: The threshold's percent (the forecast's ``alertAtPercent``).
+        starts_at: When it was alerted (``status.thresholds[].lastAlertTime``), timezone-aware UTC.
+    """
+
+    kind: AlertKind
+    threshold_percent: int
+    starts_at: datetime
+
+
+def describe_resolved(resolves: Sequence[FiringAlert]) -> str:
+    """``ThresholdCrossed at 50 %, 80 % (since <t1>), 100 % (since <t2>); ForecastExceeded at 100 % (since <t1>)``."""
+    parts = []
+    for kind in dict.fromkeys(f.kind for f in resolves):
+        runs: list[tuple[list[int], datetime]] = []
+        for f in sorted((f for f in resolves if f.kind is kind), key=lambda f: f.threshold_percent):
+            if runs and runs[-1][1] == f.starts_at:
+                runs[-1][0].append(f.threshold_percent)
+            else:
+                runs.append(([f.threshold_percent], f.starts_at))
+        parts.append(f"{kind.value} at " + ", ".join(f"{', '.join(f'{p} %' for p in ps)} (since {format_time(t)})"
+                                                     for ps, t in runs))
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
 class BudgetAlert:
     """One notification to send to every configured receiver (rendered per platform by ``modalscale.notify.payloads``).
 
@@ -85,6 +116,8 @@ class BudgetAlert:
     """For ``SpendAnomaly``: one line per service whose burn rate left its baseline, naming the driver."""
     anomaly_services: tuple[str, ...] = ()
     """For ``SpendAnomaly``: ``namespace/name`` of those services."""
+    resolves: tuple[FiringAlert, ...] = ()
+    """For ``Recovered``: the alerts of the closed period it resolves (each threshold and the forecast alerted)."""
 
     @property
     def resolved(self) -> bool:
@@ -149,6 +182,8 @@ class BudgetAlert:
             facts.append(("Not readable", "; ".join(self.blind_services)))
         if self.anomalies:
             facts.append(("Anomaly", "; ".join(self.anomalies)))
+        if self.resolves:
+            facts.append(("Resolved", describe_resolved(self.resolves)))
         shown = list(self.actions[:max_actions])
         if len(self.actions) > max_actions:
             shown.append(f"and {len(self.actions) - max_actions} more")
@@ -210,6 +245,18 @@ def _forecast_record(spec: BudgetSpec, spend: SpendToDate, forecast_usd: Decimal
     return ThresholdRecord(at, True, bool(forecast_over)), False
 
 
+def _alerted_in_closed_period(alert_state: AlertState) -> tuple[FiringAlert, ...]:
+    """The threshold and forecast alerts sent in the period ``alert_state`` describes (read back from
+    ``status.thresholds``, so a recovery decided after a restart resolves them too), thresholds first."""
+    start = alert_state.period_start
+    return tuple(
+        FiringAlert(AlertKind.FORECAST_EXCEEDED if r.forecast else AlertKind.THRESHOLD_CROSSED, r.percent,
+                    r.last_alert_time)
+        for r in sorted(alert_state.records, key=lambda r: (r.forecast, r.percent))
+        if start is not None and r.alerted_period_start == start and r.last_alert_time is not None
+        and r.last_alert_time >= start)
+
+
 def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecast_usd: Decimal | None,
                 crossed: Sequence[Threshold], ahead: Sequence[Threshold], actions: tuple[str, ...],
                 alert_state: AlertState, new_period: bool, closed_period_spent_usd: Decimal | None, horizon_s: int,
@@ -224,8 +271,9 @@ def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecas
         closed_period_spent_usd: Final spend of the period that just closed (quoted in a recovery notice).
         horizon_s: Seconds ahead that enforcement looked (quoted when a threshold is enforced ahead).
     Returns:
-        (alerts in the order rooms should see them: Recovered, GovernanceBlind, ThresholdCrossed,
-        ForecastExceeded; the records of ``status.thresholds``, thresholds then the forecast).
+        (alerts in the order rooms should see them: Recovered (naming in ``resolves`` each threshold and forecast
+        alert of the closed period, which it resolves), GovernanceBlind, ThresholdCrossed, ForecastExceeded; the
+        records of ``status.thresholds``, thresholds then the forecast).
     """
     scope = spec.selector.describe(policy.namespace)
 
@@ -238,8 +286,9 @@ def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecas
 
     alerts: list[BudgetAlert] = []
     if new_period and (alert_state.state is BudgetState.EXCEEDED or alert_state.enforced or alert_state.spot):
-        alerts.append(make(AlertKind.RECOVERED, (), ("enforcement lifted",)
-                           if alert_state.enforced or alert_state.spot else (), closed=closed_period_spent_usd))
+        recovered = make(AlertKind.RECOVERED, (), ("enforcement lifted",)
+                         if alert_state.enforced or alert_state.spot else (), closed=closed_period_spent_usd)
+        alerts.append(replace(recovered, resolves=_alerted_in_closed_period(alert_state)))
     if spend.blind and not alert_state.blind:
         alerts.append(make(AlertKind.GOVERNANCE_BLIND, ()))
     records, newly_alerted = _threshold_records(spec, crossed, ahead, alert_state, spend.period_start, now)
@@ -272,4 +321,5 @@ def spend_anomaly_alert(plan: BudgetPlan, spec: BudgetSpec, policy: PolicyRef, a
                        anomalies=tuple(anomalies), anomaly_services=tuple(services))
 
 
-__all__ = ["AlertKind", "BudgetAlert", "action_lines", "plan_alerts", "spend_anomaly_alert"]
+__all__ = ["AlertKind", "BudgetAlert", "FiringAlert", "action_lines", "describe_resolved", "plan_alerts",
+           "spend_anomaly_alert"]

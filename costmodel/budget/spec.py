@@ -8,6 +8,7 @@ spec that skipped API-server defaulting parses the same, and a bad field is repo
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -15,7 +16,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from modalscale.api.errors import InvalidSpec
-from modalscale.costmodel.money import parse_usd
 from modalscale.costmodel.periods import InvalidTimeZone, Period, resolve_zone
 
 
@@ -113,6 +113,46 @@ class BudgetSelector(_Spec):
         return "; ".join(parts)
 
 
+LIMIT_AMOUNT_PATTERN = r"^[0-9]{1,12}(\.[0-9]{1,6})?$"
+"""``spec.limit.amount``'s ``pattern`` in the CRD, character for character (a unit test compares it with
+``crds/`` and the chart's copy): 1-12 ASCII digits, optionally a point and 1-6 digits; no sign, exponent,
+spaces, separators, NaN or Infinity. Read with ``re.fullmatch``, which agrees with the apiserver's RE2 here (ASCII
+classes; a trailing newline is refused)."""
+LIMIT_AMOUNT_MAX_CHARS = 20
+"""``spec.limit.amount``'s ``maxLength`` in the CRD."""
+LIMIT_AMOUNT_NONZERO_RULE = "self.amount.matches('[1-9]')"
+"""The CRD's CEL rule on ``spec.limit``: the amount has a non-zero digit, i.e. is greater than zero."""
+_LIMIT_AMOUNT_RE = re.compile(LIMIT_AMOUNT_PATTERN)
+
+
+def parse_limit_amount(value: object) -> Decimal:
+    """Read ``spec.limit.amount`` exactly as strictly as the CRD admits it (type, maxLength, pattern, CEL rule).
+
+    An object stored under an older CRD, or written where the schema was not enforced, reaches the operator, so
+    the CRD's grammar is checked here again rather than trusted.
+
+    Args:
+        value: The field as stored: a string such as ``"250"`` or ``"19.99"``.
+    Returns:
+        The exact :class:`~decimal.Decimal`, in (0, 999999999999.999999] with at most 6 decimals (18 significant
+        digits, well inside the 34 of :data:`~modalscale.costmodel.money.MONEY_CONTEXT`, so no later arithmetic
+        or rounding of it can trap).
+    Raises:
+        ValueError: Not a string, longer than :data:`LIMIT_AMOUNT_MAX_CHARS`, not matching
+            :data:`LIMIT_AMOUNT_PATTERN`, or zero; the message shows the value and an example of a valid one.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"expected a decimal string such as \"250\" or \"19.99\", got {type(value).__name__} "
+                         f"{value!r}")
+    if len(value) > LIMIT_AMOUNT_MAX_CHARS or _LIMIT_AMOUNT_RE.fullmatch(value) is None:
+        raise ValueError(f"{value[:40]!r} is not a plain decimal string: write 1-12 digits, optionally a point and "
+                         f"1-6 digits, with no sign, exponent, spaces or separators, e.g. \"250\" or \"19.99\"")
+    amount = Decimal(value)
+    if amount <= 0:
+        raise ValueError("must be greater than zero")
+    return amount
+
+
 class BudgetLimit(_Spec):
     amount: Decimal
     currency: str = "USD"
@@ -120,10 +160,7 @@ class BudgetLimit(_Spec):
     @field_validator("amount", mode="before")
     @classmethod
     def _amount(cls, value: object) -> Decimal:
-        amount = parse_usd(value, "amount")
-        if amount <= 0:
-            raise ValueError("must be greater than zero")
-        return amount
+        return parse_limit_amount(value)
 
     @field_validator("currency")
     @classmethod
@@ -250,5 +287,6 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
 
 
 __all__ = ["BudgetLimit", "BudgetSelector", "BudgetSpec", "Enforcement", "EnforcementOrder", "ForecastSpec",
-           "InvalidBudgetSpec", "LabelSelectorRequirement", "Notification", "NotifierType", "SecretRef", "Threshold",
-           "ThresholdAction", "parse_budget_spec"]
+           "InvalidBudgetSpec", "LIMIT_AMOUNT_MAX_CHARS", "LIMIT_AMOUNT_NONZERO_RULE", "LIMIT_AMOUNT_PATTERN",
+           "LabelSelectorRequirement", "Notification", "NotifierType", "SecretRef", "Threshold", "ThresholdAction",
+           "parse_budget_spec", "parse_limit_amount"]

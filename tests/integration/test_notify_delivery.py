@@ -7,10 +7,13 @@ timestamp freshness and answer like the platform does; the sender must classify 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import urllib.parse
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
+import httpx
 import pytest
 
 from modalscale.costmodel.budget import (
@@ -23,6 +26,7 @@ from modalscale.costmodel.budget import (
     plan_budget,
 )
 from modalscale.devenv.receivers import KINDS, ChatReceiver, Reply
+from modalscale.notify.answers import redact, sensitive_parts
 from modalscale.notify.limits import RateLimit
 from modalscale.notify.sender import RetryPolicy, Sender
 
@@ -191,6 +195,58 @@ def test_connection_refused_is_retried_then_reported_without_the_url(caplog: pyt
     assert token not in text and SECRET not in text and "127.0.0.1" not in text
 
 
+USERINFO_PASSWORD = "hunter2-pässword"
+
+
+def _with_userinfo(url: str, host: str = "LOCALHOST") -> str:
+    """``url`` with user info (password percent-encoded, as a Secret would hold it) and an upper-case host."""
+    scheme, rest = url.split("://", 1)
+    port_and_path = rest.split(":", 1)[1]
+    return f"{scheme}://alice:{urllib.parse.quote(USERINFO_PASSWORD, safe='')}@{host}:{port_and_path}"
+
+
+def _leaks(text: str) -> list[str]:
+    basic = base64.b64encode(f"alice:{USERINFO_PASSWORD}".encode()).decode()
+    return [f for f in (USERINFO_PASSWORD, urllib.parse.quote(USERINFO_PASSWORD, safe=""),
+                        str(httpx.URL(_with_userinfo("http://h:1/"))).split("@")[0].split(":")[-1], basic)
+            if f in text]
+
+
+def test_a_closed_port_with_user_info_in_the_url_reports_no_password(caplog: pytest.LogCaptureFixture) -> None:
+    with ChatReceiver("Webhook", SECRET) as rx:
+        url = _with_userinfo(rx.url)  # the port is closed once the receiver stopped
+    caplog.set_level(logging.DEBUG)
+    policy = RetryPolicy(max_retries=1, base_delay_s=0.01, timeout_s=1.0, max_total_s=3.0)
+    result = send(rx, url=url, secret=SECRET, retry=policy)
+    assert not result.delivered and result.reason == "ConnectionFailed"
+
+    async def raw_error() -> str:  # httpx's own text for this URL: the exception and the URL it tried
+        async with httpx.AsyncClient(trust_env=False) as client:
+            try:
+                await client.post(url, content=b"{}")
+            except httpx.TransportError as exc:
+                return f"{type(exc).__name__}: {exc} (POST {exc.request.url})"
+        raise AssertionError("the closed port answered")
+
+    raw = asyncio.run(raw_error())
+    assert _leaks(raw)  # httpx shows the password (percent-encoded, host lower-cased): the text is not vacuous
+    assert _leaks(redact(raw, sensitive_parts(url, SECRET))) == []
+    shown = result.message + " ".join(r.getMessage() for r in caplog.records if r.name.startswith("modalscale"))
+    assert _leaks(shown) == [] and SECRET not in shown
+
+
+def test_a_receiver_error_naming_the_normalised_url_and_basic_credentials_reports_no_password() -> None:
+    with ChatReceiver("Webhook", SECRET) as rx:
+        url = _with_userinfo(rx.url)
+        seen = str(httpx.URL(url))  # as httpx normalises it: host lower-cased, the password re-encoded
+        basic = base64.b64encode(f"alice:{USERINFO_PASSWORD}".encode()).decode()
+        rx.script(Reply(status=400, body=f"refused POST {seen} (Authorization: Basic {basic})"))
+        result = send(rx, url=url, secret=SECRET)
+        assert not result.delivered and result.reason == "RejectedByPlatform"
+        assert rx.received[0].headers.get("Authorization") == f"Basic {basic}"  # httpx did send the user info
+        assert _leaks(result.message) == [] and "<redacted>" in result.message
+
+
 def test_client_side_rate_limit_queues_or_refuses_without_reaching_the_platform() -> None:
     async def go(rx: ChatReceiver):
         limits = {"DingTalk": (RateLimit(2, 60.0),)}
@@ -232,3 +288,36 @@ def test_an_outage_outlasts_the_senders_retries_and_the_stored_message_arrives_a
         assert retried.delivered and retried.attempts == 1
         (msg,) = rx.accepted
         assert "ml-prod/platform-daily" in msg.room_text() and alert.title.split(":")[0] in msg.room_text()
+
+
+def test_the_recovery_closes_the_incident_its_alerts_opened_at_an_alertmanager_style_receiver() -> None:
+    """Issue 22 s1 fault 3: the receiver holds an incident per groupKey, an alert per fingerprint (as Grafana
+    OnCall and PagerDuty's Alertmanager integration do); every message goes through the outbox's status form."""
+    from modalscale.costmodel.outbox import AlertMessage, PendingAlert
+
+    policy = PolicyRef("ml-prod", "platform-daily")
+    spec = parse_budget_spec({"period": "Daily", "limit": {"amount": "50"}, "forecast": {"enabled": False},
+                              "thresholds": [{"percent": 80}, {"percent": 100, "actions": ["Alert", "ScaleDown"]}]})
+    services = [ServiceState("ml-prod", "captioner", 4, 8, Decimal("0.704574739"))]
+
+    def stored(alert: BudgetAlert) -> AlertMessage:
+        item = PendingAlert("oncall", AlertMessage.from_alert(alert), alert.created_at).to_status()
+        return PendingAlert.from_status(item, policy, "status.pendingAlerts[0]").message
+
+    state, messages = AlertState(), []
+    day = datetime(2026, 5, 1, tzinfo=timezone.utc)
+    for hours, spent in ((10, "41"), (20, "51"), (24.1, "0")):
+        plan = plan_budget(spec, Decimal(spent), services, state, day + timedelta(hours=hours), policy=policy)
+        messages += [stored(a) for a in plan.alerts]
+        state = AlertState.from_status(plan.status_fields())
+    assert [m.kind.value for m in messages] == ["ThresholdCrossed", "ThresholdCrossed", "Recovered"]
+
+    async def go(rx: ChatReceiver) -> list[bool]:
+        async with Sender(retry=FAST) as s:
+            return [(await s.deliver("Webhook", rx.url, SECRET, m, receiver="oncall")).delivered for m in messages]
+
+    with ChatReceiver("Webhook", SECRET) as rx:
+        assert asyncio.run(go(rx)) == [True, True, True]
+        assert [r.errors for r in rx.received] == [[], [], []]
+        assert rx.unmatched_resolves == [] and rx.open_incidents() == {}
+        assert rx.received[-1].payload["status"] == "resolved"

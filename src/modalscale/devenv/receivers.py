@@ -98,8 +98,9 @@ class Received:
             return card["header"]["title"]["content"] + "\n" + "\n".join(
                 e["text"]["content"] for e in card.get("elements", []) if "text" in e)
         alerts = p.get("alerts", [{}])
-        return "\n".join(f"[{a.get('status')}] {a.get('annotations', {}).get('summary', '')}\n"
-                         f"{a.get('annotations', {}).get('description', '')}" for a in alerts)
+        shown = dict.fromkeys(f"[{a.get('status')}] {a.get('annotations', {}).get('summary', '')}\n"
+                              f"{a.get('annotations', {}).get('description', '')}" for a in alerts)
+        return "\n".join(shown)
 
 
 def _dingtalk_expected_sign(secret: str, timestamp: str) -> str:
@@ -139,6 +140,8 @@ class ChatReceiver:
         self._stop = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._incidents: dict[str, set[str]] = {}
+        self._unmatched: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def start(self) -> "ChatReceiver":
@@ -263,6 +266,32 @@ class ChatReceiver:
                 self._cond.wait(left)
             return True
 
+    def open_incidents(self) -> dict[str, list[str]]:
+        """Webhook: what an Alertmanager-style receiver (Grafana OnCall, PagerDuty) holds open: ``groupKey`` ->
+        fingerprints of its alerts fired and not resolved. A resolved alert closes the one with its fingerprint in
+        its group; a group with none left is closed."""
+        with self._cond:
+            return {k: sorted(v) for k, v in self._incidents.items() if v}
+
+    @property
+    def unmatched_resolves(self) -> list[tuple[str, str]]:
+        """Webhook: (groupKey, fingerprint) of each resolved alert that matched no open alert: a resolve that
+        resolves nothing (such a receiver accepts it and keeps the incident open)."""
+        with self._cond:
+            return list(self._unmatched)
+
+    def _track(self, payload: dict[str, Any]) -> None:
+        key = payload["groupKey"]
+        with self._cond:
+            open_ = self._incidents.setdefault(key, set())
+            for a in payload["alerts"]:
+                if a["status"] == "firing":
+                    open_.add(a["fingerprint"])
+                elif a["fingerprint"] in open_:
+                    open_.discard(a["fingerprint"])
+                else:
+                    self._unmatched.append((key, a["fingerprint"]))
+
     def transcript(self) -> str:
         """What the chat room saw: every accepted message, oldest first."""
         out = []
@@ -292,6 +321,8 @@ class ChatReceiver:
         if not errors:
             errors = self._check_shape(headers, payload)
         status, answer = self._answer(errors)
+        if not errors and self.kind == "Webhook":
+            self._track(payload)
         self._record(split.path, query, headers, body, payload, not errors, errors, status, False)
         return status, (reply.headers if reply else {}), answer
 
@@ -393,11 +424,24 @@ class ChatReceiver:
             if p.get("version") != "4" or p.get("status") not in ("firing", "resolved") or not isinstance(alerts, list):
                 errors.append("webhook:not-alertmanager-v4")
             else:
+                # Alertmanager's webhook format: a group (groupKey) of alerts, each identified by its fingerprint;
+                # the group is "resolved" only when every alert in it is, and a resolved alert has its endsAt.
+                if not isinstance(p.get("groupKey"), str) or not p["groupKey"] or not alerts:
+                    errors.append("webhook:no-groupKey-or-alerts")
+                statuses = {a.get("status") for a in alerts if isinstance(a, dict)}
+                if p["status"] != ("firing" if "firing" in statuses else "resolved"):
+                    errors.append("webhook:group-status-disagrees-with-alerts")
                 for a in alerts:
                     if not isinstance(a.get("labels"), dict) or "alertname" not in a["labels"]:
                         errors.append("webhook:alert-without-alertname")
-                    if not str(a.get("startsAt", "")).endswith("Z"):
-                        errors.append("webhook:startsAt-not-rfc3339-utc")
+                    if a.get("status") not in ("firing", "resolved"):
+                        errors.append("webhook:alert-status")
+                    if not isinstance(a.get("fingerprint"), str) or not a["fingerprint"]:
+                        errors.append("webhook:alert-without-fingerprint")
+                    if not str(a.get("startsAt", "")).endswith("Z") or not str(a.get("endsAt", "")).endswith("Z"):
+                        errors.append("webhook:startsAt-or-endsAt-not-rfc3339-utc")
+                    if a.get("status") == "resolved" and a.get("endsAt") == "0001-01-01T00:00:00Z":
+                        errors.append("webhook:resolved-without-endsAt")
         return errors
 
     def _answer(self, errors: list[str]) -> tuple[int, Any]:

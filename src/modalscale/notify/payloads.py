@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from modalscale.costmodel.budget import BudgetAlert, NotifierType
+from modalscale.costmodel.budget import AlertKind, BudgetAlert, NotifierType
 from modalscale.costmodel.ledger import format_time
 from modalscale.costmodel.outbox import AlertMessage
 from modalscale.notify.signing import (
@@ -145,41 +145,81 @@ def feishu_payload(alert: Alert, secret: str | None = None, timestamp_s: int | N
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
-def webhook_payload(alert: Alert, receiver: str = "modalscale") -> dict[str, Any]:
-    """Alertmanager-compatible webhook body (``version: "4"``), one alert, no URLs."""
+def _alert_labels(kind: AlertKind, alert: Alert, threshold_percent: int | None) -> dict[str, str]:
+    """The labels of one alert: its identity, the same in its firing and in its resolve.
+
+    ``severity`` follows the threshold (``critical`` from 100 %), not the spend at sending time, so that a
+    resolve computes the very labels its firing had.
+    """
     labels = {
-        "alertname": f"Budget{alert.kind.value}",
-        "severity": alert.severity,
+        "alertname": f"Budget{kind.value}",
         "namespace": alert.policy.namespace,
         "budgetpolicy": alert.policy.name,
         "period": alert.period.value,
     }
+    if threshold_percent is not None:
+        labels["threshold_percent"] = str(threshold_percent)
+        labels["severity"] = ("critical" if kind is AlertKind.THRESHOLD_CROSSED and threshold_percent >= 100
+                              else "warning")
+    else:
+        labels["severity"] = "info" if kind is AlertKind.RECOVERED else "warning"
+    return labels
+
+
+def _fingerprint(labels: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def webhook_group(alert: Alert) -> tuple[dict[str, str], str]:
+    """(``groupLabels``, ``groupKey``) of a policy's alerts: one group, i.e. one incident, per BudgetPolicy.
+
+    Alertmanager's ``groupKey`` is ``<route matchers>:<group labels>``; with the root route's empty matchers
+    this is ``{}:{budgetpolicy="<name>", namespace="<namespace>"}``. Every alert of the policy (firing or
+    resolved, any kind) carries it, so the recovery resolves the incident its alerts opened.
+    """
+    group_labels = {"budgetpolicy": alert.policy.name, "namespace": alert.policy.namespace}
+    key = "{}:{" + ", ".join(f'{k}="{v}"' for k, v in sorted(group_labels.items())) + "}"
+    return group_labels, key
+
+
+def webhook_payload(alert: Alert, receiver: str = "modalscale") -> dict[str, Any]:
+    """Alertmanager-compatible webhook body (``version: "4"``), no URLs.
+
+    Firing: one alert per threshold in the message (a threshold is one alert, as one Alertmanager rule instance
+    is), ``endsAt`` the zero time. Recovered (``status: resolved``): the alerts of ``alert.resolves``, each with
+    the labels, fingerprint and ``startsAt`` it fired with and ``endsAt`` = the recovery's time; the same
+    ``groupKey`` as the firing (:func:`webhook_group`). A recovery that names none (an outbox item stored before
+    ``resolves`` existed) sends one resolved ``BudgetRecovered`` alert under that ``groupKey``.
+    """
     annotations = {"summary": alert.title, "description": "\n".join(f"{k}: {v}" for k, v in alert.facts())}
-    if alert.thresholds_percent:
-        labels["threshold_percent"] = ",".join(str(p) for p in alert.thresholds_percent)
-    fingerprint = hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]
-    status = "resolved" if alert.resolved else "firing"
-    item = {
-        "status": status,
-        "labels": labels,
-        "annotations": annotations,
-        "startsAt": format_time(alert.created_at),
-        "endsAt": format_time(alert.created_at) if alert.resolved else _ZERO_TIME,
-        "generatorURL": "",
-        "fingerprint": fingerprint,
-    }
-    group_labels = {"alertname": labels["alertname"], "budgetpolicy": alert.policy.name}
+    created = format_time(alert.created_at)
+    items: list[dict[str, Any]] = []
+    if alert.resolved and alert.resolves:
+        for firing in alert.resolves:
+            labels = _alert_labels(firing.kind, alert, firing.threshold_percent)
+            items.append({"status": "resolved", "labels": labels, "annotations": annotations,
+                          "startsAt": format_time(firing.starts_at), "endsAt": created, "generatorURL": "",
+                          "fingerprint": _fingerprint(labels)})
+    else:
+        status = "resolved" if alert.resolved else "firing"
+        for percent in alert.thresholds_percent or (None,):
+            labels = _alert_labels(alert.kind, alert, percent)
+            items.append({"status": status, "labels": labels, "annotations": annotations, "startsAt": created,
+                          "endsAt": created if alert.resolved else _ZERO_TIME, "generatorURL": "",
+                          "fingerprint": _fingerprint(labels)})
+    common = {k: v for k, v in items[0]["labels"].items() if all(i["labels"].get(k) == v for i in items)}
+    group_labels, group_key = webhook_group(alert)
     return {
         "version": "4",
-        "groupKey": "{}:{" + ", ".join(f'{k}="{v}"' for k, v in sorted(group_labels.items())) + "}",
+        "groupKey": group_key,
         "truncatedAlerts": 0,
-        "status": status,
+        "status": "resolved" if alert.resolved else "firing",
         "receiver": receiver,
         "groupLabels": group_labels,
-        "commonLabels": labels,
+        "commonLabels": common,
         "commonAnnotations": annotations,
         "externalURL": "",
-        "alerts": [item],
+        "alerts": items,
     }
 
 
@@ -253,5 +293,5 @@ def prepare_request(kind: NotifierType | str, url: str, secret: str | None, aler
 __all__ = [
     "Alert", "PreparedRequest", "SLACK_MAX_HEADER_CHARS", "WECOM_MAX_MARKDOWN_BYTES", "build_payload",
     "dingtalk_payload", "encode_json", "feishu_payload", "prepare_request", "slack_payload", "teams_payload",
-    "webhook_payload", "wecom_payload",
+    "webhook_group", "webhook_payload", "wecom_payload",
 ]

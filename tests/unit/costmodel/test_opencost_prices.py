@@ -164,7 +164,7 @@ BAD_ANSWERS = [
     ("code-500", 200, json.dumps({"code": 500, "status": "error", "message": "boom", "data": None}), "code=500"),
     ("data-list", 200, json.dumps({"code": 200, "status": "success", "data": [{}]}), "'data' is list"),
     ("asset-not-object", 200, json.dumps({"code": 200, "data": {"k": 3}}), "asset 'k' is int"),
-    ("null-cost", 200, answer(node("n1", cpuCost=None)), "node 'n1': cpuCost is null"),
+    ("null-hours", 200, answer(node("n1", cpuCoreHours=None)), "node 'n1': cpuCoreHours is null"),
     ("nan-cost", 200, answer(node("n1", gpu_label="nvidia-l4", gpuCost=float("nan"), GPUHours=1.0)),
      "node 'n1': gpuCost is nan"),
     ("inf-hours", 200, answer(node("n1", cpuCoreHours=float("inf"))), "cpuCoreHours is inf"),
@@ -253,3 +253,57 @@ def test_a_gpu_type_only_spot_nodes_have_stays_unknown_without_an_on_demand_pric
     res = ReplicaResources.from_quantities("1", "1Gi", 1, "acme-gpu")
     with pytest.raises(UnknownPrice, match="acme-gpu"):
         resolve_replica_price(res, "Spot", CATALOG, obs)
+
+
+# Issue 22 section 1 fault 2: OpenCost reports a node it cannot price at cost 0 (opencost/opencost#73, PR #3194).
+# A zero or missing cost is "unknown" for that node, never a price: it must not pull the per-unit average down.
+UNPRICED_NODES = [
+    ("zero-cost", dict(cpuCost=0.0, ramCost=0.0, gpuCost=0.0)),
+    ("null-cost", dict(cpuCost=None, ramCost=None, gpuCost=None)),
+    ("missing-cost", dict(cpuCost=..., ramCost=..., gpuCost=...)),
+]
+
+
+def _unpriced_l4(**costs: Any) -> dict[str, Any]:
+    """An L4 node with the same hours as L4_NODE whose costs are set as given (``...`` = field left out)."""
+    asset = node("gpu-0", gpu_h=4.0, gpu_label="nvidia-l4")
+    for key, value in costs.items():
+        if value is ...:
+            del asset[key]
+        else:
+            asset[key] = value
+    return asset
+
+
+@pytest.mark.parametrize("costs", [c for _, c in UNPRICED_NODES], ids=[i for i, _ in UNPRICED_NODES])
+def test_a_node_opencost_cannot_price_is_left_out_of_the_per_unit_average(costs: dict[str, Any]) -> None:
+    # One priced L4 node (0.05/core-h, 0.005/GiB-h, 0.70/GPU-h) and one OpenCost cannot price, same hours.
+    obs = observed(answer(L4_NODE, _unpriced_l4(**costs)))
+    assert obs.prices is not None, obs.problem
+    rates = obs.prices.from_opencost
+    # Averaged with the zero node these came out at half: 0.025, 0.0025, 0.35.
+    assert rates["cpuCoreHour.onDemand"] == Decimal("0.05")
+    assert rates["memoryGiBHour.onDemand"] == Decimal("0.005")
+    assert rates["gpuHour.nvidia-l4.onDemand"] == Decimal("0.7")
+    priced = resolve_replica_price(L4_REPLICA, "OnDemand", CATALOG, obs)
+    assert (priced.source, priced.usd_per_hour) == (PriceSource.OPENCOST, Decimal("0.76"))
+    assert "1 node(s) without an OpenCost price left out (gpu-0)" in priced.message
+
+
+def test_an_l4_priced_on_one_node_and_zero_on_another_is_not_halved() -> None:
+    # The issue's figures: one L4 node at 0.80 USD/GPU-h and one at cost 0 came out at 0.40.
+    priced_node = node("gpu-1", gpu_h=2.0, gpu_usd=1.6, gpu_label="nvidia-l4")
+    zero_node = node("gpu-2", gpu_h=2.0, gpu_usd=0.0, gpu_label="nvidia-l4", cpu_usd=0.0, ram_usd=0.0)
+    obs = observed(answer(priced_node, zero_node))
+    assert obs.prices is not None
+    assert obs.prices.from_opencost["gpuHour.nvidia-l4.onDemand"] == Decimal("0.8")
+    assert obs.prices.from_opencost["cpuCoreHour.onDemand"] == Decimal("0.05")  # 0.4 / 8, not 0.4 / 16
+
+
+def test_when_no_node_of_a_figure_is_priced_the_catalog_prices_it() -> None:
+    obs = observed(answer(node("cpu-1"), _unpriced_l4(gpuCost=None)))
+    priced = resolve_replica_price(L4_REPLICA, "OnDemand", CATALOG, obs)
+    l4 = CATALOG.gpu_hour["nvidia-l4"].on_demand.usd_per_unit_hour
+    assert priced.source is PriceSource.CATALOG_FALLBACK
+    assert priced.usd_per_hour == Decimal("0.05") + Decimal("0.01") + l4
+    assert "gpuHour.nvidia-l4.onDemand" in priced.message

@@ -1,0 +1,178 @@
+"""``spec.limit.amount``: the operator reads it exactly as strictly as the CRD, and the planner never raises on it.
+
+Issue 22 section 1 fault 5: the parser accepted 1e999, 1E+30, 0.0000001, "100.", " 100" and "1_000", all refused
+by the CRD's pattern, and 1e999 made the policy planner raise InvalidOperation instead of reporting InvalidSpec.
+An object stored under an older CRD (or written past a webhook-less apiserver) reaches the operator, so the
+operator's grammar is the CRD's: its ``pattern``, its ``maxLength``, its ``type: string`` and its CEL rule
+``self.amount.matches('[1-9]')`` (greater than zero).
+
+The CRD side is evaluated with Python's ``re`` on the CRD's own pattern (``fullmatch``); the apiserver uses RE2,
+and for this pattern (ASCII character classes, anchors, bounded repeats, no flags) the two agree: ``[0-9]`` is
+ASCII in both, and ``fullmatch`` refuses a trailing newline as RE2's ``$`` (end of text) does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from modalscale.costmodel.budget import parse_budget_spec
+from modalscale.costmodel.budget.plan import plan_budget
+from modalscale.costmodel.budget.spec import (
+    LIMIT_AMOUNT_MAX_CHARS,
+    LIMIT_AMOUNT_NONZERO_RULE,
+    LIMIT_AMOUNT_PATTERN,
+    InvalidBudgetSpec,
+)
+from modalscale.costmodel.budget.state import AlertState, ServiceState
+from modalscale.costmodel.catalog import load_catalog
+from modalscale.operator.budget.plan import BudgetObserved, plan_policy
+from modalscale.operator.conditions import get
+
+REPO = Path(__file__).resolve().parents[3]
+CRD_FILES = [REPO / "crds" / "budgetpolicies.modalscale.io.yaml",
+             REPO / "charts" / "modalscale-crds" / "files" / "crds" / "budgetpolicies.modalscale.io.yaml"]
+T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
+
+
+def _limit_schema(path: Path) -> dict[str, Any]:
+    crd = yaml.safe_load(path.read_text())
+    (version,) = crd["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["limit"]
+
+
+LIMIT = _limit_schema(CRD_FILES[0])
+AMOUNT = LIMIT["properties"]["amount"]
+
+
+def crd_accepts(value: object) -> bool:
+    """What the apiserver admits for ``spec.limit.amount``: type string, maxLength, pattern, then the CEL rule."""
+    if not isinstance(value, str):
+        return False
+    if len(value) > AMOUNT["maxLength"] or re.fullmatch(AMOUNT["pattern"], value) is None:
+        return False
+    (rule,) = LIMIT["x-kubernetes-validations"]
+    nonzero = re.fullmatch(r"self\.amount\.matches\('(.*)'\)", rule["rule"])
+    assert nonzero is not None, rule
+    return re.search(nonzero.group(1), value) is not None  # CEL matches() is an unanchored RE2 search
+
+
+def operator_accepts(value: object) -> bool:
+    try:
+        parse_budget_spec({"period": "Daily", "limit": {"amount": value}, "thresholds": [{"percent": 100}]})
+    except InvalidBudgetSpec as exc:
+        assert exc.field == "spec.limit.amount", exc
+        return False
+    return True
+
+
+@pytest.mark.parametrize("path", CRD_FILES, ids=["crds", "chart"])
+def test_the_parser_grammar_is_the_crds_own(path: Path) -> None:
+    limit = _limit_schema(path)
+    assert limit["properties"]["amount"]["pattern"] == LIMIT_AMOUNT_PATTERN
+    assert limit["properties"]["amount"]["maxLength"] == LIMIT_AMOUNT_MAX_CHARS
+    assert [r["rule"] for r in limit["x-kubernetes-validations"]] == [LIMIT_AMOUNT_NONZERO_RULE]
+
+
+HOSTILE = [
+    # the issue's six
+    "1e999", "1E+30", "0.0000001", "100.", " 100", "1_000",
+    # others of the kind
+    "NaN", "nan", "sNaN", "Infinity", "-Infinity", "inf", "-0", "-1", "1e-7", "1e3", "+100", "+0.5",
+    "\u0661\u0660\u0660",  # Arabic-Indic 100: Decimal() reads it
+    "\uff11\uff10\uff10",  # full-width 100: Decimal() reads it
+    "100\n", "100 ", "\t100", "1,000", "0x10", ".5", "1.", "", " ", "0", "0.0", "000", "0.000000",
+    "1234567890123",  # 13 digits before the point
+    "1.0000001",  # 7 after
+    "99999999999999999999",  # maxLength 20 but 20 digits
+    "1 000", "١٠٠.٥", "१००",  # Devanagari 100
+]
+VALID = ["250", "19.99", "0.000001", "999999999999.999999", "0.5", "007", "100.000000", "1"]
+NOT_STRINGS: list[object] = [250, 12.5, True, None, Decimal("250"), ["250"]]
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=[ascii(v) for v in HOSTILE])
+def test_a_value_the_crd_refuses_the_operator_refuses(value: str) -> None:
+    assert not crd_accepts(value)
+    assert not operator_accepts(value)
+
+
+@pytest.mark.parametrize("value", VALID, ids=VALID)
+def test_a_value_the_crd_admits_the_operator_reads_exactly(value: str) -> None:
+    assert crd_accepts(value)
+    spec = parse_budget_spec({"period": "Daily", "limit": {"amount": value}, "thresholds": [{"percent": 100}]})
+    assert spec.limit.amount == Decimal(value)
+
+
+@pytest.mark.parametrize("value", NOT_STRINGS, ids=[repr(v) for v in NOT_STRINGS])
+def test_a_value_that_is_not_a_string_is_refused_as_the_crds_type_string_does(value: object) -> None:
+    assert not crd_accepts(value)
+    assert not operator_accepts(value)
+
+
+def _policy(amount: object) -> dict[str, Any]:
+    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy",
+            "metadata": {"name": "daily", "namespace": "ml", "uid": "p-1", "generation": 3},
+            "spec": {"period": "Daily", "limit": {"amount": amount, "currency": "USD"},
+                     "thresholds": [{"percent": 50}, {"percent": 100, "actions": ["Alert", "ScaleDown"]}]}}
+
+
+@pytest.mark.parametrize("value", [*HOSTILE, *NOT_STRINGS], ids=[ascii(v) for v in [*HOSTILE, *NOT_STRINGS]])
+def test_the_policy_planner_reports_invalid_spec_and_never_raises(value: object) -> None:
+    plan = plan_policy(_policy(value), BudgetObserved(isvcs=[], pods={"ml": []}), load_catalog(), [], T0)
+    ready = get(plan.status_patch["conditions"], "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert "spec.limit.amount" in ready["message"]
+    assert plan.annotation_writes == [] and plan.alerts == ()
+
+
+@pytest.mark.parametrize("limit", ["0.000001", "999999999999.999999"])
+def test_the_extreme_admitted_limits_plan_without_a_decimal_error(limit: str) -> None:
+    """The smallest and the largest amount the CRD admits, against a small and a huge spend: no Decimal trap."""
+    spec = parse_budget_spec({"period": "Daily", "limit": {"amount": limit},
+                              "thresholds": [{"percent": 50}, {"percent": 200}], "forecast": {"enabled": True}})
+    service = ServiceState("ml", "a", 1000, 1000, Decimal("999999.999999999"))
+    for spent in (Decimal(0), Decimal("0.000000001"), Decimal("999999999999.999999999")):
+        plan = plan_budget(spec, spent, [service], AlertState(), T0)
+        assert plan.limit_usd == Decimal(limit)
+        plan.status_fields()  # every amount written as a decimal string
+        for alert in plan.alerts:
+            alert.text()
+
+
+# The same kind of fault in the amounts read back from status (the ledger's ``spent`` and ``costUSDPerHour``):
+# 1e999 or 1E+40 there made plan_policy raise InvalidOperation (quantizing to 1e-9 needs more than 34 digits).
+HOSTILE_STATUS_AMOUNTS = ["1e999", "1E+40", " 5", "5_0", "+5", "NaN", "Infinity", "\uff15", "5.", ".5", "5\n",
+                          "9" * 26, "1" * 33]
+
+
+def _policy_with_ledger_spent(spent: str) -> dict[str, Any]:
+    policy = _policy("10")
+    policy["status"] = {"periodStart": "2026-11-30T00:00:00Z",
+                        "ledger": {"observedTime": "2026-11-30T09:59:00Z",
+                                   "services": [{"namespace": "ml", "name": "a", "replicas": 0,
+                                                 "costUSDPerHour": "1", "spent": spent}]}}
+    return policy
+
+
+@pytest.mark.parametrize("spent", HOSTILE_STATUS_AMOUNTS, ids=[ascii(v) for v in HOSTILE_STATUS_AMOUNTS])
+def test_a_status_amount_that_does_not_parse_is_invalid_status_never_an_exception(spent: str) -> None:
+    plan = plan_policy(_policy_with_ledger_spent(spent), BudgetObserved(isvcs=[], pods={"ml": []}), load_catalog(),
+                       [], T0)
+    ready = get(plan.status_patch["conditions"], "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidStatus")
+    assert "status.ledger.services[0].spent" in ready["message"]
+
+
+def test_a_readable_status_amount_still_plans() -> None:
+    plan = plan_policy(_policy_with_ledger_spent("4.000000001"), BudgetObserved(isvcs=[], pods={"ml": []}),
+                       load_catalog(), [], T0)
+    assert plan.budget is not None and plan.budget.spent_usd == Decimal("4.000000001")
