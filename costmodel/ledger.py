@@ -144,6 +144,11 @@ class ServiceObservation:
             not known (the replicas in force are then charged for the whole interval).
         tier_prices: ``(tier, USD per replica-hour or None)`` for pods whose ``tier`` is set (the tier their node
             ran them at); a pod at a tier missing here is not priced.
+        stopped: Pods no longer listed whose stop was recorded when they went (the operator's pod watch records
+            each deletion: ``modalscale.operator.budget.podstops``), each with ``stop`` set. Charged like listed
+            pods (:func:`advance` merges them by name; a listed pod keeps its own record unless this one says
+            it stopped earlier). Records whose stop the ledger has already passed charge nothing, so the same
+            records may be passed again at every evaluation. Ignored when ``pods`` is None.
     """
 
     namespace: str
@@ -152,6 +157,29 @@ class ServiceObservation:
     usd_per_replica_hour: Decimal | None
     pods: tuple[PodRun, ...] | None = None
     tier_prices: tuple[tuple[str, Decimal | None], ...] = ()
+    stopped: tuple[PodRun, ...] = ()
+
+    def charged_pods(self) -> tuple[PodRun, ...] | None:
+        """``pods`` and ``stopped`` merged by name (None when ``pods`` is None), sorted by name.
+
+        A pod both listed and recorded takes the earlier stop (the record of its deletion is later news than a
+        listing that still showed it running or terminating with its deadline).
+
+        Raises:
+            ValueError: A record of ``stopped`` without a stop (names the service and the pod).
+        """
+        if self.pods is None:
+            return None
+        merged = {p.name: p for p in self.pods}
+        for r in self.stopped:
+            if r.stop is None:
+                raise ValueError(f"service {self.namespace}/{self.name}: stopped pod {r.name} has no stop time")
+            listed = merged.get(r.name)
+            if listed is None:
+                merged[r.name] = r
+            elif listed.stop is None or r.stop < listed.stop:
+                merged[r.name] = replace(listed, stop=r.stop)
+        return tuple(sorted(merged.values(), key=lambda p: p.name))
 
     def pod_price(self, pod: PodRun) -> Decimal | None:
         """USD per hour of one pod: at its node's tier when known, else the service's price (None: unknown)."""
@@ -388,7 +416,8 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
-    obs = list(observations)
+    # Pods whose deletion was recorded are charged like listed ones (ServiceObservation.stopped).
+    obs = [replace(o, pods=o.charged_pods(), stopped=()) if o.stopped else o for o in observations]
     seen: set[tuple[str, str]] = set()
     for o in obs:
         if (o.namespace, o.name) in seen:
