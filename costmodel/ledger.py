@@ -31,13 +31,17 @@ Rules (all pure; the caller passes ``now``):
 * **Pods** (:class:`PodRun`, when the observation lists them): the interval ``[t0, t1)`` since ``observedTime``
   costs, per service, ``price x replica-seconds`` where every pod listed at ``t1`` counts its overlap of
   ``[t0, t1)`` with ``[start, stop)`` (``start`` = ``status.startTime``, unknown = before ``t0``; ``stop`` = its
-  ``deletionTimestamp`` when terminating, the kubelet's deadline to be gone, else still running), plus, for each
-  of the replicas in force since ``t0`` that no listed pod accounts for (a pod gone by ``t1``, whose stop
-  nobody saw), the whole interval: an upper bound. The replicas in force since ``t0`` are those running then,
-  or fewer when budget enforcement applied a cap then (``with_rates_in_force``): a pod removed by an enforced
-  cap stops costing when it is gone, and one that is still listed at ``t1`` (the cap did not take effect) is
-  charged by its own timestamps anyway. Without a pod list (``pods=None``) the replicas in force are charged
-  for the whole interval, as before.
+  ``deletionTimestamp`` when terminating, the kubelet's deadline to be gone, else still running), plus, for each of
+  the replicas in force since ``t0`` that no listed pod accounts for (a pod gone by ``t1``, whose stop nobody saw),
+  the whole interval: an upper bound. Pods gone by ``t1`` whose deletion was recorded
+  (``ServiceObservation.stopped``: the operator's pod watch) count as listed, to their own stop, so only a deletion
+  nobody saw is charged to ``t1``. The charge is a function of each pod's ``[start, stop)`` and ``observedTime``
+  (the watermark): a record passed again after ``observedTime`` passed its stop charges nothing, so replays (a
+  rerun, a restart, several evaluations) never charge a pod twice. The replicas in force since ``t0`` are those
+  running then, or fewer when budget enforcement applied a cap then (``with_rates_in_force``): a pod removed by an
+  enforced cap stops costing when it is gone, and one that is still listed at ``t1`` (the cap did not take effect)
+  is charged by its own timestamps anyway. Without a pod list (``pods=None``) the replicas in force are charged for
+  the whole interval, as before.
 * **Services new to the ledger** (a policy's first evaluation, a policy deleted and created again, a service
   created or selected since the last evaluation) are charged for what their listed pods ran since
   ``max(window start, status.startTime)``: the window starts at the period start on the first evaluation, else at
