@@ -151,8 +151,9 @@ class ServiceObservation:
         stopped: Pods no longer listed whose stop was recorded when they went (the operator's pod watch records
             each deletion: ``modalscale.operator.budget.podstops``), each with ``stop`` set. Charged like listed
             pods (:func:`advance` merges them by name; a listed pod keeps its own record unless this one says
-            it stopped earlier). Records whose stop the ledger has already passed charge nothing, so the same
-            records may be passed again at every evaluation. Ignored when ``pods`` is None.
+            it stopped earlier; a pod listed running whose record stopped by ``now`` is not counted in
+            ``replicas``). Records whose stop the ledger has already passed charge nothing, so the same records
+            may be passed again at every evaluation. Ignored when ``pods`` is None.
     """
 
     namespace: str
@@ -421,7 +422,7 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
     # Pods whose deletion was recorded are charged like listed ones (ServiceObservation.stopped).
-    obs = [replace(o, pods=o.charged_pods(), stopped=()) if o.stopped else o for o in observations]
+    obs = [_with_recorded_stops(o, now) if o.stopped else o for o in observations]
     seen: set[tuple[str, str]] = set()
     for o in obs:
         if (o.namespace, o.name) in seen:
@@ -530,6 +531,20 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     new_ledger = Ledger(now, p_start, tuple(entries))
     return LedgerAdvance(new_ledger, new_ledger.spent_usd, p_start, p_end, tuple(segments), closed,
                          tuple(unpriced), new_period)
+
+
+def _with_recorded_stops(o: ServiceObservation, now: datetime) -> ServiceObservation:
+    """``o`` with its recorded stops merged into ``pods`` (:meth:`ServiceObservation.charged_pods`).
+
+    A pod the listing showed running whose record says it stopped by ``now`` (its deletion came between the
+    listing and the read of the records) is not counted in ``replicas`` either: it is not in force from ``now``.
+    """
+    pods = o.charged_pods()
+    if pods is None or o.pods is None or o.replicas is None:
+        return replace(o, pods=pods, stopped=())
+    listed_running = {p.name for p in o.pods if p.stop is None}
+    stopped_since = sum(1 for p in pods if p.name in listed_running and p.stop is not None and p.stop <= now)
+    return replace(o, pods=pods, stopped=(), replicas=max(0, o.replicas - stopped_since))
 
 
 def _new_service_work(ledger: Ledger, obs: Sequence[ServiceObservation], now: datetime, p_start: datetime

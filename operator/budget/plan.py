@@ -358,11 +358,14 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
         pods = observed.pods.get(ns)
         own = None if pods is None else [
             p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name]
-        replicas = None if own is None else running_replicas(own)
-        runs = None if own is None else pod_runs(own, observed.node_labels)
         stopped = gone_pod_runs([g for g in observed.gone.get(ns, ()) if
                                  ((g.pod.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name],
                                 observed.node_labels)
+        # A listed pod the watch saw deleted since the listing runs no more.
+        gone_names = {r.name for r in stopped}
+        replicas = None if own is None else running_replicas(
+            [p for p in own if (p.get("metadata") or {}).get("name") not in gone_names])
+        runs = None if own is None else pod_runs(own, observed.node_labels)
         waiting = None if own is None else spot_pending_since(own)
         raw_scaling = (isvc.get("spec") or {}).get("scaling") or {}
         try:

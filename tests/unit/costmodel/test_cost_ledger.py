@@ -455,3 +455,21 @@ def test_a_stopped_pod_without_a_stop_time_is_refused_naming_the_pod() -> None:
 
     with pytest.raises(ValueError, match="default/svc: stopped pod svc-a has no stop time"):
         advance(Ledger(), [_svc((), stopped=(PodRun("svc-a", utc(2026, 5, 1, 9)),))], utc(2026, 5, 1, 12), "Daily")
+
+
+def test_a_pod_listed_running_but_recorded_deleted_is_not_carried_as_a_replica_in_force() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    # The listing at t1 still shows b running, but its deletion (stop t0 + 50 s) was recorded before the records
+    # were read. b costs to its stop and is not among the replicas in force from t1: at t2 only a is charged (a
+    # replica carried without a pod would be charged the whole next interval, as if gone unseen).
+    t0, t1, t2 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1), utc(2026, 5, 1, 12, 2)
+    a, b = PodRun("svc-a", utc(2026, 5, 1, 9)), PodRun("svc-b", utc(2026, 5, 1, 9))
+    first = advance(Ledger(), [_svc((a, b))], t0, "Daily")
+    b_gone = replace(b, stop=t0 + timedelta(seconds=50))
+    second = advance(reload(first.ledger), [_svc((a, b), stopped=(b_gone,))], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("1.10")  # a 60 s + b 50 s
+    (entry,) = second.ledger.entries
+    assert entry.replicas == 1 and entry.cost_usd_per_hour == D("36")
+    third = advance(reload(second.ledger), [_svc((a,), stopped=(b_gone,))], t2, "Daily")
+    assert third.spent_usd - second.spent_usd == D("0.60")

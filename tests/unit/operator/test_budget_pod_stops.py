@@ -153,3 +153,14 @@ def test_the_pod_watch_records_deletions_only_without_a_finalizer() -> None:
                logger=__import__("logging").getLogger("test"))
     (gone,) = runtime.gone_pods.in_namespaces(["ml"], at(60))["ml"]
     assert gone.seen_at == at(21) and gone_pod_runs([gone]) == (PodRun("vc-1", at(-7200), at(20)),)
+
+
+def test_a_listed_pod_the_watch_saw_deleted_since_is_not_a_running_replica() -> None:
+    from modalscale.costmodel.budget import parse_budget_spec
+    from modalscale.operator.budget.plan import selected_services
+
+    listed = [pod("vc-0", start=at(-7200)), pod("vc-1", start=at(-7200))]
+    gone = {"ml": [GonePod(pod("vc-1", start=at(-7200), deleting=at(80), finished=[at(50)]), at(59))]}
+    (svc,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml",
+                               BudgetObserved([make_isvc()], {"ml": listed}, gone=gone), CATALOG)
+    assert svc.replicas == 1 and svc.stopped == (PodRun("vc-1", at(-7200), at(50)),)
