@@ -46,7 +46,8 @@ Rules (all pure; the caller passes ``now``):
   created or selected since the last evaluation) are charged for what their listed pods ran since
   ``max(window start, status.startTime)``: the window starts at the period start on the first evaluation, else at
   ``observedTime``. A pod whose start is unknown is charged from this evaluation on; pods that ended and are no
-  longer listed before the policy existed cannot be known (the spend is then a lower bound).
+  longer listed before the policy existed cannot be known unless their deletion is passed in
+  ``ServiceObservation.stopped`` (the spend is otherwise a lower bound).
 * **Tiers**: a pod whose ``PodRun.tier`` is set (the capacity type of the node it ran on, e.g. Spot after a
   ``SwitchToSpot``) is charged at that tier's price (``ServiceObservation.tier_prices``); the others at the
   service's price. A pod at a tier with no price is charged nothing and the interval is reported unpriced (the
