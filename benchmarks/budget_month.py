@@ -8,10 +8,12 @@ ledger -> ``plan_budget`` -> rates in force), the function ``operator/budget_pla
 
 Each step ``t`` (every 15 s): the autoscaler sets replicas within the budget caps in force, as pods: a new pod
 starts at ``t``; a pod scaled away stops at ``t`` and stays listed, terminating (its ``deletionTimestamp``), for
-``TERMINATING_S``. On an evaluation (every 60 s) the budget observes the pods listed at ``t`` (each with its own
-start and, when terminating, stop), plans, and its caps apply at once (no apply latency here: the integration
-test ``tests/integration/operator/test_budget.py`` measures that on a real control plane). Ground truth is
-replica-seconds x price at 15 s resolution.
+``TERMINATING_S``, then is deleted: the operator's pod watch records it with its stop (``DELETED`` event, its
+containers' ``finishedAt``; ``modalscale.operator.budget.podstops``). On an evaluation (every 60 s) the budget
+observes the pods listed at ``t`` (each with its own start and, when terminating, stop) and the pods the watch
+recorded deleted, plans, and its caps apply at once (no apply latency here: the integration test
+``tests/integration/operator/test_budget.py`` measures that on a real control plane). Ground truth (the
+independent meter) is replica-seconds x price at 15 s resolution.
 
 Each policy runs twice, side by side: ``before`` is the operator before 2026-11-30, kept here as a frozen
 baseline (:func:`legacy_evaluation`: replica counts sampled at each evaluation and held for the interval, a
@@ -27,6 +29,10 @@ charged at the capped rate):
 * ``constant``: one 8 x H100 replica (the integration test's) at a constant 82.56 USD/h against a ~100 USD
   Daily hard cap, the limit stepped through 20 phases of the 60 s grid: the ledger is exact at a constant rate,
   so this isolates the planner's timing (one interval is 1.38 USD, 1.4 % of the limit).
+
+Issue 22 (the ledger ran ahead of true spend): each policy also runs with the per-pod ledger fed the listings
+only (``watch=False``: a pod gone before the next listing is charged up to that evaluation), the operator
+before the pod watch; printed as "listing only" against "with the pod watch".
 
 Printed: overspend past the cap as % of the limit (goal <= 1 %), time from each enforcing threshold's true
 crossing to the evaluation that applied its action, and what that time is made of (the evaluation grid and the
@@ -71,6 +77,9 @@ SEED = 20260301
 MONTH = period_bounds("Monthly", TZ, datetime(2026, 3, 15, tzinfo=timezone.utc))
 ENFORCING = (ThresholdAction.CAP_REPLICAS, ThresholdAction.SCALE_DOWN, ThresholdAction.SCALE_TO_ZERO)
 TERMINATING_S = 30    # a pod scaled away stays listed, terminating, this long (Kubernetes' default grace period)
+RECORDS_KEPT_S = 2 * EVAL_S  # deleted pods passed to each evaluation (the operator keeps 3 h; a record older than
+# the previous evaluation charges nothing, tests/unit/costmodel/test_cost_ledger.py shows it, so 2 intervals
+# give the same spend and keep the simulation fast)
 
 
 @dataclass(frozen=True)
@@ -129,16 +138,21 @@ class Pods:
         self.name, self.made = name, 0
         self.running: list[PodRun] = []
         self.terminating: list[PodRun] = []
+        self.deleted: list[PodRun] = []  # what the operator's pod watch recorded (DELETED events), with stops
 
     def scale(self, replicas: int, t: datetime) -> None:
-        """Start or stop pods at ``t`` (newest stop first); terminating pods leave after ``TERMINATING_S``."""
+        """Start or stop pods at ``t`` (newest stop first); terminating pods are deleted after ``TERMINATING_S``
+        (the pod watch records each, kept ``RECORDS_KEPT_S``)."""
         while len(self.running) < replicas:
             self.made += 1
             self.running.append(PodRun(f"{self.name}-{self.made}", t))
         while len(self.running) > replicas:
             self.terminating.append(replace(self.running.pop(), stop=t))
-        self.terminating = [p for p in self.terminating
-                            if p.stop is not None and (t - p.stop).total_seconds() < TERMINATING_S]
+        keep = [p for p in self.terminating if p.stop is not None and (t - p.stop).total_seconds() < TERMINATING_S]
+        self.deleted += [p for p in self.terminating if p not in keep]
+        self.terminating = keep
+        self.deleted = [p for p in self.deleted if p.stop is not None
+                        and (t - p.stop).total_seconds() < TERMINATING_S + RECORDS_KEPT_S]
 
     def listed(self) -> tuple[PodRun, ...]:
         return (*self.running, *self.terminating)
@@ -169,10 +183,12 @@ def evaluate(spec: Any, status: dict[str, Any], services: list[ServiceState], t:
                                       if ev.ledger.period_start else None}))
 
 
-def simulate(spec_dict: dict[str, Any], *, enforce: bool = True, old: bool = False) -> dict[str, Any]:
+def simulate(spec_dict: dict[str, Any], *, enforce: bool = True, old: bool = False, watch: bool = True
+             ) -> dict[str, Any]:
     """One month. ``enforce=False``: plans are computed but not applied (the ungoverned baseline).
 
     ``old=True``: the operator before 2026-11-30 (:func:`legacy_evaluation`); else the product's evaluation.
+    ``watch=False``: the pods the watch recorded deleted are not passed (the operator before issue 22).
     """
     cat = default_catalog()
     prices = {s.name: cat.price_replica(s.resources, "OnDemand") for s in SERVICES}
@@ -196,7 +212,8 @@ def simulate(spec_dict: dict[str, Any], *, enforce: bool = True, old: bool = Fal
 
     def observed() -> list[ServiceState]:
         return [ServiceState("ml", s.name, len(pods[s.name].running), s.max_replicas, prices[s.name], s.priority,
-                             pods=pods[s.name].listed()) for s in SERVICES]
+                             pods=pods[s.name].listed(), stopped=tuple(pods[s.name].deleted) if watch else ())
+                for s in SERVICES]
 
     t = start
     while t < end:
@@ -354,11 +371,15 @@ def main() -> int:
     month_truth = ungoverned["periods"][0].truth
     limit = (month_truth * Decimal("0.75")).quantize(Decimal("1"))  # the month would overspend by a third
     day_limit = (month_truth * Decimal("0.75") / len(month_days())).quantize(Decimal("1"))
-    runs = {}
+    runs, listing_only = {}, {}
     for key, spec in (("hard cap", policy("Monthly", limit, HARD_CAP)),
                       ("floor + 105 %", policy("Monthly", limit, FLOOR_105)),
                       ("daily hard cap", policy("Daily", day_limit, HARD_CAP))):
         runs[key] = (simulate(spec, old=True), simulate(spec))
+        listing_only[key] = simulate(spec, watch=False)
+    ungoverned_listing = simulate({"period": "Monthly", "timeZone": TZ, "limit": {"amount": "1"},
+                                   "thresholds": [{"percent": 100, "actions": ["Alert"]}],
+                                   "evaluationIntervalSeconds": EVAL_S}, enforce=False, watch=False)
     const = (constant_rate_overspend(old=True), constant_rate_overspend(old=False))
     wall = time.perf_counter() - wall
 
@@ -415,8 +436,20 @@ def main() -> int:
         + "  (before / after)")
     st = ungoverned["stops"]
     print(f"Pods stopped between evaluations (ungoverned run): {st['seen']} still listed, terminating, at the next "
-          f"evaluation (charged to their own stop); {st['unseen']} gone by then (listed {TERMINATING_S} s after the "
-          f"stop), charged to that evaluation (the per-pod ledger's upper bound, what ships)")
+          f"evaluation; {st['unseen']} gone by then (listed {TERMINATING_S} s after the stop), known only from the "
+          f"pod watch's deletion records. Both are charged to their own stop.")
+    print("Issue 22, the per-pod ledger fed the listings only (a pod gone by the next evaluation charged up to it) / "
+          "with the pod watch's deletions (goal: ledger within +/-0.1 % of the meter, hard caps at ~100 %):")
+    print(f"  ledger vs meter: ungoverned {ledger_error_percent(ungoverned_listing):+.4f} % / "
+          f"{ledger_error_percent(ungoverned):+.4f} %; " + "; ".join(
+              f"{k} {ledger_error_percent(listing_only[k]):+.4f} % / {ledger_error_percent(new):+.4f} %"
+              for k, (_, new) in runs.items()))
+    hl, hw = listing_only["hard cap"]["periods"][0], runs["hard cap"][1]["periods"][0]
+    dl = [float(p.truth / day_limit * 100) for p in listing_only["daily hard cap"]["periods"]]
+    dw = [float(p.truth / day_limit * 100) for p in runs["daily hard cap"][1]["periods"]]
+    print(f"  true spend at month end under the monthly hard cap: {float(hl.truth / limit * 100):.4f} % / "
+          f"{float(hw.truth / limit * 100):.4f} % of the limit; daily hard cap, mean of {len(dw)} days "
+          f"{statistics.mean(dl):.4f} % / {statistics.mean(dw):.4f} % [{min(dw):.4f}, {max(dw):.4f}]")
     print("Alerts per threshold and period: " + "; ".join(
         f"{k} {alerts_once(old)} / {alerts_once(new)}" for k, (old, new) in runs.items()))
     print()
@@ -448,10 +481,10 @@ def main() -> int:
     print("before: the planner acts on the ledger, which held each 60 s sample's rate while replicas change every "
           "15 s: its error against the 15 s truth is a random walk (sd 0.02 USD per evaluation here), not a lag; "
           "a ledger ahead of the truth acts before the true crossing (the day never crosses), one behind acts "
-          "after it. after: the per-pod ledger charges each pod from its start, and to its stop when a listing "
-          "shows it terminating; a pod gone by the next evaluation is charged up to that evaluation (an upper "
-          "bound), so with scale-downs every few minutes the ledger runs ahead of the truth and enforcement "
-          "comes early (see 'Pods stopped between evaluations').")
+          "after it. after: the per-pod ledger charges each pod from its start to its stop, read from a listing "
+          "that shows it terminating or from the pod watch's record of its deletion, so it follows the truth to "
+          "the pods' own timestamps (before issue 22, a pod gone by the next evaluation was charged up to that "
+          "evaluation and the ledger ran ahead: see 'listing only').")
     print()
     evals = [r["eval_us"] for pair in runs.values() for r in pair]
     print(f"Mean evaluation (status from JSON + evaluation + status to JSON): {statistics.mean(evals):.0f} us "

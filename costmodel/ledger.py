@@ -31,18 +31,23 @@ Rules (all pure; the caller passes ``now``):
 * **Pods** (:class:`PodRun`, when the observation lists them): the interval ``[t0, t1)`` since ``observedTime``
   costs, per service, ``price x replica-seconds`` where every pod listed at ``t1`` counts its overlap of
   ``[t0, t1)`` with ``[start, stop)`` (``start`` = ``status.startTime``, unknown = before ``t0``; ``stop`` = its
-  ``deletionTimestamp`` when terminating, the kubelet's deadline to be gone, else still running), plus, for each
-  of the replicas in force since ``t0`` that no listed pod accounts for (a pod gone by ``t1``, whose stop
-  nobody saw), the whole interval: an upper bound. The replicas in force since ``t0`` are those running then,
-  or fewer when budget enforcement applied a cap then (``with_rates_in_force``): a pod removed by an enforced
-  cap stops costing when it is gone, and one that is still listed at ``t1`` (the cap did not take effect) is
-  charged by its own timestamps anyway. Without a pod list (``pods=None``) the replicas in force are charged
-  for the whole interval, as before.
+  ``deletionTimestamp`` when terminating, the kubelet's deadline to be gone, else still running), plus, for each of
+  the replicas in force since ``t0`` that no listed pod accounts for (a pod gone by ``t1``, whose stop nobody saw),
+  the whole interval: an upper bound. Pods gone by ``t1`` whose deletion was recorded
+  (``ServiceObservation.stopped``: the operator's pod watch) count as listed, to their own stop, so only a deletion
+  nobody saw is charged to ``t1``. The charge is a function of each pod's ``[start, stop)`` and ``observedTime``
+  (the watermark): a record passed again after ``observedTime`` passed its stop charges nothing, so replays (a
+  rerun, a restart, several evaluations) never charge a pod twice. The replicas in force since ``t0`` are those
+  running then, or fewer when budget enforcement applied a cap then (``with_rates_in_force``): a pod removed by an
+  enforced cap stops costing when it is gone, and one that is still listed at ``t1`` (the cap did not take effect)
+  is charged by its own timestamps anyway. Without a pod list (``pods=None``) the replicas in force are charged for
+  the whole interval, as before.
 * **Services new to the ledger** (a policy's first evaluation, a policy deleted and created again, a service
   created or selected since the last evaluation) are charged for what their listed pods ran since
   ``max(window start, status.startTime)``: the window starts at the period start on the first evaluation, else at
   ``observedTime``. A pod whose start is unknown is charged from this evaluation on; pods that ended and are no
-  longer listed before the policy existed cannot be known (the spend is then a lower bound).
+  longer listed before the policy existed cannot be known unless their deletion is passed in
+  ``ServiceObservation.stopped`` (the spend is otherwise a lower bound).
 * **Tiers**: a pod whose ``PodRun.tier`` is set (the capacity type of the node it ran on, e.g. Spot after a
   ``SwitchToSpot``) is charged at that tier's price (``ServiceObservation.tier_prices``); the others at the
   service's price. A pod at a tier with no price is charged nothing and the interval is reported unpriced (the
@@ -144,6 +149,12 @@ class ServiceObservation:
             not known (the replicas in force are then charged for the whole interval).
         tier_prices: ``(tier, USD per replica-hour or None)`` for pods whose ``tier`` is set (the tier their node
             ran them at); a pod at a tier missing here is not priced.
+        stopped: Pods no longer listed whose stop was recorded when they went (the operator's pod watch records
+            each deletion: ``modalscale.operator.budget.podstops``), each with ``stop`` set. Charged like listed
+            pods (:func:`advance` merges them by name; a listed pod keeps its own record unless this one says
+            it stopped earlier; a pod listed running whose record stopped by ``now`` is not counted in
+            ``replicas``). Records whose stop the ledger has already passed charge nothing, so the same records
+            may be passed again at every evaluation. Ignored when ``pods`` is None.
     """
 
     namespace: str
@@ -152,6 +163,29 @@ class ServiceObservation:
     usd_per_replica_hour: Decimal | None
     pods: tuple[PodRun, ...] | None = None
     tier_prices: tuple[tuple[str, Decimal | None], ...] = ()
+    stopped: tuple[PodRun, ...] = ()
+
+    def charged_pods(self) -> tuple[PodRun, ...] | None:
+        """``pods`` and ``stopped`` merged by name (None when ``pods`` is None), sorted by name.
+
+        A pod both listed and recorded takes the earlier stop (the record of its deletion is later news than a
+        listing that still showed it running or terminating with its deadline).
+
+        Raises:
+            ValueError: A record of ``stopped`` without a stop (names the service and the pod).
+        """
+        if self.pods is None:
+            return None
+        merged = {p.name: p for p in self.pods}
+        for r in self.stopped:
+            if r.stop is None:
+                raise ValueError(f"service {self.namespace}/{self.name}: stopped pod {r.name} has no stop time")
+            listed = merged.get(r.name)
+            if listed is None:
+                merged[r.name] = r
+            elif listed.stop is None or r.stop < listed.stop:
+                merged[r.name] = replace(listed, stop=r.stop)
+        return tuple(sorted(merged.values(), key=lambda p: p.name))
 
     def pod_price(self, pod: PodRun) -> Decimal | None:
         """USD per hour of one pod: at its node's tier when known, else the service's price (None: unknown)."""
@@ -388,7 +422,8 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
-    obs = list(observations)
+    # Pods whose deletion was recorded are charged like listed ones (ServiceObservation.stopped).
+    obs = [_with_recorded_stops(o, now) if o.stopped else o for o in observations]
     seen: set[tuple[str, str]] = set()
     for o in obs:
         if (o.namespace, o.name) in seen:
@@ -497,6 +532,20 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     new_ledger = Ledger(now, p_start, tuple(entries))
     return LedgerAdvance(new_ledger, new_ledger.spent_usd, p_start, p_end, tuple(segments), closed,
                          tuple(unpriced), new_period)
+
+
+def _with_recorded_stops(o: ServiceObservation, now: datetime) -> ServiceObservation:
+    """``o`` with its recorded stops merged into ``pods`` (:meth:`ServiceObservation.charged_pods`).
+
+    A pod the listing showed running whose record says it stopped by ``now`` (its deletion came between the
+    listing and the read of the records) is not counted in ``replicas`` either: it is not in force from ``now``.
+    """
+    pods = o.charged_pods()
+    if pods is None or o.pods is None or o.replicas is None:
+        return replace(o, pods=pods, stopped=())
+    listed_running = {p.name for p in o.pods if p.stop is None}
+    stopped_since = sum(1 for p in pods if p.name in listed_running and p.stop is not None and p.stop <= now)
+    return replace(o, pods=pods, stopped=(), replicas=max(0, o.replicas - stopped_since))
 
 
 def _new_service_work(ledger: Ledger, obs: Sequence[ServiceObservation], now: datetime, p_start: datetime

@@ -79,6 +79,8 @@ class ServiceState:
     node is of that tier (``PodRun.tier``) costs."""
     spot_pending_since: datetime | None = None
     """Creation time of the oldest of its pods that waits, unscheduled, for a Spot node (None: none waits)."""
+    stopped: tuple[PodRun, ...] = ()
+    """Its pods no longer listed whose stop was recorded when they went (``ServiceObservation.stopped``)."""
 
     def price_at(self, tier: str) -> Decimal | None:
         """Price of one replica at ``tier`` (None: not priced)."""
@@ -99,14 +101,15 @@ class ServiceState:
     def observation(self) -> ServiceObservation:
         """The ledger's view of this service."""
         return ServiceObservation(self.namespace, self.name, self.replicas, self.usd_per_replica_hour, self.pods,
-                                  self.tier_prices)
+                                  self.tier_prices, self.stopped)
 
 
 def service_state(namespace: str, name: str, *, replicas: int | None, max_replicas: int,
                   resources: ReplicaResources, tier: PricingTier | str, catalog: Catalog,
                   priority: int = 100, usage: ReplicaResources | None = None,
                   pods: tuple[PodRun, ...] | None = None,
-                  spot_pending_since: datetime | None = None) -> ServiceState:
+                  spot_pending_since: datetime | None = None,
+                  stopped: tuple[PodRun, ...] = ()) -> ServiceState:
     """Price one service for the budget; an unknown price becomes ``usd_per_replica_hour=None``, not 0.
 
     Args:
@@ -114,6 +117,7 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
         tier: ``spec.pricing.tier``.
         pods: Its pods, each with the tier its node ran it at (``PodRun.tier``; None = ``tier``).
         spot_pending_since: See :attr:`ServiceState.spot_pending_since`.
+        stopped: See :attr:`ServiceState.stopped`.
     Returns:
         A :class:`ServiceState` whose ``unknown_reason`` says what could not be read; ``tier_prices`` holds the
         price at every tier (None where the catalog has none).
@@ -134,7 +138,7 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
         reason = "; ".join(r for r in (reason, f"no {on_other[0]} price for the pods its node runs at that tier")
                            if r)
     return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason, pods, tier.value,
-                        tuple(sorted(prices.items())), spot_pending_since)
+                        tuple(sorted(prices.items())), spot_pending_since, stopped)
 
 
 @dataclass(frozen=True)

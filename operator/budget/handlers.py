@@ -27,6 +27,10 @@ again (backoff in ``modalscale.costmodel.outbox``) and writes ``AlertDelivered``
 operator stops is not lost: its entries are still in status and the next operator sends them (once more if
 they had arrived). The daemon also wakes when the next entry is due, if that is before the next interval.
 
+A pod watch (``kopf.on.event`` on pods carrying ``modalscale.io/inferenceservice``; no finalizer) records every
+such pod's deletion (``modalscale.operator.budget.podstops``), so the ledger charges a pod gone between two
+evaluations to when it stopped, not up to the evaluation that no longer lists it.
+
 A spec change wakes the daemon at once (watch event whose generation differs from ``observedGeneration``).
 Deleting a policy lifts its caps (``on.delete``: the annotation is removed from every InferenceService that
 carries it).
@@ -67,7 +71,9 @@ from modalscale.operator.budget.plan import (
     observed_namespaces,
     plan_policy,
 )
+from modalscale.operator.budget.podstops import GonePods
 from modalscale.operator.deps import Deps, deps_of
+from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.settings import Settings
 
 DELIVERY_RETRY = RetryPolicy(max_retries=5, base_delay_s=1.0, max_delay_s=15.0, timeout_s=10.0, max_total_s=45.0)
@@ -109,6 +115,9 @@ class BudgetRuntime:
     """Policy uid -> ``time.monotonic()`` before which a failed read is not tried again."""
     gauges: BurnGauges | None = None
     """The burn-rate gauges every evaluation exports (what ``history_source`` reads back)."""
+    gone_pods: GonePods = field(default_factory=GonePods)
+    """Pods of InferenceServices the pod watch saw deleted (``budget_pod_deleted``): every evaluation charges
+    each to when it stopped (``modalscale.operator.budget.podstops``)."""
 
     def waker(self, uid: str) -> asyncio.Event:
         return self.wake.setdefault(uid, asyncio.Event())
@@ -154,7 +163,7 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     policy.setdefault("kind", "BudgetPolicy")
     now = deps.clock()
     admin = deps.settings.budget_admin_namespaces
-    observed = runtime.observer.observe(observed_namespaces(policy, admin))
+    observed = runtime.observer.observe(observed_namespaces(policy, admin), runtime.gone_pods, now)
     uid = str(policy["metadata"].get("uid", ""))
     cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
     history = runtime.burn_history.setdefault(uid, {})
@@ -407,6 +416,16 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
             return
         if body["metadata"].get("generation") != (body.get("status") or {}).get("observedGeneration"):
             runtime.wake[uid].set()
+
+    # No finalizer (on.event, not on.delete): a pod's deletion is never held up by the operator. A pod deleted
+    # while no operator watches is charged up to the first evaluation that no longer lists it (podstops).
+    @kopf.on.event("v1", "pods", labels={SELECTOR_LABEL: kopf.PRESENT}, registry=registry)
+    def budget_pod_deleted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, logger: Log, **_: Any) -> None:
+        runtime: BudgetRuntime | None = memo.get("budget")
+        if runtime is None or event.get("type") != "DELETED":
+            return
+        if runtime.gone_pods.record(dict(event.get("object") or body), deps_of(memo).clock()):
+            logger.debug("Recorded a deleted pod for the budget ledger: pods_kept=%d", len(runtime.gone_pods))
 
     @kopf.on.delete(GROUP, VERSION, BUDGET_PLURAL, registry=registry)
     def budget_deleted(body: kopf.Body, memo: kopf.Memo, logger: Log, **_: Any) -> None:

@@ -4,7 +4,8 @@ and the webhook Secrets of its notifications. Never writes.
 Why a module: the planner (``budget.plan``) is pure, so every read happens here, in one place that can be
 reviewed for what the operator needs RBAC for: ``get`` on budgetpolicies and secrets (in the policy's
 namespace), ``list`` on inferenceservices and pods (in the selected namespaces), ``get`` on the nodes those pods run on
-(their capacity-type label prices each pod at Spot or on-demand; optional).
+(their capacity-type label prices each pod at Spot or on-demand; optional). The pods deleted since are not read
+here: the pod watch (``budget.handlers``, ``list``/``watch`` on pods) records them (``budget.podstops``).
 
 Secrets: the webhook URL and signing secret are read only when an alert is about to be sent, held in memory
 only as long as the delivery takes, and never logged or written anywhere (:class:`Receiver` hides them from
@@ -17,6 +18,7 @@ import base64
 import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client
@@ -32,6 +34,7 @@ from modalscale.operator.budget.plan import (
     BudgetObserved,
     receiver_problem,
 )
+from modalscale.operator.budget.podstops import GonePods
 from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.isvc.observe import read_json
 
@@ -72,11 +75,17 @@ class BudgetObserver:
                 items.append(item)
         return items
 
-    def observe(self, namespaces: Sequence[str]) -> BudgetObserved:
-        """InferenceServices and their pods in ``namespaces``.
+    def observe(self, namespaces: Sequence[str], gone: GonePods | None = None,
+                now: datetime | None = None) -> BudgetObserved:
+        """InferenceServices and their pods in ``namespaces``, and the pods ``gone`` recorded deleted there.
 
         A namespace whose pods cannot be listed (any API error) maps to None: replicas unknown, so the
-        planner goes blind for the services there instead of assuming zero.
+        planner goes blind for the services there instead of assuming zero. The deleted pods are read after the
+        listing, so a pod deleted before it is either listed or recorded (unless its watch event is late).
+
+        Args:
+            gone: The pod watch's records (None: none kept).
+            now: Timezone-aware instant of the evaluation (prunes old records; required with ``gone``).
         """
         observed = BudgetObserved(isvcs=self.list_isvcs(namespaces))
         for ns in {i["metadata"]["namespace"] for i in observed.isvcs}:
@@ -85,8 +94,14 @@ class BudgetObserver:
                 observed.pods[ns] = list(pods.get("items") or [])
             except ApiException:
                 observed.pods[ns] = None
-        observed.node_labels = self.node_labels({(p.get("spec") or {}).get("nodeName") for pods in
-                                                 observed.pods.values() for p in pods or []} - {None, ""})
+        if gone is not None:
+            if now is None:
+                raise ValueError("observe: now is required with gone")
+            observed.gone = gone.in_namespaces(observed.pods, now)
+        bodies = [*(p for pods in observed.pods.values() for p in pods or []),
+                  *(g.pod for gs in observed.gone.values() for g in gs)]
+        observed.node_labels = self.node_labels({str(n) for b in bodies
+                                                 if (n := (b.get("spec") or {}).get("nodeName"))})
         return observed
 
     def node_labels(self, names: set[str]) -> dict[str, dict[str, str]] | None:

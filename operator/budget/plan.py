@@ -15,7 +15,9 @@ Rules decided here (the rest is ``plan_budget``'s):
   ReplicaSet still does. Pods that could not be listed make the count unknown (governance blind).
 * **Ledger: pods cost from their own start to their own stop.** Each service's pods are passed to the ledger
   with ``status.startTime`` and, when terminating, ``metadata.deletionTimestamp`` (:func:`pod_runs`), so an
-  interval is charged for what ran in it, not for the count seen at the evaluation that opened it. While an
+  interval is charged for what ran in it, not for the count seen at the evaluation that opened it. Pods gone
+  before the evaluation lists them are passed too, from the operator's pod watch (:attr:`BudgetObserved.gone`,
+  :func:`gone_pod_runs`): each is charged to when it stopped, not up to the evaluation that no longer lists it. While an
   enforced cap is in force the replicas in force are at most the cap (``rates_after_enforcement``): the cap
   annotations are written before the status and the InferenceService reconcile applies them within seconds;
   a pod still listed at the next evaluation (the cap did not take effect) is charged by its own timestamps.
@@ -176,6 +178,22 @@ class BudgetObserved:
     node_labels: dict[str, dict[str, str]] | None = None
     """Node name -> labels of the nodes the pods are bound to (their capacity type prices the pods); None =
     nodes not readable (a pod is then Spot when it asked for a Spot node, else at its service's tier)."""
+    gone: dict[str, list[GonePod]] = field(default_factory=dict)
+    """Namespace -> pods whose deletion the operator's pod watch saw (``modalscale.operator.budget.podstops``):
+    the ledger charges each to when it stopped (:func:`gone_pod_runs`), also when no listing showed it."""
+
+
+@dataclass(frozen=True)
+class GonePod:
+    """A pod of an InferenceService that the operator's pod watch saw deleted.
+
+    Attributes:
+        pod: The pod as last seen (the ``DELETED`` watch event's object; camelCase).
+        seen_at: When the watch saw it go (UTC): the latest it can have stopped running.
+    """
+
+    pod: Mapping[str, Any]
+    seen_at: dt.datetime
 
 
 ANY_NAMESPACE = "*"
@@ -263,6 +281,44 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
     return tuple(sorted(out, key=lambda r: r.name))
 
 
+def gone_pod_runs(gone: Sequence[GonePod],
+                  node_labels: Mapping[str, Mapping[str, str]] | None = None) -> tuple[PodRun, ...]:
+    """The deleted pods of one service as the ledger charges them: each from its start to when it stopped.
+
+    A pod never bound to a node ran nothing and is left out. ``start`` is ``status.startTime`` (None when
+    unreadable: it then counts as running since before the interval, an upper bound). ``stop`` is the earliest
+    of: the latest ``state.terminated.finishedAt`` of its containers when every container reports one (the
+    kubelet's own time), ``metadata.deletionTimestamp`` (the kubelet's deadline to have stopped it), and
+    :attr:`GonePod.seen_at` (it was gone then). ``tier`` as in :func:`pod_runs`.
+
+    Args:
+        gone: Deleted pods of one InferenceService.
+        node_labels: Node name -> labels (None: not read; a node gone since maps to ``{}``).
+    Returns:
+        One :class:`PodRun` per pod that ran, with ``stop`` set, sorted by name; a pod recorded twice keeps
+        its earliest stop.
+    """
+    out: dict[str, PodRun] = {}
+    for g in gone:
+        meta, status = g.pod.get("metadata") or {}, g.pod.get("status") or {}
+        node = str((g.pod.get("spec") or {}).get("nodeName") or "")
+        if not node:
+            continue
+        stops = [g.seen_at.astimezone(dt.timezone.utc)]
+        if (deadline := _time_or_none(meta.get("deletionTimestamp"))) is not None:
+            stops.append(deadline)
+        containers = status.get("containerStatuses") or []
+        finished = [_time_or_none(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                    for c in containers]
+        if containers and all(t is not None for t in finished):
+            stops.append(max(t for t in finished if t is not None))
+        run = PodRun(str(meta.get("name", "")), _time_or_none(status.get("startTime")), min(stops),
+                     pod_tier(g.pod, (node_labels or {}).get(node) if node_labels is not None else None))
+        if run.name not in out or (run.stop or g.seen_at) < (out[run.name].stop or g.seen_at):
+            out[run.name] = run
+    return tuple(sorted(out.values(), key=lambda r: r.name))
+
+
 def spot_pending_since(pods: Sequence[Mapping[str, Any]]) -> dt.datetime | None:
     """Creation time of the oldest pod that asks for a Spot node and is not scheduled yet (None: none waits).
 
@@ -302,7 +358,13 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
         pods = observed.pods.get(ns)
         own = None if pods is None else [
             p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name]
-        replicas = None if own is None else running_replicas(own)
+        stopped = gone_pod_runs([g for g in observed.gone.get(ns, ()) if
+                                 ((g.pod.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name],
+                                observed.node_labels)
+        # A listed pod the watch saw deleted since the listing runs no more.
+        gone_names = {r.name for r in stopped}
+        replicas = None if own is None else running_replicas(
+            [p for p in own if (p.get("metadata") or {}).get("name") not in gone_names])
         runs = None if own is None else pod_runs(own, observed.node_labels)
         waiting = None if own is None else spot_pending_since(own)
         raw_scaling = (isvc.get("spec") or {}).get("scaling") or {}
@@ -312,11 +374,12 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
                                                    parsed.resources.gpu_count, parsed.resources.gpu_type)
             state = service_state(ns, name, replicas=replicas, max_replicas=parsed.scaling.max_replicas,
                                   resources=res, tier=parsed.pricing_tier, catalog=catalog,
-                                  priority=parsed.priority, pods=runs, spot_pending_since=waiting)
+                                  priority=parsed.priority, pods=runs, spot_pending_since=waiting,
+                                  stopped=stopped)
         except (InvalidSpec, InvalidQuantity, ValueError) as exc:
             max_replicas = raw_scaling.get("maxReplicas")
             state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,
-                                 unknown_reason=f"price unknown: {exc}", pods=runs)
+                                 unknown_reason=f"price unknown: {exc}", pods=runs, stopped=stopped)
         out.append(state)
     return sorted(out, key=lambda s: (s.namespace, s.name))
 
@@ -697,7 +760,8 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 
 
 __all__ = [
-    "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "PolicyPlan",
+    "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "GonePod",
+    "PolicyPlan", "gone_pod_runs",
     "READY", "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
     "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "selected_services", "spot_annotation_key",
     "spot_pending_since",

@@ -145,7 +145,7 @@ NAMESPACED_GRANTS = {
     *{("apps", "deployments", v, "") for v in ("get", "create", "patch")},
     *{("", r, v, "") for r in ("services", "configmaps") for v in ("get", "create", "patch")},
     ("", "persistentvolumeclaims", "get", ""),
-    ("", "pods", "list", ""),
+    ("", "pods", "list", ""), ("", "pods", "watch", ""),
     ("autoscaling", "horizontalpodautoscalers", "list", ""),
     ("", "events", "create", ""),
     ("events.k8s.io", "events", "create", ""),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -350,3 +351,125 @@ def test_a_new_services_pods_are_charged_at_the_tier_their_node_ran_them_and_unp
     unknown = ServiceObservation("default", "u", 1, None, pods=(PodRun("u-0", utc(2026, 5, 1, 1)),))
     result = advance(Ledger(), [unknown], now, "Daily")
     assert result.spent_usd == 0 and [u.name for u in result.unpriced] == ["u"]
+
+
+# ------------------------------------------------------------------ pods charged to when they stopped (issue 22, 1)
+def _svc(pods: tuple, stopped: tuple = (), replicas: int | None = None) -> ServiceObservation:
+    running = sum(1 for p in pods if p.stop is None)
+    return ServiceObservation("default", "svc", running if replicas is None else replicas, D("36"), pods=pods,
+                              stopped=stopped)
+
+
+def test_a_pod_gone_before_the_next_evaluation_is_charged_to_its_recorded_stop_not_to_that_evaluation() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    # 36 USD/h = 0.01 USD/s. At t0 a and b run (since 09:00). Between t0 and t1 (60 s): b stops at t0 + 20 s and
+    # its pod is gone by t1; c starts at t0 + 10 s and stops at t0 + 40 s, never listed by any evaluation. The
+    # operator's pod watch recorded both deletions. True run time: a 60 + b 20 + c 30 = 110 s = 1.10 USD.
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a, b = PodRun("svc-a", utc(2026, 5, 1, 9)), PodRun("svc-b", utc(2026, 5, 1, 9))
+    first = advance(Ledger(), [_svc((a, b))], t0, "Daily")
+    b_gone = replace(b, stop=t0 + timedelta(seconds=20))
+    c_gone = PodRun("svc-c", t0 + timedelta(seconds=10), t0 + timedelta(seconds=40))
+    second = advance(reload(first.ledger), [_svc((a,), stopped=(b_gone, c_gone))], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("1.10")
+    (seg,) = second.segments
+    assert seg.replica_microseconds == 110_000_000
+    # What the listing alone says (the fault): b charged to t1 (60 s), c never (0 s): 1.20 USD.
+    listing_only = advance(reload(first.ledger), [_svc((a,))], t1, "Daily")
+    assert listing_only.spent_usd - first.spent_usd == D("1.20")
+
+
+def test_recorded_stops_passed_again_after_a_restart_or_a_rerun_charge_nothing_twice() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    t0 = utc(2026, 5, 1, 12)
+    a, b = PodRun("svc-a", utc(2026, 5, 1, 9)), PodRun("svc-b", utc(2026, 5, 1, 9))
+    first = advance(Ledger(), [_svc((a, b))], t0, "Daily")
+    b_gone = replace(b, stop=t0 + timedelta(seconds=20))
+    second = advance(reload(first.ledger), [_svc((a,), stopped=(b_gone,))], t0 + timedelta(seconds=60), "Daily")
+    assert second.spent_usd - first.spent_usd == D("0.80")  # a 60 s + b 20 s
+    # The same evaluation again (a retry after a failed status write) and a restart that reloads the ledger from
+    # status and is handed the same record again: the record lies before observedTime, so it charges nothing.
+    rerun = advance(reload(second.ledger), [_svc((a,), stopped=(b_gone,))], t0 + timedelta(seconds=60), "Daily")
+    assert rerun.spent_usd == second.spent_usd
+    later = advance(reload(second.ledger), [_svc((a,), stopped=(b_gone,))], t0 + timedelta(seconds=120), "Daily")
+    assert later.spent_usd - second.spent_usd == D("0.60")  # a alone
+
+
+def test_a_pod_seen_only_by_its_deletion_is_charged_on_a_services_first_evaluation_too() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    # The policy's first evaluation at 12:00 (Daily, from 00:00): the service's only pod ran 10:00-11:30 and is
+    # gone; the watch recorded its deletion. 1.5 h x 36 USD/h = 54 USD (the listing alone knows nothing: 0).
+    gone = PodRun("svc-x", utc(2026, 5, 1, 10), utc(2026, 5, 1, 11, 30))
+    first = advance(Ledger(), [_svc((), stopped=(gone,))], utc(2026, 5, 1, 12), "Daily")
+    assert first.spent_usd == D("54")
+    assert advance(Ledger(), [_svc(())], utc(2026, 5, 1, 12), "Daily").spent_usd == 0
+
+
+def test_a_stop_recorded_after_the_evaluation_that_missed_it_is_not_charged_again() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    # b is gone at t1 but its deletion reaches the ledger only at t2 (the watch event came late, or the operator
+    # restarted in between): t1 charges b to t1 (an upper bound: it stopped somewhere in (t0, t1]); the record at
+    # t2 (stop t0 + 20 s, before observedTime) adds nothing. Never more than the upper bound, never twice.
+    t0, t1, t2 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1), utc(2026, 5, 1, 12, 2)
+    a, b = PodRun("svc-a", utc(2026, 5, 1, 9)), PodRun("svc-b", utc(2026, 5, 1, 9))
+    first = advance(Ledger(), [_svc((a, b))], t0, "Daily")
+    missed = advance(reload(first.ledger), [_svc((a,))], t1, "Daily")
+    assert missed.spent_usd - first.spent_usd == D("1.20")
+    late = advance(reload(missed.ledger), [_svc((a,), stopped=(replace(b, stop=t0 + timedelta(seconds=20)),))],
+                   t2, "Daily")
+    assert late.spent_usd - missed.spent_usd == D("0.60")  # a alone
+
+
+def test_a_recorded_stop_earlier_than_the_listed_deadline_wins_and_clock_order_is_respected() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a = PodRun("svc-a", utc(2026, 5, 1, 9))
+    first = advance(Ledger(), [_svc((a,))], t0, "Daily")
+    # Listed terminating with its deadline (deletionTimestamp) at t0 + 30 s; the record of its deletion says its
+    # containers finished at t0 + 12 s: 12 s = 0.12 USD.
+    listed = replace(a, stop=t0 + timedelta(seconds=30))
+    finished = replace(a, stop=t0 + timedelta(seconds=12))
+    both = advance(first.ledger, [_svc((listed,), stopped=(finished,), replicas=0)], t1, "Daily")
+    assert both.spent_usd - first.spent_usd == D("0.12")
+    # A kubelet clock ahead of the operator's: the record stops after ``now``. Charged to now, the rest at the next
+    # evaluation (t1 + 10 s), never beyond its stop.
+    ahead = replace(a, stop=t1 + timedelta(seconds=5))
+    at_t1 = advance(first.ledger, [_svc((), stopped=(ahead,), replicas=0)], t1, "Daily")
+    assert at_t1.spent_usd - first.spent_usd == D("0.60")
+    after = advance(reload(at_t1.ledger), [_svc((), stopped=(ahead,), replicas=0)], t1 + timedelta(seconds=10),
+                    "Daily")
+    assert after.spent_usd - at_t1.spent_usd == D("0.05")
+    # A record that stops before it started (clock skew between nodes) charges nothing, never a negative amount.
+    odd = PodRun("svc-odd", t0 + timedelta(seconds=30), t0 + timedelta(seconds=10))
+    skewed = advance(first.ledger, [_svc((a,), stopped=(odd,))], t1, "Daily")
+    assert skewed.spent_usd - first.spent_usd == D("0.60")
+
+
+def test_a_stopped_pod_without_a_stop_time_is_refused_naming_the_pod() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    with pytest.raises(ValueError, match="default/svc: stopped pod svc-a has no stop time"):
+        advance(Ledger(), [_svc((), stopped=(PodRun("svc-a", utc(2026, 5, 1, 9)),))], utc(2026, 5, 1, 12), "Daily")
+
+
+def test_a_pod_listed_running_but_recorded_deleted_is_not_carried_as_a_replica_in_force() -> None:
+    from modalscale.costmodel.ledger import PodRun
+
+    # The listing at t1 still shows b running, but its deletion (stop t0 + 50 s) was recorded before the records
+    # were read. b costs to its stop and is not among the replicas in force from t1: at t2 only a is charged (a
+    # replica carried without a pod would be charged the whole next interval, as if gone unseen).
+    t0, t1, t2 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1), utc(2026, 5, 1, 12, 2)
+    a, b = PodRun("svc-a", utc(2026, 5, 1, 9)), PodRun("svc-b", utc(2026, 5, 1, 9))
+    first = advance(Ledger(), [_svc((a, b))], t0, "Daily")
+    b_gone = replace(b, stop=t0 + timedelta(seconds=50))
+    second = advance(reload(first.ledger), [_svc((a, b), stopped=(b_gone,))], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("1.10")  # a 60 s + b 50 s
+    (entry,) = second.ledger.entries
+    assert entry.replicas == 1 and entry.cost_usd_per_hour == D("36")
+    third = advance(reload(second.ledger), [_svc((a,), stopped=(b_gone,))], t2, "Daily")
+    assert third.spent_usd - second.spent_usd == D("0.60")

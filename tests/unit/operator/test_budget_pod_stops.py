@@ -1,0 +1,166 @@
+"""Issue 22, fault 1: pods gone between two evaluations are charged to when they stopped, from the pod watch.
+
+One replica of ``make_isvc`` (1 CPU, 2Gi, one nvidia-l4) costs 0.600125239 USD/h (see test_budget_plan).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from modalscale.costmodel.ledger import PodRun
+from modalscale.operator.budget.plan import BudgetObserved, GonePod, gone_pod_runs, plan_policy
+from modalscale.operator.budget.podstops import GonePods, trim_pod
+from tests.unit.operator.test_budget_plan import CATALOG, T0, make_isvc, make_policy
+
+LABEL = "modalscale.io/inferenceservice"
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def text(when: dt.datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod(name: str, *, start: dt.datetime | None = None, deleting: dt.datetime | None = None,
+        finished: list[dt.datetime | None] | None = None, node: str | None = "kwok-gpu-0",
+        isvc: str = "vc", ns: str = "ml") -> dict[str, Any]:
+    """A pod as the API returns it; ``finished``: per container, its ``finishedAt`` (None: still running)."""
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": f"uid-{name}", "labels": {LABEL: isvc},
+                            "managedFields": [{"manager": "kubelet"}]}
+    if deleting is not None:
+        meta["deletionTimestamp"] = text(deleting)
+    status: dict[str, Any] = {"phase": "Running"}
+    if start is not None:
+        status["startTime"] = text(start)
+    if finished is not None:
+        status["containerStatuses"] = [
+            {"name": f"c{i}", "image": "x", "state": {"terminated": {"finishedAt": text(f), "exitCode": 0}}
+             if f is not None else {"running": {"startedAt": text(start or T0)}}} for i, f in enumerate(finished)]
+    return {"metadata": meta, "spec": {"nodeName": node, "containers": [{"name": "c0"}]} if node else {},
+            "status": status}
+
+
+def ledger_at_t0() -> dict[str, Any]:
+    """A policy whose ledger has counted up to T0 with 2 replicas of ml/vc in force."""
+    policy = make_policy(limit={"amount": "100", "currency": "USD"})
+    policy["status"] = {"periodStart": "2026-11-30T00:00:00Z", "ledger": {
+        "observedTime": text(T0),
+        "services": [{"namespace": "ml", "name": "vc", "replicas": 2, "costUSDPerHour": "1.200250478",
+                      "spent": "0"}]}}
+    return policy
+
+
+def test_a_pod_gone_before_the_next_listing_is_charged_to_its_containers_finish_not_to_the_evaluation() -> None:
+    # At T0 vc-0 and vc-1 run. vc-1 is deleted at T0 + 20 s (grace 30 s: deletionTimestamp T0 + 50 s), its
+    # containers finish at T0 + 18 s and T0 + 20 s, and it is gone at T0 + 21 s. vc-2 starts at T0 + 5 s and is
+    # deleted at T0 + 34 s, its container finishing at T0 + 35 s: no listing ever shows it. The evaluation at
+    # T0 + 60 s lists vc-0 only; the pod watch recorded both deletions. vc-0 60 s + vc-1 20 s + vc-2 30 s = 110
+    # replica-seconds x 0.600125239 USD/h = 0.018337160 USD (the listing alone: vc-0 60 s + vc-1 to the
+    # evaluation 60 s = 0.020004175, and vc-2 nothing).
+    listed = pod("vc-0", start=at(-7200))
+    vc1 = pod("vc-1", start=at(-7200), deleting=at(50), finished=[at(18), at(20)])
+    vc2 = pod("vc-2", start=at(5), deleting=at(64), finished=[at(35)])
+    gone = {"ml": [GonePod(vc1, at(21)), GonePod(vc2, at(36))]}
+    watched = plan_policy(ledger_at_t0(), BudgetObserved([make_isvc()], {"ml": [listed]}, gone=gone), CATALOG, [],
+                          at(60))
+    assert watched.budget is not None and watched.budget.spent_usd == Decimal("0.018337160")
+    listing_only = plan_policy(ledger_at_t0(), BudgetObserved([make_isvc()], {"ml": [listed]}), CATALOG, [], at(60))
+    assert listing_only.budget is not None and listing_only.budget.spent_usd == Decimal("0.020004175")
+
+
+def test_records_of_another_service_or_namespace_charge_nothing_here() -> None:
+    other = pod("other-0", start=at(-7200), deleting=at(50), finished=[at(20)], isvc="other")
+    elsewhere = pod("vc-9", start=at(-7200), deleting=at(50), finished=[at(20)], ns="team-b")
+    listed = [pod("vc-0", start=at(-7200)), pod("vc-1", start=at(-7200))]
+    plan = plan_policy(ledger_at_t0(), BudgetObserved([make_isvc()], {"ml": listed},
+                                                      gone={"ml": [GonePod(other, at(21))],
+                                                            "team-b": [GonePod(elsewhere, at(21))]}),
+                       CATALOG, [], at(60))
+    assert plan.budget is not None and plan.budget.spent_usd == Decimal("0.020004175")  # 2 x 60 s
+
+
+def test_gone_pod_runs_take_the_kubelets_times_and_never_a_stop_after_the_pod_was_seen_gone() -> None:
+    start = at(-3600)
+    runs = gone_pod_runs([
+        GonePod(pod("a", start=start, deleting=at(30), finished=[at(5), at(8)]), at(40)),  # containers: 8
+        GonePod(pod("b", start=start, deleting=at(30), finished=[at(5), None]), at(40)),  # one still ran: 30
+        GonePod(pod("c", start=start, deleting=at(30)), at(12)),  # seen gone before its deadline: 12
+        GonePod(pod("d", start=start), at(50)),  # deleted at once, no deadline (grace 0): seen gone 50
+        GonePod(pod("e", start=None, deleting=at(30)), at(40)),  # start unknown
+        GonePod(pod("f", deleting=at(30), node=None), at(40)),  # never bound: never ran
+        GonePod(pod("a", start=start, deleting=at(30), finished=[at(5), at(9)]), at(41)),  # twice: earliest stop
+    ])
+    assert runs == (PodRun("a", start, at(8)), PodRun("b", start, at(30)), PodRun("c", start, at(12)),
+                    PodRun("d", start, at(50)), PodRun("e", None, at(30)))
+
+
+def test_the_store_keeps_bound_pods_for_the_retention_and_trims_them_to_what_the_ledger_reads() -> None:
+    store = GonePods(retention_s=3600, max_pods=3)
+    full = pod("vc-1", start=at(-7200), deleting=at(50), finished=[at(20)])
+    assert store.record(full, at(21))
+    assert not store.record(pod("vc-x", deleting=at(50), node=None), at(21))  # never bound
+    kept = store.in_namespaces(["ml"], at(60))
+    assert list(kept) == ["ml"] and [g.pod["metadata"]["name"] for g in kept["ml"]] == ["vc-1"]
+    assert "managedFields" not in kept["ml"][0].pod["metadata"]
+    assert gone_pod_runs(kept["ml"]) == gone_pod_runs([GonePod(full, at(21))])
+    assert store.in_namespaces(["team-b"], at(60)) == {}
+    assert store.in_namespaces(["ml"], at(21 + 3601)) == {}  # past the retention
+    for i in range(5):
+        store.record(pod(f"vc-{i}", start=at(0), finished=[at(i)]), at(100 + i))
+    assert sorted(g.pod["metadata"]["name"] for g in store.in_namespaces(["ml"], at(200))["ml"]) == [
+        "vc-2", "vc-3", "vc-4"]  # the oldest dropped first
+    with pytest.raises(ValueError, match="timezone-aware"):
+        store.record(full, dt.datetime(2026, 11, 30, 10))
+
+
+def test_trim_pod_keeps_what_prices_a_spot_pod_when_nodes_cannot_be_read() -> None:
+    from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER
+
+    body = pod("vc-1", start=at(0), deleting=at(50))
+    body["spec"]["nodeSelector"] = dict(SPOT_NODE_SELECTOR)
+    (run,) = gone_pod_runs([GonePod(trim_pod(body), at(60))])
+    assert run.tier == SPOT_TIER
+
+
+def test_the_pod_watch_records_deletions_only_without_a_finalizer() -> None:
+    import kopf
+
+    from modalscale.operator.budget.handlers import BudgetRuntime, register_budget
+    from modalscale.operator.deps import Deps
+    from modalscale.operator.settings import Settings
+
+    registry = kopf.OperatorRegistry()
+    register_budget(registry, Settings())
+    (handler,) = [h for h in registry._watching.get_all_handlers() if h.selector.any_name == "pods"]
+    assert handler.labels == {LABEL: kopf.PRESENT}
+    # on.event: kopf puts no finalizer on pods (an on.delete handler would hold every pod deletion up).
+    assert not any(h.selector.any_name == "pods" for h in registry._changing.get_all_handlers())
+    runtime = BudgetRuntime(observer=None)  # type: ignore[arg-type]
+    deps = Deps(settings=Settings(), observer=None, writer=None, metrics=None, clock=lambda: at(21),  # type: ignore
+                catalog=None, autoscale=None, prices=None)
+    memo = kopf.Memo(deps=deps, budget=runtime)
+    body = pod("vc-1", start=at(-7200), deleting=at(50), finished=[at(20)])
+    for kind in (None, "ADDED", "MODIFIED"):
+        handler.fn(event={"type": kind, "object": body}, body=body, memo=memo, logger=None)
+    assert len(runtime.gone_pods) == 0
+    handler.fn(event={"type": "DELETED", "object": body}, body=body, memo=memo,
+               logger=__import__("logging").getLogger("test"))
+    (gone,) = runtime.gone_pods.in_namespaces(["ml"], at(60))["ml"]
+    assert gone.seen_at == at(21) and gone_pod_runs([gone]) == (PodRun("vc-1", at(-7200), at(20)),)
+
+
+def test_a_listed_pod_the_watch_saw_deleted_since_is_not_a_running_replica() -> None:
+    from modalscale.costmodel.budget import parse_budget_spec
+    from modalscale.operator.budget.plan import selected_services
+
+    listed = [pod("vc-0", start=at(-7200)), pod("vc-1", start=at(-7200))]
+    gone = {"ml": [GonePod(pod("vc-1", start=at(-7200), deleting=at(80), finished=[at(50)]), at(59))]}
+    (svc,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml",
+                               BudgetObserved([make_isvc()], {"ml": listed}, gone=gone), CATALOG)
+    assert svc.replicas == 1 and svc.stopped == (PodRun("vc-1", at(-7200), at(50)),)
