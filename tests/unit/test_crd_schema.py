@@ -133,7 +133,8 @@ def test_every_field_has_a_description_for_kubectl_explain(kind: str) -> None:
     # The apiserver forbids anything but type on the root's metadata (it is the standard ObjectMeta).
     undescribed = [path for path, s in _fields(_schema(kind))
                    if path != ".metadata" and not str(s.get("description") or "").strip()]
-    assert undescribed == [], "add a description (unit, default, effect; the README's CRD reference is the source)"
+    assert undescribed == [], ("add a description (unit, default, effect); docs/crd-reference.md is generated from "
+                              "these: python scripts/gen-crd-reference.py")
 
 
 @pytest.mark.parametrize("kind", ["InferenceService", "BudgetPolicy"])
