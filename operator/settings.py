@@ -25,7 +25,7 @@ OTHER_COMMANDS_ENV: dict[str, str] = {
     "MODALSCALE_EXTRAS": "scripts/env.sh: the package extras installed into .venv",
     "MODALSCALE_OPENVINO_CACHE": "the runtime's OpenVINO engine: where converted models are cached",
 }
-"""``MODALSCALE_*`` names that other modalscale commands read (README tells users to export some of them, so
+"""``MODALSCALE_*`` names that other modalscale commands read (docs/operations.md tells users to export some of them, so
 they are often set in the shell that starts the operator) -> who reads them. The operator ignores them."""
 
 

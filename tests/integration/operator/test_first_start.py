@@ -49,7 +49,7 @@ def kubectl(cluster: LocalCluster, *args: str) -> str:
 
 
 def apply_crds_folder(cluster: LocalCluster) -> None:
-    """Exactly what the README's CRD reference tells a newcomer to run, then wait until every CRD is served."""
+    """Exactly what docs/operations.md (CRDs) tells a newcomer to run, then wait until every CRD is served."""
     kubectl(cluster, "apply", "-f", str(REPO / "crds"))
     kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 

@@ -1,5 +1,5 @@
 """Which ``MODALSCALE_*`` names the operator accepts: its own settings, plus the names other modalscale commands
-read (README tells users to export some of them), which it ignores; anything else is a typo and stops it."""
+read (docs/operations.md tells users to export some of them), which it ignores; anything else is a typo and stops it."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_a_typo_is_still_an_error_naming_it_and_the_likely_setting() -> None:
 
 
 def test_modalscale_operator_starts_past_its_settings_with_readme_exports_and_stops_on_a_typo() -> None:
-    """The CLI as a user runs it: README's exports are no error; a typo exits 2 with one line per variable."""
+    """The CLI as a user runs it: documented exports are no error; a typo exits 2 with one line per variable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODALSCALE_")}
     env |= {"MODALSCALE_REAL_NODE": "0", "MODALSCALE_DEMO_REUSE_IMAGE": "1", "MODALSCALE_NAMESPCES": "a"}
     proc = subprocess.run([sys.executable, "-m", "modalscale.cli", "operator"], env=env, capture_output=True,
