@@ -33,7 +33,7 @@ Variants (names accepted by ``--variants``; the presets are those of ``modalscal
   ov_bf16          ov_fp32 at precision BF16 (OpenVINO's BF16 CPU kernels; only where the CPU has native BF16)
   ov_int8          ov_fp32 at precision INT8: NNCF-quantized text encoder (SmoothQuant, FFN down-projections
                    float), image encoder FP32, JPEG draft-mode decoding
-  fastest          preset fastest (see runtime/README.md; its cache is measured against fastest_no_cache, the same
+  fastest          preset fastest (see docs/benchmarks.md; its cache is measured against fastest_no_cache, the same
                    config without the cache, on repeated images): ov_int8 + the embedding cache + the INT8 image
                    encoder for images whose resolution bucket's shorter side is >= 160 px (image_int8_min_side_pixels)
   fastest_fp32_image
@@ -51,7 +51,7 @@ Variants (names accepted by ``--variants``; the presets are those of ``modalscal
 
 Usage: ``python benchmarks/runtime_capacity.py [--variants naive,fastest_prev,ov_fp32,ov_bf16,ov_int8,fastest]
 [--rounds 5] [--requests 24] [--concurrency 8] [--fidelity 200]`` (the default variants are the engine steps of
-runtime/README.md).
+docs/benchmarks.md).
 
 ``--image-int8-table`` measures only the INT8 image encoder against the FP32 one, in this process (no server): CPU-ms
 per image per resolution bucket, both encoders side by side in repeated rounds, and image-feature cosine to torch FP32

@@ -106,7 +106,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="Start from a named configuration (listed below): naive = FP32, no batching, no "
                              "modality queues, no caches; default = an InferenceService without runtime fields; "
-                             "fastest = the configuration behind the headline figure in runtime/README.md")
+                             "fastest = the configuration behind the headline figure in docs/benchmarks.md")
     parser.add_argument("--model-name", default=None)
     parser.add_argument("--instance-count", type=int, default=None)
     parser.add_argument("--intra-op-threads", type=int, default=None)

@@ -659,7 +659,7 @@ def _check_int(field: str, value: object, low: int, high: int) -> None:
 
 
 FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS = 160
-"""``image_int8_min_side_pixels`` of the ``fastest`` preset, chosen by measurement (``runtime/README.md``, "INT8 image
+"""``image_int8_min_side_pixels`` of the ``fastest`` preset, chosen by measurement (``docs/benchmarks.md``, "INT8 image
 encoder"; ``benchmarks/runtime_capacity.py --image-int8-table``): image-feature cosine to torch FP32 on 235 fidelity
 crops min 0.9952 on the 145 with a shorter side of 160 px or more, but 0.989 at 128 px and 0.982 at 96 px."""
 
@@ -679,7 +679,7 @@ PRESETS: dict[str, RuntimeConfig] = {
   no router or modality queues, no caches; 2 instances x 1 thread (one process per core of the 2-core machines
   the figures come from).
 * ``default``: what an InferenceService with no ``spec.runtime`` fields gets (the CRD defaults).
-* ``fastest``: the configuration behind the runtime's headline figure in ``runtime/README.md``; an InferenceService
+* ``fastest``: the configuration behind the runtime's headline figure in ``docs/benchmarks.md``; an InferenceService
   gets it with ``spec.runtime`` ``{engine: openvino, precision: INT8, instanceCount: 2, intraOpThreads: 1,
   maxBatchSize: 0, dynamicBatching: {enabled: false}, modalityAwareBatching: false}`` (the other fields at their
   defaults). ``engine: openvino, precision: INT8`` alone gives the ``default`` layout (router, modality queues,

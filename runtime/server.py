@@ -1,6 +1,6 @@
 """Run the real NVIDIA ``tritonserver`` shipped in the ``nvidia-pytriton`` wheel with our model repository.
 
-What the Python backend needs here (found by trying, documented in ``runtime/README.md``):
+What the Python backend needs here (found by trying, documented in ``docs/runtime-internals.md``):
 
 * a backend directory holding ``libtriton_python.so``, ``triton_python_backend_utils.py`` and the
   ``triton_python_backend_stub`` built for the running Python (``python_backend_stubs/3.11/`` of the wheel);

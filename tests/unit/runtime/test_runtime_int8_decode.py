@@ -322,7 +322,7 @@ def test_int8_randomly_damaged_pngs_get_what_fp32_gets() -> None:
 def test_int8_downscale_stays_close_to_fp32(fmt: str, size: tuple[int, int]) -> None:
     """INT8 reduces by an integer box filter first (Pillow's ``reducing_gap``) and, for JPEG, decodes in draft mode:
     same bucket and sizes as FP32, arrays close (bounds about 3x the measured mean difference; measured on these
-    photographs: see runtime/README.md)."""
+    photographs: see docs/runtime-internals.md)."""
     for name in ("astronaut", "china"):
         data = photo_at(name, *size, fmt)
         fp32, int8 = decode_image(data, 0, FP32), decode_image(data, 0, INT8)
