@@ -133,7 +133,11 @@ from modalscale.costmodel.outbox import (
 from modalscale.costmodel.quantities import InvalidQuantity
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
-from modalscale.operator.budget.history import HistoryRead, anomaly_state_from_status, anomaly_state_to_status
+from modalscale.operator.budget.spend_anomalies import (
+    HistoryRead,
+    anomaly_state_from_status,
+    anomaly_state_to_status,
+)
 from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.isvc.plan import running_replicas
 from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
