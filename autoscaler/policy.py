@@ -673,28 +673,23 @@ def _estimate(
     return _Load(classes, raw_ms, arrival_rps, mean_ms, scv, load, second_ms2 / 1e6)
 
 
-def _predictive_need(
-    observation: Observation, policy: ScalingPolicy, state: ScalerState, model: ServiceTimePredictor, now: datetime
-) -> tuple[int, Reason, str, dict[str, float], ScalerState]:
+def _calibrate_service(
+    observation: Observation, raw_ms: NDArray[np.float64], policy: ScalingPolicy, state: ScalerState,
+    features: dict[str, float]
+) -> tuple[_Load, float, float, float | None]:
+    """Service-time calibration: observed vs predicted (raw) mean service time, rate-weighted over classes.
+
+    Service time does not depend on the replica count, so this runs during scaling too. Observation over
+    assumption: a disagreement the bounded calibrator cannot follow is sized as observed (downwards only on
+    completed requests: an in-flight age is a lower bound, never an upper one).
+
+    Returns:
+        ``(stable load at the sizing scale, calibrated service scale, sizing scale, observed mean service ms or
+        None)``; adds ``observed_service_ms`` and ``observed_over_model_ratio`` to ``features`` when known.
+    """
     assert observation.workload is not None
-    current = observation.current_replicas
-    slots = policy.slots_per_replica
-    target = policy.target_p95_latency_ms
-    q = policy.latency_quantile
     calibrator = policy.calibrator
-    features: dict[str, float] = {m.value + "_rps": 0.0 for m in MODALITIES}
-    # latency calibration only on settled metrics: every replica ready, no replica change within two windows
-    ready = observation.ready_replicas
-    quiet_s = math.inf if state.last_change_at is None else (now - state.last_change_at).total_seconds()
-    settled = ready == current and ready > 0 and quiet_s >= 2 * observation.window_s and not is_partial(observation)
-
-    workloads = [observation.workload] + (
-        [observation.recent_workload] if observation.recent_workload is not None else [])
-    raw = _predict_raw_ms(workloads, model)
-
-    # 1. service-time calibration: observed vs predicted (raw) mean service time, rate-weighted over classes
-    # (service time does not depend on the replica count, so this runs during scaling too)
-    stable = _estimate(observation.workload, raw[0], policy, state.service_scale)
+    stable = _estimate(observation.workload, raw_ms, policy, state.service_scale)
     seen = [
         (c.rate_rps, c.observed_service_ms, p)
         for c, p in zip(stable.classes, stable.raw_ms, strict=True)
@@ -708,70 +703,88 @@ def _predictive_need(
         sizing_scale = service_scale
         features["observed_service_ms"] = observed_ms
         ratio = observed_ms / predicted_ms
-        # observation over assumption: a disagreement the bounded calibrator cannot follow is sized as observed
-        # (downwards only on completed requests: an in-flight age is a lower bound, never an upper one)
         if ratio > calibrator.max_scale or (ratio < calibrator.min_scale and completed):
             sizing_scale = ratio
             features["observed_over_model_ratio"] = ratio
-        stable = _estimate(observation.workload, raw[0], policy, sizing_scale)
+        stable = _estimate(observation.workload, raw_ms, policy, sizing_scale)
+    return stable, service_scale, sizing_scale, observed_ms
 
-    # arrival SCV from the per-bin counts (burst-aware sizing); Poisson (1.0) when unknown, too few, or disabled
-    measured = arrival_scv(observation.arrival_counts) if policy.burst_aware and observation.arrival_counts else None
-    ca2 = 1.0 if measured is None else measured
-    features["arrival_scv"] = ca2
 
-    # 2. latency calibration: observed vs predicted p95 at the ready replicas (before the latency scale), only
-    # in steady conditions: no replica starting, enough requests, and inside the model's operating range
+def _calibrate_latency(
+    observation: Observation, policy: ScalingPolicy, state: ScalerState, stable: _Load, settled: bool, ca2: float,
+    features: dict[str, float]
+) -> float:
+    """Latency calibration: the latency scale after comparing the observed with the predicted p95 at the ready
+    replicas (before the latency scale), only in steady conditions: ``settled``, at least 20 requests in the
+    window, and inside the model's operating range (load <= 95 % of the ready slots)."""
     latency_scale = state.latency_scale
+    ready, slots = observation.ready_replicas, policy.slots_per_replica
     steady = settled and stable.arrival_rps * observation.window_s >= 20
     if (observation.p95_latency_ms is not None and steady
             and stable.load_erlangs <= _CALIBRATION_MAX_UTILIZATION * ready * slots):
-        predicted_p95 = response_quantile_ms(stable.arrival_rps, stable.mean_ms, stable.scv, ready * slots, q,
-                                             scv_arrival=ca2)
+        predicted_p95 = response_quantile_ms(stable.arrival_rps, stable.mean_ms, stable.scv, ready * slots,
+                                             policy.latency_quantile, scv_arrival=ca2)
         if math.isfinite(predicted_p95):
-            latency_scale = calibrator.update(latency_scale, observation.p95_latency_ms, predicted_p95)
+            latency_scale = policy.calibrator.update(latency_scale, observation.p95_latency_ms, predicted_p95)
             features["predicted_p95_at_ready_ms"] = predicted_p95
             features["observed_p95_ms"] = observation.p95_latency_ms
-    state = replace(state, service_scale=service_scale, latency_scale=latency_scale)
-    features.update(service_scale=service_scale, latency_scale=latency_scale, stable_load_erlangs=stable.load_erlangs,
-                    sizing_service_scale=sizing_scale)
+    return latency_scale
 
-    # 3. the rules: each sizes a load; the largest need wins and names the reason
-    effective_target = target / latency_scale
-    utilization = policy.target_utilization_percent / 100.0
-    limit = 2 * max(policy.max_replicas, current) + 1
 
-    def size(load: _Load) -> tuple[int, bool]:
+@dataclass(frozen=True, slots=True)
+class _Sizer:
+    """Sizes one load for the latency target (``target / latency_scale``) at the arrival SCV ``ca2``."""
+
+    effective_target_ms: float
+    quantile: float
+    slots: int
+    utilization: float
+    limit: int
+    ca2: float
+
+    def __call__(self, load: _Load) -> tuple[int, bool]:
         """(replicas, SLO attainable) for one load; unattainable loads are sized for the utilization target."""
         if not load.classes:
             return 0, True
-        if not slo_attainable(load.mean_ms, load.scv, effective_target, q):
-            return max(1, math.ceil(load.load_erlangs / (slots * utilization) - 1e-9)), False
-        return replicas_for_slo(load.arrival_rps, load.mean_ms, load.scv, slots, effective_target, utilization, limit,
-                                scv_arrival=ca2, quantile=q), True
+        if not slo_attainable(load.mean_ms, load.scv, self.effective_target_ms, self.quantile):
+            return max(1, math.ceil(load.load_erlangs / (self.slots * self.utilization) - 1e-9)), False
+        return replicas_for_slo(load.arrival_rps, load.mean_ms, load.scv, self.slots, self.effective_target_ms,
+                                self.utilization, self.limit, scv_arrival=self.ca2, quantile=self.quantile), True
 
+
+def _choose_rule(
+    observation: Observation, policy: ScalingPolicy, stable: _Load, recent_raw_ms: NDArray[np.float64] | None,
+    sizing_scale: float, size: _Sizer, features: dict[str, float]
+) -> tuple[_Load, str, int, bool]:
+    """The rule whose load sizes the service: ``stable``, or the recent window on KPA's ``panic`` (it alone needs
+    ``panic_threshold_ratio`` x the ready replicas) or a ``burst`` (beyond the compound-Poisson sampling noise of
+    the short window). Returns ``(load, rule, need, SLO attainable)``."""
     chosen, rule = stable, "stable"
     need, attainable = size(stable)
     if observation.recent_workload is not None:
-        recent = _estimate(observation.recent_workload, raw[1], policy, sizing_scale)
+        assert recent_raw_ms is not None
+        recent = _estimate(observation.recent_workload, recent_raw_ms, policy, sizing_scale)
         noise = math.sqrt(recent.arrival_rps * recent.second_moment_s2 / observation.recent_window_s)
         features.update(recent_load_erlangs=recent.load_erlangs, recent_load_noise_erlangs=noise)
         recent_need, recent_ok = size(recent)
-        # KPA's panic: the short window alone needs panic_threshold_ratio x the ready replicas
-        panic = recent_need > need and recent_need >= policy.panic_threshold_ratio * max(ready, 1)
-        # a burst beyond the compound-Poisson sampling noise of the short window
+        panic = recent_need > need and recent_need >= policy.panic_threshold_ratio * max(observation.ready_replicas, 1)
         burst = recent.load_erlangs > stable.load_erlangs + _BURST_Z * noise and recent_need > need
         if panic or burst:
             chosen, rule, need, attainable = recent, "panic" if panic else "burst", recent_need, recent_ok
     features["burst"] = float(rule == "burst")
     features["panic"] = float(rule == "panic")
-    if not chosen.classes:
-        reason = Reason.SCALE_DOWN_IDLE if current > 0 else Reason.STEADY
-        features.update(arrival_rps=0.0, offered_load_erlangs=0.0)
-        need, reason, message, state = _observed_queue(0, reason, "No traffic in the window", features, observation,
-                                                      policy, state, model_need=0)
-        return need, reason, message, features, state
+    return chosen, rule, need, attainable
 
+
+def _sizing_message(
+    observation: Observation, policy: ScalingPolicy, chosen: _Load, rule: str, need: int, attainable: bool,
+    sizing_scale: float, service_scale: float, observed_ms: float | None, latency_scale: float, ca2: float,
+    features: dict[str, float]
+) -> str:
+    """Why ``need`` replicas for the chosen load; adds the per-class rates and service times, the load and (when
+    attainable) the predicted p95 to ``features``."""
+    slots, target = policy.slots_per_replica, policy.target_p95_latency_ms
+    utilization = policy.target_utilization_percent / 100.0
     for c, ms in zip(chosen.classes, chosen.raw_ms * sizing_scale, strict=True):
         features[Modality(c.modality).value + "_rps"] += c.rate_rps
         features[Modality(c.modality).value + "_service_ms"] = float(ms)
@@ -779,7 +792,7 @@ def _predictive_need(
     features.update(arrival_rps=arrival_rps, mean_service_ms=mean_ms, service_scv=scv, offered_load_erlangs=load)
     window = {"stable": f"last {observation.window_s:g} s", "burst": f"last {observation.recent_window_s:g} s (burst)",
               "panic": f"last {observation.recent_window_s:g} s (panic: >= {policy.panic_threshold_ratio:g}x the "
-                       f"{ready} ready)"}[rule]
+                       f"{observation.ready_replicas} ready)"}[rule]
     if sizing_scale != service_scale:
         message = (f"observed mean service time {observed_ms:.0f} ms is {sizing_scale / service_scale:.3g}x the "
                    f"calibrated model's, beyond what the calibrator follows: sized as observed; ")
@@ -792,7 +805,8 @@ def _predictive_need(
             f"{utilization:.0%} utilization -> {need}"
         )
     else:
-        p95 = latency_scale * (response_quantile_ms(arrival_rps, mean_ms, scv, need * slots, q, scv_arrival=ca2)
+        p95 = latency_scale * (response_quantile_ms(arrival_rps, mean_ms, scv, need * slots, policy.latency_quantile,
+                                                    scv_arrival=ca2)
                                if need > 0 else mean_ms)
         features["predicted_p95_ms"] = p95
         message += (
@@ -800,27 +814,40 @@ def _predictive_need(
             f"arrival SCV {ca2:.2f}); {need} replicas x {slots} slots give predicted p95 {p95:.0f} ms <= {target:g} ms "
             f"at <= {utilization:.0%} utilization"
         )
-    now_need = need
+    return message
 
-    # 4. forecast demand over the start-up horizon: start replicas before it arrives, and never scale down below it
-    if policy.forecaster is not None and observation.arrival_counts:
-        forecast = forecast_rate_rps(observation.arrival_counts, observation.count_bin_s, policy.forecast_horizon_s,
-                                     rule=policy.forecaster, window_s=policy.forecast_window_s,
-                                     quantile=policy.forecast_quantile)
-        if forecast is not None:
-            factor = forecast.rate_rps / arrival_rps
-            features.update(forecast_rps=forecast.rate_rps, forecast_factor=factor)
-            if factor > 1.0:
-                ahead = replace(chosen, arrival_rps=arrival_rps * factor, load_erlangs=load * factor)
-                forecast_need, forecast_ok = size(ahead)
-                features["forecast_need_replicas"] = float(forecast_need)
-                if forecast_need > need:
-                    need, rule = forecast_need, "forecast"
-                    message = (
-                        f"{message}; the {forecast.rule} forecast of {forecast.rate_rps:.2f} req/s over the next "
-                        f"{policy.forecast_horizon_s:g} s ({factor:.2f}x) needs {forecast_need}"
-                        + ("" if forecast_ok else " (SLO unattainable: sized for utilization)")
-                    )
+
+def _forecast_need(
+    observation: Observation, policy: ScalingPolicy, chosen: _Load, need: int, rule: str, message: str,
+    size: _Sizer, features: dict[str, float]
+) -> tuple[int, str, str]:
+    """Forecast demand over the start-up horizon: start replicas before it arrives, and never scale down below it.
+    Returns ``(need, rule, message)``, the rule ``forecast`` when the forecast needs more."""
+    if policy.forecaster is None or not observation.arrival_counts:
+        return need, rule, message
+    forecast = forecast_rate_rps(observation.arrival_counts, observation.count_bin_s, policy.forecast_horizon_s,
+                                 rule=policy.forecaster, window_s=policy.forecast_window_s,
+                                 quantile=policy.forecast_quantile)
+    if forecast is None:
+        return need, rule, message
+    factor = forecast.rate_rps / chosen.arrival_rps
+    features.update(forecast_rps=forecast.rate_rps, forecast_factor=factor)
+    if factor > 1.0:
+        ahead = replace(chosen, arrival_rps=chosen.arrival_rps * factor, load_erlangs=chosen.load_erlangs * factor)
+        forecast_need, forecast_ok = size(ahead)
+        features["forecast_need_replicas"] = float(forecast_need)
+        if forecast_need > need:
+            need, rule = forecast_need, "forecast"
+            message = (
+                f"{message}; the {forecast.rule} forecast of {forecast.rate_rps:.2f} req/s over the next "
+                f"{policy.forecast_horizon_s:g} s ({factor:.2f}x) needs {forecast_need}"
+                + ("" if forecast_ok else " (SLO unattainable: sized for utilization)")
+            )
+    return need, rule, message
+
+
+def _rule_reason(need: int, current: int, rule: str, now_need: int, attainable: bool) -> Reason:
+    """The reason of a predictive decision from the winning rule and the direction of the change."""
     if need > current:
         reason = {"stable": Reason.SCALE_UP_FOR_SLO, "burst": Reason.SCALE_UP_FOR_BURST,
                   "panic": Reason.SCALE_UP_FOR_PANIC, "forecast": Reason.SCALE_UP_FOR_FORECAST}[rule]
@@ -830,21 +857,85 @@ def _predictive_need(
         reason = Reason.STEADY
     if not attainable and rule != "forecast" and need > current:
         reason = Reason.SLO_UNATTAINABLE
-    # 5. a backlog (queued requests) must also drain within backlog_drain_s, with every slot busy
+    return reason
+
+
+def _backlog_need(
+    observation: Observation, policy: ScalingPolicy, chosen: _Load, need: int, reason: Reason, message: str,
+    features: dict[str, float]
+) -> tuple[int, Reason, str]:
+    """A backlog (queued requests) must also drain within ``backlog_drain_s``, with every slot busy:
+    ``ceil((load + queued * mean_s / backlog_drain_s) / slots)`` replicas. Returns ``(need, reason, message)``."""
     queued = observation.queued_requests or 0.0
-    if queued > 0:
-        backlog_erlang_s = queued * mean_ms / 1000.0
-        drain_need = math.ceil((load + backlog_erlang_s / policy.backlog_drain_s) / slots - 1e-9)
-        features.update(queued_requests=queued, backlog_erlang_s=backlog_erlang_s,
-                        backlog_need_replicas=float(drain_need))
-        if drain_need > need:
-            need = drain_need
-            reason = Reason.SCALE_UP_FOR_BACKLOG if need > current else Reason.STEADY
-            message = (
-                f"{message}; {queued:.0f} queued requests ({backlog_erlang_s:.0f} erlang-s) drain within "
-                f"{policy.backlog_drain_s:g} s only with {need} replicas"
-            )
-    need, reason, message, state = _observed_queue(need, reason, message, features, observation, policy, state,
+    if queued <= 0:
+        return need, reason, message
+    backlog_erlang_s = queued * chosen.mean_ms / 1000.0
+    drain_need = math.ceil((chosen.load_erlangs + backlog_erlang_s / policy.backlog_drain_s)
+                           / policy.slots_per_replica - 1e-9)
+    features.update(queued_requests=queued, backlog_erlang_s=backlog_erlang_s,
+                    backlog_need_replicas=float(drain_need))
+    if drain_need > need:
+        need = drain_need
+        reason = Reason.SCALE_UP_FOR_BACKLOG if need > observation.current_replicas else Reason.STEADY
+        message = (
+            f"{message}; {queued:.0f} queued requests ({backlog_erlang_s:.0f} erlang-s) drain within "
+            f"{policy.backlog_drain_s:g} s only with {need} replicas"
+        )
+    return need, reason, message
+
+
+def _predictive_need(
+    observation: Observation, policy: ScalingPolicy, state: ScalerState, model: ServiceTimePredictor, now: datetime
+) -> tuple[int, Reason, str, dict[str, float], ScalerState]:
+    """Replicas the predictive mode needs, as a pipeline of named steps (each pure):
+
+    1. :func:`_calibrate_service`: the service-time scale (and the sizing scale when observation wins);
+    2. arrival SCV from the per-bin counts (burst-aware sizing); Poisson (1.0) when unknown, too few, or disabled;
+    3. :func:`_calibrate_latency`: the latency scale, on settled metrics only;
+    4. :func:`_choose_rule`: each rule sizes a load (:class:`_Sizer`); the largest need wins and names the reason
+       (:func:`_sizing_message`);
+    5. :func:`_forecast_need`: forecast demand over the start-up horizon;
+    6. :func:`_rule_reason` and :func:`_backlog_need`: the reason, then the queued backlog's need;
+    7. :func:`_observed_queue`: the queue as observed.
+    """
+    assert observation.workload is not None
+    current = observation.current_replicas
+    features: dict[str, float] = {m.value + "_rps": 0.0 for m in MODALITIES}
+    # latency calibration only on settled metrics: every replica ready, no replica change within two windows
+    ready = observation.ready_replicas
+    quiet_s = math.inf if state.last_change_at is None else (now - state.last_change_at).total_seconds()
+    settled = ready == current and ready > 0 and quiet_s >= 2 * observation.window_s and not is_partial(observation)
+    workloads = [observation.workload] + (
+        [observation.recent_workload] if observation.recent_workload is not None else [])
+    raw = _predict_raw_ms(workloads, model)
+
+    stable, service_scale, sizing_scale, observed_ms = _calibrate_service(                           # 1
+        observation, raw[0], policy, state, features)
+    measured = arrival_scv(observation.arrival_counts) if policy.burst_aware and observation.arrival_counts else None
+    ca2 = 1.0 if measured is None else measured                                                      # 2
+    features["arrival_scv"] = ca2
+    latency_scale = _calibrate_latency(observation, policy, state, stable, settled, ca2, features)   # 3
+    state = replace(state, service_scale=service_scale, latency_scale=latency_scale)
+    features.update(service_scale=service_scale, latency_scale=latency_scale, stable_load_erlangs=stable.load_erlangs,
+                    sizing_service_scale=sizing_scale)
+
+    size = _Sizer(policy.target_p95_latency_ms / latency_scale, policy.latency_quantile, policy.slots_per_replica,
+                  policy.target_utilization_percent / 100.0, 2 * max(policy.max_replicas, current) + 1, ca2)
+    chosen, rule, need, attainable = _choose_rule(observation, policy, stable, raw[1] if len(raw) > 1 else None,
+                                                  sizing_scale, size, features)                      # 4
+    if not chosen.classes:
+        reason = Reason.SCALE_DOWN_IDLE if current > 0 else Reason.STEADY
+        features.update(arrival_rps=0.0, offered_load_erlangs=0.0)
+        need, reason, message, state = _observed_queue(0, reason, "No traffic in the window", features, observation,
+                                                      policy, state, model_need=0)
+        return need, reason, message, features, state
+    message = _sizing_message(observation, policy, chosen, rule, need, attainable, sizing_scale, service_scale,
+                              observed_ms, latency_scale, ca2, features)
+    now_need = need
+    need, rule, message = _forecast_need(observation, policy, chosen, need, rule, message, size, features)  # 5
+    reason = _rule_reason(need, current, rule, now_need, attainable)                                # 6
+    need, reason, message = _backlog_need(observation, policy, chosen, need, reason, message, features)
+    need, reason, message, state = _observed_queue(need, reason, message, features, observation, policy, state,  # 7
                                                   model_need=need)
     return need, reason, message, features, state
 

@@ -17,6 +17,7 @@ from modalscale.operator.apply import Writer
 from modalscale.operator.autoscale.metrics import AutoscalerMetrics
 from modalscale.operator.autoscale.model import ServiceTimeModelCache
 from modalscale.operator.autoscale.observe import PrometheusReader
+from modalscale.operator.budget.runtime import BudgetRuntime
 from modalscale.operator.isvc.observe import Observer
 from modalscale.operator.metrics import OperatorMetrics
 from modalscale.operator.opencost_source import PriceBook
@@ -50,6 +51,8 @@ class Deps:
     prices: PriceBook
     """``catalog`` with OpenCost's prices laid over it when ``MODALSCALE_OPENCOST_URL`` is set (what handlers price
     with)."""
+    budget: BudgetRuntime
+    """The BudgetPolicy handlers' per-process state (their observer, delivery rounds, burn history)."""
     locks: dict[str, threading.Lock] = field(default_factory=dict)
     """One lock per object uid: the change handler, the timer and the autoscaler daemon never reconcile the same
     object at once."""
@@ -59,7 +62,8 @@ class Deps:
 
 
 def build_deps(settings: Settings) -> Deps:
-    """Clients, metrics, prices, autoscaler runtime and clock for the handlers (kubeconfig or in-cluster config).
+    """Clients, metrics, prices, the autoscaler and budget runtimes and clock for the handlers (kubeconfig or
+    in-cluster config).
 
     Raises:
         kubernetes.config.ConfigException: Neither in a pod nor with a readable kubeconfig.
@@ -70,6 +74,8 @@ def build_deps(settings: Settings) -> Deps:
     from kubernetes import client, config
 
     from modalscale.costmodel.catalog import load_catalog
+    from modalscale.operator.budget.history import BurnGauges, PrometheusHistory
+    from modalscale.operator.budget.observe import BudgetObserver
 
     try:
         config.load_incluster_config()
@@ -84,8 +90,12 @@ def build_deps(settings: Settings) -> Deps:
                                  metrics=AutoscalerMetrics(metrics.registry))
     clock = lambda: dt.datetime.now(dt.UTC)  # noqa: E731
     prices = PriceBook(catalog, settings.opencost_url, settings.opencost_refresh_s, clock)
+    url = settings.prometheus_url
+    budget = BudgetRuntime(BudgetObserver(observer.custom.api_client),
+                           history_source=PrometheusHistory(url) if url else None,
+                           gauges=BurnGauges(metrics.registry))
     return Deps(settings=settings, observer=observer, writer=Writer(api, metrics), metrics=metrics,
-                clock=clock, catalog=catalog, autoscale=autoscale, prices=prices)
+                clock=clock, catalog=catalog, autoscale=autoscale, prices=prices, budget=budget)
 
 
 def deps_of(memo: Any) -> Deps:

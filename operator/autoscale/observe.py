@@ -8,7 +8,8 @@ Split into:
 
 - :func:`build_queries` (pure): the PromQL, one instant query per key, over a stable window (60 s) and a short
   recent window (15 s, the policy's burst window);
-- :func:`parse_answers` (pure): the answers (``{key: [{"metric": {...}, "value": [ts, "v"]}, ...]}``, exactly
+- ``parse_answers`` (pure; in ``modalscale.autoscaler.metrics_parse``): the answers
+  (``{key: [{"metric": {...}, "value": [ts, "v"]}, ...]}``, exactly
   what ``PrometheusConnect.custom_query`` returns) -> :class:`MetricsReading`;
 - :func:`build_observation` (pure): a reading + the replica counts + the budget cap -> the policy's
   ``Observation``;
@@ -82,9 +83,6 @@ too), else than Prometheus has.
 from __future__ import annotations
 
 import datetime as dt
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
@@ -99,11 +97,15 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     PROMETHEUS_UNREACHABLE,
     SCRAPE_TARGETS_DOWN,
 )
-from modalscale.autoscaler.features import MODALITIES, Modality
-from modalscale.autoscaler.policy import Observation, WorkloadClass
+from modalscale.autoscaler.metrics_parse import (
+    CONTRADICTION_MIN_REQUESTS,
+    SERIES_IDENTITY_LABELS,
+    STABLE_WINDOW_S,
+    parse_answers,
+)
+from modalscale.autoscaler.metrics_reading import MetricsReading, unavailable
+from modalscale.autoscaler.policy import Observation
 
-STABLE_WINDOW_S = 60.0
-"""Length of the stable metrics window, s (the policy's ``Observation.window_s``)."""
 RECENT_WINDOW_S = 15.0
 """Length of the recent (burst) window, s; needs a scrape interval of at most ~7 s to hold two samples."""
 COUNT_BIN_S = 15.0
@@ -112,16 +114,6 @@ COUNT_SPAN_S = 600.0
 """How far back the per-bin request counts reach, s (40 bins of 15 s)."""
 QUERY_TIMEOUT_S = 5.0
 """Timeout of one Prometheus HTTP query, s."""
-
-CONTRADICTION_MIN_REQUESTS = 3.0
-"""Requests over the stable window from which a counter says the service is serving while another reads 0
-(:func:`_contradiction`); below it one request in flight at the window's edge, seen by one counter and not yet by
-the other, could read as a contradiction."""
-SERIES_IDENTITY_LABELS = ("pod", "instance", "job")
-"""Labels a query keeps per series so that the parse counts each pod once (:func:`_series_key`): ``pod`` (a
-PodMonitor, a ServiceMonitor's endpoints or pod discovery) else ``instance`` (a static target), and ``job`` to
-tell two scrape jobs of one pod apart. Every other label a scrape or a querier adds (``service``, ``endpoint``,
-a Thanos replica label) is dropped by the queries' ``max by``."""
 
 _STABLE_KEYS = ("requests", "images", "pixels", "tokens")
 
@@ -182,398 +174,6 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
     queries["up"] = f"up{{{s}}}"
     queries["scraped"] = f"timestamp(up{{{s}}})"
     return queries
-
-
-@dataclass(frozen=True)
-class MetricsReading:
-    """What Prometheus said about one InferenceService (pure data; see :func:`parse_answers`).
-
-    Attributes:
-        observed_at: Newest sample time of an up scrape target (timezone-aware UTC); None = no target up.
-        workload: Per-class traffic over the stable window; None = unusable (``problem`` says why); ``()`` = no
-            traffic.
-        recent_workload: Same over the recent window; None = not enough samples.
-        busy_erlangs: Execution slots busy on average (sum over executing models); None = no Triton metrics.
-        p95_latency_ms: Client-facing model's p95 request duration, ms (Triton summary quantiles when enabled
-            with ``--metrics-config summary_latencies=true``); None = not exported.
-        queued_requests: Requests waiting in Triton queues now; None = unknown.
-        in_flight_requests: Requests in the service now, as the client sees them: the client-facing model's
-            ``modalscale_inflight_requests`` (inside ``execute``; a router counts its requests until answered) plus
-            its Triton pending count; None = unknown (either missing).
-        targets_up: Scrape targets answering now.
-        targets_total: Scrape targets Prometheus has for the InferenceService.
-        down_targets: Each scrape target that is down, by pod identity: its ``pod`` (down when every scrape of
-            it is), else its ``instance``.
-        per_pod_targets: Every target carries a ``pod`` label (a PodMonitor or pod discovery: one target per
-            replica), so the answering targets are compared with the ready replicas; otherwise (a shared or
-            static target) with the targets Prometheus has.
-        problem: ``(reason, message)`` when the reading is unusable or partial; None = complete.
-        extra: Further numbers for status and metrics (mean latency ms, batch sizes ...).
-        arrival_counts: Requests per ``COUNT_BIN_S`` bin, oldest first (bins without a value are left out); None =
-            no answer or a non-finite count.
-    """
-
-    observed_at: dt.datetime | None
-    workload: tuple[WorkloadClass, ...] | None
-    recent_workload: tuple[WorkloadClass, ...] | None = None
-    busy_erlangs: float | None = None
-    p95_latency_ms: float | None = None
-    queued_requests: float | None = None
-    targets_up: int = 0
-    targets_total: int = 0
-    down_targets: tuple[str, ...] = ()
-    per_pod_targets: bool = False
-    problem: tuple[str, str] | None = None
-    extra: Mapping[str, float] = field(default_factory=dict)
-    arrival_counts: tuple[float, ...] | None = None
-    in_flight_requests: float | None = None
-
-    @property
-    def partial(self) -> bool:
-        """Some scrape targets are down but the others were read."""
-        return bool(self.down_targets) and self.targets_up > 0
-
-
-def unavailable(reason: str, message: str) -> MetricsReading:
-    """A reading with nothing in it (Prometheus not configured or unreachable)."""
-    return MetricsReading(observed_at=None, workload=None, problem=(reason, message))
-
-
-def _value(sample: Mapping[str, Any]) -> float | None:
-    """The sample's value; None when it is unparsable or not finite (``NaN``, ``+Inf``, ``-Inf``)."""
-    try:
-        v = float(sample["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _series_key(labels: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """``(pod identity, what the series measures)`` of one series' labels: the identity is ``pod`` when the
-    series has one, else ``instance``; what it measures is every other label but ``job`` (``modality``, or
-    ``model`` and ``version``). Two series with the same key are the same counter read twice."""
-    pod = str(labels.get("pod") or "")
-    identity = f"pod/{pod}" if pod else f"instance/{labels.get('instance', '')}"
-    content = tuple(sorted((str(k), str(v)) for k, v in labels.items() if k not in SERIES_IDENTITY_LABELS))
-    return identity, content
-
-
-def _by_label(answer: Sequence[Mapping[str, Any]] | None, label: str, *, per_series: bool = False,
-              rate: bool = True) -> dict[str, float] | None:
-    """``{label value: value}`` of one answer: one value per pod identity and label set (the largest when a pod's
-    series arrives more than once, under two ``job`` values or two ``instance`` values; :func:`_series_key`),
-    then summed per label value (a series without the label is keyed ``""``).
-
-    None when any series' value is not a finite number (Prometheus answers ``NaN`` for a ratio over no samples
-    and ``+-Inf`` for a division by zero; a sum with one unknown term is unknown: missing data, never zero) or,
-    for a ``rate``, is negative (``rate``/``increase`` correct counter resets, so a negative rate is a counter
-    read without that correction, e.g. by a recording rule with ``delta``; missing data, never zero either).
-    With ``per_series`` such a series is left out instead (only that label value is unknown: a Triton summary
-    quantile is NaN for a model with no request in its window)."""
-    best: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for sample in answer or ():
-        v = _value(sample)
-        if v is None or (rate and v < 0):
-            if per_series:
-                continue
-            return None
-        key = _series_key(sample.get("metric") or {})
-        best[key] = max(v, best.get(key, v))
-    out: dict[str, float] = {}
-    for (_, content), v in best.items():
-        name = dict(content).get(label, "")
-        out[name] = out.get(name, 0.0) + v
-    return out
-
-
-def _duplicates(answer: Sequence[Mapping[str, Any]] | None) -> int:
-    """Series of one answer that repeat a pod's series already counted (see :func:`_series_key`)."""
-    keys = [_series_key(s.get("metric") or {}) for s in answer or ()]
-    return len(keys) - len(set(keys))
-
-
-def _unreadable(key: str, answer: Sequence[Mapping[str, Any]] | None = None) -> tuple[str, str]:
-    """``(reason, message)`` of an answer :func:`_by_label` refused: a negative rate, else a non-finite value."""
-    negative = [v for v in (_value(s) for s in answer or ()) if v is not None and v < 0]
-    if negative:
-        return (NEGATIVE_RATE, f"Prometheus answered a negative rate ({min(negative):g}) for {key!r}: a counter "
-                               f"read without reset correction (rate() and increase() correct resets); that is "
-                               f"missing data, not zero traffic: holding")
-    return (NON_FINITE_METRICS, f"Prometheus answered a non-finite value (NaN or +-Inf) for {key!r}; that is "
-                                f"missing data, not zero traffic: holding")
-
-
-def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
-              batch: Mapping[Modality, float], service_ms: Mapping[Modality, float | None]
-              ) -> tuple[tuple[WorkloadClass, ...] | None, tuple[str, str] | None]:
-    """Per-class workload from one window's answers (``prefix`` "" or "recent_")."""
-    if not answers.get(prefix + "requests"):
-        return None, (NO_REQUEST_METRICS, "no modalscale_requests_total series for this InferenceService "
-                                          "(is the modalscale runtime serving it, and scraped?)")
-    by_modality = _by_label(answers[prefix + "requests"], "modality")
-    if by_modality is None:
-        return None, _unreadable(prefix + "requests", answers[prefix + "requests"])
-    rates = {m: v for m, v in by_modality.items() if m}
-    classes = {m: max(0.0, rates.get(m.value, 0.0)) for m in MODALITIES}
-    if sum(classes.values()) <= 0:
-        return (), None
-    sums: dict[str, dict[str, float]] = {}
-    for k in ("images", "pixels", "tokens"):
-        read = _by_label(answers.get(prefix + k), "modality")
-        if read is None:
-            return None, _unreadable(prefix + k, answers.get(prefix + k))
-        sums[k] = read
-    users = {"images": (Modality.IMAGE, Modality.IMAGE_TEXT), "pixels": (Modality.IMAGE, Modality.IMAGE_TEXT),
-             "tokens": (Modality.TEXT, Modality.IMAGE_TEXT)}
-    means: dict[str, dict[Modality, float]] = {}
-    for key, who in users.items():
-        active = [m for m in who if classes[m] > 0]
-        means[key] = {}
-        if not active:
-            continue
-        by_class = sums[key]
-        if by_class and "" not in by_class:  # labelled by modality: per-class means
-            for m in active:
-                if m.value not in by_class:
-                    return None, (INCOMPLETE_FEATURES, f"no {key} series for modality {m.value}")
-                means[key][m] = max(0.0, by_class[m.value]) / classes[m]
-        elif by_class:  # unlabelled (or a mix of both): pooled over the classes that carry the feature
-            mean = max(0.0, sum(by_class.values())) / sum(classes[m] for m in active)
-            for m in active:
-                means[key][m] = mean
-        else:
-            return None, (INCOMPLETE_FEATURES, f"no {key} histogram series although {active[0].value} requests "
-                                               f"arrive; the runtime's feature metrics are missing")
-    out = []
-    for m in MODALITIES:
-        rate = classes[m]
-        if rate <= 0:
-            continue
-        images = means["images"].get(m, 0.0)
-        pixels = means["pixels"].get(m, 0.0)
-        tokens = means["tokens"].get(m, 0.0)
-        if m != Modality.TEXT and (images <= 0 or pixels <= 0):
-            return None, (INCOMPLETE_FEATURES, f"{m.value} requests arrive but their image features read 0")
-        if m == Modality.IMAGE_TEXT and tokens <= 0:
-            return None, (INCOMPLETE_FEATURES, "image_text requests arrive but their token feature reads 0")
-        out.append(WorkloadClass(
-            modality=m, rate_rps=rate, mean_image_pixels=pixels, mean_image_count=images,
-            mean_text_tokens=0.0 if m == Modality.IMAGE else tokens, mean_batch_size=max(1.0, batch.get(m, 1.0)),
-            observed_service_ms=service_ms.get(m)))
-    return tuple(out), None
-
-
-def _counts(answer: Sequence[Mapping[str, Any]] | None) -> tuple[float, ...] | None:
-    """The per-bin counts of the ``arrival_counts`` range vector (one series of ``[ts, "v"]`` values); None when
-    absent, malformed or any value is not finite."""
-    if not answer or len(answer) != 1:
-        return None
-    values = answer[0].get("values")
-    if not isinstance(values, Sequence) or not values:
-        return None
-    out = []
-    for point in values:
-        try:
-            v = float(point[1])
-        except (IndexError, TypeError, ValueError):
-            return None
-        if not math.isfinite(v):
-            return None
-        out.append(max(0.0, v))
-    return tuple(out)
-
-
-def _targets(answers: Mapping[str, Sequence[Mapping[str, Any]]]
-             ) -> tuple[dict[str, bool], dict[str, float], bool]:
-    """The scrape targets per pod identity: ``({identity: any of its targets up}, {identity: newest sample time of
-    its up targets, s}, every target has a pod label)``. A pod scraped by two jobs (or read twice through a
-    querier) is one target, up when either of its scrapes is (its series are read from that one)."""
-    def scrape(labels: Mapping[str, Any]) -> tuple[str, str]:
-        return str(labels.get("instance", "?")), str(labels.get("job", ""))
-
-    stamps = {scrape(s.get("metric") or {}): _value(s) for s in answers.get("scraped") or ()}
-    up: dict[str, bool] = {}
-    newest: dict[str, float] = {}
-    rows = answers.get("up") or ()
-    for sample in rows:
-        labels = sample.get("metric") or {}
-        pod = str(labels.get("pod") or "")
-        identity = pod or str(labels.get("instance", "?"))
-        live = _value(sample) == 1.0
-        up[identity] = up.get(identity, False) or live
-        stamp = stamps.get(scrape(labels))
-        if live and stamp is not None:
-            newest[identity] = max(stamp, newest.get(identity, stamp))
-    return up, newest, bool(rows) and all((s.get("metric") or {}).get("pod") for s in rows)
-
-
-def _contradiction(requests: Mapping[str, float] | None, counts: Mapping[str, float] | None,
-                   execs: Mapping[str, float], compute_us: Mapping[str, float], request_us: Mapping[str, float],
-                   pending: Mapping[str, float] | None, window_s: float) -> tuple[str, str] | None:
-    """Which demand signal reads idle while another says the service is serving (pure).
-
-    The request counters are two: the runtime's own ``modalscale_requests_total`` (``requests``, req/s by
-    modality) and Triton's ``nv_inference_count`` (``counts``, req/s by model). Triton's execution count, compute
-    and request durations and pending requests are evidence of serving too. A counter "says serving" when it
-    counts at least :data:`CONTRADICTION_MIN_REQUESTS` requests over the window; "reads idle" when its rate is 0.
-
-    Returns:
-        ``("triton", why)`` when Triton's request counters read 0 while the runtime's counter or Triton's other
-        figures say serving (triton-inference-server/server#8125: ``nv_inference_count``, ``..._exec_count``,
-        ``..._request_success`` and the pending gauge stuck at 0 in Triton 2.51 while requests are served);
-        ``("runtime", why)`` when the runtime's counter reads 0 while Triton counts requests; None otherwise
-        (a counter that is missing altogether is missing data, handled on its own, not a contradiction).
-    """
-    if not counts:
-        return None
-    runtime_rps = sum(max(0.0, v) for v in (requests or {}).values())
-    triton_rps = max(counts.values())  # the client-facing model's count (router or the only model) is the largest
-    least = CONTRADICTION_MIN_REQUESTS
-    if triton_rps <= 0:
-        evidence = []
-        if runtime_rps * window_s >= least:
-            evidence.append(f"modalscale_requests_total counts {runtime_rps * window_s:.0f} requests "
-                            f"({runtime_rps:.2f} req/s)")
-        for what, figures in (("executions (nv_inference_exec_count)", execs),
-                              ("compute time (nv_inference_compute_*_duration_us)", compute_us),
-                              ("request time (nv_inference_request_duration_us)", request_us),
-                              ("pending requests (nv_inference_pending_request_count)", pending or {})):
-            if sum(figures.values()) > 0:
-                evidence.append(f"Triton reports {what} {sum(figures.values()):g}")
-        if evidence:
-            return ("triton", f"Triton's request counters (nv_inference_count) read 0 over the last {window_s:g} s "
-                              f"while {'; '.join(evidence)}: the signals contradict each other (a Triton metrics "
-                              f"fault such as triton-inference-server/server#8125), so Triton's utilization, batch "
-                              f"size, service time and queue are unknown: holding what needs them")
-        return None
-    if requests is not None and runtime_rps <= 0 and triton_rps * window_s >= least:
-        return ("runtime", f"modalscale_requests_total reads 0 over the last {window_s:g} s while Triton counts "
-                           f"{triton_rps * window_s:.0f} requests ({triton_rps:.2f} req/s, nv_inference_count): the "
-                           f"signals contradict each other, so the request rates are unknown: holding what needs "
-                           f"them")
-    return None
-
-
-def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name: str,
-                  window_s: float = STABLE_WINDOW_S) -> MetricsReading:
-    """Turn the answers to :func:`build_queries` into a :class:`MetricsReading` (pure).
-
-    Args:
-        answers: ``{key: result list}`` as ``PrometheusConnect.custom_query`` returns it per key; a missing key
-            is an empty answer.
-        model_name: ``spec.model.name`` (Triton's client-facing model); ``<model_name>_<modality>`` are the
-            per-class models of modality-aware batching.
-        window_s: The stable window the answers cover, s (for the request counts of the cross-check).
-    Returns:
-        The reading. Every series is counted once per pod (a pod scraped by two jobs, or read twice through a
-        querier without deduplication, is one pod: :func:`_by_label`). ``workload`` is None (with ``problem``)
-        when no target is up, the request counter is missing, a feature the traffic needs is missing, or the
-        runtime's request counter reads 0 while Triton's counts requests (``MetricsContradict``);
-        ``busy_erlangs`` is None without Triton compute metrics or when Triton's request counters read 0 while
-        the service is serving (``MetricsContradict``, :func:`_contradiction`). Targets that are down are left
-        out of the sums (``partial``).
-    """
-    up, newest, per_pod = _targets(answers)
-    total = len(up)
-    live = sorted(i for i, v in up.items() if v)
-    down = tuple(sorted(i for i, v in up.items() if not v))
-    if total == 0:
-        return MetricsReading(None, None, problem=(NO_SCRAPE_TARGETS, (
-            "Prometheus has no scrape target labelled with this InferenceService (labels namespace and "
-            "inferenceservice; add a ServiceMonitor/PodMonitor)")))
-    if not live:
-        return MetricsReading(None, None, targets_total=total, down_targets=down, problem=(
-            SCRAPE_TARGETS_DOWN, f"all {total} scrape target(s) are down: {', '.join(down)}"))
-    stamps = [newest[i] for i in live if i in newest]
-    observed_at = dt.datetime.fromtimestamp(max(stamps), dt.UTC) if stamps else None
-
-    # Executing models: the per-modality models when present (router layout), else every model reported.
-    # A non-finite count, exec count or compute time makes every Triton-derived figure unknown.
-    triton = {k: _by_label(answers.get(k), "model") for k in ("nv_count", "nv_exec", "nv_compute_us")}
-    bad_triton = [k for k, v in triton.items() if v is None]
-    counts = triton["nv_count"] or {}
-    execs, compute = ({}, {}) if bad_triton else (triton["nv_exec"] or {}, triton["nv_compute_us"] or {})
-    success = _by_label(answers.get("nv_success"), "model")
-    request_us = _by_label(answers.get("nv_request_us"), "model")
-    pending = _by_label(answers.get("nv_pending"), "model", rate=False)
-    requests = _by_label(answers.get("requests"), "modality") if answers.get("requests") else None
-    contradicts = _contradiction(requests, None if bad_triton else counts, execs, compute, request_us or {},
-                                 pending, window_s)
-    if contradicts and contradicts[0] == "triton":  # Triton's figures are unknown, not zero
-        counts, execs, compute, success, request_us, pending = {}, {}, {}, None, None, None
-
-    per_class = {m: f"{model_name}_{m.value}" for m in MODALITIES}
-    routed = any(n in counts for n in per_class.values())
-    executing = [n for n in per_class.values() if n in counts] if routed else [n for n in counts if n]
-    busy: dict[str, float] = {}
-    batch_of: dict[str, float] = {}
-    for n in executing:
-        c, e, us = counts.get(n, 0.0), execs.get(n, 0.0), compute.get(n)
-        if c <= 0 or e <= 0 or us is None:
-            continue
-        batch_of[n] = max(1.0, c / e)
-        busy[n] = max(0.0, us) / 1e6 / batch_of[n]
-    busy_erlangs = sum(busy.values()) if compute else None
-    extra: dict[str, float] = {"targets_up": float(len(live)), "targets_total": float(total)}
-    if busy_erlangs is not None:
-        extra["busy_erlangs"] = busy_erlangs
-    duplicates = _duplicates(answers.get("requests")) + _duplicates(answers.get("up"))
-    if duplicates:
-        extra["duplicate_series"] = float(duplicates)
-
-    batch: dict[Modality, float] = {}
-    service_ms: dict[Modality, float | None] = {}
-    if routed:
-        for m, n in per_class.items():
-            if n in busy and counts.get(n, 0.0) > 0 and busy[n] > 0:
-                batch[m] = batch_of[n]
-                service_ms[m] = 1000.0 * busy[n] / counts[n]
-    else:
-        pooled_count = sum(counts.get(n, 0.0) for n in busy)
-        pooled_exec = sum(execs.get(n, 0.0) for n in busy)
-        if pooled_count > 0 and pooled_exec > 0 and sum(busy.values()) > 0:
-            for m in MODALITIES:
-                batch[m] = max(1.0, pooled_count / pooled_exec)
-                service_ms[m] = 1000.0 * sum(busy.values()) / pooled_count
-    for m in MODALITIES:
-        if m in batch:
-            extra[f"{m.value}_batch_size"] = batch[m]
-
-    workload, problem = _workload(answers, "", batch, service_ms)
-    recent, _ = _workload(answers, "recent_", batch, {})
-    if contradicts and contradicts[0] == "runtime":  # the request rates are unknown, not zero
-        workload, recent = None, None
-    if contradicts:  # the more severe fault: it names why a mode holds
-        problem = (METRICS_CONTRADICT, contradicts[1])
-
-    # Latency of the client-facing model: the router when present, else the executing models.
-    front = model_name if model_name in counts or not executing else None
-    names = [front] if front else executing
-    if success is not None and request_us is not None and not bad_triton:
-        n_ok = sum(success.get(n, 0.0) for n in names)
-        if n_ok > 0 and any(n in request_us for n in names):
-            extra["mean_latency_ms"] = sum(request_us.get(n, 0.0) for n in names) / n_ok / 1000.0
-    p95s = _by_label(answers.get("nv_p95_us"), "model", per_series=True, rate=False) or {}
-    p95_us = p95s.get(front) if front else (max((p95s[n] for n in executing if n in p95s), default=None))
-    p95_ms = p95_us / 1000.0 if p95_us is not None and p95_us > 0 else None
-    queued = sum(max(0.0, v) for v in pending.values()) if pending else None
-    # in flight as the client sees it: the client-facing model's requests inside execute (a router counts its
-    # requests until answered, so inner models are not added again) plus those waiting in its Triton queue
-    inside = _by_label(answers.get("inflight"), "model", rate=False)
-    in_flight = (max(0.0, inside[model_name]) + max(0.0, pending.get(model_name, 0.0))
-                 if inside is not None and model_name in inside and pending is not None else None)
-
-    if problem is None and down:
-        problem = (PARTIAL_TARGETS, f"{len(down)} of {total} scrape target(s) down ({', '.join(down)}); "
-                                    f"deciding on the {len(live)} that answered (no scale-down on them)")
-    if problem is None and bad_triton:
-        problem = _unreadable(", ".join(bad_triton), [s for k in bad_triton for s in answers.get(k) or ()])
-    return MetricsReading(observed_at=observed_at, workload=workload, recent_workload=recent,
-                          busy_erlangs=busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
-                          targets_up=len(live), targets_total=total, down_targets=down,
-                          per_pod_targets=per_pod, problem=problem,
-                          extra=extra, arrival_counts=_counts(answers.get("arrival_counts")),
-                          in_flight_requests=in_flight)
 
 
 def build_observation(reading: MetricsReading, *, current_replicas: int, ready_replicas: int,
@@ -661,3 +261,11 @@ class PrometheusReader:
             first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             return unavailable(PROMETHEUS_UNREACHABLE, f"Prometheus at {self.url} did not answer: {first}")
         return parse_answers(answers, model_name)
+
+
+# The parse and its reading live in modalscale.autoscaler (pure, strict mypy); re-exported for the callers here.
+__all__ = ["CONTRADICTION_MIN_REQUESTS", "COUNT_BIN_S", "COUNT_SPAN_S", "INCOMPLETE_FEATURES", "METRICS_CONTRADICT",
+           "MetricsReading", "NEGATIVE_RATE", "NON_FINITE_METRICS", "NO_REQUEST_METRICS", "NO_SCRAPE_TARGETS",
+           "PARTIAL_TARGETS", "PROMETHEUS_NOT_CONFIGURED", "PROMETHEUS_UNREACHABLE", "PrometheusReader",
+           "QUERY_TIMEOUT_S", "RECENT_WINDOW_S", "SCRAPE_TARGETS_DOWN", "SERIES_IDENTITY_LABELS", "STABLE_WINDOW_S",
+           "build_observation", "build_queries", "parse_answers", "selector", "unavailable"]

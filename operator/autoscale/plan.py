@@ -27,9 +27,9 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     NO_SERVICE_METRICS,
     STALE_METRICS,
 )
+from modalscale.autoscaler.metrics_reading import MetricsReading
 from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
 from modalscale.operator import conditions as cond
-from modalscale.operator.autoscale.observe import MetricsReading
 
 MAX_RECOMMENDATIONS = 240
 """Bound of ``status.autoscaler.state.recommendations`` (the CRD's ``maxItems``)."""

@@ -18,8 +18,9 @@ the first evaluation of a policy after start reads that history back from Promet
 (``modalscale.operator.budget.history``); until a read succeeds no anomaly is decided (retried every
 evaluation). The services already alerted are ``status.spendAnomalies``, not memory.
 
-Delivery is at least once and never blocks evaluation or deletion: each batch of due entries runs as an
-asyncio task of its own, with a deadline (:data:`DELIVERY_RETRY` bounds every round; the batch is cut at
+Delivery (the pump: ``modalscale.operator.budget.delivery``) is at least once and never blocks evaluation or
+deletion: each batch of due entries runs as an asyncio task of its own, with a deadline (:data:`DELIVERY_RETRY`
+bounds every round; the batch is cut at
 ``most entries per receiver x max_total_s + DELIVERY_SLACK_S``); batches of one policy run in order. Entries
 in a batch are *in flight* (kept in memory, never sent twice by this process). Results return through memory
 and wake the daemon, whose next evaluation removes delivered entries from the outbox, schedules failed ones
@@ -42,7 +43,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -50,19 +51,18 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from modalscale import GROUP, VERSION
-from modalscale.api.conditions import TIMED_OUT
-from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, trim_history
+from modalscale.costmodel.anomaly import AnomalyConfig, trim_history
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.answers import DeliveryResult
-from modalscale.notify.sender import RetryPolicy, Sender
-from modalscale.operator.budget.history import (
-    BurnGauges,
-    HistoryRead,
-    HistoryUnavailable,
-    PrometheusHistory,
-    merge_history,
+from modalscale.operator.budget.delivery import (
+    DELIVERY_RETRY,
+    batch_deadline_s,
+    deliver_batch,
+    launch_batch,
+    stop_deliveries,
 )
-from modalscale.operator.budget.observe import BudgetObserver, Receiver
+from modalscale.operator.budget.history import HistoryRead, HistoryUnavailable, merge_history
+from modalscale.operator.budget.observe import Receiver
 from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
     ENFORCEMENT_LIFTED,
@@ -71,56 +71,17 @@ from modalscale.operator.budget.plan import (
     observed_namespaces,
     plan_policy,
 )
-from modalscale.operator.budget.podstops import GonePods
+from modalscale.operator.budget.runtime import BudgetRuntime
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.settings import Settings
 
-DELIVERY_RETRY = RetryPolicy(max_retries=5, base_delay_s=1.0, max_delay_s=15.0, timeout_s=10.0, max_total_s=45.0)
-"""Per receiver and alert: 5 retries (429, 5xx, timeouts), 10 s per attempt, 45 s in all (house rule C7)."""
-DELIVERY_SLACK_S = 5.0
-"""Extra seconds the batch deadline allows beyond the sender's own bound."""
 ERROR_RETRY_S = 5.0
 """Seconds before re-evaluating after an API error (or the interval, if shorter)."""
 HISTORY_RETRY_S = 30.0
 """Seconds between attempts to read a policy's spend-anomaly history back from Prometheus after a failure."""
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
-
-
-@dataclass
-class BudgetRuntime:
-    """Per-process state of the BudgetPolicy handlers, kept in ``memo.budget`` (built at start-up)."""
-
-    observer: BudgetObserver
-    sender: Sender | None = None
-    """Created inside the event loop on first use (it owns an ``httpx.AsyncClient``)."""
-    wake: dict[str, asyncio.Event] = field(default_factory=dict)
-    """Policy uid -> event that ends the daemon's sleep early (spec change, delivery finished)."""
-    delivered: dict[str, list[Attempt]] = field(default_factory=dict)
-    """Policy uid -> finished delivery rounds not yet written to the outbox in status."""
-    in_flight: dict[str, set[OutboxKey]] = field(default_factory=dict)
-    """Policy uid -> outbox entries being sent now (excluded from what is due)."""
-    batches: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    """Policy uid -> its latest delivery batch (the next one waits for it, so rooms see alerts in order)."""
-    burn_history: dict[str, dict[tuple[str, str], list[BurnSample]]] = field(default_factory=dict)
-    """Policy uid -> (namespace, name) -> burn-rate samples of earlier evaluations (the anomaly baseline; in
-    memory, bounded by ``trim_history``; read back from ``history_source`` after a restart)."""
-    history_source: PrometheusHistory | None = None
-    """Where the history is read back from at a policy's first evaluation (None: memory only)."""
-    history_read: dict[str, HistoryRead] = field(default_factory=dict)
-    """Policy uid -> how reading its history back went (retried until ``ok``, at most every
-    :data:`HISTORY_RETRY_S`)."""
-    history_retry_at: dict[str, float] = field(default_factory=dict)
-    """Policy uid -> ``time.monotonic()`` before which a failed read is not tried again."""
-    gauges: BurnGauges | None = None
-    """The burn-rate gauges every evaluation exports (what ``history_source`` reads back)."""
-    gone_pods: GonePods = field(default_factory=GonePods)
-    """Pods of InferenceServices the pod watch saw deleted (``budget_pod_deleted``): every evaluation charges
-    each to when it stopped (``modalscale.operator.budget.podstops``)."""
-
-    def waker(self, uid: str) -> asyncio.Event:
-        return self.wake.setdefault(uid, asyncio.Event())
 
 
 @dataclass(frozen=True)
@@ -228,93 +189,6 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     return Evaluation(plan.interval_s, plan.sends, tuple(receivers), tuple(problems), plan.next_due_s)
 
 
-def batch_deadline_s(sends: Sequence[PendingAlert]) -> float:
-    """Bound of one batch, in seconds: the most entries any one receiver gets x one round's bound, plus slack."""
-    per_target: dict[str, int] = {}
-    for e in sends:
-        per_target[e.notification] = per_target.get(e.notification, 0) + 1
-    return max(per_target.values(), default=0) * DELIVERY_RETRY.max_total_s + DELIVERY_SLACK_S
-
-
-async def deliver_batch(sender: Sender, sends: Sequence[PendingAlert], receivers: Sequence[Receiver],
-                        problems: Sequence[DeliveryResult], *, deadline_s: float, clock: Any,
-                        previous: asyncio.Task[None] | None = None) -> list[Attempt]:
-    """Send each outbox entry to its receiver (receivers in parallel, entries in order); never raises.
-
-    Args:
-        sends: Due outbox entries.
-        receivers: Resolved targets of ``sends`` (by ``name``).
-        problems: Targets that cannot be tried (Secret missing): each of their entries fails with that result.
-        deadline_s: Bound on the whole batch, in seconds; an entry not finished by then fails as ``TimedOut``.
-        clock: Timezone-aware UTC "now" (when each round started).
-        previous: The policy's previous batch, waited for first (bounded by its own deadline).
-    Returns:
-        One :class:`Attempt` per entry of ``sends``.
-    """
-    if previous is not None and not previous.done():
-        await asyncio.wait([previous])
-    by_name = {r.name: r for r in receivers}
-    problem = {p.receiver: p for p in problems}
-    results: list[Attempt] = []
-    groups: dict[str, list[PendingAlert]] = {}
-    for e in sends:
-        if e.notification in by_name:
-            groups.setdefault(e.notification, []).append(e)
-        else:
-            p = problem.get(e.notification)
-            results.append(Attempt(e.key, False, p.reason if p else "ReceiverUnknown",
-                                   p.message if p else f"Notification {e.notification} could not be resolved",
-                                   clock()))
-
-    async def one(r: Receiver, entries: list[PendingAlert]) -> None:
-        for e in entries:
-            started = clock()
-            res = await sender.deliver(r.type, r.url, r.secret, e.message, receiver=r.name)
-            results.append(Attempt(e.key, res.delivered, res.reason, res.message, started))
-
-    tasks = [asyncio.create_task(one(by_name[name], entries)) for name, entries in groups.items()]
-    if tasks:
-        _, pending = await asyncio.wait(tasks, timeout=deadline_s)
-        for task in pending:
-            task.cancel()
-        finished = {a.key for a in results}
-        for name, entries in groups.items():
-            for e in entries:
-                if e.key not in finished:
-                    results.append(Attempt(e.key, False, TIMED_OUT,
-                                           f"Delivery to {name} did not finish within {deadline_s:g} s", clock()))
-    return results
-
-
-def _launch(runtime: BudgetRuntime, uid: str, ev: Evaluation, clock: Any, logger: Log) -> None:
-    if runtime.sender is None:
-        runtime.sender = Sender(retry=DELIVERY_RETRY)
-    deadline = batch_deadline_s(ev.sends)
-    previous = runtime.batches.get(uid)
-    keys = {e.key for e in ev.sends}
-    runtime.in_flight.setdefault(uid, set()).update(keys)
-
-    async def run() -> None:
-        assert runtime.sender is not None
-        results: list[Attempt] = []
-        try:
-            results = await deliver_batch(runtime.sender, ev.sends, ev.receivers, ev.problems, deadline_s=deadline,
-                                          clock=clock, previous=previous)
-            for a in results:
-                if not a.delivered:
-                    logger.warning("Failed to deliver budget alert, will retry: receiver=%s reason=%s", a.key[0],
-                                   a.reason)
-        finally:
-            # No await between these two: an evaluation sees an entry either in flight or with its result.
-            runtime.delivered.setdefault(uid, []).extend(results)
-            runtime.in_flight.get(uid, set()).difference_update(keys)
-            runtime.waker(uid).set()
-
-    task = asyncio.create_task(run(), name=f"budget-alerts-{uid}")
-    runtime.batches[uid] = task
-    task.add_done_callback(lambda t: runtime.batches.pop(uid, None) if runtime.batches.get(uid) is t else None)
-
-
 async def _sleep(stopped: Any, wake: asyncio.Event, seconds: float) -> None:
     """Sleep ``seconds`` unless the daemon is stopped or woken first."""
     waits = [asyncio.ensure_future(stopped.wait()), asyncio.ensure_future(wake.wait())]
@@ -352,7 +226,7 @@ async def run_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: s
                 runtime.history_retry_at.pop(uid, None)
                 return
             if ev.sends:
-                _launch(runtime, uid, ev, deps.clock, logger)
+                launch_batch(runtime, uid, ev.sends, ev.receivers, ev.problems, deps.clock, logger)
             await _sleep(stopped, wake, ev.sleep_s())
     finally:
         runtime.wake.pop(uid, None)
@@ -376,43 +250,26 @@ def lift_caps(deps: Deps, runtime: BudgetRuntime, policy: dict[str, Any], logger
 def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
     """Register the BudgetPolicy handlers on ``registry``.
 
-    Needs ``memo.deps`` (:class:`modalscale.operator.deps.Deps`) for the writer, catalog, clock and metrics.
+    Needs ``memo.deps`` (:class:`modalscale.operator.deps.Deps`) for the writer, catalog, clock, metrics and the
+    budget runtime (``Deps.budget``).
     """
-
-    @kopf.on.startup(registry=registry)
-    def budget_startup(memo: kopf.Memo, **_: Any) -> None:
-        if memo.get("budget") is None:
-            deps = deps_of(memo)
-            url = deps.settings.prometheus_url
-            memo.budget = BudgetRuntime(BudgetObserver(deps.observer.custom.api_client),
-                                        history_source=PrometheusHistory(url) if url else None,
-                                        gauges=BurnGauges(deps.metrics.registry))
 
     @kopf.on.cleanup(registry=registry)
     async def budget_cleanup(memo: kopf.Memo, logger: Log, **_: Any) -> None:
-        runtime: BudgetRuntime | None = memo.get("budget")
-        if runtime is None:
-            return
-        pending = list(runtime.batches.values())
-        for task in pending:
-            task.cancel()
-        if pending:
-            logger.warning("Abandoned budget alert deliveries at shutdown: batches=%d", len(pending))
-            await asyncio.wait(pending, timeout=5)
-        if runtime.sender is not None:
-            await runtime.sender.aclose()
+        await stop_deliveries(deps_of(memo).budget, logger)
 
     @kopf.daemon(GROUP, VERSION, BUDGET_PLURAL, registry=registry, cancellation_backoff=5.0,
                  cancellation_timeout=10.0)
     async def budget_daemon(name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                             logger: Log, **_: Any) -> None:
-        await run_policy(deps_of(memo), memo.budget, namespace, name, uid, stopped, logger)
+        deps = deps_of(memo)
+        await run_policy(deps, deps.budget, namespace, name, uid, stopped, logger)
 
     @kopf.on.event(GROUP, VERSION, BUDGET_PLURAL, registry=registry)
     async def budget_spec_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        runtime: BudgetRuntime | None = memo.get("budget")
+        runtime = deps_of(memo).budget
         uid = body["metadata"].get("uid")
-        if runtime is None or uid not in runtime.wake:
+        if uid not in runtime.wake:
             return
         if body["metadata"].get("generation") != (body.get("status") or {}).get("observedGeneration"):
             runtime.wake[uid].set()
@@ -421,20 +278,22 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
     # while no operator watches is charged up to the first evaluation that no longer lists it (podstops).
     @kopf.on.event("v1", "pods", labels={SELECTOR_LABEL: kopf.PRESENT}, registry=registry)
     def budget_pod_deleted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, logger: Log, **_: Any) -> None:
-        runtime: BudgetRuntime | None = memo.get("budget")
-        if runtime is None or event.get("type") != "DELETED":
+        if event.get("type") != "DELETED":
             return
-        if runtime.gone_pods.record(dict(event.get("object") or body), deps_of(memo).clock()):
+        deps = deps_of(memo)
+        runtime = deps.budget
+        if runtime.gone_pods.record(dict(event.get("object") or body), deps.clock()):
             logger.debug("Recorded a deleted pod for the budget ledger: pods_kept=%d", len(runtime.gone_pods))
 
     @kopf.on.delete(GROUP, VERSION, BUDGET_PLURAL, registry=registry)
     def budget_deleted(body: kopf.Body, memo: kopf.Memo, logger: Log, **_: Any) -> None:
         policy = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "BudgetPolicy", "metadata": dict(body["metadata"]),
                   "spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}
-        lifted = lift_caps(deps_of(memo), memo.budget, policy, logger)
+        deps = deps_of(memo)
+        lifted = lift_caps(deps, deps.budget, policy, logger)
         if lifted:
             logger.info("Lifted budget caps of the deleted BudgetPolicy: services=%d", lifted)
 
 
 __all__ = ["BudgetRuntime", "DELIVERY_RETRY", "Evaluation", "batch_deadline_s", "deliver_batch", "evaluate_policy",
-           "lift_caps", "register_budget", "run_policy"]
+           "lift_caps", "register_budget", "run_policy"]  # the delivery names re-exported from .delivery

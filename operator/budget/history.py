@@ -38,13 +38,17 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from modalscale.costmodel.anomaly import AnomalyConfig, AnomalyState, BurnSample
-from modalscale.costmodel.ledger import LedgerFormatError, floor_to_second, format_time, parse_time
+from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample
+from modalscale.operator.budget.spend_anomalies import (
+    HistoryRead,
+    SpendKey,
+    anomaly_state_from_status,
+    anomaly_state_to_status,
+)
 
 BURN_METRIC = "modalscale_budget_service_burn_usd_per_hour"
 REPLICAS_METRIC = "modalscale_budget_service_replicas"
@@ -58,19 +62,8 @@ QUERY_TIMEOUT_S = 10.0
 
 # The condition type (SpendAnomalyHistory) and its reasons live with the others in modalscale.api.conditions.
 
-SpendKey = tuple[str, str]
-
-
 class HistoryUnavailable(RuntimeError):
     """The history could not be read completely (Prometheus down, an error, a partial answer, a malformed body)."""
-
-
-@dataclass(frozen=True)
-class HistoryRead:
-    """Outcome of reading the history at start: ``ok`` False means hold (no anomaly decided), ``message`` says why."""
-
-    ok: bool
-    message: str
 
 
 class BurnGauges:
@@ -231,40 +224,6 @@ class PrometheusHistory:
             except HistoryUnavailable as exc:
                 raise HistoryUnavailable(f"Prometheus at {self.url}: {exc}") from None
         return parse_history(answers)
-
-
-def anomaly_state_from_status(status: Mapping[str, Any]) -> AnomalyState:
-    """The services in an anomaly now, from ``status.spendAnomalies`` (``[]`` or absent: none).
-
-    Raises:
-        modalscale.costmodel.ledger.LedgerFormatError: An item without ``namespace``, ``name`` or an RFC 3339
-            ``since`` (the message names the field; the caller reports the status as unreadable).
-    """
-    items = status.get("spendAnomalies") or []
-    if not isinstance(items, list):
-        raise LedgerFormatError(f"status.spendAnomalies: expected a list, got {type(items).__name__}")
-    active: dict[SpendKey, dt.datetime] = {}
-    calm: dict[SpendKey, dt.datetime] = {}
-    for i, item in enumerate(items):
-        path = f"status.spendAnomalies[{i}]"
-        if not isinstance(item, Mapping) or not item.get("namespace") or not item.get("name"):
-            raise LedgerFormatError(f"{path}: expected an object with namespace, name and since")
-        key = (str(item["namespace"]), str(item["name"]))
-        active[key] = parse_time(item.get("since"), f"{path}.since")
-        if item.get("calmSince"):
-            calm[key] = parse_time(item["calmSince"], f"{path}.calmSince")
-    return AnomalyState(active, calm)
-
-
-def anomaly_state_to_status(state: AnomalyState) -> list[dict[str, str]]:
-    """``status.spendAnomalies``: one item per service in an anomaly, sorted (RFC 3339 UTC, whole seconds)."""
-    out = []
-    for key in sorted(state.active):
-        item = {"namespace": key[0], "name": key[1], "since": format_time(floor_to_second(state.active[key]))}
-        if key in state.calm_since:
-            item["calmSince"] = format_time(floor_to_second(state.calm_since[key]))
-        out.append(item)
-    return out
 
 
 __all__ = ["BURN_METRIC", "BurnGauges", "HistoryRead", "HistoryUnavailable",

@@ -133,7 +133,11 @@ from modalscale.costmodel.outbox import (
 from modalscale.costmodel.quantities import InvalidQuantity
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
-from modalscale.operator.budget.history import HistoryRead, anomaly_state_from_status, anomaly_state_to_status
+from modalscale.operator.budget.spend_anomalies import (
+    HistoryRead,
+    anomaly_state_from_status,
+    anomaly_state_to_status,
+)
 from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.isvc.plan import running_replicas
 from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
@@ -580,6 +584,171 @@ def _spot_events(before: Sequence[Mapping[str, Any]], after: Sequence[SpotRecord
     return events
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """What the status holds, read back (each part raises on a malformed status)."""
+
+    ledger: Ledger
+    alert_state: AlertState
+    outbox: tuple[PendingAlert, ...]
+    anomaly_state: AnomalyState
+
+
+def _read_stored(policy: Mapping[str, Any], status: Mapping[str, Any], ref: PolicyRef,
+                 attempts: Sequence[Attempt], now: dt.datetime, in_flight: Collection[OutboxKey]
+                 ) -> tuple[BudgetSpec, _Stored] | PolicyPlan:
+    """The parsed spec and what the status holds (ledger, alert state, outbox, spend-anomaly state); when either
+    cannot be read, the :func:`_hold` plan that reports it instead (``InvalidSpec`` / ``InvalidStatus``)."""
+    try:
+        spec = parse_budget_spec(policy.get("spec") or {})
+    except InvalidBudgetSpec as exc:
+        return _hold(policy, INVALID_SPEC, str(exc), attempts, now, in_flight)
+    try:
+        return spec, _Stored(Ledger.from_status(status.get("ledger"), status.get("periodStart")),
+                             AlertState.from_status(status), outbox_from_status(status, ref),
+                             anomaly_state_from_status(status))
+    except (LedgerFormatError, InvalidBudgetStatus) as exc:
+        return _hold(policy, INVALID_STATUS, f"{exc}; fix or clear the status by hand (spend is not reset "
+                                             f"automatically)", attempts, now, in_flight)
+
+
+def annotation_writes(ref: PolicyRef, plan: BudgetPlan, isvcs: Sequence[Mapping[str, Any]]
+                      ) -> list[AnnotationWrite]:
+    """Enforcement as annotations, level-based: the writes that bring every InferenceService's cap and Spot
+    annotation of this policy to the whole desired set (a cap per enforced service not in dry run, a Spot switch
+    per applied Spot record; nothing elsewhere)."""
+    key, spot_key = cap_annotation_key(ref.namespace, ref.name), spot_annotation_key(ref.namespace, ref.name)
+    wanted = {(e.namespace, e.name): cap_annotation_value(ref, e.action.value, e.max_replicas)
+              for e in plan.enforced_services if not e.dry_run}
+    wanted_spot = {(r.namespace, r.name): SpotSwitch(str(ref), r.threshold_percent).encode()
+                   for r in plan.spot if r.applied}
+    writes = []
+    for isvc in isvcs:
+        m = isvc.get("metadata") or {}
+        target = (m.get("namespace", ""), m.get("name", ""))
+        for k, values in ((key, wanted), (spot_key, wanted_spot)):
+            current = (m.get("annotations") or {}).get(k)
+            value = values.get(target)
+            if not same_value(current, value):
+                writes.append(AnnotationWrite(target[0], target[1], k, value))
+    return writes
+
+
+def burn_samples(services: Sequence[ServiceState], now: dt.datetime) -> dict[tuple[str, str], BurnSample]:
+    """This evaluation's burn-rate sample per priced service (USD/h, replicas, USD per replica-hour).
+
+    The price per replica is the effective one (cost / replicas): a move to Spot, or a fallback from it, shows as
+    a price change of the driver, not as replicas that did not change.
+    """
+    return {(s.namespace, s.name): BurnSample(now, float(s.cost_usd_per_hour), s.replicas or 0,
+                                              float(s.cost_usd_per_hour) / s.replicas if s.replicas
+                                              else float(s.usd_per_replica_hour))
+            for s in services if s.cost_usd_per_hour is not None and s.usd_per_replica_hour is not None}
+
+
+def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
+                     samples: Mapping[tuple[str, str], BurnSample],
+                     history: Mapping[tuple[str, str], Sequence[BurnSample]] | None, state: AnomalyState,
+                     config: AnomalyConfig, history_read: HistoryRead | None
+                     ) -> tuple[tuple[BudgetAlert, ...], AnomalyState]:
+    """The budget plan's alerts plus one ``SpendAnomaly`` alert naming the services whose sample leaves their own
+    history, and the anomaly state after it; no anomaly is decided on a history that could not be read."""
+    series = {k: [*(history or {}).get(k, ()), v] for k, v in samples.items()}
+    started: list[Anomaly] = []
+    if history_read is None or history_read.ok:  # never decide on a history that could not be read
+        started, state = detect(series, state, config)
+    alerts = plan.alerts
+    if started:
+        alerts += (spend_anomaly_alert(plan, spec, ref, [a.describe() for a in started],
+                                       [f"{a.namespace}/{a.name}" for a in started]),)
+    return alerts, state
+
+
+def _outbox_update(outbox: Sequence[PendingAlert], attempts: Sequence[Attempt], alerts: Sequence[BudgetAlert],
+                   spec: BudgetSpec, now: dt.datetime, in_flight: Collection[OutboxKey]) -> OutboxUpdate:
+    """The outbox after the finished rounds, expiry, then this evaluation's alerts (one entry per target)."""
+    names = [n.name for n in spec.notifications]
+    update = outbox_after(outbox, attempts, now, names, in_flight)
+    pending, dropped = enqueue(update.pending, alerts, names, now)
+    return OutboxUpdate(pending, update.delivered, update.abandoned + dropped)
+
+
+def _ready_and_exceeded(plan: BudgetPlan, spec: BudgetSpec, ns: str, n: int, refused: Sequence[str]
+                        ) -> tuple[cond.Condition, cond.Condition]:
+    """``Ready`` and ``BudgetExceeded`` for ``n`` selected services and the ``refused`` namespaces."""
+    if plan.blind:  # some running service is not priced: spend is a lower bound, still enforced on
+        ready = cond.Condition(READY, cond.FALSE, GOVERNANCE_BLIND, plan.message)
+        exceeded = (cond.Condition(BUDGET_EXCEEDED, cond.TRUE, plan.reason, plan.message)
+                    if plan.state.value == "Exceeded" else
+                    cond.Condition(BUDGET_EXCEEDED, cond.UNKNOWN, GOVERNANCE_BLIND, plan.message))
+    elif n == 0:
+        ready = cond.Condition(READY, cond.TRUE, NO_SERVICES_SELECTED, (
+            f"spec.selector matches no InferenceService ({spec.selector.describe(ns)}): nothing is counted or "
+            f"enforced; check spec.selector.namespaces and the labels"))
+        exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
+                                  plan.reason, plan.message)
+    else:
+        ready = cond.Condition(READY, cond.TRUE, EVALUATED,
+                               f"Evaluated {n} InferenceService{'s' if n != 1 else ''} every "
+                               f"{spec.evaluation_interval_s} s")
+        exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
+                                  plan.reason, plan.message)
+    if refused:
+        ready = cond.Condition(READY, cond.FALSE, NAMESPACE_NOT_ALLOWED, "; ".join([
+            f"spec.selector.namespaces lists {', '.join(refused)}, but a BudgetPolicy in namespace {ns} may select "
+            f"only its own namespace: nothing there is counted or enforced (the rest of the policy is). Fix: "
+            f"create the policy in the namespace it governs, or have the operator's admin add {ns} to "
+            f"MODALSCALE_BUDGET_ADMIN_NAMESPACES (chart value config.budgetAdminNamespaces)",
+            *([ready.message] if ready.status == cond.FALSE or n == 0 else [])]))
+    return ready, exceeded
+
+
+def _wanted_conditions(ready: cond.Condition, exceeded: cond.Condition, plan: BudgetPlan, spec: BudgetSpec,
+                       old_conditions: list[dict[str, Any]], update: OutboxUpdate,
+                       history_read: HistoryRead | None) -> list[cond.Condition]:
+    """Every condition this evaluation writes: Ready, BudgetExceeded, AlertDelivered, then SpotFallback (only for
+    policies that use SwitchToSpot, or did: the condition then says it is over) and SpendAnomalyHistory (only
+    when the history is read back from Prometheus)."""
+    wanted = [ready, exceeded, _alert_condition(old_conditions, update, update.abandoned)]
+    if (any(ThresholdAction.SWITCH_TO_SPOT in t.actions for t in spec.thresholds)
+            or cond.get(old_conditions, SPOT_FALLBACK) is not None):
+        wanted.append(_spot_condition(plan.spot, plan.spot_skipped))
+    if history_read is not None:
+        wanted.append(cond.Condition(
+            SPEND_ANOMALY_HISTORY, cond.TRUE if history_read.ok else cond.FALSE,
+            HISTORY_READ if history_read.ok else HISTORY_UNAVAILABLE, history_read.message))
+    return wanted
+
+
+def _status_patch(status: Mapping[str, Any], desired: Mapping[str, Any], interval_s: int, now: dt.datetime
+                  ) -> dict[str, Any]:
+    """The merge patch from the stored status to ``desired``; ``{}`` unless something material changed or the
+    heartbeat is due (:func:`heartbeat_s`)."""
+    stored = {"pendingAlerts": [], "spotServices": [], "spendAnomalies": [], **status}
+    merged = {**stored, **desired}
+    write = _material(merged) != _material(stored) or _due(status, interval_s, now)
+    return cond.status_patch(stored, desired) if write else {}
+
+
+def _policy_events(status: Mapping[str, Any], desired: Mapping[str, Any], old_conditions: list[dict[str, Any]],
+                   ready: cond.Condition, plan: BudgetPlan, alerts: Sequence[BudgetAlert],
+                   abandoned: Sequence[Abandoned]) -> list[tuple[str, str, str]]:
+    """The Events of an evaluation that writes its status: condition transitions, ``NoServicesSelected`` once on
+    the way in, enforcement and Spot transitions, one per alert, and the abandoned deliveries."""
+    conditions = desired["conditions"]
+    events = _events_for(old_conditions, conditions)
+    old_ready = cond.get(old_conditions, READY) or {}
+    if ready.reason == NO_SERVICES_SELECTED and old_ready.get("reason") != NO_SERVICES_SELECTED:
+        events = [e for e in events if e[1] != NO_SERVICES_SELECTED]
+        events.append(("Warning", NO_SERVICES_SELECTED, ready.message))  # once, on the way in
+    events += _enforcement_events(status.get("enforcedServices") or [], desired["enforcedServices"])
+    events += _spot_events(status.get("spotServices") or [], plan.spot)
+    for alert in alerts:
+        events.append(("Normal" if alert.kind is AlertKind.RECOVERED else "Warning", alert.kind.value,
+                       alert.title))
+    return _abandoned_events(events, abandoned)
+
+
 def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Catalog,
                 attempts: Sequence[Attempt], now: dt.datetime,
                 in_flight: Collection[OutboxKey] = frozenset(),
@@ -588,6 +757,17 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
                 history_read: HistoryRead | None = None,
                 admin_namespaces: Collection[str] = ()) -> PolicyPlan:
     """Plan one evaluation of a BudgetPolicy.
+
+    Steps (each pure):
+
+    1. :func:`_read_stored`: the spec and what the status holds (either unreadable: :func:`_hold`);
+    2. :func:`selected_services` less the :func:`refused_namespaces`, then
+       :func:`~modalscale.costmodel.evaluation.evaluate_budget`: the ledger and the budget plan;
+    3. :func:`annotation_writes`: enforcement as annotations;
+    4. :func:`burn_samples` and :func:`_spend_anomalies`: the spend anomalies and their alert;
+    5. :func:`_outbox_update`: the outbox after finished rounds, expiry and this evaluation's alerts;
+    6. :func:`_ready_and_exceeded` and :func:`_wanted_conditions`: the conditions;
+    7. :func:`_status_patch` and :func:`_policy_events`: the status patch and, when it writes, the Events.
 
     Args:
         policy: The BudgetPolicy as stored now (``metadata``, ``spec``, ``status``; camelCase).
@@ -616,129 +796,38 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     ref = PolicyRef(ns, name)
     status = dict(policy.get("status") or {})
     generation = int(meta.get("generation") or 0)
-    try:
-        spec = parse_budget_spec(policy.get("spec") or {})
-    except InvalidBudgetSpec as exc:
-        return _hold(policy, INVALID_SPEC, str(exc), attempts, now, in_flight)
-    try:
-        ledger = Ledger.from_status(status.get("ledger"), status.get("periodStart"))
-        alert_state = AlertState.from_status(status)
-        outbox = outbox_from_status(status, ref)
-        anomaly_state = anomaly_state_from_status(status)
-    except (LedgerFormatError, InvalidBudgetStatus) as exc:
-        return _hold(policy, INVALID_STATUS, f"{exc}; fix or clear the status by hand (spend is not reset "
-                                             f"automatically)", attempts, now, in_flight)
+    read = _read_stored(policy, status, ref, attempts, now, in_flight)                               # 1
+    if isinstance(read, PolicyPlan):
+        return read
+    spec, stored = read
 
-    refused = refused_namespaces(ns, spec.selector.namespaces, admin_namespaces)
+    refused = refused_namespaces(ns, spec.selector.namespaces, admin_namespaces)                    # 2
     services = [s for s in selected_services(spec, ns, observed, catalog) if s.namespace not in refused]
     # Ledger, planner, then the rates in force: services capped now run at most their cap from now on (the
     # annotations are written before the status). The one sequence the month benchmark measures too.
-    evaluation = evaluate_budget(spec, ledger, services, alert_state, now, policy=ref)
+    evaluation = evaluate_budget(spec, stored.ledger, services, stored.alert_state, now, policy=ref)
     plan, ledger = evaluation.plan, evaluation.ledger
+    writes = annotation_writes(ref, plan, observed.isvcs)                                            # 3
+    samples = burn_samples(services, now)                                                            # 4
+    alerts, anomaly_state = _spend_anomalies(plan, spec, ref, samples, history, stored.anomaly_state,
+                                             anomaly_config, history_read)
+    update = _outbox_update(stored.outbox, attempts, alerts, spec, now, in_flight)                   # 5
 
-    # ---- enforcement as annotations (level-based: the whole desired set every time)
-    key, spot_key = cap_annotation_key(ns, name), spot_annotation_key(ns, name)
-    wanted = {(e.namespace, e.name): cap_annotation_value(ref, e.action.value, e.max_replicas)
-              for e in plan.enforced_services if not e.dry_run}
-    wanted_spot = {(r.namespace, r.name): SpotSwitch(str(ref), r.threshold_percent).encode()
-                   for r in plan.spot if r.applied}
-    writes = []
-    for isvc in observed.isvcs:
-        m = isvc.get("metadata") or {}
-        target = (m.get("namespace", ""), m.get("name", ""))
-        for k, values in ((key, wanted), (spot_key, wanted_spot)):
-            current = (m.get("annotations") or {}).get(k)
-            value = values.get(target)
-            if not same_value(current, value):
-                writes.append(AnnotationWrite(target[0], target[1], k, value))
+    old_conditions = list(status.get("conditions") or [])                                            # 6
+    ready, exceeded = _ready_and_exceeded(plan, spec, ns, len(services), refused)
+    conditions = cond.upsert(old_conditions, _wanted_conditions(ready, exceeded, plan, spec, old_conditions,
+                                                                update, history_read), generation, now)
 
-    # ---- spend anomalies: this evaluation's sample per priced service against its own history
-    # The price per replica is the effective one (cost / replicas): a move to Spot, or a fallback from it, shows
-    # as a price change of the driver, not as replicas that did not change.
-    samples = {(s.namespace, s.name): BurnSample(now, float(s.cost_usd_per_hour), s.replicas or 0,
-                                                 float(s.cost_usd_per_hour) / s.replicas if s.replicas
-                                                 else float(s.usd_per_replica_hour))
-               for s in services if s.cost_usd_per_hour is not None and s.usd_per_replica_hour is not None}
-    series = {k: [*(history or {}).get(k, ()), v] for k, v in samples.items()}
-    started: list[Anomaly] = []
-    if history_read is None or history_read.ok:  # never decide on a history that could not be read
-        started, anomaly_state = detect(series, anomaly_state, anomaly_config)
-    alerts = plan.alerts
-    if started:
-        alerts += (spend_anomaly_alert(plan, spec, ref, [a.describe() for a in started],
-                                       [f"{a.namespace}/{a.name}" for a in started]),)
-
-    # ---- the outbox: finished rounds, expiry, then this evaluation's alerts (one entry per target)
-    names = [n.name for n in spec.notifications]
-    update = outbox_after(outbox, attempts, now, names, in_flight)
-    pending, dropped = enqueue(update.pending, alerts, names, now)
-    abandoned = update.abandoned + dropped
-    update = OutboxUpdate(pending, update.delivered, abandoned)
-
-    # ---- conditions
-    old_conditions = list(status.get("conditions") or [])
-    n = len(services)
-    if plan.blind:  # some running service is not priced: spend is a lower bound, still enforced on
-        ready = cond.Condition(READY, cond.FALSE, GOVERNANCE_BLIND, plan.message)
-        exceeded = (cond.Condition(BUDGET_EXCEEDED, cond.TRUE, plan.reason, plan.message)
-                    if plan.state.value == "Exceeded" else
-                    cond.Condition(BUDGET_EXCEEDED, cond.UNKNOWN, GOVERNANCE_BLIND, plan.message))
-    elif n == 0:
-        ready = cond.Condition(READY, cond.TRUE, NO_SERVICES_SELECTED, (
-            f"spec.selector matches no InferenceService ({spec.selector.describe(ns)}): nothing is counted or "
-            f"enforced; check spec.selector.namespaces and the labels"))
-        exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
-                                  plan.reason, plan.message)
-    else:
-        ready = cond.Condition(READY, cond.TRUE, EVALUATED,
-                               f"Evaluated {n} InferenceService{'s' if n != 1 else ''} every "
-                               f"{spec.evaluation_interval_s} s")
-        exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
-                                  plan.reason, plan.message)
-    if refused:
-        ready = cond.Condition(READY, cond.FALSE, NAMESPACE_NOT_ALLOWED, "; ".join([
-            f"spec.selector.namespaces lists {', '.join(refused)}, but a BudgetPolicy in namespace {ns} may select "
-            f"only its own namespace: nothing there is counted or enforced (the rest of the policy is). Fix: "
-            f"create the policy in the namespace it governs, or have the operator's admin add {ns} to "
-            f"MODALSCALE_BUDGET_ADMIN_NAMESPACES (chart value config.budgetAdminNamespaces)",
-            *([ready.message] if ready.status == cond.FALSE or n == 0 else [])]))
-    wanted_conditions = [ready, exceeded, _alert_condition(old_conditions, update, abandoned)]
-    # SpotFallback only for policies that use SwitchToSpot (or did: the condition then says it is over).
-    if (any(ThresholdAction.SWITCH_TO_SPOT in t.actions for t in spec.thresholds)
-            or cond.get(old_conditions, SPOT_FALLBACK) is not None):
-        wanted_conditions.append(_spot_condition(plan.spot, plan.spot_skipped))
-    if history_read is not None:
-        wanted_conditions.append(cond.Condition(
-            SPEND_ANOMALY_HISTORY, cond.TRUE if history_read.ok else cond.FALSE,
-            HISTORY_READ if history_read.ok else HISTORY_UNAVAILABLE, history_read.message))
-    conditions = cond.upsert(old_conditions, wanted_conditions, generation, now)
-
-    desired = {"observedGeneration": generation, **plan.status_fields(ledger),
-               "pendingAlerts": [e.to_status() for e in pending],
+    desired = {"observedGeneration": generation, **plan.status_fields(ledger),                      # 7
+               "pendingAlerts": [e.to_status() for e in update.pending],
                "spendAnomalies": anomaly_state_to_status(anomaly_state), "conditions": conditions}
-    stored = {"pendingAlerts": [], "spotServices": [], "spendAnomalies": [], **status}
-    merged = {**stored, **desired}
-    write = _material(merged) != _material(stored) or _due(status, spec.evaluation_interval_s, now)
-    patch = cond.status_patch(stored, desired) if write else {}
-
-    events: list[tuple[str, str, str]] = []
-    if patch:
-        events += _events_for(old_conditions, conditions)
-        old_ready = cond.get(old_conditions, READY) or {}
-        if ready.reason == NO_SERVICES_SELECTED and old_ready.get("reason") != NO_SERVICES_SELECTED:
-            events = [e for e in events if e[1] != NO_SERVICES_SELECTED]
-            events.append(("Warning", NO_SERVICES_SELECTED, ready.message))  # once, on the way in
-        events += _enforcement_events(status.get("enforcedServices") or [], desired["enforcedServices"])
-        events += _spot_events(status.get("spotServices") or [], plan.spot)
-        for alert in alerts:
-            events.append(("Normal" if alert.kind is AlertKind.RECOVERED else "Warning", alert.kind.value,
-                           alert.title))
-        events = _abandoned_events(events, abandoned)
+    patch = _status_patch(status, desired, spec.evaluation_interval_s, now)
+    events = _policy_events(status, desired, old_conditions, ready, plan, alerts, update.abandoned) if patch else []
     # Every pending entry is in status by the time the handler sends (an outbox change is always written).
-    sends = due_alerts(pending, now, in_flight)
+    sends = due_alerts(update.pending, now, in_flight)
     return PolicyPlan(writes, patch, events, alerts if patch else (), spec.notifications,
                       spec.evaluation_interval_s, plan, sends,
-                      next_due_s(pending, now, {*in_flight, *(e.key for e in sends)}), samples, anomaly_state)
+                      next_due_s(update.pending, now, {*in_flight, *(e.key for e in sends)}), samples, anomaly_state)
 
 
 def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> list[AnnotationWrite]:
@@ -761,7 +850,7 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 
 __all__ = [
     "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "GonePod",
-    "PolicyPlan", "gone_pod_runs",
+    "PolicyPlan", "annotation_writes", "burn_samples", "gone_pod_runs",
     "READY", "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
     "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "selected_services", "spot_annotation_key",
     "spot_pending_since",

@@ -143,8 +143,8 @@ def test_the_pod_watch_records_deletions_only_without_a_finalizer() -> None:
     assert not any(h.selector.any_name == "pods" for h in registry._changing.get_all_handlers())
     runtime = BudgetRuntime(observer=None)  # type: ignore[arg-type]
     deps = Deps(settings=Settings(), observer=None, writer=None, metrics=None, clock=lambda: at(21),  # type: ignore
-                catalog=None, autoscale=None, prices=None)
-    memo = kopf.Memo(deps=deps, budget=runtime)
+                catalog=None, autoscale=None, prices=None, budget=runtime)
+    memo = kopf.Memo(deps=deps)
     body = pod("vc-1", start=at(-7200), deleting=at(50), finished=[at(20)])
     for kind in (None, "ADDED", "MODIFIED"):
         handler.fn(event={"type": kind, "object": body}, body=body, memo=memo, logger=None)
