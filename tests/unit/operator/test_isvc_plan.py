@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from modalscale.api import conditions as R
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
-from modalscale.operator import reasons as R
 from modalscale.operator.conditions import get
 from modalscale.operator.isvc.objects import REPLICAS_ANNOTATION
 from modalscale.operator.isvc.plan import (
