@@ -19,6 +19,7 @@ import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +188,7 @@ def sized_for_this_machine(cfg: RuntimeConfig) -> RuntimeConfig:
     return cfg if cfg.cpu_cores > 0 else cfg.replace(cpu_cores=available_cores())
 
 
-def write_fresh_repository(files: dict[str, str | bytes], directory: Path, flag: str) -> None:
+def write_fresh_repository(files: Mapping[str, str | bytes], directory: Path, flag: str) -> None:
     """Write ``files`` (``build_repository`` output) so that ``directory`` holds exactly them plus the marker.
 
     Args:
