@@ -2,7 +2,7 @@
 
 Its own module, free of scikit-learn and skops, so that the replica policy (``modalscale.autoscaler.policy``) and
 the operator that imports it load the regressor's stack only when a service-time model is first decoded
-(``modalscale.operator.autoscale.model``); ``modalscale.autoscaler.regressor`` re-exports it.
+(``modalscale.operator.autoscale.model``).
 """
 
 from __future__ import annotations

@@ -71,7 +71,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from modalscale.api.conditions import ScalingReason
-from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import RuntimeSpec, ScalingSpec, parse_spec
 from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps
 from modalscale.autoscaler.calibration import Calibrator
@@ -100,10 +99,6 @@ class ScalingMode(enum.StrEnum):
 Reason = ScalingReason
 """Why a decision came out as it did (CamelCase, usable as a condition or Event reason): the vocabulary is defined in
 :class:`modalscale.api.conditions.ScalingReason`, with every other reason, and named ``Reason`` here."""
-
-
-PolicySpecError = InvalidSpec
-"""The old name of :class:`modalscale.api.errors.InvalidSpec` for ``spec.scaling`` errors."""
 
 
 class ServiceTimePredictor(Protocol):

@@ -37,7 +37,6 @@ from sklearn.linear_model import LinearRegression
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from modalscale.autoscaler.calibration import Calibrator as Calibrator  # re-exported: it used to live here
 from modalscale.autoscaler.features import FEATURES, features_from_mapping
 
 # Import skops.io without torch. Importing skops.io lists scikit-learn's estimators (sklearn.utils.all_estimators),

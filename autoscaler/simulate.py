@@ -54,6 +54,7 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
+from modalscale.autoscaler.calibration import Calibrator
 from modalscale.autoscaler.features import MODALITIES, features_from_columns
 from modalscale.autoscaler.policy import (
     Decision,
@@ -68,7 +69,7 @@ from modalscale.autoscaler.policy import (
     recommend,
 )
 from modalscale.autoscaler.profile_data import SyntheticServiceLaw, generate_profile
-from modalscale.autoscaler.regressor import Calibrator, ServiceTimeRegressor
+from modalscale.autoscaler.regressor import ServiceTimeRegressor
 from modalscale.autoscaler.traces import Trace
 
 POLICIES: tuple[str, ...] = ("predictive", "utilization", "concurrency", "oracle")

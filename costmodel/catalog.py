@@ -24,8 +24,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from modalscale.api.quantities import GIB_BYTES, parse_cpu_cores, parse_memory_bytes
 from modalscale.costmodel.money import MONEY_CONTEXT, quantize_ledger_usd
-from modalscale.costmodel.quantities import GIB_BYTES, parse_cpu_cores, parse_memory_bytes
 
 DEFAULT_CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 """The packaged default catalog."""

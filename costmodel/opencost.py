@@ -48,9 +48,9 @@ from decimal import Decimal
 from typing import Any
 
 from modalscale.api import conditions as C
+from modalscale.api.quantities import GIB_BYTES
 from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources
 from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd, quantize_ledger_usd
-from modalscale.costmodel.quantities import GIB_BYTES
 
 ASSETS_PATH = "/assets"
 """OpenCost's Assets API path."""

@@ -13,7 +13,7 @@ Rules:
   skipped. A service is identified by ``namespace/name`` (namespace ``default`` when absent, as ``kubectl``
   would apply it).
 * **Parsing and prices.** Each InferenceService is parsed by the operator's own parser
-  (:func:`modalscale.operator.isvc.spec.parse_isvc`) and priced per replica-hour by the operator's catalog
+  (:func:`modalscale.api.inferenceservice.parse_isvc`) and priced per replica-hour by the operator's catalog
   (:meth:`modalscale.costmodel.catalog.Catalog.price_replica`, ``--catalog`` merges an override exactly like
   ``MODALSCALE_PRICING_CATALOG``). An invalid spec or an unknown GPU type is an error naming the file, the
   service and the field (never priced at 0).
@@ -41,10 +41,11 @@ from typing import Any
 
 import yaml
 
+from modalscale.api.errors import InvalidSpec
+from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
+from modalscale.api.quantities import InvalidQuantity
 from modalscale.costmodel.catalog import Catalog, ReplicaResources, UnknownPrice
 from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd
-from modalscale.costmodel.quantities import InvalidQuantity
-from modalscale.operator.isvc.spec import InvalidSpec, IsvcSpec, parse_isvc
 
 HOURS_PER_MONTH = Decimal(730)
 """Hours in a month for monthly cost (8760 / 12, the convention of infracost and cloud pricing calculators)."""

@@ -14,13 +14,13 @@ from typing import Any
 import kopf
 
 from modalscale import GROUP, VERSION
+from modalscale.api.errors import InvalidSpec
 from modalscale.operator.autoscale.handlers import register_autoscaler
 from modalscale.operator.budget.handlers import register_budget
 from modalscale.operator.deps import deps_of
 from modalscale.operator.incluster import login_in_pod
 from modalscale.operator.isvc.plan import ModelReferenceError
 from modalscale.operator.isvc.reconcile import ISVC_PLURAL, reconcile_isvc
-from modalscale.operator.isvc.spec import InvalidSpec
 from modalscale.operator.peering import ensure_peering, peering_priority
 from modalscale.operator.settings import Settings
 

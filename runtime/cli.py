@@ -19,15 +19,16 @@ import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from modalscale.api.errors import InvalidSpec
 from modalscale.runtime.repo_config import (
     PRESETS,
     Engine,
-    InvalidRuntimeSpec,
     Precision,
     RuntimeConfig,
     build_repository,
@@ -141,7 +142,7 @@ def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
     """Build the config: the InferenceService file or the preset (if any), then explicit flags on top.
 
     Raises:
-        InvalidRuntimeSpec: The file cannot be read or parsed, or it or a flag is invalid (message names the
+        InvalidSpec: The file cannot be read or parsed, or it or a flag is invalid (message names the
             flag or field).
     """
     cfg = PRESETS[args.preset] if getattr(args, "preset", None) else RuntimeConfig()
@@ -150,10 +151,10 @@ def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
             manifest = yaml.safe_load(args.from_isvc.read_text(encoding="utf-8")) or {}
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
-            raise InvalidRuntimeSpec("--from-isvc", f"{args.from_isvc}: {why}; give an InferenceService "
+            raise InvalidSpec("--from-isvc", f"{args.from_isvc}: {why}; give an InferenceService "
                                                     "manifest (YAML)") from None
         if not isinstance(manifest, dict) or manifest.get("kind", "InferenceService") != "InferenceService":
-            raise InvalidRuntimeSpec(str(args.from_isvc), "not an InferenceService manifest")
+            raise InvalidSpec(str(args.from_isvc), "not an InferenceService manifest")
         cfg = RuntimeConfig.from_isvc_spec(manifest.get("spec") or {})
     changes = {field: getattr(args, dest) for dest, field in _OVERRIDES.items() if getattr(args, dest) is not None}
     if "precision" in changes:
@@ -167,7 +168,7 @@ def require_engine(cfg: RuntimeConfig) -> None:
     """Refuse to serve with an engine whose wheels are not installed (the models would fail to load inside Triton).
 
     Raises:
-        InvalidRuntimeSpec: ``engine`` is openvino and the ``openvino``/``nncf`` packages (the ``openvino`` extra:
+        InvalidSpec: ``engine`` is openvino and the ``openvino``/``nncf`` packages (the ``openvino`` extra:
             ``pip install 'modalscale[openvino]'``) are missing.
     """
     import importlib.util
@@ -175,7 +176,7 @@ def require_engine(cfg: RuntimeConfig) -> None:
     if cfg.engine is Engine.OPENVINO:
         missing = [m for m in ("openvino", "nncf") if importlib.util.find_spec(m) is None]
         if missing:
-            raise InvalidRuntimeSpec("--engine", f"engine openvino needs {', '.join(missing)}, not installed here; "
+            raise InvalidSpec("--engine", f"engine openvino needs {', '.join(missing)}, not installed here; "
                                                  "install the openvino extra (pip install 'modalscale[openvino]') "
                                                  "or use --engine torch")
 
@@ -187,7 +188,7 @@ def sized_for_this_machine(cfg: RuntimeConfig) -> RuntimeConfig:
     return cfg if cfg.cpu_cores > 0 else cfg.replace(cpu_cores=available_cores())
 
 
-def write_fresh_repository(files: dict[str, str | bytes], directory: Path, flag: str) -> None:
+def write_fresh_repository(files: Mapping[str, str | bytes], directory: Path, flag: str) -> None:
     """Write ``files`` (``build_repository`` output) so that ``directory`` holds exactly them plus the marker.
 
     Args:
@@ -221,7 +222,7 @@ def run_render(args: argparse.Namespace) -> int:
     """Write the repository; returns 0, or 2 on an invalid config or an ``--out`` holding files not ours."""
     try:
         cfg = sized_for_this_machine(config_from_args(args))
-    except InvalidRuntimeSpec as exc:
+    except InvalidSpec as exc:
         print(f"Invalid runtime config: {exc}", file=sys.stderr)
         return 2
     write_fresh_repository(build_repository(cfg), args.out, "--out")
@@ -236,7 +237,7 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         cfg = sized_for_this_machine(config_from_args(args))
         require_engine(cfg)
-    except InvalidRuntimeSpec as exc:
+    except InvalidSpec as exc:
         print(f"Invalid runtime config: {exc}", file=sys.stderr)
         return 2
     if args.model_repository is not None:

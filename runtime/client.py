@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException
 
 from modalscale.runtime.repo_config import (
@@ -39,11 +40,11 @@ class InferenceError(RuntimeError):
 class MultimodalResult:
     """Decoded outputs of one request."""
 
-    embedding: np.ndarray
+    embedding: NDArray[np.float32]
     """float32 (256,), L2-normalised."""
     modality: str
     """``image``, ``text`` or ``image_text``."""
-    image_classes: np.ndarray
+    image_classes: NDArray[np.int32]
     """int32 (n_images,) ImageNet-1k class index per image; ``[-1]`` for a text-only request."""
 
 
@@ -60,7 +61,8 @@ def _module(protocol: Protocol, aio: bool) -> types.ModuleType:
             import tritonclient.grpc as module
     else:
         raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
-    return module  # type: ignore[return-value]
+    found: types.ModuleType = module  # tritonclient is untyped: its modules are Any to mypy
+    return found
 
 
 def build_inputs(module: types.ModuleType, images: Sequence[bytes] | None, text: str | bytes | None) -> list[Any]:

@@ -78,11 +78,6 @@ class Engine(str, enum.Enum):
     OPENVINO = "openvino"
 
 
-InvalidRuntimeSpec = InvalidSpec
-"""The old name of :class:`modalscale.api.errors.InvalidSpec` here: a field (``spec.runtime.maxBatchSize``) or config
-attribute that cannot make a :class:`RuntimeConfig`."""
-
-
 @dataclass(frozen=True)
 class RuntimeConfig:
     """Everything that shapes the generated Triton model repository.
@@ -152,28 +147,28 @@ class RuntimeConfig:
         _check_int("resources.gpu.count", self.gpu_count, 0, 16)
         if isinstance(self.cpu_cores, bool) or not isinstance(self.cpu_cores, int | float) \
                 or not 0 <= self.cpu_cores <= 1024:
-            raise InvalidRuntimeSpec("cpu_cores", f"must be a number of cores in [0, 1024] (0 = unknown), "
+            raise InvalidSpec("cpu_cores", f"must be a number of cores in [0, 1024] (0 = unknown), "
                                      f"got {self.cpu_cores!r}")
         for name in ("max_images_per_request", "max_image_side_pixels", "max_image_pixels", "max_text_bytes",
                      "embedding_cache_entries"):
             _check_int(name, getattr(self, name), 1, 1 << 40)
         sizes = self.preferred_batch_sizes
         if list(sizes) != sorted(set(sizes)) or any(s < 1 for s in sizes):
-            raise InvalidRuntimeSpec(
+            raise InvalidSpec(
                 "spec.runtime.dynamicBatching.preferredBatchSizes", f"must be ascending, distinct and >= 1, "
                 f"got {list(sizes)}")
         if sizes and sizes[-1] > self.max_batch_size:
-            raise InvalidRuntimeSpec(
+            raise InvalidSpec(
                 "spec.runtime.dynamicBatching.preferredBatchSizes", f"each entry must be <= runtime.maxBatchSize "
                 f"({self.max_batch_size}), got {list(sizes)}")
         if not isinstance(self.precision, Precision):
-            raise InvalidRuntimeSpec("spec.runtime.precision", f"must be a Precision, got {self.precision!r}")
+            raise InvalidSpec("spec.runtime.precision", f"must be a Precision, got {self.precision!r}")
         if not isinstance(self.engine, Engine):
-            raise InvalidRuntimeSpec("engine", f"must be one of {[e.value for e in Engine]}, got {self.engine!r}")
+            raise InvalidSpec("engine", f"must be one of {[e.value for e in Engine]}, got {self.engine!r}")
         _check_int("image_int8_min_side_pixels", self.image_int8_min_side_pixels, 0, IMAGE_INT8_MAX_SIDE_PIXELS)
         if self.image_int8_min_side_pixels and (self.engine is not Engine.OPENVINO
                                                 or self.precision is not Precision.INT8):
-            raise InvalidRuntimeSpec(
+            raise InvalidSpec(
                 "image_int8_min_side_pixels", f"the INT8 image encoder needs engine openvino at precision INT8, got "
                 f"engine {self.engine.value} at {self.precision.value}; set --image-int8-min-side-pixels 0 (every "
                 f"image FP32) or use --engine openvino --precision INT8")
@@ -227,10 +222,10 @@ class RuntimeConfig:
         (``image_int8_min_side_pixels`` = :data:`FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS`, 160 px); every other spec 0.
 
         Raises:
-            InvalidRuntimeSpec: ``model.source`` is not ``BuiltIn`` (only that repository is generated here).
+            InvalidSpec: ``model.source`` is not ``BuiltIn`` (only that repository is generated here).
         """
         if model.source != "BuiltIn":
-            raise InvalidRuntimeSpec("spec.model.source", f"modalscale.runtime generates the repository only for "
+            raise InvalidSpec("spec.model.source", f"modalscale.runtime generates the repository only for "
                                                            f"BuiltIn, got {model.source!r}")
         batching = runtime.dynamic_batching
         engine = Engine(runtime.engine)
@@ -652,10 +647,10 @@ def _is_int(value: object) -> bool:
 
 
 def _check_int(field: str, value: object, low: int, high: int) -> None:
-    """Raise InvalidRuntimeSpec naming ``field`` (a CRD path below ``spec.`` or a config attribute)."""
+    """Raise InvalidSpec naming ``field`` (a CRD path below ``spec.`` or a config attribute)."""
     if not _is_int(value) or not low <= value <= high:  # type: ignore[operator]
         path = f"spec.{field}" if "." in field else field
-        raise InvalidRuntimeSpec(path, f"must be an integer in [{low}, {high}], got {value!r}")
+        raise InvalidSpec(path, f"must be an integer in [{low}, {high}], got {value!r}")
 
 
 FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS = 160

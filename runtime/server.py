@@ -259,7 +259,7 @@ def remove_stale_temp_files(directory: Path | None = None) -> list[Path]:
     """
     folder = Path(directory or tempfile.gettempdir())
     pattern = re.compile(rf"^(?:{re.escape(TEMP_REPOSITORY_PREFIX)}|{re.escape(TEMP_LOG_PREFIX)})(\d+)-")
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(folder.iterdir())
     except OSError:

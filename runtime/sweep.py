@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 MIN_REQUESTS_FOR_P99 = 2000
 """Fewer latencies than this give a p99 from fewer than 20 tail samples; the sweep marks it as indicative."""
 
 
-def poisson_arrivals_s(rate_rps: float, count: int, seed: int) -> np.ndarray:
+def poisson_arrivals_s(rate_rps: float, count: int, seed: int) -> NDArray[np.float64]:
     """Arrival times in seconds from 0 of ``count`` requests of a Poisson process of ``rate_rps`` (exponential gaps).
 
     Raises:
@@ -25,7 +26,8 @@ def poisson_arrivals_s(rate_rps: float, count: int, seed: int) -> np.ndarray:
     if rate_rps <= 0 or count < 1:
         raise ValueError(f"rate_rps must be > 0 and count >= 1, got {rate_rps} and {count}")
     gaps = np.random.default_rng(seed).exponential(1.0 / rate_rps, size=count)
-    return np.cumsum(gaps) - gaps[0]
+    arrivals: NDArray[np.float64] = np.cumsum(gaps) - gaps[0]
+    return arrivals
 
 
 @dataclass(frozen=True)

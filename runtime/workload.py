@@ -119,7 +119,7 @@ def fidelity_texts(count: int, seed: int = 0, exclude: Sequence[str] = ()) -> li
     paragraphs = [p for p in docstring_paragraphs() if p not in excluded]
     words = " ".join(paragraphs).split()
     rng = random.Random(seed)
-    texts = []
+    texts: list[str] = []
     while len(texts) < count:
         length = int(round(math.exp(rng.uniform(math.log(3), math.log(300)))))
         start = rng.randrange(0, len(words) - length)
@@ -210,7 +210,8 @@ def synthetic_trace(rate_rps: float, duration_s: float, seed: int = 0,
         sizes: Image ``(width, height)`` choices in pixels.
     """
     rng = random.Random(seed)
-    rows, t = [], 0.0
+    rows: list[TraceRow] = []
+    t = 0.0
     names, weights = zip(*mix, strict=True)
     while True:
         t += rng.expovariate(rate_rps)

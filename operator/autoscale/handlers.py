@@ -29,6 +29,8 @@ from typing import Any
 import kopf
 
 from modalscale import GROUP, VERSION
+from modalscale.api.errors import InvalidSpec
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.autoscaler.policy import ScalerState, ScalingMode, ScalingPolicy, recommend
 from modalscale.operator.autoscale.observe import build_observation
 from modalscale.operator.autoscale.plan import compress_recommendations, plan_autoscale, state_from_status
@@ -36,7 +38,6 @@ from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.isvc.plan import ModelReferenceError, budget_cap
 from modalscale.operator.isvc.reconcile import ISVC_PLURAL, scale_isvc
-from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
 from modalscale.operator.settings import Settings
 
 RETRY_AFTER_ERROR_S = 5.0

@@ -96,6 +96,9 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     SPOT_PENDING_TIMEOUT,
     SWITCHED_TO_SPOT,
 )
+from modalscale.api.errors import InvalidSpec
+from modalscale.api.inferenceservice import parse_isvc
+from modalscale.api.quantities import InvalidQuantity
 from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
 from modalscale.costmodel.budget import (
     AlertKind,
@@ -130,7 +133,6 @@ from modalscale.costmodel.outbox import (
     outbox_after,
     outbox_from_status,
 )
-from modalscale.costmodel.quantities import InvalidQuantity
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
 from modalscale.operator.budget.spend_anomalies import (
@@ -140,7 +142,6 @@ from modalscale.operator.budget.spend_anomalies import (
 )
 from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.isvc.plan import running_replicas
-from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
 
 BUDGET_PLURAL = "budgetpolicies"
 ISVC_PLURAL = "inferenceservices"

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from modalscale import GROUP, VERSION
-from modalscale.operator.isvc.spec import GPU_RESOURCE, IsvcSpec
+from modalscale.api.inferenceservice import GPU_RESOURCE, IsvcSpec
 
 SELECTOR_LABEL = "modalscale.io/inferenceservice"
 """Pod label that selects the pods of one InferenceService (immutable Deployment selector)."""

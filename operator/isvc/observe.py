@@ -9,9 +9,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from modalscale import GROUP, VERSION
+from modalscale.api.inferenceservice import IsvcSpec
 from modalscale.operator.isvc.objects import configmap_name, selector
 from modalscale.operator.isvc.plan import IsvcObserved
-from modalscale.operator.isvc.spec import IsvcSpec
 
 
 def read_json(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:

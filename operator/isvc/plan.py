@@ -20,13 +20,15 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from modalscale.api import conditions as R
+
 # The cap codec lives in modalscale.api.annotations; BUDGET_CAP_PREFIX and budget_cap stay importable from here.
 from modalscale.api.annotations import BUDGET_CAP_PREFIX, SpotSwitch, budget_cap  # noqa: F401
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
+from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
 from modalscale.api.quantities import parse_cpu_cores, same_quantity
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
-from modalscale.operator import reasons as R
 from modalscale.operator.isvc.objects import (
     REPLICAS_ANNOTATION,
     build_configmap,
@@ -36,7 +38,6 @@ from modalscale.operator.isvc.objects import (
     selector,
     service_url,
 )
-from modalscale.operator.isvc.spec import IsvcSpec, PlacementSpec
 
 HISTORY_LIMIT = 20
 """Entries kept in ``status.scalingHistory``."""

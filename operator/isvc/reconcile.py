@@ -14,11 +14,13 @@ import logging
 import time
 from typing import Any
 
+from modalscale.api import conditions as R
 from modalscale.api.annotations import spot_switches  # SwitchToSpot: the Spot annotation places the pods
+from modalscale.api.errors import InvalidSpec
+from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
 from modalscale.autoscaler.policy import Decision
 from modalscale.costmodel.opencost import PricedReplica
 from modalscale.operator import conditions as cond
-from modalscale.operator import reasons as R
 from modalscale.operator.deps import Deps
 from modalscale.operator.isvc.plan import (
     IsvcPlan,
@@ -29,7 +31,6 @@ from modalscale.operator.isvc.plan import (
     plan_isvc,
     with_spot_placement,
 )
-from modalscale.operator.isvc.spec import InvalidSpec, IsvcSpec, parse_isvc
 
 
 def spot_policies(annotations: dict[str, str] | None) -> str | None:

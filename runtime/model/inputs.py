@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyspng
+from numpy.typing import NDArray
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from modalscale.runtime.model.settings import ModelSettings
@@ -76,7 +77,7 @@ class DecodedImage:
     height: int
     """Size in pixels as displayed, before resizing: the stored size with its EXIF orientation applied (a quarter
     turn, orientation 5-8, swaps the stored width and height)."""
-    array: np.ndarray | None
+    array: NDArray[np.float32] | None
     """float32, shape (3, bucket_h, bucket_w), normalised with IMAGE_MEAN / IMAGE_STD; None when the image was not
     decoded because the embedding cache holds it (then ``cached`` is set)."""
     digest: bytes
@@ -173,7 +174,7 @@ def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+            image: Image.Image = Image.open(io.BytesIO(data))
             width, height = image.size
             if width <= 0 or height <= 0:
                 raise RequestError("ImageTooSmall", f"IMAGES[{index}]: image has zero size ({width}x{height})")
@@ -224,7 +225,7 @@ def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes
                         digest=digest or hashlib.sha256(data).digest())
 
 
-def _normalised_chw(image: Image.Image) -> np.ndarray:
+def _normalised_chw(image: Image.Image) -> NDArray[np.float32]:
     """``(x - IMAGE_MEAN) / IMAGE_STD`` of an RGB image as float32 (3, h, w), written straight into its final
     C-contiguous layout: the same float32 operations as the plain expression, so the same values bit for bit, but
     one allocation instead of four full-size ones. Measured on a 384x288 image alone (200 calls x 10 interleaved
@@ -331,7 +332,7 @@ CacheLookup = Callable[[bytes], "tuple[Any, int, int] | None"]
 """SHA-256 digest -> ``(cache entry, width, height)`` of an image already encoded, or None."""
 
 
-def parse_request(images: np.ndarray | None, text: np.ndarray | None, settings: ModelSettings,
+def parse_request(images: NDArray[np.object_] | None, text: NDArray[np.object_] | None, settings: ModelSettings,
                   lookup: CacheLookup | None = None) -> ParsedRequest:
     """Validate and decode one request.
 

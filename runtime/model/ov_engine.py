@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch import nn
 
 from modalscale.runtime.repo_config import Precision
@@ -187,7 +188,7 @@ class CompiledEncoder:
         self.compiled = core.compile_model(model, "CPU", config)
         self.request = self.compiled.create_infer_request()
 
-    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
+    def __call__(self, *inputs: NDArray[Any]) -> NDArray[np.float32]:
         result = self.request.infer(list(inputs))
         return np.asarray(result[self.compiled.output(0)], dtype=np.float32)
 
@@ -246,7 +247,7 @@ def image_int8_ignored_names(model: Any) -> list[str]:
 
 
 def image_encoder_int8(model: nn.Module, threads: int,
-                       calibration: Callable[[], Sequence[np.ndarray]]) -> CompiledEncoder:
+                       calibration: Callable[[], Sequence[NDArray[np.float32]]]) -> CompiledEncoder:
     """EfficientNet-Lite0's trunk quantized by NNCF post-training quantization (per-channel INT8 weights, static
     per-tensor INT8 activations, :func:`image_int8_ignored_names` float), compiled like the FP32 one.
 
@@ -260,7 +261,7 @@ def image_encoder_int8(model: nn.Module, threads: int,
     cache = cache_dir()
 
     def quantize() -> Any:
-        import nncf  # type: ignore[import-untyped]
+        import nncf
 
         rows = list(calibration())
         float_model = load_or_build(cache_key("efficientnet-lite0", "fp32", IMAGE_PACKAGES),
@@ -300,7 +301,7 @@ def text_encoder(model: nn.Module, precision: Precision, threads: int,
                                cache)
 
     def quantize() -> Any:
-        import nncf  # type: ignore[import-untyped]
+        import nncf
 
         rows = [np.asarray([ids], dtype=np.int64) for ids in calibration()]
         data = nncf.Dataset(rows, lambda ids: {"input_ids": ids, "attention_mask": np.ones_like(ids)})

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from modalscale.runtime.model.batching import Group, plan_image_groups, plan_text_groups, split_evenly
 from modalscale.runtime.model.encoders import IMAGE_FEATURE_DIM, TEXT_FEATURE_DIM, MultimodalEncoder
@@ -38,10 +39,10 @@ class Prepared:
 class RequestOutput:
     """Outputs of one request."""
 
-    embedding: np.ndarray
+    embedding: NDArray[np.float32]
     """float32 (256,)."""
     modality: str
-    image_classes: np.ndarray
+    image_classes: NDArray[np.int32]
     """int32 (n_images,)."""
     stage_s: dict[str, float]
     cache_hits: int
@@ -95,7 +96,7 @@ class MultimodalPipeline:
         entry = self.cache.get(digest) if self.cache is not None else None
         return None if entry is None else (entry, int(entry[2]), int(entry[3]))
 
-    def prepare(self, images: np.ndarray | None, text: np.ndarray | None) -> Prepared:
+    def prepare(self, images: NDArray[np.object_] | None, text: NDArray[np.object_] | None) -> Prepared:
         """Validate, decode and tokenize one request; an image the embedding cache holds is not decoded.
 
         Args:
@@ -127,7 +128,7 @@ class MultimodalPipeline:
         image_present = np.zeros(n, dtype=bool)
         text_features = np.zeros((n, TEXT_FEATURE_DIM), dtype=np.float32)
         text_present = np.zeros(n, dtype=bool)
-        classes: list[np.ndarray] = []
+        classes: list[NDArray[np.int32]] = []
         hits = [0] * n
         misses = [0] * n
 

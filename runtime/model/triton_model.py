@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
+from numpy.typing import NDArray
 
 from modalscale.runtime.model import metrics as names
 from modalscale.runtime.model.encoders import MultimodalEncoder
@@ -187,7 +188,7 @@ class TritonPythonModel:
         self.metrics = None  # type: ignore[assignment]
 
 
-def _classes_output(classes: np.ndarray) -> np.ndarray:
+def _classes_output(classes: NDArray[np.integer[Any]]) -> NDArray[np.int32]:
     """IMAGE_CLASSES as sent: (1, n) int32; text-only requests get ``[[-1]]`` because Triton's response cache
     cannot store an empty output ("Response buffer from output was nullptr")."""
     if classes.size == 0:

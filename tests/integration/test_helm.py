@@ -293,8 +293,8 @@ def test_nondefault_render_is_namespace_scoped_with_servicemonitor_catalog_and_s
 
     # The PodMonitor selects the Triton pods the operator creates and labels their series the way the autoscaler
     # queries them ({namespace, inferenceservice}).
+    from modalscale.api.inferenceservice import parse_isvc
     from modalscale.operator.isvc.objects import SELECTOR_LABEL, owned_labels
-    from modalscale.operator.isvc.spec import parse_isvc
 
     pm = one(docs, "PodMonitor")
     assert pm["apiVersion"] == "monitoring.coreos.com/v1"

@@ -178,8 +178,8 @@ def runtime_container(built: dict[str, BuiltImage], tmp_path_factory: pytest.Tem
     operator's Deployment gives it (ports moved to free loopback ports), serving the BuiltIn model repository of
     crds/examples/inferenceservice-real-node.yaml, its ``spec.runtime`` updated with the test's indirect parameter
     (a mapping) when it has one."""
+    from modalscale.api.inferenceservice import parse_isvc
     from modalscale.operator.isvc.objects import build_deployment
-    from modalscale.operator.isvc.spec import parse_isvc
     from modalscale.runtime.repo_config import RuntimeConfig, build_repository
     from modalscale.runtime.server import write_repository
 

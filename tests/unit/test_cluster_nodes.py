@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from modalscale.api.capacity import SPOT_TAINT
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.devenv.cluster import (
     FAKE_GPU_TAINT,
     ClusterConfig,
@@ -23,7 +24,6 @@ from modalscale.devenv.cluster import (
 )
 from modalscale.devenv.realnode import REAL_NODE_TAINT, real_node_placement
 from modalscale.operator.isvc.objects import build_deployment
-from modalscale.operator.isvc.spec import parse_isvc
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "modalscale"

@@ -92,8 +92,8 @@ def test_every_test_folder_is_a_package_so_test_module_names_never_collide() -> 
 # import-linter cannot see the namespace portion `modalscale.operator`, so this builds the module import graph
 # with ast over src/modalscale (the code folders through their symlinks) and follows it transitively: every
 # import statement counts, function-local ones included, except those under `if TYPE_CHECKING:`.
-PLANNERS = ("operator/isvc/plan.py", "operator/isvc/spec.py", "operator/budget/plan.py", "operator/autoscale/plan.py",
-            "operator/conditions.py", "operator/reasons.py")
+PLANNERS = ("operator/isvc/plan.py", "operator/budget/plan.py", "operator/autoscale/plan.py",
+            "operator/conditions.py")
 FORBIDDEN_IN_PLANNERS = ("kopf", "kubernetes", "httpx", "httpcore", "aiohttp", "requests", "urllib3",
                          "prometheus_api_client")
 # The operator's own I/O modules (readers, writers, kopf registration, the client factory, the delivery pump).
@@ -279,3 +279,33 @@ def test_operator_subpackages_show_the_architecture() -> None:
     flat = sorted(p.name for p in (REPO / "operator").glob("*.py")
                   if p.name.startswith(("isvc_", "budget_", "autoscale_")))
     assert flat == []
+
+
+def _reexport_only(source: str) -> bool:
+    """True when a module defines nothing: its body is a docstring, imports and ``__all__`` (an old-name shim)."""
+    import ast
+
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if targets and all(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            continue
+        return False
+    return True
+
+
+def test_no_module_only_re_exports_another_under_an_old_name() -> None:
+    # A name has one home and importers use it (issue 23). A package's __init__.py that gathers its API is not a shim.
+    files = {py.resolve() for root in [REPO / f for f in CODE_FOLDERS] + [REPO / "src" / "modalscale"]
+             for py in root.rglob("*.py") if py.name != "__init__.py"}
+    shims = sorted(str(py.relative_to(REPO)) for py in files if _reexport_only(py.read_text()))
+    assert shims == []
+
+
+def test_the_shim_guard_sees_a_shim() -> None:
+    assert _reexport_only('"""Old name."""\nfrom a import *  # noqa: F403\nfrom a import __all__  # noqa: F401\n')
+    assert _reexport_only('"""Old name."""\nfrom a import b\n\n__all__ = ["b"]\n')
+    assert not _reexport_only('"""Real."""\nfrom a import b\n\nC = b + 1\n')

@@ -112,7 +112,7 @@ def _cluster_nodes(api: Any) -> list[PricedNode]:
     """The cluster's nodes as OpenCost would price them: L4 0.70 USD/GPU-h, 0.05 USD/core-h, 0.005 USD/GiB-h, as if
     they had run the whole window (created seconds ago, their costs over a few seconds, rounded to six decimals,
     would move the rates in the fourth digit from one read to the next)."""
-    from modalscale.costmodel.quantities import parse_cpu_cores, parse_memory_bytes
+    from modalscale.api.quantities import parse_cpu_cores, parse_memory_bytes
 
     out = []
     for n in client.CoreV1Api(api).list_node().items:

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def _isvc(spec: dict[str, Any]) -> None:
-    from modalscale.operator.isvc.spec import parse_isvc
+    from modalscale.api.inferenceservice import parse_isvc
 
     parse_isvc({"metadata": {"name": "a", "namespace": "ns"}, "spec": spec})
 
@@ -45,8 +45,8 @@ def _quantity(spec: dict[str, Any]) -> None:
 
 
 def _repository(spec: dict[str, Any]) -> None:
+    from modalscale.api.inferenceservice import parse_isvc
     from modalscale.operator.isvc.reconcile import repository_files
-    from modalscale.operator.isvc.spec import parse_isvc
 
     repository_files(parse_isvc({"metadata": {"name": "a", "namespace": "ns"}, "spec": spec}))
 

@@ -61,7 +61,7 @@ _PARSER_NAME = re.compile(r"^_*((parse_|to_)?quantit(y|ies)|parse_(cpu|cpu_cores
 
 def test_no_other_module_defines_a_quantity_parser() -> None:
     """One grammar: a function named like a quantity parser or a table of binary suffixes lives only in
-    ``modalscale/api/quantities.py`` (``costmodel.quantities`` only re-exports it)."""
+    ``modalscale/api/quantities.py``."""
     home = REPO / "src" / "modalscale" / "api" / "quantities.py"
     offenders = []
     for root in CODE:

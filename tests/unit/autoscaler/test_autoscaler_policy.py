@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from modalscale.api.errors import InvalidSpec
+from modalscale.autoscaler.calibration import Calibrator
 from modalscale.autoscaler.features import FEATURES
 from modalscale.autoscaler.policy import (
     Observation,
-    PolicySpecError,
     Reason,
     ScalerState,
     ScalingMode,
@@ -22,7 +23,6 @@ from modalscale.autoscaler.policy import (
     bound_replicas,
     recommend,
 )
-from modalscale.autoscaler.regressor import Calibrator
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -435,7 +435,7 @@ def test_from_spec_reads_every_field() -> None:
     ids=["type", "bool", "min-gt-max", "range", "enum", "fixed-needs-replicas", "fixed-in-bounds", "runtime", "object"],
 )
 def test_from_spec_names_the_bad_field(spec: dict, field: str) -> None:
-    with pytest.raises(PolicySpecError, match=re.escape(field)):
+    with pytest.raises(InvalidSpec, match=re.escape(field)):
         ScalingPolicy.from_spec(spec)
 
 

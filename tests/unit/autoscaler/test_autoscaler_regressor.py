@@ -14,12 +14,12 @@ import sklearn
 import skops.io as sio
 from sklearn.preprocessing import FunctionTransformer
 
+from modalscale.autoscaler.calibration import Calibrator
 from modalscale.autoscaler.features import FEATURES, features_from_mapping
 from modalscale.autoscaler.profile_data import generate_profile
 from modalscale.autoscaler.regressor import (
     ARTIFACT_FORMAT_VERSION,
     ArtifactError,
-    Calibrator,
     ServiceTimeRegressor,
     compare_with_baselines,
     dumps_model,

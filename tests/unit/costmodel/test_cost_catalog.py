@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from modalscale.api.quantities import InvalidQuantity, parse_cpu_cores, parse_memory_bytes
 from modalscale.costmodel.catalog import (
     CatalogError,
     PricingTier,
@@ -16,7 +17,6 @@ from modalscale.costmodel.catalog import (
     load_catalog,
     price_replica,
 )
-from modalscale.costmodel.quantities import InvalidQuantity, parse_cpu_cores, parse_memory_bytes
 
 GIB = 2**30
 REQUIRED_GPUS = ("nvidia-t4", "nvidia-l4", "nvidia-a10g", "nvidia-a100-40gb", "nvidia-a100-80gb", "nvidia-h100-80gb")

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.costmodel.budget import parse_budget_spec
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.operator.cost_diff import price_side, read_manifests
-from modalscale.operator.isvc.spec import parse_isvc
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "crds" / "examples"
 FILES = sorted(EXAMPLES.glob("*.yaml"))

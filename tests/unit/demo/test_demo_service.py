@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.demo.run import MAX_REAL_REPLICAS, REPLICA_CPU, Demo, DemoConfig, _replica_price, kwok_banner
 from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL
 from modalscale.operator.isvc.objects import build_deployment
-from modalscale.operator.isvc.spec import parse_isvc
 
 
 def _body(real: bool) -> dict[str, Any]:

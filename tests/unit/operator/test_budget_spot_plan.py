@@ -10,12 +10,12 @@ from typing import Any
 
 from modalscale.api.annotations import SpotSwitch, spot_annotation_key
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.costmodel.catalog import load_catalog
 from modalscale.operator.budget.plan import BudgetObserved, lift_all, observed_namespaces, plan_policy
 from modalscale.operator.conditions import get
 from modalscale.operator.isvc.objects import build_deployment
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc, with_spot_placement
-from modalscale.operator.isvc.spec import parse_isvc
 
 CATALOG = load_catalog()
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from modalscale.operator import reasons as R
+from modalscale.api import conditions as R
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, cpu_oversubscription, plan_isvc
-from modalscale.operator.isvc.spec import parse_isvc
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n'}

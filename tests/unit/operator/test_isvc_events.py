@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from modalscale.operator import reasons as R
+from modalscale.api import conditions as R
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.operator.conditions import get
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
-from modalscale.operator.isvc.spec import parse_isvc
 from tests.unit.operator.test_isvc_plan import FILES, NOW, converge, make_isvc
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.operator.isvc.objects import (
     DRAIN_S,
     PRESTOP_DRAIN_S,
@@ -11,7 +12,6 @@ from modalscale.operator.isvc.objects import (
     TERMINATION_GRACE_S,
     build_deployment,
 )
-from modalscale.operator.isvc.spec import parse_isvc
 
 
 def isvc(model: dict[str, Any] | None = None) -> dict[str, Any]:

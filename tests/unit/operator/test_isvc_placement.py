@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from modalscale.api.errors import InvalidSpec
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.operator.isvc.objects import build_deployment
-from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
 
 REAL_NODE = {"nodeSelector": {"modalscale.io/node-type": "real"},
              "tolerations": [{"key": "modalscale.io/node-type", "operator": "Equal", "value": "real",

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from modalscale.api import conditions as R
+from modalscale.api.errors import InvalidSpec
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
-from modalscale.operator import reasons as R
 from modalscale.operator.conditions import get
 from modalscale.operator.isvc.objects import REPLICAS_ANNOTATION
 from modalscale.operator.isvc.plan import (
@@ -19,7 +21,6 @@ from modalscale.operator.isvc.plan import (
     is_derivative,
     plan_isvc,
 )
-from modalscale.operator.isvc.spec import InvalidSpec, parse_isvc
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n', "multimodal/1/model.py": "# model\n"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from modalscale.api import conditions as R
 from modalscale.costmodel.opencost import PriceSource
-from modalscale.operator import reasons as R
 from modalscale.operator.settings import ConfigError, Settings
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from modalscale.api.errors import InvalidSpec
 from modalscale.runtime import cli
 from modalscale.runtime.cores import available_cores, cgroup_paths, cgroup_quota_cores, parse_cfs, parse_cpu_max
 from modalscale.runtime.repo_config import (
     PRESETS,
-    InvalidRuntimeSpec,
     RuntimeConfig,
     build_repository,
     router_instances_for,
@@ -88,7 +88,7 @@ def test_router_instances_are_sized_from_the_cores(max_batch_size: int, cores: f
 
 def test_cpu_cores_must_be_a_non_negative_number() -> None:
     for bad in (-1.0, True, "2", 2000.0):
-        with pytest.raises(InvalidRuntimeSpec, match="cpu_cores"):
+        with pytest.raises(InvalidSpec, match="cpu_cores"):
             RuntimeConfig(cpu_cores=bad)  # type: ignore[arg-type]
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from modalscale.api.errors import InvalidSpec
 from modalscale.runtime.model import ov_engine
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.repo_config import (
     PRESETS,
     Engine,
-    InvalidRuntimeSpec,
     Precision,
     RuntimeConfig,
     build_repository,
@@ -74,7 +74,7 @@ def test_gpu_layout_runs_torch() -> None:
 def test_unknown_engine_parameter_is_named() -> None:
     with pytest.raises(ValueError, match="parameter engine"):
         ModelSettings.from_model_config({"parameters": {"engine": {"string_value": "tensorrt"}}})
-    with pytest.raises(InvalidRuntimeSpec, match="engine"):
+    with pytest.raises(InvalidSpec, match="engine"):
         RuntimeConfig(engine="openvino")  # type: ignore[arg-type]  # a plain string, not an Engine
 
 
@@ -130,7 +130,7 @@ def test_serving_engine_openvino_without_its_wheels_is_refused_naming_the_extra(
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name in ("openvino", "nncf") else real_find_spec(name, *a))
-    with pytest.raises(InvalidRuntimeSpec) as err:
+    with pytest.raises(InvalidSpec) as err:
         cli.require_engine(PRESETS["fastest"])
     assert err.value.field == "--engine"
     assert "modalscale[openvino]" in str(err.value) and "--engine torch" in str(err.value)
@@ -225,6 +225,6 @@ def test_the_runtime_cli_reads_the_engine_from_an_inference_service_file(tmp_pat
     assert (cfg.engine, cfg.image_int8_min_side_pixels) == (Engine.OPENVINO, 160)
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: InferenceService\nspec:\n  runtime:\n    engine: openvino\n    precision: FP16\n")
-    with pytest.raises(InvalidRuntimeSpec) as err:
+    with pytest.raises(InvalidSpec) as err:
         cli.config_from_args(parser.parse_args(["--from-isvc", str(bad)]))
     assert err.value.field == "spec.runtime.engine"

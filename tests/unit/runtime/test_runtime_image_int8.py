@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from modalscale.api.errors import InvalidSpec
 from modalscale.runtime import cli
 from modalscale.runtime.model import ov_engine
 from modalscale.runtime.model.calibration import (
@@ -24,7 +25,6 @@ from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.repo_config import (
     PRESETS,
     Engine,
-    InvalidRuntimeSpec,
     Precision,
     RuntimeConfig,
     build_repository,
@@ -122,7 +122,7 @@ def test_every_encoder_model_of_a_batched_config_gets_the_threshold_and_the_gpu_
 
 @pytest.mark.parametrize("value", [-1, 385 * 1000, True, 1.5, "128"])
 def test_bad_threshold_is_refused_naming_the_field(value: object) -> None:
-    with pytest.raises(InvalidRuntimeSpec) as err:
+    with pytest.raises(InvalidSpec) as err:
         OV_INT8.replace(image_int8_min_side_pixels=value)
     assert err.value.field == "image_int8_min_side_pixels"
 
@@ -130,7 +130,7 @@ def test_bad_threshold_is_refused_naming_the_field(value: object) -> None:
 @pytest.mark.parametrize("changes", [{"engine": Engine.TORCH}, {"precision": Precision.FP32},
                                      {"precision": Precision.BF16}])
 def test_threshold_needs_engine_openvino_at_int8(changes: dict[str, object]) -> None:
-    with pytest.raises(InvalidRuntimeSpec) as err:
+    with pytest.raises(InvalidSpec) as err:
         OV_INT8.replace(image_int8_min_side_pixels=128, **changes)
     assert err.value.field == "image_int8_min_side_pixels"
     assert "--image-int8-min-side-pixels 0" in str(err.value)  # the fix is named
@@ -158,7 +158,7 @@ def test_fastest_preset_routes_large_images_to_int8_and_the_flag_overrides_it() 
     flags = config_flags(fastest)
     assert flags[flags.index("--image-int8-min-side-pixels") + 1] == str(fastest.image_int8_min_side_pixels)
     assert _parse(*flags) == fastest
-    with pytest.raises(InvalidRuntimeSpec, match="image_int8_min_side_pixels"):
+    with pytest.raises(InvalidSpec, match="image_int8_min_side_pixels"):
         _parse("--preset", "fastest", "--engine", "torch")
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from modalscale.api.errors import InvalidSpec
 from modalscale.runtime.repo_config import (
     EMBEDDING_DIM,
-    InvalidRuntimeSpec,
     Precision,
     RuntimeConfig,
     build_repository,
@@ -50,7 +50,7 @@ def test_from_predictive_example_maps_camel_case_fields() -> None:
 def test_every_shipped_builtin_example_parses(example: str) -> None:
     spec = yaml.safe_load((EXAMPLES / example).read_text())["spec"]
     if spec.get("model", {}).get("source", "BuiltIn") != "BuiltIn":
-        with pytest.raises(InvalidRuntimeSpec, match="^spec.model.source:"):
+        with pytest.raises(InvalidSpec, match="^spec.model.source:"):
             RuntimeConfig.from_isvc_spec(spec)
         return
     text = render_config_pbtxt(RuntimeConfig.from_isvc_spec(spec))
@@ -77,7 +77,7 @@ def test_every_shipped_builtin_example_parses(example: str) -> None:
 ], ids=["string-int", "too-large", "zero-instances", "bool-as-int", "bad-precision", "string-bool", "typo",
         "descending", "above-max-batch", "negative-delay", "runtime-not-mapping", "not-builtin", "gpus"])
 def test_invalid_spec_names_the_field(spec: dict, field: str) -> None:
-    with pytest.raises(InvalidRuntimeSpec) as info:
+    with pytest.raises(InvalidSpec) as info:
         RuntimeConfig.from_isvc_spec(spec)
     assert str(info.value).startswith(field + ":")
 
@@ -206,5 +206,5 @@ def test_cli_flags_override_the_isvc_file(tmp_path: Path) -> None:
     assert cfg.instance_count == 2 and cfg.gpu_count == 1  # from the file
     args = parser.parse_args(["runtime", "render", "--out", str(tmp_path), "--max-batch-size", "2",
                               "--preferred-batch-sizes", "4"])
-    with pytest.raises(InvalidRuntimeSpec, match="preferredBatchSizes"):
+    with pytest.raises(InvalidSpec, match="preferredBatchSizes"):
         config_from_args(args)

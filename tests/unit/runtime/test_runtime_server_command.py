@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from modalscale.api.inferenceservice import parse_isvc
 from modalscale.operator.isvc.objects import build_deployment
-from modalscale.operator.isvc.spec import parse_isvc
 from modalscale.runtime.server import SUMMARY_LATENCIES_ARG, TritonDistribution, TritonProcess
 
 
