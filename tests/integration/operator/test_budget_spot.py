@@ -80,9 +80,11 @@ def test_a_crossing_moves_the_low_priority_service_to_spot_then_a_spot_shortage_
         return [(t.key, t.value, t.effect) for t in client.CoreV1Api(api).read_node(spot_node).spec.taints or []]
 
     # Just created, the node controller's node.kubernetes.io/not-ready taint is there until KWOK reports it Ready
-    # (seen once on a loaded machine): wait for that, then only the Spot taint is left.
+    # (seen once on a loaded machine): wait for that, then only the fake GPU node's taint (every fake GPU node has it:
+    # only GPU pods land there) and the Spot taint are left.
     wait_for(lambda: ("node.kubernetes.io/not-ready", None, "NoSchedule") not in taints(), 60, "the Spot node Ready")
-    assert taints() == [("karpenter.sh/capacity-type", "spot", "NoSchedule")]
+    assert sorted(taints()) == [("karpenter.sh/capacity-type", "spot", "NoSchedule"),
+                                ("nvidia.com/gpu", "present", "NoSchedule")]
     for name, replicas, priority in (("batch", 2, 10), ("search", 1, 500)):
         custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices",
                                                     make_isvc(name, replicas, priority))
