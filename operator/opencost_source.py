@@ -24,6 +24,7 @@ from modalscale.costmodel.opencost import (
     observe_answer,
     resolve_replica_price,
 )
+from modalscale.redaction import redact_for_url
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ class PriceBook:
                 self._client = httpx.Client(timeout=READ_TIMEOUT_S)
             answer = self._client.get(self.url + ASSETS_PATH, params={"window": ASSETS_WINDOW})
         except httpx.HTTPError as exc:
-            return observe_answer(previous, self.base_catalog, now, error=f"{type(exc).__name__}: {exc}")
+            error = redact_for_url(f"{type(exc).__name__}: {exc}", self.url)
+            return observe_answer(previous, self.base_catalog, now, error=error)
         return observe_answer(previous, self.base_catalog, now, status_code=answer.status_code, body=answer.content)
 
     def catalog(self) -> Catalog:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from modalscale.costmodel.anomaly import AnomalyConfig
+from modalscale.redaction import redact_url
 
 SETTINGS_ENV = frozenset({
     "MODALSCALE_NAMESPACES", "MODALSCALE_RESYNC_INTERVAL_SECONDS", "MODALSCALE_CONFLICT_HOLD_SECONDS",
@@ -109,7 +110,7 @@ class Settings:
             errors.append(f"MODALSCALE_LOG_LEVEL={level!r}: use DEBUG, INFO, WARNING or ERROR")
         prom = environ.get("MODALSCALE_PROMETHEUS_URL", "")
         if prom and not prom.startswith(("http://", "https://")):
-            errors.append(f"MODALSCALE_PROMETHEUS_URL={prom!r}: use an http:// or https:// URL")
+            errors.append(f"MODALSCALE_PROMETHEUS_URL={redact_url(prom)!r}: use an http:// or https:// URL")
         catalog = environ.get("MODALSCALE_PRICING_CATALOG", "")
         if catalog:
             from pathlib import Path
@@ -125,7 +126,7 @@ class Settings:
                     errors.append(f"MODALSCALE_PRICING_CATALOG={catalog!r}: {exc}")
         opencost = environ.get("MODALSCALE_OPENCOST_URL", "")
         if opencost and not opencost.startswith(("http://", "https://")):
-            errors.append(f"MODALSCALE_OPENCOST_URL={opencost!r}: use an http:// or https:// URL")
+            errors.append(f"MODALSCALE_OPENCOST_URL={redact_url(opencost)!r}: use an http:// or https:// URL")
         anomaly = _anomaly_config(environ.get("MODALSCALE_SPEND_ANOMALY", ""), errors)
         admin = tuple(n.strip() for n in environ.get("MODALSCALE_BUDGET_ADMIN_NAMESPACES", "").split(",") if n.strip())
         for ns in admin:

@@ -105,6 +105,7 @@ from modalscale.autoscaler.metrics_parse import (
 )
 from modalscale.autoscaler.metrics_reading import MetricsReading, unavailable
 from modalscale.autoscaler.policy import Observation
+from modalscale.redaction import redact_for_url, redact_url
 
 RECENT_WINDOW_S = 15.0
 """Length of the recent (burst) window, s; needs a scrape interval of at most ~7 s to hold two samples."""
@@ -230,6 +231,8 @@ class PrometheusReader:
 
     def __init__(self, url: str, timeout_s: float = QUERY_TIMEOUT_S) -> None:
         self.url = url
+        self.shown_url = redact_url(url)
+        """``url`` as messages show it: user info (``user:password@``) redacted."""
         self.timeout_s = timeout_s
         self._client: Any = None
 
@@ -258,8 +261,9 @@ class PrometheusReader:
         try:
             answers = self.answers(namespace, name, at)
         except (RequestException, PrometheusApiClientException, ValueError) as exc:
-            first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-            return unavailable(PROMETHEUS_UNREACHABLE, f"Prometheus at {self.url} did not answer: {first}")
+            text = redact_for_url(str(exc), self.url)
+            first = text.splitlines()[0][:300] if text else type(exc).__name__
+            return unavailable(PROMETHEUS_UNREACHABLE, f"Prometheus at {self.shown_url} did not answer: {first}")
         return parse_answers(answers, model_name)
 
 

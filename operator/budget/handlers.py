@@ -144,7 +144,7 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
         else:
             history = runtime.burn_history[uid] = merge_history(loaded, history)
             read = HistoryRead(True, f"Read {sum(map(len, loaded.values()))} burn-rate samples of {len(loaded)} "
-                                     f"InferenceServices from Prometheus at {runtime.history_source.url}")
+                                     f"InferenceServices from Prometheus at {runtime.history_source.shown_url}")
             logger.info("Read the spend-anomaly history from Prometheus: services=%d samples=%d", len(loaded),
                         sum(map(len, loaded.values())))
         runtime.history_read[uid] = read

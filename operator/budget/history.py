@@ -49,6 +49,7 @@ from modalscale.operator.budget.spend_anomalies import (
     anomaly_state_from_status,
     anomaly_state_to_status,
 )
+from modalscale.redaction import redact_for_url, redact_url
 
 BURN_METRIC = "modalscale_budget_service_burn_usd_per_hour"
 REPLICAS_METRIC = "modalscale_budget_service_replicas"
@@ -195,6 +196,8 @@ class PrometheusHistory:
 
     def __init__(self, url: str, timeout_s: float = QUERY_TIMEOUT_S) -> None:
         self.url = url.rstrip("/")
+        self.shown_url = redact_url(self.url)
+        """``url`` as messages show it: user info (``user:password@``) redacted."""
         self.timeout_s = timeout_s
 
     def read(self, policy_namespace: str, policy: str, now: dt.datetime, cfg: AnomalyConfig,
@@ -214,15 +217,16 @@ class PrometheusHistory:
                     "step": f"{step:g}"})
                 body = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
             except (requests.RequestException, ValueError) as exc:
-                first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-                raise HistoryUnavailable(f"Prometheus at {self.url} did not answer: {first}") from None
+                first = (redact_for_url(str(exc), self.url).splitlines() or [type(exc).__name__])[0][:300]
+                raise HistoryUnavailable(f"Prometheus at {self.shown_url} did not answer: {first}") from None
             if r.status_code != 200 and not isinstance(body, Mapping):
-                raise HistoryUnavailable(f"Prometheus at {self.url} answered HTTP {r.status_code}")
+                raise HistoryUnavailable(f"Prometheus at {self.shown_url} answered HTTP {r.status_code}")
             try:
                 answers.append((metric, body if isinstance(body, Mapping) else {}))
                 parse_history(answers[-1:])
             except HistoryUnavailable as exc:
-                raise HistoryUnavailable(f"Prometheus at {self.url}: {exc}") from None
+                shown = redact_for_url(str(exc), self.url)
+                raise HistoryUnavailable(f"Prometheus at {self.shown_url}: {shown}") from None
         return parse_history(answers)
 
 

@@ -29,9 +29,7 @@ Nothing a result carries contains the webhook URL or the signing secret: message
 
 from __future__ import annotations
 
-import base64
 import json
-import re
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,8 +45,7 @@ from modalscale.api.conditions import (
 )
 from modalscale.costmodel.budget import NotifierType
 from modalscale.notify.limits import RATE_LIMIT_WAIT_S
-
-REDACTED = "<redacted>"
+from modalscale.redaction import REDACTED, redact, userinfo_parts
 
 
 @dataclass(frozen=True)
@@ -78,59 +75,20 @@ class DeliveryResult:
     elapsed_s: float = 0.0
 
 
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#'\"]*@")
-"""``scheme://<user info>@`` in any text: up to the last ``@`` before the path, query, fragment, a space or a quote,
-so a raw ``@`` in a password is covered; the host (name, IPv4, ``[IPv6]``) and port after it stay."""
-
-
-def _userinfo_parts(url: str) -> list[str]:
-    """The user info of ``url`` in each form it may be shown: raw and decoded, percent-encoded (httpx and urllib
-    styles), the password alone (4+ characters) and the user alone (8+: then it is a token), and the base64 of
-    ``user:password`` that httpx sends as HTTP Basic credentials."""
-    netloc = urllib.parse.urlsplit(url).netloc
-    if "@" not in netloc:
-        return []
-    userinfo = netloc.rpartition("@")[0]
-    user_raw, _, password_raw = userinfo.partition(":")
-    user, password = urllib.parse.unquote(user_raw), urllib.parse.unquote(password_raw)
-    parts = [userinfo, urllib.parse.unquote(userinfo)]
-    for value, least in ((password_raw, 4), (password, 4), (user_raw, 8), (user, 8)):
-        if len(value) >= least:
-            parts += [value, urllib.parse.quote(value, safe=""), urllib.parse.quote(value, safe="!$&'()*+,;=:")]
-    for name, secret in ((user, password), (user_raw, password_raw)):
-        for encoding in ("utf-8", "latin-1"):
-            try:
-                parts.append(base64.b64encode(f"{name}:{secret}".encode(encoding)).decode("ascii"))
-            except UnicodeEncodeError:
-                continue
-    return parts
-
-
 def sensitive_parts(url: str, secret: str | None) -> list[str]:
     """The strings of a receiver that must never be shown: the URL, the secret, the user info in every form
-    (:func:`_userinfo_parts`), query values of 4+ characters and path segments of 8+ characters (tokens), longest
-    first (so :func:`redact` replaces a whole before its parts)."""
+    (:func:`modalscale.redaction.userinfo_parts`), query values of 4+ characters and path segments of 8+
+    characters (tokens), longest first (so :func:`~modalscale.redaction.redact` replaces a whole before its parts)."""
     parts = [url]
     if secret:
         parts.append(secret)
     split = urllib.parse.urlsplit(url)
-    parts += _userinfo_parts(url)
+    parts += userinfo_parts(url)
     for _, value in urllib.parse.parse_qsl(split.query, keep_blank_values=False):
         if len(value) >= 4:
             parts += [value, urllib.parse.quote(value, safe="")]
     parts += [seg for seg in split.path.split("/") if len(seg) >= 8]
     return sorted(set(parts), key=len, reverse=True)
-
-
-def redact(text: str, sensitive: Sequence[str]) -> str:
-    """Replace every sensitive string (URLs, tokens, secrets) in ``text`` by ``<redacted>``, then the user info of
-    every URL left in it (``scheme://user:password@host`` -> ``scheme://<redacted>@host``), whatever its host,
-    port or encoding: the one redaction for everything that leaves the sender (results, status, Events, logs) and
-    for any other URL a message shows (prometheus/alertmanager PR #1822 does the same for its config)."""
-    for part in sensitive:
-        if part:
-            text = text.replace(part, REDACTED)
-    return _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
 
 
 @dataclass
