@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
@@ -255,8 +256,163 @@ def _contradiction(requests: Mapping[str, float] | None, counts: Mapping[str, fl
     return None
 
 
-def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name: str,
-                  window_s: float = STABLE_WINDOW_S) -> MetricsReading:
+_Answers = Mapping[str, Sequence[Mapping[str, Any]]]
+"""``{key: result list}`` as ``PrometheusConnect.custom_query`` returns it per key of ``build_queries``."""
+_Problem = tuple[str, str]
+"""``(reason, message)`` of a reading that cannot be used as it is."""
+
+
+@dataclass(frozen=True)
+class _TritonFigures:
+    """Triton's figures by model name after the cross-check (:func:`_triton_figures`): rates per second of
+    requests (``counts``), executions (``execs``), compute time (``compute_us``, µs/s), successes and request
+    time (``request_us``, µs/s); ``pending`` requests (a gauge). None or empty: unknown."""
+
+    counts: dict[str, float]
+    execs: dict[str, float]
+    compute_us: dict[str, float]
+    success: dict[str, float] | None
+    request_us: dict[str, float] | None
+    pending: dict[str, float] | None
+    bad: list[str]
+    """Keys whose answer :func:`_by_label` refused (non-finite or negative): every Triton-derived figure is
+    unknown."""
+    contradicts: _Problem | None
+    """:func:`_contradiction`'s ``(which, why)``."""
+
+
+@dataclass(frozen=True)
+class _ServiceFigures:
+    """What Triton's figures say of the executing models (:func:`_service_figures`)."""
+
+    executing: list[str]
+    busy_erlangs: float | None
+    batch: dict[Modality, float]
+    service_ms: dict[Modality, float | None]
+
+
+def _targets_problem(total: int, down: tuple[str, ...], live: Sequence[str]) -> _Problem | None:
+    """Why no target can be read: none labelled with the InferenceService, or all down; None otherwise."""
+    if total == 0:
+        return (NO_SCRAPE_TARGETS, "Prometheus has no scrape target labelled with this InferenceService (labels "
+                                   "namespace and inferenceservice; add a ServiceMonitor/PodMonitor)")
+    if not live:
+        return (SCRAPE_TARGETS_DOWN, f"all {total} scrape target(s) are down: {', '.join(down)}")
+    return None
+
+
+def _triton_figures(answers: _Answers, window_s: float) -> _TritonFigures:
+    """Triton's figures by model, cross-checked against the runtime's request counter (:func:`_contradiction`).
+
+    A non-finite count, exec count or compute time makes every Triton-derived figure unknown (``bad``); when
+    Triton's request counters read 0 while the service is serving, Triton's figures are unknown, not zero."""
+    triton = {k: _by_label(answers.get(k), "model") for k in ("nv_count", "nv_exec", "nv_compute_us")}
+    bad = [k for k, v in triton.items() if v is None]
+    counts = triton["nv_count"] or {}
+    execs, compute = ({}, {}) if bad else (triton["nv_exec"] or {}, triton["nv_compute_us"] or {})
+    success = _by_label(answers.get("nv_success"), "model")
+    request_us = _by_label(answers.get("nv_request_us"), "model")
+    pending = _by_label(answers.get("nv_pending"), "model", rate=False)
+    requests = _by_label(answers.get("requests"), "modality") if answers.get("requests") else None
+    contradicts = _contradiction(requests, None if bad else counts, execs, compute, request_us or {},
+                                 pending, window_s)
+    if contradicts and contradicts[0] == "triton":  # Triton's figures are unknown, not zero
+        return _TritonFigures({}, {}, {}, None, None, None, bad, contradicts)
+    return _TritonFigures(counts, execs, compute, success, request_us, pending, bad, contradicts)
+
+
+def _service_figures(t: _TritonFigures, model_name: str) -> _ServiceFigures:
+    """Busy servers (erlangs: compute s/s over the batch size), batch size and service time (ms) per class.
+
+    Executing models: the per-modality models ``<model_name>_<modality>`` when present (router layout), each its
+    class's figures; else every model reported, pooled over the classes."""
+    per_class = {m: f"{model_name}_{m.value}" for m in MODALITIES}
+    routed = any(n in t.counts for n in per_class.values())
+    executing = [n for n in per_class.values() if n in t.counts] if routed else [n for n in t.counts if n]
+    busy: dict[str, float] = {}
+    batch_of: dict[str, float] = {}
+    for n in executing:
+        c, e, us = t.counts.get(n, 0.0), t.execs.get(n, 0.0), t.compute_us.get(n)
+        if c <= 0 or e <= 0 or us is None:
+            continue
+        batch_of[n] = max(1.0, c / e)
+        busy[n] = max(0.0, us) / 1e6 / batch_of[n]
+    batch: dict[Modality, float] = {}
+    service_ms: dict[Modality, float | None] = {}
+    if routed:
+        for m, n in per_class.items():
+            if n in busy and t.counts.get(n, 0.0) > 0 and busy[n] > 0:
+                batch[m] = batch_of[n]
+                service_ms[m] = 1000.0 * busy[n] / t.counts[n]
+    else:
+        pooled_count = sum(t.counts.get(n, 0.0) for n in busy)
+        pooled_exec = sum(t.execs.get(n, 0.0) for n in busy)
+        if pooled_count > 0 and pooled_exec > 0 and sum(busy.values()) > 0:
+            for m in MODALITIES:
+                batch[m] = max(1.0, pooled_count / pooled_exec)
+                service_ms[m] = 1000.0 * sum(busy.values()) / pooled_count
+    return _ServiceFigures(executing, sum(busy.values()) if t.compute_us else None, batch, service_ms)
+
+
+def _latency_ms(answers: _Answers, model_name: str, t: _TritonFigures, executing: Sequence[str]
+                ) -> tuple[float | None, float | None]:
+    """``(mean, p95)`` latency of the client-facing model, ms: the router when present, else the executing
+    models; None where unknown."""
+    front = model_name if model_name in t.counts or not executing else None
+    names = [front] if front else list(executing)
+    mean_ms = None
+    if t.success is not None and t.request_us is not None and not t.bad:
+        n_ok = sum(t.success.get(n, 0.0) for n in names)
+        if n_ok > 0 and any(n in t.request_us for n in names):
+            mean_ms = sum(t.request_us.get(n, 0.0) for n in names) / n_ok / 1000.0
+    p95s = _by_label(answers.get("nv_p95_us"), "model", per_series=True, rate=False) or {}
+    p95_us = p95s.get(front) if front else (max((p95s[n] for n in executing if n in p95s), default=None))
+    return mean_ms, (p95_us / 1000.0 if p95_us is not None and p95_us > 0 else None)
+
+
+def _queue(answers: _Answers, model_name: str, pending: Mapping[str, float] | None
+           ) -> tuple[float | None, float | None]:
+    """``(queued requests, requests in flight)``. In flight as the client sees it: the client-facing model's
+    requests inside execute (a router counts its requests until answered, so inner models are not added again)
+    plus those waiting in its Triton queue."""
+    queued = sum(max(0.0, v) for v in pending.values()) if pending else None
+    inside = _by_label(answers.get("inflight"), "model", rate=False)
+    in_flight = (max(0.0, inside[model_name]) + max(0.0, pending.get(model_name, 0.0))
+                 if inside is not None and model_name in inside and pending is not None else None)
+    return queued, in_flight
+
+
+def _workloads(answers: _Answers, s: _ServiceFigures, contradicts: _Problem | None
+               ) -> tuple[tuple[WorkloadClass, ...] | None, tuple[WorkloadClass, ...] | None, _Problem | None]:
+    """``(stable workload, recent workload, problem)``: both None when the runtime's counter contradicts
+    Triton's (the request rates are unknown, not zero); a contradiction is the problem named first."""
+    workload, problem = _workload(answers, "", s.batch, s.service_ms)
+    recent, _ = _workload(answers, "recent_", s.batch, {})
+    if contradicts and contradicts[0] == "runtime":  # the request rates are unknown, not zero
+        workload, recent = None, None
+    if contradicts:  # the more severe fault: it names why a mode holds
+        problem = (METRICS_CONTRADICT, contradicts[1])
+    return workload, recent, problem
+
+
+def _extra(answers: _Answers, live: int, total: int, s: _ServiceFigures, mean_latency_ms: float | None
+           ) -> dict[str, float]:
+    """``MetricsReading.extra``: targets, busy erlangs, duplicate series, batch size per class, mean latency."""
+    extra: dict[str, float] = {"targets_up": float(live), "targets_total": float(total)}
+    if s.busy_erlangs is not None:
+        extra["busy_erlangs"] = s.busy_erlangs
+    duplicates = _duplicates(answers.get("requests")) + _duplicates(answers.get("up"))
+    if duplicates:
+        extra["duplicate_series"] = float(duplicates)
+    for m in MODALITIES:
+        if m in s.batch:
+            extra[f"{m.value}_batch_size"] = s.batch[m]
+    if mean_latency_ms is not None:
+        extra["mean_latency_ms"] = mean_latency_ms
+    return extra
+
+
+def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_WINDOW_S) -> MetricsReading:
     """Turn the answers to :func:`build_queries` into a :class:`MetricsReading` (pure).
 
     Args:
@@ -278,103 +434,28 @@ def parse_answers(answers: Mapping[str, Sequence[Mapping[str, Any]]], model_name
     total = len(up)
     live = sorted(i for i, v in up.items() if v)
     down = tuple(sorted(i for i, v in up.items() if not v))
-    if total == 0:
-        return MetricsReading(None, None, problem=(NO_SCRAPE_TARGETS, (
-            "Prometheus has no scrape target labelled with this InferenceService (labels namespace and "
-            "inferenceservice; add a ServiceMonitor/PodMonitor)")))
-    if not live:
-        return MetricsReading(None, None, targets_total=total, down_targets=down, problem=(
-            SCRAPE_TARGETS_DOWN, f"all {total} scrape target(s) are down: {', '.join(down)}"))
+    unreadable = _targets_problem(total, down, live)
+    if unreadable is not None:
+        return MetricsReading(None, None, targets_total=total, down_targets=down, problem=unreadable)
     stamps = [newest[i] for i in live if i in newest]
     observed_at = dt.datetime.fromtimestamp(max(stamps), dt.UTC) if stamps else None
 
-    # Executing models: the per-modality models when present (router layout), else every model reported.
-    # A non-finite count, exec count or compute time makes every Triton-derived figure unknown.
-    triton = {k: _by_label(answers.get(k), "model") for k in ("nv_count", "nv_exec", "nv_compute_us")}
-    bad_triton = [k for k, v in triton.items() if v is None]
-    counts = triton["nv_count"] or {}
-    execs, compute = ({}, {}) if bad_triton else (triton["nv_exec"] or {}, triton["nv_compute_us"] or {})
-    success = _by_label(answers.get("nv_success"), "model")
-    request_us = _by_label(answers.get("nv_request_us"), "model")
-    pending = _by_label(answers.get("nv_pending"), "model", rate=False)
-    requests = _by_label(answers.get("requests"), "modality") if answers.get("requests") else None
-    contradicts = _contradiction(requests, None if bad_triton else counts, execs, compute, request_us or {},
-                                 pending, window_s)
-    if contradicts and contradicts[0] == "triton":  # Triton's figures are unknown, not zero
-        counts, execs, compute, success, request_us, pending = {}, {}, {}, None, None, None
-
-    per_class = {m: f"{model_name}_{m.value}" for m in MODALITIES}
-    routed = any(n in counts for n in per_class.values())
-    executing = [n for n in per_class.values() if n in counts] if routed else [n for n in counts if n]
-    busy: dict[str, float] = {}
-    batch_of: dict[str, float] = {}
-    for n in executing:
-        c, e, us = counts.get(n, 0.0), execs.get(n, 0.0), compute.get(n)
-        if c <= 0 or e <= 0 or us is None:
-            continue
-        batch_of[n] = max(1.0, c / e)
-        busy[n] = max(0.0, us) / 1e6 / batch_of[n]
-    busy_erlangs = sum(busy.values()) if compute else None
-    extra: dict[str, float] = {"targets_up": float(len(live)), "targets_total": float(total)}
-    if busy_erlangs is not None:
-        extra["busy_erlangs"] = busy_erlangs
-    duplicates = _duplicates(answers.get("requests")) + _duplicates(answers.get("up"))
-    if duplicates:
-        extra["duplicate_series"] = float(duplicates)
-
-    batch: dict[Modality, float] = {}
-    service_ms: dict[Modality, float | None] = {}
-    if routed:
-        for m, n in per_class.items():
-            if n in busy and counts.get(n, 0.0) > 0 and busy[n] > 0:
-                batch[m] = batch_of[n]
-                service_ms[m] = 1000.0 * busy[n] / counts[n]
-    else:
-        pooled_count = sum(counts.get(n, 0.0) for n in busy)
-        pooled_exec = sum(execs.get(n, 0.0) for n in busy)
-        if pooled_count > 0 and pooled_exec > 0 and sum(busy.values()) > 0:
-            for m in MODALITIES:
-                batch[m] = max(1.0, pooled_count / pooled_exec)
-                service_ms[m] = 1000.0 * sum(busy.values()) / pooled_count
-    for m in MODALITIES:
-        if m in batch:
-            extra[f"{m.value}_batch_size"] = batch[m]
-
-    workload, problem = _workload(answers, "", batch, service_ms)
-    recent, _ = _workload(answers, "recent_", batch, {})
-    if contradicts and contradicts[0] == "runtime":  # the request rates are unknown, not zero
-        workload, recent = None, None
-    if contradicts:  # the more severe fault: it names why a mode holds
-        problem = (METRICS_CONTRADICT, contradicts[1])
-
-    # Latency of the client-facing model: the router when present, else the executing models.
-    front = model_name if model_name in counts or not executing else None
-    names = [front] if front else executing
-    if success is not None and request_us is not None and not bad_triton:
-        n_ok = sum(success.get(n, 0.0) for n in names)
-        if n_ok > 0 and any(n in request_us for n in names):
-            extra["mean_latency_ms"] = sum(request_us.get(n, 0.0) for n in names) / n_ok / 1000.0
-    p95s = _by_label(answers.get("nv_p95_us"), "model", per_series=True, rate=False) or {}
-    p95_us = p95s.get(front) if front else (max((p95s[n] for n in executing if n in p95s), default=None))
-    p95_ms = p95_us / 1000.0 if p95_us is not None and p95_us > 0 else None
-    queued = sum(max(0.0, v) for v in pending.values()) if pending else None
-    # in flight as the client sees it: the client-facing model's requests inside execute (a router counts its
-    # requests until answered, so inner models are not added again) plus those waiting in its Triton queue
-    inside = _by_label(answers.get("inflight"), "model", rate=False)
-    in_flight = (max(0.0, inside[model_name]) + max(0.0, pending.get(model_name, 0.0))
-                 if inside is not None and model_name in inside and pending is not None else None)
-
+    triton = _triton_figures(answers, window_s)
+    service = _service_figures(triton, model_name)
+    workload, recent, problem = _workloads(answers, service, triton.contradicts)
+    mean_latency_ms, p95_ms = _latency_ms(answers, model_name, triton, service.executing)
+    queued, in_flight = _queue(answers, model_name, triton.pending)
     if problem is None and down:
         problem = (PARTIAL_TARGETS, f"{len(down)} of {total} scrape target(s) down ({', '.join(down)}); "
                                     f"deciding on the {len(live)} that answered (no scale-down on them)")
-    if problem is None and bad_triton:
-        problem = _unreadable(", ".join(bad_triton), [s for k in bad_triton for s in answers.get(k) or ()])
+    if problem is None and triton.bad:
+        problem = _unreadable(", ".join(triton.bad), [s for k in triton.bad for s in answers.get(k) or ()])
     return MetricsReading(observed_at=observed_at, workload=workload, recent_workload=recent,
-                          busy_erlangs=busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
+                          busy_erlangs=service.busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
                           targets_up=len(live), targets_total=total, down_targets=down,
                           per_pod_targets=per_pod, problem=problem,
-                          extra=extra, arrival_counts=_counts(answers.get("arrival_counts")),
-                          in_flight_requests=in_flight)
+                          extra=_extra(answers, len(live), total, service, mean_latency_ms),
+                          arrival_counts=_counts(answers.get("arrival_counts")), in_flight_requests=in_flight)
 
 
 __all__ = ["CONTRADICTION_MIN_REQUESTS", "SERIES_IDENTITY_LABELS", "STABLE_WINDOW_S", "parse_answers"]

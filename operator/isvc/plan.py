@@ -403,77 +403,82 @@ def _replicas_write(spec: IsvcSpec, replicas: int, drift: Write | None) -> Write
     return Write("Deployment", "patch", spec.name, patch)
 
 
-def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config: PlanConfig,
-            now: dt.datetime) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+def _ready_condition(obs: IsvcObserved, desired: int, problem: tuple[str, str] | None) -> cond.Condition:
+    """``Ready``: creating, a pod problem, scaled to zero, all ``desired`` replicas ready at the Deployment's
+    current generation, or waiting for replicas."""
+    dep = obs.deployment or {}
+    dst = dep.get("status") or {}
+    ready = int(dst.get("readyReplicas") or 0)
+    if not obs.deployment:
+        return cond.Condition(R.READY, cond.FALSE, R.CREATING, "creating the Deployment")
+    if problem:
+        return cond.Condition(R.READY, cond.FALSE, problem[0], f"{ready}/{desired} replicas ready; {problem[1]}")
+    if desired == 0:
+        return cond.Condition(R.READY, cond.TRUE, R.SCALED_TO_ZERO, "scaled to zero replicas")
+    if ready >= desired and (dst.get("observedGeneration") or 0) >= (dep.get("metadata") or {}).get("generation", 0):
+        return cond.Condition(R.READY, cond.TRUE, R.AVAILABLE, f"{ready}/{desired} replicas ready")
+    return cond.Condition(R.READY, cond.FALSE, R.WAITING_FOR_REPLICAS, f"{ready}/{desired} replicas ready")
+
+
+def _progressing_condition(obs: IsvcObserved, decision: ReplicaDecision) -> cond.Condition:
+    """``Progressing``: creating, rolling out (a new generation, replicas not yet updated, a scale-down or a
+    replica write in this plan), or the rollout complete."""
     dep = obs.deployment or {}
     dst = dep.get("status") or {}
     replicas = int(dst.get("replicas") or 0)
     ready = int(dst.get("readyReplicas") or 0)
     updated = int(dst.get("updatedReplicas") or 0)
     desired = decision.desired
-    problem = _pod_problems(obs.pods)
-    old_conditions = obs.status.get("conditions") or []
-
     if not obs.deployment:
-        ready_c = cond.Condition(R.READY, cond.FALSE, R.CREATING, "creating the Deployment")
-    elif problem:
-        ready_c = cond.Condition(R.READY, cond.FALSE, problem[0],
-                                 f"{ready}/{desired} replicas ready; {problem[1]}")
-    elif desired == 0:
-        ready_c = cond.Condition(R.READY, cond.TRUE, R.SCALED_TO_ZERO, "scaled to zero replicas")
-    elif ready >= desired and (dst.get("observedGeneration") or 0) >= (dep.get("metadata") or {}).get("generation", 0):
-        ready_c = cond.Condition(R.READY, cond.TRUE, R.AVAILABLE, f"{ready}/{desired} replicas ready")
-    else:
-        ready_c = cond.Condition(R.READY, cond.FALSE, R.WAITING_FOR_REPLICAS, f"{ready}/{desired} replicas ready")
-
-    rolling = bool(obs.deployment) and (
-        (dst.get("observedGeneration") or 0) < (dep.get("metadata") or {}).get("generation", 0)
-        or updated < desired or replicas > desired or (decision.write is not None))
-    if not obs.deployment:
-        prog_c = cond.Condition(R.PROGRESSING, cond.TRUE, R.CREATING, "creating the Deployment")
-    elif rolling:
+        return cond.Condition(R.PROGRESSING, cond.TRUE, R.CREATING, "creating the Deployment")
+    rolling = ((dst.get("observedGeneration") or 0) < (dep.get("metadata") or {}).get("generation", 0)
+               or updated < desired or replicas > desired or (decision.write is not None))
+    if rolling:
         # Never "4/1 replicas updated": a scale-down is said as one (old pods count as updated until gone).
-        prog_c = cond.Condition(R.PROGRESSING, cond.TRUE, R.ROLLING_OUT,
-                                f"scaling down from {replicas} to {desired} replica(s), {ready} ready"
-                                if replicas > desired else
-                                f"{min(updated, desired)} of {desired} replica(s) updated, {ready} ready")
-    else:
-        prog_c = cond.Condition(R.PROGRESSING, cond.FALSE, R.ROLLOUT_COMPLETE,
-                                f"all {desired} replica(s) updated")
+        return cond.Condition(R.PROGRESSING, cond.TRUE, R.ROLLING_OUT,
+                              f"scaling down from {replicas} to {desired} replica(s), {ready} ready"
+                              if replicas > desired else
+                              f"{min(updated, desired)} of {desired} replica(s) updated, {ready} ready")
+    return cond.Condition(R.PROGRESSING, cond.FALSE, R.ROLLOUT_COMPLETE, f"all {desired} replica(s) updated")
 
-    deg_c = (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1]) if problem
-             else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))
 
-    conflict = decision.conflict
+def _conflict_condition(spec: IsvcSpec, decision: ReplicaDecision, old_conditions: list[dict[str, Any]],
+                        config: PlanConfig, now: dt.datetime) -> cond.Condition:
+    """``ScalingConflict``: the decision's own conflict, else ``spec.scaling.replicas`` ignored outside Fixed
+    mode, else an ``ExternalScale`` still held (``config.conflict_hold_s`` after it was set), else none."""
+    if decision.conflict is not None:
+        return decision.conflict
     sc = spec.scaling
-    if conflict is None and sc.mode != "Fixed" and sc.replicas is not None and sc.replicas != desired:
-        conflict = cond.Condition(R.SCALING_CONFLICT, cond.TRUE, R.SCALE_IGNORED_IN_MODE,
-                                  f"spec.scaling.replicas={sc.replicas} (e.g. from kubectl scale) is ignored in "
-                                  f"{sc.mode} mode; set spec.scaling.mode: Fixed to pin replicas, or change "
-                                  f"minReplicas/maxReplicas")
-    if conflict is None:
-        old = cond.get(old_conditions, R.SCALING_CONFLICT)
-        held = False
-        if old and old.get("status") == cond.TRUE and old.get("reason") == R.EXTERNAL_SCALE:
-            since = dt.datetime.fromisoformat(old["lastTransitionTime"].replace("Z", "+00:00"))
-            held = (now - since).total_seconds() < config.conflict_hold_s
-        conflict = (cond.Condition(R.SCALING_CONFLICT, cond.TRUE, old["reason"], old["message"]) if held and old
-                    else cond.Condition(R.SCALING_CONFLICT, cond.FALSE, R.NO_CONFLICT,
-                                        "only modalscale writes the replicas"))
+    if sc.mode != "Fixed" and sc.replicas is not None and sc.replicas != decision.desired:
+        return cond.Condition(R.SCALING_CONFLICT, cond.TRUE, R.SCALE_IGNORED_IN_MODE,
+                              f"spec.scaling.replicas={sc.replicas} (e.g. from kubectl scale) is ignored in "
+                              f"{sc.mode} mode; set spec.scaling.mode: Fixed to pin replicas, or change "
+                              f"minReplicas/maxReplicas")
+    old = cond.get(old_conditions, R.SCALING_CONFLICT)
+    held = False
+    if old and old.get("status") == cond.TRUE and old.get("reason") == R.EXTERNAL_SCALE:
+        since = dt.datetime.fromisoformat(old["lastTransitionTime"].replace("Z", "+00:00"))
+        held = (now - since).total_seconds() < config.conflict_hold_s
+    return (cond.Condition(R.SCALING_CONFLICT, cond.TRUE, old["reason"], old["message"]) if held and old
+            else cond.Condition(R.SCALING_CONFLICT, cond.FALSE, R.NO_CONFLICT, "only modalscale writes the replicas"))
 
+
+def _budget_condition(obs: IsvcObserved) -> cond.Condition:
+    """``BudgetLimited``: a BudgetPolicy's replica cap (and Spot placement), Spot placement alone, or none."""
     on_spot = (f"BudgetPolicy {obs.spot_policy} runs the pods on Spot capacity "
                f"({', '.join(f'{k}={v}' for k, v in SPOT_NODE_SELECTOR.items())})") if obs.spot_policy else ""
     if obs.budget_cap_replicas is not None:
-        budget_c = cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.CAPPED_BY_BUDGET,
-                                  f"BudgetPolicy {obs.budget_cap_policy} caps replicas at {obs.budget_cap_replicas}"
-                                  + (f"; {on_spot}" if on_spot else ""))
-    elif on_spot:
-        budget_c = cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.MOVED_TO_SPOT, on_spot)
-    else:
-        budget_c = cond.Condition(R.BUDGET_LIMITED, cond.FALSE, R.WITHIN_BUDGET, "no budget cap in force")
+        return cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.CAPPED_BY_BUDGET,
+                              f"BudgetPolicy {obs.budget_cap_policy} caps replicas at {obs.budget_cap_replicas}"
+                              + (f"; {on_spot}" if on_spot else ""))
+    if on_spot:
+        return cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.MOVED_TO_SPOT, on_spot)
+    return cond.Condition(R.BUDGET_LIMITED, cond.FALSE, R.WITHIN_BUDGET, "no budget cap in force")
 
-    new_conditions = cond.upsert(old_conditions, [ready_c, prog_c, deg_c, conflict, budget_c],
-                                 spec.generation, now)
+
+def _scaling_history(obs: IsvcObserved, decision: ReplicaDecision, now: dt.datetime) -> list[dict[str, Any]]:
+    """``status.scalingHistory`` with this plan's replica write appended (when it changes the Deployment's
+    replicas), the last :data:`HISTORY_LIMIT` entries."""
     history = list(obs.status.get("scalingHistory") or [])
     if decision.write is not None and obs.deployment is not None:
         before = int((obs.deployment.get("spec") or {}).get("replicas") or 0)
@@ -481,21 +486,13 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
             history.append({"time": cond.rfc3339(now), "from": before, "to": decision.write,
                             "reason": (decision.conflict.reason if decision.conflict else decision.reason),
                             "message": decision.message[:1024]})
-    history = history[-HISTORY_LIMIT:]
-    status: dict[str, Any] = {
-        "observedGeneration": spec.generation,
-        "replicas": replicas,
-        "readyReplicas": ready,
-        "desiredReplicas": desired,
-        "selector": selector(spec),
-        "url": service_url(spec),
-        "conditions": new_conditions,
-    }
-    if history:
-        status["scalingHistory"] = history
-    if obs.replica_usd_per_hour is not None:
-        cost = obs.replica_usd_per_hour * running_replicas(obs.pods)
-        status["costUSDPerHour"] = format(cost.quantize(Decimal("0.0001")), "f")
+    return history[-HISTORY_LIMIT:]
+
+
+def _status_events(old_conditions: list[dict[str, Any]], new_conditions: list[dict[str, Any]],
+                   decision: ReplicaDecision) -> list[tuple[str, str, str]]:
+    """``(type, reason, message)`` Events for the conditions that changed: Warning for a bad state, Normal else;
+    none for the first visit's healthy or unknown states."""
     events = []
     changed = cond.transitions(old_conditions, new_conditions)
     # A scaling conflict is an Event whenever its cause changes (kubectl scale on the InferenceService, then on the
@@ -513,7 +510,37 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
         if not old_conditions and not bad and not (c["type"] == R.READY and c["reason"] == R.CREATING):
             continue  # First visit: no Event for the initial healthy/unknown state of every condition.
         events.append(("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: {c['message']}"))
-    return status, events
+    return events
+
+
+def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config: PlanConfig,
+            now: dt.datetime) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """The InferenceService's status (conditions, replicas, scaling history, cost) and its Events."""
+    dst = (obs.deployment or {}).get("status") or {}
+    problem = _pod_problems(obs.pods)
+    old_conditions = obs.status.get("conditions") or []
+    degraded = (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1]) if problem
+                else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))
+    new_conditions = cond.upsert(old_conditions, [
+        _ready_condition(obs, decision.desired, problem), _progressing_condition(obs, decision), degraded,
+        _conflict_condition(spec, decision, old_conditions, config, now), _budget_condition(obs)],
+        spec.generation, now)
+    history = _scaling_history(obs, decision, now)
+    status: dict[str, Any] = {
+        "observedGeneration": spec.generation,
+        "replicas": int(dst.get("replicas") or 0),
+        "readyReplicas": int(dst.get("readyReplicas") or 0),
+        "desiredReplicas": decision.desired,
+        "selector": selector(spec),
+        "url": service_url(spec),
+        "conditions": new_conditions,
+    }
+    if history:
+        status["scalingHistory"] = history
+    if obs.replica_usd_per_hour is not None:
+        cost = obs.replica_usd_per_hour * running_replicas(obs.pods)
+        status["costUSDPerHour"] = format(cost.quantize(Decimal("0.0001")), "f")
+    return status, _status_events(old_conditions, new_conditions, decision)
 
 
 def configmap_for(spec: IsvcSpec) -> str:
