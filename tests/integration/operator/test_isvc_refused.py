@@ -102,10 +102,13 @@ def test_what_the_crd_now_refuses_is_refused_by_the_operator_naming_the_field_an
         for fragment in fragments:
             assert fragment in c["message"], (fragment, c["message"])
         assert get(api, ns, name)["status"]["observedGeneration"] == 1
-    wait_for(lambda: [d for d in client.AppsV1Api(api).list_namespaced_deployment(ns).items],
-             120, "the valid neighbour's Deployment")
-
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    # The operator writes the neighbour's children one after another: wait for all three (waiting for the Deployment
+    # alone and then listing Services found none once, on a loaded machine).
+    wait_for(lambda: apps.list_namespaced_deployment(ns).items
+             and [s for s in core.list_namespaced_service(ns).items if s.metadata.name != "kubernetes"]
+             and [m for m in core.list_namespaced_config_map(ns).items if m.metadata.name.endswith("-model-repo")],
+             120, "the valid neighbour's Deployment, Service and model-repository ConfigMap")
     assert [d.metadata.name for d in apps.list_namespaced_deployment(ns).items] == ["fine"]
     assert [s.metadata.name for s in core.list_namespaced_service(ns).items
             if s.metadata.name != "kubernetes"] == ["fine"]
