@@ -858,8 +858,12 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
                             f"{budget_story.ARMED_SPEND_SHARE:.0%}): the 80 % cap and the "
                             f"{budget_story.SCALE_DOWN_PERCENT} % scale-down follow within about "
                             f"{budget_story.seconds_to_scale_down(spent, price, budget_story.CAP_REPLICAS)} s")
-                if story and scaled_down_s is None and s.reason == "CappedByBudget" and s.desired == 1:
+                if armed and story and scaled_down_s is None and any(
+                        h["reason"] == "CappedByBudget" and h["to"] == 1 < h["from"]
+                        for h in (demo.read_state()[0].get("status") or {}).get("scalingHistory") or []):
                     scaled_down_s = s.t_s
+                    say(f"t={s.t_s:.0f}s: the budget scaled the service down to one replica; the replay stops in "
+                        f"{STOP_AFTER_SCALE_DOWN_S:.0f} s")
                 if scaled_down_s is not None and s.t_s >= scaled_down_s + STOP_AFTER_SCALE_DOWN_S:
                     replayer.stop()
                 view.update(s, demo.receiver)
