@@ -124,9 +124,13 @@ class PodRun:
     """Pricing tier its node ran it at (``"Spot"``/``"OnDemand"``, from the node's capacity-type label); None =
     the service's own tier (``spec.pricing.tier``)."""
 
-    def running_at(self, when: datetime) -> bool:
-        """True when the pod had started by ``when`` and not stopped by then."""
-        return (self.start is None or self.start <= when) and (self.stop is None or self.stop > when)
+    def in_force_at(self, when: datetime) -> bool:
+        """True when the pod had started by ``when`` and its stop, if any, is not before ``when``: the pods an
+        evaluation at ``when`` counted. Kubernetes stamps whole seconds and ``observedTime`` is floored to whole
+        seconds, so a pod deleted within the second of the evaluation that listed it running carries a stop equal
+        to ``when`` (a ``deletionTimestamp`` with grace 0); it was one of that evaluation's replicas, not one gone
+        before it."""
+        return (self.start is None or self.start <= when) and (self.stop is None or self.stop >= when)
 
     def microseconds_in(self, start: datetime, end: datetime) -> int:
         """Microseconds of ``[start, end)`` during which the pod ran."""
@@ -470,7 +474,7 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
             if pods is not None:
                 # Per pod (see the module docstring): listed pods by their own timestamps, plus the replicas in
                 # force since t0 that no listed pod accounts for, for the whole interval.
-                gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.running_at(t0)))
+                gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.in_force_at(t0)))
                 if entry.replicas and entry.cost_usd_per_hour is not None:
                     price = MONEY_CONTEXT.divide(entry.cost_usd_per_hour, Decimal(entry.replicas))
                 elif now_seen is not None:

@@ -473,3 +473,20 @@ def test_a_pod_listed_running_but_recorded_deleted_is_not_carried_as_a_replica_i
     assert entry.replicas == 1 and entry.cost_usd_per_hour == D("36")
     third = advance(reload(second.ledger), [_svc((a,), stopped=(b_gone,))], t2, "Daily")
     assert third.spent_usd - second.spent_usd == D("0.60")
+
+
+def test_a_pod_deleted_in_the_same_second_as_the_evaluation_that_listed_it_is_not_charged_as_gone_unseen() -> None:
+    """Kubernetes stamps whole seconds and the ledger floors observedTime to whole seconds: a pod the evaluation at
+    t0 (12:00:00.4) listed running and that was deleted 0.3 s later (grace 0: deletionTimestamp 12:00:00) has its
+    recorded stop equal to t0. It was in force at t0; counting it as stopped before t0 made it a replica 'gone
+    unseen' and charged it the whole interval (the integration test test_budget_pod_stops: 2.75 USD for 1.38)."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a, b = PodRun("svc-a", utc(2026, 5, 1, 9)), PodRun("svc-b", t0)
+    first = advance(Ledger(), [_svc((a, b))], t0 + timedelta(milliseconds=400), "Daily")
+    b_gone = replace(b, stop=t0)  # deletionTimestamp 12:00:00Z, seen gone at 12:00:00.7
+    second = advance(reload(first.ledger), [_svc((a,), stopped=(b_gone,))], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("0.60")  # a for 60 s; b ran [t0, t0] as far as whole seconds say
+    (seg,) = second.segments
+    assert seg.replica_microseconds == 60_000_000
