@@ -21,6 +21,7 @@ from modalscale.devenv.cluster import (
     fake_gpu_node,
     fake_node_placement,
     missing_taints,
+    schedulable_fake_node,
 )
 from modalscale.devenv.realnode import REAL_NODE_TAINT, real_node_placement
 from modalscale.operator.isvc.objects import build_deployment
@@ -160,3 +161,23 @@ def test_readme_installs_the_operator_chart_with_the_local_values_after_importin
 def test_a_node_made_before_the_taint_gets_only_what_it_lacks(existing: list[dict[str, Any]],
                                                                added: list[dict[str, Any]]) -> None:
     assert missing_taints(existing, [FAKE_GPU_TAINT]) == added
+
+
+def _node(ready: str | None, taints: list[str]) -> Any:
+    from kubernetes import client
+
+    conditions = [client.V1NodeCondition(type="Ready", status=ready)] if ready else None
+    return client.V1Node(spec=client.V1NodeSpec(taints=[client.V1Taint(key=k, effect="NoSchedule") for k in taints]),
+                         status=client.V1NodeStatus(conditions=conditions))
+
+
+@pytest.mark.parametrize(("ready", "taints", "schedulable"), [
+    ("True", [FAKE_GPU_TAINT["key"]], True),           # KWOK marked it Ready; our own GPU taint is tolerated
+    (None, [], False),                                  # KWOK has not reported yet
+    ("Unknown", [], False),
+    ("True", ["node.kubernetes.io/not-ready"], False),  # Ready, but the node controller has not untainted it yet
+    ("True", ["node.kubernetes.io/unreachable"], False),
+])
+def test_a_fake_node_is_schedulable_only_once_ready_and_untainted_by_the_node_controller(
+        ready: str | None, taints: list[str], schedulable: bool) -> None:
+    assert schedulable_fake_node(_node(ready, taints)) is schedulable

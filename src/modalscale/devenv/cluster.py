@@ -598,6 +598,12 @@ class LocalCluster:
                 if add := missing_taints(existing, body["spec"]["taints"]):
                     api.patch_node(name, {"metadata": {"resourceVersion": node.metadata.resource_version},
                                           "spec": {"taints": existing + add}})
+        deadline = time.monotonic() + 60
+        while not all(schedulable_fake_node(api.read_node(n)) for n in names):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"fake nodes {names} were not Ready without a not-ready taint within 60 s; "
+                                   f"see {self._logfile('kwok')}:\n{self._tail('kwok')}")
+            time.sleep(0.2)
         return names
 
     # ------------------------------------------------------------------ PKI and kubeconfig
@@ -706,6 +712,18 @@ def _certificate_ips(path: Path) -> set[str]:
     except (OSError, ValueError, x509.ExtensionNotFound):
         return set()
     return {str(ip) for ip in san.get_values_for_type(x509.IPAddress)}
+
+
+NOT_READY_TAINT_KEYS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+"""Taints the node lifecycle controller puts on a node whose Ready condition is not True (kubernetes
+``TaintNodesByCondition``); a pod created while a fresh fake node still has one waits for the scheduler's requeue."""
+
+
+def schedulable_fake_node(node: Any) -> bool:
+    """Whether a ``V1Node`` has ``Ready=True`` (KWOK set it) and none of :data:`NOT_READY_TAINT_KEYS`."""
+    conditions = (node.status.conditions if node.status else None) or []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    return ready and not any(t.key in NOT_READY_TAINT_KEYS for t in node.spec.taints or [])
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from kubernetes import client
 
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.costmodel.ledger import parse_time
-from modalscale.devenv.kube import wait_for
+from modalscale.devenv.kube import describe_workload, wait_for
 from modalscale.devenv.receivers import ChatReceiver, Reply
 from modalscale.operator.budget.plan import cap_annotation_key
 
@@ -92,7 +92,8 @@ def running_pods(api: Any, ns: str, name: str) -> int:
 def start_isvc(api: Any, ns: str, name: str, replicas: int, max_replicas: int = 4) -> None:
     custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices",
                                                 make_isvc(name, replicas, max_replicas))
-    wait_for(lambda: running_pods(api, ns, name) == replicas, 90, f"{replicas} running pods of {ns}/{name}")
+    wait_for(lambda: running_pods(api, ns, name) == replicas, 90, f"{replicas} running pods of {ns}/{name}",
+             explain=lambda: describe_workload(api, ns, f"modalscale.io/inferenceservice={name}"))
 
 
 def thresholds_alerted(status: dict[str, Any]) -> list[int]:
