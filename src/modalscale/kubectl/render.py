@@ -1,0 +1,487 @@
+"""Reports of ``kubectl modalscale`` from objects as the API returns them (pure: no client, no clock).
+
+Each command has a ``*_report`` function (objects in, a JSON-ready dict out: what ``-o json|yaml`` prints) and a
+``render_*`` function (that dict in, kubectl-style text out: aligned columns, ages like ``5m``). Status fields are
+read as the operator writes them (``crds/*.yaml`` documents each one); a field that is missing or does not parse
+is shown as ``<none>``/``unknown``, never guessed. Money stays a decimal string in USD, as in status.
+
+Sources of the figures:
+
+* ``why``: ``status.autoscaler`` (the latest decision: mode, reason, message, ``features`` with units in their
+  names: ``_rps`` req/s, ``_ms`` ms, ``_erlangs`` erlangs; ``state.serviceScale``/``latencyScale`` the online
+  calibration), ``status.scalingHistory`` (the last 20 replica changes) and ``status.conditions``.
+* ``cost``: ``status.costUSDPerHour`` of the InferenceService (replica price x running pods, now) and, per
+  BudgetPolicy whose ``status.ledger.services`` counts it, its spend in that policy's period up to
+  ``status.ledger.observedTime`` (the ledger is the only meter of spend: a service no policy counts is not
+  metered).
+* ``budget``: the BudgetPolicy's status (spent, remaining, burn rate, forecast, state, thresholds, enforcement,
+  outbox) against its spec; the *next action* is the first threshold spend has not reached, with the spend at
+  which it is crossed, the hours to it at the current burn rate, and for enforcing actions the spend from which
+  the operator acts (one evaluation ahead of the crossing: amount - burn rate x ``evaluationIntervalSeconds``,
+  :data:`modalscale.costmodel.budget.ENFORCEMENT_METHOD`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from modalscale.costmodel.budget import (
+    BudgetSpec,
+    InvalidBudgetSpec,
+    Threshold,
+    ThresholdAction,
+    parse_budget_spec,
+)
+
+NONE = "<none>"
+"""How kubectl shows an empty cell."""
+
+FEATURE_ORDER = ("arrival_rps", "forecast_rps", "mean_service_ms", "observed_service_ms", "predicted_p95_ms",
+                 "observed_p95_ms", "offered_load_erlangs", "needed_replicas", "utilization_ratio")
+"""Features listed first (the arrival rate, service times, load and need behind a decision); the rest by name."""
+
+_UNITS = (("_rps", "req/s"), ("_ms", "ms"), ("_erlangs", "erlangs"), ("_ratio", "0..1"), ("_s", "s"),
+          ("_replicas", "replicas"))
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def parse_decimal(value: object) -> Decimal | None:
+    """A finite Decimal from a status money string or number; None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    try:
+        d = Decimal(str(value).strip())
+    except InvalidOperation:
+        return None
+    return d if d.is_finite() else None
+
+
+def parse_time(value: object) -> dt.datetime | None:
+    """A timezone-aware datetime from an RFC 3339 status string; None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value.strip().replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def age(value: object, now: dt.datetime) -> str:
+    """The age of an RFC 3339 time at ``now`` as ``kubectl get`` prints AGE (``ShortHumanDuration`` of
+    k8s.io/apimachinery/pkg/util/duration): ``45s``, ``12m``, ``3h``, ``2d``, ``1y``; ``<none>`` when unreadable."""
+    when = parse_time(value)
+    if when is None:
+        return NONE
+    s = int((now - when).total_seconds())
+    if s < -1:
+        return "<invalid>"
+    if s < 60:
+        return f"{max(s, 0)}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h"
+    if s < 86400 * 365:
+        return f"{s // 86400}d"
+    return f"{s // (86400 * 365)}y"
+
+
+def feature_unit(name: str) -> str:
+    """The unit a feature's name carries (house rule: units live in names); ``""`` when none."""
+    return next((unit for suffix, unit in _UNITS if name.endswith(suffix)), "")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
+    """Columns aligned as ``kubectl get`` prints them (three spaces apart, upper-case headers)."""
+    cells = [[str(h) for h in headers]] + [[NONE if c is None or c == "" else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(indent + "   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def _usd(value: object) -> str:
+    d = parse_decimal(value)
+    return NONE if d is None else f"{d:f} USD"
+
+
+def _ref(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def conditions_rows(status: Mapping[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
+    """``status.conditions`` as report items (type, status, reason, message, lastTransitionTime, age)."""
+    out = []
+    for c in status.get("conditions") or []:
+        if isinstance(c, Mapping):
+            out.append({"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"),
+                        "message": c.get("message"), "lastTransitionTime": c.get("lastTransitionTime"),
+                        "age": age(c.get("lastTransitionTime"), now)})
+    return out
+
+
+def _conditions_text(conditions: Sequence[Mapping[str, Any]]) -> str:
+    if not conditions:
+        return "Conditions: <none> (no operator has written this status yet)"
+    return "Conditions:\n" + table(["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], [
+        [c["type"], c["status"], c["reason"], c["age"], c["message"]] for c in conditions], indent="  ")
+
+
+# ------------------------------------------------------------------------------------------------ why
+def ordered_features(features: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``status.autoscaler.features`` as ``{name, value, unit}`` items: :data:`FEATURE_ORDER` first, then by name;
+    values that are not finite numbers are left out."""
+    names = [n for n in FEATURE_ORDER if n in features] + sorted(n for n in features if n not in FEATURE_ORDER)
+    out = []
+    for n in names:
+        v = features[n]
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out.append({"name": n, "value": v, "unit": feature_unit(n)})
+    return out
+
+
+def why_report(isvc: Mapping[str, Any], now: dt.datetime, last: int = 10) -> dict[str, Any]:
+    """Why an InferenceService runs the replicas it does.
+
+    Args:
+        isvc: The InferenceService (camelCase dict with ``spec`` and ``status``).
+        now: Timezone-aware UTC (ages are relative to it).
+        last: How many ``status.scalingHistory`` entries to show, newest first (>= 0).
+    Returns:
+        ``{"inferenceService", "mode", "replicas": {desired, current, ready}, "lastDecision"`` (None when no
+        autoscaler decision is recorded) ``, "scalingHistory"`` (newest first) ``, "conditions"}``.
+    """
+    status = isvc.get("status") or {}
+    auto = status.get("autoscaler")
+    decision = None
+    if isinstance(auto, Mapping) and auto:
+        state: Mapping[str, Any] = auto["state"] if isinstance(auto.get("state"), Mapping) else {}
+        decision = {"time": auto.get("lastDecisionTime"), "age": age(auto.get("lastDecisionTime"), now),
+                    "mode": auto.get("mode"), "valid": auto.get("valid"), "reason": auto.get("reason"),
+                    "message": auto.get("message"), "metricsAvailable": auto.get("metricsAvailable"),
+                    "features": ordered_features(auto.get("features") or {}),
+                    "serviceScale": state.get("serviceScale"), "latencyScale": state.get("latencyScale")}
+    history = [h for h in status.get("scalingHistory") or [] if isinstance(h, Mapping)]
+    changes = [{"time": h.get("time"), "age": age(h.get("time"), now), "from": h.get("from"), "to": h.get("to"),
+                "reason": h.get("reason"), "message": h.get("message")} for h in reversed(history)][:max(last, 0)]
+    return {"inferenceService": _ref(isvc),
+            "mode": ((isvc.get("spec") or {}).get("scaling") or {}).get("mode"),
+            "replicas": {"desired": status.get("desiredReplicas"), "current": status.get("replicas"),
+                         "ready": status.get("readyReplicas")},
+            "lastDecision": decision, "scalingHistory": changes, "conditions": conditions_rows(status, now)}
+
+
+def render_why(report: Mapping[str, Any]) -> str:
+    """Text of :func:`why_report`."""
+    r = report["replicas"]
+    lines = [f"InferenceService {report['inferenceService']}   mode {report['mode'] or NONE}   replicas: "
+             f"{_n(r['desired'])} desired, {_n(r['current'])} current, {_n(r['ready'])} ready", ""]
+    d = report["lastDecision"]
+    if d is None:
+        lines.append("Last decision: <none> (status.autoscaler is empty: Fixed mode, or no autoscaler decision yet)")
+    else:
+        valid = "valid" if d["valid"] else "held: metrics missing or stale, replicas unchanged"
+        lines += [f"Last decision ({d['age']} ago, {d['time']}): {d['mode']} {d['reason']} ({valid})",
+                  f"  {d['message'] or ''}".rstrip()]
+        if d["serviceScale"] is not None or d["latencyScale"] is not None:
+            lines.append(f"  calibration: serviceScale {_n(d['serviceScale'])}, latencyScale {_n(d['latencyScale'])}")
+        if d["features"]:
+            lines.append("  Features:")
+            lines.append(table(["NAME", "VALUE", "UNIT"], [[f["name"], f"{f['value']:g}", f["unit"] or "-"]
+                                                          for f in d["features"]], indent="    "))
+    lines.append("")
+    if report["scalingHistory"]:
+        lines.append("Scaling history (newest first):")
+        lines.append(table(["AGE", "TIME", "REPLICAS", "REASON", "MESSAGE"], [
+            [h["age"], h["time"], f"{_n(h['from'])} -> {_n(h['to'])}", h["reason"], h["message"]]
+            for h in report["scalingHistory"]], indent="  "))
+    else:
+        lines.append("Scaling history: <none> (no replica change recorded)")
+    lines += ["", _conditions_text(report["conditions"])]
+    return "\n".join(lines)
+
+
+def _n(value: object) -> str:
+    return NONE if value is None else str(value)
+
+
+# ------------------------------------------------------------------------------------------------ cost
+def _selects(policy: Mapping[str, Any], isvc: Mapping[str, Any]) -> bool:
+    """True when the policy's spec selector picks the service (False for a spec the operator would refuse)."""
+    meta = isvc.get("metadata") or {}
+    try:
+        spec = parse_budget_spec(policy.get("spec") or {})
+    except InvalidBudgetSpec:
+        return False
+    return spec.selector.matches(str((policy.get("metadata") or {}).get("namespace", "")),
+                                 str(meta.get("namespace", "")), meta.get("labels") or {})
+
+
+def cost_report(isvc: Mapping[str, Any], policies: Sequence[Mapping[str, Any]], now: dt.datetime,
+                policies_scope: str = "all namespaces") -> dict[str, Any]:
+    """An InferenceService's cost now and its spend in the period of each BudgetPolicy that counts it.
+
+    Args:
+        isvc: The InferenceService.
+        policies: BudgetPolicies as listed (any namespace; those that neither count nor select it are ignored).
+        now: Timezone-aware UTC.
+        policies_scope: Where ``policies`` were listed (``all namespaces`` or ``namespace X``), reported as is.
+    Returns:
+        ``{"inferenceService", "costUSDPerHour"`` (status, None when not priced) ``, "readyReplicas",
+        "budgets": [...], "policiesScope"}``; a budget item has the policy, its period and bounds, ``spent`` (this
+        service, USD, up to ``asOf``), ``costUSDPerHour`` (the ledger's rate in force), the policy's ``state``,
+        ``enforcement`` (the action on this service now, or None) and ``counted`` (False: the selector picks the
+        service but the ledger has no entry for it yet).
+    """
+    meta = isvc.get("metadata") or {}
+    key = (meta.get("namespace"), meta.get("name"))
+    status = isvc.get("status") or {}
+    budgets = []
+    for p in sorted(policies, key=_ref):
+        ps = p.get("status") or {}
+        ledger: Mapping[str, Any] = ps["ledger"] if isinstance(ps.get("ledger"), Mapping) else {}
+        entry = next((e for e in ledger.get("services") or []
+                      if isinstance(e, Mapping) and (e.get("namespace"), e.get("name")) == key), None)
+        if entry is None and not _selects(p, isvc):
+            continue
+        enforced = next((e for e in ps.get("enforcedServices") or []
+                         if isinstance(e, Mapping) and (e.get("namespace"), e.get("name")) == key), None)
+        budgets.append({
+            "budgetPolicy": _ref(p), "period": (p.get("spec") or {}).get("period"),
+            "periodStart": ps.get("periodStart"), "periodEnd": ps.get("periodEnd"),
+            "spent": None if entry is None else entry.get("spent"),
+            "costUSDPerHour": None if entry is None else entry.get("costUSDPerHour"),
+            "asOf": ledger.get("observedTime"), "asOfAge": age(ledger.get("observedTime"), now),
+            "state": ps.get("state"), "counted": entry is not None,
+            "enforcement": None if enforced is None else {
+                "action": enforced.get("action"), "maxReplicas": enforced.get("maxReplicas"),
+                "dryRun": bool(enforced.get("dryRun", False))}})
+    return {"inferenceService": _ref(isvc), "costUSDPerHour": status.get("costUSDPerHour"),
+            "readyReplicas": status.get("readyReplicas"), "budgets": budgets, "policiesScope": policies_scope}
+
+
+def render_cost(report: Mapping[str, Any]) -> str:
+    """Text of :func:`cost_report`."""
+    rate = report["costUSDPerHour"]
+    lines = [f"InferenceService {report['inferenceService']}",
+             f"  Burn rate now: {_usd(rate)}/h" if parse_decimal(rate) is not None else
+             "  Burn rate now: unknown (status.costUSDPerHour absent: the service is not priced or not reconciled)",
+             f"  Ready replicas: {_n(report['readyReplicas'])}", ""]
+    if not report["budgets"]:
+        lines.append(f"Spend: not metered (no BudgetPolicy in {report['policiesScope']} counts this service; a "
+                     f"BudgetPolicy's ledger is where spend is recorded: create one that selects it)")
+        return "\n".join(lines)
+    lines.append(f"Spend by BudgetPolicy (ledgers in {report['policiesScope']}):")
+    rows = []
+    for b in report["budgets"]:
+        enf = b["enforcement"]
+        rows.append([b["budgetPolicy"], b["period"], f"{_day(b['periodStart'])}..{_day(b['periodEnd'])}",
+                     _usd(b["spent"]) if b["counted"] else "not counted yet",
+                     f"{_usd(b['costUSDPerHour'])}/h" if parse_decimal(b["costUSDPerHour"]) is not None else NONE,
+                     b["asOfAge"], b["state"],
+                     NONE if enf is None else f"{enf['action']} to {enf['maxReplicas']}"
+                     + (" (dry run)" if enf["dryRun"] else "")])
+    lines.append(table(["BUDGETPOLICY", "PERIOD", "WINDOW", "SPENT", "RATE", "AS OF", "STATE", "ENFORCED"], rows,
+                       indent="  "))
+    return "\n".join(lines)
+
+
+def _day(value: object) -> str:
+    when = parse_time(value)
+    return "?" if when is None else when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+# ------------------------------------------------------------------------------------------------ budget
+def describe_actions(t: Threshold, spec: BudgetSpec) -> list[str]:
+    """What a threshold's actions do, one line each (the CRD's wording of ``thresholds[].actions``)."""
+    out = []
+    targets = ", ".join(n.name for n in spec.notifications)
+    for a in t.actions:
+        if a is ThresholdAction.ALERT:
+            out.append(f"Alert ({targets})" if targets else "Alert (no spec.notifications: an Event only)")
+        elif a is ThresholdAction.CAP_REPLICAS:
+            out.append(f"CapReplicas: every selected service at most {t.cap_replicas} replica(s)")
+        elif a is ThresholdAction.SCALE_DOWN:
+            out.append(f"ScaleDown: every selected service to {spec.enforcement.floor_replicas} replica(s)")
+        elif a is ThresholdAction.SCALE_TO_ZERO:
+            out.append("ScaleToZero: every selected service to 0 replicas")
+        else:
+            out.append(f"SwitchToSpot: services with spec.priority <= {t.spot_max_priority} to Spot capacity")
+    if spec.enforcement.dry_run and any(a is not ThresholdAction.ALERT for a in t.actions):
+        out.append("(enforcement.dryRun: reported, not applied)")
+    return out
+
+
+def next_action(spec: BudgetSpec, spent: Decimal | None, burn_usd_per_hour: Decimal | None) -> dict[str, Any] | None:
+    """The first threshold spend has not reached, and when it would be.
+
+    Args:
+        spec: The parsed spec.
+        spent: ``status.spent`` in USD (None: unknown, then nothing is predicted).
+        burn_usd_per_hour: ``status.burnRatePerHour`` (None: unknown).
+    Returns:
+        None when every threshold is reached (or ``spent`` is unknown); else ``{"percent", "atSpend"`` (USD at
+        which it is crossed) ``, "toGo"`` (USD) ``, "hoursAtBurnRate"`` (None when the burn rate is unknown or 0)
+        ``, "actions"`` (lines of :func:`describe_actions`) ``, "enforcesFromSpend"`` (USD spend from which the
+        operator enforces, one evaluation ahead; None for an Alert-only threshold)``}``.
+    """
+    if spent is None:
+        return None
+    limit = spec.limit.amount
+    for t in spec.thresholds:
+        at = limit * t.percent / 100
+        if spent >= at:
+            continue
+        hours = None if not burn_usd_per_hour else float((at - spent) / burn_usd_per_hour)
+        enforcing = any(a is not ThresholdAction.ALERT for a in t.actions)
+        ahead = (burn_usd_per_hour or Decimal(0)) * spec.evaluation_interval_s / 3600
+        return {"percent": t.percent, "atSpend": _money(at), "toGo": _money(at - spent),
+                "hoursAtBurnRate": None if hours is None else round(hours, 2),
+                "actions": describe_actions(t, spec),
+                "enforcesFromSpend": _money(max(at - ahead, Decimal(0))) if enforcing else None}
+    return None
+
+
+def _money(d: Decimal) -> str:
+    return f"{d.quantize(Decimal('0.01')):f}"
+
+
+def _threshold_items(spec: BudgetSpec | None, status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Spec thresholds (and the forecast alert) joined with their ``status.thresholds`` records."""
+    records = {(r.get("percent"), bool(r.get("forecast", False))): r
+               for r in status.get("thresholds") or [] if isinstance(r, Mapping)}
+    start = status.get("periodStart")
+    wanted: list[tuple[int, bool, list[str]]] = []
+    if spec is not None:
+        wanted = [(t.percent, False, [a.value for a in t.actions]) for t in spec.thresholds]
+        if spec.forecast.enabled:
+            wanted.append((spec.forecast.alert_at_percent, True, ["Alert"]))
+    else:  # spec unreadable: show what status holds
+        wanted = [(int(p), f, []) for (p, f) in sorted(records, key=lambda k: (k[1], k[0])) if isinstance(p, int)]
+    limit = spec.limit.amount if spec is not None else None
+    out = []
+    for percent, forecast, actions in wanted:
+        r = records.get((percent, forecast)) or {}
+        out.append({"percent": percent, "forecast": forecast,
+                    "atSpend": None if limit is None else _money(limit * percent / 100), "actions": actions,
+                    "crossed": bool(r.get("crossed", False)),
+                    "alertedThisPeriod": bool(r.get("alertedPeriodStart")) and r.get("alertedPeriodStart") == start,
+                    "lastAlertTime": r.get("lastAlertTime")})
+    return out
+
+
+def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]:
+    """Where a BudgetPolicy stands: spend against the limit, thresholds, enforcement, next action, outbox.
+
+    Args:
+        policy: The BudgetPolicy (camelCase dict with ``spec`` and ``status``).
+        now: Timezone-aware UTC.
+    Returns:
+        A dict of the status figures (money as decimal strings in USD), ``percentUsed``, ``thresholds``,
+        ``enforcedServices``, ``spotServices``, ``nextAction`` (:func:`next_action`), ``pendingAlerts``,
+        ``services`` (the ledger, most spent first), ``conditions`` and ``specError`` (the operator's message when
+        the spec does not parse; the figures are then status only).
+    """
+    status = policy.get("status") or {}
+    raw_spec = policy.get("spec") or {}
+    try:
+        spec: BudgetSpec | None = parse_budget_spec(raw_spec)
+        spec_error = None
+    except InvalidBudgetSpec as exc:
+        spec, spec_error = None, str(exc)
+    spent, burn = parse_decimal(status.get("spent")), parse_decimal(status.get("burnRatePerHour"))
+    limit = spec.limit.amount if spec is not None else parse_decimal((raw_spec.get("limit") or {}).get("amount"))
+    ledger: Mapping[str, Any] = status["ledger"] if isinstance(status.get("ledger"), Mapping) else {}
+    services = sorted((e for e in ledger.get("services") or [] if isinstance(e, Mapping)),
+                      key=lambda e: (-(parse_decimal(e.get("spent")) or Decimal(0)), e.get("namespace", ""),
+                                     e.get("name", "")))
+    return {
+        "budgetPolicy": _ref(policy), "period": raw_spec.get("period"), "timeZone": raw_spec.get("timeZone", "UTC"),
+        "periodStart": status.get("periodStart"), "periodEnd": status.get("periodEnd"),
+        "state": status.get("state"), "limit": None if limit is None else f"{limit:f}",
+        "spent": status.get("spent"), "remaining": status.get("remaining"),
+        "percentUsed": None if spent is None or not limit else f"{(spent * 100 / limit).quantize(Decimal('0.1')):f}",
+        "burnRatePerHour": status.get("burnRatePerHour"), "forecast": status.get("forecast"),
+        "lastEvaluationTime": status.get("lastEvaluationTime"),
+        "lastEvaluationAge": age(status.get("lastEvaluationTime"), now),
+        "thresholds": _threshold_items(spec, status),
+        "enforcedServices": [dict(e) for e in status.get("enforcedServices") or [] if isinstance(e, Mapping)],
+        "spotServices": [dict(e) for e in status.get("spotServices") or [] if isinstance(e, Mapping)],
+        "nextAction": None if spec is None else next_action(spec, spent, burn),
+        "pendingAlerts": [{k: a.get(k) for k in ("notification", "kind", "thresholdsPercent", "severity", "title",
+                                                  "attempts", "nextAttemptTime", "lastReason", "lastError")}
+                          for a in status.get("pendingAlerts") or [] if isinstance(a, Mapping)],
+        "services": [{k: e.get(k) for k in ("namespace", "name", "replicas", "costUSDPerHour", "spent")}
+                     for e in services],
+        "conditions": conditions_rows(status, now), "specError": spec_error}
+
+
+def render_budget(report: Mapping[str, Any]) -> str:
+    """Text of :func:`budget_report`."""
+    r = report
+    lines = [f"BudgetPolicy {r['budgetPolicy']}   {r['period'] or NONE} in {r['timeZone']}   state "
+             f"{r['state'] or 'not evaluated yet'}"]
+    if r["specError"]:
+        lines.append(f"  spec does not parse (the operator refuses it too): {r['specError']}")
+    lines += [f"  Period:     {r['periodStart'] or NONE} .. {r['periodEnd'] or NONE}",
+              f"  Spent:      {_usd(r['spent'])} of {_usd(r['limit'])}"
+              + (f" ({r['percentUsed']} %)" if r["percentUsed"] is not None else "")
+              + f", remaining {_usd(r['remaining'])}",
+              f"  Burn rate:  {_usd(r['burnRatePerHour'])}/h" if r["burnRatePerHour"] is not None else
+              "  Burn rate:  unknown (a selected service's price or replicas could not be read)",
+              f"  Forecast:   {_usd(r['forecast'])} at period end" if r["forecast"] is not None else
+              "  Forecast:   <none> (disabled or unknown)",
+              f"  Evaluated:  {r['lastEvaluationAge']} ago", ""]
+    if r["thresholds"]:
+        lines.append("Thresholds:")
+        lines.append(table(["PERCENT", "AT", "ACTIONS", "CROSSED", "ALERTED", "LAST ALERT"], [
+            [f"{t['percent']} %" + (" (forecast)" if t["forecast"] else ""),
+             f"{t['atSpend']} USD" if t["atSpend"] is not None else NONE, ",".join(t["actions"]) or NONE,
+             "yes" if t["crossed"] else "no", "yes" if t["alertedThisPeriod"] else "no", t["lastAlertTime"]]
+            for t in r["thresholds"]], indent="  "))
+    n = r["nextAction"]
+    if n is not None:
+        eta = (f", in {n['hoursAtBurnRate']} h at the current burn rate" if n["hoursAtBurnRate"] is not None
+               else ", no ETA (burn rate unknown or zero)")
+        lines += ["", f"Next action: at {n['percent']} % (spend {n['atSpend']} USD, {n['toGo']} USD to go{eta})"]
+        lines += [f"  {a}" for a in n["actions"]]
+        if n["enforcesFromSpend"] is not None:
+            lines.append(f"  enforced from spend {n['enforcesFromSpend']} USD (one evaluation ahead of the crossing)")
+    elif r["specError"] is None and r["spent"] is not None:
+        lines += ["", "Next action: <none> (every threshold is reached; enforcement holds until the period ends)"]
+    lines.append("")
+    if r["enforcedServices"]:
+        lines.append("Enforced now:")
+        lines.append(table(["SERVICE", "ACTION", "MAX REPLICAS", "SINCE", "DRY RUN"], [
+            [f"{e.get('namespace')}/{e.get('name')}", e.get("action"), e.get("maxReplicas"), e.get("since"),
+             "yes" if e.get("dryRun") else "no"] for e in r["enforcedServices"]], indent="  "))
+    else:
+        lines.append("Enforced now: <none>")
+    lines.append("")
+    if r["spotServices"]:
+        lines.append("On Spot (SwitchToSpot):")
+        lines.append(table(["SERVICE", "STATE", "SINCE", "MESSAGE"], [
+            [f"{e.get('namespace')}/{e.get('name')}", e.get("state"), e.get("since"), e.get("message")]
+            for e in r["spotServices"]], indent="  "))
+        lines.append("")
+    if r["services"]:
+        lines.append("Spend by service (ledger):")
+        lines.append(table(["SERVICE", "REPLICAS", "RATE", "SPENT"], [
+            [f"{s['namespace']}/{s['name']}", s["replicas"],
+             f"{_usd(s['costUSDPerHour'])}/h" if s["costUSDPerHour"] is not None else NONE, _usd(s["spent"])]
+            for s in r["services"]], indent="  "))
+        lines.append("")
+    if r["pendingAlerts"]:
+        lines.append("Pending alerts (not yet accepted by their target):")
+        lines.append(table(["TARGET", "KIND", "ATTEMPTS", "NEXT ATTEMPT", "LAST ERROR"], [
+            [a["notification"], a["kind"], a["attempts"], a["nextAttemptTime"],
+             f"{a['lastReason']}: {a['lastError']}" if a["lastReason"] else a["lastError"]]
+            for a in r["pendingAlerts"]], indent="  "))
+    else:
+        lines.append("Pending alerts: <none>")
+    lines += ["", _conditions_text(r["conditions"])]
+    return "\n".join(lines)

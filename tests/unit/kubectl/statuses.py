@@ -1,0 +1,152 @@
+"""Statuses as the operator writes them, made by the operator's own planners (no hand-written status dicts).
+
+* :func:`scaled_isvc`: an InferenceService after two autoscaler decisions (1 -> 5 at 50 req/s, limited by
+  maxStepReplicas 4; 5 -> 2 at 10 req/s ten minutes later): ``modalscale.autoscaler.policy.recommend`` with a
+  constant 100 ms service-time model decides,
+  ``operator.autoscale.plan.plan_autoscale`` writes ``status.autoscaler`` and ``operator.isvc.plan.plan_isvc``
+  (the scale pass the autoscaler hands its decision to) writes ``scalingHistory`` and the conditions.
+* :func:`evaluated_policy`: a BudgetPolicy after two evaluations of ``operator.budget.plan.plan_policy`` one hour
+  apart (2 replicas at 0.600125239 USD/h each, packaged catalog: 1.20 USD spent of 2 USD, the 50 % CapReplicas
+  threshold crossed, its Alert in the outbox for a Slack target).
+
+The integration test patches the same statuses into a real apiserver, which validates them against the CRDs.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from modalscale.api.inferenceservice import parse_isvc
+from modalscale.autoscaler.features import FEATURES
+from modalscale.autoscaler.metrics_reading import MetricsReading
+from modalscale.autoscaler.policy import (
+    Decision,
+    Observation,
+    ScalerState,
+    ScalingMode,
+    ScalingPolicy,
+    WorkloadClass,
+    recommend,
+)
+from modalscale.costmodel.catalog import ReplicaResources, load_catalog, price_replica
+from modalscale.operator.autoscale.plan import ServiceTimeModelStatus, plan_autoscale
+from modalscale.operator.budget.plan import BudgetObserved, plan_policy
+from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
+
+T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
+REPLICA_USD_PER_HOUR = price_replica(ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4"), "OnDemand",
+                                     load_catalog())
+"""One replica of :func:`isvc_body` (1 CPU, 2Gi, one nvidia-l4) at the packaged catalog's on-demand prices."""
+FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n', "multimodal/1/model.py": "# model\n"}
+
+
+class ConstantModel:
+    """Predicts the same service time for every request, ms."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def predict(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
+        assert X.shape[1] == len(FEATURES)
+        return np.full(X.shape[0], self.ms)
+
+
+def isvc_body(name: str = "vc", ns: str = "ml") -> dict[str, Any]:
+    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": ns, "uid": f"u-{name}", "generation": 1},
+            "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
+                     "scaling": {"mode": "Predictive", "minReplicas": 1, "maxReplicas": 6}}}
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """``patch`` applied to ``target`` as the apiserver applies a JSON merge patch (RFC 7386: null deletes)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def _deployment(dep: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """The Deployment as the apiserver returns it after the controller caught up with ``replicas``."""
+    out = copy.deepcopy(dep)
+    out["spec"]["replicas"] = replicas
+    out["metadata"].setdefault("annotations", {})["modalscale.io/replicas"] = str(replicas)
+    out["status"] = {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas}
+    return out
+
+
+def _decide(status: dict[str, Any], rate_rps: float, current: int, state: ScalerState, now: dt.datetime
+            ) -> tuple[Decision, dict[str, Any]]:
+    policy = ScalingPolicy(mode=ScalingMode.PREDICTIVE, min_replicas=1, max_replicas=6, target_p95_latency_ms=1000,
+                           scale_down_stabilization_s=0, max_step_replicas=4, decision_interval_s=15)
+    obs = Observation(observed_at=now, current_replicas=current, ready_replicas=current, window_s=60.0,
+                      workload=(WorkloadClass(modality="text", rate_rps=rate_rps, mean_text_tokens=100,
+                                              service_scv=1.0),))
+    decision = recommend(obs, policy, state, ConstantModel(100.0), now)
+    reading = MetricsReading(observed_at=now, workload=obs.workload, busy_erlangs=rate_rps * 0.1, targets_up=current,
+                             targets_total=current)
+    loaded = ServiceTimeModelStatus(True, "ArtifactLoaded", "service-time model loaded")
+    patch = plan_autoscale(status, decision, reading, loaded, generation=1, now=now).status_patch
+    return decision, merge_patch(status, patch)
+
+
+def scaled_isvc(name: str = "vc", ns: str = "ml") -> dict[str, Any]:
+    """An InferenceService body with the status of two autoscaler decisions (see the module docstring)."""
+    body = isvc_body(name, ns)
+    spec = parse_isvc(body)
+    first = plan_isvc(spec, IsvcObserved(status={}), FILES, PlanConfig(), T0)
+    dep = next(w.body for w in first.writes if w.kind == "Deployment")
+    status, replicas = first.status, int(dep["spec"]["replicas"])
+    state = ScalerState()
+    for minutes, rate in ((1, 50.0), (11, 10.0)):
+        now = T0 + dt.timedelta(minutes=minutes)
+        decision, status = _decide(status, rate, replicas, state, now)
+        state = decision.state
+        obs = IsvcObserved(status=status, deployment=_deployment(dep, replicas),
+                           pods=[_pod(name, i) for i in range(replicas)], replica_usd_per_hour=REPLICA_USD_PER_HOUR)
+        plan = plan_isvc(spec, obs, None, PlanConfig(), now, decision=decision)
+        status = merge_patch(status, plan.status)
+        replicas = plan.desired_replicas or replicas
+    return {**body, "status": status}
+
+
+def budget_body(name: str = "daily", ns: str = "ml") -> dict[str, Any]:
+    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy",
+            "metadata": {"name": name, "namespace": ns, "uid": f"p-{name}", "generation": 1},
+            "spec": {"period": "Daily", "limit": {"amount": "2", "currency": "USD"},
+                     "thresholds": [{"percent": 50, "actions": ["Alert", "CapReplicas"], "capReplicas": 1},
+                                    {"percent": 100, "actions": ["Alert", "ScaleDown"]}],
+                     "enforcement": {"floorReplicas": 1}, "forecast": {"enabled": False},
+                     "evaluationIntervalSeconds": 60,
+                     "notifications": [{"name": "team-slack", "type": "Slack",
+                                        "secretRef": {"name": "slack-hook"}}]}}
+
+
+def _pod(isvc: str, i: int) -> dict[str, Any]:
+    return {"metadata": {"name": f"{isvc}-{i}", "labels": {"modalscale.io/inferenceservice": isvc}},
+            "spec": {"nodeName": "kwok-gpu-0"}, "status": {"phase": "Running"}}
+
+
+def evaluated_policy(isvc: dict[str, Any] | None = None, name: str = "daily", hours: int = 1) -> dict[str, Any]:
+    """A BudgetPolicy body with the status of evaluations at ``T0`` and every hour after it for ``hours`` hours
+    (see the module docstring; the two pods keep running, so each hour adds 1.200250478 USD)."""
+    isvc = isvc or {**isvc_body(), "spec": {**isvc_body()["spec"],
+                                            "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1,
+                                                        "maxReplicas": 4}}}
+    ns = isvc["metadata"]["namespace"]
+    observed = BudgetObserved(isvcs=[isvc], pods={ns: [_pod(isvc["metadata"]["name"], i) for i in range(2)]})
+    policy = budget_body(name, ns)
+    for now in (T0 + dt.timedelta(hours=h) for h in range(hours + 1)):
+        patch = plan_policy(policy, observed, load_catalog(), [], now).status_patch
+        policy = {**policy, "status": merge_patch(policy.get("status") or {}, patch)}
+    return policy

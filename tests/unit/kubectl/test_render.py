@@ -1,0 +1,143 @@
+"""``kubectl modalscale`` reports on statuses the operator's planners wrote (tests/unit/kubectl/statuses.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import pytest
+
+from modalscale.kubectl.render import (
+    age,
+    budget_report,
+    cost_report,
+    ordered_features,
+    render_budget,
+    render_cost,
+    render_why,
+    table,
+    why_report,
+)
+from tests.unit.kubectl.statuses import T0, budget_body, evaluated_policy, isvc_body, scaled_isvc
+
+NOW = T0 + dt.timedelta(hours=1, minutes=5)
+
+
+def test_why_shows_the_latest_decision_with_its_features_and_the_history_newest_first() -> None:
+    report = why_report(scaled_isvc(), NOW)
+    d = report["lastDecision"]
+    assert (d["mode"], d["reason"], d["valid"], d["age"]) == ("Predictive", "ScaleDownIdle", True, "54m")
+    # The arrival rate, service time and predicted p95 lead the features, each with the unit its name carries.
+    assert [(f["name"], f["value"], f["unit"]) for f in d["features"][:3]] == [
+        ("arrival_rps", 10.0, "req/s"), ("mean_service_ms", 100.0, "ms"), ("predicted_p95_ms", 381.8359, "ms")]
+    assert [(h["from"], h["to"], h["reason"]) for h in report["scalingHistory"]] == [
+        (5, 2, "ScaleDownIdle"), (1, 5, "LimitedByMaxStep")]
+    assert report["replicas"] == {"desired": 2, "current": 5, "ready": 5}
+    text = render_why(report)
+    assert "Last decision (54m ago, 2026-11-30T10:11:00Z): Predictive ScaleDownIdle (valid)" in text
+    assert "5 -> 2     ScaleDownIdle" in text and "1 -> 5     LimitedByMaxStep" in text
+    assert any(line.split() == ["arrival_rps", "10", "req/s"] for line in text.splitlines())
+    assert any(line.split()[:3] == ["MetricsAvailable", "True", "MetricsRead"] for line in text.splitlines())
+
+
+def test_why_last_limits_the_history_to_the_newest_changes() -> None:
+    assert [h["to"] for h in why_report(scaled_isvc(), NOW, last=1)["scalingHistory"]] == [2]
+    assert why_report(scaled_isvc(), NOW, last=0)["scalingHistory"] == []
+
+
+def test_why_on_a_service_no_operator_has_seen_says_so_instead_of_failing() -> None:
+    text = render_why(why_report(isvc_body(), NOW))
+    assert "Last decision: <none>" in text and "Scaling history: <none>" in text
+    assert "Conditions: <none> (no operator has written this status yet)" in text
+
+
+def test_features_that_are_not_finite_numbers_are_left_out() -> None:
+    got = ordered_features({"zeta_s": 2, "arrival_rps": 1.5, "bad": float("nan"), "flag": True, "none": None})
+    assert [(f["name"], f["unit"]) for f in got] == [("arrival_rps", "req/s"), ("zeta_s", "s")]
+
+
+def test_cost_reads_the_burn_rate_and_the_spend_each_ledger_counts() -> None:
+    isvc = scaled_isvc()
+    other_ns = evaluated_policy(isvc_body("vc", "elsewhere"), name="other")  # counts elsewhere/vc, not ml/vc
+    report = cost_report(isvc, [evaluated_policy(), other_ns], NOW)
+    assert report["costUSDPerHour"] == "3.0006"  # 5 running replicas x 0.600125239 USD/h, written by plan_isvc
+    (b,) = report["budgets"]
+    assert (b["budgetPolicy"], b["spent"], b["costUSDPerHour"], b["counted"]) == (
+        "ml/daily", "1.200250478", "0.600125239", True)
+    assert b["enforcement"] == {"action": "CapReplicas", "maxReplicas": 1, "dryRun": False}
+    text = render_cost(report)
+    assert "Burn rate now: 3.0006 USD/h" in text
+    assert any(line.split()[:5] == ["ml/daily", "Daily", "2026-11-30T00:00Z..2026-12-01T00:00Z", "1.200250478", "USD"]
+               for line in text.splitlines())
+
+
+def test_cost_lists_a_selecting_policy_not_evaluated_yet_and_says_when_nothing_meters_the_service() -> None:
+    isvc = scaled_isvc()
+    (b,) = cost_report(isvc, [budget_body()], NOW)["budgets"]
+    assert (b["budgetPolicy"], b["counted"], b["spent"]) == ("ml/daily", False, None)
+    assert "not counted yet" in render_cost(cost_report(isvc, [budget_body()], NOW))
+    none = render_cost(cost_report(isvc, [], NOW, policies_scope="namespace ml"))
+    assert "Spend: not metered (no BudgetPolicy in namespace ml counts this service" in none
+
+
+def test_budget_shows_spend_thresholds_and_the_next_action_with_the_spend_it_starts_at() -> None:
+    report = budget_report(evaluated_policy(), NOW)
+    assert (report["spent"], report["limit"], report["percentUsed"], report["burnRatePerHour"]) == (
+        "1.20", "2", "60.0", "1.20")
+    assert [(t["percent"], t["crossed"], t["alertedThisPeriod"]) for t in report["thresholds"]] == [
+        (50, True, True), (100, False, False)]
+    # 100 % of 2 USD; 0.80 USD to go at 1.20 USD/h = 0.67 h; ScaleDown acts one 60 s evaluation ahead:
+    # 2.00 - 1.20 x 60 / 3600 = 1.98 USD.
+    n = report["nextAction"]
+    assert (n["percent"], n["atSpend"], n["toGo"], n["hoursAtBurnRate"], n["enforcesFromSpend"]) == (
+        100, "2.00", "0.80", 0.67, "1.98")
+    assert n["actions"] == ["Alert (team-slack)", "ScaleDown: every selected service to 1 replica(s)"]
+    assert [(a["notification"], a["kind"]) for a in report["pendingAlerts"]] == [("team-slack", "ThresholdCrossed")]
+    text = render_budget(report)
+    assert "Spent:      1.20 USD of 2 USD (60.0 %), remaining 0.80 USD" in text
+    assert "Next action: at 100 % (spend 2.00 USD, 0.80 USD to go, in 0.67 h at the current burn rate)" in text
+    assert "enforced from spend 1.98 USD (one evaluation ahead of the crossing)" in text
+    assert any(line.split()[:2] == ["ml/vc", "CapReplicas"] for line in text.splitlines())
+
+
+def test_budget_past_every_threshold_has_no_next_action() -> None:
+    report = budget_report(evaluated_policy(hours=2), NOW + dt.timedelta(hours=1))
+    assert report["state"] == "Exceeded" and report["nextAction"] is None
+    assert [t["crossed"] for t in report["thresholds"]] == [True, True]
+    assert "Next action: <none> (every threshold is reached" in render_budget(report)
+
+
+def test_budget_not_evaluated_yet_and_with_a_spec_the_operator_refuses() -> None:
+    fresh = budget_report(budget_body(), NOW)
+    assert fresh["state"] is None and fresh["nextAction"] is None and fresh["percentUsed"] is None
+    assert "state not evaluated yet" in render_budget(fresh)
+    bad = budget_body()
+    bad["spec"]["limit"]["amount"] = "1e999"  # refused by the CRD's pattern and by the operator's parser
+    report = budget_report(bad, NOW)
+    assert report["specError"] is not None and report["specError"].startswith("spec.limit.amount")
+    assert "spec does not parse (the operator refuses it too): spec.limit.amount" in render_budget(report)
+
+
+@pytest.mark.parametrize("make", [lambda: why_report(scaled_isvc(), NOW),
+                                  lambda: cost_report(scaled_isvc(), [evaluated_policy()], NOW),
+                                  lambda: budget_report(evaluated_policy(), NOW)], ids=["why", "cost", "budget"])
+def test_reports_are_plain_json(make: Any) -> None:
+    report = make()
+    assert json.loads(json.dumps(report)) == report
+
+
+@pytest.mark.parametrize(("seconds", "want"), [(0, "0s"), (59, "59s"), (60, "1m"), (3599, "59m"), (3600, "1h"),
+                                               (86399, "23h"), (86400 * 2, "2d"), (86400 * 400, "1y")])
+def test_age_is_kubectls_short_human_duration(seconds: int, want: str) -> None:
+    assert age((T0 - dt.timedelta(seconds=seconds)).isoformat(), T0) == want
+
+
+def test_age_of_an_unreadable_time_is_none_and_of_a_future_one_invalid() -> None:
+    assert age("yesterday", T0) == "<none>" and age(None, T0) == "<none>"
+    assert age("2026-11-30T10:00:05Z", T0) == "<invalid>"
+
+
+def test_table_aligns_columns_and_shows_empty_cells_as_none() -> None:
+    assert table(["A", "LONG"], [["xyz", None], ["", 7]]).splitlines() == [
+        "A        LONG", "xyz      <none>", "<none>   7"]
