@@ -316,18 +316,22 @@ def describe_actions(t: Threshold, spec: BudgetSpec) -> list[str]:
     return out
 
 
-def next_action(spec: BudgetSpec, spent: Decimal | None, burn_usd_per_hour: Decimal | None) -> dict[str, Any] | None:
+def next_action(spec: BudgetSpec, spent: Decimal | None, burn_usd_per_hour: Decimal | None,
+                enforced_actions: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """The first threshold spend has not reached, and when it would be.
 
     Args:
         spec: The parsed spec.
         spent: ``status.spent`` in USD (None: unknown, then nothing is predicted).
         burn_usd_per_hour: ``status.burnRatePerHour`` (None: unknown).
+        enforced_actions: The actions of ``status.enforcedServices`` now (each service's strongest).
     Returns:
         None when every threshold is reached (or ``spent`` is unknown); else ``{"percent", "atSpend"`` (USD at
         which it is crossed) ``, "toGo"`` (USD) ``, "hoursAtBurnRate"`` (None when the burn rate is unknown or 0)
         ``, "actions"`` (lines of :func:`describe_actions`) ``, "enforcesFromSpend"`` (USD spend from which the
-        operator enforces, one evaluation ahead; None for an Alert-only threshold)``}``.
+        operator enforces, one evaluation ahead; None for an Alert-only threshold) ``, "enforcedAhead"`` (True
+        when one of its enforcing actions is in force already: spend will cross it before the next
+        evaluation)``}``.
     """
     if spent is None:
         return None
@@ -342,7 +346,9 @@ def next_action(spec: BudgetSpec, spent: Decimal | None, burn_usd_per_hour: Deci
         return {"percent": t.percent, "atSpend": _money(at), "toGo": _money(at - spent),
                 "hoursAtBurnRate": None if hours is None else round(hours, 2),
                 "actions": describe_actions(t, spec),
-                "enforcesFromSpend": _money(max(at - ahead, Decimal(0))) if enforcing else None}
+                "enforcesFromSpend": _money(max(at - ahead, Decimal(0))) if enforcing else None,
+                "enforcedAhead": any(a.value in enforced_actions for a in t.actions
+                                     if a is not ThresholdAction.ALERT)}
     return None
 
 
@@ -411,7 +417,8 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
         "thresholds": _threshold_items(spec, status),
         "enforcedServices": [dict(e) for e in status.get("enforcedServices") or [] if isinstance(e, Mapping)],
         "spotServices": [dict(e) for e in status.get("spotServices") or [] if isinstance(e, Mapping)],
-        "nextAction": None if spec is None else next_action(spec, spent, burn),
+        "nextAction": None if spec is None else next_action(spec, spent, burn, frozenset(
+            str(e.get("action")) for e in status.get("enforcedServices") or [] if isinstance(e, Mapping))),
         "pendingAlerts": [{k: a.get(k) for k in ("notification", "kind", "thresholdsPercent", "severity", "title",
                                                   "attempts", "nextAttemptTime", "lastReason", "lastError")}
                           for a in status.get("pendingAlerts") or [] if isinstance(a, Mapping)],
@@ -449,7 +456,9 @@ def render_budget(report: Mapping[str, Any]) -> str:
                else ", no ETA (burn rate unknown or zero)")
         lines += ["", f"Next action: at {n['percent']} % (spend {n['atSpend']} USD, {n['toGo']} USD to go{eta})"]
         lines += [f"  {a}" for a in n["actions"]]
-        if n["enforcesFromSpend"] is not None:
+        if n["enforcedAhead"]:
+            lines.append("  enforced already (ahead of the crossing: spend reaches it before the next evaluation)")
+        elif n["enforcesFromSpend"] is not None:
             lines.append(f"  enforced from spend {n['enforcesFromSpend']} USD (one evaluation ahead of the crossing)")
     elif r["specError"] is None and r["spent"] is not None:
         lines += ["", "Next action: <none> (every threshold is reached; enforcement holds until the period ends)"]

@@ -137,16 +137,19 @@ def _pod(isvc: str, i: int) -> dict[str, Any]:
             "spec": {"nodeName": "kwok-gpu-0"}, "status": {"phase": "Running"}}
 
 
-def evaluated_policy(isvc: dict[str, Any] | None = None, name: str = "daily", hours: int = 1) -> dict[str, Any]:
-    """A BudgetPolicy body with the status of evaluations at ``T0`` and every hour after it for ``hours`` hours
-    (see the module docstring; the two pods keep running, so each hour adds 1.200250478 USD)."""
+def evaluated_policy(isvc: dict[str, Any] | None = None, name: str = "daily", hours: int = 1,
+                     step: dt.timedelta = dt.timedelta(hours=1), **spec: Any) -> dict[str, Any]:
+    """A BudgetPolicy body with the status of evaluations at ``T0`` and every ``step`` after it for ``hours`` steps
+    (see the module docstring; the two pods keep running, so each hour adds 1.200250478 USD); ``spec`` overrides
+    fields of :func:`budget_body`'s spec."""
     isvc = isvc or {**isvc_body(), "spec": {**isvc_body()["spec"],
                                             "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1,
                                                         "maxReplicas": 4}}}
     ns = isvc["metadata"]["namespace"]
     observed = BudgetObserved(isvcs=[isvc], pods={ns: [_pod(isvc["metadata"]["name"], i) for i in range(2)]})
     policy = budget_body(name, ns)
-    for now in (T0 + dt.timedelta(hours=h) for h in range(hours + 1)):
+    policy["spec"].update(spec)
+    for now in (T0 + step * h for h in range(hours + 1)):
         patch = plan_policy(policy, observed, load_catalog(), [], now).status_patch
         policy = {**policy, "status": merge_patch(policy.get("status") or {}, patch)}
     return policy

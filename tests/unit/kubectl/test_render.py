@@ -90,8 +90,8 @@ def test_budget_shows_spend_thresholds_and_the_next_action_with_the_spend_it_sta
     # 100 % of 2 USD; 0.80 USD to go at 1.20 USD/h = 0.67 h; ScaleDown acts one 60 s evaluation ahead:
     # 2.00 - 1.20 x 60 / 3600 = 1.98 USD.
     n = report["nextAction"]
-    assert (n["percent"], n["atSpend"], n["toGo"], n["hoursAtBurnRate"], n["enforcesFromSpend"]) == (
-        100, "2.00", "0.80", 0.67, "1.98")
+    assert (n["percent"], n["atSpend"], n["toGo"], n["hoursAtBurnRate"], n["enforcesFromSpend"], n["enforcedAhead"]
+            ) == (100, "2.00", "0.80", 0.67, "1.98", False)
     assert n["actions"] == ["Alert (team-slack)", "ScaleDown: every selected service to 1 replica(s)"]
     assert [(a["notification"], a["kind"]) for a in report["pendingAlerts"]] == [("team-slack", "ThresholdCrossed")]
     text = render_budget(report)
@@ -99,6 +99,17 @@ def test_budget_shows_spend_thresholds_and_the_next_action_with_the_spend_it_sta
     assert "Next action: at 100 % (spend 2.00 USD, 0.80 USD to go, in 0.67 h at the current burn rate)" in text
     assert "enforced from spend 1.98 USD (one evaluation ahead of the crossing)" in text
     assert any(line.split()[:2] == ["ml/vc", "CapReplicas"] for line in text.splitlines())
+
+
+def test_a_next_threshold_enforced_ahead_of_its_crossing_says_so() -> None:
+    # Evaluated every hour: after 30 min 0.60 USD is spent, and 0.60 + 1.20 USD/h x 1 h reaches the 50 % threshold
+    # (1.00 USD) before the next evaluation, so the operator caps ahead of the crossing (ENFORCEMENT_METHOD).
+    report = budget_report(evaluated_policy(step=dt.timedelta(minutes=30), evaluationIntervalSeconds=3600), NOW)
+    n = report["nextAction"]
+    assert (report["spent"], n["percent"], n["enforcedAhead"]) == ("0.60", 50, True)
+    assert [e["action"] for e in report["enforcedServices"]] == ["CapReplicas"]
+    text = render_budget(report)
+    assert "enforced already (ahead of the crossing" in text and "enforced from spend" not in text
 
 
 def test_budget_past_every_threshold_has_no_next_action() -> None:
