@@ -163,7 +163,8 @@ def why_report(isvc: Mapping[str, Any], now: dt.datetime, last: int = 10) -> dic
         decision = {"time": auto.get("lastDecisionTime"), "age": age(auto.get("lastDecisionTime"), now),
                     "mode": auto.get("mode"), "valid": auto.get("valid"), "reason": auto.get("reason"),
                     "message": auto.get("message"), "metricsAvailable": auto.get("metricsAvailable"),
-                    "features": ordered_features(auto.get("features") or {}),
+                    "features": ordered_features(auto["features"] if isinstance(auto.get("features"), Mapping)
+                                                 else {}),
                     "serviceScale": state.get("serviceScale"), "latencyScale": state.get("latencyScale")}
     history = [h for h in status.get("scalingHistory") or [] if isinstance(h, Mapping)]
     changes = [{"time": h.get("time"), "age": age(h.get("time"), now), "from": h.get("from"), "to": h.get("to"),

@@ -85,15 +85,17 @@ def _deployment(dep: dict[str, Any], replicas: int) -> dict[str, Any]:
     return out
 
 
-def _decide(status: dict[str, Any], rate_rps: float, current: int, state: ScalerState, now: dt.datetime
+def _decide(status: dict[str, Any], rate_rps: float | None, current: int, state: ScalerState, now: dt.datetime
             ) -> tuple[Decision, dict[str, Any]]:
+    """One autoscaler decision at ``rate_rps`` (None: Prometheus had no traffic series) and its status."""
     policy = ScalingPolicy(mode=ScalingMode.PREDICTIVE, min_replicas=1, max_replicas=6, target_p95_latency_ms=1000,
                            scale_down_stabilization_s=0, max_step_replicas=4, decision_interval_s=15)
     obs = Observation(observed_at=now, current_replicas=current, ready_replicas=current, window_s=60.0,
-                      workload=(WorkloadClass(modality="text", rate_rps=rate_rps, mean_text_tokens=100,
-                                              service_scv=1.0),))
+                      workload=None if rate_rps is None else (
+                          WorkloadClass(modality="text", rate_rps=rate_rps, mean_text_tokens=100, service_scv=1.0),))
     decision = recommend(obs, policy, state, ConstantModel(100.0), now)
-    reading = MetricsReading(observed_at=now, workload=obs.workload, busy_erlangs=rate_rps * 0.1, targets_up=current,
+    reading = MetricsReading(observed_at=now, workload=obs.workload,
+                             busy_erlangs=None if rate_rps is None else rate_rps * 0.1, targets_up=current,
                              targets_total=current)
     loaded = ServiceTimeModelStatus(True, "ArtifactLoaded", "service-time model loaded")
     patch = plan_autoscale(status, decision, reading, loaded, generation=1, now=now).status_patch
@@ -118,6 +120,15 @@ def scaled_isvc(name: str = "vc", ns: str = "ml") -> dict[str, Any]:
         status = merge_patch(status, plan.status)
         replicas = plan.desired_replicas or replicas
     return {**body, "status": status}
+
+
+def held_isvc() -> dict[str, Any]:
+    """:func:`scaled_isvc` one minute after its last decision, when the metrics could not be read: the autoscaler
+    holds (``valid: false``) and ``plan_autoscale`` writes only the block and ``MetricsAvailable``."""
+    isvc = scaled_isvc()
+    status = isvc["status"]
+    _, status = _decide(status, None, int(status["desiredReplicas"]), ScalerState(), T0 + dt.timedelta(minutes=12))
+    return {**isvc, "status": status}
 
 
 def budget_body(name: str = "daily", ns: str = "ml") -> dict[str, Any]:

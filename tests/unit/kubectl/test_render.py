@@ -19,7 +19,7 @@ from modalscale.kubectl.render import (
     table,
     why_report,
 )
-from tests.unit.kubectl.statuses import T0, budget_body, evaluated_policy, isvc_body, scaled_isvc
+from tests.unit.kubectl.statuses import T0, budget_body, evaluated_policy, held_isvc, isvc_body, scaled_isvc
 
 NOW = T0 + dt.timedelta(hours=1, minutes=5)
 
@@ -39,6 +39,16 @@ def test_why_shows_the_latest_decision_with_its_features_and_the_history_newest_
     assert "5 -> 2     ScaleDownIdle" in text and "1 -> 5     LimitedByMaxStep" in text
     assert any(line.split() == ["arrival_rps", "10", "req/s"] for line in text.splitlines())
     assert any(line.split()[:3] == ["MetricsAvailable", "True", "MetricsRead"] for line in text.splitlines())
+
+
+def test_why_shows_a_held_decision_as_held_with_the_reason_and_keeps_the_history() -> None:
+    report = why_report(held_isvc(), NOW)
+    d = report["lastDecision"]
+    assert (d["valid"], d["reason"], d["metricsAvailable"]) == (False, "HeldNoMetrics", False)
+    assert report["replicas"]["desired"] == 2 and len(report["scalingHistory"]) == 2
+    text = render_why(report)
+    assert "Predictive HeldNoMetrics (held: metrics missing or stale, replicas unchanged)" in text
+    assert any(line.split()[:2] == ["MetricsAvailable", "False"] for line in text.splitlines())
 
 
 def test_why_last_limits_the_history_to_the_newest_changes() -> None:
