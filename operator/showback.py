@@ -77,6 +77,7 @@ MAX_POINTS = 10_000
 MIN_COVERAGE_RATIO = 0.99
 """A service whose ledger series cover less of the window than this is flagged ``PartialLedgerCoverage``."""
 PARTIAL_LEDGER_COVERAGE = "PartialLedgerCoverage"
+RESETS_PREFIX = "resets:"
 FORMATS = ("table", "json", "csv")
 SpendKey = tuple[str, str]
 _BY = "namespace, inferenceservice, tenant, modality"
@@ -147,10 +148,13 @@ def step_for(window_s: int) -> int:
 
 
 def showback_queries(window_s: int) -> dict[str, str]:
-    """The instant queries (evaluated at the window's end): each accounting counter's increase and their resets."""
+    """The instant queries (evaluated at the window's end): each accounting counter's increase and its resets
+    (keys: the metric name, and :data:`RESETS_PREFIX` + the metric name)."""
     queries = {metric: f"sum by ({_BY}) (increase({metric}[{window_s}s]))" for metric in ACCOUNTING_METRICS}
-    names = "|".join(re.escape(m) for m in ACCOUNTING_METRICS)
-    queries["resets"] = f'sum by ({_BY}) (resets({{__name__=~"{names}"}}[{window_s}s]))'
+    # One resets() query per counter: resets() drops the metric name, so one query over several names would
+    # produce series with the same labels (Prometheus refuses: "vector cannot contain metrics with the same labelset").
+    queries.update({f"{RESETS_PREFIX}{metric}": f"sum by ({_BY}) (resets({metric}[{window_s}s]))"
+                    for metric in ACCOUNTING_METRICS})
     return queries
 
 
@@ -202,7 +206,11 @@ def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str
                 value = float(series["value"][1])
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 raise ShowbackUnavailable(f"answer of {key} is malformed: {type(exc).__name__}: {exc}") from None
-            usage.setdefault(svc, {}).setdefault(pair, {})[key] = value
+            figures = usage.setdefault(svc, {}).setdefault(pair, {})
+            if key.startswith(RESETS_PREFIX):
+                figures["resets"] = figures.get("resets", 0.0) + value
+            else:
+                figures[key] = value
     usage_rows: dict[SpendKey, list[TenantUsage]] = {}
     for svc, pairs in usage.items():
         rows = []
@@ -438,6 +446,6 @@ def run_showback(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
-__all__ = ["COUNTER_RESET", "FORMATS", "LedgerWindow", "PARTIAL_LEDGER_COVERAGE", "PrometheusShowback", "Showback",
-           "ShowbackUnavailable", "add_parser", "build_showback", "ledger_queries", "parse_showback", "parse_since",
-           "render", "run_showback", "showback_queries", "step_for"]
+__all__ = ["COUNTER_RESET", "FORMATS", "LedgerWindow", "PARTIAL_LEDGER_COVERAGE", "PrometheusShowback",
+           "RESETS_PREFIX", "Showback", "ShowbackUnavailable", "add_parser", "build_showback", "ledger_queries",
+           "parse_showback", "parse_since", "render", "run_showback", "showback_queries", "step_for"]

@@ -23,6 +23,7 @@ from modalscale.costmodel.showback import (
 from modalscale.operator.budget.history import BURN_METRIC, REPLICAS_METRIC
 from modalscale.operator.showback import (
     PARTIAL_LEDGER_COVERAGE,
+    RESETS_PREFIX,
     Showback,
     ShowbackUnavailable,
     build_showback,
@@ -58,7 +59,8 @@ def usage_answers(acme_seconds: str = "20", resets: str = "0") -> dict[str, dict
         IMAGES_METRIC: vector([(acme, "12"), (globex, "0")]),
         IMAGE_PIXELS_METRIC: vector([(acme, "3686400"), (globex, "0")]),
         TEXT_TOKENS_METRIC: vector([(acme, "0"), (globex, "800")]),
-        "resets": vector([(acme, resets), (globex, "0")]),
+        f"{RESETS_PREFIX}{SERVICE_SECONDS_METRIC}": vector([(acme, resets), (globex, "0")]),
+        f"{RESETS_PREFIX}{REQUESTS_METRIC}": vector([(acme, resets), (globex, "0")]),
     }
 
 
@@ -168,5 +170,6 @@ def test_queries_sum_increases_by_service_tenant_and_modality_over_the_window() 
     q = showback_queries(3600)
     assert q[SERVICE_SECONDS_METRIC] == ("sum by (namespace, inferenceservice, tenant, modality) "
                                          f"(increase({SERVICE_SECONDS_METRIC}[3600s]))")
-    assert "resets(" in q["resets"] and REQUESTS_METRIC in q["resets"]
+    assert q[f"{RESETS_PREFIX}{REQUESTS_METRIC}"] == ("sum by (namespace, inferenceservice, tenant, modality) "
+                                                      f"(resets({REQUESTS_METRIC}[3600s]))")
     assert step_for(3600) == 1 and step_for(86_400) == 9
