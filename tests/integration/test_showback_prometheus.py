@@ -170,3 +170,56 @@ def test_showback_says_prometheus_is_unreachable_instead_of_printing_zeros(tmp_p
     code, out, err = run_cli("--since", "1h", "--prometheus-url", "http://user:secret@127.0.0.1:9")
     assert code == 1 and out == ""
     assert "did not answer" in err and "secret" not in err
+
+
+def test_a_gateway_restart_inside_the_window_is_priced_and_flagged_counter_reset(tmp_path: Path) -> None:
+    window_s = 10
+    operator_registry = CollectorRegistry()
+    BurnGauges(operator_registry).export("ml", "budget", {(NS, SVC): BurnSample(
+        dt.datetime.now(dt.UTC), REPLICAS * USD_PER_REPLICA_HOUR, REPLICAS, USD_PER_REPLICA_HOUR)})
+    op_server, _ = start_http_server(0, addr="127.0.0.1", registry=operator_registry)
+    gateway = FakeGateway()
+    gw_server, _ = start_http_server(0, addr="127.0.0.1", registry=gateway.registry)
+    gw_port = gw_server.server_address[1]
+    prom = PrometheusProcess(tmp_path / "prometheus", scrape_interval_s=0.5)
+    try:
+        prom.start([ScrapeTarget(f"127.0.0.1:{gw_port}", {"namespace": NS, "inferenceservice": SVC}, job="gateway"),
+                    ScrapeTarget(f"127.0.0.1:{op_server.server_address[1]}", job="modalscale-operator")])
+        wait_for(lambda: len(prom_query(prom.url, "up == 1")) == 2, 30, "both targets scraped")
+        at = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=window_s + 2)).replace(microsecond=0)
+
+        def tick_until(g: FakeGateway, until: dt.datetime) -> None:
+            next_at = time.monotonic()
+            while dt.datetime.now(dt.UTC) < until:
+                g.tick()
+                next_at += TICK_S
+                time.sleep(max(0.0, next_at - time.monotonic()))
+
+        tick_until(gateway, at - dt.timedelta(seconds=window_s / 2))
+        # The gateway restarts: a new process, its counters from 0, on the same address.
+        gw_server.shutdown()
+        gw_server.server_close()
+        gateway = FakeGateway()
+        gw_server, _ = start_http_server(gw_port, addr="127.0.0.1", registry=gateway.registry)
+        tick_until(gateway, at + dt.timedelta(seconds=1))
+        wait_for(lambda: len(prom_query(prom.url, f"timestamp(up) > {at.timestamp() + 0.5}")) == 2, 10,
+                 "a scrape of both targets after the window")
+
+        code, out, err = run_cli("--since", f"{window_s}s", "--at", at.isoformat(), "--prometheus-url", prom.url,
+                                 "--format", "json")
+        assert code == 0, err
+        doc = json.loads(out)
+        assert sum(Decimal(r["usd"]) for r in doc["rows"]) == Decimal(doc["spendUSD"]) == Decimal("0.1")
+        rows = {(r["tenant"], r["kind"]): r for r in doc["rows"]}
+        for tenant in ("acme", "globex"):
+            assert rows[(tenant, "request")]["flags"] == "CounterReset", rows
+        assert rows[("", "idle")]["flags"] == ""
+        assert doc["services"][0]["partial"] is True
+        assert "counter reset inside the window" in err
+        # increase() adds the counts on both sides of the restart (a lower bound by at most one scrape's worth).
+        acme_s = float(rows[("acme", "request")]["replica_s"])
+        assert 0.8 * 0.6 * window_s < acme_s < 1.05 * 0.6 * window_s, acme_s
+    finally:
+        prom.stop()
+        gw_server.shutdown()
+        op_server.shutdown()
