@@ -357,13 +357,13 @@ def render(result: Showback, by: Sequence[str], fmt: str) -> str:
         return json.dumps({
             "window": {"start": format_time(result.start), "end": format_time(result.end),
                        "seconds": int((result.end - result.start).total_seconds())},
-            "by": list(by), "spendUSD": format_usd(result.spend_usd),
-            "totalUSD": format_usd(sum((r.usd for r in rows), Decimal(0))),
+            "by": list(by), "spend_usd": format_usd(result.spend_usd),
+            "total_usd": format_usd(sum((r.usd for r in rows), Decimal(0))),
             "services": [{"namespace": s.window.namespace, "inferenceservice": s.window.name,
-                          "spendUSD": format_usd(s.window.spend_usd),
-                          "availableReplicaSeconds": _num(Decimal(s.window.available_replica_s)),
-                          "usedReplicaSeconds": _num(s.used_replica_s), "oversubscribed": s.oversubscribed,
-                          "partial": s.partial, "ledgerCoverageRatio": round(cov, 4)}
+                          "spend_usd": format_usd(s.window.spend_usd),
+                          "available_replica_s": _num(Decimal(s.window.available_replica_s)),
+                          "used_replica_s": _num(s.used_replica_s), "oversubscribed": s.oversubscribed,
+                          "partial": s.partial, "ledger_coverage_ratio": round(cov, 4)}
                          for s, cov in result.services],
             "rows": records, "notes": result.notes, "errors": result.errors}, indent=2)
     if fmt == "csv":

@@ -132,14 +132,14 @@ def test_showback_splits_the_ledger_spend_over_two_tenants_and_idle_from_a_real_
         assert code == 0, err
         doc = json.loads(out)
         rows = {(r["tenant"], r["kind"]): r for r in doc["rows"]}
-        spend = Decimal(doc["spendUSD"])
+        spend = Decimal(doc["spend_usd"])
         # Rows + idle are the spend to the nano-dollar (the allocation's rule, checked on real answers).
-        assert sum(Decimal(r["usd"]) for r in doc["rows"]) == spend == Decimal(doc["totalUSD"])
+        assert sum(Decimal(r["usd"]) for r in doc["rows"]) == spend == Decimal(doc["total_usd"])
         # The ledger's figures: 36 USD/h for 20 s = 0.2 USD, 2 replicas x 20 s = 40 replica-s (integrated at 1 s).
         (service,) = doc["services"]
-        assert service["ledgerCoverageRatio"] == 1.0
+        assert service["ledger_coverage_ratio"] == 1.0
         assert spend == Decimal("0.2")
-        assert Decimal(service["availableReplicaSeconds"]) == 40
+        assert Decimal(service["available_replica_s"]) == 40
         # Usage: increase() over 20 s of 20 ticks/s (extrapolated at the edges: a few % at most).
         acme, globex, idle = rows[("acme", "request")], rows[("globex", "request")], rows[("", "idle")]
         assert abs(float(acme["replica_s"]) - 0.6 * WINDOW_S) < 0.05 * 0.6 * WINDOW_S, acme
@@ -209,7 +209,7 @@ def test_a_gateway_restart_inside_the_window_is_priced_and_flagged_counter_reset
                                  "--format", "json")
         assert code == 0, err
         doc = json.loads(out)
-        assert sum(Decimal(r["usd"]) for r in doc["rows"]) == Decimal(doc["spendUSD"]) == Decimal("0.1")
+        assert sum(Decimal(r["usd"]) for r in doc["rows"]) == Decimal(doc["spend_usd"]) == Decimal("0.1")
         rows = {(r["tenant"], r["kind"]): r for r in doc["rows"]}
         for tenant in ("acme", "globex"):
             assert rows[(tenant, "request")]["flags"] == "CounterReset", rows

@@ -83,14 +83,14 @@ def test_the_ledger_rate_is_integrated_and_split_by_the_gateways_service_seconds
 
 def test_json_rows_and_totals_equal_the_spend_exactly() -> None:
     doc = json.loads(render(showback(), ["tenant", "modality"], "json"))
-    assert doc["spendUSD"] == doc["totalUSD"] == "0.060000000"
+    assert doc["spend_usd"] == doc["total_usd"] == "0.060000000"
     assert sum(Decimal(r["usd"]) for r in doc["rows"]) == Decimal("0.06")
     assert doc["rows"][0] == {"tenant": "acme", "modality": "image", "kind": "request", "usd": "0.020000000",
                               "usd_per_request": "0.002000000", "replica_s": "20", "requests": "10", "images": "12",
                               "image_pixels": "3686400", "text_tokens": "0", "flags": ""}
     assert doc["rows"][-1]["kind"] == "idle" and doc["rows"][-1]["tenant"] == ""
     assert doc["window"] == {"start": "2026-12-02T08:59:00Z", "end": "2026-12-02T09:00:00Z", "seconds": 60}
-    assert doc["services"][0]["availableReplicaSeconds"] == "60"
+    assert doc["services"][0]["available_replica_s"] == "60"
 
 
 def test_csv_has_a_header_and_one_row_per_group() -> None:
