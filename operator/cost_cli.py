@@ -1,5 +1,6 @@
 """``modalscale cost export``: the spend recorded in BudgetPolicy ledgers as a FOCUS 1.0 CSV; ``modalscale cost
-diff``: the monthly cost a change to InferenceService manifests adds (see ``modalscale.operator.cost_diff``).
+diff``: the monthly cost a change to InferenceService manifests adds (see ``modalscale.operator.cost_diff``);
+``modalscale cost showback``: last window's spend per tenant and modality (see ``modalscale.operator.showback``).
 
 Why a module: FinOps tools read FOCUS (``modalscale.costmodel.focus``); the ledgers live in the status of the
 BudgetPolicies. This command reads them (read-only: ``list`` on budgetpolicies and inferenceservices) and
@@ -26,6 +27,7 @@ from modalscale.api.conditions import READY
 from modalscale.costmodel.catalog import PricingTier
 from modalscale.costmodel.focus import FOCUS_VERSION, CostRecord, focus_rows, write_focus_csv
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, parse_time
+from modalscale.operator import showback
 
 POLICY_TAG = "modalscale.io/budgetpolicy"
 
@@ -95,7 +97,7 @@ def _why_no_ledger(status: Mapping[str, Any]) -> str:
 
 
 def add_parser(sub: Any) -> None:
-    """Register ``cost`` (with ``export``) on ``sub`` (an argparse subparsers action)."""
+    """Register ``cost`` (with ``export``, ``diff`` and ``showback``) on ``sub`` (an argparse subparsers action)."""
     p = sub.add_parser("cost", help="cost reports from BudgetPolicy ledgers")
     csub = p.add_subparsers(dest="cost_command", metavar="COMMAND")
     e = csub.add_parser("export", help=f"write period-to-date spend as FOCUS {FOCUS_VERSION} CSV")
@@ -120,6 +122,7 @@ def add_parser(sub: Any) -> None:
                    help="service-time model artifact from `modalscale profile` (needs --trace)")
     d.add_argument("--repo", type=Path, default=Path.cwd(), help="git repository for REF inputs (default: .)")
     d.set_defaults(func=run_diff, prog=d.prog)
+    showback.add_parser(csub)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
 

@@ -1,0 +1,451 @@
+"""``modalscale cost showback``: last window's spend per tenant and modality, read from Prometheus.
+
+Why a module: the allocation is pure (``modalscale.costmodel.showback``); this module reads its two inputs over
+one window ``[at - window_s, at)`` from one Prometheus and writes the result as a table, JSON or CSV.
+
+Where the figures come from:
+
+* **Spend and replica-seconds available, per InferenceService** (the ledger): every BudgetPolicy evaluation
+  exports the ledger's rate in force per selected service on the operator's ``/metrics``
+  (``modalscale.operator.budget.history.BurnGauges``: ``modalscale_budget_service_burn_usd_per_hour`` and
+  ``modalscale_budget_service_replicas``, labelled ``namespace``, ``inferenceservice``; the chart's ServiceMonitor
+  keeps those labels with ``honorLabels``). Prometheus is where the ledger's history lives (Kubecost's way; the
+  BudgetPolicy status holds only the period-to-date total, which cannot answer "the last hour"). A range query at
+  step ``step_s`` reads the value in force at each step (``max by (namespace, inferenceservice)`` over the
+  policies selecting the service) and integrates it: ``spend = sum(burn) x step_s / 3600``, ``available =
+  sum(replicas) x step_s``. The error against the ledger's own integral is at most one evaluation interval (the
+  time a new rate takes to be exported) per change of replicas in the window. Steps without a value (operator not
+  scraped, a policy younger than the window) count nothing and the service's ``ledger_coverage_ratio`` says how
+  much of the window was covered; below 0.99 its rows carry the flag ``PartialLedgerCoverage``.
+* **Replica-seconds used, requests, images, pixels, tokens, per (tenant, modality)** (the gateway): ``increase()``
+  of the gateway's accounting counters (``modalscale.costmodel.showback.ACCOUNTING_METRICS``) over the window,
+  summed by ``namespace, inferenceservice, tenant, modality`` (over gateway pods and, for requests, response
+  codes), and ``resets()`` of the same counters: a gateway restart inside the window is priced (``increase()``
+  adds the counts before and after it) but flagged ``CounterReset``. ``increase()`` extrapolates to the window's
+  edges and does not see the first increment of a series born inside the window (Prometheus counts from its
+  first sample).
+
+A service with gateway usage but no ledger rate in Prometheus is not priced (a note says so); a service whose
+figures are refused (NaN, negative) is left out with the error on stderr and the exit code 1: never a silent wrong
+number. The query building and answer parsing are pure (:func:`showback_queries`, :func:`parse_showback`); only
+:class:`PrometheusShowback` does I/O (``requests``, as ``budget.history`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import io
+import json
+import math
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any
+
+from modalscale.costmodel.ledger import format_time
+from modalscale.costmodel.money import format_usd, quantize_display_usd, quantize_ledger_usd
+from modalscale.costmodel.showback import (
+    ACCOUNTING_METRICS,
+    COUNTER_RESET,
+    GROUP_DIMENSIONS,
+    IDLE,
+    IMAGE_PIXELS_METRIC,
+    IMAGES_METRIC,
+    MODALITY_LABEL,
+    REQUESTS_METRIC,
+    SERVICE_SECONDS_METRIC,
+    TENANT_LABEL,
+    TEXT_TOKENS_METRIC,
+    ServiceShowback,
+    ServiceWindow,
+    ShowbackInputError,
+    ShowbackRow,
+    TenantUsage,
+    aggregate,
+    allocate,
+)
+from modalscale.operator.budget.history import BURN_METRIC, REPLICAS_METRIC
+from modalscale.redaction import redact_for_url, redact_url
+
+QUERY_TIMEOUT_S = 30.0
+MAX_POINTS = 10_000
+"""Most steps asked of Prometheus per range query (its limit is 11,000)."""
+MIN_COVERAGE_RATIO = 0.99
+"""A service whose ledger series cover less of the window than this is flagged ``PartialLedgerCoverage``."""
+PARTIAL_LEDGER_COVERAGE = "PartialLedgerCoverage"
+RESETS_PREFIX = "resets:"
+FORMATS = ("table", "json", "csv")
+SpendKey = tuple[str, str]
+_BY = "namespace, inferenceservice, tenant, modality"
+_SERVICE_BY = "namespace, inferenceservice"
+_USAGE_FIELDS = {REQUESTS_METRIC: "requests", SERVICE_SECONDS_METRIC: "service_s", IMAGES_METRIC: "images",
+                 IMAGE_PIXELS_METRIC: "image_pixels", TEXT_TOKENS_METRIC: "text_tokens"}
+
+
+class ShowbackUnavailable(RuntimeError):
+    """Prometheus did not answer, answered an error or a partial result, or an answer does not parse."""
+
+
+@dataclass(frozen=True)
+class LedgerWindow:
+    """One service's ledger figures over the window as integrated from the rate series."""
+
+    spend_usd: Decimal
+    available_replica_s: Decimal
+    coverage_ratio: float
+
+
+@dataclass(frozen=True)
+class Showback:
+    """The result of one window: per-service allocations, services refused or not priced, and notes."""
+
+    start: dt.datetime
+    end: dt.datetime
+    services: list[tuple[ServiceShowback, float]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list[ShowbackRow]:
+        """Every service's rows, flagged ``PartialLedgerCoverage`` where the ledger series did not cover the window."""
+        out: list[ShowbackRow] = []
+        for s, coverage in self.services:
+            if coverage < MIN_COVERAGE_RATIO:
+                out += [replace(r, flags=(*r.flags, PARTIAL_LEDGER_COVERAGE)) for r in s.rows]
+            else:
+                out += list(s.rows)
+        return out
+
+    @property
+    def spend_usd(self) -> Decimal:
+        """Spend of the priced services over the window (= the sum of all rows)."""
+        return sum((s.window.spend_usd for s, _ in self.services), Decimal(0))
+
+
+def parse_since(text: str) -> int:
+    """``--since``: ``90s``, ``30m``, ``1h``, ``2d`` (or combinations such as ``1h30m``) -> seconds.
+
+    Raises:
+        ValueError: Anything else, or zero (the message says the accepted form).
+    """
+    m = re.fullmatch(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text.strip())
+    if not text.strip() or m is None:
+        raise ValueError(f"{text!r} is not a duration such as 1h, 30m, 90s or 1h30m")
+    d, h, mi, s = (int(g or 0) for g in m.groups())
+    seconds = ((d * 24 + h) * 60 + mi) * 60 + s
+    if seconds <= 0:
+        raise ValueError(f"{text!r} is an empty window; give a positive duration such as 1h")
+    return seconds
+
+
+def step_for(window_s: int) -> int:
+    """Step of the ledger range queries, s: 1 s, or coarser so that a window has at most :data:`MAX_POINTS`."""
+    return max(1, math.ceil(window_s / MAX_POINTS))
+
+
+def showback_queries(window_s: int) -> dict[str, str]:
+    """The instant queries (evaluated at the window's end): each accounting counter's increase and its resets
+    (keys: the metric name, and :data:`RESETS_PREFIX` + the metric name)."""
+    queries = {metric: f"sum by ({_BY}) (increase({metric}[{window_s}s]))" for metric in ACCOUNTING_METRICS}
+    # One resets() query per counter: resets() drops the metric name, so one query over several names would
+    # produce series with the same labels (Prometheus refuses: "vector cannot contain metrics with the same labelset").
+    queries.update({f"{RESETS_PREFIX}{metric}": f"sum by ({_BY}) (resets({metric}[{window_s}s]))"
+                    for metric in ACCOUNTING_METRICS})
+    return queries
+
+
+def ledger_queries() -> dict[str, str]:
+    """The range queries of the ledger's rate series (evaluated from ``start + step`` to ``end``)."""
+    return {metric: f"max by ({_SERVICE_BY}) ({metric})" for metric in (BURN_METRIC, REPLICAS_METRIC)}
+
+
+def _result(body: Mapping[str, Any], name: str, result_type: str) -> list[Mapping[str, Any]]:
+    if not isinstance(body, Mapping) or body.get("status") != "success":
+        err = body.get("error") if isinstance(body, Mapping) else None
+        raise ShowbackUnavailable(f"query of {name} failed: {err or 'status is not success'}")
+    if body.get("warnings"):
+        raise ShowbackUnavailable(f"query of {name} answered a partial result: {body['warnings'][0]}")
+    try:
+        data = body["data"]
+        if data["resultType"] != result_type:
+            raise ValueError(f"resultType {data['resultType']!r}, expected {result_type}")
+        result = data["result"]
+        if not isinstance(result, list):
+            raise TypeError("result is not a list")
+        return result
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ShowbackUnavailable(f"answer of {name} is malformed: {type(exc).__name__}: {exc}") from None
+
+
+def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str, Mapping[str, Any]],
+                   window_s: int, step_s: int
+                   ) -> tuple[dict[SpendKey, LedgerWindow], dict[SpendKey, list[TenantUsage]]]:
+    """Join the answers of :func:`showback_queries` (``instant``) and :func:`ledger_queries` (``ranged``).
+
+    Args:
+        instant: Query key -> the JSON body of ``/api/v1/query``.
+        ranged: Metric -> the JSON body of ``/api/v1/query_range`` at ``step_s``.
+        window_s: The window's length, s; ``step_s``: the range queries' step, s.
+    Returns:
+        ``(ledger figures per service, usage rows per service)``; values are passed on as read (a NaN sample
+        stays NaN, for the allocation to refuse naming the field).
+    Raises:
+        ShowbackUnavailable: An answer that failed, carries warnings (partial) or does not parse.
+    """
+    usage: dict[SpendKey, dict[tuple[str, str], dict[str, float]]] = {}
+    for key, body in instant.items():
+        for series in _result(body, key, "vector"):
+            try:
+                labels = series["metric"]
+                svc = (str(labels.get("namespace", "")), str(labels.get("inferenceservice", "")))
+                pair = (str(labels.get(TENANT_LABEL, "")), str(labels.get(MODALITY_LABEL, "")))
+                value = float(series["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise ShowbackUnavailable(f"answer of {key} is malformed: {type(exc).__name__}: {exc}") from None
+            figures = usage.setdefault(svc, {}).setdefault(pair, {})
+            if key.startswith(RESETS_PREFIX):
+                figures["resets"] = figures.get("resets", 0.0) + value
+            else:
+                figures[key] = value
+    usage_rows: dict[SpendKey, list[TenantUsage]] = {}
+    for svc, pairs in usage.items():
+        rows = []
+        for (tenant, modality), v in sorted(pairs.items()):
+            resets = v.get("resets", 0.0)
+            rows.append(TenantUsage(
+                tenant, modality, **{name: v.get(metric, 0.0) for metric, name in _USAGE_FIELDS.items()},
+                counter_resets=int(resets) if math.isfinite(resets) and resets >= 0 else -1))
+        usage_rows[svc] = rows
+    sums: dict[SpendKey, dict[str, float]] = {}
+    present: dict[SpendKey, set[float]] = {}
+    for metric, body in ranged.items():
+        for series in _result(body, metric, "matrix"):
+            try:
+                labels = series["metric"]
+                svc = (str(labels["namespace"]), str(labels["inferenceservice"]))
+                for ts, value in series["values"]:
+                    sums.setdefault(svc, {}).setdefault(metric, 0.0)
+                    sums[svc][metric] += float(value)
+                    if metric == BURN_METRIC:
+                        present.setdefault(svc, set()).add(float(ts))
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise ShowbackUnavailable(f"answer of {metric} is malformed: {type(exc).__name__}: {exc}") from None
+    steps = max(1, window_s // step_s)
+    ledger: dict[SpendKey, LedgerWindow] = {}
+    for svc, s in sums.items():
+        burn, replicas = s.get(BURN_METRIC, math.nan), s.get(REPLICAS_METRIC, math.nan)
+        spend = (Decimal(repr(burn)) * step_s / 3600 if math.isfinite(burn) else Decimal("NaN"))
+        available = Decimal(repr(replicas)) * step_s if math.isfinite(replicas) else Decimal("NaN")
+        ledger[svc] = LedgerWindow(quantize_ledger_usd(spend) if spend.is_finite() else spend, available,
+                                   len(present.get(svc, ())) / steps)
+    return ledger, usage_rows
+
+
+def build_showback(ledger: Mapping[SpendKey, LedgerWindow], usage: Mapping[SpendKey, Sequence[TenantUsage]],
+                   start: dt.datetime, end: dt.datetime, namespace: str | None = None) -> Showback:
+    """Allocate every service that has a ledger rate (pure).
+
+    Returns:
+        :class:`Showback`; a service refused by the allocation is in ``errors`` (its rows left out), one with
+        usage but no ledger rate in ``notes``.
+    """
+    out = Showback(start, end)
+    for svc in sorted(set(ledger) | set(usage)):
+        if namespace is not None and svc[0] != namespace:
+            continue
+        ref = f"{svc[0]}/{svc[1]}"
+        if svc not in ledger:
+            out.notes.append(f"{ref}: gateway usage but no ledger rate ({BURN_METRIC}) in the window: not priced "
+                             "(no BudgetPolicy selects it, or the operator's /metrics is not scraped)")
+            continue
+        lw = ledger[svc]
+        try:
+            result = allocate(ServiceWindow(svc[0], svc[1], lw.spend_usd, lw.available_replica_s),
+                              usage.get(svc, ()), accept_counter_resets=True)
+        except ShowbackInputError as exc:
+            out.errors.append(f"{ref}: not priced: {exc}")
+            continue
+        out.services.append((result, lw.coverage_ratio))
+        out.notes.extend(result.notes)
+        if lw.coverage_ratio < MIN_COVERAGE_RATIO:
+            out.notes.append(f"{ref}: the ledger's rate series cover {lw.coverage_ratio:.0%} of the window; the "
+                             f"spend is that part's, rows flagged {PARTIAL_LEDGER_COVERAGE}")
+    return out
+
+
+class PrometheusShowback:
+    """Reads the showback inputs of one window from Prometheus (thin I/O around :func:`parse_showback`).
+
+    Args:
+        url: Prometheus base URL (``--prometheus-url`` or ``MODALSCALE_PROMETHEUS_URL``).
+        timeout_s: Per-query HTTP timeout, s.
+    """
+
+    def __init__(self, url: str, timeout_s: float = QUERY_TIMEOUT_S) -> None:
+        self.url = url.rstrip("/")
+        self.shown_url = redact_url(self.url)
+        self.timeout_s = timeout_s
+
+    def _get(self, path: str, params: Mapping[str, str], name: str) -> Mapping[str, Any]:
+        import requests
+
+        try:
+            r = requests.get(f"{self.url}{path}", params=dict(params), timeout=self.timeout_s)
+            body = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
+        except (requests.RequestException, ValueError) as exc:
+            first = (redact_for_url(str(exc), self.url).splitlines() or [type(exc).__name__])[0][:300]
+            raise ShowbackUnavailable(f"Prometheus at {self.shown_url} did not answer: {first}") from None
+        if not isinstance(body, Mapping):
+            raise ShowbackUnavailable(f"Prometheus at {self.shown_url} answered HTTP {r.status_code} to {name}")
+        return body
+
+    def read(self, window_s: int, at: dt.datetime
+             ) -> tuple[dict[SpendKey, LedgerWindow], dict[SpendKey, list[TenantUsage]]]:
+        """The ledger figures and usage of ``[at - window_s, at)``.
+
+        Raises:
+            ShowbackUnavailable: Prometheus did not answer, or see :func:`parse_showback`.
+        """
+        step = step_for(window_s)
+        end = at.timestamp()
+        instant = {key: self._get("/api/v1/query", {"query": q, "time": f"{end:.3f}"}, key)
+                   for key, q in showback_queries(window_s).items()}
+        ranged = {metric: self._get("/api/v1/query_range", {
+            "query": q, "start": f"{end - window_s + step:.3f}", "end": f"{end:.3f}", "step": str(step)}, metric)
+            for metric, q in ledger_queries().items()}
+        try:
+            return parse_showback(instant, ranged, window_s, step)
+        except ShowbackUnavailable as exc:
+            raise ShowbackUnavailable(f"Prometheus at {self.shown_url}: {redact_for_url(str(exc), self.url)}") from None
+
+
+# --- Output ---------------------------------------------------------------------------------------------------------
+
+COLUMNS = ("kind", "usd", "usd_per_request", "replica_s", "requests", "images", "image_pixels", "text_tokens",
+           "flags")
+
+
+def _num(d: Decimal) -> str:
+    """A count or seconds figure as a plain decimal with at most 3 decimals."""
+    return format_usd(d.quantize(Decimal("0.001")).normalize()) if d != d.to_integral() else format_usd(d.normalize())
+
+
+def _record(r: ShowbackRow, by: Sequence[str]) -> dict[str, str]:
+    rec = {d: ("" if getattr(r, d) is None else str(getattr(r, d))) for d in by}
+    per = r.usd_per_request
+    rec.update({"kind": r.kind, "usd": format_usd(r.usd), "usd_per_request": "" if per is None else format_usd(per),
+                "replica_s": _num(r.replica_s), "requests": _num(r.requests), "images": _num(r.images),
+                "image_pixels": _num(r.image_pixels), "text_tokens": _num(r.text_tokens),
+                "flags": ";".join(r.flags)})
+    return rec
+
+
+def render(result: Showback, by: Sequence[str], fmt: str) -> str:
+    """The rows grouped ``by`` as ``table`` (people: cents, idle rows named ``(idle)``), ``json`` or ``csv``
+    (exact: 1e-9 USD, one row per group, the idle rows with empty tenant and modality and kind ``idle``).
+
+    Raises:
+        ValueError: An unknown format, or ``by`` (via :func:`aggregate`).
+    """
+    rows = aggregate(result.rows, by)
+    records = [_record(r, by) for r in rows]
+    if fmt == "json":
+        return json.dumps({
+            "window": {"start": format_time(result.start), "end": format_time(result.end),
+                       "seconds": int((result.end - result.start).total_seconds())},
+            "by": list(by), "spend_usd": format_usd(result.spend_usd),
+            "total_usd": format_usd(sum((r.usd for r in rows), Decimal(0))),
+            "services": [{"namespace": s.window.namespace, "inferenceservice": s.window.name,
+                          "spend_usd": format_usd(s.window.spend_usd),
+                          "available_replica_s": _num(Decimal(s.window.available_replica_s)),
+                          "used_replica_s": _num(s.used_replica_s), "oversubscribed": s.oversubscribed,
+                          "partial": s.partial, "ledger_coverage_ratio": round(cov, 4)}
+                         for s, cov in result.services],
+            "rows": records, "notes": result.notes, "errors": result.errors}, indent=2)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=[*by, *COLUMNS], lineterminator="\r\n")
+        writer.writeheader()
+        writer.writerows(records)
+        return buf.getvalue()
+    if fmt != "table":
+        raise ValueError(f"--format: {fmt!r}; give one of {', '.join(FORMATS)}")
+    header = [*by, "kind", "USD", "USD/request", "replica-s", "requests", "flags"]
+    lines = [header]
+    for r, rec in zip(rows, records):
+        names = [("(idle)" if r.kind == IDLE and d in ("tenant", "modality") else rec[d] or "-") for d in by]
+        per = r.usd_per_request
+        lines.append([*names, r.kind, format_usd(quantize_display_usd(r.usd)),
+                      "-" if per is None else format_usd(per.normalize()), rec["replica_s"], rec["requests"],
+                      rec["flags"] or "-"])
+    total = sum((r.usd for r in rows), Decimal(0))
+    lines.append(["total", *[""] * (len(by) - 1), "", format_usd(quantize_display_usd(total)), "", "", "", ""])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = [f"Showback {format_time(result.start)} .. {format_time(result.end)}: "
+            f"{format_usd(quantize_display_usd(result.spend_usd))} USD spent by {len(result.services)} service(s)"]
+    text += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+    return "\n".join(text) + "\n"
+
+
+def add_parser(csub: Any) -> None:
+    """Register ``showback`` on the ``cost`` subcommands."""
+    s = csub.add_parser("showback", help="last window's spend per tenant and modality (ledger x gateway counters)",
+                        description="Split each InferenceService's spend over the window (the ledger's rate, as "
+                                    "the operator exports it to Prometheus) over tenants and modalities by the "
+                                    "replica-seconds their requests used (the gateway's counters); capacity no "
+                                    "request used is its own idle row. Exit 1 when a service's figures were refused.")
+    s.add_argument("--since", default="1h", help="window length ending now (or at --at): 1h, 30m, 1h30m, 2d")
+    s.add_argument("--by", default="tenant,modality",
+                   help=f"comma-separated grouping, from {','.join(GROUP_DIMENSIONS)} (default tenant,modality)")
+    s.add_argument("--format", choices=FORMATS, default="table", help="output format")
+    s.add_argument("--prometheus-url", default=None,
+                   help="Prometheus base URL (default: $MODALSCALE_PROMETHEUS_URL)")
+    s.add_argument("--namespace", "-n", default=None, help="only InferenceServices in this namespace")
+    s.add_argument("--at", default=None, help="end of the window, RFC 3339 (default: now)")
+    s.set_defaults(func=run_showback, prog=s.prog)
+
+
+def run_showback(args: argparse.Namespace) -> int:
+    """Read, allocate, print; 0, 1 (a service's figures refused, or Prometheus unavailable) or 2 (bad flags)."""
+    import os
+
+    from modalscale.cli import UsageError
+    from modalscale.costmodel.ledger import LedgerFormatError, parse_time
+
+    try:
+        window_s = parse_since(args.since)
+    except ValueError as exc:
+        raise UsageError("--since", str(exc)) from None
+    by = [d.strip() for d in args.by.split(",") if d.strip()]
+    if not by or any(d not in GROUP_DIMENSIONS for d in by) or len(set(by)) != len(by):
+        raise UsageError("--by", f"{args.by!r}: give distinct names from {','.join(GROUP_DIMENSIONS)}")
+    url = args.prometheus_url or os.environ.get("MODALSCALE_PROMETHEUS_URL", "")
+    if not url:
+        raise UsageError("--prometheus-url", "no Prometheus to read; give --prometheus-url URL or set "
+                                             "MODALSCALE_PROMETHEUS_URL")
+    try:
+        at = parse_time(args.at, "--at") if args.at else dt.datetime.now(dt.UTC)
+    except LedgerFormatError as exc:
+        raise UsageError("--at", str(exc).removeprefix("--at: ")) from None
+    at = at.replace(microsecond=0)
+    try:
+        ledger, usage = PrometheusShowback(url).read(window_s, at)
+    except ShowbackUnavailable as exc:
+        print(f"modalscale cost showback: {exc}", file=sys.stderr)
+        return 1
+    result = build_showback(ledger, usage, at - dt.timedelta(seconds=window_s), at, args.namespace)
+    sys.stdout.write(render(result, by, args.format))
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for err in result.errors:
+        print(f"error: {err}", file=sys.stderr)
+    return 1 if result.errors else 0
+
+
+__all__ = ["COUNTER_RESET", "FORMATS", "LedgerWindow", "PARTIAL_LEDGER_COVERAGE", "PrometheusShowback",
+           "RESETS_PREFIX", "Showback", "ShowbackUnavailable", "add_parser", "build_showback", "ledger_queries",
+           "parse_showback", "parse_since", "render", "run_showback", "showback_queries", "step_for"]

@@ -1,0 +1,175 @@
+"""``modalscale cost showback``: Prometheus answers -> ledger figures and usage -> rows in table, JSON and CSV."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from modalscale.costmodel.showback import (
+    COUNTER_RESET,
+    IMAGE_PIXELS_METRIC,
+    IMAGES_METRIC,
+    REQUESTS_METRIC,
+    SERVICE_SECONDS_METRIC,
+    TEXT_TOKENS_METRIC,
+)
+from modalscale.operator.budget.history import BURN_METRIC, REPLICAS_METRIC
+from modalscale.operator.showback import (
+    PARTIAL_LEDGER_COVERAGE,
+    RESETS_PREFIX,
+    Showback,
+    ShowbackUnavailable,
+    build_showback,
+    parse_showback,
+    parse_since,
+    render,
+    showback_queries,
+    step_for,
+)
+
+END = dt.datetime(2026, 12, 2, 9, 0, tzinfo=dt.UTC)
+WINDOW_S = 60
+SVC = {"namespace": "ml", "inferenceservice": "vc"}
+
+
+def vector(series: Sequence[tuple[Mapping[str, str], str]]) -> dict[str, Any]:
+    return {"status": "success", "data": {"resultType": "vector",
+                                          "result": [{"metric": dict(m), "value": [END.timestamp(), v]}
+                                                     for m, v in series]}}
+
+
+def matrix(value: str, steps: int = WINDOW_S, labels: Mapping[str, str] = SVC) -> dict[str, Any]:
+    t0 = END.timestamp() - WINDOW_S
+    return {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": dict(labels), "values": [[t0 + i + 1, value] for i in range(steps)]}]}}
+
+
+def usage_answers(acme_seconds: str = "20", resets: str = "0") -> dict[str, dict[str, Any]]:
+    acme, globex = {**SVC, "tenant": "acme", "modality": "image"}, {**SVC, "tenant": "globex", "modality": "text"}
+    return {
+        SERVICE_SECONDS_METRIC: vector([(acme, acme_seconds), (globex, "10")]),
+        REQUESTS_METRIC: vector([(acme, "10"), (globex, "40")]),
+        IMAGES_METRIC: vector([(acme, "12"), (globex, "0")]),
+        IMAGE_PIXELS_METRIC: vector([(acme, "3686400"), (globex, "0")]),
+        TEXT_TOKENS_METRIC: vector([(acme, "0"), (globex, "800")]),
+        f"{RESETS_PREFIX}{SERVICE_SECONDS_METRIC}": vector([(acme, resets), (globex, "0")]),
+        f"{RESETS_PREFIX}{REQUESTS_METRIC}": vector([(acme, resets), (globex, "0")]),
+    }
+
+
+def showback(acme_seconds: str = "20", resets: str = "0", steps: int = WINDOW_S) -> Showback:
+    # 3.60 USD/h on 1 replica for 60 s: 0.06 USD for 60 replica-seconds.
+    ledger, usage = parse_showback(usage_answers(acme_seconds, resets),
+                                   {BURN_METRIC: matrix("3.6", steps), REPLICAS_METRIC: matrix("1", steps)},
+                                   WINDOW_S, 1)
+    return build_showback(ledger, usage, END - dt.timedelta(seconds=WINDOW_S), END)
+
+
+def test_the_ledger_rate_is_integrated_and_split_by_the_gateways_service_seconds() -> None:
+    result = showback()
+    # By hand: acme 0.06 x 20/60 = 0.02, globex 0.06 x 10/60 = 0.01, idle 0.06 x 30/60 = 0.03.
+    assert [(r.tenant, r.kind, r.usd, r.requests) for r in result.rows] == [
+        ("acme", "request", Decimal("0.02"), Decimal(10)), ("globex", "request", Decimal("0.01"), Decimal(40)),
+        (None, "idle", Decimal("0.03"), Decimal(0))]
+    assert result.spend_usd == Decimal("0.06") and result.errors == [] and result.notes == []
+
+
+def test_json_rows_and_totals_equal_the_spend_exactly() -> None:
+    doc = json.loads(render(showback(), ["tenant", "modality"], "json"))
+    assert doc["spend_usd"] == doc["total_usd"] == "0.060000000"
+    assert sum(Decimal(r["usd"]) for r in doc["rows"]) == Decimal("0.06")
+    assert doc["rows"][0] == {"tenant": "acme", "modality": "image", "kind": "request", "usd": "0.020000000",
+                              "usd_per_request": "0.002000000", "replica_s": "20", "requests": "10", "images": "12",
+                              "image_pixels": "3686400", "text_tokens": "0", "flags": ""}
+    assert doc["rows"][-1]["kind"] == "idle" and doc["rows"][-1]["tenant"] == ""
+    assert doc["window"] == {"start": "2026-12-02T08:59:00Z", "end": "2026-12-02T09:00:00Z", "seconds": 60}
+    assert doc["services"][0]["available_replica_s"] == "60"
+
+
+def test_csv_has_a_header_and_one_row_per_group() -> None:
+    rows = list(csv.DictReader(io.StringIO(render(showback(), ["tenant"], "csv"))))
+    assert [(r["tenant"], r["kind"], r["usd"], r["usd_per_request"]) for r in rows] == [
+        ("acme", "request", "0.020000000", "0.002000000"), ("globex", "request", "0.010000000", "0.000250000"),
+        ("", "idle", "0.030000000", "")]
+    assert list(rows[0]) == ["tenant", "kind", "usd", "usd_per_request", "replica_s", "requests", "images",
+                             "image_pixels", "text_tokens", "flags"]
+
+
+def test_table_names_idle_and_prints_the_total_in_cents() -> None:
+    text = render(showback(), ["tenant", "modality"], "table")
+    lines = text.splitlines()
+    assert lines[0] == "Showback 2026-12-02T08:59:00Z .. 2026-12-02T09:00:00Z: 0.06 USD spent by 1 service(s)"
+    assert lines[1].split() == ["tenant", "modality", "kind", "USD", "USD/request", "replica-s", "requests", "flags"]
+    assert lines[2].split() == ["acme", "image", "request", "0.02", "0.002", "20", "10", "-"]
+    assert lines[4].split() == ["(idle)", "(idle)", "idle", "0.03", "-", "30", "0", "-"]
+    assert lines[5].split() == ["total", "0.06"]
+
+
+def test_a_nan_sample_refuses_the_service_and_says_why() -> None:
+    result = showback(acme_seconds="NaN")
+    assert result.rows == []
+    assert result.errors == ["ml/vc: not priced: ml/vc.usage[acme/image].service_s: nan is not a finite number "
+                             "(a NaN or infinite sample; check the scrape)"]
+
+
+def test_a_counter_reset_is_priced_and_flagged() -> None:
+    result = showback(resets="1")
+    assert [r.flags for r in result.rows] == [(COUNTER_RESET,), (), ()]
+    assert any("reset" in n for n in result.notes)
+
+
+def test_a_ledger_series_covering_half_the_window_flags_every_row() -> None:
+    result = showback(steps=30)
+    assert result.spend_usd == Decimal("0.03")
+    assert all(PARTIAL_LEDGER_COVERAGE in r.flags for r in result.rows)
+    assert any("50%" in n for n in result.notes)
+
+
+def test_usage_without_a_ledger_rate_is_not_priced_and_noted() -> None:
+    ledger, usage = parse_showback(usage_answers(), {BURN_METRIC: matrix("3.6", labels={
+        "namespace": "ml", "inferenceservice": "other"}), REPLICAS_METRIC: matrix("1", labels={
+        "namespace": "ml", "inferenceservice": "other"})}, WINDOW_S, 1)
+    result = build_showback(ledger, usage, END - dt.timedelta(seconds=WINDOW_S), END)
+    assert [(r.inferenceservice, r.kind, r.usd) for r in result.rows] == [("other", "idle", Decimal("0.06"))]
+    assert result.notes[0].startswith("ml/vc: gateway usage but no ledger rate")
+
+
+@pytest.mark.parametrize("body", [
+    {"status": "error", "error": "bad_data"},
+    {"status": "success", "warnings": ["partial"], "data": {"resultType": "vector", "result": []}},
+    {"status": "success", "data": {"resultType": "matrix", "result": []}},
+    {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}},
+], ids=["error", "warnings", "wrong-type", "no-value"])
+def test_a_failed_partial_or_malformed_answer_is_unavailable_not_zero(body: dict[str, Any]) -> None:
+    answers = usage_answers()
+    answers[REQUESTS_METRIC] = body
+    with pytest.raises(ShowbackUnavailable, match=REQUESTS_METRIC):
+        parse_showback(answers, {}, WINDOW_S, 1)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("1h", 3600), ("30m", 1800), ("90s", 90), ("1h30m", 5400),
+                                               ("2d", 172_800)])
+def test_since_reads_durations(text: str, seconds: int) -> None:
+    assert parse_since(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0h", "1x", "-1h", "1.5h"])
+def test_since_refuses_anything_else(text: str) -> None:
+    with pytest.raises(ValueError, match="1h"):
+        parse_since(text)
+
+
+def test_queries_sum_increases_by_service_tenant_and_modality_over_the_window() -> None:
+    q = showback_queries(3600)
+    assert q[SERVICE_SECONDS_METRIC] == ("sum by (namespace, inferenceservice, tenant, modality) "
+                                         f"(increase({SERVICE_SECONDS_METRIC}[3600s]))")
+    assert q[f"{RESETS_PREFIX}{REQUESTS_METRIC}"] == ("sum by (namespace, inferenceservice, tenant, modality) "
+                                                      f"(resets({REQUESTS_METRIC}[3600s]))")
+    assert step_for(3600) == 1 and step_for(86_400) == 9
