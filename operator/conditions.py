@@ -7,6 +7,7 @@ a list-map keyed by ``type``. Since a merge patch replaces lists, ``conditions``
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,7 @@ def upsert(current: list[dict[str, Any]] | None, wanted: list[Condition], genera
             "type": cond.type,
             "status": cond.status,
             "observedGeneration": generation,
-            "lastTransitionTime": rfc3339(now) if flipped else old["lastTransitionTime"],
+            "lastTransitionTime": rfc3339(now) if old is None or flipped else old["lastTransitionTime"],
             "reason": cond.reason,
             "message": cond.message[:32768],
         }
@@ -72,7 +73,7 @@ def transitions(before: list[dict[str, Any]] | None, after: list[dict[str, Any]]
     return [c for c in after if old.get(c["type"]) != c["status"]]
 
 
-def status_patch(current: dict[str, Any] | None, desired: dict[str, Any]) -> dict[str, Any]:
+def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
     """The keys of ``desired`` whose value differs from ``current``: ``{}`` when nothing changed.
 
     Lists (``conditions``, ``scalingHistory``) are compared and written whole.

@@ -48,9 +48,10 @@ from typing import Any
 
 import kopf
 import urllib3
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
+from modalscale.api.conditions import ENFORCEMENT_LIFTED
 from modalscale.costmodel.anomaly import AnomalyConfig, trim_history
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.answers import DeliveryResult
@@ -65,7 +66,6 @@ from modalscale.operator.budget.history import HistoryRead, HistoryUnavailable, 
 from modalscale.operator.budget.observe import Receiver
 from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
-    ENFORCEMENT_LIFTED,
     ISVC_PLURAL,
     lift_all,
     observed_namespaces,
@@ -258,7 +258,8 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
     async def budget_cleanup(memo: kopf.Memo, logger: Log, **_: Any) -> None:
         await stop_deliveries(deps_of(memo).budget, logger)
 
-    @kopf.daemon(GROUP, VERSION, BUDGET_PLURAL, registry=registry, cancellation_backoff=5.0,
+    # kopf types every handler's namespace as str | None; a BudgetPolicy is Namespaced, so it is a str.
+    @kopf.daemon(GROUP, VERSION, BUDGET_PLURAL, registry=registry, cancellation_backoff=5.0,  # type: ignore[arg-type]
                  cancellation_timeout=10.0)
     async def budget_daemon(name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                             logger: Log, **_: Any) -> None:

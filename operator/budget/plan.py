@@ -281,8 +281,8 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
                 continue
             stop = min([max(finished)] + ([stop] if stop else []))
         node = (p.get("spec") or {}).get("nodeName")
-        out.append(PodRun(str(meta.get("name", "")), start, stop,
-                          pod_tier(p, (node_labels or {}).get(node) if node_labels is not None else None)))
+        labels = node_labels.get(node) if node_labels is not None and node is not None else None
+        out.append(PodRun(str(meta.get("name", "")), start, stop, pod_tier(p, labels)))
     return tuple(sorted(out, key=lambda r: r.name))
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from modalscale.api import conditions as R
-from modalscale.api.annotations import spot_switches  # SwitchToSpot: the Spot annotation places the pods
+from modalscale.api.annotations import budget_cap, spot_switches  # SwitchToSpot: the Spot annotation places the pods
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
 from modalscale.autoscaler.policy import Decision
@@ -27,7 +28,6 @@ from modalscale.operator.isvc.plan import (
     ModelReferenceError,
     PlanConfig,
     Write,
-    budget_cap,
     plan_isvc,
     with_spot_placement,
 )
@@ -121,7 +121,7 @@ def refuse(deps: Deps, raw: dict[str, Any], exc: InvalidSpec | ModelReferenceErr
     deps.metrics.reconciles.labels(kind="InferenceService", result=reason).inc()
 
 
-def reconcile_isvc(deps: Deps, body: dict[str, Any], logger: Log) -> None:
+def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> None:
     """One level-triggered reconcile of an InferenceService: observe, plan, apply, report.
 
     Args:
