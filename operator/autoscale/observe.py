@@ -255,7 +255,7 @@ class PrometheusReader:
         if not self.url:
             return unavailable(PROMETHEUS_NOT_CONFIGURED,
                                "MODALSCALE_PROMETHEUS_URL is not set; the autoscaler has no metrics and holds")
-        from prometheus_api_client import PrometheusApiClientException
+        from prometheus_api_client.exceptions import PrometheusApiClientException
         from requests.exceptions import RequestException
 
         try:

@@ -198,7 +198,7 @@ def plan_autoscale(status: Mapping[str, Any] | None, decision: Decision, reading
     if desired_changed:
         patch["desiredReplicas"] = int(decision.desired_replicas)
 
-    block = {
+    block: dict[str, Any] = {
         "mode": decision.mode_used.value,
         "valid": bool(decision.valid),
         "reason": decision.reason.value,
