@@ -237,7 +237,7 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None
         desired, why = decision.desired_replicas, None
         reason, message = decision.reason.value, decision.message[:1024] or decision.reason.value
     else:
-        scaler = obs.status.get("desiredReplicas")
+        scaler: Any = obs.status.get("desiredReplicas")  # JSON as stored; decided checks that it is an int
         decided = isinstance(scaler, int) and obs.deployment is not None
         base = int(scaler) if decided else sc.min_replicas
         desired, why = bound_replicas(base, sc.min_replicas, sc.max_replicas, obs.budget_cap_replicas)
@@ -335,7 +335,7 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
             obs.deployment is not None and replicas.write is not None) else []
         status, events = _status(spec, obs, replicas, config, now)
         return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
-    writes: list[Write] = []
+    writes = []
     if m.source == "BuiltIn":
         w = _child_write("ConfigMap", build_configmap(spec, repo_files), obs.configmap, ("data",))
         if w:
