@@ -21,9 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from modalscale.api import conditions as R
-
-# The cap codec lives in modalscale.api.annotations; BUDGET_CAP_PREFIX and budget_cap stay importable from here.
-from modalscale.api.annotations import BUDGET_CAP_PREFIX, SpotSwitch, budget_cap  # noqa: F401
+from modalscale.api.annotations import SpotSwitch
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
 from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
 from modalscale.api.quantities import parse_cpu_cores, same_quantity
