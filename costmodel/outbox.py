@@ -374,7 +374,7 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
 
 
 __all__ = [
-    "Abandoned", "AlertMessage", "Attempt", "BACKOFF_BASE_S", "BACKOFF_MAX_S", "MAX_PENDING", "NOTIFICATION_REMOVED",
-    "OUTBOX_FULL", "OutboxKey", "OutboxUpdate", "PERIOD_ENDED", "PendingAlert", "backoff_s", "due_alerts", "enqueue",
-    "next_due_s", "outbox_after", "outbox_from_status",
+    "Abandoned", "AlertMessage", "Attempt", "BACKOFF_BASE_S", "BACKOFF_MAX_S", "MAX_PENDING", "OutboxKey",
+    "OutboxUpdate", "PendingAlert", "backoff_s", "due_alerts", "enqueue", "next_due_s", "outbox_after",
+    "outbox_from_status",
 ]

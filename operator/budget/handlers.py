@@ -56,13 +56,10 @@ from modalscale.costmodel.anomaly import AnomalyConfig, trim_history
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator.budget.delivery import (
-    DELIVERY_RETRY,
-    batch_deadline_s,
-    deliver_batch,
     launch_batch,
     stop_deliveries,
 )
-from modalscale.operator.budget.history import HistoryRead, HistoryUnavailable, merge_history
+from modalscale.operator.budget.history import HistoryUnavailable, merge_history
 from modalscale.operator.budget.observe import Receiver
 from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
@@ -72,6 +69,7 @@ from modalscale.operator.budget.plan import (
     plan_policy,
 )
 from modalscale.operator.budget.runtime import BudgetRuntime
+from modalscale.operator.budget.spend_anomalies import HistoryRead
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.settings import Settings
@@ -296,5 +294,4 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
             logger.info("Lifted budget caps of the deleted BudgetPolicy: services=%d", lifted)
 
 
-__all__ = ["BudgetRuntime", "DELIVERY_RETRY", "Evaluation", "batch_deadline_s", "deliver_batch", "evaluate_policy",
-           "lift_caps", "register_budget", "run_policy"]  # the delivery names re-exported from .delivery
+__all__ = ["Evaluation", "evaluate_policy", "lift_caps", "register_budget", "run_policy"]

@@ -850,9 +850,7 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 
 
 __all__ = [
-    "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "GonePod",
-    "PolicyPlan", "annotation_writes", "burn_samples", "gone_pod_runs",
-    "READY", "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
-    "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "selected_services", "spot_annotation_key",
-    "spot_pending_since",
+    "AnnotationWrite", "BudgetObserved", "GonePod", "PolicyPlan", "annotation_writes", "burn_samples", "gone_pod_runs",
+    "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces", "plan_policy", "pod_runs",
+    "receiver_problem", "refused_namespaces", "selected_services", "spot_pending_since",
 ]
