@@ -19,6 +19,7 @@ from modalscale.api import conditions as R
 from modalscale.api.annotations import budget_cap, spot_switches  # SwitchToSpot: the Spot annotation places the pods
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
+from modalscale.api.status import InferenceServiceStatus
 from modalscale.autoscaler.policy import Decision
 from modalscale.costmodel.opencost import PricedReplica
 from modalscale.operator import conditions as cond
@@ -95,7 +96,7 @@ def add_priced(plan: IsvcPlan, current_status: dict[str, Any], priced: PricedRep
         plan.events.append(("Warning" if fallback else "Normal", wanted.reason, f"Priced: {wanted.message}"))
 
 
-def _fail_status(body: dict[str, Any], reason: str, message: str, now: dt.datetime) -> dict[str, Any]:
+def _fail_status(body: dict[str, Any], reason: str, message: str, now: dt.datetime) -> InferenceServiceStatus:
     status = dict(body.get("status") or {})
     generation = int(body["metadata"].get("generation") or 0)
     wanted = [cond.Condition(R.READY, cond.FALSE, reason, message),
