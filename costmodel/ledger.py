@@ -62,6 +62,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from modalscale.api.status import LedgerServiceStatus, LedgerStatus
 from modalscale.costmodel.money import (
     MONEY_CONTEXT,
     format_usd,
@@ -257,21 +258,21 @@ class Ledger:
         """Total spend of the period up to ``observed_time``."""
         return sum((e.spent_usd for e in self.entries), Decimal(0))
 
-    def to_status(self) -> dict[str, Any]:
+    def to_status(self) -> LedgerStatus:
         """The ``status.ledger`` object (camelCase, decimal strings). ``periodStart`` is written separately.
 
         Unknown ``replicas``/``costUSDPerHour`` are omitted rather than written as 0.
         """
-        services = []
+        services: list[LedgerServiceStatus] = []
         for e in self.entries:
-            item: dict[str, Any] = {"namespace": e.namespace, "name": e.name}
+            item: LedgerServiceStatus = {"namespace": e.namespace, "name": e.name}
             if e.replicas is not None:
                 item["replicas"] = e.replicas
             if e.cost_usd_per_hour is not None:
                 item["costUSDPerHour"] = format_usd(quantize_ledger_usd(e.cost_usd_per_hour))
             item["spent"] = format_usd(quantize_ledger_usd(e.spent_usd))
             services.append(item)
-        out: dict[str, Any] = {"services": services}
+        out: LedgerStatus = {"services": services}
         if self.observed_time is not None:
             out["observedTime"] = format_time(self.observed_time)
         return out

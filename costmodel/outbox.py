@@ -36,6 +36,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from modalscale.api.conditions import NOTIFICATION_REMOVED, OUTBOX_FULL, PERIOD_ENDED
+from modalscale.api.status import PendingAlertStatus
 from modalscale.costmodel.budget import AlertKind, BudgetAlert, FiringAlert, InvalidBudgetStatus, PolicyRef
 from modalscale.costmodel.ledger import LedgerFormatError, format_time, parse_time
 from modalscale.costmodel.periods import Period
@@ -143,10 +144,10 @@ class PendingAlert:
     def key(self) -> OutboxKey:
         return (self.notification, self.message.kind.value, self.message.created_at)
 
-    def to_status(self) -> dict[str, Any]:
+    def to_status(self) -> PendingAlertStatus:
         """The camelCase ``status.pendingAlerts[]`` item."""
         m = self.message
-        out: dict[str, Any] = {
+        out: PendingAlertStatus = {
             "notification": self.notification, "kind": m.kind.value,
             "thresholdsPercent": list(m.thresholds_percent), "period": m.period.value,
             "periodStart": format_time(m.period_start), "periodEnd": format_time(m.period_end),
@@ -374,7 +375,7 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
 
 
 __all__ = [
-    "Abandoned", "AlertMessage", "Attempt", "BACKOFF_BASE_S", "BACKOFF_MAX_S", "MAX_PENDING", "NOTIFICATION_REMOVED",
-    "OUTBOX_FULL", "OutboxKey", "OutboxUpdate", "PERIOD_ENDED", "PendingAlert", "backoff_s", "due_alerts", "enqueue",
-    "next_due_s", "outbox_after", "outbox_from_status",
+    "Abandoned", "AlertMessage", "Attempt", "BACKOFF_BASE_S", "BACKOFF_MAX_S", "MAX_PENDING", "OutboxKey",
+    "OutboxUpdate", "PendingAlert", "backoff_s", "due_alerts", "enqueue", "next_due_s", "outbox_after",
+    "outbox_from_status",
 ]

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.operator.isvc.plan import Write
@@ -39,17 +39,17 @@ class Writer:
         try:
             if write.kind == "Deployment":
                 if write.action == "create":
-                    self.apps.create_namespaced_deployment(namespace, write.body)
+                    self.apps.create_namespaced_deployment(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
                 else:
                     self.apps.patch_namespaced_deployment(write.name, namespace, write.body, _content_type=SMP)
             elif write.kind == "Service":
                 if write.action == "create":
-                    self.core.create_namespaced_service(namespace, write.body)
+                    self.core.create_namespaced_service(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
                 else:
                     self.core.patch_namespaced_service(write.name, namespace, write.body, _content_type=SMP)
             elif write.kind == "ConfigMap":
                 if write.action == "create":
-                    self.core.create_namespaced_config_map(namespace, write.body)
+                    self.core.create_namespaced_config_map(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
                 else:
                     self.core.patch_namespaced_config_map(write.name, namespace, write.body, _content_type=MERGE)
             else:
@@ -114,6 +114,6 @@ class Writer:
         }
         self._count("Event", "create", meta["namespace"], meta["name"])
         try:
-            self.events.create_namespaced_event(meta["namespace"], ev)
+            self.events.create_namespaced_event(meta["namespace"], ev)  # type: ignore[arg-type]  # the client sends a dict body as is
         except ApiException as exc:
             logger.warning("Posting the event failed: reason=%s status=%s body=%s", reason, exc.status, exc.body)

@@ -45,7 +45,7 @@ def missing_namespaces(core: Any, namespaces: Sequence[str]) -> list[str]:
     Args:
         core: A ``kubernetes.client.CoreV1Api``.
     """
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     missing = []

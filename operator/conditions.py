@@ -7,8 +7,11 @@ a list-map keyed by ``type``. Since a merge patch replaces lists, ``conditions``
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+from modalscale.api.status import ConditionStatus
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
@@ -34,8 +37,8 @@ def rfc3339(now: dt.datetime) -> str:
     return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def upsert(current: list[dict[str, Any]] | None, wanted: list[Condition], generation: int,
-           now: dt.datetime) -> list[dict[str, Any]]:
+def upsert(current: Sequence[Mapping[str, Any]] | None, wanted: list[Condition], generation: int,
+           now: dt.datetime) -> list[ConditionStatus]:
     """Merge ``wanted`` into ``current``; ``lastTransitionTime`` moves only when a condition's status flips.
 
     Conditions of other types in ``current`` are kept, in their order; new types are appended.
@@ -43,7 +46,8 @@ def upsert(current: list[dict[str, Any]] | None, wanted: list[Condition], genera
     Returns:
         The full new list (shape of ``status.conditions``).
     """
-    by_type = {c.get("type"): dict(c) for c in (current or [])}
+    # The stored conditions, copied: the CRD requires type, status, lastTransitionTime, reason and message.
+    by_type = {c.get("type"): cast(ConditionStatus, dict(c)) for c in (current or [])}
     order = [c.get("type") for c in (current or [])]
     for cond in wanted:
         old = by_type.get(cond.type)
@@ -52,7 +56,7 @@ def upsert(current: list[dict[str, Any]] | None, wanted: list[Condition], genera
             "type": cond.type,
             "status": cond.status,
             "observedGeneration": generation,
-            "lastTransitionTime": rfc3339(now) if flipped else old["lastTransitionTime"],
+            "lastTransitionTime": rfc3339(now) if old is None or flipped else old["lastTransitionTime"],
             "reason": cond.reason,
             "message": cond.message[:32768],
         }
@@ -61,18 +65,19 @@ def upsert(current: list[dict[str, Any]] | None, wanted: list[Condition], genera
     return [by_type[t] for t in order]
 
 
-def get(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
+def get(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
     """The condition of ``type_`` or None."""
     return next((c for c in conditions or [] if c.get("type") == type_), None)
 
 
-def transitions(before: list[dict[str, Any]] | None, after: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def transitions(before: Sequence[Mapping[str, Any]] | None,
+                after: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Conditions of ``after`` whose status differs from ``before`` (or that are new): what Events report."""
     old = {c.get("type"): c.get("status") for c in before or []}
     return [c for c in after if old.get(c["type"]) != c["status"]]
 
 
-def status_patch(current: dict[str, Any] | None, desired: dict[str, Any]) -> dict[str, Any]:
+def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
     """The keys of ``desired`` whose value differs from ``current``: ``{}`` when nothing changed.
 
     Lists (``conditions``, ``scalingHistory``) are compared and written whole.

@@ -21,13 +21,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from modalscale.api.conditions import READY
 from modalscale.costmodel.catalog import PricingTier
 from modalscale.costmodel.focus import FOCUS_VERSION, CostRecord, focus_rows, write_focus_csv
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, parse_time
 from modalscale.operator import showback
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient  # imported lazily at run time (CLI start-up)
 
 POLICY_TAG = "modalscale.io/budgetpolicy"
 
@@ -126,7 +129,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
 
-def _client(kubeconfig: str | None) -> Any:
+def _client(kubeconfig: str | None) -> ApiClient:
     """An API client from ``--kubeconfig``, else in-cluster, else ``$KUBECONFIG`` / ``~/.kube/config``.
 
     Raises:
@@ -140,15 +143,16 @@ def _client(kubeconfig: str | None) -> Any:
         if not Path(kubeconfig).is_file():
             raise UsageError("--kubeconfig", f"{kubeconfig}: no such file; give the kubeconfig of the cluster")
         try:
-            return config.new_client_from_config(config_file=kubeconfig)
+            api: ApiClient = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
+            return api
         except (config.ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
             raise UsageError("--kubeconfig", f"{kubeconfig} is not a kubeconfig the client can read "
                                              f"({_first_line(exc)}); give the cluster's kubeconfig") from None
     try:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
     except config.ConfigException:
         try:
-            config.load_kube_config()
+            config.load_kube_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
         except (config.ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
             raise UsageError("KUBECONFIG", f"no usable kubeconfig ({_first_line(exc)}); "
                                     "export KUBECONFIG=FILE or give --kubeconfig FILE (for the local cluster: "
@@ -166,7 +170,7 @@ def _first_line(exc: BaseException) -> str:
 def run_export(args: argparse.Namespace) -> int:
     """Read the BudgetPolicies (and InferenceService tiers) and write the CSV; returns the exit code."""
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     from modalscale import GROUP, VERSION
@@ -193,15 +197,15 @@ def run_export(args: argparse.Namespace) -> int:
               f"{str(reason).splitlines()[0]}", file=sys.stderr)
         return 1
     finally:
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]  # kubernetes' ApiClient is untyped
     tiers = {}
-    for i in isvcs.get("items") or []:
+    for i in cast("dict[str, Any]", isvcs).get("items") or []:  # the client types a list as object
         try:
             tiers[(i["metadata"]["namespace"], i["metadata"]["name"])] = PricingTier(
                 ((i.get("spec") or {}).get("pricing") or {}).get("tier", "OnDemand"))
         except ValueError:
             continue
-    result = export_rows(policies.get("items") or [], tiers, args.billing_account)
+    result = export_rows(cast("dict[str, Any]", policies).get("items") or [], tiers, args.billing_account)
     out: IO[str]
     if args.output == "-":
         count = write_focus_csv(result.rows, sys.stdout)

@@ -78,9 +78,9 @@ def build_deps(settings: Settings) -> Deps:
     from modalscale.operator.budget.observe import BudgetObserver
 
     try:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
     except config.ConfigException:
-        config.load_kube_config()
+        config.load_kube_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
     api = client.ApiClient()
     metrics = OperatorMetrics()
     observer = Observer(api)

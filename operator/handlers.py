@@ -20,7 +20,7 @@ from modalscale.operator.budget.handlers import register_budget
 from modalscale.operator.deps import deps_of
 from modalscale.operator.incluster import login_in_pod
 from modalscale.operator.isvc.plan import ModelReferenceError
-from modalscale.operator.isvc.reconcile import ISVC_PLURAL, reconcile_isvc
+from modalscale.operator.isvc.reconcile import ISVC_PLURAL, Log, reconcile_isvc
 from modalscale.operator.peering import ensure_peering, peering_priority
 from modalscale.operator.settings import Settings
 
@@ -64,7 +64,7 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
     @kopf.on.resume(GROUP, VERSION, ISVC_PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, ISVC_PLURAL, registry=registry)
     @kopf.on.update(GROUP, VERSION, ISVC_PLURAL, registry=registry)
-    def isvc_changed(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    def isvc_changed(body: kopf.Body, memo: kopf.Memo, logger: Log, **_: Any) -> None:
         deps = deps_of(memo)
         try:
             with deps.lock_for(body["metadata"]["uid"]):
@@ -73,7 +73,7 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
             raise kopf.PermanentError(str(exc)) from exc
 
     @kopf.timer(GROUP, VERSION, ISVC_PLURAL, interval=config.resync_interval_s, registry=registry)
-    def isvc_resync(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    def isvc_resync(body: kopf.Body, memo: kopf.Memo, logger: Log, **_: Any) -> None:
         deps = deps_of(memo)
         try:
             with deps.lock_for(body["metadata"]["uid"]):

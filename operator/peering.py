@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 import kopf
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from modalscale.operator.apply import Writer
 from modalscale.operator.settings import Settings

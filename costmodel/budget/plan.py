@@ -31,9 +31,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
 
 from modalscale.api import conditions as C
+from modalscale.api.status import BudgetPolicyStatus
 from modalscale.costmodel.budget.alerts import BudgetAlert, action_lines, plan_alerts
 from modalscale.costmodel.budget.enforce import EnforcementAction, order_services, plan_enforcement
 from modalscale.costmodel.budget.spec import BudgetSpec, Threshold
@@ -112,7 +112,7 @@ class BudgetPlan:
         """
         return {(e.namespace, e.name): e.max_replicas for e in self.enforced_services if not e.dry_run}
 
-    def status_fields(self, ledger: Ledger | None = None) -> dict[str, Any]:
+    def status_fields(self, ledger: Ledger | None = None) -> BudgetPolicyStatus:
         """The BudgetPolicy ``status`` keys this plan owns (camelCase; money as decimal strings).
 
         Args:
@@ -123,7 +123,7 @@ class BudgetPlan:
             deletes the field under a JSON merge patch).
             Conditions are the operator's (see ``reason``/``message``).
         """
-        out: dict[str, Any] = {
+        out: BudgetPolicyStatus = {
             "periodStart": format_time(self.period_start),
             "periodEnd": format_time(self.period_end),
             "currency": self.currency,

@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from modalscale.api import conditions as C
+from modalscale.api.status import EnforcedServiceStatus, SpotServiceStatus, ThresholdStatus
 from modalscale.costmodel.budget.spec import ThresholdAction
 from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
 from modalscale.costmodel.ledger import LedgerFormatError, PodRun, ServiceObservation, format_time, parse_time
@@ -151,8 +152,8 @@ class ThresholdRecord:
     last_alert_time: datetime | None = None
     alerted_period_start: datetime | None = None
 
-    def to_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"percent": self.percent, "crossed": self.crossed}
+    def to_status(self) -> ThresholdStatus:
+        out: ThresholdStatus = {"percent": self.percent, "crossed": self.crossed}
         if self.forecast:
             out["forecast"] = True
         if self.last_alert_time is not None:
@@ -173,7 +174,7 @@ class EnforcedService:
     since: datetime
     dry_run: bool = False
 
-    def to_status(self) -> dict[str, Any]:
+    def to_status(self) -> EnforcedServiceStatus:
         return {"namespace": self.namespace, "name": self.name, "action": self.action.value,
                 "maxReplicas": self.max_replicas, "since": format_time(self.since), "dryRun": self.dry_run}
 
@@ -214,10 +215,10 @@ class SpotRecord:
         """True when the service should run on Spot now (the Spot annotation is wanted)."""
         return self.state is SpotState.SPOT and not self.dry_run
 
-    def to_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"namespace": self.namespace, "name": self.name,
-                               "thresholdPercent": self.threshold_percent, "state": self.state.value,
-                               "since": format_time(self.since), "dryRun": self.dry_run, "message": self.message}
+    def to_status(self) -> SpotServiceStatus:
+        out: SpotServiceStatus = {"namespace": self.namespace, "name": self.name,
+                                  "thresholdPercent": self.threshold_percent, "state": self.state.value,
+                                  "since": format_time(self.since), "dryRun": self.dry_run, "message": self.message}
         if self.fallback_time is not None:
             out["fallbackTime"] = format_time(self.fallback_time)
         return out

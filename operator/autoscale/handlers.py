@@ -29,6 +29,7 @@ from typing import Any
 import kopf
 
 from modalscale import GROUP, VERSION
+from modalscale.api.annotations import budget_cap
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.autoscaler.policy import ScalerState, ScalingMode, ScalingPolicy, recommend
@@ -36,7 +37,7 @@ from modalscale.operator.autoscale.observe import build_observation
 from modalscale.operator.autoscale.plan import compress_recommendations, plan_autoscale, state_from_status
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.observe import read_json
-from modalscale.operator.isvc.plan import ModelReferenceError, budget_cap
+from modalscale.operator.isvc.plan import ModelReferenceError
 from modalscale.operator.isvc.reconcile import ISVC_PLURAL, scale_isvc
 from modalscale.operator.settings import Settings
 
@@ -124,10 +125,12 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
 def register_autoscaler(registry: kopf.OperatorRegistry, config: Settings) -> None:
     """Register the autoscaler daemon on ``registry`` (Prometheus at ``Deps.settings.prometheus_url``)."""
 
-    @kopf.daemon(GROUP, VERSION, ISVC_PLURAL, registry=registry, when=_autoscaled, cancellation_timeout=30.0)
-    async def autoscale_isvc(name: str, namespace: str, memo: kopf.Memo, logger: logging.Logger,
+    # kopf types every handler's namespace as str | None; an InferenceService is Namespaced, so it is a str.
+    @kopf.daemon(GROUP, VERSION, ISVC_PLURAL, registry=registry, when=_autoscaled, cancellation_timeout=30.0)  # type: ignore[arg-type]
+    async def autoscale_isvc(name: str, namespace: str, memo: kopf.Memo,
+                             logger: logging.Logger | logging.LoggerAdapter[Any],
                              stopped: kopf.DaemonStopped, **_: Any) -> None:
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         deps = deps_of(memo)
         state: ScalerState | None = None

@@ -67,7 +67,7 @@ Triton-derived figure (busy time, batch size, service time, queue) is unknown, n
 reads 0 while Triton counts requests, the workload is unknown. Either way ``problem`` is ``MetricsContradict`` and
 the modes that need the unknown figures hold (Utilization, and Predictive without a model, on Triton's; Predictive
 on the runtime's), never picking the signal that says idle. A counter says serving from
-:data:`CONTRADICTION_MIN_REQUESTS` requests in the window.
+:data:`modalscale.autoscaler.metrics_parse.CONTRADICTION_MIN_REQUESTS` requests in the window.
 
 Bad answers. A non-finite value (``NaN``, ``+Inf``, ``-Inf``) in any series of a rate, feature or Triton answer
 makes that answer unknown (``NonFiniteMetrics``): the workload is None and the policy holds, never reading it
@@ -85,24 +85,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from modalscale.api.conditions import (  # condition types and reasons: one module per kind
-    INCOMPLETE_FEATURES,
-    METRICS_CONTRADICT,
-    NEGATIVE_RATE,
-    NO_REQUEST_METRICS,
-    NO_SCRAPE_TARGETS,
-    NON_FINITE_METRICS,
-    PARTIAL_TARGETS,
-    PROMETHEUS_NOT_CONFIGURED,
-    PROMETHEUS_UNREACHABLE,
-    SCRAPE_TARGETS_DOWN,
-)
-from modalscale.autoscaler.metrics_parse import (
-    CONTRADICTION_MIN_REQUESTS,
-    SERIES_IDENTITY_LABELS,
-    STABLE_WINDOW_S,
-    parse_answers,
-)
+from modalscale.api.conditions import PROMETHEUS_NOT_CONFIGURED, PROMETHEUS_UNREACHABLE
+from modalscale.autoscaler.metrics_parse import SERIES_IDENTITY_LABELS, STABLE_WINDOW_S, parse_answers
 from modalscale.autoscaler.metrics_reading import MetricsReading, unavailable
 from modalscale.autoscaler.policy import Observation
 from modalscale.redaction import redact_for_url, redact_url
@@ -187,7 +171,7 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         current_replicas: The Deployment's ``spec.replicas`` (the /scale target).
         ready_replicas: Its ``status.readyReplicas``.
         slots_per_replica: ``spec.runtime.instanceCount``.
-        budget_max_replicas: The BudgetPolicy cap (``isvc.plan.budget_cap``), None = no cap.
+        budget_max_replicas: The BudgetPolicy cap (``api.annotations.budget_cap``), None = no cap.
         now: Timezone-aware UTC; stands in for ``observed_at`` when no sample time is known (then the reading
             carries no data anyway).
     Returns:
@@ -255,7 +239,7 @@ class PrometheusReader:
         if not self.url:
             return unavailable(PROMETHEUS_NOT_CONFIGURED,
                                "MODALSCALE_PROMETHEUS_URL is not set; the autoscaler has no metrics and holds")
-        from prometheus_api_client import PrometheusApiClientException
+        from prometheus_api_client.exceptions import PrometheusApiClientException
         from requests.exceptions import RequestException
 
         try:
@@ -265,11 +249,3 @@ class PrometheusReader:
             first = text.splitlines()[0][:300] if text else type(exc).__name__
             return unavailable(PROMETHEUS_UNREACHABLE, f"Prometheus at {self.shown_url} did not answer: {first}")
         return parse_answers(answers, model_name)
-
-
-# The parse and its reading live in modalscale.autoscaler (pure, strict mypy); re-exported for the callers here.
-__all__ = ["CONTRADICTION_MIN_REQUESTS", "COUNT_BIN_S", "COUNT_SPAN_S", "INCOMPLETE_FEATURES", "METRICS_CONTRADICT",
-           "MetricsReading", "NEGATIVE_RATE", "NON_FINITE_METRICS", "NO_REQUEST_METRICS", "NO_SCRAPE_TARGETS",
-           "PARTIAL_TARGETS", "PROMETHEUS_NOT_CONFIGURED", "PROMETHEUS_UNREACHABLE", "PrometheusReader",
-           "QUERY_TIMEOUT_S", "RECENT_WINDOW_S", "SCRAPE_TARGETS_DOWN", "SERIES_IDENTITY_LABELS", "STABLE_WINDOW_S",
-           "build_observation", "build_queries", "parse_answers", "selector", "unavailable"]

@@ -27,6 +27,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     NO_SERVICE_METRICS,
     STALE_METRICS,
 )
+from modalscale.api.status import AutoscalerStateStatus, AutoscalerStatus
 from modalscale.autoscaler.metrics_reading import MetricsReading
 from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
 from modalscale.operator import conditions as cond
@@ -97,9 +98,9 @@ def compress_recommendations(state: ScalerState, max_items: int = MAX_RECOMMENDA
     return replace(state, recommendations=tuple(kept[-max_items:]))
 
 
-def state_to_status(state: ScalerState) -> dict[str, Any]:
+def state_to_status(state: ScalerState) -> AutoscalerStateStatus:
     """``ScalerState`` as ``status.autoscaler.state`` (camelCase, RFC 3339 times)."""
-    out: dict[str, Any] = {
+    out: AutoscalerStateStatus = {
         "recommendations": [{"time": _time(t), "replicas": int(r)} for t, r in state.recommendations],
         "serviceScale": round(float(state.service_scale), 6),
         "latencyScale": round(float(state.latency_scale), 6),
@@ -198,7 +199,7 @@ def plan_autoscale(status: Mapping[str, Any] | None, decision: Decision, reading
     if desired_changed:
         patch["desiredReplicas"] = int(decision.desired_replicas)
 
-    block = {
+    block: AutoscalerStatus = {
         "mode": decision.mode_used.value,
         "valid": bool(decision.valid),
         "reason": decision.reason.value,

@@ -48,30 +48,28 @@ from typing import Any
 
 import kopf
 import urllib3
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
+from modalscale.api.conditions import ENFORCEMENT_LIFTED
 from modalscale.costmodel.anomaly import AnomalyConfig, trim_history
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator.budget.delivery import (
-    DELIVERY_RETRY,
-    batch_deadline_s,
-    deliver_batch,
     launch_batch,
     stop_deliveries,
 )
-from modalscale.operator.budget.history import HistoryRead, HistoryUnavailable, merge_history
+from modalscale.operator.budget.history import HistoryUnavailable, merge_history
 from modalscale.operator.budget.observe import Receiver
 from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
-    ENFORCEMENT_LIFTED,
     ISVC_PLURAL,
     lift_all,
     observed_namespaces,
     plan_policy,
 )
 from modalscale.operator.budget.runtime import BudgetRuntime
+from modalscale.operator.budget.spend_anomalies import HistoryRead
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.settings import Settings
@@ -258,7 +256,8 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
     async def budget_cleanup(memo: kopf.Memo, logger: Log, **_: Any) -> None:
         await stop_deliveries(deps_of(memo).budget, logger)
 
-    @kopf.daemon(GROUP, VERSION, BUDGET_PLURAL, registry=registry, cancellation_backoff=5.0,
+    # kopf types every handler's namespace as str | None; a BudgetPolicy is Namespaced, so it is a str.
+    @kopf.daemon(GROUP, VERSION, BUDGET_PLURAL, registry=registry, cancellation_backoff=5.0,  # type: ignore[arg-type]
                  cancellation_timeout=10.0)
     async def budget_daemon(name: str, namespace: str, uid: str, stopped: kopf.DaemonStopped, memo: kopf.Memo,
                             logger: Log, **_: Any) -> None:
@@ -295,5 +294,4 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
             logger.info("Lifted budget caps of the deleted BudgetPolicy: services=%d", lifted)
 
 
-__all__ = ["BudgetRuntime", "DELIVERY_RETRY", "Evaluation", "batch_deadline_s", "deliver_batch", "evaluate_policy",
-           "lift_caps", "register_budget", "run_policy"]  # the delivery names re-exported from .delivery
+__all__ = ["Evaluation", "evaluate_policy", "lift_caps", "register_budget", "run_policy"]

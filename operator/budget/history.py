@@ -43,12 +43,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample
-from modalscale.operator.budget.spend_anomalies import (
-    HistoryRead,
-    SpendKey,
-    anomaly_state_from_status,
-    anomaly_state_to_status,
-)
+from modalscale.operator.budget.spend_anomalies import SpendKey
 from modalscale.redaction import redact_for_url, redact_url
 
 BURN_METRIC = "modalscale_budget_service_burn_usd_per_hour"
@@ -230,7 +225,5 @@ class PrometheusHistory:
         return parse_history(answers)
 
 
-__all__ = ["BURN_METRIC", "BurnGauges", "HistoryRead", "HistoryUnavailable",
-           "PRICE_METRIC", "PrometheusHistory", "REPLICAS_METRIC",
-           "anomaly_state_from_status", "anomaly_state_to_status", "history_queries", "merge_history",
-           "parse_history"]
+__all__ = ["BURN_METRIC", "BurnGauges", "HistoryUnavailable", "PRICE_METRIC", "PrometheusHistory", "REPLICAS_METRIC",
+           "history_queries", "merge_history", "parse_history"]

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.api.conditions import SECRET_KEY_MISSING, SECRET_NOT_FOUND, SECRET_UNREADABLE

@@ -99,6 +99,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.api.quantities import InvalidQuantity
+from modalscale.api.status import BudgetPolicyStatus
 from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
 from modalscale.costmodel.budget import (
     AlertKind,
@@ -281,8 +282,8 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
                 continue
             stop = min([max(finished)] + ([stop] if stop else []))
         node = (p.get("spec") or {}).get("nodeName")
-        out.append(PodRun(str(meta.get("name", "")), start, stop,
-                          pod_tier(p, (node_labels or {}).get(node) if node_labels is not None else None)))
+        labels = node_labels.get(node) if node_labels is not None and node is not None else None
+        out.append(PodRun(str(meta.get("name", "")), start, stop, pod_tier(p, labels)))
     return tuple(sorted(out, key=lambda r: r.name))
 
 
@@ -454,7 +455,7 @@ def _interval(policy: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) and 1 <= value <= 3600 else 60
 
 
-def _events_for(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+def _events_for(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
     events = []
     for c in cond.transitions(old, new):
         bad = ((c["type"] == READY and c["status"] == cond.FALSE)
@@ -512,7 +513,7 @@ def _hold(policy: Mapping[str, Any], reason: str, message: str, attempts: Sequen
     status = dict(policy.get("status") or {})
     generation = int(policy["metadata"].get("generation") or 0)
     old = list(status.get("conditions") or [])
-    desired: dict[str, Any] = {"observedGeneration": generation}
+    desired: BudgetPolicyStatus = {"observedGeneration": generation}
     wanted = [cond.Condition(READY, cond.FALSE, reason, message)]
     abandoned: tuple[Abandoned, ...] = ()
     try:
@@ -819,9 +820,10 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     conditions = cond.upsert(old_conditions, _wanted_conditions(ready, exceeded, plan, spec, old_conditions,
                                                                 update, history_read), generation, now)
 
-    desired = {"observedGeneration": generation, **plan.status_fields(ledger),                      # 7
-               "pendingAlerts": [e.to_status() for e in update.pending],
-               "spendAnomalies": anomaly_state_to_status(anomaly_state), "conditions": conditions}
+    desired: BudgetPolicyStatus = {"observedGeneration": generation, **plan.status_fields(ledger),  # 7
+                                   "pendingAlerts": [e.to_status() for e in update.pending],
+                                   "spendAnomalies": anomaly_state_to_status(anomaly_state),
+                                   "conditions": conditions}
     patch = _status_patch(status, desired, spec.evaluation_interval_s, now)
     events = _policy_events(status, desired, old_conditions, ready, plan, alerts, update.abandoned) if patch else []
     # Every pending entry is in status by the time the handler sends (an outbox change is always written).
@@ -850,9 +852,7 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 
 
 __all__ = [
-    "ALERT_DELIVERED", "AnnotationWrite", "BUDGET_EXCEEDED", "DELIVERY_ABANDONED", "BudgetObserved", "GonePod",
-    "PolicyPlan", "annotation_writes", "burn_samples", "gone_pod_runs",
-    "READY", "cap_annotation_key", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
-    "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "selected_services", "spot_annotation_key",
-    "spot_pending_since",
+    "AnnotationWrite", "BudgetObserved", "GonePod", "PolicyPlan", "annotation_writes", "burn_samples", "gone_pod_runs",
+    "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces", "plan_policy", "pod_runs",
+    "receiver_problem", "refused_namespaces", "selected_services", "spot_pending_since",
 ]

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from modalscale.costmodel.anomaly import BurnSample
 from modalscale.costmodel.outbox import Attempt, OutboxKey
 from modalscale.notify.sender import Sender
-from modalscale.operator.budget.history import BurnGauges, HistoryRead, PrometheusHistory
+from modalscale.operator.budget.history import BurnGauges, PrometheusHistory
 from modalscale.operator.budget.observe import BudgetObserver
 from modalscale.operator.budget.podstops import GonePods
+from modalscale.operator.budget.spend_anomalies import HistoryRead
 
 
 @dataclass

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from modalscale.api.status import SpendAnomalyStatus
 from modalscale.costmodel.anomaly import AnomalyState
 from modalscale.costmodel.ledger import LedgerFormatError, floor_to_second, format_time, parse_time
 
@@ -51,11 +52,12 @@ def anomaly_state_from_status(status: Mapping[str, Any]) -> AnomalyState:
     return AnomalyState(active, calm)
 
 
-def anomaly_state_to_status(state: AnomalyState) -> list[dict[str, str]]:
+def anomaly_state_to_status(state: AnomalyState) -> list[SpendAnomalyStatus]:
     """``status.spendAnomalies``: one item per service in an anomaly, sorted (RFC 3339 UTC, whole seconds)."""
-    out = []
+    out: list[SpendAnomalyStatus] = []
     for key in sorted(state.active):
-        item = {"namespace": key[0], "name": key[1], "since": format_time(floor_to_second(state.active[key]))}
+        item: SpendAnomalyStatus = {"namespace": key[0], "name": key[1],
+                                    "since": format_time(floor_to_second(state.active[key]))}
         if key in state.calm_since:
             item["calmSince"] = format_time(floor_to_second(state.calm_since[key]))
         out.append(item)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.api.inferenceservice import IsvcSpec
@@ -14,7 +15,7 @@ from modalscale.operator.isvc.objects import configmap_name, selector
 from modalscale.operator.isvc.plan import IsvcObserved
 
 
-def read_json(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+def read_json(call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any] | None:
     """Call a typed-client read with ``_preload_content=False`` and return the raw JSON dict, camelCase as
     kopf gives bodies (None on 404)."""
     try:
@@ -23,7 +24,8 @@ def read_json(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         if exc.status == 404:
             return None
         raise
-    return json.loads(resp.data)
+    body: dict[str, Any] = json.loads(resp.data)
+    return body
 
 
 class Observer:

@@ -21,12 +21,11 @@ from decimal import Decimal
 from typing import Any
 
 from modalscale.api import conditions as R
-
-# The cap codec lives in modalscale.api.annotations; BUDGET_CAP_PREFIX and budget_cap stay importable from here.
-from modalscale.api.annotations import BUDGET_CAP_PREFIX, SpotSwitch, budget_cap  # noqa: F401
+from modalscale.api.annotations import SpotSwitch
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
 from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
 from modalscale.api.quantities import parse_cpu_cores, same_quantity
+from modalscale.api.status import ConditionStatus, InferenceServiceStatus, ScalingHistoryEntry
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
@@ -96,7 +95,7 @@ class Write:
 @dataclass
 class IsvcPlan:
     writes: list[Write]
-    status: dict[str, Any]
+    status: InferenceServiceStatus
     events: list[tuple[str, str, str]]
     """(type Normal|Warning, reason, message) to post."""
     desired_replicas: int | None
@@ -237,7 +236,7 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None
         desired, why = decision.desired_replicas, None
         reason, message = decision.reason.value, decision.message[:1024] or decision.reason.value
     else:
-        scaler = obs.status.get("desiredReplicas")
+        scaler: Any = obs.status.get("desiredReplicas")  # JSON as stored; decided checks that it is an int
         decided = isinstance(scaler, int) and obs.deployment is not None
         base = int(scaler) if decided else sc.min_replicas
         desired, why = bound_replicas(base, sc.min_replicas, sc.max_replicas, obs.budget_cap_replicas)
@@ -335,7 +334,7 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
             obs.deployment is not None and replicas.write is not None) else []
         status, events = _status(spec, obs, replicas, config, now)
         return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
-    writes: list[Write] = []
+    writes = []
     if m.source == "BuiltIn":
         w = _child_write("ConfigMap", build_configmap(spec, repo_files), obs.configmap, ("data",))
         if w:
@@ -476,10 +475,10 @@ def _budget_condition(obs: IsvcObserved) -> cond.Condition:
     return cond.Condition(R.BUDGET_LIMITED, cond.FALSE, R.WITHIN_BUDGET, "no budget cap in force")
 
 
-def _scaling_history(obs: IsvcObserved, decision: ReplicaDecision, now: dt.datetime) -> list[dict[str, Any]]:
+def _scaling_history(obs: IsvcObserved, decision: ReplicaDecision, now: dt.datetime) -> list[ScalingHistoryEntry]:
     """``status.scalingHistory`` with this plan's replica write appended (when it changes the Deployment's
     replicas), the last :data:`HISTORY_LIMIT` entries."""
-    history = list(obs.status.get("scalingHistory") or [])
+    history: list[ScalingHistoryEntry] = list(obs.status.get("scalingHistory") or [])
     if decision.write is not None and obs.deployment is not None:
         before = int((obs.deployment.get("spec") or {}).get("replicas") or 0)
         if before != decision.write:
@@ -489,7 +488,7 @@ def _scaling_history(obs: IsvcObserved, decision: ReplicaDecision, now: dt.datet
     return history[-HISTORY_LIMIT:]
 
 
-def _status_events(old_conditions: list[dict[str, Any]], new_conditions: list[dict[str, Any]],
+def _status_events(old_conditions: list[dict[str, Any]], new_conditions: list[ConditionStatus],
                    decision: ReplicaDecision) -> list[tuple[str, str, str]]:
     """``(type, reason, message)`` Events for the conditions that changed: Warning for a bad state, Normal else;
     none for the first visit's healthy or unknown states."""
@@ -514,7 +513,7 @@ def _status_events(old_conditions: list[dict[str, Any]], new_conditions: list[di
 
 
 def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config: PlanConfig,
-            now: dt.datetime) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+            now: dt.datetime) -> tuple[InferenceServiceStatus, list[tuple[str, str, str]]]:
     """The InferenceService's status (conditions, replicas, scaling history, cost) and its Events."""
     dst = (obs.deployment or {}).get("status") or {}
     problem = _pod_problems(obs.pods)
@@ -526,7 +525,7 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
         _conflict_condition(spec, decision, old_conditions, config, now), _budget_condition(obs)],
         spec.generation, now)
     history = _scaling_history(obs, decision, now)
-    status: dict[str, Any] = {
+    status: InferenceServiceStatus = {
         "observedGeneration": spec.generation,
         "replicas": int(dst.get("replicas") or 0),
         "readyReplicas": int(dst.get("readyReplicas") or 0),

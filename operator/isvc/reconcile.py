@@ -12,12 +12,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from modalscale.api import conditions as R
-from modalscale.api.annotations import spot_switches  # SwitchToSpot: the Spot annotation places the pods
+from modalscale.api.annotations import budget_cap, spot_switches  # SwitchToSpot: the Spot annotation places the pods
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
+from modalscale.api.status import InferenceServiceStatus
 from modalscale.autoscaler.policy import Decision
 from modalscale.costmodel.opencost import PricedReplica
 from modalscale.operator import conditions as cond
@@ -27,7 +29,6 @@ from modalscale.operator.isvc.plan import (
     ModelReferenceError,
     PlanConfig,
     Write,
-    budget_cap,
     plan_isvc,
     with_spot_placement,
 )
@@ -95,7 +96,7 @@ def add_priced(plan: IsvcPlan, current_status: dict[str, Any], priced: PricedRep
         plan.events.append(("Warning" if fallback else "Normal", wanted.reason, f"Priced: {wanted.message}"))
 
 
-def _fail_status(body: dict[str, Any], reason: str, message: str, now: dt.datetime) -> dict[str, Any]:
+def _fail_status(body: dict[str, Any], reason: str, message: str, now: dt.datetime) -> InferenceServiceStatus:
     status = dict(body.get("status") or {})
     generation = int(body["metadata"].get("generation") or 0)
     wanted = [cond.Condition(R.READY, cond.FALSE, reason, message),
@@ -121,7 +122,7 @@ def refuse(deps: Deps, raw: dict[str, Any], exc: InvalidSpec | ModelReferenceErr
     deps.metrics.reconciles.labels(kind="InferenceService", result=reason).inc()
 
 
-def reconcile_isvc(deps: Deps, body: dict[str, Any], logger: Log) -> None:
+def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> None:
     """One level-triggered reconcile of an InferenceService: observe, plan, apply, report.
 
     Args:

@@ -26,9 +26,10 @@ from modalscale.costmodel.budget import (
     plan_budget,
 )
 from modalscale.devenv.receivers import KINDS, ChatReceiver, Reply
-from modalscale.notify.answers import redact, sensitive_parts
+from modalscale.notify.answers import sensitive_parts
 from modalscale.notify.limits import RateLimit
 from modalscale.notify.sender import RetryPolicy, Sender
+from modalscale.redaction import redact
 
 SIGNING = {"DingTalk", "Feishu", "Webhook"}
 SECRET = "SEC-integration-signing-secret"

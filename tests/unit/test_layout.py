@@ -306,6 +306,38 @@ def test_no_module_only_re_exports_another_under_an_old_name() -> None:
     assert shims == []
 
 
+def _reexported(source: str) -> list[str]:
+    """The names a module's ``__all__`` lists that it only imports (binds by no def, class or assignment)."""
+    import ast
+
+    listed: list[str] = []
+    defined: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
+                listed = [e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant)]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return sorted(name for name in listed if name not in defined)
+
+
+def test_no_module_re_exports_a_name_through_all() -> None:
+    # A name has one home and importers use it (issue 23): a module's __all__ lists what it defines, not names moved
+    # out of it (strict mypy takes __all__ as an explicit re-export, so the old import path would type-check).
+    files = {py.resolve() for root in [REPO / f for f in CODE_FOLDERS] + [REPO / "src" / "modalscale"]
+             for py in root.rglob("*.py") if py.name != "__init__.py"}
+    found = sorted(f"{py.relative_to(REPO)}: {', '.join(names)}" for py in files
+                   if (names := _reexported(py.read_text())))
+    assert found == []
+
+
+def test_the_re_export_guard_sees_a_re_export() -> None:
+    assert _reexported('from a import b\n\nC = 1\n\n\ndef f():\n    pass\n\n__all__ = ["C", "b", "f"]\n') == ["b"]
+    assert _reexported('from a import b\n\nb = b or 1\n__all__ = ["b"]\n') == []
+
+
 def test_the_shim_guard_sees_a_shim() -> None:
     assert _reexport_only('"""Old name."""\nfrom a import *  # noqa: F403\nfrom a import __all__  # noqa: F401\n')
     assert _reexport_only('"""Old name."""\nfrom a import b\n\n__all__ = ["b"]\n')

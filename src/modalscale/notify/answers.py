@@ -24,7 +24,8 @@ Success and error shapes handled (documentation read 2026-11-30):
   (https://open.feishu.cn/document/client-docs/bot-v3/add-custom-bot).
 * Generic webhook: any 2xx.
 
-Nothing a result carries contains the webhook URL or the signing secret: messages pass through :func:`redact`.
+Nothing a result carries contains the webhook URL or the signing secret: messages pass through
+:func:`modalscale.redaction.redact`.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from modalscale.api.conditions import (
 )
 from modalscale.costmodel.budget import NotifierType
 from modalscale.notify.limits import RATE_LIMIT_WAIT_S
-from modalscale.redaction import REDACTED, redact, userinfo_parts
+from modalscale.redaction import userinfo_parts
 
 
 @dataclass(frozen=True)
@@ -192,4 +193,4 @@ def classify(kind: NotifierType, status: int, body: str, retry_after: float | No
                    False, status)
 
 
-__all__ = ["DeliveryResult", "Outcome", "REDACTED", "classify", "redact", "retry_after_s", "sensitive_parts"]
+__all__ = ["DeliveryResult", "Outcome", "classify", "retry_after_s", "sensitive_parts"]

@@ -37,9 +37,10 @@ from modalscale.api.conditions import (
     TIMED_OUT,
 )
 from modalscale.costmodel.budget import NotifierType
-from modalscale.notify.answers import DeliveryResult, Outcome, classify, redact, retry_after_s, sensitive_parts
+from modalscale.notify.answers import DeliveryResult, Outcome, classify, retry_after_s, sensitive_parts
 from modalscale.notify.limits import PLATFORM_RATE_LIMITS, RateLimit, SlidingWindow
 from modalscale.notify.payloads import Alert, prepare_request
+from modalscale.redaction import redact
 
 log = logging.getLogger("modalscale.notify")
 

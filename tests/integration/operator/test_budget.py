@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from modalscale.api.annotations import cap_annotation_key
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.kube import describe_workload, wait_for
 from modalscale.devenv.receivers import ChatReceiver, Reply
-from modalscale.operator.budget.plan import cap_annotation_key
 
 GROUP, VERSION = "modalscale.io", "v1alpha1"
 REPO = Path(__file__).resolve().parents[3]

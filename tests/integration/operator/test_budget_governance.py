@@ -18,9 +18,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from modalscale.api.annotations import cap_annotation_key
 from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.kube import wait_for
-from modalscale.operator.budget.plan import cap_annotation_key
 from tests.integration.operator.test_budget import (
     GPU_TYPE,
     GROUP,

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 
+from modalscale.api.conditions import NOTIFICATION_REMOVED, OUTBOX_FULL, PERIOD_ENDED
 from modalscale.costmodel.budget import (
     AlertKind,
     AlertState,
@@ -21,9 +22,6 @@ from modalscale.costmodel.budget import (
     plan_budget,
 )
 from modalscale.costmodel.outbox import (
-    NOTIFICATION_REMOVED,
-    OUTBOX_FULL,
-    PERIOD_ENDED,
     AlertMessage,
     Attempt,
     PendingAlert,

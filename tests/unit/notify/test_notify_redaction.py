@@ -16,7 +16,8 @@ import urllib.parse
 import httpx
 import pytest
 
-from modalscale.notify.answers import REDACTED, redact, sensitive_parts
+from modalscale.notify.answers import sensitive_parts
+from modalscale.redaction import REDACTED, redact
 
 # (id, URL as stored in the Secret, the user-info secrets that must never be shown, decoded)
 URLS = [

@@ -10,11 +10,7 @@ from typing import Any
 
 import pytest
 
-from modalscale.autoscaler.features import Modality
-from modalscale.autoscaler.policy import Reason, ScalerState, ScalingMode, ScalingPolicy, recommend
-from modalscale.autoscaler.profile_data import generate_profile
-from modalscale.autoscaler.regressor import ServiceTimeRegressor
-from modalscale.operator.autoscale.observe import (
+from modalscale.api.conditions import (
     INCOMPLETE_FEATURES,
     METRICS_CONTRADICT,
     NEGATIVE_RATE,
@@ -24,12 +20,13 @@ from modalscale.operator.autoscale.observe import (
     PARTIAL_TARGETS,
     PROMETHEUS_NOT_CONFIGURED,
     SCRAPE_TARGETS_DOWN,
-    PrometheusReader,
-    build_observation,
-    build_queries,
-    parse_answers,
-    selector,
 )
+from modalscale.autoscaler.features import Modality
+from modalscale.autoscaler.metrics_parse import parse_answers
+from modalscale.autoscaler.policy import Reason, ScalerState, ScalingMode, ScalingPolicy, recommend
+from modalscale.autoscaler.profile_data import generate_profile
+from modalscale.autoscaler.regressor import ServiceTimeRegressor
+from modalscale.operator.autoscale.observe import PrometheusReader, build_observation, build_queries, selector
 from modalscale.operator.autoscale.plan import STALE_METRICS, plan_autoscale
 
 T = 1796040026.556  # evaluation time of the recording

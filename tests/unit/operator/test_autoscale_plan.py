@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from modalscale.api.conditions import NON_FINITE_METRICS, PARTIAL_TARGETS, PROMETHEUS_UNREACHABLE
+from modalscale.autoscaler.metrics_reading import MetricsReading, unavailable
 from modalscale.autoscaler.policy import (
     Decision,
     Observation,
@@ -18,13 +20,6 @@ from modalscale.autoscaler.policy import (
     ScalingMode,
     ScalingPolicy,
     finalize_recommendation,
-)
-from modalscale.operator.autoscale.observe import (
-    NON_FINITE_METRICS,
-    PARTIAL_TARGETS,
-    PROMETHEUS_UNREACHABLE,
-    MetricsReading,
-    unavailable,
 )
 from modalscale.operator.autoscale.plan import (
     COST_MODEL_LOADED,

@@ -7,8 +7,8 @@ import datetime as dt
 from dataclasses import replace
 
 from modalscale.costmodel.outbox import OutboxUpdate
-from modalscale.operator.budget.history import HistoryRead
 from modalscale.operator.budget.plan import _alert_condition, plan_policy
+from modalscale.operator.budget.spend_anomalies import HistoryRead
 from tests.unit.operator.test_budget_plan import CATALOG, T0, first_alert, make_isvc, make_policy, observed, persisted
 
 

@@ -18,15 +18,13 @@ from modalscale.operator.budget.history import (
     PRICE_METRIC,
     REPLICAS_METRIC,
     BurnGauges,
-    HistoryRead,
     HistoryUnavailable,
-    anomaly_state_from_status,
-    anomaly_state_to_status,
     history_queries,
     merge_history,
     parse_history,
 )
 from modalscale.operator.budget.plan import plan_policy
+from modalscale.operator.budget.spend_anomalies import HistoryRead, anomaly_state_from_status, anomaly_state_to_status
 from modalscale.operator.conditions import get
 from modalscale.operator.settings import ConfigError, Settings
 from tests.unit.operator.test_budget_plan import CATALOG, T0, make_isvc, make_pod, make_policy, observed, persisted

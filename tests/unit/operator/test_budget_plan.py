@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from modalscale.api.annotations import cap_annotation_key
 from modalscale.costmodel.budget import parse_budget_spec
 from modalscale.costmodel.catalog import load_catalog
 from modalscale.costmodel.outbox import Attempt
 from modalscale.operator.budget.plan import (
     BudgetObserved,
-    cap_annotation_key,
     cap_annotation_value,
     heartbeat_s,
     lift_all,

@@ -131,7 +131,8 @@ def test_trim_pod_keeps_what_prices_a_spot_pod_when_nodes_cannot_be_read() -> No
 def test_the_pod_watch_records_deletions_only_without_a_finalizer() -> None:
     import kopf
 
-    from modalscale.operator.budget.handlers import BudgetRuntime, register_budget
+    from modalscale.operator.budget.handlers import register_budget
+    from modalscale.operator.budget.runtime import BudgetRuntime
     from modalscale.operator.deps import Deps
     from modalscale.operator.settings import Settings
 

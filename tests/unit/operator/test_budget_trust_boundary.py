@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from modalscale.api.annotations import cap_annotation_key
 from modalscale.operator.budget.plan import (
     BudgetObserved,
-    cap_annotation_key,
     observed_namespaces,
     plan_policy,
     refused_namespaces,

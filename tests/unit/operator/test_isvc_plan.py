@@ -253,7 +253,7 @@ def test_quantities_compare_by_value_in_drift_detection() -> None:
 
 
 def test_budget_cap_is_the_tightest_annotation_and_is_applied_last_even_in_fixed_mode() -> None:
-    from modalscale.operator.isvc.plan import budget_cap
+    from modalscale.api.annotations import budget_cap
 
     ann = {"budget.modalscale.io/cap-aaaaaaaaaa": '{"maxReplicas": 3, "policy": "a/p1", "action": "CapReplicas"}',
            "budget.modalscale.io/cap-bbbbbbbbbb": '{"maxReplicas": 1, "policy": "b/p2", "action": "ScaleDown"}',

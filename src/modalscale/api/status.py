@@ -1,0 +1,209 @@
+"""The ``status`` of each kind as the operator writes it: one TypedDict per kind, field for field the CRD's schema.
+
+``InferenceServiceStatus`` and ``BudgetPolicyStatus`` (with the objects inside them) name every key, its JSON type
+and whether the CRD requires it; the planners build their status as these types, so mypy checks every key they
+write against the schema. A unit test (``tests/unit/api/test_api_status.py``) fails when a TypedDict and
+``crds/*.yaml`` differ (keys or required keys), so they cannot drift apart.
+
+Shapes are the JSON ones (camelCase keys; times RFC 3339 UTC strings; money decimal strings, USD). These are types
+only: building a status as one changes nothing in what is written. What the operator reads back is the stored JSON
+(``Mapping[str, Any]``), parsed by each codec (``Ledger.from_status``, ``state_from_status``, ...), which refuses or
+resets what does not parse.
+
+No ``from __future__ import annotations`` here: ``Required``/``NotRequired`` are read at run time
+(``__required_keys__``, used by the schema test), which string annotations defeat on Python 3.11.
+"""
+
+from typing import NotRequired, TypedDict
+
+
+class ConditionStatus(TypedDict):
+    """One item of ``status.conditions`` (metav1.Condition), both kinds."""
+
+    type: str
+    status: str  # ``True``, ``False`` or ``Unknown``.
+    observedGeneration: NotRequired[int]
+    lastTransitionTime: str
+    reason: str
+    message: str
+
+
+# =============================================================================================== InferenceService
+# "from" is a Python keyword: the functional form.
+ScalingHistoryEntry = TypedDict("ScalingHistoryEntry", {
+    "time": str,
+    "from": int,
+    "to": int,
+    "reason": str,
+    "message": NotRequired[str],
+})
+"""One item of ``status.scalingHistory``: a change of the Deployment's replicas, ``from`` -> ``to``."""
+
+
+class RecommendationStatus(TypedDict):
+    """One item of ``status.autoscaler.state.recommendations``: a past recommendation, kept for stabilization."""
+
+    time: str
+    replicas: int
+
+
+class AutoscalerStateStatus(TypedDict, total=False):
+    """``status.autoscaler.state``: the scaler state carried between decisions (``ScalerState``)."""
+
+    recommendations: list[RecommendationStatus]
+    serviceScale: float  # Calibration of the service-time model (observed / predicted), > 0.
+    latencyScale: float
+    lastChangeTime: str
+    inFlightHistory: list[float]
+
+
+class AutoscalerStatus(TypedDict, total=False):
+    """``status.autoscaler``: the last decision of the autoscaler."""
+
+    mode: str  # The mode actually used: ``Predictive``, ``Utilization`` or ``Fixed``.
+    valid: bool
+    reason: str
+    message: str
+    lastDecisionTime: str
+    metricsAvailable: bool
+    features: dict[str, float]  # The numbers behind the decision (at most 32, finite).
+    state: AutoscalerStateStatus
+
+
+class InferenceServiceStatus(TypedDict, total=False):
+    """``status`` of an InferenceService."""
+
+    observedGeneration: int
+    replicas: int
+    readyReplicas: int
+    desiredReplicas: int
+    selector: str
+    url: str
+    costUSDPerHour: str  # Running replicas x the replica price, USD per hour (decimal string, 4 places).
+    lastScaleReason: str
+    scalingHistory: list[ScalingHistoryEntry]
+    autoscaler: AutoscalerStatus
+    conditions: list[ConditionStatus]
+
+
+# ================================================================================================== BudgetPolicy
+class LedgerServiceStatus(TypedDict):
+    """One item of ``status.ledger.services``: one service's spend this period."""
+
+    namespace: str
+    name: str
+    replicas: NotRequired[int]
+    costUSDPerHour: NotRequired[str]
+    spent: NotRequired[str]  # USD (decimal string).
+
+
+class LedgerStatus(TypedDict, total=False):
+    """``status.ledger``: what the period cost so far, per service, up to ``observedTime``."""
+
+    observedTime: str
+    services: list[LedgerServiceStatus]
+
+
+class ThresholdStatus(TypedDict):
+    """One item of ``status.thresholds``: the de-duplication state of a threshold (or of the forecast)."""
+
+    percent: int
+    crossed: NotRequired[bool]
+    lastAlertTime: NotRequired[str]
+    alertedPeriodStart: NotRequired[str]
+    forecast: NotRequired[bool]
+
+
+class EnforcedServiceStatus(TypedDict):
+    """One item of ``status.enforcedServices``: a service a cap holds."""
+
+    namespace: str
+    name: str
+    action: str  # ``CapReplicas``, ``ScaleDown`` or ``ScaleToZero``.
+    maxReplicas: NotRequired[int]
+    since: NotRequired[str]
+    dryRun: NotRequired[bool]
+
+
+class SpotServiceStatus(TypedDict):
+    """One item of ``status.spotServices``: a service a ``SwitchToSpot`` action holds this period."""
+
+    namespace: str
+    name: str
+    thresholdPercent: int
+    state: str  # ``Spot`` or ``OnDemandFallback``.
+    since: str
+    fallbackTime: NotRequired[str]
+    dryRun: NotRequired[bool]
+    message: NotRequired[str]
+
+
+class SpendAnomalyStatus(TypedDict):
+    """One item of ``status.spendAnomalies``: a service whose burn rate is in an anomaly."""
+
+    namespace: str
+    name: str
+    since: str
+    calmSince: NotRequired[str]
+
+
+class ResolvedAlertStatus(TypedDict):
+    """One item of ``status.pendingAlerts[].resolves``: the alert a ``Recovered`` alert resolves."""
+
+    kind: str
+    thresholdPercent: int
+    startsAt: str
+
+
+class AlertFactStatus(TypedDict):
+    """One item of ``status.pendingAlerts[].facts``."""
+
+    label: str
+    value: str
+
+
+class PendingAlertStatus(TypedDict):
+    """One item of ``status.pendingAlerts`` (the outbox): an alert not yet accepted by one notification target."""
+
+    notification: str
+    kind: str
+    thresholdsPercent: NotRequired[list[int]]
+    resolves: NotRequired[list[ResolvedAlertStatus]]
+    period: str
+    periodStart: str
+    periodEnd: str
+    createdAt: str
+    severity: str
+    title: str
+    facts: NotRequired[list[AlertFactStatus]]
+    attempts: int
+    firstAttemptTime: NotRequired[str]
+    nextAttemptTime: str
+    lastReason: NotRequired[str]
+    lastError: NotRequired[str]
+
+
+class BudgetPolicyStatus(TypedDict, total=False):
+    """``status`` of a BudgetPolicy (money: decimal strings in ``currency``; USD).
+
+    ``forecast`` and ``burnRatePerHour`` are None (JSON null) when unknown: under the merge patch the operator
+    writes, null deletes a stale value.
+    """
+
+    observedGeneration: int
+    periodStart: str
+    periodEnd: str
+    currency: str
+    spent: str
+    forecast: str | None
+    remaining: str
+    burnRatePerHour: str | None
+    state: str  # ``Ok``, ``Warning``, ``Exceeded`` or ``Unknown``.
+    lastEvaluationTime: str
+    ledger: LedgerStatus
+    thresholds: list[ThresholdStatus]
+    enforcedServices: list[EnforcedServiceStatus]
+    spotServices: list[SpotServiceStatus]
+    spendAnomalies: list[SpendAnomalyStatus]
+    pendingAlerts: list[PendingAlertStatus]
+    conditions: list[ConditionStatus]
