@@ -50,7 +50,6 @@ from modalscale.costmodel.ledger import format_time
 from modalscale.costmodel.money import format_usd, quantize_display_usd, quantize_ledger_usd
 from modalscale.costmodel.showback import (
     ACCOUNTING_METRICS,
-    COUNTER_RESET,
     GROUP_DIMENSIONS,
     IDLE,
     IMAGE_PIXELS_METRIC,
@@ -446,6 +445,6 @@ def run_showback(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
-__all__ = ["COUNTER_RESET", "FORMATS", "LedgerWindow", "PARTIAL_LEDGER_COVERAGE", "PrometheusShowback",
+__all__ = ["FORMATS", "LedgerWindow", "PARTIAL_LEDGER_COVERAGE", "PrometheusShowback",
            "RESETS_PREFIX", "Showback", "ShowbackUnavailable", "add_parser", "build_showback", "ledger_queries",
            "parse_showback", "parse_since", "render", "run_showback", "showback_queries", "step_for"]
