@@ -91,10 +91,10 @@ class Gateway:
         self.host = host
         self.clock = clock
         self.balancer = Balancer(settings.affinity_load_factor)
-        self.admission = Admission(settings.max_inflight, settings.queue_size, settings.queue_timeout_s,
-                                   self.balancer.has_ready)
-        self.tenants = TenantFolder(settings.max_tenants)
         self.metrics = GatewayMetrics()
+        self.admission = Admission(settings.max_inflight, settings.queue_size, settings.queue_timeout_s,
+                                   self.balancer.has_ready, on_change=self._update_queue_gauges)
+        self.tenants = TenantFolder(settings.max_tenants)
         self._last_poke_s = -float("inf")
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -137,7 +137,11 @@ class Gateway:
         self._runners.append(runner)
 
     async def stop(self) -> None:
-        """Graceful stop: refuse new requests, let in-flight and queued ones finish (``drain_timeout_s``), close."""
+        """Graceful stop: refuse new requests, let in-flight and queued ones finish (``drain_timeout_s``), close.
+
+        A second call does nothing."""
+        if self._stopping:
+            return
         self._stopping = True
         self.admission.close()
         grace = self.settings.drain_timeout_s
@@ -161,7 +165,6 @@ class Gateway:
         self.metrics.ready_endpoints.set(len(self.balancer.endpoints))
         log.info("Endpoints changed ready=%s", ",".join(ep.key for ep in self.balancer.endpoints) or "none")
         self.admission.wake()
-        self._update_queue_gauges()
         self._close_idle_channels()
 
     def _close_idle_channels(self) -> None:
@@ -203,20 +206,15 @@ class Gateway:
         """Admission with the poke and the gauges; raises :class:`Rejected`."""
         self._poke()
         t0 = self.clock()
-        entered = asyncio.ensure_future(self.admission.enter())
-        self._update_queue_gauges()
         try:
-            await entered
+            await self.admission.enter()
         except Rejected as exc:
             self.metrics.rejected.labels(exc.reason).inc()
             raise
-        finally:
-            self._update_queue_gauges()
         self.metrics.queue_wait.observe(self.clock() - t0)
 
     def _release(self) -> None:
         self.admission.exit()
-        self._update_queue_gauges()
 
     def _pick(self, key: bytes | None, exclude: tuple[str, ...] = ()) -> Endpoint | None:
         ep = self.balancer.pick(key, self.clock(), exclude)

@@ -113,3 +113,24 @@ def test_closed_admission_refuses_new_requests() -> None:
         return err.value.reason
 
     assert run(body()) == "ShuttingDown"
+
+
+def test_close_at_zero_refuses_the_waiters_instead_of_leaving_them_to_hang() -> None:
+    async def body() -> tuple[str, list[tuple[int, int]]]:
+        seen: list[tuple[int, int]] = []
+        adm: Admission
+
+        def changed() -> None:
+            seen.append((adm.inflight, adm.waiting))
+
+        adm = Admission(max_inflight=1, queue_size=2, queue_timeout_s=5, is_ready=lambda: False, on_change=changed)
+        task = asyncio.create_task(adm.enter())
+        await asyncio.sleep(0.01)
+        adm.close()
+        with pytest.raises(Rejected) as err:
+            await task
+        return err.value.reason, seen
+
+    reason, seen = run(body())  # type: ignore[misc]
+    assert reason == "ShuttingDown"
+    assert seen[0] == (0, 1) and seen[-1] == (0, 0)  # the gauges saw the wait begin and end
