@@ -11,7 +11,9 @@ hashing with bounded loads (:func:`modalscale.gateway.affinity.pick`, Mirrokni e
 Envoy's ring-hash with ``hash_balance_factor`` use), so the runtime's embedding cache is reused; any other request
 goes to the replica with the fewest outstanding requests, ties broken at random ("least request" of Envoy; with
 the handful of replicas of one service a full scan costs less than sampling two, and is never worse than
-power-of-two choices).
+power-of-two choices). The random tie-break matters: one client sending one request at a time leaves every replica
+at 0 outstanding before each pick, and a fixed tie order (``affinity.choose`` without a key takes the smallest
+name) would send all of its requests to one replica, the very imbalance issue 19 measured behind kube-proxy.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import random
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from modalscale.gateway.affinity import pick as affinity_pick
+from modalscale.gateway.affinity import choose as affinity_choose
 
 EJECT_S = 2.0
 """How long an endpoint whose connection was refused is skipped, in seconds (Envoy's outlier detection does the
@@ -152,15 +154,23 @@ class Balancer:
 
     # --- the pick ---------------------------------------------------------------------------------------------
     def pick(self, key: bytes | None, now_s: float, exclude: Collection[str] = ()) -> Endpoint | None:
-        """Choose the endpoint for one request.
+        """Choose the endpoint for one request: ``choose(...)[0]``, or None (see :meth:`choose`)."""
+        chosen = self.choose(key, now_s, exclude)
+        return None if chosen is None else chosen[0]
+
+    def choose(self, key: bytes | None, now_s: float, exclude: Collection[str] = ()
+               ) -> tuple[Endpoint, bool] | None:
+        """Choose the endpoint for one request, and say whether it is the key's own replica.
 
         Args:
             key: The request's first image digest (affinity), or None (least outstanding).
             now_s: Monotonic seconds, for ejections.
             exclude: Endpoint keys not to use (the one a retry failed on).
         Returns:
-            The chosen endpoint, or None when no routable endpoint is left after ``exclude``. Ejected endpoints
-            are used only when nothing else is left (better a likely failure, retried, than a certain 503).
+            ``(endpoint, affinity_hit)``; ``affinity_hit`` is True when the key's own replica on the ring took it
+            (False without a key, or when the load bound moved it on). None when no routable endpoint is left
+            after ``exclude``. Ejected endpoints are used only when nothing else is left (better a likely
+            failure, retried, than a certain 503).
         """
         candidates = [k for k in self._endpoints if k not in exclude]
         if not candidates:
@@ -169,8 +179,9 @@ class Balancer:
         pool = healthy or candidates
         loads = {k: self._outstanding.get(k, 0) for k in pool}
         if key is not None:
-            return self._endpoints[affinity_pick(key, loads, self.load_factor)]
-        return self._endpoints[least_outstanding(loads, self._rng)]
+            choice = affinity_choose(key, loads, self.load_factor)
+            return self._endpoints[choice.replica], choice.preferred
+        return self._endpoints[least_outstanding(loads, self._rng)], False
 
 
 def least_outstanding(loads: Mapping[str, int], rng: random.Random) -> str:

@@ -72,7 +72,8 @@ class GatewayMetrics:
                                     "Seconds a request waited in the gateway's queue before it was admitted.",
                                     buckets=UPSTREAM_SECONDS_BUCKETS + (120.0, 300.0), registry=r)
         self.picks = Counter("modalscale_gateway_picks_total",
-                             "Replica choices, by policy (affinity: by image digest; least_outstanding: other).",
+                             "Replica choices, by policy: affinity_hit (the image's own replica on the ring), "
+                             "affinity_spill (moved on by the load bound), least_outstanding (no image).",
                              ("policy",), registry=r)
         self.retries = Counter("modalscale_gateway_retries_total",
                                "Requests sent again to another replica after a failure before any byte reached the "

@@ -38,6 +38,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from modalscale.gateway.admission import Admission, Rejected
+from modalscale.gateway.affinity import affinity_key
 from modalscale.gateway.balancer import Balancer, Endpoint
 from modalscale.gateway.endpoints import EndpointSource
 from modalscale.gateway.features import PayloadError, RequestFeatures, features_from_grpc, features_from_http
@@ -217,9 +218,12 @@ class Gateway:
         self.admission.exit()
 
     def _pick(self, key: bytes | None, exclude: tuple[str, ...] = ()) -> Endpoint | None:
-        ep = self.balancer.pick(key, self.clock(), exclude)
-        if ep is not None:
-            self.metrics.picks.labels("affinity" if key is not None else "least_outstanding").inc()
+        chosen = self.balancer.choose(key, self.clock(), exclude)
+        if chosen is None:
+            return None
+        ep, hit = chosen
+        self.metrics.picks.labels("least_outstanding" if key is None else "affinity_hit" if hit
+                                  else "affinity_spill").inc()
         return ep
 
     def _record(self, tenant: str, feats: RequestFeatures | None, protocol: str, code: str,
@@ -281,7 +285,7 @@ class Gateway:
     async def _forward_http(self, request: web.Request, body: bytes, feats: RequestFeatures | None,
                             tenant: str) -> web.StreamResponse:
         assert self._session is not None
-        key = feats.image_digests[0] if feats is not None and feats.image_digests else None
+        key = affinity_key(feats.image_digests) if feats is not None else None
         headers = forwarded_headers(request.headers)
         tried: tuple[str, ...] = ()
         for attempt in (0, 1):
@@ -372,7 +376,7 @@ class Gateway:
     async def _forward_grpc(self, method: str, request: bytes, metadata: tuple[tuple[str, Any], ...],
                             context: grpc.aio.ServicerContext[bytes, bytes], feats: RequestFeatures | None,
                             tenant: str) -> bytes:
-        key = feats.image_digests[0] if feats is not None and feats.image_digests else None
+        key = affinity_key(feats.image_digests) if feats is not None else None
         remaining = context.time_remaining()
         timeout = self.settings.upstream_timeout_s if remaining is None else min(remaining,
                                                                                  self.settings.upstream_timeout_s)

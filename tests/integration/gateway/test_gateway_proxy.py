@@ -242,3 +242,15 @@ def test_stop_lets_an_in_flight_request_finish(
     assert response.status_code == 200
     with pytest.raises(httpx.ConnectError):
         httpx.post(gw.http + INFER, json=text_request(), timeout=2)
+
+
+def test_repeated_image_goes_to_one_replica(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    gw = make_gateway([endpoint(r) for r in replicas])
+    before = success_counts(replicas)
+    body, headers = binary_request([png(40, 30)])
+    with httpx.Client(base_url=gw.http, timeout=10) as c:
+        codes = [c.post(INFER, content=body, headers=headers).status_code for _ in range(8)]
+    served = sorted(a - b for a, b in zip(success_counts(replicas), before))
+    assert codes == [200] * 8 and served == [0, 8]
+    assert gw.metric("modalscale_gateway_picks_total", policy="affinity_hit") == 8

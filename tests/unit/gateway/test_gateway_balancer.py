@@ -176,3 +176,17 @@ def test_merge_slices_orders_by_slice_then_address() -> None:
     one = _slice([{"addresses": ["10.1.0.9"]}])
     two = _slice([{"addresses": ["10.1.0.1"]}])
     assert [e.host for e in merge_slices({"b": one, "a": two})] == ["10.1.0.1", "10.1.0.9"]
+
+
+def test_choose_says_whether_the_image_key_went_to_its_own_replica() -> None:
+    b = Balancer(load_factor=1.25, rng=random.Random(8))
+    b.update([A, B, C])
+    key = b"\x03" * 16
+    chosen = b.choose(key, 0.0)
+    assert chosen is not None and chosen[1] is True
+    for _ in range(8):
+        b.acquire(chosen[0])
+    spilled = b.choose(key, 0.0)
+    assert spilled is not None and spilled[0] != chosen[0] and spilled[1] is False
+    no_key = b.choose(None, 0.0)
+    assert no_key is not None and no_key[1] is False
