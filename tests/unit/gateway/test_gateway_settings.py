@@ -78,3 +78,16 @@ def test_activation_patch_is_an_rfc3339_utc_annotation() -> None:
     assert activation_patch(now) == {"metadata": {"annotations": {ACTIVATION_ANNOTATION: "2026-12-02T08:15:03Z"}}}
     with pytest.raises(ValueError, match="timezone-aware"):
         activation_patch(datetime(2026, 12, 2))
+
+
+def test_cli_exits_2_listing_every_bad_setting(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from modalscale.cli import main
+
+    monkeypatch.setenv("MODALSCALE_GATEWAY_QUEUE_SIZE", "many")
+    monkeypatch.delenv("MODALSCALE_GATEWAY_NAMESPACE", raising=False)
+    monkeypatch.delenv("MODALSCALE_GATEWAY_ENDPOINTS", raising=False)
+    assert main(["gateway"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("modalscale gateway: invalid gateway settings:")
+    assert "MODALSCALE_GATEWAY_QUEUE_SIZE='many'" in err and "MODALSCALE_GATEWAY_NAMESPACE" in err
