@@ -254,3 +254,35 @@ def test_repeated_image_goes_to_one_replica(
     served = sorted(a - b for a, b in zip(success_counts(replicas), before))
     assert codes == [200] * 8 and served == [0, 8]
     assert gw.metric("modalscale_gateway_picks_total", policy="affinity_hit") == 8
+
+
+def test_modalscale_gateway_command_serves_and_exits_0_on_sigterm(
+        replicas: tuple[TritonProcess, TritonProcess]) -> None:
+    import subprocess
+    import sys
+
+    from modalscale.runtime.server import free_port
+
+    ports = {"HTTP": free_port(), "GRPC": free_port(), "METRICS": free_port()}
+    env = {**os.environ, **{f"MODALSCALE_GATEWAY_{k}_PORT": str(v) for k, v in ports.items()}}
+    proc = subprocess.Popen([sys.executable, "-m", "modalscale.cli", "gateway", "--endpoints",
+                             ",".join(f"{r.host}:{r.http_port}:{r.grpc_port}" for r in replicas)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{ports['METRICS']}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.2)
+        response = httpx.post(f"http://127.0.0.1:{ports['HTTP']}{INFER}", json=text_request(), timeout=10)
+        metrics = httpx.get(f"http://127.0.0.1:{ports['METRICS']}/metrics", timeout=5).text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    assert response.status_code == 200
+    assert 'modalscale_requests_total{modality="text"} 1.0' in metrics
+    assert proc.returncode == 0, output
