@@ -102,7 +102,7 @@ def http_request(image: bool) -> tuple[bytes, dict[str, str]]:
 def start_gateway(replica: TritonProcess) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
     ports = {"HTTP": free_port(), "GRPC": free_port(), "METRICS": free_port()}
     env = {**os.environ, **{f"MODALSCALE_GATEWAY_{k}_PORT": str(v) for k, v in ports.items()},
-           "MODALSCALE_GATEWAY_LOG_LEVEL": "WARNING"}
+           "MODALSCALE_GATEWAY_LOG_LEVEL": "WARNING", "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "modalscale.cli", "gateway", "--endpoints",
                              f"{replica.host}:{replica.http_port}:{replica.grpc_port}"], env=env)
     deadline = time.monotonic() + 30

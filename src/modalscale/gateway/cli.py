@@ -58,6 +58,9 @@ async def serve(settings: GatewaySettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     await gateway.start()
     await stop.wait()
-    logging.getLogger(__name__).info("Gateway stopping, draining in-flight requests timeout_s=%g",
-                                     settings.drain_timeout_s)
+    log = logging.getLogger(__name__)
+    log.info("Gateway draining, not ready; still serving delay_s=%g", settings.shutdown_delay_s)
+    gateway.begin_drain()
+    await asyncio.sleep(settings.shutdown_delay_s)
+    log.info("Gateway stopping, finishing in-flight requests timeout_s=%g", settings.drain_timeout_s)
     await gateway.stop()

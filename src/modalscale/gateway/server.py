@@ -104,6 +104,8 @@ class Gateway:
         self._grpc: grpc.aio.Server | None = None
         self._source_task: asyncio.Task[None] | None = None
         self._stopping = False
+        self.draining = False
+        """True from :meth:`begin_drain` on: ``/readyz`` answers 503, requests are still served."""
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -137,13 +139,17 @@ class Gateway:
         await web.TCPSite(runner, self.host, port, backlog=1024).start()
         self._runners.append(runner)
 
+    def begin_drain(self) -> None:
+        """Say not ready (``/readyz`` 503) so the Service stops sending new connections; keep serving."""
+        self.draining = True
+
     async def stop(self) -> None:
         """Graceful stop: refuse new requests, let in-flight and queued ones finish (``drain_timeout_s``), close.
 
         A second call does nothing."""
         if self._stopping:
             return
-        self._stopping = True
+        self._stopping = self.draining = True
         self.admission.close()
         grace = self.settings.drain_timeout_s
         stops = [r.cleanup() for r in self._runners]  # closes the listener, then waits for handlers
@@ -425,7 +431,7 @@ class Gateway:
     async def _readyz(self, _: web.Request) -> web.Response:
         """200 while serving (also at zero replicas: the gateway must take requests to hold them); 503 when
         stopping."""
-        return web.Response(text="stopping\n", status=503) if self._stopping else web.Response(text="ok\n")
+        return web.Response(text="stopping\n", status=503) if self.draining else web.Response(text="ok\n")
 
 
 class _GrpcProxy(grpc.GenericRpcHandler):  # type: ignore[misc]

@@ -23,6 +23,7 @@ SETTINGS_ENV = frozenset({
     "MODALSCALE_GATEWAY_QUEUE_TIMEOUT_S", "MODALSCALE_GATEWAY_MAX_BODY_BYTES", "MODALSCALE_GATEWAY_TENANT_HEADER",
     "MODALSCALE_GATEWAY_MAX_TENANTS", "MODALSCALE_GATEWAY_IMAGES_INPUT", "MODALSCALE_GATEWAY_TEXT_INPUT",
     "MODALSCALE_GATEWAY_AFFINITY_LOAD_FACTOR", "MODALSCALE_GATEWAY_DRAIN_TIMEOUT_S",
+    "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S",
     "MODALSCALE_GATEWAY_UPSTREAM_TIMEOUT_S", "MODALSCALE_GATEWAY_LOG_LEVEL",
 })
 """Every variable :meth:`GatewaySettings.from_env` reads; another ``MODALSCALE_GATEWAY_*`` name is an error."""
@@ -74,6 +75,10 @@ class GatewaySettings:
     """Input names carrying images and text (``MODALSCALE_GATEWAY_IMAGES_INPUT``, ``_TEXT_INPUT``)."""
     affinity_load_factor: float = 1.25
     """``c`` of consistent hashing with bounded loads (``MODALSCALE_GATEWAY_AFFINITY_LOAD_FACTOR``, >= 1)."""
+    shutdown_delay_s: float = 5.0
+    """After SIGTERM, how long the gateway keeps accepting while ``/readyz`` says 503, seconds
+    (``MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S``): the Service's endpoints and kube-proxy take a few seconds to stop
+    sending new connections to a terminating pod (Knative's queue-proxy waits the same way)."""
     drain_timeout_s: float = 30.0
     """On SIGTERM, how long in-flight requests may take to finish, seconds (``MODALSCALE_GATEWAY_DRAIN_TIMEOUT_S``)."""
     upstream_timeout_s: float = 300.0
@@ -160,6 +165,7 @@ class GatewaySettings:
             inputs=InputNames(images=images, text=text),
             affinity_load_factor=number("AFFINITY_LOAD_FACTOR", 1.25, 1.0, 100.0),
             drain_timeout_s=number("DRAIN_TIMEOUT_S", 30.0, 0.0, 3600.0),
+            shutdown_delay_s=number("SHUTDOWN_DELAY_S", 5.0, 0.0, 600.0),
             upstream_timeout_s=number("UPSTREAM_TIMEOUT_S", 300.0, 0.1, 86400.0),
             log_level=level,
         )

@@ -264,7 +264,8 @@ def test_modalscale_gateway_command_serves_and_exits_0_on_sigterm(
     from modalscale.runtime.server import free_port
 
     ports = {"HTTP": free_port(), "GRPC": free_port(), "METRICS": free_port()}
-    env = {**os.environ, **{f"MODALSCALE_GATEWAY_{k}_PORT": str(v) for k, v in ports.items()}}
+    env = {**os.environ, **{f"MODALSCALE_GATEWAY_{k}_PORT": str(v) for k, v in ports.items()},
+           "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "modalscale.cli", "gateway", "--endpoints",
                              ",".join(f"{r.host}:{r.http_port}:{r.grpc_port}" for r in replicas)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -280,9 +281,13 @@ def test_modalscale_gateway_command_serves_and_exits_0_on_sigterm(
             time.sleep(0.2)
         response = httpx.post(f"http://127.0.0.1:{ports['HTTP']}{INFER}", json=text_request(), timeout=10)
         metrics = httpx.get(f"http://127.0.0.1:{ports['METRICS']}/metrics", timeout=5).text
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # inside the shutdown delay: not ready, still serving
+        draining = httpx.get(f"http://127.0.0.1:{ports['METRICS']}/readyz", timeout=5).status_code
+        late = httpx.post(f"http://127.0.0.1:{ports['HTTP']}{INFER}", json=text_request(), timeout=10).status_code
     finally:
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=30)
-    assert response.status_code == 200
+    assert response.status_code == 200 and (draining, late) == (503, 200)
     assert 'modalscale_requests_total{modality="text"} 1.0' in metrics
     assert proc.returncode == 0, output
