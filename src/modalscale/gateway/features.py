@@ -18,7 +18,8 @@ Three wire forms, one result (:class:`RequestFeatures`):
 Which inputs carry images and text is :class:`InputNames` (``spec.model.inputs``). Each element of the image input
 is one encoded image (JPEG, PNG, WebP, GIF or BMP: :mod:`modalscale.gateway.image_headers` reads its size from the
 header). The text input's elements are UTF-8 texts; their tokens are summed (the built-in model takes exactly one),
-counted by :data:`TEXT_TOKENS_METHOD`, and a blank text counts as no text, as the runtime's ``decode_text`` has it.
+counted by :data:`TEXT_TOKENS_METHOD` (exactly up to 16384 characters per request, extrapolated beyond), and a blank
+text counts as no text, as the runtime's ``decode_text`` has it.
 Inputs with other names are not read (their binary sections are still walked, to find the next input's bytes).
 
 What is refused with :class:`PayloadError` (HTTP 400 / gRPC INVALID_ARGUMENT; the field and the fix in its message):
@@ -56,8 +57,10 @@ DEFAULT_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 
 TEXT_TOKENS_METHOD: Final = wordpiece.METHOD
 """How ``text_tokens`` is counted (``minilm-wordpiece``: MiniLM / bert-base-uncased WordPiece tokens without special
-tokens, before truncation, the same count as the built-in runtime's ``modalscale_request_text_tokens``). For a model
-with another tokenizer it is an estimate of text length in a known unit; status names it with this constant."""
+tokens, before truncation, the same count as the built-in runtime's ``modalscale_request_text_tokens``; exact for the
+first 16384 characters of a request, extrapolated beyond, see :func:`modalscale.gateway.wordpiece.count_texts`). For
+a model with another tokenizer it is an estimate of text length in a known unit; status names it with this
+constant."""
 
 DIGEST_BYTES: Final = 16
 """Size of an image digest: BLAKE2b with ``digest_size=16`` (RFC 7693) of the encoded bytes."""
@@ -124,7 +127,7 @@ def _features(images: Sequence[Chunk] | None, texts: Sequence[Chunk] | None, nam
         raise PayloadError("inputs", "MissingInput", f"the request has neither {names.images!r} nor {names.text!r}",
                            f"send the images as BYTES input {names.images!r} and/or the text as BYTES input "
                            f"{names.text!r} (the names come from the InferenceService's spec.model.inputs)")
-    tokens: int | None = None
+    decoded = []
     for i, raw in enumerate(texts or ()):
         try:
             text = bytes(raw).decode("utf-8")
@@ -133,7 +136,8 @@ def _features(images: Sequence[Chunk] | None, texts: Sequence[Chunk] | None, nam
                                f"text is not valid UTF-8 ({exc.reason} at byte {exc.start})",
                                "encode the text as UTF-8") from None
         if text.strip():
-            tokens = (tokens or 0) + wordpiece.count_tokens(text)
+            decoded.append(text)
+    tokens = wordpiece.count_texts(decoded) if decoded else None
     if not images and tokens is None:
         raise PayloadError("inputs", "EmptyRequest", f"{names.images!r} has no image and {names.text!r} is absent "
                                                      "or blank", "send at least one image or a non-blank text")

@@ -356,3 +356,18 @@ def test_body_exactly_at_the_limit_is_accepted_and_one_byte_more_is_not() -> Non
     assert features_from_http(body, headers, max_body_bytes=len(body)).image_pixels == (640 * 427,)
     with pytest.raises(PayloadError, match="BodyTooLarge"):
         features_from_http(body, headers, max_body_bytes=len(body) - 1)
+
+
+@pytest.mark.parametrize("request_name", sorted(REQUESTS))
+def test_features_equal_what_the_built_in_runtime_exports_for_the_request(request_name: str) -> None:
+    """The runtime's own parse (runtime/model/inputs.py: full decode) gives the same modality and pixels."""
+    from modalscale.runtime.model.inputs import parse_request
+    from modalscale.runtime.model.settings import ModelSettings
+
+    images, text, _ = REQUESTS[request_name]
+    image_array = None if images is None else np.array([images], dtype=np.object_).reshape(1, len(images))
+    text_array = None if text is None else np.array([[text.encode()]], dtype=np.object_)
+    parsed = parse_request(image_array, text_array, ModelSettings())
+    got = features_from_http(*http_binary(images, text))
+    assert got.modality == parsed.modality.value
+    assert got.image_pixels == tuple(image.pixels for image in parsed.images)

@@ -67,3 +67,37 @@ def test_long_word_and_unknown_word_are_one_unk() -> None:
     assert wordpiece.count_tokens("a" * (wordpiece.MAX_CHARS_PER_WORD + 1)) == 1
     assert wordpiece.count_tokens("\U0001F468") == 1  # no piece in the vocabulary
     assert wordpiece.count_tokens("   \t\n") == 0
+
+
+def test_texts_within_the_budget_are_counted_exactly() -> None:
+    texts = [text_of_tokens(40, seed=1), "   ", text_of_tokens(7, seed=2)]
+    assert wordpiece.count_texts(texts) == 47
+    assert wordpiece.count_texts(texts, exact_chars=sum(map(len, texts))) == 47
+
+
+def test_texts_past_the_budget_are_extrapolated_within_a_few_percent() -> None:
+    """A 60000-character English text (over three times the budget) and more texts after the budget ran out: the
+    estimate is within 5 % of the exact count."""
+    long_text = " ".join(fidelity_texts(400, seed=11))[:60_000]
+    more = fidelity_texts(50, seed=12)
+    exact = wordpiece.count_tokens(long_text) + sum(map(wordpiece.count_tokens, more))
+    estimate = wordpiece.count_texts([long_text, *more])
+    assert abs(estimate - exact) <= 0.05 * exact
+    assert wordpiece.count_texts([long_text], exact_chars=len(long_text)) == wordpiece.count_tokens(long_text)
+
+
+def test_work_is_bounded_by_the_budget_whatever_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    tokenized: list[int] = []
+    exact = wordpiece.count_tokens
+
+    def counting(text: str) -> int:
+        tokenized.append(len(text))
+        return exact(text)
+
+    monkeypatch.setattr(wordpiece, "count_tokens", counting)
+    wordpiece.count_texts(["word " * 10_000] * 50, exact_chars=1000)
+    assert 0 < sum(tokenized) <= 1000
+
+
+def test_without_anything_counted_exactly_the_fallback_ratio_applies() -> None:
+    assert wordpiece.count_texts(["x" * 400], exact_chars=0) == round(400 * wordpiece.FALLBACK_TOKENS_PER_CHAR)
