@@ -291,3 +291,26 @@ def test_modalscale_gateway_command_serves_and_exits_0_on_sigterm(
     assert response.status_code == 200 and (draining, late) == (503, 200)
     assert 'modalscale_requests_total{modality="text"} 1.0' in metrics
     assert proc.returncode == 0, output
+
+
+def test_grpc_bad_input_and_overflow_get_invalid_argument_and_resource_exhausted(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    full = make_gateway([], queue_size=0)
+    served = make_gateway([endpoint(r) for r in replicas])
+    before = success_counts(replicas) + [request_count(r, "failure") for r in replicas]
+    text = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[b"hello"]], dtype=object))
+    bad = grpcclient.InferInput("IMAGES", [1, 1], "INT32")
+    bad.set_data_from_numpy(np.array([[3]], dtype=np.int32))
+    with grpcclient.InferenceServerClient(served.grpc) as client:
+        with pytest.raises(InferenceServerException) as invalid:
+            client.infer(MODEL, [bad])
+    with grpcclient.InferenceServerClient(full.grpc) as client:
+        with pytest.raises(InferenceServerException) as exhausted:
+            client.infer(MODEL, [text])
+    assert invalid.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert (invalid.value.message() or "").startswith("inputs[IMAGES]")
+    assert exhausted.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert success_counts(replicas) + [request_count(r, "failure") for r in replicas] == before
