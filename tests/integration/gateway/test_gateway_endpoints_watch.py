@@ -96,3 +96,34 @@ def test_watch_lists_follows_changes_and_lists_again_after_410_gone() -> None:
     kinds = [(c.get("watch") == "true", c.get("resourceVersion")) for c in calls]
     assert kinds[:4] == [(False, None), (True, "10"), (False, None), (True, "30")]  # list, watch, 410: list, watch
     assert relists == 2
+
+
+def test_kube_activation_merge_patches_the_annotation_on_the_inferenceservice() -> None:
+    from datetime import UTC, datetime
+
+    from modalscale.gateway.activation import ACTIVATION_ANNOTATION, kube_activation
+
+    async def body() -> list[tuple[str, str, Any]]:
+        seen: list[tuple[str, str, Any]] = []
+
+        async def patch(request: web.Request) -> web.Response:
+            payload = await request.json()
+            seen.append((request.path, request.content_type, payload))
+            return web.json_response({"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+                                      "metadata": {"name": "clip", "namespace": "team-a"}})
+
+        app = web.Application()
+        app.router.add_patch("/apis/modalscale.io/v1alpha1/namespaces/team-a/inferenceservices/clip", patch)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        activate = kube_activation("team-a", "clip", client.ApiClient(client.Configuration(
+            host=f"http://127.0.0.1:{port}")), clock=lambda: datetime(2026, 12, 2, 8, 30, 1, tzinfo=UTC))
+        await activate()
+        await runner.cleanup()
+        return seen
+
+    assert asyncio.run(body()) == [("/apis/modalscale.io/v1alpha1/namespaces/team-a/inferenceservices/clip",
+                                    "application/merge-patch+json",
+                                    {"metadata": {"annotations": {ACTIVATION_ANNOTATION: "2026-12-02T08:30:01Z"}}})]
