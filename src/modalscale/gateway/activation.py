@@ -32,26 +32,20 @@ def activation_patch(now: datetime) -> dict[str, Any]:
     return {"metadata": {"annotations": {ACTIVATION_ANNOTATION: stamp}}}
 
 
-def kube_activation(namespace: str, service: str, api_client: Any = None,
+def kube_activation(namespace: str, service: str, api_client: Any,
                     clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Callable[[], Awaitable[None]]:
     """An ``activate`` callable for :class:`modalscale.gateway.server.Gateway` that patches the InferenceService.
 
     Args:
         namespace: The InferenceService's namespace.
         service: Its name.
-        api_client: A ``kubernetes.client.ApiClient``; None: in-cluster config, else the kubeconfig.
+        api_client: A ``kubernetes.client.ApiClient`` (:func:`modalscale.gateway.endpoints.load_api_client`).
     Returns:
         A coroutine function; it raises ``kubernetes.client.rest.ApiException`` when the patch fails (the gateway
         counts and logs it, and the next waiting request pokes again).
     """
-    from kubernetes import client, config
+    from kubernetes import client
 
-    if api_client is None:
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        api_client = client.ApiClient()
     api = client.CustomObjectsApi(api_client)
 
     async def activate() -> None:

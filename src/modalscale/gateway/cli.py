@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 async def serve(settings: GatewaySettings) -> None:
     """Run the gateway until SIGTERM or SIGINT, then stop gracefully."""
     from modalscale.gateway.activation import kube_activation
-    from modalscale.gateway.endpoints import EndpointSliceWatch, EndpointSource, StaticSource
+    from modalscale.gateway.endpoints import EndpointSliceWatch, EndpointSource, StaticSource, load_api_client
     from modalscale.gateway.server import Activate, Gateway
 
     source: EndpointSource
@@ -49,8 +49,9 @@ async def serve(settings: GatewaySettings) -> None:
     if settings.static_endpoints:
         source, activate = StaticSource(settings.static_endpoints), None
     else:
-        source = EndpointSliceWatch(settings.namespace, settings.replicas_service)
-        activate = kube_activation(settings.namespace, settings.service)
+        api = load_api_client()  # no credentials: fail at start, loudly (STYLE C5)
+        source = EndpointSliceWatch(settings.namespace, settings.replicas_service, api)
+        activate = kube_activation(settings.namespace, settings.service, api)
     gateway = Gateway(settings, source, activate)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -33,6 +34,21 @@ WATCH_TIMEOUT_S = 50
 client's read timeout is a little longer, so a silently dropped connection is noticed within a minute)."""
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 """Waits between failed list/watch attempts, in seconds (the last repeats)."""
+
+
+def load_api_client() -> Any:
+    """A ``kubernetes.client.ApiClient`` from the in-cluster service account, else the kubeconfig.
+
+    Raises:
+        kubernetes.config.ConfigException: Neither is available (the gateway then fails at start, loudly).
+    """
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
 
 
 class EndpointSource(Protocol):
@@ -95,10 +111,10 @@ class EndpointSliceWatch:
     Args:
         namespace: The Service's namespace.
         service: The Service's name (``<isvc>-replicas``).
-        api_client: A ``kubernetes.client.ApiClient`` (in-cluster or kubeconfig); built lazily when None.
+        api_client: A ``kubernetes.client.ApiClient`` (:func:`load_api_client`).
     """
 
-    def __init__(self, namespace: str, service: str, api_client: Any = None) -> None:
+    def __init__(self, namespace: str, service: str, api_client: Any) -> None:
         self.namespace = namespace
         self.service = service
         self._api_client = api_client
@@ -122,15 +138,9 @@ class EndpointSliceWatch:
 
     def _loop(self, report: Callable[[tuple[Endpoint, ...]], None]) -> None:
         """The reflector loop (runs in the watch thread)."""
-        from kubernetes import client, config
+        from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        if self._api_client is None:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
-            self._api_client = client.ApiClient()
         api = client.DiscoveryV1Api(self._api_client)
         selector = f"{SERVICE_NAME_LABEL}={self.service}"
         failures = 0
@@ -149,7 +159,10 @@ class EndpointSliceWatch:
                     last = current
                 failures = 0
                 while not self._stop.is_set():
+                    started = time.monotonic()
                     version, last = self._watch_once(api, selector, version, slices, last, report)
+                    if time.monotonic() - started < 1.0:
+                        self._stop.wait(1.0)  # a watch that ends at once (a proxy closing it) must not spin
             except ApiException as exc:
                 if exc.status == 410:
                     log.info("Watch of EndpointSlices expired; listing again service=%s", self.service)
