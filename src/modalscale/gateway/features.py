@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from modalscale.gateway import wordpiece
-from modalscale.gateway.image_headers import FORMATS, ImageHeaderError, image_size
+from modalscale.gateway.image_headers import FORMATS, ImageHeaderError, Steps, image_size
 
 DEFAULT_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 """Default body-size limit of :func:`features_from_http`, bytes (64 MiB): 16 images of 4 MB with room to spare."""
@@ -142,12 +142,13 @@ def _features(images: Sequence[Chunk] | None, texts: Sequence[Chunk] | None, nam
         raise PayloadError("inputs", "EmptyRequest", f"{names.images!r} has no image and {names.text!r} is absent "
                                                      "or blank", "send at least one image or a non-blank text")
     pixels, digests = [], []
+    steps = Steps()  # one budget for the request's header walks
     for i, data in enumerate(images or ()):
         field = f"inputs[{names.images}].{element}[{i}]"
         if not len(data):
             raise PayloadError(field, "EmptyImage", "image is empty (0 bytes)", "send the encoded image file")
         try:
-            _, width, height = image_size(data)
+            _, width, height = image_size(data, steps)
         except ImageHeaderError as exc:
             raise PayloadError(field, exc.reason, str(exc), f"send a whole {', '.join(FORMATS)} file, "
                                                             "unchanged (no base64, no truncation)") from None

@@ -284,6 +284,8 @@ HTTP_BAD: dict[str, tuple[Callable[[], tuple[bytes, Headers]], str, str]] = {
     "base64 image": (lambda: _binary([base64.b64encode(JPEG)]), "inputs[IMAGES].data[0]",
                      "UnsupportedImageFormat"),
     "empty image": (lambda: _binary([b""], "a cat"), "inputs[IMAGES].data[0]", "EmptyImage"),
+    "JPEG of junk bytes": (lambda: _binary([JPEG, b"\xff\xd8\xff\xe0\x00\x02" + bytes(1 << 19)]),
+                           "inputs[IMAGES].data[1]", "CorruptImageHeader"),
     "text not UTF-8": (lambda: _raw_text(b"\xff\xfe"), "inputs[TEXT].data[0]", "InvalidUtf8"),
 }
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from PIL import Image
 
-from modalscale.gateway.image_headers import ImageHeaderError, image_size
+from modalscale.gateway.image_headers import MAX_STEPS, ImageHeaderError, Steps, image_size
 from modalscale.runtime.workload import photo_bytes, photo_names
 
 
@@ -157,3 +157,36 @@ def test_zero_sized_image_is_refused() -> None:
     struct.pack_into("<HH", data, data.index(b",") + 5, 0, 0)
     with pytest.raises(ImageHeaderError, match="zero size"):
         image_size(bytes(data))
+
+
+CRAFTED = {
+    "jpeg-junk": b"\xff\xd8\xff\xe0\x00\x02" + bytes(1 << 20),
+    "jpeg-fill": b"\xff\xd8" + b"\xff" * (1 << 20),
+    "png-empty-chunks": photo_bytes("coffee")[:33] + b"\x00\x00\x00\x00tEXt\x00\x00\x00\x00" * (1 << 16),
+    "gif-tiny-sub-blocks": b"GIF89a\x01\x00\x01\x00\x00\x00\x00\x21\xfe" + b"\x01a" * (1 << 18),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRAFTED))
+def test_crafted_headers_that_would_take_a_loop_turn_per_few_bytes_are_refused(name: str) -> None:
+    steps = Steps()
+    with pytest.raises(ImageHeaderError, match="too many steps") as caught:
+        image_size(CRAFTED[name], steps)
+    assert caught.value.reason == "CorruptImageHeader"
+    assert steps.left < 0
+
+
+def test_the_step_budget_is_shared_by_the_images_of_a_request() -> None:
+    jpeg = photo_bytes("rocket")
+    used = MAX_STEPS - _left_after(jpeg)
+    steps = Steps(limit=used + used // 2)
+    image_size(jpeg, steps)
+    with pytest.raises(ImageHeaderError, match="too many steps"):
+        image_size(jpeg, steps)
+    assert MAX_STEPS // used >= 500  # a request of hundreds of real JPEGs fits in the default budget
+
+
+def _left_after(data: bytes) -> int:
+    steps = Steps()
+    image_size(data, steps)
+    return steps.left
