@@ -152,22 +152,41 @@ def grpc_runner(target: str, image: bool) -> tuple[Callable[[int], list[float]],
     return run, client
 
 
-def measure(rows: dict[str, Callable[[int], list[float]]], requests: int, rounds: int, seed: int
-            ) -> dict[str, np.ndarray]:
-    """Interleaved rounds: each round runs every row ``requests // rounds`` times, in a shuffled order."""
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc/<pid>/stat``, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(rows: dict[str, Callable[[int], list[float]]], requests: int, rounds: int, seed: int,
+            cpu_pids: dict[str, int]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """Interleaved rounds: each round runs every row ``requests // rounds`` times, in a shuffled order.
+
+    Returns:
+        Latencies per row (ms), and CPU microseconds per request of each process in ``cpu_pids`` over the
+        gateway row's requests (the gateway's own, and the replica's for comparison).
+    """
     rng = random.Random(seed)
     for run in rows.values():
         run(30)  # warm-up: connections, the model's first call
     samples: dict[str, list[float]] = {name: [] for name in rows}
+    cpu = {name: 0.0 for name in cpu_pids}
+    gateway_row = [name for name in rows if "gateway" in name][0]
     for _ in range(rounds):
         order = list(rows)
         rng.shuffle(order)
         for name in order:
+            before = {k: cpu_s(pid) for k, pid in cpu_pids.items()} if name == gateway_row else {}
             samples[name] += rows[name](max(1, requests // rounds))
-    return {name: np.array(v) for name, v in samples.items()}
+            for k, pid in cpu_pids.items() if name == gateway_row else ():
+                cpu[k] += cpu_s(pid) - before[k]
+    n = len(samples[gateway_row])
+    return {name: np.array(v) for name, v in samples.items()}, {k: v / n * 1e6 for k, v in cpu.items()}
 
 
-def report(title: str, samples: dict[str, np.ndarray], base: str, twin: str, gateway: str) -> None:
+def report(title: str, measured: tuple[dict[str, np.ndarray], dict[str, float]], base: str, twin: str,
+           gateway: str) -> None:
+    samples, cpu_us = measured
     pct = {name: (np.percentile(v, 50), np.percentile(v, 90), np.percentile(v, 99)) for name, v in samples.items()}
     print(f"\n{title}   (ms; n = {len(samples[base])} per row)")
     print(f"{'row':<24}{'p50':>9}{'p90':>9}{'p99':>9}")
@@ -176,6 +195,8 @@ def report(title: str, samples: dict[str, np.ndarray], base: str, twin: str, gat
     for label, a, b in (("A/A (A' - A)", twin, base), ("added (gateway - A)", gateway, base)):
         d = [pct[a][i] - pct[b][i] for i in range(3)]
         print(f"{label:<24}{d[0]:>+9.3f}{d[1]:>+9.3f}{d[2]:>+9.3f}")
+    print("CPU per request through the gateway (us; clock-tick resolution, 10 ms per process and row): "
+          + ", ".join(f"{k} {v:.0f}" for k, v in cpu_us.items()))
 
 
 def main() -> None:
@@ -196,6 +217,8 @@ def main() -> None:
     os.environ["PATH"] = old_path
     gateway, ports = start_gateway(replica)
     clients: list[Any] = []
+    assert replica.pid is not None
+    pids = {"gateway": gateway.pid, "tritonserver": replica.pid}
     try:
         body, headers = http_request(args.image)
         path = f"/v2/models/{MODEL}/infer"
@@ -206,7 +229,7 @@ def main() -> None:
             rows[name], client = http_runner(url, body, headers)
             clients.append(client)
         report("HTTP/REST, " + ("text + 640x480 PNG" if args.image else "text"),
-               measure(rows, args.requests, args.rounds, args.seed), "HTTP direct A", "HTTP direct A'",
+               measure(rows, args.requests, args.rounds, args.seed, pids), "HTTP direct A", "HTTP direct A'",
                "HTTP gateway")
         if args.grpc:
             grows = {}
@@ -215,7 +238,7 @@ def main() -> None:
                 grows[name], client = grpc_runner(target, args.image)
                 clients.append(client)
             report("gRPC, " + ("text + 640x480 PNG" if args.image else "text"),
-                   measure(grows, args.requests, args.rounds, args.seed), "gRPC direct A", "gRPC direct A'",
+                   measure(grows, args.requests, args.rounds, args.seed, pids), "gRPC direct A", "gRPC direct A'",
                    "gRPC gateway")
     finally:
         for client in clients:
