@@ -34,7 +34,10 @@ input [
   {{ name: "IMAGES" data_type: TYPE_STRING dims: [ 1, -1 ] optional: true }},
   {{ name: "TEXT" data_type: TYPE_STRING dims: [ 1, 1 ] optional: true }}
 ]
-output [ {{ name: "SIZES" data_type: TYPE_INT64 dims: [ 3 ] }} ]
+output [
+  {{ name: "SIZES" data_type: TYPE_INT64 dims: [ 3 ] }},
+  {{ name: "PAD" data_type: TYPE_UINT8 dims: [ -1 ] }}
+]
 instance_group [ {{ kind: KIND_CPU count: 2 }} ]
 '''
 
@@ -55,7 +58,8 @@ import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
-    """SIZES = [images, image bytes, text bytes]; a text "sleep:S" sleeps S seconds first."""
+    """SIZES = [images, image bytes, text bytes]; a text "sleep:S" sleeps S seconds first; PAD = N zero bytes
+    for a text "pad:N" (a large response), else none."""
 
     def execute(self, requests):
         out = []
@@ -67,7 +71,8 @@ class TritonPythonModel:
             if txt.startswith(b"sleep:"):
                 time.sleep(float(txt[6:].split()[0]))
             sizes = np.array([len(imgs), sum(len(i) for i in imgs), len(txt)], dtype=np.int64)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("SIZES", sizes)]))
+            pad = np.zeros(int(txt[4:]) if txt.startswith(b"pad:") else 0, dtype=np.uint8)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("SIZES", sizes), pb_utils.Tensor("PAD", pad)]))
         return out
 '''
 

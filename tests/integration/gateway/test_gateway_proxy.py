@@ -96,7 +96,7 @@ def test_request_at_zero_waits_and_is_answered_when_a_replica_turns_ready(
     thread.join(20)
     response = result["response"]
     assert response.status_code == 200, response.text
-    assert json.loads(response.content)["outputs"][0]["data"] == [0, 0, len("hello world")]
+    assert response.json()["outputs"][0]["data"] == [0, 0, len("hello world")]
     assert 2.0 <= result["elapsed_s"] < 5.0
     assert len(gw.activations) == 1  # one poke, at once (rate limit: at most one per second)
 
@@ -314,3 +314,16 @@ def test_grpc_bad_input_and_overflow_get_invalid_argument_and_resource_exhausted
     assert (invalid.value.message() or "").startswith("inputs[IMAGES]")
     assert exhausted.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
     assert success_counts(replicas) + [request_count(r, "failure") for r in replicas] == before
+
+
+def test_large_response_streams_back_byte_for_byte(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    from modalscale.gateway.server import BUFFERED_RESPONSE_BYTES
+
+    gw = make_gateway([endpoint(replicas[0])])
+    request = text_request(f"pad:{BUFFERED_RESPONSE_BYTES}")  # JSON: ~2 bytes per element, so streamed
+    direct = httpx.post(f"http://{replicas[0].http_url}{INFER}", json=request, timeout=30)
+    via = httpx.post(gw.http + INFER, json=request, timeout=30)
+    assert via.status_code == direct.status_code == 200
+    assert len(via.content) > BUFFERED_RESPONSE_BYTES and via.content == direct.content
+    assert via.headers["content-type"] == direct.headers["content-type"]
