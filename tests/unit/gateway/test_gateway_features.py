@@ -170,10 +170,14 @@ def test_other_inputs_are_skipped_with_their_binary_data() -> None:
     assert got == expected(images, "a cat", 2)
 
 
-def test_nested_and_flat_json_data_are_both_row_major_elements() -> None:
-    for data in ([["one", "two"]], ["one", "two"]):
-        body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 2], "data": data}]})
-        assert features_from_http(body.encode(), {}).text_tokens == 2
+@pytest.mark.parametrize(("shape", "data"), [
+    ([1, 2], [["one", "two"]]),
+    ([1, 2], ["one", "two"]),
+    ([2, 1, 1, 1], [[[["one"]]], [[["two"]]]]),
+])
+def test_nested_and_flat_json_data_are_both_row_major_elements(shape: list[int], data: list[Any]) -> None:
+    body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": shape, "data": data}]})
+    assert features_from_http(body.encode(), {}).text_tokens == 2
 
 
 def test_text_method_is_named() -> None:
@@ -224,6 +228,14 @@ def _json_part_only(request: tuple[bytes, Headers]) -> tuple[bytes, Headers]:
 def _raw_image_element(declared: int, actual: bytes) -> tuple[bytes, Headers]:
     raw = struct.pack("<I", declared) + actual
     head = json.dumps({"inputs": [{"name": "IMAGES", "datatype": "BYTES", "shape": [1, 1],
+                                   "parameters": {"binary_data_size": len(raw)}}]}).encode()
+    return head + raw, {"Inference-Header-Content-Length": str(len(head))}
+
+
+def _many_empty_elements() -> tuple[bytes, Headers]:
+    """A TEXT tensor of shape [1] whose binary data holds 200000 empty elements."""
+    raw = bytes(4 * 200_000)
+    head = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1],
                                    "parameters": {"binary_data_size": len(raw)}}]}).encode()
     return head + raw, {"Inference-Header-Content-Length": str(len(head))}
 
@@ -284,6 +296,16 @@ HTTP_BAD: dict[str, tuple[Callable[[], tuple[bytes, Headers]], str, str]] = {
     "base64 image": (lambda: _binary([base64.b64encode(JPEG)]), "inputs[IMAGES].data[0]",
                      "UnsupportedImageFormat"),
     "empty image": (lambda: _binary([b""], "a cat"), "inputs[IMAGES].data[0]", "EmptyImage"),
+    "too many elements (JSON)": (lambda: (_json_body({"name": "TEXT", "datatype": "BYTES", "shape": [1, 5000],
+                                                      "data": ["a"] * 5000}), {}), "inputs[TEXT].shape",
+                                 "TooManyElements"),
+    "more elements than the shape (JSON)": (lambda: (_json_body({"name": "TEXT", "datatype": "BYTES", "shape": [1],
+                                                                 "data": ["a"] * 150_000}), {}),
+                                            "inputs[TEXT].shape", "ShapeMismatch"),
+    "nested empty lists": (lambda: (_json_body({"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
+                                                "data": [[[]] * 100_000, "a"]}), {}), "inputs[TEXT].data",
+                           "TooManyElements"),
+    "more elements than the shape (binary)": (_many_empty_elements, "inputs[TEXT].shape", "ShapeMismatch"),
     "JPEG of junk bytes": (lambda: _binary([JPEG, b"\xff\xd8\xff\xe0\x00\x02" + bytes(1 << 19)]),
                            "inputs[IMAGES].data[1]", "CorruptImageHeader"),
     "text not UTF-8": (lambda: _raw_text(b"\xff\xfe"), "inputs[TEXT].data[0]", "InvalidUtf8"),
@@ -321,6 +343,14 @@ def _set(attribute: str, value: Any, index: int = 0) -> Callable[[Any], None]:
     return mutate
 
 
+def _typed_extra() -> bytes:
+    """Typed contents with 100000 elements under shape [1, 1]."""
+    request = service_pb2.ModelInferRequest(model_name="m")
+    tensor = request.inputs.add(name="IMAGES", datatype="BYTES", shape=[1, 1])
+    tensor.contents.bytes_contents.extend([JPEG[:64]] * 100_000)
+    return bytes(request.SerializeToString())
+
+
 GRPC_BAD: dict[str, tuple[Callable[[], bytes], str, str]] = {
     "not a protobuf": (lambda: b"\xff\xff\xff\xff", "message", "MalformedProtobuf"),
     "wrong datatype": (lambda: _grpc_with(_set("datatype", "FP32")), "inputs[IMAGES].datatype", "WrongDatatype"),
@@ -339,6 +369,9 @@ GRPC_BAD: dict[str, tuple[Callable[[], bytes], str, str]] = {
         "string_param", "r")), "inputs[TEXT].parameters[shared_memory_region]", "SharedMemoryUnsupported"),
     "duplicate input": (lambda: _grpc_with(lambda r: r.inputs[1].__setattr__("name", "IMAGES")), "inputs[IMAGES]",
                         "DuplicateInput"),
+    "too many elements": (lambda: _grpc_with(lambda r: r.inputs[0].shape.__setitem__(1, 5000)),
+                          "inputs[IMAGES].shape", "TooManyElements"),
+    "more typed elements than the shape": (_typed_extra, "inputs[IMAGES].shape", "ShapeMismatch"),
     "blank text only": (lambda: grpc_typed(None, "   "), "inputs", "EmptyRequest"),
 }
 
