@@ -44,6 +44,7 @@ SUBCOMMANDS: dict[str, str] = {
     "simulate": "modalscale.autoscaler.simulate_cli",
     "cost": "modalscale.operator.cost_cli",
     "demo": "modalscale.demo.cli",
+    "gateway": "modalscale.gateway.cli",
 }
 
 #: subcommand name -> its one-line summary in ``modalscale --help`` (the module is not imported for it); equal to
@@ -58,6 +59,7 @@ SUMMARIES: dict[str, str] = {
     "simulate": "compare autoscaling policies on a request trace",
     "cost": "cost reports from BudgetPolicy ledgers",
     "demo": "local cluster with a real node: real pods, Prometheus, scaling and budget, live",
+    "gateway": "run the request-path gateway of one InferenceService (KServe v2 HTTP and gRPC)",
 }
 
 

@@ -1,0 +1,196 @@
+"""Which replica gets the next request: the Ready endpoint set, outstanding requests per endpoint, the pick (pure).
+
+The gateway keeps one :class:`Balancer` per process and touches it only from its event loop, so nothing here
+locks. An endpoint is eligible for a new request when its EndpointSlice condition says ``ready`` and not
+``terminating`` (Kubernetes sets ``ready=false`` as soon as a pod is deleted, before its ``preStop`` hook runs; see
+the EndpointSlice API "conditions"). An endpoint that leaves the set keeps its outstanding count until its
+in-flight requests finish: the gateway never cuts them, it only stops sending new ones.
+
+The pick follows the issue's order: a request carrying an image goes to its image's home replica by consistent
+hashing with bounded loads (:func:`modalscale.gateway.affinity.pick`, Mirrokni et al. 2018, the scheme llm-d and
+Envoy's ring-hash with ``hash_balance_factor`` use), so the runtime's embedding cache is reused; any other request
+goes to the replica with the fewest outstanding requests, ties broken at random ("least request" of Envoy; with
+the handful of replicas of one service a full scan costs less than sampling two, and is never worse than
+power-of-two choices). The random tie-break matters: one client sending one request at a time leaves every replica
+at 0 outstanding before each pick, and a fixed tie order (``affinity.choose`` without a key takes the smallest
+name) would send all of its requests to one replica, the very imbalance issue 19 measured behind kube-proxy.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from modalscale.gateway.affinity import choose as affinity_choose
+
+EJECT_S = 2.0
+"""How long an endpoint whose connection was refused is skipped, in seconds (Envoy's outlier detection does the
+same on consecutive connect failures, with a 30 s base; a replica that was killed is removed from its
+EndpointSlice within a few seconds, so 2 s bridges that gap without hiding a replica that recovers)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One replica as an EndpointSlice lists it."""
+
+    host: str
+    """Pod IP (or a host name for a static endpoint)."""
+    http_port: int
+    """Port of KServe v2 HTTP/REST (the slice's port named ``http``)."""
+    grpc_port: int | None = None
+    """Port of KServe v2 gRPC (the slice's port named ``grpc``); None: HTTP only."""
+    ready: bool = True
+    """``conditions.ready`` (absent = true, per the EndpointSlice API)."""
+    terminating: bool = False
+    """``conditions.terminating`` (absent = false)."""
+    name: str = ""
+    """The pod behind it (``targetRef.name``), for logs; empty for a static endpoint."""
+
+    @property
+    def key(self) -> str:
+        """``host:http_port``: the identity the balancer counts and hashes by."""
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_target(self) -> str | None:
+        """``host:grpc_port`` for a gRPC channel, or None."""
+        return None if self.grpc_port is None else f"{self.host}:{self.grpc_port}"
+
+    @property
+    def routable(self) -> bool:
+        """May get a new request: Ready and not terminating."""
+        return self.ready and not self.terminating
+
+
+def parse_static(spec: str) -> tuple[Endpoint, ...]:
+    """Endpoints from ``host:http_port[:grpc_port],...`` (``--endpoints`` / ``MODALSCALE_GATEWAY_ENDPOINTS``).
+
+    Raises:
+        ValueError: An item that is not ``host:port`` or ``host:port:port`` with ports in 1..65535; the message
+            names the item.
+    """
+    out: list[Endpoint] = []
+    for item in (p.strip() for p in spec.split(",")):
+        if not item:
+            continue
+        parts = item.split(":")
+        if len(parts) not in (2, 3) or not parts[0] or not all(p.isdigit() and 0 < int(p) < 65536 for p in parts[1:]):
+            raise ValueError(f"{item!r} is not host:http_port or host:http_port:grpc_port (ports 1-65535)")
+        out.append(Endpoint(parts[0], int(parts[1]), int(parts[2]) if len(parts) == 3 else None))
+    return tuple(out)
+
+
+class Balancer:
+    """The routable endpoint set, outstanding requests per endpoint, and the pick.
+
+    Args:
+        load_factor: ``c`` of consistent hashing with bounded loads: no replica takes more than
+            ``ceil(c * mean)`` outstanding requests through affinity (1.25 = the issue's "no replica above 1.25x
+            the mean load").
+        rng: Source of the random tie-break (seed it in tests).
+    """
+
+    def __init__(self, load_factor: float = 1.25, rng: random.Random | None = None) -> None:
+        if not load_factor >= 1.0:
+            raise ValueError(f"load_factor={load_factor!r}: must be >= 1.0 (1.25 is the usual value)")
+        self.load_factor = load_factor
+        self._rng = rng or random.Random()
+        self._endpoints: dict[str, Endpoint] = {}
+        self._outstanding: dict[str, int] = {}
+        self._ejected_until: dict[str, float] = {}
+
+    # --- the endpoint set -------------------------------------------------------------------------------------
+    def update(self, endpoints: Iterable[Endpoint]) -> None:
+        """Replace the endpoint set (the full current list, as from all EndpointSlices of the Service).
+
+        Only routable endpoints are kept for new requests; the outstanding count of one that left the set stays
+        until its requests finish (:meth:`release`). The same ``key`` listed twice (two slices during a
+        re-shard) counts once, routable if any copy is.
+        """
+        merged: dict[str, Endpoint] = {}
+        for ep in endpoints:
+            if ep.routable or ep.key not in merged:
+                merged[ep.key] = ep
+        self._endpoints = {k: ep for k, ep in merged.items() if ep.routable}
+        self._ejected_until = {k: t for k, t in self._ejected_until.items() if k in self._endpoints}
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """The routable endpoints, in key order."""
+        return tuple(self._endpoints[k] for k in sorted(self._endpoints))
+
+    def has_ready(self) -> bool:
+        """At least one routable endpoint."""
+        return bool(self._endpoints)
+
+    # --- outstanding requests ---------------------------------------------------------------------------------
+    def acquire(self, ep: Endpoint) -> None:
+        """Count one request sent to ``ep`` (call before sending)."""
+        self._outstanding[ep.key] = self._outstanding.get(ep.key, 0) + 1
+
+    def release(self, ep: Endpoint) -> None:
+        """Count one request to ``ep`` finished (answered, failed or cancelled).
+
+        Raises:
+            ValueError: More releases than acquires for ``ep`` (a bug in the caller).
+        """
+        left = self._outstanding.get(ep.key, 0) - 1
+        if left < 0:
+            raise ValueError(f"release of {ep.key} without a matching acquire")
+        if left:
+            self._outstanding[ep.key] = left
+        else:
+            self._outstanding.pop(ep.key, None)
+
+    def outstanding(self) -> dict[str, int]:
+        """Outstanding requests per endpoint key, including endpoints that left the set and are still draining."""
+        return dict(self._outstanding)
+
+    def eject(self, ep: Endpoint, now_s: float, for_s: float = EJECT_S) -> None:
+        """Skip ``ep`` for new requests until ``now_s + for_s`` (monotonic seconds): its connection was refused."""
+        if ep.key in self._endpoints:
+            self._ejected_until[ep.key] = now_s + for_s
+
+    # --- the pick ---------------------------------------------------------------------------------------------
+    def pick(self, key: bytes | None, now_s: float, exclude: Collection[str] = ()) -> Endpoint | None:
+        """Choose the endpoint for one request: ``choose(...)[0]``, or None (see :meth:`choose`)."""
+        chosen = self.choose(key, now_s, exclude)
+        return None if chosen is None else chosen[0]
+
+    def choose(self, key: bytes | None, now_s: float, exclude: Collection[str] = ()
+               ) -> tuple[Endpoint, bool] | None:
+        """Choose the endpoint for one request, and say whether it is the key's own replica.
+
+        Args:
+            key: The request's first image digest (affinity), or None (least outstanding).
+            now_s: Monotonic seconds, for ejections.
+            exclude: Endpoint keys not to use (the one a retry failed on).
+        Returns:
+            ``(endpoint, affinity_hit)``; ``affinity_hit`` is True when the key's own replica on the ring took it
+            (False without a key, or when the load bound moved it on). None when no routable endpoint is left
+            after ``exclude``. Ejected endpoints are used only when nothing else is left (better a likely
+            failure, retried, than a certain 503).
+        """
+        candidates = [k for k in self._endpoints if k not in exclude]
+        if not candidates:
+            return None
+        healthy = [k for k in candidates if self._ejected_until.get(k, 0.0) <= now_s]
+        pool = healthy or candidates
+        loads = {k: self._outstanding.get(k, 0) for k in pool}
+        if key is not None:
+            choice = affinity_choose(key, loads, self.load_factor)
+            return self._endpoints[choice.replica], choice.preferred
+        return self._endpoints[least_outstanding(loads, self._rng)], False
+
+
+def least_outstanding(loads: Mapping[str, int], rng: random.Random) -> str:
+    """The key with the fewest outstanding requests; ties broken uniformly at random.
+
+    Raises:
+        ValueError: ``loads`` is empty.
+    """
+    if not loads:
+        raise ValueError("no endpoint to pick from")
+    low = min(loads.values())
+    return rng.choice(sorted(k for k, v in loads.items() if v == low))

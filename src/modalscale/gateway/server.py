@@ -1,0 +1,471 @@
+"""The gateway process: a KServe v2 reverse proxy (HTTP/REST and gRPC) in front of one InferenceService's replicas.
+
+Per request, in this order:
+
+1. **Features** (infer calls only): :mod:`modalscale.gateway.features` reads modality, image sizes, text tokens and
+   image digests from the body as sent. A bad payload is answered ``400`` / ``INVALID_ARGUMENT`` naming the field,
+   before any replica is touched.
+2. **Admission** (:mod:`modalscale.gateway.admission`): a slot among ``max_inflight``, else a place in the bounded
+   queue, which also holds requests while no replica is Ready; overflow and timeout get ``503`` + ``Retry-After`` /
+   ``RESOURCE_EXHAUSTED``. A request arriving at zero Ready replicas pokes the operator (the activation annotation),
+   at most once per second.
+3. **Pick** (:class:`modalscale.gateway.balancer.Balancer`): image affinity, else least outstanding requests.
+4. **Forward**: the body goes out byte for byte; the response streams back with its status, headers (hop-by-hop
+   ones dropped, RFC 9110 section 7.6.1) and body unaltered. A request whose connection to the replica failed (so no
+   byte reached it) is sent once to another replica.
+
+gRPC: every unary method of ``inference.GRPCInferenceService`` is forwarded as raw bytes (generic handlers, no
+protobuf decode except the features of ``ModelInfer``). ``ModelStreamInfer`` (bidirectional streaming, used by
+decoupled models) is refused with ``UNIMPLEMENTED``: the built-in and profiled models are not decoupled, and a
+stream pinned to one replica would defeat per-request balancing; clients use ``ModelInfer``.
+
+Shutdown (SIGTERM): ``/readyz`` turns 503, the listeners close, new requests are refused, and in-flight and queued
+requests finish within ``drain_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import aiohttp
+import grpc
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from modalscale.gateway.admission import Admission, Rejected
+from modalscale.gateway.affinity import affinity_key
+from modalscale.gateway.balancer import Balancer, Endpoint
+from modalscale.gateway.endpoints import EndpointSource
+from modalscale.gateway.features import PayloadError, RequestFeatures, features_from_grpc, features_from_http
+from modalscale.gateway.metrics import GatewayMetrics
+from modalscale.gateway.settings import GatewaySettings
+from modalscale.gateway.tenants import TenantFolder
+
+log = logging.getLogger(__name__)
+
+Activate = Callable[[], Awaitable[None]]
+"""Tells the operator a request is waiting at zero Ready replicas
+(:func:`modalscale.gateway.activation.kube_activation`)."""
+
+INFER_PATH = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
+"""KServe v2 infer endpoint (the only HTTP path whose body is read for features)."""
+GRPC_SERVICE = "/inference.GRPCInferenceService/"
+GRPC_INFER = GRPC_SERVICE + "ModelInfer"
+GRPC_STREAM = GRPC_SERVICE + "ModelStreamInfer"
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+                        "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length"})
+"""Headers not forwarded in either direction (RFC 9110 7.6.1; ``host`` and ``content-length`` are set anew)."""
+GRPC_DROPPED_METADATA = frozenset({"user-agent", "content-type", "te", "grpc-accept-encoding", "grpc-encoding",
+                                   "grpc-timeout", "authority"})
+ACTIVATION_INTERVAL_S = 1.0
+"""Pokes at most once per this many seconds (the interface note's rate)."""
+BUFFERED_RESPONSE_BYTES = 256 * 1024
+"""Responses up to this size with a Content-Length are read whole and sent in one write; larger or chunked ones
+stream back chunk by chunk."""
+CONNECT_TIMEOUT_S = 5.0
+"""Longest a TCP connect to a replica may take, seconds."""
+
+
+def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` without the hop-by-hop ones (pure); names keep their case, repeated names keep the last value."""
+    return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
+
+
+class Gateway:
+    """One gateway process: HTTP, gRPC and metrics listeners over one balancer and one admission queue.
+
+    Args:
+        settings: Ports, limits, input names (:class:`GatewaySettings`).
+        source: Where endpoints come from (:class:`EndpointSliceWatch` or :class:`StaticSource`).
+        activate: Called (rate-limited) when a request arrives with no Ready replica; None: no poke.
+        host: Address the listeners bind to.
+        clock: Monotonic seconds (tests may pass a fake).
+    """
+
+    def __init__(self, settings: GatewaySettings, source: EndpointSource, activate: Activate | None = None,
+                 host: str = "0.0.0.0", clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.source = source
+        self.activate = activate
+        self.host = host
+        self.clock = clock
+        self.balancer = Balancer(settings.affinity_load_factor)
+        self.metrics = GatewayMetrics()
+        self.admission = Admission(settings.max_inflight, settings.queue_size, settings.queue_timeout_s,
+                                   self.balancer.has_ready, on_change=self._update_queue_gauges)
+        self.tenants = TenantFolder(settings.max_tenants)
+        self._last_poke_s = -float("inf")
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._session: aiohttp.ClientSession | None = None
+        self._runners: list[web.AppRunner] = []
+        self._grpc: grpc.aio.Server | None = None
+        self._source_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.draining = False
+        """True from :meth:`begin_drain` on: ``/readyz`` answers 503, requests are still served."""
+
+    # --- lifecycle --------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the listeners and start following endpoints."""
+        s = self.settings
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
+            timeout=aiohttp.ClientTimeout(total=s.upstream_timeout_s, sock_connect=CONNECT_TIMEOUT_S),
+            auto_decompress=False, skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"))
+        self._source_task = asyncio.create_task(self.source.run(self._on_endpoints), name="endpoints")
+        app = web.Application(client_max_size=s.max_body_bytes)
+        app.router.add_route("*", "/{tail:.*}", self._http)
+        await self._serve(app, s.http_port, auto_decompress=False, shutdown_timeout=s.drain_timeout_s)
+        metrics_app = web.Application()
+        metrics_app.router.add_get("/metrics", self._metrics)
+        metrics_app.router.add_get("/healthz", self._healthz)
+        metrics_app.router.add_get("/readyz", self._readyz)
+        await self._serve(metrics_app, s.metrics_port, shutdown_timeout=1.0)
+        if s.grpc_port:
+            self._grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", s.max_body_bytes),
+                                                  ("grpc.max_send_message_length", -1)])
+            self._grpc.add_generic_rpc_handlers((_GrpcProxy(self),))
+            self._grpc.add_insecure_port(f"{self.host}:{s.grpc_port}")
+            await self._grpc.start()
+        log.info("Gateway started http_port=%d grpc_port=%d metrics_port=%d", s.http_port, s.grpc_port,
+                 s.metrics_port)
+
+    async def _serve(self, app: web.Application, port: int, **runner_kwargs: Any) -> None:
+        runner = web.AppRunner(app, access_log=None, **runner_kwargs)
+        await runner.setup()
+        await web.TCPSite(runner, self.host, port, backlog=1024).start()
+        self._runners.append(runner)
+
+    def begin_drain(self) -> None:
+        """Say not ready (``/readyz`` 503) so the Service stops sending new connections; keep serving."""
+        self.draining = True
+
+    async def stop(self) -> None:
+        """Graceful stop: refuse new requests, let in-flight and queued ones finish (``drain_timeout_s``), close.
+
+        A second call does nothing."""
+        if self._stopping:
+            return
+        self._stopping = self.draining = True
+        self.admission.close()
+        grace = self.settings.drain_timeout_s
+        stops = [r.cleanup() for r in self._runners]  # closes the listener, then waits for handlers
+        if self._grpc is not None:
+            stops.append(self._grpc.stop(grace))
+        await asyncio.gather(*stops)
+        if self._source_task is not None:
+            self._source_task.cancel()
+            await asyncio.gather(self._source_task, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+        log.info("Gateway stopped")
+
+    # --- endpoints and activation -----------------------------------------------------------------------------
+    def _on_endpoints(self, endpoints: tuple[Endpoint, ...]) -> None:
+        self.balancer.update(endpoints)
+        self.metrics.ready_endpoints.set(len(self.balancer.endpoints))
+        log.info("Endpoints changed ready=%s", ",".join(ep.key for ep in self.balancer.endpoints) or "none")
+        self.admission.wake()
+        self._close_idle_channels()
+
+    def _close_idle_channels(self) -> None:
+        """Close the gRPC channels of endpoints that left the set once their last request finished."""
+        routable = {ep.key for ep in self.balancer.endpoints}
+        busy = self.balancer.outstanding()
+        for key in [k for k in self._channels if k not in routable and k not in busy]:
+            self._spawn(self._channels.pop(key).close())
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _poke(self) -> None:
+        """Ask for activation when nothing is Ready, at most once per :data:`ACTIVATION_INTERVAL_S`."""
+        if self.activate is None or self.balancer.has_ready():
+            return
+        now = self.clock()
+        if now - self._last_poke_s < ACTIVATION_INTERVAL_S:
+            return
+        self._last_poke_s = now
+        self._spawn(self._send_poke(self.activate))
+
+    async def _send_poke(self, activate: Activate) -> None:
+        try:
+            await activate()
+        except Exception as exc:  # degrade quietly: the request keeps waiting, the next arrival pokes again
+            self.metrics.activations.labels("error").inc()
+            log.warning("Activation request failed error=%r", exc)
+        else:
+            self.metrics.activations.labels("sent").inc()
+
+    def _update_queue_gauges(self) -> None:
+        self.metrics.inflight.set(self.admission.inflight)
+        self.metrics.queue_depth.set(self.admission.waiting)
+
+    async def _admit(self) -> None:
+        """Admission with the poke and the gauges; raises :class:`Rejected`."""
+        self._poke()
+        t0 = self.clock()
+        try:
+            await self.admission.enter()
+        except Rejected as exc:
+            self.metrics.rejected.labels(exc.reason).inc()
+            raise
+        self.metrics.queue_wait.observe(self.clock() - t0)
+
+    def _release(self) -> None:
+        self.admission.exit()
+
+    def _pick(self, key: bytes | None, exclude: tuple[str, ...] = ()) -> Endpoint | None:
+        chosen = self.balancer.choose(key, self.clock(), exclude)
+        if chosen is None:
+            return None
+        ep, hit = chosen
+        self.metrics.picks.labels("least_outstanding" if key is None else "affinity_hit" if hit
+                                  else "affinity_spill").inc()
+        return ep
+
+    def _record(self, tenant: str, feats: RequestFeatures | None, protocol: str, code: str,
+                service_s: float | None) -> None:
+        modality = feats.modality if feats is not None else "none"
+        self.metrics.gateway_requests.labels(tenant, modality, protocol, code).inc()
+        if feats is not None and service_s is not None:
+            self.metrics.tenant_images.labels(tenant, modality).inc(len(feats.image_pixels))
+            self.metrics.tenant_image_pixels.labels(tenant, modality).inc(sum(feats.image_pixels))
+            self.metrics.tenant_text_tokens.labels(tenant, modality).inc(feats.text_tokens or 0)
+            self.metrics.tenant_service_seconds.labels(tenant, modality).inc(service_s)
+
+    def _record_features(self, feats: RequestFeatures) -> None:
+        """The runtime's feature series for one request sent to a replica."""
+        m = feats.modality
+        self.metrics.requests.labels(m).inc()
+        self.metrics.images.labels(m).observe(len(feats.image_pixels))
+        for pixels in feats.image_pixels:
+            self.metrics.image_pixels.labels(m).observe(pixels)
+        if feats.text_tokens is not None:
+            self.metrics.text_tokens.labels(m).observe(feats.text_tokens)
+
+    # --- HTTP -------------------------------------------------------------------------------------------------
+    async def _http(self, request: web.Request) -> web.StreamResponse:
+        tenant = self.tenants.label(request.headers.get(self.settings.tenant_header))
+        is_infer = request.method == "POST" and INFER_PATH.match(request.path) is not None
+        feats: RequestFeatures | None = None
+        try:
+            declared = request.content_length
+            if declared is not None and declared > self.settings.max_body_bytes:
+                raise PayloadError("body", "BodyTooLarge", f"{declared} bytes",
+                                   f"send at most {self.settings.max_body_bytes} bytes (the gateway's limit)")
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise PayloadError("body", "BodyTooLarge", "more than the limit",
+                                   f"send at most {self.settings.max_body_bytes} bytes (the gateway's limit)"
+                                   ) from None
+            if is_infer:
+                feats = features_from_http(body, request.headers, self.settings.inputs, self.settings.max_body_bytes)
+        except PayloadError as exc:
+            self.metrics.request_errors.labels(exc.reason).inc()
+            self._record(tenant, None, "http", "400", None)
+            return web.json_response({"error": str(exc)}, status=400,
+                                     headers={"Connection": "close"} if exc.reason == "BodyTooLarge" else None)
+        try:
+            await self._admit()
+        except Rejected as exc:
+            self._record(tenant, feats, "http", "503", None)
+            return web.json_response({"error": str(exc)}, status=503,
+                                     headers={"Retry-After": str(exc.retry_after_s)})
+        try:
+            if feats is not None:
+                self._record_features(feats)
+            return await self._forward_http(request, body, feats, tenant)
+        finally:
+            self._release()
+
+    async def _forward_http(self, request: web.Request, body: bytes, feats: RequestFeatures | None,
+                            tenant: str) -> web.StreamResponse:
+        assert self._session is not None
+        key = affinity_key(feats.image_digests) if feats is not None else None
+        headers = forwarded_headers(request.headers)
+        tried: tuple[str, ...] = ()
+        for attempt in (0, 1):
+            ep = self._pick(key, tried)
+            if ep is None:
+                break
+            self.balancer.acquire(ep)
+            t0 = self.clock()
+            try:
+                upstream = await self._session.request(request.method, f"http://{ep.key}{request.raw_path}",
+                                                       headers=headers, data=body, allow_redirects=False)
+            except aiohttp.ClientConnectorError as exc:  # no connection: not a byte reached the replica
+                self._done(ep)
+                self.balancer.eject(ep, self.clock())
+                tried += (ep.key,)
+                log.warning("Connect to replica failed endpoint=%s attempt=%d error=%s", ep.key, attempt + 1, exc)
+                if attempt == 0:
+                    self.metrics.retries.labels("http").inc()
+                continue
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                self._done(ep)
+                self._record(tenant, feats, "http", "502", None)
+                return web.json_response({"error": f"replica {ep.key} failed: {exc!r}"}, status=502)
+            try:
+                self.metrics.upstream_latency.labels("http").observe(self.clock() - t0)
+                length = upstream.content_length
+                if length is not None and length <= BUFFERED_RESPONSE_BYTES:
+                    # Small and complete: one write of headers and body, one send(2) fewer per request than
+                    # streaming (send(2) on loopback was the proxy's largest CPU item under cProfile; gateway CPU
+                    # per request 560 vs 640 us in one run each of benchmarks/gateway_overhead.py).
+                    data = await upstream.read()
+                    self._record(tenant, feats, "http", str(upstream.status), self.clock() - t0)
+                    return web.Response(status=upstream.status, reason=upstream.reason, body=data,
+                                        headers=forwarded_headers(upstream.headers))
+                out = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                         headers=forwarded_headers(upstream.headers))
+                if length is not None:
+                    out.content_length = length
+                await out.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await out.write(chunk)
+                await out.write_eof()
+                self._record(tenant, feats, "http", str(upstream.status), self.clock() - t0)
+                return out
+            finally:
+                upstream.release()
+                self._done(ep)
+        self._record(tenant, feats, "http", "503", None)
+        return web.json_response({"error": "no Ready replica could be reached; retry"}, status=503,
+                                 headers={"Retry-After": "1"})
+
+    def _done(self, ep: Endpoint) -> None:
+        self.balancer.release(ep)
+        if ep.key in self._channels and not self.balancer.outstanding().get(ep.key):
+            if all(e.key != ep.key for e in self.balancer.endpoints):
+                self._close_idle_channels()
+
+    # --- gRPC -------------------------------------------------------------------------------------------------
+    def _channel(self, ep: Endpoint) -> grpc.aio.Channel:
+        target = ep.grpc_target
+        assert target is not None
+        channel = self._channels.get(ep.key)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(target, options=[("grpc.max_receive_message_length", -1),
+                                                                 ("grpc.max_send_message_length", -1)])
+            self._channels[ep.key] = channel
+        return channel
+
+    async def grpc_unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
+                         ) -> bytes:
+        """Forward one unary call of ``inference.GRPCInferenceService`` as raw bytes."""
+        metadata = tuple((k, v) for k, v in context.invocation_metadata() or ()
+                         if not k.startswith(":") and k not in GRPC_DROPPED_METADATA)
+        tenant_raw = next((v for k, v in metadata if k == self.settings.tenant_header), None)
+        tenant = self.tenants.label(tenant_raw if isinstance(tenant_raw, str) else None)
+        feats: RequestFeatures | None = None
+        if method == GRPC_INFER:
+            try:
+                feats = features_from_grpc(request, self.settings.inputs)
+            except PayloadError as exc:
+                self.metrics.request_errors.labels(exc.reason).inc()
+                self._record(tenant, None, "grpc", grpc.StatusCode.INVALID_ARGUMENT.name, None)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        try:
+            await self._admit()
+        except Rejected as exc:
+            self._record(tenant, feats, "grpc", grpc.StatusCode.RESOURCE_EXHAUSTED.name, None)
+            context.set_trailing_metadata((("retry-after", str(exc.retry_after_s)),))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        try:
+            if feats is not None:
+                self._record_features(feats)
+            return await self._forward_grpc(method, request, metadata, context, feats, tenant)
+        finally:
+            self._release()
+
+    async def _forward_grpc(self, method: str, request: bytes, metadata: tuple[tuple[str, Any], ...],
+                            context: grpc.aio.ServicerContext[bytes, bytes], feats: RequestFeatures | None,
+                            tenant: str) -> bytes:
+        key = affinity_key(feats.image_digests) if feats is not None else None
+        remaining = context.time_remaining()
+        timeout = self.settings.upstream_timeout_s if remaining is None else min(remaining,
+                                                                                 self.settings.upstream_timeout_s)
+        tried: tuple[str, ...] = ()
+        last: grpc.aio.AioRpcError | None = None
+        for attempt in (0, 1):
+            ep = self._pick(key, tried)
+            if ep is None or ep.grpc_target is None:
+                break
+            self.balancer.acquire(ep)
+            t0 = self.clock()
+            try:
+                call = self._channel(ep).unary_unary(method)
+                response: bytes = await call(request, metadata=metadata, timeout=timeout)
+            except grpc.aio.AioRpcError as exc:
+                last = exc
+                # UNAVAILABLE: the channel could not reach the replica (gRPC's "safe to retry" status).
+                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt == 0:
+                    self.balancer.eject(ep, self.clock())
+                    tried += (ep.key,)
+                    self.metrics.retries.labels("grpc").inc()
+                    log.warning("gRPC call to replica failed endpoint=%s attempt=1 error=%s", ep.key, exc.details())
+                    continue
+                break
+            finally:
+                self._done(ep)
+            self.metrics.upstream_latency.labels("grpc").observe(self.clock() - t0)
+            self._record(tenant, feats, "grpc", grpc.StatusCode.OK.name, self.clock() - t0)
+            return response
+        if last is not None:
+            self._record(tenant, feats, "grpc", last.code().name, None)
+            await context.abort(last.code(), last.details() or "")
+        self._record(tenant, feats, "grpc", grpc.StatusCode.RESOURCE_EXHAUSTED.name, None)
+        context.set_trailing_metadata((("retry-after", "1"),))
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "no Ready replica could be reached; retry")
+        raise AssertionError("unreachable: abort raises")
+
+    # --- metrics listener -------------------------------------------------------------------------------------
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        """200 while serving (also at zero replicas: the gateway must take requests to hold them); 503 when
+        stopping."""
+        return web.Response(text="stopping\n", status=503) if self.draining else web.Response(text="ok\n")
+
+
+class _GrpcProxy(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """Routes every ``inference.GRPCInferenceService`` method to :meth:`Gateway.grpc_unary` (raw bytes)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method: str = handler_call_details.method
+        if not method.startswith(GRPC_SERVICE):
+            return None  # gRPC answers UNIMPLEMENTED
+        if method == GRPC_STREAM:
+            return grpc.stream_stream_rpc_method_handler(_refuse_stream)
+
+        async def unary(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+            return await self.gateway.grpc_unary(method, request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary)
+
+
+async def _refuse_stream(_: Any, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
+    await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                        "ModelStreamInfer is not supported through the modalscale gateway (a stream would be pinned "
+                        "to one replica); use ModelInfer, or set spec.gateway.enabled: false for decoupled models")

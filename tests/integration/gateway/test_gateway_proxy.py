@@ -1,0 +1,329 @@
+"""The gateway in front of two real tritonservers: balancing, hold at zero, admission, bad input, gRPC, retry, drain.
+
+Each replica's own ``nv_inference_request_success`` says which replica served what, so nothing here trusts the
+gateway's account of itself.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from modalscale.runtime.server import TritonProcess
+from tests.integration.gateway.conftest import (
+    MODEL,
+    RunningGateway,
+    endpoint,
+    request_count,
+    start_replica,
+    text_request,
+)
+
+INFER = f"/v2/models/{MODEL}/infer"
+
+
+def png(width: int, height: int) -> bytes:
+    """A valid 8-bit grey PNG of ``width`` x ``height`` (zeros)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    raw = b"".join(b"\x00" + bytes(width) for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def binary_request(images: list[bytes], text: str | None = None,
+                   datatype: str = "BYTES") -> tuple[bytes, dict[str, str]]:
+    """A request in Triton's binary tensor extension: ``IMAGES [1, n]`` (+ optional ``TEXT`` as JSON)."""
+    blob = b"".join(struct.pack("<I", len(i)) + i for i in images)
+    inputs: list[dict[str, Any]] = [{"name": "IMAGES", "datatype": datatype, "shape": [1, len(images)],
+                                     "parameters": {"binary_data_size": len(blob)}}]
+    if text is not None:
+        inputs.append({"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": [text]})
+    head = json.dumps({"inputs": inputs}).encode()
+    return head + blob, {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"}
+
+
+def success_counts(replicas: tuple[TritonProcess, ...]) -> list[int]:
+    return [request_count(r) for r in replicas]
+
+
+def test_two_keepalive_connections_are_shared_fairly_by_both_replicas(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    gw = make_gateway([endpoint(r) for r in replicas])
+    before = success_counts(replicas)
+
+    def client(n: int) -> list[int]:
+        with httpx.Client(base_url=gw.http, timeout=30) as c:  # one keep-alive connection
+            return [c.post(INFER, json=text_request(f"sleep:0.01 {i}")).status_code for i in range(n)]
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        codes = [code for part in pool.map(client, [30, 30]) for code in part]
+    served = [a - b for a, b in zip(success_counts(replicas), before)]
+    assert codes == [200] * 60
+    assert sum(served) == 60 and min(served) >= 18, served  # kube-proxy gave 60 / 0 with 2 connections (issue 19)
+
+
+def test_request_at_zero_waits_and_is_answered_when_a_replica_turns_ready(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    gw = make_gateway([], with_activation=True, queue_timeout_s=15.0)
+    result: dict[str, Any] = {}
+
+    def call() -> None:
+        t0 = time.monotonic()
+        result["response"] = httpx.post(gw.http + INFER, json=text_request(), timeout=30)
+        result["elapsed_s"] = time.monotonic() - t0
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    time.sleep(2.0)
+    assert thread.is_alive(), "the request did not wait at zero"
+    assert gw.metric("modalscale_gateway_queue_depth") == 1
+    gw.set_endpoints([endpoint(replicas[0])])
+    thread.join(20)
+    response = result["response"]
+    assert response.status_code == 200, response.text
+    assert response.json()["outputs"][0]["data"] == [0, 0, len("hello world")]
+    assert 2.0 <= result["elapsed_s"] < 5.0
+    assert len(gw.activations) == 1  # one poke, at once (rate limit: at most one per second)
+
+
+def test_activation_is_rate_limited_to_one_poke_per_second(make_gateway: Callable[..., RunningGateway]) -> None:
+    gw = make_gateway([], with_activation=True, queue_timeout_s=0.5, queue_size=20)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: httpx.post(gw.http + INFER, json=text_request(), timeout=10).status_code,
+                              range(8)))
+    assert codes == [503] * 8
+    assert len(gw.activations) == 1
+
+
+def test_overflow_and_timeout_get_503_with_retry_after(make_gateway: Callable[..., RunningGateway]) -> None:
+    gw = make_gateway([], queue_size=1, queue_timeout_s=1.0)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(httpx.post, gw.http + INFER, json=text_request(), timeout=10)
+        time.sleep(0.3)  # the first one now holds the only place in the queue
+        t0 = time.monotonic()
+        overflow = httpx.post(gw.http + INFER, json=text_request(), timeout=10)
+        overflow_s = time.monotonic() - t0
+        timed_out = first.result()
+    assert overflow.status_code == 503 and int(overflow.headers["Retry-After"]) >= 1 and overflow_s < 0.5
+    assert "queued" in overflow.json()["error"]
+    assert timed_out.status_code == 503 and int(timed_out.headers["Retry-After"]) >= 1
+    assert "no Ready replica" in timed_out.json()["error"]
+    assert gw.metric("modalscale_gateway_rejected_total", reason="QueueFull") == 1
+    assert gw.metric("modalscale_gateway_rejected_total", reason="NoReadyReplica") == 1
+
+
+def _bad_inputs() -> list[tuple[str, bytes, dict[str, str], str]]:
+    jpeg_truncated = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00"  # SOI + the start of APP0, no frame header
+    cases = [("malformed-json", b'{"inputs": [', {"Content-Type": "application/json"}, "body")]
+    body, headers = binary_request([jpeg_truncated])
+    cases.append(("truncated-jpeg", body, headers, "inputs[IMAGES]"))
+    body = json.dumps({"inputs": [{"name": "IMAGES", "datatype": "INT32", "shape": [1, 1], "data": [3]}]}).encode()
+    cases.append(("wrong-datatype", body, {"Content-Type": "application/json"}, "inputs[IMAGES]"))
+    body = json.dumps({"inputs": [{"name": "PROMPT", "datatype": "BYTES", "shape": [1], "data": ["x"]}]}).encode()
+    cases.append(("missing-input", body, {"Content-Type": "application/json"}, "inputs"))
+    body, headers = binary_request([png(8, 8), b"\x00" * (80 * 1024)])
+    cases.append(("oversized-body", body, headers, "body"))
+    return cases
+
+
+@pytest.mark.parametrize(("case", "body", "headers", "field"), [pytest.param(*c, id=c[0]) for c in _bad_inputs()])
+def test_bad_input_gets_400_naming_the_field_and_never_reaches_a_replica(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway], case: str,
+        body: bytes, headers: dict[str, str], field: str) -> None:
+    gw = make_gateway([endpoint(r) for r in replicas], max_body_bytes=64 * 1024)
+    before = success_counts(replicas) + [request_count(r, "failure") for r in replicas]
+    response = httpx.post(gw.http + INFER, content=body, headers=headers, timeout=10)
+    after = success_counts(replicas) + [request_count(r, "failure") for r in replicas]
+    assert response.status_code == 400, (case, response.text)
+    assert response.json()["error"].startswith(field), (case, response.json())
+    assert after == before, case
+
+
+def test_valid_image_request_passes_through_with_its_body_unaltered(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    gw = make_gateway([endpoint(r) for r in replicas])
+    image = png(64, 48)
+    body, headers = binary_request([image, image], text="a cat")
+    direct = httpx.post(f"http://{replicas[0].http_url}{INFER}", content=body, headers=headers, timeout=10)
+    via = httpx.post(gw.http + INFER, content=body, headers=headers, timeout=10)
+    assert via.status_code == direct.status_code == 200
+    assert via.json()["outputs"] == direct.json()["outputs"]
+    assert via.json()["outputs"][0]["data"] == [2, 2 * len(image), 5]
+    assert gw.metric("modalscale_requests_total", modality="image_text") == 1
+    assert gw.metric("modalscale_request_image_pixels_sum", modality="image_text") == 2 * 64 * 48
+    health = httpx.get(gw.http + "/v2/health/ready", timeout=5)
+    meta = httpx.get(gw.http + f"/v2/models/{MODEL}", timeout=5)
+    assert health.status_code == 200 and meta.json()["name"] == MODEL
+
+
+def test_grpc_infer_through_the_gateway_equals_direct(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    gw = make_gateway([endpoint(r) for r in replicas])
+
+    def infer(url: str) -> Any:
+        with grpcclient.InferenceServerClient(url) as client:
+            inputs = [grpcclient.InferInput("TEXT", [1, 1], "BYTES"), grpcclient.InferInput("IMAGES", [1, 1], "BYTES")]
+            inputs[0].set_data_from_numpy(np.array([[b"two words"]], dtype=object))
+            inputs[1].set_data_from_numpy(np.array([[png(32, 16)]], dtype=object))
+            assert client.is_server_ready() and client.is_model_ready(MODEL)
+            return client.infer(MODEL, inputs, headers={"x-modalscale-tenant": "team-a"}).as_numpy("SIZES")
+
+    direct, via = infer(replicas[0].grpc_url), infer(gw.grpc)
+    assert direct.tolist() == via.tolist() == [1, len(png(32, 16)), 9]
+    assert gw.metric("modalscale_gateway_requests_total", tenant="team-a", protocol="grpc", code="OK") == 1
+    assert gw.metric("modalscale_gateway_tenant_image_pixels_total", tenant="team-a") == 32 * 16
+
+
+def test_grpc_stream_infer_is_refused_with_unimplemented(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    gw = make_gateway([endpoint(r) for r in replicas])
+    with grpc.insecure_channel(gw.grpc) as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        with pytest.raises(grpc.RpcError) as err:
+            list(stream(iter([b""]), timeout=5))
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "ModelInfer" in (err.value.details() or "")
+
+
+def test_killed_replica_requests_not_yet_sent_are_retried_on_the_other(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway],
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    victim = start_replica(tmp_path_factory.mktemp("victim"))
+    try:
+        gw = make_gateway([endpoint(replicas[0]), endpoint(victim)])
+        codes: list[int] = []
+        killed = threading.Event()
+
+        def client() -> None:
+            with httpx.Client(base_url=gw.http, timeout=30) as c:
+                for i in range(30):
+                    codes.append(c.post(INFER, json=text_request(f"sleep:0.02 {i}")).status_code)
+                    if len(codes) == 16 and not killed.is_set():
+                        killed.set()
+                        assert victim.pid is not None
+                        os.killpg(victim.pid, signal.SIGKILL)
+
+        threads = [threading.Thread(target=client) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        victim.stop(drain=False)
+    failed = [c for c in codes if c != 200]
+    assert len(codes) == 60
+    assert len(failed) <= 2, codes  # at most the requests in flight at the kill (2 clients)
+    assert gw.metric("modalscale_gateway_retries_total", protocol="http") >= 1
+
+
+def test_stop_lets_an_in_flight_request_finish(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    gw = make_gateway([endpoint(replicas[0])])
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(httpx.post, gw.http + INFER, json=text_request("sleep:1.0"), timeout=10)
+        time.sleep(0.3)
+        gw.call(gw.gateway.stop())
+        response = slow.result()
+    assert response.status_code == 200
+    with pytest.raises(httpx.ConnectError):
+        httpx.post(gw.http + INFER, json=text_request(), timeout=2)
+
+
+def test_repeated_image_goes_to_one_replica(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    gw = make_gateway([endpoint(r) for r in replicas])
+    before = success_counts(replicas)
+    body, headers = binary_request([png(40, 30)])
+    with httpx.Client(base_url=gw.http, timeout=10) as c:
+        codes = [c.post(INFER, content=body, headers=headers).status_code for _ in range(8)]
+    served = sorted(a - b for a, b in zip(success_counts(replicas), before))
+    assert codes == [200] * 8 and served == [0, 8]
+    assert gw.metric("modalscale_gateway_picks_total", policy="affinity_hit") == 8
+
+
+def test_modalscale_gateway_command_serves_and_exits_0_on_sigterm(
+        replicas: tuple[TritonProcess, TritonProcess]) -> None:
+    import subprocess
+    import sys
+
+    from modalscale.runtime.server import free_port
+
+    ports = {"HTTP": free_port(), "GRPC": free_port(), "METRICS": free_port()}
+    env = {**os.environ, **{f"MODALSCALE_GATEWAY_{k}_PORT": str(v) for k, v in ports.items()},
+           "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "modalscale.cli", "gateway", "--endpoints",
+                             ",".join(f"{r.host}:{r.http_port}:{r.grpc_port}" for r in replicas)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{ports['METRICS']}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.2)
+        response = httpx.post(f"http://127.0.0.1:{ports['HTTP']}{INFER}", json=text_request(), timeout=10)
+        metrics = httpx.get(f"http://127.0.0.1:{ports['METRICS']}/metrics", timeout=5).text
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # inside the shutdown delay: not ready, still serving
+        draining = httpx.get(f"http://127.0.0.1:{ports['METRICS']}/readyz", timeout=5).status_code
+        late = httpx.post(f"http://127.0.0.1:{ports['HTTP']}{INFER}", json=text_request(), timeout=10).status_code
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    assert response.status_code == 200 and (draining, late) == (503, 200)
+    assert 'modalscale_requests_total{modality="text"} 1.0' in metrics
+    assert proc.returncode == 0, output
+
+
+def test_grpc_bad_input_and_overflow_get_invalid_argument_and_resource_exhausted(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    full = make_gateway([], queue_size=0)
+    served = make_gateway([endpoint(r) for r in replicas])
+    before = success_counts(replicas) + [request_count(r, "failure") for r in replicas]
+    text = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[b"hello"]], dtype=object))
+    bad = grpcclient.InferInput("IMAGES", [1, 1], "INT32")
+    bad.set_data_from_numpy(np.array([[3]], dtype=np.int32))
+    with grpcclient.InferenceServerClient(served.grpc) as client:
+        with pytest.raises(InferenceServerException) as invalid:
+            client.infer(MODEL, [bad])
+    with grpcclient.InferenceServerClient(full.grpc) as client:
+        with pytest.raises(InferenceServerException) as exhausted:
+            client.infer(MODEL, [text])
+    assert invalid.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert (invalid.value.message() or "").startswith("inputs[IMAGES]")
+    assert exhausted.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert success_counts(replicas) + [request_count(r, "failure") for r in replicas] == before
+
+
+def test_large_response_streams_back_byte_for_byte(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    from modalscale.gateway.server import BUFFERED_RESPONSE_BYTES
+
+    gw = make_gateway([endpoint(replicas[0])])
+    request = text_request(f"pad:{BUFFERED_RESPONSE_BYTES}")  # JSON: ~2 bytes per element, so streamed
+    direct = httpx.post(f"http://{replicas[0].http_url}{INFER}", json=request, timeout=30)
+    via = httpx.post(gw.http + INFER, json=request, timeout=30)
+    assert via.status_code == direct.status_code == 200
+    assert len(via.content) > BUFFERED_RESPONSE_BYTES and via.content == direct.content
+    assert via.headers["content-type"] == direct.headers["content-type"]

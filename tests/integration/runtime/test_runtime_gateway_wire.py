@@ -1,0 +1,158 @@
+"""The gateway reads the bytes Triton hands the model: a real tritonserver (nvidia-pytriton wheel) with an echo
+model that reports the BLAKE2b digest of every IMAGES and TEXT element it received, against
+``modalscale.gateway.features`` on the same request, in every wire form; and every structural fault the gateway
+refuses with 400 is refused by Triton too (content faults, such as a truncated image, reach the model, which is
+what the gateway spares it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from modalscale.gateway.features import RequestFeatures, features_from_grpc, features_from_http
+from modalscale.runtime.server import TritonProcess, free_port, write_repository
+from tests.unit.gateway.test_gateway_features import BUILDERS, GRPC_BAD, HTTP_BAD, REQUESTS, InputNames
+
+ECHO_MODEL = '''\
+import os, site, sys
+_before = list(sys.path)
+for _entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    if _entry:
+        site.addsitedir(_entry)
+sys.path[:] = [_p for _p in sys.path if _p not in _before] + _before
+
+import hashlib, json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            info = {}
+            for name in ("IMAGES", "TEXT"):
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                if tensor is not None:
+                    info[name] = [hashlib.blake2b(bytes(x), digest_size=16).hexdigest()
+                                  for x in tensor.as_numpy().reshape(-1)]
+            out = np.array([json.dumps(info).encode()], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("INFO", out)]))
+        return responses
+'''
+
+ECHO_CONFIG = '''\
+name: "echo"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "IMAGES" data_type: TYPE_STRING dims: [ -1, -1 ] optional: true },
+  { name: "TEXT" data_type: TYPE_STRING dims: [ -1, -1 ] optional: true },
+  { name: "THRESHOLD" data_type: TYPE_INT32 dims: [ -1, -1 ] optional: true }
+]
+output [ { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+'''
+
+Received = dict[str, list[str]]
+
+
+@pytest.fixture(scope="module")
+def echo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
+    repo = write_repository({"echo/config.pbtxt": ECHO_CONFIG, "echo/1/model.py": ECHO_MODEL},
+                            tmp_path_factory.mktemp("echo-repo"))
+    old_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + old_path
+    try:
+        with TritonProcess(model_repository=repo, http_port=free_port(), grpc_port=free_port(),
+                           metrics_port=free_port(), exit_timeout_s=2) as server:
+            yield server
+    finally:
+        os.environ["PATH"] = old_path
+
+
+def _http(server: TritonProcess, body: bytes, headers: dict[str, str]) -> Received | int:
+    """What the model received, or Triton's HTTP status when it refused the request."""
+    response = httpx.post(f"http://127.0.0.1:{server.http_port}/v2/models/echo/infer", content=body,
+                          headers=headers, timeout=30)
+    if response.status_code != 200:
+        return response.status_code
+    size = response.headers.get("Inference-Header-Content-Length")
+    if size is None:
+        return dict(json.loads(response.json()["outputs"][0]["data"][0]))
+    raw = response.content[int(size):]
+    return dict(json.loads(raw[4:4 + struct.unpack_from("<I", raw)[0]]))
+
+
+def _grpc(server: TritonProcess, message: bytes) -> Received | str:
+    """What the model received, or the gRPC status name when Triton refused the request."""
+    request = service_pb2.ModelInferRequest.FromString(message)
+    request.model_name = "echo"
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        try:
+            response = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+        except grpc.RpcError as exc:
+            return str(exc.code().name)
+    raw = response.raw_output_contents[0]
+    return dict(json.loads(raw[4:4 + struct.unpack_from("<I", raw)[0]]))
+
+
+def _digests(received: Received, name: str) -> tuple[bytes, ...]:
+    return tuple(bytes.fromhex(h) for h in received.get(name, []))
+
+
+@pytest.mark.parametrize("form", sorted(BUILDERS))
+@pytest.mark.parametrize("request_name", sorted(REQUESTS))
+def test_gateway_digests_equal_what_the_model_received(echo_server: TritonProcess, request_name: str,
+                                                       form: str) -> None:
+    images, text, _ = REQUESTS[request_name]
+    built: Any = BUILDERS[form](images, text, InputNames())
+    received: Received | int | str
+    features: RequestFeatures
+    if form.startswith("grpc"):
+        received, features = _grpc(echo_server, built), features_from_grpc(built)
+    else:
+        received, features = _http(echo_server, *built), features_from_http(*built)
+    assert isinstance(received, dict), received
+    assert _digests(received, "IMAGES") == features.image_digests
+    assert len(features.image_digests) == len(images or ())
+    expected_text = () if text is None else (hashlib.blake2b(text.encode(), digest_size=16).digest(),)
+    assert _digests(received, "TEXT") == expected_text
+
+
+STRUCTURAL_HTTP = sorted(case for case, (_, _, reason) in HTTP_BAD.items() if reason not in (
+    "BodyTooLarge", "TooManyElements",  # the gateway's own limits
+    "CorruptBody",  # Triton inflates what it can of a truncated gzip stream
+    "MissingInput", "EmptyRequest", "EmptyImage", "CorruptImageHeader", "UnsupportedImageFormat", "InvalidUtf8",
+    # content faults: Triton passes them to the model, and the built-in model refuses them (runtime/model/inputs.py)
+))
+STRUCTURAL_GRPC = sorted(case for case, (_, _, reason) in GRPC_BAD.items() if reason not in (
+    "MalformedProtobuf",  # cannot even be sent with a gRPC client
+    "TooManyElements",  # the gateway's own limit
+    "MissingInput", "EmptyRequest", "CorruptImageHeader", "UnsupportedImageFormat",
+))
+
+
+@pytest.mark.parametrize("case", STRUCTURAL_HTTP)
+def test_structural_http_faults_the_gateway_refuses_triton_refuses_too(echo_server: TritonProcess,
+                                                                       case: str) -> None:
+    build, _, _ = HTTP_BAD[case]
+    assert not isinstance(_http(echo_server, *build()), dict)
+
+
+@pytest.mark.parametrize("case", STRUCTURAL_GRPC)
+def test_structural_grpc_faults_the_gateway_refuses_triton_refuses_too(echo_server: TritonProcess,
+                                                                       case: str) -> None:
+    build, _, _ = GRPC_BAD[case]
+    assert not isinstance(_grpc(echo_server, build()), dict)

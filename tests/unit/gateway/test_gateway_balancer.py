@@ -1,0 +1,192 @@
+"""The balancer: the routable set from EndpointSlice conditions, outstanding counts, least-outstanding and affinity."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from modalscale.gateway.balancer import Balancer, Endpoint, least_outstanding, parse_static
+from modalscale.gateway.endpoints import endpoints_from_slice, merge_slices
+
+A, B, C = (Endpoint("10.0.0.1", 8000, 8001, name="a"), Endpoint("10.0.0.2", 8000, 8001, name="b"),
+           Endpoint("10.0.0.3", 8000, 8001, name="c"))
+
+
+def test_only_ready_and_not_terminating_endpoints_are_routable() -> None:
+    b = Balancer(rng=random.Random(0))
+    b.update([A, Endpoint("10.0.0.2", 8000, ready=False), Endpoint("10.0.0.3", 8000, terminating=True)])
+    assert [ep.key for ep in b.endpoints] == ["10.0.0.1:8000"]
+    assert {b.pick(None, 0.0).key for _ in range(50)} == {"10.0.0.1:8000"}  # type: ignore[union-attr]
+
+
+def test_no_routable_endpoint_picks_none() -> None:
+    b = Balancer()
+    b.update([Endpoint("10.0.0.2", 8000, ready=False)])
+    assert not b.has_ready()
+    assert b.pick(None, 0.0) is None
+
+
+def test_least_outstanding_goes_to_the_idle_replica() -> None:
+    b = Balancer(rng=random.Random(1))
+    b.update([A, B, C])
+    for _ in range(3):
+        b.acquire(A)
+    b.acquire(B)
+    assert b.pick(None, 0.0) == C
+    b.acquire(C)
+    assert b.pick(None, 0.0) in (B, C)  # 3, 1, 1 outstanding
+
+
+def test_sequential_requests_spread_evenly_over_replicas() -> None:
+    # Each request finishes before the next (one keep-alive client): random ties spread them all.
+    b = Balancer(rng=random.Random(2))
+    b.update([A, B])
+    counts: Counter[str] = Counter()
+    for _ in range(400):
+        ep = b.pick(None, 0.0)
+        assert ep is not None
+        b.acquire(ep)
+        counts[ep.key] += 1
+        b.release(ep)
+    assert min(counts.values()) >= 160, counts  # 200 expected; binomial sd 10
+
+
+def test_concurrent_requests_alternate_over_replicas() -> None:
+    b = Balancer(rng=random.Random(3))
+    b.update([A, B, C])
+    picked = []
+    for _ in range(6):
+        ep = b.pick(None, 0.0)
+        assert ep is not None
+        b.acquire(ep)
+        picked.append(ep.key)
+    assert Counter(picked) == {A.key: 2, B.key: 2, C.key: 2}
+
+
+def test_terminating_endpoint_keeps_its_outstanding_count_until_released() -> None:
+    b = Balancer()
+    b.update([A, B])
+    b.acquire(A)
+    b.update([Endpoint("10.0.0.1", 8000, 8001, terminating=True), B])
+    assert b.outstanding() == {A.key: 1}
+    assert b.pick(None, 0.0) == B
+    b.release(A)
+    assert b.outstanding() == {}
+
+
+def test_release_without_acquire_is_an_error() -> None:
+    b = Balancer()
+    with pytest.raises(ValueError, match="without a matching acquire"):
+        b.release(A)
+
+
+def test_exclude_skips_the_replica_a_retry_failed_on() -> None:
+    b = Balancer(rng=random.Random(4))
+    b.update([A, B])
+    assert {b.pick(None, 0.0, exclude=(A.key,)) for _ in range(20)} == {B}
+    assert b.pick(None, 0.0, exclude=(A.key, B.key)) is None
+
+
+def test_ejected_replica_is_skipped_until_the_ejection_ends_unless_it_is_the_only_one() -> None:
+    b = Balancer(rng=random.Random(5))
+    b.update([A, B])
+    b.eject(A, now_s=10.0, for_s=2.0)
+    assert {b.pick(None, 11.0) for _ in range(20)} == {B}
+    assert A in {b.pick(None, 12.5) for _ in range(40)}
+    b.eject(A, now_s=20.0)
+    assert b.pick(None, 20.5, exclude=(B.key,)) == A  # better a likely failure than a certain 503
+
+
+def test_image_key_sticks_to_one_replica_while_loads_are_even() -> None:
+    b = Balancer(rng=random.Random(6))
+    b.update([A, B, C])
+    key = b"\x01" * 16
+    homes = {b.pick(key, 0.0) for _ in range(20)}
+    assert len(homes) == 1
+    other = {b.pick(bytes([i]) * 16, 0.0) for i in range(40)}
+    assert len(other) == 3  # different images spread over all replicas
+
+
+def test_image_key_spills_to_another_replica_when_its_home_is_overloaded() -> None:
+    b = Balancer(load_factor=1.25, rng=random.Random(7))
+    b.update([A, B, C])
+    key = b"\x02" * 16
+    home = b.pick(key, 0.0)
+    assert home is not None
+    for _ in range(8):
+        b.acquire(home)
+    assert b.pick(key, 0.0) != home
+
+
+def test_load_factor_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="load_factor"):
+        Balancer(load_factor=0.9)
+
+
+def test_least_outstanding_of_nothing_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        least_outstanding({}, random.Random(0))
+
+
+@pytest.mark.parametrize(("spec", "keys", "grpc"), [
+    ("127.0.0.1:8000", ["127.0.0.1:8000"], [None]),
+    ("a:8000:8001, b:9000:9001", ["a:8000", "b:9000"], ["a:8001", "b:9001"]),
+    ("", [], []),
+], ids=["http-only", "two-with-grpc", "empty"])
+def test_parse_static(spec: str, keys: list[str], grpc: list[str | None]) -> None:
+    eps = parse_static(spec)
+    assert [e.key for e in eps] == keys and [e.grpc_target for e in eps] == grpc
+
+
+@pytest.mark.parametrize("spec", ["host", "host:0", "host:70000", ":8000", "h:1:2:3", "h:x"])
+def test_parse_static_names_the_bad_item(spec: str) -> None:
+    with pytest.raises(ValueError, match="is not host:http_port"):
+        parse_static(spec)
+
+
+def _slice(endpoints: list[dict[str, object]], ports: list[dict[str, object]] | None = None) -> dict[str, object]:
+    return {"metadata": {"name": "s"}, "ports": ports if ports is not None else [
+        {"name": "http", "port": 8000}, {"name": "grpc", "port": 8001}], "endpoints": endpoints}
+
+
+def test_endpoint_slice_conditions_map_to_ready_and_terminating() -> None:
+    raw = _slice([
+        {"addresses": ["10.1.0.1"], "conditions": {"ready": True}, "targetRef": {"name": "p1"}},
+        {"addresses": ["10.1.0.2"], "conditions": {"ready": False, "serving": True, "terminating": True}},
+        {"addresses": ["10.1.0.3"]},  # absent conditions: ready, not terminating (EndpointSlice API)
+    ])
+    eps = endpoints_from_slice(raw)
+    assert [(e.key, e.grpc_target, e.ready, e.terminating, e.name) for e in eps] == [
+        ("10.1.0.1:8000", "10.1.0.1:8001", True, False, "p1"),
+        ("10.1.0.2:8000", "10.1.0.2:8001", False, True, ""),
+        ("10.1.0.3:8000", "10.1.0.3:8001", True, False, ""),
+    ]
+    b = Balancer()
+    b.update(eps)
+    assert [e.key for e in b.endpoints] == ["10.1.0.1:8000", "10.1.0.3:8000"]
+
+
+def test_slice_without_an_http_port_yields_nothing() -> None:
+    assert endpoints_from_slice(_slice([{"addresses": ["10.1.0.1"]}], ports=[{"name": "grpc", "port": 8001}])) == []
+
+
+def test_merge_slices_orders_by_slice_then_address() -> None:
+    one = _slice([{"addresses": ["10.1.0.9"]}])
+    two = _slice([{"addresses": ["10.1.0.1"]}])
+    assert [e.host for e in merge_slices({"b": one, "a": two})] == ["10.1.0.1", "10.1.0.9"]
+
+
+def test_choose_says_whether_the_image_key_went_to_its_own_replica() -> None:
+    b = Balancer(load_factor=1.25, rng=random.Random(8))
+    b.update([A, B, C])
+    key = b"\x03" * 16
+    chosen = b.choose(key, 0.0)
+    assert chosen is not None and chosen[1] is True
+    for _ in range(8):
+        b.acquire(chosen[0])
+    spilled = b.choose(key, 0.0)
+    assert spilled is not None and spilled[0] != chosen[0] and spilled[1] is False
+    no_key = b.choose(None, 0.0)
+    assert no_key is not None and no_key[1] is False
