@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from modalscale import GROUP, VERSION
+from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
 from modalscale.api.inferenceservice import GPU_RESOURCE, IsvcSpec
 
 SELECTOR_LABEL = "modalscale.io/inferenceservice"
@@ -309,9 +310,11 @@ def gateway_env(spec: IsvcSpec) -> list[dict[str, str]]:
 def build_gateway_deployment(spec: IsvcSpec, image: str) -> dict[str, Any]:
     """The Deployment ``<name>-gateway`` running ``modalscale gateway`` from the operator's ``image``.
 
-    ``spec.gateway.replicas`` pods, spread over nodes; the API credentials are mounted explicitly (the projected
-    volume the ServiceAccount admission plugin would add, as the chart does for the operator), so the gateway can
-    watch EndpointSlices also where that plugin is off.
+    ``spec.gateway.replicas`` pods, spread over nodes, placed by the user's ``spec.placement`` (node selector and
+    tolerations: where this service's pods may run, e.g. a tainted node pool) but never by a budget's Spot switch
+    (the gateway holds the requests of every replica: it stays on-demand) nor by the replicas' GPU selector; the
+    API credentials are mounted explicitly (the projected volume the ServiceAccount admission plugin would add, as
+    the chart does for the operator), so the gateway can watch EndpointSlices also where that plugin is off.
     """
     gw = spec.gateway
     labels = gateway_labels(spec)
@@ -350,6 +353,12 @@ def build_gateway_deployment(spec: IsvcSpec, image: str) -> dict[str, Any]:
             "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
                                                "labelSelector": {"matchLabels": {GATEWAY_LABEL: spec.name}}}}]}},
     }
+    node_selector = {k: v for k, v in spec.placement.node_selector.items() if k not in SPOT_NODE_SELECTOR}
+    tolerations = [dict(t) for t in spec.placement.tolerations if t != SPOT_TOLERATION]
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
     return {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _gateway_meta(spec, gateway_name(spec)),
         "spec": {

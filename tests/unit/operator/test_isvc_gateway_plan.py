@@ -240,3 +240,21 @@ def test_the_network_policy_admits_the_configured_scraper(labels: dict[str, str]
 if __name__ == "__main__" and sys.argv[1:] == ["--write-golden"]:
     GOLDEN.write_text(json.dumps(scenarios(), indent=1, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN}")
+
+
+def test_the_gateway_follows_the_users_placement_but_not_a_budgets_spot_switch_nor_the_gpu_selector() -> None:
+    from modalscale.api.annotations import SpotSwitch
+    from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
+    from modalscale.operator.isvc.plan import with_spot_placement
+
+    taint = {"key": "modalscale.io/node-type", "operator": "Equal", "value": "real", "effect": "NoSchedule"}
+    body = make_isvc(gateway={"enabled": True}, placement={"nodeSelector": {"pool": "a"}, "tolerations": [taint]},
+                     resources={"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}})
+    spec = with_spot_placement(parse_isvc(body), (SpotSwitch("ml/p", 50),))
+    plan = plan_isvc(spec, IsvcObserved(status={}), FILES, PlanConfig(gateway_image=IMAGE), NOW)
+    replicas = next(w.body for w in plan.writes if w.name == "vc" and w.kind == "Deployment")["spec"]["template"]
+    gateway = next(w.body for w in plan.writes if w.name == "vc-gateway" and w.kind == "Deployment")
+    pod = gateway["spec"]["template"]["spec"]
+    assert SPOT_TOLERATION in replicas["spec"]["tolerations"]  # the replicas did move to Spot
+    assert set(SPOT_NODE_SELECTOR) <= set(replicas["spec"]["nodeSelector"])
+    assert (pod["nodeSelector"], pod["tolerations"]) == ({"pool": "a"}, [taint])
