@@ -507,14 +507,17 @@ def _recommend_active(
 def observed_idle(observation: Observation, policy: ScalingPolicy, now: datetime) -> bool:
     """Whether the metrics were read and show no request at all (pure): the only evidence scale to zero acts on.
 
-    True only when the reading is fresh (not older than ``policy.max_metrics_age_s``, not dated ahead by more than
-    ``max_future_skew_s``), complete (every expected scrape target answered), has the workload rates and they are
-    all 0 in the stable and the recent window, and nothing is known to be queued or in flight. Missing, partial,
-    stale and non-finite data (already None in ``Observation``) are never idle.
+    True only when every replica is ready (one still starting, e.g. just activated, cannot have served the requests
+    the gateway holds for it), the reading is fresh (not older than ``policy.max_metrics_age_s``, not dated ahead by
+    more than ``max_future_skew_s``), complete (every expected scrape target answered), has the workload rates and
+    they are all 0 in the stable and the recent window, and nothing is known to be queued or in flight. Missing,
+    partial, stale and non-finite data (already None in ``Observation``) are never idle.
     """
     age_s = (now - observation.observed_at).total_seconds()
     if age_s > policy.max_metrics_age_s or -age_s > policy.max_future_skew_s or is_partial(observation):
         return False
+    if observation.ready_replicas < observation.current_replicas:
+        return False  # a replica still starting (after an activation): the gateway may hold requests meanwhile
     if observation.workload is None or any(c.rate_rps > 0 for c in observation.workload):
         return False
     if observation.recent_workload is not None and any(c.rate_rps > 0 for c in observation.recent_workload):

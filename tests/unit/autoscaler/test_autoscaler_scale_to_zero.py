@@ -48,8 +48,9 @@ def obs(at: dt.datetime = T0, current: int = 1, **kw: Any) -> Observation:
     (obs(at=T0 - dt.timedelta(seconds=120)), False),
     (obs(at=T0 + dt.timedelta(seconds=30)), False),
     (obs(current=2, targets_up=1), False),
+    (obs(current=1, ready_replicas=0, targets_up=None, utilization_ratio=None), False),
 ], ids=["all-zero", "zero-rate-classes", "rates-missing", "requests", "recent-requests", "in-flight", "queued",
-        "stale", "dated-ahead", "partial-targets"])
+        "stale", "dated-ahead", "partial-targets", "replica-starting"])
 def test_only_fresh_complete_metrics_showing_no_request_are_idle(observation: Observation, idle: bool) -> None:
     assert observed_idle(observation, POLICY, T0) is idle
 
