@@ -684,6 +684,24 @@ def test_operator_runs_with_only_the_chart_rbac(helm: list[str], kubectl: str, o
                 return status.get("state") in ("Ok", "Warning", "Exceeded") and "spent" in status
 
             wait_logged(op, budget_evaluated, 90, "BudgetPolicy evaluated under the chart's RBAC")
+
+            # The request gateway: its Role grants what the operator must hold itself (RBAC escalation check), and
+            # turning it off deletes what it made.
+            gateway = {**isvc, "metadata": {"name": "rbac-gateway"},
+                       "spec": {**isvc["spec"], "gateway": {"enabled": True}, "placement": fake_node_placement()}}
+            custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", workload_ns, "inferenceservices",
+                                                   gateway)
+
+            def network_policy() -> bool:
+                names = [n.metadata.name for n in client.NetworkingV1Api(api).list_namespaced_network_policy(
+                    workload_ns).items]
+                return "rbac-gateway-replicas" in names
+
+            wait_logged(op, network_policy, 90, "the gateway's objects and NetworkPolicy under the chart's RBAC")
+            assert client.RbacAuthorizationV1Api(api).read_namespaced_role("rbac-gateway-gateway", workload_ns).rules
+            custom.patch_namespaced_custom_object("modalscale.io", "v1alpha1", workload_ns, "inferenceservices",
+                                                  "rbac-gateway", {"spec": {"gateway": {"enabled": False}}})
+            wait_logged(op, lambda: not network_policy(), 60, "the gateway's objects deleted under the chart's RBAC")
             log = op.log()
             if scope == "cluster-wide":
                 assert refusals(log) == [] and "Not enough permissions" not in log, log[-4000:]
