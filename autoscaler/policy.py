@@ -55,6 +55,14 @@ An empty history (status lost, or a switch from Fixed mode, which keeps no state
 replica count at ``now``, as HPA seeds a new autoscaler's recommendations, so the scale-down window applies to
 the first decisions instead of letting them scale down at once.
 
+Scale to zero (``min_replicas == 0``, legal only behind the request gateway): the rules above never go below 1
+replica; a separate idle step (:func:`_idle_step`) takes the count to 0 (``ScaleDownToZero``) once decisions whose
+metrics were read and showed no request at all (no arrival in the stable and recent windows, nothing queued or in
+flight, every expected scrape target answering, fresh) have run for ``scale_to_zero_after_s`` without a break;
+any missing, partial, stale or non-zero reading restarts the count (Knative's scale-to-zero grace, on evidence
+only). At 0 replicas there is no pod to measure: the decision holds 0 (``IdleAtZero``) until the gateway asks for a
+replica; :func:`activate` then decides 0 -> 1 (``Activated``) at once, outside the decision interval.
+
 Reasons are the CamelCase constants of :class:`Reason`; the decision also returns the features behind it.
 """
 
@@ -140,6 +148,8 @@ class ScalingPolicy:
         forecast_quantile: Quantile of the recent per-bin rates the ``peak`` forecaster provisions for.
         panic_threshold_ratio: KPA's panic threshold: the recent window alone needs this many times the ready
             replicas (KPA default 2.0 = 200 %).
+        scale_to_zero_after_s: Scale to 0 after this long without a request, s (``scaleToZeroAfterSeconds``; only
+            with ``min_replicas == 0``); None = never by idleness.
     """
 
     mode: ScalingMode = ScalingMode.PREDICTIVE
@@ -166,6 +176,7 @@ class ScalingPolicy:
     forecast_window_s: float = 300.0
     forecast_quantile: float = 0.95
     panic_threshold_ratio: float = 2.0
+    scale_to_zero_after_s: float | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -189,6 +200,7 @@ class ScalingPolicy:
             (0 < self.forecast_quantile <= 1, "forecast_quantile must be in (0, 1]"),
             (self.panic_threshold_ratio > 1, "panic_threshold_ratio must be > 1"),
             (self.mode != ScalingMode.FIXED or self.replicas is not None, "replicas is required in Fixed mode"),
+            (self.scale_to_zero_after_s is None or self.scale_to_zero_after_s > 0, "scale_to_zero_after_s must be > 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -231,6 +243,8 @@ class ScalingPolicy:
             max_step_replicas=scaling.max_step_replicas,
             decision_interval_s=float(scaling.decision_interval_s),
             slots_per_replica=runtime.instance_count,
+            scale_to_zero_after_s=(None if scaling.scale_to_zero_after_s is None
+                                   else float(scaling.scale_to_zero_after_s)),
         )
         values.update(internals)
         return cls(**values)
@@ -384,6 +398,9 @@ class ScalerState:
         last_change_at: When a decision last changed the replica count (calibration waits for metrics to settle).
         in_flight_history: ``Observation.in_flight_requests`` of the last two decisions that had it, oldest first
             (the observed-queue rule's growth check).
+        idle_since: The first decision of the current unbroken run that observed no request (scale to zero
+            counts from it); None while requests arrive or the metrics are missing.
+        scaled_to_zero_at: When a decision last took the count to 0 (an activation request must be newer).
     """
 
     recommendations: tuple[tuple[datetime, int], ...] = ()
@@ -391,6 +408,8 @@ class ScalerState:
     latency_scale: float = 1.0
     last_change_at: datetime | None = None
     in_flight_history: tuple[float, ...] = ()
+    idle_since: datetime | None = None
+    scaled_to_zero_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,7 +464,23 @@ def recommend(
                                             f"Fixed mode: {policy.replicas} replicas", None, observation)
         features = {"fixed_replicas": float(policy.replicas)}
         return Decision(desired, True, reason, message, features, state, ScalingMode.FIXED)
+    if policy.min_replicas == 0:
+        if current == 0:
+            return _at_zero(observation, policy, state, model)
+        active = _recommend_active(observation, replace(policy, min_replicas=1), state, model, now)
+        return _idle_step(active, observation, policy, now)
+    return _recommend_active(observation, policy, state, model, now)
 
+
+def _recommend_active(
+    observation: Observation,
+    policy: ScalingPolicy,
+    state: ScalerState,
+    model: ServiceTimePredictor | None,
+    now: datetime,
+) -> Decision:
+    """:func:`recommend` of Predictive and Utilization mode, at least ``policy.min_replicas`` replicas."""
+    current = observation.current_replicas
     mode = policy.mode if model is not None else ScalingMode.UTILIZATION
     missing = observation.workload is None if mode == ScalingMode.PREDICTIVE else observation.utilization_ratio is None
     age_s = (now - observation.observed_at).total_seconds()
@@ -467,6 +502,101 @@ def recommend(
                        f"bound: no scale-down below {current}")
             need, reason = current, Reason.HELD_PARTIAL_METRICS
     return finalize_recommendation(need, reason, message, features, observation, policy, state, now, mode)
+
+
+def observed_idle(observation: Observation, policy: ScalingPolicy, now: datetime) -> bool:
+    """Whether the metrics were read and show no request at all (pure): the only evidence scale to zero acts on.
+
+    True only when every replica is ready (one still starting, e.g. just activated, cannot have served the requests
+    the gateway holds for it), the reading is fresh (not older than ``policy.max_metrics_age_s``, not dated ahead by
+    more than ``max_future_skew_s``), complete (every expected scrape target answered), has the workload rates and
+    they are all 0 in the stable and the recent window, and nothing is known to be queued or in flight. Missing,
+    partial, stale and non-finite data (already None in ``Observation``) are never idle.
+    """
+    age_s = (now - observation.observed_at).total_seconds()
+    if age_s > policy.max_metrics_age_s or -age_s > policy.max_future_skew_s or is_partial(observation):
+        return False
+    if observation.ready_replicas < observation.current_replicas:
+        return False  # a replica still starting (after an activation): the gateway may hold requests meanwhile
+    if observation.workload is None or any(c.rate_rps > 0 for c in observation.workload):
+        return False
+    if observation.recent_workload is not None and any(c.rate_rps > 0 for c in observation.recent_workload):
+        return False
+    return not any(v for v in (observation.queued_requests, observation.in_flight_requests,
+                               observation.executing_requests) if v is not None)
+
+
+def _at_zero(observation: Observation, policy: ScalingPolicy, state: ScalerState,
+             model: ServiceTimePredictor | None) -> Decision:
+    """At 0 replicas with ``min_replicas == 0``: hold 0 (no pod, no metric; the gateway's activation request is
+    what starts a replica, :func:`activate`). A budget cap cannot be below 0, so nothing forces a change."""
+    mode = policy.mode if model is not None else ScalingMode.UTILIZATION
+    message = ("0 replicas: waiting for the gateway's activation request (annotation "
+               "modalscale.io/activation-requested-at)")
+    return Decision(0, False, Reason.IDLE_AT_ZERO, message, {"held_replicas": 0.0},
+                    replace(state, idle_since=None), mode)
+
+
+def _idle_step(decision: Decision, observation: Observation, policy: ScalingPolicy, now: datetime) -> Decision:
+    """Scale to zero after ``policy.scale_to_zero_after_s`` of unbroken :func:`observed_idle` decisions (pure).
+
+    ``decision`` is the rules' own (at least 1 replica). The idle run starts at the first idle decision (the
+    reading then covers a whole metrics window without a request) and any other decision ends it. Scale to zero
+    bypasses the stabilization windows and the max step: the idle run is its own window, and with no request at
+    all no replica is needed.
+    """
+    st = decision.state
+    if not observed_idle(observation, policy, now):
+        return replace(decision, state=replace(st, idle_since=None)) if st.idle_since is not None else decision
+    since = st.idle_since or now
+    idle_s = (now - since).total_seconds()
+    features = {**decision.features, "idle_s": idle_s}
+    after = policy.scale_to_zero_after_s
+    if after is None or idle_s < after:
+        return replace(decision, features=features, state=replace(st, idle_since=since))
+    message = (f"No request for {idle_s:.0f} s (scaleToZeroAfterSeconds {after:g}, metrics read all along): "
+               f"{observation.current_replicas} -> 0 replicas; the gateway holds requests until one is Ready")
+    state = replace(st, idle_since=None, scaled_to_zero_at=now, last_change_at=now,
+                    recommendations=(*st.recommendations[:-1], (now, 0)) if st.recommendations else ((now, 0),))
+    return Decision(0, True, Reason.SCALE_TO_ZERO, message, features, state, decision.mode_used)
+
+
+def activate(current_replicas: int, requested_at: datetime | None, state: ScalerState, policy: ScalingPolicy,
+             budget_max_replicas: int | None, now: datetime) -> Decision | None:
+    """Start one replica for a gateway holding requests at 0 (pure; Knative's activator poking the autoscaler).
+
+    Args:
+        current_replicas: The Deployment's ``spec.replicas`` now.
+        requested_at: The gateway's ``modalscale.io/activation-requested-at``; None = absent or unreadable.
+        state: The scaler's memory (``scaled_to_zero_at``: the last scale to zero).
+        budget_max_replicas: An enforcing BudgetPolicy's cap; None = none. A cap of 0 wins (no activation).
+        now: Timezone-aware UTC.
+    Returns:
+        None when there is nothing to do: Fixed mode, ``min_replicas > 0``, replicas already there, no request, or
+        a request not newer than the last scale to zero (the gateway keeps writing while it waits). Else a
+        decision: 1 replica (``Activated``, valid), or 0 held by the budget cap (``CappedByBudget``, not valid).
+    Raises:
+        ValueError: ``now`` is naive.
+    """
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    if (policy.mode == ScalingMode.FIXED or policy.min_replicas != 0 or current_replicas != 0
+            or requested_at is None):
+        return None
+    if state.scaled_to_zero_at is not None and requested_at <= state.scaled_to_zero_at:
+        return None
+    delay_s = (now - requested_at).total_seconds()
+    features = {"activation_delay_s": delay_s}
+    desired, why = bound_replicas(1, 1, policy.max_replicas, budget_max_replicas)
+    if why == Reason.CAPPED_BY_BUDGET:
+        return Decision(desired, False, Reason.CAPPED_BY_BUDGET,
+                        f"activation requested at {requested_at.isoformat()}, but a BudgetPolicy caps replicas at "
+                        f"{desired}", features, state, policy.mode)
+    new_state = replace(state, idle_since=None, last_change_at=now,
+                        recommendations=(*state.recommendations, (now, desired)))
+    return Decision(desired, True, Reason.ACTIVATED,
+                    f"the gateway holds requests at 0 replicas (activation requested at {requested_at.isoformat()}, "
+                    f"{delay_s:.1f} s ago): 0 -> {desired} replica", features, new_state, policy.mode)
 
 
 def expected_targets(observation: Observation) -> int:

@@ -26,6 +26,9 @@ class Writer:
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.events = client.EventsV1Api(api)
+        self.rbac = client.RbacAuthorizationV1Api(api)
+        self.policy = client.PolicyV1Api(api)
+        self.networking = client.NetworkingV1Api(api)
         self.metrics = metrics
         self.component = component
 
@@ -34,10 +37,14 @@ class Writer:
         log.info("Wrote kind=%s verb=%s namespace=%s name=%s", kind, verb, namespace, name)
 
     def apply(self, namespace: str, write: Write) -> None:
-        """Create or patch one child. A create that finds the object already there is not an error."""
+        """Create, patch or delete one child. A create that finds the object already there, or a delete that finds
+        it gone, is not an error."""
         self._count(write.kind, write.action, namespace, write.name)
         try:
-            if write.kind == "Deployment":
+            if write.action == "delete" and write.kind in ("Deployment", "Service"):
+                (self.apps.delete_namespaced_deployment if write.kind == "Deployment"
+                 else self.core.delete_namespaced_service)(write.name, namespace)
+            elif write.kind == "Deployment":
                 if write.action == "create":
                     self.apps.create_namespaced_deployment(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
                 else:
@@ -52,12 +59,40 @@ class Writer:
                     self.core.create_namespaced_config_map(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
                 else:
                     self.core.patch_namespaced_config_map(write.name, namespace, write.body, _content_type=MERGE)
+            elif write.kind in self._gateway_calls():
+                create, patch, delete = self._gateway_calls()[write.kind]
+                if write.action == "create":
+                    create(namespace, write.body)
+                elif write.action == "delete":
+                    delete(write.name, namespace)
+                else:
+                    patch(write.name, namespace, write.body, _content_type=SMP)
             else:
                 raise ValueError(f"unknown kind {write.kind}")
         except ApiException as exc:
             if write.action == "create" and exc.status == 409:
                 return  # Created meanwhile (e.g. by the other replica before a handover); the next pass patches.
+            if write.action == "delete" and exc.status == 404:
+                return  # Already gone.
             raise
+
+    def _gateway_calls(self) -> dict[str, tuple[Any, Any, Any]]:
+        """(create, patch, delete) of the kinds only the gateway adds, and of Deployments and Services for deletes
+        (the gateway's Deployment and the Service ``<name>-replicas`` when the gateway is turned off)."""
+        return {
+            "ServiceAccount": (self.core.create_namespaced_service_account, self.core.patch_namespaced_service_account,
+                               self.core.delete_namespaced_service_account),
+            "Role": (self.rbac.create_namespaced_role, self.rbac.patch_namespaced_role,
+                     self.rbac.delete_namespaced_role),
+            "RoleBinding": (self.rbac.create_namespaced_role_binding, self.rbac.patch_namespaced_role_binding,
+                            self.rbac.delete_namespaced_role_binding),
+            "NetworkPolicy": (self.networking.create_namespaced_network_policy,
+                              self.networking.patch_namespaced_network_policy,
+                              self.networking.delete_namespaced_network_policy),
+            "PodDisruptionBudget": (self.policy.create_namespaced_pod_disruption_budget,
+                                    self.policy.patch_namespaced_pod_disruption_budget,
+                                    self.policy.delete_namespaced_pod_disruption_budget),
+        }
 
     def patch_status(self, plural: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """Merge-patch ``status`` (a no-op when ``patch`` is empty)."""

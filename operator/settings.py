@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from modalscale import __version__
 from modalscale.costmodel.anomaly import AnomalyConfig
 from modalscale.redaction import redact_url
 
@@ -14,6 +15,7 @@ SETTINGS_ENV = frozenset({
     "MODALSCALE_STANDALONE", "MODALSCALE_PROMETHEUS_URL", "MODALSCALE_LOG_LEVEL",
     "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
     "MODALSCALE_OPENCOST_REFRESH_SECONDS", "MODALSCALE_SPEND_ANOMALY", "MODALSCALE_BUDGET_ADMIN_NAMESPACES",
+    "MODALSCALE_GATEWAY_IMAGE", "MODALSCALE_METRICS_SCRAPER_LABELS",
 })
 """Every environment variable :meth:`Settings.from_env` reads (a ``MODALSCALE_*`` name that is neither this nor
 :data:`OTHER_COMMANDS_ENV` is an error: most likely a typo)."""
@@ -25,6 +27,13 @@ OTHER_COMMANDS_ENV: dict[str, str] = {
     "MODALSCALE_TEST_KEEP_CLUSTER": "the tests: keep the session cluster running",
     "MODALSCALE_EXTRAS": "scripts/env.sh: the package extras installed into .venv",
     "MODALSCALE_OPENVINO_CACHE": "the runtime's OpenVINO engine: where converted models are cached",
+    **dict.fromkeys((
+        "MODALSCALE_GATEWAY_NAMESPACE", "MODALSCALE_GATEWAY_SERVICE", "MODALSCALE_GATEWAY_REPLICAS_SERVICE",
+        "MODALSCALE_GATEWAY_HTTP_PORT", "MODALSCALE_GATEWAY_GRPC_PORT", "MODALSCALE_GATEWAY_METRICS_PORT",
+        "MODALSCALE_GATEWAY_MAX_INFLIGHT", "MODALSCALE_GATEWAY_QUEUE_SIZE", "MODALSCALE_GATEWAY_QUEUE_TIMEOUT_S",
+        "MODALSCALE_GATEWAY_MAX_BODY_BYTES", "MODALSCALE_GATEWAY_TENANT_HEADER", "MODALSCALE_GATEWAY_IMAGES_INPUT",
+        "MODALSCALE_GATEWAY_TEXT_INPUT",
+    ), "modalscale gateway: its configuration, which the operator sets in the gateway pods"),
 }
 """``MODALSCALE_*`` names that other modalscale commands read (docs/operations.md tells users to export some of them, so
 they are often set in the shell that starts the operator) -> who reads them. The operator ignores them."""
@@ -70,6 +79,13 @@ class Settings:
     (``MODALSCALE_BUDGET_ADMIN_NAMESPACES``, comma-separated; ``*``: every namespace). Default none: a policy
     counts and enforces only in its own namespace, as a KEDA ScaledObject scales only there (the trust boundary:
     whoever may create a BudgetPolicy in a namespace must not be able to scale another team's services)."""
+    gateway_image: str = f"modalscale/operator:{__version__}"
+    """Image of the request gateway's pods (``MODALSCALE_GATEWAY_IMAGE``): the operator's own image, which the chart
+    passes in (``image.repository:image.tag``); the default is the chart's default image."""
+    metrics_scraper_labels: dict[str, str] = field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
+    """Pod labels of the metrics scraper that an InferenceService's NetworkPolicy admits to the replicas' metrics
+    port (``MODALSCALE_METRICS_SCRAPER_LABELS``, comma-separated ``name=value``); default the label the Prometheus
+    Operator puts on its Prometheus pods."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -133,6 +149,18 @@ class Settings:
             if ns != "*" and not (len(ns) <= 63 and ns.replace("-", "a").isalnum() and ns.islower() or ns.isdigit()):
                 errors.append(f"MODALSCALE_BUDGET_ADMIN_NAMESPACES: {ns!r} is not a namespace name (lowercase, "
                               "digits, '-') or *")
+        gateway_image = environ.get("MODALSCALE_GATEWAY_IMAGE", "") or cls.gateway_image
+        if any(c.isspace() for c in gateway_image) or len(gateway_image) > 512:
+            errors.append(f"MODALSCALE_GATEWAY_IMAGE={gateway_image!r}: not an image reference; use e.g. "
+                          f"registry.example.com/modalscale/operator:{__version__}")
+        scraper: dict[str, str] = {}
+        for part in (p.strip() for p in environ.get("MODALSCALE_METRICS_SCRAPER_LABELS", "").split(",") if p.strip()):
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip():
+                errors.append(f"MODALSCALE_METRICS_SCRAPER_LABELS: {part!r} is not name=value (e.g. "
+                              f"app.kubernetes.io/name=prometheus)")
+                continue
+            scraper[key.strip()] = value.strip()
         settings = cls(
             namespaces=namespaces,
             resync_interval_s=number("MODALSCALE_RESYNC_INTERVAL_SECONDS", 30.0, 1.0, 3600.0),
@@ -148,6 +176,8 @@ class Settings:
             opencost_refresh_s=number("MODALSCALE_OPENCOST_REFRESH_SECONDS", 300.0, 1.0, 86400.0),
             spend_anomaly=anomaly,
             budget_admin_namespaces=admin,
+            gateway_image=gateway_image,
+            metrics_scraper_labels=scraper or {"app.kubernetes.io/name": "prometheus"},
         )
         if errors:
             raise ConfigError("invalid operator settings:\n  " + "\n  ".join(errors))

@@ -10,6 +10,12 @@ straight to ``isvc.reconcile.scale_isvc`` (``plan_isvc`` with the decision): one
 decision and the InferenceService's status, then the Deployment's replicas (``plan_isvc`` stays the single planner
 of Deployment replicas; ``status.desiredReplicas`` stays the record a restarted operator continues from).
 
+Scale from zero: the request gateway annotates its InferenceService (``modalscale.io/activation-requested-at``)
+while it holds requests at 0 replicas. A watch-event handler on objects with that annotation (``kopf.on.event``:
+every change, no diff base, so it never waits for a decision interval) checks the event's body first (nothing read
+unless the status says 0 desired replicas and the request is newer than the last scale to zero), then, under the
+object's lock, calls the pure ``activate`` and applies a 0 -> 1 decision through ``scale_isvc`` like any other.
+
 The scaler's memory is kept in the daemon between decisions and stored in ``status.autoscaler.state``, from
 which a restarted (or newly elected) operator continues. kopf stops the daemon when the object is deleted, when
 its mode becomes Fixed (the ``when`` filter) and while this operator is paused by peering.
@@ -29,12 +35,17 @@ from typing import Any
 import kopf
 
 from modalscale import GROUP, VERSION
-from modalscale.api.annotations import budget_cap
+from modalscale.api.annotations import ACTIVATION_ANNOTATION, activation_requested_at, budget_cap
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
-from modalscale.autoscaler.policy import ScalerState, ScalingMode, ScalingPolicy, recommend
+from modalscale.autoscaler.policy import ScalerState, ScalingMode, ScalingPolicy, activate, recommend
 from modalscale.operator.autoscale.observe import build_observation
-from modalscale.operator.autoscale.plan import compress_recommendations, plan_autoscale, state_from_status
+from modalscale.operator.autoscale.plan import (
+    compress_recommendations,
+    plan_activation,
+    plan_autoscale,
+    state_from_status,
+)
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.isvc.plan import ModelReferenceError
@@ -122,10 +133,69 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
     return compress_recommendations(decision.state), interval
 
 
+def activation_pending(body: Any) -> bool:
+    """Whether an InferenceService's body (a watch event's) may need an activation (pure, reads nothing): an
+    activation request newer than the last scale to zero while the status says 0 desired replicas."""
+    requested = activation_requested_at((body.get("metadata") or {}).get("annotations"))
+    status = body.get("status") or {}
+    if requested is None or status.get("desiredReplicas") not in (0, None):
+        return False
+    zero_at = state_from_status(status).scaled_to_zero_at
+    return zero_at is None or requested > zero_at
+
+
+def activate_once(deps: Deps, namespace: str, name: str,
+                  logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+    """Apply :func:`modalscale.autoscaler.policy.activate` to one InferenceService (blocking; under its lock).
+
+    Raises:
+        kubernetes.client.rest.ApiException: reads or writes failed (the gateway asks again within a second).
+    """
+    raw = deps.observer.read_isvc(namespace, name)
+    if raw is None:
+        return
+    with deps.lock_for(raw["metadata"]["uid"]):
+        raw = deps.observer.read_isvc(namespace, name)
+        if raw is None:
+            return
+        try:
+            spec = parse_isvc(raw)
+        except InvalidSpec:
+            return  # the reconcile reports it
+        deployment = read_json(deps.observer.apps.read_namespaced_deployment, name, namespace)
+        if deployment is None:
+            return
+        annotations = raw["metadata"].get("annotations")
+        now = deps.clock()
+        decision = activate(int((deployment.get("spec") or {}).get("replicas") or 0),
+                            activation_requested_at(annotations), state_from_status(raw.get("status")),
+                            ScalingPolicy.from_typed(spec.scaling, spec.runtime), budget_cap(annotations)[0], now)
+        if decision is None:
+            return
+        patch = plan_activation(raw.get("status"), decision, now)
+        if not decision.valid:
+            deps.writer.patch_status(ISVC_PLURAL, namespace, name, patch)
+            logger.info("Held an activation of InferenceService: reason=%s %s", decision.reason.value,
+                        decision.message)
+            return
+        logger.info("Activated InferenceService: desired=%d reason=%s %s", decision.desired_replicas,
+                    decision.reason.value, decision.message)
+        try:
+            scale_isvc(deps, raw, decision, patch, logger)
+        except (InvalidSpec, ModelReferenceError):
+            pass  # scale_isvc recorded it in status and an Event
+
+
 def register_autoscaler(registry: kopf.OperatorRegistry, config: Settings) -> None:
     """Register the autoscaler daemon on ``registry`` (Prometheus at ``Deps.settings.prometheus_url``)."""
 
     # kopf types every handler's namespace as str | None; an InferenceService is Namespaced, so it is a str.
+    @kopf.on.event(GROUP, VERSION, ISVC_PLURAL, registry=registry, annotations={ACTIVATION_ANNOTATION: kopf.PRESENT},  # type: ignore[arg-type]
+                   when=lambda body, **_: activation_pending(body))
+    def activation_requested(name: str, namespace: str, memo: kopf.Memo,
+                             logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any) -> None:
+        activate_once(deps_of(memo), namespace, name, logger)
+
     @kopf.daemon(GROUP, VERSION, ISVC_PLURAL, registry=registry, when=_autoscaled, cancellation_timeout=30.0)  # type: ignore[arg-type]
     async def autoscale_isvc(name: str, namespace: str, memo: kopf.Memo,
                              logger: logging.Logger | logging.LoggerAdapter[Any],

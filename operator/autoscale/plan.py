@@ -109,6 +109,10 @@ def state_to_status(state: ScalerState) -> AutoscalerStateStatus:
         out["lastChangeTime"] = _time(state.last_change_at)
     if state.in_flight_history:
         out["inFlightHistory"] = [round(float(v), 3) for v in state.in_flight_history[-2:]]
+    if state.idle_since is not None:
+        out["idleSince"] = _time(state.idle_since)
+    if state.scaled_to_zero_at is not None:
+        out["scaledToZeroTime"] = _time(state.scaled_to_zero_at)
     return out
 
 
@@ -134,7 +138,9 @@ def state_from_status(status: Mapping[str, Any] | None) -> ScalerState:
                       ) if isinstance(history, list) else ()
     return ScalerState(recommendations=tuple(recs), service_scale=scale("serviceScale"),
                        latency_scale=scale("latencyScale"), last_change_at=_parse_time(block.get("lastChangeTime")),
-                       in_flight_history=in_flight if len(in_flight) == len(history[-2:]) else ())
+                       in_flight_history=in_flight if len(in_flight) == len(history[-2:]) else (),
+                       idle_since=_parse_time(block.get("idleSince")),
+                       scaled_to_zero_at=_parse_time(block.get("scaledToZeroTime")))
 
 
 def status_features(decision: Decision, reading: MetricsReading,
@@ -228,3 +234,24 @@ def plan_autoscale(status: Mapping[str, Any] | None, decision: Decision, reading
         patch["conditions"] = new_conditions
     return AutoscalePlan(status_patch=patch, desired_changed=desired_changed, metrics_available=available,
                          metrics_reason=reason)
+
+
+def plan_activation(status: Mapping[str, Any] | None, decision: Decision, now: dt.datetime) -> dict[str, Any]:
+    """The status patch of an activation decision (``modalscale.autoscaler.policy.activate``; pure).
+
+    A valid decision sets ``desiredReplicas``; both kinds rewrite ``status.autoscaler`` (reason, message, time,
+    features, state) and keep what only a metrics reading knows (``metricsAvailable``; the ``MetricsAvailable``
+    and ``CostModelLoaded`` conditions are left alone: no metrics were read).
+    """
+    old = dict((status or {}).get("autoscaler") or {})
+    block = {**old, "mode": decision.mode_used.value, "valid": bool(decision.valid),
+             "reason": decision.reason.value, "message": decision.message[:MESSAGE_CHARS],
+             "lastDecisionTime": _time(now),
+             "features": {k: round(float(v), 4) for k, v in sorted(decision.features.items()) if math.isfinite(v)},
+             "state": state_to_status(compress_recommendations(decision.state))}
+    gone = {k: None for k in old.get("features") or {} if k not in block["features"]}
+    block["features"] = {**block["features"], **gone}
+    patch: dict[str, Any] = {"autoscaler": block}
+    if decision.valid:
+        patch["desiredReplicas"] = int(decision.desired_replicas)
+    return patch

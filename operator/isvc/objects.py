@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from modalscale import GROUP, VERSION
+from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
 from modalscale.api.inferenceservice import GPU_RESOURCE, IsvcSpec
 
 SELECTOR_LABEL = "modalscale.io/inferenceservice"
@@ -241,3 +242,213 @@ def service_url(spec: IsvcSpec) -> str:
 def content_hash(obj: Any) -> str:
     """Short stable hash of a JSON-able value (for logs and tests)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------------- the gateway
+GATEWAY_LABEL = "modalscale.io/gateway"
+"""Pod label that selects the gateway pods of one InferenceService (its value: the InferenceService's name). The
+gateway pods never carry :data:`SELECTOR_LABEL`: the replicas' Deployment, their PodMonitor and the budget
+ledger select on that one."""
+GATEWAY_HTTP_PORT, GATEWAY_GRPC_PORT, GATEWAY_METRICS_PORT = 8000, 8001, 9090
+"""Container ports of ``modalscale gateway`` (the defaults of its port variables)."""
+GATEWAY_HEALTH_PATH = "/gateway/healthz"
+"""Served by the gateway on its HTTP port: 200 once its EndpointSlice watch has synced (readiness and liveness)."""
+GATEWAY_UID = 10001
+"""The operator image's user (Dockerfile.operator ``USER 10001``), at least 10000 so it maps to no host user."""
+SERVICE_ACCOUNT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def gateway_name(spec: IsvcSpec) -> str:
+    """``<name>-gateway``: the gateway's Deployment, ServiceAccount, Role, RoleBinding and PodDisruptionBudget."""
+    return f"{spec.name}-gateway"
+
+
+def replicas_service_name(spec: IsvcSpec) -> str:
+    """``<name>-replicas``: the Service of the replicas behind the gateway (its EndpointSlices are what the
+    gateway watches, label ``kubernetes.io/service-name=<name>-replicas``)."""
+    return f"{spec.name}-replicas"
+
+
+def gateway_labels(spec: IsvcSpec) -> dict[str, str]:
+    """The labels the operator owns on the gateway's objects and pods."""
+    return {
+        "app.kubernetes.io/name": "modalscale-gateway",
+        "app.kubernetes.io/instance": spec.name,
+        "app.kubernetes.io/component": "gateway",
+        "app.kubernetes.io/part-of": "modalscale",
+        "app.kubernetes.io/managed-by": "modalscale-operator",
+        GATEWAY_LABEL: spec.name,
+    }
+
+
+def _gateway_meta(spec: IsvcSpec, name: str) -> dict[str, Any]:
+    return {"name": name, "namespace": spec.namespace, "labels": gateway_labels(spec),
+            "ownerReferences": [owner_reference(spec)]}
+
+
+def gateway_env(spec: IsvcSpec) -> list[dict[str, str]]:
+    """The variables ``modalscale gateway`` reads from its environment (/work/notes/gateway-interface.md)."""
+    gw = spec.gateway
+    values = {
+        "MODALSCALE_GATEWAY_NAMESPACE": spec.namespace,
+        "MODALSCALE_GATEWAY_SERVICE": spec.name,
+        "MODALSCALE_GATEWAY_REPLICAS_SERVICE": replicas_service_name(spec),
+        "MODALSCALE_GATEWAY_HTTP_PORT": str(GATEWAY_HTTP_PORT),
+        "MODALSCALE_GATEWAY_GRPC_PORT": str(GATEWAY_GRPC_PORT),
+        "MODALSCALE_GATEWAY_METRICS_PORT": str(GATEWAY_METRICS_PORT),
+        "MODALSCALE_GATEWAY_MAX_INFLIGHT": str(gw.max_in_flight),
+        "MODALSCALE_GATEWAY_QUEUE_SIZE": str(gw.queue_size),
+        "MODALSCALE_GATEWAY_QUEUE_TIMEOUT_S": str(gw.queue_timeout_s),
+        "MODALSCALE_GATEWAY_MAX_BODY_BYTES": str(gw.max_body_bytes),
+        "MODALSCALE_GATEWAY_TENANT_HEADER": gw.tenant_header,
+        "MODALSCALE_GATEWAY_IMAGES_INPUT": spec.model.inputs.images,
+        "MODALSCALE_GATEWAY_TEXT_INPUT": spec.model.inputs.text,
+    }
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def build_gateway_deployment(spec: IsvcSpec, image: str) -> dict[str, Any]:
+    """The Deployment ``<name>-gateway`` running ``modalscale gateway`` from the operator's ``image``.
+
+    ``spec.gateway.replicas`` pods, spread over nodes, placed by the user's ``spec.placement`` (node selector and
+    tolerations: where this service's pods may run, e.g. a tainted node pool) but never by a budget's Spot switch
+    (the gateway holds the requests of every replica: it stays on-demand) nor by the replicas' GPU selector; the
+    API credentials are mounted explicitly (the projected volume the ServiceAccount admission plugin would add, as
+    the chart does for the operator), so the gateway can watch EndpointSlices also where that plugin is off.
+    """
+    gw = spec.gateway
+    labels = gateway_labels(spec)
+    probe_get = {"httpGet": {"path": GATEWAY_HEALTH_PATH, "port": "http"}, "timeoutSeconds": 2}
+    container = {
+        "name": "gateway",
+        "image": image,
+        "command": ["modalscale", "gateway"],
+        "env": gateway_env(spec),
+        "ports": [{"name": "http", "containerPort": GATEWAY_HTTP_PORT, "protocol": "TCP"},
+                  {"name": "grpc", "containerPort": GATEWAY_GRPC_PORT, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": GATEWAY_METRICS_PORT, "protocol": "TCP"}],
+        "readinessProbe": {**probe_get, "periodSeconds": 2, "failureThreshold": 2},
+        "livenessProbe": {**probe_get, "periodSeconds": 10, "failureThreshold": 6},
+        "resources": {"requests": {"cpu": gw.cpu, "memory": gw.memory}, "limits": {"memory": gw.memory}},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": GATEWAY_UID, "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                         {"name": "kube-api-access", "mountPath": SERVICE_ACCOUNT_TOKEN_PATH, "readOnly": True}],
+    }
+    token = {"projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+                                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": gateway_name(spec),
+        "automountServiceAccountToken": False,
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, {"name": "kube-api-access", **token}],
+        # In-flight requests finish within the queue timeout; the gateway stops taking new ones on SIGTERM.
+        "terminationGracePeriodSeconds": min(gw.queue_timeout_s, 300) + 15,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": GATEWAY_UID, "runAsGroup": GATEWAY_UID,
+                            "fsGroup": GATEWAY_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                               "labelSelector": {"matchLabels": {GATEWAY_LABEL: spec.name}}}}]}},
+    }
+    node_selector = {k: v for k, v in spec.placement.node_selector.items() if k not in SPOT_NODE_SELECTOR}
+    tolerations = [dict(t) for t in spec.placement.tolerations if t != SPOT_TOLERATION]
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _gateway_meta(spec, gateway_name(spec)),
+        "spec": {
+            "replicas": gw.replicas,
+            "selector": {"matchLabels": {GATEWAY_LABEL: spec.name}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "revisionHistoryLimit": 5,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def build_gateway_service(spec: IsvcSpec) -> dict[str, Any]:
+    """The Service ``<name>`` with the gateway on: same ports as :func:`build_service`, selecting the gateway pods."""
+    svc = build_service(spec)
+    svc["spec"]["selector"] = {GATEWAY_LABEL: spec.name}
+    return svc
+
+
+def build_replicas_service(spec: IsvcSpec) -> dict[str, Any]:
+    """The Service ``<name>-replicas`` selecting the replicas (what :func:`build_service` is without the gateway)."""
+    svc = build_service(spec)
+    svc["metadata"]["name"] = replicas_service_name(spec)
+    return svc
+
+
+def build_gateway_service_account(spec: IsvcSpec) -> dict[str, Any]:
+    """The gateway pods' ServiceAccount (its token is mounted by the Deployment's projected volume only)."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _gateway_meta(spec, gateway_name(spec)),
+            "automountServiceAccountToken": False}
+
+
+def build_gateway_role(spec: IsvcSpec) -> dict[str, Any]:
+    """What the gateway calls: watch the EndpointSlices of the namespace (list/watch cannot be narrowed to one
+    name), read and annotate its own InferenceService only (the activation request)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": _gateway_meta(spec, gateway_name(spec)),
+        "rules": [
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [GROUP], "resources": ["inferenceservices"], "resourceNames": [spec.name],
+             "verbs": ["get", "patch"]},
+        ],
+    }
+
+
+def build_gateway_role_binding(spec: IsvcSpec) -> dict[str, Any]:
+    """Binds :func:`build_gateway_role` to the gateway's ServiceAccount."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": _gateway_meta(spec, gateway_name(spec)),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": gateway_name(spec)},
+        "subjects": [{"kind": "ServiceAccount", "name": gateway_name(spec), "namespace": spec.namespace}],
+    }
+
+
+def build_gateway_pdb(spec: IsvcSpec) -> dict[str, Any]:
+    """At most one gateway pod evicted at a time (``maxUnavailable: 1``, so a single replica still drains)."""
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": _gateway_meta(spec, gateway_name(spec)),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {GATEWAY_LABEL: spec.name}}},
+    }
+
+
+def build_network_policy(spec: IsvcSpec, scraper_labels: dict[str, str]) -> dict[str, Any]:
+    """Only the gateway reaches the replicas' serving ports, and only the metrics scraper their metrics port.
+
+    Args:
+        scraper_labels: Pod labels of the metrics scraper (any namespace), e.g. ``app.kubernetes.io/name:
+            prometheus``, the label the Prometheus Operator puts on its Prometheus pods.
+    """
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": _meta(spec, replicas_service_name(spec)),
+        "spec": {
+            "podSelector": {"matchLabels": {SELECTOR_LABEL: spec.name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": {GATEWAY_LABEL: spec.name}}}],
+                 "ports": [{"protocol": "TCP", "port": HTTP_PORT}, {"protocol": "TCP", "port": GRPC_PORT}]},
+                {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": dict(scraper_labels)}}],
+                 "ports": [{"protocol": "TCP", "port": METRICS_PORT}]},
+            ],
+        },
+    }
+
+
+def gateway_children(spec: IsvcSpec, image: str, scraper_labels: dict[str, str]) -> list[dict[str, Any]]:
+    """Every object the gateway adds, in creation order (RBAC before the pods that use it)."""
+    return [build_gateway_service_account(spec), build_gateway_role(spec), build_gateway_role_binding(spec),
+            build_replicas_service(spec), build_network_policy(spec, scraper_labels), build_gateway_pdb(spec),
+            build_gateway_deployment(spec, image)]

@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.api.inferenceservice import IsvcSpec
-from modalscale.operator.isvc.objects import configmap_name, selector
+from modalscale.operator.isvc.objects import configmap_name, gateway_name, replicas_service_name, selector
 from modalscale.operator.isvc.plan import IsvcObserved
 
 
@@ -36,6 +36,9 @@ class Observer:
         self.apps = client.AppsV1Api(api)
         self.autoscaling = client.AutoscalingV2Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.rbac = client.RbacAuthorizationV1Api(api)
+        self.policy = client.PolicyV1Api(api)
+        self.networking = client.NetworkingV1Api(api)
 
     def read_isvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The InferenceService as stored now (None when it is gone)."""
@@ -62,4 +65,23 @@ class Observer:
             h["metadata"]["name"] for h in hpas.get("items") or []
             if (h.get("spec") or {}).get("scaleTargetRef", {}).get("kind") == "Deployment"
             and h["spec"]["scaleTargetRef"].get("name") == spec.name]
+        obs.gateway_objects = self.observe_gateway(spec)
         return obs
+
+    def observe_gateway(self, spec: IsvcSpec) -> dict[str, dict[str, Any] | None]:
+        """The gateway's objects by kind (``plan.GATEWAY_KINDS``); with the gateway disabled only the Deployment and
+        the NetworkPolicy (two reads, enough to tell that an earlier enabled spec left objects to delete)."""
+        ns, gw, rs = spec.namespace, gateway_name(spec), replicas_service_name(spec)
+        reads: dict[str, Any] = {
+            "Deployment": lambda: read_json(self.apps.read_namespaced_deployment, gw, ns),
+            "NetworkPolicy": lambda: read_json(self.networking.read_namespaced_network_policy, rs, ns),
+        }
+        if spec.gateway.enabled:
+            reads.update({
+                "ServiceAccount": lambda: read_json(self.core.read_namespaced_service_account, gw, ns),
+                "Role": lambda: read_json(self.rbac.read_namespaced_role, gw, ns),
+                "RoleBinding": lambda: read_json(self.rbac.read_namespaced_role_binding, gw, ns),
+                "Service": lambda: read_json(self.core.read_namespaced_service, rs, ns),
+                "PodDisruptionBudget": lambda: read_json(self.policy.read_namespaced_pod_disruption_budget, gw, ns),
+            })
+        return {kind: read() for kind, read in reads.items()}

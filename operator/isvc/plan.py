@@ -9,7 +9,13 @@ decides:
   Predictive/Utilization: the autoscaler's ``decision`` when it hands one over, else its record
   ``status.desiredReplicas`` within the spec's bounds now, else ``minReplicas``), and whether someone else scaled
   the Deployment (``ScalingConflict``);
-- ``status`` (observations only) with whole conditions, and Events for condition transitions.
+- ``status`` (observations only) with whole conditions, and Events for condition transitions;
+- with ``spec.gateway.enabled``, the gateway's objects (``objects.gateway_children``: ServiceAccount, Role,
+  RoleBinding, the Service ``<name>-replicas``, NetworkPolicy, PodDisruptionBudget, Deployment ``<name>-gateway``),
+  and the Service ``<name>`` switched to the gateway pods (and the NetworkPolicy written) only once a gateway pod
+  is ready, so clients never meet a Service without endpoints, nor a policy that refuses them while the Service
+  still selects the replicas; ``status.gateway`` and ``GatewayReady``. Disabled, the plan is what it was before the
+  gateway existed, plus deleting gateway objects left from an earlier enabled spec (the Service switches back first).
 """
 
 from __future__ import annotations
@@ -20,20 +26,25 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from modalscale import __version__
 from modalscale.api import conditions as R
 from modalscale.api.annotations import SpotSwitch
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
 from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
 from modalscale.api.quantities import parse_cpu_cores, same_quantity
-from modalscale.api.status import ConditionStatus, InferenceServiceStatus, ScalingHistoryEntry
+from modalscale.api.status import ConditionStatus, GatewayStatus, InferenceServiceStatus, ScalingHistoryEntry
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
     REPLICAS_ANNOTATION,
     build_configmap,
     build_deployment,
+    build_gateway_service,
     build_service,
     configmap_name,
+    gateway_children,
+    gateway_name,
+    replicas_service_name,
     selector,
     service_url,
 )
@@ -51,12 +62,28 @@ FAILING_WAIT_REASONS = IMAGE_WAIT_REASONS | {"CrashLoopBackOff", "CreateContaine
 are progress, not problems)."""
 
 
+DEFAULT_SCRAPER_LABELS: dict[str, str] = {"app.kubernetes.io/name": "prometheus"}
+"""The label the Prometheus Operator puts on its Prometheus pods (``MODALSCALE_METRICS_SCRAPER_LABELS``)."""
+
+
 @dataclass(frozen=True)
 class PlanConfig:
     """Operator-wide knobs the planner needs."""
 
     conflict_hold_s: float = 60.0
     """How long ScalingConflict stays True after the last external change, in seconds."""
+    gateway_image: str = f"modalscale/operator:{__version__}"
+    """Image of the gateway pods: the operator's own (``MODALSCALE_GATEWAY_IMAGE``, set by the chart)."""
+    scraper_labels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SCRAPER_LABELS))
+    """Pod labels of the metrics scraper the NetworkPolicy admits to the replicas' metrics port."""
+
+
+GATEWAY_KINDS = ("ServiceAccount", "Role", "RoleBinding", "Service", "NetworkPolicy", "PodDisruptionBudget",
+                 "Deployment")
+"""Kinds of ``objects.gateway_children``, in creation order (one object each; deleted in reverse)."""
+_GATEWAY_SPEC_KEYS = {"ServiceAccount": ("automountServiceAccountToken",), "Role": ("rules",),
+                      "RoleBinding": ("roleRef", "subjects"), "Service": ("spec",), "NetworkPolicy": ("spec",),
+                      "PodDisruptionBudget": ("spec",), "Deployment": ("spec",)}
 
 
 @dataclass
@@ -80,6 +107,9 @@ class IsvcObserved:
     """``ns/name`` of the BudgetPolicies whose SwitchToSpot holds the service on Spot capacity (None: on-demand)."""
     replica_usd_per_hour: Decimal | None = None
     """Price of one replica in USD per hour (None: not priced; ``costUSDPerHour`` is then left out)."""
+    gateway_objects: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """The gateway's objects by kind (:data:`GATEWAY_KINDS`; the Service is ``<name>-replicas``) as read; None =
+    not found. With the gateway disabled only the Deployment and the NetworkPolicy are read (left-overs to delete)."""
 
 
 @dataclass(frozen=True)
@@ -358,19 +388,83 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
             writes.append(_replicas_write(spec, replicas.write, w))
         elif w:
             writes.append(w)
-    w = _child_write("Service", build_service(spec), obs.service, ("spec",))
+    gateway_serving = spec.gateway.enabled and _ready_pods(obs.gateway_objects.get("Deployment")) > 0
+    w = _service_write(build_gateway_service(spec) if gateway_serving else build_service(spec), obs.service)
     if w:
-        if w.action == "patch":
-            # Only the parts of a Service spec the operator owns (clusterIP etc. stay the apiserver's).
-            w = Write(w.kind, w.action, w.name, {**w.body, "spec": {
-                k: w.body["spec"][k] for k in ("type", "selector", "ports")}})
         writes.append(w)
+    writes += _gateway_writes(spec, obs, config, gateway_serving)
 
     status, events = _status(spec, obs, replicas, config, now)
     oversubscribed = cpu_oversubscription(spec)
     if oversubscribed and obs.status.get("observedGeneration") != spec.generation:  # once per spec generation
         events.append(("Warning", R.CPU_OVERSUBSCRIBED, oversubscribed))
     return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
+
+
+def _service_write(desired: dict[str, Any], observed: dict[str, Any] | None) -> Write | None:
+    """The write of a Service: create, or patch only the parts of its spec the operator owns (clusterIP etc. stay
+    the apiserver's). The selector must be equal, not only contained: a strategic merge keeps the keys a patch does
+    not name, so a switch between the replicas' and the gateway's selector replaces the map (``$patch: replace``)."""
+    w = _child_write("Service", desired, observed, ("spec",))
+    want = desired["spec"]["selector"]
+    have = ((observed or {}).get("spec") or {}).get("selector") or {}
+    replace_selector = observed is not None and have != want
+    if w is None and not replace_selector:
+        return None
+    if w is not None and w.action == "create":
+        return w
+    body = w.body if w is not None else {"metadata": {k: desired["metadata"][k] for k in ("labels", "ownerReferences")},
+                                         "spec": desired["spec"]}
+    spec = {k: body["spec"][k] for k in ("type", "selector", "ports")}
+    if replace_selector and set(have) - set(want):
+        spec["selector"] = {"$patch": "replace", **want}
+    return Write("Service", "patch", desired["metadata"]["name"], {**body, "spec": spec})
+
+
+def _ready_pods(deployment: dict[str, Any] | None) -> int:
+    return int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
+
+
+def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, serving: bool) -> list[Write]:
+    """The gateway's object writes: create/repair each of ``objects.gateway_children`` when enabled (the
+    NetworkPolicy only while ``serving``: the Service ``<name>`` selects the gateway), or delete what an earlier
+    enabled spec left when disabled."""
+    if not spec.gateway.enabled:
+        if not any(obs.gateway_objects.get(k) for k in GATEWAY_KINDS):
+            return []
+        names = {k: gateway_name(spec) for k in GATEWAY_KINDS}
+        names["Service"] = names["NetworkPolicy"] = replicas_service_name(spec)
+        return [Write(k, "delete", names[k], {}) for k in reversed(GATEWAY_KINDS)]
+    writes = []
+    for desired in gateway_children(spec, config.gateway_image, config.scraper_labels):
+        kind = desired["kind"]
+        observed = obs.gateway_objects.get(kind)
+        if kind == "NetworkPolicy" and not serving:
+            continue
+        w = (_service_write(desired, observed) if kind == "Service"
+             else _child_write(kind, desired, observed, _GATEWAY_SPEC_KEYS[kind]))
+        if w:
+            writes.append(w)
+    return writes
+
+
+def _gateway_status(spec: IsvcSpec, obs: IsvcObserved) -> tuple[GatewayStatus, cond.Condition]:
+    """``status.gateway`` and the ``GatewayReady`` condition (gateway enabled)."""
+    dep = obs.gateway_objects.get("Deployment")
+    dst = (dep or {}).get("status") or {}
+    ready, want = _ready_pods(dep), spec.gateway.replicas
+    block: GatewayStatus = {"replicas": int(dst.get("replicas") or 0), "readyReplicas": ready,
+             "replicasUrl": service_url(spec).replace(f"//{spec.name}.", f"//{replicas_service_name(spec)}.", 1)}
+    if dep is None:
+        c = cond.Condition(R.GATEWAY_READY, cond.FALSE, R.CREATING, f"creating the Deployment {gateway_name(spec)}")
+    elif ready > 0:
+        c = cond.Condition(R.GATEWAY_READY, cond.TRUE, R.AVAILABLE,
+                           f"{ready}/{want} gateway pod(s) ready; the Service {spec.name} reaches the gateway")
+    else:
+        c = cond.Condition(R.GATEWAY_READY, cond.FALSE, R.GATEWAY_UNAVAILABLE,
+                           f"0/{want} gateway pod(s) ready; the Service {spec.name} still reaches the replicas "
+                           f"directly")
+    return block, c
 
 
 def cpu_oversubscription(spec: IsvcSpec) -> str | None:
@@ -520,10 +614,14 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
     old_conditions = obs.status.get("conditions") or []
     degraded = (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1]) if problem
                 else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))
-    new_conditions = cond.upsert(old_conditions, [
-        _ready_condition(obs, decision.desired, problem), _progressing_condition(obs, decision), degraded,
-        _conflict_condition(spec, decision, old_conditions, config, now), _budget_condition(obs)],
-        spec.generation, now)
+    wanted = [_ready_condition(obs, decision.desired, problem), _progressing_condition(obs, decision), degraded,
+              _conflict_condition(spec, decision, old_conditions, config, now), _budget_condition(obs)]
+    gateway_block: GatewayStatus | None = None
+    if spec.gateway.enabled:
+        gateway_block, gateway_ready = _gateway_status(spec, obs)
+        wanted.append(gateway_ready)
+    kept = [c for c in old_conditions if spec.gateway.enabled or c.get("type") != R.GATEWAY_READY]
+    new_conditions = cond.upsert(kept, wanted, spec.generation, now)
     history = _scaling_history(obs, decision, now)
     status: InferenceServiceStatus = {
         "observedGeneration": spec.generation,
@@ -536,6 +634,8 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
     }
     if history:
         status["scalingHistory"] = history
+    if gateway_block is not None or obs.status.get("gateway") is not None:
+        status["gateway"] = gateway_block  # None removes the block of an earlier enabled spec (merge patch)
     if obs.replica_usd_per_hour is not None:
         cost = obs.replica_usd_per_hour * running_replicas(obs.pods)
         status["costUSDPerHour"] = format(cost.quantize(Decimal("0.0001")), "f")

@@ -42,6 +42,13 @@ ISVC_PLURAL = "inferenceservices"
 Log = logging.Logger | logging.LoggerAdapter[Any]
 
 
+def plan_config(deps: Deps) -> PlanConfig:
+    """The planner's operator-wide knobs from the settings."""
+    s = deps.settings
+    return PlanConfig(conflict_hold_s=s.conflict_hold_s, gateway_image=s.gateway_image,
+                      scraper_labels=dict(s.metrics_scraper_labels))
+
+
 def repository_files(spec: IsvcSpec) -> dict[str, str]:
     """The generated Triton model repository for a BuiltIn model (empty for user repositories).
 
@@ -146,7 +153,7 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> None:
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
         priced = replica_price(deps, spec)
         observed.replica_usd_per_hour = priced.usd_per_hour
-        plan = plan_isvc(spec, observed, files, PlanConfig(conflict_hold_s=deps.settings.conflict_hold_s), now)
+        plan = plan_isvc(spec, observed, files, plan_config(deps), now)
         add_priced(plan, current_status, priced, spec.generation, now)
     except (InvalidSpec, ModelReferenceError) as exc:
         refuse(deps, raw, exc, now, logger)
@@ -182,7 +189,7 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision, autoscale_pa
         observed = deps.observer.observe(spec, decided_status)
         observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
-        plan = plan_isvc(spec, observed, None, PlanConfig(conflict_hold_s=deps.settings.conflict_hold_s), now,
+        plan = plan_isvc(spec, observed, None, plan_config(deps), now,
                          decision=decision)
     except (InvalidSpec, ModelReferenceError) as exc:
         deps.writer.patch_status(ISVC_PLURAL, ns, name, autoscale_patch)

@@ -142,6 +142,13 @@ INVALID = [
     ("utilization-min-replicas-zero", _isvc(scaling={"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3}),
      ["spec.scaling.minReplicas", "at least 1", "Fixed"]),
     ("predictive-min-replicas-zero", _isvc(scaling={"minReplicas": 0}), ["spec.scaling.minReplicas", "at least 1"]),
+    # Only the request gateway holds requests at 0 and activates a replica (issue 19).
+    ("min-replicas-zero-gateway-off", _isvc(scaling={"minReplicas": 0}, gateway={"enabled": False}),
+     ["spec.scaling.minReplicas", "gateway.enabled: true"]),
+    ("scale-to-zero-after-with-min-one", _isvc(scaling={"minReplicas": 1, "scaleToZeroAfterSeconds": 60},
+                                               gateway={"enabled": True}),
+     ["spec.scaling.scaleToZeroAfterSeconds", "minReplicas: 0"]),
+    ("gateway-tenant-header-upper-case", _isvc(gateway={"tenantHeader": "X-Tenant"}), ["spec.gateway.tenantHeader"]),
     # A replica with no CPU or memory is priced 0 USD and never counts against a budget.
     ("cpu-zero", _isvc(resources={"cpu": "0"}), ["spec.resources.cpu", "greater than 0"]),
     ("cpu-zero-milli", _isvc(resources={"cpu": "0m"}), ["spec.resources.cpu", "greater than 0"]),
@@ -204,6 +211,10 @@ def test_invalid_object_is_rejected_with_a_message_naming_the_field(
 ACCEPTED = [
     ("name-of-63-characters", _named_isvc("a" * 63)),
     ("fixed-mode-at-zero-replicas", _isvc(scaling={"mode": "Fixed", "replicas": 0, "minReplicas": 0})),
+    ("predictive-min-zero-with-gateway", _isvc(scaling={"minReplicas": 0, "scaleToZeroAfterSeconds": 300},
+                                               gateway={"enabled": True})),
+    ("utilization-min-zero-with-gateway", _isvc(scaling={"mode": "Utilization", "minReplicas": 0},
+                                                gateway={"enabled": True}, model={"inputs": {"images": "pixels"}})),
     ("one-milli-cpu", _isvc(resources={"cpu": "1m", "memory": "1Mi"})),
     ("currency-defaulted", _budget(limit={"amount": "10"})),
     ("openvino-int8-on-cpu", _isvc(runtime={"engine": "openvino", "precision": "INT8"},

@@ -134,6 +134,11 @@ def grants(rule_list: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
             for v in rule["verbs"] for n in (rule.get("resourceNames") or [""])}
 
 
+GATEWAY_KINDS = (("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"),
+                 ("rbac.authorization.k8s.io", "rolebindings"), ("networking.k8s.io", "networkpolicies"),
+                 ("policy", "poddisruptionbudgets"))
+"""(apiGroup, resource) of the kinds only an InferenceService's gateway adds (operator/isvc/objects.py)."""
+
 NAMESPACED_GRANTS = {
     # kopf watches and patches (progress/diff-base annotations, finalizer); the operator reads and, for budget
     # caps, patches annotations; status goes through the status subresource.
@@ -142,8 +147,13 @@ NAMESPACED_GRANTS = {
     ("modalscale.io", "inferenceservices/status", "patch", ""),
     ("modalscale.io", "budgetpolicies/status", "patch", ""),
     ("modalscale.io", "inferenceservices/finalizers", "update", ""),  # blockOwnerDeletion on children
-    *{("apps", "deployments", v, "") for v in ("get", "create", "patch")},
+    *{("apps", "deployments", v, "") for v in ("get", "create", "patch", "delete")},
     *{("", r, v, "") for r in ("services", "configmaps") for v in ("get", "create", "patch")},
+    # The request gateway (spec.gateway.enabled): its objects, deleted again when it is turned off; the gateway's
+    # Role grants endpointslices get/list/watch, which the operator must hold to grant (no escalate/bind).
+    *{(g, r, v, "") for g, r in GATEWAY_KINDS for v in ("get", "create", "patch", "delete")},
+    ("", "services", "delete", ""),
+    *{("discovery.k8s.io", "endpointslices", v, "") for v in ("get", "list", "watch")},
     ("", "persistentvolumeclaims", "get", ""),
     ("", "pods", "list", ""), ("", "pods", "watch", ""),
     ("autoscaling", "horizontalpodautoscalers", "list", ""),
@@ -222,7 +232,10 @@ def test_default_rbac_is_exactly_what_the_operator_uses_with_no_wildcards(helm: 
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch", ""),
         ("", "nodes", "get", "")}  # budget.observe: a pod's node's capacity-type label prices it (SwitchToSpot)
     verbs = {v for _, _, v, _ in grants(rule_list)}
-    assert not verbs & {"delete", "deletecollection", "escalate", "bind", "impersonate"}
+    assert not verbs & {"deletecollection", "escalate", "bind", "impersonate"}
+    # delete: only the objects of a gateway that is turned off (operator/isvc/plan.py _gateway_writes)
+    assert {r for _, r, v, _ in grants(rule_list) if v == "delete"} == {
+        "deployments", "services", *(r for _, r in GATEWAY_KINDS)}
     assert {r for _, r, v, _ in grants(rule_list) if v == "update"} == {"inferenceservices/finalizers"}
     assert not [g for g in grants(rule_list) if g[1] == "secrets"]  # no Secret access unless names are given
 
@@ -469,7 +482,7 @@ def test_helm_install_cluster_wide_brings_up_the_operator_with_least_privilege_r
         ], denied=[
             ["delete", "namespaces"], ["create", "namespaces"], ["list", "secrets", "-A"],
             ["get", "secrets", "-n", other], ["get", "secrets/other-secret", "-n", other],
-            ["delete", "deployments.apps", "-n", other], ["delete", "inferenceservices.modalscale.io", "-n", other],
+            ["delete", "inferenceservices.modalscale.io", "-n", other], ["delete", "configmaps", "-n", other],
             ["update", "deployments.apps", "-n", other], ["create", "pods", "-n", other],
             ["patch", "clusterkopfpeerings.kopf.dev/someone-elses-peering"],
             ["create", "customresourcedefinitions.apiextensions.k8s.io"],
@@ -671,6 +684,24 @@ def test_operator_runs_with_only_the_chart_rbac(helm: list[str], kubectl: str, o
                 return status.get("state") in ("Ok", "Warning", "Exceeded") and "spent" in status
 
             wait_logged(op, budget_evaluated, 90, "BudgetPolicy evaluated under the chart's RBAC")
+
+            # The request gateway: its Role grants what the operator must hold itself (RBAC escalation check), and
+            # turning it off deletes what it made.
+            gateway = {**isvc, "metadata": {"name": "rbac-gateway"},
+                       "spec": {**isvc["spec"], "gateway": {"enabled": True}, "placement": fake_node_placement()}}
+            custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", workload_ns, "inferenceservices",
+                                                   gateway)
+
+            def network_policy() -> bool:
+                names = [n.metadata.name for n in client.NetworkingV1Api(api).list_namespaced_network_policy(
+                    workload_ns).items]
+                return "rbac-gateway-replicas" in names
+
+            wait_logged(op, network_policy, 90, "the gateway's objects and NetworkPolicy under the chart's RBAC")
+            assert client.RbacAuthorizationV1Api(api).read_namespaced_role("rbac-gateway-gateway", workload_ns).rules
+            custom.patch_namespaced_custom_object("modalscale.io", "v1alpha1", workload_ns, "inferenceservices",
+                                                  "rbac-gateway", {"spec": {"gateway": {"enabled": False}}})
+            wait_logged(op, lambda: not network_policy(), 60, "the gateway's objects deleted under the chart's RBAC")
             log = op.log()
             if scope == "cluster-wide":
                 assert refusals(log) == [] and "Not enough permissions" not in log, log[-4000:]

@@ -118,6 +118,7 @@ def test_each_config_key_is_a_setting_the_operator_reads() -> None:
 # Settings the chart sets another way, or that make no sense in a pod.
 _NOT_CHART_VALUES = {
     "MODALSCALE_PRICING_CATALOG": "set by the chart to its pricing ConfigMap's mount (pricing.* values)",
+    "MODALSCALE_GATEWAY_IMAGE": "set by the chart to the operator's own image (image.* values)",
 }
 
 

@@ -20,6 +20,7 @@ same service and each lifts only its own:
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
@@ -208,3 +209,23 @@ __all__ = [
     "SpotSwitch", "budget_cap", "cap_annotation_key", "invalid_budget_annotations", "policy_digest", "same_value",
     "spot_annotation_key", "spot_switches",
 ]
+
+
+# ---------------------------------------------------------------------------------------------- activation
+ACTIVATION_ANNOTATION = "modalscale.io/activation-requested-at"
+"""Written by the request gateway (``modalscale gateway``) on its InferenceService while it holds requests and no
+replica is Ready (at most once a second): an RFC 3339 UTC time. The operator starts one replica at once when it is
+newer than the autoscaler's last scale to zero (``modalscale.autoscaler.policy.activate``)."""
+
+
+def activation_requested_at(annotations: Mapping[str, str] | None) -> dt.datetime | None:
+    """The time in :data:`ACTIVATION_ANNOTATION` (timezone-aware UTC), None when absent or unreadable (a value
+    that is not an RFC 3339 time with a zone activates nothing: never act on data that cannot be read)."""
+    raw = (annotations or {}).get(ACTIVATION_ANNOTATION)
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.astimezone(dt.UTC) if when.tzinfo is not None else None

@@ -32,6 +32,8 @@ PRICED = "Priced"
 METRICS_AVAILABLE = "MetricsAvailable"
 """The autoscaler could read the metrics its mode needs."""
 COST_MODEL_LOADED = "CostModelLoaded"
+GATEWAY_READY = "GatewayReady"
+"""With ``spec.gateway.enabled``: at least one gateway pod is ready (its EndpointSlice watch has synced)."""
 """The service-time model of ``spec.model.costModelRef`` is loaded."""
 ISVC_CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, SCALING_CONFLICT, BUDGET_LIMITED, PRICED)
 """The conditions the reconcile writes (the autoscaler adds ``MetricsAvailable`` and ``CostModelLoaded``)."""
@@ -59,6 +61,8 @@ NO_CONFLICT = "NoConflict"
 EXTERNAL_SCALE = "ReplicasChangedExternally"
 FOREIGN_AUTOSCALER = "ForeignAutoscaler"
 SCALE_IGNORED_IN_MODE = "ScaleIgnoredInMode"
+# Reasons of GatewayReady (AVAILABLE, WAITING_FOR_REPLICAS and CREATING above are shared with Ready).
+GATEWAY_UNAVAILABLE = "GatewayUnavailable"
 # Reasons of BudgetLimited.
 NO_BUDGET_POLICY = "NoBudgetPolicy"
 CAPPED_BY_BUDGET = "CappedByBudget"
@@ -184,6 +188,12 @@ class ScalingReason(enum.StrEnum):
     HELD_STALE_METRICS = "HeldStaleMetrics"
     HELD_PARTIAL_METRICS = "HeldPartialMetrics"
     FIXED_REPLICAS = "FixedReplicas"
+    SCALE_TO_ZERO = "ScaleDownToZero"
+    """No request for ``scaleToZeroAfterSeconds`` (metrics read all along): 0 replicas; the gateway holds requests."""
+    IDLE_AT_ZERO = "IdleAtZero"
+    """At 0 replicas, waiting for the gateway's activation request (no replica, so no metric to decide on)."""
+    ACTIVATED = "Activated"
+    """The gateway asked for a replica at 0 (annotation ``modalscale.io/activation-requested-at``): 0 -> 1 at once."""
 
 
 __all__ = sorted([name for name in dir() if name.isupper()] + ["ScalingReason"])

@@ -14,7 +14,9 @@ held to what the apiserver would hold it to:
   defaulting);
 - integer ranges, enums and string patterns as the schema's;
 - the CEL rules: ``minReplicas <= maxReplicas``, Fixed mode needs ``replicas`` within ``[minReplicas,
-  maxReplicas]``, Utilization and Predictive need ``minReplicas >= 1`` (nothing activates them from 0 replicas),
+  maxReplicas]``, Utilization and Predictive need ``minReplicas >= 1`` unless ``spec.gateway.enabled`` (only the
+  gateway holds requests at 0 replicas and activates one), ``scaleToZeroAfterSeconds`` needs ``minReplicas: 0``
+  outside Fixed mode,
   CPU and memory above 0, a model source needs its object, a GPU count needs a type, preferred batch sizes
   ascending and ``<= maxBatchSize``, engine ``openvino`` neither at precision FP16 nor with GPUs, and
   ``metadata.name`` a DNS-1035 label of at most 63 characters (it names the Service and is the pods' label value);
@@ -42,8 +44,9 @@ PRICING_TIERS = ("OnDemand", "Spot")
 TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 
 KNOWN_FIELDS: dict[str, frozenset[str]] = {
-    "spec": frozenset({"model", "runtime", "resources", "placement", "scaling", "pricing", "priority"}),
-    "spec.model": frozenset({"source", "name", "configMap", "pvc", "image", "uri", "costModelRef"}),
+    "spec": frozenset({"model", "runtime", "resources", "placement", "scaling", "pricing", "priority", "gateway"}),
+    "spec.model": frozenset({"source", "name", "configMap", "pvc", "image", "uri", "costModelRef", "inputs"}),
+    "spec.model.inputs": frozenset({"images", "text"}),
     "spec.model.configMap": frozenset({"name"}),
     "spec.model.pvc": frozenset({"claimName", "subPath"}),
     "spec.model.image": frozenset({"reference", "path"}),
@@ -57,8 +60,13 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "spec.placement": frozenset({"nodeSelector", "tolerations"}),
     "spec.scaling": frozenset({"mode", "replicas", "minReplicas", "maxReplicas", "targetP95LatencyMilliseconds",
                                "targetUtilizationPercent", "tolerancePercent", "scaleUpStabilizationSeconds",
-                               "scaleDownStabilizationSeconds", "maxStepReplicas", "decisionIntervalSeconds"}),
+                               "scaleDownStabilizationSeconds", "maxStepReplicas", "decisionIntervalSeconds",
+                               "scaleToZeroAfterSeconds"}),
     "spec.pricing": frozenset({"tier"}),
+    "spec.gateway": frozenset({"enabled", "replicas", "maxInFlight", "queue", "maxBodyBytes", "tenantHeader",
+                               "resources"}),
+    "spec.gateway.queue": frozenset({"size", "timeoutSeconds"}),
+    "spec.gateway.resources": frozenset({"cpu", "memory"}),
 }
 """The properties of every object in the CRD's ``spec`` schema (a unit test holds this equal to the CRD)."""
 
@@ -70,6 +78,14 @@ _CPU = re.compile(r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$")
 _MEMORY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _URI = re.compile(r"^(s3|gs|as)://.+")
 _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_HEADER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+GATEWAY_ENABLED_DEFAULT = False
+"""``spec.gateway.enabled`` when unset. False for now: every integration test and the demo talk to the direct
+Service; flip this one constant (and the CRD's CEL rule on ``spec``, which reads an unset ``enabled`` as this value:
+``tests/unit/test_crd_gateway.py`` holds them together) once the gateway has passed the issue's real-node tests.
+The CRD sets no ``default`` on the field on purpose: a default would be stored in every object written, and a later
+flip would then not reach them."""
 NAME_MAX_LENGTH = 63
 """Longest InferenceService name: it is the Service's name (a DNS-1035 label, at most 63 characters) and the
 value of the pods' ``modalscale.io/inferenceservice`` label (at most 63); the other children append suffixes
@@ -77,6 +93,17 @@ to it (``<name>-model-repo``, a ConfigMap: a DNS-1123 subdomain of up to 253, so
 NAME_RULE = (f"a DNS-1035 label of at most {NAME_MAX_LENGTH} characters (lower-case letters, digits and '-', "
              f"starting with a letter and ending with a letter or digit)")
 """What an InferenceService name must be, in words (the CRD's rule on ``metadata.name`` says the same)."""
+
+
+@dataclass(frozen=True)
+class ModelInputsSpec:
+    """``spec.model.inputs``: the KServe v2 input tensors the gateway reads features from (defaults: the built-in
+    model's names)."""
+
+    images: str = "IMAGES"
+    """Input holding the encoded images (BYTES)."""
+    text: str = "TEXT"
+    """Input holding the prompt text (BYTES)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +123,32 @@ class ModelSpec:
     cost_model_config_map: str | None = None
     """ConfigMap holding the service-time model artifact (``costModelRef.name``); None = none."""
     cost_model_key: str = "model.skops"
+    inputs: ModelInputsSpec = field(default_factory=ModelInputsSpec)
+    """Which inputs carry images and text (``spec.model.inputs``), for the gateway's per-request features."""
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """``spec.gateway``: the request gateway (``modalscale gateway``) in front of the replicas (CRD defaults)."""
+
+    enabled: bool = GATEWAY_ENABLED_DEFAULT
+    """Whether the Service ``<name>`` reaches the gateway (True) or the replicas directly (False)."""
+    replicas: int = 2
+    """Gateway pods, 1..20 (2 for availability: a PodDisruptionBudget keeps one)."""
+    max_in_flight: int = 1000
+    """Requests the gateway forwards at once for this service, 1..100000; beyond it requests queue."""
+    queue_size: int = 1000
+    """Requests held waiting (at zero replicas or above ``max_in_flight``), 0..100000; beyond it 503."""
+    queue_timeout_s: int = 120
+    """Longest a request waits in the queue, seconds, 1..3600; then 503 with Retry-After."""
+    max_body_bytes: int = 64 * 1024 * 1024
+    """Largest request body accepted, bytes, 1024..1073741824; above it 400 (never forwarded)."""
+    tenant_header: str = "x-modalscale-tenant"
+    """Request header (lower case; gRPC metadata key) naming the tenant; absent = ``default``."""
+    cpu: str = "500m"
+    """CPU request of one gateway pod (Kubernetes quantity)."""
+    memory: str = "256Mi"
+    """Memory request and limit of one gateway pod (Kubernetes quantity)."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +220,9 @@ class ScalingSpec:
     scale_down_stabilization_s: int
     max_step_replicas: int
     decision_interval_s: int
+    scale_to_zero_after_s: int | None = None
+    """``scaleToZeroAfterSeconds``: scale to 0 after this many seconds without a request, s; None = never (only
+    with ``minReplicas: 0``, which needs the gateway outside Fixed mode)."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +246,7 @@ class ServiceSpec:
     """``spec.pricing.tier``: one of :data:`PRICING_TIERS`."""
     priority: int
     """``spec.priority``, 0..1000 (budget actions touch lower priorities first)."""
+    gateway: GatewaySpec = field(default_factory=GatewaySpec)
 
 
 @dataclass(frozen=True)
@@ -211,6 +268,8 @@ class IsvcSpec:
     priority: int
     placement: PlacementSpec = field(default_factory=PlacementSpec)
     """Node selector and tolerations of the pods (``spec.placement``)."""
+    gateway: GatewaySpec = field(default_factory=GatewaySpec)
+    """The request gateway (``spec.gateway``); ``enabled`` False = the Service selects the replicas directly."""
 
 
 # ---------------------------------------------------------------------------------------------- readers
@@ -306,6 +365,7 @@ def parse_model(model: Mapping[str, Any]) -> ModelSpec:
     pvc = _object(model, "pvc", p)
     image = _object(model, "image", p)
     cost_ref = _object(model, "costModelRef", p)
+    inputs = _object(model, "inputs", p)
     spec = ModelSpec(
         source=source,
         name=_req(_str(model, "name", "multimodal", p, pattern=_MODEL_NAME, max_length=63)),
@@ -317,6 +377,10 @@ def parse_model(model: Mapping[str, Any]) -> ModelSpec:
         uri=_str(model, "uri", None, p, pattern=_URI, max_length=2048),
         cost_model_config_map=_str(cost_ref, "name", None, f"{p}.costModelRef", pattern=_OBJECT_NAME),
         cost_model_key=_req(_str(cost_ref, "key", "model.skops", f"{p}.costModelRef")),
+        inputs=ModelInputsSpec(
+            images=_req(_str(inputs, "images", "IMAGES", f"{p}.inputs", pattern=_TENSOR_NAME, max_length=64)),
+            text=_req(_str(inputs, "text", "TEXT", f"{p}.inputs", pattern=_TENSOR_NAME, max_length=64)),
+        ),
     )
     needed = {"ConfigMap": ("configMap.name", spec.config_map), "PVC": ("pvc.claimName", spec.pvc_claim),
               "Image": ("image.reference", spec.image_reference), "URI": ("uri", spec.uri)}
@@ -398,9 +462,11 @@ def parse_resources(res: Mapping[str, Any]) -> ResourceSpec:
     )
 
 
-def parse_scaling(sc: Mapping[str, Any]) -> ScalingSpec:
+def parse_scaling(sc: Mapping[str, Any], gateway_enabled: bool = GATEWAY_ENABLED_DEFAULT) -> ScalingSpec:
     """Typed ``spec.scaling`` (``sc`` is its mapping, already checked for unknown fields).
 
+    Args:
+        gateway_enabled: ``spec.gateway.enabled``: only with the gateway may Utilization and Predictive go to 0.
     Raises:
         InvalidSpec: A range, enum or CEL rule of the CRD fails (field named).
     """
@@ -421,16 +487,23 @@ def parse_scaling(sc: Mapping[str, Any]) -> ScalingSpec:
         scale_down_stabilization_s=_int(sc, "scaleDownStabilizationSeconds", 300, p, 0, 3600),
         max_step_replicas=_int(sc, "maxStepReplicas", 4, p, 1, 1000),
         decision_interval_s=_int(sc, "decisionIntervalSeconds", 15, p, 5, 3600),
+        scale_to_zero_after_s=(None if sc.get("scaleToZeroAfterSeconds") is None
+                               else _int(sc, "scaleToZeroAfterSeconds", 0, p, 1, 86400)),
     )
     if scaling.min_replicas > scaling.max_replicas:
         raise InvalidSpec(f"{p}.minReplicas", f"({scaling.min_replicas}) must be <= spec.scaling.maxReplicas "
                                               f"({scaling.max_replicas})")
-    if mode != "Fixed" and scaling.min_replicas < 1:
-        raise InvalidSpec(f"{p}.minReplicas", f"must be at least 1 in {mode} mode, got {scaling.min_replicas}: at 0 "
-                                              f"replicas there is no pod to measure and nothing in front of the "
-                                              f"Service to activate one, so it would never scale up again. Set "
-                                              f"minReplicas: 1, or use mode: Fixed with replicas: 0 to stop it (a "
-                                              f"BudgetPolicy's ScaleToZero still scales any mode to 0)")
+    if mode != "Fixed" and scaling.min_replicas < 1 and not gateway_enabled:
+        raise InvalidSpec(f"{p}.minReplicas", f"must be at least 1 in {mode} mode without the gateway, got "
+                                              f"{scaling.min_replicas}: at 0 replicas only the gateway holds requests "
+                                              f"and activates a replica. Set spec.gateway.enabled: true to scale "
+                                              f"from zero, or minReplicas: 1, or use mode: Fixed with replicas: 0 to "
+                                              f"stop it (a BudgetPolicy's ScaleToZero still scales any mode to 0)")
+    if scaling.scale_to_zero_after_s is not None and (mode == "Fixed" or scaling.min_replicas != 0):
+        raise InvalidSpec(f"{p}.scaleToZeroAfterSeconds",
+                          f"takes effect only in Predictive or Utilization mode with minReplicas: 0 (got mode "
+                          f"{mode}, minReplicas {scaling.min_replicas}); set minReplicas: 0 and "
+                          f"spec.gateway.enabled: true, or remove scaleToZeroAfterSeconds")
     if mode == "Fixed":
         if replicas is None:
             raise InvalidSpec(f"{p}.replicas", "required when spec.scaling.mode is Fixed")
@@ -439,6 +512,28 @@ def parse_scaling(sc: Mapping[str, Any]) -> ScalingSpec:
                                                f"spec.scaling.maxReplicas] = [{scaling.min_replicas}, "
                                                f"{scaling.max_replicas}] in Fixed mode")
     return scaling
+
+
+def parse_gateway(gw: Mapping[str, Any]) -> GatewaySpec:
+    """Typed ``spec.gateway`` (``gw`` is its mapping, already checked for unknown fields).
+
+    Raises:
+        InvalidSpec: A range, pattern or quantity of the CRD fails (field named).
+    """
+    p = "spec.gateway"
+    queue = _object(gw, "queue", p)
+    res = _object(gw, "resources", p)
+    return GatewaySpec(
+        enabled=_bool(gw, "enabled", GATEWAY_ENABLED_DEFAULT, p),
+        replicas=_int(gw, "replicas", 2, p, 1, 20),
+        max_in_flight=_int(gw, "maxInFlight", 1000, p, 1, 100_000),
+        queue_size=_int(queue, "size", 1000, f"{p}.queue", 0, 100_000),
+        queue_timeout_s=_int(queue, "timeoutSeconds", 120, f"{p}.queue", 1, 3600),
+        max_body_bytes=_int(gw, "maxBodyBytes", 64 * 1024 * 1024, p, 1024, 1024**3),
+        tenant_header=_req(_str(gw, "tenantHeader", "x-modalscale-tenant", p, pattern=_HEADER_NAME, max_length=64)),
+        cpu=_quantity_text(res, "cpu", "500m", f"{p}.resources", _CPU, 64, '"500m", "1"'),
+        memory=_quantity_text(res, "memory", "256Mi", f"{p}.resources", _MEMORY, 2**40, '"256Mi", "1Gi"'),
+    )
 
 
 def parse_placement(placement: Mapping[str, Any]) -> PlacementSpec:
@@ -480,15 +575,17 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ServiceSpec:
                                                  f"spec.resources.gpu.count is {resources.gpu_count} (a GPU replica "
                                                  f"runs torch encoder models on its GPUs); use engine torch with GPUs, "
                                                  f"or gpu.count 0 with openvino")
+    gateway = parse_gateway(_object(root, "gateway", "spec"))
     return ServiceSpec(
         model=model,
         runtime=runtime,
         resources=resources,
-        scaling=parse_scaling(_object(root, "scaling", "spec")),
+        scaling=parse_scaling(_object(root, "scaling", "spec"), gateway.enabled),
         placement=parse_placement(_object(root, "placement", "spec")),
         pricing_tier=_req(_str(_object(root, "pricing", "spec"), "tier", "OnDemand", "spec.pricing",
                                choices=PRICING_TIERS)),
         priority=_int(root, "priority", 100, "spec", 0, 1000),
+        gateway=gateway,
     )
 
 
@@ -538,4 +635,5 @@ def parse_isvc(body: Mapping[str, Any]) -> IsvcSpec:
         pricing_tier=s.pricing_tier,
         priority=s.priority,
         placement=s.placement,
+        gateway=s.gateway,
     )

@@ -55,6 +55,8 @@ class AutoscalerStateStatus(TypedDict, total=False):
     latencyScale: float
     lastChangeTime: str
     inFlightHistory: list[float]
+    idleSince: str  # Start of the unbroken run of idle decisions that scale to zero (minReplicas 0).
+    scaledToZeroTime: str  # When the autoscaler last scaled to 0; a newer activation annotation scales to 1.
 
 
 class AutoscalerStatus(TypedDict, total=False):
@@ -70,6 +72,14 @@ class AutoscalerStatus(TypedDict, total=False):
     state: AutoscalerStateStatus
 
 
+class GatewayStatus(TypedDict, total=False):
+    """``status.gateway``: the request gateway's Deployment, when ``spec.gateway.enabled``."""
+
+    replicas: int
+    readyReplicas: int
+    replicasUrl: str  # In-cluster HTTP URL of the Service <name>-replicas (bypassing the gateway).
+
+
 class InferenceServiceStatus(TypedDict, total=False):
     """``status`` of an InferenceService."""
 
@@ -83,6 +93,7 @@ class InferenceServiceStatus(TypedDict, total=False):
     lastScaleReason: str
     scalingHistory: list[ScalingHistoryEntry]
     autoscaler: AutoscalerStatus
+    gateway: GatewayStatus | None  # None: the merge patch's delete (the gateway was turned off).
     conditions: list[ConditionStatus]
 
 

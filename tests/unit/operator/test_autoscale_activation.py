@@ -1,0 +1,70 @@
+"""The operator's side of scale from zero (issue 19): the watch-event pre-check reads only the event's body, the
+scaler's idle and scale-to-zero times survive a restart through status, and an activation's status patch."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from modalscale.api.annotations import ACTIVATION_ANNOTATION, activation_requested_at
+from modalscale.autoscaler.policy import Reason, ScalerState, ScalingMode, ScalingPolicy, activate
+from modalscale.operator.autoscale.handlers import activation_pending
+from modalscale.operator.autoscale.plan import plan_activation, state_from_status, state_to_status
+
+T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def body(requested: str | None, desired: int | None = 0,
+         zero_at: str | None = "2026-12-01T12:00:00Z") -> dict[str, Any]:
+    annotations = {} if requested is None else {ACTIVATION_ANNOTATION: requested}
+    status: dict[str, Any] = {} if desired is None else {"desiredReplicas": desired}
+    if zero_at is not None:
+        status["autoscaler"] = {"state": {"recommendations": [], "scaledToZeroTime": zero_at}}
+    return {"metadata": {"name": "vc", "namespace": "ml", "annotations": annotations}, "status": status}
+
+
+@pytest.mark.parametrize(("event", "pending"), [
+    (body("2026-12-01T12:00:05Z"), True),
+    (body("2026-12-01T12:00:05.250+00:00"), True),
+    (body("2026-12-01T12:00:05Z", desired=None, zero_at=None), True),
+    (body("2026-12-01T12:00:00Z"), False),
+    (body("2026-12-01T11:59:00Z"), False),
+    (body("2026-12-01T12:00:05Z", desired=1), False),
+    (body(None), False),
+    (body("soon"), False),
+    (body("2026-12-01T12:00:05"), False),
+], ids=["newer", "fractional-offset", "new-service", "same-time", "older", "already-desired", "absent", "garbage",
+        "no-zone"])
+def test_the_event_pre_check_needs_a_readable_request_newer_than_the_last_scale_to_zero(event: dict[str, Any],
+                                                                                        pending: bool) -> None:
+    assert activation_pending(event) is pending
+
+
+def test_activation_time_is_read_as_utc() -> None:
+    assert activation_requested_at({ACTIVATION_ANNOTATION: "2026-12-01T13:00:05+01:00"}) == T0.replace(second=5)
+
+
+def test_idle_and_scale_to_zero_times_round_trip_through_status() -> None:
+    state = ScalerState(recommendations=((T0, 1),), idle_since=T0 - dt.timedelta(seconds=30), scaled_to_zero_at=T0)
+    stored = state_to_status(state)
+    assert (stored["idleSince"], stored["scaledToZeroTime"]) == ("2026-12-01T11:59:30Z", "2026-12-01T12:00:00Z")
+    assert state_from_status({"autoscaler": {"state": stored}}) == state
+    assert "idleSince" not in state_to_status(ScalerState())
+
+
+def test_an_activation_patch_sets_desired_replicas_and_keeps_what_only_metrics_know() -> None:
+    policy = ScalingPolicy(mode=ScalingMode.PREDICTIVE, min_replicas=0, scale_to_zero_after_s=60.0)
+    now = T0 + dt.timedelta(seconds=2)
+    decision = activate(0, T0 + dt.timedelta(seconds=1), ScalerState(scaled_to_zero_at=T0), policy, None, now)
+    assert decision is not None and decision.reason == Reason.ACTIVATED
+    status = {"desiredReplicas": 0, "conditions": [{"type": "MetricsAvailable"}],
+              "autoscaler": {"metricsAvailable": False, "reason": "IdleAtZero", "features": {"held_replicas": 0.0}}}
+    patch = plan_activation(status, decision, now)
+    assert patch["desiredReplicas"] == 1 and "conditions" not in patch
+    block = patch["autoscaler"]
+    assert (block["reason"], block["valid"], block["metricsAvailable"]) == ("Activated", True, False)
+    assert block["features"] == {"activation_delay_s": 1.0, "held_replicas": None}  # merge patch drops old keys
+    assert block["state"]["scaledToZeroTime"] == "2026-12-01T12:00:00Z"
+    assert block["lastDecisionTime"] == "2026-12-01T12:00:02Z"

@@ -1,0 +1,260 @@
+"""The InferenceService planner with the request gateway (issue 19): enabled, the gateway's objects with owner
+references, the Service switched only once a gateway pod is ready, a rerun that writes nothing; disabled, exactly
+the plan of the code before the gateway (a golden file written by that code), and left-overs deleted.
+
+Regenerate the golden only from the planner before the gateway (commit 584e64b):
+``PYTHONPATH=<checkout at 584e64b>/src python tests/unit/operator/test_isvc_gateway_plan.py --write-golden``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modalscale.api.inferenceservice import parse_isvc
+from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
+
+NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n', "multimodal/1/model.py": "# model\n"}
+GOLDEN = Path(__file__).parent / "data" / "isvc_plan_before_gateway.json"
+IMAGE = "registry.example.com/modalscale/operator:9.9.9"
+
+
+def make_isvc(**spec: Any) -> dict[str, Any]:
+    body = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "vc", "namespace": "ml", "uid": "u-1", "generation": 1},
+            "spec": {"resources": {"cpu": "2", "memory": "8Gi"},
+                     "scaling": {"mode": "Predictive", "minReplicas": 2, "maxReplicas": 6}}}
+    body["spec"].update(spec)
+    return body
+
+
+def stored(created: dict[str, Any], ready: bool = True) -> dict[str, Any]:
+    """A created object as the apiserver returns it (defaults, status)."""
+    obj = copy.deepcopy(created)
+    obj["metadata"].update(generation=1, resourceVersion="1")
+    if obj["kind"] == "Deployment":
+        r = obj["spec"]["replicas"] if ready else 0
+        obj["spec"]["progressDeadlineSeconds"] = 600
+        obj["status"] = {"observedGeneration": 1, "replicas": obj["spec"]["replicas"], "readyReplicas": r,
+                         "updatedReplicas": obj["spec"]["replicas"], "availableReplicas": r}
+    if obj["kind"] == "Service":
+        obj["spec"].update(clusterIP="10.0.0.12", sessionAffinity="None")
+    return obj
+
+
+def apply(obs: IsvcObserved, plan: Any, gateway_ready: bool = True) -> IsvcObserved:
+    """``obs`` after the plan's writes (creates, merge of patches as far as these tests need, deletes)."""
+    obs = copy.deepcopy(obs)
+    obs.status = plan.status
+    for w in plan.writes:
+        gw = w.name.endswith("-gateway") or w.name.endswith("-replicas")
+        if w.action == "delete":
+            obs.gateway_objects[w.kind] = None
+            continue
+        if w.action == "create":
+            obj = stored(w.body, ready=gateway_ready or w.name != "vc-gateway")
+        else:
+            obj = copy.deepcopy(obs.gateway_objects[w.kind] if gw else getattr(obs, w.kind.lower()))
+            for key, value in w.body.items():
+                if key == "spec" and "selector" in value and "$patch" in value["selector"]:
+                    value = {**value, "selector": {k: v for k, v in value["selector"].items() if k != "$patch"}}
+                obj[key] = {**obj.get(key, {}), **value} if isinstance(value, dict) else value
+        if gw:
+            obs.gateway_objects[w.kind] = obj
+        else:
+            setattr(obs, w.kind.lower(), obj)
+    return obs
+
+
+def run(body: dict[str, Any], obs: IsvcObserved | None = None, gateway_ready: bool = True) -> tuple[Any, IsvcObserved]:
+    obs = obs or IsvcObserved(status={})
+    plan = plan_isvc(parse_isvc(body), obs, FILES, PlanConfig(gateway_image=IMAGE), NOW)
+    return plan, apply(obs, plan, gateway_ready)
+
+
+# ---------------------------------------------------------------------------------------------- disabled
+def scenarios() -> dict[str, Any]:
+    """Plans of the disabled gateway (the spec without ``gateway``) in several worlds, as JSON-able values."""
+    out: dict[str, Any] = {}
+    for name, spec in {"predictive": {}, "fixed-gpu": {
+            "scaling": {"mode": "Fixed", "replicas": 3, "minReplicas": 0, "maxReplicas": 6},
+            "resources": {"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}}},
+            "configmap": {"model": {"source": "ConfigMap", "configMap": {"name": "mine"}}}}.items():
+        body = make_isvc(**spec)
+        obs0 = IsvcObserved(status={}, user_configmap_keys=["m__config.pbtxt"])
+        first = plan_isvc(parse_isvc(body), obs0, FILES, PlanConfig(), NOW)
+        obs1 = IsvcObserved(status=first.status, user_configmap_keys=["m__config.pbtxt"],
+                            **{w.kind.lower(): stored(w.body) for w in first.writes})
+        second = plan_isvc(parse_isvc(body), obs1, FILES, PlanConfig(), NOW)
+        drifted = copy.deepcopy(obs1)
+        assert drifted.deployment is not None and drifted.service is not None
+        drifted.deployment["spec"]["template"]["spec"]["containers"][0]["image"] = "other:1"
+        drifted.service["spec"]["ports"] = drifted.service["spec"]["ports"][:1]
+        third = plan_isvc(parse_isvc(body), drifted, FILES, PlanConfig(), NOW)
+        out[name] = [{"writes": [[w.kind, w.action, w.name, w.body] for w in p.writes], "status": p.status,
+                      "events": p.events} for p in (first, second, third)]
+    return json.loads(json.dumps(out, sort_keys=True))
+
+
+def test_disabled_plans_exactly_what_the_planner_before_the_gateway_planned() -> None:
+    assert scenarios() == json.loads(GOLDEN.read_text())
+
+
+def test_disabled_is_the_default_and_reads_no_more_than_two_gateway_objects() -> None:
+    plan, obs = run(make_isvc())
+    assert sorted(w.kind for w in plan.writes) == ["ConfigMap", "Deployment", "Service"]
+    assert "gateway" not in plan.status
+    assert all(c["type"] != "GatewayReady" for c in plan.status["conditions"])
+
+
+# ---------------------------------------------------------------------------------------------- enabled
+def test_enabled_creates_the_gateway_objects_with_owner_references_and_keeps_the_service_direct_until_ready() -> None:
+    plan, obs = run(make_isvc(gateway={"enabled": True}), gateway_ready=False)
+    made = [(w.kind, w.action, w.name) for w in plan.writes]
+    assert made == [("ConfigMap", "create", "vc-model-repo"), ("Deployment", "create", "vc"),
+                    ("Service", "create", "vc"), ("ServiceAccount", "create", "vc-gateway"),
+                    ("Role", "create", "vc-gateway"), ("RoleBinding", "create", "vc-gateway"),
+                    ("Service", "create", "vc-replicas"), ("PodDisruptionBudget", "create", "vc-gateway"),
+                    ("Deployment", "create", "vc-gateway")]  # no NetworkPolicy before a gateway pod is ready
+    for w in plan.writes:
+        assert w.body["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+        assert w.body["metadata"]["namespace"] == "ml"
+    svc = next(w.body for w in plan.writes if w.name == "vc" and w.kind == "Service")
+    assert svc["spec"]["selector"] == {"modalscale.io/inferenceservice": "vc"}  # direct while no gateway is ready
+    ready = {c["type"]: c for c in plan.status["conditions"]}["GatewayReady"]
+    assert (ready["status"], ready["reason"]) == ("False", "Creating")
+
+    # Still no gateway pod ready: nothing to write, the Service stays direct.
+    plan, obs = run(make_isvc(gateway={"enabled": True}), obs, gateway_ready=False)
+    assert plan.writes == []
+    ready = {c["type"]: c for c in plan.status["conditions"]}["GatewayReady"]
+    assert (ready["status"], ready["reason"]) == ("False", "GatewayUnavailable")
+
+
+def test_once_a_gateway_pod_is_ready_the_service_selects_the_gateway_and_the_network_policy_is_written() -> None:
+    body = make_isvc(gateway={"enabled": True})
+    plan, obs = run(body)
+    plan, obs = run(body, obs)
+    assert [(w.kind, w.action, w.name) for w in plan.writes] == [
+        ("Service", "patch", "vc"), ("NetworkPolicy", "create", "vc-replicas")]
+    patch = plan.writes[0].body["spec"]
+    # A strategic merge keeps map keys: the selector is replaced, never merged into one that selects nothing.
+    assert patch["selector"] == {"$patch": "replace", "modalscale.io/gateway": "vc"}
+    np = plan.writes[1].body["spec"]
+    assert np["podSelector"] == {"matchLabels": {"modalscale.io/inferenceservice": "vc"}}
+    assert [r["from"][0]["podSelector"]["matchLabels"] for r in np["ingress"]] == [
+        {"modalscale.io/gateway": "vc"}, {"app.kubernetes.io/name": "prometheus"}]
+    assert [[p["port"] for p in r["ports"]] for r in np["ingress"]] == [[8000, 8001], [8002]]
+    assert plan.status["gateway"] == {"replicas": 2, "readyReplicas": 2,
+                                      "replicasUrl": "http://vc-replicas.ml.svc.cluster.local:8000"}
+    assert plan.status["url"] == "http://vc.ml.svc.cluster.local:8000"
+    ready = {c["type"]: c for c in plan.status["conditions"]}["GatewayReady"]
+    assert (ready["status"], ready["reason"]) == ("True", "MinimumReplicasAvailable")
+
+    plan, obs = run(body, obs)
+    assert plan.writes == []  # a rerun with nothing changed writes nothing
+    assert obs.service is not None and obs.service["spec"]["selector"] == {"modalscale.io/gateway": "vc"}
+
+
+def test_the_gateway_deployment_runs_the_operator_image_with_its_config_probes_and_own_service_account() -> None:
+    plan, _ = run(make_isvc(gateway={"enabled": True, "replicas": 3, "maxInFlight": 64, "queue": {"size": 5},
+                                     "tenantHeader": "x-team"},
+                            model={"source": "BuiltIn", "inputs": {"images": "PIXELS"}}), gateway_ready=False)
+    dep = next(w.body for w in plan.writes if w.name == "vc-gateway" and w.kind == "Deployment")
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["selector"] == {"matchLabels": {"modalscale.io/gateway": "vc"}}
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert "modalscale.io/inferenceservice" not in labels  # never one of the replicas' pods (their selector)
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "vc-gateway"
+    (c,) = pod["containers"]
+    assert (c["image"], c["command"]) == (IMAGE, ["modalscale", "gateway"])
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env == {
+        "MODALSCALE_GATEWAY_NAMESPACE": "ml", "MODALSCALE_GATEWAY_SERVICE": "vc",
+        "MODALSCALE_GATEWAY_REPLICAS_SERVICE": "vc-replicas", "MODALSCALE_GATEWAY_HTTP_PORT": "8000",
+        "MODALSCALE_GATEWAY_GRPC_PORT": "8001", "MODALSCALE_GATEWAY_METRICS_PORT": "9090",
+        "MODALSCALE_GATEWAY_MAX_INFLIGHT": "64", "MODALSCALE_GATEWAY_QUEUE_SIZE": "5",
+        "MODALSCALE_GATEWAY_QUEUE_TIMEOUT_S": "120", "MODALSCALE_GATEWAY_MAX_BODY_BYTES": "67108864",
+        "MODALSCALE_GATEWAY_TENANT_HEADER": "x-team", "MODALSCALE_GATEWAY_IMAGES_INPUT": "PIXELS",
+        "MODALSCALE_GATEWAY_TEXT_INPUT": "TEXT"}
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/gateway/healthz", "port": "http"}
+    assert c["securityContext"]["runAsUser"] >= 10000
+    role = next(w.body for w in plan.writes if w.kind == "Role")
+    assert role["rules"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["modalscale.io"], "resources": ["inferenceservices"], "resourceNames": ["vc"],
+         "verbs": ["get", "patch"]}]
+    binding = next(w.body for w in plan.writes if w.kind == "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "vc-gateway", "namespace": "ml"}]
+    pdb = next(w.body for w in plan.writes if w.kind == "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": {"modalscale.io/gateway": "vc"}}}
+
+
+def test_drift_of_a_gateway_object_is_repaired_and_only_it_is_written() -> None:
+    body = make_isvc(gateway={"enabled": True})
+    _, obs = run(body)
+    _, obs = run(body, obs)
+    role = obs.gateway_objects["Role"]
+    assert role is not None
+    role["rules"] = role["rules"][:1]
+    plan, _ = run(body, obs)
+    assert [(w.kind, w.action) for w in plan.writes] == [("Role", "patch")]
+
+
+def test_turning_the_gateway_off_switches_the_service_back_first_and_deletes_the_gateway_objects() -> None:
+    on = make_isvc(gateway={"enabled": True})
+    _, obs = run(on)
+    _, obs = run(on, obs)
+    plan, obs = run(make_isvc(gateway={"enabled": False}), obs)
+    assert [(w.kind, w.action, w.name) for w in plan.writes] == [
+        ("Service", "patch", "vc"),
+        ("Deployment", "delete", "vc-gateway"), ("PodDisruptionBudget", "delete", "vc-gateway"),
+        ("NetworkPolicy", "delete", "vc-replicas"), ("Service", "delete", "vc-replicas"),
+        ("RoleBinding", "delete", "vc-gateway"), ("Role", "delete", "vc-gateway"),
+        ("ServiceAccount", "delete", "vc-gateway")]
+    assert plan.writes[0].body["spec"]["selector"] == {"$patch": "replace", "modalscale.io/inferenceservice": "vc"}
+    assert plan.status["gateway"] is None  # merge patch removes the block
+    assert all(c["type"] != "GatewayReady" for c in plan.status["conditions"])
+    plan, _ = run(make_isvc(gateway={"enabled": False}), obs)
+    assert plan.writes == []
+
+
+@pytest.mark.parametrize("labels", [{"app": "prometheus-server"}, {"a": "1", "b": "2"}])
+def test_the_network_policy_admits_the_configured_scraper(labels: dict[str, str]) -> None:
+    body = make_isvc(gateway={"enabled": True})
+    _, obs = run(body)
+    plan = plan_isvc(parse_isvc(body), obs, FILES, PlanConfig(gateway_image=IMAGE, scraper_labels=labels), NOW)
+    np = next(w.body for w in plan.writes if w.kind == "NetworkPolicy")
+    assert np["spec"]["ingress"][1]["from"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": labels}}]
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write-golden"]:
+    GOLDEN.write_text(json.dumps(scenarios(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {GOLDEN}")
+
+
+def test_the_gateway_follows_the_users_placement_but_not_a_budgets_spot_switch_nor_the_gpu_selector() -> None:
+    from modalscale.api.annotations import SpotSwitch
+    from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
+    from modalscale.operator.isvc.plan import with_spot_placement
+
+    taint = {"key": "modalscale.io/node-type", "operator": "Equal", "value": "real", "effect": "NoSchedule"}
+    body = make_isvc(gateway={"enabled": True}, placement={"nodeSelector": {"pool": "a"}, "tolerations": [taint]},
+                     resources={"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}})
+    spec = with_spot_placement(parse_isvc(body), (SpotSwitch("ml/p", 50),))
+    plan = plan_isvc(spec, IsvcObserved(status={}), FILES, PlanConfig(gateway_image=IMAGE), NOW)
+    replicas = next(w.body for w in plan.writes if w.name == "vc" and w.kind == "Deployment")["spec"]["template"]
+    gateway = next(w.body for w in plan.writes if w.name == "vc-gateway" and w.kind == "Deployment")
+    pod = gateway["spec"]["template"]["spec"]
+    assert SPOT_TOLERATION in replicas["spec"]["tolerations"]  # the replicas did move to Spot
+    assert set(SPOT_NODE_SELECTOR) <= set(replicas["spec"]["nodeSelector"])
+    assert (pod["nodeSelector"], pod["tolerations"]) == ({"pool": "a"}, [taint])

@@ -1,0 +1,39 @@
+"""The CRD's gateway rules agree with ``modalscale.api`` (issue 19): ``spec.gateway.enabled`` has no CRD default (a
+stored default would outlive a later flip) and the CEL rule reads an unset value as ``GATEWAY_ENABLED_DEFAULT``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modalscale.api.inferenceservice import GATEWAY_ENABLED_DEFAULT
+
+REPO = Path(__file__).resolve().parents[1].parent
+
+
+def _spec_schema() -> dict[str, Any]:
+    crd = yaml.safe_load((REPO / "crds" / "inferenceservices.modalscale.io.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    return dict(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
+
+
+def test_gateway_enabled_has_no_crd_default_and_its_description_says_the_default_and_the_plan() -> None:
+    enabled = _spec_schema()["properties"]["gateway"]["properties"]["enabled"]
+    assert "default" not in enabled
+    assert f"Default {str(GATEWAY_ENABLED_DEFAULT).lower()}" in enabled["description"]
+    assert "will default to true once" in enabled["description"]
+
+
+def test_the_min_replicas_rule_reads_an_unset_enabled_as_the_api_default() -> None:
+    (rule,) = [r for r in _spec_schema()["x-kubernetes-validations"] if r.get("fieldPath") == ".scaling.minReplicas"]
+    unset_means_enabled = "!has(self.gateway.enabled) || self.gateway.enabled" in rule["rule"]
+    assert unset_means_enabled is GATEWAY_ENABLED_DEFAULT, (
+        "GATEWAY_ENABLED_DEFAULT flipped: make the CEL rule read an unset gateway.enabled the same way")
+    assert "gateway.enabled: true" in rule["message"]
+
+
+def test_scaling_no_longer_refuses_min_zero_by_itself() -> None:
+    scaling = _spec_schema()["properties"]["scaling"]
+    assert not [r for r in scaling["x-kubernetes-validations"] if "self.minReplicas >= 1" in r["rule"]]
