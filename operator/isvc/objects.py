@@ -251,8 +251,10 @@ gateway pods never carry :data:`SELECTOR_LABEL`: the replicas' Deployment, their
 ledger select on that one."""
 GATEWAY_HTTP_PORT, GATEWAY_GRPC_PORT, GATEWAY_METRICS_PORT = 8000, 8001, 9090
 """Container ports of ``modalscale gateway`` (the defaults of its port variables)."""
-GATEWAY_HEALTH_PATH = "/gateway/healthz"
-"""Served by the gateway on its HTTP port: 200 once its EndpointSlice watch has synced (readiness and liveness)."""
+GATEWAY_READY_PATH, GATEWAY_LIVE_PATH = "/readyz", "/healthz"
+"""Served by ``modalscale gateway`` on its metrics port (:mod:`modalscale.gateway.server`): ``/readyz`` 200 while it
+takes requests (also at zero replicas, where it holds them), 503 from SIGTERM on, so endpoints drop it before its
+listeners close; ``/healthz`` 200 while the process serves."""
 GATEWAY_UID = 10001
 """The operator image's user (Dockerfile.operator ``USER 10001``), at least 10000 so it maps to no host user."""
 SERVICE_ACCOUNT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -318,7 +320,8 @@ def build_gateway_deployment(spec: IsvcSpec, image: str) -> dict[str, Any]:
     """
     gw = spec.gateway
     labels = gateway_labels(spec)
-    probe_get = {"httpGet": {"path": GATEWAY_HEALTH_PATH, "port": "http"}, "timeoutSeconds": 2}
+    ready_get = {"httpGet": {"path": GATEWAY_READY_PATH, "port": "metrics"}, "timeoutSeconds": 2}
+    live_get = {"httpGet": {"path": GATEWAY_LIVE_PATH, "port": "metrics"}, "timeoutSeconds": 2}
     container = {
         "name": "gateway",
         "image": image,
@@ -327,8 +330,8 @@ def build_gateway_deployment(spec: IsvcSpec, image: str) -> dict[str, Any]:
         "ports": [{"name": "http", "containerPort": GATEWAY_HTTP_PORT, "protocol": "TCP"},
                   {"name": "grpc", "containerPort": GATEWAY_GRPC_PORT, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": GATEWAY_METRICS_PORT, "protocol": "TCP"}],
-        "readinessProbe": {**probe_get, "periodSeconds": 2, "failureThreshold": 2},
-        "livenessProbe": {**probe_get, "periodSeconds": 10, "failureThreshold": 6},
+        "readinessProbe": {**ready_get, "periodSeconds": 2, "failureThreshold": 2},
+        "livenessProbe": {**live_get, "periodSeconds": 10, "failureThreshold": 6},
         "resources": {"requests": {"cpu": gw.cpu, "memory": gw.memory}, "limits": {"memory": gw.memory}},
         "securityContext": {"runAsNonRoot": True, "runAsUser": GATEWAY_UID, "allowPrivilegeEscalation": False,
                             "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},

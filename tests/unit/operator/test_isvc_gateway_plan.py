@@ -185,8 +185,16 @@ def test_the_gateway_deployment_runs_the_operator_image_with_its_config_probes_a
         "MODALSCALE_GATEWAY_QUEUE_TIMEOUT_S": "120", "MODALSCALE_GATEWAY_MAX_BODY_BYTES": "67108864",
         "MODALSCALE_GATEWAY_TENANT_HEADER": "x-team", "MODALSCALE_GATEWAY_IMAGES_INPUT": "PIXELS",
         "MODALSCALE_GATEWAY_TEXT_INPUT": "TEXT"}
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/gateway/healthz", "port": "http"}
+    # The probes hit what `modalscale gateway` serves: /readyz and /healthz on its metrics port.
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # The gateway itself accepts every variable the operator writes, and listens where the ports say.
+    from modalscale.gateway.settings import GatewaySettings
+
+    settings = GatewaySettings.from_env({e["name"]: e["value"] for e in c["env"]})
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert (settings.http_port, settings.grpc_port, settings.metrics_port) == (
+        ports["http"], ports["grpc"], ports["metrics"])
     assert c["securityContext"]["runAsUser"] >= 10000
     role = next(w.body for w in plan.writes if w.kind == "Role")
     assert role["rules"] == [

@@ -63,3 +63,9 @@ def test_modalscale_operator_starts_past_its_settings_with_readme_exports_and_st
     assert lines[0] == "modalscale operator: invalid operator settings:"
     assert [ln.split(":")[0] for ln in lines[1:]] == ["MODALSCALE_NAMESPCES"]
     assert "did you mean MODALSCALE_NAMESPACES?" in lines[1]
+
+
+def test_the_operator_knows_every_gateway_setting_as_another_commands() -> None:
+    from modalscale.gateway.settings import SETTINGS_ENV as GATEWAY_SETTINGS_ENV
+
+    assert sorted(GATEWAY_SETTINGS_ENV - set(OTHER_COMMANDS_ENV)) == []
