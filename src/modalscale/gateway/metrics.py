@@ -1,5 +1,8 @@
 """The gateway's Prometheus metrics: the runtime's per-request feature series, plus ``modalscale_gateway_*``.
 
+The per-tenant accounting counters take their names from :mod:`modalscale.costmodel.showback`, which reads them
+(``modalscale cost showback``): one spelling for the writer and the reader.
+
 The feature series carry the names, help texts, labels and buckets of :mod:`modalscale.runtime.model.metrics`, so
 the autoscaler reads a model it has never seen (issue 19, item 4) from the gateway exactly as it reads the
 built-in runtime. Each :class:`GatewayMetrics` has its own registry (no module-level singletons, STYLE C8), so
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from modalscale.costmodel import showback as acct
 from modalscale.runtime.model import metrics as rm
 
 UPSTREAM_SECONDS_BUCKETS = rm.SECONDS_BUCKETS + (30.0, 60.0)
@@ -41,22 +45,28 @@ class GatewayMetrics:
                 hist.labels(modality)
         # The gateway's own.
         self.gateway_requests = Counter(
-            "modalscale_gateway_requests_total",
+            acct.REQUESTS_METRIC,
             "Requests answered by the gateway, by tenant, modality (none: not an infer call), protocol and code "
             "(HTTP status, or gRPC status name).", ("tenant", "modality", "protocol", "code"), registry=r)
-        self.tenant_images = Counter("modalscale_gateway_tenant_images_total",
+        self.tenant_images = Counter(acct.IMAGES_METRIC,
                                      "Images in requests sent to a replica, by tenant and modality.",
                                      ("tenant", "modality"), registry=r)
-        self.tenant_image_pixels = Counter("modalscale_gateway_tenant_image_pixels_total",
+        self.tenant_image_pixels = Counter(acct.IMAGE_PIXELS_METRIC,
                                            "Pixels (width x height) of images sent to a replica, by tenant and "
                                            "modality.", ("tenant", "modality"), registry=r)
-        self.tenant_text_tokens = Counter("modalscale_gateway_tenant_text_tokens_total",
+        self.tenant_text_tokens = Counter(acct.TEXT_TOKENS_METRIC,
                                           "Text tokens of requests sent to a replica, by tenant and modality.",
                                           ("tenant", "modality"), registry=r)
-        self.tenant_service_seconds = Counter("modalscale_gateway_tenant_service_seconds_total",
+        self.tenant_service_seconds = Counter(acct.SERVICE_SECONDS_METRIC,
                                               "Seconds replicas spent answering (first byte sent to last byte "
                                               "received), by tenant and modality.", ("tenant", "modality"),
                                               registry=r)
+        # The default tenant's accounting series exist from 0 before its first request: Prometheus' increase()
+        # cannot count the first increment of a series that appears inside its window (showback reads them).
+        for modality in rm.MODALITIES:
+            for counter in (self.tenant_images, self.tenant_image_pixels, self.tenant_text_tokens,
+                            self.tenant_service_seconds):
+                counter.labels("default", modality)
         self.inflight = Gauge("modalscale_gateway_inflight_requests",
                               "Requests admitted and not finished (at a replica or being streamed back).",
                               registry=r)

@@ -186,7 +186,7 @@ def test_grpc_infer_through_the_gateway_equals_direct(
     direct, via = infer(replicas[0].grpc_url), infer(gw.grpc)
     assert direct.tolist() == via.tolist() == [1, len(png(32, 16)), 9]
     assert gw.metric("modalscale_gateway_requests_total", tenant="team-a", protocol="grpc", code="OK") == 1
-    assert gw.metric("modalscale_gateway_tenant_image_pixels_total", tenant="team-a") == 32 * 16
+    assert gw.metric("modalscale_gateway_request_image_pixels_total", tenant="team-a") == 32 * 16
 
 
 def test_grpc_stream_infer_is_refused_with_unimplemented(
