@@ -1,0 +1,304 @@
+"""The request gateway on the real kubelet node, end to end (issue 19): the operator (a real ``modalscale operator``
+process) puts ``modalscale gateway`` pods (the operator image, imported into the node's containerd) in front of
+real CPU-runtime Triton replicas; every request below goes from this process through the ClusterIP Service
+``<name>`` (kube-proxy) to a gateway pod and from there to a replica.
+
+Each replica's own request counter (Triton's ``nv_inference_request_success`` on the pod's :8002) is what the
+balance and "never cost a replica" checks read. Real Triton pods are few (the node has 2 cores): 2 replicas of
+500m and gateway pods of 100m. Durations and per-replica counts are printed (``-s``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from modalscale.devenv.kube import wait_for
+from modalscale.devenv.realnode import real_node_placement
+from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, get
+
+pytestmark = pytest.mark.timeout(900)
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = yaml.safe_load((REPO / "crds" / "examples" / "inferenceservice-real-node.yaml").read_text())
+MODEL = EXAMPLE["spec"]["model"]["name"]
+GATEWAY_CPU = "100m"
+"""Each gateway pod's CPU request: 2 of them beside 2 replicas of 500m fit the node's 1500m allocatable
+(the CRD default, 500m, would leave room for one replica only)."""
+MAX_BODY_BYTES = 1 << 20
+SUCCESS = "nv_inference_request_success"
+FAILURE = "nv_inference_request_failure"
+
+
+class Env:
+    """The module's namespace, API handles and operator."""
+
+    def __init__(self, api: Any, ns: str, op: Any) -> None:
+        self.api, self.ns, self.op = api, ns, op
+        self.core, self.apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def pods(self, selector: str) -> list[Any]:
+        return [p for p in self.core.list_namespaced_pod(self.ns, label_selector=selector).items
+                if p.metadata.deletion_timestamp is None]
+
+    def ready_pods(self, selector: str) -> list[Any]:
+        return [p for p in self.pods(selector) if _ready(p)]
+
+    def describe(self, name: str) -> str:
+        lines = []
+        for p in self.core.list_namespaced_pod(self.ns).items:
+            waiting = [(s.state.waiting.reason if s.state.waiting else None) for s in p.status.container_statuses or []]
+            lines.append(f"{p.metadata.name} {p.status.phase} ready={_ready(p)} node={p.spec.node_name} "
+                         f"waiting={waiting}")
+            if p.metadata.labels.get("modalscale.io/gateway") and p.status.container_statuses:
+                try:
+                    lines.append(self.core.read_namespaced_pod_log(p.metadata.name, self.ns, tail_lines=20))
+                except ApiException as exc:
+                    lines.append(f"(no log: {exc.reason})")
+        try:
+            status = get(self.api, self.ns, name).get("status")
+        except ApiException:
+            status = None
+        return "\n".join(lines) + f"\nstatus: {str(status)[:1500]}\noperator:\n{self.op.log()[-2000:]}"
+
+    def create(self, name: str, scaling: dict[str, Any], **gateway: Any) -> None:
+        body = yaml.safe_load(yaml.safe_dump(EXAMPLE))
+        body["metadata"] = {"name": name}
+        body["spec"]["placement"] = real_node_placement()
+        body["spec"]["scaling"] = scaling
+        body["spec"]["gateway"] = {"enabled": True, "resources": {"cpu": GATEWAY_CPU}, **gateway}
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body)
+
+    def wait(self, what: Callable[[], Any], timeout_s: float, message: str, name: str) -> float:
+        started = time.monotonic()
+        try:
+            wait_for(what, timeout_s, message, interval_s=0.5)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{self.describe(name)}") from None
+        return time.monotonic() - started
+
+    def wait_serving(self, name: str, replicas: int, timeout_s: float = 420) -> float:
+        """Wait for ``replicas`` Ready runtime pods, 2 Ready gateway pods and Service ``name`` on the gateway."""
+
+        def serving() -> bool:
+            svc = self.core.read_namespaced_service(name, self.ns)
+            return (len(self.ready_pods(f"modalscale.io/inferenceservice={name}")) == replicas
+                    and len(self.ready_pods(f"modalscale.io/gateway={name}")) == 2
+                    and svc.spec.selector == {"modalscale.io/gateway": name})
+
+        return self.wait(serving, timeout_s, f"{replicas} Ready replicas, 2 Ready gateway pods, Service on them",
+                         name)
+
+    def url(self, name: str) -> str:
+        return f"{self.core.read_namespaced_service(name, self.ns).spec.cluster_ip}:8000"
+
+    def counters(self, name: str) -> dict[str, tuple[float, float]]:
+        """Each Ready replica's own (success, failure) request counts for the model, by pod name."""
+        from modalscale.runtime.client import scrape_metrics
+
+        out = {}
+        for p in self.ready_pods(f"modalscale.io/inferenceservice={name}"):
+            m = scrape_metrics(f"http://{p.status.pod_ip}:8002/metrics")
+            out[p.metadata.name] = (sum(v for k, v in m.items() if k.startswith(SUCCESS + "{")
+                                        and f'model="{MODEL}"' in k),
+                                    sum(v for k, v in m.items() if k.startswith(FAILURE + "{")
+                                        and f'model="{MODEL}"' in k))
+        return out
+
+    def remove(self, name: str) -> None:
+        """Delete the InferenceService and its pods at once (the node's CPU is needed by the next test)."""
+        try:
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+        def gone() -> bool:
+            pods = self.core.list_namespaced_pod(self.ns).items
+            for p in pods:
+                try:
+                    self.core.delete_namespaced_pod(p.metadata.name, self.ns, grace_period_seconds=0)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+            return not pods
+
+        wait_for(gone, 180, f"the pods of {name} gone", interval_s=1)
+
+
+def _ready(p: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+
+
+@pytest.fixture(scope="module")
+def env(real_node_cluster: Any, api: Any, crds_installed: list[str],
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    """Both images built from this tree (cached when unchanged) and imported into the real node; a namespace and
+    an operator process watching only it (its gateway pods get the default image, the operator image)."""
+    from modalscale.devenv.images import build_images, import_into_cluster
+    from modalscale.devenv.operator_process import OperatorProcess
+
+    started = time.monotonic()
+    images = {b.name: b for b in build_images(log=lambda m: print(m, flush=True), repo=REPO)}
+    for b in images.values():
+        import_into_cluster(b, real_node_cluster.workdir, log=lambda m: print(m, flush=True))
+    print(f"images built/found and imported in {time.monotonic() - started:.1f} s")
+    ns = f"gwreal-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
+    op = OperatorProcess(real_node_cluster.kubeconfig, tmp_path_factory.mktemp("gw-operator") / "operator.log",
+                         {"MODALSCALE_NAMESPACES": ns, "MODALSCALE_STANDALONE": "true"})
+    try:
+        op.wait_healthy()
+        yield Env(api, ns, op)
+    finally:
+        op.stop()
+        core.delete_namespace(ns)
+
+
+def _send(url: str, n: int, connections: int, image: bytes) -> tuple[int, list[str]]:
+    """``connections`` threads, each with one keep-alive connection (one ``MultimodalClient``), ``n`` requests
+    each; returns (answered, errors)."""
+    from modalscale.runtime.client import MultimodalClient
+
+    answered, errors, lock = [0], [], threading.Lock()
+
+    def worker() -> None:
+        with MultimodalClient(url, model_name=MODEL, timeout_s=300) as c:
+            for _ in range(n):
+                try:
+                    assert c.infer(images=[image], text="coffee in a cup").modality == "image_text"
+                    with lock:
+                        answered[0] += 1
+                except Exception as exc:  # every failure fails the caller's assertion
+                    errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=worker) for _ in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    return answered[0], errors
+
+
+def test_two_keep_alive_connections_through_the_gateway_are_balanced_and_bad_input_never_reaches_a_replica(
+        env: Env) -> None:
+    """(a) 2 replicas behind the gateway; 2 keep-alive connections through Service <name> (the issue measured
+    120/0/0 through kube-proxy alone): each replica's own success counter gets a balanced share. (b) The bad-input
+    table through the gateway: 400 naming the field, and no replica's counters move."""
+    from modalscale.runtime.workload import photo_at
+    from tests.unit.gateway.test_gateway_features import JPEG, _binary, _json_body, _wrong_datatype
+
+    test_started = time.monotonic()
+    name = "gw"
+    env.create(name, {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 2},
+               maxBodyBytes=MAX_BODY_BYTES)
+    try:
+        print(f"\n2 replicas + 2 gateway pods Ready, Service on the gateway after {env.wait_serving(name, 2):.1f} s")
+        url = env.url(name)
+        image = photo_at("coffee", 160, 120)
+        before = env.counters(name)
+        assert len(before) == 2, before
+        per_connection = 30
+        started = time.monotonic()
+        answered, errors = _send(url, per_connection, 2, image)
+        took_s = time.monotonic() - started
+        after = env.counters(name)
+        served = {pod: after[pod][0] - before[pod][0] for pod in before}
+        print(f"(a) 2 keep-alive connections x {per_connection} requests through the gateway in {took_s:.1f} s: "
+              f"answered {answered}, errors {len(errors)}; per replica {served}")
+        assert errors == [] and answered == 2 * per_connection, errors[:5]
+        assert sum(served.values()) == answered, (served, answered)
+        assert min(served.values()) >= 0.35 * answered, f"unbalanced: {served}"
+
+        # (b) the bad-input table: (body, headers, field named in the 400)
+        table: dict[str, tuple[bytes, dict[str, str], str]] = {
+            "oversized body": (*_binary([JPEG] * (MAX_BODY_BYTES // len(JPEG) + 2)), "body"),
+            "truncated JPEG header": (*_binary([JPEG[:600]]), "inputs[IMAGES].data[0]"),
+            "wrong datatype": (*_wrong_datatype(), "inputs[IMAGES].datatype"),
+            "missing input": (_json_body({"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [1.0]}), {},
+                              "inputs"),
+        }
+        before = env.counters(name)
+        with httpx.Client(base_url=f"http://{url}", timeout=60) as http:
+            for case, (body, headers, field) in table.items():
+                r = http.post(f"/v2/models/{MODEL}/infer", content=body,
+                              headers={"Content-Type": "application/octet-stream", **headers})
+                print(f"(b) {case} ({len(body)} bytes): {r.status_code} {r.text[:200]}")
+                assert r.status_code == 400, (case, r.status_code, r.text)
+                assert field in r.json()["error"], (case, r.text)
+        after = env.counters(name)
+        assert after == before, f"a bad request reached a replica: before {before}, after {after}"
+    finally:
+        env.remove(name)
+        print(f"test (a)+(b) took {time.monotonic() - test_started:.1f} s")
+
+
+def test_requests_sent_at_zero_replicas_are_all_answered_once_the_activated_replica_is_ready(env: Env) -> None:
+    """(c) minReplicas 0: at creation the service is scaled to zero (only the gateway runs). Requests sent then
+    are held by the gateway, which asks the operator for a replica; all are answered once it is Ready, and the
+    added latency over the pod's own time to Ready is printed."""
+    from modalscale.runtime.client import MultimodalClient
+    from modalscale.runtime.workload import photo_at
+
+    test_started = time.monotonic()
+    name = "cold"
+    env.create(name, {"mode": "Predictive", "minReplicas": 0, "maxReplicas": 1, "scaleToZeroAfterSeconds": 60,
+                      "decisionIntervalSeconds": 300}, queue={"timeoutSeconds": 300})
+    try:
+        print(f"\nscaled to zero with 2 Ready gateway pods after {env.wait_serving(name, 0):.1f} s")
+        assert env.apps.read_namespaced_deployment(name, env.ns).spec.replicas == 0
+        url = env.url(name)
+        image = photo_at("coffee", 160, 120)
+        results: list[tuple[float, str | None]] = []
+
+        def one() -> None:
+            try:
+                with MultimodalClient(url, model_name=MODEL, timeout_s=300) as c:
+                    c.infer(images=[image], text="a cold start")
+                results.append((time.monotonic(), None))
+            except Exception as exc:  # recorded, fails the assertion below
+                results.append((time.monotonic(), f"{type(exc).__name__}: {exc}"))
+
+        sent = time.monotonic()
+        threads = [threading.Thread(target=one) for _ in range(3)]
+        for t in threads:
+            t.start()
+        created: list[float] = []
+        ready_at: list[float] = []
+
+        def replica_ready() -> bool:
+            pods = env.pods(f"modalscale.io/inferenceservice={name}")
+            if pods and not created:
+                created.append(time.monotonic())
+            if any(_ready(p) for p in pods):
+                ready_at.append(time.monotonic())
+                return True
+            return False
+
+        env.wait(replica_ready, 420, "the activated replica Ready", name)
+        for t in threads:
+            t.join(timeout=400)
+        failed = [e for _, e in results if e]
+        last_answer = max(t for t, _ in results)
+        print(f"(c) 3 requests sent at zero: answered {len(results) - len(failed)}, failed {len(failed)}; "
+              f"replica pod created {created[0] - sent:.1f} s after the first request, Ready after "
+              f"{ready_at[0] - sent:.1f} s (its own time to Ready {ready_at[0] - created[0]:.1f} s); last answer "
+              f"{last_answer - sent:.1f} s after sending, {last_answer - ready_at[0]:.1f} s after the pod was "
+              f"seen Ready (0.5 s polls)")
+        assert len(results) == 3 and failed == [], failed
+        status = get(env.api, env.ns, name)["status"]
+        assert [(h["from"], h["to"], h["reason"]) for h in status["scalingHistory"]][-1] == (0, 1, "Activated")
+    finally:
+        env.remove(name)
+        print(f"test (c) took {time.monotonic() - test_started:.1f} s")
