@@ -91,7 +91,12 @@ class Env:
         """Wait for ``replicas`` Ready runtime pods, 2 Ready gateway pods and Service ``name`` on the gateway."""
 
         def serving() -> bool:
-            svc = self.core.read_namespaced_service(name, self.ns)
+            try:
+                svc = self.core.read_namespaced_service(name, self.ns)
+            except ApiException as exc:
+                if exc.status == 404:  # the operator has not created it yet
+                    return False
+                raise
             return (len(self.ready_pods(f"modalscale.io/inferenceservice={name}")) == replicas
                     and len(self.ready_pods(f"modalscale.io/gateway={name}")) == 2
                     and svc.spec.selector == {"modalscale.io/gateway": name})
@@ -166,24 +171,36 @@ def env(real_node_cluster: Any, api: Any, crds_installed: list[str],
         core.delete_namespace(ns)
 
 
-def _send(url: str, n: int, connections: int, image: bytes) -> tuple[int, list[str]]:
+def distinct_images(n: int) -> list[bytes]:
+    """``n`` different small JPEGs (one photo at ``n`` widths), so no two requests share an image: the gateway's
+    image-cache affinity (consistent hashing with bounded loads) sends requests carrying the same image to the same
+    replica while it is under the load bound, which at 2 requests in flight is 2, so a one-image workload would
+    (rightly) stay on one replica."""
+    from modalscale.runtime.workload import photo_at
+
+    return [photo_at("coffee", 160 + i, 120) for i in range(n)]
+
+
+def _send(url: str, n: int, connections: int, images: list[bytes]) -> tuple[int, list[str]]:
     """``connections`` threads, each with one keep-alive connection (one ``MultimodalClient``), ``n`` requests
-    each; returns (answered, errors)."""
+    each, request ``i`` of connection ``k`` carrying ``images[(k * n + i) % len(images)]``; returns (answered,
+    errors)."""
     from modalscale.runtime.client import MultimodalClient
 
     answered, errors, lock = [0], [], threading.Lock()
 
-    def worker() -> None:
+    def worker(k: int) -> None:
         with MultimodalClient(url, model_name=MODEL, timeout_s=300) as c:
-            for _ in range(n):
+            for i in range(n):
                 try:
+                    image = images[(k * n + i) % len(images)]
                     assert c.infer(images=[image], text="coffee in a cup").modality == "image_text"
                     with lock:
                         answered[0] += 1
                 except Exception as exc:  # every failure fails the caller's assertion
                     errors.append(f"{type(exc).__name__}: {exc}")
 
-    threads = [threading.Thread(target=worker) for _ in range(connections)]
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(connections)]
     for t in threads:
         t.start()
     for t in threads:
@@ -196,7 +213,6 @@ def test_two_keep_alive_connections_through_the_gateway_are_balanced_and_bad_inp
     """(a) 2 replicas behind the gateway; 2 keep-alive connections through Service <name> (the issue measured
     120/0/0 through kube-proxy alone): each replica's own success counter gets a balanced share. (b) The bad-input
     table through the gateway: 400 naming the field, and no replica's counters move."""
-    from modalscale.runtime.workload import photo_at
     from tests.unit.gateway.test_gateway_features import JPEG, _binary, _json_body, _wrong_datatype
 
     test_started = time.monotonic()
@@ -206,12 +222,12 @@ def test_two_keep_alive_connections_through_the_gateway_are_balanced_and_bad_inp
     try:
         print(f"\n2 replicas + 2 gateway pods Ready, Service on the gateway after {env.wait_serving(name, 2):.1f} s")
         url = env.url(name)
-        image = photo_at("coffee", 160, 120)
+        per_connection = 30
+        images = distinct_images(2 * per_connection)
         before = env.counters(name)
         assert len(before) == 2, before
-        per_connection = 30
         started = time.monotonic()
-        answered, errors = _send(url, per_connection, 2, image)
+        answered, errors = _send(url, per_connection, 2, images)
         took_s = time.monotonic() - started
         after = env.counters(name)
         served = {pod: after[pod][0] - before[pod][0] for pod in before}
