@@ -71,9 +71,10 @@ class Env:
             status = None
         return "\n".join(lines) + f"\nstatus: {str(status)[:1500]}\noperator:\n{self.op.log()[-2000:]}"
 
-    def create(self, name: str, scaling: dict[str, Any], **gateway: Any) -> None:
+    def create(self, name: str, scaling: dict[str, Any], cpu: str = "500m", **gateway: Any) -> None:
         body = yaml.safe_load(yaml.safe_dump(EXAMPLE))
         body["metadata"] = {"name": name}
+        body["spec"]["resources"]["cpu"] = cpu
         body["spec"]["placement"] = real_node_placement()
         body["spec"]["scaling"] = scaling
         body["spec"]["gateway"] = {"enabled": True, "resources": {"cpu": GATEWAY_CPU}, **gateway}
@@ -318,3 +319,141 @@ def test_requests_sent_at_zero_replicas_are_all_answered_once_the_activated_repl
     finally:
         env.remove(name)
         print(f"test (c) took {time.monotonic() - test_started:.1f} s")
+
+
+class Load:
+    """``connections`` threads sending requests through ``url`` until stopped, each on one keep-alive connection
+    (a new client after a failure, as a user's retry-less client would reconnect); answers and failures are
+    counted with the time they happened."""
+
+    def __init__(self, url: str, connections: int = 2) -> None:
+        self.url, self.images = url, distinct_images(40)
+        self.answered: list[float] = []
+        self.failed: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(k,), daemon=True) for k in range(connections)]
+
+    def _run(self, k: int) -> None:
+        from modalscale.runtime.client import MultimodalClient
+
+        i = k
+        while not self._stop.is_set():
+            with MultimodalClient(self.url, model_name=MODEL, timeout_s=300) as c:
+                while not self._stop.is_set():
+                    i += 1
+                    try:
+                        c.infer(images=[self.images[i % len(self.images)]], text="coffee in a cup")
+                        self.answered.append(time.monotonic())
+                    except Exception as exc:  # counted; the caller asserts on them
+                        self.failed.append((time.monotonic(), f"{type(exc).__name__}: {exc}"[:300]))
+                        break
+
+    def __enter__(self) -> Load:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=300)
+
+    def answers_since(self, t: float) -> int:
+        return sum(1 for a in self.answered if a >= t)
+
+
+def _gateway_metric(pod: Any, name: str) -> float:
+    """Sum of the samples of ``name`` on a gateway pod's metrics port (9090)."""
+    from modalscale.runtime.client import scrape_metrics
+
+    m = scrape_metrics(f"http://{pod.status.pod_ip}:9090/metrics")
+    return sum(v for k, v in m.items() if k == name or k.startswith(name + "{"))
+
+
+def _gateway_requests(pod: Any) -> float:
+    return _gateway_metric(pod, "modalscale_gateway_requests_total")
+
+
+def _container_pids(container_id: str) -> list[int]:
+    """PIDs on this machine of the container ``container_id`` (the real node's containers are host processes)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if container_id in (entry / "cgroup").read_text():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_a_killed_gateway_pod_and_a_1_3_1_cycle_under_load(env: Env) -> None:
+    """(d) Under a steady load of 2 keep-alive connections through Service <name>: one gateway pod's processes
+    are SIGKILLed (the other carries on; the failures are at most the connections that were on the killed one),
+    then the replicas go 1 -> 3 -> 1 with no failed request. Replicas of 400m so 3 of them and the 2 gateway pods
+    fit the node's 1500m."""
+    import os
+    import signal
+
+    test_started = time.monotonic()
+    name = "gwha"
+    env.create(name, {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 3}, cpu="400m")
+    gateways = f"modalscale.io/gateway={name}"
+    replicas = f"modalscale.io/inferenceservice={name}"
+
+    def scale(n: int) -> None:
+        env.custom.patch_namespaced_custom_object(GROUP, VERSION, env.ns, PLURAL, name,
+                                                  {"spec": {"scaling": {"replicas": n}}})
+
+    try:
+        print(f"\n1 replica + 2 gateway pods Ready after {env.wait_serving(name, 1):.1f} s")
+        with Load(env.url(name)) as load:
+            env.wait(lambda: len(load.answered) >= 10, 120, "10 answers before the kill", name)
+            # The victim is the gateway pod the connections go through (kube-proxy placed them): the one whose
+            # request counter moves most over 2 s.
+            first = {p.metadata.name: _gateway_requests(p) for p in env.ready_pods(gateways)}
+            time.sleep(2)
+            moved = {p.metadata.name: (_gateway_requests(p) - first.get(p.metadata.name, 0.0), p)
+                     for p in env.ready_pods(gateways)}
+            victim = max(moved.values(), key=lambda m: m[0])[1]
+            inflight = _gateway_metric(victim, "modalscale_gateway_inflight_requests")
+            cid = victim.status.container_statuses[0].container_id.split("://", 1)[1]
+            restarts = victim.status.container_statuses[0].restart_count
+            pids = _container_pids(cid)
+            assert pids, f"no process of gateway container {cid}"
+            killed = time.monotonic()
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+
+            def victim_back() -> bool:
+                p = env.core.read_namespaced_pod(victim.metadata.name, env.ns)
+                return _ready(p) and p.status.container_statuses[0].restart_count > restarts
+
+            back_s = env.wait(victim_back, 120, "the killed gateway container restarted and Ready", name)
+            env.wait(lambda: load.answers_since(time.monotonic() - 3) > 0, 60, "answers after the restart", name)
+            kill_failed = [f for f in load.failed if f[0] >= killed]
+            print(f"(d) requests per gateway pod over 2 s: { {n: m[0] for n, m in moved.items()} }; gateway "
+                  f"{victim.metadata.name} ({inflight:.0f} in flight just before) SIGKILLed: back Ready after "
+                  f"{back_s:.1f} s; answered "
+                  f"{load.answers_since(killed)} since, failed {len(kill_failed)}: {[f[1] for f in kill_failed]}")
+            assert len(kill_failed) <= 2, kill_failed  # at most the 2 connections, if both were on the victim
+
+            cycle = time.monotonic()
+            scale(3)
+            up_s = env.wait(lambda: len(env.ready_pods(replicas)) == 3, 300, "3 Ready replicas", name)
+            mark, before = time.monotonic(), env.counters(name)
+            env.wait(lambda: load.answers_since(mark) >= 20, 180, "20 answers with 3 replicas", name)
+            after = env.counters(name)
+            counts = {pod: after[pod][0] - before.get(pod, (0.0, 0.0))[0] for pod in after}
+            scale(1)
+            down_s = env.wait(lambda: len(env.core.list_namespaced_pod(env.ns, label_selector=replicas).items) == 1,
+                              300, "1 replica left, the other two drained and gone", name)
+            mark = time.monotonic()
+            env.wait(lambda: load.answers_since(mark) >= 5, 60, "5 answers after the scale-down", name)
+        cycle_failed = [f for f in load.failed if f[0] >= cycle]
+        print(f"(d) 1 -> 3 in {up_s:.1f} s, 3 -> 1 in {down_s:.1f} s: answered {load.answers_since(cycle)}, failed "
+              f"{len(cycle_failed)} {[f[1] for f in cycle_failed]}; per replica at 3: {counts}")
+        assert cycle_failed == [], cycle_failed
+    finally:
+        env.remove(name)
+        print(f"test (d) took {time.monotonic() - test_started:.1f} s")
