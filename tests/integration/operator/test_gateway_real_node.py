@@ -236,7 +236,9 @@ def test_two_keep_alive_connections_through_the_gateway_are_balanced_and_bad_inp
               f"answered {answered}, errors {len(errors)}; per replica {served}")
         assert errors == [] and answered == 2 * per_connection, errors[:5]
         assert sum(served.values()) == answered, (served, answered)
-        assert min(served.values()) >= 0.35 * answered, f"unbalanced: {served}"
+        # 60 distinct images placed by consistent hashing: a replica's count is about Binomial(60, its ring share);
+        # below 15 is a 0.004 % draw at an even ring and 0.12 % at a 43 / 57 one. kube-proxy alone gives 60 / 0 here.
+        assert min(served.values()) >= 0.25 * answered, f"unbalanced: {served}"
 
         # (b) the bad-input table: (body, headers, field named in the 400)
         table: dict[str, tuple[bytes, dict[str, str], str]] = {
