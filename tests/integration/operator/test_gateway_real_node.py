@@ -327,9 +327,11 @@ class Load:
     """``connections`` threads sending requests through ``url`` until stopped, each on one keep-alive connection
     (a new client after a failure); answers and failures are counted with the time they happened.
 
-    A refused connection (nothing was sent: kube-proxy still sends new connections to a killed gateway pod's address
-    until the kubelet has marked it NotReady and the endpoints changed) is retried after 0.2 s, as HTTP and gRPC
-    clients may always do for a request that never left; those are counted in ``refused``, not ``failed``."""
+    A refused connection (kube-proxy still sends new connections to a killed gateway pod's address until the
+    kubelet has marked it NotReady and the endpoints changed; a request on a refused connection never left) is
+    counted in ``refused``, not ``failed``, and the thread goes on after 0.2 s with a new client and its next
+    request, as a client that retries refused connects would. tritonclient's HTTP client reconnects by itself when
+    its kept-alive connection is reset, so a request in flight on a killed gateway can show up as a refusal too."""
 
     def __init__(self, url: str, connections: int = 2) -> None:
         self.url, self.images = url, distinct_images(40)
