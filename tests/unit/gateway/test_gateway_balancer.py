@@ -190,3 +190,42 @@ def test_choose_says_whether_the_image_key_went_to_its_own_replica() -> None:
     assert spilled is not None and spilled[0] != chosen[0] and spilled[1] is False
     no_key = b.choose(None, 0.0)
     assert no_key is not None and no_key[1] is False
+
+
+def test_an_idle_replica_beats_a_busy_home_replica() -> None:
+    b = Balancer(load_factor=1.25, rng=random.Random(9))
+    b.update([A, B])
+    key = b"\x04" * 16
+    home = b.pick(key, 0.0)
+    assert home is not None
+    b.acquire(home)  # one request in flight at the home; the bound ceil(1.25 * 2 / 2) = 2 would still admit it
+    chosen = b.choose(key, 0.0)
+    assert chosen is not None and chosen[0] != home and chosen[1] is False
+    other = chosen[0]
+    b.acquire(other)  # no replica idle now: the bounded-load ring decides again, and the home takes its image
+    again = b.choose(key, 0.0)
+    assert again is not None and again[0] == home and again[1] is True
+
+
+def test_two_requests_in_flight_over_two_replicas_never_share_one_while_the_other_idles() -> None:
+    """Closed loop of 2 clients, each sending a new unique image when its previous request finishes (the real-node
+    run's shape): before the fix 49 % of picks put both in-flight requests on one replica."""
+    b = Balancer(load_factor=1.25, rng=random.Random(10))
+    b.update([A, B])
+    rng = random.Random(11)
+    in_flight = [b.pick(rng.randbytes(16), 0.0), b.pick(rng.randbytes(16), 0.0)]
+    for ep in in_flight:
+        assert ep is not None
+        b.acquire(ep)
+    shared = 0
+    for _ in range(2000):
+        i = rng.randrange(2)  # one of the two requests finishes; its client sends the next
+        done = in_flight[i]
+        assert done is not None
+        b.release(done)
+        nxt = b.pick(rng.randbytes(16), 0.0)
+        assert nxt is not None
+        b.acquire(nxt)
+        in_flight[i] = nxt
+        shared += in_flight[0] == in_flight[1]
+    assert shared == 0
