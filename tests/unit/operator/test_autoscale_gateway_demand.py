@@ -66,10 +66,12 @@ class Universe:
 
 
 def universe(*, runtime_features: bool = True, gateway_pods: int = 2, replica_pods: int = 2,
-             gateway_queue: float = 0.0, gateway_inflight: float = 1.0, gateway_down: int = 0) -> Universe:
+             gateway_queue: float = 0.0, gateway_inflight: float = 1.0, gateway_down: int = 0,
+             gateway_rps_per_pod: float = RPS_PER_POD, replica_rps_per_pod: float = RPS_PER_POD) -> Universe:
     """Replica pods (Triton figures, and the built-in runtime's feature series when ``runtime_features``; a user's
     own model has none) and gateway pods (feature series + queue / in-flight gauges, split over the pods), each
-    at :data:`RPS_PER_POD` image requests of one 640x480 image. ``gateway_down`` gateway pods do not answer."""
+    at :data:`RPS_PER_POD` image requests of one 640x480 image (``gateway_rps_per_pod`` / ``replica_rps_per_pod``
+    to make them differ). ``gateway_down`` gateway pods do not answer."""
     u = Universe()
     for i in range(replica_pods):
         t = {"pod": f"vc-5d8f-{i}", "instance": f"10.0.0.{i}:8002", "job": "ml/ms-modalscale-inferenceservices",
@@ -78,15 +80,15 @@ def universe(*, runtime_features: bool = True, gateway_pods: int = 2, replica_po
         u.add("scraped", t, T - 2)
         if runtime_features:
             for p in ("", "recent_"):
-                u.add(p + "requests", {**t, "modality": "image"}, RPS_PER_POD)
-                u.add(p + "images", {**t, "modality": "image"}, RPS_PER_POD)
-                u.add(p + "pixels", {**t, "modality": "image"}, RPS_PER_POD * PIXELS)
+                u.add(p + "requests", {**t, "modality": "image"}, replica_rps_per_pod)
+                u.add(p + "images", {**t, "modality": "image"}, replica_rps_per_pod)
+                u.add(p + "pixels", {**t, "modality": "image"}, replica_rps_per_pod * PIXELS)
                 u.add(p + "tokens", {**t, "modality": "text"}, 0.0)
         model = {**t, "model": "byo", "version": "1"}
         for key in ("nv_count", "nv_exec", "nv_success"):
-            u.add(key, model, RPS_PER_POD)
-        u.add("nv_compute_us", model, RPS_PER_POD * SERVICE_MS * 1000)
-        u.add("nv_request_us", model, RPS_PER_POD * SERVICE_MS * 1100)
+            u.add(key, model, replica_rps_per_pod)
+        u.add("nv_compute_us", model, replica_rps_per_pod * SERVICE_MS * 1000)
+        u.add("nv_request_us", model, replica_rps_per_pod * SERVICE_MS * 1100)
         u.add("nv_pending", model, 0.5)
     for i in range(gateway_pods):
         t = {"pod": f"vc-gateway-7c9-{i}", "instance": f"10.0.1.{i}:9090", "job": "ml/ms-modalscale-gateways",
@@ -97,9 +99,9 @@ def universe(*, runtime_features: bool = True, gateway_pods: int = 2, replica_po
         if down:
             continue
         for p in ("", "recent_"):
-            u.add(p + "requests", {**t, "modality": "image"}, RPS_PER_POD)
-            u.add(p + "images", {**t, "modality": "image"}, RPS_PER_POD)
-            u.add(p + "pixels", {**t, "modality": "image"}, RPS_PER_POD * PIXELS)
+            u.add(p + "requests", {**t, "modality": "image"}, gateway_rps_per_pod)
+            u.add(p + "images", {**t, "modality": "image"}, gateway_rps_per_pod)
+            u.add(p + "pixels", {**t, "modality": "image"}, gateway_rps_per_pod * PIXELS)
             u.add(p + "tokens", {**t, "modality": "text"}, 0.0)
         u.add("gateway_queue", t, gateway_queue / gateway_pods)
         u.add("gateway_inflight", t, gateway_inflight / gateway_pods)
@@ -259,3 +261,33 @@ def test_gateway_targets_count_in_the_observation_only_with_the_gateway() -> Non
                             slots_per_replica=1, budget_max_replicas=None, now=NOW)
     assert (on.targets_up, on.targets_expected) == (4, 4)
     assert (off.targets_up, off.targets_expected) == (2, None)
+
+
+def test_traffic_that_bypasses_the_gateway_is_unknown_demand_not_idle() -> None:
+    """Gateway on, but the requests reach the replicas directly (the Service not switched yet, or a client inside
+    the NetworkPolicy's reach): the gateway reads 0 while Triton counts requests. That is a contradiction, so the
+    demand is unknown and the policy holds; it never reads idle and never scales down or to zero on it."""
+    from modalscale.api.conditions import METRICS_CONTRADICT
+    from modalscale.autoscaler.policy import observed_idle
+
+    reading = read(universe(runtime_features=False, gateway_rps_per_pod=0.0), gateway=True)
+    assert reading.workload is None and reading.problem is not None and reading.problem[0] == METRICS_CONTRADICT
+    obs, decision = decide(reading, current=3)
+    assert not decision.valid and decision.desired_replicas == 3
+    assert not observed_idle(obs, ScalingPolicy(min_replicas=0, scale_to_zero_after_s=60), NOW)
+
+
+def test_a_request_held_in_the_gateway_is_never_idle() -> None:
+    """No arrival rate (nothing sent to a replica in the window) but a request held in the gateway: not idle, so
+    no scale to zero under a waiting client."""
+    from modalscale.autoscaler.policy import observed_idle
+
+    policy = ScalingPolicy(min_replicas=0, scale_to_zero_after_s=60)
+    held = read(universe(gateway_rps_per_pod=0.0, replica_rps_per_pod=0.0, gateway_queue=1.0,
+                         gateway_inflight=0.0), gateway=True)
+    quiet = read(universe(gateway_rps_per_pod=0.0, replica_rps_per_pod=0.0, gateway_queue=0.0,
+                          gateway_inflight=0.0), gateway=True)
+    assert held.workload == () and quiet.workload == ()
+    build = dict(current_replicas=1, ready_replicas=1, slots_per_replica=1, budget_max_replicas=None, now=NOW)
+    assert not observed_idle(build_observation(held, **build), policy, NOW)  # type: ignore[arg-type]
+    assert observed_idle(build_observation(quiet, **build), policy, NOW)  # type: ignore[arg-type]
