@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 from typing import Any
 
 import pytest
@@ -291,3 +292,38 @@ def test_a_request_held_in_the_gateway_is_never_idle() -> None:
     build = dict(current_replicas=1, ready_replicas=1, slots_per_replica=1, budget_max_replicas=None, now=NOW)
     assert not observed_idle(build_observation(held, **build), policy, NOW)  # type: ignore[arg-type]
     assert observed_idle(build_observation(quiet, **build), policy, NOW)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_daemon_reads_demand_from_the_source_spec_gateway_enabled_names(enabled: bool) -> None:
+    """``decide_once`` passes ``spec.gateway.enabled`` to the reader (stand-ins for the Kubernetes reads: no
+    Deployment yet, so it stops after reading)."""
+    import threading
+    import types
+
+    from kubernetes.client.rest import ApiException
+
+    from modalscale.operator.autoscale.handlers import decide_once
+
+    calls: list[dict[str, Any]] = []
+
+    class Reader:
+        def read(self, namespace: str, name: str, model_name: str, at: dt.datetime, *,
+                 gateway: bool = False) -> MetricsReading:
+            calls.append({"args": (namespace, name, model_name), "gateway": gateway})
+            return MetricsReading(None, None)
+
+    def no_deployment(*_: Any, **__: Any) -> Any:
+        raise ApiException(status=404)
+
+    raw = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+           "metadata": {"name": "vc", "namespace": "ml", "uid": "u1", "generation": 1},
+           "spec": {"model": {"name": "byo"}, "scaling": {"mode": "Utilization"}, "gateway": {"enabled": enabled}}}
+    lock = threading.Lock()
+    deps: Any = types.SimpleNamespace(
+        autoscale=types.SimpleNamespace(reader=Reader()),
+        observer=types.SimpleNamespace(read_isvc=lambda ns, name: raw,
+                                       apps=types.SimpleNamespace(read_namespaced_deployment=no_deployment)),
+        lock_for=lambda uid: lock, clock=lambda: NOW)
+    decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
+    assert calls == [{"args": ("ml", "vc", "byo"), "gateway": enabled}]
