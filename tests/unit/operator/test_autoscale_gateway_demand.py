@@ -301,7 +301,7 @@ def test_the_daemon_reads_demand_from_the_source_spec_gateway_enabled_names(enab
     import threading
     import types
 
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     from modalscale.operator.autoscale.handlers import decide_once
 
