@@ -106,12 +106,14 @@ def _unreadable(key: str, answer: Sequence[Mapping[str, Any]] | None = None) -> 
 
 
 def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
-              batch: Mapping[Modality, float], service_ms: Mapping[Modality, float | None]
+              batch: Mapping[Modality, float], service_ms: Mapping[Modality, float | None], gateway: bool = False
               ) -> tuple[tuple[WorkloadClass, ...] | None, tuple[str, str] | None]:
-    """Per-class workload from one window's answers (``prefix`` "" or "recent_")."""
+    """Per-class workload from one window's answers (``prefix`` "" or "recent_"; ``gateway``: they are the
+    request gateway's series)."""
     if not answers.get(prefix + "requests"):
-        return None, (NO_REQUEST_METRICS, "no modalscale_requests_total series for this InferenceService "
-                                          "(is the modalscale runtime serving it, and scraped?)")
+        where = ("from the request gateway (component=\"gateway\"; spec.gateway.enabled: is `modalscale gateway` "
+                 "running, and scraped?)" if gateway else "(is the modalscale runtime serving it, and scraped?)")
+        return None, (NO_REQUEST_METRICS, f"no modalscale_requests_total series for this InferenceService {where}")
     by_modality = _by_label(answers[prefix + "requests"], "modality")
     if by_modality is None:
         return None, _unreadable(prefix + "requests", answers[prefix + "requests"])
@@ -185,18 +187,19 @@ def _counts(answer: Sequence[Mapping[str, Any]] | None) -> tuple[float, ...] | N
     return tuple(out)
 
 
-def _targets(answers: Mapping[str, Sequence[Mapping[str, Any]]]
+def _targets(answers: Mapping[str, Sequence[Mapping[str, Any]]], up_key: str = "up", scraped_key: str = "scraped"
              ) -> tuple[dict[str, bool], dict[str, float], bool]:
     """The scrape targets per pod identity: ``({identity: any of its targets up}, {identity: newest sample time of
     its up targets, s}, every target has a pod label)``. A pod scraped by two jobs (or read twice through a
-    querier) is one target, up when either of its scrapes is (its series are read from that one)."""
+    querier) is one target, up when either of its scrapes is (its series are read from that one). ``up_key`` and
+    ``scraped_key``: the answers of ``up`` and its sample timestamps (the replicas', or the gateway's)."""
     def scrape(labels: Mapping[str, Any]) -> tuple[str, str]:
         return str(labels.get("instance", "?")), str(labels.get("job", ""))
 
-    stamps = {scrape(s.get("metric") or {}): _value(s) for s in answers.get("scraped") or ()}
+    stamps = {scrape(s.get("metric") or {}): _value(s) for s in answers.get(scraped_key) or ()}
     up: dict[str, bool] = {}
     newest: dict[str, float] = {}
-    rows = answers.get("up") or ()
+    rows = answers.get(up_key) or ()
     for sample in rows:
         labels = sample.get("metric") or {}
         pod = str(labels.get("pod") or "")
@@ -382,12 +385,12 @@ def _queue(answers: _Answers, model_name: str, pending: Mapping[str, float] | No
     return queued, in_flight
 
 
-def _workloads(answers: _Answers, s: _ServiceFigures, contradicts: _Problem | None
+def _workloads(answers: _Answers, s: _ServiceFigures, contradicts: _Problem | None, gateway: bool = False
                ) -> tuple[tuple[WorkloadClass, ...] | None, tuple[WorkloadClass, ...] | None, _Problem | None]:
     """``(stable workload, recent workload, problem)``: both None when the runtime's counter contradicts
     Triton's (the request rates are unknown, not zero); a contradiction is the problem named first."""
-    workload, problem = _workload(answers, "", s.batch, s.service_ms)
-    recent, _ = _workload(answers, "recent_", s.batch, {})
+    workload, problem = _workload(answers, "", s.batch, s.service_ms, gateway)
+    recent, _ = _workload(answers, "recent_", s.batch, {}, gateway)
     if contradicts and contradicts[0] == "runtime":  # the request rates are unknown, not zero
         workload, recent = None, None
     if contradicts:  # the more severe fault: it names why a mode holds
@@ -395,10 +398,15 @@ def _workloads(answers: _Answers, s: _ServiceFigures, contradicts: _Problem | No
     return workload, recent, problem
 
 
-def _extra(answers: _Answers, live: int, total: int, s: _ServiceFigures, mean_latency_ms: float | None
-           ) -> dict[str, float]:
-    """``MetricsReading.extra``: targets, busy erlangs, duplicate series, batch size per class, mean latency."""
+def _extra(answers: _Answers, live: int, total: int, s: _ServiceFigures, mean_latency_ms: float | None,
+           gw: _GatewayFigures) -> dict[str, float]:
+    """``MetricsReading.extra``: targets, busy erlangs, duplicate series, batch size per class, mean latency, the
+    gateway's targets, held queue and in-flight requests (with the gateway)."""
     extra: dict[str, float] = {"targets_up": float(live), "targets_total": float(total)}
+    if gw.total:
+        extra.update(gateway_targets_up=float(gw.up), gateway_targets_total=float(gw.total))
+    if gw.queue is not None and gw.in_flight is not None:
+        extra.update(gateway_queue_requests=gw.queue, gateway_in_flight_requests=gw.in_flight)
     if s.busy_erlangs is not None:
         extra["busy_erlangs"] = s.busy_erlangs
     duplicates = _duplicates(answers.get("requests")) + _duplicates(answers.get("up"))
@@ -412,7 +420,60 @@ def _extra(answers: _Answers, live: int, total: int, s: _ServiceFigures, mean_la
     return extra
 
 
-def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_WINDOW_S) -> MetricsReading:
+@dataclass(frozen=True)
+class _GatewayFigures:
+    """What the request gateway's targets say (:func:`_gateway_figures`)."""
+
+    up: int
+    total: int
+    down: tuple[str, ...]
+    newest_s: float | None
+    """Newest sample time of an up gateway target, s since the epoch; None = unknown."""
+    queue: float | None
+    """Requests held in the gateway's queues now, summed over its pods; None = unknown."""
+    in_flight: float | None
+    """Requests the gateway admitted and has not finished (at a replica), summed over its pods; None = unknown."""
+    problem: _Problem | None
+    """Why the gateway's demand cannot be read (then the workload is unknown: hold); None = readable."""
+
+
+def _gateway_figures(answers: _Answers) -> _GatewayFigures:
+    """The gateway's targets, held queue and in-flight requests (``gateway_*`` keys of the answers).
+
+    No gateway target, all down, or a queue or in-flight gauge missing or not finite is a ``problem``: with the
+    gateway on, demand is read from its series only, so it is unknown (never read as zero)."""
+    up, newest, _ = _targets(answers, "gateway_up", "gateway_scraped")
+    live = sorted(i for i, v in up.items() if v)
+    down = tuple(sorted(i for i, v in up.items() if not v))
+    stamp = max((newest[i] for i in live if i in newest), default=None)
+    if not up:
+        return _GatewayFigures(0, 0, (), None, None, None, (
+            NO_SCRAPE_TARGETS, "spec.gateway.enabled, but Prometheus has no scrape target of the request gateway "
+                               "labelled with this InferenceService (labels namespace, inferenceservice and "
+                               "component=\"gateway\": the chart's PodMonitor <release>-gateways sets them); demand "
+                               "is read from the gateway only, so it is unknown: holding"))
+    if not live:
+        return _GatewayFigures(0, len(up), down, None, None, None, (
+            SCRAPE_TARGETS_DOWN, f"all {len(up)} scrape target(s) of the request gateway are down "
+                                 f"({', '.join(down)}); demand is read from the gateway only: holding"))
+    gauges: dict[str, float] = {}
+    names = {"gateway_queue": "modalscale_gateway_queue_depth",
+             "gateway_inflight": "modalscale_gateway_inflight_requests"}
+    for key, metric in names.items():
+        read = _by_label(answers.get(key), "", rate=False)
+        if read is None:
+            return _GatewayFigures(len(live), len(up), down, stamp, None, None, _unreadable(key, answers.get(key)))
+        if not read:
+            return _GatewayFigures(len(live), len(up), down, stamp, None, None, (
+                NO_REQUEST_METRICS, f"no {metric} series from the request gateway's targets; its queue is "
+                                    f"unknown: holding"))
+        gauges[key] = max(0.0, sum(read.values()))
+    return _GatewayFigures(len(live), len(up), down, stamp, gauges["gateway_queue"], gauges["gateway_inflight"],
+                           None)
+
+
+def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_WINDOW_S, *,
+                  gateway: bool = False) -> MetricsReading:
     """Turn the answers to :func:`build_queries` into a :class:`MetricsReading` (pure).
 
     Args:
@@ -421,6 +482,11 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
         model_name: ``spec.model.name`` (Triton's client-facing model); ``<model_name>_<modality>`` are the
             per-class models of modality-aware batching.
         window_s: The stable window the answers cover, s (for the request counts of the cross-check).
+        gateway: ``spec.gateway.enabled``: the demand keys hold the request gateway's series and the ``gateway_*``
+            keys its targets, queue and in-flight gauges (``build_queries(gateway=True)``). Then requests in flight
+            are the gateway's in-flight plus its held queue, queued requests Triton's pending plus the held queue,
+            and the workload is unknown (``problem`` says why) when the gateway's targets are missing or all down
+            or its gauges cannot be read; a gateway target that is down makes the reading partial.
     Returns:
         The reading. Every series is counted once per pod (a pod scraped by two jobs, or read twice through a
         querier without deduplication, is one pod: :func:`_by_label`). ``workload`` is None (with ``problem``)
@@ -438,24 +504,39 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
     if unreadable is not None:
         return MetricsReading(None, None, targets_total=total, down_targets=down, problem=unreadable)
     stamps = [newest[i] for i in live if i in newest]
-    observed_at = dt.datetime.fromtimestamp(max(stamps), dt.UTC) if stamps else None
+    newest_s = max(stamps) if stamps else None
 
     triton = _triton_figures(answers, window_s)
     service = _service_figures(triton, model_name)
-    workload, recent, problem = _workloads(answers, service, triton.contradicts)
+    workload, recent, problem = _workloads(answers, service, triton.contradicts, gateway)
     mean_latency_ms, p95_ms = _latency_ms(answers, model_name, triton, service.executing)
     queued, in_flight = _queue(answers, model_name, triton.pending)
-    if problem is None and down:
-        problem = (PARTIAL_TARGETS, f"{len(down)} of {total} scrape target(s) down ({', '.join(down)}); "
-                                    f"deciding on the {len(live)} that answered (no scale-down on them)")
+    counts = _counts(answers.get("arrival_counts"))
+    gw = _gateway_figures(answers) if gateway else _GatewayFigures(0, 0, (), None, None, None, None)
+    if gateway:
+        if gw.problem is not None:  # the demand's only source cannot be read: unknown, never zero
+            workload, recent, counts, queued, in_flight, problem = None, None, None, None, None, gw.problem
+        else:
+            assert gw.queue is not None and gw.in_flight is not None
+            queued = gw.queue + (queued or 0.0)  # held in the gateway + waiting in Triton: never the same request
+            in_flight = gw.in_flight + gw.queue  # what the clients of the gateway wait on
+        if newest_s is not None and gw.newest_s is not None:
+            newest_s = min(newest_s, gw.newest_s)  # as fresh as the older of the two sources
+    observed_at = dt.datetime.fromtimestamp(newest_s, dt.UTC) if newest_s is not None else None
+    all_down = down + gw.down
+    if problem is None and all_down:
+        problem = (PARTIAL_TARGETS, f"{len(all_down)} of {total + gw.total} scrape target(s) down "
+                                    f"({', '.join(all_down)}); deciding on the {len(live) + gw.up} that answered "
+                                    f"(no scale-down on them)")
     if problem is None and triton.bad:
         problem = _unreadable(", ".join(triton.bad), [s for k in triton.bad for s in answers.get(k) or ()])
     return MetricsReading(observed_at=observed_at, workload=workload, recent_workload=recent,
                           busy_erlangs=service.busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
-                          targets_up=len(live), targets_total=total, down_targets=down,
+                          targets_up=len(live), targets_total=total, down_targets=all_down,
                           per_pod_targets=per_pod, problem=problem,
-                          extra=_extra(answers, len(live), total, service, mean_latency_ms),
-                          arrival_counts=_counts(answers.get("arrival_counts")), in_flight_requests=in_flight)
+                          extra=_extra(answers, len(live), total, service, mean_latency_ms, gw),
+                          arrival_counts=counts, in_flight_requests=in_flight,
+                          gateway_targets_up=gw.up, gateway_targets_total=gw.total)
 
 
 __all__ = ["CONTRADICTION_MIN_REQUESTS", "SERIES_IDENTITY_LABELS", "STABLE_WINDOW_S", "parse_answers"]

@@ -40,6 +40,9 @@ class MetricsReading:
         extra: Further numbers for status and metrics (mean latency ms, batch sizes ...).
         arrival_counts: Requests per ``COUNT_BIN_S`` bin, oldest first (bins without a value are left out); None =
             no answer or a non-finite count.
+        gateway_targets_up: The request gateway's scrape targets answering now (pods; 0 without the gateway).
+        gateway_targets_total: The gateway's scrape targets Prometheus has; 0 = demand read from the replicas
+            (``spec.gateway.enabled`` false). A gateway target that is down is in ``down_targets`` too.
     """
 
     observed_at: dt.datetime | None
@@ -56,6 +59,8 @@ class MetricsReading:
     extra: Mapping[str, float] = field(default_factory=dict)
     arrival_counts: tuple[float, ...] | None = None
     in_flight_requests: float | None = None
+    gateway_targets_up: int = 0
+    gateway_targets_total: int = 0
 
     @property
     def partial(self) -> bool:

@@ -92,7 +92,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
         model, model_status = rt.models.load(namespace, ref, spec.model.cost_model_key)
     else:
         model, model_status = None, None
-    reading = rt.reader.read(namespace, name, spec.model.name, deps.clock())
+    reading = rt.reader.read(namespace, name, spec.model.name, deps.clock(), gateway=spec.gateway.enabled)
 
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)

@@ -69,6 +69,30 @@ the modes that need the unknown figures hold (Utilization, and Predictive withou
 on the runtime's), never picking the signal that says idle. A counter says serving from
 :data:`modalscale.autoscaler.metrics_parse.CONTRADICTION_MIN_REQUESTS` requests in the window.
 
+Two sources of demand: the replicas or the request gateway. Every scrape target also carries ``component``
+(the chart's PodMonitors and the local setup set it: ``inference-server`` for a replica, ``gateway`` for the
+request gateway, :data:`GATEWAY_COMPONENT`). The gateway exports the runtime's per-request series under the same
+names (``modalscale_requests_total{modality}`` and the three feature histograms), for ANY model a user brings, so
+with ``spec.gateway.enabled`` the arrivals, the per-class features and the per-bin counts are read from the
+gateway's series (``component="gateway"``) and otherwise from the replicas' (``component!="gateway"``, which also
+matches a target without the label): never both, since every request is counted by the gateway AND by the built-in
+runtime behind it, and their sum would size twice the demand (the fault kind of issue 20's fault 1). Service time,
+batch size, busy time, Triton's queue and p95 stay the replicas' (Triton's ``nv_*`` series exist for any model,
+the Python backend's too): the gateway's upstream latency and ``modalscale_gateway_tenant_service_seconds_total``
+run from sending a request to a replica to its answer, so they include the wait in Triton's queue and for a batch
+to fill. The service-time model predicts compute per request and the queueing model adds the wait
+(``modalscale.autoscaler.queueing``); fed the gateway's figure it would count the wait twice and read a queue as
+slower compute, sizing more replicas the longer the queue, so the gateway gives no better measure of service time.
+What the gateway adds is the queue in front of the replicas: its held queue (``modalscale_gateway_queue_depth``:
+requests waiting at zero replicas or above ``maxInFlight``) and its in-flight requests
+(``modalscale_gateway_inflight_requests``, at a replica or streaming back). With the gateway, requests in flight as
+the client sees them are the sum of both over the gateway's pods (the observed-queue rule,
+``ScaleUpForObservedQueue``, for any model), and queued requests are Triton's pending plus the gateway's held queue
+(the backlog rule): a request held in the gateway has not reached Triton, so neither is counted twice. The
+gateway's scrape targets are checked like the replicas': none, all down or an unreadable queue or in-flight gauge
+leave the workload unknown (hold); some down make the reading partial (no scale-down, no scale to zero: the
+rates of a gateway pod that did not answer are missing from the sums).
+
 Bad answers. A non-finite value (``NaN``, ``+Inf``, ``-Inf``) in any series of a rate, feature or Triton answer
 makes that answer unknown (``NonFiniteMetrics``): the workload is None and the policy holds, never reading it
 as zero traffic. Counters are read only through ``rate()`` and ``increase()``, which correct counter resets (a
@@ -91,6 +115,8 @@ from modalscale.autoscaler.metrics_reading import MetricsReading, unavailable
 from modalscale.autoscaler.policy import Observation
 from modalscale.redaction import redact_for_url, redact_url
 
+GATEWAY_COMPONENT = "gateway"
+"""Value of the scrape label ``component`` on the request gateway's series (chart PodMonitor and devenv)."""
 RECENT_WINDOW_S = 15.0
 """Length of the recent (burst) window, s; needs a scrape interval of at most ~7 s to hold two samples."""
 COUNT_BIN_S = 15.0
@@ -112,7 +138,7 @@ def selector(namespace: str, name: str) -> str:
 
 def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
                   recent_window_s: float = RECENT_WINDOW_S, count_bin_s: float = COUNT_BIN_S,
-                  count_span_s: float = COUNT_SPAN_S) -> dict[str, str]:
+                  count_span_s: float = COUNT_SPAN_S, *, gateway: bool = False) -> dict[str, str]:
     """The instant queries of one observation (pure).
 
     Args:
@@ -120,6 +146,10 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
         name: Its name (label ``inferenceservice``).
         window_s: Stable window, s.
         recent_window_s: Recent window, s.
+        gateway: ``spec.gateway.enabled``: demand (``requests``, ``images``, ``pixels``, ``tokens``, their
+            ``recent_`` twins and ``arrival_counts``) from the gateway's series (``component="gateway"``), plus
+            ``gateway_up``, ``gateway_scraped``, ``gateway_queue`` and ``gateway_inflight`` (gauges per series);
+            False: demand from the replicas' series (``component!="gateway"``). Every other key reads the replicas'.
     Returns:
         ``{key: PromQL}``. Keys ``requests|images|pixels|tokens`` (stable window) and the same with a ``recent_``
         prefix are rates per ``modality`` and series (``max by (modality, pod, instance, job)``); ``nv_*`` keys
@@ -128,12 +158,14 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
         ``arrival_counts`` is a subquery (a range vector): the requests of every ``count_bin_s`` bin over the last
         ``count_span_s``, summed over classes and pods (a pod's duplicate series folded by ``max``).
     """
-    s = selector(namespace, name)
+    s = f'{selector(namespace, name)},component!="{GATEWAY_COMPONENT}"'  # the replicas' series
+    gw = f'{selector(namespace, name)},component="{GATEWAY_COMPONENT}"'  # the gateway's series
+    demand = gw if gateway else s
     w, r = f"{int(round(window_s))}s", f"{int(round(recent_window_s))}s"
     per_series = ", ".join(SERIES_IDENTITY_LABELS)
 
     def by_modality(metric: str, window: str) -> str:
-        return f"max by (modality, {per_series}) (rate({metric}{{{s}}}[{window}]))"
+        return f"max by (modality, {per_series}) (rate({metric}{{{demand}}}[{window}]))"
 
     def by_model(metric: str) -> str:
         return f"max by (model, version, {per_series}) (rate({metric}{{{s}}}[{w}]))"
@@ -154,10 +186,15 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
     queries["inflight"] = f"max by (model, {per_series}) (modalscale_inflight_requests{{{s}}})"
     queries["nv_p95_us"] = f'max by (model) (nv_inference_request_summary_us{{{s},quantile="0.95"}})'
     b, span = f"{int(round(count_bin_s))}s", f"{int(round(count_span_s))}s"
-    increase = f"increase(modalscale_requests_total{{{s}}}[{b}])"
+    increase = f"increase(modalscale_requests_total{{{demand}}}[{b}])"
     queries["arrival_counts"] = f"sum(max by (modality, pod, instance) ({increase}))[{span}:{b}]"
     queries["up"] = f"up{{{s}}}"
     queries["scraped"] = f"timestamp(up{{{s}}})"
+    if gateway:
+        queries["gateway_up"] = f"up{{{gw}}}"
+        queries["gateway_scraped"] = f"timestamp(up{{{gw}}})"
+        queries["gateway_queue"] = f"max by ({per_series}) (modalscale_gateway_queue_depth{{{gw}}})"
+        queries["gateway_inflight"] = f"max by ({per_series}) (modalscale_gateway_inflight_requests{{{gw}}})"
     return queries
 
 
@@ -175,7 +212,10 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         now: Timezone-aware UTC; stands in for ``observed_at`` when no sample time is known (then the reading
             carries no data anyway).
     Returns:
-        The observation; ``utilization_ratio = busy_erlangs / (ready_replicas * slots_per_replica)`` (may exceed
+        The observation; with the gateway's targets read (``reading.gateway_targets_total > 0``) they count in
+        ``targets_up`` and ``targets_expected`` too (each gateway pod a target), so a gateway pod that did not
+        answer makes the observation partial;
+        ``utilization_ratio = busy_erlangs / (ready_replicas * slots_per_replica)`` (may exceed
         1 when the work exceeds the slots, as HPA's utilization may exceed 100 %), None when unknown or no
         replica is ready; ``targets_up`` the scrape targets that answered (None when Prometheus has none), which
         the policy compares with ``ready_replicas`` when every target is a pod, else with the targets Prometheus
@@ -185,6 +225,12 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
     utilization = None
     if reading.busy_erlangs is not None and ready_replicas > 0 and reading.observed_at is not None:
         utilization = reading.busy_erlangs / (ready_replicas * max(1, slots_per_replica))
+    targets_up = reading.targets_up if reading.targets_total > 0 else None
+    targets_expected = None if reading.per_pod_targets else reading.targets_total
+    if targets_up is not None and reading.gateway_targets_total > 0:
+        targets_up += reading.gateway_targets_up
+        targets_expected = ((ready_replicas if targets_expected is None else targets_expected)
+                            + reading.gateway_targets_total)
     return Observation(
         observed_at=reading.observed_at or now,
         current_replicas=current_replicas,
@@ -197,8 +243,8 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         recent_window_s=recent_window_s,
         queued_requests=reading.queued_requests,
         budget_max_replicas=budget_max_replicas,
-        targets_up=reading.targets_up if reading.targets_total > 0 else None,
-        targets_expected=None if reading.per_pod_targets else reading.targets_total,
+        targets_up=targets_up,
+        targets_expected=targets_expected,
         arrival_counts=reading.arrival_counts,
         count_bin_s=COUNT_BIN_S,
         in_flight_requests=reading.in_flight_requests,
@@ -220,8 +266,10 @@ class PrometheusReader:
         self.timeout_s = timeout_s
         self._client: Any = None
 
-    def answers(self, namespace: str, name: str, at: dt.datetime) -> dict[str, list[dict[str, Any]]]:
-        """Every query of :func:`build_queries`, evaluated at ``at`` (one consistent instant).
+    def answers(self, namespace: str, name: str, at: dt.datetime, *, gateway: bool = False
+                ) -> dict[str, list[dict[str, Any]]]:
+        """Every query of :func:`build_queries` (``gateway``: its argument), evaluated at ``at`` (one consistent
+        instant).
 
         Raises:
             Exception: whatever prometheus-api-client / requests raise when Prometheus cannot answer.
@@ -232,10 +280,13 @@ class PrometheusReader:
             self._client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout_s)
         params = {"time": f"{at.timestamp():.3f}"}
         return {key: self._client.custom_query(q, params=params)
-                for key, q in build_queries(namespace, name).items()}
+                for key, q in build_queries(namespace, name, gateway=gateway).items()}
 
-    def read(self, namespace: str, name: str, model_name: str, at: dt.datetime) -> MetricsReading:
-        """Query and parse; never raises for Prometheus trouble (returns an unusable reading instead)."""
+    def read(self, namespace: str, name: str, model_name: str, at: dt.datetime, *,
+             gateway: bool = False) -> MetricsReading:
+        """Query and parse; never raises for Prometheus trouble (returns an unusable reading instead).
+
+        ``gateway``: ``spec.gateway.enabled``, demand from the gateway's series (module docstring)."""
         if not self.url:
             return unavailable(PROMETHEUS_NOT_CONFIGURED,
                                "MODALSCALE_PROMETHEUS_URL is not set; the autoscaler has no metrics and holds")
@@ -243,9 +294,9 @@ class PrometheusReader:
         from requests.exceptions import RequestException
 
         try:
-            answers = self.answers(namespace, name, at)
+            answers = self.answers(namespace, name, at, gateway=gateway)
         except (RequestException, PrometheusApiClientException, ValueError) as exc:
             text = redact_for_url(str(exc), self.url)
             first = text.splitlines()[0][:300] if text else type(exc).__name__
             return unavailable(PROMETHEUS_UNREACHABLE, f"Prometheus at {self.shown_url} did not answer: {first}")
-        return parse_answers(answers, model_name)
+        return parse_answers(answers, model_name, gateway=gateway)

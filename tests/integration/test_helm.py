@@ -304,24 +304,37 @@ def test_nondefault_render_is_namespace_scoped_with_servicemonitor_catalog_and_s
     svc_labels = one(docs, "Service")["metadata"]["labels"]
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc_labels.items()
 
-    # The PodMonitor selects the Triton pods the operator creates and labels their series the way the autoscaler
-    # queries them ({namespace, inferenceservice}).
+    # The PodMonitors select the Triton pods and the gateway pods the operator creates and label their series the
+    # way the autoscaler queries them ({namespace, inferenceservice}, component telling the two sources apart).
     from modalscale.api.inferenceservice import parse_isvc
-    from modalscale.operator.isvc.objects import SELECTOR_LABEL, owned_labels
+    from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL, gateway_labels, owned_labels
 
-    pm = one(docs, "PodMonitor")
-    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
-    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
-    pod_labels = owned_labels(parse_isvc({"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
-                                          "metadata": {"name": "vc", "namespace": "team-a", "uid": "1"}, "spec": {}}))
-    assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    assert pm["spec"]["selector"]["matchExpressions"] == [{"key": SELECTOR_LABEL, "operator": "Exists"}]
-    endpoint = pm["spec"]["podMetricsEndpoints"][0]
-    assert endpoint["port"] == "metrics" and int(endpoint["interval"].rstrip("s")) <= 7
-    meta_label = "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", SELECTOR_LABEL)
-    assert {"sourceLabels": [meta_label], "targetLabel": "inferenceservice"} in endpoint["relabelings"]
+    monitors = {d["metadata"]["name"]: d for d in of_kind(docs, "PodMonitor")}
+    assert set(monitors) == {"ms-modalscale-inferenceservices", "ms-modalscale-gateways"}
+    isvc = parse_isvc({"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+                       "metadata": {"name": "vc", "namespace": "team-a", "uid": "1"}, "spec": {}})
+
+    def meta(label: str) -> str:
+        return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+    for name, pod_labels, required, component in (
+            ("ms-modalscale-inferenceservices", owned_labels(isvc), SELECTOR_LABEL, "inference-server"),
+            ("ms-modalscale-gateways", gateway_labels(isvc), GATEWAY_LABEL, "gateway")):
+        pm = monitors[name]
+        assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+        assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+        assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert pm["spec"]["selector"]["matchExpressions"] == [{"key": required, "operator": "Exists"}]
+        endpoint = pm["spec"]["podMetricsEndpoints"][0]
+        assert endpoint["port"] == "metrics" and int(endpoint["interval"].rstrip("s")) <= 7
+        assert {"sourceLabels": [meta(required)], "targetLabel": "inferenceservice"} in endpoint["relabelings"]
+        assert {"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "namespace"} in endpoint["relabelings"]
+        source = {"sourceLabels": [meta("app.kubernetes.io/component")], "targetLabel": "component"}
+        assert source in endpoint["relabelings"] and pod_labels["app.kubernetes.io/component"] == component
+    # Each PodMonitor selects only its own pods: the gateway pods lack the replicas' label and vice versa.
+    assert SELECTOR_LABEL not in gateway_labels(isvc) and GATEWAY_LABEL not in owned_labels(isvc)
     _, docs = template(helm, tmp_path, {"metrics": {"podMonitor": {"enabled": True}}})
-    assert one(docs, "PodMonitor")["spec"]["namespaceSelector"] == {"any": True}
+    assert [d["spec"]["namespaceSelector"] for d in of_kind(docs, "PodMonitor")] == [{"any": True}] * 2
 
 
 @pytest.mark.parametrize(("values", "message"), [
@@ -406,6 +419,7 @@ def test_rendered_manifests_pass_server_side_dry_run(helm: list[str], kubectl: s
             assert len(applied) == count, f"{name}: {out}"
         assert "servicemonitor.monitoring.coreos.com/ms-modalscale serverside-applied" in out
         assert "podmonitor.monitoring.coreos.com/ms-modalscale-inferenceservices serverside-applied" in out
+        assert "podmonitor.monitoring.coreos.com/ms-modalscale-gateways serverside-applied" in out
     finally:
         for crd in monitoring:
             ext.delete_custom_resource_definition(crd["metadata"]["name"])

@@ -4,8 +4,13 @@ Scrape targets carry the labels a ServiceMonitor would give them in a cluster (`
 ``inferenceservice``), so the autoscaler queries the same series locally and in production. Two ways to name
 them: a static list (:class:`ScrapeTarget`, for processes on this machine) or discovery of the InferenceService
 pods through ``kubernetes_sd_configs`` (role ``pod``) against the local apiserver (:class:`PodDiscovery`, for
-pods on the real node), with the selection and relabelings of the chart's PodMonitor
-(``charts/modalscale/templates/podmonitor.yaml``).
+pods on the real node), with the selection and relabelings of the chart's PodMonitors
+(``charts/modalscale/templates/podmonitor.yaml``: one for the replicas, one for the request gateway's pods).
+
+Every target also carries ``component``: ``inference-server`` for a replica, ``gateway`` for the request gateway
+(:data:`GATEWAY_COMPONENT`). The gateway exports the runtime's feature series under the same names, so the
+autoscaler tells the two sources apart by this label (``modalscale.operator.autoscale.observe``); a static
+:class:`ScrapeTarget` of a local gateway process must set it (:func:`gateway_target`).
 """
 
 from __future__ import annotations
@@ -37,16 +42,29 @@ class ScrapeTarget:
     job: str = "triton"
 
 
+GATEWAY_COMPONENT = "gateway"
+"""Value of the target label ``component`` on the request gateway's series (its pods' ``app.kubernetes.io/component``,
+operator/isvc/objects.py gateway_labels); the replicas' is ``inference-server``."""
+COMPONENT_RELABELING = ("__meta_kubernetes_pod_label_app_kubernetes_io_component", "component")
 POD_MONITOR_RELABELINGS = (
     ("__meta_kubernetes_pod_label_modalscale_io_inferenceservice", "inferenceservice"),
     ("__meta_kubernetes_namespace", "namespace"),
+    COMPONENT_RELABELING,
 )
-"""(source label, target label) of the chart's PodMonitor relabelings, in its order."""
+"""(source label, target label) of the replicas' PodMonitor relabelings, in its order."""
+GATEWAY_POD_MONITOR_RELABELINGS = (
+    ("__meta_kubernetes_pod_label_modalscale_io_gateway", "inferenceservice"),
+    ("__meta_kubernetes_namespace", "namespace"),
+    COMPONENT_RELABELING,
+)
+"""(source label, target label) of the gateway pods' PodMonitor relabelings, in its order."""
 POD_MONITOR_MATCH_LABELS = {"app.kubernetes.io/managed-by": "modalscale-operator",
                             "app.kubernetes.io/part-of": "modalscale"}
-"""The PodMonitor's ``selector.matchLabels`` (operator/isvc/objects.py owned_labels)."""
+"""Both PodMonitors' ``selector.matchLabels`` (operator/isvc/objects.py owned_labels and gateway_labels)."""
 POD_MONITOR_REQUIRED_LABEL = "modalscale.io/inferenceservice"
-"""The PodMonitor's ``matchExpressions``: this label must exist."""
+"""The replicas' PodMonitor's ``matchExpressions``: this label must exist."""
+GATEWAY_POD_MONITOR_REQUIRED_LABEL = "modalscale.io/gateway"
+"""The gateway pods' PodMonitor's ``matchExpressions``: this label must exist."""
 POD_MONITOR_PORT = "metrics"
 """The container port the PodMonitor scrapes, by name."""
 
@@ -82,8 +100,16 @@ class PodDiscovery:
         return cls(api_server=str(getattr(cluster, "server_url")), ca_file=str(pki / "ca.crt"),
                    cert_file=str(pki / "admin.crt"), key_file=str(pki / "admin.key"), namespaces=namespaces)
 
-    def scrape_config(self, job_name: str = "inferenceservice-pods") -> dict[str, object]:
-        """The ``scrape_configs`` entry: keep the PodMonitor's pods and port, then its relabelings."""
+    def scrape_configs(self) -> list[dict[str, object]]:
+        """The ``scrape_configs`` entries of both PodMonitors: the replicas' pods, then the gateway's pods."""
+        return [self.scrape_config(),
+                self.scrape_config("gateway-pods", GATEWAY_POD_MONITOR_REQUIRED_LABEL, GATEWAY_POD_MONITOR_RELABELINGS)]
+
+    def scrape_config(self, job_name: str = "inferenceservice-pods",
+                      required_label: str = POD_MONITOR_REQUIRED_LABEL,
+                      relabelings: tuple[tuple[str, str], ...] = POD_MONITOR_RELABELINGS) -> dict[str, object]:
+        """One ``scrape_configs`` entry: keep one PodMonitor's pods (``required_label`` present) and port, then its
+        ``relabelings`` ((source label, target label) pairs)."""
         sd: dict[str, object] = {
             "role": "pod", "api_server": self.api_server,
             "tls_config": {"ca_file": self.ca_file, "cert_file": self.cert_file, "key_file": self.key_file},
@@ -93,18 +119,25 @@ class PodDiscovery:
         keep = [{"action": "keep", "source_labels": [f"__meta_kubernetes_pod_label_{_meta_label(k)}"], "regex": v}
                 for k, v in POD_MONITOR_MATCH_LABELS.items()]
         keep.append({"action": "keep", "regex": "true", "source_labels": [
-            f"__meta_kubernetes_pod_labelpresent_{_meta_label(POD_MONITOR_REQUIRED_LABEL)}"]})
+            f"__meta_kubernetes_pod_labelpresent_{_meta_label(required_label)}"]})
         keep.append({"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"],
                      "regex": POD_MONITOR_PORT})
         # As the Prometheus operator does for PodMonitors: finished pods are no targets.
         keep.append({"action": "drop", "source_labels": ["__meta_kubernetes_pod_phase"],
                      "regex": "(Failed|Succeeded)"})
-        relabel = [{"source_labels": [src], "target_label": dst} for src, dst in POD_MONITOR_RELABELINGS]
+        relabel = [{"source_labels": [src], "target_label": dst} for src, dst in relabelings]
         relabel.append({"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"})
         return {"job_name": job_name, "metrics_path": self.metrics_path,
                 # Prometheus 3 refuses a scrape whose Content-Type is not a metrics format unless told a fallback.
                 "fallback_scrape_protocol": "PrometheusText0.0.4",
                 "kubernetes_sd_configs": [sd], "relabel_configs": keep + relabel}
+
+
+def gateway_target(address: str, namespace: str, inferenceservice: str) -> ScrapeTarget:
+    """A local ``modalscale gateway`` process's metrics port (``host:port``) as the chart's gateway PodMonitor labels
+    it: ``namespace``, ``inferenceservice`` and ``component="gateway"``."""
+    return ScrapeTarget(address, {"namespace": namespace, "inferenceservice": inferenceservice,
+                                  "component": GATEWAY_COMPONENT}, job="gateway")
 
 
 def _free_port() -> int:
@@ -145,7 +178,7 @@ class PrometheusProcess:
                 {"job_name": f"{job}-{i}", "metrics_path": path,
                  "static_configs": [{"targets": [t.address], "labels": t.labels} for t in ts]}
                 for i, ((job, path), ts) in enumerate(sorted(jobs.items()))
-            ] + ([self.discovery.scrape_config()] if self.discovery else []),
+            ] + (self.discovery.scrape_configs() if self.discovery else []),
         }
         (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 

@@ -421,7 +421,8 @@ def test_feature_queries_read_the_runtime_histograms_per_modality_and_series() -
                         ("tokens", runtime_metrics.REQUEST_TEXT_TOKENS)):
         for window, q in (("60s", queries[key]), ("15s", queries["recent_" + key])):
             assert q == (f'max by (modality, pod, instance, job) '
-                         f'(rate({family}_sum{{namespace="ml",inferenceservice="vc"}}[{window}]))')
+                         f'(rate({family}_sum{{namespace="ml",inferenceservice="vc",component!="gateway"}}'
+                         f'[{window}]))')
     assert queries["requests"].startswith(
         f"max by (modality, pod, instance, job) (rate({runtime_metrics.REQUESTS_TOTAL}{{")
 
@@ -511,7 +512,8 @@ def test_a_nan_quantile_of_an_idle_model_leaves_the_routers_p95_readable() -> No
 def test_arrival_counts_are_a_15s_subquery_over_10_minutes_and_reach_the_observation() -> None:
     q = build_queries("ml", "vc")["arrival_counts"]
     assert q == ('sum(max by (modality, pod, instance) '
-                 '(increase(modalscale_requests_total{namespace="ml",inferenceservice="vc"}[15s])))[600s:15s]')
+                 '(increase(modalscale_requests_total{namespace="ml",inferenceservice="vc",component!="gateway"}'
+                 '[15s])))[600s:15s]')
     answers = copy.deepcopy(RECORDED_LABELLED)
     answers["arrival_counts"] = [{"metric": {}, "values": [[T_LABELLED - 15 * (3 - i), v]
                                                            for i, v in enumerate(["40", "44.5", "0", "39"])]}]

@@ -1,0 +1,329 @@
+"""Demand from one source: the request gateway's series with ``spec.gateway.enabled``, the replicas' otherwise.
+
+Issue 19 item 4: the gateway exports the runtime's per-request series under the same names for any model, and the
+built-in runtime behind it exports them too. Prometheus here is a stand-in that answers each query of
+``build_queries`` from a universe of series, honouring only the query's ``component`` matcher (what tells the two
+sources apart; the real-Prometheus test, tests/integration/gateway/test_gateway_autoscale_prometheus.py, checks the
+PromQL for real). Each row of the universe is one pod's series as the chart's PodMonitors label them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from typing import Any
+
+import pytest
+
+from modalscale.api.conditions import (
+    NO_REQUEST_METRICS,
+    NO_SCRAPE_TARGETS,
+    NON_FINITE_METRICS,
+    PARTIAL_TARGETS,
+    SCRAPE_TARGETS_DOWN,
+)
+from modalscale.autoscaler.metrics_parse import parse_answers
+from modalscale.autoscaler.metrics_reading import MetricsReading
+from modalscale.autoscaler.policy import Reason, ScalerState, ScalingPolicy, recommend
+from modalscale.autoscaler.profile_data import generate_profile
+from modalscale.autoscaler.regressor import ServiceTimeRegressor
+from modalscale.operator.autoscale.observe import build_observation, build_queries
+
+T = 1796049435.0
+NOW = dt.datetime.fromtimestamp(T + 5, dt.UTC)
+RPS_PER_POD = 3.0
+"""Image requests per second through each gateway pod and into each replica (2 + 2 pods: 6 req/s in all)."""
+PIXELS = 640 * 480
+SERVICE_MS = 100.0
+
+
+@dataclasses.dataclass
+class Universe:
+    """Every series Prometheus holds for ``ml/vc``: ``{query key: [(labels incl. component, value)]}``."""
+
+    rows: dict[str, list[tuple[dict[str, str], float]]] = dataclasses.field(default_factory=dict)
+
+    def add(self, key: str, labels: dict[str, str], value: float) -> None:
+        self.rows.setdefault(key, []).append((labels, value))
+
+    def answer(self, queries: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+        """What Prometheus answers to ``queries``: each key's rows whose ``component`` the query's matcher keeps,
+        without the ``component`` label (the queries' ``max by`` drop it)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for key, q in queries.items():
+            if key == "arrival_counts":
+                continue
+            if 'component="gateway"' in q:
+                gateway = True
+            elif 'component!="gateway"' in q:
+                gateway = False
+            else:
+                raise AssertionError(f"query {key} selects no component: {q}")
+            out[key] = [{"metric": {k: v for k, v in labels.items() if k != "component"}, "value": [T, repr(value)]}
+                        for labels, value in self.rows.get(key, [])
+                        if (labels.get("component") == "gateway") == gateway]
+        return out
+
+
+def universe(*, runtime_features: bool = True, gateway_pods: int = 2, replica_pods: int = 2,
+             gateway_queue: float = 0.0, gateway_inflight: float = 1.0, gateway_down: int = 0,
+             gateway_rps_per_pod: float = RPS_PER_POD, replica_rps_per_pod: float = RPS_PER_POD) -> Universe:
+    """Replica pods (Triton figures, and the built-in runtime's feature series when ``runtime_features``; a user's
+    own model has none) and gateway pods (feature series + queue / in-flight gauges, split over the pods), each
+    at :data:`RPS_PER_POD` image requests of one 640x480 image (``gateway_rps_per_pod`` / ``replica_rps_per_pod``
+    to make them differ). ``gateway_down`` gateway pods do not answer."""
+    u = Universe()
+    for i in range(replica_pods):
+        t = {"pod": f"vc-5d8f-{i}", "instance": f"10.0.0.{i}:8002", "job": "ml/ms-modalscale-inferenceservices",
+             "component": "inference-server"}
+        u.add("up", t, 1.0)
+        u.add("scraped", t, T - 2)
+        if runtime_features:
+            for p in ("", "recent_"):
+                u.add(p + "requests", {**t, "modality": "image"}, replica_rps_per_pod)
+                u.add(p + "images", {**t, "modality": "image"}, replica_rps_per_pod)
+                u.add(p + "pixels", {**t, "modality": "image"}, replica_rps_per_pod * PIXELS)
+                u.add(p + "tokens", {**t, "modality": "text"}, 0.0)
+        model = {**t, "model": "byo", "version": "1"}
+        for key in ("nv_count", "nv_exec", "nv_success"):
+            u.add(key, model, replica_rps_per_pod)
+        u.add("nv_compute_us", model, replica_rps_per_pod * SERVICE_MS * 1000)
+        u.add("nv_request_us", model, replica_rps_per_pod * SERVICE_MS * 1100)
+        u.add("nv_pending", model, 0.5)
+    for i in range(gateway_pods):
+        t = {"pod": f"vc-gateway-7c9-{i}", "instance": f"10.0.1.{i}:9090", "job": "ml/ms-modalscale-gateways",
+             "component": "gateway"}
+        down = i < gateway_down
+        u.add("gateway_up", t, 0.0 if down else 1.0)
+        u.add("gateway_scraped", t, T - 1)
+        if down:
+            continue
+        for p in ("", "recent_"):
+            u.add(p + "requests", {**t, "modality": "image"}, gateway_rps_per_pod)
+            u.add(p + "images", {**t, "modality": "image"}, gateway_rps_per_pod)
+            u.add(p + "pixels", {**t, "modality": "image"}, gateway_rps_per_pod * PIXELS)
+            u.add(p + "tokens", {**t, "modality": "text"}, 0.0)
+        u.add("gateway_queue", t, gateway_queue / gateway_pods)
+        u.add("gateway_inflight", t, gateway_inflight / gateway_pods)
+    return u
+
+
+def read(u: Universe, gateway: bool) -> MetricsReading:
+    return parse_answers(u.answer(build_queries("ml", "vc", gateway=gateway)), "byo", gateway=gateway)
+
+
+def decide(reading: MetricsReading, current: int = 2, state: ScalerState | None = None) -> Any:
+    obs = build_observation(reading, current_replicas=current, ready_replicas=current, slots_per_replica=1,
+                            budget_max_replicas=None, now=NOW)
+    policy = ScalingPolicy(scale_down_stabilization_s=0, target_p95_latency_ms=1000)
+    return obs, recommend(obs, policy, state or ScalerState(), MODEL, NOW)
+
+
+MODEL = ServiceTimeRegressor().fit(generate_profile(400, random_state=1))
+
+
+def rate(reading: MetricsReading) -> float:
+    assert reading.workload is not None, reading.problem
+    return sum(c.rate_rps for c in reading.workload)
+
+
+def test_queries_read_demand_from_one_source_and_service_time_from_the_replicas() -> None:
+    off, on = build_queries("ml", "vc"), build_queries("ml", "vc", gateway=True)
+    demand = ("requests", "images", "pixels", "tokens", "recent_requests", "recent_images", "recent_pixels",
+              "recent_tokens", "arrival_counts")
+    for key in demand:
+        assert 'component!="gateway"' in off[key] and 'component="gateway"' not in off[key], key
+        assert 'component="gateway"' in on[key] and 'component!="gateway"' not in on[key], key
+    for key in ("nv_count", "nv_exec", "nv_compute_us", "nv_pending", "inflight", "up", "scraped"):
+        assert on[key] == off[key] and 'component!="gateway"' in on[key], key
+    assert set(on) - set(off) == {"gateway_up", "gateway_scraped", "gateway_queue", "gateway_inflight"}
+    assert on["gateway_queue"] == ('max by (pod, instance, job) (modalscale_gateway_queue_depth'
+                                   '{namespace="ml",inferenceservice="vc",component="gateway"})')
+    assert "modalscale_gateway_inflight_requests{" in on["gateway_inflight"]
+
+
+@pytest.mark.parametrize(("gateway", "runtime_features", "gateway_pods", "rps", "problem"), [
+    (False, True, 2, 6.0, None),  # both sources scraped, gateway off: the replicas' only, not 12
+    (True, True, 2, 6.0, None),  # both sources scraped, gateway on: the gateway's only, not 12
+    (True, False, 2, 6.0, None),  # a user's own model (no runtime features): the gateway's
+    (False, True, 0, 6.0, None),  # no gateway at all: as before
+    (False, False, 2, None, NO_REQUEST_METRICS),  # a user's own model with the gateway off: nothing to read
+    (True, True, 0, None, NO_SCRAPE_TARGETS),  # gateway on, but no gateway target: unknown, not the replicas'
+], ids=["off-both", "on-both", "on-byo-only-gateway", "off-only-runtime", "off-byo", "on-no-gateway-target"])
+def test_demand_source_table(gateway: bool, runtime_features: bool, gateway_pods: int, rps: float | None,
+                             problem: str | None) -> None:
+    reading = read(universe(runtime_features=runtime_features, gateway_pods=gateway_pods), gateway)
+    if rps is None:
+        assert reading.workload is None and reading.recent_workload is None
+        assert reading.problem is not None and reading.problem[0] == problem
+        obs, decision = decide(reading, current=3)
+        assert not decision.valid and decision.desired_replicas == 3  # hold, never scale
+        return
+    assert reading.problem is None, reading.problem
+    assert rate(reading) == pytest.approx(rps)
+    assert reading.recent_workload is not None
+    assert sum(c.rate_rps for c in reading.recent_workload) == pytest.approx(rps)
+    (image,) = reading.workload or ()
+    assert image.mean_image_pixels == pytest.approx(PIXELS) and image.mean_image_count == pytest.approx(1.0)
+    assert image.observed_service_ms == pytest.approx(SERVICE_MS)  # Triton's compute, whatever the source
+    assert reading.busy_erlangs == pytest.approx(2 * RPS_PER_POD * SERVICE_MS / 1000)
+
+
+def test_a_user_model_read_through_the_gateway_is_sized_like_the_built_in_one() -> None:
+    """Same traffic, same replicas: the decision from the gateway's series of a model without runtime features
+    equals the decision from the built-in runtime's series without the gateway (and the doubled sum would not)."""
+    _, builtin = decide(read(universe(gateway_pods=0), gateway=False))
+    _, byo = decide(read(universe(runtime_features=False), gateway=True))
+    assert builtin.valid and byo.valid
+    assert byo.desired_replicas == builtin.desired_replicas
+    u = universe()
+    answers = u.answer(build_queries("ml", "vc", gateway=True))
+    answers["requests"] += u.answer(build_queries("ml", "vc", gateway=False))["requests"]
+    both = parse_answers(answers, "byo", gateway=True)
+    assert rate(both) == pytest.approx(12.0)  # what summing both sources would read: the fault this avoids
+
+
+def test_gateway_queue_and_in_flight_count_as_observed_demand() -> None:
+    reading = read(universe(gateway_queue=8.0, gateway_inflight=4.0), gateway=True)
+    assert reading.in_flight_requests == pytest.approx(12.0)  # admitted + held, over both gateway pods
+    assert reading.queued_requests == pytest.approx(8.0 + 2 * 0.5)  # held in the gateway + Triton's pending
+    assert reading.extra["gateway_queue_requests"] == 8.0 and reading.extra["gateway_targets_total"] == 2.0
+    without = read(universe(gateway_queue=8.0, gateway_inflight=4.0), gateway=False)
+    assert without.queued_requests == pytest.approx(1.0) and without.in_flight_requests is None
+
+
+def test_a_queue_building_in_the_gateway_scales_up_for_observed_queue() -> None:
+    """A queue held in the gateway (above maxInFlight) that grows over three decisions contradicts a model
+    that says 2 replicas suffice: KPA's rule sizes the observed concurrency (ScaleUpForObservedQueue)."""
+    state = ScalerState()
+    decisions = []
+    for queue in (10.0, 20.0, 40.0):
+        _, decision = decide(read(universe(gateway_queue=queue, gateway_inflight=2.0), gateway=True), 2, state)
+        state = decision.state
+        decisions.append(decision)
+    assert all("observation contradicts the model" not in d.message for d in decisions[:2])
+    last = decisions[-1]
+    assert "observation contradicts the model (in flight grew 12 -> 22 -> 42" in last.message, last.message
+    assert last.features["in_flight_requests"] == pytest.approx(42.0)
+    assert last.features["observed_queue_need_replicas"] == 60.0  # ceil(42 / (1 slot x 70 %))
+    assert last.desired_replicas == 2 + ScalingPolicy().max_step_replicas  # as far as one step goes
+    _, unqueued = decide(read(universe(gateway_queue=0.0, gateway_inflight=2.0), gateway=True), 2,
+                         decisions[1].state)
+    assert unqueued.desired_replicas <= 2  # the same traffic without the gateway's queue needs no more
+
+
+@pytest.mark.parametrize(("key", "bad"), [("gateway_queue", "NaN"), ("gateway_inflight", "+Inf"),
+                                          ("requests", "NaN"), ("pixels", "-Inf")])
+def test_unreadable_gateway_answers_are_missing_data_and_hold(key: str, bad: str) -> None:
+    u = universe(gateway_queue=30.0)
+    answers = u.answer(build_queries("ml", "vc", gateway=True))
+    answers[key][0]["value"][1] = bad
+    reading = parse_answers(answers, "byo", gateway=True)
+    assert reading.workload is None and reading.problem is not None
+    assert reading.problem[0] == NON_FINITE_METRICS
+    obs, decision = decide(reading, current=3)
+    assert not decision.valid and decision.desired_replicas == 3
+
+
+def test_missing_gateway_gauges_hold() -> None:
+    u = universe()
+    del u.rows["gateway_inflight"]
+    reading = read(u, gateway=True)
+    assert reading.workload is None and reading.problem is not None and reading.problem[0] == NO_REQUEST_METRICS
+    assert "modalscale_gateway_inflight_requests" in reading.problem[1]
+    assert not decide(reading, current=3)[1].valid
+
+
+def test_all_gateway_targets_down_hold() -> None:
+    reading = read(universe(gateway_down=2), gateway=True)
+    assert reading.workload is None and reading.problem is not None and reading.problem[0] == SCRAPE_TARGETS_DOWN
+    assert not decide(reading, current=3)[1].valid
+
+
+def test_one_gateway_target_down_reads_a_lower_bound_and_never_scales_down() -> None:
+    """Half the gateway pods answered: the rate reads half the demand, so the policy may not scale down on it."""
+    reading = read(universe(replica_pods=6, gateway_down=1), gateway=True)
+    assert rate(reading) == pytest.approx(3.0)
+    assert reading.problem is not None and reading.problem[0] == PARTIAL_TARGETS
+    assert reading.down_targets == ("vc-gateway-7c9-0",) and reading.partial
+    assert (reading.gateway_targets_up, reading.gateway_targets_total) == (1, 2)
+    obs, decision = decide(reading, current=6)
+    assert (obs.targets_up, obs.targets_expected) == (7, 8)  # 6 replicas + 1 of 2 gateways, of 6 ready + 2
+    assert decision.desired_replicas == 6 and decision.reason == Reason.HELD_PARTIAL_METRICS, decision.message
+    _, whole = decide(read(universe(replica_pods=6), gateway=True), current=6)
+    assert whole.desired_replicas < 6  # the same service with every gateway answering does scale down
+
+
+def test_gateway_targets_count_in_the_observation_only_with_the_gateway() -> None:
+    on = build_observation(read(universe(), gateway=True), current_replicas=2, ready_replicas=2,
+                           slots_per_replica=1, budget_max_replicas=None, now=NOW)
+    off = build_observation(read(universe(), gateway=False), current_replicas=2, ready_replicas=2,
+                            slots_per_replica=1, budget_max_replicas=None, now=NOW)
+    assert (on.targets_up, on.targets_expected) == (4, 4)
+    assert (off.targets_up, off.targets_expected) == (2, None)
+
+
+def test_traffic_that_bypasses_the_gateway_is_unknown_demand_not_idle() -> None:
+    """Gateway on, but the requests reach the replicas directly (the Service not switched yet, or a client inside
+    the NetworkPolicy's reach): the gateway reads 0 while Triton counts requests. That is a contradiction, so the
+    demand is unknown and the policy holds; it never reads idle and never scales down or to zero on it."""
+    from modalscale.api.conditions import METRICS_CONTRADICT
+    from modalscale.autoscaler.policy import observed_idle
+
+    reading = read(universe(runtime_features=False, gateway_rps_per_pod=0.0), gateway=True)
+    assert reading.workload is None and reading.problem is not None and reading.problem[0] == METRICS_CONTRADICT
+    obs, decision = decide(reading, current=3)
+    assert not decision.valid and decision.desired_replicas == 3
+    assert not observed_idle(obs, ScalingPolicy(min_replicas=0, scale_to_zero_after_s=60), NOW)
+
+
+def test_a_request_held_in_the_gateway_is_never_idle() -> None:
+    """No arrival rate (nothing sent to a replica in the window) but a request held in the gateway: not idle, so
+    no scale to zero under a waiting client."""
+    from modalscale.autoscaler.policy import observed_idle
+
+    policy = ScalingPolicy(min_replicas=0, scale_to_zero_after_s=60)
+    held = read(universe(gateway_rps_per_pod=0.0, replica_rps_per_pod=0.0, gateway_queue=1.0,
+                         gateway_inflight=0.0), gateway=True)
+    quiet = read(universe(gateway_rps_per_pod=0.0, replica_rps_per_pod=0.0, gateway_queue=0.0,
+                          gateway_inflight=0.0), gateway=True)
+    assert held.workload == () and quiet.workload == ()
+    build = dict(current_replicas=1, ready_replicas=1, slots_per_replica=1, budget_max_replicas=None, now=NOW)
+    assert not observed_idle(build_observation(held, **build), policy, NOW)  # type: ignore[arg-type]
+    assert observed_idle(build_observation(quiet, **build), policy, NOW)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_daemon_reads_demand_from_the_source_spec_gateway_enabled_names(enabled: bool) -> None:
+    """``decide_once`` passes ``spec.gateway.enabled`` to the reader (stand-ins for the Kubernetes reads: no
+    Deployment yet, so it stops after reading)."""
+    import threading
+    import types
+
+    from kubernetes.client.exceptions import ApiException
+
+    from modalscale.operator.autoscale.handlers import decide_once
+
+    calls: list[dict[str, Any]] = []
+
+    class Reader:
+        def read(self, namespace: str, name: str, model_name: str, at: dt.datetime, *,
+                 gateway: bool = False) -> MetricsReading:
+            calls.append({"args": (namespace, name, model_name), "gateway": gateway})
+            return MetricsReading(None, None)
+
+    def no_deployment(*_: Any, **__: Any) -> Any:
+        raise ApiException(status=404)
+
+    raw = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+           "metadata": {"name": "vc", "namespace": "ml", "uid": "u1", "generation": 1},
+           "spec": {"model": {"name": "byo"}, "scaling": {"mode": "Utilization"}, "gateway": {"enabled": enabled}}}
+    lock = threading.Lock()
+    deps: Any = types.SimpleNamespace(
+        autoscale=types.SimpleNamespace(reader=Reader()),
+        observer=types.SimpleNamespace(read_isvc=lambda ns, name: raw,
+                                       apps=types.SimpleNamespace(read_namespaced_deployment=no_deployment)),
+        lock_for=lambda uid: lock, clock=lambda: NOW)
+    decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
+    assert calls == [{"args": ("ml", "vc", "byo"), "gateway": enabled}]
