@@ -101,7 +101,9 @@ def apiserver_requests(api: Any) -> dict[str, float]:
     informers (one LIST and WATCH per kind), so GETs and LISTs beyond those are the operator's."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    resp = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False)[0]
+    method, url, headers, _body, _post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, header_params=headers)
+    resp.read()
     totals: dict[str, float] = {}
     for fam in text_string_to_metric_families(resp.data.decode()):
         for s in fam.samples:
