@@ -38,6 +38,10 @@ RECHECK_S = 30.0
 refused (a model ConfigMap or PVC it names may appear: not watched), failed (API error, cache not synced) or with
 ``ScalingConflict=True`` (the condition clears when ``MODALSCALE_CONFLICT_HOLD_SECONDS`` have passed: the clock, not
 a change, moves it), s. It is the resync interval this operator had before its watch caches."""
+WORKER_CONCURRENCY = 2
+"""At most this many worker reconciles run at once (controller-runtime's ``MaxConcurrentReconciles``, default 1):
+they queue instead of sharing the GIL and the API server with each other, so each one stays short (kopf's own
+change handlers run beside them in its executor)."""
 RESYNC_JITTER = 0.1
 """Each resync wait is ``resync_interval_s`` times 1 to 1 + this (and the first one a random part of it), so that the
 services resynced together at start-up do not stay in step."""
@@ -45,6 +49,7 @@ services resynced together at start-up do not stay in step."""
 
 def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
     """Register every handler on ``registry`` (timer intervals come from ``config``)."""
+    workers: list[asyncio.Semaphore] = []  # made in kopf's loop by the first worker: WORKER_CONCURRENCY slots
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -127,8 +132,11 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
                     await stopped.wait(POKE_COALESCE_S)
                     if stopped:
                         return
-                poked.clear()
-                settled = await asyncio.to_thread(resync_isvc, deps, body, logger)
+                if not workers:
+                    workers.append(asyncio.Semaphore(WORKER_CONCURRENCY))
+                async with workers[0]:
+                    poked.clear()
+                    settled = await asyncio.to_thread(resync_isvc, deps, body, logger)
                 wait_s = config.resync_interval_s * random.uniform(1.0, 1.0 + RESYNC_JITTER)
                 if not settled:
                     wait_s = min(wait_s, RECHECK_S)

@@ -343,16 +343,22 @@ def _bound(call: ListCall, namespace: str) -> ListCall:
     return lambda **kwargs: call(namespace, **kwargs)
 
 
+MISSED_MAX = 100_000
+"""Most pokes kept for objects with no worker; past it they are forgotten (those objects wait for their resync)."""
+
+
 class Pokes:
     """Wake-ups of the per-InferenceService workers, from any thread (the informers') to the event loop.
 
-    A worker :meth:`subscribe` s with its loop; :meth:`poke` sets its ``asyncio.Event`` thread-safely (a poke for an
-    object with no worker, e.g. while this replica is paused by peering, is dropped: the resume handler and the
-    resync reconcile it anyway).
+    A worker :meth:`subscribe` s with its loop; :meth:`poke` sets its ``asyncio.Event`` thread-safely. A poke for an
+    object with no worker (its worker not started yet, or this replica paused by peering, which stops the workers)
+    is kept, and the worker that subscribes next for that object starts poked: a child that changed while no
+    replica was active is reconciled as soon as this one takes over.
     """
 
     def __init__(self) -> None:
         self._events: dict[Key, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
+        self._missed: set[Key] = set()
         self._lock = threading.Lock()
         self.sent = 0
 
@@ -360,6 +366,9 @@ class Pokes:
         event = asyncio.Event()
         with self._lock:
             self._events[(namespace, name)] = (asyncio.get_running_loop(), event)
+            if (namespace, name) in self._missed:
+                self._missed.discard((namespace, name))
+                event.set()
         return event
 
     def unsubscribe(self, namespace: str, name: str, event: asyncio.Event) -> None:
@@ -370,6 +379,10 @@ class Pokes:
     def poke(self, namespace: str, name: str) -> None:
         with self._lock:
             found = self._events.get((namespace, name))
+            if found is None:
+                if len(self._missed) >= MISSED_MAX:
+                    self._missed.clear()
+                self._missed.add((namespace, name))
         if found is not None:
             self.sent += 1
             loop, event = found
