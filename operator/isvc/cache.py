@@ -23,6 +23,7 @@ lock held only to copy a reference. Objects are the API server's JSON as dicts (
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import threading
@@ -285,8 +286,15 @@ class ChildCaches:
         self.on_owner_change = on_owner_change
         self.namespaces = tuple(namespaces)
         self.informers: dict[str, list[Informer]] = {}
+        # Each watch holds a connection for minutes: the watches get a connection pool of their own, sized for all
+        # of them. Sharing ``api``'s pool (10 connections by default, one per watch here) left the reconciles none
+        # to reuse: every request of theirs opened, and threw away, a new TLS connection (measured: reconcile p50
+        # 0.25 s -> 1 s, creating 1,000 objects 50 s -> 139 s in benchmarks/operator_scale.py).
+        config = copy.deepcopy(api.configuration)
+        config.connection_pool_maxsize = len(CACHED_KINDS) * max(1, len(self.namespaces)) + 2
+        own = client.ApiClient(config)
         for ck in CACHED_KINDS:
-            group_api = getattr(client, ck.api)(api)
+            group_api = getattr(client, ck.api)(own)
             selector = MANAGED_SELECTOR if ck.managed_only else None
             if self.namespaces:
                 calls = [_bound(getattr(group_api, ck.namespaced_list), ns) for ns in self.namespaces]
