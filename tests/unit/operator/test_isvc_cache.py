@@ -220,3 +220,37 @@ def test_observer_holds_on_a_cache_that_has_not_synced() -> None:
     caches.informers["Pod"][0].synced.clear()
     with pytest.raises(NotSynced, match="Pod"):
         Observer(unreachable_api(), caches).observe(parse_isvc(ISVC), {})
+
+
+class _AppsWithExisting:
+    """An AppsV1Api stand-in: the Deployment already exists (create answers 409), patches are recorded."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, str, dict[str, Any], str]] = []
+
+    def create_namespaced_deployment(self, *_: object) -> None:
+        raise client.exceptions.ApiException(status=409, reason="AlreadyExists")
+
+    def patch_namespaced_deployment(self, name: str, namespace: str, body: dict[str, Any],
+                                    _content_type: str) -> None:
+        self.patches.append((name, namespace, body, _content_type))
+
+
+def test_a_create_that_finds_the_object_patches_it_back_into_the_cache() -> None:
+    # The watch cache keeps only objects with the managed-by label: a Deployment whose label was removed (or that
+    # predates it) is missing there, so the plan creates it. The 409 must not end there (it would, every pass,
+    # forever): the Writer patches it to the desired object, labels and ownerReferences included, as a pass that had
+    # read it with a GET would have.
+    from modalscale.operator.apply import SMP, Writer
+    from modalscale.operator.isvc.plan import Write
+    from modalscale.operator.metrics import OperatorMetrics
+
+    spec = parse_isvc(ISVC)
+    body = build_deployment(spec, 1, {})
+    writer = Writer(unreachable_api(), OperatorMetrics())
+    apps = _AppsWithExisting()
+    writer.apps = apps  # type: ignore[assignment]
+    writer.apply("ns", Write("Deployment", "create", "svc", body))
+    assert apps.patches == [("svc", "ns", body, SMP)]
+    assert body["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "modalscale-operator"
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "u1"
