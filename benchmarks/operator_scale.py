@@ -388,6 +388,7 @@ def main() -> None:
     ap.add_argument("--services", type=int, default=500)
     ap.add_argument("--nodes", type=int, default=50)
     ap.add_argument("--idle-s", type=float, default=60.0)
+    ap.add_argument("--keep-log", type=Path, default=None, help="copy the operator's log there at the end")
     ap.add_argument("--resync-s", type=float, default=RESYNC_S,
                     help="the operator's MODALSCALE_RESYNC_INTERVAL_SECONDS in the N-service run")
     ap.add_argument("--startup", action="store_true",
@@ -486,6 +487,10 @@ def main() -> None:
         finally:
             if op:
                 op.stop()
+                if args.keep_log:
+                    import shutil
+
+                    shutil.copy(op.log_path, args.keep_log)
             cluster.down()
 
 
