@@ -41,7 +41,7 @@ from modalscale.devenv.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[1]
 RESYNC_S = 30.0
-"""The operator's resync interval in the N-service run, s (MODALSCALE_RESYNC_INTERVAL_SECONDS; its default)."""
+"""The operator's resync interval in the N-service run before the child caches, s (``--resync-s`` overrides it)."""
 
 
 def isvc(name: str, service_time_model: str | None = None) -> dict[str, Any]:
@@ -93,6 +93,35 @@ def bucket_quantile(buckets: list[tuple[float, float]], q: float,
         if total and count >= q * total:
             return le
     return float("nan")
+
+
+def apiserver_requests(api: Any) -> dict[str, float]:
+    """kube-apiserver's ``apiserver_request_total`` summed by verb (``GET``, ``LIST``, ``WATCH``, ``POST``, ...),
+    every client together, read from its ``/metrics``. In these KWOK-only clusters the controllers read through their
+    informers (one LIST and WATCH per kind), so GETs and LISTs beyond those are the operator's."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    method, url, headers, _body, _post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, header_params=headers)
+    resp.read()
+    totals: dict[str, float] = {}
+    for fam in text_string_to_metric_families(resp.data.decode()):
+        for s in fam.samples:
+            if s.name == "apiserver_request_total":
+                verb = s.labels.get("verb", "")
+                totals[verb] = totals.get(verb, 0.0) + s.value
+    return totals
+
+
+def reads(before: dict[str, float], after: dict[str, float]) -> float:
+    """GET and LIST requests between two :func:`apiserver_requests` readings."""
+    return sum(after.get(v, 0.0) - before.get(v, 0.0) for v in ("GET", "LIST"))
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system) the process has used, s (``/proc/<pid>/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> float:
@@ -359,6 +388,9 @@ def main() -> None:
     ap.add_argument("--services", type=int, default=500)
     ap.add_argument("--nodes", type=int, default=50)
     ap.add_argument("--idle-s", type=float, default=60.0)
+    ap.add_argument("--keep-log", type=Path, default=None, help="copy the operator's log there at the end")
+    ap.add_argument("--resync-s", type=float, default=RESYNC_S,
+                    help="the operator's MODALSCALE_RESYNC_INTERVAL_SECONDS in the N-service run")
     ap.add_argument("--startup", action="store_true",
                     help="measure time to first reconcile and idle RSS instead of the N-service run")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of each variant in --startup mode")
@@ -388,7 +420,8 @@ def main() -> None:
             cluster.up(nodes=args.nodes, gpus_per_node=16, gpu_type="nvidia-l4", real_node=False)
             api = cluster.api_client()
             install_crds(api, REPO / "crds")
-            op = OperatorProcess(cluster.kubeconfig, Path(tmp) / "operator.log", resync_s=RESYNC_S)
+            resync_s = args.resync_s
+            op = OperatorProcess(cluster.kubeconfig, Path(tmp) / "operator.log", resync_s=resync_s)
             op.wait_healthy()
             custom = client.CustomObjectsApi(api)
             client.CoreV1Api(api).create_namespace({"metadata": {"name": "bench"}})
@@ -400,6 +433,8 @@ def main() -> None:
             single_s = time.monotonic() - t0
 
             writes0 = op.metric("modalscale_api_writes_total")
+            requests0, cpu0, ok0 = apiserver_requests(api), cpu_s(op.proc.pid), op.metric(
+                "modalscale_reconciles_total", kind="InferenceService")
             t0 = time.monotonic()
             for i in range(args.services):
                 custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", "bench", "inferenceservices",
@@ -411,9 +446,12 @@ def main() -> None:
             all_ready_s = time.monotonic() - t0
             writes1 = op.metric("modalscale_api_writes_total")
             buckets1 = reconcile_buckets(op)
+            requests1, cpu1, ok1 = apiserver_requests(api), cpu_s(op.proc.pid), op.metric(
+                "modalscale_reconciles_total", kind="InferenceService")
             time.sleep(args.idle_s)
             writes2 = op.metric("modalscale_api_writes_total")
             buckets2 = reconcile_buckets(op)
+            requests2, cpu2 = apiserver_requests(api), cpu_s(op.proc.pid)
             idle_reconciles = buckets2[-1][1] - buckets1[-1][1]
             print(f"services={args.services} nodes={args.nodes} (KWOK, 16 GPUs each)")
             print(f"baseline: one service alone Ready in {single_s:.2f} s")
@@ -425,9 +463,22 @@ def main() -> None:
                   f"idle {args.idle_s:.0f} s only (resync timer): p50 <= {bucket_quantile(buckets2, 0.5, buckets1)} s, "
                   f"p99 <= {bucket_quantile(buckets2, 0.99, buckets1)} s, "
                   f"{idle_reconciles / args.idle_s:.1f} reconciles/s against the "
-                  f"{(args.services + 1) / RESYNC_S:.1f}/s a {RESYNC_S:.0f} s resync of every service asks for")
+                  f"{(args.services + 1) / resync_s:.1f}/s a {resync_s:.0f} s resync of every service asks for")
             print(f"API writes per object while creating: {(writes1 - writes0) / args.services:.2f}; "
                   f"during {args.idle_s:.0f} s idle: {writes2 - writes1:.0f} in total")
+            burst_reconciles = ok1 - ok0
+            print(f"API reads (GET+LIST at the apiserver, all clients) per object while creating: "
+                  f"{reads(requests0, requests1) / args.services:.2f}; idle: "
+                  f"{reads(requests1, requests2) / args.idle_s:.1f}/s "
+                  f"({reads(requests1, requests2) / max(idle_reconciles, 1):.2f} per reconcile)")
+            idle_cpu = (cpu2 - cpu1) / args.idle_s
+            per_reconcile_ms = 1000 * (cpu1 - cpu0) / max(burst_reconciles, 1)
+            capacity = 1000 / per_reconcile_ms  # one core: the GIL runs one reconcile's Python at a time
+            demand = (args.services + 1) / resync_s
+            print(f"operator CPU: {per_reconcile_ms:.1f} ms per reconcile in the creation burst "
+                  f"({burst_reconciles:.0f} reconciles) -> capacity ~{capacity:.1f} reconciles/s of one core; "
+                  f"the {resync_s:.0f} s resync of {args.services + 1} services asks {demand:.1f}/s: headroom "
+                  f"{capacity / demand:.1f}x; idle: {idle_cpu:.3f} of a core (headroom {1 / max(idle_cpu, 1e-9):.1f}x)")
             reconciles = op.metric("modalscale_reconciles_total", kind="InferenceService")
             reconciled_ok = op.metric("modalscale_reconciles_total", kind="InferenceService", result="ok")
             print(f"operator peak RSS: {rss_mb(op.proc.pid):.0f} MB, RSS now {current_rss_mb(op.proc.pid):.0f} MB; "
@@ -436,6 +487,10 @@ def main() -> None:
         finally:
             if op:
                 op.stop()
+                if args.keep_log:
+                    import shutil
+
+                    shutil.copy(op.log_path, args.keep_log)
             cluster.down()
 
 

@@ -71,10 +71,26 @@ class Writer:
                 raise ValueError(f"unknown kind {write.kind}")
         except ApiException as exc:
             if write.action == "create" and exc.status == 409:
-                return  # Created meanwhile (e.g. by the other replica before a handover); the next pass patches.
+                # Created meanwhile (the other replica before a handover), or there all along but not in the watch
+                # cache: someone removed its managed-by label, or it predates the label. Patch it to the desired
+                # object, as a pass that had read it would have (labels and ownerReferences included), so that it
+                # is back in the cache and the next pass finds it.
+                self._count(write.kind, "patch", namespace, write.name)
+                self._patch(namespace, write.kind, write.name, write.body)
+                return
             if write.action == "delete" and exc.status == 404:
                 return  # Already gone.
             raise
+
+    def _patch(self, namespace: str, kind: str, name: str, body: dict[str, Any]) -> None:
+        if kind == "Deployment":
+            self.apps.patch_namespaced_deployment(name, namespace, body, _content_type=SMP)
+        elif kind == "Service":
+            self.core.patch_namespaced_service(name, namespace, body, _content_type=SMP)
+        elif kind == "ConfigMap":
+            self.core.patch_namespaced_config_map(name, namespace, body, _content_type=MERGE)
+        else:
+            self._gateway_calls()[kind][1](name, namespace, body, _content_type=SMP)
 
     def _gateway_calls(self) -> dict[str, tuple[Any, Any, Any]]:
         """(create, patch, delete) of the kinds only the gateway adds, and of Deployments and Services for deletes

@@ -18,6 +18,7 @@ from modalscale.operator.autoscale.metrics import AutoscalerMetrics
 from modalscale.operator.autoscale.model import ServiceTimeModelCache
 from modalscale.operator.autoscale.observe import PrometheusReader
 from modalscale.operator.budget.runtime import BudgetRuntime
+from modalscale.operator.isvc.cache import ChildCaches, Pokes
 from modalscale.operator.isvc.observe import Observer
 from modalscale.operator.metrics import OperatorMetrics
 from modalscale.operator.opencost_source import PriceBook
@@ -53,6 +54,11 @@ class Deps:
     with)."""
     budget: BudgetRuntime
     """The BudgetPolicy handlers' per-process state (their observer, delivery rounds, burn history)."""
+    caches: ChildCaches | None = None
+    """The children's watch caches ``observer`` reads (started and synced by the start-up handler; None: every
+    observation reads with GETs)."""
+    pokes: Pokes = field(default_factory=Pokes)
+    """Wake-ups the caches send to the per-InferenceService workers when a child changes."""
     locks: dict[str, threading.Lock] = field(default_factory=dict)
     """One lock per object uid: the change handler, the timer and the autoscaler daemon never reconcile the same
     object at once."""
@@ -83,7 +89,9 @@ def build_deps(settings: Settings) -> Deps:
         config.load_kube_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
     api = client.ApiClient()
     metrics = OperatorMetrics()
-    observer = Observer(api)
+    pokes = Pokes()
+    caches = ChildCaches(api, settings.namespaces, on_owner_change=pokes.poke)
+    observer = Observer(api, caches)
     catalog = load_catalog(Path(settings.pricing_catalog) if settings.pricing_catalog else None)
     autoscale = AutoscaleRuntime(reader=PrometheusReader(settings.prometheus_url),
                                  models=ServiceTimeModelCache(observer.core),
@@ -95,7 +103,8 @@ def build_deps(settings: Settings) -> Deps:
                            history_source=PrometheusHistory(url) if url else None,
                            gauges=BurnGauges(metrics.registry))
     return Deps(settings=settings, observer=observer, writer=Writer(api, metrics), metrics=metrics,
-                clock=clock, catalog=catalog, autoscale=autoscale, prices=prices, budget=budget)
+                clock=clock, catalog=catalog, autoscale=autoscale, prices=prices, budget=budget, caches=caches,
+                pokes=pokes)
 
 
 def deps_of(memo: Any) -> Deps:

@@ -52,8 +52,12 @@ class Settings:
 
     namespaces: tuple[str, ...] = ()
     """Namespaces to watch (``MODALSCALE_NAMESPACES``, comma-separated); empty means all namespaces."""
-    resync_interval_s: float = 30.0
-    """Timer period of the level-triggered reconcile, in seconds (``MODALSCALE_RESYNC_INTERVAL_SECONDS``)."""
+    resync_interval_s: float = 300.0
+    """Period of the level-triggered reconcile of every InferenceService with nothing changed, in seconds
+    (``MODALSCALE_RESYNC_INTERVAL_SECONDS``). A change of a child (watched) reconciles its owner at once and a
+    service left refused, failed or with ``ScalingConflict=True`` is looked at again within ``RECHECK_S`` (30 s), so
+    this only bounds how late what is not watched is seen (the source of ``Priced``) and is the safety net for a
+    lost watch event (``operator/handlers.py``)."""
     conflict_hold_s: float = 60.0
     """How long ``ScalingConflict`` stays True after the last external change, in seconds."""
     metrics_port: int = 9090
@@ -166,7 +170,7 @@ class Settings:
             scraper[key.strip()] = value.strip()
         settings = cls(
             namespaces=namespaces,
-            resync_interval_s=number("MODALSCALE_RESYNC_INTERVAL_SECONDS", 30.0, 1.0, 3600.0),
+            resync_interval_s=number("MODALSCALE_RESYNC_INTERVAL_SECONDS", 300.0, 1.0, 3600.0),
             conflict_hold_s=number("MODALSCALE_CONFLICT_HOLD_SECONDS", 60.0, 0.0, 86400.0),
             metrics_port=int(number("MODALSCALE_METRICS_PORT", 9090, 0, 65535, integer=True)),
             health_port=int(number("MODALSCALE_HEALTH_PORT", 8080, 0, 65535, integer=True)),

@@ -11,7 +11,14 @@ from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.api.inferenceservice import IsvcSpec
-from modalscale.operator.isvc.objects import configmap_name, gateway_name, replicas_service_name, selector
+from modalscale.operator.isvc.cache import ChildCaches
+from modalscale.operator.isvc.objects import (
+    SELECTOR_LABEL,
+    configmap_name,
+    gateway_name,
+    replicas_service_name,
+    selector,
+)
 from modalscale.operator.isvc.plan import IsvcObserved
 
 
@@ -29,9 +36,18 @@ def read_json(call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, 
 
 
 class Observer:
-    """Reads through one ``ApiClient``; never writes."""
+    """Reads through one ``ApiClient``; never writes.
 
-    def __init__(self, api: client.ApiClient) -> None:
+    With ``cache`` (the operator's, started and synced at start-up) the children (the operator's own objects, their
+    pods and the namespace's HorizontalPodAutoscalers) come from the watch caches, no request made; without it,
+    each is a GET (or LIST) per observation. Either way a read that cannot be made raises (an ``ApiException``, or
+    ``cache.NotSynced`` before a cache's first list) and the reconcile holds, writing nothing. The
+    InferenceService itself and the objects a spec names (its model ConfigMap or PVC, not the operator's) are
+    always read from the API server.
+    """
+
+    def __init__(self, api: client.ApiClient, cache: ChildCaches | None = None) -> None:
+        self.cache = cache
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.autoscaling = client.AutoscalingV2Api(api)
@@ -44,14 +60,23 @@ class Observer:
         """The InferenceService as stored now (None when it is gone)."""
         return read_json(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, "inferenceservices", name)
 
+    def child(self, kind: str, read: Callable[..., Any], name: str, namespace: str) -> dict[str, Any] | None:
+        """One of the operator's objects: from the cache when there is one, else ``read`` (a typed-client GET)."""
+        if self.cache is not None:
+            return self.cache.get(kind, namespace, name)
+        return read_json(read, name, namespace)
+
     def observe(self, spec: IsvcSpec, status: dict[str, Any]) -> IsvcObserved:
         ns = spec.namespace
         obs = IsvcObserved(status=dict(status or {}))
-        obs.deployment = read_json(self.apps.read_namespaced_deployment, spec.name, ns)
-        obs.service = read_json(self.core.read_namespaced_service, spec.name, ns)
-        obs.configmap = read_json(self.core.read_namespaced_config_map, configmap_name(spec), ns)
-        pods = read_json(self.core.list_namespaced_pod, ns, label_selector=selector(spec)) or {}
-        obs.pods = pods.get("items") or []
+        obs.deployment = self.child("Deployment", self.apps.read_namespaced_deployment, spec.name, ns)
+        obs.service = self.child("Service", self.core.read_namespaced_service, spec.name, ns)
+        obs.configmap = self.child("ConfigMap", self.core.read_namespaced_config_map, configmap_name(spec), ns)
+        if self.cache is not None:
+            obs.pods = self.cache.list_objects("Pod", ns, {SELECTOR_LABEL: spec.name})
+        else:
+            pods = read_json(self.core.list_namespaced_pod, ns, label_selector=selector(spec)) or {}
+            obs.pods = pods.get("items") or []
         if spec.model.source == "ConfigMap" and spec.model.config_map:
             cm = read_json(self.core.read_namespaced_config_map, spec.model.config_map, ns)
             obs.user_configmap_keys = None if cm is None else sorted(
@@ -60,9 +85,13 @@ class Observer:
             obs.pvc_exists = (
                 read_json(self.core.read_namespaced_persistent_volume_claim, spec.model.pvc_claim, ns) is not None
             )
-        hpas = read_json(self.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns) or {}
+        if self.cache is not None:
+            hpa_items = self.cache.list_objects("HorizontalPodAutoscaler", ns)
+        else:
+            hpa_items = (read_json(self.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns) or {}).get(
+                "items") or []
         obs.foreign_autoscalers = [
-            h["metadata"]["name"] for h in hpas.get("items") or []
+            h["metadata"]["name"] for h in hpa_items
             if (h.get("spec") or {}).get("scaleTargetRef", {}).get("kind") == "Deployment"
             and h["spec"]["scaleTargetRef"].get("name") == spec.name]
         obs.gateway_objects = self.observe_gateway(spec)
@@ -72,16 +101,16 @@ class Observer:
         """The gateway's objects by kind (``plan.GATEWAY_KINDS``); with the gateway disabled only the Deployment and
         the NetworkPolicy (two reads, enough to tell that an earlier enabled spec left objects to delete)."""
         ns, gw, rs = spec.namespace, gateway_name(spec), replicas_service_name(spec)
-        reads: dict[str, Any] = {
-            "Deployment": lambda: read_json(self.apps.read_namespaced_deployment, gw, ns),
-            "NetworkPolicy": lambda: read_json(self.networking.read_namespaced_network_policy, rs, ns),
+        reads: dict[str, tuple[Callable[..., Any], str]] = {
+            "Deployment": (self.apps.read_namespaced_deployment, gw),
+            "NetworkPolicy": (self.networking.read_namespaced_network_policy, rs),
         }
         if spec.gateway.enabled:
             reads.update({
-                "ServiceAccount": lambda: read_json(self.core.read_namespaced_service_account, gw, ns),
-                "Role": lambda: read_json(self.rbac.read_namespaced_role, gw, ns),
-                "RoleBinding": lambda: read_json(self.rbac.read_namespaced_role_binding, gw, ns),
-                "Service": lambda: read_json(self.core.read_namespaced_service, rs, ns),
-                "PodDisruptionBudget": lambda: read_json(self.policy.read_namespaced_pod_disruption_budget, gw, ns),
+                "ServiceAccount": (self.core.read_namespaced_service_account, gw),
+                "Role": (self.rbac.read_namespaced_role, gw),
+                "RoleBinding": (self.rbac.read_namespaced_role_binding, gw),
+                "Service": (self.core.read_namespaced_service, rs),
+                "PodDisruptionBudget": (self.policy.read_namespaced_pod_disruption_budget, gw),
             })
-        return {kind: read() for kind, read in reads.items()}
+        return {kind: self.child(kind, read, name, ns) for kind, (read, name) in reads.items()}

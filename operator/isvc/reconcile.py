@@ -24,6 +24,7 @@ from modalscale.autoscaler.policy import Decision
 from modalscale.costmodel.opencost import PricedReplica
 from modalscale.operator import conditions as cond
 from modalscale.operator.deps import Deps
+from modalscale.operator.isvc.cache import NotSynced
 from modalscale.operator.isvc.plan import (
     IsvcPlan,
     ModelReferenceError,
@@ -129,12 +130,15 @@ def refuse(deps: Deps, raw: dict[str, Any], exc: InvalidSpec | ModelReferenceErr
     deps.metrics.reconciles.labels(kind="InferenceService", result=reason).inc()
 
 
-def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> None:
+def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> InferenceServiceStatus | None:
     """One level-triggered reconcile of an InferenceService: observe, plan, apply, report.
 
     Args:
         body: The object (or the event that woke us); only its namespace and name are used: it is read fresh.
+    Returns:
+        The status as planned (None: the object is gone).
     Raises:
+        NotSynced: A watch cache of the children has not listed yet (nothing written).
         InvalidSpec / ModelReferenceError: after recording them in status and an Event (nothing else written).
     """
     started = time.monotonic()
@@ -143,7 +147,7 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> None:
     # Level-triggered: act on the object as it is now, not on the (possibly older) event that woke us.
     raw = deps.observer.read_isvc(ns, name)
     if raw is None:
-        return
+        return None
     current_status = dict(raw.get("status") or {})
     try:
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
@@ -161,6 +165,30 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> None:
     _apply_writes(deps, spec, plan.writes, logger)
     deps.writer.patch_status(ISVC_PLURAL, ns, name, cond.status_patch(current_status, plan.status))
     _report(deps, raw, plan.events, started, logger)
+    return plan.status
+
+
+def resync_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> bool:
+    """:func:`reconcile_isvc` under the object's lock for its worker (a child changed, or the resync interval
+    passed); errors are logged, never raised.
+
+    Returns:
+        Whether the service is settled: False when it was refused, the reconcile failed (an API error, a cache not
+        synced: nothing written) or it holds ``ScalingConflict=True`` (the worker then looks again sooner).
+    """
+    try:
+        with deps.lock_for(body["metadata"]["uid"]):
+            status = reconcile_isvc(deps, body, logger)
+    except (InvalidSpec, ModelReferenceError):
+        return False  # Recorded in status and an Event; re-evaluated soon (a referenced object may appear).
+    except NotSynced as exc:
+        logger.info("Held the reconcile: %s", exc)
+        return False
+    except Exception as exc:  # an API error: hold, as the timer did, and try again soon
+        logger.warning("Reconcile failed: %s: %s", type(exc).__name__, exc)
+        return False
+    return status is None or not any(c.get("type") == R.SCALING_CONFLICT and c.get("status") == "True"
+                                     for c in status.get("conditions") or [])
 
 
 def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision, autoscale_patch: dict[str, Any],

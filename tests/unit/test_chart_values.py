@@ -109,7 +109,7 @@ def test_each_config_key_is_a_setting_the_operator_reads() -> None:
     assert "MODALSCALE_RESYNC_INTERVAL_SECONDS" in env and "MODALSCALE_PROMETHEUS_URL" in env
     # Settings.from_env rejects unknown MODALSCALE_* names and bad values.
     settings = Settings.from_env(env)
-    assert settings.resync_interval_s == 30.0 and settings.standalone is False
+    assert settings.resync_interval_s == 300.0 and settings.standalone is False
     template = (CHART / "templates" / "deployment.yaml").read_text()
     assert [name for name in env if f"name: {name}\n" not in template] == []
     assert "name: MODALSCALE_PRICING_CATALOG\n" in template
