@@ -2,7 +2,8 @@
 ``Ready=False``/``InvalidSpec``, one Warning Event, and nothing created.
 
 The rules: the name (it becomes the Service's, a DNS-1035 label, and the pods' label value, at most 63
-characters), ``minReplicas >= 1`` outside Fixed mode (nothing activates a service from 0 replicas) and CPU and
+characters), ``minReplicas >= 1`` outside Fixed mode unless the gateway is on (nothing else activates a service
+from 0 replicas) and CPU and
 memory above 0 (a replica priced 0 USD never counts against a budget). A control plane of its own carries the
 CRD without those rules; the session cluster's CRD has them and refuses such objects at the apiserver
 (tests/integration/test_crds.py).
@@ -22,7 +23,7 @@ from modalscale.devenv.kube import wait_for
 from tests.integration.operator.isvc_helpers import condition, create, get, make_isvc, wait_condition
 
 REPO = Path(__file__).resolve().parents[3]
-NEW_RULES = ("self.metadata.name", "self.minReplicas >= 1", "[.]0*")
+NEW_RULES = ("self.metadata.name", "minReplicas >= 1", "[.]0*")
 """Fragments of the CEL rules the older CRD lacks."""
 
 
