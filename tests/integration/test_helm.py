@@ -159,6 +159,10 @@ NAMESPACED_GRANTS = {
     ("autoscaling", "horizontalpodautoscalers", "list", ""),
     ("", "events", "create", ""),
     ("events.k8s.io", "events", "create", ""),
+    # The children's watch caches (operator/isvc/cache.py): one list+watch per kind of child.
+    *{(g, r, v, "") for g, r in (("apps", "deployments"), ("", "services"), ("", "configmaps"), *GATEWAY_KINDS)
+      for v in ("list", "watch")},
+    ("autoscaling", "horizontalpodautoscalers", "watch", ""),
 }
 """What the operator's code uses in the namespaces it serves (see templates/rbac.yaml for the call sites)."""
 
