@@ -124,3 +124,29 @@ def test_a_helm_built_by_an_older_recipe_is_not_reused() -> None:
     from modalscale.devenv.binaries import HELM_BUILD, HELM_VERSION, tool_dirs
 
     assert HELM_BUILD and tool_dirs()[1].name == f"helm-{HELM_VERSION}-{HELM_BUILD}" != f"helm-{HELM_VERSION}"
+
+
+def test_heartbeat_says_a_long_build_is_still_running_and_stops_with_it() -> None:
+    """A cold Kubernetes build is 8-13 silent minutes; the heartbeat logs progress and nothing after the block."""
+    import time
+
+    from modalscale.devenv.binaries import heartbeat
+
+    lines: list[str] = []
+    with heartbeat("building kubernetes v1.35.4", lines.append, every_s=0.05):
+        time.sleep(0.28)
+    seen = len(lines)
+    time.sleep(0.2)
+    assert 3 <= seen <= 6, lines
+    assert len(lines) == seen, "the heartbeat kept logging after the build ended"
+    assert all(line.startswith("... still building kubernetes v1.35.4 (") for line in lines), lines
+
+
+def test_a_failed_build_command_is_named_in_the_error_not_echoed_before(tmp_path) -> None:
+    from modalscale.devenv.binaries import BuildError, _run
+
+    lines: list[str] = []
+    with pytest.raises(BuildError) as err:
+        _run(["sh", "-c", "echo compiling; exit 3"], tmp_path, lines.append)
+    assert "exit code 3" in str(err.value) and "sh -c" in str(err.value) and "compiling" in str(err.value)
+    assert lines == []

@@ -24,11 +24,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -327,6 +329,8 @@ class Demo:
         self.timings: dict[str, float] = {}
         self.t0_wall = 0.0
         self.load_plan: Any = None
+        self.image_build: Future[Any] | None = None
+        self.prometheus_build: Future[Any] | None = None
 
     # ----------------------------------------------------------------------------------------- set-up
     def start_cluster(self) -> None:
@@ -369,10 +373,34 @@ class Demo:
         if time.monotonic() - started > 1.0:
             self.timings["wait for the real node"] = time.monotonic() - started
 
-    def import_runtime_image(self) -> None:
-        """Build the CPU runtime image (cached by content hash) and import it into the real node's containerd."""
-        import os
+    def start_builds(self) -> None:
+        """Start, in background threads, the builds the real-node story needs and the cluster does not: the CPU
+        runtime image and the Prometheus binary. They overlap the control plane's Go builds (the image's stages
+        are mostly downloads, debootstrap and archive writing; Prometheus waits for the Go build lock, then builds
+        while the cluster starts and the image is imported). Nothing starts when the cluster will be KWOK-only.
+        A failed build raises at the step that needs it, as it would without the overlap."""
+        from modalscale.devenv.binaries import ensure_prometheus
+        from modalscale.devenv.cluster import REAL_NODE_ENV
+        from modalscale.devenv.images import build_images
+        from modalscale.devenv.realnode import RealNodeError, machine_support, real_node_plan
 
+        try:
+            real, _ = real_node_plan(self.cfg.real_node, os.environ.get(REAL_NODE_ENV, ""),
+                                     [] if self.cfg.real_node is False else machine_support())
+        except RealNodeError:
+            return  # start_cluster raises the same error with its message
+        if not real:
+            return
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="demo-build")
+        self.stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+        self.started_builds_s = time.monotonic()
+        if os.environ.get(REUSE_IMAGE_ENV) != "1":
+            self.image_build = pool.submit(build_images, ["runtime-cpu"], log=self.say)
+        self.prometheus_build = pool.submit(ensure_prometheus, log=self.say)
+
+    def import_runtime_image(self) -> None:
+        """Build the CPU runtime image (cached by content hash; started early by :meth:`start_builds` when it
+        ran) and import it into the real node's containerd."""
         from modalscale.devenv.images import build_images, import_into_cluster, runtime_cpu_reference
         from modalscale.devenv.realnode import list_images, normalize_image_ref
 
@@ -384,8 +412,12 @@ class Demo:
                          "(it may predate the working tree; nothing was built)")
                 return
         started = time.monotonic()
-        (image,) = build_images(["runtime-cpu"], log=self.say)
-        self.timings["runtime image build"] = time.monotonic() - started
+        if self.image_build is not None:
+            (image,) = self.image_build.result()
+            self.timings["runtime image build (waited for after the cluster)"] = time.monotonic() - started
+        else:
+            (image,) = build_images(["runtime-cpu"], log=self.say)
+            self.timings["runtime image build"] = time.monotonic() - started
         how = "cached" if image.cached else f"built in {image.build_s:.0f} s"
         self.say(f"Runtime image {image.full_ref}: {image.size_bytes / 1e6:.0f} MB of layers, {how}")
         seconds = import_into_cluster(image, self.cluster.workdir, log=self.say)
@@ -416,9 +448,11 @@ class Demo:
         from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess
 
         started = time.monotonic()
+        if self.prometheus_build is not None:
+            self.prometheus_build.result()
         ensure_prometheus(log=self.say)
         if time.monotonic() - started > 5.0:
-            self.timings["Prometheus build"] = time.monotonic() - started
+            self.timings["Prometheus build (waited for)"] = time.monotonic() - started
 
         self.prom = PrometheusProcess(self.workdir / "prometheus", scrape_interval_s=1.0,
                                       discovery=PodDiscovery.for_cluster(self.cluster, (NAMESPACE,)))
@@ -769,6 +803,7 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
     demo = Demo(cfg, say)
     started = time.monotonic()
     try:
+        demo.start_builds()
         demo.start_cluster()
         if demo.real:
             demo.import_runtime_image()

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -94,12 +95,38 @@ def _go_env() -> dict[str, str]:
 
 
 def _run(cmd: list[str], cwd: Path, log: Log, env: dict[str, str] | None = None) -> str:
-    log(f"$ {' '.join(cmd)}  (in {cwd})")
+    """Run one build command; the command and its output tail are in the BuildError when it fails (a person
+    following a set-up sees ``Building ...``, the heartbeat and ``Built ... in N s``, not raw ``go`` lines)."""
     proc = subprocess.run(cmd, cwd=cwd, env=env or _go_env(), capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
         raise BuildError(f"command failed with exit code {proc.returncode}: {' '.join(cmd)}\n{tail}")
     return proc.stdout
+
+
+HEARTBEAT_S = 60.0
+"""How often a long build says it is still running (a cold Kubernetes build takes 8-13 min on 2 cores)."""
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, log: Log, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """Log ``... still <what> (N min so far)`` every ``every_s`` seconds while the block runs, so that a person
+    watching a cold set-up sees progress instead of minutes of silence (the commands themselves are logged only
+    in a failure's message)."""
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def tick() -> None:
+        while not stop.wait(every_s):
+            log(f"... still {what} ({(time.monotonic() - started) / 60:.0f} min so far)")
+
+    thread = threading.Thread(target=tick, name="build-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=1.0)
 
 
 @contextlib.contextmanager
@@ -279,7 +306,8 @@ def _ensure(name: str, version: str, files: tuple[str, ...], build: Callable[[Pa
             return out
         log(f"Building {name} {version} from the Go module proxy (one cold build; cached in {out})")
         started = time.monotonic()
-        build(out)
+        with heartbeat(f"building {name} {version}", log):
+            build(out)
         log(f"Built {name} {version} in {time.monotonic() - started:.0f} s")
     return out
 
