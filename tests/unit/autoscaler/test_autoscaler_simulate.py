@@ -198,7 +198,8 @@ def test_sweep_json_has_exactly_the_issue_interface(tmp_path: Path, capsys: pyte
     assert set(out) == {"trace", "points"} and out["trace"] == "trace"
     policies = {"predictive", "utilization", "concurrency", "fixed", "oracle"}
     for p in out["points"]:
-        assert set(p) == {"policy", "param", "default", "slo_minutes_fraction", "replica_hours"}
+        assert set(p) == {"policy", "param", "default", "slo_minutes_fraction", "replica_hours",
+                          "requests_over_slo", "burst_requests_over_slo"}
         assert p["policy"] in policies and isinstance(p["default"], bool)
         assert (p["param"] is None) == (p["policy"] == "oracle")
         assert 0 <= p["slo_minutes_fraction"] <= 1 and p["replica_hours"] > 0
@@ -238,3 +239,32 @@ def test_long_requests_under_a_model_predicting_ms_scale_up_on_the_observation()
     result = run_simulation(trace, config, ConstantModel(5.0))["predictive"]
     assert max(result["desired_replicas"]) >= 10
     assert result["slo_minutes_fraction"] >= 0.9
+
+
+# ------------------------------------------------------------------------- long requests and bursts (issue 20)
+
+
+def test_oracle_does_not_buy_max_replicas_for_a_request_no_count_can_serve_in_time() -> None:
+    # 20 requests of 1 s a minute; in minute 1 two of them take 20 s against a 5 s p95 target, so that minute's
+    # p95 (np.percentile of 20: 95 % of the way from the 19th to the 20th) is 20 s with any replica count. The
+    # oracle must stop where more replicas stop helping, not buy max_replicas.
+    arrival = np.concatenate([np.linspace(0, 50, 20), np.linspace(60, 110, 20)])
+    service = np.full(arrival.size, 1000.0)
+    service[[30, 35]] = 20000.0
+    zeros = np.zeros(arrival.size, dtype=np.int64)
+    trace = Trace(arrival, zeros, zeros, zeros, np.full(arrival.size, 10), service)
+    config = SimulationConfig(target_p95_ms=5000.0, max_replicas=50, policies=("oracle",))
+    result = run_simulation(trace, config, ConstantModel(1000.0))["oracle"]
+    assert result["slo_minutes_fraction"] == 0.5
+    assert max(result["desired_replicas"] + [1]) <= 2  # one request per ~2.6 s, each 1 s: 1-2 replicas suffice
+    assert result["replica_hours"] < 3 * 2 / 60
+
+
+def test_burst_minutes_are_onsets_against_the_minutes_before() -> None:
+    from modalscale.autoscaler.simulate import burst_minutes
+
+    per_minute = [0, 0, 10, 10, 10, 10, 10, 10, 25, 10, 0]  # onset at 2; 3-4 against idle minutes; 8: 2.5x
+    arrival = np.concatenate([m * 60.0 + np.linspace(0, 59, n) for m, n in enumerate(per_minute)])
+    bursts = burst_minutes(arrival, 660.0)
+    # minute 3: 10 >= 2 x mean(0, 0, 10) = 6.7; 4: 10 >= 2 x mean(0, 0, 10, 10) = 10; 5: 10 < 2 x 6 = 12
+    assert [m for m, b in enumerate(bursts) if b] == [2, 3, 4, 8]
