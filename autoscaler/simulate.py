@@ -16,9 +16,10 @@ Model of the pool (assumptions, stated once):
   Scale-down removes starting replicas first (newest first), then the ready ones with the least work left;
   a removed replica finishes its in-flight requests (and costs until it has), but takes no new ones.
 - A policy decides every ``decision_interval_s`` on metrics of the last ``metrics_window_s``: per-modality
-  arrival rates and mean features (also over ``recent_window_s``), mean service time of those requests that
-  completed, p95 latency of requests completed in the window, slot utilization of ready replicas, mean in-flight
-  requests (queued + running) and the queue length now; the per-modality service-time SCV over
+  arrival rates and mean features (also over ``recent_window_s``), mean service time of the requests that
+  completed in the window whenever they arrived (Triton records compute time at completion), p95 latency of
+  requests completed in the window, slot utilization of ready replicas, mean in-flight requests (queued +
+  running) and the queue length now; the per-modality service-time SCV of the requests completed over
   ``service_window_s``; the requests in flight now with their mean age and the executing ones with their mean
   time in execution (``Observation.in_flight_*``, ``executing_*``: what the predictive policy's observed-queue rule
   and service-time lower bound read).
@@ -363,9 +364,12 @@ class _Metrics:
     def workload(self, pool: _Pool, lo_s: float, hi_s: float, service_window_s: float) -> tuple[WorkloadClass, ...]:
         a, b = self.index(lo_s), self.index(hi_s)
         window = hi_s - lo_s
-        sa = self.index(hi_s - service_window_s)
-        done = np.isfinite(pool.finish[sa:b]) & (pool.finish[sa:b] <= hi_s)
-        done_here = np.isfinite(pool.finish[a:b]) & (pool.finish[a:b] <= hi_s)
+        # service times of the requests that COMPLETED in the window, whenever they arrived (Triton records a
+        # request's compute time when it completes); requests that arrived in it and completed are biased short
+        sa = self.index(hi_s - service_window_s - _LOOKBACK_S)
+        finish = pool.finish[sa:b]
+        done = np.isfinite(finish) & (finish > hi_s - service_window_s) & (finish <= hi_s)
+        done_here = np.isfinite(finish) & (finish > lo_s) & (finish <= hi_s)
         classes = []
         for code, modality in enumerate(MODALITIES):
             count = self.prefix[(code, "count")][b] - self.prefix[(code, "count")][a]
@@ -377,7 +381,7 @@ class _Metrics:
 
             served = self.service_ms[sa:b][done & (self.modality[sa:b] == code)]
             scv = float(served.var() / served.mean() ** 2) if served.size >= 10 else None
-            served_here = self.service_ms[a:b][done_here & (self.modality[a:b] == code)]
+            served_here = self.service_ms[sa:b][done_here & (self.modality[sa:b] == code)]
             observed_ms = float(served_here.mean()) if served_here.size >= 10 else None
             classes.append(
                 WorkloadClass(

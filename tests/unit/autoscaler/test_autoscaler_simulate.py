@@ -268,3 +268,22 @@ def test_burst_minutes_are_onsets_against_the_minutes_before() -> None:
     bursts = burst_minutes(arrival, 660.0)
     # minute 3: 10 >= 2 x mean(0, 0, 10) = 6.7; 4: 10 >= 2 x mean(0, 0, 10, 10) = 10; 5: 10 < 2 x 6 = 12
     assert [m for m, b in enumerate(bursts) if b] == [2, 3, 4, 8]
+
+
+def test_observed_service_time_is_of_the_requests_completed_in_the_window() -> None:
+    # Triton records a request's compute time when it completes: over [15 s, 75 s] the completed requests are the
+    # ten 50 s ones (arrived at 0-9 s, done at 50-59 s) and the ten 1 s ones (arrived 60-69 s): mean 25.5 s. The
+    # requests that ARRIVED in the window and completed are only the short ones (1 s): biased short.
+    from modalscale.autoscaler.simulate import _Metrics, _Pool
+
+    arrival = np.concatenate([np.arange(10.0), 60.0 + np.arange(10.0)])
+    service_ms = np.concatenate([np.full(10, 50_000.0), np.full(10, 1_000.0)])
+    zeros = np.zeros(arrival.size, dtype=np.int64)
+    trace = Trace(arrival, zeros, zeros, zeros, np.full(arrival.size, 10), service_ms)
+    pool = _Pool(arrival, service_ms / 1000.0, 1)
+    for _ in range(10):
+        pool.add(0.0, 0.0)
+    pool.advance(75.0)
+    (text,) = _Metrics(trace, service_ms).workload(pool, 15.0, 75.0, 300.0)
+    assert text.observed_service_ms == pytest.approx(25_500.0)
+    assert text.rate_rps == pytest.approx(10 / 60)  # the rate is still by arrival
