@@ -136,6 +136,20 @@ def diagnose(trace: Trace, config: SimulationConfig, model: Any) -> dict[str, An
             "reasons": pred.get("reasons", {})}
 
 
+COUNTERFACTUALS: dict[str, dict[str, Any]] = {
+    "no forecast": {"predictive_forecaster": None},
+    "0 s scale-down window": {"predictive_scale_down_stabilization_s": 0.0},
+    "replicas ready at once": {"startup_delay_s": 0.0, "startup_delay_p90_s": None, "startup_delay_samples_s": ()},
+}
+"""Predictive re-run with one part taken away each, to measure what that part costs and buys."""
+
+
+def counterfactuals(trace: Trace, config: SimulationConfig, model: Any) -> dict[str, dict[str, Any]]:
+    """Predictive at its shipped setting with each of :data:`COUNTERFACTUALS` applied: its result."""
+    return {name: run_simulation(trace, replace(config, policies=("predictive",), **change), model)["predictive"]
+            for name, change in COUNTERFACTUALS.items()}
+
+
 def forecaster_scores(trace: Trace, config: SimulationConfig) -> dict[str, tuple[float, float]]:
     """Per forecaster: (coverage, mean over-forecast ratio) of the busiest 15 s bin of the next start-up horizon,
     at every decision time, from the counts of the last 10 min."""
@@ -276,6 +290,9 @@ def main() -> int:
                   f"{len(trace) / max(trace.duration_s, 1.0):.2f} req/s, inter-arrival CV "
                   f"{gaps.std() / gaps.mean():.2f}{served}, p95 target {target / 1000:g} s "
                   f"({time.perf_counter() - t0:.0f} s to sweep)")
+            print("  predictive, every knob (targetUtilizationPercent: SLO-min / replica-h): " + ", ".join(
+                f"{p['param']:g}: {p['slo_minutes_fraction']:.1%} / {p['replica_hours']:.2f} h"
+                for p in points if p["policy"] == "predictive"))
             for family in ("predictive", "utilization", "concurrency", "fixed"):
                 mine = [p for p in points if p["policy"] == family]
                 line = ", ".join(f"{p['param']:g}{'*' if p['default'] else ''}: {p['slo_minutes_fraction']:.1%} / "
@@ -294,6 +311,13 @@ def main() -> int:
             for reason in reasons:
                 print(f"  why: {reason}")
             if d is not None:
+                pred = g["pred"]
+                parts = counterfactuals(trace, config, model)
+                print("  what each part costs / buys (predictive re-run without it: SLO-min / replica-h / burst "
+                      f"requests over SLO; shipped {pred['slo_minutes_fraction']:.1%} / {pred['replica_hours']:.2f} h"
+                      f" / {pred['burst_requests_over_slo']}): " + "; ".join(
+                          f"{name} {r['slo_minutes_fraction']:.1%} / {r['replica_hours']:.2f} h / "
+                          f"{r['burst_requests_over_slo']}" for name, r in parts.items()))
                 print("  rules that set predictive's decisions: "
                       + ", ".join(f"{k} {v}" for k, v in sorted(d["reasons"].items(), key=lambda kv: -kv[1])))
             summary.append((trace.name, seed, target, g, reasons))
