@@ -17,9 +17,11 @@
      compound-Poisson noise, so the recent window is sized instead;
    - ``ScaleUpForPanic`` (KPA's panic mode): the recent window alone needs at least ``panic_threshold_ratio`` x
      the ready replicas; it is sized at once, whatever the noise test says;
-   - ``ScaleUpForForecast``: the forecast demand over ``forecast_horizon_s`` (a new replica's start-up time;
-     :func:`modalscale.autoscaler.arrivals.forecast_rate_rps`, its peak rates taken over spans as long as the p95
-     target) needs more than the current load; replicas are started before the demand arrives;
+   - ``ScaleUpForForecast``: the forecast demand over ``forecast_horizon_s`` (a new replica's start-up time) less
+     the p95 target (a request may wait that long for a replica asked for when it arrived; no forecast when the
+     target is at least the start-up time) needs more than the current load
+     (:func:`modalscale.autoscaler.arrivals.forecast_rate_rps`, its peak rates taken over spans as long as the p95
+     target); replicas are started before the demand arrives;
    - ``ScaleDownForForecast``: below the current count, the need is never lower than what the forecast demand
      needs, so a scale-down goes only as far as the forecast allows (and the scale-down window still applies);
    - ``ScaleUpForBacklog``: queued requests must drain within ``backlog_drain_s``;
@@ -955,11 +957,16 @@ def _forecast_need(
     observation: Observation, policy: ScalingPolicy, chosen: _Load, need: int, rule: str, message: str,
     size: _Sizer, features: dict[str, float]
 ) -> tuple[int, str, str]:
-    """Forecast demand over the start-up horizon: start replicas before it arrives, and never scale down below it.
-    Returns ``(need, rule, message)``, the rule ``forecast`` when the forecast needs more."""
-    if policy.forecaster is None or not observation.arrival_counts:
+    """Forecast demand over the part of the start-up horizon the p95 target cannot absorb: start replicas before
+    it arrives, and never scale down below it. A request may wait the target, so a replica that starts within the
+    target after the demand shows is in time: the horizon is ``forecast_horizon_s - target``, and none (no
+    forecast) when the target is at least the start-up time. Returns ``(need, rule, message)``, the rule
+    ``forecast`` when the forecast needs more."""
+    horizon_s = policy.forecast_horizon_s - policy.target_p95_latency_ms / 1000.0
+    if policy.forecaster is None or not observation.arrival_counts or horizon_s <= 0:
         return need, rule, message
-    forecast = forecast_rate_rps(observation.arrival_counts, observation.count_bin_s, policy.forecast_horizon_s,
+    features["forecast_horizon_s"] = horizon_s
+    forecast = forecast_rate_rps(observation.arrival_counts, observation.count_bin_s, horizon_s,
                                  rule=policy.forecaster, window_s=policy.forecast_window_s,
                                  quantile=policy.forecast_quantile,
                                  span_s=policy.target_p95_latency_ms / 1000.0)
@@ -975,7 +982,7 @@ def _forecast_need(
             need, rule = forecast_need, "forecast"
             message = (
                 f"{message}; the {forecast.rule} forecast of {forecast.rate_rps:.2f} req/s over the next "
-                f"{policy.forecast_horizon_s:g} s ({factor:.2f}x) needs {forecast_need}"
+                f"{horizon_s:g} s ({factor:.2f}x) needs {forecast_need}"
                 + ("" if forecast_ok else " (SLO unattainable: sized for utilization)")
             )
     return need, rule, message

@@ -662,10 +662,29 @@ def test_the_forecast_peak_is_over_the_latency_targets_timescale() -> None:
     # not the 15 s bins' (0.67 req/s, which sized twice the load)
     counts = tuple(float(x) for x in np.tile([0.0, 10.0], 20))
     obs = make_obs(1 / 3, current=1, workload=(text_class(1 / 3),), arrival_counts=counts)
-    d = recommend(obs, make_policy(target_p95_latency_ms=60_000), ScalerState(), ConstantModel(1000.0), NOW)
-    short = recommend(obs, make_policy(target_p95_latency_ms=2_000), ScalerState(), ConstantModel(1000.0), NOW)
+    d = recommend(obs, make_policy(target_p95_latency_ms=60_000, forecast_horizon_s=120.0), ScalerState(),
+                  ConstantModel(1000.0), NOW)
+    short = recommend(obs, make_policy(target_p95_latency_ms=2_000, forecast_horizon_s=62.0), ScalerState(),
+                      ConstantModel(1000.0), NOW)  # both look 60 s ahead (the start-up the target cannot absorb)
     # a 2 s target: the 15 s bins' peak, 2/3 req/s; 60 s: 1/3 req/s (both plus the same Holt trend)
     assert short.features["forecast_rps"] - d.features["forecast_rps"] == pytest.approx(1 / 3)
+
+
+def test_the_forecast_covers_only_the_start_up_the_target_cannot_absorb() -> None:
+    # A new replica serves forecast_horizon_s (60 s) after it is asked for; a request may wait the p95 target. With
+    # an 80 s target a reactive scale-up is in time, so there is no forecast (it sized the long-request trace
+    # 1.2 h above the same SLO-minutes); with a 30 s target the forecast looks 60 - 30 = 30 s ahead.
+    counts = tuple(float(x) for x in np.linspace(2.0, 20.0, 40))  # a steady ramp: Holt's trend is positive
+    obs = make_obs(20 / 15, current=2, workload=(text_class(20 / 15),), arrival_counts=counts)
+    lax = recommend(obs, make_policy(target_p95_latency_ms=80_000, forecast_horizon_s=60.0), ScalerState(),
+                    ConstantModel(1000.0), NOW)
+    assert "forecast_rps" not in lax.features and lax.reason != Reason.SCALE_UP_FOR_FORECAST
+    half = recommend(obs, make_policy(target_p95_latency_ms=30_000, forecast_horizon_s=60.0), ScalerState(),
+                     ConstantModel(1000.0), NOW)
+    full = recommend(obs, make_policy(target_p95_latency_ms=30_000, forecast_horizon_s=90.0), ScalerState(),
+                     ConstantModel(1000.0), NOW)
+    assert half.features["forecast_horizon_s"] == 30.0 and full.features["forecast_horizon_s"] == 60.0
+    assert half.features["forecast_rps"] < full.features["forecast_rps"]  # the trend over 30 s, not 60 s
 
 
 def test_in_flight_ages_are_a_lower_bound_on_service_time() -> None:
