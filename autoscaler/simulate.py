@@ -124,6 +124,9 @@ class SimulationConfig:
             so HPA's 300 s window on top of it mostly holds idle replicas (benchmarks/autoscaler_pareto.py); 60 s
             rather than 0-30 s keeps the forecast's bin-to-bin jitter from flapping a replica.
         predictive_forecaster: The predictive policy's forecaster (None = no forecast).
+        predictive_forecast_horizon_s: The predictive policy's ``forecast_horizon_s``; None = the p90 of the
+            start-up law (:meth:`startup_horizon_s`). Set it to keep the shipped horizon while changing the law
+            (e.g. replicas ready at once).
         predictive_burst_aware: Whether the predictive policy sizes with the measured arrival SCV.
         count_bin_s: Bin of the arrival counts given to the predictive policy, s.
         count_span_s: How far back those counts reach, s.
@@ -160,6 +163,7 @@ class SimulationConfig:
     fixed_replicas: int | None = None
     predictive_scale_down_stabilization_s: float | None = 60.0
     predictive_forecaster: str | None = "peak"
+    predictive_forecast_horizon_s: float | None = None
     predictive_burst_aware: bool = True
     count_bin_s: float = 15.0
     count_span_s: float = 600.0
@@ -221,7 +225,8 @@ class SimulationConfig:
             calibrator=self.calibrator,
             burst_aware=self.predictive_burst_aware,
             forecaster=self.predictive_forecaster,
-            forecast_horizon_s=self.startup_horizon_s(),
+            forecast_horizon_s=(self.startup_horizon_s() if self.predictive_forecast_horizon_s is None
+                                else self.predictive_forecast_horizon_s),
         )
 
 

@@ -145,8 +145,10 @@ COUNTERFACTUALS: dict[str, dict[str, Any]] = {
 
 
 def counterfactuals(trace: Trace, config: SimulationConfig, model: Any) -> dict[str, dict[str, Any]]:
-    """Predictive at its shipped setting with each of :data:`COUNTERFACTUALS` applied: its result."""
-    return {name: run_simulation(trace, replace(config, policies=("predictive",), **change), model)["predictive"]
+    """Predictive at its shipped setting with each of :data:`COUNTERFACTUALS` applied: its result. The forecast
+    horizon stays the shipped one (replicas ready at once would otherwise also shorten it to 0)."""
+    keep = replace(config, policies=("predictive",), predictive_forecast_horizon_s=config.startup_horizon_s())
+    return {name: run_simulation(trace, replace(keep, **change), model)["predictive"]
             for name, change in COUNTERFACTUALS.items()}
 
 

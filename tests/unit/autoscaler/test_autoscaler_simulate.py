@@ -287,3 +287,14 @@ def test_observed_service_time_is_of_the_requests_completed_in_the_window() -> N
     (text,) = _Metrics(trace, service_ms).workload(pool, 15.0, 75.0, 300.0)
     assert text.observed_service_ms == pytest.approx(25_500.0)
     assert text.rate_rps == pytest.approx(10 / 60)  # the rate is still by arrival
+
+
+def test_the_predictive_forecast_horizon_follows_the_start_up_law_unless_set() -> None:
+    from modalscale.autoscaler.policy import ScalingMode
+
+    config = SimulationConfig(startup_delay_s=30.0, startup_delay_p90_s=60.0)
+    assert config.scaling_policy(ScalingMode.PREDICTIVE).forecast_horizon_s == 60.0
+    at_once = replace(config, startup_delay_s=0.0, startup_delay_p90_s=None)
+    assert at_once.scaling_policy(ScalingMode.PREDICTIVE).forecast_horizon_s == 0.0
+    kept = replace(at_once, predictive_forecast_horizon_s=60.0)
+    assert kept.scaling_policy(ScalingMode.PREDICTIVE).forecast_horizon_s == 60.0
