@@ -8,7 +8,8 @@
    the utilization target (:func:`modalscale.autoscaler.queueing.replicas_for_slo`), with the arrival SCV measured
    from per-bin request counts (:func:`modalscale.autoscaler.arrivals.arrival_scv`; Poisson without counts; level
    shifts left out). An observed mean service time outside the calibrator's range of the model's is sized as
-   observed; executing requests count at their age, a lower bound (:func:`_observed_service`). The rules, each
+   observed, in every class and window alike (a model that far off is not trusted for its feature dependence
+   either); executing requests count at their age, a lower bound (:func:`_observed_service`). The rules, each
    named by the decision's reason when it sets the need:
 
    - ``ScaleUpForSLO`` / ``ScaleDownIdle`` / ``Steady``: the stable (60 s) window sized as above;
@@ -16,9 +17,11 @@
      compound-Poisson noise, so the recent window is sized instead;
    - ``ScaleUpForPanic`` (KPA's panic mode): the recent window alone needs at least ``panic_threshold_ratio`` x
      the ready replicas; it is sized at once, whatever the noise test says;
-   - ``ScaleUpForForecast``: the forecast demand over ``forecast_horizon_s`` (a new replica's start-up time;
-     :func:`modalscale.autoscaler.arrivals.forecast_rate_rps`) needs more than the current load; replicas are
-     started before the demand arrives;
+   - ``ScaleUpForForecast``: the forecast demand over ``forecast_horizon_s`` (a new replica's start-up time) less
+     the p95 target (a request may wait that long for a replica asked for when it arrived; no forecast when the
+     target is at least the start-up time) needs more than the current load
+     (:func:`modalscale.autoscaler.arrivals.forecast_rate_rps`, its peak rates taken over spans as long as the p95
+     target); replicas are started before the demand arrives;
    - ``ScaleDownForForecast``: below the current count, the need is never lower than what the forecast demand
      needs, so a scale-down goes only as far as the forecast allows (and the scale-down window still applies);
    - ``ScaleUpForBacklog``: queued requests must drain within ``backlog_drain_s``;
@@ -801,16 +804,22 @@ def _estimate(
 def _calibrate_service(
     observation: Observation, raw_ms: NDArray[np.float64], policy: ScalingPolicy, state: ScalerState,
     features: dict[str, float]
-) -> tuple[_Load, float, float, float | None]:
+) -> tuple[_Load, float, float, float | None, float | None]:
     """Service-time calibration: observed vs predicted (raw) mean service time, rate-weighted over classes.
 
     Service time does not depend on the replica count, so this runs during scaling too. Observation over
     assumption: a disagreement the bounded calibrator cannot follow is sized as observed (downwards only on
-    completed requests: an in-flight age is a lower bound, never an upper one).
+    completed requests: an in-flight age is a lower bound, never an upper one). A model that far off is not
+    trusted for how service time depends on the features either: sized as observed, every class of every window
+    takes the observed mean service time (``flat_raw_ms`` x the sizing scale), not the observed ratio times the
+    model's prediction for that window's features (one long prompt in the 15 s window would otherwise scale the
+    recent window by the model's token slope, which the observation has just shown to be wrong).
 
     Returns:
         ``(stable load at the sizing scale, calibrated service scale, sizing scale, observed mean service ms or
-        None)``; adds ``observed_service_ms`` and ``observed_over_model_ratio`` to ``features`` when known.
+        None, flat_raw_ms)``: ``flat_raw_ms`` is the model's raw prediction for the observed requests when sized as
+        observed (use it for every class), else None. Adds ``observed_service_ms`` and
+        ``observed_over_model_ratio`` to ``features`` when known.
     """
     assert observation.workload is not None
     calibrator = policy.calibrator
@@ -822,6 +831,7 @@ def _calibrate_service(
     ]
     service_scale = state.service_scale
     sizing_scale = service_scale  # the scale the rules size with: the calibrated one, unless observation wins
+    flat_raw_ms = None
     observed_ms, predicted_ms, completed = _observed_service(observation, stable, seen)
     if observed_ms is not None and predicted_ms is not None and predicted_ms > 0:
         service_scale = calibrator.update(service_scale, observed_ms, predicted_ms)
@@ -829,10 +839,11 @@ def _calibrate_service(
         features["observed_service_ms"] = observed_ms
         ratio = observed_ms / predicted_ms
         if ratio > calibrator.max_scale or (ratio < calibrator.min_scale and completed):
-            sizing_scale = ratio
+            sizing_scale, flat_raw_ms = ratio, predicted_ms
             features["observed_over_model_ratio"] = ratio
+            raw_ms = np.full_like(raw_ms, predicted_ms)
         stable = _estimate(observation.workload, raw_ms, policy, sizing_scale)
-    return stable, service_scale, sizing_scale, observed_ms
+    return stable, service_scale, sizing_scale, observed_ms, flat_raw_ms
 
 
 def _calibrate_latency(
@@ -946,13 +957,19 @@ def _forecast_need(
     observation: Observation, policy: ScalingPolicy, chosen: _Load, need: int, rule: str, message: str,
     size: _Sizer, features: dict[str, float]
 ) -> tuple[int, str, str]:
-    """Forecast demand over the start-up horizon: start replicas before it arrives, and never scale down below it.
-    Returns ``(need, rule, message)``, the rule ``forecast`` when the forecast needs more."""
-    if policy.forecaster is None or not observation.arrival_counts:
+    """Forecast demand over the part of the start-up horizon the p95 target cannot absorb: start replicas before
+    it arrives, and never scale down below it. A request may wait the target, so a replica that starts within the
+    target after the demand shows is in time: the horizon is ``forecast_horizon_s - target``, and none (no
+    forecast) when the target is at least the start-up time. Returns ``(need, rule, message)``, the rule
+    ``forecast`` when the forecast needs more."""
+    horizon_s = policy.forecast_horizon_s - policy.target_p95_latency_ms / 1000.0
+    if policy.forecaster is None or not observation.arrival_counts or horizon_s <= 0:
         return need, rule, message
-    forecast = forecast_rate_rps(observation.arrival_counts, observation.count_bin_s, policy.forecast_horizon_s,
+    features["forecast_horizon_s"] = horizon_s
+    forecast = forecast_rate_rps(observation.arrival_counts, observation.count_bin_s, horizon_s,
                                  rule=policy.forecaster, window_s=policy.forecast_window_s,
-                                 quantile=policy.forecast_quantile)
+                                 quantile=policy.forecast_quantile,
+                                 span_s=policy.target_p95_latency_ms / 1000.0)
     if forecast is None:
         return need, rule, message
     factor = forecast.rate_rps / chosen.arrival_rps
@@ -965,7 +982,7 @@ def _forecast_need(
             need, rule = forecast_need, "forecast"
             message = (
                 f"{message}; the {forecast.rule} forecast of {forecast.rate_rps:.2f} req/s over the next "
-                f"{policy.forecast_horizon_s:g} s ({factor:.2f}x) needs {forecast_need}"
+                f"{horizon_s:g} s ({factor:.2f}x) needs {forecast_need}"
                 + ("" if forecast_ok else " (SLO unattainable: sized for utilization)")
             )
     return need, rule, message
@@ -1034,8 +1051,10 @@ def _predictive_need(
         [observation.recent_workload] if observation.recent_workload is not None else [])
     raw = _predict_raw_ms(workloads, model)
 
-    stable, service_scale, sizing_scale, observed_ms = _calibrate_service(                           # 1
+    stable, service_scale, sizing_scale, observed_ms, flat_raw_ms = _calibrate_service(              # 1
         observation, raw[0], policy, state, features)
+    if flat_raw_ms is not None:  # sized as observed: the model's feature dependence is not trusted either
+        raw = [np.full_like(r, flat_raw_ms) for r in raw]
     measured = arrival_scv(observation.arrival_counts) if policy.burst_aware and observation.arrival_counts else None
     ca2 = 1.0 if measured is None else measured                                                      # 2
     features["arrival_scv"] = ca2

@@ -16,9 +16,10 @@ Model of the pool (assumptions, stated once):
   Scale-down removes starting replicas first (newest first), then the ready ones with the least work left;
   a removed replica finishes its in-flight requests (and costs until it has), but takes no new ones.
 - A policy decides every ``decision_interval_s`` on metrics of the last ``metrics_window_s``: per-modality
-  arrival rates and mean features (also over ``recent_window_s``), mean service time of those requests that
-  completed, p95 latency of requests completed in the window, slot utilization of ready replicas, mean in-flight
-  requests (queued + running) and the queue length now; the per-modality service-time SCV over
+  arrival rates and mean features (also over ``recent_window_s``), mean service time of the requests that
+  completed in the window whenever they arrived (Triton records compute time at completion), p95 latency of
+  requests completed in the window, slot utilization of ready replicas, mean in-flight requests (queued +
+  running) and the queue length now; the per-modality service-time SCV of the requests completed over
   ``service_window_s``; the requests in flight now with their mean age and the executing ones with their mean
   time in execution (``Observation.in_flight_*``, ``executing_*``: what the predictive policy's observed-queue rule
   and service-time lower bound read).
@@ -39,7 +40,7 @@ The predictive policy also gets the per-bin arrival counts Prometheus would give
 last ``count_span_s``), for its arrival-SCV estimate and its demand forecast over the start-up horizon.
 
 Metrics: ``slo_minutes_fraction`` (minutes, by arrival, whose p95 response time <= target; empty minutes count
-as met) and ``replica_hours``.
+as met), ``replica_hours``, and the requests over the target, in all and in burst minutes (:func:`burst_minutes`).
 """
 
 from __future__ import annotations
@@ -123,6 +124,9 @@ class SimulationConfig:
             so HPA's 300 s window on top of it mostly holds idle replicas (benchmarks/autoscaler_pareto.py); 60 s
             rather than 0-30 s keeps the forecast's bin-to-bin jitter from flapping a replica.
         predictive_forecaster: The predictive policy's forecaster (None = no forecast).
+        predictive_forecast_horizon_s: The predictive policy's ``forecast_horizon_s``; None = the p90 of the
+            start-up law (:meth:`startup_horizon_s`). Set it to keep the shipped horizon while changing the law
+            (e.g. replicas ready at once).
         predictive_burst_aware: Whether the predictive policy sizes with the measured arrival SCV.
         count_bin_s: Bin of the arrival counts given to the predictive policy, s.
         count_span_s: How far back those counts reach, s.
@@ -159,6 +163,7 @@ class SimulationConfig:
     fixed_replicas: int | None = None
     predictive_scale_down_stabilization_s: float | None = 60.0
     predictive_forecaster: str | None = "peak"
+    predictive_forecast_horizon_s: float | None = None
     predictive_burst_aware: bool = True
     count_bin_s: float = 15.0
     count_span_s: float = 600.0
@@ -220,7 +225,8 @@ class SimulationConfig:
             calibrator=self.calibrator,
             burst_aware=self.predictive_burst_aware,
             forecaster=self.predictive_forecaster,
-            forecast_horizon_s=self.startup_horizon_s(),
+            forecast_horizon_s=(self.startup_horizon_s() if self.predictive_forecast_horizon_s is None
+                                else self.predictive_forecast_horizon_s),
         )
 
 
@@ -363,9 +369,12 @@ class _Metrics:
     def workload(self, pool: _Pool, lo_s: float, hi_s: float, service_window_s: float) -> tuple[WorkloadClass, ...]:
         a, b = self.index(lo_s), self.index(hi_s)
         window = hi_s - lo_s
-        sa = self.index(hi_s - service_window_s)
-        done = np.isfinite(pool.finish[sa:b]) & (pool.finish[sa:b] <= hi_s)
-        done_here = np.isfinite(pool.finish[a:b]) & (pool.finish[a:b] <= hi_s)
+        # service times of the requests that COMPLETED in the window, whenever they arrived (Triton records a
+        # request's compute time when it completes); requests that arrived in it and completed are biased short
+        sa = self.index(hi_s - service_window_s - _LOOKBACK_S)
+        finish = pool.finish[sa:b]
+        done = np.isfinite(finish) & (finish > hi_s - service_window_s) & (finish <= hi_s)
+        done_here = np.isfinite(finish) & (finish > lo_s) & (finish <= hi_s)
         classes = []
         for code, modality in enumerate(MODALITIES):
             count = self.prefix[(code, "count")][b] - self.prefix[(code, "count")][a]
@@ -377,7 +386,7 @@ class _Metrics:
 
             served = self.service_ms[sa:b][done & (self.modality[sa:b] == code)]
             scv = float(served.var() / served.mean() ** 2) if served.size >= 10 else None
-            served_here = self.service_ms[a:b][done_here & (self.modality[a:b] == code)]
+            served_here = self.service_ms[sa:b][done_here & (self.modality[sa:b] == code)]
             observed_ms = float(served_here.mean()) if served_here.size >= 10 else None
             classes.append(
                 WorkloadClass(
@@ -468,6 +477,39 @@ def _slo_minutes(trace: Trace, pool: _Pool, target_ms: float, end_s: float) -> t
     return float((p95 <= target_ms).mean()), p95
 
 
+BURST_RATIO = 2.0
+"""A minute is a burst minute when its arrivals reach this many times the mean of the minutes before it
+(:func:`burst_minutes`; KPA's panic threshold, 200 %)."""
+BURST_LOOKBACK_MIN = 5
+"""How many minutes before it a burst minute is compared with."""
+
+
+def burst_minutes(arrival_s: NDArray[np.float64], end_s: float, ratio: float = BURST_RATIO,
+                  lookback_min: int = BURST_LOOKBACK_MIN) -> NDArray[np.bool_]:
+    """Which minutes (by arrival, shape ``(ceil(end_s / 60),)``) are burst minutes: at least one arrival and at
+    least ``ratio`` x the mean arrivals per minute of the ``lookback_min`` minutes before (fewer at the start; the
+    first minute has none before it and is not a burst). The onset of traffic after idle minutes is one, and so
+    are the next minutes while the look-back still holds the idle ones."""
+    n_minutes = max(1, math.ceil(end_s / 60.0))
+    minute = np.minimum((np.asarray(arrival_s) // 60.0).astype(np.int64), n_minutes - 1)
+    counts = np.bincount(minute, minlength=n_minutes).astype(np.float64)
+    out = np.zeros(n_minutes, dtype=bool)
+    for m in range(1, n_minutes):
+        before = counts[max(0, m - lookback_min):m]
+        out[m] = counts[m] > 0 and counts[m] >= ratio * float(before.mean())
+    return out
+
+
+def _over_slo(trace: Trace, pool: _Pool, target_ms: float, end_s: float) -> tuple[int, int, int]:
+    """``(requests over the p95 target or unfinished, those among them that arrived in a burst minute,
+    burst minutes)``."""
+    latency_ms = np.where(np.isfinite(pool.finish), (pool.finish - trace.arrival_s) * 1000.0, np.inf)
+    over = latency_ms > target_ms
+    bursts = burst_minutes(trace.arrival_s, end_s)
+    minute = np.minimum((trace.arrival_s // 60.0).astype(np.int64), bursts.shape[0] - 1)
+    return int(over.sum()), int((over & bursts[minute]).sum()), int(bursts.sum())
+
+
 def _reversals(series: list[int]) -> int:
     steps = [b - a for a, b in zip(series, series[1:], strict=False) if b != a]
     return sum(1 for x, y in zip(steps, steps[1:], strict=False) if (x > 0) != (y > 0))
@@ -489,8 +531,9 @@ def oracle_schedule(
     search over the replica count.
 
     Returns:
-        ``(replicas per minute, the replayed pool)``; the schedule has length ``ceil(end_s / 60)`` and holds
-        ``max_replicas`` where even that misses the target.
+        ``(replicas per minute, the replayed pool)``; the schedule has length ``ceil(end_s / 60)``. Where even
+        ``max_replicas`` misses the target (a request longer than the target among the minute's few), it holds the
+        least count whose p95 is as low as ``max_replicas``' (more replicas would not help).
     """
     n_minutes = max(1, math.ceil(end_s / 60.0))
     pool = _Pool(trace.arrival_s, service_ms / 1000.0, config.slots_per_replica)
@@ -503,29 +546,34 @@ def oracle_schedule(
         work_s = float(service_ms[lo_i:hi_i].sum()) / 1000.0
         lower = max(config.min_replicas, math.ceil(work_s / 60.0 / config.slots_per_replica))
 
-        def trial(c: int) -> tuple[bool, _Pool]:
+        def p95_at(c: int) -> tuple[float, _Pool]:
             candidate = pool.copy()
             candidate.resize(c, t0, 0.0)
             candidate.advance(math.inf, stop_index=hi_i)
             latency = (candidate.finish[lo_i:hi_i] - trace.arrival_s[lo_i:hi_i]) * 1000.0
-            ok = latency.size == 0 or float(np.percentile(latency, 95)) <= config.target_p95_ms
-            return ok, candidate
+            return (float(np.percentile(latency, 95)) if latency.size else 0.0), candidate
 
+        def trial(c: int) -> tuple[bool, _Pool]:
+            p95, candidate = p95_at(c)
+            return p95 <= goal_ms, candidate
+
+        goal_ms = config.target_p95_ms
         lower = min(lower, config.max_replicas)
         ok, chosen = trial(lower)
         best = lower
         if not ok:
-            ok_max, at_max = trial(config.max_replicas)
+            p95_max, at_max = p95_at(config.max_replicas)
             best, chosen = config.max_replicas, at_max
-            if ok_max:
-                bad = lower
-                while best - bad > 1:
-                    mid = (bad + best) // 2
-                    ok_mid, at_mid = trial(mid)
-                    if ok_mid:
-                        best, chosen = mid, at_mid
-                    else:
-                        bad = mid
+            # even max_replicas misses the target (a request longer than it): the least count as good as max
+            goal_ms = max(goal_ms, p95_max + 1e-6)
+            bad = lower
+            while best - bad > 1:
+                mid = (bad + best) // 2
+                ok_mid, at_mid = trial(mid)
+                if ok_mid:
+                    best, chosen = mid, at_mid
+                else:
+                    bad = mid
         # keep the chosen replay's assignments (trials share the start/finish arrays, so replay it last)
         _, chosen = trial(best)
         pool = chosen
@@ -680,8 +728,10 @@ def run_simulation(
     Returns:
         ``{policy: {"slo_minutes_fraction": float, "replica_hours": float, "mean_replicas": float,
         "p95_latency_ms": float, "direction_reversals": int, "decision_times_s": [...],
-        "desired_replicas": [...], "ready_replicas": [...], "minute_p95_ms": [...]}}``; the oracle's decision
-        series is per minute; predictive also has ``"reasons": {reason: decisions}``.
+        "desired_replicas": [...], "ready_replicas": [...], "minute_p95_ms": [...], "requests_over_slo": int,
+        "burst_requests_over_slo": int, "burst_minutes": int}}`` (requests whose response time exceeds the p95
+        target or that never finished, in all minutes and in :func:`burst_minutes`); the oracle's decision series is
+        per minute; predictive also has ``"reasons": {reason: decisions}``.
     Raises:
         ValueError: an empty trace.
     """
@@ -722,6 +772,7 @@ def run_simulation(
         if name != "oracle":
             pool, desired, ready = _simulate(trace, service, config, start, decider, times, config.startup_delays())
         fraction, minute_p95 = _slo_minutes(trace, pool, config.target_p95_ms, end_s)
+        over, over_in_bursts, n_bursts = _over_slo(trace, pool, config.target_p95_ms, end_s)
         latency = (pool.finish - trace.arrival_s) * 1000.0
         replica_s = pool.replica_seconds(end_s)
         results[name] = {
@@ -734,6 +785,9 @@ def run_simulation(
             "desired_replicas": desired,
             "ready_replicas": ready,
             "minute_p95_ms": [float(x) for x in minute_p95],
+            "requests_over_slo": over,
+            "burst_requests_over_slo": over_in_bursts,
+            "burst_minutes": n_bursts,
         }
         if name == "predictive":
             reasons: dict[str, int] = {}
@@ -774,7 +828,8 @@ def run_sweep(trace: Trace, config: SimulationConfig = SimulationConfig(), model
         model: The predictive policy's regressor; None = :func:`train_default_model`.
         grid: Knob values per family (default :data:`SWEEP_GRID`); each family's default is added when missing.
     Returns:
-        ``{"trace": name, "points": [{"policy", "param", "default", "slo_minutes_fraction", "replica_hours"}, ...]}``
+        ``{"trace": name, "points": [{"policy", "param", "default", "slo_minutes_fraction", "replica_hours",
+        "requests_over_slo", "burst_requests_over_slo"}, ...]}``
         with exactly one ``default: true`` point per policy: predictive, utilization, concurrency at the
         config's settings, fixed at the smallest pool reaching :data:`SWEEP_SLO_TARGET` SLO-minutes (the largest
         swept when none does), oracle (``param`` null).
@@ -790,7 +845,9 @@ def run_sweep(trace: Trace, config: SimulationConfig = SimulationConfig(), model
     def point(policy: str, param: float | None, default: bool, result: dict[str, Any]) -> dict[str, Any]:
         return {"policy": policy, "param": param, "default": default,
                 "slo_minutes_fraction": float(result["slo_minutes_fraction"]),
-                "replica_hours": float(result["replica_hours"])}
+                "replica_hours": float(result["replica_hours"]),
+                "requests_over_slo": int(result["requests_over_slo"]),
+                "burst_requests_over_slo": int(result["burst_requests_over_slo"])}
 
     oracle = run_simulation(trace, replace(config, policies=("oracle",)), model)["oracle"]
     points.append(point("oracle", None, True, oracle))

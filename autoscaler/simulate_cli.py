@@ -9,7 +9,8 @@ concurrency, fixed pool size) and with ``--json`` prints exactly::
 
     {"trace": ..., "points": [{"policy": "predictive"|"utilization"|"concurrency"|"fixed"|"oracle",
                                "param": <number or null>, "default": true|false,
-                               "slo_minutes_fraction": x, "replica_hours": y}, ...]}
+                               "slo_minutes_fraction": x, "replica_hours": y, "requests_over_slo": n,
+                               "burst_requests_over_slo": m}, ...]}
 
 with one ``default: true`` point per policy (see ``simulate.run_sweep``).
 """

@@ -395,23 +395,7 @@ def read_mooncake_trace(
         ValueError: missing columns or an unparsable cell (line named).
     """
     mix = mix or ImageMix()
-    with Path(path).open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in MOONCAKE_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path}: Mooncake trace lacks column(s) {missing}; expected {list(MOONCAKE_COLUMNS)}")
-        times: list[float] = []
-        tokens: list[int] = []
-        for line, row in enumerate(reader, start=2):
-            try:
-                times.append(float(row["timestamp_ms"]) / 1000.0)
-                tokens.append(int(float(row["input_length"])))
-            except (TypeError, ValueError):
-                raise ValueError(f"{path}: line {line}: cannot parse timestamp_ms/input_length {row!r}") from None
-    t = np.asarray(times)
-    order = np.argsort(t, kind="stable")
-    arrival = t[order] - (t[order][0] if t.size else 0.0)
-    text = np.maximum(np.asarray(tokens, dtype=np.int64)[order], 0)
+    arrival, text, _ = _read_mooncake_columns(path)
     count, width, height, image_only = mix.sample(arrival.shape[0], np.random.default_rng(random_state))
     text = np.where(image_only, 0, np.maximum(text, 1))
     return Trace(arrival, count, width, height, text, None, name or Path(path).stem)
@@ -437,6 +421,40 @@ def _renewal(rng: np.random.Generator, dist: str, p1: float, p2: float, cv: floa
     return cast(NDArray[np.float64], times[(times >= 0) & (times < length_s)])
 
 
+def _servegen_arrivals(path: str | Path, start_s: float, duration_s: float, rng: np.random.Generator,
+                       client_id: str | None = None) -> NDArray[np.float64]:
+    """Arrivals (s since ``start_s``, sorted) of every client (or only ``client_id``) of ServeGen's rate windows
+    in ``[start_s, start_s + duration_s)``: :func:`servegen_trace`'s generator."""
+    end_s = start_s + duration_s
+    parts: list[NDArray[np.float64]] = []
+    with Path(path).open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in SERVEGEN_RATE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: ServeGen rate windows lack column(s) {missing}; "
+                             f"expected {list(SERVEGEN_RATE_COLUMNS)}")
+        for line, row in enumerate(reader, start=2):
+            if client_id is not None and row["client_id"] != client_id:
+                continue
+            try:
+                w0, rate = float(row["window_start_s"]), float(row["rate_rps"])
+                cv = float(row["cv"] or 0.0)
+                p1, p2 = float(row["dist_param1"] or 0.0), float(row["dist_param2"] or 0.0)
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: line {line}: cannot parse {row!r}") from None
+            lo, hi = max(w0, start_s), min(w0 + 600.0, end_s)
+            if rate <= 0 or hi <= lo:
+                continue
+            offsets = _renewal(rng, (row["arrival_dist"] or "").strip(), p1, p2, cv, rate, 600.0)
+            absolute = w0 + offsets
+            parts.append(absolute[(absolute >= lo) & (absolute < hi)] - start_s)
+    arrival = np.sort(np.concatenate(parts)) if parts else np.zeros(0)
+    if arrival.size == 0:
+        who = "" if client_id is None else f" for client {client_id!r}"
+        raise ValueError(f"{path}: no traffic{who} in [{start_s:g}, {end_s:g}) s")
+    return arrival
+
+
 def servegen_trace(
     path: str | Path, start_s: float = 36000.0, duration_s: float = 3600.0, mix: ImageMix | None = None,
     random_state: int = 0, name: str | None = None,
@@ -455,32 +473,269 @@ def servegen_trace(
     """
     mix = mix or ImageMix()
     rng = np.random.default_rng(random_state)
-    end_s = start_s + duration_s
-    parts: list[NDArray[np.float64]] = []
-    with Path(path).open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in SERVEGEN_RATE_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path}: ServeGen rate windows lack column(s) {missing}; "
-                             f"expected {list(SERVEGEN_RATE_COLUMNS)}")
-        for line, row in enumerate(reader, start=2):
-            try:
-                w0, rate = float(row["window_start_s"]), float(row["rate_rps"])
-                cv = float(row["cv"] or 0.0)
-                p1, p2 = float(row["dist_param1"] or 0.0), float(row["dist_param2"] or 0.0)
-            except (TypeError, ValueError):
-                raise ValueError(f"{path}: line {line}: cannot parse {row!r}") from None
-            lo, hi = max(w0, start_s), min(w0 + 600.0, end_s)
-            if rate <= 0 or hi <= lo:
-                continue
-            offsets = _renewal(rng, (row["arrival_dist"] or "").strip(), p1, p2, cv, rate, 600.0)
-            absolute = w0 + offsets
-            parts.append(absolute[(absolute >= lo) & (absolute < hi)] - start_s)
-    arrival = np.sort(np.concatenate(parts)) if parts else np.zeros(0)
-    if arrival.size == 0:
-        raise ValueError(f"{path}: no traffic in [{start_s:g}, {end_s:g}) s")
+    arrival = _servegen_arrivals(path, start_s, duration_s, rng)
     n = arrival.shape[0]
     count, width, height, image_only = mix.sample(n, rng)
     tokens = np.rint(_sample_quantiles(SERVEGEN_TEXT_TOKEN_QUANTILES, n, rng)).astype(np.int64)
     tokens = np.where(image_only, 0, np.maximum(tokens, 1))
     return Trace(arrival, count, width, height, tokens, None, name or f"servegen@{start_s / 3600:g}h")
+
+
+SPLITWISE_COLUMNS: tuple[str, ...] = ("model", "hardware", "prompt_size", "batch_size", "token_size", "prompt_time",
+                                      "token_time", "tensor_parallel")
+"""Columns of Splitwise's performance model (Mutinifni/splitwise-sim ``data/perf_model.csv``) that are read."""
+
+
+@dataclass(frozen=True)
+class LLMServiceTime:
+    """LLM-style service time of one request alone on a replica (batch size 1), from a measured performance model:
+    ``prompt_ms(prompt tokens) + output tokens x token_ms``.
+
+    Attributes:
+        prompt_tokens: Prompt sizes the model was measured at, tokens, increasing.
+        prompt_ms: Median prompt (prefill) time at each size, ms.
+        token_ms: Median time per generated token, ms.
+        source: Where the figures come from (for reports).
+    """
+
+    prompt_tokens: tuple[float, ...]
+    prompt_ms: tuple[float, ...]
+    token_ms: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.prompt_tokens) < 2 or len(self.prompt_tokens) != len(self.prompt_ms):
+            raise ValueError("LLMServiceTime needs >= 2 prompt sizes, each with a prompt time")
+        if (np.diff(self.prompt_tokens) <= 0).any() or min(self.prompt_ms) <= 0 or self.token_ms <= 0:
+            raise ValueError("prompt sizes must increase; prompt and token times must be > 0")
+
+    def service_ms(self, prompt_tokens: NDArray[Any], output_tokens: NDArray[Any]) -> NDArray[np.float64]:
+        """Service time per request, ms, shape ``(n,)``: the prompt time interpolated linearly between measured
+        sizes (the smallest size's time below it; beyond the largest, extended along the last segment: a lower
+        bound, since attention grows faster than linearly) plus ``output_tokens x token_ms``."""
+        x = np.asarray(prompt_tokens, dtype=np.float64)
+        sizes, times = np.asarray(self.prompt_tokens), np.asarray(self.prompt_ms)
+        prompt = np.interp(x, sizes, times)
+        slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
+        prompt = np.where(x > sizes[-1], times[-1] + slope * (x - sizes[-1]), prompt)
+        return cast(NDArray[np.float64], prompt + np.asarray(output_tokens, dtype=np.float64) * self.token_ms)
+
+
+def read_splitwise_perf_model(path: str | Path, model: str = "llama2-70b", hardware: str = "a100-80gb",
+                              tensor_parallel: int = 8) -> LLMServiceTime:
+    """Read Splitwise's measured performance model (Patel et al., "Splitwise", ISCA 2024; MIT) for one setting.
+
+    Rows with ``batch_size == 1`` of ``model`` on ``hardware`` at ``tensor_parallel``: the median ``prompt_time``
+    (ms) per ``prompt_size``, and the median ``token_time`` (ms per generated token) over all of them. Defaults:
+    Llama-2-70B on one 8-GPU DGX-A100 (tensor parallel 8), the machine unit of Splitwise's own study.
+
+    Raises:
+        ValueError: missing columns, an unparsable cell (line named), or no rows for the setting (the settings the
+            file has are named).
+    """
+    prompt: dict[float, list[float]] = {}
+    token: list[float] = []
+    settings: set[tuple[str, str, int]] = set()
+    with Path(path).open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in SPLITWISE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: Splitwise perf model lacks column(s) {missing}; "
+                             f"expected {list(SPLITWISE_COLUMNS)}")
+        for line, row in enumerate(reader, start=2):
+            try:
+                tp, batch = int(float(row["tensor_parallel"])), int(float(row["batch_size"]))
+                size, p_ms, t_ms = float(row["prompt_size"]), float(row["prompt_time"]), float(row["token_time"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: line {line}: cannot parse {row!r}") from None
+            settings.add((row["model"], row["hardware"], tp))
+            if (row["model"], row["hardware"], tp, batch) == (model, hardware, tensor_parallel, 1):
+                prompt.setdefault(size, []).append(p_ms)
+                token.append(t_ms)
+    if len(prompt) < 2:
+        raise ValueError(f"{path}: no batch-size-1 rows at >= 2 prompt sizes for model={model!r} "
+                         f"hardware={hardware!r} tensor_parallel={tensor_parallel}; the file has {sorted(settings)}")
+    sizes = sorted(prompt)
+    return LLMServiceTime(tuple(sizes), tuple(float(np.median(prompt[s])) for s in sizes), float(np.median(token)),
+                          f"Splitwise perf model: {model} on {hardware}, tensor parallel {tensor_parallel}, batch 1")
+
+
+def thinning_fraction(rate_rps: float) -> float:
+    """The fraction of requests a long-request trace keeps: ``10 ** -ceil(log10(rate))`` for a rate of at least
+    1 req/s (so the kept rate lies in [0.1, 1) req/s), 1 below. A fixed rule, not a fitted one."""
+    if rate_rps < 1.0:
+        return 1.0
+    return float(10.0 ** -math.ceil(math.log10(rate_rps) + 1e-12))
+
+
+def long_request_trace(path: str | Path, perf: LLMServiceTime, keep_fraction: float | None = None,
+                       random_state: int = 0, name: str | None = None) -> Trace:
+    """A long-request trace from the Mooncake (FAST'25) conversation trace: independent thinning of its recorded
+    arrivals, each request with its own recorded token counts and an LLM-style service time.
+
+    Each request is kept with probability ``keep_fraction`` (default :func:`thinning_fraction` of the trace's mean
+    rate: 1/10 for its ~3.4 req/s), seeded by ``random_state``: independent thinning scales the rate by that
+    fraction at every instant and keeps the shape of its bursts. ``service_ms`` is
+    ``perf.service_ms(input_length, output_length)`` (Splitwise's measured prefill and decode times); the
+    requests are text only (``text_tokens = input_length``), so a model of image+text service times knows nothing
+    of their length. Cite Qin et al., "Mooncake", FAST 2025 (Apache-2.0) and Patel et al., "Splitwise", ISCA 2024.
+
+    Raises:
+        ValueError: missing columns, an unparsable cell (line named), ``keep_fraction`` outside (0, 1], or nothing
+            kept.
+    """
+    arrival, prompt, output = _read_mooncake_columns(path, with_output=True)
+    rate = len(arrival) / max(float(arrival[-1]) if arrival.size else 0.0, 1.0)
+    keep = thinning_fraction(rate) if keep_fraction is None else keep_fraction
+    if not 0 < keep <= 1:
+        raise ValueError(f"keep_fraction must be in (0, 1], got {keep!r}")
+    kept = np.random.default_rng(random_state).random(arrival.shape[0]) < keep
+    if not kept.any():
+        raise ValueError(f"{path}: no request kept at keep_fraction {keep:g}")
+    arrival, prompt, output = arrival[kept], prompt[kept], output[kept]
+    arrival = arrival - arrival[0]
+    zeros = np.zeros(arrival.shape[0], dtype=np.int64)
+    return Trace(arrival, zeros, zeros, zeros, np.maximum(prompt, 1), perf.service_ms(prompt, output),
+                 name or f"mooncake-long(1/{round(1 / keep)})")
+
+
+def _read_mooncake_columns(path: str | Path, with_output: bool = False
+                           ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]:
+    """``(arrival s since the first request, input_length, output_length)`` of a Mooncake CSV, sorted by arrival
+    (output zeros unless ``with_output``, which requires the column)."""
+    needed = MOONCAKE_COLUMNS + (("output_length",) if with_output else ())
+    with Path(path).open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in needed if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: Mooncake trace lacks column(s) {missing}; expected {list(needed)}")
+        times: list[float] = []
+        tokens: list[int] = []
+        outputs: list[int] = []
+        for line, row in enumerate(reader, start=2):
+            try:
+                times.append(float(row["timestamp_ms"]) / 1000.0)
+                tokens.append(int(float(row["input_length"])))
+                outputs.append(int(float(row["output_length"])) if with_output else 0)
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: line {line}: cannot parse {'/'.join(needed)} {row!r}") from None
+    t = np.asarray(times)
+    order = np.argsort(t, kind="stable")
+    arrival = t[order] - (t[order][0] if t.size else 0.0)
+    return (arrival, np.maximum(np.asarray(tokens, dtype=np.int64)[order], 0),
+            np.maximum(np.asarray(outputs, dtype=np.int64)[order], 0))
+
+
+SERVEGEN_PMF_COLUMNS: tuple[str, ...] = ("client_id", "window_start_s", "field", "value", "prob")
+"""Columns of ServeGen's per-client, per-6-h-window distributions (``servegen_mm_image_pmf.csv``)."""
+
+
+def onoff_hour(path: str | Path, duration_s: float = 3600.0) -> tuple[str, float]:
+    """The on/off span of ServeGen's per-client rate windows: over every client and every ``duration_s`` span of
+    whole 600 s windows, the one with the most switches between an idle window (rate 0) and a busy one; ties go
+    to the larger mean rate, then to the earlier span. A fixed rule, not a fitted one.
+
+    Returns:
+        ``(client_id, start_s)``.
+    Raises:
+        ValueError: missing columns, an unparsable cell, or no client with a switch.
+    """
+    rates: dict[str, dict[int, float]] = {}
+    with Path(path).open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in SERVEGEN_RATE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: ServeGen rate windows lack column(s) {missing}")
+        for line, row in enumerate(reader, start=2):
+            try:
+                rates.setdefault(row["client_id"], {})[round(float(row["window_start_s"]) / 600.0)] = float(
+                    row["rate_rps"] or 0.0)
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: line {line}: cannot parse {row!r}") from None
+    span = max(1, round(duration_s / 600.0))
+    best: tuple[int, float, float, str] | None = None
+    for client, windows in rates.items():
+        last = max(windows)
+        for first in range(min(windows), max(min(windows), last - span + 1) + 1):  # missing windows are idle
+            seg = [windows.get(w, 0.0) for w in range(first, first + span)]
+            switches = sum(1 for a, b in zip(seg, seg[1:], strict=False) if (a > 0) != (b > 0))
+            key = (switches, sum(seg) / span, -first * 600.0, client)
+            if switches and (best is None or key[:3] > best[:3]):
+                best = key
+    if best is None:
+        raise ValueError(f"{path}: no client switches between idle and busy windows")
+    return best[3], -best[2]
+
+
+def _servegen_pmfs(path: str | Path, client_id: str, at_s: float) -> dict[str, tuple[NDArray[np.float64],
+                                                                                    NDArray[np.float64]]]:
+    """``{field: (values, probabilities)}`` of one client's 6 h window that holds ``at_s``."""
+    table: dict[float, dict[str, tuple[list[float], list[float]]]] = {}
+    with Path(path).open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in SERVEGEN_PMF_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: ServeGen PMFs lack column(s) {missing}; expected {list(SERVEGEN_PMF_COLUMNS)}")
+        for line, row in enumerate(reader, start=2):
+            if row["client_id"] != client_id:
+                continue
+            try:
+                w0, value, prob = float(row["window_start_s"]), float(row["value"]), float(row["prob"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: line {line}: cannot parse {row!r}") from None
+            values, probs = table.setdefault(w0, {}).setdefault(row["field"], ([], []))
+            values.append(value)
+            probs.append(prob)
+    starts = [w for w in table if w <= at_s]
+    if not starts:
+        raise ValueError(f"{path}: no distributions for client {client_id!r} at or before {at_s:g} s")
+    fields = table[max(starts)]
+    need = ("image_count", "image_tokens", "text_tokens", "output_tokens")
+    if any(f not in fields for f in need):
+        raise ValueError(f"{path}: client {client_id!r} lacks one of {need} at {max(starts):g} s")
+    out = {}
+    for f in need:
+        values, probs = fields[f]
+        p = np.asarray(probs, dtype=np.float64)
+        out[f] = (np.asarray(values, dtype=np.float64), p / p.sum())
+    return out
+
+
+def servegen_onoff_trace(rate_path: str | Path, pmf_path: str | Path, perf: LLMServiceTime,
+                         client_id: str | None = None, start_s: float | None = None, duration_s: float = 3600.0,
+                         random_state: int = 0, name: str | None = None) -> Trace:
+    """An on/off trace from one ServeGen client: its idle and busy 600 s windows, with LLM-style service times.
+
+    Arrivals are :func:`servegen_trace`'s (the window's fitted law and rate) for that client alone; the span is
+    :func:`onoff_hour`'s unless ``client_id`` and ``start_s`` are given. Each request draws its images, image
+    tokens per image, text tokens and output tokens from the client's own distributions for the 6 h window that
+    holds ``start_s`` (``servegen_mm_image_pmf.csv``); its prompt is its text tokens plus its image tokens, its
+    service time ``perf.service_ms(prompt, output)``; pixels are image tokens x ``PIXELS_PER_IMAGE_TOKEN``. Cite
+    Xiang et al., arXiv 2505.09999 (Apache-2.0) and Patel et al., "Splitwise", ISCA 2024.
+
+    Raises:
+        ValueError: missing columns or cells, or no traffic in the span.
+    """
+    if client_id is None or start_s is None:
+        client_id, start_s = onoff_hour(rate_path, duration_s)
+    pmfs = _servegen_pmfs(pmf_path, client_id, start_s)
+    rng = np.random.default_rng(random_state)
+    arrivals = _servegen_arrivals(rate_path, start_s, duration_s, rng, client_id=client_id)
+    n = arrivals.shape[0]
+
+    def draw(f: str, size: int) -> NDArray[np.float64]:
+        values, probs = pmfs[f]
+        return cast(NDArray[np.float64], rng.choice(values, size=size, p=probs))
+
+    count = np.rint(draw("image_count", n)).astype(np.int64)
+    per_image = np.where(count > 0, np.rint(draw("image_tokens", n)), 0.0)
+    text = np.rint(draw("text_tokens", n)).astype(np.int64)
+    output = draw("output_tokens", n)
+    pixels = per_image * PIXELS_PER_IMAGE_TOKEN
+    width = np.where(count > 0, np.maximum(1, np.rint(np.sqrt(pixels * 4.0 / 3.0))), 0).astype(np.int64)
+    height = np.where(count > 0, np.maximum(1, np.rint(pixels / np.maximum(width, 1))), 0).astype(np.int64)
+    count = np.where(width * height > 0, count, 0)
+    text = np.where(count > 0, text, np.maximum(text, 1))
+    prompt = text + count * per_image
+    return Trace(arrivals, count, width, height, text, perf.service_ms(prompt, output),
+                 name or f"servegen-onoff(client {client_id}@{start_s / 3600:g}h)")

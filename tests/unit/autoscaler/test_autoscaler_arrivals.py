@@ -133,3 +133,19 @@ def test_the_forecast_trend_is_fitted_after_a_step() -> None:
     counts = step_counts(10, 0)
     f = forecast_rate_rps(counts, 15.0, 60.0, rule="peak", quantile=0.95)
     assert f is not None and f.rate_rps < 44.0
+
+
+def test_peak_takes_rates_over_spans_as_long_as_asked() -> None:
+    # 15 s bins alternating 0 and 10 requests: every 15 s bin's rate is 0 or 0.67 req/s, every 30 s span's 0.33.
+    # A request that may wait up to 30 s sees the 30 s rate; the 15 s peak is queueing, not demand to provision.
+    counts = np.tile([0.0, 10.0], 20)
+    per_bin = forecast_rate_rps(counts, 15.0, 60.0, rule="peak", quantile=0.95)
+    per_span = forecast_rate_rps(counts, 15.0, 60.0, rule="peak", quantile=0.95, span_s=30.0)
+    assert per_bin is not None and per_span is not None
+    # both add the same positive Holt trend (the last bin is a 10); the quantiles differ by 10/15 - 5/15
+    assert per_bin.rate_rps - per_span.rate_rps == pytest.approx(10 / 15 - 5 / 15)
+    flat = forecast_rate_rps(np.tile([5.0], 40), 15.0, 60.0, rule="peak", quantile=0.95, span_s=30.0)
+    assert flat is not None and flat.rate_rps == pytest.approx(5 / 15)
+    # spans below one bin, or of one bin, are the bins themselves
+    short = forecast_rate_rps(counts, 15.0, 60.0, rule="peak", quantile=0.95, span_s=5.0)
+    assert short is not None and short.rate_rps == per_bin.rate_rps

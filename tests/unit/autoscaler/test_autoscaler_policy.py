@@ -628,6 +628,65 @@ def test_observed_service_time_ten_times_the_model_wins() -> None:
     assert d.features["mean_service_ms"] == pytest.approx(10.0) and d.desired_replicas == 4  # max step 4
 
 
+class TokenModel:
+    """Predicts ``ms_per_token`` x text tokens (a model whose feature dependence may be wrong)."""
+
+    def __init__(self, ms_per_token: float) -> None:
+        self.ms_per_token = ms_per_token
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.asarray(X[:, FEATURES.index("text_tokens")] * self.ms_per_token, dtype=np.float64)
+
+
+def test_sized_as_observed_uses_the_observed_service_time_in_every_window() -> None:
+    # The model says 1 ms per 1,000 tokens; completed requests of ~7,000-token prompts took 20 s (2,857x: the model
+    # is wrong, its dependence on tokens too). One 126,000-token prompt arrives in the last 15 s. Sized as observed
+    # means 20 s per request in the stable AND the recent window: 0.35 req/s x 20 s = 7 erlangs; a 15 s window
+    # holding ~5 requests at 20 s is ~7 erlangs again. Scaling the model's prediction for that window's mean
+    # tokens (18x the stable window's) by the observed ratio read 126 erlangs and asked for up to max_step more.
+    policy = make_policy(target_p95_latency_ms=80_000, target_utilization_percent=90, max_step_replicas=32,
+                         max_replicas=200)
+    stable = (text_class(0.35, mean_text_tokens=7000, service_scv=0.3, observed_service_ms=20_000.0),)
+    recent = (text_class(0.33, mean_text_tokens=30_000, service_scv=0.3),)  # 4 of ~7,000 and one of 126,000
+    obs = make_obs(0.35, current=8, workload=stable, recent_workload=recent, recent_window_s=15.0)
+    d = recommend(obs, policy, ScalerState(), TokenModel(0.001), NOW)
+    assert "sized as observed" in d.message
+    assert d.features["recent_load_erlangs"] == pytest.approx(0.33 * 20.0)
+    assert d.features["mean_service_ms"] == pytest.approx(20_000.0)
+    assert d.desired_replicas <= 9  # ceil(7 / 0.9) = 8 (+1 for the p95 at SCV 0.3), never the recent window's 100+
+
+
+def test_the_forecast_peak_is_over_the_latency_targets_timescale() -> None:
+    # 15 s bins alternating 0 and 10 requests (1/3 req/s), 1 s requests, p95 target 60 s: a 15 s bin at 0.67 req/s
+    # is a burst the queue absorbs well within 60 s, so the forecast is the peak rate over 60 s spans (1/3 req/s),
+    # not the 15 s bins' (0.67 req/s, which sized twice the load)
+    counts = tuple(float(x) for x in np.tile([0.0, 10.0], 20))
+    obs = make_obs(1 / 3, current=1, workload=(text_class(1 / 3),), arrival_counts=counts)
+    d = recommend(obs, make_policy(target_p95_latency_ms=60_000, forecast_horizon_s=120.0), ScalerState(),
+                  ConstantModel(1000.0), NOW)
+    short = recommend(obs, make_policy(target_p95_latency_ms=2_000, forecast_horizon_s=62.0), ScalerState(),
+                      ConstantModel(1000.0), NOW)  # both look 60 s ahead (the start-up the target cannot absorb)
+    # a 2 s target: the 15 s bins' peak, 2/3 req/s; 60 s: 1/3 req/s (both plus the same Holt trend)
+    assert short.features["forecast_rps"] - d.features["forecast_rps"] == pytest.approx(1 / 3)
+
+
+def test_the_forecast_covers_only_the_start_up_the_target_cannot_absorb() -> None:
+    # A new replica serves forecast_horizon_s (60 s) after it is asked for; a request may wait the p95 target. With
+    # an 80 s target a reactive scale-up is in time, so there is no forecast (it sized the long-request trace
+    # 1.2 h above the same SLO-minutes); with a 30 s target the forecast looks 60 - 30 = 30 s ahead.
+    counts = tuple(float(x) for x in np.linspace(2.0, 20.0, 40))  # a steady ramp: Holt's trend is positive
+    obs = make_obs(20 / 15, current=2, workload=(text_class(20 / 15),), arrival_counts=counts)
+    lax = recommend(obs, make_policy(target_p95_latency_ms=80_000, forecast_horizon_s=60.0), ScalerState(),
+                    ConstantModel(1000.0), NOW)
+    assert "forecast_rps" not in lax.features and lax.reason != Reason.SCALE_UP_FOR_FORECAST
+    half = recommend(obs, make_policy(target_p95_latency_ms=30_000, forecast_horizon_s=60.0), ScalerState(),
+                     ConstantModel(1000.0), NOW)
+    full = recommend(obs, make_policy(target_p95_latency_ms=30_000, forecast_horizon_s=90.0), ScalerState(),
+                     ConstantModel(1000.0), NOW)
+    assert half.features["forecast_horizon_s"] == 30.0 and full.features["forecast_horizon_s"] == 60.0
+    assert half.features["forecast_rps"] < full.features["forecast_rps"]  # the trend over 30 s, not 60 s
+
+
 def test_in_flight_ages_are_a_lower_bound_on_service_time() -> None:
     # no request completed in the window; one executes for 30 s already while the model says 5 ms: the service
     # time is at least 30 s (sized as observed), and never read lower than the completed requests say

@@ -198,7 +198,8 @@ def test_sweep_json_has_exactly_the_issue_interface(tmp_path: Path, capsys: pyte
     assert set(out) == {"trace", "points"} and out["trace"] == "trace"
     policies = {"predictive", "utilization", "concurrency", "fixed", "oracle"}
     for p in out["points"]:
-        assert set(p) == {"policy", "param", "default", "slo_minutes_fraction", "replica_hours"}
+        assert set(p) == {"policy", "param", "default", "slo_minutes_fraction", "replica_hours",
+                          "requests_over_slo", "burst_requests_over_slo"}
         assert p["policy"] in policies and isinstance(p["default"], bool)
         assert (p["param"] is None) == (p["policy"] == "oracle")
         assert 0 <= p["slo_minutes_fraction"] <= 1 and p["replica_hours"] > 0
@@ -238,3 +239,62 @@ def test_long_requests_under_a_model_predicting_ms_scale_up_on_the_observation()
     result = run_simulation(trace, config, ConstantModel(5.0))["predictive"]
     assert max(result["desired_replicas"]) >= 10
     assert result["slo_minutes_fraction"] >= 0.9
+
+
+# ------------------------------------------------------------------------- long requests and bursts (issue 20)
+
+
+def test_oracle_does_not_buy_max_replicas_for_a_request_no_count_can_serve_in_time() -> None:
+    # 20 requests of 1 s a minute; in minute 1 two of them take 20 s against a 5 s p95 target, so that minute's
+    # p95 (np.percentile of 20: 95 % of the way from the 19th to the 20th) is 20 s with any replica count. The
+    # oracle must stop where more replicas stop helping, not buy max_replicas.
+    arrival = np.concatenate([np.linspace(0, 50, 20), np.linspace(60, 110, 20)])
+    service = np.full(arrival.size, 1000.0)
+    service[[30, 35]] = 20000.0
+    zeros = np.zeros(arrival.size, dtype=np.int64)
+    trace = Trace(arrival, zeros, zeros, zeros, np.full(arrival.size, 10), service)
+    config = SimulationConfig(target_p95_ms=5000.0, max_replicas=50, policies=("oracle",))
+    result = run_simulation(trace, config, ConstantModel(1000.0))["oracle"]
+    assert result["slo_minutes_fraction"] == 0.5
+    assert max(result["desired_replicas"] + [1]) <= 2  # one request per ~2.6 s, each 1 s: 1-2 replicas suffice
+    assert result["replica_hours"] < 3 * 2 / 60
+
+
+def test_burst_minutes_are_onsets_against_the_minutes_before() -> None:
+    from modalscale.autoscaler.simulate import burst_minutes
+
+    per_minute = [0, 0, 10, 10, 10, 10, 10, 10, 25, 10, 0]  # onset at 2; 3-4 against idle minutes; 8: 2.5x
+    arrival = np.concatenate([m * 60.0 + np.linspace(0, 59, n) for m, n in enumerate(per_minute)])
+    bursts = burst_minutes(arrival, 660.0)
+    # minute 3: 10 >= 2 x mean(0, 0, 10) = 6.7; 4: 10 >= 2 x mean(0, 0, 10, 10) = 10; 5: 10 < 2 x 6 = 12
+    assert [m for m, b in enumerate(bursts) if b] == [2, 3, 4, 8]
+
+
+def test_observed_service_time_is_of_the_requests_completed_in_the_window() -> None:
+    # Triton records a request's compute time when it completes: over [15 s, 75 s] the completed requests are the
+    # ten 50 s ones (arrived at 0-9 s, done at 50-59 s) and the ten 1 s ones (arrived 60-69 s): mean 25.5 s. The
+    # requests that ARRIVED in the window and completed are only the short ones (1 s): biased short.
+    from modalscale.autoscaler.simulate import _Metrics, _Pool
+
+    arrival = np.concatenate([np.arange(10.0), 60.0 + np.arange(10.0)])
+    service_ms = np.concatenate([np.full(10, 50_000.0), np.full(10, 1_000.0)])
+    zeros = np.zeros(arrival.size, dtype=np.int64)
+    trace = Trace(arrival, zeros, zeros, zeros, np.full(arrival.size, 10), service_ms)
+    pool = _Pool(arrival, service_ms / 1000.0, 1)
+    for _ in range(10):
+        pool.add(0.0, 0.0)
+    pool.advance(75.0)
+    (text,) = _Metrics(trace, service_ms).workload(pool, 15.0, 75.0, 300.0)
+    assert text.observed_service_ms == pytest.approx(25_500.0)
+    assert text.rate_rps == pytest.approx(10 / 60)  # the rate is still by arrival
+
+
+def test_the_predictive_forecast_horizon_follows_the_start_up_law_unless_set() -> None:
+    from modalscale.autoscaler.policy import ScalingMode
+
+    config = SimulationConfig(startup_delay_s=30.0, startup_delay_p90_s=60.0)
+    assert config.scaling_policy(ScalingMode.PREDICTIVE).forecast_horizon_s == 60.0
+    at_once = replace(config, startup_delay_s=0.0, startup_delay_p90_s=None)
+    assert at_once.scaling_policy(ScalingMode.PREDICTIVE).forecast_horizon_s == 0.0
+    kept = replace(at_once, predictive_forecast_horizon_s=60.0)
+    assert kept.scaling_policy(ScalingMode.PREDICTIVE).forecast_horizon_s == 60.0

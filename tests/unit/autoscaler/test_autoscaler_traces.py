@@ -160,3 +160,96 @@ def test_servegen_rate_windows_generate_each_windows_rate_and_burstiness(tmp_pat
     assert gaps.std() / gaps.mean() > 2.0
     with pytest.raises(ValueError, match="no traffic"):
         servegen_trace(path, start_s=5000.0, duration_s=600.0)
+
+
+# ------------------------------------------------------------------------- LLM-style traces (issue 20)
+
+SPLITWISE_HEADER = ("model,hardware,prompt_size,batch_size,token_size,peak_power,average_power,prompt_time,"
+                    "token_time,e2e_time,tensor_parallel")
+
+
+def write_perf_model(path: Path) -> Path:
+    rows = [SPLITWISE_HEADER,
+            "m,gpu,128,1,128,1,1,60,40,0,8", "m,gpu,128,1,128,1,1,80,50,0,8",  # medians 70 ms, 45 ms
+            "m,gpu,1024,1,128,1,1,170,45,0,8",
+            "m,gpu,1024,2,128,1,1,999,999,0,8",  # batch 2: ignored
+            "m,other,1024,1,128,1,1,999,999,0,8", "m,gpu,1024,1,128,1,1,999,999,0,4"]  # other setting: ignored
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_splitwise_perf_model_gives_prompt_plus_tokens_times_token_time(tmp_path: Path) -> None:
+    from modalscale.autoscaler.traces import read_splitwise_perf_model
+
+    perf = read_splitwise_perf_model(write_perf_model(tmp_path / "perf.csv"), model="m", hardware="gpu")
+    assert perf.prompt_tokens == (128.0, 1024.0) and perf.prompt_ms == (70.0, 170.0) and perf.token_ms == 45.0
+    # 576 tokens: halfway between 128 and 1024 -> 120 ms; 2048: extended along the last segment -> 170 + 100 * 1024/896
+    ms = perf.service_ms(np.array([10, 576, 2048]), np.array([0, 100, 10]))
+    assert ms == pytest.approx([70.0, 120.0 + 4500.0, 170.0 + 100.0 * 1024 / 896 + 450.0])
+    with pytest.raises(ValueError, match="the file has"):
+        read_splitwise_perf_model(tmp_path / "perf.csv", model="llama")
+
+
+def test_thinning_fraction_puts_the_rate_between_a_tenth_and_one() -> None:
+    from modalscale.autoscaler.traces import thinning_fraction
+
+    assert thinning_fraction(0.5) == 1.0
+    assert thinning_fraction(3.4) == pytest.approx(0.1) and thinning_fraction(1.0) == pytest.approx(0.1)
+    assert thinning_fraction(13.3) == pytest.approx(0.01)
+
+
+def test_long_request_trace_thins_mooncake_and_times_each_request_by_its_tokens(tmp_path: Path) -> None:
+    from modalscale.autoscaler.traces import long_request_trace, read_splitwise_perf_model
+
+    perf = read_splitwise_perf_model(write_perf_model(tmp_path / "perf.csv"), model="m", hardware="gpu")
+    path = tmp_path / "mooncake.csv"
+    n = 4000  # 4 req/s for 1000 s: kept 1/10
+    lines = ["timestamp_ms,input_length,output_length,n_hash_blocks"]
+    lines += [f"{i * 250},{128 if i % 2 else 1024},{i % 7},1" for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    trace = long_request_trace(path, perf, random_state=1)
+    assert len(trace) == pytest.approx(n / 10, rel=0.15) and trace.arrival_s[0] == 0.0
+    assert (trace.image_count == 0).all() and set(trace.text_tokens.tolist()) == {128, 1024}
+    assert trace.service_ms is not None
+    assert trace.service_ms == pytest.approx(perf.service_ms(trace.text_tokens, np.rint(
+        (trace.service_ms - np.where(trace.text_tokens == 128, 70.0, 170.0)) / 45.0)))
+    assert len(long_request_trace(path, perf, keep_fraction=1.0)) == n
+    no_output = tmp_path / "bare.csv"
+    no_output.write_text("timestamp_ms,input_length\n0,10\n")
+    with pytest.raises(ValueError, match="output_length"):
+        long_request_trace(no_output, perf)
+
+
+def test_onoff_hour_is_the_span_with_the_most_idle_busy_switches(tmp_path: Path) -> None:
+    from modalscale.autoscaler.traces import onoff_hour
+
+    path = tmp_path / "rates.csv"
+    rows = ["client_id,window_start_s,rate_rps,cv,arrival_dist,dist_param1,dist_param2"]
+    steady = [1.0] * 8
+    onoff = [0.0, 0.0, 0.5, 0.0, 0.3, 0.0, 0.4, 0.0]  # switches in 1800 s spans: 0-2: 2 ... 2-4: 3 (2 ties)
+    for client, rates in (("a", steady), ("b", onoff)):
+        rows += [f"{client},{w * 600},{r},1.0,,0,0" for w, r in enumerate(rates)]
+    path.write_text("\n".join(rows) + "\n")
+    # spans of 3 windows starting at 1..5 have 3 switches ([0, .5, 0], [.5, 0, .3], ...); the largest mean wins:
+    # [.5, 0, .3] (start 1200 s) and [.3, 0, .4] (start 2400 s) tie at 0.8/3 -> the earlier
+    assert onoff_hour(path, duration_s=1800.0) == ("b", 1200.0)
+
+
+def test_servegen_onoff_trace_draws_the_clients_own_tokens(tmp_path: Path) -> None:
+    from modalscale.autoscaler.traces import read_splitwise_perf_model, servegen_onoff_trace
+
+    perf = read_splitwise_perf_model(write_perf_model(tmp_path / "perf.csv"), model="m", hardware="gpu")
+    rates = tmp_path / "rates.csv"
+    rates.write_text("client_id,window_start_s,rate_rps,cv,arrival_dist,dist_param1,dist_param2\n"
+                     "x,0,0,0,,0,0\nx,600,2.0,1.0,,0,0\nx,1200,0,0,,0,0\ny,0,5.0,1.0,,0,0\n")
+    pmf = tmp_path / "pmf.csv"
+    pmf.write_text("client_id,window_start_s,field,value,prob\n"
+                   "x,0,image_count,1,1.0\nx,0,image_tokens,100,1.0\nx,0,text_tokens,28,1.0\n"
+                   "x,0,output_tokens,20,0.5\nx,0,output_tokens,40,0.5\n"
+                   "y,0,image_count,0,1.0\ny,0,image_tokens,0,1.0\ny,0,text_tokens,5,1.0\ny,0,output_tokens,1,1.0\n")
+    trace = servegen_onoff_trace(rates, pmf, perf, random_state=2)  # onoff_hour: client x
+    assert len(trace) == pytest.approx(1200, rel=0.1)
+    assert ((trace.arrival_s >= 600) & (trace.arrival_s < 1200)).all()  # x is busy only in its second window
+    assert (trace.image_count == 1).all() and (trace.text_tokens == 28).all()
+    assert trace.service_ms is not None
+    assert set(np.round(trace.service_ms, 6).tolist()) == {70.0 + 20 * 45.0, 70.0 + 40 * 45.0}  # prompt 128
