@@ -62,6 +62,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from modalscale.api.budgetpolicy import Period
 from modalscale.api.status import LedgerServiceStatus, LedgerStatus
 from modalscale.costmodel.money import (
     MONEY_CONTEXT,
@@ -69,7 +70,7 @@ from modalscale.costmodel.money import (
     parse_usd,
     quantize_ledger_usd,
 )
-from modalscale.costmodel.periods import Period, period_bounds, segment_microseconds, split_interval
+from modalscale.costmodel.periods import period_bounds, segment_microseconds, split_interval
 
 MICROSECONDS_PER_HOUR = Decimal(3_600_000_000)
 MAX_LEDGER_SERVICES = 500

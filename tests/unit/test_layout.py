@@ -66,7 +66,7 @@ def test_import_linter_contracts_hold() -> None:
     assert "0 broken" in proc.stdout
 
 
-@pytest.mark.parametrize("folder", ["autoscaler", "costmodel", "runtime"])
+@pytest.mark.parametrize("folder", ["autoscaler", "costmodel", "runtime", "src/modalscale/api"])
 def test_pure_packages_never_import_the_operator(folder: str) -> None:
     import ast
 
@@ -197,6 +197,44 @@ def _forbidden_chains(start: str, files: Mapping[str, Path]) -> list[str]:
 
 def _planner_module(planner: str) -> str:
     return "modalscale." + planner.removesuffix(".py").replace("/", ".")
+
+
+# modalscale.api is the bottom layer (the kinds' typed spec and status): the planners import it, never the other way
+# round. import-linter holds this for the packages it sees (pyproject.toml); this walk also sees the operator.
+ABOVE_THE_API = ("modalscale.costmodel", "modalscale.autoscaler", "modalscale.operator", "modalscale.runtime",
+                 "modalscale.notify", "modalscale.gateway", "modalscale.kubectl", "modalscale.devenv", "kopf",
+                 "kubernetes", "httpx", "aiohttp")
+
+
+def _reached(start: str, files: Mapping[str, Path]) -> set[str]:
+    """Every module ``start`` imports at run time, directly or through any chain of modules under ``files``."""
+    seen, todo = {start}, [start]
+    while todo:
+        here = todo.pop()
+        if here in files:
+            for name in _imports(here, files[here], files) - seen:
+                seen.add(name)
+                todo.append(name)
+    return seen - {start}
+
+
+def test_the_api_reaches_nothing_above_it() -> None:
+    files = _module_files(REPO / "src" / "modalscale")
+    api = sorted(m for m in files if m == "modalscale.api" or m.startswith("modalscale.api."))
+    assert "modalscale.api.budgetpolicy" in api and "modalscale.api.inferenceservice" in api, api
+    found = sorted(f"{m} -> {r}" for m in api for r in _reached(m, files)
+                   if any(r == a or r.startswith(a + ".") for a in ABOVE_THE_API))
+    assert found == [], "modalscale.api must import nothing above it: " + "; ".join(found)
+
+
+def test_the_api_walk_follows_imports_through_other_modules(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    import pkg.c\n")
+    (pkg / "c.py").write_text("import kopf\n")
+    assert _reached("pkg.a", _module_files(pkg)) >= {"pkg.b", "pkg.c", "kopf"}
 
 
 @pytest.mark.parametrize("planner", PLANNERS)

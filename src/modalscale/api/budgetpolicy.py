@@ -12,11 +12,37 @@ import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from modalscale.api.errors import InvalidSpec
-from modalscale.costmodel.periods import InvalidTimeZone, Period, resolve_zone
+
+
+class Period(str, enum.Enum):
+    """``spec.period`` of a BudgetPolicy (the bounds in a time zone: :mod:`modalscale.costmodel.periods`)."""
+
+    DAILY = "Daily"
+    WEEKLY = "Weekly"
+    MONTHLY = "Monthly"
+
+
+class InvalidTimeZone(ValueError):
+    """The time zone is not an IANA name known to the tz database (message names it)."""
+
+
+def resolve_zone(tz: str | ZoneInfo) -> ZoneInfo:
+    """``spec.timeZone``: ``"Europe/Berlin"`` -> ``ZoneInfo`` (IANA tz database, ``tzdata`` where the OS has none).
+
+    Raises:
+        InvalidTimeZone: Unknown name (the message names the field and gives examples).
+    """
+    if isinstance(tz, ZoneInfo):
+        return tz
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise InvalidTimeZone(f"spec.timeZone: {tz!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
 
 
 class ThresholdAction(str, enum.Enum):
@@ -287,6 +313,6 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
 
 
 __all__ = ["BudgetLimit", "BudgetSelector", "BudgetSpec", "Enforcement", "EnforcementOrder", "ForecastSpec",
-           "InvalidBudgetSpec", "LIMIT_AMOUNT_MAX_CHARS", "LIMIT_AMOUNT_NONZERO_RULE", "LIMIT_AMOUNT_PATTERN",
-           "LabelSelectorRequirement", "Notification", "NotifierType", "SecretRef", "Threshold", "ThresholdAction",
-           "parse_budget_spec", "parse_limit_amount"]
+           "InvalidBudgetSpec", "InvalidTimeZone", "LIMIT_AMOUNT_MAX_CHARS", "LIMIT_AMOUNT_NONZERO_RULE",
+           "LIMIT_AMOUNT_PATTERN", "LabelSelectorRequirement", "Notification", "NotifierType", "Period", "SecretRef",
+           "Threshold", "ThresholdAction", "parse_budget_spec", "parse_limit_amount", "resolve_zone"]
