@@ -3,6 +3,14 @@ enforcement, forecast, notifications), parsed and validated once.
 
 Why a module: every later step reads typed fields; the CRD's camelCase names and defaults are applied here, so a
 spec that skipped API-server defaulting parses the same, and a bad field is reported by its path.
+
+The grammar is the CRD's (``crds/budgetpolicies.modalscale.io.yaml``), because an object stored under an older CRD, or
+written where the schema was not enforced, reaches the operator: the same types (an integer is a JSON integer, never a
+string or a boolean; a boolean is a JSON boolean), patterns, lengths and bounds, list types (``actions`` and
+``selector.namespaces`` are sets, ``notifications`` a map keyed by name), the CEL rules, and an explicit ``null`` read
+as absent (the apiserver prunes nulls before defaulting). ``tests/integration/test_budget_spec_grammar.py`` submits
+each edge to a real apiserver and holds the two verdicts equal. One check goes further than the CRD can: a time zone
+must also be in the tz database.
 """
 
 from __future__ import annotations
@@ -11,10 +19,20 @@ import enum
 import re
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from modalscale.api.errors import InvalidSpec
 
@@ -77,15 +95,56 @@ class InvalidBudgetSpec(InvalidSpec):
     """The BudgetPolicy spec does not validate; ``field`` is the first failing field (``spec.limit.amount``)."""
 
 
+def _json_integer(value: object) -> object:
+    """A CRD ``type: integer`` admits a JSON number without a fraction (``50`` or ``50.0``), never a string or a
+    boolean; pydantic's lax ``int`` would take ``"50"`` and ``true``."""
+    if isinstance(value, bool | str | bytes):
+        raise ValueError(f"expected an integer, got {type(value).__name__} {value!r}")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+"""An integer as the CRD's ``type: integer`` admits it (:func:`_json_integer`)."""
+
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+"""A DNS-1123 label (namespaces, ``notifications[].name``), as the CRD says; at most 63 characters."""
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+"""A DNS-1123 subdomain (a Secret's name), as the CRD says; at most 253 characters."""
+TIME_ZONE_PATTERN = r"^(UTC|[A-Za-z]+(/[A-Za-z0-9_+-]+){1,2})$"
+"""``spec.timeZone``'s ``pattern`` in the CRD (``maxLength`` :data:`TIME_ZONE_MAX_CHARS`)."""
+TIME_ZONE_MAX_CHARS = 64
+_TIME_ZONE_RE = re.compile(TIME_ZONE_PATTERN)
+
+
+def _unique(value: tuple[Any, ...], what: str) -> tuple[Any, ...]:
+    """An ``x-kubernetes-list-type: set``: the apiserver refuses a value listed twice."""
+    twice = sorted({str(getattr(v, "value", v)) for v in value if value.count(v) > 1})
+    if twice:
+        raise ValueError(f"{what} is a set: {', '.join(twice)} listed twice")
+    return value
+
+
+def _without_nulls(value: object) -> object:
+    """``value`` with every ``null`` object member dropped, as the apiserver prunes them before defaulting (a
+    non-nullable field set to ``null`` reads as absent: its default, or "required")."""
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_without_nulls(v) for v in value]
+    return value
+
 
 class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
 
+LabelValue = Annotated[str, Field(max_length=63)]
+
+
 class LabelSelectorRequirement(_Spec):
     key: str = Field(min_length=1, max_length=316)
     operator: str = Field(pattern="^(In|NotIn|Exists|DoesNotExist)$")
-    values: tuple[str, ...] = ()
+    values: tuple[LabelValue, ...] = Field(default=(), max_length=64)
 
     @model_validator(mode="after")
     def _values_match_operator(self) -> "LabelSelectorRequirement":
@@ -97,9 +156,16 @@ class LabelSelectorRequirement(_Spec):
 class BudgetSelector(_Spec):
     """``spec.selector``: empty namespaces = the policy's own namespace; labels narrow further."""
 
-    namespaces: tuple[str, ...] = ()
-    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
-    match_expressions: tuple[LabelSelectorRequirement, ...] = Field(default=(), alias="matchExpressions")
+    namespaces: tuple[Annotated[str, Field(max_length=63, pattern=DNS_LABEL_PATTERN)], ...] = Field(default=(),
+                                                                                                  max_length=100)
+    match_labels: dict[str, LabelValue] = Field(default_factory=dict, alias="matchLabels", max_length=32)
+    match_expressions: tuple[LabelSelectorRequirement, ...] = Field(default=(), alias="matchExpressions",
+                                                                    max_length=16)
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces_set(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _unique(value, "namespaces")
 
     @field_validator("match_labels")
     @classmethod
@@ -197,34 +263,48 @@ class BudgetLimit(_Spec):
 
 
 class Threshold(_Spec):
-    percent: int = Field(ge=1, le=200)
+    percent: JsonInt = Field(ge=1, le=200)
     actions: tuple[ThresholdAction, ...] = Field(default=(ThresholdAction.ALERT,), min_length=1, max_length=5)
-    """At least one: a threshold without actions would do nothing (the CRD says minItems 1)."""
-    cap_replicas: int | None = Field(default=None, alias="capReplicas", ge=0, le=1000)
-    spot_max_priority: int | None = Field(default=None, alias="spotMaxPriority", ge=0, le=1000)
+    """At least one: a threshold without actions would do nothing (the CRD says minItems 1); a set."""
+    cap_replicas: JsonInt | None = Field(default=None, alias="capReplicas", ge=0, le=1000, validate_default=True)
+    spot_max_priority: JsonInt | None = Field(default=None, alias="spotMaxPriority", ge=0, le=1000,
+                                              validate_default=True)
     """``SwitchToSpot`` moves the services whose ``spec.priority`` is at most this (lower = less important)."""
 
-    @model_validator(mode="after")
-    def _cap_needs_value(self) -> "Threshold":
-        if ThresholdAction.CAP_REPLICAS in self.actions and self.cap_replicas is None:
+    @field_validator("actions")
+    @classmethod
+    def _actions_set(cls, value: tuple[ThresholdAction, ...]) -> tuple[ThresholdAction, ...]:
+        return _unique(value, "actions")
+
+    # The CRD's rules name the field (fieldPath .capReplicas / .spotMaxPriority): so do these (declared after
+    # ``actions``, so ``info.data`` holds it when it validated).
+    @field_validator("cap_replicas")
+    @classmethod
+    def _cap_needs_value(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None and ThresholdAction.CAP_REPLICAS in info.data.get("actions", ()):
             raise ValueError("capReplicas is required with the CapReplicas action")
-        if ThresholdAction.SWITCH_TO_SPOT in self.actions and self.spot_max_priority is None:
+        return value
+
+    @field_validator("spot_max_priority")
+    @classmethod
+    def _spot_needs_value(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None and ThresholdAction.SWITCH_TO_SPOT in info.data.get("actions", ()):
             raise ValueError("spotMaxPriority is required with the SwitchToSpot action (services with "
                              "spec.priority <= spotMaxPriority move to Spot; e.g. 50)")
-        return self
+        return value
 
 
 class Enforcement(_Spec):
-    floor_replicas: int = Field(default=1, alias="floorReplicas", ge=0, le=1000)
+    floor_replicas: JsonInt = Field(default=1, alias="floorReplicas", ge=0, le=1000)
     order: EnforcementOrder = EnforcementOrder.LOWEST_PRIORITY_FIRST
-    dry_run: bool = Field(default=False, alias="dryRun")
-    spot_pending_timeout_s: int = Field(default=300, alias="spotPendingTimeoutSeconds", ge=10, le=86400)
+    dry_run: StrictBool = Field(default=False, alias="dryRun")
+    spot_pending_timeout_s: JsonInt = Field(default=300, alias="spotPendingTimeoutSeconds", ge=10, le=86400)
     """Seconds a service's Spot pod may stay Pending before the service falls back to on-demand."""
 
 
 class ForecastSpec(_Spec):
-    enabled: bool = True
-    alert_at_percent: int = Field(default=100, alias="alertAtPercent", ge=1, le=200)
+    enabled: StrictBool = True
+    alert_at_percent: JsonInt = Field(default=100, alias="alertAtPercent", ge=1, le=200)
 
 
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
@@ -232,14 +312,14 @@ SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 
 
 class SecretRef(_Spec):
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     url_key: str = Field(default="url", alias="urlKey", min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
     signing_secret_key: str | None = Field(default=None, alias="signingSecretKey", min_length=1, max_length=253,
                                            pattern=SECRET_KEY_PATTERN)
 
 
 class Notification(_Spec):
-    name: str = Field(min_length=1, max_length=63)
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)
     type: NotifierType
     secret_ref: SecretRef = Field(alias="secretRef")
 
@@ -254,12 +334,16 @@ class BudgetSpec(_Spec):
     thresholds: tuple[Threshold, ...] = Field(min_length=1, max_length=10)
     enforcement: Enforcement = Field(default_factory=Enforcement)
     forecast: ForecastSpec = Field(default_factory=ForecastSpec)
-    evaluation_interval_s: int = Field(default=60, alias="evaluationIntervalSeconds", ge=1, le=3600)
+    evaluation_interval_s: JsonInt = Field(default=60, alias="evaluationIntervalSeconds", ge=1, le=3600)
     notifications: tuple[Notification, ...] = Field(default=(), max_length=10)
 
     @field_validator("time_zone")
     @classmethod
     def _zone(cls, value: str) -> str:
+        # The CRD's pattern and maxLength first (what the apiserver refuses), then the tz database (beyond it).
+        if len(value) > TIME_ZONE_MAX_CHARS or _TIME_ZONE_RE.fullmatch(value) is None:
+            raise ValueError(f"{value[:80]!r} is not an IANA time zone name: write UTC or Area/Location (at most "
+                             f"{TIME_ZONE_MAX_CHARS} characters), e.g. Europe/Berlin or America/Argentina/Buenos_Aires")
         try:
             resolve_zone(value)
         except InvalidTimeZone:
@@ -283,10 +367,17 @@ class BudgetSpec(_Spec):
         return value
 
 
+_ALIASES = {name: field.alias for model in (LabelSelectorRequirement, BudgetSelector, BudgetLimit, Threshold,
+                                            Enforcement, ForecastSpec, SecretRef, Notification, BudgetSpec)
+            for name, field in model.model_fields.items() if field.alias}
+"""snake_case field -> the CRD's name: pydantic names a defaulted field (``capReplicas`` missing) by its own name."""
+
+
 def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
     """Parse ``BudgetPolicy.spec`` (camelCase dict, as kopf gives it) into a typed :class:`BudgetSpec`.
 
-    CRD defaults are applied here too, so a spec that skipped API-server defaulting parses the same.
+    CRD defaults are applied here too, so a spec that skipped API-server defaulting parses the same; an explicit
+    ``null`` member is absent (the apiserver prunes it before defaulting).
 
     Raises:
         InvalidBudgetSpec: The first field that does not validate, e.g. ``spec.thresholds[1].capReplicas: ...``.
@@ -294,7 +385,7 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
     if not isinstance(spec, Mapping):
         raise InvalidBudgetSpec("spec", f"expected an object, got {type(spec).__name__}")
     try:
-        return BudgetSpec.model_validate(dict(spec))
+        return BudgetSpec.model_validate(_without_nulls(spec))
     except ValidationError as exc:
         messages = []
         errors = exc.errors()
@@ -305,7 +396,7 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
                 continue
             path = "spec"
             for part in err["loc"]:
-                path += f"[{part}]" if isinstance(part, int) else f".{part}"
+                path += f"[{part}]" if isinstance(part, int) else f".{_ALIASES.get(str(part), part)}"
             msg = err["msg"].removeprefix("Value error, ")
             messages.append((path, msg))
         first, rest = messages[0], [f"{p}: {m}" for p, m in messages[1:]]
