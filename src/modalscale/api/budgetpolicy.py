@@ -5,12 +5,13 @@ Why a module: every later step reads typed fields; the CRD's camelCase names and
 spec that skipped API-server defaulting parses the same, and a bad field is reported by its path.
 
 The grammar is the CRD's (``crds/budgetpolicies.modalscale.io.yaml``), because an object stored under an older CRD, or
-written where the schema was not enforced, reaches the operator: the same types (an integer is a JSON integer, never a
-string or a boolean; a boolean is a JSON boolean), patterns, lengths and bounds, list types (``actions`` and
-``selector.namespaces`` are sets, ``notifications`` a map keyed by name), the CEL rules, and an explicit ``null`` read
-as absent (the apiserver prunes nulls before defaulting). ``tests/integration/test_budget_spec_grammar.py`` submits
-each edge to a real apiserver and holds the two verdicts equal. One check goes further than the CRD can: a time zone
-must also be in the tz database.
+written where the schema was not enforced, reaches the operator: the same types (an integer is a JSON number without a
+fraction, and a JSON integer where a CEL rule reads it, never a string or a boolean; a boolean is a JSON boolean),
+patterns, lengths and bounds, list types (``actions`` and ``selector.namespaces`` are sets, ``notifications`` a map
+keyed by name), the CEL rules, an explicit ``null`` read as absent (the apiserver prunes nulls before defaulting),
+and an unknown field refused (as kubectl's strict field validation refuses it; the apiserver prunes it from what it
+stores). ``tests/integration/test_budget_spec_grammar.py`` submits each edge to a real apiserver and holds the two
+verdicts equal. One check goes further than the CRD can: a time zone must also be in the tz database.
 """
 
 from __future__ import annotations
@@ -96,15 +97,26 @@ class InvalidBudgetSpec(InvalidSpec):
 
 
 def _json_integer(value: object) -> object:
-    """A CRD ``type: integer`` admits a JSON number without a fraction (``50`` or ``50.0``), never a string or a
-    boolean; pydantic's lax ``int`` would take ``"50"`` and ``true``."""
+    """A CRD ``type: integer`` admits a JSON number without a fraction (``60`` or ``60.0``: stored as ``60``), never a
+    string or a boolean; pydantic's lax ``int`` would take ``"60"`` and ``true``."""
     if isinstance(value, bool | str | bytes):
         raise ValueError(f"expected an integer, got {type(value).__name__} {value!r}")
     return value
 
 
+def _cel_integer(value: object) -> object:
+    """An integer that a CRD's CEL rule reads: the apiserver refuses ``50.0`` there too ("expected int, got
+    float64" while evaluating the rule), so only a JSON integer passes."""
+    if isinstance(value, float):
+        raise ValueError(f"expected an integer, got float {value!r} (write {value:.0f} without a fraction)"
+                         if value.is_integer() else f"expected an integer, got float {value!r}")
+    return _json_integer(value)
+
+
 JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 """An integer as the CRD's ``type: integer`` admits it (:func:`_json_integer`)."""
+CelInt = Annotated[int, BeforeValidator(_cel_integer)]
+"""An integer inside an object a CEL rule reads (``thresholds[]``): a JSON integer only (:func:`_cel_integer`)."""
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 """A DNS-1123 label (namespaces, ``notifications[].name``), as the CRD says; at most 63 characters."""
@@ -135,7 +147,9 @@ def _without_nulls(value: object) -> object:
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    # Unknown fields are refused, as the apiserver's strict field validation (kubectl's default) refuses them; only
+    # the CRD's camelCase names are read (a snake_case ``match_labels`` is an unknown field there too).
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=False)
 
 
 LabelValue = Annotated[str, Field(max_length=63)]
@@ -263,11 +277,11 @@ class BudgetLimit(_Spec):
 
 
 class Threshold(_Spec):
-    percent: JsonInt = Field(ge=1, le=200)
+    percent: CelInt = Field(ge=1, le=200)
     actions: tuple[ThresholdAction, ...] = Field(default=(ThresholdAction.ALERT,), min_length=1, max_length=5)
     """At least one: a threshold without actions would do nothing (the CRD says minItems 1); a set."""
-    cap_replicas: JsonInt | None = Field(default=None, alias="capReplicas", ge=0, le=1000, validate_default=True)
-    spot_max_priority: JsonInt | None = Field(default=None, alias="spotMaxPriority", ge=0, le=1000,
+    cap_replicas: CelInt | None = Field(default=None, alias="capReplicas", ge=0, le=1000, validate_default=True)
+    spot_max_priority: CelInt | None = Field(default=None, alias="spotMaxPriority", ge=0, le=1000,
                                               validate_default=True)
     """``SwitchToSpot`` moves the services whose ``spec.priority`` is at most this (lower = less important)."""
 
@@ -367,6 +381,7 @@ class BudgetSpec(_Spec):
         return value
 
 
+UNKNOWN_FIELD = "unknown field: the CRD has no such field (check its spelling, case and indentation)"
 _ALIASES = {name: field.alias for model in (LabelSelectorRequirement, BudgetSelector, BudgetLimit, Threshold,
                                             Enforcement, ForecastSpec, SecretRef, Notification, BudgetSpec)
             for name, field in model.model_fields.items() if field.alias}
@@ -395,9 +410,11 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
                                                   o["loc"][:len(err["loc"])] == err["loc"] for o in errors):
                 continue
             path = "spec"
+            unknown = err["type"] == "extra_forbidden"  # its last part is the input's own key
             for part in err["loc"]:
-                path += f"[{part}]" if isinstance(part, int) else f".{_ALIASES.get(str(part), part)}"
-            msg = err["msg"].removeprefix("Value error, ")
+                name = str(part) if unknown else _ALIASES.get(str(part), str(part))
+                path += f"[{part}]" if isinstance(part, int) else f".{name}"
+            msg = UNKNOWN_FIELD if unknown else err["msg"].removeprefix("Value error, ")
             messages.append((path, msg))
         first, rest = messages[0], [f"{p}: {m}" for p, m in messages[1:]]
         raise InvalidBudgetSpec(first[0], "; ".join([first[1], *rest])) from None
