@@ -56,15 +56,8 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from modalscale.costmodel.budget import (
-    AlertKind,
-    AlertState,
-    PolicyRef,
-    ServiceState,
-    ThresholdAction,
-    parse_budget_spec,
-    plan_budget,
-)
+from modalscale.api.budgetpolicy import ThresholdAction, parse_budget_spec
+from modalscale.costmodel.budget import AlertKind, AlertState, PolicyRef, ServiceState, plan_budget
 from modalscale.costmodel.catalog import ReplicaResources, default_catalog
 from modalscale.costmodel.evaluation import BudgetEvaluation, evaluate_budget
 from modalscale.costmodel.ledger import Ledger, PodRun, advance, format_time

@@ -2,7 +2,7 @@
 
 Nothing here does I/O or reads the clock. A BudgetPolicy handler is meant to be this thin::
 
-    spec = parse_budget_spec(body["spec"])                                   # budget.InvalidBudgetSpec
+    spec = parse_budget_spec(body["spec"])                       # modalscale.api.budgetpolicy.InvalidBudgetSpec
     services = [service_state(ns, name, replicas=..., max_replicas=..., resources=..., tier=...,
                               catalog=catalog, priority=...) for each selected InferenceService]
     result = advance(Ledger.from_status(status.get("ledger"), status.get("periodStart")),
@@ -14,7 +14,8 @@ Nothing here does I/O or reads the clock. A BudgetPolicy handler is meant to be 
 
 Modules: ``catalog`` (prices), ``quantities`` (Kubernetes quantities), ``money`` (Decimal rounding rule),
 ``periods`` (Daily/Weekly/Monthly in an IANA zone), ``ledger`` (spend integration, status round trip),
-``budget`` (spec parsing, the planner), ``evaluation`` (ledger -> planner -> rates in force), ``outbox`` (alerts
-pending delivery, at least once), ``anomaly`` (spend anomalies), ``opencost`` (OpenCost prices), ``focus`` (FOCUS
-CSV). Chat payloads, signatures and the HTTP sender are ``modalscale.notify``'s: a platform is not a cost.
+``budget`` (the planner; the spec it reads is ``modalscale.api.budgetpolicy``), ``evaluation`` (ledger -> planner
+-> rates in force), ``outbox`` (alerts pending delivery, at least once), ``anomaly`` (spend anomalies),
+``opencost`` (OpenCost prices), ``focus`` (FOCUS CSV). Chat payloads, signatures and the HTTP sender are
+``modalscale.notify``'s: a platform is not a cost.
 """

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from modalscale.api.budgetpolicy import BudgetSpec
 from modalscale.costmodel.budget import (
     AlertState,
     BudgetPlan,
-    BudgetSpec,
     PolicyRef,
     ServiceState,
     plan_budget,

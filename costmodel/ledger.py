@@ -56,12 +56,13 @@ Rules (all pure; the caller passes ``now``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from modalscale.api.budgetpolicy import Period
 from modalscale.api.status import LedgerServiceStatus, LedgerStatus
 from modalscale.costmodel.money import (
     MONEY_CONTEXT,
@@ -69,7 +70,7 @@ from modalscale.costmodel.money import (
     parse_usd,
     quantize_ledger_usd,
 )
-from modalscale.costmodel.periods import Period, period_bounds, segment_microseconds, split_interval
+from modalscale.costmodel.periods import period_bounds, segment_microseconds, split_interval
 
 MICROSECONDS_PER_HOUR = Decimal(3_600_000_000)
 MAX_LEDGER_SERVICES = 500
@@ -413,6 +414,10 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
             now: datetime, period: Period | str, tz: str = "UTC") -> LedgerAdvance:
     """Integrate the rates in force since ``ledger.observed_time`` up to ``now`` and start the new rates.
 
+    A pipeline of named steps: check the observations, place ``now`` in its period, list what to integrate, charge
+    each service's interval (split at period boundaries), add up the spend of this period and of the one that
+    closed, and build the next ledger.
+
     Args:
         ledger: The ledger read back from status (``Ledger()`` the first time).
         observations: The selected services as seen now; each (namespace, name) at most once.
@@ -427,7 +432,57 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
-    # Pods whose deletion was recorded are charged like listed ones (ServiceObservation.stopped).
+    obs = _checked_observations(observations, now)
+    ledger, window = _window(ledger, now, period, tz)
+    by_key = {(o.namespace, o.name): o for o in obs}
+    segments: list[CostSegment] = []
+    unpriced: list[UnpricedInterval] = []
+    current_spent: dict[tuple[str, str], Decimal] = {}
+    closing_spent = Decimal(0)
+    for entry, t0, pods in _integration_work(ledger, obs, by_key, window):
+        charged, missing = _charge(entry, t0, pods, by_key.get(entry.key), window, period, tz)
+        segments += charged
+        if missing is not None:
+            unpriced.append(missing)
+        spent = entry.spent_usd if window.carry else Decimal(0)
+        if not window.carry:
+            closing_spent += entry.spent_usd
+        for seg in charged:
+            if seg.counted:
+                spent += seg.cost_usd
+            elif not window.carry and seg.period_start == ledger.period_start:
+                closing_spent += seg.cost_usd
+        current_spent[entry.key] = spent
+    closed = _closed_period(ledger, window, period, tz, closing_spent)
+    new_ledger = Ledger(window.now, window.period_start, _next_entries(ledger, obs, current_spent))
+    return LedgerAdvance(new_ledger, new_ledger.spent_usd, window.period_start, window.period_end, tuple(segments),
+                         closed, tuple(unpriced), window.new_period)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Where one :func:`advance` integrates to (``now``, floored, never before ``observedTime``) and its period."""
+
+    now: datetime
+    period_start: datetime
+    period_end: datetime
+    carry: bool
+    """The ledger's spend so far counts in the current period (same period, or one that lies inside it)."""
+    new_period: bool
+    """The ledger was accumulating an earlier period: its spend is reset (and reported closed)."""
+
+
+_Work = tuple[LedgerEntry, datetime | None, tuple[PodRun, ...] | None]
+"""One service to integrate: its entry (rates in force), the start of its window (None: nothing to integrate) and
+the pods to charge by their own timestamps (None: the replicas in force for the whole window)."""
+
+
+def _checked_observations(observations: Iterable[ServiceObservation], now: datetime) -> list[ServiceObservation]:
+    """``observations`` with recorded stops merged (``ServiceObservation.stopped``: charged like listed pods).
+
+    Raises:
+        ValueError: A service observed twice, or negative replicas or price.
+    """
     obs = [_with_recorded_stops(o, now) if o.stopped else o for o in observations]
     seen: set[tuple[str, str]] = set()
     for o in obs:
@@ -437,7 +492,15 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
         if ((o.replicas is not None and o.replicas < 0)
                 or (o.usd_per_replica_hour is not None and o.usd_per_replica_hour < 0)):
             raise ValueError(f"service {o.namespace}/{o.name}: replicas and price must be non-negative")
+    return obs
 
+
+def _window(ledger: Ledger, now: datetime, period: Period | str, tz: str) -> tuple[Ledger, _Window]:
+    """``now`` floored to the second (a clock that stepped back stands still) and placed in its period.
+
+    Returns:
+        The ledger (with ``period_start`` filled in from ``observed_time`` when status lacked it) and the window.
+    """
     now = floor_to_second(now.astimezone(timezone.utc))
     if ledger.observed_time is not None and now < ledger.observed_time:
         now = ledger.observed_time  # clock stepped back: stand still
@@ -447,96 +510,116 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
         ledger = replace(ledger, period_start=period_bounds(period, tz, ledger.observed_time)[0])
     carry = ledger.period_start is not None and ledger.period_start >= p_start
     new_period = ledger.period_start is not None and not carry
+    return ledger, _Window(now, p_start, p_end, carry, new_period)
 
-    segments: list[CostSegment] = []
-    unpriced: list[UnpricedInterval] = []
-    current_spent: dict[tuple[str, str], Decimal] = {}
-    closing_spent = Decimal(0)
-    by_key = {(o.namespace, o.name): o for o in obs}
-    # What to integrate: every service in the ledger since observedTime, and every service new to it (the
-    # policy's first evaluation, or a service that appeared since) from its pods' own start times (see
-    # :func:`_new_service_work`).
-    work: list[tuple[LedgerEntry, datetime | None, tuple[PodRun, ...] | None]] = []
+
+def _integration_work(ledger: Ledger, obs: Sequence[ServiceObservation],
+                      by_key: Mapping[tuple[str, str], ServiceObservation], window: _Window) -> list[_Work]:
+    """What to integrate: every service in the ledger since ``observedTime``, and every service new to it (the
+    policy's first evaluation, or a service that appeared since) from its pods' own start times
+    (:func:`_new_service_work`)."""
+    work: list[_Work] = []
     for entry in ledger.entries:
         now_seen = by_key.get(entry.key)
         work.append((entry, ledger.observed_time,
                      now_seen.pods if now_seen is not None and entry.replicas is not None else None))
-    work += _new_service_work(ledger, obs, now, p_start)
-    for entry, t0_or_none, pods in work:
-        spent = entry.spent_usd if carry else Decimal(0)
-        if not carry:
-            closing_spent += entry.spent_usd
-        if t0_or_none is not None and now > t0_or_none:
-            t0 = t0_or_none
-            now_seen = by_key.get(entry.key)
-            rate = entry.cost_usd_per_hour if entry.replicas != 0 else Decimal(0)
-            price: Decimal | None = None
-            gone = 0
-            if pods is not None:
-                # Per pod (see the module docstring): listed pods by their own timestamps, plus the replicas in
-                # force since t0 that no listed pod accounts for, for the whole interval.
-                gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.in_force_at(t0)))
-                if entry.replicas and entry.cost_usd_per_hour is not None:
-                    price = MONEY_CONTEXT.divide(entry.cost_usd_per_hour, Decimal(entry.replicas))
-                elif now_seen is not None:
-                    price = now_seen.usd_per_replica_hour
-                # Each pod at the price of the tier its node ran it at (PodRun.tier), the rest at the service's.
-                assert now_seen is not None
-                seen_obs = now_seen
+    return work + _new_service_work(ledger, obs, window.now, window.period_start)
 
-                # Mixed tiers: the entry's price is an average, so a pod at the service's own tier takes that price.
-                own = seen_obs.usd_per_replica_hour if any(p.tier is not None for p in pods) else price
 
-                def pod_rate(p: PodRun, base: Decimal | None = own) -> Decimal | None:
-                    return base if p.tier is None else seen_obs.pod_price(p)
+_PodRate = Callable[[PodRun], Decimal | None]
 
-                unknown_ran = (price is None and gone > 0) or any(
-                    pod_rate(p) is None and p.microseconds_in(t0, now) > 0 for p in pods)
-                rate = None if unknown_ran else (price or Decimal(0))
-            if rate is None:
-                unpriced.append(UnpricedInterval(entry.namespace, entry.name, int((now - t0).total_seconds())))
-            for seg in split_interval(t0, now, period, tz):
-                replica_us: int | None = None
-                if pods is not None:
-                    seg_us = segment_microseconds(seg.start, seg.end)
-                    replica_us = gone * seg_us + sum(p.microseconds_in(seg.start, seg.end) for p in pods)
-                    usd_us = MONEY_CONTEXT.multiply(price or Decimal(0), Decimal(gone * seg_us))
-                    for p in pods:
-                        p_rate = pod_rate(p)
-                        if p_rate is not None:
-                            usd_us = MONEY_CONTEXT.add(usd_us, MONEY_CONTEXT.multiply(
-                                p_rate, Decimal(p.microseconds_in(seg.start, seg.end))))
-                    # Known pods are charged even when another's price is unknown (a lower bound, reported).
-                    cost = quantize_ledger_usd(MONEY_CONTEXT.divide(usd_us, MICROSECONDS_PER_HOUR))
-                else:
-                    cost = _interval_cost(rate, seg.start, seg.end) if rate is not None else Decimal(0)
-                counted = seg.period_start == p_start
-                segments.append(CostSegment(entry.namespace, entry.name, seg.start, seg.end, entry.replicas,
-                                            entry.cost_usd_per_hour if pods is not None else rate, cost,
-                                            seg.period_start, counted, replica_us))
-                if counted:
-                    spent += cost
-                elif not carry and seg.period_start == ledger.period_start:
-                    closing_spent += cost
-        current_spent[entry.key] = spent
 
-    closed = None
-    if new_period and ledger.period_start is not None:
-        _, closed_end = period_bounds(period, tz, ledger.period_start)
-        closed = ClosedPeriod(ledger.period_start, min(closed_end, p_start), closing_spent)
+def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceObservation | None, t0: datetime
+                ) -> tuple[Decimal | None, int, _PodRate]:
+    """Per pod (see the module docstring): the price of a replica in force, the replicas in force since ``t0``
+    that no listed pod accounts for (charged for the whole interval), and each listed pod's price (that of the
+    tier its node ran it at, :attr:`PodRun.tier`; the others at the service's)."""
+    gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.in_force_at(t0)))
+    price: Decimal | None = None
+    if entry.replicas and entry.cost_usd_per_hour is not None:
+        price = MONEY_CONTEXT.divide(entry.cost_usd_per_hour, Decimal(entry.replicas))
+    elif now_seen is not None:
+        price = now_seen.usd_per_replica_hour
+    assert now_seen is not None
+    seen_obs = now_seen
 
-    entries: list[LedgerEntry] = []
-    for o in obs:
-        key = (o.namespace, o.name)
-        entries.append(LedgerEntry(o.namespace, o.name, o.replicas, o.cost_usd_per_hour,
-                                   current_spent.get(key, Decimal(0))))
+    # Mixed tiers: the entry's price is an average, so a pod at the service's own tier takes that price.
+    own = seen_obs.usd_per_replica_hour if any(p.tier is not None for p in pods) else price
+
+    def pod_rate(p: PodRun, base: Decimal | None = own) -> Decimal | None:
+        return base if p.tier is None else seen_obs.pod_price(p)
+
+    return price, gone, pod_rate
+
+
+def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | None,
+            now_seen: ServiceObservation | None, window: _Window, period: Period | str, tz: str
+            ) -> tuple[list[CostSegment], UnpricedInterval | None]:
+    """One service's spend over ``[t0, now)``, one :class:`CostSegment` per period it touches, and the interval
+    when its rate was unknown (None when known, or when there is nothing to integrate)."""
+    now = window.now
+    if t0 is None or now <= t0:
+        return [], None
+    rate = entry.cost_usd_per_hour if entry.replicas != 0 else Decimal(0)
+    price: Decimal | None = None
+    gone = 0
+    pod_rate: _PodRate | None = None
+    if pods is not None:
+        price, gone, pod_rate = _pod_prices(entry, pods, now_seen, t0)
+        unknown_ran = (price is None and gone > 0) or any(
+            pod_rate(p) is None and p.microseconds_in(t0, now) > 0 for p in pods)
+        rate = None if unknown_ran else (price or Decimal(0))
+    missing = (UnpricedInterval(entry.namespace, entry.name, int((now - t0).total_seconds()))
+               if rate is None else None)
+    segments = []
+    for seg in split_interval(t0, now, period, tz):
+        replica_us: int | None = None
+        if pods is not None and pod_rate is not None:
+            replica_us, cost = _pods_cost(pods, pod_rate, price, gone, seg.start, seg.end)
+        else:
+            cost = _interval_cost(rate, seg.start, seg.end) if rate is not None else Decimal(0)
+        segments.append(CostSegment(entry.namespace, entry.name, seg.start, seg.end, entry.replicas,
+                                    entry.cost_usd_per_hour if pods is not None else rate, cost,
+                                    seg.period_start, seg.period_start == window.period_start, replica_us))
+    return segments, missing
+
+
+def _pods_cost(pods: tuple[PodRun, ...], pod_rate: _PodRate, price: Decimal | None, gone: int, start: datetime,
+               end: datetime) -> tuple[int, Decimal]:
+    """Replica-microseconds and cost of ``[start, end)``: each listed pod by its own timestamps at its price, plus
+    ``gone`` replicas for the whole segment at ``price``. Known pods are charged even when another's price is
+    unknown (a lower bound, reported)."""
+    seg_us = segment_microseconds(start, end)
+    replica_us = gone * seg_us + sum(p.microseconds_in(start, end) for p in pods)
+    usd_us = MONEY_CONTEXT.multiply(price or Decimal(0), Decimal(gone * seg_us))
+    for p in pods:
+        p_rate = pod_rate(p)
+        if p_rate is not None:
+            usd_us = MONEY_CONTEXT.add(usd_us, MONEY_CONTEXT.multiply(p_rate, Decimal(p.microseconds_in(start, end))))
+    return replica_us, quantize_ledger_usd(MONEY_CONTEXT.divide(usd_us, MICROSECONDS_PER_HOUR))
+
+
+def _closed_period(ledger: Ledger, window: _Window, period: Period | str, tz: str, closing_spent: Decimal
+                   ) -> ClosedPeriod | None:
+    """The period the ledger was accumulating, with its final spend, when this evaluation started a new one."""
+    if not window.new_period or ledger.period_start is None:
+        return None
+    _, closed_end = period_bounds(period, tz, ledger.period_start)
+    return ClosedPeriod(ledger.period_start, min(closed_end, window.period_start), closing_spent)
+
+
+def _next_entries(ledger: Ledger, obs: Sequence[ServiceObservation],
+                  current_spent: Mapping[tuple[str, str], Decimal]) -> tuple[LedgerEntry, ...]:
+    """The services as observed now with their spend in the period; those no longer observed keep their spend at
+    replicas 0 (dropped once it is 0), sorted by (namespace, name)."""
+    seen = {(o.namespace, o.name) for o in obs}
+    entries = [LedgerEntry(o.namespace, o.name, o.replicas, o.cost_usd_per_hour,
+                           current_spent.get((o.namespace, o.name), Decimal(0))) for o in obs]
     for entry in ledger.entries:
         if entry.key not in seen and current_spent.get(entry.key, Decimal(0)) != 0:
             entries.append(replace(entry, replicas=0, cost_usd_per_hour=Decimal(0), spent_usd=current_spent[entry.key]))
     entries.sort(key=lambda e: e.key)
-    new_ledger = Ledger(now, p_start, tuple(entries))
-    return LedgerAdvance(new_ledger, new_ledger.spent_usd, p_start, p_end, tuple(segments), closed,
-                         tuple(unpriced), new_period)
+    return tuple(entries)
 
 
 def _with_recorded_stops(o: ServiceObservation, now: datetime) -> ServiceObservation:
@@ -554,7 +637,7 @@ def _with_recorded_stops(o: ServiceObservation, now: datetime) -> ServiceObserva
 
 
 def _new_service_work(ledger: Ledger, obs: Sequence[ServiceObservation], now: datetime, p_start: datetime
-                      ) -> list[tuple[LedgerEntry, datetime | None, tuple[PodRun, ...] | None]]:
+                      ) -> list[_Work]:
     """The services of ``obs`` that ``ledger`` does not hold yet, each with the window it is charged over.
 
     A service new to the ledger is charged for what its listed pods ran since ``max(window start,
@@ -570,7 +653,7 @@ def _new_service_work(ledger: Ledger, obs: Sequence[ServiceObservation], now: da
     """
     known = {e.key for e in ledger.entries}
     since = ledger.observed_time if ledger.observed_time is not None else p_start
-    out: list[tuple[LedgerEntry, datetime | None, tuple[PodRun, ...] | None]] = []
+    out: list[_Work] = []
     for o in obs:
         if (o.namespace, o.name) in known or not o.pods or now <= since:
             continue

@@ -78,7 +78,7 @@ def parse_usd(value: object, field: str) -> Decimal:
         The exact :class:`~decimal.Decimal`, with at most :data:`MAX_INTEGER_DIGITS` digits before the point.
     Raises:
         ValueError: Anything else (the message names ``field``). ``spec.limit.amount`` has its own, stricter
-            grammar (``modalscale.costmodel.budget.spec.parse_limit_amount``).
+            grammar (``modalscale.api.budgetpolicy.parse_limit_amount``).
     """
     if isinstance(value, bool) or isinstance(value, float):
         raise ValueError(f"{field}: expected a decimal string such as \"19.99\", got {type(value).__name__} {value!r}")

@@ -35,11 +35,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from modalscale.api.budgetpolicy import Period
 from modalscale.api.conditions import NOTIFICATION_REMOVED, OUTBOX_FULL, PERIOD_ENDED
 from modalscale.api.status import PendingAlertStatus
 from modalscale.costmodel.budget import AlertKind, BudgetAlert, FiringAlert, InvalidBudgetStatus, PolicyRef
 from modalscale.costmodel.ledger import LedgerFormatError, format_time, parse_time
-from modalscale.costmodel.periods import Period
 
 BACKOFF_BASE_S = 30
 """Wait after the first failed round, in seconds; doubles with each further failed round."""

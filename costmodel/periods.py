@@ -3,7 +3,8 @@
 Why a module: a budget resets at local midnight, not UTC midnight, so a Berlin daily budget lasts 23 h on
 the last Sunday of March and 25 h on the last Sunday of October, and a month is 28 to 31 days. All bounds are
 half-open ``[start, end)`` and returned as timezone-aware UTC datetimes; local wall-clock arithmetic uses
-:mod:`zoneinfo` (IANA tz database, ``tzdata`` package where the OS has none).
+:mod:`zoneinfo` (IANA tz database, ``tzdata`` package where the OS has none). What a period and a zone name
+are (``Period``, ``resolve_zone``, ``InvalidTimeZone``) is the spec's: :mod:`modalscale.api.budgetpolicy`.
 
 A period starts at local 00:00 of its first day. Where local midnight does not exist (a DST gap at
 midnight, e.g. America/Santiago), the period starts at the transition instant (``fold=0`` maps the missing
@@ -13,32 +14,11 @@ always returns bounds with ``start <= now < end``.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-
-class Period(str, enum.Enum):
-    """``spec.period`` of a BudgetPolicy."""
-
-    DAILY = "Daily"
-    WEEKLY = "Weekly"
-    MONTHLY = "Monthly"
-
-
-class InvalidTimeZone(ValueError):
-    """The time zone is not an IANA name known to the tz database (message names it)."""
-
-
-def resolve_zone(tz: str | ZoneInfo) -> ZoneInfo:
-    """``"Europe/Berlin"`` -> ``ZoneInfo``; raises :class:`InvalidTimeZone` for unknown names."""
-    if isinstance(tz, ZoneInfo):
-        return tz
-    try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
-        raise InvalidTimeZone(f"spec.timeZone: {tz!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
+from modalscale.api.budgetpolicy import Period, resolve_zone
 
 
 def _require_aware(when: datetime, name: str) -> None:

@@ -5,7 +5,7 @@ of the current period, the selected services as observed now and the de-duplicat
 status; it returns a :class:`BudgetPlan` that the operator applies (scale, alert, write status) without further
 decisions. Each module is one part of that decision, in the order an evaluation runs it:
 
-* ``spec``: the typed ``BudgetPolicy.spec`` (:func:`parse_budget_spec`);
+* (the typed ``BudgetPolicy.spec`` it reads is :mod:`modalscale.api.budgetpolicy`, beside the InferenceService's);
 * ``state``: the inputs besides the spec (:class:`ServiceState`, priced by :func:`service_state`) and what earlier
   evaluations decided, read back from status (:class:`AlertState`);
 * ``spend``: step 1, the spend to date and the burn rate, and step 2, the forecast;
@@ -23,22 +23,6 @@ from __future__ import annotations
 from modalscale.costmodel.budget.alerts import AlertKind, BudgetAlert, FiringAlert, spend_anomaly_alert
 from modalscale.costmodel.budget.enforce import ENFORCEMENT_METHOD, EnforcementAction
 from modalscale.costmodel.budget.plan import BudgetPlan, plan_budget, rates_after_enforcement
-from modalscale.costmodel.budget.spec import (
-    BudgetLimit,
-    BudgetSelector,
-    BudgetSpec,
-    Enforcement,
-    EnforcementOrder,
-    ForecastSpec,
-    InvalidBudgetSpec,
-    LabelSelectorRequirement,
-    Notification,
-    NotifierType,
-    SecretRef,
-    Threshold,
-    ThresholdAction,
-    parse_budget_spec,
-)
 from modalscale.costmodel.budget.spend import FORECAST_METHOD
 from modalscale.costmodel.budget.spot import plan_spot
 from modalscale.costmodel.budget.state import (
@@ -55,11 +39,8 @@ from modalscale.costmodel.budget.state import (
 )
 
 __all__ = [
-    "AlertKind", "AlertState", "BudgetAlert", "BudgetLimit", "BudgetPlan", "BudgetSelector", "BudgetSpec",
-    "BudgetState", "ENFORCEMENT_METHOD", "EnforcedService", "Enforcement", "EnforcementAction", "EnforcementOrder",
-    "FORECAST_METHOD", "FiringAlert", "ForecastSpec", "InvalidBudgetSpec", "InvalidBudgetStatus",
-    "LabelSelectorRequirement",
-    "Notification", "NotifierType", "PolicyRef", "SecretRef", "ServiceState", "SpotRecord", "SpotState", "Threshold",
-    "ThresholdAction", "ThresholdRecord", "parse_budget_spec", "plan_budget", "plan_spot", "rates_after_enforcement",
+    "AlertKind", "AlertState", "BudgetAlert", "BudgetPlan", "BudgetState", "ENFORCEMENT_METHOD", "EnforcedService",
+    "EnforcementAction", "FORECAST_METHOD", "FiringAlert", "InvalidBudgetStatus", "PolicyRef", "ServiceState",
+    "SpotRecord", "SpotState", "ThresholdRecord", "plan_budget", "plan_spot", "rates_after_enforcement",
     "service_state", "spend_anomaly_alert",
 ]

@@ -26,13 +26,12 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from modalscale.api import conditions as C
+from modalscale.api.budgetpolicy import BudgetSpec, Period, Threshold, ThresholdAction
 from modalscale.costmodel.budget.enforce import EnforcementAction
-from modalscale.costmodel.budget.spec import BudgetSpec, Threshold, ThresholdAction
 from modalscale.costmodel.budget.spend import FORECAST_METHOD, SpendToDate, reaches
 from modalscale.costmodel.budget.state import AlertState, BudgetState, PolicyRef, SpotRecord, SpotState, ThresholdRecord
 from modalscale.costmodel.ledger import format_time
 from modalscale.costmodel.money import format_usd, quantize_display_usd
-from modalscale.costmodel.periods import Period
 
 if TYPE_CHECKING:
     from modalscale.costmodel.budget.plan import BudgetPlan

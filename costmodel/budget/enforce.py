@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from modalscale.costmodel.budget.spec import BudgetSpec, EnforcementOrder, Threshold, ThresholdAction
+from modalscale.api.budgetpolicy import BudgetSpec, EnforcementOrder, Threshold, ThresholdAction
 from modalscale.costmodel.budget.spend import SpendToDate, reaches
 from modalscale.costmodel.budget.state import EnforcedService, ServiceState, SpotRecord
 from modalscale.costmodel.money import MONEY_CONTEXT, SECONDS_PER_HOUR

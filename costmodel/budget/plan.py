@@ -33,10 +33,10 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 from modalscale.api import conditions as C
+from modalscale.api.budgetpolicy import BudgetSpec, Threshold
 from modalscale.api.status import BudgetPolicyStatus
 from modalscale.costmodel.budget.alerts import BudgetAlert, action_lines, plan_alerts
 from modalscale.costmodel.budget.enforce import EnforcementAction, order_services, plan_enforcement
-from modalscale.costmodel.budget.spec import BudgetSpec, Threshold
 from modalscale.costmodel.budget.spend import FORECAST_METHOD, SpendToDate, forecast_usd, reaches, spend_to_date
 from modalscale.costmodel.budget.spot import plan_spot
 from modalscale.costmodel.budget.state import (
@@ -229,7 +229,7 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
     6. :func:`budget_state`: the state, its reason and message.
 
     Args:
-        spec: Parsed spec (:func:`~modalscale.costmodel.budget.spec.parse_budget_spec`).
+        spec: Parsed spec (:func:`~modalscale.api.budgetpolicy.parse_budget_spec`).
         spend: Spend of the period containing ``now`` in USD, or the :class:`LedgerAdvance` that computed it
             (then the closed period's final spend is quoted in a recovery notice).
         services: Every selected InferenceService as observed now.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from modalscale.costmodel.budget.spec import BudgetSpec
+from modalscale.api.budgetpolicy import BudgetSpec
 from modalscale.costmodel.budget.state import ServiceState
 from modalscale.costmodel.money import MONEY_CONTEXT, SECONDS_PER_HOUR, quantize_display_usd, quantize_ledger_usd
 from modalscale.costmodel.periods import period_bounds

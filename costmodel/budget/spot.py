@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from modalscale.costmodel.budget.spec import BudgetSpec, Threshold, ThresholdAction
+from modalscale.api.budgetpolicy import BudgetSpec, Threshold, ThresholdAction
 from modalscale.costmodel.budget.state import ServiceState, SpotRecord, SpotState
 from modalscale.costmodel.catalog import PricingTier
 from modalscale.costmodel.ledger import format_time

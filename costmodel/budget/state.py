@@ -20,8 +20,8 @@ from decimal import Decimal
 from typing import Any
 
 from modalscale.api import conditions as C
+from modalscale.api.budgetpolicy import ThresholdAction
 from modalscale.api.status import EnforcedServiceStatus, SpotServiceStatus, ThresholdStatus
-from modalscale.costmodel.budget.spec import ThresholdAction
 from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
 from modalscale.costmodel.ledger import LedgerFormatError, PodRun, ServiceObservation, format_time, parse_time
 

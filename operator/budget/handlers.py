@@ -42,8 +42,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import kopf
@@ -52,7 +53,7 @@ from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.api.conditions import ENFORCEMENT_LIFTED
-from modalscale.costmodel.anomaly import AnomalyConfig, trim_history
+from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, trim_history
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator.budget.delivery import (
@@ -64,6 +65,7 @@ from modalscale.operator.budget.observe import Receiver
 from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
     ISVC_PLURAL,
+    PolicyPlan,
     lift_all,
     observed_namespaces,
     plan_policy,
@@ -80,6 +82,8 @@ HISTORY_RETRY_S = 30.0
 """Seconds between attempts to read a policy's spend-anomaly history back from Prometheus after a failure."""
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
+BurnHistory = dict[tuple[str, str], list[BurnSample]]
+"""One policy's burn-rate samples per (namespace, name) of InferenceService, oldest first."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,11 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
                     in_flight: frozenset[OutboxKey] = frozenset()) -> Evaluation | None:
     """One evaluation: read, plan, annotate, write status, post Events, resolve receivers (blocking I/O).
 
+    Steps: read the policy and what it selects, read the spend-anomaly history (:func:`_anomaly_history`), plan
+    (pure ``plan_policy``), write annotations and status (:func:`_apply_plan`), export and keep the burn-rate
+    samples (:func:`_keep_history`), post Events (:func:`_report`), then read the receivers of the entries due
+    (:func:`_with_receivers`).
+
     Args:
         deps: The operator's :class:`~modalscale.operator.deps.Deps` (writer, prices, clock, metrics).
         attempts: Finished delivery rounds to record in the outbox.
@@ -123,47 +132,67 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     now = deps.clock()
     admin = deps.settings.budget_admin_namespaces
     observed = runtime.observer.observe(observed_namespaces(policy, admin), runtime.gone_pods, now)
-    uid = str(policy["metadata"].get("uid", ""))
     cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
-    history = runtime.burn_history.setdefault(uid, {})
-    read = runtime.history_read.get(uid)
-    if (runtime.history_source is not None and (read is None or not read.ok)
-            and time.monotonic() >= runtime.history_retry_at.get(uid, 0.0)):
-        interval_s = float((policy.get("spec") or {}).get("evaluationIntervalSeconds") or 60)
-        try:
-            loaded = runtime.history_source.read(namespace, name, now, cfg, interval_s)
-        except HistoryUnavailable as exc:
-            read = HistoryRead(False, f"{exc}; no spend anomaly is decided until the history is read (retried "
-                                      f"every {HISTORY_RETRY_S:g} s)")
-            # A hanging Prometheus costs one query timeout per retry, never one per evaluation: budget
-            # enforcement does not wait on it.
-            runtime.history_retry_at[uid] = time.monotonic() + HISTORY_RETRY_S
-            logger.warning("Reading the spend-anomaly history failed, holding anomaly decisions: error=%s", exc)
-        else:
-            history = runtime.burn_history[uid] = merge_history(loaded, history)
-            read = HistoryRead(True, f"Read {sum(map(len, loaded.values()))} burn-rate samples of {len(loaded)} "
-                                     f"InferenceServices from Prometheus at {runtime.history_source.shown_url}")
-            logger.info("Read the spend-anomaly history from Prometheus: services=%d samples=%d", len(loaded),
-                        sum(map(len, loaded.values())))
-        runtime.history_read[uid] = read
+    history, read = _anomaly_history(runtime, namespace, name, policy, now, cfg, logger)
     plan = plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
                        anomaly_config=cfg, history_read=read, admin_namespaces=admin)
+    _apply_plan(deps, namespace, name, plan, logger)
+    # The samples join the history only once the status (with status.spendAnomalies and any SpendAnomaly alert
+    # in its outbox) is written.
+    if runtime.gauges is not None:
+        runtime.gauges.export(namespace, name, plan.burn_samples)
+    _keep_history(history, plan.burn_samples, now, cfg)
+    _report(deps, policy, plan, logger)
+    deps.metrics.reconciles.labels(kind="BudgetPolicy", result="ok").inc()
+    deps.metrics.reconcile_seconds.labels(kind="BudgetPolicy").observe(time.monotonic() - started)
+    return _with_receivers(runtime, namespace, plan, logger)
+
+
+def _anomaly_history(runtime: BudgetRuntime, namespace: str, name: str, policy: Mapping[str, Any], now: datetime,
+                     cfg: AnomalyConfig, logger: Log) -> tuple[BurnHistory, HistoryRead | None]:
+    """The policy's burn-rate history in memory, read back from Prometheus first when it has not been yet (or a
+    read failed and :data:`HISTORY_RETRY_S` has passed), and how that read went (None: no Prometheus)."""
+    uid = str(policy["metadata"].get("uid", ""))
+    history = runtime.burn_history.setdefault(uid, {})
+    read = runtime.history_read.get(uid)
+    if (runtime.history_source is None or (read is not None and read.ok)
+            or time.monotonic() < runtime.history_retry_at.get(uid, 0.0)):
+        return history, read
+    interval_s = float((policy.get("spec") or {}).get("evaluationIntervalSeconds") or 60)
+    try:
+        loaded = runtime.history_source.read(namespace, name, now, cfg, interval_s)
+    except HistoryUnavailable as exc:
+        read = HistoryRead(False, f"{exc}; no spend anomaly is decided until the history is read (retried "
+                                  f"every {HISTORY_RETRY_S:g} s)")
+        # A hanging Prometheus costs one query timeout per retry, never one per evaluation: budget
+        # enforcement does not wait on it.
+        runtime.history_retry_at[uid] = time.monotonic() + HISTORY_RETRY_S
+        logger.warning("Reading the spend-anomaly history failed, holding anomaly decisions: error=%s", exc)
+    else:
+        history = runtime.burn_history[uid] = merge_history(loaded, history)
+        read = HistoryRead(True, f"Read {sum(map(len, loaded.values()))} burn-rate samples of {len(loaded)} "
+                                 f"InferenceServices from Prometheus at {runtime.history_source.shown_url}")
+        logger.info("Read the spend-anomaly history from Prometheus: services=%d samples=%d", len(loaded),
+                    sum(map(len, loaded.values())))
+    runtime.history_read[uid] = read
+    return history, read
+
+
+def _apply_plan(deps: Deps, namespace: str, name: str, plan: PolicyPlan, logger: Log) -> None:
+    """Write the plan, in order: cap annotations on InferenceServices, then the policy's status patch.
+
+    Raises:
+        ApiException, urllib3.exceptions.HTTPError: The status write failed (nothing after it was done).
+    """
     for w in plan.annotation_writes:
         if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: w.value}):
             logger.info("Wrote budget cap on InferenceService: namespace=%s name=%s cap=%s", w.namespace, w.name,
                         w.value if w.value is not None else "lifted")
     deps.writer.patch_status(BUDGET_PLURAL, namespace, name, plan.status_patch)
-    # The samples join the history only once the status (with status.spendAnomalies and any SpendAnomaly alert
-    # in its outbox) is written.
-    if runtime.gauges is not None:
-        runtime.gauges.export(namespace, name, plan.burn_samples)
-    for key in {*history, *plan.burn_samples}:
-        kept = trim_history([*history.get(key, ()), *([plan.burn_samples[key]] if key in plan.burn_samples else [])],
-                            now, cfg)
-        if kept:
-            history[key] = kept
-        else:
-            del history[key]
+
+
+def _report(deps: Deps, policy: dict[str, Any], plan: PolicyPlan, logger: Log) -> None:
+    """Post the plan's Events on the policy and log the evaluation (when the status changed)."""
     for type_, reason, message in plan.events:
         deps.writer.event(policy, type_, reason, message, logger)
     if plan.budget is not None and plan.status_patch:
@@ -171,8 +200,22 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
         logger.info("Evaluated BudgetPolicy: state=%s spent_usd=%s limit_usd=%s enforced=%d alerts=%d",
                     b.state.value, plan.status_patch.get("spent", (policy.get("status") or {}).get("spent")),
                     b.limit_usd, len(b.enforced_services), len(plan.alerts))
-    deps.metrics.reconciles.labels(kind="BudgetPolicy", result="ok").inc()
-    deps.metrics.reconcile_seconds.labels(kind="BudgetPolicy").observe(time.monotonic() - started)
+
+
+def _keep_history(history: BurnHistory, samples: Mapping[tuple[str, str], BurnSample], now: datetime,
+                  cfg: AnomalyConfig) -> None:
+    """Append this evaluation's burn-rate samples to ``history`` (in place) and trim it (``trim_history``)."""
+    for key in {*history, *samples}:
+        kept = trim_history([*history.get(key, ()), *([samples[key]] if key in samples else [])], now, cfg)
+        if kept:
+            history[key] = kept
+        else:
+            del history[key]
+
+
+def _with_receivers(runtime: BudgetRuntime, namespace: str, plan: PolicyPlan, logger: Log) -> Evaluation:
+    """The evaluation's result, with the receivers of the outbox entries due read from their Secrets; a failed
+    read sends at the next evaluation (the status holding the entries is written), never raises."""
     if not plan.sends:
         return Evaluation(plan.interval_s, next_due_s=plan.next_due_s)
     targets = {e.notification for e in plan.sends}

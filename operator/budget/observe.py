@@ -25,8 +25,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
+from modalscale.api.budgetpolicy import Notification, NotifierType
 from modalscale.api.conditions import SECRET_KEY_MISSING, SECRET_NOT_FOUND, SECRET_UNREADABLE
-from modalscale.costmodel.budget import Notification, NotifierType
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,

@@ -69,6 +69,7 @@ from modalscale.api.annotations import (
     same_value,
     spot_annotation_key,
 )
+from modalscale.api.budgetpolicy import BudgetSpec, InvalidBudgetSpec, Notification, ThresholdAction, parse_budget_spec
 from modalscale.api.capacity import pod_requires_spot, pod_tier
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
     ALERT_DELIVERED,
@@ -106,16 +107,11 @@ from modalscale.costmodel.budget import (
     AlertState,
     BudgetAlert,
     BudgetPlan,
-    BudgetSpec,
-    InvalidBudgetSpec,
     InvalidBudgetStatus,
-    Notification,
     PolicyRef,
     ServiceState,
     SpotRecord,
     SpotState,
-    ThresholdAction,
-    parse_budget_spec,
     service_state,
     spend_anomaly_alert,
 )

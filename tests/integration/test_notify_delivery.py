@@ -16,15 +16,8 @@ from decimal import Decimal
 import httpx
 import pytest
 
-from modalscale.costmodel.budget import (
-    AlertKind,
-    AlertState,
-    BudgetAlert,
-    PolicyRef,
-    ServiceState,
-    parse_budget_spec,
-    plan_budget,
-)
+from modalscale.api.budgetpolicy import parse_budget_spec
+from modalscale.costmodel.budget import AlertKind, AlertState, BudgetAlert, PolicyRef, ServiceState, plan_budget
 from modalscale.devenv.receivers import KINDS, ChatReceiver, Reply
 from modalscale.notify.answers import sensitive_parts
 from modalscale.notify.limits import RateLimit
@@ -251,7 +244,7 @@ def test_a_receiver_error_naming_the_normalised_url_and_basic_credentials_report
 def test_client_side_rate_limit_queues_or_refuses_without_reaching_the_platform() -> None:
     async def go(rx: ChatReceiver):
         limits = {"DingTalk": (RateLimit(2, 60.0),)}
-        from modalscale.costmodel.budget import NotifierType
+        from modalscale.api.budgetpolicy import NotifierType
 
         async with Sender(retry=RetryPolicy(max_total_s=1.0),
                           rate_limits={NotifierType(k): v for k, v in limits.items()}) as sender:

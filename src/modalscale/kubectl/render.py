@@ -29,13 +29,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from modalscale.costmodel.budget import (
-    BudgetSpec,
-    InvalidBudgetSpec,
-    Threshold,
-    ThresholdAction,
-    parse_budget_spec,
-)
+from modalscale.api.budgetpolicy import BudgetSpec, InvalidBudgetSpec, Threshold, ThresholdAction, parse_budget_spec
 
 NONE = "<none>"
 """How kubectl shows an empty cell."""

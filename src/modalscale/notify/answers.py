@@ -38,13 +38,13 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from modalscale.api.budgetpolicy import NotifierType
 from modalscale.api.conditions import (
     DELIVERED,
     RATE_LIMITED,
     REJECTED_BY_PLATFORM,
     SERVER_ERROR,
 )
-from modalscale.costmodel.budget import NotifierType
 from modalscale.notify.limits import RATE_LIMIT_WAIT_S
 from modalscale.redaction import userinfo_parts
 

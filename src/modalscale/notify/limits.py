@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from modalscale.costmodel.budget import NotifierType
+from modalscale.api.budgetpolicy import NotifierType
 
 
 @dataclass(frozen=True)

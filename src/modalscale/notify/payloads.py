@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from modalscale.costmodel.budget import AlertKind, BudgetAlert, NotifierType
+from modalscale.api.budgetpolicy import NotifierType
+from modalscale.costmodel.budget import AlertKind, BudgetAlert
 from modalscale.costmodel.ledger import format_time
 from modalscale.costmodel.outbox import AlertMessage
 from modalscale.notify.signing import (

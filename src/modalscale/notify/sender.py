@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 
 import httpx
 
+from modalscale.api.budgetpolicy import NotifierType
 from modalscale.api.conditions import (
     CLIENT_RATE_LIMITED,
     CONNECTION_FAILED,
@@ -36,7 +37,6 @@ from modalscale.api.conditions import (
     INVALID_URL,
     TIMED_OUT,
 )
-from modalscale.costmodel.budget import NotifierType
 from modalscale.notify.answers import DeliveryResult, Outcome, classify, retry_after_s, sensitive_parts
 from modalscale.notify.limits import PLATFORM_RATE_LIMITS, RateLimit, SlidingWindow
 from modalscale.notify.payloads import Alert, prepare_request

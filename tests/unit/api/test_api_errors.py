@@ -33,7 +33,7 @@ def _runtime(spec: dict[str, Any]) -> None:
 
 
 def _budget(spec: dict[str, Any]) -> None:
-    from modalscale.costmodel.budget import parse_budget_spec
+    from modalscale.api.budgetpolicy import parse_budget_spec
 
     parse_budget_spec(spec)
 

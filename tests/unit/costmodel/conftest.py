@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from modalscale.costmodel.budget import BudgetSpec, parse_budget_spec
+from modalscale.api.budgetpolicy import BudgetSpec, parse_budget_spec
 
 BASE_SPEC: dict[str, Any] = {
     "selector": {"matchLabels": {"team": "search"}},

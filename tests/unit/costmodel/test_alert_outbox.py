@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 
+from modalscale.api.budgetpolicy import parse_budget_spec
 from modalscale.api.conditions import NOTIFICATION_REMOVED, OUTBOX_FULL, PERIOD_ENDED
 from modalscale.costmodel.budget import (
     AlertKind,
@@ -18,7 +19,6 @@ from modalscale.costmodel.budget import (
     InvalidBudgetStatus,
     PolicyRef,
     ServiceState,
-    parse_budget_spec,
     plan_budget,
 )
 from modalscale.costmodel.outbox import (

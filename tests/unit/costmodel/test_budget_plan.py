@@ -8,17 +8,15 @@ from decimal import Decimal
 
 import pytest
 
+from modalscale.api.budgetpolicy import InvalidBudgetSpec, ThresholdAction, parse_budget_spec
 from modalscale.costmodel.budget import (
     AlertKind,
     AlertState,
     BudgetPlan,
     BudgetState,
-    InvalidBudgetSpec,
     InvalidBudgetStatus,
     PolicyRef,
     ServiceState,
-    ThresholdAction,
-    parse_budget_spec,
     plan_budget,
     rates_after_enforcement,
     service_state,

@@ -12,14 +12,8 @@ from typing import Any
 
 import pytest
 
-from modalscale.costmodel.budget import (
-    AlertState,
-    InvalidBudgetSpec,
-    SpotState,
-    parse_budget_spec,
-    plan_budget,
-    service_state,
-)
+from modalscale.api.budgetpolicy import InvalidBudgetSpec, parse_budget_spec
+from modalscale.costmodel.budget import AlertState, SpotState, plan_budget, service_state
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.costmodel.ledger import Ledger, PodRun, advance
 

@@ -8,7 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from modalscale.costmodel.periods import InvalidTimeZone, Period, period_bounds, split_interval
+from modalscale.api.budgetpolicy import InvalidTimeZone, Period
+from modalscale.costmodel.periods import period_bounds, split_interval
 
 UTC = timezone.utc
 H = timedelta(hours=1)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from modalscale.api.budgetpolicy import parse_budget_spec
 from modalscale.api.inferenceservice import parse_isvc
-from modalscale.costmodel.budget import parse_budget_spec
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.operator.cost_diff import price_side, read_manifests
 

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from modalscale.costmodel.budget import NotifierType
+from modalscale.api.budgetpolicy import NotifierType
 from modalscale.notify.answers import classify, retry_after_s, sensitive_parts
 from modalscale.notify.limits import RateLimit, SlidingWindow
 from modalscale.redaction import redact

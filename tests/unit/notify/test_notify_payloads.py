@@ -39,7 +39,7 @@ URLS = {
 
 
 def make_alert(spent: str = "105", services: int = 2, dry_run: bool = False) -> BudgetAlert:
-    from modalscale.costmodel.budget import parse_budget_spec
+    from modalscale.api.budgetpolicy import parse_budget_spec
 
     spec = parse_budget_spec({
         "selector": {"matchLabels": {"team": "search"}}, "period": "Daily", "timeZone": "Europe/Berlin",

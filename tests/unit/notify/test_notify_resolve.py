@@ -17,15 +17,8 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from modalscale.costmodel.budget import (
-    AlertKind,
-    AlertState,
-    BudgetAlert,
-    PolicyRef,
-    ServiceState,
-    parse_budget_spec,
-    plan_budget,
-)
+from modalscale.api.budgetpolicy import parse_budget_spec
+from modalscale.costmodel.budget import AlertKind, AlertState, BudgetAlert, PolicyRef, ServiceState, plan_budget
 from modalscale.costmodel.outbox import AlertMessage, PendingAlert
 from modalscale.notify.payloads import slack_payload, webhook_payload
 

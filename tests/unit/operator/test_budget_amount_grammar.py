@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 import yaml
 
-from modalscale.costmodel.budget import parse_budget_spec
-from modalscale.costmodel.budget.plan import plan_budget
-from modalscale.costmodel.budget.spec import (
+from modalscale.api.budgetpolicy import (
     LIMIT_AMOUNT_MAX_CHARS,
     LIMIT_AMOUNT_NONZERO_RULE,
     LIMIT_AMOUNT_PATTERN,
     InvalidBudgetSpec,
+    parse_budget_spec,
 )
+from modalscale.costmodel.budget.plan import plan_budget
 from modalscale.costmodel.budget.state import AlertState, ServiceState
 from modalscale.costmodel.catalog import load_catalog
 from modalscale.operator.budget.plan import BudgetObserved, plan_policy

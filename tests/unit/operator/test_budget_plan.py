@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from modalscale.api.annotations import cap_annotation_key
-from modalscale.costmodel.budget import parse_budget_spec
+from modalscale.api.budgetpolicy import parse_budget_spec
 from modalscale.costmodel.catalog import load_catalog
 from modalscale.costmodel.outbox import Attempt
 from modalscale.operator.budget.plan import (
@@ -111,7 +111,7 @@ def test_cap_annotation_value_is_the_contract_json() -> None:
 
 
 def test_running_replicas_count_bound_live_pods_only() -> None:
-    from modalscale.costmodel.budget import parse_budget_spec
+    from modalscale.api.budgetpolicy import parse_budget_spec
 
     pods = {"ml": [make_pod("vc", 0), make_pod("vc", 1, node=None), make_pod("vc", 2, phase="Succeeded"),
                    make_pod("vc", 3, phase="Failed"), make_pod("vc", 4, deleting=True), make_pod("other", 5)]}
@@ -122,7 +122,7 @@ def test_running_replicas_count_bound_live_pods_only() -> None:
 
 
 def test_selector_picks_by_namespace_and_labels() -> None:
-    from modalscale.costmodel.budget import parse_budget_spec
+    from modalscale.api.budgetpolicy import parse_budget_spec
 
     spec = parse_budget_spec({**make_policy()["spec"], "selector": {"matchLabels": {"team": "search"}}})
     obs = BudgetObserved([make_isvc("a", labels={"team": "search"}), make_isvc("b", labels={"team": "ads"}),

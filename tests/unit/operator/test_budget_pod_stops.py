@@ -157,7 +157,7 @@ def test_the_pod_watch_records_deletions_only_without_a_finalizer() -> None:
 
 
 def test_a_listed_pod_the_watch_saw_deleted_since_is_not_a_running_replica() -> None:
-    from modalscale.costmodel.budget import parse_budget_spec
+    from modalscale.api.budgetpolicy import parse_budget_spec
     from modalscale.operator.budget.plan import selected_services
 
     listed = [pod("vc-0", start=at(-7200)), pod("vc-1", start=at(-7200))]

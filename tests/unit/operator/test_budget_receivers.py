@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from modalscale.costmodel.budget import InvalidBudgetSpec, Notification, NotifierType, parse_budget_spec
-from modalscale.costmodel.budget.spec import SecretRef
+from modalscale.api.budgetpolicy import InvalidBudgetSpec, Notification, NotifierType, SecretRef, parse_budget_spec
 from modalscale.operator.budget.observe import BudgetObserver
 
 REPO = Path(__file__).resolve().parents[3]

@@ -145,7 +145,7 @@ def test_a_threshold_without_actions_is_refused_by_the_parser_and_the_crd() -> N
 
     import yaml
 
-    from modalscale.costmodel.budget import InvalidBudgetSpec, parse_budget_spec
+    from modalscale.api.budgetpolicy import InvalidBudgetSpec, parse_budget_spec
 
     with pytest.raises(InvalidBudgetSpec) as err:
         parse_budget_spec({**make_policy()["spec"], "thresholds": [{"percent": 50, "actions": []}]})

@@ -3,6 +3,15 @@ enforcement, forecast, notifications), parsed and validated once.
 
 Why a module: every later step reads typed fields; the CRD's camelCase names and defaults are applied here, so a
 spec that skipped API-server defaulting parses the same, and a bad field is reported by its path.
+
+The grammar is the CRD's (``crds/budgetpolicies.modalscale.io.yaml``), because an object stored under an older CRD, or
+written where the schema was not enforced, reaches the operator: the same types (an integer is a JSON number without a
+fraction, and a JSON integer where a CEL rule reads it, never a string or a boolean; a boolean is a JSON boolean),
+patterns, lengths and bounds, list types (``actions`` and ``selector.namespaces`` are sets, ``notifications`` a map
+keyed by name), the CEL rules, an explicit ``null`` read as absent (the apiserver prunes nulls before defaulting),
+and an unknown field refused (as kubectl's strict field validation refuses it; the apiserver prunes it from what it
+stores). ``tests/integration/test_budget_spec_grammar.py`` submits each edge to a real apiserver and holds the two
+verdicts equal. One check goes further than the CRD can: a time zone must also be in the tz database.
 """
 
 from __future__ import annotations
@@ -11,12 +20,48 @@ import enum
 import re
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from modalscale.api.errors import InvalidSpec
-from modalscale.costmodel.periods import InvalidTimeZone, Period, resolve_zone
+
+
+class Period(str, enum.Enum):
+    """``spec.period`` of a BudgetPolicy (the bounds in a time zone: :mod:`modalscale.costmodel.periods`)."""
+
+    DAILY = "Daily"
+    WEEKLY = "Weekly"
+    MONTHLY = "Monthly"
+
+
+class InvalidTimeZone(ValueError):
+    """The time zone is not an IANA name known to the tz database (message names it)."""
+
+
+def resolve_zone(tz: str | ZoneInfo) -> ZoneInfo:
+    """``spec.timeZone``: ``"Europe/Berlin"`` -> ``ZoneInfo`` (IANA tz database, ``tzdata`` where the OS has none).
+
+    Raises:
+        InvalidTimeZone: Unknown name (the message names the field and gives examples).
+    """
+    if isinstance(tz, ZoneInfo):
+        return tz
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise InvalidTimeZone(f"spec.timeZone: {tz!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
 
 
 class ThresholdAction(str, enum.Enum):
@@ -51,15 +96,69 @@ class InvalidBudgetSpec(InvalidSpec):
     """The BudgetPolicy spec does not validate; ``field`` is the first failing field (``spec.limit.amount``)."""
 
 
+def _json_integer(value: object) -> object:
+    """A CRD ``type: integer`` admits a JSON number without a fraction (``60`` or ``60.0``: stored as ``60``), never a
+    string or a boolean; pydantic's lax ``int`` would take ``"60"`` and ``true``."""
+    if isinstance(value, bool | str | bytes):
+        raise ValueError(f"expected an integer, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _cel_integer(value: object) -> object:
+    """An integer that a CRD's CEL rule reads: the apiserver refuses ``50.0`` there too ("expected int, got
+    float64" while evaluating the rule), so only a JSON integer passes."""
+    if isinstance(value, float):
+        raise ValueError(f"expected an integer, got float {value!r} (write {value:.0f} without a fraction)"
+                         if value.is_integer() else f"expected an integer, got float {value!r}")
+    return _json_integer(value)
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+"""An integer as the CRD's ``type: integer`` admits it (:func:`_json_integer`)."""
+CelInt = Annotated[int, BeforeValidator(_cel_integer)]
+"""An integer inside an object a CEL rule reads (``thresholds[]``): a JSON integer only (:func:`_cel_integer`)."""
+
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+"""A DNS-1123 label (namespaces, ``notifications[].name``), as the CRD says; at most 63 characters."""
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+"""A DNS-1123 subdomain (a Secret's name), as the CRD says; at most 253 characters."""
+TIME_ZONE_PATTERN = r"^(UTC|[A-Za-z]+(/[A-Za-z0-9_+-]+){1,2})$"
+"""``spec.timeZone``'s ``pattern`` in the CRD (``maxLength`` :data:`TIME_ZONE_MAX_CHARS`)."""
+TIME_ZONE_MAX_CHARS = 64
+_TIME_ZONE_RE = re.compile(TIME_ZONE_PATTERN)
+
+
+def _unique(value: tuple[Any, ...], what: str) -> tuple[Any, ...]:
+    """An ``x-kubernetes-list-type: set``: the apiserver refuses a value listed twice."""
+    twice = sorted({str(getattr(v, "value", v)) for v in value if value.count(v) > 1})
+    if twice:
+        raise ValueError(f"{what} is a set: {', '.join(twice)} listed twice")
+    return value
+
+
+def _without_nulls(value: object) -> object:
+    """``value`` with every ``null`` object member dropped, as the apiserver prunes them before defaulting (a
+    non-nullable field set to ``null`` reads as absent: its default, or "required")."""
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_without_nulls(v) for v in value]
+    return value
+
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    # Unknown fields are refused, as the apiserver's strict field validation (kubectl's default) refuses them; only
+    # the CRD's camelCase names are read (a snake_case ``match_labels`` is an unknown field there too).
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=False)
+
+
+LabelValue = Annotated[str, Field(max_length=63)]
 
 
 class LabelSelectorRequirement(_Spec):
     key: str = Field(min_length=1, max_length=316)
     operator: str = Field(pattern="^(In|NotIn|Exists|DoesNotExist)$")
-    values: tuple[str, ...] = ()
+    values: tuple[LabelValue, ...] = Field(default=(), max_length=64)
 
     @model_validator(mode="after")
     def _values_match_operator(self) -> "LabelSelectorRequirement":
@@ -71,9 +170,16 @@ class LabelSelectorRequirement(_Spec):
 class BudgetSelector(_Spec):
     """``spec.selector``: empty namespaces = the policy's own namespace; labels narrow further."""
 
-    namespaces: tuple[str, ...] = ()
-    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
-    match_expressions: tuple[LabelSelectorRequirement, ...] = Field(default=(), alias="matchExpressions")
+    namespaces: tuple[Annotated[str, Field(max_length=63, pattern=DNS_LABEL_PATTERN)], ...] = Field(default=(),
+                                                                                                  max_length=100)
+    match_labels: dict[str, LabelValue] = Field(default_factory=dict, alias="matchLabels", max_length=32)
+    match_expressions: tuple[LabelSelectorRequirement, ...] = Field(default=(), alias="matchExpressions",
+                                                                    max_length=16)
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces_set(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _unique(value, "namespaces")
 
     @field_validator("match_labels")
     @classmethod
@@ -171,34 +277,48 @@ class BudgetLimit(_Spec):
 
 
 class Threshold(_Spec):
-    percent: int = Field(ge=1, le=200)
+    percent: CelInt = Field(ge=1, le=200)
     actions: tuple[ThresholdAction, ...] = Field(default=(ThresholdAction.ALERT,), min_length=1, max_length=5)
-    """At least one: a threshold without actions would do nothing (the CRD says minItems 1)."""
-    cap_replicas: int | None = Field(default=None, alias="capReplicas", ge=0, le=1000)
-    spot_max_priority: int | None = Field(default=None, alias="spotMaxPriority", ge=0, le=1000)
+    """At least one: a threshold without actions would do nothing (the CRD says minItems 1); a set."""
+    cap_replicas: CelInt | None = Field(default=None, alias="capReplicas", ge=0, le=1000, validate_default=True)
+    spot_max_priority: CelInt | None = Field(default=None, alias="spotMaxPriority", ge=0, le=1000,
+                                              validate_default=True)
     """``SwitchToSpot`` moves the services whose ``spec.priority`` is at most this (lower = less important)."""
 
-    @model_validator(mode="after")
-    def _cap_needs_value(self) -> "Threshold":
-        if ThresholdAction.CAP_REPLICAS in self.actions and self.cap_replicas is None:
+    @field_validator("actions")
+    @classmethod
+    def _actions_set(cls, value: tuple[ThresholdAction, ...]) -> tuple[ThresholdAction, ...]:
+        return _unique(value, "actions")
+
+    # The CRD's rules name the field (fieldPath .capReplicas / .spotMaxPriority): so do these (declared after
+    # ``actions``, so ``info.data`` holds it when it validated).
+    @field_validator("cap_replicas")
+    @classmethod
+    def _cap_needs_value(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None and ThresholdAction.CAP_REPLICAS in info.data.get("actions", ()):
             raise ValueError("capReplicas is required with the CapReplicas action")
-        if ThresholdAction.SWITCH_TO_SPOT in self.actions and self.spot_max_priority is None:
+        return value
+
+    @field_validator("spot_max_priority")
+    @classmethod
+    def _spot_needs_value(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None and ThresholdAction.SWITCH_TO_SPOT in info.data.get("actions", ()):
             raise ValueError("spotMaxPriority is required with the SwitchToSpot action (services with "
                              "spec.priority <= spotMaxPriority move to Spot; e.g. 50)")
-        return self
+        return value
 
 
 class Enforcement(_Spec):
-    floor_replicas: int = Field(default=1, alias="floorReplicas", ge=0, le=1000)
+    floor_replicas: JsonInt = Field(default=1, alias="floorReplicas", ge=0, le=1000)
     order: EnforcementOrder = EnforcementOrder.LOWEST_PRIORITY_FIRST
-    dry_run: bool = Field(default=False, alias="dryRun")
-    spot_pending_timeout_s: int = Field(default=300, alias="spotPendingTimeoutSeconds", ge=10, le=86400)
+    dry_run: StrictBool = Field(default=False, alias="dryRun")
+    spot_pending_timeout_s: JsonInt = Field(default=300, alias="spotPendingTimeoutSeconds", ge=10, le=86400)
     """Seconds a service's Spot pod may stay Pending before the service falls back to on-demand."""
 
 
 class ForecastSpec(_Spec):
-    enabled: bool = True
-    alert_at_percent: int = Field(default=100, alias="alertAtPercent", ge=1, le=200)
+    enabled: StrictBool = True
+    alert_at_percent: JsonInt = Field(default=100, alias="alertAtPercent", ge=1, le=200)
 
 
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
@@ -206,14 +326,14 @@ SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 
 
 class SecretRef(_Spec):
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     url_key: str = Field(default="url", alias="urlKey", min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
     signing_secret_key: str | None = Field(default=None, alias="signingSecretKey", min_length=1, max_length=253,
                                            pattern=SECRET_KEY_PATTERN)
 
 
 class Notification(_Spec):
-    name: str = Field(min_length=1, max_length=63)
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)
     type: NotifierType
     secret_ref: SecretRef = Field(alias="secretRef")
 
@@ -228,12 +348,16 @@ class BudgetSpec(_Spec):
     thresholds: tuple[Threshold, ...] = Field(min_length=1, max_length=10)
     enforcement: Enforcement = Field(default_factory=Enforcement)
     forecast: ForecastSpec = Field(default_factory=ForecastSpec)
-    evaluation_interval_s: int = Field(default=60, alias="evaluationIntervalSeconds", ge=1, le=3600)
+    evaluation_interval_s: JsonInt = Field(default=60, alias="evaluationIntervalSeconds", ge=1, le=3600)
     notifications: tuple[Notification, ...] = Field(default=(), max_length=10)
 
     @field_validator("time_zone")
     @classmethod
     def _zone(cls, value: str) -> str:
+        # The CRD's pattern and maxLength first (what the apiserver refuses), then the tz database (beyond it).
+        if len(value) > TIME_ZONE_MAX_CHARS or _TIME_ZONE_RE.fullmatch(value) is None:
+            raise ValueError(f"{value[:80]!r} is not an IANA time zone name: write UTC or Area/Location (at most "
+                             f"{TIME_ZONE_MAX_CHARS} characters), e.g. Europe/Berlin or America/Argentina/Buenos_Aires")
         try:
             resolve_zone(value)
         except InvalidTimeZone:
@@ -257,10 +381,18 @@ class BudgetSpec(_Spec):
         return value
 
 
+UNKNOWN_FIELD = "unknown field: the CRD has no such field (check its spelling, case and indentation)"
+_ALIASES = {name: field.alias for model in (LabelSelectorRequirement, BudgetSelector, BudgetLimit, Threshold,
+                                            Enforcement, ForecastSpec, SecretRef, Notification, BudgetSpec)
+            for name, field in model.model_fields.items() if field.alias}
+"""snake_case field -> the CRD's name: pydantic names a defaulted field (``capReplicas`` missing) by its own name."""
+
+
 def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
     """Parse ``BudgetPolicy.spec`` (camelCase dict, as kopf gives it) into a typed :class:`BudgetSpec`.
 
-    CRD defaults are applied here too, so a spec that skipped API-server defaulting parses the same.
+    CRD defaults are applied here too, so a spec that skipped API-server defaulting parses the same; an explicit
+    ``null`` member is absent (the apiserver prunes it before defaulting).
 
     Raises:
         InvalidBudgetSpec: The first field that does not validate, e.g. ``spec.thresholds[1].capReplicas: ...``.
@@ -268,7 +400,7 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
     if not isinstance(spec, Mapping):
         raise InvalidBudgetSpec("spec", f"expected an object, got {type(spec).__name__}")
     try:
-        return BudgetSpec.model_validate(dict(spec))
+        return BudgetSpec.model_validate(_without_nulls(spec))
     except ValidationError as exc:
         messages = []
         errors = exc.errors()
@@ -278,15 +410,17 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
                                                   o["loc"][:len(err["loc"])] == err["loc"] for o in errors):
                 continue
             path = "spec"
+            unknown = err["type"] == "extra_forbidden"  # its last part is the input's own key
             for part in err["loc"]:
-                path += f"[{part}]" if isinstance(part, int) else f".{part}"
-            msg = err["msg"].removeprefix("Value error, ")
+                name = str(part) if unknown else _ALIASES.get(str(part), str(part))
+                path += f"[{part}]" if isinstance(part, int) else f".{name}"
+            msg = UNKNOWN_FIELD if unknown else err["msg"].removeprefix("Value error, ")
             messages.append((path, msg))
         first, rest = messages[0], [f"{p}: {m}" for p, m in messages[1:]]
         raise InvalidBudgetSpec(first[0], "; ".join([first[1], *rest])) from None
 
 
 __all__ = ["BudgetLimit", "BudgetSelector", "BudgetSpec", "Enforcement", "EnforcementOrder", "ForecastSpec",
-           "InvalidBudgetSpec", "LIMIT_AMOUNT_MAX_CHARS", "LIMIT_AMOUNT_NONZERO_RULE", "LIMIT_AMOUNT_PATTERN",
-           "LabelSelectorRequirement", "Notification", "NotifierType", "SecretRef", "Threshold", "ThresholdAction",
-           "parse_budget_spec", "parse_limit_amount"]
+           "InvalidBudgetSpec", "InvalidTimeZone", "LIMIT_AMOUNT_MAX_CHARS", "LIMIT_AMOUNT_NONZERO_RULE",
+           "LIMIT_AMOUNT_PATTERN", "LabelSelectorRequirement", "Notification", "NotifierType", "Period", "SecretRef",
+           "Threshold", "ThresholdAction", "parse_budget_spec", "parse_limit_amount", "resolve_zone"]

@@ -1,0 +1,192 @@
+"""``BudgetPolicy.spec``: the parser admits exactly what the CRD admits, case by case (issue 23 item 3).
+
+One table of hostile and edge values, each changing one field of a valid spec, with the verdict of the real
+kube-apiserver holding the CRD (``admitted``). Here the parser is held to it (fast, no cluster);
+``tests/integration/test_budget_spec_grammar.py`` submits every case to a real apiserver, so the recorded verdicts
+cannot drift from the CRD. One difference is by design (:data:`APISERVER_ONLY`): a zone name of the CRD's shape that
+the tz database does not know passes the CRD's pattern, which cannot consult the tz database, and the parser refuses
+it (the operator reports ``InvalidSpec`` naming ``spec.timeZone``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from modalscale.api.budgetpolicy import InvalidBudgetSpec, parse_budget_spec
+from tests.unit.operator.test_budget_amount_grammar import HOSTILE, VALID
+
+BASE: dict[str, Any] = {
+    "period": "Daily",
+    "timeZone": "Europe/Berlin",
+    "limit": {"amount": "10", "currency": "USD"},
+    "thresholds": [{"percent": 50}, {"percent": 100, "actions": ["Alert", "ScaleDown"]}],
+    "notifications": [{"name": "ops", "type": "Slack", "secretRef": {"name": "chat-hooks"}}],
+}
+"""A valid spec; each case changes one field of a copy."""
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    field: str
+    """The field path both sides name when they refuse (``spec.limit.amount``)."""
+    change: Callable[[dict[str, Any]], None]
+    admitted: bool
+    """The real apiserver's verdict (dry-run create with the CRD of ``crds/``)."""
+
+    def spec(self) -> dict[str, Any]:
+        spec = copy.deepcopy(BASE)
+        self.change(spec)
+        return spec
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A change that sets ``path`` (dots and ``[i]``, below ``spec``) to ``value``, creating missing objects."""
+    parts: list[str | int] = []
+    for name in path.split("."):
+        head, *indices = name.replace("]", "").split("[")
+        parts += [head, *map(int, indices)]
+
+    def change(spec: dict[str, Any]) -> None:
+        here: Any = spec
+        for part in parts[:-1]:
+            here = here.setdefault(part, {}) if isinstance(part, str) else here[part]
+        here[parts[-1]] = copy.deepcopy(value)
+
+    return change
+
+
+def _case(path: str, value: Any, label: str | None = None, field: str | None = None, ok: bool = False) -> Case:
+    return Case(f"{path}={label if label is not None else ascii(value)}", field or f"spec.{path}", _set(path, value),
+                ok)
+
+
+def _cases(path: str, admitted: list[Any], refused: list[Any]) -> list[Case]:
+    return [_case(path, v, ok=True) for v in admitted] + [_case(path, v) for v in refused]
+
+
+def _notification(name: str = "ops", type_: str = "Slack") -> dict[str, Any]:
+    return {"name": name, "type": type_, "secretRef": {"name": "chat-hooks"}}
+
+
+ISSUE_AMOUNTS = ["1e999", "1E+30", "0.0000001", "100.", " 100", "1_000", "0", "0.000000", "1234567890123"]
+"""The amounts issue 23 names first; then the amount grammar's whole table and values of other JSON types."""
+UNKNOWN_ZONES = ["Europe/Nowhere", "Mars/Olympus", "Europe/" + "B" * 57]
+"""Of the CRD's shape (the last at its maxLength, 64) but not in the tz database."""
+
+CASES: list[Case] = [
+    Case("valid-base", "spec", lambda spec: None, True),
+    *_cases("limit.amount", VALID, list({ascii(a): a for a in [*ISSUE_AMOUNTS, *HOSTILE, 250, 12.5, True, None,
+                                                                ["250"]]}.values())),
+    *_cases("limit.currency", [None], ["EUR", "usd"]),
+    # period: an enum of three; a null is pruned, and period is required
+    *_cases("period", ["Weekly", "Monthly"], ["daily", "Yearly", "", " Daily", "Daily\n", None, 1]),
+    # timeZone: the CRD's pattern and maxLength, then the tz database (parser only)
+    *_cases("timeZone", ["UTC", "Etc/UTC", "America/Argentina/Buenos_Aires", "Etc/GMT+5", "America/Port-au-Prince",
+                         None, *UNKNOWN_ZONES],
+            ["GMT", "EST", "utc", "Europe/Berlin ", "Europe/Berlin\n", "", "Not a zone!", "Europe//Berlin",
+             "../etc/passwd", "Europe/" + "B" * 58, 0]),
+    # thresholds: percent an integer 1..200 (a JSON number without a fraction), strictly ascending, 1..10 of them
+    *_cases("thresholds[0].percent", [1, 99], [0, -1, 201, 50.5, "50", True, None, 2**63]),
+    _case("thresholds[1].percent", 200, ok=True),
+    _case("thresholds[1].percent", 50, field="spec.thresholds"),
+    _case("thresholds[1].percent", 40, field="spec.thresholds"),
+    _case("thresholds", [], "[]"),
+    _case("thresholds", [{"percent": p} for p in range(1, 12)], "eleven"),
+    _case("thresholds", [{"percent": p} for p in range(1, 11)], "ten", ok=True),
+    # actions: a set of 1..5 of the enum; a null is pruned (default [Alert])
+    _case("thresholds[0].actions", None, ok=True),
+    _case("thresholds[0].actions", [], "[]"),
+    _case("thresholds[0].actions", ["Alert", "Alert"]),
+    _case("thresholds[0].actions", ["Delete"]),
+    _case("thresholds[0].actions", ["alert"]),
+    _case("thresholds[0].actions", ["Alert", "CapReplicas"], field="spec.thresholds[0].capReplicas"),
+    _case("thresholds[0]", {"percent": 50, "actions": ["CapReplicas"], "capReplicas": 0}, "cap-0", ok=True),
+    _case("thresholds[0]", {"percent": 50, "actions": ["CapReplicas"], "capReplicas": 1001}, "cap-1001",
+          field="spec.thresholds[0].capReplicas"),
+    _case("thresholds[0]", {"percent": 50, "actions": ["SwitchToSpot"]}, "spot-without-priority",
+          field="spec.thresholds[0].spotMaxPriority"),
+    # notifications: a list-map keyed by name (a DNS label), at most 10; the Secret only referenced
+    *_cases("notifications[0].name", ["a" * 63], ["a" * 64, "Ops", "ops_team", "-ops", "ops-", "", "o.ps", None]),
+    *_cases("notifications[0].type", [], ["Telegram", "slack"]),
+    _case("notifications", [_notification(), _notification()], "same-name-twice"),
+    _case("notifications", [_notification(f"n{i}") for i in range(11)], "eleven"),
+    _case("notifications", [_notification(f"n{i}") for i in range(10)], "ten", ok=True),
+    _case("notifications", [], "[]", ok=True),
+    _case("notifications", [{"name": "ops", "type": "Slack"}], "no-secretRef",
+          field="spec.notifications[0].secretRef"),
+    *_cases("notifications[0].secretRef.name", ["chat.hooks", "a" * 253], ["Chat_Hooks", "", "a" * 254]),
+    *_cases("notifications[0].secretRef.urlKey", ["webhook.url"], ["url key", "", "a" * 254]),
+    *_cases("notifications[0].secretRef.signingSecretKey", ["sig_1"], ["sig/1"]),
+    # enforcement, forecast, interval: integer bounds and booleans (a JSON boolean, never "true" or 1)
+    *_cases("enforcement.dryRun", [True], ["true", 1]),
+    *_cases("enforcement.floorReplicas", [0], [-1, "1"]),
+    *_cases("enforcement.order", ["HighestCostFirst"], ["Random"]),
+    *_cases("enforcement.spotPendingTimeoutSeconds", [10], [9]),
+    *_cases("forecast.alertAtPercent", [200], [201]),
+    *_cases("forecast.enabled", [False], ["false", 0]),
+    *_cases("evaluationIntervalSeconds", [1, 3600], [0, 3601, "60"]),
+    # selector: namespaces a set of DNS labels (at most 100), labels and expressions bounded
+    *_cases("selector.namespaces", [["ml", "ml-prod"]], [["ml", "ml"], ["ML"], ["a" * 64],
+                                                          [f"n{i}" for i in range(101)]]),
+    *_cases("selector.matchLabels", [{"team": "a" * 63}, {f"k{i}": "v" for i in range(32)}],
+            [{"team": "a" * 64}, {f"k{i}": "v" for i in range(33)}]),
+    # a JSON number without a fraction where an integer is due (OpenAPI admits it; a CEL rule reading it does not)
+    _case("thresholds[0].percent", 50.0, field="spec.thresholds"),
+    _case("thresholds[1].percent", 100.0, field="spec.thresholds"),
+    _case("thresholds[0]", {"percent": 50, "actions": ["CapReplicas"], "capReplicas": 2.0}, "cap-2.0"),
+    _case("thresholds[0]", {"percent": 50, "actions": ["SwitchToSpot"], "spotMaxPriority": 5.0}, "spot-5.0"),
+    _case("enforcement.floorReplicas", 1.0, ok=True),
+    _case("enforcement.spotPendingTimeoutSeconds", 300.0, ok=True),
+    _case("forecast.alertAtPercent", 100.0, ok=True),
+    _case("evaluationIntervalSeconds", 60.0, ok=True),
+    # unknown fields: refused by strict field validation (kubectl's default), as by the parser
+    _case("unknownField", 1),
+    _case("selector.match_labels", {"team": "a"}),
+    _case("thresholds[0].capReplica", 1),
+    _case("notifications[0].url", "https://hooks.example/T0/B0/x"),
+    _case("limit.Amount", "10"),
+    *_cases("selector.matchExpressions", [[{"key": "team", "operator": "In", "values": ["a"]}]],
+            [[{"key": "team", "operator": "In"}], [{"key": "team", "operator": "Exists", "values": ["a"]}],
+             [{"key": "team", "operator": "Near"}], [{"key": "team", "operator": "Exists"}] * 17]),
+]
+
+APISERVER_ONLY = {f"timeZone={ascii(z)}" for z in UNKNOWN_ZONES}
+"""Cases the apiserver admits and the parser refuses, by design (see the module docstring)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: bool
+    message: str
+
+
+def parser_verdict(spec: dict[str, Any]) -> Verdict:
+    try:
+        parse_budget_spec(spec)
+    except InvalidBudgetSpec as exc:
+        return Verdict(False, str(exc))
+    return Verdict(True, "")
+
+
+def test_the_case_table_holds_the_issues_amounts_and_every_ruled_field() -> None:
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    assert {f"limit.amount={ascii(a)}" for a in ISSUE_AMOUNTS} <= set(ids)
+    for prefix in ("period=", "timeZone=", "thresholds[0].percent=", "notifications", "enforcement.", "selector."):
+        assert any(i.startswith(prefix) for i in ids), prefix
+    assert APISERVER_ONLY <= {c.id for c in CASES if c.admitted}
+    assert 40 < sum(c.admitted for c in CASES) < len(CASES) - 40  # both kinds, many of each
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id[:80] for c in CASES])
+def test_the_parser_admits_what_the_apiserver_admits_and_names_the_field_it_refuses(case: Case) -> None:
+    verdict = parser_verdict(case.spec())
+    assert verdict.accepted == (case.admitted and case.id not in APISERVER_ONLY), verdict
+    if not verdict.accepted:
+        assert case.field in verdict.message, verdict
