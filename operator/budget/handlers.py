@@ -60,13 +60,14 @@ from modalscale.operator.budget.delivery import (
     stop_deliveries,
 )
 from modalscale.operator.budget.history import HistoryUnavailable, merge_history
-from modalscale.operator.budget.observe import Receiver
+from modalscale.operator.budget.observe import Receiver, read_tenant_usage
 from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
     ISVC_PLURAL,
     lift_all,
     observed_namespaces,
     plan_policy,
+    tenant_window_s,
 )
 from modalscale.operator.budget.runtime import BudgetRuntime
 from modalscale.operator.budget.spend_anomalies import HistoryRead
@@ -123,6 +124,12 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     now = deps.clock()
     admin = deps.settings.budget_admin_namespaces
     observed = runtime.observer.observe(observed_namespaces(policy, admin), runtime.gone_pods, now)
+    window_s = tenant_window_s(policy, now)
+    if window_s is not None:  # spec.selector.tenants: showback over the period so far
+        observed.tenant_usage = read_tenant_usage(runtime.tenant_usage_source, window_s, now)
+        if observed.tenant_usage.error:
+            logger.warning("Reading the tenants' usage failed, holding tenant rejections: error=%s",
+                           observed.tenant_usage.error)
     uid = str(policy["metadata"].get("uid", ""))
     cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
     history = runtime.burn_history.setdefault(uid, {})
@@ -150,8 +157,8 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
                        anomaly_config=cfg, history_read=read, admin_namespaces=admin)
     for w in plan.annotation_writes:
         if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: w.value}):
-            logger.info("Wrote budget cap on InferenceService: namespace=%s name=%s cap=%s", w.namespace, w.name,
-                        w.value if w.value is not None else "lifted")
+            logger.info("Wrote budget annotation on InferenceService: namespace=%s name=%s key=%s value=%s",
+                        w.namespace, w.name, w.key, w.value if w.value is not None else "lifted")
     deps.writer.patch_status(BUDGET_PLURAL, namespace, name, plan.status_patch)
     # The samples join the history only once the status (with status.spendAnomalies and any SpendAnomaly alert
     # in its outbox) is written.
