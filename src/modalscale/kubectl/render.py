@@ -310,6 +310,9 @@ def describe_actions(t: Threshold, spec: BudgetSpec) -> list[str]:
             out.append(f"ScaleDown: every selected service to {spec.enforcement.floor_replicas} replica(s)")
         elif a is ThresholdAction.SCALE_TO_ZERO:
             out.append("ScaleToZero: every selected service to 0 replicas")
+        elif a is ThresholdAction.REJECT:
+            out.append(f"Reject: the gateway answers 429 to tenant(s) {', '.join(spec.selector.tenants)} until the "
+                       f"period ends")
         else:
             out.append(f"SwitchToSpot: services with spec.priority <= {t.spot_max_priority} to Spot capacity")
     if spec.enforcement.dry_run and any(a is not ThresholdAction.ALERT for a in t.actions):
