@@ -25,7 +25,11 @@ Rules decided here (the rest is ``plan_budget``'s):
   InferenceService (the InferenceService reconcile is the one writer of replicas). Lifting deletes it. Dry run
   writes none. An InferenceService that carries this policy's annotation but is no longer enforced (new
   period, left the selector, dry run switched on) has it removed. ``SwitchToSpot`` is written the same way as
-  ``budget.modalscale.io/spot-<same hash>`` (codec: ``modalscale.api.annotations``); a fallback deletes it. The
+  ``budget.modalscale.io/spot-<same hash>`` (codec: ``modalscale.api.annotations``); a fallback deletes it.
+  ``Reject`` (per-tenant budgets, ``spec.selector.tenants``) is written as ``budget.modalscale.io/reject-<same
+  hash>`` naming the refused tenants and ``until`` (the period's end), which the service's gateway watches; the
+  tenants' spend is showback's allocation of what :attr:`BudgetObserved.tenant_usage` read from Prometheus
+  (:func:`_tenant_spend`), and when it could not be read the rejections are held, never added. The
   pods' Spot wait (:func:`spot_pending_since`) and the tier their node ran them at (:func:`pod_runs`, node labels
   in :attr:`BudgetObserved.node_labels`) are read from the pods and nodes here.
 * **Status** is written only when something other than the clock moved: a change of ``lastEvaluationTime``,
@@ -826,7 +830,7 @@ def _status_patch(status: Mapping[str, Any], desired: Mapping[str, Any], interva
                   ) -> dict[str, Any]:
     """The merge patch from the stored status to ``desired``; ``{}`` unless something material changed or the
     heartbeat is due (:func:`heartbeat_s`)."""
-    stored = {"pendingAlerts": [], "spotServices": [], "spendAnomalies": [], **status}
+    stored = {"pendingAlerts": [], "spotServices": [], "spendAnomalies": [], "rejectedTenants": [], **status}
     merged = {**stored, **desired}
     write = _material(merged) != _material(stored) or _due(status, interval_s, now)
     return cond.status_patch(stored, desired) if write else {}
