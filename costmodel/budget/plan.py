@@ -105,6 +105,9 @@ class BudgetPlan:
     """``Reject`` in force: the (service, tenant) pairs the gateway refuses (``status.rejectedTenants``)."""
     tenant_spent_usd: Decimal | None = None
     """With ``spec.selector.tenants``: the tenants' spend the plan was made on (``status.tenantSpent``)."""
+    budgeted: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    """With ``spec.selector.tenants``: (namespace, name, tenants) per selected service (the gateway counts those
+    tenants by name, never folded into ``other``)."""
 
     @property
     def blind(self) -> bool:
@@ -196,6 +199,13 @@ def scoped_spend(spec: BudgetSpec, spent: Decimal, closed: ClosedPeriod | None, 
         return spent, closed
     tenants = tenants or TenantSpend(None, unknown_reason="tenant usage not read")
     return tenants.effective_usd(period_bounds(spec.period, spec.time_zone, now)[0]), None
+
+
+def budgeted(spec: BudgetSpec, services: Sequence[ServiceState]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(namespace, name, tenants) of each selected service of a tenant-scoped policy, sorted; empty otherwise."""
+    if not spec.selector.tenants:
+        return ()
+    return tuple(sorted((s.namespace, s.name, tuple(sorted(spec.selector.tenants))) for s in services))
 
 
 def tenant_blind(spec: BudgetSpec, tenants: TenantSpend | None) -> tuple[str, ...]:
@@ -331,8 +341,8 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
         blind_services=to_date.blind_services, evaluated_at=now,
         thresholds_enforced=tuple(t.percent for t in enforcement.in_force), horizon_s=horizon_s, spot=spot,
         spot_skipped=spot_skipped, rejections=reject.rejections,
-        tenant_spent_usd=spent if spec.selector.tenants else None)
+        tenant_spent_usd=spent if spec.selector.tenants else None, budgeted=budgeted(spec, services))
 
 
-__all__ = ["BudgetPlan", "budget_state", "plan_budget", "rates_after_enforcement", "reject_lines", "scoped_spend",
-           "tenant_blind"]
+__all__ = ["BudgetPlan", "budget_state", "budgeted", "plan_budget", "rates_after_enforcement", "reject_lines",
+           "scoped_spend", "tenant_blind"]

@@ -72,9 +72,11 @@ from modalscale.api.annotations import (
     SpotSwitch,
     TenantReject,
     cap_annotation_key,
+    encode_tenants,
     reject_annotation_key,
     same_value,
     spot_annotation_key,
+    tenants_annotation_key,
 )
 from modalscale.api.capacity import pod_requires_spot, pod_tier
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
@@ -719,20 +721,24 @@ def reject_annotation_values(ref: PolicyRef, rejections: Sequence[TenantRejectio
 def annotation_writes(ref: PolicyRef, plan: BudgetPlan, isvcs: Sequence[Mapping[str, Any]]
                       ) -> list[AnnotationWrite]:
     """Enforcement as annotations, level-based: the writes that bring every InferenceService's cap, Spot and
-    tenant-rejection annotation of this policy to the whole desired set (a cap per enforced service not in dry
-    run, a Spot switch per applied Spot record, the tenants ``Reject`` refuses per service; nothing elsewhere)."""
+    tenant annotations of this policy to the whole desired set (a cap per enforced service not in dry run, a Spot
+    switch per applied Spot record, the tenants ``Reject`` refuses per service, and the budgeted tenants on every
+    selected service of a tenant-scoped policy, for the gateway not to fold them; nothing elsewhere)."""
     key, spot_key = cap_annotation_key(ref.namespace, ref.name), spot_annotation_key(ref.namespace, ref.name)
     reject_key = reject_annotation_key(ref.namespace, ref.name)
+    tenants_key = tenants_annotation_key(ref.namespace, ref.name)
     wanted = {(e.namespace, e.name): cap_annotation_value(ref, e.action.value, e.max_replicas)
               for e in plan.enforced_services if not e.dry_run}
     wanted_spot = {(r.namespace, r.name): SpotSwitch(str(ref), r.threshold_percent).encode()
                    for r in plan.spot if r.applied}
     wanted_reject = reject_annotation_values(ref, plan.rejections)
+    wanted_tenants = {(ns, name): encode_tenants(tenants) for ns, name, tenants in plan.budgeted}
     writes = []
     for isvc in isvcs:
         m = isvc.get("metadata") or {}
         target = (m.get("namespace", ""), m.get("name", ""))
-        for k, values in ((key, wanted), (spot_key, wanted_spot), (reject_key, wanted_reject)):
+        for k, values in ((key, wanted), (spot_key, wanted_spot), (reject_key, wanted_reject),
+                          (tenants_key, wanted_tenants)):
             current = (m.get("annotations") or {}).get(k)
             value = values.get(target)
             if not same_value(current, value):
@@ -960,7 +966,8 @@ def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> l
     writes = []
     for isvc in isvcs:
         m = isvc.get("metadata") or {}
-        for key in (cap_annotation_key(ns, name), spot_annotation_key(ns, name), reject_annotation_key(ns, name)):
+        for key in (cap_annotation_key(ns, name), spot_annotation_key(ns, name), reject_annotation_key(ns, name),
+                    tenants_annotation_key(ns, name)):
             if key in (m.get("annotations") or {}):
                 writes.append(AnnotationWrite(m.get("namespace", ""), m.get("name", ""), key, None))
     return writes

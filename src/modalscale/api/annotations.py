@@ -20,6 +20,11 @@ same service and each lifts only its own:
   "thresholdPercent": p}``. The service's gateway watches it and answers 429 with ``Retry-After`` = seconds to
   ``until``; past ``until`` it admits again on its own; deleted = lifted.
 
+* ``budget.modalscale.io/tenants-<h>``: the tenants a tenant-scoped policy budgets (``spec.selector.tenants``),
+  on each service it selects, rejected or not. Value: compact JSON list of names. The gateway counts these tenants
+  under their own names however many tenants it has seen (never folded into ``other``), so their spend can be
+  measured.
+
 ``<h>`` is the first 10 hex digits of ``sha256("<policy namespace>/<policy name>")``.
 """
 
@@ -28,7 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 BUDGET_CAP_PREFIX = "budget.modalscale.io/cap-"
@@ -37,6 +42,8 @@ BUDGET_SPOT_PREFIX = "budget.modalscale.io/spot-"
 """Key prefix of a policy's Spot-capacity annotation."""
 BUDGET_REJECT_PREFIX = "budget.modalscale.io/reject-"
 """Key prefix of a policy's tenant-rejection annotation."""
+BUDGET_TENANTS_PREFIX = "budget.modalscale.io/tenants-"
+"""Key prefix of a policy's budgeted-tenants annotation."""
 CAP_ACTIONS = ("CapReplicas", "ScaleDown", "ScaleToZero")
 """``action`` values of a cap annotation."""
 SPOT_CAPACITY_TYPE = "Spot"
@@ -65,6 +72,31 @@ def spot_annotation_key(policy_namespace: str, policy_name: str) -> str:
 def reject_annotation_key(policy_namespace: str, policy_name: str) -> str:
     """``budget.modalscale.io/reject-<digest>``: this policy's tenant-rejection key on a service."""
     return BUDGET_REJECT_PREFIX + policy_digest(policy_namespace, policy_name)
+
+
+def tenants_annotation_key(policy_namespace: str, policy_name: str) -> str:
+    """``budget.modalscale.io/tenants-<digest>``: the tenants this policy budgets, on a service it selects."""
+    return BUDGET_TENANTS_PREFIX + policy_digest(policy_namespace, policy_name)
+
+
+def encode_tenants(tenants: Sequence[str]) -> str:
+    """The budgeted-tenants annotation's value: compact JSON list, sorted."""
+    return json.dumps(sorted(tenants), separators=(",", ":"))
+
+
+def budgeted_tenants(annotations: Mapping[str, str] | None) -> frozenset[str]:
+    """Every tenant named by a decodable budgeted-tenants annotation (values that do not decode are skipped)."""
+    out: set[str] = set()
+    for key, value in (annotations or {}).items():
+        if not key.startswith(BUDGET_TENANTS_PREFIX):
+            continue
+        try:
+            names = json.loads(value)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(names, list):
+            out.update(n for n in names if isinstance(n, str) and n)
+    return frozenset(out)
 
 
 def _json_object(key: str, value: str) -> dict[str, object]:
@@ -287,10 +319,11 @@ def invalid_budget_annotations(annotations: Mapping[str, str] | None) -> list[st
 
 
 __all__ = [
-    "BUDGET_CAP_PREFIX", "BUDGET_REJECT_PREFIX", "BUDGET_SPOT_PREFIX", "BudgetCap", "CAP_ACTIONS", "InvalidAnnotation",
-    "SPOT_CAPACITY_TYPE",
-    "SpotSwitch", "TenantReject", "budget_cap", "cap_annotation_key", "invalid_budget_annotations", "policy_digest",
-    "reject_annotation_key", "same_value", "spot_annotation_key", "spot_switches", "tenant_rejections",
+    "BUDGET_CAP_PREFIX", "BUDGET_REJECT_PREFIX", "BUDGET_SPOT_PREFIX", "BUDGET_TENANTS_PREFIX", "BudgetCap",
+    "CAP_ACTIONS", "InvalidAnnotation", "SPOT_CAPACITY_TYPE", "SpotSwitch", "TenantReject", "budget_cap",
+    "cap_annotation_key", "invalid_budget_annotations", "policy_digest", "budgeted_tenants", "encode_tenants",
+    "reject_annotation_key", "same_value", "tenants_annotation_key", "spot_annotation_key", "spot_switches",
+    "tenant_rejections",
 ]
 
 

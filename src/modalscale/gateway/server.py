@@ -40,6 +40,7 @@ import grpc
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from modalscale.api.annotations import budgeted_tenants
 from modalscale.gateway.admission import Admission, Rejected
 from modalscale.gateway.affinity import affinity_key
 from modalscale.gateway.balancer import Balancer, Endpoint
@@ -195,6 +196,7 @@ class Gateway:
     def _on_annotations(self, annotations: Mapping[str, str]) -> None:
         before = self.tenant_gate.tenants
         self.tenant_gate.update(annotations)
+        self.tenants.reserve(budgeted_tenants(annotations))
         if self.tenant_gate.tenants != before:
             log.info("Tenant rejections changed tenants=%s", ",".join(self.tenant_gate.tenants) or "none")
 

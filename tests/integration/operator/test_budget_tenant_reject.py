@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from modalscale.api.annotations import reject_annotation_key
+from modalscale.api.annotations import reject_annotation_key, tenants_annotation_key
 from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.kube import wait_for
 from modalscale.gateway.isvc_watch import InferenceServiceWatch
@@ -122,6 +122,8 @@ def test_a_tenant_over_its_budget_is_refused_at_the_gateway_while_another_is_ser
         value = json.loads(wait_for(lambda: (get_isvc(api, NS, SVC)["metadata"].get("annotations") or {}).get(KEY),
                                     30, "the reject annotation on the InferenceService"))
         assert value["tenants"] == ["acme"] and value["policy"] == f"{NS}/{POLICY}"
+        budgeted = (get_isvc(api, NS, SVC)["metadata"].get("annotations") or {})[tenants_annotation_key(NS, POLICY)]
+        assert json.loads(budgeted) == ["acme"]  # the gateway never folds a budgeted tenant into "other"
         tomorrow = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).replace(hour=0, minute=0, second=0,
                                                                            microsecond=0)
         assert value["until"] == tomorrow.strftime("%Y-%m-%dT%H:%M:%SZ")

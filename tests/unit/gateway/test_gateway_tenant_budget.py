@@ -73,3 +73,16 @@ def test_other_annotations_are_ignored_and_non_string_values_dropped() -> None:
     gate.update(got)
     assert gate.tenants == ("acme",)
     assert annotations_of(None) == {} and annotations_of({"metadata": {}}) == {}
+
+
+def test_a_budgeted_tenant_keeps_its_name_beyond_the_cap_and_takes_no_place() -> None:
+    from modalscale.api.annotations import budgeted_tenants, tenants_annotation_key
+    from modalscale.gateway.tenants import TenantFolder
+
+    folder = TenantFolder(1)
+    assert folder.label("globex") == "globex" and folder.label("acme") == "other"
+    folder.reserve(budgeted_tenants({tenants_annotation_key("ml", "x"): '["acme"]', "other": "[1]"}))
+    assert folder.label("acme") == "acme"
+    assert folder.label("initech") == "other"  # the cap still holds for everyone else
+    folder.reserve(budgeted_tenants({tenants_annotation_key("ml", "x"): "not json"}))
+    assert folder.label("acme") == "other"

@@ -8,7 +8,12 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from modalscale.api.annotations import reject_annotation_key, tenant_rejections
+from modalscale.api.annotations import (
+    budgeted_tenants,
+    reject_annotation_key,
+    tenant_rejections,
+    tenants_annotation_key,
+)
 from modalscale.costmodel.showback import ServiceWindow, TenantUsage
 from modalscale.operator.budget.plan import (
     TenantUsageRead,
@@ -23,6 +28,7 @@ from tests.unit.operator.test_budget_plan import CATALOG, annotated, make_isvc, 
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
 END = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 KEY = reject_annotation_key("ml", "daily")
+TENANTS_KEY = tenants_annotation_key("ml", "daily")
 
 
 def tenant_policy(**spec: Any) -> dict[str, Any]:
@@ -49,7 +55,8 @@ def test_a_tenant_over_its_limit_gets_one_reject_annotation_per_selected_service
     # acme used 1800 of 3600 replica-s of 2 USD: 1 USD = 100 % of its 1 USD limit.
     p = evaluate(tenant_policy(), usage(1800, 900), make_isvc("vc"), make_isvc("ocr"))
     writes = {(w.name, w.key): w.value for w in p.annotation_writes}
-    assert set(writes) == {("vc", KEY), ("ocr", KEY)}
+    assert set(writes) == {("vc", KEY), ("ocr", KEY), ("vc", TENANTS_KEY), ("ocr", TENANTS_KEY)}
+    assert budgeted_tenants({TENANTS_KEY: writes[("vc", TENANTS_KEY)]}) == {"acme"}
     value = json.loads(writes[("vc", KEY)])
     assert value == {"policy": "ml/daily", "tenants": ["acme"], "until": "2026-12-01T00:00:00Z",
                      "thresholdPercent": 100}
@@ -61,9 +68,10 @@ def test_a_tenant_over_its_limit_gets_one_reject_annotation_per_selected_service
     assert get(status["conditions"], "BudgetExceeded")["status"] == "True"
 
 
-def test_under_its_limit_no_annotation_is_written() -> None:
+def test_under_its_limit_no_reject_annotation_is_written_only_the_budgeted_tenants() -> None:
     p = evaluate(tenant_policy(), usage(900, 2700), make_isvc("vc"))
-    assert p.annotation_writes == [] and p.status_patch.get("rejectedTenants", []) == []
+    assert [(w.name, w.key, w.value) for w in p.annotation_writes] == [("vc", TENANTS_KEY, '["acme"]')]
+    assert p.status_patch.get("rejectedTenants", []) == []
 
 
 def test_a_rerun_with_no_change_writes_no_annotation() -> None:
@@ -87,7 +95,7 @@ def test_unread_usage_holds_the_annotation_and_says_why() -> None:
 
 def test_unread_usage_at_the_first_evaluation_rejects_no_one() -> None:
     p = evaluate(tenant_policy(), TenantUsageRead(error="no Prometheus configured"), make_isvc("vc"))
-    assert p.annotation_writes == []
+    assert [w.key for w in p.annotation_writes] == [TENANTS_KEY]
 
 
 def test_a_raised_limit_deletes_the_annotation() -> None:
@@ -103,13 +111,13 @@ def test_a_raised_limit_deletes_the_annotation() -> None:
 
 def test_dry_run_writes_no_annotation_but_status_shows_the_pairs() -> None:
     p = evaluate(tenant_policy(enforcement={"dryRun": True}), usage(1800), make_isvc("vc"))
-    assert p.annotation_writes == []
+    assert [w.key for w in p.annotation_writes] == [TENANTS_KEY]
     assert [r["dryRun"] for r in p.status_patch["rejectedTenants"]] == [True]
 
 
 def test_deleting_the_policy_lifts_its_reject_annotations_and_its_namespaces_are_observed() -> None:
-    isvc = make_isvc("vc", annotations={KEY: "{}"})
-    assert [(w.key, w.value) for w in lift_all(tenant_policy(), [isvc])] == [(KEY, None)]
+    isvc = make_isvc("vc", annotations={KEY: "{}", TENANTS_KEY: '["acme"]'})
+    assert [(w.key, w.value) for w in lift_all(tenant_policy(), [isvc])] == [(KEY, None), (TENANTS_KEY, None)]
     policy = tenant_policy()
     policy["status"] = {"rejectedTenants": [{"namespace": "other", "name": "vc", "tenant": "acme"}]}
     assert "other" in observed_namespaces(policy)
@@ -118,3 +126,8 @@ def test_deleting_the_policy_lifts_its_reject_annotations_and_its_namespaces_are
 def test_the_usage_window_is_the_period_so_far_and_only_for_tenant_policies() -> None:
     assert tenant_window_s(tenant_policy(), T0) == 10 * 3600
     assert tenant_window_s(make_policy(), T0) is None
+
+
+def test_a_policy_without_tenants_writes_no_tenant_annotation() -> None:
+    p = evaluate(make_policy(), None, make_isvc("vc"))
+    assert all(w.key not in (KEY, TENANTS_KEY) for w in p.annotation_writes)
