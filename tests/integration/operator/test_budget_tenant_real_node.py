@@ -90,6 +90,8 @@ class OpenLoop(threading.Thread):
                 c.infer(text="a cup of coffee on a wooden table", headers={HEADER: self.tenant})
         except InferenceError as exc:
             outcome = str(exc.status)
+        except Exception as exc:  # a connection error or timeout: recorded, so the checks on outcomes see it
+            outcome = type(exc).__name__
         with self._lock:
             self.results.append((t0, time.time() - t0, outcome))
 
