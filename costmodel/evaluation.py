@@ -26,6 +26,8 @@ from modalscale.costmodel.budget import (
     BudgetPlan,
     PolicyRef,
     ServiceState,
+    TenantRejection,
+    TenantSpend,
     plan_budget,
     rates_after_enforcement,
 )
@@ -49,7 +51,8 @@ class BudgetEvaluation:
 
 def evaluate_budget(spec: BudgetSpec, ledger: Ledger, services: Sequence[ServiceState], alert_state: AlertState,
                     now: datetime, *, policy: PolicyRef = PolicyRef("", ""),
-                    horizon_s: int | None = None) -> BudgetEvaluation:
+                    horizon_s: int | None = None, tenants: TenantSpend | None = None,
+                    rejected: Sequence[TenantRejection] = ()) -> BudgetEvaluation:
     """Advance the ledger to ``now``, plan, and set the rates in force (see the module docstring).
 
     Args:
@@ -60,11 +63,14 @@ def evaluate_budget(spec: BudgetSpec, ledger: Ledger, services: Sequence[Service
         now: Timezone-aware UTC instant of this evaluation.
         policy: For messages and alert labels.
         horizon_s: Passed to :func:`~modalscale.costmodel.budget.plan_budget` (None: the evaluation interval).
+        tenants, rejected: Passed to ``plan_budget`` (a policy with ``spec.selector.tenants``: the tenants' spend,
+            and ``status.rejectedTenants``).
     Raises:
         ValueError: From ``advance`` or ``plan_budget`` (a naive ``now``, time going backwards).
     """
     result = advance(ledger, [s.observation() for s in services], now, spec.period, spec.time_zone)
-    plan = plan_budget(spec, result, services, alert_state, now, policy=policy, horizon_s=horizon_s)
+    plan = plan_budget(spec, result, services, alert_state, now, policy=policy, horizon_s=horizon_s,
+                       tenants=tenants, rejected=rejected)
     return BudgetEvaluation(result, plan,
                             with_rates_in_force(result.ledger, rates_after_enforcement(services, plan, alert_state)))
 

@@ -17,14 +17,21 @@ https://github.com/FinOps-Open-Cost-and-Usage-Spec/FOCUS_Spec/tree/main/specific
 * ``ConsumedQuantity = PricingQuantity`` in ``Replica-Hours`` (UnitFormat ``<plural-units>-<time>``); null for
   period-to-date rows built from status, where replica-hours are not recorded.
 * Commitment-discount, region and SKU columns are null (not applicable to an in-cluster estimate).
+
+**Tenant and modality tags** (:func:`split_by_tenant`): a service's record may be split into one record per
+(tenant, modality) of the gateway's requests plus one ``idle`` record, by showback's allocation
+(:func:`modalscale.costmodel.showback.allocate`: replica-seconds used; idle capacity is its own record, never
+spread). Each carries ``modalscale.io/allocation`` (``request`` or ``idle``) and, on request records,
+``modalscale.io/tenant`` and ``modalscale.io/modality`` in ``Tags``; the split records sum to the service's
+record exactly (1e-9 USD), so a FOCUS consumer that sums ``BilledCost`` gets the same total.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import IO
@@ -32,6 +39,7 @@ from typing import IO
 from modalscale.costmodel.catalog import PricingTier
 from modalscale.costmodel.ledger import CostSegment, Ledger, format_time
 from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_ledger_usd
+from modalscale.costmodel.showback import ServiceWindow, TenantUsage, allocate
 
 FOCUS_VERSION = "1.0"
 FOCUS_COLUMNS: tuple[str, ...] = (
@@ -110,6 +118,41 @@ def cost_records_from_ledger(ledger: Ledger,
         raise ValueError("the ledger has not been evaluated yet (no periodStart/observedTime)")
     return [CostRecord(e.namespace, e.name, ledger.period_start, ledger.observed_time, e.spent_usd, None, None,
                        (tiers or {}).get(e.key, PricingTier.ON_DEMAND)) for e in ledger.entries]
+
+
+TENANT_TAG = "modalscale.io/tenant"
+MODALITY_TAG = "modalscale.io/modality"
+ALLOCATION_TAG = "modalscale.io/allocation"
+"""``request`` (a tenant's requests of one modality) or ``idle`` (capacity no request used)."""
+SHOWBACK_FLAGS_TAG = "modalscale.io/showback-flags"
+"""Showback's row flags (``CounterReset``, ``Oversubscribed``), ``;``-separated, when any."""
+
+
+def split_by_tenant(record: CostRecord, usage: Sequence[TenantUsage],
+                    available_replica_s: Decimal | float | int) -> list[CostRecord]:
+    """``record`` split over the (tenant, modality) rows of showback's allocation, plus its idle record.
+
+    Args:
+        record: One service's spend over ``[start, end)``.
+        usage: The gateway's per (tenant, modality) counter increases over the same window.
+        available_replica_s: Replica-seconds the service ran over the window, s.
+    Returns:
+        Records with the same service, window, tier and tags plus the tenant, modality and allocation tags (module
+        docstring); their ``cost_usd`` sum to ``record.cost_usd`` (to 1e-9 USD) exactly.
+    Raises:
+        modalscale.costmodel.showback.ShowbackInputError: Figures the allocation refuses (NaN, negative, spend over
+            0 replica-seconds), naming the field.
+    """
+    window = ServiceWindow(record.namespace, record.name, quantize_ledger_usd(record.cost_usd), available_replica_s)
+    out = []
+    for row in allocate(window, usage, accept_counter_resets=True).rows:
+        tags = {**dict(record.tags), ALLOCATION_TAG: row.kind}
+        if row.tenant is not None and row.modality is not None:
+            tags.update({TENANT_TAG: row.tenant, MODALITY_TAG: row.modality})
+        if row.flags:
+            tags[SHOWBACK_FLAGS_TAG] = ";".join(row.flags)
+        out.append(replace(record, cost_usd=row.usd, tags=tags))
+    return out
 
 
 def _dec(value: Decimal | None) -> str:

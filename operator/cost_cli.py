@@ -11,22 +11,30 @@ A service selected by several policies would be counted once per policy, and a F
 ``BilledCost``; so each service is exported once, from the policy whose ledger covers the longest window
 (a Monthly ledger over a Daily one; ties: the first policy by namespace/name). The policy is named in the
 ``Tags`` column (``modalscale.io/budgetpolicy``). Policies not evaluated yet are skipped and listed on stderr.
+
+``--by-tenant`` splits each service's row over the tenants and modalities of its requests plus an idle row
+(``modalscale.costmodel.focus.split_by_tenant``: showback's allocation, tags ``modalscale.io/tenant``,
+``modalscale.io/modality``, ``modalscale.io/allocation``), reading the gateway's counters and the ledger's
+replica-seconds over each row's window from Prometheus (``modalscale.operator.showback.PrometheusShowback``). A
+service without usage there keeps its one row (a note on stderr says why); Prometheus unreachable is exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from modalscale.api.conditions import READY
 from modalscale.costmodel.catalog import PricingTier
-from modalscale.costmodel.focus import FOCUS_VERSION, CostRecord, focus_rows, write_focus_csv
+from modalscale.costmodel.focus import FOCUS_VERSION, CostRecord, focus_rows, split_by_tenant, write_focus_csv
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, parse_time
+from modalscale.costmodel.showback import ShowbackInputError, TenantUsage
 from modalscale.operator import showback
 
 if TYPE_CHECKING:
@@ -42,16 +50,25 @@ class Export:
     rows: list[dict[str, str]]
     skipped: list[str]
     policies: int
+    notes: list[str] = field(default_factory=list)
+
+
+ServiceUsage = Mapping[tuple[str, str], tuple[Decimal, Sequence[TenantUsage]]]
+"""(namespace, name) -> (replica-seconds available, per (tenant, modality) usage) over one window."""
+UsageReader = Callable[[dt.datetime, dt.datetime], ServiceUsage]
+"""Reads :data:`ServiceUsage` over ``[start, end)``; raises ``showback.ShowbackUnavailable``."""
 
 
 def export_rows(policies: Sequence[Mapping[str, Any]], tiers: Mapping[tuple[str, str], PricingTier] | None = None,
-                billing_account_id: str = "modalscale") -> Export:
-    """FOCUS rows from BudgetPolicy bodies (pure).
+                billing_account_id: str = "modalscale", usage: UsageReader | None = None) -> Export:
+    """FOCUS rows from BudgetPolicy bodies (pure but for ``usage``).
 
     Args:
         policies: BudgetPolicies as read from the API (camelCase dicts with ``status``).
         tiers: (namespace, name) of an InferenceService -> its pricing tier (OnDemand when missing).
         billing_account_id: ``BillingAccountId`` of every row (e.g. the cluster name).
+        usage: With ``--by-tenant``: reads the usage of a window (called once per distinct window); each
+            service's row is split by tenant and modality (module docstring).
     Returns:
         :class:`Export`: one row per InferenceService (deduplicated, see the module docstring), sorted by
         (namespace, name).
@@ -80,10 +97,25 @@ def export_rows(policies: Sequence[Mapping[str, Any]], tiers: Mapping[tuple[str,
             if old is None or window > old[0]:
                 best[e.key] = (window, ref, record, (ledger.period_start, end))
     rows: list[dict[str, str]] = []
+    notes: list[str] = []
+    read: dict[tuple[dt.datetime, dt.datetime], ServiceUsage] = {}
     for key in sorted(best):
         _, _, record, period = best[key]
-        rows += focus_rows([record], billing_period=period, billing_account_id=billing_account_id)
-    return Export(rows, skipped, used)
+        records = [record]
+        if usage is not None:
+            span = (record.start, record.end)
+            if span not in read:
+                read[span] = usage(*span)
+            found = read[span].get(key)
+            try:
+                records = split_by_tenant(record, found[1], found[0]) if found else records
+            except ShowbackInputError as exc:
+                notes.append(f"{key[0]}/{key[1]}: not split by tenant: {exc}")
+            if not found:
+                notes.append(f"{key[0]}/{key[1]}: not split by tenant: no gateway usage or ledger replica-seconds "
+                             f"in Prometheus over its window")
+        rows += focus_rows(records, billing_period=period, billing_account_id=billing_account_id)
+    return Export(rows, skipped, used, notes)
 
 
 def _why_no_ledger(status: Mapping[str, Any]) -> str:
@@ -108,6 +140,11 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--output", "-o", default="-", help="CSV file to write (default: standard output)")
     e.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG or in-cluster)")
     e.add_argument("--billing-account", default="modalscale", help="BillingAccountId of every row")
+    e.add_argument("--by-tenant", action="store_true",
+                   help="split each service's row by tenant and modality (tags), plus an idle row, from the "
+                        "gateway's counters in Prometheus (showback's allocation)")
+    e.add_argument("--prometheus-url", default=None,
+                   help="Prometheus base URL for --by-tenant (default: $MODALSCALE_PROMETHEUS_URL)")
     e.set_defaults(func=run_export, prog=e.prog)
     d = csub.add_parser("diff", help="monthly cost of InferenceService changes between two manifest sets",
                         description="Compare the InferenceServices of BASE and HEAD (files, folders, or git refs REF "
@@ -176,6 +213,7 @@ def run_export(args: argparse.Namespace) -> int:
     from modalscale import GROUP, VERSION
     from modalscale.cli import UsageError
 
+    reader = _usage_reader(args) if args.by_tenant else None
     if args.output != "-" and not Path(args.output).parent.is_dir():
         raise UsageError("--output", f"{args.output}: the folder {Path(args.output).parent} does not exist; create "
                                      "it or write elsewhere (- for standard output)")
@@ -205,7 +243,12 @@ def run_export(args: argparse.Namespace) -> int:
                 ((i.get("spec") or {}).get("pricing") or {}).get("tier", "OnDemand"))
         except ValueError:
             continue
-    result = export_rows(cast("dict[str, Any]", policies).get("items") or [], tiers, args.billing_account)
+    try:
+        result = export_rows(cast("dict[str, Any]", policies).get("items") or [], tiers, args.billing_account,
+                             reader)
+    except showback.ShowbackUnavailable as exc:
+        print(f"modalscale cost export: --by-tenant: {exc}", file=sys.stderr)
+        return 1
     out: IO[str]
     if args.output == "-":
         count = write_focus_csv(result.rows, sys.stdout)
@@ -217,8 +260,32 @@ def run_export(args: argparse.Namespace) -> int:
             raise UsageError("--output", f"{args.output}: {exc.strerror or exc}; write elsewhere") from None
     for s in result.skipped:
         print(f"skipped {s}", file=sys.stderr)
+    for n in result.notes:
+        print(f"note: {n}", file=sys.stderr)
     print(f"Wrote {count} FOCUS {FOCUS_VERSION} rows from {result.policies} BudgetPolicies", file=sys.stderr)
     return 0
+
+
+def _usage_reader(args: argparse.Namespace) -> UsageReader:
+    """``--by-tenant``'s reader: showback's inputs over a window from Prometheus (raises ``ShowbackUnavailable``)."""
+    import os
+
+    from modalscale.cli import UsageError
+
+    url = args.prometheus_url or os.environ.get("MODALSCALE_PROMETHEUS_URL", "")
+    if not url:
+        raise UsageError("--prometheus-url", "--by-tenant reads the gateway's counters from Prometheus; give "
+                                             "--prometheus-url URL or set MODALSCALE_PROMETHEUS_URL")
+    source = showback.PrometheusShowback(url)
+
+    def read(start: dt.datetime, end: dt.datetime) -> ServiceUsage:
+        window_s = int((end - start).total_seconds())
+        if window_s <= 0:
+            return {}
+        ledger, usage = source.read(window_s, end)
+        return {k: (lw.available_replica_s, usage.get(k, [])) for k, lw in ledger.items()}
+
+    return read
 
 
 def run_diff(args: argparse.Namespace) -> int:

@@ -82,6 +82,7 @@ def build_deps(settings: Settings) -> Deps:
     from modalscale.costmodel.catalog import load_catalog
     from modalscale.operator.budget.history import BurnGauges, PrometheusHistory
     from modalscale.operator.budget.observe import BudgetObserver
+    from modalscale.operator.showback import PrometheusShowback
 
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
@@ -101,6 +102,7 @@ def build_deps(settings: Settings) -> Deps:
     url = settings.prometheus_url
     budget = BudgetRuntime(BudgetObserver(observer.custom.api_client),
                            history_source=PrometheusHistory(url) if url else None,
+                           tenant_usage_source=PrometheusShowback(url) if url else None,
                            gauges=BurnGauges(metrics.registry))
     return Deps(settings=settings, observer=observer, writer=Writer(api, metrics), metrics=metrics,
                 clock=clock, catalog=catalog, autoscale=autoscale, prices=prices, budget=budget, caches=caches,

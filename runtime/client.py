@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -130,13 +130,19 @@ class MultimodalClient:
         else:
             self._client = self.module.InferenceServerClient(url)
 
-    def infer(self, images: Sequence[bytes] | None = None, text: str | bytes | None = None) -> MultimodalResult:
+    def infer(self, images: Sequence[bytes] | None = None, text: str | bytes | None = None,
+              headers: Mapping[str, str] | None = None) -> MultimodalResult:
         """Send one request.
 
+        Args:
+            headers: Extra HTTP headers (gRPC: metadata), e.g. the gateway's tenant header.
         Raises:
-            InferenceError: The server rejected the request (message from the model or Triton).
+            InferenceError: The server rejected the request (message from the model or Triton; ``status`` is the
+                HTTP status or gRPC code, e.g. 429 from a gateway refusing a tenant over its budget).
         """
         kwargs: dict[str, Any] = {"client_timeout": self.timeout_s} if self.protocol == "grpc" else {}
+        if headers:
+            kwargs["headers"] = dict(headers)
         try:
             result = self._client.infer(self.model_name, build_inputs(self.module, images, text),
                                         outputs=_outputs(self.module), **kwargs)

@@ -11,6 +11,8 @@ decisions. Each module is one part of that decision, in the order an evaluation 
 * ``spend``: step 1, the spend to date and the burn rate, and step 2, the forecast;
 * ``enforce``: step 3, the thresholds in force (one evaluation ahead of the crossing) and each service's cap;
 * ``spot``: step 4, ``SwitchToSpot`` and the fallback to on-demand (:func:`plan_spot`);
+* ``reject``: step 4b, per-tenant budgets at admission: the tenants' spend (:func:`tenant_spend`) and the
+  (service, tenant) pairs ``Reject`` refuses (:func:`plan_rejections`);
 * ``alerts``: step 5, the alerts to send, once each per period, and their text (:class:`BudgetAlert`);
 * ``plan``: step 6, the state, and :func:`plan_budget`, which runs the steps and returns the :class:`BudgetPlan`.
 
@@ -23,6 +25,14 @@ from __future__ import annotations
 from modalscale.costmodel.budget.alerts import AlertKind, BudgetAlert, FiringAlert, spend_anomaly_alert
 from modalscale.costmodel.budget.enforce import ENFORCEMENT_METHOD, EnforcementAction
 from modalscale.costmodel.budget.plan import BudgetPlan, plan_budget, rates_after_enforcement
+from modalscale.costmodel.budget.reject import (
+    RejectPlan,
+    TenantRejection,
+    TenantSpend,
+    plan_rejections,
+    rejections_from_status,
+    tenant_spend,
+)
 from modalscale.costmodel.budget.spend import FORECAST_METHOD
 from modalscale.costmodel.budget.spot import plan_spot
 from modalscale.costmodel.budget.state import (
@@ -42,5 +52,7 @@ __all__ = [
     "AlertKind", "AlertState", "BudgetAlert", "BudgetPlan", "BudgetState", "ENFORCEMENT_METHOD", "EnforcedService",
     "EnforcementAction", "FORECAST_METHOD", "FiringAlert", "InvalidBudgetStatus", "PolicyRef", "ServiceState",
     "SpotRecord", "SpotState", "ThresholdRecord", "plan_budget", "plan_spot", "rates_after_enforcement",
+    "RejectPlan", "TenantRejection", "TenantSpend", "plan_rejections", "rejections_from_status",
+    "tenant_spend",
     "service_state", "spend_anomaly_alert",
 ]

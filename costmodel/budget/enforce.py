@@ -7,7 +7,8 @@ strongest one (lowest effective maximum): ``CapReplicas`` -> ``min(maxReplicas, 
 threshold in ``enforcement.order`` (``LowestPriorityFirst``: ascending ``spec.priority``, then higher cost first;
 ``HighestCostFirst``: current cost rate descending). With ``dryRun`` actions are reported but marked not applied.
 Enforcement lifts at the next period (spend resets). ``SwitchToSpot`` sets no replica cap: it is step 4
-(:mod:`modalscale.costmodel.budget.spot`), in force by the same rule.
+(:mod:`modalscale.costmodel.budget.spot`), in force by the same rule. ``Reject`` sets none either and is not
+anticipated: it is step 4b (:mod:`modalscale.costmodel.budget.reject`).
 
 **Enforcement starts one evaluation ahead** (:data:`ENFORCEMENT_METHOD`): the operator only acts at evaluations,
 so a threshold acted on once spend has passed it is overshot by up to one interval of spend (e.g. a 60 s interval
@@ -86,6 +87,8 @@ class EnforcementAction:
         return EnforcedService(self.namespace, self.name, self.action, self.max_replicas, self.since, self.dry_run)
 
 
+_NOT_REPLICA = (ThresholdAction.ALERT, ThresholdAction.SWITCH_TO_SPOT, ThresholdAction.REJECT)
+"""Actions that set no replica cap (Reject is decided in :mod:`modalscale.costmodel.budget.reject`)."""
 _STRENGTH = {ThresholdAction.CAP_REPLICAS: 1, ThresholdAction.SCALE_DOWN: 2, ThresholdAction.SCALE_TO_ZERO: 3}
 
 
@@ -122,7 +125,7 @@ def _held(t: Threshold, previous: Mapping[tuple[str, str, ThresholdAction], Enfo
         return True
     for svc in services:
         for action in t.actions:
-            if action in (ThresholdAction.ALERT, ThresholdAction.SWITCH_TO_SPOT):
+            if action in _NOT_REPLICA:
                 continue
             e = previous.get((svc.namespace, svc.name, action))
             if e is not None and e.max_replicas <= _target(action, t, svc, floor):
@@ -153,7 +156,8 @@ def _enforced_thresholds(spec: BudgetSpec, spent: Decimal, burn_usd_per_hour: De
     projected = ctx.add(spent, ctx.multiply(burn_usd_per_hour, hours))
     bounded = ctx.add(spent, ctx.multiply(max_usd_per_hour, hours))
     floor = spec.enforcement.floor_replicas
-    enforcing = [t for t in spec.thresholds if any(a is not ThresholdAction.ALERT for a in t.actions)]
+    enforcing = [t for t in spec.thresholds
+                 if any(a not in (ThresholdAction.ALERT, ThresholdAction.REJECT) for a in t.actions)]
     top = max((t.percent for t in enforcing
                if reaches(projected, t.percent, limit)  # also covers spent itself: the burn rate is >= 0
                or ((hold_unconditionally or reaches(bounded, t.percent, limit))
@@ -206,7 +210,7 @@ def plan_enforcement(spec: BudgetSpec, spend: SpendToDate, crossed: Sequence[Thr
     best: dict[tuple[str, str], tuple[int, int, Threshold, ThresholdAction]] = {}
     for t in in_force:
         for action in t.actions:
-            if action in (ThresholdAction.ALERT, ThresholdAction.SWITCH_TO_SPOT):
+            if action in _NOT_REPLICA:
                 continue
             for svc in ordered:
                 target = _target(action, t, svc, spec.enforcement.floor_replicas)

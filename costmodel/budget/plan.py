@@ -37,6 +37,7 @@ from modalscale.api.budgetpolicy import BudgetSpec, Threshold
 from modalscale.api.status import BudgetPolicyStatus
 from modalscale.costmodel.budget.alerts import BudgetAlert, action_lines, plan_alerts
 from modalscale.costmodel.budget.enforce import EnforcementAction, order_services, plan_enforcement
+from modalscale.costmodel.budget.reject import RejectPlan, TenantRejection, TenantSpend, plan_rejections
 from modalscale.costmodel.budget.spend import FORECAST_METHOD, SpendToDate, forecast_usd, reaches, spend_to_date
 from modalscale.costmodel.budget.spot import plan_spot
 from modalscale.costmodel.budget.state import (
@@ -47,8 +48,9 @@ from modalscale.costmodel.budget.state import (
     ServiceState,
     SpotRecord,
 )
-from modalscale.costmodel.ledger import Ledger, LedgerAdvance, ServiceObservation, format_time
-from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd
+from modalscale.costmodel.ledger import ClosedPeriod, Ledger, LedgerAdvance, ServiceObservation, format_time
+from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd, quantize_ledger_usd
+from modalscale.costmodel.periods import period_bounds
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,13 @@ class BudgetPlan:
     """``SwitchToSpot`` in force: what ``status.spotServices`` should say (see :func:`plan_spot`)."""
     spot_skipped: tuple[str, ...] = ()
     """Services a ``SwitchToSpot`` action selected but did not move, with why (e.g. no Spot price)."""
+    rejections: tuple[TenantRejection, ...] = ()
+    """``Reject`` in force: the (service, tenant) pairs the gateway refuses (``status.rejectedTenants``)."""
+    tenant_spent_usd: Decimal | None = None
+    """With ``spec.selector.tenants``: the tenants' spend the plan was made on (``status.tenantSpent``)."""
+    budgeted: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    """With ``spec.selector.tenants``: (namespace, name, tenants) per selected service (the gateway counts those
+    tenants by name, never folded into ``other``)."""
 
     @property
     def blind(self) -> bool:
@@ -134,7 +143,10 @@ class BudgetPlan:
             "thresholds": [r.to_status() for r in self.alert_state.records],
             "enforcedServices": [e.to_status() for e in self.enforced_services],
             "spotServices": [r.to_status() for r in self.spot],
+            "rejectedTenants": [r.to_status() for r in self.rejections],
         }
+        if self.tenant_spent_usd is not None:
+            out["tenantSpent"] = format_usd(quantize_ledger_usd(self.tenant_spent_usd))
         # None (JSON null) deletes a stale value under a merge patch when it becomes unknown.
         out["burnRatePerHour"] = (format_usd(quantize_display_usd(self.burn_rate_usd_per_hour))
                                   if self.burn_rate_usd_per_hour is not None else None)
@@ -178,6 +190,42 @@ def rates_after_enforcement(services: Sequence[ServiceState], plan: BudgetPlan, 
     return out
 
 
+def scoped_spend(spec: BudgetSpec, spent: Decimal, closed: ClosedPeriod | None, tenants: TenantSpend | None,
+                 now: datetime) -> tuple[Decimal, ClosedPeriod | None]:
+    """The spend a policy is evaluated on, and the closed period to quote: the services' (``spent``, ``closed``), or
+    with ``spec.selector.tenants`` the tenants' (measured, else the held lower bound; no closed figure is quoted).
+    A tenant-scoped policy has no burn rate and no forecast (none is measured per tenant)."""
+    if not spec.selector.tenants:
+        return spent, closed
+    tenants = tenants or TenantSpend(None, unknown_reason="tenant usage not read")
+    return tenants.effective_usd(period_bounds(spec.period, spec.time_zone, now)[0]), None
+
+
+def budgeted(spec: BudgetSpec, services: Sequence[ServiceState]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(namespace, name, tenants) of each selected service of a tenant-scoped policy, sorted; empty otherwise."""
+    if not spec.selector.tenants:
+        return ()
+    return tuple(sorted((s.namespace, s.name, tuple(sorted(spec.selector.tenants))) for s in services))
+
+
+def tenant_blind(spec: BudgetSpec, tenants: TenantSpend | None) -> tuple[str, ...]:
+    """The unknown part of a tenant-scoped policy's spend, as ``what: why`` (empty when measured or not scoped)."""
+    if not spec.selector.tenants or (tenants is not None and tenants.known):
+        return ()
+    return (f"tenants {', '.join(spec.selector.tenants)}: "
+            f"{tenants.unknown_reason if tenants is not None else 'tenant usage not read'}",)
+
+
+def reject_lines(reject: RejectPlan) -> tuple[str, ...]:
+    """The ``Action`` lines of an alert for the tenants refused at admission, one per tenant."""
+    by_tenant: dict[str, list[TenantRejection]] = {}
+    for r in reject.rejections:
+        by_tenant.setdefault(r.tenant, []).append(r)
+    return tuple(f"Reject tenant {t} on {', '.join(f'{r.namespace}/{r.name}' for r in rs)} until "
+                 f"{format_time(rs[0].until)} (at {rs[0].threshold_percent} %)"
+                 + (" [dry run, not applied]" if rs[0].dry_run else "") for t, rs in sorted(by_tenant.items()))
+
+
 def budget_state(spend: SpendToDate, forecast: Decimal | None, crossed: Sequence[Threshold],
                  ahead: Sequence[Threshold], alert_at_percent: int | None,
                  horizon_s: int) -> tuple[BudgetState, str, str]:
@@ -216,7 +264,8 @@ def budget_state(spend: SpendToDate, forecast: Decimal | None, crossed: Sequence
 
 def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
                 services: Sequence[ServiceState] | Iterable[ServiceState], alert_state: AlertState, now: datetime,
-                *, policy: PolicyRef = PolicyRef("", ""), horizon_s: int | None = None) -> BudgetPlan:
+                *, policy: PolicyRef = PolicyRef("", ""), horizon_s: int | None = None,
+                tenants: TenantSpend | None = None, rejected: Sequence[TenantRejection] = ()) -> BudgetPlan:
     """Decide the budget state, the alerts to send now and the enforcement in force.
 
     Steps (each pure, see the module docstring):
@@ -225,6 +274,7 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
     2. :func:`~modalscale.costmodel.budget.spend.forecast_usd`: the spend at the end of the period;
     3. :func:`~modalscale.costmodel.budget.enforce.plan_enforcement`: the thresholds in force, each service's cap;
     4. :func:`~modalscale.costmodel.budget.spot.plan_spot`: the services on Spot capacity;
+       4b. :func:`~modalscale.costmodel.budget.reject.plan_rejections`: the (service, tenant) pairs ``Reject`` refuses;
     5. :func:`~modalscale.costmodel.budget.alerts.plan_alerts`: the alerts to send now;
     6. :func:`budget_state`: the state, its reason and message.
 
@@ -239,6 +289,8 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
         horizon_s: How many seconds ahead enforcement looks
             (:data:`~modalscale.costmodel.budget.enforce.ENFORCEMENT_METHOD`); None = ``spec.evaluation_interval_s``,
             0 = reactive (act only once spend has reached a threshold).
+        tenants, rejected: With ``spec.selector.tenants``: the tenants' spend (``reject.tenant_spend``; None: unknown,
+            hold), which replaces ``spend``, and ``status.rejectedTenants`` as read back (see :func:`scoped_spend`).
     Returns:
         :class:`BudgetPlan`; persist ``plan.status_fields()`` and apply ``plan.actions`` whose ``applied``.
     Raises:
@@ -254,9 +306,10 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
     if spent < 0:
         raise ValueError(f"spend must be >= 0, got {spent}")
     services = list(services)
+    spent, closed = scoped_spend(spec, spent, closed, tenants, now)
 
-    to_date = spend_to_date(spec, spent, services, now)                                              # 1
-    forecast_bound = forecast_usd(spec, to_date, now)                                                # 2
+    to_date = spend_to_date(spec, spent, services, now, extra_blind=tenant_blind(spec, tenants))     # 1
+    forecast_bound = None if spec.selector.tenants else forecast_usd(spec, to_date, now)             # 2
     crossed = [t for t in spec.thresholds if reaches(spent, t.percent, to_date.limit_usd)]
     new_period = alert_state.period_start is not None and alert_state.period_start != to_date.period_start
     previous, previous_spot = ((), ()) if new_period else (alert_state.enforced, alert_state.spot)
@@ -264,8 +317,11 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
     enforcement = plan_enforcement(spec, to_date, crossed, services, ordered, previous, previous_spot,  # 3
                                    horizon_s, now)
     spot, spot_skipped = plan_spot(spec, enforcement.in_force, ordered, previous_spot, now)           # 4
+    reject = plan_rejections(spec, tenants or TenantSpend(None), services, () if new_period else rejected,
+                             to_date.period_start, to_date.period_end, now)                           # 4b
     alerts, records = plan_alerts(spec, policy, to_date, forecast_bound, crossed, enforcement.ahead,  # 5
-                                  action_lines(enforcement.actions, spot), alert_state, new_period,
+                                  action_lines(enforcement.actions, spot) + reject_lines(reject),
+                                  alert_state, new_period,
                                   closed.spent_usd if closed is not None else None, horizon_s, now)
     forecast = None if to_date.blind else forecast_bound
     state, reason, message = budget_state(                                                           # 6
@@ -279,12 +335,14 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
         state=state, reason=reason, message=message, period_start=to_date.period_start,
         period_end=to_date.period_end, currency=to_date.currency, spent_usd=spent, limit_usd=to_date.limit_usd,
         remaining_usd=MONEY_CONTEXT.subtract(to_date.limit_usd, spent), percent_used=to_date.percent_used,
-        burn_rate_usd_per_hour=to_date.burn_rate_usd_per_hour, forecast_usd=forecast,
+        burn_rate_usd_per_hour=None if spec.selector.tenants else to_date.burn_rate_usd_per_hour, forecast_usd=forecast,
         forecast_method=FORECAST_METHOD, thresholds_crossed=tuple(t.percent for t in crossed), alerts=alerts,
         actions=enforcement.actions, enforced_services=enforced, alert_state=new_state,
         blind_services=to_date.blind_services, evaluated_at=now,
         thresholds_enforced=tuple(t.percent for t in enforcement.in_force), horizon_s=horizon_s, spot=spot,
-        spot_skipped=spot_skipped)
+        spot_skipped=spot_skipped, rejections=reject.rejections,
+        tenant_spent_usd=spent if spec.selector.tenants else None, budgeted=budgeted(spec, services))
 
 
-__all__ = ["BudgetPlan", "budget_state", "plan_budget", "rates_after_enforcement"]
+__all__ = ["BudgetPlan", "budget_state", "budgeted", "plan_budget", "rates_after_enforcement", "reject_lines",
+           "scoped_spend", "tenant_blind"]

@@ -70,13 +70,15 @@ class SpendToDate:
 
 
 def spend_to_date(spec: BudgetSpec, spent_usd: Decimal, services: Sequence[ServiceState],
-                  now: datetime) -> SpendToDate:
+                  now: datetime, extra_blind: Sequence[str] = ()) -> SpendToDate:
     """Step 1: the period of ``now``, the share of the limit spent, and the burn rates of ``services``.
 
     Args:
         spent_usd: Spend of the period so far (from the ledger), USD, >= 0.
         services: Every selected service as observed now.
         now: Timezone-aware UTC.
+        extra_blind: Further unknown parts of the spend besides unpriced services (e.g. the tenants' usage could
+            not be read), as ``what: why``.
     Returns:
         :class:`SpendToDate`.
     """
@@ -86,7 +88,7 @@ def spend_to_date(spec: BudgetSpec, spent_usd: Decimal, services: Sequence[Servi
     percent_used = quantize_display_usd(ctx.divide(ctx.multiply(spent_usd, Decimal(100)), limit))
     # Services that run but cannot be priced add an unknown, non-negative part: what is known is a lower bound.
     blind = tuple(f"{s.namespace}/{s.name}: {s.unknown_reason or 'price or replicas unknown'}"
-                  for s in services if not s.known)
+                  for s in services if not s.known) + tuple(extra_blind)
     known_burn = quantize_ledger_usd(sum((s.cost_usd_per_hour or Decimal(0) for s in services), Decimal(0)))
     max_burn = sum((ctx.multiply(Decimal(max(s.replicas or 0, s.max_replicas)), s.usd_per_replica_hour or Decimal(0))
                     for s in services), Decimal(0))

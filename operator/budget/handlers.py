@@ -61,7 +61,7 @@ from modalscale.operator.budget.delivery import (
     stop_deliveries,
 )
 from modalscale.operator.budget.history import HistoryUnavailable, merge_history
-from modalscale.operator.budget.observe import Receiver
+from modalscale.operator.budget.observe import Receiver, read_tenant_usage
 from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
     ISVC_PLURAL,
@@ -69,6 +69,7 @@ from modalscale.operator.budget.plan import (
     lift_all,
     observed_namespaces,
     plan_policy,
+    tenant_window_s,
 )
 from modalscale.operator.budget.runtime import BudgetRuntime
 from modalscale.operator.budget.spend_anomalies import HistoryRead
@@ -132,6 +133,7 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     now = deps.clock()
     admin = deps.settings.budget_admin_namespaces
     observed = runtime.observer.observe(observed_namespaces(policy, admin), runtime.gone_pods, now)
+    _read_tenant_usage(runtime, policy, observed, now, logger)
     cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
     history, read = _anomaly_history(runtime, namespace, name, policy, now, cfg, logger)
     plan = plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
@@ -146,6 +148,19 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     deps.metrics.reconciles.labels(kind="BudgetPolicy", result="ok").inc()
     deps.metrics.reconcile_seconds.labels(kind="BudgetPolicy").observe(time.monotonic() - started)
     return _with_receivers(runtime, namespace, plan, logger)
+
+
+def _read_tenant_usage(runtime: BudgetRuntime, policy: Mapping[str, Any], observed: Any, now: datetime,
+                       logger: Log) -> None:
+    """For a policy scoped to tenants (``spec.selector.tenants``): the tenants' showback usage over the period so
+    far, set on ``observed.tenant_usage``; a failed read is kept there (with its error) so the planner holds."""
+    window_s = tenant_window_s(policy, now)
+    if window_s is None:
+        return
+    observed.tenant_usage = read_tenant_usage(runtime.tenant_usage_source, window_s, now)
+    if observed.tenant_usage.error:
+        logger.warning("Reading the tenants' usage failed, holding tenant rejections: error=%s",
+                       observed.tenant_usage.error)
 
 
 def _anomaly_history(runtime: BudgetRuntime, namespace: str, name: str, policy: Mapping[str, Any], now: datetime,
@@ -186,8 +201,8 @@ def _apply_plan(deps: Deps, namespace: str, name: str, plan: PolicyPlan, logger:
     """
     for w in plan.annotation_writes:
         if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: w.value}):
-            logger.info("Wrote budget cap on InferenceService: namespace=%s name=%s cap=%s", w.namespace, w.name,
-                        w.value if w.value is not None else "lifted")
+            logger.info("Wrote budget annotation on InferenceService: namespace=%s name=%s key=%s value=%s",
+                        w.namespace, w.name, w.key, w.value if w.value is not None else "lifted")
     deps.writer.patch_status(BUDGET_PLURAL, namespace, name, plan.status_patch)
 
 

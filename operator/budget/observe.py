@@ -27,16 +27,19 @@ from kubernetes.client.exceptions import ApiException
 from modalscale import GROUP, VERSION
 from modalscale.api.budgetpolicy import Notification, NotifierType
 from modalscale.api.conditions import SECRET_KEY_MISSING, SECRET_NOT_FOUND, SECRET_UNREADABLE
+from modalscale.costmodel.showback import ServiceWindow
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
     ISVC_PLURAL,
     BudgetObserved,
+    TenantUsageRead,
     receiver_problem,
 )
 from modalscale.operator.budget.podstops import GonePods
 from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.isvc.observe import read_json
+from modalscale.operator.showback import PrometheusShowback, ShowbackUnavailable
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,30 @@ class Receiver:
     type: NotifierType
     url: str = field(repr=False)
     secret: str | None = field(default=None, repr=False)
+
+
+def read_tenant_usage(source: PrometheusShowback | None, window_s: int, now: datetime) -> TenantUsageRead:
+    """Showback's inputs over ``[now - window_s, now)`` for a tenant-scoped policy (blocking; never raises).
+
+    Args:
+        source: Prometheus (None: not configured, reported as the reason the tenants' spend is unknown).
+        window_s: Seconds since the period started (0: nothing spent yet, nothing read).
+        now: End of the window (UTC), cut to whole seconds.
+    Returns:
+        :class:`TenantUsageRead`; ``error`` set when Prometheus did not answer or answered a partial or malformed
+        result (the planner then holds: it never rejects on data it could not read).
+    """
+    if source is None:
+        return TenantUsageRead(error="no Prometheus configured to read the gateway's per-tenant counters from "
+                                     "(set MODALSCALE_PROMETHEUS_URL, chart value config.prometheusUrl)")
+    if window_s <= 0:
+        return TenantUsageRead()
+    try:
+        ledger, usage = source.read(window_s, now.replace(microsecond=0))
+    except ShowbackUnavailable as exc:
+        return TenantUsageRead(error=str(exc))
+    windows = {k: ServiceWindow(k[0], k[1], lw.spend_usd, lw.available_replica_s) for k, lw in ledger.items()}
+    return TenantUsageRead(windows, usage)
 
 
 class BudgetObserver:

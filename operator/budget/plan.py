@@ -25,7 +25,11 @@ Rules decided here (the rest is ``plan_budget``'s):
   InferenceService (the InferenceService reconcile is the one writer of replicas). Lifting deletes it. Dry run
   writes none. An InferenceService that carries this policy's annotation but is no longer enforced (new
   period, left the selector, dry run switched on) has it removed. ``SwitchToSpot`` is written the same way as
-  ``budget.modalscale.io/spot-<same hash>`` (codec: ``modalscale.api.annotations``); a fallback deletes it. The
+  ``budget.modalscale.io/spot-<same hash>`` (codec: ``modalscale.api.annotations``); a fallback deletes it.
+  ``Reject`` (per-tenant budgets, ``spec.selector.tenants``) is written as ``budget.modalscale.io/reject-<same
+  hash>`` naming the refused tenants and ``until`` (the period's end), which the service's gateway watches; the
+  tenants' spend is showback's allocation of what :attr:`BudgetObserved.tenant_usage` read from Prometheus
+  (:func:`_tenant_spend`), and when it could not be read the rejections are held, never added. The
   pods' Spot wait (:func:`spot_pending_since`) and the tier their node ran them at (:func:`pod_runs`, node labels
   in :attr:`BudgetObserved.node_labels`) are read from the pods and nodes here.
 * **Status** is written only when something other than the clock moved: a change of ``lastEvaluationTime``,
@@ -60,14 +64,19 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from modalscale.api.annotations import (
     BudgetCap,
     SpotSwitch,
+    TenantReject,
     cap_annotation_key,
+    encode_tenants,
+    reject_annotation_key,
     same_value,
     spot_annotation_key,
+    tenants_annotation_key,
 )
 from modalscale.api.budgetpolicy import BudgetSpec, InvalidBudgetSpec, Notification, ThresholdAction, parse_budget_spec
 from modalscale.api.capacity import pod_requires_spot, pod_tier
@@ -96,6 +105,8 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     SPOT_LIFTED,
     SPOT_PENDING_TIMEOUT,
     SWITCHED_TO_SPOT,
+    TENANTS_ADMITTED,
+    TENANTS_REJECTED,
 )
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
@@ -112,12 +123,17 @@ from modalscale.costmodel.budget import (
     ServiceState,
     SpotRecord,
     SpotState,
+    TenantRejection,
+    TenantSpend,
+    rejections_from_status,
     service_state,
     spend_anomaly_alert,
+    tenant_spend,
 )
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
 from modalscale.costmodel.evaluation import evaluate_budget
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, PodRun, parse_time
+from modalscale.costmodel.money import parse_usd
 from modalscale.costmodel.outbox import (
     Abandoned,
     Attempt,
@@ -130,6 +146,8 @@ from modalscale.costmodel.outbox import (
     outbox_after,
     outbox_from_status,
 )
+from modalscale.costmodel.periods import period_bounds
+from modalscale.costmodel.showback import ServiceWindow, TenantUsage
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
 from modalscale.operator.budget.spend_anomalies import (
@@ -183,6 +201,37 @@ class BudgetObserved:
     gone: dict[str, list[GonePod]] = field(default_factory=dict)
     """Namespace -> pods whose deletion the operator's pod watch saw (``modalscale.operator.budget.podstops``):
     the ledger charges each to when it stopped (:func:`gone_pod_runs`), also when no listing showed it."""
+    tenant_usage: TenantUsageRead | None = None
+    """A policy with ``spec.selector.tenants``: showback's inputs over the period so far (None: not read)."""
+
+
+@dataclass(frozen=True)
+class TenantUsageRead:
+    """Showback's inputs over ``[period start, now)`` as read from Prometheus (``modalscale.operator.showback``).
+
+    Attributes:
+        windows: Per (namespace, name), the ledger's spend and replica-seconds over the window.
+        usage: Per (namespace, name), the gateway's (tenant, modality) rows over the window.
+        error: Why nothing could be read (then ``windows`` and ``usage`` are empty and the tenants' spend is
+            unknown: held, never rejected on).
+    """
+
+    windows: Mapping[tuple[str, str], ServiceWindow] = field(default_factory=dict)
+    usage: Mapping[tuple[str, str], Sequence[TenantUsage]] = field(default_factory=dict)
+    error: str | None = None
+
+
+def tenant_window_s(policy: Mapping[str, Any], now: dt.datetime) -> int | None:
+    """Seconds from the start of ``policy``'s current period to ``now``: the window whose tenant usage the
+    evaluation needs; None when the policy has no ``spec.selector.tenants`` (or its spec does not parse)."""
+    try:
+        spec = parse_budget_spec(policy.get("spec") or {})
+    except InvalidBudgetSpec:
+        return None
+    if not spec.selector.tenants:
+        return None
+    start, _ = period_bounds(spec.period, spec.time_zone, now)
+    return max(0, int((now - start).total_seconds()))
 
 
 @dataclass(frozen=True)
@@ -232,7 +281,8 @@ def observed_namespaces(policy: Mapping[str, Any], admin_namespaces: Collection[
     refused = set(refused_namespaces(ns, listed, admin_namespaces))
     wanted = [n for n in listed if n not in refused] or [ns]
     status = policy.get("status") or {}
-    for item in [*(status.get("enforcedServices") or []), *(status.get("spotServices") or [])]:
+    for item in [*(status.get("enforcedServices") or []), *(status.get("spotServices") or []),
+                 *(status.get("rejectedTenants") or [])]:
         if isinstance(item, Mapping) and isinstance(item.get("namespace"), str):
             wanted.append(item["namespace"])
     return tuple(sorted(set(wanted)))
@@ -428,7 +478,7 @@ def heartbeat_s(interval_s: int) -> int:
 
 def _material(status: Mapping[str, Any]) -> dict[str, Any]:
     """``status`` without what only the clock moves (see the module docstring)."""
-    out = {k: v for k, v in status.items() if k != "lastEvaluationTime" and v is not None}
+    out = {k: v for k, v in status.items() if k not in ("lastEvaluationTime", "tenantSpent") and v is not None}
     ledger = out.get("ledger")
     if isinstance(ledger, Mapping):
         out["ledger"] = {"services": [{k: v for k, v in s.items() if k != "spent"} if isinstance(s, Mapping) else s
@@ -549,6 +599,33 @@ def _enforcement_events(before: Sequence[Mapping[str, Any]], after: Sequence[Map
     return events
 
 
+def _reject_events(before: Sequence[Mapping[str, Any]], after: Sequence[TenantRejection]
+                   ) -> list[tuple[str, str, str]]:
+    """One Event per service whose set of refused tenants changed: ``TenantsRejected`` naming the tenants added,
+    ``TenantsAdmitted`` naming those lifted."""
+    old: dict[tuple[str, str], set[str]] = {}
+    for e in before:
+        if isinstance(e, Mapping) and not e.get("dryRun"):
+            old.setdefault((str(e.get("namespace")), str(e.get("name"))), set()).add(str(e.get("tenant")))
+    new: dict[tuple[str, str], set[str]] = {}
+    until: dict[tuple[str, str], dt.datetime] = {}
+    for r in after:
+        if not r.dry_run:
+            new.setdefault((r.namespace, r.name), set()).add(r.tenant)
+            until[(r.namespace, r.name)] = r.until
+    events = []
+    for k in sorted(old.keys() | new.keys()):
+        added, lifted = new.get(k, set()) - old.get(k, set()), old.get(k, set()) - new.get(k, set())
+        if added:
+            events.append(("Warning", TENANTS_REJECTED,
+                           f"InferenceService {k[0]}/{k[1]}: new requests of tenant(s) {', '.join(sorted(added))} "
+                           f"refused (429) until {cond.rfc3339(until[k])}"))
+        if lifted:
+            events.append(("Normal", TENANTS_ADMITTED,
+                           f"InferenceService {k[0]}/{k[1]}: tenant(s) {', '.join(sorted(lifted))} admitted again"))
+    return events
+
+
 def _spot_condition(spot: Sequence[SpotRecord], skipped: Sequence[str]) -> cond.Condition:
     """``SpotFallback``: True (``SpotPendingTimeout``) while a switched service fell back to on-demand."""
     fallen = [r for r in spot if r.state is SpotState.ON_DEMAND_FALLBACK]
@@ -590,6 +667,9 @@ class _Stored:
     alert_state: AlertState
     outbox: tuple[PendingAlert, ...]
     anomaly_state: AnomalyState
+    rejected: tuple[TenantRejection, ...] = ()
+    tenant_held: tuple[Decimal, dt.datetime | None] = (Decimal(0), None)
+    """``status.tenantSpent`` and the ``status.periodStart`` it belongs to."""
 
 
 def _read_stored(policy: Mapping[str, Any], status: Mapping[str, Any], ref: PolicyRef,
@@ -602,29 +682,59 @@ def _read_stored(policy: Mapping[str, Any], status: Mapping[str, Any], ref: Poli
     except InvalidBudgetSpec as exc:
         return _hold(policy, INVALID_SPEC, str(exc), attempts, now, in_flight)
     try:
-        return spec, _Stored(Ledger.from_status(status.get("ledger"), status.get("periodStart")),
-                             AlertState.from_status(status), outbox_from_status(status, ref),
-                             anomaly_state_from_status(status))
+        ledger = Ledger.from_status(status.get("ledger"), status.get("periodStart"))
+        return spec, _Stored(ledger, AlertState.from_status(status), outbox_from_status(status, ref),
+                             anomaly_state_from_status(status), rejections_from_status(status),
+                             _tenant_held(status, ledger.period_start))
     except (LedgerFormatError, InvalidBudgetStatus) as exc:
         return _hold(policy, INVALID_STATUS, f"{exc}; fix or clear the status by hand (spend is not reset "
                                              f"automatically)", attempts, now, in_flight)
 
 
+def _tenant_held(status: Mapping[str, Any], period_start: dt.datetime | None) -> tuple[Decimal, dt.datetime | None]:
+    """``status.tenantSpent`` (exact USD) and its period; raises :class:`InvalidBudgetStatus` when it does not
+    parse."""
+    raw = status.get("tenantSpent")
+    if raw is None:
+        return Decimal(0), None
+    try:
+        return parse_usd(raw, "status.tenantSpent"), period_start
+    except ValueError as exc:
+        raise InvalidBudgetStatus(str(exc)) from None
+
+
+def reject_annotation_values(ref: PolicyRef, rejections: Sequence[TenantRejection]) -> dict[tuple[str, str], str]:
+    """(namespace, name) -> the value of this policy's tenant-rejection annotation on that service (applied pairs
+    only: dry run writes none)."""
+    by_service: dict[tuple[str, str], list[TenantRejection]] = {}
+    for r in rejections:
+        if not r.dry_run:
+            by_service.setdefault((r.namespace, r.name), []).append(r)
+    return {k: TenantReject(str(ref), tuple(sorted(r.tenant for r in rs)), max(r.until for r in rs),
+                            min(r.threshold_percent for r in rs)).encode() for k, rs in by_service.items()}
+
+
 def annotation_writes(ref: PolicyRef, plan: BudgetPlan, isvcs: Sequence[Mapping[str, Any]]
                       ) -> list[AnnotationWrite]:
-    """Enforcement as annotations, level-based: the writes that bring every InferenceService's cap and Spot
-    annotation of this policy to the whole desired set (a cap per enforced service not in dry run, a Spot switch
-    per applied Spot record; nothing elsewhere)."""
+    """Enforcement as annotations, level-based: the writes that bring every InferenceService's cap, Spot and
+    tenant annotations of this policy to the whole desired set (a cap per enforced service not in dry run, a Spot
+    switch per applied Spot record, the tenants ``Reject`` refuses per service, and the budgeted tenants on every
+    selected service of a tenant-scoped policy, for the gateway not to fold them; nothing elsewhere)."""
     key, spot_key = cap_annotation_key(ref.namespace, ref.name), spot_annotation_key(ref.namespace, ref.name)
+    reject_key = reject_annotation_key(ref.namespace, ref.name)
+    tenants_key = tenants_annotation_key(ref.namespace, ref.name)
     wanted = {(e.namespace, e.name): cap_annotation_value(ref, e.action.value, e.max_replicas)
               for e in plan.enforced_services if not e.dry_run}
     wanted_spot = {(r.namespace, r.name): SpotSwitch(str(ref), r.threshold_percent).encode()
                    for r in plan.spot if r.applied}
+    wanted_reject = reject_annotation_values(ref, plan.rejections)
+    wanted_tenants = {(ns, name): encode_tenants(tenants) for ns, name, tenants in plan.budgeted}
     writes = []
     for isvc in isvcs:
         m = isvc.get("metadata") or {}
         target = (m.get("namespace", ""), m.get("name", ""))
-        for k, values in ((key, wanted), (spot_key, wanted_spot)):
+        for k, values in ((key, wanted), (spot_key, wanted_spot), (reject_key, wanted_reject),
+                          (tenants_key, wanted_tenants)):
             current = (m.get("annotations") or {}).get(k)
             value = values.get(target)
             if not same_value(current, value):
@@ -722,7 +832,7 @@ def _status_patch(status: Mapping[str, Any], desired: Mapping[str, Any], interva
                   ) -> dict[str, Any]:
     """The merge patch from the stored status to ``desired``; ``{}`` unless something material changed or the
     heartbeat is due (:func:`heartbeat_s`)."""
-    stored = {"pendingAlerts": [], "spotServices": [], "spendAnomalies": [], **status}
+    stored = {"pendingAlerts": [], "spotServices": [], "spendAnomalies": [], "rejectedTenants": [], **status}
     merged = {**stored, **desired}
     write = _material(merged) != _material(stored) or _due(status, interval_s, now)
     return cond.status_patch(stored, desired) if write else {}
@@ -741,10 +851,26 @@ def _policy_events(status: Mapping[str, Any], desired: Mapping[str, Any], old_co
         events.append(("Warning", NO_SERVICES_SELECTED, ready.message))  # once, on the way in
     events += _enforcement_events(status.get("enforcedServices") or [], desired["enforcedServices"])
     events += _spot_events(status.get("spotServices") or [], plan.spot)
+    events += _reject_events(status.get("rejectedTenants") or [], plan.rejections)
     for alert in alerts:
         events.append(("Normal" if alert.kind is AlertKind.RECOVERED else "Warning", alert.kind.value,
                        alert.title))
     return _abandoned_events(events, abandoned)
+
+
+def _tenant_spend(spec: BudgetSpec, services: Sequence[ServiceState], observed: BudgetObserved, stored: _Stored
+                  ) -> TenantSpend | None:
+    """The tenants' spend of a policy with ``spec.selector.tenants`` (None without): showback's allocation of what
+    was read (``costmodel.budget.reject.tenant_spend``), with the last stored figure to hold on when unknown."""
+    if not spec.selector.tenants:
+        return None
+    read, held = observed.tenant_usage, stored.tenant_held
+    if read is None:
+        read = TenantUsageRead(error="tenant usage not read (no Prometheus configured: set "
+                                     "MODALSCALE_PROMETHEUS_URL, chart value config.prometheusUrl)")
+    measured = tenant_spend(spec.selector.tenants, [(s.namespace, s.name) for s in services], read.windows,
+                            read.usage, read.error)
+    return TenantSpend(measured.spent_usd, measured.by_tenant, measured.unknown_reason, held[0], held[1])
 
 
 def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Catalog,
@@ -759,7 +885,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     Steps (each pure):
 
     1. :func:`_read_stored`: the spec and what the status holds (either unreadable: :func:`_hold`);
-    2. :func:`selected_services` less the :func:`refused_namespaces`, then
+    2. :func:`selected_services` less the :func:`refused_namespaces`, then (with :func:`_tenant_spend`)
        :func:`~modalscale.costmodel.evaluation.evaluate_budget`: the ledger and the budget plan;
     3. :func:`annotation_writes`: enforcement as annotations;
     4. :func:`burn_samples` and :func:`_spend_anomalies`: the spend anomalies and their alert;
@@ -801,9 +927,9 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
 
     refused = refused_namespaces(ns, spec.selector.namespaces, admin_namespaces)                    # 2
     services = [s for s in selected_services(spec, ns, observed, catalog) if s.namespace not in refused]
-    # Ledger, planner, then the rates in force: services capped now run at most their cap from now on (the
-    # annotations are written before the status). The one sequence the month benchmark measures too.
-    evaluation = evaluate_budget(spec, stored.ledger, services, stored.alert_state, now, policy=ref)
+    # Ledger, planner, rates in force (caps are written before the status): the month benchmark's sequence too.
+    evaluation = evaluate_budget(spec, stored.ledger, services, stored.alert_state, now, policy=ref,
+                                 tenants=_tenant_spend(spec, services, observed, stored), rejected=stored.rejected)
     plan, ledger = evaluation.plan, evaluation.ledger
     writes = annotation_writes(ref, plan, observed.isvcs)                                            # 3
     samples = burn_samples(services, now)                                                            # 4
@@ -836,7 +962,8 @@ def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> l
     writes = []
     for isvc in isvcs:
         m = isvc.get("metadata") or {}
-        for key in (cap_annotation_key(ns, name), spot_annotation_key(ns, name)):
+        for key in (cap_annotation_key(ns, name), spot_annotation_key(ns, name), reject_annotation_key(ns, name),
+                    tenants_annotation_key(ns, name)):
             if key in (m.get("annotations") or {}):
                 writes.append(AnnotationWrite(m.get("namespace", ""), m.get("name", ""), key, None))
     return writes
@@ -848,7 +975,8 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 
 
 __all__ = [
-    "AnnotationWrite", "BudgetObserved", "GonePod", "PolicyPlan", "annotation_writes", "burn_samples", "gone_pod_runs",
-    "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces", "plan_policy", "pod_runs",
-    "receiver_problem", "refused_namespaces", "selected_services", "spot_pending_since",
+    "AnnotationWrite", "BudgetObserved", "GonePod", "PolicyPlan", "TenantUsageRead", "annotation_writes",
+    "burn_samples", "gone_pod_runs", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
+    "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "reject_annotation_values",
+    "selected_services", "spot_pending_since", "tenant_window_s",
 ]

@@ -16,6 +16,7 @@ from modalscale.operator.budget.history import BurnGauges, PrometheusHistory
 from modalscale.operator.budget.observe import BudgetObserver
 from modalscale.operator.budget.podstops import GonePods
 from modalscale.operator.budget.spend_anomalies import HistoryRead
+from modalscale.operator.showback import PrometheusShowback
 
 
 @dataclass
@@ -46,6 +47,9 @@ class BudgetRuntime:
     """Policy uid -> ``time.monotonic()`` before which a failed read is not tried again."""
     gauges: BurnGauges | None = None
     """The burn-rate gauges every evaluation exports (what ``history_source`` reads back)."""
+    tenant_usage_source: PrometheusShowback | None = None
+    """Where a tenant-scoped policy reads the gateway's per-tenant usage and the ledger's rates (showback's
+    inputs) over its period so far (None: no Prometheus; the tenants' spend is then unknown and held)."""
     gone_pods: GonePods = field(default_factory=GonePods)
     """Pods of InferenceServices the pod watch saw deleted (``budget_pod_deleted``): every evaluation charges
     each to when it stopped (``modalscale.operator.budget.podstops``)."""

@@ -396,14 +396,15 @@ def build_gateway_service_account(spec: IsvcSpec) -> dict[str, Any]:
 
 def build_gateway_role(spec: IsvcSpec) -> dict[str, Any]:
     """What the gateway calls: watch the EndpointSlices of the namespace (list/watch cannot be narrowed to one
-    name), read and annotate its own InferenceService only (the activation request)."""
+    name), read, watch and annotate its own InferenceService only (the activation request; the watch reads the
+    budget's tenant rejections, with a ``metadata.name`` field selector, which ``resourceNames`` requires)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": _gateway_meta(spec, gateway_name(spec)),
         "rules": [
             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [GROUP], "resources": ["inferenceservices"], "resourceNames": [spec.name],
-             "verbs": ["get", "patch"]},
+             "verbs": ["get", "list", "watch", "patch"]},
         ],
     }
 

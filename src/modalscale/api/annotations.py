@@ -15,6 +15,16 @@ same service and each lifts only its own:
   Spot; deleted = back to on-demand (the policy deletes it on fallback, at a new period, or when the threshold
   is no longer enforced).
 
+* ``budget.modalscale.io/reject-<h>``: refuse these tenants' new requests at the gateway (``Reject``, per-tenant
+  budgets). Value: compact JSON ``{"policy": "ns/name", "tenants": ["acme"], "until": "<RFC 3339 UTC>",
+  "thresholdPercent": p}``. The service's gateway watches it and answers 429 with ``Retry-After`` = seconds to
+  ``until``; past ``until`` it admits again on its own; deleted = lifted.
+
+* ``budget.modalscale.io/tenants-<h>``: the tenants a tenant-scoped policy budgets (``spec.selector.tenants``),
+  on each service it selects, rejected or not. Value: compact JSON list of names. The gateway counts these tenants
+  under their own names however many tenants it has seen (never folded into ``other``), so their spend can be
+  measured.
+
 ``<h>`` is the first 10 hex digits of ``sha256("<policy namespace>/<policy name>")``.
 """
 
@@ -23,13 +33,17 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 BUDGET_CAP_PREFIX = "budget.modalscale.io/cap-"
 """Key prefix of a policy's replica-cap annotation."""
 BUDGET_SPOT_PREFIX = "budget.modalscale.io/spot-"
 """Key prefix of a policy's Spot-capacity annotation."""
+BUDGET_REJECT_PREFIX = "budget.modalscale.io/reject-"
+"""Key prefix of a policy's tenant-rejection annotation."""
+BUDGET_TENANTS_PREFIX = "budget.modalscale.io/tenants-"
+"""Key prefix of a policy's budgeted-tenants annotation."""
 CAP_ACTIONS = ("CapReplicas", "ScaleDown", "ScaleToZero")
 """``action`` values of a cap annotation."""
 SPOT_CAPACITY_TYPE = "Spot"
@@ -53,6 +67,36 @@ def cap_annotation_key(policy_namespace: str, policy_name: str) -> str:
 def spot_annotation_key(policy_namespace: str, policy_name: str) -> str:
     """``budget.modalscale.io/spot-<digest>``: this policy's Spot key on a service."""
     return BUDGET_SPOT_PREFIX + policy_digest(policy_namespace, policy_name)
+
+
+def reject_annotation_key(policy_namespace: str, policy_name: str) -> str:
+    """``budget.modalscale.io/reject-<digest>``: this policy's tenant-rejection key on a service."""
+    return BUDGET_REJECT_PREFIX + policy_digest(policy_namespace, policy_name)
+
+
+def tenants_annotation_key(policy_namespace: str, policy_name: str) -> str:
+    """``budget.modalscale.io/tenants-<digest>``: the tenants this policy budgets, on a service it selects."""
+    return BUDGET_TENANTS_PREFIX + policy_digest(policy_namespace, policy_name)
+
+
+def encode_tenants(tenants: Sequence[str]) -> str:
+    """The budgeted-tenants annotation's value: compact JSON list, sorted."""
+    return json.dumps(sorted(tenants), separators=(",", ":"))
+
+
+def budgeted_tenants(annotations: Mapping[str, str] | None) -> frozenset[str]:
+    """Every tenant named by a decodable budgeted-tenants annotation (values that do not decode are skipped)."""
+    out: set[str] = set()
+    for key, value in (annotations or {}).items():
+        if not key.startswith(BUDGET_TENANTS_PREFIX):
+            continue
+        try:
+            names = json.loads(value)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(names, list):
+            out.update(n for n in names if isinstance(n, str) and n)
+    return frozenset(out)
 
 
 def _json_object(key: str, value: str) -> dict[str, object]:
@@ -146,6 +190,74 @@ class SpotSwitch:
         return cls(_policy(key, data), p)
 
 
+@dataclass(frozen=True)
+class TenantReject:
+    """The value of a tenant-rejection annotation.
+
+    Attributes:
+        policy: ``namespace/name`` of the BudgetPolicy.
+        tenants: The tenants refused (as the gateway names them), sorted.
+        until: When the rejection ends (the period's end), timezone-aware UTC, whole seconds.
+        threshold_percent: The ``Reject`` threshold in force (1..200).
+    """
+
+    policy: str
+    tenants: tuple[str, ...]
+    until: dt.datetime
+    threshold_percent: int
+
+    def encode(self) -> str:
+        """Compact JSON ``{"policy": "ns/name", "tenants": [...], "until": "...Z", "thresholdPercent": p}``."""
+        return json.dumps({"policy": self.policy, "tenants": sorted(self.tenants),
+                           "until": self.until.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                           "thresholdPercent": int(self.threshold_percent)}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, key: str, value: str) -> "TenantReject":
+        """Parse a tenant-rejection annotation's value.
+
+        Raises:
+            InvalidAnnotation: Not JSON, ``tenants`` not a list of non-empty strings, ``until`` not an RFC 3339
+                time with a zone, ``policy`` missing, or ``thresholdPercent`` not a whole number in 1..200.
+        """
+        data = _json_object(key, value)
+        tenants = data.get("tenants")
+        if not isinstance(tenants, list) or not all(isinstance(t, str) and t for t in tenants):
+            raise InvalidAnnotation(f"annotation {key}: 'tenants' must be a list of tenant names, got {tenants!r}")
+        raw = data.get("until")
+        try:
+            until = dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if isinstance(raw, str) else None
+        except ValueError:
+            until = None
+        if until is None or until.tzinfo is None:
+            raise InvalidAnnotation(f"annotation {key}: 'until' must be an RFC 3339 time with a zone, got {raw!r}")
+        p = data.get("thresholdPercent")
+        if not isinstance(p, int) or isinstance(p, bool) or not 1 <= p <= 200:
+            raise InvalidAnnotation(f"annotation {key}: 'thresholdPercent' must be a whole number in 1..200, "
+                                    f"got {p!r}")
+        return cls(_policy(key, data), tuple(sorted(tenants)), until.astimezone(dt.UTC), p)
+
+
+def tenant_rejections(annotations: Mapping[str, str] | None) -> dict[str, tuple[dt.datetime, str]]:
+    """Tenant -> (latest ``until``, ``"ns/name"`` of the policy behind it) over every decodable rejection annotation.
+
+    Values that do not decode are skipped (the BudgetPolicy controller owns and rewrites them): a value that cannot
+    be read refuses no one.
+    """
+    out: dict[str, tuple[dt.datetime, str]] = {}
+    for key, value in (annotations or {}).items():
+        if not key.startswith(BUDGET_REJECT_PREFIX):
+            continue
+        try:
+            r = TenantReject.decode(key, value)
+        except InvalidAnnotation:
+            continue
+        for tenant in r.tenants:
+            if tenant not in out or r.until > out[tenant][0]:
+                out[tenant] = (r.until, r.policy)
+    return out
+
+
 def same_value(current: str | None, wanted: str | None) -> bool:
     """True when two annotation values say the same (JSON equality; None = absent)."""
     if current is None or wanted is None:
@@ -199,15 +311,19 @@ def invalid_budget_annotations(annotations: Mapping[str, str] | None) -> list[st
                 BudgetCap.decode(key, value)
             elif key.startswith(BUDGET_SPOT_PREFIX):
                 SpotSwitch.decode(key, value)
+            elif key.startswith(BUDGET_REJECT_PREFIX):
+                TenantReject.decode(key, value)
         except InvalidAnnotation as exc:
             out.append(str(exc))
     return out
 
 
 __all__ = [
-    "BUDGET_CAP_PREFIX", "BUDGET_SPOT_PREFIX", "BudgetCap", "CAP_ACTIONS", "InvalidAnnotation", "SPOT_CAPACITY_TYPE",
-    "SpotSwitch", "budget_cap", "cap_annotation_key", "invalid_budget_annotations", "policy_digest", "same_value",
-    "spot_annotation_key", "spot_switches",
+    "BUDGET_CAP_PREFIX", "BUDGET_REJECT_PREFIX", "BUDGET_SPOT_PREFIX", "BUDGET_TENANTS_PREFIX", "BudgetCap",
+    "CAP_ACTIONS", "InvalidAnnotation", "SPOT_CAPACITY_TYPE", "SpotSwitch", "TenantReject", "budget_cap",
+    "cap_annotation_key", "invalid_budget_annotations", "policy_digest", "budgeted_tenants", "encode_tenants",
+    "reject_annotation_key", "same_value", "tenants_annotation_key", "spot_annotation_key", "spot_switches",
+    "tenant_rejections",
 ]
 
 

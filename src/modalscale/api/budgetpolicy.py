@@ -72,6 +72,8 @@ class ThresholdAction(str, enum.Enum):
     SCALE_DOWN = "ScaleDown"
     SCALE_TO_ZERO = "ScaleToZero"
     SWITCH_TO_SPOT = "SwitchToSpot"
+    REJECT = "Reject"
+    """Refuse the new requests of ``spec.selector.tenants`` at the gateway (HTTP 429) until the period ends."""
 
 
 class EnforcementOrder(str, enum.Enum):
@@ -167,19 +169,41 @@ class LabelSelectorRequirement(_Spec):
         return self
 
 
+TENANT_NAME_PATTERN = r"^[!-~]([ -~]{0,62}[!-~])?$"
+"""``spec.selector.tenants[]``'s ``pattern`` in the CRD: a tenant as the gateway names it
+(``modalscale.gateway.tenants.clean``): 1-64 printable ASCII characters, no surrounding spaces."""
+MAX_BUDGET_TENANTS = 50
+"""``spec.selector.tenants``' ``maxItems`` in the CRD."""
+TENANT_ACTIONS = frozenset({"Alert", "Reject"})
+"""The only actions a tenant-scoped policy may take (a replica action would cut every tenant of the service)."""
+
+
 class BudgetSelector(_Spec):
-    """``spec.selector``: empty namespaces = the policy's own namespace; labels narrow further."""
+    """``spec.selector``: empty namespaces = the policy's own namespace; labels narrow further; ``tenants`` scopes the
+    spend to those tenants' requests (their share of the selected services' spend, see ``budget.tenants``)."""
 
     namespaces: tuple[Annotated[str, Field(max_length=63, pattern=DNS_LABEL_PATTERN)], ...] = Field(default=(),
                                                                                                   max_length=100)
     match_labels: dict[str, LabelValue] = Field(default_factory=dict, alias="matchLabels", max_length=32)
     match_expressions: tuple[LabelSelectorRequirement, ...] = Field(default=(), alias="matchExpressions",
                                                                     max_length=16)
+    tenants: tuple[str, ...] = Field(default=(), max_length=MAX_BUDGET_TENANTS)
 
     @field_validator("namespaces")
     @classmethod
     def _namespaces_set(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _unique(value, "namespaces")
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [t for t in value if re.fullmatch(TENANT_NAME_PATTERN, t) is None]
+        if bad:
+            raise ValueError(f"{bad[0][:70]!r} is not a tenant name: 1-64 printable ASCII characters without "
+                             f"surrounding spaces, as the gateway's tenant header carries it (e.g. \"acme\")")
+        if len(set(value)) != len(value):
+            raise ValueError("tenant names must be unique")
+        return value
 
     @field_validator("match_labels")
     @classmethod
@@ -216,6 +240,8 @@ class BudgetSelector(_Spec):
                    for r in self.match_expressions]
         if labels:
             parts.append("labels " + ", ".join(labels))
+        if self.tenants:
+            parts.append("tenants " + ", ".join(self.tenants))
         return "; ".join(parts)
 
 
@@ -372,6 +398,21 @@ class BudgetSpec(_Spec):
             raise ValueError(f"percent must be strictly ascending, got {percents}")
         return value
 
+    @model_validator(mode="after")
+    def _tenant_scope(self) -> "BudgetSpec":
+        """The CRD's two CEL rules on ``spec``: Reject needs tenants; a tenant-scoped policy only alerts and
+        rejects."""
+        for i, t in enumerate(self.thresholds):
+            actions = {a.value for a in t.actions}
+            if "Reject" in actions and not self.selector.tenants:
+                raise ValueError(f"thresholds[{i}].actions: Reject needs spec.selector.tenants (the tenants whose "
+                                 f"requests the gateway refuses), e.g. tenants: [acme]")
+            if self.selector.tenants and not actions <= TENANT_ACTIONS:
+                raise ValueError(f"thresholds[{i}].actions: a policy with spec.selector.tenants may only Alert and "
+                                 f"Reject, got {', '.join(sorted(actions - TENANT_ACTIONS))} (replica actions act on "
+                                 f"every tenant of a service; put them in a policy without tenants)")
+        return self
+
     @field_validator("notifications")
     @classmethod
     def _unique_names(cls, value: tuple[Notification, ...]) -> tuple[Notification, ...]:
@@ -422,5 +463,6 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
 
 __all__ = ["BudgetLimit", "BudgetSelector", "BudgetSpec", "Enforcement", "EnforcementOrder", "ForecastSpec",
            "InvalidBudgetSpec", "InvalidTimeZone", "LIMIT_AMOUNT_MAX_CHARS", "LIMIT_AMOUNT_NONZERO_RULE",
-           "LIMIT_AMOUNT_PATTERN", "LabelSelectorRequirement", "Notification", "NotifierType", "Period", "SecretRef",
-           "Threshold", "ThresholdAction", "parse_budget_spec", "parse_limit_amount", "resolve_zone"]
+           "LIMIT_AMOUNT_PATTERN", "LabelSelectorRequirement", "MAX_BUDGET_TENANTS", "Notification", "NotifierType",
+           "Period", "SecretRef", "TENANT_ACTIONS", "TENANT_NAME_PATTERN", "Threshold", "ThresholdAction",
+           "parse_budget_spec", "parse_limit_amount", "resolve_zone"]

@@ -156,6 +156,8 @@ SPOT_AVAILABLE = "SpotAvailable"
 NO_SPOT_SWITCH = "NoSpotSwitch"
 SWITCHED_TO_SPOT = "SwitchedToSpot"
 SPOT_LIFTED = "SpotLifted"
+TENANTS_REJECTED = "TenantsRejected"
+TENANTS_ADMITTED = "TenantsAdmitted"
 HISTORY_READ = "HistoryRead"
 HISTORY_UNAVAILABLE = "HistoryUnavailable"
 

@@ -149,6 +149,18 @@ class SpotServiceStatus(TypedDict):
     message: NotRequired[str]
 
 
+class RejectedTenantStatus(TypedDict):
+    """One item of ``status.rejectedTenants``: a (service, tenant) pair a ``Reject`` action refuses this period."""
+
+    namespace: str
+    name: str
+    tenant: str
+    thresholdPercent: int
+    since: str
+    until: str
+    dryRun: NotRequired[bool]
+
+
 class SpendAnomalyStatus(TypedDict):
     """One item of ``status.spendAnomalies``: a service whose burn rate is in an anomaly."""
 
@@ -215,6 +227,8 @@ class BudgetPolicyStatus(TypedDict, total=False):
     thresholds: list[ThresholdStatus]
     enforcedServices: list[EnforcedServiceStatus]
     spotServices: list[SpotServiceStatus]
+    rejectedTenants: list[RejectedTenantStatus]
+    tenantSpent: str  # exact (1e-9 USD): the tenants' spend the last evaluation used (spec.selector.tenants)
     spendAnomalies: list[SpendAnomalyStatus]
     pendingAlerts: list[PendingAlertStatus]
     conditions: list[ConditionStatus]

@@ -42,17 +42,20 @@ async def serve(settings: GatewaySettings) -> None:
     """Run the gateway until SIGTERM or SIGINT, then stop gracefully."""
     from modalscale.gateway.activation import kube_activation
     from modalscale.gateway.endpoints import EndpointSliceWatch, EndpointSource, StaticSource, load_api_client
+    from modalscale.gateway.isvc_watch import AnnotationSource, InferenceServiceWatch
     from modalscale.gateway.server import Activate, Gateway
 
     source: EndpointSource
     activate: Activate | None
+    budget: AnnotationSource | None = None
     if settings.static_endpoints:
         source, activate = StaticSource(settings.static_endpoints), None
     else:
         api = load_api_client()  # no credentials: fail at start, loudly (STYLE C5)
         source = EndpointSliceWatch(settings.namespace, settings.replicas_service, api)
         activate = kube_activation(settings.namespace, settings.service, api)
-    gateway = Gateway(settings, source, activate)
+        budget = InferenceServiceWatch(settings.namespace, settings.service, api)  # tenant rejections
+    gateway = Gateway(settings, source, activate, budget=budget)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -90,7 +90,7 @@ class GatewayMetrics:
                                "first, by protocol.", ("protocol",), registry=r)
         self.rejected = Counter("modalscale_gateway_rejected_total",
                                 "Requests refused by admission, by reason (QueueFull, QueueTimeout, NoReadyReplica, "
-                                "ShuttingDown).", ("reason",), registry=r)
+                                "ShuttingDown, TenantBudgetExceeded).", ("reason",), registry=r)
         self.activations = Counter("modalscale_gateway_activation_requests_total",
                                    "Activation pokes sent to the operator (no Ready replica), by result.",
                                    ("result",), registry=r)

@@ -5,6 +5,9 @@ Per request, in this order:
 1. **Features** (infer calls only): :mod:`modalscale.gateway.features` reads modality, image sizes, text tokens and
    image digests from the body as sent. A bad payload is answered ``400`` / ``INVALID_ARGUMENT`` naming the field,
    before any replica is touched.
+   Before that, an infer call of a tenant over its budget (a BudgetPolicy's ``Reject``, read from the
+   InferenceService's annotations by a watch, :mod:`modalscale.gateway.tenant_budget`) is answered ``429`` /
+   ``RESOURCE_EXHAUSTED`` with ``Retry-After`` = seconds to the budget period's end, without reading its body.
 2. **Admission** (:mod:`modalscale.gateway.admission`): a slot among ``max_inflight``, else a place in the bounded
    queue, which also holds requests while no replica is Ready; overflow and timeout get ``503`` + ``Retry-After`` /
    ``RESOURCE_EXHAUSTED``. A request arriving at zero Ready replicas pokes the operator (the activation annotation),
@@ -37,14 +40,17 @@ import grpc
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from modalscale.api.annotations import budgeted_tenants
 from modalscale.gateway.admission import Admission, Rejected
 from modalscale.gateway.affinity import affinity_key
 from modalscale.gateway.balancer import Balancer, Endpoint
 from modalscale.gateway.endpoints import EndpointSource
 from modalscale.gateway.features import PayloadError, RequestFeatures, features_from_grpc, features_from_http
+from modalscale.gateway.isvc_watch import AnnotationSource
 from modalscale.gateway.metrics import GatewayMetrics
 from modalscale.gateway.settings import GatewaySettings
-from modalscale.gateway.tenants import TenantFolder
+from modalscale.gateway.tenant_budget import TENANT_BUDGET_EXCEEDED, TenantGate, TenantRefusal
+from modalscale.gateway.tenants import TenantFolder, clean
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +91,13 @@ class Gateway:
         activate: Called (rate-limited) when a request arrives with no Ready replica; None: no poke.
         host: Address the listeners bind to.
         clock: Monotonic seconds (tests may pass a fake).
+        budget: The InferenceService's annotations (tenant rejections); None: no tenant is refused.
+        wall_clock: Unix seconds, for ``Retry-After`` against a rejection's ``until``.
     """
 
     def __init__(self, settings: GatewaySettings, source: EndpointSource, activate: Activate | None = None,
-                 host: str = "0.0.0.0", clock: Callable[[], float] = time.monotonic) -> None:
+                 host: str = "0.0.0.0", clock: Callable[[], float] = time.monotonic,
+                 budget: AnnotationSource | None = None, wall_clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.source = source
         self.activate = activate
@@ -99,6 +108,10 @@ class Gateway:
         self.admission = Admission(settings.max_inflight, settings.queue_size, settings.queue_timeout_s,
                                    self.balancer.has_ready, on_change=self._update_queue_gauges)
         self.tenants = TenantFolder(settings.max_tenants)
+        self.budget = budget
+        self.wall_clock = wall_clock
+        self.tenant_gate = TenantGate()
+        self._budget_task: asyncio.Task[None] | None = None
         self._last_poke_s = -float("inf")
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -119,6 +132,8 @@ class Gateway:
             timeout=aiohttp.ClientTimeout(total=s.upstream_timeout_s, sock_connect=CONNECT_TIMEOUT_S),
             auto_decompress=False, skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"))
         self._source_task = asyncio.create_task(self.source.run(self._on_endpoints), name="endpoints")
+        if self.budget is not None:
+            self._budget_task = asyncio.create_task(self.budget.run(self._on_annotations), name="budget")
         app = web.Application(client_max_size=s.max_body_bytes)
         app.router.add_route("*", "/{tail:.*}", self._http)
         await self._serve(app, s.http_port, auto_decompress=False, shutdown_timeout=s.drain_timeout_s)
@@ -159,9 +174,10 @@ class Gateway:
         if self._grpc is not None:
             stops.append(self._grpc.stop(grace))
         await asyncio.gather(*stops)
-        if self._source_task is not None:
-            self._source_task.cancel()
-            await asyncio.gather(self._source_task, return_exceptions=True)
+        for task in (self._source_task, self._budget_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
         for channel in self._channels.values():
@@ -176,6 +192,20 @@ class Gateway:
         log.info("Endpoints changed ready=%s", ",".join(ep.key for ep in self.balancer.endpoints) or "none")
         self.admission.wake()
         self._close_idle_channels()
+
+    def _on_annotations(self, annotations: Mapping[str, str]) -> None:
+        before = self.tenant_gate.tenants
+        self.tenant_gate.update(annotations)
+        self.tenants.reserve(budgeted_tenants(annotations))
+        if self.tenant_gate.tenants != before:
+            log.info("Tenant rejections changed tenants=%s", ",".join(self.tenant_gate.tenants) or "none")
+
+    def _refusal(self, raw_tenant: str | None) -> TenantRefusal | None:
+        """The budget's refusal of this request's tenant (cleaned, not folded), counted; None: admit."""
+        refusal = self.tenant_gate.check(clean(raw_tenant), self.wall_clock())
+        if refusal is not None:
+            self.metrics.rejected.labels(TENANT_BUDGET_EXCEEDED).inc()
+        return refusal
 
     def _close_idle_channels(self) -> None:
         """Close the gRPC channels of endpoints that left the set once their last request finished."""
@@ -257,8 +287,13 @@ class Gateway:
 
     # --- HTTP -------------------------------------------------------------------------------------------------
     async def _http(self, request: web.Request) -> web.StreamResponse:
-        tenant = self.tenants.label(request.headers.get(self.settings.tenant_header))
+        raw_tenant = request.headers.get(self.settings.tenant_header)
+        tenant = self.tenants.label(raw_tenant)
         is_infer = request.method == "POST" and INFER_PATH.match(request.path) is not None
+        if is_infer and (refusal := self._refusal(raw_tenant)) is not None:
+            self._record(tenant, None, "http", "429", None)
+            return web.json_response({"error": refusal.message}, status=429,
+                                     headers={"Retry-After": str(refusal.retry_after_s)})
         feats: RequestFeatures | None = None
         try:
             declared = request.content_length
@@ -371,6 +406,11 @@ class Gateway:
         tenant_raw = next((v for k, v in metadata if k == self.settings.tenant_header), None)
         tenant = self.tenants.label(tenant_raw if isinstance(tenant_raw, str) else None)
         feats: RequestFeatures | None = None
+        if method == GRPC_INFER and (refusal := self._refusal(
+                tenant_raw if isinstance(tenant_raw, str) else None)) is not None:
+            self._record(tenant, None, "grpc", grpc.StatusCode.RESOURCE_EXHAUSTED.name, None)
+            context.set_trailing_metadata((("retry-after", str(refusal.retry_after_s)),))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal.message)
         if method == GRPC_INFER:
             try:
                 feats = features_from_grpc(request, self.settings.inputs)

@@ -8,7 +8,10 @@ series without bound in Prometheus:
 * otherwise the value with surrounding whitespace stripped, every character outside printable ASCII (space to ``~``)
   replaced by ``_``, cut to :data:`MAX_LABEL_CHARS` characters (``default`` if nothing is left);
 * the first ``cap`` distinct cleaned names keep their name; every later one is ``other``. ``default`` and ``other``
-  themselves never take a place.
+  themselves never take a place;
+* a tenant some BudgetPolicy budgets (:meth:`TenantFolder.reserve`, from the InferenceService's
+  ``budget.modalscale.io/tenants-*`` annotations) always keeps its name and takes no place either: its spend is
+  measured from these counters.
 
 Each gateway process keeps its own list (from its start), so two gateway replicas that saw tenants in a different
 order may fold different names when more than ``cap`` tenants are active; sum over ``other`` and the named tenants
@@ -47,6 +50,11 @@ class TenantFolder:
             raise ValueError(f"cap must be >= 0, got {cap}")
         self.cap = cap
         self._named: dict[str, None] = {}
+        self._reserved: frozenset[str] = frozenset()
+
+    def reserve(self, names: frozenset[str]) -> None:
+        """Replace the set of tenants that always keep their name (budgeted ones); they take no place of ``cap``."""
+        self._reserved = frozenset(names)
 
     @property
     def named(self) -> tuple[str, ...]:
@@ -56,7 +64,7 @@ class TenantFolder:
     def label(self, raw: str | None) -> str:
         """The label for one request's tenant header value (None when the header is absent)."""
         name = clean(raw)
-        if name in (DEFAULT_TENANT, OTHER_TENANT) or name in self._named:
+        if name in (DEFAULT_TENANT, OTHER_TENANT) or name in self._named or name in self._reserved:
             return name
         if len(self._named) < self.cap:
             self._named[name] = None

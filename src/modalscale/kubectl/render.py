@@ -304,6 +304,9 @@ def describe_actions(t: Threshold, spec: BudgetSpec) -> list[str]:
             out.append(f"ScaleDown: every selected service to {spec.enforcement.floor_replicas} replica(s)")
         elif a is ThresholdAction.SCALE_TO_ZERO:
             out.append("ScaleToZero: every selected service to 0 replicas")
+        elif a is ThresholdAction.REJECT:
+            out.append(f"Reject: the gateway answers 429 to tenant(s) {', '.join(spec.selector.tenants)} until the "
+                       f"period ends")
         else:
             out.append(f"SwitchToSpot: services with spec.priority <= {t.spot_max_priority} to Spot capacity")
     if spec.enforcement.dry_run and any(a is not ThresholdAction.ALERT for a in t.actions):
@@ -383,7 +386,8 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
         now: Timezone-aware UTC.
     Returns:
         A dict of the status figures (money as decimal strings in USD), ``percentUsed``, ``thresholds``,
-        ``enforcedServices``, ``spotServices``, ``nextAction`` (:func:`next_action`), ``pendingAlerts``,
+        ``enforcedServices``, ``spotServices``, ``rejectedTenants`` and ``tenants`` (per-tenant budgets),
+        ``nextAction`` (:func:`next_action`), ``pendingAlerts``,
         ``services`` (the ledger, most spent first), ``conditions`` and ``specError`` (the operator's message when
         the spec does not parse; the figures are then status only).
     """
@@ -412,6 +416,8 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
         "thresholds": _threshold_items(spec, status),
         "enforcedServices": [dict(e) for e in status.get("enforcedServices") or [] if isinstance(e, Mapping)],
         "spotServices": [dict(e) for e in status.get("spotServices") or [] if isinstance(e, Mapping)],
+        "rejectedTenants": [dict(e) for e in status.get("rejectedTenants") or [] if isinstance(e, Mapping)],
+        "tenants": list(spec.selector.tenants) if spec is not None else [],
         "nextAction": None if spec is None else next_action(spec, spent, burn, frozenset(
             str(e.get("action")) for e in status.get("enforcedServices") or [] if isinstance(e, Mapping))),
         "pendingAlerts": [{k: a.get(k) for k in ("notification", "kind", "thresholdsPercent", "severity", "title",
@@ -471,6 +477,15 @@ def render_budget(report: Mapping[str, Any]) -> str:
         lines.append(table(["SERVICE", "STATE", "SINCE", "MESSAGE"], [
             [f"{e.get('namespace')}/{e.get('name')}", e.get("state"), e.get("since"), e.get("message")]
             for e in r["spotServices"]], indent="  "))
+        lines.append("")
+    if r.get("tenants"):
+        lines.append(f"Tenants: {', '.join(r['tenants'])} (Spent is their share of the services' spend)")
+        if r.get("rejectedTenants"):
+            lines.append(table(["SERVICE", "TENANT", "REFUSED SINCE", "UNTIL", "DRY RUN"], [
+                [f"{e.get('namespace')}/{e.get('name')}", e.get("tenant"), e.get("since"), e.get("until"),
+                 "yes" if e.get("dryRun") else "no"] for e in r["rejectedTenants"]], indent="  "))
+        else:
+            lines.append("  Refused at the gateway: <none>")
         lines.append("")
     if r["services"]:
         lines.append("Spend by service (ledger):")

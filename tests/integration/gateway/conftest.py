@@ -21,6 +21,7 @@ import pytest
 
 from modalscale.gateway.balancer import Endpoint
 from modalscale.gateway.endpoints import StaticSource
+from modalscale.gateway.isvc_watch import AnnotationSource, StaticAnnotations
 from modalscale.gateway.server import Gateway
 from modalscale.gateway.settings import GatewaySettings
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
@@ -118,13 +119,15 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonP
 class RunningGateway:
     """A :class:`Gateway` on its own event loop in a daemon thread; tests talk to it over loopback."""
 
-    def __init__(self, settings: GatewaySettings, endpoints: Sequence[Endpoint], with_activation: bool) -> None:
+    def __init__(self, settings: GatewaySettings, endpoints: Sequence[Endpoint], with_activation: bool,
+                 annotations: dict[str, str] | None = None, budget: AnnotationSource | None = None) -> None:
         self.settings = settings
         self.loop = asyncio.new_event_loop()
         self.source = StaticSource(endpoints)
+        self.budget = StaticAnnotations(annotations) if annotations is not None else None
         self.activations: list[float] = []
         activate = self._activate if with_activation else None
-        self.gateway = Gateway(settings, self.source, activate, host="127.0.0.1")
+        self.gateway = Gateway(settings, self.source, activate, host="127.0.0.1", budget=self.budget or budget)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self.call(self.gateway.start())
@@ -137,6 +140,16 @@ class RunningGateway:
 
     def set_endpoints(self, endpoints: Sequence[Endpoint]) -> None:
         self.loop.call_soon_threadsafe(self.source.set, list(endpoints))
+
+    def set_annotations(self, annotations: dict[str, str]) -> None:
+        """What the InferenceService watch would report (the gateway was made with ``annotations=``)."""
+        assert self.budget is not None
+        self.call(self._set_annotations(annotations))
+
+    async def _set_annotations(self, annotations: dict[str, str]) -> None:
+        assert self.budget is not None
+        self.budget.set(annotations)
+        await asyncio.sleep(0.05)  # the source's task hands them to the gateway on this loop
 
     @property
     def http(self) -> str:
@@ -164,13 +177,15 @@ class RunningGateway:
 
 @pytest.fixture
 def make_gateway() -> Iterator[Callable[..., RunningGateway]]:
-    """``make_gateway(endpoints, with_activation=False, **settings)``: a started gateway, stopped after the test."""
+    """``make_gateway(endpoints, with_activation=False, annotations=None, **settings)``: a started gateway, stopped
+    after the test; ``annotations``: the InferenceService's (tenant rejections), changed with ``set_annotations``."""
     started: list[RunningGateway] = []
 
-    def make(endpoints: Sequence[Endpoint], with_activation: bool = False, **overrides: Any) -> RunningGateway:
+    def make(endpoints: Sequence[Endpoint], with_activation: bool = False,
+             annotations: dict[str, str] | None = None, **overrides: Any) -> RunningGateway:
         base = GatewaySettings(http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                                queue_timeout_s=10.0, drain_timeout_s=5.0)
-        gw = RunningGateway(replace(base, **overrides), endpoints, with_activation)
+        gw = RunningGateway(replace(base, **overrides), endpoints, with_activation, annotations)
         started.append(gw)
         return gw
 

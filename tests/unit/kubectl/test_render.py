@@ -162,3 +162,18 @@ def test_age_of_an_unreadable_time_is_none_and_of_a_future_one_invalid() -> None
 def test_table_aligns_columns_and_shows_empty_cells_as_none() -> None:
     assert table(["A", "LONG"], [["xyz", None], ["", 7]]).splitlines() == [
         "A        LONG", "xyz      <none>", "<none>   7"]
+
+
+def test_budget_of_a_tenant_policy_names_the_tenants_and_the_services_refusing_them() -> None:
+    policy = budget_body()
+    policy["spec"]["selector"] = {"tenants": ["acme"]}
+    policy["spec"]["thresholds"] = [{"percent": 100, "actions": ["Alert", "Reject"]}]
+    policy["status"] = {"spent": "2.00", "rejectedTenants": [
+        {"namespace": "ml", "name": "vc", "tenant": "acme", "thresholdPercent": 100,
+         "since": "2026-11-30T10:30:00Z", "until": "2026-12-01T00:00:00Z"}]}
+    report = budget_report(policy, NOW)
+    assert report["tenants"] == ["acme"] and report["specError"] is None
+    text = render_budget(report)
+    assert "Tenants: acme" in text
+    assert any(line.split()[:3] == ["ml/vc", "acme", "2026-11-30T10:30:00Z"] for line in text.splitlines()), text
+    assert [t["actions"] for t in report["thresholds"]] == [["Alert", "Reject"]]

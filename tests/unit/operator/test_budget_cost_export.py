@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 from decimal import Decimal
@@ -11,6 +12,7 @@ from typing import Any
 from modalscale.cli import main
 from modalscale.costmodel.catalog import PricingTier
 from modalscale.costmodel.focus import FOCUS_COLUMNS, write_focus_csv
+from modalscale.costmodel.showback import TenantUsage
 from modalscale.operator.cost_cli import export_rows
 
 
@@ -28,6 +30,7 @@ DAILY = policy("daily", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z", "2026-11
 MONTHLY = policy("monthly", "2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z", "2026-11-30T12:00:00Z",
                  [("ml", "a", "40.123456789")])
 FRESH = {"metadata": {"name": "fresh", "namespace": "ml"}, "status": {}}
+DAILY_START, DAILY_OBSERVED = dt.datetime(2026, 11, 30, tzinfo=dt.UTC), dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)
 
 
 def test_each_service_is_exported_once_from_the_longest_ledger_window() -> None:
@@ -84,3 +87,36 @@ def test_cli_registers_cost_export() -> None:
         except SystemExit as exc:
             assert exc.code == 0
     assert "--namespace" in out.getvalue() and "--output" in out.getvalue()
+
+
+# ------------------------------------------------------------------------------------------------ --by-tenant
+def test_by_tenant_splits_each_row_over_tenants_modalities_and_idle_and_the_split_sums_to_the_ledger() -> None:
+    windows: list[tuple[dt.datetime, dt.datetime]] = []
+
+    def usage(start: dt.datetime, end: dt.datetime) -> dict[tuple[str, str], tuple[Decimal, list[TenantUsage]]]:
+        windows.append((start, end))
+        # a ran 43200 replica-s; acme's images used 10800 (25 %), globex's text 21600 (50 %), 25 % idle.
+        return {("ml", "a"): (Decimal(43200), [TenantUsage("acme", "image", 10800, 100),
+                                               TenantUsage("globex", "text", 21600, 900)])}
+
+    result = export_rows([DAILY], usage=usage)
+    rows = [(json.loads(r["Tags"]).get("modalscale.io/tenant"), json.loads(r["Tags"]).get("modalscale.io/modality"),
+             json.loads(r["Tags"])["modalscale.io/allocation"] if r["ResourceName"] == "a" else None,
+             r["ResourceName"], r["BilledCost"]) for r in result.rows]
+    # 1.5 USD: acme 0.375, globex 0.75, idle 0.375; b has no usage: one row, noted.
+    assert rows == [("acme", "image", "request", "a", "0.375000000"), ("globex", "text", "request", "a", "0.750000000"),
+                    (None, None, "idle", "a", "0.375000000"), (None, None, None, "b", "0.250000000")]
+    assert sum(Decimal(r["BilledCost"]) for r in result.rows) == Decimal("1.75")
+    assert windows == [(DAILY_START, DAILY_OBSERVED)]  # one read per distinct window
+    assert all(json.loads(r["Tags"])["modalscale.io/budgetpolicy"] == "ml/daily" for r in result.rows)
+    assert result.notes == ["ml/b: not split by tenant: no gateway usage or ledger replica-seconds in Prometheus "
+                            "over its window"]
+
+
+def test_by_tenant_keeps_a_row_whose_usage_is_refused_and_says_why() -> None:
+    result = export_rows([DAILY], usage=lambda s, e: {("ml", "a"): (Decimal(100), [
+        TenantUsage("acme", "image", float("nan"), 1)])})
+    assert [r["BilledCost"] for r in result.rows] == ["1.500000000", "0.250000000"]
+    assert result.notes[0].startswith("ml/a: not split by tenant: ml/a.usage[acme/image].service_s")
+
+

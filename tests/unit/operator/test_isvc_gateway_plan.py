@@ -200,7 +200,7 @@ def test_the_gateway_deployment_runs_the_operator_image_with_its_config_probes_a
     assert role["rules"] == [
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["modalscale.io"], "resources": ["inferenceservices"], "resourceNames": ["vc"],
-         "verbs": ["get", "patch"]}]
+         "verbs": ["get", "list", "watch", "patch"]}]
     binding = next(w.body for w in plan.writes if w.kind == "RoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "vc-gateway", "namespace": "ml"}]
     pdb = next(w.body for w in plan.writes if w.kind == "PodDisruptionBudget")
