@@ -37,3 +37,11 @@ def test_the_min_replicas_rule_reads_an_unset_enabled_as_the_api_default() -> No
 def test_scaling_no_longer_refuses_min_zero_by_itself() -> None:
     scaling = _spec_schema()["properties"]["scaling"]
     assert not [r for r in scaling["x-kubernetes-validations"] if "self.minReplicas >= 1" in r["rule"]]
+
+
+def test_the_gateway_cpu_default_is_the_api_default() -> None:
+    from modalscale.api.inferenceservice import GATEWAY_CPU_DEFAULT
+
+    cpu = _spec_schema()["properties"]["gateway"]["properties"]["resources"]["properties"]["cpu"]
+    assert cpu["default"] == GATEWAY_CPU_DEFAULT == "100m"
+    assert f"Default {GATEWAY_CPU_DEFAULT}" in cpu["description"]

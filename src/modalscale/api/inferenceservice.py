@@ -86,6 +86,11 @@ Service; flip this one constant (and the CRD's CEL rule on ``spec``, which reads
 ``tests/unit/test_crd_gateway.py`` holds them together) once the gateway has passed the issue's real-node tests.
 The CRD sets no ``default`` on the field on purpose: a default would be stored in every object written, and a later
 flip would then not reach them."""
+GATEWAY_CPU_DEFAULT = "100m"
+"""``spec.gateway.resources.cpu`` when unset: one gateway pod's CPU request. The gateway costs about 0.6-0.8
+CPU-ms per forwarded request (docs/gateway.md, ``benchmarks/gateway_overhead.py``), so 100m covers ~125 requests/s
+per pod at its request (it has no CPU limit and bursts above it); 2 pods take 200m, not the 1000m of 500m each,
+which left a small node (1500m allocatable on 2 cores) room for one 500m replica only."""
 NAME_MAX_LENGTH = 63
 """Longest InferenceService name: it is the Service's name (a DNS-1035 label, at most 63 characters) and the
 value of the pods' ``modalscale.io/inferenceservice`` label (at most 63); the other children append suffixes
@@ -145,7 +150,7 @@ class GatewaySpec:
     """Largest request body accepted, bytes, 1024..1073741824; above it 400 (never forwarded)."""
     tenant_header: str = "x-modalscale-tenant"
     """Request header (lower case; gRPC metadata key) naming the tenant; absent = ``default``."""
-    cpu: str = "500m"
+    cpu: str = GATEWAY_CPU_DEFAULT
     """CPU request of one gateway pod (Kubernetes quantity)."""
     memory: str = "256Mi"
     """Memory request and limit of one gateway pod (Kubernetes quantity)."""
@@ -531,7 +536,7 @@ def parse_gateway(gw: Mapping[str, Any]) -> GatewaySpec:
         queue_timeout_s=_int(queue, "timeoutSeconds", 120, f"{p}.queue", 1, 3600),
         max_body_bytes=_int(gw, "maxBodyBytes", 64 * 1024 * 1024, p, 1024, 1024**3),
         tenant_header=_req(_str(gw, "tenantHeader", "x-modalscale-tenant", p, pattern=_HEADER_NAME, max_length=64)),
-        cpu=_quantity_text(res, "cpu", "500m", f"{p}.resources", _CPU, 64, '"500m", "1"'),
+        cpu=_quantity_text(res, "cpu", GATEWAY_CPU_DEFAULT, f"{p}.resources", _CPU, 64, '"100m", "1"'),
         memory=_quantity_text(res, "memory", "256Mi", f"{p}.resources", _MEMORY, 2**40, '"256Mi", "1Gi"'),
     )
 

@@ -18,7 +18,7 @@ def test_defaults_keep_todays_direct_service_and_name_the_built_in_inputs() -> N
     assert GATEWAY_ENABLED_DEFAULT is False
     assert spec.gateway == GatewaySpec(enabled=False, replicas=2, max_in_flight=1000, queue_size=1000,
                                        queue_timeout_s=120, max_body_bytes=64 * 1024 * 1024,
-                                       tenant_header="x-modalscale-tenant", cpu="500m", memory="256Mi")
+                                       tenant_header="x-modalscale-tenant", cpu="100m", memory="256Mi")
     assert spec.model.inputs == ModelInputsSpec("IMAGES", "TEXT")
     assert spec.scaling.scale_to_zero_after_s is None
 

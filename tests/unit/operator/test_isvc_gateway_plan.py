@@ -80,14 +80,27 @@ def run(body: dict[str, Any], obs: IsvcObserved | None = None, gateway_ready: bo
 
 
 # ---------------------------------------------------------------------------------------------- disabled
+OFF = {"enabled": False}
+
+
+def direct(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with ``gateway: {enabled: false}`` (the gateway is on by default); unchanged for the planner before
+    the gateway, which writes the golden and knows no ``spec.gateway``."""
+    try:
+        from modalscale.api.inferenceservice import GATEWAY_ENABLED_DEFAULT  # noqa: F401
+    except ImportError:
+        return spec
+    return {**spec, "gateway": OFF}
+
+
 def scenarios() -> dict[str, Any]:
-    """Plans of the disabled gateway (the spec without ``gateway``) in several worlds, as JSON-able values."""
+    """Plans of the disabled gateway (``gateway: {enabled: false}``) in several worlds, as JSON-able values."""
     out: dict[str, Any] = {}
     for name, spec in {"predictive": {}, "fixed-gpu": {
             "scaling": {"mode": "Fixed", "replicas": 3, "minReplicas": 0, "maxReplicas": 6},
             "resources": {"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}}},
             "configmap": {"model": {"source": "ConfigMap", "configMap": {"name": "mine"}}}}.items():
-        body = make_isvc(**spec)
+        body = make_isvc(**direct(spec))
         obs0 = IsvcObserved(status={}, user_configmap_keys=["m__config.pbtxt"])
         first = plan_isvc(parse_isvc(body), obs0, FILES, PlanConfig(), NOW)
         obs1 = IsvcObserved(status=first.status, user_configmap_keys=["m__config.pbtxt"],
