@@ -91,7 +91,7 @@ def test_defaults_are_filled_in_by_the_apiserver(api: Any, crds_installed: list[
     assert spec["runtime"]["dynamicBatching"] == {"enabled": True, "maxQueueDelayMicroseconds": 2000}
     assert (spec["runtime"]["engine"], spec["runtime"]["precision"]) == ("torch", "FP32")
     assert spec["pricing"] == {"tier": "OnDemand"}
-    # No stored gateway default: an unset spec.gateway.enabled reads as GATEWAY_ENABLED_DEFAULT wherever it
+    # No stored gateway default: an unset spec.gateway.enabled reads as GATEWAY_ENABLED_DEFAULT (true) wherever it
     # is read, so a later change of that default reaches objects written before it.
     assert "gateway" not in spec
 
@@ -216,6 +216,9 @@ ACCEPTED = [
     ("fixed-mode-at-zero-replicas", _isvc(scaling={"mode": "Fixed", "replicas": 0, "minReplicas": 0})),
     ("predictive-min-zero-with-gateway", _isvc(scaling={"minReplicas": 0, "scaleToZeroAfterSeconds": 300},
                                                gateway={"enabled": True})),
+    # The gateway is on by default: an unset gateway (or gateway.enabled) admits minReplicas 0 too.
+    ("predictive-min-zero-gateway-unset", _isvc(scaling={"minReplicas": 0})),
+    ("predictive-min-zero-gateway-enabled-unset", _isvc(scaling={"minReplicas": 0}, gateway={"replicas": 3})),
     ("utilization-min-zero-with-gateway", _isvc(scaling={"mode": "Utilization", "minReplicas": 0},
                                                 gateway={"enabled": True}, model={"inputs": {"images": "pixels"}})),
     ("one-milli-cpu", _isvc(resources={"cpu": "1m", "memory": "1Mi"})),

@@ -80,12 +80,12 @@ _URI = re.compile(r"^(s3|gs|as)://.+")
 _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _HEADER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-GATEWAY_ENABLED_DEFAULT = False
-"""``spec.gateway.enabled`` when unset. False for now: every integration test and the demo talk to the direct
-Service; flip this one constant (and the CRD's CEL rule on ``spec``, which reads an unset ``enabled`` as this value:
-``tests/unit/test_crd_gateway.py`` holds them together) once the gateway has passed the issue's real-node tests.
-The CRD sets no ``default`` on the field on purpose: a default would be stored in every object written, and a later
-flip would then not reach them."""
+GATEWAY_ENABLED_DEFAULT = True
+"""``spec.gateway.enabled`` when unset: the gateway is in the path of every InferenceService (issue 19) unless its
+spec says ``gateway: {enabled: false}`` (the direct Service). The CRD's CEL rule on ``spec`` reads an unset
+``enabled`` as this value (``tests/unit/test_crd_gateway.py`` holds them together). The CRD sets no ``default`` on
+the field on purpose: a default would be stored in every object written, and a later change of the default would
+then not reach them."""
 GATEWAY_CPU_DEFAULT = "100m"
 """``spec.gateway.resources.cpu`` when unset: one gateway pod's CPU request. The gateway costs about 0.6-0.8
 CPU-ms per forwarded request (docs/gateway.md, ``benchmarks/gateway_overhead.py``), so 100m covers ~125 requests/s
@@ -501,9 +501,10 @@ def parse_scaling(sc: Mapping[str, Any], gateway_enabled: bool = GATEWAY_ENABLED
     if mode != "Fixed" and scaling.min_replicas < 1 and not gateway_enabled:
         raise InvalidSpec(f"{p}.minReplicas", f"must be at least 1 in {mode} mode without the gateway, got "
                                               f"{scaling.min_replicas}: at 0 replicas only the gateway holds requests "
-                                              f"and activates a replica. Set spec.gateway.enabled: true to scale "
-                                              f"from zero, or minReplicas: 1, or use mode: Fixed with replicas: 0 to "
-                                              f"stop it (a BudgetPolicy's ScaleToZero still scales any mode to 0)")
+                                              f"and activates a replica. Set spec.gateway.enabled: true (the "
+                                              f"default) to scale from zero, or minReplicas: 1, or use mode: Fixed "
+                                              f"with replicas: 0 to stop it (a BudgetPolicy's ScaleToZero still "
+                                              f"scales any mode to 0)")
     if scaling.scale_to_zero_after_s is not None and (mode == "Fixed" or scaling.min_replicas != 0):
         raise InvalidSpec(f"{p}.scaleToZeroAfterSeconds",
                           f"takes effect only in Predictive or Utilization mode with minReplicas: 0 (got mode "

@@ -120,11 +120,23 @@ def test_disabled_plans_exactly_what_the_planner_before_the_gateway_planned() ->
     assert scenarios() == json.loads(GOLDEN.read_text())
 
 
-def test_disabled_is_the_default_and_reads_no_more_than_two_gateway_objects() -> None:
-    plan, obs = run(make_isvc())
+def test_disabled_explicitly_plans_only_the_direct_children() -> None:
+    plan, obs = run(make_isvc(gateway=OFF))
     assert sorted(w.kind for w in plan.writes) == ["ConfigMap", "Deployment", "Service"]
     assert "gateway" not in plan.status
     assert all(c["type"] != "GatewayReady" for c in plan.status["conditions"])
+
+
+@pytest.mark.parametrize("gateway", [None, {}, {"replicas": 3}], ids=["unset", "empty", "enabled-unset"])
+def test_enabled_is_the_default_a_spec_without_enabled_gets_the_gateway(gateway: dict[str, Any] | None) -> None:
+    plan, _ = run(make_isvc() if gateway is None else make_isvc(gateway=gateway), gateway_ready=False)
+    made = {(w.kind, w.name) for w in plan.writes}
+    assert {("Deployment", "vc-gateway"), ("Service", "vc-replicas"), ("Service", "vc")} <= made
+    dep = next(w.body for w in plan.writes if w.name == "vc-gateway" and w.kind == "Deployment")
+    assert dep["spec"]["replicas"] == (gateway or {}).get("replicas", 2)
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}  # the small default
+    assert {c["type"] for c in plan.status["conditions"]} >= {"GatewayReady"}
 
 
 # ---------------------------------------------------------------------------------------------- enabled
