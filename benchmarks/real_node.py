@@ -87,13 +87,16 @@ def real_isvc(image_ref: str, cpu: str = "250m") -> dict[str, Any]:
                      "runtime": {"image": image, "version": version, "instanceCount": 1, "intraOpThreads": 1,
                                  "modalityAwareBatching": False, "embeddingCache": False},
                      "resources": {"cpu": cpu, "memory": "2Gi"}, "placement": real_node_placement(),
-                     "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 3}}}
+                     "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 3},
+                     # kube-proxy to the replicas, as this benchmark measures (the gateway is on by default).
+                     "gateway": {"enabled": False}}}
 
 
 def kwok_isvc(name: str) -> dict[str, Any]:
     return {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": name},
             "spec": {"resources": {"cpu": "100m", "memory": "256Mi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                     "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2}}}
+                     "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2},
+                     "gateway": {"enabled": False}}}
 
 
 def rss_mb(pid: int) -> float:

@@ -91,6 +91,9 @@ def test_defaults_are_filled_in_by_the_apiserver(api: Any, crds_installed: list[
     assert spec["runtime"]["dynamicBatching"] == {"enabled": True, "maxQueueDelayMicroseconds": 2000}
     assert (spec["runtime"]["engine"], spec["runtime"]["precision"]) == ("torch", "FP32")
     assert spec["pricing"] == {"tier": "OnDemand"}
+    # No stored gateway default: an unset spec.gateway.enabled reads as GATEWAY_ENABLED_DEFAULT (true) wherever it
+    # is read, so a later change of that default reaches objects written before it.
+    assert "gateway" not in spec
 
 
 def _isvc(**spec: Any) -> dict[str, Any]:
@@ -138,10 +141,10 @@ INVALID = [
     ("name-with-dots", _named_isvc("my.model.v2"), ["metadata.name", "DNS-1035", "rename"]),
     ("name-starts-with-digit", _named_isvc("1abc"), ["metadata.name", "DNS-1035"]),
     ("name-over-63-characters", _named_isvc("a" * 70), ["metadata.name", "63"]),
-    # Nothing activates a Utilization/Predictive service at 0 replicas (no pod, no metric).
-    ("utilization-min-replicas-zero", _isvc(scaling={"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3}),
+    # Without the gateway nothing activates a Utilization/Predictive service at 0 replicas (no pod, no metric).
+    ("utilization-min-replicas-zero", _isvc(scaling={"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3},
+                                            gateway={"enabled": False}),
      ["spec.scaling.minReplicas", "at least 1", "Fixed"]),
-    ("predictive-min-replicas-zero", _isvc(scaling={"minReplicas": 0}), ["spec.scaling.minReplicas", "at least 1"]),
     # Only the request gateway holds requests at 0 and activates a replica (issue 19).
     ("min-replicas-zero-gateway-off", _isvc(scaling={"minReplicas": 0}, gateway={"enabled": False}),
      ["spec.scaling.minReplicas", "gateway.enabled: true"]),
@@ -225,6 +228,9 @@ ACCEPTED = [
     ("fixed-mode-at-zero-replicas", _isvc(scaling={"mode": "Fixed", "replicas": 0, "minReplicas": 0})),
     ("predictive-min-zero-with-gateway", _isvc(scaling={"minReplicas": 0, "scaleToZeroAfterSeconds": 300},
                                                gateway={"enabled": True})),
+    # The gateway is on by default: an unset gateway (or gateway.enabled) admits minReplicas 0 too.
+    ("predictive-min-zero-gateway-unset", _isvc(scaling={"minReplicas": 0})),
+    ("predictive-min-zero-gateway-enabled-unset", _isvc(scaling={"minReplicas": 0}, gateway={"replicas": 3})),
     ("utilization-min-zero-with-gateway", _isvc(scaling={"mode": "Utilization", "minReplicas": 0},
                                                 gateway={"enabled": True}, model={"inputs": {"images": "pixels"}})),
     ("one-milli-cpu", _isvc(resources={"cpu": "1m", "memory": "1Mi"})),

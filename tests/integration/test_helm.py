@@ -669,7 +669,8 @@ def test_operator_runs_with_only_the_chart_rbac(helm: list[str], kubectl: str, o
             isvc = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
                     "metadata": {"name": "rbac-check", "labels": {"team": "search"}},
                     "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                             "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 4}}}
+                             "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 4},
+                             "gateway": {"enabled": False}}}  # the direct Service; rbac-gateway below has the gateway
             custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", workload_ns, "inferenceservices", isvc)
 
             def isvc_status() -> dict[str, Any]:

@@ -398,6 +398,9 @@ def test_runtime_pods_on_the_real_node_answer_through_the_service_and_scaling_1_
     op = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log",
                          {"MODALSCALE_NAMESPACES": ns, "MODALSCALE_STANDALONE": "true"})
     body = yaml.safe_load((REPO / "crds" / "examples" / "inferenceservice-real-node.yaml").read_text())
+    # The direct Service (kube-proxy to the replicas): 3 replicas of 500m fill the node's 1500m, leaving no room for
+    # gateway pods (on by default; tests/integration/operator/test_gateway_real_node.py runs the gateway there).
+    body["spec"]["gateway"] = {"enabled": False}
     name = body["metadata"]["name"]
     selector = f"modalscale.io/inferenceservice={name}"
 
@@ -509,6 +512,7 @@ def test_a_runtime_pod_whose_python_backend_stub_is_killed_leaves_the_service_an
     op = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log",
                          {"MODALSCALE_NAMESPACES": ns, "MODALSCALE_STANDALONE": "true"})
     body = yaml.safe_load((REPO / "crds" / "examples" / "inferenceservice-real-node.yaml").read_text())
+    body["spec"]["gateway"] = {"enabled": False}  # the Service's own endpoints are the pod's (no gateway pods)
     name, model = body["metadata"]["name"], body["spec"]["model"]["name"]
 
     def pod() -> Any:

@@ -19,16 +19,17 @@ def _spec_schema() -> dict[str, Any]:
     return dict(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
 
 
-def test_gateway_enabled_has_no_crd_default_and_its_description_says_the_default_and_the_plan() -> None:
+def test_gateway_enabled_has_no_crd_default_and_its_description_says_the_default_and_the_way_out() -> None:
     enabled = _spec_schema()["properties"]["gateway"]["properties"]["enabled"]
     assert "default" not in enabled
     assert f"Default {str(GATEWAY_ENABLED_DEFAULT).lower()}" in enabled["description"]
-    assert "will default to true once" in enabled["description"]
+    assert "false keeps the direct Service" in enabled["description"]
 
 
 def test_the_min_replicas_rule_reads_an_unset_enabled_as_the_api_default() -> None:
     (rule,) = [r for r in _spec_schema()["x-kubernetes-validations"] if r.get("fieldPath") == ".scaling.minReplicas"]
-    unset_means_enabled = "!has(self.gateway.enabled) || self.gateway.enabled" in rule["rule"]
+    unset_means_enabled = ("!has(self.gateway) || !has(self.gateway.enabled) || self.gateway.enabled"
+                           in rule["rule"])
     assert unset_means_enabled is GATEWAY_ENABLED_DEFAULT, (
         "GATEWAY_ENABLED_DEFAULT flipped: make the CEL rule read an unset gateway.enabled the same way")
     assert "gateway.enabled: true" in rule["message"]
@@ -37,3 +38,11 @@ def test_the_min_replicas_rule_reads_an_unset_enabled_as_the_api_default() -> No
 def test_scaling_no_longer_refuses_min_zero_by_itself() -> None:
     scaling = _spec_schema()["properties"]["scaling"]
     assert not [r for r in scaling["x-kubernetes-validations"] if "self.minReplicas >= 1" in r["rule"]]
+
+
+def test_the_gateway_cpu_default_is_the_api_default() -> None:
+    from modalscale.api.inferenceservice import GATEWAY_CPU_DEFAULT
+
+    cpu = _spec_schema()["properties"]["gateway"]["properties"]["resources"]["properties"]["cpu"]
+    assert cpu["default"] == GATEWAY_CPU_DEFAULT == "100m"
+    assert f"Default {GATEWAY_CPU_DEFAULT}" in cpu["description"]

@@ -80,12 +80,17 @@ _URI = re.compile(r"^(s3|gs|as)://.+")
 _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _HEADER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-GATEWAY_ENABLED_DEFAULT = False
-"""``spec.gateway.enabled`` when unset. False for now: every integration test and the demo talk to the direct
-Service; flip this one constant (and the CRD's CEL rule on ``spec``, which reads an unset ``enabled`` as this value:
-``tests/unit/test_crd_gateway.py`` holds them together) once the gateway has passed the issue's real-node tests.
-The CRD sets no ``default`` on the field on purpose: a default would be stored in every object written, and a later
-flip would then not reach them."""
+GATEWAY_ENABLED_DEFAULT = True
+"""``spec.gateway.enabled`` when unset: the gateway is in the path of every InferenceService (issue 19) unless its
+spec says ``gateway: {enabled: false}`` (the direct Service). The CRD's CEL rule on ``spec`` reads an unset
+``enabled`` as this value (``tests/unit/test_crd_gateway.py`` holds them together). The CRD sets no ``default`` on
+the field on purpose: a default would be stored in every object written, and a later change of the default would
+then not reach them."""
+GATEWAY_CPU_DEFAULT = "100m"
+"""``spec.gateway.resources.cpu`` when unset: one gateway pod's CPU request. The gateway costs about 0.6-0.8
+CPU-ms per forwarded request (docs/gateway.md, ``benchmarks/gateway_overhead.py``), so 100m covers ~125 requests/s
+per pod at its request (it has no CPU limit and bursts above it); 2 pods take 200m, not the 1000m of 500m each,
+which left a small node (1500m allocatable on 2 cores) room for one 500m replica only."""
 NAME_MAX_LENGTH = 63
 """Longest InferenceService name: it is the Service's name (a DNS-1035 label, at most 63 characters) and the
 value of the pods' ``modalscale.io/inferenceservice`` label (at most 63); the other children append suffixes
@@ -145,7 +150,7 @@ class GatewaySpec:
     """Largest request body accepted, bytes, 1024..1073741824; above it 400 (never forwarded)."""
     tenant_header: str = "x-modalscale-tenant"
     """Request header (lower case; gRPC metadata key) naming the tenant; absent = ``default``."""
-    cpu: str = "500m"
+    cpu: str = GATEWAY_CPU_DEFAULT
     """CPU request of one gateway pod (Kubernetes quantity)."""
     memory: str = "256Mi"
     """Memory request and limit of one gateway pod (Kubernetes quantity)."""
@@ -496,9 +501,10 @@ def parse_scaling(sc: Mapping[str, Any], gateway_enabled: bool = GATEWAY_ENABLED
     if mode != "Fixed" and scaling.min_replicas < 1 and not gateway_enabled:
         raise InvalidSpec(f"{p}.minReplicas", f"must be at least 1 in {mode} mode without the gateway, got "
                                               f"{scaling.min_replicas}: at 0 replicas only the gateway holds requests "
-                                              f"and activates a replica. Set spec.gateway.enabled: true to scale "
-                                              f"from zero, or minReplicas: 1, or use mode: Fixed with replicas: 0 to "
-                                              f"stop it (a BudgetPolicy's ScaleToZero still scales any mode to 0)")
+                                              f"and activates a replica. Set spec.gateway.enabled: true (the "
+                                              f"default) to scale from zero, or minReplicas: 1, or use mode: Fixed "
+                                              f"with replicas: 0 to stop it (a BudgetPolicy's ScaleToZero still "
+                                              f"scales any mode to 0)")
     if scaling.scale_to_zero_after_s is not None and (mode == "Fixed" or scaling.min_replicas != 0):
         raise InvalidSpec(f"{p}.scaleToZeroAfterSeconds",
                           f"takes effect only in Predictive or Utilization mode with minReplicas: 0 (got mode "
@@ -531,7 +537,7 @@ def parse_gateway(gw: Mapping[str, Any]) -> GatewaySpec:
         queue_timeout_s=_int(queue, "timeoutSeconds", 120, f"{p}.queue", 1, 3600),
         max_body_bytes=_int(gw, "maxBodyBytes", 64 * 1024 * 1024, p, 1024, 1024**3),
         tenant_header=_req(_str(gw, "tenantHeader", "x-modalscale-tenant", p, pattern=_HEADER_NAME, max_length=64)),
-        cpu=_quantity_text(res, "cpu", "500m", f"{p}.resources", _CPU, 64, '"500m", "1"'),
+        cpu=_quantity_text(res, "cpu", GATEWAY_CPU_DEFAULT, f"{p}.resources", _CPU, 64, '"100m", "1"'),
         memory=_quantity_text(res, "memory", "256Mi", f"{p}.resources", _MEMORY, 2**40, '"256Mi", "1Gi"'),
     )
 

@@ -53,6 +53,13 @@ REPLICA_MEMORY = "3Gi"
 2.0 GB) under a backlog of post-shift requests (full batches of 8 requests with up to 4 large images each)."""
 MAX_REAL_REPLICAS = 3
 """Replicas that fit on the real node of a 2-core machine (allocatable ~1500m)."""
+DEMO_GATEWAY = False
+"""``spec.gateway.enabled`` of the demo's InferenceService, said explicitly since the gateway is on by default
+(issue 19). Off, for two measured reasons: on a 2-core machine the real node has 1500m CPU allocatable and the
+story's ``MAX_REAL_REPLICAS`` replicas of ``REPLICA_CPU`` take all of it, so any gateway pod (100m by default)
+would leave the third replica Pending; in the KWOK-only fallback the replicas are fake pods and one local Triton
+process serves every request, so no gateway pod could run or reach it. Requests go through the Service's ClusterIP
+straight to the replicas, as the story's numbers were measured. :func:`rates_query` reads the source this names."""
 HTTP_PORT = 8000
 KWOK_RATE_RPS = 3.0
 """Default request rate of the KWOK-only fallback (one local Triton process), req/s."""
@@ -171,6 +178,23 @@ def shift_at_s(cfg: DemoConfig, real: bool) -> float:
         raise ValueError(f"--duration {cfg.duration_s:.0f} s is too short: the modality shift comes at {shift:.0f} s "
                          f"(the autoscaler runs a minute before it); use --duration {2 * shift:.0f} or more")
     return shift
+
+
+def rates_query(namespace: str, name: str, gateway: bool, window_s: int = 20) -> str:
+    """PromQL of the live view's request rate by modality (req/s over ``window_s`` s), from one source only.
+
+    The gateway exports the runtime's ``modalscale_requests_total`` under the same name and labels, so with the
+    gateway on every request is counted twice, once by the gateway (``component="gateway"``) and once by the
+    replica that served it; a sum over all series would double the rate. The autoscaler's rule
+    (:mod:`modalscale.operator.autoscale.observe`): with ``spec.gateway.enabled`` the gateway's series, else the
+    replicas' (``component!="gateway"``, which also matches a target without the label, e.g. the KWOK-only
+    fallback's static target).
+    """
+    from modalscale.devenv.prometheus import GATEWAY_COMPONENT
+
+    source = f'component="{GATEWAY_COMPONENT}"' if gateway else f'component!="{GATEWAY_COMPONENT}"'
+    return (f'sum by (modality) (rate(modalscale_requests_total{{namespace="{namespace}",'
+            f'inferenceservice="{name}",{source}}}[{window_s}s]))')
 
 
 def request_content(row: Any, i: int) -> tuple[list[bytes] | None, str | None]:
@@ -508,6 +532,7 @@ class Demo:
                     "resources": {"cpu": REPLICA_CPU, "memory": REPLICA_MEMORY},
                     "placement": real_node_placement(),
                     "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": MAX_REAL_REPLICAS},
+                    "gateway": {"enabled": DEMO_GATEWAY},
                 },
             }
         return {
@@ -520,6 +545,7 @@ class Demo:
                             "dynamicBatching": {"preferredBatchSizes": [4, 8], "maxQueueDelayMicroseconds": 2000}},
                 "resources": {"cpu": "4", "memory": "16Gi", "gpu": {"count": 1, "type": GPU_TYPE}},
                 "scaling": self._scaling(),
+                "gateway": {"enabled": DEMO_GATEWAY},
             },
         }
 
@@ -694,8 +720,7 @@ class Demo:
     def rates(self) -> dict[str, float]:
         from prometheus_api_client import PrometheusConnect
 
-        q = (f'sum by (modality) (rate(modalscale_requests_total{{namespace="{NAMESPACE}",'
-             f'inferenceservice="{ISVC}"}}[20s]))')
+        q = rates_query(NAMESPACE, ISVC, gateway=DEMO_GATEWAY)
         try:
             result = PrometheusConnect(url=self.prom.url, disable_ssl=True).custom_query(q)
         except Exception:  # the live view shows gaps; the report says so

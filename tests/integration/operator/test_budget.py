@@ -50,7 +50,7 @@ def custom(api: Any) -> client.CustomObjectsApi:
 
 def make_isvc(name: str, replicas: int, max_replicas: int = 4) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name},
-            "spec": {"resources": RESOURCES,
+            "spec": {"resources": RESOURCES, "gateway": {"enabled": False},  # the replicas only (the direct Service)
                      "scaling": {"mode": "Fixed", "replicas": replicas, "minReplicas": 1,
                                  "maxReplicas": max_replicas}}}
 

@@ -43,7 +43,7 @@ def a100_nodes(cluster: Any, api: Any) -> Any:
 
 def make_isvc(name: str, replicas: int, priority: int) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name},
-            "spec": {"resources": RESOURCES, "priority": priority,
+            "spec": {"resources": RESOURCES, "priority": priority, "gateway": {"enabled": False},  # the replicas only
                      "scaling": {"mode": "Fixed", "replicas": replicas, "minReplicas": 1, "maxReplicas": 4}}}
 
 

@@ -83,8 +83,8 @@ REFUSED = [
     ("my.model.v2", {}, "metadata.name", ["DNS-1035", "rename", "'my-model-v2'"]),
     ("1abc", {}, "metadata.name", ["DNS-1035", "rename"]),
     ("a" * 70, {}, "metadata.name", ["70 characters", "at most 63"]),
-    ("util-zero", {"scaling": {"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3}}, "spec.scaling.minReplicas",
-     ["at least 1", "mode: Fixed"]),
+    ("util-zero", {"scaling": {"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3},
+                   "gateway": {"enabled": False}}, "spec.scaling.minReplicas", ["at least 1", "mode: Fixed"]),
     ("no-cpu", {"resources": {"cpu": "0", "memory": "1Gi"}}, "spec.resources.cpu", ["greater than 0", "0 USD"]),
     ("no-memory", {"resources": {"cpu": "1", "memory": "0Gi"}}, "spec.resources.memory", ["greater than 0"]),
 ]

@@ -13,12 +13,14 @@ from modalscale.api.inferenceservice import GATEWAY_ENABLED_DEFAULT, GatewaySpec
 GW = {"enabled": True}
 
 
-def test_defaults_keep_todays_direct_service_and_name_the_built_in_inputs() -> None:
+def test_defaults_put_the_gateway_in_front_with_small_pods_and_name_the_built_in_inputs() -> None:
     spec = parse_spec({})
-    assert GATEWAY_ENABLED_DEFAULT is False
-    assert spec.gateway == GatewaySpec(enabled=False, replicas=2, max_in_flight=1000, queue_size=1000,
+    assert GATEWAY_ENABLED_DEFAULT is True  # issue 19: the gateway is in every service's path by default
+    assert spec.gateway == GatewaySpec(enabled=True, replicas=2, max_in_flight=1000, queue_size=1000,
                                        queue_timeout_s=120, max_body_bytes=64 * 1024 * 1024,
-                                       tenant_header="x-modalscale-tenant", cpu="500m", memory="256Mi")
+                                       tenant_header="x-modalscale-tenant", cpu="100m", memory="256Mi")
+    assert parse_spec({"gateway": {}}).gateway.enabled is True
+    assert parse_spec({"gateway": {"enabled": False}}).gateway.enabled is False  # the direct Service, when asked
     assert spec.model.inputs == ModelInputsSpec("IMAGES", "TEXT")
     assert spec.scaling.scale_to_zero_after_s is None
 
@@ -37,11 +39,12 @@ def test_every_gateway_field_is_read() -> None:
     ({"scaling": {"mode": "Utilization", "minReplicas": 0}, "gateway": GW}, True),
     ({"scaling": {"mode": "Predictive", "minReplicas": 0, "scaleToZeroAfterSeconds": 300}, "gateway": GW}, True),
     ({"scaling": {"mode": "Fixed", "replicas": 0, "minReplicas": 0}}, True),
-    ({"scaling": {"mode": "Predictive", "minReplicas": 0}}, False),
+    ({"scaling": {"mode": "Predictive", "minReplicas": 0}}, True),
+    ({"scaling": {"mode": "Predictive", "minReplicas": 0}, "gateway": {}}, True),
+    ({"scaling": {"mode": "Predictive", "minReplicas": 0}, "gateway": {"enabled": False}}, False),
     ({"scaling": {"mode": "Utilization", "minReplicas": 0}, "gateway": {"enabled": False}}, False),
-    ({"scaling": {"mode": "Predictive", "minReplicas": 0}, "gateway": {}}, False),
 ], ids=["predictive-gateway", "utilization-gateway", "scale-to-zero-gateway", "fixed-zero-no-gateway",
-        "predictive-no-gateway", "utilization-gateway-off", "gateway-enabled-unset"])
+        "predictive-gateway-unset", "gateway-enabled-unset", "predictive-gateway-off", "utilization-gateway-off"])
 def test_min_replicas_zero_is_legal_outside_fixed_mode_only_with_the_gateway(spec: dict[str, Any],
                                                                              accepted: bool) -> None:
     if accepted:

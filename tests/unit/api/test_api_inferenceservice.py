@@ -54,9 +54,11 @@ def readers(spec: dict[str, Any]) -> list[tuple[str, Any]]:
      "spec.runtime.dynamicBatching.preferredBatchSizes"),
     ({"resources": {"cpu": "1Gi"}}, "spec.resources.cpu"),
     ({"resources": {"memory": "8GB"}}, "spec.resources.memory"),
-    # No activator: at 0 replicas Utilization/Predictive have no pod and no metric, so nothing scales them up.
-    ({"scaling": {"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3}}, "spec.scaling.minReplicas"),
-    ({"scaling": {"minReplicas": 0}}, "spec.scaling.minReplicas"),
+    # No activator without the gateway: at 0 replicas Utilization/Predictive have no pod and no metric, so nothing
+    # scales them up (the gateway, on by default, is the activator).
+    ({"scaling": {"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3}, "gateway": {"enabled": False}},
+     "spec.scaling.minReplicas"),
+    ({"scaling": {"minReplicas": 0}, "gateway": {"enabled": False}}, "spec.scaling.minReplicas"),
     # A replica with no CPU or memory is priced 0 USD and never counts against a budget.
     ({"resources": {"cpu": "0"}}, "spec.resources.cpu"),
     ({"resources": {"cpu": "0m"}}, "spec.resources.cpu"),

@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 
 from modalscale.api.inferenceservice import parse_isvc
-from modalscale.demo.run import MAX_REAL_REPLICAS, REPLICA_CPU, Demo, DemoConfig, _replica_price, kwok_banner
+from modalscale.demo.run import (
+    DEMO_GATEWAY,
+    MAX_REAL_REPLICAS,
+    REPLICA_CPU,
+    Demo,
+    DemoConfig,
+    _replica_price,
+    kwok_banner,
+    rates_query,
+)
 from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL
 from modalscale.operator.isvc.objects import build_deployment
 
@@ -64,3 +73,26 @@ def test_predictive_scaling_is_valid_for_both_modes(real: bool) -> None:
     body["spec"]["model"]["costModelRef"] = {"name": "m", "key": "model.skops"}
     spec = parse_isvc(body)
     assert spec.scaling.mode == "Predictive"
+
+
+@pytest.mark.parametrize("real", [True, False])
+def test_the_demo_says_its_gateway_setting_explicitly_and_its_rates_read_that_one_source(real: bool) -> None:
+    body = _body(real)
+    assert body["spec"]["gateway"] == {"enabled": DEMO_GATEWAY}  # never the CRD's default by omission
+    assert parse_isvc(body).gateway.enabled is DEMO_GATEWAY
+    # 3 replicas of 500m fill the 2-core machine's real node (1500m allocatable): no room for gateway pods.
+    assert DEMO_GATEWAY is False and MAX_REAL_REPLICAS * 500 == 1500 and REPLICA_CPU == "500m"
+
+
+def test_the_live_rates_count_each_request_once_from_the_source_the_autoscaler_reads() -> None:
+    from modalscale.operator.autoscale.observe import build_queries
+
+    direct, through = rates_query("demo", "vc", gateway=False), rates_query("demo", "vc", gateway=True)
+    assert 'component!="gateway"' in direct and 'component="gateway"' not in direct
+    assert 'component="gateway"' in through and 'component!="gateway"' not in through
+    for gateway, q in ((False, direct), (True, through)):
+        # the same series selector as the autoscaler's arrivals (its "requests" query) for the same setting
+        autoscaler = build_queries("demo", "vc", gateway=gateway)["requests"]
+        source = 'component="gateway"' if gateway else 'component!="gateway"'
+        assert source in autoscaler and 'namespace="demo"' in q and 'inferenceservice="vc"' in q
+        assert q.startswith("sum by (modality) (rate(modalscale_requests_total{")

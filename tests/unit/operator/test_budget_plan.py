@@ -121,6 +121,21 @@ def test_running_replicas_count_bound_live_pods_only() -> None:
     assert svc.usd_per_replica_hour == Decimal("0.600125239")
 
 
+def test_the_gateway_pods_are_not_charged_only_the_replicas_are() -> None:
+    # docs/budgets.md "What is charged": the gateway's pods (on by default) carry modalscale.io/gateway, not the
+    # replicas' label, and the ledger charges the replicas only (an open item: Kubecost would count them).
+    from modalscale.api.inferenceservice import parse_isvc
+    from modalscale.operator.isvc.objects import gateway_labels
+
+    isvc = make_isvc()
+    gateway = [{"metadata": {"name": f"vc-gateway-{i}", "labels": gateway_labels(parse_isvc(isvc))},
+                "spec": {"nodeName": "real-node-0"}, "status": {"phase": "Running"}} for i in range(2)]
+    pods = {"ml": [make_pod("vc", 0), make_pod("vc", 1), *gateway]}
+    (svc,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml", BudgetObserved([isvc], pods), CATALOG)
+    assert svc.replicas == 2
+    assert sorted(r.name for r in svc.pods or []) == ["vc-0", "vc-1"]
+
+
 def test_selector_picks_by_namespace_and_labels() -> None:
     from modalscale.api.budgetpolicy import parse_budget_spec
 

@@ -142,15 +142,19 @@ def test_leaving_spot_nulls_the_selector_key_and_replaces_the_tolerations() -> N
     on_spot["metadata"]["generation"] = 1
     obs = IsvcObserved(status={}, deployment=on_spot, service=None, configmap=None)
     plan = plan_isvc(spec, obs, {}, PlanConfig(), T0)
-    (w,) = [w for w in plan.writes if w.kind == "Deployment"]
+    (w,) = [w for w in plan.writes if w.kind == "Deployment" and w.name == "batch"]  # the replicas'
     pod = w.body["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "nvidia-l4", "karpenter.sh/capacity-type": None}
     assert SPOT_TOLERATION not in pod["tolerations"] and pod["tolerations"]  # the GPU toleration stays
+    # The gateway (on by default) is created beside, never on Spot.
+    (gw,) = [w for w in plan.writes if w.kind == "Deployment" and w.name == "batch-gateway"]
+    assert json.dumps(gw.body).count("capacity-type") == 0
     # Already off Spot: no such patch.
     plain = build_deployment(spec, 2, {})
     plain["status"], plain["metadata"]["generation"] = on_spot["status"], 1
     again = plan_isvc(spec, IsvcObserved(status={}, deployment=plain), {}, PlanConfig(), T0)
-    assert not any(w.kind == "Deployment" and "template" in w.body.get("spec", {}) for w in again.writes)
+    assert not any(w.kind == "Deployment" and w.name == "batch" and "template" in w.body.get("spec", {})
+                   for w in again.writes)
     assert json.dumps(plain).count("capacity-type") == 0
 
 

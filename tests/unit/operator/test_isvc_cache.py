@@ -183,7 +183,8 @@ def test_a_poke_with_no_worker_wakes_the_next_worker_of_that_object() -> None:
 ISVC = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
         "metadata": {"name": "svc", "namespace": "ns", "uid": "u1", "generation": 1},
         "spec": {"resources": {"cpu": "1", "memory": "1Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                 "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2}}}
+                 "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2},
+                 "gateway": {"enabled": False}}}
 
 
 def unreachable_api() -> client.ApiClient:

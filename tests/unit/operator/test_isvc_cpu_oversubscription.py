@@ -21,7 +21,7 @@ def isvc(cpu: str, instances: int, threads: int, gpus: int = 0, generation: int 
         resources["gpu"] = {"count": gpus, "type": "nvidia-l4"}
     return {"metadata": {"name": "vc", "namespace": "ml", "uid": "u", "generation": generation},
             "spec": {"resources": resources, "runtime": {"instanceCount": instances, "intraOpThreads": threads},
-                     "scaling": {"mode": "Fixed", "replicas": 1}}}
+                     "scaling": {"mode": "Fixed", "replicas": 1}, "gateway": {"enabled": False}}}
 
 
 @pytest.mark.parametrize(("cpu", "instances", "threads", "gpus", "warned"), [

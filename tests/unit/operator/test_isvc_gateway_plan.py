@@ -80,14 +80,27 @@ def run(body: dict[str, Any], obs: IsvcObserved | None = None, gateway_ready: bo
 
 
 # ---------------------------------------------------------------------------------------------- disabled
+OFF = {"enabled": False}
+
+
+def direct(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with ``gateway: {enabled: false}`` (the gateway is on by default); unchanged for the planner before
+    the gateway, which writes the golden and knows no ``spec.gateway``."""
+    try:
+        from modalscale.api.inferenceservice import GATEWAY_ENABLED_DEFAULT  # noqa: F401
+    except ImportError:
+        return spec
+    return {**spec, "gateway": OFF}
+
+
 def scenarios() -> dict[str, Any]:
-    """Plans of the disabled gateway (the spec without ``gateway``) in several worlds, as JSON-able values."""
+    """Plans of the disabled gateway (``gateway: {enabled: false}``) in several worlds, as JSON-able values."""
     out: dict[str, Any] = {}
     for name, spec in {"predictive": {}, "fixed-gpu": {
             "scaling": {"mode": "Fixed", "replicas": 3, "minReplicas": 0, "maxReplicas": 6},
             "resources": {"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}}},
             "configmap": {"model": {"source": "ConfigMap", "configMap": {"name": "mine"}}}}.items():
-        body = make_isvc(**spec)
+        body = make_isvc(**direct(spec))
         obs0 = IsvcObserved(status={}, user_configmap_keys=["m__config.pbtxt"])
         first = plan_isvc(parse_isvc(body), obs0, FILES, PlanConfig(), NOW)
         obs1 = IsvcObserved(status=first.status, user_configmap_keys=["m__config.pbtxt"],
@@ -107,11 +120,23 @@ def test_disabled_plans_exactly_what_the_planner_before_the_gateway_planned() ->
     assert scenarios() == json.loads(GOLDEN.read_text())
 
 
-def test_disabled_is_the_default_and_reads_no_more_than_two_gateway_objects() -> None:
-    plan, obs = run(make_isvc())
+def test_disabled_explicitly_plans_only_the_direct_children() -> None:
+    plan, obs = run(make_isvc(gateway=OFF))
     assert sorted(w.kind for w in plan.writes) == ["ConfigMap", "Deployment", "Service"]
     assert "gateway" not in plan.status
     assert all(c["type"] != "GatewayReady" for c in plan.status["conditions"])
+
+
+@pytest.mark.parametrize("gateway", [None, {}, {"replicas": 3}], ids=["unset", "empty", "enabled-unset"])
+def test_enabled_is_the_default_a_spec_without_enabled_gets_the_gateway(gateway: dict[str, Any] | None) -> None:
+    plan, _ = run(make_isvc() if gateway is None else make_isvc(gateway=gateway), gateway_ready=False)
+    made = {(w.kind, w.name) for w in plan.writes}
+    assert {("Deployment", "vc-gateway"), ("Service", "vc-replicas"), ("Service", "vc")} <= made
+    dep = next(w.body for w in plan.writes if w.name == "vc-gateway" and w.kind == "Deployment")
+    assert dep["spec"]["replicas"] == (gateway or {}).get("replicas", 2)
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}  # the small default
+    assert {c["type"] for c in plan.status["conditions"]} >= {"GatewayReady"}
 
 
 # ---------------------------------------------------------------------------------------------- enabled

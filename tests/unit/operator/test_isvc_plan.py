@@ -30,7 +30,10 @@ def make_isvc(**spec: Any) -> dict[str, Any]:
     body = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
             "metadata": {"name": "vc", "namespace": "ml", "uid": "u-1", "generation": 1},
             "spec": {"resources": {"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                     "scaling": {"mode": "Predictive", "minReplicas": 2, "maxReplicas": 6}}}
+                     "scaling": {"mode": "Predictive", "minReplicas": 2, "maxReplicas": 6},
+                     # The direct Service: these tests are about the replicas' children (the gateway, on by
+                     # default, has its own: test_isvc_gateway_plan.py).
+                     "gateway": {"enabled": False}}}
     body["spec"].update(spec)
     return body
 
