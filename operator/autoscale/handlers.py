@@ -39,7 +39,7 @@ from modalscale.api.annotations import ACTIVATION_ANNOTATION, activation_request
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.autoscaler.policy import ScalerState, ScalingMode, ScalingPolicy, activate, recommend
-from modalscale.operator.autoscale.observe import build_observation
+from modalscale.operator.autoscale.observe import build_observation, demand_from_gateway
 from modalscale.operator.autoscale.plan import (
     compress_recommendations,
     plan_activation,
@@ -92,7 +92,8 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
         model, model_status = rt.models.load(namespace, ref, spec.model.cost_model_key)
     else:
         model, model_status = None, None
-    reading = rt.reader.read(namespace, name, spec.model.name, deps.clock(), gateway=spec.gateway.enabled)
+    reading = rt.reader.read(namespace, name, spec.model.name, deps.clock(),
+                             gateway=demand_from_gateway(spec.gateway.enabled, raw.get("status")))
 
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)

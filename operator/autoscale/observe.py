@@ -107,6 +107,7 @@ too), else than Prometheus has.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from modalscale.api.conditions import PROMETHEUS_NOT_CONFIGURED, PROMETHEUS_UNREACHABLE
@@ -117,6 +118,28 @@ from modalscale.redaction import redact_for_url, redact_url
 
 GATEWAY_COMPONENT = "gateway"
 """Value of the scrape label ``component`` on the request gateway's series (chart PodMonitor and devenv)."""
+
+
+def demand_from_gateway(gateway_enabled: bool, status: Mapping[str, Any] | None) -> bool:
+    """Whether demand is read from the gateway's series: where the Service ``<name>`` sends requests.
+
+    The plan switches the Service to the gateway pods only while ``spec.gateway.enabled`` and a gateway pod is
+    Ready (``operator/isvc/plan.py``), and writes that Deployment's ready count to ``status.gateway.readyReplicas``
+    from the same observation. While no gateway pod is Ready (Pending, an image that cannot be pulled) requests go
+    straight to the replicas and the gateway exports nothing: reading its series there would hold the autoscaler
+    for good (no scrape targets) while the replicas serve.
+
+    Args:
+        gateway_enabled: ``spec.gateway.enabled``.
+        status: The InferenceService's ``status`` (None or missing keys: no gateway pod Ready).
+    """
+    if not gateway_enabled:
+        return False
+    gateway = (status or {}).get("gateway") or {}
+    try:
+        return int(gateway.get("readyReplicas") or 0) > 0
+    except (TypeError, ValueError):
+        return False
 RECENT_WINDOW_S = 15.0
 """Length of the recent (burst) window, s; needs a scrape interval of at most ~7 s to hold two samples."""
 COUNT_BIN_S = 15.0

@@ -294,10 +294,23 @@ def test_a_request_held_in_the_gateway_is_never_idle() -> None:
     assert observed_idle(build_observation(quiet, **build), policy, NOW)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("enabled", [True, False])
-def test_the_daemon_reads_demand_from_the_source_spec_gateway_enabled_names(enabled: bool) -> None:
-    """``decide_once`` passes ``spec.gateway.enabled`` to the reader (stand-ins for the Kubernetes reads: no
-    Deployment yet, so it stops after reading)."""
+@pytest.mark.parametrize(("enabled", "status", "expected"), [
+    (True, {"gateway": {"replicas": 2, "readyReplicas": 2}}, True),
+    (True, {"gateway": {"replicas": 2, "readyReplicas": 1}}, True),
+    # With the gateway on by default, a gateway that cannot run (Pending pods, an image that cannot be pulled)
+    # leaves the Service on the replicas: demand is read there, not from a gateway that exports nothing (that held
+    # the autoscaler for good with NoScrapeTargets while the replicas served).
+    (True, {"gateway": {"replicas": 2, "readyReplicas": 0}}, False),
+    (True, {"gateway": {"replicas": 2}}, False),
+    (True, {}, False),
+    (True, {"gateway": {"readyReplicas": "two"}}, False),
+    (False, {"gateway": {"replicas": 2, "readyReplicas": 2}}, False),  # status not yet updated after turning it off
+])
+def test_the_daemon_reads_demand_where_the_service_sends_requests(enabled: bool, status: dict[str, Any],
+                                                                   expected: bool) -> None:
+    """``decide_once`` reads the gateway's series only while ``spec.gateway.enabled`` and a gateway pod is Ready
+    (``status.gateway.readyReplicas``: when the plan switches the Service to the gateway), else the replicas'
+    (stand-ins for the Kubernetes reads: no Deployment yet, so it stops after reading)."""
     import threading
     import types
 
@@ -318,7 +331,8 @@ def test_the_daemon_reads_demand_from_the_source_spec_gateway_enabled_names(enab
 
     raw = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
            "metadata": {"name": "vc", "namespace": "ml", "uid": "u1", "generation": 1},
-           "spec": {"model": {"name": "byo"}, "scaling": {"mode": "Utilization"}, "gateway": {"enabled": enabled}}}
+           "spec": {"model": {"name": "byo"}, "scaling": {"mode": "Utilization"}, "gateway": {"enabled": enabled}},
+           "status": status}
     lock = threading.Lock()
     deps: Any = types.SimpleNamespace(
         autoscale=types.SimpleNamespace(reader=Reader()),
@@ -326,4 +340,4 @@ def test_the_daemon_reads_demand_from_the_source_spec_gateway_enabled_names(enab
                                        apps=types.SimpleNamespace(read_namespaced_deployment=no_deployment)),
         lock_for=lambda uid: lock, clock=lambda: NOW)
     decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
-    assert calls == [{"args": ("ml", "vc", "byo"), "gateway": enabled}]
+    assert calls == [{"args": ("ml", "vc", "byo"), "gateway": expected}]
