@@ -7,21 +7,15 @@ from typing import Any
 from kubernetes import client
 
 from modalscale.devenv.kube import wait_for
+from tests.factories import inference_service
 
 GROUP, VERSION, PLURAL = "modalscale.io", "v1alpha1", "inferenceservices"
 
 
 def make_isvc(name: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name},
-        "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                 "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 6},
-                 # The direct Service, said explicitly: the gateway is on by default, and these tests are about the
-                 # replicas (a test of the gateway passes gateway={"enabled": True, ...}).
-                 "gateway": {"enabled": False}},
-    }
-    body["spec"].update(spec)
-    return body
+    """:func:`tests.factories.inference_service` with the direct Service said explicitly: the gateway is on by default,
+    and these tests are about the replicas (a test of the gateway passes ``gateway={"enabled": True, ...}``)."""
+    return inference_service(name, **{"gateway": {"enabled": False}, **spec})
 
 
 def create(api: Any, ns: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from modalscale.autoscaler.policy import (
     bound_replicas,
     recommend,
 )
+from tests.factories import observation
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -59,15 +60,10 @@ def text_class(rate_rps: float, **overrides: Any) -> WorkloadClass:
 
 def make_obs(
         rate_rps: float | None = 50.0, current: int = 4, ready: int | None = None, **overrides: Any) -> Observation:
-    values: dict[str, Any] = dict(
-        observed_at=NOW,
-        current_replicas=current,
-        ready_replicas=current if ready is None else ready,
-        workload=None if rate_rps is None else (text_class(rate_rps),),
-        window_s=60.0,
-    )
+    values: dict[str, Any] = dict(observed_at=NOW, workload=None if rate_rps is None else (text_class(rate_rps),),
+                                  window_s=60.0)
     values.update(overrides)
-    return Observation(**values)
+    return observation(current_replicas=current, ready_replicas=ready, **values)
 
 
 # ------------------------------------------------------------------------------------------- the raw need

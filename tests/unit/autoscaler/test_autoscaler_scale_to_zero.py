@@ -21,6 +21,7 @@ from modalscale.autoscaler.policy import (
     observed_idle,
     recommend,
 )
+from tests import factories
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 POLICY = ScalingPolicy(mode=ScalingMode.UTILIZATION, min_replicas=0, max_replicas=4, scale_to_zero_after_s=60.0,
@@ -30,11 +31,10 @@ IDLE_TEXT = WorkloadClass("text", 0.0, mean_text_tokens=20.0)
 
 
 def obs(at: dt.datetime = T0, current: int = 1, **kw: Any) -> Observation:
-    values: dict[str, Any] = dict(observed_at=at, current_replicas=current, ready_replicas=current, workload=(),
-                                  recent_workload=(), utilization_ratio=0.0, queued_requests=0.0,
+    values: dict[str, Any] = dict(workload=(), recent_workload=(), utilization_ratio=0.0, queued_requests=0.0,
                                   in_flight_requests=0.0, targets_up=current)
     values.update(kw)
-    return Observation(**values)
+    return factories.observation(at, current, **values)
 
 
 @pytest.mark.parametrize(("observation", "idle"), [

@@ -26,7 +26,6 @@ from modalscale.autoscaler.features import FEATURES
 from modalscale.autoscaler.metrics_reading import MetricsReading
 from modalscale.autoscaler.policy import (
     Decision,
-    Observation,
     ScalerState,
     ScalingMode,
     ScalingPolicy,
@@ -37,6 +36,7 @@ from modalscale.costmodel.catalog import ReplicaResources, load_catalog, price_r
 from modalscale.operator.autoscale.plan import ServiceTimeModelStatus, plan_autoscale
 from modalscale.operator.budget.plan import BudgetObserved, plan_policy
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
+from tests.factories import budget_policy, inference_service, observation
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
 REPLICA_USD_PER_HOUR = price_replica(ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4"), "OnDemand",
@@ -57,10 +57,8 @@ class ConstantModel:
 
 
 def isvc_body(name: str = "vc", ns: str = "ml") -> dict[str, Any]:
-    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": name, "namespace": ns, "uid": f"u-{name}", "generation": 1},
-            "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                     "scaling": {"mode": "Predictive", "minReplicas": 1, "maxReplicas": 6}}}
+    return inference_service(name, ns, uid=f"u-{name}", generation=1,
+                             scaling={"mode": "Predictive", "minReplicas": 1, "maxReplicas": 6})
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -90,9 +88,8 @@ def _decide(status: dict[str, Any], rate_rps: float | None, current: int, state:
     """One autoscaler decision at ``rate_rps`` (None: Prometheus had no traffic series) and its status."""
     policy = ScalingPolicy(mode=ScalingMode.PREDICTIVE, min_replicas=1, max_replicas=6, target_p95_latency_ms=1000,
                            scale_down_stabilization_s=0, max_step_replicas=4, decision_interval_s=15)
-    obs = Observation(observed_at=now, current_replicas=current, ready_replicas=current, window_s=60.0,
-                      workload=None if rate_rps is None else (
-                          WorkloadClass(modality="text", rate_rps=rate_rps, mean_text_tokens=100, service_scv=1.0),))
+    obs = observation(now, current, window_s=60.0, workload=None if rate_rps is None else (
+        WorkloadClass(modality="text", rate_rps=rate_rps, mean_text_tokens=100, service_scv=1.0),))
     decision = recommend(obs, policy, state, ConstantModel(100.0), now)
     reading = MetricsReading(observed_at=now, workload=obs.workload,
                              busy_erlangs=None if rate_rps is None else rate_rps * 0.1, targets_up=current,
@@ -132,15 +129,8 @@ def held_isvc() -> dict[str, Any]:
 
 
 def budget_body(name: str = "daily", ns: str = "ml") -> dict[str, Any]:
-    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy",
-            "metadata": {"name": name, "namespace": ns, "uid": f"p-{name}", "generation": 1},
-            "spec": {"period": "Daily", "limit": {"amount": "2", "currency": "USD"},
-                     "thresholds": [{"percent": 50, "actions": ["Alert", "CapReplicas"], "capReplicas": 1},
-                                    {"percent": 100, "actions": ["Alert", "ScaleDown"]}],
-                     "enforcement": {"floorReplicas": 1}, "forecast": {"enabled": False},
-                     "evaluationIntervalSeconds": 60,
-                     "notifications": [{"name": "team-slack", "type": "Slack",
-                                        "secretRef": {"name": "slack-hook"}}]}}
+    return budget_policy(name, ns, uid=f"p-{name}", generation=1,
+                         notifications=[{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}])
 
 
 def _pod(isvc: str, i: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from modalscale.operator.budget.plan import (
     selected_services,
 )
 from modalscale.operator.conditions import get
+from tests.factories import budget_policy, inference_service
 
 CATALOG = load_catalog()
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
@@ -37,28 +38,16 @@ TWO_REPLICAS_USD_PER_HOUR = Decimal("1.200250478")
 
 
 def make_policy(**spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy",
-        "metadata": {"name": "daily", "namespace": "ml", "uid": "p-1", "generation": 1},
-        "spec": {"period": "Daily", "limit": {"amount": "2", "currency": "USD"},
-                 "thresholds": [{"percent": 50, "actions": ["Alert", "CapReplicas"], "capReplicas": 1},
-                                {"percent": 100, "actions": ["Alert", "ScaleDown"]}],
-                 "enforcement": {"floorReplicas": 1}, "forecast": {"enabled": False},
-                 "evaluationIntervalSeconds": 60},
-    }
-    body["spec"].update(spec)
-    return body
+    return budget_policy(uid="p-1", generation=1, **spec)
 
 
 def make_isvc(name: str = "vc", ns: str = "ml", gpu_type: str = "nvidia-l4", labels: dict[str, str] | None = None,
               annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    body = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": name, "namespace": ns, "uid": f"u-{name}", "generation": 1,
-                         "labels": labels or {}, "annotations": annotations or {}},
-            "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": gpu_type}},
-                     "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 4}}}
-    body["spec"].update(spec)
-    return body
+    return inference_service(name, ns, uid=f"u-{name}", generation=1, labels=labels or {},
+                             annotations=annotations or {}, **{
+                                 "resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": gpu_type}},
+                                 "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 4},
+                                 **spec})
 
 
 def make_pod(isvc: str, i: int, node: str | None = "kwok-gpu-0", phase: str = "Running",

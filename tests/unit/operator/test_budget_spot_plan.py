@@ -16,6 +16,7 @@ from modalscale.operator.budget.plan import BudgetObserved, lift_all, observed_n
 from modalscale.operator.conditions import get
 from modalscale.operator.isvc.objects import build_deployment
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc, with_spot_placement
+from tests.factories import budget_policy, inference_service
 
 CATALOG = load_catalog()
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
@@ -25,20 +26,15 @@ NODES = {"kwok-gpu-0": {"type": "kwok"}, SPOT_NODE: {"type": "kwok", "karpenter.
 
 
 def make_policy(timeout_s: int = 120, limit: str = "2") -> dict[str, Any]:
-    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "BudgetPolicy",
-            "metadata": {"name": "daily", "namespace": "ml", "uid": "p-1", "generation": 1},
-            "spec": {"period": "Daily", "limit": {"amount": limit}, "forecast": {"enabled": False},
-                     "thresholds": [{"percent": 50, "actions": ["Alert", "SwitchToSpot"], "spotMaxPriority": 50}],
-                     "enforcement": {"spotPendingTimeoutSeconds": timeout_s}, "evaluationIntervalSeconds": 60}}
+    return budget_policy(uid="p-1", generation=1, limit={"amount": limit},
+                         thresholds=[{"percent": 50, "actions": ["Alert", "SwitchToSpot"], "spotMaxPriority": 50}],
+                         enforcement={"spotPendingTimeoutSeconds": timeout_s})
 
 
 def make_isvc(name: str, priority: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": name, "namespace": "ml", "uid": f"u-{name}", "generation": 1,
-                         "annotations": annotations or {}},
-            "spec": {"resources": {"cpu": "1", "memory": "2Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                     "scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 4},
-                     "priority": priority}}
+    return inference_service(name, "ml", uid=f"u-{name}", generation=1, annotations=annotations or {},
+                             scaling={"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 4},
+                             priority=priority)
 
 
 def make_pod(isvc: str, i: int, node: str | None, spot: bool = False,

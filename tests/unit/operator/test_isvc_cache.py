@@ -28,6 +28,7 @@ from modalscale.operator.isvc.cache import (
 )
 from modalscale.operator.isvc.objects import build_deployment, build_service, owned_labels
 from modalscale.operator.isvc.observe import Observer
+from tests.factories import inference_service
 
 
 class Body(io.BytesIO):
@@ -180,11 +181,10 @@ def test_a_poke_with_no_worker_wakes_the_next_worker_of_that_object() -> None:
     assert asyncio.run(subscribe("svc")) is False  # taken once
 
 
-ISVC = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
-        "metadata": {"name": "svc", "namespace": "ns", "uid": "u1", "generation": 1},
-        "spec": {"resources": {"cpu": "1", "memory": "1Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                 "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2},
-                 "gateway": {"enabled": False}}}
+ISVC = inference_service("svc", "ns", uid="u1", generation=1,
+                         resources={"cpu": "1", "memory": "1Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
+                         scaling={"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2},
+                         gateway={"enabled": False})
 
 
 def unreachable_api() -> client.ApiClient:

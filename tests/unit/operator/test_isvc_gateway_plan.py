@@ -19,6 +19,7 @@ import pytest
 
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
+from tests.factories import inference_service
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n', "multimodal/1/model.py": "# model\n"}
@@ -27,12 +28,9 @@ IMAGE = "registry.example.com/modalscale/operator:9.9.9"
 
 
 def make_isvc(**spec: Any) -> dict[str, Any]:
-    body = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": "vc", "namespace": "ml", "uid": "u-1", "generation": 1},
-            "spec": {"resources": {"cpu": "2", "memory": "8Gi"},
-                     "scaling": {"mode": "Predictive", "minReplicas": 2, "maxReplicas": 6}}}
-    body["spec"].update(spec)
-    return body
+    return inference_service("vc", "ml", uid="u-1", generation=1, **{
+        "resources": {"cpu": "2", "memory": "8Gi"},
+        "scaling": {"mode": "Predictive", "minReplicas": 2, "maxReplicas": 6}, **spec})
 
 
 def stored(created: dict[str, Any], ready: bool = True) -> dict[str, Any]:

@@ -12,14 +12,12 @@ from modalscale.operator.isvc.objects import (
     TERMINATION_GRACE_S,
     build_deployment,
 )
+from tests.factories import inference_service
 
 
 def isvc(model: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"resources": {"cpu": "2", "memory": "8Gi"}, "scaling": {"mode": "Fixed", "replicas": 1}}
-    if model is not None:
-        spec["model"] = model
-    return {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": "vc", "namespace": "ml", "uid": "u-1", "generation": 1}, "spec": spec}
+    return inference_service("vc", "ml", uid="u-1", generation=1, resources={"cpu": "2", "memory": "8Gi"},
+                             scaling={"mode": "Fixed", "replicas": 1}, **({} if model is None else {"model": model}))
 
 
 def container(dep: dict[str, Any]) -> dict[str, Any]:

@@ -21,21 +21,19 @@ from modalscale.operator.isvc.plan import (
     is_derivative,
     plan_isvc,
 )
+from tests.factories import inference_service
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n', "multimodal/1/model.py": "# model\n"}
 
 
 def make_isvc(**spec: Any) -> dict[str, Any]:
-    body = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": "vc", "namespace": "ml", "uid": "u-1", "generation": 1},
-            "spec": {"resources": {"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
-                     "scaling": {"mode": "Predictive", "minReplicas": 2, "maxReplicas": 6},
-                     # The direct Service: these tests are about the replicas' children (the gateway, on by
-                     # default, has its own: test_isvc_gateway_plan.py).
-                     "gateway": {"enabled": False}}}
-    body["spec"].update(spec)
-    return body
+    return inference_service("vc", "ml", uid="u-1", generation=1, **{
+        "resources": {"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
+        "scaling": {"mode": "Predictive", "minReplicas": 2, "maxReplicas": 6},
+        # The direct Service: these tests are about the replicas' children (the gateway, on by default, has its
+        # own: test_isvc_gateway_plan.py).
+        "gateway": {"enabled": False}, **spec})
 
 
 def apiserver_view(created: dict[str, Any]) -> dict[str, Any]:

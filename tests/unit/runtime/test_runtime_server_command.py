@@ -7,13 +7,13 @@ from pathlib import Path
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.operator.isvc.objects import build_deployment
 from modalscale.runtime.server import SUMMARY_LATENCIES_ARG, TritonDistribution, TritonProcess
+from tests.factories import inference_service
 
 
 def _pod_args() -> list[str]:
     """The ``tritonserver`` args of a BuiltIn InferenceService's pod."""
-    spec = {"resources": {"cpu": "2", "memory": "8Gi"}, "scaling": {"mode": "Fixed", "replicas": 1}}
-    body = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": "vc", "namespace": "ml", "uid": "u-1", "generation": 1}, "spec": spec}
+    body = inference_service("vc", "ml", uid="u-1", generation=1, resources={"cpu": "2", "memory": "8Gi"},
+                             scaling={"mode": "Fixed", "replicas": 1})
     dep = build_deployment(parse_isvc(body), 1, {"multimodal/config.pbtxt": ""})
     return list(dep["spec"]["template"]["spec"]["containers"][0]["args"])
 
