@@ -206,6 +206,24 @@ def test_recording_rules_equal_the_cli_allocation_and_sum_to_the_spend_rate(tmp_
             assert query(prom.url, f"modalscale:showback_{name}"), name
         groups = json.loads(urllib.request.urlopen(f"{prom.url}/api/v1/rules", timeout=10).read())["data"]["groups"]
         assert all(r["health"] == "ok" for g in groups for r in g["rules"]), groups
+
+        # The dashboard's showback panels run on these series (variables as "All"; the time range as 20 s, so the
+        # range panel's 1-minute steps as 1 s: [$__range:1m]) / 60 -> [20s:1s]) / 3600).
+        dashboard = json.loads((RULES.parent / "dashboard.json").read_text())
+        panels = [p for p in dashboard["panels"] if p["title"].startswith("Showback")]
+        assert len(panels) == 3
+        range_usd = 0.0
+        for panel in panels:
+            for target in panel["targets"]:
+                expr = (target["expr"].replace("$namespace", ".*").replace("$inferenceservice", ".*")
+                        .replace("[$__range:1m])) / 60", f"[{WINDOW_S}s:1s])) / 3600"))
+                assert "$" not in expr, expr
+                result = query(prom.url, expr, at)
+                assert result and all(math.isfinite(float(r["value"][1])) for r in result), (panel["title"], expr)
+                if panel["title"] == "Showback over the time range (USD)":
+                    range_usd += sum(float(r["value"][1]) for r in result)
+        # Tenants + idle over the range = the spend over it (72 USD/h for 20 s), to one 1 s step.
+        assert abs(range_usd / (sum(usd for _, usd, _ in SERVICES.values()) * WINDOW_S / 3600) - 1) <= 1 / WINDOW_S
     finally:
         prom.stop()
         for s in servers:
