@@ -12,7 +12,8 @@ seconds since start), scraped with the labels the chart's gateway PodMonitor giv
 The shipped file's window is 5 minutes; a test cannot wait for that, so the file is loaded twice: as shipped (its
 syntax and names are checked by Prometheus loading it, its figures only for presence) and with ``[5m]`` replaced
 by ``[20s]`` and its record names prefixed ``w20s:`` instead of ``modalscale:`` (the only changes), whose figures
-are compared.
+are compared. The shipped file's own figures, 5-minute window and all, are checked at steady state by Prometheus's
+rule-test runner (``promtool test rules``) on synthetic series.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import shutil
+import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -28,6 +31,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
@@ -125,6 +129,62 @@ def true_allocation() -> tuple[dict[tuple[str, ...], float], dict[tuple[str, ...
             else:
                 rows[(svc, str(row.tenant), str(row.modality))] = float(row.usd)
     return rows, idle
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_path: Path) -> None:
+    """The shipped file, 5-minute window unchanged, in Prometheus's own rule-unit-test runner (``promtool test
+    rules``, from the same Debian package): 10 minutes of 1-minute samples, expectations from ``allocate()``."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: apt-get install prometheus (scripts/env.sh installs it)"
+    step_s = 60
+    series = []
+    for svc, (replicas, usd, rates) in SERVICES.items():
+        for policy in ("budget", "team-cap"):  # two policies selecting one service: counted once (max)
+            ledger = {"policy_namespace": NS, "policy": policy, "namespace": NS, "inferenceservice": svc}
+            series += [{"series": f"modalscale_budget_service_burn_usd_per_hour{_labels(**ledger)}",
+                        "values": f"{usd}x10"},
+                       {"series": f"modalscale_budget_service_replicas{_labels(**ledger)}", "values": f"{replicas}x10"}]
+        for (tenant, modality), (s_per_s, req_per_s) in rates.items():
+            for pod in ("gw-0", "gw-1"):  # two gateway pods, each with half of the tenant's traffic
+                where = {"namespace": NS, "inferenceservice": svc, "tenant": tenant, "modality": modality,
+                         "pod": pod}
+                series += [{"series": f"{SERVICE_SECONDS_METRIC}{_labels(**where)}",
+                            "values": f"0+{s_per_s * step_s / 2}x10"},
+                           {"series": f"{REQUESTS_METRIC}{_labels(**where, code='2xx')}",
+                            "values": f"0+{req_per_s * step_s / 2}x10"}]
+    true_rows, true_idle = true_allocation()
+    requests: dict[tuple[str, ...], float] = {(svc, t, m): r for svc, (_, _, rates) in SERVICES.items()
+                                              for (t, m), (_, r) in rates.items()}
+
+    def rounded(values: dict[tuple[str, ...], float], to_nearest: float) -> list[dict[str, object]]:
+        """Expected samples of ``round(series, to_nearest)`` (Debian's promtool 2.42 compares floats exactly; the
+        rules and allocate() differ in the last bits), rounded as PromQL's round() does."""
+        inverse = 1.0 / to_nearest
+        out: list[dict[str, object]] = []
+        for key, value in sorted(values.items()):
+            names = ("inferenceservice", "tenant", "modality")[:len(key)]
+            out.append({"labels": _labels(namespace=NS, **dict(zip(names, key))),
+                        "value": math.floor(value * inverse + 0.5) / inverse})
+        return out
+
+    spend: dict[tuple[str, ...], float] = {(svc,): usd for svc, (_, usd, _) in SERVICES.items()}
+    tests = [{"expr": f"round({name}, {q})", "eval_time": "10m", "exp_samples": rounded(values, q)}
+             for name, values, q in (
+                 ("modalscale:showback_usd_per_hour", true_rows, 1e-9),
+                 ("modalscale:showback_idle_usd_per_hour", true_idle, 1e-9),
+                 ("modalscale:showback_spend_usd_per_hour", spend, 1e-9),
+                 ("modalscale:showback_usd_per_request",
+                  {k: v / (requests[k] * 3600) for k, v in true_rows.items()}, 1e-15))]
+    spec = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}]}
+    path = tmp_path / "showback-rules-test.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_recording_rules_equal_the_cli_allocation_and_sum_to_the_spend_rate(tmp_path: Path) -> None:
