@@ -40,13 +40,15 @@ NONDEFAULT = {
     "config": {"namespaces": ["team-a", "team-b"], "logLevel": "DEBUG",
                "prometheusUrl": "http://prometheus.monitoring:9090", "opencostUrl": "http://opencost.opencost:9003"},
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
-                "podMonitor": {"enabled": True}},
+                "podMonitor": {"enabled": True},
+                "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+                "ruleFileConfigMap": {"enabled": True, "namespace": "monitoring"}},
     "pricingCatalog": {"overrides": {"gpuHour": {"nvidia-l4": {"onDemand": {
         "usdPerUnitHour": "0.50", "source": "our contract", "asOf": "2026-01-01"}}}}},
     "notifications": {"secretNames": ["search-slack-webhook", "oncall-dingtalk"]},
 }
-"""Namespace-scoped install, ServiceMonitor and PodMonitor on, a pricing catalog override, two notification
-Secrets."""
+"""Namespace-scoped install, ServiceMonitor, PodMonitor, showback PrometheusRule and rule-file ConfigMap on, a pricing
+catalog override, two notification Secrets."""
 
 
 def minimal_monitoring_crd(kind: str) -> dict[str, Any]:
@@ -341,6 +343,26 @@ def test_nondefault_render_is_namespace_scoped_with_servicemonitor_catalog_and_s
     assert [d["spec"]["namespaceSelector"] for d in of_kind(docs, "PodMonitor")] == [{"any": True}] * 2
 
 
+def test_showback_rules_render_as_a_prometheusrule_and_a_plain_rule_file_only_when_asked(
+        helm: list[str], tmp_path: Path) -> None:
+    rules_file = (CHART / "files" / "showback-rules.yaml").read_text()
+    _, docs = template(helm, tmp_path)
+    assert of_kind(docs, "PrometheusRule") == []
+    assert not [d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"] == "ms-modalscale-showback-rules"]
+    _, docs = template(helm, tmp_path, NONDEFAULT)
+    rule = one(docs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["metadata"]["name"] == "ms-modalscale-showback"
+    assert rule["metadata"]["namespace"] == "modalscale-system"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # The PrometheusRule's spec is the plain rule file (same groups, same expressions).
+    assert rule["spec"] == yaml.safe_load(rules_file)
+    records = {r["record"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {"modalscale:showback_usd_per_hour", "modalscale:showback_idle_usd_per_hour"} <= records
+    cm = next(d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"] == "ms-modalscale-showback-rules")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["data"]["showback-rules.yaml"] == rules_file
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ({"config": {"standalone": True}}, "replicaCount"),
     ({"config": {"logLevel": "verbose"}}, "logLevel"),
@@ -396,7 +418,8 @@ def test_rendered_manifests_pass_server_side_dry_run(helm: list[str], kubectl: s
                                                      crds_installed: list[str], namespaces: Any,
                                                      tmp_path: Path) -> None:
     ext = client.ApiextensionsV1Api(api)
-    monitoring = [minimal_monitoring_crd("ServiceMonitor"), minimal_monitoring_crd("PodMonitor")]
+    monitoring = [minimal_monitoring_crd("ServiceMonitor"), minimal_monitoring_crd("PodMonitor"),
+                  minimal_monitoring_crd("PrometheusRule")]
     for crd in monitoring:
         ext.create_custom_resource_definition(crd)
     try:
@@ -407,6 +430,7 @@ def test_rendered_manifests_pass_server_side_dry_run(helm: list[str], kubectl: s
         release_ns, team_a, team_b = namespaces("ms-dry"), namespaces("team-a"), namespaces("team-b")
         values = json.loads(json.dumps(NONDEFAULT))
         values["config"]["namespaces"] = [team_a, team_b]
+        values["metrics"]["ruleFileConfigMap"]["namespace"] = release_ns  # "monitoring" does not exist here
         renders = {
             "crds": template(helm, tmp_path, chart=CRD_CHART, release="crds")[0],
             "default": template(helm, tmp_path, namespace=release_ns)[0],
@@ -424,6 +448,7 @@ def test_rendered_manifests_pass_server_side_dry_run(helm: list[str], kubectl: s
         assert "servicemonitor.monitoring.coreos.com/ms-modalscale serverside-applied" in out
         assert "podmonitor.monitoring.coreos.com/ms-modalscale-inferenceservices serverside-applied" in out
         assert "podmonitor.monitoring.coreos.com/ms-modalscale-gateways serverside-applied" in out
+        assert "prometheusrule.monitoring.coreos.com/ms-modalscale-showback serverside-applied" in out
     finally:
         for crd in monitoring:
             ext.delete_custom_resource_definition(crd["metadata"]["name"])

@@ -1,6 +1,7 @@
-"""The Grafana dashboard and the kube-state-metrics config shipped by the chart: the required panels exist and
-every series they query is one that the operator, the runtime, Triton or the chart's own kube-state-metrics
-config exports."""
+"""The Grafana dashboard, the kube-state-metrics config and the showback recording rules shipped by the chart: the
+required panels exist, every series they query is one that the operator, the runtime, the gateway, Triton, the
+chart's own kube-state-metrics config or its recording rules export, and every series the rules read is exported
+by the operator or the gateway."""
 
 from __future__ import annotations
 
@@ -10,14 +11,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
+from modalscale.gateway.metrics import GatewayMetrics
 from modalscale.operator.autoscale.metrics import AutoscalerMetrics
+from modalscale.operator.budget.history import BurnGauges
 from modalscale.operator.metrics import OperatorMetrics
 from modalscale.runtime.model import metrics as runtime_metrics
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "modalscale"
 DASHBOARD = json.loads((CHART / "files" / "dashboard.json").read_text())
 KSM = yaml.safe_load((CHART / "files" / "kube-state-metrics-crs.yaml").read_text())
+SHOWBACK_RULES = yaml.safe_load((CHART / "files" / "showback-rules.yaml").read_text())
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 
 TRITON_SERIES = {"nv_inference_request_success", "nv_inference_request_duration_us", "nv_inference_request_summary_us"}
@@ -43,6 +48,29 @@ def operator_series() -> set[str]:
     return out
 
 
+def registry_series(registry: CollectorRegistry) -> set[str]:
+    out: set[str] = set()
+    for family in registry.collect():
+        out |= _series(family.name, family.type)
+    return out
+
+
+def burn_gauge_series() -> set[str]:
+    """The ledger's per-service gauges every BudgetPolicy evaluation exports on the operator's /metrics."""
+    registry = CollectorRegistry()
+    BurnGauges(registry)
+    return registry_series(registry)
+
+
+def gateway_series() -> set[str]:
+    return registry_series(GatewayMetrics(CollectorRegistry()).registry)
+
+
+def recorded_series() -> list[str]:
+    """The showback rule file's record names, in evaluation order."""
+    return [r["record"] for g in SHOWBACK_RULES["groups"] for r in g["rules"]]
+
+
 def runtime_series() -> set[str]:
     names = {v for k, v in vars(runtime_metrics).items() if k.isupper() and isinstance(v, str)
              and v.startswith("modalscale_")}
@@ -57,7 +85,7 @@ def queried_series(expr: str) -> set[str]:
     """Metric names in a PromQL expression (label matchers and grouping labels removed first)."""
     bare = re.sub(r"\{[^}]*\}", "", expr)
     bare = re.sub(r"\b(by|without)\s*\([^)]*\)", "", bare)
-    return set(re.findall(r"\b((?:modalscale|nv|kube)_[a-zA-Z0-9_]+)\b", bare))
+    return set(re.findall(r"\b((?:modalscale|nv|kube)_[a-zA-Z0-9_]+|modalscale:[a-zA-Z0-9_:]+)", bare))
 
 
 def targets() -> list[tuple[str, str]]:
@@ -72,7 +100,8 @@ def test_dashboard_has_the_required_panels() -> None:
 
 @pytest.mark.parametrize(("title", "expr"), targets(), ids=[f"{t}:{i}" for i, (t, _) in enumerate(targets())])
 def test_every_queried_series_is_exported(title: str, expr: str) -> None:
-    known = operator_series() | runtime_series() | ksm_series() | TRITON_SERIES
+    known = (operator_series() | runtime_series() | ksm_series() | TRITON_SERIES | gateway_series()
+             | set(recorded_series()))
     used = queried_series(expr)
     assert used, f"{title}: no metric found in {expr!r}"
     assert used <= known, f"{title}: not exported by anything: {sorted(used - known)}"
@@ -81,6 +110,36 @@ def test_every_queried_series_is_exported(title: str, expr: str) -> None:
 def test_series_extraction_ignores_labels_and_grouping() -> None:
     expr = 'sum by (namespace, kube_x) (rate(modalscale_requests_total{namespace=~"nv_foo"}[5m]))'
     assert queried_series(expr) == {"modalscale_requests_total"}
+
+
+def test_dashboard_has_the_showback_panels_on_the_recorded_series() -> None:
+    exprs = {title: " ".join(e for t, e in targets() if t == title) for title, _ in targets()}
+    spend = exprs["Showback: spend per tenant and modality"]
+    assert "modalscale:showback_usd_per_hour" in spend and "modalscale:showback_idle_usd_per_hour" in spend
+    assert "modalscale:showback_usd_per_request" in exprs["Showback: USD per request"]
+    assert "modalscale:showback_idle_usd_per_hour" in exprs["Showback over the time range (USD)"]
+
+
+def test_showback_rules_read_only_exported_series_and_earlier_records() -> None:
+    exported = burn_gauge_series() | gateway_series()
+    defined: set[str] = set()
+    names = recorded_series()
+    assert len(names) == len(set(names)), "a series recorded twice"
+    for rule in (r for g in SHOWBACK_RULES["groups"] for r in g["rules"]):
+        used = queried_series(rule["expr"])
+        assert used, rule
+        # A rule reads raw series that the operator or gateway export, or series recorded before it in its group
+        # (rules of a group are evaluated in order, so it sees this evaluation's values).
+        assert used <= exported | defined, f"{rule['record']}: unknown {sorted(used - exported - defined)}"
+        defined.add(rule["record"])
+    assert {"modalscale_budget_service_burn_usd_per_hour", "modalscale_gateway_service_seconds_total"} <= exported
+    assert {"modalscale:showback_usd_per_hour", "modalscale:showback_idle_usd_per_hour",
+            "modalscale:showback_usd_per_request"} <= defined
+
+
+def test_series_extraction_finds_recorded_names() -> None:
+    expr = 'modalscale:showback_usd_per_hour{tenant="a"} / on (namespace) modalscale_x_total'
+    assert queried_series(expr) == {"modalscale:showback_usd_per_hour", "modalscale_x_total"}
 
 
 def test_operator_and_runtime_series_cover_the_decision_and_request_metrics() -> None:

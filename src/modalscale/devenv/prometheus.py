@@ -152,14 +152,18 @@ class PrometheusProcess:
     Args:
         workdir: Directory for its config, TSDB and log.
         scrape_interval_s: Scrape and evaluation interval, seconds.
+        rule_files: Prometheus rule files (recording/alerting rules, e.g. the chart's
+            ``files/showback-rules.yaml``), loaded as the config's ``rule_files`` and evaluated every
+            ``scrape_interval_s``.
     """
 
     def __init__(self, workdir: Path, scrape_interval_s: float = 1.0, port: int | None = None,
-                 discovery: PodDiscovery | None = None) -> None:
+                 discovery: PodDiscovery | None = None, rule_files: tuple[Path, ...] = ()) -> None:
         self.workdir = Path(workdir)
         self.scrape_interval_s = scrape_interval_s
         self.port = port or _free_port()
         self.discovery = discovery
+        self.rule_files = tuple(Path(f).resolve() for f in rule_files)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -172,8 +176,9 @@ class PrometheusProcess:
         for t in targets:
             jobs.setdefault((t.job, t.metrics_path), []).append(t)
         interval = f"{int(self.scrape_interval_s * 1000)}ms"
-        cfg = {
+        cfg: dict[str, object] = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+            "rule_files": [str(f) for f in self.rule_files],
             "scrape_configs": [
                 {"job_name": f"{job}-{i}", "metrics_path": path,
                  "static_configs": [{"targets": [t.address], "labels": t.labels} for t in ts]}
