@@ -23,6 +23,7 @@ next :meth:`TritonProcess.start` (:func:`remove_stale_temp_files`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import ctypes.util
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -223,11 +225,33 @@ def write_repository(files: Mapping[str, str | bytes], directory: Path) -> Path:
     return directory
 
 
+RECENT_PORTS_KEPT = 512
+"""How many ports :func:`free_port` remembers having handed out in this process (and never hands out again)."""
+_recent_ports: collections.deque[int] = collections.deque(maxlen=RECENT_PORTS_KEPT)
+_ports_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """An unused TCP port on ``host`` (bound then released; fine for tests on loopback)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """An unused TCP port on ``host``, bound then released, and never one this process was handed in its last
+    :data:`RECENT_PORTS_KEPT` calls.
+
+    Why the memory: a port is released before its user binds it, and the kernel may hand the same ephemeral port
+    to the next ``bind(0)``. Two ports picked one after the other for one server (etcd's peer port and the
+    apiserver's, seen in a test run: both 46287, and the apiserver never started) then collide. Every local server
+    this project starts (control plane, real node, operator, Prometheus, tritonserver) takes its ports here.
+
+    Raises:
+        OSError: No port could be bound, or only recently handed-out ones after 100 tries.
+    """
+    with _ports_lock:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
+            if port not in _recent_ports:
+                _recent_ports.append(port)
+                return port
+    raise OSError(f"no free TCP port on {host} that this process had not just handed out (100 tries)")
 
 
 def temp_name_prefix(prefix: str, pid: int | None = None) -> str:

@@ -27,7 +27,6 @@ import ipaddress
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -47,6 +46,7 @@ from modalscale.devenv.binaries import (
     cache_dir,
     ensure_binaries,
 )
+from modalscale.runtime.server import free_port
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 """Processes of a local cluster, in start order."""
@@ -180,9 +180,7 @@ def default_workdir() -> Path:
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 def _pid_alive(pid: int) -> bool:

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from modalscale.runtime.server import free_port
+
 RESYNC_S = 2.0
 """Resync period used by tests, in seconds."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class OperatorProcess:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -26,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from modalscale.runtime.server import free_port
 
 
 class PrometheusError(RuntimeError):
@@ -141,9 +142,7 @@ def gateway_target(address: str, namespace: str, inferenceservice: str) -> Scrap
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 class PrometheusProcess:

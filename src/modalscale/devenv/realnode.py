@@ -38,7 +38,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from modalscale.devenv.binaries import Log, NodeBinaries, cache_dir, ensure_node_binaries
+from modalscale.runtime.server import free_port
 
 NODE_NAME = "real-node-0"
 """Name of the real node (kubelet ``--hostname-override``)."""
@@ -286,9 +286,7 @@ def _memory_bytes() -> int:
 
 
 def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return free_port(host)
 
 
 def primary_ipv4(ip_addr_output: str) -> str | None:

@@ -46,8 +46,9 @@ def tenant_env(real_node_cluster: Any, api: Any, crds_installed: list[str],
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Env, Any]]:
     """Images imported, a namespace, Prometheus discovering its gateway pods, an operator reading it."""
     from modalscale.devenv.images import build_images, import_into_cluster
-    from modalscale.devenv.operator_process import OperatorProcess, free_port
+    from modalscale.devenv.operator_process import OperatorProcess
     from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess, ScrapeTarget
+    from modalscale.runtime.server import free_port
 
     for b in build_images(log=lambda m: print(m, flush=True), repo=REPO):
         import_into_cluster(b, real_node_cluster.workdir, log=lambda m: print(m, flush=True))

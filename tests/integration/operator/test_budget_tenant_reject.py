@@ -84,8 +84,9 @@ def rejected_tenants(api: Any) -> list[dict[str, Any]]:
 
 def test_a_tenant_over_its_budget_is_refused_at_the_gateway_while_another_is_served(
         tenant_cluster: Any, tmp_path: Path) -> None:
-    from modalscale.devenv.operator_process import OperatorProcess, free_port
+    from modalscale.devenv.operator_process import OperatorProcess
     from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget, gateway_target
+    from modalscale.runtime.server import free_port
 
     api = tenant_cluster.api_client()
     replica = start_replica(tmp_path / "replica")

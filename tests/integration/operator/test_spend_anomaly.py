@@ -70,8 +70,9 @@ def spend_anomalies(api: Any, ns: str) -> list[dict[str, Any]] | None:
 
 def test_a_spike_alerts_once_across_a_restart_and_clears_when_back_to_normal(
         anomaly_cluster: Any, tmp_path: Path) -> None:
-    from modalscale.devenv.operator_process import OperatorProcess, free_port
+    from modalscale.devenv.operator_process import OperatorProcess
     from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget
+    from modalscale.runtime.server import free_port
 
     api = anomaly_cluster.api_client()
     ns, svc = "default", "steady"
