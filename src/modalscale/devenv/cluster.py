@@ -179,10 +179,6 @@ def default_workdir() -> Path:
     return cache_dir() / "clusters" / "default"
 
 
-def _free_port() -> int:
-    return free_port()
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -253,7 +249,7 @@ class LocalCluster:
         cfg = self.load_config()
         if cfg is None:
             cfg = ClusterConfig(
-                etcd_client_port=_free_port(), etcd_peer_port=_free_port(), apiserver_port=_free_port()
+                etcd_client_port=free_port(), etcd_peer_port=free_port(), apiserver_port=free_port()
             )
             self.workdir.mkdir(parents=True, exist_ok=True)
             (self.workdir / "cluster.json").write_text(json.dumps(asdict(cfg), indent=2))

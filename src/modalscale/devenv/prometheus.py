@@ -141,10 +141,6 @@ def gateway_target(address: str, namespace: str, inferenceservice: str) -> Scrap
                                   "component": GATEWAY_COMPONENT}, job="gateway")
 
 
-def _free_port() -> int:
-    return free_port()
-
-
 class PrometheusProcess:
     """Prometheus with a generated config; ``start``/``stop``; targets can be replaced while it runs.
 
@@ -160,7 +156,7 @@ class PrometheusProcess:
                  discovery: PodDiscovery | None = None, rule_files: tuple[Path, ...] = ()) -> None:
         self.workdir = Path(workdir)
         self.scrape_interval_s = scrape_interval_s
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.discovery = discovery
         self.rule_files = tuple(Path(f).resolve() for f in rule_files)
         self.proc: subprocess.Popen[bytes] | None = None

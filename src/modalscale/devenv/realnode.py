@@ -285,10 +285,6 @@ def _memory_bytes() -> int:
     raise RealNodeError("no MemTotal in /proc/meminfo")
 
 
-def _free_port(host: str = "127.0.0.1") -> int:
-    return free_port(host)
-
-
 def primary_ipv4(ip_addr_output: str) -> str | None:
     """The first global-scope IPv4 address in ``ip -4 -o addr show scope global`` output (None if none).
 
@@ -765,7 +761,7 @@ state = "{d / 'containerd' / 'state'}"
             ports = NodePorts(**json.loads(cfg_path.read_text()))
         else:
             ip = node_ip()
-            ports = NodePorts(_free_port(ip), _free_port(), _free_port(), _free_port(), ip)
+            ports = NodePorts(free_port(ip), free_port(), free_port(), free_port(), ip)
             self.dir.mkdir(parents=True, exist_ok=True)
             cfg_path.write_text(json.dumps(ports.__dict__))
         files = self._write_configs(kubeconfig, ca_crt, ports)

@@ -15,21 +15,17 @@ def _demo(real_node: bool | None) -> demo_run.Demo:
     return demo_run.Demo(cfg, say=lambda line: None)
 
 
-def test_no_background_build_when_the_cluster_will_be_kwok_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    demo = _demo(real_node=False)
-    try:
-        demo.start_builds()
-        assert demo.image_build is None and demo.prometheus_build is None
-    finally:
-        demo.close()
-
-
-def test_no_background_build_when_the_machine_cannot_run_a_real_node(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("real_node", "missing"), [
+    (False, []),  # --no-real-node
+    (None, ["root (the kubelet, containerd and CNI need uid 0)"]),  # a machine that cannot run a real node
+])
+def test_no_background_build_when_the_cluster_will_be_kwok_only(monkeypatch: pytest.MonkeyPatch,
+                                                                 real_node: bool | None, missing: list[str]) -> None:
     import modalscale.devenv.realnode as realnode
 
-    monkeypatch.setattr(realnode, "machine_support", lambda: ["root (the kubelet, containerd and CNI need uid 0)"])
+    monkeypatch.setattr(realnode, "machine_support", lambda: missing)
     monkeypatch.delenv("MODALSCALE_REAL_NODE", raising=False)
-    demo = _demo(real_node=None)
+    demo = _demo(real_node=real_node)
     try:
         demo.start_builds()
         assert demo.image_build is None and demo.prometheus_build is None
