@@ -27,6 +27,9 @@ OTHER_COMMANDS_ENV: dict[str, str] = {
     "MODALSCALE_TEST_KEEP_CLUSTER": "the tests: keep the session cluster running",
     "MODALSCALE_EXTRAS": "scripts/env.sh: the package extras installed into .venv",
     "MODALSCALE_OPENVINO_CACHE": "the runtime's OpenVINO engine: where converted models are cached",
+    "MODALSCALE_PORT_RANGE": "every local server the devenv and tests start: the range their ports come from",
+    "MODALSCALE_TEST_LANE": "the tests: the one lane this pytest process runs (scripts/test.sh sets it)",
+    "MODALSCALE_TEST_LANES": "scripts/test.sh: 0 runs the whole suite in one pytest process instead of lanes",
     **dict.fromkeys((
         "MODALSCALE_GATEWAY_NAMESPACE", "MODALSCALE_GATEWAY_SERVICE", "MODALSCALE_GATEWAY_REPLICAS_SERVICE",
         "MODALSCALE_GATEWAY_ENDPOINTS", "MODALSCALE_GATEWAY_HTTP_PORT", "MODALSCALE_GATEWAY_GRPC_PORT",

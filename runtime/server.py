@@ -29,6 +29,7 @@ import ctypes
 import ctypes.util
 import hashlib
 import os
+import random
 import re
 import shutil
 import signal
@@ -231,9 +232,34 @@ _recent_ports: collections.deque[int] = collections.deque(maxlen=RECENT_PORTS_KE
 _ports_lock = threading.Lock()
 
 
+PORT_RANGE_ENV = "MODALSCALE_PORT_RANGE"
+"""``<low>-<high>`` (inclusive): :func:`free_port` hands out ports only from this range. scripts/test.sh gives each
+of the suite's lanes (pytest processes side by side) its own range below the kernel's ephemeral range, so two
+processes never pick the same port between one's release and its server's bind."""
+
+
+def port_range(value: str) -> tuple[int, int] | None:
+    """Parse :data:`PORT_RANGE_ENV`'s value: ``(low, high)``, or None when empty.
+
+    Raises:
+        ValueError: Not ``<low>-<high>`` with 1024 <= low <= high <= 65535 (the message names the variable).
+    """
+    if not value.strip():
+        return None
+    low_s, sep, high_s = value.strip().partition("-")
+    try:
+        low, high = int(low_s), int(high_s)
+    except ValueError:
+        low, high = 0, -1
+    if not sep or not 1024 <= low <= high <= 65535:
+        raise ValueError(f"{PORT_RANGE_ENV}={value!r}: expected '<low>-<high>' with 1024 <= low <= high <= 65535, "
+                         "e.g. 20000-24999; or leave it unset")
+    return low, high
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """An unused TCP port on ``host``, bound then released, and never one this process was handed in its last
-    :data:`RECENT_PORTS_KEPT` calls.
+    :data:`RECENT_PORTS_KEPT` calls; from :data:`PORT_RANGE_ENV`'s range when that is set, else the kernel's pick.
 
     Why the memory: a port is released before its user binds it, and the kernel may hand the same ephemeral port
     to the next ``bind(0)``. Two ports picked one after the other for one server (etcd's peer port and the
@@ -242,16 +268,28 @@ def free_port(host: str = "127.0.0.1") -> int:
 
     Raises:
         OSError: No port could be bound, or only recently handed-out ones after 100 tries.
+        ValueError: :data:`PORT_RANGE_ENV` is malformed.
     """
+    bounds = port_range(os.environ.get(PORT_RANGE_ENV, ""))
+    rng = random.SystemRandom()
     with _ports_lock:
         for _ in range(100):
+            wanted = rng.randint(*bounds) if bounds else 0
+            if wanted in _recent_ports:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind((host, 0))
+                try:
+                    sock.bind((host, wanted))
+                except OSError:
+                    if bounds:
+                        continue
+                    raise
                 port = int(sock.getsockname()[1])
             if port not in _recent_ports:
                 _recent_ports.append(port)
                 return port
-    raise OSError(f"no free TCP port on {host} that this process had not just handed out (100 tries)")
+    where = f" in {PORT_RANGE_ENV}'s range {bounds[0]}-{bounds[1]}" if bounds else ""
+    raise OSError(f"no free TCP port on {host}{where} that this process had not just handed out (100 tries)")
 
 
 def temp_name_prefix(prefix: str, pid: int | None = None) -> str:

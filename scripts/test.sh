@@ -6,7 +6,7 @@
 #   scripts/test.sh --fast   the inner loop: tests/unit only (pure logic, no cluster, no network), and no Go
 #                            builds or Debian packages, which tests/unit does not use.
 # Other arguments go to pytest, e.g. `scripts/test.sh tests/unit -x` or `scripts/test.sh --fast -k budget`.
-# Every run prints the 20 slowest tests (--durations=20 in pyproject's addopts).
+# Every run prints the 20 slowest tests (--durations=20 in pyproject's addopts), per lane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
@@ -25,13 +25,43 @@ fi
 # Lint and type checks first (rules and packages in pyproject.toml: [tool.ruff], [tool.mypy]).
 ruff check .
 mypy
+# The whole suite runs as three lanes side by side (tests/conftest.py LANES: the tests on the real node, the other
+# operator tests, the rest), each a pytest process with its own session cluster and its own port range, its lines
+# prefixed with the lane's name: most of the suite's time is waiting on clusters, pods and the operator's loops, not
+# computing. Named tests or paths (any argument not starting with '-'), --fast, or MODALSCALE_TEST_LANES=0 run one
+# pytest process as before.
+lanes=1
+for arg in "$@"; do
+  case "$arg" in -*) ;; *) lanes="" ;; esac
+done
+if [ -n "$fast" ] || [ "${MODALSCALE_TEST_LANES:-1}" = "0" ]; then lanes=""; fi
 set +e
 if [ -n "$fast" ]; then
   python -m pytest tests/unit "$@"
-else
+  rc=$?
+elif [ -z "$lanes" ]; then
   python -m pytest "$@"
+  rc=$?
+else
+  declare -A ranges=([realnode]=20000-23999 [operator]=24000-26999 [rest]=27000-29999)
+  logdir=$(mktemp -d "${TMPDIR:-/tmp}/modalscale-lanes.XXXXXX")
+  pids=()
+  for lane in realnode operator rest; do
+    (
+      MODALSCALE_TEST_LANE=$lane MODALSCALE_PORT_RANGE=${ranges[$lane]} python -m pytest "$@" 2>&1
+      echo $? >"$logdir/$lane.rc"
+    ) | sed -u "s/^/[$lane] /" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  rc=0
+  for lane in realnode operator rest; do
+    lane_rc=$(cat "$logdir/$lane.rc" 2>/dev/null || echo 1)
+    echo "lane $lane: pytest exit $lane_rc"
+    [ "$lane_rc" = 0 ] || rc=1
+  done
+  rm -rf "$logdir"
 fi
-rc=$?
 set -e
 # pytest exits 5 when nothing was collected: that is a failure here, never a silent pass.
 exit $rc

@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -100,6 +101,22 @@ def request_count(server: TritonProcess, outcome: str = "success") -> int:
     text = httpx.get(server.metrics_url, timeout=5).text
     m = re.search(rf'^nv_inference_request_{outcome}\{{[^}}]*model="{MODEL}"[^}}]*\}} (\S+)$', text, re.M)
     return int(float(m.group(1))) if m else 0
+
+
+def settled_request_count(server: TritonProcess, outcome: str = "success", quiet_s: float = 0.5,
+                          timeout_s: float = 15.0) -> int:
+    """:func:`request_count` once it has not moved for ``quiet_s``: the replicas are shared by the session, and a
+    request an earlier test left in flight (a client's timeout, a gateway stopped mid-request) may still complete on
+    them; a count read as a baseline must not include it. Raises ``AssertionError`` when it never settles."""
+    deadline = time.monotonic() + timeout_s
+    last = request_count(server, outcome)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = request_count(server, outcome)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"{server.metrics_url}: nv_inference_request_{outcome} still moving after {timeout_s} s")
 
 
 @pytest.fixture(scope="session")

@@ -29,6 +29,7 @@ from tests.integration.gateway.conftest import (
     RunningGateway,
     endpoint,
     request_count,
+    settled_request_count,
     start_replica,
     text_request,
 )
@@ -59,6 +60,11 @@ def binary_request(images: list[bytes], text: str | None = None,
 
 def success_counts(replicas: tuple[TritonProcess, ...]) -> list[int]:
     return [request_count(r) for r in replicas]
+
+
+def settled_counts(replicas: tuple[TritonProcess, ...]) -> list[int]:
+    """Success then failure counts of each replica, each once it stopped moving (a baseline)."""
+    return [settled_request_count(r, outcome) for outcome in ("success", "failure") for r in replicas]
 
 
 def test_two_keepalive_connections_are_shared_fairly_by_both_replicas(
@@ -146,7 +152,7 @@ def test_bad_input_gets_400_naming_the_field_and_never_reaches_a_replica(
         replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway], case: str,
         body: bytes, headers: dict[str, str], field: str) -> None:
     gw = make_gateway([endpoint(r) for r in replicas], max_body_bytes=64 * 1024)
-    before = success_counts(replicas) + [request_count(r, "failure") for r in replicas]
+    before = settled_counts(replicas)
     response = httpx.post(gw.http + INFER, content=body, headers=headers, timeout=10)
     after = success_counts(replicas) + [request_count(r, "failure") for r in replicas]
     assert response.status_code == 400, (case, response.text)
@@ -299,7 +305,7 @@ def test_grpc_bad_input_and_overflow_get_invalid_argument_and_resource_exhausted
 
     full = make_gateway([], queue_size=0)
     served = make_gateway([endpoint(r) for r in replicas])
-    before = success_counts(replicas) + [request_count(r, "failure") for r in replicas]
+    before = settled_counts(replicas)
     text = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
     text.set_data_from_numpy(np.array([[b"hello"]], dtype=object))
     bad = grpcclient.InferInput("IMAGES", [1, 1], "INT32")

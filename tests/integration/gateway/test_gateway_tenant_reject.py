@@ -19,7 +19,14 @@ import tritonclient.grpc as grpcclient
 
 from modalscale.api.annotations import TenantReject, reject_annotation_key
 from modalscale.runtime.server import TritonProcess
-from tests.integration.gateway.conftest import MODEL, RunningGateway, endpoint, request_count, text_request
+from tests.integration.gateway.conftest import (
+    MODEL,
+    RunningGateway,
+    endpoint,
+    request_count,
+    settled_request_count,
+    text_request,
+)
 
 INFER = f"/v2/models/{MODEL}/infer"
 HEADER = "x-modalscale-tenant"
@@ -36,7 +43,7 @@ def test_the_rejected_tenant_gets_429_with_retry_after_to_the_period_end_and_the
     replica = replicas[0]
     annotations, until = rejecting(("acme",), 3600)
     gw = make_gateway([endpoint(replica)], annotations=annotations)
-    before = request_count(replica)
+    before = settled_request_count(replica)
     with httpx.Client(base_url=gw.http, timeout=30) as client:
         refused = client.post(INFER, json=text_request(), headers={HEADER: "acme"})
         served = client.post(INFER, json=text_request(), headers={HEADER: "globex"})

@@ -130,7 +130,7 @@ def test_a_tenant_over_its_limit_is_refused_within_one_evaluation_and_the_other_
         acme.start()
         env.custom.create_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "BudgetPolicy", "metadata": {"name": POLICY},
-            "spec": {"selector": {"tenants": ["acme"]}, "period": "Daily", "limit": {"amount": "0.0001"},
+            "spec": {"selector": {"tenants": ["acme"]}, "period": "Daily", "limit": {"amount": "0.00002"},
                      "thresholds": [{"percent": 100, "actions": ["Alert", "Reject"]}],
                      "evaluationIntervalSeconds": INTERVAL_S}})
 

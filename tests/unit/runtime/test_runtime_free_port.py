@@ -46,3 +46,32 @@ def test_the_port_is_free_when_handed_out() -> None:
     port = server.free_port()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_ports_come_from_the_configured_range_and_stay_distinct(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(server.PORT_RANGE_ENV, "21000-21063")
+    ports = [server.free_port() for _ in range(40)]
+    assert all(21000 <= p <= 21063 for p in ports), ports
+    assert len(set(ports)) == len(ports)
+
+
+def test_a_taken_port_in_the_range_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        held.listen()
+        monkeypatch.setattr(server, "_recent_ports", type(server._recent_ports)(maxlen=8))
+        monkeypatch.setenv(server.PORT_RANGE_ENV, f"{taken}-{taken + 1}")
+        got = {server.free_port() for _ in range(1)}
+        assert got == {taken + 1}
+
+
+@pytest.mark.parametrize("value", ["20000", "a-b", "30000-20000", "80-90", "20000-70000", "-"])
+def test_a_malformed_range_names_the_variable(value: str) -> None:
+    with pytest.raises(ValueError, match=server.PORT_RANGE_ENV):
+        server.port_range(value)
+
+
+def test_an_empty_range_means_the_kernels_pick() -> None:
+    assert server.port_range("") is None
+    assert server.port_range(" 20000-20001 ") == (20000, 20001)

@@ -1,0 +1,46 @@
+"""The whole suite's lanes (tests/conftest.py, scripts/test.sh): every test lands in exactly one lane, the script
+runs every lane, and the lanes' port ranges never overlap each other, the kernel's ephemeral ports or NodePorts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from modalscale.runtime.server import port_range
+from tests.conftest import LANES, lane_of
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test.sh"
+
+
+@pytest.mark.parametrize(("path", "real", "lane"), [
+    ("tests/integration/test_images.py", True, "realnode"),
+    ("tests/integration/operator/test_gateway_real_node.py", True, "realnode"),
+    ("tests/integration/operator/test_budget.py", False, "operator"),
+    ("tests/integration/operator/test_reconcile.py", False, "operator"),
+    ("tests/integration/test_helm.py", False, "rest"),
+    ("tests/integration/runtime/test_runtime_cli.py", False, "rest"),
+    ("tests/unit/test_suite_lanes.py", False, "rest"),
+])
+def test_each_test_has_one_lane(path: str, real: bool, lane: str) -> None:
+    assert lane_of(path, real) == lane
+
+
+def _script_lanes() -> tuple[list[str], dict[str, str]]:
+    text = SCRIPT.read_text(encoding="utf-8")
+    loops = re.findall(r"^\s*for lane in ([a-z ]+); do$", text, re.M)
+    ranges = dict(re.findall(r"\[([a-z]+)\]=(\d+-\d+)", text))
+    assert len(loops) == 2 and loops[0] == loops[1], loops
+    return loops[0].split(), ranges
+
+
+def test_the_script_runs_every_lane_each_with_its_own_port_range() -> None:
+    lanes, ranges = _script_lanes()
+    assert lanes == list(LANES) and sorted(ranges) == sorted(LANES)
+    bounds = sorted(r for r in (port_range(v) for v in ranges.values()) if r is not None)
+    assert len(bounds) == len(LANES)
+    for (_, high), (low, _) in zip(bounds, bounds[1:], strict=False):
+        assert high < low, bounds  # disjoint
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert bounds[-1][1] < min(ephemeral_low, 30000), bounds  # below ephemeral ports and the NodePort range
