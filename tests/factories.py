@@ -12,6 +12,7 @@ import copy
 import datetime as dt
 from typing import Any
 
+from modalscale.api.isvc_status import AutoscalerRecord, IsvcStatus, ScalerState, read_isvc_status, write_isvc_status
 from modalscale.autoscaler.policy import Observation
 
 API_VERSION = "modalscale.io/v1alpha1"
@@ -99,3 +100,18 @@ def observation(observed_at: dt.datetime = OBSERVED_AT, current_replicas: int = 
     ready = current_replicas if ready_replicas is None else ready_replicas
     return Observation(observed_at=observed_at, current_replicas=current_replicas, ready_replicas=ready, **fields)
 
+
+
+def as_status(status: dict[str, Any] | None) -> IsvcStatus:
+    """An InferenceService ``status`` dict (as stored) as the typed value the planners take."""
+    return read_isvc_status({"status": status})
+
+
+def stored_state(status: dict[str, Any] | None) -> ScalerState:
+    """The autoscaler state a stored InferenceService ``status`` dict holds (fresh when none or malformed)."""
+    return as_status(status).scaler_state
+
+
+def state_json(state: ScalerState) -> dict[str, Any]:
+    """``status.autoscaler.state`` as written for ``state``."""
+    return dict(write_isvc_status(IsvcStatus(autoscaler=AutoscalerRecord(state=state)))["autoscaler"]["state"])

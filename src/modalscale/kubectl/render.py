@@ -30,6 +30,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from modalscale.api.budgetpolicy import BudgetSpec, InvalidBudgetSpec, Threshold, ThresholdAction, parse_budget_spec
+from modalscale.api.isvc_status import AutoscalerRecord, format_time, read_isvc_status
 
 NONE = "<none>"
 """How kubectl shows an empty cell."""
@@ -149,25 +150,31 @@ def why_report(isvc: Mapping[str, Any], now: dt.datetime, last: int = 10) -> dic
         ``{"inferenceService", "mode", "replicas": {desired, current, ready}, "lastDecision"`` (None when no
         autoscaler decision is recorded) ``, "scalingHistory"`` (newest first) ``, "conditions"}``.
     """
-    status = isvc.get("status") or {}
-    auto = status.get("autoscaler")
+    status = read_isvc_status(isvc)
+    auto = status.autoscaler
     decision = None
-    if isinstance(auto, Mapping) and auto:
-        state: Mapping[str, Any] = auto["state"] if isinstance(auto.get("state"), Mapping) else {}
-        decision = {"time": auto.get("lastDecisionTime"), "age": age(auto.get("lastDecisionTime"), now),
-                    "mode": auto.get("mode"), "valid": auto.get("valid"), "reason": auto.get("reason"),
-                    "message": auto.get("message"), "metricsAvailable": auto.get("metricsAvailable"),
-                    "features": ordered_features(auto["features"] if isinstance(auto.get("features"), Mapping)
-                                                 else {}),
-                    "serviceScale": state.get("serviceScale"), "latencyScale": state.get("latencyScale")}
-    history = [h for h in status.get("scalingHistory") or [] if isinstance(h, Mapping)]
-    changes = [{"time": h.get("time"), "age": age(h.get("time"), now), "from": h.get("from"), "to": h.get("to"),
-                "reason": h.get("reason"), "message": h.get("message")} for h in reversed(history)][:max(last, 0)]
+    if auto is not None and auto != AutoscalerRecord():
+        state = auto.state
+        when = _time(auto.last_decision_time)
+        decision = {"time": when, "age": age(when, now),
+                    "mode": auto.mode, "valid": auto.valid, "reason": auto.reason,
+                    "message": auto.message, "metricsAvailable": auto.metrics_available,
+                    "features": ordered_features(auto.features or {}),
+                    "serviceScale": None if state is None else state.service_scale,
+                    "latencyScale": None if state is None else state.latency_scale}
+    changes = [{"time": _time(h.time), "age": age(_time(h.time), now), "from": h.from_replicas,
+                "to": h.to_replicas, "reason": h.reason, "message": h.message}
+               for h in reversed(status.scaling_history or ())][:max(last, 0)]
     return {"inferenceService": _ref(isvc),
             "mode": ((isvc.get("spec") or {}).get("scaling") or {}).get("mode"),
-            "replicas": {"desired": status.get("desiredReplicas"), "current": status.get("replicas"),
-                         "ready": status.get("readyReplicas")},
-            "lastDecision": decision, "scalingHistory": changes, "conditions": conditions_rows(status, now)}
+            "replicas": {"desired": status.desired_replicas, "current": status.replicas,
+                         "ready": status.ready_replicas},
+            "lastDecision": decision, "scalingHistory": changes,
+            "conditions": conditions_rows({"conditions": list(status.conditions or ())}, now)}
+
+
+def _time(value: dt.datetime | None) -> str | None:
+    return None if value is None else format_time(value)
 
 
 def render_why(report: Mapping[str, Any]) -> str:
@@ -234,7 +241,7 @@ def cost_report(isvc: Mapping[str, Any], policies: Sequence[Mapping[str, Any]], 
     """
     meta = isvc.get("metadata") or {}
     key = (meta.get("namespace"), meta.get("name"))
-    status = isvc.get("status") or {}
+    status = read_isvc_status(isvc)
     budgets = []
     for p in sorted(policies, key=_ref):
         ps = p.get("status") or {}
@@ -255,8 +262,9 @@ def cost_report(isvc: Mapping[str, Any], policies: Sequence[Mapping[str, Any]], 
             "enforcement": None if enforced is None else {
                 "action": enforced.get("action"), "maxReplicas": enforced.get("maxReplicas"),
                 "dryRun": bool(enforced.get("dryRun", False))}})
-    return {"inferenceService": _ref(isvc), "costUSDPerHour": status.get("costUSDPerHour"),
-            "readyReplicas": status.get("readyReplicas"), "budgets": budgets, "policiesScope": policies_scope}
+    cost = None if status.cost_usd_per_hour is None else format(status.cost_usd_per_hour, "f")
+    return {"inferenceService": _ref(isvc), "costUSDPerHour": cost,
+            "readyReplicas": status.ready_replicas, "budgets": budgets, "policiesScope": policies_scope}
 
 
 def render_cost(report: Mapping[str, Any]) -> str:
