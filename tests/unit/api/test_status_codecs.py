@@ -1,12 +1,12 @@
-"""The InferenceService status has one read and one write (``modalscale.api.isvc_status``), and no other module
-parses or builds it.
+"""Each kind's status has one read and one write (``modalscale.api.isvc_status``,
+``modalscale.costmodel.budget.status``), and no other module parses or builds it.
 
 - Round trip: every field of :class:`IsvcStatus` survives ``read(write(x))`` through JSON, and a status the planners
   wrote reads and writes back byte for byte.
 - Old, partial and malformed stored objects read without raising (absent fields None, a bad state fresh).
 - Guard: a status-only key (one no other object the operator reads has) is read (``x[K]``, ``x.get(K)``) or built
-  (a dict key) only in the codec. The BudgetPolicy's status codecs are not folded into one module yet: the modules
-  that spell its keys are listed exactly, so a new one fails here and one folded in must leave the list.
+  (a dict key) only in its kind's codec (``modalscale.api.isvc_status``, ``modalscale.costmodel.budget.status``);
+  the modules not folded in yet are listed exactly, so a new reader fails here and one folded in must leave the list.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from modalscale.api.isvc_status import (
     read_isvc_status,
     write_isvc_status,
 )
-from tests.unit.kubectl.statuses import scaled_isvc
+from modalscale.costmodel.budget import PolicyRef
+from modalscale.costmodel.budget.status import budget_status_json, read_budget_status, write_budget_status
+from tests.unit.kubectl.statuses import evaluated_policy, scaled_isvc
 
 REPO = Path(__file__).resolve().parents[3]
 T0 = dt.datetime(2026, 12, 2, 16, 43, 20, tzinfo=dt.UTC)
@@ -127,11 +129,11 @@ ISVC_REPORTS = {"src/modalscale/kubectl/render.py"}
 ``read_isvc_status``."""
 ISVC_NOT_FOLDED = {"src/modalscale/demo/run.py", "src/modalscale/demo/report.py"}
 """The demo still reads ``scalingHistory`` / ``desiredReplicas`` of the object it watches (not folded in yet)."""
-BUDGET_CODECS_NOT_FOLDED = {
-    "costmodel/budget/plan.py", "costmodel/budget/reject.py", "costmodel/budget/state.py", "costmodel/ledger.py",
-    "costmodel/outbox.py", "operator/budget/plan.py", "operator/budget/spend_anomalies.py", "operator/cost_cli.py",
-    "src/modalscale/kubectl/render.py", "src/modalscale/demo/report.py"}
-"""Where the BudgetPolicy's status is read or built today (its typed status and single codec are the next step)."""
+BUDGET_CODEC = "costmodel/budget/status.py"
+BUDGET_NOT_FOLDED = {"src/modalscale/kubectl/render.py", "src/modalscale/demo/report.py"}
+"""Still read a BudgetPolicy's status JSON themselves (kubectl modalscale budget/cost, the demo's report)."""
+NOT_STATUS = {"src/modalscale/api/annotations.py"}
+"""Spells ``thresholdPercent`` of its own JSON (the reject annotation), not a status."""
 
 
 def _product_files() -> list[Path]:
@@ -176,8 +178,10 @@ def test_only_the_codec_reads_or_builds_an_inferenceservice_status() -> None:
     assert ISVC_NOT_FOLDED <= set(found), "a module was folded in: remove it from ISVC_NOT_FOLDED"
 
 
-def test_the_budget_status_is_read_and_built_only_where_it_is_today() -> None:
-    assert set(_spellers(BUDGET_ONLY_KEYS)) - {"src/modalscale/api/annotations.py"} == BUDGET_CODECS_NOT_FOLDED
+def test_only_the_codec_reads_or_builds_a_budgetpolicy_status() -> None:
+    found = set(_spellers(BUDGET_ONLY_KEYS)) - NOT_STATUS
+    assert found - BUDGET_NOT_FOLDED == {BUDGET_CODEC}, "parse or build status through costmodel.budget.status"
+    assert BUDGET_NOT_FOLDED <= found, "a module was folded in: remove it from BUDGET_NOT_FOLDED"
 
 
 def test_the_guard_sees_reads_and_builds() -> None:
@@ -186,3 +190,57 @@ def test_the_guard_sees_reads_and_builds() -> None:
     assert [r.split(":")[1] for r in reads] == sorted(["desiredReplicas", "idleSince", "serviceScale"],
                                                       key=["desiredReplicas", "idleSince", "serviceScale"].index)
     assert [b.split(":")[1] for b in builds] == ["scalingHistory"]
+
+
+# ------------------------------------------------------------------------------------------ BudgetPolicy
+def _budget_json() -> dict[str, Any]:
+    """A status the planner wrote after 30 evaluations (thresholds crossed, enforcement, the outbox), with the
+    parts only other actions write added as the planner writes them."""
+    stored = evaluated_policy(hours=30, forecast={"enabled": True})["status"]
+    return {**stored, "tenantSpent": "1.250000000",
+            "spotServices": [{"namespace": "ml", "name": "vc", "thresholdPercent": 50, "state": "OnDemandFallback",
+                              "since": "2026-11-30T01:00:00Z", "dryRun": False, "message": "Spot pods pending",
+                              "fallbackTime": "2026-11-30T01:10:00Z"}],
+            "rejectedTenants": [{"namespace": "ml", "name": "vc", "tenant": "acme", "thresholdPercent": 80,
+                                 "since": "2026-11-30T02:00:00Z", "until": "2026-12-01T00:00:00Z", "dryRun": True}],
+            "spendAnomalies": [{"namespace": "ml", "name": "vc", "since": "2026-11-30T03:00:00Z",
+                                "calmSince": "2026-11-30T03:05:00Z"}]}
+
+
+def test_every_budget_field_round_trips_byte_for_byte() -> None:
+    stored = _budget_json()
+    assert {"thresholds", "enforcedServices", "pendingAlerts", "ledger", "forecast", "burnRatePerHour",
+            "conditions"} <= {k for k, v in stored.items() if v}, "the fixture must exercise every part"
+    status = read_budget_status({"status": stored}, PolicyRef("ml", "daily"))
+    assert status.problem is None and status.outbox and status.alert_state.enforced and status.rejections
+    written = budget_status_json(status)
+    assert json.dumps(written, sort_keys=True) == json.dumps(stored, sort_keys=True)
+    assert read_budget_status({"status": json.loads(json.dumps(written))}, PolicyRef("ml", "daily")) == status
+    policy = {"status": stored}
+    assert write_budget_status(status, policy) == {}  # a rerun writes nothing
+    assert write_budget_status(status, policy, heartbeat_s=3600, now=T0 + dt.timedelta(days=1)) == {}
+
+
+@pytest.mark.parametrize("obj", [None, {}, {"status": None}, {"status": []}, {"status": {}},
+                                 {"status": {"spent": "1.00", "conditions": [{"type": "Ready", "status": "True"}]}},
+                                 {"status": {"observedGeneration": 2, "periodStart": "2026-11-30T00:00:00Z"}}],
+                         ids=["none", "no-status", "null", "not-a-map", "empty", "partial", "old"])
+def test_old_and_partial_budget_statuses_read_without_a_problem(obj: Any) -> None:
+    status = read_budget_status(obj)
+    assert status.problem is None and status.ledger is not None and status.outbox == ()
+    budget_status_json(status)
+
+
+@pytest.mark.parametrize(("stored", "field"), [
+    ({"ledger": {"services": [{"namespace": "a", "name": "b", "spent": "x"}]}}, "status.ledger.services[0].spent"),
+    ({"thresholds": [{"percent": "50"}]}, "status.thresholds[0].percent"),
+    ({"pendingAlerts": [{"kind": "Nope"}]}, "status.pendingAlerts[0]"),
+    ({"spendAnomalies": [{"namespace": "ml"}]}, "status.spendAnomalies[0]"),
+    ({"rejectedTenants": [{"namespace": "other", "name": "vc"}]}, "status.rejectedTenants[0]"),
+    ({"tenantSpent": "much"}, "status.tenantSpent"),
+], ids=["ledger", "thresholds", "outbox", "anomalies", "rejected", "tenant-spent"])
+def test_a_malformed_budget_field_is_named_never_raised(stored: dict[str, Any], field: str) -> None:
+    status = read_budget_status({"status": stored})
+    assert status.problem is not None and field in status.problem
+    if "rejectedTenants" in stored:
+        assert status.held_namespaces == ("other",)  # caps and reject annotations there can still be lifted
