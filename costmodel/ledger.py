@@ -315,7 +315,7 @@ class LedgerAdvance:
     """Result of :func:`advance`.
 
     Attributes:
-        ledger: The new ledger to persist (``ledger.to_status()`` and ``status.periodStart``).
+        ledger: The new ledger to persist (``modalscale.costmodel.budget.status`` writes it).
         spent_usd: Spend in the current period up to ``now``.
         period_start, period_end: Current period (UTC, half-open).
         segments: Every interval integrated by this call, in the current period or not.

@@ -65,7 +65,7 @@ class BudgetStatus:
 
     Attributes:
         observed_generation: ``metadata.generation`` the last evaluation acted on.
-        period_end, currency, state: As the last evaluation wrote them.
+        period_end, currency: As the last evaluation wrote them.
         spent_usd, remaining_usd: Display amounts (cents) of the period so far.
         burn_rate_usd_per_hour, forecast_usd: Display amounts; None when unknown (written as null: deleted).
         last_evaluation_time: When the last evaluation ran (UTC).
@@ -87,7 +87,6 @@ class BudgetStatus:
     remaining_usd: Decimal | None = None
     burn_rate_usd_per_hour: Decimal | None = None
     forecast_usd: Decimal | None = None
-    state: str | None = None
     last_evaluation_time: dt.datetime | None = None
     ledger: Ledger | None = field(default_factory=Ledger)
     alert_state: AlertState = field(default_factory=AlertState)
@@ -411,7 +410,6 @@ def read_budget_status(obj: Mapping[str, Any] | None, policy: PolicyRef | None =
         currency=status.get("currency") if isinstance(status.get("currency"), str) else None,
         spent_usd=_money(status.get("spent")), remaining_usd=_money(status.get("remaining")),
         burn_rate_usd_per_hour=_money(status.get("burnRatePerHour")), forecast_usd=_money(status.get("forecast")),
-        state=status.get("state") if isinstance(status.get("state"), str) else None,
         last_evaluation_time=_time(status.get("lastEvaluationTime")),
         ledger=ledger, alert_state=alert_state, outbox=outbox, anomaly_state=anomalies, rejections=rejections,
         tenant_spent_usd=tenant,

@@ -7,9 +7,9 @@ write against the schema. A unit test (``tests/unit/api/test_api_status.py``) fa
 
 Shapes are the JSON ones (camelCase keys; times RFC 3339 UTC strings; money decimal strings, USD). These are types
 only: building a status as one changes nothing in what is written. An InferenceService's status is read and written
-only by ``modalscale.api.isvc_status`` (one typed value, ``read_isvc_status`` / ``write_isvc_status``). A
-BudgetPolicy's stored JSON is still parsed by its part codecs (``Ledger.from_status``, ``AlertState.from_status``,
-``outbox_from_status``, ...), which refuse or reset what does not parse.
+only by ``modalscale.api.isvc_status`` (one typed value, ``read_isvc_status`` / ``write_isvc_status``), a
+BudgetPolicy's only by ``modalscale.costmodel.budget.status`` (``read_budget_status`` / ``write_budget_status``,
+over the cost model's value types): a read never raises, what does not parse is reset or named.
 
 No ``from __future__ import annotations`` here: ``Required``/``NotRequired`` are read at run time
 (``__required_keys__``, used by the schema test), which string annotations defeat on Python 3.11.
