@@ -83,6 +83,7 @@ from numpy.typing import NDArray
 
 from modalscale.api.conditions import ScalingReason
 from modalscale.api.inferenceservice import RuntimeSpec, ScalingSpec, parse_spec
+from modalscale.api.isvc_status import ScalerState
 from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps
 from modalscale.autoscaler.calibration import Calibrator
 from modalscale.autoscaler.features import MODALITIES, Modality, features_from_columns
@@ -387,32 +388,6 @@ class Observation:
             raise ValueError("budget_max_replicas must be >= 0")
         if self.window_s <= 0 or self.recent_window_s <= 0:
             raise ValueError("window_s and recent_window_s must be > 0")
-
-
-@dataclass(frozen=True, slots=True)
-class ScalerState:
-    """What the policy remembers between decisions (immutable; stored in ``status.autoscaler.state`` by
-    ``modalscale.operator.autoscale.plan.state_to_status``/``state_from_status``, its one codec).
-
-    Attributes:
-        recommendations: ``(time, replicas)`` of recent post-tolerance recommendations, oldest first.
-        service_scale: Multiplier on the model's service times, from observed vs predicted mean service time.
-        latency_scale: Multiplier on the queueing model's p95, from observed vs predicted p95 latency.
-        last_change_at: When a decision last changed the replica count (calibration waits for metrics to settle).
-        in_flight_history: ``Observation.in_flight_requests`` of the last two decisions that had it, oldest first
-            (the observed-queue rule's growth check).
-        idle_since: The first decision of the current unbroken run that observed no request (scale to zero
-            counts from it); None while requests arrive or the metrics are missing.
-        scaled_to_zero_at: When a decision last took the count to 0 (an activation request must be newer).
-    """
-
-    recommendations: tuple[tuple[datetime, int], ...] = ()
-    service_scale: float = 1.0
-    latency_scale: float = 1.0
-    last_change_at: datetime | None = None
-    in_flight_history: tuple[float, ...] = ()
-    idle_since: datetime | None = None
-    scaled_to_zero_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,13 +55,13 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
+from modalscale.api.isvc_status import ScalerState
 from modalscale.autoscaler.calibration import Calibrator
 from modalscale.autoscaler.features import MODALITIES, features_from_columns
 from modalscale.autoscaler.policy import (
     Decision,
     Observation,
     Reason,
-    ScalerState,
     ScalingMode,
     ScalingPolicy,
     ServiceTimePredictor,

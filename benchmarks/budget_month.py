@@ -57,7 +57,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from modalscale.api.budgetpolicy import ThresholdAction, parse_budget_spec
+from modalscale.costmodel.anomaly import AnomalyState
 from modalscale.costmodel.budget import AlertKind, AlertState, PolicyRef, ServiceState, plan_budget
+from modalscale.costmodel.budget.status import budget_status_json, read_budget_status, status_of_plan
 from modalscale.costmodel.catalog import ReplicaResources, default_catalog
 from modalscale.costmodel.evaluation import BudgetEvaluation, evaluate_budget
 from modalscale.costmodel.ledger import Ledger, PodRun, advance, format_time
@@ -167,12 +169,17 @@ def evaluate(spec: Any, status: dict[str, Any], services: list[ServiceState], t:
     ``old=False``: the product's :func:`~modalscale.costmodel.evaluation.evaluate_budget`; ``old=True``:
     :func:`legacy_evaluation`.
     """
-    ledger = Ledger.from_status(status.get("ledger"), status.get("periodStart"))
-    before = AlertState.from_status(status)
+    stored = read_budget_status({"status": status}, PolicyRef("ml", "budget"))
+    if stored.ledger is None:
+        raise ValueError(stored.problem)
+    ledger, before = stored.ledger, stored.alert_state
     ev = (legacy_evaluation(spec, ledger, services, before, t) if old
           else evaluate_budget(spec, ledger, services, before, t, policy=PolicyRef("ml", "budget")))
-    return ev, json.loads(json.dumps({**ev.plan.status_fields(), "ledger": ev.ledger.to_status(),
-                                      "periodStart": format_time(ev.ledger.period_start)
+    written = budget_status_json(status_of_plan(ev.plan, ev.ledger, generation=0, outbox=(),
+                                                anomaly_state=AnomalyState(), conditions=[]))
+    kept = {k: v for k, v in written.items()
+            if k not in ("observedGeneration", "pendingAlerts", "spendAnomalies", "conditions")}
+    return ev, json.loads(json.dumps({**kept, "periodStart": format_time(ev.ledger.period_start)
                                       if ev.ledger.period_start else None}))
 
 

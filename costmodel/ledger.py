@@ -60,14 +60,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
 
 from modalscale.api.budgetpolicy import Period
-from modalscale.api.status import LedgerServiceStatus, LedgerStatus
 from modalscale.costmodel.money import (
     MONEY_CONTEXT,
-    format_usd,
-    parse_usd,
     quantize_ledger_usd,
 )
 from modalscale.costmodel.periods import period_bounds, segment_microseconds, split_interval
@@ -259,72 +255,6 @@ class Ledger:
         """Total spend of the period up to ``observed_time``."""
         return sum((e.spent_usd for e in self.entries), Decimal(0))
 
-    def to_status(self) -> LedgerStatus:
-        """The ``status.ledger`` object (camelCase, decimal strings). ``periodStart`` is written separately.
-
-        Unknown ``replicas``/``costUSDPerHour`` are omitted rather than written as 0.
-        """
-        services: list[LedgerServiceStatus] = []
-        for e in self.entries:
-            item: LedgerServiceStatus = {"namespace": e.namespace, "name": e.name}
-            if e.replicas is not None:
-                item["replicas"] = e.replicas
-            if e.cost_usd_per_hour is not None:
-                item["costUSDPerHour"] = format_usd(quantize_ledger_usd(e.cost_usd_per_hour))
-            item["spent"] = format_usd(quantize_ledger_usd(e.spent_usd))
-            services.append(item)
-        out: LedgerStatus = {"services": services}
-        if self.observed_time is not None:
-            out["observedTime"] = format_time(self.observed_time)
-        return out
-
-    @classmethod
-    def from_status(cls, ledger: Mapping[str, Any] | None, period_start: object = None) -> "Ledger":
-        """Read back ``status.ledger`` and ``status.periodStart``.
-
-        Args:
-            ledger: The ``status.ledger`` mapping, or None/{} when the policy has none yet.
-            period_start: ``status.periodStart`` (RFC 3339 string) or None.
-        Returns:
-            The ledger; ``Ledger()`` when there is none.
-        Raises:
-            LedgerFormatError: A field does not parse (message names e.g. ``status.ledger.services[2].spent``).
-        """
-        if not ledger:
-            return cls()
-        if not isinstance(ledger, Mapping):
-            raise LedgerFormatError(f"status.ledger: expected an object, got {type(ledger).__name__}")
-        observed = ledger.get("observedTime")
-        observed_time = parse_time(observed, "status.ledger.observedTime") if observed is not None else None
-        start = parse_time(period_start, "status.periodStart") if period_start is not None else None
-        raw_services = ledger.get("services") or []
-        if not isinstance(raw_services, list):
-            raise LedgerFormatError("status.ledger.services: expected a list")
-        entries: list[LedgerEntry] = []
-        for i, item in enumerate(raw_services):
-            path = f"status.ledger.services[{i}]"
-            if not isinstance(item, Mapping):
-                raise LedgerFormatError(f"{path}: expected an object")
-            try:
-                namespace, name = str(item["namespace"]), str(item["name"])
-            except KeyError as exc:
-                raise LedgerFormatError(f"{path}.{exc.args[0]}: missing") from None
-            replicas = item.get("replicas")
-            if replicas is not None and (not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0):
-                raise LedgerFormatError(f"{path}.replicas: expected a non-negative integer, got {replicas!r}")
-            try:
-                cost = item.get("costUSDPerHour")
-                cost_d = parse_usd(cost, f"{path}.costUSDPerHour") if cost is not None else None
-                spent_d = parse_usd(item.get("spent", "0"), f"{path}.spent")
-            except ValueError as exc:
-                raise LedgerFormatError(str(exc)) from None
-            entries.append(LedgerEntry(namespace, name, replicas, cost_d, spent_d))
-        keys = [e.key for e in entries]
-        if len(set(keys)) != len(keys):
-            raise LedgerFormatError("status.ledger.services: a namespace/name appears twice")
-        return cls(observed_time, start, tuple(sorted(entries, key=lambda e: e.key)))
-
-
 @dataclass(frozen=True)
 class CostSegment:
     """Spend of one service over one interval inside one period (the unit of a FOCUS cost row).
@@ -385,7 +315,7 @@ class LedgerAdvance:
     """Result of :func:`advance`.
 
     Attributes:
-        ledger: The new ledger to persist (``ledger.to_status()`` and ``status.periodStart``).
+        ledger: The new ledger to persist (``modalscale.costmodel.budget.status`` writes it).
         spent_usd: Spend in the current period up to ``now``.
         period_start, period_end: Current period (UTC, half-open).
         segments: Every interval integrated by this call, in the current period or not.

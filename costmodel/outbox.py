@@ -30,16 +30,13 @@ none and ``lastError`` comes from the sender's redacted message.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from modalscale.api.budgetpolicy import Period
 from modalscale.api.conditions import NOTIFICATION_REMOVED, OUTBOX_FULL, PERIOD_ENDED
-from modalscale.api.status import PendingAlertStatus
-from modalscale.costmodel.budget import AlertKind, BudgetAlert, FiringAlert, InvalidBudgetStatus, PolicyRef
-from modalscale.costmodel.ledger import LedgerFormatError, format_time, parse_time
+from modalscale.costmodel.budget import AlertKind, BudgetAlert, FiringAlert, PolicyRef
 
 BACKOFF_BASE_S = 30
 """Wait after the first failed round, in seconds; doubles with each further failed round."""
@@ -143,74 +140,6 @@ class PendingAlert:
     @property
     def key(self) -> OutboxKey:
         return (self.notification, self.message.kind.value, self.message.created_at)
-
-    def to_status(self) -> PendingAlertStatus:
-        """The camelCase ``status.pendingAlerts[]`` item."""
-        m = self.message
-        out: PendingAlertStatus = {
-            "notification": self.notification, "kind": m.kind.value,
-            "thresholdsPercent": list(m.thresholds_percent), "period": m.period.value,
-            "periodStart": format_time(m.period_start), "periodEnd": format_time(m.period_end),
-            "createdAt": format_time(m.created_at), "severity": m.severity, "title": m.title,
-            "facts": [{"label": k, "value": v} for k, v in m.fact_pairs],
-            "attempts": self.attempts, "nextAttemptTime": format_time(self.next_attempt_time),
-        }
-        if m.resolves:
-            out["resolves"] = [{"kind": f.kind.value, "thresholdPercent": f.threshold_percent,
-                                "startsAt": format_time(f.starts_at)} for f in m.resolves]
-        if self.first_attempt_time is not None:
-            out["firstAttemptTime"] = format_time(self.first_attempt_time)
-        if self.last_reason:
-            out["lastReason"] = self.last_reason
-        if self.last_error:
-            out["lastError"] = self.last_error
-        return out
-
-    @classmethod
-    def from_status(cls, item: Mapping[str, Any], policy: PolicyRef, path: str) -> "PendingAlert":
-        """Read one ``status.pendingAlerts[]`` item.
-
-        Raises:
-            InvalidBudgetStatus: A field is missing or does not parse (message names ``path``).
-        """
-        try:
-            message = AlertMessage(
-                AlertKind(item["kind"]), policy, Period(item["period"]), str(item["title"]),
-                tuple((str(f["label"]), str(f["value"])) for f in item.get("facts") or []),
-                str(item["severity"]), parse_time(item["createdAt"], f"{path}.createdAt"),
-                tuple(int(p) for p in item.get("thresholdsPercent") or []),
-                parse_time(item["periodStart"], f"{path}.periodStart"),
-                parse_time(item["periodEnd"], f"{path}.periodEnd"),
-                tuple(FiringAlert(AlertKind(f["kind"]), int(f["thresholdPercent"]),
-                                  parse_time(f["startsAt"], f"{path}.resolves[{i}].startsAt"))
-                      for i, f in enumerate(item.get("resolves") or [])))
-            first = item.get("firstAttemptTime")
-            return cls(str(item["notification"]), message,
-                       parse_time(item["nextAttemptTime"], f"{path}.nextAttemptTime"),
-                       int(item.get("attempts", 0)), parse_time(first, f"{path}.firstAttemptTime") if first else None,
-                       item.get("lastReason") or None, item.get("lastError") or None)
-        except LedgerFormatError as exc:
-            raise InvalidBudgetStatus(str(exc)) from None
-        except (KeyError, ValueError, TypeError) as exc:
-            raise InvalidBudgetStatus(f"{path}: {type(exc).__name__}: {exc}") from None
-
-
-def outbox_from_status(status: Mapping[str, Any] | None, policy: PolicyRef) -> tuple[PendingAlert, ...]:
-    """``status.pendingAlerts`` as typed entries (empty when absent).
-
-    Raises:
-        InvalidBudgetStatus: An item does not parse (message names ``status.pendingAlerts[i]``).
-    """
-    items = (status or {}).get("pendingAlerts") or []
-    if not isinstance(items, list):
-        raise InvalidBudgetStatus("status.pendingAlerts: expected a list")
-    out = []
-    for i, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            raise InvalidBudgetStatus(f"status.pendingAlerts[{i}]: expected an object")
-        out.append(PendingAlert.from_status(item, policy, f"status.pendingAlerts[{i}]"))
-    return tuple(out)
-
 
 @dataclass(frozen=True)
 class Attempt:
@@ -377,5 +306,4 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
 __all__ = [
     "Abandoned", "AlertMessage", "Attempt", "BACKOFF_BASE_S", "BACKOFF_MAX_S", "MAX_PENDING", "OutboxKey",
     "OutboxUpdate", "PendingAlert", "backoff_s", "due_alerts", "enqueue", "next_due_s", "outbox_after",
-    "outbox_from_status",
 ]

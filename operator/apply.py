@@ -9,6 +9,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
+from modalscale.api.isvc_status import IsvcStatus, write_isvc_status
 from modalscale.operator.isvc.plan import Write
 from modalscale.operator.metrics import OperatorMetrics
 
@@ -117,6 +118,14 @@ class Writer:
         self._count(plural, "patch-status", namespace, name)
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, plural, name, {"status": patch}, _content_type=MERGE)
+
+    def patch_isvc_status(self, namespace: str, name: str, status: IsvcStatus,
+                          stored: IsvcStatus | None) -> dict[str, Any]:
+        """Write an InferenceService's status: the merge patch ``write_isvc_status(status, stored)``; nothing when
+        it is empty (an unchanged status is not written). Returns the patch written (``{}``: none)."""
+        patch = write_isvc_status(status, stored)
+        self.patch_status("inferenceservices", namespace, name, patch)
+        return patch
 
     def patch_annotations(self, plural: str, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
         """Merge-patch ``metadata.annotations`` of one of our custom objects (a None value deletes the key).

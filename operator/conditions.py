@@ -1,7 +1,8 @@
-"""Kubernetes-style conditions: one pure ``upsert`` owns ``lastTransitionTime``; ``status_patch`` writes only change.
+"""Kubernetes-style conditions: one pure ``upsert`` owns ``lastTransitionTime``.
 
 Conditions follow metav1.Condition: ``{type, status, observedGeneration, lastTransitionTime, reason, message}``,
-a list-map keyed by ``type``. Since a merge patch replaces lists, ``conditions`` is always written whole.
+a list-map keyed by ``type``. Since a merge patch replaces lists, ``conditions`` is always written whole (each
+kind's status codec writes only what changed: ``modalscale.api.isvc_status``, ``modalscale.costmodel.budget.status``).
 """
 
 from __future__ import annotations
@@ -75,12 +76,3 @@ def transitions(before: Sequence[Mapping[str, Any]] | None,
     """Conditions of ``after`` whose status differs from ``before`` (or that are new): what Events report."""
     old = {c.get("type"): c.get("status") for c in before or []}
     return [c for c in after if old.get(c["type"]) != c["status"]]
-
-
-def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
-    """The keys of ``desired`` whose value differs from ``current``: ``{}`` when nothing changed.
-
-    Lists (``conditions``, ``scalingHistory``) are compared and written whole.
-    """
-    cur = current or {}
-    return {k: v for k, v in desired.items() if cur.get(k) != v}

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from modalscale.api.conditions import READY
+from modalscale.costmodel.budget.status import read_budget_status
 from modalscale.costmodel.catalog import PricingTier
 from modalscale.costmodel.focus import FOCUS_VERSION, CostRecord, focus_rows, split_by_tenant, write_focus_csv
-from modalscale.costmodel.ledger import Ledger, LedgerFormatError, parse_time
 from modalscale.costmodel.showback import ShowbackInputError, TenantUsage
 from modalscale.operator import showback
 
@@ -78,15 +78,13 @@ def export_rows(policies: Sequence[Mapping[str, Any]], tiers: Mapping[tuple[str,
     used = 0
     for p in sorted(policies, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"])):
         ref = f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}"
-        status = p.get("status") or {}
-        try:
-            ledger = Ledger.from_status(status.get("ledger"), status.get("periodStart"))
-            end = parse_time(status["periodEnd"], "status.periodEnd") if status.get("periodEnd") else None
-        except LedgerFormatError as exc:
-            skipped.append(f"{ref}: {exc}")
+        status = read_budget_status(p)
+        ledger, end = status.ledger, status.period_end
+        if ledger is None:
+            skipped.append(f"{ref}: {status.problem}")
             continue
         if ledger.period_start is None or ledger.observed_time is None or end is None:
-            skipped.append(f"{ref}: {_why_no_ledger(status)}")
+            skipped.append(f"{ref}: {_why_no_ledger(p)}")
             continue
         used += 1
         window = (ledger.observed_time - ledger.period_start).total_seconds()
@@ -118,11 +116,11 @@ def export_rows(policies: Sequence[Mapping[str, Any]], tiers: Mapping[tuple[str,
     return Export(rows, skipped, used, notes)
 
 
-def _why_no_ledger(status: Mapping[str, Any]) -> str:
+def _why_no_ledger(policy: Mapping[str, Any]) -> str:
     """Why a policy has no ledger to export: the operator refused it (Ready=False, e.g. ``InvalidSpec``, with its
     message naming the field), or it was not evaluated yet (no status at all: no operator watches it)."""
-    ready = next((c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == READY),
-                 None)
+    status = policy.get("status")
+    ready = next((c for c in read_budget_status(policy).conditions if c.get("type") == READY), None)
     if ready is not None and ready.get("status") == "False":
         return (f"not evaluated: Ready=False/{ready.get('reason')}: {ready.get('message', '')} (fix the policy; "
                 f"it has no ledger until it is valid)")

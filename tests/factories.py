@@ -12,7 +12,13 @@ import copy
 import datetime as dt
 from typing import Any
 
+from modalscale.api.isvc_status import AutoscalerRecord, IsvcStatus, ScalerState, read_isvc_status, write_isvc_status
 from modalscale.autoscaler.policy import Observation
+from modalscale.costmodel.anomaly import AnomalyState
+from modalscale.costmodel.budget import BudgetPlan, PolicyRef
+from modalscale.costmodel.budget.status import BudgetStatus, budget_status_json, read_budget_status, status_of_plan
+from modalscale.costmodel.ledger import Ledger, LedgerFormatError
+from modalscale.costmodel.outbox import PendingAlert
 
 API_VERSION = "modalscale.io/v1alpha1"
 
@@ -99,3 +105,62 @@ def observation(observed_at: dt.datetime = OBSERVED_AT, current_replicas: int = 
     ready = current_replicas if ready_replicas is None else ready_replicas
     return Observation(observed_at=observed_at, current_replicas=current_replicas, ready_replicas=ready, **fields)
 
+
+
+def as_status(status: dict[str, Any] | None) -> IsvcStatus:
+    """An InferenceService ``status`` dict (as stored) as the typed value the planners take."""
+    return read_isvc_status({"status": status})
+
+
+def stored_state(status: dict[str, Any] | None) -> ScalerState:
+    """The autoscaler state a stored InferenceService ``status`` dict holds (fresh when none or malformed)."""
+    return as_status(status).scaler_state
+
+
+def state_json(state: ScalerState) -> dict[str, Any]:
+    """``status.autoscaler.state`` as written for ``state``."""
+    return dict(write_isvc_status(IsvcStatus(autoscaler=AutoscalerRecord(state=state)))["autoscaler"]["state"])
+
+
+# ---------------------------------------------------------------------------------------- BudgetPolicy status
+TEST_POLICY = PolicyRef("ml", "daily")
+
+
+def read_budget(status: Any, policy: PolicyRef = TEST_POLICY) -> BudgetStatus:
+    """A stored BudgetPolicy ``status`` dict read as the planner reads it (``problem`` names a field that does not
+    parse)."""
+    return read_budget_status({"status": status}, policy)
+
+
+def plan_json(plan: BudgetPlan, ledger: Ledger | None = None) -> dict[str, Any]:
+    """The status keys the cost model's plan owns (``periodStart`` .. ``forecast``; ``ledger`` when given), as
+    written."""
+    out = dict(budget_status_json(status_of_plan(plan, ledger, generation=0, outbox=(), anomaly_state=AnomalyState(),
+                                                 conditions=[])))
+    for key in ("observedGeneration", "pendingAlerts", "spendAnomalies", "conditions",
+                *(() if ledger else ("ledger",))):
+        out.pop(key, None)
+    return out
+
+
+def ledger_json(ledger: Ledger) -> dict[str, Any]:
+    """``status.ledger`` as written for ``ledger``."""
+    return dict(budget_status_json(BudgetStatus(ledger=ledger))["ledger"])
+
+
+def read_ledger(ledger: Any, period_start: Any = None) -> Ledger:
+    """``status.ledger`` (and ``status.periodStart``) read back; raises ``LedgerFormatError`` naming the field."""
+    status = read_budget({"ledger": ledger, **({} if period_start is None else {"periodStart": period_start})})
+    if status.ledger is None:
+        raise LedgerFormatError(status.problem or "status.ledger")
+    return status.ledger
+
+
+def pending_json(entry: PendingAlert) -> dict[str, Any]:
+    """One ``status.pendingAlerts`` item as written."""
+    return dict(budget_status_json(BudgetStatus(outbox=(entry,)))["pendingAlerts"][0])
+
+
+def anomalies_json(state: AnomalyState) -> list[dict[str, Any]]:
+    """``status.spendAnomalies`` as written."""
+    return [dict(i) for i in budget_status_json(BudgetStatus(anomaly_state=state))["spendAnomalies"]]

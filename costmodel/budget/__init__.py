@@ -30,7 +30,6 @@ from modalscale.costmodel.budget.reject import (
     TenantRejection,
     TenantSpend,
     plan_rejections,
-    rejections_from_status,
     tenant_spend,
 )
 from modalscale.costmodel.budget.spend import FORECAST_METHOD
@@ -52,7 +51,7 @@ __all__ = [
     "AlertKind", "AlertState", "BudgetAlert", "BudgetPlan", "BudgetState", "ENFORCEMENT_METHOD", "EnforcedService",
     "EnforcementAction", "FORECAST_METHOD", "FiringAlert", "InvalidBudgetStatus", "PolicyRef", "ServiceState",
     "SpotRecord", "SpotState", "ThresholdRecord", "plan_budget", "plan_spot", "rates_after_enforcement",
-    "RejectPlan", "TenantRejection", "TenantSpend", "plan_rejections", "rejections_from_status",
+    "RejectPlan", "TenantRejection", "TenantSpend", "plan_rejections",
     "tenant_spend",
     "service_state", "spend_anomaly_alert",
 ]

@@ -34,7 +34,6 @@ from decimal import Decimal
 
 from modalscale.api import conditions as C
 from modalscale.api.budgetpolicy import BudgetSpec, Threshold
-from modalscale.api.status import BudgetPolicyStatus
 from modalscale.costmodel.budget.alerts import BudgetAlert, action_lines, plan_alerts
 from modalscale.costmodel.budget.enforce import EnforcementAction, order_services, plan_enforcement
 from modalscale.costmodel.budget.reject import RejectPlan, TenantRejection, TenantSpend, plan_rejections
@@ -48,8 +47,8 @@ from modalscale.costmodel.budget.state import (
     ServiceState,
     SpotRecord,
 )
-from modalscale.costmodel.ledger import ClosedPeriod, Ledger, LedgerAdvance, ServiceObservation, format_time
-from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd, quantize_ledger_usd
+from modalscale.costmodel.ledger import ClosedPeriod, LedgerAdvance, ServiceObservation, format_time
+from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd
 from modalscale.costmodel.periods import period_bounds
 
 
@@ -120,41 +119,6 @@ class BudgetPlan:
         Includes enforcement held while blind; empty after a new period starts.
         """
         return {(e.namespace, e.name): e.max_replicas for e in self.enforced_services if not e.dry_run}
-
-    def status_fields(self, ledger: Ledger | None = None) -> BudgetPolicyStatus:
-        """The BudgetPolicy ``status`` keys this plan owns (camelCase; money as decimal strings).
-
-        Args:
-            ledger: When given, ``ledger`` is included (``ledger.to_status()``).
-        Returns:
-            ``periodStart, periodEnd, currency, spent, remaining`` (cents), ``state, lastEvaluationTime,
-            thresholds, enforcedServices`` and ``burnRatePerHour``/``forecast`` (cents; None when unknown, which
-            deletes the field under a JSON merge patch).
-            Conditions are the operator's (see ``reason``/``message``).
-        """
-        out: BudgetPolicyStatus = {
-            "periodStart": format_time(self.period_start),
-            "periodEnd": format_time(self.period_end),
-            "currency": self.currency,
-            "spent": format_usd(quantize_display_usd(self.spent_usd)),
-            "remaining": format_usd(quantize_display_usd(self.remaining_usd)),
-            "state": self.state.value,
-            "lastEvaluationTime": format_time(self.evaluated_at),
-            "thresholds": [r.to_status() for r in self.alert_state.records],
-            "enforcedServices": [e.to_status() for e in self.enforced_services],
-            "spotServices": [r.to_status() for r in self.spot],
-            "rejectedTenants": [r.to_status() for r in self.rejections],
-        }
-        if self.tenant_spent_usd is not None:
-            out["tenantSpent"] = format_usd(quantize_ledger_usd(self.tenant_spent_usd))
-        # None (JSON null) deletes a stale value under a merge patch when it becomes unknown.
-        out["burnRatePerHour"] = (format_usd(quantize_display_usd(self.burn_rate_usd_per_hour))
-                                  if self.burn_rate_usd_per_hour is not None else None)
-        out["forecast"] = format_usd(quantize_display_usd(self.forecast_usd)) if self.forecast_usd is not None else None
-        if ledger is not None:
-            out["ledger"] = ledger.to_status()
-        return out
-
 
 def rates_after_enforcement(services: Sequence[ServiceState], plan: BudgetPlan, before: AlertState
                             ) -> list[ServiceObservation]:
@@ -292,7 +256,7 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
         tenants, rejected: With ``spec.selector.tenants``: the tenants' spend (``reject.tenant_spend``; None: unknown,
             hold), which replaces ``spend``, and ``status.rejectedTenants`` as read back (see :func:`scoped_spend`).
     Returns:
-        :class:`BudgetPlan`; persist ``plan.status_fields()`` and apply ``plan.actions`` whose ``applied``.
+        :class:`BudgetPlan`; persist it (``budget.status``) and apply ``plan.actions`` whose ``applied``.
     Raises:
         ValueError: Naive ``now``, negative spend or a negative ``horizon_s``.
     """

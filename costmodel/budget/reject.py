@@ -35,13 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
 from modalscale.api.budgetpolicy import BudgetSpec, Threshold, ThresholdAction
-from modalscale.api.status import RejectedTenantStatus
 from modalscale.costmodel.budget.spend import reaches
-from modalscale.costmodel.budget.state import InvalidBudgetStatus, ServiceState
-from modalscale.costmodel.ledger import LedgerFormatError, format_time, parse_time
+from modalscale.costmodel.budget.state import ServiceState
+from modalscale.costmodel.ledger import format_time
 from modalscale.costmodel.money import quantize_ledger_usd
 from modalscale.costmodel.showback import ServiceWindow, ShowbackInputError, TenantUsage, allocate
 
@@ -151,44 +149,6 @@ class TenantRejection:
     def key(self) -> tuple[str, str, str]:
         return (self.namespace, self.name, self.tenant)
 
-    def to_status(self) -> RejectedTenantStatus:
-        """One item of ``status.rejectedTenants``."""
-        return {"namespace": self.namespace, "name": self.name, "tenant": self.tenant,
-                "thresholdPercent": self.threshold_percent, "since": format_time(self.since),
-                "until": format_time(self.until), "dryRun": self.dry_run}
-
-    @classmethod
-    def from_status(cls, item: object, path: str) -> "TenantRejection":
-        """Read one item of ``status.rejectedTenants``.
-
-        Raises:
-            InvalidBudgetStatus: A field is missing or does not parse (the message names ``path``).
-        """
-        if not isinstance(item, Mapping):
-            raise InvalidBudgetStatus(f"{path}: expected an object")
-        try:
-            percent = item["thresholdPercent"]
-            if not isinstance(percent, int) or isinstance(percent, bool):
-                raise ValueError(f"thresholdPercent must be an integer, got {percent!r}")
-            return cls(str(item["namespace"]), str(item["name"]), str(item["tenant"]), percent,
-                       parse_time(item["since"], f"{path}.since"), parse_time(item["until"], f"{path}.until"),
-                       bool(item.get("dryRun", False)))
-        except (KeyError, ValueError, LedgerFormatError) as exc:
-            raise InvalidBudgetStatus(f"{path}: {exc}") from None
-
-
-def rejections_from_status(status: Mapping[str, Any] | None) -> tuple[TenantRejection, ...]:
-    """``status.rejectedTenants`` read back.
-
-    Raises:
-        InvalidBudgetStatus: An item does not parse.
-    """
-    items = (status or {}).get("rejectedTenants") or []
-    if not isinstance(items, list):
-        raise InvalidBudgetStatus("status.rejectedTenants: expected a list")
-    return tuple(TenantRejection.from_status(item, f"status.rejectedTenants[{i}]") for i, item in enumerate(items))
-
-
 @dataclass(frozen=True)
 class RejectPlan:
     """What step 4b decided.
@@ -248,4 +208,4 @@ def plan_rejections(spec: BudgetSpec, spend: TenantSpend, services: Sequence[Ser
 
 
 __all__ = ["RejectPlan", "ServiceKey", "TenantRejection", "TenantSpend", "plan_rejections",
-           "rejections_from_status", "tenant_spend"]
+           "tenant_spend"]

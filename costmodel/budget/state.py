@@ -13,17 +13,13 @@ False), and the planner treats the known spend as a lower bound.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
-from modalscale.api import conditions as C
 from modalscale.api.budgetpolicy import ThresholdAction
-from modalscale.api.status import EnforcedServiceStatus, SpotServiceStatus, ThresholdStatus
 from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
-from modalscale.costmodel.ledger import LedgerFormatError, PodRun, ServiceObservation, format_time, parse_time
+from modalscale.costmodel.ledger import PodRun, ServiceObservation
 
 
 class BudgetState(str, enum.Enum):
@@ -152,17 +148,6 @@ class ThresholdRecord:
     last_alert_time: datetime | None = None
     alerted_period_start: datetime | None = None
 
-    def to_status(self) -> ThresholdStatus:
-        out: ThresholdStatus = {"percent": self.percent, "crossed": self.crossed}
-        if self.forecast:
-            out["forecast"] = True
-        if self.last_alert_time is not None:
-            out["lastAlertTime"] = format_time(self.last_alert_time)
-        if self.alerted_period_start is not None:
-            out["alertedPeriodStart"] = format_time(self.alerted_period_start)
-        return out
-
-
 @dataclass(frozen=True)
 class EnforcedService:
     """One item of ``status.enforcedServices``."""
@@ -173,11 +158,6 @@ class EnforcedService:
     max_replicas: int
     since: datetime
     dry_run: bool = False
-
-    def to_status(self) -> EnforcedServiceStatus:
-        return {"namespace": self.namespace, "name": self.name, "action": self.action.value,
-                "maxReplicas": self.max_replicas, "since": format_time(self.since), "dryRun": self.dry_run}
-
 
 class SpotState(str, enum.Enum):
     """``status.spotServices[].state``."""
@@ -215,29 +195,6 @@ class SpotRecord:
         """True when the service should run on Spot now (the Spot annotation is wanted)."""
         return self.state is SpotState.SPOT and not self.dry_run
 
-    def to_status(self) -> SpotServiceStatus:
-        out: SpotServiceStatus = {"namespace": self.namespace, "name": self.name,
-                                  "thresholdPercent": self.threshold_percent, "state": self.state.value,
-                                  "since": format_time(self.since), "dryRun": self.dry_run, "message": self.message}
-        if self.fallback_time is not None:
-            out["fallbackTime"] = format_time(self.fallback_time)
-        return out
-
-    @classmethod
-    def from_status(cls, item: Mapping[str, Any], path: str) -> "SpotRecord":
-        """Read one ``status.spotServices`` item; raises :class:`InvalidBudgetStatus` naming ``path``."""
-        try:
-            fallback = item.get("fallbackTime")
-            return cls(str(item["namespace"]), str(item["name"]), int(item["thresholdPercent"]),
-                       SpotState(item["state"]), parse_time(item.get("since"), f"{path}.since"),
-                       parse_time(fallback, f"{path}.fallbackTime") if fallback else None,
-                       bool(item.get("dryRun", False)), str(item.get("message", "")))
-        except LedgerFormatError as exc:
-            raise InvalidBudgetStatus(str(exc)) from None
-        except (KeyError, ValueError, TypeError, AttributeError) as exc:
-            raise InvalidBudgetStatus(f"{path}: {exc}") from None
-
-
 @dataclass(frozen=True)
 class AlertState:
     """What earlier evaluations decided, read back from status: the de-duplication input (and output).
@@ -261,58 +218,6 @@ class AlertState:
 
     def record(self, percent: int, forecast: bool = False) -> ThresholdRecord | None:
         return next((r for r in self.records if r.percent == percent and r.forecast == forecast), None)
-
-    @classmethod
-    def from_status(cls, status: Mapping[str, Any] | None) -> "AlertState":
-        """Read ``thresholds``, ``periodStart``, ``state`` and ``enforcedServices`` from ``status``.
-
-        Raises:
-            InvalidBudgetStatus: A field does not parse (message names it).
-        """
-        if not status:
-            return cls()
-        try:
-            records = []
-            for i, item in enumerate(status.get("thresholds") or []):
-                path = f"status.thresholds[{i}]"
-                if not isinstance(item, Mapping) or not isinstance(item.get("percent"), int):
-                    raise InvalidBudgetStatus(f"{path}.percent: expected an integer")
-                records.append(ThresholdRecord(
-                    percent=item["percent"], forecast=bool(item.get("forecast", False)),
-                    crossed=bool(item.get("crossed", False)),
-                    last_alert_time=parse_time(item["lastAlertTime"], f"{path}.lastAlertTime")
-                    if item.get("lastAlertTime") else None,
-                    alerted_period_start=parse_time(item["alertedPeriodStart"], f"{path}.alertedPeriodStart")
-                    if item.get("alertedPeriodStart") else None))
-            enforced = []
-            for i, item in enumerate(status.get("enforcedServices") or []):
-                path = f"status.enforcedServices[{i}]"
-                try:
-                    enforced.append(EnforcedService(
-                        str(item["namespace"]), str(item["name"]), ThresholdAction(item["action"]),
-                        int(item.get("maxReplicas", 0)), parse_time(item.get("since"), f"{path}.since"),
-                        bool(item.get("dryRun", False))))
-                except (KeyError, ValueError, TypeError) as exc:
-                    if isinstance(exc, LedgerFormatError):
-                        raise
-                    raise InvalidBudgetStatus(f"{path}: {exc}") from None
-            spot = tuple(SpotRecord.from_status(item, f"status.spotServices[{i}]")
-                         for i, item in enumerate(status.get("spotServices") or []))
-            start = status.get("periodStart")
-            state = status.get("state")
-            ready = next((c for c in status.get("conditions") or []
-                          if isinstance(c, Mapping) and c.get("type") == C.READY), None)
-            blind = state == BudgetState.UNKNOWN.value or (ready is not None
-                                                           and ready.get("reason") == C.GOVERNANCE_BLIND)
-            return cls(tuple(records), parse_time(start, "status.periodStart") if start else None,
-                       BudgetState(state) if state else None, tuple(enforced), blind, spot)
-        except LedgerFormatError as exc:
-            raise InvalidBudgetStatus(str(exc)) from None
-        except ValueError as exc:
-            if isinstance(exc, InvalidBudgetStatus):
-                raise
-            raise InvalidBudgetStatus(f"status.state: {exc}") from None
-
 
 __all__ = ["AlertState", "BudgetState", "EnforcedService", "InvalidBudgetStatus", "PolicyRef", "ServiceState",
            "SpotRecord", "SpotState", "ThresholdRecord", "service_state"]

@@ -38,14 +38,10 @@ from modalscale import GROUP, VERSION
 from modalscale.api.annotations import ACTIVATION_ANNOTATION, activation_requested_at, budget_cap
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
-from modalscale.autoscaler.policy import ScalerState, ScalingMode, ScalingPolicy, activate, recommend
+from modalscale.api.isvc_status import ScalerState, read_isvc_status
+from modalscale.autoscaler.policy import ScalingMode, ScalingPolicy, activate, recommend
 from modalscale.operator.autoscale.observe import build_observation, demand_from_gateway
-from modalscale.operator.autoscale.plan import (
-    compress_recommendations,
-    plan_activation,
-    plan_autoscale,
-    state_from_status,
-)
+from modalscale.operator.autoscale.plan import compress_recommendations, plan_activation, plan_autoscale
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.isvc.plan import ModelReferenceError
@@ -86,14 +82,14 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
     if policy.mode == ScalingMode.FIXED:
         return state, interval
     if state is None:
-        state = state_from_status(raw.get("status"))
+        state = read_isvc_status(raw).scaler_state
     ref = spec.model.cost_model_config_map
     if ref or policy.mode == ScalingMode.PREDICTIVE:
         model, model_status = rt.models.load(namespace, ref, spec.model.cost_model_key)
     else:
         model, model_status = None, None
     reading = rt.reader.read(namespace, name, spec.model.name, deps.clock(),
-                             gateway=demand_from_gateway(spec.gateway.enabled, raw.get("status")))
+                             gateway=demand_from_gateway(spec.gateway.enabled, read_isvc_status(raw)))
 
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)
@@ -111,7 +107,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
             budget_max_replicas=budget_cap(raw["metadata"].get("annotations"))[0],
             now=now)
         decision = recommend(observation, policy, state, model, now)
-        plan = plan_autoscale(raw.get("status"), decision, reading, model_status,
+        plan = plan_autoscale(read_isvc_status(raw), decision, reading, model_status,
                               generation=int(raw["metadata"].get("generation") or 0), now=now,
                               utilization_ratio=observation.utilization_ratio,
                               refresh_s=max(60.0, 4 * interval))
@@ -120,12 +116,12 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
                         decision.desired_replicas, observation.current_replicas, decision.reason.value,
                         decision.mode_used.value, decision.message)
             try:  # one status patch (decision + InferenceService status), then the Deployment's replicas
-                scale_isvc(deps, raw, decision, plan.status_patch, logger)
+                scale_isvc(deps, raw, decision, plan.status, logger)
             except (InvalidSpec, ModelReferenceError):
                 pass  # scale_isvc recorded it in status and an Event; the decision stays in status
         else:
-            deps.writer.patch_status(ISVC_PLURAL, namespace, name, plan.status_patch)
-            if "autoscaler" in plan.status_patch:
+            deps.writer.patch_isvc_status(namespace, name, plan.status, plan.stored)
+            if plan.status.autoscaler is not None:
                 logger.info("Held replicas for InferenceService: replicas=%d reason=%s valid=%s metrics=%s %s",
                             observation.current_replicas, decision.reason.value, decision.valid,
                             plan.metrics_reason, decision.message)
@@ -138,10 +134,10 @@ def activation_pending(body: Any) -> bool:
     """Whether an InferenceService's body (a watch event's) may need an activation (pure, reads nothing): an
     activation request newer than the last scale to zero while the status says 0 desired replicas."""
     requested = activation_requested_at((body.get("metadata") or {}).get("annotations"))
-    status = body.get("status") or {}
-    if requested is None or status.get("desiredReplicas") not in (0, None):
+    status = read_isvc_status(body)
+    if requested is None or status.desired_replicas not in (0, None):
         return False
-    zero_at = state_from_status(status).scaled_to_zero_at
+    zero_at = status.scaler_state.scaled_to_zero_at
     return zero_at is None or requested > zero_at
 
 
@@ -168,21 +164,22 @@ def activate_once(deps: Deps, namespace: str, name: str,
             return
         annotations = raw["metadata"].get("annotations")
         now = deps.clock()
+        stored = read_isvc_status(raw)
         decision = activate(int((deployment.get("spec") or {}).get("replicas") or 0),
-                            activation_requested_at(annotations), state_from_status(raw.get("status")),
+                            activation_requested_at(annotations), stored.scaler_state,
                             ScalingPolicy.from_typed(spec.scaling, spec.runtime), budget_cap(annotations)[0], now)
         if decision is None:
             return
-        patch = plan_activation(raw.get("status"), decision, now)
+        part = plan_activation(stored, decision, now)
         if not decision.valid:
-            deps.writer.patch_status(ISVC_PLURAL, namespace, name, patch)
+            deps.writer.patch_isvc_status(namespace, name, part, stored)
             logger.info("Held an activation of InferenceService: reason=%s %s", decision.reason.value,
                         decision.message)
             return
         logger.info("Activated InferenceService: desired=%d reason=%s %s", decision.desired_replicas,
                     decision.reason.value, decision.message)
         try:
-            scale_isvc(deps, raw, decision, patch, logger)
+            scale_isvc(deps, raw, decision, part, logger)
         except (InvalidSpec, ModelReferenceError):
             pass  # scale_isvc recorded it in status and an Event
 

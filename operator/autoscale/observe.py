@@ -107,10 +107,10 @@ too), else than Prometheus has.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
 from typing import Any
 
 from modalscale.api.conditions import PROMETHEUS_NOT_CONFIGURED, PROMETHEUS_UNREACHABLE
+from modalscale.api.isvc_status import IsvcStatus
 from modalscale.autoscaler.metrics_parse import SERIES_IDENTITY_LABELS, STABLE_WINDOW_S, parse_answers
 from modalscale.autoscaler.metrics_reading import MetricsReading, unavailable
 from modalscale.autoscaler.policy import Observation
@@ -120,7 +120,7 @@ GATEWAY_COMPONENT = "gateway"
 """Value of the scrape label ``component`` on the request gateway's series (chart PodMonitor and devenv)."""
 
 
-def demand_from_gateway(gateway_enabled: bool, status: Mapping[str, Any] | None) -> bool:
+def demand_from_gateway(gateway_enabled: bool, status: IsvcStatus) -> bool:
     """Whether demand is read from the gateway's series: where the Service ``<name>`` sends requests.
 
     The plan switches the Service to the gateway pods only while ``spec.gateway.enabled`` and a gateway pod is
@@ -131,10 +131,9 @@ def demand_from_gateway(gateway_enabled: bool, status: Mapping[str, Any] | None)
 
     Args:
         gateway_enabled: ``spec.gateway.enabled``.
-        status: The InferenceService's ``status`` (None or missing keys: no gateway pod Ready).
+        status: The InferenceService's status (``read_isvc_status``; no ``gateway``: no gateway pod Ready).
     """
-    if not gateway_enabled:
-        return False
+    return gateway_enabled and status.ready_gateway_pods > 0
     gateway = (status or {}).get("gateway") or {}
     try:
         return int(gateway.get("readyReplicas") or 0) > 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,9 +26,9 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     NO_SERVICE_METRICS,
     STALE_METRICS,
 )
-from modalscale.api.status import AutoscalerStateStatus, AutoscalerStatus
+from modalscale.api.isvc_status import AutoscalerRecord, IsvcStatus, ScalerState, write_isvc_status
 from modalscale.autoscaler.metrics_reading import MetricsReading
-from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
+from modalscale.autoscaler.policy import Decision, Reason, ScalingMode
 from modalscale.operator import conditions as cond
 
 MAX_RECOMMENDATIONS = 240
@@ -56,30 +55,24 @@ class AutoscalePlan:
     """What to write after one decision.
 
     Attributes:
-        status_patch: Merge patch of ``status`` (``{}`` = nothing to write).
+        status: The autoscaler's part of the status (``desiredReplicas``, ``autoscaler``, ``conditions``; a field
+            left None is not written).
+        stored: The status the decision was planned on (the base of the merge patch).
         desired_changed: ``status.desiredReplicas`` changes: reconcile at once so the Deployment follows.
         metrics_available: Whether the metrics of the mode used were read.
         metrics_reason: The ``MetricsAvailable`` reason.
     """
 
-    status_patch: dict[str, Any]
+    status: IsvcStatus
+    stored: IsvcStatus
     desired_changed: bool
     metrics_available: bool
     metrics_reason: str
 
-
-def _time(value: dt.datetime) -> str:
-    return cond.rfc3339(value)
-
-
-def _parse_time(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
+    @property
+    def status_patch(self) -> dict[str, Any]:
+        """The merge patch the writer sends (``{}`` = nothing to write): ``write_isvc_status(status, stored)``."""
+        return write_isvc_status(self.status, self.stored)
 
 
 def compress_recommendations(state: ScalerState, max_items: int = MAX_RECOMMENDATIONS) -> ScalerState:
@@ -96,51 +89,6 @@ def compress_recommendations(state: ScalerState, max_items: int = MAX_RECOMMENDA
         else:
             kept.append((t, r))
     return replace(state, recommendations=tuple(kept[-max_items:]))
-
-
-def state_to_status(state: ScalerState) -> AutoscalerStateStatus:
-    """``ScalerState`` as ``status.autoscaler.state`` (camelCase, RFC 3339 times)."""
-    out: AutoscalerStateStatus = {
-        "recommendations": [{"time": _time(t), "replicas": int(r)} for t, r in state.recommendations],
-        "serviceScale": round(float(state.service_scale), 6),
-        "latencyScale": round(float(state.latency_scale), 6),
-    }
-    if state.last_change_at is not None:
-        out["lastChangeTime"] = _time(state.last_change_at)
-    if state.in_flight_history:
-        out["inFlightHistory"] = [round(float(v), 3) for v in state.in_flight_history[-2:]]
-    if state.idle_since is not None:
-        out["idleSince"] = _time(state.idle_since)
-    if state.scaled_to_zero_at is not None:
-        out["scaledToZeroTime"] = _time(state.scaled_to_zero_at)
-    return out
-
-
-def state_from_status(status: Mapping[str, Any] | None) -> ScalerState:
-    """The ``ScalerState`` stored in ``status.autoscaler.state``; a fresh state for anything malformed."""
-    block = ((status or {}).get("autoscaler") or {}).get("state")
-    if not isinstance(block, Mapping):
-        return ScalerState()
-    recs = []
-    for item in block.get("recommendations") or []:
-        when = _parse_time((item or {}).get("time")) if isinstance(item, Mapping) else None
-        replicas = item.get("replicas") if isinstance(item, Mapping) else None
-        if when is None or not isinstance(replicas, int) or replicas < 0:
-            return ScalerState()
-        recs.append((when, replicas))
-
-    def scale(key: str) -> float:
-        v = block.get(key, 1.0)
-        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else 1.0
-
-    history = block.get("inFlightHistory") or []
-    in_flight = tuple(float(v) for v in history[-2:] if isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
-                      ) if isinstance(history, list) else ()
-    return ScalerState(recommendations=tuple(recs), service_scale=scale("serviceScale"),
-                       latency_scale=scale("latencyScale"), last_change_at=_parse_time(block.get("lastChangeTime")),
-                       in_flight_history=in_flight if len(in_flight) == len(history[-2:]) else (),
-                       idle_since=_parse_time(block.get("idleSince")),
-                       scaled_to_zero_at=_parse_time(block.get("scaledToZeroTime")))
 
 
 def status_features(decision: Decision, reading: MetricsReading,
@@ -178,13 +126,13 @@ def metrics_outcome(decision: Decision, reading: MetricsReading) -> tuple[bool, 
     return True, METRICS_READ, (f"read {reading.targets_up} scrape target(s) for {decision.mode_used.value} mode")
 
 
-def plan_autoscale(status: Mapping[str, Any] | None, decision: Decision, reading: MetricsReading,
+def plan_autoscale(status: IsvcStatus, decision: Decision, reading: MetricsReading,
                    service_time_model: ServiceTimeModelStatus | None, *, generation: int, now: dt.datetime,
                    utilization_ratio: float | None = None, refresh_s: float = 60.0) -> AutoscalePlan:
     """Decide the status writes of one autoscaler decision (pure).
 
     Args:
-        status: The InferenceService's ``status`` as read now.
+        status: The InferenceService's status as read now (``read_isvc_status``).
         decision: From ``recommend``; its ``state`` is stored (compressed).
         reading: The metrics reading behind it.
         service_time_model: Outcome of loading the service-time model; None leaves ``CostModelLoaded`` alone.
@@ -195,63 +143,43 @@ def plan_autoscale(status: Mapping[str, Any] | None, decision: Decision, reading
     Returns:
         The plan; an invalid decision never changes ``desiredReplicas``.
     """
-    current = dict(status or {})
-    old = current.get("autoscaler") or {}
+    old = status.autoscaler or AutoscalerRecord()
     available, reason, message = metrics_outcome(decision, reading)
-    patch: dict[str, Any] = {}
-
-    old_desired = current.get("desiredReplicas")
-    desired_changed = decision.valid and old_desired != decision.desired_replicas
-    if desired_changed:
-        patch["desiredReplicas"] = int(decision.desired_replicas)
-
-    block: AutoscalerStatus = {
-        "mode": decision.mode_used.value,
-        "valid": bool(decision.valid),
-        "reason": decision.reason.value,
-        "message": decision.message[:MESSAGE_CHARS],
-        "lastDecisionTime": _time(now),
-        "metricsAvailable": available,
-        "features": status_features(decision, reading, utilization_ratio),
-        "state": state_to_status(compress_recommendations(decision.state)),
-    }
-    last = _parse_time(old.get("lastDecisionTime"))
-    outcome_changed = any(old.get(k) != block[k] for k in ("mode", "valid", "reason", "metricsAvailable"))
+    desired_changed = decision.valid and status.desired_replicas != decision.desired_replicas
+    block = AutoscalerRecord(
+        mode=decision.mode_used.value, valid=bool(decision.valid), reason=decision.reason.value,
+        message=decision.message[:MESSAGE_CHARS], last_decision_time=now.replace(microsecond=0),
+        metrics_available=available, features=status_features(decision, reading, utilization_ratio),
+        state=compress_recommendations(decision.state))
+    outcome_changed = (old.mode, old.valid, old.reason, old.metrics_available) != (
+        block.mode, block.valid, block.reason, block.metrics_available)
+    last = old.last_decision_time
     stale = last is None or (now - last).total_seconds() >= refresh_s
-    if desired_changed or outcome_changed or stale:
-        # status is merge-patched: a feature of the stored block that this decision lacks is removed explicitly
-        # (else the keys of successive decisions pile up past the CRD's 32 and every status write is refused).
-        gone = {k: None for k in old.get("features") or {} if k not in block["features"]}
-        patch["autoscaler"] = {**block, "features": {**block["features"], **gone}} if gone else block
 
     wanted = [cond.Condition(METRICS_AVAILABLE, cond.TRUE if available else cond.FALSE, reason, message)]
     if service_time_model is not None:
         wanted.append(cond.Condition(COST_MODEL_LOADED, cond.TRUE if service_time_model.loaded else cond.FALSE,
                                      service_time_model.reason, service_time_model.message))
-    old_conditions = current.get("conditions") or []
+    old_conditions = list(status.conditions or ())
     new_conditions = cond.upsert(old_conditions, wanted, generation, now)
-    if new_conditions != old_conditions:
-        patch["conditions"] = new_conditions
-    return AutoscalePlan(status_patch=patch, desired_changed=desired_changed, metrics_available=available,
+    part = IsvcStatus(desired_replicas=int(decision.desired_replicas) if desired_changed else None,
+                      autoscaler=block if desired_changed or outcome_changed or stale else None,
+                      conditions=tuple(new_conditions) if new_conditions != old_conditions else None)
+    return AutoscalePlan(status=part, stored=status, desired_changed=desired_changed, metrics_available=available,
                          metrics_reason=reason)
 
 
-def plan_activation(status: Mapping[str, Any] | None, decision: Decision, now: dt.datetime) -> dict[str, Any]:
-    """The status patch of an activation decision (``modalscale.autoscaler.policy.activate``; pure).
+def plan_activation(status: IsvcStatus, decision: Decision, now: dt.datetime) -> IsvcStatus:
+    """The autoscaler's status part of an activation decision (``modalscale.autoscaler.policy.activate``; pure).
 
     A valid decision sets ``desiredReplicas``; both kinds rewrite ``status.autoscaler`` (reason, message, time,
     features, state) and keep what only a metrics reading knows (``metricsAvailable``; the ``MetricsAvailable``
     and ``CostModelLoaded`` conditions are left alone: no metrics were read).
     """
-    old = dict((status or {}).get("autoscaler") or {})
-    block = {**old, "mode": decision.mode_used.value, "valid": bool(decision.valid),
-             "reason": decision.reason.value, "message": decision.message[:MESSAGE_CHARS],
-             "lastDecisionTime": _time(now),
-             "features": {k: round(float(v), 4) for k, v in sorted(decision.features.items()) if math.isfinite(v)},
-             "state": state_to_status(compress_recommendations(decision.state))}
-    gone = {k: None for k in old.get("features") or {} if k not in block["features"]}
-    block["features"] = {**block["features"], **gone}
-    patch: dict[str, Any] = {"autoscaler": block}
-    if decision.valid:
-        patch["desiredReplicas"] = int(decision.desired_replicas)
-    return patch
+    block = replace(status.autoscaler or AutoscalerRecord(), mode=decision.mode_used.value,
+                    valid=bool(decision.valid), reason=decision.reason.value,
+                    message=decision.message[:MESSAGE_CHARS], last_decision_time=now.replace(microsecond=0),
+                    features={k: round(float(v), 4) for k, v in sorted(decision.features.items())
+                              if math.isfinite(v)},
+                    state=compress_recommendations(decision.state))
+    return IsvcStatus(desired_replicas=int(decision.desired_replicas) if decision.valid else None, autoscaler=block)

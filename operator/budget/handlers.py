@@ -54,6 +54,7 @@ from kubernetes.client.exceptions import ApiException
 from modalscale import GROUP, VERSION
 from modalscale.api.conditions import ENFORCEMENT_LIFTED
 from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, trim_history
+from modalscale.costmodel.budget.status import read_budget_status
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator.budget.delivery import (
@@ -213,7 +214,7 @@ def _report(deps: Deps, policy: dict[str, Any], plan: PolicyPlan, logger: Log) -
     if plan.budget is not None and plan.status_patch:
         b = plan.budget
         logger.info("Evaluated BudgetPolicy: state=%s spent_usd=%s limit_usd=%s enforced=%d alerts=%d",
-                    b.state.value, plan.status_patch.get("spent", (policy.get("status") or {}).get("spent")),
+                    b.state.value, b.spent_usd,
                     b.limit_usd, len(b.enforced_services), len(plan.alerts))
 
 
@@ -328,7 +329,7 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
         uid = body["metadata"].get("uid")
         if uid not in runtime.wake:
             return
-        if body["metadata"].get("generation") != (body.get("status") or {}).get("observedGeneration"):
+        if body["metadata"].get("generation") != read_budget_status(body).observed_generation:
             runtime.wake[uid].set()
 
     # No finalizer (on.event, not on.delete): a pod's deletion is never held up by the operator. A pod deleted

@@ -111,29 +111,28 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.api.quantities import InvalidQuantity
-from modalscale.api.status import BudgetPolicyStatus
+from modalscale.api.status import ConditionStatus
 from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
 from modalscale.costmodel.budget import (
     AlertKind,
     AlertState,
     BudgetAlert,
     BudgetPlan,
-    InvalidBudgetStatus,
+    EnforcedService,
     PolicyRef,
     ServiceState,
     SpotRecord,
     SpotState,
     TenantRejection,
     TenantSpend,
-    rejections_from_status,
     service_state,
     spend_anomaly_alert,
     tenant_spend,
 )
+from modalscale.costmodel.budget.status import BudgetStatus, read_budget_status, status_of_plan, write_budget_status
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
 from modalscale.costmodel.evaluation import evaluate_budget
 from modalscale.costmodel.ledger import Ledger, LedgerFormatError, PodRun, parse_time
-from modalscale.costmodel.money import parse_usd
 from modalscale.costmodel.outbox import (
     Abandoned,
     Attempt,
@@ -144,17 +143,12 @@ from modalscale.costmodel.outbox import (
     enqueue,
     next_due_s,
     outbox_after,
-    outbox_from_status,
 )
 from modalscale.costmodel.periods import period_bounds
 from modalscale.costmodel.showback import ServiceWindow, TenantUsage
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
-from modalscale.operator.budget.spend_anomalies import (
-    HistoryRead,
-    anomaly_state_from_status,
-    anomaly_state_to_status,
-)
+from modalscale.operator.budget.spend_anomalies import HistoryRead
 from modalscale.operator.isvc.objects import SELECTOR_LABEL
 from modalscale.operator.isvc.plan import running_replicas
 
@@ -280,11 +274,7 @@ def observed_namespaces(policy: Mapping[str, Any], admin_namespaces: Collection[
     listed = [n for n in selector.get("namespaces") or [] if isinstance(n, str)]
     refused = set(refused_namespaces(ns, listed, admin_namespaces))
     wanted = [n for n in listed if n not in refused] or [ns]
-    status = policy.get("status") or {}
-    for item in [*(status.get("enforcedServices") or []), *(status.get("spotServices") or []),
-                 *(status.get("rejectedTenants") or [])]:
-        if isinstance(item, Mapping) and isinstance(item.get("namespace"), str):
-            wanted.append(item["namespace"])
+    wanted += read_budget_status(policy).held_namespaces
     return tuple(sorted(set(wanted)))
 
 
@@ -476,26 +466,6 @@ def heartbeat_s(interval_s: int) -> int:
     return max(HEARTBEAT_MIN_S, 10 * interval_s)
 
 
-def _material(status: Mapping[str, Any]) -> dict[str, Any]:
-    """``status`` without what only the clock moves (see the module docstring)."""
-    out = {k: v for k, v in status.items() if k not in ("lastEvaluationTime", "tenantSpent") and v is not None}
-    ledger = out.get("ledger")
-    if isinstance(ledger, Mapping):
-        out["ledger"] = {"services": [{k: v for k, v in s.items() if k != "spent"} if isinstance(s, Mapping) else s
-                                      for s in ledger.get("services") or []]}
-    return out
-
-
-def _due(status: Mapping[str, Any], interval_s: int, now: dt.datetime) -> bool:
-    last = status.get("lastEvaluationTime")
-    if not last:
-        return True
-    try:
-        return (now - parse_time(last, "status.lastEvaluationTime")).total_seconds() >= heartbeat_s(interval_s)
-    except LedgerFormatError:
-        return True
-
-
 def _interval(policy: Mapping[str, Any]) -> int:
     value = (policy.get("spec") or {}).get("evaluationIntervalSeconds", 60)
     return value if isinstance(value, int) and 1 <= value <= 3600 else 60
@@ -514,7 +484,7 @@ def _events_for(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any
     return events
 
 
-def _alert_condition(current: list[dict[str, Any]], update: OutboxUpdate,
+def _alert_condition(current: list[ConditionStatus], update: OutboxUpdate,
                      abandoned: Sequence[Abandoned] = ()) -> cond.Condition:
     """``AlertDelivered`` from the outbox after this evaluation's rounds (see the module docstring)."""
     if abandoned:
@@ -551,62 +521,54 @@ def _abandoned_events(events: list[tuple[str, str, str]], abandoned: Sequence[Ab
 
 
 def _hold(policy: Mapping[str, Any], reason: str, message: str, attempts: Sequence[Attempt],
-          now: dt.datetime, in_flight: Collection[OutboxKey]) -> PolicyPlan:
+          now: dt.datetime, in_flight: Collection[OutboxKey], stored: BudgetStatus | None = None) -> PolicyPlan:
     """Spec or status unreadable: report it, change nothing else (enforcement in force is held, nothing is sent).
 
     Finished rounds are still applied to a readable outbox (expiry by period only: the targets are unknown).
     """
-    status = dict(policy.get("status") or {})
+    status = read_budget_status(policy) if stored is None else stored
     generation = int(policy["metadata"].get("generation") or 0)
-    old = list(status.get("conditions") or [])
-    desired: BudgetPolicyStatus = {"observedGeneration": generation}
+    old = list(status.conditions)
     wanted = [cond.Condition(READY, cond.FALSE, reason, message)]
     abandoned: tuple[Abandoned, ...] = ()
-    try:
-        outbox = outbox_from_status(status, PolicyRef(policy["metadata"]["namespace"], policy["metadata"]["name"]))
-    except InvalidBudgetStatus:
-        outbox = None
-    if outbox is not None:
-        update = outbox_after(outbox, attempts, now, None, in_flight)
-        abandoned = update.abandoned
-        desired["pendingAlerts"] = [e.to_status() for e in update.pending]
+    pending: tuple[PendingAlert, ...] = ()
+    if status.outbox is not None:
+        update = outbox_after(status.outbox, attempts, now, None, in_flight)
+        abandoned, pending = update.abandoned, tuple(update.pending)
         wanted.append(_alert_condition(old, update, abandoned))
     conditions = cond.upsert(old, wanted, generation, now)
-    desired["conditions"] = conditions
-    patch = cond.status_patch({"pendingAlerts": [], **status}, desired)
+    patch = write_budget_status(
+        BudgetStatus(observed_generation=generation, outbox=pending, conditions=tuple(conditions)), policy,
+        only=("observedGeneration", "conditions", *(("pendingAlerts",) if status.outbox is not None else ())))
     events = _abandoned_events(_events_for(old, conditions), abandoned) if patch else []
     return PolicyPlan([], patch, events, interval_s=_interval(policy))
 
 
-def _enforcement_events(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+def _enforcement_events(before: Sequence[EnforcedService], after: Sequence[EnforcedService]
                         ) -> list[tuple[str, str, str]]:
-    def key(e: Mapping[str, Any]) -> tuple[str, str]:
-        return (str(e.get("namespace")), str(e.get("name")))
-
-    old = {key(e): e for e in before}
-    new = {key(e): e for e in after}
+    old = {(e.namespace, e.name): e for e in before}
+    new = {(e.namespace, e.name): e for e in after}
     events = []
     for k, e in new.items():
         prev = old.get(k)
-        if prev is None or (prev.get("action"), prev.get("maxReplicas"), prev.get("dryRun")) != (
-                e.get("action"), e.get("maxReplicas"), e.get("dryRun")):
-            dry = " (dry run, not applied)" if e.get("dryRun") else ""
+        if prev is None or (prev.action, prev.max_replicas, prev.dry_run) != (e.action, e.max_replicas, e.dry_run):
+            dry = " (dry run, not applied)" if e.dry_run else ""
             events.append(("Warning", BUDGET_ENFORCED,
-                           f"{e['action']} InferenceService {k[0]}/{k[1]} to at most {e['maxReplicas']} "
+                           f"{e.action.value} InferenceService {k[0]}/{k[1]} to at most {e.max_replicas} "
                            f"replica(s){dry}"))
     for k in old.keys() - new.keys():
         events.append(("Normal", ENFORCEMENT_LIFTED, f"Budget cap lifted from InferenceService {k[0]}/{k[1]}"))
     return events
 
 
-def _reject_events(before: Sequence[Mapping[str, Any]], after: Sequence[TenantRejection]
+def _reject_events(before: Sequence[TenantRejection], after: Sequence[TenantRejection]
                    ) -> list[tuple[str, str, str]]:
     """One Event per service whose set of refused tenants changed: ``TenantsRejected`` naming the tenants added,
     ``TenantsAdmitted`` naming those lifted."""
     old: dict[tuple[str, str], set[str]] = {}
     for e in before:
-        if isinstance(e, Mapping) and not e.get("dryRun"):
-            old.setdefault((str(e.get("namespace")), str(e.get("name"))), set()).add(str(e.get("tenant")))
+        if not e.dry_run:
+            old.setdefault((e.namespace, e.name), set()).add(e.tenant)
     new: dict[tuple[str, str], set[str]] = {}
     until: dict[tuple[str, str], dt.datetime] = {}
     for r in after:
@@ -638,9 +600,9 @@ def _spot_condition(spot: Sequence[SpotRecord], skipped: Sequence[str]) -> cond.
     return cond.Condition(SPOT_FALLBACK, cond.FALSE, SPOT_AVAILABLE if on_spot else NO_SPOT_SWITCH, message)
 
 
-def _spot_events(before: Sequence[Mapping[str, Any]], after: Sequence[SpotRecord]) -> list[tuple[str, str, str]]:
+def _spot_events(before: Sequence[SpotRecord], after: Sequence[SpotRecord]) -> list[tuple[str, str, str]]:
     """One Event per service switched to Spot, fallen back to on-demand, or released, at the transition."""
-    old = {(str(e.get("namespace")), str(e.get("name"))): e.get("state") for e in before if isinstance(e, Mapping)}
+    old = {(e.namespace, e.name): e.state.value for e in before}
     events = []
     for r in after:
         prev = old.pop((r.namespace, r.name), None)
@@ -672,35 +634,22 @@ class _Stored:
     """``status.tenantSpent`` and the ``status.periodStart`` it belongs to."""
 
 
-def _read_stored(policy: Mapping[str, Any], status: Mapping[str, Any], ref: PolicyRef,
-                 attempts: Sequence[Attempt], now: dt.datetime, in_flight: Collection[OutboxKey]
-                 ) -> tuple[BudgetSpec, _Stored] | PolicyPlan:
+def _read_stored(policy: Mapping[str, Any], ref: PolicyRef, attempts: Sequence[Attempt], now: dt.datetime,
+                 in_flight: Collection[OutboxKey]) -> tuple[BudgetSpec, BudgetStatus, _Stored] | PolicyPlan:
     """The parsed spec and what the status holds (ledger, alert state, outbox, spend-anomaly state); when either
     cannot be read, the :func:`_hold` plan that reports it instead (``InvalidSpec`` / ``InvalidStatus``)."""
+    status = read_budget_status(policy, ref)
     try:
         spec = parse_budget_spec(policy.get("spec") or {})
     except InvalidBudgetSpec as exc:
-        return _hold(policy, INVALID_SPEC, str(exc), attempts, now, in_flight)
-    try:
-        ledger = Ledger.from_status(status.get("ledger"), status.get("periodStart"))
-        return spec, _Stored(ledger, AlertState.from_status(status), outbox_from_status(status, ref),
-                             anomaly_state_from_status(status), rejections_from_status(status),
-                             _tenant_held(status, ledger.period_start))
-    except (LedgerFormatError, InvalidBudgetStatus) as exc:
-        return _hold(policy, INVALID_STATUS, f"{exc}; fix or clear the status by hand (spend is not reset "
-                                             f"automatically)", attempts, now, in_flight)
-
-
-def _tenant_held(status: Mapping[str, Any], period_start: dt.datetime | None) -> tuple[Decimal, dt.datetime | None]:
-    """``status.tenantSpent`` (exact USD) and its period; raises :class:`InvalidBudgetStatus` when it does not
-    parse."""
-    raw = status.get("tenantSpent")
-    if raw is None:
-        return Decimal(0), None
-    try:
-        return parse_usd(raw, "status.tenantSpent"), period_start
-    except ValueError as exc:
-        raise InvalidBudgetStatus(str(exc)) from None
+        return _hold(policy, INVALID_SPEC, str(exc), attempts, now, in_flight, status)
+    if status.problem is not None or status.outbox is None or status.ledger is None:
+        return _hold(policy, INVALID_STATUS, f"{status.problem}; fix or clear the status by hand (spend is not "
+                                             f"reset automatically)", attempts, now, in_flight, status)
+    tenant = status.tenant_spent_usd
+    return spec, status, _Stored(status.ledger, status.alert_state, status.outbox, status.anomaly_state,
+                                 status.rejections, (Decimal(0), None) if tenant is None
+                                 else (tenant, status.ledger.period_start))
 
 
 def reject_annotation_values(ref: PolicyRef, rejections: Sequence[TenantRejection]) -> dict[tuple[str, str], str]:
@@ -812,7 +761,7 @@ def _ready_and_exceeded(plan: BudgetPlan, spec: BudgetSpec, ns: str, n: int, ref
 
 
 def _wanted_conditions(ready: cond.Condition, exceeded: cond.Condition, plan: BudgetPlan, spec: BudgetSpec,
-                       old_conditions: list[dict[str, Any]], update: OutboxUpdate,
+                       old_conditions: list[ConditionStatus], update: OutboxUpdate,
                        history_read: HistoryRead | None) -> list[cond.Condition]:
     """Every condition this evaluation writes: Ready, BudgetExceeded, AlertDelivered, then SpotFallback (only for
     policies that use SwitchToSpot, or did: the condition then says it is over) and SpendAnomalyHistory (only
@@ -828,30 +777,19 @@ def _wanted_conditions(ready: cond.Condition, exceeded: cond.Condition, plan: Bu
     return wanted
 
 
-def _status_patch(status: Mapping[str, Any], desired: Mapping[str, Any], interval_s: int, now: dt.datetime
-                  ) -> dict[str, Any]:
-    """The merge patch from the stored status to ``desired``; ``{}`` unless something material changed or the
-    heartbeat is due (:func:`heartbeat_s`)."""
-    stored = {"pendingAlerts": [], "spotServices": [], "spendAnomalies": [], "rejectedTenants": [], **status}
-    merged = {**stored, **desired}
-    write = _material(merged) != _material(stored) or _due(status, interval_s, now)
-    return cond.status_patch(stored, desired) if write else {}
-
-
-def _policy_events(status: Mapping[str, Any], desired: Mapping[str, Any], old_conditions: list[dict[str, Any]],
+def _policy_events(stored: BudgetStatus, conditions: list[ConditionStatus], old_conditions: list[ConditionStatus],
                    ready: cond.Condition, plan: BudgetPlan, alerts: Sequence[BudgetAlert],
                    abandoned: Sequence[Abandoned]) -> list[tuple[str, str, str]]:
     """The Events of an evaluation that writes its status: condition transitions, ``NoServicesSelected`` once on
     the way in, enforcement and Spot transitions, one per alert, and the abandoned deliveries."""
-    conditions = desired["conditions"]
     events = _events_for(old_conditions, conditions)
     old_ready = cond.get(old_conditions, READY) or {}
     if ready.reason == NO_SERVICES_SELECTED and old_ready.get("reason") != NO_SERVICES_SELECTED:
         events = [e for e in events if e[1] != NO_SERVICES_SELECTED]
         events.append(("Warning", NO_SERVICES_SELECTED, ready.message))  # once, on the way in
-    events += _enforcement_events(status.get("enforcedServices") or [], desired["enforcedServices"])
-    events += _spot_events(status.get("spotServices") or [], plan.spot)
-    events += _reject_events(status.get("rejectedTenants") or [], plan.rejections)
+    events += _enforcement_events(stored.alert_state.enforced, plan.enforced_services)
+    events += _spot_events(stored.alert_state.spot, plan.spot)
+    events += _reject_events(stored.rejections, plan.rejections)
     for alert in alerts:
         events.append(("Normal" if alert.kind is AlertKind.RECOVERED else "Warning", alert.kind.value,
                        alert.title))
@@ -891,7 +829,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     4. :func:`burn_samples` and :func:`_spend_anomalies`: the spend anomalies and their alert;
     5. :func:`_outbox_update`: the outbox after finished rounds, expiry and this evaluation's alerts;
     6. :func:`_ready_and_exceeded` and :func:`_wanted_conditions`: the conditions;
-    7. :func:`_status_patch` and :func:`_policy_events`: the status patch and, when it writes, the Events.
+    7. ``write_budget_status`` and :func:`_policy_events`: the status patch and, when it writes, the Events.
 
     Args:
         policy: The BudgetPolicy as stored now (``metadata``, ``spec``, ``status``; camelCase).
@@ -918,12 +856,11 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     meta = policy["metadata"]
     ns, name = meta["namespace"], meta["name"]
     ref = PolicyRef(ns, name)
-    status = dict(policy.get("status") or {})
     generation = int(meta.get("generation") or 0)
-    read = _read_stored(policy, status, ref, attempts, now, in_flight)                               # 1
+    read = _read_stored(policy, ref, attempts, now, in_flight)                               # 1
     if isinstance(read, PolicyPlan):
         return read
-    spec, stored = read
+    spec, status, stored = read
 
     refused = refused_namespaces(ns, spec.selector.namespaces, admin_namespaces)                    # 2
     services = [s for s in selected_services(spec, ns, observed, catalog) if s.namespace not in refused]
@@ -937,17 +874,15 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
                                              anomaly_config, history_read)
     update = _outbox_update(stored.outbox, attempts, alerts, spec, now, in_flight)                   # 5
 
-    old_conditions = list(status.get("conditions") or [])                                            # 6
+    old_conditions = list(status.conditions)                                            # 6
     ready, exceeded = _ready_and_exceeded(plan, spec, ns, len(services), refused)
     conditions = cond.upsert(old_conditions, _wanted_conditions(ready, exceeded, plan, spec, old_conditions,
                                                                 update, history_read), generation, now)
 
-    desired: BudgetPolicyStatus = {"observedGeneration": generation, **plan.status_fields(ledger),  # 7
-                                   "pendingAlerts": [e.to_status() for e in update.pending],
-                                   "spendAnomalies": anomaly_state_to_status(anomaly_state),
-                                   "conditions": conditions}
-    patch = _status_patch(status, desired, spec.evaluation_interval_s, now)
-    events = _policy_events(status, desired, old_conditions, ready, plan, alerts, update.abandoned) if patch else []
+    desired = status_of_plan(plan, ledger, generation=generation, outbox=tuple(update.pending),      # 7
+                             anomaly_state=anomaly_state, conditions=conditions)
+    patch = write_budget_status(desired, policy, heartbeat_s=heartbeat_s(spec.evaluation_interval_s), now=now)
+    events = _policy_events(status, conditions, old_conditions, ready, plan, alerts, update.abandoned) if patch else []
     # Every pending entry is in status by the time the handler sends (an outbox change is always written).
     sends = due_alerts(update.pending, now, in_flight)
     return PolicyPlan(writes, patch, events, alerts if patch else (), spec.notifications,

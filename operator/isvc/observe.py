@@ -11,6 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.api.inferenceservice import IsvcSpec
+from modalscale.api.isvc_status import IsvcStatus
 from modalscale.operator.isvc.cache import ChildCaches
 from modalscale.operator.isvc.objects import (
     SELECTOR_LABEL,
@@ -66,9 +67,9 @@ class Observer:
             return self.cache.get(kind, namespace, name)
         return read_json(read, name, namespace)
 
-    def observe(self, spec: IsvcSpec, status: dict[str, Any]) -> IsvcObserved:
+    def observe(self, spec: IsvcSpec, status: IsvcStatus) -> IsvcObserved:
         ns = spec.namespace
-        obs = IsvcObserved(status=dict(status or {}))
+        obs = IsvcObserved(status=status)
         obs.deployment = self.child("Deployment", self.apps.read_namespaced_deployment, spec.name, ns)
         obs.service = self.child("Service", self.core.read_namespaced_service, spec.name, ns)
         obs.configmap = self.child("ConfigMap", self.core.read_namespaced_config_map, configmap_name(spec), ns)

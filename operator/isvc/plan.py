@@ -31,8 +31,9 @@ from modalscale.api import conditions as R
 from modalscale.api.annotations import SpotSwitch
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
 from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
+from modalscale.api.isvc_status import DELETE, GatewayRecord, IsvcStatus, ScalingChange
 from modalscale.api.quantities import parse_cpu_cores, same_quantity
-from modalscale.api.status import ConditionStatus, GatewayStatus, InferenceServiceStatus, ScalingHistoryEntry
+from modalscale.api.status import ConditionStatus
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
@@ -90,7 +91,8 @@ _GATEWAY_SPEC_KEYS = {"ServiceAccount": ("automountServiceAccountToken",), "Role
 class IsvcObserved:
     """What the operator read for one InferenceService (dicts as the API returns them, camelCase)."""
 
-    status: dict[str, Any]
+    status: IsvcStatus = field(default_factory=IsvcStatus)
+    """The InferenceService's status as read (``read_isvc_status``)."""
     deployment: dict[str, Any] | None = None
     service: dict[str, Any] | None = None
     configmap: dict[str, Any] | None = None
@@ -125,7 +127,8 @@ class Write:
 @dataclass
 class IsvcPlan:
     writes: list[Write]
-    status: InferenceServiceStatus
+    status: IsvcStatus
+    """The reconcile's part of the status (every field it owns; ``write_isvc_status`` makes the patch)."""
     events: list[tuple[str, str, str]]
     """(type Normal|Warning, reason, message) to post."""
     desired_replicas: int | None
@@ -266,13 +269,13 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None
         desired, why = decision.desired_replicas, None
         reason, message = decision.reason.value, decision.message[:1024] or decision.reason.value
     else:
-        scaler: Any = obs.status.get("desiredReplicas")  # JSON as stored; decided checks that it is an int
-        decided = isinstance(scaler, int) and obs.deployment is not None
-        base = int(scaler) if decided else sc.min_replicas
+        scaler = obs.status.desired_replicas
+        decided = scaler is not None and obs.deployment is not None
+        base = scaler if scaler is not None and decided else sc.min_replicas
         desired, why = bound_replicas(base, sc.min_replicas, sc.max_replicas, obs.budget_cap_replicas)
-        auto = obs.status.get("autoscaler") or {}
-        if decided and auto.get("reason"):
-            reason, message = str(auto["reason"]), str(auto.get("message") or auto["reason"])
+        auto = obs.status.autoscaler
+        if decided and auto is not None and auto.reason:
+            reason, message = auto.reason, auto.message or auto.reason
         else:
             reason = "AutoscalerDecision" if decided else "MinReplicas"
             within = bound_replicas(base, sc.min_replicas, sc.max_replicas, None)[0]  # before the cap
@@ -396,7 +399,7 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
 
     status, events = _status(spec, obs, replicas, config, now)
     oversubscribed = cpu_oversubscription(spec)
-    if oversubscribed and obs.status.get("observedGeneration") != spec.generation:  # once per spec generation
+    if oversubscribed and obs.status.observed_generation != spec.generation:  # once per spec generation
         events.append(("Warning", R.CPU_OVERSUBSCRIBED, oversubscribed))
     return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
 
@@ -448,13 +451,13 @@ def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, servi
     return writes
 
 
-def _gateway_status(spec: IsvcSpec, obs: IsvcObserved) -> tuple[GatewayStatus, cond.Condition]:
+def _gateway_status(spec: IsvcSpec, obs: IsvcObserved) -> tuple[GatewayRecord, cond.Condition]:
     """``status.gateway`` and the ``GatewayReady`` condition (gateway enabled)."""
     dep = obs.gateway_objects.get("Deployment")
     dst = (dep or {}).get("status") or {}
     ready, want = _ready_pods(dep), spec.gateway.replicas
-    block: GatewayStatus = {"replicas": int(dst.get("replicas") or 0), "readyReplicas": ready,
-             "replicasUrl": service_url(spec).replace(f"//{spec.name}.", f"//{replicas_service_name(spec)}.", 1)}
+    block = GatewayRecord(int(dst.get("replicas") or 0), ready,
+                          service_url(spec).replace(f"//{spec.name}.", f"//{replicas_service_name(spec)}.", 1))
     if dep is None:
         c = cond.Condition(R.GATEWAY_READY, cond.FALSE, R.CREATING, f"creating the Deployment {gateway_name(spec)}")
     elif ready > 0:
@@ -535,7 +538,7 @@ def _progressing_condition(obs: IsvcObserved, decision: ReplicaDecision) -> cond
     return cond.Condition(R.PROGRESSING, cond.FALSE, R.ROLLOUT_COMPLETE, f"all {desired} replica(s) updated")
 
 
-def _conflict_condition(spec: IsvcSpec, decision: ReplicaDecision, old_conditions: list[dict[str, Any]],
+def _conflict_condition(spec: IsvcSpec, decision: ReplicaDecision, old_conditions: list[ConditionStatus],
                         config: PlanConfig, now: dt.datetime) -> cond.Condition:
     """``ScalingConflict``: the decision's own conflict, else ``spec.scaling.replicas`` ignored outside Fixed
     mode, else an ``ExternalScale`` still held (``config.conflict_hold_s`` after it was set), else none."""
@@ -569,20 +572,20 @@ def _budget_condition(obs: IsvcObserved) -> cond.Condition:
     return cond.Condition(R.BUDGET_LIMITED, cond.FALSE, R.WITHIN_BUDGET, "no budget cap in force")
 
 
-def _scaling_history(obs: IsvcObserved, decision: ReplicaDecision, now: dt.datetime) -> list[ScalingHistoryEntry]:
+def _scaling_history(obs: IsvcObserved, decision: ReplicaDecision, now: dt.datetime) -> list[ScalingChange]:
     """``status.scalingHistory`` with this plan's replica write appended (when it changes the Deployment's
     replicas), the last :data:`HISTORY_LIMIT` entries."""
-    history: list[ScalingHistoryEntry] = list(obs.status.get("scalingHistory") or [])
+    history = list(obs.status.scaling_history or ())
     if decision.write is not None and obs.deployment is not None:
         before = int((obs.deployment.get("spec") or {}).get("replicas") or 0)
         if before != decision.write:
-            history.append({"time": cond.rfc3339(now), "from": before, "to": decision.write,
-                            "reason": (decision.conflict.reason if decision.conflict else decision.reason),
-                            "message": decision.message[:1024]})
+            history.append(ScalingChange(now.replace(microsecond=0), before, decision.write,
+                                         decision.conflict.reason if decision.conflict else decision.reason,
+                                         decision.message[:1024]))
     return history[-HISTORY_LIMIT:]
 
 
-def _status_events(old_conditions: list[dict[str, Any]], new_conditions: list[ConditionStatus],
+def _status_events(old_conditions: list[ConditionStatus], new_conditions: list[ConditionStatus],
                    decision: ReplicaDecision) -> list[tuple[str, str, str]]:
     """``(type, reason, message)`` Events for the conditions that changed: Warning for a bad state, Normal else;
     none for the first visit's healthy or unknown states."""
@@ -607,38 +610,32 @@ def _status_events(old_conditions: list[dict[str, Any]], new_conditions: list[Co
 
 
 def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config: PlanConfig,
-            now: dt.datetime) -> tuple[InferenceServiceStatus, list[tuple[str, str, str]]]:
+            now: dt.datetime) -> tuple[IsvcStatus, list[tuple[str, str, str]]]:
     """The InferenceService's status (conditions, replicas, scaling history, cost) and its Events."""
     dst = (obs.deployment or {}).get("status") or {}
     problem = _pod_problems(obs.pods)
-    old_conditions = obs.status.get("conditions") or []
+    old_conditions = list(obs.status.conditions or ())
     degraded = (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1]) if problem
                 else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))
     wanted = [_ready_condition(obs, decision.desired, problem), _progressing_condition(obs, decision), degraded,
               _conflict_condition(spec, decision, old_conditions, config, now), _budget_condition(obs)]
-    gateway_block: GatewayStatus | None = None
+    gateway_block: GatewayRecord | None = None
     if spec.gateway.enabled:
         gateway_block, gateway_ready = _gateway_status(spec, obs)
         wanted.append(gateway_ready)
     kept = [c for c in old_conditions if spec.gateway.enabled or c.get("type") != R.GATEWAY_READY]
     new_conditions = cond.upsert(kept, wanted, spec.generation, now)
     history = _scaling_history(obs, decision, now)
-    status: InferenceServiceStatus = {
-        "observedGeneration": spec.generation,
-        "replicas": int(dst.get("replicas") or 0),
-        "readyReplicas": int(dst.get("readyReplicas") or 0),
-        "desiredReplicas": decision.desired,
-        "selector": selector(spec),
-        "url": service_url(spec),
-        "conditions": new_conditions,
-    }
-    if history:
-        status["scalingHistory"] = history
-    if gateway_block is not None or obs.status.get("gateway") is not None:
-        status["gateway"] = gateway_block  # None removes the block of an earlier enabled spec (merge patch)
-    if obs.replica_usd_per_hour is not None:
-        cost = obs.replica_usd_per_hour * running_replicas(obs.pods)
-        status["costUSDPerHour"] = format(cost.quantize(Decimal("0.0001")), "f")
+    cost = (None if obs.replica_usd_per_hour is None
+            else (obs.replica_usd_per_hour * running_replicas(obs.pods)).quantize(Decimal("0.0001")))
+    status = IsvcStatus(
+        observed_generation=spec.generation, replicas=int(dst.get("replicas") or 0),
+        ready_replicas=int(dst.get("readyReplicas") or 0), desired_replicas=decision.desired,
+        selector=selector(spec), url=service_url(spec), cost_usd_per_hour=cost,
+        scaling_history=tuple(history) if history else None,
+        # DELETE removes the block of an earlier enabled spec (a null in the merge patch)
+        gateway=gateway_block if gateway_block is not None else DELETE if obs.status.gateway is not None else None,
+        conditions=tuple(new_conditions))
     return status, _status_events(old_conditions, new_conditions, decision)
 
 

@@ -13,13 +13,14 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from modalscale.api import conditions as R
 from modalscale.api.annotations import budget_cap, spot_switches  # SwitchToSpot: the Spot annotation places the pods
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
-from modalscale.api.status import InferenceServiceStatus
+from modalscale.api.isvc_status import IsvcStatus, merge_isvc_status, read_isvc_status
 from modalscale.autoscaler.policy import Decision
 from modalscale.costmodel.opencost import PricedReplica
 from modalscale.operator import conditions as cond
@@ -93,44 +94,46 @@ def priced_condition(priced: PricedReplica) -> cond.Condition:
     return cond.Condition(R.PRICED, cond.TRUE, priced.source.value, priced.message)
 
 
-def add_priced(plan: IsvcPlan, current_status: dict[str, Any], priced: PricedReplica, generation: int,
+def add_priced(plan: IsvcPlan, stored: IsvcStatus, priced: PricedReplica, generation: int,
                now: dt.datetime) -> None:
     """Put the ``Priced`` condition into ``plan.status`` and an Event into ``plan.events`` when the source changed."""
-    before = cond.get(current_status.get("conditions"), R.PRICED)
+    before = cond.get(stored.conditions, R.PRICED)
     wanted = priced_condition(priced)
-    plan.status["conditions"] = cond.upsert(plan.status.get("conditions"), [wanted], generation, now)
+    plan.status = replace(plan.status, conditions=tuple(cond.upsert(plan.status.conditions, [wanted], generation,
+                                                                     now)))
     fallback = wanted.reason == R.CATALOG_FALLBACK
     if (before is None and fallback) or (before is not None and before.get("reason") != wanted.reason):
         plan.events.append(("Warning" if fallback else "Normal", wanted.reason, f"Priced: {wanted.message}"))
 
 
-def _fail_status(body: dict[str, Any], reason: str, message: str, now: dt.datetime) -> InferenceServiceStatus:
-    status = dict(body.get("status") or {})
-    generation = int(body["metadata"].get("generation") or 0)
+def _fail_status(stored: IsvcStatus, generation: int, reason: str, message: str, now: dt.datetime) -> IsvcStatus:
     wanted = [cond.Condition(R.READY, cond.FALSE, reason, message),
               cond.Condition(R.DEGRADED, cond.TRUE, reason, message)]
     if reason == R.UNKNOWN_GPU_PRICE:  # Neither OpenCost nor the catalog prices it: Priced says so too.
         wanted.append(cond.Condition(R.PRICED, cond.FALSE, reason, message))
-    conditions = cond.upsert(status.get("conditions"), wanted, generation, now)
-    return {"observedGeneration": generation, "conditions": conditions}
+    return IsvcStatus(observed_generation=generation,
+                      conditions=tuple(cond.upsert(stored.conditions, wanted, generation, now)))
 
 
 def refuse(deps: Deps, raw: dict[str, Any], exc: InvalidSpec | ModelReferenceError, now: dt.datetime,
-           logger: Log) -> None:
-    """Record a refused InferenceService in status and an Event (once per new or changed problem)."""
+           logger: Log, stored: IsvcStatus | None = None) -> None:
+    """Record a refused InferenceService in status and an Event (once per new or changed problem).
+
+    Args:
+        stored: The status to compare with (default: ``raw``'s, read with ``read_isvc_status``).
+    """
     ns, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
     reason = exc.reason if isinstance(exc, InvalidSpec) else R.MODEL_NOT_FOUND
-    current_status = dict(raw.get("status") or {})
-    new = _fail_status(raw, reason, str(exc), now)
-    patch = cond.status_patch(current_status, new)
-    if patch:  # The problem is new or changed: report it once, in status and as an Event.
-        deps.writer.patch_status(ISVC_PLURAL, ns, name, patch)
+    before = read_isvc_status(raw) if stored is None else stored
+    new = _fail_status(before, int(raw["metadata"].get("generation") or 0), reason, str(exc), now)
+    if deps.writer.patch_isvc_status(ns, name, new, before):
+        # The problem is new or changed: reported once, in status and as an Event.
         deps.writer.event(raw, "Warning", reason, str(exc), logger)
         logger.warning("Refused InferenceService: reason=%s %s", reason, exc)
     deps.metrics.reconciles.labels(kind="InferenceService", result=reason).inc()
 
 
-def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> InferenceServiceStatus | None:
+def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStatus | None:
     """One level-triggered reconcile of an InferenceService: observe, plan, apply, report.
 
     Args:
@@ -148,22 +151,22 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> Inferenc
     raw = deps.observer.read_isvc(ns, name)
     if raw is None:
         return None
-    current_status = dict(raw.get("status") or {})
+    stored = read_isvc_status(raw)
     try:
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         files = repository_files(spec)
-        observed = deps.observer.observe(spec, current_status)
+        observed = deps.observer.observe(spec, stored)
         observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
         priced = replica_price(deps, spec)
         observed.replica_usd_per_hour = priced.usd_per_hour
         plan = plan_isvc(spec, observed, files, plan_config(deps), now)
-        add_priced(plan, current_status, priced, spec.generation, now)
+        add_priced(plan, stored, priced, spec.generation, now)
     except (InvalidSpec, ModelReferenceError) as exc:
         refuse(deps, raw, exc, now, logger)
         raise
     _apply_writes(deps, spec, plan.writes, logger)
-    deps.writer.patch_status(ISVC_PLURAL, ns, name, cond.status_patch(current_status, plan.status))
+    deps.writer.patch_isvc_status(ns, name, plan.status, stored)
     _report(deps, raw, plan.events, started, logger)
     return plan.status
 
@@ -187,31 +190,30 @@ def resync_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> bool:
     except Exception as exc:  # an API error: hold, as the timer did, and try again soon
         logger.warning("Reconcile failed: %s: %s", type(exc).__name__, exc)
         return False
-    return status is None or not any(c.get("type") == R.SCALING_CONFLICT and c.get("status") == "True"
-                                     for c in status.get("conditions") or [])
+    conflict = None if status is None else cond.get(status.conditions, R.SCALING_CONFLICT)
+    return conflict is None or conflict.get("status") != cond.TRUE
 
 
-def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision, autoscale_patch: dict[str, Any],
-               logger: Log) -> None:
+def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision, autoscale: IsvcStatus, logger: Log) -> None:
     """Apply a valid autoscaler decision that changes ``status.desiredReplicas`` (caller holds the object's lock).
 
-    Writes, in this order: one status patch (the autoscaler's ``autoscale_patch`` merged with the
+    Writes, in this order: one status patch (the autoscaler's part ``autoscale`` merged with the
     InferenceService's status; ``desiredReplicas`` stays the record a restarted operator continues from), the
     Deployment's replicas, Events for condition transitions.
 
     Args:
         raw: The InferenceService as just read (under the lock).
         decision: From ``recommend``; valid.
-        autoscale_patch: ``plan_autoscale``'s status patch for the same decision.
+        autoscale: ``plan_autoscale``'s (or ``plan_activation``'s) status part for the same decision.
     Raises:
-        InvalidSpec / ModelReferenceError: after writing ``autoscale_patch`` and recording the refusal in status
+        InvalidSpec / ModelReferenceError: after writing ``autoscale`` and recording the refusal in status
             and an Event (no child written).
     """
     started = time.monotonic()
     now = deps.clock()
     ns, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
-    current_status = dict(raw.get("status") or {})
-    decided_status = {**current_status, **autoscale_patch}
+    stored = read_isvc_status(raw)
+    decided_status = merge_isvc_status(stored, autoscale)
     try:
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         observed = deps.observer.observe(spec, decided_status)
@@ -220,11 +222,10 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision, autoscale_pa
         plan = plan_isvc(spec, observed, None, plan_config(deps), now,
                          decision=decision)
     except (InvalidSpec, ModelReferenceError) as exc:
-        deps.writer.patch_status(ISVC_PLURAL, ns, name, autoscale_patch)
-        refuse(deps, {**raw, "status": decided_status}, exc, now, logger)
+        deps.writer.patch_isvc_status(ns, name, autoscale, stored)
+        refuse(deps, raw, exc, now, logger, stored=decided_status)
         raise
-    deps.writer.patch_status(ISVC_PLURAL, ns, name,
-                             cond.status_patch(current_status, {**autoscale_patch, **plan.status}))
+    deps.writer.patch_isvc_status(ns, name, merge_isvc_status(autoscale, plan.status), stored)
     _apply_writes(deps, spec, plan.writes, logger)
     _report(deps, raw, plan.events, started, logger)
 

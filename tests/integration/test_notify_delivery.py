@@ -23,6 +23,7 @@ from modalscale.notify.answers import sensitive_parts
 from modalscale.notify.limits import RateLimit
 from modalscale.notify.sender import RetryPolicy, Sender
 from modalscale.redaction import redact
+from tests.factories import pending_json, plan_json, read_budget
 
 SIGNING = {"DingTalk", "Feishu", "Webhook"}
 SECRET = "SEC-integration-signing-secret"
@@ -295,15 +296,15 @@ def test_the_recovery_closes_the_incident_its_alerts_opened_at_an_alertmanager_s
     services = [ServiceState("ml-prod", "captioner", 4, 8, Decimal("0.704574739"))]
 
     def stored(alert: BudgetAlert) -> AlertMessage:
-        item = PendingAlert("oncall", AlertMessage.from_alert(alert), alert.created_at).to_status()
-        return PendingAlert.from_status(item, policy, "status.pendingAlerts[0]").message
+        item = pending_json(PendingAlert("oncall", AlertMessage.from_alert(alert), alert.created_at))
+        return (read_budget({"pendingAlerts": [item]}, policy).outbox or ())[0].message
 
     state, messages = AlertState(), []
     day = datetime(2026, 5, 1, tzinfo=timezone.utc)
     for hours, spent in ((10, "41"), (20, "51"), (24.1, "0")):
         plan = plan_budget(spec, Decimal(spent), services, state, day + timedelta(hours=hours), policy=policy)
         messages += [stored(a) for a in plan.alerts]
-        state = AlertState.from_status(plan.status_fields())
+        state = read_budget(plan_json(plan)).alert_state
     assert [m.kind.value for m in messages] == ["ThresholdCrossed", "ThresholdCrossed", "Recovered"]
 
     async def go(rx: ChatReceiver) -> list[bool]:

@@ -6,9 +6,10 @@ write against the schema. A unit test (``tests/unit/api/test_api_status.py``) fa
 ``crds/*.yaml`` differ (keys or required keys), so they cannot drift apart.
 
 Shapes are the JSON ones (camelCase keys; times RFC 3339 UTC strings; money decimal strings, USD). These are types
-only: building a status as one changes nothing in what is written. What the operator reads back is the stored JSON
-(``Mapping[str, Any]``), parsed by each codec (``Ledger.from_status``, ``state_from_status``, ...), which refuses or
-resets what does not parse.
+only: building a status as one changes nothing in what is written. An InferenceService's status is read and written
+only by ``modalscale.api.isvc_status`` (one typed value, ``read_isvc_status`` / ``write_isvc_status``), a
+BudgetPolicy's only by ``modalscale.costmodel.budget.status`` (``read_budget_status`` / ``write_budget_status``,
+over the cost model's value types): a read never raises, what does not parse is reset or named.
 
 No ``from __future__ import annotations`` here: ``Required``/``NotRequired`` are read at run time
 (``__required_keys__``, used by the schema test), which string annotations defeat on Python 3.11.

@@ -12,8 +12,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from modalscale.api.isvc_status import ScalingChange
 
 Record = tuple[float, float, str, bool]
 """(arrival_s, latency_ms, modality, ok) of one replayed request."""
@@ -143,7 +145,7 @@ def _ready_step(pods: list[PodRecord], frm: int, to: int, after_s: float) -> tup
     return None, None
 
 
-def scale_ups(history: list[dict[str, Any]], t0_wall: float, pods: list[PodRecord]) -> list[ScaleUp]:
+def scale_ups(history: Sequence[ScalingChange], t0_wall: float, pods: list[PodRecord]) -> list[ScaleUp]:
     """The autoscaler's scale-ups from ``status.scalingHistory``, each with the time its replicas were all Ready
     (or, when they never all were, the time the most of them were: ``ScaleUp.ready_replicas``).
 
@@ -152,17 +154,18 @@ def scale_ups(history: list[dict[str, Any]], t0_wall: float, pods: list[PodRecor
     """
     out: list[ScaleUp] = []
     for h in history:
-        if h["to"] <= h["from"] or h["reason"] in NOT_AUTOSCALER:
+        if h.to_replicas <= h.from_replicas or h.reason in NOT_AUTOSCALER:
             continue
-        t = wall_to_t(h["time"], t0_wall)
+        t = h.time.timestamp() - t0_wall
         if out and (out[-1].ready_s is None or t < out[-1].ready_s):
             last = out[-1]
-            last.to_replicas = h["to"]
-            last.reasons.append(h["reason"])
+            last.to_replicas = h.to_replicas
+            last.reasons.append(h.reason)
             last.ready_s, last.ready_replicas = _ready_step(pods, last.from_replicas, last.to_replicas,
                                                             last.decision_s)
             continue
-        out.append(ScaleUp(t, h["from"], h["to"], [h["reason"]], *_ready_step(pods, h["from"], h["to"], t)))
+        out.append(ScaleUp(t, h.from_replicas, h.to_replicas, [h.reason],
+                           *_ready_step(pods, h.from_replicas, h.to_replicas, t)))
     for up in out:
         if up.ready_s is None:
             up.ready_replicas = None
@@ -221,18 +224,23 @@ def judge_scale_ups(ups: list[ScaleUp], slo_ms: float) -> tuple[bool, str]:
     return ok, "; ".join(lines) if lines else "no scale-up"
 
 
-def judge_budget_scale_down(history: list[dict[str, Any]], t0_wall: float, pods: list[PodRecord], sent: int,
+def budget_scale_downs(history: Sequence[ScalingChange]) -> list[ScalingChange]:
+    """The budget's scale-downs (``CappedByBudget`` to fewer replicas) of ``status.scalingHistory``."""
+    return [h for h in history if h.reason == "CappedByBudget" and h.to_replicas < h.from_replicas]
+
+
+def judge_budget_scale_down(history: Sequence[ScalingChange], t0_wall: float, pods: list[PodRecord], sent: int,
                             answered: int, failed: int) -> tuple[bool, str]:
     """PASS when the budget's scale-down (CappedByBudget to fewer replicas) deleted at least one pod on the real
     node and no request failed: every request sent was answered. Returns ``(ok, what was seen)``."""
-    caps = [h for h in history if h["reason"] == "CappedByBudget" and h["to"] < h["from"]]
+    caps = budget_scale_downs(history)
     if not caps:
         return False, f"no budget scale-down; sent {sent}, answered {answered}, failed {failed}"
-    first = wall_to_t(caps[0]["time"], t0_wall)
+    first = caps[0].time.timestamp() - t0_wall
     removed = [p for p in pods if p.deleted_s is not None and p.deleted_s >= first - 1.0]
     real = [p for p in removed if p.node_real]
     ok = bool(real) and failed == 0 and sent == answered
-    steps = ", ".join(f"{h['from']}->{h['to']}" for h in caps)
+    steps = ", ".join(f"{h.from_replicas}->{h.to_replicas}" for h in caps)
     return ok, (f"{steps}; pods removed {', '.join(f'{p.name} on {p.node}' for p in removed) or 'none'} "
                 f"({len(real)} on the real node); requests sent {sent}, answered {answered}, failed {failed}")
 

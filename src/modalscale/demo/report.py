@@ -12,6 +12,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modalscale.api.isvc_status import format_time, read_isvc_status
+from modalscale.costmodel.budget.status import read_budget_status
+from modalscale.demo.capacity import budget_scale_downs
+
 
 @dataclass
 class Checks:
@@ -33,10 +37,12 @@ class Checks:
                  samples: list[Any] | None = None) -> Checks:
         """Judge the run from the objects' final status, the receiver and the samples."""
         checks = cls()
-        history = (isvc.get("status") or {}).get("scalingHistory") or []
-        ups = [h for h in history if h["to"] > h["from"] and h["reason"] not in ("CappedByBudget", "FixedReplicas")]
+        history = read_isvc_status(isvc).scaling_history or ()
+        ups = [h for h in history
+               if h.to_replicas > h.from_replicas and h.reason not in ("CappedByBudget", "FixedReplicas")]
         checks.items.append(("scale-up by the autoscaler", bool(ups),
-                             "; ".join(f"{h['time']} {h['from']}->{h['to']} {h['reason']}" for h in ups) or "none"))
+                             "; ".join(f"{format_time(h.time)} {h.from_replicas}->{h.to_replicas} {h.reason}"
+                                       for h in ups) or "none"))
         if samples and shift_at_s is not None:
             before = [s.desired for s in samples if s.t_s < shift_at_s and s.desired is not None]
             after = [s.desired for s in samples if s.t_s >= shift_at_s and s.desired is not None]
@@ -44,13 +50,14 @@ class Checks:
             checks.items.append(("scale-up after the modality shift", ok,
                                  f"desired before the shift max {max(before) if before else '-'}, after max "
                                  f"{max(after) if after else '-'}"))
-        caps = [h for h in history if h["reason"] == "CappedByBudget" and h["to"] < h["from"]]
-        enforced = (policy.get("status") or {}).get("enforcedServices") or []
+        caps = budget_scale_downs(history)
+        budget = read_budget_status(policy).alert_state
+        enforced = budget.enforced
         checks.items.append(("scale-down enforced at the budget cap", bool(caps) and bool(enforced),
-                             "; ".join(f"{h['time']} {h['from']}->{h['to']}" for h in caps) or "none"))
-        crossed = [t for t in (policy.get("status") or {}).get("thresholds") or [] if t.get("crossed")
-                   and not t.get("forecast")]
-        per = {t["percent"]: 0 for t in crossed}
+                             "; ".join(f"{format_time(h.time)} {h.from_replicas}->{h.to_replicas}" for h in caps)
+                             or "none"))
+        crossed = [t for t in budget.records if t.crossed and not t.forecast]
+        per = {t.percent: 0 for t in crossed}
         for m in receiver.accepted:
             headline = m.room_text().splitlines()[0] if m.room_text() else ""
             if " crossed " in headline:  # "Budget ns/name crossed 50 %, 80 % of its daily limit"
@@ -141,9 +148,9 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
     images = [_png(f) for f in figs]
     plt.close("all")
 
-    history = (isvc.get("status") or {}).get("scalingHistory") or []
-    rows = "".join(f"<tr><td>{html.escape(h['time'])}</td><td>{h['from']}</td><td>{h['to']}</td>"
-                   f"<td>{html.escape(h['reason'])}</td><td>{html.escape(h.get('message', ''))}</td></tr>"
+    history = read_isvc_status(isvc).scaling_history or ()
+    rows = "".join(f"<tr><td>{html.escape(format_time(h.time))}</td><td>{h.from_replicas}</td><td>{h.to_replicas}</td>"
+                   f"<td>{html.escape(h.reason)}</td><td>{html.escape(h.message or '')}</td></tr>"
                    for h in history)
     room = "".join(f"<pre>{html.escape(m.room_text())}</pre>" for m in receiver.accepted)
     if real:

@@ -36,6 +36,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from modalscale.api.isvc_status import read_isvc_status
+from modalscale.costmodel.budget.status import read_budget_status
+from modalscale.costmodel.ledger import Ledger
+
 NAMESPACE = "demo"
 ISVC = "vision-chat"
 POLICY = "demo-budget"
@@ -634,11 +638,11 @@ class Demo:
         """The day's spend of the demo's BudgetPolicy as its ledger last reported it (None before the first
         evaluation)."""
         _, pol = self.read_state()
-        pst = pol.get("status") or {}
-        ledger = [Decimal(x["spent"]) for x in (pst.get("ledger") or {}).get("services") or [] if x.get("spent")]
+        pst = read_budget_status(pol)
+        ledger = [e.spent_usd for e in (pst.ledger or Ledger()).entries]
         if ledger:
             return sum(ledger, Decimal(0))
-        return Decimal(pst["spent"]) if pst.get("spent") else None
+        return pst.spent_usd or None
 
     def set_limit(self, limit_usd: Decimal) -> None:
         """Patch the BudgetPolicy's limit (what a FinOps owner tightening today's budget does)."""
@@ -781,16 +785,18 @@ class Demo:
         if self.real:
             self.track_pods(now_s)
         isvc, pol = self.read_state()
-        st, pst = isvc.get("status") or {}, pol.get("status") or {}
-        history = st.get("scalingHistory") or []
+        st, pst = read_isvc_status(isvc), read_budget_status(pol)
+        history = st.scaling_history or ()
         images = [r for r in recent if r[2] != "text"]
-        ledger = [Decimal(x["spent"]) for x in (pst.get("ledger") or {}).get("services") or [] if x.get("spent")]
-        spent = format(sum(ledger), "f") if ledger else pst.get("spent")
+        ledger = [e.spent_usd for e in (pst.ledger or Ledger()).entries]
+        spent = (format(sum(ledger), "f") if ledger
+                 else None if pst.spent_usd is None else format(pst.spent_usd, "f"))
         s = Sample(
             t_s=now_s, rps_by_modality=self.rates(), p95_ms=_p95([r[1] for r in recent if r[3]]),
-            desired=st.get("desiredReplicas"), ready=st.get("readyReplicas"), replicas_kwok=st.get("replicas"),
-            reason=(history[-1]["reason"] if history else ""), spent_usd=spent, limit_usd=limit,
-            budget_state=pst.get("state", ""), alerts=len(self.receiver.accepted),
+            desired=st.desired_replicas, ready=st.ready_replicas, replicas_kwok=st.replicas,
+            reason=(history[-1].reason if history else ""), spent_usd=spent, limit_usd=limit,
+            budget_state="" if pst.alert_state.state is None else pst.alert_state.state.value,
+            alerts=len(self.receiver.accepted),
             image_share=(len(images) / len(recent)) if recent else 0.0,
         )
         self.samples.append(s)
@@ -904,7 +910,7 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
                     say(f"t={s.t_s:.0f}s: InferenceService {NAMESPACE}/{ISVC} turned Predictive after "
                         f"{cfg.autoscaler_on_s:.0f} s of traffic on one Fixed replica")
                 if not armed:
-                    history = (demo.read_state()[0].get("status") or {}).get("scalingHistory") or []
+                    history = read_isvc_status(demo.read_state()[0]).scaling_history or ()
                     due, why = budget_story.arm_due(
                         capacity.scale_ups(history, demo.t0_wall, list(demo.pods.values())), s.t_s,
                         fallback_s=nominal_s - 30.0)
@@ -919,8 +925,8 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
                             f"{budget_story.SCALE_DOWN_PERCENT} % scale-down follow within about "
                             f"{budget_story.seconds_to_scale_down(spent, price, budget_story.CAP_REPLICAS)} s")
                 if armed and story and scaled_down_s is None and any(
-                        h["reason"] == "CappedByBudget" and h["to"] == 1 < h["from"]
-                        for h in (demo.read_state()[0].get("status") or {}).get("scalingHistory") or []):
+                        h.to_replicas == 1 for h in capacity.budget_scale_downs(
+                            read_isvc_status(demo.read_state()[0]).scaling_history or ())):
                     scaled_down_s = s.t_s
                     say(f"t={s.t_s:.0f}s: the budget scaled the service down to one replica; the replay stops in "
                         f"{STOP_AFTER_SCALE_DOWN_S:.0f} s")
@@ -940,14 +946,13 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             duration = min(duration, max(r[0] for r in replayer.records) + 1.0)
         isvc, pol = demo.read_state()
         checks = Checks.evaluate(isvc, pol, demo.receiver, shift_at, demo.samples)
-        history = (isvc.get("status") or {}).get("scalingHistory") or []
+        history = read_isvc_status(isvc).scaling_history or ()
         pods = list(demo.pods.values())
         ups: list[capacity.ScaleUp] = []
         answered = sum(1 for r in replayer.records if r[3])
         failed = sum(1 for r in replayer.records if not r[3])
         if demo.real:
-            caps = [capacity.wall_to_t(h["time"], demo.t0_wall) for h in history
-                    if h["reason"] == "CappedByBudget" and h["to"] < h["from"]]
+            caps = [h.time.timestamp() - demo.t0_wall for h in capacity.budget_scale_downs(history)]
             ups = capacity.measure(capacity.scale_ups(history, demo.t0_wall, pods), replayer.records, duration,
                                    caps[0] if caps else None)
             ok, seen = capacity.judge_scale_ups(ups, SLO_MS)

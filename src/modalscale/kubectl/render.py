@@ -30,6 +30,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from modalscale.api.budgetpolicy import BudgetSpec, InvalidBudgetSpec, Threshold, ThresholdAction, parse_budget_spec
+from modalscale.api.isvc_status import AutoscalerRecord, format_time, read_isvc_status
+from modalscale.costmodel.budget.status import BudgetStatus, read_budget_status
+from modalscale.costmodel.ledger import Ledger
 
 NONE = "<none>"
 """How kubectl shows an empty cell."""
@@ -149,25 +152,31 @@ def why_report(isvc: Mapping[str, Any], now: dt.datetime, last: int = 10) -> dic
         ``{"inferenceService", "mode", "replicas": {desired, current, ready}, "lastDecision"`` (None when no
         autoscaler decision is recorded) ``, "scalingHistory"`` (newest first) ``, "conditions"}``.
     """
-    status = isvc.get("status") or {}
-    auto = status.get("autoscaler")
+    status = read_isvc_status(isvc)
+    auto = status.autoscaler
     decision = None
-    if isinstance(auto, Mapping) and auto:
-        state: Mapping[str, Any] = auto["state"] if isinstance(auto.get("state"), Mapping) else {}
-        decision = {"time": auto.get("lastDecisionTime"), "age": age(auto.get("lastDecisionTime"), now),
-                    "mode": auto.get("mode"), "valid": auto.get("valid"), "reason": auto.get("reason"),
-                    "message": auto.get("message"), "metricsAvailable": auto.get("metricsAvailable"),
-                    "features": ordered_features(auto["features"] if isinstance(auto.get("features"), Mapping)
-                                                 else {}),
-                    "serviceScale": state.get("serviceScale"), "latencyScale": state.get("latencyScale")}
-    history = [h for h in status.get("scalingHistory") or [] if isinstance(h, Mapping)]
-    changes = [{"time": h.get("time"), "age": age(h.get("time"), now), "from": h.get("from"), "to": h.get("to"),
-                "reason": h.get("reason"), "message": h.get("message")} for h in reversed(history)][:max(last, 0)]
+    if auto is not None and auto != AutoscalerRecord():
+        state = auto.state
+        when = _time(auto.last_decision_time)
+        decision = {"time": when, "age": age(when, now),
+                    "mode": auto.mode, "valid": auto.valid, "reason": auto.reason,
+                    "message": auto.message, "metricsAvailable": auto.metrics_available,
+                    "features": ordered_features(auto.features or {}),
+                    "serviceScale": None if state is None else state.service_scale,
+                    "latencyScale": None if state is None else state.latency_scale}
+    changes = [{"time": _time(h.time), "age": age(_time(h.time), now), "from": h.from_replicas,
+                "to": h.to_replicas, "reason": h.reason, "message": h.message}
+               for h in reversed(status.scaling_history or ())][:max(last, 0)]
     return {"inferenceService": _ref(isvc),
             "mode": ((isvc.get("spec") or {}).get("scaling") or {}).get("mode"),
-            "replicas": {"desired": status.get("desiredReplicas"), "current": status.get("replicas"),
-                         "ready": status.get("readyReplicas")},
-            "lastDecision": decision, "scalingHistory": changes, "conditions": conditions_rows(status, now)}
+            "replicas": {"desired": status.desired_replicas, "current": status.replicas,
+                         "ready": status.ready_replicas},
+            "lastDecision": decision, "scalingHistory": changes,
+            "conditions": conditions_rows({"conditions": list(status.conditions or ())}, now)}
+
+
+def _time(value: dt.datetime | None) -> str | None:
+    return None if value is None else format_time(value)
 
 
 def render_why(report: Mapping[str, Any]) -> str:
@@ -234,29 +243,28 @@ def cost_report(isvc: Mapping[str, Any], policies: Sequence[Mapping[str, Any]], 
     """
     meta = isvc.get("metadata") or {}
     key = (meta.get("namespace"), meta.get("name"))
-    status = isvc.get("status") or {}
+    status = read_isvc_status(isvc)
     budgets = []
     for p in sorted(policies, key=_ref):
-        ps = p.get("status") or {}
-        ledger: Mapping[str, Any] = ps["ledger"] if isinstance(ps.get("ledger"), Mapping) else {}
-        entry = next((e for e in ledger.get("services") or []
-                      if isinstance(e, Mapping) and (e.get("namespace"), e.get("name")) == key), None)
+        ps = read_budget_status(p)
+        ledger = ps.ledger or Ledger()
+        entry = next((e for e in ledger.entries if e.key == key), None)
         if entry is None and not _selects(p, isvc):
             continue
-        enforced = next((e for e in ps.get("enforcedServices") or []
-                         if isinstance(e, Mapping) and (e.get("namespace"), e.get("name")) == key), None)
+        enforced = next((e for e in ps.alert_state.enforced if (e.namespace, e.name) == key), None)
+        as_of = _time(ledger.observed_time)
         budgets.append({
             "budgetPolicy": _ref(p), "period": (p.get("spec") or {}).get("period"),
-            "periodStart": ps.get("periodStart"), "periodEnd": ps.get("periodEnd"),
-            "spent": None if entry is None else entry.get("spent"),
-            "costUSDPerHour": None if entry is None else entry.get("costUSDPerHour"),
-            "asOf": ledger.get("observedTime"), "asOfAge": age(ledger.get("observedTime"), now),
-            "state": ps.get("state"), "counted": entry is not None,
+            "periodStart": _time(ps.alert_state.period_start), "periodEnd": _time(ps.period_end),
+            "spent": None if entry is None else _exact(entry.spent_usd),
+            "costUSDPerHour": None if entry is None or entry.cost_usd_per_hour is None
+            else _exact(entry.cost_usd_per_hour),
+            "asOf": as_of, "asOfAge": age(as_of, now), "state": _state(ps), "counted": entry is not None,
             "enforcement": None if enforced is None else {
-                "action": enforced.get("action"), "maxReplicas": enforced.get("maxReplicas"),
-                "dryRun": bool(enforced.get("dryRun", False))}})
-    return {"inferenceService": _ref(isvc), "costUSDPerHour": status.get("costUSDPerHour"),
-            "readyReplicas": status.get("readyReplicas"), "budgets": budgets, "policiesScope": policies_scope}
+                "action": enforced.action.value, "maxReplicas": enforced.max_replicas, "dryRun": enforced.dry_run}})
+    cost = None if status.cost_usd_per_hour is None else format(status.cost_usd_per_hour, "f")
+    return {"inferenceService": _ref(isvc), "costUSDPerHour": cost,
+            "readyReplicas": status.ready_replicas, "budgets": budgets, "policiesScope": policies_scope}
 
 
 def render_cost(report: Mapping[str, Any]) -> str:
@@ -354,27 +362,27 @@ def _money(d: Decimal) -> str:
     return f"{d.quantize(Decimal('0.01')):f}"
 
 
-def _threshold_items(spec: BudgetSpec | None, status: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _threshold_items(spec: BudgetSpec | None, status: BudgetStatus) -> list[dict[str, Any]]:
     """Spec thresholds (and the forecast alert) joined with their ``status.thresholds`` records."""
-    records = {(r.get("percent"), bool(r.get("forecast", False))): r
-               for r in status.get("thresholds") or [] if isinstance(r, Mapping)}
-    start = status.get("periodStart")
+    records = {(r.percent, r.forecast): r for r in status.alert_state.records}
+    start = status.alert_state.period_start
     wanted: list[tuple[int, bool, list[str]]] = []
     if spec is not None:
         wanted = [(t.percent, False, [a.value for a in t.actions]) for t in spec.thresholds]
         if spec.forecast.enabled:
             wanted.append((spec.forecast.alert_at_percent, True, ["Alert"]))
     else:  # spec unreadable: show what status holds
-        wanted = [(int(p), f, []) for (p, f) in sorted(records, key=lambda k: (k[1], k[0])) if isinstance(p, int)]
+        wanted = [(p, f, []) for (p, f) in sorted(records, key=lambda k: (k[1], k[0]))]
     limit = spec.limit.amount if spec is not None else None
     out = []
     for percent, forecast, actions in wanted:
-        r = records.get((percent, forecast)) or {}
+        r = records.get((percent, forecast))
         out.append({"percent": percent, "forecast": forecast,
                     "atSpend": None if limit is None else _money(limit * percent / 100), "actions": actions,
-                    "crossed": bool(r.get("crossed", False)),
-                    "alertedThisPeriod": bool(r.get("alertedPeriodStart")) and r.get("alertedPeriodStart") == start,
-                    "lastAlertTime": r.get("lastAlertTime")})
+                    "crossed": r is not None and r.crossed,
+                    "alertedThisPeriod": r is not None and r.alerted_period_start is not None
+                    and r.alerted_period_start == start,
+                    "lastAlertTime": None if r is None else _time(r.last_alert_time)})
     return out
 
 
@@ -391,41 +399,59 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
         ``services`` (the ledger, most spent first), ``conditions`` and ``specError`` (the operator's message when
         the spec does not parse; the figures are then status only).
     """
-    status = policy.get("status") or {}
+    status = read_budget_status(policy)
     raw_spec = policy.get("spec") or {}
     try:
         spec: BudgetSpec | None = parse_budget_spec(raw_spec)
         spec_error = None
     except InvalidBudgetSpec as exc:
         spec, spec_error = None, str(exc)
-    spent, burn = parse_decimal(status.get("spent")), parse_decimal(status.get("burnRatePerHour"))
+    spent, burn = status.spent_usd, status.burn_rate_usd_per_hour
     limit = spec.limit.amount if spec is not None else parse_decimal((raw_spec.get("limit") or {}).get("amount"))
-    ledger: Mapping[str, Any] = status["ledger"] if isinstance(status.get("ledger"), Mapping) else {}
-    services = sorted((e for e in ledger.get("services") or [] if isinstance(e, Mapping)),
-                      key=lambda e: (-(parse_decimal(e.get("spent")) or Decimal(0)), e.get("namespace", ""),
-                                     e.get("name", "")))
+    services = sorted((status.ledger or Ledger()).entries, key=lambda e: (-e.spent_usd, e.namespace, e.name))
+    a = status.alert_state
+    last = _time(status.last_evaluation_time)
     return {
         "budgetPolicy": _ref(policy), "period": raw_spec.get("period"), "timeZone": raw_spec.get("timeZone", "UTC"),
-        "periodStart": status.get("periodStart"), "periodEnd": status.get("periodEnd"),
-        "state": status.get("state"), "limit": None if limit is None else f"{limit:f}",
-        "spent": status.get("spent"), "remaining": status.get("remaining"),
+        "periodStart": _time(a.period_start), "periodEnd": _time(status.period_end),
+        "state": _state(status), "limit": None if limit is None else f"{limit:f}",
+        "spent": _exact(spent), "remaining": _exact(status.remaining_usd),
         "percentUsed": None if spent is None or not limit else f"{(spent * 100 / limit).quantize(Decimal('0.1')):f}",
-        "burnRatePerHour": status.get("burnRatePerHour"), "forecast": status.get("forecast"),
-        "lastEvaluationTime": status.get("lastEvaluationTime"),
-        "lastEvaluationAge": age(status.get("lastEvaluationTime"), now),
+        "burnRatePerHour": _exact(burn), "forecast": _exact(status.forecast_usd),
+        "lastEvaluationTime": last, "lastEvaluationAge": age(last, now),
         "thresholds": _threshold_items(spec, status),
-        "enforcedServices": [dict(e) for e in status.get("enforcedServices") or [] if isinstance(e, Mapping)],
-        "spotServices": [dict(e) for e in status.get("spotServices") or [] if isinstance(e, Mapping)],
-        "rejectedTenants": [dict(e) for e in status.get("rejectedTenants") or [] if isinstance(e, Mapping)],
+        "enforcedServices": [{"namespace": e.namespace, "name": e.name, "action": e.action.value,
+                              "maxReplicas": e.max_replicas, "since": _time(e.since), "dryRun": e.dry_run}
+                             for e in a.enforced],
+        "spotServices": [{"namespace": r.namespace, "name": r.name, "thresholdPercent": r.threshold_percent,
+                          "state": r.state.value, "since": _time(r.since), "dryRun": r.dry_run, "message": r.message,
+                          **({} if r.fallback_time is None else {"fallbackTime": _time(r.fallback_time)})}
+                         for r in a.spot],
+        "rejectedTenants": [{"namespace": r.namespace, "name": r.name, "tenant": r.tenant,
+                             "thresholdPercent": r.threshold_percent, "since": _time(r.since),
+                             "until": _time(r.until), "dryRun": r.dry_run} for r in status.rejections],
         "tenants": list(spec.selector.tenants) if spec is not None else [],
         "nextAction": None if spec is None else next_action(spec, spent, burn, frozenset(
-            str(e.get("action")) for e in status.get("enforcedServices") or [] if isinstance(e, Mapping))),
-        "pendingAlerts": [{k: a.get(k) for k in ("notification", "kind", "thresholdsPercent", "severity", "title",
-                                                  "attempts", "nextAttemptTime", "lastReason", "lastError")}
-                          for a in status.get("pendingAlerts") or [] if isinstance(a, Mapping)],
-        "services": [{k: e.get(k) for k in ("namespace", "name", "replicas", "costUSDPerHour", "spent")}
-                     for e in services],
-        "conditions": conditions_rows(status, now), "specError": spec_error}
+            e.action.value for e in a.enforced)),
+        "pendingAlerts": [{"notification": e.notification, "kind": e.message.kind.value,
+                           "thresholdsPercent": list(e.message.thresholds_percent), "severity": e.message.severity,
+                           "title": e.message.title, "attempts": e.attempts,
+                           "nextAttemptTime": _time(e.next_attempt_time),
+                           "lastReason": e.last_reason, "lastError": e.last_error} for e in status.outbox or ()],
+        "services": [{"namespace": e.namespace, "name": e.name, "replicas": e.replicas,
+                      "costUSDPerHour": None if e.cost_usd_per_hour is None else _exact(e.cost_usd_per_hour),
+                      "spent": _exact(e.spent_usd)} for e in services],
+        "conditions": conditions_rows({"conditions": list(status.conditions)}, now), "specError": spec_error,
+        "statusProblem": status.problem}
+
+
+def _exact(value: Decimal | None) -> str | None:
+    """A stored amount as its decimal string (as stored: the codec keeps its digits)."""
+    return None if value is None else f"{value:f}"
+
+
+def _state(status: BudgetStatus) -> str | None:
+    return None if status.alert_state.state is None else status.alert_state.state.value
 
 
 def render_budget(report: Mapping[str, Any]) -> str:

@@ -16,6 +16,7 @@ from modalscale.api.budgetpolicy import InvalidBudgetSpec, parse_budget_spec
 from modalscale.costmodel.budget import AlertState, SpotState, plan_budget, service_state
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.costmodel.ledger import Ledger, PodRun, advance
+from tests.factories import plan_json, read_budget
 
 CATALOG = load_catalog()
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
@@ -126,11 +127,11 @@ def test_dry_run_reports_the_switch_without_applying_it() -> None:
 
 def test_status_round_trip_of_the_spot_records() -> None:
     plan = plan_budget(spec(), Decimal("6"), [svc("batch", 10)], AlertState(), T0)
-    status = plan.status_fields()
+    status = plan_json(plan)
     assert status["spotServices"] == [{"namespace": "ml", "name": "batch", "thresholdPercent": 50, "state": "Spot",
                                        "since": "2026-11-30T10:00:00Z", "dryRun": False,
                                        "message": plan.spot[0].message}]
-    assert AlertState.from_status(status).spot == plan.spot
+    assert read_budget(status).alert_state.spot == plan.spot
 
 
 # ------------------------------------------------------------------------------------------- the ledger

@@ -17,6 +17,7 @@ from modalscale.costmodel.ledger import (
     format_time,
     with_rates_in_force,
 )
+from tests.factories import ledger_json, read_ledger
 
 UTC = timezone.utc
 D = Decimal
@@ -32,9 +33,9 @@ def obs(name: str, replicas: int | None, price: str | None, namespace: str = "de
 
 def reload(ledger: Ledger) -> Ledger:
     """What a restarted operator reads back: the status written as JSON, parsed again."""
-    status = json.loads(json.dumps({"ledger": ledger.to_status(),
+    status = json.loads(json.dumps({"ledger": ledger_json(ledger),
                                     "periodStart": format_time(ledger.period_start) if ledger.period_start else None}))
-    return Ledger.from_status(status["ledger"], status["periodStart"])
+    return read_ledger(status["ledger"], status["periodStart"])
 
 
 def run(steps: list[tuple[datetime, list[ServiceObservation]]], period: str = "Daily", tz: str = "UTC",
@@ -148,7 +149,7 @@ def test_rerun_at_the_same_instant_adds_nothing() -> None:
     first = run([(utc(2026, 5, 1, 6), [obs("a", 2, "1")]), (utc(2026, 5, 1, 7), [obs("a", 2, "1")])])
     again = advance(reload(first.ledger), [obs("a", 2, "1")], utc(2026, 5, 1, 7), "Daily", "UTC")
     assert again.spent_usd == first.spent_usd == D(2)
-    assert again.ledger.to_status() == first.ledger.to_status()
+    assert ledger_json(again.ledger) == ledger_json(first.ledger)
 
 
 def test_a_restart_after_downtime_integrates_the_gap_at_the_last_rate() -> None:
@@ -194,14 +195,14 @@ def test_switching_daily_to_monthly_carries_todays_spend_and_monthly_to_daily_re
 
 def test_missing_period_start_is_inferred_from_observed_time() -> None:
     first = run([(utc(2026, 5, 1, 6), [obs("a", 1, "1")]), (utc(2026, 5, 1, 8), [obs("a", 1, "1")])])
-    without = Ledger.from_status(first.ledger.to_status(), None)
+    without = read_ledger(ledger_json(first.ledger), None)
     assert advance(without, [obs("a", 1, "1")], utc(2026, 5, 1, 9), "Daily", "UTC").spent_usd == D(3)
 
 
 def test_status_shape_matches_the_crd() -> None:
     result = run([(utc(2026, 5, 1, 6), [obs("a", 2, "1.5"), obs("b", None, "1")]),
                   (utc(2026, 5, 1, 7), [obs("a", 2, "1.5"), obs("b", None, "1")])])
-    status = result.ledger.to_status()
+    status = ledger_json(result.ledger)
     assert status["observedTime"] == "2026-05-01T07:00:00Z"
     assert status["services"][0] == {"namespace": "default", "name": "a", "replicas": 2,
                                      "costUSDPerHour": "3.000000000", "spent": "3.000000000"}
@@ -221,7 +222,7 @@ def test_status_shape_matches_the_crd() -> None:
 )
 def test_unreadable_status_names_the_field(ledger: dict, fragment: str) -> None:
     with pytest.raises(LedgerFormatError) as info:
-        Ledger.from_status(ledger)
+        read_ledger(ledger)
     assert fragment in str(info.value)
 
 

@@ -16,6 +16,7 @@ from modalscale.costmodel.focus import (
     write_focus_csv,
 )
 from modalscale.costmodel.ledger import Ledger, ServiceObservation, advance
+from tests.factories import ledger_json, read_ledger
 
 UTC = timezone.utc
 D = Decimal
@@ -69,7 +70,7 @@ def test_rows_sum_to_the_ledger_and_quantities_are_replica_hours() -> None:
 
 def test_rows_from_status_alone_are_period_to_date_without_quantities() -> None:
     result = _ledger_run()
-    status_ledger = Ledger.from_status(result.ledger.to_status(), "2026-05-02T00:00:00Z")
+    status_ledger = read_ledger(ledger_json(result.ledger), "2026-05-02T00:00:00Z")
     rows = focus_rows(cost_records_from_ledger(status_ledger))
     assert sum(D(r["BilledCost"]) for r in rows) == result.spent_usd
     assert {(r["ChargePeriodStart"], r["ChargePeriodEnd"]) for r in rows} == {("2026-05-02T00:00:00Z",

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from modalscale.api.isvc_status import ScalingChange
 from modalscale.demo.capacity import (
     PodRecord,
     judge_budget_scale_down,
@@ -24,8 +25,8 @@ def at(t_s: float) -> str:
     return dt.datetime.fromtimestamp(T0 + t_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def h(t_s: float, frm: int, to: int, reason: str = "ScaleUpForSLO") -> dict[str, Any]:
-    return {"time": at(t_s), "from": frm, "to": to, "reason": reason}
+def h(t_s: float, frm: int, to: int, reason: str = "ScaleUpForSLO") -> ScalingChange:
+    return ScalingChange(dt.datetime.fromtimestamp(T0 + t_s, dt.UTC).replace(microsecond=0), frm, to, reason)
 
 
 def steady(start_s: float, end_s: float, rps: float, latency_ms: float, ok: bool = True) -> list[Any]:

@@ -32,7 +32,8 @@ def statuses(
     isvc = {"status": {"scalingHistory": history}}
     pol = {"status": {"thresholds": [{"percent": p, "crossed": True} for p in crossed]
                       + [{"percent": 100, "crossed": True, "forecast": True}],
-                      "enforcedServices": [{"namespace": "demo", "name": "vc", "action": "CapReplicas"}] if enforced
+                      "enforcedServices": [{"namespace": "demo", "name": "vc", "action": "CapReplicas",
+                                            "maxReplicas": 2, "since": "2026-11-30T12:00:00Z"}] if enforced
                       else []}}
     return isvc, pol
 

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from modalscale.api.inferenceservice import parse_isvc
+from modalscale.api.isvc_status import write_isvc_status
 from modalscale.autoscaler.features import FEATURES
 from modalscale.autoscaler.metrics_reading import MetricsReading
 from modalscale.autoscaler.policy import (
@@ -36,7 +37,7 @@ from modalscale.costmodel.catalog import ReplicaResources, load_catalog, price_r
 from modalscale.operator.autoscale.plan import ServiceTimeModelStatus, plan_autoscale
 from modalscale.operator.budget.plan import BudgetObserved, plan_policy
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
-from tests.factories import budget_policy, inference_service, observation
+from tests.factories import as_status, budget_policy, inference_service, observation
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
 REPLICA_USD_PER_HOUR = price_replica(ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4"), "OnDemand",
@@ -95,7 +96,7 @@ def _decide(status: dict[str, Any], rate_rps: float | None, current: int, state:
                              busy_erlangs=None if rate_rps is None else rate_rps * 0.1, targets_up=current,
                              targets_total=current)
     loaded = ServiceTimeModelStatus(True, "ArtifactLoaded", "service-time model loaded")
-    patch = plan_autoscale(status, decision, reading, loaded, generation=1, now=now).status_patch
+    patch = plan_autoscale(as_status(status), decision, reading, loaded, generation=1, now=now).status_patch
     return decision, merge_patch(status, patch)
 
 
@@ -103,18 +104,18 @@ def scaled_isvc(name: str = "vc", ns: str = "ml") -> dict[str, Any]:
     """An InferenceService body with the status of two autoscaler decisions (see the module docstring)."""
     body = isvc_body(name, ns)
     spec = parse_isvc(body)
-    first = plan_isvc(spec, IsvcObserved(status={}), FILES, PlanConfig(), T0)
+    first = plan_isvc(spec, IsvcObserved(), FILES, PlanConfig(), T0)
     dep = next(w.body for w in first.writes if w.kind == "Deployment")
-    status, replicas = first.status, int(dep["spec"]["replicas"])
+    status, replicas = write_isvc_status(first.status), int(dep["spec"]["replicas"])
     state = ScalerState()
     for minutes, rate in ((1, 50.0), (11, 10.0)):
         now = T0 + dt.timedelta(minutes=minutes)
         decision, status = _decide(status, rate, replicas, state, now)
         state = decision.state
-        obs = IsvcObserved(status=status, deployment=_deployment(dep, replicas),
+        obs = IsvcObserved(status=as_status(status), deployment=_deployment(dep, replicas),
                            pods=[_pod(name, i) for i in range(replicas)], replica_usd_per_hour=REPLICA_USD_PER_HOUR)
         plan = plan_isvc(spec, obs, None, PlanConfig(), now, decision=decision)
-        status = merge_patch(status, plan.status)
+        status = merge_patch(status, write_isvc_status(plan.status, as_status(status)))
         replicas = plan.desired_replicas or replicas
     return {**body, "status": status}
 

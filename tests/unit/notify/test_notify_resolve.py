@@ -21,6 +21,7 @@ from modalscale.api.budgetpolicy import parse_budget_spec
 from modalscale.costmodel.budget import AlertKind, AlertState, BudgetAlert, PolicyRef, ServiceState, plan_budget
 from modalscale.costmodel.outbox import AlertMessage, PendingAlert
 from modalscale.notify.payloads import slack_payload, webhook_payload
+from tests.factories import pending_json, plan_json, read_budget
 
 UTC = timezone.utc
 POLICY = PolicyRef("team-search", "search-daily")
@@ -32,8 +33,8 @@ SERVICES = [ServiceState("team-search", "svc", 2, 4, Decimal("1.5"))]
 
 def stored(alert: BudgetAlert) -> AlertMessage:
     """The message as the outbox keeps it across a restart: written to status, read back."""
-    item = PendingAlert("oncall", AlertMessage.from_alert(alert), alert.created_at).to_status()
-    return PendingAlert.from_status(item, POLICY, "status.pendingAlerts[0]").message
+    item = pending_json(PendingAlert("oncall", AlertMessage.from_alert(alert), alert.created_at))
+    return (read_budget({"pendingAlerts": [item]}, POLICY).outbox or ())[0].message
 
 
 def evaluations() -> tuple[list[AlertMessage], AlertMessage]:
@@ -44,7 +45,7 @@ def evaluations() -> tuple[list[AlertMessage], AlertMessage]:
                        (datetime(2026, 5, 1, 20, 0, tzinfo=UTC), "101")):
         plan = plan_budget(SPEC, Decimal(spent), SERVICES, state, now, policy=POLICY)
         firing += [stored(a) for a in plan.alerts]
-        state = AlertState.from_status(plan.status_fields())
+        state = read_budget(plan_json(plan)).alert_state
     plan = plan_budget(SPEC, Decimal(0), SERVICES, state, datetime(2026, 5, 2, 0, 5, tzinfo=UTC), policy=POLICY)
     (recovered,) = [stored(a) for a in plan.alerts if a.kind is AlertKind.RECOVERED]
     return firing, recovered

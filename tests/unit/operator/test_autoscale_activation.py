@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from modalscale.api.annotations import ACTIVATION_ANNOTATION, activation_requested_at
+from modalscale.api.isvc_status import write_isvc_status
 from modalscale.autoscaler.policy import Reason, ScalerState, ScalingMode, ScalingPolicy, activate
 from modalscale.operator.autoscale.handlers import activation_pending
-from modalscale.operator.autoscale.plan import plan_activation, state_from_status, state_to_status
+from modalscale.operator.autoscale.plan import plan_activation
+from tests.factories import as_status, state_json, stored_state
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -48,10 +50,10 @@ def test_activation_time_is_read_as_utc() -> None:
 
 def test_idle_and_scale_to_zero_times_round_trip_through_status() -> None:
     state = ScalerState(recommendations=((T0, 1),), idle_since=T0 - dt.timedelta(seconds=30), scaled_to_zero_at=T0)
-    stored = state_to_status(state)
+    stored = state_json(state)
     assert (stored["idleSince"], stored["scaledToZeroTime"]) == ("2026-12-01T11:59:30Z", "2026-12-01T12:00:00Z")
-    assert state_from_status({"autoscaler": {"state": stored}}) == state
-    assert "idleSince" not in state_to_status(ScalerState())
+    assert stored_state({"autoscaler": {"state": stored}}) == state
+    assert "idleSince" not in state_json(ScalerState())
 
 
 def test_an_activation_patch_sets_desired_replicas_and_keeps_what_only_metrics_know() -> None:
@@ -61,7 +63,7 @@ def test_an_activation_patch_sets_desired_replicas_and_keeps_what_only_metrics_k
     assert decision is not None and decision.reason == Reason.ACTIVATED
     status = {"desiredReplicas": 0, "conditions": [{"type": "MetricsAvailable"}],
               "autoscaler": {"metricsAvailable": False, "reason": "IdleAtZero", "features": {"held_replicas": 0.0}}}
-    patch = plan_activation(status, decision, now)
+    patch = write_isvc_status(plan_activation(as_status(status), decision, now), as_status(status))
     assert patch["desiredReplicas"] == 1 and "conditions" not in patch
     block = patch["autoscaler"]
     assert (block["reason"], block["valid"], block["metricsAvailable"]) == ("Activated", True, False)

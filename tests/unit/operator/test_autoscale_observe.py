@@ -28,6 +28,7 @@ from modalscale.autoscaler.profile_data import generate_profile
 from modalscale.autoscaler.regressor import ServiceTimeRegressor
 from modalscale.operator.autoscale.observe import PrometheusReader, build_observation, build_queries, selector
 from modalscale.operator.autoscale.plan import STALE_METRICS, plan_autoscale
+from tests.factories import as_status
 
 T = 1796040026.556  # evaluation time of the recording
 
@@ -675,7 +676,7 @@ def test_fault2_triton_counters_stuck_at_zero_while_serving_hold_instead_of_scal
     assert reading.problem is not None and reading.problem[0] == METRICS_CONTRADICT
     assert "720 requests" in reading.problem[1] and "nv_inference_count" in reading.problem[1]
     assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 4, Reason.HELD_NO_METRICS)
-    plan = plan_autoscale({"desiredReplicas": 4}, decision, reading, None, generation=1,
+    plan = plan_autoscale(as_status({"desiredReplicas": 4}), decision, reading, None, generation=1,
                           now=dt.datetime.fromtimestamp(T_LABELLED + 5, dt.UTC))
     assert "desiredReplicas" not in plan.status_patch
     (condition,) = plan.status_patch["conditions"]
@@ -744,7 +745,7 @@ def test_fault3_frozen_idle_sample_dated_an_hour_ahead_is_stale_not_fresh(mode: 
     assert reading.workload == () and reading.busy_erlangs == 0.0  # no traffic, as far as the sample goes
     assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 5, Reason.HELD_STALE_METRICS)
     assert "in the future" in decision.message
-    plan = plan_autoscale({}, decision, reading, None, generation=1,
+    plan = plan_autoscale(as_status({}), decision, reading, None, generation=1,
                           now=dt.datetime.fromtimestamp(T_LABELLED + 5, dt.UTC))
     (condition,) = plan.status_patch["conditions"]
     assert (condition["status"], condition["reason"]) == ("False", STALE_METRICS)

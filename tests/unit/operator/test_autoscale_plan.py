@@ -28,10 +28,9 @@ from modalscale.operator.autoscale.plan import (
     ServiceTimeModelStatus,
     compress_recommendations,
     plan_autoscale,
-    state_from_status,
-    state_to_status,
 )
 from modalscale.operator.conditions import get
+from tests.factories import as_status, state_json, stored_state
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 READ = MetricsReading(observed_at=NOW, workload=(), busy_erlangs=0.5, targets_up=1, targets_total=1)
@@ -46,7 +45,7 @@ def decision(desired: int = 3, valid: bool = True, reason: Reason = Reason.SCALE
 
 
 def test_valid_decision_writes_desired_replicas_block_and_conditions() -> None:
-    plan = plan_autoscale({"desiredReplicas": 1}, decision(3), READ, LOADED, generation=4, now=NOW)
+    plan = plan_autoscale(as_status({"desiredReplicas": 1}), decision(3), READ, LOADED, generation=4, now=NOW)
     patch = plan.status_patch
     assert plan.desired_changed and patch["desiredReplicas"] == 3
     block = patch["autoscaler"]
@@ -61,7 +60,7 @@ def test_valid_decision_writes_desired_replicas_block_and_conditions() -> None:
 def test_invalid_decision_never_changes_desired_replicas() -> None:
     held = decision(5, valid=False, reason=Reason.HELD_NO_METRICS)
     reading = unavailable(PROMETHEUS_UNREACHABLE, "Prometheus at http://127.0.0.1:1 did not answer: refused")
-    plan = plan_autoscale({"desiredReplicas": 2}, held, reading, None, generation=1, now=NOW)
+    plan = plan_autoscale(as_status({"desiredReplicas": 2}), held, reading, None, generation=1, now=NOW)
     assert "desiredReplicas" not in plan.status_patch and not plan.desired_changed
     c = get(plan.status_patch["conditions"], METRICS_AVAILABLE)
     assert (c["status"], c["reason"]) == ("False", PROMETHEUS_UNREACHABLE) and "did not answer" in c["message"]
@@ -69,36 +68,37 @@ def test_invalid_decision_never_changes_desired_replicas() -> None:
 
 
 def test_same_outcome_within_the_refresh_period_writes_nothing() -> None:
-    first = plan_autoscale({"desiredReplicas": 1}, decision(3), READ, LOADED, generation=1, now=NOW)
+    first = plan_autoscale(as_status({"desiredReplicas": 1}), decision(3), READ, LOADED, generation=1, now=NOW)
     status = {"desiredReplicas": 3, **first.status_patch}
     later = NOW + dt.timedelta(seconds=30)
-    again = plan_autoscale(status, decision(3, features={"arrival_rps": 2.5}), READ, LOADED, generation=1, now=later)
+    again = plan_autoscale(as_status(status), decision(3, features={"arrival_rps": 2.5}), READ, LOADED, generation=1,
+                           now=later)
     assert again.status_patch == {} and not again.desired_changed
 
 
 def test_heartbeat_rewrites_the_block_after_the_refresh_period() -> None:
-    first = plan_autoscale({"desiredReplicas": 1}, decision(3), READ, LOADED, generation=1, now=NOW)
+    first = plan_autoscale(as_status({"desiredReplicas": 1}), decision(3), READ, LOADED, generation=1, now=NOW)
     status = {"desiredReplicas": 3, **first.status_patch}
     later = NOW + dt.timedelta(seconds=60)
-    again = plan_autoscale(status, decision(3), READ, LOADED, generation=1, now=later, refresh_s=60)
+    again = plan_autoscale(as_status(status), decision(3), READ, LOADED, generation=1, now=later, refresh_s=60)
     assert set(again.status_patch) == {"autoscaler"}
     assert again.status_patch["autoscaler"]["lastDecisionTime"] == "2026-11-30T12:01:00Z"
 
 
 def test_changed_reason_rewrites_the_block_at_once() -> None:
-    first = plan_autoscale({"desiredReplicas": 1}, decision(3), READ, LOADED, generation=1, now=NOW)
+    first = plan_autoscale(as_status({"desiredReplicas": 1}), decision(3), READ, LOADED, generation=1, now=NOW)
     status = {"desiredReplicas": 3, **first.status_patch}
-    again = plan_autoscale(status, decision(3, reason=Reason.WITHIN_TOLERANCE), READ, LOADED, generation=1,
+    again = plan_autoscale(as_status(status), decision(3, reason=Reason.WITHIN_TOLERANCE), READ, LOADED, generation=1,
                            now=NOW + dt.timedelta(seconds=5))
     assert set(again.status_patch) == {"autoscaler"}
 
 
 def test_condition_transition_time_moves_only_when_status_flips() -> None:
-    first = plan_autoscale({}, decision(3), READ, LOADED, generation=1, now=NOW)
+    first = plan_autoscale(as_status({}), decision(3), READ, LOADED, generation=1, now=NOW)
     status = {"desiredReplicas": 3, **first.status_patch}
     broken = ServiceTimeModelStatus(False, "InvalidCostModel", "corrupt")
     later = NOW + dt.timedelta(seconds=10)
-    second = plan_autoscale(status, decision(3), READ, broken, generation=1, now=later)
+    second = plan_autoscale(as_status(status), decision(3), READ, broken, generation=1, now=later)
     model = get(second.status_patch["conditions"], COST_MODEL_LOADED)
     metrics = get(second.status_patch["conditions"], METRICS_AVAILABLE)
     assert model["status"] == "False" and model["lastTransitionTime"] == "2026-11-30T12:00:10Z"
@@ -108,7 +108,7 @@ def test_condition_transition_time_moves_only_when_status_flips() -> None:
 def test_other_conditions_are_kept_in_the_written_list() -> None:
     ready = {"type": "Ready", "status": "True", "observedGeneration": 1, "lastTransitionTime": "2026-11-30T11:00:00Z",
              "reason": "MinimumReplicasAvailable", "message": "2/2 replicas ready"}
-    plan = plan_autoscale({"conditions": [ready]}, decision(3), READ, None, generation=1, now=NOW)
+    plan = plan_autoscale(as_status({"conditions": [ready]}), decision(3), READ, None, generation=1, now=NOW)
     types = [c["type"] for c in plan.status_patch["conditions"]]
     assert types == ["Ready", METRICS_AVAILABLE] and plan.status_patch["conditions"][0] == ready
 
@@ -116,7 +116,7 @@ def test_other_conditions_are_kept_in_the_written_list() -> None:
 def test_partial_targets_are_available_but_say_so() -> None:
     partial = MetricsReading(observed_at=NOW, workload=(), targets_up=1, targets_total=2, down_targets=("b:1",),
                              problem=(PARTIAL_TARGETS, "1 of 2 scrape target(s) down (b:1)"))
-    plan = plan_autoscale({}, decision(3), partial, None, generation=1, now=NOW)
+    plan = plan_autoscale(as_status({}), decision(3), partial, None, generation=1, now=NOW)
     c = get(plan.status_patch["conditions"], METRICS_AVAILABLE)
     assert (c["status"], c["reason"]) == ("True", PARTIAL_TARGETS)
 
@@ -125,8 +125,8 @@ def test_a_nan_rate_is_reported_unavailable_and_never_moves_desired_replicas() -
     nan = MetricsReading(observed_at=NOW, workload=None, targets_up=1, targets_total=1,
                          problem=(NON_FINITE_METRICS, "Prometheus answered a non-finite value (NaN or +-Inf) for "
                                                       "'requests'; that is missing data, not zero traffic: holding"))
-    plan = plan_autoscale({"desiredReplicas": 5}, decision(5, valid=False, reason=Reason.HELD_NO_METRICS), nan, None,
-                          generation=1, now=NOW)
+    plan = plan_autoscale(as_status({"desiredReplicas": 5}), decision(5, valid=False, reason=Reason.HELD_NO_METRICS),
+                          nan, None, generation=1, now=NOW)
     c = get(plan.status_patch["conditions"], METRICS_AVAILABLE)
     assert (c["status"], c["reason"]) == ("False", NON_FINITE_METRICS) and "NaN" in c["message"]
     assert not plan.desired_changed and "desiredReplicas" not in plan.status_patch
@@ -134,27 +134,27 @@ def test_a_nan_rate_is_reported_unavailable_and_never_moves_desired_replicas() -
 
 def test_utilization_mode_needs_busy_time_not_workload() -> None:
     no_busy = MetricsReading(observed_at=NOW, workload=(), busy_erlangs=None, targets_up=1, targets_total=1)
-    plan = plan_autoscale({}, decision(2, valid=False, reason=Reason.HELD_NO_METRICS, mode=ScalingMode.UTILIZATION),
-                          no_busy, None, generation=1, now=NOW)
+    plan = plan_autoscale(as_status({}), decision(2, valid=False, reason=Reason.HELD_NO_METRICS,
+                                                  mode=ScalingMode.UTILIZATION), no_busy, None, generation=1, now=NOW)
     assert plan.metrics_available is False
     assert get(plan.status_patch["conditions"], METRICS_AVAILABLE)["status"] == "False"
 
 
 def test_stale_metrics_are_reported_unavailable() -> None:
     stale = decision(2, valid=False, reason=Reason.HELD_STALE_METRICS)
-    plan = plan_autoscale({}, stale, READ, None, generation=1, now=NOW)
+    plan = plan_autoscale(as_status({}), stale, READ, None, generation=1, now=NOW)
     assert get(plan.status_patch["conditions"], METRICS_AVAILABLE)["reason"] == "StaleMetrics"
 
 
 def test_features_are_bounded_finite_and_policy_first() -> None:
     many = {f"f{i:02d}": float(i) for i in range(40)} | {"bad": float("inf"), "nan": float("nan")}
     reading = MetricsReading(observed_at=NOW, workload=(), extra={"busy_erlangs": 0.1234567})
-    block = plan_autoscale({}, decision(3, features=many), reading, None, generation=1, now=NOW,
+    block = plan_autoscale(as_status({}), decision(3, features=many), reading, None, generation=1, now=NOW,
                            utilization_ratio=0.5).status_patch["autoscaler"]
     assert len(block["features"]) == MAX_FEATURES
     assert "bad" not in block["features"] and "nan" not in block["features"]
     assert block["features"]["f00"] == 0.0 and "busy_erlangs" not in block["features"]  # policy's come first
-    few = plan_autoscale({}, decision(3), reading, None, generation=1, now=NOW, utilization_ratio=0.5)
+    few = plan_autoscale(as_status({}), decision(3), reading, None, generation=1, now=NOW, utilization_ratio=0.5)
     assert few.status_patch["autoscaler"]["features"] == {"arrival_rps": 2.0, "busy_erlangs": 0.1235,
                                                           "utilization_ratio": 0.5}
 
@@ -162,11 +162,11 @@ def test_features_are_bounded_finite_and_policy_first() -> None:
 def test_state_round_trips_through_status() -> None:
     state = ScalerState(recommendations=((NOW, 2), (NOW + dt.timedelta(seconds=15), 4)), service_scale=1.25,
                         latency_scale=0.8, last_change_at=NOW, in_flight_history=(4.0, 7.5))
-    status = {"autoscaler": {"state": state_to_status(state)}}
-    assert state_from_status(status) == state
+    status = {"autoscaler": {"state": state_json(state)}}
+    assert stored_state(status) == state
     # the observed-queue rule's memory: a malformed history is dropped, the rest of the state kept
     status["autoscaler"]["state"]["inFlightHistory"] = [4.0, "x"]
-    assert state_from_status(status) == replace(state, in_flight_history=())
+    assert stored_state(status) == replace(state, in_flight_history=())
 
 
 @pytest.mark.parametrize("bad", [
@@ -175,7 +175,7 @@ def test_state_round_trips_through_status() -> None:
     {"autoscaler": {"state": {"recommendations": [{"time": "2026-11-30T12:00:00Z", "replicas": -1}]}}},
 ], ids=["none", "empty", "not-a-map", "naive-time", "negative"])
 def test_malformed_stored_state_starts_fresh(bad: Any) -> None:
-    assert state_from_status(bad) == ScalerState()
+    assert stored_state(bad) == ScalerState()
 
 
 def test_compression_keeps_the_newest_entry_of_each_run() -> None:
@@ -224,9 +224,9 @@ def test_features_of_an_earlier_decision_do_not_pile_up_under_the_merge_patch() 
     # keys next to the new ones, and every later status write was refused with 422.
     first = {f"a{i:02d}": 1.0 for i in range(MAX_FEATURES)}
     second = {f"b{i:02d}": 2.0 for i in range(MAX_FEATURES)}
-    plan = plan_autoscale({}, decision(3, features=first), READ, None, generation=1, now=NOW)
+    plan = plan_autoscale(as_status({}), decision(3, features=first), READ, None, generation=1, now=NOW)
     status = _merge({}, plan.status_patch)
-    plan = plan_autoscale(status, decision(4, features=second), READ, None, generation=1,
+    plan = plan_autoscale(as_status(status), decision(4, features=second), READ, None, generation=1,
                           now=NOW + dt.timedelta(seconds=5))
     status = _merge(status, plan.status_patch)
     assert status["autoscaler"]["features"] == second

@@ -34,6 +34,7 @@ from modalscale.costmodel.budget.state import AlertState, ServiceState
 from modalscale.costmodel.catalog import load_catalog
 from modalscale.operator.budget.plan import BudgetObserved, plan_policy
 from modalscale.operator.conditions import get
+from tests.factories import plan_json
 
 REPO = Path(__file__).resolve().parents[3]
 CRD_FILES = [REPO / "crds" / "budgetpolicies.modalscale.io.yaml",
@@ -142,7 +143,7 @@ def test_the_extreme_admitted_limits_plan_without_a_decimal_error(limit: str) ->
     for spent in (Decimal(0), Decimal("0.000000001"), Decimal("999999999999.999999999")):
         plan = plan_budget(spec, spent, [service], AlertState(), T0)
         assert plan.limit_usd == Decimal(limit)
-        plan.status_fields()  # every amount written as a decimal string
+        plan_json(plan)  # every amount written as a decimal string
         for alert in plan.alerts:
             alert.text()
 

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from modalscale.costmodel.anomaly import AnomalyConfig, AnomalyState, BurnSample
-from modalscale.costmodel.ledger import LedgerFormatError
 from modalscale.operator.budget.history import (
     BURN_METRIC,
     PRICE_METRIC,
@@ -24,9 +23,10 @@ from modalscale.operator.budget.history import (
     parse_history,
 )
 from modalscale.operator.budget.plan import plan_policy
-from modalscale.operator.budget.spend_anomalies import HistoryRead, anomaly_state_from_status, anomaly_state_to_status
+from modalscale.operator.budget.spend_anomalies import HistoryRead
 from modalscale.operator.conditions import get
 from modalscale.operator.settings import ConfigError, Settings
+from tests.factories import anomalies_json, read_budget
 from tests.unit.operator.test_budget_plan import CATALOG, T0, make_isvc, make_pod, make_policy, observed, persisted
 
 PRICE = 0.600125239
@@ -91,15 +91,15 @@ def test_merge_keeps_memory_and_adds_only_older_samples_from_prometheus() -> Non
 def test_the_alerted_set_round_trips_through_status_and_a_bad_item_names_its_field() -> None:
     state = AnomalyState({KEY: T0, ("ml", "b"): T0 + dt.timedelta(seconds=1.5)},
                          {KEY: T0 + dt.timedelta(minutes=3)})
-    items = anomaly_state_to_status(state)
+    items = anomalies_json(state)
     assert items == [{"namespace": "ml", "name": "b", "since": "2026-11-30T10:00:01Z"},
                      {"namespace": "ml", "name": "vc", "since": "2026-11-30T10:00:00Z",
                       "calmSince": "2026-11-30T10:03:00Z"}]
-    back = anomaly_state_from_status({"spendAnomalies": items})
+    back = read_budget({"spendAnomalies": items}).anomaly_state
     assert back.active[KEY] == T0 and back.calm_since == {KEY: T0 + dt.timedelta(minutes=3)}
-    assert anomaly_state_from_status({}) == AnomalyState()
-    with pytest.raises(LedgerFormatError, match=r"status.spendAnomalies\[0\].since"):
-        anomaly_state_from_status({"spendAnomalies": [{"namespace": "ml", "name": "vc", "since": "yesterday"}]})
+    assert read_budget({}).anomaly_state == AnomalyState()
+    bad = read_budget({"spendAnomalies": [{"namespace": "ml", "name": "vc", "since": "yesterday"}]})
+    assert bad.problem is not None and "status.spendAnomalies[0].since" in bad.problem
 
 
 def test_an_unreadable_spend_anomalies_item_holds_the_policy_as_invalid_status() -> None:

@@ -136,7 +136,7 @@ def test_leaving_spot_nulls_the_selector_key_and_replaces_the_tolerations() -> N
     on_spot = build_deployment(with_spot_placement(spec, (SpotSwitch("ml/daily", 50),)), 2, {})
     on_spot["status"] = {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 2, "observedGeneration": 1}
     on_spot["metadata"]["generation"] = 1
-    obs = IsvcObserved(status={}, deployment=on_spot, service=None, configmap=None)
+    obs = IsvcObserved(deployment=on_spot, service=None, configmap=None)
     plan = plan_isvc(spec, obs, {}, PlanConfig(), T0)
     (w,) = [w for w in plan.writes if w.kind == "Deployment" and w.name == "batch"]  # the replicas'
     pod = w.body["spec"]["template"]["spec"]
@@ -148,7 +148,7 @@ def test_leaving_spot_nulls_the_selector_key_and_replaces_the_tolerations() -> N
     # Already off Spot: no such patch.
     plain = build_deployment(spec, 2, {})
     plain["status"], plain["metadata"]["generation"] = on_spot["status"], 1
-    again = plan_isvc(spec, IsvcObserved(status={}, deployment=plain), {}, PlanConfig(), T0)
+    again = plan_isvc(spec, IsvcObserved(deployment=plain), {}, PlanConfig(), T0)
     assert not any(w.kind == "Deployment" and w.name == "batch" and "template" in w.body.get("spec", {})
                    for w in again.writes)
     assert json.dumps(plain).count("capacity-type") == 0
@@ -166,14 +166,14 @@ def test_a_deleted_policy_lifts_its_spot_annotation_and_switched_namespaces_stay
 
 def test_the_inferenceservice_says_it_runs_on_spot_in_budget_limited() -> None:
     spec = with_spot_placement(parse_isvc(make_isvc("batch", 10)), (SpotSwitch("ml/daily", 50),))
-    obs = IsvcObserved(status={}, spot_policy="ml/daily")
-    c = get(plan_isvc(spec, obs, {}, PlanConfig(), T0).status["conditions"], "BudgetLimited")
+    obs = IsvcObserved(spot_policy="ml/daily")
+    c = get(plan_isvc(spec, obs, {}, PlanConfig(), T0).status.conditions, "BudgetLimited")
     assert (c["status"], c["reason"]) == ("True", "MovedToSpot")
     assert c["message"] == "BudgetPolicy ml/daily runs the pods on Spot capacity (karpenter.sh/capacity-type=spot)"
     obs.budget_cap_replicas, obs.budget_cap_policy = 1, "ml/daily"
-    c = get(plan_isvc(spec, obs, {}, PlanConfig(), T0).status["conditions"], "BudgetLimited")
+    c = get(plan_isvc(spec, obs, {}, PlanConfig(), T0).status.conditions, "BudgetLimited")
     assert c["reason"] == "CappedByBudget" and c["message"].endswith("; BudgetPolicy ml/daily runs the pods on Spot "
                                                                      "capacity (karpenter.sh/capacity-type=spot)")
-    plain = get(plan_isvc(parse_isvc(make_isvc("batch", 10)), IsvcObserved(status={}), {}, PlanConfig(), T0
-                          ).status["conditions"], "BudgetLimited")
+    plain = get(plan_isvc(parse_isvc(make_isvc("batch", 10)), IsvcObserved(), {}, PlanConfig(), T0
+                          ).status.conditions, "BudgetLimited")
     assert (plain["status"], plain["reason"]) == ("False", "WithinBudget")

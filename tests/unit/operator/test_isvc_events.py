@@ -8,13 +8,14 @@ import datetime as dt
 
 from modalscale.api import conditions as R
 from modalscale.api.inferenceservice import parse_isvc
+from modalscale.api.isvc_status import write_isvc_status
 from modalscale.operator.conditions import get
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
 from tests.unit.operator.test_isvc_plan import FILES, NOW, converge, make_isvc
 
 
 def test_a_normal_creation_posts_one_normal_creating_event_not_a_warning() -> None:
-    plan = plan_isvc(parse_isvc(make_isvc()), IsvcObserved(status={}), FILES, PlanConfig(), NOW)
+    plan = plan_isvc(parse_isvc(make_isvc()), IsvcObserved(), FILES, PlanConfig(), NOW)
     assert [(t, r) for t, r, _ in plan.events] == [("Normal", R.CREATING)]
 
 
@@ -22,7 +23,7 @@ def test_kubectl_scale_on_the_service_then_on_the_deployment_posts_an_event_for_
     body = make_isvc(scaling={"mode": "Predictive", "replicas": 5, "minReplicas": 2, "maxReplicas": 6})
     obs, _ = converge(body)
     ignored = plan_isvc(parse_isvc(body), obs, FILES, PlanConfig(), NOW)
-    assert get(ignored.status["conditions"], R.SCALING_CONFLICT)["reason"] == R.SCALE_IGNORED_IN_MODE
+    assert get(write_isvc_status(ignored.status)["conditions"], R.SCALING_CONFLICT)["reason"] == R.SCALE_IGNORED_IN_MODE
     obs.status = ignored.status
     obs.deployment["spec"]["replicas"] = 5  # kubectl scale deployment: the condition stays True, its cause changes
     external = plan_isvc(parse_isvc(body), obs, FILES, PlanConfig(), NOW + dt.timedelta(seconds=30))
@@ -55,8 +56,8 @@ def test_progressing_says_a_scale_down_not_four_of_one_replicas_updated() -> Non
     obs, _ = converge(make_isvc())
     obs.deployment["status"].update(replicas=4, updatedReplicas=4, readyReplicas=4)  # 4 -> 2 under way
     plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
-    msg = get(plan.status["conditions"], R.PROGRESSING)["message"]
+    msg = get(write_isvc_status(plan.status)["conditions"], R.PROGRESSING)["message"]
     assert msg == "scaling down from 4 to 2 replica(s), 4 ready"
     obs.deployment["status"].update(replicas=2, updatedReplicas=2, readyReplicas=2)
     done = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
-    assert get(done.status["conditions"], R.PROGRESSING)["message"] == "all 2 replica(s) updated"
+    assert get(write_isvc_status(done.status)["conditions"], R.PROGRESSING)["message"] == "all 2 replica(s) updated"

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from modalscale.api.inferenceservice import parse_isvc
+from modalscale.api.isvc_status import write_isvc_status
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
 from tests.factories import inference_service
 
@@ -72,7 +73,7 @@ def apply(obs: IsvcObserved, plan: Any, gateway_ready: bool = True) -> IsvcObser
 
 
 def run(body: dict[str, Any], obs: IsvcObserved | None = None, gateway_ready: bool = True) -> tuple[Any, IsvcObserved]:
-    obs = obs or IsvcObserved(status={})
+    obs = obs or IsvcObserved()
     plan = plan_isvc(parse_isvc(body), obs, FILES, PlanConfig(gateway_image=IMAGE), NOW)
     return plan, apply(obs, plan, gateway_ready)
 
@@ -99,7 +100,7 @@ def scenarios() -> dict[str, Any]:
             "resources": {"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}}},
             "configmap": {"model": {"source": "ConfigMap", "configMap": {"name": "mine"}}}}.items():
         body = make_isvc(**direct(spec))
-        obs0 = IsvcObserved(status={}, user_configmap_keys=["m__config.pbtxt"])
+        obs0 = IsvcObserved(user_configmap_keys=["m__config.pbtxt"])
         first = plan_isvc(parse_isvc(body), obs0, FILES, PlanConfig(), NOW)
         obs1 = IsvcObserved(status=first.status, user_configmap_keys=["m__config.pbtxt"],
                             **{w.kind.lower(): stored(w.body) for w in first.writes})
@@ -109,7 +110,8 @@ def scenarios() -> dict[str, Any]:
         drifted.deployment["spec"]["template"]["spec"]["containers"][0]["image"] = "other:1"
         drifted.service["spec"]["ports"] = drifted.service["spec"]["ports"][:1]
         third = plan_isvc(parse_isvc(body), drifted, FILES, PlanConfig(), NOW)
-        out[name] = [{"writes": [[w.kind, w.action, w.name, w.body] for w in p.writes], "status": p.status,
+        out[name] = [{"writes": [[w.kind, w.action, w.name, w.body] for w in p.writes],
+                      "status": write_isvc_status(p.status),
                       "events": p.events} for p in (first, second, third)]
     return json.loads(json.dumps(out, sort_keys=True))
 
@@ -121,8 +123,8 @@ def test_disabled_plans_exactly_what_the_planner_before_the_gateway_planned() ->
 def test_disabled_explicitly_plans_only_the_direct_children() -> None:
     plan, obs = run(make_isvc(gateway=OFF))
     assert sorted(w.kind for w in plan.writes) == ["ConfigMap", "Deployment", "Service"]
-    assert "gateway" not in plan.status
-    assert all(c["type"] != "GatewayReady" for c in plan.status["conditions"])
+    assert plan.status.gateway is None
+    assert all(c["type"] != "GatewayReady" for c in write_isvc_status(plan.status)["conditions"])
 
 
 @pytest.mark.parametrize("gateway", [None, {}, {"replicas": 3}], ids=["unset", "empty", "enabled-unset"])
@@ -134,7 +136,7 @@ def test_enabled_is_the_default_a_spec_without_enabled_gets_the_gateway(gateway:
     assert dep["spec"]["replicas"] == (gateway or {}).get("replicas", 2)
     (container,) = dep["spec"]["template"]["spec"]["containers"]
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}  # the small default
-    assert {c["type"] for c in plan.status["conditions"]} >= {"GatewayReady"}
+    assert {c["type"] for c in write_isvc_status(plan.status)["conditions"]} >= {"GatewayReady"}
 
 
 # ---------------------------------------------------------------------------------------------- enabled
@@ -151,13 +153,13 @@ def test_enabled_creates_the_gateway_objects_with_owner_references_and_keeps_the
         assert w.body["metadata"]["namespace"] == "ml"
     svc = next(w.body for w in plan.writes if w.name == "vc" and w.kind == "Service")
     assert svc["spec"]["selector"] == {"modalscale.io/inferenceservice": "vc"}  # direct while no gateway is ready
-    ready = {c["type"]: c for c in plan.status["conditions"]}["GatewayReady"]
+    ready = {c["type"]: c for c in write_isvc_status(plan.status)["conditions"]}["GatewayReady"]
     assert (ready["status"], ready["reason"]) == ("False", "Creating")
 
     # Still no gateway pod ready: nothing to write, the Service stays direct.
     plan, obs = run(make_isvc(gateway={"enabled": True}), obs, gateway_ready=False)
     assert plan.writes == []
-    ready = {c["type"]: c for c in plan.status["conditions"]}["GatewayReady"]
+    ready = {c["type"]: c for c in write_isvc_status(plan.status)["conditions"]}["GatewayReady"]
     assert (ready["status"], ready["reason"]) == ("False", "GatewayUnavailable")
 
 
@@ -175,10 +177,10 @@ def test_once_a_gateway_pod_is_ready_the_service_selects_the_gateway_and_the_net
     assert [r["from"][0]["podSelector"]["matchLabels"] for r in np["ingress"]] == [
         {"modalscale.io/gateway": "vc"}, {"app.kubernetes.io/name": "prometheus"}]
     assert [[p["port"] for p in r["ports"]] for r in np["ingress"]] == [[8000, 8001], [8002]]
-    assert plan.status["gateway"] == {"replicas": 2, "readyReplicas": 2,
+    assert write_isvc_status(plan.status)["gateway"] == {"replicas": 2, "readyReplicas": 2,
                                       "replicasUrl": "http://vc-replicas.ml.svc.cluster.local:8000"}
-    assert plan.status["url"] == "http://vc.ml.svc.cluster.local:8000"
-    ready = {c["type"]: c for c in plan.status["conditions"]}["GatewayReady"]
+    assert write_isvc_status(plan.status)["url"] == "http://vc.ml.svc.cluster.local:8000"
+    ready = {c["type"]: c for c in write_isvc_status(plan.status)["conditions"]}["GatewayReady"]
     assert (ready["status"], ready["reason"]) == ("True", "MinimumReplicasAvailable")
 
     plan, obs = run(body, obs)
@@ -253,8 +255,8 @@ def test_turning_the_gateway_off_switches_the_service_back_first_and_deletes_the
         ("RoleBinding", "delete", "vc-gateway"), ("Role", "delete", "vc-gateway"),
         ("ServiceAccount", "delete", "vc-gateway")]
     assert plan.writes[0].body["spec"]["selector"] == {"$patch": "replace", "modalscale.io/inferenceservice": "vc"}
-    assert plan.status["gateway"] is None  # merge patch removes the block
-    assert all(c["type"] != "GatewayReady" for c in plan.status["conditions"])
+    assert write_isvc_status(plan.status)["gateway"] is None  # merge patch removes the block
+    assert all(c["type"] != "GatewayReady" for c in write_isvc_status(plan.status)["conditions"])
     plan, _ = run(make_isvc(gateway={"enabled": False}), obs)
     assert plan.writes == []
 
@@ -282,7 +284,7 @@ def test_the_gateway_follows_the_users_placement_but_not_a_budgets_spot_switch_n
     body = make_isvc(gateway={"enabled": True}, placement={"nodeSelector": {"pool": "a"}, "tolerations": [taint]},
                      resources={"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}})
     spec = with_spot_placement(parse_isvc(body), (SpotSwitch("ml/p", 50),))
-    plan = plan_isvc(spec, IsvcObserved(status={}), FILES, PlanConfig(gateway_image=IMAGE), NOW)
+    plan = plan_isvc(spec, IsvcObserved(), FILES, PlanConfig(gateway_image=IMAGE), NOW)
     replicas = next(w.body for w in plan.writes if w.name == "vc" and w.kind == "Deployment")["spec"]["template"]
     gateway = next(w.body for w in plan.writes if w.name == "vc-gateway" and w.kind == "Deployment")
     pod = gateway["spec"]["template"]["spec"]

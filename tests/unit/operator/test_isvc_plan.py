@@ -11,6 +11,7 @@ import pytest
 from modalscale.api import conditions as R
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
+from modalscale.api.isvc_status import write_isvc_status
 from modalscale.autoscaler.policy import Decision, Reason, ScalerState, ScalingMode
 from modalscale.operator.conditions import get
 from modalscale.operator.isvc.objects import REPLICAS_ANNOTATION
@@ -21,7 +22,7 @@ from modalscale.operator.isvc.plan import (
     is_derivative,
     plan_isvc,
 )
-from tests.factories import inference_service
+from tests.factories import as_status, inference_service
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n', "multimodal/1/model.py": "# model\n"}
@@ -59,7 +60,7 @@ def apiserver_view(created: dict[str, Any]) -> dict[str, Any]:
 def converge(body: dict[str, Any]) -> tuple[IsvcObserved, dict[str, Any]]:
     """Plan once from nothing, 'apply' the creates, and return the observed world afterwards."""
     spec = parse_isvc(body)
-    first = plan_isvc(spec, IsvcObserved(status={}), FILES, PlanConfig(), NOW)
+    first = plan_isvc(spec, IsvcObserved(), FILES, PlanConfig(), NOW)
     kinds = {w.kind: apiserver_view(w.body) for w in first.writes}
     obs = IsvcObserved(status=first.status, deployment=kinds["Deployment"], service=kinds["Service"],
                        configmap=kinds["ConfigMap"])
@@ -67,7 +68,7 @@ def converge(body: dict[str, Any]) -> tuple[IsvcObserved, dict[str, Any]]:
 
 
 def test_first_reconcile_creates_the_three_children_with_owner_references() -> None:
-    plan = plan_isvc(parse_isvc(make_isvc()), IsvcObserved(status={}), FILES, PlanConfig(), NOW)
+    plan = plan_isvc(parse_isvc(make_isvc()), IsvcObserved(), FILES, PlanConfig(), NOW)
     assert sorted((w.kind, w.action) for w in plan.writes) == [
         ("ConfigMap", "create"), ("Deployment", "create"), ("Service", "create")]
     for w in plan.writes:
@@ -131,10 +132,11 @@ def test_hand_scaled_deployment_is_restored_once_and_reported_as_conflict() -> N
     (w,) = plan.writes
     assert w.body["spec"]["replicas"] == 2
     assert w.body["metadata"]["annotations"][REPLICAS_ANNOTATION] == "2"
-    c = get(plan.status["conditions"], R.SCALING_CONFLICT)
+    c = get(write_isvc_status(plan.status)["conditions"], R.SCALING_CONFLICT)
     assert (c["status"], c["reason"]) == ("True", R.EXTERNAL_SCALE)
     assert ("Warning", R.EXTERNAL_SCALE) in [(t, r) for t, r, _ in plan.events]
-    assert plan.status["scalingHistory"][-1]["from"] == 5 and plan.status["scalingHistory"][-1]["to"] == 2
+    last = (plan.status.scaling_history or ())[-1]
+    assert (last.from_replicas, last.to_replicas) == (5, 2)
 
     # Restored: the next pass writes nothing, and the condition stays True for the hold time only.
     obs.deployment["spec"]["replicas"] = 2
@@ -142,10 +144,10 @@ def test_hand_scaled_deployment_is_restored_once_and_reported_as_conflict() -> N
     later = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(conflict_hold_s=60),
                       NOW + dt.timedelta(seconds=30))
     assert later.writes == []
-    assert get(later.status["conditions"], R.SCALING_CONFLICT)["status"] == "True"
+    assert get(write_isvc_status(later.status)["conditions"], R.SCALING_CONFLICT)["status"] == "True"
     after = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(conflict_hold_s=60),
                       NOW + dt.timedelta(seconds=90))
-    assert get(after.status["conditions"], R.SCALING_CONFLICT)["status"] == "False"
+    assert get(write_isvc_status(after.status)["conditions"], R.SCALING_CONFLICT)["status"] == "False"
 
 
 def test_an_hpa_on_the_deployment_is_reported_and_never_fought() -> None:
@@ -154,7 +156,7 @@ def test_an_hpa_on_the_deployment_is_reported_and_never_fought() -> None:
     obs.foreign_autoscalers = ["vc-hpa"]
     plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
     assert plan.writes == []
-    c = get(plan.status["conditions"], R.SCALING_CONFLICT)
+    c = get(write_isvc_status(plan.status)["conditions"], R.SCALING_CONFLICT)
     assert (c["status"], c["reason"]) == ("True", R.FOREIGN_AUTOSCALER) and "vc-hpa" in c["message"]
 
 
@@ -167,7 +169,7 @@ def test_fixed_mode_writes_spec_replicas_and_other_modes_explain_kubectl_scale()
     scaled = make_isvc(scaling={"mode": "Predictive", "replicas": 3, "minReplicas": 2, "maxReplicas": 6})
     plan = plan_isvc(parse_isvc(scaled), obs, FILES, PlanConfig(), NOW)
     assert plan.writes == []
-    c = get(plan.status["conditions"], R.SCALING_CONFLICT)
+    c = get(write_isvc_status(plan.status)["conditions"], R.SCALING_CONFLICT)
     assert (c["status"], c["reason"]) == ("True", R.SCALE_IGNORED_IN_MODE)
     assert "Fixed" in c["message"]
 
@@ -175,14 +177,14 @@ def test_fixed_mode_writes_spec_replicas_and_other_modes_explain_kubectl_scale()
 def test_ready_is_true_only_when_enough_replicas_are_ready_and_none_fail() -> None:
     obs, _ = converge(make_isvc())
     ready = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
-    assert get(ready.status["conditions"], R.READY)["status"] == "True"
-    assert ready.status["readyReplicas"] == 2 and ready.status["desiredReplicas"] == 2
+    assert get(write_isvc_status(ready.status)["conditions"], R.READY)["status"] == "True"
+    assert (ready.status.ready_replicas, ready.status.desired_replicas) == (2, 2)
 
     obs.pods = [{"metadata": {"name": "vc-abc"}, "status": {"phase": "Pending", "conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
          "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}}]
     plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
-    c = get(plan.status["conditions"], R.READY)
+    c = get(write_isvc_status(plan.status)["conditions"], R.READY)
     assert (c["status"], c["reason"]) == ("False", R.UNSCHEDULABLE)
     assert "Insufficient nvidia.com/gpu" in c["message"]
     assert ("Warning", R.UNSCHEDULABLE) in [(t, r) for t, r, _ in plan.events]
@@ -190,7 +192,7 @@ def test_ready_is_true_only_when_enough_replicas_are_ready_and_none_fail() -> No
     obs.pods = [{"metadata": {"name": "vc-def"}, "status": {"phase": "Running", "containerStatuses": [
         {"name": "triton", "ready": False, "restartCount": 4,
          "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}}]}}]
-    c = get(plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status["conditions"], R.READY)
+    c = get(plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status.conditions, R.READY)
     assert (c["status"], c["reason"]) == ("False", R.CRASH_LOOP)
 
 
@@ -204,7 +206,7 @@ def test_a_pod_waiting_on_its_image_gives_its_real_reason_in_ready_false(waiting
          "state": {"waiting": {"reason": waiting,
                                "message": 'Container image "modalscale/runtime-cpu:0.1.0" is not present'}}}]}}]
     plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
-    c = get(plan.status["conditions"], R.READY)
+    c = get(write_isvc_status(plan.status)["conditions"], R.READY)
     assert (c["status"], c["reason"]) == ("False", R.IMAGE_PULL)
     assert f"pod vc-img container triton: {waiting}: Container image" in c["message"]
     assert ("Warning", R.IMAGE_PULL) in [(t, r) for t, r, _ in plan.events]
@@ -214,7 +216,7 @@ def test_a_pod_still_creating_its_container_is_not_a_problem() -> None:
     obs, _ = converge(make_isvc())
     obs.pods = [{"metadata": {"name": "vc-new"}, "status": {"phase": "Pending", "containerStatuses": [
         {"name": "triton", "ready": False, "state": {"waiting": {"reason": "ContainerCreating"}}}]}}]
-    c = get(plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status["conditions"], R.READY)
+    c = get(plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status.conditions, R.READY)
     assert c["reason"] not in (R.IMAGE_PULL, R.CRASH_LOOP)
 
 
@@ -230,7 +232,7 @@ def test_last_transition_time_moves_only_when_status_flips() -> None:
 def test_missing_model_configmap_is_refused_by_field() -> None:
     body = make_isvc(model={"source": "ConfigMap", "name": "cap", "configMap": {"name": "nope"}})
     with pytest.raises(ModelReferenceError) as info:
-        plan_isvc(parse_isvc(body), IsvcObserved(status={}, user_configmap_keys=None), {}, PlanConfig(), NOW)
+        plan_isvc(parse_isvc(body), IsvcObserved(user_configmap_keys=None), {}, PlanConfig(), NOW)
     assert info.value.field == "spec.model.configMap.name"
 
 
@@ -268,9 +270,9 @@ def test_budget_cap_is_the_tightest_annotation_and_is_applied_last_even_in_fixed
     plan = plan_isvc(parse_isvc(fixed), obs, FILES, PlanConfig(), NOW)
     (w,) = plan.writes
     assert w.body["spec"]["replicas"] == 1  # below minReplicas too: the budget cap is never exceeded
-    c = get(plan.status["conditions"], R.BUDGET_LIMITED)
+    c = get(write_isvc_status(plan.status)["conditions"], R.BUDGET_LIMITED)
     assert (c["status"], c["reason"]) == ("True", R.CAPPED_BY_BUDGET) and "b/p2" in c["message"]
-    assert plan.status["scalingHistory"][-1]["reason"] == R.CAPPED_BY_BUDGET
+    assert write_isvc_status(plan.status)["scalingHistory"][-1]["reason"] == R.CAPPED_BY_BUDGET
 
 
 def test_cost_per_hour_counts_only_pods_holding_resources() -> None:
@@ -286,9 +288,9 @@ def test_cost_per_hour_counts_only_pods_holding_resources() -> None:
          "status": {"phase": "Running"}},
     ]
     plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
-    assert plan.status["costUSDPerHour"] == "2.5000"
+    assert write_isvc_status(plan.status)["costUSDPerHour"] == "2.5000"
     obs.replica_usd_per_hour = None
-    assert "costUSDPerHour" not in plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status
+    assert plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status.cost_usd_per_hour is None
 
 
 def _decision(replicas: int, reason: Reason = Reason.SCALE_UP_FOR_SLO,
@@ -304,8 +306,8 @@ def test_an_autoscaler_decision_is_planned_directly_as_the_deployments_replicas_
     (w,) = plan.writes
     assert (w.kind, w.action) == ("Deployment", "patch")
     assert w.body == {"metadata": {"annotations": {REPLICAS_ANNOTATION: "5"}}, "spec": {"replicas": 5}}
-    assert plan.status["desiredReplicas"] == 5 and "costUSDPerHour" not in plan.status
-    (entry,) = plan.status["scalingHistory"]
+    assert write_isvc_status(plan.status)["desiredReplicas"] == 5 and plan.status.cost_usd_per_hour is None
+    (entry,) = write_isvc_status(plan.status)["scalingHistory"]
     assert (entry["from"], entry["to"], entry["reason"], entry["message"]) == (2, 5, "ScaleUpForSLO",
                                                                              "p95 410 ms > 300 ms")
 
@@ -313,8 +315,8 @@ def test_an_autoscaler_decision_is_planned_directly_as_the_deployments_replicas_
 def test_a_direct_decision_plans_what_the_same_decision_read_back_from_status_plans() -> None:
     obs, status = converge(make_isvc())
     spec = parse_isvc(make_isvc())
-    recorded = {**status, "desiredReplicas": 4,
-                "autoscaler": {"reason": "ScaleUpForSLO", "message": "p95 410 ms > 300 ms"}}
+    recorded = as_status({**write_isvc_status(status), "desiredReplicas": 4,
+                          "autoscaler": {"reason": "ScaleUpForSLO", "message": "p95 410 ms > 300 ms"}})
     via_status = plan_isvc(spec, IsvcObserved(**{**obs.__dict__, "status": recorded}), FILES, PlanConfig(), NOW)
     direct = plan_isvc(spec, IsvcObserved(**{**obs.__dict__, "status": recorded}), None, PlanConfig(), NOW,
                        decision=_decision(4))
