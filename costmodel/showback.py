@@ -48,7 +48,7 @@ from modalscale.costmodel.money import LEDGER_QUANTUM_USD, MONEY_CONTEXT
 
 # --- Per-tenant accounting metrics the gateway exports (counters; labels tenant, modality) -------------------------
 REQUESTS_METRIC = "modalscale_gateway_requests_total"
-"""Requests by ``tenant``, ``modality`` and ``code`` (HTTP status class or gRPC code name)."""
+"""Requests by ``tenant``, ``modality`` and ``code`` (HTTP status or gRPC code name), refused ones included."""
 SERVICE_SECONDS_METRIC = "modalscale_gateway_service_seconds_total"
 """Sum over answered requests of the time from sending to a replica to the last response byte, seconds."""
 IMAGES_METRIC = "modalscale_gateway_request_images_total"
@@ -62,6 +62,15 @@ ACCOUNTING_METRICS: tuple[str, ...] = (REQUESTS_METRIC, SERVICE_SECONDS_METRIC, 
 TENANT_LABEL = "tenant"
 MODALITY_LABEL = "modality"
 CODE_LABEL = "code"
+REFUSED_CODES: tuple[str, ...] = ("429", "503", "RESOURCE_EXHAUSTED")
+"""``code`` values of requests the gateway refuses before any replica works on them: a tenant over its budget
+(HTTP 429 / gRPC RESOURCE_EXHAUSTED), admission's queue full, queue timeout or no Ready replica (503 /
+RESOURCE_EXHAUSTED), no replica reachable (503 / RESOURCE_EXHAUSTED); ``modalscale.gateway.server`` records them.
+Such a request cost no replica time, so it is not a request that USD per request divides by. A replica's own 503
+(Triton's queue full) is left out too: a refusal as well, its service time (if any) still counted in the USD."""
+PRICED_REQUESTS_MATCHER = f'{CODE_LABEL}!~"{"|".join(REFUSED_CODES)}"'
+"""PromQL label matcher of the requests USD per request divides by (all but :data:`REFUSED_CODES`); the CLI's
+query and the chart's recording rule (``charts/modalscale/files/showback-rules.yaml``) use it verbatim."""
 SERVICE_LABELS: tuple[str, str] = ("namespace", "inferenceservice")
 """Labels the scrape's relabelling gives every series of one InferenceService's pods."""
 
@@ -92,7 +101,8 @@ class TenantUsage:
         tenant: The gateway's tenant label (folded: ``default`` when absent, ``other`` beyond the cap).
         modality: ``image``, ``text`` or ``image_text``.
         service_s: Replica-seconds used (increase of :data:`SERVICE_SECONDS_METRIC`), s.
-        requests: Requests (all codes), a count (``increase()`` may extrapolate to a fraction).
+        requests: Requests the replicas worked on (all codes but :data:`REFUSED_CODES`), a count (``increase()``
+            may extrapolate to a fraction).
         images, image_pixels, text_tokens: Increases of the feature counters.
         counter_resets: Resets seen inside the window across this row's counters (``resets()``); 0 = none.
     """
@@ -328,7 +338,7 @@ def aggregate(rows: Iterable[ShowbackRow], by: Sequence[str]) -> list[ShowbackRo
 
 __all__ = [
     "ACCOUNTING_METRICS", "CODE_LABEL", "COUNTER_RESET", "GROUP_DIMENSIONS", "IDLE", "IMAGES_METRIC",
-    "IMAGE_PIXELS_METRIC", "MODALITY_LABEL", "OVERSUBSCRIBED", "REQUEST", "REQUESTS_METRIC", "SERVICE_LABELS",
-    "SERVICE_SECONDS_METRIC", "ServiceShowback", "ServiceWindow", "ShowbackInputError", "ShowbackRow",
-    "TENANT_LABEL", "TEXT_TOKENS_METRIC", "TenantUsage", "aggregate", "allocate",
+    "IMAGE_PIXELS_METRIC", "MODALITY_LABEL", "OVERSUBSCRIBED", "PRICED_REQUESTS_MATCHER", "REFUSED_CODES", "REQUEST",
+    "REQUESTS_METRIC", "SERVICE_LABELS", "SERVICE_SECONDS_METRIC", "ServiceShowback", "ServiceWindow",
+    "ShowbackInputError", "ShowbackRow", "TENANT_LABEL", "TEXT_TOKENS_METRIC", "TenantUsage", "aggregate", "allocate",
 ]
