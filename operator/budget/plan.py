@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -147,7 +147,7 @@ from modalscale.costmodel.outbox import (
     outbox_from_status,
 )
 from modalscale.costmodel.periods import period_bounds
-from modalscale.costmodel.showback import ServiceWindow, TenantUsage
+from modalscale.costmodel.showback import ServiceWindow, TenantUsage, drivers_of
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
 from modalscale.operator.budget.spend_anomalies import (
@@ -221,14 +221,15 @@ class TenantUsageRead:
     error: str | None = None
 
 
-def tenant_window_s(policy: Mapping[str, Any], now: dt.datetime) -> int | None:
+def tenant_window_s(policy: Mapping[str, Any], now: dt.datetime, *, any_policy: bool = False) -> int | None:
     """Seconds from the start of ``policy``'s current period to ``now``: the window whose tenant usage the
-    evaluation needs; None when the policy has no ``spec.selector.tenants`` (or its spec does not parse)."""
+    evaluation needs; None when the policy has no ``spec.selector.tenants`` (unless ``any_policy``: the window of
+    the tenants named in its alerts) or its spec does not parse."""
     try:
         spec = parse_budget_spec(policy.get("spec") or {})
     except InvalidBudgetSpec:
         return None
-    if not spec.selector.tenants:
+    if not spec.selector.tenants and not any_policy:
         return None
     start, _ = period_bounds(spec.period, spec.time_zone, now)
     return max(0, int((now - start).total_seconds()))
@@ -772,6 +773,28 @@ def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
     return alerts, state
 
 
+DRIVER_KINDS = frozenset({AlertKind.THRESHOLD_CROSSED, AlertKind.FORECAST_EXCEEDED, AlertKind.SPEND_ANOMALY})
+"""Alerts that name the top tenants and modalities behind the spend (not a recovery or a blind notice)."""
+
+
+def wants_drivers(alerts: Sequence[BudgetAlert]) -> bool:
+    """True when one of ``alerts`` would name the tenants behind the spend (so the handler reads showback)."""
+    return any(a.kind in DRIVER_KINDS for a in alerts)
+
+
+def with_drivers(alerts: Sequence[BudgetAlert], services: Sequence[ServiceState], read: TenantUsageRead | None
+                 ) -> tuple[BudgetAlert, ...]:
+    """``alerts`` with the top tenants and modalities of the selected ``services`` (showback's allocation of
+    ``read``, :func:`~modalscale.costmodel.showback.drivers_of`) on each of :data:`DRIVER_KINDS`; unchanged when
+    nothing was read, the read failed or it holds no request of these services (never a guess)."""
+    if read is None or read.error or not wants_drivers(alerts):
+        return tuple(alerts)
+    drivers = drivers_of([(s.namespace, s.name) for s in services], read.windows, read.usage)
+    if drivers is None:
+        return tuple(alerts)
+    return tuple(replace(a, drivers=drivers) if a.kind in DRIVER_KINDS else a for a in alerts)
+
+
 def _outbox_update(outbox: Sequence[PendingAlert], attempts: Sequence[Attempt], alerts: Sequence[BudgetAlert],
                    spec: BudgetSpec, now: dt.datetime, in_flight: Collection[OutboxKey]) -> OutboxUpdate:
     """The outbox after the finished rounds, expiry, then this evaluation's alerts (one entry per target)."""
@@ -935,6 +958,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     samples = burn_samples(services, now)                                                            # 4
     alerts, anomaly_state = _spend_anomalies(plan, spec, ref, samples, history, stored.anomaly_state,
                                              anomaly_config, history_read)
+    alerts = with_drivers(alerts, services, observed.tenant_usage)
     update = _outbox_update(stored.outbox, attempts, alerts, spec, now, in_flight)                   # 5
 
     old_conditions = list(status.get("conditions") or [])                                            # 6
@@ -978,5 +1002,5 @@ __all__ = [
     "AnnotationWrite", "BudgetObserved", "GonePod", "PolicyPlan", "TenantUsageRead", "annotation_writes",
     "burn_samples", "gone_pod_runs", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
     "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "reject_annotation_values",
-    "selected_services", "spot_pending_since", "tenant_window_s",
+    "selected_services", "spot_pending_since", "tenant_window_s", "wants_drivers", "with_drivers",
 ]
