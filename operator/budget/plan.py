@@ -155,7 +155,7 @@ from modalscale.operator.budget.spend_anomalies import (
     anomaly_state_from_status,
     anomaly_state_to_status,
 )
-from modalscale.operator.isvc.objects import SELECTOR_LABEL
+from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL
 from modalscale.operator.isvc.plan import running_replicas
 
 BUDGET_PLURAL = "budgetpolicies"
@@ -203,6 +203,9 @@ class BudgetObserved:
     the ledger charges each to when it stopped (:func:`gone_pod_runs`), also when no listing showed it."""
     tenant_usage: TenantUsageRead | None = None
     """A policy with ``spec.selector.tenants``: showback's inputs over the period so far (None: not read)."""
+    gateway_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Namespace -> the request-gateway pods (label ``modalscale.io/gateway``), read with ``pods`` (a namespace
+    whose pods cannot be read has ``pods`` None and none here); priced at their own price, not as replicas."""
 
 
 @dataclass(frozen=True)
@@ -420,6 +423,9 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
             [p for p in own if (p.get("metadata") or {}).get("name") not in gone_names])
         runs = None if own is None else pod_runs(own, observed.node_labels)
         waiting = None if own is None else spot_pending_since(own)
+        gateway = pod_runs([p for p in observed.gateway_pods.get(ns) or ()
+                            if ((p.get("metadata") or {}).get("labels") or {}).get(GATEWAY_LABEL) == name])
+        gateway = tuple(replace(r, tier=None) for r in gateway)  # priced on demand (state.service_state)
         raw_scaling = (isvc.get("spec") or {}).get("scaling") or {}
         try:
             parsed = parse_isvc(isvc)
@@ -428,7 +434,9 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
             state = service_state(ns, name, replicas=replicas, max_replicas=parsed.scaling.max_replicas,
                                   resources=res, tier=parsed.pricing_tier, catalog=catalog,
                                   priority=parsed.priority, pods=runs, spot_pending_since=waiting,
-                                  stopped=stopped)
+                                  stopped=stopped, gateway_pods=gateway,
+                                  gateway_resources=ReplicaResources.from_quantities(parsed.gateway.cpu,
+                                                                                     parsed.gateway.memory))
         except (InvalidSpec, InvalidQuantity, ValueError) as exc:
             max_replicas = raw_scaling.get("maxReplicas")
             state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,
