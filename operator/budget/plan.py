@@ -766,10 +766,13 @@ def burn_samples(services: Sequence[ServiceState], now: dt.datetime) -> dict[tup
 def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
                      samples: Mapping[tuple[str, str], BurnSample],
                      history: Mapping[tuple[str, str], Sequence[BurnSample]] | None, state: AnomalyState,
-                     config: AnomalyConfig, history_read: HistoryRead | None
+                     config: AnomalyConfig, history_read: HistoryRead | None,
+                     drivers: tuple[Sequence[ServiceState], TenantUsageRead | None] = ((), None)
                      ) -> tuple[tuple[BudgetAlert, ...], AnomalyState]:
     """The budget plan's alerts plus one ``SpendAnomaly`` alert naming the services whose sample leaves their own
-    history, and the anomaly state after it; no anomaly is decided on a history that could not be read."""
+    history, and the anomaly state after it; no anomaly is decided on a history that could not be read. The
+    alerts name the top tenants and modalities of ``drivers`` (the selected services, what showback read):
+    :func:`with_drivers`."""
     series = {k: [*(history or {}).get(k, ()), v] for k, v in samples.items()}
     started: list[Anomaly] = []
     if history_read is None or history_read.ok:  # never decide on a history that could not be read
@@ -778,7 +781,7 @@ def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
     if started:
         alerts += (spend_anomaly_alert(plan, spec, ref, [a.describe() for a in started],
                                        [f"{a.namespace}/{a.name}" for a in started]),)
-    return alerts, state
+    return with_drivers(alerts, *drivers), state
 
 
 DRIVER_KINDS = frozenset({AlertKind.THRESHOLD_CROSSED, AlertKind.FORECAST_EXCEEDED, AlertKind.SPEND_ANOMALY})
@@ -965,8 +968,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     writes = annotation_writes(ref, plan, observed.isvcs)                                            # 3
     samples = burn_samples(services, now)                                                            # 4
     alerts, anomaly_state = _spend_anomalies(plan, spec, ref, samples, history, stored.anomaly_state,
-                                             anomaly_config, history_read)
-    alerts = with_drivers(alerts, services, observed.tenant_usage)
+                                             anomaly_config, history_read, (services, observed.tenant_usage))
     update = _outbox_update(stored.outbox, attempts, alerts, spec, now, in_flight)                   # 5
 
     old_conditions = list(status.get("conditions") or [])                                            # 6
