@@ -157,6 +157,11 @@ class ServiceObservation:
             it stopped earlier; a pod listed running whose record stopped by ``now`` is not counted in
             ``replicas``). Records whose stop the ledger has already passed charge nothing, so the same records
             may be passed again at every evaluation. Ignored when ``pods`` is None.
+        gateway_pods: The service's request-gateway pods now (``modalscale.io/gateway=<name>``), charged by their
+            own start and stop at ``gateway_usd_per_pod_hour`` on top of the replicas: not replicas (never in
+            ``replicas``, replica-seconds or the price of a replica), a second price of the service.
+        gateway_usd_per_pod_hour: Price of one gateway pod (its CPU and memory requests at the catalog's
+            on-demand prices); None when unknown (a gateway pod that ran is then unpriced, reported).
     """
 
     namespace: str
@@ -166,6 +171,29 @@ class ServiceObservation:
     pods: tuple[PodRun, ...] | None = None
     tier_prices: tuple[tuple[str, Decimal | None], ...] = ()
     stopped: tuple[PodRun, ...] = ()
+    gateway_pods: tuple[PodRun, ...] = ()
+    gateway_usd_per_pod_hour: Decimal | None = None
+
+    @property
+    def gateway_usd_per_hour(self) -> Decimal | None:
+        """Rate of the running gateway pods: their count x :attr:`gateway_usd_per_pod_hour` (0 without one; None
+        when some run and the price is unknown)."""
+        running = sum(1 for p in self.gateway_pods if p.stop is None)
+        if running == 0:
+            return Decimal(0)
+        if self.gateway_usd_per_pod_hour is None:
+            return None
+        return quantize_ledger_usd(MONEY_CONTEXT.multiply(Decimal(running), self.gateway_usd_per_pod_hour))
+
+    def gateway_cost_usd(self, start: datetime, end: datetime) -> Decimal | None:
+        """What the gateway pods ran in ``[start, end)`` at their price, 1e-9 USD; None when one ran unpriced."""
+        pod_us = sum(p.microseconds_in(start, end) for p in self.gateway_pods)
+        if pod_us == 0:
+            return Decimal(0)
+        if self.gateway_usd_per_pod_hour is None:
+            return None
+        return quantize_ledger_usd(MONEY_CONTEXT.divide(
+            MONEY_CONTEXT.multiply(self.gateway_usd_per_pod_hour, Decimal(pod_us)), MICROSECONDS_PER_HOUR))
 
     def charged_pods(self) -> tuple[PodRun, ...] | None:
         """``pods`` and ``stopped`` merged by name (None when ``pods`` is None), sorted by name.
@@ -499,8 +527,9 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
         unknown_ran = (price is None and gone > 0) or any(
             pod_rate(p) is None and p.microseconds_in(t0, now) > 0 for p in pods)
         rate = None if unknown_ran else (price or Decimal(0))
+    gateway_unpriced = now_seen is not None and now_seen.gateway_cost_usd(t0, now) is None
     missing = (UnpricedInterval(entry.namespace, entry.name, int((now - t0).total_seconds()))
-               if rate is None else None)
+               if rate is None or gateway_unpriced else None)
     segments = []
     for seg in split_interval(t0, now, period, tz):
         replica_us: int | None = None
@@ -508,6 +537,8 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
             replica_us, cost = _pods_cost(pods, pod_rate, price, gone, seg.start, seg.end)
         else:
             cost = _interval_cost(rate, seg.start, seg.end) if rate is not None else Decimal(0)
+        if now_seen is not None:  # the service's gateway pods, at their own price (not replicas)
+            cost += now_seen.gateway_cost_usd(seg.start, seg.end) or Decimal(0)
         segments.append(CostSegment(entry.namespace, entry.name, seg.start, seg.end, entry.replicas,
                                     entry.cost_usd_per_hour if pods is not None else rate, cost,
                                     seg.period_start, seg.period_start == window.period_start, replica_us))

@@ -39,16 +39,16 @@ gateway and this reader share one spelling.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
-from modalscale.costmodel.money import LEDGER_QUANTUM_USD, MONEY_CONTEXT
+from modalscale.costmodel.money import LEDGER_QUANTUM_USD, MONEY_CONTEXT, format_usd, quantize_display_usd
 
 # --- Per-tenant accounting metrics the gateway exports (counters; labels tenant, modality) -------------------------
 REQUESTS_METRIC = "modalscale_gateway_requests_total"
-"""Requests by ``tenant``, ``modality`` and ``code`` (HTTP status class or gRPC code name)."""
+"""Requests by ``tenant``, ``modality`` and ``code`` (HTTP status or gRPC code name), refused ones included."""
 SERVICE_SECONDS_METRIC = "modalscale_gateway_service_seconds_total"
 """Sum over answered requests of the time from sending to a replica to the last response byte, seconds."""
 IMAGES_METRIC = "modalscale_gateway_request_images_total"
@@ -62,6 +62,15 @@ ACCOUNTING_METRICS: tuple[str, ...] = (REQUESTS_METRIC, SERVICE_SECONDS_METRIC, 
 TENANT_LABEL = "tenant"
 MODALITY_LABEL = "modality"
 CODE_LABEL = "code"
+REFUSED_CODES: tuple[str, ...] = ("429", "503", "RESOURCE_EXHAUSTED")
+"""``code`` values of requests the gateway refuses before any replica works on them: a tenant over its budget
+(HTTP 429 / gRPC RESOURCE_EXHAUSTED), admission's queue full, queue timeout or no Ready replica (503 /
+RESOURCE_EXHAUSTED), no replica reachable (503 / RESOURCE_EXHAUSTED); ``modalscale.gateway.server`` records them.
+Such a request cost no replica time, so it is not a request that USD per request divides by. A replica's own 503
+(Triton's queue full) is left out too: a refusal as well, its service time (if any) still counted in the USD."""
+PRICED_REQUESTS_MATCHER = f'{CODE_LABEL}!~"{"|".join(REFUSED_CODES)}"'
+"""PromQL label matcher of the requests USD per request divides by (all but :data:`REFUSED_CODES`); the CLI's
+query and the chart's recording rule (``charts/modalscale/files/showback-rules.yaml``) use it verbatim."""
 SERVICE_LABELS: tuple[str, str] = ("namespace", "inferenceservice")
 """Labels the scrape's relabelling gives every series of one InferenceService's pods."""
 
@@ -92,7 +101,8 @@ class TenantUsage:
         tenant: The gateway's tenant label (folded: ``default`` when absent, ``other`` beyond the cap).
         modality: ``image``, ``text`` or ``image_text``.
         service_s: Replica-seconds used (increase of :data:`SERVICE_SECONDS_METRIC`), s.
-        requests: Requests (all codes), a count (``increase()`` may extrapolate to a fraction).
+        requests: Requests the replicas worked on (all codes but :data:`REFUSED_CODES`), a count (``increase()``
+            may extrapolate to a fraction).
         images, image_pixels, text_tokens: Increases of the feature counters.
         counter_resets: Resets seen inside the window across this row's counters (``resets()``); 0 = none.
     """
@@ -326,9 +336,104 @@ def aggregate(rows: Iterable[ShowbackRow], by: Sequence[str]) -> list[ShowbackRo
     return out
 
 
+TOP_DRIVERS = 3
+"""How many tenants (and modalities) an alert or ``cost diff`` names; the rest are summed as :data:`OTHER`."""
+OTHER = "other"
+"""The summed rest of :func:`spend_drivers` (the gateway's own ``other`` tenant, past its cardinality cap, is
+summed there too)."""
+
+
+@dataclass(frozen=True)
+class SpendDrivers:
+    """Who and what spent over a showback window: the top tenants and modalities of the request rows.
+
+    Attributes:
+        tenants, modalities: ``(name, usd)`` by USD descending (ties by name), at most ``TOP_DRIVERS`` named and
+            then one :data:`OTHER` with the rest (only when there is a rest).
+        idle_usd: The idle rows' USD (capacity no request used).
+        spend_usd: All rows' USD (requests + idle): the percentages' base.
+        unknown: ``namespace/name`` of services in scope without showback figures (not in the sums).
+    """
+
+    tenants: tuple[tuple[str, Decimal], ...]
+    modalities: tuple[tuple[str, Decimal], ...]
+    idle_usd: Decimal
+    spend_usd: Decimal
+    unknown: tuple[str, ...] = ()
+
+    def _share(self, usd: Decimal) -> str:
+        pct = (usd * 100 / self.spend_usd) if self.spend_usd > 0 else Decimal(0)
+        return f"{format_usd(quantize_display_usd(usd))} USD ({pct.quantize(Decimal(1), context=MONEY_CONTEXT):f} %)"
+
+    def facts(self) -> tuple[tuple[str, str], ...]:
+        """``("Top tenants", "acme 1.20 USD (60 %), ..., other ...; idle 0.40 USD (20 %)")`` and ``("Top
+        modalities", ...)``; percentages of :attr:`spend_usd`; a last clause names services without figures."""
+        tenants = ", ".join(f"{n} {self._share(u)}" for n, u in self.tenants) or "none"
+        modalities = ", ".join(f"{n} {self._share(u)}" for n, u in self.modalities) or "none"
+        unknown = (f"; not known for {', '.join(self.unknown[:TOP_DRIVERS])}"
+                   + (f" and {len(self.unknown) - TOP_DRIVERS} more" if len(self.unknown) > TOP_DRIVERS else "")
+                   if self.unknown else "")
+        return (("Top tenants", f"{tenants}; idle {self._share(self.idle_usd)}{unknown}"),
+                ("Top modalities", f"{modalities}{unknown}"))
+
+
+def _top(usd_by: dict[str, Decimal], top: int) -> tuple[tuple[str, Decimal], ...]:
+    ranked = sorted(((n, u) for n, u in usd_by.items() if n != OTHER), key=lambda nu: (-nu[1], nu[0]))
+    named = tuple(ranked[:top])
+    rest = sum((u for _, u in ranked[top:]), usd_by.get(OTHER, Decimal(0)))
+    return named + (((OTHER, rest),) if len(ranked) > top or OTHER in usd_by else ())
+
+
+def spend_drivers(rows: Iterable[ShowbackRow], top: int = TOP_DRIVERS, unknown: Sequence[str] = ()
+                  ) -> SpendDrivers | None:
+    """The top ``top`` tenants and modalities behind the spend of ``rows`` (pure).
+
+    Args:
+        rows: Showback rows (:attr:`ServiceShowback.rows` of one or more services).
+        top: How many to name; the rest summed as :data:`OTHER`.
+        unknown: Services in scope that have no figures (named in :meth:`SpendDrivers.facts`).
+    Returns:
+        :class:`SpendDrivers`, or None when ``rows`` hold no request row: no tenant data, so nothing is said about
+        tenants (never a guess).
+    """
+    rows = list(rows)
+    requests = [r for r in rows if r.kind == REQUEST]
+    if not requests:
+        return None
+    by_tenant: dict[str, Decimal] = {}
+    by_modality: dict[str, Decimal] = {}
+    for r in requests:
+        by_tenant[str(r.tenant)] = by_tenant.get(str(r.tenant), Decimal(0)) + r.usd
+        by_modality[str(r.modality)] = by_modality.get(str(r.modality), Decimal(0)) + r.usd
+    idle = sum((r.usd for r in rows if r.kind == IDLE), Decimal(0))
+    return SpendDrivers(_top(by_tenant, top), _top(by_modality, top), idle, sum((r.usd for r in rows), Decimal(0)),
+                        tuple(unknown))
+
+
+def drivers_of(services: Iterable[tuple[str, str]], windows: Mapping[tuple[str, str], ServiceWindow],
+               usage: Mapping[tuple[str, str], Sequence[TenantUsage]], top: int = TOP_DRIVERS
+               ) -> SpendDrivers | None:
+    """:func:`spend_drivers` of the ``(namespace, name)`` services from showback's inputs (what
+    ``modalscale.operator.showback.PrometheusShowback.read`` returns): each allocated (counter resets accepted, as
+    the CLI does); a service without a window or whose figures are refused is ``unknown``. None: no request row."""
+    rows: list[ShowbackRow] = []
+    unknown: list[str] = []
+    for key in sorted(set(services)):
+        window = windows.get(key)
+        if window is None:
+            unknown.append(f"{key[0]}/{key[1]}")
+            continue
+        try:
+            rows += allocate(window, usage.get(key, ()), accept_counter_resets=True).rows
+        except ShowbackInputError:
+            unknown.append(f"{key[0]}/{key[1]}")
+    return spend_drivers(rows, top, unknown)
+
+
 __all__ = [
     "ACCOUNTING_METRICS", "CODE_LABEL", "COUNTER_RESET", "GROUP_DIMENSIONS", "IDLE", "IMAGES_METRIC",
-    "IMAGE_PIXELS_METRIC", "MODALITY_LABEL", "OVERSUBSCRIBED", "REQUEST", "REQUESTS_METRIC", "SERVICE_LABELS",
-    "SERVICE_SECONDS_METRIC", "ServiceShowback", "ServiceWindow", "ShowbackInputError", "ShowbackRow",
-    "TENANT_LABEL", "TEXT_TOKENS_METRIC", "TenantUsage", "aggregate", "allocate",
+    "IMAGE_PIXELS_METRIC", "MODALITY_LABEL", "OVERSUBSCRIBED", "PRICED_REQUESTS_MATCHER", "REFUSED_CODES", "REQUEST",
+    "REQUESTS_METRIC", "SERVICE_LABELS", "SERVICE_SECONDS_METRIC", "ServiceShowback", "ServiceWindow",
+    "ShowbackInputError", "ShowbackRow", "SpendDrivers", "OTHER", "TENANT_LABEL", "TEXT_TOKENS_METRIC", "TOP_DRIVERS",
+    "TenantUsage", "aggregate", "allocate", "drivers_of", "spend_drivers",
 ]

@@ -159,6 +159,10 @@ def add_parser(sub: Any) -> None:
     d.add_argument("--profile", type=Path, default=None,
                    help="service-time model artifact from `modalscale profile` (needs --trace)")
     d.add_argument("--repo", type=Path, default=Path.cwd(), help="git repository for REF inputs (default: .)")
+    d.add_argument("--prometheus-url", default=None,
+                   help="Prometheus base URL: also name the top tenants and modalities behind each service's "
+                        "spend now (showback's allocation; nothing said about tenants without it)")
+    d.add_argument("--since", default="1h", help="showback window for --prometheus-url (default: 1h)")
     d.set_defaults(func=run_diff, prog=d.prog)
     showback.add_parser(csub)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
@@ -286,6 +290,30 @@ def _usage_reader(args: argparse.Namespace) -> UsageReader:
     return read
 
 
+def _with_showback(result: Any, url: str, since: str) -> Any:
+    """``result`` (a ``CostDiff``) with the top tenants and modalities of its services over the last ``since``;
+    Prometheus unreachable: ``result`` unchanged and a note on stderr (the diff stands; no tenant is named). None:
+    ``--since`` does not parse (said on stderr)."""
+    import datetime as dt
+
+    from modalscale.costmodel.showback import ServiceWindow
+    from modalscale.operator.cost_diff import with_drivers
+    from modalscale.operator.showback import PrometheusShowback, ShowbackUnavailable, parse_since
+
+    try:
+        window_s = parse_since(since)
+    except ValueError as exc:
+        print(f"modalscale cost diff: --since: {exc}", file=sys.stderr)
+        return None
+    try:
+        ledger, usage = PrometheusShowback(url).read(window_s, dt.datetime.now(dt.UTC).replace(microsecond=0))
+    except ShowbackUnavailable as exc:
+        print(f"modalscale cost diff: note: tenants not named ({exc})", file=sys.stderr)
+        return result
+    windows = {k: ServiceWindow(k[0], k[1], lw.spend_usd, lw.available_replica_s) for k, lw in ledger.items()}
+    return with_drivers(result, windows, usage, f"showback over the last {since}")
+
+
 def run_diff(args: argparse.Namespace) -> int:
     """Price both sides, print the diff; 0, 1 (``--fail-above`` exceeded) or 2 (bad input, named on stderr)."""
     from modalscale.costmodel.catalog import CatalogError, load_catalog
@@ -321,6 +349,10 @@ def run_diff(args: argparse.Namespace) -> int:
     source = (f"the simulator's predictive policy replaying {args.trace} with {args.profile}" if expected
               else "unknown (give --trace and --profile), except Fixed mode")
     result = diff(base, head, args.base, args.head, source, skipped_base + skipped_head)
+    if args.prometheus_url:
+        result = _with_showback(result, args.prometheus_url, args.since)
+        if result is None:
+            return 2
     print(render(result, args.format))
     if limit is not None and result.total_monthly_delta_usd.max > limit:
         print(f"modalscale cost diff: the max monthly delta {result.total_monthly_delta_usd.max:.2f} USD exceeds "

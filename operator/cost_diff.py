@@ -27,6 +27,10 @@ Rules:
   service (an added service's BASE is 0, a removed one's HEAD is 0); the total is their sum. ``expected`` of a
   delta or total is None when any side it needs is unknown. Amounts are ``Decimal``, shown to the cent.
 * ``--fail-above USD``: exit status 1 when the total ``max`` delta exceeds it (2 for errors).
+* **Who spends on them now** (``--prometheus-url``): for each service of the diff that showback can price, the
+  top tenants and modalities behind its spend over the last ``--since`` (showback's allocation, the same as
+  ``modalscale cost showback``; :func:`modalscale.costmodel.showback.drivers_of`), so a reviewer sees whom a change
+  affects. Not given, not readable, or no request of a service in the window: nothing is said about its tenants.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,7 @@ from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
 from modalscale.api.quantities import InvalidQuantity
 from modalscale.costmodel.catalog import Catalog, ReplicaResources, UnknownPrice
 from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd
+from modalscale.costmodel.showback import ServiceWindow, SpendDrivers, TenantUsage, drivers_of
 
 HOURS_PER_MONTH = Decimal(730)
 """Hours in a month for monthly cost (8760 / 12, the convention of infracost and cloud pricing calculators)."""
@@ -167,6 +172,10 @@ class CostDiff:
     head_label: str
     expected_source: str
     skipped: tuple[str, ...] = field(default=())
+    drivers: Mapping[tuple[str, str], SpendDrivers] = field(default_factory=dict)
+    """Per (namespace, name): the top tenants and modalities behind its spend now (only services with figures)."""
+    drivers_window: str = ""
+    """What :attr:`drivers` cover, e.g. ``showback over the last 1h`` (shown with them)."""
 
     @property
     def total_monthly_delta_usd(self) -> ReplicaRange:
@@ -183,8 +192,19 @@ class CostDiff:
             "total_monthly_delta_usd": self.total_monthly_delta_usd.to_json(),
             "services": [{"namespace": s.namespace, "name": s.name, "change": s.change,
                           "base": s.base.to_json() if s.base else None, "head": s.head.to_json() if s.head else None,
-                          "monthly_delta_usd": s.monthly_delta_usd.to_json()} for s in self.services],
+                          "monthly_delta_usd": s.monthly_delta_usd.to_json(),
+                          **({"spend_drivers": _drivers_json(d, self.drivers_window)}
+                             if (d := self.drivers.get((s.namespace, s.name))) is not None else {})}
+                         for s in self.services],
         }
+
+
+def _drivers_json(d: SpendDrivers, window: str) -> dict[str, Any]:
+    def named(pairs: Sequence[tuple[str, Decimal]]) -> list[dict[str, str]]:
+        return [{"name": n, "usd": format_usd(u)} for n, u in pairs]
+
+    return {"window": window, "tenants": named(d.tenants), "modalities": named(d.modalities),
+            "idle_usd": format_usd(d.idle_usd), "spend_usd": format_usd(d.spend_usd)}
 
 
 # ------------------------------------------------------------------------------------------------- reading
@@ -407,16 +427,35 @@ def render(result: CostDiff, fmt: str) -> str:
     rows.append(["Total", "", "", "", "", f"{_signed(total.min)} / {_signed(total.expected)} / {_signed(total.max)}"])
     note = (f"Monthly = replicas x catalog USD per replica-hour x {HOURS_PER_MONTH} h/month; expected replicas: "
             f"{result.expected_source}.")
+    who = [f"{s.namespace}/{s.name}: " + "; ".join(f"{k.lower()} {v}" for k, v in sd.facts())
+           for s in result.services if (sd := result.drivers.get((s.namespace, s.name))) is not None]
     if fmt == "markdown":
         lines = [f"### modalscale cost diff: `{result.base_label}` -> `{result.head_label}`", "",
                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
+        if who:
+            lines += ["", f"Who spends on them now ({result.drivers_window}):", *(f"- {w}" for w in who)]
         return "\n".join(lines + ["", note])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    if who:
+        lines += [f"Who spends on them now ({result.drivers_window}):", *(f"  {w}" for w in who)]
     return "\n".join([f"modalscale cost diff: {result.base_label} -> {result.head_label}", *lines, note])
+
+
+def with_drivers(result: CostDiff, windows: Mapping[tuple[str, str], ServiceWindow],
+                 usage: Mapping[tuple[str, str], Sequence[TenantUsage]], window: str) -> CostDiff:
+    """``result`` with the top tenants and modalities of each of its services from showback's inputs (what
+    ``modalscale.operator.showback.PrometheusShowback.read`` returns); a service without a request in them gets
+    none (nothing said about its tenants)."""
+    drivers = {}
+    for s in result.services:
+        d = drivers_of([(s.namespace, s.name)], windows, usage)
+        if d is not None:
+            drivers[(s.namespace, s.name)] = d
+    return replace(result, drivers=drivers, drivers_window=window)
 
 
 __all__ = ["CostDiff", "CostDiffError", "HOURS_PER_MONTH", "ManifestFile", "PricedService", "ReplicaRange",
            "ServiceDiff", "diff", "inference_services", "price_service", "price_side", "read_manifests", "render",
-           "simulator_expected"]
+           "simulator_expected", "with_drivers"]

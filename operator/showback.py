@@ -20,8 +20,9 @@ Where the figures come from:
 * **Replica-seconds used, requests, images, pixels, tokens, per (tenant, modality)** (the gateway): ``increase()``
   of the gateway's accounting counters (``modalscale.costmodel.showback.ACCOUNTING_METRICS``) over the window,
   summed by ``namespace, inferenceservice, tenant, modality`` (over gateway pods and, for requests, response
-  codes), and ``resets()`` of the same counters: a gateway restart inside the window is priced (``increase()``
-  adds the counts before and after it) but flagged ``CounterReset``. ``increase()`` extrapolates to the window's
+  codes, leaving out requests the gateway refused before any replica: 429, 503, RESOURCE_EXHAUSTED), and
+  ``resets()`` of the same counters: a gateway restart inside the window is priced (``increase()`` adds the counts
+  before and after it) but flagged ``CounterReset``. ``increase()`` extrapolates to the window's
   edges and does not see the first increment of a series born inside the window (Prometheus counts from its
   first sample).
 
@@ -55,6 +56,7 @@ from modalscale.costmodel.showback import (
     IMAGE_PIXELS_METRIC,
     IMAGES_METRIC,
     MODALITY_LABEL,
+    PRICED_REQUESTS_MATCHER,
     REQUESTS_METRIC,
     SERVICE_SECONDS_METRIC,
     TENANT_LABEL,
@@ -146,13 +148,22 @@ def step_for(window_s: int) -> int:
     return max(1, math.ceil(window_s / MAX_POINTS))
 
 
+def _selector(metric: str) -> str:
+    """The series of ``metric`` showback counts: requests without those the gateway refused (they cost no replica
+    time, :data:`~modalscale.costmodel.showback.REFUSED_CODES`); the other counters count only requests sent to a
+    replica already."""
+    return f"{metric}{{{PRICED_REQUESTS_MATCHER}}}" if metric == REQUESTS_METRIC else metric
+
+
 def showback_queries(window_s: int) -> dict[str, str]:
     """The instant queries (evaluated at the window's end): each accounting counter's increase and its resets
-    (keys: the metric name, and :data:`RESETS_PREFIX` + the metric name)."""
-    queries = {metric: f"sum by ({_BY}) (increase({metric}[{window_s}s]))" for metric in ACCOUNTING_METRICS}
+    (keys: the metric name, and :data:`RESETS_PREFIX` + the metric name). Requests refused by the gateway (codes
+    :data:`~modalscale.costmodel.showback.REFUSED_CODES`) are not counted."""
+    queries = {metric: f"sum by ({_BY}) (increase({_selector(metric)}[{window_s}s]))"
+               for metric in ACCOUNTING_METRICS}
     # One resets() query per counter: resets() drops the metric name, so one query over several names would
     # produce series with the same labels (Prometheus refuses: "vector cannot contain metrics with the same labelset").
-    queries.update({f"{RESETS_PREFIX}{metric}": f"sum by ({_BY}) (resets({metric}[{window_s}s]))"
+    queries.update({f"{RESETS_PREFIX}{metric}": f"sum by ({_BY}) (resets({_selector(metric)}[{window_s}s]))"
                     for metric in ACCOUNTING_METRICS})
     return queries
 

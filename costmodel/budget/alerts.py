@@ -13,7 +13,9 @@ any. The plan marks alerts as decided when it decides them; delivery is at least
 ``status.thresholds``, before it is sent, and retried until its target accepts it or it expires).
 
 What an alert says (:attr:`BudgetAlert.title`, :meth:`BudgetAlert.facts`) is platform-neutral text decided here
-with the alert and stored with it in the outbox; each platform's shape is ``modalscale.notify.payloads``'.
+with the alert and stored with it in the outbox; each platform's shape is ``modalscale.notify.payloads``'. A
+threshold, forecast or anomaly alert of an evaluation that read showback's figures names the top tenants and
+modalities behind the spend (:attr:`BudgetAlert.drivers`, attached by ``modalscale.operator.budget.plan``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from modalscale.costmodel.budget.spend import FORECAST_METHOD, SpendToDate, reac
 from modalscale.costmodel.budget.state import AlertState, BudgetState, PolicyRef, SpotRecord, SpotState, ThresholdRecord
 from modalscale.costmodel.ledger import format_time
 from modalscale.costmodel.money import format_usd, quantize_display_usd
+from modalscale.costmodel.showback import SpendDrivers
 
 if TYPE_CHECKING:
     from modalscale.costmodel.budget.plan import BudgetPlan
@@ -117,6 +120,9 @@ class BudgetAlert:
     """For ``SpendAnomaly``: ``namespace/name`` of those services."""
     resolves: tuple[FiringAlert, ...] = ()
     """For ``Recovered``: the alerts of the closed period it resolves (each threshold and the forecast alerted)."""
+    drivers: SpendDrivers | None = None
+    """The top tenants and modalities behind the spend (showback's allocation over the period so far, of the
+    selected services); None: no tenant data was read, and the alert says nothing about tenants."""
 
     @property
     def resolved(self) -> bool:
@@ -183,6 +189,8 @@ class BudgetAlert:
             facts.append(("Anomaly", "; ".join(self.anomalies)))
         if self.resolves:
             facts.append(("Resolved", describe_resolved(self.resolves)))
+        if self.drivers is not None:
+            facts.extend(self.drivers.facts())
         shown = list(self.actions[:max_actions])
         if len(self.actions) > max_actions:
             shown.append(f"and {len(self.actions) - max_actions} more")

@@ -78,6 +78,10 @@ class ServiceState:
     """Creation time of the oldest of its pods that waits, unscheduled, for a Spot node (None: none waits)."""
     stopped: tuple[PodRun, ...] = ()
     """Its pods no longer listed whose stop was recorded when they went (``ServiceObservation.stopped``)."""
+    gateway_pods: tuple[PodRun, ...] = ()
+    """Its request-gateway pods (``ServiceObservation.gateway_pods``): charged at their own price, not replicas."""
+    gateway_usd_per_pod_hour: Decimal | None = None
+    """Price of one gateway pod (its CPU and memory requests, on demand); None when not priced."""
 
     def price_at(self, tier: str) -> Decimal | None:
         """Price of one replica at ``tier`` (None: not priced)."""
@@ -92,13 +96,16 @@ class ServiceState:
 
     @property
     def cost_usd_per_hour(self) -> Decimal | None:
-        """Replicas x price now (0 with zero replicas); None when not known."""
-        return self.observation().cost_usd_per_hour
+        """Replicas x price now (0 with zero replicas) plus its running gateway pods at theirs; None when either is
+        not known."""
+        obs = self.observation()
+        replicas, gateway = obs.cost_usd_per_hour, obs.gateway_usd_per_hour
+        return None if replicas is None or gateway is None else replicas + gateway
 
     def observation(self) -> ServiceObservation:
         """The ledger's view of this service."""
         return ServiceObservation(self.namespace, self.name, self.replicas, self.usd_per_replica_hour, self.pods,
-                                  self.tier_prices, self.stopped)
+                                  self.tier_prices, self.stopped, self.gateway_pods, self.gateway_usd_per_pod_hour)
 
 
 def service_state(namespace: str, name: str, *, replicas: int | None, max_replicas: int,
@@ -106,7 +113,8 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
                   priority: int = 100, usage: ReplicaResources | None = None,
                   pods: tuple[PodRun, ...] | None = None,
                   spot_pending_since: datetime | None = None,
-                  stopped: tuple[PodRun, ...] = ()) -> ServiceState:
+                  stopped: tuple[PodRun, ...] = (), gateway_pods: tuple[PodRun, ...] = (),
+                  gateway_resources: ReplicaResources | None = None) -> ServiceState:
     """Price one service for the budget; an unknown price becomes ``usd_per_replica_hour=None``, not 0.
 
     Args:
@@ -115,6 +123,9 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
         pods: Its pods, each with the tier its node ran it at (``PodRun.tier``; None = ``tier``).
         spot_pending_since: See :attr:`ServiceState.spot_pending_since`.
         stopped: See :attr:`ServiceState.stopped`.
+        gateway_pods: Its request-gateway pods; ``gateway_resources``: one gateway pod's CPU and memory requests,
+            priced at the catalog's on-demand prices whatever the service's tier (the gateway stays on on-demand
+            nodes); None: no gateway price (a running gateway pod is then unpriced).
     Returns:
         A :class:`ServiceState` whose ``unknown_reason`` says what could not be read; ``tier_prices`` holds the
         price at every tier (None where the catalog has none).
@@ -134,8 +145,14 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
     if on_other and any(prices.get(t) is None for t in on_other):
         reason = "; ".join(r for r in (reason, f"no {on_other[0]} price for the pods its node runs at that tier")
                            if r)
+    gateway_price: Decimal | None = None
+    if gateway_resources is not None:
+        try:
+            gateway_price = catalog.price_replica(gateway_resources, PricingTier.ON_DEMAND)
+        except UnknownPrice as exc:
+            reason = "; ".join(r for r in (reason, f"gateway pods: {exc}") if r)
     return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason, pods, tier.value,
-                        tuple(sorted(prices.items())), spot_pending_since, stopped)
+                        tuple(sorted(prices.items())), spot_pending_since, stopped, gateway_pods, gateway_price)
 
 
 @dataclass(frozen=True)

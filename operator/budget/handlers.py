@@ -71,6 +71,7 @@ from modalscale.operator.budget.plan import (
     observed_namespaces,
     plan_policy,
     tenant_window_s,
+    wants_drivers,
 )
 from modalscale.operator.budget.runtime import BudgetRuntime
 from modalscale.operator.budget.spend_anomalies import HistoryRead
@@ -139,6 +140,9 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     history, read = _anomaly_history(runtime, namespace, name, policy, now, cfg, logger)
     plan = plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
                        anomaly_config=cfg, history_read=read, admin_namespaces=admin)
+    if _read_drivers(runtime, policy, observed, plan, now, logger):  # alerts name the tenants behind the spend
+        plan = plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
+                           anomaly_config=cfg, history_read=read, admin_namespaces=admin)
     _apply_plan(deps, namespace, name, plan, logger)
     # The samples join the history only once the status (with status.spendAnomalies and any SpendAnomaly alert
     # in its outbox) is written.
@@ -162,6 +166,29 @@ def _read_tenant_usage(runtime: BudgetRuntime, policy: Mapping[str, Any], observ
     if observed.tenant_usage.error:
         logger.warning("Reading the tenants' usage failed, holding tenant rejections: error=%s",
                        observed.tenant_usage.error)
+
+
+def _read_drivers(runtime: BudgetRuntime, policy: Mapping[str, Any], observed: Any, plan: Any, now: datetime,
+                  logger: Log) -> bool:
+    """When the plan alerts on spend (``wants_drivers``) and showback's figures were not read yet, read them over
+    the period so far (set on ``observed.tenant_usage``) so the alerts can name the top tenants and modalities.
+
+    Returns:
+        True when read: the caller plans again (a pure re-run, same inputs and clock). Read only then: one
+        Prometheus read per alerting evaluation, not per evaluation. A failed read: False, and the alerts say
+        nothing about tenants.
+    """
+    if observed.tenant_usage is not None or runtime.tenant_usage_source is None or not wants_drivers(plan.alerts):
+        return False
+    window_s = tenant_window_s(policy, now, any_policy=True)
+    if not window_s:
+        return False
+    observed.tenant_usage = read_tenant_usage(runtime.tenant_usage_source, window_s, now)
+    if observed.tenant_usage.error:
+        logger.warning("Reading showback for the alert's top tenants failed, alerting without them: error=%s",
+                       observed.tenant_usage.error)
+        return False
+    return True
 
 
 def _anomaly_history(runtime: BudgetRuntime, namespace: str, name: str, policy: Mapping[str, Any], now: datetime,

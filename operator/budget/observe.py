@@ -37,7 +37,7 @@ from modalscale.operator.budget.plan import (
     receiver_problem,
 )
 from modalscale.operator.budget.podstops import GonePods
-from modalscale.operator.isvc.objects import SELECTOR_LABEL
+from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL
 from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.showback import PrometheusShowback, ShowbackUnavailable
 
@@ -104,7 +104,8 @@ class BudgetObserver:
 
     def observe(self, namespaces: Sequence[str], gone: GonePods | None = None,
                 now: datetime | None = None) -> BudgetObserved:
-        """InferenceServices and their pods in ``namespaces``, and the pods ``gone`` recorded deleted there.
+        """InferenceServices and their pods (replicas, and request-gateway pods apart) in ``namespaces``, and the
+        pods ``gone`` recorded deleted there.
 
         A namespace whose pods cannot be listed (any API error) maps to None: replicas unknown, so the
         planner goes blind for the services there instead of assuming zero. The deleted pods are read after the
@@ -118,7 +119,9 @@ class BudgetObserver:
         for ns in {i["metadata"]["namespace"] for i in observed.isvcs}:
             try:
                 pods = read_json(self.core.list_namespaced_pod, ns, label_selector=SELECTOR_LABEL) or {}
+                gateways = read_json(self.core.list_namespaced_pod, ns, label_selector=GATEWAY_LABEL) or {}
                 observed.pods[ns] = list(pods.get("items") or [])
+                observed.gateway_pods[ns] = list(gateways.get("items") or [])
             except ApiException:
                 observed.pods[ns] = None
         if gone is not None:

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -145,11 +145,11 @@ from modalscale.costmodel.outbox import (
     outbox_after,
 )
 from modalscale.costmodel.periods import period_bounds
-from modalscale.costmodel.showback import ServiceWindow, TenantUsage
+from modalscale.costmodel.showback import ServiceWindow, TenantUsage, drivers_of
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
 from modalscale.operator.budget.spend_anomalies import HistoryRead
-from modalscale.operator.isvc.objects import SELECTOR_LABEL
+from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL
 from modalscale.operator.isvc.plan import running_replicas
 
 BUDGET_PLURAL = "budgetpolicies"
@@ -197,6 +197,9 @@ class BudgetObserved:
     the ledger charges each to when it stopped (:func:`gone_pod_runs`), also when no listing showed it."""
     tenant_usage: TenantUsageRead | None = None
     """A policy with ``spec.selector.tenants``: showback's inputs over the period so far (None: not read)."""
+    gateway_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Namespace -> the request-gateway pods (label ``modalscale.io/gateway``), read with ``pods`` (a namespace
+    whose pods cannot be read has ``pods`` None and none here); priced at their own price, not as replicas."""
 
 
 @dataclass(frozen=True)
@@ -215,14 +218,15 @@ class TenantUsageRead:
     error: str | None = None
 
 
-def tenant_window_s(policy: Mapping[str, Any], now: dt.datetime) -> int | None:
+def tenant_window_s(policy: Mapping[str, Any], now: dt.datetime, *, any_policy: bool = False) -> int | None:
     """Seconds from the start of ``policy``'s current period to ``now``: the window whose tenant usage the
-    evaluation needs; None when the policy has no ``spec.selector.tenants`` (or its spec does not parse)."""
+    evaluation needs; None when the policy has no ``spec.selector.tenants`` (unless ``any_policy``: the window of
+    the tenants named in its alerts) or its spec does not parse."""
     try:
         spec = parse_budget_spec(policy.get("spec") or {})
     except InvalidBudgetSpec:
         return None
-    if not spec.selector.tenants:
+    if not spec.selector.tenants and not any_policy:
         return None
     start, _ = period_bounds(spec.period, spec.time_zone, now)
     return max(0, int((now - start).total_seconds()))
@@ -409,6 +413,9 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
             [p for p in own if (p.get("metadata") or {}).get("name") not in gone_names])
         runs = None if own is None else pod_runs(own, observed.node_labels)
         waiting = None if own is None else spot_pending_since(own)
+        gateway = pod_runs([p for p in observed.gateway_pods.get(ns) or ()
+                            if ((p.get("metadata") or {}).get("labels") or {}).get(GATEWAY_LABEL) == name])
+        gateway = tuple(replace(r, tier=None) for r in gateway)  # priced on demand (state.service_state)
         raw_scaling = (isvc.get("spec") or {}).get("scaling") or {}
         try:
             parsed = parse_isvc(isvc)
@@ -417,7 +424,9 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
             state = service_state(ns, name, replicas=replicas, max_replicas=parsed.scaling.max_replicas,
                                   resources=res, tier=parsed.pricing_tier, catalog=catalog,
                                   priority=parsed.priority, pods=runs, spot_pending_since=waiting,
-                                  stopped=stopped)
+                                  stopped=stopped, gateway_pods=gateway,
+                                  gateway_resources=ReplicaResources.from_quantities(parsed.gateway.cpu,
+                                                                                     parsed.gateway.memory))
         except (InvalidSpec, InvalidQuantity, ValueError) as exc:
             max_replicas = raw_scaling.get("maxReplicas")
             state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,
@@ -706,10 +715,13 @@ def burn_samples(services: Sequence[ServiceState], now: dt.datetime) -> dict[tup
 def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
                      samples: Mapping[tuple[str, str], BurnSample],
                      history: Mapping[tuple[str, str], Sequence[BurnSample]] | None, state: AnomalyState,
-                     config: AnomalyConfig, history_read: HistoryRead | None
+                     config: AnomalyConfig, history_read: HistoryRead | None,
+                     drivers: tuple[Sequence[ServiceState], TenantUsageRead | None] = ((), None)
                      ) -> tuple[tuple[BudgetAlert, ...], AnomalyState]:
     """The budget plan's alerts plus one ``SpendAnomaly`` alert naming the services whose sample leaves their own
-    history, and the anomaly state after it; no anomaly is decided on a history that could not be read."""
+    history, and the anomaly state after it; no anomaly is decided on a history that could not be read. The
+    alerts name the top tenants and modalities of ``drivers`` (the selected services, what showback read):
+    :func:`with_drivers`."""
     series = {k: [*(history or {}).get(k, ()), v] for k, v in samples.items()}
     started: list[Anomaly] = []
     if history_read is None or history_read.ok:  # never decide on a history that could not be read
@@ -718,7 +730,29 @@ def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
     if started:
         alerts += (spend_anomaly_alert(plan, spec, ref, [a.describe() for a in started],
                                        [f"{a.namespace}/{a.name}" for a in started]),)
-    return alerts, state
+    return with_drivers(alerts, *drivers), state
+
+
+DRIVER_KINDS = frozenset({AlertKind.THRESHOLD_CROSSED, AlertKind.FORECAST_EXCEEDED, AlertKind.SPEND_ANOMALY})
+"""Alerts that name the top tenants and modalities behind the spend (not a recovery or a blind notice)."""
+
+
+def wants_drivers(alerts: Sequence[BudgetAlert]) -> bool:
+    """True when one of ``alerts`` would name the tenants behind the spend (so the handler reads showback)."""
+    return any(a.kind in DRIVER_KINDS for a in alerts)
+
+
+def with_drivers(alerts: Sequence[BudgetAlert], services: Sequence[ServiceState], read: TenantUsageRead | None
+                 ) -> tuple[BudgetAlert, ...]:
+    """``alerts`` with the top tenants and modalities of the selected ``services`` (showback's allocation of
+    ``read``, :func:`~modalscale.costmodel.showback.drivers_of`) on each of :data:`DRIVER_KINDS`; unchanged when
+    nothing was read, the read failed or it holds no request of these services (never a guess)."""
+    if read is None or read.error or not wants_drivers(alerts):
+        return tuple(alerts)
+    drivers = drivers_of([(s.namespace, s.name) for s in services], read.windows, read.usage)
+    if drivers is None:
+        return tuple(alerts)
+    return tuple(replace(a, drivers=drivers) if a.kind in DRIVER_KINDS else a for a in alerts)
 
 
 def _outbox_update(outbox: Sequence[PendingAlert], attempts: Sequence[Attempt], alerts: Sequence[BudgetAlert],
@@ -871,7 +905,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     writes = annotation_writes(ref, plan, observed.isvcs)                                            # 3
     samples = burn_samples(services, now)                                                            # 4
     alerts, anomaly_state = _spend_anomalies(plan, spec, ref, samples, history, stored.anomaly_state,
-                                             anomaly_config, history_read)
+                                             anomaly_config, history_read, (services, observed.tenant_usage))
     update = _outbox_update(stored.outbox, attempts, alerts, spec, now, in_flight)                   # 5
 
     old_conditions = list(status.conditions)                                            # 6
@@ -913,5 +947,5 @@ __all__ = [
     "AnnotationWrite", "BudgetObserved", "GonePod", "PolicyPlan", "TenantUsageRead", "annotation_writes",
     "burn_samples", "gone_pod_runs", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
     "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "reject_annotation_values",
-    "selected_services", "spot_pending_since", "tenant_window_s",
+    "selected_services", "spot_pending_since", "tenant_window_s", "wants_drivers", "with_drivers",
 ]

@@ -109,6 +109,9 @@ class IsvcObserved:
     """``ns/name`` of the BudgetPolicies whose SwitchToSpot holds the service on Spot capacity (None: on-demand)."""
     replica_usd_per_hour: Decimal | None = None
     """Price of one replica in USD per hour (None: not priced; ``costUSDPerHour`` is then left out)."""
+    gateway_usd_per_pod_hour: Decimal | None = None
+    """Price of one gateway pod in USD per hour (its CPU and memory requests at the catalog's on-demand prices);
+    None: the gateway pods are left out of ``costUSDPerHour``."""
     gateway_objects: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     """The gateway's objects by kind (:data:`GATEWAY_KINDS`; the Service is ``<name>-replicas``) as read; None =
     not found. With the gateway disabled only the Deployment and the NetworkPolicy are read (left-overs to delete)."""
@@ -626,8 +629,12 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
     kept = [c for c in old_conditions if spec.gateway.enabled or c.get("type") != R.GATEWAY_READY]
     new_conditions = cond.upsert(kept, wanted, spec.generation, now)
     history = _scaling_history(obs, decision, now)
-    cost = (None if obs.replica_usd_per_hour is None
-            else (obs.replica_usd_per_hour * running_replicas(obs.pods)).quantize(Decimal("0.0001")))
+    cost = None
+    if obs.replica_usd_per_hour is not None:
+        cost = obs.replica_usd_per_hour * running_replicas(obs.pods)
+        if obs.gateway_usd_per_pod_hour is not None:  # the gateway's Ready pods, at their own price
+            cost += obs.gateway_usd_per_pod_hour * _ready_pods(obs.gateway_objects.get("Deployment"))
+        cost = cost.quantize(Decimal("0.0001"))
     status = IsvcStatus(
         observed_generation=spec.generation, replicas=int(dst.get("replicas") or 0),
         ready_replicas=int(dst.get("readyReplicas") or 0), desired_replicas=decision.desired,

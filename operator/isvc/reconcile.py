@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 from modalscale.api import conditions as R
@@ -88,6 +89,19 @@ def replica_price(deps: Deps, spec: IsvcSpec) -> PricedReplica:
         raise UnpricedGPU("spec.resources.gpu.type", f"{exc}") from exc
 
 
+def gateway_price(deps: Deps, spec: IsvcSpec) -> Decimal | None:
+    """USD per hour of one gateway pod: ``spec.gateway.resources`` (CPU and memory requests) at the catalog's
+    on-demand prices (the gateway stays on on-demand nodes; the budget ledger prices its pods the same way,
+    ``costmodel.budget.state.service_state``); None when the catalog cannot price them."""
+    from modalscale.costmodel.catalog import PricingTier, ReplicaResources, UnknownPrice
+
+    try:
+        return deps.prices.catalog().price_replica(
+            ReplicaResources.from_quantities(spec.gateway.cpu, spec.gateway.memory), PricingTier.ON_DEMAND)
+    except UnknownPrice:
+        return None
+
+
 def priced_condition(priced: PricedReplica) -> cond.Condition:
     """The ``Priced`` condition: True, reason ``OpenCost``/``Catalog``/``CatalogFallback``, the message says since
     when and (for a fallback) why."""
@@ -160,6 +174,7 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
         priced = replica_price(deps, spec)
         observed.replica_usd_per_hour = priced.usd_per_hour
+        observed.gateway_usd_per_pod_hour = gateway_price(deps, spec)
         plan = plan_isvc(spec, observed, files, plan_config(deps), now)
         add_priced(plan, stored, priced, spec.generation, now)
     except (InvalidSpec, ModelReferenceError) as exc:

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import logging
 import urllib.parse
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -18,6 +19,7 @@ import pytest
 
 from modalscale.api.budgetpolicy import parse_budget_spec
 from modalscale.costmodel.budget import AlertKind, AlertState, BudgetAlert, PolicyRef, ServiceState, plan_budget
+from modalscale.costmodel.showback import ServiceWindow, TenantUsage, drivers_of
 from modalscale.devenv.receivers import KINDS, ChatReceiver, Reply
 from modalscale.notify.answers import sensitive_parts
 from modalscale.notify.limits import RateLimit
@@ -64,6 +66,29 @@ def test_each_platform_receives_a_verified_message(kind: str) -> None:
         room = rx.transcript()
         assert "ml-prod/platform-daily" in room and "41.50 USD of 50.00 USD" in room
         assert "CapReplicas ml-prod/captioner to 2" in room
+        assert "Top tenants" not in room  # no showback figures read: nothing said about tenants
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_platform_shows_the_top_tenants_and_modalities_behind_the_spend(kind: str) -> None:
+    usage = [TenantUsage(t, m, s, 10) for t, m, s in (("acme", "image", 1600), ("globex", "text", 900),
+                                                       ("initech", "image", 400), ("umbrella", "text", 200))]
+    drivers = drivers_of([("ml-prod", "captioner")],
+                         {("ml-prod", "captioner"): ServiceWindow("ml-prod", "captioner", Decimal("36"), 3600)},
+                         {("ml-prod", "captioner"): usage})
+    alert = replace(make_alert(), drivers=drivers)
+    secret = SECRET if kind in SIGNING else None
+    with ChatReceiver(kind, secret) as rx:
+        async def go():
+            async with Sender(retry=FAST) as s:
+                return await s.deliver(rx.kind, rx.url, secret, alert, receiver="room")
+
+        result = asyncio.run(go())
+        assert result.delivered and rx.received[0].errors == [], (result, rx.received[0].errors)
+        room = rx.transcript()
+    assert "acme 16.00 USD (44 %), globex 9.00 USD (25 %), initech 4.00 USD (11 %), other 2.00 USD (6 %)" in room
+    assert "idle 5.00 USD (14 %)" in room and "image 20.00 USD (56 %), text 11.00 USD (31 %)" in room
+    assert "umbrella" not in room  # bounded: past the top 3, summed as other
 
 
 @pytest.mark.parametrize(("kind", "code"), [("DingTalk", 310000), ("Feishu", 19021), ("Webhook", None)])

@@ -63,6 +63,10 @@ SERVICES: dict[str, tuple[int, float, dict[tuple[str, str], tuple[float, float]]
     # No gateway series at all: all idle, 18 USD/h.
     "quiet": (1, 18.0, {}),
 }
+REFUSED_PER_S = {"429": 5.0, "503": 3.0, "RESOURCE_EXHAUSTED": 2.0}
+"""Requests per second each tenant also sends that the gateway refuses (tenant over budget, admission): counted by
+``modalscale_gateway_requests_total`` under these codes (429 with modality ``none``, as the gateway records a
+tenant refusal before reading the body), never in USD per request (they cost no replica time)."""
 RULES_VS_CLI_TOLERANCE_USD_PER_HOUR = 1e-6
 """Same Prometheus, same instant, same window: only the CLI's rounding to 1e-9 USD (x 3600/20 per hour) differs."""
 RULES_VS_TRUE_TOLERANCE_RATIO = 0.01
@@ -84,6 +88,8 @@ class LinearCounters(Collector):
         for (tenant, modality), (s_per_s, req_per_s) in self.rates.items():
             seconds.add_metric([tenant, modality], s_per_s * elapsed)
             requests.add_metric([tenant, modality, "2xx"], req_per_s * elapsed)
+            for code, refused_per_s in REFUSED_PER_S.items():
+                requests.add_metric([tenant, "none" if code == "429" else modality, code], refused_per_s * elapsed)
         yield seconds
         yield requests
 
@@ -156,6 +162,10 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
                             "values": f"0+{s_per_s * step_s / 2}x10"},
                            {"series": f"{REQUESTS_METRIC}{_labels(**where, code='2xx')}",
                             "values": f"0+{req_per_s * step_s / 2}x10"}]
+                for code, refused_per_s in REFUSED_PER_S.items():  # refused: not in USD per request
+                    refused = where | {"modality": "none"} if code == "429" else where
+                    series.append({"series": f"{REQUESTS_METRIC}{_labels(**refused, code=code)}",
+                                   "values": f"0+{refused_per_s * step_s / 2}x10"})
     true_rows, true_idle = true_allocation()
     requests: dict[tuple[str, ...], float] = {(svc, t, m): r for svc, (_, _, rates) in SERVICES.items()
                                               for (t, m), (_, r) in rates.items()}
@@ -244,6 +254,10 @@ def test_recording_rules_equal_the_cli_allocation_and_sum_to_the_spend_rate(tmp_
         assert set(per_request) == set(cli_per_request)
         for k, v in per_request.items():
             assert abs(v - cli_per_request[k]) <= 1e-9, (k, v, cli_per_request[k])
+        # ... and both divide by the served requests only (the refused ones, as many again, left out).
+        served = {(svc, t, m): r for svc, (_, _, rates) in SERVICES.items() for (t, m), (_, r) in rates.items()}
+        for k, v in per_request.items():
+            assert abs(v * served[k] * 3600 / rows[k] - 1) <= RULES_VS_TRUE_TOLERANCE_RATIO, (k, v, rows[k])
 
         # 2. allocate() of the exporter's exact rates (what the counters were made from).
         true_rows, true_idle = true_allocation()

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from modalscale.costmodel.showback import PRICED_REQUESTS_MATCHER
 from modalscale.gateway.metrics import GatewayMetrics
 from modalscale.operator.autoscale.metrics import AutoscalerMetrics
 from modalscale.operator.budget.history import BurnGauges
@@ -135,6 +136,15 @@ def test_showback_rules_read_only_exported_series_and_earlier_records() -> None:
     assert {"modalscale_budget_service_burn_usd_per_hour", "modalscale_gateway_service_seconds_total"} <= exported
     assert {"modalscale:showback_usd_per_hour", "modalscale:showback_idle_usd_per_hour",
             "modalscale:showback_usd_per_request"} <= defined
+
+
+def test_showback_usd_per_request_rule_leaves_out_requests_the_gateway_refused() -> None:
+    """The rule divides by the same requests as the CLI: refused ones (429, 503, RESOURCE_EXHAUSTED) cost no
+    replica time (``costmodel.showback.PRICED_REQUESTS_MATCHER``)."""
+    (rule,) = [r for g in SHOWBACK_RULES["groups"] for r in g["rules"]
+               if r["record"] == "modalscale:showback_usd_per_request"]
+    assert f"modalscale_gateway_requests_total{{{PRICED_REQUESTS_MATCHER}}}[5m]" in rule["expr"], rule["expr"]
+    assert PRICED_REQUESTS_MATCHER == 'code!~"429|503|RESOURCE_EXHAUSTED"'
 
 
 def test_series_extraction_finds_recorded_names() -> None:

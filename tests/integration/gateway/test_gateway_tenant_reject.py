@@ -18,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from modalscale.api.annotations import TenantReject, reject_annotation_key
+from modalscale.costmodel.showback import REFUSED_CODES, REQUESTS_METRIC
 from modalscale.runtime.server import TritonProcess
 from tests.integration.gateway.conftest import (
     MODEL,
@@ -56,6 +57,9 @@ def test_the_rejected_tenant_gets_429_with_retry_after_to_the_period_end_and_the
     assert request_count(replica) == before + 1  # the refused request never reached the replica
     assert gw.metric("modalscale_gateway_requests_total", tenant="acme", code="429") == 1
     assert gw.metric("modalscale_gateway_rejected_total", reason="TenantBudgetExceeded") == 1
+    # Showback's USD per request leaves the refusal out (it cost no replica time) and counts the served request.
+    assert sum(gw.metric(REQUESTS_METRIC, tenant="acme", code=c) for c in REFUSED_CODES) == 1
+    assert gw.metric(REQUESTS_METRIC, tenant="globex") == gw.metric(REQUESTS_METRIC, tenant="globex", code="200") == 1
 
 
 def test_grpc_infer_of_the_rejected_tenant_gets_resource_exhausted_with_retry_after(
@@ -71,6 +75,8 @@ def test_grpc_infer_of_the_rejected_tenant_gets_resource_exhausted_with_retry_af
             client.infer(MODEL, [text], headers={HEADER: "acme"})
         ok = client.infer(MODEL, [text], headers={HEADER: "globex"})
     assert exhausted.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert gw.metric(REQUESTS_METRIC, tenant="acme", code="RESOURCE_EXHAUSTED") == 1
+    assert "RESOURCE_EXHAUSTED" in REFUSED_CODES  # not a request showback prices
     assert "over its budget" in (exhausted.value.message() or "")
     assert ok.as_numpy("SIZES") is not None
     # The trailing metadata carries Retry-After (a raw gRPC call shows it; tritonclient drops trailers).

@@ -27,7 +27,9 @@ from .test_budget import (
     custom,
     get_policy,
     ledger_spent,
+    make_isvc,
     make_policy,
+    running_pods,
     start_isvc,
 )
 
@@ -95,3 +97,53 @@ def test_a_pod_scaled_away_between_evaluations_is_charged_to_its_deletion_not_to
           f"E0: charged {charged:.6f} USD, meter [{lower:.6f}, {upper:.6f}], listing only {listing_only:.6f} USD")
     assert lower <= charged <= upper, (charged, lower, upper)
     assert charged < listing_only - usd(interval_s - (vanished - t0).total_seconds() - 2)
+
+
+def gateway_pods(api: Any, ns: str, name: str) -> list[Any]:
+    """The gateway pods of ``name`` bound to a node and running (KWOK runs them: nothing executes)."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"modalscale.io/gateway={name}")
+    return [p for p in pods.items if p.spec.node_name and p.status.phase == "Running" and p.status.start_time
+            and not p.metadata.deletion_timestamp]
+
+
+def test_the_gateway_pods_of_a_selected_service_are_in_its_spend_at_their_own_price(
+        api: Any, operator: Any, namespace: str, h100_node: list[str]) -> None:
+    """Issue 19: the gateway's pods are priced (CPU and memory requests at the catalog's on-demand prices) in the
+    BudgetPolicy ledger and the InferenceService's ``costUSDPerHour``, each by its own start, not as replicas."""
+    from modalscale.costmodel.catalog import ReplicaResources, load_catalog
+
+    ns = namespace
+    gateway_usd = load_catalog().price_replica(ReplicaResources.from_quantities("100m", "256Mi"), "OnDemand")
+    body = make_isvc("gw", 1, 1)
+    # Gateway on (2 pods, the defaults), placed like the replicas by the service's toleration of the fake GPU
+    # nodes' taint (KWOK runs them there; without it the tainted local nodes leave them Pending).
+    body["spec"]["gateway"] = {"enabled": True}
+    body["spec"]["placement"] = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                                  "effect": "NoSchedule"}]}
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", body)
+    wait_for(lambda: running_pods(api, ns, "gw") == 1 and len(gateway_pods(api, ns, "gw")) == 2, 90,
+             "1 replica and 2 gateway pods running")
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+        "budget", "1000", [{"percent": 100, "actions": ["Alert"]}], [], evaluationIntervalSeconds=2))
+    wait_for(lambda: ((get_policy(api, ns, "budget").get("status") or {}).get("ledger") or {}).get("observedTime"),
+             60, "the first evaluation's ledger")
+    time.sleep(6)  # a few evaluations
+    observed, spent = stored(api, ns)
+    replicas = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector="modalscale.io/inferenceservice=gw")
+    gateways = gateway_pods(api, ns, "gw")
+    assert len(replicas.items) == 1 and len(gateways) == 2  # nothing restarted meanwhile
+
+    def ran_s(pod: Any) -> float:
+        return max(0.0, (observed - pod.status.start_time).total_seconds())
+
+    # The independent meter: each pod from its own startTime to the ledger's observedTime at its price.
+    replica_usd = sum((usd(ran_s(p)) for p in replicas.items), Decimal(0))
+    gateway_part = sum((gateway_usd * Decimal(str(ran_s(p))) / 3600 for p in gateways), Decimal(0))
+    print(f"\nfigure: ledger {spent:.9f} USD; meter replicas {replica_usd:.9f} + gateway {gateway_part:.9f} USD "
+          f"(2 pods x {gateway_usd} USD/h)")
+    assert gateway_part > Decimal("0.00001")  # at least ~5 s of two gateway pods: far above the 1e-9 quanta
+    assert abs(spent - replica_usd - gateway_part) <= Decimal("0.000001"), (spent, replica_usd, gateway_part)
+    # The InferenceService's rate: the replica and its 2 Ready gateway pods (4 decimals).
+    want = f"{(PRICE_USD_PER_REPLICA_HOUR + 2 * gateway_usd).quantize(Decimal('0.0001'))}"
+    wait_for(lambda: (custom(api).get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "gw")
+                      .get("status") or {}).get("costUSDPerHour") == want, 60, f"costUSDPerHour {want}")

@@ -38,6 +38,7 @@ from tests.integration.operator.test_budget import (
     get_isvc,
     get_policy,
     make_policy,
+    make_secret,
     start_isvc,
 )
 
@@ -86,6 +87,7 @@ def test_a_tenant_over_its_budget_is_refused_at_the_gateway_while_another_is_ser
         tenant_cluster: Any, tmp_path: Path) -> None:
     from modalscale.devenv.operator_process import OperatorProcess
     from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget, gateway_target
+    from modalscale.devenv.receivers import ChatReceiver
     from modalscale.runtime.server import free_port
 
     api = tenant_cluster.api_client()
@@ -98,7 +100,9 @@ def test_a_tenant_over_its_budget_is_refused_at_the_gateway_while_another_is_ser
                gateway_target(f"127.0.0.1:{settings.metrics_port}", NS, SVC)]
     op = gw = None
     acme = globex = None
+    room = ChatReceiver("Slack")
     try:
+        room.start()
         prom.start(targets)
         op = OperatorProcess(tenant_cluster.kubeconfig, tmp_path / "operator.log", {
             "MODALSCALE_PROMETHEUS_URL": prom.url, "MODALSCALE_METRICS_PORT": str(op_metrics),
@@ -114,6 +118,12 @@ def test_a_tenant_over_its_budget_is_refused_at_the_gateway_while_another_is_ser
         custom(api).create_namespaced_custom_object(GROUP, VERSION, NS, "budgetpolicies", make_policy(
             POLICY, "0.02", [{"percent": 50, "actions": ["Alert"]}, {"percent": 100, "actions": ["Alert", "Reject"]}],
             [], selector={"tenants": ["acme"]}))
+        # A plain policy on the same service alerting to a chat room: the operator reads showback when it alerts
+        # and the message names the tenants and modalities behind the spend (50 % of 1 USD: ~20 s at ~84 USD/h).
+        make_secret(api, NS, "room-hook", url=room.url)
+        custom(api).create_namespaced_custom_object(GROUP, VERSION, NS, "budgetpolicies", make_policy(
+            "spend-watch", "1", [{"percent": 50, "actions": ["Alert"]}],
+            [{"name": "room", "type": "Slack", "secretRef": {"name": "room-hook"}}]))
 
         items = wait_for(lambda: rejected_tenants(api), 180, "status.rejectedTenants of the tenant policy",
                          interval_s=0.2)
@@ -157,6 +167,13 @@ def test_a_tenant_over_its_budget_is_refused_at_the_gateway_while_another_is_ser
         wait_for(lambda: acme.first(200, after=lifted), 30, "acme served again", interval_s=0.05)
         assert rejected_tenants(api) == []
 
+        # ---- the plain policy's alert named the tenants behind the spend, from showback
+        assert room.wait_for(1, timeout_s=60, accepted_only=True)
+        said = room.transcript()
+        tenants_line = next((ln for ln in said.splitlines() if ln.startswith("Top tenants: ")), "")
+        assert "spend-watch crossed 50 %" in said and "acme " in tenants_line and "globex " in tenants_line, said
+        assert "; idle " in tenants_line and "Top modalities: text " in said, said
+
         # ---- globex was served throughout, never refused
         globex_codes = {code for _, code, _ in globex.results}
         assert globex_codes == {200}, globex_codes
@@ -175,4 +192,5 @@ def test_a_tenant_over_its_budget_is_refused_at_the_gateway_while_another_is_ser
             op.stop()
         prom.stop()
         replica.stop(drain=False)
+        room.stop()
         api.close()

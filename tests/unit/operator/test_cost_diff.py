@@ -20,6 +20,7 @@ import yaml
 
 from modalscale.cli import main
 from modalscale.costmodel.catalog import load_catalog
+from modalscale.costmodel.showback import ServiceWindow, TenantUsage
 from modalscale.operator.cost_diff import (
     HOURS_PER_MONTH,
     CostDiffError,
@@ -28,6 +29,7 @@ from modalscale.operator.cost_diff import (
     price_side,
     read_manifests,
     render,
+    with_drivers,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -201,3 +203,41 @@ def test_expected_replicas_come_from_the_simulator_when_a_trace_and_a_profile_ar
     assert vc.monthly_delta_usd.expected == vc.head.monthly_usd.expected - vc.base.monthly_usd.expected
     # text-embedder (Utilization, minReplicas 1) is simulated too; the total's expected is known.
     assert result.total_monthly_delta_usd.expected == sum(s.monthly_delta_usd.expected for s in result.services)
+
+
+def test_the_diff_names_the_top_tenants_and_modalities_behind_each_services_spend_now(changed: Path) -> None:
+    result = diff(price_side(read_manifests(str(EXAMPLES)), CATALOG)[0], price_side(read_manifests(str(changed)),
+                                                                                    CATALOG)[0], "main", "pr")
+    vc = ("default", "vision-chat")
+    usage = [TenantUsage(t, m, s, 10) for t, m, s in (("acme", "image", 1600), ("globex", "text", 900),
+                                                       ("initech", "image", 400), ("umbrella", "text", 200))]
+    windows = {vc: ServiceWindow(*vc, D("36"), 3600), ("default", "captioner"): ServiceWindow(
+        "default", "captioner", D("1"), 3600)}  # captioner: spend but no request, nothing said about tenants
+    named = with_drivers(result, windows, {vc: usage}, "showback over the last 1h")
+    assert set(named.drivers) == {vc}
+    text = render(named, "table")
+    assert ("default/vision-chat: top tenants acme 16.00 USD (44 %), globex 9.00 USD (25 %), initech 4.00 USD "
+            "(11 %), other 2.00 USD (6 %); idle 5.00 USD (14 %); top modalities image 20.00 USD (56 %), "
+            "text 11.00 USD (31 %)") in text
+    assert "Who spends on them now (showback over the last 1h):" in text and "umbrella" not in text
+    assert "- default/vision-chat: top tenants acme" in render(named, "markdown")
+    services = {s["name"]: s for s in json.loads(render(named, "json"))["services"]}
+    assert services["vision-chat"]["spend_drivers"]["tenants"][0] == {"name": "acme", "usd": "16.000000000"}
+    assert "spend_drivers" not in services["captioner"]
+    # Without showback figures the diff says nothing about tenants.
+    for fmt in ("table", "markdown", "json"):
+        assert "tenant" not in render(result, fmt)
+
+
+def test_an_unreachable_prometheus_leaves_the_diff_as_is_and_names_no_tenant(
+        changed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    override = tmp_path / "spot.yaml"
+    override.write_text(yaml.safe_dump(SPOT_A10G))
+    rc = main(["cost", "diff", str(EXAMPLES), str(changed), "--catalog", str(override),
+               "--prometheus-url", "http://user:secret@127.0.0.1:9"])
+    out = capsys.readouterr()
+    assert rc == 0 and "vision-chat" in out.out and "tenant" not in out.out
+    assert "tenants not named" in out.err and "did not answer" in out.err and "secret" not in out.err
+    assert main(["cost", "diff", str(EXAMPLES), str(changed), "--catalog", str(override),
+                 "--prometheus-url", "http://127.0.0.1:9", "--since", "soon"]) == 2
+    assert "--since" in capsys.readouterr().err

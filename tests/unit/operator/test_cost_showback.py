@@ -170,6 +170,19 @@ def test_queries_sum_increases_by_service_tenant_and_modality_over_the_window() 
     q = showback_queries(3600)
     assert q[SERVICE_SECONDS_METRIC] == ("sum by (namespace, inferenceservice, tenant, modality) "
                                          f"(increase({SERVICE_SECONDS_METRIC}[3600s]))")
-    assert q[f"{RESETS_PREFIX}{REQUESTS_METRIC}"] == ("sum by (namespace, inferenceservice, tenant, modality) "
-                                                      f"(resets({REQUESTS_METRIC}[3600s]))")
+    assert q[f"{RESETS_PREFIX}{IMAGES_METRIC}"] == ("sum by (namespace, inferenceservice, tenant, modality) "
+                                                    f"(resets({IMAGES_METRIC}[3600s]))")
     assert step_for(3600) == 1 and step_for(86_400) == 9
+
+
+def test_requests_refused_by_the_gateway_are_not_counted_as_requests_to_price() -> None:
+    """A request refused before any replica (tenant over budget 429, admission 503, gRPC RESOURCE_EXHAUSTED) cost
+    no replica time: it must not lower USD per request (the requests query excludes those codes)."""
+    q = showback_queries(600)
+    matcher = 'code!~"429|503|RESOURCE_EXHAUSTED"'
+    assert q[REQUESTS_METRIC] == ("sum by (namespace, inferenceservice, tenant, modality) "
+                                  f"(increase({REQUESTS_METRIC}{{{matcher}}}[600s]))")
+    assert q[f"{RESETS_PREFIX}{REQUESTS_METRIC}"] == ("sum by (namespace, inferenceservice, tenant, modality) "
+                                                      f"(resets({REQUESTS_METRIC}{{{matcher}}}[600s]))")
+    # The other counters count only requests sent to a replica already: no matcher.
+    assert "{" not in q[SERVICE_SECONDS_METRIC]

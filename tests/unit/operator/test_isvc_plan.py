@@ -322,3 +322,20 @@ def test_a_direct_decision_plans_what_the_same_decision_read_back_from_status_pl
                        decision=_decision(4))
     assert direct.writes == via_status.writes and direct.status == via_status.status
     assert direct.events == via_status.events
+
+
+def test_cost_per_hour_includes_the_ready_gateway_pods_at_their_own_price() -> None:
+    """Issue 19: a Kubecost user expects the gateway's pods in the service's spend (CPU and memory requests at the
+    catalog's on-demand prices, ``IsvcObserved.gateway_usd_per_pod_hour``)."""
+    from decimal import Decimal
+
+    obs, _ = converge(make_isvc())
+    obs.replica_usd_per_hour = Decimal("1.25")
+    obs.gateway_usd_per_pod_hour = Decimal("0.00422035")
+    obs.pods = [{"metadata": {"name": n}, "spec": {"nodeName": "n0"}, "status": {"phase": "Running"}}
+                for n in ("a", "b")]
+    obs.gateway_objects["Deployment"] = {"status": {"replicas": 3, "readyReplicas": 2}}  # one not ready yet
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    assert plan.status.cost_usd_per_hour == Decimal("2.5084")  # 2 x 1.25 + 2 x 0.00422035
+    obs.gateway_objects["Deployment"] = None  # no gateway (disabled, or not created yet): replicas only
+    assert plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status.cost_usd_per_hour == Decimal("2.5000")
