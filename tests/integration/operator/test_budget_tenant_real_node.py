@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -29,6 +30,7 @@ from kubernetes import client
 
 from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.kube import wait_for
+from modalscale.operator.showback import PrometheusShowback, build_showback
 from modalscale.runtime.client import InferenceError, MultimodalClient
 from tests.integration.operator.isvc_helpers import GROUP, VERSION
 from tests.integration.operator.test_gateway_real_node import MODEL, REPO, Env
@@ -114,7 +116,7 @@ def p95_ms(rows: list[tuple[float, float, str]]) -> float:
 
 def test_a_tenant_over_its_limit_is_refused_within_one_evaluation_and_the_other_tenants_p95_is_unchanged(
         tenant_env: tuple[Env, Any]) -> None:
-    env, _ = tenant_env
+    env, prom = tenant_env
     env.create(NAME, {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 1})
     env.wait_serving(NAME, 1)
     url = env.url(NAME)
@@ -138,6 +140,22 @@ def test_a_tenant_over_its_limit_is_refused_within_one_evaluation_and_the_other_
             policy = env.custom.get_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies", POLICY)
             return (policy.get("status") or {}).get("rejectedTenants") or []
 
+        def ledger() -> tuple[dt.datetime, Decimal, dict[str, Any]] | None:
+            """(``status.ledger.observedTime``, the ledger's spend of the service, its entry) as stored now (status
+            is written on a change or every 60 s, so this is the last stored evaluation)."""
+            status = (env.custom.get_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies", POLICY)
+                      .get("status") or {})
+            led = status.get("ledger") or {}
+            entry = [e for e in led.get("services") or [] if e.get("name") == NAME]
+            return (parse_time(led["observedTime"], "observedTime"), Decimal(entry[0]["spent"]), entry[0]
+                    ) if entry else None
+
+        def gateway_pods() -> set[str]:
+            pods = client.CoreV1Api(env.api).list_namespaced_pod(env.ns, label_selector=f"modalscale.io/gateway={NAME}")
+            return {p.metadata.name for p in pods.items if p.status.phase == "Running"}
+
+        ledger_a = wait_for(ledger, 60, "the policy's first ledger")
+        gateways_a = gateway_pods()
         env.wait(rejected, 240, "status.rejectedTenants", NAME)
         (item,) = rejected()
         since = parse_time(item["since"], "since").timestamp()
@@ -164,11 +182,37 @@ def test_a_tenant_over_its_limit_is_refused_within_one_evaluation_and_the_other_
         assert {r[2] for r in alone + after} == {"ok"}
         before_ms, after_ms = p95_ms(alone), p95_ms(after)
         assert after_ms <= before_ms * 1.25 + 100, (before_ms, after_ms)
+
+        # Issue 22: showback (the two tenants + idle, from Prometheus) = the ledger's spend over the same window,
+        # +-1 %. The ledger's stored evaluations a (the first) and b (the last, >= 60 s later); the first charged
+        # the pods from their own start, before any burn rate was exported, so the window starts SKIP_S after a.
+        # The pods did not change between a and b (1 replica, the same gateway pods, the same rate in force), so
+        # the ledger's charge is linear in time there and its part over [a + SKIP_S, b) is exact by proportion.
+        ledger_b = wait_for(lambda: (led := ledger()) is not None and led[0] >= ledger_a[0] + dt.timedelta(
+            seconds=60) and led, 90, "a stored evaluation 60 s after the first")
+        assert (ledger_b[2]["replicas"], ledger_b[2]["costUSDPerHour"]) == (
+            ledger_a[2]["replicas"], ledger_a[2]["costUSDPerHour"]) and gateway_pods() == gateways_a
+        wait_for(lambda: time.time() > ledger_b[0].timestamp() + 3, 10, "Prometheus to scrape past the window")
+        skip_s = 5
+        whole_s = int((ledger_b[0] - ledger_a[0]).total_seconds())
+        window_s = whole_s - skip_s
+        shown = build_showback(*PrometheusShowback(prom.url).read(window_s, ledger_b[0]),
+                               ledger_b[0] - dt.timedelta(seconds=window_s), ledger_b[0], env.ns)
+        rows = [r for r in shown.rows if r.inferenceservice == NAME]
+        by_tenant = {r.tenant: r.usd for r in rows if r.kind == "request"}
+        showback_usd = sum((r.usd for r in rows), Decimal(0))
+        ledger_usd = (ledger_b[1] - ledger_a[1]) * window_s / whole_s
+        assert not shown.errors and by_tenant.get("acme", 0) > 0 and by_tenant.get("globex", 0) > 0, (
+            shown.errors, shown.notes, by_tenant)
+        assert abs(showback_usd / ledger_usd - 1) <= Decimal("0.01"), (showback_usd, ledger_usd, shown.notes)
         refused_ms = statistics.median(r[1] * 1000 for r in acme_after)
         print(f"\nfigure: acme refused {refused_after_s:.2f} s after the evaluation that decided it "
               f"(interval {INTERVAL_S} s); globex p95 alone {before_ms:.0f} ms, after acme refused "
               f"{after_ms:.0f} ms ({GLOBEX_RPS:g} req/s, {len(alone)}/{len(after)} requests); a refusal's round "
-              f"trip through the Service and gateway p50 {refused_ms:.1f} ms (tritonclient, new connection each)")
+              f"trip through the Service and gateway p50 {refused_ms:.1f} ms (tritonclient, new connection each); "
+              f"showback over {window_s} s {showback_usd:.9f} USD (acme {by_tenant['acme']:.9f}, globex "
+              f"{by_tenant['globex']:.9f}, idle {showback_usd - sum(by_tenant.values()):.9f}) vs the ledger "
+              f"{ledger_usd:.9f} USD ({(showback_usd / ledger_usd - 1) * 100:+.3f} %)")
     finally:
         acme.stop.set()
         globex.stop.set()
