@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from modalscale.runtime.server import port_range
-from tests.conftest import LANES, lane_of
+from tests.conftest import LANES, PLACED, lane_of
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test.sh"
 
@@ -22,9 +22,17 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test.sh"
     ("tests/integration/test_helm.py", False, "rest"),
     ("tests/integration/runtime/test_runtime_cli.py", False, "rest"),
     ("tests/unit/test_suite_lanes.py", False, "rest"),
+    ("tests/integration/operator/test_spend_anomaly.py", False, "realnode"),
 ])
 def test_each_test_has_one_lane(path: str, real: bool, lane: str) -> None:
     assert lane_of(path, real) == lane
+
+
+def test_placed_modules_exist_and_name_a_lane() -> None:
+    root = SCRIPT.parents[1]
+    for module, lane in PLACED.items():
+        assert (root / module).is_file(), module
+        assert lane in LANES, (module, lane)
 
 
 def _script_lanes() -> tuple[list[str], dict[str, str]]:

@@ -338,4 +338,5 @@ def test_cost_per_hour_includes_the_ready_gateway_pods_at_their_own_price() -> N
     plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
     assert plan.status.cost_usd_per_hour == Decimal("2.5084")  # 2 x 1.25 + 2 x 0.00422035
     obs.gateway_objects["Deployment"] = None  # no gateway (disabled, or not created yet): replicas only
-    assert plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).status.cost_usd_per_hour == Decimal("2.5000")
+    replicas_only = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    assert replicas_only.status.cost_usd_per_hour == Decimal("2.5000")
