@@ -54,7 +54,7 @@ def test_node_0_keeps_the_single_node_layout_byte_for_byte(tmp_path: Path) -> No
     assert lay.containerd_root == CACHE / "node" / "containerd-root"
     assert (lay.pod_cidr, lay.bridge) == (POD_CIDR, CNI_BRIDGE) == ("10.88.0.0/16", "cni0")
     assert lay.device_plugin_dir == KUBELET_DEVICE_PLUGIN_DIR
-    assert (lay.netns, lay.veth_host, lay.node_ip, lay.cgroup_root) == (None, None, None, None)
+    assert (lay.netns, lay.netns_path, lay.veth_host, lay.node_ip, lay.cgroup_root) == (None,) * 5
     assert node_routes(lay) == []
 
 
@@ -77,7 +77,8 @@ def test_no_two_nodes_share_a_path_socket_name_address_cidr_or_cgroup(workdir: s
         assert a.name != b.name and a.bridge != b.bridge and a.cgroup_root != b.cgroup_root
         assert not ipaddress.ip_network(a.pod_cidr).overlaps(ipaddress.ip_network(b.pod_cidr))
         if a.own_netns and b.own_netns:
-            assert a.netns != b.netns and a.veth_host != b.veth_host
+            assert a.netns != b.netns and a.veth_host != b.veth_host and a.netns_path != b.netns_path
+            assert a.netns_path and Path("/run/netns") not in a.netns_path.parents  # see nodelayout's docstring
             assert a.transit_cidr and b.transit_cidr
             assert not ipaddress.ip_network(a.transit_cidr).overlaps(ipaddress.ip_network(b.transit_cidr))
     # Nor the control plane's networks: Services 10.0.0.0/16, KWOK pods 10.244.0.0/16, every node's pods/links.

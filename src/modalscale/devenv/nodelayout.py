@@ -5,7 +5,10 @@ Node 0 is the node of a one-node cluster, exactly as before several nodes existe
 namespace, the ``cni0`` bridge and pod CIDR ``10.88.0.0/16``, state under ``<workdir>/node``, the kubelet's pods
 in the ``kubepods`` cgroup at the root of each hierarchy. Node ``i >= 1`` is a node of its own:
 
-- a network namespace ``modalscale-<hash>-<i>`` joined to the machine by a veth pair: ``ms<hash8>v<i>`` on the
+- a network namespace (named ``modalscale-<hash>-<i>`` here; kept by a bind mount on the file
+  ``/run/modalscale/<hash>-<i>/netns``, not in ``/run/netns``: ``ip netns add`` turns ``/run/netns`` into a
+  shared mount of itself, which hides the pod namespaces node 0's containerd mounted there before, so that
+  they can no longer be unmounted) joined to the machine by a veth pair: ``ms<hash8>v<i>`` on the
   machine (``10.87.<i>.1/30``), ``eth0`` in the node (``10.87.<i>.2/30``, its InternalIP and the kubelet's
   listen address), a default route through the machine and, on the machine, a route to its pod CIDR
   ``10.<88+i>.0.0/16`` (bridge ``cni<i>``); kube-proxy runs in that namespace and programs its own iptables;
@@ -56,7 +59,8 @@ def workdir_digest(workdir: Path | str) -> str:
 class NodeLayout:
     """Everything of one real node that must not be shared with another node (see the module docstring).
 
-    Paths are absolute; ``netns``, ``veth_host``, ``host_ip``, ``node_ip``, ``transit_cidr`` and ``cgroup_root``
+    Paths are absolute; ``netns`` (a name for messages and routes), ``netns_path``, ``veth_host``, ``host_ip``,
+    ``node_ip``, ``transit_cidr`` and ``cgroup_root``
     are None for node 0 (the machine's network namespace, its primary IPv4, the root cgroup).
     """
 
@@ -77,6 +81,7 @@ class NodeLayout:
     pod_cidr: str
     bridge: str
     netns: str | None
+    netns_path: Path | None
     veth_host: str | None
     host_ip: str | None
     node_ip: str | None
@@ -119,8 +124,8 @@ def node_layout(workdir: Path | str, index: int, cache: Path) -> NodeLayout:
             address=LOCK_DIR / short / "containerd.sock", kubelet_root=KUBELET_STATE_DIR / short / "kubelet",
             device_plugin_dir=KUBELET_DEVICE_PLUGIN_DIR, pod_logs_dir=node_dir / "pod-logs",
             cni_conf_dir=node_dir / "cni" / "net.d", cni_ipam_dir=node_dir / "cni" / "ipam",
-            pod_cidr=POD_CIDR, bridge=CNI_BRIDGE, netns=None, veth_host=None, host_ip=None, node_ip=None,
-            transit_cidr=None, cgroup_root=None)
+            pod_cidr=POD_CIDR, bridge=CNI_BRIDGE, netns=None, netns_path=None, veth_host=None, host_ip=None,
+            node_ip=None, transit_cidr=None, cgroup_root=None)
     node_dir = workdir / f"node-{index}"
     short = f"{digest}-{index}"
     transit = ipaddress.ip_network(f"10.87.{index}.0/30")
@@ -135,6 +140,7 @@ def node_layout(workdir: Path | str, index: int, cache: Path) -> NodeLayout:
         device_plugin_dir=KUBELET_STATE_DIR / short / "device-plugins", pod_logs_dir=node_dir / "pod-logs",
         cni_conf_dir=node_dir / "cni" / "net.d", cni_ipam_dir=node_dir / "cni" / "ipam",
         pod_cidr=f"10.{88 + index}.0.0/16", bridge=f"cni{index}", netns=f"modalscale-{digest}-{index}",
+        netns_path=LOCK_DIR / short / "netns",
         veth_host=f"ms{digest[:8]}v{index}", host_ip=str(hosts[0]), node_ip=str(hosts[1]),
         transit_cidr=str(transit), cgroup_root=f"/modalscale-{digest}-{index}")
 

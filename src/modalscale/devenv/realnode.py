@@ -828,26 +828,31 @@ state = "{lay.containerd_state}"
         return None
 
     def _setup_network(self) -> None:
-        """The node's network namespace, its veth to the machine, addresses, and the routes of
-        :func:`modalscale.devenv.nodelayout.node_routes` (idempotent: what exists stays)."""
+        """The node's network namespace (bound on :attr:`NodeLayout.netns_path`), its veth to the machine,
+        addresses, and the routes of :func:`modalscale.devenv.nodelayout.node_routes` (idempotent: what exists
+        stays)."""
         lay = self.layout
-        assert lay.netns and lay.veth_host and lay.host_ip and lay.node_ip and lay.transit_cidr
+        assert lay.netns_path and lay.veth_host and lay.host_ip and lay.node_ip and lay.transit_cidr
         ip = _tool("ip")
+        in_node = [_tool("nsenter"), f"--net={lay.netns_path}"]
         prefix = lay.transit_cidr.split("/")[1]
-        if not Path(f"/run/netns/{lay.netns}").exists():
-            _run([ip, "netns", "add", lay.netns])
+        if not mounts_under([lay.netns_path]):
+            lay.netns_path.parent.mkdir(parents=True, exist_ok=True)
+            lay.netns_path.touch()
+            _run([_tool("unshare"), f"--net={lay.netns_path}", "true"])
         if not Path(f"/sys/class/net/{lay.veth_host}").exists():
-            _run([ip, "link", "add", lay.veth_host, "type", "veth", "peer", "name", "eth0", "netns", lay.netns])
+            # `netns <path>`: iproute2 opens a name with a "/" as a file.
+            _run([ip, "link", "add", lay.veth_host, "type", "veth", "peer", "name", "eth0",
+                  "netns", str(lay.netns_path)])
             _run([ip, "addr", "add", f"{lay.host_ip}/{prefix}", "dev", lay.veth_host])
-            _run([ip, "-n", lay.netns, "addr", "add", f"{lay.node_ip}/{prefix}", "dev", "eth0"])
+            _run([*in_node, ip, "addr", "add", f"{lay.node_ip}/{prefix}", "dev", "eth0"])
         _run([ip, "link", "set", lay.veth_host, "up"])
-        _run([ip, "-n", lay.netns, "link", "set", "eth0", "up"])
-        _run([ip, "-n", lay.netns, "link", "set", "lo", "up"])
+        _run([*in_node, ip, "link", "set", "eth0", "up"])
+        _run([*in_node, ip, "link", "set", "lo", "up"])
         for r in node_routes(lay):
-            _run([ip, *(["-n", r.netns] if r.netns else []), "route", "replace", r.dst, "via", r.via, "dev", r.dev])
+            _run([*(in_node if r.netns else []), ip, "route", "replace", r.dst, "via", r.via, "dev", r.dev])
         # The node routes between its bridge and eth0 (the CNI bridge plugin sets it too, at the first pod).
-        _run([_tool("nsenter"), f"--net=/run/netns/{lay.netns}", "sh", "-c",
-              "echo 1 > /proc/sys/net/ipv4/ip_forward"])
+        _run([*in_node, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
 
     def _wrap(self, name: str, cmd: list[str]) -> list[str]:
         """``cmd`` as run in this node's namespaces: node 0 as is. Node ``i``: containerd in its network
@@ -862,7 +867,7 @@ state = "{lay.containerd_state}"
         if name == "containerd":
             lay.device_plugin_dir.mkdir(parents=True, exist_ok=True)
             KUBELET_DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
-            return [nsenter, f"--net=/run/netns/{lay.netns}", _tool("unshare"), "--mount", "--propagation", "slave",
+            return [nsenter, f"--net={lay.netns_path}", _tool("unshare"), "--mount", "--propagation", "slave",
                     "/bin/sh", "-c", 'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh",
                     str(lay.device_plugin_dir), str(KUBELET_DEVICE_PLUGIN_DIR), *cmd]
         if name == "kubelet":
@@ -870,7 +875,7 @@ state = "{lay.containerd_state}"
             if pid is None:
                 raise RealNodeError(f"containerd of {self.name} is not running")
             return [nsenter, f"--target={pid}", "--mount", "--net", "--", *cmd]
-        return [nsenter, f"--net=/run/netns/{lay.netns}", "--", *cmd]
+        return [nsenter, f"--net={lay.netns_path}", "--", *cmd]
 
     def _start_components(self, kubeconfig: Path, ca_crt: Path, api: Any, binaries: NodeBinaries | None,
                           timeout_s: float) -> None:
@@ -1042,8 +1047,15 @@ state = "{lay.containerd_state}"
         process holds it) and the machine's end of its veth (its route goes with it)."""
         lay = self.layout
         ip = shutil.which("ip") or "/usr/sbin/ip"
-        if lay.netns and Path(f"/run/netns/{lay.netns}").exists():
-            subprocess.run([ip, "netns", "del", str(lay.netns)], capture_output=True, check=False)
+        if lay.netns_path:
+            for _ in range(3):
+                if not mounts_under([lay.netns_path]):
+                    break
+                subprocess.run(["umount", str(lay.netns_path)], capture_output=True, check=False)
+            if mounts_under([lay.netns_path]):
+                self.log(f"could not unmount {lay.netns_path}")
+            else:
+                lay.netns_path.unlink(missing_ok=True)
         if lay.veth_host and Path(f"/sys/class/net/{lay.veth_host}").exists():
             subprocess.run([ip, "link", "del", str(lay.veth_host)], capture_output=True, check=False)
 
