@@ -1,6 +1,6 @@
 """The real kubelet node of the session cluster: real containers (busybox built here), their logs, a CPU limit
 in the pod's cgroup, a ClusterIP Service through kube-proxy, ErrImageNeverPull for an image never imported,
-and ``cluster down`` leaving nothing behind.
+and ``cluster down`` leaving nothing behind; two real nodes whose pods reach each other's Services.
 
 Timing figures (node start, pod start with the image cached) are printed, never asserted.
 """
@@ -208,9 +208,19 @@ def test_prometheus_discovers_inferenceservice_pods_through_the_apiserver_like_t
 
 
 # ---------------------------------------------------------------------------------------------- cluster down
+CLEAN = {"processes": [], "mounts": [], "netns": [], "chains": [], "veths": [], "bridge": False,
+         "socket": False, "log_links": [], "cni_results": 0, "runc_state": [], "cgroups": [],
+         "node_netns": [], "node_links": [], "node_routes": [], "node_cgroups": [], "node_dirs": []}
+"""What :func:`_left_behind` finds after ``cluster down``."""
+
+
 def _left_behind(workdir: Path) -> dict[str, Any]:
-    """Everything a real node could leave on the machine, by kind (empty lists when clean)."""
-    address = str(containerd_address(workdir))
+    """Everything a real node (node 0, or any other of :mod:`modalscale.devenv.nodelayout`) could leave on the
+    machine, by kind (empty lists when clean)."""
+    from modalscale.devenv.nodelayout import MAX_REAL_NODES
+
+    extra = [RealNode(workdir, index=i) for i in range(1, MAX_REAL_NODES)]
+    addresses = [str(containerd_address(workdir)), *(str(n.address) for n in extra)]
     procs = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -219,7 +229,7 @@ def _left_behind(workdir: Path) -> dict[str, Any]:
             cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if str(workdir) in cmd or address in cmd:
+        if str(workdir) in cmd or any(a in cmd for a in addresses):
             procs.append(cmd.replace("\0", " ")[:200])
     netns = sorted(p.name for p in Path("/var/run/netns").glob("cni-*")) if Path("/var/run/netns").is_dir() else []
     chains = []
@@ -230,6 +240,8 @@ def _left_behind(workdir: Path) -> dict[str, Any]:
     veths = [p.name for p in Path("/sys/class/net").iterdir()
              if p.name.startswith("veth") and (p / "brport").exists()]
     kubelet_root = RealNode(workdir).kubelet_root
+    routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True, check=False).stdout
+    cgroup_mounts = [Path(d) for d in Path("/sys/fs/cgroup").iterdir() if d.is_dir()] + [Path("/sys/fs/cgroup")]
     return {"processes": procs, "mounts": mounts_under([workdir, kubelet_root]), "netns": netns, "chains": chains,
             "veths": veths, "bridge": Path(f"/sys/class/net/{CNI_BRIDGE}").exists(),
             "socket": containerd_address(workdir).parent.exists() or kubelet_root.exists(),
@@ -238,7 +250,18 @@ def _left_behind(workdir: Path) -> dict[str, Any]:
             "cni_results": len(_our_cni_results()),
             "runc_state": [p.name for p in RealNode(workdir).runc_root.glob("*/*")],
             "cgroups": [str(p) for p in [Path("/sys/fs/cgroup/kubepods"), *Path("/sys/fs/cgroup").glob("*/kubepods")]
-                        if p.exists()]}
+                        if p.exists()],
+            # Nodes 1.. : their network namespaces, the machine's end of their veths, the routes to their pods,
+            # their cgroup roots, containerd sockets and kubelet roots (their mounts and iptables chains live in
+            # their own namespaces, which go with the last process in them: "processes" and "node_netns").
+            "node_netns": [str(n.layout.netns_path) for n in extra if n.layout.netns_path
+                           and (n.layout.netns_path.exists() or mounts_under([n.layout.netns_path]))],
+            "node_links": [n.layout.veth_host for n in extra if Path(f"/sys/class/net/{n.layout.veth_host}").exists()],
+            "node_routes": [line for line in routes.splitlines()
+                            if any(line.startswith(n.layout.pod_cidr + " ") for n in extra)],
+            "node_cgroups": [str(m / str(n.layout.cgroup_root).lstrip("/")) for n in extra for m in cgroup_mounts
+                             if (m / str(n.layout.cgroup_root).lstrip("/")).exists()],
+            "node_dirs": [str(p) for n in extra for p in (n.address.parent, n.kubelet_root.parent) if p.exists()]}
 
 
 def test_cluster_down_leaves_no_container_mount_netns_veth_bridge_chain_or_process(
@@ -275,8 +298,7 @@ def test_cluster_down_leaves_no_container_mount_netns_veth_bridge_chain_or_proce
             stopped = private.down()
         assert {"containerd", "kubelet", "kube-proxy", "kube-apiserver", "etcd"} <= set(stopped)
         after = _left_behind(private.workdir)
-        assert after == {"processes": [], "mounts": [], "netns": [], "chains": [], "veths": [], "bridge": False,
-                         "socket": False, "log_links": [], "cni_results": 0, "runc_state": [], "cgroups": []}
+        assert after == CLEAN
         assert not Path("/var/lib/kubelet/device-plugins/kubelet.sock").exists()
         assert not RealNode(private.workdir).any_running()
     finally:
@@ -324,10 +346,106 @@ def test_a_crashed_node_is_cleaned_up_by_the_next_cluster_that_takes_the_machine
         finally:
             b.down()
             a.down()
-        clean = {"processes": [], "mounts": [], "netns": [], "chains": [], "veths": [], "bridge": False,
-                 "socket": False, "log_links": [], "cni_results": 0, "runc_state": [], "cgroups": []}
-        assert _left_behind(a.workdir) == clean
-        assert _left_behind(b.workdir) == clean
+        assert _left_behind(a.workdir) == CLEAN
+        assert _left_behind(b.workdir) == CLEAN
+    finally:
+        real.up(nodes=2, real_node=True)
+    assert real.has_real_node
+
+
+def _in_namespaces(namespaces: set[str]) -> list[int]:
+    """PIDs of the processes in any of ``namespaces`` (``readlink /proc/<pid>/ns/<kind>`` values)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        for kind in ("mnt", "net"):
+            try:
+                if os.readlink(entry / "ns" / kind) in namespaces:
+                    found.append(int(entry.name))
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def test_two_real_nodes_serve_each_others_pods_through_services_and_down_leaves_nothing(
+        real: LocalCluster, tmp_path: Path) -> None:
+    """``--real-nodes 2`` (node 1 Spot, priced as an L4): a pod on each node fetches, through a ClusterIP Service, a
+    page served by a pod on the other node (node 0 -> node 1 through the machine's kube-proxy, node 1 -> node 0
+    through node 1's own); node 1's pods have its pod CIDR and its own cgroup root; ``down`` leaves nothing of
+    either node."""
+    from modalscale.api.capacity import CAPACITY_TYPE_LABEL, SPOT_TOLERATION
+
+    real.stop_real_node()
+    two = LocalCluster(tmp_path / "two", log=lambda m: print(m, flush=True))
+    names = ["real-node-0", "real-node-1"]
+    node_ns: set[str] = set()
+    try:
+        try:
+            started = time.monotonic()
+            two.up(nodes=0, real_node=True, real_nodes=2,
+                   real_node_labels={1: {CAPACITY_TYPE_LABEL: "spot", "nvidia.com/gpu.product": "nvidia-l4"}})
+            print(f"\ntwo real nodes Ready with a fresh control plane: {time.monotonic() - started:.1f} s")
+            assert two.has_real_node and two.real_node_names == names
+            core = client.CoreV1Api(two.api_client())
+            n1 = core.read_node("real-node-1")
+            assert n1.metadata.labels[CAPACITY_TYPE_LABEL] == "spot"
+            assert n1.metadata.labels["nvidia.com/gpu.product"] == "nvidia-l4"
+            assert {(t.key, t.value) for t in n1.spec.taints} == {(NODE_TYPE_LABEL, "real"),
+                                                                   (CAPACITY_TYPE_LABEL, "spot")}
+            assert [a.address for a in n1.status.addresses if a.type == "InternalIP"] == ["10.87.1.2"]
+            n0 = core.read_node("real-node-0")
+            assert CAPACITY_TYPE_LABEL not in n0.metadata.labels
+            core.create_namespace({"metadata": {"name": NS}})
+            script = "mkdir -p /www && echo served-by-$(hostname) > /www/index.html && exec httpd -f -p 8080 -h /www"
+            ips = {}
+            for i, node in enumerate(names):
+                pod = _pod(f"web-{i}", BUSYBOX_IMAGE, ["sh", "-c", script],
+                           ports=[{"name": "http", "containerPort": 8080}])
+                pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
+                pod["spec"]["tolerations"].append(dict(SPOT_TOLERATION))
+                core.create_namespaced_pod(NS, pod)
+                svc = core.create_namespaced_service(NS, {
+                    "apiVersion": "v1", "kind": "Service", "metadata": {"name": f"web-{i}"},
+                    "spec": {"selector": {"app": f"web-{i}"}, "ports": [{"port": 80, "targetPort": "http"}]}})
+                ips[i] = svc.spec.cluster_ip
+            for i, node in enumerate(names):  # the client on node i fetches the Service of the other node's pod
+                # busybox-static's wget segfaults on these machines (on the host too); its nc works.
+                fetch = (f"until printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ips[1 - i]} 80 "
+                         "| grep served-by; do sleep 1; done; exec sleep 3600")
+                pod = _pod(f"client-{i}", BUSYBOX_IMAGE, ["sh", "-c", fetch])
+                pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
+                pod["spec"]["tolerations"].append(dict(SPOT_TOLERATION))
+                core.create_namespaced_pod(NS, pod)
+            for i in range(2):
+                web = wait_for(lambda i=i: _running(core, f"web-{i}"), 120, f"pod web-{i} Running")
+                assert web.spec.node_name == names[i]
+                cidr = "10.88.0.0/16" if i == 0 else "10.89.0.0/16"
+                assert ipaddress.ip_address(web.status.pod_ip) in ipaddress.ip_network(cidr)
+            for i in range(2):
+                logs = wait_for(lambda i=i: core.read_namespaced_pod_log(f"client-{i}", NS).strip() or None, 120,
+                                f"client-{i}'s answer")
+                assert logs == f"served-by-web-{1 - i}", (i, logs)
+            print(f"both cross-node Service answers {time.monotonic() - started:.1f} s after up began")
+            uid1 = core.read_namespaced_pod("web-1", NS).metadata.uid
+            root1 = RealNode(two.workdir, index=1).layout.cgroup_root
+            assert list(Path("/sys/fs/cgroup/cpu").glob(f"{str(root1).lstrip('/')}/kubepods*/**/pod{uid1}")), root1
+            during = _left_behind(two.workdir)
+            assert during["node_netns"] and during["node_links"] and during["node_routes"], during
+            assert during["node_cgroups"] and during["node_dirs"] and during["processes"], during
+            # Node 1's mounts (rootfs overlays, volumes, pods' netns, the device-plugin dir) are in its own mount
+            # namespace, invisible here: after down no process may be left in it or in its network namespace.
+            pid1 = two.real_node_status()["nodes"]["real-node-1"]["containerd"]
+            node_ns = {os.readlink(f"/proc/{pid1}/ns/{k}") for k in ("mnt", "net")}
+            assert not node_ns & {os.readlink(f"/proc/self/ns/{k}") for k in ("mnt", "net")}
+            assert len(_in_namespaces(node_ns)) >= 4  # containerd, kubelet, kube-proxy, the shims and containers
+        finally:
+            stopped = two.down()
+        assert stopped.count("kubelet") == 2 and stopped.count("containerd") == 2
+        assert _left_behind(two.workdir) == CLEAN
+        assert _in_namespaces(node_ns) == []
+        assert not RealNode(two.workdir, index=1).any_running()
     finally:
         real.up(nodes=2, real_node=True)
     assert real.has_real_node

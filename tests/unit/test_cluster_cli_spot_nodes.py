@@ -51,3 +51,30 @@ def test_a_negative_spot_node_count_is_refused(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(cluster_cli, "LocalCluster", RecordingCluster)
     RecordingCluster.calls = []
     assert cluster_cli._up(parse("up", "--spot-nodes", "-1")) == 2 and RecordingCluster.calls == []
+
+
+def test_cluster_up_passes_real_nodes_and_their_labels_and_refuses_bad_ones(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(cluster_cli, "LocalCluster", RecordingCluster)
+    RecordingCluster.calls = []
+    assert cluster_cli._up(parse("up")) == 0
+    assert RecordingCluster.calls[-1]["real_nodes"] == 1 and RecordingCluster.calls[-1]["real_node_labels"] == {}
+    assert cluster_cli._up(parse("up", "--real-nodes", "2", "--spot-real-node", "1",
+                                 "--real-node-gpu", "1=nvidia-l4")) == 0
+    call = RecordingCluster.calls[-1]
+    assert call["real_nodes"] == 2
+    assert call["real_node_labels"] == {1: {"karpenter.sh/capacity-type": "spot",
+                                            "nvidia.com/gpu.product": "nvidia-l4"}}
+    RecordingCluster.calls = []
+    assert cluster_cli._up(parse("up", "--real-nodes", "9")) == 2
+    assert cluster_cli._up(parse("up", "--spot-real-node", "1")) == 2
+    assert RecordingCluster.calls == []
+    err = capsys.readouterr().err
+    assert "--real-nodes must be within 1..8, got 9" in err
+    assert "--spot-real-node 1: real nodes are numbered 0..0 (--real-nodes 1)" in err
+
+
+def test_the_summary_names_every_real_node() -> None:
+    assert cluster_cli.real_node_summary({"enabled": True}) == "real node: real-node-0"
+    assert cluster_cli.real_node_summary({"enabled": True, "nodes": {"real-node-1": {}}}) == \
+        "real nodes: real-node-0, real-node-1"

@@ -319,24 +319,39 @@ class LocalCluster:
         }
 
     def real_node_status(self) -> dict[str, Any]:
-        """``{"enabled": bool, "reason": why not (or None), "processes": {containerd, kubelet, kube-proxy: PID}}``."""
+        """``{"enabled": bool, "reason": why not (or None), "processes": {containerd, kubelet, kube-proxy: PID}}``
+        of node 0; with ``--real-nodes N`` > 1 also ``"nodes": {"real-node-<i>": {component: PID}}`` for
+        ``i`` in 1..N-1."""
         from modalscale.devenv.realnode import RealNode
 
         cfg = self.load_config()
         info = (cfg.extra if cfg else {}).get("realNode") or {}
-        return {"enabled": bool(info.get("enabled")), "reason": info.get("reason"),
-                "processes": RealNode(self.workdir).pids()}
+        out: dict[str, Any] = {"enabled": bool(info.get("enabled")), "reason": info.get("reason"),
+                               "processes": RealNode(self.workdir).pids()}
+        count = int(info.get("count") or 1)
+        if count > 1:
+            extra = [RealNode(self.workdir, index=i) for i in range(1, count)]
+            out["nodes"] = {n.name: n.pids() for n in extra}
+        return out
 
     @property
     def has_real_node(self) -> bool:
-        """True when this cluster's real node runs (kubelet and containerd alive)."""
+        """True when this cluster's real nodes run (kubelet and containerd alive on each)."""
         st = self.real_node_status()
-        return st["enabled"] and all(st["processes"].values())
+        return st["enabled"] and all(st["processes"].values()) and all(
+            all(p.values()) for p in st.get("nodes", {}).values())
+
+    @property
+    def real_node_names(self) -> list[str]:
+        """Names of the real nodes ``up`` started (``[]`` when none): ``real-node-0`` .. ``real-node-<N-1>``."""
+        st = self.real_node_status()
+        return ["real-node-0", *st.get("nodes", {})] if st["enabled"] else []
 
     # ------------------------------------------------------------------ up
     def up(self, nodes: int = 2, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
            binaries: Binaries | None = None, timeout_s: float = 120.0, real_node: bool | None = None,
-           spot_nodes: int = 0, real_node_off_reason: str | None = None) -> None:
+           spot_nodes: int = 0, real_node_off_reason: str | None = None, real_nodes: int = 1,
+           real_node_labels: dict[int, dict[str, str]] | None = None) -> None:
         """Start the control plane (idempotent: running components are left alone) and create fake GPU nodes.
 
         Args:
@@ -353,6 +368,10 @@ class LocalCluster:
                 another cluster already runs this machine's real node, this one runs KWOK-only and says so.
             real_node_off_reason: With ``real_node=False``, why it is off, recorded as ``off (<reason>)`` in
                 :meth:`real_node_status` (default ``--no-real-node``).
+            real_nodes: How many real nodes (1..8) when the real node runs: ``real-node-0`` in the machine's
+                network namespace, ``real-node-<i>`` each in namespaces of its own
+                (:mod:`modalscale.devenv.nodelayout`).
+            real_node_labels: Extra labels by node index (:func:`modalscale.devenv.realnode.real_node_labels`).
         Raises:
             ClusterError: A component exited, the apiserver was not ready in time, or ``real_node=True`` on a
                 machine without what the node needs (the message names the missing pieces).
@@ -422,10 +441,16 @@ class LocalCluster:
         if spot_nodes:
             self.ensure_gpu_nodes(spot_nodes, gpus_per_node, gpu_type, prefix=SPOT_NODE_PREFIX, spot=True)
         self._wait(lambda: self._default_service_account_ready(), "namespace default", 60)
-        self._up_real_node(real_node, real_node_off_reason)
+        self._up_real_node(real_node, real_node_off_reason, real_nodes, real_node_labels or {})
 
-    def _up_real_node(self, wanted: bool | None, off_reason: str | None = None) -> None:
+    def _up_real_node(self, wanted: bool | None, off_reason: str | None = None, count: int = 1,
+                      labels: dict[int, dict[str, str]] | None = None) -> None:
+        from modalscale.devenv.nodelayout import MAX_REAL_NODES
         from modalscale.devenv.realnode import RealNode, RealNodeError, machine_support, real_node_plan
+
+        labels = labels or {}
+        if not 1 <= count <= MAX_REAL_NODES:
+            raise ClusterError(f"--real-nodes must be within 1..{MAX_REAL_NODES}, got {count}")
 
         try:
             start, reason = real_node_plan(wanted, os.environ.get(REAL_NODE_ENV, ""),
@@ -436,14 +461,20 @@ class LocalCluster:
             reason = f"off ({off_reason})"
         if start:
             try:
-                reason = RealNode(self.workdir, log=self.log).start(
+                reason = RealNode(self.workdir, log=self.log, labels=labels.get(0)).start(
                     self.kubeconfig, self.workdir / "pki" / "ca.crt", self.api_client())
+                for i in range(1, count if reason is None else 1):
+                    why = RealNode(self.workdir, log=self.log, index=i, labels=labels.get(i)).start(
+                        self.kubeconfig, self.workdir / "pki" / "ca.crt", self.api_client())
+                    if why is not None:
+                        raise RealNodeError(why)
             except RealNodeError as exc:
                 raise ClusterError(f"the real node did not start: {exc}") from exc
         if reason is not None and not reason.startswith("off ("):
             self.log(f"No real node: {reason}; the cluster runs KWOK-only (fake GPU nodes)")
         cfg = self._config()
-        cfg.extra["realNode"] = {"enabled": reason is None, "reason": reason}
+        cfg.extra["realNode"] = {"enabled": reason is None, "reason": reason,
+                                 **({"count": count} if reason is None and count > 1 else {})}
         (self.workdir / "cluster.json").write_text(json.dumps(asdict(cfg), indent=2))
 
     def _default_service_account_ready(self) -> bool:
@@ -533,9 +564,10 @@ class LocalCluster:
         Returns:
             The node components that were running.
         """
-        from modalscale.devenv.realnode import NODE_NAME, RealNode
+        from modalscale.devenv.realnode import RealNode
 
-        stopped = RealNode(self.workdir, log=self.log).stop()
+        names = self.real_node_names or ["real-node-0"]
+        stopped = RealNode(self.workdir, log=self.log).stop()  # node 0 stops the others first
         cfg = self.load_config()
         if cfg is not None:
             cfg.extra["realNode"] = {"enabled": False, "reason": "stopped"}
@@ -544,11 +576,12 @@ class LocalCluster:
             from kubernetes import client
             from kubernetes.client.rest import ApiException
 
-            try:  # its pods are gone with it; the scheduler must not count on it
-                client.CoreV1Api(self.api_client()).delete_node(NODE_NAME)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            for name in names:
+                try:  # its pods are gone with it; the scheduler must not count on it
+                    client.CoreV1Api(self.api_client()).delete_node(name)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
         return stopped
 
     # ------------------------------------------------------------------ clients and nodes

@@ -31,6 +31,15 @@ def add_parser(sub: Any) -> None:
                     help="also run a real kubelet node (containerd, runc, CNI bridge, kube-proxy); default: on where "
                          "the machine supports it (root, containerd, runc, CNI plugins, cgroup controllers), "
                          "otherwise KWOK-only with a message naming what is missing")
+    up.add_argument("--real-nodes", type=int, default=1, metavar="N",
+                    help="real kubelet nodes real-node-0..N-1 when the real node runs (default 1; at most 8): node 0 "
+                         "in the machine's network namespace, each other one in network and mount namespaces of its "
+                         "own with its own containerd, kubelet, kube-proxy, pod CIDR 10.<88+i>.0.0/16 and routes")
+    up.add_argument("--spot-real-node", type=int, action="append", default=[], metavar="I",
+                    help="mark real node I Spot: label and taint karpenter.sh/capacity-type=spot (repeatable)")
+    up.add_argument("--real-node-gpu", action="append", default=[], metavar="I=PRODUCT",
+                    help="label real node I nvidia.com/gpu.product=PRODUCT, what the cost model prices it as "
+                         "(repeatable; the node has no GPU device)")
     up.set_defaults(func=_up)
     down = csub.add_parser("down", help="stop exactly the processes `up` started")
     down.set_defaults(func=_down)
@@ -53,11 +62,21 @@ def _up(args: argparse.Namespace) -> int:
     if args.nodes < 0 or args.gpus_per_node < 0 or args.spot_nodes < 0:
         _log("--nodes, --gpus-per-node and --spot-nodes must be >= 0")
         return 2
+    from modalscale.devenv.realnode import real_node_labels
+
+    try:
+        labels = real_node_labels(args.real_nodes, args.spot_real_node, args.real_node_gpu)
+        if not 1 <= args.real_nodes <= 8:
+            raise ValueError(f"--real-nodes must be within 1..8, got {args.real_nodes}")
+    except ValueError as exc:
+        _log(str(exc))
+        return 2
     cluster = LocalCluster(args.workdir, log=_log)
     started = time.monotonic()
     try:
         cluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,
-                   real_node=args.real_node, spot_nodes=args.spot_nodes)
+                   real_node=args.real_node, spot_nodes=args.spot_nodes, real_nodes=args.real_nodes,
+                   real_node_labels=labels)
     except (ClusterError, BuildError) as exc:
         _log(f"cluster up failed: {exc}")
         return 1
@@ -70,7 +89,8 @@ def real_node_summary(status: dict[str, Any]) -> str:
     """``real node: ...`` for ``cluster up``'s last line, from :meth:`LocalCluster.real_node_status`: the node's
     name, the reason it was turned off (``off (--no-real-node)``), or ``none (<what the machine lacks>)``."""
     if status.get("enabled"):
-        return "real node: real-node-0"
+        more = list(status.get("nodes") or {})
+        return f"real nodes: {', '.join(['real-node-0', *more])}" if more else "real node: real-node-0"
     reason = str(status.get("reason") or "unknown")
     return f"real node: {reason}" if reason.startswith("off (") else f"real node: none ({reason})"
 
@@ -98,6 +118,9 @@ def _status(args: argparse.Namespace) -> int:
             print(f"{name:24} {'running pid ' + str(pid) if pid else 'stopped'}")
         for name, pid in st["realNode"]["processes"].items():
             print(f"{name:24} {'running pid ' + str(pid) if pid else 'stopped'}")
+        for node, procs in st["realNode"].get("nodes", {}).items():
+            for name, pid in procs.items():
+                print(f"{node + ' ' + name:24} {'running pid ' + str(pid) if pid else 'stopped'}")
         if st["realNode"]["reason"]:
             print(f"{'real node':24} {st['realNode']['reason']}")
         print(f"{'apiserver ready':24} {st['apiserverReady']}")

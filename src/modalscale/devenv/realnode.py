@@ -18,9 +18,12 @@ Layout:
 - containerd's *root* (content store, snapshots, image metadata) is machine-wide,
   ``<cache>/node/containerd-root``: imported images survive ``cluster down``/``up`` (the cached-image case),
   and there is only one real node per machine anyway.
-- one real node per machine: the ``cni0`` bridge and the ``KUBE-``/``CNI-`` iptables chains are global. The
-  owner is recorded in ``/run/modalscale/real-node.json`` (under a ``flock``); a second cluster while the owner's
-  node runs gets KWOK only, with a message naming the owner.
+- one cluster with real nodes per machine: node 0's ``cni0`` bridge and ``KUBE-``/``CNI-`` iptables chains are
+  global. The owner is recorded in ``/run/modalscale/real-node.json`` (under a ``flock``); a second cluster while
+  the owner's node runs gets KWOK only, with a message naming the owner.
+- several nodes (``cluster up --real-nodes N``): node ``i >= 1`` runs beside node 0 in network and mount
+  namespaces of its own, with every path, socket, address, pod CIDR and cgroup root its own
+  (:mod:`modalscale.devenv.nodelayout`); node 0 stops them before itself.
 
 Nothing is pulled: images are imported into containerd's ``k8s.io`` namespace with :func:`import_image`;
 the node's own pause and busybox images are built here from Debian's busybox-static with ``umoci``
@@ -47,11 +50,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modalscale.api.capacity import CAPACITY_TYPE_LABEL, SPOT_LABEL_VALUE, SPOT_TAINT
 from modalscale.devenv.binaries import Log, NodeBinaries, cache_dir, ensure_node_binaries
+from modalscale.devenv.nodelayout import (
+    CNI_BRIDGE,
+    KUBELET_DEVICE_PLUGIN_DIR,
+    KUBELET_STATE_DIR,
+    LOCK_DIR,
+    MAX_REAL_NODES,
+    NodeLayout,
+    node_layout,
+    node_routes,
+    workdir_digest,
+)
+from modalscale.devenv.nodelayout import (
+    POD_CIDR as POD_CIDR,  # re-exported: node 0's pod CIDR
+)
 from modalscale.runtime.server import free_port
 
 NODE_NAME = "real-node-0"
-"""Name of the real node (kubelet ``--hostname-override``)."""
+"""Name of the real node (kubelet ``--hostname-override``); node ``i`` of several is ``real-node-<i>``."""
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""The GPU product label the cost model prices a node by (same key as the KWOK GPU nodes')."""
 NODE_TYPE_LABEL = "modalscale.io/node-type"
 """Label key on the real node (value ``real``); the taint has the same key."""
 NODE_TYPE_REAL = "real"
@@ -59,9 +79,6 @@ REAL_NODE_TAINT = {"key": NODE_TYPE_LABEL, "value": NODE_TYPE_REAL, "effect": "N
 """Taint of the real node: only pods that tolerate it run there (pods written for KWOK never land on it)."""
 NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
 """Processes of the real node, in start order."""
-POD_CIDR = "10.88.0.0/16"
-"""Pod addresses of the CNI bridge (host-local IPAM)."""
-CNI_BRIDGE = "cni0"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 K8S_NAMESPACE = "k8s.io"
@@ -294,6 +311,14 @@ def primary_ipv4(ip_addr_output: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _is_node_link(ip_addr_line: str) -> bool:
+    """An ``ip -o addr`` line of a real node's own link: node 0's ``cni0`` bridge or the machine's end of another
+    node's veth (``ms<8 hex>v<i>``, 10.87.<i>.1), neither of which is the machine's address."""
+    fields = ip_addr_line.split()
+    name = fields[1] if len(fields) > 1 else ""
+    return name == CNI_BRIDGE or re.fullmatch(r"ms[0-9a-f]{8}v\d+(@\S+)?", name) is not None
+
+
 def node_ip() -> str:
     """This machine's primary IPv4 address.
 
@@ -301,7 +326,7 @@ def node_ip() -> str:
         RealNodeError: The machine has no global-scope IPv4 address.
     """
     out = _run([_tool("ip"), "-4", "-o", "addr", "show", "scope", "global"], check=False).stdout
-    ip = primary_ipv4("\n".join(line for line in out.splitlines() if f" {CNI_BRIDGE} " not in line))
+    ip = primary_ipv4("\n".join(line for line in out.splitlines() if not _is_node_link(line)))
     if ip is None:
         raise RealNodeError("this machine has no global IPv4 address for the node (the kubelet refuses 127.0.0.1)")
     return ip
@@ -323,9 +348,6 @@ def _run(cmd: list[str], timeout_s: float = 120.0, check: bool = True) -> subpro
 
 
 # ---------------------------------------------------------------------------------------------- the machine lock
-LOCK_DIR = Path("/run/modalscale")
-
-
 @contextlib.contextmanager
 def _locked() -> Iterator[Path]:
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
@@ -375,9 +397,6 @@ def containerd_address(workdir: Path | str) -> Path:
     return LOCK_DIR / _workdir_digest(workdir) / "containerd.sock"
 
 
-KUBELET_STATE_DIR = Path("/var/lib/modalscale")
-
-
 def kubelet_root_dir(workdir: Path | str) -> Path:
     """The kubelet's ``--root-dir`` for the cluster rooted at ``workdir``: ``/var/lib/modalscale/<hash>/kubelet``.
 
@@ -390,32 +409,33 @@ def kubelet_root_dir(workdir: Path | str) -> Path:
 
 
 def _workdir_digest(workdir: Path | str) -> str:
-    return hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:12]
+    return workdir_digest(workdir)
 
 
-def _ctr(workdir: Path | str) -> list[str]:
-    return [_tool("ctr"), "--address", str(containerd_address(workdir)), "-n", K8S_NAMESPACE]
+def _ctr(workdir: Path | str, address: Path | None = None) -> list[str]:
+    return [_tool("ctr"), "--address", str(address or containerd_address(workdir)), "-n", K8S_NAMESPACE]
 
 
-def list_images(workdir: Path | str) -> list[str]:
-    """Names of the images in the node's ``k8s.io`` namespace."""
-    out = _run([*_ctr(workdir), "images", "ls", "-q"]).stdout
+def list_images(workdir: Path | str, address: Path | None = None) -> list[str]:
+    """Names of the images in the node's ``k8s.io`` namespace (node 0's, or the containerd at ``address``)."""
+    out = _run([*_ctr(workdir, address), "images", "ls", "-q"]).stdout
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def _replaced_image_ids(workdir: Path) -> list[str]:
+def _replaced_image_ids(workdir: Path, address: Path | None = None) -> list[str]:
     """``sha256:<id>`` refs that point at no named image's manifest any more.
 
     The CRI plugin names every image it has seen by its ID as well; when an import replaces ``name:tag`` with a new
     build, the old build's ID ref stays and keeps its content and unpacked snapshots alive (seen: 14 refs, 31 GB
     for 4 named images). A container still running an old build keeps its own snapshot regardless."""
-    rows = [r.split() for r in _run([*_ctr(workdir), "images", "ls"]).stdout.splitlines()[1:]]
+    rows = [r.split() for r in _run([*_ctr(workdir, address), "images", "ls"]).stdout.splitlines()[1:]]
     digests = {r[0]: r[2] for r in rows if len(r) >= 3}
     named = {d for ref, d in digests.items() if not ref.startswith("sha256:")}
     return [ref for ref, d in digests.items() if ref.startswith("sha256:") and d not in named]
 
 
-def import_image(workdir: Path | str, oci_tar: Path | str, refs: list[str], log: Log = print) -> list[str]:
+def import_image(workdir: Path | str, oci_tar: Path | str, refs: list[str], log: Log = print,
+                 address: Path | None = None) -> list[str]:
     """Import one image from an OCI (or docker-save) tar into the running node's containerd, under ``refs``.
 
     The tar's own names are ignored: it is imported under a unique temporary name (``ctr images import
@@ -427,6 +447,7 @@ def import_image(workdir: Path | str, oci_tar: Path | str, refs: list[str], log:
         workdir: The cluster's work dir (or anything with a ``workdir`` attribute, e.g. a ``LocalCluster``).
         oci_tar: The archive.
         refs: Names to give it, e.g. ``["modalscale/operator:0.1.0"]``; each is stored normalized.
+        address: The containerd socket of another real node than node 0 (``RealNode(...).address``).
     Returns:
         The normalized names now in containerd.
     Raises:
@@ -438,25 +459,27 @@ def import_image(workdir: Path | str, oci_tar: Path | str, refs: list[str], log:
     full = list(dict.fromkeys(normalize_image_ref(r) for r in refs))
     if not full:
         raise ValueError("import_image needs at least one ref")
-    if not containerd_address(workdir).exists():
+    address = address or containerd_address(workdir)
+    if not address.exists():
         raise RealNodeError(f"the real node's containerd is not running in {workdir}: run `modalscale cluster up`")
     base = f"docker.io/modalscale-import/{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
-    _run([*_ctr(workdir), "images", "import", "--base-name", base, "--digests", str(oci_tar)], timeout_s=1800)
-    temp = [n for n in list_images(workdir) if n.startswith(base)]
+    _run([*_ctr(workdir, address), "images", "import", "--base-name", base, "--digests", str(oci_tar)], timeout_s=1800)
+    temp = [n for n in list_images(workdir, address) if n.startswith(base)]
     try:
-        targets = {_run([*_ctr(workdir), "images", "ls", f"name=={n}"]).stdout.split("\n")[1].split()[2]
+        targets = {_run([*_ctr(workdir, address), "images", "ls", f"name=={n}"]).stdout.split("\n")[1].split()[2]
                    for n in temp}
         if len(targets) != 1:
             raise RealNodeError(f"{oci_tar} holds {len(targets)} images; import_image takes exactly one")
-        _run([*_ctr(workdir), "images", "tag", "--force", temp[0], *full])
+        _run([*_ctr(workdir, address), "images", "tag", "--force", temp[0], *full])
     finally:
-        stray = temp + [n for n in list_images(workdir) if n.startswith("import-")] + _replaced_image_ids(workdir)
+        stray = (temp + [n for n in list_images(workdir, address) if n.startswith("import-")]
+                 + _replaced_image_ids(workdir, address))
         if stray:
             # --sync waits for containerd's garbage collection, which also frees the content and unpacked
             # snapshots of the image this import replaced under the same name: the machine-wide store otherwise
             # kept every imported version (31 GB after one day of rebuilding the ~5 GB runtime image).
-            _run([*_ctr(workdir), "images", "rm", "--sync", *stray], timeout_s=600, check=False)
+            _run([*_ctr(workdir, address), "images", "rm", "--sync", *stray], timeout_s=600, check=False)
     log(f"Imported {oci_tar} as {', '.join(full)} in {time.monotonic() - started:.1f} s")
     return full
 
@@ -557,45 +580,59 @@ def _cmdline(pid: int) -> list[str]:
 
 
 class RealNode:
-    """The real node of the cluster rooted at ``workdir`` (which must already have its kubeconfig and pki).
+    """Real node ``index`` of the cluster rooted at ``workdir`` (which must already have its kubeconfig and pki).
+
+    Node 0 runs in the machine's network namespace; node ``i >= 1`` in namespaces of its own
+    (:mod:`modalscale.devenv.nodelayout`) and starts only while node 0 of the same cluster runs.
 
     Args:
         workdir: The cluster's work dir.
         log: Progress printer.
+        index: Which node, 0 .. :data:`MAX_REAL_NODES` - 1.
+        labels: Labels the node gets besides ``modalscale.io/node-type=real`` (:func:`real_node_labels`); with
+            ``karpenter.sh/capacity-type=spot`` it also gets the Spot taint, like the KWOK Spot nodes.
     """
 
-    def __init__(self, workdir: Path | str, log: Log = print) -> None:
+    def __init__(self, workdir: Path | str, log: Log = print, index: int = 0,
+                 labels: dict[str, str] | None = None) -> None:
         self.workdir = Path(workdir)
-        self.dir = self.workdir / "node"
+        self.layout: NodeLayout = node_layout(self.workdir, index, cache_dir())
+        self.dir = self.layout.node_dir
+        self.name = self.layout.name
+        self.labels = dict(labels or {})
         self.log = log
         self._started: dict[str, subprocess.Popen[bytes]] = {}
 
     # ------------------------------------------------------------------ paths
     @property
     def containerd_root(self) -> Path:
-        """Machine-wide containerd root (content, snapshots, image metadata): images survive ``down``/``up``."""
-        return cache_dir() / "node" / "containerd-root"
+        """containerd's root (content, snapshots, image metadata), in the machine-wide cache: images survive
+        ``down``/``up``. One per node index (two containerds cannot share one)."""
+        return self.layout.containerd_root
 
     @property
     def runc_root(self) -> Path:
         """runc's state root for this node's containers (``runc --root``), inside the work dir."""
-        return self.dir / "containerd" / "state" / "runc"
+        return self.layout.runc_root
 
     @property
     def address(self) -> Path:
         """containerd's socket."""
-        return containerd_address(self.workdir)
+        return self.layout.address
 
     @property
     def kubelet_root(self) -> Path:
         """The kubelet's root dir (pods' volumes, its sockets): :func:`kubelet_root_dir`."""
-        return kubelet_root_dir(self.workdir)
+        return self.layout.kubelet_root
 
     def _pidfile(self, name: str) -> Path:
-        return self.workdir / "pids" / f"{name}.pid"
+        return self.layout.pid_dir / f"{name}.pid"
 
     def _logfile(self, name: str) -> Path:
-        return self.workdir / "logs" / f"{name}.log"
+        return self.layout.log_dir / f"{name}.log"
+
+    def _ctr(self) -> list[str]:
+        return [_tool("ctr"), "--address", str(self.address), "-n", K8S_NAMESPACE]
 
     # ------------------------------------------------------------------ status
     def pids(self) -> dict[str, int | None]:
@@ -609,27 +646,47 @@ class RealNode:
         return out
 
     def any_running(self) -> bool:
-        """True when any of containerd, kubelet or kube-proxy of this work dir runs."""
+        """True when any of containerd, kubelet or kube-proxy of this node runs."""
         return any(self.pids().values())
 
     def _is_ours(self, pid: int, name: str) -> bool:
         cmd = _cmdline(pid)
-        return bool(cmd) and Path(cmd[0]).name == name and any(str(self.workdir) in a for a in cmd)
+        # Every component's command line names a config file in this node's dir (node 1's dir is node-1/, so
+        # node 0's "node/" never matches it).
+        return bool(cmd) and Path(cmd[0]).name == name and any(f"{self.dir}/" in a for a in cmd)
 
     # ------------------------------------------------------------------ configs
+    def _node_kubeconfig(self, kubeconfig: Path) -> Path:
+        """Node 0 uses the admin kubeconfig (127.0.0.1). A node in its own network namespace has its own loopback:
+        its copy names the apiserver at the machine's primary IPv4 (in the serving certificate)."""
+        if not self.layout.own_netns:
+            return kubeconfig
+        import yaml
+
+        doc = yaml.safe_load(kubeconfig.read_text())
+        for c in doc.get("clusters", []):
+            server = c["cluster"]["server"]
+            port = server.rsplit(":", 1)[1]
+            c["cluster"]["server"] = f"https://{node_ip()}:{port}"
+        path = self.dir / "kubeconfig"
+        _write_if_changed(path, yaml.safe_dump(doc, sort_keys=False))
+        path.chmod(0o600)
+        return path
+
     def _write_configs(self, kubeconfig: Path, ca_crt: Path, ports: NodePorts) -> dict[str, Path]:
         import yaml
 
         d = self.dir
-        for sub in ("containerd/state", "cni/net.d", "cni/ipam"):
-            (d / sub).mkdir(parents=True, exist_ok=True)
+        lay = self.layout
+        for sub in (lay.containerd_state, lay.cni_conf_dir, lay.cni_ipam_dir):
+            sub.mkdir(parents=True, exist_ok=True)
         (self.kubelet_root / "pki").mkdir(parents=True, exist_ok=True)
         self.address.parent.mkdir(parents=True, exist_ok=True)
         self.containerd_root.mkdir(parents=True, exist_ok=True)
         runc = _tool("runc")
         containerd_toml = f"""version = 2
 root = "{self.containerd_root}"
-state = "{d / 'containerd' / 'state'}"
+state = "{lay.containerd_state}"
 [grpc]
   address = "{self.address}"
 [plugins."io.containerd.grpc.v1.cri"]
@@ -640,7 +697,7 @@ state = "{d / 'containerd' / 'state'}"
   enable_selinux = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN_DIR}"
-    conf_dir = "{d / 'cni' / 'net.d'}"
+    conf_dir = "{lay.cni_conf_dir}"
     max_conf_num = 1
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -656,18 +713,18 @@ state = "{d / 'containerd' / 'state'}"
         conflist = {
             "cniVersion": "0.4.0", "name": "modalscale",
             "plugins": [
-                {"type": "bridge", "bridge": CNI_BRIDGE, "isGateway": True, "ipMasq": True, "hairpinMode": True,
-                 "ipam": {"type": "host-local", "dataDir": str(d / "cni" / "ipam"),
-                          "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+                {"type": "bridge", "bridge": lay.bridge, "isGateway": True, "ipMasq": True, "hairpinMode": True,
+                 "ipam": {"type": "host-local", "dataDir": str(lay.cni_ipam_dir),
+                          "ranges": [[{"subnet": lay.pod_cidr}]], "routes": [{"dst": "0.0.0.0/0"}]}},
                 {"type": "portmap", "capabilities": {"portMappings": True}},
             ],
         }
-        _write_if_changed(d / "cni" / "net.d" / "10-modalscale.conflist", json.dumps(conflist, indent=1))
+        _write_if_changed(lay.cni_conf_dir / "10-modalscale.conflist", json.dumps(conflist, indent=1))
         reserve = node_reserve(os.cpu_count() or 1, _memory_bytes())
         kubelet = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
             # Container logs in the work dir (the links in /var/log/containers are removed at stop).
-            "podLogsDir": str(d / "pod-logs"),
+            "podLogsDir": str(lay.pod_logs_dir),
             "failCgroupV1": False, "cgroupDriver": "cgroupfs",
             "containerRuntimeEndpoint": f"unix://{self.address}",
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
@@ -681,16 +738,19 @@ state = "{d / 'containerd' / 'state'}"
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "cgroupsPerQOS": True, "enforceNodeAllocatable": ["pods"],
             "localStorageCapacityIsolation": False,
-            "registerWithTaints": [REAL_NODE_TAINT],
+            "registerWithTaints": [REAL_NODE_TAINT, *self._extra_taints()],
             "serializeImagePulls": False,
             "nodeStatusReportFrequency": "10s", "nodeStatusUpdateFrequency": "10s",
             **reserve,
         }
+        if lay.cgroup_root:
+            # Its own kubepods: a kubelet removes the pod cgroups under its kubepods that it does not know.
+            kubelet["cgroupRoot"] = lay.cgroup_root
         _write_if_changed(d / "kubelet.yaml", yaml.safe_dump(kubelet, sort_keys=False))
         proxy = {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-            "clientConnection": {"kubeconfig": str(kubeconfig)},
-            "hostnameOverride": NODE_NAME, "mode": "iptables", "clusterCIDR": POD_CIDR,
+            "clientConnection": {"kubeconfig": str(self._node_kubeconfig(kubeconfig))},
+            "hostnameOverride": self.name, "mode": "iptables", "clusterCIDR": lay.pod_cidr,
             "metricsBindAddress": f"127.0.0.1:{ports.proxy_metrics}",
             "healthzBindAddress": f"127.0.0.1:{ports.proxy_healthz}",
             # Pod -> Service -> pod on the same bridge: SNAT so that the reply comes back through the host.
@@ -701,6 +761,9 @@ state = "{d / 'containerd' / 'state'}"
         # kube-proxy exits when its config file changes: a second `up` must not touch it.
         _write_if_changed(d / "kube-proxy.yaml", yaml.safe_dump(proxy, sort_keys=False))
         return {"containerd": d / "containerd.toml", "kubelet": d / "kubelet.yaml", "kube-proxy": d / "kube-proxy.yaml"}
+
+    def _extra_taints(self) -> list[dict[str, str]]:
+        return [dict(SPOT_TAINT)] if self.labels.get(CAPACITY_TYPE_LABEL) == SPOT_LABEL_VALUE else []
 
     # ------------------------------------------------------------------ start
     def start(self, kubeconfig: Path, ca_crt: Path, api: Any, binaries: NodeBinaries | None = None,
@@ -716,7 +779,8 @@ state = "{d / 'containerd' / 'state'}"
             binaries: kubelet and kube-proxy; built or taken from the cache when None.
             timeout_s: Deadline for the node to become Ready, seconds.
         Returns:
-            None when the node runs; otherwise why not (another cluster owns the machine's real node).
+            None when the node runs; otherwise why not (another cluster owns the machine's real node, or, for a
+            node ``i >= 1``, node 0 of this cluster does not run).
         Raises:
             RealNodeError: A component exited or the node was not Ready in time (the message names the log).
             modalscale.devenv.binaries.BuildError: Building kubelet/kube-proxy failed.
@@ -725,81 +789,170 @@ state = "{d / 'containerd' / 'state'}"
         # Builds first: the owner record below must not stand for minutes with nothing running yet.
         binaries = binaries or ensure_node_binaries(self.log)
         ensure_node_images(self.log)
-        with _locked() as owner_file:
-            try:
-                record = json.loads(owner_file.read_text())
-            except (OSError, ValueError):
-                record = {}
-            owner = record.get("workdir")
-            if owner and owner != str(self.workdir) and _owner_alive(record):
-                return (f"another cluster ({owner}) runs this machine's real node (one per machine: the cni0 "
-                        f"bridge and kube-proxy's iptables chains are global)")
-            if owner != str(self.workdir) or not self.any_running():
-                # No live owner: whatever global state a crashed node left goes first.
-                if owner and owner != str(self.workdir):
-                    RealNode(Path(owner), log=self.log)._stop_local(15.0)
-                _cleanup_global_network(self.log)
-            owner_file.write_text(json.dumps({"workdir": str(self.workdir), "pid": os.getpid(),
-                                              "pidStart": _start_time(os.getpid())}))
+        if self.layout.own_netns:
+            owner = current_owner()
+            if owner != str(self.workdir):
+                return (f"{self.name} needs {NODE_NAME} of this cluster running first (the machine's real nodes "
+                        f"belong to {owner or 'no cluster'})")
+            if not self.any_running():
+                self._stop_local(15.0)  # what a crashed run of this node left
+        else:
+            with _locked() as owner_file:
+                try:
+                    record = json.loads(owner_file.read_text())
+                except (OSError, ValueError):
+                    record = {}
+                owner = record.get("workdir")
+                if owner and owner != str(self.workdir) and _owner_alive(record):
+                    return (f"another cluster ({owner}) runs this machine's real node (one per machine: the cni0 "
+                            f"bridge and kube-proxy's iptables chains are global)")
+                if owner != str(self.workdir) or not self.any_running():
+                    # No live owner: whatever global state a crashed node left goes first.
+                    if owner and owner != str(self.workdir):
+                        for extra in extra_nodes(Path(owner), self.log):
+                            extra.stop()
+                        RealNode(Path(owner), log=self.log)._stop_local(15.0)
+                    _cleanup_global_network(self.log)
+                owner_file.write_text(json.dumps({"workdir": str(self.workdir), "pid": os.getpid(),
+                                                  "pidStart": _start_time(os.getpid())}))
         try:
+            if self.layout.own_netns:
+                self._setup_network()
+                _make_cgroup_root(str(self.layout.cgroup_root))
             self._start_components(kubeconfig, ca_crt, api, binaries, timeout_s)
+            self._apply_labels(api)
         except BaseException:
             self.stop()
             raise
-        self.log(f"Real node {NODE_NAME} Ready in {time.monotonic() - started:.1f} s")
+        self.log(f"Real node {self.name} Ready in {time.monotonic() - started:.1f} s")
         return None
+
+    def _setup_network(self) -> None:
+        """The node's network namespace (bound on :attr:`NodeLayout.netns_path`), its veth to the machine,
+        addresses, and the routes of :func:`modalscale.devenv.nodelayout.node_routes` (idempotent: what exists
+        stays)."""
+        lay = self.layout
+        assert lay.netns_path and lay.veth_host and lay.host_ip and lay.node_ip and lay.transit_cidr
+        ip = _tool("ip")
+        in_node = [_tool("nsenter"), f"--net={lay.netns_path}"]
+        prefix = lay.transit_cidr.split("/")[1]
+        if not mounts_under([lay.netns_path]):
+            lay.netns_path.parent.mkdir(parents=True, exist_ok=True)
+            lay.netns_path.touch()
+            _run([_tool("unshare"), f"--net={lay.netns_path}", "true"])
+        if not Path(f"/sys/class/net/{lay.veth_host}").exists():
+            # `netns <path>`: iproute2 opens a name with a "/" as a file.
+            _run([ip, "link", "add", lay.veth_host, "type", "veth", "peer", "name", "eth0",
+                  "netns", str(lay.netns_path)])
+            _run([ip, "addr", "add", f"{lay.host_ip}/{prefix}", "dev", lay.veth_host])
+            _run([*in_node, ip, "addr", "add", f"{lay.node_ip}/{prefix}", "dev", "eth0"])
+        _run([ip, "link", "set", lay.veth_host, "up"])
+        _run([*in_node, ip, "link", "set", "eth0", "up"])
+        _run([*in_node, ip, "link", "set", "lo", "up"])
+        for r in node_routes(lay):
+            _run([*(in_node if r.netns else []), ip, "route", "replace", r.dst, "via", r.via, "dev", r.dev])
+        # The node routes between its bridge and eth0 (the CNI bridge plugin sets it too, at the first pod).
+        _run([*in_node, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
+
+    def _wrap(self, name: str, cmd: list[str]) -> list[str]:
+        """``cmd`` as run in this node's namespaces: node 0 as is. Node ``i``: containerd in its network
+        namespace and a new mount namespace (slave of the machine's: the machine's mounts show, the node's stay
+        inside) where the node's device-plugin dir is bound at the kubelet's fixed path; the kubelet joins both of
+        containerd's (it mounts the volumes that containerd's runc binds into containers); kube-proxy joins the
+        network namespace."""
+        lay = self.layout
+        if not lay.own_netns:
+            return cmd
+        nsenter = _tool("nsenter")
+        if name == "containerd":
+            lay.device_plugin_dir.mkdir(parents=True, exist_ok=True)
+            KUBELET_DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
+            return [nsenter, f"--net={lay.netns_path}", _tool("unshare"), "--mount", "--propagation", "slave",
+                    "/bin/sh", "-c", 'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh",
+                    str(lay.device_plugin_dir), str(KUBELET_DEVICE_PLUGIN_DIR), *cmd]
+        if name == "kubelet":
+            pid = self.pids()["containerd"]
+            if pid is None:
+                raise RealNodeError(f"containerd of {self.name} is not running")
+            return [nsenter, f"--target={pid}", "--mount", "--net", "--", *cmd]
+        return [nsenter, f"--net={lay.netns_path}", "--", *cmd]
 
     def _start_components(self, kubeconfig: Path, ca_crt: Path, api: Any, binaries: NodeBinaries | None,
                           timeout_s: float) -> None:
         bins = binaries or ensure_node_binaries(self.log)
         images = ensure_node_images(self.log)
-        (self.workdir / "pids").mkdir(parents=True, exist_ok=True)
-        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        self.layout.pid_dir.mkdir(parents=True, exist_ok=True)
+        self.layout.log_dir.mkdir(parents=True, exist_ok=True)
         running = self.pids()
         cfg_path = self.dir / "ports.json"
         if cfg_path.exists() and any(running.values()):
             ports = NodePorts(**json.loads(cfg_path.read_text()))
         else:
-            ip = node_ip()
-            ports = NodePorts(free_port(ip), free_port(), free_port(), free_port(), ip)
+            if self.layout.node_ip:  # its own namespace: every port is free there; distinct ones all the same
+                ports = NodePorts(free_port(), free_port(), free_port(), free_port(), self.layout.node_ip)
+            else:
+                ip = node_ip()
+                ports = NodePorts(free_port(ip), free_port(), free_port(), free_port(), ip)
             self.dir.mkdir(parents=True, exist_ok=True)
             cfg_path.write_text(json.dumps(ports.__dict__))
         files = self._write_configs(kubeconfig, ca_crt, ports)
         if not running["containerd"]:
-            self._start("containerd", [_tool("containerd"), "--config", str(files["containerd"])])
-            self._wait(lambda: self.address.exists() and _run([*_ctr(self.workdir), "version"],
+            self._start("containerd", self._wrap("containerd", [_tool("containerd"), "--config",
+                                                                str(files["containerd"])]))
+            self._wait(lambda: self.address.exists() and _run([*self._ctr(), "version"],
                                                                check=False).returncode == 0, "containerd", 60)
             # Containers a crashed run left in the shared root would be recovered by CRI: remove them first.
-            _remove_containers(self.workdir, self.log)
-        have = set(list_images(self.workdir))
+            _remove_containers(self.workdir, self.log, address=self.address)
+        have = set(list_images(self.workdir, address=self.address))
         for ref, tar in images.items():
             if ref not in have:
-                import_image(self.workdir, tar, [ref], log=self.log)
+                import_image(self.workdir, tar, [ref], log=self.log, address=self.address)
+        labels = ",".join(f"{k}={v}" for k, v in {NODE_TYPE_LABEL: NODE_TYPE_REAL, **self.labels}.items())
         if not running["kubelet"]:
-            self._start("kubelet", [
-                str(bins.kubelet), f"--config={files['kubelet']}", f"--kubeconfig={kubeconfig}",
-                f"--hostname-override={NODE_NAME}", f"--node-ip={ports.node_ip}",
-                f"--node-labels={NODE_TYPE_LABEL}={NODE_TYPE_REAL}",
+            self._start("kubelet", self._wrap("kubelet", [
+                str(bins.kubelet), f"--config={files['kubelet']}", f"--kubeconfig={self._node_kubeconfig(kubeconfig)}",
+                f"--hostname-override={self.name}", f"--node-ip={ports.node_ip}",
+                f"--node-labels={labels}",
                 f"--root-dir={self.kubelet_root}", f"--cert-dir={self.kubelet_root / 'pki'}", "--v=1",
-            ])
+            ]))
         if not running["kube-proxy"]:
-            self._start("kube-proxy", [str(bins.kube_proxy), f"--config={files['kube-proxy']}", "--v=1"])
+            self._start("kube-proxy", self._wrap("kube-proxy", [str(bins.kube_proxy),
+                                                                f"--config={files['kube-proxy']}", "--v=1"]))
         since = time.time() - 2.0
         self._wait(lambda: self._node_ready(api, since), "kubelet", timeout_s)
+
+    def _apply_labels(self, api: Any) -> None:
+        """The node's extra labels and taints on its Node object (the kubelet sets them only when it registers
+        the Node; one kept in etcd from an earlier ``up`` keeps its old ones)."""
+        if not self.labels:
+            return
+        from kubernetes import client
+
+        from modalscale.devenv.cluster import missing_taints
+
+        core = client.CoreV1Api(api)
+        node = core.read_node(self.name)
+        have = [t.to_dict() for t in node.spec.taints or []]
+        add = missing_taints(have, self._extra_taints())
+        body: dict[str, Any] = {"metadata": {"labels": self.labels}}
+        if add:
+            body["spec"] = {"taints": [{k: v for k, v in t.items() if v is not None and k != "time_added"}
+                                       for t in have] + add}
+        core.patch_node(self.name, body)
 
     def _node_ready(self, api: Any, since: float) -> bool:
         """Ready=True posted after ``since`` (epoch s): a Node kept in etcd from an earlier run says Ready too."""
         from kubernetes import client
 
         try:
-            node = client.CoreV1Api(api).read_node(NODE_NAME)
+            node = client.CoreV1Api(api).read_node(self.name)
         except Exception:  # not registered yet; the deadline reports it
             return False
         return any(c.type == "Ready" and c.status == "True" and c.last_heartbeat_time is not None
                    and c.last_heartbeat_time.timestamp() >= since for c in node.status.conditions or [])
 
     def _start(self, name: str, cmd: list[str]) -> None:
-        self.log(f"Starting {name}")
+        self.log(f"Starting {name}" if not self.layout.own_netns else f"Starting {name} of {self.name}")
         logf = open(self._logfile(name), "ab")  # handed to the child
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=self.dir)
@@ -831,9 +984,18 @@ state = "{d / 'containerd' / 'state'}"
         """Stop kubelet, kube-proxy, every container and shim, containerd; remove mounts, network namespaces,
         veths, the ``cni0`` bridge and the ``KUBE-``/``CNI-`` iptables chains. Returns the components stopped.
 
+        Node 0 stops this cluster's other nodes first (they run only beside it); a node ``i >= 1`` stops itself
+        and removes its network namespace (its bridge, veths and iptables chains go with it), the machine's end
+        of its veth and route, and its cgroup root.
+
         Safe to call when nothing runs (it still removes what a crashed node of this work dir left).
         """
-        stopped = self._stop_local(timeout_s)
+        if self.layout.own_netns:
+            return self._stop_local(timeout_s)
+        stopped = []
+        for extra in extra_nodes(self.workdir, self.log):
+            stopped += extra.stop(timeout_s)
+        stopped += self._stop_local(timeout_s)
         owns = False
         with contextlib.suppress(OSError), _locked() as owner_file:
             try:
@@ -855,7 +1017,7 @@ state = "{d / 'containerd' / 'state'}"
                 stopped.append(name)
         netns: set[str] = set()
         if self.pids()["containerd"]:
-            netns |= _remove_containers(self.workdir, self.log)
+            netns |= _remove_containers(self.workdir, self.log, address=self.address)
         shims = _shims_of(self.address)
         if self._kill("containerd", timeout_s):
             stopped.append("containerd")
@@ -872,10 +1034,30 @@ state = "{d / 'containerd' / 'state'}"
         for p in netns:
             with contextlib.suppress(OSError):
                 Path(p).unlink()
+        if self.layout.own_netns:
+            self._teardown_network()
+            _remove_cgroup_root(str(self.layout.cgroup_root))
         shutil.rmtree(self.address.parent, ignore_errors=True)
         if not mounts_under([self.kubelet_root]):  # never rmtree through a mount that would not go
             shutil.rmtree(self.kubelet_root.parent, ignore_errors=True)
         return stopped
+
+    def _teardown_network(self) -> None:
+        """Delete the node's network namespace (its bridge, pod veths, routes and iptables go with it once no
+        process holds it) and the machine's end of its veth (its route goes with it)."""
+        lay = self.layout
+        ip = shutil.which("ip") or "/usr/sbin/ip"
+        if lay.netns_path:
+            for _ in range(3):
+                if not mounts_under([lay.netns_path]):
+                    break
+                subprocess.run(["umount", str(lay.netns_path)], capture_output=True, check=False)
+            if mounts_under([lay.netns_path]):
+                self.log(f"could not unmount {lay.netns_path}")
+            else:
+                lay.netns_path.unlink(missing_ok=True)
+        if lay.veth_host and Path(f"/sys/class/net/{lay.veth_host}").exists():
+            subprocess.run([ip, "link", "del", str(lay.veth_host)], capture_output=True, check=False)
 
     def _kill(self, name: str, timeout_s: float) -> bool:
         pf = self._pidfile(name)
@@ -900,10 +1082,101 @@ state = "{d / 'containerd' / 'state'}"
         return killed
 
 
+def extra_node_indices(workdir: Path | str) -> list[int]:
+    """Indices ``i >= 1`` of the nodes this cluster has run (a ``node-<i>`` dir in its work dir), ascending."""
+    found = []
+    for d in Path(workdir).glob("node-*"):
+        suffix = d.name[len("node-"):]
+        if d.is_dir() and suffix.isdigit() and 1 <= int(suffix) < MAX_REAL_NODES:
+            found.append(int(suffix))
+    return sorted(found)
+
+
+def extra_nodes(workdir: Path | str, log: Log = print) -> list[RealNode]:
+    """The nodes ``i >= 1`` this cluster has run, last first (the order to stop them in)."""
+    return [RealNode(workdir, log=log, index=i) for i in reversed(extra_node_indices(workdir))]
+
+
+def real_node_labels(count: int, spot: list[int], gpu: list[str]) -> dict[int, dict[str, str]]:
+    """Per-node labels from ``--spot-real-node I`` and ``--real-node-gpu I=PRODUCT`` (pure).
+
+    Args:
+        count: ``--real-nodes``.
+        spot: Node indices to mark Spot (``karpenter.sh/capacity-type=spot``; they get the Spot taint too).
+        gpu: ``I=PRODUCT`` items: node ``I`` gets ``nvidia.com/gpu.product=PRODUCT`` (priced by the catalog as
+            that GPU; the node has no GPU device).
+    Returns:
+        ``{index: {label: value}}`` for the nodes with any.
+    Raises:
+        ValueError: An index outside ``0..count-1``, an item without ``=``, or an empty or invalid product (the
+            message names the flag).
+    """
+    out: dict[int, dict[str, str]] = {}
+
+    def check(flag: str, i: int) -> None:
+        if not 0 <= i < count:
+            raise ValueError(f"{flag} {i}: real nodes are numbered 0..{count - 1} (--real-nodes {count})")
+
+    for i in spot:
+        check("--spot-real-node", i)
+        out.setdefault(i, {})[CAPACITY_TYPE_LABEL] = SPOT_LABEL_VALUE
+    for item in gpu:
+        index, sep, product = item.partition("=")
+        if not sep or not index.strip().isdigit():
+            raise ValueError(f"--real-node-gpu {item!r}: write INDEX=PRODUCT, e.g. 1=nvidia-l4")
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?", product):
+            raise ValueError(f"--real-node-gpu {item!r}: the product must be a valid label value, e.g. nvidia-l4")
+        check("--real-node-gpu", int(index))
+        out.setdefault(int(index), {})[GPU_PRODUCT_LABEL] = product
+    return out
+
+
+def _cgroup_mounts() -> list[Path]:
+    """Mount points of every cgroup v1 hierarchy and of cgroup v2 on this machine."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        pre, _, post = line.partition(" - ")
+        fields = post.split()
+        if fields and fields[0] in ("cgroup", "cgroup2"):
+            found.append(Path(pre.split()[4]))
+    return found
+
+
+def _make_cgroup_root(root: str) -> None:
+    """Create the cgroup ``root`` (e.g. ``/modalscale-<hash>-1``) in every hierarchy: the kubelet refuses a
+    ``cgroupRoot`` that does not exist. A new cpuset cgroup has no CPUs or memory nodes: copied from its parent."""
+    for mount in _cgroup_mounts():
+        d = mount / root.lstrip("/")
+        d.mkdir(parents=True, exist_ok=True)
+        for f in ("cpuset.cpus", "cpuset.mems"):
+            if (d / f).exists() and not (d / f).read_text().strip():
+                (d / f).write_text((d.parent / f).read_text())
+        ctl = mount / "cgroup.subtree_control"
+        if (mount / "cgroup.controllers").exists() and ctl.exists():  # v2: hand the controllers down
+            with contextlib.suppress(OSError):
+                (d / "cgroup.subtree_control").write_text(
+                    " ".join(f"+{c}" for c in (d / "cgroup.controllers").read_text().split()))
+
+
+def _remove_cgroup_root(root: str) -> None:
+    """Remove the (empty, once the node's processes are gone) cgroup ``root`` and everything below it, deepest
+    first, in every hierarchy."""
+    for mount in _cgroup_mounts():
+        top = mount / root.lstrip("/")
+        if not top.is_dir():
+            continue
+        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
+
+
 # ---------------------------------------------------------------------------------------------- cleanup helpers
-def _remove_containers(workdir: Path, log: Log) -> set[str]:
-    """Kill and delete every task and container in the ``k8s.io`` namespace; returns their netns paths."""
-    ctr = _ctr(workdir)
+def _remove_containers(workdir: Path, log: Log, address: Path | None = None) -> set[str]:
+    """Kill and delete every task and container in the ``k8s.io`` namespace (of node 0's containerd, or the one
+    at ``address``); returns their netns paths."""
+    ctr = _ctr(workdir, address)
     netns: set[str] = set()
     ids = _run([*ctr, "containers", "ls", "-q"], check=False).stdout.split()
     for cid in ids:
@@ -998,7 +1271,7 @@ CONTAINER_LOG_LINKS = "/var/log/containers"
 """The kubelet links every container's log here (fixed path); the logs themselves are in the work dir."""
 CNI_CACHE = Path("/var/lib/cni/results")
 """libcni's result cache (fixed in containerd 1.6's CRI): one file per sandbox and network."""
-DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+DEVICE_PLUGIN_DIR = KUBELET_DEVICE_PLUGIN_DIR
 """The kubelet's device-plugin socket directory (fixed path, whatever ``--root-dir`` says)."""
 
 
