@@ -4,7 +4,9 @@ gateway pods to a real CPU-runtime Triton replica; a BudgetPolicy scoped to ``ac
 Checks: acme's requests are refused (429, Retry-After to the period's end) within one evaluation of the decision
 (``status.rejectedTenants[].since``, the evaluation that saw the crossing), and globex's p95 latency once acme is
 refused is not worse than its p95 alone before acme started (same open-loop rate; 25 % plus 100 ms of noise
-allowed on this shared 2-core node).
+allowed on this shared 2-core node). Issue 22's showback: the two tenants send different mixes (acme image+text,
+globex text); over the ledger's stored evaluations, showback (tenants + idle, from Prometheus) equals the ledger's
+spend within 1 %, and an image+text request of acme is charged more than a text request of globex.
 
 What is real: the control plane with its real node, the operator subprocess, the gateway pods (the operator image)
 with their watch on the InferenceService, the CPU runtime replica, and a Prometheus (the pinned, discovery-capable
@@ -33,7 +35,7 @@ from modalscale.devenv.kube import wait_for
 from modalscale.operator.showback import PrometheusShowback, build_showback
 from modalscale.runtime.client import InferenceError, MultimodalClient
 from tests.integration.operator.isvc_helpers import GROUP, VERSION
-from tests.integration.operator.test_gateway_real_node import MODEL, REPO, Env
+from tests.integration.operator.test_gateway_real_node import MODEL, REPO, Env, distinct_images
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -78,9 +80,12 @@ class OpenLoop(threading.Thread):
     """``rps`` requests per second as ``tenant`` (each on its own thread, so a slow answer never delays the next
     send); records (sent at, latency s, outcome: ``ok`` or the error status)."""
 
-    def __init__(self, url: str, tenant: str, rps: float) -> None:
+    def __init__(self, url: str, tenant: str, rps: float, images: list[bytes] | None = None) -> None:
         super().__init__(daemon=True)
         self.url, self.tenant, self.rps = url, tenant, rps
+        self.images = images or []
+        """Each request carries the next of these with its text (image+text); none: text only."""
+        self._sent = 0
         self.results: list[tuple[float, float, str]] = []
         self.stop = threading.Event()
         self._lock = threading.Lock()
@@ -88,9 +93,13 @@ class OpenLoop(threading.Thread):
     def _one(self) -> None:
         t0 = time.time()
         outcome = "ok"
+        with self._lock:
+            image = self.images[self._sent % len(self.images)] if self.images else None
+            self._sent += 1
         try:
             with MultimodalClient(self.url, model_name=MODEL, timeout_s=120) as c:
-                c.infer(text="a cup of coffee on a wooden table", headers={HEADER: self.tenant})
+                c.infer(images=[image] if image is not None else None, text="a cup of coffee on a wooden table",
+                        headers={HEADER: self.tenant})
         except InferenceError as exc:
             outcome = str(exc.status)
         except Exception as exc:  # a connection error or timeout: recorded, so the checks on outcomes see it
@@ -121,7 +130,8 @@ def test_a_tenant_over_its_limit_is_refused_within_one_evaluation_and_the_other_
     env.wait_serving(NAME, 1)
     url = env.url(NAME)
     globex = OpenLoop(url, "globex", GLOBEX_RPS)
-    acme = OpenLoop(url, "acme", 2 * GLOBEX_RPS)
+    # Different mixes (issue 22): acme sends image+text (small photos, each distinct), globex text only.
+    acme = OpenLoop(url, "acme", 2 * GLOBEX_RPS, images=distinct_images(40))
     try:
         globex.start()
         t0 = time.time()
@@ -205,13 +215,21 @@ def test_a_tenant_over_its_limit_is_refused_within_one_evaluation_and_the_other_
         assert not shown.errors and by_tenant.get("acme", 0) > 0 and by_tenant.get("globex", 0) > 0, (
             shown.errors, shown.notes, by_tenant)
         assert abs(showback_usd / ledger_usd - 1) <= Decimal("0.01"), (showback_usd, ledger_usd, shown.notes)
+        # the split follows each tenant's mix: acme's rows are image+text, globex's text; an image+text request
+        # uses more replica time than a text one, so it is charged more
+        mixes = {(r.tenant, r.modality) for r in rows if r.kind == "request"}
+        assert ("acme", "image_text") in mixes and ("globex", "text") in mixes, mixes
+        per_request = {(r.tenant, r.modality): r.usd_per_request for r in rows if r.kind == "request"}
+        acme_usd, globex_usd = per_request[("acme", "image_text")], per_request[("globex", "text")]
+        assert acme_usd is not None and globex_usd is not None and acme_usd > globex_usd, per_request
         refused_ms = statistics.median(r[1] * 1000 for r in acme_after)
         print(f"\nfigure: acme refused {refused_after_s:.2f} s after the evaluation that decided it "
               f"(interval {INTERVAL_S} s); globex p95 alone {before_ms:.0f} ms, after acme refused "
               f"{after_ms:.0f} ms ({GLOBEX_RPS:g} req/s, {len(alone)}/{len(after)} requests); a refusal's round "
               f"trip through the Service and gateway p50 {refused_ms:.1f} ms (tritonclient, new connection each); "
               f"showback over {window_s} s {showback_usd:.9f} USD (acme {by_tenant['acme']:.9f}, globex "
-              f"{by_tenant['globex']:.9f}, idle {showback_usd - sum(by_tenant.values()):.9f}) vs the ledger "
+              f"{by_tenant['globex']:.9f}, idle {showback_usd - sum(by_tenant.values()):.9f}; per request acme "
+              f"image+text {acme_usd:.9f}, globex text {globex_usd:.9f}) vs the ledger "
               f"{ledger_usd:.9f} USD ({(showback_usd / ledger_usd - 1) * 100:+.3f} %)")
     finally:
         acme.stop.set()
