@@ -381,11 +381,15 @@ def read_budget_status(obj: Mapping[str, Any] | None, policy: PolicyRef | None =
     ref = policy or PolicyRef(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
     problems: list[str] = []
 
-    def part(read: Any, default: Any) -> Any:
+    def part(read: Any, default: Any, fields: str) -> Any:
         try:
             return read()
         except (LedgerFormatError, InvalidBudgetStatus) as exc:
             problems.append(str(exc))
+            return default
+        except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:
+            # a field of the wrong shape (a number where a list is stored, ...): named, never raised
+            problems.append(f"{fields}: not readable ({type(exc).__name__}: {exc})")
             return default
 
     def tenant_spent() -> Decimal | None:
@@ -396,12 +400,14 @@ def read_budget_status(obj: Mapping[str, Any] | None, policy: PolicyRef | None =
             raise InvalidBudgetStatus(str(exc)) from None
 
     # Each part reads on its own; the first problem, in the order the planner checks them, is reported.
-    ledger = part(lambda: _ledger_read(status.get("ledger"), status.get("periodStart")), None)
-    alert_state = part(lambda: _alert_state_read(status), AlertState())
-    outbox = part(lambda: _outbox_read(status, ref), None)
-    anomalies = part(lambda: _anomalies_read(status), AnomalyState())
-    rejections = part(lambda: _rejections_read(status), ())
-    tenant = part(tenant_spent, None)
+    ledger = part(lambda: _ledger_read(status.get("ledger"), status.get("periodStart")), None,
+                  "status.ledger/periodStart")
+    alert_state = part(lambda: _alert_state_read(status), AlertState(),
+                       "status.thresholds/enforcedServices/spotServices/periodStart/state/conditions")
+    outbox = part(lambda: _outbox_read(status, ref), None, "status.pendingAlerts")
+    anomalies = part(lambda: _anomalies_read(status), AnomalyState(), "status.spendAnomalies")
+    rejections = part(lambda: _rejections_read(status), (), "status.rejectedTenants")
+    tenant = part(tenant_spent, None, "status.tenantSpent")
     conditions = status.get("conditions")
     generation = status.get("observedGeneration")
     return BudgetStatus(

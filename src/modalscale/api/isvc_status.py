@@ -18,12 +18,14 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from modalscale.api.status import AutoscalerStateStatus, ConditionStatus, GatewayStatus, ScalingHistoryEntry
+
+_T = TypeVar("_T")
 
 
 class Delete(enum.Enum):
@@ -219,10 +221,18 @@ def _read_autoscaler(block: Any) -> AutoscalerRecord | None:
         mode=_str(block.get("mode")), valid=_bool(block.get("valid")), reason=_str(block.get("reason")),
         message=_str(block.get("message")), last_decision_time=parse_time(block.get("lastDecisionTime")),
         metrics_available=_bool(block.get("metricsAvailable")),
-        features=({str(k): float(v) for k, v in features.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        features=({str(k): f for k, v in features.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)
+                   and (f := _float_or_nan(v)) == f}  # skips what no float holds
                   if isinstance(features, Mapping) else None),
-        state=_read_state(block.get("state")))
+        state=_guarded(lambda: _read_state(block.get("state")), _FRESH_STATE))
+
+
+def _float_or_nan(value: float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer too large for a float
+        return math.nan
 
 
 def _read_history(items: Any) -> tuple[ScalingChange, ...] | None:
@@ -274,11 +284,28 @@ def read_isvc_status(obj: Mapping[str, Any] | None) -> IsvcStatus:
         observed_generation=_int(st.get("observedGeneration")), replicas=_int(st.get("replicas")),
         ready_replicas=_int(st.get("readyReplicas")), desired_replicas=_int(st.get("desiredReplicas")),
         selector=_str(st.get("selector")), url=_str(st.get("url")),
-        cost_usd_per_hour=_decimal(st.get("costUSDPerHour")), last_scale_reason=_str(st.get("lastScaleReason")),
-        scaling_history=_read_history(st.get("scalingHistory")), autoscaler=_read_autoscaler(st.get("autoscaler")),
-        gateway=(GatewayRecord(_int(gateway.get("replicas")) or 0, _int(gateway.get("readyReplicas")) or 0,
-                               _str(gateway.get("replicasUrl"))) if isinstance(gateway, Mapping) else None),
-        conditions=read_conditions(st.get("conditions")))
+        cost_usd_per_hour=_guarded(lambda: _decimal(st.get("costUSDPerHour")), None),
+        last_scale_reason=_str(st.get("lastScaleReason")),
+        scaling_history=_guarded(lambda: _read_history(st.get("scalingHistory")), None),
+        autoscaler=_guarded(lambda: _read_autoscaler(st.get("autoscaler")), None),
+        gateway=_guarded(lambda: (GatewayRecord(_int(gateway.get("replicas")) or 0,
+                                                _int(gateway.get("readyReplicas")) or 0,
+                                                _str(gateway.get("replicasUrl")))
+                                  if isinstance(gateway, Mapping) else None), None),
+        conditions=_guarded(lambda: read_conditions(st.get("conditions")), None))
+
+
+_FRESH_STATE: ScalerState | None = ScalerState()
+"""What a malformed ``autoscaler.state`` reads as."""
+
+
+def _guarded(read: Callable[[], _T], default: _T) -> _T:
+    """``read()``, or ``default`` when a field of the wrong shape makes it raise (a number stored where a list
+    belongs, an integer too large for a float, ...): the reader's "never raises" holds for every part."""
+    try:
+        return read()
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError):
+        return default
 
 
 # ================================================================================================ write

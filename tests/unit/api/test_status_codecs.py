@@ -94,6 +94,23 @@ def test_old_partial_and_malformed_objects_read_without_raising(obj: Any) -> Non
         assert status.autoscaler is not None and status.autoscaler.features == {"c": 1.0}
 
 
+@pytest.mark.parametrize("status", [
+    {"autoscaler": {"state": {"inFlightHistory": 5}}},
+    {"autoscaler": {"state": {"inFlightHistory": {"a": 1}}}},
+    {"autoscaler": {"state": {"serviceScale": 10 ** 400}}},
+    {"autoscaler": {"features": {"big": 10 ** 400, "c": 1}}},
+    {"scalingHistory": 5, "conditions": 5, "gateway": {"replicas": []}},
+], ids=["history-number", "history-map", "huge-scale", "huge-feature", "numbers-for-lists"])
+def test_a_field_of_the_wrong_shape_reads_as_absent_never_raises(status: dict[str, Any]) -> None:
+    """Shapes the CRD's schema would refuse, but an object stored under an older CRD (or written by hand with the
+    schema off) can hold: every part of the read is guarded (the reader's contract, the house rule)."""
+    read = read_isvc_status({"status": status})
+    assert read.scaler_state == ScalerState()
+    if "features" in status.get("autoscaler", {}):
+        assert read.autoscaler is not None and read.autoscaler.features == {"c": 1.0}
+    write_isvc_status(read)
+
+
 def test_old_object_reads_what_it_holds() -> None:
     status = read_isvc_status({"status": {"observedGeneration": 1, "autoscaler": {"reason": "Steady"}}})
     assert status == IsvcStatus(observed_generation=1, autoscaler=AutoscalerRecord(reason="Steady"))
@@ -234,6 +251,20 @@ def test_every_budget_field_round_trips_byte_for_byte() -> None:
 def test_old_and_partial_budget_statuses_read_without_a_problem(obj: Any) -> None:
     status = read_budget_status(obj)
     assert status.problem is None and status.ledger is not None and status.outbox == ()
+    budget_status_json(status)
+
+
+@pytest.mark.parametrize(("stored", "field"), [
+    ({"thresholds": 5}, "status.thresholds"),
+    ({"enforcedServices": 5}, "status.thresholds/enforcedServices"),
+    ({"spotServices": 5}, "spotServices"),
+    ({"conditions": 5}, "conditions"),
+    ({"ledger": 5}, "status.ledger"),
+    ({"pendingAlerts": {"a": 1}}, "status.pendingAlerts"),
+], ids=["thresholds", "enforced", "spot", "conditions", "ledger", "outbox"])
+def test_a_budget_field_of_the_wrong_shape_is_named_never_raised(stored: dict[str, Any], field: str) -> None:
+    status = read_budget_status({"status": stored})
+    assert status.problem is not None and field in status.problem, status.problem
     budget_status_json(status)
 
 
