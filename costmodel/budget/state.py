@@ -150,7 +150,8 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
         try:
             gateway_price = catalog.price_replica(gateway_resources, PricingTier.ON_DEMAND)
         except UnknownPrice as exc:
-            reason = "; ".join(r for r in (reason, f"gateway pods: {exc}") if r)
+            if gateway_pods:  # only a gateway pod that ran needs its price (a disabled gateway has none)
+                reason = "; ".join(r for r in (reason, f"gateway pods: {exc}") if r)
     return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason, pods, tier.value,
                         tuple(sorted(prices.items())), spot_pending_since, stopped, gateway_pods, gateway_price)
 

@@ -61,3 +61,33 @@ def test_the_gateway_price_is_its_cpu_and_memory_requests_at_the_catalogs_on_dem
     assert state.observation().gateway_usd_per_pod_hour == per_pod
     assert per_pod == catalog.price_replica(ReplicaResources.from_quantities("100m", "256Mi"), PricingTier.ON_DEMAND)
     assert state.cost_usd_per_hour == 2 * state.usd_per_replica_hour + 2 * per_pod  # type: ignore[operator]
+
+
+class _GatewayUnpriced:
+    """The shipped catalog, except that it cannot price the gateway's resources (as a catalog without an
+    on-demand CPU figure would)."""
+
+    def __init__(self, gateway: ReplicaResources) -> None:
+        self.catalog, self.gateway = load_catalog(), gateway
+
+    def price_replica(self, resources: ReplicaResources, tier: PricingTier) -> Decimal:
+        from modalscale.costmodel.catalog import UnknownPrice
+
+        if resources == self.gateway:
+            raise UnknownPrice("cpu/memory", tier, [], "no such figure in this test's catalog")
+        return self.catalog.price_replica(resources, tier)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.catalog, name)
+
+
+def test_a_gateway_that_cannot_be_priced_blinds_a_service_only_when_its_pods_ran() -> None:
+    gw = ReplicaResources.from_quantities("100m", "256Mi")
+    replica = ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4")
+    common = {"replicas": 2, "max_replicas": 4, "resources": replica,
+              "tier": PricingTier.ON_DEMAND, "catalog": _GatewayUnpriced(gw), "pods": REPLICAS,
+              "gateway_resources": gw}
+    without = service_state("default", "svc", gateway_pods=(), **common)  # type: ignore[arg-type]
+    assert not without.unknown_reason and without.usd_per_replica_hour is not None
+    with_pods = service_state("default", "svc", gateway_pods=GATEWAY, **common)  # type: ignore[arg-type]
+    assert with_pods.unknown_reason is not None and "gateway pods" in with_pods.unknown_reason
