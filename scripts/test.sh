@@ -26,10 +26,10 @@ fi
 ruff check .
 mypy
 # The whole suite runs as three lanes side by side (tests/conftest.py LANES: the tests on the real node, the other
-# operator tests, the rest), each a pytest process with its own session cluster and its own port range, its lines
+# operator tests, the rest; PLACED moves a few modules to even them out), each a pytest process with its own session cluster and its own port range, its lines
 # prefixed with the lane's name: most of the suite's time is waiting on clusters, pods and the operator's loops, not
-# computing. Named tests or paths (any argument not starting with '-'), --fast, or MODALSCALE_TEST_LANES=0 run one
-# pytest process as before.
+# computing. Any argument that does not start with '-' (a path, a test id, or an option's value such as -k's),
+# --fast, or MODALSCALE_TEST_LANES=0 runs one pytest process instead.
 lanes=1
 for arg in "$@"; do
   case "$arg" in -*) ;; *) lanes="" ;; esac

@@ -25,6 +25,9 @@ PLACED = {
     "tests/integration/operator/test_spend_anomaly.py": "realnode",
     "tests/integration/operator/test_ha.py": "realnode",
     "tests/integration/operator/test_first_start.py": "rest",
+    # its check that a second cluster never takes the machine's real node runs only beside a session cluster that
+    # holds it
+    "tests/integration/test_cluster.py": "realnode",
 }
 """Modules whose tests start their own control plane (so no lane's session cluster matters to them), placed by
 time: in the lane run at 140bb7f (pytest per lane, three helpers' tests beside it) ``realnode`` took 871 s,

@@ -121,7 +121,8 @@ class IsvcStatus:
         desired_replicas: The autoscaler's last valid count (the record a restarted operator continues from).
         selector: Label selector of the pods (``/scale``'s ``.status.selector``).
         url: In-cluster HTTP URL of the Service.
-        cost_usd_per_hour: Running replicas x the replica price, USD per hour (written with 4 decimal places).
+        cost_usd_per_hour: Running replicas x the replica price + Ready gateway pods x the gateway pod price, USD
+            per hour (written with 4 decimal places).
         last_scale_reason: Kept as stored (the CRD has it; nothing writes it today).
         scaling_history: Changes of the Deployment's replicas, oldest first (at most 20 stored).
         autoscaler: The last autoscaler decision.

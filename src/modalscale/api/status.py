@@ -90,7 +90,7 @@ class InferenceServiceStatus(TypedDict, total=False):
     desiredReplicas: int
     selector: str
     url: str
-    costUSDPerHour: str  # Running replicas x the replica price, USD per hour (decimal string, 4 places).
+    costUSDPerHour: str  # Running replicas x the replica price + Ready gateway pods x theirs, USD/h (4 places).
     lastScaleReason: str
     scalingHistory: list[ScalingHistoryEntry]
     autoscaler: AutoscalerStatus
