@@ -127,8 +127,11 @@ def test_the_gateway_pods_of_a_selected_service_are_in_its_spend_at_their_own_pr
         "budget", "1000", [{"percent": 100, "actions": ["Alert"]}], [], evaluationIntervalSeconds=2))
     wait_for(lambda: ((get_policy(api, ns, "budget").get("status") or {}).get("ledger") or {}).get("observedTime"),
              60, "the first evaluation's ledger")
-    time.sleep(6)  # a few evaluations
-    observed, spent = stored(api, ns)
+    # A stored ledger at least 10 s after the later gateway pod started (status is written on a change or every
+    # 60 s, so sleeping a few evaluations is not enough: a run read a ledger 4 s after the start, 9.4e-6 USD).
+    latest_start = max(p.status.start_time for p in gateway_pods(api, ns, "gw"))
+    observed, spent = wait_for(lambda: (got := stored(api, ns))[0] >= latest_start + dt.timedelta(seconds=10)
+                               and got, 90, "a stored ledger 10 s after the gateway pods started", interval_s=1.0)
     replicas = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector="modalscale.io/inferenceservice=gw")
     gateways = gateway_pods(api, ns, "gw")
     assert len(replicas.items) == 1 and len(gateways) == 2  # nothing restarted meanwhile
@@ -141,8 +144,9 @@ def test_the_gateway_pods_of_a_selected_service_are_in_its_spend_at_their_own_pr
     gateway_part = sum((gateway_usd * Decimal(str(ran_s(p))) / 3600 for p in gateways), Decimal(0))
     print(f"\nfigure: ledger {spent:.9f} USD; meter replicas {replica_usd:.9f} + gateway {gateway_part:.9f} USD "
           f"(2 pods x {gateway_usd} USD/h)")
-    assert gateway_part > Decimal("0.00001")  # at least ~5 s of two gateway pods: far above the 1e-9 quanta
-    assert abs(spent - replica_usd - gateway_part) <= Decimal("0.000001"), (spent, replica_usd, gateway_part)
+    tolerance = Decimal("0.000001")
+    assert gateway_part > 10 * tolerance  # >= 10 s of two gateway pods: a ledger without them fails the next line
+    assert abs(spent - replica_usd - gateway_part) <= tolerance, (spent, replica_usd, gateway_part)
     # The InferenceService's rate: the replica and its 2 Ready gateway pods (4 decimals).
     want = f"{(PRICE_USD_PER_REPLICA_HOUR + 2 * gateway_usd).quantize(Decimal('0.0001'))}"
     wait_for(lambda: (custom(api).get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "gw")
