@@ -68,9 +68,15 @@ REFUSED_CODES: tuple[str, ...] = ("429", "503", "RESOURCE_EXHAUSTED")
 RESOURCE_EXHAUSTED), no replica reachable (503 / RESOURCE_EXHAUSTED); ``modalscale.gateway.server`` records them.
 Such a request cost no replica time, so it is not a request that USD per request divides by. A replica's own 503
 (Triton's queue full) is left out too: a refusal as well, its service time (if any) still counted in the USD."""
-PRICED_REQUESTS_MATCHER = f'{CODE_LABEL}!~"{"|".join(REFUSED_CODES)}"'
-"""PromQL label matcher of the requests USD per request divides by (all but :data:`REFUSED_CODES`); the CLI's
-query and the chart's recording rule (``charts/modalscale/files/showback-rules.yaml``) use it verbatim."""
+NO_MODALITY = "none"
+"""``modality`` of a call that carried no inference request: a call other than infer (health, metadata,
+repository: the gateway passes them on and counts them), an infer request the gateway itself refused as malformed
+(400 / INVALID_ARGUMENT, before any replica) or a tenant's refusal recorded before the body was read. Such calls
+are not requests that USD per request divides by, and make no showback rows."""
+PRICED_REQUESTS_MATCHER = f'{MODALITY_LABEL}!="{NO_MODALITY}",{CODE_LABEL}!~"{"|".join(REFUSED_CODES)}"'
+"""PromQL label matchers of the requests USD per request divides by: inference requests (modality not
+:data:`NO_MODALITY`) that the gateway did not refuse (code not in :data:`REFUSED_CODES`); the CLI's query and the
+chart's recording rule (``charts/modalscale/files/showback-rules.yaml``) use it verbatim."""
 SERVICE_LABELS: tuple[str, str] = ("namespace", "inferenceservice")
 """Labels the scrape's relabelling gives every series of one InferenceService's pods."""
 
@@ -432,7 +438,8 @@ def drivers_of(services: Iterable[tuple[str, str]], windows: Mapping[tuple[str, 
 
 __all__ = [
     "ACCOUNTING_METRICS", "CODE_LABEL", "COUNTER_RESET", "GROUP_DIMENSIONS", "IDLE", "IMAGES_METRIC",
-    "IMAGE_PIXELS_METRIC", "MODALITY_LABEL", "OVERSUBSCRIBED", "PRICED_REQUESTS_MATCHER", "REFUSED_CODES", "REQUEST",
+    "IMAGE_PIXELS_METRIC", "MODALITY_LABEL", "NO_MODALITY", "OVERSUBSCRIBED", "PRICED_REQUESTS_MATCHER",
+    "REFUSED_CODES", "REQUEST",
     "REQUESTS_METRIC", "SERVICE_LABELS", "SERVICE_SECONDS_METRIC", "ServiceShowback", "ServiceWindow",
     "ShowbackInputError", "ShowbackRow", "SpendDrivers", "OTHER", "TENANT_LABEL", "TEXT_TOKENS_METRIC", "TOP_DRIVERS",
     "TenantUsage", "aggregate", "allocate", "drivers_of", "spend_drivers",
