@@ -35,20 +35,40 @@ for arg in "$@"; do
   case "$arg" in -*) ;; *) lanes="" ;; esac
 done
 if [ -n "$fast" ] || [ "${MODALSCALE_TEST_LANES:-1}" = "0" ]; then lanes=""; fi
+# Stopped (SIGTERM, e.g. CI's time limit, or Ctrl-C): each pytest process gets SIGTERM, which tests/_signals.py
+# turns into an interrupt that tears its session cluster down, and this script waits for that before it exits.
+logdir=$(mktemp -d "${TMPDIR:-/tmp}/modalscale-lanes.XXXXXX")
+stop_pytest() {
+  trap - INT TERM
+  echo "stopped: terminating pytest (its fixtures tear the clusters down)" >&2
+  for f in "$logdir"/*.pid; do [ -e "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null; done
+  wait
+  rm -rf "$logdir"
+  exit 143
+}
+trap stop_pytest INT TERM
+# pytest in the background with its pid recorded, so that the trap can reach it (a foreground child would not see
+# the signal, and bash runs a trap only once its foreground child has exited).
+run_pytest() {  # NAME ARGS...: run pytest, record its pid under NAME, return its exit status
+  local name=$1
+  shift
+  python -m pytest "$@" &
+  echo $! >"$logdir/$name.pid"
+  wait $!
+}
 set +e
 if [ -n "$fast" ]; then
-  python -m pytest tests/unit "$@"
+  run_pytest fast tests/unit "$@"
   rc=$?
 elif [ -z "$lanes" ]; then
-  python -m pytest "$@"
+  run_pytest all "$@"
   rc=$?
 else
   declare -A ranges=([realnode]=20000-23999 [operator]=24000-26999 [rest]=27000-29999)
-  logdir=$(mktemp -d "${TMPDIR:-/tmp}/modalscale-lanes.XXXXXX")
   pids=()
   for lane in realnode operator rest; do
     (
-      MODALSCALE_TEST_LANE=$lane MODALSCALE_PORT_RANGE=${ranges[$lane]} python -m pytest "$@" 2>&1
+      MODALSCALE_TEST_LANE=$lane MODALSCALE_PORT_RANGE=${ranges[$lane]} run_pytest "$lane" "$@" 2>&1
       echo $? >"$logdir/$lane.rc"
     ) | sed -u "s/^/[$lane] /" &
     pids+=($!)
@@ -60,8 +80,9 @@ else
     echo "lane $lane: pytest exit $lane_rc"
     [ "$lane_rc" = 0 ] || rc=1
   done
-  rm -rf "$logdir"
 fi
+trap - INT TERM
+rm -rf "$logdir"
 set -e
 # pytest exits 5 when nothing was collected: that is a failure here, never a silent pass.
 exit $rc

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._signals import pytest_configure  # noqa: F401 (a hook: SIGTERM tears the session down)
+
 REPO = Path(__file__).resolve().parents[1]
 CRD_DIR = REPO / "crds"
 EXAMPLES_DIR = CRD_DIR / "examples"
