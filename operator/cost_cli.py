@@ -84,7 +84,8 @@ def export_rows(policies: Sequence[Mapping[str, Any]], tiers: Mapping[tuple[str,
             skipped.append(f"{ref}: {status.problem}")
             continue
         if ledger.period_start is None or ledger.observed_time is None or end is None:
-            skipped.append(f"{ref}: {_why_no_ledger(p)}")
+            unreadable = status.problem or next(iter(status.display_problems), None)
+            skipped.append(f"{ref}: {unreadable or _why_no_ledger(p)}")
             continue
         used += 1
         window = (ledger.observed_time - ledger.period_start).total_seconds()

@@ -78,6 +78,11 @@ class BudgetStatus:
         tenant_spent_usd: ``status.tenantSpent`` (exact USD) or None.
         conditions: metav1 conditions, whole.
         problem: The first field that is present but does not parse (message names it); None when all read.
+        display_problems: The display fields above (``periodEnd``, ``currency``, ``spent``, ``remaining``,
+            ``burnRatePerHour``, ``forecast``, ``lastEvaluationTime``) that are present but do not parse, each
+            message naming its field; such a field reads as None. Apart from ``problem``: the planner rewrites
+            them at every evaluation, so they never hold governance, but a reader (``cost export``, ``kubectl
+            modalscale budget``) must say "unreadable", never "not evaluated yet".
     """
 
     observed_generation: int | None = None
@@ -96,6 +101,7 @@ class BudgetStatus:
     tenant_spent_usd: Decimal | None = None
     conditions: tuple[ConditionStatus, ...] = ()
     problem: str | None = None
+    display_problems: tuple[str, ...] = ()
     held_namespaces: tuple[str, ...] = ()
     """Namespaces the items of ``enforcedServices``, ``spotServices`` and ``rejectedTenants`` name, read even from
     items that do not parse: where this policy's caps, Spot and reject annotations may be (to hold or lift them)."""
@@ -350,17 +356,25 @@ def _anomalies_json(state: AnomalyState) -> list[SpendAnomalyStatus]:
     return out
 
 
-def _money(value: Any) -> Decimal | None:
+def _money(value: Any, field_path: str = "status", problems: list[str] | None = None) -> Decimal | None:
+    """An amount, or None when absent; a present one that does not parse is None with its message appended to
+    ``problems``."""
     try:
-        return parse_usd(value, "status") if value is not None else None
-    except ValueError:
+        return parse_usd(value, field_path) if value is not None else None
+    except ValueError as exc:
+        if problems is not None:
+            problems.append(str(exc))
         return None
 
 
-def _time(value: Any) -> dt.datetime | None:
+def _time(value: Any, field_path: str = "status", problems: list[str] | None = None) -> dt.datetime | None:
+    """A time, or None when absent or empty; a present one that does not parse is None with its message appended
+    to ``problems``."""
     try:
-        return parse_time(value, "status") if value else None
-    except LedgerFormatError:
+        return parse_time(value, field_path) if value else None
+    except LedgerFormatError as exc:
+        if problems is not None:
+            problems.append(str(exc))
         return None
 
 
@@ -410,19 +424,26 @@ def read_budget_status(obj: Mapping[str, Any] | None, policy: PolicyRef | None =
     tenant = part(tenant_spent, None, "status.tenantSpent")
     conditions = status.get("conditions")
     generation = status.get("observedGeneration")
+    shown: list[str] = []  # display fields present but unreadable (display_problems)
+    currency = status.get("currency")
+    if currency is not None and not isinstance(currency, str):
+        shown.append(f"status.currency: {currency!r} is not a string")
     return BudgetStatus(
         observed_generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
-        period_end=_time(status.get("periodEnd")),
-        currency=status.get("currency") if isinstance(status.get("currency"), str) else None,
-        spent_usd=_money(status.get("spent")), remaining_usd=_money(status.get("remaining")),
-        burn_rate_usd_per_hour=_money(status.get("burnRatePerHour")), forecast_usd=_money(status.get("forecast")),
-        last_evaluation_time=_time(status.get("lastEvaluationTime")),
+        period_end=_time(status.get("periodEnd"), "status.periodEnd", shown),
+        currency=currency if isinstance(currency, str) else None,
+        spent_usd=_money(status.get("spent"), "status.spent", shown),
+        remaining_usd=_money(status.get("remaining"), "status.remaining", shown),
+        burn_rate_usd_per_hour=_money(status.get("burnRatePerHour"), "status.burnRatePerHour", shown),
+        forecast_usd=_money(status.get("forecast"), "status.forecast", shown),
+        last_evaluation_time=_time(status.get("lastEvaluationTime"), "status.lastEvaluationTime", shown),
         ledger=ledger, alert_state=alert_state, outbox=outbox, anomaly_state=anomalies, rejections=rejections,
         tenant_spent_usd=tenant,
         conditions=tuple(cast(ConditionStatus, dict(c)) for c in conditions
                          if isinstance(c, Mapping) and isinstance(c.get("type"), str))
         if isinstance(conditions, list) else (),
         problem=problems[0] if problems else None,
+        display_problems=tuple(shown),
         held_namespaces=tuple(item["namespace"] for key in ("enforcedServices", "spotServices", "rejectedTenants")
                               for item in _list(status.get(key))
                               if isinstance(item, Mapping) and isinstance(item.get("namespace"), str)))

@@ -442,7 +442,7 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
                       "costUSDPerHour": None if e.cost_usd_per_hour is None else _exact(e.cost_usd_per_hour),
                       "spent": _exact(e.spent_usd)} for e in services],
         "conditions": conditions_rows({"conditions": list(status.conditions)}, now), "specError": spec_error,
-        "statusProblem": status.problem}
+        "statusProblem": status.problem or next(iter(status.display_problems), None)}
 
 
 def _exact(value: Decimal | None) -> str | None:
@@ -461,6 +461,8 @@ def render_budget(report: Mapping[str, Any]) -> str:
              f"{r['state'] or 'not evaluated yet'}"]
     if r["specError"]:
         lines.append(f"  spec does not parse (the operator refuses it too): {r['specError']}")
+    if r["statusProblem"]:
+        lines.append(f"  status does not read (shown as absent below): {r['statusProblem']}")
     lines += [f"  Period:     {r['periodStart'] or NONE} .. {r['periodEnd'] or NONE}",
               f"  Spent:      {_usd(r['spent'])} of {_usd(r['limit'])}"
               + (f" ({r['percentUsed']} %)" if r["percentUsed"] is not None else "")

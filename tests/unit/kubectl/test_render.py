@@ -140,6 +140,18 @@ def test_budget_not_evaluated_yet_and_with_a_spec_the_operator_refuses() -> None
     assert "spec does not parse (the operator refuses it too): spec.limit.amount" in render_budget(report)
 
 
+@pytest.mark.parametrize(("field", "value"), [("periodEnd", "tomorrow"), ("spent", "1e3"), ("forecast", 1.5),
+                                              ("lastEvaluationTime", "noon")])
+def test_budget_names_a_status_field_that_does_not_read_instead_of_showing_it_as_absent(field: str,
+                                                                                         value: Any) -> None:
+    policy = evaluated_policy()
+    policy["status"][field] = value
+    report = budget_report(policy, NOW)
+    assert report["statusProblem"] is not None and report["statusProblem"].startswith(f"status.{field}"), report
+    assert f"status does not read (shown as absent below): status.{field}" in render_budget(report)
+    assert budget_report(evaluated_policy(), NOW)["statusProblem"] is None
+
+
 @pytest.mark.parametrize("make", [lambda: why_report(scaled_isvc(), NOW),
                                   lambda: cost_report(scaled_isvc(), [evaluated_policy()], NOW),
                                   lambda: budget_report(evaluated_policy(), NOW)], ids=["why", "cost", "budget"])

@@ -70,6 +70,17 @@ def test_a_corrupt_ledger_is_skipped_with_the_field_named() -> None:
     assert result.rows == [] and "status.ledger.observedTime" in result.skipped[0]
 
 
+def test_every_unreadable_status_field_is_named_not_reported_as_not_evaluated() -> None:
+    """A readable ledger beside a status field that does not parse (periodStart, periodEnd) is skipped naming that
+    field; it read "not evaluated yet (no ledger)" for periodEnd."""
+    for field, bad in (("periodEnd", policy("bad", "2026-11-30T00:00:00Z", "tomorrow", "2026-11-30T12:00:00Z",
+                                            [("ml", "a", "1")])),
+                       ("periodStart", policy("bad", "last monday", "2026-12-01T00:00:00Z",
+                                              "2026-11-30T12:00:00Z", [("ml", "a", "1")]))):
+        (why,) = export_rows([bad]).skipped
+        assert f"status.{field}" in why and "not evaluated" not in why, (field, why)
+
+
 def test_rows_write_as_focus_csv_with_every_column() -> None:
     buf = io.StringIO()
     assert write_focus_csv(export_rows([DAILY]).rows, buf) == 2
