@@ -30,6 +30,13 @@ from modalscale.autoscaler.policy import WorkloadClass
 
 STABLE_WINDOW_S = 60.0
 """Length of the stable metrics window, s (the policy's ``Observation.window_s``)."""
+RATE_EXTRAPOLATION_MAX = 3.2
+"""Most that ``rate()``/``increase()`` can overstate a counter's increase over its window: Prometheus extrapolates
+the increase between the first and last samples in the window towards each edge by up to 1.1 average sample
+intervals (``extrapolatedRate``, promql/functions.go), so (1 + 2 x 1.1) / 1 with two samples in the window (a
+series younger than the window, e.g. a gateway or replica started seconds ago, or long scrape intervals); with
+more samples it is less. The cross-check (:func:`_contradiction`) counts the arrivals it holds against Triton at
+this discount: a burst of 8 requests read 12 times from a gateway scraped three times."""
 CONTRADICTION_MIN_REQUESTS = 3.0
 """Requests over the stable window from which a counter says the service is serving while another reads 0
 (:func:`_contradiction`); below it one request in flight at the window's edge, seen by one counter and not yet by
@@ -214,13 +221,22 @@ def _targets(answers: Mapping[str, Sequence[Mapping[str, Any]]], up_key: str = "
 
 def _contradiction(requests: Mapping[str, float] | None, counts: Mapping[str, float] | None,
                    execs: Mapping[str, float], compute_us: Mapping[str, float], request_us: Mapping[str, float],
-                   pending: Mapping[str, float] | None, window_s: float) -> tuple[str, str] | None:
+                   pending: Mapping[str, float] | None, window_s: float,
+                   outstanding: float = 0.0) -> tuple[str, str] | None:
     """Which demand signal reads idle while another says the service is serving (pure).
 
     The request counters are two: the runtime's own ``modalscale_requests_total`` (``requests``, req/s by
-    modality) and Triton's ``nv_inference_count`` (``counts``, req/s by model). Triton's execution count, compute
-    and request durations and pending requests are evidence of serving too. A counter "says serving" when it
-    counts at least :data:`CONTRADICTION_MIN_REQUESTS` requests over the window; "reads idle" when its rate is 0.
+    modality; the gateway's series of that name when the gateway is on) and Triton's ``nv_inference_count``
+    (``counts``, req/s by model). Triton's execution count and its compute and request durations (all counted on
+    completion) are evidence of serving too; its pending requests are not (they have not completed either). A
+    counter "says serving" when it counts at least :data:`CONTRADICTION_MIN_REQUESTS` requests over the window;
+    "reads idle" when its rate is 0.
+
+    ``modalscale_requests_total`` counts requests as they arrive and Triton's count as they complete, so the
+    requests ``outstanding`` now (in flight, waiting in a queue, or refused by the gateway's admission inside the
+    window: none of them can have completed in Triton) are taken off the first, read at the discount of
+    :data:`RATE_EXTRAPOLATION_MAX`, before it may say serving: a burst of long requests none of which has
+    finished yet is no contradiction.
 
     Returns:
         ``("triton", why)`` when Triton's request counters read 0 while the runtime's counter or Triton's other
@@ -236,13 +252,14 @@ def _contradiction(requests: Mapping[str, float] | None, counts: Mapping[str, fl
     least = CONTRADICTION_MIN_REQUESTS
     if triton_rps <= 0:
         evidence = []
-        if runtime_rps * window_s >= least:
+        if runtime_rps * window_s / RATE_EXTRAPOLATION_MAX - outstanding >= least:
             evidence.append(f"modalscale_requests_total counts {runtime_rps * window_s:.0f} requests "
-                            f"({runtime_rps:.2f} req/s)")
+                            f"({runtime_rps:.2f} req/s; {outstanding:.0f} of them outstanding)")
+        # Evidence of completed work only: requests pending in Triton's queue have not completed either (a
+        # burst of long requests), so they are outstanding, not a contradiction.
         for what, figures in (("executions (nv_inference_exec_count)", execs),
                               ("compute time (nv_inference_compute_*_duration_us)", compute_us),
-                              ("request time (nv_inference_request_duration_us)", request_us),
-                              ("pending requests (nv_inference_pending_request_count)", pending or {})):
+                              ("request time (nv_inference_request_duration_us)", request_us)):
             if sum(figures.values()) > 0:
                 evidence.append(f"Triton reports {what} {sum(figures.values()):g}")
         if evidence:
@@ -304,8 +321,22 @@ def _targets_problem(total: int, down: tuple[str, ...], live: Sequence[str]) -> 
     return None
 
 
-def _triton_figures(answers: _Answers, window_s: float) -> _TritonFigures:
-    """Triton's figures by model, cross-checked against the runtime's request counter (:func:`_contradiction`).
+def _outstanding(answers: _Answers, gw: "_GatewayFigures | None") -> float:
+    """Requests counted as arrived that cannot have completed in Triton yet (:func:`_contradiction`): with the
+    gateway (``gw``), its in-flight and queued requests now plus those its admission refused inside the window
+    (``gateway_refused``); without it, the runtime's requests in flight (``inflight``). An answer that cannot be
+    read counts 0 (the cross-check then says "contradiction" sooner, which holds)."""
+    if gw is not None:
+        refused = _by_label(answers.get("gateway_refused"), "", rate=True) or {}
+        return (gw.queue or 0.0) + (gw.in_flight or 0.0) + sum(refused.values())
+    inside = _by_label(answers.get("inflight"), "", rate=False) or {}
+    pending = _by_label(answers.get("nv_pending"), "", rate=False) or {}
+    return sum(max(0.0, v) for v in (*inside.values(), *pending.values()))
+
+
+def _triton_figures(answers: _Answers, window_s: float, outstanding: float = 0.0) -> _TritonFigures:
+    """Triton's figures by model, cross-checked against the runtime's request counter (:func:`_contradiction`,
+    with the ``outstanding`` requests of :func:`_outstanding`).
 
     A non-finite count, exec count or compute time makes every Triton-derived figure unknown (``bad``); when
     Triton's request counters read 0 while the service is serving, Triton's figures are unknown, not zero."""
@@ -318,7 +349,7 @@ def _triton_figures(answers: _Answers, window_s: float) -> _TritonFigures:
     pending = _by_label(answers.get("nv_pending"), "model", rate=False)
     requests = _by_label(answers.get("requests"), "modality") if answers.get("requests") else None
     contradicts = _contradiction(requests, None if bad else counts, execs, compute, request_us or {},
-                                 pending, window_s)
+                                 pending, window_s, outstanding)
     if contradicts and contradicts[0] == "triton":  # Triton's figures are unknown, not zero
         return _TritonFigures({}, {}, {}, None, None, None, bad, contradicts)
     return _TritonFigures(counts, execs, compute, success, request_us, pending, bad, contradicts)
@@ -506,13 +537,13 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
     stamps = [newest[i] for i in live if i in newest]
     newest_s = max(stamps) if stamps else None
 
-    triton = _triton_figures(answers, window_s)
+    gw = _gateway_figures(answers) if gateway else _GatewayFigures(0, 0, (), None, None, None, None)
+    triton = _triton_figures(answers, window_s, _outstanding(answers, gw if gateway else None))
     service = _service_figures(triton, model_name)
     workload, recent, problem = _workloads(answers, service, triton.contradicts, gateway)
     mean_latency_ms, p95_ms = _latency_ms(answers, model_name, triton, service.executing)
     queued, in_flight = _queue(answers, model_name, triton.pending)
     counts = _counts(answers.get("arrival_counts"))
-    gw = _gateway_figures(answers) if gateway else _GatewayFigures(0, 0, (), None, None, None, None)
     if gateway:
         if gw.problem is not None:  # the demand's only source cannot be read: unknown, never zero
             workload, recent, counts, queued, in_flight, problem = None, None, None, None, None, gw.problem
@@ -539,4 +570,5 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
                           gateway_targets_up=gw.up, gateway_targets_total=gw.total)
 
 
-__all__ = ["CONTRADICTION_MIN_REQUESTS", "SERIES_IDENTITY_LABELS", "STABLE_WINDOW_S", "parse_answers"]
+__all__ = ["CONTRADICTION_MIN_REQUESTS", "RATE_EXTRAPOLATION_MAX", "SERIES_IDENTITY_LABELS", "STABLE_WINDOW_S",
+           "parse_answers"]

@@ -114,6 +114,7 @@ from modalscale.api.isvc_status import IsvcStatus
 from modalscale.autoscaler.metrics_parse import SERIES_IDENTITY_LABELS, STABLE_WINDOW_S, parse_answers
 from modalscale.autoscaler.metrics_reading import MetricsReading, unavailable
 from modalscale.autoscaler.policy import Observation
+from modalscale.gateway.tenant_budget import TENANT_BUDGET_EXCEEDED
 from modalscale.redaction import redact_for_url, redact_url
 
 GATEWAY_COMPONENT = "gateway"
@@ -134,11 +135,8 @@ def demand_from_gateway(gateway_enabled: bool, status: IsvcStatus) -> bool:
         status: The InferenceService's status (``read_isvc_status``; no ``gateway``: no gateway pod Ready).
     """
     return gateway_enabled and status.ready_gateway_pods > 0
-    gateway = (status or {}).get("gateway") or {}
-    try:
-        return int(gateway.get("readyReplicas") or 0) > 0
-    except (TypeError, ValueError):
-        return False
+
+
 RECENT_WINDOW_S = 15.0
 """Length of the recent (burst) window, s; needs a scrape interval of at most ~7 s to hold two samples."""
 COUNT_BIN_S = 15.0
@@ -170,7 +168,8 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
         recent_window_s: Recent window, s.
         gateway: ``spec.gateway.enabled``: demand (``requests``, ``images``, ``pixels``, ``tokens``, their
             ``recent_`` twins and ``arrival_counts``) from the gateway's series (``component="gateway"``), plus
-            ``gateway_up``, ``gateway_scraped``, ``gateway_queue`` and ``gateway_inflight`` (gauges per series);
+            ``gateway_up``, ``gateway_scraped``, ``gateway_queue`` and ``gateway_inflight`` (gauges per series)
+            and ``gateway_refused`` (requests its admission refused over the stable window, per series);
             False: demand from the replicas' series (``component!="gateway"``). Every other key reads the replicas'.
     Returns:
         ``{key: PromQL}``. Keys ``requests|images|pixels|tokens`` (stable window) and the same with a ``recent_``
@@ -217,6 +216,9 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
         queries["gateway_scraped"] = f"timestamp(up{{{gw}}})"
         queries["gateway_queue"] = f"max by ({per_series}) (modalscale_gateway_queue_depth{{{gw}}})"
         queries["gateway_inflight"] = f"max by ({per_series}) (modalscale_gateway_inflight_requests{{{gw}}})"
+        # requests the gateway's admission refused (counted as demand on arrival; never reach Triton)
+        queries["gateway_refused"] = (f"max by ({per_series}) (increase(modalscale_gateway_rejected_total"
+                                      f"{{{gw},reason!=\"{TENANT_BUDGET_EXCEEDED}\"}}[{w}]))")
     return queries
 
 

@@ -277,7 +277,11 @@ class Gateway:
             self.metrics.tenant_service_seconds.labels(tenant, modality).inc(service_s)
 
     def _record_features(self, feats: RequestFeatures) -> None:
-        """The runtime's feature series for one request sent to a replica."""
+        """The runtime's feature series (the autoscaler's demand) for one infer request that arrived with readable
+        features: counted before admission, so requests refused for capacity (queue full, queue timeout, no Ready
+        replica: 503 / RESOURCE_EXHAUSTED) are demand too, as Knative's activator and the KEDA HTTP add-on count
+        arrivals. Not counted: a tenant refused by its budget (429, before the body is read) and malformed bodies
+        (400)."""
         m = feats.modality
         self.metrics.requests.labels(m).inc()
         self.metrics.images.labels(m).observe(len(feats.image_pixels))
@@ -314,6 +318,8 @@ class Gateway:
             self._record(tenant, None, "http", "400", None)
             return web.json_response({"error": str(exc)}, status=400,
                                      headers={"Connection": "close"} if exc.reason == "BodyTooLarge" else None)
+        if feats is not None:
+            self._record_features(feats)  # demand: counted on arrival, whether admission then admits it or not
         try:
             await self._admit()
         except Rejected as exc:
@@ -321,8 +327,6 @@ class Gateway:
             return web.json_response({"error": str(exc)}, status=503,
                                      headers={"Retry-After": str(exc.retry_after_s)})
         try:
-            if feats is not None:
-                self._record_features(feats)
             return await self._forward_http(request, body, feats, tenant)
         finally:
             self._release()
@@ -419,6 +423,8 @@ class Gateway:
                 self.metrics.request_errors.labels(exc.reason).inc()
                 self._record(tenant, None, "grpc", grpc.StatusCode.INVALID_ARGUMENT.name, None)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if feats is not None:
+            self._record_features(feats)  # demand: counted on arrival, whether admission then admits it or not
         try:
             await self._admit()
         except Rejected as exc:
@@ -426,8 +432,6 @@ class Gateway:
             context.set_trailing_metadata((("retry-after", str(exc.retry_after_s)),))
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         try:
-            if feats is not None:
-                self._record_features(feats)
             return await self._forward_grpc(method, request, metadata, context, feats, tenant)
         finally:
             self._release()

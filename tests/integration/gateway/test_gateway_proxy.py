@@ -131,6 +131,10 @@ def test_overflow_and_timeout_get_503_with_retry_after(make_gateway: Callable[..
     assert "no Ready replica" in timed_out.json()["error"]
     assert gw.metric("modalscale_gateway_rejected_total", reason="QueueFull") == 1
     assert gw.metric("modalscale_gateway_rejected_total", reason="NoReadyReplica") == 1
+    # Both are demand the autoscaler must see (issue 19): the demand series count arrivals, refused or not, so an
+    # overloaded service's arrival rate is not capped at what it managed to admit.
+    assert gw.metric("modalscale_requests_total", modality="text") == 2
+    assert gw.metric("modalscale_request_text_tokens_count", modality="text") == 2
 
 
 def _bad_inputs() -> list[tuple[str, bytes, dict[str, str], str]]:

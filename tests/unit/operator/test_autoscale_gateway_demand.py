@@ -68,11 +68,14 @@ class Universe:
 
 def universe(*, runtime_features: bool = True, gateway_pods: int = 2, replica_pods: int = 2,
              gateway_queue: float = 0.0, gateway_inflight: float = 1.0, gateway_down: int = 0,
-             gateway_rps_per_pod: float = RPS_PER_POD, replica_rps_per_pod: float = RPS_PER_POD) -> Universe:
+             gateway_rps_per_pod: float = RPS_PER_POD, replica_rps_per_pod: float = RPS_PER_POD,
+             triton_pending: float = 0.5, gateway_refused: float = 0.0) -> Universe:
     """Replica pods (Triton figures, and the built-in runtime's feature series when ``runtime_features``; a user's
     own model has none) and gateway pods (feature series + queue / in-flight gauges, split over the pods), each
     at :data:`RPS_PER_POD` image requests of one 640x480 image (``gateway_rps_per_pod`` / ``replica_rps_per_pod``
-    to make them differ). ``gateway_down`` gateway pods do not answer."""
+    to make them differ), ``triton_pending`` requests waiting in each replica's Triton queue and
+    ``gateway_refused`` requests refused by the gateway's admission over the window (split over its pods).
+    ``gateway_down`` gateway pods do not answer."""
     u = Universe()
     for i in range(replica_pods):
         t = {"pod": f"vc-5d8f-{i}", "instance": f"10.0.0.{i}:8002", "job": "ml/ms-modalscale-inferenceservices",
@@ -90,7 +93,7 @@ def universe(*, runtime_features: bool = True, gateway_pods: int = 2, replica_po
             u.add(key, model, replica_rps_per_pod)
         u.add("nv_compute_us", model, replica_rps_per_pod * SERVICE_MS * 1000)
         u.add("nv_request_us", model, replica_rps_per_pod * SERVICE_MS * 1100)
-        u.add("nv_pending", model, 0.5)
+        u.add("nv_pending", model, triton_pending)
     for i in range(gateway_pods):
         t = {"pod": f"vc-gateway-7c9-{i}", "instance": f"10.0.1.{i}:9090", "job": "ml/ms-modalscale-gateways",
              "component": "gateway"}
@@ -106,6 +109,7 @@ def universe(*, runtime_features: bool = True, gateway_pods: int = 2, replica_po
             u.add(p + "tokens", {**t, "modality": "text"}, 0.0)
         u.add("gateway_queue", t, gateway_queue / gateway_pods)
         u.add("gateway_inflight", t, gateway_inflight / gateway_pods)
+        u.add("gateway_refused", t, gateway_refused / gateway_pods)
     return u
 
 
@@ -137,7 +141,11 @@ def test_queries_read_demand_from_one_source_and_service_time_from_the_replicas(
         assert 'component="gateway"' in on[key] and 'component!="gateway"' not in on[key], key
     for key in ("nv_count", "nv_exec", "nv_compute_us", "nv_pending", "inflight", "up", "scraped"):
         assert on[key] == off[key] and 'component!="gateway"' in on[key], key
-    assert set(on) - set(off) == {"gateway_up", "gateway_scraped", "gateway_queue", "gateway_inflight"}
+    assert set(on) - set(off) == {"gateway_up", "gateway_scraped", "gateway_queue", "gateway_inflight",
+                                  "gateway_refused"}
+    assert on["gateway_refused"] == ('max by (pod, instance, job) (increase(modalscale_gateway_rejected_total'
+                                     '{namespace="ml",inferenceservice="vc",component="gateway",'
+                                     'reason!="TenantBudgetExceeded"}[60s]))')
     assert on["gateway_queue"] == ('max by (pod, instance, job) (modalscale_gateway_queue_depth'
                                    '{namespace="ml",inferenceservice="vc",component="gateway"})')
     assert "modalscale_gateway_inflight_requests{" in on["gateway_inflight"]
@@ -287,7 +295,7 @@ def test_a_request_held_in_the_gateway_is_never_idle() -> None:
     held = read(universe(gateway_rps_per_pod=0.0, replica_rps_per_pod=0.0, gateway_queue=1.0,
                          gateway_inflight=0.0), gateway=True)
     quiet = read(universe(gateway_rps_per_pod=0.0, replica_rps_per_pod=0.0, gateway_queue=0.0,
-                          gateway_inflight=0.0), gateway=True)
+                          gateway_inflight=0.0, triton_pending=0.0), gateway=True)
     assert held.workload == () and quiet.workload == ()
     build = dict(current_replicas=1, ready_replicas=1, slots_per_replica=1, budget_max_replicas=None, now=NOW)
     assert not observed_idle(build_observation(held, **build), policy, NOW)  # type: ignore[arg-type]
@@ -341,3 +349,29 @@ def test_the_daemon_reads_demand_where_the_service_sends_requests(enabled: bool,
         lock_for=lambda uid: lock, clock=lambda: NOW)
     decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
     assert calls == [{"args": ("ml", "vc", "byo"), "gateway": expected}]
+
+
+@pytest.mark.parametrize(("arrived", "in_flight", "queue", "refused", "pending", "contradiction"), [
+    (8.0, 8.0, 0.0, 0.0, 0.0, False),  # 8 long requests arrived, all still in flight: none could have completed
+    (8.0, 2.0, 6.0, 0.0, 0.0, False),  # 2 in flight, 6 held in the gateway's queue
+    (8.0, 0.0, 0.0, 8.0, 0.0, False),  # all 8 refused by admission (no Ready replica): they never reach Triton
+    (12.0, 2.0, 6.0, 0.0, 3.0, False),  # 8 read as 12: rate()'s extrapolation of a series 3 scrapes old
+    (40.0, 2.0, 0.0, 0.0, 3.0, True),  # 38 of 40 left the gateway and Triton completed none: a contradiction
+], ids=["all-in-flight", "held-in-queue", "all-refused", "extrapolated", "unaccounted"])
+def test_arrivals_not_completed_yet_are_no_contradiction(arrived: float, in_flight: float, queue: float,
+                                                         refused: float, pending: float, contradiction: bool) -> None:
+    """The gateway counts requests on arrival, Triton on completion: a burst of long requests (in the 60 s window,
+    Triton's counters still 0, some pending in its queue) read as triton-inference-server#8125 and held the
+    autoscaler while the burst grew (issue 20's long requests). Only arrivals that are neither in flight, queued
+    nor refused, beyond what rate()'s extrapolation can add, yet uncounted by Triton are a contradiction."""
+    from modalscale.api.conditions import METRICS_CONTRADICT
+
+    u = universe(gateway_rps_per_pod=arrived / 2 / 60, replica_rps_per_pod=0.0, gateway_inflight=in_flight,
+                 gateway_queue=queue, gateway_refused=refused, triton_pending=pending)
+    reading = read(u, gateway=True)
+    if contradiction:
+        assert reading.problem is not None and reading.problem[0] == METRICS_CONTRADICT, reading.problem
+        assert "40 requests" in reading.problem[1] and "2 of them outstanding" in reading.problem[1]
+    else:
+        assert reading.problem is None, reading.problem
+        assert rate(reading) == pytest.approx(arrived / 60)
