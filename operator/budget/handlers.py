@@ -28,9 +28,11 @@ again (backoff in ``modalscale.costmodel.outbox``) and writes ``AlertDelivered``
 operator stops is not lost: its entries are still in status and the next operator sends them (once more if
 they had arrived). The daemon also wakes when the next entry is due, if that is before the next interval.
 
-A pod watch (``kopf.on.event`` on pods carrying ``modalscale.io/inferenceservice``; no finalizer) records every
-such pod's deletion (``modalscale.operator.budget.podstops``), so the ledger charges a pod gone between two
-evaluations to when it stopped, not up to the evaluation that no longer lists it.
+A pod watch (``kopf.on.event`` on pods carrying ``modalscale.io/inferenceservice`` or, the request gateway's,
+``modalscale.io/gateway``: :func:`priced_pod`; no finalizer) records every such pod's deletion
+(``modalscale.operator.budget.podstops``), so the ledger charges a pod gone between two evaluations to when it
+stopped, not up to the evaluation that no longer lists it (a replica) or not at all (a gateway pod, charged by
+the listed pods' own runs).
 
 A spec change wakes the daemon at once (watch event whose generation differs from ``observedGeneration``).
 Deleting a policy lifts its caps (``on.delete``: the annotation is removed from every InferenceService that
@@ -76,7 +78,7 @@ from modalscale.operator.budget.plan import (
 from modalscale.operator.budget.runtime import BudgetRuntime
 from modalscale.operator.budget.spend_anomalies import HistoryRead
 from modalscale.operator.deps import Deps, deps_of
-from modalscale.operator.isvc.objects import SELECTOR_LABEL
+from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL
 from modalscale.operator.settings import Settings
 
 ERROR_RETRY_S = 5.0
@@ -331,6 +333,12 @@ def lift_caps(deps: Deps, runtime: BudgetRuntime, policy: dict[str, Any], logger
     return lifted
 
 
+def priced_pod(labels: Mapping[str, str], **_: Any) -> bool:
+    """Whether the ledger prices this pod: a replica (``modalscale.io/inferenceservice``) or a request-gateway pod
+    (``modalscale.io/gateway``) of an InferenceService (the pod watch's filter)."""
+    return SELECTOR_LABEL in labels or GATEWAY_LABEL in labels
+
+
 def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
     """Register the BudgetPolicy handlers on ``registry``.
 
@@ -361,7 +369,7 @@ def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:
 
     # No finalizer (on.event, not on.delete): a pod's deletion is never held up by the operator. A pod deleted
     # while no operator watches is charged up to the first evaluation that no longer lists it (podstops).
-    @kopf.on.event("v1", "pods", labels={SELECTOR_LABEL: kopf.PRESENT}, registry=registry)
+    @kopf.on.event("v1", "pods", when=priced_pod, registry=registry)
     def budget_pod_deleted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, logger: Log, **_: Any) -> None:
         if event.get("type") != "DELETED":
             return

@@ -383,6 +383,16 @@ def spot_pending_since(pods: Sequence[Mapping[str, Any]]) -> dt.datetime | None:
     return min(times) if times else None
 
 
+def _with_recorded_stops(listed: Sequence[PodRun], recorded: Sequence[PodRun]) -> tuple[PodRun, ...]:
+    """``listed`` runs with the ``recorded`` ones (the pod watch's, each with a stop) merged by name: a pod in both
+    takes the earlier stop, a recorded pod no listing showed is added."""
+    stops = {r.name: r.stop for r in recorded if r.stop is not None}
+    merged = [replace(r, stop=min(r.stop, stops[r.name]) if r.stop is not None else stops[r.name])
+              if r.name in stops else r for r in listed]
+    names = {r.name for r in listed}
+    return (*merged, *(r for r in recorded if r.name not in names))
+
+
 def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetObserved,
                       catalog: Catalog) -> list[ServiceState]:
     """The InferenceServices ``spec.selector`` picks, priced by ``catalog``, as the budget planner's input.
@@ -413,8 +423,13 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
             [p for p in own if (p.get("metadata") or {}).get("name") not in gone_names])
         runs = None if own is None else pod_runs(own, observed.node_labels)
         waiting = None if own is None else spot_pending_since(own)
-        gateway = pod_runs([p for p in observed.gateway_pods.get(ns) or ()
-                            if ((p.get("metadata") or {}).get("labels") or {}).get(GATEWAY_LABEL) == name])
+        # The gateway's pods by their own runs, those the watch saw deleted to their recorded stop (a gateway pod
+        # gone between two listings ran until then; the listing alone charged it nothing).
+        gateway_gone = gone_pod_runs([g for g in observed.gone.get(ns, ()) if
+                                      ((g.pod.get("metadata") or {}).get("labels") or {}).get(GATEWAY_LABEL) == name],
+                                     observed.node_labels)
+        gateway = _with_recorded_stops(pod_runs([p for p in observed.gateway_pods.get(ns) or () if (
+            (p.get("metadata") or {}).get("labels") or {}).get(GATEWAY_LABEL) == name]), gateway_gone)
         gateway = tuple(replace(r, tier=None) for r in gateway)  # priced on demand (state.service_state)
         raw_scaling = (isvc.get("spec") or {}).get("scaling") or {}
         try:

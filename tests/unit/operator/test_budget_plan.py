@@ -112,7 +112,7 @@ def test_running_replicas_count_bound_live_pods_only() -> None:
 
 def test_the_gateway_pods_are_not_charged_only_the_replicas_are() -> None:
     # docs/budgets.md "What is charged": the gateway's pods (on by default) carry modalscale.io/gateway, not the
-    # replicas' label, and the ledger charges the replicas only (an open item: Kubecost would count them).
+    # replicas' label: they are never replicas (they are charged apart, at their own price: test_budget_pod_stops).
     from modalscale.api.inferenceservice import parse_isvc
     from modalscale.operator.isvc.objects import gateway_labels
 

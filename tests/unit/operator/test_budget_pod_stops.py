@@ -74,6 +74,40 @@ def test_a_pod_gone_before_the_next_listing_is_charged_to_its_containers_finish_
     assert listing_only.budget is not None and listing_only.budget.spent_usd == Decimal("0.020004175")
 
 
+def test_a_gateway_pod_gone_before_the_next_listing_is_charged_to_its_stop() -> None:
+    # Issue 22 fault 1 for the request gateway's pods (modalscale.io/gateway=vc): gateway-b, deleted at T0 + 20 s
+    # (container finished) and gone before the evaluation at T0 + 60 s, ran 20 s of the interval. The listing
+    # alone charged it nothing (the gateway is charged by the listed pods' own runs); listed running to the end,
+    # 60 s. So watched - listing only = a third of listed - listing only (to the ledger's 1e-9 USD rounding).
+    from modalscale.api.inferenceservice import parse_isvc
+    from modalscale.operator.isvc.objects import gateway_labels
+
+    isvc = make_isvc()
+
+    def gateway(name: str, **kw: Any) -> dict[str, Any]:
+        body = pod(name, **kw)
+        body["metadata"]["labels"] = dict(gateway_labels(parse_isvc(isvc)))
+        return body
+
+    replicas = {"ml": [pod("vc-0", start=at(-7200)), pod("vc-1", start=at(-7200))]}
+    a, b = gateway("vc-gateway-a", start=at(-7200)), gateway("vc-gateway-b", start=at(-7200), deleting=at(50),
+                                                             finished=[at(20)])
+
+    def spent(gateways: list[dict[str, Any]], gone: list[GonePod]) -> Decimal:
+        plan = plan_policy(ledger_at_t0(), BudgetObserved([isvc], replicas, gateway_pods={"ml": gateways},
+                                                          gone={"ml": gone}), CATALOG, [], at(60))
+        assert plan.budget is not None
+        return plan.budget.spent_usd
+
+    listing_only, watched = spent([a], []), spent([a], [GonePod(b, at(21))])
+    running = spent([a, gateway("vc-gateway-b", start=at(-7200))], [])
+    assert running > listing_only  # the gateway is priced at all
+    assert abs((watched - listing_only) * 3 - (running - listing_only)) <= Decimal("3e-9"), (
+        listing_only, watched, running)
+    # a gateway pod the watch saw deleted while the listing still showed it runs no more either
+    assert spent([a, gateway("vc-gateway-b", start=at(-7200))], [GonePod(b, at(21))]) == watched
+
+
 def test_records_of_another_service_or_namespace_charge_nothing_here() -> None:
     other = pod("other-0", start=at(-7200), deleting=at(50), finished=[at(20)], isvc="other")
     elsewhere = pod("vc-9", start=at(-7200), deleting=at(50), finished=[at(20)], ns="team-b")
@@ -139,7 +173,10 @@ def test_the_pod_watch_records_deletions_only_without_a_finalizer() -> None:
     registry = kopf.OperatorRegistry()
     register_budget(registry, Settings())
     (handler,) = [h for h in registry._watching.get_all_handlers() if h.selector.any_name == "pods"]
-    assert handler.labels == {LABEL: kopf.PRESENT}
+    # the replicas' and the request gateway's pods, nothing else
+    assert handler.when is not None and handler.labels is None
+    assert handler.when(labels={LABEL: "vc"}) and handler.when(labels={"modalscale.io/gateway": "vc"})
+    assert not handler.when(labels={"app": "other"})
     # on.event: kopf puts no finalizer on pods (an on.delete handler would hold every pod deletion up).
     assert not any(h.selector.any_name == "pods" for h in registry._changing.get_all_handlers())
     runtime = BudgetRuntime(observer=None)  # type: ignore[arg-type]
