@@ -1,8 +1,26 @@
-"""The only writer to the Kubernetes API: executes a plan's writes, status patch and Events."""
+"""The only writer to the Kubernetes API: executes a plan's writes, status patch and Events.
+
+How a plan is applied (:meth:`Writer.apply_all`): its writes go in :func:`write_steps` through a small pool of
+threads: a run of creates at once, each Deployment as soon as the ConfigMap and ServiceAccount its pods use exist;
+patches and deletes one at a time, in the plan's order. A new service's creates so cost about the slowest of them
+(the Service: the apiserver allocates its ClusterIP), not their sum. Events go to queues that a few threads post from
+(:class:`EventPoster`), off the reconcile's path: every one queued is posted, those about one object in order, with
+the time it was decided; a refused post is logged, never raised to the reconcile.
+"""
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
 import logging
+import queue
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
@@ -13,16 +31,175 @@ from modalscale.api.isvc_status import IsvcStatus, write_isvc_status
 from modalscale.operator.isvc.plan import Write
 from modalscale.operator.metrics import OperatorMetrics
 
+Log = logging.Logger | logging.LoggerAdapter[Any]
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 
 log = logging.getLogger("modalscale.operator.writes")
 
+WRITE_THREADS = 8
+"""Child writes in flight at once, all reconciles together (the Writer's pool). A new service's first reconcile
+creates 3 objects (10 with the gateway); with the 4 change handlers and 2 workers that may run at once, 8 lets two
+or three of them create at the same time while the API server is not flooded."""
+EVENT_THREADS = 4
+"""Threads posting Events (the Events about one object always on the same one, in order). One was not enough: in the
+creation burst of 1,000 services (3 Events each, about 15 a second) its queue grew to some 600 Events, posted up to
+half a minute late (benchmarks/operator_scale.py)."""
+HANDLER_THREADS = 10
+"""Connections kept for the writes the handlers' own threads make (status patches, annotations, peering): the
+kubernetes client's default pool size, what they had before the Writer had a pool of its own."""
+USED_BY_PODS = ("ConfigMap", "ServiceAccount")
+"""Kinds a Deployment's pods use (they mount the model repository and run as the gateway's ServiceAccount): a
+Deployment is created only once those of its plan exist, so that no pod is admitted before them (a missing
+ServiceAccount refuses the pod; a missing ConfigMap holds its mount)."""
+EVENT_RETRIES = 3
+"""Attempts to post one Event when the API server answers 429 or 5xx, or cannot be reached (other refusals, such
+as 403 or 422, are not retried)."""
+EVENT_RETRY_S = 1.0
+"""Wait before the second attempt, doubled before each later one, s."""
+
+
+@dataclass
+class Step:
+    """Writes applied together: ``at_once`` started at the same time, ``then`` started as soon as the writes of
+    ``at_once`` whose kind is in :data:`USED_BY_PODS` are done; the step ends when all of them are."""
+
+    at_once: list[Write]
+    then: list[Write] = field(default_factory=list)
+
+
+def write_steps(writes: Sequence[Write]) -> list[Step]:
+    """The order :meth:`Writer.apply_all` applies a plan's writes in: the steps one after another.
+
+    A run of consecutive creates is one step (new, distinct objects: their owner references name the
+    InferenceService, none of them another), its Deployments in ``then``: their pods use the ConfigMap and
+    ServiceAccount created beside them. Every patch and delete is a step of its own, in the plan's order: the plan
+    orders them (the Service switches back to the replicas before the gateway's objects are deleted). Every write
+    appears once; an empty plan gives no step.
+    """
+    steps: list[Step] = []
+    run: list[Write] = []
+
+    def close_run() -> None:
+        if run:
+            others = [w for w in run if w.kind != "Deployment"]
+            deployments = [w for w in run if w.kind == "Deployment"]
+            steps.append(Step(others, deployments) if others else Step(deployments))
+            run.clear()
+
+    for w in writes:
+        if w.action == "create":
+            run.append(w)
+            continue
+        close_run()
+        steps.append(Step([w]))
+    close_run()
+    return steps
+
+
+def _event_retryable(exc: Exception) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status == 429 or (exc.status or 0) >= 500 or not exc.status
+    return True  # no answer: connection refused or reset, timeouts
+
+
+class EventPoster:
+    """Posts Events from queues, one thread each (:data:`EVENT_THREADS`); the Events about one object go through the
+    same queue, in the order they were queued. A post that fails is logged (and retried when the failure is
+    transient, :data:`EVENT_RETRIES`), never raised to whoever queued it.
+
+    Nothing queued is dropped while the process lives: the queues have no bound, and :meth:`close` (the operator's
+    clean-up) posts what is left before it returns.
+    """
+
+    def __init__(self, post: Callable[[str, dict[str, Any]], Any], on_posted: Callable[[str, str], None],
+                 retry_s: float = EVENT_RETRY_S, threads: int = EVENT_THREADS) -> None:
+        """
+        Args:
+            post: ``(namespace, event body)``: the API call (``EventsV1Api.create_namespaced_event``).
+            on_posted: ``(namespace, regarding name)``: called before each attempt (the write counter and log line).
+            retry_s: Wait before the second attempt (doubled before each later one), s.
+            threads: Queues, each with its thread (started with the first Event it gets).
+        """
+        self.post, self.on_posted, self.retry_s = post, on_posted, retry_s
+        self.queues: list[queue.Queue[tuple[dict[str, Any], Log] | threading.Event | None]] = [
+            queue.Queue() for _ in range(threads)]
+        self._threads: dict[int, threading.Thread] = {}
+        self._lock = threading.Lock()
+
+    def put(self, ev: dict[str, Any], logger: Log) -> None:
+        """Queue one Event (its ``eventTime`` already set: when it was decided, not when it is posted)."""
+        r = ev["regarding"]
+        i = zlib.crc32(f"{r.get('namespace')}/{r.get('kind')}/{r['name']}".encode()) % len(self.queues)
+        with self._lock:
+            if i not in self._threads:
+                self._threads[i] = threading.Thread(target=self._run, args=(self.queues[i],),
+                                                    name=f"event-poster-{i}", daemon=True)
+                self._threads[i].start()
+        self.queues[i].put((ev, logger))
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every Event queued so far was posted (or given up); False when ``timeout_s`` passed first."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            started = list(self._threads)
+        marks = []
+        for i in started:
+            done = threading.Event()
+            self.queues[i].put(done)  # the thread sets it when it reaches it: after everything queued before
+            marks.append(done)
+        return all(done.wait(max(0.0, deadline - time.monotonic())) for done in marks)
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Post what is queued (up to ``timeout_s``), then stop the threads. Returns whether everything was posted."""
+        flushed = self.flush(timeout_s)
+        with self._lock:
+            for i in self._threads:
+                self.queues[i].put(None)
+            self._threads.clear()
+        return flushed
+
+    def _run(self, q: queue.Queue[tuple[dict[str, Any], Log] | threading.Event | None]) -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            self._post(*item)
+
+    def _post(self, ev: dict[str, Any], logger: Log) -> None:
+        ns, reason = ev["metadata"]["namespace"], ev["reason"]
+        wait_s = self.retry_s
+        for attempt in range(1, EVENT_RETRIES + 1):
+            self.on_posted(ns, ev["regarding"]["name"])
+            try:
+                self.post(ns, ev)
+                return
+            except Exception as exc:  # a failed post never reaches the reconcile; ApiException and no answer alike
+                status = getattr(exc, "status", None)
+                if attempt < EVENT_RETRIES and _event_retryable(exc):
+                    logger.info("Posting the event failed, retrying in %.1f s: reason=%s status=%s error=%s",
+                                wait_s, reason, status, type(exc).__name__)
+                    time.sleep(wait_s)
+                    wait_s *= 2
+                    continue
+                logger.warning("Posting the event failed: reason=%s status=%s body=%s", reason, status,
+                               getattr(exc, "body", None) or f"{type(exc).__name__}: {exc}")
+                return
+
 
 class Writer:
-    """Applies writes through one ``ApiClient`` and counts them in ``metrics``."""
+    """Applies writes through its own ``ApiClient`` (a copy of ``api``'s configuration with a connection pool
+    sized for the Writer's threads) and counts them in ``metrics``."""
 
     def __init__(self, api: client.ApiClient, metrics: OperatorMetrics, component: str = "modalscale-operator"):
+        config = copy.deepcopy(api.configuration)
+        # One connection per write thread, the event thread and the handlers' own writes: a pool smaller than the
+        # threads using it opens and throws away a TLS connection per request beyond it (see isvc.cache).
+        config.connection_pool_maxsize = WRITE_THREADS + EVENT_THREADS + HANDLER_THREADS
+        api = client.ApiClient(config)
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -32,6 +209,61 @@ class Writer:
         self.networking = client.NetworkingV1Api(api)
         self.metrics = metrics
         self.component = component
+        self.events_out = EventPoster(lambda ns, ev: self.events.create_namespaced_event(ns, ev),  # type: ignore[arg-type]  # the client sends a dict body as is
+                                      lambda ns, name: self._count("Event", "create", ns, name))
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def apply_all(self, namespace: str, writes: Sequence[Write],
+                  applied: Callable[[Write], None] | None = None) -> None:
+        """Apply a plan's writes (:meth:`apply` each) in :func:`write_steps`: the steps in order, the writes of a
+        step on the Writer's threads.
+
+        Args:
+            applied: Called with each write once it is done (on the thread that made it).
+        Raises:
+            The first failure of a step, in the plan's order, once every write of that step that was started has
+            finished; a step's ``then`` is not started when a write it waits for failed, and no later step is
+            (what went through stays: the next pass finds it in the caches).
+        """
+
+        def one(w: Write) -> None:
+            self.apply(namespace, w)
+            if applied:
+                applied(w)
+
+        for step in write_steps(writes):
+            if len(step.at_once) == 1 and not step.then:
+                one(step.at_once[0])
+                continue
+            pool = self._threads()
+            started: list[tuple[Write, Future[None]]] = [(w, pool.submit(one, w)) for w in step.at_once]
+            used = [f for w, f in started if w.kind in USED_BY_PODS]
+            wait_all(used)
+            if step.then and not any(f.exception() for f in used):
+                started += [(w, pool.submit(one, w)) for w in step.then]
+            wait_all([f for _, f in started])
+            order = {id(w): i for i, w in enumerate(writes)}
+            for _, f in sorted(started, key=lambda wf: order[id(wf[0])]):
+                exc = f.exception()
+                if exc is not None:
+                    raise exc
+
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="writes")
+            return self._pool
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Post the Events still queued (up to ``timeout_s``) and stop the Writer's threads (the operator's
+        clean-up). Returns whether every queued Event was posted."""
+        flushed = self.events_out.close(timeout_s)
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
+        return flushed
 
     def _count(self, kind: str, verb: str, namespace: str, name: str) -> None:
         self.metrics.api_writes.labels(kind=kind, verb=verb).inc()
@@ -156,12 +388,10 @@ class Writer:
         else:
             self.custom.create_namespaced_custom_object("kopf.dev", "v1", namespace, plural, body)
 
-    def event(self, body: dict[str, Any], type_: str, reason: str, message: str,
-              logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
-        """Post a Kubernetes Event about ``body`` (failures are logged, never raised)."""
+    def event(self, body: dict[str, Any], type_: str, reason: str, message: str, logger: Log) -> None:
+        """Queue a Kubernetes Event about ``body`` and return at once: :class:`EventPoster` posts it (in order, with
+        this moment as its ``eventTime``; failures are logged, never raised)."""
         meta = body["metadata"]
-        import datetime as dt
-
         now = dt.datetime.now(dt.UTC)
         ev = {
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
@@ -172,8 +402,4 @@ class Writer:
             "regarding": {"apiVersion": body.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": body["kind"],
                           "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
         }
-        self._count("Event", "create", meta["namespace"], meta["name"])
-        try:
-            self.events.create_namespaced_event(meta["namespace"], ev)  # type: ignore[arg-type]  # the client sends a dict body as is
-        except ApiException as exc:
-            logger.warning("Posting the event failed: reason=%s status=%s body=%s", reason, exc.status, exc.body)
+        self.events_out.put(ev, logger)
