@@ -1,11 +1,12 @@
 """The only writer to the Kubernetes API: executes a plan's writes, status patch and Events.
 
-How a plan is applied (:meth:`Writer.apply_all`): its writes go in :func:`write_steps` through a small pool of
-threads: a run of creates at once, each Deployment as soon as the ConfigMap and ServiceAccount its pods use exist;
-patches and deletes one at a time, in the plan's order. A new service's creates so cost about the slowest of them
-(the Service: the apiserver allocates its ClusterIP), not their sum. Events go to queues that a few threads post from
-(:class:`EventPoster`), off the reconcile's path: every one queued is posted, those about one object in order, with
-the time it was decided; a refused post is logged, never raised to the reconcile.
+A plan's writes go one at a time, in the plan's order (:meth:`Writer.apply`). Events go to queues that a few
+threads post from (:class:`EventPoster`), off the reconcile's path: every one queued is posted, those about one object
+in order, with the time it was decided; a refused post is logged, never raised to the reconcile.
+
+Issuing a new service's creates at once was measured and left out (benchmarks/operator_scale.py, 1,000 services on
+the 2-core development machine; docs/benchmarks.md): with 4 reconciles in flight it made the slow tail worse (they
+queue for the API server's CPU), and with 2 its gain was within the noise.
 """
 
 from __future__ import annotations
@@ -17,10 +18,7 @@ import queue
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_all
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -37,10 +35,6 @@ MERGE = "application/merge-patch+json"
 
 log = logging.getLogger("modalscale.operator.writes")
 
-WRITE_THREADS = 8
-"""Child writes in flight at once, all reconciles together (the Writer's pool). A new service's first reconcile
-creates 3 objects (10 with the gateway); with the 4 change handlers and 2 workers that may run at once, 8 lets two
-or three of them create at the same time while the API server is not flooded."""
 EVENT_THREADS = 4
 """Threads posting Events (the Events about one object always on the same one, in order). One was not enough: in the
 creation burst of 1,000 services (3 Events each, about 15 a second) its queue grew to some 600 Events, posted up to
@@ -48,53 +42,11 @@ half a minute late (benchmarks/operator_scale.py)."""
 HANDLER_THREADS = 10
 """Connections kept for the writes the handlers' own threads make (status patches, annotations, peering): the
 kubernetes client's default pool size, what they had before the Writer had a pool of its own."""
-USED_BY_PODS = ("ConfigMap", "ServiceAccount")
-"""Kinds a Deployment's pods use (they mount the model repository and run as the gateway's ServiceAccount): a
-Deployment is created only once those of its plan exist, so that no pod is admitted before them (a missing
-ServiceAccount refuses the pod; a missing ConfigMap holds its mount)."""
 EVENT_RETRIES = 3
 """Attempts to post one Event when the API server answers 429 or 5xx, or cannot be reached (other refusals, such
 as 403 or 422, are not retried)."""
 EVENT_RETRY_S = 1.0
 """Wait before the second attempt, doubled before each later one, s."""
-
-
-@dataclass
-class Step:
-    """Writes applied together: ``at_once`` started at the same time, ``then`` started as soon as the writes of
-    ``at_once`` whose kind is in :data:`USED_BY_PODS` are done; the step ends when all of them are."""
-
-    at_once: list[Write]
-    then: list[Write] = field(default_factory=list)
-
-
-def write_steps(writes: Sequence[Write]) -> list[Step]:
-    """The order :meth:`Writer.apply_all` applies a plan's writes in: the steps one after another.
-
-    A run of consecutive creates is one step (new, distinct objects: their owner references name the
-    InferenceService, none of them another), its Deployments in ``then``: their pods use the ConfigMap and
-    ServiceAccount created beside them. Every patch and delete is a step of its own, in the plan's order: the plan
-    orders them (the Service switches back to the replicas before the gateway's objects are deleted). Every write
-    appears once; an empty plan gives no step.
-    """
-    steps: list[Step] = []
-    run: list[Write] = []
-
-    def close_run() -> None:
-        if run:
-            others = [w for w in run if w.kind != "Deployment"]
-            deployments = [w for w in run if w.kind == "Deployment"]
-            steps.append(Step(others, deployments) if others else Step(deployments))
-            run.clear()
-
-    for w in writes:
-        if w.action == "create":
-            run.append(w)
-            continue
-        close_run()
-        steps.append(Step([w]))
-    close_run()
-    return steps
 
 
 def _event_retryable(exc: Exception) -> bool:
@@ -196,9 +148,9 @@ class Writer:
 
     def __init__(self, api: client.ApiClient, metrics: OperatorMetrics, component: str = "modalscale-operator"):
         config = copy.deepcopy(api.configuration)
-        # One connection per write thread, the event thread and the handlers' own writes: a pool smaller than the
-        # threads using it opens and throws away a TLS connection per request beyond it (see isvc.cache).
-        config.connection_pool_maxsize = WRITE_THREADS + EVENT_THREADS + HANDLER_THREADS
+        # One connection per event thread and per handler thread that writes: a pool smaller than the threads using
+        # it opens and throws away a TLS connection per request beyond it (see isvc.cache).
+        config.connection_pool_maxsize = EVENT_THREADS + HANDLER_THREADS
         api = client.ApiClient(config)
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
@@ -211,59 +163,11 @@ class Writer:
         self.component = component
         self.events_out = EventPoster(lambda ns, ev: self.events.create_namespaced_event(ns, ev),  # type: ignore[arg-type]  # the client sends a dict body as is
                                       lambda ns, name: self._count("Event", "create", ns, name))
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-
-    def apply_all(self, namespace: str, writes: Sequence[Write],
-                  applied: Callable[[Write], None] | None = None) -> None:
-        """Apply a plan's writes (:meth:`apply` each) in :func:`write_steps`: the steps in order, the writes of a
-        step on the Writer's threads.
-
-        Args:
-            applied: Called with each write once it is done (on the thread that made it).
-        Raises:
-            The first failure of a step, in the plan's order, once every write of that step that was started has
-            finished; a step's ``then`` is not started when a write it waits for failed, and no later step is
-            (what went through stays: the next pass finds it in the caches).
-        """
-
-        def one(w: Write) -> None:
-            self.apply(namespace, w)
-            if applied:
-                applied(w)
-
-        for step in write_steps(writes):
-            if len(step.at_once) == 1 and not step.then:
-                one(step.at_once[0])
-                continue
-            pool = self._threads()
-            started: list[tuple[Write, Future[None]]] = [(w, pool.submit(one, w)) for w in step.at_once]
-            used = [f for w, f in started if w.kind in USED_BY_PODS]
-            wait_all(used)
-            if step.then and not any(f.exception() for f in used):
-                started += [(w, pool.submit(one, w)) for w in step.then]
-            wait_all([f for _, f in started])
-            order = {id(w): i for i, w in enumerate(writes)}
-            for _, f in sorted(started, key=lambda wf: order[id(wf[0])]):
-                exc = f.exception()
-                if exc is not None:
-                    raise exc
-
-    def _threads(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="writes")
-            return self._pool
 
     def close(self, timeout_s: float = 10.0) -> bool:
-        """Post the Events still queued (up to ``timeout_s``) and stop the Writer's threads (the operator's
+        """Post the Events still queued (up to ``timeout_s``) and stop the Event threads (the operator's
         clean-up). Returns whether every queued Event was posted."""
-        flushed = self.events_out.close(timeout_s)
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
-        return flushed
+        return self.events_out.close(timeout_s)
 
     def _count(self, kind: str, verb: str, namespace: str, name: str) -> None:
         self.metrics.api_writes.labels(kind=kind, verb=verb).inc()

@@ -186,7 +186,7 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
     patch = deps.writer.patch_isvc_status(ns, name, plan.status, stored)
     _report(deps, raw, plan.events, started, logger)
     done = time.monotonic()
-    # Where a reconcile's time goes (issue 21 §3: the creation burst's p99); benchmarks/operator_scale.py reads it.
+    # Where a reconcile's time goes (issue 21 §3: the creation burst's p99; docs/benchmarks.md).
     logger.info("Reconciled %s/%s in %.3f s: read and plan %.3f s, %d child writes %.3f s, status %s %.3f s, "
                 "%d Events queued", ns, name, done - started, planned - started, len(plan.writes), written - planned,
                 "patched" if patch else "unchanged", done - written, len(plan.events))
@@ -253,12 +253,11 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision, autoscale: I
 
 
 def _apply_writes(deps: Deps, spec: IsvcSpec, writes: list[Write], logger: Log) -> None:
-    def applied(write: Write) -> None:
+    for write in writes:
+        deps.writer.apply(spec.namespace, write)
         logger.info("Applied %s %s: name=%s", write.action, write.kind, write.name)
         if write.kind == "Deployment" and "replicas" in (write.body.get("spec") or {}):
             deps.metrics.decisions.labels(mode=spec.scaling.mode, reason="write").inc()
-
-    deps.writer.apply_all(spec.namespace, writes, applied)
 
 
 def _report(deps: Deps, raw: dict[str, Any], events: list[tuple[str, str, str]], started: float,
