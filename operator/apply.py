@@ -121,17 +121,21 @@ class EventPoster:
                 continue
             self._post(*item)
 
-    def _post(self, ev: dict[str, Any], logger: Log) -> None:
+    def post_now(self, ev: dict[str, Any], logger: Log) -> None:
+        """Post one Event on the caller's thread, once (no retry); a failure is logged, never raised."""
+        self._post(ev, logger, attempts=1)
+
+    def _post(self, ev: dict[str, Any], logger: Log, attempts: int = EVENT_RETRIES) -> None:
         ns, reason = ev["metadata"]["namespace"], ev["reason"]
         wait_s = self.retry_s
-        for attempt in range(1, EVENT_RETRIES + 1):
+        for attempt in range(1, attempts + 1):
             self.on_posted(ns, ev["regarding"]["name"])
             try:
                 self.post(ns, ev)
                 return
             except Exception as exc:  # a failed post never reaches the reconcile; ApiException and no answer alike
                 status = getattr(exc, "status", None)
-                if attempt < EVENT_RETRIES and _event_retryable(exc):
+                if attempt < attempts and _event_retryable(exc):
                     logger.info("Posting the event failed, retrying in %.1f s: reason=%s status=%s error=%s",
                                 wait_s, reason, status, type(exc).__name__)
                     time.sleep(wait_s)
@@ -292,9 +296,16 @@ class Writer:
         else:
             self.custom.create_namespaced_custom_object("kopf.dev", "v1", namespace, plural, body)
 
-    def event(self, body: dict[str, Any], type_: str, reason: str, message: str, logger: Log) -> None:
-        """Queue a Kubernetes Event about ``body`` and return at once: :class:`EventPoster` posts it (in order, with
-        this moment as its ``eventTime``; failures are logged, never raised)."""
+    def event(self, body: dict[str, Any], type_: str, reason: str, message: str, logger: Log,
+              queued: bool = True) -> None:
+        """A Kubernetes Event about ``body``, with this moment as its ``eventTime``; failures are logged, never raised.
+
+        Args:
+            queued: True: queue it and return at once (:class:`EventPoster` posts it, in order, retrying transient
+                failures): what a reconcile's Events do. False: post it now, once, on the caller's thread: the
+                refusal of an InferenceService and the BudgetPolicy handlers' Events, which clients read right
+                after the status they go with (off the creation burst's path).
+        """
         meta = body["metadata"]
         now = dt.datetime.now(dt.UTC)
         ev = {
@@ -306,4 +317,7 @@ class Writer:
             "regarding": {"apiVersion": body.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": body["kind"],
                           "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
         }
-        self.events_out.put(ev, logger)
+        if queued:
+            self.events_out.put(ev, logger)
+        else:
+            self.events_out.post_now(ev, logger)

@@ -142,7 +142,7 @@ def refuse(deps: Deps, raw: dict[str, Any], exc: InvalidSpec | ModelReferenceErr
     new = _fail_status(before, int(raw["metadata"].get("generation") or 0), reason, str(exc), now)
     if deps.writer.patch_isvc_status(ns, name, new, before):
         # The problem is new or changed: reported once, in status and as an Event.
-        deps.writer.event(raw, "Warning", reason, str(exc), logger)
+        deps.writer.event(raw, "Warning", reason, str(exc), logger, queued=False)
         logger.warning("Refused InferenceService: reason=%s %s", reason, exc)
     deps.metrics.reconciles.labels(kind="InferenceService", result=reason).inc()
 

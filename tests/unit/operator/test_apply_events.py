@@ -117,3 +117,15 @@ def test_writer_event_returns_at_once_and_an_unreachable_apiserver_never_reaches
     assert "Posting the event failed: reason=Creating status=None body=ConnectionRefusedError: nobody there" \
         in caplog.text
     assert writer.metrics.api_writes.labels(kind="Event", verb="create")._value.get() == 3  # three attempts
+
+
+def test_an_event_posted_now_is_posted_once_on_the_callers_thread_and_a_failure_is_logged_not_raised(
+        caplog: pytest.LogCaptureFixture) -> None:
+    post = Recorder(fail=1, error=ConnectionResetError("reset"))
+    poster = EventPoster(post, lambda ns, name: None, retry_s=0.01)
+    with caplog.at_level(logging.INFO, logger=LOG.name):
+        poster.post_now(event("Refused"), LOG)  # fails: no retry, logged
+        poster.post_now(event("InvalidSpec"), LOG)
+    assert post.attempts == 2 and post.posted == [("ns", "InvalidSpec")]
+    assert "Posting the event failed: reason=Refused status=None body=ConnectionResetError: reset" in caplog.text
+    assert not poster._threads  # nothing queued, no thread started
