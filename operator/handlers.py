@@ -77,7 +77,8 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
         # Sync handlers in flight at once (the InferenceService change handlers, the activation handler). 2, not 4
         # (nor 8): in the creation burst of 1,000 services the reconciles in flight queue at the API server (the
         # machine's CPU), so each takes longer the more run at once (benchmarks/operator_scale.py: p99 <= 5 s with 8,
-        # <= 2.5 s with 4, <= 1 s with 2; the burst ends about 10 % later with 2; docs/benchmarks.md).
+        # <= 2.5 s with 4, <= 1 s with 2, and the burst no slower: all Ready after 110-114 s with 2, 117-122 s with 4;
+        # docs/benchmarks.md).
         settings.execution.max_workers = 2
         # Namespace-scoped installs have no cluster-wide list rights: do not scan namespaces and CRDs.
         settings.scanning.disabled = bool(config.namespaces)
