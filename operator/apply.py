@@ -1,8 +1,24 @@
-"""The only writer to the Kubernetes API: executes a plan's writes, status patch and Events."""
+"""The only writer to the Kubernetes API: executes a plan's writes, status patch and Events.
+
+A plan's writes go one at a time, in the plan's order (:meth:`Writer.apply`). Events go to queues that a few
+threads post from (:class:`EventPoster`), off the reconcile's path: every one queued is posted, those about one object
+in order, with the time it was decided; a refused post is logged, never raised to the reconcile.
+
+Issuing a new service's creates at once was measured and left out (benchmarks/operator_scale.py, 1,000 services on
+the 2-core development machine; docs/benchmarks.md): with 4 reconciles in flight it made the slow tail worse (they
+queue for the API server's CPU), and with 2 its gain was within the noise.
+"""
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
 import logging
+import queue
+import threading
+import time
+import zlib
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -13,16 +29,133 @@ from modalscale.api.isvc_status import IsvcStatus, write_isvc_status
 from modalscale.operator.isvc.plan import Write
 from modalscale.operator.metrics import OperatorMetrics
 
+Log = logging.Logger | logging.LoggerAdapter[Any]
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 
 log = logging.getLogger("modalscale.operator.writes")
 
+EVENT_THREADS = 4
+"""Threads posting Events (the Events about one object always on the same one, in order). One was not enough: in the
+creation burst of 1,000 services (3 Events each, about 15 a second) its queue grew to some 600 Events, posted up to
+half a minute late (benchmarks/operator_scale.py)."""
+HANDLER_THREADS = 10
+"""Connections kept for the writes the handlers' own threads make (status patches, annotations, peering): the
+kubernetes client's default pool size, what they had before the Writer had a pool of its own."""
+EVENT_RETRIES = 3
+"""Attempts to post one Event when the API server answers 429 or 5xx, or cannot be reached (other refusals, such
+as 403 or 422, are not retried)."""
+EVENT_RETRY_S = 1.0
+"""Wait before the second attempt, doubled before each later one, s."""
+
+
+def _event_retryable(exc: Exception) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status == 429 or (exc.status or 0) >= 500 or not exc.status
+    return True  # no answer: connection refused or reset, timeouts
+
+
+class EventPoster:
+    """Posts Events from queues, one thread each (:data:`EVENT_THREADS`); the Events about one object go through the
+    same queue, in the order they were queued. A post that fails is logged (and retried when the failure is
+    transient, :data:`EVENT_RETRIES`), never raised to whoever queued it.
+
+    Nothing queued is dropped while the process lives: the queues have no bound, and :meth:`close` (the operator's
+    clean-up) posts what is left before it returns.
+    """
+
+    def __init__(self, post: Callable[[str, dict[str, Any]], Any], on_posted: Callable[[str, str], None],
+                 retry_s: float = EVENT_RETRY_S, threads: int = EVENT_THREADS) -> None:
+        """
+        Args:
+            post: ``(namespace, event body)``: the API call (``EventsV1Api.create_namespaced_event``).
+            on_posted: ``(namespace, regarding name)``: called before each attempt (the write counter and log line).
+            retry_s: Wait before the second attempt (doubled before each later one), s.
+            threads: Queues, each with its thread (started with the first Event it gets).
+        """
+        self.post, self.on_posted, self.retry_s = post, on_posted, retry_s
+        self.queues: list[queue.Queue[tuple[dict[str, Any], Log] | threading.Event | None]] = [
+            queue.Queue() for _ in range(threads)]
+        self._threads: dict[int, threading.Thread] = {}
+        self._lock = threading.Lock()
+
+    def put(self, ev: dict[str, Any], logger: Log) -> None:
+        """Queue one Event (its ``eventTime`` already set: when it was decided, not when it is posted)."""
+        r = ev["regarding"]
+        i = zlib.crc32(f"{r.get('namespace')}/{r.get('kind')}/{r['name']}".encode()) % len(self.queues)
+        with self._lock:
+            if i not in self._threads:
+                self._threads[i] = threading.Thread(target=self._run, args=(self.queues[i],),
+                                                    name=f"event-poster-{i}", daemon=True)
+                self._threads[i].start()
+        self.queues[i].put((ev, logger))
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every Event queued so far was posted (or given up); False when ``timeout_s`` passed first."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            started = list(self._threads)
+        marks = []
+        for i in started:
+            done = threading.Event()
+            self.queues[i].put(done)  # the thread sets it when it reaches it: after everything queued before
+            marks.append(done)
+        return all(done.wait(max(0.0, deadline - time.monotonic())) for done in marks)
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Post what is queued (up to ``timeout_s``), then stop the threads. Returns whether everything was posted."""
+        flushed = self.flush(timeout_s)
+        with self._lock:
+            for i in self._threads:
+                self.queues[i].put(None)
+            self._threads.clear()
+        return flushed
+
+    def _run(self, q: queue.Queue[tuple[dict[str, Any], Log] | threading.Event | None]) -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            self._post(*item)
+
+    def post_now(self, ev: dict[str, Any], logger: Log) -> None:
+        """Post one Event on the caller's thread, once (no retry); a failure is logged, never raised."""
+        self._post(ev, logger, attempts=1)
+
+    def _post(self, ev: dict[str, Any], logger: Log, attempts: int = EVENT_RETRIES) -> None:
+        ns, reason = ev["metadata"]["namespace"], ev["reason"]
+        wait_s = self.retry_s
+        for attempt in range(1, attempts + 1):
+            self.on_posted(ns, ev["regarding"]["name"])
+            try:
+                self.post(ns, ev)
+                return
+            except Exception as exc:  # a failed post never reaches the reconcile; ApiException and no answer alike
+                status = getattr(exc, "status", None)
+                if attempt < attempts and _event_retryable(exc):
+                    logger.info("Posting the event failed, retrying in %.1f s: reason=%s status=%s error=%s",
+                                wait_s, reason, status, type(exc).__name__)
+                    time.sleep(wait_s)
+                    wait_s *= 2
+                    continue
+                logger.warning("Posting the event failed: reason=%s status=%s body=%s", reason, status,
+                               getattr(exc, "body", None) or f"{type(exc).__name__}: {exc}")
+                return
+
 
 class Writer:
-    """Applies writes through one ``ApiClient`` and counts them in ``metrics``."""
+    """Applies writes through its own ``ApiClient`` (a copy of ``api``'s configuration with a connection pool
+    sized for the Writer's threads) and counts them in ``metrics``."""
 
     def __init__(self, api: client.ApiClient, metrics: OperatorMetrics, component: str = "modalscale-operator"):
+        config = copy.deepcopy(api.configuration)
+        # One connection per event thread and per handler thread that writes: a pool smaller than the threads using
+        # it opens and throws away a TLS connection per request beyond it (see isvc.cache).
+        config.connection_pool_maxsize = EVENT_THREADS + HANDLER_THREADS
+        api = client.ApiClient(config)
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -32,6 +165,13 @@ class Writer:
         self.networking = client.NetworkingV1Api(api)
         self.metrics = metrics
         self.component = component
+        self.events_out = EventPoster(lambda ns, ev: self.events.create_namespaced_event(ns, ev),  # type: ignore[arg-type]  # the client sends a dict body as is
+                                      lambda ns, name: self._count("Event", "create", ns, name))
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Post the Events still queued (up to ``timeout_s``) and stop the Event threads (the operator's
+        clean-up). Returns whether every queued Event was posted."""
+        return self.events_out.close(timeout_s)
 
     def _count(self, kind: str, verb: str, namespace: str, name: str) -> None:
         self.metrics.api_writes.labels(kind=kind, verb=verb).inc()
@@ -156,12 +296,17 @@ class Writer:
         else:
             self.custom.create_namespaced_custom_object("kopf.dev", "v1", namespace, plural, body)
 
-    def event(self, body: dict[str, Any], type_: str, reason: str, message: str,
-              logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
-        """Post a Kubernetes Event about ``body`` (failures are logged, never raised)."""
-        meta = body["metadata"]
-        import datetime as dt
+    def event(self, body: dict[str, Any], type_: str, reason: str, message: str, logger: Log,
+              queued: bool = True) -> None:
+        """A Kubernetes Event about ``body``, with this moment as its ``eventTime``; failures are logged, never raised.
 
+        Args:
+            queued: True: queue it and return at once (:class:`EventPoster` posts it, in order, retrying transient
+                failures): what a reconcile's Events do. False: post it now, once, on the caller's thread: the
+                refusal of an InferenceService and the BudgetPolicy handlers' Events, which clients read right
+                after the status they go with (off the creation burst's path).
+        """
+        meta = body["metadata"]
         now = dt.datetime.now(dt.UTC)
         ev = {
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
@@ -172,8 +317,7 @@ class Writer:
             "regarding": {"apiVersion": body.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": body["kind"],
                           "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
         }
-        self._count("Event", "create", meta["namespace"], meta["name"])
-        try:
-            self.events.create_namespaced_event(meta["namespace"], ev)  # type: ignore[arg-type]  # the client sends a dict body as is
-        except ApiException as exc:
-            logger.warning("Posting the event failed: reason=%s status=%s body=%s", reason, exc.status, exc.body)
+        if queued:
+            self.events_out.put(ev, logger)
+        else:
+            self.events_out.post_now(ev, logger)

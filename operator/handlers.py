@@ -30,6 +30,8 @@ from modalscale.operator.settings import Settings
 CACHE_SYNC_TIMEOUT_S = 120.0
 """How long start-up waits for every watch cache's first list before it fails (RBAC without list/watch, an API
 server that does not answer), s."""
+EVENTS_FLUSH_S = 10.0
+"""At shutdown, how long the clean-up waits for the Events still queued to be posted, s."""
 POKE_COALESCE_S = 1.0
 """After a child changed, wait this long before reconciling its InferenceService, so that the burst of changes one
 write sets off (a Deployment's status, its pods being scheduled and turning Ready) makes one reconcile, s."""
@@ -72,11 +74,12 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
         # newer one (a rolling update hands over at once); a standby still waits out a dead active's record (HA).
         settings.peering.priority = peering_priority(time.time())
         settings.peering.lifetime = 30
-        # Sync handlers in flight at once (the InferenceService change handlers, the activation handler). 4, not 8:
-        # in the creation burst of 1,000 services, 8 creation reconciles at once queued at the API server and each
-        # took longer (benchmarks/operator_scale.py, one run each: p50 <= 1 s, p99 <= 5 s, all Ready after 163 s
-        # with 8; p50 <= 0.5 s, p99 <= 2.5 s, all Ready after 145 s with 4; docs/benchmarks.md).
-        settings.execution.max_workers = 4
+        # Sync handlers in flight at once (the InferenceService change handlers, the activation handler). 2, not 4
+        # (nor 8): in the creation burst of 1,000 services the reconciles in flight queue at the API server (the
+        # machine's CPU), so each takes longer the more run at once (benchmarks/operator_scale.py: p99 <= 5 s with 8,
+        # <= 2.5 s with 4, <= 1 s with 2, and the burst no slower: all Ready after 110-114 s with 2, 117-122 s with 4;
+        # docs/benchmarks.md).
+        settings.execution.max_workers = 2
         # Namespace-scoped installs have no cluster-wide list rights: do not scan namespaces and CRDs.
         settings.scanning.disabled = bool(config.namespaces)
         if not config.standalone:
@@ -91,10 +94,12 @@ def register(registry: kopf.OperatorRegistry, config: Settings) -> None:
                     "templates/rbac.yaml) and check that the API server answers")
 
     @kopf.on.cleanup(registry=registry)
-    def stop_caches(memo: kopf.Memo, **_: Any) -> None:
-        caches = deps_of(memo).caches
-        if caches is not None:
-            caches.stop()
+    def stop_caches(memo: kopf.Memo, logger: Log, **_: Any) -> None:
+        deps = deps_of(memo)
+        if deps.caches is not None:
+            deps.caches.stop()
+        if not deps.writer.close(EVENTS_FLUSH_S):  # the Events still queued are posted before the process ends
+            logger.warning("Events still queued after %.0f s at shutdown were not posted", EVENTS_FLUSH_S)
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

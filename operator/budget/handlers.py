@@ -239,7 +239,7 @@ def _apply_plan(deps: Deps, namespace: str, name: str, plan: PolicyPlan, logger:
 def _report(deps: Deps, policy: dict[str, Any], plan: PolicyPlan, logger: Log) -> None:
     """Post the plan's Events on the policy and log the evaluation (when the status changed)."""
     for type_, reason, message in plan.events:
-        deps.writer.event(policy, type_, reason, message, logger)
+        deps.writer.event(policy, type_, reason, message, logger, queued=False)  # read with the status it goes with
     if plan.budget is not None and plan.status_patch:
         b = plan.budget
         logger.info("Evaluated BudgetPolicy: state=%s spent_usd=%s limit_usd=%s enforced=%d alerts=%d",
@@ -329,7 +329,7 @@ def lift_caps(deps: Deps, runtime: BudgetRuntime, policy: dict[str, Any], logger
             lifted += 1
             deps.writer.event(policy, "Normal", ENFORCEMENT_LIFTED,
                               f"Budget cap lifted from InferenceService {w.namespace}/{w.name}: policy deleted",
-                              logger)
+                              logger, queued=False)
     return lifted
 
 
