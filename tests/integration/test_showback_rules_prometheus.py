@@ -44,6 +44,7 @@ from modalscale.costmodel.showback import (
     SERVICE_SECONDS_METRIC,
     ServiceWindow,
     TenantUsage,
+    aggregate,
     allocate,
 )
 from modalscale.devenv.kube import wait_for
@@ -67,6 +68,11 @@ REFUSED_PER_S = {"429": 5.0, "503": 3.0, "RESOURCE_EXHAUSTED": 2.0}
 """Requests per second each tenant also sends that the gateway refuses (tenant over budget, admission): counted by
 ``modalscale_gateway_requests_total`` under these codes (429 with modality ``none``, as the gateway records a
 tenant refusal before reading the body), never in USD per request (they cost no replica time)."""
+NOT_INFERENCE_PER_S = {"200": 6.0, "400": 4.0}
+"""Calls per second each tenant also sends that are no inference on a replica, recorded with modality ``none``:
+health, metadata and other non-infer calls the gateway passes on (200), infer requests the gateway itself refuses
+as malformed before any replica (400). Never rows of their own, never in USD per request (issue 22: they diluted
+a tenant's USD per request)."""
 RULES_VS_CLI_TOLERANCE_USD_PER_HOUR = 1e-6
 """Same Prometheus, same instant, same window: only the CLI's rounding to 1e-9 USD (x 3600/20 per hour) differs."""
 RULES_VS_TRUE_TOLERANCE_RATIO = 0.01
@@ -90,6 +96,8 @@ class LinearCounters(Collector):
             requests.add_metric([tenant, modality, "2xx"], req_per_s * elapsed)
             for code, refused_per_s in REFUSED_PER_S.items():
                 requests.add_metric([tenant, "none" if code == "429" else modality, code], refused_per_s * elapsed)
+            for code, calls_per_s in NOT_INFERENCE_PER_S.items():
+                requests.add_metric([tenant, "none", code], calls_per_s * elapsed)
         yield seconds
         yield requests
 
@@ -166,6 +174,9 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
                     refused = where | {"modality": "none"} if code == "429" else where
                     series.append({"series": f"{REQUESTS_METRIC}{_labels(**refused, code=code)}",
                                    "values": f"0+{refused_per_s * step_s / 2}x10"})
+                for code, calls_per_s in NOT_INFERENCE_PER_S.items():  # no inference: not in USD per request
+                    series.append({"series": f"{REQUESTS_METRIC}{_labels(**where | {'modality': 'none'}, code=code)}",
+                                   "values": f"0+{calls_per_s * step_s / 2}x10"})
     true_rows, true_idle = true_allocation()
     requests: dict[tuple[str, ...], float] = {(svc, t, m): r for svc, (_, _, rates) in SERVICES.items()
                                               for (t, m), (_, r) in rates.items()}
@@ -258,6 +269,13 @@ def test_recording_rules_equal_the_cli_allocation_and_sum_to_the_spend_rate(tmp_
         served = {(svc, t, m): r for svc, (_, _, rates) in SERVICES.items() for (t, m), (_, r) in rates.items()}
         for k, v in per_request.items():
             assert abs(v * served[k] * 3600 / rows[k] - 1) <= RULES_VS_TRUE_TOLERANCE_RATIO, (k, v, rows[k])
+        # ... and a tenant's USD per request over all its modalities (``--by tenant``) too: the calls that were no
+        # inference (modality none) neither make rows nor dilute it.
+        assert all(r.modality != "none" for r in cli.rows), [r for r in cli.rows if r.modality == "none"]
+        for r in aggregate(cli.rows, ("inferenceservice", "tenant")):
+            if r.kind != IDLE and r.requests:
+                want = sum(n for (svc, t, _), n in served.items() if (svc, t) == (r.inferenceservice, r.tenant))
+                assert abs(float(r.requests) / (want * WINDOW_S) - 1) <= RULES_VS_TRUE_TOLERANCE_RATIO, (r, want)
 
         # 2. allocate() of the exporter's exact rates (what the counters were made from).
         true_rows, true_idle = true_allocation()

@@ -144,7 +144,7 @@ def test_showback_usd_per_request_rule_leaves_out_requests_the_gateway_refused()
     (rule,) = [r for g in SHOWBACK_RULES["groups"] for r in g["rules"]
                if r["record"] == "modalscale:showback_usd_per_request"]
     assert f"modalscale_gateway_requests_total{{{PRICED_REQUESTS_MATCHER}}}[5m]" in rule["expr"], rule["expr"]
-    assert PRICED_REQUESTS_MATCHER == 'code!~"429|503|RESOURCE_EXHAUSTED"'
+    assert PRICED_REQUESTS_MATCHER == 'modality!="none",code!~"429|503|RESOURCE_EXHAUSTED"'
 
 
 def test_series_extraction_finds_recorded_names() -> None:

@@ -46,7 +46,8 @@ class GatewayMetrics:
         # The gateway's own.
         self.gateway_requests = Counter(
             acct.REQUESTS_METRIC,
-            "Requests answered by the gateway, by tenant, modality (none: not an infer call), protocol and code "
+            "Requests answered by the gateway, by tenant, modality (none: no inference, i.e. not an infer call or a "
+            "malformed infer the gateway refused), protocol and code "
             "(HTTP status, or gRPC status name).", ("tenant", "modality", "protocol", "code"), registry=r)
         self.tenant_images = Counter(acct.IMAGES_METRIC,
                                      "Images in requests sent to a replica, by tenant and modality.",

@@ -41,6 +41,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from modalscale.api.annotations import budgeted_tenants
+from modalscale.costmodel.showback import NO_MODALITY
 from modalscale.gateway.admission import Admission, Rejected
 from modalscale.gateway.affinity import affinity_key
 from modalscale.gateway.balancer import Balancer, Endpoint
@@ -267,7 +268,7 @@ class Gateway:
 
     def _record(self, tenant: str, feats: RequestFeatures | None, protocol: str, code: str,
                 service_s: float | None) -> None:
-        modality = feats.modality if feats is not None else "none"
+        modality = feats.modality if feats is not None else NO_MODALITY
         self.metrics.gateway_requests.labels(tenant, modality, protocol, code).inc()
         if feats is not None and service_s is not None:
             self.metrics.tenant_images.labels(tenant, modality).inc(len(feats.image_pixels))

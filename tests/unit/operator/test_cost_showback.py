@@ -179,7 +179,7 @@ def test_requests_refused_by_the_gateway_are_not_counted_as_requests_to_price() 
     """A request refused before any replica (tenant over budget 429, admission 503, gRPC RESOURCE_EXHAUSTED) cost
     no replica time: it must not lower USD per request (the requests query excludes those codes)."""
     q = showback_queries(600)
-    matcher = 'code!~"429|503|RESOURCE_EXHAUSTED"'
+    matcher = 'modality!="none",code!~"429|503|RESOURCE_EXHAUSTED"'
     assert q[REQUESTS_METRIC] == ("sum by (namespace, inferenceservice, tenant, modality) "
                                   f"(increase({REQUESTS_METRIC}{{{matcher}}}[600s]))")
     assert q[f"{RESETS_PREFIX}{REQUESTS_METRIC}"] == ("sum by (namespace, inferenceservice, tenant, modality) "
