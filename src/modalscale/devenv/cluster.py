@@ -530,8 +530,9 @@ class LocalCluster:
                     except RealNodeError as exc:
                         why = str(exc)
                     if why is not None:
-                        raise ClusterError(f"real-node-{i} did not start: {why} (real-node-0..{i - 1} run; "
-                                           "`modalscale cluster down` stops them)")
+                        running = ", ".join(f"real-node-{j}" for j in range(i))
+                        raise ClusterError(f"real-node-{i} did not start: {why} ({running} kept running; "
+                                           "`modalscale cluster down` stops every node)")
         if reason is not None and not reason.startswith("off ("):
             self.log(f"No real node: {reason}; the cluster runs KWOK-only (fake GPU nodes)")
         self._write_real_node_info(real_node_record(reason is None, reason, count, labels))

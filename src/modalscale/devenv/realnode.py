@@ -16,8 +16,8 @@ Layout:
   kubelet's root dir in ``/var/lib/modalscale/<hash>/kubelet`` (:func:`kubelet_root_dir`; on disk, not ``/run``,
   because pods' emptyDir volumes live there).
 - containerd's *root* (content store, snapshots, image metadata) is machine-wide,
-  ``<cache>/node/containerd-root``: imported images survive ``cluster down``/``up`` (the cached-image case),
-  and there is only one real node per machine anyway.
+  ``<cache>/node/containerd-root`` (node ``i``'s ``containerd-root-<i>``: two containerds cannot share one):
+  imported images survive ``cluster down``/``up`` (the cached-image case).
 - one cluster with real nodes per machine: node 0's ``cni0`` bridge and ``KUBE-``/``CNI-`` iptables chains are
   global. The owner is recorded in ``/run/modalscale/real-node.json`` (under a ``flock``); a second cluster while
   the owner's node runs gets KWOK only, with a message naming the owner.
