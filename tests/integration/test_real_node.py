@@ -458,8 +458,8 @@ def test_up_again_keeps_relabels_and_shrinks_the_real_nodes_images_reach_each_an
     """Two real nodes (node 1 Spot, priced as an L4), then ``up`` again: with no real-node argument both nodes stay
     recorded and untouched; with no labels node 1 loses its Spot and GPU labels and its Spot taint; with one node
     node 1 goes (processes, Node object, namespace) and node 0 gets the whole share back. Each node's allocatable
-    is its share of the machine; an imported image is in each node's containerd. Last, node 1 cannot start (its
-    veth's name is taken): ``up`` fails naming it, node 0 keeps running and is recorded, and ``down`` leaves
+    is its share of the machine; an imported image is in each node's containerd. Last, node 1 cannot start (a
+    file where its state dir goes): ``up`` fails naming it, node 0 keeps running and is recorded, and ``down`` leaves
     nothing."""
     from kubernetes.utils import parse_quantity
 
@@ -479,8 +479,6 @@ def test_up_again_keeps_relabels_and_shrinks_the_real_nodes_images_reach_each_an
     names = ["real-node-0", "real-node-1"]
     one = node_reserve(os.cpu_count() or 1, _memory_bytes())
     pool_m = (os.cpu_count() or 1) * 1000 - int(one["kubeReserved"]["cpu"][:-1])
-    veth1 = RealNode(c.workdir, index=1).layout.veth_host
-    assert veth1
     try:
         try:
             c.up(nodes=0, real_node=True, real_nodes=2,
@@ -530,9 +528,11 @@ def test_up_again_keeps_relabels_and_shrinks_the_real_nodes_images_reach_each_an
                 == {k: [] for k in ("node_netns", "node_links", "node_routes", "node_cgroups", "node_dirs")}, left
             wait_for(lambda: cpu_m("real-node-0") == pool_m or None, 60, "node 0's allocatable back to the pool")
 
-            # Node 1 fails to start: `up` names it; node 0 runs and every node stays recorded for `down`.
-            subprocess.run(["ip", "link", "add", veth1, "type", "dummy"], check=True)
-            with pytest.raises(ClusterError, match="real-node-1 did not start"):
+            # Node 1 fails to start (a file where its containerd state dir goes, which its own cleanup leaves):
+            # `up` names it; node 0 runs and every node stays recorded for `down`.
+            shutil.rmtree(c.workdir / "node-1" / "containerd")
+            (c.workdir / "node-1" / "containerd").write_text("not a directory")
+            with pytest.raises(ClusterError, match="real-node-1 did not start: NotADirectoryError"):
                 c.up(nodes=0, real_nodes=2)
             assert c.real_node_names == names and c.real_node_count == 2
             st = c.real_node_status()
@@ -540,7 +540,6 @@ def test_up_again_keeps_relabels_and_shrinks_the_real_nodes_images_reach_each_an
             assert not c.has_real_node
         finally:
             stopped = c.down()
-            subprocess.run(["ip", "link", "del", veth1], capture_output=True, check=False)
         assert "kubelet" in stopped
         assert _left_behind(c.workdir) == CLEAN
     finally:

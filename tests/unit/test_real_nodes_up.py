@@ -156,3 +156,21 @@ def test_rmdir_tree_removes_empty_dirs_deepest_first_and_keeps_what_is_in_use(tm
     _rmdir_tree(top)
     assert not top.exists()
     _rmdir_tree(top)  # absent: nothing to do
+
+
+@pytest.mark.parametrize("member", ["index.json", "./index.json"])
+def test_archive_digest_reads_index_json_with_or_without_a_dot_prefix(tmp_path: Path, member: str) -> None:
+    """The node's busybox archive (``tar cf -C layout .``) names it ``./index.json``: import_into_cluster failed
+    with KeyError on it."""
+    import io
+    import json
+    import tarfile
+
+    from modalscale.devenv.images import archive_digest
+
+    data = json.dumps({"manifests": [{"digest": "sha256:abc"}]}).encode()
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        info = tarfile.TarInfo(member)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    assert archive_digest(tmp_path / "a.tar") == "sha256:abc"

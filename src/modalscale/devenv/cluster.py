@@ -527,8 +527,8 @@ class LocalCluster:
                     try:
                         why = RealNode(self.workdir, log=self.log, index=i, labels=labels.get(i), nodes=count).start(
                             self.kubeconfig, ca, api)
-                    except RealNodeError as exc:
-                        why = str(exc)
+                    except (RealNodeError, OSError, subprocess.SubprocessError) as exc:  # it stopped itself
+                        why = f"{type(exc).__name__}: {exc}"
                     if why is not None:
                         running = ", ".join(f"real-node-{j}" for j in range(i))
                         raise ClusterError(f"real-node-{i} did not start: {why} ({running} kept running; "

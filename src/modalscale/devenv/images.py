@@ -897,9 +897,13 @@ def build_images(names: Sequence[str] | None = None, log: Log = print, repo: Pat
 
 # ---------------------------------------------------------------------------------------------- import
 def archive_digest(archive: Path) -> str:
-    """Digest of the image manifest in an OCI archive (what containerd records as the image's target)."""
+    """Digest of the image manifest in an OCI archive (what containerd records as the image's target).
+
+    The archive's ``index.json`` may be named ``./index.json`` (``tar cf x.tar -C layout .``, how the real node's
+    pause and busybox archives are made)."""
     with tarfile.open(archive) as tar:
-        fh = tar.extractfile("index.json")
+        names = set(tar.getnames())
+        fh = tar.extractfile("index.json" if "index.json" in names else "./index.json")
         assert fh is not None
         return str(json.loads(fh.read())["manifests"][0]["digest"])
 

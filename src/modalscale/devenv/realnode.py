@@ -955,14 +955,23 @@ state = "{lay.containerd_state}"
         (the kubelet sets them only when it registers the Node; one kept in etcd from an earlier ``up`` keeps its
         old ones, and one an earlier ``up`` labelled Spot stays Spot unless they are removed here)."""
         from kubernetes import client
+        from kubernetes.client.rest import ApiException
 
         core = client.CoreV1Api(api)
-        node = core.read_node(self.name)
-        have = [core.api_client.sanitize_for_serialization(t) for t in node.spec.taints or []]
-        body = node_label_patch(node.metadata.labels or {}, have, self.labels, self._extra_taints())
-        if body is not None:
-            body["metadata"]["resourceVersion"] = node.metadata.resource_version  # a concurrent write conflicts
-            core.patch_node(self.name, body)
+        for attempt in range(5):
+            node = core.read_node(self.name)
+            have = [core.api_client.sanitize_for_serialization(t) for t in node.spec.taints or []]
+            body = node_label_patch(node.metadata.labels or {}, have, self.labels, self._extra_taints())
+            if body is None:
+                return
+            # The taints are replaced as a whole: a concurrent write (the kubelet's status) is a conflict, retried.
+            body["metadata"]["resourceVersion"] = node.metadata.resource_version
+            try:
+                core.patch_node(self.name, body)
+                return
+            except ApiException as exc:
+                if exc.status != 409 or attempt == 4:
+                    raise
 
     def _node_ready(self, api: Any, since: float) -> bool:
         """Ready=True posted after ``since`` (epoch s): a Node kept in etcd from an earlier run says Ready too."""
