@@ -59,9 +59,10 @@ def real(real_node_cluster: LocalCluster) -> Iterator[LocalCluster]:
 
 
 def _pod(name: str, image: str, command: list[str], policy: str = "IfNotPresent",
-         labels: dict[str, str] | None = None, ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+         labels: dict[str, str] | None = None, ports: list[dict[str, Any]] | None = None,
+         cpu: str = "500m") -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": image, "imagePullPolicy": policy, "command": command,
-                                 "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}
+                                 "resources": {"limits": {"cpu": cpu, "memory": "64Mi"}}}
     if ports:
         container["ports"] = ports
     return {"apiVersion": "v1", "kind": "Pod",
@@ -401,8 +402,9 @@ def test_two_real_nodes_serve_each_others_pods_through_services_and_down_leaves_
             script = "mkdir -p /www && echo served-by-$(hostname) > /www/index.html && exec httpd -f -p 8080 -h /www"
             ips = {}
             for i, node in enumerate(names):
+                # 200m: two pods on each node fit its share of a 2-core machine (750m: node_reserve).
                 pod = _pod(f"web-{i}", BUSYBOX_IMAGE, ["sh", "-c", script],
-                           ports=[{"name": "http", "containerPort": 8080}])
+                           ports=[{"name": "http", "containerPort": 8080}], cpu="200m")
                 pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
                 pod["spec"]["tolerations"].append(dict(SPOT_TOLERATION))
                 core.create_namespaced_pod(NS, pod)
@@ -414,7 +416,7 @@ def test_two_real_nodes_serve_each_others_pods_through_services_and_down_leaves_
                 # busybox-static's wget segfaults on these machines (on the host too); its nc works.
                 fetch = (f"until printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ips[1 - i]} 80 "
                          "| grep served-by; do sleep 1; done; exec sleep 3600")
-                pod = _pod(f"client-{i}", BUSYBOX_IMAGE, ["sh", "-c", fetch])
+                pod = _pod(f"client-{i}", BUSYBOX_IMAGE, ["sh", "-c", fetch], cpu="200m")
                 pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
                 pod["spec"]["tolerations"].append(dict(SPOT_TOLERATION))
                 core.create_namespaced_pod(NS, pod)
@@ -446,6 +448,100 @@ def test_two_real_nodes_serve_each_others_pods_through_services_and_down_leaves_
         assert _left_behind(two.workdir) == CLEAN
         assert _in_namespaces(node_ns) == []
         assert not RealNode(two.workdir, index=1).any_running()
+    finally:
+        real.up(nodes=2, real_node=True)
+    assert real.has_real_node
+
+
+def test_up_again_keeps_relabels_and_shrinks_the_real_nodes_images_reach_each_and_a_failed_node_is_known(
+        real: LocalCluster, tmp_path: Path) -> None:
+    """Two real nodes (node 1 Spot, priced as an L4), then ``up`` again: with no real-node argument both nodes stay
+    recorded and untouched; with no labels node 1 loses its Spot and GPU labels and its Spot taint; with one node
+    node 1 goes (processes, Node object, namespace) and node 0 gets the whole share back. Each node's allocatable
+    is its share of the machine; an imported image is in each node's containerd. Last, node 1 cannot start (a
+    file where its state dir goes): ``up`` fails naming it, node 0 keeps running and is recorded, and ``down`` leaves
+    nothing."""
+    from kubernetes.utils import parse_quantity
+
+    from modalscale.api.capacity import CAPACITY_TYPE_LABEL
+    from modalscale.devenv.cluster import ClusterError
+    from modalscale.devenv.images import BuiltImage, import_into_cluster
+    from modalscale.devenv.realnode import (
+        GPU_PRODUCT_LABEL,
+        _memory_bytes,
+        ensure_node_images,
+        node_addresses,
+        node_reserve,
+    )
+
+    real.stop_real_node()
+    c = LocalCluster(tmp_path / "again", log=lambda m: print(m, flush=True))
+    names = ["real-node-0", "real-node-1"]
+    one = node_reserve(os.cpu_count() or 1, _memory_bytes())
+    pool_m = (os.cpu_count() or 1) * 1000 - int(one["kubeReserved"]["cpu"][:-1])
+    try:
+        try:
+            c.up(nodes=0, real_node=True, real_nodes=2,
+                 real_node_labels={1: {CAPACITY_TYPE_LABEL: "spot", GPU_PRODUCT_LABEL: "nvidia-l4"}})
+            core = client.CoreV1Api(c.api_client())
+
+            def cpu_m(node: str) -> int:
+                return int(parse_quantity(core.read_node(node).status.allocatable["cpu"]) * 1000)
+
+            # Each node its share: together no more than the one node's pool (they used to report it each).
+            assert [cpu_m(n) for n in names] == [pool_m // 2] * 2
+            mem = [parse_quantity(core.read_node(n).status.allocatable["memory"]) for n in names]
+            assert sum(mem) <= _memory_bytes() - parse_quantity(one["kubeReserved"]["memory"]), mem
+
+            # An image reaches every node's containerd (node 1 used to have only pause and busybox).
+            tar = ensure_node_images()[BUSYBOX_IMAGE]
+            image = BuiltImage(name="import-test", ref="modalscale/import-test:1",
+                               full_ref="docker.io/modalscale/import-test:1", archive=str(tar), size_bytes=0,
+                               unpacked_bytes=0, input_hash="", build_s=0.0, cached=True)
+            import_into_cluster(image, c.workdir, log=lambda m: print(m, flush=True))
+            addresses = node_addresses(c.workdir)
+            assert addresses == [containerd_address(c.workdir), RealNode(c.workdir, index=1).address]
+            assert all(image.full_ref in list_images(c.workdir, a) for a in addresses)
+
+            # `up` again without real-node arguments: both nodes stay, recorded, untouched, still labelled.
+            before = c.real_node_status()
+            c.up(nodes=0)
+            assert c.real_node_names == names and c.real_node_status() == before and c.has_real_node
+            assert core.read_node("real-node-1").metadata.labels[CAPACITY_TYPE_LABEL] == "spot"
+
+            # Labels no longer asked for go, with the Spot taint.
+            c.up(nodes=0, real_nodes=2, real_node_labels={})
+            n1 = core.read_node("real-node-1")
+            assert CAPACITY_TYPE_LABEL not in n1.metadata.labels and GPU_PRODUCT_LABEL not in n1.metadata.labels
+            assert [(t.key, t.value) for t in n1.spec.taints] == [(NODE_TYPE_LABEL, "real")]
+            assert c.has_real_node
+
+            # One node: node 1 goes, node 0's kubelet restarts with the whole pool.
+            c.up(nodes=0, real_nodes=1)
+            assert c.real_node_names == ["real-node-0"] and c.has_real_node
+            with pytest.raises(ApiException) as gone:
+                core.read_node("real-node-1")
+            assert gone.value.status == 404
+            assert not RealNode(c.workdir, index=1).any_running()
+            left = _left_behind(c.workdir)
+            assert {k: left[k] for k in ("node_netns", "node_links", "node_routes", "node_cgroups", "node_dirs")} \
+                == {k: [] for k in ("node_netns", "node_links", "node_routes", "node_cgroups", "node_dirs")}, left
+            wait_for(lambda: cpu_m("real-node-0") == pool_m or None, 60, "node 0's allocatable back to the pool")
+
+            # Node 1 fails to start (a file where its containerd state dir goes, which its own cleanup leaves):
+            # `up` names it; node 0 runs and every node stays recorded for `down`.
+            shutil.rmtree(c.workdir / "node-1" / "containerd")
+            (c.workdir / "node-1" / "containerd").write_text("not a directory")
+            with pytest.raises(ClusterError, match="real-node-1 did not start: NotADirectoryError"):
+                c.up(nodes=0, real_nodes=2)
+            assert c.real_node_names == names and c.real_node_count == 2
+            st = c.real_node_status()
+            assert all(st["processes"].values()) and not any(st["nodes"]["real-node-1"].values()), st
+            assert not c.has_real_node
+        finally:
+            stopped = c.down()
+        assert "kubelet" in stopped
+        assert _left_behind(c.workdir) == CLEAN
     finally:
         real.up(nodes=2, real_node=True)
     assert real.has_real_node

@@ -18,6 +18,7 @@ from modalscale.devenv import cluster_cli
 
 class RecordingCluster:
     calls: list[dict[str, Any]] = []
+    real_node_count = 1  # what cluster.json records
 
     def __init__(self, workdir: Path | None, log: Any = None) -> None:
         self.kubeconfig = Path("/nonexistent/kubeconfig")
@@ -58,7 +59,10 @@ def test_cluster_up_passes_real_nodes_and_their_labels_and_refuses_bad_ones(
     monkeypatch.setattr(cluster_cli, "LocalCluster", RecordingCluster)
     RecordingCluster.calls = []
     assert cluster_cli._up(parse("up")) == 0
-    assert RecordingCluster.calls[-1]["real_nodes"] == 1 and RecordingCluster.calls[-1]["real_node_labels"] == {}
+    # No real-node flag: the cluster keeps its nodes and their labels (LocalCluster.up reads its record).
+    assert RecordingCluster.calls[-1]["real_nodes"] is None and RecordingCluster.calls[-1]["real_node_labels"] is None
+    assert cluster_cli._up(parse("up", "--real-nodes", "2")) == 0
+    assert RecordingCluster.calls[-1]["real_nodes"] == 2 and RecordingCluster.calls[-1]["real_node_labels"] == {}
     assert cluster_cli._up(parse("up", "--real-nodes", "2", "--spot-real-node", "1",
                                  "--real-node-gpu", "1=nvidia-l4")) == 0
     call = RecordingCluster.calls[-1]
@@ -78,3 +82,17 @@ def test_the_summary_names_every_real_node() -> None:
     assert cluster_cli.real_node_summary({"enabled": True}) == "real node: real-node-0"
     assert cluster_cli.real_node_summary({"enabled": True, "nodes": {"real-node-1": {}}}) == \
         "real nodes: real-node-0, real-node-1"
+
+
+def test_label_flags_alone_apply_to_the_recorded_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``up --spot-real-node 1`` on a cluster that runs 2 real nodes: node 1 is Spot, the count stays (None)."""
+
+    class TwoNodes(RecordingCluster):
+        real_node_count = 2
+
+    monkeypatch.setattr(cluster_cli, "LocalCluster", TwoNodes)
+    RecordingCluster.calls = []
+    assert cluster_cli._up(parse("up", "--spot-real-node", "1")) == 0
+    (call,) = RecordingCluster.calls
+    assert call["real_nodes"] is None and call["real_node_labels"] == {1: {"karpenter.sh/capacity-type": "spot"}}
+    assert cluster_cli._up(parse("up", "--real-nodes", "1", "--spot-real-node", "1")) == 2

@@ -430,11 +430,12 @@ class Demo:
         """Build the CPU runtime image (cached by content hash; started early by :meth:`start_builds` when it
         ran) and import it into the real node's containerd."""
         from modalscale.devenv.images import build_images, import_into_cluster, runtime_cpu_reference
-        from modalscale.devenv.realnode import list_images, normalize_image_ref
+        from modalscale.devenv.realnode import list_images, node_addresses, normalize_image_ref
 
         if os.environ.get(REUSE_IMAGE_ENV) == "1":
             ref = runtime_cpu_reference()
-            if normalize_image_ref(ref) in list_images(self.cluster.workdir):
+            addresses = node_addresses(self.cluster.workdir)  # every real node's containerd
+            if addresses and all(normalize_image_ref(ref) in list_images(self.cluster.workdir, a) for a in addresses):
                 self.image_ref = ref
                 self.say(f"{REUSE_IMAGE_ENV}=1: reusing {ref} as already imported into the real node's containerd "
                          "(it may predate the working tree; nothing was built)")

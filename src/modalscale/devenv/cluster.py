@@ -157,6 +157,44 @@ def apiserver_args(binary: str, cfg: ClusterConfig, pki: Path, pod_ip: str | Non
     ]
 
 
+def real_node_request(record: dict[str, Any], count: int | None,
+                      labels: dict[int, dict[str, str]] | None) -> tuple[int, dict[int, dict[str, str]]]:
+    """How many real nodes ``up`` runs and their labels (pure): what it was asked, else what the cluster records.
+
+    Args:
+        record: ``cluster.json``'s ``realNode`` entry (``count``, ``labels`` keyed by the index as a string; ``{}``
+            before the first ``up``).
+        count: ``--real-nodes``, or None to keep the recorded count (1 when none is recorded).
+        labels: Labels by node index (:func:`modalscale.devenv.realnode.real_node_labels`), or None to keep the
+            recorded ones (those of nodes that are no longer wanted dropped).
+    Returns:
+        ``(count, labels)``.
+    Raises:
+        ValueError: ``count`` out of 1..8, or a label for a node index >= ``count`` (the message names the flag).
+    """
+    from modalscale.devenv.nodelayout import check_real_node_count
+
+    wanted = count if count is not None else int(record.get("count") or 1)
+    check_real_node_count(wanted)
+    if labels is None:
+        labels = {int(i): dict(v) for i, v in (record.get("labels") or {}).items() if int(i) < wanted}
+    for i in labels:
+        if not 0 <= i < wanted:
+            raise ValueError(f"real node {i} has labels but real nodes are numbered 0..{wanted - 1} "
+                             f"(--real-nodes {wanted})")
+    return wanted, {i: dict(v) for i, v in sorted(labels.items()) if v}
+
+
+def real_node_record(enabled: bool, reason: str | None, count: int,
+                     labels: dict[int, dict[str, str]]) -> dict[str, Any]:
+    """``cluster.json``'s ``realNode`` entry: whether the real nodes run (``reason`` why not), how many this
+    cluster runs (``count``: nodes 0..count-1; written before node 1 starts, so that ``status``, ``stop_real_node``
+    and a later ``up`` know every node one that fails midway left running) and their labels (keys: the index as a
+    string, JSON's only key type)."""
+    return {"enabled": enabled, "reason": reason, "count": count,
+            **({"labels": {str(i): v for i, v in sorted(labels.items())}} if labels else {})}
+
+
 class ClusterError(RuntimeError):
     """The local control plane could not be started or did not become ready; the message names the log."""
 
@@ -342,6 +380,11 @@ class LocalCluster:
             all(p.values()) for p in st.get("nodes", {}).values())
 
     @property
+    def real_node_count(self) -> int:
+        """How many real nodes this cluster runs or, stopped, ran last (``cluster.json``; 1 before any)."""
+        return int(self._real_node_info().get("count") or 1)
+
+    @property
     def real_node_names(self) -> list[str]:
         """Names of the real nodes ``up`` started (``[]`` when none): ``real-node-0`` .. ``real-node-<N-1>``."""
         st = self.real_node_status()
@@ -350,7 +393,7 @@ class LocalCluster:
     # ------------------------------------------------------------------ up
     def up(self, nodes: int = 2, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
            binaries: Binaries | None = None, timeout_s: float = 120.0, real_node: bool | None = None,
-           spot_nodes: int = 0, real_node_off_reason: str | None = None, real_nodes: int = 1,
+           spot_nodes: int = 0, real_node_off_reason: str | None = None, real_nodes: int | None = None,
            real_node_labels: dict[int, dict[str, str]] | None = None) -> None:
         """Start the control plane (idempotent: running components are left alone) and create fake GPU nodes.
 
@@ -370,8 +413,11 @@ class LocalCluster:
                 :meth:`real_node_status` (default ``--no-real-node``).
             real_nodes: How many real nodes (1..8) when the real node runs: ``real-node-0`` in the machine's
                 network namespace, ``real-node-<i>`` each in namespaces of its own
-                (:mod:`modalscale.devenv.nodelayout`).
-            real_node_labels: Extra labels by node index (:func:`modalscale.devenv.realnode.real_node_labels`).
+                (:mod:`modalscale.devenv.nodelayout`). None: as many as the cluster records (1 at first). Nodes
+                beyond it that this cluster runs are stopped and their Node objects deleted.
+            real_node_labels: Extra labels by node index (:func:`modalscale.devenv.realnode.real_node_labels`);
+                a managed label (:data:`modalscale.devenv.realnode.MANAGED_NODE_LABELS`) a node has and this
+                lacks is removed, with its Spot taint. None: the recorded labels.
         Raises:
             ClusterError: A component exited, the apiserver was not ready in time, or ``real_node=True`` on a
                 machine without what the node needs (the message names the missing pieces).
@@ -441,41 +487,80 @@ class LocalCluster:
         if spot_nodes:
             self.ensure_gpu_nodes(spot_nodes, gpus_per_node, gpu_type, prefix=SPOT_NODE_PREFIX, spot=True)
         self._wait(lambda: self._default_service_account_ready(), "namespace default", 60)
-        self._up_real_node(real_node, real_node_off_reason, real_nodes, real_node_labels or {})
+        self._up_real_node(real_node, real_node_off_reason, real_nodes, real_node_labels)
 
-    def _up_real_node(self, wanted: bool | None, off_reason: str | None = None, count: int = 1,
+    def _up_real_node(self, wanted: bool | None, off_reason: str | None = None, count: int | None = None,
                       labels: dict[int, dict[str, str]] | None = None) -> None:
-        from modalscale.devenv.nodelayout import MAX_REAL_NODES
-        from modalscale.devenv.realnode import RealNode, RealNodeError, machine_support, real_node_plan
-
-        labels = labels or {}
-        if not 1 <= count <= MAX_REAL_NODES:
-            raise ClusterError(f"--real-nodes must be within 1..{MAX_REAL_NODES}, got {count}")
+        from modalscale.devenv.realnode import (
+            RealNode,
+            RealNodeError,
+            extra_node_indices,
+            machine_support,
+            real_node_plan,
+        )
 
         try:
+            count, labels = real_node_request(self._real_node_info(), count, labels)
             start, reason = real_node_plan(wanted, os.environ.get(REAL_NODE_ENV, ""),
                                            [] if wanted is False else machine_support())
-        except RealNodeError as exc:
+        except (ValueError, RealNodeError) as exc:
             raise ClusterError(str(exc)) from exc
         if wanted is False and off_reason:
             reason = f"off ({off_reason})"
         if start:
+            ca, api = self.workdir / "pki" / "ca.crt", self.api_client()
+            # An explicit smaller --real-nodes: the nodes beyond it go (their Node objects too).
+            for i in [i for i in extra_node_indices(self.workdir) if i >= count]:
+                RealNode(self.workdir, log=self.log, index=i).stop()
+                self._delete_nodes([f"real-node-{i}"])
             try:
-                reason = RealNode(self.workdir, log=self.log, labels=labels.get(0)).start(
-                    self.kubeconfig, self.workdir / "pki" / "ca.crt", self.api_client())
-                for i in range(1, count if reason is None else 1):
-                    why = RealNode(self.workdir, log=self.log, index=i, labels=labels.get(i)).start(
-                        self.kubeconfig, self.workdir / "pki" / "ca.crt", self.api_client())
-                    if why is not None:
-                        raise RealNodeError(why)
+                reason = RealNode(self.workdir, log=self.log, labels=labels.get(0), nodes=count).start(
+                    self.kubeconfig, ca, api)
             except RealNodeError as exc:
+                self._write_real_node_info(real_node_record(False, f"did not start: {exc}", count, labels))
                 raise ClusterError(f"the real node did not start: {exc}") from exc
+            if reason is None:
+                # Recorded before node 1 starts: one that fails leaves the nodes before it running, and `status`,
+                # `stop_real_node` and the next `up` must know them (`down` finds every node by its dir anyway).
+                self._write_real_node_info(real_node_record(True, None, count, labels))
+                for i in range(1, count):
+                    try:
+                        why = RealNode(self.workdir, log=self.log, index=i, labels=labels.get(i), nodes=count).start(
+                            self.kubeconfig, ca, api)
+                    except (RealNodeError, OSError, subprocess.SubprocessError) as exc:  # it stopped itself
+                        why = f"{type(exc).__name__}: {exc}"
+                    if why is not None:
+                        running = ", ".join(f"real-node-{j}" for j in range(i))
+                        raise ClusterError(f"real-node-{i} did not start: {why} ({running} kept running; "
+                                           "`modalscale cluster down` stops every node)")
         if reason is not None and not reason.startswith("off ("):
             self.log(f"No real node: {reason}; the cluster runs KWOK-only (fake GPU nodes)")
+        self._write_real_node_info(real_node_record(reason is None, reason, count, labels))
+
+    def _real_node_info(self) -> dict[str, Any]:
+        """``cluster.json``'s ``realNode`` entry (:func:`real_node_record`; ``{}`` before the first ``up``)."""
+        cfg = self.load_config()
+        return dict((cfg.extra if cfg else {}).get("realNode") or {})
+
+    def _write_real_node_info(self, info: dict[str, Any]) -> None:
         cfg = self._config()
-        cfg.extra["realNode"] = {"enabled": reason is None, "reason": reason,
-                                 **({"count": count} if reason is None and count > 1 else {})}
+        cfg.extra["realNode"] = info
         (self.workdir / "cluster.json").write_text(json.dumps(asdict(cfg), indent=2))
+
+    def _delete_nodes(self, names: list[str]) -> None:
+        """Delete these Node objects (absent ones are fine); nothing when the apiserver does not answer."""
+        if not names or not self.apiserver_ready():
+            return
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        core = client.CoreV1Api(self.api_client())
+        for name in names:
+            try:
+                core.delete_node(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
 
     def _default_service_account_ready(self) -> bool:
         # The ServiceAccount admission plugin is off, but the controller-manager still creates `default`
@@ -559,7 +644,8 @@ class LocalCluster:
         return stopped
 
     def stop_real_node(self) -> list[str]:
-        """Stop only the real node (the control plane and the KWOK nodes keep running); ``up`` starts it again.
+        """Stop only the real nodes (the control plane and the KWOK nodes keep running) and delete their Node
+        objects; ``up`` starts them again, as many as before with the same labels.
 
         Returns:
             The node components that were running.
@@ -568,20 +654,9 @@ class LocalCluster:
 
         names = self.real_node_names or ["real-node-0"]
         stopped = RealNode(self.workdir, log=self.log).stop()  # node 0 stops the others first
-        cfg = self.load_config()
-        if cfg is not None:
-            cfg.extra["realNode"] = {"enabled": False, "reason": "stopped"}
-            (self.workdir / "cluster.json").write_text(json.dumps(asdict(cfg), indent=2))
-        if self.apiserver_ready():
-            from kubernetes import client
-            from kubernetes.client.rest import ApiException
-
-            for name in names:
-                try:  # its pods are gone with it; the scheduler must not count on it
-                    client.CoreV1Api(self.api_client()).delete_node(name)
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
+        if self.load_config() is not None:
+            self._write_real_node_info({**self._real_node_info(), "enabled": False, "reason": "stopped"})
+        self._delete_nodes(names)  # their pods are gone with them; the scheduler must not count on them
         return stopped
 
     # ------------------------------------------------------------------ clients and nodes

@@ -12,6 +12,7 @@ from typing import Any
 
 from modalscale.devenv.binaries import BuildError, ensure_binaries, tool_dirs
 from modalscale.devenv.cluster import ClusterError, LocalCluster, default_workdir
+from modalscale.devenv.nodelayout import MAX_REAL_NODES, check_real_node_count
 
 
 def add_parser(sub: Any) -> None:
@@ -31,15 +32,19 @@ def add_parser(sub: Any) -> None:
                     help="also run a real kubelet node (containerd, runc, CNI bridge, kube-proxy); default: on where "
                          "the machine supports it (root, containerd, runc, CNI plugins, cgroup controllers), "
                          "otherwise KWOK-only with a message naming what is missing")
-    up.add_argument("--real-nodes", type=int, default=1, metavar="N",
-                    help="real kubelet nodes real-node-0..N-1 when the real node runs (default 1; at most 8): node 0 "
-                         "in the machine's network namespace, each other one in network and mount namespaces of its "
-                         "own with its own containerd, kubelet, kube-proxy, pod CIDR 10.<88+i>.0.0/16 and routes")
+    up.add_argument("--real-nodes", type=int, default=None, metavar="N",
+                    help=f"real kubelet nodes real-node-0..N-1 when the real node runs (1..{MAX_REAL_NODES}; default: "
+                         "as many as the cluster runs, 1 at first; a smaller N stops the nodes beyond it): node 0 in "
+                         "the machine's network namespace, each other one in network and mount namespaces of its "
+                         "own with its own containerd, kubelet, kube-proxy, pod CIDR 10.<88+i>.0.0/16 and routes; "
+                         "each node's allocatable is its share of the machine")
     up.add_argument("--spot-real-node", type=int, action="append", default=[], metavar="I",
                     help="mark real node I Spot: label and taint karpenter.sh/capacity-type=spot (repeatable)")
     up.add_argument("--real-node-gpu", action="append", default=[], metavar="I=PRODUCT",
                     help="label real node I nvidia.com/gpu.product=PRODUCT, what the cost model prices it as "
-                         "(repeatable; the node has no GPU device)")
+                         "(repeatable; the node has no GPU device). With any of --real-nodes, --spot-real-node and "
+                         "--real-node-gpu the nodes get exactly the Spot and GPU labels given (others are removed); "
+                         "with none of them they keep theirs")
     up.set_defaults(func=_up)
     down = csub.add_parser("down", help="stop exactly the processes `up` started")
     down.set_defaults(func=_down)
@@ -64,14 +69,17 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     from modalscale.devenv.realnode import real_node_labels
 
+    cluster = LocalCluster(args.workdir, log=_log)
+    labels = None  # none of the real-node flags: the nodes keep their count and labels
     try:
-        labels = real_node_labels(args.real_nodes, args.spot_real_node, args.real_node_gpu)
-        if not 1 <= args.real_nodes <= 8:
-            raise ValueError(f"--real-nodes must be within 1..8, got {args.real_nodes}")
+        if args.real_nodes is not None:
+            check_real_node_count(args.real_nodes)
+        if args.real_nodes is not None or args.spot_real_node or args.real_node_gpu:
+            count = args.real_nodes if args.real_nodes is not None else cluster.real_node_count
+            labels = real_node_labels(count, args.spot_real_node, args.real_node_gpu)
     except ValueError as exc:
         _log(str(exc))
         return 2
-    cluster = LocalCluster(args.workdir, log=_log)
     started = time.monotonic()
     try:
         cluster.up(nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_type=args.gpu_type,

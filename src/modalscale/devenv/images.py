@@ -897,19 +897,27 @@ def build_images(names: Sequence[str] | None = None, log: Log = print, repo: Pat
 
 # ---------------------------------------------------------------------------------------------- import
 def archive_digest(archive: Path) -> str:
-    """Digest of the image manifest in an OCI archive (what containerd records as the image's target)."""
+    """Digest of the image manifest in an OCI archive (what containerd records as the image's target).
+
+    The archive's ``index.json`` may be named ``./index.json`` (``tar cf x.tar -C layout .``, how the real node's
+    pause and busybox archives are made)."""
     with tarfile.open(archive) as tar:
-        fh = tar.extractfile("index.json")
+        names = set(tar.getnames())
+        fh = tar.extractfile("index.json" if "index.json" in names else "./index.json")
         assert fh is not None
         return str(json.loads(fh.read())["manifests"][0]["digest"])
 
 
-def imported_digest(workdir: Path, full_ref: str) -> str | None:
-    """Target digest of ``full_ref`` in the real node's containerd (``k8s.io`` namespace), None if absent."""
-    from modalscale.devenv.realnode import K8S_NAMESPACE, containerd_address
+def imported_digest(workdir: Path, full_ref: str, address: Path | None = None) -> str | None:
+    """Target digest of ``full_ref`` in the real node's containerd (``k8s.io`` namespace), None if absent.
 
-    proc = subprocess.run(["ctr", "--address", str(containerd_address(workdir)), "-n", K8S_NAMESPACE, "images",
-                           "ls", f"name=={full_ref}"], capture_output=True, text=True, check=False)
+    Args:
+        address: The containerd socket of another real node than node 0 (:func:`realnode.node_addresses`).
+    """
+    from modalscale.devenv.realnode import ctr_command
+
+    proc = subprocess.run([*ctr_command(workdir, address), "images", "ls", f"name=={full_ref}"],
+                          capture_output=True, text=True, check=False)
     lines = proc.stdout.splitlines()
     if proc.returncode != 0 or len(lines) < 2:
         return None
@@ -918,27 +926,31 @@ def imported_digest(workdir: Path, full_ref: str) -> str | None:
 
 
 def import_into_cluster(image: BuiltImage, workdir: Path | str | None = None, log: Log = print) -> float:
-    """Load ``image`` into the real node of the local cluster at ``workdir`` under its full name.
+    """Load ``image`` into every real node of the local cluster at ``workdir`` under its full name: node 0's
+    containerd and each other node's own (``cluster up --real-nodes N``; a pod of it may land on any of them).
 
-    Skips the import when containerd already holds that name at the archive's manifest digest.
+    Skips a node whose containerd already holds that name at the archive's manifest digest.
 
     Returns:
-        Seconds spent (about 0 when it was already there).
+        Seconds spent on all nodes (about 0 when it was already everywhere).
     Raises:
-        ImageBuildError: The cluster has no running real node, or the import failed.
+        ImageBuildError: The cluster has no running real node, or an import failed (the message names the node's
+            socket).
     """
     from modalscale.devenv.cluster import default_workdir
-    from modalscale.devenv.realnode import RealNodeError, containerd_address, import_image
+    from modalscale.devenv.realnode import RealNodeError, containerd_address, import_image, node_addresses
 
     workdir = Path(getattr(workdir, "workdir", workdir) or default_workdir())
     if not containerd_address(workdir).exists():
         raise ImageBuildError(f"no real node runs in {workdir}: start one with `modalscale cluster up --real-node`")
     started = time.monotonic()
     archive = Path(image.archive)
-    if imported_digest(workdir, image.full_ref) == archive_digest(archive):
-        return time.monotonic() - started
-    try:
-        import_image(workdir, archive, [image.ref], log=log)
-    except RealNodeError as exc:
-        raise ImageBuildError(f"importing {image.full_ref}: {exc}") from exc
+    digest = archive_digest(archive)
+    for address in node_addresses(workdir):
+        if imported_digest(workdir, image.full_ref, address) == digest:
+            continue
+        try:
+            import_image(workdir, archive, [image.ref], log=log, address=address)
+        except RealNodeError as exc:
+            raise ImageBuildError(f"importing {image.full_ref} into the containerd at {address}: {exc}") from exc
     return time.monotonic() - started

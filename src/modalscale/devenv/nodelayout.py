@@ -49,6 +49,16 @@ TRANSIT_NET = "10.87.0.0/16"
 NODE_NAME_PREFIX = "real-node-"
 
 
+def check_real_node_count(count: int) -> None:
+    """Refuse a real-node count outside 1 .. :data:`MAX_REAL_NODES` (``cluster up --real-nodes``).
+
+    Raises:
+        ValueError: ``--real-nodes must be within 1..8, got <count>``.
+    """
+    if not 1 <= count <= MAX_REAL_NODES:
+        raise ValueError(f"--real-nodes must be within 1..{MAX_REAL_NODES}, got {count}")
+
+
 def workdir_digest(workdir: Path | str) -> str:
     """12 hex characters naming the cluster at ``workdir`` in short machine-wide paths (socket paths have at most
     107 bytes; interface names 15)."""
@@ -151,8 +161,7 @@ def cluster_layouts(workdir: Path | str, count: int, cache: Path) -> list[NodeLa
     Raises:
         ValueError: ``count`` is not within 1 .. :data:`MAX_REAL_NODES`.
     """
-    if not 1 <= count <= MAX_REAL_NODES:
-        raise ValueError(f"--real-nodes must be within 1..{MAX_REAL_NODES}, got {count}")
+    check_real_node_count(count)
     return [node_layout(workdir, i, cache) for i in range(count)]
 
 

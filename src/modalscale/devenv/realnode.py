@@ -16,8 +16,8 @@ Layout:
   kubelet's root dir in ``/var/lib/modalscale/<hash>/kubelet`` (:func:`kubelet_root_dir`; on disk, not ``/run``,
   because pods' emptyDir volumes live there).
 - containerd's *root* (content store, snapshots, image metadata) is machine-wide,
-  ``<cache>/node/containerd-root``: imported images survive ``cluster down``/``up`` (the cached-image case),
-  and there is only one real node per machine anyway.
+  ``<cache>/node/containerd-root`` (node ``i``'s ``containerd-root-<i>``: two containerds cannot share one):
+  imported images survive ``cluster down``/``up`` (the cached-image case).
 - one cluster with real nodes per machine: node 0's ``cni0`` bridge and ``KUBE-``/``CNI-`` iptables chains are
   global. The owner is recorded in ``/run/modalscale/real-node.json`` (under a ``flock``); a second cluster while
   the owner's node runs gets KWOK only, with a message naming the owner.
@@ -59,6 +59,7 @@ from modalscale.devenv.nodelayout import (
     LOCK_DIR,
     MAX_REAL_NODES,
     NodeLayout,
+    check_real_node_count,
     node_layout,
     node_routes,
     workdir_digest,
@@ -124,30 +125,43 @@ def normalize_image_ref(ref: str) -> str:
     return "/".join(parts) + (f"@{digest}" if sep else "")
 
 
-def node_reserve(cpus: int, memory_bytes: int) -> dict[str, dict[str, str]]:
-    """``kubeReserved``/``systemReserved`` of the kubelet: what the control plane and the host keep.
+def node_reserve(cpus: int, memory_bytes: int, nodes: int = 1) -> dict[str, dict[str, str]]:
+    """``kubeReserved``/``systemReserved`` of each real node's kubelet: what the control plane, the host and the
+    machine's other real nodes keep, so that each node's allocatable is its honest share of the machine.
 
     The control plane (etcd, apiserver, controller-manager, scheduler, KWOK, the operator and Prometheus when
     they run as processes) gets a quarter of the CPUs, at least 500m, and a quarter of the memory, at least
-    2 GiB; the host keeps 512 MiB more. At least 500m CPU and 1 GiB stay allocatable (one replica).
+    2 GiB (``kubeReserved``); the host keeps 512 MiB more (``systemReserved``). At least 500m CPU and 1 GiB stay
+    for pods. With ``nodes`` > 1 the real nodes share what is left: each one's ``systemReserved`` also holds the
+    other ``nodes - 1`` nodes' shares (rounded down to whole millicores and MiB), so the nodes' allocatables add
+    up to no more than the machine once, while each still reports the whole machine as its capacity (cAdvisor's).
+    ``nodes`` = 1 gives exactly the one-node reserve.
 
     Args:
         cpus: Logical CPUs of the machine.
         memory_bytes: Physical memory, bytes.
+        nodes: Real nodes running on the machine (``cluster up --real-nodes``), 1..8.
     Returns:
-        ``{"kubeReserved": {"cpu": "<m>m", "memory": "<Mi>Mi"}, "systemReserved": {"memory": "512Mi"}}``.
+        ``{"kubeReserved": {"cpu": "<m>m", "memory": "<Mi>Mi"}, "systemReserved": {"memory": "<Mi>Mi"}}``, and
+        ``"cpu": "<m>m"`` in ``systemReserved`` when ``nodes`` > 1.
     Raises:
-        ValueError: Fewer than 1 CPU or less than 2 GiB of memory.
+        ValueError: Fewer than 1 CPU or less than 2 GiB of memory, or ``nodes`` out of 1..8.
     """
     if cpus < 1 or memory_bytes < 2 * 2**30:
         raise ValueError(f"a real node needs >= 1 CPU and >= 2 GiB, got {cpus} CPUs and {memory_bytes} bytes")
+    check_real_node_count(nodes)
     total_m = cpus * 1000
     cpu_m = min(max(500, total_m // 4), max(0, total_m - 500))
     mem_mi = memory_bytes // 2**20
     system_mi = 512
     kube_mi = min(max(2048, mem_mi // 4), max(0, mem_mi - system_mi - 1024))
-    return {"kubeReserved": {"cpu": f"{cpu_m}m", "memory": f"{kube_mi}Mi"},
-            "systemReserved": {"memory": f"{system_mi}Mi"}}
+    reserve = {"kubeReserved": {"cpu": f"{cpu_m}m", "memory": f"{kube_mi}Mi"},
+               "systemReserved": {"memory": f"{system_mi}Mi"}}
+    if nodes > 1:
+        pool_m, pool_mi = total_m - cpu_m, mem_mi - system_mi - kube_mi
+        others_m, others_mi = pool_m - pool_m // nodes, pool_mi - pool_mi // nodes
+        reserve["systemReserved"] = {"cpu": f"{others_m}m", "memory": f"{system_mi + others_mi}Mi"}
+    return reserve
 
 
 def real_node_placement() -> dict[str, Any]:
@@ -412,13 +426,14 @@ def _workdir_digest(workdir: Path | str) -> str:
     return workdir_digest(workdir)
 
 
-def _ctr(workdir: Path | str, address: Path | None = None) -> list[str]:
+def ctr_command(workdir: Path | str, address: Path | None = None) -> list[str]:
+    """``ctr`` in the ``k8s.io`` namespace of node 0's containerd of ``workdir``, or of the one at ``address``."""
     return [_tool("ctr"), "--address", str(address or containerd_address(workdir)), "-n", K8S_NAMESPACE]
 
 
 def list_images(workdir: Path | str, address: Path | None = None) -> list[str]:
     """Names of the images in the node's ``k8s.io`` namespace (node 0's, or the containerd at ``address``)."""
-    out = _run([*_ctr(workdir, address), "images", "ls", "-q"]).stdout
+    out = _run([*ctr_command(workdir, address), "images", "ls", "-q"]).stdout
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
@@ -428,7 +443,7 @@ def _replaced_image_ids(workdir: Path, address: Path | None = None) -> list[str]
     The CRI plugin names every image it has seen by its ID as well; when an import replaces ``name:tag`` with a new
     build, the old build's ID ref stays and keeps its content and unpacked snapshots alive (seen: 14 refs, 31 GB
     for 4 named images). A container still running an old build keeps its own snapshot regardless."""
-    rows = [r.split() for r in _run([*_ctr(workdir, address), "images", "ls"]).stdout.splitlines()[1:]]
+    rows = [r.split() for r in _run([*ctr_command(workdir, address), "images", "ls"]).stdout.splitlines()[1:]]
     digests = {r[0]: r[2] for r in rows if len(r) >= 3}
     named = {d for ref, d in digests.items() if not ref.startswith("sha256:")}
     return [ref for ref, d in digests.items() if ref.startswith("sha256:") and d not in named]
@@ -464,14 +479,15 @@ def import_image(workdir: Path | str, oci_tar: Path | str, refs: list[str], log:
         raise RealNodeError(f"the real node's containerd is not running in {workdir}: run `modalscale cluster up`")
     base = f"docker.io/modalscale-import/{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
-    _run([*_ctr(workdir, address), "images", "import", "--base-name", base, "--digests", str(oci_tar)], timeout_s=1800)
+    ctr = ctr_command(workdir, address)
+    _run([*ctr, "images", "import", "--base-name", base, "--digests", str(oci_tar)], timeout_s=1800)
     temp = [n for n in list_images(workdir, address) if n.startswith(base)]
     try:
-        targets = {_run([*_ctr(workdir, address), "images", "ls", f"name=={n}"]).stdout.split("\n")[1].split()[2]
+        targets = {_run([*ctr, "images", "ls", f"name=={n}"]).stdout.split("\n")[1].split()[2]
                    for n in temp}
         if len(targets) != 1:
             raise RealNodeError(f"{oci_tar} holds {len(targets)} images; import_image takes exactly one")
-        _run([*_ctr(workdir, address), "images", "tag", "--force", temp[0], *full])
+        _run([*ctr, "images", "tag", "--force", temp[0], *full])
     finally:
         stray = (temp + [n for n in list_images(workdir, address) if n.startswith("import-")]
                  + _replaced_image_ids(workdir, address))
@@ -479,8 +495,9 @@ def import_image(workdir: Path | str, oci_tar: Path | str, refs: list[str], log:
             # --sync waits for containerd's garbage collection, which also frees the content and unpacked
             # snapshots of the image this import replaced under the same name: the machine-wide store otherwise
             # kept every imported version (31 GB after one day of rebuilding the ~5 GB runtime image).
-            _run([*_ctr(workdir, address), "images", "rm", "--sync", *stray], timeout_s=600, check=False)
-    log(f"Imported {oci_tar} as {', '.join(full)} in {time.monotonic() - started:.1f} s")
+            _run([*ctr, "images", "rm", "--sync", *stray], timeout_s=600, check=False)
+    into = "" if address == containerd_address(workdir) else f" into the containerd at {address}"
+    log(f"Imported {oci_tar} as {', '.join(full)}{into} in {time.monotonic() - started:.1f} s")
     return full
 
 
@@ -543,9 +560,12 @@ def ensure_node_images(log: Log = print) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------------------------- the node
-def _write_if_changed(path: Path, text: str) -> None:
+def _write_if_changed(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` unless it holds that already; True when it wrote."""
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
+        return True
+    return False
 
 
 @dataclass
@@ -590,18 +610,23 @@ class RealNode:
         log: Progress printer.
         index: Which node, 0 .. :data:`MAX_REAL_NODES` - 1.
         labels: Labels the node gets besides ``modalscale.io/node-type=real`` (:func:`real_node_labels`); with
-            ``karpenter.sh/capacity-type=spot`` it also gets the Spot taint, like the KWOK Spot nodes.
+            ``karpenter.sh/capacity-type=spot`` it also gets the Spot taint, like the KWOK Spot nodes. A
+            managed label (:data:`MANAGED_NODE_LABELS`) the Node has and ``labels`` lacks is removed at start.
+        nodes: How many real nodes the cluster runs: the node's allocatable is its share (:func:`node_reserve`).
     """
 
     def __init__(self, workdir: Path | str, log: Log = print, index: int = 0,
-                 labels: dict[str, str] | None = None) -> None:
+                 labels: dict[str, str] | None = None, nodes: int = 1) -> None:
         self.workdir = Path(workdir)
         self.layout: NodeLayout = node_layout(self.workdir, index, cache_dir())
         self.dir = self.layout.node_dir
         self.name = self.layout.name
         self.labels = dict(labels or {})
+        check_real_node_count(nodes)
+        self.nodes = nodes
         self.log = log
         self._started: dict[str, subprocess.Popen[bytes]] = {}
+        self._kubelet_config_changed = False
 
     # ------------------------------------------------------------------ paths
     @property
@@ -630,9 +655,6 @@ class RealNode:
 
     def _logfile(self, name: str) -> Path:
         return self.layout.log_dir / f"{name}.log"
-
-    def _ctr(self) -> list[str]:
-        return [_tool("ctr"), "--address", str(self.address), "-n", K8S_NAMESPACE]
 
     # ------------------------------------------------------------------ status
     def pids(self) -> dict[str, int | None]:
@@ -720,7 +742,7 @@ state = "{lay.containerd_state}"
             ],
         }
         _write_if_changed(lay.cni_conf_dir / "10-modalscale.conflist", json.dumps(conflist, indent=1))
-        reserve = node_reserve(os.cpu_count() or 1, _memory_bytes())
+        reserve = node_reserve(os.cpu_count() or 1, _memory_bytes(), self.nodes)
         kubelet = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
             # Container logs in the work dir (the links in /var/log/containers are removed at stop).
@@ -746,7 +768,8 @@ state = "{lay.containerd_state}"
         if lay.cgroup_root:
             # Its own kubepods: a kubelet removes the pod cgroups under its kubepods that it does not know.
             kubelet["cgroupRoot"] = lay.cgroup_root
-        _write_if_changed(d / "kubelet.yaml", yaml.safe_dump(kubelet, sort_keys=False))
+        # A running kubelet reads its config only at start: :meth:`_start_components` restarts it on a change.
+        self._kubelet_config_changed = _write_if_changed(d / "kubelet.yaml", yaml.safe_dump(kubelet, sort_keys=False))
         proxy = {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
             "clientConnection": {"kubeconfig": str(self._node_kubeconfig(kubeconfig))},
@@ -815,6 +838,7 @@ state = "{lay.containerd_state}"
                     _cleanup_global_network(self.log)
                 owner_file.write_text(json.dumps({"workdir": str(self.workdir), "pid": os.getpid(),
                                                   "pidStart": _start_time(os.getpid())}))
+        self.dir.mkdir(parents=True, exist_ok=True)  # `down` finds the nodes by their dirs (extra_node_indices)
         try:
             if self.layout.own_netns:
                 self._setup_network()
@@ -896,10 +920,15 @@ state = "{lay.containerd_state}"
             self.dir.mkdir(parents=True, exist_ok=True)
             cfg_path.write_text(json.dumps(ports.__dict__))
         files = self._write_configs(kubeconfig, ca_crt, ports)
+        if running["kubelet"] and self._kubelet_config_changed:
+            # Its share of the machine (another --real-nodes) or its Spot taint changed; its pods keep running.
+            self.log(f"Restarting the kubelet of {self.name}: {files['kubelet']} changed")
+            self._kill("kubelet", 15.0)
+            running["kubelet"] = None
         if not running["containerd"]:
             self._start("containerd", self._wrap("containerd", [_tool("containerd"), "--config",
                                                                 str(files["containerd"])]))
-            self._wait(lambda: self.address.exists() and _run([*self._ctr(), "version"],
+            self._wait(lambda: self.address.exists() and _run([*ctr_command(self.workdir, self.address), "version"],
                                                                check=False).returncode == 0, "containerd", 60)
             # Containers a crashed run left in the shared root would be recovered by CRI: remove them first.
             _remove_containers(self.workdir, self.log, address=self.address)
@@ -922,23 +951,27 @@ state = "{lay.containerd_state}"
         self._wait(lambda: self._node_ready(api, since), "kubelet", timeout_s)
 
     def _apply_labels(self, api: Any) -> None:
-        """The node's extra labels and taints on its Node object (the kubelet sets them only when it registers
-        the Node; one kept in etcd from an earlier ``up`` keeps its old ones)."""
-        if not self.labels:
-            return
+        """The node's managed labels and taints on its Node object, as :func:`node_label_patch` computes them
+        (the kubelet sets them only when it registers the Node; one kept in etcd from an earlier ``up`` keeps its
+        old ones, and one an earlier ``up`` labelled Spot stays Spot unless they are removed here)."""
         from kubernetes import client
-
-        from modalscale.devenv.cluster import missing_taints
+        from kubernetes.client.rest import ApiException
 
         core = client.CoreV1Api(api)
-        node = core.read_node(self.name)
-        have = [t.to_dict() for t in node.spec.taints or []]
-        add = missing_taints(have, self._extra_taints())
-        body: dict[str, Any] = {"metadata": {"labels": self.labels}}
-        if add:
-            body["spec"] = {"taints": [{k: v for k, v in t.items() if v is not None and k != "time_added"}
-                                       for t in have] + add}
-        core.patch_node(self.name, body)
+        for attempt in range(5):
+            node = core.read_node(self.name)
+            have = [core.api_client.sanitize_for_serialization(t) for t in node.spec.taints or []]
+            body = node_label_patch(node.metadata.labels or {}, have, self.labels, self._extra_taints())
+            if body is None:
+                return
+            # The taints are replaced as a whole: a concurrent write (the kubelet's status) is a conflict, retried.
+            body["metadata"]["resourceVersion"] = node.metadata.resource_version
+            try:
+                core.patch_node(self.name, body)
+                return
+            except ApiException as exc:
+                if exc.status != 409 or attempt == 4:
+                    raise
 
     def _node_ready(self, api: Any, since: float) -> bool:
         """Ready=True posted after ``since`` (epoch s): a Node kept in etcd from an earlier run says Ready too."""
@@ -1097,6 +1130,14 @@ def extra_nodes(workdir: Path | str, log: Log = print) -> list[RealNode]:
     return [RealNode(workdir, log=log, index=i) for i in reversed(extra_node_indices(workdir))]
 
 
+def node_addresses(workdir: Path | str) -> list[Path]:
+    """containerd sockets of the cluster's real nodes that exist now (their containerd runs, or crashed and left
+    it): node 0's first, then node 1, 2 ... (an image to run on any node must be imported into each)."""
+    workdir = Path(workdir)
+    found = [containerd_address(workdir), *(RealNode(workdir, index=i).address for i in extra_node_indices(workdir))]
+    return [a for a in found if a.exists()]
+
+
 def real_node_labels(count: int, spot: list[int], gpu: list[str]) -> dict[int, dict[str, str]]:
     """Per-node labels from ``--spot-real-node I`` and ``--real-node-gpu I=PRODUCT`` (pure).
 
@@ -1131,6 +1172,42 @@ def real_node_labels(count: int, spot: list[int], gpu: list[str]) -> dict[int, d
     return out
 
 
+MANAGED_NODE_LABELS = (CAPACITY_TYPE_LABEL, GPU_PRODUCT_LABEL)
+"""Labels of a real node that ``cluster up`` owns (:func:`real_node_labels`): one the node has and the latest
+``up`` did not ask for is removed, with the Spot taint when it was ``karpenter.sh/capacity-type``."""
+
+
+def node_label_patch(have_labels: dict[str, str], have_taints: list[dict[str, Any]], wanted: dict[str, str],
+                     wanted_taints: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The patch that gives a real Node exactly the managed labels ``wanted`` and its taints (pure).
+
+    Args:
+        have_labels: The Node's labels now.
+        have_taints: Its taints now, as dicts (``key``, ``value``, ``effect``; other fields kept as given).
+        wanted: Its labels from :func:`real_node_labels` (keys in :data:`MANAGED_NODE_LABELS`).
+        wanted_taints: The taints those labels bring (the Spot taint for a Spot node).
+    Returns:
+        ``{"metadata": {"labels": {...}}, "spec": {"taints": [...]}}`` (a strategic-merge patch: a label set to
+        None is removed; ``taints`` is the whole new list, present only when it changes), or None when the
+        Node is as wanted. Taints whose key is a managed label and that ``wanted_taints`` lacks are removed; the
+        others (the node-type taint, the node controller's) are kept in order.
+    """
+    def ident(t: dict[str, Any]) -> tuple[Any, str, Any]:
+        return t.get("key"), t.get("value") or "", t.get("effect")
+
+    labels: dict[str, str | None] = {k: v for k, v in wanted.items() if have_labels.get(k) != v}
+    labels.update({k: None for k in MANAGED_NODE_LABELS if k in have_labels and k not in wanted})
+    want = {ident(t) for t in wanted_taints}
+    keep = [t for t in have_taints if t.get("key") not in MANAGED_NODE_LABELS or ident(t) in want]
+    from modalscale.devenv.cluster import missing_taints
+
+    add = missing_taints(keep, wanted_taints)
+    body: dict[str, Any] = {"metadata": {"labels": labels}}
+    if add or len(keep) != len(have_taints):
+        body["spec"] = {"taints": keep + add}
+    return body if labels or "spec" in body else None
+
+
 def _cgroup_mounts() -> list[Path]:
     """Mount points of every cgroup v1 hierarchy and of cgroup v2 on this machine."""
     found = []
@@ -1158,25 +1235,30 @@ def _make_cgroup_root(root: str) -> None:
                     " ".join(f"+{c}" for c in (d / "cgroup.controllers").read_text().split()))
 
 
+def _rmdir_tree(top: Path) -> None:
+    """Remove the directory ``top`` and every directory below it, deepest first, with ``rmdir`` only: a cgroup
+    goes once it has no process and no child (its control files go with it); one still in use stays."""
+    if not top.is_dir():
+        return
+    for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    with contextlib.suppress(OSError):
+        top.rmdir()
+
+
 def _remove_cgroup_root(root: str) -> None:
     """Remove the (empty, once the node's processes are gone) cgroup ``root`` and everything below it, deepest
     first, in every hierarchy."""
     for mount in _cgroup_mounts():
-        top = mount / root.lstrip("/")
-        if not top.is_dir():
-            continue
-        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            with contextlib.suppress(OSError):
-                d.rmdir()
-        with contextlib.suppress(OSError):
-            top.rmdir()
+        _rmdir_tree(mount / root.lstrip("/"))
 
 
 # ---------------------------------------------------------------------------------------------- cleanup helpers
 def _remove_containers(workdir: Path, log: Log, address: Path | None = None) -> set[str]:
     """Kill and delete every task and container in the ``k8s.io`` namespace (of node 0's containerd, or the one
     at ``address``); returns their netns paths."""
-    ctr = _ctr(workdir, address)
+    ctr = ctr_command(workdir, address)
     netns: set[str] = set()
     ids = _run([*ctr, "containers", "ls", "-q"], check=False).stdout.split()
     for cid in ids:
@@ -1330,10 +1412,4 @@ def _remove_kubepods_cgroups() -> None:
     """Remove the kubelet's empty ``kubepods`` cgroups (deepest first) in every v1 hierarchy or v2."""
     base = Path("/sys/fs/cgroup")
     for top in [base / "kubepods", *base.glob("*/kubepods")]:
-        if not top.is_dir():
-            continue
-        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            with contextlib.suppress(OSError):
-                d.rmdir()
-        with contextlib.suppress(OSError):
-            top.rmdir()
+        _rmdir_tree(top)
