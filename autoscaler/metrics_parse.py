@@ -36,7 +36,7 @@ the increase between the first and last samples in the window towards each edge 
 intervals (``extrapolatedRate``, promql/functions.go), so (1 + 2 x 1.1) / 1 with two samples in the window (a
 series younger than the window, e.g. a gateway or replica started seconds ago, or long scrape intervals); with
 more samples it is less. The cross-check (:func:`_contradiction`) counts the arrivals it holds against Triton at
-this discount: a burst of 8 requests read 12 times from a gateway scraped three times."""
+this discount: a burst of 8 requests read as 12 from a gateway started seconds before."""
 CONTRADICTION_MIN_REQUESTS = 3.0
 """Requests over the stable window from which a counter says the service is serving while another reads 0
 (:func:`_contradiction`); below it one request in flight at the window's edge, seen by one counter and not yet by
