@@ -51,12 +51,12 @@ from modalscale.costmodel.ledger import parse_time  # noqa: E402
 from modalscale.devenv.cluster import LocalCluster  # noqa: E402
 from modalscale.devenv.images import build_images, import_into_cluster  # noqa: E402
 from modalscale.devenv.kube import install_crds, wait_for  # noqa: E402
-from modalscale.devenv.operator_process import OperatorProcess  # noqa: E402
-from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess, ScrapeTarget  # noqa: E402
 from modalscale.operator.showback import PrometheusShowback, build_showback  # noqa: E402
-from modalscale.runtime.server import free_port  # noqa: E402
 from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION  # noqa: E402
-from tests.integration.operator.test_budget_tenant_real_node import OpenLoop  # noqa: E402
+from tests.integration.operator.test_budget_tenant_real_node import (  # noqa: E402
+    OpenLoop,
+    operator_with_prometheus,
+)
 from tests.integration.operator.test_gateway_real_node import (  # noqa: E402
     EXAMPLE,
     GATEWAY_CPU,
@@ -167,14 +167,7 @@ def main() -> None:
                 import_into_cluster(b, cluster.workdir, log=lambda m: print(m, flush=True))
             ns = f"showback-{uuid.uuid4().hex[:6]}"
             client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
-            metrics_port = free_port()
-            prom = PrometheusProcess(tmp / "prometheus", scrape_interval_s=1.0,
-                                     discovery=PodDiscovery.for_cluster(cluster, (ns,)))
-            prom.start([ScrapeTarget(f"127.0.0.1:{metrics_port}", job="modalscale-operator")])
-            op = OperatorProcess(cluster.kubeconfig, tmp / "operator.log",
-                                 {"MODALSCALE_NAMESPACES": ns, "MODALSCALE_STANDALONE": "true",
-                                  "MODALSCALE_PROMETHEUS_URL": prom.url,
-                                  "MODALSCALE_METRICS_PORT": str(metrics_port)})
+            prom, op = operator_with_prometheus(cluster, ns, tmp)
             try:
                 op.wait_healthy()
                 run(Env(api, ns, op), prom, args, phases)
@@ -185,7 +178,7 @@ def main() -> None:
             cluster.down()
 
 
-def run(env: Env, prom: PrometheusProcess, args: argparse.Namespace, phases: list[int]) -> None:
+def run(env: Env, prom: Any, args: argparse.Namespace, phases: list[int]) -> None:
     env.create(NAME, {"mode": "Fixed", "replicas": phases[0], "minReplicas": 1, "maxReplicas": 2})
     env.custom.patch_namespaced_custom_object(GROUP, VERSION, env.ns, PLURAL, NAME, {"metadata": {"labels": LABEL}})
     meter = PodMeter(env.api, env.ns)

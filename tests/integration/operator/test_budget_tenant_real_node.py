@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,28 +46,37 @@ INTERVAL_S = 5
 GLOBEX_RPS, PHASE_S = 2.0, 40.0
 
 
+def operator_with_prometheus(cluster: Any, ns: str, work: Path) -> tuple[Any, Any]:
+    """A Prometheus (the pinned, discovery-capable build, 1 s scrapes) discovering the pods of ``ns`` like the
+    chart's PodMonitor and scraping the operator's ``/metrics``, and an operator subprocess watching ``ns`` that reads
+    it; both started (the caller stops them). Returns ``(prometheus, operator)``; the benchmark
+    ``benchmarks/showback_hour.py`` uses it too."""
+    from modalscale.devenv.operator_process import OperatorProcess
+    from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess, ScrapeTarget
+    from modalscale.runtime.server import free_port
+
+    metrics_port = free_port()
+    prom = PrometheusProcess(work / "prometheus", scrape_interval_s=1.0,
+                             discovery=PodDiscovery.for_cluster(cluster, (ns,)))
+    prom.start([ScrapeTarget(f"127.0.0.1:{metrics_port}", job="modalscale-operator")])
+    op = OperatorProcess(cluster.kubeconfig, work / "operator.log",
+                         {"MODALSCALE_NAMESPACES": ns, "MODALSCALE_STANDALONE": "true",
+                          "MODALSCALE_PROMETHEUS_URL": prom.url, "MODALSCALE_METRICS_PORT": str(metrics_port)})
+    return prom, op
+
+
 @pytest.fixture(scope="module")
 def tenant_env(real_node_cluster: Any, api: Any, crds_installed: list[str],
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Env, Any]]:
     """Images imported, a namespace, Prometheus discovering its gateway pods, an operator reading it."""
     from modalscale.devenv.images import build_images, import_into_cluster
-    from modalscale.devenv.operator_process import OperatorProcess
-    from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess, ScrapeTarget
-    from modalscale.runtime.server import free_port
 
     for b in build_images(log=lambda m: print(m, flush=True), repo=REPO):
         import_into_cluster(b, real_node_cluster.workdir, log=lambda m: print(m, flush=True))
     ns = f"tenant-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
-    work = tmp_path_factory.mktemp("tenant-real")
-    metrics_port = free_port()
-    prom = PrometheusProcess(work / "prometheus", scrape_interval_s=1.0,
-                             discovery=PodDiscovery.for_cluster(real_node_cluster, (ns,)))
-    prom.start([ScrapeTarget(f"127.0.0.1:{metrics_port}", job="modalscale-operator")])
-    op = OperatorProcess(real_node_cluster.kubeconfig, work / "operator.log",
-                         {"MODALSCALE_NAMESPACES": ns, "MODALSCALE_STANDALONE": "true",
-                          "MODALSCALE_PROMETHEUS_URL": prom.url, "MODALSCALE_METRICS_PORT": str(metrics_port)})
+    prom, op = operator_with_prometheus(real_node_cluster, ns, tmp_path_factory.mktemp("tenant-real"))
     try:
         op.wait_healthy()
         yield Env(api, ns, op), prom
