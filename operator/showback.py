@@ -5,18 +5,24 @@ one window ``[at - window_s, at)`` from one Prometheus and writes the result as 
 
 Where the figures come from:
 
-* **Spend and replica-seconds available, per InferenceService** (the ledger): every BudgetPolicy evaluation
-  exports the ledger's rate in force per selected service on the operator's ``/metrics``
-  (``modalscale.operator.budget.history.BurnGauges``: ``modalscale_budget_service_burn_usd_per_hour`` and
-  ``modalscale_budget_service_replicas``, labelled ``namespace``, ``inferenceservice``; the chart's ServiceMonitor
-  keeps those labels with ``honorLabels``). Prometheus is where the ledger's history lives (Kubecost's way; the
-  BudgetPolicy status holds only the period-to-date total, which cannot answer "the last hour"). A range query at
-  step ``step_s`` reads the value in force at each step (``max by (namespace, inferenceservice)`` over the
-  policies selecting the service) and integrates it: ``spend = sum(burn) x step_s / 3600``, ``available =
-  sum(replicas) x step_s``. The error against the ledger's own integral is at most one evaluation interval (the
-  time a new rate takes to be exported) per change of replicas in the window. Steps without a value (operator not
-  scraped, a policy younger than the window) count nothing and the service's ``ledger_coverage_ratio`` says how
-  much of the window was covered; below 0.99 its rows carry the flag ``PartialLedgerCoverage``.
+* **Spend, per InferenceService** (the ledger): every BudgetPolicy evaluation exports the ledger's spend of each
+  selected service in the policy's period as ``modalscale_budget_service_spend_usd_total``, stamped with the
+  evaluation's own time (``modalscale.operator.budget.history.LedgerSpendCollector``; labelled ``policy_namespace``,
+  ``policy``, ``namespace``, ``inferenceservice``; the chart's ServiceMonitor keeps those labels with
+  ``honorLabels``). Prometheus is where the ledger's history lives (Kubecost's way; the BudgetPolicy status holds
+  only the period-to-date total, which cannot answer "the last hour"). The raw samples of the window (and up to
+  :data:`SPEND_LOOKBEHIND_S` before it) are read and :func:`spend_over_window` takes the difference of the
+  running total at the window's two edges, linear between evaluations (the ledger charges pods by their own
+  start and stop, so this is the ledger's own figure wherever no pod started or stopped between the two
+  evaluations around an edge), a drop (a new period) counted as a counter reset, and after the last sample the
+  rate in force (``modalscale_budget_service_burn_usd_per_hour`` at the window's end). Several policies selecting
+  one service: the largest. Where the series does not reach (a policy younger than the window, no rate in force
+  after the last sample) nothing is counted and the service's ``ledger_coverage_ratio`` says how much of the
+  window was covered; below 0.99 its rows carry the flag ``PartialLedgerCoverage``.
+* **Replica-seconds available, per InferenceService**: ``modalscale_budget_service_replicas`` (the replicas in
+  force at each evaluation, ``max by (namespace, inferenceservice)``) read with a range query at step ``step_s``
+  and integrated (``available = sum(replicas) x step_s``). It splits the spend between requests and idle, never
+  adds to it; its error is at most one evaluation interval per change of replicas in the window.
 * **Replica-seconds used, requests, images, pixels, tokens, per (tenant, modality)** (the gateway): ``increase()``
   of the gateway's accounting counters (``modalscale.costmodel.showback.ACCOUNTING_METRICS``) over the window,
   summed by ``namespace, inferenceservice, tenant, modality`` (over gateway pods and, for requests, response
@@ -35,6 +41,7 @@ number. The query building and answer parsing are pure (:func:`showback_queries`
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import datetime as dt
 import io
@@ -69,7 +76,7 @@ from modalscale.costmodel.showback import (
     aggregate,
     allocate,
 )
-from modalscale.operator.budget.history import BURN_METRIC, REPLICAS_METRIC
+from modalscale.operator.budget.history import BURN_METRIC, REPLICAS_METRIC, SPEND_METRIC
 from modalscale.redaction import redact_for_url, redact_url
 
 QUERY_TIMEOUT_S = 30.0
@@ -79,6 +86,10 @@ MIN_COVERAGE_RATIO = 0.99
 """A service whose ledger series cover less of the window than this is flagged ``PartialLedgerCoverage``."""
 PARTIAL_LEDGER_COVERAGE = "PartialLedgerCoverage"
 RESETS_PREFIX = "resets:"
+SPEND_LOOKBEHIND_S = 3_900
+"""How far before the window the spend samples are read, s: the longest evaluation interval a BudgetPolicy may
+have (``spec.evaluationIntervalSeconds`` <= 3600) and a scrape, so the running total at the window's start lies
+between two samples."""
 FORMATS = ("table", "json", "csv")
 SpendKey = tuple[str, str]
 _BY = "namespace, inferenceservice, tenant, modality"
@@ -173,6 +184,59 @@ def ledger_queries() -> dict[str, str]:
     return {metric: f"max by ({_SERVICE_BY}) ({metric})" for metric in (BURN_METRIC, REPLICAS_METRIC)}
 
 
+def spend_query(window_s: int) -> str:
+    """The instant query (at the window's end) of the ledger's spend samples: raw, with their own timestamps."""
+    return f"{SPEND_METRIC}[{window_s + SPEND_LOOKBEHIND_S}s]"
+
+
+def spend_over_window(samples: Sequence[tuple[float, float]], start_s: float, end_s: float,
+                      usd_per_hour_after: float | None) -> tuple[float, float]:
+    """The ledger's spend over ``[start_s, end_s]`` from samples of its running total (pure).
+
+    The running total is taken linear between two samples (exact where no pod started or stopped between the two
+    evaluations; the ledger charges each pod by its own times), a drop is a new period (the value after it is the
+    increase, as Prometheus' ``increase()`` reads a counter reset), and after the last sample it grows at
+    ``usd_per_hour_after``. Before the first sample nothing is known and nothing is counted.
+
+    Args:
+        samples: ``(Unix time s, running total USD)`` of one policy's series of one service, in any order; the
+            same time twice (two operator replicas' series) keeps the larger value.
+        start_s, end_s: The window, Unix s.
+        usd_per_hour_after: The rate in force after the last sample (the burn-rate gauge at ``end_s``), USD/h;
+            None: nothing is counted after the last sample.
+    Returns:
+        ``(spend USD, seconds of the window covered)``; the spend is NaN when a sample is NaN, infinite or
+        negative (for the allocation to refuse, naming the field), 0 without samples.
+    """
+    points: dict[float, float] = {}
+    for t, v in samples:
+        if not math.isfinite(v) or v < 0:
+            return math.nan, 0.0
+        points[t] = max(v, points.get(t, v))
+    if not points:
+        return 0.0, 0.0
+    times = sorted(points)
+    running: list[float] = []
+    previous = None
+    for t in times:
+        v = points[t]
+        running.append(v if previous is None else running[-1] + (v - previous if v >= previous else v))
+        previous = v
+
+    def total_at(t: float) -> float:
+        if t <= times[0]:
+            return running[0]
+        if t >= times[-1]:
+            after = (usd_per_hour_after or 0.0) * (t - times[-1]) / 3600
+            return running[-1] + after
+        i = bisect.bisect_right(times, t)
+        t0, t1 = times[i - 1], times[i]
+        return running[i - 1] + (running[i] - running[i - 1]) * (t - t0) / (t1 - t0)
+
+    covered_until = end_s if usd_per_hour_after is not None else min(end_s, times[-1])
+    return total_at(end_s) - total_at(start_s), max(0.0, covered_until - max(start_s, times[0]))
+
+
 def _result(body: Mapping[str, Any], name: str, result_type: str) -> list[Mapping[str, Any]]:
     if not isinstance(body, Mapping) or body.get("status") != "success":
         err = body.get("error") if isinstance(body, Mapping) else None
@@ -192,17 +256,20 @@ def _result(body: Mapping[str, Any], name: str, result_type: str) -> list[Mappin
 
 
 def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str, Mapping[str, Any]],
-                   window_s: int, step_s: int
+                   spend: Mapping[str, Any], window_s: int, step_s: int, end_s: float
                    ) -> tuple[dict[SpendKey, LedgerWindow], dict[SpendKey, list[TenantUsage]]]:
-    """Join the answers of :func:`showback_queries` (``instant``) and :func:`ledger_queries` (``ranged``).
+    """Join the answers of :func:`showback_queries` (``instant``), :func:`ledger_queries` (``ranged``) and
+    :func:`spend_query` (``spend``).
 
     Args:
         instant: Query key -> the JSON body of ``/api/v1/query``.
         ranged: Metric -> the JSON body of ``/api/v1/query_range`` at ``step_s``.
-        window_s: The window's length, s; ``step_s``: the range queries' step, s.
+        spend: The JSON body of ``/api/v1/query`` of :func:`spend_query` (a matrix of raw samples).
+        window_s: The window's length, s; ``step_s``: the range queries' step, s; ``end_s``: its end, Unix s.
     Returns:
         ``(ledger figures per service, usage rows per service)``; values are passed on as read (a NaN sample
-        stays NaN, for the allocation to refuse naming the field).
+        stays NaN, for the allocation to refuse naming the field). A service has ledger figures when its spend
+        series has a sample in the window or before it.
     Raises:
         ShowbackUnavailable: An answer that failed, carries warnings (partial) or does not parse.
     """
@@ -230,28 +297,40 @@ def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str
                 tenant, modality, **{name: v.get(metric, 0.0) for metric, name in _USAGE_FIELDS.items()},
                 counter_resets=int(resets) if math.isfinite(resets) and resets >= 0 else -1))
         usage_rows[svc] = rows
-    sums: dict[SpendKey, dict[str, float]] = {}
-    present: dict[SpendKey, set[float]] = {}
+    sums: dict[SpendKey, float] = {}
+    burn_at_end: dict[SpendKey, float] = {}
     for metric, body in ranged.items():
         for series in _result(body, metric, "matrix"):
             try:
                 labels = series["metric"]
                 svc = (str(labels["namespace"]), str(labels["inferenceservice"]))
                 for ts, value in series["values"]:
-                    sums.setdefault(svc, {}).setdefault(metric, 0.0)
-                    sums[svc][metric] += float(value)
-                    if metric == BURN_METRIC:
-                        present.setdefault(svc, set()).add(float(ts))
+                    if metric == REPLICAS_METRIC:
+                        sums[svc] = sums.get(svc, 0.0) + float(value)
+                    elif metric == BURN_METRIC and float(ts) >= end_s - step_s / 2:
+                        burn_at_end[svc] = float(value)
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 raise ShowbackUnavailable(f"answer of {metric} is malformed: {type(exc).__name__}: {exc}") from None
-    steps = max(1, window_s // step_s)
+    per_policy: dict[SpendKey, dict[tuple[str, str], list[tuple[float, float]]]] = {}
+    for series in _result(spend, SPEND_METRIC, "matrix"):
+        try:
+            labels = series["metric"]
+            svc = (str(labels["namespace"]), str(labels["inferenceservice"]))
+            policy = (str(labels.get("policy_namespace", "")), str(labels.get("policy", "")))
+            per_policy.setdefault(svc, {}).setdefault(policy, []).extend(
+                (float(ts), float(value)) for ts, value in series["values"])
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ShowbackUnavailable(f"answer of {SPEND_METRIC} is malformed: {type(exc).__name__}: {exc}") from None
     ledger: dict[SpendKey, LedgerWindow] = {}
-    for svc, s in sums.items():
-        burn, replicas = s.get(BURN_METRIC, math.nan), s.get(REPLICAS_METRIC, math.nan)
-        spend = (Decimal(repr(burn)) * step_s / 3600 if math.isfinite(burn) else Decimal("NaN"))
+    for svc, policies in per_policy.items():
+        rate = burn_at_end.get(svc)
+        rate = rate if rate is not None and math.isfinite(rate) and rate >= 0 else None
+        windows = [spend_over_window(samples, end_s - window_s, end_s, rate) for samples in policies.values()]
+        usd, covered_s = max(windows, key=lambda f: (not math.isfinite(f[0]), f[0]))
+        spend_usd = quantize_ledger_usd(Decimal(repr(usd))) if math.isfinite(usd) else Decimal("NaN")
+        replicas = sums.get(svc, 0.0)
         available = Decimal(repr(replicas)) * step_s if math.isfinite(replicas) else Decimal("NaN")
-        ledger[svc] = LedgerWindow(quantize_ledger_usd(spend) if spend.is_finite() else spend, available,
-                                   len(present.get(svc, ())) / steps)
+        ledger[svc] = LedgerWindow(spend_usd, available, covered_s / window_s)
     return ledger, usage_rows
 
 
@@ -269,7 +348,7 @@ def build_showback(ledger: Mapping[SpendKey, LedgerWindow], usage: Mapping[Spend
             continue
         ref = f"{svc[0]}/{svc[1]}"
         if svc not in ledger:
-            out.notes.append(f"{ref}: gateway usage but no ledger rate ({BURN_METRIC}) in the window: not priced "
+            out.notes.append(f"{ref}: gateway usage but no ledger spend ({SPEND_METRIC}) in the window: not priced "
                              "(no BudgetPolicy selects it, or the operator's /metrics is not scraped)")
             continue
         lw = ledger[svc]
@@ -282,7 +361,7 @@ def build_showback(ledger: Mapping[SpendKey, LedgerWindow], usage: Mapping[Spend
         out.services.append((result, lw.coverage_ratio))
         out.notes.extend(result.notes)
         if lw.coverage_ratio < MIN_COVERAGE_RATIO:
-            out.notes.append(f"{ref}: the ledger's rate series cover {lw.coverage_ratio:.0%} of the window; the "
+            out.notes.append(f"{ref}: the ledger's spend series cover {lw.coverage_ratio:.0%} of the window; the "
                              f"spend is that part's, rows flagged {PARTIAL_LEDGER_COVERAGE}")
     return out
 
@@ -327,8 +406,9 @@ class PrometheusShowback:
         ranged = {metric: self._get("/api/v1/query_range", {
             "query": q, "start": f"{end - window_s + step:.3f}", "end": f"{end:.3f}", "step": str(step)}, metric)
             for metric, q in ledger_queries().items()}
+        spend = self._get("/api/v1/query", {"query": spend_query(window_s), "time": f"{end:.3f}"}, SPEND_METRIC)
         try:
-            return parse_showback(instant, ranged, window_s, step)
+            return parse_showback(instant, ranged, spend, window_s, step, end)
         except ShowbackUnavailable as exc:
             raise ShowbackUnavailable(f"Prometheus at {self.shown_url}: {redact_for_url(str(exc), self.url)}") from None
 
@@ -458,4 +538,5 @@ def run_showback(args: argparse.Namespace) -> int:
 
 __all__ = ["FORMATS", "LedgerWindow", "PARTIAL_LEDGER_COVERAGE", "PrometheusShowback",
            "RESETS_PREFIX", "Showback", "ShowbackUnavailable", "add_parser", "build_showback", "ledger_queries",
-           "parse_showback", "parse_since", "render", "run_showback", "showback_queries", "step_for"]
+           "parse_showback", "parse_since", "render", "run_showback", "showback_queries", "spend_over_window",
+           "spend_query", "step_for"]

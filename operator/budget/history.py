@@ -9,7 +9,8 @@ be alerted twice. Where each now lives, and why:
   priced service's sample as three gauges on the operator's ``/metrics`` (:class:`BurnGauges`):
   ``modalscale_budget_service_burn_usd_per_hour``, ``modalscale_budget_service_replicas`` and
   ``modalscale_budget_service_usd_per_replica_hour``, labelled ``policy_namespace``, ``policy``, ``namespace``,
-  ``inferenceservice``. At the first evaluation of a policy after start, the history is read back with
+  ``inferenceservice`` (and, beside them, the ledger's spend per service in the period, :data:`SPEND_METRIC`,
+  which showback reads). At the first evaluation of a policy after start, the history is read back with
   ``query_range`` (:class:`PrometheusHistory`): the dense window (``max(recent_s, smooth_s)``) at the
   evaluation interval and the older seasons at ``keep_every_s`` (300 s), the resolution ``trim_history`` keeps
   anyway, so a week is about 2,000 points per series (Prometheus allows 11,000). Each point is
@@ -37,10 +38,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import threading
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample
 from modalscale.operator.budget.spend_anomalies import SpendKey
@@ -49,6 +54,9 @@ from modalscale.redaction import redact_for_url, redact_url
 BURN_METRIC = "modalscale_budget_service_burn_usd_per_hour"
 REPLICAS_METRIC = "modalscale_budget_service_replicas"
 PRICE_METRIC = "modalscale_budget_service_usd_per_replica_hour"
+SPEND_METRIC = "modalscale_budget_service_spend_usd_total"
+"""The ledger's spend of a service in the policy's current period, USD, stamped with the evaluation's time: the
+figure showback takes the spend of a window from (``modalscale.operator.showback``)."""
 LABELS = ("policy_namespace", "policy", "namespace", "inferenceservice")
 KEEP_EVERY_S = 300.0
 """Step of the older part of the history (``trim_history`` keeps one sample per 300 s there)."""
@@ -62,8 +70,48 @@ class HistoryUnavailable(RuntimeError):
     """The history could not be read completely (Prometheus down, an error, a partial answer, a malformed body)."""
 
 
+class LedgerSpendCollector(Collector):
+    """:data:`SPEND_METRIC`: each policy's ledger spend per service in its current period, with the time of the
+    evaluation that computed it as the sample's own timestamp.
+
+    Why a counter stamped with the evaluation's time rather than the burn-rate gauge: the ledger charges each pod
+    by its own start and stop (a pod scaled away between evaluations, a terminating pod until it ends), which a
+    rate sampled at evaluations cannot show (it is in force only from the evaluation that saw the change, and
+    leaves terminating pods out). The running total is exact at each evaluation; stamped with that evaluation's
+    time (Prometheus keeps exposition timestamps, ``honor_timestamps``), a reader interpolates between
+    evaluations instead of lagging one scrape and one evaluation behind. It drops to the new period's spend when
+    a period starts, which Prometheus reads as a counter reset (``rate()``, ``increase()`` and the reader count the
+    value after the drop as the increase).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[SpendKey, dict[SpendKey, tuple[float, float]]] = {}
+
+    def set(self, policy_namespace: str, policy: str, spent_usd: Mapping[SpendKey, Decimal], at: dt.datetime
+            ) -> None:
+        """Replace a policy's series by ``spent_usd`` (service -> spend in the period up to ``at``)."""
+        with self._lock:
+            self._values[(policy_namespace, policy)] = {k: (float(v), at.timestamp()) for k, v in spent_usd.items()}
+
+    def forget(self, policy_namespace: str, policy: str) -> None:
+        with self._lock:
+            self._values.pop((policy_namespace, policy), None)
+
+    def collect(self) -> Any:
+        family = CounterMetricFamily(SPEND_METRIC, "Ledger spend of an InferenceService in the BudgetPolicy's "
+                                     "current period, USD, at the evaluation's time", labels=LABELS)
+        with self._lock:
+            values = {p: dict(v) for p, v in self._values.items()}
+        for pkey, services in sorted(values.items()):
+            for key, (usd, ts) in sorted(services.items()):
+                family.add_metric([*pkey, *key], usd, timestamp=ts)
+        yield family
+
+
 class BurnGauges:
-    """The per-service burn-rate gauges on the operator's registry (exported every evaluation)."""
+    """The per-service burn-rate gauges on the operator's registry and the ledger's spend per service (exported
+    every evaluation)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.burn = Gauge(BURN_METRIC, "Burn rate of an InferenceService selected by a BudgetPolicy, USD/h",
@@ -72,10 +120,18 @@ class BurnGauges:
                               LABELS, registry=registry)
         self.price = Gauge(PRICE_METRIC, "Effective price per replica-hour (burn rate / replicas), USD",
                            LABELS, registry=registry)
+        self.spend = LedgerSpendCollector()
+        registry.register(self.spend)
         self._exported: dict[SpendKey, set[SpendKey]] = {}
 
-    def export(self, policy_namespace: str, policy: str, samples: Mapping[SpendKey, BurnSample]) -> None:
-        """Set the gauges of this evaluation's samples; series of services no longer sampled are removed."""
+    def export(self, policy_namespace: str, policy: str, samples: Mapping[SpendKey, BurnSample],
+               spent_usd: Mapping[SpendKey, Decimal] | None = None, at: dt.datetime | None = None) -> None:
+        """Set the gauges of this evaluation's samples; series of services no longer sampled are removed.
+
+        Args:
+            spent_usd: The ledger's spend per service in the period up to ``at`` (the evaluation's time), all of
+                them replacing the policy's :data:`SPEND_METRIC` series; None leaves those as they are.
+        """
         pkey = (policy_namespace, policy)
         for key, s in samples.items():
             labels = (policy_namespace, policy, *key)
@@ -85,11 +141,16 @@ class BurnGauges:
         gone = self._exported.get(pkey, set()) - set(samples)
         self._remove(pkey, gone)
         self._exported[pkey] = set(samples)
+        if spent_usd is not None:
+            if at is None:
+                raise ValueError("at (the evaluation's time) is required with spent_usd")
+            self.spend.set(policy_namespace, policy, spent_usd, at)
 
     def forget(self, policy_namespace: str, policy: str) -> None:
         """Remove every series of a policy whose daemon stopped (deleted, or another replica leads)."""
         pkey = (policy_namespace, policy)
         self._remove(pkey, self._exported.pop(pkey, set()))
+        self.spend.forget(policy_namespace, policy)
 
     def _remove(self, pkey: SpendKey, keys: set[SpendKey]) -> None:
         for key in keys:
@@ -225,5 +286,5 @@ class PrometheusHistory:
         return parse_history(answers)
 
 
-__all__ = ["BURN_METRIC", "BurnGauges", "HistoryUnavailable", "PRICE_METRIC", "PrometheusHistory", "REPLICAS_METRIC",
-           "history_queries", "merge_history", "parse_history"]
+__all__ = ["BURN_METRIC", "BurnGauges", "HistoryUnavailable", "LedgerSpendCollector", "PRICE_METRIC",
+           "PrometheusHistory", "REPLICAS_METRIC", "SPEND_METRIC", "history_queries", "merge_history", "parse_history"]

@@ -470,6 +470,12 @@ class PolicyPlan:
         burn_samples: This evaluation's burn-rate sample per priced service (add to the anomaly history once
             the status is written).
         anomaly_state: The services in an anomaly after this evaluation (as written to ``status.spendAnomalies``).
+        ledger_spent_usd: The ledger's spend per service in the current period up to ``ledger_observed_time``
+            (this evaluation's ``now`` floored to the second), USD; exported as
+            ``modalscale_budget_service_spend_usd_total`` once the status is written. The same figures whether
+            or not this evaluation writes the ledger (one that does not computes them from the stored ledger, as
+            the next one that writes will). None when the ledger was not read (a hold): the exported figures
+            stay as they were.
     """
 
     annotation_writes: list[AnnotationWrite]
@@ -483,6 +489,8 @@ class PolicyPlan:
     next_due_s: float | None = None
     burn_samples: dict[tuple[str, str], BurnSample] = field(default_factory=dict)
     anomaly_state: AnomalyState = field(default_factory=AnomalyState)
+    ledger_spent_usd: dict[tuple[str, str], Decimal] | None = None
+    ledger_observed_time: dt.datetime | None = None
 
 
 def heartbeat_s(interval_s: int) -> int:
@@ -936,7 +944,8 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     sends = due_alerts(update.pending, now, in_flight)
     return PolicyPlan(writes, patch, events, alerts if patch else (), spec.notifications,
                       spec.evaluation_interval_s, plan, sends,
-                      next_due_s(update.pending, now, {*in_flight, *(e.key for e in sends)}), samples, anomaly_state)
+                      next_due_s(update.pending, now, {*in_flight, *(e.key for e in sends)}), samples, anomaly_state,
+                      {e.key: e.spent_usd for e in ledger.entries}, ledger.observed_time)
 
 
 def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> list[AnnotationWrite]:

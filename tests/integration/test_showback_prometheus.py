@@ -1,12 +1,12 @@
 """``modalscale cost showback`` against a real Prometheus: two tenants with different mixes, rows + idle = spend.
 
 What is real: the Prometheus server (``PrometheusProcess``), its scrapes, its ``increase()``/``resets()`` and range
-queries, the operator's own burn-rate gauges (``BurnGauges``, as a BudgetPolicy evaluation exports them) and the
-CLI end to end (``modalscale.cli.main``). What stands in: the gateway process (issue 19, not ready yet) is a
+queries, the operator's own gauges and ledger spend series (``BurnGauges``) and the CLI end to end
+(``modalscale.cli.main``). What stands in: for the operator, the evaluations of one BudgetPolicy once a second
+(``tests.integration._evaluations``, exporting what ``evaluate_policy`` exports); for the gateway process, a
 ``prometheus_client`` HTTP server on 127.0.0.1 exporting the gateway's per-tenant accounting counters with the
-names of ``modalscale.costmodel.showback`` (the interface the gateway helpers agreed on), scraped with the target
-labels the chart's PodMonitor relabelling gives a gateway pod (``namespace``, ``inferenceservice``). No Kubernetes
-cluster is started.
+names of ``modalscale.costmodel.showback``, scraped with the target labels the chart's PodMonitor relabelling gives
+a gateway pod (``namespace``, ``inferenceservice``). No Kubernetes cluster is started.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from modalscale.cli import main
-from modalscale.costmodel.anomaly import BurnSample
 from modalscale.costmodel.showback import (
     IMAGE_PIXELS_METRIC,
     IMAGES_METRIC,
@@ -37,6 +36,7 @@ from modalscale.costmodel.showback import (
 from modalscale.devenv.kube import wait_for
 from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget
 from modalscale.operator.budget.history import BurnGauges
+from tests.integration._evaluations import Evaluations
 
 NS, SVC = "ml", "vc"
 WINDOW_S = 20
@@ -94,9 +94,8 @@ def run_cli(*args: str) -> tuple[int, str, str]:
 def test_showback_splits_the_ledger_spend_over_two_tenants_and_idle_from_a_real_prometheus(tmp_path: Path) -> None:
     gateway = FakeGateway()
     operator_registry = CollectorRegistry()
-    gauges = BurnGauges(operator_registry)
-    gauges.export("ml", "budget", {(NS, SVC): BurnSample(dt.datetime.now(dt.UTC), REPLICAS * USD_PER_REPLICA_HOUR,
-                                                         REPLICAS, USD_PER_REPLICA_HOUR)})
+    evaluations = Evaluations(BurnGauges(operator_registry),
+                              {("ml", "budget"): {(NS, SVC): (REPLICAS, REPLICAS * USD_PER_REPLICA_HOUR)}}).start()
     gw_server, _ = start_http_server(0, addr="127.0.0.1", registry=gateway.registry)
     op_server, _ = start_http_server(0, addr="127.0.0.1", registry=operator_registry)
     prom = PrometheusProcess(tmp_path / "prometheus", scrape_interval_s=0.5)
@@ -135,7 +134,8 @@ def test_showback_splits_the_ledger_spend_over_two_tenants_and_idle_from_a_real_
         spend = Decimal(doc["spend_usd"])
         # Rows + idle are the spend to the nano-dollar (the allocation's rule, checked on real answers).
         assert sum(Decimal(r["usd"]) for r in doc["rows"]) == spend == Decimal(doc["total_usd"])
-        # The ledger's figures: 36 USD/h for 20 s = 0.2 USD, 2 replicas x 20 s = 40 replica-s (integrated at 1 s).
+        # The ledger's figures: 36 USD/h for 20 s = 0.2 USD (its running total at the window's two edges), 2
+        # replicas x 20 s = 40 replica-s (integrated at 1 s).
         (service,) = doc["services"]
         assert service["ledger_coverage_ratio"] == 1.0
         assert spend == Decimal("0.2")
@@ -161,6 +161,7 @@ def test_showback_splits_the_ledger_spend_over_two_tenants_and_idle_from_a_real_
         assert text.splitlines()[1].startswith(f"{NS},{SVC},acme,request,")
     finally:
         stop.set()
+        evaluations.stop()
         prom.stop()
         gw_server.shutdown()
         op_server.shutdown()
@@ -175,8 +176,8 @@ def test_showback_says_prometheus_is_unreachable_instead_of_printing_zeros(tmp_p
 def test_a_gateway_restart_inside_the_window_is_priced_and_flagged_counter_reset(tmp_path: Path) -> None:
     window_s = 10
     operator_registry = CollectorRegistry()
-    BurnGauges(operator_registry).export("ml", "budget", {(NS, SVC): BurnSample(
-        dt.datetime.now(dt.UTC), REPLICAS * USD_PER_REPLICA_HOUR, REPLICAS, USD_PER_REPLICA_HOUR)})
+    evaluations = Evaluations(BurnGauges(operator_registry),
+                              {("ml", "budget"): {(NS, SVC): (REPLICAS, REPLICAS * USD_PER_REPLICA_HOUR)}}).start()
     op_server, _ = start_http_server(0, addr="127.0.0.1", registry=operator_registry)
     gateway = FakeGateway()
     gw_server, _ = start_http_server(0, addr="127.0.0.1", registry=gateway.registry)
@@ -220,6 +221,7 @@ def test_a_gateway_restart_inside_the_window_is_priced_and_flagged_counter_reset
         acme_s = float(rows[("acme", "request")]["replica_s"])
         assert 0.8 * 0.6 * window_s < acme_s < 1.05 * 0.6 * window_s, acme_s
     finally:
+        evaluations.stop()
         prom.stop()
         gw_server.shutdown()
         op_server.shutdown()

@@ -3,7 +3,8 @@ the figures of ``modalscale cost showback``: per (tenant, modality) and idle, fo
 oversubscribed one (its requests used more replica-seconds than ran) and one without requests.
 
 What is real: the Prometheus server (``PrometheusProcess``) loading the rule file, its scrapes and rule
-evaluations; the operator's burn-rate gauges (``BurnGauges``, as a BudgetPolicy evaluation exports them); the CLI's
+evaluations; the operator's burn-rate gauges and ledger spend (``BurnGauges``, exported once a second as
+BudgetPolicy evaluations would, ``tests.integration._evaluations``); the CLI's
 reader and allocation (``PrometheusShowback.read`` + ``build_showback``, i.e. ``costmodel.showback.allocate``).
 What stands in: the gateway is a local exporter whose accounting counters grow at fixed rates (value = rate x
 seconds since start), scraped with the labels the chart's gateway PodMonitor gives (``namespace``,
@@ -11,9 +12,9 @@ seconds since start), scraped with the labels the chart's gateway PodMonitor giv
 
 The shipped file's window is 5 minutes; a test cannot wait for that, so the file is loaded twice: as shipped (its
 syntax and names are checked by Prometheus loading it, its figures only for presence) and with ``[5m]`` replaced
-by ``[20s]`` and its record names prefixed ``w20s:`` instead of ``modalscale:`` (the only changes), whose figures
-are compared. The shipped file's own figures, 5-minute window and all, are checked at steady state by Prometheus's
-rule-test runner (``promtool test rules``) on synthetic series.
+by ``[20s]``, ``offset 5m`` by ``offset 20s`` and its record names prefixed ``w20s:`` instead of ``modalscale:``
+(the only changes), whose figures are compared. The shipped file's own figures, 5-minute window and all, are
+checked at steady state by Prometheus's rule-test runner (``promtool test rules``) on synthetic series.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from modalscale.costmodel.anomaly import BurnSample
 from modalscale.costmodel.money import quantize_ledger_usd
 from modalscale.costmodel.showback import (
     IDLE,
@@ -51,6 +51,7 @@ from modalscale.devenv.kube import wait_for
 from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget
 from modalscale.operator.budget.history import BurnGauges
 from modalscale.operator.showback import PrometheusShowback, build_showback
+from tests.integration._evaluations import Evaluations
 
 RULES = Path(__file__).resolve().parents[2] / "charts" / "modalscale" / "files" / "showback-rules.yaml"
 NS = "ml"
@@ -123,9 +124,10 @@ def by_key(result: list[dict[str, Any]]) -> dict[tuple[str, ...], float]:
 
 def windowed_rules(tmp_path: Path) -> Path:
     text = RULES.read_text()
-    assert text.count("[5m]") == 4 and text.count("modalscale:showback") > 8
+    assert text.count("[5m]") == 4 and text.count("offset 5m") == 2 and text.count("modalscale:showback") > 8
     out = tmp_path / "showback-rules-20s.yaml"
-    out.write_text(text.replace("[5m]", f"[{WINDOW_S}s]").replace("modalscale:showback", "w20s:showback")
+    out.write_text(text.replace("[5m]", f"[{WINDOW_S}s]").replace("offset 5m", f"offset {WINDOW_S}s")
+                   .replace("modalscale:showback", "w20s:showback")
                    .replace("name: modalscale-showback", "name: w20s-showback"))
     return out
 
@@ -161,6 +163,8 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
             ledger = {"policy_namespace": NS, "policy": policy, "namespace": NS, "inferenceservice": svc}
             series += [{"series": f"modalscale_budget_service_burn_usd_per_hour{_labels(**ledger)}",
                         "values": f"{usd}x10"},
+                       {"series": f"modalscale_budget_service_spend_usd_total{_labels(**ledger)}",
+                        "values": f"0+{usd * step_s / 3600}x10"},
                        {"series": f"modalscale_budget_service_replicas{_labels(**ledger)}", "values": f"{replicas}x10"}]
         for (tenant, modality), (s_per_s, req_per_s) in rates.items():
             for pod in ("gw-0", "gw-1"):  # two gateway pods, each with half of the tenant's traffic
@@ -177,7 +181,19 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
                 for code, calls_per_s in NOT_INFERENCE_PER_S.items():  # no inference: not in USD per request
                     series.append({"series": f"{REQUESTS_METRIC}{_labels(**where | {'modality': 'none'}, code=code)}",
                                    "values": f"0+{calls_per_s * step_s / 2}x10"})
+    # Two services without requests where the ledger's running total and the rate in force differ. "draining": the
+    # ledger charges a terminating pod the rate in force leaves out (spend grows at 27 USD/h, the rate says 18):
+    # the spend rate is the ledger's. "newperiod": a period started 3 minutes ago (the total dropped): no slope
+    # over the 5 minutes, the rate in force (18).
+    for svc, spend_values in (("draining", f"0+{27.0 * step_s / 3600}x10"),
+                              ("newperiod", f"10+{18.0 * step_s / 3600}x7 0+{18.0 * step_s / 3600}x2")):
+        ledger = {"policy_namespace": NS, "policy": "budget", "namespace": NS, "inferenceservice": svc}
+        series += [{"series": f"modalscale_budget_service_burn_usd_per_hour{_labels(**ledger)}", "values": "18x10"},
+                   {"series": f"modalscale_budget_service_replicas{_labels(**ledger)}", "values": "1x10"},
+                   {"series": f"modalscale_budget_service_spend_usd_total{_labels(**ledger)}",
+                    "values": spend_values}]
     true_rows, true_idle = true_allocation()
+    true_idle |= {("draining",): 27.0, ("newperiod",): 18.0}
     requests: dict[tuple[str, ...], float] = {(svc, t, m): r for svc, (_, _, rates) in SERVICES.items()
                                               for (t, m), (_, r) in rates.items()}
 
@@ -193,6 +209,7 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
         return out
 
     spend: dict[tuple[str, ...], float] = {(svc,): usd for svc, (_, usd, _) in SERVICES.items()}
+    spend |= {("draining",): 27.0, ("newperiod",): 18.0}
     tests = [{"expr": f"round({name}, {q})", "eval_time": "10m", "exp_samples": rounded(values, q)}
              for name, values, q in (
                  ("modalscale:showback_usd_per_hour", true_rows, 1e-9),
@@ -210,13 +227,11 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
 
 def test_recording_rules_equal_the_cli_allocation_and_sum_to_the_spend_rate(tmp_path: Path) -> None:
     operator_registry = CollectorRegistry()
-    gauges = BurnGauges(operator_registry)
-    now = dt.datetime.now(dt.UTC)
-    samples = {(NS, svc): BurnSample(now, usd, replicas, usd / replicas)
-               for svc, (replicas, usd, _) in SERVICES.items()}
-    gauges.export("ml", "budget", samples)
-    # A second policy selecting one service exports the same rate: counted once (max over policies).
-    gauges.export("ml", "team-cap", {(NS, "vc"): samples[(NS, "vc")]})
+    services = {(NS, svc): (replicas, usd) for svc, (replicas, usd, _) in SERVICES.items()}
+    # A second policy selecting one service exports the same figures: counted once (max over policies).
+    evaluations = Evaluations(BurnGauges(operator_registry),
+                              {("ml", "budget"): services, ("ml", "team-cap"): {(NS, "vc"): services[(NS, "vc")]}})
+    evaluations.start()
     servers = [start_http_server(0, addr="127.0.0.1", registry=operator_registry)[0]]
     targets = [ScrapeTarget(f"127.0.0.1:{servers[0].server_address[1]}", job="modalscale-operator")]
     for svc, (_, _, rates) in SERVICES.items():
@@ -317,6 +332,7 @@ def test_recording_rules_equal_the_cli_allocation_and_sum_to_the_spend_rate(tmp_
         # Tenants + idle over the range = the spend over it (72 USD/h for 20 s), to one 1 s step.
         assert abs(range_usd / (sum(usd for _, usd, _ in SERVICES.values()) * WINDOW_S / 3600) - 1) <= 1 / WINDOW_S
     finally:
+        evaluations.stop()
         prom.stop()
         for s in servers:
             s.shutdown()

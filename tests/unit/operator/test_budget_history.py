@@ -7,6 +7,7 @@ Prices as in test_budget_plan: one nvidia-l4 replica of ``make_isvc`` costs 0.60
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -190,6 +191,33 @@ def test_gauges_export_each_sample_and_drop_services_no_longer_sampled() -> None
     assert reg.get_sample_value(BURN_METRIC, {**labels, "inferenceservice": "b"}) is None
 
 
+def test_the_ledgers_spend_is_exported_with_the_evaluations_own_time() -> None:
+    """Showback reads the ledger's running total per service (``SPEND_METRIC``) between evaluations; stamped with
+    the evaluation's time, not the scrape's, so Prometheus places each total where the ledger computed it."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from modalscale.operator.budget.history import SPEND_METRIC
+
+    reg = CollectorRegistry()
+    g = BurnGauges(reg)
+    labels = {"policy_namespace": "ml", "policy": "daily", "namespace": "ml", "inferenceservice": "vc"}
+    g.export("ml", "daily", {KEY: BurnSample(T0, 6.0, 10, 0.6)}, {KEY: Decimal("12.345678901")}, T0)
+    assert reg.get_sample_value(SPEND_METRIC, labels) == 12.345678901
+    text = generate_latest(reg).decode()
+    line = next(ln for ln in text.splitlines() if ln.startswith(SPEND_METRIC + "{"))
+    assert line.endswith(f" 12.345678901 {int(T0.timestamp() * 1000)}"), line
+    assert f"# TYPE {SPEND_METRIC} counter" in text
+    g.export("ml", "daily", {}, None)  # a hold: the figures stay as they were
+    assert reg.get_sample_value(SPEND_METRIC, labels) == 12.345678901
+    g.export("ml", "daily", {}, {}, T0)  # nothing in the ledger any more
+    assert reg.get_sample_value(SPEND_METRIC, labels) is None
+    g.export("ml", "daily", {}, {KEY: Decimal(1)}, T0)
+    g.forget("ml", "daily")
+    assert reg.get_sample_value(SPEND_METRIC, labels) is None
+    with pytest.raises(ValueError, match="at"):
+        g.export("ml", "daily", {}, {KEY: Decimal(1)})
+
+
 def test_settings_take_detector_fields_and_name_a_bad_one() -> None:
     s = Settings.from_env({"MODALSCALE_SPEND_ANOMALY": "recent_s=60, smooth_s=6,min_recent_samples=10"})
     assert (s.spend_anomaly.recent_s, s.spend_anomaly.smooth_s, s.spend_anomaly.min_recent_samples) == (60, 6, 10)
@@ -211,3 +239,22 @@ def test_prometheus_that_does_not_answer_is_history_unavailable_naming_it() -> N
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(HistoryUnavailable, match=f"Prometheus at {url} did not answer"):
         PrometheusHistory(url, timeout_s=2).read("ml", "daily", T0, AnomalyConfig(), 60)
+
+
+def test_each_evaluation_exports_the_ledgers_spend_written_or_not_and_a_hold_exports_none() -> None:
+    """The figures exported (``PolicyPlan.ledger_spent_usd``) are the ledger's per-service spend at this evaluation:
+    the stored ``spent`` when it writes, and the same figure computed from the stored ledger when it does not."""
+    policy = make_policy()
+    first = plan_policy(policy, TEN, CATALOG, [], T0)
+    stored = persisted(policy, first.status_patch)
+    entry = stored["status"]["ledger"]["services"][0]
+    assert first.ledger_spent_usd == {KEY: Decimal(entry["spent"])} and first.ledger_observed_time == T0
+    later = T0 + dt.timedelta(seconds=2)
+    quiet = plan_policy(stored, TEN, CATALOG, [], later)  # nothing material changed: the status is not written
+    assert quiet.status_patch == {}
+    ten_replicas_usd = Decimal(entry["costUSDPerHour"]) * 2 / 3600
+    assert quiet.ledger_spent_usd is not None and quiet.ledger_observed_time == later
+    assert abs(quiet.ledger_spent_usd[KEY] - Decimal(entry["spent"]) - ten_replicas_usd) < Decimal("1e-8")
+    held = plan_policy(persisted(stored, {"spendAnomalies": [{"namespace": "ml", "name": "vc"}]}), TEN, CATALOG,
+                       [], later)
+    assert held.ledger_spent_usd is None

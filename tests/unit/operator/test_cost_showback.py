@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from modalscale.costmodel.ledger import Ledger, PodRun, ServiceObservation, advance
 from modalscale.costmodel.showback import (
     COUNTER_RESET,
     IMAGE_PIXELS_METRIC,
@@ -20,7 +21,7 @@ from modalscale.costmodel.showback import (
     SERVICE_SECONDS_METRIC,
     TEXT_TOKENS_METRIC,
 )
-from modalscale.operator.budget.history import BURN_METRIC, REPLICAS_METRIC
+from modalscale.operator.budget.history import BURN_METRIC, REPLICAS_METRIC, SPEND_METRIC
 from modalscale.operator.showback import (
     PARTIAL_LEDGER_COVERAGE,
     RESETS_PREFIX,
@@ -31,6 +32,8 @@ from modalscale.operator.showback import (
     parse_since,
     render,
     showback_queries,
+    spend_over_window,
+    spend_query,
     step_for,
 )
 
@@ -64,11 +67,27 @@ def usage_answers(acme_seconds: str = "20", resets: str = "0") -> dict[str, dict
     }
 
 
+def spend_answer(points: Sequence[tuple[float, float]], labels: Mapping[str, str] = SVC,
+                 policy: str = "daily") -> dict[str, Any]:
+    """The answer of ``spend_query``: one policy's raw spend samples ``(seconds before END, USD)``."""
+    return {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": SPEND_METRIC, "policy_namespace": "ml", "policy": policy, **labels},
+         "values": [[END.timestamp() - ago, repr(usd)] for ago, usd in points]}]}}
+
+
+def running_total(first_ago: int, usd_per_s: float = 0.001, every_s: int = 10) -> list[tuple[float, float]]:
+    """Evaluations every ``every_s`` s from ``first_ago`` s before END to END, a running total growing at
+    ``usd_per_s`` (3.60 USD/h by default) from 0.5 USD."""
+    return [(ago, 0.5 + usd_per_s * (first_ago - ago)) for ago in range(first_ago, -1, -every_s)]
+
+
 def showback(acme_seconds: str = "20", resets: str = "0", steps: int = WINDOW_S) -> Showback:
-    # 3.60 USD/h on 1 replica for 60 s: 0.06 USD for 60 replica-seconds.
+    # 3.60 USD/h on 1 replica for 60 s: 0.06 USD for 60 replica-seconds (the ledger's spend samples start
+    # before the window, or with the replicas series when it covers only its last `steps` s).
+    first_ago = WINDOW_S + 30 if steps == WINDOW_S else steps
     ledger, usage = parse_showback(usage_answers(acme_seconds, resets),
                                    {BURN_METRIC: matrix("3.6", steps), REPLICAS_METRIC: matrix("1", steps)},
-                                   WINDOW_S, 1)
+                                   spend_answer(running_total(first_ago)), WINDOW_S, 1, END.timestamp())
     return build_showback(ledger, usage, END - dt.timedelta(seconds=WINDOW_S), END)
 
 
@@ -133,12 +152,13 @@ def test_a_ledger_series_covering_half_the_window_flags_every_row() -> None:
 
 
 def test_usage_without_a_ledger_rate_is_not_priced_and_noted() -> None:
-    ledger, usage = parse_showback(usage_answers(), {BURN_METRIC: matrix("3.6", labels={
-        "namespace": "ml", "inferenceservice": "other"}), REPLICAS_METRIC: matrix("1", labels={
-        "namespace": "ml", "inferenceservice": "other"})}, WINDOW_S, 1)
+    other = {"namespace": "ml", "inferenceservice": "other"}
+    ledger, usage = parse_showback(usage_answers(), {BURN_METRIC: matrix("3.6", labels=other),
+                                                     REPLICAS_METRIC: matrix("1", labels=other)},
+                                   spend_answer(running_total(90), labels=other), WINDOW_S, 1, END.timestamp())
     result = build_showback(ledger, usage, END - dt.timedelta(seconds=WINDOW_S), END)
     assert [(r.inferenceservice, r.kind, r.usd) for r in result.rows] == [("other", "idle", Decimal("0.06"))]
-    assert result.notes[0].startswith("ml/vc: gateway usage but no ledger rate")
+    assert result.notes[0].startswith("ml/vc: gateway usage but no ledger spend")
 
 
 @pytest.mark.parametrize("body", [
@@ -151,7 +171,7 @@ def test_a_failed_partial_or_malformed_answer_is_unavailable_not_zero(body: dict
     answers = usage_answers()
     answers[REQUESTS_METRIC] = body
     with pytest.raises(ShowbackUnavailable, match=REQUESTS_METRIC):
-        parse_showback(answers, {}, WINDOW_S, 1)
+        parse_showback(answers, {}, spend_answer([]), WINDOW_S, 1, END.timestamp())
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("1h", 3600), ("30m", 1800), ("90s", 90), ("1h30m", 5400),
@@ -186,3 +206,73 @@ def test_requests_refused_by_the_gateway_are_not_counted_as_requests_to_price() 
                                                       f"(resets({REQUESTS_METRIC}{{{matcher}}}[600s]))")
     # The other counters count only requests sent to a replica already: no matcher.
     assert "{" not in q[SERVICE_SECONDS_METRIC]
+
+
+# --- The ledger's spend over a window (issue 22: showback = the ledger, not the burn rate sampled) ---------------
+
+def test_spend_is_the_running_total_at_the_two_edges_linear_between_evaluations() -> None:
+    # Evaluations at 0, 60 and 120 s: 0.06 USD in the first minute, 0.12 in the second (a second replica).
+    samples = [(0.0, 0.0), (60.0, 0.06), (120.0, 0.18)]
+    assert spend_over_window(samples, 30, 90, None) == pytest.approx((0.03 + 0.06, 60.0))
+    assert spend_over_window(samples, 0, 120, None) == pytest.approx((0.18, 120.0))
+
+
+def test_a_drop_is_a_new_period_whose_spend_is_the_increase() -> None:
+    # The period starts between 60 and 120 s: 0.03 USD spent in it by 120 s, 0.06 before it in the window.
+    assert spend_over_window([(0.0, 10.0), (60.0, 10.06), (120.0, 0.03)], 0, 120, None) == pytest.approx(
+        (0.09, 120.0))
+
+
+def test_after_the_last_sample_the_rate_in_force_counts_and_without_one_the_window_is_partial() -> None:
+    samples = [(0.0, 1.0), (60.0, 1.06)]
+    assert spend_over_window(samples, 0, 90, 3.6) == pytest.approx((0.09, 90.0))
+    assert spend_over_window(samples, 0, 90, None) == pytest.approx((0.06, 60.0))
+
+
+def test_before_the_first_sample_nothing_is_known_or_counted() -> None:
+    assert spend_over_window([(30.0, 5.0), (90.0, 5.06)], 0, 90, None) == pytest.approx((0.06, 60.0))
+    assert spend_over_window([], 0, 90, 3.6) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.01])
+def test_a_nan_infinite_or_negative_sample_is_nan_not_a_number_to_price(bad: float) -> None:
+    import math
+
+    assert math.isnan(spend_over_window([(0.0, 1.0), (60.0, bad)], 0, 60, None)[0])
+
+
+def test_two_operator_replicas_exporting_the_same_evaluation_count_it_once() -> None:
+    assert spend_over_window([(0.0, 1.0), (0.0, 1.0), (60.0, 1.06), (60.0, 1.06)], 0, 60, None) == pytest.approx(
+        (0.06, 60.0))
+
+
+def test_showback_equals_the_ledger_when_a_replica_starts_and_stops_between_evaluations() -> None:
+    """The fault measured on the real node (-4.756 % over 602 s with two changes): showback integrated the burn
+    rate sampled at evaluations, in force only from the evaluation that saw a change and without terminating
+    pods, while the ledger charges each pod by its own start and stop. Read from the ledger's running total, the
+    window's spend is the ledger's (here to 1e-9 USD at evaluation-aligned edges)."""
+    t0 = END - dt.timedelta(seconds=180)
+    at = [t0 + dt.timedelta(seconds=s) for s in (0, 60, 120, 180)]
+    a = PodRun("vc-a", t0 - dt.timedelta(seconds=600), None)
+    b_start, b_stop = at[0] + dt.timedelta(seconds=30), at[1] + dt.timedelta(seconds=40)
+    seen = [(1, (a,), ()), (2, (a, PodRun("vc-b", b_start, None)), ()),
+            (1, (a,), (PodRun("vc-b", b_start, b_stop),)), (1, (a,), ())]
+    ledger, totals, burn = Ledger(), [], []
+    for when, (replicas, pods, stopped) in zip(at, seen):
+        obs = ServiceObservation("ml", "vc", replicas, Decimal("3.6"), pods, stopped=stopped)
+        ledger = advance(ledger, [obs], when, "Daily").ledger
+        totals.append((when.timestamp(), float(ledger.entries[0].spent_usd)))
+        burn.append(float(obs.cost_usd_per_hour or 0))
+    spend, covered = spend_over_window(totals, at[0].timestamp(), at[-1].timestamp(), burn[-1])
+    ledger_usd = float(ledger.entries[0].spent_usd) - totals[0][1]
+    assert covered == 180.0
+    assert spend == pytest.approx(ledger_usd, abs=1e-9)
+    # By hand: vc-a 180 s + vc-b from 30 s to 100 s (70 s) at 3.60 USD/h = 0.25 USD.
+    assert ledger_usd == pytest.approx(0.001 * (180 + 70), abs=1e-9)
+    # The burn rate sampled at the evaluations, held until the next one: 60 s at 1 replica, 60 s at 2, 60 s at 1.
+    sampled = sum(r * 60 / 3600 for r in burn[:3])
+    assert sampled == pytest.approx(0.001 * 240) and abs(sampled / ledger_usd - 1) > 0.03
+
+
+def test_the_spend_query_reads_raw_samples_from_before_the_window() -> None:
+    assert spend_query(3600) == f"{SPEND_METRIC}[7500s]"
