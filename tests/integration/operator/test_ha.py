@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 import time
 from collections.abc import Iterator
@@ -118,3 +119,88 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(ha_cluster: 
         first.stop()
         if second:
             second.stop()
+
+
+def test_budget_leader_killed_the_standby_evaluates_alerts_each_threshold_once_and_spend_stays_continuous(
+        ha_cluster: LocalCluster, ha_api: Any, tmp_path: Path) -> None:
+    """Issue 21, chaos scenario 3 (the budget half; no request load: KWOK pods): two operator replicas, a
+    BudgetPolicy evaluated every second by the leader; the leader is SIGKILLed once its first alert is delivered
+    and recorded. The standby takes over, alerts the later thresholds exactly once each (never the recorded one
+    again: the outbox and the alerted thresholds live in the policy's status, not in the dead leader's memory),
+    and its ledger charges the whole time, the gap included: equal to an independent meter of the pods' own start
+    times x the catalog's price."""
+    from decimal import Decimal
+
+    from modalscale.costmodel.ledger import parse_time
+    from modalscale.devenv.receivers import ChatReceiver
+    from tests.integration.operator.test_budget import (
+        GPU_TYPE,
+        PRICE_USD_PER_REPLICA_HOUR,
+        get_policy,
+        ledger_spent,
+        make_policy,
+        make_secret,
+        percents_in,
+        running_pods,
+        start_isvc,
+        thresholds_alerted,
+        titles,
+    )
+
+    ha_cluster.ensure_gpu_nodes(1, gpus_per_node=64, gpu_type=GPU_TYPE, cpu="1024", memory="16Ti",
+                                prefix="kwok-ha-h100-")
+    core, co = client.CoreV1Api(ha_api), client.CustomObjectsApi(ha_api)
+    ns = "ha-budget"
+    core.create_namespace({"metadata": {"name": ns}})
+    a = OperatorProcess(ha_cluster.kubeconfig, tmp_path / "a.log")
+    b = OperatorProcess(ha_cluster.kubeconfig, tmp_path / "b.log")
+    with ChatReceiver("Slack") as slack:
+        try:
+            a.wait_healthy()
+            b.wait_healthy()
+            wait_for(lambda: [_active(a), _active(b)].count(True) == 1, 60, "exactly one active operator")
+            make_secret(ha_api, ns, "slack-hook", url=slack.url)
+            start_isvc(ha_api, ns, "big", replicas=2)
+            # 2 replicas x ~84 USD/h = ~0.047 USD/s: 25 % of 4 USD after ~21 s, 50 % after ~43 s, 75 % after ~64 s.
+            co.create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
+                "budget", "4", [{"percent": p, "actions": ["Alert"]} for p in (25, 50, 75)],
+                [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
+            wait_for(lambda: thresholds_alerted(get_policy(ha_api, ns, "budget").get("status") or {}) == [25]
+                     and not (get_policy(ha_api, ns, "budget")["status"].get("pendingAlerts") or []),
+                     90, "the 25 % alert delivered and recorded in status")
+            leader = a if _active(a) else b
+            standby = b if leader is a else a
+            leader.kill(signal.SIGKILL)
+            killed = dt.datetime.now(dt.UTC)
+
+            def evaluated_after_kill() -> dt.datetime | None:
+                last = (get_policy(ha_api, ns, "budget").get("status") or {}).get("lastEvaluationTime")
+                when = parse_time(last, "lastEvaluationTime") if last else None
+                return when if when and when > killed else None
+
+            took_over = wait_for(evaluated_after_kill, 90, "the standby's first evaluation")
+            status = wait_for(lambda: (s := get_policy(ha_api, ns, "budget").get("status") or {})
+                              and thresholds_alerted(s) == [25, 50, 75] and not s.get("pendingAlerts") and s,
+                              120, "50 % and 75 % alerted by the standby")
+            assert slack.wait_for(3, timeout_s=30, accepted_only=True)
+            time.sleep(3)  # a few more evaluations: nothing re-sent
+            assert percents_in(titles(slack)) == [25, 50, 75], titles(slack)
+            assert len(slack.received) == 3
+            assert _active(standby)
+
+            # Spend continuous: the ledger at its observedTime = each pod's own run x the catalog's price.
+            status = get_policy(ha_api, ns, "budget")["status"]
+            observed = parse_time(status["ledger"]["observedTime"], "observedTime")
+            pods = core.list_namespaced_pod(ns, label_selector="modalscale.io/inferenceservice=big").items
+            assert running_pods(ha_api, ns, "big") == len(pods) == 2
+            meter = sum((PRICE_USD_PER_REPLICA_HOUR * Decimal(str((observed - p.status.start_time).total_seconds()))
+                         / 3600 for p in pods), Decimal(0))
+            spent = ledger_spent(status)
+            assert abs(spent - meter) <= Decimal("0.000001"), (spent, meter)
+            print(f"\nfigure: budget leader killed at {killed.isoformat()}; standby's first evaluation "
+                  f"{(took_over - killed).total_seconds():.1f} s later (kopf peering lifetime 30 s); alerts "
+                  f"{percents_in(titles(slack))} once each; ledger {spent} USD vs meter {meter:.9f} USD at "
+                  f"{status['ledger']['observedTime']}")
+        finally:
+            a.stop()
+            b.stop()
