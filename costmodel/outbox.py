@@ -20,7 +20,13 @@ Rules (times are timezone-aware UTC, passed in as ``now``; nothing here reads th
   the alert's budget period (the message is about a period that is over), when its notification was removed
   from ``spec.notifications``, or when the outbox is full (:data:`MAX_PENDING`, oldest first).
 * **At least once, not exactly once**: a crash after a send and before the status write that removes the
-  entry sends it once more on restart.
+  entry sends it once more on restart. So that the second copy can say so, the status patch written before a
+  round marks each entry it will send (``sendingSince``, ``sendingBy``: the sending process); a finished round
+  clears the mark (or removes the entry). An entry still marked by *another* process when it is due again had a
+  round whose outcome nobody recorded (that process stopped or lost the lead mid-send): it is sent again with
+  :data:`POSSIBLE_DUPLICATE_FACT` added to its facts (:func:`mark_sending`), and an Alertmanager-style receiver
+  sees the same fingerprint and group key as the first copy. Chat platforms cannot deduplicate a webhook
+  message; which is why the copy says it may be one.
 
 Messages are stored rendered (title, facts, severity, kind, thresholds, period): the payload builders of
 ``modalscale.notify.payloads`` need exactly these, so a retried message says what the first attempt said, even after a
@@ -52,6 +58,10 @@ MAX_ERROR_CHARS = 1024
 MAX_RESOLVES = 11
 """Bounds of the stored texts and lists (the CRD's ``maxLength``/``maxItems``); longer texts are cut with an
 ellipsis."""
+
+POSSIBLE_DUPLICATE_FACT = ("Delivery", "Sent again by the operator that took over: the one that sent it first "
+                                       "stopped before recording the answer, so it may have arrived already")
+"""The fact a possibly duplicate copy carries (:func:`mark_sending`)."""
 
 # Why an entry was abandoned (CamelCase reasons, defined in modalscale.api.conditions): PERIOD_ENDED,
 # NOTIFICATION_REMOVED, OUTBOX_FULL.
@@ -127,6 +137,8 @@ class PendingAlert:
         next_attempt_time: When the entry is due again (UTC).
         last_reason: CamelCase reason of the last failure (``ServerError``, ``SecretNotFound``, ...).
         last_error: The sender's redacted message of the last failure (never a URL or secret).
+        sending_since: When a round of this entry was started and not yet recorded (UTC); None otherwise.
+        sending_by: The process that started it (:func:`mark_sending`'s ``holder``).
     """
 
     notification: str
@@ -136,6 +148,8 @@ class PendingAlert:
     first_attempt_time: datetime | None = None
     last_reason: str | None = None
     last_error: str | None = None
+    sending_since: datetime | None = None
+    sending_by: str | None = None
 
     @property
     def key(self) -> OutboxKey:
@@ -250,6 +264,35 @@ def due_alerts(outbox: Sequence[PendingAlert], now: datetime,
     return tuple(e for e in outbox if e.next_attempt_time <= now and e.key not in in_flight)
 
 
+def mark_sending(outbox: Sequence[PendingAlert], sends: Sequence[PendingAlert], now: datetime, holder: str
+                 ) -> tuple[tuple[PendingAlert, ...], tuple[PendingAlert, ...]]:
+    """Mark the entries about to be sent, and say which may be duplicates.
+
+    Args:
+        outbox: The pending entries to write (``sends`` are among them).
+        sends: The entries this evaluation sends once the status is written (:func:`due_alerts`).
+        now: Timezone-aware UTC instant of this evaluation.
+        holder: This process (unique per process: a restarted operator is another holder).
+    Returns:
+        ``(outbox with sends marked sending since now by holder, sends to deliver)``. A send whose stored mark is
+        another holder's (a round started elsewhere whose outcome was never recorded) carries
+        :data:`POSSIBLE_DUPLICATE_FACT` as its last fact (in the copy sent, not in the stored message). A mark of
+        this holder is not that: its round never started (e.g. the receiver's Secret could not be read).
+    Raises:
+        ValueError: Naive ``now``.
+    """
+    now = _aware(now)
+    keys = {e.key for e in sends}
+    marked = tuple(replace(e, sending_since=now, sending_by=holder) if e.key in keys else e for e in outbox)
+    out = []
+    for e in sends:
+        if e.sending_by is not None and e.sending_by != holder:
+            facts = (*e.message.fact_pairs[:MAX_FACTS - 1], POSSIBLE_DUPLICATE_FACT)
+            e = replace(e, message=replace(e.message, fact_pairs=facts))
+        out.append(replace(e, sending_since=now, sending_by=holder))
+    return marked, tuple(out)
+
+
 def next_due_s(outbox: Sequence[PendingAlert], now: datetime,
                in_flight: Collection[OutboxKey] = frozenset()) -> float | None:
     """Seconds until the earliest entry not in flight is due (0 if one is due now); None when there is none."""
@@ -270,7 +313,8 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
         notifications: ``spec.notifications[].name`` now; None = unknown (invalid spec): expire by period only.
         in_flight: Keys being sent right now: never expired here (the round in flight decides their fate).
     Returns:
-        :class:`OutboxUpdate`: delivered entries removed; failed ones with ``attempts + 1``, ``last_reason``,
+        :class:`OutboxUpdate`: delivered entries removed; failed ones with ``attempts + 1``, the sending mark
+        cleared, ``last_reason``,
         ``last_error`` (cut to :data:`MAX_ERROR_CHARS`), ``first_attempt_time`` set once and
         ``next_attempt_time = now + backoff_s(attempts)``; then entries whose period ended
         (``period_end <= now``) or whose notification is gone are abandoned.
@@ -291,7 +335,8 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
             n = e.attempts + 1
             e = replace(e, attempts=n, first_attempt_time=e.first_attempt_time or a.started_at,
                         last_reason=_cut(a.reason, 128), last_error=_cut(a.message, MAX_ERROR_CHARS) or None,
-                        next_attempt_time=now + timedelta(seconds=backoff_s(n)))
+                        next_attempt_time=now + timedelta(seconds=backoff_s(n)), sending_since=None,
+                        sending_by=None)
         if e.key in in_flight:
             pending.append(e)
         elif e.message.period_end <= now:
@@ -305,5 +350,6 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
 
 __all__ = [
     "Abandoned", "AlertMessage", "Attempt", "BACKOFF_BASE_S", "BACKOFF_MAX_S", "MAX_PENDING", "OutboxKey",
-    "OutboxUpdate", "PendingAlert", "backoff_s", "due_alerts", "enqueue", "next_due_s", "outbox_after",
+    "OutboxUpdate", "POSSIBLE_DUPLICATE_FACT", "PendingAlert", "backoff_s", "due_alerts", "enqueue", "mark_sending",
+    "next_due_s", "outbox_after",
 ]

@@ -289,6 +289,10 @@ def _pending_json(entry: PendingAlert) -> PendingAlertStatus:
         out["lastReason"] = entry.last_reason
     if entry.last_error:
         out["lastError"] = entry.last_error
+    if entry.sending_since is not None:
+        out["sendingSince"] = format_time(entry.sending_since)
+    if entry.sending_by:
+        out["sendingBy"] = entry.sending_by
     return out
 
 
@@ -304,12 +308,14 @@ def _pending_read(item: Mapping[str, Any], policy: PolicyRef, path: str) -> Pend
             tuple(FiringAlert(AlertKind(f["kind"]), int(f["thresholdPercent"]),
                               parse_time(f["startsAt"], f"{path}.resolves[{i}].startsAt"))
                   for i, f in enumerate(item.get("resolves") or [])))
-        first = item.get("firstAttemptTime")
+        first, sending = item.get("firstAttemptTime"), item.get("sendingSince")
         return PendingAlert(str(item["notification"]), message,
                             parse_time(item["nextAttemptTime"], f"{path}.nextAttemptTime"),
                             int(item.get("attempts", 0)),
                             parse_time(first, f"{path}.firstAttemptTime") if first else None,
-                            item.get("lastReason") or None, item.get("lastError") or None)
+                            item.get("lastReason") or None, item.get("lastError") or None,
+                            parse_time(sending, f"{path}.sendingSince") if sending else None,
+                            str(item["sendingBy"]) if item.get("sendingBy") else None)
     except LedgerFormatError as exc:
         raise InvalidBudgetStatus(str(exc)) from None
     except (KeyError, ValueError, TypeError) as exc:

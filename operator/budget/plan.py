@@ -141,6 +141,7 @@ from modalscale.costmodel.outbox import (
     PendingAlert,
     due_alerts,
     enqueue,
+    mark_sending,
     next_due_s,
     outbox_after,
 )
@@ -874,7 +875,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
                 history: Mapping[tuple[str, str], Sequence[BurnSample]] | None = None,
                 anomaly_config: AnomalyConfig = AnomalyConfig(),
                 history_read: HistoryRead | None = None,
-                admin_namespaces: Collection[str] = ()) -> PolicyPlan:
+                admin_namespaces: Collection[str] = (), holder: str = "") -> PolicyPlan:
     """Plan one evaluation of a BudgetPolicy.
 
     Steps (each pure):
@@ -905,6 +906,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
             :func:`refused_namespaces`). A policy that selects a namespace it may not gets ``Ready=False`` /
             ``NamespaceNotAllowed`` naming ``spec.selector.namespaces`` and the fix; nothing there is counted or
             enforced (caps it holds there are lifted), the rest of the policy is evaluated as usual.
+        holder: This operator process (``BudgetRuntime.holder``), marked on the entries sent (``mark_sending``).
     Returns:
         :class:`PolicyPlan`. An invalid spec or unreadable status yields ``Ready=False`` (``InvalidSpec`` /
         ``InvalidStatus``) and no other change: enforcement in force is held, nothing new is alerted and
@@ -936,15 +938,15 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     conditions = cond.upsert(old_conditions, _wanted_conditions(ready, exceeded, plan, spec, old_conditions,
                                                                 update, history_read), generation, now)
 
-    desired = status_of_plan(plan, ledger, generation=generation, outbox=tuple(update.pending),      # 7
+    # Every pending entry is in status, those sent marked as sent by this process, by the time the handler sends.
+    pending, sends = mark_sending(update.pending, due_alerts(update.pending, now, in_flight), now, holder)
+    desired = status_of_plan(plan, ledger, generation=generation, outbox=pending,                    # 7
                              anomaly_state=anomaly_state, conditions=conditions)
     patch = write_budget_status(desired, policy, heartbeat_s=heartbeat_s(spec.evaluation_interval_s), now=now)
     events = _policy_events(status, conditions, old_conditions, ready, plan, alerts, update.abandoned) if patch else []
-    # Every pending entry is in status by the time the handler sends (an outbox change is always written).
-    sends = due_alerts(update.pending, now, in_flight)
     return PolicyPlan(writes, patch, events, alerts if patch else (), spec.notifications,
                       spec.evaluation_interval_s, plan, sends,
-                      next_due_s(update.pending, now, {*in_flight, *(e.key for e in sends)}), samples, anomaly_state,
+                      next_due_s(pending, now, {*in_flight, *(e.key for e in sends)}), samples, anomaly_state,
                       {e.key: e.spent_usd for e in ledger.entries}, ledger.observed_time)
 
 

@@ -7,6 +7,9 @@ so the handlers have one container (``memo.deps``).
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import time
 from dataclasses import dataclass, field
 
 from modalscale.costmodel.anomaly import BurnSample
@@ -17,6 +20,12 @@ from modalscale.operator.budget.observe import BudgetObserver
 from modalscale.operator.budget.podstops import GonePods
 from modalscale.operator.budget.spend_anomalies import HistoryRead
 from modalscale.operator.showback import PrometheusShowback
+
+
+def process_holder() -> str:
+    """This operator process, as the alert outbox names who is sending (host, pid and start time: a restarted
+    process in the same pod is another holder)."""
+    return f"{socket.gethostname()[:200]}/{os.getpid()}/{int(time.time())}"
 
 
 @dataclass
@@ -54,8 +63,11 @@ class BudgetRuntime:
     """Pods of InferenceServices the pod watch saw deleted (``budget_pod_deleted``): every evaluation charges
     each to when it stopped (``modalscale.operator.budget.podstops``)."""
 
+    holder: str = field(default_factory=process_holder)
+    """This process, marked on the alert outbox's entries it sends (``modalscale.costmodel.outbox.mark_sending``)."""
+
     def waker(self, uid: str) -> asyncio.Event:
         return self.wake.setdefault(uid, asyncio.Event())
 
 
-__all__ = ["BudgetRuntime"]
+__all__ = ["BudgetRuntime", "process_holder"]

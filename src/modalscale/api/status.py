@@ -205,6 +205,8 @@ class PendingAlertStatus(TypedDict):
     nextAttemptTime: str
     lastReason: NotRequired[str]
     lastError: NotRequired[str]
+    sendingSince: NotRequired[str]
+    sendingBy: NotRequired[str]
 
 
 class BudgetPolicyStatus(TypedDict, total=False):

@@ -5,6 +5,8 @@ Times are hand-computed from T0 = 2026-11-30T10:00:00Z; the alert's daily period
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -21,12 +23,15 @@ from modalscale.costmodel.budget import (
     plan_budget,
 )
 from modalscale.costmodel.outbox import (
+    MAX_FACTS,
+    POSSIBLE_DUPLICATE_FACT,
     AlertMessage,
     Attempt,
     PendingAlert,
     backoff_s,
     due_alerts,
     enqueue,
+    mark_sending,
     next_due_s,
     outbox_after,
 )
@@ -188,3 +193,54 @@ def test_an_unreadable_entry_names_its_field(item: dict[str, str], field: str) -
 def test_naive_now_is_refused() -> None:
     with pytest.raises(ValueError):
         due_alerts((), datetime(2026, 11, 30, 10, 0))
+
+
+# --- A round whose outcome nobody recorded (the sending operator stopped mid-send) ------------------------------
+
+def test_entries_sent_are_marked_and_a_finished_round_clears_the_mark() -> None:
+    outbox, _ = enqueue((), [make_alert()], ["slack", "ding"], T0)
+    slack, ding = outbox
+    marked, sends = mark_sending(outbox, due_alerts(outbox, T0, in_flight={ding.key}), T0, "op-a")
+    assert [(e.notification, e.sending_since, e.sending_by) for e in marked] == [
+        ("slack", T0, "op-a"), ("ding", None, None)]
+    assert [e.key for e in sends] == [slack.key] and sends[0].message == slack.message  # first send: no notice
+    after = outbox_after(marked, [failed(marked[0], T0)], T0 + timedelta(seconds=1), ["slack", "ding"])
+    assert (after.pending[0].sending_since, after.pending[0].sending_by, after.pending[0].attempts) == (None, None, 1)
+    assert outbox_after(marked, [ok(marked[0], T0)], T0 + timedelta(seconds=1), ["slack", "ding"]).pending == (ding,)
+
+
+def test_an_entry_marked_by_another_process_is_sent_again_as_a_possible_duplicate() -> None:
+    outbox, _ = enqueue((), [make_alert()], ["slack"], T0)
+    marked, _ = mark_sending(outbox, outbox, T0, "op-a")  # op-a sent it and stopped before recording the answer
+    t1 = T0 + timedelta(seconds=30)
+    remarked, (again,) = mark_sending(marked, due_alerts(marked, t1), t1, "op-b")
+    assert again.message.fact_pairs == (*outbox[0].message.fact_pairs, POSSIBLE_DUPLICATE_FACT)
+    assert (remarked[0].sending_by, remarked[0].sending_since) == ("op-b", t1)
+    assert remarked[0].message == outbox[0].message  # the stored message is unchanged
+    # Its identity is the first copy's: an Alertmanager-style receiver sees the same fingerprint and group key.
+    first, second = (build_payload("Webhook", m, None, T0) for m in (outbox[0].message, again.message))
+    assert (first["groupKey"], first["alerts"][0]["fingerprint"]) == (second["groupKey"],
+                                                                      second["alerts"][0]["fingerprint"])
+    assert POSSIBLE_DUPLICATE_FACT[1] in second["alerts"][0]["annotations"]["description"]
+    slack = json.dumps(build_payload("Slack", again.message, None, T0))
+    assert "may have arrived already" in slack
+    # The same process's own mark is a round that never started (a Secret read failed): no notice.
+    _, (mine,) = mark_sending(remarked, remarked, t1 + timedelta(seconds=5), "op-b")
+    assert mine.message == outbox[0].message
+
+
+def test_the_notice_keeps_the_facts_within_their_bound() -> None:
+    outbox, _ = enqueue((), [make_alert()], ["slack"], T0)
+    full = replace(outbox[0], message=replace(outbox[0].message, fact_pairs=tuple(
+        (f"l{i}", "v") for i in range(MAX_FACTS))), sending_by="op-a", sending_since=T0)
+    _, (again,) = mark_sending((full,), (full,), T0, "op-b")
+    assert len(again.message.fact_pairs) == MAX_FACTS and again.message.fact_pairs[-1] == POSSIBLE_DUPLICATE_FACT
+
+
+def test_the_sending_mark_round_trips_through_status() -> None:
+    outbox, _ = enqueue((), [make_alert()], ["slack"], T0)
+    marked, _ = mark_sending(outbox, outbox, T0, "host/12/1796200000")
+    item = pending_json(marked[0])
+    assert (item["sendingSince"], item["sendingBy"]) == ("2026-11-30T10:00:00Z", "host/12/1796200000")
+    assert read_budget({"pendingAlerts": [item]}, POLICY).outbox == marked
+    assert "sendingBy" not in pending_json(outbox[0])

@@ -17,7 +17,7 @@ import pytest
 from modalscale.api.annotations import cap_annotation_key
 from modalscale.api.budgetpolicy import parse_budget_spec
 from modalscale.costmodel.catalog import load_catalog
-from modalscale.costmodel.outbox import Attempt
+from modalscale.costmodel.outbox import POSSIBLE_DUPLICATE_FACT, Attempt
 from modalscale.operator.budget.plan import (
     BudgetObserved,
     cap_annotation_value,
@@ -337,6 +337,25 @@ def test_an_alert_enters_the_outbox_once_per_target_in_the_patch_that_marks_it_a
     busy = plan_policy(p2, observed(make_isvc()), CATALOG, [], now + dt.timedelta(seconds=1),
                        in_flight={e.key for e in plan.sends})
     assert busy.sends == () and "pendingAlerts" not in busy.status_patch and busy.alerts == ()
+
+
+def test_the_patch_written_before_sending_marks_each_entry_sent_and_a_takeover_resends_it_marked() -> None:
+    """Issue 21, scenario 3: the leader sent the alert and was killed before recording the answer. The status it
+    wrote before sending says who was sending; the operator that takes over sends it again, saying it may be a
+    duplicate (an unrecorded outcome is unknown: at least once, never silently twice)."""
+    p0 = alerting_policy()
+    p1 = persisted(p0, plan_policy(p0, observed(make_isvc()), CATALOG, [], T0, holder="op-a").status_patch)
+    now = T0 + dt.timedelta(seconds=CROSSED_50)
+    plan = plan_policy(p1, observed(make_isvc()), CATALOG, [], now, holder="op-a")
+    assert [(i["sendingSince"], i["sendingBy"]) for i in plan.status_patch["pendingAlerts"]] == [
+        ("2026-11-30T10:50:00Z", "op-a")] * 2
+    assert all(POSSIBLE_DUPLICATE_FACT not in e.message.fact_pairs for e in plan.sends)
+    p2 = persisted(p1, plan.status_patch)
+    later = now + dt.timedelta(seconds=30)
+    takeover = plan_policy(p2, observed(make_isvc()), CATALOG, [], later, holder="op-b")
+    assert [e.notification for e in takeover.sends] == ["slack", "ding"] and takeover.alerts == ()
+    assert all(e.message.fact_pairs[-1] == POSSIBLE_DUPLICATE_FACT for e in takeover.sends)
+    assert [i["sendingBy"] for i in takeover.status_patch["pendingAlerts"]] == ["op-b", "op-b"]
 
 
 def test_one_target_fails_the_other_is_removed_and_the_failed_one_is_retried_after_backoff() -> None:
