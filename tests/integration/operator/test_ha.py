@@ -207,3 +207,96 @@ def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_ale
         finally:
             a.stop()
             b.stop()
+
+
+def test_apiserver_restarted_nothing_deleted_or_rewritten_reconciles_and_the_ledger_resume(
+        ha_cluster: LocalCluster, tmp_path: Path) -> None:
+    """Issue 21, chaos scenario 7 (no request load: KWOK pods): the kube-apiserver is SIGKILLed for 15 s while the
+    operator runs an InferenceService and a BudgetPolicy evaluated every second, then started again. Nothing is
+    deleted or rewritten (the same pods, Deployment generation 1 until the spec changes), the operator stays up
+    and applies a spec change made after the restart, the threshold alerted before is not alerted again and the
+    next one once, and the ledger charged the outage too (= a meter of the pods' own times x price)."""
+    import os
+    from decimal import Decimal
+
+    from modalscale.costmodel.ledger import parse_time
+    from modalscale.devenv.receivers import ChatReceiver
+    from tests.integration.operator.test_budget import (
+        GPU_TYPE,
+        PRICE_USD_PER_REPLICA_HOUR,
+        ledger_spent,
+        make_policy,
+        make_secret,
+        percents_in,
+        running_pods,
+        start_isvc,
+        thresholds_alerted,
+        titles,
+    )
+
+    ha_cluster.ensure_gpu_nodes(1, gpus_per_node=64, gpu_type=GPU_TYPE, cpu="1024", memory="16Ti",
+                                prefix="kwok-ha-h100-")
+    api = ha_cluster.api_client()
+    ns = "apiserver-restart"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    op = OperatorProcess(ha_cluster.kubeconfig, tmp_path / "op.log")
+
+    def policy_status(a: Any) -> dict[str, Any]:
+        obj = client.CustomObjectsApi(a).get_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", "budget")
+        return dict(obj.get("status") or {})
+
+    with ChatReceiver("Slack") as slack:
+        try:
+            op.wait_healthy()
+            wait_for(lambda: _active(op), 60, "the operator active")
+            make_secret(api, ns, "slack-hook", url=slack.url)
+            start_isvc(api, ns, "big", replicas=2)
+            # 2 replicas x ~84 USD/h = ~0.047 USD/s: 25 % of 4 USD after ~21 s, 50 % after ~43 s.
+            client.CustomObjectsApi(api).create_namespaced_custom_object(
+                GROUP, VERSION, ns, "budgetpolicies", make_policy(
+                    "budget", "4", [{"percent": p, "actions": ["Alert"]} for p in (25, 50)],
+                    [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
+            wait_for(lambda: thresholds_alerted(policy_status(api)) == [25]
+                     and not policy_status(api).get("pendingAlerts"), 90, "the 25 % alert delivered and recorded")
+            core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+            pods_before = {p.metadata.uid for p in core.list_namespaced_pod(ns).items}
+            assert len(pods_before) == 2
+
+            pid = ha_cluster.pids()["kube-apiserver"]
+            assert pid
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not ha_cluster.apiserver_ready(timeout_s=1), 10, "the apiserver down")
+            time.sleep(15)
+            ha_cluster.up(nodes=2, real_node=False)
+            api.close()
+            api = ha_cluster.api_client()
+            core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+
+            # The evaluations resume (status written after the restart) and alert 50 % once, never 25 % again.
+            status = wait_for(lambda: (s := policy_status(api)) and thresholds_alerted(s) == [25, 50]
+                              and not s.get("pendingAlerts") and s, 120, "50 % alerted after the restart")
+            assert op.proc.poll() is None, "the operator exited"
+            assert {p.metadata.uid for p in core.list_namespaced_pod(ns).items} == pods_before
+            assert apps.read_namespaced_deployment("big", ns).metadata.generation == 1
+            # A spec change made after the restart is reconciled.
+            client.CustomObjectsApi(api).patch_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, "big", {"spec": {"scaling": {"replicas": 3}}})
+            wait_for(lambda: running_pods(api, ns, "big") == 3, 90, "the third replica running")
+            assert apps.read_namespaced_deployment("big", ns).metadata.generation == 2
+            time.sleep(2)  # more evaluations: nothing re-sent
+            assert percents_in(titles(slack)) == [25, 50], titles(slack)
+
+            # The ledger charged the outage: at its observedTime it equals each pod's own run x the price.
+            status = wait_for(lambda: (s := policy_status(api)) and s["ledger"]["services"][0]["replicas"] == 3
+                              and s, 30, "an evaluation that sees the third replica")
+            observed = parse_time(status["ledger"]["observedTime"], "observedTime")
+            pods = core.list_namespaced_pod(ns, label_selector="modalscale.io/inferenceservice=big").items
+            meter = sum((PRICE_USD_PER_REPLICA_HOUR * Decimal(str(max(0.0, (
+                observed - p.status.start_time).total_seconds()))) / 3600 for p in pods), Decimal(0))
+            spent = ledger_spent(status)
+            assert abs(spent - meter) <= Decimal("0.000001"), (spent, meter)
+            print(f"\nfigure: apiserver down 15 s; pods kept {len(pods_before)}/{len(pods_before)}; alerts "
+                  f"{percents_in(titles(slack))}; ledger {spent} USD vs meter {meter:.9f} USD")
+        finally:
+            op.stop()
+            api.close()
