@@ -574,6 +574,31 @@ class LocalCluster:
         except Exception:  # any failure means "not yet"; the deadline reports it
             return False
 
+    def restart_apiserver(self, down_s: float = 0.0, timeout_s: float = 120.0) -> float:
+        """SIGKILL the kube-apiserver, keep it down ``down_s`` s, start it again with the same flags (chaos tests:
+        issue 21's scenario 7). Everything else keeps running; its clients reconnect on their own.
+
+        Returns:
+            Seconds from the kill until the apiserver answered ready again.
+        Raises:
+            ClusterError: It was not running, did not stop, or was not ready again within ``timeout_s``.
+        """
+        pid = self.pids()["kube-apiserver"]
+        if pid is None:
+            raise ClusterError("kube-apiserver is not running; start the cluster first (modalscale cluster up)")
+        killed = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        proc = self._started.get("kube-apiserver")
+        if proc is not None:
+            proc.wait(timeout=30)
+        self._wait(lambda: not _pid_alive(pid), "kube-apiserver (stopping)", 30)
+        time.sleep(max(0.0, down_s - (time.monotonic() - killed)))
+        bins = ensure_binaries(self.log)
+        self._start("kube-apiserver", apiserver_args(str(bins.kube_apiserver), self._config(), self.workdir / "pki",
+                                                     pod_reachable_address()))
+        self._wait(self.apiserver_ready, "kube-apiserver", timeout_s)
+        return time.monotonic() - killed
+
     def _start(self, name: str, cmd: list[str]) -> None:
         self.log(f"Starting {name}")
         logf = open(self._logfile(name), "ab")  # handed to the child

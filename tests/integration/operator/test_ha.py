@@ -216,7 +216,6 @@ def test_apiserver_restarted_nothing_deleted_or_rewritten_reconciles_and_the_led
     deleted or rewritten (the same pods, Deployment generation 1 until the spec changes), the operator stays up
     and applies a spec change made after the restart, the threshold alerted before is not alerted again and the
     next one once, and the ledger charged the outage too (= a meter of the pods' own times x price)."""
-    import os
     from decimal import Decimal
 
     from modalscale.costmodel.ledger import parse_time
@@ -262,12 +261,7 @@ def test_apiserver_restarted_nothing_deleted_or_rewritten_reconciles_and_the_led
             pods_before = {p.metadata.uid for p in core.list_namespaced_pod(ns).items}
             assert len(pods_before) == 2
 
-            pid = ha_cluster.pids()["kube-apiserver"]
-            assert pid
-            os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: not ha_cluster.apiserver_ready(timeout_s=1), 10, "the apiserver down")
-            time.sleep(15)
-            ha_cluster.up(nodes=2, real_node=False)
+            ha_cluster.restart_apiserver(down_s=15)
             api.close()
             api = ha_cluster.api_client()
             core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
