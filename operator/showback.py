@@ -307,8 +307,8 @@ def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str
                 for ts, value in series["values"]:
                     if metric == REPLICAS_METRIC:
                         sums[svc] = sums.get(svc, 0.0) + float(value)
-                    elif metric == BURN_METRIC and float(ts) >= end_s - step_s / 2:
-                        burn_at_end[svc] = float(value)
+                    elif metric == BURN_METRIC and float(ts) > end_s - step_s:
+                        burn_at_end[svc] = float(value)  # the range's last step: at most a step before the end
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 raise ShowbackUnavailable(f"answer of {metric} is malformed: {type(exc).__name__}: {exc}") from None
     per_policy: dict[SpendKey, dict[tuple[str, str], list[tuple[float, float]]]] = {}

@@ -7,18 +7,22 @@ annotation per InferenceService (``budget.modalscale.io/reject-<h>``, :mod:`moda
 gateway, which watches its InferenceService, answers those tenants 429 with ``Retry-After`` until ``until``.
 
 **A tenant's spend** (:func:`tenant_spend`) is showback's allocation (:func:`modalscale.costmodel.showback.allocate`)
-over ``[period start, now)``: each selected service's spend in that window (the ledger's rate series as the operator
+over ``[period start, now)``: each selected service's spend in that window (the ledger's spend series as the operator
 exports them) split over (tenant, modality) by the replica-seconds their requests used (the gateway's
 ``modalscale_gateway_service_seconds_total``), with capacity no request used left as the service's idle row, which
 no tenant is charged. The policy's spend is the sum of the rows of its tenants over its selected services: what
 ``modalscale cost showback --since <period so far> --by tenant`` prints for them. Where the ledger's series cover
 only part of the window (an operator younger than the period) the figure is that part's: a lower bound, acted on.
 
-**Missing data holds, it never rejects.** When the usage cannot be read (Prometheus down, a partial answer) or a
-selected service that the tenants used cannot be priced (no ledger series, figures refused), the tenants' spend is
-unknown: the policy uses the last figure known this period (``status.tenantSpent``, a lower bound because spend
-only grows) for its state and alerts, rejections in force this period are held as they are, and no new rejection is
-decided. The state is then ``Unknown`` (``GovernanceBlind``), naming why.
+**Spend only grows.** Within a period the figure acted on never falls below the last one stored
+(``status.tenantSpent``) while the spec is unchanged, so a reading a little lower than the last (a window edge, a
+scrape behind) neither lifts a rejection nor refuses the tenant again an evaluation later; a spec change (a raised
+limit, other tenants) measures afresh. **Missing data holds, it never rejects.** When the usage cannot be read
+(Prometheus down, a partial answer) or a selected service that the tenants used cannot be priced (no ledger series,
+figures refused), the tenants' spend is unknown: the policy uses the last figure known this period
+(``status.tenantSpent``, a lower bound because spend only grows) for its state and alerts, rejections in force this
+period are held as they are, and no new rejection is decided. The state is then ``Unknown`` (``GovernanceBlind``),
+naming why.
 
 **The rule** (:func:`plan_rejections`): when the tenants' spend has reached a threshold with ``Reject`` (reactive:
 not anticipated, no burn rate per tenant is measured), every selected service x every listed tenant is rejected,
@@ -55,7 +59,8 @@ class TenantSpend:
         spent_usd: Their spend so far (USD, 1e-9 resolution); None when it could not be measured.
         by_tenant: Each listed tenant's part (tenants without requests: 0); empty when unknown.
         unknown_reason: Why ``spent_usd`` is None (names the service or the read that failed).
-        held_usd: The last figure known this period (``status.tenantSpent``), used as a lower bound when unknown.
+        held_usd: The last figure known this period (``status.tenantSpent``, of the same spec generation), the
+            lower bound of the figure acted on.
         held_period_start: The period ``held_usd`` belongs to (None: none stored; a held figure of another period
             counts 0).
     """
@@ -71,10 +76,14 @@ class TenantSpend:
         return self.spent_usd is not None
 
     def effective_usd(self, period_start: datetime) -> Decimal:
-        """The figure the policy is evaluated on: the measured spend, else the held lower bound of this period."""
+        """The figure the policy is evaluated on: the measured spend, never below the held figure of this period
+        (spend only grows within a period, so a lower reading is measurement noise: a window edge, a scrape
+        behind; acted on, it would lift a rejection and refuse the tenant again one evaluation later); unknown:
+        the held lower bound of this period."""
+        held = self.held_usd if self.held_period_start == period_start else Decimal(0)
         if self.spent_usd is not None:
-            return self.spent_usd
-        return self.held_usd if self.held_period_start == period_start else Decimal(0)
+            return max(self.spent_usd, held)
+        return held
 
 
 def tenant_spend(tenants: Sequence[str], services: Sequence[ServiceKey],

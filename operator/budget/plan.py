@@ -679,7 +679,9 @@ def _read_stored(policy: Mapping[str, Any], ref: PolicyRef, attempts: Sequence[A
     if status.problem is not None or status.outbox is None or status.ledger is None:
         return _hold(policy, INVALID_STATUS, f"{status.problem}; fix or clear the status by hand (spend is not "
                                              f"reset automatically)", attempts, now, in_flight, status)
-    tenant = status.tenant_spent_usd
+    # The stored tenants' figure bounds the next one from below only for the spec it was measured for.
+    same_spec = status.observed_generation == int(policy["metadata"].get("generation") or 0)
+    tenant = status.tenant_spent_usd if same_spec else None
     return spec, status, _Stored(status.ledger, status.alert_state, status.outbox, status.anomaly_state,
                                  status.rejections, (Decimal(0), None) if tenant is None
                                  else (tenant, status.ledger.period_start))

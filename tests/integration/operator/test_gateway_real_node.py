@@ -476,3 +476,46 @@ def test_a_killed_gateway_pod_and_a_1_3_1_cycle_under_load(env: Env) -> None:
     finally:
         env.remove(name)
         print(f"test (d) took {time.monotonic() - test_started:.1f} s")
+
+
+def test_the_apiserver_restarted_under_load_fails_no_request_and_deletes_nothing(env: Env,
+                                                                                real_node_cluster: Any) -> None:
+    """(e) Issue 21, chaos scenario 7 under load: 2 keep-alive connections through Service <name> (gateway pods ->
+    a real replica) while the kube-apiserver is SIGKILLed and kept down 15 s, then started again. The data path
+    needs no apiserver (kube-proxy's rules, the gateway's endpoint cache, the kubelet's pods stay): no request
+    fails or is refused, no pod is deleted or restarted, and the operator applies a spec change made after it."""
+    name = "gwapi"
+    env.create(name, {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2}, cpu="400m")
+    everything = f"app.kubernetes.io/instance={name}"
+    replicas = f"modalscale.io/inferenceservice={name}"
+
+    def pods_now() -> dict[str, int]:
+        return {p.metadata.uid: sum(c.restart_count for c in p.status.container_statuses or [])
+                for p in env.core.list_namespaced_pod(env.ns).items}
+
+    try:
+        print(f"\n1 replica + 2 gateway pods Ready after {env.wait_serving(name, 1):.1f} s")
+        before = pods_now()
+        assert len(before) == 3, env.describe(name)
+        with Load(env.url(name)) as load:
+            env.wait(lambda: len(load.answered) >= 10, 120, "10 answers before the restart", name)
+            killed = time.monotonic()
+            back_s = real_node_cluster.restart_apiserver(down_s=15)
+            mark = time.monotonic()
+            env.wait(lambda: load.answers_since(mark) >= 10, 120, "10 answers after the restart", name)
+        during = [t for t in load.answered if killed <= t <= killed + back_s]
+        failed = [f for f in load.failed if f[0] >= killed]
+        refused = [t for t in load.refused if t >= killed]
+        print(f"(e) apiserver down {back_s:.1f} s (killed, then ready again): answered {len(during)} meanwhile, "
+              f"{load.answers_since(killed)} since the kill; failed {len(failed)} {[f[1] for f in failed]}, "
+              f"refused {len(refused)}")
+        assert failed == [] and refused == [], (failed, refused)
+        assert len(during) > 0, "no request was answered while the apiserver was down"
+        assert pods_now() == before, (before, pods_now())
+        env.custom.patch_namespaced_custom_object(GROUP, VERSION, env.ns, PLURAL, name,
+                                                  {"spec": {"scaling": {"replicas": 2}}})
+        env.wait(lambda: len(env.ready_pods(replicas)) == 2, 300, "a second Ready replica after the restart",
+                 name)
+        assert {p.metadata.uid for p in env.pods(everything)} >= set(before)
+    finally:
+        env.remove(name)

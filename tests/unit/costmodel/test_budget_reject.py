@@ -49,7 +49,8 @@ def svc(name: str, replicas: int = 2, price: str = "1") -> ServiceState:
 def plan(spent: str | None, *, spec: dict[str, Any] | None = None, rejected: tuple[TenantRejection, ...] = (),
          alert_state: AlertState = AlertState(), now: datetime = NOW, held: str = "0",
          held_start: datetime | None = PERIOD_START, services: tuple[ServiceState, ...] = ()) -> BudgetPlan:
-    tenants = (TenantSpend(D(spent), {"acme": D(spent)}) if spent is not None else
+    tenants = (TenantSpend(D(spent), {"acme": D(spent)}, held_usd=D(held), held_period_start=held_start)
+               if spent is not None else
                TenantSpend(None, unknown_reason="Prometheus did not answer", held_usd=D(held),
                            held_period_start=held_start))
     return plan_budget(parse_budget_spec(spec or tenant_spec()), D("999"), services or (svc("vc"), svc("ocr")),
@@ -124,6 +125,19 @@ def test_a_raised_limit_that_the_spend_no_longer_reaches_lifts_the_rejection() -
     raised = plan("11", spec=tenant_spec(limit={"amount": "20"}), alert_state=state, rejected=rejected,
                   now=datetime(2026, 12, 2, 15, tzinfo=UTC))
     assert raised.rejections == ()
+
+
+def test_a_reading_a_little_under_the_stored_figure_keeps_the_rejection_spend_only_grows() -> None:
+    """The CI flake at 482eb79: right after acme was rejected, a reading a little under the limit (the window's
+    edges, a scrape behind) lifted the rejection and acme was served again. Within a period and the same spec the
+    figure acted on never falls below the stored one."""
+    state, rejected = roundtrip(plan("10.000000500"))
+    later = datetime(2026, 12, 2, 14, 0, 5, tzinfo=UTC)
+    p = plan("9.999999800", alert_state=state, rejected=rejected, now=later, held="10.000000500")
+    assert pairs(p) == [("ml", "ocr", "acme"), ("ml", "vc", "acme")]
+    assert p.spent_usd == D("10.000000500")
+    # A held figure of another period bounds nothing.
+    assert plan("9.999999800", held="10.000000500", held_start=PERIOD_END).rejections == ()
 
 
 def test_a_new_period_lifts_the_rejection() -> None:

@@ -109,6 +109,23 @@ def test_a_raised_limit_deletes_the_annotation() -> None:
     assert ("Normal", "TenantsAdmitted") in [(e[0], e[1]) for e in p.events]
 
 
+def test_a_lower_reading_after_the_rejection_keeps_it_while_the_spec_is_unchanged() -> None:
+    """The CI flake at 482eb79 (acme served again after its rejection): the next reading came out a little lower
+    (1799 of 3600 replica-s: 0.999444444 USD, under the 1 USD limit). Spend only grows within a period: the stored
+    figure (1 USD) is acted on and the annotation stays. A raised limit (a new generation) measures afresh."""
+    isvc = make_isvc("vc")
+    first = evaluate(tenant_policy(), usage(1800), isvc)
+    stored = persisted(tenant_policy(), first.status_patch)
+    lower = evaluate(stored, usage(1799), annotated(isvc, first.annotation_writes), now=T0 + dt.timedelta(seconds=5))
+    assert lower.annotation_writes == [] and "TenantsAdmitted" not in [e[1] for e in lower.events]
+    assert [(r["name"], r["tenant"]) for r in lower.status_patch.get("rejectedTenants", [])] in ([], [("vc", "acme")])
+    edited = persisted(tenant_policy(), first.status_patch)
+    edited["metadata"]["generation"] = 2  # the same limit, another tenant list: measured afresh
+    edited["spec"]["selector"]["tenants"] = ["acme", "initech"]
+    afresh = evaluate(edited, usage(1799), annotated(isvc, first.annotation_writes), now=T0 + dt.timedelta(seconds=5))
+    assert [(w.name, w.key, w.value) for w in afresh.annotation_writes if w.key == KEY] == [("vc", KEY, None)]
+
+
 def test_dry_run_writes_no_annotation_but_status_shows_the_pairs() -> None:
     p = evaluate(tenant_policy(enforcement={"dryRun": True}), usage(1800), make_isvc("vc"))
     assert [w.key for w in p.annotation_writes] == [TENANTS_KEY]

@@ -276,3 +276,22 @@ def test_showback_equals_the_ledger_when_a_replica_starts_and_stops_between_eval
 
 def test_the_spend_query_reads_raw_samples_from_before_the_window() -> None:
     assert spend_query(3600) == f"{SPEND_METRIC}[7500s]"
+
+
+def test_the_rate_in_force_is_the_range_queries_last_step_even_when_it_falls_short_of_the_end() -> None:
+    """A range query at step 3 s over a window that is not a multiple of it ends up to 2 s before the window's end;
+    its last point is still the rate in force (before: taken only within half a step, so a third of such readings
+    counted nothing after the newest spend sample, and a tenant's figure jumped between evaluations)."""
+    window_s, step_s = 61, 3
+    t0 = END.timestamp() - window_s
+    points = [t0 + step_s * k for k in range(1, window_s // step_s + 1)]  # the last one at END - 1 s
+    assert END.timestamp() - points[-1] == 1
+    burn = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": dict(SVC), "values": [[t, "3.6"] for t in points[:-1] + [END.timestamp() - 2]]}]}}
+    replicas = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": dict(SVC), "values": [[t, "1"] for t in points]}]}}
+    samples = [(ago, 0.5 + 0.001 * (90 - ago)) for ago in (90, 50, 10)]  # the newest spend sample 10 s back
+    ledger, _ = parse_showback(usage_answers(), {BURN_METRIC: burn, REPLICAS_METRIC: replicas},
+                               spend_answer(samples), window_s, step_s, END.timestamp())
+    lw = ledger[("ml", "vc")]
+    assert lw.spend_usd == Decimal("0.061") and lw.coverage_ratio == 1.0
