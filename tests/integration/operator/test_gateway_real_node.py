@@ -373,6 +373,12 @@ class Load:
     def answers_since(self, t: float) -> int:
         return sum(1 for a in self.answered if a >= t)
 
+    def failed_since(self, t: float) -> list[tuple[float, str]]:
+        return [f for f in self.failed if f[0] >= t]
+
+    def refused_since(self, t: float) -> list[float]:
+        return [r for r in self.refused if r >= t]
+
 
 def _gateway_metric(pod: Any, name: str) -> float:
     """Sum of the samples of ``name`` on a gateway pod's metrics port (9090)."""
@@ -443,8 +449,8 @@ def test_a_killed_gateway_pod_and_a_1_3_1_cycle_under_load(env: Env) -> None:
 
             back_s = env.wait(victim_back, 120, "the killed gateway container restarted and Ready", name)
             env.wait(lambda: load.answers_since(time.monotonic() - 3) > 0, 60, "answers after the restart", name)
-            kill_failed = [f for f in load.failed if f[0] >= killed]
-            refused = [t - killed for t in load.refused if t >= killed]
+            kill_failed = load.failed_since(killed)
+            refused = [t - killed for t in load.refused_since(killed)]
             print(f"(d) requests per gateway pod over 2 s: { {n: m[0] for n, m in moved.items()} }; gateway "
                   f"{victim.metadata.name} ({inflight:.0f} in flight just before) SIGKILLed: back Ready after "
                   f"{back_s:.1f} s; answered "
@@ -467,8 +473,7 @@ def test_a_killed_gateway_pod_and_a_1_3_1_cycle_under_load(env: Env) -> None:
                               300, "1 replica left, the other two drained and gone", name)
             mark = time.monotonic()
             env.wait(lambda: load.answers_since(mark) >= 5, 60, "5 answers after the scale-down", name)
-        cycle_failed = [f for f in load.failed if f[0] >= cycle]
-        cycle_refused = [t for t in load.refused if t >= cycle]
+        cycle_failed, cycle_refused = load.failed_since(cycle), load.refused_since(cycle)
         print(f"(d) 1 -> 3 in {up_s:.1f} s, 3 -> 1 in {down_s:.1f} s: answered {load.answers_since(cycle)}, failed "
               f"{len(cycle_failed)} {[f[1] for f in cycle_failed]}, refused {len(cycle_refused)}; per replica at 3: "
               f"{counts}")
@@ -504,8 +509,7 @@ def test_the_apiserver_restarted_under_load_fails_no_request_and_deletes_nothing
             mark = time.monotonic()
             env.wait(lambda: load.answers_since(mark) >= 10, 120, "10 answers after the restart", name)
         during = [t for t in load.answered if killed <= t <= killed + back_s]
-        failed = [f for f in load.failed if f[0] >= killed]
-        refused = [t for t in load.refused if t >= killed]
+        failed, refused = load.failed_since(killed), load.refused_since(killed)
         print(f"(e) apiserver down {back_s:.1f} s (killed, then ready again): answered {len(during)} meanwhile, "
               f"{load.answers_since(killed)} since the kill; failed {len(failed)} {[f[1] for f in failed]}, "
               f"refused {len(refused)}")

@@ -3,19 +3,37 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import signal
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from modalscale.costmodel.ledger import parse_time
+from modalscale.costmodel.outbox import POSSIBLE_DUPLICATE_FACT
 from modalscale.devenv.cluster import LocalCluster, fake_node_placement, running_cluster
 from modalscale.devenv.kube import wait_for
 from modalscale.devenv.operator_process import OperatorProcess
+from modalscale.devenv.receivers import ChatReceiver, Reply
 from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, condition, create, make_isvc
+from tests.integration.operator.test_budget import (
+    GPU_TYPE,
+    PRICE_USD_PER_REPLICA_HOUR,
+    get_policy,
+    ledger_spent,
+    make_policy,
+    make_secret,
+    percents_in,
+    running_pods,
+    start_isvc,
+    thresholds_alerted,
+    titles,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -50,6 +68,19 @@ def _active(op: OperatorProcess) -> bool:
 
 def _wrote(op: OperatorProcess, name: str) -> bool:
     return f"namespace=default name={name}\n" in op.log() or f"namespace=default name={name} " in op.log()
+
+
+@pytest.fixture(scope="module")
+def ha_h100_node(ha_cluster: LocalCluster) -> list[str]:
+    """A fake node with 64 H100s for the budget tests' ~84 USD/h replicas (``test_budget``'s service)."""
+    return ha_cluster.ensure_gpu_nodes(1, gpus_per_node=64, gpu_type=GPU_TYPE, cpu="1024", memory="16Ti",
+                                       prefix="kwok-ha-h100-")
+
+
+def _meter_usd(pods: list[Any], at: dt.datetime) -> Decimal:
+    """The independent meter: each pod's own run from ``status.startTime`` to ``at`` x the catalog's price."""
+    return sum((PRICE_USD_PER_REPLICA_HOUR * Decimal(str(max(0.0, (at - p.status.start_time).total_seconds())))
+                / 3600 for p in pods), Decimal(0))
 
 
 def test_two_operators_only_one_acts_and_the_other_takes_over(ha_cluster: LocalCluster, ha_api: Any,
@@ -122,35 +153,13 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(ha_cluster: 
 
 
 def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_alerts_the_rest_once(
-        ha_cluster: LocalCluster, ha_api: Any, tmp_path: Path) -> None:
+        ha_cluster: LocalCluster, ha_api: Any, ha_h100_node: list[str], tmp_path: Path) -> None:
     """Issue 21, chaos scenario 3 (the budget half; no request load: KWOK pods): two operator replicas, a
     BudgetPolicy evaluated every second by the leader. The chat room holds its answer to the first alert for 8 s
     and the leader is SIGKILLed while it waits: the alert arrived, and nobody recorded it. The standby takes over,
     sends that alert again saying it may be a duplicate (an unrecorded outcome is unknown: at least once, never
     silently twice), alerts the later thresholds exactly once each, and its ledger charges the whole time, the gap
     included: equal to an independent meter of the pods' own start times x the catalog's price."""
-    import json
-    from decimal import Decimal
-
-    from modalscale.costmodel.ledger import parse_time
-    from modalscale.costmodel.outbox import POSSIBLE_DUPLICATE_FACT
-    from modalscale.devenv.receivers import ChatReceiver, Reply
-    from tests.integration.operator.test_budget import (
-        GPU_TYPE,
-        PRICE_USD_PER_REPLICA_HOUR,
-        get_policy,
-        ledger_spent,
-        make_policy,
-        make_secret,
-        percents_in,
-        running_pods,
-        start_isvc,
-        thresholds_alerted,
-        titles,
-    )
-
-    ha_cluster.ensure_gpu_nodes(1, gpus_per_node=64, gpu_type=GPU_TYPE, cpu="1024", memory="16Ti",
-                                prefix="kwok-ha-h100-")
     core, co = client.CoreV1Api(ha_api), client.CustomObjectsApi(ha_api)
     ns = "ha-budget"
     core.create_namespace({"metadata": {"name": ns}})
@@ -196,8 +205,7 @@ def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_ale
             observed = parse_time(status["ledger"]["observedTime"], "observedTime")
             pods = core.list_namespaced_pod(ns, label_selector="modalscale.io/inferenceservice=big").items
             assert running_pods(ha_api, ns, "big") == len(pods) == 2
-            meter = sum((PRICE_USD_PER_REPLICA_HOUR * Decimal(str((observed - p.status.start_time).total_seconds()))
-                         / 3600 for p in pods), Decimal(0))
+            meter = _meter_usd(pods, observed)
             spent = ledger_spent(status)
             assert abs(spent - meter) <= Decimal("0.000001"), (spent, meter)
             print(f"\nfigure: budget leader killed at {killed.isoformat()}; standby's first evaluation "
@@ -210,31 +218,12 @@ def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_ale
 
 
 def test_apiserver_restarted_nothing_deleted_or_rewritten_reconciles_and_the_ledger_resume(
-        ha_cluster: LocalCluster, tmp_path: Path) -> None:
+        ha_cluster: LocalCluster, ha_h100_node: list[str], tmp_path: Path) -> None:
     """Issue 21, chaos scenario 7 (no request load: KWOK pods): the kube-apiserver is SIGKILLed for 15 s while the
     operator runs an InferenceService and a BudgetPolicy evaluated every second, then started again. Nothing is
     deleted or rewritten (the same pods, Deployment generation 1 until the spec changes), the operator stays up
     and applies a spec change made after the restart, the threshold alerted before is not alerted again and the
     next one once, and the ledger charged the outage too (= a meter of the pods' own times x price)."""
-    from decimal import Decimal
-
-    from modalscale.costmodel.ledger import parse_time
-    from modalscale.devenv.receivers import ChatReceiver
-    from tests.integration.operator.test_budget import (
-        GPU_TYPE,
-        PRICE_USD_PER_REPLICA_HOUR,
-        ledger_spent,
-        make_policy,
-        make_secret,
-        percents_in,
-        running_pods,
-        start_isvc,
-        thresholds_alerted,
-        titles,
-    )
-
-    ha_cluster.ensure_gpu_nodes(1, gpus_per_node=64, gpu_type=GPU_TYPE, cpu="1024", memory="16Ti",
-                                prefix="kwok-ha-h100-")
     api = ha_cluster.api_client()
     ns = "apiserver-restart"
     client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
@@ -285,8 +274,7 @@ def test_apiserver_restarted_nothing_deleted_or_rewritten_reconciles_and_the_led
                               and s, 30, "an evaluation that sees the third replica")
             observed = parse_time(status["ledger"]["observedTime"], "observedTime")
             pods = core.list_namespaced_pod(ns, label_selector="modalscale.io/inferenceservice=big").items
-            meter = sum((PRICE_USD_PER_REPLICA_HOUR * Decimal(str(max(0.0, (
-                observed - p.status.start_time).total_seconds()))) / 3600 for p in pods), Decimal(0))
+            meter = _meter_usd(pods, observed)
             spent = ledger_spent(status)
             assert abs(spent - meter) <= Decimal("0.000001"), (spent, meter)
             print(f"\nfigure: apiserver down 15 s; pods kept {len(pods_before)}/{len(pods_before)}; alerts "
