@@ -5,5 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
 . scripts/env.sh
-ensure_venv
+ensure_system_packages
+prebuild_go_binaries
+ensure_python_env
 exec modalscale demo "$@"

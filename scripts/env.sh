@@ -41,6 +41,17 @@ ensure_node_packages() {
          "without them \`modalscale cluster up\` runs KWOK-only" >&2
   fi
 }
+# The control plane's Go builds (minutes, CPU-bound) in the background with the machine's own Python (the module
+# needs only the standard library), so that on a fresh machine they overlap .venv's install (downloads) instead of
+# following it; the demo's own builds wait on the same lock and find them cached (src/modalscale/devenv/prebuild.py).
+prebuild_go_binaries() {
+  command -v go >/dev/null || return 0
+  local py log
+  py=$(command -v python3.11 || command -v python3)
+  log="${MODALSCALE_CACHE_DIR:-$HOME/.cache/modalscale}/prebuild.log"
+  mkdir -p "$(dirname "$log")"
+  (PYTHONPATH="$PWD/src" "$py" -m modalscale.devenv.prebuild 2>&1 | tee "$log" || true) &
+}
 ensure_venv() {
   ensure_system_packages
   ensure_python_env

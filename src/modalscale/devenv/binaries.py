@@ -104,6 +104,9 @@ def _run(cmd: list[str], cwd: Path, log: Log, env: dict[str, str] | None = None)
     return proc.stdout
 
 
+PREBUILD_LOG = "prebuild.log"
+"""Log of :mod:`modalscale.devenv.prebuild` under :func:`cache_dir` (written by ``scripts/demo.sh``)."""
+
 HEARTBEAT_S = 60.0
 """How often a long build says it is still running (a cold Kubernetes build takes 8-13 min on 2 cores)."""
 
@@ -130,12 +133,23 @@ def heartbeat(what: str, log: Log, every_s: float = HEARTBEAT_S) -> Iterator[Non
 
 
 @contextlib.contextmanager
-def build_lock(root: Path) -> Iterator[None]:
-    """Serialise builds under ``root`` between processes (two test sessions, or the demo and the tests): an
-    exclusive ``flock`` on ``root/.build.lock``, released when the block ends or the process dies."""
+def build_lock(root: Path, waiting: Callable[[], None] | None = None) -> Iterator[None]:
+    """Serialise builds under ``root`` between processes (two test sessions, the demo and the tests, or the demo
+    and its own background Go build, :mod:`modalscale.devenv.prebuild`): an exclusive ``flock`` on
+    ``root/.build.lock``, released when the block ends or the process dies.
+
+    Args:
+        waiting: Called once, before blocking, when another process holds the lock (so that a person following
+            a set-up learns why nothing happens).
+    """
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".build.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting()
+            fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -301,8 +315,16 @@ def _ensure(name: str, version: str, files: tuple[str, ...], build: Callable[[Pa
     out = cache_dir() / "bin" / f"{name}-{version}"
     if all((out / f).is_file() for f in files):
         return out
-    with build_lock(cache_dir()):
+    waited = time.monotonic()
+
+    def waiting() -> None:
+        log(f"Waiting for another process's build to finish before {name} {version} (the demo builds the Go "
+            f"binaries in the background while .venv installs: {cache_dir() / PREBUILD_LOG})")
+
+    with build_lock(cache_dir(), waiting):
         if all((out / f).is_file() for f in files):
+            if time.monotonic() - waited > 1.0:
+                log(f"{name} {version} built by the other process ({time.monotonic() - waited:.0f} s waited)")
             return out
         log(f"Building {name} {version} from the Go module proxy (one cold build; cached in {out})")
         started = time.monotonic()

@@ -818,7 +818,10 @@ def build_image(defn: ImageDefinition, log: Log, repo: Path = REPO, force: bool 
     if (hit := cached()) is not None:
         return hit
     check_tools()
-    with build_lock(root):  # one image build at a time: the buildah store and caches are shared
+    def waiting() -> None:
+        log(f"Waiting for another process's image build to finish (the build lock of {root})")
+
+    with build_lock(root, waiting):  # one image build at a time: the buildah store and caches are shared
         if (hit := cached()) is not None:  # built by another process while this one waited for the lock
             return hit
         started = time.monotonic()
