@@ -234,7 +234,8 @@ class Writer:
             self._gateway_calls()[kind][1](name, namespace, body, _content_type=SMP)
 
     def _gateway_calls(self) -> dict[str, tuple[Any, Any, Any]]:
-        """(create, patch, delete) of the kinds only the gateway adds, and of Deployments and Services for deletes
+        """(create, patch, delete) of the kinds other than ConfigMap (the gateway's, and the PodDisruptionBudget of the
+        replicas too), and of Deployments and Services for deletes
         (the gateway's Deployment and the Service ``<name>-replicas`` when the gateway is turned off)."""
         return {
             "ServiceAccount": (self.core.create_namespaced_service_account, self.core.patch_namespaced_service_account,

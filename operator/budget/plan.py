@@ -296,9 +296,12 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
 
     A pod counts once bound to a node. ``start`` is ``status.startTime`` (None when absent or unreadable: the
     ledger then counts it as running since before the interval, an upper bound). ``stop`` is
-    ``metadata.deletionTimestamp`` when terminating (the kubelet's deadline for it to be gone); for a Succeeded or
-    Failed pod, the latest ``finishedAt`` of its containers (a finished pod without one is left out: it runs no
-    more, and had it been counted running before, the ledger charges it to now as a pod it cannot account for).
+    ``metadata.deletionTimestamp`` when terminating (the kubelet's deadline for it to be gone), or the latest
+    ``finishedAt`` of its containers when every one has finished before that (an evicted replica stops after its
+    ``preStop`` drain, seconds before the kubelet removes it: an evaluation between the two charged it to that
+    evaluation); for a Succeeded or Failed pod, the latest ``finishedAt`` of its containers (a finished pod without
+    one is left out: it runs no more, and had it been counted running before, the ledger charges it to now as a pod
+    it cannot account for). A running pod's container between two restarts (no deletion) does not stop it.
 
     ``tier`` is the tier the pod ran at (:func:`modalscale.api.capacity.pod_tier`): its node's capacity-type
     label, else Spot when it asked for a Spot node, else None (its service's ``spec.pricing.tier``).
@@ -316,12 +319,15 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
             continue
         start = _time_or_none(status.get("startTime"))
         stop = _time_or_none(meta.get("deletionTimestamp"))
+        containers = status.get("containerStatuses") or []
+        finished = [t for c in containers
+                    if (t := _time_or_none(((c.get("state") or {}).get("terminated") or {}).get("finishedAt")))]
         if status.get("phase") in ("Succeeded", "Failed"):
-            finished = [t for c in status.get("containerStatuses") or []
-                        if (t := _time_or_none(((c.get("state") or {}).get("terminated") or {}).get("finishedAt")))]
             if not finished:
                 continue
             stop = min([max(finished)] + ([stop] if stop else []))
+        elif stop is not None and finished and len(finished) == len(containers):
+            stop = min(stop, max(finished))
         node = (p.get("spec") or {}).get("nodeName")
         labels = node_labels.get(node) if node_labels is not None and node is not None else None
         out.append(PodRun(str(meta.get("name", "")), start, stop, pod_tier(p, labels)))

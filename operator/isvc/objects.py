@@ -419,6 +419,22 @@ def build_gateway_role_binding(spec: IsvcSpec) -> dict[str, Any]:
     }
 
 
+def build_pdb(spec: IsvcSpec) -> dict[str, Any]:
+    """``<name>``: at most one replica evicted at a time (``kubectl drain``, a node upgrade, the cluster
+    autoscaler), so a service of 2 or more replicas keeps a Ready one while the evicted one's replacement starts
+    (without it a drain evicts every replica on the node at once: issue 21's chaos scenario 1 saw 0 Ready).
+
+    ``maxUnavailable: 1``, not ``minAvailable``: a single replica can still be evicted, so a drain never waits
+    forever (the gateway holds its requests meanwhile, as at zero replicas); ``unhealthyPodEvictionPolicy:
+    AlwaysAllow``: a replica that is not Ready (crash-looping, starting) serves nothing and never blocks a drain.
+    """
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(spec, spec.name),
+        "spec": {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                 "selector": {"matchLabels": {SELECTOR_LABEL: spec.name}}},
+    }
+
+
 def build_gateway_pdb(spec: IsvcSpec) -> dict[str, Any]:
     """At most one gateway pod evicted at a time (``maxUnavailable: 1``, so a single replica still drains)."""
     return {

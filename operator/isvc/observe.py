@@ -73,6 +73,8 @@ class Observer:
         obs.deployment = self.child("Deployment", self.apps.read_namespaced_deployment, spec.name, ns)
         obs.service = self.child("Service", self.core.read_namespaced_service, spec.name, ns)
         obs.configmap = self.child("ConfigMap", self.core.read_namespaced_config_map, configmap_name(spec), ns)
+        obs.poddisruptionbudget = self.child("PodDisruptionBudget", self.policy.read_namespaced_pod_disruption_budget,
+                                             spec.name, ns)
         if self.cache is not None:
             obs.pods = self.cache.list_objects("Pod", ns, {SELECTOR_LABEL: spec.name})
         else:

@@ -41,6 +41,7 @@ from modalscale.operator.isvc.objects import (
     build_configmap,
     build_deployment,
     build_gateway_service,
+    build_pdb,
     build_service,
     configmap_name,
     gateway_children,
@@ -96,6 +97,8 @@ class IsvcObserved:
     deployment: dict[str, Any] | None = None
     service: dict[str, Any] | None = None
     configmap: dict[str, Any] | None = None
+    poddisruptionbudget: dict[str, Any] | None = None
+    """The replicas' PodDisruptionBudget ``<name>`` (None: not found); named after its kind like the others."""
     pods: list[dict[str, Any]] = field(default_factory=list)
     user_configmap_keys: list[str] | None = None
     """Keys of the user's model ConfigMap; None when it does not exist (or the source is not ConfigMap)."""
@@ -394,6 +397,9 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
             writes.append(_replicas_write(spec, replicas.write, w))
         elif w:
             writes.append(w)
+    w = _child_write("PodDisruptionBudget", build_pdb(spec), obs.poddisruptionbudget, ("spec",))
+    if w:
+        writes.append(w)
     gateway_serving = spec.gateway.enabled and _ready_pods(obs.gateway_objects.get("Deployment")) > 0
     w = _service_write(build_gateway_service(spec) if gateway_serving else build_service(spec), obs.service)
     if w:

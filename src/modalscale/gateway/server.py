@@ -22,8 +22,9 @@ protobuf decode except the features of ``ModelInfer``). ``ModelStreamInfer`` (bi
 decoupled models) is refused with ``UNIMPLEMENTED``: the built-in and profiled models are not decoupled, and a
 stream pinned to one replica would defeat per-request balancing; clients use ``ModelInfer``.
 
-Shutdown (SIGTERM): ``/readyz`` turns 503, the listeners close, new requests are refused, and in-flight and queued
-requests finish within ``drain_timeout_s``.
+Shutdown (SIGTERM): ``/readyz`` turns 503 and every HTTP answer from then on closes its connection (a keep-alive
+client reconnects, to a gateway pod that is not terminating); after ``shutdown_delay_s`` the listeners close, new
+requests are refused, and in-flight and queued requests finish within ``drain_timeout_s``.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ class Gateway:
             self._budget_task = asyncio.create_task(self.budget.run(self._on_annotations), name="budget")
         app = web.Application(client_max_size=s.max_body_bytes)
         app.router.add_route("*", "/{tail:.*}", self._http)
+        app.on_response_prepare.append(self._close_when_draining)
         await self._serve(app, s.http_port, auto_decompress=False, shutdown_timeout=s.drain_timeout_s)
         metrics_app = web.Application()
         metrics_app.router.add_get("/metrics", self._metrics)
@@ -161,6 +163,15 @@ class Gateway:
     def begin_drain(self) -> None:
         """Say not ready (``/readyz`` 503) so the Service stops sending new connections; keep serving."""
         self.draining = True
+
+    async def _close_when_draining(self, _request: web.Request, response: web.StreamResponse) -> None:
+        """While draining, end each HTTP connection after its answer (``Connection: close``): a keep-alive client's
+        next request then opens a new connection, which the Service sends to a gateway pod that is not terminating,
+        instead of staying on this one until its listener closes the idle connection under a request being sent
+        (issue 21, scenario 1: a drain evicts the gateway pods under load)."""
+        if self.draining:
+            response.force_close()  # the connection ends after this answer
+            response.headers["Connection"] = "close"  # and the client is told (aiohttp set its headers already)
 
     async def stop(self) -> None:
         """Graceful stop: refuse new requests, let in-flight and queued ones finish (``drain_timeout_s``), close.

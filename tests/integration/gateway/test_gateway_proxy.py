@@ -254,6 +254,23 @@ def test_stop_lets_an_in_flight_request_finish(
         httpx.post(gw.http + INFER, json=text_request(), timeout=2)
 
 
+def test_a_draining_gateway_answers_each_keep_alive_connection_once_more_then_closes_it(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    """From SIGTERM on (``begin_drain``) every answer says ``Connection: close`` and the connection ends after it,
+    so a keep-alive client's next request opens a new connection, which kube-proxy sends to a gateway pod that is
+    not terminating. Without it a client stays on the terminating pod until its listener closes the idle
+    connection, and a request sent as it closes fails (issue 21, scenario 1: a drain evicts the gateway pods)."""
+    gw = make_gateway([endpoint(replicas[0])])
+    with httpx.Client(base_url=gw.http, timeout=10) as c:
+        before = c.post(INFER, json=text_request())
+        gw.gateway.begin_drain()
+        during = c.post(INFER, json=text_request())
+        after = c.post(INFER, json=text_request())
+    assert [r.status_code for r in (before, during, after)] == [200, 200, 200]
+    assert before.headers.get("connection") != "close"
+    assert during.headers.get("connection") == "close" and after.headers.get("connection") == "close"
+
+
 def test_repeated_image_goes_to_one_replica(
         replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
     gw = make_gateway([endpoint(r) for r in replicas])

@@ -12,138 +12,27 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from modalscale.devenv.kube import wait_for
-from modalscale.devenv.realnode import real_node_placement
+from tests.integration.operator.gateway_load import (
+    MAX_BODY_BYTES,
+    MODEL,
+    Env,
+    Load,
+    distinct_images,
+    images_imported,
+    ready,
+    start_operator,
+)
 from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, get
 
 pytestmark = pytest.mark.timeout(900)
-
-REPO = Path(__file__).resolve().parents[3]
-EXAMPLE = yaml.safe_load((REPO / "crds" / "examples" / "inferenceservice-real-node.yaml").read_text())
-MODEL = EXAMPLE["spec"]["model"]["name"]
-GATEWAY_CPU = "100m"
-"""Each gateway pod's CPU request: 2 of them beside 2 replicas of 500m fit the node's 1500m allocatable
-(the CRD default, 500m, would leave room for one replica only)."""
-MAX_BODY_BYTES = 1 << 20
-SUCCESS = "nv_inference_request_success"
-FAILURE = "nv_inference_request_failure"
-
-
-class Env:
-    """The module's namespace, API handles and operator."""
-
-    def __init__(self, api: Any, ns: str, op: Any) -> None:
-        self.api, self.ns, self.op = api, ns, op
-        self.core, self.apps = client.CoreV1Api(api), client.AppsV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-
-    def pods(self, selector: str) -> list[Any]:
-        return [p for p in self.core.list_namespaced_pod(self.ns, label_selector=selector).items
-                if p.metadata.deletion_timestamp is None]
-
-    def ready_pods(self, selector: str) -> list[Any]:
-        return [p for p in self.pods(selector) if _ready(p)]
-
-    def describe(self, name: str) -> str:
-        lines = []
-        for p in self.core.list_namespaced_pod(self.ns).items:
-            waiting = [(s.state.waiting.reason if s.state.waiting else None) for s in p.status.container_statuses or []]
-            lines.append(f"{p.metadata.name} {p.status.phase} ready={_ready(p)} node={p.spec.node_name} "
-                         f"waiting={waiting}")
-            if p.metadata.labels.get("modalscale.io/gateway") and p.status.container_statuses:
-                try:
-                    lines.append(self.core.read_namespaced_pod_log(p.metadata.name, self.ns, tail_lines=20))
-                except ApiException as exc:
-                    lines.append(f"(no log: {exc.reason})")
-        try:
-            status = get(self.api, self.ns, name).get("status")
-        except ApiException:
-            status = None
-        return "\n".join(lines) + f"\nstatus: {str(status)[:1500]}\noperator:\n{self.op.log()[-2000:]}"
-
-    def create(self, name: str, scaling: dict[str, Any], cpu: str = "500m", **gateway: Any) -> None:
-        body = yaml.safe_load(yaml.safe_dump(EXAMPLE))
-        body["metadata"] = {"name": name}
-        body["spec"]["resources"]["cpu"] = cpu
-        body["spec"]["placement"] = real_node_placement()
-        body["spec"]["scaling"] = scaling
-        body["spec"]["gateway"] = {"enabled": True, "resources": {"cpu": GATEWAY_CPU}, **gateway}
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body)
-
-    def wait(self, what: Callable[[], Any], timeout_s: float, message: str, name: str) -> float:
-        started = time.monotonic()
-        try:
-            wait_for(what, timeout_s, message, interval_s=0.5)
-        except TimeoutError as exc:
-            raise AssertionError(f"{exc}\n{self.describe(name)}") from None
-        return time.monotonic() - started
-
-    def wait_serving(self, name: str, replicas: int, timeout_s: float = 420) -> float:
-        """Wait for ``replicas`` Ready runtime pods, 2 Ready gateway pods and Service ``name`` on the gateway."""
-
-        def serving() -> bool:
-            try:
-                svc = self.core.read_namespaced_service(name, self.ns)
-            except ApiException as exc:
-                if exc.status == 404:  # the operator has not created it yet
-                    return False
-                raise
-            return (len(self.ready_pods(f"modalscale.io/inferenceservice={name}")) == replicas
-                    and len(self.ready_pods(f"modalscale.io/gateway={name}")) == 2
-                    and svc.spec.selector == {"modalscale.io/gateway": name})
-
-        return self.wait(serving, timeout_s, f"{replicas} Ready replicas, 2 Ready gateway pods, Service on them",
-                         name)
-
-    def url(self, name: str) -> str:
-        return f"{self.core.read_namespaced_service(name, self.ns).spec.cluster_ip}:8000"
-
-    def counters(self, name: str) -> dict[str, tuple[float, float]]:
-        """Each Ready replica's own (success, failure) request counts for the model, by pod name."""
-        from modalscale.runtime.client import scrape_metrics
-
-        out = {}
-        for p in self.ready_pods(f"modalscale.io/inferenceservice={name}"):
-            m = scrape_metrics(f"http://{p.status.pod_ip}:8002/metrics")
-            out[p.metadata.name] = (sum(v for k, v in m.items() if k.startswith(SUCCESS + "{")
-                                        and f'model="{MODEL}"' in k),
-                                    sum(v for k, v in m.items() if k.startswith(FAILURE + "{")
-                                        and f'model="{MODEL}"' in k))
-        return out
-
-    def remove(self, name: str) -> None:
-        """Delete the InferenceService and its pods at once (the node's CPU is needed by the next test)."""
-        try:
-            self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-        def gone() -> bool:
-            pods = self.core.list_namespaced_pod(self.ns).items
-            for p in pods:
-                try:
-                    self.core.delete_namespaced_pod(p.metadata.name, self.ns, grace_period_seconds=0)
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
-            return not pods
-
-        wait_for(gone, 180, f"the pods of {name} gone", interval_s=1)
-
-
-def _ready(p: Any) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
 
 
 @pytest.fixture(scope="module")
@@ -151,35 +40,18 @@ def env(real_node_cluster: Any, api: Any, crds_installed: list[str],
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     """Both images built from this tree (cached when unchanged) and imported into the real node; a namespace and
     an operator process watching only it (its gateway pods get the default image, the operator image)."""
-    from modalscale.devenv.images import build_images, import_into_cluster
-    from modalscale.devenv.operator_process import OperatorProcess
-
-    started = time.monotonic()
-    images = {b.name: b for b in build_images(log=lambda m: print(m, flush=True), repo=REPO)}
-    for b in images.values():
-        import_into_cluster(b, real_node_cluster.workdir, log=lambda m: print(m, flush=True))
-    print(f"images built/found and imported in {time.monotonic() - started:.1f} s")
+    print(f"images built/found and imported in {images_imported(real_node_cluster.workdir):.1f} s")
     ns = f"gwreal-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
-    op = OperatorProcess(real_node_cluster.kubeconfig, tmp_path_factory.mktemp("gw-operator") / "operator.log",
-                         {"MODALSCALE_NAMESPACES": ns, "MODALSCALE_STANDALONE": "true"})
+    op = None
     try:
-        op.wait_healthy()
+        op = start_operator(real_node_cluster.kubeconfig, ns, tmp_path_factory.mktemp("gw-operator") / "operator.log")
         yield Env(api, ns, op)
     finally:
-        op.stop()
+        if op is not None:
+            op.stop()
         core.delete_namespace(ns)
-
-
-def distinct_images(n: int) -> list[bytes]:
-    """``n`` different small JPEGs (one photo at ``n`` widths), so no two requests share an image: the gateway's
-    image-cache affinity (consistent hashing with bounded loads) sends requests carrying the same image to the same
-    replica while it is under the load bound, which at 2 requests in flight is 2, so a one-image workload would
-    (rightly) stay on one replica."""
-    from modalscale.runtime.workload import photo_at
-
-    return [photo_at("coffee", 160 + i, 120) for i in range(n)]
 
 
 def _send(url: str, n: int, connections: int, images: list[bytes]) -> tuple[int, list[str]]:
@@ -300,7 +172,7 @@ def test_requests_sent_at_zero_replicas_are_all_answered_once_the_activated_repl
             pods = env.pods(f"modalscale.io/inferenceservice={name}")
             if pods and not created:
                 created.append(time.monotonic())
-            if any(_ready(p) for p in pods):
+            if any(ready(p) for p in pods):
                 ready_at.append(time.monotonic())
                 return True
             return False
@@ -321,63 +193,6 @@ def test_requests_sent_at_zero_replicas_are_all_answered_once_the_activated_repl
     finally:
         env.remove(name)
         print(f"test (c) took {time.monotonic() - test_started:.1f} s")
-
-
-class Load:
-    """``connections`` threads sending requests through ``url`` until stopped, each on one keep-alive connection
-    (a new client after a failure); answers and failures are counted with the time they happened.
-
-    A refused connection (kube-proxy still sends new connections to a killed gateway pod's address until the
-    kubelet has marked it NotReady and the endpoints changed; a request on a refused connection never left) is
-    counted in ``refused``, not ``failed``, and the thread goes on after 0.2 s with a new client and its next
-    request, as a client that retries refused connects would. tritonclient's HTTP client reconnects by itself when
-    its kept-alive connection is reset, so a request in flight on a killed gateway can show up as a refusal too."""
-
-    def __init__(self, url: str, connections: int = 2) -> None:
-        self.url, self.images = url, distinct_images(40)
-        self.answered: list[float] = []
-        self.failed: list[tuple[float, str]] = []
-        self.refused: list[float] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(k,), daemon=True) for k in range(connections)]
-
-    def _run(self, k: int) -> None:
-        from modalscale.runtime.client import MultimodalClient
-
-        i = k
-        while not self._stop.is_set():
-            with MultimodalClient(self.url, model_name=MODEL, timeout_s=300) as c:
-                while not self._stop.is_set():
-                    i += 1
-                    try:
-                        c.infer(images=[self.images[i % len(self.images)]], text="coffee in a cup")
-                        self.answered.append(time.monotonic())
-                    except ConnectionRefusedError:
-                        self.refused.append(time.monotonic())
-                        time.sleep(0.2)
-                        break
-                    except Exception as exc:  # counted; the caller asserts on them
-                        self.failed.append((time.monotonic(), f"{type(exc).__name__}: {exc}"[:300]))
-                        break
-
-    def __enter__(self) -> Load:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=300)
-
-    def answers_since(self, t: float) -> int:
-        return sum(1 for a in self.answered if a >= t)
-
-    def failed_since(self, t: float) -> list[tuple[float, str]]:
-        return [f for f in self.failed if f[0] >= t]
-
-    def refused_since(self, t: float) -> list[float]:
-        return [r for r in self.refused if r >= t]
 
 
 def _gateway_metric(pod: Any, name: str) -> float:
@@ -445,7 +260,7 @@ def test_a_killed_gateway_pod_and_a_1_3_1_cycle_under_load(env: Env) -> None:
 
             def victim_back() -> bool:
                 p = env.core.read_namespaced_pod(victim.metadata.name, env.ns)
-                return _ready(p) and p.status.container_statuses[0].restart_count > restarts
+                return ready(p) and p.status.container_statuses[0].restart_count > restarts
 
             back_s = env.wait(victim_back, 120, "the killed gateway container restarted and Ready", name)
             env.wait(lambda: load.answers_since(time.monotonic() - 3) > 0, 60, "answers after the restart", name)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from modalscale.costmodel.ledger import PodRun
-from modalscale.operator.budget.plan import BudgetObserved, GonePod, gone_pod_runs, plan_policy
+from modalscale.operator.budget.plan import BudgetObserved, GonePod, gone_pod_runs, plan_policy, pod_runs
 from modalscale.operator.budget.podstops import GonePods, trim_pod
 from tests.unit.operator.test_budget_plan import CATALOG, T0, make_isvc, make_policy
 
@@ -202,3 +202,15 @@ def test_a_listed_pod_the_watch_saw_deleted_since_is_not_a_running_replica() -> 
     (svc,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml",
                                BudgetObserved([make_isvc()], {"ml": listed}, gone=gone), CATALOG)
     assert svc.replicas == 1 and svc.stopped == (PodRun("vc-1", at(-7200), at(50)),)
+
+
+def test_a_listed_terminating_pod_whose_containers_all_finished_is_charged_to_the_finish_not_to_its_deadline() -> None:
+    """Issue 21, scenario 1 (drain): an evicted replica's containers finish after its ``preStop`` drain, seconds
+    before the kubelet removes the pod; an evaluation that lists it in between charged it to that evaluation (its
+    ``deletionTimestamp``, the deadline, is still ahead), not to when it stopped. A terminating pod with one container
+    still running stops at the deadline as before, and a running pod between restarts (no deletion) still runs."""
+    start = at(-3600)
+    runs = pod_runs([pod("a", start=start, deleting=at(90), finished=[at(5), at(8)]),
+                     pod("b", start=start, deleting=at(90), finished=[at(5), None]),
+                     pod("c", start=start, finished=[at(5)])])
+    assert runs == (PodRun("a", start, at(8)), PodRun("b", start, at(90)), PodRun("c", start, None))

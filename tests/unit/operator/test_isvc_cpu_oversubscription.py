@@ -48,7 +48,7 @@ def test_the_warning_is_an_event_once_per_spec_generation_and_the_service_is_sti
     first = plan_isvc(parse_isvc(body), IsvcObserved(), FILES, PlanConfig(), NOW)
     warnings = [e for e in first.events if e[1] == R.CPU_OVERSUBSCRIBED]
     assert [e[0] for e in warnings] == ["Warning"] and "1024 threads" in warnings[0][2]
-    assert {w.kind for w in first.writes} == {"ConfigMap", "Deployment", "Service"}  # not a refusal
+    assert {w.kind for w in first.writes} == {"ConfigMap", "Deployment", "PodDisruptionBudget", "Service"}  # no refusal
     assert R.CPU_OVERSUBSCRIBED not in {c["reason"] for c in write_isvc_status(first.status)["conditions"]}
     # The next pass of the same generation (status written) posts nothing again; a new generation does.
     again = plan_isvc(parse_isvc(body), IsvcObserved(status=first.status), FILES, PlanConfig(), NOW)

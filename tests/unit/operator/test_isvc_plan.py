@@ -63,14 +63,14 @@ def converge(body: dict[str, Any]) -> tuple[IsvcObserved, dict[str, Any]]:
     first = plan_isvc(spec, IsvcObserved(), FILES, PlanConfig(), NOW)
     kinds = {w.kind: apiserver_view(w.body) for w in first.writes}
     obs = IsvcObserved(status=first.status, deployment=kinds["Deployment"], service=kinds["Service"],
-                       configmap=kinds["ConfigMap"])
+                       configmap=kinds["ConfigMap"], poddisruptionbudget=kinds["PodDisruptionBudget"])
     return obs, first.status
 
 
-def test_first_reconcile_creates_the_three_children_with_owner_references() -> None:
+def test_first_reconcile_creates_the_four_children_with_owner_references() -> None:
     plan = plan_isvc(parse_isvc(make_isvc()), IsvcObserved(), FILES, PlanConfig(), NOW)
     assert sorted((w.kind, w.action) for w in plan.writes) == [
-        ("ConfigMap", "create"), ("Deployment", "create"), ("Service", "create")]
+        ("ConfigMap", "create"), ("Deployment", "create"), ("PodDisruptionBudget", "create"), ("Service", "create")]
     for w in plan.writes:
         (ref,) = w.body["metadata"]["ownerReferences"]
         assert ref["uid"] == "u-1" and ref["controller"] is True
@@ -84,6 +84,34 @@ def test_first_reconcile_creates_the_three_children_with_owner_references() -> N
     assert c["readinessProbe"]["exec"]["command"][-1] == "--model=multimodal"
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+@pytest.mark.parametrize("scaling", [{"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 1},
+                                     {"mode": "Predictive", "minReplicas": 2, "maxReplicas": 6}],
+                         ids=["one-replica", "predictive-2-6"])
+@pytest.mark.parametrize("gateway", [False, True], ids=["direct", "gateway"])
+def test_the_replicas_get_a_disruption_budget_that_evicts_one_at_a_time_and_never_blocks_a_drain(
+        scaling: dict[str, Any], gateway: bool) -> None:
+    """A drain (eviction API) takes one replica at a time, so 2 or more keep a Ready one (issue 21, scenario 1);
+    ``maxUnavailable`` rather than ``minAvailable`` so that one replica is evicted too instead of blocking the
+    drain forever, and a replica that is not Ready never blocks it."""
+    plan = plan_isvc(parse_isvc(make_isvc(scaling=scaling, gateway={"enabled": gateway})), IsvcObserved(), FILES,
+                     PlanConfig(), NOW)
+    (pdb,) = [w for w in plan.writes if w.kind == "PodDisruptionBudget" and w.name == "vc"]
+    assert pdb.action == "create"
+    assert pdb.body["spec"] == {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                                "selector": {"matchLabels": {"modalscale.io/inferenceservice": "vc"}}}
+    (ref,) = pdb.body["metadata"]["ownerReferences"]
+    assert ref["uid"] == "u-1" and ref["controller"] is True  # deleted with the InferenceService
+
+
+def test_a_changed_disruption_budget_is_repaired_and_only_it_is_written() -> None:
+    obs, _ = converge(make_isvc())
+    assert obs.poddisruptionbudget is not None
+    obs.poddisruptionbudget["spec"] = {"minAvailable": 2, "selector": {"matchLabels": {"app": "other"}}}
+    (w,) = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW).writes
+    assert (w.kind, w.action, w.name) == ("PodDisruptionBudget", "patch", "vc")
+    assert w.body["spec"]["maxUnavailable"] == 1
 
 
 def test_second_reconcile_with_nothing_changed_plans_zero_writes() -> None:
