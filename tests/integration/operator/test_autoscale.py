@@ -433,7 +433,9 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
             assert {(s["desired"], s["spec"], s["actual"]) for s in during} == {(1, 1, 1)}, during
             assert held["valid"] is False and held["reason"] == "HeldNoMetrics", held
             decided = autoscale_operator.metric("modalscale_autoscaler_decisions_total", **ids) - decisions_before
-            assert decided >= OUTAGE_S / INTERVAL_S - 2, decided  # it kept deciding: each decision held
+            # it kept deciding and each decision held (measured: 10 in 70 s; a read of a stopped Prometheus takes
+            # longer than an answer, so fewer than one per interval)
+            assert decided >= OUTAGE_S / (2 * INTERVAL_S), decided
 
             # Catch-up: the Deployment grows once, then stays (several decisions later).
             wait_for(lambda: int(apps.read_namespaced_deployment(name, ns).spec.replicas) > 1, 120,

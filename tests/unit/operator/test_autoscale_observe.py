@@ -830,7 +830,7 @@ def test_a_window_that_starts_in_a_gap_is_partial_data_and_gives_no_rates() -> N
     assert reading.workload is None and reading.recent_workload is None
     assert reading.busy_erlangs is None and reading.arrival_counts is None
     assert reading.problem is not None and reading.problem[0] == PARTIAL_WINDOW, reading.problem
-    assert "40 s" in reading.problem[1] and "60 s window" in reading.problem[1]
+    assert "40 s" in reading.problem[1] and "60 s metrics window" in reading.problem[1]
 
 
 def test_the_policy_holds_on_a_partial_window_instead_of_scaling_on_it() -> None:
