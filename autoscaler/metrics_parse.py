@@ -177,24 +177,45 @@ def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
     return tuple(out), None
 
 
+HOLE_STEPS = 1.5
+"""Consecutive ``arrival_counts`` bins further apart than this many steps have a hole between them (:func:`_counts`)."""
+
+
 def _counts(answer: Sequence[Mapping[str, Any]] | None) -> tuple[float, ...] | None:
-    """The per-bin counts of the ``arrival_counts`` range vector (one series of ``[ts, "v"]`` values); None when
-    absent, malformed or any value is not finite."""
+    """The per-bin counts of the ``arrival_counts`` range vector (one series of ``[ts, "v"]`` values), oldest first
+    (pure).
+
+    Bins missing from the answer (Prometheus down or not scraping: a hole) split the series. The bin on each side
+    of a hole reads low (``increase()`` over a window holding only part of the data extrapolates at most 1.1
+    scrape intervals towards its edges) and the bins before a hole are not consecutive with those after it, so
+    only the run after the newest hole is kept, less its first bin; the step is the smallest spacing of the
+    answer's timestamps (the subquery's resolution).
+
+    Returns:
+        The counts, or None when absent, malformed, any value is not finite, or a hole leaves no whole bin.
+    """
     if not answer or len(answer) != 1:
         return None
     values = answer[0].get("values")
     if not isinstance(values, Sequence) or not values:
         return None
-    out = []
+    points = []
     for point in values:
         try:
-            v = float(point[1])
+            t, v = float(point[0]), float(point[1])
         except (IndexError, TypeError, ValueError):
             return None
-        if not math.isfinite(v):
+        if not (math.isfinite(v) and math.isfinite(t)):
             return None
-        out.append(max(0.0, v))
-    return tuple(out)
+        points.append((t, max(0.0, v)))
+    points.sort()
+    spacings = [b[0] - a[0] for a, b in zip(points, points[1:]) if b[0] > a[0]]
+    if spacings:
+        step = min(spacings)
+        holes = [i + 1 for i, (a, b) in enumerate(zip(points, points[1:])) if b[0] - a[0] > HOLE_STEPS * step]
+        if holes:
+            points = points[holes[-1] + 1:]  # after the newest hole, less its first (partial) bin
+    return tuple(v for _, v in points) or None
 
 
 def _targets(answers: Mapping[str, Sequence[Mapping[str, Any]]], up_key: str = "up", scraped_key: str = "scraped"

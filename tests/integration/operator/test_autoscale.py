@@ -39,6 +39,7 @@ from modalscale.runtime.repo_config import RuntimeConfig
 from modalscale.runtime.server import TritonProcess, free_port, serve_config
 from modalscale.runtime.workload import TraceRow
 from tests.integration.operator.isvc_helpers import condition, create, get, make_isvc
+from tests.integration.operator.meter import pod_lifetime_usd
 
 REPO = Path(__file__).resolve().parents[3]
 RATE_RPS = 1.5
@@ -405,7 +406,7 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
             assert len(pods) == 1
             # The policy: its 50 % threshold falls in the middle of the outage at 1 replica.
             now = dt.datetime.now(dt.UTC)
-            spent_now = _meter_usd(pods, now, price)
+            spent_now = pod_lifetime_usd(pods, now, price)
             limit = 2 * (spent_now + price * Decimal(str(pre_s - (time.time() - started) + OUTAGE_S / 2)) / 3600)
             make_secret(as_api, ns, "slack-hook", url=slack.url)
             client.CustomObjectsApi(as_api).create_namespaced_custom_object(
@@ -472,7 +473,7 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
         status = get_policy(as_api, ns, "budget")["status"]
         observed = parse_time(status["ledger"]["observedTime"], "observedTime")
         pods = core.list_namespaced_pod(ns, label_selector=f"modalscale.io/inferenceservice={name}").items
-        meter = _meter_usd(pods, observed, price)
+        meter = pod_lifetime_usd(pods, observed, price)
         spent = ledger_spent(status)
         assert abs(spent - meter) <= Decimal("0.000001"), (spent, meter)
         assert observed.timestamp() >= restarted
@@ -485,12 +486,6 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
               f"ledger {spent} USD vs meter {meter:.9f} USD at {status['ledger']['observedTime']} "
               f"({len(pods)} pods); alerts {titles(slack)} at +{alert.received_at - stopped:.0f} s into the outage")
         assert answered == sent, report.errors
-
-
-def _meter_usd(pods: list[Any], at: dt.datetime, price: Decimal) -> Decimal:
-    """The independent meter: each pod's own run from ``status.startTime`` to ``at`` x ``price`` (USD per hour)."""
-    return sum((price * Decimal(str(max(0.0, (at - p.status.start_time).total_seconds()))) / 3600 for p in pods),
-               Decimal(0))
 
 
 @pytest.mark.timeout(1200)

@@ -529,6 +529,28 @@ def test_arrival_counts_are_a_15s_subquery_over_10_minutes_and_reach_the_observa
     assert parse_answers(RECORDED_LABELLED, "multimodal").arrival_counts is None  # no answer
 
 
+def test_arrival_counts_across_a_gap_keep_only_the_whole_bins_after_it() -> None:
+    """Bins missing from the subquery (Prometheus down, a scrape gap) split the counts: the bins on each side of
+    the hole read low (``increase()`` over a 15 s window that holds only part of the data, extrapolated at most 1.1
+    scrape intervals), and the bins before it are not consecutive with those after. Measured in issue 21's
+    scenario 4: joined, they read as arrival SCV 3.16 at a steady 1.5 req/s and sized 1 -> 5, trimmed to 4 a
+    decision later. Only the run after the newest hole is kept, less its first (partial) bin."""
+    answers = copy.deepcopy(RECORDED_LABELLED)
+    stamps = [0, 15, 30, 45, 150, 165, 180, 195, 210]  # a hole from 60 s to 135 s
+    values = ["22", "23", "21", "6", "4", "22", "24", "21", "23"]
+    answers["arrival_counts"] = [{"metric": {}, "values": [[T_LABELLED - 210 + t, v]
+                                                           for t, v in zip(stamps, values, strict=True)]}]
+    assert parse_answers(answers, "multimodal").arrival_counts == (22.0, 24.0, 21.0, 23.0)
+    # a hole right before the newest bin leaves nothing whole: unknown, not a count
+    answers["arrival_counts"][0]["values"] = [[T_LABELLED - 90, "22"], [T_LABELLED - 75, "23"], [T_LABELLED, "5"]]
+    assert parse_answers(answers, "multimodal").arrival_counts is None
+    # contiguous bins, a single bin or unevenly stamped answers of one step are kept as they are
+    answers["arrival_counts"][0]["values"] = [[T_LABELLED - 15, "22"], [T_LABELLED, "23"]]
+    assert parse_answers(answers, "multimodal").arrival_counts == (22.0, 23.0)
+    answers["arrival_counts"][0]["values"] = [[T_LABELLED, "23"]]
+    assert parse_answers(answers, "multimodal").arrival_counts == (23.0,)
+
+
 def test_pod_targets_are_compared_with_ready_replicas_and_a_shared_target_with_prometheus_targets() -> None:
     """Per-pod targets (a PodMonitor adds ``pod``): 3 answering for 4 ready replicas is partial even when no
     target reads down (one vanished from discovery). A shared static target (the local setup: one Triton for every
