@@ -22,6 +22,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     NO_SCRAPE_TARGETS,
     NON_FINITE_METRICS,
     PARTIAL_TARGETS,
+    PARTIAL_WINDOW,
     SCRAPE_TARGETS_DOWN,
 )
 from modalscale.autoscaler.features import MODALITIES, Modality
@@ -30,6 +31,8 @@ from modalscale.autoscaler.policy import WorkloadClass
 
 STABLE_WINDOW_S = 60.0
 """Length of the stable metrics window, s (the policy's ``Observation.window_s``)."""
+RECENT_WINDOW_S = 15.0
+"""Length of the recent (burst) window, s (the policy's ``Observation.recent_window_s``)."""
 RATE_EXTRAPOLATION_MAX = 3.2
 """Most that ``rate()``/``increase()`` can overstate a counter's increase over its window: Prometheus extrapolates
 the increase between the first and last samples in the window towards each edge by up to 1.1 average sample
@@ -174,24 +177,45 @@ def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
     return tuple(out), None
 
 
+HOLE_STEPS = 1.5
+"""Consecutive ``arrival_counts`` bins further apart than this many steps have a hole between them (:func:`_counts`)."""
+
+
 def _counts(answer: Sequence[Mapping[str, Any]] | None) -> tuple[float, ...] | None:
-    """The per-bin counts of the ``arrival_counts`` range vector (one series of ``[ts, "v"]`` values); None when
-    absent, malformed or any value is not finite."""
+    """The per-bin counts of the ``arrival_counts`` range vector (one series of ``[ts, "v"]`` values), oldest first
+    (pure).
+
+    Bins missing from the answer (Prometheus down or not scraping: a hole) split the series. The bin on each side
+    of a hole reads low (``increase()`` over a window holding only part of the data extrapolates at most 1.1
+    scrape intervals towards its edges) and the bins before a hole are not consecutive with those after it, so
+    only the run after the newest hole is kept, less its first bin; the step is the smallest spacing of the
+    answer's timestamps (the subquery's resolution).
+
+    Returns:
+        The counts, or None when absent, malformed, any value is not finite, or a hole leaves no whole bin.
+    """
     if not answer or len(answer) != 1:
         return None
     values = answer[0].get("values")
     if not isinstance(values, Sequence) or not values:
         return None
-    out = []
+    points = []
     for point in values:
         try:
-            v = float(point[1])
+            t, v = float(point[0]), float(point[1])
         except (IndexError, TypeError, ValueError):
             return None
-        if not math.isfinite(v):
+        if not (math.isfinite(v) and math.isfinite(t)):
             return None
-        out.append(max(0.0, v))
-    return tuple(out)
+        points.append((t, max(0.0, v)))
+    points.sort()
+    spacings = [b[0] - a[0] for a, b in zip(points, points[1:]) if b[0] > a[0]]
+    if spacings:
+        step = min(spacings)
+        holes = [i + 1 for i, (a, b) in enumerate(zip(points, points[1:])) if b[0] - a[0] > HOLE_STEPS * step]
+        if holes:
+            points = points[holes[-1] + 1:]  # after the newest hole, less its first (partial) bin
+    return tuple(v for _, v in points) or None
 
 
 def _targets(answers: Mapping[str, Sequence[Mapping[str, Any]]], up_key: str = "up", scraped_key: str = "scraped"
@@ -217,6 +241,72 @@ def _targets(answers: Mapping[str, Sequence[Mapping[str, Any]]], up_key: str = "
         if live and stamp is not None:
             newest[identity] = max(stamp, newest.get(identity, stamp))
     return up, newest, bool(rows) and all((s.get("metric") or {}).get("pod") for s in rows)
+
+
+GAP_TOLERANCE_INTERVALS = 2.5
+"""A window's first successful scrape may come this many scrape intervals after its start (one failed or late
+scrape, as Prometheus' own ``rate()`` extrapolation allows 1.1 intervals at each edge) before the window counts as
+partial (:func:`_window_holes`)."""
+
+
+def _window_holes(answers: _Answers, windows: Mapping[str, float]) -> dict[str, tuple[int, float]]:
+    """The windows (``{name: length s}``) whose start lies in a gap of Prometheus' data (pure).
+
+    A gap is time in which Prometheus has no successful scrape (``up == 1``) of a target that it scraped before:
+    Prometheus was down or not scraping, or the target did not answer. ``rate()`` and ``increase()`` over a window
+    whose start lies in such a gap see only the samples after it and read low (they extrapolate at most 1.1 sample
+    intervals towards the window's start), so every rate of that window is partial. A target first scraped inside
+    the window (a new pod, a new service: ``window_before`` has no success for it) has no gap: its counters start
+    there. Only targets up now are checked (a target down now makes the reading partial already).
+
+    Reads ``window_up`` (``up`` over the stable window, raw samples: a range vector) and ``window_before`` (whether
+    each target had a successful scrape in the ten minutes before it); without ``window_up`` (not asked) nothing is
+    checked. Returns ``{name: (targets whose data start late, seconds of the window before their first success)}``
+    for the partial windows only.
+    """
+    rows = answers.get("window_up")
+    if rows is None:
+        return {}
+    end = next((float(s["value"][0]) for s in answers.get("up") or () if s.get("value")), None)
+    series: list[tuple[tuple[str, str], list[tuple[float, float]]]] = []
+    for row in rows:
+        labels = row.get("metric") or {}
+        points = []
+        for stamp, value in row.get("values") or ():
+            try:
+                points.append((float(stamp), float(value)))
+            except (TypeError, ValueError):
+                continue
+        points.sort()
+        if points:
+            series.append(((str(labels.get("instance", "")), str(labels.get("job", ""))), points))
+    if not series:
+        return {}
+    end = end if end is not None else max(p[-1][0] for _, p in series)
+    before = {(str((s.get("metric") or {}).get("instance", "")), str((s.get("metric") or {}).get("job", "")))
+              for s in answers.get("window_before") or () if _value(s) == 1.0}
+    steps = sorted(b[0] - a[0] for _, p in series for a, b in zip(p, p[1:]) if b[0] > a[0])
+    interval = steps[len(steps) // 2] if steps else None
+    out: dict[str, tuple[int, float]] = {}
+    for name, length in windows.items():
+        start = end - length
+        late, worst = 0, 0.0
+        for key, points in series:
+            if points[-1][1] != 1.0:
+                continue  # down now: the reading is partial by its targets
+            ok = [t for t, v in points if v == 1.0]
+            had = key in before or any(t < start for t in ok)
+            if not had:
+                continue  # first scraped inside the window: its counters start there
+            first = next((t for t in ok if t >= start), end)
+            allowed = GAP_TOLERANCE_INTERVALS * interval if interval is not None else 0.0
+            if interval is None and name != "stable":
+                continue  # too few samples to tell a gap from the scrape interval
+            if first - start > allowed:
+                late, worst = late + 1, max(worst, first - start)
+        if late:
+            out[name] = (late, worst)
+    return out
 
 
 def _contradiction(requests: Mapping[str, float] | None, counts: Mapping[str, float] | None,
@@ -504,7 +594,7 @@ def _gateway_figures(answers: _Answers) -> _GatewayFigures:
 
 
 def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_WINDOW_S, *,
-                  gateway: bool = False) -> MetricsReading:
+                  gateway: bool = False, recent_window_s: float = RECENT_WINDOW_S) -> MetricsReading:
     """Turn the answers to :func:`build_queries` into a :class:`MetricsReading` (pure).
 
     Args:
@@ -518,6 +608,7 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
             are the gateway's in-flight plus its held queue, queued requests Triton's pending plus the held queue,
             and the workload is unknown (``problem`` says why) when the gateway's targets are missing or all down
             or its gauges cannot be read; a gateway target that is down makes the reading partial.
+        recent_window_s: The recent window, s.
     Returns:
         The reading. Every series is counted once per pod (a pod scraped by two jobs, or read twice through a
         querier without deduplication, is one pod: :func:`_by_label`). ``workload`` is None (with ``problem``)
@@ -525,7 +616,9 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
         runtime's request counter reads 0 while Triton's counts requests (``MetricsContradict``);
         ``busy_erlangs`` is None without Triton compute metrics or when Triton's request counters read 0 while
         the service is serving (``MetricsContradict``, :func:`_contradiction`). Targets that are down are left
-        out of the sums (``partial``).
+        out of the sums (``partial``). A window that starts in a gap of Prometheus' data (:func:`_window_holes`)
+        gives no rate: the stable window's workload, busy time and per-bin counts are None (``PartialMetricsWindow``),
+        the recent window's workload is None.
     """
     up, newest, per_pod = _targets(answers)
     total = len(up)
@@ -554,6 +647,17 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
         if newest_s is not None and gw.newest_s is not None:
             newest_s = min(newest_s, gw.newest_s)  # as fresh as the older of the two sources
     observed_at = dt.datetime.fromtimestamp(newest_s, dt.UTC) if newest_s is not None else None
+    busy = service.busy_erlangs
+    holes = _window_holes(answers, {"stable": window_s, "recent": recent_window_s})
+    if "recent" in holes:
+        recent = None
+    if "stable" in holes:  # every rate of the window reads low: unknown, never a lower bound to act on
+        late, missing_s = holes["stable"]
+        workload, recent, busy, counts = None, None, None, None
+        problem = (PARTIAL_WINDOW, f"{late} scrape target(s) scraped before have no sample in the first "
+                                   f"{missing_s:.0f} s of the {window_s:.0f} s metrics window (Prometheus was down "
+                                   f"or not scraping, or the target did not answer): every rate over the window "
+                                   f"would read low; holding until the window lies after the gap")
     all_down = down + gw.down
     if problem is None and all_down:
         problem = (PARTIAL_TARGETS, f"{len(all_down)} of {total + gw.total} scrape target(s) down "
@@ -562,7 +666,7 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
     if problem is None and triton.bad:
         problem = _unreadable(", ".join(triton.bad), [s for k in triton.bad for s in answers.get(k) or ()])
     return MetricsReading(observed_at=observed_at, workload=workload, recent_workload=recent,
-                          busy_erlangs=service.busy_erlangs, p95_latency_ms=p95_ms, queued_requests=queued,
+                          busy_erlangs=busy, p95_latency_ms=p95_ms, queued_requests=queued,
                           targets_up=len(live), targets_total=total, down_targets=all_down,
                           per_pod_targets=per_pod, problem=problem,
                           extra=_extra(answers, len(live), total, service, mean_latency_ms, gw),
@@ -570,5 +674,6 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
                           gateway_targets_up=gw.up, gateway_targets_total=gw.total)
 
 
-__all__ = ["CONTRADICTION_MIN_REQUESTS", "RATE_EXTRAPOLATION_MAX", "SERIES_IDENTITY_LABELS", "STABLE_WINDOW_S",
+__all__ = ["CONTRADICTION_MIN_REQUESTS", "GAP_TOLERANCE_INTERVALS", "RATE_EXTRAPOLATION_MAX", "RECENT_WINDOW_S",
+           "SERIES_IDENTITY_LABELS", "STABLE_WINDOW_S",
            "parse_answers"]

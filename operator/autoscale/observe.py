@@ -111,7 +111,7 @@ from typing import Any
 
 from modalscale.api.conditions import PROMETHEUS_NOT_CONFIGURED, PROMETHEUS_UNREACHABLE
 from modalscale.api.isvc_status import IsvcStatus
-from modalscale.autoscaler.metrics_parse import SERIES_IDENTITY_LABELS, STABLE_WINDOW_S, parse_answers
+from modalscale.autoscaler.metrics_parse import RECENT_WINDOW_S, SERIES_IDENTITY_LABELS, STABLE_WINDOW_S, parse_answers
 from modalscale.autoscaler.metrics_reading import MetricsReading, unavailable
 from modalscale.autoscaler.policy import Observation
 from modalscale.gateway.tenant_budget import TENANT_BUDGET_EXCEEDED
@@ -137,8 +137,7 @@ def demand_from_gateway(gateway_enabled: bool, status: IsvcStatus) -> bool:
     return gateway_enabled and status.ready_gateway_pods > 0
 
 
-RECENT_WINDOW_S = 15.0
-"""Length of the recent (burst) window, s; needs a scrape interval of at most ~7 s to hold two samples."""
+# RECENT_WINDOW_S (15 s, the recent/burst window) needs a scrape interval of at most ~7 s to hold two samples.
 COUNT_BIN_S = 15.0
 """Bin of the per-bin request counts (arrival SCV and demand forecast), s; needs a scrape interval <= ~7 s."""
 COUNT_SPAN_S = 600.0
@@ -211,6 +210,11 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
     queries["arrival_counts"] = f"sum(max by (modality, pod, instance) ({increase}))[{span}:{b}]"
     queries["up"] = f"up{{{s}}}"
     queries["scraped"] = f"timestamp(up{{{s}}})"
+    # every scrape of the window (a range vector: raw samples), and whether each target was scraped before it: a
+    # window that starts in a gap of the data is partial (metrics_parse._window_holes)
+    every = selector(namespace, name)
+    queries["window_up"] = f"up{{{every}}}[{w}]"
+    queries["window_before"] = f"max_over_time(up{{{every}}}[{span}] offset {w})"
     if gateway:
         queries["gateway_up"] = f"up{{{gw}}}"
         queries["gateway_scraped"] = f"timestamp(up{{{gw}}})"
@@ -323,4 +327,4 @@ class PrometheusReader:
             text = redact_for_url(str(exc), self.url)
             first = text.splitlines()[0][:300] if text else type(exc).__name__
             return unavailable(PROMETHEUS_UNREACHABLE, f"Prometheus at {self.shown_url} did not answer: {first}")
-        return parse_answers(answers, model_name, gateway=gateway)
+        return parse_answers(answers, model_name, gateway=gateway, recent_window_s=RECENT_WINDOW_S)

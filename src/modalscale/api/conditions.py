@@ -85,6 +85,9 @@ PARTIAL_TARGETS = "PartialScrapeTargets"
 NON_FINITE_METRICS = "NonFiniteMetrics"
 NEGATIVE_RATE = "NegativeRate"
 """A counter's rate read negative (a counter read without reset correction): missing data, never zero."""
+PARTIAL_WINDOW = "PartialMetricsWindow"
+"""The metrics window starts in a gap of Prometheus' data (Prometheus was down or not scraping, or a target did not
+answer): every rate over it reads low, so none is read until the window lies after the gap."""
 METRICS_CONTRADICT = "MetricsContradict"
 """Two demand signals contradict each other (one request counter reads 0 while another, or Triton's compute time,
 says the service is serving): what the idle one feeds is unknown, and the policy holds on it."""

@@ -16,12 +16,15 @@ import calendar
 import concurrent.futures
 import datetime as dt
 import json
+import os
 import random
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ from modalscale.runtime.repo_config import RuntimeConfig
 from modalscale.runtime.server import TritonProcess, free_port, serve_config
 from modalscale.runtime.workload import TraceRow
 from tests.integration.operator.isvc_helpers import condition, create, get, make_isvc
+from tests.integration.operator.meter import pod_lifetime_usd
 
 REPO = Path(__file__).resolve().parents[3]
 RATE_RPS = 1.5
@@ -312,26 +316,186 @@ def test_prometheus_answers_give_each_class_its_own_features_and_a_p95(scaled: d
               f"{reading.extra.get('mean_latency_ms', float('nan')):.0f} ms")
 
 
-@pytest.mark.timeout(1200)
-def test_prometheus_stopped_holds_replicas_and_reports_metrics_unavailable(
-        as_api: Any, scaled: dict[str, Any], prometheus: PrometheusProcess, triton: TritonProcess) -> None:
-    ns = scaled["ns"]
-    apps = client.AppsV1Api(as_api)
-    before = int(apps.read_namespaced_deployment("image-svc", ns).spec.replicas)
-    assert before >= 2  # still scaled for the image load that just ended
-    prometheus.stop()
-    stopped = time.time()
-    try:
-        c = wait_for(lambda: (lambda x: x if x and x["status"] == "False" else None)(
-            condition(get(as_api, ns, "image-svc"), "MetricsAvailable")), 60, "MetricsAvailable=False")
-        assert c["reason"] == "PrometheusUnreachable" and prometheus.url in c["message"]
-        # several decisions later the replicas are what they were (scale-down stabilization is 0 s here, so
-        # treating missing data as no traffic would have scaled down at once)
-        status = _decided_after(as_api, ns, "image-svc", stopped + 3 * INTERVAL_S, timeout_s=90)
-        assert status["autoscaler"]["valid"] is False and status["autoscaler"]["reason"] == "HeldNoMetrics"
-        assert int(apps.read_namespaced_deployment("image-svc", ns).spec.replicas) == before
-    finally:
-        prometheus.start([_target(triton, ns, "image-svc")])
+OUTAGE_S = float(os.environ.get("MODALSCALE_CHAOS_PROMETHEUS_OUTAGE_S", "70"))
+"""How long Prometheus stays down in the chaos test (issue 21's scenario 4 says 5 minutes; CI runs 70 s: more than
+3 decision intervals and past the 60 s rate window, so every window after recovery straddles the gap)."""
+
+
+class _Sampler:
+    """Samples the InferenceService's desired replicas, its autoscaler's last decision and its Deployment's
+    spec/status replicas every 0.5 s (wall-clock epoch seconds), in a thread."""
+
+    def __init__(self, api: Any, ns: str, name: str) -> None:
+        self.samples: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._args = (api, ns, name)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        api, ns, name = self._args
+        apps = client.AppsV1Api(api)
+        while not self._stop.is_set():
+            try:
+                status = get(api, ns, name).get("status") or {}
+                d = apps.read_namespaced_deployment(name, ns, _request_timeout=(5, 5))
+            except Exception as exc:  # the sampler outlives one failed read
+                self.errors.append(repr(exc)[:200])
+            else:
+                auto = status.get("autoscaler") or {}
+                self.samples.append({"t": time.time(), "desired": int(status.get("desiredReplicas") or 0),
+                                     "spec": int(d.spec.replicas or 0), "actual": int(d.status.replicas or 0),
+                                     "decided": auto.get("lastDecisionTime"), "valid": auto.get("valid"),
+                                     "reason": auto.get("reason")})
+            self._stop.wait(0.5)
+
+    def between(self, t0: float, t1: float) -> list[dict[str, Any]]:
+        return [s for s in self.samples if t0 <= s["t"] <= t1]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _stamp(text: str) -> float:
+    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+@pytest.mark.timeout(1800)
+def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decision_and_the_ledger_loses_nothing(
+        as_api: Any, prometheus: PrometheusProcess, triton: TritonProcess, profiled: dict[str, Any],
+        autoscale_operator: OperatorProcess) -> None:
+    """Issue 21, chaos scenario 4 (KWOK replicas; one real Triton serves every request and a real Prometheus scrapes
+    it): text-only load at 1.5 req/s holds the service at 1 replica; Prometheus is stopped and the load turns
+    image-heavy at the same rate while it is down (``OUTAGE_S``). Meanwhile the autoscaler holds
+    (``MetricsAvailable=False``, ``PrometheusUnreachable``) and no replica count goes down; the BudgetPolicy's
+    ledger, priced from the API server's pod records, charges the outage (= a meter of the pods' own start times x
+    the catalog's price) and alerts its threshold during it. After Prometheus is back, every rate window that
+    straddles the gap holds partial data: no decision acts on one, and the first decision on a whole window
+    catches up to the image-heavy size in one step."""
+    from modalscale.costmodel.catalog import ReplicaResources, load_catalog
+    from modalscale.costmodel.ledger import parse_time
+    from modalscale.devenv.receivers import ChatReceiver
+    from modalscale.runtime.loadgen import replay
+    from tests.integration.operator.test_budget import (
+        get_policy,
+        ledger_spent,
+        make_policy,
+        make_secret,
+        percents_in,
+        titles,
+    )
+
+    ns, name = "promdown", "outage-svc"
+    core, apps = client.CoreV1Api(as_api), client.AppsV1Api(as_api)
+    core.create_namespace({"metadata": {"name": ns}})
+    _configmap(as_api, ns, "service-time", profiled["artifact"])
+    create(as_api, ns, _predictive(name, maxStepReplicas=5))  # one step can reach maxReplicas
+    prometheus.set_targets([_target(triton, ns, name)])
+    price = load_catalog().price_replica(ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4"), "OnDemand")
+
+    # One trace: text-only for PRE_S, then image-heavy (same arrival rate) through the outage and the recovery.
+    pre_s, post_s = 40.0, 110.0
+    rng, rows, t = random.Random(21), [], 0.0
+    while t < pre_s + OUTAGE_S + post_s:
+        t += rng.expovariate(RATE_RPS)
+        rows.append(TraceRow(t, 0, 0, 0, 32) if t < pre_s else TraceRow(t, 3, 1024, 768, 0))
+    sampler = _Sampler(as_api, ns, name)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, ChatReceiver("Slack") as slack:
+        started = time.time()
+        load = pool.submit(lambda: asyncio.run(replay(rows, triton.grpc_url)))
+        try:
+            wait_for(lambda: _autoscaler(as_api, ns, name).get("metricsAvailable"), 30, f"{name} metrics")
+            steady = get(as_api, ns, name)["status"]
+            assert steady["autoscaler"]["valid"] and int(steady["desiredReplicas"]) == 1, steady["autoscaler"]
+            pods = core.list_namespaced_pod(ns, label_selector=f"modalscale.io/inferenceservice={name}").items
+            assert len(pods) == 1
+            # The policy: its 50 % threshold falls in the middle of the outage at 1 replica.
+            now = dt.datetime.now(dt.UTC)
+            spent_now = pod_lifetime_usd(pods, now, price)
+            limit = 2 * (spent_now + price * Decimal(str(pre_s - (time.time() - started) + OUTAGE_S / 2)) / 3600)
+            make_secret(as_api, ns, "slack-hook", url=slack.url)
+            client.CustomObjectsApi(as_api).create_namespaced_custom_object(
+                "modalscale.io", "v1alpha1", ns, "budgetpolicies", make_policy(
+                    "budget", f"{limit:.6f}", [{"percent": 50, "actions": ["Alert"]}],
+                    [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
+            wait_for(lambda: (get_policy(as_api, ns, "budget").get("status") or {}).get("ledger"), 30, "a ledger")
+            assert time.time() < started + pre_s - 3, "the text-only phase ran out before Prometheus was stopped"
+            time.sleep(max(0.0, started + pre_s - 3 - time.time()))  # the trace's own clock: image load in 3 s
+
+            ids = {"namespace": ns, "inferenceservice": name}
+            prometheus.stop()
+            stopped = time.time()
+            decisions_before = autoscale_operator.metric("modalscale_autoscaler_decisions_total", **ids)
+            c = wait_for(lambda: (lambda x: x if x and x["status"] == "False" else None)(
+                condition(get(as_api, ns, name), "MetricsAvailable")), 30, "MetricsAvailable=False")
+            assert c["reason"] == "PrometheusUnreachable" and prometheus.url in c["message"], c
+            time.sleep(max(0.0, stopped + OUTAGE_S - time.time()))  # the outage: the sampler watches
+            held = _autoscaler(as_api, ns, name)
+            prometheus.start([_target(triton, ns, name)])
+            restarted = time.time()
+
+            during = sampler.between(stopped, restarted)
+            assert len(during) >= OUTAGE_S, len(during)  # about 2 samples a second
+            assert {(s["desired"], s["spec"], s["actual"]) for s in during} == {(1, 1, 1)}, during
+            assert held["valid"] is False and held["reason"] == "HeldNoMetrics", held
+            decided = autoscale_operator.metric("modalscale_autoscaler_decisions_total", **ids) - decisions_before
+            # it kept deciding and each decision held (measured: 10 in 70 s; a read of a stopped Prometheus takes
+            # longer than an answer, so fewer than one per interval)
+            assert decided >= OUTAGE_S / (2 * INTERVAL_S), decided
+
+            # Catch-up: the Deployment grows once, then stays (several decisions later).
+            wait_for(lambda: int(apps.read_namespaced_deployment(name, ns).spec.replicas) > 1, 120,
+                     "the scale-up after recovery")
+            at_growth = autoscale_operator.metric("modalscale_autoscaler_decisions_total", **ids)
+            wait_for(lambda: autoscale_operator.metric("modalscale_autoscaler_decisions_total", **ids)
+                     >= at_growth + 3, 60, "3 decisions after the scale-up")
+            obj = get(as_api, ns, name)
+            c = condition(obj, "MetricsAvailable")
+            assert c and c["status"] == "True", c
+            after = [h for h in obj["status"].get("scalingHistory") or [] if _stamp(h["time"]) >= restarted - 1]
+            final = int(apps.read_namespaced_deployment(name, ns).spec.replicas)
+            first_valid = next((s for s in sampler.between(restarted, time.time())
+                                if s["valid"] and s["decided"] and _stamp(s["decided"]) >= restarted), None)
+            assert first_valid is not None
+            steps = [(h["from"], h["to"], h["reason"], f"+{_stamp(h['time']) - restarted:.0f} s") for h in after]
+            print(f"\nfigure: Prometheus down {restarted - stopped:.1f} s ({len(during)} samples, replicas "
+                  f"desired/spec/actual always 1/1/1); after recovery: first valid decision at "
+                  f"+{_stamp(first_valid['decided']) - restarted:.0f} s ({first_valid['reason']}, desired "
+                  f"{first_valid['desired']}), scale-ups {steps}, final {final}")
+            assert final >= 2
+            assert [(h["from"], h["to"]) for h in after] == [(1, final)], after  # one step, no staircase
+            # never on a partial window: the first valid decision comes once the window no longer straddles the gap
+            # (60 s after the first scrape, less the 2.5 scrape intervals a window's first sample may lag its start
+            # and the second the decision time's format drops)
+            assert _stamp(first_valid["decided"]) >= restarted + 60 - 2.5 - 1, (first_valid, restarted)
+        finally:
+            if prometheus.proc is None or prometheus.proc.poll() is not None:
+                prometheus.start([_target(triton, ns, name)])
+            sampler.stop()
+        report = load.result()
+
+        # The ledger charged the whole time, the outage included: = each pod's own run x the catalog's price.
+        status = get_policy(as_api, ns, "budget")["status"]
+        observed = parse_time(status["ledger"]["observedTime"], "observedTime")
+        pods = core.list_namespaced_pod(ns, label_selector=f"modalscale.io/inferenceservice={name}").items
+        meter = pod_lifetime_usd(pods, observed, price)
+        spent = ledger_spent(status)
+        assert abs(spent - meter) <= Decimal("0.000001"), (spent, meter)
+        assert observed.timestamp() >= restarted
+        got = titles(slack)
+        fifty = [r for r, t in zip(slack.accepted, got, strict=True) if percents_in([t]) == [50]]
+        assert len(fifty) == 1, got  # delivered during the outage, once (a 300 s outage then crosses 100 % too)
+        alert = fifty[0]
+        assert stopped < alert.received_at < restarted, (stopped, alert.received_at, restarted)
+        assert len(percents_in(got)) == len(set(percents_in(got))), got  # one alert per threshold
+        sent = len(rows)
+        answered = report.by_modality()["all"].requests - report.by_modality()["all"].errors
+        print(f"figure: requests {sent} sent / {answered} answered / {report.by_modality()['all'].errors} failed; "
+              f"ledger {spent} USD vs meter {meter:.9f} USD at {status['ledger']['observedTime']} "
+              f"({len(pods)} pods); alerts {got}, the 50 % one at +{alert.received_at - stopped:.0f} s into the outage")
+        assert answered == sent, report.errors
 
 
 @pytest.mark.timeout(1200)

@@ -21,6 +21,7 @@ from modalscale.devenv.kube import wait_for
 from modalscale.devenv.operator_process import OperatorProcess
 from modalscale.devenv.receivers import ChatReceiver, Reply
 from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, condition, create, make_isvc
+from tests.integration.operator.meter import pod_lifetime_usd
 from tests.integration.operator.test_budget import (
     GPU_TYPE,
     PRICE_USD_PER_REPLICA_HOUR,
@@ -75,12 +76,6 @@ def ha_h100_node(ha_cluster: LocalCluster) -> list[str]:
     """A fake node with 64 H100s for the budget tests' ~84 USD/h replicas (``test_budget``'s service)."""
     return ha_cluster.ensure_gpu_nodes(1, gpus_per_node=64, gpu_type=GPU_TYPE, cpu="1024", memory="16Ti",
                                        prefix="kwok-ha-h100-")
-
-
-def _meter_usd(pods: list[Any], at: dt.datetime) -> Decimal:
-    """The independent meter: each pod's own run from ``status.startTime`` to ``at`` x the catalog's price."""
-    return sum((PRICE_USD_PER_REPLICA_HOUR * Decimal(str(max(0.0, (at - p.status.start_time).total_seconds())))
-                / 3600 for p in pods), Decimal(0))
 
 
 def test_two_operators_only_one_acts_and_the_other_takes_over(ha_cluster: LocalCluster, ha_api: Any,
@@ -205,7 +200,7 @@ def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_ale
             observed = parse_time(status["ledger"]["observedTime"], "observedTime")
             pods = core.list_namespaced_pod(ns, label_selector="modalscale.io/inferenceservice=big").items
             assert running_pods(ha_api, ns, "big") == len(pods) == 2
-            meter = _meter_usd(pods, observed)
+            meter = pod_lifetime_usd(pods, observed, PRICE_USD_PER_REPLICA_HOUR)
             spent = ledger_spent(status)
             assert abs(spent - meter) <= Decimal("0.000001"), (spent, meter)
             print(f"\nfigure: budget leader killed at {killed.isoformat()}; standby's first evaluation "
@@ -274,7 +269,7 @@ def test_apiserver_restarted_nothing_deleted_or_rewritten_reconciles_and_the_led
                               and s, 30, "an evaluation that sees the third replica")
             observed = parse_time(status["ledger"]["observedTime"], "observedTime")
             pods = core.list_namespaced_pod(ns, label_selector="modalscale.io/inferenceservice=big").items
-            meter = _meter_usd(pods, observed)
+            meter = pod_lifetime_usd(pods, observed, PRICE_USD_PER_REPLICA_HOUR)
             spent = ledger_spent(status)
             assert abs(spent - meter) <= Decimal("0.000001"), (spent, meter)
             print(f"\nfigure: apiserver down 15 s; pods kept {len(pods_before)}/{len(pods_before)}; alerts "

@@ -18,6 +18,7 @@ from modalscale.api.conditions import (
     NO_SCRAPE_TARGETS,
     NON_FINITE_METRICS,
     PARTIAL_TARGETS,
+    PARTIAL_WINDOW,
     PROMETHEUS_NOT_CONFIGURED,
     SCRAPE_TARGETS_DOWN,
 )
@@ -528,6 +529,28 @@ def test_arrival_counts_are_a_15s_subquery_over_10_minutes_and_reach_the_observa
     assert parse_answers(RECORDED_LABELLED, "multimodal").arrival_counts is None  # no answer
 
 
+def test_arrival_counts_across_a_gap_keep_only_the_whole_bins_after_it() -> None:
+    """Bins missing from the subquery (Prometheus down, a scrape gap) split the counts: the bins on each side of
+    the hole read low (``increase()`` over a 15 s window that holds only part of the data, extrapolated at most 1.1
+    scrape intervals), and the bins before it are not consecutive with those after. Measured in issue 21's
+    scenario 4: joined, they read as arrival SCV 3.16 at a steady 1.5 req/s and sized 1 -> 5, trimmed to 4 a
+    decision later. Only the run after the newest hole is kept, less its first (partial) bin."""
+    answers = copy.deepcopy(RECORDED_LABELLED)
+    stamps = [0, 15, 30, 45, 150, 165, 180, 195, 210]  # a hole from 60 s to 135 s
+    values = ["22", "23", "21", "6", "4", "22", "24", "21", "23"]
+    answers["arrival_counts"] = [{"metric": {}, "values": [[T_LABELLED - 210 + t, v]
+                                                           for t, v in zip(stamps, values, strict=True)]}]
+    assert parse_answers(answers, "multimodal").arrival_counts == (22.0, 24.0, 21.0, 23.0)
+    # a hole right before the newest bin leaves nothing whole: unknown, not a count
+    answers["arrival_counts"][0]["values"] = [[T_LABELLED - 90, "22"], [T_LABELLED - 75, "23"], [T_LABELLED, "5"]]
+    assert parse_answers(answers, "multimodal").arrival_counts is None
+    # contiguous bins, a single bin or unevenly stamped answers of one step are kept as they are
+    answers["arrival_counts"][0]["values"] = [[T_LABELLED - 15, "22"], [T_LABELLED, "23"]]
+    assert parse_answers(answers, "multimodal").arrival_counts == (22.0, 23.0)
+    answers["arrival_counts"][0]["values"] = [[T_LABELLED, "23"]]
+    assert parse_answers(answers, "multimodal").arrival_counts == (23.0,)
+
+
 def test_pod_targets_are_compared_with_ready_replicas_and_a_shared_target_with_prometheus_targets() -> None:
     """Per-pod targets (a PodMonitor adds ``pod``): 3 answering for 4 ready replicas is partial even when no
     target reads down (one vanished from discovery). A shared static target (the local setup: one Triton for every
@@ -650,8 +673,8 @@ def test_fault1_every_query_keeps_one_row_per_pod_and_job_instead_of_summing_the
     counts each pod once; the per-bin counts fold duplicates of one pod and instance before summing."""
     queries = build_queries("ml", "vc")
     for key, q in queries.items():
-        if key in ("up", "scraped", "nv_p95_us", "arrival_counts"):
-            continue
+        if key in ("up", "scraped", "nv_p95_us", "arrival_counts", "window_up", "window_before"):
+            continue  # per target (the scrapes of the window are checked per target and job)
         for part in q.split(" + "):
             assert part.startswith("max by (") and "pod, instance, job)" in part, (key, q)
     assert queries["arrival_counts"].startswith("sum(max by (modality, pod, instance) (increase(")
@@ -793,3 +816,81 @@ def test_in_flight_is_the_client_facing_models_requests_inside_execute_plus_its_
     answers["inflight"] = [{"metric": {"model": "multimodal"}, "value": [0, "NaN"]}]
     assert parse_answers(answers, "multimodal").in_flight_requests is None  # missing data, never zero
     assert build_queries("ns", "svc")["inflight"].startswith("max by (model, pod, instance, job) (modalscale_inflight")
+
+
+# ------------------------------------------------------------------------ a gap in Prometheus' data (issue 21, 4)
+def _one_target_up() -> dict[str, Any]:
+    """The recording with its down target left out (one target, up)."""
+    answers = copy.deepcopy(RECORDED)
+    answers["up"] = _answer([({"instance": "127.0.0.1:18002"}, "1")])
+    answers["scraped"] = _answer([({"instance": "127.0.0.1:18002"}, "1796040026.374")])
+    return answers
+
+
+def _scrapes(since_s: float, until_s: float = 0.0, step_s: float = 1.0, before: bool = True,
+             failed: tuple[float, ...] = ()) -> dict[str, Any]:
+    """``window_up`` and ``window_before`` of one target scraped every ``step_s`` from ``T - since_s`` to
+    ``T - until_s`` (``failed``: ages of scrapes that read 0), with (``before``) or without a success in the ten
+    minutes before the stable window."""
+    labels = {"instance": "127.0.0.1:18002", "job": "triton-0"}
+    ages = [since_s - i * step_s for i in range(int((since_s - until_s) / step_s) + 1)]
+    values = [[round(T - a, 3), "0" if any(abs(a - f) < 1e-6 for f in failed) else "1"] for a in ages]
+    return {"window_up": [{"metric": labels, "values": values}],
+            "window_before": [{"metric": labels, "value": [T, "1"]}] if before else []}
+
+
+def test_queries_read_the_raw_scrapes_of_the_window_and_whether_each_target_was_scraped_before() -> None:
+    q = build_queries("ml", "vc")
+    assert q["window_up"] == f"up{{{selector('ml', 'vc')}}}[60s]"  # gateway and replicas alike: every target
+    assert q["window_before"] == f"max_over_time(up{{{selector('ml', 'vc')}}}[600s] offset 60s)"
+
+
+def test_a_window_that_starts_in_a_gap_is_partial_data_and_gives_no_rates() -> None:
+    """Prometheus down for 5 minutes and back 20 s ago: its 60 s rates see only 20 s of samples and read a third of
+    the traffic; they are not read at all."""
+    reading = parse_answers({**_one_target_up(), **_scrapes(since_s=20)}, "multimodal")
+    assert reading.workload is None and reading.recent_workload is None
+    assert reading.busy_erlangs is None and reading.arrival_counts is None
+    assert reading.problem is not None and reading.problem[0] == PARTIAL_WINDOW, reading.problem
+    assert "40 s" in reading.problem[1] and "60 s metrics window" in reading.problem[1]
+
+
+def test_the_policy_holds_on_a_partial_window_instead_of_scaling_on_it() -> None:
+    """The pure decision on that reading: hold the current count (1), not a scale to the partial rates' size."""
+    reading = parse_answers({**_one_target_up(), **_scrapes(since_s=20)}, "multimodal")
+    now = reading.observed_at
+    assert now is not None
+    for current in (1, 6):  # neither up on a lower bound (a staircase) nor down on traffic read low
+        obs = build_observation(reading, current_replicas=current, ready_replicas=current, slots_per_replica=1,
+                                budget_max_replicas=None, now=now)
+        for model in (_model(), None):  # Predictive, and the Utilization fallback (busy time is a rate too)
+            decision = recommend(obs, ScalingPolicy(mode=ScalingMode.PREDICTIVE), ScalerState(), model, now)
+            assert (decision.valid, decision.desired_replicas, decision.reason) == (
+                False, current, Reason.HELD_NO_METRICS), decision.message
+
+
+def test_a_recent_window_that_starts_in_a_gap_leaves_only_the_recent_rates_unknown() -> None:
+    """Back 50 s after a gap of 30 s: the 60 s window starts before the gap (its rates span it), the 15 s window
+    does not."""
+    answers = {**_one_target_up(), **_scrapes(since_s=10)}
+    old = _scrapes(since_s=70, until_s=40)["window_up"][0]["values"]
+    answers["window_up"][0]["values"] = [v for v in old if float(v[0]) >= T - 60] + answers["window_up"][0]["values"]
+    reading = parse_answers(answers, "multimodal")
+    assert reading.workload is not None and reading.problem is None
+    assert reading.recent_workload is None
+
+
+@pytest.mark.parametrize("scrapes", [
+    _scrapes(since_s=60), _scrapes(since_s=59.2, step_s=1.0), _scrapes(since_s=60, step_s=15.0),
+    _scrapes(since_s=60, failed=(60.0, 30.0)), _scrapes(since_s=20, before=False),
+], ids=["every-second", "first-scrape-0.8s-in", "15s-interval", "one-failed-scrape-at-the-start", "new-target"])
+def test_a_window_with_samples_from_its_start_or_a_target_new_in_it_is_whole(scrapes: dict[str, Any]) -> None:
+    reading = parse_answers({**_one_target_up(), **scrapes}, "multimodal")
+    assert reading.problem is None and reading.workload is not None and reading.recent_workload is not None
+
+
+def test_a_target_scraped_before_whose_scrapes_failed_at_the_start_of_the_window_is_a_gap() -> None:
+    """The target did not answer for 20 s (Prometheus wrote ``up`` 0): its counters have no sample then."""
+    failed = tuple(float(a) for a in range(40, 61))
+    reading = parse_answers({**_one_target_up(), **_scrapes(since_s=60, failed=failed)}, "multimodal")
+    assert reading.workload is None and reading.problem is not None and reading.problem[0] == PARTIAL_WINDOW
