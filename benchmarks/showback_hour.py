@@ -52,16 +52,16 @@ from modalscale.devenv.cluster import LocalCluster  # noqa: E402
 from modalscale.devenv.images import build_images, import_into_cluster  # noqa: E402
 from modalscale.devenv.kube import install_crds, wait_for  # noqa: E402
 from modalscale.operator.showback import PrometheusShowback, build_showback  # noqa: E402
-from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION  # noqa: E402
-from tests.integration.operator.test_budget_tenant_real_node import (  # noqa: E402
-    OpenLoop,
-    operator_with_prometheus,
-)
-from tests.integration.operator.test_gateway_real_node import (  # noqa: E402
+from tests.integration.operator.gateway_load import (  # noqa: E402
     EXAMPLE,
     GATEWAY_CPU,
     Env,
     distinct_images,
+)
+from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION  # noqa: E402
+from tests.integration.operator.test_budget_tenant_real_node import (  # noqa: E402
+    OpenLoop,
+    operator_with_prometheus,
 )
 
 NAME, POLICY, LABEL = "showback", "showback-hour", {"bench": "showback-hour"}

@@ -35,8 +35,8 @@ from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.kube import wait_for
 from modalscale.operator.showback import PrometheusShowback, build_showback
 from modalscale.runtime.client import InferenceError, MultimodalClient
+from tests.integration.operator.gateway_load import MODEL, REPO, Env, distinct_images
 from tests.integration.operator.isvc_helpers import GROUP, VERSION
-from tests.integration.operator.test_gateway_real_node import MODEL, REPO, Env, distinct_images
 
 pytestmark = pytest.mark.timeout(900)
 
