@@ -23,6 +23,7 @@ SETTINGS_ENV = frozenset({
 OTHER_COMMANDS_ENV: dict[str, str] = {
     "MODALSCALE_REAL_NODE": "modalscale cluster up / the demo / the tests: run the real kubelet node or not",
     "MODALSCALE_DEMO_REUSE_IMAGE": "modalscale demo: reuse the runtime image already imported",
+    "MODALSCALE_SKIP_DISK_CHECK": "scripts/demo.sh: run without checking the free disk first",
     "MODALSCALE_CACHE_DIR": "the developer cache of Go-built binaries and images",
     "MODALSCALE_TEST_KEEP_CLUSTER": "the tests: keep the session cluster running",
     "MODALSCALE_EXTRAS": "scripts/env.sh: the package extras installed into .venv",

@@ -465,7 +465,13 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
                   f"+{_stamp(first_valid['decided']) - restarted:.0f} s ({first_valid['reason']}, desired "
                   f"{first_valid['desired']}), scale-ups {steps}, final {final}")
             assert final >= 2
-            assert [(h["from"], h["to"]) for h in after] == [(1, final)], after  # one step, no staircase
+            # One decision catches up: a single scale-up, to at least where the service settles (no staircase). A
+            # trim after it is not a catch-up step: the clean-clone run at 9024e7c went 1 -> 5 at +68 s, then 5 -> 4
+            # at +73 s (the forecast at the 4/5 boundary; scale-down stabilization is 0 s here, the product's
+            # default 60 s window would have held 5 for a minute).
+            ups = [(h["from"], h["to"]) for h in after if h["to"] > h["from"]]
+            assert len(ups) == 1 and ups[0][0] == 1 and ups[0][1] >= final, after
+            assert all(h["to"] >= final for h in after), after
             # never on a partial window: the first valid decision comes once the window no longer straddles the gap
             # (60 s after the first scrape, less the 2.5 scrape intervals a window's first sample may lag its start
             # and the second the decision time's format drops)
