@@ -122,7 +122,8 @@ class IsvcObserved:
 
 @dataclass(frozen=True)
 class Write:
-    """One API write: create ``body`` or patch it (strategic merge for Deployments, merge otherwise)."""
+    """One API write: create ``body``, patch it (a JSON merge patch for ConfigMaps, a strategic merge patch for
+    the other kinds: ``apply.Writer``) or delete it."""
 
     kind: str
     action: str
@@ -238,13 +239,42 @@ def _child_write(kind: str, desired: dict[str, Any], observed: dict[str, Any] | 
         is_derivative(desired.get(k), observed.get(k), (k,)) for k in spec_keys)
     if same:
         return None
+    return Write(kind, "patch", name, {**_meta_patch(desired), **{k: desired[k] for k in spec_keys}})
+
+
+def _meta_patch(desired: dict[str, Any]) -> dict[str, Any]:
+    """The ``metadata`` part of a drift repair: the owned labels, owner references and annotations."""
     patch = {"metadata": {k: desired["metadata"][k] for k in ("labels", "ownerReferences")}}
     if desired["metadata"].get("annotations"):
         patch["metadata"]["annotations"] = {
             k: v for k, v in desired["metadata"]["annotations"].items() if k != REPLICAS_ANNOTATION}
-    for k in spec_keys:
-        patch[k] = desired[k]
-    return Write(kind, "patch", name, patch)
+    return patch
+
+
+PDB_EXACT_FIELDS = ("minAvailable", "maxUnavailable", "selector")
+"""PodDisruptionBudget spec fields the operator owns whole: the budget (either field) and the selector."""
+
+
+def _pdb_write(desired: dict[str, Any], observed: dict[str, Any] | None) -> Write | None:
+    """Create or repair a PodDisruptionBudget (the replicas' or the gateway's) so that it ends up with exactly
+    ``desired``'s budget and selector.
+
+    A strategic merge patch keeps the fields it does not name: a PDB changed to ``minAvailable`` would get
+    ``maxUnavailable`` beside it, which the API server refuses (``minAvailable and maxUnavailable cannot be both
+    set``, policy/v1 validation), and extra selector labels or expressions would stay. So :data:`PDB_EXACT_FIELDS`
+    are compared for equality (not :func:`is_derivative`), the budget field ``desired`` leaves out is nulled and
+    the selector is replaced whole (``$patch: replace``). Other spec fields (``unhealthyPodEvictionPolicy``) are
+    repaired like any child's. None when nothing differs.
+    """
+    w = _child_write("PodDisruptionBudget", desired, observed, ("spec",))
+    if observed is None or (w is not None and w.action == "create"):
+        return w
+    want, have = desired["spec"], observed.get("spec") or {}
+    if w is None and all(want.get(k) == have.get(k) for k in PDB_EXACT_FIELDS):
+        return None
+    spec = {**want, **{k: None for k in PDB_EXACT_FIELDS if k not in want},
+            "selector": {"$patch": "replace", **want["selector"]}}
+    return Write("PodDisruptionBudget", "patch", desired["metadata"]["name"], {**_meta_patch(desired), "spec": spec})
 
 
 # ---------------------------------------------------------------------------------------------- replicas
@@ -397,7 +427,7 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
             writes.append(_replicas_write(spec, replicas.write, w))
         elif w:
             writes.append(w)
-    w = _child_write("PodDisruptionBudget", build_pdb(spec), obs.poddisruptionbudget, ("spec",))
+    w = _pdb_write(build_pdb(spec), obs.poddisruptionbudget)
     if w:
         writes.append(w)
     gateway_serving = spec.gateway.enabled and _ready_pods(obs.gateway_objects.get("Deployment")) > 0
@@ -454,6 +484,7 @@ def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, servi
         if kind == "NetworkPolicy" and not serving:
             continue
         w = (_service_write(desired, observed) if kind == "Service"
+             else _pdb_write(desired, observed) if kind == "PodDisruptionBudget"
              else _child_write(kind, desired, observed, _GATEWAY_SPEC_KEYS[kind]))
         if w:
             writes.append(w)
