@@ -37,6 +37,7 @@ from modalscale.api.status import ConditionStatus
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
+    NODE_LOSS_TOLERATION_S,
     REPLICAS_ANNOTATION,
     build_configmap,
     build_deployment,
@@ -78,6 +79,10 @@ class PlanConfig:
     """Image of the gateway pods: the operator's own (``MODALSCALE_GATEWAY_IMAGE``, set by the chart)."""
     scraper_labels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SCRAPER_LABELS))
     """Pod labels of the metrics scraper the NetworkPolicy admits to the replicas' metrics port."""
+    node_loss_toleration_s: int | None = NODE_LOSS_TOLERATION_S
+    """Seconds the replicas' and gateway pods stay bound to a node tainted unreachable or not-ready
+    (``MODALSCALE_NODE_LOSS_TOLERATION_SECONDS``; :func:`modalscale.operator.isvc.objects.node_loss_tolerations`);
+    None: none written (the cluster's defaults, 300 s)."""
 
 
 GATEWAY_KINDS = ("ServiceAccount", "Role", "RoleBinding", "Service", "NetworkPolicy", "PodDisruptionBudget",
@@ -410,7 +415,7 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
             writes.append(w)
     replicas_for_body = replicas.write if replicas.write is not None else int(
         ((obs.deployment or {}).get("spec") or {}).get("replicas") or replicas.desired)
-    dep = build_deployment(spec, replicas_for_body, repo_files, obs.user_configmap_keys)
+    dep = build_deployment(spec, replicas_for_body, repo_files, obs.user_configmap_keys, config.node_loss_toleration_s)
     dep_spec_no_replicas = {k: v for k, v in dep["spec"].items() if k != "replicas"}
     dep_cmp = {**dep, "spec": dep_spec_no_replicas}
     w = _child_write("Deployment", dep_cmp, obs.deployment, ("spec",))
@@ -478,7 +483,7 @@ def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, servi
         names["Service"] = names["NetworkPolicy"] = replicas_service_name(spec)
         return [Write(k, "delete", names[k], {}) for k in reversed(GATEWAY_KINDS)]
     writes = []
-    for desired in gateway_children(spec, config.gateway_image, config.scraper_labels):
+    for desired in gateway_children(spec, config.gateway_image, config.scraper_labels, config.node_loss_toleration_s):
         kind = desired["kind"]
         observed = obs.gateway_objects.get(kind)
         if kind == "NetworkPolicy" and not serving:
