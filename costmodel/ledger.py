@@ -48,6 +48,16 @@ Rules (all pure; the caller passes ``now``):
   ``observedTime``. A pod whose start is unknown is charged from this evaluation on; pods that ended and are no
   longer listed before the policy existed cannot be known unless their deletion is passed in
   ``ServiceObservation.stopped`` (the spend is otherwise a lower bound).
+* **Silent nodes** (issue 21, scenario 2): a pod whose node stopped reporting (``PodRun.unheard_since``: the
+  node's ``Ready`` is ``Unknown``, set by the node lifecycle controller when the kubelet stops posting) is charged to
+  the node's last heartbeat, not to its own stop (a pod of a dead kubelet stays Running, or Terminating, in the API
+  server until it is removed), and no longer counts in the replicas in force. The ledger remembers each such pod
+  with the instant up to which it charged it (``LedgerEntry.unheard``, ``status.ledger.services[].unheardPods``):
+  a pod whose node is then deleted (``PodRun.node_gone``) stays charged to it, and a pod whose node reports again
+  (its ``Ready`` True or False) is charged the gap from that instant to ``observedTime`` too, by its own run (the
+  silence was a missed status, never less than what ran). The gap is added to the first interval of the current
+  period, up to what falls inside the period. A pod on a gone node the ledger never saw silent is charged by its
+  own stop (its deletion: all that is known).
 * **Tiers**: a pod whose ``PodRun.tier`` is set (the capacity type of the node it ran on, e.g. Spot after a
   ``SwitchToSpot``) is charged at that tier's price (``ServiceObservation.tier_prices``); the others at the
   service's price. A pod at a tier with no price is charged nothing and the interval is reported unpriced (the
@@ -71,6 +81,9 @@ from modalscale.costmodel.periods import period_bounds, segment_microseconds, sp
 MICROSECONDS_PER_HOUR = Decimal(3_600_000_000)
 MAX_LEDGER_SERVICES = 500
 """``status.ledger.services`` maxItems in the CRD."""
+MAX_UNHEARD_PODS = 100
+"""``status.ledger.services[].unheardPods`` maxItems in the CRD: the first 100 by name are remembered (a pod beyond
+them whose node reports again is not charged its gap; one whose node is deleted is charged by its own stop)."""
 
 
 class LedgerFormatError(ValueError):
@@ -121,6 +134,17 @@ class PodRun:
     tier: str | None = None
     """Pricing tier its node ran it at (``"Spot"``/``"OnDemand"``, from the node's capacity-type label); None =
     the service's own tier (``spec.pricing.tier``)."""
+    unheard_since: datetime | None = None
+    """Its node stopped reporting (``Ready`` Unknown): the node's last heartbeat (UTC), which the ledger charges the
+    pod to; None while the node reports (or nothing is known of it)."""
+    node_gone: bool = False
+    """Its node object is gone: charged to where the ledger stopped charging it when the node was silent
+    (``LedgerEntry.unheard``), else by its own stop."""
+
+    @property
+    def cut(self) -> bool:
+        """True when the ledger charges the pod to a silent node's heartbeat rather than to its own stop."""
+        return self.unheard_since is not None or self.node_gone
 
     def in_force_at(self, when: datetime) -> bool:
         """True when the pod had started by ``when`` and its stop, if any, is not before ``when``: the pods an
@@ -251,6 +275,8 @@ class LedgerEntry:
             then (None = unknown).
         cost_usd_per_hour: Service rate in force since ``observedTime`` (None = unknown).
         spent_usd: Spend of this service in the ledger's period up to ``observedTime``.
+        unheard: ``(pod name, UTC instant)`` of each pod charged to a silent node's heartbeat, with the instant up
+            to which it is charged (a gap to charge if its node reports it again), sorted by name.
     """
 
     namespace: str
@@ -258,6 +284,7 @@ class LedgerEntry:
     replicas: int | None
     cost_usd_per_hour: Decimal | None
     spent_usd: Decimal
+    unheard: tuple[tuple[str, datetime], ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -390,15 +417,17 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
-    obs = _checked_observations(observations, now)
+    obs = _checked_observations(observations, now, {e.key: dict(e.unheard) for e in ledger.entries})
     ledger, window = _window(ledger, now, period, tz)
     by_key = {(o.namespace, o.name): o for o in obs}
     segments: list[CostSegment] = []
     unpriced: list[UnpricedInterval] = []
     current_spent: dict[tuple[str, str], Decimal] = {}
+    unheard: dict[tuple[str, str], tuple[tuple[str, datetime], ...]] = {}
     closing_spent = Decimal(0)
     for entry, t0, pods in _integration_work(ledger, obs, by_key, window):
         charged, missing = _charge(entry, t0, pods, by_key.get(entry.key), window, period, tz)
+        unheard[entry.key] = _unheard_after(entry, t0, pods, window.now)
         segments += charged
         if missing is not None:
             unpriced.append(missing)
@@ -412,7 +441,7 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
                 closing_spent += seg.cost_usd
         current_spent[entry.key] = spent
     closed = _closed_period(ledger, window, period, tz, closing_spent)
-    new_ledger = Ledger(window.now, window.period_start, _next_entries(ledger, obs, current_spent))
+    new_ledger = Ledger(window.now, window.period_start, _next_entries(ledger, obs, current_spent, unheard))
     return LedgerAdvance(new_ledger, new_ledger.spent_usd, window.period_start, window.period_end, tuple(segments),
                          closed, tuple(unpriced), window.new_period)
 
@@ -435,13 +464,17 @@ _Work = tuple[LedgerEntry, datetime | None, tuple[PodRun, ...] | None]
 the pods to charge by their own timestamps (None: the replicas in force for the whole window)."""
 
 
-def _checked_observations(observations: Iterable[ServiceObservation], now: datetime) -> list[ServiceObservation]:
-    """``observations`` with recorded stops merged (``ServiceObservation.stopped``: charged like listed pods).
+def _checked_observations(observations: Iterable[ServiceObservation], now: datetime,
+                          unheard: Mapping[tuple[str, str], Mapping[str, datetime]]) -> list[ServiceObservation]:
+    """``observations`` with recorded stops merged (``ServiceObservation.stopped``: charged like listed pods) and
+    the pods of silent or gone nodes charged to their heartbeat (``unheard``: the stored ledger's records, per
+    service).
 
     Raises:
         ValueError: A service observed twice, or negative replicas or price.
     """
-    obs = [_with_recorded_stops(o, now) if o.stopped else o for o in observations]
+    obs = [_with_recorded_stops(o, now, unheard.get((o.namespace, o.name), {}))
+           if o.stopped or any(p.cut for p in o.pods or ()) else o for o in observations]
     seen: set[tuple[str, str]] = set()
     for o in obs:
         if (o.namespace, o.name) in seen:
@@ -492,7 +525,9 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
     """Per pod (see the module docstring): the price of a replica in force, the replicas in force since ``t0``
     that no listed pod accounts for (charged for the whole interval), and each listed pod's price (that of the
     tier its node ran it at, :attr:`PodRun.tier`; the others at the service's)."""
-    gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.in_force_at(t0)))
+    # A pod charged to a silent node's heartbeat is accounted for, not a deletion nobody saw.
+    gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.in_force_at(t0) or (
+        p.cut and (p.start is None or p.start <= t0))))
     price: Decimal | None = None
     if entry.replicas and entry.cost_usd_per_hour is not None:
         price = MONEY_CONTEXT.divide(entry.cost_usd_per_hour, Decimal(entry.replicas))
@@ -522,10 +557,12 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
     price: Decimal | None = None
     gone = 0
     pod_rate: _PodRate | None = None
+    back: dict[str, int] = {}
     if pods is not None:
         price, gone, pod_rate = _pod_prices(entry, pods, now_seen, t0)
+        back = _gap_microseconds(entry, t0, pods, window.period_start)
         unknown_ran = (price is None and gone > 0) or any(
-            pod_rate(p) is None and p.microseconds_in(t0, now) > 0 for p in pods)
+            pod_rate(p) is None and (p.microseconds_in(t0, now) > 0 or back.get(p.name)) for p in pods)
         rate = None if unknown_ran else (price or Decimal(0))
     gateway_unpriced = now_seen is not None and now_seen.gateway_cost_usd(t0, now) is None
     missing = (UnpricedInterval(entry.namespace, entry.name, int((now - t0).total_seconds()))
@@ -534,7 +571,8 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
     for seg in split_interval(t0, now, period, tz):
         replica_us: int | None = None
         if pods is not None and pod_rate is not None:
-            replica_us, cost = _pods_cost(pods, pod_rate, price, gone, seg.start, seg.end)
+            first = seg.period_start == window.period_start and seg.start == max(t0, window.period_start)
+            replica_us, cost = _pods_cost(pods, pod_rate, price, gone, seg.start, seg.end, back if first else {})
         else:
             cost = _interval_cost(rate, seg.start, seg.end) if rate is not None else Decimal(0)
         if now_seen is not None:  # the service's gateway pods, at their own price (not replicas)
@@ -546,18 +584,54 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
 
 
 def _pods_cost(pods: tuple[PodRun, ...], pod_rate: _PodRate, price: Decimal | None, gone: int, start: datetime,
-               end: datetime) -> tuple[int, Decimal]:
+               end: datetime, back: Mapping[str, int]) -> tuple[int, Decimal]:
     """Replica-microseconds and cost of ``[start, end)``: each listed pod by its own timestamps at its price, plus
-    ``gone`` replicas for the whole segment at ``price``. Known pods are charged even when another's price is
-    unknown (a lower bound, reported)."""
+    ``gone`` replicas for the whole segment at ``price``, plus ``back`` (pod name -> microseconds of a silent node's
+    gap, :func:`_gap_microseconds`). Known pods are charged even when another's price is unknown (a lower bound,
+    reported)."""
     seg_us = segment_microseconds(start, end)
-    replica_us = gone * seg_us + sum(p.microseconds_in(start, end) for p in pods)
+    ran = {p.name: p.microseconds_in(start, end) + back.get(p.name, 0) for p in pods}
+    replica_us = gone * seg_us + sum(ran.values())
     usd_us = MONEY_CONTEXT.multiply(price or Decimal(0), Decimal(gone * seg_us))
     for p in pods:
         p_rate = pod_rate(p)
         if p_rate is not None:
-            usd_us = MONEY_CONTEXT.add(usd_us, MONEY_CONTEXT.multiply(p_rate, Decimal(p.microseconds_in(start, end))))
+            usd_us = MONEY_CONTEXT.add(usd_us, MONEY_CONTEXT.multiply(p_rate, Decimal(ran[p.name])))
     return replica_us, quantize_ledger_usd(MONEY_CONTEXT.divide(usd_us, MICROSECONDS_PER_HOUR))
+
+
+def _gap_microseconds(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...], period_start: datetime
+                      ) -> dict[str, int]:
+    """Pod name -> microseconds it ran in ``[charged until, t0)`` by what is known now, for each pod the ledger had
+    charged only to a silent node's heartbeat (``entry.unheard``): all of the gap when its node reports it again,
+    up to a later heartbeat while it is still silent, nothing while its node is gone. Only the part inside the
+    current period (from ``period_start``) counts; none when nothing is integrated (``t0`` None)."""
+    if t0 is None or not entry.unheard:
+        return {}
+    until = dict(entry.unheard)
+    out = {p.name: p.microseconds_in(max(until[p.name], period_start), t0) for p in pods if p.name in until}
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def _unheard_after(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | None, now: datetime
+                   ) -> tuple[tuple[str, datetime], ...]:
+    """``entry.unheard`` after this evaluation: each pod charged to a silent node's heartbeat (or to its record, its
+    node gone) with the instant up to which it is charged now. A pod charged to within ``[t0, now)`` is charged to
+    its (cut) stop; one cut before ``t0`` stays where it was, or at ``t0`` when this is its first cut (the time to
+    ``t0`` was charged while its node reported). Pods no longer observed are forgotten; unknown pods (``pods``
+    None) and an evaluation that integrates nothing (``now`` not after ``t0``) keep the records as they were."""
+    if pods is None or (t0 is not None and now <= t0):
+        return entry.unheard
+    if t0 is None:
+        return ()
+    before = dict(entry.unheard)
+    out = []
+    for p in pods:
+        if not p.cut or p.stop is None or (p.unheard_since is None and p.name not in before):
+            continue
+        was = before.get(p.name)
+        out.append((p.name, min(p.stop, now) if p.stop >= t0 else max(was, p.stop) if was is not None else t0))
+    return tuple(sorted(out)[:MAX_UNHEARD_PODS])
 
 
 def _closed_period(ledger: Ledger, window: _Window, period: Period | str, tz: str, closing_spent: Decimal
@@ -570,31 +644,49 @@ def _closed_period(ledger: Ledger, window: _Window, period: Period | str, tz: st
 
 
 def _next_entries(ledger: Ledger, obs: Sequence[ServiceObservation],
-                  current_spent: Mapping[tuple[str, str], Decimal]) -> tuple[LedgerEntry, ...]:
-    """The services as observed now with their spend in the period; those no longer observed keep their spend at
-    replicas 0 (dropped once it is 0), sorted by (namespace, name)."""
+                  current_spent: Mapping[tuple[str, str], Decimal],
+                  unheard: Mapping[tuple[str, str], tuple[tuple[str, datetime], ...]]) -> tuple[LedgerEntry, ...]:
+    """The services as observed now with their spend in the period and their pods charged to a silent node's
+    heartbeat; those no longer observed keep their spend at replicas 0 (dropped once it is 0), sorted by
+    (namespace, name)."""
     seen = {(o.namespace, o.name) for o in obs}
     entries = [LedgerEntry(o.namespace, o.name, o.replicas, o.cost_usd_per_hour,
-                           current_spent.get((o.namespace, o.name), Decimal(0))) for o in obs]
+                           current_spent.get((o.namespace, o.name), Decimal(0)), unheard.get((o.namespace, o.name), ()))
+               for o in obs]
     for entry in ledger.entries:
         if entry.key not in seen and current_spent.get(entry.key, Decimal(0)) != 0:
-            entries.append(replace(entry, replicas=0, cost_usd_per_hour=Decimal(0), spent_usd=current_spent[entry.key]))
+            entries.append(replace(entry, replicas=0, cost_usd_per_hour=Decimal(0), spent_usd=current_spent[entry.key],
+                                   unheard=()))
     entries.sort(key=lambda e: e.key)
     return tuple(entries)
 
 
-def _with_recorded_stops(o: ServiceObservation, now: datetime) -> ServiceObservation:
-    """``o`` with its recorded stops merged into ``pods`` (:meth:`ServiceObservation.charged_pods`).
+def _with_recorded_stops(o: ServiceObservation, now: datetime, unheard: Mapping[str, datetime]) -> ServiceObservation:
+    """``o`` with its recorded stops merged into ``pods`` (:meth:`ServiceObservation.charged_pods`), and each pod of
+    a silent node stopped at the node's last heartbeat (of a gone node, at ``unheard``, where the ledger stopped
+    charging it while its node was silent).
 
     A pod the listing showed running whose record says it stopped by ``now`` (its deletion came between the
-    listing and the read of the records) is not counted in ``replicas`` either: it is not in force from ``now``.
+    listing and the read of the records), or whose node went silent, is not counted in ``replicas`` either: it is
+    not in force from ``now``.
     """
     pods = o.charged_pods()
+    if pods is not None:
+        pods = tuple(_cut_run(p, unheard.get(p.name)) for p in pods)
     if pods is None or o.pods is None or o.replicas is None:
         return replace(o, pods=pods, stopped=())
     listed_running = {p.name for p in o.pods if p.stop is None}
     stopped_since = sum(1 for p in pods if p.name in listed_running and p.stop is not None and p.stop <= now)
     return replace(o, pods=pods, stopped=(), replicas=max(0, o.replicas - stopped_since))
+
+
+def _cut_run(p: PodRun, charged_until: datetime | None) -> PodRun:
+    """``p`` as the ledger charges it: to its silent node's last heartbeat, or to ``charged_until`` (the ledger's
+    record) when its node is gone, whichever is earlier than its own stop."""
+    cut = p.unheard_since if p.unheard_since is not None else charged_until if p.node_gone else None
+    if cut is None or (p.stop is not None and p.stop <= cut):
+        return p
+    return replace(p, stop=cut)
 
 
 def _new_service_work(ledger: Ledger, obs: Sequence[ServiceObservation], now: datetime, p_start: datetime

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 
 from modalscale import __version__
 from modalscale.costmodel.anomaly import AnomalyConfig
+from modalscale.operator.isvc.objects import NODE_LOSS_TOLERATION_S
 from modalscale.redaction import redact_url
 
 SETTINGS_ENV = frozenset({
@@ -15,7 +16,7 @@ SETTINGS_ENV = frozenset({
     "MODALSCALE_STANDALONE", "MODALSCALE_PROMETHEUS_URL", "MODALSCALE_LOG_LEVEL",
     "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
     "MODALSCALE_OPENCOST_REFRESH_SECONDS", "MODALSCALE_SPEND_ANOMALY", "MODALSCALE_BUDGET_ADMIN_NAMESPACES",
-    "MODALSCALE_GATEWAY_IMAGE", "MODALSCALE_METRICS_SCRAPER_LABELS",
+    "MODALSCALE_GATEWAY_IMAGE", "MODALSCALE_METRICS_SCRAPER_LABELS", "MODALSCALE_NODE_LOSS_TOLERATION_SECONDS",
 })
 """Every environment variable :meth:`Settings.from_env` reads (a ``MODALSCALE_*`` name that is neither this nor
 :data:`OTHER_COMMANDS_ENV` is an error: most likely a typo)."""
@@ -97,6 +98,12 @@ class Settings:
     """Pod labels of the metrics scraper that an InferenceService's NetworkPolicy admits to the replicas' metrics
     port (``MODALSCALE_METRICS_SCRAPER_LABELS``, comma-separated ``name=value``); default the label the Prometheus
     Operator puts on its Prometheus pods."""
+    node_loss_toleration_s: int = NODE_LOSS_TOLERATION_S
+    """Seconds the replicas' and gateway pods stay bound to a node tainted ``node.kubernetes.io/unreachable`` or
+    ``not-ready`` (NoExecute) before they are evicted and replaced elsewhere
+    (``MODALSCALE_NODE_LOSS_TOLERATION_SECONDS``, 0..3600; Kubernetes' own default is 300). Why 30:
+    :data:`modalscale.operator.isvc.objects.NODE_LOSS_TOLERATION_S`. A toleration of the same taint in
+    ``spec.placement.tolerations`` wins."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -189,6 +196,8 @@ class Settings:
             budget_admin_namespaces=admin,
             gateway_image=gateway_image,
             metrics_scraper_labels=scraper or {"app.kubernetes.io/name": "prometheus"},
+            node_loss_toleration_s=int(number("MODALSCALE_NODE_LOSS_TOLERATION_SECONDS", NODE_LOSS_TOLERATION_S, 0,
+                                              3600, integer=True)),
         )
         if errors:
             raise ConfigError("invalid operator settings:\n  " + "\n  ".join(errors))

@@ -201,6 +201,8 @@ def _ledger_json(ledger: Ledger) -> LedgerStatus:
         if e.cost_usd_per_hour is not None:
             item["costUSDPerHour"] = format_usd(quantize_ledger_usd(e.cost_usd_per_hour))
         item["spent"] = format_usd(quantize_ledger_usd(e.spent_usd))
+        if e.unheard:
+            item["unheardPods"] = [{"name": n, "chargedUntil": format_time(t)} for n, t in e.unheard]
         services.append(item)
     out: LedgerStatus = {"services": services}
     if ledger.observed_time is not None:
@@ -237,11 +239,28 @@ def _ledger_read(ledger: Any, period_start: object = None) -> Ledger:
             spent_d = parse_usd(item.get("spent", "0"), f"{path}.spent")
         except ValueError as exc:
             raise LedgerFormatError(str(exc)) from None
-        entries.append(LedgerEntry(namespace, name, replicas, cost_d, spent_d))
+        entries.append(LedgerEntry(namespace, name, replicas, cost_d, spent_d, _unheard_read(item, path)))
     keys = [e.key for e in entries]
     if len(set(keys)) != len(keys):
         raise LedgerFormatError("status.ledger.services: a namespace/name appears twice")
     return Ledger(observed_time, start, tuple(sorted(entries, key=lambda e: e.key)))
+
+
+def _unheard_read(item: Mapping[str, Any], path: str) -> tuple[tuple[str, dt.datetime], ...]:
+    """``status.ledger.services[i].unheardPods`` as ``LedgerEntry.unheard`` (sorted by pod name).
+
+    Raises:
+        LedgerFormatError: Not a list of ``{name, chargedUntil}`` (names the field path).
+    """
+    raw = item.get("unheardPods") or []
+    if not isinstance(raw, list):
+        raise LedgerFormatError(f"{path}.unheardPods: expected a list")
+    out = []
+    for j, pod in enumerate(raw):
+        if not isinstance(pod, Mapping) or not isinstance(pod.get("name"), str):
+            raise LedgerFormatError(f"{path}.unheardPods[{j}]: expected an object with a name")
+        out.append((pod["name"], parse_time(pod.get("chargedUntil"), f"{path}.unheardPods[{j}].chargedUntil")))
+    return tuple(sorted(out))
 
 
 def _rejection_json(r: TenantRejection) -> RejectedTenantStatus:

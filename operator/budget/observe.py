@@ -4,8 +4,10 @@ and the webhook Secrets of its notifications. Never writes.
 Why a module: the planner (``budget.plan``) is pure, so every read happens here, in one place that can be
 reviewed for what the operator needs RBAC for: ``get`` on budgetpolicies and secrets (in the policy's
 namespace), ``list`` on inferenceservices and pods (in the selected namespaces), ``get`` on the nodes those pods run on
-(their capacity-type label prices each pod at Spot or on-demand; optional). The pods deleted since are not read
-here: the pod watch (``budget.handlers``, ``list``/``watch`` on pods) records them (``budget.podstops``).
+(their capacity-type label prices each pod at Spot or on-demand, their ``Ready`` condition says whether their
+kubelet still reports: the pods of a silent node are charged to its last heartbeat; optional). The pods deleted
+since are not read here: the pod watch (``budget.handlers``, ``list``/``watch`` on pods) records them
+(``budget.podstops``).
 
 Secrets: the webhook URL and signing secret are read only when an alert is about to be sent, held in memory
 only as long as the delivery takes, and never logged or written anywhere (:class:`Receiver` hides them from
@@ -33,7 +35,9 @@ from modalscale.operator.budget.plan import (
     BUDGET_PLURAL,
     ISVC_PLURAL,
     BudgetObserved,
+    NodeHealth,
     TenantUsageRead,
+    read_node_health,
     receiver_problem,
 )
 from modalscale.operator.budget.podstops import GonePods
@@ -130,25 +134,29 @@ class BudgetObserver:
             observed.gone = gone.in_namespaces(observed.pods, now)
         bodies = [*(p for pods in observed.pods.values() for p in pods or []),
                   *(g.pod for gs in observed.gone.values() for g in gs)]
-        observed.node_labels = self.node_labels({str(n) for b in bodies
-                                                 if (n := (b.get("spec") or {}).get("nodeName"))})
+        observed.node_labels, observed.node_health = self.nodes({str(n) for b in bodies
+                                                                 if (n := (b.get("spec") or {}).get("nodeName"))})
         return observed
 
-    def node_labels(self, names: set[str]) -> dict[str, dict[str, str]] | None:
-        """Labels of the nodes ``names`` (their capacity type prices the pods bound to them).
+    def nodes(self, names: set[str]) -> tuple[dict[str, dict[str, str]] | None, dict[str, NodeHealth] | None]:
+        """Labels and health of the nodes ``names`` (their capacity type prices the pods bound to them; their
+        ``Ready`` condition says whether their kubelet still reports: :func:`read_node_health`).
 
         Returns:
-            Node name -> labels (a node gone since maps to {}); None when nodes cannot be read (e.g. a
-            namespaced install without ``get nodes``): pods are then priced by what they asked for.
+            (node name -> labels, node name -> health); a node gone since maps to ``{}`` and a ``gone`` health;
+            (None, None) when nodes cannot be read (e.g. a namespaced install without ``get nodes``): pods are then
+            priced by what they asked for and charged by their own stops.
         """
-        out: dict[str, dict[str, str]] = {}
+        labels: dict[str, dict[str, str]] = {}
+        health: dict[str, NodeHealth] = {}
         for name in sorted(names):
             try:
                 node = read_json(self.core.read_node, name)
             except ApiException:
-                return None
-            out[name] = dict(((node or {}).get("metadata") or {}).get("labels") or {})
-        return out
+                return None, None
+            labels[name] = dict(((node or {}).get("metadata") or {}).get("labels") or {})
+            health[name] = read_node_health(node)
+        return labels, health
 
     def read_receivers(self, namespace: str, notifications: Sequence[Notification]
                        ) -> tuple[list[Receiver], list[DeliveryResult]]:

@@ -193,6 +193,9 @@ class BudgetObserved:
     node_labels: dict[str, dict[str, str]] | None = None
     """Node name -> labels of the nodes the pods are bound to (their capacity type prices the pods); None =
     nodes not readable (a pod is then Spot when it asked for a Spot node, else at its service's tier)."""
+    node_health: dict[str, NodeHealth] | None = None
+    """Node name -> whether the nodes the pods are bound to still report (:func:`read_node_health`, read with
+    ``node_labels``; a gone node is ``gone``); None = not read: every pod is charged by its own stop."""
     gone: dict[str, list[GonePod]] = field(default_factory=dict)
     """Namespace -> pods whose deletion the operator's pod watch saw (``modalscale.operator.budget.podstops``):
     the ledger charges each to when it stopped (:func:`gone_pod_runs`), also when no listing showed it."""
@@ -246,6 +249,54 @@ class GonePod:
     seen_at: dt.datetime
 
 
+@dataclass(frozen=True)
+class NodeHealth:
+    """Whether a node's kubelet still reports, from the node's own record (``status.conditions``).
+
+    Attributes:
+        ready: Status of its ``Ready`` condition: ``"True"``, ``"False"`` (the kubelet reports it unhealthy),
+            ``"Unknown"`` (the node lifecycle controller's mark: the kubelet stopped posting for the
+            controller-manager's ``--node-monitor-grace-period``); None without one.
+        last_heartbeat: The ``Ready`` condition's ``lastHeartbeatTime`` (UTC): the last status the kubelet posted,
+            which the node lifecycle controller keeps when it marks the node Unknown.
+        gone: The node object does not exist (any more).
+    """
+
+    ready: str | None
+    last_heartbeat: dt.datetime | None
+    gone: bool = False
+
+    @property
+    def unheard_since(self) -> dt.datetime | None:
+        """The last heartbeat of a node whose kubelet stopped reporting (``Ready`` Unknown); None otherwise."""
+        return self.last_heartbeat if self.ready == "Unknown" else None
+
+
+def read_node_health(node: Mapping[str, Any] | None) -> NodeHealth:
+    """:class:`NodeHealth` of a Node as the API returns it (None: not found, ``gone``).
+
+    Why ``lastHeartbeatTime`` and not the node's Lease (``kube-node-lease``, renewed every 10 s): the operator
+    reads nodes already (for their capacity type) and no Lease, and it is the node's own record of its last status.
+    Since node leases, a kubelet posts status only on a change or every ``nodeStatusReportFrequency`` (5 min by
+    default), so the heartbeat can be that much older than the kubelet's death: the ledger may then charge a pod
+    of a lost node up to 5 min less than it ran, unless the node reports again (the gap is then charged).
+    An unreadable ``lastHeartbeatTime`` is None (the pods are then charged by their own stops).
+    """
+    if node is None:
+        return NodeHealth(None, None, gone=True)
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == READY:  # the node's own Ready condition (same type name)
+            return NodeHealth(str(c.get("status")) if c.get("status") is not None else None,
+                              _time_or_none(c.get("lastHeartbeatTime")))
+    return NodeHealth(None, None)
+
+
+def _node_state(node: str | None, health: Mapping[str, NodeHealth] | None) -> tuple[dt.datetime | None, bool]:
+    """``PodRun``'s ``(unheard_since, node_gone)`` for a pod bound to ``node`` (nothing known: ``(None, False)``)."""
+    h = health.get(node) if health is not None and node else None
+    return (None, False) if h is None else (h.unheard_since, h.gone)
+
+
 ANY_NAMESPACE = "*"
 """In ``admin_namespaces``: policies of every namespace may select any namespace."""
 
@@ -291,7 +342,8 @@ def _time_or_none(value: object) -> dt.datetime | None:
 
 
 def pod_runs(pods: Sequence[Mapping[str, Any]],
-             node_labels: Mapping[str, Mapping[str, str]] | None = None) -> tuple[PodRun, ...]:
+             node_labels: Mapping[str, Mapping[str, str]] | None = None,
+             node_health: Mapping[str, NodeHealth] | None = None) -> tuple[PodRun, ...]:
     """The pods of one service as the ledger charges them: each from its own start to its own stop.
 
     A pod counts once bound to a node. ``start`` is ``status.startTime`` (None when absent or unreadable: the
@@ -305,10 +357,13 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
 
     ``tier`` is the tier the pod ran at (:func:`modalscale.api.capacity.pod_tier`): its node's capacity-type
     label, else Spot when it asked for a Spot node, else None (its service's ``spec.pricing.tier``).
+    ``unheard_since`` is its node's last heartbeat when the node stopped reporting, ``node_gone`` whether the node
+    is gone (:class:`NodeHealth`): the ledger charges such a pod to the heartbeat (``costmodel.ledger``).
 
     Args:
         pods: Pod objects (camelCase dicts) of one InferenceService.
         node_labels: Node name -> labels (None: not read).
+        node_health: Node name -> :class:`NodeHealth` (None: not read).
     Returns:
         One :class:`PodRun` per pod that ran, sorted by name.
     """
@@ -330,23 +385,27 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
             stop = min(stop, max(finished))
         node = (p.get("spec") or {}).get("nodeName")
         labels = node_labels.get(node) if node_labels is not None and node is not None else None
-        out.append(PodRun(str(meta.get("name", "")), start, stop, pod_tier(p, labels)))
+        unheard, gone = _node_state(node, node_health)
+        out.append(PodRun(str(meta.get("name", "")), start, stop, pod_tier(p, labels), unheard, gone))
     return tuple(sorted(out, key=lambda r: r.name))
 
 
 def gone_pod_runs(gone: Sequence[GonePod],
-                  node_labels: Mapping[str, Mapping[str, str]] | None = None) -> tuple[PodRun, ...]:
+                  node_labels: Mapping[str, Mapping[str, str]] | None = None,
+                  node_health: Mapping[str, NodeHealth] | None = None) -> tuple[PodRun, ...]:
     """The deleted pods of one service as the ledger charges them: each from its start to when it stopped.
 
     A pod never bound to a node ran nothing and is left out. ``start`` is ``status.startTime`` (None when
     unreadable: it then counts as running since before the interval, an upper bound). ``stop`` is the earliest
     of: the latest ``state.terminated.finishedAt`` of its containers when every container reports one (the
     kubelet's own time), ``metadata.deletionTimestamp`` (the kubelet's deadline to have stopped it), and
-    :attr:`GonePod.seen_at` (it was gone then). ``tier`` as in :func:`pod_runs`.
+    :attr:`GonePod.seen_at` (it was gone then). ``tier``, ``unheard_since`` and ``node_gone`` as in
+    :func:`pod_runs`.
 
     Args:
         gone: Deleted pods of one InferenceService.
         node_labels: Node name -> labels (None: not read; a node gone since maps to ``{}``).
+        node_health: Node name -> :class:`NodeHealth` (None: not read).
     Returns:
         One :class:`PodRun` per pod that ran, with ``stop`` set, sorted by name; a pod recorded twice keeps
         its earliest stop.
@@ -365,8 +424,10 @@ def gone_pod_runs(gone: Sequence[GonePod],
                     for c in containers]
         if containers and all(t is not None for t in finished):
             stops.append(max(t for t in finished if t is not None))
+        unheard, node_gone = _node_state(node, node_health)
         run = PodRun(str(meta.get("name", "")), _time_or_none(status.get("startTime")), min(stops),
-                     pod_tier(g.pod, (node_labels or {}).get(node) if node_labels is not None else None))
+                     pod_tier(g.pod, (node_labels or {}).get(node) if node_labels is not None else None),
+                     unheard, node_gone)
         if run.name not in out or (run.stop or g.seen_at) < (out[run.name].stop or g.seen_at):
             out[run.name] = run
     return tuple(sorted(out.values(), key=lambda r: r.name))
@@ -423,12 +484,12 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
             p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name]
         stopped = gone_pod_runs([g for g in observed.gone.get(ns, ()) if
                                  ((g.pod.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name],
-                                observed.node_labels)
+                                observed.node_labels, observed.node_health)
         # A listed pod the watch saw deleted since the listing runs no more.
         gone_names = {r.name for r in stopped}
         replicas = None if own is None else running_replicas(
             [p for p in own if (p.get("metadata") or {}).get("name") not in gone_names])
-        runs = None if own is None else pod_runs(own, observed.node_labels)
+        runs = None if own is None else pod_runs(own, observed.node_labels, observed.node_health)
         waiting = None if own is None else spot_pending_since(own)
         # The gateway's pods by their own runs, those the watch saw deleted to their recorded stop (a gateway pod
         # gone between two listings ran until then; the listing alone charged it nothing).

@@ -33,6 +33,24 @@ DRAIN_S = 45
 """``--exit-timeout-secs``: after SIGTERM, Triton waits this long for queued requests and model unloads."""
 TERMINATION_GRACE_S = PRESTOP_DRAIN_S + DRAIN_S + 15
 """Seconds Kubernetes allows from the start of the preStop hook to SIGKILL (hook, then Triton's drain)."""
+NODE_LOSS_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+"""The NoExecute taints the node lifecycle controller puts on a node whose kubelet stopped posting status
+(``Ready`` Unknown) or that reports ``Ready`` False; the taint manager evicts the pods that do not tolerate them."""
+NODE_LOSS_TOLERATION_S = 30
+"""Default ``tolerationSeconds`` of the replicas' and gateway pods for :data:`NODE_LOSS_TAINTS`, in seconds
+(``MODALSCALE_NODE_LOSS_TOLERATION_SECONDS``).
+
+Without a toleration of its own a pod gets 300 s from the DefaultTolerationSeconds admission plugin (kube-apiserver
+``--default-unreachable-toleration-seconds``/``--default-not-ready-toleration-seconds``), a default meant to keep
+ordinary pods through a network blip: a replica on a lost node then holds its place 5 minutes before its
+replacement is even created. The Kubernetes documentation (Taints and Tolerations, "Taint based evictions") has a
+pod set its own ``tolerationSeconds`` for how long it stays bound to a failing node. A serving replica keeps no
+state: a needless eviction costs one start elsewhere, each second of a needed one is capacity lost mid-burst. The
+taint comes only after the node missed heartbeats for the controller-manager's ``--node-monitor-grace-period``
+(50 s by default since Kubernetes 1.32, kubernetes#126287; 40 s before), so 30 s creates the replacement about 80 s
+after the last heartbeat and a blip shorter than that evicts nothing; not 0, since vendors warn that too short a
+toleration migrates pods on every network jitter (Huawei CCE, "Toleration Time for Nodes in Unreachable State").
+"""
 
 
 def owned_labels(spec: IsvcSpec) -> dict[str, str]:
@@ -108,14 +126,41 @@ def _model_volume(spec: IsvcSpec, repo_files: dict[str, str], user_cm_keys: list
     return [], [], str(m.uri)
 
 
+def node_loss_tolerations(tolerations: list[dict[str, Any]], toleration_s: int | None) -> list[dict[str, Any]]:
+    """``tolerations`` followed by one NoExecute toleration of ``toleration_s`` seconds for each of
+    :data:`NODE_LOSS_TAINTS` that none of them already tolerates.
+
+    A toleration already tolerates the taint when its key is the taint's or empty and its effect is NoExecute or
+    empty: the DefaultTolerationSeconds admission plugin's own rule for not adding its 300 s. So a user's toleration
+    of the same taint (``spec.placement.tolerations``, any ``tolerationSeconds`` or none) wins; adding ours beside it
+    would cut it short, as the taint manager evicts at the smallest ``tolerationSeconds`` of the matching ones.
+
+    Args:
+        tolerations: The pod's other tolerations (``v1.Toleration`` dicts), kept as they are and first.
+        toleration_s: Seconds, >= 0; None: add none (the cluster's defaults apply).
+    Returns:
+        A new list.
+    """
+    out = [dict(t) for t in tolerations]
+    if toleration_s is None:
+        return out
+    for taint in NODE_LOSS_TAINTS:
+        if not any(t.get("key", "") in ("", taint) and t.get("effect", "") in ("", "NoExecute") for t in tolerations):
+            out.append({"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": toleration_s})
+    return out
+
+
 def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
-                     user_cm_keys: list[str] | None = None) -> dict[str, Any]:
+                     user_cm_keys: list[str] | None = None,
+                     node_loss_toleration_s: int | None = None) -> dict[str, Any]:
     """The Deployment running ``tritonserver`` for ``spec``.
 
     Args:
         replicas: ``spec.replicas`` to write (the scaling decision; never None).
         repo_files: The generated repository (BuiltIn source), mounted from the ConfigMap.
         user_cm_keys: Keys of the user's ConfigMap (ConfigMap source), ``__`` standing for ``/``.
+        node_loss_toleration_s: Seconds the pods stay on a lost node (:func:`node_loss_tolerations`); None: the
+            cluster's default (the planner passes ``PlanConfig.node_loss_toleration_s``).
     """
     labels = owned_labels(spec)
     volumes, mounts, repo_arg = _model_volume(spec, repo_files, user_cm_keys or [])
@@ -172,6 +217,7 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "automountServiceAccountToken": False,
     }
+    tolerations = node_loss_tolerations(tolerations, node_loss_toleration_s)
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
     if tolerations:
@@ -309,7 +355,7 @@ def gateway_env(spec: IsvcSpec) -> list[dict[str, str]]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
-def build_gateway_deployment(spec: IsvcSpec, image: str) -> dict[str, Any]:
+def build_gateway_deployment(spec: IsvcSpec, image: str, node_loss_toleration_s: int | None = None) -> dict[str, Any]:
     """The Deployment ``<name>-gateway`` running ``modalscale gateway`` from the operator's ``image``.
 
     ``spec.gateway.replicas`` pods, spread over nodes, placed by the user's ``spec.placement`` (node selector and
@@ -317,6 +363,7 @@ def build_gateway_deployment(spec: IsvcSpec, image: str) -> dict[str, Any]:
     (the gateway holds the requests of every replica: it stays on-demand) nor by the replicas' GPU selector; the
     API credentials are mounted explicitly (the projected volume the ServiceAccount admission plugin would add, as
     the chart does for the operator), so the gateway can watch EndpointSlices also where that plugin is off.
+    ``node_loss_toleration_s``: as in :func:`build_deployment`.
     """
     gw = spec.gateway
     labels = gateway_labels(spec)
@@ -357,7 +404,8 @@ def build_gateway_deployment(spec: IsvcSpec, image: str) -> dict[str, Any]:
                                                "labelSelector": {"matchLabels": {GATEWAY_LABEL: spec.name}}}}]}},
     }
     node_selector = {k: v for k, v in spec.placement.node_selector.items() if k not in SPOT_NODE_SELECTOR}
-    tolerations = [dict(t) for t in spec.placement.tolerations if t != SPOT_TOLERATION]
+    tolerations = node_loss_tolerations([dict(t) for t in spec.placement.tolerations if t != SPOT_TOLERATION],
+                                        node_loss_toleration_s)
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
     if tolerations:
@@ -467,8 +515,9 @@ def build_network_policy(spec: IsvcSpec, scraper_labels: dict[str, str]) -> dict
     }
 
 
-def gateway_children(spec: IsvcSpec, image: str, scraper_labels: dict[str, str]) -> list[dict[str, Any]]:
+def gateway_children(spec: IsvcSpec, image: str, scraper_labels: dict[str, str],
+                     node_loss_toleration_s: int | None = None) -> list[dict[str, Any]]:
     """Every object the gateway adds, in creation order (RBAC before the pods that use it)."""
     return [build_gateway_service_account(spec), build_gateway_role(spec), build_gateway_role_binding(spec),
             build_replicas_service(spec), build_network_policy(spec, scraper_labels), build_gateway_pdb(spec),
-            build_gateway_deployment(spec, image)]
+            build_gateway_deployment(spec, image, node_loss_toleration_s)]

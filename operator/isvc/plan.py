@@ -37,6 +37,7 @@ from modalscale.api.status import ConditionStatus
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
+    NODE_LOSS_TOLERATION_S,
     REPLICAS_ANNOTATION,
     build_configmap,
     build_deployment,
@@ -78,6 +79,10 @@ class PlanConfig:
     """Image of the gateway pods: the operator's own (``MODALSCALE_GATEWAY_IMAGE``, set by the chart)."""
     scraper_labels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SCRAPER_LABELS))
     """Pod labels of the metrics scraper the NetworkPolicy admits to the replicas' metrics port."""
+    node_loss_toleration_s: int | None = NODE_LOSS_TOLERATION_S
+    """Seconds the replicas' and gateway pods stay bound to a node tainted unreachable or not-ready
+    (``MODALSCALE_NODE_LOSS_TOLERATION_SECONDS``; :func:`modalscale.operator.isvc.objects.node_loss_tolerations`);
+    None: none written (the cluster's defaults, 300 s)."""
 
 
 GATEWAY_KINDS = ("ServiceAccount", "Role", "RoleBinding", "Service", "NetworkPolicy", "PodDisruptionBudget",
@@ -122,7 +127,8 @@ class IsvcObserved:
 
 @dataclass(frozen=True)
 class Write:
-    """One API write: create ``body`` or patch it (strategic merge for Deployments, merge otherwise)."""
+    """One API write: create ``body``, patch it (a JSON merge patch for ConfigMaps, a strategic merge patch for
+    the other kinds: ``apply.Writer``) or delete it."""
 
     kind: str
     action: str
@@ -238,13 +244,42 @@ def _child_write(kind: str, desired: dict[str, Any], observed: dict[str, Any] | 
         is_derivative(desired.get(k), observed.get(k), (k,)) for k in spec_keys)
     if same:
         return None
+    return Write(kind, "patch", name, {**_meta_patch(desired), **{k: desired[k] for k in spec_keys}})
+
+
+def _meta_patch(desired: dict[str, Any]) -> dict[str, Any]:
+    """The ``metadata`` part of a drift repair: the owned labels, owner references and annotations."""
     patch = {"metadata": {k: desired["metadata"][k] for k in ("labels", "ownerReferences")}}
     if desired["metadata"].get("annotations"):
         patch["metadata"]["annotations"] = {
             k: v for k, v in desired["metadata"]["annotations"].items() if k != REPLICAS_ANNOTATION}
-    for k in spec_keys:
-        patch[k] = desired[k]
-    return Write(kind, "patch", name, patch)
+    return patch
+
+
+PDB_EXACT_FIELDS = ("minAvailable", "maxUnavailable", "selector")
+"""PodDisruptionBudget spec fields the operator owns whole: the budget (either field) and the selector."""
+
+
+def _pdb_write(desired: dict[str, Any], observed: dict[str, Any] | None) -> Write | None:
+    """Create or repair a PodDisruptionBudget (the replicas' or the gateway's) so that it ends up with exactly
+    ``desired``'s budget and selector.
+
+    A strategic merge patch keeps the fields it does not name: a PDB changed to ``minAvailable`` would get
+    ``maxUnavailable`` beside it, which the API server refuses (``minAvailable and maxUnavailable cannot be both
+    set``, policy/v1 validation), and extra selector labels or expressions would stay. So :data:`PDB_EXACT_FIELDS`
+    are compared for equality (not :func:`is_derivative`), the budget field ``desired`` leaves out is nulled and
+    the selector is replaced whole (``$patch: replace``). Other spec fields (``unhealthyPodEvictionPolicy``) are
+    repaired like any child's. None when nothing differs.
+    """
+    w = _child_write("PodDisruptionBudget", desired, observed, ("spec",))
+    if observed is None or (w is not None and w.action == "create"):
+        return w
+    want, have = desired["spec"], observed.get("spec") or {}
+    if w is None and all(want.get(k) == have.get(k) for k in PDB_EXACT_FIELDS):
+        return None
+    spec = {**want, **{k: None for k in PDB_EXACT_FIELDS if k not in want},
+            "selector": {"$patch": "replace", **want["selector"]}}
+    return Write("PodDisruptionBudget", "patch", desired["metadata"]["name"], {**_meta_patch(desired), "spec": spec})
 
 
 # ---------------------------------------------------------------------------------------------- replicas
@@ -380,7 +415,7 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
             writes.append(w)
     replicas_for_body = replicas.write if replicas.write is not None else int(
         ((obs.deployment or {}).get("spec") or {}).get("replicas") or replicas.desired)
-    dep = build_deployment(spec, replicas_for_body, repo_files, obs.user_configmap_keys)
+    dep = build_deployment(spec, replicas_for_body, repo_files, obs.user_configmap_keys, config.node_loss_toleration_s)
     dep_spec_no_replicas = {k: v for k, v in dep["spec"].items() if k != "replicas"}
     dep_cmp = {**dep, "spec": dep_spec_no_replicas}
     w = _child_write("Deployment", dep_cmp, obs.deployment, ("spec",))
@@ -397,7 +432,7 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
             writes.append(_replicas_write(spec, replicas.write, w))
         elif w:
             writes.append(w)
-    w = _child_write("PodDisruptionBudget", build_pdb(spec), obs.poddisruptionbudget, ("spec",))
+    w = _pdb_write(build_pdb(spec), obs.poddisruptionbudget)
     if w:
         writes.append(w)
     gateway_serving = spec.gateway.enabled and _ready_pods(obs.gateway_objects.get("Deployment")) > 0
@@ -448,12 +483,13 @@ def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, servi
         names["Service"] = names["NetworkPolicy"] = replicas_service_name(spec)
         return [Write(k, "delete", names[k], {}) for k in reversed(GATEWAY_KINDS)]
     writes = []
-    for desired in gateway_children(spec, config.gateway_image, config.scraper_labels):
+    for desired in gateway_children(spec, config.gateway_image, config.scraper_labels, config.node_loss_toleration_s):
         kind = desired["kind"]
         observed = obs.gateway_objects.get(kind)
         if kind == "NetworkPolicy" and not serving:
             continue
         w = (_service_write(desired, observed) if kind == "Service"
+             else _pdb_write(desired, observed) if kind == "PodDisruptionBudget"
              else _child_write(kind, desired, observed, _GATEWAY_SPEC_KEYS[kind]))
         if w:
             writes.append(w)

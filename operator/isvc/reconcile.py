@@ -49,7 +49,7 @@ def plan_config(deps: Deps) -> PlanConfig:
     """The planner's operator-wide knobs from the settings."""
     s = deps.settings
     return PlanConfig(conflict_hold_s=s.conflict_hold_s, gateway_image=s.gateway_image,
-                      scraper_labels=dict(s.metrics_scraper_labels))
+                      scraper_labels=dict(s.metrics_scraper_labels), node_loss_toleration_s=s.node_loss_toleration_s)
 
 
 def repository_files(spec: IsvcSpec) -> dict[str, str]:

@@ -99,6 +99,13 @@ class InferenceServiceStatus(TypedDict, total=False):
 
 
 # ================================================================================================== BudgetPolicy
+class UnheardPodStatus(TypedDict):
+    """One item of ``status.ledger.services[].unheardPods``: a pod charged only to its silent node's last heartbeat."""
+
+    name: str
+    chargedUntil: str  # RFC 3339 UTC.
+
+
 class LedgerServiceStatus(TypedDict):
     """One item of ``status.ledger.services``: one service's spend this period."""
 
@@ -107,6 +114,7 @@ class LedgerServiceStatus(TypedDict):
     replicas: NotRequired[int]
     costUSDPerHour: NotRequired[str]
     spent: NotRequired[str]  # USD (decimal string).
+    unheardPods: NotRequired[list[UnheardPodStatus]]
 
 
 class LedgerStatus(TypedDict, total=False):

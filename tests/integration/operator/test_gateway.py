@@ -112,3 +112,33 @@ def test_an_activation_request_at_zero_replicas_starts_one_at_once(api: Any, ope
     # Level-based: the reconcile timer (2 s) and the held request leave it at 1, not flapping back to 0.
     time.sleep(3.0)
     assert apps.read_namespaced_deployment("cold", namespace).spec.replicas == 1
+
+
+def test_both_disruption_budgets_changed_to_min_available_are_repaired_and_pods_leave_a_lost_node_in_30_s(
+        api: Any, operator: Any, namespace: str) -> None:
+    """The real API server: it refuses a PodDisruptionBudget with both minAvailable and maxUnavailable, so the
+    repair of one changed to minAvailable (and to another selector) must null the other field and replace the
+    selector; and the DefaultTolerationSeconds plugin adds no 300 s toleration beside the operator's own 30 s."""
+    create(api, namespace, make_isvc("pdb", gateway={"enabled": True}, placement=fake_node_placement()))
+    wait_condition(api, namespace, "pdb", "GatewayReady", "True", timeout_s=90)
+    policy, core = client.PolicyV1Api(api), client.CoreV1Api(api)
+    selectors = {"pdb": {"modalscale.io/inferenceservice": "pdb"}, "pdb-gateway": {"modalscale.io/gateway": "pdb"}}
+    for name, labels in selectors.items():
+        policy.patch_namespaced_pod_disruption_budget(name, namespace, {"spec": {
+            "maxUnavailable": None, "minAvailable": 1, "selector": {"matchLabels": {**labels, "tier": "x"}}}},
+            _content_type="application/merge-patch+json")
+
+    def repaired(name: str) -> bool:
+        spec = policy.read_namespaced_pod_disruption_budget(name, namespace).spec
+        return (spec.max_unavailable == 1 and spec.min_available is None
+                and spec.selector.match_labels == selectors[name] and not spec.selector.match_expressions)
+
+    for name in selectors:
+        wait_for(lambda name=name: repaired(name), 60, f"PodDisruptionBudget {name} back to maxUnavailable: 1")
+    for selector in ("modalscale.io/inferenceservice=pdb", "modalscale.io/gateway=pdb"):
+        pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+        assert pods, selector
+        for p in pods:
+            lost = {t.key: t.toleration_seconds for t in p.spec.tolerations or []
+                    if t.key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")}
+            assert lost == {"node.kubernetes.io/unreachable": 30, "node.kubernetes.io/not-ready": 30}, p.metadata.name

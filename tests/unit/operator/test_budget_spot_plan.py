@@ -133,7 +133,9 @@ def test_spot_placement_adds_selector_toleration_and_the_spot_tier() -> None:
 
 def test_leaving_spot_nulls_the_selector_key_and_replaces_the_tolerations() -> None:
     spec = parse_isvc(make_isvc("batch", 10))
-    on_spot = build_deployment(with_spot_placement(spec, (SpotSwitch("ml/daily", 50),)), 2, {})
+    tolerate_s = PlanConfig().node_loss_toleration_s  # the Deployment as the operator writes it
+    on_spot = build_deployment(with_spot_placement(spec, (SpotSwitch("ml/daily", 50),)), 2, {},
+                               node_loss_toleration_s=tolerate_s)
     on_spot["status"] = {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 2, "observedGeneration": 1}
     on_spot["metadata"]["generation"] = 1
     obs = IsvcObserved(deployment=on_spot, service=None, configmap=None)
@@ -146,7 +148,7 @@ def test_leaving_spot_nulls_the_selector_key_and_replaces_the_tolerations() -> N
     (gw,) = [w for w in plan.writes if w.kind == "Deployment" and w.name == "batch-gateway"]
     assert json.dumps(gw.body).count("capacity-type") == 0
     # Already off Spot: no such patch.
-    plain = build_deployment(spec, 2, {})
+    plain = build_deployment(spec, 2, {}, node_loss_toleration_s=tolerate_s)
     plain["status"], plain["metadata"]["generation"] = on_spot["status"], 1
     again = plan_isvc(spec, IsvcObserved(deployment=plain), {}, PlanConfig(), T0)
     assert not any(w.kind == "Deployment" and w.name == "batch" and "template" in w.body.get("spec", {})
