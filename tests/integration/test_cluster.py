@@ -127,6 +127,29 @@ def test_cluster_up_twice_is_safe_and_down_leaves_nothing_running(tmp_path: Path
     assert second.down() == []
 
 
+def test_a_cluster_without_fake_nodes_starts_kwok_only_when_fake_nodes_are_wanted(
+        tmp_path: Path, cluster: LocalCluster) -> None:
+    """Issue 23: the demo on a real node wants no fake node, so its cold start must not build or run KWOK; a later
+    ``ensure_gpu_nodes`` (the KWOK-only fallback) starts it, and every ``up`` after that keeps it running."""
+    lean = LocalCluster(tmp_path / "lean", log=lambda _m: None)
+    try:
+        lean.up(nodes=0, real_node=False)
+        assert lean.pids()["kwok"] is None and not lean.runs_kwok
+        assert "kwok" not in lean.status()["processes"]
+        assert not (tmp_path / "lean" / "logs" / "kwok.log").exists()
+        assert client.CoreV1Api(lean.api_client()).list_node().items == []
+
+        assert lean.ensure_gpu_nodes(1) == ["kwok-gpu-0"]  # Ready within 60 s, or it raises
+        kwok = lean.pids()["kwok"]
+        assert kwok is not None and lean.runs_kwok
+        lean.up(nodes=0, real_node=False)
+        assert lean.pids()["kwok"] == kwok
+    finally:
+        stopped = lean.down()
+    assert "kwok" in stopped
+    assert _our_processes(tmp_path / "lean") == []
+
+
 def test_real_node_off_is_recorded_and_a_second_cluster_never_takes_the_machines_real_node(
         tmp_path: Path, cluster: LocalCluster) -> None:
     """Without --real-node the cluster says why it has none; while the session cluster runs the machine's real

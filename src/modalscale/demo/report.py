@@ -156,8 +156,7 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
     if real:
         what = ("The InferenceService's pods ran for real on the local cluster's kubelet node (containerd + runc), "
                 "from the CPU runtime image, 500m CPU each; requests went open-loop through the Service's ClusterIP "
-                "(kube-proxy), a new connection per request. Prometheus discovered the pods through the apiserver. "
-                "The KWOK GPU nodes are fakes and served nothing.")
+                "(kube-proxy), a new connection per request. Prometheus discovered the pods through the apiserver.")
     else:
         what = (f"<b>KWOK-ONLY FALLBACK ({html.escape(kwok_reason or '')}):</b> the InferenceService's pods ran on "
                 "KWOK fake nodes (simulated capacity); every request was served by one local <code>tritonserver</code> "

@@ -1,7 +1,8 @@
 """The demo: everything modalscale does, end to end, on one machine, with no cloud and no Docker.
 
 1. A local control plane (etcd, kube-apiserver, controller-manager, scheduler), a real kubelet node (containerd,
-   runc, CNI bridge, kube-proxy) beside KWOK fake GPU nodes, the CRDs and the operator (a subprocess).
+   runc, CNI bridge, kube-proxy), the CRDs and the operator (a subprocess); KWOK fake GPU nodes only in the
+   fallback below.
 2. The CPU runtime image (``modalscale images build``, cached by content hash) imported into the real node. The
    InferenceService's pods run it there, 500m CPU each (a fixed CFS slice per replica, up to 3 on this node).
    ``modalscale profile`` measures the first real replica through its Service and fits the service-time model;
@@ -65,6 +66,8 @@ would leave the third replica Pending; in the KWOK-only fallback the replicas ar
 process serves every request, so no gateway pod could run or reach it. Requests go through the Service's ClusterIP
 straight to the replicas, as the story's numbers were measured. :func:`rates_query` reads the source this names."""
 HTTP_PORT = 8000
+FALLBACK_FAKE_NODES = 4
+"""KWOK fake GPU nodes of the KWOK-only fallback (8 ``GPU_TYPE`` GPUs each); a real-node demo starts none."""
 KWOK_RATE_RPS = 3.0
 """Default request rate of the KWOK-only fallback (one local Triton process), req/s."""
 PROBE_S = 20.0
@@ -370,17 +373,21 @@ class Demo:
             self.wait_for_real_node()
         self.stack.callback(self.cluster.down)
         started = time.monotonic()
-        self.cluster.up(nodes=4, gpus_per_node=8, gpu_type=GPU_TYPE, real_node=self.cfg.real_node)
+        # No fake nodes up front: on a real node the story uses none, and KWOK (about 2 minutes of cold Go build)
+        # is built and started only for the KWOK-only fallback, below.
+        self.cluster.up(nodes=0, real_node=self.cfg.real_node)
+        self.real = self.cluster.has_real_node
+        self.kwok_reason = None if self.real else (self.cluster.real_node_status().get("reason") or "not running")
+        if not self.real and self.cfg.real_node:
+            raise RuntimeError(f"--real-node: this cluster runs no real node ({self.kwok_reason})")
+        if not self.real:
+            self.cluster.ensure_gpu_nodes(FALLBACK_FAKE_NODES, 8, GPU_TYPE)
         self.timings["cluster up"] = time.monotonic() - started
         repo_crds = Path(__file__).resolve().parents[3] / "crds"
         install_crds(self.cluster.api_client(), repo_crds)
         self.api = self.cluster.api_client()
-        self.real = self.cluster.has_real_node
-        self.kwok_reason = None if self.real else (self.cluster.real_node_status().get("reason") or "not running")
-        self.say(f"Control plane up: 4 KWOK fake nodes x 8 {GPU_TYPE} GPUs (simulated, unused by the demo's service)"
-                 + (" and the real kubelet node (containerd + runc, 500m per replica)" if self.real else ""))
-        if not self.real and self.cfg.real_node:
-            raise RuntimeError(f"--real-node: this cluster runs no real node ({self.kwok_reason})")
+        self.say("Control plane up with the real kubelet node (containerd + runc, 500m per replica)" if self.real
+                 else f"Control plane up: {FALLBACK_FAKE_NODES} KWOK fake nodes x 8 {GPU_TYPE} GPUs (simulated)")
         if not self.real:
             self.say(kwok_banner(self.kwok_reason))
 

@@ -76,14 +76,13 @@ class NodeBinaries:
 
 @dataclass(frozen=True)
 class Binaries:
-    """Absolute paths of the control-plane binaries."""
+    """Absolute paths of the control-plane binaries (KWOK, needed only for fake nodes, is :func:`ensure_kwok`)."""
 
     kube_apiserver: Path
     kube_controller_manager: Path
     kube_scheduler: Path
     kubectl: Path
     etcd: Path
-    kwok: Path
 
 
 def _go_env() -> dict[str, str]:
@@ -343,16 +342,27 @@ def ensure_binaries(log: Log = print) -> Binaries:
     k8s = _ensure("kubernetes", KUBERNETES_VERSION, K8S_COMMANDS,
                   lambda out: _build_kubernetes(KUBERNETES_VERSION, out, log), log)
     etcd = _ensure("etcd", ETCD_VERSION, ("etcd",), lambda out: _build_etcd(ETCD_VERSION, out, log), log)
-    kwok = _ensure("kwok", KWOK_VERSION, ("kwok",),
-                   lambda out: _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, out, log), log)
     return Binaries(
         kube_apiserver=k8s / "kube-apiserver",
         kube_controller_manager=k8s / "kube-controller-manager",
         kube_scheduler=k8s / "kube-scheduler",
         kubectl=k8s / "kubectl",
         etcd=etcd / "etcd",
-        kwok=kwok / "kwok",
     )
+
+
+def ensure_kwok(log: Log = print) -> Path:
+    """Return the pinned ``kwok`` controller, building it if not cached (about 2 minutes cold on 2 cores).
+
+    Only a cluster with fake nodes runs it (:meth:`modalscale.devenv.cluster.LocalCluster.ensure_gpu_nodes`): the
+    demo on a real node never builds it.
+
+    Raises:
+        BuildError: ``go`` is missing or the build failed.
+    """
+    out = _ensure("kwok", KWOK_VERSION, ("kwok",),
+                  lambda o: _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, o, log), log)
+    return out / "kwok"
 
 
 def ensure_node_binaries(log: Log = print) -> NodeBinaries:

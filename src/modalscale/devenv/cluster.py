@@ -1,14 +1,14 @@
 """A real local Kubernetes control plane on 127.0.0.1, without Docker.
 
-etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK (fake kubelets) run as child processes
-started with their own session, so they outlive ``modalscale cluster up``. Everything lives in one working
-directory: ``cluster.json`` (ports, versions), ``pki/``, ``etcd/``, ``logs/``, ``pids/`` and ``kubeconfig``.
-``down`` stops exactly the processes recorded in ``pids/`` whose command line is still ours.
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler and, once fake nodes are wanted, KWOK (fake
+kubelets) run as child processes started with their own session, so they outlive ``modalscale cluster up``.
+Everything lives in one working directory: ``cluster.json`` (ports, versions), ``pki/``, ``etcd/``, ``logs/``,
+``pids/`` and ``kubeconfig``. ``down`` stops the processes recorded in ``pids/`` whose command line is ours.
 
 The flags follow envtest (apiserver with a client certificate in ``system:masters``, RBAC on) plus a
 controller-manager (garbage collection, Deployments, ReplicaSets), a scheduler and KWOK managing only nodes
 annotated ``kwok.x-k8s.io/node=fake``. Where the machine supports it, a real kubelet node (containerd, runc, a
-CNI bridge, kube-proxy) runs beside the KWOK GPU nodes: see :mod:`modalscale.devenv.realnode`.
+CNI bridge, kube-proxy) runs beside any KWOK GPU nodes: see :mod:`modalscale.devenv.realnode`.
 
 The fake GPU nodes are tainted :data:`FAKE_GPU_TAINT` (``nvidia.com/gpu=present:NoSchedule``), as GKE and AKS
 taint GPU node pools, and the apiserver runs the ``ExtendedResourceToleration`` admission plugin, which adds the
@@ -45,11 +45,12 @@ from modalscale.devenv.binaries import (
     Log,
     cache_dir,
     ensure_binaries,
+    ensure_kwok,
 )
 from modalscale.runtime.server import free_port
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-"""Processes of a local cluster, in start order."""
+"""Processes of a local cluster, in start order; KWOK only with fake nodes (:attr:`LocalCluster.runs_kwok`)."""
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 """Node label that carries the GPU type (as NVIDIA's GPU feature discovery sets it)."""
@@ -340,14 +341,15 @@ class LocalCluster:
             return False
 
     def status(self) -> dict[str, Any]:
-        """What runs: PIDs per component, apiserver readiness, kubeconfig path, versions."""
+        """What runs: PIDs per component (KWOK only where :attr:`runs_kwok`), apiserver readiness, kubeconfig
+        path, versions."""
         cfg = self.load_config()
         return {
             "workdir": str(self.workdir),
             "kubeconfig": str(self.kubeconfig) if self.kubeconfig.exists() else None,
             "server": self.server_url if cfg else None,
             "apiserverReady": self.apiserver_ready(),
-            "processes": self.pids(),
+            "processes": {n: pid for n, pid in self.pids().items() if n != "kwok" or self.runs_kwok},
             "realNode": self.real_node_status(),
             "versions": {
                 "kubernetes": cfg.kubernetes_version if cfg else KUBERNETES_VERSION,
@@ -398,7 +400,8 @@ class LocalCluster:
         """Start the control plane (idempotent: running components are left alone) and create fake GPU nodes.
 
         Args:
-            nodes: Fake GPU nodes wanted (created if missing, never deleted here).
+            nodes: Fake GPU nodes wanted (created if missing, never deleted here). With 0 and no ``spot_nodes``
+                KWOK is neither built nor started, unless this cluster already runs it (:attr:`runs_kwok`).
             spot_nodes: Fake Spot GPU nodes ``kwok-gpu-spot-<i>`` wanted besides (label and taint
                 ``karpenter.sh/capacity-type=spot``; see :meth:`ensure_gpu_nodes`).
             gpus_per_node: ``nvidia.com/gpu`` capacity of each fake node.
@@ -473,17 +476,12 @@ class LocalCluster:
                 "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
                 "--kube-api-qps=500", "--kube-api-burst=1000", "--v=1",
             ])
-        if not running["kwok"]:
-            self._start("kwok", [
-                str(bins.kwok), kc, "--manage-all-nodes=false",
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16",
-            ])
         time.sleep(0.5)
-        dead = [n for n, pid in self.pids().items() if pid is None]
+        dead = [n for n, pid in self.pids().items() if pid is None and n != "kwok"]
         if dead:
             raise ClusterError(f"{', '.join(dead)} exited at start; see {self._logfile(dead[0])}")
-        self.ensure_gpu_nodes(nodes, gpus_per_node, gpu_type)
+        if nodes or self.runs_kwok:
+            self.ensure_gpu_nodes(nodes, gpus_per_node, gpu_type)
         if spot_nodes:
             self.ensure_gpu_nodes(spot_nodes, gpus_per_node, gpu_type, prefix=SPOT_NODE_PREFIX, spot=True)
         self._wait(lambda: self._default_service_account_ready(), "namespace default", 60)
@@ -691,6 +689,35 @@ class LocalCluster:
 
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
+    @property
+    def runs_kwok(self) -> bool:
+        """True once this cluster has started KWOK (``cluster.json``): it has fake nodes, and every ``up`` keeps
+        KWOK running for them. A cluster ``up`` with ``nodes=0`` and no Spot nodes never builds or starts KWOK."""
+        cfg = self.load_config()
+        return bool(cfg and cfg.extra.get("kwok"))
+
+    def _ensure_kwok(self) -> None:
+        """Start KWOK (building it first if not cached) unless it runs; record that this cluster runs it.
+
+        Raises:
+            ClusterError: KWOK exited at start.
+            modalscale.devenv.binaries.BuildError: Building it failed.
+        """
+        if self.pids()["kwok"]:
+            return
+        kwok = ensure_kwok(self.log)
+        self._start("kwok", [
+            str(kwok), f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16",
+        ])
+        cfg = self._config()
+        cfg.extra["kwok"] = True
+        (self.workdir / "cluster.json").write_text(json.dumps(asdict(cfg), indent=2))
+        time.sleep(0.5)
+        if not self.pids()["kwok"]:
+            raise ClusterError(f"kwok exited at start; see {self._logfile('kwok')}:\n{self._tail('kwok')}")
+
     def ensure_gpu_nodes(self, count: int, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
                          cpu: str = "32", memory: str = "256Gi", prefix: str = "kwok-gpu-",
                          spot: bool = False) -> list[str]:
@@ -707,6 +734,7 @@ class LocalCluster:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
+        self._ensure_kwok()
         api = client.CoreV1Api(self.api_client())
         names = []
         for i in range(count):

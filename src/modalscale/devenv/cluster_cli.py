@@ -137,16 +137,17 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from modalscale.devenv.binaries import ensure_helm, ensure_node_binaries, ensure_prometheus
+    from modalscale.devenv.binaries import ensure_helm, ensure_kwok, ensure_node_binaries, ensure_prometheus
 
     try:
         bins = ensure_binaries(_log)
+        kwok = ensure_kwok(_log)
         helm = ensure_helm(_log)
         node = ensure_node_binaries(_log)
         prometheus = ensure_prometheus(_log)
     except BuildError as exc:
         _log(str(exc))
         return 1
-    for k, v in {**vars(bins), **vars(node), "helm": helm, "prometheus_k8s_sd": prometheus}.items():
+    for k, v in {**vars(bins), "kwok": kwok, **vars(node), "helm": helm, "prometheus_k8s_sd": prometheus}.items():
         print(f"{k:24} {v}")
     return 0

@@ -4,8 +4,9 @@ control plane's cold Go builds (about 11 minutes on 2 cores) overlap the Python 
 (about 2 minutes) instead of following them.
 
 Run as ``PYTHONPATH=src python3 -m modalscale.devenv.prebuild``. It builds, in the order the demo needs them,
-Prometheus, the control plane (kube-apiserver, -controller-manager, -scheduler, kubectl), etcd, KWOK and, where
-the machine can run the real kubelet node, kubelet and kube-proxy. Every build holds the cache's build lock
+Prometheus, the control plane (kube-apiserver, -controller-manager, -scheduler, kubectl), etcd and, where the
+machine can run the real kubelet node, kubelet and kube-proxy; elsewhere KWOK (the demo's fake nodes are only its
+fallback without a real node). Every build holds the cache's build lock
 (:func:`modalscale.devenv.binaries.build_lock`), so the demo's own ``ensure_*`` calls wait for it, say so, and
 then find the binaries cached; nothing is built twice. Exit status 0 when all are built or cached, 1 after the
 first failed build (the demo then fails at the same build with the same message).
@@ -21,11 +22,17 @@ import shutil
 import sys
 import time
 
-from modalscale.devenv.binaries import BuildError, ensure_binaries, ensure_node_binaries, ensure_prometheus
+from modalscale.devenv.binaries import (
+    BuildError,
+    ensure_binaries,
+    ensure_kwok,
+    ensure_node_binaries,
+    ensure_prometheus,
+)
 
 REAL_NODE_TOOLS = ("containerd", "runc")
 """What the real node needs on the machine (Debian packages; :mod:`modalscale.devenv.realnode` checks the rest):
-without them the cluster runs KWOK-only and kubelet is not built ahead."""
+without them the cluster runs KWOK-only and KWOK, not kubelet, is built ahead."""
 
 
 def wants_node_binaries(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
@@ -49,6 +56,8 @@ def main() -> int:
         ensure_binaries(log)
         if wants_node_binaries():
             ensure_node_binaries(log)
+        else:
+            ensure_kwok(log)
     except BuildError as exc:
         log(f"Build failed: {exc}")
         return 1
