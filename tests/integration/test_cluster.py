@@ -150,6 +150,21 @@ def test_a_cluster_without_fake_nodes_starts_kwok_only_when_fake_nodes_are_wante
     assert _our_processes(tmp_path / "lean") == []
 
 
+def test_down_stops_the_components_whose_pid_files_are_gone(tmp_path: Path, cluster: LocalCluster) -> None:
+    """A run stopped mid-teardown (or a work dir half removed) left an apiserver, etcd, controller-manager,
+    scheduler and KWOK running that ``down`` could not find: it went by pid files only."""
+    lost = LocalCluster(tmp_path / "lost", log=lambda _m: None)
+    try:
+        lost.up(nodes=1, real_node=False)
+        assert all(lost.pids().values())
+        for pf in (tmp_path / "lost" / "pids").iterdir():
+            pf.unlink()
+    finally:
+        stopped = lost.down()
+    assert sorted(stopped) == sorted(["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"])
+    assert _our_processes(tmp_path / "lost") == []
+
+
 def test_real_node_off_is_recorded_and_a_second_cluster_never_takes_the_machines_real_node(
         tmp_path: Path, cluster: LocalCluster) -> None:
     """Without --real-node the cluster says why it has none; while the session cluster runs the machine's real

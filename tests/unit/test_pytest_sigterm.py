@@ -22,6 +22,8 @@ OUT = pathlib.Path(__file__).with_name("events")
 def cluster():
     OUT.write_text("setup\\n")
     yield
+    OUT.write_text(OUT.read_text() + "teardown started\\n")
+    time.sleep(1.5)
     OUT.write_text(OUT.read_text() + "teardown\\n")
 
 
@@ -31,7 +33,7 @@ def test_runs_long(cluster):
 '''
 
 
-def run_and_terminate(tmp_path: Path, plugin: bool) -> tuple[int, str]:
+def run_and_terminate(tmp_path: Path, plugin: bool, signals: int = 1) -> tuple[int, str]:
     (tmp_path / "test_probe.py").write_text(PROBE)
     events = tmp_path / "events"
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_probe.py")]
@@ -44,6 +46,11 @@ def run_and_terminate(tmp_path: Path, plugin: bool) -> tuple[int, str]:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
             time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
+        if signals == 2:  # the same stop delivered twice, once the teardown has begun
+            while "teardown started" not in events.read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     finally:
         proc.kill()
@@ -52,8 +59,14 @@ def run_and_terminate(tmp_path: Path, plugin: bool) -> tuple[int, str]:
 
 def test_sigterm_runs_the_session_teardown(tmp_path: Path) -> None:
     rc, events = run_and_terminate(tmp_path, plugin=True)
-    assert events.splitlines() == ["setup", "running", "teardown"], events
+    assert events.splitlines() == ["setup", "running", "teardown started", "teardown"], events
     assert rc == 2, rc  # pytest's "interrupted"
+
+
+def test_a_second_sigterm_right_after_the_first_does_not_break_off_the_teardown(tmp_path: Path) -> None:
+    """A stop delivered twice (process group + ``scripts/test.sh``'s trap) left a session cluster running."""
+    rc, events = run_and_terminate(tmp_path, plugin=True, signals=2)
+    assert events.splitlines() == ["setup", "running", "teardown started", "teardown"], events
 
 
 def test_without_the_plugin_sigterm_skips_it(tmp_path: Path) -> None:

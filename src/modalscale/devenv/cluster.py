@@ -252,6 +252,20 @@ def _cmdline(pid: int, settle_s: float = 1.0) -> list[str]:
         time.sleep(0.01)
 
 
+def _terminate(pid: int, timeout_s: float) -> None:
+    """SIGTERM ``pid``, SIGKILL it after ``timeout_s`` seconds, and return once it is gone."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while _pid_alive(pid):
+            time.sleep(0.05)
+
+
 class LocalCluster:
     """One local control plane rooted at ``workdir``.
 
@@ -635,7 +649,8 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ down
     def down(self, timeout_s: float = 10.0) -> list[str]:
-        """Stop the processes this cluster started (by recorded PID, newest first); returns their names.
+        """Stop the processes this cluster started (by recorded PID, newest first; then any whose pid file is gone
+        but whose arguments name this work dir); returns their names.
 
         The real node goes first: its containers, shims, mounts, network namespaces, veths, the ``cni0`` bridge
         and the ``KUBE-``/``CNI-`` iptables chains are removed too.
@@ -651,20 +666,30 @@ class LocalCluster:
                 continue
             pid = int(pf.read_text())
             if _pid_alive(pid) and self._is_ours(pid, name):
-                os.kill(pid, signal.SIGTERM)
-                deadline = time.monotonic() + timeout_s
-                while _pid_alive(pid) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                if _pid_alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-                    while _pid_alive(pid):
-                        time.sleep(0.05)
+                _terminate(pid, timeout_s)
                 stopped.append(name)
             pf.unlink(missing_ok=True)
             proc = self._started.pop(name, None)
             if proc is not None:
                 proc.poll()  # reap our own child
+        # Pid files lost (a removed or half-torn-down work dir): the processes still name it in their arguments.
+        for name, pid in self._unrecorded_processes():
+            self.log(f"Stopping {name} (pid {pid}), which ran without its pid file")
+            _terminate(pid, timeout_s)
+            stopped.append(name)
         return stopped
+
+    def _unrecorded_processes(self) -> list[tuple[str, int]]:
+        """``(component, pid)`` of this cluster's components found in ``/proc`` (newest component first): a
+        process whose program is one of :data:`COMPONENTS` and one of whose arguments names this work dir."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and _pid_alive(int(entry.name)):
+                cmd = _cmdline(int(entry.name), settle_s=0.0)
+                name = Path(cmd[0]).name if cmd else ""
+                if name in COMPONENTS and self._is_ours(int(entry.name), name):
+                    found.append((name, int(entry.name)))
+        return sorted(found, key=lambda np: -COMPONENTS.index(np[0]))
 
     def stop_real_node(self) -> list[str]:
         """Stop only the real nodes (the control plane and the KWOK nodes keep running) and delete their Node
