@@ -830,7 +830,7 @@ def kwok_banner(reason: str | None) -> str:
 
 
 REAL_NOTE = ("Pods run for real on the real kubelet node (CPU runtime image, 500m each); requests go through the "
-             "Service's ClusterIP (kube-proxy). The KWOK GPU nodes are fakes and serve nothing here.")
+             "Service's ClusterIP (kube-proxy).")
 KWOK_NOTE = "KWOK-ONLY FALLBACK: pods are simulated on KWOK nodes; requests are served by one local Triton process."
 
 
