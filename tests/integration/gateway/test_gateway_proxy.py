@@ -7,9 +7,11 @@ gateway's account of itself.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
+import socket
 import struct
 import threading
 import time
@@ -23,7 +25,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from modalscale.runtime.server import TritonProcess
+from modalscale.gateway.balancer import Endpoint
+from modalscale.runtime.server import TritonProcess, free_port
 from tests.integration.gateway.conftest import (
     MODEL,
     RunningGateway,
@@ -238,6 +241,50 @@ def test_killed_replica_requests_not_yet_sent_are_retried_on_the_other(
     failed = [c for c in codes if c != 200]
     assert len(codes) == 60
     assert len(failed) <= 2, codes  # at most the requests in flight at the kill (2 clients)
+    assert gw.metric("modalscale_gateway_retries_total", protocol="http") >= 1
+
+
+def _black_hole() -> tuple[socket.socket, list[socket.socket]]:
+    """A local TCP port whose SYNs go unanswered, as a lost node's pod address: a listener with backlog 0 whose
+    accept queue is already full (the kernel then drops new SYNs, so a connect times out; nothing refuses it)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fill = []
+    for _ in range(3):
+        c = socket.socket()
+        c.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            c.connect(listener.getsockname())
+        fill.append(c)
+    return listener, fill
+
+
+def test_a_replica_whose_connects_time_out_is_skipped_and_the_request_retried_on_the_other(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    # Issue 21, scenario 2: a crashed node's pods stay Ready in the EndpointSlice until the node is marked (its
+    # grace period), and their packets go nowhere. A connect that times out sent nothing, like a refused one: the
+    # gateway retries it on another replica instead of answering 502.
+    listener, fill = _black_hole()
+    try:
+        lost = Endpoint("127.0.0.1", listener.getsockname()[1], free_port())
+        gw = make_gateway([endpoint(replicas[0]), lost])
+        codes: list[int] = []
+
+        def client(k: int) -> None:
+            with httpx.Client(base_url=gw.http, timeout=30) as c:
+                codes.extend(c.post(INFER, json=text_request(f"sleep:0.01 {k} {i}")).status_code for i in range(3))
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(2)]
+        for t in threads:  # two at once: least-outstanding sends one of the first two to the lost endpoint
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        for c in fill:
+            c.close()
+        listener.close()
+    assert codes == [200] * 6, codes
     assert gw.metric("modalscale_gateway_retries_total", protocol="http") >= 1
 
 
