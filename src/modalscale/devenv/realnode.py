@@ -1093,8 +1093,9 @@ state = "{lay.containerd_state}"
     def crash(self) -> NodeCrash:
         """Lose this node as a power cut would, for chaos tests (issue 21, scenario 2): SIGKILL its kubelet,
         kube-proxy, containerd, every shim of its containerd and every process in its cgroup root (the pods'
-        containers), then remove its network namespace and the machine's end of its veth (the pods' addresses
-        become unreachable, as a dead machine's). Nothing is told to the API server: the Node object and the pods
+        containers), then remove its network namespace and the machine's end of its veth, and make the machine's
+        routes to its pod CIDR and veth /30 blackholes (the pods' addresses answer nothing, as a dead machine's:
+        no reset, no refusal). Nothing is told to the API server: the Node object and the pods
         stay as they were, and the node lifecycle controller finds the node silent only by its missed lease
         renewals. What is left (runc records, the pods' netns mounts, the cgroup root) goes with :meth:`stop`.
 
@@ -1127,15 +1128,27 @@ state = "{lay.containerd_state}"
             if proc is not None:
                 proc.wait()
         self._teardown_network()
+        # A dead machine's addresses answer nothing: without these the machine would send them along its default
+        # route, where a middlebox may answer (seen: every request to the lost pod got an empty non-200 at once).
+        for cidr in self._lost_cidrs():
+            _run([_tool("ip"), "route", "replace", "blackhole", cidr], check=False)
         self.log(f"Crashed {self.name}: killed {', '.join(components)}, {len(shims)} shims and {len(containers)} "
                  "container processes; removed its network namespace")
         return NodeCrash(at, {**{k: [v] for k, v in components.items()}, "shims": shims, "containers": containers})
 
+    def _lost_cidrs(self) -> list[str]:
+        """The machine's routes to this node (its pod CIDR and its veth's /30) that :meth:`crash` blackholes."""
+        lay = self.layout
+        return [c for c in (lay.pod_cidr, lay.transit_cidr) if c] if lay.own_netns else []
+
     def _teardown_network(self) -> None:
         """Delete the node's network namespace (its bridge, pod veths, routes and iptables go with it once no
-        process holds it) and the machine's end of its veth (its route goes with it)."""
+        process holds it), the machine's end of its veth (its route goes with it) and the blackhole routes a
+        :meth:`crash` left."""
         lay = self.layout
         ip = shutil.which("ip") or "/usr/sbin/ip"
+        for cidr in self._lost_cidrs():
+            subprocess.run([ip, "route", "del", "blackhole", cidr], capture_output=True, check=False)
         if lay.netns_path:
             for _ in range(3):
                 if not mounts_under([lay.netns_path]):

@@ -490,10 +490,14 @@ def test_node_loss_mid_burst_moves_the_replica_fails_only_requests_in_flight_and
                     crashed = time.monotonic()
                     meter.lost[lost] = crash.at
                     # The helper: nothing of the node runs or is reachable; its Node object is still there.
-                    assert not node.any_running() and cgroup_pids(str(node.layout.cgroup_root)) == []
+                    assert not node.any_running()
+                    wait_for(lambda: cgroup_pids(str(node.layout.cgroup_root)) == [], 10, "the node's containers gone")
                     assert crash.killed["containers"], crash.killed
                     assert node.layout.netns_path is not None and not mounts_under([node.layout.netns_path])
                     assert not Path(f"/sys/class/net/{node.layout.veth_host}").exists()
+                    routes = subprocess.run(["ip", "route", "show", "type", "blackhole"], capture_output=True,
+                                            text=True, check=True).stdout
+                    assert node.layout.pod_cidr in routes, routes
                     assert env.core.read_node(lost).metadata.name == lost
                     unknown_s = env.wait(lambda: _node_ready(env, lost) == "Unknown", 180,
                                          f"{lost} marked Unknown", name)
