@@ -49,10 +49,13 @@ Rules (all pure; the caller passes ``now``):
   longer listed before the policy existed cannot be known unless their deletion is passed in
   ``ServiceObservation.stopped`` (the spend is otherwise a lower bound).
 * **Silent nodes** (issue 21, scenario 2): a pod whose node stopped reporting (``PodRun.unheard_since``: the
-  node's ``Ready`` is ``Unknown``, set by the node lifecycle controller when the kubelet stops posting) is charged to
-  the node's last heartbeat, not to its own stop (a pod of a dead kubelet stays Running, or Terminating, in the API
-  server until it is removed), and no longer counts in the replicas in force. The ledger remembers each such pod
-  with the instant up to which it charged it (``LedgerEntry.unheard``, ``status.ledger.services[].unheardPods``):
+  node's ``Ready`` is ``Unknown``, set by the node lifecycle controller when the kubelet stops renewing its Lease;
+  the instant it was last heard) is charged to that instant, not to its own stop (a pod of a dead kubelet stays
+  Running, or Terminating, in the API server until it is removed), and no longer counts in the replicas in force.
+  The node is marked only after the controller-manager's grace period, so the evaluation that first sees the pod
+  silent takes back what earlier evaluations charged it past that instant, by its own run (inside the current
+  period only): a lost pod costs what it ran, not what ran until someone noticed. The ledger remembers each such
+  pod with the instant up to which it charged it (``LedgerEntry.unheard``, ``status.ledger.services[].unheardPods``):
   a pod whose node is then deleted (``PodRun.node_gone``) stays charged to it, and a pod whose node reports again
   (its ``Ready`` True or False) is charged the gap from that instant to ``observedTime`` too, by its own run (the
   silence was a missed status, never less than what ran). The gap is added to the first interval of the current
@@ -417,6 +420,7 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
+    observations = list(observations)
     obs = _checked_observations(observations, now, {e.key: dict(e.unheard) for e in ledger.entries})
     ledger, window = _window(ledger, now, period, tz)
     by_key = {(o.namespace, o.name): o for o in obs}
@@ -425,8 +429,10 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     current_spent: dict[tuple[str, str], Decimal] = {}
     unheard: dict[tuple[str, str], tuple[tuple[str, datetime], ...]] = {}
     closing_spent = Decimal(0)
+    raw = {(o.namespace, o.name): o for o in observations}
     for entry, t0, pods in _integration_work(ledger, obs, by_key, window):
-        charged, missing = _charge(entry, t0, pods, by_key.get(entry.key), window, period, tz)
+        credit = _credit_microseconds(entry, t0, pods, raw.get(entry.key), window.period_start)
+        charged, missing = _charge(entry, t0, pods, by_key.get(entry.key), window, period, tz, credit)
         unheard[entry.key] = _unheard_after(entry, t0, pods, window.now)
         segments += charged
         if missing is not None:
@@ -546,10 +552,12 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
 
 
 def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | None,
-            now_seen: ServiceObservation | None, window: _Window, period: Period | str, tz: str
-            ) -> tuple[list[CostSegment], UnpricedInterval | None]:
+            now_seen: ServiceObservation | None, window: _Window, period: Period | str, tz: str,
+            credit: Mapping[str, int]) -> tuple[list[CostSegment], UnpricedInterval | None]:
     """One service's spend over ``[t0, now)``, one :class:`CostSegment` per period it touches, and the interval
-    when its rate was unknown (None when known, or when there is nothing to integrate)."""
+    when its rate was unknown (None when known, or when there is nothing to integrate). ``credit``: pod name ->
+    microseconds charged before ``t0`` past its silent node's last-heard time (:func:`_credit_microseconds`), taken
+    back in the first segment of the current period."""
     now = window.now
     if t0 is None or now <= t0:
         return [], None
@@ -560,7 +568,8 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
     back: dict[str, int] = {}
     if pods is not None:
         price, gone, pod_rate = _pod_prices(entry, pods, now_seen, t0)
-        back = _gap_microseconds(entry, t0, pods, window.period_start)
+        gap = _gap_microseconds(entry, t0, pods, window.period_start)
+        back = {k: gap.get(k, 0) - credit.get(k, 0) for k in {*gap, *credit}}
         unknown_ran = (price is None and gone > 0) or any(
             pod_rate(p) is None and (p.microseconds_in(t0, now) > 0 or back.get(p.name)) for p in pods)
         rate = None if unknown_ran else (price or Decimal(0))
@@ -613,13 +622,30 @@ def _gap_microseconds(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRu
     return {k: v for k, v in out.items() if v > 0}
 
 
+def _credit_microseconds(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | None,
+                         raw: ServiceObservation | None, period_start: datetime) -> dict[str, int]:
+    """Pod name -> microseconds the ledger charged a pod before ``t0`` past its silent node's last-heard time, for
+    each pod first seen silent now (not in ``entry.unheard``): the node lifecycle controller marks a node only
+    after its grace period, and the evaluations meanwhile charged the pod by its own run (``raw``: the observation
+    before the cut, with the pod's own stop). Only the part inside the current period (from ``period_start``)
+    counts; none when the pods are not charged by their own runs (``pods`` None) or nothing is integrated."""
+    if t0 is None or pods is None or raw is None:
+        return {}
+    own = raw.charged_pods()
+    before = dict(entry.unheard)
+    out = {p.name: p.microseconds_in(max(p.unheard_since, period_start), t0) for p in own or ()
+           if p.unheard_since is not None and p.name not in before}
+    return {k: v for k, v in out.items() if v > 0}
+
+
 def _unheard_after(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | None, now: datetime
                    ) -> tuple[tuple[str, datetime], ...]:
     """``entry.unheard`` after this evaluation: each pod charged to a silent node's heartbeat (or to its record, its
     node gone) with the instant up to which it is charged now. A pod charged to within ``[t0, now)`` is charged to
-    its (cut) stop; one cut before ``t0`` stays where it was, or at ``t0`` when this is its first cut (the time to
-    ``t0`` was charged while its node reported). Pods no longer observed are forgotten; unknown pods (``pods``
-    None) and an evaluation that integrates nothing (``now`` not after ``t0``) keep the records as they were."""
+    its (cut) stop; one cut before ``t0`` stays where it was, or at its cut when this is its first cut (what was
+    charged past it is taken back: :func:`_credit_microseconds`). Pods no longer observed are forgotten; unknown
+    pods (``pods`` None) and an evaluation that integrates nothing (``now`` not after ``t0``) keep the records as
+    they were."""
     if pods is None or (t0 is not None and now <= t0):
         return entry.unheard
     if t0 is None:
@@ -630,7 +656,7 @@ def _unheard_after(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, 
         if not p.cut or p.stop is None or (p.unheard_since is None and p.name not in before):
             continue
         was = before.get(p.name)
-        out.append((p.name, min(p.stop, now) if p.stop >= t0 else max(was, p.stop) if was is not None else t0))
+        out.append((p.name, min(p.stop, now) if p.stop >= t0 else p.stop if was is None else max(was, p.stop)))
     return tuple(sorted(out)[:MAX_UNHEARD_PODS])
 
 

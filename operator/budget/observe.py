@@ -5,7 +5,8 @@ Why a module: the planner (``budget.plan``) is pure, so every read happens here,
 reviewed for what the operator needs RBAC for: ``get`` on budgetpolicies and secrets (in the policy's
 namespace), ``list`` on inferenceservices and pods (in the selected namespaces), ``get`` on the nodes those pods run on
 (their capacity-type label prices each pod at Spot or on-demand, their ``Ready`` condition says whether their
-kubelet still reports: the pods of a silent node are charged to its last heartbeat; optional). The pods deleted
+kubelet still reports: the pods of a silent node are charged to when it was last heard; optional), ``get`` on the
+Leases in ``kube-node-lease`` of the nodes that are not Ready (the kubelet's last renewal; optional). The pods deleted
 since are not read here: the pod watch (``budget.handlers``, ``list``/``watch`` on pods) records them
 (``budget.podstops``).
 
@@ -80,12 +81,17 @@ def read_tenant_usage(source: PrometheusShowback | None, window_s: int, now: dat
     return TenantUsageRead(windows, usage)
 
 
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+"""Where each kubelet renews its node's Lease (named after the node)."""
+
+
 class BudgetObserver:
     """Reads through one ``ApiClient``; never writes."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.leases = client.CoordinationV1Api(api)
 
     def read_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The BudgetPolicy as stored now (None when it is gone)."""
@@ -140,12 +146,14 @@ class BudgetObserver:
 
     def nodes(self, names: set[str]) -> tuple[dict[str, dict[str, str]] | None, dict[str, NodeHealth] | None]:
         """Labels and health of the nodes ``names`` (their capacity type prices the pods bound to them; their
-        ``Ready`` condition says whether their kubelet still reports: :func:`read_node_health`).
+        ``Ready`` condition says whether their kubelet still reports, and for a node that is not Ready its Lease
+        says when it was last heard: :func:`read_node_health`).
 
         Returns:
             (node name -> labels, node name -> health); a node gone since maps to ``{}`` and a ``gone`` health;
             (None, None) when nodes cannot be read (e.g. a namespaced install without ``get nodes``): pods are then
-            priced by what they asked for and charged by their own stops.
+            priced by what they asked for and charged by their own stops. A Lease that cannot be read (no ``get
+            leases``, none) leaves the node's status heartbeat as its last-heard time.
         """
         labels: dict[str, dict[str, str]] = {}
         health: dict[str, NodeHealth] = {}
@@ -156,7 +164,16 @@ class BudgetObserver:
                 return None, None
             labels[name] = dict(((node or {}).get("metadata") or {}).get("labels") or {})
             health[name] = read_node_health(node)
+            if node is not None and health[name].ready != "True":
+                health[name] = read_node_health(node, self.node_lease(name))
         return labels, health
+
+    def node_lease(self, name: str) -> dict[str, Any] | None:
+        """The Lease the kubelet of node ``name`` renews (``kube-node-lease/<name>``); None when it cannot be read."""
+        try:
+            return read_json(self.leases.read_namespaced_lease, name, NODE_LEASE_NAMESPACE)
+        except ApiException:
+            return None
 
     def read_receivers(self, namespace: str, notifications: Sequence[Notification]
                        ) -> tuple[list[Receiver], list[DeliveryResult]]:

@@ -251,44 +251,54 @@ class GonePod:
 
 @dataclass(frozen=True)
 class NodeHealth:
-    """Whether a node's kubelet still reports, from the node's own record (``status.conditions``).
+    """Whether a node's kubelet still reports, from the node's own record (``status.conditions``) and its Lease.
 
     Attributes:
         ready: Status of its ``Ready`` condition: ``"True"``, ``"False"`` (the kubelet reports it unhealthy),
-            ``"Unknown"`` (the node lifecycle controller's mark: the kubelet stopped posting for the
+            ``"Unknown"`` (the node lifecycle controller's mark: the kubelet stopped renewing its Lease for the
             controller-manager's ``--node-monitor-grace-period``); None without one.
         last_heartbeat: The ``Ready`` condition's ``lastHeartbeatTime`` (UTC): the last status the kubelet posted,
             which the node lifecycle controller keeps when it marks the node Unknown.
         gone: The node object does not exist (any more).
+        lease_renewed: ``spec.renewTime`` of the node's Lease (``kube-node-lease/<node>``, UTC): the kubelet's
+            last renewal, every 10 s by default; None when not read (read only for a node that is not Ready) or
+            not readable.
     """
 
     ready: str | None
     last_heartbeat: dt.datetime | None
     gone: bool = False
+    lease_renewed: dt.datetime | None = None
 
     @property
     def unheard_since(self) -> dt.datetime | None:
-        """The last heartbeat of a node whose kubelet stopped reporting (``Ready`` Unknown); None otherwise."""
-        return self.last_heartbeat if self.ready == "Unknown" else None
+        """When the kubelet of a node that stopped reporting (``Ready`` Unknown) was last heard: the later of its
+        last status and its last Lease renewal; None otherwise."""
+        if self.ready != "Unknown":
+            return None
+        heard = [t for t in (self.last_heartbeat, self.lease_renewed) if t is not None]
+        return max(heard) if heard else None
 
 
-def read_node_health(node: Mapping[str, Any] | None) -> NodeHealth:
-    """:class:`NodeHealth` of a Node as the API returns it (None: not found, ``gone``).
+def read_node_health(node: Mapping[str, Any] | None, lease: Mapping[str, Any] | None = None) -> NodeHealth:
+    """:class:`NodeHealth` of a Node as the API returns it (None: not found, ``gone``) and of its Lease (None: not
+    read or not found).
 
-    Why ``lastHeartbeatTime`` and not the node's Lease (``kube-node-lease``, renewed every 10 s): the operator
-    reads nodes already (for their capacity type) and no Lease, and it is the node's own record of its last status.
-    Since node leases, a kubelet posts status only on a change or every ``nodeStatusReportFrequency`` (5 min by
-    default), so the heartbeat can be that much older than the kubelet's death: the ledger may then charge a pod
-    of a lost node up to 5 min less than it ran, unless the node reports again (the gap is then charged).
-    An unreadable ``lastHeartbeatTime`` is None (the pods are then charged by their own stops).
+    Why the Lease too: since node leases, a kubelet posts status only on a change or every
+    ``nodeStatusReportFrequency`` (5 min by default) but renews its Lease every 10 s, so ``lastHeartbeatTime`` alone
+    can be 5 min older than the kubelet's death, and the ledger charged a lost pod up to 5 min less than it ran. The
+    Lease's ``renewTime`` is within 10 s of it. Without the Lease (no RBAC on leases, or none) the heartbeat is
+    used, as before. An unreadable time is None (the pods are then charged by their own stops when both are).
     """
     if node is None:
         return NodeHealth(None, None, gone=True)
+    renewed = _time_or_none(((lease or {}).get("spec") or {}).get("renewTime"))
+    renewed = renewed.replace(microsecond=0) if renewed is not None else None  # status times are whole seconds
     for c in (node.get("status") or {}).get("conditions") or []:
         if isinstance(c, Mapping) and c.get("type") == READY:  # the node's own Ready condition (same type name)
             return NodeHealth(str(c.get("status")) if c.get("status") is not None else None,
-                              _time_or_none(c.get("lastHeartbeatTime")))
-    return NodeHealth(None, None)
+                              _time_or_none(c.get("lastHeartbeatTime")), lease_renewed=renewed)
+    return NodeHealth(None, None, lease_renewed=renewed)
 
 
 def _node_state(node: str | None, health: Mapping[str, NodeHealth] | None) -> tuple[dt.datetime | None, bool]:

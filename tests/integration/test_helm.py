@@ -236,7 +236,8 @@ def test_default_rbac_is_exactly_what_the_operator_uses_with_no_wildcards(helm: 
     assert grants(rule_list) == NAMESPACED_GRANTS | peering_grants("clusterkopfpeerings", "ms-modalscale") | {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list", ""),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch", ""),
-        ("", "nodes", "get", "")}  # budget.observe: a pod's node's capacity-type label prices it (SwitchToSpot)
+        ("", "nodes", "get", ""),  # budget.observe: a pod's node's capacity-type label prices it (SwitchToSpot)
+        ("coordination.k8s.io", "leases", "get", "")}  # budget.observe: a silent node's last Lease renewal
     verbs = {v for _, _, v, _ in grants(rule_list)}
     assert not verbs & {"deletecollection", "escalate", "bind", "impersonate"}
     # delete: only the objects of a gateway that is turned off (operator/isvc/plan.py _gateway_writes)
@@ -522,12 +523,15 @@ def test_helm_install_cluster_wide_brings_up_the_operator_with_least_privilege_r
             ["create", "clusterkopfpeerings.kopf.dev"], ["list", "clusterkopfpeerings.kopf.dev"],
             ["patch", "clusterkopfpeerings.kopf.dev/op-modalscale"],
             ["watch", "customresourcedefinitions.apiextensions.k8s.io"], ["get", "nodes"],
+            ["get", "leases.coordination.k8s.io/real-node-1", "-n", "kube-node-lease"],
         ], denied=[
             ["delete", "namespaces"], ["create", "namespaces"], ["list", "secrets", "-A"],
             ["get", "secrets", "-n", other], ["get", "secrets/other-secret", "-n", other],
             ["delete", "inferenceservices.modalscale.io", "-n", other], ["delete", "configmaps", "-n", other],
             ["update", "deployments.apps", "-n", other], ["create", "pods", "-n", other],
             ["patch", "clusterkopfpeerings.kopf.dev/someone-elses-peering"],
+            ["list", "leases.coordination.k8s.io", "-n", "kube-node-lease"],
+            ["patch", "leases.coordination.k8s.io/real-node-1", "-n", "kube-node-lease"],
             ["create", "customresourcedefinitions.apiextensions.k8s.io"],
             ["escalate", "clusterroles.rbac.authorization.k8s.io"], ["bind", "clusterroles.rbac.authorization.k8s.io"],
             ["impersonate", "serviceaccounts", "-n", other], ["create", "kopfpeerings.kopf.dev", "-n", other],
@@ -578,6 +582,7 @@ def test_helm_install_namespace_scoped_grants_only_the_watched_namespaces(
             ["create", "deployments.apps", "-n", unwatched], ["create", "deployments.apps", "-n", ns],
             ["create", "clusterkopfpeerings.kopf.dev"], ["list", "customresourcedefinitions.apiextensions.k8s.io"],
             ["get", "secrets", "-n", watched_a], ["delete", "namespaces"], ["get", "nodes"],
+            ["get", "leases.coordination.k8s.io", "-n", "kube-node-lease"],
         ])
     finally:
         run([*helm, "uninstall", "scoped", "--namespace", ns, "--kubeconfig", str(kc), "--wait", "--timeout", "60s"])

@@ -200,6 +200,16 @@ class ClusterError(RuntimeError):
     """The local control plane could not be started or did not become ready; the message names the log."""
 
 
+DEFAULT_NODE_MONITOR_GRACE_PERIOD_S = 200
+"""The local clusters' default ``--node-monitor-grace-period``, seconds (3m20s, with a 25 s monitor period, as the
+first local control plane had it, the values kwokctl uses): far longer than Kubernetes' 50 s, so a kubelet or kwok
+slowed by a loaded 2-core machine is not taken for a lost node. A test that loses a node on purpose asks for a
+shorter one (``LocalCluster.up(node_monitor_grace_period_s=...)``)."""
+MIN_NODE_MONITOR_GRACE_PERIOD_S = 20
+"""The shortest grace period :func:`node_monitor_args` accepts, seconds: two of the kubelet's node-lease renewals
+(every 10 s, a quarter of ``nodeLeaseDurationSeconds`` 40), so one late renewal never marks a node lost."""
+
+
 @dataclass
 class ClusterConfig:
     """Ports and versions of one local cluster, saved as ``cluster.json`` in its working directory."""
@@ -211,6 +221,26 @@ class ClusterConfig:
     etcd_version: str = ETCD_VERSION
     kwok_version: str = KWOK_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    node_monitor_grace_period_s: int = DEFAULT_NODE_MONITOR_GRACE_PERIOD_S
+    """How long a real node's kubelet may stay silent before the node lifecycle controller marks it ``Unknown``
+    and taints it unreachable, seconds (``--node-monitor-grace-period``; :func:`node_monitor_args`)."""
+
+
+def node_monitor_args(grace_period_s: int) -> list[str]:
+    """The controller-manager's node-monitor flags for a grace period of ``grace_period_s`` seconds.
+
+    The node lifecycle controller checks every ``--node-monitor-period``: an eighth of the grace period, between
+    1 and 25 s (25 s at the default 200 s as before; 5 s at 40 s, Kubernetes' own pairing before 1.29), so a
+    lost node is marked within grace + period.
+
+    Raises:
+        ValueError: ``grace_period_s`` under :data:`MIN_NODE_MONITOR_GRACE_PERIOD_S`.
+    """
+    if grace_period_s < MIN_NODE_MONITOR_GRACE_PERIOD_S:
+        raise ValueError(f"node monitor grace period {grace_period_s} s is under {MIN_NODE_MONITOR_GRACE_PERIOD_S} s "
+                         "(two node-lease renewals)")
+    period_s = max(1, min(25, grace_period_s // 8))
+    return [f"--node-monitor-period={period_s}s", f"--node-monitor-grace-period={grace_period_s}s"]
 
 
 def default_workdir() -> Path:
@@ -410,7 +440,8 @@ class LocalCluster:
     def up(self, nodes: int = 2, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
            binaries: Binaries | None = None, timeout_s: float = 120.0, real_node: bool | None = None,
            spot_nodes: int = 0, real_node_off_reason: str | None = None, real_nodes: int | None = None,
-           real_node_labels: dict[int, dict[str, str]] | None = None) -> None:
+           real_node_labels: dict[int, dict[str, str]] | None = None,
+           node_monitor_grace_period_s: int | None = None) -> None:
         """Start the control plane (idempotent: running components are left alone) and create fake GPU nodes.
 
         Args:
@@ -435,6 +466,10 @@ class LocalCluster:
             real_node_labels: Extra labels by node index (:func:`modalscale.devenv.realnode.real_node_labels`);
                 a managed label (:data:`modalscale.devenv.realnode.MANAGED_NODE_LABELS`) a node has and this
                 lacks is removed, with its Spot taint. None: the recorded labels.
+            node_monitor_grace_period_s: How long a silent kubelet's node stays ``Ready`` before it is marked
+                ``Unknown`` (:func:`node_monitor_args`), seconds; recorded in ``cluster.json``, and a running
+                controller-manager with another value is restarted. None: the recorded value (at first
+                :data:`DEFAULT_NODE_MONITOR_GRACE_PERIOD_S`).
         Raises:
             ClusterError: A component exited, the apiserver was not ready in time, or ``real_node=True`` on a
                 machine without what the node needs (the message names the missing pieces).
@@ -442,6 +477,10 @@ class LocalCluster:
         """
         bins = binaries or ensure_binaries(self.log)
         cfg = self._config()
+        monitor = node_monitor_args(node_monitor_grace_period_s or cfg.node_monitor_grace_period_s)
+        if node_monitor_grace_period_s is not None and node_monitor_grace_period_s != cfg.node_monitor_grace_period_s:
+            cfg.node_monitor_grace_period_s = node_monitor_grace_period_s
+            (self.workdir / "cluster.json").write_text(json.dumps(asdict(cfg), indent=2))
         for d in ("pki", "logs", "pids"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         (self.workdir / "etcd").mkdir(mode=0o700, exist_ok=True)
@@ -451,6 +490,11 @@ class LocalCluster:
         running = self.pids()
         w = self.workdir
         pki = w / "pki"
+        cm_pid = running["kube-controller-manager"]
+        if cm_pid is not None and not set(monitor) <= set(_cmdline(cm_pid)):
+            self.log("Restarting kube-controller-manager: another node monitor grace period")
+            self._stop_component("kube-controller-manager")
+            running["kube-controller-manager"] = None
 
         if not running["etcd"]:
             self._start("etcd", [
@@ -479,7 +523,7 @@ class LocalCluster:
                 "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
                 f"--root-ca-file={pki / 'ca.crt'}", f"--service-account-private-key-file={pki / 'sa.key'}",
                 "--use-service-account-credentials=false",
-                "--node-monitor-period=25s", "--node-monitor-grace-period=3m20s",
+                *monitor,
                 "--concurrent-gc-syncs=5", "--kube-api-qps=500", "--kube-api-burst=1000", "--v=1",
                 "--profiling=false", f"--cluster-name=modalscale-{w.name}",
             ])
@@ -661,17 +705,8 @@ class LocalCluster:
 
             stopped += RealNode(self.workdir, log=self.log).stop()
         for name in reversed(COMPONENTS):
-            pf = self._pidfile(name)
-            if not pf.exists():
-                continue
-            pid = int(pf.read_text())
-            if _pid_alive(pid) and self._is_ours(pid, name):
-                _terminate(pid, timeout_s)
+            if self._stop_component(name, timeout_s):
                 stopped.append(name)
-            pf.unlink(missing_ok=True)
-            proc = self._started.pop(name, None)
-            if proc is not None:
-                proc.poll()  # reap our own child
         # Pid files lost (a removed or half-torn-down work dir): the processes still name it in their arguments.
         for name, pid in self._unrecorded_processes():
             self.log(f"Stopping {name} (pid {pid}), which ran without its pid file")
@@ -690,6 +725,22 @@ class LocalCluster:
                 if name in COMPONENTS and self._is_ours(int(entry.name), name):
                     found.append((name, int(entry.name)))
         return sorted(found, key=lambda np: -COMPONENTS.index(np[0]))
+
+    def _stop_component(self, name: str, timeout_s: float = 10.0) -> bool:
+        """Stop control-plane component ``name`` by its recorded PID (SIGTERM, SIGKILL after ``timeout_s``);
+        True when it ran."""
+        pf = self._pidfile(name)
+        if not pf.exists():
+            return False
+        pid = int(pf.read_text())
+        ran = _pid_alive(pid) and self._is_ours(pid, name)
+        if ran:
+            _terminate(pid, timeout_s)
+        pf.unlink(missing_ok=True)
+        proc = self._started.pop(name, None)
+        if proc is not None:
+            proc.poll()  # reap our own child
+        return ran
 
     def stop_real_node(self) -> list[str]:
         """Stop only the real nodes (the control plane and the KWOK nodes keep running) and delete their Node

@@ -47,6 +47,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -599,6 +600,20 @@ def _cmdline(pid: int) -> list[str]:
     return raw.decode(errors="replace").split("\0") if raw else []
 
 
+@dataclass(frozen=True)
+class NodeCrash:
+    """What :meth:`RealNode.crash` did.
+
+    Attributes:
+        at: When the first process was killed (UTC): the pods stopped at this instant.
+        killed: PIDs killed, by what they were (``kubelet``, ``kube-proxy``, ``containerd``, ``shims``,
+            ``containers``).
+    """
+
+    at: datetime
+    killed: dict[str, list[int]]
+
+
 class RealNode:
     """Real node ``index`` of the cluster rooted at ``workdir`` (which must already have its kubeconfig and pki).
 
@@ -1075,11 +1090,65 @@ state = "{lay.containerd_state}"
             shutil.rmtree(self.kubelet_root.parent, ignore_errors=True)
         return stopped
 
+    def crash(self) -> NodeCrash:
+        """Lose this node as a power cut would, for chaos tests (issue 21, scenario 2): SIGKILL its kubelet,
+        kube-proxy, containerd, every shim of its containerd and every process in its cgroup root (the pods'
+        containers), then remove its network namespace and the machine's end of its veth, and make the machine's
+        routes to its pod CIDR and veth /30 blackholes (the pods' addresses answer nothing, as a dead machine's:
+        no reset, no refusal). Nothing is told to the API server: the Node object and the pods
+        stay as they were, and the node lifecycle controller finds the node silent only by its missed lease
+        renewals. What is left (runc records, the pods' netns mounts, the cgroup root) goes with :meth:`stop`.
+
+        Only a node in its own network namespace (index >= 1) can crash: node 0 is the machine's.
+
+        Returns:
+            :class:`NodeCrash`: when the first process was killed (UTC) and the PIDs killed, by what they were.
+        Raises:
+            RealNodeError: Node 0, or the node does not run.
+        """
+        if not self.layout.own_netns:
+            raise RealNodeError(f"{self.name} runs in the machine's network namespace: only a node in its own "
+                                "can crash")
+        components = {name: pid for name, pid in self.pids().items() if pid is not None}
+        if "kubelet" not in components:
+            raise RealNodeError(f"{self.name} does not run (no kubelet)")
+        shims = [pid for pid, _, _ in _shims_of(self.address)]
+        at = datetime.now(timezone.utc)
+        for name in ("kubelet", "kube-proxy", "containerd"):  # the kubelet first: it posts nothing after this
+            if name in components:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(components[name], signal.SIGKILL)
+        for pid in shims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        containers = _kill_cgroup(str(self.layout.cgroup_root))
+        for name in components:
+            self._pidfile(name).unlink(missing_ok=True)
+            proc = self._started.pop(name, None)
+            if proc is not None:
+                proc.wait()
+        self._teardown_network()
+        # A dead machine's addresses answer nothing: without these the machine would send them along its default
+        # route, where a middlebox may answer (seen: every request to the lost pod got an empty non-200 at once).
+        for cidr in self._lost_cidrs():
+            _run([_tool("ip"), "route", "replace", "blackhole", cidr], check=False)
+        self.log(f"Crashed {self.name}: killed {', '.join(components)}, {len(shims)} shims and {len(containers)} "
+                 "container processes; removed its network namespace")
+        return NodeCrash(at, {**{k: [v] for k, v in components.items()}, "shims": shims, "containers": containers})
+
+    def _lost_cidrs(self) -> list[str]:
+        """The machine's routes to this node (its pod CIDR and its veth's /30) that :meth:`crash` blackholes."""
+        lay = self.layout
+        return [c for c in (lay.pod_cidr, lay.transit_cidr) if c] if lay.own_netns else []
+
     def _teardown_network(self) -> None:
         """Delete the node's network namespace (its bridge, pod veths, routes and iptables go with it once no
-        process holds it) and the machine's end of its veth (its route goes with it)."""
+        process holds it), the machine's end of its veth (its route goes with it) and the blackhole routes a
+        :meth:`crash` left."""
         lay = self.layout
         ip = shutil.which("ip") or "/usr/sbin/ip"
+        for cidr in self._lost_cidrs():
+            subprocess.run([ip, "route", "del", "blackhole", cidr], capture_output=True, check=False)
         if lay.netns_path:
             for _ in range(3):
                 if not mounts_under([lay.netns_path]):
@@ -1233,6 +1302,32 @@ def _make_cgroup_root(root: str) -> None:
             with contextlib.suppress(OSError):
                 (d / "cgroup.subtree_control").write_text(
                     " ".join(f"+{c}" for c in (d / "cgroup.controllers").read_text().split()))
+
+
+def cgroup_pids(root: str) -> list[int]:
+    """PIDs of every process in the cgroup ``root`` or below it, in any hierarchy (ascending, no repeats)."""
+    found: set[int] = set()
+    for mount in _cgroup_mounts():
+        top = mount / root.lstrip("/")
+        for procs in top.rglob("cgroup.procs") if top.is_dir() else []:
+            with contextlib.suppress(OSError, ValueError):
+                found |= {int(x) for x in procs.read_text().split()}
+    return sorted(found)
+
+
+def _kill_cgroup(root: str, timeout_s: float = 10.0) -> list[int]:
+    """SIGKILL every process in the cgroup ``root`` (and below) until none is left or ``timeout_s`` passed (a
+    process may fork meanwhile); returns the PIDs killed."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while (pids := [p for p in cgroup_pids(root) if _pid_alive(p)]) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            if pid not in killed:
+                killed.append(pid)
+        time.sleep(0.05)
+    return killed
 
 
 def _rmdir_tree(top: Path) -> None:

@@ -76,7 +76,9 @@ BUFFERED_RESPONSE_BYTES = 256 * 1024
 """Responses up to this size with a Content-Length are read whole and sent in one write; larger or chunked ones
 stream back chunk by chunk."""
 CONNECT_TIMEOUT_S = 5.0
-"""Longest a TCP connect to a replica may take, seconds."""
+"""Longest a TCP connect to a replica may take, seconds; one that times out is retried on another replica, as a
+refused one is (a crashed node's pods stay in the EndpointSlice until the node is marked, and their SYNs go
+unanswered)."""
 
 
 def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -357,7 +359,9 @@ class Gateway:
             try:
                 upstream = await self._session.request(request.method, f"http://{ep.key}{request.raw_path}",
                                                        headers=headers, data=body, allow_redirects=False)
-            except aiohttp.ClientConnectorError as exc:  # no connection: not a byte reached the replica
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+                # No connection (refused, unreachable, or a connect that timed out: a lost node's address answers
+                # nothing): not a byte reached the replica, so another one may take the request.
                 self._done(ep)
                 self.balancer.eject(ep, self.clock())
                 tried += (ep.key,)

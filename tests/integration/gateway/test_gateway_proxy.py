@@ -7,14 +7,17 @@ gateway's account of itself.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
+import socket
 import struct
+import subprocess
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -23,7 +26,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from modalscale.runtime.server import TritonProcess
+from modalscale.devenv.kube import wait_for
+from modalscale.gateway.balancer import Endpoint
+from modalscale.runtime.server import TritonProcess, free_port
 from tests.integration.gateway.conftest import (
     MODEL,
     RunningGateway,
@@ -239,6 +244,115 @@ def test_killed_replica_requests_not_yet_sent_are_retried_on_the_other(
     assert len(codes) == 60
     assert len(failed) <= 2, codes  # at most the requests in flight at the kill (2 clients)
     assert gw.metric("modalscale_gateway_retries_total", protocol="http") >= 1
+
+
+def _black_hole() -> tuple[socket.socket, list[socket.socket]]:
+    """A local TCP port whose SYNs go unanswered, as a lost node's pod address: a listener with backlog 0 whose
+    accept queue is already full (the kernel then drops new SYNs, so a connect times out; nothing refuses it)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fill = []
+    for _ in range(3):
+        c = socket.socket()
+        c.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            c.connect(listener.getsockname())
+        fill.append(c)
+    return listener, fill
+
+
+def test_a_replica_whose_connects_time_out_is_skipped_and_the_request_retried_on_the_other(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    # Issue 21, scenario 2: a crashed node's pods stay Ready in the EndpointSlice until the node is marked (its
+    # grace period), and their packets go nowhere. A connect that times out sent nothing, like a refused one: the
+    # gateway retries it on another replica instead of answering 502.
+    listener, fill = _black_hole()
+    try:
+        lost = Endpoint("127.0.0.1", listener.getsockname()[1], free_port())
+        gw = make_gateway([endpoint(replicas[0]), lost])
+        codes: list[int] = []
+
+        def client(k: int) -> None:
+            with httpx.Client(base_url=gw.http, timeout=30) as c:
+                codes.extend(c.post(INFER, json=text_request(f"sleep:0.01 {k} {i}")).status_code for i in range(3))
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(2)]
+        for t in threads:  # two at once: least-outstanding sends one of the first two to the lost endpoint
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        for c in fill:
+            c.close()
+        listener.close()
+    assert codes == [200] * 6, codes
+    assert gw.metric("modalscale_gateway_retries_total", protocol="http") >= 1
+
+
+@contextlib.contextmanager
+def _silenced(port: int) -> Iterator[None]:
+    """Every TCP packet to or from local ``port`` dropped (iptables, root), as a crashed node's pod answers nothing:
+    no reset, no ACK, on new and already open connections alike."""
+    rules = [["INPUT", "-p", "tcp", "--dport", str(port), "-j", "DROP"],
+             ["INPUT", "-p", "tcp", "--sport", str(port), "-j", "DROP"]]
+    for r in rules:
+        subprocess.run(["iptables", "-w", "-I", *r], check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        for r in rules:
+            subprocess.run(["iptables", "-w", "-D", *r], check=False, capture_output=True)
+
+
+def test_a_replica_that_goes_silent_mid_load_fails_only_the_requests_it_had_already_taken(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway],
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Issue 21, scenario 2: a crashed node's replica stays Ready in the EndpointSlice until the node is marked, and
+    # its packets go nowhere, on the gateway's kept-alive connections to it too. Requests sent to the gateway after
+    # that must not be lost on it: only those it had already taken may fail (2 clients: at most 2).
+    victim = start_replica(tmp_path_factory.mktemp("silent"))
+    answered: list[float] = []
+    failed: list[tuple[float, float, str]] = []
+    try:
+        gw = make_gateway([endpoint(replicas[0]), endpoint(victim)])
+        stop = threading.Event()
+
+        def client(k: int) -> None:
+            i = 0
+            while not stop.is_set():
+                with httpx.Client(base_url=gw.http, timeout=12) as c:
+                    while not stop.is_set():
+                        i += 1
+                        sent = time.monotonic()
+                        try:
+                            r = c.post(INFER, json=text_request(f"sleep:0.05 {k} {i}"))
+                            if r.status_code == 200:
+                                answered.append(time.monotonic())
+                            else:
+                                failed.append((sent, time.monotonic(), str(r.status_code)))
+                        except httpx.HTTPError as exc:
+                            failed.append((sent, time.monotonic(), type(exc).__name__))
+                            break
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(answered) >= 20, 60, "20 answers")
+        with _silenced(victim.http_port):
+            silenced = time.monotonic()
+            time.sleep(20)
+            stop.set()
+            for t in threads:
+                t.join(30)
+    finally:
+        victim.stop(drain=False)
+    late = [f for f in failed if f[0] > silenced]
+    print(f"answered {len(answered)} ({sum(1 for a in answered if a > silenced)} after the silence), failed "
+          f"{[(round(f[0] - silenced, 2), round(f[1] - f[0], 2), f[2]) for f in failed]}")
+    assert sum(1 for a in answered if a > silenced) >= 20
+    assert late == [], late  # sent after the replica went silent, lost on it
+    assert len(failed) <= 2, failed
 
 
 def test_stop_lets_an_in_flight_request_finish(

@@ -156,12 +156,15 @@ class Load:
     kubelet has marked it NotReady and the endpoints changed; a request on a refused connection never left) is
     counted in ``refused``, not ``failed``, and the thread goes on after 0.2 s with a new client and its next
     request, as a client that retries refused connects would. tritonclient's HTTP client reconnects by itself when
-    its kept-alive connection is reset, so a request in flight on a killed gateway can show up as a refusal too."""
+    its kept-alive connection is reset, so a request in flight on a killed gateway can show up as a refusal too.
 
-    def __init__(self, url: str, connections: int = 2) -> None:
-        self.url, self.images = url, distinct_images(40)
+    ``failed`` holds ``(when it failed, why, when it was sent)``; ``timeout_s`` is each request's client-side limit
+    (a request in flight on a lost node gets no answer and no reset: it fails by this timeout)."""
+
+    def __init__(self, url: str, connections: int = 2, timeout_s: float = 300) -> None:
+        self.url, self.images, self.timeout_s = url, distinct_images(40), timeout_s
         self.answered: list[float] = []
-        self.failed: list[tuple[float, str]] = []
+        self.failed: list[tuple[float, str, float]] = []
         self.refused: list[float] = []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(k,), daemon=True) for k in range(connections)]
@@ -171,9 +174,10 @@ class Load:
 
         i = k
         while not self._stop.is_set():
-            with MultimodalClient(self.url, model_name=MODEL, timeout_s=300) as c:
+            with MultimodalClient(self.url, model_name=MODEL, timeout_s=self.timeout_s) as c:
                 while not self._stop.is_set():
                     i += 1
+                    sent = time.monotonic()
                     try:
                         c.infer(images=[self.images[i % len(self.images)]], text="coffee in a cup")
                         self.answered.append(time.monotonic())
@@ -182,7 +186,7 @@ class Load:
                         time.sleep(0.2)
                         break
                     except Exception as exc:  # counted; the caller asserts on them
-                        self.failed.append((time.monotonic(), f"{type(exc).__name__}: {exc}"[:300]))
+                        self.failed.append((time.monotonic(), f"{type(exc).__name__}: {exc}"[:300], sent))
                         break
 
     def __enter__(self) -> Load:
@@ -198,7 +202,7 @@ class Load:
     def answers_since(self, t: float) -> int:
         return sum(1 for a in self.answered if a >= t)
 
-    def failed_since(self, t: float) -> list[tuple[float, str]]:
+    def failed_since(self, t: float) -> list[tuple[float, str, float]]:
         return [f for f in self.failed if f[0] >= t]
 
     def refused_since(self, t: float) -> list[float]:

@@ -33,8 +33,11 @@ from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.cluster import LocalCluster
 from modalscale.devenv.kube import install_crds, wait_for
+from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess
+from modalscale.devenv.realnode import RealNode, cgroup_pids, mounts_under
 from modalscale.devenv.receivers import ChatReceiver
-from tests.integration.operator.gateway_load import Env, Load, images_imported, ready, start_operator
+from modalscale.operator.autoscale.observe import PrometheusReader
+from tests.integration.operator.gateway_load import MODEL, Env, Load, images_imported, ready, start_operator
 from tests.integration.operator.test_budget import (
     get_policy,
     ledger_spent,
@@ -51,6 +54,11 @@ REPO = Path(__file__).resolve().parents[3]
 NODES = ("real-node-0", "real-node-1")
 REPLICA_CPU = "250m"
 """Each replica's CPU (request = limit): 2 replicas and the 2 gateway pods (100m) take 700m of one node's 750m."""
+NODE_MONITOR_GRACE_S = 40
+"""The module cluster's ``--node-monitor-grace-period`` (the local default is 200 s): a crashed node is marked
+``Unknown`` and tainted within 40 s + a 5 s monitor period, Kubernetes' own value before 1.29 (four missed Lease
+renewals); a node that merely misses them under load for 40 s would be marked too, and its pods evicted after
+their 30 s toleration."""
 LEDGER_TOLERANCE_USD = Decimal("0.000001")
 """Ledger vs meter: both charge each pod from the kubelet's own start to its own stop at the same catalog price;
 what may differ is rounding (1e-9 USD per pod and evaluation) and a stop the ledger took from the watch's
@@ -66,6 +74,9 @@ class Meter:
         self.core, self.ns = client.CoreV1Api(api), ns
         self.pods: dict[str, Any] = {}
         self.deleted_at: dict[str, dt.datetime] = {}
+        self.lost: dict[str, dt.datetime] = {}
+        """Node name -> when the test killed it (:meth:`RealNode.crash`): its pods stopped then, whatever the API
+        server says afterwards."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -102,9 +113,11 @@ class Meter:
         pod = self.pods[uid]
         finished = [s.state.terminated.finished_at for s in pod.status.container_statuses or []
                     if s.state and s.state.terminated and s.state.terminated.finished_at]
+        stops = [self.deleted_at.get(uid), self.lost.get(pod.spec.node_name or "")]
         if finished and len(finished) == len(pod.status.container_statuses):
-            return max(finished)
-        return self.deleted_at.get(uid)
+            stops.append(max(finished))
+        known = [s for s in stops if s is not None]
+        return min(known) if known else None
 
     def price_usd_per_hour(self, pod: Any) -> Decimal:
         cpu = sum(Decimal(str(_cores(c.resources.requests.get("cpu", "0")))) for c in pod.spec.containers)
@@ -153,7 +166,7 @@ def two_nodes(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPath
     try:
         try:
             started = time.monotonic()
-            two.up(nodes=0, real_node=True, real_nodes=2)
+            two.up(nodes=0, real_node=True, real_nodes=2, node_monitor_grace_period_s=NODE_MONITOR_GRACE_S)
             assert two.has_real_node and two.real_node_names == list(NODES)
             api = two.api_client()
             install_crds(api, REPO / "crds")
@@ -167,15 +180,31 @@ def two_nodes(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPath
 
 
 @pytest.fixture(scope="module")
-def chaos(two_nodes: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    """Both images imported into both nodes; a namespace and an operator process watching only it."""
+def prometheus(two_nodes: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+    """A real Prometheus scraping the pods of both nodes as the chart's PodMonitors would (replicas and gateway
+    pods, found through the apiserver), every second: the autoscaler decides on real metrics."""
+    prom = PrometheusProcess(tmp_path_factory.mktemp("chaos-prometheus"), scrape_interval_s=1.0,
+                             discovery=PodDiscovery.for_cluster(two_nodes))
+    prom.start()
+    try:
+        yield prom
+    finally:
+        prom.stop()
+
+
+@pytest.fixture(scope="module")
+def chaos(two_nodes: LocalCluster, prometheus: PrometheusProcess, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[Env]:
+    """Both images imported into both nodes; a namespace and an operator process watching only it, reading the
+    module's Prometheus."""
     print(f"images built/found and imported into both nodes in {images_imported(two_nodes.workdir):.1f} s")
     api = two_nodes.api_client()
     ns = f"chaos-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
     op = None
     try:
-        op = start_operator(two_nodes.kubeconfig, ns, tmp_path_factory.mktemp("chaos-operator") / "operator.log")
+        op = start_operator(two_nodes.kubeconfig, ns, tmp_path_factory.mktemp("chaos-operator") / "operator.log",
+                            MODALSCALE_PROMETHEUS_URL=prometheus.url)
         yield Env(api, ns, op)
     finally:
         if op is not None:
@@ -318,3 +347,208 @@ def test_drain_of_the_node_holding_the_replicas_moves_them_under_load_and_fails_
             kubectl(two_nodes, "uncordon", source)
             kubectl(two_nodes, "uncordon", target)
             print(f"scenario 1 took {time.monotonic() - test_started:.1f} s")
+
+
+# ---------------------------------------------------------------------------------------------- scenario 2
+REQUEST_TIMEOUT_S = 30.0
+"""The load's client-side limit per request in scenario 2: a request in flight on the lost node gets neither an
+answer nor a reset (its packets go nowhere), so it fails by this timeout."""
+LEASE_RENEW_S = 10
+"""How often a kubelet renews its node Lease (a quarter of nodeLeaseDurationSeconds 40): the ledger's last-heard
+time of a crashed node lies within this (plus a second of flooring and a late renewal's slack) before the crash."""
+
+
+class ScaleSamples:
+    """Samples, every 0.5 s until stopped, the Deployment's ``spec.replicas`` and the InferenceService's
+    ``status.desiredReplicas`` and ``status.autoscaler`` (a thread)."""
+
+    def __init__(self, env: Env, name: str) -> None:
+        self.env, self.name = env, name
+        self.samples: list[tuple[float, int | None, int | None, dict[str, Any]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            spec = self.env.apps.read_namespaced_deployment(self.name, self.env.ns).spec.replicas
+            status = self.env.custom.get_namespaced_custom_object(
+                "modalscale.io", "v1alpha1", self.env.ns, "inferenceservices", self.name).get("status") or {}
+            self.samples.append((time.monotonic(), spec, status.get("desiredReplicas"),
+                                 dict(status.get("autoscaler") or {})))
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> ScaleSamples:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def decisions(self) -> list[tuple[str, str, bool]]:
+        """The distinct ``(lastDecisionTime, reason, valid)`` of the samples, in order."""
+        seen: list[tuple[str, str, bool]] = []
+        for _, _, _, a in self.samples:
+            d = (str(a.get("lastDecisionTime")), str(a.get("reason")), bool(a.get("valid")))
+            if d not in seen:
+                seen.append(d)
+        return seen
+
+
+def _clear(env: Env) -> None:
+    """Remove what earlier scenarios left in the namespace (their services, policies and the webhook Secret), so this
+    scenario's pods have both nodes' room and its policy and meter see only its own pods."""
+    for plural in ("budgetpolicies", "inferenceservices"):
+        for item in env.custom.list_namespaced_custom_object("modalscale.io", "v1alpha1", env.ns, plural)["items"]:
+            if plural == "inferenceservices":
+                env.remove(item["metadata"]["name"])
+                continue
+            env.custom.delete_namespaced_custom_object("modalscale.io", "v1alpha1", env.ns, plural,
+                                                       item["metadata"]["name"])
+        wait_for(lambda plural=plural: not env.custom.list_namespaced_custom_object(
+            "modalscale.io", "v1alpha1", env.ns, plural)["items"], 120, f"the namespace's {plural} gone")
+    if any(s.metadata.name == "slack-hook" for s in env.core.list_namespaced_secret(env.ns).items):
+        env.core.delete_namespaced_secret("slack-hook", env.ns)
+
+
+def _node_ready(env: Env, node: str) -> str | None:
+    conditions = env.core.read_node(node).status.conditions or []
+    return next((c.status for c in conditions if c.type == "Ready"), None)
+
+
+def test_node_loss_mid_burst_moves_the_replica_fails_only_requests_in_flight_and_stops_its_charge_when_it_died(
+        chaos: Env, two_nodes: LocalCluster, prometheus: PrometheusProcess) -> None:
+    """Scenario 2: a service scaled to 2 by the autoscaler on real metrics (Prometheus scraping both nodes' pods),
+    one replica on each node and both gateway pods on real-node-0, 2 keep-alive connections sending requests. Then
+    real-node-1 crashes (:meth:`RealNode.crash`: kubelet, kube-proxy, containerd, shims and its containers SIGKILLed,
+    its network namespace removed; the Node object stays). The node is marked Unknown after the grace period, its
+    pod evicted after the 30 s toleration and replaced on real-node-0. Only requests in flight at the crash fail
+    (at most one per connection); the autoscaler never goes below 2 although half its scrape targets vanished; the
+    ledger charges the lost replica to the node's last Lease renewal (within 10 s before the crash), not to when
+    anyone noticed, so it equals the meter with that one stop, and each threshold alerts once."""
+    env, test_started = chaos, time.monotonic()
+    name = "nodeloss"
+    replicas, gateways = f"modalscale.io/inferenceservice={name}", f"modalscale.io/gateway={name}"
+    kept, lost = NODES
+    _clear(env)
+    print(f"\nscenario 2: earlier scenarios' objects cleared in {time.monotonic() - test_started:.1f} s")
+    assert _node_ready(env, lost) == "True"
+    assert kubectl(two_nodes, "cordon", lost).returncode == 0
+    env.create(name, {"mode": "Utilization", "minReplicas": 1, "maxReplicas": 2, "decisionIntervalSeconds": 5,
+                      "targetUtilizationPercent": 10, "scaleDownStabilizationSeconds": 0}, cpu=REPLICA_CPU)
+    with Meter(env.api, env.ns) as meter, ChatReceiver("Slack") as slack:
+        try:
+            print(f"1 replica + 2 gateway pods Ready on {kept} after {env.wait_serving(name, 1):.1f} s")
+            assert {p.spec.node_name for p in env.pods(replicas) + env.pods(gateways)} == {kept}
+            assert kubectl(two_nodes, "cordon", kept).returncode == 0
+            assert kubectl(two_nodes, "uncordon", lost).returncode == 0
+            percents = _budget(env, meter, slack, lead_s=20)
+            with Load(env.url(name), timeout_s=REQUEST_TIMEOUT_S) as load:
+                # The autoscaler (Utilization, 10 % target) scales 1 -> 2 on the load it reads from Prometheus;
+                # real-node-0 is cordoned, so the second replica lands on real-node-1.
+                up_s = env.wait_serving(name, 2, timeout_s=240)
+                assert kubectl(two_nodes, "uncordon", kept).returncode == 0
+                placed = {p.metadata.name: p.spec.node_name for p in env.pods(replicas)}
+                assert sorted(placed.values()) == sorted(NODES), placed
+                assert {p.spec.node_name for p in env.pods(gateways)} == {kept}
+                lost_pods = {p.metadata.uid: p for p in env.pods(replicas) if p.spec.node_name == lost}
+                # Now a target the load fills only with both replicas: 60 % of the busy replica-equivalents B that
+                # Prometheus reads (the operator's own reader), so both replicas need 2 (ceil(B / 0.6 B)) and a
+                # reading of only the surviving replica (about B / 2) would need 1: the hold is what keeps 2.
+                time.sleep(20)  # 20 s of both replicas in the 60 s window
+                reading = PrometheusReader(prometheus.url).read(env.ns, name, MODEL, dt.datetime.now(dt.UTC),
+                                                                gateway=True)
+                busy = reading.busy_erlangs
+                assert busy is not None and busy > 0.05, reading
+                target = max(1, min(100, int(60 * busy)))
+                body = {"spec": {"scaling": {"targetUtilizationPercent": target}}}
+                env.custom.patch_namespaced_custom_object("modalscale.io", "v1alpha1", env.ns, "inferenceservices",
+                                                          name, body)
+                patched = dt.datetime.now(dt.UTC)
+
+                def decided_two() -> dict[str, Any] | None:
+                    status = env.custom.get_namespaced_custom_object(
+                        "modalscale.io", "v1alpha1", env.ns, "inferenceservices", name).get("status") or {}
+                    a = status.get("autoscaler") or {}
+                    stamp = a.get("lastDecisionTime")
+                    fresh = stamp and parse_time(stamp, "lastDecisionTime") > patched
+                    return status if fresh and a.get("valid") and status.get("desiredReplicas") == 2 else None
+
+                before = wait_for(decided_two, 120, f"a valid decision for 2 replicas on real metrics at {target} %")
+                print(f"scaled 1 -> 2 by the autoscaler in {up_s:.1f} s; busy {busy:.2f} replicas -> target {target} "
+                      f"%: {before['autoscaler']}")
+                alerted = wait_for(lambda: (s := get_policy(env.api, env.ns, "budget").get("status") or {})
+                                   and thresholds_alerted(s) == percents and not s.get("pendingAlerts") and s,
+                                   120, f"the {percents} % alerts delivered before the crash")
+                assert alerted
+                mark = time.monotonic()
+                env.wait(lambda: load.answers_since(mark) >= 5, 120, "5 answers before the crash", name)
+
+                with ScaleSamples(env, name) as scale:
+                    node = RealNode(two_nodes.workdir, log=lambda m: print(m, flush=True), index=1)
+                    crash = node.crash()
+                    crashed = time.monotonic()
+                    meter.lost[lost] = crash.at
+                    # The helper: nothing of the node runs or is reachable; its Node object is still there.
+                    assert not node.any_running()
+                    wait_for(lambda: cgroup_pids(str(node.layout.cgroup_root)) == [], 10, "the node's containers gone")
+                    assert crash.killed["containers"], crash.killed
+                    assert node.layout.netns_path is not None and not mounts_under([node.layout.netns_path])
+                    assert not Path(f"/sys/class/net/{node.layout.veth_host}").exists()
+                    routes = subprocess.run(["ip", "route", "show", "type", "blackhole"], capture_output=True,
+                                            text=True, check=True).stdout
+                    assert node.layout.pod_cidr in routes, routes
+                    assert env.core.read_node(lost).metadata.name == lost
+                    unknown_s = env.wait(lambda: _node_ready(env, lost) == "Unknown", 180,
+                                         f"{lost} marked Unknown", name)
+
+                    def replaced() -> bool:
+                        ready = env.ready_pods(replicas)
+                        return len(ready) == 2 and {p.spec.node_name for p in ready} == {kept}
+
+                    moved_s = env.wait(replaced, 240, f"2 Ready replicas on {kept}", name) + unknown_s
+                    mark = time.monotonic()
+                    env.wait(lambda: load.answers_since(mark) >= 10, 120, "10 answers after the replacement", name)
+            ended = dt.datetime.now(dt.UTC)
+            failed, refused = load.failed_since(crashed), load.refused_since(crashed)
+            sent = len(load.answered) + len(load.failed) + len(load.refused)
+            after = [s for s in scale.samples if s[0] >= crashed]
+            times = sorted(a for a in load.answered if a >= crashed)
+            first_answer_s = times[0] - crashed if times else float("nan")
+            print(f"scenario 2: {lost} crashed at {crash.at.isoformat()} (killed "
+                  f"{ {k: len(v) for k, v in crash.killed.items()} }); Unknown after {unknown_s:.1f} s, 2 Ready "
+                  f"replicas on {kept} {moved_s:.1f} s after the crash; requests sent {sent} / answered "
+                  f"{len(load.answered)} / failed {len(load.failed)} (refused {len(load.refused)}); since the crash: "
+                  f"answered {load.answers_since(crashed)} (first after {first_answer_s:.2f} s), failed "
+                  f"{len(failed)} {[(round(f[2] - crashed, 2), f[1][:120]) for f in failed]}, refused "
+                  f"{len(refused)}; Deployment replicas never below {min(s[1] or 0 for s in after)}, desired never "
+                  f"below {min(s[2] or 0 for s in after)} ({len(after)} samples); decisions since the crash "
+                  f"{[d for d in scale.decisions() if d[0] >= crash.at.strftime('%Y-%m-%dT%H:%M:%SZ')]}")
+            # Only requests in flight at the crash fail: each was sent before it (a request sent after it that
+            # failed would have been sent to the lost replica by the gateway), at most one per connection.
+            assert all(f[2] < crashed for f in failed), failed
+            assert len(failed) <= 2 and refused == [], (failed, refused)
+            assert load.answers_since(crashed) >= 10
+            # The autoscaler never scaled down on the vanished targets.
+            assert min(s[1] or 0 for s in after) >= 2 and min(s[2] or 0 for s in after) >= 2, scale.samples
+
+            spent, metered, at = _ledger_vs_meter(env, meter, ended)
+            status = get_policy(env.api, env.ns, "budget")["status"]
+            unheard = {u["name"]: parse_time(u["chargedUntil"], "chargedUntil")
+                       for s in status["ledger"]["services"] for u in s.get("unheardPods") or []}
+            (lost_pod,) = lost_pods.values()
+            until = unheard.get(lost_pod.metadata.name)
+            assert until is not None, status["ledger"]
+            price_per_s = meter.price_usd_per_hour(lost_pod) / 3600
+            expected_gap = price_per_s * Decimal(str((crash.at - until).total_seconds()))
+            alerts = {p: percents_in(titles(slack)).count(p) for p in percents}
+            gap_s = (crash.at - until).total_seconds()
+            print(f"scenario 2: the lost replica charged until {until.isoformat()} ({gap_s:.1f} s before the "
+                  f"crash); ledger {spent} USD vs meter {metered:.9f} USD at {at} ({spent - metered:+.9f} USD; the "
+                  f"lost replica's last {gap_s:.1f} s cost {expected_gap:.9f} USD); alerts per threshold {alerts}")
+            assert crash.at - dt.timedelta(seconds=LEASE_RENEW_S + 2) <= until <= crash.at, (until, crash.at)
+            assert abs(metered - expected_gap - spent) <= LEDGER_TOLERANCE_USD, (spent, metered, expected_gap)
+            assert alerts == {p: 1 for p in percents}, titles(slack)
+        finally:
+            kubectl(two_nodes, "uncordon", kept)
+            print(f"scenario 2 took {time.monotonic() - test_started:.1f} s")

@@ -121,17 +121,18 @@ def test_a_node_that_reports_again_with_the_pod_still_running_charges_the_whole_
     assert again == spent
 
 
-def test_a_node_silent_since_before_the_last_evaluation_is_not_charged_twice_when_it_reports_again() -> None:
-    # gpu-b's last heartbeat (T0 - 30 s) lies before the ledger's watermark T0: the time to T0 was charged already
-    # (both pods ran then, as far as anyone knew). Cut at T0 + 60 s: vc-1 charges nothing more, and the record says
-    # it is charged until T0. Back at T0 + 120 s: the gap [T0, T0 + 60 s) only, not [T0 - 30 s, ...).
+def test_a_node_silent_since_before_the_last_evaluation_is_credited_back_and_charged_the_gap_once_it_reports() -> None:
+    # gpu-b's last heartbeat (T0 - 30 s) lies before the ledger's watermark T0: the 30 s to T0 were charged (both
+    # pods ran then, as far as anyone knew). Cut at T0 + 60 s: vc-1 charges nothing more and its 30 s after the
+    # heartbeat come back; the record says it is charged until T0 - 30 s. Back at T0 + 120 s: the gap
+    # [T0 - 30 s, T0 + 120 s) is charged once, so the two minutes cost what both replicas ran.
     lost = observed(two_pods(), {HEARD: node(HEARD, "True", at(55)), LOST: node(LOST, "Unknown", at(-30))})
     spent, policy = evaluate(ledger_at_t0(), lost, 60)
-    assert spent == usd(60)
-    assert ledger_services(policy)[0]["unheardPods"] == [{"name": "vc-1", "chargedUntil": text(at(0))}]
+    assert abs(spent - (usd(60) - usd(30))) <= Decimal("1e-9")
+    assert ledger_services(policy)[0]["unheardPods"] == [{"name": "vc-1", "chargedUntil": text(at(-30))}]
     back = observed(two_pods(), {HEARD: node(HEARD, "True", at(115)), LOST: node(LOST, "True", at(110))})
     spent, _ = evaluate(policy, back, 120)
-    assert spent == usd(60) + usd(180) == usd(240)
+    assert abs(spent - usd(240)) <= Decimal("2e-9")
 
 
 def test_a_deleted_node_keeps_its_pods_stopped_at_the_last_heartbeat_the_operator_saw() -> None:
@@ -229,3 +230,89 @@ def test_an_evaluation_that_integrates_nothing_keeps_the_gap_to_charge() -> None
     assert ledger_services(policy)[0]["unheardPods"] == [{"name": "vc-1", "chargedUntil": text(at(20))}]
     spent, _ = evaluate(policy, back, 120)
     assert spent == usd(80) + usd(160)
+
+
+# ---------------------------------------------------------------------------------------------- the chaos test's faults
+def lease(name: str, renewed: dt.datetime | None) -> dict[str, Any]:
+    """The node's Lease in ``kube-node-lease`` as the API returns it (``renewed`` None: no renewTime)."""
+    spec: dict[str, Any] = {"holderIdentity": name, "leaseDurationSeconds": 40}
+    if renewed is not None:
+        spec["renewTime"] = renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"metadata": {"name": name, "namespace": "kube-node-lease"}, "spec": spec}
+
+
+def test_a_silent_node_was_last_heard_at_its_lease_renewal_when_that_is_later_than_its_status() -> None:
+    # With node leases the kubelet posts its status only on a change or every 5 min, but renews its Lease every
+    # 10 s: the node was heard at the later of the two.
+    assert read_node_health(node(LOST, "Unknown", at(20)), lease(LOST, at(250))).unheard_since == at(250)
+    assert read_node_health(node(LOST, "Unknown", at(20)), lease(LOST, at(10))).unheard_since == at(20)
+    assert read_node_health(node(LOST, "Unknown", at(20)), lease(LOST, None)).unheard_since == at(20)
+    assert read_node_health(node(LOST, "Unknown", at(20)), None).unheard_since == at(20)
+    assert read_node_health(node(HEARD, "True", at(20)), lease(HEARD, at(250))).unheard_since is None
+    assert read_node_health(None, lease(LOST, at(250))).gone
+
+
+class _NodesAndLeases(_Nodes):
+    """Also ``CoordinationV1Api.read_namespaced_lease`` from a dict (None: 404; an int: that HTTP error)."""
+
+    def __init__(self, nodes: dict[str, dict[str, Any] | int | None],
+                 leases: dict[str, dict[str, Any] | int | None]) -> None:
+        super().__init__(nodes)
+        self.leases, self.lease_reads = leases, []  # type: ignore[var-annotated]
+
+    def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> Any:
+        assert namespace == "kube-node-lease"
+        self.lease_reads.append(name)
+        found = self.leases[name]
+        if found is None or isinstance(found, int):
+            raise ApiException(status=found or 404)
+        return SimpleNamespace(data=json.dumps(found).encode())
+
+
+def test_the_observer_reads_the_lease_only_of_a_node_that_is_not_ready_and_a_refused_read_is_no_lease() -> None:
+    obs = BudgetObserver.__new__(BudgetObserver)
+    fake = _NodesAndLeases({HEARD: node(HEARD, "True", at(55)), LOST: node(LOST, "Unknown", at(20))},
+                           {HEARD: lease(HEARD, at(58)), LOST: lease(LOST, at(250))})
+    obs.core = obs.leases = fake  # type: ignore[assignment]
+    _, health = obs.nodes({HEARD, LOST})
+    assert health == {HEARD: NodeHealth("True", at(55), lease_renewed=None),
+                      LOST: NodeHealth("Unknown", at(20), lease_renewed=at(250))}
+    assert fake.lease_reads == [LOST]  # a Ready node's lease is not read
+    fake.leases[LOST] = 403  # an install without get leases: the status heartbeat, as before
+    _, health = obs.nodes({LOST})
+    assert health == {LOST: NodeHealth("Unknown", at(20))}
+
+
+def test_a_pod_charged_past_its_nodes_last_heartbeat_before_the_node_was_marked_is_credited_back() -> None:
+    # The kubelet of gpu-b died at T0 + 20 s. The evaluation at T0 + 40 s still sees its node Ready (the node
+    # lifecycle controller marks it Unknown only after its grace period) and charges vc-1 to T0 + 40 s. At T0 + 60 s
+    # the node is Unknown, last heard at T0 + 20 s: vc-1's 20 s after it are taken back, so the spend is what ran,
+    # vc-0 60 s + vc-1 20 s = 80 replica-seconds (before: 100, the lost pod charged to the evaluation that saw it).
+    still = observed(two_pods(), {HEARD: node(HEARD, "True", at(35)), LOST: node(LOST, "True", at(15))})
+    spent, policy = evaluate(ledger_at_t0(), still, 40)
+    assert spent == usd(80)  # 2 x 40 s
+    lost = observed(two_pods(), {HEARD: node(HEARD, "True", at(55)), LOST: node(LOST, "Unknown", at(20))})
+    spent, policy = evaluate(policy, lost, 60)
+    assert spent == usd(80) + usd(20) - usd(20)  # vc-0 20 s, vc-1 0 s, less vc-1's 20 s after its heartbeat
+    assert abs(spent - usd(80)) <= Decimal("2e-9")  # per-evaluation rounding
+    (entry,) = ledger_services(policy)
+    assert entry["unheardPods"] == [{"name": "vc-1", "chargedUntil": text(at(20))}]
+    # Still silent: nothing more for vc-1, and nothing taken back twice.
+    spent2, policy2 = evaluate(policy, lost, 120)
+    assert spent2 == spent + usd(60)
+    # It reports again with vc-1 still running: the gap from its heartbeat is charged, as if never lost.
+    back = observed(two_pods(), {HEARD: node(HEARD, "True", at(175)), LOST: node(LOST, "True", at(170))})
+    spent3, _ = evaluate(policy2, back, 180)
+    assert abs(spent3 - usd(360)) <= Decimal("4e-9")  # both replicas for 3 minutes
+
+
+def test_the_credit_is_what_was_charged_a_pod_stopped_before_its_node_was_marked_gets_back_only_to_its_stop() -> None:
+    # vc-1 was deleted with a deadline of T0 + 30 s (its deletionTimestamp, the ledger's stop for a terminating pod)
+    # and charged to it; its node turns out silent since T0 + 20 s: 10 s come back, not the 40 s to the evaluation.
+    still = observed(two_pods(deleting=at(30)), {HEARD: node(HEARD, "True", at(35)), LOST: node(LOST, "True", at(15))})
+    spent, policy = evaluate(ledger_at_t0(), still, 40)
+    assert spent == usd(70)  # vc-0 40 s + vc-1 30 s
+    lost = observed(two_pods(deleting=at(30)),
+                    {HEARD: node(HEARD, "True", at(55)), LOST: node(LOST, "Unknown", at(20))})
+    spent, _ = evaluate(policy, lost, 60)
+    assert abs(spent - usd(80)) <= Decimal("2e-9")  # vc-0 60 s + vc-1 20 s
