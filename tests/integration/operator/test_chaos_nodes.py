@@ -537,7 +537,9 @@ def test_spot_reclaim_of_a_real_node_falls_back_to_on_demand_within_the_pending_
                   f"Ready on {od_node} again {served - reclaimed:.1f} s after the reclaim; requests {_sent(load)}; "
                   f"from the reclaim until served again: answered {len(gap)}, failed {len(failed)} "
                   f"{[f[1] for f in failed][:5]}, refused {len(refused)}")
-            assert fallback_s <= SPOT_PENDING_TIMEOUT_S + 2, (fallback_s, record)
+            # Within the timeout of the reclaim, up to one evaluation (1 s) to find the node gone and one to decide,
+            # the status's times being whole seconds; never before the timeout.
+            assert SPOT_PENDING_TIMEOUT_S - 1 <= fallback_s <= SPOT_PENDING_TIMEOUT_S + 3, (fallback_s, record)
 
             _alerted(env, "spot", percents)
             spent, metered, at = _ledger_vs_meter(env, meter, ended, policy="spot")
