@@ -451,6 +451,23 @@ def spot_pending_since(pods: Sequence[Mapping[str, Any]]) -> dt.datetime | None:
     return min(times) if times else None
 
 
+DEFAULT_TERMINATION_GRACE_S = 30
+"""``terminationGracePeriodSeconds`` of a pod that does not say (the API server's default)."""
+
+
+def longest_stop_s(pods: Sequence[Mapping[str, Any]]) -> int:
+    """The longest ``terminationGracePeriodSeconds`` of the pods bound to a node and not finished: how long one of
+    them may keep running once deleted (the kubelet kills it at that deadline); 0 when none runs."""
+    out = 0
+    for p in pods:
+        spec = p.get("spec") or {}
+        if not spec.get("nodeName") or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        grace = spec.get("terminationGracePeriodSeconds")
+        out = max(out, grace if isinstance(grace, int) and grace >= 0 else DEFAULT_TERMINATION_GRACE_S)
+    return out
+
+
 def _with_recorded_stops(listed: Sequence[PodRun], recorded: Sequence[PodRun]) -> tuple[PodRun, ...]:
     """``listed`` runs with the ``recorded`` ones (the pod watch's, each with a stop) merged by name: a pod in both
     takes the earlier stop, a recorded pod no listing showed is added."""
@@ -509,7 +526,8 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
                                   priority=parsed.priority, pods=runs, spot_pending_since=waiting,
                                   stopped=stopped, gateway_pods=gateway,
                                   gateway_resources=ReplicaResources.from_quantities(parsed.gateway.cpu,
-                                                                                     parsed.gateway.memory))
+                                                                                     parsed.gateway.memory),
+                                  stop_grace_s=longest_stop_s(own or ()))
         except (InvalidSpec, InvalidQuantity, ValueError) as exc:
             max_replicas = raw_scaling.get("maxReplicas")
             state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,
@@ -1042,5 +1060,5 @@ __all__ = [
     "AnnotationWrite", "BudgetObserved", "GonePod", "PolicyPlan", "TenantUsageRead", "annotation_writes",
     "burn_samples", "gone_pod_runs", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
     "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "reject_annotation_values",
-    "selected_services", "spot_pending_since", "tenant_window_s", "wants_drivers", "with_drivers",
+    "longest_stop_s", "selected_services", "spot_pending_since", "tenant_window_s", "wants_drivers", "with_drivers",
 ]

@@ -23,6 +23,7 @@ from modalscale.operator.budget.plan import (
     cap_annotation_value,
     heartbeat_s,
     lift_all,
+    longest_stop_s,
     observed_namespaces,
     plan_policy,
     receiver_problem,
@@ -51,11 +52,14 @@ def make_isvc(name: str = "vc", ns: str = "ml", gpu_type: str = "nvidia-l4", lab
 
 
 def make_pod(isvc: str, i: int, node: str | None = "kwok-gpu-0", phase: str = "Running",
-             deleting: bool = False) -> dict[str, Any]:
+             deleting: bool = False, grace_s: int | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": f"{isvc}-{i}", "labels": {"modalscale.io/inferenceservice": isvc}}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-30T09:00:00Z"
-    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": {"phase": phase}}
+    spec: dict[str, Any] = {"nodeName": node} if node else {}
+    if grace_s is not None:
+        spec["terminationGracePeriodSeconds"] = grace_s
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
 def observed(*isvcs: dict[str, Any], pods: dict[str, list[dict[str, Any]] | None] | None = None) -> BudgetObserved:
@@ -461,12 +465,13 @@ def test_heartbeat_is_ten_intervals_but_at_least_a_minute(seconds: int, expected
 
 def test_the_cap_is_written_one_evaluation_before_the_crossing_and_held_at_the_lower_rate() -> None:
     isvc = make_isvc()
-    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(isvc), CATALOG, [], T0).status_patch)
+    pods = observed(isvc, pods={"ml": [make_pod("vc", n, grace_s=0) for n in range(2)]})  # they stop at once
+    p1 = persisted(make_policy(), plan_policy(make_policy(), pods, CATALOG, [], T0).status_patch)
     # 50 % of 2 USD = 1.00. Spend after 2939 s at 1.200250478 USD/h is 0.979871154, and the next 60 s add
     # 0.020004175: 0.999875329 < 1.00, nothing yet. After 2940 s: 0.980204557 + 0.020004175 = 1.000208732.
-    early = plan_policy(p1, observed(isvc), CATALOG, [], T0 + dt.timedelta(seconds=2939))
+    early = plan_policy(p1, pods, CATALOG, [], T0 + dt.timedelta(seconds=2939))
     assert early.annotation_writes == [] and early.alerts == ()
-    plan = plan_policy(p1, observed(isvc), CATALOG, [], T0 + dt.timedelta(seconds=2940))
+    plan = plan_policy(p1, pods, CATALOG, [], T0 + dt.timedelta(seconds=2940))
     assert plan.budget is not None and plan.budget.spent_usd == Decimal("0.980204557")
     (w,) = plan.annotation_writes
     assert json.loads(w.value or "") == {"maxReplicas": 1, "policy": "ml/daily", "action": "CapReplicas"}
@@ -480,6 +485,36 @@ def test_the_cap_is_written_one_evaluation_before_the_crossing_and_held_at_the_l
     later = plan_policy(p2, one_pod, CATALOG, [], T0 + dt.timedelta(seconds=2941))
     assert later.annotation_writes == [] and later.alerts == ()
     assert later.budget is not None and later.budget.thresholds_enforced == (50,)
+
+
+def test_the_cap_is_written_the_longest_replica_stop_earlier_than_one_evaluation_before_the_crossing() -> None:
+    # The same service whose pods may run 30 s once deleted (terminationGracePeriodSeconds; 30 s is also what a
+    # pod that does not say gets): the horizon is 60 + 30 s, 0.030006262 USD at 1.200250478 USD/h. After 2909 s,
+    # 0.969869067 + 0.030006262 = 0.999875329 < 1.00; after 2910 s, 0.970202470 + 0.030006262 = 1.000208732.
+    isvc = make_isvc()
+    for pods in ({"ml": [make_pod("vc", n, grace_s=30) for n in range(2)]},
+                 {"ml": [make_pod("vc", 0), make_pod("vc", 1, grace_s=5)]}):
+        p1 = persisted(make_policy(), plan_policy(make_policy(), observed(isvc, pods=pods), CATALOG, [],
+                                                  T0).status_patch)
+        early = plan_policy(p1, observed(isvc, pods=pods), CATALOG, [], T0 + dt.timedelta(seconds=2909))
+        assert early.annotation_writes == [] and early.alerts == ()
+        plan = plan_policy(p1, observed(isvc, pods=pods), CATALOG, [], T0 + dt.timedelta(seconds=2910))
+        (w,) = plan.annotation_writes
+        assert json.loads(w.value or "") == {"maxReplicas": 1, "policy": "ml/daily", "action": "CapReplicas"}
+        (alert,) = plan.alerts
+        assert alert.title == "Budget ml/daily would have crossed 50 % of its daily limit within 90 s: enforcing now"
+
+
+@pytest.mark.parametrize(("pods", "expected"), [
+    ([], 0),
+    ([make_pod("vc", 0, grace_s=90), make_pod("vc", 1, grace_s=10)], 90),
+    ([make_pod("vc", 0)], 30),
+    ([make_pod("vc", 0, node=None, grace_s=90), make_pod("vc", 1, grace_s=10)], 10),
+    ([make_pod("vc", 0, phase="Succeeded", grace_s=90), make_pod("vc", 1, phase="Failed", grace_s=90)], 0),
+    ([make_pod("vc", 0, deleting=True, grace_s=45)], 45),
+], ids=["none", "longest", "unset-is-30", "unscheduled-skipped", "finished-skipped", "terminating-counts"])
+def test_longest_stop_is_the_longest_grace_period_of_a_running_pod(pods: list[dict[str, Any]], expected: int) -> None:
+    assert longest_stop_s(pods) == expected
 
 
 def test_a_cap_that_did_not_take_effect_is_charged_at_the_replicas_still_running() -> None:
