@@ -260,11 +260,20 @@ class NodeHealth:
         last_heartbeat: The ``Ready`` condition's ``lastHeartbeatTime`` (UTC): the last status the kubelet posted,
             which the node lifecycle controller keeps when it marks the node Unknown.
         gone: The node object does not exist (any more).
+        gone_since: When this operator first saw it gone (the observer's memory: a deleted Node says nothing
+            more); None when it exists or that is not known.
     """
 
     ready: str | None
     last_heartbeat: dt.datetime | None
     gone: bool = False
+    gone_since: dt.datetime | None = None
+
+    @property
+    def lost_since(self) -> dt.datetime | None:
+        """Since when the node runs nothing for sure: its last heartbeat once unheard, else when it was first seen
+        gone; None while it reports (or nothing is known)."""
+        return self.unheard_since or self.gone_since
 
     @property
     def unheard_since(self) -> dt.datetime | None:
@@ -433,22 +442,38 @@ def gone_pod_runs(gone: Sequence[GonePod],
     return tuple(sorted(out.values(), key=lambda r: r.name))
 
 
-def spot_pending_since(pods: Sequence[Mapping[str, Any]]) -> dt.datetime | None:
-    """Creation time of the oldest pod that asks for a Spot node and is not scheduled yet (None: none waits).
+def spot_pending_since(pods: Sequence[Mapping[str, Any]], node_health: Mapping[str, NodeHealth] | None = None,
+                       gone: Sequence[GonePod] = (), window_s: float = 0) -> dt.datetime | None:
+    """Since when the service has waited for Spot capacity (None: it does not wait).
 
-    Counts pods not bound to a node, not terminating and not finished; an unreadable ``creationTimestamp`` is
-    skipped (no fallback is decided on a time that could not be read).
+    It waits while one of its pods that asks for a Spot node is not scheduled yet (not terminating, not finished;
+    since its ``creationTimestamp``, an unreadable one skipped: no fallback is decided on a time that could not be
+    read) or is bound to a node that was lost (:attr:`NodeHealth.lost_since`: reclaimed and deleted, or no longer
+    reporting), since the loss: that pod runs nowhere, and the node controller's pod GC deletes it (and so lets a
+    replacement be created, which then waits unscheduled) only 40-60 s after its Node went (issue 21's scenario 5).
+    A Spot pod seen deleted (``gone``) from a node that is still lost, at most ``window_s`` before the oldest
+    unscheduled Spot pod was created (the replacement it made way for), keeps the wait at the loss.
     """
-    times = []
+    health = node_health or {}
+
+    def lost(pod: Mapping[str, Any]) -> dt.datetime | None:
+        h = health.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+        return h.lost_since if h is not None else None
+
+    waiting, lost_runs = [], []
     for p in pods:
         meta, status = p.get("metadata") or {}, p.get("status") or {}
-        if ((p.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp")
-                or status.get("phase") in ("Succeeded", "Failed") or not pod_requires_spot(p)):
+        if status.get("phase") in ("Succeeded", "Failed") or not pod_requires_spot(p):
             continue
-        created = _time_or_none(meta.get("creationTimestamp"))
-        if created is not None:
-            times.append(created)
-    return min(times) if times else None
+        if (p.get("spec") or {}).get("nodeName"):
+            if (since := lost(p)) is not None:
+                lost_runs.append(since)
+        elif not meta.get("deletionTimestamp") and (created := _time_or_none(meta.get("creationTimestamp"))):
+            waiting.append(created)
+    if waiting:
+        lost_runs += [since for g in gone if pod_requires_spot(g.pod) and (since := lost(g.pod)) is not None
+                      and g.seen_at.timestamp() >= min(waiting).timestamp() - window_s]
+    return min(waiting + lost_runs) if waiting or lost_runs else None
 
 
 DEFAULT_TERMINATION_GRACE_S = 30
@@ -507,7 +532,10 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
         replicas = None if own is None else running_replicas(
             [p for p in own if (p.get("metadata") or {}).get("name") not in gone_names])
         runs = None if own is None else pod_runs(own, observed.node_labels, observed.node_health)
-        waiting = None if own is None else spot_pending_since(own)
+        own_gone = [g for g in observed.gone.get(ns, ())
+                    if ((g.pod.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name]
+        waiting = None if own is None else spot_pending_since(own, observed.node_health, own_gone,
+                                                              spec.enforcement.spot_pending_timeout_s)
         # The gateway's pods by their own runs, those the watch saw deleted to their recorded stop (a gateway pod
         # gone between two listings ran until then; the listing alone charged it nothing).
         gateway_gone = gone_pod_runs([g for g in observed.gone.get(ns, ()) if

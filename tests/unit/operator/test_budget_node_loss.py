@@ -210,10 +210,15 @@ class _Nodes:
 
 def test_the_observer_reads_labels_and_health_in_one_read_per_node_and_a_404_is_a_gone_node() -> None:
     obs = BudgetObserver.__new__(BudgetObserver)
+    obs.nodes_gone_since = {}
     obs.core = _Nodes({HEARD: node(HEARD, "True", at(55)), LOST: None})  # type: ignore[assignment]
-    labels, health = obs.nodes({HEARD, LOST})
+    labels, health = obs.nodes({HEARD, LOST}, at(60))
     assert labels == {HEARD: {}, LOST: {}}
-    assert health == {HEARD: NodeHealth("True", at(55)), LOST: NodeHealth(None, None, gone=True)}
+    assert health == {HEARD: NodeHealth("True", at(55)), LOST: NodeHealth(None, None, gone=True, gone_since=at(60))}
+    # Gone since the first read that found it gone (a deleted Node says nothing more); found again, forgotten.
+    assert obs.nodes({LOST}, at(70))[1] == {LOST: NodeHealth(None, None, gone=True, gone_since=at(60))}
+    obs.core = _Nodes({LOST: node(LOST, "True", at(75))})  # type: ignore[assignment]
+    assert obs.nodes({LOST}, at(80))[1] == {LOST: NodeHealth("True", at(75))} and obs.nodes_gone_since == {}
     obs.core = _Nodes({HEARD: 403})  # type: ignore[assignment]  # a namespaced install without get nodes
     assert obs.nodes({HEARD}) == (None, None)
 
