@@ -303,7 +303,7 @@ def read_node_health(node: Mapping[str, Any] | None) -> NodeHealth:
 def _node_state(node: str | None, health: Mapping[str, NodeHealth] | None) -> tuple[dt.datetime | None, bool]:
     """``PodRun``'s ``(unheard_since, node_gone)`` for a pod bound to ``node`` (nothing known: ``(None, False)``)."""
     h = health.get(node) if health is not None and node else None
-    return (None, False) if h is None else (h.unheard_since, h.gone)
+    return (None, False) if h is None else (h.lost_since, h.gone)
 
 
 ANY_NAMESPACE = "*"
@@ -366,8 +366,10 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
 
     ``tier`` is the tier the pod ran at (:func:`modalscale.api.capacity.pod_tier`): its node's capacity-type
     label, else Spot when it asked for a Spot node, else None (its service's ``spec.pricing.tier``).
-    ``unheard_since`` is its node's last heartbeat when the node stopped reporting, ``node_gone`` whether the node
-    is gone (:class:`NodeHealth`): the ledger charges such a pod to the heartbeat (``costmodel.ledger``).
+    ``unheard_since`` is since when its node was lost (:attr:`NodeHealth.lost_since`: its last heartbeat when it
+    stopped reporting, else when the operator first found it deleted), ``node_gone`` whether the node is gone: the
+    ledger charges such a pod to that instant (``costmodel.ledger``), not to its own stop (a pod of a deleted Node
+    stays listed until the pod GC removes it, 40-60 s later).
 
     Args:
         pods: Pod objects (camelCase dicts) of one InferenceService.
