@@ -135,6 +135,20 @@ class Meter:
                 total += self.price_usd_per_hour(pod) * Decimal(str(seconds)) / 3600
         return total
 
+    def runs(self, at: dt.datetime) -> list[str]:
+        """Each pod's metered run up to ``at``: name, node, start, stop and USD (for a failure's message)."""
+        with self._lock:
+            pods = [(uid, p) for uid, p in self.pods.items() if p.status.start_time and p.spec.node_name]
+        out = []
+        for uid, pod in pods:
+            stop = self.stop_of(uid)
+            end = at if stop is None else min(stop, at)
+            seconds = max(0.0, (end - pod.status.start_time).total_seconds())
+            usd = self.price_usd_per_hour(pod) * Decimal(str(seconds)) / 3600
+            out.append(f"{pod.metadata.name} on {pod.spec.node_name} {pod.status.start_time:%H:%M:%S.%f}-"
+                       f"{'running' if stop is None else f'{stop:%H:%M:%S.%f}'} {usd:.9f}")
+        return out
+
     def rate_usd_per_s(self) -> Decimal:
         """The pods running now, priced per second."""
         with self._lock:
@@ -336,11 +350,16 @@ def _clear(env: Env) -> float:
     """Delete the BudgetPolicies and InferenceServices left in the namespace (an earlier scenario's) and their pods
     at once (the nodes' CPU is needed); returns the seconds it took."""
     started = time.monotonic()
+    # Every service first: a policy deleted before them lifts its caps and their pods come back meanwhile.
+    names = [i["metadata"]["name"] for i in
+             env.custom.list_namespaced_custom_object(GROUP, VERSION, env.ns, "inferenceservices")["items"]]
+    for name in names:
+        env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.ns, "inferenceservices", name)
     for policy in env.custom.list_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies")["items"]:
         env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies",
                                                    policy["metadata"]["name"])
-    for isvc in env.custom.list_namespaced_custom_object(GROUP, VERSION, env.ns, "inferenceservices")["items"]:
-        env.remove(isvc["metadata"]["name"])
+    if names:
+        env.remove(names[0])  # deletes every pod of the namespace at once and waits until none is left
     return time.monotonic() - started
 
 
@@ -404,8 +423,10 @@ def test_one_budget_over_services_on_both_nodes_holds_its_limit_under_load_and_a
             print(f"scenario 6: cap-a and cap-b Ready after {up_s:.1f} s on {placed}")
             assert placed == {n: [node] for n, node in services.items()}, placed
             with Load(env.url("cap-a"), connections=1) as load_a, Load(env.url("cap-b"), connections=1) as load_b:
+                loads_started = time.monotonic()
                 env.wait(lambda: len(load_a.answered) >= 3 and len(load_b.answered) >= 3, 120,
                          "3 answers from each service", "cap-a")
+                serving = time.monotonic()
                 make_secret(env.api, env.ns, "cap-slack", url=slack.url)
                 rate = meter.rate_usd_per_s()
                 limit = (meter.usd(dt.datetime.now(dt.UTC)) + rate * CAP_LEAD_S).quantize(Decimal("0.000001"))
@@ -430,17 +451,22 @@ def test_one_budget_over_services_on_both_nodes_holds_its_limit_under_load_and_a
             ended = dt.datetime.now(dt.UTC)
             metered_final = meter.usd(ended)
             first_scaled = min(scaled.values())
-            early = [f for x in (load_a, load_b) for f in x.failed if f[0] < first_scaled]
-            early_refused = [r for x in (load_a, load_b) for r in x.refused if r < first_scaled]
-            answered_before = {n: sum(1 for a in x.answered if a < first_scaled)
+            # From the first answers of both services (a connection refused before, while kube-proxy had not yet
+            # programmed a new Service's endpoints, never reached a replica) until the first scale-down.
+            early = [f for x in (load_a, load_b) for f in x.failed if serving <= f[0] < first_scaled]
+            early_refused = [r for x in (load_a, load_b) for r in x.refused if serving <= r < first_scaled]
+            at_start = sorted(round(t - loads_started, 1) for x in (load_a, load_b)
+                              for t in [*x.refused, *(f[0] for f in x.failed)] if t < serving)
+            answered_before = {n: sum(1 for a in x.answered if serving <= a < first_scaled)
                                for n, x in (("cap-a", load_a), ("cap-b", load_b))}
             allowed = rate * 1  # evaluationIntervalSeconds: 1
             print(f"scenario 6: limit {limit} USD ({CAP_LEAD_S} s ahead at {rate * 3600:.6f} USD/h); scaled to 0 "
                   f"{', '.join(f'{n} +{t - created:.1f} s' for n, t in scaled.items())} after the policy; every pod "
                   f"stopped +{stopped - created:.1f} s; metered spend {metered_final:.9f} USD = limit "
                   f"{metered_final - limit:+.9f} USD (one interval at the burn rate: {allowed:.9f} USD); requests "
-                  f"cap-a {_sent(load_a)}, cap-b {_sent(load_b)}; before the first scale-down answered "
-                  f"{answered_before}, failed {len(early)}, refused {len(early_refused)}")
+                  f"cap-a {_sent(load_a)}, cap-b {_sent(load_b)} (refused or failed before both first answered, at s "
+                  f"after the loads began: {at_start}); then until the first scale-down answered {answered_before}, "
+                  f"failed {len(early)}, refused {len(early_refused)}")
             assert all(answered_before.values()), answered_before
             assert early == [] and early_refused == [], (early, early_refused)
 
@@ -546,6 +572,9 @@ def test_spot_reclaim_of_a_real_node_falls_back_to_on_demand_within_the_pending_
             _alerted(env, "spot", percents)
             spent, metered, at = _ledger_vs_meter(env, meter, ended, policy="spot")
             alerts = {p: percents_in(titles(slack)).count(p) for p in percents}
+            ledger = (get_policy(env.api, env.ns, "spot").get("status") or {}).get("ledger") or {}
+            print(f"scenario 5: metered runs {meter.runs(parse_time(at, 'observedTime'))}; ledger services "
+                  f"{ledger.get('services')}; reclaim at {lost_at:%H:%M:%S.%f}")
             # The reclaimed pod stopped while the node was being stopped (the meter takes the end of the reclaim),
             # and the ledger can learn of the loss at its next evaluation (1 s) at the earliest.
             tolerance = LEDGER_TOLERANCE_USD + meter.price_usd_per_hour(spot_pod) * Decimal(str(reclaim_s + 1)) / 3600
