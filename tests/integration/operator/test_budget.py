@@ -33,6 +33,7 @@ from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.kube import describe_workload, wait_for
 from modalscale.devenv.receivers import ChatReceiver, Reply
+from modalscale.operator.isvc.objects import TERMINATION_GRACE_S
 
 GROUP, VERSION = "modalscale.io", "v1alpha1"
 REPO = Path(__file__).resolve().parents[3]
@@ -268,15 +269,16 @@ def test_thresholds_alert_once_each_then_cap_and_scale_down_through_the_inferenc
           f"(evaluation interval 1 s, timeline sampled every 0.1 s)")
 
 
-def test_a_hard_cap_is_enforced_one_evaluation_before_the_spend_reaches_it(
+def test_a_hard_cap_is_enforced_one_evaluation_and_one_replica_stop_before_the_spend_reaches_it(
         api: Any, operator: Any, namespace: str, h100_node: list[str], slack: ChatReceiver) -> None:
     ns = namespace
     make_secret(api, ns, "slack-hook", url=slack.url)
     start_isvc(api, ns, "one", replicas=1, max_replicas=1)
-    # One replica (~82.56 USD/h) spends ~0.459 USD per 20 s evaluation interval. Evaluation 1 (at creation) sees 0,
-    # evaluation 2 (~20 s) ~0.459: with the next interval's ~0.459 that passes the 0.70 limit, so it scales to
-    # zero now, while spent is still under the limit (as long as evaluation 2 is not over 10 s late). Acting only
-    # once spend had passed the limit would have waited for evaluation 3 (~40 s, ~0.92 USD: 31 % over).
+    # One replica (~82.56 USD/h) spends ~0.459 USD per 20 s evaluation interval, and a replica scaled away may run
+    # its 90 s grace period more (TERMINATION_GRACE_S): enforcement looks 110 s ahead, ~2.52 USD, past the 0.70
+    # limit already at evaluation 1 (at creation, spend 0), so it scales to zero then. Looking one interval ahead
+    # only, it waited for evaluation 2 (~20 s, ~0.459 USD), and a replica draining its 90 s would have run the spend
+    # to ~2.5 USD; acting only once spend had passed the limit waited for evaluation 3 (~40 s, ~0.92 USD).
     limit = Decimal("0.70")
     timeline = ReplicaTimeline(api, ns, "one")
     custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "budgetpolicies", make_policy(
@@ -306,8 +308,8 @@ def test_a_hard_cap_is_enforced_one_evaluation_before_the_spend_reaches_it(
     assert svc["replicas"] == 0 and Decimal(svc["costUSDPerHour"]) == 0
     conds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert conds["BudgetExceeded"] == ("False", "ThresholdAhead")
-    assert titles(slack) == [f"Budget {ns}/budget would have crossed 100 % of its daily limit within 20 s: "
-                             "enforcing now"]
+    assert titles(slack) == [f"Budget {ns}/budget would have crossed 100 % of its daily limit within "
+                             f"{20 + TERMINATION_GRACE_S} s: enforcing now"]
     assert client.AppsV1Api(api).read_namespaced_deployment("one", ns).spec.replicas == 0
     enforced_at = parse_time(status["enforcedServices"][0]["since"], "since")
     zeroed = timeline.first(lambda spec, st: spec == 0)
@@ -331,8 +333,9 @@ def test_a_hard_cap_is_enforced_one_evaluation_before_the_spend_reaches_it(
     assert later["state"] == "Warning" and Decimal(later["spent"]) < limit, later
     assert not [e for e in policy_events(api, ns, "budget") if e.get("reason") == "BudgetExceeded"]
     print(f"\nfigure: hard cap enforced at {spent} of {limit} USD ({spent / limit * 100:.1f} %), one 20 s interval "
-          f"ahead; Deployment spec.replicas 1->0 {(zeroed - enforced_at).total_seconds():.2f} s after the enforcing "
-          f"evaluation (timeline sampled every 0.1 s); {later['spent']} USD spent at the evaluation "
+          f"and a {TERMINATION_GRACE_S} s grace period ahead; Deployment spec.replicas 1->0 "
+          f"{(zeroed - enforced_at).total_seconds():.2f} s after the enforcing evaluation (timeline sampled every "
+          f"0.1 s); {later['spent']} USD spent at the evaluation "
           f"{(parse_time(later['lastEvaluationTime'], 't') - enforced_at).total_seconds():.0f} s later")
 
 
@@ -346,7 +349,7 @@ def test_an_evaluation_that_sees_a_pod_mid_scale_down_charges_only_what_ran(
     ns = namespace
     make_secret(api, ns, "slack-hook", url=slack.url)
     start_isvc(api, ns, "one", replicas=1, max_replicas=1)
-    limit = Decimal("0.70")  # as in the test above: ScaleToZero enforced ahead at the evaluation ~20 s in
+    limit = Decimal("0.70")  # as in the test above: ScaleToZero enforced ahead at the first evaluation
     controller_manager = cluster.pids()["kube-controller-manager"]
     assert controller_manager
     os.kill(controller_manager, signal.SIGSTOP)
