@@ -150,7 +150,7 @@ from modalscale.costmodel.showback import ServiceWindow, TenantUsage, drivers_of
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
 from modalscale.operator.budget.spend_anomalies import HistoryRead
-from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL
+from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL, TERMINATION_GRACE_S
 from modalscale.operator.isvc.plan import running_replicas
 
 BUDGET_PLURAL = "budgetpolicies"
@@ -557,7 +557,9 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
                                   stopped=stopped, gateway_pods=gateway,
                                   gateway_resources=ReplicaResources.from_quantities(parsed.gateway.cpu,
                                                                                      parsed.gateway.memory),
-                                  stop_grace_s=longest_stop_s(own or ()))
+                                  # The grace its replicas get, running or not: a horizon that shrank once they
+                                  # were gone would lift the hold and bring them back (scenario 6 at 1d22b6d).
+                                  stop_grace_s=max(TERMINATION_GRACE_S, longest_stop_s(own or ())))
         except (InvalidSpec, InvalidQuantity, ValueError) as exc:
             max_replicas = raw_scaling.get("maxReplicas")
             state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,
