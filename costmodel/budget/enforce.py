@@ -16,15 +16,15 @@ acts at evaluations, so a threshold acted on once spend has passed it is oversho
 (CapReplicas, ScaleDown, ScaleToZero, SwitchToSpot) is therefore enforced when ``spent >= percent % x limit`` or
 when ``spent + burn_rate x horizon >= percent % x limit``: it would be crossed before the next evaluation's action
 takes effect. The horizon (:func:`enforcement_horizon_s`) is ``evaluationIntervalSeconds`` plus the longest
-``terminationGracePeriodSeconds`` of the selected services' running replicas: a replica scaled away keeps running,
-and is charged, until it stops (a BuiltIn runtime replica drains the requests it has for up to 30 s, then Triton for
-up to 45 s), and the kubelet stops it by that deadline at the latest. Once enforced it is held for the period while
-``spent + max_rate x horizon`` still reaches it, where ``max_rate`` is every selected service at ``max(replicas,
-maxReplicas)``: enforcement lowers the burn rate, so re-testing the lowered rate would lift and re-apply the action
-every other evaluation; spend only grows, so the hold ends only with the period or a spec change (a raised limit
-lifts it, as before). Enforcement is downward closed (enforcing 100 % enforces every lower enforcing threshold).
-Thresholds with only ``Alert`` are not anticipated. ``horizon_s=0`` gives the reactive rule (act only after the
-crossing).
+``terminationGracePeriodSeconds`` of the selected services' replicas, running or not: a replica scaled away keeps
+running, and is charged, until it stops (a BuiltIn runtime replica drains the requests it has for up to 30 s, then
+Triton for up to 45 s), and the kubelet stops it by that deadline at the latest. Once enforced it is held for the
+period while ``spent + max_rate x horizon`` still reaches it, where ``max_rate`` is every selected service at
+``max(replicas, maxReplicas)``: enforcement lowers the burn rate, so re-testing the lowered rate would lift and
+re-apply the action every other evaluation; spend only grows, so the hold ends only with the period or a spec change
+(a raised limit lifts it, as before). Enforcement is downward closed (enforcing 100 % enforces every lower enforcing
+threshold). Thresholds with only ``Alert`` are not anticipated. ``horizon_s=0`` gives the reactive rule (act only
+after the crossing).
 
 **Unknown price or replicas**: a threshold the known spend (a lower bound) crosses is crossed and enforced, on
 every selected service (the unpriced ones too); an enforcing threshold the known burn rate alone reaches within

@@ -83,8 +83,9 @@ class ServiceState:
     gateway_usd_per_pod_hour: Decimal | None = None
     """Price of one gateway pod (its CPU and memory requests, on demand); None when not priced."""
     stop_grace_s: int = 0
-    """Longest ``terminationGracePeriodSeconds`` of its running replica pods: how long a replica that a budget
-    action scales away may keep running, and being charged, after it is deleted (0: none runs)."""
+    """Longest ``terminationGracePeriodSeconds`` of its replicas, running or not (the operator gives each 90 s;
+    a pod may have a longer one): how long a replica that a budget action scales away may keep running, and being
+    charged, after it is deleted. It must not shrink once the replicas are gone, or the hold would lift."""
 
     def price_at(self, tier: str) -> Decimal | None:
         """Price of one replica at ``tier`` (None: not priced)."""
