@@ -10,17 +10,21 @@ Enforcement lifts at the next period (spend resets). ``SwitchToSpot`` sets no re
 (:mod:`modalscale.costmodel.budget.spot`), in force by the same rule. ``Reject`` sets none either and is not
 anticipated: it is step 4b (:mod:`modalscale.costmodel.budget.reject`).
 
-**Enforcement starts one evaluation ahead** (:data:`ENFORCEMENT_METHOD`): the operator only acts at evaluations,
-so a threshold acted on once spend has passed it is overshot by up to one interval of spend (e.g. a 60 s interval
-at 84 USD/h is 1.40 USD, 1.4 % of a 100 USD limit). A threshold with an enforcing action (CapReplicas, ScaleDown,
-ScaleToZero, SwitchToSpot) is therefore enforced when ``spent >= percent % x limit`` or when
-``spent + burn_rate x horizon >= percent % x limit`` (the horizon is ``evaluationIntervalSeconds``: it would be
-crossed before the next evaluation). Once enforced it is held for the period while ``spent + max_rate x horizon``
-still reaches it, where ``max_rate`` is every selected service at ``max(replicas, maxReplicas)``: enforcement
-lowers the burn rate, so re-testing the lowered rate would lift and re-apply the action every other evaluation;
-spend only grows, so the hold ends only with the period or a spec change (a raised limit lifts it, as before).
-Enforcement is downward closed (enforcing 100 % enforces every lower enforcing threshold). Thresholds with only
-``Alert`` are not anticipated. ``horizon_s=0`` gives the reactive rule (act only after the crossing).
+**Enforcement starts one evaluation and one replica stop ahead** (:data:`ENFORCEMENT_METHOD`): the operator only
+acts at evaluations, so a threshold acted on once spend has passed it is overshot by up to one interval of spend
+(e.g. a 60 s interval at 84 USD/h is 1.40 USD, 1.4 % of a 100 USD limit). A threshold with an enforcing action
+(CapReplicas, ScaleDown, ScaleToZero, SwitchToSpot) is therefore enforced when ``spent >= percent % x limit`` or
+when ``spent + burn_rate x horizon >= percent % x limit``: it would be crossed before the next evaluation's action
+takes effect. The horizon (:func:`enforcement_horizon_s`) is ``evaluationIntervalSeconds`` plus the longest
+``terminationGracePeriodSeconds`` of the selected services' replicas, running or not: a replica scaled away keeps
+running, and is charged, until it stops (a BuiltIn runtime replica drains the requests it has for up to 30 s, then
+Triton for up to 45 s), and the kubelet stops it by that deadline at the latest. Once enforced it is held for the
+period while ``spent + max_rate x horizon`` still reaches it, where ``max_rate`` is every selected service at
+``max(replicas, maxReplicas)``: enforcement lowers the burn rate, so re-testing the lowered rate would lift and
+re-apply the action every other evaluation; spend only grows, so the hold ends only with the period or a spec change
+(a raised limit lifts it, as before). Enforcement is downward closed (enforcing 100 % enforces every lower enforcing
+threshold). Thresholds with only ``Alert`` are not anticipated. ``horizon_s=0`` gives the reactive rule (act only
+after the crossing).
 
 **Unknown price or replicas**: a threshold the known spend (a lower bound) crosses is crossed and enforced, on
 every selected service (the unpriced ones too); an enforcing threshold the known burn rate alone reaches within
@@ -40,9 +44,23 @@ from modalscale.costmodel.budget.spend import SpendToDate, reaches
 from modalscale.costmodel.budget.state import EnforcedService, ServiceState, SpotRecord
 from modalscale.costmodel.money import MONEY_CONTEXT, SECONDS_PER_HOUR
 
-ENFORCEMENT_METHOD = "AheadOfCrossingByOneEvaluation"
-"""When a threshold's enforcement starts: when spent + current burn rate x horizon (the evaluation interval)
-reaches it, held while spent + the services' maximum rate x horizon still does (see the module docstring)."""
+ENFORCEMENT_METHOD = "AheadOfCrossingByOneEvaluationAndStop"
+"""When a threshold's enforcement starts: when spent + current burn rate x horizon (the evaluation interval plus
+the replicas' longest stop, :func:`enforcement_horizon_s`) reaches it, held while spent + the services' maximum
+rate x horizon still does (see the module docstring)."""
+
+
+def enforcement_horizon_s(evaluation_interval_s: int, services: Sequence[ServiceState]) -> int:
+    """Seconds ahead that enforcement looks: until the action an evaluation takes has stopped what it scales away.
+
+    Args:
+        evaluation_interval_s: ``spec.evaluationIntervalSeconds`` (the next evaluation acts that much later).
+        services: The selected services; ``stop_grace_s`` of each is the longest a replica of it may keep running
+            (and being charged) once deleted.
+    Returns:
+        ``evaluation_interval_s`` + the largest ``stop_grace_s`` (0 when no service runs a replica).
+    """
+    return evaluation_interval_s + max((s.stop_grace_s for s in services), default=0)
 
 
 @dataclass(frozen=True)
@@ -230,4 +248,5 @@ def plan_enforcement(spec: BudgetSpec, spend: SpendToDate, crossed: Sequence[Thr
     return EnforcementPlan(tuple(in_force), tuple(t for t in in_force if t not in crossed), tuple(actions))
 
 
-__all__ = ["ENFORCEMENT_METHOD", "EnforcementAction", "EnforcementPlan", "order_services", "plan_enforcement"]
+__all__ = ["ENFORCEMENT_METHOD", "EnforcementAction", "EnforcementPlan", "enforcement_horizon_s", "order_services",
+           "plan_enforcement"]

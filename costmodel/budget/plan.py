@@ -35,7 +35,12 @@ from decimal import Decimal
 from modalscale.api import conditions as C
 from modalscale.api.budgetpolicy import BudgetSpec, Threshold
 from modalscale.costmodel.budget.alerts import BudgetAlert, action_lines, plan_alerts
-from modalscale.costmodel.budget.enforce import EnforcementAction, order_services, plan_enforcement
+from modalscale.costmodel.budget.enforce import (
+    EnforcementAction,
+    enforcement_horizon_s,
+    order_services,
+    plan_enforcement,
+)
 from modalscale.costmodel.budget.reject import RejectPlan, TenantRejection, TenantSpend, plan_rejections
 from modalscale.costmodel.budget.spend import FORECAST_METHOD, SpendToDate, forecast_usd, reaches, spend_to_date
 from modalscale.costmodel.budget.spot import plan_spot
@@ -251,8 +256,8 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
         now: Timezone-aware UTC instant of this evaluation; never read from the clock here.
         policy: Namespace/name of the BudgetPolicy, for messages and alert labels.
         horizon_s: How many seconds ahead enforcement looks
-            (:data:`~modalscale.costmodel.budget.enforce.ENFORCEMENT_METHOD`); None = ``spec.evaluation_interval_s``,
-            0 = reactive (act only once spend has reached a threshold).
+            (:data:`~modalscale.costmodel.budget.enforce.ENFORCEMENT_METHOD`); None = ``enforcement_horizon_s``
+            (interval + the replicas' longest stop), 0 = reactive (act only once spend has reached a threshold).
         tenants, rejected: With ``spec.selector.tenants``: the tenants' spend (``reject.tenant_spend``; None: unknown,
             hold), which replaces ``spend``, and ``status.rejectedTenants`` as read back (see :func:`scoped_spend`).
     Returns:
@@ -260,7 +265,8 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
     Raises:
         ValueError: Naive ``now``, negative spend or a negative ``horizon_s``.
     """
-    horizon_s = spec.evaluation_interval_s if horizon_s is None else horizon_s
+    services = list(services)
+    horizon_s = enforcement_horizon_s(spec.evaluation_interval_s, services) if horizon_s is None else horizon_s
     if horizon_s < 0:
         raise ValueError(f"horizon_s must be >= 0, got {horizon_s}")
     if now.tzinfo is None or now.utcoffset() is None:
@@ -269,7 +275,6 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
     closed, spent = (spend.closed_period, spend.spent_usd) if isinstance(spend, LedgerAdvance) else (None, spend)
     if spent < 0:
         raise ValueError(f"spend must be >= 0, got {spent}")
-    services = list(services)
     spent, closed = scoped_spend(spec, spent, closed, tenants, now)
 
     to_date = spend_to_date(spec, spent, services, now, extra_blind=tenant_blind(spec, tenants))     # 1

@@ -82,6 +82,10 @@ class ServiceState:
     """Its request-gateway pods (``ServiceObservation.gateway_pods``): charged at their own price, not replicas."""
     gateway_usd_per_pod_hour: Decimal | None = None
     """Price of one gateway pod (its CPU and memory requests, on demand); None when not priced."""
+    stop_grace_s: int = 0
+    """Longest ``terminationGracePeriodSeconds`` of its replicas, running or not (the operator gives each 90 s;
+    a pod may have a longer one): how long a replica that a budget action scales away may keep running, and being
+    charged, after it is deleted. It must not shrink once the replicas are gone, or the hold would lift."""
 
     def price_at(self, tier: str) -> Decimal | None:
         """Price of one replica at ``tier`` (None: not priced)."""
@@ -114,7 +118,7 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
                   pods: tuple[PodRun, ...] | None = None,
                   spot_pending_since: datetime | None = None,
                   stopped: tuple[PodRun, ...] = (), gateway_pods: tuple[PodRun, ...] = (),
-                  gateway_resources: ReplicaResources | None = None) -> ServiceState:
+                  gateway_resources: ReplicaResources | None = None, stop_grace_s: int = 0) -> ServiceState:
     """Price one service for the budget; an unknown price becomes ``usd_per_replica_hour=None``, not 0.
 
     Args:
@@ -122,7 +126,7 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
         tier: ``spec.pricing.tier``.
         pods: Its pods, each with the tier its node ran it at (``PodRun.tier``; None = ``tier``).
         spot_pending_since: See :attr:`ServiceState.spot_pending_since`.
-        stopped: See :attr:`ServiceState.stopped`.
+        stopped: See :attr:`ServiceState.stopped`; ``stop_grace_s``: see :attr:`ServiceState.stop_grace_s`.
         gateway_pods: Its request-gateway pods; ``gateway_resources``: one gateway pod's CPU and memory requests,
             priced at the catalog's on-demand prices whatever the service's tier (the gateway stays on on-demand
             nodes); None: no gateway price (a running gateway pod is then unpriced).
@@ -153,7 +157,8 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
             if gateway_pods:  # only a gateway pod that ran needs its price (a disabled gateway has none)
                 reason = "; ".join(r for r in (reason, f"gateway pods: {exc}") if r)
     return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason, pods, tier.value,
-                        tuple(sorted(prices.items())), spot_pending_since, stopped, gateway_pods, gateway_price)
+                        tuple(sorted(prices.items())), spot_pending_since, stopped, gateway_pods, gateway_price,
+                        stop_grace_s)
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from kubernetes import client
@@ -41,7 +41,7 @@ from modalscale.operator.budget.plan import (
     read_node_health,
     receiver_problem,
 )
-from modalscale.operator.budget.podstops import GonePods
+from modalscale.operator.budget.podstops import GONE_POD_RETENTION_S, GonePods
 from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL
 from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.showback import PrometheusShowback, ShowbackUnavailable
@@ -92,6 +92,9 @@ class BudgetObserver:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.leases = client.CoordinationV1Api(api)
+        self.nodes_gone_since: dict[str, datetime] = {}
+        """Node name -> when a read first found it gone (a deleted Node tells nothing more; kept while pods
+        still name it)."""
 
     def read_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The BudgetPolicy as stored now (None when it is gone)."""
@@ -141,14 +144,19 @@ class BudgetObserver:
         bodies = [*(p for pods in observed.pods.values() for p in pods or []),
                   *(g.pod for gs in observed.gone.values() for g in gs)]
         observed.node_labels, observed.node_health = self.nodes({str(n) for b in bodies
-                                                                 if (n := (b.get("spec") or {}).get("nodeName"))})
+                                                                 if (n := (b.get("spec") or {}).get("nodeName"))},
+                                                                now)
         return observed
 
-    def nodes(self, names: set[str]) -> tuple[dict[str, dict[str, str]] | None, dict[str, NodeHealth] | None]:
+    def nodes(self, names: set[str], now: datetime | None = None
+              ) -> tuple[dict[str, dict[str, str]] | None, dict[str, NodeHealth] | None]:
         """Labels and health of the nodes ``names`` (their capacity type prices the pods bound to them; their
         ``Ready`` condition says whether their kubelet still reports, and for a node that is not Ready its Lease
         says when it was last heard: :func:`read_node_health`).
 
+        Args:
+            now: This evaluation (UTC): a node first found gone now is remembered as gone since then
+                (:attr:`NodeHealth.gone_since`; None: the clock's now).
         Returns:
             (node name -> labels, node name -> health); a node gone since maps to ``{}`` and a ``gone`` health;
             (None, None) when nodes cannot be read (e.g. a namespaced install without ``get nodes``): pods are then
@@ -166,6 +174,14 @@ class BudgetObserver:
             health[name] = read_node_health(node)
             if node is not None and health[name].ready != "True":
                 health[name] = read_node_health(node, self.node_lease(name))
+            if node is None:
+                since = self.nodes_gone_since.setdefault(name, now or datetime.now(timezone.utc))
+                health[name] = replace(health[name], gone_since=since)
+            else:
+                self.nodes_gone_since.pop(name, None)
+        oldest = (now or datetime.now(timezone.utc)) - timedelta(seconds=2 * GONE_POD_RETENTION_S)
+        for name in [n for n, since in self.nodes_gone_since.items() if since < oldest]:  # no record names it now
+            del self.nodes_gone_since[name]
         return labels, health
 
     def node_lease(self, name: str) -> dict[str, Any] | None:

@@ -150,7 +150,7 @@ from modalscale.costmodel.showback import ServiceWindow, TenantUsage, drivers_of
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
 from modalscale.operator.budget.spend_anomalies import HistoryRead
-from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL
+from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL, TERMINATION_GRACE_S
 from modalscale.operator.isvc.plan import running_replicas
 
 BUDGET_PLURAL = "budgetpolicies"
@@ -263,12 +263,21 @@ class NodeHealth:
         lease_renewed: ``spec.renewTime`` of the node's Lease (``kube-node-lease/<node>``, UTC): the kubelet's
             last renewal, every 10 s by default; None when not read (read only for a node that is not Ready) or
             not readable.
+        gone_since: When this operator first saw it gone (the observer's memory: a deleted Node says nothing
+            more); None when it exists or that is not known.
     """
 
     ready: str | None
     last_heartbeat: dt.datetime | None
     gone: bool = False
     lease_renewed: dt.datetime | None = None
+    gone_since: dt.datetime | None = None
+
+    @property
+    def lost_since(self) -> dt.datetime | None:
+        """Since when the node runs nothing for sure: its last heartbeat once unheard, else when it was first seen
+        gone; None while it reports (or nothing is known)."""
+        return self.unheard_since or self.gone_since
 
     @property
     def unheard_since(self) -> dt.datetime | None:
@@ -304,7 +313,7 @@ def read_node_health(node: Mapping[str, Any] | None, lease: Mapping[str, Any] | 
 def _node_state(node: str | None, health: Mapping[str, NodeHealth] | None) -> tuple[dt.datetime | None, bool]:
     """``PodRun``'s ``(unheard_since, node_gone)`` for a pod bound to ``node`` (nothing known: ``(None, False)``)."""
     h = health.get(node) if health is not None and node else None
-    return (None, False) if h is None else (h.unheard_since, h.gone)
+    return (None, False) if h is None else (h.lost_since, h.gone)
 
 
 ANY_NAMESPACE = "*"
@@ -367,8 +376,10 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
 
     ``tier`` is the tier the pod ran at (:func:`modalscale.api.capacity.pod_tier`): its node's capacity-type
     label, else Spot when it asked for a Spot node, else None (its service's ``spec.pricing.tier``).
-    ``unheard_since`` is its node's last heartbeat when the node stopped reporting, ``node_gone`` whether the node
-    is gone (:class:`NodeHealth`): the ledger charges such a pod to the heartbeat (``costmodel.ledger``).
+    ``unheard_since`` is since when its node was lost (:attr:`NodeHealth.lost_since`: its last heartbeat when it
+    stopped reporting, else when the operator first found it deleted), ``node_gone`` whether the node is gone: the
+    ledger charges such a pod to that instant (``costmodel.ledger``), not to its own stop (a pod of a deleted Node
+    stays listed until the pod GC removes it, 40-60 s later).
 
     Args:
         pods: Pod objects (camelCase dicts) of one InferenceService.
@@ -443,22 +454,55 @@ def gone_pod_runs(gone: Sequence[GonePod],
     return tuple(sorted(out.values(), key=lambda r: r.name))
 
 
-def spot_pending_since(pods: Sequence[Mapping[str, Any]]) -> dt.datetime | None:
-    """Creation time of the oldest pod that asks for a Spot node and is not scheduled yet (None: none waits).
+def spot_pending_since(pods: Sequence[Mapping[str, Any]], node_health: Mapping[str, NodeHealth] | None = None,
+                       gone: Sequence[GonePod] = (), window_s: float = 0) -> dt.datetime | None:
+    """Since when the service has waited for Spot capacity (None: it does not wait).
 
-    Counts pods not bound to a node, not terminating and not finished; an unreadable ``creationTimestamp`` is
-    skipped (no fallback is decided on a time that could not be read).
+    It waits while one of its pods that asks for a Spot node is not scheduled yet (not terminating, not finished;
+    since its ``creationTimestamp``, an unreadable one skipped: no fallback is decided on a time that could not be
+    read) or is bound to a node that was lost (:attr:`NodeHealth.lost_since`: reclaimed and deleted, or no longer
+    reporting), since the loss: that pod runs nowhere, and the node controller's pod GC deletes it (and so lets a
+    replacement be created, which then waits unscheduled) only 40-60 s after its Node went (issue 21's scenario 5).
+    A Spot pod seen deleted (``gone``) from a node that is still lost, at most ``window_s`` before the oldest
+    unscheduled Spot pod was created (the replacement it made way for), keeps the wait at the loss.
     """
-    times = []
+    health = node_health or {}
+
+    def lost(pod: Mapping[str, Any]) -> dt.datetime | None:
+        h = health.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+        return h.lost_since if h is not None else None
+
+    waiting, lost_runs = [], []
     for p in pods:
         meta, status = p.get("metadata") or {}, p.get("status") or {}
-        if ((p.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp")
-                or status.get("phase") in ("Succeeded", "Failed") or not pod_requires_spot(p)):
+        if status.get("phase") in ("Succeeded", "Failed") or not pod_requires_spot(p):
             continue
-        created = _time_or_none(meta.get("creationTimestamp"))
-        if created is not None:
-            times.append(created)
-    return min(times) if times else None
+        if (p.get("spec") or {}).get("nodeName"):
+            if (since := lost(p)) is not None:
+                lost_runs.append(since)
+        elif not meta.get("deletionTimestamp") and (created := _time_or_none(meta.get("creationTimestamp"))):
+            waiting.append(created)
+    if waiting:
+        lost_runs += [since for g in gone if pod_requires_spot(g.pod) and (since := lost(g.pod)) is not None
+                      and g.seen_at.timestamp() >= min(waiting).timestamp() - window_s]
+    return min(waiting + lost_runs) if waiting or lost_runs else None
+
+
+DEFAULT_TERMINATION_GRACE_S = 30
+"""``terminationGracePeriodSeconds`` of a pod that does not say (the API server's default)."""
+
+
+def longest_stop_s(pods: Sequence[Mapping[str, Any]]) -> int:
+    """The longest ``terminationGracePeriodSeconds`` of the pods bound to a node and not finished: how long one of
+    them may keep running once deleted (the kubelet kills it at that deadline); 0 when none runs."""
+    out = 0
+    for p in pods:
+        spec = p.get("spec") or {}
+        if not spec.get("nodeName") or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        grace = spec.get("terminationGracePeriodSeconds")
+        out = max(out, grace if isinstance(grace, int) and grace >= 0 else DEFAULT_TERMINATION_GRACE_S)
+    return out
 
 
 def _with_recorded_stops(listed: Sequence[PodRun], recorded: Sequence[PodRun]) -> tuple[PodRun, ...]:
@@ -500,7 +544,10 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
         replicas = None if own is None else running_replicas(
             [p for p in own if (p.get("metadata") or {}).get("name") not in gone_names])
         runs = None if own is None else pod_runs(own, observed.node_labels, observed.node_health)
-        waiting = None if own is None else spot_pending_since(own)
+        own_gone = [g for g in observed.gone.get(ns, ())
+                    if ((g.pod.get("metadata") or {}).get("labels") or {}).get(SELECTOR_LABEL) == name]
+        waiting = None if own is None else spot_pending_since(own, observed.node_health, own_gone,
+                                                              spec.enforcement.spot_pending_timeout_s)
         # The gateway's pods by their own runs, those the watch saw deleted to their recorded stop (a gateway pod
         # gone between two listings ran until then; the listing alone charged it nothing).
         gateway_gone = gone_pod_runs([g for g in observed.gone.get(ns, ()) if
@@ -519,7 +566,10 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
                                   priority=parsed.priority, pods=runs, spot_pending_since=waiting,
                                   stopped=stopped, gateway_pods=gateway,
                                   gateway_resources=ReplicaResources.from_quantities(parsed.gateway.cpu,
-                                                                                     parsed.gateway.memory))
+                                                                                     parsed.gateway.memory),
+                                  # The grace its replicas get, running or not: a horizon that shrank once they
+                                  # were gone would lift the hold and bring them back (scenario 6 at 1d22b6d).
+                                  stop_grace_s=max(TERMINATION_GRACE_S, longest_stop_s(own or ())))
         except (InvalidSpec, InvalidQuantity, ValueError) as exc:
             max_replicas = raw_scaling.get("maxReplicas")
             state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,
@@ -1052,5 +1102,5 @@ __all__ = [
     "AnnotationWrite", "BudgetObserved", "GonePod", "PolicyPlan", "TenantUsageRead", "annotation_writes",
     "burn_samples", "gone_pod_runs", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
     "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "reject_annotation_values",
-    "selected_services", "spot_pending_since", "tenant_window_s", "wants_drivers", "with_drivers",
+    "longest_stop_s", "selected_services", "spot_pending_since", "tenant_window_s", "wants_drivers", "with_drivers",
 ]

@@ -38,6 +38,7 @@ from modalscale.devenv.realnode import RealNode, cgroup_pids, mounts_under
 from modalscale.devenv.receivers import ChatReceiver
 from modalscale.operator.autoscale.observe import PrometheusReader
 from tests.integration.operator.gateway_load import MODEL, Env, Load, images_imported, ready, start_operator
+from tests.integration.operator.isvc_helpers import GROUP, VERSION
 from tests.integration.operator.test_budget import (
     get_policy,
     ledger_spent,
@@ -74,13 +75,15 @@ class Meter:
         self.core, self.ns = client.CoreV1Api(api), ns
         self.pods: dict[str, Any] = {}
         self.deleted_at: dict[str, dt.datetime] = {}
-        self.lost: dict[str, dt.datetime] = {}
-        """Node name -> when the test killed it (:meth:`RealNode.crash`): its pods stopped then, whatever the API
-        server says afterwards."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._catalog = load_catalog()
+        self.spot_nodes: set[str] = set()
+        """Nodes the test labelled Spot: the replicas bound there are priced at the catalog's Spot price."""
+        self.lost_at: dict[str, dt.datetime] = {}
+        """Node name -> when the test reclaimed (stopped) or crashed (:meth:`RealNode.crash`) it: the pods it ran
+        stopped then at the latest, whatever the API server says afterwards."""
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -113,16 +116,19 @@ class Meter:
         pod = self.pods[uid]
         finished = [s.state.terminated.finished_at for s in pod.status.container_statuses or []
                     if s.state and s.state.terminated and s.state.terminated.finished_at]
-        stops = [self.deleted_at.get(uid), self.lost.get(pod.spec.node_name or "")]
+        lost = self.lost_at.get(pod.spec.node_name or "")
+        if lost is not None and pod.status.start_time is not None and pod.status.start_time >= lost:
+            lost = None  # started on the node once it was back
         if finished and len(finished) == len(pod.status.container_statuses):
-            stops.append(max(finished))
-        known = [s for s in stops if s is not None]
-        return min(known) if known else None
+            return max(finished) if lost is None else min(max(finished), lost)
+        stops = [t for t in (self.deleted_at.get(uid), lost) if t is not None]
+        return min(stops) if stops else None
 
     def price_usd_per_hour(self, pod: Any) -> Decimal:
         cpu = sum(Decimal(str(_cores(c.resources.requests.get("cpu", "0")))) for c in pod.spec.containers)
         mem = sum(_bytes(c.resources.requests.get("memory", "0")) for c in pod.spec.containers)
-        return self._catalog.price_replica(ReplicaResources.from_quantities(cpu, mem), "OnDemand")
+        spot = pod.spec.node_name in self.spot_nodes and "modalscale.io/inferenceservice" in (pod.metadata.labels or {})
+        return self._catalog.price_replica(ReplicaResources.from_quantities(cpu, mem), "Spot" if spot else "OnDemand")
 
     def usd(self, at: dt.datetime) -> Decimal:
         """Spend of every pod seen, each from its start to its stop (or ``at`` when later or still running)."""
@@ -137,6 +143,20 @@ class Meter:
                 seconds = max(0.0, (end - start).total_seconds())
                 total += self.price_usd_per_hour(pod) * Decimal(str(seconds)) / 3600
         return total
+
+    def runs(self, at: dt.datetime) -> list[str]:
+        """Each pod's metered run up to ``at``: name, node, start, stop and USD (for a failure's message)."""
+        with self._lock:
+            pods = [(uid, p) for uid, p in self.pods.items() if p.status.start_time and p.spec.node_name]
+        out = []
+        for uid, pod in pods:
+            stop = self.stop_of(uid)
+            end = at if stop is None else min(stop, at)
+            seconds = max(0.0, (end - pod.status.start_time).total_seconds())
+            usd = self.price_usd_per_hour(pod) * Decimal(str(seconds)) / 3600
+            out.append(f"{pod.metadata.name} on {pod.spec.node_name} {pod.status.start_time:%H:%M:%S.%f}-"
+                       f"{'running' if stop is None else f'{stop:%H:%M:%S.%f}'} {usd:.9f}")
+        return out
 
     def rate_usd_per_s(self) -> Decimal:
         """The pods running now, priced per second."""
@@ -266,11 +286,13 @@ def _budget(env: Env, meter: Meter, slack: ChatReceiver, lead_s: float) -> list[
     return percents
 
 
-def _ledger_vs_meter(env: Env, meter: Meter, after: dt.datetime) -> tuple[Decimal, Decimal, str]:
-    """The ledger of the first evaluation after ``after`` (UTC) and the meter at its ``observedTime``."""
+def _ledger_vs_meter(env: Env, meter: Meter, after: dt.datetime, policy: str = "budget"
+                     ) -> tuple[Decimal, Decimal, str]:
+    """The ledger of BudgetPolicy ``policy``'s first evaluation after ``after`` (UTC) and the meter at its
+    ``observedTime``."""
 
     def evaluated() -> dict[str, Any] | None:
-        status = get_policy(env.api, env.ns, "budget").get("status") or {}
+        status = get_policy(env.api, env.ns, policy).get("status") or {}
         observed = (status.get("ledger") or {}).get("observedTime")
         return status if observed and parse_time(observed, "observedTime") > after else None
 
@@ -349,6 +371,257 @@ def test_drain_of_the_node_holding_the_replicas_moves_them_under_load_and_fails_
             print(f"scenario 1 took {time.monotonic() - test_started:.1f} s")
 
 
+def _clear(env: Env) -> float:
+    """Delete the BudgetPolicies, InferenceServices and the webhook Secret left in the namespace (an earlier
+    scenario's) and their pods at once (the nodes' CPU is needed, and each scenario's policy and meter must see only
+    its own pods); returns the seconds it took."""
+    started = time.monotonic()
+    # Every service first: a policy deleted before them lifts its caps and their pods come back meanwhile.
+    names = [i["metadata"]["name"] for i in
+             env.custom.list_namespaced_custom_object(GROUP, VERSION, env.ns, "inferenceservices")["items"]]
+    for name in names:
+        env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.ns, "inferenceservices", name)
+    for policy in env.custom.list_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies")["items"]:
+        env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies",
+                                                   policy["metadata"]["name"])
+    if names:
+        env.remove(names[0])  # deletes every pod of the namespace at once and waits until none is left
+    for plural in ("budgetpolicies", "inferenceservices"):
+        wait_for(lambda plural=plural: not env.custom.list_namespaced_custom_object(
+            GROUP, VERSION, env.ns, plural)["items"], 120, f"the namespace's {plural} gone")
+    if any(s.metadata.name == "slack-hook" for s in env.core.list_namespaced_secret(env.ns).items):
+        env.core.delete_namespaced_secret("slack-hook", env.ns)  # each scenario makes its own webhook Secret
+    return time.monotonic() - started
+
+
+def _serving_direct(env: Env, name: str) -> bool:
+    """One Ready replica of ``name`` (no gateway) and its Service."""
+    try:
+        env.core.read_namespaced_service(name, env.ns)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return len(env.ready_pods(f"modalscale.io/inferenceservice={name}")) == 1
+
+
+def _sent(*loads: Load) -> str:
+    """``sent N / answered A / failed F (refused R)`` over ``loads``."""
+    answered = sum(len(x.answered) for x in loads)
+    failed = sum(len(x.failed) for x in loads)
+    refused = sum(len(x.refused) for x in loads)
+    return f"sent {answered + failed + refused} / answered {answered} / failed {failed} (refused {refused})"
+
+
+def _alerted(env: Env, policy: str, percents: list[int]) -> dict[str, Any]:
+    """Wait until BudgetPolicy ``policy`` has alerted ``percents`` in this period with nothing left to send."""
+    return wait_for(lambda: (s := get_policy(env.api, env.ns, policy).get("status") or {})
+                    and thresholds_alerted(s) == percents and not s.get("pendingAlerts") and s,
+                    120, f"the {percents} % alerts of {policy} delivered")
+
+
+CAP_LEAD_S = 100
+"""Scenario 6: seconds from the policy's creation until spend reaches its limit at the burn rate then: more than
+one evaluation (1 s) plus the longest a scaled-away replica may keep running (its 90 s grace period: a BuiltIn
+replica drains for up to 30 s, then Triton for up to 45 s; under a client that keeps its connection both run out),
+so that a cap decided in time can hold."""
+
+
+def test_one_budget_over_services_on_both_nodes_holds_its_limit_under_load_and_alerts_once_per_threshold(
+        chaos: Env, two_nodes: LocalCluster) -> None:
+    """Scenario 6: one BudgetPolicy selects two services by label, ``cap-a`` pinned to real-node-0 and ``cap-b``
+    to real-node-1 (1 replica of 250m each, no gateway: budget actions act on replicas only and a gateway pod is
+    charged on for as long as the service exists, so the limit can hold only for a service without one), each
+    under its own request load through its Service. The limit is ``CAP_LEAD_S`` s ahead at the burn rate then;
+    50 % alerts, 100 % alerts and scales every selected service to zero (when the operator decides, ahead of the
+    crossing). The cap holds across both nodes: both services go to 0, and once every pod has stopped the
+    metered spend (and the ledger's) exceeds the limit by no more than one evaluation interval (1 s) at the burn
+    rate before the scale-down. No request fails or is refused before the first scale-down; each threshold alerts
+    exactly once; the ledger equals the meter."""
+    env, test_started = chaos, time.monotonic()
+    print(f"\nscenario 6: namespace cleared of earlier scenarios in {_clear(env):.1f} s")
+    services = {"cap-a": NODES[0], "cap-b": NODES[1]}
+    percents = [50, 100]
+    try:
+        with Meter(env.api, env.ns) as meter, ChatReceiver("Slack") as slack:
+            for name, node in services.items():
+                env.create(name, {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 1},
+                           cpu=REPLICA_CPU, labels={"chaos": "cap"}, node=node, enabled=False)
+            up_s = env.wait(lambda: all(_serving_direct(env, n) for n in services), 420,
+                            "1 Ready replica of each service", "cap-a")
+            placed = {n: sorted(p.spec.node_name for p in env.pods(f"modalscale.io/inferenceservice={n}"))
+                      for n in services}
+            print(f"scenario 6: cap-a and cap-b Ready after {up_s:.1f} s on {placed}")
+            assert placed == {n: [node] for n, node in services.items()}, placed
+            with Load(env.url("cap-a"), connections=1) as load_a, Load(env.url("cap-b"), connections=1) as load_b:
+                loads_started = time.monotonic()
+                env.wait(lambda: len(load_a.answered) >= 3 and len(load_b.answered) >= 3, 120,
+                         "3 answers from each service", "cap-a")
+                serving = time.monotonic()
+                make_secret(env.api, env.ns, "cap-slack", url=slack.url)
+                rate = meter.rate_usd_per_s()
+                limit = (meter.usd(dt.datetime.now(dt.UTC)) + rate * CAP_LEAD_S).quantize(Decimal("0.000001"))
+                thresholds = [{"percent": 50, "actions": ["Alert"]},
+                              {"percent": 100, "actions": ["Alert", "ScaleToZero"]}]
+                env.custom.create_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies", make_policy(
+                    "cap", f"{limit}", thresholds,
+                    [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "cap-slack"}}],
+                    selector={"matchLabels": {"chaos": "cap"}}))
+                created = time.monotonic()
+                scaled: dict[str, float] = {}
+
+                def all_stopped() -> bool:
+                    for n in services:
+                        if n not in scaled and env.apps.read_namespaced_deployment(n, env.ns).spec.replicas == 0:
+                            scaled[n] = time.monotonic()
+                    pods = env.core.list_namespaced_pod(env.ns, label_selector="modalscale.io/inferenceservice").items
+                    return len(scaled) == len(services) and not pods and meter.rate_usd_per_s() == 0
+
+                env.wait(all_stopped, 300, "both services scaled to zero and every pod stopped", "cap-a")
+                stopped = time.monotonic()
+            ended = dt.datetime.now(dt.UTC)
+            metered_final = meter.usd(ended)
+            first_scaled = min(scaled.values())
+            # From the first answers of both services (a connection refused before, while kube-proxy had not yet
+            # programmed a new Service's endpoints, never reached a replica) until the first scale-down.
+            early = [f for x in (load_a, load_b) for f in x.failed if serving <= f[0] < first_scaled]
+            early_refused = [r for x in (load_a, load_b) for r in x.refused if serving <= r < first_scaled]
+            at_start = sorted(round(t - loads_started, 1) for x in (load_a, load_b)
+                              for t in [*x.refused, *(f[0] for f in x.failed)] if t < serving)
+            answered_before = {n: sum(1 for a in x.answered if serving <= a < first_scaled)
+                               for n, x in (("cap-a", load_a), ("cap-b", load_b))}
+            allowed = rate * 1  # evaluationIntervalSeconds: 1
+            print(f"scenario 6: limit {limit} USD ({CAP_LEAD_S} s ahead at {rate * 3600:.6f} USD/h); scaled to 0 "
+                  f"{', '.join(f'{n} +{t - created:.1f} s' for n, t in scaled.items())} after the policy; every pod "
+                  f"stopped +{stopped - created:.1f} s; metered spend {metered_final:.9f} USD = limit "
+                  f"{metered_final - limit:+.9f} USD (one interval at the burn rate: {allowed:.9f} USD); requests "
+                  f"cap-a {_sent(load_a)}, cap-b {_sent(load_b)} (refused or failed before both first answered, at s "
+                  f"after the loads began: {at_start}); then until the first scale-down answered {answered_before}, "
+                  f"failed {len(early)}, refused {len(early_refused)}")
+            assert all(answered_before.values()), answered_before
+            assert early == [] and early_refused == [], (early, early_refused)
+
+            status = _alerted(env, "cap", percents)
+            spent, metered, at = _ledger_vs_meter(env, meter, ended, policy="cap")
+            alerts = {p: percents_in(titles(slack)).count(p) for p in percents}
+            print(f"scenario 6: ledger {spent} USD vs meter {metered:.9f} USD at {at} ({spent - metered:+.9f} USD); "
+                  f"policy state {status.get('state')}; alerts per threshold {alerts}")
+            assert metered_final - limit <= allowed, (metered_final, limit, allowed)
+            assert spent - limit <= allowed, (spent, limit, allowed)
+            assert abs(spent - metered) <= LEDGER_TOLERANCE_USD, (spent, metered)
+            assert alerts == {p: 1 for p in percents}, titles(slack)
+    finally:
+        print(f"scenario 6 took {time.monotonic() - test_started:.1f} s (clean-up {_clear(env):.1f} s)")
+
+
+SPOT_PENDING_TIMEOUT_S = 15
+"""Scenario 5's ``spotPendingTimeoutSeconds``."""
+
+
+def test_spot_reclaim_of_a_real_node_falls_back_to_on_demand_within_the_pending_timeout_under_load(
+        chaos: Env, two_nodes: LocalCluster) -> None:
+    """Scenario 5: real-node-1 labelled Spot (``karpenter.sh/capacity-type=spot`` and its taint, by ``cluster up``
+    on the running cluster); a service of priority 10 (1 replica of 250m, 2 gateway pods) on real-node-0 under
+    request load through its Service; a BudgetPolicy whose 50 % threshold alerts and switches services of priority
+    <= 50 to Spot (``spotPendingTimeoutSeconds`` 15), 60 % alerts. The replica moves to real-node-1; then the node
+    is reclaimed as a cloud provider does: its kubelet, containerd and containers stopped, its Node object deleted.
+    The service falls back to on-demand within ``spotPendingTimeoutSeconds`` (+ one evaluation) of the reclaim and
+    serves again from real-node-0; the requests before, during and after are counted; each threshold alerts once;
+    the ledger (Spot price while on the Spot node) equals the meter, which stops the reclaimed pods at the reclaim.
+    real-node-1 is started again on-demand at the end."""
+    from modalscale.api.capacity import CAPACITY_TYPE_LABEL, SPOT_LABEL_VALUE
+    from modalscale.devenv.realnode import RealNode
+
+    env, test_started = chaos, time.monotonic()
+    print(f"\nscenario 5: namespace cleared of earlier scenarios in {_clear(env):.1f} s")
+    od_node, spot_node = NODES
+    name = "spot"
+    replicas, gateways = f"modalscale.io/inferenceservice={name}", f"modalscale.io/gateway={name}"
+    percents = [50, 60]
+    t = time.monotonic()
+    two_nodes.up(nodes=0, real_node=True, real_nodes=2,
+                 real_node_labels={1: {CAPACITY_TYPE_LABEL: SPOT_LABEL_VALUE}})
+    relabel_s = time.monotonic() - t
+    node = env.core.read_node(spot_node)
+    assert node.metadata.labels.get(CAPACITY_TYPE_LABEL) == SPOT_LABEL_VALUE, node.metadata.labels
+    assert any(x.key == CAPACITY_TYPE_LABEL and x.effect == "NoSchedule" for x in node.spec.taints or [])
+    restore_s = None
+    try:
+        with Meter(env.api, env.ns) as meter, ChatReceiver("Slack") as slack:
+            meter.spot_nodes.add(spot_node)
+            env.create(name, {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 1}, cpu=REPLICA_CPU,
+                       priority=10)
+            up_s = env.wait_serving(name, 1)
+            assert {p.spec.node_name for p in env.pods(replicas) + env.pods(gateways)} == {od_node}
+            with Load(env.url(name)) as load:
+                env.wait(lambda: len(load.answered) >= 5, 120, "5 answers on on-demand", name)
+                make_secret(env.api, env.ns, "spot-slack", url=slack.url)
+                limit = (meter.usd(dt.datetime.now(dt.UTC)) + meter.rate_usd_per_s() * 5) / Decimal("0.5")
+                env.custom.create_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies", make_policy(
+                    "spot", f"{limit:.6f}",
+                    [{"percent": 50, "actions": ["Alert", "SwitchToSpot"], "spotMaxPriority": 50},
+                     {"percent": 60, "actions": ["Alert"]}],
+                    [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "spot-slack"}}],
+                    enforcement={"spotPendingTimeoutSeconds": SPOT_PENDING_TIMEOUT_S}))
+                switch_s = env.wait(lambda: [(p.spec.node_name, ready(p)) for p in env.pods(replicas)]
+                                    == [(spot_node, True)], 300, "the replica Ready on the Spot node alone", name)
+                mark = time.monotonic()
+                env.wait(lambda: load.answers_since(mark) >= 5, 120, "5 answers on Spot", name)
+
+                spot_pod = env.pods(replicas)[0]
+                reclaimed = time.monotonic()
+                stopped = RealNode(two_nodes.workdir, index=1).stop()
+                env.core.delete_node(spot_node)
+                meter.lost_at[spot_node] = lost_at = dt.datetime.now(dt.UTC)
+                reclaim_s = time.monotonic() - reclaimed
+
+                def fallen_back() -> dict[str, Any] | None:
+                    status = get_policy(env.api, env.ns, "spot").get("status") or {}
+                    records = status.get("spotServices") or []
+                    return records[0] if [r.get("state") for r in records] == ["OnDemandFallback"] else None
+
+                record = wait_for(fallen_back, 300, "the service fallen back to on-demand")
+                fallback_s = (parse_time(record["fallbackTime"], "fallbackTime") - lost_at).total_seconds()
+                env.wait(lambda: [(p.spec.node_name, ready(p)) for p in env.pods(replicas)]
+                         == [(od_node, True)], 300, "the replica Ready on on-demand again", name)
+                served = time.monotonic()
+                env.wait(lambda: load.answers_since(served) >= 5, 120, "5 answers after the fallback", name)
+            ended = dt.datetime.now(dt.UTC)
+            gap = [a for a in load.answered if reclaimed <= a < served]
+            failed, refused = load.failed_since(reclaimed), load.refused_since(reclaimed)
+            print(f"scenario 5: real-node-1 labelled Spot by cluster up in {relabel_s:.1f} s; service Ready on "
+                  f"{od_node} after {up_s:.1f} s; on the Spot node {switch_s:.1f} s after the policy; reclaim "
+                  f"(stopped {stopped}, Node deleted) took {reclaim_s:.1f} s; fallback recorded {fallback_s:.1f} s "
+                  f"after the reclaim (spotPendingTimeoutSeconds {SPOT_PENDING_TIMEOUT_S}; {record.get('message')}); "
+                  f"Ready on {od_node} again {served - reclaimed:.1f} s after the reclaim; requests {_sent(load)}; "
+                  f"from the reclaim until served again: answered {len(gap)}, failed {len(failed)} "
+                  f"{[f[1] for f in failed][:5]}, refused {len(refused)}")
+            # Within the timeout of the reclaim, up to one evaluation (1 s) to find the node gone and one to decide,
+            # the status's times being whole seconds; never before the timeout.
+            assert SPOT_PENDING_TIMEOUT_S - 1 <= fallback_s <= SPOT_PENDING_TIMEOUT_S + 3, (fallback_s, record)
+
+            _alerted(env, "spot", percents)
+            spent, metered, at = _ledger_vs_meter(env, meter, ended, policy="spot")
+            alerts = {p: percents_in(titles(slack)).count(p) for p in percents}
+            ledger = (get_policy(env.api, env.ns, "spot").get("status") or {}).get("ledger") or {}
+            print(f"scenario 5: metered runs {meter.runs(parse_time(at, 'observedTime'))}; ledger services "
+                  f"{ledger.get('services')}; reclaim at {lost_at:%H:%M:%S.%f}")
+            # The reclaimed pod stopped while the node was being stopped (the meter takes the end of the reclaim),
+            # and the ledger can learn of the loss at its next evaluation (1 s) at the earliest.
+            tolerance = LEDGER_TOLERANCE_USD + meter.price_usd_per_hour(spot_pod) * Decimal(str(reclaim_s + 1)) / 3600
+            print(f"scenario 5: ledger {spent} USD vs meter {metered:.9f} USD at {at} ({spent - metered:+.9f} USD, "
+                  f"tolerance {tolerance:.9f}); alerts per threshold {alerts}")
+            assert abs(spent - metered) <= tolerance, (spent, metered)
+            assert alerts == {p: 1 for p in percents}, titles(slack)
+    finally:
+        cleared = _clear(env)
+        t = time.monotonic()
+        two_nodes.up(nodes=0, real_node=True, real_nodes=2, real_node_labels={})
+        restore_s = time.monotonic() - t
+        print(f"scenario 5 took {time.monotonic() - test_started:.1f} s (clean-up {cleared:.1f} s, real-node-1 "
+              f"started again on-demand in {restore_s:.1f} s)")
+
+
 # ---------------------------------------------------------------------------------------------- scenario 2
 REQUEST_TIMEOUT_S = 30.0
 """The load's client-side limit per request in scenario 2: a request in flight on the lost node gets neither an
@@ -393,22 +666,6 @@ class ScaleSamples:
             if d not in seen:
                 seen.append(d)
         return seen
-
-
-def _clear(env: Env) -> None:
-    """Remove what earlier scenarios left in the namespace (their services, policies and the webhook Secret), so this
-    scenario's pods have both nodes' room and its policy and meter see only its own pods."""
-    for plural in ("budgetpolicies", "inferenceservices"):
-        for item in env.custom.list_namespaced_custom_object("modalscale.io", "v1alpha1", env.ns, plural)["items"]:
-            if plural == "inferenceservices":
-                env.remove(item["metadata"]["name"])
-                continue
-            env.custom.delete_namespaced_custom_object("modalscale.io", "v1alpha1", env.ns, plural,
-                                                       item["metadata"]["name"])
-        wait_for(lambda plural=plural: not env.custom.list_namespaced_custom_object(
-            "modalscale.io", "v1alpha1", env.ns, plural)["items"], 120, f"the namespace's {plural} gone")
-    if any(s.metadata.name == "slack-hook" for s in env.core.list_namespaced_secret(env.ns).items):
-        env.core.delete_namespaced_secret("slack-hook", env.ns)
 
 
 def _node_ready(env: Env, node: str) -> str | None:
@@ -488,7 +745,7 @@ def test_node_loss_mid_burst_moves_the_replica_fails_only_requests_in_flight_and
                     node = RealNode(two_nodes.workdir, log=lambda m: print(m, flush=True), index=1)
                     crash = node.crash()
                     crashed = time.monotonic()
-                    meter.lost[lost] = crash.at
+                    meter.lost_at[lost] = crash.at
                     # The helper: nothing of the node runs or is reachable; its Node object is still there.
                     assert not node.any_running()
                     wait_for(lambda: cgroup_pids(str(node.layout.cgroup_root)) == [], 10, "the node's containers gone")

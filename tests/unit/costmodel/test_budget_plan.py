@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -20,6 +21,7 @@ from modalscale.costmodel.budget import (
     rates_after_enforcement,
     service_state,
 )
+from modalscale.costmodel.budget.enforce import enforcement_horizon_s
 from modalscale.costmodel.catalog import ReplicaResources, default_catalog
 from modalscale.costmodel.ledger import Ledger, ServiceObservation, advance
 from tests.factories import plan_json, read_budget
@@ -345,6 +347,29 @@ def test_hard_cap_starts_when_the_next_interval_would_cross_it(make_spec, spent:
     assert [(a.action, a.max_replicas, a.desired_replicas) for a in plan.actions] == (
         [(ThresholdAction.SCALE_TO_ZERO, 0, 0)] if enforced else [])
     assert plan.horizon_s == 60
+
+
+# A replica scaled away keeps running (and is charged) until it stops, up to its terminationGracePeriodSeconds:
+# 90 s for a BuiltIn runtime replica. At 6 USD/h the next 60 s + 90 s add 6 x 150 / 3600 = 0.25 USD, so the hard
+# cap must start at spent >= 99.75 for the spend to stop at 100.
+@pytest.mark.parametrize(
+    ("spent", "enforced"),
+    [("99.74", False), ("99.75", True)],
+    ids=["99.74+0.25-short", "99.75+0.25-reaches"],
+)
+def test_hard_cap_looks_ahead_by_the_interval_plus_the_longest_stop_of_a_replica(make_spec, spent: str,
+                                                                                 enforced: bool) -> None:
+    services = [replace(svc("a", 3, "2", max_replicas=4), stop_grace_s=90), replace(svc("b", 0, "2"), stop_grace_s=0)]
+    plan = plan_budget(make_spec(**HARD_CAP), D(spent), services, AlertState(), utc(2026, 5, 1, 9), policy=POLICY)
+    assert plan.horizon_s == 60 + 90
+    assert plan.thresholds_enforced == ((100,) if enforced else ())
+
+
+@pytest.mark.parametrize(("graces", "expected"), [((), 60), ((0,), 60), ((30, 90, 0), 150)],
+                         ids=["no-service", "stops-at-once", "longest"])
+def test_the_horizon_is_the_interval_plus_the_longest_stop(graces: tuple[int, ...], expected: int) -> None:
+    services = [replace(svc(f"s{i}"), stop_grace_s=g) for i, g in enumerate(graces)]
+    assert enforcement_horizon_s(60, services) == expected
 
 
 def test_reactive_horizon_zero_acts_only_after_the_crossing(make_spec) -> None:

@@ -159,6 +159,23 @@ def test_a_deleted_node_never_seen_silent_charges_its_pods_to_their_own_deletion
     assert spent == usd(100)  # vc-0 60 s + vc-1 40 s, as before
 
 
+def test_a_deleted_node_the_observer_found_gone_charges_its_pods_to_when_it_found_it() -> None:
+    # A Spot node reclaimed (issue 21, scenario 5): its kubelet stopped and its Node deleted before the node
+    # controller marked it Unknown. vc-1 stays listed Running (nothing updates it) until the pod GC deletes it
+    # 40-60 s later; the observer remembers when it first found gpu-b gone, T0 + 30 s: vc-1 is charged to there.
+    lost = BudgetObserved([make_isvc()], {"ml": two_pods()}, node_labels={HEARD: {}, LOST: {}},
+                          node_health={HEARD: NodeHealth("True", at(55)),
+                                       LOST: NodeHealth(None, None, gone=True, gone_since=at(30))})
+    spent, policy = evaluate(ledger_at_t0(), lost, 60)
+    assert spent == usd(60 + 30)
+    assert ledger_services(policy)[0]["replicas"] == 1
+    gone = [GonePod(pod("vc-1", start=at(-7200), node=LOST, deleting=at(100)), at(100))]
+    later = BudgetObserved([make_isvc()], {"ml": two_pods()[:1]}, gone={"ml": gone}, node_labels=lost.node_labels,
+                           node_health=lost.node_health)
+    spent, _ = evaluate(policy, later, 120)
+    assert spent == usd(60 + 30) + usd(60)
+
+
 def test_a_node_reporting_not_ready_still_charges_its_pods_through() -> None:
     # Ready=False is a kubelet that reports (its runtime or network is unhealthy): its pods' own stops decide.
     obs = observed(two_pods(), {HEARD: node(HEARD, "True", at(55)), LOST: node(LOST, "False", at(58))})
@@ -211,10 +228,15 @@ class _Nodes:
 
 def test_the_observer_reads_labels_and_health_in_one_read_per_node_and_a_404_is_a_gone_node() -> None:
     obs = BudgetObserver.__new__(BudgetObserver)
+    obs.nodes_gone_since = {}
     obs.core = _Nodes({HEARD: node(HEARD, "True", at(55)), LOST: None})  # type: ignore[assignment]
-    labels, health = obs.nodes({HEARD, LOST})
+    labels, health = obs.nodes({HEARD, LOST}, at(60))
     assert labels == {HEARD: {}, LOST: {}}
-    assert health == {HEARD: NodeHealth("True", at(55)), LOST: NodeHealth(None, None, gone=True)}
+    assert health == {HEARD: NodeHealth("True", at(55)), LOST: NodeHealth(None, None, gone=True, gone_since=at(60))}
+    # Gone since the first read that found it gone (a deleted Node says nothing more); found again, forgotten.
+    assert obs.nodes({LOST}, at(70))[1] == {LOST: NodeHealth(None, None, gone=True, gone_since=at(60))}
+    obs.core = _Nodes({LOST: node(LOST, "True", at(75))})  # type: ignore[assignment]
+    assert obs.nodes({LOST}, at(80))[1] == {LOST: NodeHealth("True", at(75))} and obs.nodes_gone_since == {}
     obs.core = _Nodes({HEARD: 403})  # type: ignore[assignment]  # a namespaced install without get nodes
     assert obs.nodes({HEARD}) == (None, None)
 

@@ -23,6 +23,7 @@ from modalscale.operator.budget.plan import (
     cap_annotation_value,
     heartbeat_s,
     lift_all,
+    longest_stop_s,
     observed_namespaces,
     plan_policy,
     receiver_problem,
@@ -51,11 +52,14 @@ def make_isvc(name: str = "vc", ns: str = "ml", gpu_type: str = "nvidia-l4", lab
 
 
 def make_pod(isvc: str, i: int, node: str | None = "kwok-gpu-0", phase: str = "Running",
-             deleting: bool = False) -> dict[str, Any]:
+             deleting: bool = False, grace_s: int | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": f"{isvc}-{i}", "labels": {"modalscale.io/inferenceservice": isvc}}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-30T09:00:00Z"
-    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": {"phase": phase}}
+    spec: dict[str, Any] = {"nodeName": node} if node else {}
+    if grace_s is not None:
+        spec["terminationGracePeriodSeconds"] = grace_s
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
 def observed(*isvcs: dict[str, Any], pods: dict[str, list[dict[str, Any]] | None] | None = None) -> BudgetObserved:
@@ -459,27 +463,62 @@ def test_heartbeat_is_ten_intervals_but_at_least_a_minute(seconds: int, expected
     assert heartbeat_s(seconds) == expected
 
 
-def test_the_cap_is_written_one_evaluation_before_the_crossing_and_held_at_the_lower_rate() -> None:
+def test_the_cap_is_written_one_evaluation_and_a_replica_grace_period_before_the_crossing_and_held() -> None:
+    # 50 % of 2 USD = 1.00. The horizon is the 60 s interval + the 90 s grace period the operator gives every
+    # replica (TERMINATION_GRACE_S): 150 s at 1.200250478 USD/h is 0.050010437 USD. After 2849 s,
+    # 0.949864892 + 0.050010437 = 0.999875329 < 1.00: nothing yet. After 2850 s: 0.950198295 + 0.050010437 =
+    # 1.000208732.
     isvc = make_isvc()
     p1 = persisted(make_policy(), plan_policy(make_policy(), observed(isvc), CATALOG, [], T0).status_patch)
-    # 50 % of 2 USD = 1.00. Spend after 2939 s at 1.200250478 USD/h is 0.979871154, and the next 60 s add
-    # 0.020004175: 0.999875329 < 1.00, nothing yet. After 2940 s: 0.980204557 + 0.020004175 = 1.000208732.
-    early = plan_policy(p1, observed(isvc), CATALOG, [], T0 + dt.timedelta(seconds=2939))
+    early = plan_policy(p1, observed(isvc), CATALOG, [], T0 + dt.timedelta(seconds=2849))
     assert early.annotation_writes == [] and early.alerts == ()
-    plan = plan_policy(p1, observed(isvc), CATALOG, [], T0 + dt.timedelta(seconds=2940))
-    assert plan.budget is not None and plan.budget.spent_usd == Decimal("0.980204557")
+    plan = plan_policy(p1, observed(isvc), CATALOG, [], T0 + dt.timedelta(seconds=2850))
+    assert plan.budget is not None and plan.budget.spent_usd == Decimal("0.950198295")
     (w,) = plan.annotation_writes
     assert json.loads(w.value or "") == {"maxReplicas": 1, "policy": "ml/daily", "action": "CapReplicas"}
     (alert,) = plan.alerts
-    assert alert.title == "Budget ml/daily would have crossed 50 % of its daily limit within 60 s: enforcing now"
+    assert alert.title == "Budget ml/daily would have crossed 50 % of its daily limit within 150 s: enforcing now"
     assert plan.status_patch["state"] == "Warning"
     assert [r["crossed"] for r in plan.status_patch["thresholds"] if r["percent"] == 50] == [False]
-    # One pod now (0.600125239 USD/h, 0.010 USD per interval: 0.990 < 1.00), yet the cap stays and nothing resends.
+    # One pod now (0.600125239 USD/h), yet the cap stays and nothing resends; and with no pod running at all (the
+    # horizon must not shrink to the interval once the replicas are gone: at 1d22b6d it did, the hold lifted and
+    # issue 21's scenario 6 saw the replicas come back and the limit passed by 59 %) the cap still holds.
     p2, capped = persisted(p1, plan.status_patch), annotated(isvc, plan.annotation_writes)
     one_pod = observed(capped, pods={"ml": [make_pod("vc", 0)]})
-    later = plan_policy(p2, one_pod, CATALOG, [], T0 + dt.timedelta(seconds=2941))
+    later = plan_policy(p2, one_pod, CATALOG, [], T0 + dt.timedelta(seconds=2851))
     assert later.annotation_writes == [] and later.alerts == ()
     assert later.budget is not None and later.budget.thresholds_enforced == (50,)
+    none = plan_policy(persisted(p2, later.status_patch), observed(capped, pods={"ml": []}), CATALOG, [],
+                       T0 + dt.timedelta(seconds=2852))
+    assert none.annotation_writes == [] and none.budget is not None and none.budget.thresholds_enforced == (50,)
+
+
+def test_a_replica_with_a_longer_grace_period_moves_the_cap_earlier_still() -> None:
+    # Pods whose grace period is 120 s (longer than the operator's 90 s): the horizon is 60 + 120 s, 0.060012524
+    # USD. After 2819 s, 0.939862805 + 0.060012524 = 0.999875329 < 1.00; after 2820 s, 0.940196208 + 0.060012524
+    # = 1.000208732.
+    isvc = make_isvc()
+    pods = {"ml": [make_pod("vc", n, grace_s=120) for n in range(2)]}
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(isvc, pods=pods), CATALOG, [], T0).status_patch)
+    early = plan_policy(p1, observed(isvc, pods=pods), CATALOG, [], T0 + dt.timedelta(seconds=2819))
+    assert early.annotation_writes == [] and early.alerts == ()
+    plan = plan_policy(p1, observed(isvc, pods=pods), CATALOG, [], T0 + dt.timedelta(seconds=2820))
+    (w,) = plan.annotation_writes
+    assert json.loads(w.value or "") == {"maxReplicas": 1, "policy": "ml/daily", "action": "CapReplicas"}
+    (alert,) = plan.alerts
+    assert alert.title == "Budget ml/daily would have crossed 50 % of its daily limit within 180 s: enforcing now"
+
+
+@pytest.mark.parametrize(("pods", "expected"), [
+    ([], 0),
+    ([make_pod("vc", 0, grace_s=90), make_pod("vc", 1, grace_s=10)], 90),
+    ([make_pod("vc", 0)], 30),
+    ([make_pod("vc", 0, node=None, grace_s=90), make_pod("vc", 1, grace_s=10)], 10),
+    ([make_pod("vc", 0, phase="Succeeded", grace_s=90), make_pod("vc", 1, phase="Failed", grace_s=90)], 0),
+    ([make_pod("vc", 0, deleting=True, grace_s=45)], 45),
+], ids=["none", "longest", "unset-is-30", "unscheduled-skipped", "finished-skipped", "terminating-counts"])
+def test_longest_stop_is_the_longest_grace_period_of_a_running_pod(pods: list[dict[str, Any]], expected: int) -> None:
+    assert longest_stop_s(pods) == expected
 
 
 def test_a_cap_that_did_not_take_effect_is_charged_at_the_replicas_still_running() -> None:
