@@ -293,6 +293,7 @@ class _NodesAndLeases(_Nodes):
 
 def test_the_observer_reads_the_lease_only_of_a_node_that_is_not_ready_and_a_refused_read_is_no_lease() -> None:
     obs = BudgetObserver.__new__(BudgetObserver)
+    obs.nodes_gone_since = {}
     fake = _NodesAndLeases({HEARD: node(HEARD, "True", at(55)), LOST: node(LOST, "Unknown", at(20))},
                            {HEARD: lease(HEARD, at(58)), LOST: lease(LOST, at(250))})
     obs.core = obs.leases = fake  # type: ignore[assignment]
