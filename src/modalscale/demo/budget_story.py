@@ -13,7 +13,9 @@ held a request. Two phases take timing out of the story:
 2. **Armed** (:func:`armed_limit_usd`): once the last scale-up's 'after' window has closed (:func:`arm_due`), the
    demo lowers the day's limit, as a FinOps owner tightening a budget would, to the spend at that moment divided
    by ``ARMED_SPEND_SHARE``: the 50 % alert fires at once, the 80 % cap within seconds, and the scale-down
-   threshold (``SCALE_DOWN_PERCENT``) after the remaining share burns at the capped replicas' rate.
+   threshold (``SCALE_DOWN_PERCENT``) after the remaining share burns at the capped replicas' rate, or, as
+   enforcement looks ahead by the evaluation interval plus a replica's grace period (90 s), usually together
+   with the cap in the first evaluation.
 
 Amounts are USD ``Decimal``; times are seconds since the replay started (``t_s``), as in
 :mod:`modalscale.demo.capacity`.
