@@ -17,6 +17,7 @@ from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from modalscale.costmodel.budget.status import budget_status_json, read_budget_status
@@ -213,6 +214,20 @@ def test_the_unheard_pods_survive_a_status_round_trip() -> None:
         {"name": "vc-1", "chargedUntil": text(at(20))}]
 
 
+def _answer(found: dict[str, Any] | int | None) -> Any:
+    """What a ``_preload_content=False`` read returns for ``found`` (None: a 404; an int: that HTTP error)."""
+    if found is None or isinstance(found, int):
+        raise ApiException(status=found or 404)
+    return SimpleNamespace(data=json.dumps(found).encode())
+
+
+def _observer(fake: Any) -> BudgetObserver:
+    """A real :class:`BudgetObserver` (its own constructor, so no attribute it needs is missing) reading ``fake``."""
+    obs = BudgetObserver(ApiClient())
+    obs.core = obs.leases = fake
+    return obs
+
+
 class _Nodes:
     """``CoreV1Api.read_node`` answering from a dict (None: 404; an int: that HTTP error)."""
 
@@ -220,16 +235,11 @@ class _Nodes:
         self.nodes = nodes
 
     def read_node(self, name: str, **_: Any) -> Any:
-        found = self.nodes[name]
-        if found is None or isinstance(found, int):
-            raise ApiException(status=found or 404)
-        return SimpleNamespace(data=json.dumps(found).encode())
+        return _answer(self.nodes[name])
 
 
 def test_the_observer_reads_labels_and_health_in_one_read_per_node_and_a_404_is_a_gone_node() -> None:
-    obs = BudgetObserver.__new__(BudgetObserver)
-    obs.nodes_gone_since = {}
-    obs.core = _Nodes({HEARD: node(HEARD, "True", at(55)), LOST: None})  # type: ignore[assignment]
+    obs = _observer(_Nodes({HEARD: node(HEARD, "True", at(55)), LOST: None}))
     labels, health = obs.nodes({HEARD, LOST}, at(60))
     assert labels == {HEARD: {}, LOST: {}}
     assert health == {HEARD: NodeHealth("True", at(55)), LOST: NodeHealth(None, None, gone=True, gone_since=at(60))}
@@ -285,18 +295,13 @@ class _NodesAndLeases(_Nodes):
     def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> Any:
         assert namespace == "kube-node-lease"
         self.lease_reads.append(name)
-        found = self.leases[name]
-        if found is None or isinstance(found, int):
-            raise ApiException(status=found or 404)
-        return SimpleNamespace(data=json.dumps(found).encode())
+        return _answer(self.leases[name])
 
 
 def test_the_observer_reads_the_lease_only_of_a_node_that_is_not_ready_and_a_refused_read_is_no_lease() -> None:
-    obs = BudgetObserver.__new__(BudgetObserver)
-    obs.nodes_gone_since = {}
     fake = _NodesAndLeases({HEARD: node(HEARD, "True", at(55)), LOST: node(LOST, "Unknown", at(20))},
                            {HEARD: lease(HEARD, at(58)), LOST: lease(LOST, at(250))})
-    obs.core = obs.leases = fake  # type: ignore[assignment]
+    obs = _observer(fake)
     _, health = obs.nodes({HEARD, LOST})
     assert health == {HEARD: NodeHealth("True", at(55), lease_renewed=None),
                       LOST: NodeHealth("Unknown", at(20), lease_renewed=at(250))}
