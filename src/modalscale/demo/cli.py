@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,4 +47,18 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(exc, file=sys.stderr)
             return 2
+    stop_on_sigterm()
     return run_demo(cfg, say=lambda m: print(m, flush=True))
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM (``kill``, a CI time limit, a terminal closed under ``nohup``) stop the demo as Ctrl-C does:
+    a ``KeyboardInterrupt`` in the main thread, so ``run_demo``'s ``finally`` stops the cluster, the operator,
+    Prometheus and the load it started. Python's default for SIGTERM ends the process at once, which left a
+    control plane, a kubelet and containerd running with the real node held (seen 3 Dec 2026)."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one teardown: a second SIGTERM must not cut it short
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, interrupt)
