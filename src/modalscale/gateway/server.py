@@ -45,7 +45,7 @@ from modalscale.api.annotations import budgeted_tenants
 from modalscale.costmodel.showback import NO_MODALITY
 from modalscale.gateway.admission import Admission, Rejected
 from modalscale.gateway.affinity import affinity_key
-from modalscale.gateway.balancer import Balancer, Endpoint
+from modalscale.gateway.balancer import EJECT_S, Balancer, Endpoint
 from modalscale.gateway.endpoints import EndpointSource
 from modalscale.gateway.features import PayloadError, RequestFeatures, features_from_grpc, features_from_http
 from modalscale.gateway.isvc_watch import AnnotationSource
@@ -79,6 +79,16 @@ CONNECT_TIMEOUT_S = 5.0
 """Longest a TCP connect to a replica may take, seconds; one that times out is retried on another replica, as a
 refused one is (a crashed node's pods stay in the EndpointSlice until the node is marked, and their SYNs go
 unanswered)."""
+GRPC_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", -1),
+    # gRPC core gives a connect attempt max(its backoff, MIN_CONNECT_TIMEOUT), and reads MIN_CONNECT_TIMEOUT from
+    # this argument (default 20 s; grpc/grpc doc/connection-backoff.md): a call to a lost node's pod then fails
+    # UNAVAILABLE, and is retried on another replica, after CONNECT_TIMEOUT_S as an HTTP one is, not after 20 s.
+    ("grpc.min_reconnect_backoff_ms", int(CONNECT_TIMEOUT_S * 1000)),
+    ("grpc.initial_reconnect_backoff_ms", 1000),
+]
+"""Options of the gateway's channel to each replica."""
 
 
 def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -124,6 +134,8 @@ class Gateway:
         self._grpc: grpc.aio.Server | None = None
         self._source_task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._endpoints_changed = asyncio.Event()
+        """Set (and replaced) at every endpoint update: wakes the requests held after every replica failed."""
         self.draining = False
         """True from :meth:`begin_drain` on: ``/readyz`` answers 503, requests are still served."""
 
@@ -205,6 +217,8 @@ class Gateway:
         self.metrics.ready_endpoints.set(len(self.balancer.endpoints))
         log.info("Endpoints changed ready=%s", ",".join(ep.key for ep in self.balancer.endpoints) or "none")
         self.admission.wake()
+        self._endpoints_changed.set()
+        self._endpoints_changed = asyncio.Event()
         self._close_idle_channels()
 
     def _on_annotations(self, annotations: Mapping[str, str]) -> None:
@@ -279,6 +293,36 @@ class Gateway:
                                   else "affinity_spill").inc()
         return ep
 
+    async def _reachable(self, key: bytes | None, tried: tuple[str, ...], deadline_s: float) -> Endpoint | None:
+        """The replica for the next try of one request that no replica has answered yet.
+
+        Every connect that failed (refused, or timed out: a lost node's pod stays listed Ready until its node is
+        marked) sent the request nowhere, so it is safe to try again. A replica not yet ``tried`` goes first; when
+        every listed one has failed, the request is held, as at zero replicas, until the endpoint set changes or an
+        ejection ends (``EJECT_S``), and then gets a new round over all of them, until ``deadline_s`` (monotonic
+        seconds: the arrival plus ``queue_timeout_s``, the longest any request is held). Knative's activator
+        retries an unreachable revision the same way; answering 503 at once while the EndpointSlice still lists
+        only a lost node's pods failed every request sent in those seconds (issue 21, scenario 5).
+
+        Returns:
+            The endpoint, or None: the deadline passed, or the gateway is stopping.
+        """
+        while True:
+            ep = self._pick(key, tried)
+            if ep is not None:
+                return ep
+            left_s = deadline_s - self.clock()
+            if left_s <= 0 or self._stopping:
+                return None
+            changed = self._endpoints_changed
+            try:
+                await asyncio.wait_for(changed.wait(), min(left_s, EJECT_S))
+            except TimeoutError:
+                pass
+            ep = self._pick(key, ())
+            if ep is not None:
+                return ep
+
     def _record(self, tenant: str, feats: RequestFeatures | None, protocol: str, code: str,
                 service_s: float | None) -> None:
         modality = feats.modality if feats is not None else NO_MODALITY
@@ -350,10 +394,13 @@ class Gateway:
         key = affinity_key(feats.image_digests) if feats is not None else None
         headers = forwarded_headers(request.headers)
         tried: tuple[str, ...] = ()
-        for attempt in (0, 1):
-            ep = self._pick(key, tried)
+        deadline_s = self.clock() + self.settings.queue_timeout_s
+        while True:
+            ep = await self._reachable(key, tried, deadline_s)
             if ep is None:
                 break
+            if ep.key in tried:  # every listed replica failed once: a new round after the wait
+                tried = ()
             self.balancer.acquire(ep)
             t0 = self.clock()
             try:
@@ -365,9 +412,8 @@ class Gateway:
                 self._done(ep)
                 self.balancer.eject(ep, self.clock())
                 tried += (ep.key,)
-                log.warning("Connect to replica failed endpoint=%s attempt=%d error=%s", ep.key, attempt + 1, exc)
-                if attempt == 0:
-                    self.metrics.retries.labels("http").inc()
+                log.warning("Connect to replica failed endpoint=%s error=%s", ep.key, exc)
+                self.metrics.retries.labels("http").inc()
                 continue
             except (aiohttp.ClientError, TimeoutError) as exc:
                 self._done(ep)
@@ -413,8 +459,7 @@ class Gateway:
         assert target is not None
         channel = self._channels.get(ep.key)
         if channel is None:
-            channel = grpc.aio.insecure_channel(target, options=[("grpc.max_receive_message_length", -1),
-                                                                 ("grpc.max_send_message_length", -1)])
+            channel = grpc.aio.insecure_channel(target, options=GRPC_CHANNEL_OPTIONS)
             self._channels[ep.key] = channel
         return channel
 
@@ -455,28 +500,31 @@ class Gateway:
                             context: grpc.aio.ServicerContext[bytes, bytes], feats: RequestFeatures | None,
                             tenant: str) -> bytes:
         key = affinity_key(feats.image_digests) if feats is not None else None
-        remaining = context.time_remaining()
-        timeout = self.settings.upstream_timeout_s if remaining is None else min(remaining,
-                                                                                 self.settings.upstream_timeout_s)
         tried: tuple[str, ...] = ()
         last: grpc.aio.AioRpcError | None = None
-        for attempt in (0, 1):
-            ep = self._pick(key, tried)
+        deadline_s = self.clock() + self.settings.queue_timeout_s
+        while True:
+            ep = await self._reachable(key, tried, deadline_s)
             if ep is None or ep.grpc_target is None:
                 break
+            if ep.key in tried:
+                tried = ()
             self.balancer.acquire(ep)
             t0 = self.clock()
+            remaining = context.time_remaining()  # the client's deadline, less the tries before this one
+            timeout = self.settings.upstream_timeout_s if remaining is None else min(remaining,
+                                                                                     self.settings.upstream_timeout_s)
             try:
                 call = self._channel(ep).unary_unary(method)
                 response: bytes = await call(request, metadata=metadata, timeout=timeout)
             except grpc.aio.AioRpcError as exc:
                 last = exc
                 # UNAVAILABLE: the channel could not reach the replica (gRPC's "safe to retry" status).
-                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt == 0:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
                     self.balancer.eject(ep, self.clock())
                     tried += (ep.key,)
                     self.metrics.retries.labels("grpc").inc()
-                    log.warning("gRPC call to replica failed endpoint=%s attempt=1 error=%s", ep.key, exc.details())
+                    log.warning("gRPC call to replica failed endpoint=%s error=%s", ep.key, exc.details())
                     continue
                 break
             finally:

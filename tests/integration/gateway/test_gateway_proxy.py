@@ -25,9 +25,11 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from modalscale.devenv.kube import wait_for
 from modalscale.gateway.balancer import Endpoint
+from modalscale.gateway.server import CONNECT_TIMEOUT_S
 from modalscale.runtime.server import TritonProcess, free_port
 from tests.integration.gateway.conftest import (
     MODEL,
@@ -436,7 +438,6 @@ def test_modalscale_gateway_command_serves_and_exits_0_on_sigterm(
 
 def test_grpc_bad_input_and_overflow_get_invalid_argument_and_resource_exhausted(
         replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
-    from tritonclient.utils import InferenceServerException
 
     full = make_gateway([], queue_size=0)
     served = make_gateway([endpoint(r) for r in replicas])
@@ -468,3 +469,104 @@ def test_large_response_streams_back_byte_for_byte(
     assert via.status_code == direct.status_code == 200
     assert len(via.content) > BUFFERED_RESPONSE_BYTES and via.content == direct.content
     assert via.headers["content-type"] == direct.headers["content-type"]
+
+
+def _grpc_text(url: str, text: str, timeout_s: float = 60) -> Any:
+    with grpcclient.InferenceServerClient(url) as client:
+        inputs = [grpcclient.InferInput("TEXT", [1, 1], "BYTES")]
+        inputs[0].set_data_from_numpy(np.array([[text.encode()]], dtype=object))
+        return client.infer(MODEL, inputs, client_timeout=timeout_s).as_numpy("SIZES")
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_request_whose_every_listed_replica_is_unreachable_is_held_until_a_reachable_one_is_listed(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway],
+        protocol: str) -> None:
+    # Issue 21, scenario 5: while the EndpointSlice still lists only a lost node's pod (Ready until the node is
+    # marked) and the replacement is not Ready yet, a request answered 503 at once (both tries failed within
+    # the same second). Its connects sent nothing, so the gateway holds it, as at zero replicas, until a
+    # reachable replica is listed or queue_timeout_s passes.
+    listener, fill = _black_hole()
+    refused_port = free_port()  # nothing listens: connects are refused
+    try:
+        lost = [Endpoint("127.0.0.1", listener.getsockname()[1], free_port()),
+                Endpoint("127.0.0.1", refused_port, free_port())]
+        gw = make_gateway(lost, queue_timeout_s=30.0)
+        result: dict[str, Any] = {}
+
+        def call() -> None:
+            t0 = time.monotonic()
+            try:
+                if protocol == "http":
+                    r = httpx.post(gw.http + INFER, json=text_request("held"), timeout=60)
+                    result["answer"] = (r.status_code, r.json()["outputs"][0]["data"] if r.status_code == 200
+                                        else r.text)
+                else:
+                    result["answer"] = (200, _grpc_text(gw.grpc, "held").tolist())
+            except Exception as exc:  # reported by the assertion below
+                result["answer"] = (0, repr(exc))
+            result["elapsed_s"] = time.monotonic() - t0
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        time.sleep(7.0)  # longer than one connect timeout (5 s) and two ejections (2 s)
+        assert thread.is_alive(), f"not held while every listed replica was unreachable: {result}"
+        gw.set_endpoints([*lost, endpoint(replicas[0])])
+        thread.join(30)
+    finally:
+        for c in fill:
+            c.close()
+        listener.close()
+    assert result["answer"] == (200, [0, 0, len("held")]), result
+    assert 7.0 <= result["elapsed_s"] < 20.0, result
+    assert gw.metric("modalscale_gateway_retries_total", protocol=protocol) >= 2
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_request_held_on_unreachable_replicas_is_refused_after_the_queue_timeout_not_before(
+        make_gateway: Callable[..., RunningGateway], protocol: str) -> None:
+    gw = make_gateway([Endpoint("127.0.0.1", free_port(), free_port())], queue_timeout_s=3.0)
+    t0 = time.monotonic()
+    if protocol == "http":
+        r = httpx.post(gw.http + INFER, json=text_request(), timeout=30)
+        code = r.status_code
+        assert int(r.headers["Retry-After"]) >= 1
+    else:
+        with pytest.raises(InferenceServerException) as err:
+            _grpc_text(gw.grpc, "refused", timeout_s=30)
+        code = err.value.status()
+    elapsed_s = time.monotonic() - t0
+    assert code in (503, "StatusCode.UNAVAILABLE"), code
+    assert 3.0 <= elapsed_s < 8.0, elapsed_s
+
+
+def test_a_grpc_call_to_a_replica_whose_connects_time_out_is_retried_on_the_other_within_the_connect_timeout(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    # gRPC core's own connect deadline is 20 s (MIN_CONNECT_TIMEOUT, grpc/grpc doc/connection-backoff.md): a call
+    # picked for a lost node's pod waited that long before it failed UNAVAILABLE and was retried; HTTP's connect
+    # gives up after CONNECT_TIMEOUT_S.
+    listener, fill = _black_hole()
+    try:
+        lost = Endpoint("127.0.0.1", free_port(), listener.getsockname()[1])
+        gw = make_gateway([lost, endpoint(replicas[0])])
+        answers: list[list[int]] = []
+        took_s: list[float] = []
+
+        def client(k: int) -> None:
+            for i in range(2):
+                t0 = time.monotonic()
+                answers.append(_grpc_text(gw.grpc, f"sleep:0.2 {k}{i}").tolist())
+                took_s.append(time.monotonic() - t0)
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(2)]
+        for t in threads:  # two at once: least-outstanding sends one of the first two to the lost endpoint
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        for c in fill:
+            c.close()
+        listener.close()
+    assert len(answers) == 4 and all(a[2] == len("sleep:0.2 00") for a in answers), answers
+    assert gw.metric("modalscale_gateway_retries_total", protocol="grpc") >= 1
+    assert max(took_s) < CONNECT_TIMEOUT_S + 4.0, took_s
