@@ -24,18 +24,17 @@ every test on the machine's one real node (only one cluster can hold it); ``oper
 gateway and the other integration tests: most of the CPU work). :data:`PLACED` moves a few modules that start a
 control plane of their own, to even the lanes out."""
 PLACED = {
-    "tests/integration/operator/test_spend_anomaly.py": "realnode",
     # the real-node lane took the two-real-node chaos module (378 s alone) at 33becf3; test_ha (~270 s, its own
     # KWOK control plane) moved to the lightest lane
     "tests/integration/operator/test_ha.py": "rest",
     "tests/integration/operator/test_first_start.py": "rest",
-    # its check that a second cluster never takes the machine's real node runs only beside a session cluster that
-    # holds it
-    "tests/integration/test_cluster.py": "realnode",
 }
 """Modules whose tests start their own control plane (so no lane's session cluster matters to them), placed by
 time: in the lane run at 140bb7f (pytest per lane, three helpers' tests beside it) ``realnode`` took 871 s,
-``operator`` 1,422 s and ``rest`` 1,098 s; these three took 146 s, 85 s and 65 s of ``operator``'s."""
+``operator`` 1,422 s and ``rest`` 1,098 s; these three took 146 s, 85 s and 65 s of ``operator``'s. At f419a54
+``realnode`` took 36.5 min (the two-real-node chaos module ~14.5 min of it), ``operator`` 20.9 and ``rest`` 23.2:
+the spend-anomaly module (its own control plane) went back to ``operator`` and the control plane's own tests to
+``rest``, all but the one that needs the real node beside it (test_cluster_real_node.py)."""
 
 
 def lane_of(module_path: str, uses_real_node: bool) -> str:

@@ -165,27 +165,6 @@ def test_down_stops_the_components_whose_pid_files_are_gone(tmp_path: Path, clus
     assert _our_processes(tmp_path / "lost") == []
 
 
-def test_real_node_off_is_recorded_and_a_second_cluster_never_takes_the_machines_real_node(
-        tmp_path: Path, cluster: LocalCluster) -> None:
-    """Without --real-node the cluster says why it has none; while the session cluster runs the machine's real
-    node, another cluster asking for one runs KWOK-only and names the owner."""
-    third = LocalCluster(tmp_path / "third", log=lambda _m: None)
-    try:
-        third.up(nodes=1, real_node=False)
-        assert third.real_node_status()["enabled"] is False
-        assert third.real_node_status()["reason"] == "off (--no-real-node)"
-        if cluster.has_real_node:
-            third.up(nodes=1, real_node=True)
-            st = third.real_node_status()
-            assert st["enabled"] is False and str(cluster.workdir) in st["reason"], st
-            assert not any(st["processes"].values())
-            names = [n.metadata.name for n in client.CoreV1Api(third.api_client()).list_node().items]
-            assert names == ["kwok-gpu-0"]
-    finally:
-        third.down()
-    assert cluster.has_real_node == (cluster.real_node_status()["enabled"])
-
-
 def test_the_session_cluster_takes_the_real_node_only_when_a_collected_test_needs_it(
         cluster: LocalCluster, request: pytest.FixtureRequest) -> None:
     """The machine has one real node: a session whose collected tests never ask for ``real_node_cluster`` leaves it

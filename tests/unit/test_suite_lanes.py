@@ -22,7 +22,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test.sh"
     ("tests/integration/test_helm.py", False, "rest"),
     ("tests/integration/runtime/test_runtime_cli.py", False, "rest"),
     ("tests/unit/test_suite_lanes.py", False, "rest"),
-    ("tests/integration/operator/test_spend_anomaly.py", False, "realnode"),
+    ("tests/integration/operator/test_spend_anomaly.py", False, "operator"),
+    ("tests/integration/test_cluster.py", False, "rest"),
+    ("tests/integration/test_cluster_real_node.py", True, "realnode"),
 ])
 def test_each_test_has_one_lane(path: str, real: bool, lane: str) -> None:
     assert lane_of(path, real) == lane
