@@ -82,7 +82,7 @@ def test_why_cost_and_budget_read_the_status_the_operator_writes(plugin_cluster:
     assert budget.returncode == 0, budget.stderr
     b = yaml.safe_load(budget.stdout)
     assert (b["spent"], b["state"], b["nextAction"]["percent"], b["nextAction"]["enforcesFromSpend"]) == (
-        "1.20", "Warning", 100, "1.98")
+        "1.20", "Warning", 100, "1.95")
 
 
 def test_kubectl_finds_the_plugin_on_path(plugin_cluster: Any) -> None:

@@ -33,6 +33,7 @@ from modalscale.api.budgetpolicy import BudgetSpec, InvalidBudgetSpec, Threshold
 from modalscale.api.isvc_status import AutoscalerRecord, format_time, read_isvc_status
 from modalscale.costmodel.budget.status import BudgetStatus, read_budget_status
 from modalscale.costmodel.ledger import Ledger
+from modalscale.operator.isvc.objects import TERMINATION_GRACE_S
 
 NONE = "<none>"
 """How kubectl shows an empty cell."""
@@ -335,9 +336,9 @@ def next_action(spec: BudgetSpec, spent: Decimal | None, burn_usd_per_hour: Deci
         None when every threshold is reached (or ``spent`` is unknown); else ``{"percent", "atSpend"`` (USD at
         which it is crossed) ``, "toGo"`` (USD) ``, "hoursAtBurnRate"`` (None when the burn rate is unknown or 0)
         ``, "actions"`` (lines of :func:`describe_actions`) ``, "enforcesFromSpend"`` (USD spend from which the
-        operator enforces, one evaluation ahead; None for an Alert-only threshold) ``, "enforcedAhead"`` (True
-        when one of its enforcing actions is in force already: spend will cross it before the next
-        evaluation)``}``.
+        operator enforces, :func:`enforcement_ahead_s` ahead; None for an Alert-only threshold)
+        ``, "enforcedAhead"`` (True when one of its enforcing actions is in force already: spend will cross it
+        before the next evaluation)``}``.
     """
     if spent is None:
         return None
@@ -348,7 +349,7 @@ def next_action(spec: BudgetSpec, spent: Decimal | None, burn_usd_per_hour: Deci
             continue
         hours = None if not burn_usd_per_hour else float((at - spent) / burn_usd_per_hour)
         enforcing = any(a is not ThresholdAction.ALERT for a in t.actions)
-        ahead = (burn_usd_per_hour or Decimal(0)) * spec.evaluation_interval_s / 3600
+        ahead = (burn_usd_per_hour or Decimal(0)) * enforcement_ahead_s(spec) / 3600
         return {"percent": t.percent, "atSpend": _money(at), "toGo": _money(at - spent),
                 "hoursAtBurnRate": None if hours is None else round(hours, 2),
                 "actions": describe_actions(t, spec),
@@ -356,6 +357,14 @@ def next_action(spec: BudgetSpec, spent: Decimal | None, burn_usd_per_hour: Deci
                 "enforcedAhead": any(a.value in enforced_actions for a in t.actions
                                      if a is not ThresholdAction.ALERT)}
     return None
+
+
+def enforcement_ahead_s(spec: BudgetSpec) -> int:
+    """Seconds ahead of a crossing that the operator enforces: one evaluation interval plus the grace period the
+    operator gives every replica (``TERMINATION_GRACE_S``), during which a replica scaled away still runs and is
+    charged (``modalscale.costmodel.budget.enforce.enforcement_horizon_s``; a service whose pods were given a longer
+    grace period by hand makes the operator look further ahead than this)."""
+    return spec.evaluation_interval_s + TERMINATION_GRACE_S
 
 
 def _money(d: Decimal) -> str:
@@ -488,7 +497,8 @@ def render_budget(report: Mapping[str, Any]) -> str:
         if n["enforcedAhead"]:
             lines.append("  enforced already (ahead of the crossing: spend reaches it before the next evaluation)")
         elif n["enforcesFromSpend"] is not None:
-            lines.append(f"  enforced from spend {n['enforcesFromSpend']} USD (one evaluation ahead of the crossing)")
+            lines.append(f"  enforced from spend {n['enforcesFromSpend']} USD (one evaluation and a replica's "
+                         f"{TERMINATION_GRACE_S} s grace period ahead of the crossing)")
     elif r["specError"] is None and r["spent"] is not None:
         lines += ["", "Next action: <none> (every threshold is reached; enforcement holds until the period ends)"]
     lines.append("")

@@ -97,17 +97,18 @@ def test_budget_shows_spend_thresholds_and_the_next_action_with_the_spend_it_sta
         "1.20", "2", "60.0", "1.20")
     assert [(t["percent"], t["crossed"], t["alertedThisPeriod"]) for t in report["thresholds"]] == [
         (50, True, True), (100, False, False)]
-    # 100 % of 2 USD; 0.80 USD to go at 1.20 USD/h = 0.67 h; ScaleDown acts one 60 s evaluation ahead:
-    # 2.00 - 1.20 x 60 / 3600 = 1.98 USD.
+    # 100 % of 2 USD; 0.80 USD to go at 1.20 USD/h = 0.67 h; ScaleDown acts one 60 s evaluation and a replica's
+    # 90 s grace period ahead, as the operator does (enforcement_horizon_s): 2.00 - 1.20 x 150 / 3600 = 1.95 USD.
     n = report["nextAction"]
     assert (n["percent"], n["atSpend"], n["toGo"], n["hoursAtBurnRate"], n["enforcesFromSpend"], n["enforcedAhead"]
-            ) == (100, "2.00", "0.80", 0.67, "1.98", False)
+            ) == (100, "2.00", "0.80", 0.67, "1.95", False)
     assert n["actions"] == ["Alert (team-slack)", "ScaleDown: every selected service to 1 replica(s)"]
     assert [(a["notification"], a["kind"]) for a in report["pendingAlerts"]] == [("team-slack", "ThresholdCrossed")]
     text = render_budget(report)
     assert "Spent:      1.20 USD of 2 USD (60.0 %), remaining 0.80 USD" in text
     assert "Next action: at 100 % (spend 2.00 USD, 0.80 USD to go, in 0.67 h at the current burn rate)" in text
-    assert "enforced from spend 1.98 USD (one evaluation ahead of the crossing)" in text
+    assert ("enforced from spend 1.95 USD (one evaluation and a replica's 90 s grace period ahead of the crossing)"
+            in text)
     assert any(line.split()[:2] == ["ml/vc", "CapReplicas"] for line in text.splitlines())
 
 
