@@ -154,6 +154,10 @@ class Balancer:
         if ep.key in self._endpoints:
             self._ejected_until[ep.key] = now_s + for_s
 
+    def ejected(self, now_s: float) -> tuple[str, ...]:
+        """Keys of the routable endpoints skipped at ``now_s`` (monotonic seconds) after a failed connect."""
+        return tuple(sorted(k for k, t in self._ejected_until.items() if t > now_s and k in self._endpoints))
+
     # --- the pick ---------------------------------------------------------------------------------------------
     def pick(self, key: bytes | None, now_s: float, exclude: Collection[str] = ()) -> Endpoint | None:
         """Choose the endpoint for one request: ``choose(...)[0]``, or None (see :meth:`choose`)."""

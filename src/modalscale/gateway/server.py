@@ -79,6 +79,15 @@ CONNECT_TIMEOUT_S = 5.0
 """Longest a TCP connect to a replica may take, seconds; one that times out is retried on another replica, as a
 refused one is (a crashed node's pods stay in the EndpointSlice until the node is marked, and their SYNs go
 unanswered)."""
+def not_connected(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether a call failed because the channel never reached the replica, so that no byte of the request did and
+    another replica may take it: ``UNAVAILABLE`` with gRPC core's own message for a channel that has no connection
+    ("failed to connect to all addresses", also after a connect timed out). A replica's own ``UNAVAILABLE`` answer
+    (a staged front whose image-encoder pool is down, a model not ready) and a connection lost mid-call are not:
+    they go back to the client as they are, and the replica is not skipped."""
+    return exc.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect to all addresses" in (exc.details() or "")
+
+
 GRPC_CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
@@ -519,8 +528,7 @@ class Gateway:
                 response: bytes = await call(request, metadata=metadata, timeout=timeout)
             except grpc.aio.AioRpcError as exc:
                 last = exc
-                # UNAVAILABLE: the channel could not reach the replica (gRPC's "safe to retry" status).
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                if not_connected(exc):
                     self.balancer.eject(ep, self.clock())
                     tried += (ep.key,)
                     self.metrics.retries.labels("grpc").inc()

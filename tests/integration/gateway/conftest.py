@@ -61,7 +61,8 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     """SIZES = [images, image bytes, text bytes]; a text "sleep:S" sleeps S seconds first; PAD = N zero bytes
-    for a text "pad:N" (a large response), else none."""
+    for a text "pad:N" (a large response), else none; a text "unavailable:..." is answered with an UNAVAILABLE
+    error."""
 
     def execute(self, requests):
         out = []
@@ -72,6 +73,10 @@ class TritonPythonModel:
             txt = b"" if text is None else bytes(text.as_numpy().ravel()[0])
             if txt.startswith(b"sleep:"):
                 time.sleep(float(txt[6:].split()[0]))
+            if txt.startswith(b"unavailable:"):  # the replica's own answer, as a front whose image encoders are down
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    txt.decode(), pb_utils.TritonError.UNAVAILABLE)))
+                continue
             sizes = np.array([len(imgs), sum(len(i) for i in imgs), len(txt)], dtype=np.int64)
             pad = np.zeros(int(txt[4:]) if txt.startswith(b"pad:") else 0, dtype=np.uint8)
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("SIZES", sizes), pb_utils.Tensor("PAD", pad)]))

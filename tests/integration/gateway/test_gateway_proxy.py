@@ -570,3 +570,19 @@ def test_a_grpc_call_to_a_replica_whose_connects_time_out_is_retried_on_the_othe
     assert len(answers) == 4 and all(a[2] == len("sleep:0.2 00") for a in answers), answers
     assert gw.metric("modalscale_gateway_retries_total", protocol="grpc") >= 1
     assert max(took_s) < CONNECT_TIMEOUT_S + 4.0, took_s
+
+
+def test_a_replicas_own_unavailable_answer_goes_back_to_the_client_and_is_not_retried_or_ejected(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    # A replica that answers UNAVAILABLE itself (a staged front whose image-encoder pool is down; a model not
+    # ready) was reached: only a failed connection is safe to retry elsewhere and a reason to skip the replica.
+    gw = make_gateway([endpoint(r) for r in replicas], queue_timeout_s=30.0)
+    t0 = time.monotonic()
+    with pytest.raises(InferenceServerException) as err:
+        _grpc_text(gw.grpc, "unavailable: the image encoder pool is down")
+    took_s = time.monotonic() - t0
+    assert err.value.status() == "StatusCode.UNAVAILABLE" and "image encoder pool" in str(err.value.message())
+    assert took_s < 2.0, took_s
+    assert gw.metric("modalscale_gateway_retries_total", protocol="grpc") == 0
+    assert gw.metric("modalscale_gateway_requests_total", protocol="grpc", code="UNAVAILABLE") == 1
+    assert gw.gateway.balancer.ejected(gw.gateway.clock()) == ()  # neither replica is skipped
