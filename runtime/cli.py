@@ -31,10 +31,12 @@ from modalscale.runtime.repo_config import (
     Engine,
     Precision,
     RuntimeConfig,
+    Stage,
     build_repository,
     config_summary,
     from_configmap_data,
     preset_flags,
+    served_model_name,
     server_arguments,
 )
 
@@ -58,6 +60,8 @@ _OVERRIDES = {
     "engine": "engine",
     "image_int8_min_side_pixels": "image_int8_min_side_pixels",
     "cpu_cores": "cpu_cores",
+    "stage": "stage",
+    "image_encoder_url": "image_encoder_url",
 }
 
 
@@ -129,6 +133,13 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-cores", type=float, default=None, metavar="CORES",
                         help="Cores the server may use, which size the router's instances (2 per core, at most "
                              "16); default or 0: this process's cgroup CPU quota, else its CPU affinity")
+    parser.add_argument("--stage", choices=[s.value for s in Stage], default=None,
+                        help="Which part of the model to serve: all (default, the whole model), image-encoder (only "
+                             "the image encoder, as the model image_encoder, for front replicas to call) or front "
+                             "(the client-facing model without the image encoder; needs --image-encoder-url)")
+    parser.add_argument("--image-encoder-url", default=None, metavar="HOST:PORT",
+                        help="With --stage front: the gRPC host:port of the image encoder stage (e.g. "
+                             "127.0.0.1:8001)")
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:
@@ -161,6 +172,8 @@ def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
         changes["precision"] = Precision(changes["precision"])
     if "engine" in changes:
         changes["engine"] = Engine(changes["engine"])
+    if "stage" in changes:
+        changes["stage"] = Stage(changes["stage"])
     return cfg.replace(**changes) if changes else cfg
 
 
@@ -288,7 +301,7 @@ def _serve(args: argparse.Namespace, cfg: RuntimeConfig, repository: Path) -> in
     previous = {sig: signal.signal(sig, _forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.start(ready_timeout_s=args.ready_timeout_s)
-        print(f"Serving model={cfg.model_name} http={server.http_url} grpc={server.grpc_url} "
+        print(f"Serving model={served_model_name(cfg)} http={server.http_url} grpc={server.grpc_url} "
               f"metrics={server.metrics_url} repository={repository} log={server.log_path or 'stdout'}", flush=True)
         code = server.wait()
     except TritonStartError as exc:

@@ -17,6 +17,9 @@ EMBEDDING      TYPE_FP32    [1, 256]  L2-normalised fused embedding
 MODALITY       TYPE_STRING  [1, 1]    ``image``, ``text`` or ``image_text``
 IMAGE_CLASSES  TYPE_INT32   [1, n]    ImageNet-1k top-1 class index per image; [[-1]] for text
 ============== ============ ========= ===========================================================
+
+Every :class:`Stage` serves this interface except ``image-encoder``, whose model (:data:`IMAGE_ENCODER_MODEL`) is
+described in :func:`render_image_encoder_pbtxt`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import dataclasses
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +80,29 @@ class Engine(str, enum.Enum):
 
     TORCH = "torch"
     OPENVINO = "openvino"
+
+
+class Stage(str, enum.Enum):
+    """Which part of the model a replica serves (issue 24, stage-disaggregated serving; ``runtime serve --stage``).
+
+    ``all`` (default): the whole model in one replica, today's layouts, byte-identical repository. ``image-encoder``:
+    only the image encoder, as the Triton model :data:`IMAGE_ENCODER_MODEL` (a pool that every front replica calls,
+    so its dynamic batcher batches images from all of them). ``front``: the client-facing model with the text encoder
+    and the fusion head; it sends each request's images to the pool at ``RuntimeConfig.image_encoder_url`` over KServe
+    v2 gRPC and never loads the image encoder.
+    """
+
+    ALL = "all"
+    IMAGE_ENCODER = "image-encoder"
+    FRONT = "front"
+
+
+IMAGE_ENCODER_MODEL = "image_encoder"
+"""The Triton model an ``image-encoder`` stage serves (:func:`render_image_encoder_pbtxt`) and a front calls."""
+IMAGE_ENCODER_UNAVAILABLE = "ImageEncoderUnavailable"
+"""Error reason (message prefix and ``modalscale_request_errors_total`` label) of a front request whose images the
+encoder pool did not answer; Triton answers it with ``UNAVAILABLE`` (HTTP 503)."""
+_HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):([0-9]{1,5})$")
 
 
 @dataclass(frozen=True)
@@ -136,6 +163,11 @@ class RuntimeConfig:
     """CPU cores the replica may use (``modalscale.runtime.cores.available_cores``: the cgroup quota, else the CPU
     affinity); sizes the router's instances (:func:`router_instances_for`). 0 = not known: sized for the batch
     only, as before."""
+    stage: Stage = Stage.ALL
+    """Which part of the model this replica serves (:class:`Stage`); ``all`` keeps the one-piece layouts."""
+    image_encoder_url: str = ""
+    """Stage ``front`` only (required there, empty otherwise): ``host:port`` of the image encoder pool's KServe v2
+    gRPC endpoint (a Service's ClusterIP and port 8001 in a cluster without DNS, ``127.0.0.1:8001`` locally)."""
 
     def __post_init__(self) -> None:
         _check_int("model.name", len(self.model_name), 1, 127)
@@ -172,6 +204,7 @@ class RuntimeConfig:
                 "image_int8_min_side_pixels", f"the INT8 image encoder needs engine openvino at precision INT8, got "
                 f"engine {self.engine.value} at {self.precision.value}; set --image-int8-min-side-pixels 0 (every "
                 f"image FP32) or use --engine openvino --precision INT8")
+        _check_stage(self.stage, self.image_encoder_url)
 
     @property
     def batching_enabled(self) -> bool:
@@ -300,7 +333,8 @@ def model_parameters(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image", "t
            else {})
 
 
-def render_config_pbtxt(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image", "text")) -> str:
+def render_config_pbtxt(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image", "text"),
+                        extra_parameters: Mapping[str, str] | None = None) -> str:
     """Render the Triton ``config.pbtxt`` (protobuf text format) of the built-in model (or, behind the router,
     of one per-modality model: call with ``cfg.replace(model_name=cfg.modality_model_name(m),
     response_cache=False)``).
@@ -311,6 +345,7 @@ def render_config_pbtxt(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image",
         The text; with ``max_batch_size: 0`` the inputs declare the leading ``1`` themselves so the request
         shapes (``IMAGES [1, n]``, ``TEXT [1, 1]``) do not depend on batching. ``IMAGES`` carries
         ``allow_ragged_batch`` whenever batching is on, so requests with different image counts share a batch.
+        ``extra_parameters`` (a front's encoder address) follow :func:`model_parameters`.
     """
     batched = cfg.max_batch_size > 0
     lead: list[int] = [] if batched else [1]
@@ -334,7 +369,7 @@ def render_config_pbtxt(cfg: RuntimeConfig, preload: tuple[str, ...] = ("image",
         lines.append("}")
     if cfg.response_cache:
         lines += ["response_cache {", "  enable: true", "}"]
-    for key, value in model_parameters(cfg, preload).items():
+    for key, value in (model_parameters(cfg, preload) | dict(extra_parameters or {})).items():
         lines += ["parameters {", f"  key: {_quote(key)}", f"  value: {{ string_value: {_quote(value)} }}", "}"]
     return "\n".join(lines) + "\n"
 
@@ -419,8 +454,13 @@ def build_repository(cfg: RuntimeConfig) -> dict[str, str]:
         router as ``<name>`` plus ``<name>_image``, ``<name>_text`` and ``<name>_image_text`` (each the batched
         model, without response cache). With GPUs (``cfg.gpu_count > 0``): :func:`build_gpu_repository`. The
         operator stores the files in a ConfigMap (``/`` written as ``__`` in keys, per the CRD), the server writes
-        them to a directory.
+        them to a directory. Stage ``image-encoder`` (:func:`build_image_encoder_repository`) and ``front``
+        (:func:`build_front_repository`) have their own; stage ``all`` is everything above.
     """
+    if cfg.stage is Stage.IMAGE_ENCODER:
+        return build_image_encoder_repository(cfg)
+    if cfg.stage is Stage.FRONT:
+        return build_front_repository(cfg)
     if cfg.gpu_count > 0:
         return build_gpu_repository(cfg)
     if not cfg.uses_router:
@@ -558,6 +598,127 @@ def build_gpu_repository(cfg: RuntimeConfig) -> dict[str, str]:
     return files
 
 
+ENCODER_IMAGE = "IMAGE"
+"""Input of :data:`IMAGE_ENCODER_MODEL`: one encoded image per batch item (``TYPE_STRING``, dims ``[1]``)."""
+ENCODER_IMAGE_SIZE = "IMAGE_SIZE"
+"""Output of :data:`IMAGE_ENCODER_MODEL`: ``(width, height)`` of each image as displayed, before resizing
+(``TYPE_INT32``, dims ``[2]``), so that a front records the pixel features without decoding."""
+FRONT_PRELOAD = {"image": (), "text": ("text",), "image_text": ("text",)}
+"""Encoders each per-modality model of a front loads at start-up: never the image encoder (the pool has it)."""
+
+
+def image_encoder_max_batch_size(cfg: RuntimeConfig) -> int:
+    """``max_batch_size`` of :data:`IMAGE_ENCODER_MODEL`, in images (its batch dimension is images, not requests): at
+    least ``max_images_per_request`` (a request's images travel in one call), else ``max_batch_size`` on CPU and
+    :data:`GPU_ENCODER_MAX_BATCH` with GPUs."""
+    per_execution = GPU_ENCODER_MAX_BATCH if cfg.gpu_count > 0 else cfg.max_batch_size
+    return max(cfg.max_images_per_request, per_execution)
+
+
+def _stage_model_cfg(cfg: RuntimeConfig) -> RuntimeConfig:
+    """The config a stage's torch models run with: as given on CPU; with GPUs precision :func:`gpu_precision` and
+    the torch engine, as the GPU layout's encoders."""
+    if cfg.gpu_count == 0:
+        return cfg
+    return cfg.replace(precision=gpu_precision(cfg), engine=Engine.TORCH, image_int8_min_side_pixels=0)
+
+
+def render_image_encoder_pbtxt(cfg: RuntimeConfig) -> str:
+    """``config.pbtxt`` of :data:`IMAGE_ENCODER_MODEL`, the model of stage ``image-encoder``.
+
+    Tensor interface (the batch dimension counts images; a front sends one request per client request, holding all
+    of its images, so a bad image fails that request only):
+
+    ============== ============ ========== ===============================================================
+    name           Triton type  shape      meaning
+    ============== ============ ========== ===============================================================
+    IMAGE          TYPE_STRING  [k, 1]     k encoded images (the client's ``IMAGES`` bytes, unchanged)
+    FEATURES       TYPE_FP32    [k, 1280]  pooled EfficientNet-Lite0 features per image (FP32 at any precision)
+    CLASSES        TYPE_INT32   [k, 1]     ImageNet-1k top-1 class index per image
+    IMAGE_SIZE     TYPE_INT32   [k, 2]     ``(width, height)`` as displayed, before resizing
+    ============== ============ ========== ===============================================================
+
+    ``max_batch_size`` :func:`image_encoder_max_batch_size`; with batching on (``cfg.batching_enabled``) a
+    ``dynamic_batching`` block with ``max_queue_delay_microseconds``, so images of every front replica's requests
+    share executions (one encoder pass per resolution bucket, as in every CPU layout); without batching each request
+    runs alone. ``instance_count`` instances of ``cfg.instance_kind`` (GPUs ``0 .. gpu_count - 1``). Validation,
+    decoding, resizing, bucketing and the embedding cache are the one-piece model's (``pipeline.MultimodalPipeline``),
+    so a bad image gets the same ``<Reason>: IMAGES[i]: ...`` message (``INVALID_ARG``).
+    """
+    model_cfg = _stage_model_cfg(cfg)
+    lines = [
+        f"name: {_quote(IMAGE_ENCODER_MODEL)}",
+        'backend: "python"',
+        f"max_batch_size: {image_encoder_max_batch_size(cfg)}",
+        "input [", _tensor_block(ENCODER_IMAGE, "TYPE_STRING", [1]), "]",
+        "output [",
+        _tensor_block(FEATURES, "TYPE_FP32", [IMAGE_FEATURE_DIM]) + ",",
+        _tensor_block(CLASSES, "TYPE_INT32", [1]) + ",",
+        _tensor_block(ENCODER_IMAGE_SIZE, "TYPE_INT32", [2]),
+        "]",
+        "instance_group [",
+        "  {",
+        f"    count: {cfg.instance_count}",
+        f"    kind: {cfg.instance_kind}",
+    ]
+    if cfg.gpu_count > 0:
+        lines.append(f"    gpus: [ {', '.join(str(g) for g in range(cfg.gpu_count))} ]")
+    lines += ["  }", "]"]
+    if cfg.batching_enabled:
+        lines += ["dynamic_batching {", f"  max_queue_delay_microseconds: {cfg.max_queue_delay_microseconds}", "}"]
+    for key, value in model_parameters(model_cfg, preload=("image",)).items():
+        lines += ["parameters {", f"  key: {_quote(key)}", f"  value: {{ string_value: {_quote(value)} }}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def build_image_encoder_repository(cfg: RuntimeConfig) -> dict[str, str]:
+    """Stage ``image-encoder``: one model, :data:`IMAGE_ENCODER_MODEL` (:func:`render_image_encoder_pbtxt`; Python
+    model ``modalscale.runtime.model.stage_models.ImageEncoderStageModel``). ``cfg.model_name`` is not used (the
+    name is fixed, so a front needs only the address)."""
+    return {
+        f"{IMAGE_ENCODER_MODEL}/config.pbtxt": render_image_encoder_pbtxt(cfg),
+        f"{IMAGE_ENCODER_MODEL}/1/model.py": _entry_point(
+            "modalscale.runtime.model.stage_models.ImageEncoderStageModel",
+            "Python-backend image encoder of a modalscale image-encoder stage"),
+    }
+
+
+def build_front_repository(cfg: RuntimeConfig) -> dict[str, str]:
+    """Stage ``front``: the one-piece layout's client-facing models (the router and ``<name>_image``,
+    ``<name>_text``, ``<name>_image_text`` with ``cfg.uses_router``, else one model ``<name>``), with the same
+    request interface, batching and routing, but each batched model is
+    ``modalscale.runtime.model.stage_models.FrontModel``: it loads only the text encoder (:data:`FRONT_PRELOAD`),
+    sends each request's images to :data:`IMAGE_ENCODER_MODEL` at ``cfg.image_encoder_url`` (parameters
+    ``image_encoder_url`` and ``image_encoder_model``) while it encodes the texts, and fuses. With GPUs its
+    instances are ``KIND_GPU`` at :func:`gpu_precision`."""
+    model_cfg = _stage_model_cfg(cfg)
+    front_py = _entry_point("modalscale.runtime.model.stage_models.FrontModel",
+                            "Python-backend front model of a modalscale front stage")
+    extra = {"image_encoder_url": cfg.image_encoder_url, "image_encoder_model": IMAGE_ENCODER_MODEL}
+    if not cfg.uses_router:
+        return {
+            f"{cfg.model_name}/config.pbtxt": render_config_pbtxt(model_cfg, preload=("text",), extra_parameters=extra),
+            f"{cfg.model_name}/1/model.py": front_py,
+        }
+    files = {
+        f"{cfg.model_name}/config.pbtxt": render_router_pbtxt(cfg),
+        f"{cfg.model_name}/1/model.py": ROUTER_PY,
+    }
+    for modality in MODALITIES:
+        name = cfg.modality_model_name(modality)
+        files[f"{name}/config.pbtxt"] = render_config_pbtxt(
+            model_cfg.replace(model_name=name, response_cache=False), preload=FRONT_PRELOAD[modality],
+            extra_parameters=extra)
+        files[f"{name}/1/model.py"] = front_py
+    return files
+
+
+def served_model_name(cfg: RuntimeConfig) -> str:
+    """The model a readiness probe or a client checks for ``cfg``'s stage: ``cfg.model_name`` for ``all`` and
+    ``front``, :data:`IMAGE_ENCODER_MODEL` for ``image-encoder``."""
+    return IMAGE_ENCODER_MODEL if cfg.stage is Stage.IMAGE_ENCODER else cfg.model_name
+
+
 CONFIGMAP_SEPARATOR = "__"
 """ConfigMap keys cannot contain ``/``; the CRD's convention writes it as ``__``."""
 
@@ -602,6 +763,10 @@ def config_summary(cfg: RuntimeConfig) -> str:
         data["engine"] = cfg.engine.value
     if not cfg.image_int8_min_side_pixels:  # nor does a config without the INT8 image encoder
         del data["image_int8_min_side_pixels"]
+    if cfg.stage is Stage.ALL:  # nor does a one-piece config (a stage's summary names it)
+        del data["stage"], data["image_encoder_url"]
+    else:
+        data["stage"] = cfg.stage.value
     data["preferred_batch_sizes"] = list(cfg.preferred_batch_sizes)
     return json.dumps(data, sort_keys=True)
 
@@ -651,6 +816,30 @@ def _check_int(field: str, value: object, low: int, high: int) -> None:
     if not _is_int(value) or not low <= value <= high:  # type: ignore[operator]
         path = f"spec.{field}" if "." in field else field
         raise InvalidSpec(path, f"must be an integer in [{low}, {high}], got {value!r}")
+
+
+def _check_stage(stage: object, url: object) -> None:
+    """Raise InvalidSpec naming ``stage`` or ``image_encoder_url`` (and the flag that fixes it) when they do not fit
+    together: a front needs the pool's ``host:port``; the other stages must not have one."""
+    if not isinstance(stage, Stage):
+        raise InvalidSpec("stage", f"must be one of {[s.value for s in Stage]}, got {stage!r}")
+    if not isinstance(url, str):
+        raise InvalidSpec("image_encoder_url", f"must be a string (host:port), got {url!r}")
+    if stage is not Stage.FRONT:
+        if url:
+            raise InvalidSpec("image_encoder_url", f"must be empty for stage {stage.value}: only a front calls the "
+                                                   f"image encoder pool, got {url!r}; drop --image-encoder-url or use "
+                                                   "--stage front")
+        return
+    if not url:
+        raise InvalidSpec("image_encoder_url", "required for stage front: the host:port of the image encoder pool's "
+                                               "KServe v2 gRPC endpoint, e.g. 10.96.0.12:8001; set "
+                                               "--image-encoder-url")
+    match = _HOST_PORT.match(url)
+    if match is None or not 1 <= int(match.group(1)) <= 65535:
+        raise InvalidSpec("image_encoder_url", f"must be host:port of the image encoder pool's KServe v2 gRPC "
+                                               f"endpoint (no scheme, no path; port 1-65535), e.g. 10.96.0.12:8001, "
+                                               f"got {url!r}")
 
 
 FASTEST_IMAGE_INT8_MIN_SIDE_PIXELS = 160
@@ -708,4 +897,8 @@ def config_flags(cfg: RuntimeConfig) -> list[str]:
               "--engine", cfg.engine.value]
     if cfg.image_int8_min_side_pixels:
         flags += ["--image-int8-min-side-pixels", str(cfg.image_int8_min_side_pixels)]
+    if cfg.stage is not Stage.ALL:
+        flags += ["--stage", cfg.stage.value]
+    if cfg.image_encoder_url:
+        flags += ["--image-encoder-url", cfg.image_encoder_url]
     return flags

@@ -332,20 +332,17 @@ CacheLookup = Callable[[bytes], "tuple[Any, int, int] | None"]
 """SHA-256 digest -> ``(cache entry, width, height)`` of an image already encoded, or None."""
 
 
-def parse_request(images: NDArray[np.object_] | None, text: NDArray[np.object_] | None, settings: ModelSettings,
-                  lookup: CacheLookup | None = None) -> ParsedRequest:
-    """Validate and decode one request.
+def check_request(images: NDArray[np.object_] | None, text: NDArray[np.object_] | None, settings: ModelSettings
+                  ) -> tuple[list[object], str | None]:
+    """The checks of :func:`parse_request` that decode no image, in its order: what a front (stage ``front``) checks
+    itself before it sends the images on to the image encoder pool, which makes the per-image checks.
 
     Args:
-        images: The IMAGES tensor as numpy (object array of bytes, shape (1, n) or (n,)), or None if absent.
-        text: The TEXT tensor (object array with one bytes element), or None if absent.
-        settings: Bounds.
-        lookup: The embedding cache: an image whose digest it knows is not decoded again (byte-identical bytes
-            decoded and passed validation before), and carries the cache entry instead of pixels.
+        images, text, settings: As for :func:`parse_request`.
     Returns:
-        The parsed request.
+        ``(image elements, decoded text or None)``; the elements are not checked.
     Raises:
-        RequestError: Missing/empty content, too many images, a bad image or a bad text.
+        RequestError: Neither input, too many images, a bad text, or nothing to encode.
     """
     if images is None and text is None:
         raise RequestError("MissingInput", "request has neither IMAGES nor TEXT; send at least one")
@@ -361,6 +358,34 @@ def parse_request(images: NDArray[np.object_] | None, text: NDArray[np.object_] 
         decoded_text = decode_text(_as_bytes(items[0], "TEXT"), settings)
     if not image_items and decoded_text is None:
         raise RequestError("EmptyRequest", "request is empty: IMAGES has no image and TEXT is absent or blank")
+    return image_items, decoded_text
+
+
+def image_bytes(items: list[object]) -> list[bytes]:
+    """The image elements as bytes (what a front forwards).
+
+    Raises:
+        RequestError: An element is not bytes or str (``BadElementType``).
+    """
+    return [_as_bytes(item, f"IMAGES[{i}]") for i, item in enumerate(items)]
+
+
+def parse_request(images: NDArray[np.object_] | None, text: NDArray[np.object_] | None, settings: ModelSettings,
+                  lookup: CacheLookup | None = None) -> ParsedRequest:
+    """Validate and decode one request.
+
+    Args:
+        images: The IMAGES tensor as numpy (object array of bytes, shape (1, n) or (n,)), or None if absent.
+        text: The TEXT tensor (object array with one bytes element), or None if absent.
+        settings: Bounds.
+        lookup: The embedding cache: an image whose digest it knows is not decoded again (byte-identical bytes
+            decoded and passed validation before), and carries the cache entry instead of pixels.
+    Returns:
+        The parsed request.
+    Raises:
+        RequestError: Missing/empty content, too many images, a bad image or a bad text.
+    """
+    image_items, decoded_text = check_request(images, text, settings)
     decoded = []
     for i, item in enumerate(image_items):
         data = _as_bytes(item, f"IMAGES[{i}]")

@@ -126,13 +126,42 @@ class MultimodalPipeline:
         n = len(batch)
         image_features = np.zeros((n, IMAGE_FEATURE_DIM), dtype=np.float32)
         image_present = np.zeros(n, dtype=bool)
-        text_features = np.zeros((n, TEXT_FEATURE_DIM), dtype=np.float32)
-        text_present = np.zeros(n, dtype=bool)
         classes: list[NDArray[np.int32]] = []
+
+        per_request, hits, misses = self.image_entries(batch)
+        for r, slots in enumerate(per_request):
+            if slots:
+                feats = np.stack([s[0] for s in slots if s is not None])
+                image_features[r] = feats.mean(axis=0)
+                image_present[r] = True
+            classes.append(np.array([s[1] for s in slots if s is not None], dtype=np.int32))
+
+        text_features, text_present = encode_texts(
+            self.encoder, [prep.token_ids for prep in batch], [prep.stage_s for prep in batch],
+            self.settings.modality_aware_batching, self.clock)
+
+        start = self.clock()
+        embeddings = self.encoder.fuse(image_features, image_present, text_features, text_present)
+        for prep, share in zip(batch, split_evenly(self.clock() - start, [1] * n), strict=True):
+            _add(prep.stage_s, "fusion", share)
+        return [RequestOutput(embedding=embeddings[r], modality=prep.parsed.modality.value,
+                              image_classes=classes[r], stage_s=dict(prep.stage_s), cache_hits=hits[r],
+                              cache_misses=misses[r])
+                for r, prep in enumerate(batch)]
+
+    def image_entries(self, batch: Sequence[Prepared]
+                      ) -> tuple[list[list[tuple[Any, ...] | None]], list[int], list[int]]:
+        """The image half of :meth:`run`: each image's embedding-cache entry ``(features (1280,) float32, class,
+        width, height)``, from the cache or encoded in planned groups (one pass per resolution bucket,
+        ``batching.plan_image_groups``; a pass's seconds go to its images' requests as ``image_encoder``).
+
+        Returns:
+            ``(entries per request per image, cache hits per request, cache misses per request)``; every entry is
+            set (the ``None`` in the type is the slot before encoding).
+        """
+        n = len(batch)
         hits = [0] * n
         misses = [0] * n
-
-        # Images: look up the cache, encode the misses in planned groups.
         owners: list[tuple[int, int]] = []  # (request, image) of each image to encode
         per_request: list[list[tuple[Any, ...] | None]] = []
         for r, prep in enumerate(batch):
@@ -152,34 +181,7 @@ class MultimodalPipeline:
         shapes = [batch[r].parsed.images[k].bucket for r, k in owners]
         for group in plan_image_groups(shapes):
             self._encode_image_group(batch, owners, group, per_request)
-        for r, slots in enumerate(per_request):
-            if slots:
-                feats = np.stack([s[0] for s in slots if s is not None])
-                image_features[r] = feats.mean(axis=0)
-                image_present[r] = True
-            classes.append(np.array([s[1] for s in slots if s is not None], dtype=np.int32))
-
-        # Texts.
-        text_rows = [r for r, prep in enumerate(batch) if prep.token_ids is not None]
-        lengths = [len(batch[r].token_ids or []) for r in text_rows]
-        for group in plan_text_groups(lengths, self.settings.modality_aware_batching):
-            rows = [text_rows[i] for i in group.indices]
-            start = self.clock()
-            feats = self.encoder.encode_texts([batch[r].token_ids or [] for r in rows], group.pad_to[0])
-            shares = split_evenly(self.clock() - start, [1] * len(rows))
-            for r, feat, share in zip(rows, feats, shares, strict=True):
-                text_features[r] = feat
-                text_present[r] = True
-                _add(batch[r].stage_s, "text_encoder", share)
-
-        start = self.clock()
-        embeddings = self.encoder.fuse(image_features, image_present, text_features, text_present)
-        for prep, share in zip(batch, split_evenly(self.clock() - start, [1] * n), strict=True):
-            _add(prep.stage_s, "fusion", share)
-        return [RequestOutput(embedding=embeddings[r], modality=prep.parsed.modality.value,
-                              image_classes=classes[r], stage_s=dict(prep.stage_s), cache_hits=hits[r],
-                              cache_misses=misses[r])
-                for r, prep in enumerate(batch)]
+        return per_request, hits, misses
 
     def _encode_image_group(self, batch: Sequence[Prepared], owners: list[tuple[int, int]], group: Group,
                             per_request: list[list[tuple[Any, ...] | None]]) -> None:
@@ -205,6 +207,33 @@ class MultimodalPipeline:
         for (r, _), share in zip((owners[i] for i in group.indices),
                                  split_evenly(elapsed, [1] * len(group.indices)), strict=True):
             _add(batch[r].stage_s, "image_encoder", share)
+
+
+def encode_texts(encoder: MultimodalEncoder, token_ids: Sequence[list[int] | None],
+                 stage_s: Sequence[dict[str, float]], modality_aware: bool, clock: Callable[[], float]
+                 ) -> tuple[NDArray[np.float32], NDArray[np.bool_]]:
+    """Encode the texts of a batch (rows with ``token_ids`` None have none), one pass per group of
+    ``batching.plan_text_groups``; each pass's seconds are split evenly over its rows as ``text_encoder`` in
+    ``stage_s``.
+
+    Returns:
+        ``(features float32 (n, 384), present bool (n,))``; rows without text are zeros.
+    """
+    n = len(token_ids)
+    text_features = np.zeros((n, TEXT_FEATURE_DIM), dtype=np.float32)
+    text_present = np.zeros(n, dtype=bool)
+    text_rows = [r for r, ids in enumerate(token_ids) if ids is not None]
+    lengths = [len(token_ids[r] or []) for r in text_rows]
+    for group in plan_text_groups(lengths, modality_aware):
+        rows = [text_rows[i] for i in group.indices]
+        start = clock()
+        feats = encoder.encode_texts([token_ids[r] or [] for r in rows], group.pad_to[0])
+        shares = split_evenly(clock() - start, [1] * len(rows))
+        for r, feat, share in zip(rows, feats, shares, strict=True):
+            text_features[r] = feat
+            text_present[r] = True
+            _add(stage_s[r], "text_encoder", share)
+    return text_features, text_present
 
 
 def _add(stage_s: dict[str, float], stage: str, seconds: float) -> None:

@@ -21,6 +21,7 @@ import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 from modalscale.runtime.model import metrics as names
 from modalscale.runtime.model.batching import route
 from modalscale.runtime.repo_config import (
+    IMAGE_ENCODER_UNAVAILABLE,
     INPUT_IMAGES,
     INPUT_TEXT,
     OUTPUT_EMBEDDING,
@@ -98,7 +99,10 @@ _REQUEST_ERROR = re.compile(r"^[A-Z][A-Za-z0-9]+: ")
 def _code(message: str) -> Any:
     """Status for a forwarded error: Triton 2.51's BLS response error carries only the target model's message
     (its status code is lost), so the message prefix decides: ``<CamelCaseReason>: ...`` (a ``RequestError``)
-    is the client's fault (400); ``InternalError: ...`` and anything else is the server's (500)."""
+    is the client's fault (400); ``ImageEncoderUnavailable: ...`` (a front whose image encoder pool did not answer)
+    is ``UNAVAILABLE`` (503); ``InternalError: ...`` and anything else is the server's (500)."""
+    if message.startswith(IMAGE_ENCODER_UNAVAILABLE + ": "):
+        return pb_utils.TritonError.UNAVAILABLE
     if _REQUEST_ERROR.match(message) and not message.startswith("InternalError"):
         return pb_utils.TritonError.INVALID_ARG
     return pb_utils.TritonError.INTERNAL

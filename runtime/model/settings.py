@@ -53,6 +53,11 @@ class ModelSettings:
     """``execute``: the feature metrics of one ``execute`` call are sent together (counters summed per series);
     ``request``: each request's on its own, as before (``metrics.METRICS_BATCHING``); not generated from a
     RuntimeConfig, a benchmark sets ``request`` to measure the two side by side."""
+    image_encoder_url: str = ""
+    """A front's model only (``repo_config.build_front_repository``): ``host:port`` of the image encoder pool's KServe
+    v2 gRPC endpoint; empty elsewhere."""
+    image_encoder_model: str = "image_encoder"
+    """The model the front calls there (``repo_config.IMAGE_ENCODER_MODEL``)."""
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any]) -> ModelSettings:
@@ -107,6 +112,9 @@ class ModelSettings:
                 raise ValueError(f"parameter metrics_batching: expected execute or request, "
                                  f"got {raw['metrics_batching']!r}")
             values["metrics_batching"] = raw["metrics_batching"]
+        for name in ("image_encoder_url", "image_encoder_model"):
+            if name in raw:
+                values[name] = raw[name]
         if "engine" in raw:
             try:
                 values["engine"] = Engine(raw["engine"])
