@@ -78,6 +78,15 @@ class Engine(str, enum.Enum):
     OPENVINO = "openvino"
 
 
+class Stage(str, enum.Enum):
+    ALL = "all"
+    IMAGE_ENCODER = "image-encoder"
+    FRONT = "front"
+
+
+IMAGE_ENCODER_MODEL = "image_encoder"
+
+
 @dataclass(frozen=True)
 class RuntimeConfig:
     """Everything that shapes the generated Triton model repository.
@@ -136,6 +145,8 @@ class RuntimeConfig:
     """CPU cores the replica may use (``modalscale.runtime.cores.available_cores``: the cgroup quota, else the CPU
     affinity); sizes the router's instances (:func:`router_instances_for`). 0 = not known: sized for the batch
     only, as before."""
+    stage: Stage = Stage.ALL
+    image_encoder_url: str = ""
 
     def __post_init__(self) -> None:
         _check_int("model.name", len(self.model_name), 1, 127)
