@@ -155,6 +155,9 @@ NAMESPACED_GRANTS = {
     # Role grants endpointslices get/list/watch, which the operator must hold to grant (no escalate/bind).
     *{(g, r, v, "") for g, r in GATEWAY_KINDS for v in ("get", "create", "patch", "delete")},
     ("", "services", "delete", ""),
+    # The image encoder pool (spec.stages): its ConfigMap is deleted when spec.stages is removed (its Deployment,
+    # Service and PodDisruptionBudget by the grants above).
+    ("", "configmaps", "delete", ""),
     *{("discovery.k8s.io", "endpointslices", v, "") for v in ("get", "list", "watch")},
     ("", "persistentvolumeclaims", "get", ""),
     ("", "pods", "list", ""), ("", "pods", "watch", ""),
@@ -527,7 +530,7 @@ def test_helm_install_cluster_wide_brings_up_the_operator_with_least_privilege_r
         ], denied=[
             ["delete", "namespaces"], ["create", "namespaces"], ["list", "secrets", "-A"],
             ["get", "secrets", "-n", other], ["get", "secrets/other-secret", "-n", other],
-            ["delete", "inferenceservices.modalscale.io", "-n", other], ["delete", "configmaps", "-n", other],
+            ["delete", "inferenceservices.modalscale.io", "-n", other], ["delete", "secrets", "-n", other],
             ["update", "deployments.apps", "-n", other], ["create", "pods", "-n", other],
             ["patch", "clusterkopfpeerings.kopf.dev/someone-elses-peering"],
             ["list", "leases.coordination.k8s.io", "-n", "kube-node-lease"],
