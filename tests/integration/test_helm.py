@@ -243,9 +243,10 @@ def test_default_rbac_is_exactly_what_the_operator_uses_with_no_wildcards(helm: 
         ("coordination.k8s.io", "leases", "get", "")}  # budget.observe: a silent node's last Lease renewal
     verbs = {v for _, _, v, _ in grants(rule_list)}
     assert not verbs & {"deletecollection", "escalate", "bind", "impersonate"}
-    # delete: only the objects of a gateway that is turned off (operator/isvc/plan.py _gateway_writes)
+    # delete: only the objects of a gateway that is turned off (operator/isvc/plan.py _gateway_writes) and of an
+    # image encoder pool whose spec.stages was removed (_image_encoder_writes: its ConfigMap too)
     assert {r for _, r, v, _ in grants(rule_list) if v == "delete"} == {
-        "deployments", "services", *(r for _, r in GATEWAY_KINDS)}
+        "deployments", "services", "configmaps", *(r for _, r in GATEWAY_KINDS)}
     assert {r for _, r, v, _ in grants(rule_list) if v == "update"} == {"inferenceservices/finalizers"}
     assert not [g for g in grants(rule_list) if g[1] == "secrets"]  # no Secret access unless names are given
 
