@@ -182,9 +182,9 @@ class Writer:
         it gone, is not an error."""
         self._count(write.kind, write.action, namespace, write.name)
         try:
-            if write.action == "delete" and write.kind in ("Deployment", "Service"):
-                (self.apps.delete_namespaced_deployment if write.kind == "Deployment"
-                 else self.core.delete_namespaced_service)(write.name, namespace)
+            if write.action == "delete" and write.kind in ("Deployment", "Service", "ConfigMap"):
+                {"Deployment": self.apps.delete_namespaced_deployment, "Service": self.core.delete_namespaced_service,
+                 "ConfigMap": self.core.delete_namespaced_config_map}[write.kind](write.name, namespace)
             elif write.kind == "Deployment":
                 if write.action == "create":
                     self.apps.create_namespaced_deployment(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is

@@ -12,9 +12,10 @@ writing nothing.
 
 Every change seen after the first list (a watch event or a difference found by a later list) calls ``on_change``
 with the namespace and name of the InferenceService the object belongs to (its controller ``ownerReference`` of
-kind InferenceService; for pods, whose owner is a ReplicaSet, the ``modalscale.io/inferenceservice`` or
-``modalscale.io/gateway`` label; for a HorizontalPodAutoscaler, its ``scaleTargetRef``), so that a child's drift or
-a pod's readiness reaches its owner's reconcile at once rather than at the next resync (:class:`Pokes`).
+kind InferenceService; for pods, whose owner is a ReplicaSet, the ``modalscale.io/inferenceservice``,
+``modalscale.io/gateway`` or ``modalscale.io/image-encoder`` label; for a HorizontalPodAutoscaler, its
+``scaleTargetRef``), so that a child's drift or a pod's readiness reaches its owner's reconcile at once rather than
+at the next resync (:class:`Pokes`).
 
 Threads: each informer runs in one daemon thread of its own (the kubernetes client is blocking); reads take a
 lock held only to copy a reference. Objects are the API server's JSON as dicts (camelCase, as ``read_json`` gave).
@@ -39,8 +40,9 @@ log = logging.getLogger("modalscale.operator.cache")
 
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=modalscale-operator"
 """The label selector of the operator's children (``objects.owned_labels``, ``objects.gateway_labels``)."""
-OWNER_LABELS = ("modalscale.io/inferenceservice", "modalscale.io/gateway")
-"""Pod labels naming the InferenceService (``objects.SELECTOR_LABEL``, ``objects.GATEWAY_LABEL``)."""
+OWNER_LABELS = ("modalscale.io/inferenceservice", "modalscale.io/gateway", "modalscale.io/image-encoder")
+"""Pod labels naming the InferenceService (``objects.SELECTOR_LABEL``, ``objects.GATEWAY_LABEL``,
+``objects.IMAGE_ENCODER_LABEL``)."""
 WATCH_TIMEOUT_S = 300
 """``timeoutSeconds`` of one watch request; the informer then watches again from its last version, s."""
 LIST_TIMEOUT_S = 60.0

@@ -9,11 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from modalscale import GROUP, VERSION
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
-from modalscale.api.inferenceservice import GPU_RESOURCE, IsvcSpec
+from modalscale.api.inferenceservice import GPU_RESOURCE, IMAGE_ENCODER_SUFFIX, IsvcSpec
+from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
 
 SELECTOR_LABEL = "modalscale.io/inferenceservice"
 """Pod label that selects the pods of one InferenceService (immutable Deployment selector)."""
@@ -86,6 +88,99 @@ def configmap_name(spec: IsvcSpec) -> str:
     return f"{spec.name}-model-repo"
 
 
+STAGE_LABEL = "modalscale.io/stage"
+"""Label naming a pod's stage in the staged layout (``spec.stages``): :data:`STAGE_FRONT` on the front pool's pods,
+:data:`STAGE_IMAGE_ENCODER` on the image encoder pool's objects and pods. One-piece pods carry none."""
+STAGE_FRONT, STAGE_IMAGE_ENCODER = "front", "image-encoder"
+"""The values of :data:`STAGE_LABEL`: those of ``modalscale.runtime.repo_config.Stage`` (a unit test keeps them
+equal) and the names in ``status.stages``."""
+IMAGE_ENCODER_LABEL = "modalscale.io/image-encoder"
+"""Pod label that selects the image encoder pool of one InferenceService (its value: the InferenceService's name).
+The encoder pods never carry :data:`SELECTOR_LABEL`: the front Deployment's selector, the Services ``<name>`` and
+``<name>-replicas``, the PodDisruptionBudget ``<name>``, the NetworkPolicy, the gateway and the autoscaler's
+metrics select on that one, and none of them may take an encoder pod for a front replica."""
+IMAGE_ENCODER_ADDRESS_ANNOTATION = "modalscale.io/image-encoder-address"
+"""Front pod-template annotation: the encoder pool's ``host:port`` the front's repository was rendered with. The
+repository is a ConfigMap, and a changed ConfigMap reaches a running Triton never (it loads its models once), so
+the address is also in the template: a new address rolls the front pods onto the new repository."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Which replicas one runtime Deployment runs: the one-piece (or front) replicas ``<name>``, or the image encoder
+    pool ``<name>-image-encoder``. :func:`front_pool` is the one-piece layout exactly."""
+
+    name: str
+    """The Deployment's name."""
+    labels: dict[str, str]
+    """Labels of the Deployment object (and of the pods, with :attr:`pod_labels` over them)."""
+    selector: dict[str, str]
+    """``spec.selector.matchLabels`` (immutable once created)."""
+    configmap: str
+    """The generated model-repository ConfigMap it mounts (BuiltIn source)."""
+    ready_model: str
+    """The Triton model the readiness probe checks."""
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    """Extra pod-template labels (the stage label of the front pool)."""
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+    """Pod-template annotations (the front's :data:`IMAGE_ENCODER_ADDRESS_ANNOTATION`); none: no ``annotations``."""
+    record_replicas: bool = True
+    """Put :data:`REPLICAS_ANNOTATION` on the Deployment (the one-piece and front pools: external scaling is told
+    apart by it; the encoder pool's replicas are compared and restored like any field)."""
+
+
+def front_pool(spec: IsvcSpec, encoder_address: str | None = None) -> Pool:
+    """The replicas ``<name>``: one piece (``encoder_address`` None: exactly as before stages), or the staged
+    layout's front pool calling the encoder pool at ``encoder_address`` (stage label and address annotation)."""
+    pool = Pool(spec.name, owned_labels(spec), {SELECTOR_LABEL: spec.name}, configmap_name(spec), spec.model.name)
+    if encoder_address is None:
+        return pool
+    return replace(pool, pod_labels={STAGE_LABEL: STAGE_FRONT},
+                   pod_annotations={IMAGE_ENCODER_ADDRESS_ANNOTATION: encoder_address})
+
+
+def image_encoder_name(spec: IsvcSpec) -> str:
+    """``<name>-image-encoder``: the image encoder pool's Deployment, Service and PodDisruptionBudget."""
+    return f"{spec.name}{IMAGE_ENCODER_SUFFIX}"
+
+
+def image_encoder_configmap_name(spec: IsvcSpec) -> str:
+    """``<name>-image-encoder-model-repo``: the encoder pool's generated model repository."""
+    return f"{image_encoder_name(spec)}-model-repo"
+
+
+def image_encoder_labels(spec: IsvcSpec) -> dict[str, str]:
+    """The labels the operator owns on the encoder pool's objects and pods: the recommended ones with component
+    ``image-encoder``, the stage label and :data:`IMAGE_ENCODER_LABEL`, never :data:`SELECTOR_LABEL`."""
+    labels = {k: v for k, v in owned_labels(spec).items() if k != SELECTOR_LABEL}
+    return {**labels, "app.kubernetes.io/component": "image-encoder", STAGE_LABEL: STAGE_IMAGE_ENCODER,
+            IMAGE_ENCODER_LABEL: spec.name}
+
+
+def image_encoder_pool(spec: IsvcSpec) -> Pool:
+    """The staged layout's image encoder pool (readiness: the ``image_encoder`` model)."""
+    return Pool(image_encoder_name(spec), image_encoder_labels(spec), {IMAGE_ENCODER_LABEL: spec.name},
+                image_encoder_configmap_name(spec), IMAGE_ENCODER_MODEL, record_replicas=False)
+
+
+def image_encoder_spec(spec: IsvcSpec) -> IsvcSpec:
+    """``spec`` as the encoder pool's replicas run it: its own resources and runtime knobs
+    (``spec.stages.imageEncoder``), the same image, placement and pricing tier (a Spot switch moves both pools).
+
+    Raises:
+        ValueError: ``spec.stages`` is None.
+    """
+    if spec.stages is None:
+        raise ValueError("image_encoder_spec needs spec.stages")
+    enc = spec.stages.image_encoder
+    return replace(spec, runtime=enc.runtime, resources=enc.resources)
+
+
+def _pool_meta(spec: IsvcSpec, pool: Pool, name: str | None = None) -> dict[str, Any]:
+    return {"name": name or pool.name, "namespace": spec.namespace, "labels": dict(pool.labels),
+            "ownerReferences": [owner_reference(spec)]}
+
+
 def configmap_key(path: str) -> str:
     """A ConfigMap key for a repository file path (keys may not hold ``/``): ``a/b.txt`` -> ``a__b.txt``."""
     key = path.replace("/", "__")
@@ -102,14 +197,15 @@ def build_configmap(spec: IsvcSpec, files: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _model_volume(spec: IsvcSpec, repo_files: dict[str, str], user_cm_keys: list[str]) -> tuple[
+def _model_volume(spec: IsvcSpec, repo_files: dict[str, str], user_cm_keys: list[str], configmap: str) -> tuple[
         list[dict[str, Any]], list[dict[str, Any]], str]:
-    """Volumes, mounts and the ``--model-repository`` argument for the model source."""
+    """Volumes, mounts and the ``--model-repository`` argument for the model source (``configmap``: the generated
+    repository's, BuiltIn)."""
     m = spec.model
     mount = {"name": "model-repository", "mountPath": MODEL_REPO_MOUNT, "readOnly": True}
     if m.source == "BuiltIn":
         items = [{"key": configmap_key(p), "path": p} for p in sorted(repo_files)]
-        vol = {"name": "model-repository", "configMap": {"name": configmap_name(spec), "items": items}}
+        vol = {"name": "model-repository", "configMap": {"name": configmap, "items": items}}
         return [vol], [mount], CONFIGMAP_REPO
     if m.source == "ConfigMap":
         items = [{"key": k, "path": k.replace("__", "/")} for k in sorted(user_cm_keys)]
@@ -152,7 +248,7 @@ def node_loss_tolerations(tolerations: list[dict[str, Any]], toleration_s: int |
 
 def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
                      user_cm_keys: list[str] | None = None,
-                     node_loss_toleration_s: int | None = None) -> dict[str, Any]:
+                     node_loss_toleration_s: int | None = None, pool: Pool | None = None) -> dict[str, Any]:
     """The Deployment running ``tritonserver`` for ``spec``.
 
     Args:
@@ -162,8 +258,8 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
         node_loss_toleration_s: Seconds the pods stay on a lost node (:func:`node_loss_tolerations`); None: the
             cluster's default (the planner passes ``PlanConfig.node_loss_toleration_s``).
     """
-    labels = owned_labels(spec)
-    volumes, mounts, repo_arg = _model_volume(spec, repo_files, user_cm_keys or [])
+    pool = pool or front_pool(spec)
+    volumes, mounts, repo_arg = _model_volume(spec, repo_files, user_cm_keys or [], pool.configmap)
     volumes.append({"name": "tmp", "emptyDir": {}})
     mounts.append({"name": "tmp", "mountPath": "/tmp"})
     threads = spec.runtime.intra_op_threads
@@ -200,7 +296,7 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
                   {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
-        **_probes(spec),
+        **_probes(spec, pool.ready_model),
         "startupProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"},
                          "periodSeconds": 5, "failureThreshold": 60},
         **({"lifecycle": _prestop_drain()} if spec.model.source == "BuiltIn" else {}),
@@ -222,13 +318,18 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
         pod_spec["nodeSelector"] = node_selector
     if tolerations:
         pod_spec["tolerations"] = tolerations
-    template = {"metadata": {"labels": labels}, "spec": pod_spec}
+    template: dict[str, Any] = {"metadata": {"labels": {**pool.labels, **pool.pod_labels}}, "spec": pod_spec}
+    if pool.pod_annotations:
+        template["metadata"]["annotations"] = dict(pool.pod_annotations)
+    meta = _pool_meta(spec, pool)
+    if pool.record_replicas:
+        meta["annotations"] = {REPLICAS_ANNOTATION: str(replicas)}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {**_meta(spec, spec.name), "annotations": {REPLICAS_ANNOTATION: str(replicas)}},
+        "metadata": meta,
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": {SELECTOR_LABEL: spec.name}},
+            "selector": {"matchLabels": dict(pool.selector)},
             # Never drop below the ready replicas during a rollout: surge one, take none away.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "revisionHistoryLimit": 5,
@@ -237,8 +338,8 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
     }
 
 
-def _probes(spec: IsvcSpec) -> dict[str, Any]:
-    """Readiness and liveness of the Triton container.
+def _probes(spec: IsvcSpec, model: str) -> dict[str, Any]:
+    """Readiness (of ``model``) and liveness of the Triton container.
 
     The BuiltIn runtime image runs ``modalscale.runtime.health`` (exec): besides Triton's answer (the model's ready
     endpoint; ``/v2/health/live``) it fails while a Python-backend stub of tritonserver is dead, which Triton
@@ -249,10 +350,10 @@ def _probes(spec: IsvcSpec) -> dict[str, Any]:
     """
     if spec.model.source == "BuiltIn":
         check = ["python3", "-m", "modalscale.runtime.health", f"--http-port={HTTP_PORT}"]
-        readiness: dict[str, Any] = {"exec": {"command": [*check, f"--model={spec.model.name}"]}}
+        readiness: dict[str, Any] = {"exec": {"command": [*check, f"--model={model}"]}}
         liveness: dict[str, Any] = {"exec": {"command": check}}
     else:
-        readiness = {"httpGet": {"path": f"/v2/models/{spec.model.name}/ready", "port": "http"}}
+        readiness = {"httpGet": {"path": f"/v2/models/{model}/ready", "port": "http"}}
         liveness = {"httpGet": {"path": "/v2/health/live", "port": "http"}}
     return {"readinessProbe": {**readiness, "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5},
             "livenessProbe": {**liveness, "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5}}
@@ -278,6 +379,54 @@ def build_service(spec: IsvcSpec) -> dict[str, Any]:
                       {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}],
         },
     }
+
+
+def build_image_encoder_configmap(spec: IsvcSpec, files: dict[str, str]) -> dict[str, Any]:
+    """The ConfigMap ``<name>-image-encoder-model-repo``: the encoder pool's generated repository (``files``)."""
+    cm = build_configmap(spec, files)
+    cm["metadata"] = _pool_meta(spec, image_encoder_pool(spec), image_encoder_configmap_name(spec))
+    return cm
+
+
+def build_image_encoder_deployment(spec: IsvcSpec, replicas: int, files: dict[str, str],
+                                   node_loss_toleration_s: int | None = None) -> dict[str, Any]:
+    """The Deployment ``<name>-image-encoder``: :func:`build_deployment` of :func:`image_encoder_spec` for
+    :func:`image_encoder_pool` (its own resources, runtime knobs, labels, selector and repository)."""
+    return build_deployment(image_encoder_spec(spec), replicas, files, None, node_loss_toleration_s,
+                            image_encoder_pool(spec))
+
+
+def build_image_encoder_service(spec: IsvcSpec) -> dict[str, Any]:
+    """The ClusterIP Service ``<name>-image-encoder`` of the encoder pool (same ports as :func:`build_service`); the
+    front pool calls its gRPC port at its ClusterIP (``status.stages[image-encoder].address``)."""
+    svc = build_service(spec)
+    svc["metadata"] = _pool_meta(spec, image_encoder_pool(spec))
+    svc["spec"]["selector"] = {IMAGE_ENCODER_LABEL: spec.name}
+    return svc
+
+
+def build_image_encoder_pdb(spec: IsvcSpec) -> dict[str, Any]:
+    """``<name>-image-encoder``: at most one encoder replica evicted at a time, as :func:`build_pdb` for the front."""
+    pdb = build_pdb(spec)
+    pdb["metadata"] = _pool_meta(spec, image_encoder_pool(spec))
+    pdb["spec"]["selector"] = {"matchLabels": {IMAGE_ENCODER_LABEL: spec.name}}
+    return pdb
+
+
+def image_encoder_address(service: dict[str, Any] | None) -> str | None:
+    """``<ClusterIP>:<gRPC port>`` of the observed encoder Service, None until the API server gave it one.
+
+    Why the ClusterIP and not ``<name>-image-encoder.<ns>.svc``: the local cluster's real node runs its kubelet with
+    ``clusterDNS: []`` (no cluster DNS), so a Service name does not resolve inside a pod there, while a ClusterIP is
+    reached through kube-proxy on every cluster. It is fixed for the Service's life; if the Service is deleted and
+    made again, the new address reaches the front pods by a rollout (:data:`IMAGE_ENCODER_ADDRESS_ANNOTATION`).
+    Service link variables (``<NAME>_SERVICE_HOST``) need no DNS either, but only reach pods started after the Service
+    and cannot reach a repository file, which is where the runtime reads the address.
+    """
+    ip = ((service or {}).get("spec") or {}).get("clusterIP")
+    if not ip or ip == "None":
+        return None
+    return f"[{ip}]:{GRPC_PORT}" if ":" in ip else f"{ip}:{GRPC_PORT}"
 
 
 def service_url(spec: IsvcSpec) -> str:

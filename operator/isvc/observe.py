@@ -14,9 +14,12 @@ from modalscale.api.inferenceservice import IsvcSpec
 from modalscale.api.isvc_status import IsvcStatus
 from modalscale.operator.isvc.cache import ChildCaches
 from modalscale.operator.isvc.objects import (
+    IMAGE_ENCODER_LABEL,
     SELECTOR_LABEL,
     configmap_name,
     gateway_name,
+    image_encoder_configmap_name,
+    image_encoder_name,
     replicas_service_name,
     selector,
 )
@@ -98,7 +101,33 @@ class Observer:
             if (h.get("spec") or {}).get("scaleTargetRef", {}).get("kind") == "Deployment"
             and h["spec"]["scaleTargetRef"].get("name") == spec.name]
         obs.gateway_objects = self.observe_gateway(spec)
+        obs.image_encoder = self.observe_image_encoder(spec)
+        if spec.stages is not None:
+            obs.image_encoder_pods = self.pods(ns, IMAGE_ENCODER_LABEL, spec.name)
         return obs
+
+    def pods(self, namespace: str, label: str, value: str) -> list[dict[str, Any]]:
+        """The pods labelled ``label=value`` (from the cache when there is one)."""
+        if self.cache is not None:
+            return self.cache.list_objects("Pod", namespace, {label: value})
+        found = read_json(self.core.list_namespaced_pod, namespace, label_selector=f"{label}={value}") or {}
+        return list(found.get("items") or [])
+
+    def observe_image_encoder(self, spec: IsvcSpec) -> dict[str, dict[str, Any] | None]:
+        """The image encoder pool's objects by kind (``plan.IMAGE_ENCODER_KINDS``); without ``spec.stages`` only the
+        ConfigMap (made first, deleted last) and the Deployment: enough to tell that an earlier staged spec left objects
+        to delete."""
+        ns, name = spec.namespace, image_encoder_name(spec)
+        reads: dict[str, tuple[Callable[..., Any], str]] = {
+            "ConfigMap": (self.core.read_namespaced_config_map, image_encoder_configmap_name(spec)),
+            "Deployment": (self.apps.read_namespaced_deployment, name),
+        }
+        if spec.stages is not None:
+            reads.update({
+                "Service": (self.core.read_namespaced_service, name),
+                "PodDisruptionBudget": (self.policy.read_namespaced_pod_disruption_budget, name),
+            })
+        return {kind: self.child(kind, read, n, ns) for kind, (read, n) in reads.items()}
 
     def observe_gateway(self, spec: IsvcSpec) -> dict[str, dict[str, Any] | None]:
         """The gateway's objects by kind (``plan.GATEWAY_KINDS``); with the gateway disabled only the Deployment and

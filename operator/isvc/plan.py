@@ -16,6 +16,11 @@ decides:
   is ready, so clients never meet a Service without endpoints, nor a policy that refuses them while the Service
   still selects the replicas; ``status.gateway`` and ``GatewayReady``. Disabled, the plan is what it was before the
   gateway existed, plus deleting gateway objects left from an earlier enabled spec (the Service switches back first).
+- with ``spec.stages`` (:func:`stage_layout`, :func:`image_encoder_replicas`), the image encoder pool's ConfigMap,
+  Deployment, Service and PodDisruptionBudget ``<name>-image-encoder`` and the front pool calling it at its Service's
+  ClusterIP; a new service's front waits for that address, a running one-piece front switches only once an
+  encoder replica is ready, and a front switched back to one piece rolls out (no pod left calling the pool) before
+  the pool is deleted; ``status.stages`` and ``ImageEncoderReady``. Without it, every object as before stages.
 """
 
 from __future__ import annotations
@@ -31,22 +36,34 @@ from modalscale.api import conditions as R
 from modalscale.api.annotations import SpotSwitch
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
 from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
-from modalscale.api.isvc_status import DELETE, GatewayRecord, IsvcStatus, ScalingChange
+from modalscale.api.isvc_status import DELETE, GatewayRecord, IsvcStatus, ScalingChange, StageRecord
 from modalscale.api.quantities import parse_cpu_cores, same_quantity
 from modalscale.api.status import ConditionStatus
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
+    IMAGE_ENCODER_ADDRESS_ANNOTATION,
     NODE_LOSS_TOLERATION_S,
     REPLICAS_ANNOTATION,
+    STAGE_FRONT,
+    STAGE_IMAGE_ENCODER,
+    STAGE_LABEL,
     build_configmap,
     build_deployment,
     build_gateway_service,
+    build_image_encoder_configmap,
+    build_image_encoder_deployment,
+    build_image_encoder_pdb,
+    build_image_encoder_service,
     build_pdb,
     build_service,
     configmap_name,
+    front_pool,
     gateway_children,
     gateway_name,
+    image_encoder_address,
+    image_encoder_configmap_name,
+    image_encoder_name,
     replicas_service_name,
     selector,
     service_url,
@@ -91,6 +108,8 @@ GATEWAY_KINDS = ("ServiceAccount", "Role", "RoleBinding", "Service", "NetworkPol
 _GATEWAY_SPEC_KEYS = {"ServiceAccount": ("automountServiceAccountToken",), "Role": ("rules",),
                       "RoleBinding": ("roleRef", "subjects"), "Service": ("spec",), "NetworkPolicy": ("spec",),
                       "PodDisruptionBudget": ("spec",), "Deployment": ("spec",)}
+IMAGE_ENCODER_KINDS = ("ConfigMap", "Deployment", "Service", "PodDisruptionBudget")
+"""Kinds of the image encoder pool's objects (``spec.stages``), in creation order (deleted in reverse)."""
 
 
 @dataclass
@@ -123,6 +142,13 @@ class IsvcObserved:
     gateway_objects: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     """The gateway's objects by kind (:data:`GATEWAY_KINDS`; the Service is ``<name>-replicas``) as read; None =
     not found. With the gateway disabled only the Deployment and the NetworkPolicy are read (left-overs to delete)."""
+    image_encoder: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """The image encoder pool's objects by kind (:data:`IMAGE_ENCODER_KINDS`) as read; None = not found. Without
+    ``spec.stages`` only the ConfigMap and the Deployment are read (left-overs to delete)."""
+    image_encoder_pods: list[dict[str, Any]] = field(default_factory=list)
+    """The encoder pool's pods (label ``modalscale.io/image-encoder=<name>``), with ``spec.stages``."""
+    image_encoder_usd_per_hour: Decimal | None = None
+    """Price of one encoder replica in USD per hour (its own resources); None: left out of ``costUSDPerHour``."""
 
 
 @dataclass(frozen=True)
@@ -376,7 +402,8 @@ def _pod_problems(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
 
 # ---------------------------------------------------------------------------------------------- plan
 def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | None, config: PlanConfig,
-              now: dt.datetime, decision: Decision | None = None) -> IsvcPlan:
+              now: dt.datetime, decision: Decision | None = None,
+              encoder_files: dict[str, str] | None = None) -> IsvcPlan:
     """Plan one reconcile of an InferenceService.
 
     Args:
@@ -388,6 +415,8 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
         config: Operator-wide knobs.
         now: Timezone-aware UTC.
         decision: The autoscaler's valid decision, handed over directly (see :func:`decide_replicas`).
+        encoder_files: With ``spec.stages``, the image encoder pool's generated repository (``repo_files`` is then the
+            front's, or the one-piece one while :func:`stage_layout` says so: the caller renders it for that layout).
     Returns:
         Writes (children to create/patch, replicas), the whole desired status, Events for transitions.
     Raises:
@@ -403,35 +432,20 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
                                   f"PersistentVolumeClaim {m.pvc_claim} not found in namespace {spec.namespace}")
 
     replicas = decide_replicas(spec, obs, decision)
+    encoder = image_encoder_replicas(spec, obs, replicas.desired)[0] if spec.stages is not None else 0
     if repo_files is None:
         writes = [_replicas_write(spec, replicas.write, None)] if (
             obs.deployment is not None and replicas.write is not None) else []
+        writes += _image_encoder_writes(spec, obs, None, config, encoder)
         status, events = _status(spec, obs, replicas, config, now)
         return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
+    layout = stage_layout(spec, obs)
     writes = []
-    if m.source == "BuiltIn":
+    if m.source == "BuiltIn" and not layout.hold_front:
         w = _child_write("ConfigMap", build_configmap(spec, repo_files), obs.configmap, ("data",))
         if w:
             writes.append(w)
-    replicas_for_body = replicas.write if replicas.write is not None else int(
-        ((obs.deployment or {}).get("spec") or {}).get("replicas") or replicas.desired)
-    dep = build_deployment(spec, replicas_for_body, repo_files, obs.user_configmap_keys, config.node_loss_toleration_s)
-    dep_spec_no_replicas = {k: v for k, v in dep["spec"].items() if k != "replicas"}
-    dep_cmp = {**dep, "spec": dep_spec_no_replicas}
-    w = _child_write("Deployment", dep_cmp, obs.deployment, ("spec",))
-    removal = _spot_removal(dep, obs.deployment)
-    if removal is not None:
-        body = w.body if w else {"metadata": {}, "spec": {}}
-        template = {**(body["spec"].get("template") or {})}
-        template["spec"] = {**(template.get("spec") or {}), **removal["spec"]["template"]["spec"]}
-        w = Write("Deployment", "patch", spec.name, {**body, "spec": {**body["spec"], "template": template}})
-    if obs.deployment is None:
-        writes.append(Write("Deployment", "create", spec.name, dep))
-    else:
-        if replicas.write is not None:
-            writes.append(_replicas_write(spec, replicas.write, w))
-        elif w:
-            writes.append(w)
+    writes += _front_deployment_writes(spec, obs, repo_files, replicas, config, layout)
     w = _pdb_write(build_pdb(spec), obs.poddisruptionbudget)
     if w:
         writes.append(w)
@@ -440,12 +454,33 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
     if w:
         writes.append(w)
     writes += _gateway_writes(spec, obs, config, gateway_serving)
+    writes += _image_encoder_writes(spec, obs, encoder_files or {}, config, encoder)
 
     status, events = _status(spec, obs, replicas, config, now)
     oversubscribed = cpu_oversubscription(spec)
     if oversubscribed and obs.status.observed_generation != spec.generation:  # once per spec generation
         events.append(("Warning", R.CPU_OVERSUBSCRIBED, oversubscribed))
     return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
+
+
+def _front_deployment_writes(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str],
+                             replicas: ReplicaDecision, config: PlanConfig, layout: StageLayout) -> list[Write]:
+    """The Deployment ``<name>``'s write: create it (not while ``layout.hold_front``), or repair its drift, take a
+    Spot placement or a stage (:func:`_stage_removal`) off its pods, and set its replicas."""
+    replicas_for_body = replicas.write if replicas.write is not None else int(
+        ((obs.deployment or {}).get("spec") or {}).get("replicas") or replicas.desired)
+    dep = build_deployment(spec, replicas_for_body, repo_files, obs.user_configmap_keys, config.node_loss_toleration_s,
+                           front_pool(spec, layout.front_address))
+    dep_spec_no_replicas = {k: v for k, v in dep["spec"].items() if k != "replicas"}
+    dep_cmp = {**dep, "spec": dep_spec_no_replicas}
+    w = _child_write("Deployment", dep_cmp, obs.deployment, ("spec",))
+    w = _merge_template(w, spec.name, _spot_removal(dep, obs.deployment))
+    w = _merge_template(w, spec.name, _stage_removal(dep, obs.deployment))
+    if obs.deployment is None:
+        return [] if layout.hold_front else [Write("Deployment", "create", spec.name, dep)]
+    if replicas.write is not None:
+        return [_replicas_write(spec, replicas.write, w)]
+    return [w] if w else []
 
 
 def _service_write(desired: dict[str, Any], observed: dict[str, Any] | None) -> Write | None:
@@ -513,6 +548,158 @@ def _gateway_status(spec: IsvcSpec, obs: IsvcObserved) -> tuple[GatewayRecord, c
                            f"0/{want} gateway pod(s) ready; the Service {spec.name} still reaches the replicas "
                            f"directly")
     return block, c
+
+
+# ---------------------------------------------------------------------------------------------- the staged layout
+@dataclass(frozen=True)
+class StageLayout:
+    """How the replicas ``<name>`` run this pass (:func:`stage_layout`)."""
+
+    front_address: str | None = None
+    """The encoder pool's ``host:port`` the front is rendered with (stage FRONT); None: one piece (stage ALL)."""
+    hold_front: bool = False
+    """A new staged service: the front's ConfigMap and Deployment are not created until the encoder Service has its
+    ClusterIP (its address is in the front's repository)."""
+
+
+def _front_address(deployment: dict[str, Any] | None) -> str | None:
+    """The encoder address an observed front Deployment's pods were rendered with (None: one piece, or none)."""
+    template = ((deployment or {}).get("spec") or {}).get("template") or {}
+    return ((template.get("metadata") or {}).get("annotations") or {}).get(IMAGE_ENCODER_ADDRESS_ANNOTATION)
+
+
+def stage_layout(spec: IsvcSpec, obs: IsvcObserved) -> StageLayout:
+    """Decide whether the replicas ``<name>`` run as one piece or as the staged layout's front pool (pure).
+
+    Without ``spec.stages``: one piece. With it: the front pool calling the encoder Service's observed ClusterIP
+    (:func:`modalscale.operator.isvc.objects.image_encoder_address`) once the Service has one; until then a new
+    service's front waits (``hold_front``) and a running front stays as it is. A running one-piece front switches
+    only once an encoder replica is ready, so image requests never meet a pool that cannot answer them.
+    """
+    if spec.stages is None:
+        return StageLayout()
+    address = image_encoder_address(obs.image_encoder.get("Service"))
+    observed = _front_address(obs.deployment)
+    if address is None:
+        return StageLayout(observed, hold_front=obs.deployment is None)
+    if obs.deployment is None or observed is not None or _ready_pods(obs.image_encoder.get("Deployment")) > 0:
+        return StageLayout(address)
+    return StageLayout()
+
+
+def image_encoder_replicas(spec: IsvcSpec, obs: IsvcObserved, front_desired: int) -> tuple[int, str, str]:
+    """The encoder pool's replicas with their reason and message (pure; ``spec.stages`` set).
+
+    Not yet autoscaled: ``minReplicas``, at most a BudgetPolicy's cap (the one the front pool gets: an enforcement
+    never leaves the pool running while the front is capped or scaled down), and 0 while the front pool's decision
+    is 0 (no front replica calls it: scaled to zero, Fixed 0, a ScaleToZero).
+    """
+    enc = spec.stages.image_encoder if spec.stages is not None else None
+    if enc is None:
+        raise ValueError("image_encoder_replicas needs spec.stages")
+    cap = obs.budget_cap_replicas
+    if front_desired == 0:
+        return 0, R.FRONT_AT_ZERO, "the front pool is at 0 replicas, so the image encoder pool is too"
+    if cap is not None and cap < enc.min_replicas:
+        return cap, R.CAPPED_BY_BUDGET, (f"capped at {cap} replica(s) by BudgetPolicy {obs.budget_cap_policy}, the "
+                                         f"cap of the front pool")
+    return enc.min_replicas, R.NOT_AUTOSCALED, (f"not yet autoscaled: holds spec.stages.imageEncoder.minReplicas="
+                                                f"{enc.min_replicas} (maxReplicas {enc.max_replicas} is not used yet)")
+
+
+def _merge_template(w: Write | None, name: str, removal: dict[str, Any] | None) -> Write | None:
+    """``w`` (a Deployment patch, or None) with a pod-template ``removal`` patch merged in (its metadata maps key by
+    key, its spec fields whole); ``w`` when ``removal`` is None."""
+    if removal is None:
+        return w
+    body = w.body if w else {"metadata": {}, "spec": {}}
+    template = {**(body["spec"].get("template") or {})}
+    extra = removal["spec"]["template"]
+    if "spec" in extra:
+        template["spec"] = {**(template.get("spec") or {}), **extra["spec"]}
+    if "metadata" in extra:
+        meta = {**(template.get("metadata") or {})}
+        for key, values in extra["metadata"].items():
+            meta[key] = {**(meta.get(key) or {}), **values}
+        template["metadata"] = meta
+    return Write("Deployment", "patch", name, {**body, "spec": {**body["spec"], "template": template}})
+
+
+def _stage_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pod-template patch that takes the front's stage label and encoder address off a front switched back to
+    one piece (a strategic merge keeps map keys a patch does not name: they are nulled). Their removal changes the
+    template, so the pods roll onto the one-piece repository. None when nothing is to remove."""
+    have = (((observed or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
+    want = desired["spec"]["template"]["metadata"]
+    meta = {}
+    for key, name in (("labels", STAGE_LABEL), ("annotations", IMAGE_ENCODER_ADDRESS_ANNOTATION)):
+        if name in (have.get(key) or {}) and name not in (want.get(key) or {}):
+            meta[key] = {name: None}
+    return {"spec": {"template": {"metadata": meta}}} if meta else None
+
+
+def _front_calls_pool(obs: IsvcObserved) -> bool:
+    """Whether a front pod may still call the encoder pool: the front's template is staged, or a pod made from a
+    staged template is still there (terminating pods drain their requests first)."""
+    return _front_address(obs.deployment) is not None or any(
+        STAGE_LABEL in ((p.get("metadata") or {}).get("labels") or {}) for p in obs.pods)
+
+
+def _image_encoder_writes(spec: IsvcSpec, obs: IsvcObserved, files: dict[str, str] | None, config: PlanConfig,
+                          replicas: int) -> list[Write]:
+    """The encoder pool's writes: each object created or repaired (``files`` None, a scale pass: its replicas
+    only); without ``spec.stages`` (a full pass), the objects an earlier spec left deleted once no front pod calls
+    them."""
+    name = image_encoder_name(spec)
+    dep = obs.image_encoder.get("Deployment")
+    if files is None:
+        current = ((dep or {}).get("spec") or {}).get("replicas")
+        return [] if spec.stages is None or dep is None or current == replicas else [
+            Write("Deployment", "patch", name, {"spec": {"replicas": replicas}})]
+    if spec.stages is None:
+        if not any(obs.image_encoder.get(k) for k in IMAGE_ENCODER_KINDS) or _front_calls_pool(obs):
+            return []
+        names = {k: name for k in IMAGE_ENCODER_KINDS}
+        names["ConfigMap"] = image_encoder_configmap_name(spec)
+        return [Write(k, "delete", names[k], {}) for k in reversed(IMAGE_ENCODER_KINDS)]
+    desired = build_image_encoder_deployment(spec, replicas, files, config.node_loss_toleration_s)
+    writes = [_child_write("ConfigMap", build_image_encoder_configmap(spec, files), obs.image_encoder.get("ConfigMap"),
+                           ("data",)),
+              _merge_template(_child_write("Deployment", desired, dep, ("spec",)), name, _spot_removal(desired, dep)),
+              _service_write(build_image_encoder_service(spec), obs.image_encoder.get("Service")),
+              _pdb_write(build_image_encoder_pdb(spec), obs.image_encoder.get("PodDisruptionBudget"))]
+    return [w for w in writes if w is not None]
+
+
+def _stages_status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision
+                   ) -> tuple[tuple[StageRecord, ...], cond.Condition]:
+    """``status.stages`` (front, image-encoder) and ``ImageEncoderReady`` (``spec.stages`` set)."""
+    layout = stage_layout(spec, obs)
+    want, reason, message = image_encoder_replicas(spec, obs, decision.desired)
+    dep = obs.image_encoder.get("Deployment")
+    dst = (dep or {}).get("status") or {}
+    ready = _ready_pods(dep)
+    address = image_encoder_address(obs.image_encoder.get("Service"))
+    fdst = (obs.deployment or {}).get("status") or {}
+    front_note = (None if layout.front_address is not None else
+                  "waiting for the encoder Service's ClusterIP before creating the front pool" if layout.hold_front
+                  else "serving as one piece until an image encoder replica is ready")
+    front = StageRecord(STAGE_FRONT, int(fdst.get("replicas") or 0), int(fdst.get("readyReplicas") or 0),
+                        decision.desired, decision.reason, front_note)
+    encoder = StageRecord(STAGE_IMAGE_ENCODER, int(dst.get("replicas") or 0), ready, want, reason, message,
+                          address or "")
+    name = image_encoder_name(spec)
+    if dep is None:
+        c = cond.Condition(R.IMAGE_ENCODER_READY, cond.FALSE, R.CREATING, f"creating the Deployment {name}")
+    elif want == 0:
+        c = cond.Condition(R.IMAGE_ENCODER_READY, cond.TRUE, R.SCALED_TO_ZERO, f"{name} at 0 replicas: {message}")
+    elif ready > 0:
+        c = cond.Condition(R.IMAGE_ENCODER_READY, cond.TRUE, R.AVAILABLE,
+                           f"{ready}/{want} image encoder replica(s) ready at {address or 'no address yet'}")
+    else:
+        c = cond.Condition(R.IMAGE_ENCODER_READY, cond.FALSE, R.IMAGE_ENCODER_UNAVAILABLE,
+                           f"0/{want} image encoder replica(s) of {name} ready")
+    return (front, encoder), c
 
 
 def cpu_oversubscription(spec: IsvcSpec) -> str | None:
@@ -646,12 +833,27 @@ def _status_events(old_conditions: list[ConditionStatus], new_conditions: list[C
         changed.append(new_conflict)
     for c in changed:
         # Creating is the normal first step, not a warning (Ready=False only until the Deployment exists).
-        bad = (c["type"] == R.READY and c["status"] != cond.TRUE and c["reason"] != R.CREATING) or (
-            c["type"] in (R.DEGRADED, R.SCALING_CONFLICT, R.BUDGET_LIMITED) and c["status"] == cond.TRUE)
+        bad = (c["type"] in (R.READY, R.IMAGE_ENCODER_READY) and c["status"] != cond.TRUE and c["reason"] != R.CREATING
+               ) or (c["type"] in (R.DEGRADED, R.SCALING_CONFLICT, R.BUDGET_LIMITED) and c["status"] == cond.TRUE)
         if not old_conditions and not bad and not (c["type"] == R.READY and c["reason"] == R.CREATING):
             continue  # First visit: no Event for the initial healthy/unknown state of every condition.
         events.append(("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: {c['message']}"))
     return events
+
+
+def _with_stages(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, wanted: list[cond.Condition]
+                 ) -> tuple[tuple[StageRecord, ...] | None, list[cond.Condition]]:
+    """``status.stages`` and ``wanted`` with ``ImageEncoderReady`` added (``spec.stages`` set; else None and
+    ``wanted``). A front pool calling an encoder pool without a ready replica is not Ready: image requests fail."""
+    if spec.stages is None:
+        return None, wanted
+    block, encoder_ready = _stages_status(spec, obs, decision)
+    ready = wanted[0]
+    if (encoder_ready.status != cond.TRUE and ready.status == cond.TRUE
+            and stage_layout(spec, obs).front_address is not None):
+        ready = cond.Condition(R.READY, cond.FALSE, R.IMAGE_ENCODER_UNAVAILABLE,
+                               f"{ready.message}, but {encoder_ready.message}: image requests fail")
+    return block, [ready, *wanted[1:], encoder_ready]
 
 
 def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config: PlanConfig,
@@ -668,7 +870,9 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
     if spec.gateway.enabled:
         gateway_block, gateway_ready = _gateway_status(spec, obs)
         wanted.append(gateway_ready)
-    kept = [c for c in old_conditions if spec.gateway.enabled or c.get("type") != R.GATEWAY_READY]
+    stage_block, wanted = _with_stages(spec, obs, decision, wanted)
+    kept = [c for c in old_conditions if (spec.gateway.enabled or c.get("type") != R.GATEWAY_READY)
+            and (spec.stages is not None or c.get("type") != R.IMAGE_ENCODER_READY)]
     new_conditions = cond.upsert(kept, wanted, spec.generation, now)
     history = _scaling_history(obs, decision, now)
     cost = None
@@ -676,6 +880,8 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
         cost = obs.replica_usd_per_hour * running_replicas(obs.pods)
         if obs.gateway_usd_per_pod_hour is not None:  # the gateway's Ready pods, at their own price
             cost += obs.gateway_usd_per_pod_hour * _ready_pods(obs.gateway_objects.get("Deployment"))
+        if obs.image_encoder_usd_per_hour is not None and spec.stages is not None:  # the encoder pool's, at theirs
+            cost += obs.image_encoder_usd_per_hour * running_replicas(obs.image_encoder_pods)
         cost = cost.quantize(Decimal("0.0001"))
     status = IsvcStatus(
         observed_generation=spec.generation, replicas=int(dst.get("replicas") or 0),
@@ -684,6 +890,7 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
         scaling_history=tuple(history) if history else None,
         # DELETE removes the block of an earlier enabled spec (a null in the merge patch)
         gateway=gateway_block if gateway_block is not None else DELETE if obs.status.gateway is not None else None,
+        stages=stage_block if stage_block is not None else DELETE if obs.status.stages is not None else None,
         conditions=tuple(new_conditions))
     return status, _status_events(old_conditions, new_conditions, decision)
 

@@ -27,14 +27,18 @@ from modalscale.costmodel.opencost import PricedReplica
 from modalscale.operator import conditions as cond
 from modalscale.operator.deps import Deps
 from modalscale.operator.isvc.cache import NotSynced
+from modalscale.operator.isvc.objects import image_encoder_spec
 from modalscale.operator.isvc.plan import (
     IsvcPlan,
     ModelReferenceError,
     PlanConfig,
+    StageLayout,
     Write,
     plan_isvc,
+    stage_layout,
     with_spot_placement,
 )
+from modalscale.runtime.repo_config import RuntimeConfig, Stage, build_repository
 
 
 def spot_policies(annotations: dict[str, str] | None) -> str | None:
@@ -52,17 +56,33 @@ def plan_config(deps: Deps) -> PlanConfig:
                       scraper_labels=dict(s.metrics_scraper_labels), node_loss_toleration_s=s.node_loss_toleration_s)
 
 
-def repository_files(spec: IsvcSpec) -> dict[str, str]:
-    """The generated Triton model repository for a BuiltIn model (empty for user repositories).
+def repository_files(spec: IsvcSpec, layout: StageLayout | None = None) -> dict[str, str]:
+    """The generated Triton model repository for a BuiltIn model (empty for user repositories): one piece, or the
+    staged layout's front pool (stage FRONT calling the encoder pool at ``layout.front_address``).
 
     Raises:
         InvalidSpec: ``modalscale.runtime`` refused the runtime fields (``field`` names the one).
     """
     if spec.model.source != "BuiltIn":
         return {}
-    from modalscale.runtime.repo_config import RuntimeConfig, build_repository
+    cfg = RuntimeConfig.from_typed(spec.model, spec.runtime, spec.resources)
+    if layout is not None and layout.front_address is not None:
+        cfg = replace(cfg, stage=Stage.FRONT, image_encoder_url=layout.front_address)
+    return build_repository(cfg)
 
-    return build_repository(RuntimeConfig.from_typed(spec.model, spec.runtime, spec.resources))
+
+def image_encoder_files(spec: IsvcSpec) -> dict[str, str] | None:
+    """The image encoder pool's generated repository (stage IMAGE_ENCODER, with the pool's own runtime knobs and
+    GPUs); None without ``spec.stages``.
+
+    Raises:
+        InvalidSpec: ``modalscale.runtime`` refused the pool's runtime fields.
+    """
+    if spec.stages is None:
+        return None
+    enc = image_encoder_spec(spec)
+    return build_repository(replace(RuntimeConfig.from_typed(enc.model, enc.runtime, enc.resources),
+                                    stage=Stage.IMAGE_ENCODER))
 
 
 class UnpricedGPU(InvalidSpec):
@@ -72,9 +92,11 @@ class UnpricedGPU(InvalidSpec):
         super().__init__(field, message, reason)
 
 
-def replica_price(deps: Deps, spec: IsvcSpec) -> PricedReplica:
+def replica_price(deps: Deps, spec: IsvcSpec, field: str = "spec.resources.gpu.type") -> PricedReplica:
     """USD per replica-hour with its source: OpenCost where it has the figures (``MODALSCALE_OPENCOST_URL``), else
     the catalog (``modalscale.costmodel.opencost.resolve_replica_price``).
+
+    ``field`` names the GPU type in a refusal (the encoder pool's: ``spec.stages.imageEncoder.resources.gpu.type``).
 
     Raises:
         UnpricedGPU: Neither OpenCost nor the catalog prices ``spec.resources.gpu.type`` at the pricing tier.
@@ -86,7 +108,7 @@ def replica_price(deps: Deps, spec: IsvcSpec) -> PricedReplica:
     try:
         return deps.prices.price_replica(res, spec.pricing_tier)
     except UnknownPrice as exc:
-        raise UnpricedGPU("spec.resources.gpu.type", f"{exc}") from exc
+        raise UnpricedGPU(field, f"{exc}") from exc
 
 
 def gateway_price(deps: Deps, spec: IsvcSpec) -> Decimal | None:
@@ -168,14 +190,21 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
     stored = read_isvc_status(raw)
     try:
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
-        files = repository_files(spec)
+        files = repository_files(spec)  # one piece (the runtime fields refused before any read)
+        encoder_files = image_encoder_files(spec)
         observed = deps.observer.observe(spec, stored)
+        layout = stage_layout(spec, observed)
+        if layout.front_address is not None:
+            files = repository_files(spec, layout)
         observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
         priced = replica_price(deps, spec)
         observed.replica_usd_per_hour = priced.usd_per_hour
         observed.gateway_usd_per_pod_hour = gateway_price(deps, spec)
-        plan = plan_isvc(spec, observed, files, plan_config(deps), now)
+        if spec.stages is not None:
+            observed.image_encoder_usd_per_hour = replica_price(
+                deps, image_encoder_spec(spec), "spec.stages.imageEncoder.resources.gpu.type").usd_per_hour
+        plan = plan_isvc(spec, observed, files, plan_config(deps), now, encoder_files=encoder_files)
         add_priced(plan, stored, priced, spec.generation, now)
     except (InvalidSpec, ModelReferenceError) as exc:
         refuse(deps, raw, exc, now, logger)
@@ -256,7 +285,7 @@ def _apply_writes(deps: Deps, spec: IsvcSpec, writes: list[Write], logger: Log) 
     for write in writes:
         deps.writer.apply(spec.namespace, write)
         logger.info("Applied %s %s: name=%s", write.action, write.kind, write.name)
-        if write.kind == "Deployment" and "replicas" in (write.body.get("spec") or {}):
+        if write.kind == "Deployment" and write.name == spec.name and "replicas" in (write.body.get("spec") or {}):
             deps.metrics.decisions.labels(mode=spec.scaling.mode, reason="write").inc()
 
 

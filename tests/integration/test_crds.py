@@ -158,6 +158,20 @@ INVALID = [
     ("cpu-zero-integer", _isvc(resources={"cpu": 0}), ["spec.resources.cpu"]),
     ("memory-zero", _isvc(resources={"memory": "0"}), ["spec.resources.memory", "greater than 0"]),
     ("memory-zero-gi", _isvc(resources={"memory": "0.0Gi"}), ["spec.resources.memory", "greater than 0"]),
+    # The staged layout (issue 24): its bounds and CEL rules.
+    ("stages-without-image-encoder", _isvc(stages={}), ["spec.stages.imageEncoder", "Required value"]),
+    ("stages-encoder-min-above-max", _isvc(stages={"imageEncoder": {"minReplicas": 5, "maxReplicas": 2}}),
+     ["spec.stages.imageEncoder.minReplicas", "<= stages.imageEncoder.maxReplicas"]),
+    ("stages-encoder-min-zero", _isvc(stages={"imageEncoder": {"minReplicas": 0}}),
+     ["spec.stages.imageEncoder.minReplicas"]),
+    ("stages-with-a-user-model", _isvc(stages={"imageEncoder": {}}, model={"source": "URI", "uri": "s3://b/m"}),
+     ["spec.stages", "model.source BuiltIn"]),
+    ("stages-openvino-encoder-gpus", _isvc(stages={"imageEncoder": {"resources": {"gpu": {"count": 1,
+                                                                                        "type": "nvidia-l4"}}}},
+                                           runtime={"engine": "openvino"}),
+     ["spec.stages.imageEncoder.resources.gpu.count", "engine torch"]),
+    ("stages-name-over-49-characters", _named_isvc("a" * 50, stages={"imageEncoder": {}}),
+     ["spec.stages", "at most 49 characters"]),
     ("negative-limit", _budget(limit={"amount": "-5", "currency": "USD"}), ["spec.limit.amount"]),
     ("non-decimal-limit", _budget(limit={"amount": "ten", "currency": "USD"}), ["spec.limit.amount"]),
     ("zero-limit", _budget(limit={"amount": "0.00", "currency": "USD"}),
@@ -240,6 +254,9 @@ ACCEPTED = [
                                                                         "actions": ["Alert", "Reject"]}])),
     ("openvino-int8-on-cpu", _isvc(runtime={"engine": "openvino", "precision": "INT8"},
                                    resources={"gpu": {"count": 0}})),
+    ("staged-name-of-49-characters", _named_isvc("a" * 49, stages={"imageEncoder": {"minReplicas": 2}})),
+    ("staged-openvino-encoder-on-cpu", _isvc(runtime={"engine": "openvino"}, stages={"imageEncoder": {
+        "resources": {"cpu": "2", "gpu": {"count": 0}}, "runtime": {"maxBatchSize": 32}}})),
 ]
 
 

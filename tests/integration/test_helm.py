@@ -155,6 +155,9 @@ NAMESPACED_GRANTS = {
     # Role grants endpointslices get/list/watch, which the operator must hold to grant (no escalate/bind).
     *{(g, r, v, "") for g, r in GATEWAY_KINDS for v in ("get", "create", "patch", "delete")},
     ("", "services", "delete", ""),
+    # The image encoder pool (spec.stages): its ConfigMap is deleted when spec.stages is removed (its Deployment,
+    # Service and PodDisruptionBudget by the grants above).
+    ("", "configmaps", "delete", ""),
     *{("discovery.k8s.io", "endpointslices", v, "") for v in ("get", "list", "watch")},
     ("", "persistentvolumeclaims", "get", ""),
     ("", "pods", "list", ""), ("", "pods", "watch", ""),
@@ -240,9 +243,10 @@ def test_default_rbac_is_exactly_what_the_operator_uses_with_no_wildcards(helm: 
         ("coordination.k8s.io", "leases", "get", "")}  # budget.observe: a silent node's last Lease renewal
     verbs = {v for _, _, v, _ in grants(rule_list)}
     assert not verbs & {"deletecollection", "escalate", "bind", "impersonate"}
-    # delete: only the objects of a gateway that is turned off (operator/isvc/plan.py _gateway_writes)
+    # delete: only the objects of a gateway that is turned off (operator/isvc/plan.py _gateway_writes) and of an
+    # image encoder pool whose spec.stages was removed (_image_encoder_writes: its ConfigMap too)
     assert {r for _, r, v, _ in grants(rule_list) if v == "delete"} == {
-        "deployments", "services", *(r for _, r in GATEWAY_KINDS)}
+        "deployments", "services", "configmaps", *(r for _, r in GATEWAY_KINDS)}
     assert {r for _, r, v, _ in grants(rule_list) if v == "update"} == {"inferenceservices/finalizers"}
     assert not [g for g in grants(rule_list) if g[1] == "secrets"]  # no Secret access unless names are given
 
@@ -527,7 +531,7 @@ def test_helm_install_cluster_wide_brings_up_the_operator_with_least_privilege_r
         ], denied=[
             ["delete", "namespaces"], ["create", "namespaces"], ["list", "secrets", "-A"],
             ["get", "secrets", "-n", other], ["get", "secrets/other-secret", "-n", other],
-            ["delete", "inferenceservices.modalscale.io", "-n", other], ["delete", "configmaps", "-n", other],
+            ["delete", "inferenceservices.modalscale.io", "-n", other], ["delete", "secrets", "-n", other],
             ["update", "deployments.apps", "-n", other], ["create", "pods", "-n", other],
             ["patch", "clusterkopfpeerings.kopf.dev/someone-elses-peering"],
             ["list", "leases.coordination.k8s.io", "-n", "kube-node-lease"],

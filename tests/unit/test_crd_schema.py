@@ -188,5 +188,6 @@ def test_runtime_engine_is_the_runtimes_engine_enum_defaulted_to_torch_and_refus
     fp16 = [r for r in runtime["x-kubernetes-validations"] if "openvino" in r["rule"]]
     gpu = [r for r in spec["x-kubernetes-validations"] if "openvino" in r["rule"]]
     assert [(r["fieldPath"], "'FP16'" in r["rule"]) for r in fp16] == [(".engine", True)]
-    assert [(r["fieldPath"], "gpu.count == 0" in r["rule"]) for r in gpu] == [(".runtime.engine", True)]
+    assert [(r["fieldPath"], "gpu.count == 0" in r["rule"]) for r in gpu] == [
+        (".runtime.engine", True), (".stages.imageEncoder.resources.gpu.count", True)]  # the encoder pool's GPUs too
     assert all("engine torch" in r["message"] for r in fp16 + gpu)  # the fix is named

@@ -63,6 +63,15 @@ FOREIGN_AUTOSCALER = "ForeignAutoscaler"
 SCALE_IGNORED_IN_MODE = "ScaleIgnoredInMode"
 # Reasons of GatewayReady (AVAILABLE, WAITING_FOR_REPLICAS and CREATING above are shared with Ready).
 GATEWAY_UNAVAILABLE = "GatewayUnavailable"
+# The staged layout (spec.stages): ImageEncoderReady and the image encoder pool's reasons in status.stages.
+IMAGE_ENCODER_READY = "ImageEncoderReady"
+"""With ``spec.stages``: the image encoder pool has a ready replica (or is meant to run none)."""
+IMAGE_ENCODER_UNAVAILABLE = "ImageEncoderUnavailable"
+"""ImageEncoderReady False (and Ready False while the front pool calls it): no encoder replica is ready."""
+NOT_AUTOSCALED = "NotAutoscaled"
+"""``status.stages[image-encoder].reason``: the pool runs ``minReplicas`` (no per-stage autoscaler yet)."""
+FRONT_AT_ZERO = "FrontAtZero"
+"""``status.stages[image-encoder].reason``: the front pool is at 0 replicas, so the encoder pool is too."""
 # Reasons of BudgetLimited.
 NO_BUDGET_POLICY = "NoBudgetPolicy"
 CAPPED_BY_BUDGET = "CappedByBudget"

@@ -20,6 +20,8 @@ held to what the apiserver would hold it to:
   CPU and memory above 0, a model source needs its object, a GPU count needs a type, preferred batch sizes
   ascending and ``<= maxBatchSize``, engine ``openvino`` neither at precision FP16 nor with GPUs, and
   ``metadata.name`` a DNS-1035 label of at most 63 characters (it names the Service and is the pods' label value);
+  with ``spec.stages``: model source BuiltIn, encoder ``minReplicas <= maxReplicas``, no encoder GPUs with engine
+  openvino, and a name of at most 49 characters (the encoder pool's Service is ``<name>-image-encoder``);
 - unknown fields are refused, as the apiserver's strict field validation (kubectl's default) refuses them.
 """
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from modalscale.api.errors import InvalidSpec
@@ -44,7 +46,8 @@ PRICING_TIERS = ("OnDemand", "Spot")
 TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 
 KNOWN_FIELDS: dict[str, frozenset[str]] = {
-    "spec": frozenset({"model", "runtime", "resources", "placement", "scaling", "pricing", "priority", "gateway"}),
+    "spec": frozenset({"model", "runtime", "resources", "placement", "scaling", "pricing", "priority", "gateway",
+                       "stages"}),
     "spec.model": frozenset({"source", "name", "configMap", "pvc", "image", "uri", "costModelRef", "inputs"}),
     "spec.model.inputs": frozenset({"images", "text"}),
     "spec.model.configMap": frozenset({"name"}),
@@ -67,6 +70,12 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
                                "resources"}),
     "spec.gateway.queue": frozenset({"size", "timeoutSeconds"}),
     "spec.gateway.resources": frozenset({"cpu", "memory"}),
+    "spec.stages": frozenset({"imageEncoder"}),
+    "spec.stages.imageEncoder": frozenset({"minReplicas", "maxReplicas", "resources", "runtime"}),
+    "spec.stages.imageEncoder.resources": frozenset({"cpu", "memory", "gpu"}),
+    "spec.stages.imageEncoder.resources.gpu": frozenset({"count", "type"}),
+    "spec.stages.imageEncoder.runtime": frozenset({"instanceCount", "intraOpThreads", "maxBatchSize",
+                                                  "maxQueueDelayMicroseconds"}),
 }
 """The properties of every object in the CRD's ``spec`` schema (a unit test holds this equal to the CRD)."""
 
@@ -98,6 +107,12 @@ to it (``<name>-model-repo``, a ConfigMap: a DNS-1123 subdomain of up to 253, so
 NAME_RULE = (f"a DNS-1035 label of at most {NAME_MAX_LENGTH} characters (lower-case letters, digits and '-', "
              f"starting with a letter and ending with a letter or digit)")
 """What an InferenceService name must be, in words (the CRD's rule on ``metadata.name`` says the same)."""
+IMAGE_ENCODER_SUFFIX = "-image-encoder"
+"""Suffix of the image encoder pool's Deployment, Service and PodDisruptionBudget (``<name>-image-encoder``) in the
+staged layout (``spec.stages``)."""
+STAGED_NAME_MAX_LENGTH = NAME_MAX_LENGTH - len(IMAGE_ENCODER_SUFFIX)
+"""Longest InferenceService name with ``spec.stages`` (49): the encoder pool's Service ``<name>-image-encoder`` must
+be a DNS-1035 label of at most 63 characters too (the CRD's rule on ``spec.stages`` says the same)."""
 
 
 @dataclass(frozen=True)
@@ -239,6 +254,33 @@ class PlacementSpec:
 
 
 @dataclass(frozen=True)
+class ImageEncoderStageSpec:
+    """``spec.stages.imageEncoder``: the image encoder pool of the staged layout, resolved against the one-piece
+    fields (a field left out takes them: ``resources`` the whole ``spec.resources``, each runtime knob
+    ``spec.runtime``'s)."""
+
+    min_replicas: int
+    """Replicas of the pool, 1..1000. Not yet autoscaled: the pool runs ``min_replicas`` (under a budget cap, and 0
+    while the front pool is at 0)."""
+    max_replicas: int
+    """Upper bound, 1..1000, at least ``min_replicas`` (held for the per-stage autoscaler; not yet used)."""
+    resources: ResourceSpec
+    """Requests of one encoder replica (also its price)."""
+    runtime: RuntimeSpec
+    """``spec.runtime`` with the pool's ``instanceCount``, ``intraOpThreads``, ``maxBatchSize`` and
+    ``maxQueueDelayMicroseconds``; no preferred batch sizes (those of ``spec.runtime`` count the front's requests,
+    while the pool batches images from every front replica)."""
+
+
+@dataclass(frozen=True)
+class StagesSpec:
+    """``spec.stages``: the stage-disaggregated layout (issue 24). Absent (None on the spec) = one piece."""
+
+    image_encoder: ImageEncoderStageSpec
+    """The image encoder pool, called by the front pool (text encoder and fusion) over KServe v2 gRPC."""
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     """The whole ``spec`` of an InferenceService, typed."""
 
@@ -252,6 +294,8 @@ class ServiceSpec:
     priority: int
     """``spec.priority``, 0..1000 (budget actions touch lower priorities first)."""
     gateway: GatewaySpec = field(default_factory=GatewaySpec)
+    stages: StagesSpec | None = None
+    """``spec.stages``: None = the one-piece layout."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +319,8 @@ class IsvcSpec:
     """Node selector and tolerations of the pods (``spec.placement``)."""
     gateway: GatewaySpec = field(default_factory=GatewaySpec)
     """The request gateway (``spec.gateway``); ``enabled`` False = the Service selects the replicas directly."""
+    stages: StagesSpec | None = None
+    """The staged layout (``spec.stages``); None = one piece (every object as before stages existed)."""
 
 
 # ---------------------------------------------------------------------------------------------- readers
@@ -447,18 +493,19 @@ def parse_runtime(runtime: Mapping[str, Any]) -> RuntimeSpec:
     return spec
 
 
-def parse_resources(res: Mapping[str, Any]) -> ResourceSpec:
-    """Typed ``spec.resources`` (``res`` is its mapping, already checked for unknown fields).
+def parse_resources(res: Mapping[str, Any], path: str = "spec.resources") -> ResourceSpec:
+    """Typed ``spec.resources`` (``res`` is its mapping, already checked for unknown fields; ``path`` where it is:
+    also ``spec.stages.imageEncoder.resources``).
 
     Raises:
         InvalidSpec: A quantity, range or CEL rule of the CRD fails (field named).
     """
-    p = "spec.resources"
+    p = path
     gpu = _object(res, "gpu", p)
     gpu_count = _int(gpu, "count", 0, f"{p}.gpu", 0, 16)
     gpu_type = _str(gpu, "type", None, f"{p}.gpu", pattern=_GPU_TYPE, max_length=63)
     if gpu_count > 0 and not gpu_type:
-        raise InvalidSpec(f"{p}.gpu.type", "required when spec.resources.gpu.count > 0 (e.g. nvidia-l4)")
+        raise InvalidSpec(f"{p}.gpu.type", f"required when {p}.gpu.count > 0 (e.g. nvidia-l4)")
     return ResourceSpec(
         cpu=_quantity_text(res, "cpu", "2", p, _CPU, 1024, '"2", "500m" (half a core)'),
         memory=_quantity_text(res, "memory", "8Gi", p, _MEMORY, 2**44, '"8Gi", "512Mi" (binary units)'),
@@ -542,6 +589,50 @@ def parse_gateway(gw: Mapping[str, Any]) -> GatewaySpec:
     )
 
 
+def parse_stages(root: Mapping[str, Any], model: ModelSpec, runtime: RuntimeSpec,
+                 resources: ResourceSpec) -> StagesSpec | None:
+    """Typed ``spec.stages`` (``root`` is ``spec``'s mapping); the one-piece fields fill what the stage leaves out.
+
+    Args:
+        model, runtime, resources: The parsed ``spec.model``, ``spec.runtime`` and ``spec.resources``.
+    Returns:
+        None when ``spec.stages`` is absent or null (the one-piece layout).
+    Raises:
+        InvalidSpec: ``imageEncoder`` missing, a range or quantity of the CRD, ``minReplicas > maxReplicas``, a model
+            source other than BuiltIn, or engine openvino with encoder GPUs (field named, with the fix).
+    """
+    if root.get("stages") is None:
+        return None
+    stages = _object(root, "stages", "spec")
+    p = "spec.stages.imageEncoder"
+    if stages.get("imageEncoder") is None:
+        raise InvalidSpec(p, "required when spec.stages is set (e.g. imageEncoder: {minReplicas: 1}); remove "
+                             "spec.stages for the one-piece layout")
+    enc = _object(stages, "imageEncoder", "spec.stages")
+    if model.source != "BuiltIn":
+        raise InvalidSpec("spec.stages", f"the staged layout needs spec.model.source BuiltIn (the operator "
+                                         f"generates both stages' model repositories), got {model.source}; remove "
+                                         f"spec.stages or serve the built-in model")
+    min_replicas = _int(enc, "minReplicas", 1, p, 1, 1000)
+    max_replicas = _int(enc, "maxReplicas", 10, p, 1, 1000)
+    if min_replicas > max_replicas:
+        raise InvalidSpec(f"{p}.minReplicas", f"({min_replicas}) must be <= {p}.maxReplicas ({max_replicas})")
+    own = parse_resources(_object(enc, "resources", p), f"{p}.resources") if enc.get("resources") is not None \
+        else resources
+    if runtime.engine == "openvino" and own.gpu_count > 0:
+        raise InvalidSpec(f"{p}.resources.gpu.count", f"spec.runtime.engine openvino runs the encoders on the CPU "
+                                                      f"only, but the image encoder pool asks for {own.gpu_count} "
+                                                      f"GPU(s); set gpu.count 0 there, or engine torch")
+    knobs, r = _object(enc, "runtime", p), f"{p}.runtime"
+    batching = replace(runtime.dynamic_batching, preferred_batch_sizes=(), max_queue_delay_us=_int(
+        knobs, "maxQueueDelayMicroseconds", runtime.dynamic_batching.max_queue_delay_us, r, 0, 1_000_000))
+    own_runtime = replace(runtime, instance_count=_int(knobs, "instanceCount", runtime.instance_count, r, 1, 16),
+                          intra_op_threads=_int(knobs, "intraOpThreads", runtime.intra_op_threads, r, 1, 64),
+                          max_batch_size=_int(knobs, "maxBatchSize", runtime.max_batch_size, r, 0, 256),
+                          dynamic_batching=batching)
+    return StagesSpec(ImageEncoderStageSpec(min_replicas, max_replicas, own, own_runtime))
+
+
 def parse_placement(placement: Mapping[str, Any]) -> PlacementSpec:
     """Typed ``spec.placement`` (``placement`` is its mapping, already checked for unknown fields).
 
@@ -592,6 +683,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ServiceSpec:
                                choices=PRICING_TIERS)),
         priority=_int(root, "priority", 100, "spec", 0, 1000),
         gateway=gateway,
+        stages=parse_stages(root, model, runtime, resources),
     )
 
 
@@ -627,6 +719,12 @@ def parse_isvc(body: Mapping[str, Any]) -> IsvcSpec:
         raise InvalidSpec("metadata.name", "required")
     check_name(meta["name"])
     s = parse_spec(body.get("spec"))
+    name = meta["name"]
+    if s.stages is not None and len(name) > STAGED_NAME_MAX_LENGTH:
+        raise InvalidSpec("metadata.name", f"{name!r} ({len(name)} characters) is too long for spec.stages: the "
+                                           f"image encoder pool's Service <name>{IMAGE_ENCODER_SUFFIX} must be a "
+                                           f"DNS-1035 label of at most {NAME_MAX_LENGTH} characters; use a name of at "
+                                           f"most {STAGED_NAME_MAX_LENGTH} characters or remove spec.stages")
     return IsvcSpec(
         namespace=meta.get("namespace") or "default",
         name=meta["name"],
@@ -642,4 +740,5 @@ def parse_isvc(body: Mapping[str, Any]) -> IsvcSpec:
         priority=s.priority,
         placement=s.placement,
         gateway=s.gateway,
+        stages=s.stages,
     )

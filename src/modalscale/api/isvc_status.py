@@ -7,9 +7,9 @@ each with its own idea of a missing or malformed field. Every reader now takes :
 (``tests/unit/api/test_status_codecs.py``) fails when another module spells a status-only key.
 
 The parts have different owners and stay separate fields: the reconcile writes the observations, ``conditions``,
-``scalingHistory``, ``gateway`` and ``costUSDPerHour``; the autoscaler writes ``desiredReplicas``, ``autoscaler``
-and its two conditions. A field left ``None`` (empty tuple for the lists) is not written, so each loop writes
-its part only. The JSON is what it was before this module (``tests/unit/api/test_api_status.py`` holds the
+``scalingHistory``, ``gateway``, ``stages`` and ``costUSDPerHour``; the autoscaler writes ``desiredReplicas``,
+``autoscaler`` and its two conditions. A field left ``None`` (empty tuple for the lists) is not written, so each
+loop writes its part only. The JSON is what it was before this module (``tests/unit/api/test_api_status.py`` holds the
 TypedDicts of ``modalscale.api.status`` to the CRD; the round-trip test holds this codec to them).
 """
 
@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar, cast
 
-from modalscale.api.status import AutoscalerStateStatus, ConditionStatus, GatewayStatus, ScalingHistoryEntry
+from modalscale.api.status import (
+    AutoscalerStateStatus,
+    ConditionStatus,
+    GatewayStatus,
+    ScalingHistoryEntry,
+    StageStatus,
+)
 
 _T = TypeVar("_T")
 
@@ -100,6 +106,21 @@ class GatewayRecord:
 
 
 @dataclass(frozen=True)
+class StageRecord:
+    """One item of ``status.stages`` (``spec.stages``): the pool of one stage, ``front`` or ``image-encoder``."""
+
+    name: str
+    replicas: int = 0
+    ready_replicas: int = 0
+    desired_replicas: int | None = None
+    reason: str | None = None
+    """CamelCase reason of the replica count."""
+    message: str | None = None
+    address: str | None = None
+    """image-encoder: ``host:port`` the front pool calls (the encoder Service's ClusterIP); None for the front."""
+
+
+@dataclass(frozen=True)
 class ScalingChange:
     """One item of ``status.scalingHistory``: the Deployment's replicas changed ``from_replicas`` -> ``to_replicas``."""
 
@@ -127,6 +148,7 @@ class IsvcStatus:
         scaling_history: Changes of the Deployment's replicas, oldest first (at most 20 stored).
         autoscaler: The last autoscaler decision.
         gateway: The gateway's Deployment; :data:`DELETE` removes a stored block.
+        stages: Each stage's pool with ``spec.stages`` (front first); :data:`DELETE` removes a stored list.
         conditions: metav1 conditions, whole (``modalscale.operator.conditions.upsert`` builds them).
     """
 
@@ -141,6 +163,7 @@ class IsvcStatus:
     scaling_history: tuple[ScalingChange, ...] | None = None
     autoscaler: AutoscalerRecord | None = None
     gateway: GatewayRecord | Delete | None = None
+    stages: tuple[StageRecord, ...] | Delete | None = None
     conditions: tuple[ConditionStatus, ...] | None = None
 
     @property
@@ -250,6 +273,29 @@ def _read_history(items: Any) -> tuple[ScalingChange, ...] | None:
     return tuple(out)
 
 
+def _read_stages(items: Any) -> tuple[StageRecord, ...] | None:
+    """``status.stages``; None when absent, items without a string ``name`` dropped."""
+    if not isinstance(items, list):
+        return None
+    return tuple(StageRecord(item["name"], _int(item.get("replicas")) or 0, _int(item.get("readyReplicas")) or 0,
+                             _int(item.get("desiredReplicas")), _str(item.get("reason")), _str(item.get("message")),
+                             _str(item.get("address")))
+                 for item in items if isinstance(item, Mapping) and isinstance(item.get("name"), str))
+
+
+def _write_stage(stage: StageRecord) -> StageStatus:
+    out: StageStatus = {"name": stage.name, "replicas": stage.replicas, "readyReplicas": stage.ready_replicas}
+    if stage.desired_replicas is not None:
+        out["desiredReplicas"] = stage.desired_replicas
+    if stage.reason is not None:
+        out["reason"] = stage.reason
+    if stage.message is not None:
+        out["message"] = stage.message
+    if stage.address is not None:
+        out["address"] = stage.address
+    return out
+
+
 def read_conditions(items: Any) -> tuple[ConditionStatus, ...] | None:
     """``status.conditions`` as stored (items without a string ``type`` are dropped); None when absent."""
     if not isinstance(items, list):
@@ -293,6 +339,7 @@ def read_isvc_status(obj: Mapping[str, Any] | None) -> IsvcStatus:
                                                 _int(gateway.get("readyReplicas")) or 0,
                                                 _str(gateway.get("replicasUrl")))
                                   if isinstance(gateway, Mapping) else None), None),
+        stages=_guarded(lambda: _read_stages(st.get("stages")), None),
         conditions=_guarded(lambda: read_conditions(st.get("conditions")), None))
 
 
@@ -388,6 +435,10 @@ def write_isvc_status(status: IsvcStatus, stored: IsvcStatus | Mapping[str, Any]
         if status.gateway.replicas_url is not None:
             block["replicasUrl"] = status.gateway.replicas_url
         out["gateway"] = block
+    if status.stages is DELETE:
+        out["stages"] = None
+    elif status.stages is not None:
+        out["stages"] = [_write_stage(s) for s in status.stages]
     if status.conditions is not None:
         out["conditions"] = [dict(c) for c in status.conditions]
     if old is None:
@@ -395,6 +446,8 @@ def write_isvc_status(status: IsvcStatus, stored: IsvcStatus | Mapping[str, Any]
     before = write_isvc_status(old)
     if old.gateway is None:
         before["gateway"] = None  # absent: a null write is no change
+    if old.stages is None:
+        before["stages"] = None
     return {k: v for k, v in out.items() if before.get(k) != v}
 
 

@@ -81,6 +81,18 @@ class GatewayStatus(TypedDict, total=False):
     replicasUrl: str  # In-cluster HTTP URL of the Service <name>-replicas (bypassing the gateway).
 
 
+class StageStatus(TypedDict):
+    """One item of ``status.stages`` (with ``spec.stages``): one stage's pool, ``front`` or ``image-encoder``."""
+
+    name: str
+    replicas: NotRequired[int]
+    readyReplicas: NotRequired[int]
+    desiredReplicas: NotRequired[int]
+    reason: NotRequired[str]
+    message: NotRequired[str]
+    address: NotRequired[str]  # image-encoder: host:port the front pool calls (the Service's ClusterIP).
+
+
 class InferenceServiceStatus(TypedDict, total=False):
     """``status`` of an InferenceService."""
 
@@ -95,6 +107,7 @@ class InferenceServiceStatus(TypedDict, total=False):
     scalingHistory: list[ScalingHistoryEntry]
     autoscaler: AutoscalerStatus
     gateway: GatewayStatus | None  # None: the merge patch's delete (the gateway was turned off).
+    stages: list[StageStatus] | None  # None: the merge patch's delete (spec.stages was removed).
     conditions: list[ConditionStatus]
 
 

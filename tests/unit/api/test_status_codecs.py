@@ -27,6 +27,7 @@ from modalscale.api.isvc_status import (
     IsvcStatus,
     ScalerState,
     ScalingChange,
+    StageRecord,
     merge_isvc_status,
     read_isvc_status,
     write_isvc_status,
@@ -51,6 +52,8 @@ FULL = IsvcStatus(
                           latency_scale=0.8, last_change_at=T0, in_flight_history=(4.0, 7.5),
                           idle_since=T0 - dt.timedelta(seconds=30), scaled_to_zero_at=T0 - dt.timedelta(hours=1))),
     gateway=GatewayRecord(2, 1, "http://vc-replicas.ml.svc:8000"),
+    stages=(StageRecord("front", 2, 1, 4, "ScaleUpForSLO"),
+            StageRecord("image-encoder", 2, 2, 2, "NotAutoscaled", "not yet autoscaled", "10.0.0.40:8001")),
     conditions=(CONDITION,))  # type: ignore[arg-type]
 
 
@@ -63,7 +66,7 @@ def test_every_field_round_trips_through_the_json_written() -> None:
     assert read_isvc_status(_wire(written)) == FULL
     assert set(written) == {"observedGeneration", "replicas", "readyReplicas", "desiredReplicas", "selector", "url",
                             "costUSDPerHour", "lastScaleReason", "scalingHistory", "autoscaler", "gateway",
-                            "conditions"}
+                            "stages", "conditions"}
     assert written["costUSDPerHour"] == "1.2345" and written["scalingHistory"][1] == {
         "time": "2026-12-02T16:44:20Z", "from": 2, "to": 4, "reason": "ScaleUpForBurst"}
 
@@ -123,6 +126,9 @@ def test_the_write_is_a_merge_patch_against_the_stored_status() -> None:
     assert patch == {"autoscaler": {**stored["autoscaler"], "features": {"arrival_rps": 3.0, "busy_erlangs": None}},
                      "gateway": None}
     assert write_isvc_status(IsvcStatus(gateway=DELETE), {}) == {}  # nothing to delete
+    assert write_isvc_status(IsvcStatus(stages=DELETE), stored) == {"stages": None}
+    assert write_isvc_status(IsvcStatus(stages=DELETE), {}) == {}
+    assert write_isvc_status(IsvcStatus(stages=FULL.stages), stored) == {}  # unchanged: not written
 
 
 def test_merge_takes_every_field_a_later_part_sets() -> None:

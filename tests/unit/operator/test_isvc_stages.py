@@ -1,0 +1,330 @@
+"""The staged layout (issue 24, ``spec.stages``) in the pure planner: the image encoder pool's objects with owner
+references and their own labels, resources and replicas; the front pool rendered for the encoder Service's ClusterIP;
+the order of a switch on and off; per-stage status; budget caps; a rerun that writes nothing; a planner that reads
+nothing but its arguments. (Without ``spec.stages``: ``test_isvc_stages_off.py``.)"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from modalscale.api.inferenceservice import parse_isvc
+from modalscale.api.isvc_status import DELETE, read_isvc_status, write_isvc_status
+from modalscale.operator.isvc.objects import (
+    IMAGE_ENCODER_ADDRESS_ANNOTATION,
+    IMAGE_ENCODER_LABEL,
+    SELECTOR_LABEL,
+    STAGE_FRONT,
+    STAGE_IMAGE_ENCODER,
+    STAGE_LABEL,
+    image_encoder_address,
+)
+from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc, stage_layout
+from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL, Stage
+from tests.factories import inference_service
+
+NOW = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC)
+ONE_PIECE_FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n'}
+FRONT_FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\nparameters: {key: "stage"}\n'}
+"""Stand-ins for the one-piece and the front repository (``reconcile.repository_files`` renders the one
+:func:`stage_layout` says)."""
+ENCODER_FILES = {"image_encoder/config.pbtxt": 'name: "image_encoder"\n'}
+CONFIG = PlanConfig(gateway_image="op:1", node_loss_toleration_s=30)
+STAGES = {"imageEncoder": {"minReplicas": 2, "maxReplicas": 5,
+                           "resources": {"cpu": "3", "memory": "4Gi", "gpu": {"count": 1, "type": "nvidia-l4"}},
+                           "runtime": {"instanceCount": 4, "maxBatchSize": 32}}}
+
+
+def body(stages: dict[str, Any] | None = STAGES, **spec: Any) -> dict[str, Any]:
+    extra = {} if stages is None else {"stages": stages}
+    return inference_service("vc", "ml", uid="u-1", generation=1, gateway={"enabled": False},
+                             **{"scaling": {"mode": "Fixed", "replicas": 3, "minReplicas": 1, "maxReplicas": 6},
+                                **extra, **spec})
+
+
+def stored(created: dict[str, Any], ready: bool = True) -> dict[str, Any]:
+    obj = copy.deepcopy(created)
+    obj["metadata"].update(generation=1, resourceVersion="1")
+    if obj["kind"] == "Deployment":
+        n = obj["spec"]["replicas"]
+        r = n if ready else 0
+        obj["status"] = {"observedGeneration": 1, "replicas": n, "readyReplicas": r, "updatedReplicas": n}
+    if obj["kind"] == "Service":
+        obj["spec"]["clusterIP"] = "10.0.0.40" if obj["metadata"]["name"].endswith("-image-encoder") else "10.0.0.12"
+    return obj
+
+
+def merged(obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A strategic merge patch as far as these tests need it: maps merged key by key, ``None`` deletes a key,
+    ``$patch: replace`` replaces a map, anything else replaces."""
+    out = copy.deepcopy(obj)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and value.get("$patch") == "replace":
+            out[key] = {k: v for k, v in value.items() if k != "$patch"}
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def applied(obs: IsvcObserved, plan: Any, encoder_ready: bool = True) -> IsvcObserved:
+    """``obs`` after the plan's writes."""
+    obs = copy.deepcopy(obs)
+    written = write_isvc_status(plan.status)  # as the next pass reads it back (a deleted block is absent)
+    obs.status = read_isvc_status({"status": {k: v for k, v in written.items() if v is not None}})
+    for w in plan.writes:
+        encoder = w.name.startswith("vc-image-encoder")
+        slot = w.kind if encoder else w.kind.lower()
+        if w.action == "delete":
+            obs.image_encoder[slot] = None
+            continue
+        have = obs.image_encoder.get(slot) if encoder else getattr(obs, slot)
+        new = stored(w.body, ready=encoder_ready or not encoder) if w.action == "create" else merged(have, w.body)
+        if encoder:
+            obs.image_encoder[slot] = new
+        else:
+            setattr(obs, slot, new)
+    return obs
+
+
+def run(b: dict[str, Any], obs: IsvcObserved | None = None, *, scale: bool = False,
+        encoder_ready: bool = True) -> tuple[Any, IsvcObserved]:
+    """One pass as ``reconcile`` makes it (the front's repository rendered for the layout), or a scale pass."""
+    obs = obs or IsvcObserved()
+    spec = parse_isvc(b)
+    files = None if scale else FRONT_FILES if stage_layout(spec, obs).front_address else ONE_PIECE_FILES
+    plan = plan_isvc(spec, obs, files, CONFIG, NOW, encoder_files=ENCODER_FILES)
+    return plan, applied(obs, plan, encoder_ready)
+
+
+def made(plan: Any) -> list[tuple[str, str, str]]:
+    return [(w.kind, w.action, w.name) for w in plan.writes]
+
+
+def write(plan: Any, kind: str, name: str) -> dict[str, Any]:
+    return next(w.body for w in plan.writes if (w.kind, w.name) == (kind, name))
+
+
+def conditions(plan: Any) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in write_isvc_status(plan.status)["conditions"]}
+
+
+def settled(b: dict[str, Any] | None = None) -> IsvcObserved:
+    """A staged service after its passes settled (encoder pool ready, front staged)."""
+    b = b or body()
+    _, obs = run(b)
+    _, obs = run(b, obs)
+    return obs
+
+
+# ---------------------------------------------------------------------------------------------- objects
+def test_a_new_staged_service_creates_the_encoder_pool_first_and_holds_the_front_for_its_address() -> None:
+    plan, obs = run(body())
+    assert made(plan) == [("PodDisruptionBudget", "create", "vc"), ("Service", "create", "vc"),
+                          ("ConfigMap", "create", "vc-image-encoder-model-repo"),
+                          ("Deployment", "create", "vc-image-encoder"), ("Service", "create", "vc-image-encoder"),
+                          ("PodDisruptionBudget", "create", "vc-image-encoder")]
+    for w in plan.writes:
+        (ref,) = w.body["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == ("InferenceService", "vc", "u-1", True)
+    stages = write_isvc_status(plan.status)["stages"]
+    assert stages[0]["name"] == "front" and "waiting for the encoder Service's ClusterIP" in stages[0]["message"]
+    assert conditions(plan)["Ready"]["reason"] == "Creating"
+
+    plan, obs = run(body(), obs)  # the Service has its ClusterIP now: the front is created, staged
+    assert made(plan) == [("ConfigMap", "create", "vc-model-repo"), ("Deployment", "create", "vc")]
+    template = write(plan, "Deployment", "vc")["spec"]["template"]
+    assert template["metadata"]["labels"][STAGE_LABEL] == STAGE_FRONT
+    assert template["metadata"]["annotations"] == {IMAGE_ENCODER_ADDRESS_ANNOTATION: "10.0.0.40:8001"}
+
+    plan, obs = run(body(), obs)
+    assert plan.writes == []  # a rerun with nothing changed writes nothing
+    plan, obs = run(body(), obs)
+    assert plan.writes == [] and write_isvc_status(plan.status, obs.status) == {}  # nor any status
+
+
+def test_the_encoder_pool_has_its_own_labels_selector_resources_knobs_repository_and_probe() -> None:
+    plan, _ = run(body())
+    dep = write(plan, "Deployment", "vc-image-encoder")
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert SELECTOR_LABEL not in pod_labels  # never a front replica: the front's Services and PDB select on it
+    assert (pod_labels[IMAGE_ENCODER_LABEL], pod_labels[STAGE_LABEL]) == ("vc", STAGE_IMAGE_ENCODER)
+    assert dep["metadata"]["labels"][STAGE_LABEL] == STAGE_IMAGE_ENCODER
+    assert dep["spec"]["selector"] == {"matchLabels": {IMAGE_ENCODER_LABEL: "vc"}}
+    assert dep["spec"]["replicas"] == 2  # minReplicas: not autoscaled yet
+    assert "annotations" not in dep["metadata"]  # no replicas record: drift of its replicas is repaired
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert c["resources"]["requests"] == {"cpu": "3", "memory": "4Gi", "nvidia.com/gpu": "1"}
+    assert c["readinessProbe"]["exec"]["command"][-1] == f"--model={IMAGE_ENCODER_MODEL}"
+    assert {"name": "OMP_NUM_THREADS", "value": "1"} in c["env"]
+    (vol,) = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "model-repository"]
+    assert vol["configMap"]["name"] == "vc-image-encoder-model-repo"
+    assert write(plan, "ConfigMap", "vc-image-encoder-model-repo")["data"] == {
+        "image_encoder__config.pbtxt": 'name: "image_encoder"\n'}
+    svc = write(plan, "Service", "vc-image-encoder")
+    assert svc["spec"]["selector"] == {IMAGE_ENCODER_LABEL: "vc"}
+    assert [p["port"] for p in svc["spec"]["ports"]] == [8000, 8001, 8002]
+    pdb = write(plan, "PodDisruptionBudget", "vc-image-encoder")
+    assert pdb["spec"]["selector"] == {"matchLabels": {IMAGE_ENCODER_LABEL: "vc"}}
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_the_encoder_pool_takes_the_one_piece_resources_and_knobs_it_leaves_out() -> None:
+    spec = parse_isvc(body({"imageEncoder": {}}, runtime={"instanceCount": 2, "maxBatchSize": 16,
+                                                          "dynamicBatching": {"preferredBatchSizes": [4, 8]}}))
+    assert spec.stages is not None
+    enc = spec.stages.image_encoder
+    assert (enc.min_replicas, enc.max_replicas) == (1, 10)
+    assert enc.resources == spec.resources
+    assert (enc.runtime.instance_count, enc.runtime.max_batch_size) == (2, 16)
+    assert enc.runtime.dynamic_batching.preferred_batch_sizes == ()  # the front's request counts do not apply
+    own = parse_isvc(body({"imageEncoder": {"resources": {"cpu": "500m"}}})).stages
+    assert own is not None and (own.image_encoder.resources.cpu, own.image_encoder.resources.memory,
+                                own.image_encoder.resources.gpu_count) == ("500m", "8Gi", 0)
+
+
+def test_the_stage_names_are_the_runtimes() -> None:
+    assert (STAGE_FRONT, STAGE_IMAGE_ENCODER) == (Stage.FRONT.value, Stage.IMAGE_ENCODER.value)
+
+
+@pytest.mark.parametrize("ip, address", [(None, None), ("None", None), ("", None), ("10.0.0.40", "10.0.0.40:8001"),
+                                         ("fd00::7", "[fd00::7]:8001")], ids=["none", "headless", "empty", "v4", "v6"])
+def test_the_encoder_address_is_the_services_cluster_ip_and_grpc_port(ip: str | None, address: str | None) -> None:
+    svc = None if ip is None else {"spec": {"clusterIP": ip}}
+    assert image_encoder_address(svc) == address
+
+
+# ---------------------------------------------------------------------------------------------- switching
+def test_a_running_one_piece_front_switches_only_once_an_encoder_replica_is_ready() -> None:
+    _, obs = run(body(None))
+    _, obs = run(body(None), obs)
+    plan, obs = run(body(), obs, encoder_ready=False)  # stages turned on: the pool is made, the front untouched
+    assert {w.name for w in plan.writes} == {"vc-image-encoder", "vc-image-encoder-model-repo"}
+    assert stage_layout(parse_isvc(body()), obs).front_address is None  # its pool has no ready replica
+    plan, obs = run(body(), obs, encoder_ready=False)
+    assert plan.writes == []
+    assert "serving as one piece" in write_isvc_status(plan.status)["stages"][0]["message"]
+    assert conditions(plan)["ImageEncoderReady"]["reason"] == "ImageEncoderUnavailable"
+    assert conditions(plan)["Ready"]["status"] == "True"  # one piece: it still serves images itself
+
+    assert obs.image_encoder["Deployment"] is not None
+    obs.image_encoder["Deployment"]["status"]["readyReplicas"] = 1
+    plan, obs = run(body(), obs)
+    assert made(plan) == [("ConfigMap", "patch", "vc-model-repo"), ("Deployment", "patch", "vc")]
+    meta = write(plan, "Deployment", "vc")["spec"]["template"]["metadata"]
+    assert meta["labels"][STAGE_LABEL] == STAGE_FRONT  # a template change: the pods roll
+    assert meta["annotations"] == {IMAGE_ENCODER_ADDRESS_ANNOTATION: "10.0.0.40:8001"}
+    assert conditions(plan)["ImageEncoderReady"]["status"] == "True"
+
+
+def test_removing_stages_rolls_the_front_back_first_and_deletes_the_pool_once_no_front_pod_calls_it() -> None:
+    obs = settled()
+    obs.pods = [{"metadata": {"name": "vc-1", "labels": {SELECTOR_LABEL: "vc", STAGE_LABEL: STAGE_FRONT}}}]
+    plan, obs = run(body(None), obs)
+    assert made(plan) == [("ConfigMap", "patch", "vc-model-repo"), ("Deployment", "patch", "vc")]
+    meta = write(plan, "Deployment", "vc")["spec"]["template"]["metadata"]
+    assert meta["labels"][STAGE_LABEL] is None and meta["annotations"] == {IMAGE_ENCODER_ADDRESS_ANNOTATION: None}
+    assert write_isvc_status(plan.status)["stages"] is None  # DELETE: the block goes
+    assert "ImageEncoderReady" not in conditions(plan)
+
+    plan, obs = run(body(None), obs)  # the template is one piece again, but a staged pod still drains
+    assert plan.writes == []
+    obs.pods = [{"metadata": {"name": "vc-2", "labels": {SELECTOR_LABEL: "vc"}}}]
+    plan, obs = run(body(None), obs)
+    assert made(plan) == [("PodDisruptionBudget", "delete", "vc-image-encoder"),
+                          ("Service", "delete", "vc-image-encoder"), ("Deployment", "delete", "vc-image-encoder"),
+                          ("ConfigMap", "delete", "vc-image-encoder-model-repo")]
+    plan, obs = run(body(None), obs)
+    assert plan.writes == [] and plan.status.stages is None
+
+
+def test_a_new_encoder_address_rolls_the_front_onto_it() -> None:
+    obs = settled()
+    assert obs.image_encoder["Service"] is not None
+    obs.image_encoder["Service"]["spec"]["clusterIP"] = "10.0.0.99"  # deleted and made again by someone
+    plan, _ = run(body(), obs)
+    meta = write(plan, "Deployment", "vc")["spec"]["template"]["metadata"]
+    assert meta["annotations"] == {IMAGE_ENCODER_ADDRESS_ANNOTATION: "10.0.0.99:8001"}
+
+
+# ---------------------------------------------------------------------------------------------- replicas and status
+def test_status_shows_each_stages_replicas_and_the_pool_says_it_is_not_autoscaled() -> None:
+    obs = settled()
+    plan, _ = run(body(), obs)
+    front, encoder = write_isvc_status(plan.status)["stages"]
+    assert front == {"name": "front", "replicas": 3, "readyReplicas": 3, "desiredReplicas": 3,
+                     "reason": "FixedReplicas"}
+    assert (encoder["name"], encoder["replicas"], encoder["readyReplicas"], encoder["desiredReplicas"],
+            encoder["reason"], encoder["address"]) == ("image-encoder", 2, 2, 2, "NotAutoscaled", "10.0.0.40:8001")
+    assert "not yet autoscaled" in encoder["message"]
+    c = conditions(plan)
+    assert (c["Ready"]["status"], c["ImageEncoderReady"]["status"]) == ("True", "True")
+
+
+def test_a_budget_cap_caps_the_encoder_pool_too_and_a_front_at_zero_takes_it_to_zero() -> None:
+    obs = settled()
+    obs.budget_cap_replicas, obs.budget_cap_policy = 1, "ml/daily"
+    plan, obs = run(body(), obs)
+    assert write(plan, "Deployment", "vc-image-encoder")["spec"]["replicas"] == 1
+    encoder = write_isvc_status(plan.status)["stages"][1]
+    assert (encoder["desiredReplicas"], encoder["reason"]) == (1, "CappedByBudget")
+    obs.budget_cap_replicas = 0  # ScaleToZero
+    plan, obs = run(body(), obs)
+    assert write(plan, "Deployment", "vc-image-encoder")["spec"]["replicas"] == 0
+    assert write_isvc_status(plan.status)["stages"][1]["reason"] == "FrontAtZero"
+    assert conditions(plan)["ImageEncoderReady"]["reason"] == "ScaledToZero"
+
+
+def test_a_scale_pass_writes_the_encoder_pools_replicas_with_the_fronts() -> None:
+    obs = settled()
+    obs.budget_cap_replicas, obs.budget_cap_policy = 0, "ml/daily"
+    plan, _ = run(body(), obs, scale=True)
+    assert made(plan) == [("Deployment", "patch", "vc"), ("Deployment", "patch", "vc-image-encoder")]
+    assert plan.writes[1].body == {"spec": {"replicas": 0}}
+
+
+def test_a_front_calling_an_encoder_pool_without_a_ready_replica_is_not_ready() -> None:
+    obs = settled()
+    assert obs.image_encoder["Deployment"] is not None
+    obs.image_encoder["Deployment"]["status"]["readyReplicas"] = 0
+    plan, _ = run(body(), obs)
+    c = conditions(plan)
+    assert (c["Ready"]["status"], c["Ready"]["reason"]) == ("False", "ImageEncoderUnavailable")
+    assert ("Warning", "ImageEncoderUnavailable") in {(t, r) for t, r, _ in plan.events}
+
+
+def test_cost_per_hour_adds_the_encoder_pods_at_their_own_price() -> None:
+    from decimal import Decimal
+
+    obs = settled()
+    running = {"spec": {"nodeName": "n"}, "status": {"phase": "Running"}, "metadata": {"name": "p"}}
+    obs.pods = [running] * 3
+    obs.image_encoder_pods = [running] * 2
+    obs.replica_usd_per_hour, obs.image_encoder_usd_per_hour = Decimal("1.5"), Decimal("0.25")
+    plan, _ = run(body(), obs)
+    assert plan.status.cost_usd_per_hour == Decimal("5.0000")
+
+
+def test_the_planner_is_pure_it_changes_nothing_it_was_given_and_answers_the_same_twice() -> None:
+    obs = settled()
+    before = copy.deepcopy(obs)
+    spec = parse_isvc(body())
+    first = plan_isvc(spec, obs, FRONT_FILES, CONFIG, NOW, encoder_files=ENCODER_FILES)
+    second = plan_isvc(spec, obs, FRONT_FILES, CONFIG, NOW, encoder_files=ENCODER_FILES)
+    assert first.writes == []  # settled
+    assert obs == before
+    assert (first.writes, first.status, first.events) == (second.writes, second.status, second.events)
+
+
+def test_stages_delete_is_written_only_when_a_block_is_stored() -> None:
+    plan, _ = run(body(None))
+    assert plan.status.stages is None
+    obs = settled()
+    plan, _ = run(body(None), obs)
+    assert plan.status.stages is DELETE
