@@ -1,0 +1,105 @@
+"""The staged layout (issue 24) on the real kubelet node: real CPU-runtime pods of a one-piece InferenceService and
+of a staged one (a front pool and its image-encoder pool, each one replica of 500m: the node's 1500m allocatable)
+answer the same image, text and image+text requests with the same embeddings (cosine >= 0.99999 at FP32), the
+same modality and the same image classes; every request goes from this process through each service's ClusterIP
+Service (kube-proxy), and the staged front reaches its pool at the pool Service's ClusterIP."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from kubernetes import client
+
+from modalscale.devenv.realnode import real_node_placement
+from tests.integration.operator.gateway_load import (
+    EXAMPLE,
+    MODEL,
+    Env,
+    distinct_images,
+    images_imported,
+    start_operator,
+)
+from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def env(real_node_cluster: Any, api: Any, crds_installed: list[str],
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    print(f"images built/found and imported in {images_imported(real_node_cluster.workdir):.1f} s")
+    ns = f"stages-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
+    op = None
+    try:
+        op = start_operator(real_node_cluster.kubeconfig, ns, tmp_path_factory.mktemp("stages-operator") / "op.log")
+        yield Env(api, ns, op)
+    finally:
+        if op is not None:
+            op.stop()
+        core.delete_namespace(ns)
+
+
+def _service(name: str, staged: bool) -> dict[str, Any]:
+    body = yaml.safe_load(yaml.safe_dump(EXAMPLE))
+    body["metadata"] = {"name": name}
+    body["spec"]["resources"]["cpu"] = "500m"
+    body["spec"]["placement"] = real_node_placement()
+    body["spec"]["scaling"] = {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 1}
+    body["spec"]["gateway"] = {"enabled": False}
+    if staged:
+        body["spec"]["stages"] = {"imageEncoder": {"minReplicas": 1, "maxReplicas": 1,
+                                                   "resources": {"cpu": "500m",
+                                                                 "memory": body["spec"]["resources"]["memory"]}}}
+    return body
+
+
+def test_a_staged_service_on_the_real_node_answers_like_the_one_piece_layout(env: Env) -> None:
+    from modalscale.runtime.client import MultimodalClient
+
+    started = time.monotonic()
+    for name, staged in (("one", False), ("st", True)):
+        env.custom.create_namespaced_custom_object(GROUP, VERSION, env.ns, PLURAL, _service(name, staged))
+
+    def serving() -> bool:
+        return (len(env.ready_pods("modalscale.io/inferenceservice=one")) == 1
+                and len(env.ready_pods("modalscale.io/inferenceservice=st")) == 1
+                and len(env.ready_pods("modalscale.io/image-encoder=st")) == 1)
+
+    ready_s = env.wait(serving, 480, "the one-piece replica, the front and the encoder pod Ready", "st")
+    front = env.ready_pods("modalscale.io/inferenceservice=st")[0]
+    assert front.metadata.labels.get("modalscale.io/stage") == "front", front.metadata.labels
+    images = distinct_images(2)
+    requests: list[tuple[list[bytes] | None, str | None]] = [
+        ([images[0]], None), (None, "a cup of coffee on a wooden table"),
+        ([images[1]], "latte art"), (images, "two cups")]
+    answers: dict[str, list[Any]] = {}
+    for name in ("one", "st"):
+        url = f"{env.core.read_namespaced_service(name, env.ns).spec.cluster_ip}:8000"
+        with MultimodalClient(url, model_name=MODEL, timeout_s=120) as c:
+            answers[name] = [c.infer(images=imgs, text=text) for imgs, text in requests]
+    print(f"\nboth layouts Ready in {ready_s:.1f} s; answered {len(requests)} requests each; "
+          f"{time.monotonic() - started:.1f} s in all")
+    for (imgs, text), a, b in zip(requests, answers["one"], answers["st"], strict=True):
+        cosine = float(np.dot(a.embedding, b.embedding) / (np.linalg.norm(a.embedding) * np.linalg.norm(b.embedding)))
+        print(f"  images={0 if imgs is None else len(imgs)} text={text is not None}: {a.modality} cosine {cosine:.7f}")
+        assert (a.modality, a.image_classes.tolist()) == (b.modality, b.image_classes.tolist())
+        assert cosine >= 0.99999, (a.modality, cosine)
+    # The pool's own counter says the image requests went through it (3 of the 4 carry images).
+    from modalscale.runtime.client import scrape_metrics
+
+    pool = env.ready_pods("modalscale.io/image-encoder=st")[0]
+    m = scrape_metrics(f"http://{pool.status.pod_ip}:8002/metrics")
+    served = sum(v for k, v in m.items() if k.startswith("nv_inference_request_success{")
+                 and 'model="image_encoder"' in k)
+    assert served >= 3, {k: v for k, v in m.items() if "image_encoder" in k}
+    # Env.remove waits until no pod of the namespace is left: the other service first, without waiting.
+    env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.ns, PLURAL, "st")
+    env.remove("one")
