@@ -53,7 +53,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-    items.sort(key=lambda item: Path(str(item.fspath)).resolve().relative_to(REPO).as_posix() in LAST_IN_LANE)
     lane = os.environ.get(LANE_ENV, "")
     if not lane:
         return
@@ -67,19 +66,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-
-
-LAST_IN_LANE = ("tests/integration/operator/test_chaos_nodes.py",)
-"""Modules that run after every other test of the session (of their lane; a stable sort keeps each part's order):
-the chaos module stops the session cluster's real node for a cluster of its own, and run last it need not start it
-again (``real_node_needed_after``)."""
-
-
-def real_node_needed_after(request: pytest.FixtureRequest) -> bool:
-    """Whether a test collected after the requesting module's last test uses ``real_node_cluster``."""
-    items = request.session.items
-    mine = [i for i, item in enumerate(items) if Path(str(item.fspath)) == Path(str(request.path))]
-    return any("real_node_cluster" in getattr(item, "fixturenames", ()) for item in items[max(mine, default=-1) + 1:])
 
 
 NO_TEST_NEEDS_REAL_NODE = "no collected test needs the real node"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from modalscale.runtime.server import port_range
-from tests.conftest import LANES, LAST_IN_LANE, PLACED, lane_of
+from tests.conftest import LANES, PLACED, lane_of
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test.sh"
 
@@ -35,8 +35,6 @@ def test_placed_modules_exist_and_name_a_lane() -> None:
     for module, lane in PLACED.items():
         assert (root / module).is_file(), module
         assert lane in LANES, (module, lane)
-    for module in LAST_IN_LANE:
-        assert (root / module).is_file(), module
 
 
 def _script_lanes() -> tuple[list[str], dict[str, str]]:

@@ -37,7 +37,6 @@ from modalscale.devenv.prometheus import PodDiscovery, PrometheusProcess
 from modalscale.devenv.realnode import RealNode, cgroup_pids, mounts_under
 from modalscale.devenv.receivers import ChatReceiver
 from modalscale.operator.autoscale.observe import PrometheusReader
-from tests.conftest import real_node_needed_after
 from tests.integration.operator.gateway_load import MODEL, Env, Load, images_imported, ready, start_operator
 from tests.integration.operator.isvc_helpers import GROUP, VERSION
 from tests.integration.operator.test_budget import (
@@ -179,11 +178,9 @@ def _bytes(quantity: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def two_nodes(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory,
-              request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+def two_nodes(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A control plane of its own with two real nodes (no KWOK nodes) and the CRDs; the session cluster's real
-    node is stopped meanwhile and started again afterwards when a later test needs it (the suite's lanes run this
-    module last: tests/conftest.py ``LAST_IN_LANE``)."""
+    node is stopped meanwhile and started again afterwards."""
     real_node_cluster.stop_real_node()
     two = LocalCluster(tmp_path_factory.mktemp("chaos-two"), log=lambda m: print(m, flush=True))
     try:
@@ -199,8 +196,7 @@ def two_nodes(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPath
         finally:
             two.down()
     finally:
-        if real_node_needed_after(request):
-            real_node_cluster.up(nodes=2, real_node=True)
+        real_node_cluster.up(nodes=2, real_node=True)
 
 
 @pytest.fixture(scope="module")
