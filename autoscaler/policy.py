@@ -1103,8 +1103,11 @@ def _observed_queue(
     waiting as executing) at all three (a queue that persists, not one burst) and now hold more than the p95
     target's worth of arrivals (Little's law, ``in_flight / arrival_rps`` s); their mean age already exceeds
     the p95 target; or the observed p95 exceeds ``margin`` x the target while the model says the current
-    replicas suffice. Then the needed concurrency is the observed one (Little's law: requests in flight =
-    arrival rate x time in the system, whatever the service time really is), and KPA's rule sizes it:
+    replicas suffice. Each needs a queue now: more requests in flight than the ready replicas' slots (a slow
+    request that holds a slot of its own is the service time, the calibrators' job; more replicas would not
+    shorten it, and one in-flight sample over a low utilization target would size many). Then the needed
+    concurrency is the observed one (Little's law: requests in flight = arrival rate x time in the system,
+    whatever the service time really is), and KPA's rule sizes it:
     ``ceil(in_flight / (slots_per_replica * target_utilization))`` (Knative Serving's concurrency autoscaler,
     ``desired = observed concurrency / target concurrency per pod``). It only raises the need
     (``ScaleUpForObservedQueue``), never lowers it, and needs ``in_flight_requests``.
@@ -1133,7 +1136,7 @@ def _observed_queue(
     if p95 is not None and p95 > margin * target and model_need <= observation.current_replicas:
         why.append(f"observed p95 {p95:.0f} ms > {margin:g}x the target {target:g} ms while the model says "
                    f"{observation.current_replicas} replicas suffice")
-    if not why or in_flight <= 0:
+    if not why or in_flight <= serving:  # no request waits for a slot: more replicas shorten none of them
         return need, reason, message, state
     utilization = policy.target_utilization_percent / 100.0
     observed_need = math.ceil(in_flight / (slots * utilization) - 1e-9)

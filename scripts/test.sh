@@ -70,11 +70,18 @@ else
     (
       MODALSCALE_TEST_LANE=$lane MODALSCALE_PORT_RANGE=${ranges[$lane]} run_pytest "$lane" "$@" 2>&1
       echo $? >"$logdir/$lane.rc"
-    ) | sed -u "s/^/[$lane] /" &
+    ) | sed -u "s/^/[$lane] /" | tee "$logdir/$lane.log" &
     pids+=($!)
   done
   wait "${pids[@]}"
   rc=0
+  # Each lane's outcome again at the very end, where a reader of only the output's tail (CI's) sees it: its
+  # failed and erroring tests and its summary line, however the lanes' lines interleaved above.
+  echo "=== outcome per lane ==="
+  for lane in realnode operator rest; do
+    grep -E '^\[[a-z]+\] (FAILED|ERROR) |^\[[a-z]+\] =+ .*(passed|failed|error|no tests ran).* =+$' \
+      "$logdir/$lane.log" | cut -c1-400 || echo "[$lane] (no summary line: pytest did not finish)"
+  done
   for lane in realnode operator rest; do
     lane_rc=$(cat "$logdir/$lane.rc" 2>/dev/null || echo 1)
     echo "lane $lane: pytest exit $lane_rc"

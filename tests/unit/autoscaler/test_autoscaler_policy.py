@@ -718,6 +718,24 @@ def test_long_requests_scale_up_on_the_observation_within_two_decisions() -> Non
     assert state.in_flight_history == (16.0, 30.0)
 
 
+def test_one_slow_request_in_a_slot_of_its_own_is_no_queue() -> None:
+    # CI, stop 32 (issue 21 scenario 4's steady start): 1 replica, text at 1.5 req/s x 11 ms (0.0165 erlangs),
+    # p95 target 3 s, utilization target 15 %; the summary's p95 over a few requests read one cold request (7 s)
+    # with 1 request in flight. The old rule read a contradiction and sized 1 / (1 slot x 15 %) = 7 replicas
+    # (step-limited to 6); no request waited for a slot, so more replicas would have shortened none.
+    policy = make_policy(target_p95_latency_ms=3000, target_utilization_percent=15, max_step_replicas=5)
+    obs = make_obs(1.5, current=1, ready=1, p95_latency_ms=7000.0, in_flight_requests=1.0,
+                   in_flight_age_ms=4000.0)
+    d = recommend(obs, policy, ScalerState(), ConstantModel(11.0), NOW)
+    assert (d.desired_replicas, d.reason) == (1, Reason.STEADY), d.message
+    assert "observed_queue_need_replicas" not in d.features
+    # the same reading with a request waiting behind the busy slot is a queue: KPA's rule sizes it
+    queued = replace(obs, in_flight_requests=2.0)
+    d = recommend(queued, policy, ScalerState(), ConstantModel(11.0), NOW)
+    assert d.features["observed_queue_need_replicas"] == 14  # ceil(2 / 0.15)
+    assert (d.desired_replicas, d.reason) == (6, Reason.LIMITED_BY_MAX_STEP), d.message  # 1 + step 5
+
+
 def test_observed_queue_contradictions_fire_and_only_raise() -> None:
     policy = make_policy(max_step_replicas=50)
     # p95 above 2x the target while the model says the 8 replicas suffice: 20 in flight / 0.7 -> 29
