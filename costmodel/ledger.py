@@ -165,6 +165,53 @@ class PodRun:
 
 
 @dataclass(frozen=True)
+class PodPool:
+    """Pods of a service that are not its replicas, charged by their own start and stop at their own price: a
+    staged service's image-encoder pool (``modalscale.io/image-encoder=<name>``). Never in the service's
+    ``replicas``, replica-seconds or price of a replica.
+
+    Attributes:
+        name: What the pods are (``image-encoder``), for reports.
+        pods: Its pods now and those recorded gone, with their own timestamps (``PodRun.tier``: the tier their
+            node ran them at; None = ``usd_per_pod_hour``).
+        usd_per_pod_hour: Price of one pod at the service's tier; None when unknown.
+        tier_prices: ``(tier, USD per pod-hour or None)`` for pods whose ``tier`` is set.
+    """
+
+    name: str
+    pods: tuple[PodRun, ...] = ()
+    usd_per_pod_hour: Decimal | None = None
+    tier_prices: tuple[tuple[str, Decimal | None], ...] = ()
+
+    def pod_price(self, pod: PodRun) -> Decimal | None:
+        """USD per hour of one pod: at its node's tier when known, else ``usd_per_pod_hour`` (None: unknown)."""
+        return self.usd_per_pod_hour if pod.tier is None else dict(self.tier_prices).get(pod.tier)
+
+    @property
+    def usd_per_hour(self) -> Decimal | None:
+        """Rate of its running pods, 1e-9 USD (0 without one; None when one runs unpriced)."""
+        prices = [self.pod_price(p) for p in self.pods if p.stop is None]
+        if any(p is None for p in prices):
+            return None
+        return quantize_ledger_usd(sum((p for p in prices if p is not None), Decimal(0)))
+
+    def cost_usd(self, start: datetime, end: datetime) -> Decimal | None:
+        """What its pods ran in ``[start, end)`` at their prices (``price x pod-microseconds / 3.6e9`` summed per
+        price, then quantized to 1e-9 USD); None when a pod that ran in it is unpriced."""
+        by_price: dict[Decimal, int] = {}
+        for pod in self.pods:
+            us = pod.microseconds_in(start, end)
+            if us == 0:
+                continue
+            price = self.pod_price(pod)
+            if price is None:
+                return None
+            by_price[price] = by_price.get(price, 0) + us
+        total = sum((MONEY_CONTEXT.multiply(price, Decimal(us)) for price, us in by_price.items()), Decimal(0))
+        return quantize_ledger_usd(MONEY_CONTEXT.divide(total, MICROSECONDS_PER_HOUR))
+
+
+@dataclass(frozen=True)
 class ServiceObservation:
     """What one evaluation saw of one selected service.
 
@@ -189,6 +236,8 @@ class ServiceObservation:
             ``replicas``, replica-seconds or the price of a replica), a second price of the service.
         gateway_usd_per_pod_hour: Price of one gateway pod (its CPU and memory requests at the catalog's
             on-demand prices); None when unknown (a gateway pod that ran is then unpriced, reported).
+        pools: Its other pods charged at their own prices (:class:`PodPool`: a staged service's image-encoder
+            pool), on top of the replicas and the gateway.
     """
 
     namespace: str
@@ -200,27 +249,35 @@ class ServiceObservation:
     stopped: tuple[PodRun, ...] = ()
     gateway_pods: tuple[PodRun, ...] = ()
     gateway_usd_per_pod_hour: Decimal | None = None
+    pools: tuple[PodPool, ...] = ()
+
+    @property
+    def side_pools(self) -> tuple[PodPool, ...]:
+        """Every group of its pods that are not replicas: the gateway's (each at the on-demand
+        :attr:`gateway_usd_per_pod_hour`, whatever its node) and :attr:`pools`."""
+        gateway = tuple(replace(p, tier=None) for p in self.gateway_pods)
+        return (PodPool("gateway", gateway, self.gateway_usd_per_pod_hour), *self.pools)
 
     @property
     def gateway_usd_per_hour(self) -> Decimal | None:
         """Rate of the running gateway pods: their count x :attr:`gateway_usd_per_pod_hour` (0 without one; None
         when some run and the price is unknown)."""
-        running = sum(1 for p in self.gateway_pods if p.stop is None)
-        if running == 0:
-            return Decimal(0)
-        if self.gateway_usd_per_pod_hour is None:
-            return None
-        return quantize_ledger_usd(MONEY_CONTEXT.multiply(Decimal(running), self.gateway_usd_per_pod_hour))
+        return self.side_pools[0].usd_per_hour
 
     def gateway_cost_usd(self, start: datetime, end: datetime) -> Decimal | None:
         """What the gateway pods ran in ``[start, end)`` at their price, 1e-9 USD; None when one ran unpriced."""
-        pod_us = sum(p.microseconds_in(start, end) for p in self.gateway_pods)
-        if pod_us == 0:
-            return Decimal(0)
-        if self.gateway_usd_per_pod_hour is None:
-            return None
-        return quantize_ledger_usd(MONEY_CONTEXT.divide(
-            MONEY_CONTEXT.multiply(self.gateway_usd_per_pod_hour, Decimal(pod_us)), MICROSECONDS_PER_HOUR))
+        return self.side_pools[0].cost_usd(start, end)
+
+    @property
+    def side_usd_per_hour(self) -> Decimal | None:
+        """Rate of every running pod that is not a replica (:attr:`side_pools`); None when one runs unpriced."""
+        rates = [p.usd_per_hour for p in self.side_pools]
+        return None if any(r is None for r in rates) else sum((r for r in rates if r is not None), Decimal(0))
+
+    def side_cost_usd(self, start: datetime, end: datetime) -> Decimal | None:
+        """What the pods that are not replicas ran in ``[start, end)``, 1e-9 USD; None when one ran unpriced."""
+        costs = [p.cost_usd(start, end) for p in self.side_pools]
+        return None if any(c is None for c in costs) else sum((c for c in costs if c is not None), Decimal(0))
 
     def charged_pods(self) -> tuple[PodRun, ...] | None:
         """``pods`` and ``stopped`` merged by name (None when ``pods`` is None), sorted by name.
@@ -573,9 +630,9 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
         unknown_ran = (price is None and gone > 0) or any(
             pod_rate(p) is None and (p.microseconds_in(t0, now) > 0 or back.get(p.name)) for p in pods)
         rate = None if unknown_ran else (price or Decimal(0))
-    gateway_unpriced = now_seen is not None and now_seen.gateway_cost_usd(t0, now) is None
+    side_unpriced = now_seen is not None and now_seen.side_cost_usd(t0, now) is None
     missing = (UnpricedInterval(entry.namespace, entry.name, int((now - t0).total_seconds()))
-               if rate is None or gateway_unpriced else None)
+               if rate is None or side_unpriced else None)
     segments = []
     for seg in split_interval(t0, now, period, tz):
         replica_us: int | None = None
@@ -584,8 +641,9 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
             replica_us, cost = _pods_cost(pods, pod_rate, price, gone, seg.start, seg.end, back if first else {})
         else:
             cost = _interval_cost(rate, seg.start, seg.end) if rate is not None else Decimal(0)
-        if now_seen is not None:  # the service's gateway pods, at their own price (not replicas)
-            cost += now_seen.gateway_cost_usd(seg.start, seg.end) or Decimal(0)
+        if now_seen is not None:  # its gateway and encoder-pool pods, at their own prices (not replicas)
+            cost += sum((c for p in now_seen.side_pools if (c := p.cost_usd(seg.start, seg.end)) is not None),
+                        Decimal(0))
         segments.append(CostSegment(entry.namespace, entry.name, seg.start, seg.end, entry.replicas,
                                     entry.cost_usd_per_hour if pods is not None else rate, cost,
                                     seg.period_start, seg.period_start == window.period_start, replica_us))
@@ -767,7 +825,7 @@ def with_rates_in_force(ledger: Ledger, observations: Sequence[ServiceObservatio
 
 
 __all__ = [
-    "ClosedPeriod", "CostSegment", "Ledger", "LedgerAdvance", "LedgerEntry", "LedgerFormatError", "PodRun",
+    "ClosedPeriod", "CostSegment", "Ledger", "LedgerAdvance", "LedgerEntry", "LedgerFormatError", "PodPool", "PodRun",
     "ServiceObservation", "UnpricedInterval", "advance", "floor_to_second", "format_time", "parse_time",
     "with_rates_in_force",
 ]

@@ -19,7 +19,7 @@ from decimal import Decimal
 
 from modalscale.api.budgetpolicy import ThresholdAction
 from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
-from modalscale.costmodel.ledger import PodRun, ServiceObservation
+from modalscale.costmodel.ledger import PodPool, PodRun, ServiceObservation
 
 
 class BudgetState(str, enum.Enum):
@@ -82,6 +82,8 @@ class ServiceState:
     """Its request-gateway pods (``ServiceObservation.gateway_pods``): charged at their own price, not replicas."""
     gateway_usd_per_pod_hour: Decimal | None = None
     """Price of one gateway pod (its CPU and memory requests, on demand); None when not priced."""
+    pools: tuple[PodPool, ...] = ()
+    """Its other pods at their own prices (``ServiceObservation.pools``: a staged service's image-encoder pool)."""
     stop_grace_s: int = 0
     """Longest ``terminationGracePeriodSeconds`` of its replicas, running or not (the operator gives each 90 s;
     a pod may have a longer one): how long a replica that a budget action scales away may keep running, and being
@@ -100,16 +102,17 @@ class ServiceState:
 
     @property
     def cost_usd_per_hour(self) -> Decimal | None:
-        """Replicas x price now (0 with zero replicas) plus its running gateway pods at theirs; None when either is
-        not known."""
+        """Replicas x price now (0 with zero replicas) plus its running gateway and encoder-pool pods at theirs;
+        None when either is not known."""
         obs = self.observation()
-        replicas, gateway = obs.cost_usd_per_hour, obs.gateway_usd_per_hour
-        return None if replicas is None or gateway is None else replicas + gateway
+        replicas, side = obs.cost_usd_per_hour, obs.side_usd_per_hour
+        return None if replicas is None or side is None else replicas + side
 
     def observation(self) -> ServiceObservation:
         """The ledger's view of this service."""
         return ServiceObservation(self.namespace, self.name, self.replicas, self.usd_per_replica_hour, self.pods,
-                                  self.tier_prices, self.stopped, self.gateway_pods, self.gateway_usd_per_pod_hour)
+                                  self.tier_prices, self.stopped, self.gateway_pods, self.gateway_usd_per_pod_hour,
+                                  self.pools)
 
 
 def service_state(namespace: str, name: str, *, replicas: int | None, max_replicas: int,
@@ -118,7 +121,9 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
                   pods: tuple[PodRun, ...] | None = None,
                   spot_pending_since: datetime | None = None,
                   stopped: tuple[PodRun, ...] = (), gateway_pods: tuple[PodRun, ...] = (),
-                  gateway_resources: ReplicaResources | None = None, stop_grace_s: int = 0) -> ServiceState:
+                  gateway_resources: ReplicaResources | None = None, stop_grace_s: int = 0,
+                  image_encoder_pods: tuple[PodRun, ...] = (),
+                  image_encoder_resources: ReplicaResources | None = None) -> ServiceState:
     """Price one service for the budget; an unknown price becomes ``usd_per_replica_hour=None``, not 0.
 
     Args:
@@ -130,6 +135,10 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
         gateway_pods: Its request-gateway pods; ``gateway_resources``: one gateway pod's CPU and memory requests,
             priced at the catalog's on-demand prices whatever the service's tier (the gateway stays on on-demand
             nodes); None: no gateway price (a running gateway pod is then unpriced).
+        image_encoder_pods: A staged service's image-encoder pool pods (``PodRun.tier``: their node's);
+            ``image_encoder_resources``: one pool replica's requests, priced at ``tier`` (the pool moves with the
+            service's tier) and at every other tier for pods whose node says so; None: no pool (its pods, if
+            any ran, are unpriced and reported).
     Returns:
         A :class:`ServiceState` whose ``unknown_reason`` says what could not be read; ``tier_prices`` holds the
         price at every tier (None where the catalog has none).
@@ -156,9 +165,23 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
         except UnknownPrice as exc:
             if gateway_pods:  # only a gateway pod that ran needs its price (a disabled gateway has none)
                 reason = "; ".join(r for r in (reason, f"gateway pods: {exc}") if r)
+    pools: tuple[PodPool, ...] = ()
+    if image_encoder_resources is not None or image_encoder_pods:
+        pool_prices: dict[str, Decimal | None] = {t.value: None for t in PricingTier}
+        for t in PricingTier:
+            if image_encoder_resources is not None:
+                try:
+                    pool_prices[t.value] = catalog.price_replica(image_encoder_resources, t)
+                except UnknownPrice:
+                    pass
+        pool = PodPool("image-encoder", image_encoder_pods, pool_prices[tier.value],
+                       tuple(sorted(pool_prices.items())))
+        if pool.usd_per_hour is None:
+            reason = "; ".join(r for r in (reason, "image-encoder pool pods: no price at the tier they run at") if r)
+        pools = (pool,)
     return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason, pods, tier.value,
                         tuple(sorted(prices.items())), spot_pending_since, stopped, gateway_pods, gateway_price,
-                        stop_grace_s)
+                        stop_grace_s=stop_grace_s, pools=pools)
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ from modalscale.operator.budget.plan import (
 from modalscale.operator.budget.runtime import BudgetRuntime
 from modalscale.operator.budget.spend_anomalies import HistoryRead
 from modalscale.operator.deps import Deps, deps_of
-from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL
+from modalscale.operator.isvc.objects import GATEWAY_LABEL, IMAGE_ENCODER_LABEL, SELECTOR_LABEL
 from modalscale.operator.settings import Settings
 
 ERROR_RETRY_S = 5.0
@@ -334,9 +334,10 @@ def lift_caps(deps: Deps, runtime: BudgetRuntime, policy: dict[str, Any], logger
 
 
 def priced_pod(labels: Mapping[str, str], **_: Any) -> bool:
-    """Whether the ledger prices this pod: a replica (``modalscale.io/inferenceservice``) or a request-gateway pod
-    (``modalscale.io/gateway``) of an InferenceService (the pod watch's filter)."""
-    return SELECTOR_LABEL in labels or GATEWAY_LABEL in labels
+    """Whether the ledger prices this pod: a replica (``modalscale.io/inferenceservice``), a request-gateway pod
+    (``modalscale.io/gateway``) or an image-encoder pool pod (``modalscale.io/image-encoder``) of an
+    InferenceService (the pod watch's filter)."""
+    return SELECTOR_LABEL in labels or GATEWAY_LABEL in labels or IMAGE_ENCODER_LABEL in labels
 
 
 def register_budget(registry: kopf.OperatorRegistry, config: Settings) -> None:

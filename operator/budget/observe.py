@@ -42,7 +42,7 @@ from modalscale.operator.budget.plan import (
     receiver_problem,
 )
 from modalscale.operator.budget.podstops import GONE_POD_RETENTION_S, GonePods
-from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL
+from modalscale.operator.isvc.objects import GATEWAY_LABEL, IMAGE_ENCODER_LABEL, SELECTOR_LABEL
 from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.showback import PrometheusShowback, ShowbackUnavailable
 
@@ -117,7 +117,8 @@ class BudgetObserver:
 
     def observe(self, namespaces: Sequence[str], gone: GonePods | None = None,
                 now: datetime | None = None) -> BudgetObserved:
-        """InferenceServices and their pods (replicas, and request-gateway pods apart) in ``namespaces``, and the
+        """InferenceServices and their pods (replicas; request-gateway and image-encoder pool pods apart) in
+        ``namespaces``, and the
         pods ``gone`` recorded deleted there.
 
         A namespace whose pods cannot be listed (any API error) maps to None: replicas unknown, so the
@@ -133,8 +134,10 @@ class BudgetObserver:
             try:
                 pods = read_json(self.core.list_namespaced_pod, ns, label_selector=SELECTOR_LABEL) or {}
                 gateways = read_json(self.core.list_namespaced_pod, ns, label_selector=GATEWAY_LABEL) or {}
+                encoders = read_json(self.core.list_namespaced_pod, ns, label_selector=IMAGE_ENCODER_LABEL) or {}
                 observed.pods[ns] = list(pods.get("items") or [])
                 observed.gateway_pods[ns] = list(gateways.get("items") or [])
+                observed.image_encoder_pods[ns] = list(encoders.get("items") or [])
             except ApiException:
                 observed.pods[ns] = None
         if gone is not None:
@@ -142,6 +145,7 @@ class BudgetObserver:
                 raise ValueError("observe: now is required with gone")
             observed.gone = gone.in_namespaces(observed.pods, now)
         bodies = [*(p for pods in observed.pods.values() for p in pods or []),
+                  *(p for pods in observed.image_encoder_pods.values() for p in pods),
                   *(g.pod for gs in observed.gone.values() for g in gs)]
         observed.node_labels, observed.node_health = self.nodes({str(n) for b in bodies
                                                                  if (n := (b.get("spec") or {}).get("nodeName"))},

@@ -150,7 +150,7 @@ from modalscale.costmodel.showback import ServiceWindow, TenantUsage, drivers_of
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator import conditions as cond
 from modalscale.operator.budget.spend_anomalies import HistoryRead
-from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL, TERMINATION_GRACE_S
+from modalscale.operator.isvc.objects import GATEWAY_LABEL, IMAGE_ENCODER_LABEL, SELECTOR_LABEL, TERMINATION_GRACE_S
 from modalscale.operator.isvc.plan import running_replicas
 
 BUDGET_PLURAL = "budgetpolicies"
@@ -204,6 +204,9 @@ class BudgetObserved:
     gateway_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Namespace -> the request-gateway pods (label ``modalscale.io/gateway``), read with ``pods`` (a namespace
     whose pods cannot be read has ``pods`` None and none here); priced at their own price, not as replicas."""
+    image_encoder_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Namespace -> a staged service's image-encoder pool pods (label ``modalscale.io/image-encoder``), read with
+    ``pods``; priced at the pool's own price (``spec.stages.imageEncoder.resources``), not as replicas."""
 
 
 @dataclass(frozen=True)
@@ -515,6 +518,20 @@ def _with_recorded_stops(listed: Sequence[PodRun], recorded: Sequence[PodRun]) -
     return (*merged, *(r for r in recorded if r.name not in names))
 
 
+def _side_runs(observed: BudgetObserved, ns: str, label: str, name: str,
+               listed: Mapping[str, Sequence[dict[str, Any]]]) -> tuple[PodRun, ...]:
+    """The runs of the pods of ``ns`` labelled ``label=name`` in ``listed``, merged with those the pod watch saw
+    deleted (each to its recorded stop: a pod gone between two listings ran until then), each at its node's
+    tier."""
+    def own(pod: Mapping[str, Any]) -> bool:
+        return ((pod.get("metadata") or {}).get("labels") or {}).get(label) == name
+
+    gone = gone_pod_runs([g for g in observed.gone.get(ns, ()) if own(g.pod)], observed.node_labels,
+                         observed.node_health)
+    return _with_recorded_stops(pod_runs([p for p in listed.get(ns) or () if own(p)], observed.node_labels,
+                                         observed.node_health), gone)
+
+
 def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetObserved,
                       catalog: Catalog) -> list[ServiceState]:
     """The InferenceServices ``spec.selector`` picks, priced by ``catalog``, as the budget planner's input.
@@ -556,11 +573,15 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
         gateway = _with_recorded_stops(pod_runs([p for p in observed.gateway_pods.get(ns) or () if (
             (p.get("metadata") or {}).get("labels") or {}).get(GATEWAY_LABEL) == name]), gateway_gone)
         gateway = tuple(replace(r, tier=None) for r in gateway)  # priced on demand (state.service_state)
+        encoders = _side_runs(observed, ns, IMAGE_ENCODER_LABEL, name, observed.image_encoder_pods)
         raw_scaling = (isvc.get("spec") or {}).get("scaling") or {}
         try:
             parsed = parse_isvc(isvc)
             res = ReplicaResources.from_quantities(parsed.resources.cpu, parsed.resources.memory,
                                                    parsed.resources.gpu_count, parsed.resources.gpu_type)
+            pool = parsed.stages.image_encoder.resources if parsed.stages is not None else None
+            pool_res = None if pool is None else ReplicaResources.from_quantities(
+                pool.cpu, pool.memory, pool.gpu_count, pool.gpu_type)
             state = service_state(ns, name, replicas=replicas, max_replicas=parsed.scaling.max_replicas,
                                   resources=res, tier=parsed.pricing_tier, catalog=catalog,
                                   priority=parsed.priority, pods=runs, spot_pending_since=waiting,
@@ -569,7 +590,8 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
                                                                                      parsed.gateway.memory),
                                   # The grace its replicas get, running or not: a horizon that shrank once they
                                   # were gone would lift the hold and bring them back (scenario 6 at 1d22b6d).
-                                  stop_grace_s=max(TERMINATION_GRACE_S, longest_stop_s(own or ())))
+                                  stop_grace_s=max(TERMINATION_GRACE_S, longest_stop_s(own or ())),
+                                  image_encoder_pods=encoders, image_encoder_resources=pool_res)
         except (InvalidSpec, InvalidQuantity, ValueError) as exc:
             max_replicas = raw_scaling.get("maxReplicas")
             state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,

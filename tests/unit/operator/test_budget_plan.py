@@ -129,6 +129,34 @@ def test_the_gateway_pods_are_not_charged_only_the_replicas_are() -> None:
     assert sorted(r.name for r in svc.pods or []) == ["vc-0", "vc-1"]
 
 
+def test_a_staged_services_image_encoder_pods_are_charged_at_the_pools_own_price() -> None:
+    # Issue 24: the encoder pool's pods carry modalscale.io/image-encoder, not the replicas' label; the ledger read
+    # only the replicas', so they ran free. They are charged apart, at spec.stages.imageEncoder.resources' price.
+    from modalscale.api.inferenceservice import parse_isvc
+    from modalscale.costmodel.catalog import PricingTier, ReplicaResources
+    from modalscale.operator.isvc.objects import image_encoder_labels
+
+    isvc = make_isvc(stages={"imageEncoder": {"minReplicas": 2, "maxReplicas": 2, "resources": {
+        "cpu": "3", "memory": "4Gi", "gpu": {"count": 1, "type": "nvidia-l4"}}}})
+    encoders = [{"metadata": {"name": f"vc-image-encoder-{i}", "labels": image_encoder_labels(parse_isvc(isvc))},
+                 "spec": {"nodeName": "kwok-gpu-1"}, "status": {"phase": "Running"}} for i in range(2)]
+    observed = BudgetObserved([isvc], {"ml": [make_pod("vc", 0), make_pod("vc", 1)]},
+                              image_encoder_pods={"ml": encoders})
+    (svc,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml", observed, CATALOG)
+    assert svc.replicas == 2 and sorted(r.name for r in svc.pods or []) == ["vc-0", "vc-1"]
+    (pool,) = svc.pools
+    assert sorted(r.name for r in pool.pods) == ["vc-image-encoder-0", "vc-image-encoder-1"]
+    per_pod = CATALOG.price_replica(ReplicaResources.from_quantities("3", "4Gi", 1, "nvidia-l4"),
+                                    PricingTier.ON_DEMAND)
+    assert svc.cost_usd_per_hour == TWO_REPLICAS_USD_PER_HOUR + 2 * per_pod
+    # the unstaged service has no pool, and an encoder pod of another service is not its own
+    other = {"ml": [{**encoders[0], "metadata": {**encoders[0]["metadata"], "labels": {
+        "modalscale.io/image-encoder": "other"}}}]}
+    (plain,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml", BudgetObserved(
+        [make_isvc()], {"ml": [make_pod("vc", 0), make_pod("vc", 1)]}, image_encoder_pods=other), CATALOG)
+    assert plain.pools == () and plain.cost_usd_per_hour == TWO_REPLICAS_USD_PER_HOUR
+
+
 def test_selector_picks_by_namespace_and_labels() -> None:
     from modalscale.api.budgetpolicy import parse_budget_spec
 

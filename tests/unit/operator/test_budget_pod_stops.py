@@ -214,3 +214,12 @@ def test_a_listed_terminating_pod_whose_containers_all_finished_is_charged_to_th
                      pod("b", start=start, deleting=at(90), finished=[at(5), None]),
                      pod("c", start=start, finished=[at(5)])])
     assert runs == (PodRun("a", start, at(8)), PodRun("b", start, at(90)), PodRun("c", start, None))
+
+
+def test_the_pod_watch_records_replicas_gateway_and_image_encoder_pods_and_no_other() -> None:
+    from modalscale.operator.budget.handlers import priced_pod
+
+    assert priced_pod({"modalscale.io/inferenceservice": "vc"})
+    assert priced_pod({"modalscale.io/gateway": "vc"})
+    assert priced_pod({"modalscale.io/image-encoder": "vc", "modalscale.io/stage": "image-encoder"})
+    assert not priced_pod({"app": "vc"})
