@@ -79,6 +79,7 @@ else
   # failed and erroring tests and its summary line, however the lanes' lines interleaved above.
   echo "=== outcome per lane ==="
   for lane in realnode operator rest; do
+    sed -n '/slowest 15 modules/,/ in all [0-9]* modules$/p' "$logdir/$lane.log"
     grep -E '^\[[a-z]+\] (FAILED|ERROR) |^\[[a-z]+\] =+ .*(passed|failed|error|no tests ran).* =+$' \
       "$logdir/$lane.log" | cut -c1-400 || echo "[$lane] (no summary line: pytest did not finish)"
   done

@@ -68,6 +68,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+MODULE_SECONDS: dict[str, float] = {}
+"""Module path -> seconds its tests' setup, call and teardown took in this session (what the lanes are balanced on;
+a session fixture's setup counts in the first test that needs it)."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    MODULE_SECONDS[module] = MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The 15 modules that took longest in this session, with their seconds, so a lane's time can be read per
+    module from CI's output (``--durations`` shows single tests only)."""
+    if not MODULE_SECONDS:
+        return
+    terminalreporter.section("slowest 15 modules (setup + call + teardown)")
+    for module, seconds in sorted(MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {module}")
+    terminalreporter.write_line(f"{sum(MODULE_SECONDS.values()):8.1f}s in all {len(MODULE_SECONDS)} modules")
+
+
 NO_TEST_NEEDS_REAL_NODE = "no collected test needs the real node"
 
 
