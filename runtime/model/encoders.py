@@ -233,7 +233,9 @@ class MultimodalEncoder:
         threads: Threads of each compiled OpenVINO model (default: torch's intra-op threads).
         image_int8_min_side_pixels: Engine openvino at INT8 only: images whose resolution bucket's shorter side is
             at least this many pixels go to the NNCF-quantized image encoder (``ov_engine.image_encoder_int8``), the
-            others to the FP32 one; 0 (default) = every image FP32.
+            others to the FP32 one; 0 (default) = every image FP32. Where the INT8 encoder misses cosine 0.99 to FP32
+            at load (a CPU whose INT8 kernels lose precision), every image is FP32 and
+            :attr:`image_int8_fallback` says why.
     Raises:
         ValueError: INT8 or engine openvino on a non-CPU device, FP16 with openvino, an unknown ``int8_text``, or
             ``image_int8_min_side_pixels`` > 0 without engine openvino at INT8 (or < 0).
@@ -262,6 +264,9 @@ class MultimodalEncoder:
         """Images whose bucket's shorter side is at least this go to the INT8 image encoder (0 = none)."""
         self._ov_image: Any = None
         self._ov_image_int8: Any = None
+        self.image_int8_fallback: str | None = None
+        """Set when the INT8 image encoder missed its fidelity bound at load (``ov_engine.image_int8_fallback``):
+        why every image is served by the FP32 encoder instead; None = INT8 in use (or never asked for)."""
         self._ov_text: Any = None
         self.int8_text = int8_text
         self.precision = precision
@@ -329,7 +334,10 @@ class MultimodalEncoder:
                 if self.image_int8_min_side_pixels > 0:
                     from modalscale.runtime.model.calibration import calibration_images
 
-                    self._ov_image_int8 = ov_engine.image_encoder_int8(model, self.threads, calibration_images)
+                    int8 = ov_engine.image_encoder_int8(model, self.threads, calibration_images)
+                    self.image_int8_fallback = ov_engine.image_int8_fallback(
+                        int8, self._ov_image, calibration_images(), self.image_int8_min_side_pixels)
+                    self._ov_image_int8 = None if self.image_int8_fallback else int8
             self._image_model = model
         return self._image_model
 

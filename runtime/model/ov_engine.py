@@ -350,6 +350,63 @@ def image_int8_ignored_names(model: Any) -> list[str]:
     return [convolutions[0], convolutions[-1], *depthwise]
 
 
+IMAGE_INT8_MIN_COSINE = 0.99
+"""Fidelity bound of the INT8 image encoder (the runtime's INT8 target: cosine >= 0.99 to FP32 on every modality):
+below it on the guard's images at load, images are served by the FP32 encoder (:func:`image_int8_fallback`)."""
+IMAGE_INT8_GUARD_STRIDE = 3
+"""The guard checks every third calibration input at or above the INT8 threshold (19 of 56 at 160 px)."""
+
+
+def image_int8_min_cosine(int8: Callable[[NDArray[np.float32]], NDArray[np.float32]],
+                          fp32: Callable[[NDArray[np.float32]], NDArray[np.float32]],
+                          inputs: Sequence[NDArray[np.float32]]) -> float:
+    """The lowest cosine between the two encoders' spatially pooled features (mean over the feature map, as
+    ``MultimodalEncoder.encode_images`` pools an unpadded image) over ``inputs``, each (1, 3, h, w) float32, encoded
+    alone. 1.0 for no input.
+
+    Raises:
+        ValueError: An encoder gave a zero feature vector (no direction to compare).
+    """
+    worst = 1.0
+    for x in inputs:
+        a, b = int8(x).mean(axis=(2, 3))[0], fp32(x).mean(axis=(2, 3))[0]
+        norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+        if norms == 0.0:
+            raise ValueError("image_int8_min_cosine: a zero feature vector")
+        worst = min(worst, float(a @ b) / norms)
+    return worst
+
+
+def image_int8_fallback(int8: Callable[[NDArray[np.float32]], NDArray[np.float32]],
+                        fp32: Callable[[NDArray[np.float32]], NDArray[np.float32]],
+                        calibration: Sequence[NDArray[np.float32]], min_side_pixels: int) -> str | None:
+    """Whether the calibrated INT8 image encoder keeps :data:`IMAGE_INT8_MIN_COSINE` on this CPU, checked at load.
+
+    Why: INT8 fidelity depends on the CPU's kernels, not only on the calibration. On a CPU without VNNI (AVX2 only,
+    e.g. the AMD EPYC of 3 Dec 2026) u8 x s8 products are summed in int16 with ``vpmaddubsw``, which saturates (the
+    reason ``encoders.int8_full_range_safe`` keeps torch's activations at 7 bits there): the same IR that gave cosine
+    min >= 0.9946 from 160 px on an AVX-512 VNNI EPYC gave 0.934 on the calibration crops and 0.968 on the fidelity
+    photographs there (NNCF's ``OverflowFix.ENABLE``, 7-bit weights everywhere, only raised the latter to 0.985).
+    So the guard measures rather than predicts: every :data:`IMAGE_INT8_GUARD_STRIDE`-th calibration input whose
+    shorter side reaches ``min_side_pixels`` is encoded by both encoders (:func:`image_int8_min_cosine`, ~1-2 s on
+    one thread); below the bound the message is logged as a warning and returned, and the caller serves every image
+    in FP32. The calibration inputs are those the INT8 encoder was fitted on, so the guard is optimistic; it exists
+    to catch a CPU whose kernels break INT8, which shows on any image (it does not replace the fidelity tests).
+
+    Returns:
+        None when INT8 keeps the bound; else the reason (with the measured cosine) the images fall back to FP32.
+    """
+    inputs = [x for x in calibration if min(x.shape[2], x.shape[3]) >= min_side_pixels][::IMAGE_INT8_GUARD_STRIDE]
+    worst = image_int8_min_cosine(int8, fp32, inputs)
+    if worst >= IMAGE_INT8_MIN_COSINE:
+        return None
+    reason = (f"INT8 image encoder falls back to FP32: cosine to FP32 {worst:.4f} < {IMAGE_INT8_MIN_COSINE} on "
+              f"{len(inputs)} calibration images at or above {min_side_pixels} px on this CPU (its INT8 kernels "
+              f"lose precision, e.g. no VNNI); images are served in FP32")
+    LOG.warning("%s", reason)
+    return reason
+
+
 def image_encoder_int8(model: nn.Module, threads: int,
                        calibration: Callable[[], Sequence[NDArray[np.float32]]]) -> CompiledEncoder:
     """EfficientNet-Lite0's trunk quantized by NNCF post-training quantization (per-channel INT8 weights, static
