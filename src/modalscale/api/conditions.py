@@ -69,7 +69,8 @@ IMAGE_ENCODER_READY = "ImageEncoderReady"
 IMAGE_ENCODER_UNAVAILABLE = "ImageEncoderUnavailable"
 """ImageEncoderReady False (and Ready False while the front pool calls it): no encoder replica is ready."""
 NOT_AUTOSCALED = "NotAutoscaled"
-"""``status.stages[image-encoder].reason``: the pool runs ``minReplicas`` (no per-stage autoscaler yet)."""
+"""``status.stages[image-encoder].reason``: Fixed mode, so the pool runs ``minReplicas`` (in Predictive and Utilization
+mode its own autoscaler sizes it)."""
 FRONT_AT_ZERO = "FrontAtZero"
 """``status.stages[image-encoder].reason``: the front pool is at 0 replicas, so the encoder pool is too."""
 # Reasons of BudgetLimited.

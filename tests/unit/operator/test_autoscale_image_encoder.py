@@ -185,3 +185,71 @@ def test_nothing_is_written_before_the_reconcile_wrote_the_pools_item() -> None:
     reading, d = decide(pool_answers(T0, pods=2, rps_per_pod=20.0), T0, current=2)
     plan = plan_image_encoder_autoscale(IsvcStatus(), d, reading, now=T0)
     assert plan.status == IsvcStatus() and not plan.desired_changed
+
+
+# ---------------------------------------------------------------------------------------------- the daemon's pass
+def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers: dict[str, Any],
+                pool_replicas: int = 2) -> dict[str, Any]:
+    """One ``decide_pool_once`` with stand-ins for the Kubernetes reads and writes: what it read and wrote."""
+    import logging
+    import threading
+    import types
+
+    from modalscale.operator.autoscale import handlers
+
+    seen: dict[str, Any] = {"reads": [], "scaled": [], "patched": []}
+
+    class Reader:
+        def read(self, namespace: str, name: str, model_name: str, at: dt.datetime, *, gateway: bool = False,
+                 component: str | None = None) -> MetricsReading:
+            seen["reads"].append((namespace, name, model_name, gateway, component))
+            return parse_answers(answers, model_name)
+
+    raw = inference_service("vc", "ml", uid="u1", scaling=SCALING, stages=STAGES)
+    raw["status"] = status
+    pool = {"spec": {"replicas": pool_replicas}, "status": {"readyReplicas": pool_replicas}}
+    deps: Any = types.SimpleNamespace(
+        autoscale=types.SimpleNamespace(reader=Reader()),
+        observer=types.SimpleNamespace(
+            read_isvc=lambda ns, name: raw,
+            apps=types.SimpleNamespace(read_namespaced_deployment=lambda name, ns, **_: pool if name ==
+                                       "vc-image-encoder" else None)),
+        writer=types.SimpleNamespace(patch_isvc_status=lambda ns, name, st, stored: seen["patched"].append(st)),
+        lock_for=lambda uid: threading.Lock(), clock=lambda: T0)
+    monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
+    monkeypatch.setattr(handlers, "scale_isvc", lambda d, r, decision, part, log: seen["scaled"].append(
+        (decision, part)))
+    seen["state"] = handlers.decide_pool_once(deps, "ml", "vc", None, logging.getLogger("test"))
+    return seen
+
+
+STORED = {"desiredReplicas": 3, "stages": [{"name": "front", "replicas": 3}, {"name": "image-encoder", "replicas": 2}]}
+
+
+def test_the_daemon_reads_the_pools_own_series_and_scales_it_through_the_single_planner(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0))
+    assert seen["reads"] == [("ml", "vc", "image_encoder", False, "image-encoder")]
+    [(decision, part)] = seen["scaled"]
+    assert decision is None and seen["patched"] == []  # the front follows its record; scale_isvc writes both
+    block = part.stage("image-encoder").autoscaler
+    assert (block.desired_replicas, block.reason) == (4, "ScaleUpForUtilization")
+    assert seen["state"].recommendations[-1] == (T0, 4)
+
+
+def test_the_daemon_takes_no_pool_decision_while_the_front_is_at_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = daemon_pass(monkeypatch, {**STORED, "desiredReplicas": 0}, {}, pool_replicas=0)
+    assert seen["reads"] == [] and seen["scaled"] == []
+    [part] = seen["patched"]
+    assert part.stage("image-encoder").autoscaler.reason == "FrontAtZero"
+    assert seen["state"] == ScalerState()
+
+
+def test_the_daemon_holds_the_pool_on_missing_metrics_and_writes_only_its_block(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = daemon_pass(monkeypatch, STORED, {})
+    assert seen["scaled"] == []
+    [part] = seen["patched"]
+    block = part.stage("image-encoder").autoscaler
+    assert (block.valid, block.reason, block.desired_replicas, block.metrics_available) == (
+        False, "HeldNoMetrics", None, False)
