@@ -353,7 +353,7 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None
         if decided and auto is not None and auto.reason:
             reason, message = auto.reason, auto.message or auto.reason
         else:
-            reason = "AutoscalerDecision" if decided else "MinReplicas"
+            reason = R.AUTOSCALER_DECISION if decided else R.MIN_REPLICAS
             within = bound_replicas(base, sc.min_replicas, sc.max_replicas, None)[0]  # before the cap
             message = f"{sc.mode} mode: holding {within} replica(s) within [{sc.min_replicas}, {sc.max_replicas}]"
     if why == Reason.CAPPED_BY_BUDGET:
@@ -621,11 +621,11 @@ def image_encoder_replicas(spec: IsvcSpec, obs: IsvcObserved, front_desired: int
                                                         f"{lo} (the pool is autoscaled in Predictive and Utilization "
                                                         f"mode)")
     elif auto is None or auto.desired_replicas is None:
-        base, reason, message = lo, "MinReplicas", (f"{spec.scaling.mode} mode: holds spec.stages.imageEncoder."
-                                                     f"minReplicas={lo} until the pool's autoscaler decides")
+        base, reason, message = lo, R.MIN_REPLICAS, (f"{spec.scaling.mode} mode: holds spec.stages.imageEncoder."
+                                                    f"minReplicas={lo} until the pool's autoscaler decides")
     else:
         base = auto.desired_replicas
-        reason = auto.reason or "AutoscalerDecision"
+        reason = auto.reason or R.AUTOSCALER_DECISION
         message = auto.message or reason
     desired, why = bound_replicas(base, lo, hi, obs.budget_cap_replicas)
     if why == Reason.CAPPED_BY_BUDGET:
