@@ -82,7 +82,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from modalscale.api.conditions import ScalingReason
-from modalscale.api.inferenceservice import RuntimeSpec, ScalingSpec, parse_spec
+from modalscale.api.inferenceservice import ImageEncoderStageSpec, RuntimeSpec, ScalingSpec, parse_spec
 from modalscale.api.isvc_status import ScalerState
 from modalscale.autoscaler.arrivals import FORECASTERS, arrival_scv, forecast_rate_rps
 from modalscale.autoscaler.calibration import Calibrator
@@ -252,6 +252,30 @@ class ScalingPolicy:
         )
         values.update(internals)
         return cls(**values)
+
+
+def image_encoder_policy(scaling: ScalingSpec, stage: ImageEncoderStageSpec, **internals: Any) -> ScalingPolicy:
+    """The policy of a staged service's image encoder pool (issue 24; pure): the HPA rule of Utilization mode.
+
+    The pool has no service-time model of its own and no request gateway in front of it, so whatever
+    ``spec.scaling.mode`` (Predictive or Utilization) it is sized by ``ceil(ready * utilization / target)`` on its
+    own Triton figures (busy erlangs = compute time / mean batch size over its ``instanceCount`` slots per replica,
+    ``modalscale.autoscaler.metrics_parse``), with the service's target utilization, tolerance, stabilization
+    windows, step limit and decision interval, and the pool's bounds. No scale to zero: the pool follows the front
+    to 0 (``operator/isvc/plan.py`` ``image_encoder_replicas``).
+
+    Args:
+        scaling: The service's typed ``spec.scaling`` (its mode must not be Fixed).
+        stage: ``spec.stages.imageEncoder`` (bounds ``minReplicas`` >= 1 and ``maxReplicas``; ``runtime``).
+        internals: Non-CRD attributes, as in :meth:`ScalingPolicy.from_typed`.
+    Raises:
+        ValueError: ``scaling.mode`` is Fixed (the pool runs ``minReplicas`` there), or a bound is invalid.
+    """
+    if scaling.mode == ScalingMode.FIXED:
+        raise ValueError("Fixed mode: the image encoder pool is not autoscaled")
+    return ScalingPolicy.from_typed(
+        replace(scaling, mode=ScalingMode.UTILIZATION.value, replicas=None, min_replicas=stage.min_replicas,
+                max_replicas=stage.max_replicas, scale_to_zero_after_s=None), stage.runtime, **internals)
 
 
 @dataclass(frozen=True, slots=True)

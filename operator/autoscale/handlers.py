@@ -16,6 +16,13 @@ every change, no diff base, so it never waits for a decision interval) checks th
 unless the status says 0 desired replicas and the request is newer than the last scale to zero), then, under the
 object's lock, calls the pure ``activate`` and applies a 0 -> 1 decision through ``scale_isvc`` like any other.
 
+A staged service (``spec.stages``): after the front's decision the daemon makes one more for the image encoder pool
+(:func:`decide_pool_once`): a second reading of the pool's own series (``component="image-encoder"``, Triton model
+``image_encoder``), the Utilization rule of ``autoscaler.policy.image_encoder_policy`` on it, and
+``plan_image_encoder_autoscale``'s block in ``status.stages[image-encoder].autoscaler``; a new count goes through
+``scale_isvc`` like the front's, so ``plan_isvc`` stays the single writer of the pool's Deployment replicas too.
+While the front is at 0 the pool takes no decision (it is at 0 as well).
+
 The scaler's memory is kept in the daemon between decisions and stored in ``status.autoscaler.state``, from
 which a restarted (or newly elected) operator continues. kopf stops the daemon when the object is deleted, when
 its mode becomes Fixed (the ``when`` filter) and while this operator is paused by peering.
@@ -36,17 +43,26 @@ import kopf
 
 from modalscale import GROUP, VERSION
 from modalscale.api.annotations import ACTIVATION_ANNOTATION, activation_requested_at, budget_cap
+from modalscale.api.conditions import FRONT_AT_ZERO
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
-from modalscale.api.isvc_status import ScalerState, read_isvc_status
-from modalscale.autoscaler.policy import ScalingMode, ScalingPolicy, activate, recommend
-from modalscale.operator.autoscale.observe import build_observation, demand_from_gateway
-from modalscale.operator.autoscale.plan import compress_recommendations, plan_activation, plan_autoscale
+from modalscale.api.isvc_status import IsvcStatus, ScalerState, read_isvc_status
+from modalscale.autoscaler.metrics_reading import unavailable
+from modalscale.autoscaler.policy import ScalingMode, ScalingPolicy, activate, image_encoder_policy, recommend
+from modalscale.operator.autoscale.observe import IMAGE_ENCODER_COMPONENT, build_observation, demand_from_gateway
+from modalscale.operator.autoscale.plan import (
+    compress_recommendations,
+    plan_activation,
+    plan_autoscale,
+    plan_image_encoder_autoscale,
+)
 from modalscale.operator.deps import Deps, deps_of
+from modalscale.operator.isvc.objects import STAGE_IMAGE_ENCODER, image_encoder_name
 from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.isvc.plan import ModelReferenceError
 from modalscale.operator.isvc.reconcile import ISVC_PLURAL, scale_isvc
 from modalscale.operator.settings import Settings
+from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
 
 RETRY_AFTER_ERROR_S = 5.0
 """Wait before the next decision after a Kubernetes API error, s."""
@@ -130,6 +146,73 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
     return compress_recommendations(decision.state), interval
 
 
+def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState | None,
+                     logger: logging.Logger | logging.LoggerAdapter[Any]) -> ScalerState | None:
+    """One decision for a staged service's image encoder pool (blocking; run in a worker thread after
+    :func:`decide_once`).
+
+    Args:
+        state: The pool scaler's memory from its previous decision; None = load it from
+            ``status.stages[image-encoder].autoscaler.state``.
+    Returns:
+        The pool scaler's state for the next decision (None: no pool, Fixed mode, or not read yet).
+    Raises:
+        kubernetes.client.rest.ApiException: reads or writes failed (the daemon retries).
+    """
+    raw = deps.observer.read_isvc(namespace, name)
+    if raw is None:
+        return state
+    try:
+        spec = parse_isvc(raw)
+    except InvalidSpec:
+        return state  # decide_once logged it
+    if spec.stages is None or spec.scaling.mode == ScalingMode.FIXED:
+        return None
+    policy = image_encoder_policy(spec.scaling, spec.stages.image_encoder)
+    if read_isvc_status(raw).desired_replicas == 0:  # the front is at 0: nothing to read (the pool is at 0 too)
+        reading = unavailable(FRONT_AT_ZERO, "the front pool is at 0 replicas")
+    else:
+        reading = deps.autoscale.reader.read(namespace, name, IMAGE_ENCODER_MODEL, deps.clock(),
+                                             component=IMAGE_ENCODER_COMPONENT)
+
+    with deps.lock_for(raw["metadata"]["uid"]):
+        raw = deps.observer.read_isvc(namespace, name)
+        stored = read_isvc_status(raw)
+        item = stored.stage(STAGE_IMAGE_ENCODER)
+        pool = read_json(deps.observer.apps.read_namespaced_deployment, image_encoder_name(spec), namespace)
+        if raw is None or item is None or pool is None:
+            return state  # the reconcile creates the pool and its status item first
+        if state is None:
+            state = item.autoscaler.state if item.autoscaler is not None and item.autoscaler.state else ScalerState()
+        now = deps.clock()
+        current = int((pool.get("spec") or {}).get("replicas") or 0)
+        decision, utilization = None, None
+        if stored.desired_replicas != 0:
+            observation = build_observation(
+                reading, current_replicas=current,
+                ready_replicas=int((pool.get("status") or {}).get("readyReplicas") or 0),
+                slots_per_replica=policy.slots_per_replica,
+                budget_max_replicas=budget_cap(raw["metadata"].get("annotations"))[0], now=now)
+            decision = recommend(observation, policy, state, None, now)
+            utilization = observation.utilization_ratio
+        plan = plan_image_encoder_autoscale(stored, decision, reading, now=now, utilization_ratio=utilization,
+                                            refresh_s=max(60.0, 4 * policy.decision_interval_s))
+        if plan.desired_changed and decision is not None:
+            logger.info("Decided replicas for the image encoder pool of InferenceService: desired=%d current=%d "
+                        "reason=%s %s", decision.desired_replicas, current, decision.reason.value,
+                        decision.message)
+            try:  # one status patch (the pool's block + the InferenceService's status), then the pool's replicas
+                scale_isvc(deps, raw, None, plan.status, logger)
+            except (InvalidSpec, ModelReferenceError):
+                pass  # scale_isvc recorded it in status and an Event; the decision stays in status
+        elif plan.status != IsvcStatus():
+            deps.writer.patch_isvc_status(namespace, name, plan.status, plan.stored)
+            if decision is not None and not decision.valid:
+                logger.info("Held replicas for the image encoder pool of InferenceService: replicas=%d reason=%s %s",
+                            decision.desired_replicas, decision.reason.value, decision.message)
+    return ScalerState() if decision is None else compress_recommendations(decision.state)
+
+
 def activation_pending(body: Any) -> bool:
     """Whether an InferenceService's body (a watch event's) may need an activation (pure, reads nothing): an
     activation request newer than the last scale to zero while the status says 0 desired replicas."""
@@ -202,11 +285,13 @@ def register_autoscaler(registry: kopf.OperatorRegistry, config: Settings) -> No
 
         deps = deps_of(memo)
         state: ScalerState | None = None
+        pool_state: ScalerState | None = None  # the image encoder pool's scaler (spec.stages)
         try:
             while not stopped:
                 started = time.monotonic()
                 try:
                     state, interval = await asyncio.to_thread(decide_once, deps, namespace, name, state, logger)
+                    pool_state = await asyncio.to_thread(decide_pool_once, deps, namespace, name, pool_state, logger)
                 except ApiException as exc:
                     logger.warning("Autoscaler decision failed for InferenceService: status=%s reason=%s",
                                    exc.status, exc.reason)

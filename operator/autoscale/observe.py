@@ -2,7 +2,10 @@
 
 The scrape targets of an InferenceService carry the labels ``namespace`` and ``inferenceservice`` (a
 ServiceMonitor/PodMonitor relabels them from the pod label ``modalscale.io/inferenceservice`` in a cluster; the
-local dev setup gives the same labels to its static target). Everything is queried by these two labels.
+local dev setup gives the same labels to its static target). Everything is queried by these two labels, and by
+``component``: the request gateway's series carry ``component="gateway"`` and a staged service's image encoder
+pool's ``component="image-encoder"`` (the same Triton and runtime metric names), so the replicas' queries exclude
+both and the pool's reading (``build_queries(component="image-encoder")``) reads its own series only.
 
 Split into:
 
@@ -119,6 +122,14 @@ from modalscale.redaction import redact_for_url, redact_url
 
 GATEWAY_COMPONENT = "gateway"
 """Value of the scrape label ``component`` on the request gateway's series (chart PodMonitor and devenv)."""
+IMAGE_ENCODER_COMPONENT = "image-encoder"
+"""Value of the scrape label ``component`` on a staged service's image encoder pool's series (its pods'
+``app.kubernetes.io/component``: ``operator/isvc/objects.py`` ``image_encoder_labels``; the chart's PodMonitor
+``<release>-image-encoders`` and the devenv relabel it)."""
+OTHER_COMPONENTS = (GATEWAY_COMPONENT, IMAGE_ENCODER_COMPONENT)
+"""The components whose series are not the replicas' (front or one piece): the replicas' selector excludes each,
+so neither the gateway's request counters nor the encoder pool's Triton figures count as the replicas' demand or
+busy time."""
 
 
 def demand_from_gateway(gateway_enabled: bool, status: IsvcStatus) -> bool:
@@ -157,7 +168,8 @@ def selector(namespace: str, name: str) -> str:
 
 def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
                   recent_window_s: float = RECENT_WINDOW_S, count_bin_s: float = COUNT_BIN_S,
-                  count_span_s: float = COUNT_SPAN_S, *, gateway: bool = False) -> dict[str, str]:
+                  count_span_s: float = COUNT_SPAN_S, *, gateway: bool = False,
+                  component: str | None = None) -> dict[str, str]:
     """The instant queries of one observation (pure).
 
     Args:
@@ -169,7 +181,12 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
             ``recent_`` twins and ``arrival_counts``) from the gateway's series (``component="gateway"``), plus
             ``gateway_up``, ``gateway_scraped``, ``gateway_queue`` and ``gateway_inflight`` (gauges per series)
             and ``gateway_refused`` (requests its admission refused over the stable window, per series);
-            False: demand from the replicas' series (``component!="gateway"``). Every other key reads the replicas'.
+            False: demand from the replicas' series. Every other key reads the replicas'.
+        component: None: the replicas (the one-piece or front pool): every series but the gateway's and the image
+            encoder pool's (``component!~"gateway|image-encoder"``; a target without the label is a replica).
+            :data:`IMAGE_ENCODER_COMPONENT`: a staged service's image encoder pool, every key (demand, Triton
+            figures, targets and the window's scrapes) from its series only (``component="image-encoder"``);
+            ``gateway`` must be False then.
     Returns:
         ``{key: PromQL}``. Keys ``requests|images|pixels|tokens`` (stable window) and the same with a ``recent_``
         prefix are rates per ``modality`` and series (``max by (modality, pod, instance, job)``); ``nv_*`` keys
@@ -177,8 +194,17 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
         pod (:data:`SERIES_IDENTITY_LABELS`). ``up`` and ``scraped`` (sample timestamp of ``up``) are per target;
         ``arrival_counts`` is a subquery (a range vector): the requests of every ``count_bin_s`` bin over the last
         ``count_span_s``, summed over classes and pods (a pod's duplicate series folded by ``max``).
+    Raises:
+        ValueError: ``component`` is not None or :data:`IMAGE_ENCODER_COMPONENT`, or is set with ``gateway``.
     """
-    s = f'{selector(namespace, name)},component!="{GATEWAY_COMPONENT}"'  # the replicas' series
+    if component not in (None, IMAGE_ENCODER_COMPONENT) or (component is not None and gateway):
+        raise ValueError(f"component must be None or {IMAGE_ENCODER_COMPONENT!r} (without the gateway), "
+                         f"got {component!r} with gateway={gateway}")
+    if component is None:  # the replicas' series: neither the gateway's nor the encoder pool's
+        s = f'{selector(namespace, name)},component!~"{"|".join(OTHER_COMPONENTS)}"'
+        every = f'{selector(namespace, name)},component!="{IMAGE_ENCODER_COMPONENT}"'  # replicas and gateway
+    else:
+        s = every = f'{selector(namespace, name)},component="{component}"'
     gw = f'{selector(namespace, name)},component="{GATEWAY_COMPONENT}"'  # the gateway's series
     demand = gw if gateway else s
     w, r = f"{int(round(window_s))}s", f"{int(round(recent_window_s))}s"
@@ -211,8 +237,8 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
     queries["up"] = f"up{{{s}}}"
     queries["scraped"] = f"timestamp(up{{{s}}})"
     # every scrape of the window (a range vector: raw samples), and whether each target was scraped before it: a
-    # window that starts in a gap of the data is partial (metrics_parse._window_holes)
-    every = selector(namespace, name)
+    # window that starts in a gap of the data is partial (metrics_parse._window_holes); the replicas' reading checks
+    # the replicas' and the gateway's targets, the encoder pool's its own
     queries["window_up"] = f"up{{{every}}}[{w}]"
     queries["window_before"] = f"max_over_time(up{{{every}}}[{span}] offset {w})"
     if gateway:
@@ -294,10 +320,10 @@ class PrometheusReader:
         self.timeout_s = timeout_s
         self._client: Any = None
 
-    def answers(self, namespace: str, name: str, at: dt.datetime, *, gateway: bool = False
-                ) -> dict[str, list[dict[str, Any]]]:
-        """Every query of :func:`build_queries` (``gateway``: its argument), evaluated at ``at`` (one consistent
-        instant).
+    def answers(self, namespace: str, name: str, at: dt.datetime, *, gateway: bool = False,
+                component: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Every query of :func:`build_queries` (``gateway``, ``component``: its arguments), evaluated at ``at`` (one
+        consistent instant).
 
         Raises:
             Exception: whatever prometheus-api-client / requests raise when Prometheus cannot answer.
@@ -308,13 +334,15 @@ class PrometheusReader:
             self._client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout_s)
         params = {"time": f"{at.timestamp():.3f}"}
         return {key: self._client.custom_query(q, params=params)
-                for key, q in build_queries(namespace, name, gateway=gateway).items()}
+                for key, q in build_queries(namespace, name, gateway=gateway, component=component).items()}
 
     def read(self, namespace: str, name: str, model_name: str, at: dt.datetime, *,
-             gateway: bool = False) -> MetricsReading:
+             gateway: bool = False, component: str | None = None) -> MetricsReading:
         """Query and parse; never raises for Prometheus trouble (returns an unusable reading instead).
 
-        ``gateway``: ``spec.gateway.enabled``, demand from the gateway's series (module docstring)."""
+        ``gateway``: ``spec.gateway.enabled``, demand from the gateway's series (module docstring). ``component``:
+        None = the replicas; :data:`IMAGE_ENCODER_COMPONENT` = a staged service's image encoder pool (``model_name``
+        then its Triton model, ``image_encoder``)."""
         if not self.url:
             return unavailable(PROMETHEUS_NOT_CONFIGURED,
                                "MODALSCALE_PROMETHEUS_URL is not set; the autoscaler has no metrics and holds")
@@ -322,7 +350,7 @@ class PrometheusReader:
         from requests.exceptions import RequestException
 
         try:
-            answers = self.answers(namespace, name, at, gateway=gateway)
+            answers = self.answers(namespace, name, at, gateway=gateway, component=component)
         except (RequestException, PrometheusApiClientException, ValueError) as exc:
             text = redact_for_url(str(exc), self.url)
             first = text.splitlines()[0][:300] if text else type(exc).__name__

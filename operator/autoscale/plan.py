@@ -21,6 +21,7 @@ from typing import Any
 
 from modalscale.api.conditions import (  # condition types and reasons: one module per kind
     COST_MODEL_LOADED,
+    FRONT_AT_ZERO,
     METRICS_AVAILABLE,
     METRICS_READ,
     NO_SERVICE_METRICS,
@@ -30,6 +31,7 @@ from modalscale.api.isvc_status import AutoscalerRecord, IsvcStatus, ScalerState
 from modalscale.autoscaler.metrics_reading import MetricsReading
 from modalscale.autoscaler.policy import Decision, Reason, ScalingMode
 from modalscale.operator import conditions as cond
+from modalscale.operator.isvc.objects import STAGE_IMAGE_ENCODER
 
 MAX_RECOMMENDATIONS = 240
 """Bound of ``status.autoscaler.state.recommendations`` (the CRD's ``maxItems``)."""
@@ -183,3 +185,70 @@ def plan_activation(status: IsvcStatus, decision: Decision, now: dt.datetime) ->
                               if math.isfinite(v)},
                     state=compress_recommendations(decision.state))
     return IsvcStatus(desired_replicas=int(decision.desired_replicas) if decision.valid else None, autoscaler=block)
+
+
+@dataclass(frozen=True)
+class PoolAutoscalePlan:
+    """What to write after one decision of a staged service's image encoder pool.
+
+    Attributes:
+        status: ``IsvcStatus(stages=...)``: the stored list with the pool item's ``autoscaler`` block replaced (the
+            list is written whole); an empty status when nothing is to be written.
+        stored: The status the decision was planned on.
+        desired_changed: The pool's count (``autoscaler.desiredReplicas``) changes: apply it at once through the
+            single planner (``isvc.reconcile.scale_isvc``).
+        metrics_available: Whether the pool's metrics were read (None: no decision, the front is at 0).
+    """
+
+    status: IsvcStatus
+    stored: IsvcStatus
+    desired_changed: bool
+    metrics_available: bool | None
+
+
+def plan_image_encoder_autoscale(status: IsvcStatus, decision: Decision | None, reading: MetricsReading, *,
+                                 now: dt.datetime, utilization_ratio: float | None = None,
+                                 refresh_s: float = 60.0) -> PoolAutoscalePlan:
+    """Decide the status write of one image encoder pool decision (pure; issue 24).
+
+    Args:
+        status: The InferenceService's status as read now; nothing is written while it has no
+            ``stages[image-encoder]`` item (the reconcile writes the list first).
+        decision: ``recommend`` with ``autoscaler.policy.image_encoder_policy``; None = the front pool is at 0, so
+            no decision was taken: the block records ``FrontAtZero`` without a count or a state (the pool restarts
+            from ``minReplicas`` and a fresh history when the front comes back).
+        reading: The pool's metrics reading (``component="image-encoder"``).
+        now: Timezone-aware UTC.
+        utilization_ratio: The pool observation's utilization (for the block's features), if known.
+        refresh_s: Rewrite an unchanged block after this many seconds (heartbeat), s.
+    Returns:
+        The plan; a decision that is not valid never changes the count (the last valid one is kept).
+    """
+    item = status.stage(STAGE_IMAGE_ENCODER)
+    if item is None:
+        return PoolAutoscalePlan(IsvcStatus(), status, False, None)
+    old = item.autoscaler or AutoscalerRecord()
+    if decision is None:
+        block = AutoscalerRecord(mode=ScalingMode.UTILIZATION.value, valid=False, reason=FRONT_AT_ZERO,
+                                 message="the front pool is at 0 replicas: no decision for the image encoder pool",
+                                 last_decision_time=now.replace(microsecond=0))
+        available = None
+    else:
+        available, _, message = metrics_outcome(decision, reading)
+        text = decision.message if available else f"{decision.message} ({message})"
+        block = AutoscalerRecord(
+            mode=decision.mode_used.value, valid=bool(decision.valid), reason=decision.reason.value,
+            message=text[:MESSAGE_CHARS], last_decision_time=now.replace(microsecond=0), metrics_available=available,
+            features=status_features(decision, reading, utilization_ratio),
+            state=compress_recommendations(decision.state),
+            desired_replicas=int(decision.desired_replicas) if decision.valid else old.desired_replicas)
+    desired_changed = block.desired_replicas is not None and block.desired_replicas != old.desired_replicas
+    outcome_changed = (old.mode, old.valid, old.reason, old.metrics_available, old.desired_replicas) != (
+        block.mode, block.valid, block.reason, block.metrics_available, block.desired_replicas)
+    last = old.last_decision_time
+    stale = last is None or (now - last).total_seconds() >= refresh_s
+    if not (outcome_changed or stale):
+        return PoolAutoscalePlan(IsvcStatus(), status, False, available)
+    stored = status.stages if isinstance(status.stages, tuple) else ()
+    stages = tuple(replace(s, autoscaler=block) if s.name == STAGE_IMAGE_ENCODER else s for s in stored)
+    return PoolAutoscalePlan(IsvcStatus(stages=stages), status, desired_changed, available)

@@ -20,7 +20,9 @@ decides:
   Deployment, Service and PodDisruptionBudget ``<name>-image-encoder`` and the front pool calling it at its Service's
   ClusterIP; a new service's front waits for that address, a running one-piece front switches only once an
   encoder replica is ready, and a front switched back to one piece rolls out (no pod left calling the pool) before
-  the pool is deleted; ``status.stages`` and ``ImageEncoderReady``. Without it, every object as before stages.
+  the pool is deleted; ``status.stages`` and ``ImageEncoderReady``. The pool's replicas: its own autoscaler's record
+  in a Predictive or Utilization mode (``minReplicas`` in Fixed mode), within its bounds, under the budget cap, 0
+  while the front is at 0. Without it, every object as before stages.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ from modalscale.api import conditions as R
 from modalscale.api.annotations import SpotSwitch
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
 from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
-from modalscale.api.isvc_status import DELETE, GatewayRecord, IsvcStatus, ScalingChange, StageRecord
+from modalscale.api.isvc_status import (
+    DELETE,
+    AutoscalerRecord,
+    GatewayRecord,
+    IsvcStatus,
+    ScalingChange,
+    StageRecord,
+)
 from modalscale.api.quantities import parse_cpu_cores, same_quantity
 from modalscale.api.status import ConditionStatus
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
@@ -344,7 +353,7 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None
         if decided and auto is not None and auto.reason:
             reason, message = auto.reason, auto.message or auto.reason
         else:
-            reason = "AutoscalerDecision" if decided else "MinReplicas"
+            reason = R.AUTOSCALER_DECISION if decided else R.MIN_REPLICAS
             within = bound_replicas(base, sc.min_replicas, sc.max_replicas, None)[0]  # before the cap
             message = f"{sc.mode} mode: holding {within} replica(s) within [{sc.min_replicas}, {sc.max_replicas}]"
     if why == Reason.CAPPED_BY_BUDGET:
@@ -590,21 +599,50 @@ def stage_layout(spec: IsvcSpec, obs: IsvcObserved) -> StageLayout:
 def image_encoder_replicas(spec: IsvcSpec, obs: IsvcObserved, front_desired: int) -> tuple[int, str, str]:
     """The encoder pool's replicas with their reason and message (pure; ``spec.stages`` set).
 
-    Not yet autoscaled: ``minReplicas``, at most a BudgetPolicy's cap (the one the front pool gets: an enforcement
-    never leaves the pool running while the front is capped or scaled down), and 0 while the front pool's decision
-    is 0 (no front replica calls it: scaled to zero, Fixed 0, a ScaleToZero).
+    The count: in Fixed mode ``minReplicas`` (``NotAutoscaled``); in a Predictive or Utilization mode the pool's own
+    autoscaler's last valid count (``status.stages[image-encoder].autoscaler.desiredReplicas``, with its reason and
+    message; ``minReplicas`` until its first decision, ``MinReplicas``), within the spec's bounds now. Then at most
+    a BudgetPolicy's cap (the one the front pool gets: an enforcement never leaves the pool running while the front
+    is capped or scaled down), and 0 while the front pool's decision is 0 (no front replica calls it: scaled to
+    zero, Fixed 0, a ScaleToZero). The one clamp is :func:`modalscale.autoscaler.policy.bound_replicas`.
+
+    Raises:
+        ValueError: ``spec.stages`` is None.
     """
     enc = spec.stages.image_encoder if spec.stages is not None else None
     if enc is None:
         raise ValueError("image_encoder_replicas needs spec.stages")
-    cap = obs.budget_cap_replicas
     if front_desired == 0:
         return 0, R.FRONT_AT_ZERO, "the front pool is at 0 replicas, so the image encoder pool is too"
-    if cap is not None and cap < enc.min_replicas:
-        return cap, R.CAPPED_BY_BUDGET, (f"capped at {cap} replica(s) by BudgetPolicy {obs.budget_cap_policy}, the "
-                                         f"cap of the front pool")
-    return enc.min_replicas, R.NOT_AUTOSCALED, (f"not yet autoscaled: holds spec.stages.imageEncoder.minReplicas="
-                                                f"{enc.min_replicas} (maxReplicas {enc.max_replicas} is not used yet)")
+    lo, hi = enc.min_replicas, enc.max_replicas
+    auto = _pool_autoscaler(spec, obs)
+    if spec.scaling.mode == "Fixed":
+        base, reason, message = lo, R.NOT_AUTOSCALED, (f"Fixed mode: holds spec.stages.imageEncoder.minReplicas="
+                                                        f"{lo} (the pool is autoscaled in Predictive and Utilization "
+                                                        f"mode)")
+    elif auto is None or auto.desired_replicas is None:
+        base, reason, message = lo, R.MIN_REPLICAS, (f"{spec.scaling.mode} mode: holds spec.stages.imageEncoder."
+                                                    f"minReplicas={lo} until the pool's autoscaler decides")
+    else:
+        base = auto.desired_replicas
+        reason = auto.reason or R.AUTOSCALER_DECISION
+        message = auto.message or reason
+    desired, why = bound_replicas(base, lo, hi, obs.budget_cap_replicas)
+    if why == Reason.CAPPED_BY_BUDGET:
+        return desired, R.CAPPED_BY_BUDGET, (f"capped at {desired} replica(s) by BudgetPolicy "
+                                             f"{obs.budget_cap_policy}, the cap of the front pool")
+    if why is not None:  # the spec's bounds changed since the decision
+        return desired, why.value, f"the autoscaler's {base} replica(s) held within [{lo}, {hi}] of the spec now"
+    return desired, reason, message
+
+
+def _pool_autoscaler(spec: IsvcSpec, obs: IsvcObserved) -> AutoscalerRecord | None:
+    """The pool's autoscaler block as stored (``status.stages[image-encoder].autoscaler``); None in Fixed mode
+    (a stored block is dropped there: its decision no longer applies) or when absent."""
+    if spec.scaling.mode == "Fixed":
+        return None
+    item = obs.status.stage(STAGE_IMAGE_ENCODER)
+    return item.autoscaler if item is not None else None
 
 
 def _merge_template(w: Write | None, name: str, removal: dict[str, Any] | None) -> Write | None:
@@ -687,7 +725,7 @@ def _stages_status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision
     front = StageRecord(STAGE_FRONT, int(fdst.get("replicas") or 0), int(fdst.get("readyReplicas") or 0),
                         decision.desired, decision.reason, front_note)
     encoder = StageRecord(STAGE_IMAGE_ENCODER, int(dst.get("replicas") or 0), ready, want, reason, message,
-                          address or "")
+                          address or "", _pool_autoscaler(spec, obs))  # the autoscaler's block carried over
     name = image_encoder_name(spec)
     if dep is None:
         c = cond.Condition(R.IMAGE_ENCODER_READY, cond.FALSE, R.CREATING, f"creating the Deployment {name}")

@@ -245,16 +245,20 @@ def resync_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> bool:
     return conflict is None or conflict.get("status") != cond.TRUE
 
 
-def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision, autoscale: IsvcStatus, logger: Log) -> None:
-    """Apply a valid autoscaler decision that changes ``status.desiredReplicas`` (caller holds the object's lock).
+def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autoscale: IsvcStatus,
+               logger: Log) -> None:
+    """Apply a valid autoscaler decision that changes ``status.desiredReplicas``, or the image encoder pool's count
+    (``status.stages[image-encoder].autoscaler``; ``decision`` None: the front follows its record) (caller holds
+    the object's lock).
 
     Writes, in this order: one status patch (the autoscaler's part ``autoscale`` merged with the
     InferenceService's status; ``desiredReplicas`` stays the record a restarted operator continues from), the
-    Deployment's replicas, Events for condition transitions.
+    Deployments' replicas (the front's and, with ``spec.stages``, the encoder pool's), Events for condition
+    transitions.
 
     Args:
         raw: The InferenceService as just read (under the lock).
-        decision: From ``recommend``; valid.
+        decision: From ``recommend``; valid. None for a pool decision (in ``autoscale``).
         autoscale: ``plan_autoscale``'s (or ``plan_activation``'s) status part for the same decision.
     Raises:
         InvalidSpec / ModelReferenceError: after writing ``autoscale`` and recording the refusal in status

@@ -315,13 +315,22 @@ def test_nondefault_render_is_namespace_scoped_with_servicemonitor_catalog_and_s
     svc_labels = one(docs, "Service")["metadata"]["labels"]
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc_labels.items()
 
-    # The PodMonitors select the Triton pods and the gateway pods the operator creates and label their series the
-    # way the autoscaler queries them ({namespace, inferenceservice}, component telling the two sources apart).
+    # The PodMonitors select the Triton pods, the gateway pods and the image encoder pools' pods the operator creates
+    # and label their series the way the autoscaler queries them ({namespace, inferenceservice}, component telling
+    # the three sources apart).
     from modalscale.api.inferenceservice import parse_isvc
-    from modalscale.operator.isvc.objects import GATEWAY_LABEL, SELECTOR_LABEL, gateway_labels, owned_labels
+    from modalscale.operator.isvc.objects import (
+        GATEWAY_LABEL,
+        IMAGE_ENCODER_LABEL,
+        SELECTOR_LABEL,
+        gateway_labels,
+        image_encoder_labels,
+        owned_labels,
+    )
 
     monitors = {d["metadata"]["name"]: d for d in of_kind(docs, "PodMonitor")}
-    assert set(monitors) == {"ms-modalscale-inferenceservices", "ms-modalscale-gateways"}
+    assert set(monitors) == {"ms-modalscale-inferenceservices", "ms-modalscale-gateways",
+                             "ms-modalscale-image-encoders"}
     isvc = parse_isvc({"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
                        "metadata": {"name": "vc", "namespace": "team-a", "uid": "1"}, "spec": {}})
 
@@ -330,7 +339,8 @@ def test_nondefault_render_is_namespace_scoped_with_servicemonitor_catalog_and_s
 
     for name, pod_labels, required, component in (
             ("ms-modalscale-inferenceservices", owned_labels(isvc), SELECTOR_LABEL, "inference-server"),
-            ("ms-modalscale-gateways", gateway_labels(isvc), GATEWAY_LABEL, "gateway")):
+            ("ms-modalscale-gateways", gateway_labels(isvc), GATEWAY_LABEL, "gateway"),
+            ("ms-modalscale-image-encoders", image_encoder_labels(isvc), IMAGE_ENCODER_LABEL, "image-encoder")):
         pm = monitors[name]
         assert pm["apiVersion"] == "monitoring.coreos.com/v1"
         assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
@@ -342,10 +352,13 @@ def test_nondefault_render_is_namespace_scoped_with_servicemonitor_catalog_and_s
         assert {"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "namespace"} in endpoint["relabelings"]
         source = {"sourceLabels": [meta("app.kubernetes.io/component")], "targetLabel": "component"}
         assert source in endpoint["relabelings"] and pod_labels["app.kubernetes.io/component"] == component
-    # Each PodMonitor selects only its own pods: the gateway pods lack the replicas' label and vice versa.
-    assert SELECTOR_LABEL not in gateway_labels(isvc) and GATEWAY_LABEL not in owned_labels(isvc)
+    # Each PodMonitor selects only its own pods: no pod carries another PodMonitor's required label.
+    required = (SELECTOR_LABEL, GATEWAY_LABEL, IMAGE_ENCODER_LABEL)
+    for labels, own in ((owned_labels(isvc), SELECTOR_LABEL), (gateway_labels(isvc), GATEWAY_LABEL),
+                        (image_encoder_labels(isvc), IMAGE_ENCODER_LABEL)):
+        assert [k for k in required if k in labels] == [own]
     _, docs = template(helm, tmp_path, {"metrics": {"podMonitor": {"enabled": True}}})
-    assert [d["spec"]["namespaceSelector"] for d in of_kind(docs, "PodMonitor")] == [{"any": True}] * 2
+    assert [d["spec"]["namespaceSelector"] for d in of_kind(docs, "PodMonitor")] == [{"any": True}] * 3
 
 
 def test_showback_rules_render_as_a_prometheusrule_and_a_plain_rule_file_only_when_asked(
@@ -453,6 +466,7 @@ def test_rendered_manifests_pass_server_side_dry_run(helm: list[str], kubectl: s
         assert "servicemonitor.monitoring.coreos.com/ms-modalscale serverside-applied" in out
         assert "podmonitor.monitoring.coreos.com/ms-modalscale-inferenceservices serverside-applied" in out
         assert "podmonitor.monitoring.coreos.com/ms-modalscale-gateways serverside-applied" in out
+        assert "podmonitor.monitoring.coreos.com/ms-modalscale-image-encoders serverside-applied" in out
         assert "prometheusrule.monitoring.coreos.com/ms-modalscale-showback serverside-applied" in out
     finally:
         for crd in monitoring:

@@ -69,7 +69,13 @@ IMAGE_ENCODER_READY = "ImageEncoderReady"
 IMAGE_ENCODER_UNAVAILABLE = "ImageEncoderUnavailable"
 """ImageEncoderReady False (and Ready False while the front pool calls it): no encoder replica is ready."""
 NOT_AUTOSCALED = "NotAutoscaled"
-"""``status.stages[image-encoder].reason``: the pool runs ``minReplicas`` (no per-stage autoscaler yet)."""
+"""``status.stages[image-encoder].reason``: Fixed mode, so the pool runs ``minReplicas`` (in Predictive and Utilization
+mode its own autoscaler sizes it)."""
+MIN_REPLICAS = "MinReplicas"
+"""A replica count held at ``minReplicas`` before the autoscaler's first decision (the front's, or
+``status.stages[image-encoder].reason`` before the pool's)."""
+AUTOSCALER_DECISION = "AutoscalerDecision"
+"""A replica count from the autoscaler's record when the record holds no reason of its own."""
 FRONT_AT_ZERO = "FrontAtZero"
 """``status.stages[image-encoder].reason``: the front pool is at 0 replicas, so the encoder pool is too."""
 # Reasons of BudgetLimited.

@@ -260,10 +260,12 @@ class ImageEncoderStageSpec:
     ``spec.runtime``'s)."""
 
     min_replicas: int
-    """Replicas of the pool, 1..1000. Not yet autoscaled: the pool runs ``min_replicas`` (under a budget cap, and 0
-    while the front pool is at 0)."""
+    """Fewest replicas of the pool, 1..1000: what it runs in Fixed mode and before its autoscaler's first decision.
+    In Predictive and Utilization mode the pool's own autoscaler (``autoscaler.policy.image_encoder_policy``: the
+    Utilization rule on the pool's Triton metrics) sizes it within ``[min_replicas, max_replicas]``; always under a
+    budget cap, and 0 while the front pool is at 0."""
     max_replicas: int
-    """Upper bound, 1..1000, at least ``min_replicas`` (held for the per-stage autoscaler; not yet used)."""
+    """Upper bound of the pool's autoscaler, 1..1000, at least ``min_replicas``."""
     resources: ResourceSpec
     """Requests of one encoder replica (also its price)."""
     runtime: RuntimeSpec

@@ -28,6 +28,7 @@ from modalscale.api.status import (
     ConditionStatus,
     GatewayStatus,
     ScalingHistoryEntry,
+    StageAutoscalerStatus,
     StageStatus,
 )
 
@@ -83,6 +84,9 @@ class AutoscalerRecord:
         metrics_available: Whether the metrics of the mode used were read.
         features: At most 32 finite numbers behind the decision (name -> value).
         state: The scaler's memory (None: not stored; readers start from ``ScalerState()``).
+        desired_replicas: A stage's block only (``status.stages[image-encoder].autoscaler.desiredReplicas``): the
+            pool's count of its last valid decision; None = none yet. The service's own is
+            ``status.desiredReplicas``, so the top-level block never carries it.
     """
 
     mode: str | None = None
@@ -93,6 +97,7 @@ class AutoscalerRecord:
     metrics_available: bool | None = None
     features: Mapping[str, float] | None = None
     state: ScalerState | None = None
+    desired_replicas: int | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,10 @@ class StageRecord:
     message: str | None = None
     address: str | None = None
     """image-encoder: ``host:port`` the front pool calls (the encoder Service's ClusterIP); None for the front."""
+    autoscaler: AutoscalerRecord | None = None
+    """image-encoder in a Predictive or Utilization mode: the pool's own autoscaler's last decision, with its
+    ``desired_replicas`` and scaler state (written by the autoscaler, carried over by the reconcile, which writes the
+    list whole); None for the front, in Fixed mode and before the first decision."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,12 @@ class IsvcStatus:
     def ready_gateway_pods(self) -> int:
         """``gateway.readyReplicas`` (0 when absent)."""
         return self.gateway.ready_replicas if isinstance(self.gateway, GatewayRecord) else 0
+
+    def stage(self, name: str) -> StageRecord | None:
+        """The item of ``stages`` named ``name`` (``front`` or ``image-encoder``); None when absent or deleted."""
+        if not isinstance(self.stages, tuple):
+            return None
+        return next((s for s in self.stages if s.name == name), None)
 
     @property
     def scaler_state(self) -> ScalerState:
@@ -244,7 +259,7 @@ def _read_autoscaler(block: Any) -> AutoscalerRecord | None:
     return AutoscalerRecord(
         mode=_str(block.get("mode")), valid=_bool(block.get("valid")), reason=_str(block.get("reason")),
         message=_str(block.get("message")), last_decision_time=parse_time(block.get("lastDecisionTime")),
-        metrics_available=_bool(block.get("metricsAvailable")),
+        metrics_available=_bool(block.get("metricsAvailable")), desired_replicas=_int(block.get("desiredReplicas")),
         features=({str(k): f for k, v in features.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)
                    and (f := _float_or_nan(v)) == f}  # skips what no float holds
@@ -279,8 +294,14 @@ def _read_stages(items: Any) -> tuple[StageRecord, ...] | None:
         return None
     return tuple(StageRecord(item["name"], _int(item.get("replicas")) or 0, _int(item.get("readyReplicas")) or 0,
                              _int(item.get("desiredReplicas")), _str(item.get("reason")), _str(item.get("message")),
-                             _str(item.get("address")))
+                             _str(item.get("address")),
+                             _stage_autoscaler(item.get("autoscaler")))
                  for item in items if isinstance(item, Mapping) and isinstance(item.get("name"), str))
+
+
+def _stage_autoscaler(block: Any) -> AutoscalerRecord | None:
+    """``status.stages[].autoscaler``; None when absent or of the wrong shape."""
+    return _guarded(lambda: _read_autoscaler(block), None)
 
 
 def _write_stage(stage: StageRecord) -> StageStatus:
@@ -293,6 +314,8 @@ def _write_stage(stage: StageRecord) -> StageStatus:
         out["message"] = stage.message
     if stage.address is not None:
         out["address"] = stage.address
+    if stage.autoscaler is not None:
+        out["autoscaler"] = cast(StageAutoscalerStatus, _write_autoscaler(stage.autoscaler, None))
     return out
 
 
@@ -379,7 +402,7 @@ def _write_autoscaler(rec: AutoscalerRecord, stored: AutoscalerRecord | None) ->
     for key, value in (("mode", rec.mode), ("valid", rec.valid), ("reason", rec.reason), ("message", rec.message),
                        ("lastDecisionTime", None if rec.last_decision_time is None
                         else format_time(rec.last_decision_time)),
-                       ("metricsAvailable", rec.metrics_available)):
+                       ("metricsAvailable", rec.metrics_available), ("desiredReplicas", rec.desired_replicas)):
         if value is not None:
             out[key] = value
     if rec.features is not None:

@@ -81,6 +81,12 @@ class GatewayStatus(TypedDict, total=False):
     replicasUrl: str  # In-cluster HTTP URL of the Service <name>-replicas (bypassing the gateway).
 
 
+class StageAutoscalerStatus(AutoscalerStatus, total=False):
+    """``status.stages[image-encoder].autoscaler``: the image encoder pool's own autoscaler's last decision."""
+
+    desiredReplicas: int  # The pool's count of its last valid decision, within the stage's min/max replicas.
+
+
 class StageStatus(TypedDict):
     """One item of ``status.stages`` (with ``spec.stages``): one stage's pool, ``front`` or ``image-encoder``."""
 
@@ -91,6 +97,7 @@ class StageStatus(TypedDict):
     reason: NotRequired[str]
     message: NotRequired[str]
     address: NotRequired[str]  # image-encoder: host:port the front pool calls (the Service's ClusterIP).
+    autoscaler: NotRequired[StageAutoscalerStatus]  # image-encoder, autoscaled modes: its autoscaler's decision.
 
 
 class InferenceServiceStatus(TypedDict, total=False):

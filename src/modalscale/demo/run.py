@@ -194,12 +194,13 @@ def rates_query(namespace: str, name: str, gateway: bool, window_s: int = 20) ->
     gateway on every request is counted twice, once by the gateway (``component="gateway"``) and once by the
     replica that served it; a sum over all series would double the rate. The autoscaler's rule
     (:mod:`modalscale.operator.autoscale.observe`): with ``spec.gateway.enabled`` the gateway's series, else the
-    replicas' (``component!="gateway"``, which also matches a target without the label, e.g. the KWOK-only
-    fallback's static target).
+    replicas' (``component!~"gateway|image-encoder"``, which also matches a target without the label, e.g. the
+    KWOK-only fallback's static target, and leaves out a staged service's image encoder pool).
     """
-    from modalscale.devenv.prometheus import GATEWAY_COMPONENT
+    from modalscale.devenv.prometheus import GATEWAY_COMPONENT, IMAGE_ENCODER_COMPONENT
 
-    source = f'component="{GATEWAY_COMPONENT}"' if gateway else f'component!="{GATEWAY_COMPONENT}"'
+    source = (f'component="{GATEWAY_COMPONENT}"' if gateway
+              else f'component!~"{GATEWAY_COMPONENT}|{IMAGE_ENCODER_COMPONENT}"')
     return (f'sum by (modality) (rate(modalscale_requests_total{{namespace="{namespace}",'
             f'inferenceservice="{name}",{source}}}[{window_s}s]))')
 

@@ -5,12 +5,14 @@ Scrape targets carry the labels a ServiceMonitor would give them in a cluster (`
 them: a static list (:class:`ScrapeTarget`, for processes on this machine) or discovery of the InferenceService
 pods through ``kubernetes_sd_configs`` (role ``pod``) against the local apiserver (:class:`PodDiscovery`, for
 pods on the real node), with the selection and relabelings of the chart's PodMonitors
-(``charts/modalscale/templates/podmonitor.yaml``: one for the replicas, one for the request gateway's pods).
+(``charts/modalscale/templates/podmonitor.yaml``: one for the replicas, one for the request gateway's pods, one for
+a staged service's image encoder pool).
 
 Every target also carries ``component``: ``inference-server`` for a replica, ``gateway`` for the request gateway
-(:data:`GATEWAY_COMPONENT`). The gateway exports the runtime's feature series under the same names, so the
-autoscaler tells the two sources apart by this label (``modalscale.operator.autoscale.observe``); a static
-:class:`ScrapeTarget` of a local gateway process must set it (:func:`gateway_target`).
+(:data:`GATEWAY_COMPONENT`), ``image-encoder`` for an image encoder pool replica (:data:`IMAGE_ENCODER_COMPONENT`).
+The gateway and the pool export the runtime's series under the same names, so the autoscaler tells the sources
+apart by this label (``modalscale.operator.autoscale.observe``); a static :class:`ScrapeTarget` of a local gateway
+or encoder pool process must set it (:func:`gateway_target`, :func:`image_encoder_target`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class ScrapeTarget:
 GATEWAY_COMPONENT = "gateway"
 """Value of the target label ``component`` on the request gateway's series (its pods' ``app.kubernetes.io/component``,
 operator/isvc/objects.py gateway_labels); the replicas' is ``inference-server``."""
+IMAGE_ENCODER_COMPONENT = "image-encoder"
+"""Value of the target label ``component`` on an image encoder pool's series (its pods' ``app.kubernetes.io/component``,
+operator/isvc/objects.py image_encoder_labels)."""
 COMPONENT_RELABELING = ("__meta_kubernetes_pod_label_app_kubernetes_io_component", "component")
 POD_MONITOR_RELABELINGS = (
     ("__meta_kubernetes_pod_label_modalscale_io_inferenceservice", "inferenceservice"),
@@ -59,13 +64,22 @@ GATEWAY_POD_MONITOR_RELABELINGS = (
     COMPONENT_RELABELING,
 )
 """(source label, target label) of the gateway pods' PodMonitor relabelings, in its order."""
+IMAGE_ENCODER_POD_MONITOR_RELABELINGS = (
+    ("__meta_kubernetes_pod_label_modalscale_io_image_encoder", "inferenceservice"),
+    ("__meta_kubernetes_namespace", "namespace"),
+    COMPONENT_RELABELING,
+)
+"""(source label, target label) of the image encoder pools' PodMonitor relabelings, in its order."""
 POD_MONITOR_MATCH_LABELS = {"app.kubernetes.io/managed-by": "modalscale-operator",
                             "app.kubernetes.io/part-of": "modalscale"}
-"""Both PodMonitors' ``selector.matchLabels`` (operator/isvc/objects.py owned_labels and gateway_labels)."""
+"""Every PodMonitor's ``selector.matchLabels`` (operator/isvc/objects.py owned_labels, gateway_labels and
+image_encoder_labels)."""
 POD_MONITOR_REQUIRED_LABEL = "modalscale.io/inferenceservice"
 """The replicas' PodMonitor's ``matchExpressions``: this label must exist."""
 GATEWAY_POD_MONITOR_REQUIRED_LABEL = "modalscale.io/gateway"
 """The gateway pods' PodMonitor's ``matchExpressions``: this label must exist."""
+IMAGE_ENCODER_POD_MONITOR_REQUIRED_LABEL = "modalscale.io/image-encoder"
+"""The image encoder pools' PodMonitor's ``matchExpressions``: this label must exist."""
 POD_MONITOR_PORT = "metrics"
 """The container port the PodMonitor scrapes, by name."""
 
@@ -102,9 +116,12 @@ class PodDiscovery:
                    cert_file=str(pki / "admin.crt"), key_file=str(pki / "admin.key"), namespaces=namespaces)
 
     def scrape_configs(self) -> list[dict[str, object]]:
-        """The ``scrape_configs`` entries of both PodMonitors: the replicas' pods, then the gateway's pods."""
+        """The ``scrape_configs`` entries of the chart's PodMonitors, in its order: the replicas' pods, the gateway's
+        pods, the image encoder pools' pods."""
         return [self.scrape_config(),
-                self.scrape_config("gateway-pods", GATEWAY_POD_MONITOR_REQUIRED_LABEL, GATEWAY_POD_MONITOR_RELABELINGS)]
+                self.scrape_config("gateway-pods", GATEWAY_POD_MONITOR_REQUIRED_LABEL, GATEWAY_POD_MONITOR_RELABELINGS),
+                self.scrape_config("image-encoder-pods", IMAGE_ENCODER_POD_MONITOR_REQUIRED_LABEL,
+                                   IMAGE_ENCODER_POD_MONITOR_RELABELINGS)]
 
     def scrape_config(self, job_name: str = "inferenceservice-pods",
                       required_label: str = POD_MONITOR_REQUIRED_LABEL,
@@ -139,6 +156,14 @@ def gateway_target(address: str, namespace: str, inferenceservice: str) -> Scrap
     it: ``namespace``, ``inferenceservice`` and ``component="gateway"``."""
     return ScrapeTarget(address, {"namespace": namespace, "inferenceservice": inferenceservice,
                                   "component": GATEWAY_COMPONENT}, job="gateway")
+
+
+def image_encoder_target(address: str, namespace: str, inferenceservice: str) -> ScrapeTarget:
+    """A local image encoder pool process's Triton metrics port (``host:port``, a ``modalscale runtime serve --stage
+    image-encoder``) as the chart's image encoder PodMonitor labels it: ``namespace``, ``inferenceservice`` and
+    ``component="image-encoder"``."""
+    return ScrapeTarget(address, {"namespace": namespace, "inferenceservice": inferenceservice,
+                                  "component": IMAGE_ENCODER_COMPONENT}, job="image-encoder")
 
 
 class PrometheusProcess:

@@ -53,7 +53,12 @@ FULL = IsvcStatus(
                           idle_since=T0 - dt.timedelta(seconds=30), scaled_to_zero_at=T0 - dt.timedelta(hours=1))),
     gateway=GatewayRecord(2, 1, "http://vc-replicas.ml.svc:8000"),
     stages=(StageRecord("front", 2, 1, 4, "ScaleUpForSLO"),
-            StageRecord("image-encoder", 2, 2, 2, "NotAutoscaled", "not yet autoscaled", "10.0.0.40:8001")),
+            StageRecord("image-encoder", 2, 2, 2, "ScaleUpForUtilization", "1 ready x 140% busy", "10.0.0.40:8001",
+                        AutoscalerRecord(mode="Utilization", valid=True, reason="ScaleUpForUtilization",
+                                         message="1 ready x 140% busy", last_decision_time=T0,
+                                         metrics_available=True, features={"utilization_ratio": 1.4},
+                                         state=ScalerState(recommendations=((T0, 2),), last_change_at=T0),
+                                         desired_replicas=2))),
     conditions=(CONDITION,))  # type: ignore[arg-type]
 
 
@@ -69,6 +74,26 @@ def test_every_field_round_trips_through_the_json_written() -> None:
                             "stages", "conditions"}
     assert written["costUSDPerHour"] == "1.2345" and written["scalingHistory"][1] == {
         "time": "2026-12-02T16:44:20Z", "from": 2, "to": 4, "reason": "ScaleUpForBurst"}
+
+
+def test_the_image_encoder_pools_autoscaler_block_round_trips_inside_its_stage_item() -> None:
+    """``status.stages[image-encoder].autoscaler``: the pool's decision with its count and scaler state, written
+    with the stage item (the list is written whole); the service's own block never carries a count."""
+    written = write_isvc_status(FULL)
+    pool = written["stages"][1]["autoscaler"]
+    assert pool["desiredReplicas"] == 2 and pool["mode"] == "Utilization"
+    assert pool["state"]["recommendations"] == [{"time": "2026-12-02T16:43:20Z", "replicas": 2}]
+    assert "desiredReplicas" not in written["autoscaler"] and "autoscaler" not in written["stages"][0]
+    read = read_isvc_status(_wire(written))
+    assert read.stage("image-encoder") == FULL.stage("image-encoder") and read.stage("front") is not None
+    assert read.stage("image-encoder").autoscaler.state.recommendations == ((T0, 2),)  # type: ignore[union-attr]
+    assert IsvcStatus(stages=DELETE).stage("front") is None and IsvcStatus().stage("front") is None
+    # a malformed block reads as absent; the item itself stays
+    broken = {"status": {"stages": [{"name": "image-encoder", "autoscaler": {"state": 5, "desiredReplicas": -1}}]}}
+    item = read_isvc_status(broken).stage("image-encoder")
+    assert item is not None and item.autoscaler is not None and item.autoscaler.desired_replicas is None
+    assert read_isvc_status({"status": {"stages": [{"name": "image-encoder", "autoscaler": 3}]}}).stage(
+        "image-encoder") == StageRecord("image-encoder")
 
 
 def test_a_status_the_planners_wrote_reads_and_writes_back_byte_for_byte() -> None:

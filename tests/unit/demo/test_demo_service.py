@@ -88,11 +88,12 @@ def test_the_live_rates_count_each_request_once_from_the_source_the_autoscaler_r
     from modalscale.operator.autoscale.observe import build_queries
 
     direct, through = rates_query("demo", "vc", gateway=False), rates_query("demo", "vc", gateway=True)
-    assert 'component!="gateway"' in direct and 'component="gateway"' not in direct
-    assert 'component="gateway"' in through and 'component!="gateway"' not in through
+    replicas = 'component!~"gateway|image-encoder"'
+    assert replicas in direct and 'component="gateway"' not in direct
+    assert 'component="gateway"' in through and replicas not in through
     for gateway, q in ((False, direct), (True, through)):
         # the same series selector as the autoscaler's arrivals (its "requests" query) for the same setting
         autoscaler = build_queries("demo", "vc", gateway=gateway)["requests"]
-        source = 'component="gateway"' if gateway else 'component!="gateway"'
+        source = 'component="gateway"' if gateway else replicas
         assert source in autoscaler and 'namespace="demo"' in q and 'inferenceservice="vc"' in q
         assert q.startswith("sum by (modality) (rate(modalscale_requests_total{")

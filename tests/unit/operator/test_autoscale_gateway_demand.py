@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -48,34 +49,42 @@ class Universe:
         self.rows.setdefault(key, []).append((labels, value))
 
     def answer(self, queries: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
-        """What Prometheus answers to ``queries``: each key's rows whose ``component`` the query's matcher keeps,
-        without the ``component`` label (the queries' ``max by`` drop it)."""
+        """What Prometheus answers to ``queries``: each key's rows whose ``component`` the query's matcher keeps
+        (``=``, ``!=`` or ``!~`` with an anchored alternation, as PromQL evaluates them), without the
+        ``component`` label (the queries' ``max by`` drop it)."""
         out: dict[str, list[dict[str, Any]]] = {}
         for key, q in queries.items():
             if key in ("arrival_counts", "window_up", "window_before"):
                 continue  # the window's scrapes cover every target, both components (no gap here: unanswered)
-            if 'component="gateway"' in q:
-                gateway = True
-            elif 'component!="gateway"' in q:
-                gateway = False
-            else:
+            matcher = re.search(r'component(=|!=|!~)"([^"]*)"', q)
+            if matcher is None:
                 raise AssertionError(f"query {key} selects no component: {q}")
-            out[key] = [{"metric": {k: v for k, v in labels.items() if k != "component"}, "value": [T, repr(value)]}
-                        for labels, value in self.rows.get(key, [])
-                        if (labels.get("component") == "gateway") == gateway]
+            op, value = matcher.groups()
+
+            def kept(component: str, op: str = op, value: str = value) -> bool:
+                if op == "=":
+                    return component == value
+                if op == "!=":
+                    return component != value
+                return re.fullmatch(value, component) is None
+
+            out[key] = [{"metric": {k: v for k, v in labels.items() if k != "component"}, "value": [T, repr(v)]}
+                        for labels, v in self.rows.get(key, []) if kept(labels.get("component", ""))]
         return out
 
 
 def universe(*, runtime_features: bool = True, gateway_pods: int = 2, replica_pods: int = 2,
              gateway_queue: float = 0.0, gateway_inflight: float = 1.0, gateway_down: int = 0,
              gateway_rps_per_pod: float = RPS_PER_POD, replica_rps_per_pod: float = RPS_PER_POD,
-             triton_pending: float = 0.5, gateway_refused: float = 0.0) -> Universe:
+             triton_pending: float = 0.5, gateway_refused: float = 0.0, encoder_pods: int = 0) -> Universe:
     """Replica pods (Triton figures, and the built-in runtime's feature series when ``runtime_features``; a user's
     own model has none) and gateway pods (feature series + queue / in-flight gauges, split over the pods), each
     at :data:`RPS_PER_POD` image requests of one 640x480 image (``gateway_rps_per_pod`` / ``replica_rps_per_pod``
     to make them differ), ``triton_pending`` requests waiting in each replica's Triton queue and
     ``gateway_refused`` requests refused by the gateway's admission over the window (split over its pods).
-    ``gateway_down`` gateway pods do not answer."""
+    ``gateway_down`` gateway pods do not answer. ``encoder_pods`` image encoder pool pods of a staged service
+    (``component="image-encoder"``, as the chart's third PodMonitor labels them): the same metric names, each
+    pod encoding the images of every replica at 4x the replicas' compute time."""
     u = Universe()
     for i in range(replica_pods):
         t = {"pod": f"vc-5d8f-{i}", "instance": f"10.0.0.{i}:8002", "job": "ml/ms-modalscale-inferenceservices",
@@ -110,6 +119,23 @@ def universe(*, runtime_features: bool = True, gateway_pods: int = 2, replica_po
         u.add("gateway_queue", t, gateway_queue / gateway_pods)
         u.add("gateway_inflight", t, gateway_inflight / gateway_pods)
         u.add("gateway_refused", t, gateway_refused / gateway_pods)
+    for i in range(encoder_pods):
+        t = {"pod": f"vc-image-encoder-6b7-{i}", "instance": f"10.0.2.{i}:8002",
+             "job": "ml/ms-modalscale-image-encoders", "component": "image-encoder"}
+        u.add("up", t, 1.0)
+        u.add("scraped", t, T - 2)
+        per_pod = replica_rps_per_pod * replica_pods / encoder_pods
+        for p in ("", "recent_"):
+            u.add(p + "requests", {**t, "modality": "image"}, per_pod)
+            u.add(p + "images", {**t, "modality": "image"}, per_pod)
+            u.add(p + "pixels", {**t, "modality": "image"}, per_pod * PIXELS)
+        model = {**t, "model": "image_encoder", "version": "1"}
+        for key in ("nv_count", "nv_success"):
+            u.add(key, model, per_pod)
+        u.add("nv_exec", model, per_pod / 2)  # batches of 2 images
+        u.add("nv_compute_us", model, per_pod / 2 * 4 * SERVICE_MS * 1000)
+        u.add("nv_request_us", model, per_pod * 4 * SERVICE_MS * 1100)
+        u.add("nv_pending", model, 3.0)
     return u
 
 
@@ -136,11 +162,12 @@ def test_queries_read_demand_from_one_source_and_service_time_from_the_replicas(
     off, on = build_queries("ml", "vc"), build_queries("ml", "vc", gateway=True)
     demand = ("requests", "images", "pixels", "tokens", "recent_requests", "recent_images", "recent_pixels",
               "recent_tokens", "arrival_counts")
+    replicas = 'component!~"gateway|image-encoder"'
     for key in demand:
-        assert 'component!="gateway"' in off[key] and 'component="gateway"' not in off[key], key
-        assert 'component="gateway"' in on[key] and 'component!="gateway"' not in on[key], key
+        assert replicas in off[key] and 'component="gateway"' not in off[key], key
+        assert 'component="gateway"' in on[key] and replicas not in on[key], key
     for key in ("nv_count", "nv_exec", "nv_compute_us", "nv_pending", "inflight", "up", "scraped"):
-        assert on[key] == off[key] and 'component!="gateway"' in on[key], key
+        assert on[key] == off[key] and replicas in on[key], key
     assert set(on) - set(off) == {"gateway_up", "gateway_scraped", "gateway_queue", "gateway_inflight",
                                   "gateway_refused"}
     assert on["gateway_refused"] == ('max by (pod, instance, job) (increase(modalscale_gateway_rejected_total'
@@ -375,3 +402,38 @@ def test_arrivals_not_completed_yet_are_no_contradiction(arrived: float, in_flig
     else:
         assert reading.problem is None, reading.problem
         assert rate(reading) == pytest.approx(arrived / 60)
+
+
+@pytest.mark.parametrize("gateway", [False, True], ids=["replicas", "gateway"])
+def test_the_image_encoder_pools_series_never_count_as_the_replicas_demand_or_busy_time(gateway: bool) -> None:
+    """A staged service's encoder pool is scraped with the same metric names (component="image-encoder"): the
+    replicas' reading is the same with and without its series. With the replicas' old selector
+    (``component!="gateway"``) its targets and compute time were added in (0.6 busy erlangs more), and without the
+    gateway its requests too (12 req/s instead of 6)."""
+    alone = read(universe(), gateway)
+    staged = read(universe(encoder_pods=2), gateway)
+    assert rate(staged) == rate(alone) == pytest.approx(2 * RPS_PER_POD)
+    assert staged.busy_erlangs == alone.busy_erlangs == pytest.approx(2 * RPS_PER_POD * SERVICE_MS / 1000)
+    assert (staged.targets_up, staged.targets_total, staged.queued_requests) == (2, 2, alone.queued_requests)
+    old = {k: q.replace('component!~"gateway|image-encoder"', 'component!="gateway"')
+           for k, q in build_queries("ml", "vc", gateway=gateway).items()}
+    doubled = parse_answers(universe(encoder_pods=2).answer(old), "byo", gateway=gateway)
+    assert doubled.targets_total == 4 and doubled.busy_erlangs == pytest.approx(staged.busy_erlangs + 0.6)
+    if not gateway:
+        assert rate(doubled) == pytest.approx(4 * RPS_PER_POD)
+
+
+def test_the_pools_reading_is_its_own_series_only() -> None:
+    """``component="image-encoder"``: the pool's requests (6 req/s of one image over 2 pods), its targets, Triton's
+    pending count and its busy erlangs, compute time / mean batch size (metrics_parse's formula)."""
+    u = universe(gateway_pods=2, encoder_pods=2)
+    queries = build_queries("ml", "vc", component="image-encoder")
+    assert all('component="image-encoder"' in q for q in queries.values())
+    reading = parse_answers(u.answer(queries), "image_encoder")
+    assert (reading.targets_up, reading.targets_total, reading.per_pod_targets) == (2, 2, True)
+    assert rate(reading) == pytest.approx(2 * RPS_PER_POD)
+    # per pod: 1.5 executions/s x 400 ms = 0.6 s of compute per s, over a mean batch of 2 -> 0.3 erlangs
+    assert reading.busy_erlangs == pytest.approx(2 * 0.3)
+    assert reading.queued_requests == pytest.approx(6.0)
+    with pytest.raises(ValueError):
+        build_queries("ml", "vc", gateway=True, component="image-encoder")

@@ -423,7 +423,8 @@ def test_feature_queries_read_the_runtime_histograms_per_modality_and_series() -
                         ("tokens", runtime_metrics.REQUEST_TEXT_TOKENS)):
         for window, q in (("60s", queries[key]), ("15s", queries["recent_" + key])):
             assert q == (f'max by (modality, pod, instance, job) '
-                         f'(rate({family}_sum{{namespace="ml",inferenceservice="vc",component!="gateway"}}'
+                         f'(rate({family}_sum{{namespace="ml",inferenceservice="vc",'
+                         f'component!~"gateway|image-encoder"}}'
                          f'[{window}]))')
     assert queries["requests"].startswith(
         f"max by (modality, pod, instance, job) (rate({runtime_metrics.REQUESTS_TOTAL}{{")
@@ -514,7 +515,8 @@ def test_a_nan_quantile_of_an_idle_model_leaves_the_routers_p95_readable() -> No
 def test_arrival_counts_are_a_15s_subquery_over_10_minutes_and_reach_the_observation() -> None:
     q = build_queries("ml", "vc")["arrival_counts"]
     assert q == ('sum(max by (modality, pod, instance) '
-                 '(increase(modalscale_requests_total{namespace="ml",inferenceservice="vc",component!="gateway"}'
+                 '(increase(modalscale_requests_total{namespace="ml",inferenceservice="vc",'
+                 'component!~"gateway|image-encoder"}'
                  '[15s])))[600s:15s]')
     answers = copy.deepcopy(RECORDED_LABELLED)
     answers["arrival_counts"] = [{"metric": {}, "values": [[T_LABELLED - 15 * (3 - i), v]
@@ -841,8 +843,12 @@ def _scrapes(since_s: float, until_s: float = 0.0, step_s: float = 1.0, before: 
 
 def test_queries_read_the_raw_scrapes_of_the_window_and_whether_each_target_was_scraped_before() -> None:
     q = build_queries("ml", "vc")
-    assert q["window_up"] == f"up{{{selector('ml', 'vc')}}}[60s]"  # gateway and replicas alike: every target
-    assert q["window_before"] == f"max_over_time(up{{{selector('ml', 'vc')}}}[600s] offset 60s)"
+    # gateway and replicas alike: every target but the image encoder pool's (whose reading checks its own)
+    every = f'{selector("ml", "vc")},component!="image-encoder"'
+    assert q["window_up"] == f"up{{{every}}}[60s]"
+    assert q["window_before"] == f"max_over_time(up{{{every}}}[600s] offset 60s)"
+    pool = build_queries("ml", "vc", component="image-encoder")
+    assert pool["window_up"] == f'up{{{selector("ml", "vc")},component="image-encoder"}}[60s]'
 
 
 def test_a_window_that_starts_in_a_gap_is_partial_data_and_gives_no_rates() -> None:

@@ -6,13 +6,14 @@ nothing but its arguments. (Without ``spec.stages``: ``test_isvc_stages_off.py``
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 from typing import Any
 
 import pytest
 
 from modalscale.api.inferenceservice import parse_isvc
-from modalscale.api.isvc_status import DELETE, read_isvc_status, write_isvc_status
+from modalscale.api.isvc_status import DELETE, AutoscalerRecord, read_isvc_status, write_isvc_status
 from modalscale.operator.isvc.objects import (
     IMAGE_ENCODER_ADDRESS_ANNOTATION,
     IMAGE_ENCODER_LABEL,
@@ -254,7 +255,7 @@ def test_a_new_encoder_address_rolls_the_front_onto_it() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- replicas and status
-def test_status_shows_each_stages_replicas_and_the_pool_says_it_is_not_autoscaled() -> None:
+def test_status_shows_each_stages_replicas_and_in_fixed_mode_the_pool_is_not_autoscaled() -> None:
     obs = settled()
     plan, _ = run(body(), obs)
     front, encoder = write_isvc_status(plan.status)["stages"]
@@ -262,7 +263,8 @@ def test_status_shows_each_stages_replicas_and_the_pool_says_it_is_not_autoscale
                      "reason": "FixedReplicas"}
     assert (encoder["name"], encoder["replicas"], encoder["readyReplicas"], encoder["desiredReplicas"],
             encoder["reason"], encoder["address"]) == ("image-encoder", 2, 2, 2, "NotAutoscaled", "10.0.0.40:8001")
-    assert "not yet autoscaled" in encoder["message"]
+    assert encoder["message"].startswith("Fixed mode: holds spec.stages.imageEncoder.minReplicas=2")
+    assert "autoscaler" not in encoder
     c = conditions(plan)
     assert (c["Ready"]["status"], c["ImageEncoderReady"]["status"]) == ("True", "True")
 
@@ -328,3 +330,67 @@ def test_stages_delete_is_written_only_when_a_block_is_stored() -> None:
     obs = settled()
     plan, _ = run(body(None), obs)
     assert plan.status.stages is DELETE
+
+
+# ---------------------------------------------------------------------------------------------- the pool's autoscaler
+UTILIZATION = {"mode": "Utilization", "minReplicas": 1, "maxReplicas": 6, "targetUtilizationPercent": 70}
+
+
+def with_pool_decision(obs: IsvcObserved, desired: int | None, reason: str = "ScaleUpForUtilization") -> IsvcObserved:
+    """``obs`` with the pool's autoscaler block stored in ``status.stages[image-encoder]`` (as the daemon writes
+    it) and the front's record at 3."""
+    obs = copy.deepcopy(obs)
+    stages = tuple(dataclasses.replace(s, autoscaler=AutoscalerRecord(
+        mode="Utilization", valid=True, reason=reason, message=f"pool decided {desired}", desired_replicas=desired))
+        if s.name == STAGE_IMAGE_ENCODER else s for s in obs.status.stages)  # type: ignore[union-attr]
+    obs.status = dataclasses.replace(obs.status, stages=stages, desired_replicas=3)
+    return obs
+
+
+def test_an_autoscaled_pool_runs_its_autoscalers_count_and_the_reconcile_keeps_the_decision() -> None:
+    b = body(scaling=UTILIZATION)
+    obs = settled(b)
+    encoder = write_isvc_status(obs.status)["stages"][1]
+    assert (encoder["desiredReplicas"], encoder["reason"]) == (2, "MinReplicas")  # before the pool's first decision
+    obs = with_pool_decision(obs, 4)
+    plan, after = run(b, obs)
+    assert write(plan, "Deployment", "vc-image-encoder")["spec"]["replicas"] == 4  # the single planner writes it
+    encoder = write_isvc_status(plan.status)["stages"][1]
+    assert (encoder["desiredReplicas"], encoder["reason"], encoder["message"]) == (
+        4, "ScaleUpForUtilization", "pool decided 4")
+    assert encoder["autoscaler"]["desiredReplicas"] == 4  # carried over: the list is written whole
+    plan, _ = run(b, after)
+    assert plan.writes == [] and after.image_encoder["Deployment"]["spec"]["replicas"] == 4  # type: ignore[index]
+
+
+def test_a_scale_pass_writes_the_pools_new_count() -> None:
+    b = body(scaling=UTILIZATION)
+    obs = with_pool_decision(settled(b), 3)
+    plan, _ = run(b, obs, scale=True)
+    assert ("Deployment", "patch", "vc-image-encoder") in made(plan)
+    assert write(plan, "Deployment", "vc-image-encoder") == {"spec": {"replicas": 3}}
+    assert write_isvc_status(plan.status)["stages"][1]["autoscaler"]["desiredReplicas"] == 3
+
+
+@pytest.mark.parametrize(("desired", "cap", "want", "reason"), [
+    (9, None, 5, "BoundedByMax"),  # maxReplicas (5) lowered since the decision
+    (1, None, 2, "BoundedByMin"),
+    (4, 3, 3, "CappedByBudget"),
+    (4, 0, 0, "FrontAtZero"),  # a ScaleToZero cap takes the front to 0, so the pool goes too
+], ids=["max", "min", "budget-cap", "front-at-zero"])
+def test_the_pools_count_stays_within_its_bounds_under_the_budget_cap_and_follows_the_front_to_zero(
+        desired: int, cap: int | None, want: int, reason: str) -> None:
+    b = body(scaling=UTILIZATION)
+    obs = with_pool_decision(settled(b), desired)
+    obs.budget_cap_replicas, obs.budget_cap_policy = cap, "ml/daily"
+    plan, after = run(b, obs)
+    encoder = write_isvc_status(plan.status)["stages"][1]
+    assert (encoder["desiredReplicas"], encoder["reason"]) == (want, reason)
+    assert after.image_encoder["Deployment"]["spec"]["replicas"] == want  # type: ignore[index]
+
+
+def test_in_fixed_mode_the_pool_runs_min_replicas_and_a_stored_decision_is_dropped() -> None:
+    obs = with_pool_decision(settled(body(scaling=UTILIZATION)), 5)
+    plan, _ = run(body(), obs)  # switched to Fixed
+    encoder = write_isvc_status(plan.status)["stages"][1]
+    assert (encoder["desiredReplicas"], encoder["reason"]) == (2, "NotAutoscaled") and "autoscaler" not in encoder

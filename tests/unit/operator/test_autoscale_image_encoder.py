@@ -1,0 +1,255 @@
+"""The image encoder pool's own decision (issue 24): the pool's Triton figures (``component="image-encoder"``)
+-> ``parse_answers`` -> ``build_observation`` -> ``recommend`` with ``image_encoder_policy`` (the HPA rule of
+Utilization mode with the service's windows and the pool's bounds) -> ``plan_image_encoder_autoscale``.
+
+Expected counts by hand: busy erlangs per pod = requests/s x execution ms / 1000 / mean batch size (Triton adds a
+batch's compute time to each of its requests; ``metrics_parse``), utilization = busy / (ready x instanceCount),
+need = ceil(ready x utilization / target).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from modalscale.api.inferenceservice import parse_isvc
+from modalscale.api.isvc_status import IsvcStatus, ScalerState, StageRecord
+from modalscale.autoscaler.metrics_parse import parse_answers
+from modalscale.autoscaler.metrics_reading import MetricsReading
+from modalscale.autoscaler.policy import Decision, Reason, ScalingMode, image_encoder_policy, recommend
+from modalscale.operator.autoscale.observe import build_observation
+from modalscale.operator.autoscale.plan import plan_image_encoder_autoscale
+from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
+from tests.factories import inference_service
+
+T0 = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC)
+SCALING = {"mode": "Utilization", "minReplicas": 1, "maxReplicas": 8, "targetUtilizationPercent": 50,
+           "scaleDownStabilizationSeconds": 300, "scaleUpStabilizationSeconds": 0, "maxStepReplicas": 4,
+           "tolerancePercent": 10}
+STAGES = {"imageEncoder": {"minReplicas": 1, "maxReplicas": 6, "runtime": {"instanceCount": 2}}}
+SPEC = parse_isvc(inference_service("vc", "ml", uid="u", scaling=SCALING, stages=STAGES))
+assert SPEC.stages is not None
+POLICY = image_encoder_policy(SPEC.scaling, SPEC.stages.image_encoder)
+
+
+def pool_answers(now: dt.datetime, pods: int, rps_per_pod: float, exec_ms: float = 200.0, batch: float = 2.0,
+                 pending: float = 0.0, down: int = 0, compute: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Prometheus' answers to the pool's queries (component already matched): ``pods`` encoder pods, each serving
+    ``rps_per_pod`` image requests of one image, ``exec_ms`` per execution of ``batch`` requests, ``pending``
+    waiting in its Triton queue; the first ``down`` pods did not answer; ``compute`` replaces each compute value."""
+    t = now.timestamp() - 2
+    out: dict[str, list[dict[str, Any]]] = {}
+
+    def add(key: str, labels: dict[str, str], value: float | str) -> None:
+        out.setdefault(key, []).append({"metric": labels, "value": [t, str(value)]})
+
+    for i in range(pods):
+        pod = {"pod": f"vc-image-encoder-{i}", "instance": f"10.0.2.{i}:8002", "job": "ml/image-encoders"}
+        add("up", pod, 0.0 if i < down else 1.0)
+        add("scraped", pod, t)
+        if i < down:
+            continue
+        for p in ("", "recent_"):
+            add(p + "requests", {**pod, "modality": "image"}, rps_per_pod)
+            add(p + "images", {**pod, "modality": "image"}, rps_per_pod)
+            add(p + "pixels", {**pod, "modality": "image"}, rps_per_pod * 640 * 480)
+        model = {**pod, "model": IMAGE_ENCODER_MODEL, "version": "1"}
+        add("nv_count", model, rps_per_pod)
+        add("nv_success", model, rps_per_pod)
+        add("nv_exec", model, rps_per_pod / batch)
+        add("nv_compute_us", model, compute if compute is not None else rps_per_pod * exec_ms * 1000)
+        add("nv_request_us", model, rps_per_pod * exec_ms * 1100)
+        add("nv_pending", model, pending)
+    return out
+
+
+def decide(answers: dict[str, list[dict[str, Any]]], now: dt.datetime, current: int, ready: int | None = None,
+           state: ScalerState | None = None, cap: int | None = None) -> tuple[MetricsReading, Decision]:
+    reading = parse_answers(answers, IMAGE_ENCODER_MODEL)
+    obs = build_observation(reading, current_replicas=current, ready_replicas=current if ready is None else ready,
+                            slots_per_replica=POLICY.slots_per_replica, budget_max_replicas=cap, now=now)
+    return reading, recommend(obs, POLICY, state or ScalerState(), None, now)
+
+
+def test_the_pools_policy_is_the_utilization_rule_with_the_services_knobs_and_the_pools_bounds() -> None:
+    assert (POLICY.mode, POLICY.min_replicas, POLICY.max_replicas, POLICY.slots_per_replica) == (
+        ScalingMode.UTILIZATION, 1, 6, 2)
+    assert (POLICY.target_utilization_percent, POLICY.scale_down_stabilization_s, POLICY.max_step_replicas,
+            POLICY.tolerance_percent, POLICY.scale_to_zero_after_s) == (50.0, 300.0, 4, 10.0, None)
+    predictive = dataclasses.replace(SPEC.scaling, mode="Predictive")
+    assert image_encoder_policy(predictive, SPEC.stages.image_encoder).mode == ScalingMode.UTILIZATION  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="Fixed"):
+        image_encoder_policy(dataclasses.replace(SPEC.scaling, mode="Fixed", replicas=2),
+                             SPEC.stages.image_encoder)  # type: ignore[union-attr]
+
+
+def test_image_load_scales_the_pool_up() -> None:
+    """2 pods x 20 req/s x 200 ms over batches of 2 = 2.0 erlangs each, 100 % of their 2 slots; target 50 %:
+    ceil(2 x 1.0 / 0.5) = 4. At 10 req/s each: 50 %, steady at 2."""
+    reading, d = decide(pool_answers(T0, pods=2, rps_per_pod=20.0), T0, current=2)
+    assert reading.busy_erlangs == pytest.approx(4.0)
+    assert (d.valid, d.desired_replicas, d.reason) == (True, 4, Reason.SCALE_UP_FOR_UTILIZATION)
+    _, steady = decide(pool_answers(T0, pods=2, rps_per_pod=10.0), T0, current=2)
+    assert (steady.desired_replicas, steady.reason) == (2, Reason.STEADY)  # 1.0 erlang of 2 slots = the 50 % target
+
+
+def test_an_idle_pool_goes_down_to_min_replicas_only_after_the_scale_down_window() -> None:
+    state = ScalerState()
+    d = None
+    for k in range(0, 301, 15):  # 0 .. 300 s: each decision asks for 1 replica, the window holds 3
+        now = T0 + dt.timedelta(seconds=k)
+        _, d = decide(pool_answers(now, pods=3, rps_per_pod=0.5), now, current=3, state=state)
+        state = d.state
+        if k == 0:
+            assert (d.desired_replicas, d.reason) == (3, Reason.SCALE_DOWN_STABILIZED)  # history seeded with 3
+    assert d is not None and (d.desired_replicas, d.reason) == (1, Reason.SCALE_DOWN_FOR_UTILIZATION)
+    assert d.features["needed_replicas"] == 1.0
+
+
+@pytest.mark.parametrize(("answers", "why"), [
+    (lambda now: pool_answers(now, pods=3, rps_per_pod=0.5, compute="NaN"), "non-finite"),
+    (lambda now: {}, "no targets"),
+    (lambda now: pool_answers(now, pods=3, rps_per_pod=0.5, down=3), "all down"),
+], ids=["nan-compute", "no-targets", "all-down"])
+def test_unreadable_pool_metrics_hold_never_scale_down(answers: Any, why: str) -> None:
+    reading, d = decide(answers(T0), T0, current=3, state=ScalerState(recommendations=((T0 - dt.timedelta(
+        seconds=600), 1),)))
+    assert reading.busy_erlangs is None, why
+    assert (d.valid, d.desired_replicas, d.reason) == (False, 3, Reason.HELD_NO_METRICS)
+
+
+def test_a_pool_target_down_reads_a_lower_bound_no_scale_down() -> None:
+    """1 of 3 pods did not answer: the 2 that did read idle, but the pool never scales down on them."""
+    old = ScalerState(recommendations=((T0 - dt.timedelta(seconds=600), 1),))
+    reading, d = decide(pool_answers(T0, pods=3, rps_per_pod=0.5, down=1), T0, current=3, state=old)
+    assert reading.partial and reading.per_pod_targets
+    assert (d.desired_replicas, d.reason) == (3, Reason.HELD_PARTIAL_METRICS)
+
+
+def test_a_budget_cap_bounds_the_pools_decision() -> None:
+    _, d = decide(pool_answers(T0, pods=2, rps_per_pod=40.0), T0, current=2, cap=3)
+    assert (d.desired_replicas, d.reason) == (3, Reason.CAPPED_BY_BUDGET)
+
+
+def encoder_status(**autoscaler: Any) -> IsvcStatus:
+    from modalscale.api.isvc_status import AutoscalerRecord
+
+    block = AutoscalerRecord(**autoscaler) if autoscaler else None
+    return IsvcStatus(desired_replicas=3, stages=(StageRecord("front", 3, 3, 3, "Steady"),
+                                                  StageRecord("image-encoder", 2, 2, 2, "MinReplicas", "m", "ip",
+                                                              block)))
+
+
+def test_the_plan_records_a_valid_count_in_the_pool_item_and_keeps_the_front_item() -> None:
+    reading, d = decide(pool_answers(T0, pods=2, rps_per_pod=20.0), T0, current=2)
+    plan = plan_image_encoder_autoscale(encoder_status(), d, reading, now=T0, utilization_ratio=1.0)
+    assert plan.desired_changed and plan.metrics_available
+    front, pool = plan.status.stages  # type: ignore[misc]
+    assert front == StageRecord("front", 3, 3, 3, "Steady")
+    assert pool.autoscaler is not None and pool.autoscaler.desired_replicas == 4
+    assert (pool.autoscaler.reason, pool.autoscaler.valid, pool.autoscaler.mode) == (
+        "ScaleUpForUtilization", True, "Utilization")
+    assert pool.autoscaler.features is not None and pool.autoscaler.features["utilization_ratio"] == 1.0
+    assert pool.autoscaler.state is not None and pool.autoscaler.state.recommendations[-1] == (T0, 4)
+    stored = dataclasses.replace(encoder_status(), stages=plan.status.stages)
+    again = plan_image_encoder_autoscale(stored, d, reading, now=T0 + dt.timedelta(seconds=15))
+    assert again.status == IsvcStatus() and not again.desired_changed  # same outcome, fresh: nothing written
+
+
+def test_a_hold_keeps_the_last_valid_count_and_is_written_once() -> None:
+    reading, d = decide({}, T0, current=4)
+    stored = encoder_status(mode="Utilization", valid=True, reason="ScaleUpForUtilization", desired_replicas=4,
+                            metrics_available=True, last_decision_time=T0)
+    plan = plan_image_encoder_autoscale(stored, d, reading, now=T0 + dt.timedelta(seconds=15))
+    pool = plan.status.stages[1].autoscaler  # type: ignore[index]
+    assert not plan.desired_changed and pool is not None
+    assert (pool.desired_replicas, pool.valid, pool.metrics_available, pool.reason) == (4, False, False,
+                                                                                       "HeldNoMetrics")
+    assert "NoScrapeTargets" not in pool.message and "no scrape target" in pool.message.lower()  # type: ignore[operator]
+
+
+def test_with_the_front_at_zero_the_pool_records_no_decision_and_restarts_from_min_replicas() -> None:
+    stored = encoder_status(mode="Utilization", valid=True, reason="ScaleUpForUtilization", desired_replicas=4,
+                            metrics_available=True, last_decision_time=T0, state=ScalerState(((T0, 4),)))
+    plan = plan_image_encoder_autoscale(stored, None, MetricsReading(None, None), now=T0)
+    pool = plan.status.stages[1].autoscaler  # type: ignore[index]
+    assert pool is not None and (pool.reason, pool.valid, pool.desired_replicas, pool.state) == (
+        "FrontAtZero", False, None, None)
+    assert not plan.desired_changed
+
+
+def test_nothing_is_written_before_the_reconcile_wrote_the_pools_item() -> None:
+    reading, d = decide(pool_answers(T0, pods=2, rps_per_pod=20.0), T0, current=2)
+    plan = plan_image_encoder_autoscale(IsvcStatus(), d, reading, now=T0)
+    assert plan.status == IsvcStatus() and not plan.desired_changed
+
+
+# ---------------------------------------------------------------------------------------------- the daemon's pass
+def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers: dict[str, Any],
+                pool_replicas: int = 2) -> dict[str, Any]:
+    """One ``decide_pool_once`` with stand-ins for the Kubernetes reads and writes: what it read and wrote."""
+    import logging
+    import threading
+    import types
+
+    from modalscale.operator.autoscale import handlers
+
+    seen: dict[str, Any] = {"reads": [], "scaled": [], "patched": []}
+
+    class Reader:
+        def read(self, namespace: str, name: str, model_name: str, at: dt.datetime, *, gateway: bool = False,
+                 component: str | None = None) -> MetricsReading:
+            seen["reads"].append((namespace, name, model_name, gateway, component))
+            return parse_answers(answers, model_name)
+
+    raw = inference_service("vc", "ml", uid="u1", scaling=SCALING, stages=STAGES)
+    raw["status"] = status
+    pool = {"spec": {"replicas": pool_replicas}, "status": {"readyReplicas": pool_replicas}}
+    deps: Any = types.SimpleNamespace(
+        autoscale=types.SimpleNamespace(reader=Reader()),
+        observer=types.SimpleNamespace(
+            read_isvc=lambda ns, name: raw,
+            apps=types.SimpleNamespace(read_namespaced_deployment=lambda name, ns, **_: pool if name ==
+                                       "vc-image-encoder" else None)),
+        writer=types.SimpleNamespace(patch_isvc_status=lambda ns, name, st, stored: seen["patched"].append(st)),
+        lock_for=lambda uid: threading.Lock(), clock=lambda: T0)
+    monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
+    monkeypatch.setattr(handlers, "scale_isvc", lambda d, r, decision, part, log: seen["scaled"].append(
+        (decision, part)))
+    seen["state"] = handlers.decide_pool_once(deps, "ml", "vc", None, logging.getLogger("test"))
+    return seen
+
+
+STORED = {"desiredReplicas": 3, "stages": [{"name": "front", "replicas": 3}, {"name": "image-encoder", "replicas": 2}]}
+
+
+def test_the_daemon_reads_the_pools_own_series_and_scales_it_through_the_single_planner(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0))
+    assert seen["reads"] == [("ml", "vc", "image_encoder", False, "image-encoder")]
+    [(decision, part)] = seen["scaled"]
+    assert decision is None and seen["patched"] == []  # the front follows its record; scale_isvc writes both
+    block = part.stage("image-encoder").autoscaler
+    assert (block.desired_replicas, block.reason) == (4, "ScaleUpForUtilization")
+    assert seen["state"].recommendations[-1] == (T0, 4)
+
+
+def test_the_daemon_takes_no_pool_decision_while_the_front_is_at_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = daemon_pass(monkeypatch, {**STORED, "desiredReplicas": 0}, {}, pool_replicas=0)
+    assert seen["reads"] == [] and seen["scaled"] == []
+    [part] = seen["patched"]
+    assert part.stage("image-encoder").autoscaler.reason == "FrontAtZero"
+    assert seen["state"] == ScalerState()
+
+
+def test_the_daemon_holds_the_pool_on_missing_metrics_and_writes_only_its_block(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = daemon_pass(monkeypatch, STORED, {})
+    assert seen["scaled"] == []
+    [part] = seen["patched"]
+    block = part.stage("image-encoder").autoscaler
+    assert (block.valid, block.reason, block.desired_replicas, block.metrics_available) == (
+        False, "HeldNoMetrics", None, False)
