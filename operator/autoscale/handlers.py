@@ -177,10 +177,12 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
 
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)
+        if raw is None:
+            return state  # deleted meanwhile
         stored = read_isvc_status(raw)
         item = stored.stage(STAGE_IMAGE_ENCODER)
         pool = read_json(deps.observer.apps.read_namespaced_deployment, image_encoder_name(spec), namespace)
-        if raw is None or item is None or pool is None:
+        if item is None or pool is None:
             return state  # the reconcile creates the pool and its status item first
         if state is None:
             state = item.autoscaler.state if item.autoscaler is not None and item.autoscaler.state else ScalerState()
