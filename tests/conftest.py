@@ -20,9 +20,9 @@ LANE_ENV = "MODALSCALE_TEST_LANE"
 LANES = ("realnode", "operator", "rest")
 """The suite's lanes: each runs in its own pytest process with its own session cluster and port range. ``realnode``:
 every test on the machine's one real node (only one cluster can hold it); ``operator``: the other operator tests
-(tests/integration/operator), which mostly wait on the operator's loops; ``rest``: everything else (unit, runtime,
-gateway and the other integration tests: most of the CPU work). :data:`PLACED` moves a few modules that start a
-control plane of their own, to even the lanes out."""
+(tests/integration/operator), which mostly wait on the operator's loops, and the unit tests (tests/unit); ``rest``:
+everything else (runtime, gateway and the other integration tests: most of the CPU work). :data:`PLACED` moves a
+few modules that start a control plane of their own, to even the lanes out."""
 PLACED = {
     # the real-node lane took the two-real-node chaos module (378 s alone) at 33becf3; test_ha (~270 s, its own
     # KWOK control plane) moved to the lightest lane
@@ -34,7 +34,9 @@ time: in the lane run at 140bb7f (pytest per lane, three helpers' tests beside i
 ``operator`` 1,422 s and ``rest`` 1,098 s; these three took 146 s, 85 s and 65 s of ``operator``'s. At f419a54
 ``realnode`` took 36.5 min (the two-real-node chaos module ~14.5 min of it), ``operator`` 20.9 and ``rest`` 23.2:
 the spend-anomaly module (its own control plane) went back to ``operator`` and the control plane's own tests to
-``rest``, all but the one that needs the real node beside it (test_cluster_real_node.py)."""
+``rest``, all but the one that needs the real node beside it (test_cluster_real_node.py). CI at ce30573 (stop 32):
+``rest`` 52.3 min, the whole run 59.5; ``operator`` about 28-32 min in clean-clone runs: the unit tests (pure CPU,
+8-11 min) moved from ``rest`` to ``operator``, which mostly waits on the operator's loops."""
 
 
 def lane_of(module_path: str, uses_real_node: bool) -> str:
@@ -44,7 +46,7 @@ def lane_of(module_path: str, uses_real_node: bool) -> str:
         return "realnode"
     if module_path in PLACED:
         return PLACED[module_path]
-    if module_path.startswith("tests/integration/operator/"):
+    if module_path.startswith(("tests/integration/operator/", "tests/unit/")):
         return "operator"
     return "rest"
 

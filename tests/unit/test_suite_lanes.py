@@ -21,7 +21,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test.sh"
     ("tests/integration/operator/test_reconcile.py", False, "operator"),
     ("tests/integration/test_helm.py", False, "rest"),
     ("tests/integration/runtime/test_runtime_cli.py", False, "rest"),
-    ("tests/unit/test_suite_lanes.py", False, "rest"),
+    ("tests/unit/test_suite_lanes.py", False, "operator"),
     ("tests/integration/operator/test_spend_anomaly.py", False, "operator"),
     ("tests/integration/test_cluster.py", False, "rest"),
     ("tests/integration/test_cluster_real_node.py", True, "realnode"),
