@@ -367,7 +367,9 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
         as_api: Any, prometheus: PrometheusProcess, triton: TritonProcess, profiled: dict[str, Any],
         autoscale_operator: OperatorProcess) -> None:
     """Issue 21, chaos scenario 4 (KWOK replicas; one real Triton serves every request and a real Prometheus scrapes
-    it): text-only load at 1.5 req/s holds the service at 1 replica; Prometheus is stopped and the load turns
+    it): text-only load at 1.5 req/s holds the service at its text-only size (1 replica at the first decision; 1 or
+    2 before the outage: 2 under the suite's own load on the 2-core Zen 1 of 3 Dec 2026, CI of c5fc583); Prometheus
+    is stopped and the load turns
     image-heavy at the same rate while it is down (``OUTAGE_S``). Meanwhile the autoscaler holds
     (``MetricsAvailable=False``, ``PrometheusUnreachable``) and no replica count goes down; the BudgetPolicy's
     ledger, priced from the API server's pod records, charges the outage (= a meter of the pods' own start times x
@@ -411,7 +413,8 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
             assert steady["autoscaler"]["valid"] and int(steady["desiredReplicas"]) == 1, steady["autoscaler"]
             pods = core.list_namespaced_pod(ns, label_selector=f"modalscale.io/inferenceservice={name}").items
             assert len(pods) == 1
-            # The policy: its 50 % threshold falls in the middle of the outage at 1 replica.
+            # The policy: its 50 % threshold falls in the middle of the outage at 1 replica; at 2 from here on (the
+            # text-only size under load) it falls inside the outage still, as long as the stop comes within 35 s.
             now = dt.datetime.now(dt.UTC)
             spent_now = pod_lifetime_usd(pods, now, price)
             limit = 2 * (spent_now + price * Decimal(str(pre_s - (time.time() - started) + OUTAGE_S / 2)) / 3600)
@@ -438,7 +441,11 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
 
             during = sampler.between(stopped, restarted)
             assert len(during) >= OUTAGE_S, len(during)  # about 2 samples a second
-            assert {(s["desired"], s["spec"], s["actual"]) for s in during} == {(1, 1, 1)}, during
+            # the count at the stop never moves while Prometheus is down: one (desired, spec, actual), all equal
+            held_at = {(s["desired"], s["spec"], s["actual"]) for s in during}
+            assert len(held_at) == 1, during
+            before = next(iter(held_at))[0]
+            assert next(iter(held_at)) == (before, before, before) and 1 <= before <= 2, during
             assert held["valid"] is False and held["reason"] == "HeldNoMetrics", held
             decided = autoscale_operator.metric("modalscale_autoscaler_decisions_total", **ids) - decisions_before
             # it kept deciding and each decision held (measured: 10 in 70 s; a read of a stopped Prometheus takes
@@ -461,16 +468,16 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
             assert first_valid is not None
             steps = [(h["from"], h["to"], h["reason"], f"+{_stamp(h['time']) - restarted:.0f} s") for h in after]
             print(f"\nfigure: Prometheus down {restarted - stopped:.1f} s ({len(during)} samples, replicas "
-                  f"desired/spec/actual always 1/1/1); after recovery: first valid decision at "
+                  f"desired/spec/actual always {before}/{before}/{before}); after recovery: first valid decision at "
                   f"+{_stamp(first_valid['decided']) - restarted:.0f} s ({first_valid['reason']}, desired "
                   f"{first_valid['desired']}), scale-ups {steps}, final {final}")
-            assert final >= 2
+            assert final > before  # image-heavy needs more than text-only at the same rate
             # One decision catches up: a single scale-up, to at least where the service settles (no staircase). A
             # trim after it is not a catch-up step: the clean-clone run at 9024e7c went 1 -> 5 at +68 s, then 5 -> 4
             # at +73 s (the forecast at the 4/5 boundary; scale-down stabilization is 0 s here, the product's
             # default 60 s window would have held 5 for a minute).
             ups = [(h["from"], h["to"]) for h in after if h["to"] > h["from"]]
-            assert len(ups) == 1 and ups[0][0] == 1 and ups[0][1] >= final, after
+            assert len(ups) == 1 and ups[0][0] == before and ups[0][1] >= final, after
             assert all(h["to"] >= final for h in after), after
             # never on a partial window: the first valid decision comes once the window no longer straddles the gap
             # (60 s after the first scrape, less the 2.5 scrape intervals a window's first sample may lag its start
@@ -482,13 +489,19 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
             sampler.stop()
         report = load.result()
 
-        # The ledger charged the whole time, the outage included: = each pod's own run x the catalog's price.
+        # The ledger charged the whole time, the outage included: each pod's own run x the catalog's price, never
+        # less. A pod bound to its node but not yet given status.startTime by the kubelet when an evaluation lists
+        # it is charged for that evaluation's whole interval (pod_runs: an unknown start is an upper bound), so the
+        # catch-up's new pods may cost up to an interval each above their own runs: the evaluations run every
+        # second, and under the suite's own load here (the 2-core Zen 1, CI of c5fc583's clean-clone run) 0.00517
+        # USD = 31 replica-seconds over 5 new pods were seen; at most 15 s a pod is allowed.
         status = get_policy(as_api, ns, "budget")["status"]
         observed = parse_time(status["ledger"]["observedTime"], "observedTime")
         pods = core.list_namespaced_pod(ns, label_selector=f"modalscale.io/inferenceservice={name}").items
         meter = pod_lifetime_usd(pods, observed, price)
         spent = ledger_spent(status)
-        assert abs(spent - meter) <= Decimal("0.000001"), (spent, meter)
+        assert spent >= meter - Decimal("0.000001"), (spent, meter)  # nothing lost
+        assert spent - meter <= price * Decimal(15 * len(pods)) / 3600, (spent, meter, len(pods))
         assert observed.timestamp() >= restarted
         got = titles(slack)
         fifty = [r for r, t in zip(slack.accepted, got, strict=True) if percents_in([t]) == [50]]
