@@ -264,10 +264,6 @@ class ServiceObservation:
         when some run and the price is unknown)."""
         return self.side_pools[0].usd_per_hour
 
-    def gateway_cost_usd(self, start: datetime, end: datetime) -> Decimal | None:
-        """What the gateway pods ran in ``[start, end)`` at their price, 1e-9 USD; None when one ran unpriced."""
-        return self.side_pools[0].cost_usd(start, end)
-
     @property
     def side_usd_per_hour(self) -> Decimal | None:
         """Rate of every running pod that is not a replica (:attr:`side_pools`); None when one runs unpriced."""

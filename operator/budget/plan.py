@@ -567,12 +567,8 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
                                                               spec.enforcement.spot_pending_timeout_s)
         # The gateway's pods by their own runs, those the watch saw deleted to their recorded stop (a gateway pod
         # gone between two listings ran until then; the listing alone charged it nothing).
-        gateway_gone = gone_pod_runs([g for g in observed.gone.get(ns, ()) if
-                                      ((g.pod.get("metadata") or {}).get("labels") or {}).get(GATEWAY_LABEL) == name],
-                                     observed.node_labels)
-        gateway = _with_recorded_stops(pod_runs([p for p in observed.gateway_pods.get(ns) or () if (
-            (p.get("metadata") or {}).get("labels") or {}).get(GATEWAY_LABEL) == name]), gateway_gone)
-        gateway = tuple(replace(r, tier=None) for r in gateway)  # priced on demand (state.service_state)
+        gateway = tuple(replace(r, tier=None)  # priced on demand (state.service_state), whatever its node
+                        for r in _side_runs(observed, ns, GATEWAY_LABEL, name, observed.gateway_pods))
         encoders = _side_runs(observed, ns, IMAGE_ENCODER_LABEL, name, observed.image_encoder_pods)
         raw_scaling = (isvc.get("spec") or {}).get("scaling") or {}
         try:
