@@ -334,9 +334,10 @@ class MultimodalEncoder:
                 if self.image_int8_min_side_pixels > 0:
                     from modalscale.runtime.model.calibration import calibration_images
 
-                    int8 = ov_engine.image_encoder_int8(model, self.threads, calibration_images)
+                    images = calibration_images()  # decoded once: the guard needs them even with the IR cached
+                    int8 = ov_engine.image_encoder_int8(model, self.threads, lambda: images)
                     self.image_int8_fallback = ov_engine.image_int8_fallback(
-                        int8, self._ov_image, calibration_images(), self.image_int8_min_side_pixels)
+                        int8, self._ov_image, images, self.image_int8_min_side_pixels)
                     self._ov_image_int8 = None if self.image_int8_fallback else int8
             self._image_model = model
         return self._image_model
