@@ -14,7 +14,8 @@ Rules decided here (the rest is ``plan_budget``'s):
   used rather than ``Deployment.status.replicas`` because a pending pod holds no GPU and a pod of an old
   ReplicaSet still does. Pods that could not be listed make the count unknown (governance blind).
 * **Ledger: pods cost from their own start to their own stop.** Each service's pods are passed to the ledger
-  with ``status.startTime`` and, when terminating, ``metadata.deletionTimestamp`` (:func:`pod_runs`), so an
+  with ``status.startTime`` (else their binding or creation: :func:`pod_start`) and, when terminating,
+  ``metadata.deletionTimestamp`` (:func:`pod_runs`), so an
   interval is charged for what ran in it, not for the count seen at the evaluation that opened it. Pods gone
   before the evaluation lists them are passed too, from the operator's pod watch (:attr:`BudgetObserved.gone`,
   :func:`gone_pod_runs`): each is charged to when it stopped, not up to the evaluation that no longer lists it. While an
@@ -363,13 +364,33 @@ def _time_or_none(value: object) -> dt.datetime | None:
         return None
 
 
+def pod_start(pod: Mapping[str, Any]) -> dt.datetime | None:
+    """The earliest instant a pod can have run, for the ledger (an upper bound on its charge, never below it).
+
+    ``status.startTime`` (the kubelet's own: when it first took the pod); while the kubelet has not written it
+    yet, the time its ``PodScheduled`` condition turned True (bound to its node, which no container precedes),
+    else ``metadata.creationTimestamp`` (before both); None when none is readable (the ledger then charges it
+    from its interval's start). A pod bound a moment before its kubelet reports it was charged for its
+    evaluation's whole interval (31 replica-seconds over 5 pods in scenario 4 of issue 21 at stop 32).
+    """
+    status = pod.get("status") or {}
+    if (start := _time_or_none(status.get("startTime"))) is not None:
+        return start
+    bound = next((c for c in status.get("conditions") or []
+                  if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+    if bound is not None and (when := _time_or_none(bound.get("lastTransitionTime"))) is not None:
+        return when
+    return _time_or_none((pod.get("metadata") or {}).get("creationTimestamp"))
+
+
 def pod_runs(pods: Sequence[Mapping[str, Any]],
              node_labels: Mapping[str, Mapping[str, str]] | None = None,
              node_health: Mapping[str, NodeHealth] | None = None) -> tuple[PodRun, ...]:
     """The pods of one service as the ledger charges them: each from its own start to its own stop.
 
-    A pod counts once bound to a node. ``start`` is ``status.startTime`` (None when absent or unreadable: the
-    ledger then counts it as running since before the interval, an upper bound). ``stop`` is
+    A pod counts once bound to a node. ``start`` is :func:`pod_start` (``status.startTime``, else its binding,
+    else its creation; None when none is readable: the ledger then counts it as running since before the
+    interval, an upper bound). ``stop`` is
     ``metadata.deletionTimestamp`` when terminating (the kubelet's deadline for it to be gone), or the latest
     ``finishedAt`` of its containers when every one has finished before that (an evicted replica stops after its
     ``preStop`` drain, seconds before the kubelet removes it: an evaluation between the two charged it to that
@@ -396,7 +417,7 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
         meta, status = p.get("metadata") or {}, p.get("status") or {}
         if not (p.get("spec") or {}).get("nodeName"):
             continue
-        start = _time_or_none(status.get("startTime"))
+        start = pod_start(p)
         stop = _time_or_none(meta.get("deletionTimestamp"))
         containers = status.get("containerStatuses") or []
         finished = [t for c in containers
@@ -419,7 +440,7 @@ def gone_pod_runs(gone: Sequence[GonePod],
                   node_health: Mapping[str, NodeHealth] | None = None) -> tuple[PodRun, ...]:
     """The deleted pods of one service as the ledger charges them: each from its start to when it stopped.
 
-    A pod never bound to a node ran nothing and is left out. ``start`` is ``status.startTime`` (None when
+    A pod never bound to a node ran nothing and is left out. ``start`` is :func:`pod_start` (None when
     unreadable: it then counts as running since before the interval, an upper bound). ``stop`` is the earliest
     of: the latest ``state.terminated.finishedAt`` of its containers when every container reports one (the
     kubelet's own time), ``metadata.deletionTimestamp`` (the kubelet's deadline to have stopped it), and
@@ -449,7 +470,7 @@ def gone_pod_runs(gone: Sequence[GonePod],
         if containers and all(t is not None for t in finished):
             stops.append(max(t for t in finished if t is not None))
         unheard, node_gone = _node_state(node, node_health)
-        run = PodRun(str(meta.get("name", "")), _time_or_none(status.get("startTime")), min(stops),
+        run = PodRun(str(meta.get("name", "")), pod_start(g.pod), min(stops),
                      pod_tier(g.pod, (node_labels or {}).get(node) if node_labels is not None else None),
                      unheard, node_gone)
         if run.name not in out or (run.stop or g.seen_at) < (out[run.name].stop or g.seen_at):

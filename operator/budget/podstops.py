@@ -40,15 +40,18 @@ MAX_GONE_PODS = 50_000
 def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     """What the ledger needs of a deleted pod (``gone_pod_runs``, ``pod_tier``), without the rest of its object.
 
-    Keeps ``metadata`` name, namespace, uid, labels and deletionTimestamp; ``spec`` nodeName, nodeSelector,
-    affinity and tolerations (a pod asked onto a Spot node is priced at Spot when nodes cannot be read);
-    ``status`` phase, startTime and each container's ``state``.
+    Keeps ``metadata`` name, namespace, uid, labels, creationTimestamp and deletionTimestamp; ``spec`` nodeName,
+    nodeSelector, affinity and tolerations (a pod asked onto a Spot node is priced at Spot when nodes cannot be
+    read); ``status`` phase, startTime, the ``PodScheduled`` condition (a start from before the kubelet reported
+    one: ``pod_start``) and each container's ``state``.
     """
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     return {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "deletionTimestamp") if k in meta},
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "creationTimestamp",
+                                          "deletionTimestamp") if k in meta},
         "spec": {k: spec[k] for k in ("nodeName", "nodeSelector", "affinity", "tolerations") if k in spec},
         "status": {**{k: status[k] for k in ("phase", "startTime") if k in status},
+                   "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"],
                    "containerStatuses": [{"state": c.get("state") or {}}
                                          for c in status.get("containerStatuses") or []]},
     }

@@ -623,6 +623,53 @@ def test_pod_runs_take_each_pods_own_start_and_stop() -> None:
         PodRun("vc-4", at("2026-11-30T08:00:00Z"), at("2026-11-30T09:45:00Z")))
 
 
+def test_a_bound_pod_without_a_start_time_starts_at_its_binding_then_its_creation() -> None:
+    # CI of stop 32 (scenario 4 of issue 21): pods bound to the real node a moment before the kubelet gave them
+    # status.startTime were charged for their evaluation's whole interval (31 replica-seconds over 5 pods). The
+    # earliest each can have run is when it was bound (its PodScheduled condition turned True), else when it was
+    # created: both still bounds from above on its charge, far tighter than the interval's start.
+    from modalscale.costmodel.ledger import PodRun
+    from modalscale.operator.budget.plan import pod_runs
+
+    scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-30T09:59:58Z"}
+    created = "2026-11-30T09:59:50Z"
+    bound = make_pod("vc", 0, phase="Pending")
+    bound["metadata"]["creationTimestamp"] = created
+    bound["status"]["conditions"] = [{"type": "Initialized", "status": "True",
+                                      "lastTransitionTime": "2026-11-30T09:59:59Z"}, scheduled]
+    only_created = make_pod("vc", 1, phase="Pending")
+    only_created["metadata"]["creationTimestamp"] = created
+    unscheduled_cond = make_pod("vc", 2, phase="Pending")  # a False PodScheduled is not its binding
+    unscheduled_cond["metadata"]["creationTimestamp"] = created
+    unscheduled_cond["status"]["conditions"] = [dict(scheduled, status="False")]
+    started = dict(make_pod("vc", 3), status={"phase": "Running", "startTime": "2026-11-30T10:00:01Z",
+                                               "conditions": [scheduled]})
+    at = dt.datetime.fromisoformat
+    assert pod_runs([bound, only_created, unscheduled_cond, started]) == (
+        PodRun("vc-0", at("2026-11-30T09:59:58+00:00")),
+        PodRun("vc-1", at("2026-11-30T09:59:50+00:00")),
+        PodRun("vc-2", at("2026-11-30T09:59:50+00:00")),
+        PodRun("vc-3", at("2026-11-30T10:00:01+00:00")))  # its own start wins
+
+
+def test_a_pod_bound_mid_interval_without_a_start_time_is_charged_from_its_binding_not_the_interval() -> None:
+    # The ledger end to end: the last evaluation 15 s ago saw 1 replica; now a second pod is bound 5 s ago and
+    # the kubelet has not yet written its startTime. It ran at most 5 s: charged 15 + 5 replica-seconds, not 30.
+    policy = make_policy(limit={"amount": "100", "currency": "USD"}, evaluationIntervalSeconds=15)
+    policy["status"] = {"periodStart": "2026-11-30T00:00:00Z", "ledger": {
+        "observedTime": (T0 - dt.timedelta(seconds=15)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "services": [{"namespace": "ml", "name": "vc", "replicas": 1, "costUSDPerHour": "0.600125239",
+                      "spent": "0"}]}}
+    first = dict(make_pod("vc", 0), status={"phase": "Running", "startTime": "2026-11-30T08:00:00Z"})
+    second = make_pod("vc", 1, phase="Pending")
+    second["metadata"]["creationTimestamp"] = (T0 - dt.timedelta(seconds=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    second["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime":
+                                       (T0 - dt.timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")}]
+    plan = plan_policy(policy, observed(make_isvc(), pods={"ml": [first, second]}), CATALOG, [], T0)
+    # 20 replica-seconds at 0.600125239 USD/h = 0.003334029 USD (rounded to the ledger's 9 places).
+    assert plan.budget is not None and plan.budget.spent_usd == Decimal("0.003334029")
+
+
 def test_a_spend_anomaly_is_alerted_once_through_the_outbox_naming_the_driver() -> None:
     from modalscale.costmodel.anomaly import BurnSample
 

@@ -162,6 +162,20 @@ def test_trim_pod_keeps_what_prices_a_spot_pod_when_nodes_cannot_be_read() -> No
     assert run.tier == SPOT_TIER
 
 
+def test_a_pod_deleted_before_its_kubelet_wrote_a_start_time_is_charged_from_its_binding() -> None:
+    # The recorded (trimmed) pod keeps what pod_start reads: bound at T0 + 10 s, deleted at T0 + 15 s before the
+    # kubelet reported it: it ran at most [T0 + 10 s, T0 + 15 s), not from before the interval.
+    body = pod("vc-1", deleting=at(15))
+    body["metadata"]["creationTimestamp"] = text(at(9))
+    body["status"]["conditions"] = [{"type": "Ready", "status": "False", "lastTransitionTime": text(at(9))},
+                                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": text(at(10))}]
+    (run,) = gone_pod_runs([GonePod(trim_pod(body), at(16))])
+    assert (run.start, run.stop) == (at(10), at(15))
+    del body["status"]["conditions"]
+    (run,) = gone_pod_runs([GonePod(trim_pod(body), at(16))])
+    assert (run.start, run.stop) == (at(9), at(15))
+
+
 def test_the_pod_watch_records_deletions_only_without_a_finalizer() -> None:
     import kopf
 
