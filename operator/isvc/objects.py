@@ -14,7 +14,7 @@ from typing import Any
 
 from modalscale import GROUP, VERSION
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
-from modalscale.api.inferenceservice import GPU_RESOURCE, IMAGE_ENCODER_SUFFIX, IsvcSpec
+from modalscale.api.inferenceservice import GPU_RESOURCE, IMAGE_ENCODER_SUFFIX, REPLICAS_SERVICE_SUFFIX, IsvcSpec
 from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
 
 SELECTOR_LABEL = "modalscale.io/inferenceservice"
@@ -463,7 +463,7 @@ def gateway_name(spec: IsvcSpec) -> str:
 def replicas_service_name(spec: IsvcSpec) -> str:
     """``<name>-replicas``: the Service of the replicas behind the gateway (its EndpointSlices are what the
     gateway watches, label ``kubernetes.io/service-name=<name>-replicas``)."""
-    return f"{spec.name}-replicas"
+    return f"{spec.name}{REPLICAS_SERVICE_SUFFIX}"
 
 
 def gateway_labels(spec: IsvcSpec) -> dict[str, str]:

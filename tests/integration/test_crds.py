@@ -141,6 +141,9 @@ INVALID = [
     ("name-with-dots", _named_isvc("my.model.v2"), ["metadata.name", "DNS-1035", "rename"]),
     ("name-starts-with-digit", _named_isvc("1abc"), ["metadata.name", "DNS-1035"]),
     ("name-over-63-characters", _named_isvc("a" * 70), ["metadata.name", "63"]),
+    # With the gateway (on by default) the replicas' Service <name>-replicas must fit 63 characters too.
+    ("gateway-name-over-54-characters", _named_isvc("a" * 55),
+     ["at most 54 characters", "<name>-replicas", "spec.gateway.enabled: false"]),
     # Without the gateway nothing activates a Utilization/Predictive service at 0 replicas (no pod, no metric).
     ("utilization-min-replicas-zero", _isvc(scaling={"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3},
                                             gateway={"enabled": False}),
@@ -238,7 +241,8 @@ def test_invalid_object_is_rejected_with_a_message_naming_the_field(
 
 
 ACCEPTED = [
-    ("name-of-63-characters", _named_isvc("a" * 63)),
+    ("name-of-63-characters", _named_isvc("a" * 63, gateway={"enabled": False})),
+    ("gateway-name-of-54-characters", _named_isvc("a" * 54)),
     ("fixed-mode-at-zero-replicas", _isvc(scaling={"mode": "Fixed", "replicas": 0, "minReplicas": 0})),
     ("predictive-min-zero-with-gateway", _isvc(scaling={"minReplicas": 0, "scaleToZeroAfterSeconds": 300},
                                                gateway={"enabled": True})),
@@ -270,6 +274,24 @@ def test_the_edges_of_the_new_rules_are_accepted(api: Any, crds_installed: list[
             assert stored["spec"]["limit"]["currency"] == "USD"
     finally:
         _delete(api, body["kind"], name)
+
+
+def test_turning_the_gateway_on_for_a_name_over_54_characters_is_refused(api: Any, crds_installed: list[str]
+                                                                        ) -> None:
+    body = _named_isvc("b" * 60, gateway={"enabled": False})
+    _delete(api, "InferenceService", body["metadata"]["name"])
+    custom = client.CustomObjectsApi(api)
+    try:
+        _create(api, copy.deepcopy(body))
+        with pytest.raises(ApiException) as info:
+            custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURALS["InferenceService"],
+                                                  body["metadata"]["name"], {"spec": {"gateway": {"enabled": True}}})
+        assert info.value.status == 422 and "at most 54 characters" in json.loads(info.value.body)["message"]
+        # Its other fields stay writable with the gateway off.
+        custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURALS["InferenceService"],
+                                              body["metadata"]["name"], {"spec": {"scaling": {"maxReplicas": 3}}})
+    finally:
+        _delete(api, "InferenceService", body["metadata"]["name"])
 
 
 def _kubectl(cluster: Any, *args: str) -> str:

@@ -113,6 +113,12 @@ staged layout (``spec.stages``)."""
 STAGED_NAME_MAX_LENGTH = NAME_MAX_LENGTH - len(IMAGE_ENCODER_SUFFIX)
 """Longest InferenceService name with ``spec.stages`` (49): the encoder pool's Service ``<name>-image-encoder`` must
 be a DNS-1035 label of at most 63 characters too (the CRD's rule on ``spec.stages`` says the same)."""
+REPLICAS_SERVICE_SUFFIX = "-replicas"
+"""Suffix of the Service of the replicas behind the request gateway (``<name>-replicas``, ``spec.gateway.enabled``)."""
+GATEWAY_NAME_MAX_LENGTH = NAME_MAX_LENGTH - len(REPLICAS_SERVICE_SUFFIX)
+"""Longest InferenceService name with the gateway in its path (54, the default): the replicas' Service
+``<name>-replicas`` must be a DNS-1035 label of at most 63 characters too (the CRD's rule on ``metadata.name`` and
+``spec.gateway`` says the same). A longer name needs ``spec.gateway.enabled: false``."""
 
 
 @dataclass(frozen=True)
@@ -727,6 +733,11 @@ def parse_isvc(body: Mapping[str, Any]) -> IsvcSpec:
                                            f"image encoder pool's Service <name>{IMAGE_ENCODER_SUFFIX} must be a "
                                            f"DNS-1035 label of at most {NAME_MAX_LENGTH} characters; use a name of at "
                                            f"most {STAGED_NAME_MAX_LENGTH} characters or remove spec.stages")
+    if s.gateway.enabled and len(name) > GATEWAY_NAME_MAX_LENGTH:
+        raise InvalidSpec("metadata.name", f"{name!r} ({len(name)} characters) is too long for the request gateway: "
+                                           f"the replicas' Service <name>{REPLICAS_SERVICE_SUFFIX} must be a DNS-1035 "
+                                           f"label of at most {NAME_MAX_LENGTH} characters; use a name of at most "
+                                           f"{GATEWAY_NAME_MAX_LENGTH} characters or set spec.gateway.enabled: false")
     return IsvcSpec(
         namespace=meta.get("namespace") or "default",
         name=meta["name"],

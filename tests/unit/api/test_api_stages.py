@@ -72,7 +72,7 @@ def test_a_bad_stages_block_is_refused_naming_the_field_and_the_fix(spec: dict[s
 def test_a_staged_name_leaves_room_for_the_encoder_services_suffix() -> None:
     ok = "a" * STAGED_NAME_MAX_LENGTH
     assert parse_isvc(inference_service(ok, stages={"imageEncoder": {}})).stages is not None
-    assert parse_isvc(inference_service(ok + "b")).stages is None  # one piece: 63 characters still fine
+    assert parse_isvc(inference_service(ok + "b")).stages is None  # one piece: 50 characters still fine
     with pytest.raises(InvalidSpec) as info:
         parse_isvc(inference_service(ok + "b", stages={"imageEncoder": {}}))
     assert info.value.field == "metadata.name" and "at most 49 characters" in str(info.value)
