@@ -20,8 +20,10 @@ A staged service (``spec.stages``): after the front's decision the daemon makes 
 (:func:`decide_pool_once`): a second reading of the pool's own series (``component="image-encoder"``, Triton model
 ``image_encoder``), the Utilization rule of ``autoscaler.policy.image_encoder_policy`` on it, and
 ``plan_image_encoder_autoscale``'s block in ``status.stages[image-encoder].autoscaler``; a new count goes through
-``scale_isvc`` like the front's, so ``plan_isvc`` stays the single writer of the pool's Deployment replicas too.
-While the front is at 0 the pool takes no decision (it is at 0 as well).
+``scale_isvc`` like the front's, so ``plan_isvc`` stays the single writer of the pool's Deployment replicas too,
+and the plan's Event (``image encoder pool: 1 -> 2 (REASON: ...)``) is posted on the InferenceService. Each pool
+decision is exported with the front's metrics, labelled ``stage="image-encoder"`` (``AutoscalerMetrics``).
+While the front is at 0 the pool takes no decision (it is at 0 as well) and its gauges are dropped.
 
 The scaler's memory is kept in the daemon between decisions and stored in ``status.autoscaler.state``, from
 which a restarted (or newly elected) operator continues. kopf stops the daemon when the object is deleted, when
@@ -57,7 +59,7 @@ from modalscale.operator.autoscale.plan import (
     plan_image_encoder_autoscale,
 )
 from modalscale.operator.deps import Deps, deps_of
-from modalscale.operator.isvc.objects import STAGE_IMAGE_ENCODER, image_encoder_name
+from modalscale.operator.isvc.objects import STAGE_FRONT, STAGE_IMAGE_ENCODER, image_encoder_name
 from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.isvc.plan import ModelReferenceError
 from modalscale.operator.isvc.reconcile import ISVC_PLURAL, scale_isvc
@@ -142,7 +144,8 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
                             observation.current_replicas, decision.reason.value, decision.valid,
                             plan.metrics_reason, decision.message)
     rt.metrics.record(namespace, name, decision, plan.metrics_available,
-                      None if model_status is None else model_status.loaded, observation.utilization_ratio)
+                      None if model_status is None else model_status.loaded, observation.utilization_ratio,
+                      stage=STAGE_FRONT)
     return compress_recommendations(decision.state), interval
 
 
@@ -150,6 +153,9 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
                      logger: logging.Logger | logging.LoggerAdapter[Any]) -> ScalerState | None:
     """One decision for a staged service's image encoder pool (blocking; run in a worker thread after
     :func:`decide_once`).
+
+    Writes what ``plan_image_encoder_autoscale`` decides, posts its Events (a new count only) and exports the
+    decision as ``AutoscalerMetrics`` with ``stage="image-encoder"`` (no decision: the pool's gauges are dropped).
 
     Args:
         state: The pool scaler's memory from its previous decision; None = load it from
@@ -167,6 +173,7 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
     except InvalidSpec:
         return state  # decide_once logged it
     if spec.stages is None or spec.scaling.mode == ScalingMode.FIXED:
+        deps.autoscale.metrics.forget(namespace, name, (STAGE_IMAGE_ENCODER,))
         return None
     policy = image_encoder_policy(spec.scaling, spec.stages.image_encoder)
     if read_isvc_status(raw).desired_replicas == 0:  # the front is at 0: nothing to read (the pool is at 0 too)
@@ -212,7 +219,14 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
             if decision is not None and not decision.valid:
                 logger.info("Held replicas for the image encoder pool of InferenceService: replicas=%d reason=%s %s",
                             decision.desired_replicas, decision.reason.value, decision.message)
-    return ScalerState() if decision is None else compress_recommendations(decision.state)
+        for type_, reason, message in plan.events:  # the new count, once it is in status
+            deps.writer.event(raw, type_, reason, message, logger)
+    if decision is None:
+        deps.autoscale.metrics.forget(namespace, name, (STAGE_IMAGE_ENCODER,))
+        return ScalerState()
+    deps.autoscale.metrics.record(namespace, name, decision, bool(plan.metrics_available), None, utilization,
+                                  stage=STAGE_IMAGE_ENCODER)
+    return compress_recommendations(decision.state)
 
 
 def activation_pending(body: Any) -> bool:

@@ -27,7 +27,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     NO_SERVICE_METRICS,
     STALE_METRICS,
 )
-from modalscale.api.isvc_status import AutoscalerRecord, IsvcStatus, ScalerState, write_isvc_status
+from modalscale.api.isvc_status import AutoscalerRecord, IsvcStatus, ScalerState, StageRecord, write_isvc_status
 from modalscale.autoscaler.metrics_reading import MetricsReading
 from modalscale.autoscaler.policy import Decision, Reason, ScalingMode
 from modalscale.operator import conditions as cond
@@ -198,12 +198,17 @@ class PoolAutoscalePlan:
         desired_changed: The pool's count (``autoscaler.desiredReplicas``) changes: apply it at once through the
             single planner (``isvc.reconcile.scale_isvc``).
         metrics_available: Whether the pool's metrics were read (None: no decision, the front is at 0).
+        events: ``(type, reason, message)`` Events to post on the InferenceService: one ``Normal`` Event when the
+            pool's count changes (reason: the decision's :class:`modalscale.api.conditions.ScalingReason`; message
+            ``image encoder pool: 1 -> 2 (ScaleUpForUtilization: ...)``), none otherwise (a rerun of the same
+            decision posts nothing: the count is already the stored one).
     """
 
     status: IsvcStatus
     stored: IsvcStatus
     desired_changed: bool
     metrics_available: bool | None
+    events: tuple[tuple[str, str, str], ...] = ()
 
 
 def plan_image_encoder_autoscale(status: IsvcStatus, decision: Decision | None, reading: MetricsReading, *,
@@ -222,7 +227,8 @@ def plan_image_encoder_autoscale(status: IsvcStatus, decision: Decision | None, 
         utilization_ratio: The pool observation's utilization (for the block's features), if known.
         refresh_s: Rewrite an unchanged block after this many seconds (heartbeat), s.
     Returns:
-        The plan; a decision that is not valid never changes the count (the last valid one is kept).
+        The plan; a decision that is not valid never changes the count (the last valid one is kept); a new count
+        comes with its Event (:func:`pool_scale_event`).
     """
     item = status.stage(STAGE_IMAGE_ENCODER)
     if item is None:
@@ -251,4 +257,23 @@ def plan_image_encoder_autoscale(status: IsvcStatus, decision: Decision | None, 
         return PoolAutoscalePlan(IsvcStatus(), status, False, available)
     stored = status.stages if isinstance(status.stages, tuple) else ()
     stages = tuple(replace(s, autoscaler=block) if s.name == STAGE_IMAGE_ENCODER else s for s in stored)
-    return PoolAutoscalePlan(IsvcStatus(stages=stages), status, desired_changed, available)
+    events = (pool_scale_event(item, block),) if desired_changed else ()
+    return PoolAutoscalePlan(IsvcStatus(stages=stages), status, desired_changed, available, events)
+
+
+def pool_scale_event(item: StageRecord, block: AutoscalerRecord) -> tuple[str, str, str]:
+    """The ``(type, reason, message)`` Event of a new image encoder pool count (pure).
+
+    Args:
+        item: The pool's ``status.stages`` item as stored (before this decision).
+        block: The pool's new ``autoscaler`` block (its ``desired_replicas`` set).
+    Returns:
+        ``("Normal", block.reason, "image encoder pool: BEFORE -> AFTER (REASON: MESSAGE)")``; BEFORE is the
+        count of the previous valid decision, else (none yet) the count the reconcile applies (``minReplicas``
+        until the first decision), else the pool's replicas.
+    """
+    old = item.autoscaler or AutoscalerRecord()
+    before = next(n for n in (old.desired_replicas, item.desired_replicas, item.replicas) if n is not None)
+    reason = block.reason or ""
+    detail = f"{reason}: {block.message}" if block.message else reason
+    return "Normal", reason, f"image encoder pool: {before} -> {block.desired_replicas} ({detail})"

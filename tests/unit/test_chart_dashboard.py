@@ -108,6 +108,35 @@ def test_every_queried_series_is_exported(title: str, expr: str) -> None:
     assert used <= known, f"{title}: not exported by anything: {sorted(used - known)}"
 
 
+def autoscaler_labels() -> dict[str, set[str]]:
+    """Series of ``AutoscalerMetrics`` -> the label names they carry (from one recorded decision)."""
+    from modalscale.api.isvc_status import ScalerState
+    from modalscale.autoscaler.policy import Decision, Reason, ScalingMode
+
+    registry = CollectorRegistry()
+    m = AutoscalerMetrics(registry)
+    m.record("ml", "vc", Decision(2, True, Reason.STEADY, "m", {"offered_load_erlangs": 1.0, "text_rps": 1.0,
+                                                                  "text_service_ms": 10.0}, ScalerState(),
+                                  ScalingMode.PREDICTIVE), True, True, 0.5)
+    out: dict[str, set[str]] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            out.setdefault(sample.name, set()).update(sample.labels)
+    return out
+
+
+@pytest.mark.parametrize(("title", "expr"), [t for t in targets() if "modalscale_autoscaler_" in t[1]])
+def test_the_autoscalers_series_are_selected_and_grouped_by_labels_they_carry(title: str, expr: str) -> None:
+    """The autoscaler's series carry ``inferenceservice`` (not ``name``) and ``stage`` (front, image-encoder)."""
+    labels = autoscaler_labels()
+    for metric, matchers in re.findall(r"(modalscale_autoscaler_[a-z_]+)\{([^}]*)\}", expr):
+        used = set(re.findall(r"([a-z_]+)\s*(?:=~|!~|!=|=)", matchers))
+        assert used <= labels[metric], f"{title}: {metric} has no label {sorted(used - labels[metric])}"
+    grouped = {g.strip() for by in re.findall(r"\bby\s*\(([^)]*)\)", expr) for g in by.split(",")}
+    every = set().union(*(labels[m] for m in queried_series(expr) if m in labels))
+    assert grouped <= every, f"{title}: grouped by {sorted(grouped - every)}, which no series carries"
+
+
 def test_series_extraction_ignores_labels_and_grouping() -> None:
     expr = 'sum by (namespace, kube_x) (rate(modalscale_requests_total{namespace=~"nv_foo"}[5m]))'
     assert queried_series(expr) == {"modalscale_requests_total"}

@@ -9,7 +9,9 @@ Sources of the figures:
 
 * ``why``: ``status.autoscaler`` (the latest decision: mode, reason, message, ``features`` with units in their
   names: ``_rps`` req/s, ``_ms`` ms, ``_erlangs`` erlangs; ``state.serviceScale``/``latencyScale`` the online
-  calibration), ``status.scalingHistory`` (the last 20 replica changes) and ``status.conditions``.
+  calibration), for a staged service ``status.stages[image-encoder]`` (the image encoder pool's replicas and its
+  own decision, ``autoscaler``: desired replicas, reason, message, utilization), ``status.scalingHistory`` (the
+  last 20 replica changes) and ``status.conditions``.
 * ``cost``: ``status.costUSDPerHour`` of the InferenceService (replica price x running pods, now) and, per
   BudgetPolicy whose ``status.ledger.services`` counts it, its spend in that policy's period up to
   ``status.ledger.observedTime`` (the ledger is the only meter of spend: a service no policy counts is not
@@ -30,10 +32,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from modalscale.api.budgetpolicy import BudgetSpec, InvalidBudgetSpec, Threshold, ThresholdAction, parse_budget_spec
-from modalscale.api.isvc_status import AutoscalerRecord, format_time, read_isvc_status
+from modalscale.api.isvc_status import AutoscalerRecord, IsvcStatus, format_time, read_isvc_status
 from modalscale.costmodel.budget.status import BudgetStatus, read_budget_status
 from modalscale.costmodel.ledger import Ledger
-from modalscale.operator.isvc.objects import TERMINATION_GRACE_S
+from modalscale.operator.isvc.objects import STAGE_IMAGE_ENCODER, TERMINATION_GRACE_S
 
 NONE = "<none>"
 """How kubectl shows an empty cell."""
@@ -151,7 +153,8 @@ def why_report(isvc: Mapping[str, Any], now: dt.datetime, last: int = 10) -> dic
         last: How many ``status.scalingHistory`` entries to show, newest first (>= 0).
     Returns:
         ``{"inferenceService", "mode", "replicas": {desired, current, ready}, "lastDecision"`` (None when no
-        autoscaler decision is recorded) ``, "scalingHistory"`` (newest first) ``, "conditions"}``.
+        autoscaler decision is recorded) ``, "imageEncoderPool"`` (:func:`pool_report`; None without a
+        ``status.stages`` item for the pool) ``, "scalingHistory"`` (newest first) ``, "conditions"}``.
     """
     status = read_isvc_status(isvc)
     auto = status.autoscaler
@@ -172,8 +175,35 @@ def why_report(isvc: Mapping[str, Any], now: dt.datetime, last: int = 10) -> dic
             "mode": ((isvc.get("spec") or {}).get("scaling") or {}).get("mode"),
             "replicas": {"desired": status.desired_replicas, "current": status.replicas,
                          "ready": status.ready_replicas},
-            "lastDecision": decision, "scalingHistory": changes,
+            "lastDecision": decision, "imageEncoderPool": pool_report(status, now), "scalingHistory": changes,
             "conditions": conditions_rows({"conditions": list(status.conditions or ())}, now)}
+
+
+def pool_report(status: IsvcStatus, now: dt.datetime) -> dict[str, Any] | None:
+    """The image encoder pool's part of :func:`why_report` (``status.stages[image-encoder]``; None: no such item).
+
+    Returns:
+        ``{"replicas": {desired, current, ready}`` (the count the reconcile applies and the pool's Deployment)
+        ``, "reason", "message"`` (why the reconcile applies that count) ``, "lastDecision"}``: the pool
+        autoscaler's block (None before its first decision and in Fixed mode) as ``{time, age, mode, valid,
+        desiredReplicas`` (its last valid count; None: none yet) ``, reason, message, metricsAvailable,
+        utilizationRatio`` (busy fraction of the pool's ready slots, 0..1; None: not read) ``}``.
+    """
+    item = status.stage(STAGE_IMAGE_ENCODER)
+    if item is None:
+        return None
+    auto = item.autoscaler
+    decision = None
+    if auto is not None and auto != AutoscalerRecord():
+        when = _time(auto.last_decision_time)
+        utilization = (auto.features or {}).get("utilization_ratio")
+        decision = {"time": when, "age": age(when, now), "mode": auto.mode, "valid": auto.valid,
+                    "desiredReplicas": auto.desired_replicas, "reason": auto.reason, "message": auto.message,
+                    "metricsAvailable": auto.metrics_available,
+                    "utilizationRatio": utilization if isinstance(utilization, (int, float))
+                    and math.isfinite(utilization) else None}
+    return {"replicas": {"desired": item.desired_replicas, "current": item.replicas, "ready": item.ready_replicas},
+            "reason": item.reason, "message": item.message, "lastDecision": decision}
 
 
 def _time(value: dt.datetime | None) -> str | None:
@@ -198,6 +228,8 @@ def render_why(report: Mapping[str, Any]) -> str:
             lines.append("  Features:")
             lines.append(table(["NAME", "VALUE", "UNIT"], [[f["name"], f"{f['value']:g}", f["unit"] or "-"]
                                                           for f in d["features"]], indent="    "))
+    if report.get("imageEncoderPool") is not None:
+        lines += ["", *_pool_lines(report["imageEncoderPool"])]
     lines.append("")
     if report["scalingHistory"]:
         lines.append("Scaling history (newest first):")
@@ -208,6 +240,23 @@ def render_why(report: Mapping[str, Any]) -> str:
         lines.append("Scaling history: <none> (no replica change recorded)")
     lines += ["", _conditions_text(report["conditions"])]
     return "\n".join(lines)
+
+
+def _pool_lines(pool: Mapping[str, Any]) -> list[str]:
+    """Text of :func:`pool_report` (after the front's decision)."""
+    r = pool["replicas"]
+    lines = [f"Image encoder pool   replicas: {_n(r['desired'])} desired, {_n(r['current'])} current, "
+             f"{_n(r['ready'])} ready   ({_n(pool['reason'])}{': ' + pool['message'] if pool['message'] else ''})"]
+    d = pool["lastDecision"]
+    if d is None:
+        lines.append("  Last decision: <none> (no pool autoscaler decision: Fixed mode, or none yet)")
+        return lines
+    valid = "valid" if d["valid"] else "held: replicas unchanged"
+    utilization = NONE if d["utilizationRatio"] is None else f"{d['utilizationRatio']:g}"
+    lines += [f"  Last decision ({d['age']} ago, {d['time']}): {d['mode']} {d['reason']} ({valid}), "
+              f"desired {_n(d['desiredReplicas'])}, utilization {utilization} (0..1)",
+              f"    {d['message'] or ''}".rstrip()]
+    return lines
 
 
 def _n(value: object) -> str:

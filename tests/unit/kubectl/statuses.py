@@ -5,6 +5,9 @@
   constant 100 ms service-time model decides,
   ``operator.autoscale.plan.plan_autoscale`` writes ``status.autoscaler`` and ``operator.isvc.plan.plan_isvc``
   (the scale pass the autoscaler hands its decision to) writes ``scalingHistory`` and the conditions.
+* :func:`staged_isvc`: a staged InferenceService (``spec.stages.imageEncoder``) after its first reconcile
+  (``plan_isvc``: the pool at ``minReplicas`` 1) and one decision of the image encoder pool at 90 % utilization of
+  its ready slots (``recommend`` with ``image_encoder_policy``, written by ``plan_image_encoder_autoscale``).
 * :func:`evaluated_policy`: a BudgetPolicy after two evaluations of ``operator.budget.plan.plan_policy`` one hour
   apart (2 replicas at 0.600125239 USD/h each, packaged catalog: 1.20 USD spent of 2 USD, the 50 % CapReplicas
   threshold crossed, its Alert in the outbox for a Slack target).
@@ -31,10 +34,11 @@ from modalscale.autoscaler.policy import (
     ScalingMode,
     ScalingPolicy,
     WorkloadClass,
+    image_encoder_policy,
     recommend,
 )
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog, price_replica
-from modalscale.operator.autoscale.plan import ServiceTimeModelStatus, plan_autoscale
+from modalscale.operator.autoscale.plan import ServiceTimeModelStatus, plan_autoscale, plan_image_encoder_autoscale
 from modalscale.operator.budget.plan import BudgetObserved, plan_policy
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
 from tests.factories import as_status, budget_policy, inference_service, observation
@@ -118,6 +122,24 @@ def scaled_isvc(name: str = "vc", ns: str = "ml") -> dict[str, Any]:
         status = merge_patch(status, write_isvc_status(plan.status, as_status(status)))
         replicas = plan.desired_replicas or replicas
     return {**body, "status": status}
+
+
+def staged_isvc(name: str = "vc", ns: str = "ml") -> dict[str, Any]:
+    """A staged InferenceService body after one image encoder pool decision (see the module docstring)."""
+    body = inference_service(name, ns, uid=f"u-{name}", generation=1,
+                             scaling={"mode": "Utilization", "minReplicas": 1, "maxReplicas": 6,
+                                      "targetUtilizationPercent": 60},
+                             stages={"imageEncoder": {"minReplicas": 1, "maxReplicas": 4}})
+    spec = parse_isvc(body)
+    assert spec.stages is not None
+    status = write_isvc_status(plan_isvc(spec, IsvcObserved(), FILES, PlanConfig(), T0).status)
+    now = T0 + dt.timedelta(minutes=1)
+    policy = image_encoder_policy(spec.scaling, spec.stages.image_encoder)
+    obs = observation(now, 1, utilization_ratio=0.9)
+    decision = recommend(obs, policy, ScalerState(), None, now)
+    reading = MetricsReading(observed_at=now, workload=None, busy_erlangs=0.9, targets_up=1, targets_total=1)
+    plan = plan_image_encoder_autoscale(as_status(status), decision, reading, now=now, utilization_ratio=0.9)
+    return {**body, "status": merge_patch(status, write_isvc_status(plan.status, plan.stored))}
 
 
 def held_isvc() -> dict[str, Any]:

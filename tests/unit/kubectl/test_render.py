@@ -19,7 +19,15 @@ from modalscale.kubectl.render import (
     table,
     why_report,
 )
-from tests.unit.kubectl.statuses import T0, budget_body, evaluated_policy, held_isvc, isvc_body, scaled_isvc
+from tests.unit.kubectl.statuses import (
+    T0,
+    budget_body,
+    evaluated_policy,
+    held_isvc,
+    isvc_body,
+    scaled_isvc,
+    staged_isvc,
+)
 
 NOW = T0 + dt.timedelta(hours=1, minutes=5)
 
@@ -60,6 +68,34 @@ def test_why_on_a_service_no_operator_has_seen_says_so_instead_of_failing() -> N
     text = render_why(why_report(isvc_body(), NOW))
     assert "Last decision: <none>" in text and "Scaling history: <none>" in text
     assert "Conditions: <none> (no operator has written this status yet)" in text
+
+
+def test_why_shows_the_image_encoder_pools_own_decision_after_the_fronts() -> None:
+    report = why_report(staged_isvc(), NOW)
+    pool = report["imageEncoderPool"]
+    assert pool["replicas"] == {"desired": 1, "current": 0, "ready": 0} and pool["reason"] == "MinReplicas"
+    d = pool["lastDecision"]
+    assert (d["mode"], d["valid"], d["desiredReplicas"], d["reason"], d["utilizationRatio"], d["time"]) == (
+        "Utilization", True, 2, "ScaleUpForUtilization", 0.9, "2026-11-30T10:01:00Z")
+    assert d["message"] == "1 ready x 90% busy = 0.90 busy replicas / target 60% -> 2"
+    lines = render_why(report).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Image encoder pool"))
+    assert at > next(i for i, line in enumerate(lines) if line.startswith("Last decision"))  # after the front's
+    assert lines[at].split("   ")[1] == "replicas: 1 desired, 0 current, 0 ready"
+    assert lines[at + 1] == ("  Last decision (1h ago, 2026-11-30T10:01:00Z): Utilization ScaleUpForUtilization "
+                             "(valid), desired 2, utilization 0.9 (0..1)")
+    assert lines[at + 2].strip() == d["message"]
+
+
+def test_why_of_a_service_without_stages_has_no_pool_section_and_a_pool_without_a_decision_says_so() -> None:
+    report = why_report(scaled_isvc(), NOW)
+    assert report["imageEncoderPool"] is None and "Image encoder pool" not in render_why(report)
+    staged = staged_isvc()
+    pool_item = staged["status"]["stages"][1]
+    assert pool_item["name"] == "image-encoder"
+    del pool_item["autoscaler"]
+    text = render_why(why_report(staged, NOW))
+    assert "Image encoder pool" in text and "  Last decision: <none> (no pool autoscaler decision" in text
 
 
 def test_features_that_are_not_finite_numbers_are_left_out() -> None:
@@ -153,9 +189,10 @@ def test_budget_names_a_status_field_that_does_not_read_instead_of_showing_it_as
     assert budget_report(evaluated_policy(), NOW)["statusProblem"] is None
 
 
-@pytest.mark.parametrize("make", [lambda: why_report(scaled_isvc(), NOW),
+@pytest.mark.parametrize("make", [lambda: why_report(scaled_isvc(), NOW), lambda: why_report(staged_isvc(), NOW),
                                   lambda: cost_report(scaled_isvc(), [evaluated_policy()], NOW),
-                                  lambda: budget_report(evaluated_policy(), NOW)], ids=["why", "cost", "budget"])
+                                  lambda: budget_report(evaluated_policy(), NOW)],
+                         ids=["why", "why-staged", "cost", "budget"])
 def test_reports_are_plain_json(make: Any) -> None:
     report = make()
     assert json.loads(json.dumps(report)) == report

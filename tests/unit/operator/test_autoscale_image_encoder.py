@@ -14,12 +14,14 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from modalscale.api.inferenceservice import parse_isvc
-from modalscale.api.isvc_status import IsvcStatus, ScalerState, StageRecord
+from modalscale.api.isvc_status import IsvcStatus, ScalerState, StageRecord, write_isvc_status
 from modalscale.autoscaler.metrics_parse import parse_answers
 from modalscale.autoscaler.metrics_reading import MetricsReading
 from modalscale.autoscaler.policy import Decision, Reason, ScalingMode, image_encoder_policy, recommend
+from modalscale.operator.autoscale.metrics import AutoscalerMetrics
 from modalscale.operator.autoscale.observe import build_observation
 from modalscale.operator.autoscale.plan import plan_image_encoder_autoscale
 from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
@@ -181,6 +183,39 @@ def test_with_the_front_at_zero_the_pool_records_no_decision_and_restarts_from_m
     assert not plan.desired_changed
 
 
+def test_a_new_pool_count_comes_with_one_event_naming_the_pool_and_a_rerun_posts_none() -> None:
+    """First decision: from the count the reconcile applied (the item's 2) to 4; the same decision again, and its
+    heartbeat rewrite after ``refresh_s``, post nothing."""
+    reading, d = decide(pool_answers(T0, pods=2, rps_per_pod=20.0), T0, current=2)
+    plan = plan_image_encoder_autoscale(encoder_status(), d, reading, now=T0, utilization_ratio=1.0)
+    assert plan.events == (("Normal", "ScaleUpForUtilization",
+                            f"image encoder pool: 2 -> 4 (ScaleUpForUtilization: {d.message})"),)
+    stored = dataclasses.replace(encoder_status(), stages=plan.status.stages)
+    assert plan_image_encoder_autoscale(stored, d, reading, now=T0 + dt.timedelta(seconds=15)).events == ()
+    heartbeat = plan_image_encoder_autoscale(stored, d, reading, now=T0 + dt.timedelta(seconds=60), refresh_s=60)
+    assert heartbeat.status != IsvcStatus() and heartbeat.events == ()
+
+
+def test_the_pools_event_counts_from_its_last_valid_decision() -> None:
+    """A stored block of 1 (the last valid count): 1 -> 4, whatever the item's own (reconciled) count says."""
+    reading, d = decide(pool_answers(T0, pods=2, rps_per_pod=20.0), T0, current=2)
+    stored = encoder_status(mode="Utilization", valid=True, reason="Steady", desired_replicas=1,
+                            metrics_available=True, last_decision_time=T0)
+    [(type_, reason, message)] = plan_image_encoder_autoscale(stored, d, reading, now=T0).events
+    assert (type_, reason) == ("Normal", "ScaleUpForUtilization")
+    assert message.startswith("image encoder pool: 1 -> 4 (ScaleUpForUtilization: ")
+
+
+def test_a_held_or_front_at_zero_pool_posts_no_event() -> None:
+    stored = encoder_status(mode="Utilization", valid=True, reason="ScaleUpForUtilization", desired_replicas=4,
+                            metrics_available=True, last_decision_time=T0)
+    reading, held = decide({}, T0, current=4)
+    plan = plan_image_encoder_autoscale(stored, held, reading, now=T0 + dt.timedelta(seconds=15))
+    assert plan.status != IsvcStatus() and plan.events == ()  # the block is written, the count unchanged
+    at_zero = plan_image_encoder_autoscale(stored, None, MetricsReading(None, None), now=T0)
+    assert at_zero.status != IsvcStatus() and at_zero.events == ()
+
+
 def test_nothing_is_written_before_the_reconcile_wrote_the_pools_item() -> None:
     reading, d = decide(pool_answers(T0, pods=2, rps_per_pod=20.0), T0, current=2)
     plan = plan_image_encoder_autoscale(IsvcStatus(), d, reading, now=T0)
@@ -188,16 +223,30 @@ def test_nothing_is_written_before_the_reconcile_wrote_the_pools_item() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the daemon's pass
+def fresh_metrics() -> tuple[CollectorRegistry, AutoscalerMetrics]:
+    registry = CollectorRegistry()
+    return registry, AutoscalerMetrics(registry)
+
+
+def samples(registry: CollectorRegistry, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """The samples of ``name`` on ``registry``: sorted labels -> value."""
+    return {tuple(sorted(s.labels.items())): s.value for family in registry.collect() for s in family.samples
+            if s.name == name}
+
+
 def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers: dict[str, Any],
-                pool_replicas: int = 2) -> dict[str, Any]:
-    """One ``decide_pool_once`` with stand-ins for the Kubernetes reads and writes: what it read and wrote."""
+                pool_replicas: int = 2, metrics: tuple[CollectorRegistry, AutoscalerMetrics] | None = None
+                ) -> dict[str, Any]:
+    """One ``decide_pool_once`` with stand-ins for the Kubernetes reads and writes: what it read, wrote, posted
+    (``events``) and exported (``registry``: ``metrics``', default :func:`fresh_metrics`)."""
     import logging
     import threading
     import types
 
     from modalscale.operator.autoscale import handlers
 
-    seen: dict[str, Any] = {"reads": [], "scaled": [], "patched": []}
+    registry, exported = metrics or fresh_metrics()
+    seen: dict[str, Any] = {"reads": [], "scaled": [], "patched": [], "events": [], "registry": registry}
 
     class Reader:
         def read(self, namespace: str, name: str, model_name: str, at: dt.datetime, *, gateway: bool = False,
@@ -209,12 +258,14 @@ def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers
     raw["status"] = status
     pool = {"spec": {"replicas": pool_replicas}, "status": {"readyReplicas": pool_replicas}}
     deps: Any = types.SimpleNamespace(
-        autoscale=types.SimpleNamespace(reader=Reader()),
+        autoscale=types.SimpleNamespace(reader=Reader(), metrics=exported),
         observer=types.SimpleNamespace(
             read_isvc=lambda ns, name: raw,
             apps=types.SimpleNamespace(read_namespaced_deployment=lambda name, ns, **_: pool if name ==
                                        "vc-image-encoder" else None)),
-        writer=types.SimpleNamespace(patch_isvc_status=lambda ns, name, st, stored: seen["patched"].append(st)),
+        writer=types.SimpleNamespace(patch_isvc_status=lambda ns, name, st, stored: seen["patched"].append(st),
+                                     event=lambda body, type_, reason, message, log: seen["events"].append(
+                                         (body["metadata"]["name"], type_, reason, message))),
         lock_for=lambda uid: threading.Lock(), clock=lambda: T0)
     monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
     monkeypatch.setattr(handlers, "scale_isvc", lambda d, r, decision, part, log: seen["scaled"].append(
@@ -235,14 +286,45 @@ def test_the_daemon_reads_the_pools_own_series_and_scales_it_through_the_single_
     block = part.stage("image-encoder").autoscaler
     assert (block.desired_replicas, block.reason) == (4, "ScaleUpForUtilization")
     assert seen["state"].recommendations[-1] == (T0, 4)
+    [(name, type_, reason, message)] = seen["events"]  # posted on the InferenceService, after the scale
+    assert (name, type_, reason) == ("vc", "Normal", "ScaleUpForUtilization")
+    assert message.startswith("image encoder pool: 2 -> 4 (ScaleUpForUtilization: ")
+
+
+def test_the_daemon_exports_the_pools_decision_with_the_image_encoder_stage_label(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0))
+    ids = (("inferenceservice", "vc"), ("namespace", "ml"), ("stage", "image-encoder"))
+    reg = seen["registry"]
+    assert samples(reg, "modalscale_autoscaler_desired_replicas") == {ids: 4.0}
+    assert samples(reg, "modalscale_autoscaler_utilization_ratio") == {ids: pytest.approx(1.0)}
+    assert samples(reg, "modalscale_autoscaler_metrics_available") == {ids: 1.0}
+    assert samples(reg, "modalscale_autoscaler_decisions_total") == {
+        (*ids[:2], ("reason", "ScaleUpForUtilization"), ids[2], ("valid", "true")): 1.0}
+    assert samples(reg, "modalscale_autoscaler_cost_model_loaded") == {}  # the pool has no service-time model
+
+
+def test_a_rerun_of_the_same_pool_decision_posts_no_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0))
+    [(_, part)] = first["scaled"]
+    again = daemon_pass(monkeypatch, {**STORED, "stages": write_isvc_status(part)["stages"]},
+                        pool_answers(T0, pods=2, rps_per_pod=20.0), pool_replicas=4)
+    assert again["scaled"] == [] and again["events"] == []
 
 
 def test_the_daemon_takes_no_pool_decision_while_the_front_is_at_zero(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = daemon_pass(monkeypatch, {**STORED, "desiredReplicas": 0}, {}, pool_replicas=0)
-    assert seen["reads"] == [] and seen["scaled"] == []
+    registry, exported = fresh_metrics()
+    for stage in ("front", "image-encoder"):
+        _, d = decide(pool_answers(T0, pods=2, rps_per_pod=20.0), T0, current=2)
+        exported.record("ml", "vc", d, True, None, 1.0, stage=stage)
+    seen = daemon_pass(monkeypatch, {**STORED, "desiredReplicas": 0}, {}, pool_replicas=0,
+                       metrics=(registry, exported))
+    assert seen["reads"] == [] and seen["scaled"] == [] and seen["events"] == []
     [part] = seen["patched"]
     assert part.stage("image-encoder").autoscaler.reason == "FrontAtZero"
     assert seen["state"] == ScalerState()
+    # no pool decision: its gauges go (the front's stay)
+    assert [dict(k)["stage"] for k in samples(registry, "modalscale_autoscaler_desired_replicas")] == ["front"]
 
 
 def test_the_daemon_holds_the_pool_on_missing_metrics_and_writes_only_its_block(
@@ -253,3 +335,7 @@ def test_the_daemon_holds_the_pool_on_missing_metrics_and_writes_only_its_block(
     block = part.stage("image-encoder").autoscaler
     assert (block.valid, block.reason, block.desired_replicas, block.metrics_available) == (
         False, "HeldNoMetrics", None, False)
+    assert seen["events"] == []
+    ids = (("inferenceservice", "vc"), ("namespace", "ml"), ("stage", "image-encoder"))
+    assert samples(seen["registry"], "modalscale_autoscaler_metrics_available") == {ids: 0.0}
+    assert samples(seen["registry"], "modalscale_autoscaler_desired_replicas") == {}  # a hold sets no count
