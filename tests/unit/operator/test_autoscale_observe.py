@@ -291,6 +291,7 @@ def test_labelled_histogram_without_a_series_for_an_active_class_is_incomplete()
 def test_single_model_layout_pools_service_time_and_batch_size_over_classes() -> None:
     answers = copy.deepcopy(RECORDED)
     answers["nv_count"] = _answer([({"model": "multimodal"}, "2.0")])
+    answers["nv_success"] = _answer([({"model": "multimodal"}, "2.0")])  # equal: its batch dimension is the request
     answers["nv_exec"] = _answer([({"model": "multimodal"}, "1.6")])
     answers["nv_compute_us"] = _answer([({"model": "multimodal"}, "500000")])
     reading = parse_answers(answers, "multimodal")
