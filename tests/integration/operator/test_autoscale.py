@@ -679,17 +679,17 @@ def test_the_encoder_pool_scales_up_on_an_image_shift_and_the_front_pool_with_it
 
     Then image-heavy at 1.5 req/s (3 photographs of 1024x768 each; a request takes the pool ~0.54 s on an idle
     machine, measured: 0.8 erlang of its one instance, saturated at 1.0 when the machine is loaded). As the 60 s
-    window fills the pool's busy time crosses 0.5 erlang (measured: at +35 s): ``ScaleUpForUtilization`` to 2 (3 only
-    where rate() extrapolates a saturated instance past 1.0), and ``<name>-image-encoder`` follows.
+    window fills the pool's busy time crosses 0.5 erlang (measured: at +35 to +45 s): ``ScaleUpForUtilization`` to
+    2 (3 only where rate() extrapolates a saturated instance past 1.0), and ``<name>-image-encoder`` follows.
 
     The front does not hold through the shift, and this test asserts why: a front model's Triton compute time is
     its whole execution, which includes the gRPC call to the pool (queue and encoding there), so with one front
     instance whose executions enclose every pool execution, the front's busy erlangs are at least the pool's (the
     same 60 s window read at one instant; 10 % is left for executions straddling the window's edges and the two
     targets' scrape offsets; measured 0.559 vs 0.530). The front's Utilization rule then scales it up too
-    (``ScaleUpForUtilization``, to 2 or 3; measured in the same decision round as the pool): a front slot
-    waiting for the pool is an occupied slot to Triton, though its replica's CPU is idle. So the image shift grows
-    both pools here, not the pool alone."""
+    (``ScaleUpForUtilization``, to 2 or 3; measured: in the same decision round as the pool, or one earlier): a
+    front slot waiting for the pool is an occupied slot to Triton, though its replica's CPU is idle. So the image
+    shift grows both pools here, not the pool alone."""
     from modalscale.operator.autoscale.observe import IMAGE_ENCODER_COMPONENT, PrometheusReader
     from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
 
@@ -758,11 +758,13 @@ def test_the_encoder_pool_scales_up_on_an_image_shift_and_the_front_pool_with_it
                                                               240, seed=25, first_index=10_000)))
             try:
                 up = wait_for(lambda: next((s for s in sampler.between(image_from, time.time())
-                                            if (s["pool"] or 0) >= 2), None), 180, "the pool's scale-up decision")
+                                            if (s["pool"] or 0) >= 2), None), 180, "the pool's scale-up decision",
+                              explain=lambda: f"last sample: {sampler.last()}")
                 wait_for(lambda: (lambda s: s if s["pool_spec"] == s["pool"] >= 2 else None)(sampler.last()), 30,
                          "the pool's Deployment following its decision")
                 front_up = wait_for(lambda: next((s for s in sampler.between(image_from, time.time())
-                                                  if s["front"] >= 2), None), 60, "the front's decision")
+                                                  if s["front"] >= 2), None), 60, "the front's decision",
+                                   explain=lambda: f"last sample: {sampler.last()}")
                 front_image, pool_image = readings()
             finally:
                 stop.set()
