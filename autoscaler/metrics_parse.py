@@ -446,17 +446,19 @@ def _triton_figures(answers: _Answers, window_s: float, outstanding: float = 0.0
 
 
 def _requests(t: _TritonFigures, n: str) -> float:
-    """Requests/s model ``n`` completed: its successes (``nv_inference_request_success``) when Triton counts any,
-    else ``nv_inference_count``.
+    """Requests/s model ``n`` executed: the smaller of its successes (``nv_inference_request_success``) and
+    ``nv_inference_count`` (the count alone while Triton counts no success).
 
     Triton adds an execution's compute time to each request in it, so the busy time is the compute time over the
-    requests (not the inferences) per execution. The two counts differ where a request carries several batch items:
-    ``nv_inference_count`` counts batch items, and a staged service's image encoder pool (model ``image_encoder``,
-    whose batch dimension is images) gets each front request's images in one request; dividing by images per
-    execution would count a request of 3 images a third of its time. The client-facing models' batch dimension is
-    the request (the counts are equal)."""
+    requests (not the batch items) per execution. Each count bounds the executed requests from above: successes
+    include response-cache hits (never executed; a model without router with ``response_cache``), and
+    ``nv_inference_count`` counts batch items, of which a request may carry several: a staged service's image
+    encoder pool (model ``image_encoder``, whose batch dimension is images) gets each front request's images in one
+    request, and dividing by the images per execution would count a request of 3 images a third of its time. No
+    model here has both (the pool has no response cache; the client-facing models' batch item is the request)."""
     ok = (t.success or {}).get(n, 0.0)
-    return ok if ok > 0 else t.counts.get(n, 0.0)
+    count = t.counts.get(n, 0.0)
+    return min(ok, count) if ok > 0 else count
 
 
 def _service_figures(t: _TritonFigures, model_name: str) -> _ServiceFigures:
