@@ -445,8 +445,25 @@ def _triton_figures(answers: _Answers, window_s: float, outstanding: float = 0.0
     return _TritonFigures(counts, execs, compute, success, request_us, pending, bad, contradicts)
 
 
+def _requests(t: _TritonFigures, n: str) -> float:
+    """Requests/s model ``n`` executed: the smaller of its successes (``nv_inference_request_success``) and
+    ``nv_inference_count`` (the count alone while Triton counts no success).
+
+    Triton adds an execution's compute time to each request in it, so the busy time is the compute time over the
+    requests (not the batch items) per execution. Each count bounds the executed requests from above: successes
+    include response-cache hits (never executed; a model without router with ``response_cache``), and
+    ``nv_inference_count`` counts batch items, of which a request may carry several: a staged service's image
+    encoder pool (model ``image_encoder``, whose batch dimension is images) gets each front request's images in one
+    request, and dividing by the images per execution would count a request of 3 images a third of its time. No
+    model here has both (the pool has no response cache; the client-facing models' batch item is the request)."""
+    ok = (t.success or {}).get(n, 0.0)
+    count = t.counts.get(n, 0.0)
+    return min(ok, count) if ok > 0 else count
+
+
 def _service_figures(t: _TritonFigures, model_name: str) -> _ServiceFigures:
-    """Busy servers (erlangs: compute s/s over the batch size), batch size and service time (ms) per class.
+    """Busy servers (erlangs: compute s/s over the batch size in requests, :func:`_requests`), batch size and
+    service time (ms) per class.
 
     Executing models: the per-modality models ``<model_name>_<modality>`` when present (router layout), each its
     class's figures; else every model reported, pooled over the classes."""
@@ -456,7 +473,7 @@ def _service_figures(t: _TritonFigures, model_name: str) -> _ServiceFigures:
     busy: dict[str, float] = {}
     batch_of: dict[str, float] = {}
     for n in executing:
-        c, e, us = t.counts.get(n, 0.0), t.execs.get(n, 0.0), t.compute_us.get(n)
+        c, e, us = _requests(t, n), t.execs.get(n, 0.0), t.compute_us.get(n)
         if c <= 0 or e <= 0 or us is None:
             continue
         batch_of[n] = max(1.0, c / e)
@@ -465,11 +482,11 @@ def _service_figures(t: _TritonFigures, model_name: str) -> _ServiceFigures:
     service_ms: dict[Modality, float | None] = {}
     if routed:
         for m, n in per_class.items():
-            if n in busy and t.counts.get(n, 0.0) > 0 and busy[n] > 0:
+            if n in busy and _requests(t, n) > 0 and busy[n] > 0:
                 batch[m] = batch_of[n]
-                service_ms[m] = 1000.0 * busy[n] / t.counts[n]
+                service_ms[m] = 1000.0 * busy[n] / _requests(t, n)
     else:
-        pooled_count = sum(t.counts.get(n, 0.0) for n in busy)
+        pooled_count = sum(_requests(t, n) for n in busy)
         pooled_exec = sum(t.execs.get(n, 0.0) for n in busy)
         if pooled_count > 0 and pooled_exec > 0 and sum(busy.values()) > 0:
             for m in MODALITIES:

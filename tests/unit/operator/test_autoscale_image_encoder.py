@@ -38,10 +38,12 @@ POLICY = image_encoder_policy(SPEC.scaling, SPEC.stages.image_encoder)
 
 
 def pool_answers(now: dt.datetime, pods: int, rps_per_pod: float, exec_ms: float = 200.0, batch: float = 2.0,
-                 pending: float = 0.0, down: int = 0, compute: str | None = None) -> dict[str, list[dict[str, Any]]]:
+                 pending: float = 0.0, down: int = 0, compute: str | None = None, images: int = 1
+                 ) -> dict[str, list[dict[str, Any]]]:
     """Prometheus' answers to the pool's queries (component already matched): ``pods`` encoder pods, each serving
-    ``rps_per_pod`` image requests of one image, ``exec_ms`` per execution of ``batch`` requests, ``pending``
-    waiting in its Triton queue; the first ``down`` pods did not answer; ``compute`` replaces each compute value."""
+    ``rps_per_pod`` image requests of ``images`` images (Triton's ``nv_inference_count`` counts the images: the
+    model's batch dimension), ``exec_ms`` per execution of ``batch`` requests, ``pending`` waiting in its Triton
+    queue; the first ``down`` pods did not answer; ``compute`` replaces each compute value."""
     t = now.timestamp() - 2
     out: dict[str, list[dict[str, Any]]] = {}
 
@@ -56,10 +58,10 @@ def pool_answers(now: dt.datetime, pods: int, rps_per_pod: float, exec_ms: float
             continue
         for p in ("", "recent_"):
             add(p + "requests", {**pod, "modality": "image"}, rps_per_pod)
-            add(p + "images", {**pod, "modality": "image"}, rps_per_pod)
-            add(p + "pixels", {**pod, "modality": "image"}, rps_per_pod * 640 * 480)
+            add(p + "images", {**pod, "modality": "image"}, rps_per_pod * images)
+            add(p + "pixels", {**pod, "modality": "image"}, rps_per_pod * images * 640 * 480)
         model = {**pod, "model": IMAGE_ENCODER_MODEL, "version": "1"}
-        add("nv_count", model, rps_per_pod)
+        add("nv_count", model, rps_per_pod * images)
         add("nv_success", model, rps_per_pod)
         add("nv_exec", model, rps_per_pod / batch)
         add("nv_compute_us", model, compute if compute is not None else rps_per_pod * exec_ms * 1000)
@@ -96,6 +98,20 @@ def test_image_load_scales_the_pool_up() -> None:
     assert (d.valid, d.desired_replicas, d.reason) == (True, 4, Reason.SCALE_UP_FOR_UTILIZATION)
     _, steady = decide(pool_answers(T0, pods=2, rps_per_pod=10.0), T0, current=2)
     assert (steady.desired_replicas, steady.reason) == (2, Reason.STEADY)  # 1.0 erlang of 2 slots = the 50 % target
+
+
+def test_requests_of_several_images_count_their_whole_execution_time() -> None:
+    """A front sends each request's images to the pool in one Triton request, and Triton adds an execution's compute
+    time to each request in it while ``nv_inference_count`` counts images (measured on the encoder stage server: 4
+    requests of 3 photos, one per execution: count 12, success 4, exec 4, compute 2.35 s = 0.59 s per execution). 2
+    pods x 10 req/s of 3 images x 200 ms over executions of 2 requests = 1.0 erlang each (the pods' 2 slots at the
+    50 % target: steady at 2); divided by the images per execution (6) instead, a third of it, and the pool would be
+    sized at 1."""
+    reading, d = decide(pool_answers(T0, pods=2, rps_per_pod=10.0, images=3), T0, current=2)
+    assert reading.busy_erlangs == pytest.approx(2.0)
+    assert (d.valid, d.desired_replicas, d.reason) == (True, 2, Reason.STEADY)
+    _, up = decide(pool_answers(T0, pods=2, rps_per_pod=20.0, images=3), T0, current=2)
+    assert (up.desired_replicas, up.reason) == (4, Reason.SCALE_UP_FOR_UTILIZATION)
 
 
 def test_an_idle_pool_goes_down_to_min_replicas_only_after_the_scale_down_window() -> None:

@@ -291,6 +291,7 @@ def test_labelled_histogram_without_a_series_for_an_active_class_is_incomplete()
 def test_single_model_layout_pools_service_time_and_batch_size_over_classes() -> None:
     answers = copy.deepcopy(RECORDED)
     answers["nv_count"] = _answer([({"model": "multimodal"}, "2.0")])
+    answers["nv_success"] = _answer([({"model": "multimodal"}, "2.0")])  # equal: its batch dimension is the request
     answers["nv_exec"] = _answer([({"model": "multimodal"}, "1.6")])
     answers["nv_compute_us"] = _answer([({"model": "multimodal"}, "500000")])
     reading = parse_answers(answers, "multimodal")
@@ -300,6 +301,18 @@ def test_single_model_layout_pools_service_time_and_batch_size_over_classes() ->
     for c in reading.workload:
         assert c.mean_batch_size == pytest.approx(batch)
         assert c.observed_service_ms == pytest.approx(service_ms)
+
+
+def test_response_cache_hits_are_not_executed_requests() -> None:
+    """Triton counts a response-cache hit as a success but neither as an inference nor in the compute time: 1 of
+    the 3 successful req/s below came from the cache, so the busy time is shared by the 2 executed ones."""
+    answers = copy.deepcopy(RECORDED)
+    answers["nv_count"] = _answer([({"model": "multimodal"}, "2.0")])
+    answers["nv_success"] = _answer([({"model": "multimodal"}, "3.0")])
+    answers["nv_exec"] = _answer([({"model": "multimodal"}, "1.6")])
+    answers["nv_compute_us"] = _answer([({"model": "multimodal"}, "500000")])
+    reading = parse_answers(answers, "multimodal")
+    assert reading.busy_erlangs == pytest.approx(0.5 / (2.0 / 1.6))
 
 
 def test_no_traffic_is_an_empty_workload_not_missing_data() -> None:
