@@ -192,7 +192,11 @@ def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_ale
             assert percents_in(titles(slack)) == [25, 25, 50, 75], titles(slack)
             assert len(slack.received) == 4
             notices = [POSSIBLE_DUPLICATE_FACT[1] in json.dumps(r.payload) for r in slack.received]
-            assert notices == [False, True, False, False], notices  # only the copy of the unrecorded one
+            # Only the copy of the unrecorded one is marked; the receiver records in the order answers complete, and
+            # the original's answer was held 8 s, so the marked copy may come first (seen in a loaded CI run).
+            assert sorted(notices) == [False, False, False, True], notices
+            (marked,) = [r for r, n in zip(slack.received, notices, strict=True) if n]
+            assert "25 %" in json.dumps(marked.payload), marked.payload
             assert _active(standby)
 
             # Spend continuous: the ledger at its observedTime = each pod's own run x the catalog's price.

@@ -55,8 +55,9 @@ def older_crds(tmp_path_factory: pytest.TempPathFactory) -> Path:
         doc = yaml.safe_load(path.read_text())
         if doc["metadata"]["name"] == "inferenceservices.modalscale.io":
             # the name, minReplicas, cpu and memory rules, and (issue 24) the staged name's length and the
-            # image-encoder pool's cpu and memory rules, which reuse their fragments
-            assert _strip_new_rules(doc) == 7
+            # image-encoder pool's cpu and memory rules, which reuse their fragments, and the name's length with
+            # the gateway (its replicas' Service)
+            assert _strip_new_rules(doc) == 8
         (crds / path.name).write_text(yaml.safe_dump(doc))
     return crds
 
@@ -85,6 +86,8 @@ REFUSED = [
     ("my.model.v2", {}, "metadata.name", ["DNS-1035", "rename", "'my-model-v2'"]),
     ("1abc", {}, "metadata.name", ["DNS-1035", "rename"]),
     ("a" * 70, {}, "metadata.name", ["70 characters", "at most 63"]),
+    ("g" * 60, {"gateway": {"enabled": True}}, "metadata.name", ["60 characters", "at most 54",
+                                                           "spec.gateway.enabled: false"]),
     ("util-zero", {"scaling": {"mode": "Utilization", "minReplicas": 0, "maxReplicas": 3},
                    "gateway": {"enabled": False}}, "spec.scaling.minReplicas", ["at least 1", "mode: Fixed"]),
     ("no-cpu", {"resources": {"cpu": "0", "memory": "1Gi"}}, "spec.resources.cpu", ["greater than 0", "0 USD"]),
