@@ -121,7 +121,7 @@ def request_content(row: TraceRow, index: int, repeat_images: bool = False) -> t
 
 async def replay(trace: Sequence[TraceRow], url: str, protocol: Protocol = "grpc", model_name: str = "multimodal",
                  max_in_flight: int = 256, repeat_images: bool = False, time_scale: float = 1.0,
-                 clock: Callable[[], float] = time.perf_counter) -> LoadReport:
+                 clock: Callable[[], float] = time.perf_counter, timeout_s: float = 60.0) -> LoadReport:
     """Replay ``trace`` open-loop and summarize.
 
     Args:
@@ -130,11 +130,12 @@ async def replay(trace: Sequence[TraceRow], url: str, protocol: Protocol = "grpc
         max_in_flight: Cap on concurrent requests (arrivals beyond it wait; 256 is far above what 2 cores
             serve, so it only guards the client).
         time_scale: Multiply arrival times (0.5 replays twice as fast).
+        timeout_s: Each request's deadline in seconds (:class:`AsyncMultimodalClient`); a request past it fails.
     Returns:
         The report; wall time runs from the first arrival slot to the last completion.
     """
     contents = [request_content(row, i, repeat_images) for i, row in enumerate(trace)]  # encode before timing
-    client = AsyncMultimodalClient(url, protocol, model_name)
+    client = AsyncMultimodalClient(url, protocol, model_name, timeout_s=timeout_s)
     gate = asyncio.Semaphore(max_in_flight)
     records: list[RequestRecord] = []
 
