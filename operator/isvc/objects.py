@@ -104,6 +104,15 @@ IMAGE_ENCODER_ADDRESS_ANNOTATION = "modalscale.io/image-encoder-address"
 repository is a ConfigMap, and a changed ConfigMap reaches a running Triton never (it loads its models once), so
 the address is also in the template: a new address rolls the front pods onto the new repository."""
 
+MODEL_REPOSITORY_HASH_ANNOTATION = "modalscale.io/model-repository-hash"
+"""Pod-template annotation of a BuiltIn runtime (one piece, front or encoder pool): :func:`content_hash` of the
+generated repository the pods mount. Triton reads its repository once at start (no ``--model-control-mode=poll``:
+a half-written ConfigMap update would load a broken model), so an edit that changes the repository (batching,
+instance count, precision) would reach only pods started after the kubelet refreshed the volume, up to a minute
+later and never the running ones. With the hash in the template the edit is a new pod template: the Deployment
+rolls its pods (surge one, take none away) onto the new repository, as a Helm chart's ``checksum/config``
+annotation does (Helm docs, "Chart Development Tips and Tricks", *Automatically Roll Deployments*)."""
+
 
 @dataclass(frozen=True)
 class Pool:
@@ -123,7 +132,8 @@ class Pool:
     pod_labels: dict[str, str] = field(default_factory=dict)
     """Extra pod-template labels (the stage label of the front pool)."""
     pod_annotations: dict[str, str] = field(default_factory=dict)
-    """Pod-template annotations (the front's :data:`IMAGE_ENCODER_ADDRESS_ANNOTATION`); none: no ``annotations``."""
+    """Pod-template annotations (the front's :data:`IMAGE_ENCODER_ADDRESS_ANNOTATION`), beside the repository's
+    :data:`MODEL_REPOSITORY_HASH_ANNOTATION`; none of either: no ``annotations``."""
     record_replicas: bool = True
     """Put :data:`REPLICAS_ANNOTATION` on the Deployment (the one-piece and front pools: external scaling is told
     apart by it; the encoder pool's replicas are compared and restored like any field)."""
@@ -319,8 +329,11 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
     if tolerations:
         pod_spec["tolerations"] = tolerations
     template: dict[str, Any] = {"metadata": {"labels": {**pool.labels, **pool.pod_labels}}, "spec": pod_spec}
-    if pool.pod_annotations:
-        template["metadata"]["annotations"] = dict(pool.pod_annotations)
+    annotations = dict(pool.pod_annotations)
+    if spec.model.source == "BuiltIn" and repo_files:
+        annotations[MODEL_REPOSITORY_HASH_ANNOTATION] = content_hash(repo_files)
+    if annotations:
+        template["metadata"]["annotations"] = annotations
     meta = _pool_meta(spec, pool)
     if pool.record_replicas:
         meta["annotations"] = {REPLICAS_ANNOTATION: str(replicas)}
@@ -435,7 +448,8 @@ def service_url(spec: IsvcSpec) -> str:
 
 
 def content_hash(obj: Any) -> str:
-    """Short stable hash of a JSON-able value (for logs and tests)."""
+    """Short stable hash of a JSON-able value: the first 12 hex digits of the SHA-256 of its JSON with sorted keys
+    (:data:`MODEL_REPOSITORY_HASH_ANNOTATION`)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -142,7 +142,7 @@ def test_a_new_staged_service_creates_the_encoder_pool_first_and_holds_the_front
     assert made(plan) == [("ConfigMap", "create", "vc-model-repo"), ("Deployment", "create", "vc")]
     template = write(plan, "Deployment", "vc")["spec"]["template"]
     assert template["metadata"]["labels"][STAGE_LABEL] == STAGE_FRONT
-    assert template["metadata"]["annotations"] == {IMAGE_ENCODER_ADDRESS_ANNOTATION: "10.0.0.40:8001"}
+    assert template["metadata"]["annotations"][IMAGE_ENCODER_ADDRESS_ANNOTATION] == "10.0.0.40:8001"
 
     plan, obs = run(body(), obs)
     assert plan.writes == []  # a rerun with nothing changed writes nothing
@@ -220,7 +220,7 @@ def test_a_running_one_piece_front_switches_only_once_an_encoder_replica_is_read
     assert made(plan) == [("ConfigMap", "patch", "vc-model-repo"), ("Deployment", "patch", "vc")]
     meta = write(plan, "Deployment", "vc")["spec"]["template"]["metadata"]
     assert meta["labels"][STAGE_LABEL] == STAGE_FRONT  # a template change: the pods roll
-    assert meta["annotations"] == {IMAGE_ENCODER_ADDRESS_ANNOTATION: "10.0.0.40:8001"}
+    assert meta["annotations"][IMAGE_ENCODER_ADDRESS_ANNOTATION] == "10.0.0.40:8001"
     assert conditions(plan)["ImageEncoderReady"]["status"] == "True"
 
 
@@ -230,7 +230,7 @@ def test_removing_stages_rolls_the_front_back_first_and_deletes_the_pool_once_no
     plan, obs = run(body(None), obs)
     assert made(plan) == [("ConfigMap", "patch", "vc-model-repo"), ("Deployment", "patch", "vc")]
     meta = write(plan, "Deployment", "vc")["spec"]["template"]["metadata"]
-    assert meta["labels"][STAGE_LABEL] is None and meta["annotations"] == {IMAGE_ENCODER_ADDRESS_ANNOTATION: None}
+    assert meta["labels"][STAGE_LABEL] is None and meta["annotations"][IMAGE_ENCODER_ADDRESS_ANNOTATION] is None
     assert write_isvc_status(plan.status)["stages"] is None  # DELETE: the block goes
     assert "ImageEncoderReady" not in conditions(plan)
 
@@ -251,7 +251,7 @@ def test_a_new_encoder_address_rolls_the_front_onto_it() -> None:
     obs.image_encoder["Service"]["spec"]["clusterIP"] = "10.0.0.99"  # deleted and made again by someone
     plan, _ = run(body(), obs)
     meta = write(plan, "Deployment", "vc")["spec"]["template"]["metadata"]
-    assert meta["annotations"] == {IMAGE_ENCODER_ADDRESS_ANNOTATION: "10.0.0.99:8001"}
+    assert meta["annotations"][IMAGE_ENCODER_ADDRESS_ANNOTATION] == "10.0.0.99:8001"
 
 
 # ---------------------------------------------------------------------------------------------- replicas and status

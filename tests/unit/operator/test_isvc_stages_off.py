@@ -33,6 +33,12 @@ from modalscale.operator.isvc.objects import (
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
 from tests.factories import inference_service
 
+try:  # the pod template's repository hash came after stages: left out of the comparison (None at df43d75)
+    from tests.unit.operator.test_isvc_gateway_plan import without_repository_hash
+except ImportError:
+    def without_repository_hash(body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
 REPO = Path(__file__).resolve().parents[3]
 NOW = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC)
 FILES = {"multimodal/config.pbtxt": 'name: "multimodal"\n', "multimodal/1/model.py": "# model\n"}
@@ -83,7 +89,7 @@ def observed_after(obs: IsvcObserved, plan: Any, name: str) -> IsvcObserved:
 
 
 def _plan_json(plan: Any) -> dict[str, Any]:
-    return {"writes": [[w.kind, w.action, w.name, w.body] for w in plan.writes],
+    return {"writes": [[w.kind, w.action, w.name, without_repository_hash(w.body)] for w in plan.writes],
             "status": write_isvc_status(plan.status), "events": plan.events,
             "desired": plan.desired_replicas}
 
@@ -107,7 +113,7 @@ def scenarios() -> dict[str, Any]:
         drifted.deployment["spec"]["replicas"] = 7
         third = plan_isvc(spec, drifted, files, config, NOW)
         scale = plan_isvc(spec, drifted, None, config, NOW)
-        out[key] = {"objects": objects, "plans": [_plan_json(p) for p in (first, second, third, scale)]}
+        out[key] = {"objects": [without_repository_hash(o) for o in objects], "plans": [_plan_json(p) for p in (first, second, third, scale)]}
     return json.loads(json.dumps(out, sort_keys=True))
 
 
