@@ -113,7 +113,8 @@ def scenarios() -> dict[str, Any]:
         drifted.deployment["spec"]["replicas"] = 7
         third = plan_isvc(spec, drifted, files, config, NOW)
         scale = plan_isvc(spec, drifted, None, config, NOW)
-        out[key] = {"objects": [without_repository_hash(o) for o in objects], "plans": [_plan_json(p) for p in (first, second, third, scale)]}
+        out[key] = {"objects": [without_repository_hash(o) for o in objects],
+                    "plans": [_plan_json(p) for p in (first, second, third, scale)]}
     return json.loads(json.dumps(out, sort_keys=True))
 
 
