@@ -426,6 +426,33 @@ def build_image_encoder_pdb(spec: IsvcSpec) -> dict[str, Any]:
     return pdb
 
 
+def build_image_encoder_network_policy(spec: IsvcSpec, scraper_labels: dict[str, str]) -> dict[str, Any]:
+    """``<name>-image-encoder``: only this InferenceService's front pods reach the encoder pool's gRPC port (the
+    one port :mod:`modalscale.runtime.model.encoder_client` calls), and only the metrics scraper its metrics port;
+    nothing else reaches the pool, whose replicas decode whatever image bytes they are sent.
+
+    Front pods are told by :data:`SELECTOR_LABEL` (the gateway pods and the encoder pods never carry it). Like
+    :func:`build_network_policy`, it takes effect only where the cluster's network plugin enforces NetworkPolicy.
+
+    Args:
+        scraper_labels: Pod labels of the metrics scraper (any namespace).
+    """
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": _pool_meta(spec, image_encoder_pool(spec)),
+        "spec": {
+            "podSelector": {"matchLabels": {IMAGE_ENCODER_LABEL: spec.name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": {SELECTOR_LABEL: spec.name}}}],
+                 "ports": [{"protocol": "TCP", "port": GRPC_PORT}]},
+                {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": dict(scraper_labels)}}],
+                 "ports": [{"protocol": "TCP", "port": METRICS_PORT}]},
+            ],
+        },
+    }
+
+
 def image_encoder_address(service: dict[str, Any] | None) -> str | None:
     """``<ClusterIP>:<gRPC port>`` of the observed encoder Service, None until the API server gave it one.
 

@@ -126,6 +126,7 @@ class Observer:
             reads.update({
                 "Service": (self.core.read_namespaced_service, name),
                 "PodDisruptionBudget": (self.policy.read_namespaced_pod_disruption_budget, name),
+                "NetworkPolicy": (self.networking.read_namespaced_network_policy, name),
             })
         return {kind: self.child(kind, read, n, ns) for kind, (read, n) in reads.items()}
 

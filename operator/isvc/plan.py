@@ -62,6 +62,7 @@ from modalscale.operator.isvc.objects import (
     build_gateway_service,
     build_image_encoder_configmap,
     build_image_encoder_deployment,
+    build_image_encoder_network_policy,
     build_image_encoder_pdb,
     build_image_encoder_service,
     build_pdb,
@@ -117,7 +118,7 @@ GATEWAY_KINDS = ("ServiceAccount", "Role", "RoleBinding", "Service", "NetworkPol
 _GATEWAY_SPEC_KEYS = {"ServiceAccount": ("automountServiceAccountToken",), "Role": ("rules",),
                       "RoleBinding": ("roleRef", "subjects"), "Service": ("spec",), "NetworkPolicy": ("spec",),
                       "PodDisruptionBudget": ("spec",), "Deployment": ("spec",)}
-IMAGE_ENCODER_KINDS = ("ConfigMap", "Deployment", "Service", "PodDisruptionBudget")
+IMAGE_ENCODER_KINDS = ("ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy")
 """Kinds of the image encoder pool's objects (``spec.stages``), in creation order (deleted in reverse)."""
 
 
@@ -705,7 +706,9 @@ def _image_encoder_writes(spec: IsvcSpec, obs: IsvcObserved, files: dict[str, st
                            ("data",)),
               _merge_template(_child_write("Deployment", desired, dep, ("spec",)), name, _spot_removal(desired, dep)),
               _service_write(build_image_encoder_service(spec), obs.image_encoder.get("Service")),
-              _pdb_write(build_image_encoder_pdb(spec), obs.image_encoder.get("PodDisruptionBudget"))]
+              _pdb_write(build_image_encoder_pdb(spec), obs.image_encoder.get("PodDisruptionBudget")),
+              _child_write("NetworkPolicy", build_image_encoder_network_policy(spec, config.scraper_labels),
+                           obs.image_encoder.get("NetworkPolicy"), ("spec",))]
     return [w for w in writes if w is not None]
 
 

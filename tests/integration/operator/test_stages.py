@@ -1,7 +1,8 @@
 """The staged layout (issue 24, ``spec.stages``) against the real control plane (KWOK nodes): the image encoder pool's
-Deployment, Service, ConfigMap and PodDisruptionBudget owned by the InferenceService beside the front pool's, the front
-pool addressed at the encoder Service's ClusterIP, status per stage, one ``kubectl get msvc`` row, a rerun that writes
-nothing, and removing ``spec.stages`` taking the pool away after the front rolled back to one piece."""
+Deployment, Service, ConfigMap, PodDisruptionBudget and NetworkPolicy owned by the InferenceService beside the front
+pool's, the front pool addressed at the encoder Service's ClusterIP, status per stage, one ``kubectl get msvc`` row, a
+rerun that writes nothing, and removing ``spec.stages`` taking the pool away after the front rolled back to one
+piece."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def test_a_staged_service_runs_its_encoder_pool_apart_and_removing_stages_takes_
     wait_condition(api, namespace, "st", "ImageEncoderReady", "True")
     ready_s = time.monotonic() - started
     apps, core, policy = client.AppsV1Api(api), client.CoreV1Api(api), client.PolicyV1Api(api)
+    networking = client.NetworkingV1Api(api)
 
     front, encoder = apps.read_namespaced_deployment("st", namespace), apps.read_namespaced_deployment(
         "st-image-encoder", namespace)
@@ -47,13 +49,19 @@ def test_a_staged_service_runs_its_encoder_pool_apart_and_removing_stages_takes_
     children = [front, encoder, core.read_namespaced_service("st", namespace), enc_svc,
                 core.read_namespaced_config_map("st-model-repo", namespace),
                 core.read_namespaced_config_map("st-image-encoder-model-repo", namespace),
-                policy.read_namespaced_pod_disruption_budget("st-image-encoder", namespace)]
+                policy.read_namespaced_pod_disruption_budget("st-image-encoder", namespace),
+                networking.read_namespaced_network_policy("st-image-encoder", namespace)]
     for obj in children:
         (ref,) = obj.metadata.owner_references
         uid = isvc["metadata"]["uid"]
         assert (ref.kind, ref.name, ref.uid, ref.controller) == ("InferenceService", "st", uid, True)
-    for obj in children[1::2]:
+    for obj in (*children[1::2], children[-1]):
         assert obj.metadata.labels["modalscale.io/stage"] == "image-encoder", obj.metadata.name
+    # Only the front pods reach the pool's gRPC port (the scraper its metrics port).
+    serving = children[-1].spec.ingress[0]
+    assert children[-1].spec.pod_selector.match_labels == {"modalscale.io/image-encoder": "st"}
+    assert [p.port for p in serving.ports] == [8001]
+    assert [f.pod_selector.match_labels for f in serving._from] == [{"modalscale.io/inferenceservice": "st"}]
     # The front pool calls the pool at its Service's ClusterIP (no cluster DNS on the local node).
     annotations = front.spec.template.metadata.annotations
     assert annotations["modalscale.io/image-encoder-address"] == f"{enc_svc.spec.cluster_ip}:8001"
@@ -88,7 +96,8 @@ def test_a_staged_service_runs_its_encoder_pool_apart_and_removing_stages_takes_
                     apps.read_namespaced_deployment("st", namespace),
                     apps.read_namespaced_deployment("st-image-encoder", namespace),
                     core.read_namespaced_service("st-image-encoder", namespace),
-                    core.read_namespaced_config_map("st-image-encoder-model-repo", namespace)))]
+                    core.read_namespaced_config_map("st-image-encoder-model-repo", namespace),
+                    networking.read_namespaced_network_policy("st-image-encoder", namespace)))]
 
     before_versions, before_writes = versions(), operator.log().count(f"namespace={namespace} ")
     reconciles = operator.metric("modalscale_reconciles_total", result="ok")
@@ -109,6 +118,8 @@ def test_a_staged_service_runs_its_encoder_pool_apart_and_removing_stages_takes_
             core.list_namespaced_config_map(
                 namespace, field_selector="metadata.name=st-image-encoder-model-repo").items,
             policy.list_namespaced_pod_disruption_budget(
+                namespace, field_selector="metadata.name=st-image-encoder").items,
+            networking.list_namespaced_network_policy(
                 namespace, field_selector="metadata.name=st-image-encoder").items) if o]
         return not left
 

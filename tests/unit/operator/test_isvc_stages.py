@@ -15,8 +15,11 @@ import pytest
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.api.isvc_status import DELETE, AutoscalerRecord, read_isvc_status, write_isvc_status
 from modalscale.operator.isvc.objects import (
+    GATEWAY_LABEL,
+    GRPC_PORT,
     IMAGE_ENCODER_ADDRESS_ANNOTATION,
     IMAGE_ENCODER_LABEL,
+    METRICS_PORT,
     SELECTOR_LABEL,
     STAGE_FRONT,
     STAGE_IMAGE_ENCODER,
@@ -80,7 +83,7 @@ def applied(obs: IsvcObserved, plan: Any, encoder_ready: bool = True) -> IsvcObs
     written = write_isvc_status(plan.status)  # as the next pass reads it back (a deleted block is absent)
     obs.status = read_isvc_status({"status": {k: v for k, v in written.items() if v is not None}})
     for w in plan.writes:
-        encoder = w.name.startswith("vc-image-encoder")
+        encoder = w.name.endswith(("-image-encoder", "-image-encoder-model-repo"))  # any service name
         slot = w.kind if encoder else w.kind.lower()
         if w.action == "delete":
             obs.image_encoder[slot] = None
@@ -130,7 +133,8 @@ def test_a_new_staged_service_creates_the_encoder_pool_first_and_holds_the_front
     assert made(plan) == [("PodDisruptionBudget", "create", "vc"), ("Service", "create", "vc"),
                           ("ConfigMap", "create", "vc-image-encoder-model-repo"),
                           ("Deployment", "create", "vc-image-encoder"), ("Service", "create", "vc-image-encoder"),
-                          ("PodDisruptionBudget", "create", "vc-image-encoder")]
+                          ("PodDisruptionBudget", "create", "vc-image-encoder"),
+                          ("NetworkPolicy", "create", "vc-image-encoder")]
     for w in plan.writes:
         (ref,) = w.body["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == ("InferenceService", "vc", "u-1", True)
@@ -238,11 +242,49 @@ def test_removing_stages_rolls_the_front_back_first_and_deletes_the_pool_once_no
     assert plan.writes == []
     obs.pods = [{"metadata": {"name": "vc-2", "labels": {SELECTOR_LABEL: "vc"}}}]
     plan, obs = run(body(None), obs)
-    assert made(plan) == [("PodDisruptionBudget", "delete", "vc-image-encoder"),
+    assert made(plan) == [("NetworkPolicy", "delete", "vc-image-encoder"),
+                          ("PodDisruptionBudget", "delete", "vc-image-encoder"),
                           ("Service", "delete", "vc-image-encoder"), ("Deployment", "delete", "vc-image-encoder"),
                           ("ConfigMap", "delete", "vc-image-encoder-model-repo")]
     plan, obs = run(body(None), obs)
     assert plan.writes == [] and plan.status.stages is None
+
+
+def _admits(rule: dict[str, Any], labels: dict[str, str]) -> bool:
+    """True when one of the ingress rule's pod selectors selects a pod with ``labels``."""
+    return any(all(labels.get(k) == v for k, v in peer["podSelector"]["matchLabels"].items())
+               for peer in rule["from"])
+
+
+def test_only_the_front_pods_reach_the_encoder_pool_and_only_the_scraper_its_metrics() -> None:
+    """The pool decodes whatever image bytes reach it: its NetworkPolicy admits this service's front pods on the gRPC
+    port the front calls (the address annotation's port), the scraper on the metrics port, and no one else."""
+    obs = settled()
+    policy = obs.image_encoder["NetworkPolicy"]
+    assert policy is not None
+    pool_pods = obs.image_encoder["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert all(pool_pods.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items())
+    serving, metrics = policy["spec"]["ingress"]
+    front_pods = obs.deployment["spec"]["template"]["metadata"]["labels"]
+    front_address = obs.deployment["spec"]["template"]["metadata"]["annotations"][IMAGE_ENCODER_ADDRESS_ANNOTATION]
+    assert serving["ports"] == [{"protocol": "TCP", "port": GRPC_PORT}] and front_address.endswith(f":{GRPC_PORT}")
+    assert _admits(serving, front_pods)
+    for outsider in ({GATEWAY_LABEL: "vc"}, pool_pods, {SELECTOR_LABEL: "other"}, {}):
+        assert not _admits(serving, outsider), outsider
+    assert metrics["ports"] == [{"protocol": "TCP", "port": METRICS_PORT}]
+    assert metrics["from"][0]["namespaceSelector"] == {} and _admits(metrics, dict(CONFIG.scraper_labels))
+    assert not _admits(metrics, front_pods)
+
+
+def test_an_edited_encoder_network_policy_is_repaired_alone() -> None:
+    obs = settled()
+    assert obs.image_encoder["NetworkPolicy"] is not None
+    obs.image_encoder["NetworkPolicy"]["spec"]["ingress"] = [{}]  # someone opened the pool to everyone
+    plan, obs = run(body(), obs)
+    assert made(plan) == [("NetworkPolicy", "patch", "vc-image-encoder")]
+    assert len(obs.image_encoder["NetworkPolicy"]["spec"]["ingress"]) == 2
+    plan, _ = run(body(), obs)
+    assert plan.writes == []
 
 
 def test_a_new_encoder_address_rolls_the_front_onto_it() -> None:
