@@ -30,6 +30,11 @@ INFLIGHT_REQUESTS = "modalscale_inflight_requests"
 """Gauge of requests inside a model's ``execute`` by ``model`` (router and batched models). Triton's own
 in-flight count (``nv_inference_pending_request_count``) covers only queued requests, not executing ones, so a
 router waiting on a BLS call is invisible to Triton's shutdown; :mod:`modalscale.runtime.drain` reads both."""
+IMAGE_INT8_FALLBACK = "modalscale_image_int8_fallback"
+"""Gauge by ``model``, only where INT8 images were asked for (engine openvino, precision INT8,
+``image_int8_min_side_pixels`` > 0, the image encoder loaded at start): 1 when the INT8 image encoder missed its
+fidelity bound at load and every image is served by the FP32 encoder (the reason, with the measured cosine, is in
+the model's log), 0 when INT8 serves the large images. Without it the fallback was visible only in that log."""
 
 STAGES = ("decode", "tokenize", "image_encoder", "text_encoder", "fusion")
 """Values of the ``stage`` label."""
@@ -61,6 +66,8 @@ HELP = {
     STAGE_COMPUTE_SECONDS: "Compute seconds attributed to a request, by stage and modality class.",
     EMBEDDING_CACHE_LOOKUPS_TOTAL: "Image embedding cache lookups, by result.",
     INFLIGHT_REQUESTS: "Requests being executed by the model (queued requests are not counted here).",
+    IMAGE_INT8_FALLBACK: "1 when the INT8 image encoder fell back to FP32 at load (missed its fidelity bound), "
+                         "0 when INT8 serves the large images; only where INT8 images were asked for.",
 }
 
 

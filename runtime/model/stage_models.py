@@ -67,10 +67,12 @@ class ImageEncoderStageModel:
         config = json.loads(args["model_config"])
         self.settings = ModelSettings.from_model_config(config)
         _threads(self.settings)
-        self.pipeline = MultimodalPipeline(self.settings, MultimodalEncoder(
+        encoder = MultimodalEncoder(
             self.settings.precision, _device(args), ("image",), self.settings.int8_text, self.settings.image_bf16,
-            self.settings.engine, self.settings.intra_op_threads, self.settings.image_int8_min_side_pixels))
+            self.settings.engine, self.settings.intra_op_threads, self.settings.image_int8_min_side_pixels)
+        self.pipeline = MultimodalPipeline(self.settings, encoder)
         self.metrics = FeatureMetrics(str(args.get("model_name", config.get("name", ""))))
+        self.metrics.report_image_int8(encoder, ("image",))
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Encode every request's images; a bad request gets its own error (``INVALID_ARG``), the rest are served."""

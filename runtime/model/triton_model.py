@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -53,10 +54,14 @@ class FeatureMetrics:
                 (names.STAGE_COMPUTE_SECONDS, family.HISTOGRAM),
                 (names.EMBEDDING_CACHE_LOOKUPS_TOTAL, family.COUNTER),
                 (names.INFLIGHT_REQUESTS, family.GAUGE),
+                (names.IMAGE_INT8_FALLBACK, family.GAUGE),
             )
         }
         f = self.families
+        self.model_name = model_name
         self.inflight = f[names.INFLIGHT_REQUESTS].Metric(labels={"model": model_name})
+        self.int8_fallback: Any = None
+        """The ``modalscale_image_int8_fallback`` series (:meth:`report_image_int8`); None: not asked for."""
         self.requests = {m.value: f[names.REQUESTS_TOTAL].Metric(labels={"modality": m.value}) for m in Modality}
         self.errors: dict[str, Any] = {}
         buckets = {names.REQUEST_IMAGE_PIXELS: names.PIXEL_BUCKETS, names.REQUEST_IMAGES: names.IMAGE_COUNT_BUCKETS,
@@ -70,6 +75,15 @@ class FeatureMetrics:
                        for s in names.STAGES for m in Modality}
         self.cache = {r: f[names.EMBEDDING_CACHE_LOOKUPS_TOTAL].Metric(labels={"result": r})
                       for r in ("hit", "miss")}
+
+    def report_image_int8(self, encoder: MultimodalEncoder, preloaded: Sequence[str]) -> None:
+        """Export whether ``encoder``'s INT8 image encoder fell back to FP32 (``names.IMAGE_INT8_FALLBACK``): only
+        where INT8 images were asked for and the image encoder was loaded at start (``preloaded``), so its load-time
+        guard has run."""
+        if encoder.image_int8_min_side_pixels <= 0 or "image" not in preloaded:
+            return
+        self.int8_fallback = self.families[names.IMAGE_INT8_FALLBACK].Metric(labels={"model": self.model_name})
+        self.int8_fallback.set(1.0 if encoder.image_int8_fallback else 0.0)
 
     def _metric(self, name: str, label_set: names.Labels) -> Any:
         """The metric object of one series; error reasons are created on first use."""
@@ -113,10 +127,12 @@ class TritonPythonModel:
         if args.get("model_instance_kind") == "GPU":
             device = f"cuda:{args.get('model_instance_device_id', '0')}"
         self.batched = int(config.get("max_batch_size", 0)) > 0
-        self.pipeline = MultimodalPipeline(self.settings, MultimodalEncoder(
+        encoder = MultimodalEncoder(
             self.settings.precision, device, self.settings.preload, self.settings.int8_text, self.settings.image_bf16,
-            self.settings.engine, self.settings.intra_op_threads, self.settings.image_int8_min_side_pixels))
+            self.settings.engine, self.settings.intra_op_threads, self.settings.image_int8_min_side_pixels)
+        self.pipeline = MultimodalPipeline(self.settings, encoder)
         self.metrics = FeatureMetrics(str(args.get("model_name", config.get("name", ""))))
+        self.metrics.report_image_int8(encoder, self.settings.preload)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Serve one batch: a response (or a per-request error) for every request, in order.

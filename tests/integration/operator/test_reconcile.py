@@ -100,6 +100,44 @@ def test_spec_change_rolls_out_without_losing_ready_replicas(api: Any, operator:
     assert any("max_queue_delay_microseconds: 500" in v for v in configs.values()), sorted(configs)
 
 
+def test_a_repository_only_change_rolls_the_pods_onto_the_new_repository(api: Any, operator: Any,
+                                                                          namespace: str) -> None:
+    """Triton reads its repository once: a change of the generated repository alone (the batching window here, no
+    image or argument change) must still give new pods, with the hash of what the ConfigMap now holds."""
+    from modalscale.operator.isvc.objects import MODEL_REPOSITORY_HASH_ANNOTATION, content_hash
+
+    create(api, namespace, make_isvc("repo", runtime={"dynamicBatching": {"maxQueueDelayMicroseconds": 2000}}))
+    wait_condition(api, namespace, "repo", "Ready", "True")
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+
+    def mounted_hash() -> str:
+        data = core.read_namespaced_config_map("repo-model-repo", namespace).data
+        return content_hash({k.replace("__", "/"): v for k, v in data.items()})
+
+    def template_hash() -> str:
+        return apps.read_namespaced_deployment("repo", namespace).spec.template.metadata.annotations[
+            MODEL_REPOSITORY_HASH_ANNOTATION]
+
+    before = template_hash()
+    assert before == mounted_hash()
+    before_generation = apps.read_namespaced_deployment("repo", namespace).metadata.generation
+    patch_spec(api, namespace, "repo", {"runtime": {"dynamicBatching": {"maxQueueDelayMicroseconds": 500}}})
+
+    def rolled() -> bool:
+        d = apps.read_namespaced_deployment("repo", namespace)
+        return (d.spec.template.metadata.annotations[MODEL_REPOSITORY_HASH_ANNOTATION] != before
+                and d.status.observed_generation == d.metadata.generation
+                and d.status.updated_replicas == 2 and d.status.ready_replicas == 2 and d.status.replicas == 2)
+
+    wait_for(rolled, 90, "rollout onto the new repository")
+    assert template_hash() == mounted_hash() != before
+    assert apps.read_namespaced_deployment("repo", namespace).metadata.generation > before_generation
+    configs = core.read_namespaced_config_map("repo-model-repo", namespace).data
+    assert any("max_queue_delay_microseconds: 500" in v for v in configs.values())
+    replica_sets = apps.list_namespaced_replica_set(namespace, label_selector="modalscale.io/inferenceservice=repo")
+    assert len(replica_sets.items) == 2  # the first pods' and the new repository's
+
+
 def test_drift_is_repaired_and_hand_scaling_is_reported(api: Any, operator: Any, namespace: str) -> None:
     create(api, namespace, make_isvc("drift"))
     wait_condition(api, namespace, "drift", "Ready", "True")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import torch
@@ -240,6 +241,10 @@ def test_fastest_preset_serves_in_tritonserver(tmp_path: Path, ov_cache: Path,
         # fell back here
         fell_back = "INT8 image encoder falls back to FP32" in (tmp_path / "tritonserver.log").read_text()
         assert fell_back == (local.image_int8_fallback is not None), local.image_int8_fallback
+        # ... and on /metrics, where a user sees it (1 = every image FP32), for each model that loaded the guard
+        exported = [float(line.rsplit(" ", 1)[1]) for line in httpx.get(server.metrics_url, timeout=10).text
+                    .splitlines() if line.startswith("modalscale_image_int8_fallback{")]
+        assert exported and set(exported) == {1.0 if fell_back else 0.0}, exported
         pipeline = MultimodalPipeline(replace(settings, embedding_cache=False), local)
         alone = [pipeline.run([pipeline.prepare(np.array([[m]], dtype=object), None)])[0] for m in mixed]
         present = np.array([True])
