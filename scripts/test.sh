@@ -16,28 +16,43 @@ if [ "${1:-}" = "--fast" ]; then
   fast=1
   shift
 fi
-if [ -n "$fast" ]; then
-  ensure_python_env
-else
-  ensure_venv
-  modalscale cluster build >/dev/null
-fi
-# Lint and type checks first (rules and packages in pyproject.toml: [tool.ruff], [tool.mypy]).
-ruff check .
-mypy
 # The whole suite runs as three lanes side by side (tests/conftest.py LANES: the tests on the real node, the other
-# operator tests, the rest; PLACED moves a few modules to even them out), each a pytest process with its own session cluster and its own port range, its lines
-# prefixed with the lane's name: most of the suite's time is waiting on clusters, pods and the operator's loops, not
-# computing. Any argument that does not start with '-' (a path, a test id, or an option's value such as -k's),
-# --fast, or MODALSCALE_TEST_LANES=0 runs one pytest process instead.
+# operator tests, the rest; PLACED moves a few modules to even them out), each a pytest process with its own session
+# cluster and its own port range, its lines prefixed with the lane's name: most of the suite's time is waiting on
+# clusters, pods and the operator's loops, not computing. Any argument that does not start with '-' (a path, a test
+# id, or an option's value such as -k's), --fast, or MODALSCALE_TEST_LANES=0 runs one pytest process instead.
 lanes=1
 for arg in "$@"; do
   case "$arg" in -*) ;; *) lanes="" ;; esac
 done
 if [ -n "$fast" ] || [ "${MODALSCALE_TEST_LANES:-1}" = "0" ]; then lanes=""; fi
+logdir=$(mktemp -d "${TMPDIR:-/tmp}/modalscale-lanes.XXXXXX")
+if [ -n "$fast" ]; then
+  ensure_python_env
+else
+  ensure_venv
+  # The container images (modalscale images build: a cache hit in seconds, ~10 minutes cold) are built in the
+  # background beside the Go builds, and the realnode lane waits for them before its pytest starts: built inside
+  # the first real-node test, they counted against that test's timeout (900 s), which a cold build overran.
+  # Lanes only, as root with buildah (what the real node needs); elsewhere the real-node tests skip and say why.
+  if [ -n "$lanes" ] && [ "$(id -u)" = 0 ] && command -v buildah >/dev/null; then
+    (
+      modalscale images build >"$logdir/images.log" 2>&1 &
+      build=$!
+      trap 'kill -TERM $build 2>/dev/null' TERM
+      rc=0
+      wait $build || rc=$?
+      echo $rc >"$logdir/images.rc"
+    ) &
+    echo $! >"$logdir/images.pid"
+  fi
+  modalscale cluster build >/dev/null
+fi
+# Lint and type checks first (rules and packages in pyproject.toml: [tool.ruff], [tool.mypy]).
+ruff check .
+mypy
 # Stopped (SIGTERM, e.g. CI's time limit, or Ctrl-C): each pytest process gets SIGTERM, which tests/_signals.py
 # turns into an interrupt that tears its session cluster down, and this script waits for that before it exits.
-logdir=$(mktemp -d "${TMPDIR:-/tmp}/modalscale-lanes.XXXXXX")
 stop_pytest() {
   trap - INT TERM
   echo "stopped: terminating pytest (its fixtures tear the clusters down)" >&2
@@ -52,9 +67,17 @@ trap stop_pytest INT TERM
 run_pytest() {  # NAME ARGS...: run pytest, record its pid under NAME, return its exit status
   local name=$1
   shift
+  if [ "$name" = realnode ] && [ -e "$logdir/images.pid" ]; then
+    wait_for_images
+  fi
   python -m pytest "$@" &
   echo $! >"$logdir/$name.pid"
   wait $!
+}
+wait_for_images() {  # the background image build's log, once it has ended (its outcome: the tests using images say)
+  while [ ! -e "$logdir/images.rc" ] && kill -0 "$(cat "$logdir/images.pid")" 2>/dev/null; do sleep 2; done
+  sed 's/^/images: /' "$logdir/images.log"
+  echo "images: modalscale images build exited $(cat "$logdir/images.rc" 2>/dev/null || echo '(no status)')"
 }
 set +e
 if [ -n "$fast" ]; then
