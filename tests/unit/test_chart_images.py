@@ -335,3 +335,20 @@ def test_missing_build_requirements_are_refused_naming_the_field(tmp_path: Path,
     (tmp_path / "pyproject.toml").write_text(text)
     with pytest.raises(ImageBuildError, match=r"\[build-system\] requires"):
         build_requirements(tmp_path)
+
+
+
+def test_a_failed_build_command_says_why_on_its_first_line() -> None:
+    """The first line of an ``ImageBuildError`` is what a test summary and CI's tail show: the command and the reason
+    it gave, not only the store's paths (stop 33's CI showed ``buildah --root ... exited 125:`` and nothing else)."""
+    from modalscale.devenv.images import ImageBuildError, _command_name, _run, buildah_command
+
+    assert _command_name([*buildah_command(Path("/tmp/store")), "commit", "--rm", "c", "ref"]) == "buildah commit"
+    assert _command_name(["debootstrap", "--variant=minbase", "--include=a,b", "bookworm", "/r"]) == (
+        "debootstrap bookworm")
+    script = "echo building; echo 'Error: committing container: write /x: no space left on device' >&2; echo; exit 125"
+    with pytest.raises(ImageBuildError) as err:
+        _run(["sh", "-c", script], lambda _m: None)
+    first = str(err.value).splitlines()[0]
+    assert first == "sh -c exited 125: Error: committing container: write /x: no space left on device"
+    assert "building" in str(err.value)  # the output's tail follows

@@ -204,15 +204,33 @@ def check_tools() -> None:
                               "`apt-get install debootstrap buildah umoci`.")
 
 
+def _command_name(cmd: Sequence[str]) -> str:
+    """The program and its subcommand, past the global ``--option value`` pairs: ``buildah bud``, ``debootstrap
+    bookworm``."""
+    i = 1
+    while i < len(cmd) and cmd[i].startswith("--"):
+        i += 1 if "=" in cmd[i] else 2
+    return " ".join([Path(cmd[0]).name, *cmd[i:i + 1]])
+
+
 def _run(cmd: Sequence[str], log: Log, cwd: Path | None = None, env: dict[str, str] | None = None,
          quiet: bool = False) -> str:
-    """Run ``cmd``; return its stdout. Raises ImageBuildError with the output tail on a non-zero exit."""
+    """Run ``cmd``; return its stdout.
+
+    Raises:
+        ImageBuildError: A non-zero exit. Its first line names the command and gives the last line the command
+            wrote on stderr (else stdout), e.g. ``buildah commit exited 125: Error: ... no space left on device``:
+            the line a test summary and CI's tail show (before, the first line held only the store's paths and
+            the reason was cut off); the output's tail follows.
+    """
     if not quiet:
         log("$ " + " ".join(cmd))
     proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stdout[-3000:] + "\n" + proc.stderr[-4000:]).strip()
-        raise ImageBuildError(f"{' '.join(cmd[:4])} ... exited {proc.returncode}:\n{tail}")
+        last = next((line.strip() for text in (proc.stderr, proc.stdout) for line in reversed(text.splitlines())
+                     if line.strip()), "no output")
+        raise ImageBuildError(f"{_command_name(cmd)} exited {proc.returncode}: {last}\n{tail}")
     return proc.stdout
 
 
