@@ -50,8 +50,9 @@ def test_gateway_enabled_puts_owned_objects_in_front_of_the_replicas_and_reruns_
     replica_pods = core.list_namespaced_pod(namespace, label_selector="modalscale.io/inferenceservice=gw").items
     assert len(gateway_pods) == 2 and len(replica_pods) == 2
     assert not {p.metadata.name for p in gateway_pods} & {p.metadata.name for p in replica_pods}
-    status = get(api, namespace, "gw")["status"]
-    assert status["gateway"]["readyReplicas"] == 2
+    # status is the world the last reconcile saw: the second gateway pod's readiness reaches it on the next one
+    status = wait_for(lambda: (s := get(api, namespace, "gw")["status"])["gateway"]["readyReplicas"] == 2 and s, 60,
+                      "status.gateway.readyReplicas 2")
     assert status["url"] == f"http://gw.{namespace}.svc.cluster.local:8000"
 
     time.sleep(2 * 2.0)  # let the rollout settle

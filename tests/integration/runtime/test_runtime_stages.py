@@ -22,8 +22,11 @@ from modalscale.runtime.repo_config import PRESETS, RuntimeConfig, Stage, build_
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
 from modalscale.runtime.workload import photo_at
 
-ENCODER_CFG = RuntimeConfig(stage=Stage.IMAGE_ENCODER, cpu_cores=2.0)
-"""The pool: the default config's batching and embedding cache, FP32."""
+ENCODER_CFG = RuntimeConfig(stage=Stage.IMAGE_ENCODER, cpu_cores=2.0, max_queue_delay_microseconds=100_000)
+"""The pool: the default config's batching and embedding cache, FP32, with a 100 ms batching window: at the default
+2 ms a fast pool finished each call before the front's next one arrived whenever the front was slowed (16 requests,
+16 executions in a clean-clone run under extra load), so whether it batched was a matter of timing; with the window,
+calls the front makes within 100 ms of each other share an execution whatever the machine's speed."""
 BROKEN = "broken"
 """A second front, in the layout without router (one model, one instance: the cheapest to start), whose pool address
 has no listener; the router's mapping of its error is unit-tested (``test_runtime_stages.py``)."""
