@@ -137,6 +137,8 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
                 scale_isvc(deps, raw, decision, plan.status, logger)
             except (InvalidSpec, ModelReferenceError):
                 pass  # scale_isvc recorded it in status and an Event; the decision stays in status
+            for type_, reason, message in plan.events:  # the new count, once it is in status
+                deps.writer.event(raw, type_, reason, message, logger)
         else:
             deps.writer.patch_isvc_status(namespace, name, plan.status, plan.stored)
             if plan.status.autoscaler is not None:

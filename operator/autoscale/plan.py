@@ -63,6 +63,8 @@ class AutoscalePlan:
         desired_changed: ``status.desiredReplicas`` changes: reconcile at once so the Deployment follows.
         metrics_available: Whether the metrics of the mode used were read.
         metrics_reason: The ``MetricsAvailable`` reason.
+        events: ``(type, reason, message)`` Events to post once the status is written: one
+            :func:`scale_event` when ``desiredReplicas`` changes, none otherwise.
     """
 
     status: IsvcStatus
@@ -70,6 +72,7 @@ class AutoscalePlan:
     desired_changed: bool
     metrics_available: bool
     metrics_reason: str
+    events: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def status_patch(self) -> dict[str, Any]:
@@ -167,8 +170,29 @@ def plan_autoscale(status: IsvcStatus, decision: Decision, reading: MetricsReadi
     part = IsvcStatus(desired_replicas=int(decision.desired_replicas) if desired_changed else None,
                       autoscaler=block if desired_changed or outcome_changed or stale else None,
                       conditions=tuple(new_conditions) if new_conditions != old_conditions else None)
+    events = (scale_event(status, block, int(decision.desired_replicas)),) if desired_changed else ()
     return AutoscalePlan(status=part, stored=status, desired_changed=desired_changed, metrics_available=available,
-                         metrics_reason=reason)
+                         metrics_reason=reason, events=events)
+
+
+def scale_event(status: IsvcStatus, block: AutoscalerRecord, desired: int) -> tuple[str, str, str]:
+    """The ``(type, reason, message)`` Event of a new replica count for the service (its front pool) (pure): what
+    an HPA's ``SuccessfulRescale`` Event says ("New size: N; reason: ..."), with the decision's own reason, so
+    ``kubectl describe`` and ``kubectl get events`` show why it scaled, as they do for the encoder pool
+    (:func:`pool_scale_event`).
+
+    Args:
+        status: The status as stored before this decision.
+        block: The new ``autoscaler`` block (reason and message of the decision).
+        desired: The new ``desiredReplicas``.
+    Returns:
+        ``("Normal", block.reason, "replicas: BEFORE -> AFTER (REASON: MESSAGE)")``; BEFORE is the stored
+        ``desiredReplicas``, else the stored ``replicas``, else 0.
+    """
+    before = next((n for n in (status.desired_replicas, status.replicas) if n is not None), 0)
+    reason = block.reason or ""
+    detail = f"{reason}: {block.message}" if block.message else reason
+    return "Normal", reason, f"replicas: {before} -> {desired} ({detail})"
 
 
 def plan_activation(status: IsvcStatus, decision: Decision, now: dt.datetime) -> IsvcStatus:

@@ -57,6 +57,19 @@ def test_valid_decision_writes_desired_replicas_block_and_conditions() -> None:
     assert get(patch["conditions"], COST_MODEL_LOADED)["reason"] == "ArtifactLoaded"
 
 
+def test_a_new_count_posts_one_event_with_the_decisions_reason_and_a_held_or_equal_one_none() -> None:
+    """What an HPA's ``SuccessfulRescale`` Event tells a ``kubectl describe`` reader, with this decision's reason."""
+    plan = plan_autoscale(as_status({"desiredReplicas": 1, "replicas": 1}), decision(3), READ, LOADED,
+                          generation=1, now=NOW)
+    assert plan.events == (("Normal", "ScaleUpForSLO", "replicas: 1 -> 3 (ScaleUpForSLO: because)"),)
+    first = plan_autoscale(as_status({"replicas": 2}), decision(4), READ, LOADED, generation=1, now=NOW)
+    assert first.events == (("Normal", "ScaleUpForSLO", "replicas: 2 -> 4 (ScaleUpForSLO: because)"),)
+    same = plan_autoscale(as_status({"desiredReplicas": 3}), decision(3), READ, LOADED, generation=1, now=NOW)
+    held = plan_autoscale(as_status({"desiredReplicas": 2}), decision(5, valid=False, reason=Reason.HELD_NO_METRICS),
+                          READ, None, generation=1, now=NOW)
+    assert same.events == () and held.events == ()
+
+
 def test_invalid_decision_never_changes_desired_replicas() -> None:
     held = decision(5, valid=False, reason=Reason.HELD_NO_METRICS)
     reading = unavailable(PROMETHEUS_UNREACHABLE, "Prometheus at http://127.0.0.1:1 did not answer: refused")
