@@ -18,6 +18,7 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -286,6 +287,12 @@ def test_image_heavy_load_raises_desired_replicas_more_than_text_only_at_the_sam
     assert ups and all(h["reason"] in AUTOSCALER_REASONS for h in ups), history
     assert autoscale_operator.metric("modalscale_autoscaler_decisions_total", namespace=ns,
                                      inferenceservice="image-svc") > 0
+    # each new count posted its Event, with the decision's reason (what `kubectl describe` shows, as for an HPA)
+    events = client.CoreV1Api(as_api).list_namespaced_event(ns, field_selector="involvedObject.name=image-svc").items
+    counts = [re.fullmatch(r"replicas: (\d+) -> (\d+) \((\w+)(: .*)?\)", e.message or "", re.S) for e in events]
+    scaled_up = [(int(m[1]), int(m[2]), m[3]) for m in counts if m and int(m[2]) > int(m[1])]
+    assert scaled_up and all(reason in AUTOSCALER_REASONS for *_, reason in scaled_up), [e.message for e in events]
+    assert max(after for _, after, _ in scaled_up) == image["desired"], (scaled_up, image["desired"])
 
 
 @pytest.mark.timeout(1200)
