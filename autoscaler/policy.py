@@ -365,6 +365,11 @@ class Observation:
         executing_requests: Requests executing now (in a slot); None = unknown.
         executing_age_ms: Mean time since their execution started, ms; None = unknown. Each is a lower bound on
             that request's service time, so the service-time observation counts them (module docstring).
+        stage_target_p95_ms: The p95 response-time target of one stage of a staged service, ms: the image encoder
+            pool's share of the service's ``targetP95LatencyMilliseconds``
+            (:func:`modalscale.autoscaler.stages.split_slo`). In Utilization mode the need is then at least the
+            replicas that keep the stage's p95 within it (:func:`stage_latency_need`); None = the Utilization rule
+            alone. Must be > 0.
 
     A non-finite ``p95_latency_ms``, ``utilization_ratio``, ``queued_requests`` or in-flight figure is stored as None
     (unknown), as are ``arrival_counts`` with a non-finite count; a negative one raises ValueError.
@@ -389,6 +394,7 @@ class Observation:
     in_flight_age_ms: float | None = None
     executing_requests: float | None = None
     executing_age_ms: float | None = None
+    stage_target_p95_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.arrival_counts is not None and not all(math.isfinite(c) for c in self.arrival_counts):
@@ -396,12 +402,14 @@ class Observation:
         if self.count_bin_s <= 0:
             raise ValueError("count_bin_s must be > 0")
         for name in ("p95_latency_ms", "utilization_ratio", "queued_requests", "in_flight_requests",
-                     "in_flight_age_ms", "executing_requests", "executing_age_ms"):
+                     "in_flight_age_ms", "executing_requests", "executing_age_ms", "stage_target_p95_ms"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 object.__setattr__(self, name, None)  # NaN / Inf is missing data
             elif value is not None and value < 0:
                 raise ValueError(f"Observation.{name} must be >= 0, got {value!r}")
+        if self.stage_target_p95_ms == 0:
+            raise ValueError("Observation.stage_target_p95_ms must be > 0 (None = no stage latency rule), got 0")
         if self.targets_up is not None and self.targets_up < 0:
             raise ValueError("targets_up must be >= 0")
         if self.observed_at.tzinfo is None:
@@ -496,6 +504,9 @@ def _recommend_active(
         need, reason, message, features, state = _predictive_need(observation, policy, state, model, now)
     else:
         need, reason, message, features = _utilization_need(observation, policy)
+        if observation.stage_target_p95_ms is not None:
+            need, reason, message, features = _with_stage_latency(observation, policy, need, reason, message,
+                                                                   features)
     if is_partial(observation):
         features = {**features, "targets_up": float(observation.targets_up or 0)}
         if need < current:
@@ -1171,6 +1182,60 @@ def _observed_queue(
                f"flight / ({slots} slots x {utilization:.0%}) need {observed_need} replicas (Little's law, KPA)")
     reason = Reason.SCALE_UP_FOR_OBSERVED_QUEUE if observed_need > observation.current_replicas else reason
     return observed_need, reason, message, state
+
+
+def stage_latency_need(observation: Observation, policy: ScalingPolicy) -> tuple[int | None, str]:
+    """Replicas that keep one stage's p95 response time within ``observation.stage_target_p95_ms`` (pure).
+
+    The stage is sized as an M/G/c queue of its executions (Triton runs a batch in one slot): executions arrive at
+    ``rate_rps / mean_batch_size`` per s, each takes ``observed_service_ms x mean_batch_size`` ms
+    (``observed_service_ms`` is a request's share of the busy slot time, ``metrics_parse``), ``slots_per_replica``
+    run at once per replica; :func:`modalscale.autoscaler.queueing.replicas_for_slo` finds the least count whose
+    p95 (Allen-Cunneen wait + gamma service tail, SCV from the class or ``policy.default_service_scv``) meets the
+    target. Summed over classes by offered load (the stage has one class in practice: image requests).
+
+    Returns:
+        ``(replicas, why)``; replicas None when the rule cannot size (no target, no workload or no observed
+        execution time, or execution alone misses the target, which more replicas of the same batch cannot fix):
+        ``why`` says which.
+    """
+    target_ms = observation.stage_target_p95_ms
+    if target_ms is None:
+        return None, "no stage latency target"
+    classes = [c for c in observation.workload or () if c.rate_rps > 0]
+    if not classes:
+        return None, "no request in the window"
+    timed = [c for c in classes if c.observed_service_ms is not None and c.observed_service_ms > 0]
+    if len(timed) < len(classes):
+        return None, "no observed execution time"
+    executions_rps = sum(c.rate_rps / c.mean_batch_size for c in timed)
+    busy_ms_per_s = sum(c.rate_rps * (c.observed_service_ms or 0.0) for c in timed)  # = busy erlangs x 1000
+    service_ms = busy_ms_per_s / executions_rps  # one execution's duration: observed per request x batch size
+    scv = max(policy.default_service_scv if c.service_scv is None else c.service_scv for c in timed)
+    if not slo_attainable(service_ms, scv, target_ms, policy.latency_quantile):
+        return None, (f"one execution ({service_ms:.0f} ms) alone misses the stage's p95 target {target_ms:.0f} ms; "
+                      f"more replicas cannot fix that")
+    need = replicas_for_slo(executions_rps, service_ms, scv, policy.slots_per_replica, target_ms, 1.0,
+                            policy.max_replicas)
+    return need, (f"{executions_rps:.2f} executions/s x {service_ms:.0f} ms over {policy.slots_per_replica} "
+                  f"slot(s) per replica: {need} replica(s) keep the p95 within {target_ms:.0f} ms")
+
+
+def _with_stage_latency(observation: Observation, policy: ScalingPolicy, need: int, reason: Reason, message: str,
+                        features: Mapping[str, float]) -> tuple[int, Reason, str, dict[str, float]]:
+    """The Utilization rule's need raised to :func:`stage_latency_need` when that is higher (``ScaleUpForSLO``)."""
+    assert observation.stage_target_p95_ms is not None
+    latency_need, why = stage_latency_need(observation, policy)
+    out = {**features, "stage_target_p95_ms": float(observation.stage_target_p95_ms)}
+    if latency_need is None:
+        return need, reason, f"{message}; stage latency rule: {why}", out
+    out["stage_latency_replicas"] = float(latency_need)
+    if latency_need <= need:
+        return need, reason, f"{message}; stage latency rule: {why}", out
+    current = observation.current_replicas
+    reason = Reason.SCALE_UP_FOR_SLO if latency_need > current else Reason.STEADY if latency_need == current \
+        else Reason.SCALE_DOWN_FOR_UTILIZATION
+    return latency_need, reason, f"{message}; raised by the stage latency rule: {why}", out
 
 
 def _utilization_need(observation: Observation, policy: ScalingPolicy) -> tuple[int, Reason, str, dict[str, float]]:

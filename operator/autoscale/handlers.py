@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -49,8 +50,9 @@ from modalscale.api.conditions import FRONT_AT_ZERO
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.api.isvc_status import IsvcStatus, ScalerState, read_isvc_status
-from modalscale.autoscaler.metrics_reading import unavailable
+from modalscale.autoscaler.metrics_reading import MetricsReading, unavailable
 from modalscale.autoscaler.policy import ScalingMode, ScalingPolicy, activate, image_encoder_policy, recommend
+from modalscale.autoscaler.stages import split_features, split_slo
 from modalscale.operator.autoscale.observe import IMAGE_ENCODER_COMPONENT, build_observation, demand_from_gateway
 from modalscale.operator.autoscale.plan import (
     compress_recommendations,
@@ -75,30 +77,33 @@ def _autoscaled(spec: Any, **_: Any) -> bool:
 
 
 def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None,
-                logger: logging.Logger | logging.LoggerAdapter[Any]) -> tuple[ScalerState | None, float]:
+                logger: logging.Logger | logging.LoggerAdapter[Any]
+                ) -> tuple[ScalerState | None, float, MetricsReading | None]:
     """One autoscaler decision for one InferenceService (blocking; run in a worker thread).
 
     Args:
         deps: The operator's ``Deps`` (its ``autoscale`` runtime: Prometheus reader, model cache, metrics).
         state: The scaler's memory from the previous decision; None = load it from ``status.autoscaler.state``.
     Returns:
-        ``(state for the next decision, seconds until it)``.
+        ``(state for the next decision, seconds until it, the front's reading of this interval)``; the reading is
+        None when none was taken (Fixed mode, an invalid spec, the object gone); the pool's decision
+        (:func:`decide_pool_once`) splits the p95 target with it.
     Raises:
         kubernetes.client.rest.ApiException: reads or writes failed (the daemon retries).
     """
     rt = deps.autoscale
     raw = deps.observer.read_isvc(namespace, name)
     if raw is None:
-        return state, RETRY_AFTER_ERROR_S
+        return state, RETRY_AFTER_ERROR_S, None
     try:
         spec = parse_isvc(raw)
     except InvalidSpec as exc:
         logger.info("Skipped the autoscaler decision for InferenceService: reason=%s %s", exc.reason, exc)
-        return state, RETRY_AFTER_ERROR_S
+        return state, RETRY_AFTER_ERROR_S, None
     policy = ScalingPolicy.from_typed(spec.scaling, spec.runtime)
     interval = policy.decision_interval_s
     if policy.mode == ScalingMode.FIXED:
-        return state, interval
+        return state, interval, None
     if state is None:
         state = read_isvc_status(raw).scaler_state
     ref = spec.model.cost_model_config_map
@@ -112,10 +117,10 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)
         if raw is None:
-            return state, interval
+            return state, interval, reading
         deployment = read_json(deps.observer.apps.read_namespaced_deployment, name, namespace)
         if deployment is None:
-            return state, interval  # reconcile_isvc creates it first
+            return state, interval, reading  # reconcile_isvc creates it first
         now = deps.clock()
         observation = build_observation(
             reading,
@@ -148,11 +153,12 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
     rt.metrics.record(namespace, name, decision, plan.metrics_available,
                       None if model_status is None else model_status.loaded, observation.utilization_ratio,
                       stage=STAGE_FRONT)
-    return compress_recommendations(decision.state), interval
+    return compress_recommendations(decision.state), interval, reading
 
 
 def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState | None,
-                     logger: logging.Logger | logging.LoggerAdapter[Any]) -> ScalerState | None:
+                     logger: logging.Logger | logging.LoggerAdapter[Any],
+                     front: MetricsReading | None = None) -> ScalerState | None:
     """One decision for a staged service's image encoder pool (blocking; run in a worker thread after
     :func:`decide_once`).
 
@@ -162,6 +168,9 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
     Args:
         state: The pool scaler's memory from its previous decision; None = load it from
             ``status.stages[image-encoder].autoscaler.state``.
+        front: The front's reading of this interval (:func:`decide_once`'s); with the pool's it splits the
+            service's p95 target (``autoscaler.stages.split_slo``), and the pool's need is at least what keeps its
+            p95 within its share. None = not split (the Utilization rule alone).
     Returns:
         The pool scaler's state for the next decision (None: no pool, Fixed mode, or not read yet).
     Raises:
@@ -199,12 +208,16 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
         current = int((pool.get("spec") or {}).get("replicas") or 0)
         decision, utilization = None, None
         if stored.desired_replicas != 0:
-            observation = build_observation(
+            split = split_slo(spec.scaling.target_p95_latency_ms, front, reading)
+            observation = replace(build_observation(
                 reading, current_replicas=current,
                 ready_replicas=int((pool.get("status") or {}).get("readyReplicas") or 0),
                 slots_per_replica=policy.slots_per_replica,
-                budget_max_replicas=budget_cap(raw["metadata"].get("annotations"))[0], now=now)
+                budget_max_replicas=budget_cap(raw["metadata"].get("annotations"))[0], now=now),
+                stage_target_p95_ms=split.image_encoder_target_ms)
             decision = recommend(observation, policy, state, None, now)
+            decision = replace(decision, message=f"{decision.message}; {split.message}",
+                               features={**decision.features, **split_features(split)})
             utilization = observation.utilization_ratio
         plan = plan_image_encoder_autoscale(stored, decision, reading, now=now, utilization_ratio=utilization,
                                             refresh_s=max(60.0, 4 * policy.decision_interval_s))
@@ -308,8 +321,10 @@ def register_autoscaler(registry: kopf.OperatorRegistry, config: Settings) -> No
             while not stopped:
                 started = time.monotonic()
                 try:
-                    state, interval = await asyncio.to_thread(decide_once, deps, namespace, name, state, logger)
-                    pool_state = await asyncio.to_thread(decide_pool_once, deps, namespace, name, pool_state, logger)
+                    state, interval, front = await asyncio.to_thread(decide_once, deps, namespace, name, state,
+                                                                     logger)
+                    pool_state = await asyncio.to_thread(decide_pool_once, deps, namespace, name, pool_state, logger,
+                                                         front)
                 except ApiException as exc:
                     logger.warning("Autoscaler decision failed for InferenceService: status=%s reason=%s",
                                    exc.status, exc.reason)
