@@ -10,11 +10,20 @@ and replaces a channel older than :data:`CHANNEL_MAX_AGE_S` on its next use (the
 can no longer be in flight), so the pool's pods share the load within about a minute of a change. Reconnect backoff
 is capped at :data:`MAX_RECONNECT_BACKOFF_MS`, so a pool that comes back is used within seconds (gRPC's default
 backoff grows to 120 s while a channel's calls fail at once).
+
+Retries: encoding an image has no side effect, so a call that fails with ``UNAVAILABLE`` (its pod was killed with
+the call in flight, or the connection went to a pod that is gone before the Service's endpoints changed) is sent
+again on the next channel (another connection, so most likely another pod) after :data:`RETRY_BACKOFF_S`, doubling
+up to :data:`RETRY_BACKOFF_MAX_S`, for as long as it can start again within :data:`RETRY_WINDOW_S` of the first
+send, each attempt under what is left of the call's deadline. Any other status (the request's fault, a deadline
+exceeded, an unreadable answer) is never retried. A pool that stays down fails its image requests after the window
+(503 ``ImageEncoderUnavailable``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,6 +49,13 @@ MAX_RECONNECT_BACKOFF_MS = 2000
 """Longest wait between reconnection attempts of a channel whose pool did not answer."""
 MAX_MESSAGE_BYTES = 2**31 - 1
 """Send and receive limit of a call (tritonclient's default; 16 large images exceed gRPC's 4 MiB)."""
+RETRY_WINDOW_S = 10.0
+"""A call failing with ``UNAVAILABLE`` is sent again while the next attempt starts within this many seconds of the
+first send (seconds; never past the call's deadline)."""
+RETRY_BACKOFF_S = 0.1
+"""Wait before the first retry, doubled at each further one (seconds)."""
+RETRY_BACKOFF_MAX_S = 1.0
+"""Longest wait between two attempts (seconds)."""
 
 CHANNEL_ARGS: list[tuple[str, Any]] = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -50,6 +66,13 @@ CHANNEL_ARGS: list[tuple[str, Any]] = [
     ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
 ]
 """Channel arguments of every channel (given whole: tritonclient then sets none of its own)."""
+
+
+def _after(delay_s: float, fn: Callable[[], None]) -> None:
+    """Run ``fn`` after ``delay_s`` on a daemon timer thread."""
+    timer = threading.Timer(delay_s, fn)
+    timer.daemon = True
+    timer.start()
 
 
 def _grpc_client(url: str) -> Any:
@@ -68,12 +91,20 @@ class ImageEncoderClient:
         clock: Monotonic seconds (channel ages).
         call_clock: Seconds for the calls' wall times.
         new_client: ``url -> tritonclient.grpc.InferenceServerClient`` (injectable for tests).
+        retry_window_s: ``UNAVAILABLE`` calls are retried while a retry starts within this of the first send
+            (0 = never retried).
+        schedule: ``(delay_s, fn)``: run ``fn`` after ``delay_s`` on another thread (injectable for tests; a retry
+            is never sent from gRPC's callback thread itself).
+
+    Attributes:
+        retries: Calls sent again so far (every retry counts once).
     """
 
     def __init__(self, url: str, model: str = IMAGE_ENCODER_MODEL, timeout_s: float = ENCODER_CALL_TIMEOUT_S,
                  channels: int = CHANNELS, max_age_s: float = CHANNEL_MAX_AGE_S,
                  clock: Callable[[], float] = time.monotonic, call_clock: Callable[[], float] = time.perf_counter,
-                 new_client: Callable[[str], Any] = _grpc_client) -> None:
+                 new_client: Callable[[str], Any] = _grpc_client, retry_window_s: float = RETRY_WINDOW_S,
+                 schedule: Callable[[float, Callable[[], None]], None] | None = None) -> None:
         self.url = url
         self.model = model
         self.timeout_s = timeout_s
@@ -85,10 +116,18 @@ class ImageEncoderClient:
         self._slots: list[tuple[Any, float]] = [(new_client(url), now) for _ in range(max(1, channels))]
         self._retired: list[tuple[Any, float]] = []
         self._turn = 0
+        self._lock = threading.Lock()  # the model thread and retries (timer threads) take channels
+        self.retry_window_s = retry_window_s
+        self._schedule = schedule or _after
+        self.retries = 0
 
     def _client(self) -> Any:
         """The next channel's client, replacing it first when older than ``max_age_s``; closes retired channels
         whose calls have all passed their deadline."""
+        with self._lock:
+            return self._next_client()
+
+    def _next_client(self) -> Any:
         now = self.clock()
         i = self._turn
         self._turn = (i + 1) % len(self._slots)
@@ -122,24 +161,37 @@ class ImageEncoderClient:
         tensor.set_data_from_numpy(array)
         outputs = [grpcclient.InferRequestedOutput(name) for name in (FEATURES, CLASSES, ENCODER_IMAGE_SIZE)]
         sent = self.call_clock()
+        first = self.clock()
 
-        def done(result: Any, error: Any) -> None:
-            elapsed = self.call_clock() - sent
-            if error is not None:
-                future.set_exception(classify_encoder_error(error.status(), error.message(), self.url))
+        def failed(attempt: int, status: Any, message: str) -> None:
+            delay = min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** attempt)
+            if (str(status).endswith("UNAVAILABLE") and self.clock() + delay - first < self.retry_window_s
+                    and self.clock() + delay - first < self.timeout_s):
+                with self._lock:
+                    self.retries += 1
+                self._schedule(delay, lambda: send(attempt + 1))
                 return
-            try:
-                future.set_result(decode_answer(result, len(images), elapsed))
-            except (ValueError, TypeError, AttributeError, InferenceServerException) as exc:
-                future.set_exception(EncoderFailure("InternalError", f"InternalError: image encoder pool at "
-                                                    f"{self.url} sent an answer that could not be read: {exc}",
-                                                    INTERNAL))
+            future.set_exception(classify_encoder_error(status, message, self.url))
 
-        try:
-            self._client().async_infer(self.model, [tensor], callback=done, outputs=outputs,
-                                       client_timeout=self.timeout_s)
-        except InferenceServerException as exc:
-            future.set_exception(classify_encoder_error(exc.status(), exc.message(), self.url))
+        def send(attempt: int) -> None:
+            def done(result: Any, error: Any) -> None:
+                if error is not None:
+                    failed(attempt, error.status(), error.message())
+                    return
+                try:
+                    future.set_result(decode_answer(result, len(images), self.call_clock() - sent))
+                except (ValueError, TypeError, AttributeError, InferenceServerException) as exc:
+                    future.set_exception(EncoderFailure("InternalError", f"InternalError: image encoder pool at "
+                                                        f"{self.url} sent an answer that could not be read: {exc}",
+                                                        INTERNAL))
+
+            try:
+                self._client().async_infer(self.model, [tensor], callback=done, outputs=outputs,
+                                           client_timeout=max(0.001, self.timeout_s - (self.clock() - first)))
+            except InferenceServerException as exc:
+                failed(attempt, exc.status(), exc.message())
+
+        send(0)
         return future
 
     def close(self) -> None:

@@ -420,7 +420,7 @@ def test_pool_client_turns_answers_and_errors_into_the_future() -> None:
     made: list[FakeChannelClient] = []
     seconds = iter([1.0, 1.5, 2.0, 2.5])
     client = ImageEncoderClient(URL, channels=1, new_client=lambda url: made.append(FakeChannelClient(url))
-                                or made[-1], call_clock=lambda: next(seconds))
+                                or made[-1], call_clock=lambda: next(seconds), retry_window_s=0.0)
 
     class Answer:
         def __init__(self, outputs: dict[str, np.ndarray]) -> None:
@@ -447,6 +447,86 @@ def test_pool_client_turns_answers_and_errors_into_the_future() -> None:
     with pytest.raises(ValueError, match="shapes"):
         decode_answer(Answer({"FEATURES": np.ones((1, 1280), np.float32), "CLASSES": np.array([[3]]),
                               "IMAGE_SIZE": np.array([[4, 3]])}), 2, 0.0)
+
+
+class StatusError:
+    def __init__(self, status: str) -> None:
+        self._status = status
+
+    def status(self) -> str:
+        return self._status
+
+    def message(self) -> str:
+        return f"{self._status}: from the stand-in"
+
+
+def _retrying_client(channels: int = 2, timeout_s: float = 60.0
+                     ) -> tuple[ImageEncoderClient, list[FakeChannelClient], list[float]]:
+    """A client whose retries run at once, each moving its clock on by the retry's delay (recorded)."""
+    made: list[FakeChannelClient] = []
+    now = [0.0]
+    delays: list[float] = []
+
+    def schedule(delay_s: float, fn: Any) -> None:
+        delays.append(delay_s)
+        now[0] += delay_s
+        fn()
+
+    client = ImageEncoderClient(URL, channels=channels, timeout_s=timeout_s, clock=lambda: now[0],
+                                new_client=lambda url: made.append(FakeChannelClient(url)) or made[-1],
+                                schedule=schedule, max_age_s=1e9)
+    return client, made, delays
+
+
+def test_a_call_whose_pod_is_gone_is_sent_again_on_the_next_channel() -> None:
+    """A pod killed with the call in flight (or a connection still sent to its address) answers UNAVAILABLE:
+    encoding has no side effect, so the call goes again on the next channel, another connection."""
+    client, made, delays = _retrying_client()
+    future = client.start([b"a"])
+    made[0].callback(result=None, error=StatusError("StatusCode.UNAVAILABLE"))
+    assert (len(made[0].calls), len(made[1].calls), delays, client.retries) == (1, 1, [0.1], 1)
+    assert made[1].calls[0]["timeout"] == pytest.approx(60.0 - 0.1)  # what is left of the call's deadline
+    made[1].callback(result=ANSWER_OF_ONE, error=None)
+    assert list(future.result(0).classes) == [3]
+
+
+@pytest.mark.parametrize("status", ["StatusCode.INVALID_ARGUMENT", "StatusCode.DEADLINE_EXCEEDED",
+                                    "StatusCode.INTERNAL", None])
+def test_other_failures_are_never_sent_again(status: str | None) -> None:
+    client, made, delays = _retrying_client()
+    future = client.start([b"a"])
+    made[0].callback(result=None, error=StatusError(status))  # type: ignore[arg-type]
+    assert (delays, client.retries, len(made[1].calls)) == ([], 0, 0)
+    with pytest.raises(EncoderFailure):
+        future.result(0)
+
+
+@pytest.mark.parametrize(("timeout_s", "retries"), [
+    (60.0, 12),  # delays 0.1 0.2 0.4 0.8 then 1 s: the 12th retry starts at 9.5 s, a 13th would at 10.5 s
+    (3.0, 5),  # the deadline comes first: the 5th retry starts at 2.5 s, a 6th would at 3.5 s
+])
+def test_a_pool_that_stays_down_fails_the_call_after_the_retry_window(timeout_s: float, retries: int) -> None:
+    client, made, delays = _retrying_client(timeout_s=timeout_s)
+    future = client.start([b"a"])
+    for k in range(retries + 1):
+        made[k % 2].callback(result=None, error=StatusError("StatusCode.UNAVAILABLE"))
+    assert client.retries == retries and delays[:5] == [0.1, 0.2, 0.4, 0.8, 1.0][:retries]
+    assert [len(c.calls) for c in made] == [(retries + 2) // 2, (retries + 1) // 2]
+    with pytest.raises(EncoderFailure, match="did not answer"):
+        future.result(0)
+    assert made[retries % 2].calls[-1]["timeout"] == pytest.approx(timeout_s - sum(delays))
+
+
+class _Answer:
+    def __init__(self, outputs: dict[str, np.ndarray]) -> None:
+        self.outputs = outputs
+
+    def as_numpy(self, name: str) -> np.ndarray | None:
+        return self.outputs.get(name)
+
+
+ANSWER_OF_ONE = _Answer({"FEATURES": np.ones((1, 1280), np.float32), "CLASSES": np.array([[3]]),
+                         "IMAGE_SIZE": np.array([[4, 3]])})
 
 
 def test_settings_read_the_pool_address() -> None:
