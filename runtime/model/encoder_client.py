@@ -11,12 +11,16 @@ can no longer be in flight), so the pool's pods share the load within about a mi
 is capped at :data:`MAX_RECONNECT_BACKOFF_MS`, so a pool that comes back is used within seconds (gRPC's default
 backoff grows to 120 s while a channel's calls fail at once).
 
-Retries: encoding an image has no side effect, so a call that fails with ``UNAVAILABLE`` (its pod was killed with
-the call in flight, or the connection went to a pod that is gone before the Service's endpoints changed) is sent
-again on the next channel (another connection, so most likely another pod) after :data:`RETRY_BACKOFF_S`, doubling
-up to :data:`RETRY_BACKOFF_MAX_S`, for as long as it can start again within :data:`RETRY_WINDOW_S` of the first
-send, each attempt under what is left of the call's deadline. Any other status (the request's fault, a deadline
-exceeded, an unreadable answer) is never retried. A pool that stays down fails its image requests after the window
+Retries: encoding an image has no side effect, so a call that fails with one of :data:`RETRIED_STATUSES` is sent
+again: ``UNAVAILABLE`` (its pod was killed with the call in flight, or the connection went to a pod that is gone
+before the Service's endpoints changed) and ``NOT_FOUND`` (a pod that is stopping: Triton unloads its models on
+SIGTERM and answers "unknown model" on the connections it still holds; an encoder pod deleted under load on the
+real node failed 47 image requests, each of the five shown with ``NOT_FOUND``, while only ``UNAVAILABLE`` was
+retried). It goes on the next channel
+(another connection, so most likely another pod) after :data:`RETRY_BACKOFF_S`, doubling up to
+:data:`RETRY_BACKOFF_MAX_S`, for as long as it can start again within :data:`RETRY_WINDOW_S` of the first send,
+each attempt under what is left of the call's deadline. Any other status (the request's fault, a deadline exceeded,
+an unreadable answer) is never retried. A pool that stays down fails its image requests after the window
 (503 ``ImageEncoderUnavailable``).
 """
 
@@ -49,9 +53,11 @@ MAX_RECONNECT_BACKOFF_MS = 2000
 """Longest wait between reconnection attempts of a channel whose pool did not answer."""
 MAX_MESSAGE_BYTES = 2**31 - 1
 """Send and receive limit of a call (tritonclient's default; 16 large images exceed gRPC's 4 MiB)."""
+RETRIED_STATUSES = ("StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND")
+"""gRPC statuses of a call that another pod of the pool may answer (tritonclient's ``status()`` strings)."""
 RETRY_WINDOW_S = 10.0
-"""A call failing with ``UNAVAILABLE`` is sent again while the next attempt starts within this many seconds of the
-first send (seconds; never past the call's deadline)."""
+"""A call failing with one of :data:`RETRIED_STATUSES` is sent again while the next attempt starts within this many
+seconds of the first send (seconds; never past the call's deadline)."""
 RETRY_BACKOFF_S = 0.1
 """Wait before the first retry, doubled at each further one (seconds)."""
 RETRY_BACKOFF_MAX_S = 1.0
@@ -91,8 +97,8 @@ class ImageEncoderClient:
         clock: Monotonic seconds (channel ages).
         call_clock: Seconds for the calls' wall times.
         new_client: ``url -> tritonclient.grpc.InferenceServerClient`` (injectable for tests).
-        retry_window_s: ``UNAVAILABLE`` calls are retried while a retry starts within this of the first send
-            (0 = never retried).
+        retry_window_s: Calls failing with :data:`RETRIED_STATUSES` are retried while a retry starts within this of
+            the first send (0 = never retried).
         schedule: ``(delay_s, fn)``: run ``fn`` after ``delay_s`` on another thread (injectable for tests; a retry
             is never sent from gRPC's callback thread itself).
 
@@ -165,7 +171,7 @@ class ImageEncoderClient:
 
         def failed(attempt: int, status: Any, message: str) -> None:
             delay = min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** attempt)
-            if (str(status).endswith("UNAVAILABLE") and self.clock() + delay - first < self.retry_window_s
+            if (status in RETRIED_STATUSES and self.clock() + delay - first < self.retry_window_s
                     and self.clock() + delay - first < self.timeout_s):
                 with self._lock:
                     self.retries += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,3 +104,51 @@ def test_a_staged_service_on_the_real_node_answers_like_the_one_piece_layout(env
     # Env.remove waits until no pod of the namespace is left: the other service first, without waiting.
     env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.ns, PLURAL, "st")
     env.remove("one")
+
+
+def _pool_successes(env: Env, name: str) -> dict[str, float]:
+    """Each Ready encoder pod's own count of answered image calls, by pod name."""
+    from modalscale.runtime.client import scrape_metrics
+
+    out = {}
+    for p in env.ready_pods(f"modalscale.io/image-encoder={name}"):
+        m = scrape_metrics(f"http://{p.status.pod_ip}:8002/metrics")
+        out[p.metadata.name] = sum(v for k, v in m.items() if k.startswith("nv_inference_request_success{")
+                                   and 'model="image_encoder"' in k)
+    return out
+
+
+def test_killing_an_encoder_pod_under_load_fails_no_request(env: Env) -> None:
+    """A staged service with two encoder pods (the front's four gRPC connections spread over them by kube-proxy)
+    under a steady image+text load through the front's Service; the encoder pod that served the most is killed
+    (deleted with no grace period: SIGKILL, its connections closed with calls in flight). The front sends every
+    call that failed UNAVAILABLE again on another connection (``encoder_client``), so no request fails, and
+    requests go on being answered through the other pod while the Deployment replaces the killed one."""
+    from tests.integration.operator.gateway_load import Load
+
+    body = _service("kp", staged=True)
+    body["spec"]["stages"]["imageEncoder"].update(minReplicas=2, maxReplicas=2)  # Fixed mode: minReplicas run
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, env.ns, PLURAL, body)
+
+    def serving() -> bool:
+        return (len(env.ready_pods("modalscale.io/inferenceservice=kp")) == 1
+                and len(env.ready_pods("modalscale.io/image-encoder=kp")) == 2)
+
+    ready_s = env.wait(serving, 480, "the front and both encoder pods Ready", "kp")
+    url = f"{env.core.read_namespaced_service('kp', env.ns).spec.cluster_ip}:8000"
+    with Load(url, connections=3, timeout_s=120) as load:
+        env.wait(lambda: len(load.answered) >= 10, 120, "10 requests answered before the kill", "kp")
+        served = _pool_successes(env, "kp")
+        victim = max(served, key=lambda pod: served[pod])
+        killed = time.monotonic()
+        env.core.delete_namespaced_pod(victim, env.ns, grace_period_seconds=0)
+        env.wait(lambda: load.answers_since(killed + 5) >= 10, 120, "10 requests answered 5 s after the kill", "kp")
+    after = _pool_successes(env, "kp")
+    print(f"\nfront and 2 encoder pods Ready in {ready_s:.1f} s; pool successes before the kill {served}; killed "
+          f"{victim}; {load.answers_since(killed)} answered after it, {len(load.answered)} in all; pool "
+          f"successes after {after}")
+    assert served[victim] > 0  # the killed pod was serving
+    kinds = Counter(why.split(" (")[0] + " " + why.split("did not answer (")[-1][:24] for _, why, _ in load.failed)
+    assert load.failed == [] and load.refused == [], (len(load.failed), kinds, load.failed[:3], load.refused[:3])
+    assert load.answers_since(killed) >= 10
+    env.remove("kp")

@@ -478,12 +478,14 @@ def _retrying_client(channels: int = 2, timeout_s: float = 60.0
     return client, made, delays
 
 
-def test_a_call_whose_pod_is_gone_is_sent_again_on_the_next_channel() -> None:
-    """A pod killed with the call in flight (or a connection still sent to its address) answers UNAVAILABLE:
-    encoding has no side effect, so the call goes again on the next channel, another connection."""
+@pytest.mark.parametrize("status", ["StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND"])
+def test_a_call_whose_pod_is_gone_is_sent_again_on_the_next_channel(status: str) -> None:
+    """A pod killed with the call in flight (or a connection still sent to its address) answers UNAVAILABLE, a
+    stopping Triton (its models unloaded) NOT_FOUND: encoding has no side effect, so the call goes again on the next
+    channel, another connection."""
     client, made, delays = _retrying_client()
     future = client.start([b"a"])
-    made[0].callback(result=None, error=StatusError("StatusCode.UNAVAILABLE"))
+    made[0].callback(result=None, error=StatusError(status))
     assert (len(made[0].calls), len(made[1].calls), delays, client.retries) == (1, 1, [0.1], 1)
     assert made[1].calls[0]["timeout"] == pytest.approx(60.0 - 0.1)  # what is left of the call's deadline
     made[1].callback(result=ANSWER_OF_ONE, error=None)
