@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for zipf in a.zipf:
         print(f"\nZipf {zipf}: image hit rate, ratio to 1 replica, busiest replica / mean requests, latency ms "
               f"(mean [min-max] over {a.seeds} seeds)")
-        print(f"| row | hit rate | / 1 replica | max / mean load | mean ms | p95 ms |\n|---|---|---|---|---|---|")
+        print("| row | hit rate | / 1 replica | max / mean load | mean ms | p95 ms |\n|---|---|---|---|---|---|")
         single: dict[int, float] = {}
         for label, make, n, shift in rows:
             part = base[:a.requests_per_replica * n]
