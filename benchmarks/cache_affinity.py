@@ -24,8 +24,9 @@ Rows per Zipf exponent, side by side on the same draws: ``1 replica``; ``4 repli
 ``4, ring only``: bounded-load consistent hashing without the idle-first rule; ``4, least outstanding``: no
 affinity (a request without a key); ``4, random``: a replica drawn per request (kube-proxy at best; per connection is
 worse). Each run takes ``replicas x --requests-per-replica`` requests of the trace (every replica serves as many as
-the single one) and counts hits over its second half (every cache warm). Each row over ``--seeds`` seeds (the Zipf draw and the tie-breaks), mean [min-max]; the A/A row repeats the
-balancer row with the seeds shifted by 100, so its spread is the draw noise. Columns: image hit rate, its ratio to
+the single one) and counts hits over its second half (every cache warm). Each row over ``--seeds`` seeds (the Zipf
+draw and the tie-breaks), mean [min-max]; the A/A row repeats the balancer row with the seeds shifted by 100, so its
+spread is the draw noise. Columns: image hit rate, its ratio to
 the single replica's, the busiest replica's share of the requests over the mean, mean and p95 latency in ms.
 
     .venv/bin/python benchmarks/cache_affinity.py --trace ../shared/data/azure_llm_2023_conv_1h.csv \\
