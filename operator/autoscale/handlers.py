@@ -40,7 +40,7 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import kopf
 
@@ -72,38 +72,58 @@ RETRY_AFTER_ERROR_S = 5.0
 """Wait before the next decision after a Kubernetes API error, s."""
 
 
+class FrontRound(NamedTuple):
+    """What :func:`decide_once` hands the daemon."""
+
+    state: ScalerState | None
+    """The front scaler's memory for the next decision."""
+    interval_s: float
+    """Seconds until the next decision."""
+    reading: MetricsReading | None
+    """The front's reading of this interval; None when none was taken."""
+    staged: bool
+    """The spec has ``stages`` (False when it could not be read): the pool's decision is due."""
+
+
+def pool_decision_due(staged: bool, pool_state: ScalerState | None) -> bool:
+    """Whether the daemon runs :func:`decide_pool_once` after the front's decision (pure): while the spec has
+    ``stages``, and once more after they went (the pool's scaler still has a state), which drops the pool's
+    gauges; an unstaged service costs no second read of the object per interval."""
+    return staged or pool_state is not None
+
+
 def _autoscaled(spec: Any, **_: Any) -> bool:
     return ((spec.get("scaling") or {}).get("mode") or "Predictive") != "Fixed"
 
 
 def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None,
-                logger: logging.Logger | logging.LoggerAdapter[Any]
-                ) -> tuple[ScalerState | None, float, MetricsReading | None]:
+                logger: logging.Logger | logging.LoggerAdapter[Any]) -> FrontRound:
     """One autoscaler decision for one InferenceService (blocking; run in a worker thread).
 
     Args:
         deps: The operator's ``Deps`` (its ``autoscale`` runtime: Prometheus reader, model cache, metrics).
         state: The scaler's memory from the previous decision; None = load it from ``status.autoscaler.state``.
     Returns:
-        ``(state for the next decision, seconds until it, the front's reading of this interval)``; the reading is
-        None when none was taken (Fixed mode, an invalid spec, the object gone); the pool's decision
-        (:func:`decide_pool_once`) splits the p95 target with it.
+        A :class:`FrontRound`: the state for the next decision, the seconds until it, the front's reading of this
+        interval (None when none was taken: Fixed mode, an invalid spec, the object gone), which the pool's
+        decision (:func:`decide_pool_once`) splits the p95 target with, and whether the spec has ``stages``.
     Raises:
         kubernetes.client.rest.ApiException: reads or writes failed (the daemon retries).
     """
     rt = deps.autoscale
     raw = deps.observer.read_isvc(namespace, name)
     if raw is None:
-        return state, RETRY_AFTER_ERROR_S, None
+        return FrontRound(state, RETRY_AFTER_ERROR_S, None, False)
     try:
         spec = parse_isvc(raw)
     except InvalidSpec as exc:
         logger.info("Skipped the autoscaler decision for InferenceService: reason=%s %s", exc.reason, exc)
-        return state, RETRY_AFTER_ERROR_S, None
+        return FrontRound(state, RETRY_AFTER_ERROR_S, None, False)
     policy = ScalingPolicy.from_typed(spec.scaling, spec.runtime)
     interval = policy.decision_interval_s
+    staged = spec.stages is not None
     if policy.mode == ScalingMode.FIXED:
-        return state, interval, None
+        return FrontRound(state, interval, None, staged)
     if state is None:
         state = read_isvc_status(raw).scaler_state
     ref = spec.model.cost_model_config_map
@@ -117,10 +137,10 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)
         if raw is None:
-            return state, interval, reading
+            return FrontRound(state, interval, reading, staged)
         deployment = read_json(deps.observer.apps.read_namespaced_deployment, name, namespace)
         if deployment is None:
-            return state, interval, reading  # reconcile_isvc creates it first
+            return FrontRound(state, interval, reading, staged)  # reconcile_isvc creates it first
         now = deps.clock()
         observation = build_observation(
             reading,
@@ -153,7 +173,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
     rt.metrics.record(namespace, name, decision, plan.metrics_available,
                       None if model_status is None else model_status.loaded, observation.utilization_ratio,
                       stage=STAGE_FRONT)
-    return compress_recommendations(decision.state), interval, reading
+    return FrontRound(compress_recommendations(decision.state), interval, reading, staged)
 
 
 def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState | None,
@@ -321,10 +341,11 @@ def register_autoscaler(registry: kopf.OperatorRegistry, config: Settings) -> No
             while not stopped:
                 started = time.monotonic()
                 try:
-                    state, interval, front = await asyncio.to_thread(decide_once, deps, namespace, name, state,
-                                                                     logger)
-                    pool_state = await asyncio.to_thread(decide_pool_once, deps, namespace, name, pool_state, logger,
-                                                         front)
+                    state, interval, front, staged = await asyncio.to_thread(decide_once, deps, namespace, name,
+                                                                             state, logger)
+                    if pool_decision_due(staged, pool_state):
+                        pool_state = await asyncio.to_thread(decide_pool_once, deps, namespace, name, pool_state,
+                                                             logger, front)
                 except ApiException as exc:
                     logger.warning("Autoscaler decision failed for InferenceService: status=%s reason=%s",
                                    exc.status, exc.reason)

@@ -261,7 +261,7 @@ def samples(registry: CollectorRegistry, name: str) -> dict[tuple[tuple[str, str
 
 def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers: dict[str, Any],
                 pool_replicas: int = 2, metrics: tuple[CollectorRegistry, AutoscalerMetrics] | None = None,
-                front: MetricsReading | None = None) -> dict[str, Any]:
+                front: MetricsReading | None = None, stages: dict[str, Any] | None = STAGES) -> dict[str, Any]:
     """One ``decide_pool_once`` with stand-ins for the Kubernetes reads and writes: what it read, wrote, posted
     (``events``) and exported (``registry``: ``metrics``', default :func:`fresh_metrics`)."""
     import logging
@@ -279,7 +279,7 @@ def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers
             seen["reads"].append((namespace, name, model_name, gateway, component))
             return parse_answers(answers, model_name)
 
-    raw = inference_service("vc", "ml", uid="u1", scaling=SCALING, stages=STAGES)
+    raw = inference_service("vc", "ml", uid="u1", scaling=SCALING, stages=stages)
     raw["status"] = status
     pool = {"spec": {"replicas": pool_replicas}, "status": {"readyReplicas": pool_replicas}}
     deps: Any = types.SimpleNamespace(
@@ -474,3 +474,22 @@ def test_the_daemon_splits_the_services_target_with_the_fronts_reading_and_recor
     without = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0))
     [(_, part)] = without["scaled"]
     assert "not split between the stages" in part.stage("image-encoder").autoscaler.message
+
+
+def test_the_pool_decision_runs_while_staged_and_once_after_and_never_for_an_unstaged_service(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from modalscale.operator.autoscale.handlers import pool_decision_due
+
+    assert pool_decision_due(True, None) and pool_decision_due(True, ScalerState())
+    assert not pool_decision_due(False, None)  # never staged: no second read of the object
+    assert pool_decision_due(False, ScalerState())  # stages just removed: one pass drops the pool's gauges
+    staged = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0))
+    assert staged["state"] is not None  # a staged pass keeps a state: the next pass is due
+    registry, exported = fresh_metrics()
+    staged = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0),
+                         metrics=(registry, exported))
+    assert samples(registry, "modalscale_autoscaler_desired_replicas")
+    after = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0),
+                        metrics=(registry, exported), stages=None)  # the stages went
+    assert after["state"] is None and after["reads"] == []  # no pool read, no further pass due
+    assert samples(registry, "modalscale_autoscaler_desired_replicas") == {}  # the pool's gauges dropped
