@@ -85,6 +85,13 @@ class FrontRound(NamedTuple):
     """The spec has ``stages`` (False when it could not be read): the pool's decision is due."""
 
 
+def _post(deps: Deps, raw: dict[str, Any], events: Any, logger: logging.Logger | logging.LoggerAdapter[Any]
+          ) -> None:
+    """Post a plan's ``(type, reason, message)`` Events on the InferenceService."""
+    for type_, reason, message in events:
+        deps.writer.event(raw, type_, reason, message, logger)
+
+
 def pool_decision_due(staged: bool, pool_state: ScalerState | None) -> bool:
     """Whether the daemon runs :func:`decide_pool_once` after the front's decision (pure): while the spec has
     ``stages``, and once more after they went (the pool's scaler still has a state), which drops the pool's
@@ -158,12 +165,11 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
             logger.info("Decided replicas for InferenceService: desired=%d current=%d reason=%s mode=%s %s",
                         decision.desired_replicas, observation.current_replicas, decision.reason.value,
                         decision.mode_used.value, decision.message)
-            try:  # one status patch (decision + InferenceService status), then the Deployment's replicas
-                scale_isvc(deps, raw, decision, plan.status, logger)
+            try:  # one status patch (decision + InferenceService status), its Events, the Deployment's replicas
+                scale_isvc(deps, raw, decision, plan.status, logger,
+                           recorded=lambda: _post(deps, raw, plan.events, logger))
             except (InvalidSpec, ModelReferenceError):
                 pass  # scale_isvc recorded it in status and an Event; the decision stays in status
-            for type_, reason, message in plan.events:  # the new count, once it is in status
-                deps.writer.event(raw, type_, reason, message, logger)
         else:
             deps.writer.patch_isvc_status(namespace, name, plan.status, plan.stored)
             if plan.status.autoscaler is not None:
@@ -245,17 +251,18 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
             logger.info("Decided replicas for the image encoder pool of InferenceService: desired=%d current=%d "
                         "reason=%s %s", decision.desired_replicas, current, decision.reason.value,
                         decision.message)
-            try:  # one status patch (the pool's block + the InferenceService's status), then the pool's replicas
-                scale_isvc(deps, raw, None, plan.status, logger)
+            try:  # one status patch (the pool's block + the InferenceService's status), its Events, the replicas
+                scale_isvc(deps, raw, None, plan.status, logger,
+                           recorded=lambda: _post(deps, raw, plan.events, logger))
             except (InvalidSpec, ModelReferenceError):
                 pass  # scale_isvc recorded it in status and an Event; the decision stays in status
-        elif plan.status != IsvcStatus():
-            deps.writer.patch_isvc_status(namespace, name, plan.status, plan.stored)
-            if decision is not None and not decision.valid:
-                logger.info("Held replicas for the image encoder pool of InferenceService: replicas=%d reason=%s %s",
-                            decision.desired_replicas, decision.reason.value, decision.message)
-        for type_, reason, message in plan.events:  # the new count, once it is in status
-            deps.writer.event(raw, type_, reason, message, logger)
+        else:
+            if plan.status != IsvcStatus():
+                deps.writer.patch_isvc_status(namespace, name, plan.status, plan.stored)
+                if decision is not None and not decision.valid:
+                    logger.info("Held replicas for the image encoder pool of InferenceService: replicas=%d "
+                                "reason=%s %s", decision.desired_replicas, decision.reason.value, decision.message)
+            _post(deps, raw, plan.events, logger)  # the new count, once it is in status
     if decision is None:
         deps.autoscale.metrics.forget(namespace, name, (STAGE_IMAGE_ENCODER,))
         return ScalerState()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -246,7 +246,7 @@ def resync_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> bool:
 
 
 def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autoscale: IsvcStatus,
-               logger: Log) -> None:
+               logger: Log, recorded: Callable[[], None] | None = None) -> None:
     """Apply a valid autoscaler decision that changes ``status.desiredReplicas``, or the image encoder pool's count
     (``status.stages[image-encoder].autoscaler``; ``decision`` None: the front follows its record) (caller holds
     the object's lock).
@@ -260,6 +260,9 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
         raw: The InferenceService as just read (under the lock).
         decision: From ``recommend``; valid. None for a pool decision (in ``autoscale``).
         autoscale: ``plan_autoscale``'s (or ``plan_activation``'s) status part for the same decision.
+        recorded: Called once the decision is in status (right after that patch, before any Deployment write):
+            the autoscaler posts its decision's Event there, so a failed Deployment write (the next reconcile
+            applies the recorded count) does not lose it.
     Raises:
         InvalidSpec / ModelReferenceError: after writing ``autoscale`` and recording the refusal in status
             and an Event (no child written).
@@ -278,9 +281,13 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
                          decision=decision)
     except (InvalidSpec, ModelReferenceError) as exc:
         deps.writer.patch_isvc_status(ns, name, autoscale, stored)
+        if recorded is not None:
+            recorded()
         refuse(deps, raw, exc, now, logger, stored=decided_status)
         raise
     deps.writer.patch_isvc_status(ns, name, merge_isvc_status(autoscale, plan.status), stored)
+    if recorded is not None:
+        recorded()
     _apply_writes(deps, spec, plan.writes, logger)
     _report(deps, raw, plan.events, started, logger)
 

@@ -261,7 +261,8 @@ def samples(registry: CollectorRegistry, name: str) -> dict[tuple[tuple[str, str
 
 def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers: dict[str, Any],
                 pool_replicas: int = 2, metrics: tuple[CollectorRegistry, AutoscalerMetrics] | None = None,
-                front: MetricsReading | None = None, stages: dict[str, Any] | None = STAGES) -> dict[str, Any]:
+                front: MetricsReading | None = None, stages: dict[str, Any] | None = STAGES,
+                deployment_write_fails: bool = False) -> dict[str, Any]:
     """One ``decide_pool_once`` with stand-ins for the Kubernetes reads and writes: what it read, wrote, posted
     (``events``) and exported (``registry``: ``metrics``', default :func:`fresh_metrics`)."""
     import logging
@@ -293,8 +294,15 @@ def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers
                                          (body["metadata"]["name"], type_, reason, message))),
         lock_for=lambda uid: threading.Lock(), clock=lambda: T0)
     monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
-    monkeypatch.setattr(handlers, "scale_isvc", lambda d, r, decision, part, log: seen["scaled"].append(
-        (decision, part)))
+    def scale_isvc(d: Any, r: Any, decision: Any, part: Any, log: Any, recorded: Any = None) -> None:
+        seen["scaled"].append((decision, part))  # the status patch
+        if recorded is not None:
+            recorded()
+        if deployment_write_fails:
+            from kubernetes.client.exceptions import ApiException
+            raise ApiException(status=409, reason="Conflict")
+
+    monkeypatch.setattr(handlers, "scale_isvc", scale_isvc)
     seen["state"] = handlers.decide_pool_once(deps, "ml", "vc", None, logging.getLogger("test"), front)
     return seen
 
@@ -493,3 +501,19 @@ def test_the_pool_decision_runs_while_staged_and_once_after_and_never_for_an_uns
                         metrics=(registry, exported), stages=None)  # the stages went
     assert after["state"] is None and after["reads"] == []  # no pool read, no further pass due
     assert samples(registry, "modalscale_autoscaler_desired_replicas") == {}  # the pool's gauges dropped
+
+
+def test_the_pools_event_is_posted_once_its_count_is_in_status_even_if_the_deployment_write_then_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count is recorded in status before any Deployment write, and the next reconcile applies it, so the
+    decision stands; its Event goes out right after the status patch, not after the Deployment write."""
+    from kubernetes.client.exceptions import ApiException
+
+    events: list[Any] = []
+    monkeypatch.setattr("modalscale.operator.autoscale.handlers._post",
+                        lambda deps, raw, evs, log: events.extend(evs))
+    with pytest.raises(ApiException):
+        daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0), deployment_write_fails=True)
+    [(type_, reason, message)] = events  # the pass raised (the daemon retries), the Event was already posted
+    assert (type_, reason) == ("Normal", "ScaleUpForUtilization") and message.startswith(
+        "image encoder pool: 2 -> 4 ")
