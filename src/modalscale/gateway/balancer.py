@@ -150,7 +150,8 @@ class Balancer:
         return dict(self._outstanding)
 
     def eject(self, ep: Endpoint, now_s: float, for_s: float = EJECT_S) -> None:
-        """Skip ``ep`` for new requests until ``now_s + for_s`` (monotonic seconds): its connection was refused."""
+        """Skip ``ep`` for new requests until ``now_s + for_s`` (monotonic seconds): its connection was refused, or
+        it failed an active health probe (``modalscale.gateway.health``)."""
         if ep.key in self._endpoints:
             self._ejected_until[ep.key] = now_s + for_s
 

@@ -48,6 +48,7 @@ from modalscale.gateway.affinity import affinity_key
 from modalscale.gateway.balancer import EJECT_S, Balancer, Endpoint
 from modalscale.gateway.endpoints import EndpointSource
 from modalscale.gateway.features import PayloadError, RequestFeatures, features_from_grpc, features_from_http
+from modalscale.gateway.health import ReplicaProbe
 from modalscale.gateway.isvc_watch import AnnotationSource
 from modalscale.gateway.metrics import GatewayMetrics
 from modalscale.gateway.settings import GatewaySettings
@@ -142,6 +143,9 @@ class Gateway:
         self._runners: list[web.AppRunner] = []
         self._grpc: grpc.aio.Server | None = None
         self._source_task: asyncio.Task[None] | None = None
+        self._probe_task: asyncio.Task[None] | None = None
+        """Active health checks (:class:`~modalscale.gateway.health.ReplicaProbe`): a replica whose address stops
+        taking connections (a lost node) is ejected within about 2 s."""
         self._stopping = False
         self._endpoints_changed = asyncio.Event()
         """Set (and replaced) at every endpoint update: wakes the requests held after every replica failed."""
@@ -157,6 +161,9 @@ class Gateway:
             timeout=aiohttp.ClientTimeout(total=s.upstream_timeout_s, sock_connect=CONNECT_TIMEOUT_S),
             auto_decompress=False, skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"))
         self._source_task = asyncio.create_task(self.source.run(self._on_endpoints), name="endpoints")
+        if s.probe_interval_s > 0:
+            self._probe_task = asyncio.create_task(ReplicaProbe(self.balancer, self.clock).run(s.probe_interval_s),
+                                                   name="probe")
         if self.budget is not None:
             self._budget_task = asyncio.create_task(self.budget.run(self._on_annotations), name="budget")
         app = web.Application(client_max_size=s.max_body_bytes)
@@ -209,7 +216,7 @@ class Gateway:
         if self._grpc is not None:
             stops.append(self._grpc.stop(grace))
         await asyncio.gather(*stops)
-        for task in (self._source_task, self._budget_task):
+        for task in (self._source_task, self._budget_task, self._probe_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

@@ -24,7 +24,7 @@ SETTINGS_ENV = frozenset({
     "MODALSCALE_GATEWAY_MAX_TENANTS", "MODALSCALE_GATEWAY_IMAGES_INPUT", "MODALSCALE_GATEWAY_TEXT_INPUT",
     "MODALSCALE_GATEWAY_AFFINITY_LOAD_FACTOR", "MODALSCALE_GATEWAY_DRAIN_TIMEOUT_S",
     "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S",
-    "MODALSCALE_GATEWAY_UPSTREAM_TIMEOUT_S", "MODALSCALE_GATEWAY_LOG_LEVEL",
+    "MODALSCALE_GATEWAY_UPSTREAM_TIMEOUT_S", "MODALSCALE_GATEWAY_LOG_LEVEL", "MODALSCALE_GATEWAY_PROBE_INTERVAL_S",
 })
 """Every variable :meth:`GatewaySettings.from_env` reads; another ``MODALSCALE_GATEWAY_*`` name is an error."""
 
@@ -83,6 +83,10 @@ class GatewaySettings:
     """On SIGTERM, how long in-flight requests may take to finish, seconds (``MODALSCALE_GATEWAY_DRAIN_TIMEOUT_S``)."""
     upstream_timeout_s: float = 300.0
     """Longest a replica may take to answer one request, seconds (``MODALSCALE_GATEWAY_UPSTREAM_TIMEOUT_S``)."""
+    probe_interval_s: float = 1.0
+    """Seconds between two rounds of active health probes, a TCP connect to every replica
+    (``MODALSCALE_GATEWAY_PROBE_INTERVAL_S``; 0 disables them): a replica whose address stops taking connections
+    (a lost node's) is ejected within this plus the probe's 1 s connect timeout (``modalscale.gateway.health``)."""
     log_level: str = "INFO"
     """``MODALSCALE_GATEWAY_LOG_LEVEL``: DEBUG, INFO, WARNING or ERROR."""
 
@@ -167,6 +171,7 @@ class GatewaySettings:
             drain_timeout_s=number("DRAIN_TIMEOUT_S", 30.0, 0.0, 3600.0),
             shutdown_delay_s=number("SHUTDOWN_DELAY_S", 5.0, 0.0, 600.0),
             upstream_timeout_s=number("UPSTREAM_TIMEOUT_S", 300.0, 0.1, 86400.0),
+            probe_interval_s=number("PROBE_INTERVAL_S", 1.0, 0.0, 3600.0),
             log_level=level,
         )
         if errors:
