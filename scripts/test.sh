@@ -48,9 +48,11 @@ else
   fi
   modalscale cluster build >/dev/null
 fi
-# Lint and type checks first (rules and packages in pyproject.toml: [tool.ruff], [tool.mypy]).
+# Lint and type checks first (rules and packages in pyproject.toml: [tool.ruff], [tool.mypy]). mypy keeps its cache
+# beside the other caches, not in the clone: it checks each file's hash, so a fresh clone of unchanged code is
+# checked in ~2 s instead of ~45 s.
 ruff check .
-mypy
+MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${MODALSCALE_CACHE_DIR:-$HOME/.cache/modalscale}/mypy}" mypy
 # Stopped (SIGTERM, e.g. CI's time limit, or Ctrl-C): each pytest process gets SIGTERM, which tests/_signals.py
 # turns into an interrupt that tears its session cluster down, and this script waits for that before it exits.
 stop_pytest() {
