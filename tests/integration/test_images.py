@@ -171,21 +171,36 @@ def runc_config(rootfs: Path, args: list[str], env: list[str], uid: int, mounts:
     return spec
 
 
+@pytest.fixture(scope="module")
+def runtime_rootfs(built: dict[str, BuiltImage], tmp_path_factory: pytest.TempPathFactory
+                   ) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """The CPU runtime image unpacked once per module (``(rootfs, image config)``): every container of the module
+    runs it with a read-only root, so they share it (unpacking its 3 GB of gzip layers took 50-120 s per test)."""
+    rootfs = tmp_path_factory.mktemp("runtime-rootfs") / "rootfs"
+    started = time.monotonic()
+    config = unpack_archive(Path(built["runtime-cpu"].archive), rootfs)
+    print(f"runtime image unpacked in {time.monotonic() - started:.1f} s", flush=True)
+    try:
+        yield rootfs, config
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+
+
 @pytest.fixture
-def runtime_container(built: dict[str, BuiltImage], tmp_path_factory: pytest.TempPathFactory,
+def runtime_container(runtime_rootfs: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory,
                       request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     """tritonserver from the CPU runtime image under runc, with the arguments, env, uid and read-only root the
     operator's Deployment gives it (ports moved to free loopback ports), serving the BuiltIn model repository of
     crds/examples/inferenceservice-real-node.yaml, its ``spec.runtime`` updated with the test's indirect parameter
-    (a mapping) when it has one."""
+    (a mapping) when it has one. The root filesystem is the module's (:func:`runtime_rootfs`), mounted read-only."""
     from modalscale.api.inferenceservice import parse_isvc
     from modalscale.operator.isvc.objects import build_deployment
     from modalscale.runtime.repo_config import RuntimeConfig, build_repository
     from modalscale.runtime.server import write_repository
 
     work = tmp_path_factory.mktemp("runtime-image")
-    rootfs = work / "bundle" / "rootfs"
-    config = unpack_archive(Path(built["runtime-cpu"].archive), rootfs)
+    (work / "bundle").mkdir()
+    rootfs, config = runtime_rootfs
     body = yaml.safe_load((REPO / "crds" / "examples" / "inferenceservice-real-node.yaml").read_text())
     body["metadata"].update({"namespace": "default", "uid": "1"})
     body["spec"].setdefault("runtime", {}).update(getattr(request, "param", None) or {})
@@ -221,7 +236,6 @@ def runtime_container(built: dict[str, BuiltImage], tmp_path_factory: pytest.Tem
         except subprocess.TimeoutExpired:
             proc.kill()
         subprocess.run(["runc", "--root", str(state), "delete", "--force", cid], capture_output=True, check=False)
-        shutil.rmtree(rootfs, ignore_errors=True)
 
 
 def wait_model_ready(info: dict[str, Any]) -> float:
