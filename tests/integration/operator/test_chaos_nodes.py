@@ -61,7 +61,11 @@ NODE_MONITOR_GRACE_S = 40
 """The module cluster's ``--node-monitor-grace-period`` (the local default is 200 s): a crashed node is marked
 ``Unknown`` and tainted within 40 s + a 5 s monitor period, Kubernetes' own value before 1.29 (four missed Lease
 renewals); a node that merely misses them under load for 40 s would be marked too, and its pods evicted after
-their 30 s toleration."""
+their toleration (``NODE_LOSS_TOLERATION_S``)."""
+NODE_LOSS_TOLERATION_S = 10
+"""The module operator's ``MODALSCALE_NODE_LOSS_TOLERATION_SECONDS`` (the product's default is 30 s): how long the
+pods it creates stay bound to a node marked ``Unknown``. Scenario 2 waits it out before the replacement is even
+created; the mechanism is the same at any value, so the module takes 10 s rather than wait 20 s more."""
 LEDGER_TOLERANCE_USD = Decimal("0.000001")
 """Ledger vs meter: both charge each pod from the kubelet's own start to its own stop at the same catalog price;
 what may differ is rounding (1e-9 USD per pod and evaluation) and a stop the ledger took from the watch's
@@ -228,7 +232,8 @@ def chaos(two_nodes: LocalCluster, prometheus: PrometheusProcess, tmp_path_facto
     op = None
     try:
         op = start_operator(two_nodes.kubeconfig, ns, tmp_path_factory.mktemp("chaos-operator") / "operator.log",
-                            MODALSCALE_PROMETHEUS_URL=prometheus.url)
+                            MODALSCALE_PROMETHEUS_URL=prometheus.url,
+                            MODALSCALE_NODE_LOSS_TOLERATION_SECONDS=str(NODE_LOSS_TOLERATION_S))
         yield Env(api, ns, op)
     finally:
         if op is not None:
@@ -689,10 +694,11 @@ def test_node_loss_mid_burst_moves_the_replica_fails_only_requests_in_flight_and
     one replica on each node and both gateway pods on real-node-0, 2 keep-alive connections sending requests. Then
     real-node-1 crashes (:meth:`RealNode.crash`: kubelet, kube-proxy, containerd, shims and its containers SIGKILLed,
     its network namespace removed; the Node object stays). The node is marked Unknown after the grace period, its
-    pod evicted after the 30 s toleration and replaced on real-node-0. Only requests in flight at the crash fail
-    (at most one per connection); the autoscaler never goes below 2 although half its scrape targets vanished; the
-    ledger charges the lost replica to the node's last Lease renewal (within 10 s before the crash), not to when
-    anyone noticed, so it equals the meter with that one stop, and each threshold alerts once."""
+    pod evicted after its toleration (``NODE_LOSS_TOLERATION_S``) and replaced on real-node-0. Only requests in
+    flight at the crash fail (at most one per connection); the autoscaler never goes below 2 although half its
+    scrape targets vanished; the ledger charges the lost replica to the node's last Lease renewal (within 10 s
+    before the crash), not to when anyone noticed, so it equals the meter with that one stop, and each threshold
+    alerts once."""
     env, test_started = chaos, time.monotonic()
     name = "nodeloss"
     replicas, gateways = f"modalscale.io/inferenceservice={name}", f"modalscale.io/gateway={name}"
@@ -719,6 +725,10 @@ def test_node_loss_mid_burst_moves_the_replica_fails_only_requests_in_flight_and
                 assert sorted(placed.values()) == sorted(NODES), placed
                 assert {p.spec.node_name for p in env.pods(gateways)} == {kept}
                 lost_pods = {p.metadata.uid: p for p in env.pods(replicas) if p.spec.node_name == lost}
+                for pod in lost_pods.values():  # the operator's setting reached the pod
+                    tolerated = {t.key: t.toleration_seconds for t in pod.spec.tolerations or []
+                                 if t.effect == "NoExecute"}
+                    assert tolerated.get("node.kubernetes.io/unreachable") == NODE_LOSS_TOLERATION_S, tolerated
                 # Now a target the load fills only with both replicas: 60 % of the busy replica-equivalents B that
                 # Prometheus reads (the operator's own reader), so both replicas need 2 (ceil(B / 0.6 B)) and a
                 # reading of only the surviving replica (about B / 2) would need 1: the hold is what keeps 2.
