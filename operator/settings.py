@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 
 from modalscale import __version__
 from modalscale.costmodel.anomaly import AnomalyConfig
+from modalscale.operator.budget.plan import HEARTBEAT_MIN_S
 from modalscale.operator.isvc.objects import NODE_LOSS_TOLERATION_S
 from modalscale.redaction import redact_url
 
@@ -17,6 +18,7 @@ SETTINGS_ENV = frozenset({
     "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
     "MODALSCALE_OPENCOST_REFRESH_SECONDS", "MODALSCALE_SPEND_ANOMALY", "MODALSCALE_BUDGET_ADMIN_NAMESPACES",
     "MODALSCALE_GATEWAY_IMAGE", "MODALSCALE_METRICS_SCRAPER_LABELS", "MODALSCALE_NODE_LOSS_TOLERATION_SECONDS",
+    "MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS",
 })
 """Every environment variable :meth:`Settings.from_env` reads (a ``MODALSCALE_*`` name that is neither this nor
 :data:`OTHER_COMMANDS_ENV` is an error: most likely a typo)."""
@@ -105,6 +107,12 @@ class Settings:
     (``MODALSCALE_NODE_LOSS_TOLERATION_SECONDS``, 0..3600; Kubernetes' own default is 300). Why 30:
     :data:`modalscale.operator.isvc.objects.NODE_LOSS_TOLERATION_S`. A toleration of the same taint in
     ``spec.placement.tolerations`` wins."""
+    budget_status_heartbeat_s: int = HEARTBEAT_MIN_S
+    """Floor of a BudgetPolicy's status heartbeat, seconds (``MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS``,
+    1..3600): while only the clock moves (spend growing at a constant rate), status is rewritten every ``max(this,
+    10 x spec.evaluationIntervalSeconds)`` seconds, so ``kubectl get budgetpolicy`` shows spend at most that old;
+    rates, replicas, cents, thresholds and conditions are written as soon as they change whatever this is
+    (:func:`modalscale.operator.budget.plan.heartbeat_s`). Lower: fresher status, more API writes."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -199,6 +207,8 @@ class Settings:
             metrics_scraper_labels=scraper or {"app.kubernetes.io/name": "prometheus"},
             node_loss_toleration_s=int(number("MODALSCALE_NODE_LOSS_TOLERATION_SECONDS", NODE_LOSS_TOLERATION_S, 0,
                                               3600, integer=True)),
+            budget_status_heartbeat_s=int(number("MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS", HEARTBEAT_MIN_S, 1,
+                                                 3600, integer=True)),
         )
         if errors:
             raise ConfigError("invalid operator settings:\n  " + "\n  ".join(errors))

@@ -135,16 +135,18 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     policy.setdefault("apiVersion", f"{GROUP}/{VERSION}")
     policy.setdefault("kind", "BudgetPolicy")
     now = deps.clock()
-    admin = deps.settings.budget_admin_namespaces
+    admin, heartbeat = deps.settings.budget_admin_namespaces, deps.settings.budget_status_heartbeat_s
     observed = runtime.observer.observe(observed_namespaces(policy, admin), runtime.gone_pods, now)
     _read_tenant_usage(runtime, policy, observed, now, logger)
     cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
     history, read = _anomaly_history(runtime, namespace, name, policy, now, cfg, logger)
     plan = plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
-                       anomaly_config=cfg, history_read=read, admin_namespaces=admin, holder=runtime.holder)
+                       anomaly_config=cfg, history_read=read, admin_namespaces=admin, holder=runtime.holder,
+                       status_heartbeat_min_s=heartbeat)
     if _read_drivers(runtime, policy, observed, plan, now, logger):  # alerts name the tenants behind the spend
         plan = plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
-                           anomaly_config=cfg, history_read=read, admin_namespaces=admin, holder=runtime.holder)
+                           anomaly_config=cfg, history_read=read, admin_namespaces=admin, holder=runtime.holder,
+                           status_heartbeat_min_s=heartbeat)
     _apply_plan(deps, namespace, name, plan, logger)
     # The samples join the history only once the status (with status.spendAnomalies and any SpendAnomaly alert
     # in its outbox) is written.

@@ -158,7 +158,9 @@ BUDGET_PLURAL = "budgetpolicies"
 ISVC_PLURAL = "inferenceservices"
 
 HEARTBEAT_MIN_S = 60
-"""Status is refreshed at least every ``max(HEARTBEAT_MIN_S, 10 x evaluationIntervalSeconds)`` seconds."""
+"""Default floor of the status heartbeat, seconds: status is refreshed at least every ``max(HEARTBEAT_MIN_S, 10 x
+evaluationIntervalSeconds)`` seconds (the operator's ``MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS`` sets the
+floor)."""
 
 
 # --------------------------------------------------------------------------------------------- annotations
@@ -660,9 +662,11 @@ class PolicyPlan:
     ledger_observed_time: dt.datetime | None = None
 
 
-def heartbeat_s(interval_s: int) -> int:
-    """Longest time status goes unwritten while nothing but the clock changes, in seconds."""
-    return max(HEARTBEAT_MIN_S, 10 * interval_s)
+def heartbeat_s(interval_s: int, min_s: int = HEARTBEAT_MIN_S) -> int:
+    """Longest time status goes unwritten while nothing but the clock changes, in seconds: ``max(min_s, 10 x
+    interval_s)`` (``interval_s``: ``spec.evaluationIntervalSeconds``; ``min_s``: the operator's
+    ``MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS``, default :data:`HEARTBEAT_MIN_S`)."""
+    return max(min_s, 10 * interval_s)
 
 
 def _interval(policy: Mapping[str, Any]) -> int:
@@ -1043,7 +1047,8 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
                 history: Mapping[tuple[str, str], Sequence[BurnSample]] | None = None,
                 anomaly_config: AnomalyConfig = AnomalyConfig(),
                 history_read: HistoryRead | None = None,
-                admin_namespaces: Collection[str] = (), holder: str = "") -> PolicyPlan:
+                admin_namespaces: Collection[str] = (), holder: str = "",
+                status_heartbeat_min_s: int = HEARTBEAT_MIN_S) -> PolicyPlan:
     """Plan one evaluation of a BudgetPolicy.
 
     Steps (each pure):
@@ -1075,6 +1080,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
             ``NamespaceNotAllowed`` naming ``spec.selector.namespaces`` and the fix; nothing there is counted or
             enforced (caps it holds there are lifted), the rest of the policy is evaluated as usual.
         holder: This operator process (``BudgetRuntime.holder``), marked on the entries sent (``mark_sending``).
+        status_heartbeat_min_s: Floor of the status heartbeat, seconds (:func:`heartbeat_s`).
     Returns:
         :class:`PolicyPlan`. An invalid spec or unreadable status yields ``Ready=False`` (``InvalidSpec`` /
         ``InvalidStatus``) and no other change: enforcement in force is held, nothing new is alerted and
@@ -1110,7 +1116,8 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     pending, sends = mark_sending(update.pending, due_alerts(update.pending, now, in_flight), now, holder)
     desired = status_of_plan(plan, ledger, generation=generation, outbox=pending,                    # 7
                              anomaly_state=anomaly_state, conditions=conditions)
-    patch = write_budget_status(desired, policy, heartbeat_s=heartbeat_s(spec.evaluation_interval_s), now=now)
+    beat_s = heartbeat_s(spec.evaluation_interval_s, status_heartbeat_min_s)
+    patch = write_budget_status(desired, policy, heartbeat_s=beat_s, now=now)
     events = _policy_events(status, conditions, old_conditions, ready, plan, alerts, update.abandoned) if patch else []
     return PolicyPlan(writes, patch, events, alerts if patch else (), spec.notifications,
                       spec.evaluation_interval_s, plan, sends,

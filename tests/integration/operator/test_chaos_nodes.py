@@ -38,7 +38,6 @@ from modalscale.devenv.realnode import RealNode, cgroup_pids, mounts_under
 from modalscale.devenv.receivers import ChatReceiver
 from modalscale.gateway.health import PROBE_INTERVAL_S, PROBE_TIMEOUT_S
 from modalscale.operator.autoscale.observe import PrometheusReader
-from modalscale.operator.budget.plan import HEARTBEAT_MIN_S
 from tests.integration.operator.gateway_load import MODEL, Env, Load, images_imported, ready, start_operator
 from tests.integration.operator.isvc_helpers import GROUP, VERSION
 from tests.integration.operator.test_budget import (
@@ -66,6 +65,11 @@ NODE_LOSS_TOLERATION_S = 10
 """The module operator's ``MODALSCALE_NODE_LOSS_TOLERATION_SECONDS`` (the product's default is 30 s): how long the
 pods it creates stay bound to a node marked ``Unknown``. Scenario 2 waits it out before the replacement is even
 created; the mechanism is the same at any value, so the module takes 10 s rather than wait 20 s more."""
+BUDGET_HEARTBEAT_S = 10
+"""The module operator's ``MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS`` (default 60): with only the clock moving, a
+BudgetPolicy's status is rewritten this often (its policies evaluate every second, so 10 evaluations = 10 s). Each
+scenario compares the ledger of an evaluation after its chaos with the meter, and that evaluation's status was
+written only at the heartbeat: 30 s on average, 60 s at most, per scenario."""
 LEDGER_TOLERANCE_USD = Decimal("0.000001")
 """Ledger vs meter: both charge each pod from the kubelet's own start to its own stop at the same catalog price;
 what may differ is rounding (1e-9 USD per pod and evaluation) and a stop the ledger took from the watch's
@@ -233,7 +237,8 @@ def chaos(two_nodes: LocalCluster, prometheus: PrometheusProcess, tmp_path_facto
     try:
         op = start_operator(two_nodes.kubeconfig, ns, tmp_path_factory.mktemp("chaos-operator") / "operator.log",
                             MODALSCALE_PROMETHEUS_URL=prometheus.url,
-                            MODALSCALE_NODE_LOSS_TOLERATION_SECONDS=str(NODE_LOSS_TOLERATION_S))
+                            MODALSCALE_NODE_LOSS_TOLERATION_SECONDS=str(NODE_LOSS_TOLERATION_S),
+                            MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS=str(BUDGET_HEARTBEAT_S))
         yield Env(api, ns, op)
     finally:
         if op is not None:
@@ -305,9 +310,9 @@ def _ledger_vs_meter(env: Env, meter: Meter, after: dt.datetime, policy: str = "
         observed = (status.get("ledger") or {}).get("observedTime")
         return status if observed and parse_time(observed, "observedTime") > after else None
 
-    # Status is written only when something besides the clock moved, else at the heartbeat (60 s at 1 s
-    # evaluations): with every pod stopped nothing moves, so an evaluation's ledger may take the whole heartbeat.
-    status = wait_for(evaluated, HEARTBEAT_MIN_S + 30, "an evaluation after the chaos")
+    # Status is written only when something besides the clock moved, else at the heartbeat (BUDGET_HEARTBEAT_S at
+    # 1 s evaluations): once the load stopped nothing moves, so an evaluation's ledger may take the whole heartbeat.
+    status = wait_for(evaluated, BUDGET_HEARTBEAT_S + 30, "an evaluation after the chaos")
     observed = parse_time(status["ledger"]["observedTime"], "observedTime")
     return ledger_spent(status), meter.usd(observed), status["ledger"]["observedTime"]
 

@@ -491,6 +491,22 @@ def test_heartbeat_is_ten_intervals_but_at_least_a_minute(seconds: int, expected
     assert heartbeat_s(seconds) == expected
 
 
+def test_the_operators_heartbeat_floor_refreshes_an_unchanged_status_sooner_and_nothing_else() -> None:
+    """``MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS`` (``status_heartbeat_min_s``) lowers the floor of the heartbeat;
+    10 evaluation intervals still bound it from below."""
+    assert heartbeat_s(1, 10) == 10 and heartbeat_s(60, 10) == 600 and heartbeat_s(1, 120) == 120
+    policy = make_policy(evaluationIntervalSeconds=1)
+    p1 = persisted(policy, plan_policy(policy, observed(make_isvc()), CATALOG, [], T0).status_patch)
+    # Within 10 s at 1.200250478 USD/h the displayed cents stay 0.00: only the heartbeat can write.
+    at = {s: T0 + dt.timedelta(seconds=s) for s in (9, 10)}
+    assert plan_policy(p1, observed(make_isvc()), CATALOG, [], at[9], status_heartbeat_min_s=10).status_patch == {}
+    assert plan_policy(p1, observed(make_isvc()), CATALOG, [], at[10]).status_patch == {}  # default floor: 60 s
+    beat = plan_policy(p1, observed(make_isvc()), CATALOG, [], at[10], status_heartbeat_min_s=10)
+    # 10 s x 1.200250478 / 3600 = 0.003334029... -> 0.003334029 in the ledger
+    assert beat.status_patch["ledger"]["services"][0]["spent"] == "0.003334029", beat.status_patch
+    assert beat.status_patch["ledger"]["observedTime"] == "2026-11-30T10:00:10Z"
+
+
 def test_the_cap_is_written_one_evaluation_and_a_replica_grace_period_before_the_crossing_and_held() -> None:
     # 50 % of 2 USD = 1.00. The horizon is the 60 s interval + the 90 s grace period the operator gives every
     # replica (TERMINATION_GRACE_S): 150 s at 1.200250478 USD/h is 0.050010437 USD. After 2849 s,

@@ -69,3 +69,16 @@ def test_the_operator_knows_every_gateway_setting_as_another_commands() -> None:
     from modalscale.gateway.settings import SETTINGS_ENV as GATEWAY_SETTINGS_ENV
 
     assert sorted(GATEWAY_SETTINGS_ENV - set(OTHER_COMMANDS_ENV)) == []
+
+
+def test_the_budget_status_heartbeat_floor_is_read_with_a_60_s_default_and_bad_values_name_the_fix() -> None:
+    from modalscale.operator.budget.plan import HEARTBEAT_MIN_S
+
+    assert Settings.from_env({}).budget_status_heartbeat_s == HEARTBEAT_MIN_S == 60
+    assert Settings.from_env({"MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS": "10"}).budget_status_heartbeat_s == 10
+    name = "MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS"
+    for raw, message in (("0", f"{name}='0': out of range; use a value in [1, 3600]"),
+                         ("1.5", f"{name}='1.5': not a whole number; use e.g. 60")):
+        with pytest.raises(ConfigError) as err:
+            Settings.from_env({"MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS": raw})
+        assert message in str(err.value)
