@@ -70,7 +70,15 @@ run_pytest() {  # NAME ARGS...: run pytest, record its pid under NAME, return it
   local name=$1
   shift
   if [ "$name" = realnode ] && [ -e "$logdir/images.pid" ]; then
-    wait_for_images
+    # Only a cold build (base, wheels or dependency layers to make: up to ~10 min) is waited for here. A warm one
+    # builds only the code layers (~2 min): the lane starts its cluster meanwhile, and its first test's
+    # build_images waits for the build lock, well inside the test's time limit.
+    if python -c 'import sys; from modalscale.devenv.images import dependencies_cached as c; sys.exit(0 if c() else 1)' \
+      2>/dev/null; then
+      echo "images: dependency layers cached: the tests start while the background build makes the code layers"
+    else
+      wait_for_images
+    fi
   fi
   python -m pytest "$@" &
   echo $! >"$logdir/$name.pid"
@@ -103,6 +111,10 @@ else
   # Each lane's outcome again at the very end, where a reader of only the output's tail (CI's) sees it: its
   # failed and erroring tests and its summary line, however the lanes' lines interleaved above.
   echo "=== outcome per lane ==="
+  if [ -e "$logdir/images.pid" ]; then
+    tail -n 3 "$logdir/images.log" | sed 's/^/images: /'
+    echo "images: modalscale images build exited $(cat "$logdir/images.rc" 2>/dev/null || echo '(no status)')"
+  fi
   for lane in realnode operator rest; do
     sed -n '/slowest 15 modules/,/ in all [0-9]* modules$/p' "$logdir/$lane.log"
     grep -E '^\[[a-z]+\] (FAILED|ERROR) |^\[[a-z]+\] =+ .*(passed|failed|error|no tests ran).* =+$' \

@@ -532,6 +532,12 @@ def wheelhouse_key(pins: dict[str, str]) -> str:
     return _digest([f"{k}=={v}".encode() for k, v in sorted(pins.items())] + [RECIPE_VERSION.encode()])[:16]
 
 
+def _wheelhouse_dir(pins: dict[str, str], root: Path, repo: Path) -> Path:
+    """Where :func:`ensure_wheelhouse` keeps the wheelhouse of ``pins`` and ``repo``'s build requirements."""
+    build = build_requirements(repo)
+    return root / "wheels" / wheelhouse_key({**pins, **{f"build:{r}": "" for r in build}})
+
+
 def ensure_wheelhouse(pins: dict[str, str], log: Log, root: Path | None = None, repo: Path = REPO) -> Path:
     """A directory with one wheel per pin, the build requirements and ``requirements.txt`` (the pins).
 
@@ -550,8 +556,8 @@ def ensure_wheelhouse(pins: dict[str, str], log: Log, root: Path | None = None, 
     """
     root = root or images_dir()
     build = build_requirements(repo)
-    key = wheelhouse_key({**pins, **{f"build:{r}": "" for r in build}})
-    house = root / "wheels" / key
+    house = _wheelhouse_dir(pins, root, repo)
+    key = house.name
     if (house / ".complete").is_file():
         return house
     tmp = house.with_name(key + ".tmp")
@@ -904,6 +910,33 @@ def build_image(defn: ImageDefinition, log: Log, repo: Path = REPO, force: bool 
             + (f"; {reused / 1e6:.0f} MB of them identical to the previous archive" if reused >= 0 else ""))
         record.write_text(json.dumps({k: v for k, v in asdict(built).items() if k != "cached"}, indent=2))
         return built
+
+
+def dependencies_cached(names: Sequence[str] | None = None, repo: Path = REPO) -> bool:
+    """Whether building the named images (default: all of :func:`image_definitions`) would build no more than their
+    code layers (seconds to about two minutes): each one's archive is cached, or its base image, its wheelhouse and
+    its dependencies image are. False means a cold build (up to about 10 minutes), e.g. for ``scripts/test.sh`` to
+    wait for the build before tests that would otherwise wait for it inside their time limit.
+
+    Raises:
+        ImageBuildError: An unknown name, or a Dockerfile that is not split into deps and code stages.
+    """
+    root = images_dir()
+    defs = image_definitions(repo)
+    unknown = [n for n in names or () if n not in defs]
+    if unknown:
+        raise ImageBuildError(f"unknown image {', '.join(unknown)}; choose from {', '.join(defs)}")
+    for defn in (defs[n] for n in (names or list(defs))):
+        pins = dependency_pins("modalscale", defn.extras, defn.cpu_only)
+        inputs = image_inputs(defn, repo, pins)
+        record = _record_path(root, defn.name, inputs.code_hash)
+        if record.is_file() and Path(json.loads(record.read_text())["archive"]).is_file():
+            continue
+        if not (_wheelhouse_dir(pins, root, repo) / ".complete").is_file():
+            return False
+        if not (_image_exists(base_reference()) and _image_exists(inputs.deps_ref)):
+            return False
+    return True
 
 
 def build_images(names: Sequence[str] | None = None, log: Log = print, repo: Path = REPO,
