@@ -344,3 +344,29 @@ def test_the_credit_is_what_was_charged_a_pod_stopped_before_its_node_was_marked
                     {HEARD: node(HEARD, "True", at(55)), LOST: node(LOST, "Unknown", at(20))})
     spent, _ = evaluate(policy, lost, 60)
     assert abs(spent - usd(80)) <= Decimal("2e-9")  # vc-0 60 s + vc-1 20 s
+
+
+def test_a_reclaimed_spot_nodes_pod_is_charged_to_when_the_node_was_found_gone_at_the_spot_price() -> None:
+    # Issue 21, scenario 5 (ci40 of 4 Dec 2026 differed from its meter by 0.77 s at about the on-demand price): vc-1
+    # asked for a Spot node (SwitchToSpot's nodeSelector) and ran on gpu-b, labelled Spot; vc-0 on an on-demand node.
+    # gpu-b is reclaimed: its Node deleted, found gone at T0 + 90 s, vc-1 still listed. Its last 30 s are charged at
+    # the Spot price, though the labels of the node it ran on can no longer be read.
+    from modalscale.costmodel.catalog import ReplicaResources
+
+    replica = ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4")
+    on_demand, spot = CATALOG.price_replica(replica, "OnDemand"), CATALOG.price_replica(replica, "Spot")
+    assert (on_demand, spot) == (Decimal("0.600125239"), Decimal("0.277239000"))
+    pods = two_pods()
+    pods[1]["spec"]["nodeSelector"] = {"karpenter.sh/capacity-type": "spot"}
+    labels = {HEARD: {"karpenter.sh/capacity-type": "on-demand"}, LOST: {"karpenter.sh/capacity-type": "spot"}}
+    running = BudgetObserved([make_isvc()], {"ml": pods}, node_labels=labels,
+                             node_health={HEARD: NodeHealth("True", at(55)), LOST: NodeHealth("True", at(55))})
+    before, policy = evaluate(ledger_at_t0(), running, 60)
+    assert before == ((on_demand + spot) * 60 / 3600).quantize(Decimal("1e-9"))
+    reclaimed = BudgetObserved([make_isvc()], {"ml": pods}, node_labels={HEARD: labels[HEARD], LOST: {}},
+                               node_health={HEARD: NodeHealth("True", at(115)),
+                                            LOST: NodeHealth(None, None, gone=True, gone_since=at(90))})
+    after, policy = evaluate(policy, reclaimed, 120)
+    assert after - before == ((on_demand * 60 + spot * 30) / 3600).quantize(Decimal("1e-9"))
+    (service,) = ledger_services(policy)
+    assert service["replicas"] == 1 and service["unheardPods"] == [{"name": "vc-1", "chargedUntil": text(at(90))}]
