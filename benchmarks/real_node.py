@@ -5,7 +5,8 @@ Prints:
    1 -> 3), timed from the patch, from the operator's decision (``status.scalingHistory``, 1 s resolution) and from
    each new pod's creation, to the Deployment's readyReplicas; repeated rounds, back to 1 in between.
 2. Per-replica throughput on the real node: closed-loop saturation (``--workers-per-replica`` x replicas workers,
-   a new connection per request through the Service's ClusterIP) for ``--load-s`` s at 1, 2 and 3 replicas of
+   a new connection per request through the Service's ClusterIP, or one kept-alive connection per sender with
+   ``--client keepalive``, as SDKs and gRPC clients hold) for ``--load-s`` s at 1, 2 and 3 replicas of
    ``--cpu`` each (default 250m: 3 replicas, the client and the control plane fit in 2 cores, so each replica is
    bound by its own CFS quota, not by the machine), in rounds whose order is shuffled, after a warm-up of every
    pod; ratios 2/1 and 3/1 against the same round's 1-replica run, with a second 1-replica run as the A/A row (its
@@ -14,6 +15,11 @@ Prints:
    were throttled (``cpu.stat``: a quota-bound pod is throttled in most periods), the client's own CPU (this
    process, ``os.times``: in cores and ms per answer) and the whole machine's busy cores (``/proc/stat``), so a
    ratio below the replica count can be told apart: pods under their quota and the machine busy = contention.
+   ``--paths direct,gateway`` measures both request paths side by side in each round (their order shuffled too):
+   ``direct`` is the Service straight to the replicas (kube-proxy, ``spec.gateway.enabled: false``), ``gateway``
+   the Service to the request gateway's pods, which balance each request over the replicas (issue 19's target:
+   2 and 3 replicas >= 1.85x and >= 2.7x one replica); the gateway pods' CPU is printed per answer beside the
+   replicas' (target: <= 5 %).
    ``--cpu-shares N`` gives the pods' ``kubepods`` cgroup and the client's own cgroup CPU weight ``N`` during the
    section (a shared machine's other work otherwise outweighs them; restored after). No
    request is answered from a cache: the InferenceService turns the runtime's embedding cache off
@@ -31,7 +37,7 @@ The pod reaches Prometheus (which listens on 127.0.0.1) through a TCP relay this
 Every section prints the machine's load average: the machine is shared, so absolute figures move; compare ratios.
 
 Usage: .venv/bin/python benchmarks/real_node.py [--rounds 3] [--load-s 20] [--cpu 250m] [--cpu-shares 32768]
-       [--services 100] [--skip 1,3]
+       [--services 100] [--skip 1,3] [--paths direct,gateway] [--client keepalive]
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]" if values else "-"
 
 
-def real_isvc(image_ref: str, cpu: str = "250m") -> dict[str, Any]:
+def real_isvc(image_ref: str, cpu: str = "250m", gateway: bool = False) -> dict[str, Any]:
     image, _, version = image_ref.rpartition(":")
     return {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": NAME},
             "spec": {"model": {"source": "BuiltIn", "name": "multimodal"},
@@ -88,8 +94,8 @@ def real_isvc(image_ref: str, cpu: str = "250m") -> dict[str, Any]:
                                  "modalityAwareBatching": False, "embeddingCache": False},
                      "resources": {"cpu": cpu, "memory": "2Gi"}, "placement": real_node_placement(),
                      "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 3},
-                     # kube-proxy to the replicas, as this benchmark measures (the gateway is on by default).
-                     "gateway": {"enabled": False}}}
+                     # kube-proxy to the replicas unless section 2 measures the gateway's path (on by default).
+                     "gateway": {"enabled": gateway}}}
 
 
 def kwok_isvc(name: str) -> dict[str, Any]:
@@ -292,6 +298,27 @@ class Bench:
     def isvc(self) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object("modalscale.io", "v1alpha1", NS, "inferenceservices", NAME)
 
+    def gateway_pods(self) -> list[Any]:
+        return [p for p in self.core.list_namespaced_pod(NS, label_selector=f"modalscale.io/gateway={NAME}").items
+                if p.metadata.deletion_timestamp is None]
+
+    def set_path(self, path: str) -> float:
+        """Put the Service's ``path`` (``direct`` or ``gateway``) in place and wait until its endpoints are only
+        that path's Ready pods (the gateway's pods, or the replicas); returns the seconds it took."""
+        started = time.monotonic()
+        self.custom.patch_namespaced_custom_object("modalscale.io", "v1alpha1", NS, "inferenceservices", NAME,
+                                                   {"spec": {"gateway": {"enabled": path == "gateway"}}})
+
+        def in_place() -> bool:
+            subsets = self.core.read_namespaced_endpoints(NAME, NS).subsets or []
+            ips = {a.ip for sub in subsets for a in sub.addresses or []}
+            want = {p.status.pod_ip for p in (self.gateway_pods() if path == "gateway" else self.pods())
+                    if p.metadata.deletion_timestamp is None and p.status.pod_ip}
+            return bool(ips) and ips <= want and (path == "direct" or len(ips) >= 2)
+
+        wait_for(in_place, 600, f"the Service on the {path} path")
+        return time.monotonic() - started
+
     def settled(self, n: int) -> bool:
         try:
             d = self.apps.read_namespaced_deployment(NAME, NS)
@@ -334,9 +361,10 @@ class Bench:
                 f"photo number {i} of a table")
 
     def closed_loop(self, url: str, workers: int, seconds: float,
-                    meter: CpuMeter | None = None) -> tuple[float, int, int]:
+                    meter: CpuMeter | None = None, keepalive: bool = False) -> tuple[float, int, int]:
         """(answers/s, answered, failed) of ``workers`` closed-loop senders for ``seconds``; requests are made
-        (JPEG-encoded) before the clock and ``meter`` (entered around the senders only) start."""
+        (JPEG-encoded) before the clock and ``meter`` (entered around the senders only) start. ``keepalive``: each
+        sender keeps one connection (a new one after a failure), else a new connection per request."""
         batch = [self.request() for _ in range(int(workers * seconds * 4) + 1)]  # ample: 4 req/s per sender
         counter = [0]
         stop = time.monotonic() + seconds
@@ -344,18 +372,30 @@ class Bench:
         lock = threading.Lock()
 
         def worker() -> None:
+            kept: MultimodalClient | None = None
             while time.monotonic() < stop:
                 with lock:
                     image, text = batch[counter[0] % len(batch)]
                     counter[0] += 1
                 try:
-                    with MultimodalClient(url, model_name="multimodal", timeout_s=300) as c:
-                        c.infer(images=[image], text=text)
+                    if keepalive:
+                        kept = kept or MultimodalClient(url, model_name="multimodal", timeout_s=300)
+                        kept.infer(images=[image], text=text)
+                    else:
+                        with MultimodalClient(url, model_name="multimodal", timeout_s=300) as c:
+                            c.infer(images=[image], text=text)
                     with lock:
                         done[0] += 1
                 except Exception:  # counted and printed
                     with lock:
                         errors[0] += 1
+                    if kept is not None:
+                        with contextlib.suppress(Exception):
+                            kept.close()
+                        kept = None
+            if kept is not None:
+                with contextlib.suppress(Exception):
+                    kept.close()
 
         with meter or contextlib.nullcontext():
             started = time.monotonic()
@@ -373,45 +413,69 @@ class Bench:
 
 def section_throughput(b: Bench, url: str, args: argparse.Namespace, rng: random.Random) -> None:
     """Section 2 (see the module docstring)."""
-    print(f"\n2. throughput through the Service, closed loop, {args.workers_per_replica} senders per "
-          f"replica of {args.cpu}, {args.load_s:.0f} s each after a {args.warmup_s:.0f} s warm-up, "
+    paths = [x.strip() for x in args.paths.split(",") if x.strip()]
+    keepalive = args.client == "keepalive"
+    conn = "one kept-alive connection each" if keepalive else "a new connection per request"
+    print(f"\n2. throughput through the Service ({' and '.join(paths)} path), closed loop, {args.workers_per_replica} "
+          f"senders per replica of {args.cpu} ({conn}), "
+          f"{args.load_s:.0f} s each after a {args.warmup_s:.0f} s warm-up, "
           f"1 distinct image 288-351 x 216-279 + text per request, embedding cache off; "
           f"{args.rounds} rounds in shuffled order; median [min-max]; {load()}")
-    tput: dict[str, list[float]] = {}
-    ratios: dict[str, list[float]] = {}
-    pod_use: dict[int, list[float]] = {}  # each pod's CPU / its quota, per replica count
-    throttled: dict[int, list[float]] = {}
+    labels = ["1 replica(s)", "2 replica(s)", "3 replica(s)", "1 replica (A/A)"]
+    tput: dict[tuple[str, str], list[float]] = {}
+    ratios: dict[tuple[str, str], list[float]] = {}
+    pod_use: dict[tuple[str, int], list[float]] = {}  # each replica's CPU / its quota, per path and replica count
+    throttled: dict[tuple[str, int], list[float]] = {}
+    gateway_share: dict[int, list[float]] = {}  # gateway pods' CPU / the replicas' CPU, per replica count
     client_cores: list[float] = []
     for rnd in range(args.rounds):
-        order = [1, 2, 3]
-        rng.shuffle(order)
-        got: dict[str, float] = {}
-        for label, n in [(f"{n} replica(s)", n) for n in order] + [("1 replica (A/A)", 1)]:
-            b.scale(n)
-            wait_for(lambda n=n: b.settled(n), 600, f"{n} replicas")
-            workers = args.workers_per_replica * n
-            b.closed_loop(url, workers, args.warmup_s)
-            m = CpuMeter([p for p in b.pods() if p.metadata.deletion_timestamp is None])
-            rps, answered, errs = b.closed_loop(url, workers, args.load_s, meter=m)
-            got[label] = rps
-            tput.setdefault(label, []).append(rps)
-            for v in m.pods.values():
-                pod_use.setdefault(n, []).append(v["cores"] / v["quota"])
-                throttled.setdefault(n, []).append(v["throttled"])
-            client_cores.append(m.client_s / m.wall_s)
-            print(f"  round {rnd + 1} {label}: {rps:.2f} req/s ({answered} answered, {errs} failed); "
-                  f"{m.line(answered)}; {load()}")
-        for label, rps in got.items():
-            ratios.setdefault(label, []).append(rps / got["1 replica(s)"])
-    for label in ["1 replica(s)", "2 replica(s)", "3 replica(s)", "1 replica (A/A)"]:
-        print(f"  {label:16s} req/s {spread(tput[label])}  ratio to 1 replica {spread(ratios[label])}")
-    aa = [abs(r - 1) for r in ratios["1 replica (A/A)"]]
-    print(f"  noise: A/A ratio off 1 by {100 * max(aa):.0f} % at most; per replica ({args.cpu}): "
-          f"req/s {spread(tput['1 replica(s)'])}; {load()}")
-    for n in (1, 2, 3):
-        print(f"  {n} replica(s): each pod's CPU / its quota {spread(pod_use.get(n, []))}, share of "
-              f"CFS periods throttled {spread(throttled.get(n, []))}")
-    print(f"  client (this process): {spread(client_cores)} cores")
+        for path in rng.sample(paths, len(paths)):
+            switch_s = b.set_path(path)
+            print(f"  round {rnd + 1}: the Service on the {path} path ({switch_s:.1f} s)")
+            order = [1, 2, 3]
+            rng.shuffle(order)
+            got: dict[str, float] = {}
+            for label, n in [(f"{n} replica(s)", n) for n in order] + [("1 replica (A/A)", 1)]:
+                b.scale(n)
+                wait_for(lambda n=n: b.settled(n), 600, f"{n} replicas")
+                workers = args.workers_per_replica * n
+                b.closed_loop(url, workers, args.warmup_s, keepalive=keepalive)
+                replicas = [p for p in b.pods() if p.metadata.deletion_timestamp is None]
+                gateways = b.gateway_pods() if path == "gateway" else []
+                m = CpuMeter(replicas + gateways)
+                rps, answered, errs = b.closed_loop(url, workers, args.load_s, meter=m, keepalive=keepalive)
+                got[label] = rps
+                tput.setdefault((path, label), []).append(rps)
+                names = {p.metadata.name for p in gateways}
+                replica_cores = sum(v["cores"] for k, v in m.pods.items() if k not in names)
+                gateway_cores = sum(v["cores"] for k, v in m.pods.items() if k in names)
+                for k, v in m.pods.items():
+                    if k not in names:
+                        pod_use.setdefault((path, n), []).append(v["cores"] / v["quota"])
+                        throttled.setdefault((path, n), []).append(v["throttled"])
+                if gateways and replica_cores > 0:
+                    gateway_share.setdefault(n, []).append(gateway_cores / replica_cores)
+                client_cores.append(m.client_s / m.wall_s)
+                extra = (f"; gateway pods {gateway_cores:.2f} cores = {100 * gateway_cores / replica_cores:.1f} % of "
+                         f"the replicas' {replica_cores:.2f}" if gateways and replica_cores > 0 else "")
+                print(f"  round {rnd + 1} {path} {label}: {rps:.2f} req/s ({answered} answered, {errs} failed); "
+                      f"{m.line(answered)}{extra}; {load()}")
+            for label, rps in got.items():
+                ratios.setdefault((path, label), []).append(rps / got["1 replica(s)"])
+    for path in paths:
+        for label in labels:
+            print(f"  {path:8s} {label:16s} req/s {spread(tput[(path, label)])}  ratio to 1 replica "
+                  f"{spread(ratios[(path, label)])}")
+        aa = [abs(r - 1) for r in ratios[(path, "1 replica (A/A)")]]
+        print(f"  {path:8s} noise: A/A ratio off 1 by {100 * max(aa):.0f} % at most; per replica ({args.cpu}): "
+              f"req/s {spread(tput[(path, '1 replica(s)')])}")
+        for n in (1, 2, 3):
+            print(f"  {path:8s} {n} replica(s): each replica's CPU / its quota {spread(pod_use.get((path, n), []))}, "
+                  f"share of CFS periods throttled {spread(throttled.get((path, n), []))}")
+    for n, shares in sorted(gateway_share.items()):
+        print(f"  gateway pods' CPU / the replicas' CPU at {n} replica(s): "
+              f"{spread([100 * x for x in shares])} %")
+    print(f"  client (this process): {spread(client_cores)} cores; {load()}")
 
 
 def helm_env(home: Path) -> dict[str, str]:
@@ -548,7 +612,15 @@ def main() -> None:
     ap.add_argument("--services", type=int, default=100, help="InferenceServices for the operator's RSS")
     ap.add_argument("--idle-s", type=float, default=20.0, help="seconds idle before each RSS reading")
     ap.add_argument("--skip", default="", help="comma-separated sections to skip (1, 2, 3)")
+    ap.add_argument("--paths", default="direct",
+                    help="section 2's request paths, comma-separated: direct (kube-proxy), gateway")
+    ap.add_argument("--client", choices=("new", "keepalive"), default="new",
+                    help="section 2's senders: a new connection per request, or one kept-alive connection each")
     args = ap.parse_args()
+    unknown = {x.strip() for x in args.paths.split(",")} - {"direct", "gateway"}
+    if unknown:
+        ap.error(f"--paths: unknown {', '.join(sorted(unknown))}; use direct and/or gateway")
+    gateway = "gateway" in args.paths
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="bench-real-node-") as tmp_name:
@@ -558,10 +630,12 @@ def main() -> None:
             cluster.up(nodes=args.services // 8 + 2, real_node=True)  # a KWOK GPU for each service
             api = cluster.api_client()
             install_crds(api, REPO / "crds")
-            (image,) = build_images(["runtime-cpu"])
-            imported_s = import_into_cluster(image, cluster.workdir)
-            print(f"image {image.full_ref}: {'cached' if image.cached else f'built in {image.build_s:.0f} s'}, "
-                  f"import {imported_s:.1f} s; {load()}; shared machine (other helpers' work runs beside this)")
+            # The gateway's pods run the operator image.
+            for image in build_images(["runtime-cpu", "operator"] if gateway else ["runtime-cpu"]):
+                imported_s = import_into_cluster(image, cluster.workdir)
+                print(f"image {image.full_ref}: {'cached' if image.cached else f'built in {image.build_s:.0f} s'}, "
+                      f"import {imported_s:.1f} s; {load()}; shared machine (other helpers' work runs beside this)")
+            image = build_images(["runtime-cpu"])[0]
             b = Bench(api)
             b.core.create_namespace({"metadata": {"name": NS}})
             op = OperatorProcess(cluster.kubeconfig, tmp / "operator.log", {"MODALSCALE_STANDALONE": "true"},
@@ -569,7 +643,7 @@ def main() -> None:
             try:
                 op.wait_healthy()
                 b.custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NS, "inferenceservices",
-                                                         real_isvc(image.ref, args.cpu))
+                                                         real_isvc(image.ref, args.cpu, gateway=False))
                 started = time.monotonic()
                 wait_for(lambda: b.settled(1), 900, "the first replica Ready")
                 print(f"first replica Ready {time.monotonic() - started:.1f} s after the InferenceService was created")
