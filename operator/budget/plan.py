@@ -1042,11 +1042,9 @@ def _tenant_spend(spec: BudgetSpec, services: Sequence[ServiceState], observed: 
 
 
 def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Catalog,
-                attempts: Sequence[Attempt], now: dt.datetime,
-                in_flight: Collection[OutboxKey] = frozenset(),
+                attempts: Sequence[Attempt], now: dt.datetime, in_flight: Collection[OutboxKey] = frozenset(),
                 history: Mapping[tuple[str, str], Sequence[BurnSample]] | None = None,
-                anomaly_config: AnomalyConfig = AnomalyConfig(),
-                history_read: HistoryRead | None = None,
+                anomaly_config: AnomalyConfig = AnomalyConfig(), history_read: HistoryRead | None = None,
                 admin_namespaces: Collection[str] = (), holder: str = "",
                 status_heartbeat_min_s: int = HEARTBEAT_MIN_S) -> PolicyPlan:
     """Plan one evaluation of a BudgetPolicy.
