@@ -33,11 +33,22 @@ Prints:
    ``/proc/<pid>/cgroup``, and the container's cgroup-v1 ``memory.stat`` rss) idle and with ``--services``
    InferenceServices (on the KWOK GPU nodes) reconciled by the pod.
 
+4. Starts from zero through the gateway (issue 19's figure: 0 failed requests, each start's added latency <= the
+   pod's own time to Ready + 1 s): the InferenceService in Predictive mode with ``minReplicas: 0``,
+   ``scaleToZeroAfterSeconds`` ``--zero-idle-s`` and the gateway in front; the operator reads a real Prometheus
+   that discovers the runtime and gateway pods (started with the subprocess operator when section 4 runs). Each
+   of ``--zero-starts`` cycles waits until the autoscaler has scaled to zero from Prometheus' reading (no request
+   in the 60 s window, then the idle time) and the last runtime pod is gone, then ``--zero-clients`` waiting
+   clients each send one request (a new connection each) through the Service: held by the gateway, which asks the
+   operator for a replica. Per start: the requests answered and failed, each request's latency, the replica pod
+   first seen (0.2 s polls) and seen Ready, the pod's own time to Ready (seen Ready - seen created) and the added
+   latency (latency - the pod's own time to Ready), and the decision in ``status.scalingHistory``.
+
 The pod reaches Prometheus (which listens on 127.0.0.1) through a TCP relay this script runs on the node's IP.
 Every section prints the machine's load average: the machine is shared, so absolute figures move; compare ratios.
 
 Usage: .venv/bin/python benchmarks/real_node.py [--rounds 3] [--load-s 20] [--cpu 250m] [--cpu-shares 32768]
-       [--services 100] [--skip 1,3] [--paths direct,gateway] [--client keepalive]
+       [--services 100] [--skip 1,3] [--paths direct,gateway] [--client keepalive] [--zero-starts 10]
 """
 
 from __future__ import annotations
@@ -478,6 +489,105 @@ def section_throughput(b: Bench, url: str, args: argparse.Namespace, rng: random
     print(f"  client (this process): {spread(client_cores)} cores; {load()}")
 
 
+def section_zero_starts(b: Bench, url: str, args: argparse.Namespace) -> None:
+    """Section 4 (see the module docstring); the operator reads Prometheus."""
+    from modalscale.runtime.workload import photo_at
+
+    print(f"\n4. starts from zero through the gateway: {args.zero_starts} starts, {args.zero_clients} waiting clients "
+          f"each (a new connection per request), scaleToZeroAfterSeconds {args.zero_idle_s:.0f}, replicas of "
+          f"{args.cpu}; {load()}")
+    b.custom.patch_namespaced_custom_object(
+        "modalscale.io", "v1alpha1", NS, "inferenceservices", NAME,
+        {"spec": {"scaling": {"mode": "Predictive", "replicas": None, "minReplicas": 0, "maxReplicas": 1,
+                              "scaleToZeroAfterSeconds": int(args.zero_idle_s), "decisionIntervalSeconds": 5},
+                  "gateway": {"enabled": True, "queue": {"timeoutSeconds": 300}}}})
+    b.set_path("gateway")
+
+    def at_zero() -> bool:
+        d = b.apps.read_namespaced_deployment(NAME, NS)
+        return (d.spec.replicas or 0) == 0 and not b.pods()
+
+    latencies: list[float] = []
+    own_ready: list[float] = []
+    added: list[float] = []
+    to_zero: list[float] = []
+    answered, failed, within = 0, 0, 0
+    reasons: dict[str, int] = {}
+    last_answer = time.monotonic()
+    image = photo_at("coffee", 320, 240)
+    for start in range(args.zero_starts):
+        try:
+            wait_for(at_zero, 600, "the autoscaler's scale to zero and the last replica pod gone", interval_s=0.5)
+        except TimeoutError:
+            st = b.isvc().get("status") or {}
+            print(f"  start {start + 1}: not at zero after 600 s; status.autoscaler {json.dumps(st.get('autoscaler'))}")
+            break
+        to_zero.append(time.monotonic() - last_answer)
+        results: list[tuple[float, str | None]] = []
+        lock = threading.Lock()
+
+        def one(k: int, start: int = start) -> None:
+            try:
+                with MultimodalClient(url, model_name="multimodal", timeout_s=300) as c:
+                    c.infer(images=[image], text=f"a start from zero, number {start} client {k}")
+                err = None
+            except Exception as exc:  # counted and printed
+                err = f"{type(exc).__name__}: {exc}"
+            with lock:
+                results.append((time.monotonic(), err))
+
+        sent = time.monotonic()
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(args.zero_clients)]
+        for t in threads:
+            t.start()
+        seen_created: float | None = None
+        seen_ready: float | None = None
+        while any(t.is_alive() for t in threads) or seen_ready is None:
+            pods = b.pods()
+            now = time.monotonic()
+            if pods and seen_created is None:
+                seen_created = now
+            if seen_ready is None and any(c.type == "Ready" and c.status == "True"
+                                          for p in pods for c in p.status.conditions or []):
+                seen_ready = now
+            if now - sent > 420:
+                break
+            time.sleep(0.2)
+        for t in threads:
+            t.join(timeout=60)
+        errors = [e for _, e in results if e]
+        answered += len(results) - len(errors)
+        failed += len(errors) + (args.zero_clients - len(results))
+        lat = [t - sent for t, e in results if e is None]
+        latencies.extend(lat)
+        last_answer = max((t for t, _ in results), default=time.monotonic())
+        history = (b.isvc().get("status") or {}).get("scalingHistory") or []
+        reason = next((h["reason"] for h in reversed(history) if h["from"] == 0 and h["to"] == 1), "-")
+        reasons[reason] = reasons.get(reason, 0) + 1
+        own = (seen_ready - seen_created) if seen_ready is not None and seen_created is not None else float("nan")
+        own_ready.append(own)
+        extra = [x - own for x in lat]
+        added.extend(extra)
+        within += int(bool(extra) and max(extra) <= 1.0 and not errors)
+        print(f"  start {start + 1}: {len(results) - len(errors)} answered, {len(errors)} failed"
+              f"{' (' + errors[0][:160] + ')' if errors else ''}; at zero {to_zero[-1]:.0f} s after the last answer; "
+              f"pod seen {(seen_created or float('nan')) - sent:.1f} s after sending, Ready "
+              f"{(seen_ready or float('nan')) - sent:.1f} s (its own {own:.1f} s); latency "
+              f"{', '.join(f'{x:.1f}' for x in sorted(lat))} s, added "
+              f"{', '.join(f'{x:+.2f}' for x in sorted(extra))} s; 0 -> 1 {reason}; {load()}")
+    n = len(own_ready)
+    print(f"  {n} starts: requests {answered + failed} sent / {answered} answered / {failed} failed; latency s "
+          f"{spread(latencies)}; the pod's own time to Ready s {spread([x for x in own_ready if x == x])}; added "
+          f"latency s {spread(added)} (max {max(added, default=float('nan')):.2f}); starts with every request "
+          f"answered within its pod's own time to Ready + 1 s: {within} of {n}; 0 -> 1 decisions {reasons}; "
+          f"time from the last answer to zero s {spread(to_zero[1:])}")
+    b.custom.patch_namespaced_custom_object(
+        "modalscale.io", "v1alpha1", NS, "inferenceservices", NAME,
+        {"spec": {"scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 3,
+                              "scaleToZeroAfterSeconds": None},
+                  "gateway": {"enabled": False}}})
+
+
 def helm_env(home: Path) -> dict[str, str]:
     return {**os.environ, **{k: str(home / k.lower()) for k in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME",
                                                                "HELM_DATA_HOME")}}
@@ -611,7 +721,10 @@ def main() -> None:
     ap.add_argument("--warmup-s", type=float, default=5.0, help="seconds of closed loop before each throughput run")
     ap.add_argument("--services", type=int, default=100, help="InferenceServices for the operator's RSS")
     ap.add_argument("--idle-s", type=float, default=20.0, help="seconds idle before each RSS reading")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip (1, 2, 3)")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip (1, 2, 3, 4)")
+    ap.add_argument("--zero-starts", type=int, default=10, help="section 4's starts from zero")
+    ap.add_argument("--zero-clients", type=int, default=2, help="section 4's waiting clients per start")
+    ap.add_argument("--zero-idle-s", type=float, default=5.0, help="section 4's scaleToZeroAfterSeconds")
     ap.add_argument("--paths", default="direct",
                     help="section 2's request paths, comma-separated: direct (kube-proxy), gateway")
     ap.add_argument("--client", choices=("new", "keepalive"), default="new",
@@ -620,8 +733,8 @@ def main() -> None:
     unknown = {x.strip() for x in args.paths.split(",")} - {"direct", "gateway"}
     if unknown:
         ap.error(f"--paths: unknown {', '.join(sorted(unknown))}; use direct and/or gateway")
-    gateway = "gateway" in args.paths
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    gateway = "gateway" in args.paths or "4" not in skip
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="bench-real-node-") as tmp_name:
         tmp = Path(tmp_name)
@@ -638,8 +751,14 @@ def main() -> None:
             image = build_images(["runtime-cpu"])[0]
             b = Bench(api)
             b.core.create_namespace({"metadata": {"name": NS}})
-            op = OperatorProcess(cluster.kubeconfig, tmp / "operator.log", {"MODALSCALE_STANDALONE": "true"},
-                                 resync_s=5.0)
+            prom = None
+            if "4" not in skip:  # section 4's autoscaler reads Prometheus (the runtime's and the gateway's pods)
+                prom = PrometheusProcess(tmp / "prometheus-4", scrape_interval_s=1.0,
+                                         discovery=PodDiscovery.for_cluster(cluster, (NS,)))
+                prom.start([])
+            op = OperatorProcess(cluster.kubeconfig, tmp / "operator.log",
+                                 {"MODALSCALE_STANDALONE": "true",
+                                  **({"MODALSCALE_PROMETHEUS_URL": prom.url} if prom else {})}, resync_s=5.0)
             try:
                 op.wait_healthy()
                 b.custom.create_namespaced_custom_object("modalscale.io", "v1alpha1", NS, "inferenceservices",
@@ -673,8 +792,13 @@ def main() -> None:
                               f"{priority.before})")
                 b.scale(1)
                 wait_for(lambda: b.settled(1), 600, "1 replica")
+                if "4" not in skip:
+                    section_zero_starts(b, url, args)
+                    wait_for(lambda: b.settled(1), 600, "1 replica")
             finally:
                 op.stop()
+                if prom is not None:
+                    prom.stop()
             if "3" not in skip:
                 section_operator_pod(b, cluster, tmp, url, args)
         finally:
