@@ -118,6 +118,25 @@ def _pool_successes(env: Env, name: str) -> dict[str, float]:
     return out
 
 
+def _first_answer_through(url: str, timeout_s: float = 60) -> int:
+    """Send one image+text request through ``url`` until it is answered (a refused connect is tried again after
+    0.2 s); returns the refused connects before the answer."""
+    from modalscale.runtime.client import MultimodalClient
+    from modalscale.runtime.workload import photo_at
+
+    refused, deadline = 0, time.monotonic() + timeout_s
+    while True:
+        try:
+            with MultimodalClient(url, model_name=MODEL, timeout_s=120) as c:
+                c.infer(images=[photo_at("coffee", 160, 120)], text="coffee in a cup")
+            return refused
+        except ConnectionRefusedError:
+            refused += 1
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the Service at {url} refused every connect for {timeout_s:.0f} s") from None
+            time.sleep(0.2)
+
+
 def test_killing_an_encoder_pod_under_load_fails_no_request(env: Env) -> None:
     """A staged service with two encoder pods (the front's four gRPC connections spread over them by kube-proxy)
     under a steady image+text load through the front's Service; the encoder pod that served the most is killed
@@ -136,6 +155,11 @@ def test_killing_an_encoder_pod_under_load_fails_no_request(env: Env) -> None:
 
     ready_s = env.wait(serving, 480, "the front and both encoder pods Ready", "kp")
     url = f"{env.core.read_namespaced_service('kp', env.ns).spec.cluster_ip}:8000"
+    # The front pod Ready is not yet the Service reachable: kube-proxy programs its rules after the EndpointSlice
+    # changes. A clean-clone run (ci43) saw 15 refused connects within 0.8 s, 0 failed requests; when, against the
+    # kill, was not printed (now it is), and that lag is the likeliest cause. One request answered through the
+    # Service first, so that every refusal below belongs to the kill.
+    refused_before = _first_answer_through(url)
     with Load(url, connections=3, timeout_s=120) as load:
         env.wait(lambda: len(load.answered) >= 10, 120, "10 requests answered before the kill", "kp")
         served = _pool_successes(env, "kp")
@@ -144,9 +168,10 @@ def test_killing_an_encoder_pod_under_load_fails_no_request(env: Env) -> None:
         env.core.delete_namespaced_pod(victim, env.ns, grace_period_seconds=0)
         env.wait(lambda: load.answers_since(killed + 5) >= 10, 120, "10 requests answered 5 s after the kill", "kp")
     after = _pool_successes(env, "kp")
-    print(f"\nfront and 2 encoder pods Ready in {ready_s:.1f} s; pool successes before the kill {served}; killed "
-          f"{victim}; {load.answers_since(killed)} answered after it, {len(load.answered)} in all; pool "
-          f"successes after {after}")
+    print(f"\nfront and 2 encoder pods Ready in {ready_s:.1f} s ({refused_before} refused connect(s) before the "
+          f"Service answered); pool successes before the kill {served}; killed {victim}; "
+          f"{load.answers_since(killed)} answered after it, {len(load.answered)} in all; pool successes after "
+          f"{after}; refused at (s from the kill) {[round(r - killed, 2) for r in load.refused]}")
     assert served[victim] > 0  # the killed pod was serving
     kinds = Counter(why.split(" (")[0] + " " + why.split("did not answer (")[-1][:24] for _, why, _ in load.failed)
     assert load.failed == [] and load.refused == [], (len(load.failed), kinds, load.failed[:3], load.refused[:3])
