@@ -20,6 +20,8 @@ Prints:
    the Service to the request gateway's pods, which balance each request over the replicas (issue 19's target:
    2 and 3 replicas >= 1.85x and >= 2.7x one replica); the gateway pods' CPU is printed per answer beside the
    replicas' (target: <= 5 %).
+   ``--senders N`` holds the senders at N whatever the replica count (with ``--client keepalive``: N long-lived
+   connections, as an SDK or a gRPC client holds; kube-proxy places each connection once, the gateway each request).
    ``--cpu-shares N`` gives the pods' ``kubepods`` cgroup and the client's own cgroup CPU weight ``N`` during the
    section (a shared machine's other work otherwise outweighs them; restored after). No
    request is answered from a cache: the InferenceService turns the runtime's embedding cache off
@@ -427,8 +429,10 @@ def section_throughput(b: Bench, url: str, args: argparse.Namespace, rng: random
     paths = [x.strip() for x in args.paths.split(",") if x.strip()]
     keepalive = args.client == "keepalive"
     conn = "one kept-alive connection each" if keepalive else "a new connection per request"
-    print(f"\n2. throughput through the Service ({' and '.join(paths)} path), closed loop, {args.workers_per_replica} "
-          f"senders per replica of {args.cpu} ({conn}), "
+    senders = (f"{args.senders} senders in all" if args.senders
+               else f"{args.workers_per_replica} senders per replica")
+    print(f"\n2. throughput through the Service ({' and '.join(paths)} path), closed loop, {senders}, replicas of "
+          f"{args.cpu} ({conn}), "
           f"{args.load_s:.0f} s each after a {args.warmup_s:.0f} s warm-up, "
           f"1 distinct image 288-351 x 216-279 + text per request, embedding cache off; "
           f"{args.rounds} rounds in shuffled order; median [min-max]; {load()}")
@@ -449,7 +453,7 @@ def section_throughput(b: Bench, url: str, args: argparse.Namespace, rng: random
             for label, n in [(f"{n} replica(s)", n) for n in order] + [("1 replica (A/A)", 1)]:
                 b.scale(n)
                 wait_for(lambda n=n: b.settled(n), 600, f"{n} replicas")
-                workers = args.workers_per_replica * n
+                workers = args.senders or args.workers_per_replica * n
                 b.closed_loop(url, workers, args.warmup_s, keepalive=keepalive)
                 replicas = [p for p in b.pods() if p.metadata.deletion_timestamp is None]
                 gateways = b.gateway_pods() if path == "gateway" else []
@@ -717,6 +721,9 @@ def main() -> None:
     ap.add_argument("--cpu-shares", type=int, default=0,
                     help="during section 2, CPU weight of the pods and the client over other work (0: leave as is)")
     ap.add_argument("--workers-per-replica", type=int, default=6, help="closed-loop senders per replica")
+    ap.add_argument("--senders", type=int, default=0,
+                    help="section 2: this many closed-loop senders whatever the replica count (0: per replica), as a "
+                         "client with a few kept-alive connections holds")
     ap.add_argument("--load-s", type=float, default=20.0, help="seconds of each throughput run")
     ap.add_argument("--warmup-s", type=float, default=5.0, help="seconds of closed loop before each throughput run")
     ap.add_argument("--services", type=int, default=100, help="InferenceServices for the operator's RSS")
