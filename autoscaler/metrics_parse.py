@@ -555,7 +555,27 @@ def _extra(answers: _Answers, live: int, total: int, s: _ServiceFigures, mean_la
             extra[f"{m.value}_batch_size"] = s.batch[m]
     if mean_latency_ms is not None:
         extra["mean_latency_ms"] = mean_latency_ms
+    int8 = _int8_fallback(answers.get("int8_fallback"))
+    if int8 is not None:
+        extra["image_int8_fallback_pods"], extra["image_int8_pods"] = int8
     return extra
+
+
+def _int8_fallback(answer: Sequence[Mapping[str, Any]] | None) -> tuple[float, float] | None:
+    """``(pods whose INT8 image encoder fell back to FP32, pods that export the gauge)`` from the runtime's
+    ``modalscale_image_int8_fallback`` (1 = every image FP32 after the load-time fidelity guard, 0 = INT8 serves
+    the large images); a pod's duplicate series count once (the largest value). None when no pod exports it (INT8
+    images not asked for) or no value is finite: informational only, it never holds a decision."""
+    per_pod: dict[str, float] = {}
+    for sample in answer or ():
+        v = _value(sample)
+        if v is None:
+            continue
+        pod = _series_key(sample.get("metric") or {})[0]
+        per_pod[pod] = max(v, per_pod.get(pod, v))
+    if not per_pod:
+        return None
+    return float(sum(1 for v in per_pod.values() if v >= 0.5)), float(len(per_pod))
 
 
 @dataclass(frozen=True)

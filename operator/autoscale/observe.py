@@ -193,7 +193,9 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
         per ``model``, ``version`` and series, but ``nv_p95_us`` (``max by (model)``); the parse sums them once per
         pod (:data:`SERIES_IDENTITY_LABELS`). ``up`` and ``scraped`` (sample timestamp of ``up``) are per target;
         ``arrival_counts`` is a subquery (a range vector): the requests of every ``count_bin_s`` bin over the last
-        ``count_span_s``, summed over classes and pods (a pod's duplicate series folded by ``max``).
+        ``count_span_s``, summed over classes and pods (a pod's duplicate series folded by ``max``);
+        ``int8_fallback`` is the runtime's ``modalscale_image_int8_fallback`` gauge per series (1: the pod's INT8
+        image encoder fell back to FP32 at load).
     Raises:
         ValueError: ``component`` is not None or :data:`IMAGE_ENCODER_COMPONENT`, or is set with ``gateway``.
     """
@@ -231,6 +233,9 @@ def build_queries(namespace: str, name: str, window_s: float = STABLE_WINDOW_S,
     queries["nv_pending"] = f"max by (model, version, {per_series}) (nv_inference_pending_request_count{{{s}}})"
     queries["inflight"] = f"max by (model, {per_series}) (modalscale_inflight_requests{{{s}}})"
     queries["nv_p95_us"] = f'max by (model) (nv_inference_request_summary_us{{{s},quantile="0.95"}})'
+    # 1 per pod whose INT8 image encoder missed its fidelity bound at load (every image FP32), 0 where INT8 serves;
+    # exported only where INT8 images were asked for (informational: never part of a decision)
+    queries["int8_fallback"] = f"max by ({per_series}) (modalscale_image_int8_fallback{{{s}}})"
     b, span = f"{int(round(count_bin_s))}s", f"{int(round(count_span_s))}s"
     increase = f"increase(modalscale_requests_total{{{demand}}}[{b}])"
     queries["arrival_counts"] = f"sum(max by (modality, pod, instance) ({increase}))[{span}:{b}]"

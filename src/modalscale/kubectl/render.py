@@ -45,7 +45,7 @@ FEATURE_ORDER = ("arrival_rps", "forecast_rps", "mean_service_ms", "observed_ser
 """Features listed first (the arrival rate, service times, load and need behind a decision); the rest by name."""
 
 _UNITS = (("_rps", "req/s"), ("_ms", "ms"), ("_erlangs", "erlangs"), ("_ratio", "0..1"), ("_s", "s"),
-          ("_replicas", "replicas"))
+          ("_replicas", "replicas"), ("_pods", "pods"))
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -228,6 +228,9 @@ def render_why(report: Mapping[str, Any]) -> str:
             lines.append("  Features:")
             lines.append(table(["NAME", "VALUE", "UNIT"], [[f["name"], f"{f['value']:g}", f["unit"] or "-"]
                                                           for f in d["features"]], indent="    "))
+        int8 = _int8_line({f["name"]: f["value"] for f in d["features"]})
+        if int8:
+            lines.append(int8)
     if report.get("imageEncoderPool") is not None:
         lines += ["", *_pool_lines(report["imageEncoderPool"])]
     lines.append("")
@@ -240,6 +243,18 @@ def render_why(report: Mapping[str, Any]) -> str:
         lines.append("Scaling history: <none> (no replica change recorded)")
     lines += ["", _conditions_text(report["conditions"])]
     return "\n".join(lines)
+
+
+def _int8_line(features: Mapping[str, float]) -> str:
+    """One line on the INT8 image encoder from the features ``image_int8_fallback_pods`` / ``image_int8_pods``
+    (the runtime's ``modalscale_image_int8_fallback`` read from Prometheus); ``""`` when the pods export none."""
+    fell, pods = features.get("image_int8_fallback_pods"), features.get("image_int8_pods")
+    if fell is None or pods is None:
+        return ""
+    if fell > 0:
+        return (f"  INT8 images: FP32 on {fell:g} of {pods:g} pod(s): their INT8 image encoder missed its fidelity "
+                f"bound at load (the runtime's log names the cosine), so their image capacity is FP32's")
+    return f"  INT8 images: served in INT8 on all {pods:g} pod(s) that asked for them"
 
 
 def _pool_lines(pool: Mapping[str, Any]) -> list[str]:

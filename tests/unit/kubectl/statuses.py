@@ -88,9 +88,10 @@ def _deployment(dep: dict[str, Any], replicas: int) -> dict[str, Any]:
     return out
 
 
-def _decide(status: dict[str, Any], rate_rps: float | None, current: int, state: ScalerState, now: dt.datetime
-            ) -> tuple[Decision, dict[str, Any]]:
-    """One autoscaler decision at ``rate_rps`` (None: Prometheus had no traffic series) and its status."""
+def _decide(status: dict[str, Any], rate_rps: float | None, current: int, state: ScalerState, now: dt.datetime,
+            extra: dict[str, float] | None = None) -> tuple[Decision, dict[str, Any]]:
+    """One autoscaler decision at ``rate_rps`` (None: Prometheus had no traffic series) and its status; ``extra``:
+    the reading's extras (``MetricsReading.extra``)."""
     policy = ScalingPolicy(mode=ScalingMode.PREDICTIVE, min_replicas=1, max_replicas=6, target_p95_latency_ms=1000,
                            scale_down_stabilization_s=0, max_step_replicas=4, decision_interval_s=15)
     obs = observation(now, current, window_s=60.0, workload=None if rate_rps is None else (
@@ -98,7 +99,7 @@ def _decide(status: dict[str, Any], rate_rps: float | None, current: int, state:
     decision = recommend(obs, policy, state, ConstantModel(100.0), now)
     reading = MetricsReading(observed_at=now, workload=obs.workload,
                              busy_erlangs=None if rate_rps is None else rate_rps * 0.1, targets_up=current,
-                             targets_total=current)
+                             targets_total=current, extra=extra or {})
     loaded = ServiceTimeModelStatus(True, "ArtifactLoaded", "service-time model loaded")
     patch = plan_autoscale(as_status(status), decision, reading, loaded, generation=1, now=now).status_patch
     return decision, merge_patch(status, patch)
@@ -121,6 +122,16 @@ def scaled_isvc(name: str = "vc", ns: str = "ml") -> dict[str, Any]:
         plan = plan_isvc(spec, obs, None, PlanConfig(), now, decision=decision)
         status = merge_patch(status, write_isvc_status(plan.status, as_status(status)))
         replicas = plan.desired_replicas or replicas
+    return {**body, "status": status}
+
+
+def int8_isvc(fell_back: int, pods: int = 2, name: str = "vc", ns: str = "ml") -> dict[str, Any]:
+    """An InferenceService body after one decision whose reading held the runtime's INT8 fallback gauge of
+    ``pods`` pods, ``fell_back`` of them at 1 (``metrics_parse._int8_fallback``'s extras)."""
+    body = isvc_body(name, ns)
+    status = write_isvc_status(plan_isvc(parse_isvc(body), IsvcObserved(), FILES, PlanConfig(), T0).status)
+    _, status = _decide(status, 10.0, pods, ScalerState(), T0 + dt.timedelta(minutes=1),
+                        extra={"image_int8_fallback_pods": float(fell_back), "image_int8_pods": float(pods)})
     return {**body, "status": status}
 
 

@@ -24,6 +24,7 @@ from tests.unit.kubectl.statuses import (
     budget_body,
     evaluated_policy,
     held_isvc,
+    int8_isvc,
     isvc_body,
     scaled_isvc,
     staged_isvc,
@@ -96,6 +97,15 @@ def test_why_of_a_service_without_stages_has_no_pool_section_and_a_pool_without_
     del pool_item["autoscaler"]
     text = render_why(why_report(staged, NOW))
     assert "Image encoder pool" in text and "  Last decision: <none> (no pool autoscaler decision" in text
+
+
+def test_why_says_on_how_many_pods_the_int8_image_encoder_fell_back_to_fp32() -> None:
+    fell = render_why(why_report(int8_isvc(1, pods=2), NOW)).splitlines()
+    assert any(line.split() == ["image_int8_fallback_pods", "1", "pods"] for line in fell)
+    assert "  INT8 images: FP32 on 1 of 2 pod(s): their INT8 image encoder missed its fidelity bound" in "\n".join(fell)
+    kept = render_why(why_report(int8_isvc(0, pods=3), NOW))
+    assert "  INT8 images: served in INT8 on all 3 pod(s) that asked for them" in kept
+    assert "INT8 images" not in render_why(why_report(scaled_isvc(), NOW))  # no gauge exported: no line
 
 
 def test_features_that_are_not_finite_numbers_are_left_out() -> None:

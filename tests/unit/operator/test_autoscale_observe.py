@@ -4,6 +4,7 @@ scraping the real Triton runtime, and on hand-made variants of them."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import re
 from typing import Any
@@ -913,3 +914,27 @@ def test_a_target_scraped_before_whose_scrapes_failed_at_the_start_of_the_window
     failed = tuple(float(a) for a in range(40, 61))
     reading = parse_answers({**_one_target_up(), **_scrapes(since_s=60, failed=failed)}, "multimodal")
     assert reading.workload is None and reading.problem is not None and reading.problem[0] == PARTIAL_WINDOW
+
+
+def test_the_int8_fallback_gauge_is_read_per_pod_into_the_extras_and_never_changes_the_reading() -> None:
+    # The runtime's modalscale_image_int8_fallback (1: the pod's INT8 image encoder missed its fidelity bound at
+    # load and serves every image in FP32) reaches status.autoscaler.features; a pod scraped twice counts once
+    # (its largest value), a non-finite value is left out, and nothing else of the reading moves.
+    answers = dict(RECORDED)
+    answers["int8_fallback"] = [{"metric": {"pod": "vc-a", "job": "one"}, "value": [0, "1"]},
+                                {"metric": {"pod": "vc-a", "job": "two"}, "value": [0, "0"]},
+                                {"metric": {"pod": "vc-b", "job": "one"}, "value": [0, "0"]},
+                                {"metric": {"pod": "vc-c", "job": "one"}, "value": [0, "NaN"]}]
+    reading, base = parse_answers(answers, "multimodal"), parse_answers(RECORDED, "multimodal")
+    assert (reading.extra["image_int8_fallback_pods"], reading.extra["image_int8_pods"]) == (1.0, 2.0)
+    assert "image_int8_pods" not in base.extra  # INT8 images not asked for: no gauge, no feature
+    assert dataclasses.replace(reading, extra=base.extra) == base
+    nan_only = parse_answers({**RECORDED, "int8_fallback": answers["int8_fallback"][3:]}, "multimodal")
+    assert "image_int8_pods" not in nan_only.extra
+
+
+def test_the_int8_fallback_query_reads_the_replicas_series_or_the_pools() -> None:
+    front = build_queries("ml", "vc", gateway=True)["int8_fallback"]
+    assert front.startswith("max by (pod, instance, job) (modalscale_image_int8_fallback{")
+    assert 'component!~"gateway|image-encoder"' in front
+    assert 'component="image-encoder"' in build_queries("ml", "vc", component="image-encoder")["int8_fallback"]
