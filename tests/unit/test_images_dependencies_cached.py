@@ -37,7 +37,7 @@ def _inputs(name: str) -> tuple[dict[str, str], images.ImageInputs]:
 
 
 def _wheelhouse(root: Path, pins: dict[str, str]) -> None:
-    house = _wheelhouse_dir(pins, root, images.REPO)
+    house = _wheelhouse_dir(pins, root, images.build_requirements(images.REPO))
     house.mkdir(parents=True)
     (house / ".complete").write_text("")
 

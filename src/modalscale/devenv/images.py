@@ -532,9 +532,9 @@ def wheelhouse_key(pins: dict[str, str]) -> str:
     return _digest([f"{k}=={v}".encode() for k, v in sorted(pins.items())] + [RECIPE_VERSION.encode()])[:16]
 
 
-def _wheelhouse_dir(pins: dict[str, str], root: Path, repo: Path) -> Path:
-    """Where :func:`ensure_wheelhouse` keeps the wheelhouse of ``pins`` and ``repo``'s build requirements."""
-    build = build_requirements(repo)
+def _wheelhouse_dir(pins: dict[str, str], root: Path, build: Sequence[str]) -> Path:
+    """Where :func:`ensure_wheelhouse` keeps the wheelhouse of ``pins`` and the build requirements ``build``
+    (:func:`build_requirements`)."""
     return root / "wheels" / wheelhouse_key({**pins, **{f"build:{r}": "" for r in build}})
 
 
@@ -556,7 +556,7 @@ def ensure_wheelhouse(pins: dict[str, str], log: Log, root: Path | None = None, 
     """
     root = root or images_dir()
     build = build_requirements(repo)
-    house = _wheelhouse_dir(pins, root, repo)
+    house = _wheelhouse_dir(pins, root, build)
     key = house.name
     if (house / ".complete").is_file():
         return house
@@ -921,18 +921,14 @@ def dependencies_cached(names: Sequence[str] | None = None, repo: Path = REPO) -
     Raises:
         ImageBuildError: An unknown name, or a Dockerfile that is not split into deps and code stages.
     """
-    root = images_dir()
-    defs = image_definitions(repo)
-    unknown = [n for n in names or () if n not in defs]
-    if unknown:
-        raise ImageBuildError(f"unknown image {', '.join(unknown)}; choose from {', '.join(defs)}")
-    for defn in (defs[n] for n in (names or list(defs))):
+    root, build = images_dir(), build_requirements(repo)
+    for defn in _definitions(names, repo):
         pins = dependency_pins("modalscale", defn.extras, defn.cpu_only)
         inputs = image_inputs(defn, repo, pins)
         record = _record_path(root, defn.name, inputs.code_hash)
         if record.is_file() and Path(json.loads(record.read_text())["archive"]).is_file():
             continue
-        if not (_wheelhouse_dir(pins, root, repo) / ".complete").is_file():
+        if not (_wheelhouse_dir(pins, root, build) / ".complete").is_file():
             return False
         if not (_image_exists(base_reference()) and _image_exists(inputs.deps_ref)):
             return False
@@ -942,11 +938,20 @@ def dependencies_cached(names: Sequence[str] | None = None, repo: Path = REPO) -
 def build_images(names: Sequence[str] | None = None, log: Log = print, repo: Path = REPO,
                  force: bool = False) -> list[BuiltImage]:
     """Build (or find cached) the named images (default: all of :func:`image_definitions`), in order."""
+    return [build_image(defn, log, repo, force) for defn in _definitions(names, repo)]
+
+
+def _definitions(names: Sequence[str] | None, repo: Path) -> list[ImageDefinition]:
+    """The named images' definitions in order (default: all of :func:`image_definitions`).
+
+    Raises:
+        ImageBuildError: An unknown name (the message lists the known ones).
+    """
     defs = image_definitions(repo)
     unknown = [n for n in names or () if n not in defs]
     if unknown:
         raise ImageBuildError(f"unknown image {', '.join(unknown)}; choose from {', '.join(defs)}")
-    return [build_image(defs[n], log, repo, force) for n in (names or list(defs))]
+    return [defs[n] for n in (names or list(defs))]
 
 
 # ---------------------------------------------------------------------------------------------- import
