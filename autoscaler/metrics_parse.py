@@ -82,6 +82,21 @@ def _by_label(answer: Sequence[Mapping[str, Any]] | None, label: str, *, per_ser
     read without that correction, e.g. by a recording rule with ``delta``; missing data, never zero either).
     With ``per_series`` such a series is left out instead (only that label value is unknown: a Triton summary
     quantile is NaN for a model with no request in its window)."""
+    best = _largest_per_series(answer, per_series=per_series, rate=rate)
+    if best is None:
+        return None
+    out: dict[str, float] = {}
+    for (_, content), v in best.items():
+        name = dict(content).get(label, "")
+        out[name] = out.get(name, 0.0) + v
+    return out
+
+
+def _largest_per_series(answer: Sequence[Mapping[str, Any]] | None, *, per_series: bool, rate: bool
+                        ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+    """``{series key: value}`` of one answer (:func:`_series_key`; the largest when a pod's series arrives more than
+    once). A value that is not finite or, for a ``rate``, negative makes the answer None, or with ``per_series``
+    leaves that series out (see :func:`_by_label`)."""
     best: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for sample in answer or ():
         v = _value(sample)
@@ -91,11 +106,7 @@ def _by_label(answer: Sequence[Mapping[str, Any]] | None, label: str, *, per_ser
             return None
         key = _series_key(sample.get("metric") or {})
         best[key] = max(v, best.get(key, v))
-    out: dict[str, float] = {}
-    for (_, content), v in best.items():
-        name = dict(content).get(label, "")
-        out[name] = out.get(name, 0.0) + v
-    return out
+    return best
 
 
 def _duplicates(answer: Sequence[Mapping[str, Any]] | None) -> int:
@@ -567,12 +578,8 @@ def _int8_fallback(answer: Sequence[Mapping[str, Any]] | None) -> tuple[float, f
     the large images); a pod's duplicate series count once (the largest value). None when no pod exports it (INT8
     images not asked for) or no value is finite: informational only, it never holds a decision."""
     per_pod: dict[str, float] = {}
-    for sample in answer or ():
-        v = _value(sample)
-        if v is None:
-            continue
-        pod = _series_key(sample.get("metric") or {})[0]
-        per_pod[pod] = max(v, per_pod.get(pod, v))
+    for (pod, _), v in (_largest_per_series(answer, per_series=True, rate=False) or {}).items():
+        per_pod[pod] = max(v, per_pod.get(pod, v))  # a pod's models (router and per-modality) fold into one
     if not per_pod:
         return None
     return float(sum(1 for v in per_pod.values() if v >= 0.5)), float(len(per_pod))
