@@ -140,13 +140,15 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     _read_tenant_usage(runtime, policy, observed, now, logger)
     cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
     history, read = _anomaly_history(runtime, namespace, name, policy, now, cfg, logger)
-    plan = plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
-                       anomaly_config=cfg, history_read=read, admin_namespaces=admin, holder=runtime.holder,
-                       status_heartbeat_min_s=heartbeat)
-    if _read_drivers(runtime, policy, observed, plan, now, logger):  # alerts name the tenants behind the spend
-        plan = plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
+
+    def planned() -> PolicyPlan:
+        return plan_policy(policy, observed, deps.prices.catalog(), attempts, now, in_flight, history,
                            anomaly_config=cfg, history_read=read, admin_namespaces=admin, holder=runtime.holder,
                            status_heartbeat_min_s=heartbeat)
+
+    plan = planned()
+    if _read_drivers(runtime, policy, observed, plan, now, logger):  # alerts name the tenants behind the spend
+        plan = planned()  # the same inputs, now with the drivers read
     _apply_plan(deps, namespace, name, plan, logger)
     # The samples join the history only once the status (with status.spendAnomalies and any SpendAnomaly alert
     # in its outbox) is written.
