@@ -23,8 +23,8 @@ import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 from numpy.typing import NDArray
 
 from modalscale.runtime.model import metrics as names
-from modalscale.runtime.model.batching import fixed_side, plan_text_groups
-from modalscale.runtime.model.encoders import IMAGE_FEATURE_DIM, TEXT_FEATURE_DIM, MultimodalEncoder
+from modalscale.runtime.model.encoders import MultimodalEncoder
+from modalscale.runtime.model.gpu_layout import encode_image_items, encode_text_rows, fuse_request, pad_images
 from modalscale.runtime.model.inputs import RequestError
 from modalscale.runtime.model.pipeline import EmbeddingCache, MultimodalPipeline, Prepared
 from modalscale.runtime.model.settings import ModelSettings
@@ -93,21 +93,9 @@ class ImageEncoderModel(_EncoderModel):
     ``FEATURES`` FP32 ``[k, 1280]`` and ``CLASSES`` INT32 ``[k, 1]``; one encoder pass per size over the batch."""
 
     def _encode(self, requests: list[Any]) -> list[Any]:
-        pixels = [pb_utils.get_input_tensor_by_name(r, PIXELS).as_numpy() for r in requests]
-        valid = [pb_utils.get_input_tensor_by_name(r, VALID_HW).as_numpy() for r in requests]
-        items = [(r, k) for r, p in enumerate(pixels) for k in range(p.shape[0])]
-        by_side: dict[int, list[tuple[int, int]]] = {}
-        for r, k in items:
-            by_side.setdefault(int(pixels[r].shape[-1]), []).append((r, k))
-        feats = [np.zeros((p.shape[0], IMAGE_FEATURE_DIM), np.float32) for p in pixels]
-        classes = [np.zeros((p.shape[0], 1), np.int32) for p in pixels]
-        for members in by_side.values():
-            batch = np.stack([pixels[r][k] for r, k in members]).astype(np.float32)
-            result = self.encoder.encode_images(batch, [(int(valid[r][k][0]), int(valid[r][k][1]))
-                                                        for r, k in members])
-            for j, (r, k) in enumerate(members):
-                feats[r][k] = result.features[j]
-                classes[r][k, 0] = result.classes[j]
+        feats, classes = encode_image_items(
+            self.encoder, [pb_utils.get_input_tensor_by_name(r, PIXELS).as_numpy() for r in requests],
+            [pb_utils.get_input_tensor_by_name(r, VALID_HW).as_numpy() for r in requests])
         return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(FEATURES, f), pb_utils.Tensor(CLASSES, c)])
                 for f, c in zip(feats, classes, strict=True)]
 
@@ -119,10 +107,7 @@ class TextEncoderModel(_EncoderModel):
     def _encode(self, requests: list[Any]) -> list[Any]:
         ids = [[int(t) for t in pb_utils.get_input_tensor_by_name(r, TOKEN_IDS).as_numpy().reshape(-1)]
                for r in requests]
-        out = np.zeros((len(ids), TEXT_FEATURE_DIM), np.float32)
-        for group in plan_text_groups([len(row) for row in ids], modality_aware=True):
-            rows = list(group.indices)
-            out[rows] = self.encoder.encode_texts([ids[i] for i in rows], group.pad_to[0])
+        out = encode_text_rows(self.encoder, ids)
         return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(FEATURES, out[i:i + 1])])
                 for i in range(len(ids))]
 
@@ -199,39 +184,27 @@ class OrchestratorModel:
             hits += cached is not None and self.cache is not None
             misses += cached is None and self.cache is not None
             entries.append(cached)
-        by_side: dict[int, list[int]] = {}
-        for k, entry in enumerate(entries):
-            if entry is None:
-                by_side.setdefault(fixed_side(images[k].bucket, self.settings.image_bucket_sides), []).append(k)
         start = clock()
-        for side, members in by_side.items():
-            pixels = np.zeros((len(members), 3, side, side), np.float16)
-            valid = np.zeros((len(members), 2), np.int32)
-            for j, k in enumerate(members):
-                h, w = images[k].bucket
-                pixels[j, :, :h, :w] = images[k].array
-                valid[j] = (h, w)
-            feats, classes = self._call("image_encoder", [pb_utils.Tensor(PIXELS, pixels),
-                                                          pb_utils.Tensor(VALID_HW, valid)], [FEATURES, CLASSES])
-            for j, k in enumerate(members):
+        batches = pad_images(images, [k for k, entry in enumerate(entries) if entry is None],
+                             self.settings.image_bucket_sides)
+        for b in batches:
+            feats, classes = self._call("image_encoder", [pb_utils.Tensor(PIXELS, b.pixels),
+                                                          pb_utils.Tensor(VALID_HW, b.valid_hw)], [FEATURES, CLASSES])
+            for j, k in enumerate(b.members):
                 entries[k] = (feats[j], int(classes[j, 0]), images[k].width, images[k].height)
                 if self.cache is not None:
                     self.cache.put(images[k].digest, entries[k])  # type: ignore[arg-type]
-        if by_side:
+        if batches:
             prep.stage_s["image_encoder"] = clock() - start
-        image_feats = np.zeros((1, IMAGE_FEATURE_DIM), np.float32)
-        text_feats = np.zeros((1, TEXT_FEATURE_DIM), np.float32)
-        done = [e for e in entries if e is not None]
-        if done:
-            image_feats[0] = np.stack([e[0] for e in done]).mean(axis=0)
+        text_feats = None
         if prep.token_ids is not None:
             start = clock()
             (text_feats,) = self._call("text_encoder", [pb_utils.Tensor(
                 TOKEN_IDS, np.array([prep.token_ids], dtype=np.int64))], [FEATURES])
             prep.stage_s["text_encoder"] = clock() - start
         start = clock()
-        embedding = self.pipeline.encoder.fuse(image_feats, np.array([bool(images)]), text_feats.astype(np.float32),
-                                               np.array([prep.token_ids is not None]))[0]
+        done = [e for e in entries if e is not None]
+        embedding = fuse_request(self.pipeline.encoder, [e[0] for e in done], text_feats)
         prep.stage_s["fusion"] = clock() - start
         return embedding, np.array([e[1] for e in done], dtype=np.int32), hits, misses
 
