@@ -308,3 +308,33 @@ def test_torch_int8_rows_do_not_depend_on_their_batch(int8: MultimodalEncoder) -
         assert int(batch.classes[j]) == int(alone.classes[0])
         assert _cosine(batch.features[j], alone.features[0]) >= 0.99999
     assert not MultimodalEncoder(Precision.FP32, preload=()).rows_alone
+
+
+def test_gpu_layout_path_float16_pixels_widen_on_the_device_to_the_same_features(fp32: MultimodalEncoder) -> None:
+    """The GPU layout's compute (``gpu_layout``, what its Triton models run; here on CPU, torch FP32): float16 pixels
+    handed to the encoder as they are (widened on its device) give features bit-identical to pixels widened to
+    float32 on the host first; a text-only request's embedding equals the one-piece pipeline's; an image request's
+    stays within cosine 0.97 of it (the fixed-side padding: min 0.9766 over 96 real requests in
+    ``benchmarks/gpu_encoders.py reference``)."""
+    from modalscale.runtime.model.gpu_layout import encode_image_items, encode_text_rows, fuse_request, pad_images
+    from modalscale.runtime.model.inputs import decode_image
+    from modalscale.runtime.repo_config import GPU_IMAGE_BUCKET_SIDES
+
+    settings = ModelSettings(embedding_cache=False)
+    images = [decode_image(photo_at(p, w, h), k, settings)
+              for k, (p, w, h) in enumerate([SMALL, LARGE, ("rocket", 320, 480)])]
+    batches = pad_images(images, range(len(images)), GPU_IMAGE_BUCKET_SIDES)
+    assert all(b.pixels.dtype == np.float16 for b in batches)
+    half, _ = encode_image_items(fp32, [b.pixels for b in batches], [b.valid_hw for b in batches])
+    wide, _ = encode_image_items(fp32, [b.pixels.astype(np.float32) for b in batches], [b.valid_hw for b in batches])
+    for h, w in zip(half, wide, strict=True):
+        np.testing.assert_array_equal(h, w)
+    feats = {k: half[i][j] for i, b in enumerate(batches) for j, k in enumerate(b.members)}
+    text = TEXTS[1]
+    text_feats = encode_text_rows(fp32, [fp32.token_ids(text)])
+    layout = fuse_request(fp32, [feats[k] for k in range(len(images))], text_feats)
+    text_only = fuse_request(fp32, [], text_feats)
+    one_piece = _embed(fp32, True, [([photo_at(p, w, h) for p, w, h in [SMALL, LARGE, ("rocket", 320, 480)]], text),
+                                    ([], text)])
+    assert _cosine(text_only, one_piece[1].embedding) > 0.999999
+    assert _cosine(layout, one_piece[0].embedding) > 0.97
