@@ -569,3 +569,26 @@ def test_in_fixed_mode_the_pool_runs_min_replicas_and_a_stored_decision_is_dropp
     encoder = write_isvc_status(plan.status)["stages"][1]
     assert (encoder["desiredReplicas"], encoder["reason"]) == (2, "NotAutoscaled") and "autoscaler" not in encoder
 
+
+def test_stage_prices_prices_each_pool_and_leaves_an_unpriced_one_unknown() -> None:
+    """What a scale pass and the front's autoscaler split the cap by: the catalog's (or OpenCost's) price of a front
+    replica and of an encoder replica; None for a pool nothing prices (never 0)."""
+    import types
+
+    from modalscale.costmodel.catalog import PricingTier, UnknownPrice, load_catalog
+    from modalscale.operator.isvc.reconcile import stage_prices
+
+    catalog = load_catalog()
+
+    def price_replica(res: Any, tier: PricingTier) -> Any:
+        if res.cpu_cores == 3 and unpriced:  # the encoder pool's replica (STAGES)
+            raise UnknownPrice(res.gpu_type, PricingTier(tier), [])
+        return types.SimpleNamespace(usd_per_hour=catalog.price_replica(res, tier))
+
+    deps: Any = types.SimpleNamespace(prices=types.SimpleNamespace(price_replica=price_replica))
+    unpriced = False
+    front, encoder = stage_prices(deps, parse_isvc(body()))
+    assert front is not None and encoder is not None and encoder != front
+    unpriced = True
+    assert stage_prices(deps, parse_isvc(body())) == (front, None)
+    assert stage_prices(deps, parse_isvc(body(None))) == (None, None)  # one piece: nothing priced
