@@ -76,7 +76,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from decimal import Decimal
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -721,6 +722,109 @@ def bound_replicas(n: int, min_replicas: int | None, max_replicas: int | None,
     if cap is not None and n > cap:
         n, reason = cap, Reason.CAPPED_BY_BUDGET
     return n, reason
+
+
+class StagedSplit(NamedTuple):
+    """:func:`split_staged_cap`'s answer: each pool's replicas under the cap, and why."""
+
+    front: int
+    image_encoder: int
+    note: str
+    """The rule that chose the pool to give up replicas, with the prices and the counts (:func:`staged_cap_rule`);
+    empty when the cap took nothing."""
+
+
+_STAGE_NAMES = ("the front pool", "the image encoder pool")
+
+
+def _usd(price: Decimal) -> str:
+    """A price as a message writes it: to 0.0001 USD, no trailing zeros (``0.52`` for ``Decimal("0.520000")``)."""
+    return format(price.quantize(Decimal("0.0001")).normalize(), "f")
+
+
+def _costlier(front_usd_per_hour: Decimal | None, image_encoder_usd_per_hour: Decimal | None
+              ) -> tuple[int, Decimal, Decimal] | None:
+    """``(pool, its price, the other's)``: pool 0 when the front's replica costs more, 1 when the image encoder
+    pool's does; None when the prices are equal or one is not known."""
+    if front_usd_per_hour is None or image_encoder_usd_per_hour is None:
+        return None
+    if front_usd_per_hour > image_encoder_usd_per_hour:
+        return 0, front_usd_per_hour, image_encoder_usd_per_hour
+    if image_encoder_usd_per_hour > front_usd_per_hour:
+        return 1, image_encoder_usd_per_hour, front_usd_per_hour
+    return None
+
+
+def staged_cap_rule(front: int, image_encoder: int, cap: int, front_usd_per_hour: Decimal | None,
+                    image_encoder_usd_per_hour: Decimal | None) -> str:
+    """The text of the rule :func:`split_staged_cap` applies, with the prices and the counts it ends at (pure).
+
+    E.g. ``the image encoder pool (0.52 USD/h a replica, the costlier; front pool 0.31) gives up replicas first,
+    down to 1: front 2 + image encoder 1``. It names the rule and the result, not how many each pool gave up (the
+    front's count may come from an autoscaler decision already taken under its share).
+    """
+    prices = (front_usd_per_hour, image_encoder_usd_per_hour)
+    costlier = _costlier(*prices)
+    if costlier is not None:
+        hi, hi_usd, lo_usd = costlier
+        text = (f"{_STAGE_NAMES[hi]} ({_usd(hi_usd)} USD/h a replica, the costlier; "
+                f"{_STAGE_NAMES[1 - hi].removeprefix('the ')} {_usd(lo_usd)}) gives up replicas first, down to 1")
+    elif prices[0] is not None and prices[1] is not None:
+        text = f"both pools cost {_usd(prices[0])} USD/h a replica, so the one with more replicas gives them up first"
+    else:
+        known = ", ".join(f"{n.removeprefix('the ')} {_usd(p)} USD/h"
+                          for n, p in zip(_STAGE_NAMES, prices, strict=True) if p is not None)
+        text = (f"a pool's price is not known{f' ({known})' if known else ''}, so the one with more replicas gives "
+                f"them up first")
+    text += f": front {front} + image encoder {image_encoder}"
+    if front + image_encoder > cap:
+        text += " (above the cap: a cap never takes a running stage to 0)"
+    return text
+
+
+def split_staged_cap(front: int, image_encoder: int, cap: int | None, front_usd_per_hour: Decimal | None,
+                     image_encoder_usd_per_hour: Decimal | None) -> StagedSplit:
+    """A BudgetPolicy cap over a staged service's two pools (issue 24, ``spec.stages``; pure).
+
+    The cap bounds the service's replicas counted over both pools: ``front + image_encoder <= cap``. While the sum
+    is above it, replicas are taken away one at a time from the pool whose replica costs more; with equal prices,
+    or a price not known, from the pool with more replicas (a tie: the image encoder pool). Neither pool goes below
+    1 replica while the front runs: only once the costlier pool is at 1 does the other give up replicas, and a cap
+    below 2 holds 1 + 1 (above the cap; the note says so). A front at 0 (Fixed 0, scaled to zero) or a cap of 0
+    (``ScaleToZero``) takes both pools to 0 (no front replica calls the image encoder pool) with an empty note: the
+    caller says why (``FrontAtZero``).
+
+    Taking either pool's count down to the cap first changes nothing (``split(min(f, cap), e) == split(f, e)``,
+    and so for ``e``), nor does feeding the front's answer back with the same image encoder count
+    (``split(split(f, e).front, e)`` has the same counts; its note is empty when the front's count already fits):
+    a planner may give it counts already capped pool by pool, or the front's count it wrote last time, and get the
+    same replicas. The front's answer is ``min(front, split(cap, image_encoder).front)``: its share of the cap.
+
+    Args:
+        front: Replicas of the front pool (``<name>``), >= 0, within its bounds (its decision).
+        image_encoder: Replicas of the image encoder pool (``<name>-image-encoder``), >= 0, within its bounds.
+        cap: The BudgetPolicy's cap (``api.annotations.budget_cap``: the effective maxReplicas), >= 0; None = no
+            cap (nothing changes).
+        front_usd_per_hour, image_encoder_usd_per_hour: Price of one replica of each pool in USD per hour; None =
+            not known.
+    Returns:
+        :class:`StagedSplit`: the two counts and the rule's text (:func:`staged_cap_rule`), empty when nothing
+        changed.
+    """
+    if front == 0 or cap == 0:
+        return StagedSplit(0, 0, "")
+    if cap is None or front + image_encoder <= cap:
+        return StagedSplit(front, image_encoder, "")
+    counts = [front, image_encoder]
+    floors = (1, min(1, image_encoder))
+    costlier = _costlier(front_usd_per_hour, image_encoder_usd_per_hour)
+    while sum(counts) > cap and (counts[0] > floors[0] or counts[1] > floors[1]):
+        first = costlier[0] if costlier is not None else 0 if counts[0] > counts[1] else 1
+        if counts[first] == floors[first]:
+            first = 1 - first
+        counts[first] -= 1
+    rule = staged_cap_rule(counts[0], counts[1], cap, front_usd_per_hour, image_encoder_usd_per_hour)
+    return StagedSplit(counts[0], counts[1], rule)
 
 
 def _bounded(desired: int, reason: Reason, message: str, policy: ScalingPolicy | None,

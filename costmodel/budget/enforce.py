@@ -3,7 +3,9 @@ to.
 
 **Enforcement** is level-based: every *enforced* threshold contributes its actions; each service gets the
 strongest one (lowest effective maximum): ``CapReplicas`` -> ``min(maxReplicas, capReplicas)``, ``ScaleDown`` ->
-``enforcement.floorReplicas``, ``ScaleToZero`` -> 0. Actions are listed in threshold order, services within a
+``enforcement.floorReplicas``, ``ScaleToZero`` -> 0. A staged service's maximum counts both pools (the front's
+``maxReplicas`` plus the image encoder pool's): its cap bounds their sum, the costlier pool giving up replicas
+first (``modalscale.autoscaler.policy.split_staged_cap``). Actions are listed in threshold order, services within a
 threshold in ``enforcement.order`` (``LowestPriorityFirst``: ascending ``spec.priority``, then higher cost first;
 ``HighestCostFirst``: current cost rate descending). With ``dryRun`` actions are reported but marked not applied.
 Enforcement lifts at the next period (spend resets). ``SwitchToSpot`` sets no replica cap: it is step 4
@@ -122,10 +124,14 @@ def order_services(services: Sequence[ServiceState], order: EnforcementOrder) ->
 
 
 def _target(action: ThresholdAction, threshold: Threshold, svc: ServiceState, floor: int) -> int:
+    """The effective maximum ``action`` holds ``svc`` to. A staged service's cap counts both its pools
+    (``modalscale.autoscaler.policy.split_staged_cap`` splits it), so its own maximum is both pools'
+    ``maxReplicas`` together."""
+    most = svc.max_replicas + svc.pool_max_replicas
     if action is ThresholdAction.CAP_REPLICAS:
-        return min(svc.max_replicas, threshold.cap_replicas if threshold.cap_replicas is not None else svc.max_replicas)
+        return min(most, threshold.cap_replicas if threshold.cap_replicas is not None else most)
     if action is ThresholdAction.SCALE_DOWN:
-        return min(svc.max_replicas, floor)
+        return min(most, floor)
     if action is ThresholdAction.SWITCH_TO_SPOT:
         raise ValueError("SwitchToSpot sets no replica target (see plan_spot)")
     return 0

@@ -88,6 +88,9 @@ class ServiceState:
     """Longest ``terminationGracePeriodSeconds`` of its replicas, running or not (the operator gives each 90 s;
     a pod may have a longer one): how long a replica that a budget action scales away may keep running, and being
     charged, after it is deleted. It must not shrink once the replicas are gone, or the hold would lift."""
+    pool_max_replicas: int = 0
+    """A staged service's image encoder pool at most (``spec.stages.imageEncoder.maxReplicas``; 0 without stages):
+    a replica cap counts both pools (``enforce``: the cap's target is at most ``max_replicas`` + this)."""
 
     def price_at(self, tier: str) -> Decimal | None:
         """Price of one replica at ``tier`` (None: not priced)."""
@@ -123,7 +126,8 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
                   stopped: tuple[PodRun, ...] = (), gateway_pods: tuple[PodRun, ...] = (),
                   gateway_resources: ReplicaResources | None = None, stop_grace_s: int = 0,
                   image_encoder_pods: tuple[PodRun, ...] = (),
-                  image_encoder_resources: ReplicaResources | None = None) -> ServiceState:
+                  image_encoder_resources: ReplicaResources | None = None,
+                  image_encoder_max_replicas: int = 0) -> ServiceState:
     """Price one service for the budget; an unknown price becomes ``usd_per_replica_hour=None``, not 0.
 
     Args:
@@ -138,7 +142,8 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
         image_encoder_pods: A staged service's image-encoder pool pods (``PodRun.tier``: their node's);
             ``image_encoder_resources``: one pool replica's requests, priced at ``tier`` (the pool moves with the
             service's tier) and at every other tier for pods whose node says so; None: no pool (its pods, if
-            any ran, are unpriced and reported).
+            any ran, are unpriced and reported). ``image_encoder_max_replicas``: the pool's ``maxReplicas``
+            (:attr:`ServiceState.pool_max_replicas`).
     Returns:
         A :class:`ServiceState` whose ``unknown_reason`` says what could not be read; ``tier_prices`` holds the
         price at every tier (None where the catalog has none).
@@ -181,7 +186,7 @@ def service_state(namespace: str, name: str, *, replicas: int | None, max_replic
         pools = (pool,)
     return ServiceState(namespace, name, replicas, max_replicas, price, priority, reason, pods, tier.value,
                         tuple(sorted(prices.items())), spot_pending_since, stopped, gateway_pods, gateway_price,
-                        stop_grace_s=stop_grace_s, pools=pools)
+                        stop_grace_s=stop_grace_s, pools=pools, pool_max_replicas=image_encoder_max_replicas)
 
 
 @dataclass(frozen=True)

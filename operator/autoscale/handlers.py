@@ -23,7 +23,9 @@ A staged service (``spec.stages``): after the front's decision the daemon makes 
 ``scale_isvc`` like the front's, so ``plan_isvc`` stays the single writer of the pool's Deployment replicas too,
 and the plan's Event (``image encoder pool: 1 -> 2 (REASON: ...)``) is posted on the InferenceService. Each pool
 decision is exported with the front's metrics, labelled ``stage="image-encoder"`` (``AutoscalerMetrics``).
-While the front is at 0 the pool takes no decision (it is at 0 as well) and its gauges are dropped.
+While the front is at 0 the pool takes no decision (it is at 0 as well) and its gauges are dropped. Under a
+BudgetPolicy cap, which counts both pools, the front decides under its share (``isvc.plan.front_budget_cap``, priced
+with ``isvc.reconcile.stage_prices``): the count the single planner's split leaves it.
 
 The scaler's memory is kept in the daemon between decisions and stored in ``status.autoscaler.state``, from
 which a restarted (or newly elected) operator continues. kopf stops the daemon when the object is deleted, when
@@ -63,8 +65,8 @@ from modalscale.operator.autoscale.plan import (
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.objects import STAGE_FRONT, STAGE_IMAGE_ENCODER, image_encoder_name
 from modalscale.operator.isvc.observe import read_json
-from modalscale.operator.isvc.plan import ModelReferenceError
-from modalscale.operator.isvc.reconcile import ISVC_PLURAL, scale_isvc
+from modalscale.operator.isvc.plan import ModelReferenceError, front_budget_cap
+from modalscale.operator.isvc.reconcile import ISVC_PLURAL, scale_isvc, stage_prices
 from modalscale.operator.settings import Settings
 from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
 
@@ -140,6 +142,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
         model, model_status = None, None
     reading = rt.reader.read(namespace, name, spec.model.name, deps.clock(),
                              gateway=demand_from_gateway(spec.gateway.enabled, read_isvc_status(raw)))
+    prices = stage_prices(deps, spec)  # a staged service's cap is split between its pools by price
 
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)
@@ -154,7 +157,10 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
             current_replicas=int((deployment.get("spec") or {}).get("replicas") or 0),
             ready_replicas=int((deployment.get("status") or {}).get("readyReplicas") or 0),
             slots_per_replica=policy.slots_per_replica,
-            budget_max_replicas=budget_cap(raw["metadata"].get("annotations"))[0],
+            # A staged service's front decides under its share of the cap over both pools: the count the planner
+            # writes, so no decision is undone at the next one.
+            budget_max_replicas=front_budget_cap(spec, read_isvc_status(raw),
+                                                 budget_cap(raw["metadata"].get("annotations"))[0], *prices),
             now=now)
         decision = recommend(observation, policy, state, model, now)
         plan = plan_autoscale(read_isvc_status(raw), decision, reading, model_status,

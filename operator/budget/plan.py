@@ -610,7 +610,9 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
                                   # The grace its replicas get, running or not: a horizon that shrank once they
                                   # were gone would lift the hold and bring them back (scenario 6 at 1d22b6d).
                                   stop_grace_s=max(TERMINATION_GRACE_S, longest_stop_s(own or ())),
-                                  image_encoder_pods=encoders, image_encoder_resources=pool_res)
+                                  image_encoder_pods=encoders, image_encoder_resources=pool_res,
+                                  image_encoder_max_replicas=(parsed.stages.image_encoder.max_replicas
+                                                              if parsed.stages is not None else 0))
         except (InvalidSpec, InvalidQuantity, ValueError) as exc:
             max_replicas = raw_scaling.get("maxReplicas")
             state = ServiceState(ns, name, replicas, max_replicas if isinstance(max_replicas, int) else 1, None,

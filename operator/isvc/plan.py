@@ -21,8 +21,9 @@ decides:
   ClusterIP; a new service's front waits for that address, a running one-piece front switches only once an
   encoder replica is ready, and a front switched back to one piece rolls out (no pod left calling the pool) before
   the pool is deleted; ``status.stages`` and ``ImageEncoderReady``. The pool's replicas: its own autoscaler's record
-  in a Predictive or Utilization mode (``minReplicas`` in Fixed mode), within its bounds, under the budget cap, 0
-  while the front is at 0. Without it, every object as before stages.
+  in a Predictive or Utilization mode (``minReplicas`` in Fixed mode), within its bounds, 0 while the front is at 0.
+  A BudgetPolicy cap bounds both pools together, the pool whose replica costs more giving up replicas first
+  (:func:`staged_replicas`). Without it, every object as before stages.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from modalscale.api.isvc_status import (
 )
 from modalscale.api.quantities import parse_cpu_cores, same_quantity
 from modalscale.api.status import ConditionStatus
-from modalscale.autoscaler.policy import Decision, Reason, bound_replicas
+from modalscale.autoscaler.policy import Decision, Reason, bound_replicas, split_staged_cap, staged_cap_rule
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
     IMAGE_ENCODER_ADDRESS_ANNOTATION,
@@ -328,6 +329,8 @@ class ReplicaDecision:
     """A ScalingConflict=True condition detected now (None: no new conflict)."""
     reason: str
     message: str
+    image_encoder: tuple[int, str, str] | None = None
+    """With ``spec.stages``: the image encoder pool's replicas, reason and message (:func:`staged_replicas`)."""
 
 
 def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None = None) -> ReplicaDecision:
@@ -335,8 +338,9 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None
 
     Args:
         decision: A valid autoscaler decision taken on this object just now (already within the bounds and
-            under the budget cap of the same read: :func:`modalscale.autoscaler.policy.bound_replicas`); None =
-            follow ``status.desiredReplicas``, the record of the last one.
+            under the budget cap of the same read: :func:`modalscale.autoscaler.policy.bound_replicas`; a staged
+            service's front under its share of the cap, :func:`front_budget_cap`); None = follow
+            ``status.desiredReplicas``, the record of the last one.
     """
     sc = spec.scaling
     if sc.mode == "Fixed":
@@ -360,7 +364,15 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None
     if why == Reason.CAPPED_BY_BUDGET:
         reason = R.CAPPED_BY_BUDGET
         message = f"capped at {desired} replica(s) by BudgetPolicy {obs.budget_cap_policy}"
+    if spec.stages is not None:  # the cap counts both pools
+        (desired, reason, message), pool = staged_replicas(spec, obs, (desired, reason, message))
+        return replace(_front_write(spec, obs, desired, reason, message), image_encoder=pool)
+    return _front_write(spec, obs, desired, reason, message)
 
+
+def _front_write(spec: IsvcSpec, obs: IsvcObserved, desired: int, reason: str, message: str) -> ReplicaDecision:
+    """The write of the front's (the one-piece service's) ``desired`` replicas to its Deployment: none while it
+    holds them already, the restore of an external scale (``ScalingConflict``), none beside a foreign HPA."""
     dep = obs.deployment
     if dep is None:
         return ReplicaDecision(desired, desired, None, reason, message)
@@ -442,7 +454,7 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
                                   f"PersistentVolumeClaim {m.pvc_claim} not found in namespace {spec.namespace}")
 
     replicas = decide_replicas(spec, obs, decision)
-    encoder = image_encoder_replicas(spec, obs, replicas.desired)[0] if spec.stages is not None else 0
+    encoder = replicas.image_encoder[0] if replicas.image_encoder is not None else 0
     if repo_files is None:
         writes = [_replicas_write(spec, replicas.write, None)] if (
             obs.deployment is not None and replicas.write is not None) else []
@@ -597,15 +609,14 @@ def stage_layout(spec: IsvcSpec, obs: IsvcObserved) -> StageLayout:
     return StageLayout()
 
 
-def image_encoder_replicas(spec: IsvcSpec, obs: IsvcObserved, front_desired: int) -> tuple[int, str, str]:
-    """The encoder pool's replicas with their reason and message (pure; ``spec.stages`` set).
+def image_encoder_replicas(spec: IsvcSpec, status: IsvcStatus) -> tuple[int, str, str]:
+    """The encoder pool's own replicas with their reason and message, before any budget cap (pure; ``spec.stages``
+    set).
 
-    The count: in Fixed mode ``minReplicas`` (``NotAutoscaled``); in a Predictive or Utilization mode the pool's own
+    In Fixed mode ``minReplicas`` (``NotAutoscaled``); in a Predictive or Utilization mode the pool's own
     autoscaler's last valid count (``status.stages[image-encoder].autoscaler.desiredReplicas``, with its reason and
-    message; ``minReplicas`` until its first decision, ``MinReplicas``), within the spec's bounds now. Then at most
-    a BudgetPolicy's cap (the one the front pool gets: an enforcement never leaves the pool running while the front
-    is capped or scaled down), and 0 while the front pool's decision is 0 (no front replica calls it: scaled to
-    zero, Fixed 0, a ScaleToZero). The one clamp is :func:`modalscale.autoscaler.policy.bound_replicas`.
+    message; ``minReplicas`` until its first decision, ``MinReplicas``), within the spec's bounds now. The cap and
+    the front at 0: :func:`staged_replicas`.
 
     Raises:
         ValueError: ``spec.stages`` is None.
@@ -613,10 +624,8 @@ def image_encoder_replicas(spec: IsvcSpec, obs: IsvcObserved, front_desired: int
     enc = spec.stages.image_encoder if spec.stages is not None else None
     if enc is None:
         raise ValueError("image_encoder_replicas needs spec.stages")
-    if front_desired == 0:
-        return 0, R.FRONT_AT_ZERO, "the front pool is at 0 replicas, so the image encoder pool is too"
     lo, hi = enc.min_replicas, enc.max_replicas
-    auto = _pool_autoscaler(spec, obs)
+    auto = _pool_autoscaler(spec, status)
     if spec.scaling.mode == "Fixed":
         base, reason, message = lo, R.NOT_AUTOSCALED, (f"Fixed mode: holds spec.stages.imageEncoder.minReplicas="
                                                         f"{lo} (the pool is autoscaled in Predictive and Utilization "
@@ -628,21 +637,64 @@ def image_encoder_replicas(spec: IsvcSpec, obs: IsvcObserved, front_desired: int
         base = auto.desired_replicas
         reason = auto.reason or R.AUTOSCALER_DECISION
         message = auto.message or reason
-    desired, why = bound_replicas(base, lo, hi, obs.budget_cap_replicas)
-    if why == Reason.CAPPED_BY_BUDGET:
-        return desired, R.CAPPED_BY_BUDGET, (f"capped at {desired} replica(s) by BudgetPolicy "
-                                             f"{obs.budget_cap_policy}, the cap of the front pool")
+    desired, why = bound_replicas(base, lo, hi, None)
     if why is not None:  # the spec's bounds changed since the decision
         return desired, why.value, f"the autoscaler's {base} replica(s) held within [{lo}, {hi}] of the spec now"
     return desired, reason, message
 
 
-def _pool_autoscaler(spec: IsvcSpec, obs: IsvcObserved) -> AutoscalerRecord | None:
+def staged_replicas(spec: IsvcSpec, obs: IsvcObserved, front: tuple[int, str, str]
+                    ) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
+    """The front pool's and the image encoder pool's replicas with their reasons and messages (pure;
+    ``spec.stages`` set).
+
+    Args:
+        front: The front's count, reason and message as :func:`decide_replicas` decided them for the one-piece
+            rules (within its bounds, at most the cap).
+    Returns:
+        ``(front, pool)``. The pool's own count (:func:`image_encoder_replicas`); 0 while the front is at 0
+        (``FrontAtZero``: scaled to zero, Fixed 0, a ``ScaleToZero``). Under a BudgetPolicy cap the cap counts both
+        pools (:func:`modalscale.autoscaler.policy.split_staged_cap`: the pool whose replica costs more, by
+        ``obs.replica_usd_per_hour`` and ``obs.image_encoder_usd_per_hour``, gives up replicas first, never below
+        1 while the front runs); a pool it cut, or a front already capped (an autoscaler decision under its share,
+        :func:`front_budget_cap`), gets ``CappedByBudget`` with a message naming the rule, the prices and the
+        counts.
+    """
+    pool = image_encoder_replicas(spec, obs.status)
+    cap = obs.budget_cap_replicas
+    if front[0] == 0:
+        return front, (0, R.FRONT_AT_ZERO, "the front pool is at 0 replicas, so the image encoder pool is too")
+    if cap is None:
+        return front, pool
+    prices = (obs.replica_usd_per_hour, obs.image_encoder_usd_per_hour)
+    split = split_staged_cap(front[0], min(pool[0], cap), cap, *prices)
+    text = (f"capped at {cap} replica(s) over both stages by BudgetPolicy {obs.budget_cap_policy}: "
+            f"{staged_cap_rule(split.front, split.image_encoder, cap, *prices)}")[:1024]
+    if split.front < front[0] or front[1] == R.CAPPED_BY_BUDGET:
+        front = (split.front, R.CAPPED_BY_BUDGET, text)
+    if split.image_encoder < pool[0]:
+        pool = (split.image_encoder, R.CAPPED_BY_BUDGET, text)
+    return front, pool
+
+
+def front_budget_cap(spec: IsvcSpec, status: IsvcStatus, cap: int | None, front_usd_per_hour: Decimal | None,
+                     image_encoder_usd_per_hour: Decimal | None) -> int | None:
+    """The budget cap the front's autoscaler decides under (pure): ``cap`` itself for a one-piece service (or no
+    cap); for a staged one the front's share of the cap over both pools with the image encoder pool's own count
+    (:func:`image_encoder_replicas`): what :func:`staged_replicas` leaves a front that wants more, so that the
+    autoscaler's record (``status.desiredReplicas``) is the count the planner writes and no decision is undone."""
+    if cap is None or spec.stages is None:
+        return cap
+    return split_staged_cap(cap, image_encoder_replicas(spec, status)[0], cap, front_usd_per_hour,
+                            image_encoder_usd_per_hour).front
+
+
+def _pool_autoscaler(spec: IsvcSpec, status: IsvcStatus) -> AutoscalerRecord | None:
     """The pool's autoscaler block as stored (``status.stages[image-encoder].autoscaler``); None in Fixed mode
     (a stored block is dropped there: its decision no longer applies) or when absent."""
     if spec.scaling.mode == "Fixed":
         return None
-    item = obs.status.stage(STAGE_IMAGE_ENCODER)
+    item = status.stage(STAGE_IMAGE_ENCODER)
     return item.autoscaler if item is not None else None
 
 
@@ -716,7 +768,7 @@ def _stages_status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision
                    ) -> tuple[tuple[StageRecord, ...], cond.Condition]:
     """``status.stages`` (front, image-encoder) and ``ImageEncoderReady`` (``spec.stages`` set)."""
     layout = stage_layout(spec, obs)
-    want, reason, message = image_encoder_replicas(spec, obs, decision.desired)
+    want, reason, message = decision.image_encoder or image_encoder_replicas(spec, obs.status)
     dep = obs.image_encoder.get("Deployment")
     dst = (dep or {}).get("status") or {}
     ready = _ready_pods(dep)
@@ -725,10 +777,12 @@ def _stages_status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision
     front_note = (None if layout.front_address is not None else
                   "waiting for the encoder Service's ClusterIP before creating the front pool" if layout.hold_front
                   else "serving as one piece until an image encoder replica is ready")
+    if front_note is None and decision.reason == R.CAPPED_BY_BUDGET:
+        front_note = decision.message  # the cap over both pools: which gives up replicas first, at what price
     front = StageRecord(STAGE_FRONT, int(fdst.get("replicas") or 0), int(fdst.get("readyReplicas") or 0),
                         decision.desired, decision.reason, front_note)
     encoder = StageRecord(STAGE_IMAGE_ENCODER, int(dst.get("replicas") or 0), ready, want, reason, message,
-                          address or "", _pool_autoscaler(spec, obs))  # the autoscaler's block carried over
+                          address or "", _pool_autoscaler(spec, obs.status))  # the autoscaler's block carried over
     name = image_encoder_name(spec)
     if dep is None:
         c = cond.Condition(R.IMAGE_ENCODER_READY, cond.FALSE, R.CREATING, f"creating the Deployment {name}")
@@ -832,14 +886,20 @@ def _conflict_condition(spec: IsvcSpec, decision: ReplicaDecision, old_condition
             else cond.Condition(R.SCALING_CONFLICT, cond.FALSE, R.NO_CONFLICT, "only modalscale writes the replicas"))
 
 
-def _budget_condition(obs: IsvcObserved) -> cond.Condition:
-    """``BudgetLimited``: a BudgetPolicy's replica cap (and Spot placement), Spot placement alone, or none."""
+def _budget_condition(obs: IsvcObserved, decision: ReplicaDecision) -> cond.Condition:
+    """``BudgetLimited``: a BudgetPolicy's replica cap (and Spot placement), Spot placement alone, or none. A staged
+    service's cap counts both pools: the message says how it splits them (:func:`staged_replicas`)."""
     on_spot = (f"BudgetPolicy {obs.spot_policy} runs the pods on Spot capacity "
                f"({', '.join(f'{k}={v}' for k, v in SPOT_NODE_SELECTOR.items())})") if obs.spot_policy else ""
     if obs.budget_cap_replicas is not None:
+        staged = ""
+        if decision.image_encoder is not None and decision.desired > 0:
+            staged = (" over both stages: " + staged_cap_rule(decision.desired, decision.image_encoder[0],
+                                                             obs.budget_cap_replicas, obs.replica_usd_per_hour,
+                                                             obs.image_encoder_usd_per_hour))
         return cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.CAPPED_BY_BUDGET,
                               f"BudgetPolicy {obs.budget_cap_policy} caps replicas at {obs.budget_cap_replicas}"
-                              + (f"; {on_spot}" if on_spot else ""))
+                              + staged + (f"; {on_spot}" if on_spot else ""))
     if on_spot:
         return cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.MOVED_TO_SPOT, on_spot)
     return cond.Condition(R.BUDGET_LIMITED, cond.FALSE, R.WITHIN_BUDGET, "no budget cap in force")
@@ -906,7 +966,7 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
     degraded = (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1]) if problem
                 else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))
     wanted = [_ready_condition(obs, decision.desired, problem), _progressing_condition(obs, decision), degraded,
-              _conflict_condition(spec, decision, old_conditions, config, now), _budget_condition(obs)]
+              _conflict_condition(spec, decision, old_conditions, config, now), _budget_condition(obs, decision)]
     gateway_block: GatewayRecord | None = None
     if spec.gateway.enabled:
         gateway_block, gateway_ready = _gateway_status(spec, obs)

@@ -4,7 +4,8 @@
   prices the replicas, repairs drift of every child);
 - :func:`scale_isvc`: the autoscaler daemon's pass for a decision that changes the replicas: the ``Decision`` goes
   to ``plan_isvc`` directly, the Deployment's replicas are the only child write, and the autoscaler's status and
-  the InferenceService's status are one patch (the model repository is not re-rendered, the GPU not re-priced).
+  the InferenceService's status are one patch (the model repository is not re-rendered; the replicas are priced
+  again only for a staged service, whose budget cap is split between its pools by their prices).
 """
 
 from __future__ import annotations
@@ -109,6 +110,22 @@ def replica_price(deps: Deps, spec: IsvcSpec, field: str = "spec.resources.gpu.t
         return deps.prices.price_replica(res, spec.pricing_tier)
     except UnknownPrice as exc:
         raise UnpricedGPU(field, f"{exc}") from exc
+
+
+def stage_prices(deps: Deps, spec: IsvcSpec) -> tuple[Decimal | None, Decimal | None]:
+    """USD per hour of one front replica and of one image encoder pool replica of a staged service: what the
+    planner splits a budget cap over both pools by (``plan.split_staged_cap``); ``(None, None)`` without
+    ``spec.stages``, None for a pool neither OpenCost nor the catalog prices (the reconcile refuses that service)."""
+    if spec.stages is None:
+        return None, None
+    prices: list[Decimal | None] = []
+    for pool, field in ((spec, "spec.resources.gpu.type"),
+                        (image_encoder_spec(spec), "spec.stages.imageEncoder.resources.gpu.type")):
+        try:
+            prices.append(replica_price(deps, pool, field).usd_per_hour)
+        except UnpricedGPU:
+            prices.append(None)
+    return prices[0], prices[1]
 
 
 def gateway_price(deps: Deps, spec: IsvcSpec) -> Decimal | None:
@@ -277,6 +294,9 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
         observed = deps.observer.observe(spec, decided_status)
         observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
         observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
+        if spec.stages is not None:  # the cap over both pools splits by price: the same split as a full pass
+            observed.replica_usd_per_hour, observed.image_encoder_usd_per_hour = stage_prices(deps, spec)
+            observed.gateway_usd_per_pod_hour = gateway_price(deps, spec)  # and the same costUSDPerHour
         plan = plan_isvc(spec, observed, None, plan_config(deps), now,
                          decision=decision)
     except (InvalidSpec, ModelReferenceError) as exc:

@@ -2,12 +2,13 @@
 Deployment, Service, ConfigMap, PodDisruptionBudget and NetworkPolicy owned by the InferenceService beside the front
 pool's, the front pool addressed at the encoder Service's ClusterIP, status per stage, one ``kubectl get msvc`` row, a
 rerun that writes nothing, and removing ``spec.stages`` taking the pool away after the front rolled back to one
-piece."""
+piece; a BudgetPolicy cap over both pools taking the costlier stage down first."""
 
 from __future__ import annotations
 
 import subprocess
 import time
+from decimal import Decimal
 from typing import Any
 
 from kubernetes import client
@@ -132,3 +133,53 @@ def test_a_staged_service_runs_its_encoder_pool_apart_and_removing_stages_takes_
     assert condition(get(api, namespace, "st"), "ImageEncoderReady") is None
     wait_condition(api, namespace, "st", "Ready", "True")
     print(f"staged service Ready in {ready_s:.1f} s; the pool gone {gone_s:.1f} s after stages were removed")
+
+
+def test_a_staged_service_at_its_budget_cap_scales_the_costlier_stage_down_first(
+        api: Any, operator: Any, namespace: str) -> None:
+    """A BudgetPolicy's CapReplicas bounds both pools together. Front 3 (Fixed) + encoder pool 2 (its minReplicas)
+    under capReplicas 4: the encoder replica costs more (2 CPU, 3Gi and an L4 against the front's 1 CPU, 2Gi and an
+    L4), so the pool gives up a replica first (3 + 1); the larger-first rule would have cut the front (2 + 2).
+    Deleting the policy lifts the cap: 3 + 2 again."""
+    from modalscale.costmodel.catalog import ReplicaResources, load_catalog
+
+    catalog = load_catalog()
+    front_usd = catalog.price_replica(ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4"), "OnDemand")
+    pool_usd = catalog.price_replica(ReplicaResources.from_quantities("2", "3Gi", 1, "nvidia-l4"), "OnDemand")
+    assert pool_usd > front_usd
+    create(api, namespace, make_isvc("cap", stages=ENCODER, scaling={"mode": "Fixed", "replicas": 3,
+                                                                     "minReplicas": 1, "maxReplicas": 6}))
+    wait_condition(api, namespace, "cap", "Ready", "True", timeout_s=90)
+    apps, custom = client.AppsV1Api(api), client.CustomObjectsApi(api)
+
+    def replicas() -> tuple[int, int]:
+        return (apps.read_namespaced_deployment("cap", namespace).spec.replicas,
+                apps.read_namespaced_deployment("cap-image-encoder", namespace).spec.replicas)
+
+    assert replicas() == (3, 2)
+    # ~4 USD/h burns 0.01 USD (10 % of 0.10) within the enforcement's look-ahead: enforced at the first evaluation.
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "budgetpolicies", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "BudgetPolicy", "metadata": {"name": "budget"},
+        "spec": {"period": "Daily", "limit": {"amount": "0.10", "currency": "USD"}, "forecast": {"enabled": False},
+                 "evaluationIntervalSeconds": 1,
+                 "thresholds": [{"percent": 10, "actions": ["CapReplicas"], "capReplicas": 4}]}})
+    wait_for(lambda: replicas() == (3, 1), 60, "the encoder pool capped to 1, the front kept at 3",
+             explain=lambda: f"replicas {replicas()}")
+    status = get(api, namespace, "cap")["status"]
+    front, encoder = _stage({"status": status}, "front"), _stage({"status": status}, "image-encoder")
+    assert front is not None and (front["desiredReplicas"], front["reason"]) == (3, "FixedReplicas")
+    assert encoder is not None and (encoder["desiredReplicas"], encoder["reason"]) == (1, "CappedByBudget")
+    rule = (f"the image encoder pool ({format(pool_usd.quantize(Decimal('0.0001')).normalize(), 'f')} USD/h a "
+            f"replica, the costlier; front pool {format(front_usd.quantize(Decimal('0.0001')).normalize(), 'f')}) "
+            f"gives up replicas first, down to 1: front 3 + image encoder 1")
+    assert encoder["message"] == f"capped at 4 replica(s) over both stages by BudgetPolicy {namespace}/budget: {rule}"
+    budget = condition({"status": status}, "BudgetLimited")
+    assert budget is not None and (budget["status"], budget["reason"]) == ("True", "CappedByBudget")
+    assert budget["message"] == f"BudgetPolicy {namespace}/budget caps replicas at 4 over both stages: {rule}"
+    policy = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "budgetpolicies", "budget")
+    assert [(e["name"], e["maxReplicas"]) for e in policy["status"]["enforcedServices"]] == [("cap", 4)]
+
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "budgetpolicies", "budget")
+    wait_for(lambda: replicas() == (3, 2), 60, "both pools back after the policy was deleted",
+             explain=lambda: f"replicas {replicas()}")
+    wait_condition(api, namespace, "cap", "BudgetLimited", "False")

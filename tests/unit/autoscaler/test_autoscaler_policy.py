@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,8 @@ from modalscale.autoscaler.policy import (
     WorkloadClass,
     bound_replicas,
     recommend,
+    split_staged_cap,
+    staged_cap_rule,
 )
 from tests.factories import observation
 
@@ -449,6 +453,69 @@ def test_from_spec_names_the_bad_field(spec: dict, field: str) -> None:
 def test_bound_replicas_is_the_one_clamp(n: int, lo: int | None, hi: int | None, cap: int | None,
                                          expected: tuple[int, Reason | None]) -> None:
     assert bound_replicas(n, lo, hi, cap) == expected
+
+
+DEAR, CHEAP = Decimal("0.52"), Decimal("0.31")
+
+
+@pytest.mark.parametrize(("front", "encoder", "cap", "prices", "expected"), [
+    (3, 2, 3, (DEAR, CHEAP), (1, 2)),  # the front costlier: it gives up 2, down to 1
+    (3, 2, 2, (DEAR, CHEAP), (1, 1)),  # ... then the cheaper pool gives up
+    (3, 3, 4, (CHEAP, DEAR), (3, 1)),  # the encoder pool costlier: it goes to 1 first
+    (3, 3, 3, (CHEAP, DEAR), (2, 1)),
+    (4, 2, 4, (DEAR, DEAR), (2, 2)),  # equal prices: the pool with more replicas
+    (3, 3, 5, (DEAR, DEAR), (3, 2)),  # a tie: the encoder pool
+    (3, 3, 4, (DEAR, DEAR), (2, 2)),
+    (3, 3, 5, (None, DEAR), (3, 2)),  # a price not known: as equal prices
+    (5, 1, 4, (None, None), (3, 1)),  # the pool at 1 gives up nothing
+    (3, 2, 1, (DEAR, CHEAP), (1, 1)),  # a cap below 2 holds 1 + 1
+    (3, 2, 5, (DEAR, CHEAP), (3, 2)),  # at the sum: nothing changes
+    (3, 2, 9, (DEAR, CHEAP), (3, 2)),
+    (3, 2, None, (DEAR, CHEAP), (3, 2)),  # no cap
+    (0, 2, 5, (DEAR, CHEAP), (0, 0)),  # a front at 0 takes the pool to 0
+    (3, 2, 0, (DEAR, CHEAP), (0, 0)),  # a ScaleToZero cap
+], ids=["front-dearer", "then-encoder", "encoder-dearer", "then-front", "equal-larger", "equal-tie",
+        "equal-even", "unknown-price", "no-prices", "cap-below-2", "at-sum", "above-sum", "no-cap", "front-at-0",
+        "cap-0"])
+def test_split_staged_cap_takes_replicas_from_the_costlier_pool_first(
+        front: int, encoder: int, cap: int | None, prices: tuple[Decimal | None, Decimal | None],
+        expected: tuple[int, int]) -> None:
+    split = split_staged_cap(front, encoder, cap, *prices)
+    assert (split.front, split.image_encoder) == expected
+    assert bool(split.note) == (expected not in ((front, encoder), (0, 0)))  # empty: the cap took nothing
+    if split.note:
+        assert split.note == staged_cap_rule(*expected, cap or 0, *prices)
+        assert split.note.endswith(f"front {expected[0]} + image encoder {expected[1]}"
+                                   + (" (above the cap: a cap never takes a running stage to 0)"
+                                      if sum(expected) > (cap or 0) else ""))
+
+
+def test_split_staged_cap_rule_texts_name_the_prices() -> None:
+    assert split_staged_cap(3, 2, 3, CHEAP, DEAR).note == (
+        "the image encoder pool (0.52 USD/h a replica, the costlier; front pool 0.31) gives up replicas first, down "
+        "to 1: front 2 + image encoder 1")
+    assert split_staged_cap(3, 2, 3, Decimal("0.5000"), Decimal("0.5")).note == (
+        "both pools cost 0.5 USD/h a replica, so the one with more replicas gives them up first: front 2 + image "
+        "encoder 1")
+    assert split_staged_cap(3, 2, 3, None, DEAR).note == (
+        "a pool's price is not known (image encoder pool 0.52 USD/h), so the one with more replicas gives them up "
+        "first: front 2 + image encoder 1")
+
+
+def test_split_staged_cap_ignores_counts_capped_first_and_its_own_answer_fed_back() -> None:
+    """What lets the planner split counts an autoscaler already capped, or the front's count it wrote last time:
+    every count, cap and price order of a small range."""
+    for prices in ((DEAR, CHEAP), (CHEAP, DEAR), (DEAR, DEAR), (None, DEAR)):
+        for front, encoder, cap in itertools.product(range(8), range(1, 8), range(9)):
+            split = split_staged_cap(front, encoder, cap, *prices)
+            assert split == split_staged_cap(min(front, cap), encoder, cap, *prices)
+            assert split == split_staged_cap(front, min(encoder, cap), cap, *prices)
+            again = split_staged_cap(split.front, encoder, cap, *prices)
+            assert (again.front, again.image_encoder) == (split.front, split.image_encoder)
+            assert split.front == min(front, split_staged_cap(cap, encoder, cap, *prices).front)  # its share
+            if front and cap:
+                assert min(split.front, split.image_encoder) >= 1
+                assert split.front + split.image_encoder in (min(cap, front + encoder), 2)
 
 
 def test_naive_now_is_rejected() -> None:

@@ -172,6 +172,21 @@ def test_cap_never_raises_a_services_own_maximum(make_spec) -> None:
     assert plan.actions[0].max_replicas == 1  # capReplicas 2 > maxReplicas 1
 
 
+def test_a_staged_services_cap_counts_both_pools_maximum(make_spec) -> None:
+    """CapReplicas -> min(maxReplicas, capReplicas) with a staged service's maximum over both pools (front 3 +
+    image encoder pool 4): a cap of 5 stays 5 (the planner splits it between the pools), not the front's 3."""
+    spec = make_spec(thresholds=[{"percent": 50, "actions": ["CapReplicas"], "capReplicas": 5},
+                                 {"percent": 90, "actions": ["ScaleDown"]}], enforcement={"floorReplicas": 1})
+    staged = replace(svc("staged", 2, max_replicas=3), pool_max_replicas=4)
+    plain = svc("plain", 2, max_replicas=3)
+    cap = plan_budget(spec, D(60), [staged, plain], AlertState(), utc(2026, 5, 1, 9))
+    assert {a.name: a.max_replicas for a in cap.actions} == {"staged": 5, "plain": 3}
+    big = make_spec(thresholds=[{"percent": 50, "actions": ["CapReplicas"], "capReplicas": 20}])
+    assert plan_budget(big, D(60), [staged], AlertState(), utc(2026, 5, 1, 9)).actions[0].max_replicas == 7
+    down = plan_budget(spec, D(95), [staged], AlertState(), utc(2026, 5, 1, 9))
+    assert down.actions[0].max_replicas == 1  # the floor: the planner holds 1 + 1
+
+
 @pytest.mark.parametrize(
     ("order", "expected"),
     [("LowestPriorityFirst", ["low", "dear-mid", "cheap-mid", "high"]),

@@ -517,3 +517,53 @@ def test_the_pools_event_is_posted_once_its_count_is_in_status_even_if_the_deplo
     [(type_, reason, message)] = events  # the pass raised (the daemon retries), the Event was already posted
     assert (type_, reason) == ("Normal", "ScaleUpForUtilization") and message.startswith(
         "image encoder pool: 2 -> 4 ")
+
+
+def test_a_staged_fronts_autoscaler_decides_under_its_share_of_the_cap_over_both_pools(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``decide_once`` hands ``recommend`` the front's share of a BudgetPolicy cap (``isvc.plan.front_budget_cap``,
+    the pools priced by ``isvc.reconcile.stage_prices``), not the whole cap: the count the planner's split leaves
+    the front, so its decision is never undone by the next reconcile. Cap 4, the pool's own count 3: the front's
+    replica costlier -> its share is 1; the pool's costlier -> 3 (the pool goes to 1 first); one piece -> 4."""
+    import logging
+    import threading
+    import types
+    from decimal import Decimal
+
+    from modalscale.api.annotations import BudgetCap, cap_annotation_key
+    from modalscale.operator.autoscale import handlers
+
+    def share(prices: tuple[str, str], stages: dict[str, Any] | None = STAGES) -> int | None:
+        raw = inference_service("vc", "ml", uid="u1", generation=1, scaling=SCALING, stages=stages,
+                                model={"name": "byo", "source": "BuiltIn"},
+                                annotations={cap_annotation_key("ml", "daily"): BudgetCap(4, "ml/daily",
+                                                                                          "CapReplicas").encode()})
+        raw["status"] = {"desiredReplicas": 2, "stages": [
+            {"name": "front", "replicas": 2},
+            {"name": "image-encoder", "replicas": 3, "autoscaler": {"valid": True, "desiredReplicas": 3}}]}
+        asked = iter(Decimal(p) for p in prices)  # the front's replica first, then the pool's
+        seen: dict[str, Any] = {}
+
+        def recommend(observation: Any, *_: Any) -> Decision:
+            seen["cap"] = observation.budget_max_replicas
+            return Decision(2, False, Reason.HELD_NO_METRICS, "held", {}, ScalerState(), ScalingMode.UTILIZATION)
+
+        deps: Any = types.SimpleNamespace(
+            autoscale=types.SimpleNamespace(reader=types.SimpleNamespace(read=lambda *a, **k: parse_answers({}, "byo")),
+                                            metrics=types.SimpleNamespace(record=lambda *a, **k: None)),
+            prices=types.SimpleNamespace(price_replica=lambda res, tier: types.SimpleNamespace(
+                usd_per_hour=next(asked))),
+            observer=types.SimpleNamespace(read_isvc=lambda ns, name: raw, apps=types.SimpleNamespace(
+                read_namespaced_deployment=lambda name, ns, **_: {"spec": {"replicas": 2},
+                                                                   "status": {"readyReplicas": 2}})),
+            writer=types.SimpleNamespace(patch_isvc_status=lambda *a: None),
+            lock_for=lambda uid: threading.Lock(), clock=lambda: T0)
+        monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
+        monkeypatch.setattr(handlers, "recommend", recommend)
+        handlers.decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
+        return seen["cap"]
+
+    assert share(("0.80", "0.52")) == 1
+    assert share(("0.31", "0.52")) == 3
+    assert share(("0.52", "0.52")) == 2  # equal prices: the larger pool first, so the two meet at 2 + 2
+    assert share(("0.80", "0.52"), stages=None) == 4  # one piece: the cap itself, nothing priced

@@ -157,6 +157,19 @@ def test_a_staged_services_image_encoder_pods_are_charged_at_the_pools_own_price
     assert plain.pools == () and plain.cost_usd_per_hour == TWO_REPLICAS_USD_PER_HOUR
 
 
+def test_a_staged_services_maximum_counts_both_pools_for_a_cap() -> None:
+    # A cap bounds a staged service's replicas over both pools: its maximum is the front's maxReplicas plus the
+    # pool's, so min(maximum, capReplicas) never clips a cap the two pools could use to the front's maximum alone.
+    isvc = make_isvc(scaling={"mode": "Fixed", "replicas": 2, "maxReplicas": 3},
+                     stages={"imageEncoder": {"minReplicas": 1, "maxReplicas": 4}})
+    (svc,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml", BudgetObserved([isvc], {"ml": []}),
+                               CATALOG)
+    assert (svc.max_replicas, svc.pool_max_replicas) == (3, 4)
+    (plain,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml", BudgetObserved(
+        [make_isvc()], {"ml": []}), CATALOG)
+    assert plain.pool_max_replicas == 0
+
+
 def test_selector_picks_by_namespace_and_labels() -> None:
     from modalscale.api.budgetpolicy import parse_budget_spec
 

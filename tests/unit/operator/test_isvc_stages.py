@@ -1,6 +1,7 @@
 """The staged layout (issue 24, ``spec.stages``) in the pure planner: the image encoder pool's objects with owner
 references and their own labels, resources and replicas; the front pool rendered for the encoder Service's ClusterIP;
-the order of a switch on and off; per-stage status; budget caps; a rerun that writes nothing; a planner that reads
+the order of a switch on and off; per-stage status; budget caps over both pools (the costlier gives up replicas
+first); a rerun that writes nothing; a planner that reads
 nothing but its arguments. (Without ``spec.stages``: ``test_isvc_stages_off.py``.)"""
 
 from __future__ import annotations
@@ -8,25 +9,28 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from modalscale.api.inferenceservice import parse_isvc
-from modalscale.api.isvc_status import DELETE, AutoscalerRecord, read_isvc_status, write_isvc_status
+from modalscale.api.isvc_status import DELETE, AutoscalerRecord, ScalerState, read_isvc_status, write_isvc_status
+from modalscale.autoscaler.policy import Decision, Reason, ScalingMode
 from modalscale.operator.isvc.objects import (
     GATEWAY_LABEL,
     GRPC_PORT,
     IMAGE_ENCODER_ADDRESS_ANNOTATION,
     IMAGE_ENCODER_LABEL,
     METRICS_PORT,
+    REPLICAS_ANNOTATION,
     SELECTOR_LABEL,
     STAGE_FRONT,
     STAGE_IMAGE_ENCODER,
     STAGE_LABEL,
     image_encoder_address,
 )
-from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc, stage_layout
+from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, front_budget_cap, plan_isvc, stage_layout
 from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL, Stage
 from tests.factories import inference_service
 
@@ -316,13 +320,141 @@ def test_a_budget_cap_caps_the_encoder_pool_too_and_a_front_at_zero_takes_it_to_
     obs.budget_cap_replicas, obs.budget_cap_policy = 1, "ml/daily"
     plan, obs = run(body(), obs)
     assert write(plan, "Deployment", "vc-image-encoder")["spec"]["replicas"] == 1
+    assert write(plan, "Deployment", "vc")["spec"]["replicas"] == 1  # a cap below 2 holds 1 + 1
     encoder = write_isvc_status(plan.status)["stages"][1]
     assert (encoder["desiredReplicas"], encoder["reason"]) == (1, "CappedByBudget")
+    assert encoder["message"].endswith("front 1 + image encoder 1 (above the cap: a cap never takes a running "
+                                       "stage to 0)")
     obs.budget_cap_replicas = 0  # ScaleToZero
     plan, obs = run(body(), obs)
     assert write(plan, "Deployment", "vc-image-encoder")["spec"]["replicas"] == 0
     assert write_isvc_status(plan.status)["stages"][1]["reason"] == "FrontAtZero"
     assert conditions(plan)["ImageEncoderReady"]["reason"] == "ScaledToZero"
+
+
+# ---------------------------------------------------------------------------------------------- the cap over both pools
+FRONT_DEAR, ENCODER_DEAR = (Decimal("0.80"), Decimal("0.52")), (Decimal("0.31"), Decimal("0.52"))
+"""USD per hour of a front replica and of an encoder replica: the front costlier, the encoder pool costlier."""
+
+
+def capped(cap: int | None, prices: tuple[Decimal | None, Decimal | None], b: dict[str, Any] | None = None,
+           obs: IsvcObserved | None = None) -> IsvcObserved:
+    """A settled staged service (Fixed: front 3, encoder pool at its minReplicas 2) under a BudgetPolicy cap."""
+    obs = copy.deepcopy(obs) if obs is not None else settled(b)
+    obs.budget_cap_replicas, obs.budget_cap_policy = cap, "ml/daily"
+    obs.replica_usd_per_hour, obs.image_encoder_usd_per_hour = prices
+    return obs
+
+
+def pools(obs: IsvcObserved) -> tuple[int, int]:
+    """The replicas of the front's and the encoder pool's Deployments."""
+    front, encoder = obs.deployment, obs.image_encoder["Deployment"]
+    assert front is not None and encoder is not None
+    return front["spec"]["replicas"], encoder["spec"]["replicas"]
+
+
+@pytest.mark.parametrize(("cap", "prices", "want", "cut", "rule"), [
+    # the costlier pool gives up replicas first, never below 1; only then the cheaper one
+    (3, FRONT_DEAR, (1, 2), ("front",), "the front pool (0.8 USD/h a replica, the costlier; image encoder pool 0.52) "
+                                       "gives up replicas first, down to 1: front 1 + image encoder 2"),
+    (2, FRONT_DEAR, (1, 1), ("front", "image-encoder"), "the costlier; image encoder pool 0.52) gives up"),
+    (4, ENCODER_DEAR, (3, 1), ("image-encoder",), "the image encoder pool (0.52 USD/h a replica, the costlier; front "
+                                                  "pool 0.31) gives up replicas first, down to 1: front 3 + image "
+                                                  "encoder 1"),
+    (3, ENCODER_DEAR, (2, 1), ("front", "image-encoder"), "front 2 + image encoder 1"),
+    # equal prices, or one not known: the pool with more replicas, a tie the encoder pool
+    (3, (Decimal("0.5"), Decimal("0.5")), (2, 1), ("front", "image-encoder"),
+     "both pools cost 0.5 USD/h a replica, so the one with more replicas gives them up first: front 2 + image "
+     "encoder 1"),
+    (4, (Decimal("0.5"), None), (2, 2), ("front",),
+     "a pool's price is not known (front pool 0.5 USD/h), so the one with more replicas gives them up first"),
+    (4, (None, None), (2, 2), ("front",), "a pool's price is not known, so the one with more replicas"),
+    # at or above the sum: nothing changes
+    (5, FRONT_DEAR, (3, 2), (), "front 3 + image encoder 2"),
+    (9, ENCODER_DEAR, (3, 2), (), "front 3 + image encoder 2"),
+], ids=["front-dearer", "front-dearer-then-encoder", "encoder-dearer", "encoder-dearer-then-front", "equal-prices",
+        "a-price-unknown", "no-prices", "at-the-sum", "above-the-sum"])
+def test_a_cap_bounds_both_pools_together_and_the_costlier_pool_gives_up_replicas_first(
+        cap: int, prices: tuple[Decimal | None, Decimal | None], want: tuple[int, int], cut: tuple[str, ...],
+        rule: str) -> None:
+    plan, after = run(body(), capped(cap, prices))
+    assert pools(after) == want
+    front, encoder = write_isvc_status(plan.status)["stages"]
+    assert (front["desiredReplicas"], encoder["desiredReplicas"]) == want == (plan.desired_replicas, want[1])
+    reasons = {"front": "FixedReplicas", "image-encoder": "NotAutoscaled"}
+    assert {s["name"]: s["reason"] for s in (front, encoder)} == {
+        name: "CappedByBudget" if name in cut else reason for name, reason in reasons.items()}
+    for stage in (front, encoder):
+        if stage["name"] in cut:
+            assert stage["message"].startswith(f"capped at {cap} replica(s) over both stages by BudgetPolicy "
+                                               f"ml/daily: "), stage
+            assert rule in stage["message"]
+    budget = conditions(plan)["BudgetLimited"]
+    assert (budget["status"], budget["reason"]) == ("True", "CappedByBudget")
+    assert budget["message"].startswith(f"BudgetPolicy ml/daily caps replicas at {cap} over both stages: ")
+    assert rule in budget["message"]
+    # A rerun with the same observed state plans no write, nor any status change.
+    again, _ = run(body(), after)
+    assert again.writes == [] and write_isvc_status(again.status, after.status) == {}
+
+
+def test_a_front_at_zero_takes_the_pool_to_zero_under_any_cap() -> None:
+    plan, after = run(body(scaling={"mode": "Fixed", "replicas": 0, "minReplicas": 0}), capped(3, ENCODER_DEAR))
+    assert pools(after) == (0, 0)
+    assert write_isvc_status(plan.status)["stages"][1]["reason"] == "FrontAtZero"
+    plan, after = run(body(), capped(0, FRONT_DEAR))  # a ScaleToZero
+    assert pools(after) == (0, 0)
+    front, encoder = write_isvc_status(plan.status)["stages"]
+    assert (front["reason"], encoder["reason"]) == ("CappedByBudget", "FrontAtZero")
+    again, _ = run(body(), after)
+    assert again.writes == [] and write_isvc_status(again.status, after.status) == {}
+
+
+def test_without_stages_a_cap_is_the_services_alone_as_before() -> None:
+    b = body(None)
+    _, obs = run(b)
+    obs.budget_cap_replicas, obs.budget_cap_policy = 2, "ml/daily"
+    obs.replica_usd_per_hour = Decimal("0.8")
+    plan, _ = run(b, obs)
+    assert write(plan, "Deployment", "vc")["spec"]["replicas"] == 2
+    assert conditions(plan)["BudgetLimited"]["message"] == "BudgetPolicy ml/daily caps replicas at 2"
+    assert plan.status.stages is None
+
+
+def test_the_fronts_autoscaler_decides_under_its_share_and_the_planner_keeps_that_decision() -> None:
+    """Utilization mode, the front's replica costlier: the pool's autoscaler decided 4, the cap is 4. The front's
+    share is 1 (``front_budget_cap``): the autoscaler's decision under it is what the single planner writes, in the
+    scale pass and in every full pass after it, so no decision is undone and nothing churns."""
+    b = body(scaling=UTILIZATION)
+    obs = capped(4, FRONT_DEAR, obs=with_pool_decision(settled(b), 4))
+    assert obs.deployment is not None
+    obs.deployment["spec"]["replicas"] = 3  # the front's record before the cap
+    obs.deployment["metadata"]["annotations"] = {REPLICAS_ANNOTATION: "3"}
+    spec = parse_isvc(b)
+    assert front_budget_cap(spec, obs.status, 4, *FRONT_DEAR) == 1
+    assert front_budget_cap(spec, obs.status, 4, *ENCODER_DEAR) == 3  # the encoder pool gives up 3 first
+    assert front_budget_cap(spec, obs.status, None, *FRONT_DEAR) is None
+    assert front_budget_cap(parse_isvc(body(None)), obs.status, 4, *FRONT_DEAR) == 4  # one piece: the cap itself
+
+    decision = Decision(1, True, Reason.CAPPED_BY_BUDGET, "ScaleUpForUtilization: ...; capped by budget at 1", {},
+                        ScalerState(), ScalingMode.UTILIZATION)
+    plan = plan_isvc(spec, obs, None, CONFIG, NOW, decision=decision)  # the autoscaler's scale pass
+    assert [(w.name, w.body["spec"]["replicas"]) for w in plan.writes] == [("vc", 1), ("vc-image-encoder", 3)]
+    front, encoder = write_isvc_status(plan.status)["stages"]
+    assert (front["desiredReplicas"], front["reason"], encoder["desiredReplicas"], encoder["reason"]) == (
+        1, "CappedByBudget", 3, "CappedByBudget")
+    assert "the front pool (0.8 USD/h a replica, the costlier" in front["message"]
+    # The next full passes read the decision back (the record, and the autoscaler's block, which the reconcile
+    # does not write) and write nothing.
+    block = AutoscalerRecord(mode="Utilization", valid=True, reason="CappedByBudget", message=decision.message)
+    after = applied(obs, plan)
+    after.status = dataclasses.replace(after.status, autoscaler=block)
+    plan, after = run(b, after)
+    assert pools(after) == (1, 3) and plan.writes == []
+    assert write_isvc_status(plan.status)["stages"][0]["reason"] == "CappedByBudget"
+    after.status = dataclasses.replace(after.status, autoscaler=block)
+    again, _ = run(b, after)
+    assert again.writes == [] and write_isvc_status(again.status, after.status) == {}
 
 
 def test_a_scale_pass_writes_the_encoder_pools_replicas_with_the_fronts() -> None:
@@ -417,7 +549,7 @@ def test_a_scale_pass_writes_the_pools_new_count() -> None:
 @pytest.mark.parametrize(("desired", "cap", "want", "reason"), [
     (9, None, 5, "BoundedByMax"),  # maxReplicas (5) lowered since the decision
     (1, None, 2, "BoundedByMin"),
-    (4, 3, 3, "CappedByBudget"),
+    (4, 3, 1, "CappedByBudget"),  # the cap counts both pools: front 3 + pool 3 is 6, no prices: 2 + 1
     (4, 0, 0, "FrontAtZero"),  # a ScaleToZero cap takes the front to 0, so the pool goes too
 ], ids=["max", "min", "budget-cap", "front-at-zero"])
 def test_the_pools_count_stays_within_its_bounds_under_the_budget_cap_and_follows_the_front_to_zero(
@@ -436,3 +568,27 @@ def test_in_fixed_mode_the_pool_runs_min_replicas_and_a_stored_decision_is_dropp
     plan, _ = run(body(), obs)  # switched to Fixed
     encoder = write_isvc_status(plan.status)["stages"][1]
     assert (encoder["desiredReplicas"], encoder["reason"]) == (2, "NotAutoscaled") and "autoscaler" not in encoder
+
+
+def test_stage_prices_prices_each_pool_and_leaves_an_unpriced_one_unknown() -> None:
+    """What a scale pass and the front's autoscaler split the cap by: the catalog's (or OpenCost's) price of a front
+    replica and of an encoder replica; None for a pool nothing prices (never 0)."""
+    import types
+
+    from modalscale.costmodel.catalog import PricingTier, UnknownPrice, load_catalog
+    from modalscale.operator.isvc.reconcile import stage_prices
+
+    catalog = load_catalog()
+
+    def price_replica(res: Any, tier: PricingTier) -> Any:
+        if res.cpu_cores == 3 and unpriced:  # the encoder pool's replica (STAGES)
+            raise UnknownPrice(res.gpu_type, PricingTier(tier), [])
+        return types.SimpleNamespace(usd_per_hour=catalog.price_replica(res, tier))
+
+    deps: Any = types.SimpleNamespace(prices=types.SimpleNamespace(price_replica=price_replica))
+    unpriced = False
+    front, encoder = stage_prices(deps, parse_isvc(body()))
+    assert front is not None and encoder is not None and encoder != front
+    unpriced = True
+    assert stage_prices(deps, parse_isvc(body())) == (front, None)
+    assert stage_prices(deps, parse_isvc(body(None))) == (None, None)  # one piece: nothing priced
