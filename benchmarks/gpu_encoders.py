@@ -202,9 +202,10 @@ def _text_sweep(encoder: Any, config: str, ids_by_bucket: dict[int, list[list[in
 
 def _mixed_sweep(encoder: Any, config: str, preps: list[Any], batches: list[int], rounds: int, min_s: float,
                  sync: Any) -> list[dict[str, Any]]:
-    """Dynamic batches of real requests' images, two ways: padded to the fixed sides (the GPU layout,
-    ``gpu_layout``) or grouped by exact resolution bucket (the CPU layout's ``MultimodalPipeline.image_entries``,
-    whose features equal the one-piece path's); padding and stacking on the host included."""
+    """Dynamic batches of real requests' images: padded to the fixed sides (the GPU layout, ``gpu_layout``) or
+    grouped by exact resolution bucket (the CPU layout's ``MultimodalPipeline.image_entries``, whose features equal
+    the one-piece path's), padding and stacking on the host included; then the encoder's share alone (what the
+    image encoder model does with tensors the orchestrator already made: FP16, fixed sides or exact buckets)."""
     from modalscale.runtime.model.gpu_layout import encode_image_items, pad_images
     from modalscale.runtime.model.pipeline import MultimodalPipeline
 
@@ -222,12 +223,26 @@ def _mixed_sweep(encoder: Any, config: str, preps: list[Any], batches: list[int]
             encode_image_items(encoder, [x.pixels.astype(np.float32) if host_float32 else x.pixels for x in bs],
                                [x.valid_hw for x in bs])
 
-        sides = len({x.side for p in chosen for x in pad_images(p.parsed.images, range(len(p.parsed.images)), SIDES)})
+        padded = [x for p in chosen for x in pad_images(p.parsed.images, range(len(p.parsed.images)), SIDES)]
+        by_bucket: dict[tuple[int, int], list[Any]] = {}
+        for im in (im for p in chosen for im in p.parsed.images):
+            by_bucket.setdefault(im.bucket, []).append(im.array)
+        exact = {hw: np.stack(arrays).astype(np.float16) for hw, arrays in by_bucket.items()}
+
+        def fixed_encoder_only() -> None:  # what the image encoder model itself does with the orchestrator's tensors
+            encode_image_items(encoder, [x.pixels for x in padded], [x.valid_hw for x in padded])
+
+        def exact_encoder_only() -> None:  # the same, had the orchestrator sent each bucket unpadded
+            for hw, pixels in exact.items():
+                encoder.encode_images(pixels, [hw] * len(pixels))
+
+        sides = len({x.side for x in padded})
         for label, fn, passes in (
                 ("fixed sides", fixed, sides),
                 ("fixed sides host-f32", lambda: fixed(host_float32=True), sides),  # before: widened on the host
-                ("exact buckets", lambda: pipe.image_entries(chosen), len({im.bucket for p in chosen
-                                                                           for im in p.parsed.images}))):
+                ("exact buckets", lambda: pipe.image_entries(chosen), len(exact)),
+                ("fixed sides encoder only", fixed_encoder_only, sides),
+                ("exact buckets encoder only", exact_encoder_only, len(exact))):
             row = _row("image mix", f"{config} {label}", 0, count, _timed(fn, rounds, min_s, sync))
             row["passes"] = passes
             rows.append(row)
