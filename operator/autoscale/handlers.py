@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 import kopf
 
 from modalscale import GROUP, VERSION
-from modalscale.api.annotations import ACTIVATION_ANNOTATION, activation_requested_at, budget_cap
+from modalscale.api.annotations import ACTIVATION_ANNOTATION, activation_requested_at, budget_cap, spot_switches
 from modalscale.api.conditions import FRONT_AT_ZERO
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import parse_isvc
@@ -65,7 +65,7 @@ from modalscale.operator.autoscale.plan import (
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.objects import STAGE_FRONT, STAGE_IMAGE_ENCODER, image_encoder_name
 from modalscale.operator.isvc.observe import read_json
-from modalscale.operator.isvc.plan import ModelReferenceError, front_budget_cap
+from modalscale.operator.isvc.plan import ModelReferenceError, front_budget_cap, with_spot_placement
 from modalscale.operator.isvc.reconcile import ISVC_PLURAL, scale_isvc, stage_prices
 from modalscale.operator.settings import Settings
 from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
@@ -142,7 +142,9 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
         model, model_status = None, None
     reading = rt.reader.read(namespace, name, spec.model.name, deps.clock(),
                              gateway=demand_from_gateway(spec.gateway.enabled, read_isvc_status(raw)))
-    prices = stage_prices(deps, spec)  # a staged service's cap is split between its pools by price
+    # A staged service's cap is split between its pools by price: at the tier its pods run on (a SwitchToSpot's
+    # Spot), as the planner prices them, or the share would not be the count it writes.
+    prices = stage_prices(deps, with_spot_placement(spec, spot_switches(raw["metadata"].get("annotations"))))
 
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)

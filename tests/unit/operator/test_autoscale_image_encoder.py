@@ -567,3 +567,56 @@ def test_a_staged_fronts_autoscaler_decides_under_its_share_of_the_cap_over_both
     assert share(("0.31", "0.52")) == 3
     assert share(("0.52", "0.52")) == 2  # equal prices: the larger pool first, so the two meet at 2 + 2
     assert share(("0.80", "0.52"), stages=None) == 4  # one piece: the cap itself, nothing priced
+
+
+def test_a_staged_fronts_share_is_priced_at_the_tier_its_pods_run_on_under_a_switch_to_spot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a ``SwitchToSpot`` the planner (the full reconcile and every scale pass: ``with_spot_placement``)
+    splits the cap by the Spot prices of the two pools, so ``decide_once`` must price the front's share at Spot too.
+    Here the ranking flips with the tier (a GPU's Spot discount is not a CPU's): on demand the encoder replica costs
+    more (share 3), at Spot the front's does (share 1). A share at on-demand prices would decide 3 where the planner
+    writes 1: every decision interval a new desiredReplicas, a status patch and a scale Event."""
+    import logging
+    import threading
+    import types
+    from decimal import Decimal
+
+    from modalscale.api.annotations import BudgetCap, SpotSwitch, cap_annotation_key, spot_annotation_key
+    from modalscale.operator.autoscale import handlers
+
+    raw = inference_service("vc", "ml", uid="u1", generation=1, scaling=SCALING, stages=STAGES,
+                            model={"name": "byo", "source": "BuiltIn"},
+                            annotations={cap_annotation_key("ml", "daily"): BudgetCap(4, "ml/daily",
+                                                                                      "CapReplicas").encode(),
+                                         spot_annotation_key("ml", "daily"): SpotSwitch("ml/daily", 50).encode()})
+    raw["status"] = {"desiredReplicas": 1, "stages": [
+        {"name": "front", "replicas": 1},
+        {"name": "image-encoder", "replicas": 3, "autoscaler": {"valid": True, "desiredReplicas": 3}}]}
+    # (front, encoder) USD/h of a replica at each tier, asked front first
+    table = {"OnDemand": (Decimal("0.31"), Decimal("0.52")), "Spot": (Decimal("0.28"), Decimal("0.14"))}
+    asked: list[str] = []
+    seen: dict[str, Any] = {}
+
+    def price_replica(res: Any, tier: Any) -> Any:
+        tier = getattr(tier, "value", tier)
+        asked.append(tier)
+        return types.SimpleNamespace(usd_per_hour=table[tier][(asked.count(tier) - 1) % 2])
+
+    def fake_recommend(observation: Any, *_: Any) -> Decision:
+        seen["cap"] = observation.budget_max_replicas
+        return Decision(1, False, Reason.HELD_NO_METRICS, "held", {}, ScalerState(), ScalingMode.UTILIZATION)
+
+    deps: Any = types.SimpleNamespace(
+        autoscale=types.SimpleNamespace(reader=types.SimpleNamespace(read=lambda *a, **k: parse_answers({}, "byo")),
+                                        metrics=types.SimpleNamespace(record=lambda *a, **k: None)),
+        prices=types.SimpleNamespace(price_replica=price_replica),
+        observer=types.SimpleNamespace(read_isvc=lambda ns, name: raw, apps=types.SimpleNamespace(
+            read_namespaced_deployment=lambda name, ns, **_: {"spec": {"replicas": 1},
+                                                               "status": {"readyReplicas": 1}})),
+        writer=types.SimpleNamespace(patch_isvc_status=lambda *a: None),
+        lock_for=lambda uid: threading.Lock(), clock=lambda: T0)
+    monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
+    monkeypatch.setattr(handlers, "recommend", fake_recommend)
+    handlers.decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
+    assert set(asked) == {"Spot"}
+    assert seen["cap"] == 1  # the planner's split at Spot prices: the front costlier, down to 1 first
