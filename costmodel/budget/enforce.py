@@ -22,11 +22,11 @@ takes effect. The horizon (:func:`enforcement_horizon_s`) is ``evaluationInterva
 running, and is charged, until it stops (a BuiltIn runtime replica drains the requests it has for up to 30 s, then
 Triton for up to 45 s), and the kubelet stops it by that deadline at the latest. Once enforced it is held for the
 period while ``spent + max_rate x horizon`` still reaches it, where ``max_rate`` is every selected service at
-``max(replicas, maxReplicas)``: enforcement lowers the burn rate, so re-testing the lowered rate would lift and
-re-apply the action every other evaluation; spend only grows, so the hold ends only with the period or a spec change
-(a raised limit lifts it, as before). Enforcement is downward closed (enforcing 100 % enforces every lower enforcing
-threshold). Thresholds with only ``Alert`` are not anticipated. ``horizon_s=0`` gives the reactive rule (act only
-after the crossing).
+``max(replicas, maxReplicas)`` (a staged service's image encoder pool at its ``maxReplicas`` too): enforcement
+lowers the burn rate, so re-testing the lowered rate would lift and re-apply the action every other evaluation;
+spend only grows, so the hold ends only with the period or a spec change (a raised limit lifts it, as before).
+Enforcement is downward closed (enforcing 100 % enforces every lower enforcing threshold). Thresholds with only
+``Alert`` are not anticipated. ``horizon_s=0`` gives the reactive rule (act only after the crossing).
 
 **Unknown price or replicas**: a threshold the known spend (a lower bound) crosses is crossed and enforced, on
 every selected service (the unpriced ones too); an enforcing threshold the known burn rate alone reaches within
@@ -167,8 +167,9 @@ def _enforced_thresholds(spec: BudgetSpec, spent: Decimal, burn_usd_per_hour: De
     Args:
         spent: Spend of the period so far, USD.
         burn_usd_per_hour: Selected services' replicas x price now.
-        max_usd_per_hour: Selected services at ``max(replicas, maxReplicas)`` x price (bounds the burn rate over
-            the horizon; enforcement never lowers it, so a threshold once enforced stays enforced).
+        max_usd_per_hour: Selected services at ``max(replicas, maxReplicas)`` x price, a staged service's image
+            encoder pool at its maxReplicas too (bounds the burn rate over the horizon; enforcement never lowers
+            it, so a threshold once enforced stays enforced).
         horizon_s: Seconds to the next evaluation (0 = act only after the crossing).
         previous: ``status.enforcedServices`` of this period by (namespace, name, action).
         hold_unconditionally: Hold every threshold in force at the previous evaluation whatever the bound

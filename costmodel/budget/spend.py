@@ -44,7 +44,8 @@ class SpendToDate:
         limit_usd, currency: ``spec.limit``.
         percent_used: ``spent / limit x 100``, rounded to 0.01.
         known_burn_usd_per_hour: Sum of running replicas x price now over the services whose rate is known.
-        max_burn_usd_per_hour: Every selected service at ``max(replicas, maxReplicas)`` x price (unpriced: 0).
+        max_burn_usd_per_hour: Every selected service at ``max(replicas, maxReplicas)`` x price (unpriced: 0), a
+            staged service's image encoder pool at its ``maxReplicas`` too (:func:`_max_usd_per_hour`).
         blind_services: ``namespace/name: reason`` of each service that runs but cannot be priced.
     """
 
@@ -69,6 +70,20 @@ class SpendToDate:
         return None if self.blind else self.known_burn_usd_per_hour
 
 
+def _max_usd_per_hour(s: ServiceState) -> Decimal:
+    """The most ``s`` can burn before enforcement lowers it: ``max(replicas, maxReplicas)`` x its price (unpriced:
+    0), and a staged service's image encoder pool at ``max(its running pods' rate, its maxReplicas x a pod's
+    price)``: the pool's pods are in the burn rate that enforced a threshold, so the hold's bound must count them
+    too, or it would lift once they are scaled away. Without ``spec.stages``: the replicas' term alone."""
+    ctx = MONEY_CONTEXT
+    most = ctx.multiply(Decimal(max(s.replicas or 0, s.max_replicas)), s.usd_per_replica_hour or Decimal(0))
+    if s.pool_max_replicas:
+        for pool in s.pools:
+            most = ctx.add(most, max(pool.usd_per_hour or Decimal(0),
+                                     ctx.multiply(Decimal(s.pool_max_replicas), pool.usd_per_pod_hour or Decimal(0))))
+    return most
+
+
 def spend_to_date(spec: BudgetSpec, spent_usd: Decimal, services: Sequence[ServiceState],
                   now: datetime, extra_blind: Sequence[str] = ()) -> SpendToDate:
     """Step 1: the period of ``now``, the share of the limit spent, and the burn rates of ``services``.
@@ -90,8 +105,7 @@ def spend_to_date(spec: BudgetSpec, spent_usd: Decimal, services: Sequence[Servi
     blind = tuple(f"{s.namespace}/{s.name}: {s.unknown_reason or 'price or replicas unknown'}"
                   for s in services if not s.known) + tuple(extra_blind)
     known_burn = quantize_ledger_usd(sum((s.cost_usd_per_hour or Decimal(0) for s in services), Decimal(0)))
-    max_burn = sum((ctx.multiply(Decimal(max(s.replicas or 0, s.max_replicas)), s.usd_per_replica_hour or Decimal(0))
-                    for s in services), Decimal(0))
+    max_burn = sum((_max_usd_per_hour(s) for s in services), Decimal(0))
     return SpendToDate(p_start, p_end, spent_usd, limit, spec.limit.currency, percent_used, known_burn, max_burn,
                        blind)
 

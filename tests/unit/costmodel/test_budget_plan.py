@@ -452,6 +452,35 @@ def test_a_sequence_of_evaluations_enforces_once_and_never_flaps(make_spec) -> N
     assert spent == D("99.90")
 
 
+def test_a_staged_services_enforcement_is_held_by_both_pools_maximum_rate_and_never_flaps(make_spec) -> None:
+    """The hold's bound is every selected service at its maximum rate: for a staged service the image encoder pool
+    at its maxReplicas too (its pods are in the burn rate, so a bound without them is below the rate that enforced
+    the threshold). Front 1 (max 1) + pool 3 (max 3), 1.5 USD/h a replica: 6 USD/h, 0.10 USD a minute, as in the
+    one-piece sequence above. A bound with the front alone (1.5 USD/h: 99.90 + 0.025 < 100) lifts the ScaleToZero
+    at the next evaluation, the pools come back and it is enforced again."""
+    from modalscale.autoscaler.policy import split_staged_cap
+    from modalscale.costmodel.ledger import PodPool, PodRun
+
+    spec, state, spent, running = make_spec(**HARD_CAP), AlertState(), D("99.70"), (1, 3)
+    start = utc(2026, 5, 1, 8)
+
+    def staged(front: int, pool: int) -> ServiceState:
+        return replace(svc("a", front, "1.5", max_replicas=1), pool_max_replicas=3, pools=(
+            PodPool("image-encoder", tuple(PodRun(f"a-image-encoder-{i}", start) for i in range(pool)), D("1.5")),))
+
+    history = []
+    for minute in range(8):
+        plan = plan_budget(spec, spent, [staged(*running)], state, utc(2026, 5, 1, 9, minute), policy=POLICY)
+        history.append((bool(plan.actions), len(plan.alerts)))
+        split = split_staged_cap(1, 3, plan.effective_max_replicas().get(("team-search", "a")), D("1.5"), D("1.5"))
+        running = (split.front, split.image_encoder)
+        spent += D(sum(running)) * D("1.5") / 60  # the next minute at the replicas now running
+        state = roundtrip(plan)
+    # 99.70 -> 99.80 -> 99.90 (+0.10 reaches 100: enforce) -> both pools at zero from then on
+    assert history == [(False, 0), (False, 0), (True, 1)] + [(True, 0)] * 5
+    assert spent == D("99.90")
+
+
 def test_enforcement_in_force_is_downward_closed(make_spec) -> None:
     # Hourly evaluation: a at 0 replicas (max 10) at 6 USD = up to 60 USD in the next hour.
     spec = make_spec(evaluationIntervalSeconds=3600, thresholds=[
