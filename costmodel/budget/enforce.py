@@ -72,7 +72,8 @@ class EnforcementAction:
     Attributes:
         threshold_percent: The threshold whose action this is.
         max_replicas: Effective maximum while enforced (``min`` with the service's own maxReplicas).
-        current_replicas: Replicas now (None if unknown; never the case in a plan, see the blind rule).
+        current_replicas: Replicas now (None if unknown; never the case in a plan, see the blind rule); a staged
+            service's over both pools (:attr:`ServiceState.capped_replicas`).
         desired_replicas: ``min(current, max_replicas)``: what the service should run now.
         dry_run: True when ``spec.enforcement.dryRun``: report only.
         since: When this action first took effect in the period.
@@ -248,9 +249,10 @@ def plan_enforcement(spec: BudgetSpec, spend: SpendToDate, crossed: Sequence[Thr
     for key, (target, _, t, action) in sorted(best.items(), key=lambda kv: (kv[1][2].percent, rank[kv[0]])):
         svc = ordered[rank[key]]
         prior = by_key.get((svc.namespace, svc.name, action))
+        running = svc.capped_replicas  # a staged service's over both pools, as its target counts them
         actions.append(EnforcementAction(
-            svc.namespace, svc.name, action, t.percent, target, svc.replicas,
-            min(svc.replicas if svc.replicas is not None else target, target),
+            svc.namespace, svc.name, action, t.percent, target, running,
+            min(running if running is not None else target, target),
             spec.enforcement.dry_run, prior.since if prior else now, ahead=t not in crossed))
     return EnforcementPlan(tuple(in_force), tuple(t for t in in_force if t not in crossed), tuple(actions))
 

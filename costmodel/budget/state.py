@@ -99,6 +99,14 @@ class ServiceState:
         return dict(self.tier_prices).get(tier)
 
     @property
+    def capped_replicas(self) -> int | None:
+        """The replicas a replica cap counts: ``replicas``, and for a staged service (``pool_max_replicas``) its
+        running image encoder pool pods too (its cap bounds both pools); None when ``replicas`` is not known."""
+        if self.replicas is None or not self.pool_max_replicas:
+            return self.replicas
+        return self.replicas + sum(1 for pool in self.pools for pod in pool.pods if pod.stop is None)
+
+    @property
     def known(self) -> bool:
         """True when the service's cost rate is known: priced with known replicas, or no running replica (0)."""
         return self.cost_usd_per_hour is not None

@@ -187,6 +187,24 @@ def test_a_staged_services_cap_counts_both_pools_maximum(make_spec) -> None:
     assert down.actions[0].max_replicas == 1  # the floor: the planner holds 1 + 1
 
 
+def test_a_staged_services_action_says_what_runs_over_both_pools(make_spec) -> None:
+    """The cap of a staged service counts both pools, so what its action says runs (the chat alert's Action line:
+    ``CapReplicas ns/name to 4 (running N, ...)``) and ``desired_replicas`` count both too: front 3 + 2 pool pods
+    running is 5 under a cap of 4 (the front's 3 alone reads as within it). One piece: its replicas, as before."""
+    from modalscale.costmodel.ledger import PodPool, PodRun
+
+    spec = make_spec(thresholds=[{"percent": 50, "actions": ["CapReplicas"], "capReplicas": 4}])
+    pool = PodPool("image-encoder", (PodRun("staged-image-encoder-a", None), PodRun("staged-image-encoder-b", None),
+                                     PodRun("staged-image-encoder-c", None, utc(2026, 5, 1, 8))), D("1"))
+    staged = replace(svc("staged", 3, max_replicas=3), pool_max_replicas=4, pools=(pool,))
+    plain = svc("plain", 3, max_replicas=6)
+    plan = plan_budget(spec, D(60), [staged, plain], AlertState(), utc(2026, 5, 1, 9))
+    got = {a.name: (a.max_replicas, a.current_replicas, a.desired_replicas) for a in plan.actions}
+    assert got == {"staged": (4, 5, 4), "plain": (4, 3, 3)}
+    assert "CapReplicas team-search/staged to 4 (running 5, at 50 %" in next(
+        a.describe() for a in plan.actions if a.name == "staged")
+
+
 @pytest.mark.parametrize(
     ("order", "expected"),
     [("LowestPriorityFirst", ["low", "dear-mid", "cheap-mid", "high"]),
