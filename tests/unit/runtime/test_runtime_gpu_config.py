@@ -10,6 +10,7 @@ from modalscale.runtime.model.batching import fixed_side
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.repo_config import (
     GPU_ENCODER_MAX_BATCH,
+    GPU_TEXT_ENCODER_MAX_BATCH,
     IMAGE_FEATURE_DIM,
     TEXT_FEATURE_DIM,
     Precision,
@@ -47,7 +48,8 @@ def test_encoder_models_are_kind_gpu_fp16_with_dynamic_batching(encoder: str) ->
     text = build_repository(GPU)[f"multimodal_{encoder}/config.pbtxt"]
     assert text == render_gpu_encoder_pbtxt(GPU, encoder)
     assert f'name: "multimodal_{encoder}"' in text and 'backend: "python"' in text
-    assert f"max_batch_size: {GPU_ENCODER_MAX_BATCH}" in text
+    most = GPU_ENCODER_MAX_BATCH if encoder == "image_encoder" else GPU_TEXT_ENCODER_MAX_BATCH
+    assert f"max_batch_size: {most}\n" in text and (GPU_ENCODER_MAX_BATCH, GPU_TEXT_ENCODER_MAX_BATCH) == (64, 128)
     assert "instance_group [\n  {\n    count: 1\n    kind: KIND_GPU\n    gpus: [ 0, 1 ]\n  }\n]" in text
     assert "dynamic_batching {\n  max_queue_delay_microseconds: 500\n}" in text
     assert "allow_ragged_batch: true" in text
