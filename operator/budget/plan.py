@@ -110,7 +110,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     TENANTS_REJECTED,
 )
 from modalscale.api.errors import InvalidSpec
-from modalscale.api.inferenceservice import parse_isvc
+from modalscale.api.inferenceservice import GPU_RESOURCE, parse_isvc
 from modalscale.api.quantities import InvalidQuantity
 from modalscale.api.status import ConditionStatus
 from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
@@ -555,6 +555,40 @@ def _side_runs(observed: BudgetObserved, ns: str, label: str, name: str,
                                          observed.node_health), gone)
 
 
+GPU_PRODUCT_SELECTOR = "nvidia.com/gpu.product"
+"""The node-selector key a GPU replica's pod carries with its GPU type (``isvc.objects``: the pricing key)."""
+
+
+def pod_resources(pod: Mapping[str, Any]) -> ReplicaResources | None:
+    """A pod's requests as the catalog prices them (pure): its containers' CPU, memory and ``nvidia.com/gpu``
+    requests summed, the GPU type from its ``nvidia.com/gpu.product`` node selector; None when a request is
+    missing or not a quantity (then its pods stay unpriced, never guessed)."""
+    spec = pod.get("spec") or {}
+    requests = [((c.get("resources") or {}).get("requests") or {}) for c in spec.get("containers") or ()]
+    if not requests or any("cpu" not in r or "memory" not in r for r in requests):
+        return None
+    gpus = sum(int(str(r.get(GPU_RESOURCE, "0"))) for r in requests if str(r.get(GPU_RESOURCE, "0")).isdigit())
+    gpu_type = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_SELECTOR) if gpus else None
+    try:
+        parts = [ReplicaResources.from_quantities(str(r["cpu"]), str(r["memory"])) for r in requests]
+        return ReplicaResources(sum((p.cpu_cores for p in parts), Decimal(0)), sum(p.memory_bytes for p in parts),
+                                gpus, gpu_type)
+    except (InvalidQuantity, ValueError, TypeError):
+        return None
+
+
+def leftover_pool_resources(observed: BudgetObserved, ns: str, name: str) -> ReplicaResources | None:
+    """The requests of the image encoder pool pods a service left running after ``spec.stages`` was removed (they
+    run until the front's rollout ends and the pool is deleted), read from the first such pod listed or seen
+    deleted (:func:`pod_resources`); None when there is none or it cannot be read."""
+    def own(pod: Mapping[str, Any]) -> bool:
+        return ((pod.get("metadata") or {}).get("labels") or {}).get(IMAGE_ENCODER_LABEL) == name
+
+    pods: list[Mapping[str, Any]] = [p for p in observed.image_encoder_pods.get(ns) or () if own(p)]
+    pods += [g.pod for g in observed.gone.get(ns, ()) if own(g.pod)]
+    return pod_resources(pods[0]) if pods else None
+
+
 def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetObserved,
                       catalog: Catalog) -> list[ServiceState]:
     """The InferenceServices ``spec.selector`` picks, priced by ``catalog``, as the budget planner's input.
@@ -599,8 +633,8 @@ def selected_services(spec: BudgetSpec, policy_namespace: str, observed: BudgetO
             res = ReplicaResources.from_quantities(parsed.resources.cpu, parsed.resources.memory,
                                                    parsed.resources.gpu_count, parsed.resources.gpu_type)
             pool = parsed.stages.image_encoder.resources if parsed.stages is not None else None
-            pool_res = None if pool is None else ReplicaResources.from_quantities(
-                pool.cpu, pool.memory, pool.gpu_count, pool.gpu_type)
+            pool_res = leftover_pool_resources(observed, ns, name) if pool is None else (
+                ReplicaResources.from_quantities(pool.cpu, pool.memory, pool.gpu_count, pool.gpu_type))
             state = service_state(ns, name, replicas=replicas, max_replicas=parsed.scaling.max_replicas,
                                   resources=res, tier=parsed.pricing_tier, catalog=catalog,
                                   priority=parsed.priority, pods=runs, spot_pending_since=waiting,

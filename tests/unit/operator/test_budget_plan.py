@@ -157,6 +157,38 @@ def test_a_staged_services_image_encoder_pods_are_charged_at_the_pools_own_price
     assert plain.pools == () and plain.cost_usd_per_hour == TWO_REPLICAS_USD_PER_HOUR
 
 
+def test_encoder_pods_left_after_stages_are_turned_off_are_priced_from_their_own_requests() -> None:
+    # spec.stages removed: the encoder pool's pods run on until the front's rollout ends and the pool is deleted.
+    # Priced from the spec they were no longer (no spec.stages), so the service went Unknown and a GovernanceBlind
+    # alert went out for a minute or two at every switch; they are priced from their own container requests and
+    # node selector, at the service's tier, and never count toward a cap (pool_max_replicas stays 0).
+    from modalscale.api.inferenceservice import parse_isvc
+    from modalscale.costmodel.catalog import PricingTier, ReplicaResources
+    from modalscale.operator.isvc.objects import image_encoder_labels
+
+    staged = make_isvc(stages={"imageEncoder": {"minReplicas": 2, "maxReplicas": 2, "resources": {
+        "cpu": "3", "memory": "4Gi", "gpu": {"count": 1, "type": "nvidia-l4"}}}})
+    container = {"name": "tritonserver", "resources": {
+        "requests": {"cpu": "3", "memory": "4Gi", "nvidia.com/gpu": "1"},
+        "limits": {"memory": "4Gi", "nvidia.com/gpu": "1"}}}
+    encoders = [{"metadata": {"name": f"vc-image-encoder-{i}", "labels": image_encoder_labels(parse_isvc(staged))},
+                 "spec": {"nodeName": "kwok-gpu-1", "nodeSelector": {"nvidia.com/gpu.product": "nvidia-l4"},
+                          "containers": [container]},
+                 "status": {"phase": "Running"}} for i in range(2)]
+    observed = BudgetObserved([make_isvc()], {"ml": [make_pod("vc", 0), make_pod("vc", 1)]},
+                              image_encoder_pods={"ml": encoders})
+    (svc,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml", observed, CATALOG)
+    assert svc.unknown_reason == "" and svc.pool_max_replicas == 0
+    per_pod = CATALOG.price_replica(ReplicaResources.from_quantities("3", "4Gi", 1, "nvidia-l4"),
+                                    PricingTier.ON_DEMAND)
+    assert svc.cost_usd_per_hour == TWO_REPLICAS_USD_PER_HOUR + 2 * per_pod
+    # a leftover pod whose requests cannot be read stays unpriced, and says so
+    unreadable = [{**encoders[0], "spec": {"nodeName": "kwok-gpu-1"}}]
+    (blind,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml", BudgetObserved(
+        [make_isvc()], {"ml": [make_pod("vc", 0)]}, image_encoder_pods={"ml": unreadable}), CATALOG)
+    assert "image-encoder pool pods" in blind.unknown_reason and blind.cost_usd_per_hour is None
+
+
 def test_a_staged_services_maximum_counts_both_pools_for_a_cap() -> None:
     # A cap bounds a staged service's replicas over both pools: its maximum is the front's maxReplicas plus the
     # pool's, so min(maximum, capReplicas) never clips a cap the two pools could use to the front's maximum alone.
@@ -724,3 +756,23 @@ def test_a_spend_anomaly_is_alerted_once_through_the_outbox_naming_the_driver() 
     again = plan_policy(persisted(policy, plan.status_patch), ten, CATALOG, [], T0 + dt.timedelta(minutes=1),
                         history=history)
     assert again.alerts == () and ("ml", "vc") in again.anomaly_state.active
+
+
+def test_pod_resources_sums_the_containers_requests_and_refuses_what_it_cannot_read() -> None:
+    from decimal import Decimal
+
+    from modalscale.costmodel.catalog import ReplicaResources
+    from modalscale.operator.budget.plan import pod_resources
+
+    def pod(*requests: dict[str, str], selector: dict[str, str] | None = None) -> dict:
+        containers = [{"name": f"c{i}", "resources": {"requests": r}} for i, r in enumerate(requests)]
+        return {"spec": {"nodeSelector": selector or {}, "containers": containers}}
+
+    assert pod_resources(pod({"cpu": "1500m", "memory": "1Gi"}, {"cpu": "500m", "memory": "512Mi"})) == \
+        ReplicaResources(Decimal("2"), 1536 * 2**20, 0, None)
+    assert pod_resources(pod({"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"},
+                             selector={"nvidia.com/gpu.product": "nvidia-l4"})) == \
+        ReplicaResources.from_quantities("2", "4Gi", 1, "nvidia-l4")
+    assert pod_resources(pod({"cpu": "2"})) is None  # no memory request
+    assert pod_resources(pod({"cpu": "two", "memory": "1Gi"})) is None
+    assert pod_resources({"spec": {}}) is None
