@@ -57,13 +57,15 @@ def _digest(files: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
 
 
-# build_repository of each config at df43d75 (before stages existed), json.dumps(files, sort_keys=True), SHA-256.
+# build_repository of each config at df43d75 (before stages existed), json.dumps(files, sort_keys=True), SHA-256;
+# "gpu" since c895bb4, whose text encoder model's max_batch_size 128 (was 64) is its one change: with that line set
+# back to 64 the repository still gives df43d75's digest 53162419100cfd2b.
 ONE_PIECE_DIGESTS = {
     "default": "7251e272af153722",
     "naive": "cb56c5f76ee3fdb0",
     "fastest": "2cb0e74e7e2d99dc",
     "default-2-cores-cache": "8fca0345a0a7f8e5",
-    "gpu": "53162419100cfd2b",
+    "gpu": "f14babb61332182d",
 }
 ONE_PIECE_CONFIGS = {
     "default": RuntimeConfig(),
