@@ -73,7 +73,20 @@ written only at the heartbeat: 30 s on average, 60 s at most, per scenario."""
 LEDGER_TOLERANCE_USD = Decimal("0.000001")
 """Ledger vs meter: both charge each pod from the kubelet's own start to its own stop at the same catalog price;
 what may differ is rounding (1e-9 USD per pod and evaluation) and a stop the ledger took from the watch's
-``seen_at`` instead of ``finishedAt`` (about a second: ~6e-6 USD/s in all here, so 1e-6 USD is a fraction of it)."""
+``seen_at`` instead of ``finishedAt``: later, so the ledger above the meter, by up to :data:`STOP_SLACK_S` of
+that pod (:meth:`Meter.stop_slack_usd`)."""
+STOP_SLACK_S = 1
+"""How much later than its ``finishedAt`` the ledger may stop a pod it saw deleted before its containers reported
+one (the watch's ``seen_at``): about a second. ci47 (4 Dec 2026) drained a node and the ledger was 1.17e-6 USD
+above the meter, 0.17e-6 over a bound that allowed none of this for the 4 pods that stopped."""
+
+
+def _assert_ledger_matches(spent: Decimal, metered: Decimal, meter: Meter, at: str) -> None:
+    """The ledger equals the meter within rounding below it, and within rounding plus each stopped pod's
+    :data:`STOP_SLACK_S` above it; the metered runs are in the message when it does not."""
+    slack = meter.stop_slack_usd(parse_time(at, "observedTime"))
+    assert -LEDGER_TOLERANCE_USD <= spent - metered <= LEDGER_TOLERANCE_USD + slack, (
+        spent, metered, slack, meter.runs(parse_time(at, "observedTime")))
 
 
 class Meter:
@@ -169,6 +182,13 @@ class Meter:
             out.append(f"{pod.metadata.name} on {pod.spec.node_name} {pod.status.start_time:%H:%M:%S.%f}-"
                        f"{'running' if stop is None else f'{stop:%H:%M:%S.%f}'} {usd:.9f}")
         return out
+
+    def stop_slack_usd(self, at: dt.datetime) -> Decimal:
+        """:data:`STOP_SLACK_S` of every pod that stopped before ``at``, each at its price."""
+        with self._lock:
+            stopped = [p for uid, p in self.pods.items() if p.spec.node_name and p.status.start_time
+                       and (stop := self.stop_of(uid)) is not None and stop <= at]
+        return sum((self.price_usd_per_hour(p) * STOP_SLACK_S / 3600 for p in stopped), Decimal(0))
 
     def rate_usd_per_s(self) -> Decimal:
         """The pods running now, priced per second."""
@@ -379,7 +399,7 @@ def test_drain_of_the_node_holding_the_replicas_moves_them_under_load_and_fails_
             alerts = {p: percents_in(titles(slack)).count(p) for p in percents}
             print(f"scenario 1: ledger {spent} USD vs meter {metered:.9f} USD at {at} "
                   f"({spent - metered:+.9f} USD); alerts per threshold {alerts}")
-            assert abs(spent - metered) <= LEDGER_TOLERANCE_USD, (spent, metered)
+            _assert_ledger_matches(spent, metered, meter, at)
             assert alerts == {p: 1 for p in percents}, titles(slack)
         finally:
             kubectl(two_nodes, "uncordon", source)
@@ -524,7 +544,7 @@ def test_one_budget_over_services_on_both_nodes_holds_its_limit_under_load_and_a
                   f"policy state {status.get('state')}; alerts per threshold {alerts}")
             assert metered_final - limit <= allowed, (metered_final, limit, allowed)
             assert spent - limit <= allowed, (spent, limit, allowed)
-            assert abs(spent - metered) <= LEDGER_TOLERANCE_USD, (spent, metered)
+            _assert_ledger_matches(spent, metered, meter, at)
             assert alerts == {p: 1 for p in percents}, titles(slack)
     finally:
         print(f"scenario 6 took {time.monotonic() - test_started:.1f} s (clean-up {_clear(env):.1f} s)")
