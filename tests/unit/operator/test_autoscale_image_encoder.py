@@ -519,19 +519,48 @@ def test_the_pools_event_is_posted_once_its_count_is_in_status_even_if_the_deplo
         "image encoder pool: 2 -> 4 ")
 
 
+def _cap_seen_by_recommend(monkeypatch: pytest.MonkeyPatch, raw: dict[str, Any], price_replica: Any,
+                           replicas: int) -> int | None:
+    """Run ``autoscale.handlers.decide_once`` once on InferenceService ``raw`` (its front's Deployment at
+    ``replicas``, no metrics, replica prices from ``price_replica(resources, tier)``) and return the
+    ``budget_max_replicas`` it handed ``recommend``."""
+    import logging
+    import threading
+    import types
+
+    from modalscale.operator.autoscale import handlers
+
+    seen: dict[str, Any] = {}
+
+    def recommend(observation: Any, *_: Any) -> Decision:
+        seen["cap"] = observation.budget_max_replicas
+        return Decision(replicas, False, Reason.HELD_NO_METRICS, "held", {}, ScalerState(), ScalingMode.UTILIZATION)
+
+    deps: Any = types.SimpleNamespace(
+        autoscale=types.SimpleNamespace(reader=types.SimpleNamespace(read=lambda *a, **k: parse_answers({}, "byo")),
+                                        metrics=types.SimpleNamespace(record=lambda *a, **k: None)),
+        prices=types.SimpleNamespace(price_replica=price_replica),
+        observer=types.SimpleNamespace(read_isvc=lambda ns, name: raw, apps=types.SimpleNamespace(
+            read_namespaced_deployment=lambda name, ns, **_: {"spec": {"replicas": replicas},
+                                                               "status": {"readyReplicas": replicas}})),
+        writer=types.SimpleNamespace(patch_isvc_status=lambda *a: None),
+        lock_for=lambda uid: threading.Lock(), clock=lambda: T0)
+    monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
+    monkeypatch.setattr(handlers, "recommend", recommend)
+    handlers.decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
+    return seen["cap"]
+
+
 def test_a_staged_fronts_autoscaler_decides_under_its_share_of_the_cap_over_both_pools(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``decide_once`` hands ``recommend`` the front's share of a BudgetPolicy cap (``isvc.plan.front_budget_cap``,
     the pools priced by ``isvc.reconcile.stage_prices``), not the whole cap: the count the planner's split leaves
     the front, so its decision is never undone by the next reconcile. Cap 4, the pool's own count 3: the front's
     replica costlier -> its share is 1; the pool's costlier -> 3 (the pool goes to 1 first); one piece -> 4."""
-    import logging
-    import threading
     import types
     from decimal import Decimal
 
     from modalscale.api.annotations import BudgetCap, cap_annotation_key
-    from modalscale.operator.autoscale import handlers
 
     def share(prices: tuple[str, str], stages: dict[str, Any] | None = STAGES) -> int | None:
         raw = inference_service("vc", "ml", uid="u1", generation=1, scaling=SCALING, stages=stages,
@@ -542,26 +571,8 @@ def test_a_staged_fronts_autoscaler_decides_under_its_share_of_the_cap_over_both
             {"name": "front", "replicas": 2},
             {"name": "image-encoder", "replicas": 3, "autoscaler": {"valid": True, "desiredReplicas": 3}}]}
         asked = iter(Decimal(p) for p in prices)  # the front's replica first, then the pool's
-        seen: dict[str, Any] = {}
-
-        def recommend(observation: Any, *_: Any) -> Decision:
-            seen["cap"] = observation.budget_max_replicas
-            return Decision(2, False, Reason.HELD_NO_METRICS, "held", {}, ScalerState(), ScalingMode.UTILIZATION)
-
-        deps: Any = types.SimpleNamespace(
-            autoscale=types.SimpleNamespace(reader=types.SimpleNamespace(read=lambda *a, **k: parse_answers({}, "byo")),
-                                            metrics=types.SimpleNamespace(record=lambda *a, **k: None)),
-            prices=types.SimpleNamespace(price_replica=lambda res, tier: types.SimpleNamespace(
-                usd_per_hour=next(asked))),
-            observer=types.SimpleNamespace(read_isvc=lambda ns, name: raw, apps=types.SimpleNamespace(
-                read_namespaced_deployment=lambda name, ns, **_: {"spec": {"replicas": 2},
-                                                                   "status": {"readyReplicas": 2}})),
-            writer=types.SimpleNamespace(patch_isvc_status=lambda *a: None),
-            lock_for=lambda uid: threading.Lock(), clock=lambda: T0)
-        monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
-        monkeypatch.setattr(handlers, "recommend", recommend)
-        handlers.decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
-        return seen["cap"]
+        return _cap_seen_by_recommend(monkeypatch, raw, lambda res, tier: types.SimpleNamespace(
+            usd_per_hour=next(asked)), replicas=2)
 
     assert share(("0.80", "0.52")) == 1
     assert share(("0.31", "0.52")) == 3
@@ -576,13 +587,10 @@ def test_a_staged_fronts_share_is_priced_at_the_tier_its_pods_run_on_under_a_swi
     Here the ranking flips with the tier (a GPU's Spot discount is not a CPU's): on demand the encoder replica costs
     more (share 3), at Spot the front's does (share 1). A share at on-demand prices would decide 3 where the planner
     writes 1: every decision interval a new desiredReplicas, a status patch and a scale Event."""
-    import logging
-    import threading
     import types
     from decimal import Decimal
 
     from modalscale.api.annotations import BudgetCap, SpotSwitch, cap_annotation_key, spot_annotation_key
-    from modalscale.operator.autoscale import handlers
 
     raw = inference_service("vc", "ml", uid="u1", generation=1, scaling=SCALING, stages=STAGES,
                             model={"name": "byo", "source": "BuiltIn"},
@@ -595,28 +603,12 @@ def test_a_staged_fronts_share_is_priced_at_the_tier_its_pods_run_on_under_a_swi
     # (front, encoder) USD/h of a replica at each tier, asked front first
     table = {"OnDemand": (Decimal("0.31"), Decimal("0.52")), "Spot": (Decimal("0.28"), Decimal("0.14"))}
     asked: list[str] = []
-    seen: dict[str, Any] = {}
 
     def price_replica(res: Any, tier: Any) -> Any:
         tier = getattr(tier, "value", tier)
         asked.append(tier)
         return types.SimpleNamespace(usd_per_hour=table[tier][(asked.count(tier) - 1) % 2])
 
-    def fake_recommend(observation: Any, *_: Any) -> Decision:
-        seen["cap"] = observation.budget_max_replicas
-        return Decision(1, False, Reason.HELD_NO_METRICS, "held", {}, ScalerState(), ScalingMode.UTILIZATION)
-
-    deps: Any = types.SimpleNamespace(
-        autoscale=types.SimpleNamespace(reader=types.SimpleNamespace(read=lambda *a, **k: parse_answers({}, "byo")),
-                                        metrics=types.SimpleNamespace(record=lambda *a, **k: None)),
-        prices=types.SimpleNamespace(price_replica=price_replica),
-        observer=types.SimpleNamespace(read_isvc=lambda ns, name: raw, apps=types.SimpleNamespace(
-            read_namespaced_deployment=lambda name, ns, **_: {"spec": {"replicas": 1},
-                                                               "status": {"readyReplicas": 1}})),
-        writer=types.SimpleNamespace(patch_isvc_status=lambda *a: None),
-        lock_for=lambda uid: threading.Lock(), clock=lambda: T0)
-    monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
-    monkeypatch.setattr(handlers, "recommend", fake_recommend)
-    handlers.decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
+    cap = _cap_seen_by_recommend(monkeypatch, raw, price_replica, replicas=1)
     assert set(asked) == {"Spot"}
-    assert seen["cap"] == 1  # the planner's split at Spot prices: the front costlier, down to 1 first
+    assert cap == 1  # the planner's split at Spot prices: the front costlier, down to 1 first
