@@ -110,7 +110,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     TENANTS_REJECTED,
 )
 from modalscale.api.errors import InvalidSpec
-from modalscale.api.inferenceservice import GPU_RESOURCE, parse_isvc
+from modalscale.api.inferenceservice import GPU_PRODUCT_LABEL, GPU_RESOURCE, parse_isvc
 from modalscale.api.quantities import InvalidQuantity
 from modalscale.api.status import ConditionStatus
 from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
@@ -555,10 +555,6 @@ def _side_runs(observed: BudgetObserved, ns: str, label: str, name: str,
                                          observed.node_health), gone)
 
 
-GPU_PRODUCT_SELECTOR = "nvidia.com/gpu.product"
-"""The node-selector key a GPU replica's pod carries with its GPU type (``isvc.objects``: the pricing key)."""
-
-
 def pod_resources(pod: Mapping[str, Any]) -> ReplicaResources | None:
     """A pod's requests as the catalog prices them (pure): its containers' CPU, memory and ``nvidia.com/gpu``
     requests summed, the GPU type from its ``nvidia.com/gpu.product`` node selector; None when a request is
@@ -567,8 +563,8 @@ def pod_resources(pod: Mapping[str, Any]) -> ReplicaResources | None:
     requests = [((c.get("resources") or {}).get("requests") or {}) for c in spec.get("containers") or ()]
     if not requests or any("cpu" not in r or "memory" not in r for r in requests):
         return None
-    gpus = sum(int(str(r.get(GPU_RESOURCE, "0"))) for r in requests if str(r.get(GPU_RESOURCE, "0")).isdigit())
-    gpu_type = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_SELECTOR) if gpus else None
+    gpus = sum(int(r[GPU_RESOURCE]) for r in requests if str(r.get(GPU_RESOURCE, "")).isdigit())
+    gpu_type = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL) if gpus else None
     try:
         parts = [ReplicaResources.from_quantities(str(r["cpu"]), str(r["memory"])) for r in requests]
         return ReplicaResources(sum((p.cpu_cores for p in parts), Decimal(0)), sum(p.memory_bytes for p in parts),

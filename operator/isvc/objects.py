@@ -14,7 +14,13 @@ from typing import Any
 
 from modalscale import GROUP, VERSION
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
-from modalscale.api.inferenceservice import GPU_RESOURCE, IMAGE_ENCODER_SUFFIX, REPLICAS_SERVICE_SUFFIX, IsvcSpec
+from modalscale.api.inferenceservice import (
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    IMAGE_ENCODER_SUFFIX,
+    REPLICAS_SERVICE_SUFFIX,
+    IsvcSpec,
+)
 from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
 
 SELECTOR_LABEL = "modalscale.io/inferenceservice"
@@ -282,7 +288,7 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
     if spec.resources.gpu_count > 0:
         resources["requests"][GPU_RESOURCE] = str(spec.resources.gpu_count)
         resources["limits"][GPU_RESOURCE] = str(spec.resources.gpu_count)
-        node_selector["nvidia.com/gpu.product"] = str(spec.resources.gpu_type)
+        node_selector[GPU_PRODUCT_LABEL] = str(spec.resources.gpu_type)
         tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
     else:
         # A CPU replica gets exactly its request (CFS quota): each replica adds a fixed slice of compute.

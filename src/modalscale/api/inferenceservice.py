@@ -37,6 +37,9 @@ from modalscale.api.quantities import InvalidQuantity, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """Extended resource name of NVIDIA GPUs."""
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""Node label (GPU feature discovery's) a GPU replica's pod selects with its ``resources.gpu.type``: the type that
+prices it."""
 MODEL_SOURCES = ("BuiltIn", "ConfigMap", "PVC", "Image", "URI")
 SCALING_MODES = ("Predictive", "Utilization", "Fixed")
 PRECISIONS = ("FP32", "FP16", "BF16", "INT8")
