@@ -165,7 +165,16 @@ def test_a_staged_service_at_its_budget_cap_scales_the_costlier_stage_down_first
                  "thresholds": [{"percent": 10, "actions": ["CapReplicas"], "capReplicas": 4}]}})
     wait_for(lambda: replicas() == (3, 1), 60, "the encoder pool capped to 1, the front kept at 3",
              explain=lambda: f"replicas {replicas()}")
-    status = get(api, namespace, "cap")["status"]
+
+    def capped_status() -> dict[str, Any] | None:
+        # The reconcile applies the Deployments, then kopf writes the status: wait for the status of that pass
+        # (read at once, it could still be the previous pass's, a race seen once).
+        status: dict[str, Any] = get(api, namespace, "cap").get("status") or {}
+        encoder = _stage({"status": status}, "image-encoder")
+        return status if encoder is not None and encoder.get("reason") == "CappedByBudget" else None
+
+    status = wait_for(capped_status, 30, "status.stages naming the cap over the encoder pool",
+                      explain=lambda: f"status {get(api, namespace, 'cap').get('status')}")
     front, encoder = _stage({"status": status}, "front"), _stage({"status": status}, "image-encoder")
     assert front is not None and (front["desiredReplicas"], front["reason"]) == (3, "FixedReplicas")
     assert encoder is not None and (encoder["desiredReplicas"], encoder["reason"]) == (1, "CappedByBudget")
@@ -176,8 +185,13 @@ def test_a_staged_service_at_its_budget_cap_scales_the_costlier_stage_down_first
     budget = condition({"status": status}, "BudgetLimited")
     assert budget is not None and (budget["status"], budget["reason"]) == ("True", "CappedByBudget")
     assert budget["message"] == f"BudgetPolicy {namespace}/budget caps replicas at 4 over both stages: {rule}"
-    policy = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "budgetpolicies", "budget")
-    assert [(e["name"], e["maxReplicas"]) for e in policy["status"]["enforcedServices"]] == [("cap", 4)]
+
+    def enforced() -> list[tuple[str, int]]:
+        policy: Any = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "budgetpolicies", "budget")
+        return [(e["name"], e["maxReplicas"]) for e in (policy.get("status") or {}).get("enforcedServices") or []]
+
+    wait_for(lambda: enforced() == [("cap", 4)], 30, "the policy's status.enforcedServices naming the cap",
+             explain=lambda: f"enforcedServices {enforced()}")
 
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "budgetpolicies", "budget")
     wait_for(lambda: replicas() == (3, 2), 60, "both pools back after the policy was deleted",
