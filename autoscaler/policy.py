@@ -827,6 +827,41 @@ def split_staged_cap(front: int, image_encoder: int, cap: int | None, front_usd_
     return StagedSplit(counts[0], counts[1], rule)
 
 
+STAGED_FLOOR_REPLICAS = 2
+"""The fewest replicas a staged service runs over both pools while its front runs: 1 front + 1 image encoder
+(:func:`split_staged_cap` never takes a running stage to 0)."""
+
+
+def replicas_under_cap(cap: int, staged: bool) -> int:
+    """The most replicas a service runs under a BudgetPolicy cap of ``cap`` (pure): what a report of the cap says.
+
+    Args:
+        cap: The cap (the effective maxReplicas), >= 0.
+        staged: The service has ``spec.stages``: the cap counts both pools (:func:`split_staged_cap`).
+    Returns:
+        ``cap``; for a staged service under a cap of 1 (below :data:`STAGED_FLOOR_REPLICAS`) that floor, 2: a running
+        front keeps 1 front + 1 image encoder replica. A cap of 0 takes both pools to 0.
+    """
+    if staged and cap > 0:
+        return max(cap, STAGED_FLOOR_REPLICAS)
+    return cap
+
+
+def describe_cap(cap: int, staged: bool) -> str:
+    """What a BudgetPolicy cap of ``cap`` holds a service to, as its Event and ``status.enforcedServices`` say it
+    (pure): the replicas that will run (:func:`replicas_under_cap`), not only the cap.
+
+    E.g. ``at most 3 replica(s)``; staged: ``at most 3 replica(s) over both stages (front + image encoder)``, and
+    under a cap below 2 ``capped at 1; a staged service runs at least 1 front + 1 image-encoder replica: 2``.
+    """
+    runs = replicas_under_cap(cap, staged)
+    if runs > cap:
+        return f"capped at {cap}; a staged service runs at least 1 front + 1 image-encoder replica: {runs}"
+    if staged:
+        return f"at most {cap} replica(s) over both stages (front + image encoder)"
+    return f"at most {cap} replica(s)"
+
+
 def _bounded(desired: int, reason: Reason, message: str, policy: ScalingPolicy | None,
              observation: Observation) -> tuple[int, Reason, str]:
     """:func:`bound_replicas` with the decision's reason and message (``policy`` None: the budget cap only)."""
