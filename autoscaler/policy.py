@@ -737,9 +737,27 @@ class StagedSplit(NamedTuple):
 _STAGE_NAMES = ("the front pool", "the image encoder pool")
 
 
-def _usd(price: Decimal) -> str:
-    """A price as a message writes it: to 0.0001 USD, no trailing zeros (``0.52`` for ``Decimal("0.520000")``)."""
-    return format(price.quantize(Decimal("0.0001")).normalize(), "f")
+_USD_PLACES = 4
+"""Decimals a price in a message has at least (0.0001 USD)."""
+
+
+def _usd(price: Decimal, places: int = _USD_PLACES) -> str:
+    """A price as a message writes it: to ``places`` decimals (0.0001 USD), no trailing zeros (``0.52`` for
+    ``Decimal("0.520000")``); exact when it has no more decimals than that."""
+    exponent = price.as_tuple().exponent
+    if isinstance(exponent, int) and -exponent <= places:
+        return format(price.normalize(), "f")
+    return format(price.quantize(Decimal(1).scaleb(-places)).normalize(), "f")
+
+
+def _usd_pair(a: Decimal, b: Decimal) -> tuple[str, str]:
+    """Two prices the costlier-pool rule compares, as :func:`_usd` writes them, with as many more decimals as tell
+    them apart: the two texts differ exactly when ``a != b`` (rounding keeps their order), so a pool called the
+    costlier never reads as costing the same as the other."""
+    places = _USD_PLACES
+    while a != b and _usd(a, places) == _usd(b, places):
+        places += 1  # ends: at the prices' own decimals both are written exactly
+    return _usd(a, places), _usd(b, places)
 
 
 def _costlier(front_usd_per_hour: Decimal | None, image_encoder_usd_per_hour: Decimal | None
@@ -767,8 +785,9 @@ def staged_cap_rule(front: int, image_encoder: int, cap: int, front_usd_per_hour
     costlier = _costlier(*prices)
     if costlier is not None:
         hi, hi_usd, lo_usd = costlier
-        text = (f"{_STAGE_NAMES[hi]} ({_usd(hi_usd)} USD/h a replica, the costlier; "
-                f"{_STAGE_NAMES[1 - hi].removeprefix('the ')} {_usd(lo_usd)}) gives up replicas first, down to 1")
+        hi_text, lo_text = _usd_pair(hi_usd, lo_usd)
+        text = (f"{_STAGE_NAMES[hi]} ({hi_text} USD/h a replica, the costlier; "
+                f"{_STAGE_NAMES[1 - hi].removeprefix('the ')} {lo_text}) gives up replicas first, down to 1")
     elif prices[0] is not None and prices[1] is not None:
         text = f"both pools cost {_usd(prices[0])} USD/h a replica, so the one with more replicas gives them up first"
     else:
