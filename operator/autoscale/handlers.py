@@ -175,7 +175,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
                         decision.mode_used.value, decision.message)
             try:  # one status patch (decision + InferenceService status), its Events, the Deployment's replicas
                 scale_isvc(deps, raw, decision, plan.status, logger,
-                           recorded=lambda: _post(deps, raw, plan.events, logger))
+                           recorded=lambda planned: _post(deps, raw, plan.events, logger))
             except (InvalidSpec, ModelReferenceError):
                 pass  # scale_isvc recorded it in status and an Event; the decision stays in status
         else:
@@ -260,8 +260,10 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
                         "reason=%s %s", decision.desired_replicas, current, decision.reason.value,
                         decision.message)
             try:  # one status patch (the pool's block + the InferenceService's status), its Events, the replicas
-                scale_isvc(deps, raw, None, plan.status, logger,
-                           recorded=lambda: _post(deps, raw, plan.events, logger))
+                # the Event names the count the planner applies after a cap's split, not only the decision's
+                scale_isvc(deps, raw, None, plan.status, logger, recorded=lambda planned: _post(
+                    deps, raw, plan.applied_events(None if planned is None
+                                                   else planned.status.stage(STAGE_IMAGE_ENCODER)), logger))
             except (InvalidSpec, ModelReferenceError):
                 pass  # scale_isvc recorded it in status and an Event; the decision stays in status
         else:

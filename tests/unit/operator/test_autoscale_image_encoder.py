@@ -262,7 +262,7 @@ def samples(registry: CollectorRegistry, name: str) -> dict[tuple[tuple[str, str
 def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers: dict[str, Any],
                 pool_replicas: int = 2, metrics: tuple[CollectorRegistry, AutoscalerMetrics] | None = None,
                 front: MetricsReading | None = None, stages: dict[str, Any] | None = STAGES,
-                deployment_write_fails: bool = False) -> dict[str, Any]:
+                deployment_write_fails: bool = False, applied: StageRecord | None = None) -> dict[str, Any]:
     """One ``decide_pool_once`` with stand-ins for the Kubernetes reads and writes: what it read, wrote, posted
     (``events``) and exported (``registry``: ``metrics``', default :func:`fresh_metrics`)."""
     import logging
@@ -296,8 +296,10 @@ def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers
     monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
     def scale_isvc(d: Any, r: Any, decision: Any, part: Any, log: Any, recorded: Any = None) -> None:
         seen["scaled"].append((decision, part))  # the status patch
-        if recorded is not None:
-            recorded()
+        if recorded is not None:  # the planner's plan: its pool item is ``applied`` (None: the decision's count)
+            pool = applied or StageRecord("image-encoder", 2, 2, part.stage("image-encoder").autoscaler
+                                          .desired_replicas, "ScaleUpForUtilization", "m")
+            recorded(types.SimpleNamespace(status=IsvcStatus(stages=(pool,)), desired_replicas=3))
         if deployment_write_fails:
             from kubernetes.client.exceptions import ApiException
             raise ApiException(status=409, reason="Conflict")
@@ -517,6 +519,34 @@ def test_the_pools_event_is_posted_once_its_count_is_in_status_even_if_the_deplo
     [(type_, reason, message)] = events  # the pass raised (the daemon retries), the Event was already posted
     assert (type_, reason) == ("Normal", "ScaleUpForUtilization") and message.startswith(
         "image encoder pool: 2 -> 4 ")
+
+
+def test_the_pools_event_says_what_the_cap_split_applies_not_the_autoscalers_count(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24 review: the pool's Event announced the autoscaler's 2 -> 4 while the single planner's cap split
+    applied 3 (or held 2): the Event names what is applied after the cap, and the autoscaler's count beside it."""
+    capped = StageRecord("image-encoder", 2, 2, 3, "CappedByBudget", "capped at 4 replica(s) over both stages")
+    seen = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0), applied=capped)
+    [(_, type_, reason, message)] = seen["events"]
+    assert (type_, reason) == ("Normal", "CappedByBudget")
+    assert message.startswith("image encoder pool: 2 -> 3 (the autoscaler's 4, CappedByBudget: capped at 4 replica(s)"
+                              " over both stages; ScaleUpForUtilization: ")
+    held = StageRecord("image-encoder", 2, 2, 2, "CappedByBudget", "capped at 3 replica(s) over both stages")
+    seen = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0), applied=held)
+    [(_, type_, reason, message)] = seen["events"]
+    assert (type_, reason) == ("Normal", "CappedByBudget")
+    assert message.startswith("image encoder pool: held at 2 by the budget cap (the autoscaler's 4, CappedByBudget: "
+                              "capped at 3 replica(s) over both stages; ScaleUpForUtilization: ")
+    assert "pool: 2 -> 4" not in message
+
+
+def test_the_pools_event_is_the_decisions_when_the_planner_applies_it_or_refused_the_spec() -> None:
+    reading, d = decide(pool_answers(T0, pods=2, rps_per_pod=20.0), T0, current=2)
+    plan = plan_image_encoder_autoscale(encoder_status(), d, reading, now=T0, utilization_ratio=1.0)
+    assert plan.applied_events(StageRecord("image-encoder", 2, 2, 4, "ScaleUpForUtilization", "m")) == plan.events
+    assert plan.applied_events(None) == plan.events  # refused (InvalidSpec): nothing applied, the decision stands
+    cut = plan.applied_events(StageRecord("image-encoder", 2, 2, 3, "CappedByBudget", "cut"))
+    assert cut[0][2].startswith("image encoder pool: 2 -> 3 (the autoscaler's 4, CappedByBudget: cut; ")
 
 
 def _cap_seen_by_recommend(monkeypatch: pytest.MonkeyPatch, raw: dict[str, Any], price_replica: Any,
