@@ -737,9 +737,27 @@ class StagedSplit(NamedTuple):
 _STAGE_NAMES = ("the front pool", "the image encoder pool")
 
 
-def _usd(price: Decimal) -> str:
-    """A price as a message writes it: to 0.0001 USD, no trailing zeros (``0.52`` for ``Decimal("0.520000")``)."""
-    return format(price.quantize(Decimal("0.0001")).normalize(), "f")
+_USD_PLACES = 4
+"""Decimals a price in a message has at least (0.0001 USD)."""
+
+
+def _usd(price: Decimal, places: int = _USD_PLACES) -> str:
+    """A price as a message writes it: to ``places`` decimals (0.0001 USD), no trailing zeros (``0.52`` for
+    ``Decimal("0.520000")``); exact when it has no more decimals than that."""
+    exponent = price.as_tuple().exponent
+    if isinstance(exponent, int) and -exponent <= places:
+        return format(price.normalize(), "f")
+    return format(price.quantize(Decimal(1).scaleb(-places)).normalize(), "f")
+
+
+def _usd_pair(a: Decimal, b: Decimal) -> tuple[str, str]:
+    """Two prices the costlier-pool rule compares, as :func:`_usd` writes them, with as many more decimals as tell
+    them apart: the two texts differ exactly when ``a != b`` (rounding keeps their order), so a pool called the
+    costlier never reads as costing the same as the other."""
+    places = _USD_PLACES
+    while a != b and _usd(a, places) == _usd(b, places):
+        places += 1  # ends: at the prices' own decimals both are written exactly
+    return _usd(a, places), _usd(b, places)
 
 
 def _costlier(front_usd_per_hour: Decimal | None, image_encoder_usd_per_hour: Decimal | None
@@ -767,8 +785,9 @@ def staged_cap_rule(front: int, image_encoder: int, cap: int, front_usd_per_hour
     costlier = _costlier(*prices)
     if costlier is not None:
         hi, hi_usd, lo_usd = costlier
-        text = (f"{_STAGE_NAMES[hi]} ({_usd(hi_usd)} USD/h a replica, the costlier; "
-                f"{_STAGE_NAMES[1 - hi].removeprefix('the ')} {_usd(lo_usd)}) gives up replicas first, down to 1")
+        hi_text, lo_text = _usd_pair(hi_usd, lo_usd)
+        text = (f"{_STAGE_NAMES[hi]} ({hi_text} USD/h a replica, the costlier; "
+                f"{_STAGE_NAMES[1 - hi].removeprefix('the ')} {lo_text}) gives up replicas first, down to 1")
     elif prices[0] is not None and prices[1] is not None:
         text = f"both pools cost {_usd(prices[0])} USD/h a replica, so the one with more replicas gives them up first"
     else:
@@ -825,6 +844,41 @@ def split_staged_cap(front: int, image_encoder: int, cap: int | None, front_usd_
         counts[first] -= 1
     rule = staged_cap_rule(counts[0], counts[1], cap, front_usd_per_hour, image_encoder_usd_per_hour)
     return StagedSplit(counts[0], counts[1], rule)
+
+
+STAGED_FLOOR_REPLICAS = 2
+"""The fewest replicas a staged service runs over both pools while its front runs: 1 front + 1 image encoder
+(:func:`split_staged_cap` never takes a running stage to 0)."""
+
+
+def replicas_under_cap(cap: int, staged: bool) -> int:
+    """The most replicas a service runs under a BudgetPolicy cap of ``cap`` (pure): what a report of the cap says.
+
+    Args:
+        cap: The cap (the effective maxReplicas), >= 0.
+        staged: The service has ``spec.stages``: the cap counts both pools (:func:`split_staged_cap`).
+    Returns:
+        ``cap``; for a staged service under a cap of 1 (below :data:`STAGED_FLOOR_REPLICAS`) that floor, 2: a running
+        front keeps 1 front + 1 image encoder replica. A cap of 0 takes both pools to 0.
+    """
+    if staged and cap > 0:
+        return max(cap, STAGED_FLOOR_REPLICAS)
+    return cap
+
+
+def describe_cap(cap: int, staged: bool) -> str:
+    """What a BudgetPolicy cap of ``cap`` holds a service to, as its Event and ``status.enforcedServices`` say it
+    (pure): the replicas that will run (:func:`replicas_under_cap`), not only the cap.
+
+    E.g. ``at most 3 replica(s)``; staged: ``at most 3 replica(s) over both stages (front + image encoder)``, and
+    under a cap below 2 ``capped at 1; a staged service runs at least 1 front + 1 image-encoder replica: 2``.
+    """
+    runs = replicas_under_cap(cap, staged)
+    if runs > cap:
+        return f"capped at {cap}; a staged service runs at least 1 front + 1 image-encoder replica: {runs}"
+    if staged:
+        return f"at most {cap} replica(s) over both stages (front + image encoder)"
+    return f"at most {cap} replica(s)"
 
 
 def _bounded(desired: int, reason: Reason, message: str, policy: ScalingPolicy | None,

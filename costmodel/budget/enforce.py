@@ -42,6 +42,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from modalscale.api.budgetpolicy import BudgetSpec, EnforcementOrder, Threshold, ThresholdAction
+from modalscale.autoscaler.policy import describe_cap, replicas_under_cap
 from modalscale.costmodel.budget.spend import SpendToDate, reaches
 from modalscale.costmodel.budget.state import EnforcedService, ServiceState, SpotRecord
 from modalscale.costmodel.money import MONEY_CONTEXT, SECONDS_PER_HOUR
@@ -74,11 +75,15 @@ class EnforcementAction:
         max_replicas: Effective maximum while enforced (``min`` with the service's own maxReplicas).
         current_replicas: Replicas now (None if unknown; never the case in a plan, see the blind rule); a staged
             service's over both pools (:attr:`ServiceState.capped_replicas`).
-        desired_replicas: ``min(current, max_replicas)``: what the service should run now.
+        desired_replicas: ``min(current, replicas_under_cap)``: what the service should run now (a staged service
+            under a cap of 1 keeps 1 front + 1 image encoder replica,
+            ``modalscale.autoscaler.policy.replicas_under_cap``).
         dry_run: True when ``spec.enforcement.dryRun``: report only.
         since: When this action first took effect in the period.
         ahead: True when spend has not reached the threshold yet: it is enforced because it would be crossed
             before the next evaluation (see :data:`ENFORCEMENT_METHOD`).
+        staged: The service has ``spec.stages``: the cap counts both pools, and what it holds the service to is
+            :func:`modalscale.autoscaler.policy.describe_cap`'s (a cap of 1 runs 1 + 1).
     """
 
     namespace: str
@@ -91,6 +96,7 @@ class EnforcementAction:
     dry_run: bool
     since: datetime
     ahead: bool = False
+    staged: bool = False
 
     @property
     def applied(self) -> bool:
@@ -98,14 +104,19 @@ class EnforcementAction:
         return not self.dry_run
 
     def describe(self) -> str:
-        """Human text, e.g. ``ScaleDown search/ranker to 1 (was 4, at 100 %)``."""
+        """Human text, e.g. ``ScaleDown search/ranker to 1 (running 4, at 100 %)``; where more than the cap runs
+        under it (a staged service under a cap of 1), what runs too
+        (:func:`modalscale.autoscaler.policy.describe_cap`, as :meth:`enforced` reports it)."""
         ahead = ", ahead of the crossing" if self.ahead else ""
-        text = (f"{self.action.value} {self.namespace}/{self.name} to {self.max_replicas}"
+        runs = ("" if replicas_under_cap(self.max_replicas, self.staged) == self.max_replicas
+                else f" ({describe_cap(self.max_replicas, self.staged)})")
+        text = (f"{self.action.value} {self.namespace}/{self.name} to {self.max_replicas}{runs}"
                 f" (running {self.current_replicas}, at {self.threshold_percent} %{ahead})")
         return text + (" [dry run, not applied]" if self.dry_run else "")
 
     def enforced(self) -> EnforcedService:
-        return EnforcedService(self.namespace, self.name, self.action, self.max_replicas, self.since, self.dry_run)
+        return EnforcedService(self.namespace, self.name, self.action, self.max_replicas, self.since, self.dry_run,
+                               describe_cap(self.max_replicas, self.staged))
 
 
 _NOT_REPLICA = (ThresholdAction.ALERT, ThresholdAction.SWITCH_TO_SPOT, ThresholdAction.REJECT)
@@ -250,10 +261,12 @@ def plan_enforcement(spec: BudgetSpec, spend: SpendToDate, crossed: Sequence[Thr
         svc = ordered[rank[key]]
         prior = by_key.get((svc.namespace, svc.name, action))
         running = svc.capped_replicas  # a staged service's over both pools, as its target counts them
+        staged = svc.pool_max_replicas > 0
+        runs = replicas_under_cap(target, staged)  # a staged service under a cap of 1 keeps 1 + 1
         actions.append(EnforcementAction(
             svc.namespace, svc.name, action, t.percent, target, running,
-            min(running if running is not None else target, target),
-            spec.enforcement.dry_run, prior.since if prior else now, ahead=t not in crossed))
+            min(running if running is not None else runs, runs),
+            spec.enforcement.dry_run, prior.since if prior else now, ahead=t not in crossed, staged=staged))
     return EnforcementPlan(tuple(in_force), tuple(t for t in in_force if t not in crossed), tuple(actions))
 
 

@@ -217,6 +217,15 @@ class EnforcedService:
     max_replicas: int
     since: datetime
     dry_run: bool = False
+    message: str = ""
+    """What the cap holds the service to, the replicas that will run
+    (``modalscale.autoscaler.policy.describe_cap``: a staged service under a cap of 1 runs 1 + 1); empty when read
+    from a status written before this field (:meth:`describe` then says ``at most max_replicas``)."""
+
+    def describe(self) -> str:
+        """:attr:`message`, else ``at most N replica(s)`` (an entry stored without one)."""
+        return self.message or f"at most {self.max_replicas} replica(s)"
+
 
 class SpotState(str, enum.Enum):
     """``status.spotServices[].state``."""

@@ -121,7 +121,8 @@ def _threshold_json(r: ThresholdRecord) -> ThresholdStatus:
 
 def _enforced_json(e: EnforcedService) -> EnforcedServiceStatus:
     return {"namespace": e.namespace, "name": e.name, "action": e.action.value,
-            "maxReplicas": e.max_replicas, "since": format_time(e.since), "dryRun": e.dry_run}
+            "maxReplicas": e.max_replicas, "since": format_time(e.since), "dryRun": e.dry_run,
+            "message": e.describe()}
 
 
 def _spot_json(r: SpotRecord) -> SpotServiceStatus:
@@ -169,7 +170,7 @@ def _alert_state_read(status: Mapping[str, Any]) -> AlertState:
                 enforced.append(EnforcedService(
                     str(item["namespace"]), str(item["name"]), ThresholdAction(item["action"]),
                     int(item.get("maxReplicas", 0)), parse_time(item.get("since"), f"{path}.since"),
-                    bool(item.get("dryRun", False))))
+                    bool(item.get("dryRun", False)), str(item.get("message", ""))))
             except (KeyError, ValueError, TypeError) as exc:
                 if isinstance(exc, LedgerFormatError):
                     raise

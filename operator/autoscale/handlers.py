@@ -25,7 +25,8 @@ and the plan's Event (``image encoder pool: 1 -> 2 (REASON: ...)``) is posted on
 decision is exported with the front's metrics, labelled ``stage="image-encoder"`` (``AutoscalerMetrics``).
 While the front is at 0 the pool takes no decision (it is at 0 as well) and its gauges are dropped. Under a
 BudgetPolicy cap, which counts both pools, the front decides under its share (``isvc.plan.front_budget_cap``, priced
-with ``isvc.reconcile.stage_prices``): the count the single planner's split leaves it.
+with ``isvc.reconcile.stage_prices``) and the pool under its own (``isvc.plan.image_encoder_budget_cap``): the
+counts the single planner's split leaves each.
 
 The scaler's memory is kept in the daemon between decisions and stored in ``status.autoscaler.state``, from
 which a restarted (or newly elected) operator continues. kopf stops the daemon when the object is deleted, when
@@ -42,6 +43,7 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 import kopf
@@ -50,10 +52,17 @@ from modalscale import GROUP, VERSION
 from modalscale.api.annotations import ACTIVATION_ANNOTATION, activation_requested_at, budget_cap, spot_switches
 from modalscale.api.conditions import FRONT_AT_ZERO
 from modalscale.api.errors import InvalidSpec
-from modalscale.api.inferenceservice import parse_isvc
+from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
 from modalscale.api.isvc_status import IsvcStatus, ScalerState, read_isvc_status
 from modalscale.autoscaler.metrics_reading import MetricsReading, unavailable
-from modalscale.autoscaler.policy import ScalingMode, ScalingPolicy, activate, image_encoder_policy, recommend
+from modalscale.autoscaler.policy import (
+    Reason,
+    ScalingMode,
+    ScalingPolicy,
+    activate,
+    image_encoder_policy,
+    recommend,
+)
 from modalscale.autoscaler.stages import split_features, split_slo
 from modalscale.operator.autoscale.observe import IMAGE_ENCODER_COMPONENT, build_observation, demand_from_gateway
 from modalscale.operator.autoscale.plan import (
@@ -65,7 +74,12 @@ from modalscale.operator.autoscale.plan import (
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.objects import STAGE_FRONT, STAGE_IMAGE_ENCODER, image_encoder_name
 from modalscale.operator.isvc.observe import read_json
-from modalscale.operator.isvc.plan import ModelReferenceError, front_budget_cap, with_spot_placement
+from modalscale.operator.isvc.plan import (
+    ModelReferenceError,
+    front_budget_cap,
+    image_encoder_budget_cap,
+    with_spot_placement,
+)
 from modalscale.operator.isvc.reconcile import ISVC_PLURAL, scale_isvc, stage_prices
 from modalscale.operator.settings import Settings
 from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
@@ -144,7 +158,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
                              gateway=demand_from_gateway(spec.gateway.enabled, read_isvc_status(raw)))
     # A staged service's cap is split between its pools by price: at the tier its pods run on (a SwitchToSpot's
     # Spot), as the planner prices them, or the share would not be the count it writes.
-    prices = stage_prices(deps, with_spot_placement(spec, spot_switches(raw["metadata"].get("annotations"))))
+    prices = pool_prices(deps, spec, raw)
 
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)
@@ -175,7 +189,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
                         decision.mode_used.value, decision.message)
             try:  # one status patch (decision + InferenceService status), its Events, the Deployment's replicas
                 scale_isvc(deps, raw, decision, plan.status, logger,
-                           recorded=lambda: _post(deps, raw, plan.events, logger))
+                           recorded=lambda planned: _post(deps, raw, plan.events, logger))
             except (InvalidSpec, ModelReferenceError):
                 pass  # scale_isvc recorded it in status and an Event; the decision stays in status
         else:
@@ -188,6 +202,12 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
                       None if model_status is None else model_status.loaded, observation.utilization_ratio,
                       stage=STAGE_FRONT)
     return FrontRound(compress_recommendations(decision.state), interval, reading, staged)
+
+
+def pool_prices(deps: Deps, spec: IsvcSpec, raw: dict[str, Any]) -> tuple[Decimal | None, Decimal | None]:
+    """USD per hour of a front and an image encoder replica at the tier the pods run on (a ``SwitchToSpot``'s Spot):
+    what the planner splits a cap by (``isvc.reconcile.stage_prices`` of ``with_spot_placement``)."""
+    return stage_prices(deps, with_spot_placement(spec, spot_switches(raw["metadata"].get("annotations"))))
 
 
 def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState | None,
@@ -226,6 +246,10 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
     else:
         reading = deps.autoscale.reader.read(namespace, name, IMAGE_ENCODER_MODEL, deps.clock(),
                                              component=IMAGE_ENCODER_COMPONENT)
+    # Priced as the planner splits the cap (the tier the pods run on), as for the front's share in decide_once;
+    # only under a cap (no price is read for a pool no cap bounds).
+    prices = (pool_prices(deps, spec, raw) if budget_cap(raw["metadata"].get("annotations"))[0] is not None
+              else None)
 
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)
@@ -243,14 +267,24 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
         decision, utilization = None, None
         if stored.desired_replicas != 0:
             split = split_slo(spec.scaling.target_p95_latency_ms, front, reading)
+            # The pool decides under its share of the cap over both pools (the count the planner's split leaves
+            # it), not the whole cap, so its record is the count written and no decision is undone.
+            cap = budget_cap(raw["metadata"].get("annotations"))[0]
+            if cap is not None and prices is None:  # a cap written since the first read
+                prices = pool_prices(deps, spec, raw)
+            share = image_encoder_budget_cap(spec, stored, cap, *(prices or (None, None)))
             observation = replace(build_observation(
                 reading, current_replicas=current,
                 ready_replicas=int((pool.get("status") or {}).get("readyReplicas") or 0),
-                slots_per_replica=policy.slots_per_replica,
-                budget_max_replicas=budget_cap(raw["metadata"].get("annotations"))[0], now=now),
+                slots_per_replica=policy.slots_per_replica, budget_max_replicas=share, now=now),
                 stage_target_p95_ms=split.image_encoder_target_ms)
             decision = recommend(observation, policy, state, None, now)
-            decision = replace(decision, message=f"{decision.message}; {split.message}",
+            message = decision.message
+            if share != cap and decision.reason == Reason.CAPPED_BY_BUDGET:
+                message = message.replace(
+                    f"capped by budget at {share}", f"capped by budget at {share} (the image encoder pool's share of "
+                    f"the cap of {cap} over both stages; the front at its own count)", 1)
+            decision = replace(decision, message=f"{message}; {split.message}",
                                features={**decision.features, **split_features(split)})
             utilization = observation.utilization_ratio
         plan = plan_image_encoder_autoscale(stored, decision, reading, now=now, utilization_ratio=utilization,
@@ -260,8 +294,10 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
                         "reason=%s %s", decision.desired_replicas, current, decision.reason.value,
                         decision.message)
             try:  # one status patch (the pool's block + the InferenceService's status), its Events, the replicas
-                scale_isvc(deps, raw, None, plan.status, logger,
-                           recorded=lambda: _post(deps, raw, plan.events, logger))
+                # the Event names the count the planner applies after a cap's split, not only the decision's
+                scale_isvc(deps, raw, None, plan.status, logger, recorded=lambda planned: _post(
+                    deps, raw, plan.applied_events(None if planned is None
+                                                   else planned.status.stage(STAGE_IMAGE_ENCODER)), logger))
             except (InvalidSpec, ModelReferenceError):
                 pass  # scale_isvc recorded it in status and an Event; the decision stays in status
         else:

@@ -234,6 +234,21 @@ class PoolAutoscalePlan:
     metrics_available: bool | None
     events: tuple[tuple[str, str, str], ...] = ()
 
+    def applied_events(self, applied: StageRecord | None) -> tuple[tuple[str, str, str], ...]:
+        """:attr:`events` as the single planner applied the count (pure): the pool's Event names the replicas it
+        writes after a BudgetPolicy cap's split (:func:`pool_scale_event` with ``applied``).
+
+        Args:
+            applied: The pool's ``status.stages`` item of the planner's plan for this decision (its
+                ``desired_replicas``, reason and message); None = no plan (the spec was refused): the decision's
+                Event as it is.
+        """
+        item = self.stored.stage(STAGE_IMAGE_ENCODER)
+        block = self.status.stage(STAGE_IMAGE_ENCODER)
+        if not self.events or applied is None or item is None or block is None or block.autoscaler is None:
+            return self.events
+        return (pool_scale_event(item, block.autoscaler, applied),)
+
 
 def plan_image_encoder_autoscale(status: IsvcStatus, decision: Decision | None, reading: MetricsReading, *,
                                  now: dt.datetime, utilization_ratio: float | None = None,
@@ -285,19 +300,33 @@ def plan_image_encoder_autoscale(status: IsvcStatus, decision: Decision | None, 
     return PoolAutoscalePlan(IsvcStatus(stages=stages), status, desired_changed, available, events)
 
 
-def pool_scale_event(item: StageRecord, block: AutoscalerRecord) -> tuple[str, str, str]:
+def pool_scale_event(item: StageRecord, block: AutoscalerRecord, applied: StageRecord | None = None
+                     ) -> tuple[str, str, str]:
     """The ``(type, reason, message)`` Event of a new image encoder pool count (pure).
 
     Args:
         item: The pool's ``status.stages`` item as stored (before this decision).
         block: The pool's new ``autoscaler`` block (its ``desired_replicas`` set).
+        applied: The pool's item of the single planner's plan for this decision: the count it writes (a
+            BudgetPolicy cap's split may write less than the autoscaler's); None = the autoscaler's count.
     Returns:
         ``("Normal", block.reason, "image encoder pool: BEFORE -> AFTER (REASON: MESSAGE)")``; BEFORE is the
         count of the previous valid decision, else (none yet) the count the reconcile applies (``minReplicas``
-        until the first decision), else the pool's replicas.
+        until the first decision), else the pool's replicas. When the planner applies another count: its reason,
+        and ``BEFORE -> APPLIED (the autoscaler's AFTER, ...)``, or ``held at N by the budget cap (...)`` when it
+        writes BEFORE or the count it wrote before (``item.desired_replicas``).
     """
     old = item.autoscaler or AutoscalerRecord()
     before = next(n for n in (old.desired_replicas, item.desired_replicas, item.replicas) if n is not None)
     reason = block.reason or ""
     detail = f"{reason}: {block.message}" if block.message else reason
-    return "Normal", reason, f"image encoder pool: {before} -> {block.desired_replicas} ({detail})"
+    wanted = block.desired_replicas
+    if applied is None or applied.desired_replicas is None or applied.desired_replicas == wanted:
+        return "Normal", reason, f"image encoder pool: {before} -> {wanted} ({detail})"
+    why = applied.reason or reason
+    cut = f"the autoscaler's {wanted}, {why}: {applied.message}; {detail}" if applied.message else (
+        f"the autoscaler's {wanted}, {why}; {detail}")
+    n = applied.desired_replicas
+    if n in (before, item.desired_replicas):
+        return "Normal", why, f"image encoder pool: held at {n} by the budget cap ({cut})"[:MESSAGE_CHARS]
+    return "Normal", why, f"image encoder pool: {before} -> {n} ({cut})"[:MESSAGE_CHARS]

@@ -786,11 +786,11 @@ def _enforcement_events(before: Sequence[EnforcedService], after: Sequence[Enfor
     events = []
     for k, e in new.items():
         prev = old.get(k)
-        if prev is None or (prev.action, prev.max_replicas, prev.dry_run) != (e.action, e.max_replicas, e.dry_run):
+        if prev is None or (prev.action, prev.max_replicas, prev.dry_run, prev.describe()) != (
+                e.action, e.max_replicas, e.dry_run, e.describe()):
             dry = " (dry run, not applied)" if e.dry_run else ""
             events.append(("Warning", BUDGET_ENFORCED,
-                           f"{e.action.value} InferenceService {k[0]}/{k[1]} to at most {e.max_replicas} "
-                           f"replica(s){dry}"))
+                           f"{e.action.value} InferenceService {k[0]}/{k[1]}: {e.describe()}{dry}"))
     for k in old.keys() - new.keys():
         events.append(("Normal", ENFORCEMENT_LIFTED, f"Budget cap lifted from InferenceService {k[0]}/{k[1]}"))
     return events

@@ -689,6 +689,27 @@ def front_budget_cap(spec: IsvcSpec, status: IsvcStatus, cap: int | None, front_
                             image_encoder_usd_per_hour).front
 
 
+def image_encoder_budget_cap(spec: IsvcSpec, status: IsvcStatus, cap: int | None,
+                             front_usd_per_hour: Decimal | None, image_encoder_usd_per_hour: Decimal | None
+                             ) -> int | None:
+    """The budget cap the image encoder pool's autoscaler decides under (pure): ``cap`` itself without
+    ``spec.stages`` (or no cap); for a staged service the pool's share of the cap over both pools with the front's
+    own count (``status.desiredReplicas`` within its bounds and the cap, ``minReplicas`` before the first decision;
+    Fixed: ``spec.scaling.replicas``), as :func:`decide_replicas` takes it: what :func:`staged_replicas` leaves a
+    pool that wants more. Any count up to it is one the split keeps, so the pool's record
+    (``status.stages[image-encoder].autoscaler.desiredReplicas``) is the count the planner writes (as
+    :func:`front_budget_cap` for the front). 0 when the front's count is 0 or the cap is."""
+    if cap is None or spec.stages is None:
+        return cap
+    sc = spec.scaling
+    if sc.mode == "Fixed":
+        front = bound_replicas(int(sc.replicas or 0), None, None, cap)[0]
+    else:
+        base = status.desired_replicas if status.desired_replicas is not None else sc.min_replicas
+        front = bound_replicas(base, sc.min_replicas, sc.max_replicas, cap)[0]
+    return split_staged_cap(front, cap, cap, front_usd_per_hour, image_encoder_usd_per_hour).image_encoder
+
+
 def _pool_autoscaler(spec: IsvcSpec, status: IsvcStatus) -> AutoscalerRecord | None:
     """The pool's autoscaler block as stored (``status.stages[image-encoder].autoscaler``); None in Fixed mode
     (a stored block is dropped there: its decision no longer applies) or when absent."""

@@ -263,7 +263,7 @@ def resync_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> bool:
 
 
 def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autoscale: IsvcStatus,
-               logger: Log, recorded: Callable[[], None] | None = None) -> None:
+               logger: Log, recorded: Callable[[IsvcPlan | None], None] | None = None) -> None:
     """Apply a valid autoscaler decision that changes ``status.desiredReplicas``, or the image encoder pool's count
     (``status.stages[image-encoder].autoscaler``; ``decision`` None: the front follows its record) (caller holds
     the object's lock).
@@ -277,9 +277,10 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
         raw: The InferenceService as just read (under the lock).
         decision: From ``recommend``; valid. None for a pool decision (in ``autoscale``).
         autoscale: ``plan_autoscale``'s (or ``plan_activation``'s) status part for the same decision.
-        recorded: Called once the decision is in status (right after that patch, before any Deployment write):
-            the autoscaler posts its decision's Event there, so a failed Deployment write (the next reconcile
-            applies the recorded count) does not lose it.
+        recorded: Called once the decision is in status (right after that patch, before any Deployment write),
+            with the plan whose counts are written (None when the spec was refused): the autoscaler posts its
+            decision's Event there, naming what the plan applies (a BudgetPolicy cap's split may write less), so a
+            failed Deployment write (the next reconcile applies the recorded count) does not lose it.
     Raises:
         InvalidSpec / ModelReferenceError: after writing ``autoscale`` and recording the refusal in status
             and an Event (no child written).
@@ -302,12 +303,12 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
     except (InvalidSpec, ModelReferenceError) as exc:
         deps.writer.patch_isvc_status(ns, name, autoscale, stored)
         if recorded is not None:
-            recorded()
+            recorded(None)
         refuse(deps, raw, exc, now, logger, stored=decided_status)
         raise
     deps.writer.patch_isvc_status(ns, name, merge_isvc_status(autoscale, plan.status), stored)
     if recorded is not None:
-        recorded()
+        recorded(plan)
     _apply_writes(deps, spec, plan.writes, logger)
     _report(deps, raw, plan.events, started, logger)
 

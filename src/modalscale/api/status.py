@@ -163,6 +163,7 @@ class EnforcedServiceStatus(TypedDict):
     maxReplicas: NotRequired[int]
     since: NotRequired[str]
     dryRun: NotRequired[bool]
+    message: NotRequired[str]  # What runs under the cap (a staged service under a cap of 1: 1 + 1).
 
 
 class SpotServiceStatus(TypedDict):

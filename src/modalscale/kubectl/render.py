@@ -326,7 +326,8 @@ def cost_report(isvc: Mapping[str, Any], policies: Sequence[Mapping[str, Any]], 
             else _exact(entry.cost_usd_per_hour),
             "asOf": as_of, "asOfAge": age(as_of, now), "state": _state(ps), "counted": entry is not None,
             "enforcement": None if enforced is None else {
-                "action": enforced.action.value, "maxReplicas": enforced.max_replicas, "dryRun": enforced.dry_run}})
+                "action": enforced.action.value, "maxReplicas": enforced.max_replicas, "dryRun": enforced.dry_run,
+                "message": enforced.describe()}})
     cost = None if status.cost_usd_per_hour is None else format(status.cost_usd_per_hour, "f")
     return {"inferenceService": _ref(isvc), "costUSDPerHour": cost,
             "readyReplicas": status.ready_replicas, "budgets": budgets, "policiesScope": policies_scope}
@@ -351,7 +352,7 @@ def render_cost(report: Mapping[str, Any]) -> str:
                      _usd(b["spent"]) if b["counted"] else "not counted yet",
                      f"{_usd(b['costUSDPerHour'])}/h" if parse_decimal(b["costUSDPerHour"]) is not None else NONE,
                      b["asOfAge"], b["state"],
-                     NONE if enf is None else f"{enf['action']} to {enf['maxReplicas']}"
+                     NONE if enf is None else f"{enf['action']}: {enf['message']}"
                      + (" (dry run)" if enf["dryRun"] else "")])
     lines.append(table(["BUDGETPOLICY", "PERIOD", "WINDOW", "SPENT", "RATE", "AS OF", "STATE", "ENFORCED"], rows,
                        indent="  "))
@@ -494,7 +495,8 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
         "lastEvaluationTime": last, "lastEvaluationAge": age(last, now),
         "thresholds": _threshold_items(spec, status),
         "enforcedServices": [{"namespace": e.namespace, "name": e.name, "action": e.action.value,
-                              "maxReplicas": e.max_replicas, "since": _time(e.since), "dryRun": e.dry_run}
+                              "maxReplicas": e.max_replicas, "since": _time(e.since), "dryRun": e.dry_run,
+                              "message": e.describe()}
                              for e in a.enforced],
         "spotServices": [{"namespace": r.namespace, "name": r.name, "thresholdPercent": r.threshold_percent,
                           "state": r.state.value, "since": _time(r.since), "dryRun": r.dry_run, "message": r.message,
@@ -568,9 +570,9 @@ def render_budget(report: Mapping[str, Any]) -> str:
     lines.append("")
     if r["enforcedServices"]:
         lines.append("Enforced now:")
-        lines.append(table(["SERVICE", "ACTION", "MAX REPLICAS", "SINCE", "DRY RUN"], [
+        lines.append(table(["SERVICE", "ACTION", "MAX REPLICAS", "SINCE", "DRY RUN", "RUNS"], [
             [f"{e.get('namespace')}/{e.get('name')}", e.get("action"), e.get("maxReplicas"), e.get("since"),
-             "yes" if e.get("dryRun") else "no"] for e in r["enforcedServices"]], indent="  "))
+             "yes" if e.get("dryRun") else "no", e.get("message")] for e in r["enforcedServices"]], indent="  "))
     else:
         lines.append("Enforced now: <none>")
     lines.append("")

@@ -23,7 +23,9 @@ from modalscale.autoscaler.policy import (
     ScalingPolicy,
     WorkloadClass,
     bound_replicas,
+    describe_cap,
     recommend,
+    replicas_under_cap,
     split_staged_cap,
     staged_cap_rule,
 )
@@ -500,6 +502,44 @@ def test_split_staged_cap_rule_texts_name_the_prices() -> None:
     assert split_staged_cap(3, 2, 3, None, DEAR).note == (
         "a pool's price is not known (image encoder pool 0.52 USD/h), so the one with more replicas gives them up "
         "first: front 2 + image encoder 1")
+
+
+def test_the_rule_prints_two_prices_apart_exactly_when_it_ranks_them() -> None:
+    """Issue 24 review: prices were printed to 0.0001 USD, so 0.52001 and 0.52004 both read 0.52 while one was
+    called the costlier. The two printed prices differ exactly when the rule ranks them (``a != b``); as written
+    they compare as the prices do; 0.0001 USD stays the least shown."""
+    assert split_staged_cap(3, 2, 3, Decimal("0.52001"), Decimal("0.52004")).note == (
+        "the image encoder pool (0.52004 USD/h a replica, the costlier; front pool 0.52001) gives up replicas "
+        "first, down to 1: front 2 + image encoder 1")
+    assert split_staged_cap(3, 2, 3, Decimal("0.600125239"), Decimal("0.52")).note.startswith(
+        "the front pool (0.6001 USD/h a replica, the costlier; image encoder pool 0.52)")
+    pattern = re.compile(r"\(([0-9.]+) USD/h a replica, the costlier; [a-z ]+ pool ([0-9.]+)\)|cost ([0-9.]+) USD/h")
+    base = Decimal("0.52")
+    for step in ("0.1", "0.0001", "0.00005", "0.00000001", "1E-20", "0"):
+        for a, b in ((base, base + Decimal(step)), (base + Decimal(step), base)):
+            m = pattern.search(staged_cap_rule(2, 1, 3, a, b))
+            assert m is not None
+            if a == b:
+                assert m.group(3) is not None and Decimal(m.group(3)) == a
+            else:
+                assert Decimal(m.group(1)) > Decimal(m.group(2))  # the costlier's printed price is the higher
+
+
+def test_what_a_cap_is_reported_to_hold_is_the_most_the_split_runs() -> None:
+    """Issue 24 review: a staged service under a cap of 1 runs 1 + 1, so a report of "at most 1" was false. What
+    ``replicas_under_cap`` reports is the most ``split_staged_cap`` leaves running, reached when both pools want
+    more, for every cap and price order of a small range; one piece: the cap itself."""
+    for prices in ((DEAR, CHEAP), (CHEAP, DEAR), (DEAR, DEAR), (None, DEAR)):
+        for cap in range(7):
+            runs = [sum(split_staged_cap(f, e, cap, *prices)[:2]) for f in range(7) for e in range(1, 7)]
+            assert max(runs) == replicas_under_cap(cap, True)
+    assert [replicas_under_cap(c, True) for c in range(4)] == [0, 2, 2, 3]
+    assert [replicas_under_cap(c, False) for c in range(4)] == [0, 1, 2, 3]
+    assert describe_cap(1, True) == (
+        "capped at 1; a staged service runs at least 1 front + 1 image-encoder replica: 2")
+    assert describe_cap(3, True) == "at most 3 replica(s) over both stages (front + image encoder)"
+    assert describe_cap(0, True) == "at most 0 replica(s) over both stages (front + image encoder)"
+    assert describe_cap(1, False) == "at most 1 replica(s)"
 
 
 def test_split_staged_cap_ignores_counts_capped_first_and_its_own_answer_fed_back() -> None:

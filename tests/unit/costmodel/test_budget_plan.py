@@ -205,6 +205,26 @@ def test_a_staged_services_action_says_what_runs_over_both_pools(make_spec) -> N
         a.describe() for a in plan.actions if a.name == "staged")
 
 
+def test_a_staged_service_under_a_cap_of_one_is_held_to_the_one_plus_one_it_runs(make_spec) -> None:
+    """Issue 24 review: a cap of 1 leaves a staged service 1 front + 1 image encoder replica, so its action's
+    ``desired_replicas``, its text (the alert's Action line) and its ``enforcedServices`` entry say 2 run, not 1."""
+    from modalscale.costmodel.ledger import PodPool, PodRun
+
+    spec = make_spec(thresholds=[{"percent": 50, "actions": ["CapReplicas"], "capReplicas": 1}])
+    pool = PodPool("image-encoder", (PodRun("staged-image-encoder-a", None), PodRun("staged-image-encoder-b", None)),
+                   D("1"))
+    staged = replace(svc("staged", 3, max_replicas=3), pool_max_replicas=4, pools=(pool,))
+    plan = plan_budget(spec, D(60), [staged, svc("plain", 3, max_replicas=6)], AlertState(), utc(2026, 5, 1, 9))
+    got = {a.name: (a.max_replicas, a.current_replicas, a.desired_replicas) for a in plan.actions}
+    assert got == {"staged": (1, 5, 2), "plain": (1, 3, 1)}
+    runs = "capped at 1; a staged service runs at least 1 front + 1 image-encoder replica: 2"
+    texts = {a.name: a.describe() for a in plan.actions}
+    assert f"CapReplicas team-search/staged to 1 ({runs}) (running 5, at 50 %" in texts["staged"]
+    assert "CapReplicas team-search/plain to 1 (running 3, at 50 %" in texts["plain"]
+    assert {e.name: (e.max_replicas, e.describe()) for e in plan.enforced_services} == {
+        "staged": (1, runs), "plain": (1, "at most 1 replica(s)")}
+
+
 @pytest.mark.parametrize(
     ("order", "expected"),
     [("LowestPriorityFirst", ["low", "dear-mid", "cheap-mid", "high"]),

@@ -121,7 +121,8 @@ def test_cost_reads_the_burn_rate_and_the_spend_each_ledger_counts() -> None:
     (b,) = report["budgets"]
     assert (b["budgetPolicy"], b["spent"], b["costUSDPerHour"], b["counted"]) == (
         "ml/daily", "1.200250478", "0.600125239", True)
-    assert b["enforcement"] == {"action": "CapReplicas", "maxReplicas": 1, "dryRun": False}
+    assert b["enforcement"] == {"action": "CapReplicas", "maxReplicas": 1, "dryRun": False,
+                                "message": "at most 1 replica(s)"}
     text = render_cost(report)
     assert "Burn rate now: 3.0006 USD/h" in text
     assert any(line.split()[:5] == ["ml/daily", "Daily", "2026-11-30T00:00Z..2026-12-01T00:00Z", "1.200250478", "USD"]

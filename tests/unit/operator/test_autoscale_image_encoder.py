@@ -262,7 +262,8 @@ def samples(registry: CollectorRegistry, name: str) -> dict[tuple[tuple[str, str
 def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers: dict[str, Any],
                 pool_replicas: int = 2, metrics: tuple[CollectorRegistry, AutoscalerMetrics] | None = None,
                 front: MetricsReading | None = None, stages: dict[str, Any] | None = STAGES,
-                deployment_write_fails: bool = False) -> dict[str, Any]:
+                deployment_write_fails: bool = False, applied: StageRecord | None = None,
+                annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """One ``decide_pool_once`` with stand-ins for the Kubernetes reads and writes: what it read, wrote, posted
     (``events``) and exported (``registry``: ``metrics``', default :func:`fresh_metrics`)."""
     import logging
@@ -280,7 +281,7 @@ def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers
             seen["reads"].append((namespace, name, model_name, gateway, component))
             return parse_answers(answers, model_name)
 
-    raw = inference_service("vc", "ml", uid="u1", scaling=SCALING, stages=stages)
+    raw = inference_service("vc", "ml", uid="u1", scaling=SCALING, stages=stages, annotations=annotations or {})
     raw["status"] = status
     pool = {"spec": {"replicas": pool_replicas}, "status": {"readyReplicas": pool_replicas}}
     deps: Any = types.SimpleNamespace(
@@ -296,8 +297,10 @@ def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers
     monkeypatch.setattr(handlers, "read_json", lambda read, *args, **kw: read(*args, **kw))
     def scale_isvc(d: Any, r: Any, decision: Any, part: Any, log: Any, recorded: Any = None) -> None:
         seen["scaled"].append((decision, part))  # the status patch
-        if recorded is not None:
-            recorded()
+        if recorded is not None:  # the planner's plan: its pool item is ``applied`` (None: the decision's count)
+            pool = applied or StageRecord("image-encoder", 2, 2, part.stage("image-encoder").autoscaler
+                                          .desired_replicas, "ScaleUpForUtilization", "m")
+            recorded(types.SimpleNamespace(status=IsvcStatus(stages=(pool,)), desired_replicas=3))
         if deployment_write_fails:
             from kubernetes.client.exceptions import ApiException
             raise ApiException(status=409, reason="Conflict")
@@ -517,6 +520,78 @@ def test_the_pools_event_is_posted_once_its_count_is_in_status_even_if_the_deplo
     [(type_, reason, message)] = events  # the pass raised (the daemon retries), the Event was already posted
     assert (type_, reason) == ("Normal", "ScaleUpForUtilization") and message.startswith(
         "image encoder pool: 2 -> 4 ")
+
+
+def test_the_pools_event_says_what_the_cap_split_applies_not_the_autoscalers_count(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24 review: the pool's Event announced the autoscaler's 2 -> 4 while the single planner's cap split
+    applied 3 (or held 2): the Event names what is applied after the cap, and the autoscaler's count beside it."""
+    capped = StageRecord("image-encoder", 2, 2, 3, "CappedByBudget", "capped at 4 replica(s) over both stages")
+    seen = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0), applied=capped)
+    [(_, type_, reason, message)] = seen["events"]
+    assert (type_, reason) == ("Normal", "CappedByBudget")
+    assert message.startswith("image encoder pool: 2 -> 3 (the autoscaler's 4, CappedByBudget: capped at 4 replica(s)"
+                              " over both stages; ScaleUpForUtilization: ")
+    held = StageRecord("image-encoder", 2, 2, 2, "CappedByBudget", "capped at 3 replica(s) over both stages")
+    seen = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0), applied=held)
+    [(_, type_, reason, message)] = seen["events"]
+    assert (type_, reason) == ("Normal", "CappedByBudget")
+    assert message.startswith("image encoder pool: held at 2 by the budget cap (the autoscaler's 4, CappedByBudget: "
+                              "capped at 3 replica(s) over both stages; ScaleUpForUtilization: ")
+    assert "pool: 2 -> 4" not in message
+
+
+def test_the_pools_event_is_the_decisions_when_the_planner_applies_it_or_refused_the_spec() -> None:
+    reading, d = decide(pool_answers(T0, pods=2, rps_per_pod=20.0), T0, current=2)
+    plan = plan_image_encoder_autoscale(encoder_status(), d, reading, now=T0, utilization_ratio=1.0)
+    assert plan.applied_events(StageRecord("image-encoder", 2, 2, 4, "ScaleUpForUtilization", "m")) == plan.events
+    assert plan.applied_events(None) == plan.events  # refused (InvalidSpec): nothing applied, the decision stands
+    cut = plan.applied_events(StageRecord("image-encoder", 2, 2, 3, "CappedByBudget", "cut"))
+    assert cut[0][2].startswith("image encoder pool: 2 -> 3 (the autoscaler's 4, CappedByBudget: cut; ")
+
+
+def test_the_pools_autoscaler_decides_under_its_share_of_the_cap_and_the_planner_keeps_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24 review: the pool decided under the service's whole cap (4 here: "capped by budget at 4") and the
+    planner's split then wrote less. It decides under its share (``isvc.plan.image_encoder_budget_cap``): the front
+    at 3 and its replica costlier, the split leaves the pool 3 of the cap of 4; the encoder's costlier, 1. The
+    planner's split of that count keeps it, so a rerun writes no other count."""
+    from decimal import Decimal
+
+    from modalscale.api.annotations import BudgetCap, cap_annotation_key
+    from modalscale.autoscaler.policy import split_staged_cap
+    from modalscale.operator.autoscale import handlers
+
+    cap = {cap_annotation_key("ml", "daily"): BudgetCap(4, "ml/daily", "CapReplicas").encode()}
+    for prices, share in (((Decimal("0.80"), Decimal("0.52")), 3), ((Decimal("0.31"), Decimal("0.52")), 1)):
+        monkeypatch.setattr(handlers, "pool_prices", lambda deps, spec, raw, p=prices: p)
+        seen = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0), annotations=cap)
+        [(_, part)] = seen["scaled"]
+        block = part.stage("image-encoder").autoscaler
+        assert (block.desired_replicas, block.reason) == (share, "CappedByBudget")
+        assert f"capped by budget at {share} (the image encoder pool's share of the cap of 4" in block.message
+        assert split_staged_cap(3, share, 4, *prices).image_encoder == share  # the planner writes it
+
+
+def test_the_pools_share_is_a_count_the_planners_split_keeps() -> None:
+    """No churn: any count within the pool's share is what ``staged_replicas`` writes for it, for every front
+    count, cap and price order of a small range (the split's own rule, ``split_staged_cap``)."""
+    import itertools
+    from decimal import Decimal
+
+    from modalscale.autoscaler.policy import split_staged_cap
+    from modalscale.operator.isvc.plan import image_encoder_budget_cap
+
+    dear, cheap = Decimal("0.8"), Decimal("0.3")
+    for prices in ((dear, cheap), (cheap, dear), (dear, dear), (None, dear)):
+        for front, cap in itertools.product(range(1, 8), range(9)):
+            status = IsvcStatus(desired_replicas=front)
+            share = image_encoder_budget_cap(SPEC, status, cap, *prices)
+            assert share is not None and share <= cap
+            front_runs = min(front, cap)  # the front's own count within its bounds (1..8) and the whole cap
+            for d in range(1, max(share, 1) + 1):
+                assert split_staged_cap(front_runs, min(d, cap), cap, *prices).image_encoder == (d if cap else 0)
+    assert image_encoder_budget_cap(SPEC, IsvcStatus(desired_replicas=3), None, dear, cheap) is None
 
 
 def _cap_seen_by_recommend(monkeypatch: pytest.MonkeyPatch, raw: dict[str, Any], price_replica: Any,

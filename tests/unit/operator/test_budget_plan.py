@@ -266,7 +266,7 @@ def test_crossing_a_cap_threshold_annotates_once_and_alerts_once_per_period() ->
     assert alert.thresholds_percent == (50,)
     assert plan.status_patch["enforcedServices"] == [{"namespace": "ml", "name": "vc", "action": "CapReplicas",
                                                       "maxReplicas": 1, "since": "2026-11-30T11:00:00Z",
-                                                      "dryRun": False}]
+                                                      "dryRun": False, "message": "at most 1 replica(s)"}]
     reasons = [e[1] for e in plan.events]
     assert "ThresholdCrossed" in reasons and "BudgetEnforced" in reasons
     # The ledger charges the capped rate from now on: 1 replica, 0.600125239 USD/h.
@@ -282,6 +282,29 @@ def test_crossing_a_cap_threshold_annotates_once_and_alerts_once_per_period() ->
     # Replayed after that was persisted: nothing to write, nothing to send.
     again = plan_policy(persisted(p2, settled.status_patch), capped, CATALOG, [], t1 + dt.timedelta(seconds=2))
     assert again.annotation_writes == [] and again.alerts == () and again.status_patch == {}
+
+
+def test_a_staged_service_under_a_cap_below_two_is_reported_as_the_one_plus_one_it_runs() -> None:
+    """Issue 24 review: the cap of 1 (50 % threshold, CapReplicas 1) leaves a staged service 1 front + 1 image
+    encoder replica (a cap never takes a running stage to 0). The BudgetEnforced Event and the enforcedServices
+    entry said "at most 1"; both must say what runs: 2. The annotation still carries the cap itself (the split is
+    the InferenceService planner's)."""
+    isvc = make_isvc(stages={"imageEncoder": {"minReplicas": 1, "maxReplicas": 2}})
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(isvc), CATALOG, [], T0).status_patch)
+    plan = plan_policy(p1, observed(isvc), CATALOG, [], T0 + dt.timedelta(hours=1))
+    (w,) = plan.annotation_writes
+    assert json.loads(w.value or "")["maxReplicas"] == 1
+    runs = "capped at 1; a staged service runs at least 1 front + 1 image-encoder replica: 2"
+    (entry,) = plan.status_patch["enforcedServices"]
+    assert (entry["maxReplicas"], entry["message"]) == (1, runs)
+    (event,) = [e for e in plan.events if e[1] == "BudgetEnforced"]
+    assert event == ("Warning", "BudgetEnforced", f"CapReplicas InferenceService ml/vc: {runs}")
+    assert "at most 1 " not in event[2]
+    # read back from status: the same report, so the next evaluation posts no second Event
+    again = plan_policy(persisted(p1, plan.status_patch), observed(annotated(isvc, plan.annotation_writes)),
+                        CATALOG, [], T0 + dt.timedelta(hours=1, seconds=1))
+    assert [e for e in again.events if e[1] == "BudgetEnforced"] == []
+    assert "enforcedServices" not in again.status_patch
 
 
 def test_dry_run_reports_enforcement_but_writes_no_annotation() -> None:
