@@ -464,9 +464,11 @@ def _simulate(
     return pool, desired_log, ready_log
 
 
-def _slo_minutes(trace: Trace, pool: _Pool, target_ms: float, end_s: float) -> tuple[float, NDArray[np.float64]]:
+def _slo_minutes(trace: Trace, finish_s: NDArray[np.float64], target_ms: float, end_s: float
+                 ) -> tuple[float, NDArray[np.float64]]:
+    """``(SLO-minutes fraction, p95 per minute by arrival, ms)`` of requests answered at ``finish_s`` (NaN: never)."""
     n_minutes = max(1, math.ceil(end_s / 60.0))
-    latency_ms = np.where(np.isfinite(pool.finish), (pool.finish - trace.arrival_s) * 1000.0, np.inf)
+    latency_ms = np.where(np.isfinite(finish_s), (finish_s - trace.arrival_s) * 1000.0, np.inf)
     minute = np.minimum((trace.arrival_s // 60.0).astype(np.int64), n_minutes - 1)
     p95 = np.zeros(n_minutes)
     order = np.argsort(minute, kind="stable")
@@ -500,10 +502,10 @@ def burst_minutes(arrival_s: NDArray[np.float64], end_s: float, ratio: float = B
     return out
 
 
-def _over_slo(trace: Trace, pool: _Pool, target_ms: float, end_s: float) -> tuple[int, int, int]:
+def _over_slo(trace: Trace, finish_s: NDArray[np.float64], target_ms: float, end_s: float) -> tuple[int, int, int]:
     """``(requests over the p95 target or unfinished, those among them that arrived in a burst minute,
-    burst minutes)``."""
-    latency_ms = np.where(np.isfinite(pool.finish), (pool.finish - trace.arrival_s) * 1000.0, np.inf)
+    burst minutes)`` of requests answered at ``finish_s`` (NaN: never)."""
+    latency_ms = np.where(np.isfinite(finish_s), (finish_s - trace.arrival_s) * 1000.0, np.inf)
     over = latency_ms > target_ms
     bursts = burst_minutes(trace.arrival_s, end_s)
     minute = np.minimum((trace.arrival_s // 60.0).astype(np.int64), bursts.shape[0] - 1)
@@ -771,8 +773,8 @@ def run_simulation(
             decider = _concurrency_decider(config, metrics)
         if name != "oracle":
             pool, desired, ready = _simulate(trace, service, config, start, decider, times, config.startup_delays())
-        fraction, minute_p95 = _slo_minutes(trace, pool, config.target_p95_ms, end_s)
-        over, over_in_bursts, n_bursts = _over_slo(trace, pool, config.target_p95_ms, end_s)
+        fraction, minute_p95 = _slo_minutes(trace, pool.finish, config.target_p95_ms, end_s)
+        over, over_in_bursts, n_bursts = _over_slo(trace, pool.finish, config.target_p95_ms, end_s)
         latency = (pool.finish - trace.arrival_s) * 1000.0
         replica_s = pool.replica_seconds(end_s)
         results[name] = {
