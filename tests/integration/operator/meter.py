@@ -18,3 +18,23 @@ def pod_lifetime_usd(pods: list[Any], at: dt.datetime, usd_per_hour: Decimal) ->
     """
     return sum((usd_per_hour * Decimal(str(max(0.0, (at - p.status.start_time).total_seconds()))) / 3600
                 for p in pods if p.status.start_time is not None), Decimal(0))
+
+
+def pod_usd_per_hour(pod: Any, tier: str = "OnDemand") -> Decimal:
+    """A pod's catalog price at ``tier``: its containers' CPU and memory requests summed (a pod without GPUs, as a
+    CPU-runtime replica or a gateway pod), USD per hour."""
+    from kubernetes.utils.quantity import parse_quantity
+
+    from modalscale.costmodel.catalog import ReplicaResources, load_catalog
+
+    requests = [c.resources.requests or {} for c in pod.spec.containers if c.resources]
+    cpu = sum((Decimal(parse_quantity(r.get("cpu", "0"))) for r in requests), Decimal(0))
+    memory = int(sum((Decimal(parse_quantity(r.get("memory", "0"))) for r in requests), Decimal(0)))
+    return load_catalog().price_replica(ReplicaResources.from_quantities(cpu, memory), tier)
+
+
+def pods_usd(pods: list[Any], at: dt.datetime) -> Decimal:
+    """Each pod's run from ``status.startTime`` to ``at`` x its own :func:`pod_usd_per_hour` / 3600, summed (USD);
+    for pods that all still run at ``at``."""
+    return sum((pod_usd_per_hour(p) * Decimal(str(max(0.0, (at - p.status.start_time).total_seconds()))) / 3600
+                for p in pods if p.status.start_time is not None), Decimal(0))

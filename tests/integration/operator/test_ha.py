@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.costmodel.ledger import parse_time
 from modalscale.costmodel.outbox import POSSIBLE_DUPLICATE_FACT
 from modalscale.devenv.cluster import LocalCluster, fake_node_placement, running_cluster
@@ -21,7 +22,7 @@ from modalscale.devenv.kube import wait_for
 from modalscale.devenv.operator_process import OperatorProcess
 from modalscale.devenv.receivers import ChatReceiver, Reply
 from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, condition, create, make_isvc
-from tests.integration.operator.meter import pod_lifetime_usd
+from tests.integration.operator.meter import pod_lifetime_usd, pods_usd
 from tests.integration.operator.test_budget import (
     GPU_TYPE,
     PRICE_USD_PER_REPLICA_HOUR,
@@ -110,41 +111,71 @@ def test_two_operators_only_one_acts_and_the_other_takes_over(ha_cluster: LocalC
 
 def test_operator_killed_mid_reconcile_converges_without_duplicates(ha_cluster: LocalCluster, ha_api: Any,
                                                                    tmp_path: Path) -> None:
+    """Issue 21, chaos scenario 3 (the reconcile half, with the budget beside it; KWOK pods): one operator
+    reconciling 8 new services and evaluating a BudgetPolicy over their namespace every second is SIGKILLed as
+    soon as the first child exists; a new one takes over. Every service converges with one of each child and
+    nothing rewritten, the threshold crossed afterwards is alerted exactly once, and the ledger equals an
+    independent meter of the pods' own runs x the catalog's price (the kill's gap included)."""
     core, apps = client.CoreV1Api(ha_api), client.AppsV1Api(ha_api)
     core.create_namespace({"metadata": {"name": "crash"}})
     first = OperatorProcess(ha_cluster.kubeconfig, tmp_path / "first.log")
     second = None
-    try:
-        first.wait_healthy()
-        names = [f"crash-{i}" for i in range(8)]
-        for n in names:  # CPU-only, so that GPU capacity left by the other test cannot matter; placed on the fake
-            # nodes on purpose (they take only GPU pods otherwise)
-            create(ha_api, "crash", make_isvc(n, resources={"cpu": "500m", "memory": "1Gi"},
-                                              placement=fake_node_placement()))
-        # Kill as soon as the first child exists: the other reconciles are in flight or not started.
-        wait_for(lambda: apps.list_namespaced_deployment("crash").items, 30, "a first Deployment")
-        first.kill(signal.SIGKILL)
-        # No wait for the killed peer's record to expire: a replica started later has the higher peering
-        # priority (its start time), so it resumes at once over the dead one's record.
-        second = OperatorProcess(ha_cluster.kubeconfig, tmp_path / "second.log")
-        second.wait_healthy()
-        wait_for(lambda: all(_ready(ha_api, "crash", n) for n in names), 120, "all Ready after restart")
-        deps = apps.list_namespaced_deployment("crash").items
-        assert sorted(d.metadata.name for d in deps) == sorted(names)
-        for d in deps:
-            assert d.metadata.generation == 1, f"{d.metadata.name} was rewritten"
-            rs = [r for r in apps.list_namespaced_replica_set("crash").items
-                  if r.metadata.owner_references[0].name == d.metadata.name]
-            assert len(rs) == 1
-        pods = core.list_namespaced_pod("crash").items
-        assert len(pods) == 2 * len(names)
-        assert len(core.list_namespaced_service("crash").items) == len(names)
-        assert len([c for c in core.list_namespaced_config_map("crash").items
-                    if c.metadata.name.endswith("-model-repo")]) == len(names)
-    finally:
-        first.stop()
-        if second:
-            second.stop()
+    names = [f"crash-{i}" for i in range(8)]
+    resources = {"cpu": "500m", "memory": "1Gi"}
+    # 25 % of the limit after ~30 s of all 16 replicas (8 services x 2), each priced as its requests.
+    replica_usd_per_hour = load_catalog().price_replica(ReplicaResources.from_quantities("500m", "1Gi"), "OnDemand")
+    limit = replica_usd_per_hour * 2 * len(names) * 30 / 3600 / Decimal("0.25")
+    with ChatReceiver("Slack") as slack:
+        try:
+            first.wait_healthy()
+            make_secret(ha_api, "crash", "slack-hook", url=slack.url)
+            client.CustomObjectsApi(ha_api).create_namespaced_custom_object(
+                GROUP, VERSION, "crash", "budgetpolicies", make_policy(
+                    "budget", f"{limit:.6f}", [{"percent": 25, "actions": ["Alert"]}],
+                    [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
+            wait_for(lambda: (get_policy(ha_api, "crash", "budget").get("status") or {}).get("lastEvaluationTime"),
+                     30, "the policy evaluated by the first operator")
+            for n in names:  # CPU-only, so that GPU capacity left by the other test cannot matter; placed on the
+                # fake nodes on purpose (they take only GPU pods otherwise)
+                create(ha_api, "crash", make_isvc(n, resources=resources, placement=fake_node_placement()))
+            # Kill as soon as the first child exists: the other reconciles are in flight or not started, and the
+            # policy's evaluations (every second) go on until the kill.
+            wait_for(lambda: apps.list_namespaced_deployment("crash").items, 30, "a first Deployment")
+            first.kill(signal.SIGKILL)
+            # No wait for the killed peer's record to expire: a replica started later has the higher peering
+            # priority (its start time), so it resumes at once over the dead one's record.
+            second = OperatorProcess(ha_cluster.kubeconfig, tmp_path / "second.log")
+            second.wait_healthy()
+            wait_for(lambda: all(_ready(ha_api, "crash", n) for n in names), 120, "all Ready after restart")
+            deps = apps.list_namespaced_deployment("crash").items
+            assert sorted(d.metadata.name for d in deps) == sorted(names)
+            for d in deps:
+                assert d.metadata.generation == 1, f"{d.metadata.name} was rewritten"
+                rs = [r for r in apps.list_namespaced_replica_set("crash").items
+                      if r.metadata.owner_references[0].name == d.metadata.name]
+                assert len(rs) == 1
+            pods = core.list_namespaced_pod("crash").items
+            assert len(pods) == 2 * len(names)
+            assert len(core.list_namespaced_service("crash").items) == len(names)
+            assert len([c for c in core.list_namespaced_config_map("crash").items
+                        if c.metadata.name.endswith("-model-repo")]) == len(names)
+
+            status = wait_for(lambda: (s := get_policy(ha_api, "crash", "budget").get("status") or {})
+                              and thresholds_alerted(s) == [25] and not s.get("pendingAlerts") and s,
+                              120, "the 25 % alert delivered by the new operator")
+            assert slack.wait_for(1, timeout_s=30)
+            time.sleep(3)  # a few more evaluations: nothing re-sent
+            assert percents_in(titles(slack)) == [25], titles(slack)
+            observed = parse_time(status["ledger"]["observedTime"], "observedTime")
+            metered, spent = pods_usd(core.list_namespaced_pod("crash").items, observed), ledger_spent(status)
+            print(f"\nfigure: operator killed mid-reconcile with a policy evaluated every second; alerts "
+                  f"{percents_in(titles(slack))}; ledger {spent} USD vs meter {metered:.9f} USD at "
+                  f"{status['ledger']['observedTime']} ({spent - metered:+.9f} USD)")
+            assert abs(spent - metered) <= Decimal("0.000001"), (spent, metered)
+        finally:
+            first.stop()
+            if second:
+                second.stop()
 
 
 def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_alerts_the_rest_once(
