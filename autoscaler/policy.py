@@ -30,8 +30,10 @@
      suffice): KPA's ``ceil(in_flight / (slots * utilization))``; it only raises the need (:func:`_observed_queue`);
    - ``SLOUnattainable``: service time alone misses the target; sized for the utilization target.
 
-   Utilization mode (and Predictive without a model): the HPA rule ``ceil(ready * utilization / target)``. Fixed
-   mode: ``spec.scaling.replicas``.
+   Utilization mode (and Predictive without a model): the HPA rule ``ceil(ready * utilization / target)``, raised by
+   the observed-queue rule (``ScaleUpForObservedQueue``, :func:`_standing_queue`): the busy fraction cannot read
+   above 100 %, so a queue that stands at two decisions in a row (in flight above 2x the ready slots, more than the
+   target's worth of arrivals) is sized from the requests in flight as above. Fixed mode: ``spec.scaling.replicas``.
 2. Tolerance band: no change while ``|need / current - 1| <= tolerance`` (HPA).
 3. Stabilization windows with HPA semantics: the recommendation is stored; scale-up goes to the MIN of the
    recommendations in the scale-up window, scale-down to the MAX of those in the scale-down window.
@@ -261,9 +263,10 @@ def image_encoder_policy(scaling: ScalingSpec, stage: ImageEncoderStageSpec, **i
     The pool has no service-time model of its own and no request gateway in front of it, so whatever
     ``spec.scaling.mode`` (Predictive or Utilization) it is sized by ``ceil(ready * utilization / target)`` on its
     own Triton figures (busy erlangs = compute time / mean batch size over its ``instanceCount`` slots per replica,
-    ``modalscale.autoscaler.metrics_parse``), with the service's target utilization, tolerance, stabilization
-    windows, step limit and decision interval, and the pool's bounds. No scale to zero: the pool follows the front
-    to 0 (``operator/isvc/plan.py`` ``image_encoder_replicas``).
+    ``modalscale.autoscaler.metrics_parse``), raised by the observed-queue rule on its requests in flight (a backlog
+    the busy fraction cannot show: :func:`_standing_queue`), with the service's target utilization, tolerance,
+    stabilization windows, step limit and decision interval, and the pool's bounds. No scale to zero: the pool
+    follows the front to 0 (``operator/isvc/plan.py`` ``image_encoder_replicas``).
 
     Args:
         scaling: The service's typed ``spec.scaling`` (its mode must not be Fixed).
@@ -508,6 +511,8 @@ def _recommend_active(
         if observation.stage_target_p95_ms is not None:
             need, reason, message, features = _with_stage_latency(observation, policy, need, reason, message,
                                                                    features)
+        need, reason, message, features, state = _standing_queue(observation, policy, state, need, reason, message,
+                                                                 features)
     if is_partial(observation):
         features = {**features, "targets_up": float(observation.targets_up or 0)}
         if need < current:
@@ -1287,7 +1292,7 @@ def _observed_service(
 
 def _observed_queue(
     need: int, reason: Reason, message: str, features: dict[str, float], observation: Observation,
-    policy: ScalingPolicy, state: ScalerState, model_need: int,
+    policy: ScalingPolicy, state: ScalerState, model_need: int, *, standing: bool = False,
 ) -> tuple[int, Reason, str, ScalerState]:
     """Observation over assumption: when the observed queue or latency contradicts the model, size from it.
 
@@ -1304,6 +1309,13 @@ def _observed_queue(
     ``ceil(in_flight / (slots_per_replica * target_utilization))`` (Knative Serving's concurrency autoscaler,
     ``desired = observed concurrency / target concurrency per pod``). It only raises the need
     (``ScaleUpForObservedQueue``), never lowers it, and needs ``in_flight_requests``.
+
+    ``standing`` (Utilization mode: :func:`_standing_queue`): one more contradiction, a queue that stands at two
+    decisions in a row (in flight above ``margin`` x the ready slots at both, and more than the target's worth of
+    arrivals now): the busy fraction the HPA rule reads cannot go above 100 %, so it asks for at most
+    ``1 / target utilization`` x the ready replicas a decision, and holds while replicas start, however long the
+    queue. The target is the stage's (``observation.stage_target_p95_ms``, the pool's share) when set, else the
+    policy's; the arrival rate is the workload's.
     """
     in_flight = observation.in_flight_requests
     history = state.in_flight_history
@@ -1312,12 +1324,19 @@ def _observed_queue(
     state = replace(state, in_flight_history=(history + (in_flight,))[-2:])
     features["in_flight_requests"] = in_flight
     slots = policy.slots_per_replica
-    target = policy.target_p95_latency_ms
+    target = observation.stage_target_p95_ms or policy.target_p95_latency_ms
     why = []
     margin = policy.calibrator.max_scale  # a disagreement beyond what the calibrator follows, not noise
     serving = observation.ready_replicas * slots
     arrival_rps = float(features.get("arrival_rps", 0.0))
+    if standing and observation.workload:
+        arrival_rps = sum(c.rate_rps for c in observation.workload)
     little_s = in_flight / arrival_rps if arrival_rps > 0 else math.inf  # Little's law: W = L / lambda
+    if (standing and history and min(history[-1], in_flight) > margin * max(serving, 1)
+            and little_s * 1000.0 > target):
+        why.append(f"a queue stands: {history[-1]:.0f} -> {in_flight:.0f} in flight on {serving} ready slot(s) at "
+                   f"two decisions, {little_s:.1f} s of arrivals (Little's law) against the {target / 1000:g} s "
+                   f"target, while the busy fraction cannot read above 100 %")
     if (len(history) == 2 and in_flight > history[-1] > history[-2] and history[-2] > margin * max(serving, 1)
             and little_s * 1000.0 > target):
         why.append(f"in flight grew {history[-2]:.0f} -> {history[-1]:.0f} -> {in_flight:.0f} over two decisions, "
@@ -1340,6 +1359,19 @@ def _observed_queue(
                f"flight / ({slots} slots x {utilization:.0%}) need {observed_need} replicas (Little's law, KPA)")
     reason = Reason.SCALE_UP_FOR_OBSERVED_QUEUE if observed_need > observation.current_replicas else reason
     return observed_need, reason, message, state
+
+
+def _standing_queue(observation: Observation, policy: ScalingPolicy, state: ScalerState, need: int, reason: Reason,
+                    message: str, features: Mapping[str, float]
+                    ) -> tuple[int, Reason, str, dict[str, float], ScalerState]:
+    """Utilization mode's observed-queue rule: :func:`_observed_queue` with its ``standing`` contradiction (a queue
+    the HPA rule cannot see beyond 100 % busy), raising the HPA rule's ``need`` (``ScaleUpForObservedQueue``); the
+    image encoder pool of a staged service is sized by it within two decisions of a backlog. Without
+    ``in_flight_requests`` nothing changes (the state neither)."""
+    out = dict(features)
+    need, reason, message, state = _observed_queue(need, reason, message, out, observation, policy, state,
+                                                  model_need=need, standing=True)
+    return need, reason, message, out, state
 
 
 def stage_latency_need(observation: Observation, policy: ScalingPolicy) -> tuple[int | None, str]:
