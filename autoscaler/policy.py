@@ -374,6 +374,16 @@ class Observation:
             (:func:`modalscale.autoscaler.stages.split_slo`). In Utilization mode the need is then at least the
             replicas that keep the stage's p95 within it (:func:`stage_latency_need`); None = the Utilization rule
             alone. Must be > 0.
+        image_encoder_wait_ms: A staged front's only (``spec.stages``): the mean time, ms, a request of the image
+            encoder pool waited in its queue over the window (its mean request duration less its execution:
+            :func:`modalscale.autoscaler.stages.front_pool_figures`). The front's image and image+text requests hold
+            their slots that long waiting on the pool, which is not the front's own service time: it is subtracted
+            from their observed service time (floored at 1 ms). None = not staged or unknown.
+        image_encoder_queued_requests: Requests waiting in the pool's queue now (its Triton pending count); with
+            ``image_encoder_ready_slots``, more waiting than its ready slots marks the pool as the bottleneck: the
+            front's queue rules hold (``HeldForImageEncoder``) and its latency calibration and in-execution ages
+            wait. None = not staged or unknown.
+        image_encoder_ready_slots: The pool's ready replicas x its ``instanceCount``; None = unknown.
 
     A non-finite ``p95_latency_ms``, ``utilization_ratio``, ``queued_requests`` or in-flight figure is stored as None
     (unknown), as are ``arrival_counts`` with a non-finite count; a negative one raises ValueError.
@@ -399,6 +409,9 @@ class Observation:
     executing_requests: float | None = None
     executing_age_ms: float | None = None
     stage_target_p95_ms: float | None = None
+    image_encoder_wait_ms: float | None = None
+    image_encoder_queued_requests: float | None = None
+    image_encoder_ready_slots: int | None = None
 
     def __post_init__(self) -> None:
         if self.arrival_counts is not None and not all(math.isfinite(c) for c in self.arrival_counts):
@@ -406,7 +419,8 @@ class Observation:
         if self.count_bin_s <= 0:
             raise ValueError("count_bin_s must be > 0")
         for name in ("p95_latency_ms", "utilization_ratio", "queued_requests", "in_flight_requests",
-                     "in_flight_age_ms", "executing_requests", "executing_age_ms", "stage_target_p95_ms"):
+                     "in_flight_age_ms", "executing_requests", "executing_age_ms", "stage_target_p95_ms",
+                     "image_encoder_wait_ms", "image_encoder_queued_requests"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 object.__setattr__(self, name, None)  # NaN / Inf is missing data
@@ -414,6 +428,8 @@ class Observation:
                 raise ValueError(f"Observation.{name} must be >= 0, got {value!r}")
         if self.stage_target_p95_ms == 0:
             raise ValueError("Observation.stage_target_p95_ms must be > 0 (None = no stage latency rule), got 0")
+        if self.image_encoder_ready_slots is not None and self.image_encoder_ready_slots < 0:
+            raise ValueError("Observation.image_encoder_ready_slots must be >= 0")
         if self.targets_up is not None and self.targets_up < 0:
             raise ValueError("targets_up must be >= 0")
         if self.observed_at.tzinfo is None:
@@ -656,7 +672,7 @@ def finalize_recommendation(
     features["needed_replicas"] = float(need)
     tolerance = policy.tolerance_percent / 100.0
     if need == current:
-        reason = reason if reason == Reason.HELD_PARTIAL_METRICS else Reason.STEADY
+        reason = reason if reason in (Reason.HELD_PARTIAL_METRICS, Reason.HELD_FOR_IMAGE_ENCODER) else Reason.STEADY
         rec = current
         message = f"{message}; need equals current {current}"
     elif current > 0 and abs(need / current - 1.0) <= tolerance + 1e-9:
@@ -1211,15 +1227,24 @@ def _predictive_need(
        (:func:`_sizing_message`);
     5. :func:`_forecast_need`: forecast demand over the start-up horizon;
     6. :func:`_rule_reason` and :func:`_backlog_need`: the reason, then the queued backlog's need;
-    7. :func:`_observed_queue`: the queue as observed.
+    7. :func:`_observed_queue`: the queue as observed;
+    8. a staged front only: while the image encoder pool is the bottleneck (:func:`image_encoder_backlog`), the
+       queue rules of 6-7 raise the need no higher than the current count or the model's need
+       (``HeldForImageEncoder``): the front's queue is requests waiting on the pool. Before 1,
+       :func:`_own_time` takes the pool's queue wait out of the front's observed service times.
     """
     assert observation.workload is not None
     current = observation.current_replicas
     features: dict[str, float] = {m.value + "_rps": 0.0 for m in MODALITIES}
-    # latency calibration only on settled metrics: every replica ready, no replica change within two windows
+    backlog = image_encoder_backlog(observation)
+    observation = _own_time(observation, backlog, features)                                          # 0
+    assert observation.workload is not None
+    # latency calibration only on settled metrics: every replica ready, no replica change within two windows, and
+    # no p95 made by a backlogged image encoder pool
     ready = observation.ready_replicas
     quiet_s = math.inf if state.last_change_at is None else (now - state.last_change_at).total_seconds()
-    settled = ready == current and ready > 0 and quiet_s >= 2 * observation.window_s and not is_partial(observation)
+    settled = (ready == current and ready > 0 and quiet_s >= 2 * observation.window_s and not is_partial(observation)
+               and backlog is None)
     workloads = [observation.workload] + (
         [observation.recent_workload] if observation.recent_workload is not None else [])
     raw = _predict_raw_ms(workloads, model)
@@ -1251,10 +1276,58 @@ def _predictive_need(
     now_need = need
     need, rule, message = _forecast_need(observation, policy, chosen, need, rule, message, size, features)  # 5
     reason = _rule_reason(need, current, rule, now_need, attainable)                                # 6
+    by_model = (need, reason, message)
     need, reason, message = _backlog_need(observation, policy, chosen, need, reason, message, features)
     need, reason, message, state = _observed_queue(need, reason, message, features, observation, policy, state,  # 7
                                                   model_need=need)
+    if backlog is not None and need > max(by_model[0], current):                                     # 8
+        held = max(by_model[0], current)
+        features["held_queue_need_replicas"] = float(need)
+        reason = by_model[1] if by_model[0] > current else Reason.HELD_FOR_IMAGE_ENCODER
+        message = (f"{by_model[2]}; the front's queue rules ask for {need}, held at {held}: its requests wait on the "
+                   f"image encoder pool ({backlog}), which more front replicas cannot shorten")
+        need = held
     return need, reason, message, features, state
+
+
+_POOL_CLASSES = (Modality.IMAGE, Modality.IMAGE_TEXT)
+"""A staged front's classes whose requests call the image encoder pool (``stages.IMAGE_CLASSES``)."""
+
+
+def image_encoder_backlog(observation: Observation) -> str | None:
+    """Whether a staged front's image encoder pool is its bottleneck (pure): more requests wait in the pool's
+    queue than it has ready slots (``Observation.image_encoder_queued_requests`` > ``image_encoder_ready_slots``,
+    at least 1), so the front's requests that call it wait there, holding their front slots. Returns what was seen
+    (``40 queued on 4 ready slot(s)``), or None: not staged, unknown, or the pool keeps up."""
+    queued, slots = observation.image_encoder_queued_requests, observation.image_encoder_ready_slots
+    if queued is None or slots is None or queued <= max(slots, 1):
+        return None
+    return f"{queued:.0f} queued on {slots} ready slot(s)"
+
+
+def _own_time(observation: Observation, backlog: str | None, features: dict[str, float]) -> Observation:
+    """A staged front's observation with the image encoder pool's queue wait taken out of its own service time
+    (pure): its image and image+text classes' observed service times less ``image_encoder_wait_ms`` (at least
+    1 ms), in both windows; while the pool is backlogged, also without the in-execution ages (each front request in
+    execution is mostly waiting on the pool then, so its age is no bound on the front's service time). Unchanged
+    for any other service."""
+    wait_ms = observation.image_encoder_wait_ms
+    if (wait_ms is None or wait_ms <= 0) and backlog is None:
+        return observation
+
+    def own(classes: tuple[WorkloadClass, ...] | None) -> tuple[WorkloadClass, ...] | None:
+        if classes is None or not wait_ms:
+            return classes
+        return tuple(replace(c, observed_service_ms=max(1.0, c.observed_service_ms - wait_ms))
+                     if c.modality in _POOL_CLASSES and c.observed_service_ms is not None else c for c in classes)
+
+    if wait_ms:
+        features["image_encoder_wait_ms"] = wait_ms
+    changes: dict[str, Any] = {"workload": own(observation.workload),
+                               "recent_workload": own(observation.recent_workload)}
+    if backlog is not None:
+        changes.update(executing_requests=None, executing_age_ms=None)
+    return replace(observation, **changes)
 
 
 def _observed_service(

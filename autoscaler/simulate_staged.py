@@ -82,7 +82,7 @@ from modalscale.autoscaler.simulate import (
     service_times_ms,
     train_default_model,
 )
-from modalscale.autoscaler.stages import split_slo
+from modalscale.autoscaler.stages import front_pool_figures, split_slo
 from modalscale.autoscaler.traces import Trace
 
 _I_PIXELS = FEATURES.index("image_pixels")
@@ -399,8 +399,14 @@ def simulate_staged(trace: Trace, front_ms: NDArray[np.float64], encoder_ms: NDA
     # mode does not read it
     front_log: list[Decision] = []
     encoder_log: list[Decision] = []
-    decide_front = _predictive_decider(config, model, front_metrics, front_log)
-    decide_encoder = _encoder_decider(config, staged, pools, _PoolMetrics(trace, pools), front_metrics, encoder_log)
+    pool_metrics = _PoolMetrics(trace, pools)
+
+    def pool_figures(now_s: float) -> dict[str, Any]:  # what the operator's front decision reads of the pool
+        reading = pool_metrics.reading(max(0.0, now_s - config.metrics_window_s), now_s, config.service_window_s)
+        return front_pool_figures(reading, pools.encoder.ready_count(now_s), staged.encoder_slots_per_replica)
+
+    decide_front = _predictive_decider(config, model, front_metrics, front_log, pool_figures)
+    decide_encoder = _encoder_decider(config, staged, pools, pool_metrics, front_metrics, encoder_log)
     front_delays = config.startup_delays()
     encoder_delays = replace(config, random_state=config.random_state + _ENCODER_SEED_OFFSET).startup_delays()
     front_desired: list[int] = []

@@ -16,11 +16,23 @@ Numbers by hand in each test.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
 
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.api.isvc_status import ScalerState
 from modalscale.autoscaler.features import Modality
-from modalscale.autoscaler.policy import Observation, Reason, WorkloadClass, image_encoder_policy, recommend
+from modalscale.autoscaler.metrics_reading import MetricsReading
+from modalscale.autoscaler.policy import (
+    Observation,
+    Reason,
+    ScalingPolicy,
+    WorkloadClass,
+    image_encoder_policy,
+    recommend,
+)
+from modalscale.autoscaler.stages import front_pool_figures
 from tests.factories import inference_service
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -89,3 +101,63 @@ def test_the_pools_queue_rule_takes_the_pools_share_of_the_target_when_the_targe
     split = recommend(Observation(**{**{f: getattr(obs, f) for f in obs.__slots__}, "stage_target_p95_ms": 2000.0}),
                       POOL, state, None, t1)
     assert (split.desired_replicas, split.reason) == (14, Reason.SCALE_UP_FOR_OBSERVED_QUEUE)  # ceil(12 / 0.9)
+
+
+# ------------------------------------------------------------------------ fault 2: the front waits on the pool
+
+
+class FlatModel:
+    """Predicts 500 ms for every request (the front's service-time model, its own part plus the images')."""
+
+    def predict(self, x: Any) -> Any:
+        return np.full(len(x), 500.0)
+
+
+FRONT = ScalingPolicy.from_typed(SPEC.scaling, SPEC.runtime)
+
+
+def front_obs(**pool: Any) -> Observation:
+    """A front of 10 replicas (1 slot each) at 10 image req/s whose requests held their slots 3000 ms on average, of
+    which 2500 ms waiting in the pool's queue (the model's 500 ms is the rest); 60 requests in flight, 6 s old on
+    average (beyond the 5 s target), a seeded history at 10. ``pool``: the pool's figures the front is given."""
+    return Observation(observed_at=T0, current_replicas=10, ready_replicas=10,
+                       workload=(WorkloadClass(Modality.IMAGE, 10.0, mean_image_pixels=1e6, mean_image_count=1.0,
+                                               observed_service_ms=3000.0),),
+                       in_flight_requests=60.0, in_flight_age_ms=6000.0, **pool)
+
+
+def test_a_front_whose_requests_wait_on_a_backlogged_pool_does_not_scale_for_that_wait() -> None:
+    # Without the pool's figures: 3000 ms observed is 6x the model, sized as observed: 10 req/s x 3 s = 30
+    # erlangs, and the observed-queue rule wants ceil(60 / 0.9) = 67 (the step limit takes 10 -> 74 max).
+    blind = recommend(front_obs(), FRONT, ScalerState(), FlatModel(), T0)
+    assert blind.desired_replicas > 30
+    # With them: 2500 ms of the 3000 were the pool's queue; the front's own 500 ms is the model's (10 req/s x 0.5 s =
+    # 5 erlangs: fewer than the 10 it has, the scale-down held by its window), and the 60 in flight wait on a pool
+    # with 40 queued on its 4 ready slots: more front replicas shorten none of them.
+    held = recommend(front_obs(image_encoder_wait_ms=2500.0, image_encoder_queued_requests=40.0,
+                               image_encoder_ready_slots=4), FRONT, ScalerState(), FlatModel(), T0)
+    assert held.features["observed_service_ms"] == 500.0
+    assert (held.desired_replicas, held.reason) == (10, Reason.HELD_FOR_IMAGE_ENCODER)
+    assert "image encoder pool" in held.message and "40 queued" in held.message
+
+
+def test_a_front_keeps_its_queue_rules_while_the_pool_keeps_up() -> None:
+    # The pool's queue (2) within its 4 ready slots: the pool is not the bottleneck, and the front's 60 in flight
+    # are its own (the wait subtracted is 0 here): the observed-queue rule sizes them as before.
+    d = recommend(front_obs(image_encoder_wait_ms=0.0, image_encoder_queued_requests=2.0,
+                            image_encoder_ready_slots=4), FRONT, ScalerState(), FlatModel(), T0)
+    assert d.reason in (Reason.SCALE_UP_FOR_OBSERVED_QUEUE, Reason.LIMITED_BY_MAX_STEP)
+    assert d.features["observed_queue_need_replicas"] == 67.0
+
+
+def test_the_fronts_view_of_the_pool_is_its_queue_wait_its_queue_and_its_ready_slots() -> None:
+    # 5 req/s x 400 ms executions (batches of 1), 3000 ms mean request duration: 2600 ms waiting in its queue
+    pool = MetricsReading(observed_at=T0, workload=(WorkloadClass(Modality.IMAGE, 5.0, mean_image_pixels=1e6,
+                                                                  mean_image_count=1.0, observed_service_ms=400.0),),
+                          queued_requests=40.0, extra={"mean_latency_ms": 3000.0})
+    assert front_pool_figures(pool, 2, 2) == {"image_encoder_wait_ms": 2600.0, "image_encoder_queued_requests": 40.0,
+                                              "image_encoder_ready_slots": 4}
+    unknown = front_pool_figures(None, 2, 2)
+    assert set(unknown.values()) == {None}
+    no_duration = front_pool_figures(MetricsReading(observed_at=T0, workload=pool.workload, queued_requests=1.0), 1, 1)
+    assert no_duration["image_encoder_wait_ms"] is None and no_duration["image_encoder_queued_requests"] == 1.0
