@@ -30,10 +30,11 @@
      suffice): KPA's ``ceil(in_flight / (slots * utilization))``; it only raises the need (:func:`_observed_queue`);
    - ``SLOUnattainable``: service time alone misses the target; sized for the utilization target.
 
-   Utilization mode (and Predictive without a model): the HPA rule ``ceil(ready * utilization / target)``, raised by
-   the observed-queue rule (``ScaleUpForObservedQueue``, :func:`_standing_queue`): the busy fraction cannot read
-   above 100 %, so a queue that stands at two decisions in a row (in flight above 2x the ready slots, more than the
-   target's worth of arrivals) is sized from the requests in flight as above. Fixed mode: ``spec.scaling.replicas``.
+   Utilization mode (and Predictive without a model): the HPA rule ``ceil(ready * utilization / target)``; for a
+   staged service's image encoder pool (``ScalingPolicy.standing_queue_rule``) raised by the observed-queue rule
+   (``ScaleUpForObservedQueue``, :func:`_standing_queue`): the busy fraction cannot read above 100 %, so a queue
+   that stands at two decisions in a row (in flight above 2x the ready slots, more than the target's worth of
+   arrivals) is sized from the requests in flight as above. Fixed mode: ``spec.scaling.replicas``.
 2. Tolerance band: no change while ``|need / current - 1| <= tolerance`` (HPA).
 3. Stabilization windows with HPA semantics: the recommendation is stored; scale-up goes to the MIN of the
    recommendations in the scale-up window, scale-down to the MAX of those in the scale-down window.
@@ -157,6 +158,9 @@ class ScalingPolicy:
             replicas (KPA default 2.0 = 200 %).
         scale_to_zero_after_s: Scale to 0 after this long without a request, s (``scaleToZeroAfterSeconds``; only
             with ``min_replicas == 0``); None = never by idleness.
+        standing_queue_rule: Utilization mode also applies the observed-queue rule's standing-queue check
+            (:func:`_standing_queue`): True for a staged service's image encoder pool (:func:`image_encoder_policy`);
+            False keeps a one-piece service's Utilization mode the plain HPA rule a user of the HPA expects.
     """
 
     mode: ScalingMode = ScalingMode.PREDICTIVE
@@ -183,6 +187,7 @@ class ScalingPolicy:
     forecast_window_s: float = 300.0
     forecast_quantile: float = 0.95
     panic_threshold_ratio: float = 2.0
+    standing_queue_rule: bool = False
     scale_to_zero_after_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -277,9 +282,10 @@ def image_encoder_policy(scaling: ScalingSpec, stage: ImageEncoderStageSpec, **i
     """
     if scaling.mode == ScalingMode.FIXED:
         raise ValueError("Fixed mode: the image encoder pool is not autoscaled")
-    return ScalingPolicy.from_typed(
+    policy = ScalingPolicy.from_typed(
         replace(scaling, mode=ScalingMode.UTILIZATION.value, replicas=None, min_replicas=stage.min_replicas,
                 max_replicas=stage.max_replicas, scale_to_zero_after_s=None), stage.runtime, **internals)
+    return replace(policy, standing_queue_rule=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -527,8 +533,9 @@ def _recommend_active(
         if observation.stage_target_p95_ms is not None:
             need, reason, message, features = _with_stage_latency(observation, policy, need, reason, message,
                                                                    features)
-        need, reason, message, features, state = _standing_queue(observation, policy, state, need, reason, message,
-                                                                 features)
+        if policy.standing_queue_rule:
+            need, reason, message, features, state = _standing_queue(observation, policy, state, need, reason,
+                                                                     message, features)
     if is_partial(observation):
         features = {**features, "targets_up": float(observation.targets_up or 0)}
         if need < current:

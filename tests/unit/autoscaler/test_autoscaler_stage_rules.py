@@ -103,6 +103,19 @@ def test_the_pools_queue_rule_takes_the_pools_share_of_the_target_when_the_targe
     assert (split.desired_replicas, split.reason) == (14, Reason.SCALE_UP_FOR_OBSERVED_QUEUE)  # ceil(12 / 0.9)
 
 
+def test_a_one_piece_service_in_utilization_mode_keeps_the_plain_hpa_rule_under_the_same_queue() -> None:
+    # The standing-queue check is the pool's (image_encoder_policy); a one-piece Utilization service is sized by the
+    # HPA rule alone, as its users expect of Utilization mode: the same 30 -> 45 in flight gives 2, not 50.
+    one_piece = ScalingPolicy.from_typed(SPEC.scaling, SPEC.runtime)
+    plain = ScalingPolicy(**{**{f: getattr(POOL, f) for f in POOL.__slots__}, "standing_queue_rule": False})
+    assert POOL.standing_queue_rule and not one_piece.standing_queue_rule
+    first = recommend(pool_obs(T0, 1, 1, 30.0), plain, ScalerState(), None, T0)
+    t1 = T0 + timedelta(seconds=15)
+    second = recommend(pool_obs(t1, 2, 1, 45.0), plain, first.state, None, t1)
+    assert (second.desired_replicas, second.reason) != (50, Reason.SCALE_UP_FOR_OBSERVED_QUEUE)
+    assert second.desired_replicas == 2, (second.desired_replicas, second.reason, second.message)
+
+
 # ------------------------------------------------------------------------ fault 2: the front waits on the pool
 
 
