@@ -30,8 +30,11 @@
      suffice): KPA's ``ceil(in_flight / (slots * utilization))``; it only raises the need (:func:`_observed_queue`);
    - ``SLOUnattainable``: service time alone misses the target; sized for the utilization target.
 
-   Utilization mode (and Predictive without a model): the HPA rule ``ceil(ready * utilization / target)``. Fixed
-   mode: ``spec.scaling.replicas``.
+   Utilization mode (and Predictive without a model): the HPA rule ``ceil(ready * utilization / target)``; for a
+   staged service's image encoder pool (``ScalingPolicy.standing_queue_rule``) raised by the observed-queue rule
+   (``ScaleUpForObservedQueue``, :func:`_standing_queue`): the busy fraction cannot read above 100 %, so a queue
+   that stands at two decisions in a row (in flight above 2x the ready slots, more than the target's worth of
+   arrivals) is sized from the requests in flight as above. Fixed mode: ``spec.scaling.replicas``.
 2. Tolerance band: no change while ``|need / current - 1| <= tolerance`` (HPA).
 3. Stabilization windows with HPA semantics: the recommendation is stored; scale-up goes to the MIN of the
    recommendations in the scale-up window, scale-down to the MAX of those in the scale-down window.
@@ -155,6 +158,9 @@ class ScalingPolicy:
             replicas (KPA default 2.0 = 200 %).
         scale_to_zero_after_s: Scale to 0 after this long without a request, s (``scaleToZeroAfterSeconds``; only
             with ``min_replicas == 0``); None = never by idleness.
+        standing_queue_rule: Utilization mode also applies the observed-queue rule's standing-queue check
+            (:func:`_standing_queue`): True for a staged service's image encoder pool (:func:`image_encoder_policy`);
+            False keeps a one-piece service's Utilization mode the plain HPA rule a user of the HPA expects.
     """
 
     mode: ScalingMode = ScalingMode.PREDICTIVE
@@ -181,6 +187,7 @@ class ScalingPolicy:
     forecast_window_s: float = 300.0
     forecast_quantile: float = 0.95
     panic_threshold_ratio: float = 2.0
+    standing_queue_rule: bool = False
     scale_to_zero_after_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -261,9 +268,10 @@ def image_encoder_policy(scaling: ScalingSpec, stage: ImageEncoderStageSpec, **i
     The pool has no service-time model of its own and no request gateway in front of it, so whatever
     ``spec.scaling.mode`` (Predictive or Utilization) it is sized by ``ceil(ready * utilization / target)`` on its
     own Triton figures (busy erlangs = compute time / mean batch size over its ``instanceCount`` slots per replica,
-    ``modalscale.autoscaler.metrics_parse``), with the service's target utilization, tolerance, stabilization
-    windows, step limit and decision interval, and the pool's bounds. No scale to zero: the pool follows the front
-    to 0 (``operator/isvc/plan.py`` ``image_encoder_replicas``).
+    ``modalscale.autoscaler.metrics_parse``), raised by the observed-queue rule on its requests in flight (a backlog
+    the busy fraction cannot show: :func:`_standing_queue`), with the service's target utilization, tolerance,
+    stabilization windows, step limit and decision interval, and the pool's bounds. No scale to zero: the pool
+    follows the front to 0 (``operator/isvc/plan.py`` ``image_encoder_replicas``).
 
     Args:
         scaling: The service's typed ``spec.scaling`` (its mode must not be Fixed).
@@ -274,9 +282,10 @@ def image_encoder_policy(scaling: ScalingSpec, stage: ImageEncoderStageSpec, **i
     """
     if scaling.mode == ScalingMode.FIXED:
         raise ValueError("Fixed mode: the image encoder pool is not autoscaled")
-    return ScalingPolicy.from_typed(
+    policy = ScalingPolicy.from_typed(
         replace(scaling, mode=ScalingMode.UTILIZATION.value, replicas=None, min_replicas=stage.min_replicas,
                 max_replicas=stage.max_replicas, scale_to_zero_after_s=None), stage.runtime, **internals)
+    return replace(policy, standing_queue_rule=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +380,16 @@ class Observation:
             (:func:`modalscale.autoscaler.stages.split_slo`). In Utilization mode the need is then at least the
             replicas that keep the stage's p95 within it (:func:`stage_latency_need`); None = the Utilization rule
             alone. Must be > 0.
+        image_encoder_wait_ms: A staged front's only (``spec.stages``): the mean time, ms, a request of the image
+            encoder pool waited in its queue over the window (its mean request duration less its execution:
+            :func:`modalscale.autoscaler.stages.front_pool_figures`). The front's image and image+text requests hold
+            their slots that long waiting on the pool, which is not the front's own service time: it is subtracted
+            from their observed service time (floored at 1 ms). None = not staged or unknown.
+        image_encoder_queued_requests: Requests waiting in the pool's queue now (its Triton pending count); with
+            ``image_encoder_ready_slots``, more waiting than its ready slots marks the pool as the bottleneck: the
+            front's queue rules hold (``HeldForImageEncoder``) and its latency calibration and in-execution ages
+            wait. None = not staged or unknown.
+        image_encoder_ready_slots: The pool's ready replicas x its ``instanceCount``; None = unknown.
 
     A non-finite ``p95_latency_ms``, ``utilization_ratio``, ``queued_requests`` or in-flight figure is stored as None
     (unknown), as are ``arrival_counts`` with a non-finite count; a negative one raises ValueError.
@@ -396,6 +415,9 @@ class Observation:
     executing_requests: float | None = None
     executing_age_ms: float | None = None
     stage_target_p95_ms: float | None = None
+    image_encoder_wait_ms: float | None = None
+    image_encoder_queued_requests: float | None = None
+    image_encoder_ready_slots: int | None = None
 
     def __post_init__(self) -> None:
         if self.arrival_counts is not None and not all(math.isfinite(c) for c in self.arrival_counts):
@@ -403,7 +425,8 @@ class Observation:
         if self.count_bin_s <= 0:
             raise ValueError("count_bin_s must be > 0")
         for name in ("p95_latency_ms", "utilization_ratio", "queued_requests", "in_flight_requests",
-                     "in_flight_age_ms", "executing_requests", "executing_age_ms", "stage_target_p95_ms"):
+                     "in_flight_age_ms", "executing_requests", "executing_age_ms", "stage_target_p95_ms",
+                     "image_encoder_wait_ms", "image_encoder_queued_requests"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 object.__setattr__(self, name, None)  # NaN / Inf is missing data
@@ -411,6 +434,8 @@ class Observation:
                 raise ValueError(f"Observation.{name} must be >= 0, got {value!r}")
         if self.stage_target_p95_ms == 0:
             raise ValueError("Observation.stage_target_p95_ms must be > 0 (None = no stage latency rule), got 0")
+        if self.image_encoder_ready_slots is not None and self.image_encoder_ready_slots < 0:
+            raise ValueError("Observation.image_encoder_ready_slots must be >= 0")
         if self.targets_up is not None and self.targets_up < 0:
             raise ValueError("targets_up must be >= 0")
         if self.observed_at.tzinfo is None:
@@ -508,6 +533,9 @@ def _recommend_active(
         if observation.stage_target_p95_ms is not None:
             need, reason, message, features = _with_stage_latency(observation, policy, need, reason, message,
                                                                    features)
+        if policy.standing_queue_rule:
+            need, reason, message, features, state = _standing_queue(observation, policy, state, need, reason,
+                                                                     message, features)
     if is_partial(observation):
         features = {**features, "targets_up": float(observation.targets_up or 0)}
         if need < current:
@@ -651,7 +679,7 @@ def finalize_recommendation(
     features["needed_replicas"] = float(need)
     tolerance = policy.tolerance_percent / 100.0
     if need == current:
-        reason = reason if reason == Reason.HELD_PARTIAL_METRICS else Reason.STEADY
+        reason = reason if reason in (Reason.HELD_PARTIAL_METRICS, Reason.HELD_FOR_IMAGE_ENCODER) else Reason.STEADY
         rec = current
         message = f"{message}; need equals current {current}"
     elif current > 0 and abs(need / current - 1.0) <= tolerance + 1e-9:
@@ -1206,15 +1234,24 @@ def _predictive_need(
        (:func:`_sizing_message`);
     5. :func:`_forecast_need`: forecast demand over the start-up horizon;
     6. :func:`_rule_reason` and :func:`_backlog_need`: the reason, then the queued backlog's need;
-    7. :func:`_observed_queue`: the queue as observed.
+    7. :func:`_observed_queue`: the queue as observed;
+    8. a staged front only: while the image encoder pool is the bottleneck (:func:`image_encoder_backlog`), the
+       queue rules of 6-7 raise the need no higher than the current count or the model's need
+       (``HeldForImageEncoder``): the front's queue is requests waiting on the pool. Before 1,
+       :func:`_own_time` takes the pool's queue wait out of the front's observed service times.
     """
     assert observation.workload is not None
     current = observation.current_replicas
     features: dict[str, float] = {m.value + "_rps": 0.0 for m in MODALITIES}
-    # latency calibration only on settled metrics: every replica ready, no replica change within two windows
+    backlog = image_encoder_backlog(observation)
+    observation = _own_time(observation, backlog, features)                                          # 0
+    assert observation.workload is not None
+    # latency calibration only on settled metrics: every replica ready, no replica change within two windows, and
+    # no p95 made by a backlogged image encoder pool
     ready = observation.ready_replicas
     quiet_s = math.inf if state.last_change_at is None else (now - state.last_change_at).total_seconds()
-    settled = ready == current and ready > 0 and quiet_s >= 2 * observation.window_s and not is_partial(observation)
+    settled = (ready == current and ready > 0 and quiet_s >= 2 * observation.window_s and not is_partial(observation)
+               and backlog is None)
     workloads = [observation.workload] + (
         [observation.recent_workload] if observation.recent_workload is not None else [])
     raw = _predict_raw_ms(workloads, model)
@@ -1246,10 +1283,58 @@ def _predictive_need(
     now_need = need
     need, rule, message = _forecast_need(observation, policy, chosen, need, rule, message, size, features)  # 5
     reason = _rule_reason(need, current, rule, now_need, attainable)                                # 6
+    by_model = (need, reason, message)
     need, reason, message = _backlog_need(observation, policy, chosen, need, reason, message, features)
     need, reason, message, state = _observed_queue(need, reason, message, features, observation, policy, state,  # 7
                                                   model_need=need)
+    if backlog is not None and need > max(by_model[0], current):                                     # 8
+        held = max(by_model[0], current)
+        features["held_queue_need_replicas"] = float(need)
+        reason = by_model[1] if by_model[0] > current else Reason.HELD_FOR_IMAGE_ENCODER
+        message = (f"{by_model[2]}; the front's queue rules ask for {need}, held at {held}: its requests wait on the "
+                   f"image encoder pool ({backlog}), which more front replicas cannot shorten")
+        need = held
     return need, reason, message, features, state
+
+
+_POOL_CLASSES = (Modality.IMAGE, Modality.IMAGE_TEXT)
+"""A staged front's classes whose requests call the image encoder pool (``stages.IMAGE_CLASSES``)."""
+
+
+def image_encoder_backlog(observation: Observation) -> str | None:
+    """Whether a staged front's image encoder pool is its bottleneck (pure): more requests wait in the pool's
+    queue than it has ready slots (``Observation.image_encoder_queued_requests`` > ``image_encoder_ready_slots``,
+    at least 1), so the front's requests that call it wait there, holding their front slots. Returns what was seen
+    (``40 queued on 4 ready slot(s)``), or None: not staged, unknown, or the pool keeps up."""
+    queued, slots = observation.image_encoder_queued_requests, observation.image_encoder_ready_slots
+    if queued is None or slots is None or queued <= max(slots, 1):
+        return None
+    return f"{queued:.0f} queued on {slots} ready slot(s)"
+
+
+def _own_time(observation: Observation, backlog: str | None, features: dict[str, float]) -> Observation:
+    """A staged front's observation with the image encoder pool's queue wait taken out of its own service time
+    (pure): its image and image+text classes' observed service times less ``image_encoder_wait_ms`` (at least
+    1 ms), in both windows; while the pool is backlogged, also without the in-execution ages (each front request in
+    execution is mostly waiting on the pool then, so its age is no bound on the front's service time). Unchanged
+    for any other service."""
+    wait_ms = observation.image_encoder_wait_ms
+    if (wait_ms is None or wait_ms <= 0) and backlog is None:
+        return observation
+
+    def own(classes: tuple[WorkloadClass, ...] | None) -> tuple[WorkloadClass, ...] | None:
+        if classes is None or not wait_ms:
+            return classes
+        return tuple(replace(c, observed_service_ms=max(1.0, c.observed_service_ms - wait_ms))
+                     if c.modality in _POOL_CLASSES and c.observed_service_ms is not None else c for c in classes)
+
+    if wait_ms:
+        features["image_encoder_wait_ms"] = wait_ms
+    changes: dict[str, Any] = {"workload": own(observation.workload),
+                               "recent_workload": own(observation.recent_workload)}
+    if backlog is not None:
+        changes.update(executing_requests=None, executing_age_ms=None)
+    return replace(observation, **changes)
 
 
 def _observed_service(
@@ -1287,7 +1372,7 @@ def _observed_service(
 
 def _observed_queue(
     need: int, reason: Reason, message: str, features: dict[str, float], observation: Observation,
-    policy: ScalingPolicy, state: ScalerState, model_need: int,
+    policy: ScalingPolicy, state: ScalerState, model_need: int, *, standing: bool = False,
 ) -> tuple[int, Reason, str, ScalerState]:
     """Observation over assumption: when the observed queue or latency contradicts the model, size from it.
 
@@ -1304,6 +1389,13 @@ def _observed_queue(
     ``ceil(in_flight / (slots_per_replica * target_utilization))`` (Knative Serving's concurrency autoscaler,
     ``desired = observed concurrency / target concurrency per pod``). It only raises the need
     (``ScaleUpForObservedQueue``), never lowers it, and needs ``in_flight_requests``.
+
+    ``standing`` (Utilization mode: :func:`_standing_queue`): one more contradiction, a queue that stands at two
+    decisions in a row (in flight above ``margin`` x the ready slots at both, and more than the target's worth of
+    arrivals now): the busy fraction the HPA rule reads cannot go above 100 %, so it asks for at most
+    ``1 / target utilization`` x the ready replicas a decision, and holds while replicas start, however long the
+    queue. The target is the stage's (``observation.stage_target_p95_ms``, the pool's share) when set, else the
+    policy's; the arrival rate is the workload's.
     """
     in_flight = observation.in_flight_requests
     history = state.in_flight_history
@@ -1312,12 +1404,19 @@ def _observed_queue(
     state = replace(state, in_flight_history=(history + (in_flight,))[-2:])
     features["in_flight_requests"] = in_flight
     slots = policy.slots_per_replica
-    target = policy.target_p95_latency_ms
+    target = observation.stage_target_p95_ms or policy.target_p95_latency_ms
     why = []
     margin = policy.calibrator.max_scale  # a disagreement beyond what the calibrator follows, not noise
     serving = observation.ready_replicas * slots
     arrival_rps = float(features.get("arrival_rps", 0.0))
+    if standing and observation.workload:
+        arrival_rps = sum(c.rate_rps for c in observation.workload)
     little_s = in_flight / arrival_rps if arrival_rps > 0 else math.inf  # Little's law: W = L / lambda
+    if (standing and history and min(history[-1], in_flight) > margin * max(serving, 1)
+            and little_s * 1000.0 > target):
+        why.append(f"a queue stands: {history[-1]:.0f} -> {in_flight:.0f} in flight on {serving} ready slot(s) at "
+                   f"two decisions, {little_s:.1f} s of arrivals (Little's law) against the {target / 1000:g} s "
+                   f"target, while the busy fraction cannot read above 100 %")
     if (len(history) == 2 and in_flight > history[-1] > history[-2] and history[-2] > margin * max(serving, 1)
             and little_s * 1000.0 > target):
         why.append(f"in flight grew {history[-2]:.0f} -> {history[-1]:.0f} -> {in_flight:.0f} over two decisions, "
@@ -1340,6 +1439,19 @@ def _observed_queue(
                f"flight / ({slots} slots x {utilization:.0%}) need {observed_need} replicas (Little's law, KPA)")
     reason = Reason.SCALE_UP_FOR_OBSERVED_QUEUE if observed_need > observation.current_replicas else reason
     return observed_need, reason, message, state
+
+
+def _standing_queue(observation: Observation, policy: ScalingPolicy, state: ScalerState, need: int, reason: Reason,
+                    message: str, features: Mapping[str, float]
+                    ) -> tuple[int, Reason, str, dict[str, float], ScalerState]:
+    """Utilization mode's observed-queue rule: :func:`_observed_queue` with its ``standing`` contradiction (a queue
+    the HPA rule cannot see beyond 100 % busy), raising the HPA rule's ``need`` (``ScaleUpForObservedQueue``); the
+    image encoder pool of a staged service is sized by it within two decisions of a backlog. Without
+    ``in_flight_requests`` nothing changes (the state neither)."""
+    out = dict(features)
+    need, reason, message, state = _observed_queue(need, reason, message, out, observation, policy, state,
+                                                  model_need=need, standing=True)
+    return need, reason, message, out, state
 
 
 def stage_latency_need(observation: Observation, policy: ScalingPolicy) -> tuple[int | None, str]:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -584,8 +584,11 @@ def oracle_schedule(
 
 
 def _predictive_decider(
-    config: SimulationConfig, model: ServiceTimePredictor, metrics: _Metrics, log: list[Decision]
+    config: SimulationConfig, model: ServiceTimePredictor, metrics: _Metrics, log: list[Decision],
+    extra: Callable[[float], Mapping[str, Any]] | None = None,
 ) -> Decider:
+    """The predictive policy's decider; ``extra(now_s)``: more ``Observation`` fields (a staged front's view of its
+    image encoder pool, ``simulate_staged``); None = none (the one-piece pool)."""
     policy = config.scaling_policy(ScalingMode.PREDICTIVE)
     state = ScalerState()
 
@@ -610,6 +613,8 @@ def _predictive_decider(
         in_flight, in_flight_age_ms, executing, executing_age_ms = metrics.in_flight_now(pool, now_s)
         obs = replace(obs, in_flight_requests=in_flight, in_flight_age_ms=in_flight_age_ms,
                       executing_requests=executing, executing_age_ms=executing_age_ms)
+        if extra is not None:
+            obs = replace(obs, **extra(now_s))
         decision = recommend(obs, policy, state, model, _EPOCH + timedelta(seconds=now_s))
         state = decision.state
         log.append(decision)

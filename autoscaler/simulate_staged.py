@@ -30,8 +30,10 @@ its requests and costs until it has), and adds:
   :func:`~modalscale.autoscaler.policy.recommend` in Predictive mode on its own observed workload, with the
   one-piece simulator's predictive decider and the service's model (its observed service time is the slot hold
   time, as the front's Triton compute time is); the pool, after the front at each decision, by ``recommend`` with
-  :func:`~modalscale.autoscaler.policy.image_encoder_policy` (the Utilization rule over the pool's busy slots)
-  raised by :func:`~modalscale.autoscaler.policy.stage_latency_need` to the pool's share of the p95 target from
+  :func:`~modalscale.autoscaler.policy.image_encoder_policy` (the Utilization rule over the pool's busy slots,
+  and its observed-queue rule over the pool's requests in flight now, queued included, as the operator reads the
+  pool's Triton pending count and in-flight gauge) raised by
+  :func:`~modalscale.autoscaler.policy.stage_latency_need` to the pool's share of the p95 target from
   :func:`~modalscale.autoscaler.stages.split_slo` on the two pools' readings of the same window. No budget cap.
 - Cost: replica-hours per pool, and replica-CPU-hours = replica-hours x the pool's CPU cores per replica
   (``StagedConfig``: the CRD's separate ``spec.resources.cpu`` and ``spec.stages.imageEncoder.resources.cpu``).
@@ -80,7 +82,7 @@ from modalscale.autoscaler.simulate import (
     service_times_ms,
     train_default_model,
 )
-from modalscale.autoscaler.stages import split_slo
+from modalscale.autoscaler.stages import front_pool_figures, split_slo
 from modalscale.autoscaler.traces import Trace
 
 _I_PIXELS = FEATURES.index("image_pixels")
@@ -285,7 +287,9 @@ class _PoolMetrics:
     def reading(self, lo_s: float, hi_s: float, service_window_s: float) -> MetricsReading:
         """The pool's ``MetricsReading`` over ``(lo_s, hi_s]``: one ``image`` class (requests sent in the window:
         rate, mean pixels and images; mean execution ms and SCV of those completed), ``mean_latency_ms`` (queue +
-        execution of those completed) and the busy slots."""
+        execution of those completed), the busy slots, and at ``hi_s`` the requests queued (sent, not started:
+        Triton's pending count) and in flight (sent, not answered: the model ``image_encoder``'s
+        ``modalscale_inflight_requests`` + its pending count), as the operator's reading of the pool has them."""
         enc = self.pools.encoder
         sent = (enc.arrival > lo_s) & (enc.arrival <= hi_s)
         done = np.isfinite(enc.finish) & (enc.finish > lo_s) & (enc.finish <= hi_s)
@@ -308,8 +312,12 @@ class _PoolMetrics:
         started = np.isfinite(enc.start) & (enc.start < hi_s) & (enc.finish > lo_s)
         busy_s = float(np.clip(np.minimum(enc.finish[started], hi_s) - np.maximum(enc.start[started], lo_s), 0.0,
                                None).sum())
+        sent_by_now = enc.arrival <= hi_s  # NaN (never sent) is not
+        in_flight = sent_by_now & ~(enc.finish <= hi_s)
+        queued = sent_by_now & ~(enc.start <= hi_s)
         return MetricsReading(observed_at=_EPOCH + timedelta(seconds=hi_s), workload=workload,
-                              busy_erlangs=busy_s / (hi_s - lo_s), extra=extra)
+                              busy_erlangs=busy_s / (hi_s - lo_s), extra=extra,
+                              queued_requests=float(queued.sum()), in_flight_requests=float(in_flight.sum()))
 
 
 def _encoder_decider(config: SimulationConfig, staged: StagedConfig, pools: _StagedPools, metrics: _PoolMetrics,
@@ -334,7 +342,8 @@ def _encoder_decider(config: SimulationConfig, staged: StagedConfig, pools: _Sta
             target_ms = split_slo(config.target_p95_ms, front, reading).image_encoder_target_ms
         obs = Observation(observed_at=_EPOCH + timedelta(seconds=now_s), current_replicas=len(enc.active),
                           ready_replicas=ready, workload=reading.workload, utilization_ratio=utilization,
-                          window_s=now_s - lo, stage_target_p95_ms=target_ms)
+                          window_s=now_s - lo, stage_target_p95_ms=target_ms,
+                          queued_requests=reading.queued_requests, in_flight_requests=reading.in_flight_requests)
         decision = recommend(obs, policy, state, None, _EPOCH + timedelta(seconds=now_s))
         state = decision.state
         log.append(decision)
@@ -390,8 +399,14 @@ def simulate_staged(trace: Trace, front_ms: NDArray[np.float64], encoder_ms: NDA
     # mode does not read it
     front_log: list[Decision] = []
     encoder_log: list[Decision] = []
-    decide_front = _predictive_decider(config, model, front_metrics, front_log)
-    decide_encoder = _encoder_decider(config, staged, pools, _PoolMetrics(trace, pools), front_metrics, encoder_log)
+    pool_metrics = _PoolMetrics(trace, pools)
+
+    def pool_figures(now_s: float) -> dict[str, Any]:  # what the operator's front decision reads of the pool
+        reading = pool_metrics.reading(max(0.0, now_s - config.metrics_window_s), now_s, config.service_window_s)
+        return front_pool_figures(reading, pools.encoder.ready_count(now_s), staged.encoder_slots_per_replica)
+
+    decide_front = _predictive_decider(config, model, front_metrics, front_log, pool_figures)
+    decide_encoder = _encoder_decider(config, staged, pools, pool_metrics, front_metrics, encoder_log)
     front_delays = config.startup_delays()
     encoder_delays = replace(config, random_state=config.random_state + _ENCODER_SEED_OFFSET).startup_delays()
     front_desired: list[int] = []

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from modalscale.autoscaler.features import Modality
 from modalscale.autoscaler.metrics_reading import MetricsReading
@@ -111,6 +112,31 @@ def split_slo(target_p95_ms: float, front: MetricsReading | None, pool: MetricsR
                     f"front {own_ms:.0f} ms/s of image requests -> pool {share:.0%} = {pool_target_ms:.0f} ms")
 
 
+def front_pool_figures(pool: MetricsReading | None, ready_replicas: int, slots_per_replica: int) -> dict[str, Any]:
+    """What a staged front's decision is given of its image encoder pool (pure; ``Observation.image_encoder_*``).
+
+    Args:
+        pool: The pool's reading of this interval (``component="image-encoder"``); None = not read.
+        ready_replicas: The pool's ready replicas (its Deployment's ``readyReplicas``).
+        slots_per_replica: The pool's ``instanceCount``.
+    Returns:
+        ``{"image_encoder_wait_ms": the pool's mean request duration less its mean execution per request, ms, at
+        least 0 (the time a front's image request waits in the pool's queue; None without a mean duration or an
+        observed execution time), "image_encoder_queued_requests": its Triton pending count now (None = unknown),
+        "image_encoder_ready_slots": ready_replicas x slots_per_replica}``; every value None when ``pool`` is None
+        or unusable.
+    """
+    if pool is None or pool.workload is None:
+        return {"image_encoder_wait_ms": None, "image_encoder_queued_requests": None,
+                "image_encoder_ready_slots": None}
+    latency_ms = pool.extra.get("mean_latency_ms")
+    rps = sum(c.rate_rps for c in pool.workload)
+    exec_ms = _timed_ms_per_s(pool.workload)  # Σ rate x execution ms: each request waits for its whole batch
+    wait_ms = None if latency_ms is None or exec_ms is None or rps <= 0 else max(0.0, latency_ms - exec_ms / rps)
+    return {"image_encoder_wait_ms": wait_ms, "image_encoder_queued_requests": pool.queued_requests,
+            "image_encoder_ready_slots": ready_replicas * slots_per_replica}
+
+
 def split_features(split: SloSplit) -> dict[str, float]:
     """The split's numbers as decision features (``status.stages[image-encoder].autoscaler``): the pool's target
     and share; empty when not split."""
@@ -120,4 +146,5 @@ def split_features(split: SloSplit) -> dict[str, float]:
             "slo_split_share": round(split.share, 3)}
 
 
-__all__ = ["IMAGE_CLASSES", "MAX_SHARE", "MIN_SHARE", "SloSplit", "split_features", "split_slo"]
+__all__ = ["IMAGE_CLASSES", "MAX_SHARE", "MIN_SHARE", "SloSplit", "front_pool_figures", "split_features",
+           "split_slo"]

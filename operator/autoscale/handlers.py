@@ -63,7 +63,7 @@ from modalscale.autoscaler.policy import (
     image_encoder_policy,
     recommend,
 )
-from modalscale.autoscaler.stages import split_features, split_slo
+from modalscale.autoscaler.stages import front_pool_figures, split_features, split_slo
 from modalscale.operator.autoscale.observe import IMAGE_ENCODER_COMPONENT, build_observation, demand_from_gateway
 from modalscale.operator.autoscale.plan import (
     compress_recommendations,
@@ -99,6 +99,9 @@ class FrontRound(NamedTuple):
     """The front's reading of this interval; None when none was taken."""
     staged: bool
     """The spec has ``stages`` (False when it could not be read): the pool's decision is due."""
+    pool_reading: MetricsReading | None = None
+    """A staged front's reading of its image encoder pool this interval (its decision's view of the pool,
+    ``autoscaler.stages.front_pool_figures``), which the pool's decision reuses; None when none was taken."""
 
 
 def _post(deps: Deps, raw: dict[str, Any], events: Any, logger: logging.Logger | logging.LoggerAdapter[Any]
@@ -156,6 +159,12 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
         model, model_status = None, None
     reading = rt.reader.read(namespace, name, spec.model.name, deps.clock(),
                              gateway=demand_from_gateway(spec.gateway.enabled, read_isvc_status(raw)))
+    # A staged front is told how its image encoder pool keeps up: the time its requests wait in the pool's queue is
+    # not its own, and its queue rules hold while the pool is the bottleneck (autoscaler.policy, HeldForImageEncoder)
+    pool_reading = None
+    if staged and read_isvc_status(raw).desired_replicas != 0:
+        pool_reading = rt.reader.read(namespace, name, IMAGE_ENCODER_MODEL, deps.clock(),
+                                      component=IMAGE_ENCODER_COMPONENT)
     # A staged service's cap is split between its pools by price: at the tier its pods run on (a SwitchToSpot's
     # Spot), as the planner prices them, or the share would not be the count it writes.
     prices = pool_prices(deps, spec, raw)
@@ -163,10 +172,16 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
     with deps.lock_for(raw["metadata"]["uid"]):
         raw = deps.observer.read_isvc(namespace, name)
         if raw is None:
-            return FrontRound(state, interval, reading, staged)
+            return FrontRound(state, interval, reading, staged, pool_reading)
         deployment = read_json(deps.observer.apps.read_namespaced_deployment, name, namespace)
         if deployment is None:
-            return FrontRound(state, interval, reading, staged)  # reconcile_isvc creates it first
+            return FrontRound(state, interval, reading, staged, pool_reading)  # reconcile_isvc creates it first
+        pool_figures: dict[str, Any] = {}
+        if pool_reading is not None and spec.stages is not None:
+            pool = read_json(deps.observer.apps.read_namespaced_deployment, image_encoder_name(spec), namespace)
+            pool_figures = front_pool_figures(
+                pool_reading, int(((pool or {}).get("status") or {}).get("readyReplicas") or 0),
+                spec.stages.image_encoder.runtime.instance_count)
         now = deps.clock()
         observation = build_observation(
             reading,
@@ -178,6 +193,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
             budget_max_replicas=front_budget_cap(spec, read_isvc_status(raw),
                                                  budget_cap(raw["metadata"].get("annotations"))[0], *prices),
             now=now)
+        observation = replace(observation, **pool_figures)
         decision = recommend(observation, policy, state, model, now)
         plan = plan_autoscale(read_isvc_status(raw), decision, reading, model_status,
                               generation=int(raw["metadata"].get("generation") or 0), now=now,
@@ -201,7 +217,7 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
     rt.metrics.record(namespace, name, decision, plan.metrics_available,
                       None if model_status is None else model_status.loaded, observation.utilization_ratio,
                       stage=STAGE_FRONT)
-    return FrontRound(compress_recommendations(decision.state), interval, reading, staged)
+    return FrontRound(compress_recommendations(decision.state), interval, reading, staged, pool_reading)
 
 
 def pool_prices(deps: Deps, spec: IsvcSpec, raw: dict[str, Any]) -> tuple[Decimal | None, Decimal | None]:
@@ -212,7 +228,8 @@ def pool_prices(deps: Deps, spec: IsvcSpec, raw: dict[str, Any]) -> tuple[Decima
 
 def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState | None,
                      logger: logging.Logger | logging.LoggerAdapter[Any],
-                     front: MetricsReading | None = None) -> ScalerState | None:
+                     front: MetricsReading | None = None, pool_reading: MetricsReading | None = None
+                     ) -> ScalerState | None:
     """One decision for a staged service's image encoder pool (blocking; run in a worker thread after
     :func:`decide_once`).
 
@@ -225,6 +242,8 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
         front: The front's reading of this interval (:func:`decide_once`'s); with the pool's it splits the
             service's p95 target (``autoscaler.stages.split_slo``), and the pool's need is at least what keeps its
             p95 within its share. None = not split (the Utilization rule alone).
+        pool_reading: The pool's reading of this interval, when :func:`decide_once` took it for the front's
+            decision; None = read it here.
     Returns:
         The pool scaler's state for the next decision (None: no pool, Fixed mode, or not read yet).
     Raises:
@@ -243,6 +262,8 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
     policy = image_encoder_policy(spec.scaling, spec.stages.image_encoder)
     if read_isvc_status(raw).desired_replicas == 0:  # the front is at 0: nothing to read (the pool is at 0 too)
         reading = unavailable(FRONT_AT_ZERO, "the front pool is at 0 replicas")
+    elif pool_reading is not None:
+        reading = pool_reading
     else:
         reading = deps.autoscale.reader.read(namespace, name, IMAGE_ENCODER_MODEL, deps.clock(),
                                              component=IMAGE_ENCODER_COMPONENT)
@@ -392,11 +413,11 @@ def register_autoscaler(registry: kopf.OperatorRegistry, config: Settings) -> No
             while not stopped:
                 started = time.monotonic()
                 try:
-                    state, interval, front, staged = await asyncio.to_thread(decide_once, deps, namespace, name,
-                                                                             state, logger)
+                    state, interval, front, staged, pool_reading = await asyncio.to_thread(decide_once, deps, namespace,
+                                                                                   name, state, logger)
                     if pool_decision_due(staged, pool_state):
                         pool_state = await asyncio.to_thread(decide_pool_once, deps, namespace, name, pool_state,
-                                                             logger, front)
+                                                             logger, front, pool_reading)
                 except ApiException as exc:
                     logger.warning("Autoscaler decision failed for InferenceService: status=%s reason=%s",
                                    exc.status, exc.reason)

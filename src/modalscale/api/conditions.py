@@ -207,6 +207,9 @@ class ScalingReason(enum.StrEnum):
     HELD_NO_METRICS = "HeldNoMetrics"
     HELD_STALE_METRICS = "HeldStaleMetrics"
     HELD_PARTIAL_METRICS = "HeldPartialMetrics"
+    HELD_FOR_IMAGE_ENCODER = "HeldForImageEncoder"
+    """A staged front's queue rules held: its requests wait in the image encoder pool's queue, which more front
+    replicas cannot shorten (``modalscale.autoscaler.policy``)."""
     FIXED_REPLICAS = "FixedReplicas"
     SCALE_TO_ZERO = "ScaleDownToZero"
     """No request for ``scaleToZeroAfterSeconds`` (metrics read all along): 0 replicas; the gateway holds requests."""

@@ -47,12 +47,13 @@ POLICY = image_encoder_policy(SPEC.scaling, SPEC.stages.image_encoder)
 
 
 def pool_answers(now: dt.datetime, pods: int, rps_per_pod: float, exec_ms: float = 200.0, batch: float = 2.0,
-                 pending: float = 0.0, down: int = 0, compute: str | None = None, images: int = 1
-                 ) -> dict[str, list[dict[str, Any]]]:
+                 pending: float = 0.0, down: int = 0, compute: str | None = None, images: int = 1,
+                 inflight: float | None = None) -> dict[str, list[dict[str, Any]]]:
     """Prometheus' answers to the pool's queries (component already matched): ``pods`` encoder pods, each serving
     ``rps_per_pod`` image requests of ``images`` images (Triton's ``nv_inference_count`` counts the images: the
     model's batch dimension), ``exec_ms`` per execution of ``batch`` requests, ``pending`` waiting in its Triton
-    queue; the first ``down`` pods did not answer; ``compute`` replaces each compute value."""
+    queue; the first ``down`` pods did not answer; ``compute`` replaces each compute value; ``inflight``: the
+    model's ``modalscale_inflight_requests`` per pod (None = not exported)."""
     t = now.timestamp() - 2
     out: dict[str, list[dict[str, Any]]] = {}
 
@@ -76,6 +77,8 @@ def pool_answers(now: dt.datetime, pods: int, rps_per_pod: float, exec_ms: float
         add("nv_compute_us", model, compute if compute is not None else rps_per_pod * exec_ms * 1000)
         add("nv_request_us", model, rps_per_pod * exec_ms * 1100)
         add("nv_pending", model, pending)
+        if inflight is not None:
+            add("inflight", {**pod, "model": IMAGE_ENCODER_MODEL}, inflight)
     return out
 
 
@@ -107,6 +110,24 @@ def test_image_load_scales_the_pool_up() -> None:
     assert (d.valid, d.desired_replicas, d.reason) == (True, 4, Reason.SCALE_UP_FOR_UTILIZATION)
     _, steady = decide(pool_answers(T0, pods=2, rps_per_pod=10.0), T0, current=2)
     assert (steady.desired_replicas, steady.reason) == (2, Reason.STEADY)  # 1.0 erlang of 2 slots = the 50 % target
+
+
+def test_a_pool_queue_that_stands_for_two_decisions_is_sized_from_the_pools_requests_in_flight() -> None:
+    """Issue 24's fault 1, through the operator's reading: the pool's queries read its Triton pending count and its
+    model's in-flight gauge (``component="image-encoder"``), so its observation has the requests in flight (4
+    queued + 2 executing = 6). 1 pod at 2 req/s x 1 s: 2 erlangs, 100 % of its 2 slots; HPA: ceil(1 x 1.0 / 0.5) =
+    2. At the next decision the new replica still starts: HPA counts it idle, ceil(1 / 0.5) = 2 = current, and
+    would hold while 6 wait; 6 > 2 x 2 ready slots at both decisions and 6 / 2 req/s = 3 s of arrivals, beyond the
+    target: KPA's ceil(6 / (2 x 50 %)) = 6 (``ScaleUpForObservedQueue``)."""
+    assert POLICY.target_p95_latency_ms < 3000
+    answers = pool_answers(T0, pods=1, rps_per_pod=2.0, exec_ms=1000.0, batch=1.0, pending=4.0, inflight=2.0)
+    reading, first = decide(answers, T0, current=1)
+    assert reading.in_flight_requests == 6.0 and reading.queued_requests == 4.0
+    assert (first.desired_replicas, first.reason) == (2, Reason.SCALE_UP_FOR_UTILIZATION)
+    t1 = T0 + dt.timedelta(seconds=15)
+    _, second = decide(pool_answers(t1, pods=1, rps_per_pod=2.0, exec_ms=1000.0, batch=1.0, pending=4.0,
+                                    inflight=2.0), t1, current=2, ready=1, state=first.state)
+    assert (second.desired_replicas, second.reason) == (6, Reason.SCALE_UP_FOR_OBSERVED_QUEUE)
 
 
 def test_requests_of_several_images_count_their_whole_execution_time() -> None:
