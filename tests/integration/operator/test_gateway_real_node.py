@@ -9,10 +9,14 @@ balance and "never cost a replica" checks read. Real Triton pods are few (the no
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import math
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,8 @@ import httpx
 import pytest
 from kubernetes import client
 
+from modalscale.costmodel.ledger import parse_time
+from modalscale.devenv.receivers import ChatReceiver
 from tests.integration.operator.gateway_load import (
     MAX_BODY_BYTES,
     MODEL,
@@ -31,8 +37,21 @@ from tests.integration.operator.gateway_load import (
     start_operator,
 )
 from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, get
+from tests.integration.operator.meter import pod_usd_per_hour, pods_usd
+from tests.integration.operator.test_budget import (
+    get_policy,
+    ledger_spent,
+    make_policy,
+    make_secret,
+    percents_in,
+    thresholds_alerted,
+    titles,
+)
 
 pytestmark = pytest.mark.timeout(900)
+LEDGER_TOLERANCE_USD = Decimal("0.000001")
+"""Ledger vs meter: both charge each pod from the kubelet's own start at the same catalog price; rounding only
+(1e-9 USD per pod and evaluation)."""
 
 
 @pytest.fixture(scope="module")
@@ -298,12 +317,32 @@ def test_a_killed_gateway_pod_and_a_1_3_1_cycle_under_load(env: Env) -> None:
         print(f"test (d) took {time.monotonic() - test_started:.1f} s")
 
 
+def _thresholds(env: Env, lead_s: float, second_s: float) -> tuple[str, int, int]:
+    """A daily limit and two alert thresholds for the namespace's pods now running: the first crossed ``lead_s`` s
+    from now, the second about ``second_s`` s from now (the pods' spend grows by their price each second; the
+    percents are whole, so the second comes a few seconds later at most). Returns (limit USD, first %, second %)."""
+    now = dt.datetime.now(dt.UTC)
+    pods = env.pods("")
+    rate_usd_per_s = sum((pod_usd_per_hour(p) / 3600 for p in pods), Decimal(0))
+    spent = pods_usd(pods, now)
+    first = 20
+    at_lead, at_second = spent + rate_usd_per_s * Decimal(lead_s), spent + rate_usd_per_s * Decimal(second_s)
+    limit = at_lead * 100 / first
+    second = math.ceil(first * at_second / at_lead)
+    assert first < second <= 100, (first, second)
+    return f"{limit:.6f}", first, second
+
+
 def test_the_apiserver_restarted_under_load_fails_no_request_and_deletes_nothing(env: Env,
                                                                                 real_node_cluster: Any) -> None:
-    """(e) Issue 21, chaos scenario 7 under load: 2 keep-alive connections through Service <name> (gateway pods ->
-    a real replica) while the kube-apiserver is SIGKILLed and kept down 15 s, then started again. The data path
+    """(e) Issue 21, chaos scenario 7 under load, with a budget: 2 keep-alive connections through Service <name>
+    (gateway pods -> a real replica) while the kube-apiserver is SIGKILLed and kept down 15 s, then started again,
+    and a BudgetPolicy over the namespace evaluated every second, alerting a local Slack receiver. The data path
     needs no apiserver (kube-proxy's rules, the gateway's endpoint cache, the kubelet's pods stay): no request
-    fails or is refused, no pod is deleted or restarted, and the operator applies a spec change made after it."""
+    fails or is refused, no pod is deleted or restarted, and the operator applies a spec change made after it. The
+    threshold alerted before the kill is not alerted again, the one crossed after the restart once, and the ledger
+    of an evaluation after the restart equals an independent meter of the pods' own runs x the catalog's price (the
+    outage charged too)."""
     name = "gwapi"
     env.create(name, {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 2}, cpu="400m")
     everything = f"app.kubernetes.io/instance={name}"
@@ -313,28 +352,60 @@ def test_the_apiserver_restarted_under_load_fails_no_request_and_deletes_nothing
         return {p.metadata.uid: sum(c.restart_count for c in p.status.container_statuses or [])
                 for p in env.core.list_namespaced_pod(env.ns).items}
 
-    try:
-        print(f"\n1 replica + 2 gateway pods Ready after {env.wait_serving(name, 1):.1f} s")
-        before = pods_now()
-        assert len(before) == 3, env.describe(name)
-        with Load(env.url(name)) as load:
-            env.wait(lambda: len(load.answered) >= 10, 120, "10 answers before the restart", name)
-            killed = time.monotonic()
-            back_s = real_node_cluster.restart_apiserver(down_s=15)
-            mark = time.monotonic()
-            env.wait(lambda: load.answers_since(mark) >= 10, 120, "10 answers after the restart", name)
-        during = [t for t in load.answered if killed <= t <= killed + back_s]
-        failed, refused = load.failed_since(killed), load.refused_since(killed)
-        print(f"(e) apiserver down {back_s:.1f} s (killed, then ready again): answered {len(during)} meanwhile, "
-              f"{load.answers_since(killed)} since the kill; failed {len(failed)} {[f[1] for f in failed]}, "
-              f"refused {len(refused)}")
-        assert failed == [] and refused == [], (failed, refused)
-        assert len(during) > 0, "no request was answered while the apiserver was down"
-        assert pods_now() == before, (before, pods_now())
-        env.custom.patch_namespaced_custom_object(GROUP, VERSION, env.ns, PLURAL, name,
-                                                  {"spec": {"scaling": {"replicas": 2}}})
-        env.wait(lambda: len(env.ready_pods(replicas)) == 2, 300, "a second Ready replica after the restart",
-                 name)
-        assert {p.metadata.uid for p in env.pods(everything)} >= set(before)
-    finally:
-        env.remove(name)
+    def policy_status() -> dict[str, Any]:
+        return dict(get_policy(env.api, env.ns, "budget").get("status") or {})
+
+    with ChatReceiver("Slack") as slack:
+        try:
+            print(f"\n1 replica + 2 gateway pods Ready after {env.wait_serving(name, 1):.1f} s")
+            before = pods_now()
+            assert len(before) == 3, env.describe(name)
+            # The first threshold 8 s ahead (alerted before the kill), the second ~45 s ahead (after the restart).
+            limit, first, second = _thresholds(env, lead_s=8, second_s=45)
+            make_secret(env.api, env.ns, "slack-hook", url=slack.url)
+            env.custom.create_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies", make_policy(
+                "budget", limit, [{"percent": p, "actions": ["Alert"]} for p in (first, second)],
+                [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
+            with Load(env.url(name)) as load:
+                env.wait(lambda: len(load.answered) >= 10, 120, "10 answers before the restart", name)
+                env.wait(lambda: thresholds_alerted(s := policy_status()) == [first] and not s.get("pendingAlerts"),
+                         60, f"the {first} % alert delivered and recorded before the kill", name)
+                killed = time.monotonic()
+                back_s = real_node_cluster.restart_apiserver(down_s=15)
+                restarted = dt.datetime.now(dt.UTC)
+                mark = time.monotonic()
+                env.wait(lambda: load.answers_since(mark) >= 10, 120, "10 answers after the restart", name)
+            during = [t for t in load.answered if killed <= t <= killed + back_s]
+            failed, refused = load.failed_since(killed), load.refused_since(killed)
+            print(f"(e) apiserver down {back_s:.1f} s (killed, then ready again): answered {len(during)} meanwhile, "
+                  f"{load.answers_since(killed)} since the kill; failed {len(failed)} {[f[1] for f in failed]}, "
+                  f"refused {len(refused)}")
+            assert failed == [] and refused == [], (failed, refused)
+            assert len(during) > 0, "no request was answered while the apiserver was down"
+            assert pods_now() == before, (before, pods_now())
+
+            # The evaluations resume: the second threshold alerted once, the first never again; the ledger of that
+            # evaluation (after the restart) = the pods' own runs x price, the outage included.
+            env.wait(lambda: thresholds_alerted(s := policy_status()) == [first, second]
+                     and not s.get("pendingAlerts"), 120, f"the {second} % alert delivered after the restart", name)
+            status = policy_status()
+            observed = parse_time(status["ledger"]["observedTime"], "observedTime")
+            assert observed > restarted, (observed, restarted)
+            spent, metered = ledger_spent(status), pods_usd(env.pods(""), observed)
+            alerts = percents_in(titles(slack))
+            print(f"(e) budget: limit {limit} USD, alerts {alerts} ({first} % before the kill, {second} % after the "
+                  f"restart); ledger {spent} USD vs meter {metered:.9f} USD at {status['ledger']['observedTime']} "
+                  f"({spent - metered:+.9f} USD)")
+            assert alerts == [first, second], titles(slack)
+            assert abs(spent - metered) <= LEDGER_TOLERANCE_USD, (spent, metered)
+
+            env.custom.patch_namespaced_custom_object(GROUP, VERSION, env.ns, PLURAL, name,
+                                                      {"spec": {"scaling": {"replicas": 2}}})
+            env.wait(lambda: len(env.ready_pods(replicas)) == 2, 300, "a second Ready replica after the restart",
+                     name)
+            assert {p.metadata.uid for p in env.pods(everything)} >= set(before)
+            assert percents_in(titles(slack)) == [first, second], titles(slack)
+        finally:
+            with contextlib.suppress(client.exceptions.ApiException):
+                env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.ns, "budgetpolicies", "budget")
+            env.remove(name)
