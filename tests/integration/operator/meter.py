@@ -38,3 +38,21 @@ def pods_usd(pods: list[Any], at: dt.datetime) -> Decimal:
     for pods that all still run at ``at``."""
     return sum((pod_usd_per_hour(p) * Decimal(str(max(0.0, (at - p.status.start_time).total_seconds()))) / 3600
                 for p in pods if p.status.start_time is not None), Decimal(0))
+
+
+def bind_to_start_usd(pods: list[Any]) -> Decimal:
+    """What the ledger may charge above :func:`pods_usd`, by its documented upper bound
+    (``operator/budget/plan.py`` ``pod_start``): an evaluation that lists a pod bound to its node before its kubelet
+    wrote ``status.startTime`` charges it from the binding (``PodScheduled``), else from its creation, and that
+    charge is not taken back; so each pod's ``startTime`` minus its binding x its price, summed (USD)."""
+    total = Decimal(0)
+    for p in pods:
+        start = p.status.start_time
+        if start is None:
+            continue
+        bound = next((c.last_transition_time for c in p.status.conditions or []
+                      if c.type == "PodScheduled" and c.status == "True" and c.last_transition_time), None)
+        earliest = bound or p.metadata.creation_timestamp
+        lag_s = max(0.0, (start - earliest).total_seconds()) if earliest is not None else 0.0
+        total += pod_usd_per_hour(p) * Decimal(str(lag_s)) / 3600
+    return total

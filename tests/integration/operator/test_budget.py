@@ -240,7 +240,8 @@ def test_thresholds_alert_once_each_then_cap_and_scale_down_through_the_inferenc
     assert ledger_spent(status) >= limit
     assert Decimal(status["remaining"]) == limit - Decimal(status["spent"])
     assert status["enforcedServices"] == [{"namespace": ns, "name": "big", "action": "ScaleDown", "maxReplicas": 1,
-                                           "since": status["enforcedServices"][0]["since"], "dryRun": False}]
+                                           "since": status["enforcedServices"][0]["since"], "dryRun": False,
+                                           "message": "at most 1 replica(s)"}]
     (svc,) = status["ledger"]["services"]
     assert svc["replicas"] == 1 and Decimal(svc["costUSDPerHour"]) == PRICE_USD_PER_REPLICA_HOUR
     conds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
@@ -301,7 +302,8 @@ def test_a_hard_cap_is_enforced_one_evaluation_and_one_replica_stop_before_the_s
         timeline.stop()
 
     assert status["enforcedServices"] == [{"namespace": ns, "name": "one", "action": "ScaleToZero", "maxReplicas": 0,
-                                           "since": status["enforcedServices"][0]["since"], "dryRun": False}]
+                                           "since": status["enforcedServices"][0]["since"], "dryRun": False,
+                                           "message": "at most 0 replica(s)"}]
     spent = Decimal(status["spent"])
     assert spent < limit and status["state"] == "Warning"
     (record,) = [r for r in status["thresholds"] if not r.get("forecast")]
@@ -543,7 +545,8 @@ def test_dry_run_reports_enforcement_without_annotating_or_scaling(api: Any, ope
     status = wait_for(lambda: (s := get_policy(api, ns, "budget").get("status") or {}).get("enforcedServices")
                       and s["enforcedServices"][0]["action"] == "ScaleToZero" and s, 90, "ScaleToZero reported")
     assert status["enforcedServices"] == [{"namespace": ns, "name": "two", "action": "ScaleToZero", "maxReplicas": 0,
-                                           "since": status["enforcedServices"][0]["since"], "dryRun": True}]
+                                           "since": status["enforcedServices"][0]["since"], "dryRun": True,
+                                           "message": "at most 0 replica(s)"}]
     evaluations_after(api, ns, "budget", dt.datetime.now(dt.UTC), 3)
     isvc = get_isvc(api, ns, "two")
     assert not [k for k in isvc["metadata"].get("annotations") or {} if k.startswith("budget.modalscale.io/")]
