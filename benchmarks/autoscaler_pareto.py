@@ -235,6 +235,23 @@ def why_not(g: dict[str, Any], d: dict[str, Any] | None) -> list[str]:
     return reasons
 
 
+def image_traces(azure: str | None, mooncake: str | None, servegen: str | None, seed: int
+                 ) -> list[tuple[Trace, float]]:
+    """The traces with images and each one's p95 target, ms: Azure conv 2023 and Mooncake conv (images attached,
+    half the requests), ServeGen's peak hour (each given by path; None leaves it out) and the generated modality
+    shift, for ``seed`` (the shift's is ``seed + 1``). Also used by ``autoscaler_staged.py``."""
+    traces: list[tuple[Trace, float]] = []
+    mix = ImageMix(image_fraction=0.5)
+    if azure:
+        traces.append((read_azure_llm_trace(azure, mix, random_state=seed, name="azure-conv-2023"), 2000.0))
+    if mooncake:
+        traces.append((read_mooncake_trace(mooncake, mix, random_state=seed, name="mooncake-conv"), 10000.0))
+    if servegen:
+        traces.append((servegen_trace(servegen, random_state=seed, name="servegen-peak-hour"), 2000.0))
+    traces.append((modality_shift_trace(random_state=seed + 1), 5000.0))
+    return traces
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--azure", type=Path, help="azure_llm_2023_conv_1h.csv")
@@ -261,15 +278,7 @@ def main() -> int:
     summary: list[tuple[str, int, float, dict[str, Any], list[str]]] = []
 
     for seed in range(args.seeds):
-        traces: list[tuple[Trace, float]] = []
-        mix = ImageMix(image_fraction=0.5)
-        if args.azure:
-            traces.append((read_azure_llm_trace(args.azure, mix, random_state=seed, name="azure-conv-2023"), 2000.0))
-        if args.mooncake:
-            traces.append((read_mooncake_trace(args.mooncake, mix, random_state=seed, name="mooncake-conv"), 10000.0))
-        if args.servegen:
-            traces.append((servegen_trace(args.servegen, random_state=seed, name="servegen-peak-hour"), 2000.0))
-        traces.append((modality_shift_trace(random_state=seed + 1), 5000.0))
+        traces = image_traces(args.azure, args.mooncake, args.servegen, seed)
         if perf is not None and args.mooncake:
             long = long_request_trace(args.mooncake, perf, random_state=seed, name="long-request")
             traces.append((long, llm_target_ms(long)))

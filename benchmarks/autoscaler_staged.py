@@ -31,8 +31,10 @@ model's image terms (``simulate_staged`` docstring); start-up delay lognormal, m
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -42,14 +44,13 @@ import numpy as np
 
 from modalscale.autoscaler.simulate import SWEEP_GRID, SimulationConfig, train_default_model
 from modalscale.autoscaler.simulate_staged import StagedConfig, compare_layouts
-from modalscale.autoscaler.traces import (
-    ImageMix,
-    Trace,
-    modality_shift_trace,
-    read_azure_llm_trace,
-    read_mooncake_trace,
-    servegen_trace,
-)
+from modalscale.autoscaler.traces import Trace
+
+_spec = importlib.util.spec_from_file_location("autoscaler_pareto", Path(__file__).with_name("autoscaler_pareto.py"))
+assert _spec is not None and _spec.loader is not None
+pareto = importlib.util.module_from_spec(_spec)
+sys.modules["autoscaler_pareto"] = pareto
+_spec.loader.exec_module(pareto)
 
 STAGED = StagedConfig()
 
@@ -130,15 +131,7 @@ def main() -> int:
     only = set(args.only.split(",")) if args.only else None
     rows: list[tuple[str, int, dict[str, Any]]] = []
     for seed in range(args.seeds):
-        traces: list[tuple[Trace, float]] = []
-        mix = ImageMix(image_fraction=0.5)
-        if args.azure:
-            traces.append((read_azure_llm_trace(args.azure, mix, random_state=seed, name="azure-conv-2023"), 2000.0))
-        if args.mooncake:
-            traces.append((read_mooncake_trace(args.mooncake, mix, random_state=seed, name="mooncake-conv"), 10000.0))
-        if args.servegen:
-            traces.append((servegen_trace(args.servegen, random_state=seed, name="servegen-peak-hour"), 2000.0))
-        traces.append((modality_shift_trace(random_state=seed + 1), 5000.0))
+        traces = pareto.image_traces(args.azure, args.mooncake, args.servegen, seed)
         for trace, target in traces:
             if only is not None and trace.name not in only:
                 continue
