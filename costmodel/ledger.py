@@ -143,6 +143,9 @@ class PodRun:
     node_gone: bool = False
     """Its node object is gone: charged to where the ledger stopped charging it when the node was silent
     (``LedgerEntry.unheard``), else by its own stop."""
+    bound: datetime | None = None
+    """When it was bound to its node (``PodScheduled`` True, else ``metadata.creationTimestamp``; UTC): from then
+    on an evaluation counts it among the replicas, though its kubelet may write ``start`` later. None: ``start``."""
 
     @property
     def cut(self) -> bool:
@@ -150,12 +153,16 @@ class PodRun:
         return self.unheard_since is not None or self.node_gone
 
     def in_force_at(self, when: datetime) -> bool:
-        """True when the pod had started by ``when`` and its stop, if any, is not before ``when``: the pods an
-        evaluation at ``when`` counted. Kubernetes stamps whole seconds and ``observedTime`` is floored to whole
-        seconds, so a pod deleted within the second of the evaluation that listed it running carries a stop equal
-        to ``when`` (a ``deletionTimestamp`` with grace 0); it was one of that evaluation's replicas, not one gone
-        before it."""
-        return (self.start is None or self.start <= when) and (self.stop is None or self.stop >= when)
+        """True when the pod had started or been bound (:attr:`bound`) by ``when`` and its stop, if any, is not
+        before ``when``: the pods an evaluation at ``when`` counted. Kubernetes stamps whole seconds and
+        ``observedTime`` is floored to whole seconds, so a pod deleted within the second of the evaluation that
+        listed it running carries a stop equal to ``when`` (a ``deletionTimestamp`` with grace 0); it was one of
+        that evaluation's replicas, not one gone before it. A pod that evaluation listed bound whose kubelet wrote
+        ``startTime`` after it was one of its replicas too: taken for a new pod, the replica it was counted as was
+        charged a second time, as one gone unseen (issue 21: 18 s for a pod that ran 7)."""
+        first = self.start if self.bound is None or (self.start is not None and self.start < self.bound) \
+            else self.bound
+        return (first is None or first <= when) and (self.stop is None or self.stop >= when)
 
     def microseconds_in(self, start: datetime, end: datetime) -> int:
         """Microseconds of ``[start, end)`` during which the pod ran."""

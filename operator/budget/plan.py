@@ -385,6 +385,19 @@ def pod_start(pod: Mapping[str, Any]) -> dt.datetime | None:
     return _time_or_none((pod.get("metadata") or {}).get("creationTimestamp"))
 
 
+def pod_bound(pod: Mapping[str, Any]) -> dt.datetime | None:
+    """When an evaluation first counted a pod among the replicas (:func:`modalscale.operator.isvc.plan.running_replicas`
+    counts it once bound to a node): its ``PodScheduled`` condition's turn to True, else its
+    ``metadata.creationTimestamp``; None when neither is readable or it is not bound (UTC)."""
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return None
+    bound = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                  if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+    if bound is not None and (when := _time_or_none(bound.get("lastTransitionTime"))) is not None:
+        return when
+    return _time_or_none((pod.get("metadata") or {}).get("creationTimestamp"))
+
+
 def pod_runs(pods: Sequence[Mapping[str, Any]],
              node_labels: Mapping[str, Mapping[str, str]] | None = None,
              node_health: Mapping[str, NodeHealth] | None = None) -> tuple[PodRun, ...]:
@@ -433,7 +446,8 @@ def pod_runs(pods: Sequence[Mapping[str, Any]],
         node = (p.get("spec") or {}).get("nodeName")
         labels = node_labels.get(node) if node_labels is not None and node is not None else None
         unheard, gone = _node_state(node, node_health)
-        out.append(PodRun(str(meta.get("name", "")), start, stop, pod_tier(p, labels), unheard, gone))
+        out.append(PodRun(str(meta.get("name", "")), start, stop, pod_tier(p, labels), unheard, gone,
+                          bound=pod_bound(p)))
     return tuple(sorted(out, key=lambda r: r.name))
 
 
@@ -474,7 +488,7 @@ def gone_pod_runs(gone: Sequence[GonePod],
         unheard, node_gone = _node_state(node, node_health)
         run = PodRun(str(meta.get("name", "")), pod_start(g.pod), min(stops),
                      pod_tier(g.pod, (node_labels or {}).get(node) if node_labels is not None else None),
-                     unheard, node_gone)
+                     unheard, node_gone, bound=pod_bound(g.pod))
         if run.name not in out or (run.stop or g.seen_at) < (out[run.name].stop or g.seen_at):
             out[run.name] = run
     return tuple(sorted(out.values(), key=lambda r: r.name))

@@ -683,6 +683,29 @@ def test_after_an_enforced_scale_to_zero_an_evaluation_mid_scale_down_charges_no
     assert e2.budget.state.value == "Warning"
 
 
+def test_a_pod_counted_before_its_kubelet_wrote_start_time_is_not_also_charged_as_a_replica_gone_unseen() -> None:
+    # Issue 21, the over-charge of test_ha's mid-reconcile kill (ci49: +27 pod-seconds; stop 37's CI: +2): E0 at T0
+    # lists vc-0 bound at T0 - 1 s (PodScheduled) with no startTime yet: it is one of E0's replicas, charged from
+    # its binding (pod_start's documented upper bound). Its kubelet then writes startTime T0 + 3 s, and the next
+    # evaluation comes 10 s later (the operator was killed between). The pod listed then started after E0, so the
+    # ledger took it for a new pod and E0's replica for one gone unseen, charging that one all of [T0, T0 + 10 s)
+    # on top of the pod's own run: 18 s for a pod that ran 7. It is the same pod, counted since its binding:
+    # E0's 1 s + its own 7 s = 8 s (at most the meter's 7 s + its binding-to-start 4 s).
+    policy = make_policy(limit={"amount": "100", "currency": "USD"})
+    pod = dict(make_pod("vc", 0), status={"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-30T09:59:59Z"}]})
+    pod["metadata"]["creationTimestamp"] = "2026-11-30T09:59:58Z"
+    isvc = make_isvc(scaling={"minReplicas": 1, "maxReplicas": 1})
+    e0 = plan_policy(policy, observed(isvc, pods={"ml": [pod]}), CATALOG, [], T0)
+    started = dict(pod, status={**pod["status"], "phase": "Running", "startTime": "2026-11-30T10:00:03Z"})
+    e1 = plan_policy(persisted(policy, e0.status_patch), observed(isvc, pods={"ml": [started]}), CATALOG, [],
+                     T0 + dt.timedelta(seconds=10))
+    second_usd = Decimal("0.600125239") / 3600
+    assert e0.budget is not None and e0.budget.spent_usd == (1 * second_usd).quantize(Decimal("1e-9"))
+    assert e1.budget is not None
+    assert e1.budget.spent_usd == e0.budget.spent_usd + (7 * second_usd).quantize(Decimal("1e-9"))
+
+
 def test_pod_runs_take_each_pods_own_start_and_stop() -> None:
     from modalscale.costmodel.ledger import PodRun
     from modalscale.operator.budget.plan import pod_runs
@@ -730,10 +753,11 @@ def test_a_bound_pod_without_a_start_time_starts_at_its_binding_then_its_creatio
                                                "conditions": [scheduled]})
     at = dt.datetime.fromisoformat
     assert pod_runs([bound, only_created, unscheduled_cond, started]) == (
-        PodRun("vc-0", at("2026-11-30T09:59:58+00:00")),
-        PodRun("vc-1", at("2026-11-30T09:59:50+00:00")),
-        PodRun("vc-2", at("2026-11-30T09:59:50+00:00")),
-        PodRun("vc-3", at("2026-11-30T10:00:01+00:00")))  # its own start wins
+        PodRun("vc-0", at("2026-11-30T09:59:58+00:00"), bound=at("2026-11-30T09:59:58+00:00")),
+        PodRun("vc-1", at("2026-11-30T09:59:50+00:00"), bound=at("2026-11-30T09:59:50+00:00")),
+        PodRun("vc-2", at("2026-11-30T09:59:50+00:00"), bound=at("2026-11-30T09:59:50+00:00")),
+        # its own start wins; it was counted since its binding
+        PodRun("vc-3", at("2026-11-30T10:00:01+00:00"), bound=at("2026-11-30T09:59:58+00:00")))
 
 
 def test_a_pod_bound_mid_interval_without_a_start_time_is_charged_from_its_binding_not_the_interval() -> None:

@@ -170,7 +170,7 @@ def test_a_pod_deleted_before_its_kubelet_wrote_a_start_time_is_charged_from_its
     body["status"]["conditions"] = [{"type": "Ready", "status": "False", "lastTransitionTime": text(at(9))},
                                     {"type": "PodScheduled", "status": "True", "lastTransitionTime": text(at(10))}]
     (run,) = gone_pod_runs([GonePod(trim_pod(body), at(16))])
-    assert (run.start, run.stop) == (at(10), at(15))
+    assert (run.start, run.stop, run.bound) == (at(10), at(15), at(10))
     del body["status"]["conditions"]
     (run,) = gone_pod_runs([GonePod(trim_pod(body), at(16))])
     assert (run.start, run.stop) == (at(9), at(15))
