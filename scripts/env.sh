@@ -1,5 +1,5 @@
 # Sourced by scripts/test.sh and scripts/demo.sh: a project virtualenv with everything installed.
-# Installs only when pyproject.toml changed since the last install (a stamp in .venv).
+# Installs only when pyproject.toml or constraints.txt changed since the last install (a stamp in .venv).
 EXTRAS=${MODALSCALE_EXTRAS:-test,runtime,openvino,demo}
 UV_VERSION=0.13.9
 ensure_system_packages() {
@@ -63,13 +63,15 @@ ensure_python_env() {
   py=$(command -v python3.11 || command -v python3)
   [ -x .venv/bin/python ] || "$py" -m venv .venv
   local stamp
-  stamp=".venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-$EXTRAS"
+  stamp=".venv/.installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)-$EXTRAS"
   if [ ! -f "$stamp" ]; then
     # uv (PyPI) installs the same versions pip resolves (checked with `pip freeze` side by side, 4 Dec 2026), from its
     # own cache by hard links: 12 s for a fresh clone's .venv on a warm machine, where pip unpacked every wheel again
     # (113 s: torch, openvino, ...). A cold machine downloads once into ~/.cache/uv.
     .venv/bin/python -m pip install -q --upgrade pip "uv==$UV_VERSION"
-    .venv/bin/uv pip install --python .venv/bin/python -q -e ".[$EXTRAS]"
+    # -c constraints.txt: the versions CI ran green, not what PyPI has today (a new release changed a clean
+    # clone's .venv and rebuilt the runtime image's dependency layer once, ci49).
+    .venv/bin/uv pip install --python .venv/bin/python -q -c constraints.txt -e ".[$EXTRAS]"
     rm -f .venv/.installed-*
     touch "$stamp"
   fi
