@@ -83,10 +83,12 @@ above the meter, 0.17e-6 over a bound that allowed none of this for the 4 pods t
 
 def _assert_ledger_matches(spent: Decimal, metered: Decimal, meter: Meter, at: str) -> None:
     """The ledger equals the meter within rounding below it, and within rounding plus each stopped pod's
-    :data:`STOP_SLACK_S` above it; the metered runs are in the message when it does not."""
-    slack = meter.stop_slack_usd(parse_time(at, "observedTime"))
+    :data:`STOP_SLACK_S` and each pod's binding-to-start (:meth:`Meter.bind_slack_usd`) above it; the metered runs
+    are in the message when it does not."""
+    when = parse_time(at, "observedTime")
+    slack = meter.stop_slack_usd(when) + meter.bind_slack_usd(when)
     assert -LEDGER_TOLERANCE_USD <= spent - metered <= LEDGER_TOLERANCE_USD + slack, (
-        spent, metered, slack, meter.runs(parse_time(at, "observedTime")))
+        spent, metered, slack, meter.runs(when))
 
 
 class Meter:
@@ -189,6 +191,24 @@ class Meter:
             stopped = [p for uid, p in self.pods.items() if p.spec.node_name and p.status.start_time
                        and (stop := self.stop_of(uid)) is not None and stop <= at]
         return sum((self.price_usd_per_hour(p) * STOP_SLACK_S / 3600 for p in stopped), Decimal(0))
+
+    def bind_slack_usd(self, at: dt.datetime) -> Decimal:
+        """What the ledger may charge above :meth:`usd` by its documented upper bound (``pod_start`` in
+        ``operator/budget/plan.py``): an evaluation that lists a pod bound before its kubelet wrote ``startTime``
+        charges it from the binding (``PodScheduled`` True, else its creation); so each pod's binding to its start
+        (or to ``at``, when later), at its price."""
+        total = Decimal(0)
+        with self._lock:
+            pods = [p for p in self.pods.values() if p.spec.node_name and p.status.start_time]
+        for pod in pods:
+            bound = next((c.last_transition_time for c in pod.status.conditions or []
+                          if c.type == "PodScheduled" and c.status == "True" and c.last_transition_time),
+                         pod.metadata.creation_timestamp)
+            if bound is None:
+                continue
+            lag_s = max(0.0, (min(pod.status.start_time, at) - bound).total_seconds())
+            total += self.price_usd_per_hour(pod) * Decimal(str(lag_s)) / 3600
+        return total
 
     def rate_usd_per_s(self) -> Decimal:
         """The pods running now, priced per second."""
