@@ -34,6 +34,7 @@ from decimal import Decimal
 
 from modalscale.api import conditions as C
 from modalscale.api.budgetpolicy import BudgetSpec, Threshold
+from modalscale.autoscaler.policy import split_staged_cap
 from modalscale.costmodel.budget.alerts import BudgetAlert, action_lines, plan_alerts
 from modalscale.costmodel.budget.enforce import (
     EnforcementAction,
@@ -136,13 +137,21 @@ def rates_after_enforcement(services: Sequence[ServiceState], plan: BudgetPlan, 
     (``before.enforced``, same period, not dry run) counts: a cap that was already in force and still sees more
     replicas did not take effect, and the observed replicas are what is charged.
 
+    A staged service's cap counts both pools (issue 24): the operator's planner splits it
+    (:func:`~modalscale.autoscaler.policy.split_staged_cap`, by the price of a replica of each pool), so its front
+    runs its share (:func:`front_after_cap`), not the whole cap, and may be lowered while its own count is within
+    the cap. Only the front has a rate in the ledger (``LedgerEntry.replicas`` and ``cost_usd_per_hour``: what a
+    replica gone unseen is charged at); the image encoder pool is a side pool (``ledger.PodPool``) whose pods are
+    charged by their own start and stop at its own price whatever count is in force, so a pool pod the cap removes
+    costs until its own stop and nothing is held for the pool.
+
     Args:
         services: The selected services as observed at this evaluation (the input of :func:`plan_budget`).
         plan: Its plan.
         before: The ``alert_state`` that :func:`plan_budget` was given.
     Returns:
-        One observation per service lowered (known replicas above its enforced maximum): replicas = that
-        maximum, same price. Pass to ``ledger.with_rates_in_force``.
+        One observation per service lowered (known replicas above what its enforced maximum leaves it): replicas =
+        that count, same price. Pass to ``ledger.with_rates_in_force``.
     """
     caps = plan.effective_max_replicas()
     old = ({(e.namespace, e.name): e.max_replicas for e in before.enforced if not e.dry_run}
@@ -151,12 +160,28 @@ def rates_after_enforcement(services: Sequence[ServiceState], plan: BudgetPlan, 
     for s in services:
         key = (s.namespace, s.name)
         cap = caps.get(key)
-        if cap is None or s.replicas is None or s.replicas <= cap:
+        if cap is None or s.replicas is None:
+            continue
+        runs = front_after_cap(s, cap)
+        if s.replicas <= runs:
             continue
         if s.pods is None and key in old and old[key] <= cap:
             continue  # in force since an earlier evaluation and still exceeded: charge what runs
-        out.append(ServiceObservation(s.namespace, s.name, cap, s.usd_per_replica_hour))
+        out.append(ServiceObservation(s.namespace, s.name, runs, s.usd_per_replica_hour))
     return out
+
+
+def front_after_cap(s: ServiceState, cap: int) -> int:
+    """The replicas ``s`` runs under a replica cap of ``cap`` (pure; its known ``replicas``): ``min(replicas,
+    cap)``; for a staged service (``pool_max_replicas``) the front's share of the cap over both pools with its
+    running image encoder pods, as the operator's planner splits it (``split_staged_cap``, by the price of a
+    replica of each pool at the service's tier; a price not known: by the counts)."""
+    replicas = s.replicas or 0
+    if not s.pool_max_replicas:
+        return min(replicas, cap)
+    pool = sum(1 for p in s.pools for pod in p.pods if pod.stop is None)
+    pool_price = next((p.usd_per_pod_hour for p in s.pools), None)
+    return split_staged_cap(replicas, pool, cap, s.usd_per_replica_hour, pool_price).front
 
 
 def scoped_spend(spec: BudgetSpec, spent: Decimal, closed: ClosedPeriod | None, tenants: TenantSpend | None,
@@ -313,5 +338,5 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
         tenant_spent_usd=spent if spec.selector.tenants else None, budgeted=budgeted(spec, services))
 
 
-__all__ = ["BudgetPlan", "budget_state", "budgeted", "plan_budget", "rates_after_enforcement", "reject_lines",
-           "scoped_spend", "tenant_blind"]
+__all__ = ["BudgetPlan", "budget_state", "budgeted", "front_after_cap", "plan_budget", "rates_after_enforcement",
+           "reject_lines", "scoped_spend", "tenant_blind"]

@@ -23,7 +23,9 @@ A staged service (``spec.stages``): after the front's decision the daemon makes 
 ``scale_isvc`` like the front's, so ``plan_isvc`` stays the single writer of the pool's Deployment replicas too,
 and the plan's Event (``image encoder pool: 1 -> 2 (REASON: ...)``) is posted on the InferenceService. Each pool
 decision is exported with the front's metrics, labelled ``stage="image-encoder"`` (``AutoscalerMetrics``).
-While the front is at 0 the pool takes no decision (it is at 0 as well) and its gauges are dropped. Under a
+While the front is at 0 the pool takes no decision (it is at 0 as well) and its gauges are dropped; while the
+front's Deployment is not found it takes none either (``plan.pool_decision_held``: the front's count and traffic
+are not known). Under a
 BudgetPolicy cap, which counts both pools, the front decides under its share (``isvc.plan.front_budget_cap``, priced
 with ``isvc.reconcile.stage_prices``) and the pool under its own (``isvc.plan.image_encoder_budget_cap``): the
 counts the single planner's split leaves each.
@@ -70,6 +72,7 @@ from modalscale.operator.autoscale.plan import (
     plan_activation,
     plan_autoscale,
     plan_image_encoder_autoscale,
+    pool_decision_held,
 )
 from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.objects import STAGE_FRONT, STAGE_IMAGE_ENCODER, image_encoder_name
@@ -279,8 +282,11 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
         stored = read_isvc_status(raw)
         item = stored.stage(STAGE_IMAGE_ENCODER)
         pool = read_json(deps.observer.apps.read_namespaced_deployment, image_encoder_name(spec), namespace)
-        if item is None or pool is None:
-            return state  # the reconcile creates the pool and its status item first
+        front_deployment = read_json(deps.observer.apps.read_namespaced_deployment, name, namespace)
+        held = pool_decision_held(stored, front_deployment, pool)
+        if held is not None or item is None or pool is None:
+            logger.debug("No decision for the image encoder pool of InferenceService: %s", held)
+            return state  # the reconcile creates the pool, its status item and the front first
         if state is None:
             state = item.autoscaler.state if item.autoscaler is not None and item.autoscaler.state else ScalerState()
         now = deps.clock()

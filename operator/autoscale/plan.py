@@ -250,6 +250,31 @@ class PoolAutoscalePlan:
         return (pool_scale_event(item, block.autoscaler, applied),)
 
 
+def pool_decision_held(status: IsvcStatus, front: dict[str, Any] | None, pool: dict[str, Any] | None
+                       ) -> str | None:
+    """Why the image encoder pool takes no decision now, or None when it may (pure; issue 24).
+
+    The reconcile creates the pool's Deployment and its ``status.stages`` item first. The front's Deployment (as
+    read under the object's lock) must exist too: the pool's share of a BudgetPolicy cap over both pools is split
+    with the front's count (``isvc.plan.image_encoder_budget_cap``), which the planner takes from
+    ``status.desiredReplicas`` only while that Deployment exists (``decide_replicas``), and the front is what sends
+    the pool its work. Without it (before the first reconcile creates it, deleted) that count and that traffic are
+    not known: the pool holds, as the front's own decision does without its Deployment, rather than scale on data
+    that could not be read (the planner still splits any cap on each reconcile).
+
+    Args:
+        status: The InferenceService's status as read now.
+        front, pool: The Deployments ``<name>`` and ``<name>-image-encoder`` as read now; None = not found.
+    """
+    if status.stage(STAGE_IMAGE_ENCODER) is None:
+        return "status.stages has no image-encoder item yet"
+    if pool is None:
+        return "the image encoder pool's Deployment is not found"
+    if front is None:
+        return "the front's Deployment is not found"
+    return None
+
+
 def plan_image_encoder_autoscale(status: IsvcStatus, decision: Decision | None, reading: MetricsReading, *,
                                  now: dt.datetime, utilization_ratio: float | None = None,
                                  refresh_s: float = 60.0) -> PoolAutoscalePlan:

@@ -19,7 +19,8 @@ Rules decided here (the rest is ``plan_budget``'s):
   interval is charged for what ran in it, not for the count seen at the evaluation that opened it. Pods gone
   before the evaluation lists them are passed too, from the operator's pod watch (:attr:`BudgetObserved.gone`,
   :func:`gone_pod_runs`): each is charged to when it stopped, not up to the evaluation that no longer lists it. While an
-  enforced cap is in force the replicas in force are at most the cap (``rates_after_enforcement``): the cap
+  enforced cap is in force the replicas in force are at most the cap (a staged service's front: its share of the
+  cap over both pools; ``rates_after_enforcement``): the cap
   annotations are written before the status and the InferenceService reconcile applies them within seconds;
   a pod still listed at the next evaluation (the cap did not take effect) is charged by its own timestamps.
 * **Enforcement** is written only as the annotation ``budget.modalscale.io/cap-<sha256(ns/name)[:10]>`` on each

@@ -698,7 +698,9 @@ def image_encoder_budget_cap(spec: IsvcSpec, status: IsvcStatus, cap: int | None
     Fixed: ``spec.scaling.replicas``), as :func:`decide_replicas` takes it: what :func:`staged_replicas` leaves a
     pool that wants more. Any count up to it is one the split keeps, so the pool's record
     (``status.stages[image-encoder].autoscaler.desiredReplicas``) is the count the planner writes (as
-    :func:`front_budget_cap` for the front). 0 when the front's count is 0 or the cap is."""
+    :func:`front_budget_cap` for the front). 0 when the front's count is 0 or the cap is. Taken from status, that
+    count is the planner's only while the front's Deployment exists: without it the pool takes no decision
+    (``operator.autoscale.plan.pool_decision_held``)."""
     if cap is None or spec.stages is None:
         return cap
     sc = spec.scaling

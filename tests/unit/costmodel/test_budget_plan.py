@@ -575,6 +575,43 @@ def test_only_a_new_or_lower_cap_lowers_the_rate_charged_from_now_on(make_spec) 
     assert rates_after_enforcement(services, dry, AlertState()) == []  # nothing is applied in a dry run
 
 
+def test_a_staged_services_rate_in_force_is_its_fronts_share_of_the_cap_over_both_pools(make_spec) -> None:
+    """Issue 24 review: a cap over both pools is split (``split_staged_cap``: the costlier replica gives up first,
+    never below 1), so after enforcement the front runs its share, not the whole cap, and a front within the whole
+    cap may still be lowered. The image encoder pool has no rate in the ledger (a side pool, ``PodPool``: each pod
+    charged by its own start and stop at its own price), so only the front's count is held there.
+
+    Cap 4. a: front 3 at 2 USD/h (costlier), pool 3 at 1 USD/h: 6 > 4, the front gives up 2 -> front 1 + pool 3
+    (front 3 <= 4 alone: nothing was lowered before). b: front 5 at 1 USD/h, pool 2 at 3 USD/h (costlier): the pool
+    gives up 1 (to its floor 1), then the front 2 -> front 3 + pool 1 (the front at the whole cap 4 before)."""
+    from modalscale.costmodel.ledger import PodPool, PodRun, with_rates_in_force
+
+    spec = make_spec(thresholds=[{"percent": 80, "actions": ["CapReplicas"], "capReplicas": 4}])
+    start, now = utc(2026, 5, 1, 8), utc(2026, 5, 1, 9)
+
+    def staged(name: str, front: int, front_price: str, pool: int, pool_price: str) -> ServiceState:
+        return replace(svc(name, front, front_price, max_replicas=5), pool_max_replicas=4,
+                       pods=tuple(PodRun(f"{name}-{i}", start) for i in range(front)),
+                       pools=(PodPool("image-encoder", tuple(PodRun(f"{name}-image-encoder-{i}", start)
+                                                             for i in range(pool)), D(pool_price)),))
+
+    services = [staged("a", 3, "2", 3, "1"), staged("b", 5, "1", 2, "3")]
+    plan = plan_budget(spec, D(85), services, AlertState(), now)
+    assert plan.effective_max_replicas() == {("team-search", "a"): 4, ("team-search", "b"): 4}
+    lowered = rates_after_enforcement(services, plan, AlertState())
+    assert lowered == [ServiceObservation("team-search", "a", 1, D("2")),
+                       ServiceObservation("team-search", "b", 3, D("1"))]
+    # What the next evaluation charges a, a minute later: its 2 front pods removed by the cap are gone unseen (no
+    # record), its pool's 3 pods still run. Front: the 1 pod in force, 60 s x 2 USD/h = 120/3600 = 0.033333333;
+    # pool: 3 x 60 s x 1 USD/h = 0.05; 0.083333333 USD. With the front's 3 replicas in force (not lowered), 2 gone
+    # unseen would be charged the whole minute too: 3 x 60 x 2 / 3600 + 0.05 = 0.15.
+    first = advance(Ledger(), [services[0].observation()], now, "Daily")
+    ledger = with_rates_in_force(first.ledger, [o for o in lowered if o.name == "a"])
+    later = replace(services[0], replicas=1, pods=services[0].pods[:1])  # type: ignore[index]
+    second = advance(ledger, [later.observation()], now + timedelta(minutes=1), "Daily")
+    assert second.spent_usd - first.spent_usd == D("0.083333333")
+
+
 # ------------------------------------------------------------------ unknown price: the known spend is a lower bound
 def _hard_cap_spec(make_spec):
     return make_spec(thresholds=[{"percent": 100, "actions": ["Alert", "ScaleToZero"]}])

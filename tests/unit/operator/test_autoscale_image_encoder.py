@@ -284,9 +284,10 @@ def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers
                 pool_replicas: int = 2, metrics: tuple[CollectorRegistry, AutoscalerMetrics] | None = None,
                 front: MetricsReading | None = None, stages: dict[str, Any] | None = STAGES,
                 deployment_write_fails: bool = False, applied: StageRecord | None = None,
-                annotations: dict[str, str] | None = None) -> dict[str, Any]:
+                annotations: dict[str, str] | None = None, front_replicas: int | None = 3) -> dict[str, Any]:
     """One ``decide_pool_once`` with stand-ins for the Kubernetes reads and writes: what it read, wrote, posted
-    (``events``) and exported (``registry``: ``metrics``', default :func:`fresh_metrics`)."""
+    (``events``) and exported (``registry``: ``metrics``', default :func:`fresh_metrics`). ``front_replicas``: the
+    front's Deployment ``vc`` (None: not found)."""
     import logging
     import threading
     import types
@@ -305,12 +306,14 @@ def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers
     raw = inference_service("vc", "ml", uid="u1", scaling=SCALING, stages=stages, annotations=annotations or {})
     raw["status"] = status
     pool = {"spec": {"replicas": pool_replicas}, "status": {"readyReplicas": pool_replicas}}
+    deployments = {"vc-image-encoder": pool}
+    if front_replicas is not None:
+        deployments["vc"] = {"spec": {"replicas": front_replicas}, "status": {"readyReplicas": front_replicas}}
     deps: Any = types.SimpleNamespace(
         autoscale=types.SimpleNamespace(reader=Reader(), metrics=exported),
         observer=types.SimpleNamespace(
             read_isvc=lambda ns, name: raw,
-            apps=types.SimpleNamespace(read_namespaced_deployment=lambda name, ns, **_: pool if name ==
-                                       "vc-image-encoder" else None)),
+            apps=types.SimpleNamespace(read_namespaced_deployment=lambda name, ns, **_: deployments.get(name))),
         writer=types.SimpleNamespace(patch_isvc_status=lambda ns, name, st, stored: seen["patched"].append(st),
                                      event=lambda body, type_, reason, message, log: seen["events"].append(
                                          (body["metadata"]["name"], type_, reason, message))),
@@ -592,6 +595,43 @@ def test_the_pools_autoscaler_decides_under_its_share_of_the_cap_and_the_planner
         assert (block.desired_replicas, block.reason) == (share, "CappedByBudget")
         assert f"capped by budget at {share} (the image encoder pool's share of the cap of 4" in block.message
         assert split_staged_cap(3, share, 4, *prices).image_encoder == share  # the planner writes it
+
+
+def test_the_pool_takes_no_decision_while_the_fronts_deployment_cannot_be_read() -> None:
+    """Issue 24 review: the pool's share of a cap over both pools (``image_encoder_budget_cap``) is split with the
+    front's count, which the planner takes from ``status.desiredReplicas`` only while the front's Deployment exists
+    (``decide_replicas``: ``minReplicas`` without it). Without that Deployment (before the first reconcile creates
+    it, or deleted) the front's count and its traffic to the pool are not known: the pool holds (no decision), as
+    the front's own daemon does (``decide_once``), rather than scale on data that could not be read. So also
+    without the pool's Deployment or its status item (the reconcile creates them first)."""
+    from modalscale.operator.autoscale.plan import pool_decision_held
+
+    stored = IsvcStatus(desired_replicas=3, stages=(StageRecord("front", 3, 3), StageRecord("image-encoder", 2, 2)))
+    front, pool = {"spec": {"replicas": 3}}, {"spec": {"replicas": 2}}
+    assert pool_decision_held(stored, front, pool) is None
+    assert pool_decision_held(stored, None, pool) == "the front's Deployment is not found"
+    assert pool_decision_held(stored, front, None) == "the image encoder pool's Deployment is not found"
+    assert pool_decision_held(IsvcStatus(desired_replicas=3), front, pool) == (
+        "status.stages has no image-encoder item yet")
+
+
+def test_the_daemon_holds_the_pool_without_the_fronts_deployment_under_a_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With its front's Deployment (3 replicas) the pool scales 2 -> 3 under its share of the cap of 6 (the encoder
+    replica costlier: 6 - 3); without it nothing is decided, written, posted or exported, and the scaler's memory
+    is kept."""
+    from decimal import Decimal
+
+    from modalscale.api.annotations import BudgetCap, cap_annotation_key
+    from modalscale.operator.autoscale import handlers
+
+    cap = {cap_annotation_key("ml", "daily"): BudgetCap(6, "ml/daily", "CapReplicas").encode()}
+    monkeypatch.setattr(handlers, "pool_prices", lambda deps, spec, raw: (Decimal("0.31"), Decimal("0.52")))
+    seen = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0), annotations=cap)
+    [(_, part)] = seen["scaled"]
+    assert part.stage("image-encoder").autoscaler.desired_replicas == 3
+    held = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0), annotations=cap,
+                       front_replicas=None)
+    assert (held["scaled"], held["patched"], held["events"], held["state"]) == ([], [], [], None)
 
 
 def test_the_pools_share_is_a_count_the_planners_split_keeps() -> None:
