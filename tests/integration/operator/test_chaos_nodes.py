@@ -87,6 +87,8 @@ def _assert_ledger_matches(spent: Decimal, metered: Decimal, meter: Meter, at: s
     are in the message when it does not."""
     when = parse_time(at, "observedTime")
     slack = meter.stop_slack_usd(when) + meter.bind_slack_usd(when)
+    if not -LEDGER_TOLERANCE_USD <= spent - metered <= LEDGER_TOLERANCE_USD + slack:
+        print("metered runs:\n  " + "\n  ".join(meter.runs(when)))  # pytest shortens the assertion's list
     assert -LEDGER_TOLERANCE_USD <= spent - metered <= LEDGER_TOLERANCE_USD + slack, (
         spent, metered, slack, meter.runs(when))
 
