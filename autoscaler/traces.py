@@ -667,6 +667,27 @@ def onoff_hour(path: str | Path, duration_s: float = 3600.0) -> tuple[str, float
     return best[3], -best[2]
 
 
+def servegen_aggregate_pmf(path: str | Path, field: str) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """One field's PMF from ServeGen's aggregate PMF file (``servegen_mm_image_aggregate_pmf.csv``: columns
+    ``field``, ``value``, ``prob``), for drawing requests (``rng.choice(values, p=probs)``).
+
+    Args:
+        path: The CSV file.
+        field: ``image_count``, ``text_tokens``, ...
+    Returns:
+        ``(values, probabilities)``, the probabilities renormalised to sum to 1.
+    Raises:
+        SystemExit: The file has no row of ``field`` (a benchmark's argument error, named with the file).
+    """
+    with Path(path).open() as fh:
+        pairs = [(float(r["value"]), float(r["prob"])) for r in csv.DictReader(fh) if r["field"] == field]
+    if not pairs:
+        raise SystemExit(f"{path}: no rows of field {field!r}")
+    values = np.array([v for v, _ in pairs])
+    probs = np.array([p for _, p in pairs])
+    return values, probs / probs.sum()
+
+
 def _servegen_pmfs(path: str | Path, client_id: str, at_s: float) -> dict[str, tuple[NDArray[np.float64],
                                                                                     NDArray[np.float64]]]:
     """``{field: (values, probabilities)}`` of one client's 6 h window that holds ``at_s``."""

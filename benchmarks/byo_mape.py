@@ -65,6 +65,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from modalscale.autoscaler.features import features_from_mapping
 from modalscale.autoscaler.profile_design import compute_ns, to_table
 from modalscale.autoscaler.regressor import ServiceTimeRegressor, baseline_models, evaluate
+from modalscale.autoscaler.traces import servegen_aggregate_pmf
 from modalscale.profile_cli import stats
 from modalscale.runtime.repo_config import CONFIGMAP_SEPARATOR
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
@@ -170,17 +171,6 @@ CONFIGMAP_DATA = {f"{MODEL}{CONFIGMAP_SEPARATOR}config.pbtxt": CONFIG,
 Request = tuple[list[bytes] | None, str | None]
 
 
-def pmf(path: Path, field: str) -> tuple[np.ndarray, np.ndarray]:
-    """(values, probabilities) of ``field`` in ServeGen's aggregate PMF file."""
-    with path.open() as fh:
-        pairs = [(float(r["value"]), float(r["prob"])) for r in csv.DictReader(fh) if r["field"] == field]
-    if not pairs:
-        raise SystemExit(f"{path}: no rows of field {field!r}")
-    values = np.array([v for v, _ in pairs])
-    probs = np.array([p for _, p in pairs])
-    return values, probs / probs.sum()
-
-
 @dataclass(frozen=True)
 class Drawn:
     """One request as the benchmark built it (only to count disagreements with what the gateway read)."""
@@ -200,10 +190,10 @@ class Workload:
         pixels = np.array([w * h for w, h in self.sizes])
         median = float(np.median(pixels))
         self.large = [s for s, p in zip(self.sizes, pixels, strict=True) if p >= median]
-        counts, count_p = pmf(pmf_path, "image_count")
+        counts, count_p = servegen_aggregate_pmf(pmf_path, "image_count")
         keep = counts >= 1  # an image request carries at least one image: ServeGen's PMF given >= 1
         self.counts, self.count_p = counts[keep], count_p[keep] / count_p[keep].sum()
-        tokens, token_p = pmf(pmf_path, "text_tokens")
+        tokens, token_p = servegen_aggregate_pmf(pmf_path, "text_tokens")
         keep = tokens >= 1  # a request with text carries at least one token
         self.tokens, self.token_p = tokens[keep], token_p[keep] / token_p[keep].sum()
         self.max_images = max_images

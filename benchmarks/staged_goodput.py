@@ -57,6 +57,7 @@ import numpy as np
 import yaml
 from kubernetes import client
 
+from modalscale.autoscaler.traces import servegen_aggregate_pmf
 from modalscale.devenv.cluster import LocalCluster
 from modalscale.devenv.images import build_images, import_into_cluster
 from modalscale.devenv.kube import install_crds, wait_for
@@ -100,25 +101,14 @@ def service(name: str, cpu: str, replicas: int, stages: tuple[str, str] | None) 
     return body
 
 
-def pmf(path: Path, field: str) -> tuple[np.ndarray, np.ndarray]:
-    """(values, probabilities) of ``field`` in ServeGen's aggregate PMF file."""
-    with path.open() as fh:
-        pairs = [(float(r["value"]), float(r["prob"])) for r in csv.DictReader(fh) if r["field"] == field]
-    if not pairs:
-        raise SystemExit(f"{path}: no rows of field {field!r}")
-    values = np.array([v for v, _ in pairs])
-    probs = np.array([p for _, p in pairs])
-    return values, probs / probs.sum()
-
-
 class Workload:
     """Requests drawn from ServeGen's image-count and text-token PMFs with COCO image sizes (module docstring)."""
 
     def __init__(self, sizes_path: Path, pmf_path: Path, max_images: int) -> None:
         with sizes_path.open() as fh:
             self.sizes = [(int(r["width"]), int(r["height"])) for r in csv.DictReader(fh)]
-        self.counts, self.count_p = pmf(pmf_path, "image_count")
-        self.tokens, self.token_p = pmf(pmf_path, "text_tokens")
+        self.counts, self.count_p = servegen_aggregate_pmf(pmf_path, "image_count")
+        self.tokens, self.token_p = servegen_aggregate_pmf(pmf_path, "text_tokens")
         self.max_images = max_images
         self.photos = photo_names()
         self.serial = 0
