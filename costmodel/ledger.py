@@ -160,8 +160,7 @@ class PodRun:
         that evaluation's replicas, not one gone before it. A pod that evaluation listed bound whose kubelet wrote
         ``startTime`` after it was one of its replicas too: taken for a new pod, the replica it was counted as was
         charged a second time, as one gone unseen (issue 21: 18 s for a pod that ran 7)."""
-        first = self.start if self.bound is None or (self.start is not None and self.start < self.bound) \
-            else self.bound
+        first = min((t for t in (self.start, self.bound) if t is not None), default=None)
         return (first is None or first <= when) and (self.stop is None or self.stop >= when)
 
     def microseconds_in(self, start: datetime, end: datetime) -> int:

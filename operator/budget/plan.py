@@ -376,10 +376,15 @@ def pod_start(pod: Mapping[str, Any]) -> dt.datetime | None:
     from its interval's start). A pod bound a moment before its kubelet reports it was charged for its
     evaluation's whole interval (31 replica-seconds over 5 pods in scenario 4 of issue 21 at stop 32).
     """
-    status = pod.get("status") or {}
-    if (start := _time_or_none(status.get("startTime"))) is not None:
+    if (start := _time_or_none((pod.get("status") or {}).get("startTime"))) is not None:
         return start
-    bound = next((c for c in status.get("conditions") or []
+    return _binding_time(pod)
+
+
+def _binding_time(pod: Mapping[str, Any]) -> dt.datetime | None:
+    """When its ``PodScheduled`` condition turned True, else its ``metadata.creationTimestamp`` (UTC); None when
+    neither is readable."""
+    bound = next((c for c in (pod.get("status") or {}).get("conditions") or []
                   if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
     if bound is not None and (when := _time_or_none(bound.get("lastTransitionTime"))) is not None:
         return when
@@ -390,13 +395,7 @@ def pod_bound(pod: Mapping[str, Any]) -> dt.datetime | None:
     """When an evaluation first counted a pod among the replicas (:func:`modalscale.operator.isvc.plan.running_replicas`
     counts it once bound to a node): its ``PodScheduled`` condition's turn to True, else its
     ``metadata.creationTimestamp``; None when neither is readable or it is not bound (UTC)."""
-    if not (pod.get("spec") or {}).get("nodeName"):
-        return None
-    bound = next((c for c in (pod.get("status") or {}).get("conditions") or []
-                  if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
-    if bound is not None and (when := _time_or_none(bound.get("lastTransitionTime"))) is not None:
-        return when
-    return _time_or_none((pod.get("metadata") or {}).get("creationTimestamp"))
+    return _binding_time(pod) if (pod.get("spec") or {}).get("nodeName") else None
 
 
 def pod_runs(pods: Sequence[Mapping[str, Any]],
