@@ -47,12 +47,17 @@ def bind_to_start_usd(pods: list[Any]) -> Decimal:
     charge is not taken back; so each pod's ``startTime`` minus its binding x its price, summed (USD)."""
     total = Decimal(0)
     for p in pods:
-        start = p.status.start_time
+        start, earliest = p.status.start_time, bound_at(p)
         if start is None:
             continue
-        bound = next((c.last_transition_time for c in p.status.conditions or []
-                      if c.type == "PodScheduled" and c.status == "True" and c.last_transition_time), None)
-        earliest = bound or p.metadata.creation_timestamp
         lag_s = max(0.0, (start - earliest).total_seconds()) if earliest is not None else 0.0
         total += pod_usd_per_hour(p) * Decimal(str(lag_s)) / 3600
     return total
+
+
+def bound_at(pod: Any) -> dt.datetime | None:
+    """When a ``V1Pod`` was bound to its node as the ledger reads it: its ``PodScheduled`` condition's turn to True,
+    else its creation (None when neither is known)."""
+    bound = next((c.last_transition_time for c in pod.status.conditions or []
+                  if c.type == "PodScheduled" and c.status == "True" and c.last_transition_time), None)
+    return bound or pod.metadata.creation_timestamp

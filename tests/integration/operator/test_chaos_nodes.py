@@ -40,6 +40,7 @@ from modalscale.gateway.health import PROBE_INTERVAL_S, PROBE_TIMEOUT_S
 from modalscale.operator.autoscale.observe import PrometheusReader
 from tests.integration.operator.gateway_load import MODEL, Env, Load, images_imported, ready, start_operator
 from tests.integration.operator.isvc_helpers import GROUP, VERSION
+from tests.integration.operator.meter import bound_at
 from tests.integration.operator.test_budget import (
     get_policy,
     ledger_spent,
@@ -203,9 +204,7 @@ class Meter:
         with self._lock:
             pods = [p for p in self.pods.values() if p.spec.node_name and p.status.start_time]
         for pod in pods:
-            bound = next((c.last_transition_time for c in pod.status.conditions or []
-                          if c.type == "PodScheduled" and c.status == "True" and c.last_transition_time),
-                         pod.metadata.creation_timestamp)
+            bound = bound_at(pod)
             if bound is None:
                 continue
             lag_s = max(0.0, (min(pod.status.start_time, at) - bound).total_seconds())
