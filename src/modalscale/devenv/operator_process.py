@@ -67,6 +67,12 @@ class OperatorProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def peering_active(self) -> bool:
+        """Whether this replica acts now under kopf peering: its log's latest peering verdict is "resumed" (kopf
+        logs ``Resuming operations after the pause`` and ``Pausing operations in favour of ...``)."""
+        log = self.log()
+        return log.rfind("Resuming operations after the pause") > log.rfind("Pausing operations in favour of")
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)

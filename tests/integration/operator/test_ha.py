@@ -63,12 +63,6 @@ def _ready(api: Any, ns: str, name: str) -> bool:
     return bool(c and c["status"] == "True")
 
 
-def _active(op: OperatorProcess) -> bool:
-    """The operator's latest peering verdict in its log is "resumed"."""
-    log = op.log()
-    return log.rfind("Resuming operations after the pause") > log.rfind("Pausing operations in favour of")
-
-
 def _of(pods: list[Any], service: str) -> list[Any]:
     """The pods of InferenceService ``service`` among ``pods``."""
     return [p for p in pods if (p.metadata.labels or {}).get(SERVICE_LABEL) == service]
@@ -94,9 +88,10 @@ def test_two_operators_only_one_acts_and_the_other_takes_over(ha_cluster: LocalC
         b.wait_healthy()
         # kopf peering: both start paused; only the replica that sees no live peer of higher priority
         # resumes (a lower one that had resumed first logs that it pauses in favour of the higher one).
-        wait_for(lambda: [_active(a), _active(b)].count(True) == 1, 60, "exactly one active operator")
+        wait_for(lambda: [a.peering_active(), b.peering_active()].count(True) == 1, 60,
+                 "exactly one active operator")
         time.sleep(3)
-        assert [_active(a), _active(b)].count(True) == 1
+        assert [a.peering_active(), b.peering_active()].count(True) == 1
         create(ha_api, "default", make_isvc("ha-one"))
         wait_for(lambda: _ready(ha_api, "default", "ha-one"), 60, "ha-one Ready")
         acted = [op for op in (a, b) if _wrote(op, "ha-one")]
@@ -217,7 +212,8 @@ def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_ale
         try:
             a.wait_healthy()
             b.wait_healthy()
-            wait_for(lambda: [_active(a), _active(b)].count(True) == 1, 60, "exactly one active operator")
+            wait_for(lambda: [a.peering_active(), b.peering_active()].count(True) == 1, 60,
+                 "exactly one active operator")
             make_secret(ha_api, ns, "slack-hook", url=slack.url)
             start_isvc(ha_api, ns, "big", replicas=2)
             # 2 replicas x ~84 USD/h = ~0.047 USD/s: 25 % of 4 USD after ~21 s, 50 % after ~43 s, 75 % after ~64 s.
@@ -226,7 +222,7 @@ def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_ale
                 [{"name": "team-slack", "type": "Slack", "secretRef": {"name": "slack-hook"}}]))
             slack.script(Reply(delay_s=8))  # the first alert arrives; its answer waits 8 s
             assert slack.wait_for_arrivals(1, timeout_s=90), "the 25 % alert did not arrive"
-            leader = a if _active(a) else b
+            leader = a if a.peering_active() else b
             standby = b if leader is a else a
             leader.kill(signal.SIGKILL)
             killed = dt.datetime.now(dt.UTC)
@@ -250,7 +246,7 @@ def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_ale
             assert sorted(notices) == [False, False, False, True], notices
             (marked,) = [r for r, n in zip(slack.received, notices, strict=True) if n]
             assert "25 %" in json.dumps(marked.payload), marked.payload
-            assert _active(standby)
+            assert standby.peering_active()
 
             # Spend continuous: the ledger at its observedTime = each pod's own run x the catalog's price.
             status = get_policy(ha_api, ns, "budget")["status"]
@@ -288,7 +284,7 @@ def test_apiserver_restarted_nothing_deleted_or_rewritten_reconciles_and_the_led
     with ChatReceiver("Slack") as slack:
         try:
             op.wait_healthy()
-            wait_for(lambda: _active(op), 60, "the operator active")
+            wait_for(lambda: op.peering_active(), 60, "the operator active")
             make_secret(api, ns, "slack-hook", url=slack.url)
             start_isvc(api, ns, "big", replicas=2)
             # 2 replicas x ~84 USD/h = ~0.047 USD/s: 25 % of 4 USD after ~21 s, 50 % after ~43 s.
