@@ -91,9 +91,8 @@ def _assert_ledger_matches(spent: Decimal, metered: Decimal, meter: Meter, at: s
     slack = meter.stop_slack_usd(when) + meter.bind_slack_usd(when)
     if not -LEDGER_TOLERANCE_USD <= spent - metered <= LEDGER_TOLERANCE_USD + slack:
         print("metered runs:\n  " + "\n  ".join(meter.runs(when)))  # pytest shortens the assertion's list
-        # ci53's drain: the ledger 1.08e-4 USD (~35 replica-seconds) below the meter, cause not known. The ledger
-        # stops charging a node's pods at its last heartbeat once the node is marked Unknown (a kubelet that
-        # missed its Lease for NODE_MONITOR_GRACE_S under load): the nodes' conditions show whether one was.
+        # The ledger stops charging a node's pods at its last heartbeat once the node is marked Unknown (a kubelet
+        # that missed its Lease for NODE_MONITOR_GRACE_S under load): the nodes' conditions show whether one was.
         print("nodes:\n  " + "\n  ".join(meter.node_conditions()))
         print(f"the policy's status.ledger: {json.dumps(meter.ledger_status, default=str)}")
     assert -LEDGER_TOLERANCE_USD <= spent - metered <= LEDGER_TOLERANCE_USD + slack, (
@@ -124,8 +123,9 @@ class Meter:
     def _run(self) -> None:
         """List, then watch from the listing's resourceVersion for 5 s, and again. A watch started without one
         replays the pods that exist and never reports one deleted between two streams: such a pod stayed
-        "running" here until the comparison (ci53's drain: the meter ~92 gateway-pod-seconds above a ledger that
-        was right). Each listing now marks the pods it no longer holds as deleted then (at most the gap late)."""
+        "running" here until the comparison (most likely ci53's drain failure: the meter 1.08e-4 USD, ~92
+        gateway-pod-seconds, above the ledger; not reproduced). Each listing marks the pods it no longer holds as
+        deleted then (at most the gap late)."""
         while not self._stop.is_set():
             w = watch.Watch()
             try:
@@ -233,8 +233,8 @@ class Meter:
         return total
 
     def node_conditions(self) -> list[str]:
-        """Each node's ``Ready`` condition and Lease renewal (for a failure's message): a ``lastTransitionTime``
-        within the scenario means the node was marked or came back."""
+        """Each node's ``Ready`` condition with its last heartbeat (for a failure's message): a
+        ``lastTransitionTime`` within the scenario means the node was marked or came back."""
         out = []
         for node in self.core.list_node().items:
             for c in node.status.conditions or []:

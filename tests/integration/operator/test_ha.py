@@ -213,7 +213,7 @@ def test_budget_leader_killed_mid_delivery_the_standby_resends_it_marked_and_ale
             a.wait_healthy()
             b.wait_healthy()
             wait_for(lambda: [a.peering_active(), b.peering_active()].count(True) == 1, 60,
-                 "exactly one active operator")
+                     "exactly one active operator")
             make_secret(ha_api, ns, "slack-hook", url=slack.url)
             start_isvc(ha_api, ns, "big", replicas=2)
             # 2 replicas x ~84 USD/h = ~0.047 USD/s: 25 % of 4 USD after ~21 s, 50 % after ~43 s, 75 % after ~64 s.
@@ -284,7 +284,7 @@ def test_apiserver_restarted_nothing_deleted_or_rewritten_reconciles_and_the_led
     with ChatReceiver("Slack") as slack:
         try:
             op.wait_healthy()
-            wait_for(lambda: op.peering_active(), 60, "the operator active")
+            wait_for(op.peering_active, 60, "the operator active")
             make_secret(api, ns, "slack-hook", url=slack.url)
             start_isvc(api, ns, "big", replicas=2)
             # 2 replicas x ~84 USD/h = ~0.047 USD/s: 25 % of 4 USD after ~21 s, 50 % after ~43 s.
