@@ -80,14 +80,15 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
                  shift_at_s: float | None, real: bool = False, kwok_reason: str | None = None,
                  scale_ups: list[Any] | None = None, pods: list[Any] | None = None,
                  nodes: list[tuple[str, bool]] | None = None, timings: dict[str, float] | None = None,
-                 load_plan: Any = None) -> Path:
+                 load_plan: Any = None, request_path: dict[str, Any] | None = None) -> Path:
     """Write ``demo-report.html`` (four plots, the measured capacity of each scale-up, nodes and pods, the
     decisions, the chat room, the checks) and ``demo-run.json``.
 
     ``real``: the pods ran on the real node (else the KWOK-only fallback, named with ``kwok_reason``);
     ``scale_ups``: :class:`modalscale.demo.capacity.ScaleUp`; ``pods``: :class:`modalscale.demo.capacity.PodRecord`;
     ``nodes``: (name, real?); ``timings``: set-up step -> seconds; ``load_plan``: the
-    :class:`modalscale.demo.capacity.LoadPlan` the trace's rate came from (None: given or KWOK-only)."""
+    :class:`modalscale.demo.capacity.LoadPlan` the trace's rate came from (None: given or KWOK-only);
+    ``request_path``: the gateway's part on the real node (:func:`request_path_lines`; None: KWOK-only, no gateway)."""
     scale_ups, pods, nodes, timings = scale_ups or [], pods or [], nodes or [], timings or {}
     import matplotlib
 
@@ -155,8 +156,10 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
     room = "".join(f"<pre>{html.escape(m.room_text())}</pre>" for m in receiver.accepted)
     if real:
         what = ("The InferenceService's pods ran for real on the local cluster's kubelet node (containerd + runc), "
-                "from the CPU runtime image, 500m CPU each; requests went open-loop through the Service's ClusterIP "
-                "(kube-proxy), a new connection per request. Prometheus discovered the pods through the apiserver.")
+                "the replicas from the CPU runtime image, the request gateway's pods from the operator image; "
+                "requests went open-loop through the Service's ClusterIP (kube-proxy) to the gateway, a new "
+                "connection per request, and the gateway sent each one to a replica. Prometheus discovered the pods "
+                "through the apiserver.")
     else:
         what = (f"<b>KWOK-ONLY FALLBACK ({html.escape(kwok_reason or '')}):</b> the InferenceService's pods ran on "
                 "KWOK fake nodes (simulated capacity); every request was served by one local <code>tritonserver</code> "
@@ -193,6 +196,8 @@ def write_report(out_dir: Path, samples: list[Any], records: list[tuple[float, f
                  + "</table>") if pods else ""
     check_rows = "".join(f"<li><b>{'PASS' if ok else 'FAIL'}</b> {html.escape(n)}: {html.escape(s)}</li>"
                          for n, ok, s in checks.items)
+    path_html = ("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in request_path_lines(request_path))
+                 + "</ul>") if request_path is not None else "<p>No gateway (KWOK-only fallback).</p>"
     plan_line = (f"<p>Offered load: {html.escape(plan_summary(load_plan))}</p>" if load_plan is not None else "")
     body = f"""<!doctype html><html><head><meta charset="utf-8"><title>modalscale demo report</title>
 <style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}} \
@@ -202,6 +207,7 @@ table{{border-collapse:collapse}} pre{{background:#f6f6f6;padding:6px}}</style><
 <p>Generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}. {what}</p>
 <h2>Checks</h2><ul>{check_rows}</ul>
 <h2>Measured capacity of each scale-up</h2>{plan_line}{cap_table}
+<h2>Request path (the gateway)</h2>{path_html}
 <h2>Nodes and pods</h2>{node_table}{pod_table}
 <p>Set-up: {html.escape(', '.join(f'{k} {v:.0f} s' for k, v in timings.items()) or '-')}</p>
 {''.join(f'<img src="data:image/png;base64,{i}" style="width:100%">' for i in images)}
@@ -217,7 +223,8 @@ table{{border-collapse:collapse}} pre{{background:#f6f6f6;padding:6px}}</style><
         "samples": [asdict(s) for s in samples], "checks": checks.items, "real_node": real,
         "kwok_reason": kwok_reason, "scale_ups": [asdict(u) for u in scale_ups], "pods": [asdict(p) for p in pods],
         "nodes": nodes, "timings": timings, "load_plan": asdict(load_plan) if load_plan is not None else None,
-        "isvc_status": isvc.get("status"), "budget_status": policy.get("status")}, indent=1, default=str))
+        "request_path": request_path, "isvc_status": isvc.get("status"), "budget_status": policy.get("status")},
+        indent=1, default=str))
     return path
 
 
@@ -227,3 +234,25 @@ def plan_summary(plan: Any) -> str:
             f"capacity on the pre-shift mix, {plan.pre_capacity_rps:.2f} req/s), {plan.rate_after_rps:.2f} req/s from "
             f"the shift on ({plan.overload:.2f}x one replica's measured capacity on the post-shift mix, "
             f"{plan.post_capacity_rps:.2f} req/s)")
+
+
+def request_path_lines(request_path: dict[str, Any]) -> list[str]:
+    """Lines on the gateway's part of a real-node run: the start from zero, the requests each replica pod served
+    (Prometheus), the gateway's replica choices by policy, and the embedding cache.
+
+    ``request_path``: ``cold_start`` (:meth:`modalscale.demo.run.Demo.cold_start`'s record), ``served_by_pod`` and
+    ``gateway_picks`` (name -> count; empty when Prometheus could not be read)."""
+    from modalscale.demo.run import cold_start_line
+
+    served = request_path.get("served_by_pod") or {}
+    picks = request_path.get("gateway_picks") or {}
+    return [
+        "Start from zero: " + cold_start_line(request_path.get("cold_start") or {}),
+        "Requests served per replica (each pod's own counter, Prometheus): "
+        + (", ".join(f"{pod} {n}" for pod, n in sorted(served.items())) or "not read"),
+        "Gateway's replica choices: " + (", ".join(f"{k} {n}" for k, n in sorted(picks.items())) or "not read")
+        + " (affinity_hit: an image's own replica on the consistent-hash ring; affinity_spill: moved on by the "
+        "load bound; least_outstanding: no image)",
+        "Embedding cache: off in the demo (every request carries a distinct image, so it could not hit); hit rates "
+        "with repeated images: benchmarks/cache_affinity.py (docs/benchmarks.md)",
+    ]

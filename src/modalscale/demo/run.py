@@ -3,17 +3,20 @@
 1. A local control plane (etcd, kube-apiserver, controller-manager, scheduler), a real kubelet node (containerd,
    runc, CNI bridge, kube-proxy), the CRDs and the operator (a subprocess); KWOK fake GPU nodes only in the
    fallback below.
-2. The CPU runtime image (``modalscale images build``, cached by content hash) imported into the real node. The
-   InferenceService's pods run it there, 500m CPU each (a fixed CFS slice per replica, up to 3 on this node).
-   ``modalscale profile`` measures the first real replica through its Service and fits the service-time model;
-   then a real Prometheus discovers the pods through the apiserver (``kubernetes_sd_configs``, role pod).
+2. The CPU runtime image and the operator image (``modalscale images build``, cached by content hash) imported
+   into the real node. The InferenceService is created at zero replicas with its request gateway in front (2 pods
+   of the operator image); its first request is a start from zero, held by the gateway until the replica it asked
+   for is Ready. The replicas run the runtime image, 450m CPU each (a fixed CFS slice per replica, up to 3 on this
+   node). ``modalscale profile`` measures the first real replica through its Service and fits the service-time
+   model; then a real Prometheus discovers the pods through the apiserver (``kubernetes_sd_configs``, role pod).
 3. The InferenceService turns Predictive (p95 SLO) and a BudgetPolicy with a small limit, three thresholds and a
    Slack webhook pointed at a local receiver that prints what the chat room would see.
 4. An arrival trace of real photographs and real text prompts, whose modality mix shifts part-way through,
-   replayed open-loop through the Service's ClusterIP (kube-proxy), a new connection per request, so a new
-   replica takes its share.
-5. A live view; then a report (HTML with plots, the measured capacity of each scale-up, which nodes were real and
-   which KWOK) and a summary; then everything started is stopped.
+   replayed open-loop through the Service's ClusterIP (kube-proxy) to the gateway, a new connection per request;
+   the gateway sends each request to one replica (consistent hashing on its image, bounded load).
+5. A live view; then a report (HTML with plots, the measured capacity of each scale-up, the start from zero, the
+   requests each replica served, which nodes were real and which KWOK) and a summary; then everything started
+   is stopped.
 
 Where the machine cannot run a real node (not root, no containerd, ...) the demo falls back to the old KWOK-only
 mode and says so loudly: pods on KWOK nodes, every request served by one local Triton process, no capacity
@@ -49,23 +52,25 @@ SLO_MS = 800
 TARGET_UTILIZATION_PERCENT = 25
 """Utilization target of the KWOK-only fallback: latency-sensitive GPU services run well below saturation."""
 REAL_TARGET_UTILIZATION_PERCENT = 60
-"""Utilization target of the real replicas (500m each): three fit on the real node."""
+"""Utilization target of the real replicas (``REPLICA_CPU`` each): three fit on the real node."""
 GPU_TYPE = "nvidia-l4"
-REPLICA_CPU = "500m"
-"""CPU request and limit of each real replica (CFS quota): each replica adds a fixed half core."""
+REPLICA_CPU = "450m"
+"""CPU request and limit of each real replica (CFS quota): each replica adds a fixed 0.45 core. With the gateway's
+two pods of ``GATEWAY_CPU`` the real node of a 2-core machine (1500m allocatable) holds all three: 3 x 450m +
+2 x 50m = 1450m (three 500m replicas, the demo before the gateway, filled it)."""
 REPLICA_MEMORY = "3Gi"
 """Memory request and limit of each real replica. 2Gi was seen to OOM-kill the Python backend stub (anon RSS
 2.0 GB) under a backlog of post-shift requests (full batches of 8 requests with up to 4 large images each)."""
 MAX_REAL_REPLICAS = 3
-"""Replicas that fit on the real node of a 2-core machine (allocatable ~1500m)."""
-DEMO_GATEWAY = False
-"""``spec.gateway.enabled`` of the demo's InferenceService, said explicitly since the gateway is on by default
-(issue 19). Off, for two measured reasons: on a 2-core machine the real node has 1500m CPU allocatable and the
-story's ``MAX_REAL_REPLICAS`` replicas of ``REPLICA_CPU`` take all of it, so any gateway pod (100m by default)
-would leave the third replica Pending; in the KWOK-only fallback the replicas are fake pods and one local Triton
-process serves every request, so no gateway pod could run or reach it. Requests go through the Service's ClusterIP
-straight to the replicas, as the story's numbers were measured. :func:`rates_query` reads the source this names."""
+"""Replicas that fit on the real node of a 2-core machine (allocatable ~1500m) beside the gateway's pods."""
+GATEWAY_REPLICAS = 2
+"""Gateway pods of the real-node demo (the product's default: a PodDisruptionBudget keeps one)."""
+GATEWAY_CPU = "50m"
+"""CPU request of each gateway pod in the real-node demo (the default is 100m; the pods have no CPU limit and use
+what they need: about 0.6-0.8 CPU-ms per request, docs/gateway.md). 50m leaves room for the third replica."""
 HTTP_PORT = 8000
+COLD_START_TIMEOUT_S = 300.0
+"""Longest the demo's first request waits at zero replicas (the gateway's ``queue.timeoutSeconds``), seconds."""
 FALLBACK_FAKE_NODES = 4
 """KWOK fake GPU nodes of the KWOK-only fallback (8 ``GPU_TYPE`` GPUs each); a real-node demo starts none."""
 KWOK_RATE_RPS = 3.0
@@ -138,6 +143,31 @@ class Sample:
 SAMPLE_S = 2.0
 
 
+COLD_SCALING: dict[str, Any] = {"mode": "Predictive", "minReplicas": 0, "maxReplicas": MAX_REAL_REPLICAS,
+                                 "scaleToZeroAfterSeconds": 3600, "decisionIntervalSeconds": 300}
+"""``spec.scaling`` the real-node demo creates its InferenceService with: at zero replicas, so that its first request
+is a start from zero (the gateway holds it and asks the operator for a replica). Prometheus does not run yet, so the
+autoscaler holds at what it has; once the request is answered the demo makes the service Fixed at one replica
+(``FIRST_REPLICA_SCALING``) for profiling, and later Predictive (:meth:`Demo.turn_predictive`)."""
+FIRST_REPLICA_SCALING: dict[str, Any] = {"mode": "Fixed", "replicas": 1, "minReplicas": 1,
+                                         "maxReplicas": MAX_REAL_REPLICAS, "scaleToZeroAfterSeconds": None,
+                                         "decisionIntervalSeconds": None}
+"""``spec.scaling`` patched after the start from zero: one Fixed replica (``None`` removes a field)."""
+
+
+def gateway_spec(real: bool) -> dict[str, Any]:
+    """``spec.gateway`` of the demo's InferenceService, said explicitly (never the CRD's default by omission).
+
+    On the real node the gateway is on (issue 19): ``GATEWAY_REPLICAS`` pods of ``GATEWAY_CPU`` beside the
+    replicas, every request going Service -> gateway -> replica. In the KWOK-only fallback it is off: the replicas
+    are fake pods and one local Triton process serves every request, so no gateway pod could run or reach it.
+    """
+    if not real:
+        return {"enabled": False}
+    return {"enabled": True, "replicas": GATEWAY_REPLICAS, "resources": {"cpu": GATEWAY_CPU},
+            "queue": {"timeoutSeconds": int(COLD_START_TIMEOUT_S)}}
+
+
 def default_trace(duration_s: float, rate_rps: float, shift_at_s: float,
                   rate_before_rps: float | None = None) -> list[Any]:
     """The modality-shift trace (10 % -> 70 % image requests, 4x pixels) as runtime rows: Poisson arrivals at
@@ -203,6 +233,27 @@ def rates_query(namespace: str, name: str, gateway: bool, window_s: int = 20) ->
               else f'component!~"{GATEWAY_COMPONENT}|{IMAGE_ENCODER_COMPONENT}"')
     return (f'sum by (modality) (rate(modalscale_requests_total{{namespace="{namespace}",'
             f'inferenceservice="{name}",{source}}}[{window_s}s]))')
+
+
+def served_queries(namespace: str, name: str, span_s: int) -> tuple[str, str]:
+    """PromQL of what the replicas served and how the gateway chose them over the last ``span_s`` seconds: (1)
+    requests answered by each replica pod (``sum by (pod)``), (2) the gateway's replica choices by policy
+    (``affinity_hit``, ``affinity_spill``, ``least_outstanding``; ``sum by (policy)`` over its pods).
+
+    Each counter series counts from its pod's start; its largest minus its smallest sample in the span is what it
+    counted while Prometheus scraped it (a pod's requests before its first scrape, e.g. the first replica's
+    profiling, are left out, as are those of a pod's last second before it went away). ``increase()`` would
+    extrapolate to the window's edges instead."""
+    from modalscale.devenv.prometheus import GATEWAY_COMPONENT, IMAGE_ENCODER_COMPONENT
+
+    sel = f'namespace="{namespace}",inferenceservice="{name}"'
+    replicas = f'modalscale_requests_total{{{sel},component!~"{GATEWAY_COMPONENT}|{IMAGE_ENCODER_COMPONENT}"}}'
+    picks = f'modalscale_gateway_picks_total{{{sel},component="{GATEWAY_COMPONENT}"}}'
+
+    def counted(metric: str, by: str) -> str:
+        return f"sum by ({by}) (max_over_time({metric}[{span_s}s]) - min_over_time({metric}[{span_s}s]))"
+
+    return counted(replicas, "pod"), counted(picks, "policy")
 
 
 def request_content(row: Any, i: int) -> tuple[list[bytes] | None, str | None]:
@@ -363,6 +414,8 @@ class Demo:
         self.load_plan: Any = None
         self.image_build: Future[Any] | None = None
         self.prometheus_build: Future[Any] | None = None
+        self.cold: dict[str, Any] = {}
+        """Real mode: the start from zero (:meth:`cold_start`)."""
 
     # ----------------------------------------------------------------------------------------- set-up
     def start_cluster(self) -> None:
@@ -387,7 +440,8 @@ class Demo:
         repo_crds = Path(__file__).resolve().parents[3] / "crds"
         install_crds(self.cluster.api_client(), repo_crds)
         self.api = self.cluster.api_client()
-        self.say("Control plane up with the real kubelet node (containerd + runc, 500m per replica)" if self.real
+        self.say(f"Control plane up with the real kubelet node (containerd + runc, {REPLICA_CPU} per replica)"
+                 if self.real
                  else f"Control plane up: {FALLBACK_FAKE_NODES} KWOK fake nodes x 8 {GPU_TYPE} GPUs (simulated)")
         if not self.real:
             self.say(kwok_banner(self.kwok_reason))
@@ -431,36 +485,44 @@ class Demo:
         self.stack.callback(pool.shutdown, wait=True, cancel_futures=True)
         self.started_builds_s = time.monotonic()
         if os.environ.get(REUSE_IMAGE_ENV) != "1":
-            self.image_build = pool.submit(build_images, ["runtime-cpu"], log=self.say)
+            self.image_build = pool.submit(build_images, ["runtime-cpu", "operator"], log=self.say)
         self.prometheus_build = pool.submit(ensure_prometheus, log=self.say)
 
-    def import_runtime_image(self) -> None:
-        """Build the CPU runtime image (cached by content hash; started early by :meth:`start_builds` when it
-        ran) and import it into the real node's containerd."""
-        from modalscale.devenv.images import build_images, import_into_cluster, runtime_cpu_reference
+    def import_images(self) -> None:
+        """Build the CPU runtime image and the operator image (the gateway's pods run it), cached by content hash
+        and started early by :meth:`start_builds` when it ran, and import both into the real node's containerd."""
+        from modalscale.devenv.images import (
+            build_images,
+            import_into_cluster,
+            operator_reference,
+            runtime_cpu_reference,
+        )
         from modalscale.devenv.realnode import list_images, node_addresses, normalize_image_ref
 
         if os.environ.get(REUSE_IMAGE_ENV) == "1":
-            ref = runtime_cpu_reference()
+            refs = [runtime_cpu_reference(), operator_reference()]
             addresses = node_addresses(self.cluster.workdir)  # every real node's containerd
-            if addresses and all(normalize_image_ref(ref) in list_images(self.cluster.workdir, a) for a in addresses):
-                self.image_ref = ref
-                self.say(f"{REUSE_IMAGE_ENV}=1: reusing {ref} as already imported into the real node's containerd "
-                         "(it may predate the working tree; nothing was built)")
+            if addresses and all(normalize_image_ref(ref) in list_images(self.cluster.workdir, a)
+                                 for a in addresses for ref in refs):
+                self.image_ref = refs[0]
+                self.say(f"{REUSE_IMAGE_ENV}=1: reusing {' and '.join(refs)} as already imported into the real "
+                         "node's containerd (they may predate the working tree; nothing was built)")
                 return
         started = time.monotonic()
         if self.image_build is not None:
-            (image,) = self.image_build.result()
-            self.timings["runtime image build (waited for after the cluster)"] = time.monotonic() - started
+            images = self.image_build.result()
+            self.timings["images build (waited for after the cluster)"] = time.monotonic() - started
         else:
-            (image,) = build_images(["runtime-cpu"], log=self.say)
-            self.timings["runtime image build"] = time.monotonic() - started
-        how = "cached" if image.cached else f"built in {image.build_s:.0f} s"
-        self.say(f"Runtime image {image.full_ref}: {image.size_bytes / 1e6:.0f} MB of layers, {how}")
-        seconds = import_into_cluster(image, self.cluster.workdir, log=self.say)
-        self.timings["runtime image import"] = seconds
-        self.say(f"Runtime image in the real node's containerd ({seconds:.1f} s to import)")
-        self.image_ref = image.ref
+            images = build_images(["runtime-cpu", "operator"], log=self.say)
+            self.timings["images build"] = time.monotonic() - started
+        seconds = 0.0
+        for image in images:
+            how = "cached" if image.cached else f"built in {image.build_s:.0f} s"
+            self.say(f"Image {image.full_ref}: {image.size_bytes / 1e6:.0f} MB of layers, {how}")
+            seconds += import_into_cluster(image, self.cluster.workdir, log=self.say)
+        self.timings["images import"] = seconds
+        self.say(f"Runtime and operator images in the real node's containerd ({seconds:.1f} s to import)")
+        self.image_ref = images[0].ref
 
     def start_runtime(self) -> None:
         """KWOK-only fallback: one local tritonserver serves every request."""
@@ -499,6 +561,7 @@ class Demo:
         """Start scraping only after profiling, so that profile requests are never counted as demand."""
         from modalscale.devenv.prometheus import PrometheusProcess, ScrapeTarget
 
+        self.prom_started_s = time.monotonic()
         if self.real:
             self.prom.start([])
             self.stack.callback(self.prom.stop)
@@ -544,8 +607,8 @@ class Demo:
                                                     "maxQueueDelayMicroseconds": 2000}},
                     "resources": {"cpu": REPLICA_CPU, "memory": REPLICA_MEMORY},
                     "placement": real_node_placement(),
-                    "scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": MAX_REAL_REPLICAS},
-                    "gateway": {"enabled": DEMO_GATEWAY},
+                    "scaling": COLD_SCALING,
+                    "gateway": gateway_spec(real=True),
                 },
             }
         return {
@@ -558,7 +621,7 @@ class Demo:
                             "dynamicBatching": {"preferredBatchSizes": [4, 8], "maxQueueDelayMicroseconds": 2000}},
                 "resources": {"cpu": "4", "memory": "16Gi", "gpu": {"count": 1, "type": GPU_TYPE}},
                 "scaling": self._scaling(),
-                "gateway": {"enabled": DEMO_GATEWAY},
+                "gateway": gateway_spec(real=False),
             },
         }
 
@@ -570,8 +633,13 @@ class Demo:
                 "scaleUpStabilizationSeconds": 0, "scaleDownStabilizationSeconds": 60}
 
     def start_first_replica(self) -> str:
-        """Real mode: the InferenceService with one Fixed replica on the real node; returns its Service's
-        ``ClusterIP:port`` once the replica is Ready (profiled before it turns Predictive)."""
+        """Real mode: the InferenceService created at zero replicas with its gateway in front; its first request is
+        a start from zero (:meth:`cold_start`); then one Fixed replica (``FIRST_REPLICA_SCALING``), profiled before
+        it turns Predictive. Returns the Service's ``ClusterIP:port`` (the gateway's pods).
+
+        Raises:
+            RuntimeError: the gateway or the replica was not Ready in time (the message holds the status).
+        """
         from kubernetes import client
 
         from modalscale.devenv.kube import wait_for
@@ -585,23 +653,92 @@ class Demo:
                                                self._isvc_body())
         started = time.monotonic()
 
+        def status() -> Any:
+            return custom.get_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices",
+                                                       ISVC).get("status")
+
+        def gateway_serving() -> bool:
+            with contextlib.suppress(client.exceptions.ApiException):
+                svc = core.read_namespaced_service(ISVC, NAMESPACE)
+                gw = core.list_namespaced_pod(NAMESPACE, label_selector=f"modalscale.io/gateway={ISVC}").items
+                return (svc.spec.selector == {"modalscale.io/gateway": ISVC}
+                        and sum(1 for p in gw if _pod_ready(p)) == GATEWAY_REPLICAS
+                        and apps.read_namespaced_deployment(ISVC, NAMESPACE).spec.replicas == 0)
+            return False
+
+        self.say(f"InferenceService {NAMESPACE}/{ISVC} created at zero replicas, its gateway in front "
+                 f"({GATEWAY_REPLICAS} pods of {GATEWAY_CPU} CPU on the real node)")
+        try:
+            wait_for(gateway_serving, 600, "the gateway's pods Ready and the Service on them, zero replicas")
+        except TimeoutError:
+            raise RuntimeError(f"the gateway was not serving in 600 s; status: {status()}") from None
+        self.timings["gateway Ready at zero replicas"] = time.monotonic() - started
+        url = f"{core.read_namespaced_service(ISVC, NAMESPACE).spec.cluster_ip}:{HTTP_PORT}"
+        self.cold_start(url)
+        custom.patch_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices", ISVC,
+                                              {"spec": {"scaling": FIRST_REPLICA_SCALING}})
+
         def ready() -> bool:
             with contextlib.suppress(client.exceptions.ApiException):
                 return (apps.read_namespaced_deployment(ISVC, NAMESPACE).status.ready_replicas or 0) >= 1
             return False
 
-        self.say(f"InferenceService {NAMESPACE}/{ISVC}: first replica starting on the real node "
-                 f"({REPLICA_CPU} CPU, {REPLICA_MEMORY})")
         try:
             wait_for(ready, 600, "the first runtime replica Ready")
         except TimeoutError:
-            isvc = custom.get_namespaced_custom_object("modalscale.io", "v1alpha1", NAMESPACE, "inferenceservices",
-                                                       ISVC)
-            raise RuntimeError(f"first replica not Ready in 600 s; status: {isvc.get('status')}") from None
+            raise RuntimeError(f"first replica not Ready in 600 s; status: {status()}") from None
         self.timings["first replica Ready"] = time.monotonic() - started
-        ip = core.read_namespaced_service(ISVC, NAMESPACE).spec.cluster_ip
-        self.say(f"First replica Ready after {self.timings['first replica Ready']:.0f} s; Service ClusterIP {ip}")
-        return f"{ip}:{HTTP_PORT}"
+        self.say(f"One Fixed replica ({REPLICA_CPU} CPU, {REPLICA_MEMORY}) serving behind the gateway; Service "
+                 f"{url}")
+        return url
+
+    def cold_start(self, url: str) -> None:
+        """Send one request (an image and text) through the Service while the service is at zero replicas: the
+        gateway holds it and asks the operator for a replica (Knative's activator). Records in ``self.cold``: the
+        request's latency, the replica pod's own time to Ready (first seen listed -> first seen Ready, 0.2 s polls,
+        so it reads up to 0.2 s late) and the answer or the error; the demo's check judges it."""
+        from kubernetes import client
+
+        from modalscale.runtime.client import MultimodalClient
+        from modalscale.runtime.workload import photo_at, photo_names
+
+        core = client.CoreV1Api(self.api)
+        image = photo_at(photo_names()[0], 640, 480)
+        result: dict[str, Any] = {}
+
+        def send() -> None:
+            t0 = time.monotonic()
+            try:
+                with MultimodalClient(url, model_name="multimodal", timeout_s=COLD_START_TIMEOUT_S + 30) as c:
+                    c.infer(images=[image], text="a request sent at zero replicas")
+                result["latency_s"] = time.monotonic() - t0
+            except Exception as exc:  # judged by the check: the answer is what the demo shows
+                result["error"] = f"{type(exc).__name__}: {exc}"[:300]
+
+        self.say("Sending the first request at zero replicas: the gateway holds it and asks for a replica")
+        thread = threading.Thread(target=send, daemon=True)
+        sent = time.monotonic()
+        thread.start()
+        created: float | None = None
+        ready: float | None = None
+        while thread.is_alive() and time.monotonic() - sent < COLD_START_TIMEOUT_S + 60:
+            with contextlib.suppress(client.exceptions.ApiException):
+                pods = core.list_namespaced_pod(NAMESPACE,
+                                                label_selector=f"modalscale.io/inferenceservice={ISVC}").items
+                now = time.monotonic()
+                if pods and created is None:
+                    created = now
+                if ready is None and any(_pod_ready(p) for p in pods):
+                    ready = now
+            time.sleep(0.2)
+        thread.join(timeout=5)
+        self.cold = {"sent_to_pod_listed_s": None if created is None else created - sent,
+                     "pod_time_to_ready_s": None if created is None or ready is None else ready - created,
+                     **result}
+        if "latency_s" in result and self.cold["pod_time_to_ready_s"] is not None:
+            self.cold["added_s"] = result["latency_s"] - self.cold["pod_time_to_ready_s"]
+        self.timings["start from zero (first request answered)"] = time.monotonic() - sent
+        self.say("Start from zero: " + cold_start_line(self.cold))
 
     def apply_objects(self, artifact_b64: str, limit_usd: Decimal, scale_down_percent: int) -> str:
         """Secret, service-time-model ConfigMap, the InferenceService (created; in real mode given its service-time
@@ -733,12 +870,28 @@ class Demo:
     def rates(self) -> dict[str, float]:
         from prometheus_api_client import PrometheusConnect
 
-        q = rates_query(NAMESPACE, ISVC, gateway=DEMO_GATEWAY)
+        q = rates_query(NAMESPACE, ISVC, gateway=self.real)
         try:
             result = PrometheusConnect(url=self.prom.url, disable_ssl=True).custom_query(q)
         except Exception:  # the live view shows gaps; the report says so
             return {}
         return {r["metric"].get("modality", "?"): float(r["value"][1]) for r in result}
+
+    def served_by(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Real mode, at the end: requests each replica pod served and the gateway's replica choices by policy, from
+        Prometheus (:func:`served_queries`); empty dicts when it could not be read (the report says so)."""
+        from prometheus_api_client import PrometheusConnect
+
+        span_s = max(60, int(time.monotonic() - self.prom_started_s) + 30)
+        out: list[dict[str, int]] = []
+        for q, label in zip(served_queries(NAMESPACE, ISVC, span_s), ("pod", "policy"), strict=True):
+            try:
+                result = PrometheusConnect(url=self.prom.url, disable_ssl=True).custom_query(q)
+            except Exception:  # the report says it was not read
+                out.append({})
+                continue
+            out.append({r["metric"].get(label, "?"): round(float(r["value"][1])) for r in result})
+        return out[0], out[1]
 
     def nodes(self) -> list[tuple[str, bool]]:
         """Every node of the cluster as (name, real?)."""
@@ -830,8 +983,8 @@ def kwok_banner(reason: str | None) -> str:
             f"{bar}")
 
 
-REAL_NOTE = ("Pods run for real on the real kubelet node (CPU runtime image, 500m each); requests go through the "
-             "Service's ClusterIP (kube-proxy).")
+REAL_NOTE = (f"Pods run for real on the real kubelet node (CPU runtime image, {REPLICA_CPU} each); requests go "
+             "through the Service's ClusterIP (kube-proxy) to the gateway, which picks a replica per request.")
 KWOK_NOTE = "KWOK-ONLY FALLBACK: pods are simulated on KWOK nodes; requests are served by one local Triton process."
 
 
@@ -846,7 +999,7 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         demo.start_builds()
         demo.start_cluster()
         if demo.real:
-            demo.import_runtime_image()
+            demo.import_images()
             demo.start_operator(demo.prepare_prometheus())
             url = demo.start_first_replica()
             artifact = demo.fit_service_time_model(url)
@@ -880,8 +1033,9 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             rows = default_trace(cfg.duration_s + ARMED_SLACK_S, rate, shift_at,
                                  plan.rate_before_rps if plan else None)
             duration = rows[-1].arrival_s if rows else 0.0
-            limit = budget_story.hold_limit_usd(price, MAX_REAL_REPLICAS, time.monotonic() - started,
-                                                duration + 60.0)
+            # The ledger charges the gateway's pods with the service (docs/budgets.md): the worst case holds them.
+            worst_usd_per_hour = price * MAX_REAL_REPLICAS + _gateway_price() * GATEWAY_REPLICAS
+            limit = budget_story.hold_limit_usd(worst_usd_per_hour, 1, time.monotonic() - started, duration + 60.0)
             scale_down_percent = budget_story.SCALE_DOWN_PERCENT
         else:
             # KWOK-only or a user's trace: a tiny budget at catalog prices that runs out before the trace ends.
@@ -960,7 +1114,12 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         ups: list[capacity.ScaleUp] = []
         answered = sum(1 for r in replayer.records if r[3])
         failed = sum(1 for r in replayer.records if not r[3])
+        request_path: dict[str, Any] | None = None
         if demo.real:
+            checks.items.insert(0, ("a request sent at zero replicas was held by the gateway and answered",
+                                    "latency_s" in demo.cold, cold_start_line(demo.cold)))
+            served, picks = demo.served_by()
+            request_path = {"cold_start": demo.cold, "served_by_pod": served, "gateway_picks": picks}
             caps = [h.time.timestamp() - demo.t0_wall for h in capacity.budget_scale_downs(history)]
             ups = capacity.measure(capacity.scale_ups(history, demo.t0_wall, pods), replayer.records, duration,
                                    caps[0] if caps else None)
@@ -975,8 +1134,10 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         cfg.report_dir.mkdir(parents=True, exist_ok=True)
         report = write_report(cfg.report_dir, demo.samples, replayer.records, isvc, pol, demo.receiver, checks,
                               slo_ms=SLO_MS, shift_at_s=shift_at, real=demo.real, kwok_reason=demo.kwok_reason,
-                              scale_ups=ups, pods=pods, nodes=nodes, timings=demo.timings, load_plan=demo.load_plan)
-        say(capacity_summary(demo.real, demo.kwok_reason, ups, pods, nodes, replayer, demo.timings, demo.load_plan))
+                              scale_ups=ups, pods=pods, nodes=nodes, timings=demo.timings, load_plan=demo.load_plan,
+                              request_path=request_path)
+        say(capacity_summary(demo.real, demo.kwok_reason, ups, pods, nodes, replayer, demo.timings, demo.load_plan,
+                             request_path))
         say(checks.summary())
         say(f"Report: {report} (demo ran {time.monotonic() - started:.0f} s)")
         return 0 if checks.all_passed else 1
@@ -985,11 +1146,31 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         demo.close()
 
 
+def _pod_ready(pod: Any) -> bool:
+    """Whether a pod (kubernetes client object) is Ready and not terminating."""
+    if pod.metadata.deletion_timestamp is not None:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+
+
+def cold_start_line(cold: dict[str, Any]) -> str:
+    """One line on the demo's start from zero (:meth:`Demo.cold_start`'s record)."""
+    if "error" in cold:
+        return f"the request held at zero replicas FAILED: {cold['error']}"
+    if "latency_s" not in cold:
+        return "the request held at zero replicas got no answer in time"
+    own = cold.get("pod_time_to_ready_s")
+    return (f"the request held at zero replicas answered after {cold['latency_s']:.1f} s; the replica pod's own "
+            f"time to Ready {'-' if own is None else f'{own:.1f} s'}"
+            + (f" (added latency {cold['added_s']:.2f} s)" if "added_s" in cold else ""))
+
+
 def capacity_summary(real: bool, kwok_reason: str | None, ups: list[Any], pods: list[Any],
                      nodes: list[tuple[str, bool]], replayer: Replayer, timings: dict[str, float],
-                     load_plan: Any = None) -> str:
-    """The measured-capacity part of the summary: nodes, pods, each scale-up's windows, requests and set-up times."""
-    from modalscale.demo.report import plan_summary
+                     load_plan: Any = None, request_path: dict[str, Any] | None = None) -> str:
+    """The measured-capacity part of the summary: nodes, pods, each scale-up's windows, requests, the request path
+    (``request_path``: the start from zero, requests per replica, the gateway's choices) and set-up times."""
+    from modalscale.demo.report import plan_summary, request_path_lines
 
     lines = ["Nodes: " + ", ".join(f"{n} ({'REAL' if r else 'KWOK'})" for n, r in nodes)]
     if load_plan is not None:
@@ -1012,6 +1193,8 @@ def capacity_summary(real: bool, kwok_reason: str | None, ups: list[Any], pods: 
     answered = sum(1 for r in replayer.records if r[3])
     lines.append(f"Requests: sent {replayer.sent}, answered {answered}, failed {len(replayer.records) - answered}"
                  + (f" (first errors: {replayer.errors[:3]})" if replayer.errors else ""))
+    if request_path is not None:
+        lines += request_path_lines(request_path)
     lines.append("Set-up: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
     return "\n".join(lines)
 
@@ -1021,4 +1204,14 @@ def _replica_price(real: bool = False) -> Decimal:
 
     resources = (ReplicaResources.from_quantities(REPLICA_CPU, REPLICA_MEMORY) if real
                  else ReplicaResources.from_quantities("4", "16Gi", 1, GPU_TYPE))
+    return default_catalog().price_replica(resources, "OnDemand")
+
+
+def _gateway_price() -> Decimal:
+    """Catalog on-demand price of one of the real-node demo's gateway pods (``GATEWAY_CPU``, the default memory),
+    USD/h, as the ledger charges it."""
+    from modalscale.api.inferenceservice import GatewaySpec
+    from modalscale.costmodel.catalog import ReplicaResources, default_catalog
+
+    resources = ReplicaResources.from_quantities(GATEWAY_CPU, GatewaySpec().memory)
     return default_catalog().price_replica(resources, "OnDemand")

@@ -49,6 +49,7 @@ def test_builds_start_before_the_cluster_and_their_result_is_used(monkeypatch: p
         assert demo.image_build is not None and demo.prometheus_build is not None
         got: Any = demo.image_build.result(timeout=5)
         assert got == ["IMG"] and demo.prometheus_build.result(timeout=5) == "PROM"
-        assert sorted(calls) == ["image ['runtime-cpu']", "prometheus"]
+        # the gateway's pods run the operator image
+        assert sorted(calls) == ["image ['runtime-cpu', 'operator']", "prometheus"]
     finally:
         demo.close()

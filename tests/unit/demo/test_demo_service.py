@@ -8,17 +8,22 @@ from typing import Any
 import pytest
 
 from modalscale.api.inferenceservice import parse_isvc
+from modalscale.demo.report import request_path_lines
 from modalscale.demo.run import (
-    DEMO_GATEWAY,
+    FIRST_REPLICA_SCALING,
+    GATEWAY_CPU,
+    GATEWAY_REPLICAS,
     MAX_REAL_REPLICAS,
     REPLICA_CPU,
     Demo,
     DemoConfig,
     _replica_price,
+    cold_start_line,
     kwok_banner,
     rates_query,
+    served_queries,
 )
-from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL
+from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL, node_reserve
 from modalscale.operator.isvc.objects import build_deployment
 
 
@@ -75,13 +80,78 @@ def test_predictive_scaling_is_valid_for_both_modes(real: bool) -> None:
     assert spec.scaling.mode == "Predictive"
 
 
+def _merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """RFC 7386 JSON merge patch (what ``patch_namespaced_custom_object`` sends for a dict): None removes."""
+    out = copy.deepcopy(target)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge_patch(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _millicores(q: str) -> int:
+    return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
+
+
 @pytest.mark.parametrize("real", [True, False])
 def test_the_demo_says_its_gateway_setting_explicitly_and_its_rates_read_that_one_source(real: bool) -> None:
     body = _body(real)
-    assert body["spec"]["gateway"] == {"enabled": DEMO_GATEWAY}  # never the CRD's default by omission
-    assert parse_isvc(body).gateway.enabled is DEMO_GATEWAY
-    # 3 replicas of 500m fill the 2-core machine's real node (1500m allocatable): no room for gateway pods.
-    assert DEMO_GATEWAY is False and MAX_REAL_REPLICAS * 500 == 1500 and REPLICA_CPU == "500m"
+    spec = parse_isvc(body)
+    if not real:  # the fallback's replicas are fake pods: no gateway pod could reach its one local Triton
+        assert body["spec"]["gateway"] == {"enabled": False} and spec.gateway.enabled is False
+        return
+    assert body["spec"]["gateway"]["enabled"] is True  # never the CRD's default by omission
+    assert spec.gateway.enabled and spec.gateway.replicas == GATEWAY_REPLICAS == 2
+    assert spec.gateway.cpu == GATEWAY_CPU
+    # Three replicas and both gateway pods fit the real node of a 2-core machine (the CPU the kubelet keeps out).
+    allocatable_m = 2000 - _millicores(node_reserve(2, 24 * 2**30)["kubeReserved"]["cpu"])
+    assert allocatable_m == 1500
+    used_m = MAX_REAL_REPLICAS * _millicores(REPLICA_CPU) + GATEWAY_REPLICAS * _millicores(GATEWAY_CPU)
+    assert used_m <= allocatable_m, used_m
+
+
+def test_the_real_demo_starts_at_zero_then_patches_to_one_fixed_replica_then_predictive() -> None:
+    body = _body(real=True)
+    cold = parse_isvc(body)
+    assert cold.scaling.mode == "Predictive" and cold.scaling.min_replicas == 0  # a start from zero
+    fixed = _merge_patch(body, {"spec": {"scaling": FIRST_REPLICA_SCALING}})
+    assert "scaleToZeroAfterSeconds" not in fixed["spec"]["scaling"]
+    spec = parse_isvc(fixed)
+    assert (spec.scaling.mode, spec.scaling.replicas, spec.scaling.min_replicas) == ("Fixed", 1, 1)
+    demo = Demo(DemoConfig(), say=lambda _: None)
+    try:
+        demo.real = True
+        scaling = dict(demo._scaling(), replicas=None)  # turn_predictive's patch
+    finally:
+        demo.close()
+    predictive = _merge_patch(fixed, {"spec": {"scaling": scaling, "model": {"costModelRef": {
+        "name": "m", "key": "model.skops"}}}})
+    spec = parse_isvc(predictive)
+    assert spec.scaling.mode == "Predictive" and spec.scaling.min_replicas == 1
+    assert spec.scaling.max_replicas == MAX_REAL_REPLICAS
+
+
+def test_served_queries_count_each_replica_pod_and_the_gateway_choices_from_their_own_series() -> None:
+    per_pod, picks = served_queries("demo", "vc", 900)
+    assert per_pod.startswith("sum by (pod) (max_over_time(modalscale_requests_total{")
+    assert 'component!~"gateway|image-encoder"' in per_pod and "[900s]" in per_pod and "min_over_time" in per_pod
+    assert picks.startswith("sum by (policy) (max_over_time(modalscale_gateway_picks_total{")
+    assert 'component="gateway"' in picks
+    for q in (per_pod, picks):
+        assert 'namespace="demo"' in q and 'inferenceservice="vc"' in q
+
+
+def test_the_start_from_zero_line_says_what_happened() -> None:
+    ok = {"latency_s": 17.46, "pod_time_to_ready_s": 16.8, "added_s": 0.66}
+    assert "answered after 17.5 s" in cold_start_line(ok) and "added latency 0.66 s" in cold_start_line(ok)
+    assert "FAILED: HTTPError: 503" in cold_start_line({"error": "HTTPError: 503"})
+    assert "no answer" in cold_start_line({})
+    lines = request_path_lines({"cold_start": ok, "served_by_pod": {"vc-b": 7, "vc-a": 5}, "gateway_picks": {}})
+    assert lines[1].endswith("vc-a 5, vc-b 7") and "not read" in lines[2]
 
 
 def test_the_live_rates_count_each_request_once_from_the_source_the_autoscaler_reads() -> None:
