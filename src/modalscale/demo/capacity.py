@@ -20,8 +20,11 @@ from modalscale.api.isvc_status import ScalingChange
 Record = tuple[float, float, str, bool]
 """(arrival_s, latency_ms, modality, ok) of one replayed request."""
 
-NOT_AUTOSCALER = ("CappedByBudget", "FixedReplicas")
-"""scalingHistory reasons that are not the autoscaler's own scale-ups."""
+NOT_AUTOSCALER = ("CappedByBudget", "FixedReplicas", "Activated")
+"""scalingHistory reasons that are not the autoscaler's scale-ups under load, whose capacity the demo measures: a
+budget's cap, Fixed mode's replicas, and a start from zero (``Activated``, 0 -> 1 for a request the gateway holds:
+no capacity before it to compare with; the demo reports it apart). Counted as one, the demo's own start from zero
+armed the budget story before the replay began (a run at c94f82f)."""
 SETTLE_S = 15.0
 """Seconds after the new replicas are Ready before the 'after' window opens (the old replica's queue drains)."""
 WINDOW_S = 30.0

@@ -14,7 +14,7 @@ from typing import Any
 
 from modalscale.api.isvc_status import format_time, read_isvc_status
 from modalscale.costmodel.budget.status import read_budget_status
-from modalscale.demo.capacity import budget_scale_downs
+from modalscale.demo.capacity import NOT_AUTOSCALER, budget_scale_downs
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Checks:
         checks = cls()
         history = read_isvc_status(isvc).scaling_history or ()
         ups = [h for h in history
-               if h.to_replicas > h.from_replicas and h.reason not in ("CappedByBudget", "FixedReplicas")]
+               if h.to_replicas > h.from_replicas and h.reason not in NOT_AUTOSCALER]
         checks.items.append(("scale-up by the autoscaler", bool(ups),
                              "; ".join(f"{format_time(h.time)} {h.from_replicas}->{h.to_replicas} {h.reason}"
                                        for h in ups) or "none"))

@@ -59,6 +59,19 @@ def test_ready_time_is_when_the_target_count_is_ready_at_once() -> None:
     assert ready_time(gone, 3, 60.0) is None
 
 
+def test_a_start_from_zero_is_no_scale_up_to_measure_and_does_not_arm_the_budget_story() -> None:
+    """A run at c94f82f: the demo's own start from zero (0 -> 1 ``Activated`` before the replay) was taken for a
+    measured scale-up, and the budget story armed at t = 0 s (the limit exceeded before the shift)."""
+    from modalscale.demo.budget_story import arm_due
+
+    pods = [PodRecord("p0", "real-node-0", True, -140.0, -113.0)]
+    history = [h(-140, 0, 1, "Activated"), h(-100, 1, 1, "FixedReplicas")]
+    assert scale_ups(history, T0, pods) == []
+    assert arm_due(scale_ups(history, T0, pods), 0.0, fallback_s=270.0)[0] is False
+    ups = scale_ups([*history, h(130, 1, 3)], T0, [*pods, *PODS[1:]])
+    assert [(u.from_replicas, u.to_replicas, u.reasons) for u in ups] == [(1, 3, ["ScaleUpForSLO"])]
+
+
 def test_decisions_taken_before_the_replicas_were_ready_are_one_scale_up() -> None:
     ups = scale_ups([h(60, 1, 2), h(62, 2, 3, "ScaleUpForBurst"), h(200, 3, 2, "CappedByBudget")], T0, PODS)
     assert len(ups) == 1
