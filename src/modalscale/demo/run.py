@@ -80,8 +80,9 @@ PROBE_S = 20.0
 PROBE_CONCURRENCY = 8
 """Closed-loop workers of the capacity probe: the replica's largest batch (``maxBatchSize``), so it saturates."""
 REUSE_IMAGE_ENV = "MODALSCALE_DEMO_REUSE_IMAGE"
-"""Set to 1 to use the runtime image already in the real node's containerd instead of building the working tree's
-(for iterating on the demo: the image's content hash covers the whole package, so any edit rebuilds it)."""
+"""Set to 1 to use the runtime and operator images already in the real node's containerd instead of building the
+working tree's (for iterating on the demo: each image's content hash covers the whole package, so any edit rebuilds
+them); when either is missing, both are built, and the demo says which was missing."""
 ARMED_SLACK_S = 240.0
 """Real mode: seconds of trace past ``--duration`` that the replay may use while the budget story finishes
 (:mod:`modalscale.demo.budget_story`); it stops ``STOP_AFTER_SCALE_DOWN_S`` after the budget's scale-down."""
@@ -305,8 +306,9 @@ class Replayer:
     Args:
         rows: The trace.
         url: ``host:port`` of the server.
-        protocol: ``http``: a new client (connection) per request, so each request goes through kube-proxy's
-            current endpoints and a new replica takes its share; ``grpc``: one shared channel (one local Triton).
+        protocol: ``http``: a new client (connection) per request, each through the Service (kube-proxy) to a
+            gateway pod, which picks the replica (a direct Service: kube-proxy's current endpoints, so a new
+            replica takes its share either way); ``grpc``: one shared channel (one local Triton).
     """
 
     def __init__(self, rows: list[Any], url: str, protocol: str = "grpc") -> None:
@@ -465,10 +467,11 @@ class Demo:
 
     def start_builds(self) -> None:
         """Start, in background threads, the builds the real-node story needs and the cluster does not: the CPU
-        runtime image and the Prometheus binary. They overlap the control plane's Go builds (the image's stages
-        are mostly downloads, debootstrap and archive writing; Prometheus waits for the Go build lock, then builds
-        while the cluster starts and the image is imported). Nothing starts when the cluster will be KWOK-only.
-        A failed build raises at the step that needs it, as it would without the overlap."""
+        runtime image, the operator image (the gateway's pods) and the Prometheus binary. They overlap the control
+        plane's Go builds (the images' stages are mostly downloads, debootstrap and archive writing; Prometheus
+        waits for the Go build lock, then builds while the cluster starts and the images are imported). Nothing
+        starts when the cluster will be KWOK-only. A failed build raises at the step that needs it, as it would
+        without the overlap."""
         from modalscale.devenv.binaries import ensure_prometheus
         from modalscale.devenv.cluster import REAL_NODE_ENV
         from modalscale.devenv.images import build_images
@@ -502,12 +505,15 @@ class Demo:
         if os.environ.get(REUSE_IMAGE_ENV) == "1":
             refs = [runtime_cpu_reference(), operator_reference()]
             addresses = node_addresses(self.cluster.workdir)  # every real node's containerd
-            if addresses and all(normalize_image_ref(ref) in list_images(self.cluster.workdir, a)
-                                 for a in addresses for ref in refs):
+            missing = sorted({ref for a in addresses for ref in refs
+                              if normalize_image_ref(ref) not in list_images(self.cluster.workdir, a)})
+            if addresses and not missing:
                 self.image_ref = refs[0]
                 self.say(f"{REUSE_IMAGE_ENV}=1: reusing {' and '.join(refs)} as already imported into the real "
                          "node's containerd (they may predate the working tree; nothing was built)")
                 return
+            self.say(f"{REUSE_IMAGE_ENV}=1, but the real node's containerd lacks "
+                     f"{', '.join(missing) or 'every image (no node address)'}: building both images")
         started = time.monotonic()
         if self.image_build is not None:
             images = self.image_build.result()
@@ -585,6 +591,10 @@ class Demo:
         from modalscale.devenv.operator_process import OperatorProcess
 
         env = {"MODALSCALE_PROMETHEUS_URL": prometheus_url} if prometheus_url else {}
+        if self.real:  # the gateway's pods run the operator image the demo imported, by that name
+            from modalscale.devenv.images import operator_reference
+
+            env["MODALSCALE_GATEWAY_IMAGE"] = operator_reference()
         self.operator = OperatorProcess(self.cluster.kubeconfig, self.workdir / "operator.log", extra_env=env,
                                         resync_s=5.0)
         self.stack.callback(self.operator.stop)
@@ -696,7 +706,11 @@ class Demo:
         """Send one request (an image and text) through the Service while the service is at zero replicas: the
         gateway holds it and asks the operator for a replica (Knative's activator). Records in ``self.cold``: the
         request's latency, the replica pod's own time to Ready (first seen listed -> first seen Ready, 0.2 s polls,
-        so it reads up to 0.2 s late) and the answer or the error; the demo's check judges it."""
+        so it reads up to 0.2 s late) and the answer or the error; the demo's check judges it.
+
+        Raises:
+            RuntimeError: no answer and no replica ever Ready (with the pods' and Events' state).
+        """
         from kubernetes import client
 
         from modalscale.runtime.client import MultimodalClient
@@ -721,7 +735,10 @@ class Demo:
         thread.start()
         created: float | None = None
         ready: float | None = None
-        while thread.is_alive() and time.monotonic() - sent < COLD_START_TIMEOUT_S + 60:
+        # Until the answer, and until the pod was seen Ready (an answer can come before the next poll saw it: then
+        # Ready reads up to one poll late, after the answer).
+        while ((thread.is_alive() or (ready is None and "latency_s" in result))
+               and time.monotonic() - sent < COLD_START_TIMEOUT_S + 60):
             with contextlib.suppress(client.exceptions.ApiException):
                 pods = core.list_namespaced_pod(NAMESPACE,
                                                 label_selector=f"modalscale.io/inferenceservice={ISVC}").items
@@ -739,6 +756,13 @@ class Demo:
             self.cold["added_s"] = result["latency_s"] - self.cold["pod_time_to_ready_s"]
         self.timings["start from zero (first request answered)"] = time.monotonic() - sent
         self.say("Start from zero: " + cold_start_line(self.cold))
+        if "latency_s" not in result and ready is None:
+            # No replica came up: nothing after this can run; say what the pods and the service looked like now
+            # rather than wait out the first replica's own timeout.
+            from modalscale.devenv.kube import describe_workload
+
+            raise RuntimeError("the start from zero got no replica Ready: " + cold_start_line(self.cold) + "\n"
+                               + describe_workload(self.api, NAMESPACE, f"modalscale.io/inferenceservice={ISVC}"))
 
     def apply_objects(self, artifact_b64: str, limit_usd: Decimal, scale_down_percent: int) -> str:
         """Secret, service-time-model ConfigMap, the InferenceService (created; in real mode given its service-time

@@ -3,7 +3,8 @@ only: it runs with the machine's own Python before ``.venv`` exists).
 
 A cold demo writes about 30 GB (measured 3 Dec 2026 on a fresh clone: ``.venv`` 6.7 GB, pip's cache about 3 GB,
 Go's module and build caches 3.5 GB plus the binaries 0.7 GB, the runtime image's build store, wheelhouse and
-archive 12 GB, and the real node's containerd root 8.5 GB once the image is imported). A disk that fills
+archive 12 GB, and the real node's containerd root 8.5 GB once the image is imported), and since the demo runs
+through the gateway, the operator image's 1.2 GB and its import. A disk that fills
 midway fails the demo after 15 minutes with ``no space left on device`` from whichever build got there first;
 this check fails in a second instead, naming what is missing, where it goes and how much is free. Parts already
 built (a warm machine) need nothing.
@@ -49,6 +50,10 @@ def cold_parts(repo: Path, home: Path, cache: Path) -> list[Part]:
                   Part("control-plane binaries", cache, 1 * GB)]
     if not any((cache / "images").glob("runtime-cpu-*.oci.tar")):
         parts.append(Part("CPU runtime image (build store, wheelhouse, archive)", cache, 12 * GB))
+    if not any((cache / "images").glob("operator-*.oci.tar")):
+        # The gateway's pods run it: its dependency image 0.79 GB in the build store, wheelhouse 0.11 GB, archive
+        # 0.28 GB (measured 5 Dec 2026), and its layers unpacked in the node's containerd (under 1 GB).
+        parts.append(Part("operator image (the gateway's pods: build store, wheelhouse, archive)", cache, 2 * GB))
     if not (cache / "node" / "containerd-root").is_dir():
         parts.append(Part("real node's containerd (the imported image)", cache, 9 * GB))
     return parts
