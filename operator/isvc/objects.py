@@ -61,6 +61,16 @@ toleration migrates pods on every network jitter (Huawei CCE, "Toleration Time f
 """
 
 
+
+STARTUP_PROBE: dict[str, Any] = {"httpGet": {"path": "/v2/health/live", "port": "http"},
+                                 "periodSeconds": 1, "failureThreshold": 300}
+"""The Triton container's startup probe: ``/v2/health/live`` (tritonserver serves it once its models loaded) every
+second, for up to 300 s. The kubelet runs the readiness probe at once when the startup probe first succeeds, so
+the period of this probe is how late a started replica is seen Ready: at 5 s (before 5 Dec 2026) a replica's own
+time to Ready on the real node fell on 5 s steps (25.5 s or 30.5 s in 42 starts from zero), the user's wait at
+every start from zero and every scale-up. An HTTP GET that Triton's C++ server answers costs the replica nothing
+measurable, unlike the BuiltIn readiness check (a Python process, about 40 ms of CPU a run), which stays at 5 s."""
+
 def owned_labels(spec: IsvcSpec) -> dict[str, str]:
     """The labels the operator owns on every child (others' labels are never touched)."""
     return {
@@ -313,8 +323,7 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
                   {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         **_probes(spec, pool.ready_model),
-        "startupProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"},
-                         "periodSeconds": 5, "failureThreshold": 60},
+        "startupProbe": STARTUP_PROBE,
         **({"lifecycle": _prestop_drain()} if spec.model.source == "BuiltIn" else {}),
         "resources": resources,
         "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,

@@ -54,6 +54,18 @@ def test_a_configmap_model_repository_is_read_through_its_data_link() -> None:
         assert container(dep)["volumeMounts"][0]["mountPath"] == "/models"
 
 
+def test_the_startup_probe_asks_every_second_over_http_for_up_to_five_minutes() -> None:
+    """Its period is how late a started replica is seen Ready (the kubelet runs the readiness probe at once when the
+    startup probe first passes): at 5 s, 42 starts from zero on the real node gave a replica's own time to Ready on
+    5 s steps. An HTTP GET answered by Triton's own server, never the Python health check (a process a run)."""
+    for body, files, keys in ((isvc(), {"multimodal/config.pbtxt": ""}, None),
+                              (isvc({"source": "ConfigMap", "name": "own", "configMap": {"name": "own-repo"}}), {},
+                               ["own__config.pbtxt"])):
+        probe = container(build_deployment(parse_isvc(body), 1, files, keys))["startupProbe"]
+        assert probe["httpGet"] == {"path": "/v2/health/live", "port": "http"} and "exec" not in probe
+        assert probe["periodSeconds"] == 1 and probe["periodSeconds"] * probe["failureThreshold"] >= 300
+
+
 def test_builtin_probes_see_a_dead_python_backend_stub_and_a_users_image_gets_http_probes() -> None:
     # Seen on a real tritonserver: a Python-backend stub killed (as the OOM killer does) left Triton answering 200
     # on /v2/models/<name>/ready while every request to that model failed, so the httpGet probes kept the replica
