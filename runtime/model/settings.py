@@ -47,6 +47,11 @@ class ModelSettings:
     """INT8 scheme of the text encoder (``encoders.INT8_TEXT_SCHEMES``); not generated from a RuntimeConfig, a
     benchmark sets ``dynamic`` to compare with the earlier scheme side by side."""
 
+    warm_up: bool = True
+    """Serve one synthetic request through the loaded encoders before the model reports ready
+    (``pipeline.MultimodalPipeline.warm_up``); like ``metrics_batching`` a model parameter for side-by-side runs
+    (``benchmarks/first_request.py`` sets ``false``), not generated from a RuntimeConfig."""
+
     image_bucket_sides: tuple[int, ...] = ()
     """Fixed square image sizes of the GPU layout's orchestrator (``repo_config.gpu_image_sides``); empty elsewhere."""
     metrics_batching: str = "execute"
@@ -84,7 +89,7 @@ class ModelSettings:
                 raise ValueError(f"parameter image_int8_min_side_pixels: expected an integer >= 0 (0 = off), got "
                                  f"{text!r}")
             values["image_int8_min_side_pixels"] = int(text)
-        for name in ("modality_aware_batching", "embedding_cache", "image_bf16"):
+        for name in ("modality_aware_batching", "embedding_cache", "image_bf16", "warm_up"):
             if name in raw:
                 if raw[name] not in ("true", "false"):
                     raise ValueError(f"parameter {name}: expected true or false, got {raw[name]!r}")

@@ -133,6 +133,10 @@ class TritonPythonModel:
         self.pipeline = MultimodalPipeline(self.settings, encoder)
         self.metrics = FeatureMetrics(str(args.get("model_name", config.get("name", ""))))
         self.metrics.report_image_int8(encoder, self.settings.preload)
+        # Before Triton marks the model ready (and the pod's readiness probe passes): the first real request on a
+        # new replica, such as a start from zero's held one, does not pay the model's first-call costs.
+        if self.settings.warm_up:
+            LOG.info("Warmed up in %.3f s", self.pipeline.warm_up(self.settings.preload))
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Serve one batch: a response (or a per-request error) for every request, in order.

@@ -78,6 +78,10 @@ def test_settings_defaults_and_errors() -> None:
         ModelSettings.from_model_config({"parameters": {"intra_op_threads": {"string_value": "two"}}})
     with pytest.raises(ValueError, match="parameter embedding_cache"):
         ModelSettings.from_model_config({"parameters": {"embedding_cache": {"string_value": "yes"}}})
+    assert ModelSettings().warm_up  # on unless a benchmark's model parameter says false
+    assert not ModelSettings.from_model_config({"parameters": {"warm_up": {"string_value": "false"}}}).warm_up
+    with pytest.raises(ValueError, match="parameter warm_up: expected true or false"):
+        ModelSettings.from_model_config({"parameters": {"warm_up": {"string_value": "off"}}})
 
 
 @pytest.mark.parametrize(("image_count", "text", "expected"), [

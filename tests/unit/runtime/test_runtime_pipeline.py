@@ -144,3 +144,35 @@ def test_an_image_in_the_embedding_cache_is_not_decoded_again(monkeypatch: pytes
     prep(no_cache, [large], None)
     assert len(decoded) == 4  # without the cache every request decodes
     assert first.image_classes.shape == (1,)
+
+
+@pytest.mark.parametrize(("encoders", "image_passes", "text_passes"),
+                         [(("image", "text"), 1, 1), (("image",), 1, 0), (("text",), 0, 1), ((), 0, 0)])
+def test_warm_up_runs_the_loaded_encoders_once_and_leaves_the_cache_as_it_was(
+        encoders: tuple[str, ...], image_passes: int, text_passes: int) -> None:
+    encoder = CountingEncoder()
+    pipeline = MultimodalPipeline(ModelSettings(), encoder, clock=tick_clock())  # type: ignore[arg-type]
+    # One real request first: its image is in the cache, and the warm-up must neither evict nor add an entry.
+    pipeline.run([pipeline.prepare(np.array([png(40, 30, 200)], dtype=object), None)])
+    assert pipeline.cache is not None
+    before = dict(pipeline.cache._items)
+    encoder.image_passes.clear()
+
+    seconds = pipeline.warm_up(encoders)
+
+    assert len(encoder.image_passes) == image_passes
+    assert len(encoder.text_passes) == text_passes
+    assert seconds > 0 if encoders else seconds == 0.0
+    assert pipeline.cache is not None and dict(pipeline.cache._items) == before
+    out = pipeline.run([pipeline.prepare(np.array([png(40, 30, 200)], dtype=object), None)])
+    assert (out[0].cache_hits, out[0].cache_misses) == (1, 0)
+
+
+def test_warm_up_image_is_a_valid_jpeg_within_every_default_limit() -> None:
+    from modalscale.runtime.model.pipeline import warm_up_jpeg
+
+    data = warm_up_jpeg()
+    with Image.open(io.BytesIO(data)) as image:
+        assert (image.format, image.size) == ("JPEG", (64, 48))
+    settings = ModelSettings()
+    assert 64 <= settings.max_image_side_pixels and 64 * 48 <= settings.max_image_pixels
