@@ -2,7 +2,8 @@
 request waits for the pod's start and then for its own first request).
 
 Each round starts a real tritonserver (the nvidia-pytriton wheel's, as the runtime tests do) on the demo replica's
-configuration (one instance, one intra-op thread, batching up to 8, no modality-aware queues, no embedding cache)
+runtime configuration (torch FP32, one instance, one intra-op thread, batching up to 8, no modality-aware queues, no
+embedding cache; the demo gives it 450m, ``real_node.py``'s starts from zero 250m, this script's default)
 inside a cgroup with a CFS quota of ``--cpu`` cores (cgroup v1 ``cpu`` controller or v2 ``cpu.max``; root needed),
 the same quota the kubelet gives a pod of that CPU limit. Once the server is ready it sends the request a start from
 zero sends in ``benchmarks/real_node.py`` (a 320 x 240 photograph and a short text, a new connection), then
@@ -49,8 +50,10 @@ def cpu_quota(cores: float) -> Iterator[None]:
     name = f"modalscale-first-request-{os.getpid()}"
     v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
     root = Path("/sys/fs/cgroup") if v2 else Path("/sys/fs/cgroup/cpu")
-    own = next(line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
-               if (line.startswith("0::") if v2 else "cpu" in line.split(":", 2)[1].split(",")))
+    own = next((line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                if (line.startswith("0::") if v2 else "cpu" in line.split(":", 2)[1].split(","))), None)
+    if own is None:
+        raise OSError(f"no {'cgroup v2' if v2 else 'cpu controller'} line in /proc/self/cgroup: cannot set a CPU quota")
     group = root / name
     group.mkdir(exist_ok=True)
     if v2:
@@ -78,11 +81,11 @@ def one(arm: str, cores: float, steady: int, image: bytes, work: Path) -> tuple[
     server = TritonProcess(model_repository=repo, extra_args=list(server_arguments(CONFIG)), http_port=port,
                            grpc_port=free_port(), metrics_port=free_port(), log_path=work / "tritonserver.log",
                            exit_timeout_s=5)
-    with cpu_quota(cores):
-        started = time.monotonic()
-        server.start()
-    ready_s = time.monotonic() - started
     try:
+        with cpu_quota(cores):
+            started = time.monotonic()
+            server.start()
+        ready_s = time.monotonic() - started
         latencies = []
         for k in range(1 + steady):
             with MultimodalClient(f"127.0.0.1:{port}", model_name=CONFIG.model_name, timeout_s=120) as client:

@@ -152,20 +152,25 @@ class MultimodalPipeline:
     def warm_up(self, encoders: Sequence[str] = ("image", "text")) -> float:
         """Serve one synthetic request through :meth:`prepare` and :meth:`run` and drop its output, so that a new
         replica's first real request does not pay the first-call costs (the image decoder's plugins, the tokenizer's
-        tables, the encoders' first passes, allocator growth). The request holds a 64 x 48 JPEG of a colour
-        gradient if ``encoders`` names ``image`` and a short text if it names ``text`` (the encoders this instance
-        loaded at start-up: a lazily loaded one stays unloaded); with neither, nothing runs. The embedding cache is
-        left as it was; no metric counts it.
+        tables, the encoders' first passes, allocator growth). The request holds a JPEG of a colour gradient (64 x
+        48, halved until it is within ``max_image_pixels``) if ``encoders`` names ``image`` and a short ASCII text
+        (cut to ``max_text_bytes``) if it names ``text`` (the encoders this instance loaded at start-up: a lazily
+        loaded one stays unloaded); with neither, nothing runs. The embedding cache is left as it was; no metric
+        counts it.
 
         Returns:
             The seconds it took (0.0 when nothing ran).
         Raises:
-            RequestError, RuntimeError, ValueError: As :meth:`prepare` and :meth:`run`: a model that cannot serve
-            its own warm-up request would fail every real one, so it fails to load instead.
+            RequestError, RuntimeError, ValueError: As :meth:`prepare` and :meth:`run`. The request is within every
+            limit of ``settings``, so a failure is the encoders' own: the model fails to load rather than fail every
+            real request.
         """
+        width, height = 64, 48
+        while width * height > self.settings.max_image_pixels:
+            width, height = max(1, width // 2), max(1, height // 2)
         # Shaped as Triton hands them over: IMAGES [1, n], TEXT [1, 1].
-        images = np.array([[warm_up_jpeg()]], dtype=np.object_) if "image" in encoders else None
-        text = np.array([[b"warm up the encoders before the first request"]], dtype=np.object_) \
+        images = np.array([[warm_up_jpeg(width, height)]], dtype=np.object_) if "image" in encoders else None
+        text = np.array([[WARM_UP_TEXT[:self.settings.max_text_bytes]]], dtype=np.object_) \
             if "text" in encoders else None
         if images is None and text is None:
             return 0.0
@@ -235,6 +240,10 @@ class MultimodalPipeline:
         for (r, _), share in zip((owners[i] for i in group.indices),
                                  split_evenly(elapsed, [1] * len(group.indices)), strict=True):
             _add(batch[r].stage_s, "image_encoder", share)
+
+
+WARM_UP_TEXT = b"warm up the encoders before the first request"
+"""The warm-up request's text (ASCII: any cut is valid UTF-8)."""
 
 
 def warm_up_jpeg(width: int = 64, height: int = 48) -> bytes:

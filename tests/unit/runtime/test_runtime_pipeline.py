@@ -176,3 +176,14 @@ def test_warm_up_image_is_a_valid_jpeg_within_every_default_limit() -> None:
         assert (image.format, image.size) == ("JPEG", (64, 48))
     settings = ModelSettings()
     assert 64 <= settings.max_image_side_pixels and 64 * 48 <= settings.max_image_pixels
+
+
+@pytest.mark.parametrize(("max_image_pixels", "max_text_bytes"), [(1, 1), (2000, 32), (3072, 45)])
+def test_warm_up_fits_the_request_limits_a_model_is_configured_with(max_image_pixels: int,
+                                                                    max_text_bytes: int) -> None:
+    # A model whose limits are below the 64 x 48 JPEG or the text still loads: the warm-up's request is cut to fit.
+    encoder = CountingEncoder()
+    settings = ModelSettings(max_image_pixels=max_image_pixels, max_text_bytes=max_text_bytes)
+    pipeline = MultimodalPipeline(settings, encoder, clock=tick_clock())  # type: ignore[arg-type]
+    assert pipeline.warm_up() > 0
+    assert len(encoder.image_passes) == 1 and len(encoder.text_passes) == 1
