@@ -61,7 +61,6 @@ toleration migrates pods on every network jitter (Huawei CCE, "Toleration Time f
 """
 
 
-
 STARTUP_PROBE: dict[str, Any] = {"httpGet": {"path": "/v2/health/live", "port": "http"},
                                  "periodSeconds": 1, "failureThreshold": 300}
 """The Triton container's startup probe: ``/v2/health/live`` (tritonserver serves it once its models loaded) every
@@ -71,6 +70,7 @@ time to Ready on the real node fell on 5 s steps (25.4-25.5 s or 30.4-30.6 s in 
 s); at 1 s, 21.3-26.5 s (median 23.90 s, 16 starts; docs/gateway.md), the user's wait at every start from zero and
 every scale-up. An HTTP GET that Triton's C++ server answers costs the replica nothing
 measurable, unlike the BuiltIn readiness check (a Python process, about 40 ms of CPU a run), which stays at 5 s."""
+
 
 def owned_labels(spec: IsvcSpec) -> dict[str, str]:
     """The labels the operator owns on every child (others' labels are never touched)."""
