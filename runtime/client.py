@@ -35,6 +35,19 @@ class InferenceError(RuntimeError):
         super().__init__(message)
         self.status = status
 
+    @classmethod
+    def from_triton(cls, exc: InferenceServerException) -> InferenceError:
+        """The error tritonclient raised, its message kept; an answer with no body (tritonclient's message then
+        says only "empty response") names its HTTP status too, the one fact left to tell who answered."""
+        message, status = exc.message(), exc.status()
+        if status and message.startswith(EMPTY_RESPONSE):
+            message = f"{message.rstrip('.')} (HTTP status {status}, no body)"
+        return cls(message, status)
+
+
+EMPTY_RESPONSE = "client received an empty response from the server"
+"""How tritonclient's HTTP client words a non-200 answer with no body (``tritonclient/http/_utils.py``)."""
+
 
 @dataclass(frozen=True)
 class MultimodalResult:
@@ -147,7 +160,7 @@ class MultimodalClient:
             result = self._client.infer(self.model_name, build_inputs(self.module, images, text),
                                         outputs=_outputs(self.module), **kwargs)
         except InferenceServerException as exc:
-            raise InferenceError(exc.message(), exc.status()) from None
+            raise InferenceError.from_triton(exc) from None
         return decode_result(result)
 
     def is_ready(self) -> bool:
@@ -191,7 +204,7 @@ class AsyncMultimodalClient:
             result = await self._client.infer(self.model_name, build_inputs(self.module, images, text),
                                               outputs=_outputs(self.module), **kwargs)
         except InferenceServerException as exc:
-            raise InferenceError(exc.message(), exc.status()) from None
+            raise InferenceError.from_triton(exc) from None
         return decode_result(result)
 
     async def close(self) -> None:
