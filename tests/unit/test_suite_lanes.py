@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from modalscale.runtime.server import port_range
-from tests.conftest import LANES, PLACED, lane_of
+from tests.conftest import FIRST_IN_REALNODE, LANES, PLACED, lane_of, run_order
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test.sh"
 
@@ -54,3 +54,21 @@ def test_the_script_runs_every_lane_each_with_its_own_port_range() -> None:
         assert high < low, bounds  # disjoint
     ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     assert bounds[-1][1] < min(ephemeral_low, 30000), bounds  # below ephemeral ports and the NodePort range
+
+
+def test_the_realnode_lane_runs_its_modules_without_images_first_each_in_its_own_order() -> None:
+    paths = ["tests/integration/operator/test_budget_tenant_real_node.py",
+             "tests/integration/operator/test_chaos_nodes.py", "tests/integration/operator/test_chaos_nodes.py",
+             "tests/integration/test_cluster_real_node.py", "tests/integration/test_images.py",
+             "tests/integration/test_real_node.py", "tests/integration/test_real_node.py"]
+    assert [paths[i] for i in run_order(paths)] == [paths[3], paths[5], paths[6], paths[0], paths[1], paths[2],
+                                                    paths[4]]
+    assert run_order(paths) == [3, 5, 6, 0, 1, 2, 4]  # the two test_real_node tests kept in their order
+
+
+def test_the_modules_run_first_exist_use_the_real_node_and_no_project_image() -> None:
+    root = SCRIPT.parents[1]
+    for module in FIRST_IN_REALNODE:
+        text = (root / module).read_text(encoding="utf-8")
+        assert "real_node_cluster" in text or "real: LocalCluster" in text, module
+        assert "images_imported" not in text and "build_images" not in text, module
