@@ -40,8 +40,11 @@ Rules (all pure; the caller passes ``now``):
   rerun, a restart, several evaluations) never charge a pod twice. The replicas in force since ``t0`` are those
   running then, or fewer when budget enforcement applied a cap then (``with_rates_in_force``): a pod removed by an
   enforced cap stops costing when it is gone, and one that is still listed at ``t1`` (the cap did not take effect)
-  is charged by its own timestamps anyway. Without a pod list (``pods=None``) the replicas in force are charged for
-  the whole interval, as before.
+  is charged by its own timestamps anyway. A listed pod not in force at the evaluation's own instant
+  (:meth:`PodRun.in_force_at`: bound and started after it, listed after the evaluation read its clock) is not one of
+  the replicas in force from it: the next evaluation charges it by its own run, and no replica gone unseen stands
+  for it (``_in_force_now``). Without a pod list (``pods=None``) the replicas in force are charged for the whole
+  interval, as before.
 * **Services new to the ledger** (a policy's first evaluation, a policy deleted and created again, a service
   created or selected since the last evaluation) are charged for what their listed pods ran since
   ``max(window start, status.startTime)``: the window starts at the period start on the first evaluation, else at
