@@ -241,8 +241,9 @@ def request_path_lines(request_path: dict[str, Any]) -> list[str]:
     (Prometheus), the gateway's replica choices by policy, and the embedding cache.
 
     ``request_path``: ``cold_start`` (:meth:`modalscale.demo.run.Demo.cold_start`'s record), ``served_by_pod`` and
-    ``gateway_picks`` (name -> count; empty when Prometheus could not be read)."""
-    from modalscale.demo.run import cold_start_line
+    ``gateway_picks`` (name -> count; empty when Prometheus could not be read), ``cache``
+    (:meth:`modalscale.demo.run.Demo.cache_phase`'s record; absent: not run)."""
+    from modalscale.demo.run import cache_line, cold_start_line
 
     served = request_path.get("served_by_pod") or {}
     picks = request_path.get("gateway_picks") or {}
@@ -253,6 +254,7 @@ def request_path_lines(request_path: dict[str, Any]) -> list[str]:
         "Gateway's replica choices: " + (", ".join(f"{k} {n}" for k, n in sorted(picks.items())) or "not read")
         + " (affinity_hit: an image's own replica on the consistent-hash ring; affinity_spill: moved on by the "
         "load bound; least_outstanding: no image)",
-        "Embedding cache: off in the demo (every request carries a distinct image, so it could not hit); hit rates "
-        "with repeated images: benchmarks/cache_affinity.py (docs/benchmarks.md)",
+        "Embedding cache (after the story; the story's images are all distinct, so they never hit): "
+        + cache_line(request_path.get("cache") or {})
+        + "; hit rates with 4 replicas against 1: benchmarks/cache_affinity.py (docs/benchmarks.md)",
     ]

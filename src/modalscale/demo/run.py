@@ -91,6 +91,15 @@ STOP_AFTER_SCALE_DOWN_S = 20.0
 REQUEST_TIMEOUT_S = 600.0
 """Client timeout of one request: an overloaded replica queues, it must not fail the request."""
 
+CACHE_PHASE_REQUESTS = 60
+"""Requests of the embedding-cache phase after the story (real mode): one image each, sent one at a time through
+the Service (the gateway)."""
+CACHE_PHASE_IMAGES = 8
+"""Photographs the phase draws from, none of them sent before in the run."""
+CACHE_PHASE_ZIPF_ALPHA = 0.8
+"""Exponent of the phase's Zipf-like popularity (P(rank r) proportional to 1 / r^alpha): web object requests follow
+Zipf-like laws with alpha 0.64-0.83 (Breslau et al., "Web caching and Zipf-like distributions", INFOCOM 1999)."""
+
 
 @dataclass
 class DemoConfig:
@@ -257,32 +266,89 @@ def served_queries(namespace: str, name: str, span_s: int) -> tuple[str, str]:
     return counted(replicas, "pod"), counted(picks, "policy")
 
 
-def request_content(row: Any, i: int) -> tuple[list[bytes] | None, str | None]:
-    """The images (real photographs resized to the row's size, JPEG) and text of trace row ``row``, the ``i``-th."""
+def request_content(row: Any, i: int, salt: bytes = b"") -> tuple[list[bytes] | None, str | None]:
+    """The images (real photographs resized to the row's size, JPEG) and text of trace row ``row``, the ``i``-th.
+
+    ``salt`` (non-empty): each image gets ``salt`` and ``i`` appended after its end (decoders ignore bytes after a
+    JPEG's end-of-image marker), so no two requests of a run carry the same image bytes and the embedding cache,
+    keyed on the bytes, never hits: a repeated photograph of the same size costs what a new one does."""
     from modalscale.demo.prompts import prompt_for_tokens
     from modalscale.runtime.workload import photo_at, photo_names
 
     names = photo_names()
     images = [photo_at(names[(i + k) % len(names)], max(row.image_width, 16), max(row.image_height, 16))
               for k in range(row.image_count)] or None
+    if images is not None and salt:
+        images = [distinct(data, salt, i) for data in images]
     text = prompt_for_tokens(row.text_tokens) if row.text_tokens else None
     return images, text
+
+
+def distinct(image: bytes, salt: bytes, n: int) -> bytes:
+    """``image`` with ``salt`` and ``n`` (8 bytes, big-endian) appended: other bytes, the same picture."""
+    return image + salt + n.to_bytes(8, "big")
+
+
+def zipf_draw(n: int, k: int, alpha: float, seed: int) -> list[int]:
+    """``n`` ranks in ``[0, k)`` drawn independently with P(rank r) proportional to ``1 / (r + 1) ** alpha``.
+
+    Raises:
+        ValueError: ``n`` negative, ``k`` below 1 or ``alpha`` negative.
+    """
+    import random
+
+    if n < 0 or k < 1 or alpha < 0:
+        raise ValueError(f"zipf_draw: need n >= 0, k >= 1, alpha >= 0 (got n={n}, k={k}, alpha={alpha})")
+    return random.Random(seed).choices(range(k), weights=[1 / (r + 1) ** alpha for r in range(k)], k=n)
+
+
+def cache_lookups(metrics: dict[str, float]) -> tuple[float, float]:
+    """``(hits, misses)`` of a replica's embedding cache from its parsed ``/metrics``
+    (``modalscale_embedding_cache_lookups_total`` by ``result``, summed over its other labels; 0 when absent)."""
+    from modalscale.runtime.model.metrics import EMBEDDING_CACHE_LOOKUPS_TOTAL
+
+    def total(result: str) -> float:
+        return sum(v for k, v in metrics.items()
+                   if k.startswith(EMBEDDING_CACHE_LOOKUPS_TOTAL + "{") and f'result="{result}"' in k)
+
+    return total("hit"), total("miss")
+
+
+def cache_line(cache: dict[str, Any]) -> str:
+    """One line on :meth:`Demo.cache_phase`'s record (``{}``: not run)."""
+    if not cache:
+        return "not measured"
+    if "error" in cache:
+        return f"not measured: {cache['error']}"
+    by_pod = cache.get("by_pod") or {}
+    hits = sum(v["hit"] for v in by_pod.values())
+    lookups = sum(v["hit"] + v["miss"] for v in by_pod.values())
+    pods = ", ".join(f"{pod} {v['hit']:.0f}/{v['hit'] + v['miss']:.0f}" for pod, v in sorted(by_pod.items()))
+    return (f"{hits:.0f} hits of {lookups:.0f} image lookups on {cache['requests']} requests (one image each, "
+            f"{cache['answered']} answered, {cache['failed']} failed; drawn Zipf alpha {cache['alpha']} from "
+            f"{cache['images']} photographs never sent before, {cache['distinct']} of them drawn: at most "
+            f"{cache['requests'] - cache['distinct']} hits, each one's first sight a miss); hits/lookups per replica "
+            f"pod: {pods or 'none read'}")
 
 
 def closed_loop_rps(url: str, contents: list[tuple[list[bytes] | None, str | None]], seconds: float,
                     concurrency: int) -> tuple[float, int, int]:
     """Closed-loop throughput at ``url`` (``host:port``, HTTP): ``concurrency`` workers send ``contents`` in turn
-    (cycling), a new connection per request, for ``seconds``. Returns ``(answers per second, answered, failed)``;
-    the rate divides the answers by the time until the last worker finished (its last request included)."""
+    (cycling; each send's images made distinct, :func:`distinct`), a new connection per request, for ``seconds``.
+    Returns ``(answers per second, answered, failed)``; the rate divides the answers by the time until the last
+    worker finished (its last request included)."""
     from modalscale.runtime.client import AsyncMultimodalClient
 
     async def go() -> tuple[float, int, int]:
         done, failed, nxt = [0], [0], [0]
         stop = time.monotonic() + seconds
+        salt = os.urandom(8)  # every send's images distinct: no embedding-cache hit when the contents cycle
 
         async def worker() -> None:
             while time.monotonic() < stop:
                 images, text = contents[nxt[0] % len(contents)]
+                if images is not None:
+                    images = [distinct(data, salt, nxt[0]) for data in images]
                 nxt[0] += 1
                 client = AsyncMultimodalClient(url, "http", "multimodal", timeout_s=REQUEST_TIMEOUT_S)
                 try:
@@ -311,10 +377,11 @@ class Replayer:
             replica takes its share either way); ``grpc``: one shared channel (one local Triton).
     """
 
-    def __init__(self, rows: list[Any], url: str, protocol: str = "grpc") -> None:
+    def __init__(self, rows: list[Any], url: str, protocol: str = "grpc", salt: bytes = b"") -> None:
         self.rows = rows
         self.url = url
         self.protocol = protocol
+        self.salt = salt
         self.records: list[tuple[float, float, str, bool]] = []
         self.errors: list[str] = []
         self.sent = 0
@@ -325,7 +392,7 @@ class Replayer:
         self.t0_wall = 0.0
 
     def content(self, i: int) -> tuple[list[bytes] | None, str | None]:
-        return request_content(self.rows[i], i)
+        return request_content(self.rows[i], i, self.salt)
 
     async def run(self) -> None:
         from modalscale.runtime.client import AsyncMultimodalClient
@@ -418,6 +485,10 @@ class Demo:
         self.prometheus_build: Future[Any] | None = None
         self.cold: dict[str, Any] = {}
         """Real mode: the start from zero (:meth:`cold_start`)."""
+        self.salt = os.urandom(8)
+        """The replay's and the probes' images are made distinct with it (:func:`request_content`)."""
+        self.cache: dict[str, Any] = {}
+        """Real mode: the embedding-cache phase after the story (:meth:`cache_phase`)."""
 
     # ----------------------------------------------------------------------------------------- set-up
     def start_cluster(self) -> None:
@@ -612,7 +683,7 @@ class Demo:
                 "spec": {
                     "model": {"source": "BuiltIn", "name": "multimodal"},
                     "runtime": {"image": image, "version": version, "instanceCount": 1, "intraOpThreads": 1,
-                                "modalityAwareBatching": False, "maxBatchSize": 8, "embeddingCache": False,
+                                "modalityAwareBatching": False, "maxBatchSize": 8, "embeddingCache": True,
                                 "dynamicBatching": {"preferredBatchSizes": [4, 8],
                                                     "maxQueueDelayMicroseconds": 2000}},
                     "resources": {"cpu": REPLICA_CPU, "memory": REPLICA_MEMORY},
@@ -764,6 +835,52 @@ class Demo:
             raise RuntimeError("the start from zero got no replica Ready: " + cold_start_line(self.cold) + "\n"
                                + describe_workload(self.api, NAMESPACE, f"modalscale.io/inferenceservice={ISVC}"))
 
+    def cache_phase(self, url: str) -> None:
+        """Real mode, after the story: ``CACHE_PHASE_REQUESTS`` requests through the Service (the gateway), one at a
+        time, each one photograph drawn (:func:`zipf_draw`) from ``CACHE_PHASE_IMAGES`` never sent before; each
+        Ready replica pod's own embedding-cache counters (:func:`cache_lookups`, scraped from the pod) before and
+        after. Records in ``self.cache``: ``requests``, ``answered``, ``failed``, ``images``, ``alpha``,
+        ``distinct`` (images drawn), ``by_pod`` (pod -> ``{"hit", "miss"}`` during the phase); ``error`` when the
+        pods could not be read. Never raises: the demo's check judges it."""
+        from kubernetes import client
+
+        from modalscale.runtime.client import MultimodalClient, scrape_metrics
+        from modalscale.runtime.workload import photo_at, photo_names
+
+        core = client.CoreV1Api(self.api)
+
+        def counters() -> dict[str, tuple[float, float]]:
+            pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"modalscale.io/inferenceservice={ISVC}").items
+            return {p.metadata.name: cache_lookups(scrape_metrics(f"http://{p.status.pod_ip}:8002/metrics"))
+                    for p in pods if _pod_ready(p) and p.metadata.deletion_timestamp is None}
+
+        names = photo_names()
+        images = [distinct(photo_at(names[j % len(names)], 640, 480), self.salt + b"cache", j)
+                  for j in range(CACHE_PHASE_IMAGES)]
+        draw = zipf_draw(CACHE_PHASE_REQUESTS, CACHE_PHASE_IMAGES, CACHE_PHASE_ZIPF_ALPHA, seed=0)
+        record: dict[str, Any] = {"requests": len(draw), "answered": 0, "failed": 0, "images": CACHE_PHASE_IMAGES,
+                                  "alpha": CACHE_PHASE_ZIPF_ALPHA, "distinct": len(set(draw))}
+        started = time.monotonic()
+        try:
+            before = counters()
+            with MultimodalClient(url, model_name="multimodal", timeout_s=REQUEST_TIMEOUT_S) as c:
+                for rank in draw:
+                    try:
+                        c.infer(images=[images[rank]], text=None)
+                        record["answered"] += 1
+                    except Exception:  # counted; the check judges it
+                        record["failed"] += 1
+            after = counters()
+        except Exception as exc:  # the pods or their metrics could not be read: the report says so
+            self.cache = {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            return
+        record["by_pod"] = {pod: {"hit": hit - before.get(pod, (0.0, 0.0))[0],
+                                  "miss": miss - before.get(pod, (0.0, 0.0))[1]}
+                            for pod, (hit, miss) in after.items()}
+        self.cache = record
+        self.timings["embedding-cache phase"] = time.monotonic() - started
+        self.say("Embedding cache: " + cache_line(record))
+
     def apply_objects(self, artifact_b64: str, limit_usd: Decimal, scale_down_percent: int) -> str:
         """Secret, service-time-model ConfigMap, the InferenceService (created; in real mode given its service-time
         model, still Fixed at one replica: :meth:`turn_predictive` turns it Predictive once traffic runs), BudgetPolicy
@@ -853,7 +970,7 @@ class Demo:
 
     def plan_load(self, url: str, shift_at_s: float) -> Any:
         """Real mode: measure the first replica's capacity, closed loop through the Service (``PROBE_S`` s each on
-        the trace's pre-shift and post-shift requests, distinct inputs, the embedding cache off), and size the
+        the trace's pre-shift and post-shift requests, every image distinct: no embedding-cache hit), and size the
         trace's rates from it (:func:`modalscale.demo.capacity.plan_offered_rate`). Returns the ``LoadPlan``.
 
         Raises:
@@ -1075,7 +1192,7 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             + (f"; the modality mix shifts at {shift_at:.0f} s" if shift_at else ""))
         say("NOTE: " + (REAL_NOTE if demo.real else KWOK_NOTE))
         if demo.real:
-            replayer = Replayer(rows, url, "http")
+            replayer = Replayer(rows, url, "http", demo.salt)
         else:
             replayer = Replayer(rows, demo.triton.grpc_url, "grpc")
         thread = threading.Thread(target=lambda: asyncio.run(replayer.run()), daemon=True)
@@ -1132,6 +1249,8 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         if replayer.records:
             duration = min(duration, max(r[0] for r in replayer.records) + 1.0)
         isvc, pol = demo.read_state()
+        if demo.real:
+            demo.cache_phase(url)
         checks = Checks.evaluate(isvc, pol, demo.receiver, shift_at, demo.samples)
         history = read_isvc_status(isvc).scaling_history or ()
         pods = list(demo.pods.values())
@@ -1142,8 +1261,13 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         if demo.real:
             checks.items.insert(0, ("a request sent at zero replicas was held by the gateway and answered",
                                     "latency_s" in demo.cold, cold_start_line(demo.cold)))
+            hits = sum(v["hit"] for v in (demo.cache.get("by_pod") or {}).values())
+            checks.items.insert(1, ("repeated images were answered from the embedding cache, none failed",
+                                    hits > 0 and demo.cache.get("failed") == 0 and "error" not in demo.cache,
+                                    cache_line(demo.cache)))
             served, picks = demo.served_by()
-            request_path = {"cold_start": demo.cold, "served_by_pod": served, "gateway_picks": picks}
+            request_path = {"cold_start": demo.cold, "served_by_pod": served, "gateway_picks": picks,
+                            "cache": demo.cache}
             caps = [h.time.timestamp() - demo.t0_wall for h in capacity.budget_scale_downs(history)]
             ups = capacity.measure(capacity.scale_ups(history, demo.t0_wall, pods), replayer.records, duration,
                                    caps[0] if caps else None)

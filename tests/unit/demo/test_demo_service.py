@@ -18,10 +18,14 @@ from modalscale.demo.run import (
     Demo,
     DemoConfig,
     _replica_price,
+    cache_line,
+    cache_lookups,
     cold_start_line,
+    distinct,
     kwok_banner,
     rates_query,
     served_queries,
+    zipf_draw,
 )
 from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL, node_reserve
 from modalscale.operator.isvc.objects import build_deployment
@@ -167,3 +171,43 @@ def test_the_live_rates_count_each_request_once_from_the_source_the_autoscaler_r
         source = 'component="gateway"' if gateway else replicas
         assert source in autoscaler and 'namespace="demo"' in q and 'inferenceservice="vc"' in q
         assert q.startswith("sum by (modality) (rate(modalscale_requests_total{")
+
+
+def test_the_story_sends_no_two_requests_with_the_same_image_bytes_and_the_embedding_cache_is_on() -> None:
+    # The embedding cache is keyed on the image bytes: the demo's photographs repeat at a size (names cycle), so
+    # without the salt a repeated one would be answered from the cache and cost less than the story assumes.
+    from modalscale.demo.run import request_content
+    from modalscale.runtime.workload import TraceRow, photo_names
+
+    row = TraceRow(0.0, 1, 320, 240, 0)
+    n = len(photo_names())
+    plain = [request_content(row, i)[0] for i in (0, n)]
+    assert plain[0] == plain[1]  # the same photograph at the same size: the same bytes
+    salted = [request_content(row, i, b"run-salt")[0] for i in (0, n)]
+    assert salted[0] != salted[1] and salted[0] is not None and salted[1] is not None
+    assert plain[0] is not None and salted[0][0].startswith(plain[0][0])  # the same picture, bytes appended
+    assert distinct(b"jpeg", b"s", 1) == b"jpeg" + b"s" + (1).to_bytes(8, "big")
+    assert _body(True)["spec"]["runtime"]["embeddingCache"] is True
+
+
+def test_the_cache_phase_draws_a_zipf_popularity_and_reads_each_pods_hits() -> None:
+    draw = zipf_draw(6000, 8, 0.8, seed=0)
+    counts = [draw.count(r) for r in range(8)]
+    assert counts == sorted(counts, reverse=True) and set(draw) == set(range(8))
+    # P(rank 1) / P(rank 2) = 2 ** 0.8 = 1.74
+    assert 1.5 < counts[0] / counts[1] < 2.0, counts
+    assert zipf_draw(60, 8, 0.8, seed=0) == zipf_draw(60, 8, 0.8, seed=0)
+    with pytest.raises(ValueError, match="k >= 1"):
+        zipf_draw(5, 0, 0.8, seed=0)
+    metrics = {'modalscale_embedding_cache_lookups_total{model="image_encoder",result="hit"}': 40.0,
+               'modalscale_embedding_cache_lookups_total{model="image_encoder",result="miss"}': 9.0,
+               'modalscale_requests_total{modality="image"}': 49.0}
+    assert cache_lookups(metrics) == (40.0, 9.0) and cache_lookups({}) == (0.0, 0.0)
+    line = cache_line({"requests": 60, "answered": 60, "failed": 0, "images": 8, "alpha": 0.8, "distinct": 8,
+                       "by_pod": {"vc-b": {"hit": 12.0, "miss": 3.0}, "vc-a": {"hit": 40.0, "miss": 5.0}}})
+    assert line.startswith("52 hits of 60 image lookups on 60 requests") and "at most 52 hits" in line
+    assert line.endswith("vc-a 40/45, vc-b 12/15")
+    assert cache_line({}) == "not measured"
+    assert cache_line({"error": "ConnectError: refused"}) == "not measured: ConnectError: refused"
+    lines = request_path_lines({"cold_start": {}, "served_by_pod": {}, "gateway_picks": {}})
+    assert "Embedding cache" in lines[3] and "not measured" in lines[3]
