@@ -40,11 +40,8 @@ Rules (all pure; the caller passes ``now``):
   rerun, a restart, several evaluations) never charge a pod twice. The replicas in force since ``t0`` are those
   running then, or fewer when budget enforcement applied a cap then (``with_rates_in_force``): a pod removed by an
   enforced cap stops costing when it is gone, and one that is still listed at ``t1`` (the cap did not take effect)
-  is charged by its own timestamps anyway. A listed pod not in force at the evaluation's own instant
-  (:meth:`PodRun.in_force_at`: bound and started after it, listed after the evaluation read its clock) is not one of
-  the replicas in force from it: the next evaluation charges it by its own run, and no replica gone unseen stands
-  for it (``_in_force_now``). Without a pod list (``pods=None``) the replicas in force are charged for the whole
-  interval, as before.
+  is charged by its own timestamps anyway. Without a pod list (``pods=None``) the replicas in force are charged for
+  the whole interval, as before.
 * **Services new to the ledger** (a policy's first evaluation, a policy deleted and created again, a service
   created or selected since the last evaluation) are charged for what their listed pods ran since
   ``max(window start, status.startTime)``: the window starts at the period start on the first evaluation, else at
@@ -541,9 +538,8 @@ def _checked_observations(observations: Iterable[ServiceObservation], now: datet
     Raises:
         ValueError: A service observed twice, or negative replicas or price.
     """
-    obs = [_in_force_now(_with_recorded_stops(o, now, unheard.get((o.namespace, o.name), {}))
-                         if o.stopped or any(p.cut for p in o.pods or ()) else o, floor_to_second(now))
-           for o in observations]
+    obs = [_with_recorded_stops(o, now, unheard.get((o.namespace, o.name), {}))
+           if o.stopped or any(p.cut for p in o.pods or ()) else o for o in observations]
     seen: set[tuple[str, str]] = set()
     for o in obs:
         if (o.namespace, o.name) in seen:
@@ -768,22 +764,6 @@ def _with_recorded_stops(o: ServiceObservation, now: datetime, unheard: Mapping[
     listed_running = {p.name for p in o.pods if p.stop is None}
     stopped_since = sum(1 for p in pods if p.name in listed_running and p.stop is not None and p.stop <= now)
     return replace(o, pods=pods, stopped=(), replicas=max(0, o.replicas - stopped_since))
-
-
-def _in_force_now(o: ServiceObservation, now: datetime) -> ServiceObservation:
-    """``o`` with ``replicas`` cut to what the next evaluation can account for at ``now`` (this one's instant,
-    floored: the next one's ``t0``): a listed running pod not in force then (:meth:`PodRun.in_force_at`: bound and
-    started after it) is not a replica in force from ``now``.
-
-    An evaluation reads its clock, then lists the pods: a pod bound in between (its ``PodScheduled`` stamped the
-    next whole second) is counted among the replicas, yet the next evaluation finds it started after ``t0`` and
-    charges it by its own run; the replica it was counted as, which no listed pod accounts for, was charged again
-    as one gone unseen, for the whole interval (issue 21: 18 s for a pod that ran 8, the operator killed between).
-    """
-    if o.pods is None or o.replicas is None:
-        return o
-    later = sum(1 for p in o.pods if p.stop is None and not p.in_force_at(now))
-    return replace(o, replicas=max(0, o.replicas - later)) if later else o
 
 
 def _cut_run(p: PodRun, charged_until: datetime | None) -> PodRun:

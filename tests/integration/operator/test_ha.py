@@ -177,11 +177,11 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(ha_cluster: 
             # startTime, started after that evaluation, was taken by the next for a new pod and its replica charged
             # again as one gone unseen, for the whole interval (the kill's gap included). PodRun.bound fixes it
             # (test_budget_plan's ..._not_also_charged_as_a_replica_gone_unseen). After it, ci58 (5 Dec 2026) saw
-            # +0.000016702 USD against 0.000011135 USD of binding-to-start (about 2 pod-seconds over): a pod bound
-            # between an evaluation's clock read and its listing was counted in force at the evaluation's instant,
-            # so the next one charged its replica as gone unseen too (the ledger's ``_in_force_now``; test_budget_
-            # plan's ..._bound_after_the_evaluations_instant_...). A failure prints each service's ledger, meter and
-            # binding-to-start, each pod's times and status.ledger in full.
+            # +0.000016702 USD against 0.000011135 USD of binding-to-start (3.000 pod-seconds over the meter): a pod
+            # bound between an evaluation's clock read and its pod listing was one of its replicas, bound after its
+            # instant, so the next one charged its replica as gone unseen too; the instant is now read after the
+            # listing (test_budget_pod_stops' ..._instant_is_read_after_its_pods_are_listed). A failure prints each
+            # service's ledger, meter and binding-to-start, each pod's times and status.ledger in full.
             slack_usd = bind_to_start_usd(pods)
             print(f"\nfigure: operator killed mid-reconcile with a policy evaluated every second; alerts "
                   f"{percents_in(titles(slack))}; ledger {spent} USD vs meter {metered:.9f} USD at "

@@ -237,3 +237,49 @@ def test_the_pod_watch_records_replicas_gateway_and_image_encoder_pods_and_no_ot
     assert priced_pod({"modalscale.io/gateway": "vc"})
     assert priced_pod({"modalscale.io/image-encoder": "vc", "modalscale.io/stage": "image-encoder"})
     assert not priced_pod({"app": "vc"})
+
+
+def test_an_evaluations_instant_is_read_after_its_pods_are_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 21, test_ha's mid-reconcile over-charge (ci58: 3 pod-seconds over the meter): an evaluation read its
+    # clock at T0 + 0.95 s, then listed the pods; a pod bound meanwhile (PodScheduled stamped T0 + 1 s) was one of
+    # its replicas, yet bound after its instant (T0), so the next evaluation found it started after T0 and charged
+    # it by its own run and its replica again as one gone unseen, for the whole interval. The instant the plan
+    # integrates to must come after the listing.
+    from modalscale.operator.budget import handlers
+    from modalscale.operator.budget.runtime import BudgetRuntime
+    from modalscale.operator.deps import Deps
+    from modalscale.operator.settings import Settings
+
+    clock = [at(0.95)]
+    seen: dict[str, dt.datetime] = {}
+
+    class Observer:
+        def read_policy(self, namespace: str, name: str) -> dict[str, Any]:
+            return make_policy(limit={"amount": "100", "currency": "USD"})
+
+        def observe(self, namespaces: Any, gone: Any, now: dt.datetime) -> BudgetObserved:
+            seen["observe"] = now
+            clock[0] = at(1.2)  # the listing took 0.25 s; a pod was bound at T0 + 1 s meanwhile
+            return BudgetObserved(isvcs=[make_isvc()], pods={"ml": [pod("vc-0", start=at(1))]})
+
+    class Stop(Exception):
+        pass
+
+    def plan(policy: Any, observed: Any, catalog: Any, attempts: Any, now: dt.datetime, *args: Any,
+             **kwargs: Any) -> Any:
+        seen["plan"] = now
+        raise Stop
+
+    monkeypatch.setattr(handlers, "plan_policy", plan)
+    monkeypatch.setattr(handlers, "_read_tenant_usage", lambda *args: None)
+    monkeypatch.setattr(handlers, "_anomaly_history", lambda *args: ({}, None))
+    class Prices:
+        def catalog(self) -> Any:
+            return CATALOG
+
+    runtime = BudgetRuntime(observer=Observer())  # type: ignore[arg-type]
+    deps = Deps(settings=Settings(), observer=None, writer=None, metrics=None,  # type: ignore[arg-type]
+                clock=lambda: clock[0], catalog=None, autoscale=None, prices=Prices(), budget=runtime)
+    with pytest.raises(Stop):
+        handlers.evaluate_policy(deps, runtime, "ml", "budget", [], logger=None)  # type: ignore[arg-type]
+    assert seen == {"observe": at(0.95), "plan": at(1.2)}
