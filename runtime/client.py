@@ -39,7 +39,7 @@ class InferenceError(RuntimeError):
     def from_triton(cls, exc: InferenceServerException) -> InferenceError:
         """The error tritonclient raised, its message kept; an answer with no body (tritonclient's message then
         says only "empty response") names its HTTP status too, the one fact left to tell who answered."""
-        message, status = exc.message(), exc.status()
+        message, status = exc.message() or "", exc.status()
         if status and message.startswith(EMPTY_RESPONSE):
             message = f"{message.rstrip('.')} (HTTP status {status}, no body)"
         return cls(message, status)

@@ -24,3 +24,9 @@ def test_a_message_from_the_server_is_kept_as_it_is() -> None:
 def test_no_status_leaves_the_message_alone() -> None:
     exc = InferenceServerException(msg="client received an empty response from the server.")
     assert str(InferenceError.from_triton(exc)) == "client received an empty response from the server."
+
+
+def test_a_grpc_error_without_details_is_still_an_inference_error() -> None:
+    # grpc's details() can be None: the message is then empty, never an AttributeError.
+    err = InferenceError.from_triton(InferenceServerException(msg=None, status="StatusCode.UNAVAILABLE"))
+    assert (str(err), err.status) == ("", "StatusCode.UNAVAILABLE")
