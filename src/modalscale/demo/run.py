@@ -95,7 +95,8 @@ CACHE_PHASE_REQUESTS = 60
 """Requests of the embedding-cache phase after the story (real mode): one image each, sent one at a time through
 the Service (the gateway)."""
 CACHE_PHASE_IMAGES = 8
-"""Photographs the phase draws from, none of them sent before in the run."""
+"""Pictures the phase draws from (the demo's photographs at 640x480, then at 800x600), none sent before in the
+run."""
 CACHE_PHASE_ZIPF_ALPHA = 0.8
 """Exponent of the phase's Zipf-like popularity (P(rank r) proportional to 1 / r^alpha): web object requests follow
 Zipf-like laws with alpha 0.64-0.83 (Breslau et al., "Web caching and Zipf-like distributions", INFOCOM 1999)."""
@@ -326,7 +327,7 @@ def cache_line(cache: dict[str, Any]) -> str:
     pods = ", ".join(f"{pod} {v['hit']:.0f}/{v['hit'] + v['miss']:.0f}" for pod, v in sorted(by_pod.items()))
     return (f"{hits:.0f} hits of {lookups:.0f} image lookups on {cache['requests']} requests (one image each, "
             f"{cache['answered']} answered, {cache['failed']} failed; drawn Zipf alpha {cache['alpha']} from "
-            f"{cache['images']} photographs never sent before, {cache['distinct']} of them drawn: at most "
+            f"{cache['images']} pictures never sent before, {cache['distinct']} of them drawn: at most "
             f"{cache['requests'] - cache['distinct']} hits, each one's first sight a miss); hits/lookups per replica "
             f"pod: {pods or 'none read'}")
 
@@ -486,7 +487,7 @@ class Demo:
         self.cold: dict[str, Any] = {}
         """Real mode: the start from zero (:meth:`cold_start`)."""
         self.salt = os.urandom(8)
-        """The replay's and the probes' images are made distinct with it (:func:`request_content`)."""
+        """The replay's images are made distinct with it (:func:`request_content`), and the cache phase's."""
         self.cache: dict[str, Any] = {}
         """Real mode: the embedding-cache phase after the story (:meth:`cache_phase`)."""
 
@@ -837,7 +838,7 @@ class Demo:
 
     def cache_phase(self, url: str) -> None:
         """Real mode, after the story: ``CACHE_PHASE_REQUESTS`` requests through the Service (the gateway), one at a
-        time, each one photograph drawn (:func:`zipf_draw`) from ``CACHE_PHASE_IMAGES`` never sent before; each
+        time, each one picture drawn (:func:`zipf_draw`) from ``CACHE_PHASE_IMAGES`` never sent before; each
         Ready replica pod's own embedding-cache counters (:func:`cache_lookups`, scraped from the pod) before and
         after. Records in ``self.cache``: ``requests``, ``answered``, ``failed``, ``images``, ``alpha``,
         ``distinct`` (images drawn), ``by_pod`` (pod -> ``{"hit", "miss"}`` during the phase); ``error`` when the
@@ -850,13 +851,19 @@ class Demo:
         core = client.CoreV1Api(self.api)
 
         def counters() -> dict[str, tuple[float, float]]:
+            """Each Ready replica pod's (hits, misses); a pod whose metrics cannot be read is left out."""
             pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"modalscale.io/inferenceservice={ISVC}").items
-            return {p.metadata.name: cache_lookups(scrape_metrics(f"http://{p.status.pod_ip}:8002/metrics"))
-                    for p in pods if _pod_ready(p) and p.metadata.deletion_timestamp is None}
+            out = {}
+            for p in pods:
+                if _pod_ready(p) and p.metadata.deletion_timestamp is None:
+                    with contextlib.suppress(Exception):  # gone between the listing and the scrape
+                        out[p.metadata.name] = cache_lookups(scrape_metrics(f"http://{p.status.pod_ip}:8002/metrics"))
+            return out
 
         names = photo_names()
-        images = [distinct(photo_at(names[j % len(names)], 640, 480), self.salt + b"cache", j)
-                  for j in range(CACHE_PHASE_IMAGES)]
+        # The demo's photographs at 640x480, then again at 800x600: CACHE_PHASE_IMAGES pictures.
+        images = [distinct(photo_at(names[j % len(names)], *((640, 480) if j < len(names) else (800, 600))),
+                           self.salt + b"cache", j) for j in range(CACHE_PHASE_IMAGES)]
         draw = zipf_draw(CACHE_PHASE_REQUESTS, CACHE_PHASE_IMAGES, CACHE_PHASE_ZIPF_ALPHA, seed=0)
         record: dict[str, Any] = {"requests": len(draw), "answered": 0, "failed": 0, "images": CACHE_PHASE_IMAGES,
                                   "alpha": CACHE_PHASE_ZIPF_ALPHA, "distinct": len(set(draw))}
@@ -874,8 +881,10 @@ class Demo:
         except Exception as exc:  # the pods or their metrics could not be read: the report says so
             self.cache = {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
             return
-        record["by_pod"] = {pod: {"hit": hit - before.get(pod, (0.0, 0.0))[0],
-                                  "miss": miss - before.get(pod, (0.0, 0.0))[1]}
+        # A pod not read before the phase counts from 0 then; counters lower after than before (its container
+        # restarted) count from 0 too.
+        record["by_pod"] = {pod: {"hit": hit - (b[0] if (b := before.get(pod)) and b[0] <= hit else 0.0),
+                                  "miss": miss - (b[1] if (b := before.get(pod)) and b[1] <= miss else 0.0)}
                             for pod, (hit, miss) in after.items()}
         self.cache = record
         self.timings["embedding-cache phase"] = time.monotonic() - started
@@ -1194,7 +1203,7 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         if demo.real:
             replayer = Replayer(rows, url, "http", demo.salt)
         else:
-            replayer = Replayer(rows, demo.triton.grpc_url, "grpc")
+            replayer = Replayer(rows, demo.triton.grpc_url, "grpc", demo.salt)
         thread = threading.Thread(target=lambda: asyncio.run(replayer.run()), daemon=True)
         thread.start()
         replayer.started.wait(timeout=600)
@@ -1249,6 +1258,7 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
         if replayer.records:
             duration = min(duration, max(r[0] for r in replayer.records) + 1.0)
         isvc, pol = demo.read_state()
+        served_picks = demo.served_by() if demo.real else ({}, {})  # the story's, before the cache phase
         if demo.real:
             demo.cache_phase(url)
         checks = Checks.evaluate(isvc, pol, demo.receiver, shift_at, demo.samples)
@@ -1265,7 +1275,7 @@ def run_demo(cfg: DemoConfig, say: Callable[[str], None] = print) -> int:
             checks.items.insert(1, ("repeated images were answered from the embedding cache, none failed",
                                     hits > 0 and demo.cache.get("failed") == 0 and "error" not in demo.cache,
                                     cache_line(demo.cache)))
-            served, picks = demo.served_by()
+            served, picks = served_picks
             request_path = {"cold_start": demo.cold, "served_by_pod": served, "gateway_picks": picks,
                             "cache": demo.cache}
             caps = [h.time.timestamp() - demo.t0_wall for h in capacity.budget_scale_downs(history)]
