@@ -3,8 +3,10 @@
 The gateway keeps one :class:`Balancer` per process and touches it only from its event loop, so nothing here
 locks. An endpoint is eligible for a new request when its EndpointSlice condition says ``ready`` and not
 ``terminating`` (Kubernetes sets ``ready=false`` as soon as a pod is deleted, before its ``preStop`` hook runs; see
-the EndpointSlice API "conditions"). An endpoint that leaves the set keeps its outstanding count until its
-in-flight requests finish: the gateway never cuts them, it only stops sending new ones.
+the EndpointSlice API "conditions"). While none is, a starting endpoint (listed not ready, not terminating) whose own
+readiness check answered (:meth:`Balancer.promote`, ``modalscale.gateway.health.WarmingProbe``) is eligible too. An
+endpoint that leaves the set keeps its outstanding count until its in-flight requests finish: the gateway never
+cuts them, it only stops sending new ones.
 
 The pick follows the issue's order: a request carrying an image goes to its image's home replica by consistent
 hashing with bounded loads (:func:`modalscale.gateway.affinity.pick`, Mirrokni et al. 2018, the scheme llm-d and
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from modalscale.gateway.affinity import choose as affinity_choose
 
@@ -99,6 +101,13 @@ class Balancer:
         self.load_factor = load_factor
         self._rng = rng or random.Random()
         self._endpoints: dict[str, Endpoint] = {}
+        """What new requests may go to: the listed routable endpoints, else the promoted warming ones."""
+        self._listed: dict[str, Endpoint] = {}
+        """Listed ready and not terminating."""
+        self._warming: dict[str, Endpoint] = {}
+        """Listed not ready and not terminating: pods starting (or failing their readiness probe)."""
+        self._promoted: set[str] = set()
+        """Warming endpoints that answered the gateway's own readiness check (:meth:`promote`)."""
         self._outstanding: dict[str, int] = {}
         self._ejected_until: dict[str, float] = {}
 
@@ -114,16 +123,52 @@ class Balancer:
         for ep in endpoints:
             if ep.routable or ep.key not in merged:
                 merged[ep.key] = ep
-        self._endpoints = {k: ep for k, ep in merged.items() if ep.routable}
+        self._listed = {k: ep for k, ep in merged.items() if ep.routable}
+        self._warming = {k: ep for k, ep in merged.items() if not ep.ready and not ep.terminating}
+        self._promoted &= self._warming.keys()
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        promoted = {} if self._listed else {k: replace(self._warming[k], ready=True) for k in self._promoted}
+        self._endpoints = {**self._listed, **promoted}
         self._ejected_until = {k: t for k, t in self._ejected_until.items() if k in self._endpoints}
 
     @property
+    def warming(self) -> tuple[Endpoint, ...]:
+        """Listed not ready and not terminating (pods starting), in key order."""
+        return tuple(self._warming[k] for k in sorted(self._warming))
+
+    def has_listed_ready(self) -> bool:
+        """At least one endpoint its EndpointSlice lists ready and not terminating."""
+        return bool(self._listed)
+
+    def promote(self, keys: Collection[str]) -> bool:
+        """Take the warming endpoints of ``keys`` (those that answered the gateway's own readiness check, as
+        Knative's activator probes a revision's pods before their readiness reaches it) as routable while no
+        endpoint is listed ready; the others are not (any earlier promotion not in ``keys`` ends). A promoted
+        endpoint stays one until its EndpointSlice lists it ready, terminating or not at all, or the next
+        :meth:`promote` leaves it out.
+
+        Returns:
+            Whether the endpoints new requests may go to changed.
+        """
+        before = set(self._endpoints)
+        self._promoted = set(keys) & self._warming.keys()
+        self._rebuild()
+        return set(self._endpoints) != before
+
+    @property
+    def promoted(self) -> tuple[str, ...]:
+        """Keys of the promoted warming endpoints (routable only while none is listed ready), sorted."""
+        return tuple(sorted(self._promoted))
+
+    @property
     def endpoints(self) -> tuple[Endpoint, ...]:
-        """The routable endpoints, in key order."""
+        """The endpoints new requests may go to (listed routable, else promoted warming ones), in key order."""
         return tuple(self._endpoints[k] for k in sorted(self._endpoints))
 
     def has_ready(self) -> bool:
-        """At least one routable endpoint."""
+        """At least one endpoint a new request may go to (listed ready, else promoted)."""
         return bool(self._endpoints)
 
     # --- outstanding requests ---------------------------------------------------------------------------------

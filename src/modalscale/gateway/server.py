@@ -48,7 +48,7 @@ from modalscale.gateway.affinity import affinity_key
 from modalscale.gateway.balancer import EJECT_S, Balancer, Endpoint
 from modalscale.gateway.endpoints import EndpointSource
 from modalscale.gateway.features import PayloadError, RequestFeatures, features_from_grpc, features_from_http
-from modalscale.gateway.health import ReplicaProbe
+from modalscale.gateway.health import ReplicaProbe, WarmingProbe, http_ready_check
 from modalscale.gateway.isvc_watch import AnnotationSource
 from modalscale.gateway.metrics import GatewayMetrics
 from modalscale.gateway.settings import GatewaySettings
@@ -146,6 +146,9 @@ class Gateway:
         self._source_task: asyncio.Task[None] | None = None
         self._poke_task: asyncio.Task[None] | None = None
         self._probe_task: asyncio.Task[None] | None = None
+        self._warm_task: asyncio.Task[None] | None = None
+        """Readiness checks of starting replicas while requests are held (:class:`~modalscale.gateway.health.
+        WarmingProbe`)."""
         """Active health checks (:class:`~modalscale.gateway.health.ReplicaProbe`): a replica whose address stops
         taking connections (a lost node) is ejected within about 2 s."""
         self._stopping = False
@@ -166,6 +169,10 @@ class Gateway:
         if s.probe_interval_s > 0:
             self._probe_task = asyncio.create_task(ReplicaProbe(self.balancer, self.clock).run(s.probe_interval_s),
                                                    name="probe")
+        if s.warm_probe_interval_s > 0:
+            warm = WarmingProbe(self.balancer, lambda: self.admission.waiting > 0, self._routable_changed,
+                                http_ready_check(self._session))
+            self._warm_task = asyncio.create_task(warm.run(s.warm_probe_interval_s), name="warm-probe")
         if self.budget is not None:
             self._budget_task = asyncio.create_task(self.budget.run(self._on_annotations), name="budget")
         if self.activate is not None:
@@ -220,7 +227,7 @@ class Gateway:
         if self._grpc is not None:
             stops.append(self._grpc.stop(grace))
         await asyncio.gather(*stops)
-        for task in (self._source_task, self._budget_task, self._probe_task, self._poke_task):
+        for task in (self._source_task, self._budget_task, self._probe_task, self._poke_task, self._warm_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -234,6 +241,11 @@ class Gateway:
     # --- endpoints and activation -----------------------------------------------------------------------------
     def _on_endpoints(self, endpoints: tuple[Endpoint, ...]) -> None:
         self.balancer.update(endpoints)
+        self._routable_changed()
+
+    def _routable_changed(self) -> None:
+        """The endpoints new requests may go to changed (a new EndpointSlice set, or a starting replica that
+        answered ready): wake the held requests."""
         self.metrics.ready_endpoints.set(len(self.balancer.endpoints))
         log.info("Endpoints changed ready=%s", ",".join(ep.key for ep in self.balancer.endpoints) or "none")
         self.admission.wake()

@@ -87,6 +87,10 @@ class GatewaySettings:
     """Seconds between two rounds of active health probes, a TCP connect to every replica
     (``MODALSCALE_GATEWAY_PROBE_INTERVAL_S``; 0 disables them): a replica whose address stops taking connections
     (a lost node's) is ejected within this plus the probe's 1 s connect timeout (``modalscale.gateway.health``)."""
+    warm_probe_interval_s: float = 0.2
+    """Seconds between two readiness checks of the starting replicas while requests are held with none Ready
+    (``MODALSCALE_GATEWAY_WARM_PROBE_INTERVAL_S``; 0 disables them): a replica whose Triton answers ready takes the
+    held requests before its EndpointSlice says Ready (``modalscale.gateway.health.WarmingProbe``)."""
     log_level: str = "INFO"
     """``MODALSCALE_GATEWAY_LOG_LEVEL``: DEBUG, INFO, WARNING or ERROR."""
 
@@ -172,6 +176,7 @@ class GatewaySettings:
             shutdown_delay_s=number("SHUTDOWN_DELAY_S", 5.0, 0.0, 600.0),
             upstream_timeout_s=number("UPSTREAM_TIMEOUT_S", 300.0, 0.1, 86400.0),
             probe_interval_s=number("PROBE_INTERVAL_S", 1.0, 0.0, 3600.0),
+            warm_probe_interval_s=number("WARM_PROBE_INTERVAL_S", 0.2, 0.0, 60.0),
             log_level=level,
         )
         if errors:

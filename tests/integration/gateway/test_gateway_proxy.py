@@ -124,6 +124,38 @@ def test_request_at_zero_waits_and_is_answered_when_a_replica_turns_ready(
     assert gw.activations == pokes
 
 
+def test_a_held_request_goes_to_a_starting_replica_as_soon_as_its_triton_answers_ready(
+        replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    """Knative's activator probes a revision's pods itself: a request held at zero Ready replicas is sent to a
+    replica its EndpointSlice still lists not ready once that replica's own ``/v2/health/ready`` answers 200
+    (``WarmingProbe``), not after the kubelet's probe, the status write and the slice reach the gateway. A starting
+    replica that does not answer ready (nothing listening yet) gets nothing."""
+    starting = Endpoint(replicas[0].host, replicas[0].http_port, replicas[0].grpc_port, ready=False, name="new")
+    silent = Endpoint("127.0.0.1", free_port(), ready=False, name="still-loading")
+    gw = make_gateway([silent], with_activation=True, queue_timeout_s=15.0)
+    before = success_counts(replicas)
+    result: dict[str, Any] = {}
+
+    def call() -> None:
+        result["response"] = httpx.post(gw.http + INFER, json=text_request(), timeout=30)
+        result["answered_at"] = time.monotonic()
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    time.sleep(1.5)
+    assert thread.is_alive(), "a replica that answers nothing took the request"
+    assert gw.metric("modalscale_gateway_queue_depth") == 1
+    listed_at = time.monotonic()
+    gw.set_endpoints([silent, starting])  # its pod got an IP; its slice entry still says ready: false
+    thread.join(20)
+    response = result["response"]
+    assert response.status_code == 200, response.text
+    # Within a few 0.2 s rounds of being listed (the slice never said ready).
+    assert result["answered_at"] - listed_at < 1.0, result["answered_at"] - listed_at
+    assert [a - b for a, b in zip(success_counts(replicas), before)] == [1, 0]
+    assert gw.metric("modalscale_gateway_queue_depth") == 0
+
+
 def test_activation_is_rate_limited_to_one_poke_per_second(make_gateway: Callable[..., RunningGateway]) -> None:
     gw = make_gateway([], with_activation=True, queue_timeout_s=0.5, queue_size=20)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:

@@ -8,7 +8,7 @@ import random
 import socket
 
 from modalscale.gateway.balancer import Balancer, Endpoint
-from modalscale.gateway.health import PROBE_EJECT_S, ReplicaProbe, tcp_connect
+from modalscale.gateway.health import PROBE_EJECT_S, ReplicaProbe, WarmingProbe, tcp_connect
 
 A, B = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000)
 
@@ -61,3 +61,100 @@ def test_the_tcp_probe_connects_to_a_listener_and_fails_on_a_closed_port() -> No
     finally:
         server.close()
     assert asyncio.run(tcp_connect("127.0.0.1", port, 1.0)) is False  # refused now
+
+
+# --- starting replicas checked while requests are held (WarmingProbe) ------------------------------------------
+STARTING = Endpoint("10.0.0.3", 8000, ready=False, name="vc-new")
+LEAVING = Endpoint("10.0.0.4", 8000, ready=False, terminating=True, name="vc-old")
+
+
+def warm_setup(answering: set[str], holding: list[bool]
+               ) -> tuple[Balancer, WarmingProbe, list[str], list[int]]:
+    checked: list[str] = []
+    changes = [0]
+    balancer = Balancer(rng=random.Random(0))
+
+    async def check(ep: Endpoint) -> bool:
+        checked.append(ep.key)
+        return ep.key in answering
+
+    def changed() -> None:
+        changes[0] += 1
+
+    return balancer, WarmingProbe(balancer, lambda: holding[0], changed, check), checked, changes
+
+
+def test_a_starting_replica_that_answers_ready_takes_the_held_requests_before_its_slice_says_ready() -> None:
+    answering: set[str] = set()
+    holding = [True]
+    balancer, probe, checked, changes = warm_setup(answering, holding)
+    balancer.update([STARTING, LEAVING])
+    assert not balancer.has_ready()
+    assert asyncio.run(probe.round()) is False and checked == [STARTING.key]  # never a terminating one
+    assert not balancer.has_ready() and changes == [0]
+    answering.add(STARTING.key)  # its Triton loaded the model: /v2/health/ready answers 200
+    assert asyncio.run(probe.round()) is True and changes == [1]
+    assert balancer.has_ready() and balancer.pick(None, 0.0) == Endpoint("10.0.0.3", 8000, ready=True, name="vc-new")
+    assert balancer.promoted == (STARTING.key,) and not balancer.has_listed_ready()
+    # The held requests went; it is checked again while promoted, and dropped when it stops answering.
+    holding[0] = False
+    answering.clear()
+    assert asyncio.run(probe.round()) is True and not balancer.has_ready() and changes == [2]
+    # Nothing waits and nothing is promoted: no check at all.
+    checked.clear()
+    assert asyncio.run(probe.round()) is False and checked == []
+
+
+def test_once_a_replica_is_listed_ready_only_listed_ones_take_requests_and_nothing_is_checked() -> None:
+    answering = {STARTING.key}
+    balancer, probe, checked, _ = warm_setup(answering, [True])
+    balancer.update([STARTING])
+    asyncio.run(probe.round())
+    assert balancer.promoted == (STARTING.key,)
+    listed = Endpoint("10.0.0.5", 8000, name="vc-a")
+    balancer.update([STARTING, listed])  # another replica's slice entry turned ready
+    assert [ep.key for ep in balancer.endpoints] == [listed.key]  # the promoted one waits for its own Ready
+    checked.clear()
+    assert asyncio.run(probe.round()) is False and checked == [] and balancer.promoted == ()
+    # Its slice entry turning ready, terminating or gone ends a promotion too.
+    balancer.update([STARTING])
+    asyncio.run(probe.round())
+    balancer.update([Endpoint("10.0.0.3", 8000, ready=False, terminating=True)])
+    assert balancer.promoted == () and not balancer.has_ready()
+
+
+def test_the_ready_check_is_a_get_of_the_v2_readiness_path_with_a_short_timeout() -> None:
+    from aiohttp import web
+
+    from modalscale.gateway.health import READY_PATH, http_ready_check
+
+    async def go() -> tuple[bool, bool, bool]:
+        import aiohttp
+
+        answers = {"status": 503}
+
+        async def ready(_: web.Request) -> web.Response:
+            return web.Response(status=answers["status"])
+
+        app = web.Application()
+        app.router.add_get(READY_PATH, ready)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        site = web.TCPSite(runner, "127.0.0.1", port)
+        await site.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                check = http_ready_check(session)
+                ep = Endpoint("127.0.0.1", port, ready=False)
+                loading = await check(ep)
+                answers["status"] = 200
+                loaded = await check(ep)
+                nobody = await check(Endpoint("127.0.0.1", 1, ready=False))
+        finally:
+            await runner.cleanup()
+        return loading, loaded, nobody
+
+    assert asyncio.run(go()) == (False, True, False)
