@@ -108,6 +108,9 @@ class Balancer:
         """Listed not ready and not terminating: pods starting (or failing their readiness probe)."""
         self._promoted: set[str] = set()
         """Warming endpoints that answered the gateway's own readiness check (:meth:`promote`)."""
+        self._was_ready: set[str] = set()
+        """Listed endpoints (by pod name, else key) that were ever listed ready: one not ready now is failing its
+        readiness probe, not starting, and is never promoted."""
         self._outstanding: dict[str, int] = {}
         self._ejected_until: dict[str, float] = {}
 
@@ -124,7 +127,10 @@ class Balancer:
             if ep.routable or ep.key not in merged:
                 merged[ep.key] = ep
         self._listed = {k: ep for k, ep in merged.items() if ep.routable}
-        self._warming = {k: ep for k, ep in merged.items() if not ep.ready and not ep.terminating}
+        self._was_ready = ({_identity(ep) for ep in merged.values()} & self._was_ready) | {
+            _identity(ep) for ep in self._listed.values()}
+        self._warming = {k: ep for k, ep in merged.items()
+                         if not ep.ready and not ep.terminating and _identity(ep) not in self._was_ready}
         self._promoted &= self._warming.keys()
         self._rebuild()
 
@@ -135,7 +141,9 @@ class Balancer:
 
     @property
     def warming(self) -> tuple[Endpoint, ...]:
-        """Listed not ready and not terminating (pods starting), in key order."""
+        """Listed not ready and not terminating, and never listed ready (pods starting: a replica that was Ready
+        and now fails its readiness probe, e.g. a dead Python-backend stub Triton itself does not report, is not
+        one), in key order."""
         return tuple(self._warming[k] for k in sorted(self._warming))
 
     def has_listed_ready(self) -> bool:
@@ -240,6 +248,11 @@ class Balancer:
             # 1.5x one replica). A cache hit is worth less than a whole idle replica; under load no replica is
             # idle and the bounded-load ring decides alone.
         return self._endpoints[least_outstanding(loads, self._rng)], False
+
+
+def _identity(ep: Endpoint) -> str:
+    """The pod behind an endpoint (its name), else its key: what "was ever listed ready" is remembered by."""
+    return ep.name or ep.key
 
 
 def least_outstanding(loads: Mapping[str, int], rng: random.Random) -> str:

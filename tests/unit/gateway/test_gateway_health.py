@@ -158,3 +158,16 @@ def test_the_ready_check_is_a_get_of_the_v2_readiness_path_with_a_short_timeout(
         return loading, loaded, nobody
 
     assert asyncio.run(go()) == (False, True, False)
+
+
+def test_a_replica_that_was_listed_ready_and_is_not_any_more_is_never_promoted() -> None:
+    # Its readiness probe fails while its Triton still answers ready (a Python-backend stub killed by the OOM
+    # killer: modalscale.runtime.health fails the pod, Triton keeps saying ready): a request sent to it would fail.
+    balancer, probe, checked, _ = warm_setup({STARTING.key}, [True])
+    balancer.update([Endpoint("10.0.0.3", 8000, name="vc-new")])  # it was Ready
+    balancer.update([STARTING])  # and now is not
+    assert balancer.warming == () and asyncio.run(probe.round()) is False and checked == []
+    assert not balancer.has_ready()
+    # A new pod (another name) at the same address is a starting one again.
+    balancer.update([Endpoint("10.0.0.3", 8000, ready=False, name="vc-newer")])
+    assert asyncio.run(probe.round()) is True and balancer.has_ready()
