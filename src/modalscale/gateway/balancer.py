@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 
 from modalscale.gateway.affinity import choose as affinity_choose
 
+MAX_REMEMBERED = 4096
+"""Pods a balancer remembers as not starting (:attr:`Balancer.warming`): far more than one service's replicas."""
 EJECT_S = 2.0
 """How long an endpoint whose connection was refused is skipped, in seconds (Envoy's outlier detection does the
 same on consecutive connect failures, with a 30 s base; a replica that was killed is removed from its
@@ -105,12 +107,16 @@ class Balancer:
         self._listed: dict[str, Endpoint] = {}
         """Listed ready and not terminating."""
         self._warming: dict[str, Endpoint] = {}
-        """Listed not ready and not terminating: pods starting (or failing their readiness probe)."""
+        """Listed not ready, not terminating, and first listed after this balancer's first set without ever being
+        listed ready: pods starting."""
         self._promoted: set[str] = set()
         """Warming endpoints that answered the gateway's own readiness check (:meth:`promote`)."""
-        self._was_ready: set[str] = set()
-        """Listed endpoints (by pod name, else key) that were ever listed ready: one not ready now is failing its
-        readiness probe, not starting, and is never promoted."""
+        self._not_starting: dict[str, None] = {}
+        """Endpoints (by pod name, else key) that are not starting ones: every one listed ready at some time (not
+        ready now, it fails its readiness probe) and every one in the first set this balancer was given (a gateway
+        started beside a replica cannot tell a failing one from a starting one). An ordered set, its oldest entries
+        dropped beyond :data:`MAX_REMEMBERED` (pod names are not reused)."""
+        self._updated = False
         self._outstanding: dict[str, int] = {}
         self._ejected_until: dict[str, float] = {}
 
@@ -127,10 +133,13 @@ class Balancer:
             if ep.routable or ep.key not in merged:
                 merged[ep.key] = ep
         self._listed = {k: ep for k, ep in merged.items() if ep.routable}
-        self._was_ready = ({_identity(ep) for ep in merged.values()} & self._was_ready) | {
-            _identity(ep) for ep in self._listed.values()}
+        for ep in merged.values() if not self._updated else self._listed.values():
+            self._not_starting[_identity(ep)] = None
+        self._updated = True
+        while len(self._not_starting) > MAX_REMEMBERED:
+            del self._not_starting[next(iter(self._not_starting))]
         self._warming = {k: ep for k, ep in merged.items()
-                         if not ep.ready and not ep.terminating and _identity(ep) not in self._was_ready}
+                         if not ep.ready and not ep.terminating and _identity(ep) not in self._not_starting}
         self._promoted &= self._warming.keys()
         self._rebuild()
 
@@ -141,9 +150,9 @@ class Balancer:
 
     @property
     def warming(self) -> tuple[Endpoint, ...]:
-        """Listed not ready and not terminating, and never listed ready (pods starting: a replica that was Ready
-        and now fails its readiness probe, e.g. a dead Python-backend stub Triton itself does not report, is not
-        one), in key order."""
+        """Listed not ready and not terminating, first listed after the first set and never listed ready (pods
+        starting: a replica that was Ready and now fails its readiness probe, e.g. a dead Python-backend stub that
+        Triton itself does not report, is not one), in key order."""
         return tuple(self._warming[k] for k in sorted(self._warming))
 
     def has_listed_ready(self) -> bool:

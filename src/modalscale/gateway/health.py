@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -124,6 +125,13 @@ def http_ready_check(session: aiohttp.ClientSession, timeout_s: float = WARM_PRO
     return check
 
 
+PROMOTION_LIMIT_S = 30.0
+"""Longest a starting replica is promoted without its EndpointSlice listing it Ready, seconds: the kubelet marks a
+healthy one Ready within its startup probe's 1 s period and a readiness probe run (5 s period, the BuiltIn check
+taking about a second on a small replica); one still not Ready after this fails its readiness probe (e.g. a Python
+stub killed by the burst it was sent) and is not promoted again."""
+
+
 class WarmingProbe:
     """Readiness checks of the starting replicas while requests are held at zero Ready replicas.
 
@@ -131,47 +139,69 @@ class WarmingProbe:
     the API server; here the wait is the kubelet's readiness probe (an exec every few seconds, after the startup
     probe's 1 s period), its status write, the EndpointSlice controller and the gateway's watch: about 0.6 s
     [0.2-0.8] between a replica seen Ready and the held request answered in 34 starts from zero (docs/gateway.md),
-    on top of the probes' own delay. Each round (every ``interval_s``) checks every endpoint its EndpointSlice lists
-    not ready and not terminating, while requests wait with none listed ready or some were promoted
-    (:meth:`Balancer.promote`); those that answer ready take new requests until the slice lists one ready (then
-    only listed ones do, as before), and one that stops answering is dropped at the next round. Nothing is checked
-    while a replica is listed ready or no request waits.
+    on top of the probes' own delay. A round starts every ``interval_s`` and checks every starting endpoint
+    (:attr:`Balancer.warming`) at once, while requests wait with none listed ready or some were promoted
+    (:meth:`Balancer.promote`); each that answers ready is promoted as its answer comes, and takes new requests
+    until the slice lists one ready (then only listed ones do, as before); one that stops answering is dropped at the
+    end of the round, and one promoted for :data:`PROMOTION_LIMIT_S` without being listed ready is not promoted
+    again. Nothing is checked while a replica is listed ready or no request waits.
 
     Args:
         balancer: The gateway's balancer.
         holding: Whether requests wait for a replica (the admission queue is not empty).
-        on_change: Called after a round changed the endpoints new requests may go to (wakes the held requests).
+        on_change: Called when the endpoints new requests may go to changed (wakes the held requests).
         check: The readiness check (:func:`http_ready_check`; injectable for tests).
+        clock: Monotonic seconds (the promotion limit's).
     """
 
     def __init__(self, balancer: Balancer, holding: Callable[[], bool], on_change: Callable[[], None],
-                 check: ReadyCheck) -> None:
+                 check: ReadyCheck, clock: Callable[[], float] = time.monotonic) -> None:
         self.balancer = balancer
         self.holding = holding
         self.on_change = on_change
         self.check = check
+        self.clock = clock
+        self._first_promoted: dict[str, float] = {}
+        """Pod name (else key) -> when it was first promoted."""
+
+    def _allowed(self, ep: Endpoint) -> bool:
+        first = self._first_promoted.get(ep.name or ep.key)
+        return first is None or self.clock() - first < PROMOTION_LIMIT_S
 
     async def round(self) -> bool:
         """One round; returns whether the endpoints new requests may go to changed."""
-        warming = self.balancer.warming
+        warming = [ep for ep in self.balancer.warming if self._allowed(ep)]
         if self.balancer.has_listed_ready() or not warming or not (self.holding() or self.balancer.promoted):
             changed = self.balancer.promote(())
         else:
-            answers = await asyncio.gather(*(self.check(ep) for ep in warming))
-            promoted = [ep for ep, ok in zip(warming, answers, strict=True) if ok]
-            changed = self.balancer.promote([ep.key for ep in promoted])
-            if changed and promoted:
-                log.info("Starting replicas answered ready before their EndpointSlice said so endpoints=%s",
-                         ",".join(f"{ep.name or ep.key}" for ep in promoted))
+            changed, answered = False, []
+
+            async def one(ep: Endpoint) -> None:
+                nonlocal changed
+                if await self.check(ep) and self._allowed(ep):
+                    answered.append(ep.key)
+                    self._first_promoted.setdefault(ep.name or ep.key, self.clock())
+                    if self.balancer.promote([*self.balancer.promoted, *answered]):
+                        changed = True
+                        log.info("A starting replica answered ready before its EndpointSlice said so endpoint=%s",
+                                 ep.name or ep.key)
+                        self.on_change()
+
+            await asyncio.gather(*(one(ep) for ep in warming))
+            if self.balancer.promote(answered):  # the promoted ones that did not answer this round are dropped
+                changed = True
+                self.on_change()
+            return changed
         if changed:
             self.on_change()
         return changed
 
     async def run(self, interval_s: float) -> None:
-        """A round every ``interval_s`` seconds until cancelled."""
+        """A round every ``interval_s`` seconds (from start to start) until cancelled."""
         while True:
-            await asyncio.sleep(interval_s)
+            started = self.clock()
             try:
                 await self.round()
             except Exception as exc:  # a probe round must never end the loop
                 log.warning("Readiness check round failed error=%r", exc)
+            await asyncio.sleep(max(0.0, interval_s - (self.clock() - started)))

@@ -84,7 +84,8 @@ class GatewayMetrics:
         self.queue_depth = Gauge("modalscale_gateway_queue_depth",
                                  "Requests waiting for a slot or for a first Ready replica.", registry=r)
         self.ready_endpoints = Gauge("modalscale_gateway_ready_endpoints",
-                                     "Replicas that may get new requests (Ready, not terminating).", registry=r)
+                                     "Replicas that may get new requests (Ready, not terminating; "
+                                     "while none is, starting ones that answered ready).", registry=r)
         self.upstream_latency = Histogram("modalscale_gateway_upstream_latency_seconds",
                                           "Seconds from sending a request to a replica to its response headers, "
                                           "by protocol.", ("protocol",), buckets=UPSTREAM_SECONDS_BUCKETS,

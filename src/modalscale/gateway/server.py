@@ -146,11 +146,11 @@ class Gateway:
         self._source_task: asyncio.Task[None] | None = None
         self._poke_task: asyncio.Task[None] | None = None
         self._probe_task: asyncio.Task[None] | None = None
+        """Active health checks (:class:`~modalscale.gateway.health.ReplicaProbe`): a replica whose address stops
+        taking connections (a lost node) is ejected within about 2 s."""
         self._warm_task: asyncio.Task[None] | None = None
         """Readiness checks of starting replicas while requests are held (:class:`~modalscale.gateway.health.
         WarmingProbe`)."""
-        """Active health checks (:class:`~modalscale.gateway.health.ReplicaProbe`): a replica whose address stops
-        taking connections (a lost node) is ejected within about 2 s."""
         self._stopping = False
         self._endpoints_changed = asyncio.Event()
         """Set (and replaced) at every endpoint update: wakes the requests held after every replica failed."""
@@ -171,7 +171,7 @@ class Gateway:
                                                    name="probe")
         if s.warm_probe_interval_s > 0:
             warm = WarmingProbe(self.balancer, lambda: self.admission.waiting > 0, self._routable_changed,
-                                http_ready_check(self._session))
+                                http_ready_check(self._session), self.clock)
             self._warm_task = asyncio.create_task(warm.run(s.warm_probe_interval_s), name="warm-probe")
         if self.budget is not None:
             self._budget_task = asyncio.create_task(self.budget.run(self._on_annotations), name="budget")

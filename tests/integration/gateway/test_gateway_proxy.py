@@ -132,7 +132,8 @@ def test_a_held_request_goes_to_a_starting_replica_as_soon_as_its_triton_answers
     replica that does not answer ready (nothing listening yet) gets nothing."""
     starting = Endpoint(replicas[0].host, replicas[0].http_port, replicas[0].grpc_port, ready=False, name="new")
     silent = Endpoint("127.0.0.1", free_port(), ready=False, name="still-loading")
-    gw = make_gateway([silent], with_activation=True, queue_timeout_s=15.0)
+    gw = make_gateway([], with_activation=True, queue_timeout_s=15.0)
+    gw.set_endpoints([silent])  # after the gateway's first set (empty): a starting replica, not one failing
     before = success_counts(replicas)
     result: dict[str, Any] = {}
 

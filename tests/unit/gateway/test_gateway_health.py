@@ -88,6 +88,7 @@ def test_a_starting_replica_that_answers_ready_takes_the_held_requests_before_it
     answering: set[str] = set()
     holding = [True]
     balancer, probe, checked, changes = warm_setup(answering, holding)
+    balancer.update([])  # the gateway's first set: the service at zero
     balancer.update([STARTING, LEAVING])
     assert not balancer.has_ready()
     assert asyncio.run(probe.round()) is False and checked == [STARTING.key]  # never a terminating one
@@ -108,6 +109,7 @@ def test_a_starting_replica_that_answers_ready_takes_the_held_requests_before_it
 def test_once_a_replica_is_listed_ready_only_listed_ones_take_requests_and_nothing_is_checked() -> None:
     answering = {STARTING.key}
     balancer, probe, checked, _ = warm_setup(answering, [True])
+    balancer.update([])
     balancer.update([STARTING])
     asyncio.run(probe.round())
     assert balancer.promoted == (STARTING.key,)
@@ -164,6 +166,7 @@ def test_a_replica_that_was_listed_ready_and_is_not_any_more_is_never_promoted()
     # Its readiness probe fails while its Triton still answers ready (a Python-backend stub killed by the OOM
     # killer: modalscale.runtime.health fails the pod, Triton keeps saying ready): a request sent to it would fail.
     balancer, probe, checked, _ = warm_setup({STARTING.key}, [True])
+    balancer.update([])
     balancer.update([Endpoint("10.0.0.3", 8000, name="vc-new")])  # it was Ready
     balancer.update([STARTING])  # and now is not
     assert balancer.warming == () and asyncio.run(probe.round()) is False and checked == []
@@ -171,3 +174,34 @@ def test_a_replica_that_was_listed_ready_and_is_not_any_more_is_never_promoted()
     # A new pod (another name) at the same address is a starting one again.
     balancer.update([Endpoint("10.0.0.3", 8000, ready=False, name="vc-newer")])
     assert asyncio.run(probe.round()) is True and balancer.has_ready()
+
+
+def test_a_gateway_started_beside_a_replica_that_is_not_ready_does_not_take_it_for_a_starting_one() -> None:
+    # A new gateway pod (a restart, a rollout, a drain) cannot tell a replica failing its readiness probe from one
+    # starting: the first set's not-ready replicas are never promoted; the ones listed after it are.
+    balancer, probe, checked, _ = warm_setup({STARTING.key, "10.0.0.6:8000"}, [True])
+    balancer.update([STARTING])
+    assert balancer.warming == () and asyncio.run(probe.round()) is False and checked == []
+    balancer.update([STARTING, Endpoint("10.0.0.6", 8000, ready=False, name="vc-later")])
+    assert asyncio.run(probe.round()) is True and balancer.promoted == ("10.0.0.6:8000",)
+
+
+def test_a_replica_promoted_for_the_limit_without_being_listed_ready_is_not_promoted_again() -> None:
+    from modalscale.gateway.health import PROMOTION_LIMIT_S
+
+    now = [0.0]
+    balancer = Balancer(rng=random.Random(0))
+
+    async def check(ep: Endpoint) -> bool:
+        return True  # its Triton answers ready; its readiness probe never passes (a stub dead from the burst)
+
+    probe = WarmingProbe(balancer, lambda: True, lambda: None, check, clock=lambda: now[0])
+    balancer.update([])
+    balancer.update([STARTING])
+    assert asyncio.run(probe.round()) is True and balancer.has_ready()
+    now[0] = PROMOTION_LIMIT_S - 1
+    assert asyncio.run(probe.round()) is False and balancer.has_ready()
+    now[0] = PROMOTION_LIMIT_S + 1
+    assert asyncio.run(probe.round()) is True and not balancer.has_ready()
+    now[0] += 100  # the kubelet restarted its container: the same pod, still not promoted
+    assert asyncio.run(probe.round()) is False and not balancer.has_ready()

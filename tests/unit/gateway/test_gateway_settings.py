@@ -28,7 +28,8 @@ def test_every_value_is_read() -> None:
            "MODALSCALE_GATEWAY_AFFINITY_LOAD_FACTOR": "1.5", "MODALSCALE_GATEWAY_DRAIN_TIMEOUT_S": "7",
            "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S": "0",
            "MODALSCALE_GATEWAY_UPSTREAM_TIMEOUT_S": "11", "MODALSCALE_GATEWAY_LOG_LEVEL": "debug",
-           "MODALSCALE_GATEWAY_ENDPOINTS": "h:1:2", "MODALSCALE_GATEWAY_PROBE_INTERVAL_S": "0"}
+           "MODALSCALE_GATEWAY_ENDPOINTS": "h:1:2", "MODALSCALE_GATEWAY_PROBE_INTERVAL_S": "0",
+           "MODALSCALE_GATEWAY_WARM_PROBE_INTERVAL_S": "0.5"}
     assert set(env) == SETTINGS_ENV  # the test covers every variable
     s = GatewaySettings.from_env(env)
     assert (s.replicas_service, s.http_port, s.grpc_port, s.metrics_port) == ("other", 9000, 0, 9100)
@@ -36,6 +37,7 @@ def test_every_value_is_read() -> None:
     assert (s.tenant_header, s.max_tenants, s.inputs.images, s.inputs.text) == ("x-team", 5, "pixels", "prompt")
     assert (s.affinity_load_factor, s.drain_timeout_s, s.upstream_timeout_s, s.log_level) == (1.5, 7, 11, "DEBUG")
     assert s.shutdown_delay_s == 0 and s.probe_interval_s == 0  # 0: no active health probes
+    assert s.warm_probe_interval_s == 0.5
     assert [e.key for e in s.static_endpoints] == ["h:1"]
 
 
