@@ -493,6 +493,46 @@ def section_throughput(b: Bench, url: str, args: argparse.Namespace, rng: random
     print(f"  client (this process): {spread(client_cores)} cores; {load()}")
 
 
+WARM_ENV = "MODALSCALE_GATEWAY_WARM_PROBE_INTERVAL_S"
+"""The gateway's setting of its readiness checks of starting replicas (0 = off; ``modalscale.gateway.health``)."""
+
+
+def arm_order(arms: list[str], n: int) -> list[str]:
+    """``n`` starts over ``arms``: one arm alone, or two as A B B A A B B A ... (each arm as often early as late)."""
+    if len(arms) == 1:
+        return arms * n
+    return [arms[((i + 1) // 2) % 2] for i in range(n)]
+
+
+def set_warm_probe(b: Bench, on: bool) -> float:
+    """The gateway Deployment's readiness checks of starting replicas on (its default) or off (``WARM_ENV=0`` in
+    its pods' env, which the operator leaves alone: it only adds what it wants); waits until only the new template's
+    2 pods are there, Ready. Returns the seconds it took (0 when already so)."""
+    name = f"{NAME}-gateway"
+    dep = b.apps.read_namespaced_deployment(name, NS)
+    container = dep.spec.template.spec.containers[0]
+    serialize = client.ApiClient().sanitize_for_serialization
+    env = [serialize(e) for e in container.env or [] if e.name != WARM_ENV]
+    if not on:
+        env.append({"name": WARM_ENV, "value": "0"})
+    if any(e.name == WARM_ENV for e in container.env or []) != (not on):
+        started = time.monotonic()
+        b.apps.patch_namespaced_deployment(name, NS, [{"op": "replace", "path": "/spec/template/spec/containers/0/env",
+                                                       "value": env}])
+
+        def rolled_out() -> bool:
+            d = b.apps.read_namespaced_deployment(name, NS)
+            st = d.status
+            return ((st.observed_generation or 0) >= (d.metadata.generation or 0) and st.updated_replicas == 2
+                    and st.ready_replicas == 2 and st.replicas == 2 and len(b.gateway_pods()) == 2)
+
+        wait_for(rolled_out, 300, f"the gateway rolled out with its readiness checks {'on' if on else 'off'}",
+                 interval_s=0.5)
+        time.sleep(3)  # the gateway Service's endpoints follow the new pods
+        return time.monotonic() - started
+    return 0.0
+
+
 def section_zero_starts(b: Bench, url: str, args: argparse.Namespace) -> None:
     """Section 4 (see the module docstring); the operator reads Prometheus."""
     from modalscale.runtime.workload import photo_at
@@ -519,6 +559,11 @@ def section_zero_starts(b: Bench, url: str, args: argparse.Namespace) -> None:
     reasons: dict[str, int] = {}
     last_answer = time.monotonic()
     image = photo_at("coffee", 320, 240)
+    arms = [a.strip() for a in args.zero_arms.split(",") if a.strip()]
+    if not arms or any(a not in ("on", "off") for a in arms) or len(arms) > 2:
+        raise SystemExit(f"--zero-arms {args.zero_arms!r}: one or two of on, off")
+    order = arm_order(arms, args.zero_starts)
+    by_arm: dict[str, list[tuple[int, list[float], bool]]] = {a: [] for a in arms}
     for start in range(args.zero_starts):
         try:
             wait_for(at_zero, 600, "the autoscaler's scale to zero and the last replica pod gone", interval_s=0.5)
@@ -527,6 +572,14 @@ def section_zero_starts(b: Bench, url: str, args: argparse.Namespace) -> None:
             print(f"  start {start + 1}: not at zero after 600 s; status.autoscaler {json.dumps(st.get('autoscaler'))}")
             break
         to_zero.append(time.monotonic() - last_answer)
+        if len(arms) > 1 or order[start] == "off":
+            rolled_s = set_warm_probe(b, order[start] == "on")
+            if rolled_s:
+                print(f"  (gateway rolled out with its readiness checks {order[start]} in {rolled_s:.1f} s)")
+        env = b.apps.read_namespaced_deployment(f"{NAME}-gateway", NS).spec.template.spec.containers[0].env or []
+        if any(e.name == WARM_ENV for e in env) != (order[start] == "off"):
+            raise SystemExit(f"start {start + 1}: the gateway's env no longer says arm {order[start]} (the operator "
+                             "rewrote it?): the A/B cannot go on")
         results: list[tuple[float, str | None]] = []
         lock = threading.Lock()
 
@@ -573,7 +626,8 @@ def section_zero_starts(b: Bench, url: str, args: argparse.Namespace) -> None:
         extra = [x - own for x in lat]
         added.extend(extra)
         within += int(bool(extra) and max(extra) <= 1.0 and not errors)
-        print(f"  start {start + 1}: {len(results) - len(errors)} answered, {len(errors)} failed"
+        by_arm[order[start]].append((start + 1, extra, bool(extra) and max(extra) <= 1.0 and not errors))
+        print(f"  start {start + 1} [{order[start]}]: {len(results) - len(errors)} answered, {len(errors)} failed"
               f"{' (' + errors[0][:160] + ')' if errors else ''}; at zero {to_zero[-1]:.0f} s after the last answer; "
               f"pod seen {(seen_created or float('nan')) - sent:.1f} s after sending, Ready "
               f"{(seen_ready or float('nan')) - sent:.1f} s (its own {own:.1f} s); latency "
@@ -585,6 +639,20 @@ def section_zero_starts(b: Bench, url: str, args: argparse.Namespace) -> None:
           f"latency s {spread(added)} (max {max(added, default=float('nan')):.2f}); starts with every request "
           f"answered within its pod's own time to Ready + 1 s: {within} of {n}; 0 -> 1 decisions {reasons}; "
           f"time from the last answer to zero s {spread(to_zero[1:])}")
+    if len(arms) > 1:
+        print(f"  by arm of the gateway's readiness checks of starting replicas ({', '.join(order)}):")
+        for arm, rows in by_arm.items():
+            values = [x for _, extra, _ in rows for x in extra]
+            halves = [[x for i, (_, extra, _) in enumerate(rows) if i % 2 == h for x in extra] for h in (0, 1)]
+            print(f"    {arm}: {len(rows)} starts, added latency s {spread(values)}, within 1 s in "
+                  f"{sum(ok for _, _, ok in rows)} of {len(rows)}; A/A (its starts taken alternately) "
+                  f"{spread(halves[0])} vs {spread(halves[1])}")
+        on_v = [x for _, e, _ in by_arm.get("on", []) for x in e]
+        off_v = [x for _, e, _ in by_arm.get("off", []) for x in e]
+        if on_v and off_v:
+            print(f"    median added latency on - off: {statistics.median(on_v) - statistics.median(off_v):+.2f} s")
+    if "off" in arms:
+        set_warm_probe(b, True)
     b.custom.patch_namespaced_custom_object(
         "modalscale.io", "v1alpha1", NS, "inferenceservices", NAME,
         {"spec": {"scaling": {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 3,
@@ -732,6 +800,9 @@ def main() -> None:
     ap.add_argument("--zero-starts", type=int, default=10, help="section 4's starts from zero")
     ap.add_argument("--zero-clients", type=int, default=2, help="section 4's waiting clients per start")
     ap.add_argument("--zero-idle-s", type=float, default=5.0, help="section 4's scaleToZeroAfterSeconds")
+    ap.add_argument("--zero-arms", default="on",
+                    help="section 4's arms of the gateway's readiness checks of starting replicas, comma-separated "
+                         "(on, off): with two, the starts go ABBA ABBA..., the gateway rolled out between arms")
     ap.add_argument("--paths", default="direct",
                     help="section 2's request paths, comma-separated: direct (kube-proxy), gateway")
     ap.add_argument("--client", choices=("new", "keepalive"), default="new",
