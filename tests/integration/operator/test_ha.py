@@ -179,9 +179,9 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(ha_cluster: 
             # (test_budget_plan's ..._not_also_charged_as_a_replica_gone_unseen). After it, ci58 (5 Dec 2026) saw
             # +0.000016702 USD against 0.000011135 USD of binding-to-start (3.000 pod-seconds over the meter): a pod
             # bound between an evaluation's clock read and its pod listing was one of its replicas, bound after its
-            # instant, so the next one charged its replica as gone unseen too; the instant is now read after the
-            # listing (test_budget_pod_stops' ..._instant_is_read_after_its_pods_are_listed). A failure prints each
-            # service's ledger, meter and binding-to-start, each pod's times and status.ledger in full.
+            # instant, so the next one charged its replica as gone unseen too (operator/budget/handlers.py; not
+            # fixed: reading the instant after the listing under-charged ci61's drain scenario). A failure prints
+            # each service's ledger, meter and binding-to-start, each pod's times and status.ledger in full.
             slack_usd = bind_to_start_usd(pods)
             print(f"\nfigure: operator killed mid-reconcile with a policy evaluated every second; alerts "
                   f"{percents_in(titles(slack))}; ledger {spent} USD vs meter {metered:.9f} USD at "
