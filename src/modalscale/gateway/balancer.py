@@ -59,6 +59,11 @@ class Endpoint:
         return f"{self.host}:{self.http_port}"
 
     @property
+    def identity(self) -> str:
+        """The pod behind it (its name), else its key: what a balancer remembers it by across its states."""
+        return self.name or self.key
+
+    @property
     def grpc_target(self) -> str | None:
         """``host:grpc_port`` for a gRPC channel, or None."""
         return None if self.grpc_port is None else f"{self.host}:{self.grpc_port}"
@@ -134,12 +139,12 @@ class Balancer:
                 merged[ep.key] = ep
         self._listed = {k: ep for k, ep in merged.items() if ep.routable}
         for ep in merged.values() if not self._updated else self._listed.values():
-            self._not_starting[_identity(ep)] = None
+            self._not_starting[ep.identity] = None
         self._updated = True
         while len(self._not_starting) > MAX_REMEMBERED:
             del self._not_starting[next(iter(self._not_starting))]
         self._warming = {k: ep for k, ep in merged.items()
-                         if not ep.ready and not ep.terminating and _identity(ep) not in self._not_starting}
+                         if not ep.ready and not ep.terminating and ep.identity not in self._not_starting}
         self._promoted &= self._warming.keys()
         self._rebuild()
 
@@ -257,11 +262,6 @@ class Balancer:
             # 1.5x one replica). A cache hit is worth less than a whole idle replica; under load no replica is
             # idle and the bounded-load ring decides alone.
         return self._endpoints[least_outstanding(loads, self._rng)], False
-
-
-def _identity(ep: Endpoint) -> str:
-    """The pod behind an endpoint (its name), else its key: what "was ever listed ready" is remembered by."""
-    return ep.name or ep.key
 
 
 def least_outstanding(loads: Mapping[str, int], rng: random.Random) -> str:

@@ -99,9 +99,6 @@ class ReplicaProbe:
             await asyncio.sleep(max(0.0, interval_s - (self.clock() - started)))
 
 
-__all__ = ["PROBE_EJECT_S", "PROBE_INTERVAL_S", "PROBE_TIMEOUT_S", "ReplicaProbe", "tcp_connect"]
-
-
 WARM_PROBE_TIMEOUT_S = 0.5
 """A starting replica's readiness check not answered within this many seconds counts as not ready."""
 READY_PATH = "/v2/health/ready"
@@ -165,7 +162,7 @@ class WarmingProbe:
         """Pod name (else key) -> when it was first promoted."""
 
     def _allowed(self, ep: Endpoint) -> bool:
-        first = self._first_promoted.get(ep.name or ep.key)
+        first = self._first_promoted.get(ep.identity)
         return first is None or self.clock() - first < PROMOTION_LIMIT_S
 
     async def round(self) -> bool:
@@ -180,11 +177,11 @@ class WarmingProbe:
                 nonlocal changed
                 if await self.check(ep) and self._allowed(ep):
                     answered.append(ep.key)
-                    self._first_promoted.setdefault(ep.name or ep.key, self.clock())
+                    self._first_promoted.setdefault(ep.identity, self.clock())
                     if self.balancer.promote([*self.balancer.promoted, *answered]):
                         changed = True
                         log.info("A starting replica answered ready before its EndpointSlice said so endpoint=%s",
-                                 ep.name or ep.key)
+                                 ep.identity)
                         self.on_change()
 
             await asyncio.gather(*(one(ep) for ep in warming))
@@ -205,3 +202,7 @@ class WarmingProbe:
             except Exception as exc:  # a probe round must never end the loop
                 log.warning("Readiness check round failed error=%r", exc)
             await asyncio.sleep(max(0.0, interval_s - (self.clock() - started)))
+
+
+__all__ = ["PROBE_EJECT_S", "PROBE_INTERVAL_S", "PROBE_TIMEOUT_S", "PROMOTION_LIMIT_S", "READY_PATH", "ReadyCheck",
+           "ReplicaProbe", "WARM_PROBE_TIMEOUT_S", "WarmingProbe", "http_ready_check", "tcp_connect"]

@@ -237,4 +237,3 @@ def test_the_pod_watch_records_replicas_gateway_and_image_encoder_pods_and_no_ot
     assert priced_pod({"modalscale.io/gateway": "vc"})
     assert priced_pod({"modalscale.io/image-encoder": "vc", "modalscale.io/stage": "image-encoder"})
     assert not priced_pod({"app": "vc"})
-
