@@ -42,6 +42,13 @@ Rules (all pure; the caller passes ``now``):
   enforced cap stops costing when it is gone, and one that is still listed at ``t1`` (the cap did not take effect)
   is charged by its own timestamps anyway. Without a pod list (``pods=None``) the replicas in force are charged for
   the whole interval, as before.
+* **Pods bound after the instant** (issue 21, scenario 3): an evaluation reads its clock, then lists the pods, so a
+  pod bound during the listing is counted among its replicas though its binding (a whole second) is after
+  ``now``. The ledger names such pods (``LedgerEntry.late``, ``status.ledger.services[].lateBoundPods``): at the
+  next evaluation each one listed (or recorded gone) is charged by its own run and accounts for the replica it was
+  counted as, and one gone unseen is charged as that replica for the whole interval (an upper bound). Without the
+  names the replica was charged again as one gone unseen beside the pod's own run (ci58: 3 pod-seconds over an
+  independent meter). Reading the clock after the listing instead loses the run of a pod bound between the two.
 * **Services new to the ledger** (a policy's first evaluation, a policy deleted and created again, a service
   created or selected since the last evaluation) are charged for what their listed pods ran since
   ``max(window start, status.startTime)``: the window starts at the period start on the first evaluation, else at
@@ -87,6 +94,9 @@ MAX_LEDGER_SERVICES = 500
 MAX_UNHEARD_PODS = 100
 """``status.ledger.services[].unheardPods`` maxItems in the CRD: the first 100 by name are remembered (a pod beyond
 them whose node reports again is not charged its gap; one whose node is deleted is charged by its own stop)."""
+MAX_LATE_BOUND_PODS = 100
+"""``status.ledger.services[].lateBoundPods`` maxItems in the CRD: the first 100 by name are remembered (a pod
+beyond them is charged at the next evaluation as a replica gone unseen besides its own run: over, never under)."""
 
 
 class LedgerFormatError(ValueError):
@@ -339,6 +349,10 @@ class LedgerEntry:
         spent_usd: Spend of this service in the ledger's period up to ``observedTime``.
         unheard: ``(pod name, UTC instant)`` of each pod charged to a silent node's heartbeat, with the instant up
             to which it is charged (a gap to charge if its node reports it again), sorted by name.
+        late: Names of the pods counted in ``replicas`` whose start and binding are both after ``observedTime``
+            (bound while the evaluation listed the pods, after it read its clock), sorted: the next evaluation
+            finds them started after its window's start and charges them by their own run, so they account for
+            the replicas they were counted as (else each was charged again, as a replica gone unseen).
     """
 
     namespace: str
@@ -347,6 +361,7 @@ class LedgerEntry:
     cost_usd_per_hour: Decimal | None
     spent_usd: Decimal
     unheard: tuple[tuple[str, datetime], ...] = ()
+    late: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -506,7 +521,8 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
                 closing_spent += seg.cost_usd
         current_spent[entry.key] = spent
     closed = _closed_period(ledger, window, period, tz, closing_spent)
-    new_ledger = Ledger(window.now, window.period_start, _next_entries(ledger, obs, current_spent, unheard))
+    late = {(o.namespace, o.name): _late_bound(o, window.now) for o in obs}
+    new_ledger = Ledger(window.now, window.period_start, _next_entries(ledger, obs, current_spent, unheard, late))
     return LedgerAdvance(new_ledger, new_ledger.spent_usd, window.period_start, window.period_end, tuple(segments),
                          closed, tuple(unpriced), window.new_period)
 
@@ -590,8 +606,10 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
     """Per pod (see the module docstring): the price of a replica in force, the replicas in force since ``t0``
     that no listed pod accounts for (charged for the whole interval), and each listed pod's price (that of the
     tier its node ran it at, :attr:`PodRun.tier`; the others at the service's)."""
-    # A pod charged to a silent node's heartbeat is accounted for, not a deletion nobody saw.
-    gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.in_force_at(t0) or (
+    # A pod charged to a silent node's heartbeat is accounted for, not a deletion nobody saw; so is one counted at
+    # t0 though bound after it (``entry.late``), charged by its own run.
+    late = set(entry.late)
+    gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.in_force_at(t0) or p.name in late or (
         p.cut and (p.start is None or p.start <= t0))))
     price: Decimal | None = None
     if entry.replicas and entry.cost_usd_per_hour is not None:
@@ -729,20 +747,32 @@ def _closed_period(ledger: Ledger, window: _Window, period: Period | str, tz: st
     return ClosedPeriod(ledger.period_start, min(closed_end, window.period_start), closing_spent)
 
 
+def _late_bound(o: ServiceObservation, now: datetime) -> tuple[str, ...]:
+    """Names of the pods ``o`` counts among its replicas (listed running: no stop, not cut at a silent node) whose
+    start and binding are both after ``now`` (:attr:`LedgerEntry.late`), sorted, at most
+    :data:`MAX_LATE_BOUND_PODS`."""
+    if o.pods is None or not o.replicas:
+        return ()
+    return tuple(sorted(p.name for p in o.pods
+                        if p.stop is None and not p.cut and not p.in_force_at(now))[:MAX_LATE_BOUND_PODS])
+
+
 def _next_entries(ledger: Ledger, obs: Sequence[ServiceObservation],
                   current_spent: Mapping[tuple[str, str], Decimal],
-                  unheard: Mapping[tuple[str, str], tuple[tuple[str, datetime], ...]]) -> tuple[LedgerEntry, ...]:
-    """The services as observed now with their spend in the period and their pods charged to a silent node's
-    heartbeat; those no longer observed keep their spend at replicas 0 (dropped once it is 0), sorted by
-    (namespace, name)."""
+                  unheard: Mapping[tuple[str, str], tuple[tuple[str, datetime], ...]],
+                  late: Mapping[tuple[str, str], tuple[str, ...]]) -> tuple[LedgerEntry, ...]:
+    """The services as observed now with their spend in the period, their pods charged to a silent node's
+    heartbeat and those bound after ``now`` (:func:`_late_bound`); those no longer observed keep their spend at
+    replicas 0 (dropped once it is 0), sorted by (namespace, name)."""
     seen = {(o.namespace, o.name) for o in obs}
     entries = [LedgerEntry(o.namespace, o.name, o.replicas, o.cost_usd_per_hour,
-                           current_spent.get((o.namespace, o.name), Decimal(0)), unheard.get((o.namespace, o.name), ()))
+                           current_spent.get((o.namespace, o.name), Decimal(0)), unheard.get((o.namespace, o.name), ()),
+                           late.get((o.namespace, o.name), ()))
                for o in obs]
     for entry in ledger.entries:
         if entry.key not in seen and current_spent.get(entry.key, Decimal(0)) != 0:
             entries.append(replace(entry, replicas=0, cost_usd_per_hour=Decimal(0), spent_usd=current_spent[entry.key],
-                                   unheard=()))
+                                   unheard=(), late=()))
     entries.sort(key=lambda e: e.key)
     return tuple(entries)
 

@@ -204,6 +204,8 @@ def _ledger_json(ledger: Ledger) -> LedgerStatus:
         item["spent"] = format_usd(quantize_ledger_usd(e.spent_usd))
         if e.unheard:
             item["unheardPods"] = [{"name": n, "chargedUntil": format_time(t)} for n, t in e.unheard]
+        if e.late:
+            item["lateBoundPods"] = list(e.late)
         services.append(item)
     out: LedgerStatus = {"services": services}
     if ledger.observed_time is not None:
@@ -240,7 +242,8 @@ def _ledger_read(ledger: Any, period_start: object = None) -> Ledger:
             spent_d = parse_usd(item.get("spent", "0"), f"{path}.spent")
         except ValueError as exc:
             raise LedgerFormatError(str(exc)) from None
-        entries.append(LedgerEntry(namespace, name, replicas, cost_d, spent_d, _unheard_read(item, path)))
+        entries.append(LedgerEntry(namespace, name, replicas, cost_d, spent_d, _unheard_read(item, path),
+                                   _late_read(item, path)))
     keys = [e.key for e in entries]
     if len(set(keys)) != len(keys):
         raise LedgerFormatError("status.ledger.services: a namespace/name appears twice")
@@ -262,6 +265,21 @@ def _unheard_read(item: Mapping[str, Any], path: str) -> tuple[tuple[str, dt.dat
             raise LedgerFormatError(f"{path}.unheardPods[{j}]: expected an object with a name")
         out.append((pod["name"], parse_time(pod.get("chargedUntil"), f"{path}.unheardPods[{j}].chargedUntil")))
     return tuple(sorted(out))
+
+
+def _late_read(item: Mapping[str, Any], path: str) -> tuple[str, ...]:
+    """``status.ledger.services[i].lateBoundPods`` as ``LedgerEntry.late`` (sorted pod names).
+
+    Raises:
+        LedgerFormatError: Not a list of pod names (names the field path).
+    """
+    raw = item.get("lateBoundPods") or []
+    if not isinstance(raw, list):
+        raise LedgerFormatError(f"{path}.lateBoundPods: expected a list of pod names")
+    for j, pod in enumerate(raw):
+        if not isinstance(pod, str) or not pod:
+            raise LedgerFormatError(f"{path}.lateBoundPods[{j}]: expected a pod name, got {pod!r}")
+    return tuple(sorted(set(raw)))
 
 
 def _rejection_json(r: TenantRejection) -> RejectedTenantStatus:

@@ -134,12 +134,10 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
         return None
     policy.setdefault("apiVersion", f"{GROUP}/{VERSION}")
     policy.setdefault("kind", "BudgetPolicy")
-    # The instant is read before the pods are listed. Known fault (issue 21, test_ha's kill, ci58: 3 pod-seconds
-    # over the meter): a pod bound during the listing is one of this evaluation's replicas yet bound after its
-    # instant, and the next evaluation charges its replica again as one gone unseen. Reading the instant after the
-    # listing instead (318300b) loses the run of a pod bound between the listing and the instant, from its start to
-    # the next second (ci61: the drain scenario 1 pod-second under the meter), and the ledger must never be under:
-    # the fix belongs in the ledger (a pod first seen started or bound after an instant is not in force there).
+    # The instant is read before the pods are listed: a pod bound during the listing is one of this evaluation's
+    # replicas though bound after its instant; the ledger names it (LedgerEntry.late) so the next evaluation
+    # charges it once, by its own run (issue 21, ci58). Reading the instant after the listing instead (318300b)
+    # lost the run of a pod bound between the listing and the instant (ci61: 1 pod-second under the meter).
     now = deps.clock()
     admin, heartbeat = deps.settings.budget_admin_namespaces, deps.settings.budget_status_heartbeat_s
     observed = runtime.observer.observe(observed_namespaces(policy, admin), runtime.gone_pods, now)

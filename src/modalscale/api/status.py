@@ -135,6 +135,7 @@ class LedgerServiceStatus(TypedDict):
     costUSDPerHour: NotRequired[str]
     spent: NotRequired[str]  # USD (decimal string).
     unheardPods: NotRequired[list[UnheardPodStatus]]
+    lateBoundPods: NotRequired[list[str]]  # Pods counted in replicas though bound after observedTime.
 
 
 class LedgerStatus(TypedDict, total=False):

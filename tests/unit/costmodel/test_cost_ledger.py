@@ -491,3 +491,49 @@ def test_a_pod_deleted_in_the_same_second_as_the_evaluation_that_listed_it_is_no
     assert second.spent_usd - first.spent_usd == D("0.60")  # a for 60 s; b ran [t0, t0] as far as whole seconds say
     (seg,) = second.segments
     assert seg.replica_microseconds == 60_000_000
+
+
+# ------------------------------------------------- pods bound after the evaluation's instant (issue 21, scenario 3)
+def test_a_pod_bound_after_the_instant_of_the_evaluation_that_listed_it_is_not_charged_again_as_gone_unseen() -> None:
+    """An evaluation reads its clock, then lists the pods. A pod bound during the listing (its ``PodScheduled``
+    stamped the next whole second) is one of that evaluation's replicas, yet bound after its instant; the next
+    evaluation charged it by its own run and charged the replica it had been counted as a second time, as one gone
+    unseen, for the whole interval (ci58, test_ha's kill: 3 pod-seconds over the meter; here 60 s for a pod that ran
+    58). 36 USD/h = 0.01 USD/s."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a = PodRun("svc-a", utc(2026, 5, 1, 9), bound=utc(2026, 5, 1, 9))
+    # Listed at 12:00:00.9 + the listing's latency: bound at 12:00:01, its kubelet has not written startTime yet.
+    p_listed = PodRun("svc-p", t0 + timedelta(seconds=1), bound=t0 + timedelta(seconds=1))
+    p_started = replace(p_listed, start=t0 + timedelta(seconds=2))
+    first = advance(Ledger(), [_svc((a, p_listed))], t0 + timedelta(milliseconds=900), "Daily")
+    assert first.spent_usd == D("108")  # a since 09:00; p nothing before t0
+    (entry,) = reload(first.ledger).entries
+    assert entry.replicas == 2 and entry.late == ("svc-p",)
+    second = advance(reload(first.ledger), [_svc((a, p_started))], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("1.18")  # a 60 s + p 58 s (not + 60 s as a replica gone)
+    (seg,) = second.segments
+    assert seg.replica_microseconds == 118_000_000
+    # The same pod deleted before the next evaluation, and nobody saw it go: charged as the replica it was counted
+    # as, to the next evaluation (an upper bound: it ran at most 59 s), never by nothing.
+    unseen = advance(reload(first.ledger), [_svc((a,))], t1, "Daily")
+    assert unseen.spent_usd - first.spent_usd == D("1.20")
+    # The next evaluation after that: p is no longer named; a alone.
+    third = advance(reload(second.ledger), [_svc((a, p_started))], t1 + timedelta(seconds=60), "Daily")
+    assert third.spent_usd - second.spent_usd == D("1.20") and third.ledger.entries[0].late == ()
+
+
+def test_only_pods_counted_among_the_replicas_are_named_bound_after_the_instant() -> None:
+    """A pod bound after the instant but already terminating (or finished) is not one of the replicas in force,
+    so naming it would hide a replica that did go unseen: b, gone by t1 with nobody seeing it, is charged the whole
+    interval beside q's own run to its stop."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a, b = PodRun("svc-a", utc(2026, 5, 1, 9)), PodRun("svc-b", utc(2026, 5, 1, 9))
+    q = PodRun("svc-q", t0 + timedelta(seconds=1), t0 + timedelta(seconds=11), bound=t0 + timedelta(seconds=1))
+    first = advance(Ledger(), [_svc((a, b, q))], t0, "Daily")
+    assert first.ledger.entries[0].replicas == 2 and first.ledger.entries[0].late == ()
+    second = advance(reload(first.ledger), [_svc((a, q))], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("1.30")  # a 60 + b 60 (gone unseen) + q 10

@@ -706,6 +706,30 @@ def test_a_pod_counted_before_its_kubelet_wrote_start_time_is_not_also_charged_a
     assert e1.budget.spent_usd == e0.budget.spent_usd + (7 * second_usd).quantize(Decimal("1e-9"))
 
 
+def test_a_pod_bound_while_the_evaluation_listed_the_pods_is_charged_once_by_its_own_run() -> None:
+    # Issue 21, test_ha's kill (ci58: 3.000 pod-seconds over the meter): E0 reads its clock at T0 (10:00:00.x),
+    # then lists the pods; vc-1 was bound during the listing, its PodScheduled stamped 10:00:01, after E0's
+    # instant. It is one of E0's two replicas. At E1 (T0 + 30 s) it has started (10:00:02): charged by its own run
+    # (28 s), and it accounts for the replica it was counted as. Before: that replica was charged again as one gone
+    # unseen, 30 s more (88 replica-seconds for 58).
+    policy = make_policy(limit={"amount": "100", "currency": "USD"})
+    first = dict(make_pod("vc", 0), status={"phase": "Running", "startTime": "2026-11-30T08:00:00Z"})
+    bound = {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-30T10:00:01Z"}
+    second = dict(make_pod("vc", 1), status={"phase": "Pending", "conditions": [bound]})
+    second["metadata"]["creationTimestamp"] = "2026-11-30T10:00:01Z"
+    isvc = make_isvc()
+    e0 = plan_policy(policy, observed(isvc, pods={"ml": [first, second]}), CATALOG, [], T0)
+    (entry,) = e0.status_patch["ledger"]["services"]
+    assert entry["replicas"] == 2 and entry["lateBoundPods"] == ["vc-1"]
+    started = dict(second, status={"phase": "Running", "startTime": "2026-11-30T10:00:02Z", "conditions": [bound]})
+    e1 = plan_policy(persisted(policy, e0.status_patch), observed(isvc, pods={"ml": [first, started]}), CATALOG, [],
+                     T0 + dt.timedelta(seconds=30))
+    assert e0.budget is not None and e1.budget is not None
+    second_usd = Decimal("0.600125239") / 3600
+    assert e1.budget.spent_usd - e0.budget.spent_usd == (58 * second_usd).quantize(Decimal("1e-9"))
+    assert "lateBoundPods" not in e1.status_patch["ledger"]["services"][0]
+
+
 def test_pod_runs_take_each_pods_own_start_and_stop() -> None:
     from modalscale.costmodel.ledger import PodRun
     from modalscale.operator.budget.plan import pod_runs
