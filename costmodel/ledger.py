@@ -49,6 +49,10 @@ Rules (all pure; the caller passes ``now``):
   counted as, and one gone unseen is charged as that replica for the whole interval (an upper bound). Without the
   names the replica was charged again as one gone unseen beside the pod's own run (ci58: 3 pod-seconds over an
   independent meter). Reading the clock after the listing instead loses the run of a pod bound between the two.
+  The mirror case: a pod listed but not counted among the replicas (terminating, finished, recorded gone, or on a
+  silent node) whose stop is not before ``now`` would look in force at ``now`` to the next evaluation and account
+  for a replica gone unseen; such pods are named too (``LedgerEntry.uncounted``, ``uncountedPods``) and account
+  for none.
 * **Services new to the ledger** (a policy's first evaluation, a policy deleted and created again, a service
   created or selected since the last evaluation) are charged for what their listed pods ran since
   ``max(window start, status.startTime)``: the window starts at the period start on the first evaluation, else at
@@ -353,6 +357,10 @@ class LedgerEntry:
             (bound while the evaluation listed the pods, after it read its clock), sorted: the next evaluation
             finds them started after its window's start and charges them by their own run, so they account for
             the replicas they were counted as (else each was charged again, as a replica gone unseen).
+        uncounted: Names of the pods listed at ``observedTime`` but not counted in ``replicas`` (terminating,
+            finished or recorded gone, or charged to a silent node) that could still look in force then (a stop
+            not before it, or a silent node's cut), sorted: the next evaluation does not let them account for
+            a replica (else a replica gone unseen beside a terminating pod was charged nothing).
     """
 
     namespace: str
@@ -362,6 +370,7 @@ class LedgerEntry:
     spent_usd: Decimal
     unheard: tuple[tuple[str, datetime], ...] = ()
     late: tuple[str, ...] = ()
+    uncounted: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -522,7 +531,9 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
         current_spent[entry.key] = spent
     closed = _closed_period(ledger, window, period, tz, closing_spent)
     late = {(o.namespace, o.name): _late_bound(o, window.now) for o in obs}
-    new_ledger = Ledger(window.now, window.period_start, _next_entries(ledger, obs, current_spent, unheard, late))
+    uncounted = {(o.namespace, o.name): _uncounted(o, window.now) for o in obs}
+    new_ledger = Ledger(window.now, window.period_start,
+                        _next_entries(ledger, obs, current_spent, unheard, late, uncounted))
     return LedgerAdvance(new_ledger, new_ledger.spent_usd, window.period_start, window.period_end, tuple(segments),
                          closed, tuple(unpriced), window.new_period)
 
@@ -607,10 +618,11 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
     that no listed pod accounts for (charged for the whole interval), and each listed pod's price (that of the
     tier its node ran it at, :attr:`PodRun.tier`; the others at the service's)."""
     # A pod charged to a silent node's heartbeat is accounted for, not a deletion nobody saw; so is one counted at
-    # t0 though bound after it (``entry.late``), charged by its own run.
-    late = set(entry.late)
-    gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.in_force_at(t0) or p.name in late or (
-        p.cut and (p.start is None or p.start <= t0))))
+    # t0 though bound after it (``entry.late``), charged by its own run; one listed at t0 but not counted then
+    # (``entry.uncounted``: terminating, say) accounts for none.
+    late, uncounted = set(entry.late), set(entry.uncounted)
+    gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.name not in uncounted and (
+        p.in_force_at(t0) or p.name in late or (p.cut and (p.start is None or p.start <= t0)))))
     price: Decimal | None = None
     if entry.replicas and entry.cost_usd_per_hour is not None:
         price = MONEY_CONTEXT.divide(entry.cost_usd_per_hour, Decimal(entry.replicas))
@@ -757,22 +769,35 @@ def _late_bound(o: ServiceObservation, now: datetime) -> tuple[str, ...]:
                         if p.stop is None and not p.cut and not p.in_force_at(now))[:MAX_LATE_BOUND_PODS])
 
 
+def _uncounted(o: ServiceObservation, now: datetime) -> tuple[str, ...]:
+    """Names of the pods ``o`` lists (recorded stops merged) that it does not count among its replicas yet the next
+    evaluation could take for ones in force at ``now``: a stop not before ``now``, or cut at a silent node
+    (:attr:`LedgerEntry.uncounted`), sorted, at most :data:`MAX_LATE_BOUND_PODS` (one beyond them may account for
+    a replica gone unseen, as before it was named)."""
+    if o.pods is None:
+        return ()
+    return tuple(sorted(p.name for p in o.pods
+                        if p.stop is not None and (p.stop >= now or p.cut))[:MAX_LATE_BOUND_PODS])
+
+
 def _next_entries(ledger: Ledger, obs: Sequence[ServiceObservation],
                   current_spent: Mapping[tuple[str, str], Decimal],
                   unheard: Mapping[tuple[str, str], tuple[tuple[str, datetime], ...]],
-                  late: Mapping[tuple[str, str], tuple[str, ...]]) -> tuple[LedgerEntry, ...]:
+                  late: Mapping[tuple[str, str], tuple[str, ...]],
+                  uncounted: Mapping[tuple[str, str], tuple[str, ...]]) -> tuple[LedgerEntry, ...]:
     """The services as observed now with their spend in the period, their pods charged to a silent node's
-    heartbeat and those bound after ``now`` (:func:`_late_bound`); those no longer observed keep their spend at
-    replicas 0 (dropped once it is 0), sorted by (namespace, name)."""
+    heartbeat, those bound after ``now`` (:func:`_late_bound`) and those listed but not counted
+    (:func:`_uncounted`); those no longer observed keep their spend at replicas 0 (dropped once it is 0), sorted
+    by (namespace, name)."""
     seen = {(o.namespace, o.name) for o in obs}
     entries = [LedgerEntry(o.namespace, o.name, o.replicas, o.cost_usd_per_hour,
                            current_spent.get((o.namespace, o.name), Decimal(0)), unheard.get((o.namespace, o.name), ()),
-                           late.get((o.namespace, o.name), ()))
+                           late.get((o.namespace, o.name), ()), uncounted.get((o.namespace, o.name), ()))
                for o in obs]
     for entry in ledger.entries:
         if entry.key not in seen and current_spent.get(entry.key, Decimal(0)) != 0:
             entries.append(replace(entry, replicas=0, cost_usd_per_hour=Decimal(0), spent_usd=current_spent[entry.key],
-                                   unheard=(), late=()))
+                                   unheard=(), late=(), uncounted=()))
     entries.sort(key=lambda e: e.key)
     return tuple(entries)
 

@@ -206,6 +206,8 @@ def _ledger_json(ledger: Ledger) -> LedgerStatus:
             item["unheardPods"] = [{"name": n, "chargedUntil": format_time(t)} for n, t in e.unheard]
         if e.late:
             item["lateBoundPods"] = list(e.late)
+        if e.uncounted:
+            item["uncountedPods"] = list(e.uncounted)
         services.append(item)
     out: LedgerStatus = {"services": services}
     if ledger.observed_time is not None:
@@ -243,7 +245,7 @@ def _ledger_read(ledger: Any, period_start: object = None) -> Ledger:
         except ValueError as exc:
             raise LedgerFormatError(str(exc)) from None
         entries.append(LedgerEntry(namespace, name, replicas, cost_d, spent_d, _unheard_read(item, path),
-                                   _late_read(item, path)))
+                                   _names_read(item, path, "lateBoundPods"), _names_read(item, path, "uncountedPods")))
     keys = [e.key for e in entries]
     if len(set(keys)) != len(keys):
         raise LedgerFormatError("status.ledger.services: a namespace/name appears twice")
@@ -267,18 +269,19 @@ def _unheard_read(item: Mapping[str, Any], path: str) -> tuple[tuple[str, dt.dat
     return tuple(sorted(out))
 
 
-def _late_read(item: Mapping[str, Any], path: str) -> tuple[str, ...]:
-    """``status.ledger.services[i].lateBoundPods`` as ``LedgerEntry.late`` (sorted pod names).
+def _names_read(item: Mapping[str, Any], path: str, field: str) -> tuple[str, ...]:
+    """``status.ledger.services[i].<field>`` (``lateBoundPods`` -> ``LedgerEntry.late``, ``uncountedPods`` ->
+    ``LedgerEntry.uncounted``) as sorted pod names.
 
     Raises:
         LedgerFormatError: Not a list of pod names (names the field path).
     """
-    raw = item.get("lateBoundPods") or []
+    raw = item.get(field) or []
     if not isinstance(raw, list):
-        raise LedgerFormatError(f"{path}.lateBoundPods: expected a list of pod names")
+        raise LedgerFormatError(f"{path}.{field}: expected a list of pod names")
     for j, pod in enumerate(raw):
         if not isinstance(pod, str) or not pod:
-            raise LedgerFormatError(f"{path}.lateBoundPods[{j}]: expected a pod name, got {pod!r}")
+            raise LedgerFormatError(f"{path}.{field}[{j}]: expected a pod name, got {pod!r}")
     return tuple(sorted(set(raw)))
 
 

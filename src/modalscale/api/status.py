@@ -136,6 +136,7 @@ class LedgerServiceStatus(TypedDict):
     spent: NotRequired[str]  # USD (decimal string).
     unheardPods: NotRequired[list[UnheardPodStatus]]
     lateBoundPods: NotRequired[list[str]]  # Pods counted in replicas though bound after observedTime.
+    uncountedPods: NotRequired[list[str]]  # Pods listed at observedTime but not counted in replicas.
 
 
 class LedgerStatus(TypedDict, total=False):

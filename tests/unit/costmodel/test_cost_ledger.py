@@ -537,3 +537,27 @@ def test_only_pods_counted_among_the_replicas_are_named_bound_after_the_instant(
     assert first.ledger.entries[0].replicas == 2 and first.ledger.entries[0].late == ()
     second = advance(reload(first.ledger), [_svc((a, q))], t1, "Daily")
     assert second.spent_usd - first.spent_usd == D("1.30")  # a 60 + b 60 (gone unseen) + q 10
+
+
+def test_a_pod_listed_terminating_does_not_account_for_a_replica_gone_unseen() -> None:
+    """A pod an evaluation listed already terminating (or charged to a silent node) is not among its replicas, yet
+    at the next evaluation its deadline (after t0) made it look in force at t0, so it accounted for a replica that
+    went unseen (the review of 094fb99: 0.30 charged for 0.90, a scale-down in progress while the operator that
+    watches the pods is being replaced). The ledger names such pods (``LedgerEntry.uncounted``)."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a = PodRun("svc-a", utc(2026, 5, 1, 9))
+    q = PodRun("svc-q", utc(2026, 5, 1, 9), t0 + timedelta(seconds=30))  # terminating at t0, its deadline t0 + 30 s
+    first = advance(Ledger(), [_svc((a, q))], t0, "Daily")
+    (entry,) = reload(first.ledger).entries
+    assert entry.replicas == 1 and entry.uncounted == ("svc-q",)
+    second = advance(reload(first.ledger), [_svc((q,))], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("0.90")  # a gone unseen: 60 s (upper bound) + q to its deadline
+    assert second.ledger.entries[0].uncounted == ()  # its deadline is before t1: it cannot look in force then
+    # A pod listed running at t0 and deleted within that second (deadline = t0) was one of the replicas: named
+    # nowhere, it accounts for itself (the grace-0 case above), so nothing is charged twice.
+    b = PodRun("svc-b", utc(2026, 5, 1, 9))
+    both = advance(Ledger(), [_svc((a, b))], t0, "Daily")
+    again = advance(reload(both.ledger), [_svc((a,), stopped=(replace(b, stop=t0),))], t1, "Daily")
+    assert again.spent_usd - both.spent_usd == D("0.60")
