@@ -27,7 +27,9 @@ Rules (all pure; the caller passes ``now``):
   ledger charges every enforcing evaluation one interval at the pre-action rate (a hard cap that held would
   read as exceeded). The cap takes effect within the apply latency (seconds); only the evaluation that sets a
   new cap lowers the rate, so a cap that fails to apply is seen, and charged, from the next evaluation on.
-* A clock that steps back before ``observedTime`` is treated as standing still until it passes it.
+* A clock that steps back before ``observedTime`` is treated as standing still until it passes it. An evaluation
+  that integrates nothing (standing still, or in the second of ``observedTime``) keeps the replicas in force since
+  ``observedTime`` as they were: a smaller listing in their place forgot a replica gone unseen meanwhile.
 * **Pods** (:class:`PodRun`, when the observation lists them): the interval ``[t0, t1)`` since ``observedTime``
   costs, per service, ``price x replica-seconds`` where every pod listed at ``t1`` counts its overlap of
   ``[t0, t1)`` with ``[start, stop)`` (``start`` = ``status.startTime``, unknown = before ``t0``; ``stop`` = its
@@ -532,8 +534,10 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     closed = _closed_period(ledger, window, period, tz, closing_spent)
     late = {(o.namespace, o.name): _late_bound(o, window.now) for o in obs}
     uncounted = {(o.namespace, o.name): _uncounted(o, window.now) for o in obs}
-    new_ledger = Ledger(window.now, window.period_start,
-                        _next_entries(ledger, obs, current_spent, unheard, late, uncounted))
+    entries = _next_entries(ledger, obs, current_spent, unheard, late, uncounted)
+    if ledger.observed_time is not None and window.now <= ledger.observed_time:
+        entries = _kept_in_force(ledger, entries)
+    new_ledger = Ledger(window.now, window.period_start, entries)
     return LedgerAdvance(new_ledger, new_ledger.spent_usd, window.period_start, window.period_end, tuple(segments),
                          closed, tuple(unpriced), window.new_period)
 
@@ -757,6 +761,16 @@ def _closed_period(ledger: Ledger, window: _Window, period: Period | str, tz: st
         return None
     _, closed_end = period_bounds(period, tz, ledger.period_start)
     return ClosedPeriod(ledger.period_start, min(closed_end, window.period_start), closing_spent)
+
+
+def _kept_in_force(ledger: Ledger, entries: tuple[LedgerEntry, ...]) -> tuple[LedgerEntry, ...]:
+    """``entries`` of an evaluation that integrated nothing (in the second of ``observedTime``, or a clock that
+    stepped back) with the replicas in force since ``observedTime`` as the ledger held them, where it knew them:
+    pods that appeared since are charged by their own run whatever is in force, but a smaller listing in their
+    place would forget a replica gone unseen meanwhile (charged nothing at the next evaluation)."""
+    held = {e.key: e for e in ledger.entries if e.replicas is not None}
+    return tuple(replace(e, replicas=old.replicas, cost_usd_per_hour=old.cost_usd_per_hour, late=old.late,
+                         uncounted=old.uncounted) if (old := held.get(e.key)) is not None else e for e in entries)
 
 
 def _late_bound(o: ServiceObservation, now: datetime) -> tuple[str, ...]:

@@ -561,3 +561,25 @@ def test_a_pod_listed_terminating_does_not_account_for_a_replica_gone_unseen() -
     both = advance(Ledger(), [_svc((a, b))], t0, "Daily")
     again = advance(reload(both.ledger), [_svc((a,), stopped=(replace(b, stop=t0),))], t1, "Daily")
     assert again.spent_usd - both.spent_usd == D("0.60")
+
+
+def test_an_evaluation_that_integrates_nothing_keeps_the_replicas_in_force_since_observed_time() -> None:
+    """Two evaluations in one second, or a clock that stepped back, integrate nothing (the ledger stands still at
+    observedTime). The second's smaller listing used to replace the replicas in force since observedTime, so a
+    replica gone unseen in between was charged nothing at the next evaluation (the review of 094fb99: 0.60 for an
+    upper bound of 1.20). Pods that appear meanwhile are charged by their own run whatever is in force."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a, b = PodRun("svc-a", utc(2026, 5, 1, 9)), PodRun("svc-b", utc(2026, 5, 1, 9))
+    first = advance(Ledger(), [_svc((a, b))], t0 + timedelta(seconds=30), "Daily")
+    still = advance(reload(first.ledger), [_svc((b,))], t0 + timedelta(seconds=10), "Daily")  # clock back 20 s
+    assert still.ledger.observed_time == t0 + timedelta(seconds=30) and still.ledger.entries[0].replicas == 2
+    after = advance(reload(still.ledger), [_svc((b,))], t1 + timedelta(seconds=30), "Daily")
+    assert after.spent_usd - first.spent_usd == D("1.20")  # b 60 s + a, gone unseen, 60 s (upper bound)
+    # The same within one second: a scale-up seen by the second evaluation adds its pod's own run, nothing else.
+    c = PodRun("svc-c", t0 + timedelta(seconds=30), bound=t0 + timedelta(seconds=30))
+    same = advance(reload(first.ledger), [_svc((a, b, c))], t0 + timedelta(seconds=30, milliseconds=700), "Daily")
+    assert same.ledger.entries[0].replicas == 2
+    nxt = advance(reload(same.ledger), [_svc((a, b, c))], t1 + timedelta(seconds=30), "Daily")
+    assert nxt.spent_usd - first.spent_usd == D("1.80")  # a, b, c 60 s each; nothing twice
