@@ -823,7 +823,8 @@ def _with_recorded_stops(o: ServiceObservation, now: datetime, unheard: Mapping[
 
     A pod the listing showed running whose record says it stopped by ``now`` (its deletion came between the
     listing and the read of the records), or whose node went silent, is not counted in ``replicas`` either: it is
-    not in force from ``now``.
+    not in force from ``now`` (``replicas`` is at most the listed pods still running, so a count that already
+    left such pods out is not lowered twice).
     """
     pods = o.charged_pods()
     if pods is not None:
@@ -831,8 +832,10 @@ def _with_recorded_stops(o: ServiceObservation, now: datetime, unheard: Mapping[
     if pods is None or o.pods is None or o.replicas is None:
         return replace(o, pods=pods, stopped=())
     listed_running = {p.name for p in o.pods if p.stop is None}
-    stopped_since = sum(1 for p in pods if p.name in listed_running and p.stop is not None and p.stop <= now)
-    return replace(o, pods=pods, stopped=(), replicas=max(0, o.replicas - stopped_since))
+    running = sum(1 for p in pods if p.name in listed_running and (p.stop is None or p.stop > now))
+    # At most the listed pods still running: a caller that already left out the pods its records say are gone
+    # (the operator's planner) is not lowered twice.
+    return replace(o, pods=pods, stopped=(), replicas=min(o.replicas, running))
 
 
 def _cut_run(p: PodRun, charged_until: datetime | None) -> PodRun:

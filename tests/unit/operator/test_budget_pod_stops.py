@@ -216,6 +216,13 @@ def test_a_listed_pod_the_watch_saw_deleted_since_is_not_a_running_replica() -> 
     (svc,) = selected_services(parse_budget_spec(make_policy()["spec"]), "ml",
                                BudgetObserved([make_isvc()], {"ml": listed}, gone=gone), CATALOG)
     assert svc.replicas == 1 and svc.stopped == (PodRun("vc-1", at(-7200), at(50)),)
+    # The ledger carries vc-0 as the one replica in force: the planner left vc-1 out already, and the ledger must
+    # not leave it out a second time (the review of 094fb99: 0 in force, so vc-0 gone unseen next was charged
+    # nothing).
+    from modalscale.costmodel.ledger import Ledger, advance
+
+    (entry,) = advance(Ledger(), [svc.observation()], at(60), "Daily").ledger.entries
+    assert entry.replicas == 1
 
 
 def test_a_listed_terminating_pod_whose_containers_all_finished_is_charged_to_the_finish_not_to_its_deadline() -> None:
