@@ -618,15 +618,20 @@ _PodRate = Callable[[PodRun], Decimal | None]
 
 def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceObservation | None, t0: datetime
                 ) -> tuple[Decimal | None, int, _PodRate]:
-    """Per pod (see the module docstring): the price of a replica in force, the replicas in force since ``t0``
-    that no listed pod accounts for (charged for the whole interval), and each listed pod's price (that of the
-    tier its node ran it at, :attr:`PodRun.tier`; the others at the service's)."""
+    """Per pod (see the module docstring): the price of a replica in force that no listed pod accounts for, the
+    number of such replicas (charged for the whole interval), and each listed pod's price (that of the tier its
+    node ran it at, :attr:`PodRun.tier`; the others at the service's).
+
+    A replica gone unseen is charged the entry's average price, or what the rate in force leaves once the pods that
+    account for replicas are priced, when that is more: with mixed tiers, an on-demand replica gone unseen beside a
+    Spot one costs its own price, not the average (never less than the average, as before)."""
     # A pod charged to a silent node's heartbeat is accounted for, not a deletion nobody saw; so is one counted at
     # t0 though bound after it (``entry.late``), charged by its own run; one listed at t0 but not counted then
     # (``entry.uncounted``: terminating, say) accounts for none.
     late, uncounted = set(entry.late), set(entry.uncounted)
-    gone = max(0, (entry.replicas or 0) - sum(1 for p in pods if p.name not in uncounted and (
-        p.in_force_at(t0) or p.name in late or (p.cut and (p.start is None or p.start <= t0)))))
+    accounted = [p for p in pods if p.name not in uncounted and (
+        p.in_force_at(t0) or p.name in late or (p.cut and (p.start is None or p.start <= t0)))]
+    gone = max(0, (entry.replicas or 0) - len(accounted))
     price: Decimal | None = None
     if entry.replicas and entry.cost_usd_per_hour is not None:
         price = MONEY_CONTEXT.divide(entry.cost_usd_per_hour, Decimal(entry.replicas))
@@ -641,6 +646,10 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
     def pod_rate(p: PodRun, base: Decimal | None = own) -> Decimal | None:
         return base if p.tier is None else seen_obs.pod_price(p)
 
+    rates = [pod_rate(p) for p in accounted]
+    if gone and price is not None and entry.cost_usd_per_hour is not None and all(r is not None for r in rates):
+        left = entry.cost_usd_per_hour - sum((r for r in rates if r is not None), Decimal(0))
+        price = max(price, MONEY_CONTEXT.divide(left, Decimal(gone)))
     return price, gone, pod_rate
 
 

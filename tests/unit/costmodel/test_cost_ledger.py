@@ -583,3 +583,25 @@ def test_an_evaluation_that_integrates_nothing_keeps_the_replicas_in_force_since
     assert same.ledger.entries[0].replicas == 2
     nxt = advance(reload(same.ledger), [_svc((a, b, c))], t1 + timedelta(seconds=30), "Daily")
     assert nxt.spent_usd - first.spent_usd == D("1.80")  # a, b, c 60 s each; nothing twice
+
+
+def test_a_replica_gone_unseen_beside_one_at_another_tier_is_charged_its_own_price_not_the_average() -> None:
+    """The rate in force was the sum of each pod's price at its tier (b on Spot at 7.2 USD/h, p on demand at 36);
+    p went unseen. It was charged the average (21.6 USD/h: 0.36 for 60 s, under what it can have cost); it is
+    charged what the rate in force leaves once b is priced, 36 USD/h (0.60). With b gone unseen instead, the two
+    are charged the rate in force, 43.2 USD/h (the upper bound), as before."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    b = PodRun("svc-b", utc(2026, 5, 1, 9), tier="Spot")
+    p = PodRun("svc-p", utc(2026, 5, 1, 9))
+
+    def seen(pods: tuple) -> ServiceObservation:
+        return ServiceObservation("default", "svc", len(pods), D("36"), pods=pods, tier_prices=(("Spot", D("7.2")),))
+
+    first = advance(Ledger(), [seen((b, p))], t0, "Daily")
+    assert first.ledger.entries[0].cost_usd_per_hour == D("43.2")
+    on_demand_gone = advance(reload(first.ledger), [seen((b,))], t1, "Daily")
+    assert on_demand_gone.spent_usd - first.spent_usd == D("0.72")  # b 60 s at 7.2 + p 60 s at 36
+    spot_gone = advance(reload(first.ledger), [seen((p,))], t1, "Daily")
+    assert spot_gone.spent_usd - first.spent_usd == D("0.72")
