@@ -51,6 +51,8 @@ Rules (all pure; the caller passes ``now``):
   counted as, and one gone unseen is charged as that replica for the whole interval (an upper bound). Without the
   names the replica was charged again as one gone unseen beside the pod's own run (ci58: 3 pod-seconds over an
   independent meter). Reading the clock after the listing instead loses the run of a pod bound between the two.
+  Whole-second stamps cannot tell a pod bound in ``now``'s second before the listing from one bound after it, so
+  those counted are named too, and one of that second not named accounts for no replica.
   The mirror case: a pod listed but not counted among the replicas (terminating, finished, recorded gone, or on a
   silent node) whose stop is not before ``now`` would look in force at ``now`` to the next evaluation and account
   for a replica gone unseen; such pods are named too (``LedgerEntry.uncounted``, ``uncountedPods``) and account
@@ -84,7 +86,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 from modalscale.api.budgetpolicy import Period
@@ -355,10 +357,11 @@ class LedgerEntry:
         spent_usd: Spend of this service in the ledger's period up to ``observedTime``.
         unheard: ``(pod name, UTC instant)`` of each pod charged to a silent node's heartbeat, with the instant up
             to which it is charged (a gap to charge if its node reports it again), sorted by name.
-        late: Names of the pods counted in ``replicas`` whose start and binding are both after ``observedTime``
-            (bound while the evaluation listed the pods, after it read its clock), sorted: the next evaluation
-            finds them started after its window's start and charges them by their own run, so they account for
-            the replicas they were counted as (else each was charged again, as a replica gone unseen).
+        late: Names of the pods counted in ``replicas`` whose start and binding are both in ``observedTime``'s
+            second or after it (bound while the evaluation listed the pods, after it read its clock), sorted: the
+            next evaluation charges them by their own run and lets them account for the replicas they were counted
+            as (else each was charged again, as a replica gone unseen), and a pod first seen in that second that is
+            not named was not counted then and accounts for none.
         uncounted: Names of the pods listed at ``observedTime`` but not counted in ``replicas`` (terminating,
             finished or recorded gone, or charged to a silent node) that could still look in force then (a stop
             not before it, or a silent node's cut), sorted: the next evaluation does not let them account for
@@ -623,14 +626,17 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
     node ran it at, :attr:`PodRun.tier`; the others at the service's).
 
     A replica gone unseen is charged the entry's average price, or what the rate in force leaves once the pods that
-    account for replicas are priced, when that is more: with mixed tiers, an on-demand replica gone unseen beside a
-    Spot one costs its own price, not the average (never less than the average, as before)."""
+    account for replicas are priced, when that is more (but never above the dearest price a replica has): with
+    mixed tiers, an on-demand replica gone unseen beside a Spot one costs its own price, not the average (never
+    less than the average, as before)."""
     # A pod charged to a silent node's heartbeat is accounted for, not a deletion nobody saw; so is one counted at
     # t0 though bound after it (``entry.late``), charged by its own run; one listed at t0 but not counted then
     # (``entry.uncounted``: terminating, say) accounts for none.
+    # A pod that started or was bound in t0's own second may have come after that evaluation's listing: only one
+    # it named (``entry.late``) was counted then.
     late, uncounted = set(entry.late), set(entry.uncounted)
-    accounted = [p for p in pods if p.name not in uncounted and (
-        p.in_force_at(t0) or p.name in late or (p.cut and (p.start is None or p.start <= t0)))]
+    accounted = [p for p in pods if p.name not in uncounted and (p.name in late or (
+        p.in_force_at(t0) and not _first_in(p, t0)) or (p.cut and (p.start is None or p.start < t0)))]
     gone = max(0, (entry.replicas or 0) - len(accounted))
     price: Decimal | None = None
     if entry.replicas and entry.cost_usd_per_hour is not None:
@@ -647,10 +653,19 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
         return base if p.tier is None else seen_obs.pod_price(p)
 
     rates = [pod_rate(p) for p in accounted]
-    if gone and price is not None and entry.cost_usd_per_hour is not None and all(r is not None for r in rates):
+    known = [v for v in (seen_obs.usd_per_replica_hour, *(v for _, v in seen_obs.tier_prices)) if v is not None]
+    if (gone and price is not None and entry.cost_usd_per_hour is not None and known
+            and all(r is not None for r in rates)):
+        # Never above the dearest price a replica has (a cap's rate knows no tiers: 2 x on-demand for Spot pods).
         left = entry.cost_usd_per_hour - sum((r for r in rates if r is not None), Decimal(0))
-        price = max(price, MONEY_CONTEXT.divide(left, Decimal(gone)))
+        price = max(price, min(MONEY_CONTEXT.divide(left, Decimal(gone)), max(known)))
     return price, gone, pod_rate
+
+
+def _first_in(p: PodRun, second: datetime) -> bool:
+    """True when the pod's start or binding, whichever is first, falls in ``[second, second + 1 s)``."""
+    first = min((t for t in (p.start, p.bound) if t is not None), default=None)
+    return first is not None and second <= first < second + timedelta(seconds=1)
 
 
 def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | None,
@@ -784,12 +799,12 @@ def _kept_in_force(ledger: Ledger, entries: tuple[LedgerEntry, ...]) -> tuple[Le
 
 def _late_bound(o: ServiceObservation, now: datetime) -> tuple[str, ...]:
     """Names of the pods ``o`` counts among its replicas (listed running: no stop, not cut at a silent node) whose
-    start and binding are both after ``now`` (:attr:`LedgerEntry.late`), sorted, at most
-    :data:`MAX_LATE_BOUND_PODS`."""
+    start and binding are both in ``now``'s second or after it (:attr:`LedgerEntry.late`: whole-second stamps
+    cannot tell them from pods bound after the listing), sorted, at most :data:`MAX_LATE_BOUND_PODS`."""
     if o.pods is None or not o.replicas:
         return ()
-    return tuple(sorted(p.name for p in o.pods
-                        if p.stop is None and not p.cut and not p.in_force_at(now))[:MAX_LATE_BOUND_PODS])
+    return tuple(sorted(p.name for p in o.pods if p.stop is None and not p.cut and (
+        not p.in_force_at(now) or _first_in(p, now)))[:MAX_LATE_BOUND_PODS])
 
 
 def _uncounted(o: ServiceObservation, now: datetime) -> tuple[str, ...]:
@@ -841,7 +856,7 @@ def _with_recorded_stops(o: ServiceObservation, now: datetime, unheard: Mapping[
     if pods is None or o.pods is None or o.replicas is None:
         return replace(o, pods=pods, stopped=())
     listed_running = {p.name for p in o.pods if p.stop is None}
-    running = sum(1 for p in pods if p.name in listed_running and (p.stop is None or p.stop > now))
+    running = sum(1 for p in pods if p.name in listed_running and p.stop is None)
     # At most the listed pods still running: a caller that already left out the pods its records say are gone
     # (the operator's planner) is not lowered twice.
     return replace(o, pods=pods, stopped=(), replicas=min(o.replicas, running))

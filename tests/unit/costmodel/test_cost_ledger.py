@@ -605,3 +605,47 @@ def test_a_replica_gone_unseen_beside_one_at_another_tier_is_charged_its_own_pri
     assert on_demand_gone.spent_usd - first.spent_usd == D("0.72")  # b 60 s at 7.2 + p 60 s at 36
     spot_gone = advance(reload(first.ledger), [seen((p,))], t1, "Daily")
     assert spot_gone.spent_usd - first.spent_usd == D("0.72")
+
+
+def test_a_replica_gone_unseen_is_never_charged_above_the_dearest_price_a_replica_has() -> None:
+    """The second review (F1): three Spot pods (7.2 USD/h) of a service priced on demand (36); a cap of 2 sets the
+    rate in force to 2 x 36 = 72 USD/h (the cap's rate knows no tiers). Two go unseen, a is listed: what the rate
+    leaves once a is priced, 64.8 USD/h, is more than any replica costs; one replica gone unseen is charged at
+    most 36 USD/h: a 0.12 + 0.60 = 0.72 (an upper bound; 1.20 without the bound)."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a, b, c = (PodRun(f"svc-{x}", utc(2026, 5, 1, 9), tier="Spot") for x in "abc")
+
+    def seen(pods: tuple) -> ServiceObservation:
+        return ServiceObservation("default", "svc", len(pods), D("36"), pods=pods, tier_prices=(("Spot", D("7.2")),))
+
+    first = advance(Ledger(), [seen((a, b, c))], t0, "Daily")
+    capped = with_rates_in_force(first.ledger, [ServiceObservation("default", "svc", 2, D("36"))])
+    second = advance(reload(capped), [seen((a,))], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("0.72")
+
+
+def test_a_pod_bound_in_the_second_of_the_instant_accounts_for_a_replica_only_if_that_evaluation_counted_it() -> None:
+    """The second review (F2): c is bound within the second of the evaluation at t0 (stamped t0) but after its
+    listing, so it is not one of its replicas; at t1, b gone unseen, c looked in force at t0 and stood in for b
+    (1.20 charged for an upper bound of 1.80). A pod whose start or binding is in the instant's second accounts for
+    a replica only when that evaluation counted it (named in ``late``), as the one bound after it."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a, b = PodRun("svc-a", utc(2026, 5, 1, 9)), PodRun("svc-b", utc(2026, 5, 1, 9))
+    c = PodRun("svc-c", t0, bound=t0)
+    first = advance(Ledger(), [_svc((a, b))], t0 + timedelta(milliseconds=100), "Daily")
+    second = advance(reload(first.ledger), [_svc((a, c))], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("1.80")  # a 60 + c 60 + b 60 (gone unseen, upper bound)
+    # A second evaluation in the same second that lists c counts it (kept in force: 2; c is named).
+    again = advance(reload(first.ledger), [_svc((a, b, c))], t0 + timedelta(milliseconds=800), "Daily")
+    assert again.ledger.entries[0].replicas == 2
+    third = advance(reload(again.ledger), [_svc((a, c))], t1, "Daily")
+    assert third.spent_usd - first.spent_usd == D("1.80")
+    # Listed by the evaluation at t0, c is one of its replicas: named, it accounts for itself, nothing twice.
+    counted = advance(Ledger(), [_svc((a, b, c))], t0 + timedelta(milliseconds=100), "Daily")
+    assert counted.ledger.entries[0].late == ("svc-c",)
+    fourth = advance(reload(counted.ledger), [_svc((a, b, c))], t1, "Daily")
+    assert fourth.spent_usd - counted.spent_usd == D("1.80")

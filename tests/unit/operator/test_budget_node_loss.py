@@ -33,7 +33,7 @@ from modalscale.operator.budget.plan import (
     read_node_health,
 )
 from tests.unit.operator.test_budget_plan import CATALOG, make_isvc, persisted
-from tests.unit.operator.test_budget_pod_stops import at, ledger_at_t0, pod, text
+from tests.unit.operator.test_budget_pod_stops import T0, at, ledger_at_t0, pod, text
 
 HEARD, LOST = "gpu-a", "gpu-b"
 
@@ -370,3 +370,23 @@ def test_a_reclaimed_spot_nodes_pod_is_charged_to_when_the_node_was_found_gone_a
     assert after - before == ((on_demand * 60 + spot * 30) / 3600).quantize(Decimal("1e-9"))
     (service,) = ledger_services(policy)
     assert service["replicas"] == 1 and service["unheardPods"] == [{"name": "vc-1", "chargedUntil": text(at(90))}]
+
+
+def test_a_pod_on_a_silent_node_does_not_stand_in_for_a_pod_recorded_gone_after_the_instant() -> None:
+    # The second review of the ledger's fixes (F4): three replicas in force at T0. At T0 + 60 s gpu-b is silent
+    # since T0 + 20 s (vc-1 cut there) and vc-2 was listed running, then force-deleted right after the listing (its
+    # record stops at T0 + 61 s). The planner counts vc-0 and vc-1 (it knows no node health) and leaves vc-2 out:
+    # 2; only vc-0 is in force from T0 + 60 s. At T0 + 120 s vc-0 60 s + vc-2 1 s are charged, no replica gone
+    # unseen (a count of 2 charged one more for 60 s).
+    policy = persisted(ledger_at_t0(), {"ledger": {"observedTime": text(T0), "services": [
+        {"namespace": "ml", "name": "vc", "replicas": 3, "costUSDPerHour": "1.800375717", "spent": "0"}]}})
+    pods = [pod("vc-0", start=at(-7200), node=HEARD), pod("vc-1", start=at(-7200), node=LOST),
+            pod("vc-2", start=at(-7200), node=HEARD)]
+    gone = [GonePod(pod("vc-2", start=at(-7200), node=HEARD, deleting=at(61)), at(61))]
+    spent1, policy = evaluate(policy, observed(pods, {HEARD: node(HEARD, "True", at(55)),
+                                                      LOST: node(LOST, "Unknown", at(20))}, gone), 60)
+    assert spent1 == usd(60 + 20 + 60)
+    assert ledger_services(policy)[0]["replicas"] == 1
+    spent2, _ = evaluate(policy, observed(pods[:2], {HEARD: node(HEARD, "True", at(115)),
+                                                    LOST: node(LOST, "Unknown", at(20))}, gone), 120)
+    assert spent2 - spent1 == usd(60 + 1)
