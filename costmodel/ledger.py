@@ -636,7 +636,7 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
     # it named (``entry.late``) was counted then.
     late, uncounted = set(entry.late), set(entry.uncounted)
     accounted = [p for p in pods if p.name not in uncounted and (p.name in late or (
-        p.in_force_at(t0) and not _first_in(p, t0)) or (p.cut and (p.start is None or p.start < t0)))]
+        p.in_force_at(t0) and not _first_in(p, t0)) or (p.cut and _first_before(p, t0)))]
     gone = max(0, (entry.replicas or 0) - len(accounted))
     price: Decimal | None = None
     if entry.replicas and entry.cost_usd_per_hour is not None:
@@ -653,13 +653,22 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
         return base if p.tier is None else seen_obs.pod_price(p)
 
     rates = [pod_rate(p) for p in accounted]
-    known = [v for v in (seen_obs.usd_per_replica_hour, *(v for _, v in seen_obs.tier_prices)) if v is not None]
-    if (gone and price is not None and entry.cost_usd_per_hour is not None and known
-            and all(r is not None for r in rates)):
-        # Never above the dearest price a replica has (a cap's rate knows no tiers: 2 x on-demand for Spot pods).
-        left = entry.cost_usd_per_hour - sum((r for r in rates if r is not None), Decimal(0))
-        price = max(price, min(MONEY_CONTEXT.divide(left, Decimal(gone)), max(known)))
+    if gone and price is not None and entry.cost_usd_per_hour is not None and all(r is not None for r in rates):
+        left = MONEY_CONTEXT.divide(entry.cost_usd_per_hour - sum((r for r in rates if r is not None), Decimal(0)),
+                                    Decimal(gone))
+        # Never above the dearest price a replica has, when every price is known (a cap's rate knows no tiers: 2 x
+        # on-demand for Spot pods); with one unknown, no bound (the known ones may all be cheaper).
+        prices = [seen_obs.usd_per_replica_hour, *(v for _, v in seen_obs.tier_prices)]
+        if all(v is not None for v in prices):
+            left = min(left, max(v for v in prices if v is not None))
+        price = max(price, left)
     return price, gone, pod_rate
+
+
+def _first_before(p: PodRun, when: datetime) -> bool:
+    """True when the pod's start or binding, whichever is first, is before ``when`` (or neither is known)."""
+    first = min((t for t in (p.start, p.bound) if t is not None), default=None)
+    return first is None or first < when
 
 
 def _first_in(p: PodRun, second: datetime) -> bool:

@@ -135,7 +135,7 @@ class LedgerServiceStatus(TypedDict):
     costUSDPerHour: NotRequired[str]
     spent: NotRequired[str]  # USD (decimal string).
     unheardPods: NotRequired[list[UnheardPodStatus]]
-    lateBoundPods: NotRequired[list[str]]  # Pods counted in replicas though bound after observedTime.
+    lateBoundPods: NotRequired[list[str]]  # Pods counted in replicas though bound in observedTime's second or after.
     uncountedPods: NotRequired[list[str]]  # Pods listed at observedTime but not counted in replicas.
 
 

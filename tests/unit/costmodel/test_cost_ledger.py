@@ -639,7 +639,7 @@ def test_a_pod_bound_in_the_second_of_the_instant_accounts_for_a_replica_only_if
     first = advance(Ledger(), [_svc((a, b))], t0 + timedelta(milliseconds=100), "Daily")
     second = advance(reload(first.ledger), [_svc((a, c))], t1, "Daily")
     assert second.spent_usd - first.spent_usd == D("1.80")  # a 60 + c 60 + b 60 (gone unseen, upper bound)
-    # A second evaluation in the same second that lists c counts it (kept in force: 2; c is named).
+    # A second evaluation in the same second that lists c: the replicas in force since t0 are kept (2, c not named).
     again = advance(reload(first.ledger), [_svc((a, b, c))], t0 + timedelta(milliseconds=800), "Daily")
     assert again.ledger.entries[0].replicas == 2
     third = advance(reload(again.ledger), [_svc((a, c))], t1, "Daily")
@@ -649,3 +649,36 @@ def test_a_pod_bound_in_the_second_of_the_instant_accounts_for_a_replica_only_if
     assert counted.ledger.entries[0].late == ("svc-c",)
     fourth = advance(reload(counted.ledger), [_svc((a, b, c))], t1, "Daily")
     assert fourth.spent_usd - counted.spent_usd == D("1.80")
+
+
+def test_a_pod_bound_before_the_instant_then_cut_at_its_silent_node_still_accounts_for_its_replica() -> None:
+    """The third review (r1): p bound at t0 - 1 s is counted at t0 (not named: its binding is before t0's second);
+    its kubelet writes startTime t0, and its node, last heard at t0 - 5 s, is marked silent before t1. It is the
+    replica it was counted as (charged to its cut), not a new pod beside a replica gone unseen: a 60 s = 0.60."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a = PodRun("svc-a", utc(2026, 5, 1, 9))
+    bind = t0 - timedelta(seconds=1)
+    first = advance(Ledger(), [_svc((a, PodRun("svc-p", bind, bound=bind)))], t0 + timedelta(milliseconds=200),
+                    "Daily")
+    assert first.ledger.entries[0].replicas == 2 and first.ledger.entries[0].late == ()
+    cut = PodRun("svc-p", t0, bound=bind, unheard_since=t0 - timedelta(seconds=5))
+    second = advance(reload(first.ledger), [_svc((a, cut), replicas=2)], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("0.60")
+
+
+def test_a_replica_gone_unseen_when_a_price_is_unknown_is_not_priced_below_what_the_rate_in_force_leaves() -> None:
+    """The third review (r3): b on Spot (7.2 USD/h) and p on demand (36), 43.2 in force; at t1 p is gone unseen and
+    the catalog cannot price on demand. The dearest price is not known, so no bound applies: p is charged what the
+    rate in force leaves once b is priced (36 USD/h), not the average, and not bounded by the Spot price alone."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    b, p = PodRun("svc-b", utc(2026, 5, 1, 9), tier="Spot"), PodRun("svc-p", utc(2026, 5, 1, 9))
+    first = advance(Ledger(), [ServiceObservation("default", "svc", 2, D("36"), pods=(b, p),
+                                                  tier_prices=(("Spot", D("7.2")),))], t0, "Daily")
+    blind = ServiceObservation("default", "svc", 1, None, pods=(b,), tier_prices=(("OnDemand", None),
+                                                                                  ("Spot", D("7.2"))))
+    second = advance(reload(first.ledger), [blind], t1, "Daily")
+    assert second.spent_usd - first.spent_usd == D("0.72")
