@@ -52,7 +52,7 @@ class BudgetEvaluation:
 def evaluate_budget(spec: BudgetSpec, ledger: Ledger, services: Sequence[ServiceState], alert_state: AlertState,
                     now: datetime, *, policy: PolicyRef = PolicyRef("", ""),
                     horizon_s: int | None = None, tenants: TenantSpend | None = None,
-                    rejected: Sequence[TenantRejection] = ()) -> BudgetEvaluation:
+                    rejected: Sequence[TenantRejection] = (), listed_at: datetime | None = None) -> BudgetEvaluation:
     """Advance the ledger to ``now``, plan, and set the rates in force (see the module docstring).
 
     Args:
@@ -65,10 +65,12 @@ def evaluate_budget(spec: BudgetSpec, ledger: Ledger, services: Sequence[Service
         horizon_s: Passed to :func:`~modalscale.costmodel.budget.plan_budget` (None: the evaluation interval).
         tenants, rejected: Passed to ``plan_budget`` (a policy with ``spec.selector.tenants``: the tenants' spend,
             and ``status.rejectedTenants``).
+        listed_at: When the pods were listed (``ledger.advance``'s; None: ``now``).
     Raises:
         ValueError: From ``advance`` or ``plan_budget`` (a naive ``now``, time going backwards).
     """
-    result = advance(ledger, [s.observation() for s in services], now, spec.period, spec.time_zone)
+    result = advance(ledger, [s.observation() for s in services], now, spec.period, spec.time_zone,
+                     listed_at=listed_at)
     plan = plan_budget(spec, result, services, alert_state, now, policy=policy, horizon_s=horizon_s,
                        tenants=tenants, rejected=rejected)
     return BudgetEvaluation(result, plan,

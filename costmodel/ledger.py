@@ -487,7 +487,8 @@ def _interval_cost(rate_usd_per_hour: Decimal, start: datetime, end: datetime) -
 
 
 def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterable[ServiceObservation],
-            now: datetime, period: Period | str, tz: str = "UTC") -> LedgerAdvance:
+            now: datetime, period: Period | str, tz: str = "UTC", *, listed_at: datetime | None = None
+            ) -> LedgerAdvance:
     """Integrate the rates in force since ``ledger.observed_time`` up to ``now`` and start the new rates.
 
     A pipeline of named steps: check the observations, place ``now`` in its period, list what to integrate, charge
@@ -500,6 +501,9 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
         now: Timezone-aware instant of this evaluation (floored to the second).
         period: ``spec.period`` (Daily, Weekly, Monthly).
         tz: ``spec.timeZone`` (IANA name).
+        listed_at: When the pods were listed (after ``now``: the clock is read first); a replica gone unseen
+            (in force since ``observedTime``, not listed) was gone by then, not by ``now``, and is charged to the
+            listing's whole second (within the period). None: ``now``.
     Returns:
         :class:`LedgerAdvance` with the new ledger and the spend in the period containing ``now``.
     Raises:
@@ -520,7 +524,8 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     raw = {(o.namespace, o.name): o for o in observations}
     for entry, t0, pods in _integration_work(ledger, obs, by_key, window):
         credit = _credit_microseconds(entry, t0, pods, raw.get(entry.key), window.period_start)
-        charged, missing = _charge(entry, t0, pods, by_key.get(entry.key), window, period, tz, credit)
+        charged, missing = _charge(entry, t0, pods, by_key.get(entry.key), window, period, tz, credit,
+                                   _listing_second(listed_at, window))
         unheard[entry.key] = _unheard_after(entry, t0, pods, window.now)
         segments += charged
         if missing is not None:
@@ -677,13 +682,22 @@ def _first_in(p: PodRun, second: datetime) -> bool:
     return first is not None and second <= first < second + timedelta(seconds=1)
 
 
+def _listing_second(listed_at: datetime | None, window: _Window) -> datetime:
+    """The whole second of the listing, never before ``window.now`` nor past the period's end."""
+    if listed_at is None:
+        return window.now
+    return max(window.now, min(floor_to_second(listed_at.astimezone(timezone.utc)), window.period_end))
+
+
 def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | None,
             now_seen: ServiceObservation | None, window: _Window, period: Period | str, tz: str,
-            credit: Mapping[str, int]) -> tuple[list[CostSegment], UnpricedInterval | None]:
+            credit: Mapping[str, int], listed: datetime | None = None
+            ) -> tuple[list[CostSegment], UnpricedInterval | None]:
     """One service's spend over ``[t0, now)``, one :class:`CostSegment` per period it touches, and the interval
     when its rate was unknown (None when known, or when there is nothing to integrate). ``credit``: pod name ->
     microseconds charged before ``t0`` past its silent node's last-heard time (:func:`_credit_microseconds`), taken
-    back in the first segment of the current period."""
+    back in the first segment of the current period. ``listed``: the listing's whole second; the replicas gone
+    unseen are charged to it, the part after ``now`` in the last segment."""
     now = window.now
     if t0 is None or now <= t0:
         return [], None
@@ -707,7 +721,9 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
         replica_us: int | None = None
         if pods is not None and pod_rate is not None:
             first = seg.period_start == window.period_start and seg.start == max(t0, window.period_start)
-            replica_us, cost = _pods_cost(pods, pod_rate, price, gone, seg.start, seg.end, back if first else {})
+            gone_until = listed if listed is not None and seg.end == now and listed > now else seg.end
+            replica_us, cost = _pods_cost(pods, pod_rate, price, gone, seg.start, seg.end, back if first else {},
+                                          gone_until)
         else:
             cost = _interval_cost(rate, seg.start, seg.end) if rate is not None else Decimal(0)
         if now_seen is not None:  # its gateway and encoder-pool pods, at their own prices (not replicas)
@@ -720,15 +736,15 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
 
 
 def _pods_cost(pods: tuple[PodRun, ...], pod_rate: _PodRate, price: Decimal | None, gone: int, start: datetime,
-               end: datetime, back: Mapping[str, int]) -> tuple[int, Decimal]:
+               end: datetime, back: Mapping[str, int], gone_until: datetime | None = None) -> tuple[int, Decimal]:
     """Replica-microseconds and cost of ``[start, end)``: each listed pod by its own timestamps at its price, plus
-    ``gone`` replicas for the whole segment at ``price``, plus ``back`` (pod name -> microseconds of a silent node's
-    gap, :func:`_gap_microseconds`). Known pods are charged even when another's price is unknown (a lower bound,
-    reported)."""
-    seg_us = segment_microseconds(start, end)
+    ``gone`` replicas for the whole segment at ``price`` (to ``gone_until`` when later: the listing's second),
+    plus ``back`` (pod name -> microseconds of a silent node's gap, :func:`_gap_microseconds`). Known pods are
+    charged even when another's price is unknown (a lower bound, reported)."""
+    gone_us = segment_microseconds(start, max(end, gone_until or end))
     ran = {p.name: p.microseconds_in(start, end) + back.get(p.name, 0) for p in pods}
-    replica_us = gone * seg_us + sum(ran.values())
-    usd_us = MONEY_CONTEXT.multiply(price or Decimal(0), Decimal(gone * seg_us))
+    replica_us = gone * gone_us + sum(ran.values())
+    usd_us = MONEY_CONTEXT.multiply(price or Decimal(0), Decimal(gone * gone_us))
     for p in pods:
         p_rate = pod_rate(p)
         if p_rate is not None:

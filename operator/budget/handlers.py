@@ -141,6 +141,7 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     now = deps.clock()
     admin, heartbeat = deps.settings.budget_admin_namespaces, deps.settings.budget_status_heartbeat_s
     observed = runtime.observer.observe(observed_namespaces(policy, admin), runtime.gone_pods, now)
+    observed.listed_at = deps.clock()  # a replica the listing lacks was gone by then, not by `now`
     _read_tenant_usage(runtime, policy, observed, now, logger)
     cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
     history, read = _anomaly_history(runtime, namespace, name, policy, now, cfg, logger)

@@ -205,6 +205,9 @@ class BudgetObserved:
     the ledger charges each to when it stopped (:func:`gone_pod_runs`), also when no listing showed it."""
     tenant_usage: TenantUsageRead | None = None
     """A policy with ``spec.selector.tenants``: showback's inputs over the period so far (None: not read)."""
+    listed_at: dt.datetime | None = None
+    """When the pods had been listed (the clock read after the listing; the evaluation's ``now`` is read before
+    it): a replica not listed was gone by then, and the ledger charges it to then (None: to ``now``)."""
     gateway_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Namespace -> the request-gateway pods (label ``modalscale.io/gateway``), read with ``pods`` (a namespace
     whose pods cannot be read has ``pods`` None and none here); priced at their own price, not as replicas."""
@@ -1143,7 +1146,8 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     services = [s for s in selected_services(spec, ns, observed, catalog) if s.namespace not in refused]
     # Ledger, planner, rates in force (caps are written before the status): the month benchmark's sequence too.
     evaluation = evaluate_budget(spec, stored.ledger, services, stored.alert_state, now, policy=ref,
-                                 tenants=_tenant_spend(spec, services, observed, stored), rejected=stored.rejected)
+                                 tenants=_tenant_spend(spec, services, observed, stored), rejected=stored.rejected,
+                                 listed_at=observed.listed_at)
     plan, ledger = evaluation.plan, evaluation.ledger
     writes = annotation_writes(ref, plan, observed.isvcs)                                            # 3
     samples = burn_samples(services, now)                                                            # 4

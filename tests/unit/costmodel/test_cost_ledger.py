@@ -682,3 +682,23 @@ def test_a_replica_gone_unseen_when_a_price_is_unknown_is_not_priced_below_what_
                                                                                   ("Spot", D("7.2"))))
     second = advance(reload(first.ledger), [blind], t1, "Daily")
     assert second.spent_usd - first.spent_usd == D("0.72")
+
+
+def test_a_replica_gone_unseen_between_the_instant_and_the_listing_is_charged_to_the_listing() -> None:
+    """The evaluation at t1 reads its clock (12:01:00.7), then lists the pods (12:01:01.3); b, deleted at
+    12:01:01.2 (grace 0: deletionTimestamp 12:01:01) while nobody recorded deletions, is not listed. It was gone by
+    the listing, not by the instant: a replica gone unseen is charged to the listing's whole second (61 s), an
+    upper bound; to the instant it was 60 s, under what it ran (the meter property of test_cost_ledger_meter.py)."""
+    from modalscale.costmodel.ledger import PodRun
+
+    t0, t1 = utc(2026, 5, 1, 12), utc(2026, 5, 1, 12, 1)
+    a, b = PodRun("svc-a", utc(2026, 5, 1, 9)), PodRun("svc-b", utc(2026, 5, 1, 9))
+    first = advance(Ledger(), [_svc((a, b))], t0, "Daily")
+    listed = t1 + timedelta(seconds=1, milliseconds=300)
+    second = advance(reload(first.ledger), [_svc((a,))], t1 + timedelta(milliseconds=700), "Daily", listed_at=listed)
+    assert second.spent_usd - first.spent_usd == D("1.21")  # a 60 s + b 61 s
+    third = advance(reload(second.ledger), [_svc((a,))], t1 + timedelta(seconds=60), "Daily",
+                    listed_at=t1 + timedelta(seconds=60, milliseconds=20))
+    assert third.spent_usd - second.spent_usd == D("0.60")  # a alone; b nothing twice
+    # Without a listing time (or one in the instant's second) nothing changes.
+    assert advance(reload(first.ledger), [_svc((a,))], t1, "Daily").spent_usd - first.spent_usd == D("1.20")
