@@ -686,6 +686,12 @@ def finalize_recommendation(
         rec = current
         message = f"{message}; need {need} within {policy.tolerance_percent:g}% of current {current}"
         reason = Reason.WITHIN_TOLERANCE
+    elif (current > 0 and (unrounded := features.get("utilization_need_replicas")) is not None
+          and abs(unrounded / current - 1.0) <= tolerance + 1e-9):
+        rec = current  # HPA's band on the metric: the load is within tolerance of what the current replicas carry
+        message = (f"{message}; need {unrounded:.2f} replicas' worth at the utilization target, within "
+                   f"{policy.tolerance_percent:g}% of current {current}")
+        reason = Reason.WITHIN_TOLERANCE
     else:
         rec = need
 
@@ -1184,6 +1190,26 @@ def _forecast_need(
     return need, rule, message
 
 
+def _utilization_band(observation: Observation, policy: ScalingPolicy, chosen: _Load, need: int, rule: str,
+                      attainable: bool, latency_scale: float, ca2: float, features: dict[str, float]) -> None:
+    """HPA's tolerance on the metric, not on the rounded count: when the steady load's need is set by the
+    utilization target (``need = ceil(load / (slots x utilization))``) and the current replicas meet the p95 target,
+    the unrounded need goes to ``features["utilization_need_replicas"]`` for :func:`finalize_recommendation`'s band.
+    At a count boundary (3.0003 replicas' worth of load on 3) the rounded need flips 3 <-> 4 with every small change
+    of the measured rate or service time; HPA compares ``usage / target`` with its tolerance instead (CI of stop 42:
+    1 -> 3, then 3 -> 4 five seconds later at 0.45 erlangs for a 15 % target)."""
+    current, slots = observation.current_replicas, policy.slots_per_replica
+    if rule != "stable" or not attainable or current <= 0 or need == current:
+        return
+    unrounded = chosen.load_erlangs / (slots * policy.target_utilization_percent / 100.0)
+    if need != max(1, math.ceil(unrounded - 1e-9)) or chosen.load_erlangs >= current * slots:
+        return
+    p95 = latency_scale * response_quantile_ms(chosen.arrival_rps, chosen.mean_ms, chosen.scv, current * slots,
+                                               policy.latency_quantile, scv_arrival=ca2)
+    if math.isfinite(p95) and p95 <= policy.target_p95_latency_ms:
+        features["utilization_need_replicas"] = unrounded
+
+
 def _rule_reason(need: int, current: int, rule: str, now_need: int, attainable: bool) -> Reason:
     """The reason of a predictive decision from the winning rule and the direction of the change."""
     if need > current:
@@ -1283,6 +1309,7 @@ def _predictive_need(
     now_need = need
     need, rule, message = _forecast_need(observation, policy, chosen, need, rule, message, size, features)  # 5
     reason = _rule_reason(need, current, rule, now_need, attainable)                                # 6
+    _utilization_band(observation, policy, chosen, need, rule, attainable, latency_scale, ca2, features)
     by_model = (need, reason, message)
     need, reason, message = _backlog_need(observation, policy, chosen, need, reason, message, features)
     need, reason, message, state = _observed_queue(need, reason, message, features, observation, policy, state,  # 7

@@ -1144,11 +1144,10 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
 
     refused = refused_namespaces(ns, spec.selector.namespaces, admin_namespaces)                    # 2
     services = [s for s in selected_services(spec, ns, observed, catalog) if s.namespace not in refused]
-    # Ledger, planner, rates in force (caps are written before the status): the month benchmark's sequence too.
     evaluation = evaluate_budget(spec, stored.ledger, services, stored.alert_state, now, policy=ref,
                                  tenants=_tenant_spend(spec, services, observed, stored), rejected=stored.rejected,
                                  listed_at=observed.listed_at)
-    plan, ledger = evaluation.plan, evaluation.ledger
+    plan, ledger = evaluation.plan, evaluation.ledger  # ledger, planner, rates in force: the month benchmark's too
     writes = annotation_writes(ref, plan, observed.isvcs)                                            # 3
     samples = burn_samples(services, now)                                                            # 4
     alerts, anomaly_state = _spend_anomalies(plan, spec, ref, samples, history, stored.anomaly_state,

@@ -143,6 +143,20 @@ def test_need_within_tolerance_keeps_current(rate: float, current: int) -> None:
     assert (d.desired_replicas, d.reason) == (current, Reason.WITHIN_TOLERANCE)
 
 
+@pytest.mark.parametrize(("rate", "current", "want"), [(4.52, 3, 3), (6.15, 4, 4), (5.0, 3, 4), (4.48, 4, 3)],
+                         ids=["3.01-on-3-holds", "4.1-on-4-holds", "3.33-on-3-scales", "2.99-on-4-scales"])
+def test_the_tolerance_band_is_on_the_unrounded_need_at_the_utilization_target(rate: float, current: int,
+                                                                               want: int) -> None:
+    # CI of stop 42 (issue 21's scenario 4): 0.45 erlangs at a 15 % target is 3.0 replicas' worth; the rounded need
+    # flipped 3 -> 4 five seconds after 1 -> 3 with a 2 % change of the measured rate. HPA bands usage / target
+    # (10 %): 4.52 req/s x 100 ms = 0.452 erlangs / 0.15 = 3.01 on 3 holds (the rounded 4 is 33 % away), 4.1 on 4
+    # too; 3.33 on 3 and 2.99 on 4 leave the band and scale. With the 10 s target every count meets p95.
+    policy = make_policy(target_utilization_percent=15, scale_down_stabilization_s=0)
+    d = recommend(make_obs(rate, current=current), policy, ScalerState(), MODEL, NOW)
+    assert d.desired_replicas == want, d.message
+    assert (d.reason == Reason.WITHIN_TOLERANCE) == (want == current), d.reason
+
+
 def test_scale_down_waits_for_the_max_over_the_window() -> None:
     policy = make_policy()
     high = ScalerState(recommendations=((NOW - timedelta(seconds=100), 10),))
