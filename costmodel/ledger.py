@@ -102,9 +102,10 @@ MAX_LEDGER_SERVICES = 500
 MAX_UNHEARD_PODS = 100
 """``status.ledger.services[].unheardPods`` maxItems in the CRD: the first 100 by name are remembered (a pod beyond
 them whose node reports again is not charged its gap; one whose node is deleted is charged by its own stop)."""
-MAX_LATE_BOUND_PODS = 100
-"""``status.ledger.services[].lateBoundPods`` maxItems in the CRD: the first 100 by name are remembered (a pod
-beyond them is charged at the next evaluation as a replica gone unseen besides its own run: over, never under)."""
+MAX_NAMED_PODS = 100
+"""``status.ledger.services[].lateBoundPods`` and ``uncountedPods`` maxItems in the CRD: the first 100 by name are
+remembered (a late pod beyond them is charged at the next evaluation as a replica gone unseen besides its own run:
+over; an uncounted one beyond them may stand in for a replica gone unseen, as before it was named)."""
 
 
 class LedgerFormatError(ValueError):
@@ -166,6 +167,11 @@ class PodRun:
     on an evaluation counts it among the replicas, though its kubelet may write ``start`` later. None: ``start``."""
 
     @property
+    def first(self) -> datetime | None:
+        """The earlier of :attr:`start` and :attr:`bound` (None when neither is known)."""
+        return min((t for t in (self.start, self.bound) if t is not None), default=None)
+
+    @property
     def cut(self) -> bool:
         """True when the ledger charges the pod to a silent node's heartbeat rather than to its own stop."""
         return self.unheard_since is not None or self.node_gone
@@ -178,7 +184,7 @@ class PodRun:
         that evaluation's replicas, not one gone before it. A pod that evaluation listed bound whose kubelet wrote
         ``startTime`` after it was one of its replicas too: taken for a new pod, the replica it was counted as was
         charged a second time, as one gone unseen (issue 21: 18 s for a pod that ran 7)."""
-        first = min((t for t in (self.start, self.bound) if t is not None), default=None)
+        first = self.first
         return (first is None or first <= when) and (self.stop is None or self.stop >= when)
 
     def microseconds_in(self, start: datetime, end: datetime) -> int:
@@ -635,10 +641,9 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
     mixed tiers, an on-demand replica gone unseen beside a Spot one costs its own price, not the average (never
     less than the average, as before)."""
     # A pod charged to a silent node's heartbeat is accounted for, not a deletion nobody saw; so is one counted at
-    # t0 though bound after it (``entry.late``), charged by its own run; one listed at t0 but not counted then
-    # (``entry.uncounted``: terminating, say) accounts for none.
-    # A pod that started or was bound in t0's own second may have come after that evaluation's listing: only one
-    # it named (``entry.late``) was counted then.
+    # t0 though bound in its second or after it (``entry.late``), charged by its own run. One first seen in t0's
+    # second that it did not name may have come after that evaluation's listing, and one listed at t0 but not
+    # counted then (``entry.uncounted``: terminating, say) accounts for none.
     late, uncounted = set(entry.late), set(entry.uncounted)
     accounted = [p for p in pods if p.name not in uncounted and (p.name in late or (
         p.in_force_at(t0) and not _first_in(p, t0)) or (p.cut and _first_before(p, t0)))]
@@ -672,14 +677,12 @@ def _pod_prices(entry: LedgerEntry, pods: tuple[PodRun, ...], now_seen: ServiceO
 
 def _first_before(p: PodRun, when: datetime) -> bool:
     """True when the pod's start or binding, whichever is first, is before ``when`` (or neither is known)."""
-    first = min((t for t in (p.start, p.bound) if t is not None), default=None)
-    return first is None or first < when
+    return p.first is None or p.first < when
 
 
 def _first_in(p: PodRun, second: datetime) -> bool:
     """True when the pod's start or binding, whichever is first, falls in ``[second, second + 1 s)``."""
-    first = min((t for t in (p.start, p.bound) if t is not None), default=None)
-    return first is not None and second <= first < second + timedelta(seconds=1)
+    return p.first is not None and second <= p.first < second + timedelta(seconds=1)
 
 
 def _listing_second(listed_at: datetime | None, window: _Window) -> datetime:
@@ -825,22 +828,22 @@ def _kept_in_force(ledger: Ledger, entries: tuple[LedgerEntry, ...]) -> tuple[Le
 def _late_bound(o: ServiceObservation, now: datetime) -> tuple[str, ...]:
     """Names of the pods ``o`` counts among its replicas (listed running: no stop, not cut at a silent node) whose
     start and binding are both in ``now``'s second or after it (:attr:`LedgerEntry.late`: whole-second stamps
-    cannot tell them from pods bound after the listing), sorted, at most :data:`MAX_LATE_BOUND_PODS`."""
+    cannot tell them from pods bound after the listing), sorted, at most :data:`MAX_NAMED_PODS`."""
     if o.pods is None or not o.replicas:
         return ()
     return tuple(sorted(p.name for p in o.pods if p.stop is None and not p.cut and (
-        not p.in_force_at(now) or _first_in(p, now)))[:MAX_LATE_BOUND_PODS])
+        not p.in_force_at(now) or _first_in(p, now)))[:MAX_NAMED_PODS])
 
 
 def _uncounted(o: ServiceObservation, now: datetime) -> tuple[str, ...]:
     """Names of the pods ``o`` lists (recorded stops merged) that it does not count among its replicas yet the next
     evaluation could take for ones in force at ``now``: a stop not before ``now``, or cut at a silent node
-    (:attr:`LedgerEntry.uncounted`), sorted, at most :data:`MAX_LATE_BOUND_PODS` (one beyond them may account for
+    (:attr:`LedgerEntry.uncounted`), sorted, at most :data:`MAX_NAMED_PODS` (one beyond them may account for
     a replica gone unseen, as before it was named)."""
     if o.pods is None:
         return ()
     return tuple(sorted(p.name for p in o.pods
-                        if p.stop is not None and (p.stop >= now or p.cut))[:MAX_LATE_BOUND_PODS])
+                        if p.stop is not None and (p.stop >= now or p.cut))[:MAX_NAMED_PODS])
 
 
 def _next_entries(ledger: Ledger, obs: Sequence[ServiceObservation],
