@@ -839,6 +839,29 @@ def test_long_requests_scale_up_on_the_observation_within_two_decisions() -> Non
     assert state.in_flight_history == (16.0, 30.0)
 
 
+def test_a_backlog_of_timed_requests_is_sized_to_drain_not_one_replica_per_request() -> None:
+    # Issue 20's Pareto benchmark, modality-shift trace (seed 0, 30:15): the mix turned to images at 30:00, 4 replicas
+    # ready, 20.87 req/s x 843 ms observed on completed requests (the model agrees), 233 requests in flight 6.3 s old
+    # against a 5 s target. KPA's rule gave every request in flight a slot of its own, ceil(233 / 0.9) = 259
+    # replicas (4 -> 36 -> 68 -> 100 -> 132 step by step, then held a minute by the scale-down window: 3 of the
+    # trace's 16.6 replica-hours) for a backlog that 24 replicas clear in the backlog rule's 60 s while serving the
+    # arrivals: ceil((20.87 x 0.843 + 233 x 0.843 / 60) / 0.9) = 24.
+    policy = make_policy(target_p95_latency_ms=5000, target_utilization_percent=90, max_step_replicas=300,
+                         max_replicas=300)
+    image = WorkloadClass(modality="image", rate_rps=20.87, mean_image_pixels=640 * 480, mean_image_count=1.0,
+                          service_scv=1.0, observed_service_ms=843.0)
+    obs = make_obs(None, current=4, ready=4, workload=(image,), in_flight_requests=233.0, in_flight_age_ms=6278.0)
+    d = recommend(obs, policy, ScalerState(), ConstantModel(843.0), NOW)
+    assert d.features["observed_queue_need_replicas"] == 24.0, d.message
+    assert (d.desired_replicas, d.reason) == (24, Reason.SCALE_UP_FOR_OBSERVED_QUEUE), d.message
+    assert "drain" in d.message and "Little's law" in d.message
+    # a service time of its own per request when it is longer than the drain time: KPA's rule again (long requests)
+    slow = replace(obs, workload=(replace(image, rate_rps=0.5, observed_service_ms=90_000.0),), in_flight_requests=40.0,
+                   in_flight_age_ms=250_000.0)
+    d = recommend(slow, replace(policy, target_p95_latency_ms=200_000), ScalerState(), ConstantModel(90_000.0), NOW)
+    assert d.features["observed_queue_need_replicas"] == 45.0, d.message  # ceil(40 / 0.9), not 40 + 45 erlangs
+
+
 def test_one_slow_request_in_a_slot_of_its_own_is_no_queue() -> None:
     # CI, stop 32 (issue 21 scenario 4's steady start): 1 replica, text at 1.5 req/s x 11 ms (0.0165 erlangs),
     # p95 target 3 s, utilization target 15 %; the summary's p95 over a few requests read one cold request (7 s)

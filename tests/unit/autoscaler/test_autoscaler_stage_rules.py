@@ -146,21 +146,29 @@ def test_a_front_whose_requests_wait_on_a_backlogged_pool_does_not_scale_for_tha
     assert blind.desired_replicas > 30
     # With them: 2500 ms of the 3000 were the pool's queue; the front's own 500 ms is the model's (10 req/s x 0.5 s =
     # 5 erlangs: fewer than the 10 it has, the scale-down held by its window), and the 60 in flight wait on a pool
-    # with 40 queued on its 4 ready slots: more front replicas shorten none of them.
-    held = recommend(front_obs(image_encoder_wait_ms=2500.0, image_encoder_queued_requests=40.0,
-                               image_encoder_ready_slots=4), FRONT, ScalerState(), FlatModel(), T0)
+    # with 40 queued on its 4 ready slots: more front replicas shorten none of them. Timed at its own 500 ms, the
+    # 60 in flight drain with 7 replicas (the observed-queue rule asks for no more than it has) ...
+    pool = dict(image_encoder_wait_ms=2500.0, image_encoder_queued_requests=40.0, image_encoder_ready_slots=4)
+    held = recommend(front_obs(**pool), FRONT, ScalerState(), FlatModel(), T0)
     assert held.features["observed_service_ms"] == 500.0
-    assert (held.desired_replicas, held.reason) == (10, Reason.HELD_FOR_IMAGE_ENCODER)
-    assert "image encoder pool" in held.message and "40 queued" in held.message
+    assert held.features["observed_queue_need_replicas"] == 7.0  # ceil((10 x 0.5 + 60 x 0.5 / 60) / 0.9)
+    assert held.desired_replicas == 10
+    # ... and when its in-flight count grew though those replicas serve over twice its arrivals (the wait is not its
+    # own service time), KPA's slot per request (67) is held at 10: its requests wait on the pool
+    grown = recommend(front_obs(**pool), FRONT, ScalerState(in_flight_history=(40.0, 50.0)), FlatModel(), T0)
+    assert grown.features["held_queue_need_replicas"] == 67.0
+    assert (grown.desired_replicas, grown.reason) == (10, Reason.HELD_FOR_IMAGE_ENCODER)
+    assert "image encoder pool" in grown.message and "40 queued" in grown.message
 
 
 def test_a_front_keeps_its_queue_rules_while_the_pool_keeps_up() -> None:
     # The pool's queue (2) within its 4 ready slots: the pool is not the bottleneck, and the front's 60 in flight
-    # are its own (the wait subtracted is 0 here): the observed-queue rule sizes them as before.
+    # are its own (the wait subtracted is 0 here): the observed-queue rule sizes them as before, to drain at the
+    # 3000 ms they were timed at: ceil((10 x 3 + 60 x 3 / 60) / 0.9) = 37 (KPA's slot per request: 67).
     d = recommend(front_obs(image_encoder_wait_ms=0.0, image_encoder_queued_requests=2.0,
                             image_encoder_ready_slots=4), FRONT, ScalerState(), FlatModel(), T0)
     assert d.reason in (Reason.SCALE_UP_FOR_OBSERVED_QUEUE, Reason.LIMITED_BY_MAX_STEP)
-    assert d.features["observed_queue_need_replicas"] == 67.0
+    assert d.features["observed_queue_need_replicas"] == 37.0
 
 
 def test_the_fronts_view_of_the_pool_is_its_queue_wait_its_queue_and_its_ready_slots() -> None:
