@@ -1041,8 +1041,6 @@ def _calibrate_service(
         service_scale = calibrator.update(service_scale, observed_ms, predicted_ms)
         sizing_scale = service_scale
         features["observed_service_ms"] = observed_ms
-        if seen:
-            features["observed_service_from_completions"] = 1.0
         ratio = observed_ms / predicted_ms
         if ratio > calibrator.max_scale or (ratio < calibrator.min_scale and completed):
             sizing_scale, flat_raw_ms = ratio, predicted_ms
@@ -1466,12 +1464,12 @@ def _observed_queue(
     observed_need = math.ceil(in_flight / (slots * utilization) - 1e-9)
     how = (f"{in_flight:.0f} requests in flight / ({slots} slots x {utilization:.0%}) need {observed_need} replicas "
            "(Little's law, KPA)")
-    grew = bool(history) and in_flight > history[-1]
-    drain = None if standing else _in_flight_drain(in_flight, grew, arrival_rps, serving, policy, target, features)
+    grew = in_flight - history[-1] if history else 0.0
+    drain = None if standing else _in_flight_drain(in_flight, grew, arrival_rps, observation, policy, target, features)
     if drain is not None and drain[0] < observed_need:
-        how = (f"{in_flight:.0f} requests in flight of {drain[1]:.0f} ms (timed on completed requests) drain within "
-               f"{drain[2]:g} s while {arrival_rps:.2f} req/s arrive with {drain[0]} replicas (Little's law; KPA's "
-               f"slot per request: {observed_need})")
+        how = (f"{in_flight:.0f} requests in flight of {drain[1]:.0f} ms (as timed) drain within {drain[2]:g} s "
+               f"while the requests go on arriving with {drain[0]} replicas (Little's law; KPA's slot per request: "
+               f"{observed_need})")
         observed_need = drain[0]
     features["observed_queue_need_replicas"] = float(observed_need)
     if observed_need <= need:
@@ -1481,30 +1479,52 @@ def _observed_queue(
     return observed_need, reason, message, state
 
 
-def _in_flight_drain(in_flight: float, grew: bool, arrival_rps: float, serving: int, policy: ScalingPolicy,
-                     target_ms: float, features: Mapping[str, float]) -> tuple[int, float, float] | None:
+def _in_flight_drain(in_flight: float, grew: float, arrival_rps: float, observation: Observation,
+                     policy: ScalingPolicy, target_ms: float, features: Mapping[str, float]
+                     ) -> tuple[int, float, float] | None:
     """The replicas that drain the requests in flight, when their service time is known: ``(replicas, service ms,
     drain s)``, or None (pure).
 
     KPA's rule gives every request in flight a slot of its own, right when a request's service time is as long as
     the time it may take (long requests), and far too many when it is short: 233 requests of 843 ms queued behind 4
-    replicas asked for 259 where 24 clear them in a minute. So with the mean service time the rules sized with,
-    timed on completed requests (``features["observed_service_from_completions"]``), the work in flight drains
-    within the backlog rule's ``backlog_drain_s`` (or the p95 target when longer) while the arrivals go on:
-    ``ceil((arrival_rps x S + in_flight x min(1, S / drain_s)) / (slots x utilization))``, which is KPA's
-    ``in_flight`` again once S reaches the drain time. None (KPA's rule stands) without a timed service time
-    (the model's assumption, or a lower bound from in-execution ages alone), or when the queue grew while that
-    service time says the ready slots serve at least ``margin`` x the arrivals: then the service time does not
-    explain the queue (replicas slower than timed, requests held elsewhere), and only the concurrency is observed.
+    replicas asked for 259 where 24 clear them in a minute. So the work in flight drains within the backlog rule's
+    ``backlog_drain_s`` (or the p95 target when longer) while the arrivals go on:
+    ``ceil((rate x S + in_flight x min(1, S / drain_s)) / (slots x utilization))``, which is KPA's ``in_flight``
+    again once S reaches the drain time. Never below what was observed: S is the rate-weighted mean over the sized
+    window's classes of the larger of the sized and the timed service time (completed requests; a staged front's
+    image classes with the image encoder pool's wait added back, as its slot stays held through it), and at least
+    the observed mean (``features["observed_service_ms"]``, which counts in-execution ages); the rate adds the
+    growth of the requests in flight since the last decision (``grew``, requests; the runtime counts a request when it
+    executes, so under a queue the counted rate is the throughput). None, and KPA's rule stands, when a class of the
+    sized window has no timing (the model's assumption alone), or when the queue grew while S says the ready slots
+    serve at least ``margin`` x the arrivals: the time does not explain the queue (replicas slower than timed,
+    requests held elsewhere), and only the concurrency is observed. ``margin`` is the calibrator's ``max_scale``
+    (2), as for the contradictions. The ages of the requests executing now are no such test: sampled at an instant
+    they are length-biased, ``S x (1 + SCV) / 2`` on average, twice S and more for image sizes (2.5-3.3 s against
+    0.84 s at the benchmark's modality shift); they count through ``observed_service_ms``, a lower bound.
     """
-    mean_ms = float(features.get("mean_service_ms", 0.0))
-    if mean_ms <= 0 or not features.get("observed_service_from_completions"):
+    timed = {Modality(c.modality): c.observed_service_ms for c in observation.workload or ()
+             if c.observed_service_ms is not None and c.observed_service_ms > 0}
+    wait_ms = float(features.get("image_encoder_wait_ms", 0.0))
+    weighted = total = 0.0
+    for m in MODALITIES:
+        rate = float(features.get(m.value + "_rps", 0.0))
+        if rate <= 0:
+            continue
+        if m not in timed:
+            return None
+        slot_ms = timed[m] + (wait_ms if m in _POOL_CLASSES else 0.0)
+        weighted += rate * max(float(features.get(m.value + "_service_ms", 0.0)), slot_ms)
+        total += rate
+    if total <= 0:
         return None
-    mean_s = mean_ms / 1000.0
-    if grew and arrival_rps * mean_s * policy.calibrator.max_scale <= serving:
+    mean_ms = max(weighted / total, float(features.get("observed_service_ms", 0.0)))
+    mean_s, margin = mean_ms / 1000.0, policy.calibrator.max_scale
+    rate_rps = arrival_rps + max(0.0, grew) / policy.decision_interval_s
+    if grew > 0 and rate_rps * mean_s * margin <= observation.ready_replicas * policy.slots_per_replica:
         return None
     drain_s = max(target_ms / 1000.0, policy.backlog_drain_s)
-    erlangs = arrival_rps * mean_s + in_flight * min(1.0, mean_s / drain_s)
+    erlangs = rate_rps * mean_s + in_flight * min(1.0, mean_s / drain_s)
     utilization = policy.target_utilization_percent / 100.0
     return math.ceil(erlangs / (policy.slots_per_replica * utilization) - 1e-9), mean_ms, drain_s
 

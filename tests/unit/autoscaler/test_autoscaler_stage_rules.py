@@ -146,19 +146,15 @@ def test_a_front_whose_requests_wait_on_a_backlogged_pool_does_not_scale_for_tha
     assert blind.desired_replicas > 30
     # With them: 2500 ms of the 3000 were the pool's queue; the front's own 500 ms is the model's (10 req/s x 0.5 s =
     # 5 erlangs: fewer than the 10 it has, the scale-down held by its window), and the 60 in flight wait on a pool
-    # with 40 queued on its 4 ready slots: more front replicas shorten none of them. Timed at its own 500 ms, the
-    # 60 in flight drain with 7 replicas (the observed-queue rule asks for no more than it has) ...
-    pool = dict(image_encoder_wait_ms=2500.0, image_encoder_queued_requests=40.0, image_encoder_ready_slots=4)
-    held = recommend(front_obs(**pool), FRONT, ScalerState(), FlatModel(), T0)
+    # with 40 queued on its 4 ready slots: more front replicas shorten none of them. The observed-queue rule drains
+    # them at the slot time they were timed at (own 500 + the pool's 2500 ms): ceil((10 x 3 + 60 x 3 / 60) / 0.9)
+    # = 37, held at 10.
+    held = recommend(front_obs(image_encoder_wait_ms=2500.0, image_encoder_queued_requests=40.0,
+                               image_encoder_ready_slots=4), FRONT, ScalerState(), FlatModel(), T0)
     assert held.features["observed_service_ms"] == 500.0
-    assert held.features["observed_queue_need_replicas"] == 7.0  # ceil((10 x 0.5 + 60 x 0.5 / 60) / 0.9)
-    assert held.desired_replicas == 10
-    # ... and when its in-flight count grew though those replicas serve over twice its arrivals (the wait is not its
-    # own service time), KPA's slot per request (67) is held at 10: its requests wait on the pool
-    grown = recommend(front_obs(**pool), FRONT, ScalerState(in_flight_history=(40.0, 50.0)), FlatModel(), T0)
-    assert grown.features["held_queue_need_replicas"] == 67.0
-    assert (grown.desired_replicas, grown.reason) == (10, Reason.HELD_FOR_IMAGE_ENCODER)
-    assert "image encoder pool" in grown.message and "40 queued" in grown.message
+    assert held.features["held_queue_need_replicas"] == 37.0
+    assert (held.desired_replicas, held.reason) == (10, Reason.HELD_FOR_IMAGE_ENCODER)
+    assert "image encoder pool" in held.message and "40 queued" in held.message
 
 
 def test_a_front_keeps_its_queue_rules_while_the_pool_keeps_up() -> None:
@@ -169,6 +165,27 @@ def test_a_front_keeps_its_queue_rules_while_the_pool_keeps_up() -> None:
                             image_encoder_ready_slots=4), FRONT, ScalerState(), FlatModel(), T0)
     assert d.reason in (Reason.SCALE_UP_FOR_OBSERVED_QUEUE, Reason.LIMITED_BY_MAX_STEP)
     assert d.features["observed_queue_need_replicas"] == 37.0
+
+
+def test_a_fronts_queue_drains_at_the_slot_time_its_requests_hold_with_the_pools_wait() -> None:
+    # Review of the drain rule: a front of 12 whose image requests hold a slot 1500 ms (its own 1000, the model's,
+    # + 500 ms in the pool's queue; the pool keeps up: 5 queued on 8 slots), 60 in flight grown from 50. Its own
+    # service time comes out of the other rules without the pool's wait, but its slot stays held through it: the
+    # drain at 1000 ms asked for 12 (WithinTolerance); at 1500 ms, ceil(((10 + 10 / 15) x 1.5 + 60 x 1.5 / 60) / 0.9)
+    # = 20 (KPA's slot per request: 67).
+    class Model1000:
+        def predict(self, x: Any) -> Any:
+            return np.full(len(x), 1000.0)
+
+    obs = Observation(observed_at=T0, current_replicas=12, ready_replicas=12,
+                      workload=(WorkloadClass(Modality.IMAGE, 10.0, mean_image_pixels=1e6, mean_image_count=1.0,
+                                              observed_service_ms=1500.0),),
+                      in_flight_requests=60.0, in_flight_age_ms=6000.0, image_encoder_wait_ms=500.0,
+                      image_encoder_queued_requests=5.0, image_encoder_ready_slots=8)
+    d = recommend(obs, FRONT, ScalerState(in_flight_history=(40.0, 50.0)), Model1000(), T0)
+    assert d.features["observed_service_ms"] == 1000.0  # the front's own time, as the other rules size it
+    assert d.features["observed_queue_need_replicas"] == 20.0, d.message
+    assert d.reason in (Reason.SCALE_UP_FOR_OBSERVED_QUEUE, Reason.LIMITED_BY_MAX_STEP)
 
 
 def test_the_fronts_view_of_the_pool_is_its_queue_wait_its_queue_and_its_ready_slots() -> None:
