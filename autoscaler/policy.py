@@ -1314,8 +1314,11 @@ def _predictive_need(
     _utilization_band(observation, policy, chosen, need, rule, attainable, latency_scale, ca2, features)
     by_model = (need, reason, message)
     need, reason, message = _backlog_need(observation, policy, chosen, need, reason, message, features)
+    timed_ratio = {Modality(c.modality): c.observed_service_ms / (raw_ms * sizing_scale)
+                   for c, raw_ms in zip(stable.classes, stable.raw_ms, strict=True)
+                   if c.observed_service_ms is not None and c.observed_service_ms > 0 and raw_ms * sizing_scale > 0}
     need, reason, message, state = _observed_queue(need, reason, message, features, observation, policy, state,  # 7
-                                                  model_need=need)
+                                                  model_need=need, timed_ratio=timed_ratio)
     if backlog is not None and need > max(by_model[0], current):                                     # 8
         held = max(by_model[0], current)
         features["held_queue_need_replicas"] = float(need)
@@ -1402,6 +1405,7 @@ def _observed_service(
 def _observed_queue(
     need: int, reason: Reason, message: str, features: dict[str, float], observation: Observation,
     policy: ScalingPolicy, state: ScalerState, model_need: int, *, standing: bool = False,
+    timed_ratio: Mapping[Modality, float] | None = None,
 ) -> tuple[int, Reason, str, ScalerState]:
     """Observation over assumption: when the observed queue or latency contradicts the model, size from it.
 
@@ -1465,7 +1469,8 @@ def _observed_queue(
     how = (f"{in_flight:.0f} requests in flight / ({slots} slots x {utilization:.0%}) need {observed_need} replicas "
            "(Little's law, KPA)")
     grew = in_flight - history[-1] if history else 0.0
-    drain = None if standing else _in_flight_drain(in_flight, grew, arrival_rps, observation, policy, target, features)
+    drain = None if standing else _in_flight_drain(in_flight, grew, arrival_rps, observation, policy, target, features,
+                                                   timed_ratio or {})
     if drain is not None and drain[0] < observed_need:
         how = (f"{in_flight:.0f} requests in flight of {drain[1]:.0f} ms (as timed) drain within {drain[2]:g} s "
                f"while the requests go on arriving with {drain[0]} replicas (Little's law; KPA's slot per request: "
@@ -1480,8 +1485,8 @@ def _observed_queue(
 
 
 def _in_flight_drain(in_flight: float, grew: float, arrival_rps: float, observation: Observation,
-                     policy: ScalingPolicy, target_ms: float, features: Mapping[str, float]
-                     ) -> tuple[int, float, float] | None:
+                     policy: ScalingPolicy, target_ms: float, features: Mapping[str, float],
+                     timed_ratio: Mapping[Modality, float]) -> tuple[int, float, float] | None:
     """The replicas that drain the requests in flight, when their service time is known: ``(replicas, service ms,
     drain s)``, or None (pure).
 
@@ -1491,38 +1496,39 @@ def _in_flight_drain(in_flight: float, grew: float, arrival_rps: float, observat
     ``backlog_drain_s`` (or the p95 target when longer) while the arrivals go on:
     ``ceil((rate x S + in_flight x min(1, S / drain_s)) / (slots x utilization))``, which is KPA's ``in_flight``
     again once S reaches the drain time. Never below what was observed: S is the rate-weighted mean over the sized
-    window's classes of the larger of the sized and the timed service time (completed requests; a staged front's
-    image classes with the image encoder pool's wait added back, as its slot stays held through it), and at least
-    the observed mean (``features["observed_service_ms"]``, which counts in-execution ages); the rate adds the
-    growth of the requests in flight since the last decision (``grew``, requests; the runtime counts a request when it
-    executes, so under a queue the counted rate is the throughput). None, and KPA's rule stands, when a class of the
-    sized window has no timing (the model's assumption alone), or when the queue grew while S says the ready slots
-    serve at least ``margin`` x the arrivals: the time does not explain the queue (replicas slower than timed,
-    requests held elsewhere), and only the concurrency is observed. ``margin`` is the calibrator's ``max_scale``
-    (2), as for the contradictions. The ages of the requests executing now are no such test: sampled at an instant
-    they are length-biased, ``S x (1 + SCV) / 2`` on average, twice S and more for image sizes (2.5-3.3 s against
-    0.84 s at the benchmark's modality shift); they count through ``observed_service_ms``, a lower bound.
+    window's classes of the sized service time raised by its modality's timed / sized ratio in the stable window when
+    above 1 (``timed_ratio``: completed requests; the burst or panic window's requests are not the timed ones, but
+    the model's error on their modality is), a staged front's image classes with the image encoder pool's wait added
+    (its slot stays held through it), and at least the observed mean (``features["observed_service_ms"]``, which
+    counts in-execution ages); the rate adds the growth of the requests in flight since the last decision (``grew``,
+    requests; the runtime counts a request when it executes, so under a queue the counted rate is the throughput).
+    None, and KPA's rule stands, when a class of the sized window has no timing (the model's assumption alone), or
+    when the queue did not shrink (``grew >= 0``; none is known at the first decision) while S says the ready slots
+    serve at least ``margin`` x the counted requests: the time does not explain the queue (replicas slower than
+    timed, requests held elsewhere), and only the concurrency is observed. ``margin`` is the calibrator's
+    ``max_scale`` (2), as for the contradictions. The ages of the requests executing now are no such test: sampled
+    at an instant they are length-biased, ``S x (1 + SCV) / 2`` on average, twice S and more for image sizes
+    (2.5-3.3 s against 0.84 s at the benchmark's modality shift); they count through ``observed_service_ms``, a
+    lower bound.
     """
-    timed = {Modality(c.modality): c.observed_service_ms for c in observation.workload or ()
-             if c.observed_service_ms is not None and c.observed_service_ms > 0}
     wait_ms = float(features.get("image_encoder_wait_ms", 0.0))
     weighted = total = 0.0
     for m in MODALITIES:
         rate = float(features.get(m.value + "_rps", 0.0))
         if rate <= 0:
             continue
-        if m not in timed:
+        if m not in timed_ratio:
             return None
-        slot_ms = timed[m] + (wait_ms if m in _POOL_CLASSES else 0.0)
-        weighted += rate * max(float(features.get(m.value + "_service_ms", 0.0)), slot_ms)
+        sized_ms = float(features.get(m.value + "_service_ms", 0.0))
+        weighted += rate * (sized_ms * max(1.0, timed_ratio[m]) + (wait_ms if m in _POOL_CLASSES else 0.0))
         total += rate
     if total <= 0:
         return None
     mean_ms = max(weighted / total, float(features.get("observed_service_ms", 0.0)))
     mean_s, margin = mean_ms / 1000.0, policy.calibrator.max_scale
-    rate_rps = arrival_rps + max(0.0, grew) / policy.decision_interval_s
-    if grew > 0 and rate_rps * mean_s * margin <= observation.ready_replicas * policy.slots_per_replica:
+    if grew >= 0 and arrival_rps * mean_s * margin <= observation.ready_replicas * policy.slots_per_replica:
         return None
+    rate_rps = arrival_rps + max(0.0, grew) / policy.decision_interval_s
     drain_s = max(target_ms / 1000.0, policy.backlog_drain_s)
     erlangs = rate_rps * mean_s + in_flight * min(1.0, mean_s / drain_s)
     utilization = policy.target_utilization_percent / 100.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -895,6 +896,48 @@ def test_a_class_the_drain_cannot_time_keeps_kpas_rule() -> None:
                    in_flight_requests=100.0, in_flight_age_ms=8000.0)
     d = recommend(obs, policy, ScalerState(in_flight_history=(40.0, 70.0)), ByModality(), NOW)
     assert (d.features["observed_queue_need_replicas"], d.reason) == (112.0, Reason.SCALE_UP_FOR_OBSERVED_QUEUE)
+
+
+def test_a_queue_the_timed_service_time_cannot_explain_keeps_kpas_rule_whether_or_not_it_grows() -> None:
+    # Second review of the drain rule: 10 ready replicas, text timed at 100 ms at 10 req/s (1 erlang), 1500 requests
+    # in flight 30 s old. At 100 ms the replicas would clear them in 15 s; they stand, so the time does not explain
+    # them. The drain asked for 5 and the service scaled DOWN (ScaleDownIdle with no scale-down window); a queue
+    # growing by 700 in 15 s counted as explained once the growth joined the rate (12 replicas). Both are KPA's again.
+    policy = make_policy(target_p95_latency_ms=5000, target_utilization_percent=70, max_step_replicas=300,
+                         max_replicas=400, scale_down_stabilization_s=0)
+    for history, in_flight in (((1500.0, 1500.0), 1500.0), ((), 1500.0), ((300.0, 900.0), 1600.0)):
+        obs = make_obs(None, current=10, ready=10, workload=(text_class(10.0, observed_service_ms=100.0),),
+                       in_flight_requests=in_flight, in_flight_age_ms=30_000.0)
+        d = recommend(obs, policy, ScalerState(in_flight_history=history), ConstantModel(100.0), NOW)
+        assert d.features["observed_queue_need_replicas"] == math.ceil(in_flight / 0.7 - 1e-9), (history, d.message)
+        assert (d.desired_replicas, d.reason) == (310, Reason.LIMITED_BY_MAX_STEP), (history, d.message)
+    # the same standing queue of requests timed at 1000 ms is what 10 replicas at 10 req/s leave: it drains with
+    # ceil((10 x 1 + 200 x 1 / 60) / 0.7) = 20 (KPA's slot per request: 286)
+    obs = make_obs(None, current=10, ready=10, workload=(text_class(10.0, observed_service_ms=1000.0),),
+                   in_flight_requests=200.0, in_flight_age_ms=20_000.0)
+    d = recommend(obs, policy, ScalerState(in_flight_history=(200.0, 200.0)), ConstantModel(1000.0), NOW)
+    assert (d.features["observed_queue_need_replicas"], d.desired_replicas) == (20.0, 20), d.message
+
+
+def test_a_burst_windows_drain_carries_its_modalitys_timed_error() -> None:
+    # Second review of the drain rule: the stable window times 4 req/s of small images (3e5 pixels) at 400 ms where
+    # the model says 200; the panic window is 12 req/s of images of 3e6 pixels, untimed (the model: 2000 ms). The
+    # model's image error (2x) holds for them too: at 4000 ms, ceil(((12 + 100 / 15) x 4 + 300 x 4 / 60) / 0.9) = 106
+    # replicas; the drain at the window's sized 2400 ms asked for 64.
+    class PixelModel:
+        def predict(self, x: np.ndarray) -> np.ndarray:
+            return np.where(x[:, 4] > 0, 20.0, 200.0 * np.maximum(1.0, x[:, 0] / 3e5))
+
+    policy = make_policy(target_p95_latency_ms=5000, target_utilization_percent=90, max_step_replicas=300,
+                         max_replicas=400)
+    small = WorkloadClass(modality="image", rate_rps=4.0, mean_image_pixels=3e5, mean_image_count=1.0,
+                          service_scv=1.0, observed_service_ms=400.0)
+    big = replace(small, rate_rps=12.0, mean_image_pixels=3e6, observed_service_ms=None)
+    obs = make_obs(None, current=8, ready=8, workload=(small,), recent_workload=(big,), recent_window_s=15.0,
+                   in_flight_requests=300.0, in_flight_age_ms=8000.0)
+    d = recommend(obs, policy, ScalerState(in_flight_history=(100.0, 200.0)), PixelModel(), NOW)
+    assert d.features["panic"] == 1.0
+    assert (d.features["observed_queue_need_replicas"], d.desired_replicas) == (106.0, 106), d.message
 
 
 def test_one_slow_request_in_a_slot_of_its_own_is_no_queue() -> None:
