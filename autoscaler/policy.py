@@ -1433,8 +1433,9 @@ def _observed_queue(
     """
     in_flight = observation.in_flight_requests
     history = state.in_flight_history
-    if in_flight is None:
-        return need, reason, message, state
+    if in_flight is None:  # a decision without the count breaks the run of decisions the history is about
+        return need, reason, message, replace(state, in_flight_history=()) if history else state
+    grew = _in_flight_growth(in_flight, observation, policy, state)
     state = replace(state, in_flight_history=(history + (in_flight,))[-2:])
     features["in_flight_requests"] = in_flight
     slots = policy.slots_per_replica
@@ -1468,7 +1469,6 @@ def _observed_queue(
     observed_need = math.ceil(in_flight / (slots * utilization) - 1e-9)
     how = (f"{in_flight:.0f} requests in flight / ({slots} slots x {utilization:.0%}) need {observed_need} replicas "
            "(Little's law, KPA)")
-    grew = in_flight - history[-1] if history else 0.0
     drain = None if standing else _in_flight_drain(in_flight, grew, arrival_rps, observation, policy, target, features,
                                                    timed_ratio or {})
     if drain is not None and drain[0] < observed_need:
@@ -1484,7 +1484,19 @@ def _observed_queue(
     return observed_need, reason, message, state
 
 
-def _in_flight_drain(in_flight: float, grew: float, arrival_rps: float, observation: Observation,
+def _in_flight_growth(in_flight: float, observation: Observation, policy: ScalingPolicy, state: ScalerState
+                      ) -> float | None:
+    """Requests in flight now less at the decision before (pure); None when unknown: no count then, or that decision
+    more than two decision intervals before this observation (held or missing decisions between)."""
+    last_at = state.recommendations[-1][0] if state.recommendations else None
+    if not state.in_flight_history or last_at is None:
+        return None
+    if (observation.observed_at - last_at).total_seconds() > 2 * policy.decision_interval_s:
+        return None
+    return in_flight - state.in_flight_history[-1]
+
+
+def _in_flight_drain(in_flight: float, grew: float | None, arrival_rps: float, observation: Observation,
                      policy: ScalingPolicy, target_ms: float, features: Mapping[str, float],
                      timed_ratio: Mapping[Modality, float]) -> tuple[int, float, float] | None:
     """The replicas that drain the requests in flight, when their service time is known: ``(replicas, service ms,
@@ -1500,16 +1512,20 @@ def _in_flight_drain(in_flight: float, grew: float, arrival_rps: float, observat
     above 1 (``timed_ratio``: completed requests; the burst or panic window's requests are not the timed ones, but
     the model's error on their modality is), a staged front's image classes with the image encoder pool's wait added
     (its slot stays held through it), and at least the observed mean (``features["observed_service_ms"]``, which
-    counts in-execution ages); the rate adds the growth of the requests in flight since the last decision (``grew``,
-    requests; the runtime counts a request when it executes, so under a queue the counted rate is the throughput).
-    None, and KPA's rule stands, when a class of the sized window has no timing (the model's assumption alone), or
-    when the queue did not shrink (``grew >= 0``; none is known at the first decision) while S says the ready slots
-    serve at least ``margin`` x the counted requests: the time does not explain the queue (replicas slower than
-    timed, requests held elsewhere), and only the concurrency is observed. ``margin`` is the calibrator's
-    ``max_scale`` (2), as for the contradictions. The ages of the requests executing now are no such test: sampled
-    at an instant they are length-biased, ``S x (1 + SCV) / 2`` on average, twice S and more for image sizes
-    (2.5-3.3 s against 0.84 s at the benchmark's modality shift); they count through ``observed_service_ms``, a
-    lower bound.
+    counts in-execution ages); the rate is the larger of the counted one and the ready slots' throughput at S (at
+    most the counted rate) plus the growth of the requests in flight since the last decision (``grew``, requests):
+    the runtime counts a request when it executes, so under a queue its count is the throughput, while a gateway
+    counts on arrival.
+    None, and KPA's rule stands, when a class of the sized window has no timing (the model's assumption alone);
+    when the growth is unknown (``grew`` None: no count at the decision before, or that decision more than two
+    intervals ago: the requests arriving beyond the counted ones are unknown); or when S says the ready slots serve
+    at least ``margin`` x the counted requests while the queue shrank less than 1 / ``margin`` of what they would
+    clear at S in a decision interval (standing, growing, or shrinking by a few): the time does not explain the
+    queue (replicas slower than timed, requests held elsewhere), and only the concurrency is observed. ``margin``
+    is the calibrator's ``max_scale`` (2), as for the contradictions. The ages of the requests executing now are no
+    such test: sampled at an instant they are length-biased, ``S x (1 + SCV) / 2`` on average, twice S and more for
+    image sizes (2.5-3.3 s against 0.84 s at the benchmark's modality shift); they count through
+    ``observed_service_ms``, a lower bound.
     """
     wait_ms = float(features.get("image_encoder_wait_ms", 0.0))
     weighted = total = 0.0
@@ -1526,9 +1542,15 @@ def _in_flight_drain(in_flight: float, grew: float, arrival_rps: float, observat
         return None
     mean_ms = max(weighted / total, float(features.get("observed_service_ms", 0.0)))
     mean_s, margin = mean_ms / 1000.0, policy.calibrator.max_scale
-    if grew >= 0 and arrival_rps * mean_s * margin <= observation.ready_replicas * policy.slots_per_replica:
+    if grew is None:
         return None
-    rate_rps = arrival_rps + max(0.0, grew) / policy.decision_interval_s
+    ready_slots = observation.ready_replicas * policy.slots_per_replica
+    if (arrival_rps * mean_s * margin <= ready_slots
+            and -grew * margin < (ready_slots / mean_s - arrival_rps) * policy.decision_interval_s):
+        return None
+    # the arrivals: the counted rate, or the slots' throughput at S plus the queue's growth when the count is the
+    # throughput (the runtime counts a request when it executes); never both (a gateway counts on arrival)
+    rate_rps = max(arrival_rps, min(arrival_rps, ready_slots / mean_s) + max(0.0, grew) / policy.decision_interval_s)
     drain_s = max(target_ms / 1000.0, policy.backlog_drain_s)
     erlangs = rate_rps * mean_s + in_flight * min(1.0, mean_s / drain_s)
     utilization = policy.target_utilization_percent / 100.0

@@ -840,19 +840,25 @@ def test_long_requests_scale_up_on_the_observation_within_two_decisions() -> Non
     assert state.in_flight_history == (16.0, 30.0)
 
 
+def after_decision(history: tuple[float, ...], current: int) -> ScalerState:
+    """The scaler's state after a decision 15 s before ``NOW`` that read ``history``'s in-flight counts."""
+    return ScalerState(in_flight_history=history, recommendations=((NOW - timedelta(seconds=15), current),))
+
+
 def test_a_backlog_of_timed_requests_is_sized_to_drain_not_one_replica_per_request() -> None:
     # Issue 20's Pareto benchmark, modality-shift trace (seed 0, 30:15): the mix turned to images at 30:00, 4 replicas
     # ready, 20.87 req/s x 843 ms observed on completed requests (the model agrees), 233 requests in flight 6.3 s old
     # against a 5 s target. KPA's rule gave every request in flight a slot of its own, ceil(233 / 0.9) = 259
     # replicas (4 -> 36 -> 68 -> 100 -> 132 step by step, then held a minute by the scale-down window: 3 of the
     # trace's 16.6 replica-hours) for a backlog that 24 replicas clear in the backlog rule's 60 s while serving the
-    # arrivals: ceil((20.87 x 0.843 + 233 x 0.843 / 60) / 0.9) = 24.
+    # arrivals: ceil((20.87 x 0.843 + 233 x 0.843 / 60) / 0.9) = 24. (The decision before read 3 in flight; the
+    # 230 more are what 4 slots at 843 ms left of the counted 20.87 req/s, not arrivals beyond them.)
     policy = make_policy(target_p95_latency_ms=5000, target_utilization_percent=90, max_step_replicas=300,
                          max_replicas=300)
     image = WorkloadClass(modality="image", rate_rps=20.87, mean_image_pixels=640 * 480, mean_image_count=1.0,
                           service_scv=1.0, observed_service_ms=843.0)
     obs = make_obs(None, current=4, ready=4, workload=(image,), in_flight_requests=233.0, in_flight_age_ms=6278.0)
-    d = recommend(obs, policy, ScalerState(), ConstantModel(843.0), NOW)
+    d = recommend(obs, policy, after_decision((3.0,), 4), ConstantModel(843.0), NOW)
     assert d.features["observed_queue_need_replicas"] == 24.0, d.message
     assert (d.desired_replicas, d.reason) == (24, Reason.SCALE_UP_FOR_OBSERVED_QUEUE), d.message
     assert "drain" in d.message and "Little's law" in d.message
@@ -866,18 +872,26 @@ def test_a_backlog_of_timed_requests_is_sized_to_drain_not_one_replica_per_reque
 def test_the_drain_is_sized_at_no_less_than_the_timed_service_time_and_the_queues_growth() -> None:
     # Review of the drain rule: completed requests timed at 1600 ms against a model of 843 ms (1.9x: within what the
     # calibrator follows, whose scale has only moved to 1.18), 120 in flight grown by 40 since the last decision.
-    # Sized at the lagging 994 ms and the counted 10 req/s (the runtime counts a request when it executes), the
-    # drain asked for 14, fewer than the arrivals alone need; at the timed 1600 ms and 10 + 40 / 15 s req/s:
-    # ceil(((10 + 40 / 15) x 1.6 + 120 x 1.6 / 60) / 0.9) = 27 (KPA's slot per request: 134).
+    # Sized at the lagging 994 ms the drain asked for 14, fewer than the arrivals alone need; at the timed 1600 ms:
+    # ceil((10 x 1.6 + 120 x 1.6 / 60) / 0.9) = 22 (KPA's slot per request: 134).
     policy = make_policy(target_p95_latency_ms=5000, target_utilization_percent=90, max_step_replicas=300,
                          max_replicas=300)
     image = WorkloadClass(modality="image", rate_rps=10.0, mean_image_pixels=640 * 480, mean_image_count=1.0,
                           service_scv=1.0, observed_service_ms=1600.0)
     obs = make_obs(None, current=10, ready=10, workload=(image,), in_flight_requests=120.0, in_flight_age_ms=6000.0)
-    d = recommend(obs, policy, ScalerState(in_flight_history=(40.0, 80.0)), ConstantModel(843.0), NOW)
+    d = recommend(obs, policy, after_decision((40.0, 80.0), 10), ConstantModel(843.0), NOW)
     assert d.features["mean_service_ms"] < 1000.0  # what the other rules sized with
-    assert (d.features["observed_queue_need_replicas"], d.desired_replicas) == (27.0, 27), d.message
+    assert (d.features["observed_queue_need_replicas"], d.desired_replicas) == (22.0, 22), d.message
     assert "1600 ms (as timed)" in d.message
+    # counted when executed (the runtime without the gateway): 6 req/s is the 10 slots' throughput at 1.6 s, and the
+    # 40 more in flight in 15 s arrived beyond it: ceil(((6 + 40 / 15) x 1.6 + 120 x 1.6 / 60) / 0.9) = 19, not 15
+    counted = replace(obs, workload=(replace(image, rate_rps=6.0),))
+    d = recommend(counted, policy, after_decision((40.0, 80.0), 10), ConstantModel(843.0), NOW)
+    assert d.features["observed_queue_need_replicas"] == 19.0, d.message
+    # with no count at the decision before, the arrivals beyond the counted ones are unknown: KPA's rule
+    d = recommend(counted, policy, ScalerState(recommendations=((NOW - timedelta(seconds=15), 10),)),
+                  ConstantModel(843.0), NOW)
+    assert d.features["observed_queue_need_replicas"] == 134.0, d.message
 
 
 def test_a_class_the_drain_cannot_time_keeps_kpas_rule() -> None:
@@ -894,7 +908,7 @@ def test_a_class_the_drain_cannot_time_keeps_kpas_rule() -> None:
                           service_scv=1.0)
     obs = make_obs(None, current=2, ready=2, workload=(text_class(10.0, observed_service_ms=20.0), image),
                    in_flight_requests=100.0, in_flight_age_ms=8000.0)
-    d = recommend(obs, policy, ScalerState(in_flight_history=(40.0, 70.0)), ByModality(), NOW)
+    d = recommend(obs, policy, after_decision((40.0, 70.0), 2), ByModality(), NOW)
     assert (d.features["observed_queue_need_replicas"], d.reason) == (112.0, Reason.SCALE_UP_FOR_OBSERVED_QUEUE)
 
 
@@ -905,25 +919,27 @@ def test_a_queue_the_timed_service_time_cannot_explain_keeps_kpas_rule_whether_o
     # growing by 700 in 15 s counted as explained once the growth joined the rate (12 replicas). Both are KPA's again.
     policy = make_policy(target_p95_latency_ms=5000, target_utilization_percent=70, max_step_replicas=300,
                          max_replicas=400, scale_down_stabilization_s=0)
-    for history, in_flight in (((1500.0, 1500.0), 1500.0), ((), 1500.0), ((300.0, 900.0), 1600.0)):
+    # (also one that shrank by 9 in 15 s, where 100 ms on 10 slots would clear 1350: third review)
+    for history, in_flight in (((1500.0, 1500.0), 1500.0), ((), 1500.0), ((300.0, 900.0), 1600.0),
+                               ((1520.0, 1509.0), 1500.0)):
         obs = make_obs(None, current=10, ready=10, workload=(text_class(10.0, observed_service_ms=100.0),),
                        in_flight_requests=in_flight, in_flight_age_ms=30_000.0)
-        d = recommend(obs, policy, ScalerState(in_flight_history=history), ConstantModel(100.0), NOW)
+        d = recommend(obs, policy, after_decision(history, 10), ConstantModel(100.0), NOW)
         assert d.features["observed_queue_need_replicas"] == math.ceil(in_flight / 0.7 - 1e-9), (history, d.message)
         assert (d.desired_replicas, d.reason) == (310, Reason.LIMITED_BY_MAX_STEP), (history, d.message)
     # the same standing queue of requests timed at 1000 ms is what 10 replicas at 10 req/s leave: it drains with
     # ceil((10 x 1 + 200 x 1 / 60) / 0.7) = 20 (KPA's slot per request: 286)
     obs = make_obs(None, current=10, ready=10, workload=(text_class(10.0, observed_service_ms=1000.0),),
                    in_flight_requests=200.0, in_flight_age_ms=20_000.0)
-    d = recommend(obs, policy, ScalerState(in_flight_history=(200.0, 200.0)), ConstantModel(1000.0), NOW)
+    d = recommend(obs, policy, after_decision((200.0, 200.0), 10), ConstantModel(1000.0), NOW)
     assert (d.features["observed_queue_need_replicas"], d.desired_replicas) == (20.0, 20), d.message
 
 
 def test_a_burst_windows_drain_carries_its_modalitys_timed_error() -> None:
     # Second review of the drain rule: the stable window times 4 req/s of small images (3e5 pixels) at 400 ms where
     # the model says 200; the panic window is 12 req/s of images of 3e6 pixels, untimed (the model: 2000 ms). The
-    # model's image error (2x) holds for them too: at 4000 ms, ceil(((12 + 100 / 15) x 4 + 300 x 4 / 60) / 0.9) = 106
-    # replicas; the drain at the window's sized 2400 ms asked for 64.
+    # model's image error (2x) holds for them too: at 4000 ms, ceil((12 x 4 + 300 x 4 / 60) / 0.9) = 76 replicas;
+    # the drain at the window's sized 2400 ms asked for fewer (64 with the growth counted as arrivals too).
     class PixelModel:
         def predict(self, x: np.ndarray) -> np.ndarray:
             return np.where(x[:, 4] > 0, 20.0, 200.0 * np.maximum(1.0, x[:, 0] / 3e5))
@@ -935,9 +951,9 @@ def test_a_burst_windows_drain_carries_its_modalitys_timed_error() -> None:
     big = replace(small, rate_rps=12.0, mean_image_pixels=3e6, observed_service_ms=None)
     obs = make_obs(None, current=8, ready=8, workload=(small,), recent_workload=(big,), recent_window_s=15.0,
                    in_flight_requests=300.0, in_flight_age_ms=8000.0)
-    d = recommend(obs, policy, ScalerState(in_flight_history=(100.0, 200.0)), PixelModel(), NOW)
+    d = recommend(obs, policy, after_decision((100.0, 200.0), 8), PixelModel(), NOW)
     assert d.features["panic"] == 1.0
-    assert (d.features["observed_queue_need_replicas"], d.desired_replicas) == (106.0, 106), d.message
+    assert (d.features["observed_queue_need_replicas"], d.desired_replicas) == (76.0, 76), d.message
 
 
 def test_one_slow_request_in_a_slot_of_its_own_is_no_queue() -> None:

@@ -139,6 +139,11 @@ def front_obs(**pool: Any) -> Observation:
                        in_flight_requests=60.0, in_flight_age_ms=6000.0, **pool)
 
 
+def steady_front() -> ScalerState:
+    """The front's state after a decision 15 s before ``T0`` that read the same 60 requests in flight."""
+    return ScalerState(in_flight_history=(60.0,), recommendations=((T0 - timedelta(seconds=15), 10),))
+
+
 def test_a_front_whose_requests_wait_on_a_backlogged_pool_does_not_scale_for_that_wait() -> None:
     # Without the pool's figures: 3000 ms observed is 6x the model, sized as observed: 10 req/s x 3 s = 30
     # erlangs, and the observed-queue rule wants ceil(60 / 0.9) = 67 (the step limit takes 10 -> 74 max).
@@ -150,7 +155,7 @@ def test_a_front_whose_requests_wait_on_a_backlogged_pool_does_not_scale_for_tha
     # them at the slot time they were timed at (own 500 + the pool's 2500 ms): ceil((10 x 3 + 60 x 3 / 60) / 0.9)
     # = 37, held at 10.
     held = recommend(front_obs(image_encoder_wait_ms=2500.0, image_encoder_queued_requests=40.0,
-                               image_encoder_ready_slots=4), FRONT, ScalerState(), FlatModel(), T0)
+                               image_encoder_ready_slots=4), FRONT, steady_front(), FlatModel(), T0)
     assert held.features["observed_service_ms"] == 500.0
     assert held.features["held_queue_need_replicas"] == 37.0
     assert (held.desired_replicas, held.reason) == (10, Reason.HELD_FOR_IMAGE_ENCODER)
@@ -162,7 +167,7 @@ def test_a_front_keeps_its_queue_rules_while_the_pool_keeps_up() -> None:
     # are its own (the wait subtracted is 0 here): the observed-queue rule sizes them as before, to drain at the
     # 3000 ms they were timed at: ceil((10 x 3 + 60 x 3 / 60) / 0.9) = 37 (KPA's slot per request: 67).
     d = recommend(front_obs(image_encoder_wait_ms=0.0, image_encoder_queued_requests=2.0,
-                            image_encoder_ready_slots=4), FRONT, ScalerState(), FlatModel(), T0)
+                            image_encoder_ready_slots=4), FRONT, steady_front(), FlatModel(), T0)
     assert d.reason in (Reason.SCALE_UP_FOR_OBSERVED_QUEUE, Reason.LIMITED_BY_MAX_STEP)
     assert d.features["observed_queue_need_replicas"] == 37.0
 
@@ -171,8 +176,8 @@ def test_a_fronts_queue_drains_at_the_slot_time_its_requests_hold_with_the_pools
     # Review of the drain rule: a front of 12 whose image requests hold a slot 1500 ms (its own 1000, the model's,
     # + 500 ms in the pool's queue; the pool keeps up: 5 queued on 8 slots), 60 in flight grown from 50. Its own
     # service time comes out of the other rules without the pool's wait, but its slot stays held through it: the
-    # drain at 1000 ms asked for 12 (WithinTolerance); at 1500 ms, ceil(((10 + 10 / 15) x 1.5 + 60 x 1.5 / 60) / 0.9)
-    # = 20 (KPA's slot per request: 67).
+    # drain at 1000 ms asked for 12 (WithinTolerance); at 1500 ms, ceil((10 x 1.5 + 60 x 1.5 / 60) / 0.9) = 19 (KPA's
+    # slot per request: 67).
     class Model1000:
         def predict(self, x: Any) -> Any:
             return np.full(len(x), 1000.0)
@@ -182,9 +187,10 @@ def test_a_fronts_queue_drains_at_the_slot_time_its_requests_hold_with_the_pools
                                               observed_service_ms=1500.0),),
                       in_flight_requests=60.0, in_flight_age_ms=6000.0, image_encoder_wait_ms=500.0,
                       image_encoder_queued_requests=5.0, image_encoder_ready_slots=8)
-    d = recommend(obs, FRONT, ScalerState(in_flight_history=(40.0, 50.0)), Model1000(), T0)
+    d = recommend(obs, FRONT, ScalerState(in_flight_history=(40.0, 50.0),
+                                          recommendations=((T0 - timedelta(seconds=15), 12),)), Model1000(), T0)
     assert d.features["observed_service_ms"] == 1000.0  # the front's own time, as the other rules size it
-    assert d.features["observed_queue_need_replicas"] == 20.0, d.message
+    assert d.features["observed_queue_need_replicas"] == 19.0, d.message
     assert d.reason in (Reason.SCALE_UP_FOR_OBSERVED_QUEUE, Reason.LIMITED_BY_MAX_STEP)
 
 
