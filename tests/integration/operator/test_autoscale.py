@@ -365,12 +365,6 @@ class _Sampler:
         self._thread.join(timeout=10)
 
 
-def _sized_ms(message: str) -> float | None:
-    """The mean service time a scaling decision sized with, ms (``... req/s (last 60 s) x 308 ms = ...``), or None."""
-    m = re.search(r"req/s \(last .*?\) x (\d+) ms", message)
-    return float(m.group(1)) if m else None
-
-
 def _stamp(text: str) -> float:
     return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
 
@@ -497,22 +491,13 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
             # trim after it is not a catch-up step: the clean-clone run at 9024e7c went 1 -> 5 at +68 s, then 5 -> 4
             # at +73 s (the forecast at the 4/5 boundary; scale-down stabilization is 0 s here, the product's
             # default 60 s window would have held 5 for a minute).
-            # A later scale-up that sized a longer service time at the catch-up's rate is the one real Triton slowing
-            # down (CI of ce73dc0, 3 lanes on 2 cores: 1 -> 3 at +63 s, 3 -> 6 at +73 s, both ScaleUpForSLO at
-            # 1.40 req/s), not a staircase of windows that straddle the gap: it is printed and allowed, and the
-            # catch-up is then checked against its own service time only.
-            ups = [h for h in after if h["to"] > h["from"]]
-            for h in after:
+            ups = [(h["from"], h["to"]) for h in after if h["to"] > h["from"]]
+            for h in after:  # every step whole: pytest cuts the assertion's message (CI of ce73dc0 hid a 3 -> 6's)
                 print(f"  {h['from']} -> {h['to']} {h['reason']} +{_stamp(h['time']) - restarted:.0f} s: "
                       f"{h['message']}")
-            assert ups and ups[0]["from"] == before, (steps, after)
-            catch_up_ms = _sized_ms(ups[0]["message"])
-            slower = [h for h in ups[1:] if catch_up_ms and (_sized_ms(h["message"]) or 0.0) > 1.1 * catch_up_ms]
             # the compact steps first: pytest cuts the middle of a long message (CI of 52c9c6d hid the first step's end)
-            assert len(ups) == 1 + len(slower), (steps, [h["message"][:300] for h in ups])
-            settled = final if not slower else ups[0]["to"]
-            assert ups[0]["to"] >= settled, (steps, after)
-            assert all(h["to"] >= settled for h in after), (steps, after)
+            assert len(ups) == 1 and ups[0][0] == before and ups[0][1] >= final, (steps, after)
+            assert all(h["to"] >= final for h in after), (steps, after)
             # never on a partial window: the first valid decision comes once the window no longer straddles the gap
             # (60 s after the first scrape, less the 2.5 scrape intervals a window's first sample may lag its start
             # and the second the decision time's format drops)
