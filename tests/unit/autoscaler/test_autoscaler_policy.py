@@ -840,6 +840,18 @@ def test_long_requests_scale_up_on_the_observation_within_two_decisions() -> Non
     assert state.in_flight_history == (16.0, 30.0)
 
 
+def drain_policy(**overrides: Any) -> ScalingPolicy:
+    """The observed-queue drain tests' policy: a 5 s p95 target at 90 % utilization, steps and bounds out of the way."""
+    return make_policy(**{"target_p95_latency_ms": 5000, "target_utilization_percent": 90, "max_step_replicas": 300,
+                          "max_replicas": 300, **overrides})
+
+
+def image_class(rate_rps: float, **overrides: Any) -> WorkloadClass:
+    """Requests of one 640 x 480 image at ``rate_rps``."""
+    return WorkloadClass(**{"modality": "image", "rate_rps": rate_rps, "mean_image_pixels": 640 * 480,
+                            "mean_image_count": 1.0, "service_scv": 1.0, **overrides})
+
+
 def after_decision(history: tuple[float, ...], current: int) -> ScalerState:
     """The scaler's state after a decision 15 s before ``NOW`` that read ``history``'s in-flight counts."""
     return ScalerState(in_flight_history=history, recommendations=((NOW - timedelta(seconds=15), current),))
@@ -853,10 +865,8 @@ def test_a_backlog_of_timed_requests_is_sized_to_drain_not_one_replica_per_reque
     # trace's 16.6 replica-hours) for a backlog that 24 replicas clear in the backlog rule's 60 s while serving the
     # arrivals: ceil((20.87 x 0.843 + 233 x 0.843 / 60) / 0.9) = 24. (The decision before read 3 in flight; the
     # 230 more are what 4 slots at 843 ms left of the counted 20.87 req/s, not arrivals beyond them.)
-    policy = make_policy(target_p95_latency_ms=5000, target_utilization_percent=90, max_step_replicas=300,
-                         max_replicas=300)
-    image = WorkloadClass(modality="image", rate_rps=20.87, mean_image_pixels=640 * 480, mean_image_count=1.0,
-                          service_scv=1.0, observed_service_ms=843.0)
+    policy = drain_policy()
+    image = image_class(20.87, observed_service_ms=843.0)
     obs = make_obs(None, current=4, ready=4, workload=(image,), in_flight_requests=233.0, in_flight_age_ms=6278.0)
     d = recommend(obs, policy, after_decision((3.0,), 4), ConstantModel(843.0), NOW)
     assert d.features["observed_queue_need_replicas"] == 24.0, d.message
@@ -874,10 +884,8 @@ def test_the_drain_is_sized_at_no_less_than_the_timed_service_time_and_the_queue
     # calibrator follows, whose scale has only moved to 1.18), 120 in flight grown by 40 since the last decision.
     # Sized at the lagging 994 ms the drain asked for 14, fewer than the arrivals alone need; at the timed 1600 ms:
     # ceil((10 x 1.6 + 120 x 1.6 / 60) / 0.9) = 22 (KPA's slot per request: 134).
-    policy = make_policy(target_p95_latency_ms=5000, target_utilization_percent=90, max_step_replicas=300,
-                         max_replicas=300)
-    image = WorkloadClass(modality="image", rate_rps=10.0, mean_image_pixels=640 * 480, mean_image_count=1.0,
-                          service_scv=1.0, observed_service_ms=1600.0)
+    policy = drain_policy()
+    image = image_class(10.0, observed_service_ms=1600.0)
     obs = make_obs(None, current=10, ready=10, workload=(image,), in_flight_requests=120.0, in_flight_age_ms=6000.0)
     d = recommend(obs, policy, after_decision((40.0, 80.0), 10), ConstantModel(843.0), NOW)
     assert d.features["mean_service_ms"] < 1000.0  # what the other rules sized with
@@ -902,10 +910,8 @@ def test_a_class_the_drain_cannot_time_keeps_kpas_rule() -> None:
         def predict(self, x: np.ndarray) -> np.ndarray:
             return np.where(x[:, 5] + x[:, 6] > 0, 200.0, 20.0)
 
-    policy = make_policy(target_p95_latency_ms=5000, target_utilization_percent=90, max_step_replicas=300,
-                         max_replicas=300)
-    image = WorkloadClass(modality="image", rate_rps=5.0, mean_image_pixels=640 * 480, mean_image_count=1.0,
-                          service_scv=1.0)
+    policy = drain_policy()
+    image = image_class(5.0)
     obs = make_obs(None, current=2, ready=2, workload=(text_class(10.0, observed_service_ms=20.0), image),
                    in_flight_requests=100.0, in_flight_age_ms=8000.0)
     d = recommend(obs, policy, after_decision((40.0, 70.0), 2), ByModality(), NOW)
@@ -944,8 +950,7 @@ def test_a_burst_windows_drain_carries_its_modalitys_timed_error() -> None:
         def predict(self, x: np.ndarray) -> np.ndarray:
             return np.where(x[:, 4] > 0, 20.0, 200.0 * np.maximum(1.0, x[:, 0] / 3e5))
 
-    policy = make_policy(target_p95_latency_ms=5000, target_utilization_percent=90, max_step_replicas=300,
-                         max_replicas=400)
+    policy = drain_policy(max_replicas=400)
     small = WorkloadClass(modality="image", rate_rps=4.0, mean_image_pixels=3e5, mean_image_count=1.0,
                           service_scv=1.0, observed_service_ms=400.0)
     big = replace(small, rate_rps=12.0, mean_image_pixels=3e6, observed_service_ms=None)
