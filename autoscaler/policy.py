@@ -1125,9 +1125,15 @@ def _sizing_message(
     attainable) the predicted p95 to ``features``."""
     slots, target = policy.slots_per_replica, policy.target_p95_latency_ms
     utilization = policy.target_utilization_percent / 100.0
+    busy_ms: dict[str, float] = {}  # per modality: the rate-weighted sum of its classes' (or buckets') times
     for c, ms in zip(chosen.classes, chosen.raw_ms * sizing_scale, strict=True):
-        features[Modality(c.modality).value + "_rps"] += c.rate_rps
-        features[Modality(c.modality).value + "_service_ms"] = float(ms)
+        key = Modality(c.modality).value
+        features[key + "_rps"] += c.rate_rps
+        busy_ms[key] = busy_ms.get(key, 0.0) + c.rate_rps * float(ms)
+        features[key + "_service_ms"] = float(ms)  # a modality of no traffic: its last class's time
+    for key, total_ms in busy_ms.items():
+        if features[key + "_rps"] > 0:
+            features[key + "_service_ms"] = total_ms / features[key + "_rps"]
     arrival_rps, mean_ms, scv, load = chosen.arrival_rps, chosen.mean_ms, chosen.scv, chosen.load_erlangs
     features.update(arrival_rps=arrival_rps, mean_service_ms=mean_ms, service_scv=scv, offered_load_erlangs=load)
     window = {"stable": f"last {observation.window_s:g} s", "burst": f"last {observation.recent_window_s:g} s (burst)",
@@ -1314,9 +1320,7 @@ def _predictive_need(
     _utilization_band(observation, policy, chosen, need, rule, attainable, latency_scale, ca2, features)
     by_model = (need, reason, message)
     need, reason, message = _backlog_need(observation, policy, chosen, need, reason, message, features)
-    timed_ratio = {Modality(c.modality): c.observed_service_ms / (raw_ms * sizing_scale)
-                   for c, raw_ms in zip(stable.classes, stable.raw_ms, strict=True)
-                   if c.observed_service_ms is not None and c.observed_service_ms > 0 and raw_ms * sizing_scale > 0}
+    timed_ratio = _timed_ratio(stable, sizing_scale)
     need, reason, message, state = _observed_queue(need, reason, message, features, observation, policy, state,  # 7
                                                   model_need=need, timed_ratio=timed_ratio)
     if backlog is not None and need > max(by_model[0], current):                                     # 8
@@ -1402,6 +1406,22 @@ def _observed_service(
     return bound_ms, predicted, False
 
 
+def _timed_ratio(stable: _Load, sizing_scale: float) -> dict[Modality, float]:
+    """Per modality, the stable window's timed service time over the sized one (pure): the rate-weighted ratio of
+    means over its timed classes (a modality may come in several classes or buckets; a class of no traffic counts
+    as one request a second), ``sum(rate x observed ms) / sum(rate x sized ms)``; a modality with no timed class is
+    absent."""
+    observed: dict[Modality, float] = {}
+    sized: dict[Modality, float] = {}
+    for c, raw_ms in zip(stable.classes, stable.raw_ms, strict=True):
+        if c.observed_service_ms is None or c.observed_service_ms <= 0 or raw_ms * sizing_scale <= 0:
+            continue
+        m, weight = Modality(c.modality), c.rate_rps if c.rate_rps > 0 else 1.0
+        observed[m] = observed.get(m, 0.0) + weight * c.observed_service_ms
+        sized[m] = sized.get(m, 0.0) + weight * float(raw_ms) * sizing_scale
+    return {m: observed[m] / sized[m] for m in observed}
+
+
 def _observed_queue(
     need: int, reason: Reason, message: str, features: dict[str, float], observation: Observation,
     policy: ScalingPolicy, state: ScalerState, model_need: int, *, standing: bool = False,
@@ -1485,18 +1505,20 @@ def _observed_queue(
 
 
 def _in_flight_growth(in_flight: float, observation: Observation, policy: ScalingPolicy, state: ScalerState
-                      ) -> float | None:
-    """Requests in flight now less at the decision before (pure); None when unknown: no count then, or that decision
-    more than two decision intervals before this observation (held or missing decisions between)."""
+                      ) -> tuple[float, float] | None:
+    """``(requests, seconds)``: requests in flight now less at the decision before, and the seconds between that
+    decision and this observation (pure); None when unknown: no count then, or that decision more than two decision
+    intervals before this observation (held or missing decisions between) or not before it."""
     last_at = state.recommendations[-1][0] if state.recommendations else None
     if not state.in_flight_history or last_at is None:
         return None
-    if (observation.observed_at - last_at).total_seconds() > 2 * policy.decision_interval_s:
+    elapsed_s = (observation.observed_at - last_at).total_seconds()
+    if not 0 < elapsed_s <= 2 * policy.decision_interval_s:
         return None
-    return in_flight - state.in_flight_history[-1]
+    return in_flight - state.in_flight_history[-1], elapsed_s
 
 
-def _in_flight_drain(in_flight: float, grew: float | None, arrival_rps: float, observation: Observation,
+def _in_flight_drain(in_flight: float, grew: tuple[float, float] | None, arrival_rps: float, observation: Observation,
                      policy: ScalingPolicy, target_ms: float, features: Mapping[str, float],
                      timed_ratio: Mapping[Modality, float]) -> tuple[int, float, float] | None:
     """The replicas that drain the requests in flight, when their service time is known: ``(replicas, service ms,
@@ -1513,14 +1535,16 @@ def _in_flight_drain(in_flight: float, grew: float | None, arrival_rps: float, o
     the model's error on their modality is), a staged front's image classes with the image encoder pool's wait added
     (its slot stays held through it), and at least the observed mean (``features["observed_service_ms"]``, which
     counts in-execution ages); the rate is the larger of the counted one and the ready slots' throughput at S (at
-    most the counted rate) plus the growth of the requests in flight since the last decision (``grew``, requests):
+    most the counted rate) plus the growth of the requests in flight over the seconds since the last decision
+    (``grew``: requests, seconds; over the seconds that passed, not the decision interval, which a late or early
+    decision would over- or under-count):
     the runtime counts a request when it executes, so under a queue its count is the throughput, while a gateway
     counts on arrival.
     None, and KPA's rule stands, when a class of the sized window has no timing (the model's assumption alone);
     when the growth is unknown (``grew`` None: no count at the decision before, or that decision more than two
     intervals ago: the requests arriving beyond the counted ones are unknown); or when S says the ready slots serve
     at least ``margin`` x the counted requests while the queue shrank less than 1 / ``margin`` of what they would
-    clear at S in a decision interval (standing, growing, or shrinking by a few): the time does not explain the
+    clear at S since the last decision (standing, growing, or shrinking by a few): the time does not explain the
     queue (replicas slower than timed, requests held elsewhere), and only the concurrency is observed. ``margin``
     is the calibrator's ``max_scale`` (2), as for the contradictions. The ages of the requests executing now are no
     such test: sampled at an instant they are length-biased, ``S x (1 + SCV) / 2`` on average, twice S and more for
@@ -1544,13 +1568,14 @@ def _in_flight_drain(in_flight: float, grew: float | None, arrival_rps: float, o
     mean_s, margin = mean_ms / 1000.0, policy.calibrator.max_scale
     if grew is None:
         return None
+    grew_requests, since_s = grew
     ready_slots = observation.ready_replicas * policy.slots_per_replica
     if (arrival_rps * mean_s * margin <= ready_slots
-            and -grew * margin < (ready_slots / mean_s - arrival_rps) * policy.decision_interval_s):
+            and -grew_requests * margin < (ready_slots / mean_s - arrival_rps) * since_s):
         return None
     # the arrivals: the counted rate, or the slots' throughput at S plus the queue's growth when the count is the
     # throughput (the runtime counts a request when it executes); never both (a gateway counts on arrival)
-    rate_rps = max(arrival_rps, min(arrival_rps, ready_slots / mean_s) + max(0.0, grew) / policy.decision_interval_s)
+    rate_rps = max(arrival_rps, min(arrival_rps, ready_slots / mean_s) + max(0.0, grew_requests) / since_s)
     drain_s = max(target_ms / 1000.0, policy.backlog_drain_s)
     erlangs = rate_rps * mean_s + in_flight * min(1.0, mean_s / drain_s)
     utilization = policy.target_utilization_percent / 100.0
