@@ -1452,11 +1452,10 @@ def _observed_queue(
     policy's; the arrival rate is the workload's.
     """
     in_flight = observation.in_flight_requests
-    history = state.in_flight_history
     if in_flight is None:  # a decision without the count breaks the run of decisions the history is about
-        return need, reason, message, replace(state, in_flight_history=()) if history else state
-    grew = _in_flight_growth(in_flight, observation, policy, state)
-    state = replace(state, in_flight_history=(history + (in_flight,))[-2:])
+        return need, reason, message, (replace(state, in_flight_history=(), in_flight_times=())
+                                       if state.in_flight_history else state)
+    history, grew, state = _in_flight_sample(in_flight, observation, policy, state)
     features["in_flight_requests"] = in_flight
     slots = policy.slots_per_replica
     target = observation.stage_target_p95_ms or policy.target_p95_latency_ms
@@ -1504,18 +1503,36 @@ def _observed_queue(
     return observed_need, reason, message, state
 
 
-def _in_flight_growth(in_flight: float, observation: Observation, policy: ScalingPolicy, state: ScalerState
-                      ) -> tuple[float, float] | None:
-    """``(requests, seconds)``: requests in flight now less at the decision before, and the seconds between that
-    decision and this observation (pure); None when unknown: no count then, or that decision more than two decision
-    intervals before this observation (held or missing decisions between) or not before it."""
-    last_at = state.recommendations[-1][0] if state.recommendations else None
-    if not state.in_flight_history or last_at is None:
-        return None
-    elapsed_s = (observation.observed_at - last_at).total_seconds()
-    if not 0 < elapsed_s <= 2 * policy.decision_interval_s:
-        return None
-    return in_flight - state.in_flight_history[-1], elapsed_s
+def _in_flight_sample(in_flight: float, observation: Observation, policy: ScalingPolicy, state: ScalerState
+                      ) -> tuple[tuple[float, ...], tuple[float, float] | None, ScalerState]:
+    """This decision's count of requests in flight against the samples before it (pure). Returns ``(history, grew,
+    state)``: the counts of the distinct samples before this one, oldest first (at most two); ``grew``, the
+    ``(requests, seconds)`` the count rose between the last two samples, over the time between them; and the state
+    holding this sample.
+
+    A sample is the count and when it was scraped (``observation.observed_at``, whole seconds as status stores it),
+    so the growth is a rate over the time between scrapes, whatever the time between decisions: a decision may read
+    a scrape from up to a scrape interval before it, or the same scrape as the decision before (decisions more
+    often than scrapes), which adds nothing: the history stays and the growth is the last two samples'. ``grew`` is
+    None when unknown: fewer than two samples, samples more than two decision intervals apart (held or missing
+    decisions, or decisions of a mode that reads no count between them), a sample older than the last one, or
+    samples stored without their times (a status written before they were kept)."""
+    at = observation.observed_at.replace(microsecond=0)
+    counts, times = state.in_flight_history, state.in_flight_times
+    if len(times) != len(counts):  # counts without their times: this sample starts a new history
+        return counts, None, replace(state, in_flight_history=(in_flight,), in_flight_times=(at,))
+
+    def growth(before: float, t_before: datetime, now: float, t_now: datetime) -> tuple[float, float] | None:
+        seconds = (t_now - t_before).total_seconds()
+        return (now - before, seconds) if 0 < seconds <= 2 * policy.decision_interval_s else None
+
+    if times and at <= times[-1]:  # the same scrape again (or an older one): nothing new was observed
+        if at < times[-1]:
+            return counts, None, state
+        return counts[:-1], growth(counts[0], times[0], counts[1], times[1]) if len(counts) == 2 else None, state
+    grew = growth(counts[-1], times[-1], in_flight, at) if counts else None
+    return counts, grew, replace(state, in_flight_history=(counts + (in_flight,))[-2:],
+                                 in_flight_times=(times + (at,))[-2:])
 
 
 def _in_flight_drain(in_flight: float, grew: tuple[float, float] | None, arrival_rps: float, observation: Observation,
@@ -1535,21 +1552,22 @@ def _in_flight_drain(in_flight: float, grew: tuple[float, float] | None, arrival
     the model's error on their modality is), a staged front's image classes with the image encoder pool's wait added
     (its slot stays held through it), and at least the observed mean (``features["observed_service_ms"]``, which
     counts in-execution ages); the rate is the larger of the counted one and the ready slots' throughput at S (at
-    most the counted rate) plus the growth of the requests in flight over the seconds since the last decision
-    (``grew``: requests, seconds; over the seconds that passed, not the decision interval, which a late or early
-    decision would over- or under-count):
+    most the counted rate) plus the growth of the requests in flight between their last two samples (``grew``:
+    requests, seconds; over the time between the scrapes, not the decision interval, which a late or early decision,
+    or a scrape older than its decision, would over- or under-count):
     the runtime counts a request when it executes, so under a queue its count is the throughput, while a gateway
     counts on arrival.
-    None, and KPA's rule stands, when a class of the sized window has no timing (the model's assumption alone);
-    when the growth is unknown (``grew`` None: no count at the decision before, or that decision more than two
-    intervals ago: the requests arriving beyond the counted ones are unknown); or when S says the ready slots serve
-    at least ``margin`` x the counted requests while the queue shrank less than 1 / ``margin`` of what they would
-    clear at S since the last decision (standing, growing, or shrinking by a few): the time does not explain the
-    queue (replicas slower than timed, requests held elsewhere), and only the concurrency is observed. ``margin``
-    is the calibrator's ``max_scale`` (2), as for the contradictions. The ages of the requests executing now are no
-    such test: sampled at an instant they are length-biased, ``S x (1 + SCV) / 2`` on average, twice S and more for
-    image sizes (2.5-3.3 s against 0.84 s at the benchmark's modality shift); they count through
-    ``observed_service_ms``, a lower bound.
+    None, and KPA's rule stands, when a modality of the sized window has no timed class in the stable window (the
+    model's assumption alone; a class or bucket with no timing of its own carries its modality's ratio, as a burst
+    window's classes do); when the growth is unknown (``grew`` None: fewer than two samples of the count, or samples
+    more than two decision intervals apart: the requests arriving beyond the counted ones are unknown;
+    :func:`_in_flight_sample`); or when S says the ready slots serve at least ``margin`` x the counted requests
+    while the queue shrank less than 1 / ``margin`` of what they would clear at S between the samples (standing,
+    growing, or shrinking by a few): the time does not explain the queue (replicas slower than timed, requests held
+    elsewhere), and only the concurrency is observed. ``margin`` is the calibrator's ``max_scale`` (2), as for the
+    contradictions. The ages of the requests executing now are no such test: sampled at an instant they are
+    length-biased, ``S x (1 + SCV) / 2`` on average, twice S and more for image sizes (2.5-3.3 s against 0.84 s at
+    the benchmark's modality shift); they count through ``observed_service_ms``, a lower bound.
     """
     wait_ms = float(features.get("image_encoder_wait_ms", 0.0))
     weighted = total = 0.0

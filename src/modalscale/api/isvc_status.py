@@ -55,8 +55,10 @@ class ScalerState:
         service_scale: Multiplier on the model's service times, from observed vs predicted mean service time.
         latency_scale: Multiplier on the queueing model's p95, from observed vs predicted p95 latency.
         last_change_at: When a decision last changed the replica count (calibration waits for metrics to settle).
-        in_flight_history: ``Observation.in_flight_requests`` of the last two decisions that had it, oldest first
-            (the observed-queue rule's growth check).
+        in_flight_history: ``Observation.in_flight_requests`` of the last two distinct samples that decisions read,
+            oldest first (the observed-queue rule's growth check).
+        in_flight_times: When each of ``in_flight_history`` was sampled (``Observation.observed_at``, whole seconds),
+            as long as it; the growth of the requests in flight is a rate over the time between samples.
         idle_since: The first decision of the current unbroken run that observed no request (scale to zero
             counts from it); None while requests arrive or the metrics are missing.
         scaled_to_zero_at: When a decision last took the count to 0 (an activation request must be newer).
@@ -67,6 +69,7 @@ class ScalerState:
     latency_scale: float = 1.0
     last_change_at: dt.datetime | None = None
     in_flight_history: tuple[float, ...] = ()
+    in_flight_times: tuple[dt.datetime, ...] = ()
     idle_since: dt.datetime | None = None
     scaled_to_zero_at: dt.datetime | None = None
 
@@ -245,9 +248,14 @@ def _read_state(block: Any) -> ScalerState | None:
     history = block.get("inFlightHistory") or []
     in_flight = tuple(float(v) for v in history[-2:] if isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
                       ) if isinstance(history, list) else ()
+    in_flight = in_flight if len(in_flight) == len(history[-2:]) else ()
+    stamps = block.get("inFlightTimes") or []
+    times = tuple(t for t in (parse_time(v) for v in stamps[-2:]) if t is not None) if isinstance(stamps, list) else ()
+    times = times if isinstance(stamps, list) and len(times) == len(in_flight) == len(stamps[-2:]) else ()
     return ScalerState(recommendations=tuple(recs), service_scale=scale("serviceScale"),
                        latency_scale=scale("latencyScale"), last_change_at=parse_time(block.get("lastChangeTime")),
-                       in_flight_history=in_flight if len(in_flight) == len(history[-2:]) else (),
+                       in_flight_history=in_flight,
+                       in_flight_times=times,
                        idle_since=parse_time(block.get("idleSince")),
                        scaled_to_zero_at=parse_time(block.get("scaledToZeroTime")))
 
@@ -390,6 +398,8 @@ def _write_state(state: ScalerState) -> AutoscalerStateStatus:
         out["lastChangeTime"] = format_time(state.last_change_at)
     if state.in_flight_history:
         out["inFlightHistory"] = [round(float(v), 3) for v in state.in_flight_history[-2:]]
+    if state.in_flight_times:
+        out["inFlightTimes"] = [format_time(t) for t in state.in_flight_times[-2:]]
     if state.idle_since is not None:
         out["idleSince"] = format_time(state.idle_since)
     if state.scaled_to_zero_at is not None:

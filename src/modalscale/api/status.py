@@ -56,6 +56,7 @@ class AutoscalerStateStatus(TypedDict, total=False):
     latencyScale: float
     lastChangeTime: str
     inFlightHistory: list[float]
+    inFlightTimes: list[str]  # When each of inFlightHistory was sampled (RFC 3339, whole seconds).
     idleSince: str  # Start of the unbroken run of idle decisions that scale to zero (minReplicas 0).
     scaledToZeroTime: str  # When the autoscaler last scaled to 0; a newer activation annotation scales to 1.
 

@@ -50,6 +50,7 @@ FULL = IsvcStatus(
         metrics_available=True, features={"arrival_rps": 2.5, "busy_erlangs": 0.1235},
         state=ScalerState(recommendations=((T0, 2), (T0 + dt.timedelta(seconds=15), 4)), service_scale=1.25,
                           latency_scale=0.8, last_change_at=T0, in_flight_history=(4.0, 7.5),
+                          in_flight_times=(T0 - dt.timedelta(seconds=15), T0),
                           idle_since=T0 - dt.timedelta(seconds=30), scaled_to_zero_at=T0 - dt.timedelta(hours=1))),
     gateway=GatewayRecord(2, 1, "http://vc-replicas.ml.svc:8000"),
     stages=(StageRecord("front", 2, 1, 4, "ScaleUpForSLO"),

@@ -853,8 +853,10 @@ def image_class(rate_rps: float, **overrides: Any) -> WorkloadClass:
 
 
 def after_decision(history: tuple[float, ...], current: int, seconds_before: float = 15.0) -> ScalerState:
-    """The scaler's state after a decision ``seconds_before`` ``NOW`` that read ``history``'s in-flight counts."""
-    return ScalerState(in_flight_history=history,
+    """The scaler's state after a decision ``seconds_before`` ``NOW`` that read ``history``'s in-flight counts, sampled
+    ``seconds_before`` apart, the last when that decision ran."""
+    times = tuple(NOW - timedelta(seconds=seconds_before * (len(history) - i)) for i in range(len(history)))
+    return ScalerState(in_flight_history=history, in_flight_times=times,
                        recommendations=((NOW - timedelta(seconds=seconds_before), current),))
 
 
@@ -924,6 +926,43 @@ def test_the_drains_growth_is_a_rate_over_the_time_since_the_last_decision_not_t
                    in_flight_requests=1500.0, in_flight_age_ms=30_000.0)
     d = recommend(obs, unexplained, after_decision((2600.0, 2500.0), 10, 30.0), ConstantModel(100.0), NOW)
     assert d.features["observed_queue_need_replicas"] == math.ceil(1500 / 0.7 - 1e-9), d.message
+
+
+def test_the_drains_growth_is_timed_by_the_scrapes_the_decisions_read() -> None:
+    # Review of b59e4d1: the growth was timed from the last decision to this observation, but the counts are scrape
+    # samples (observation.observed_at: the newest scrape), which lag their decisions by up to a scrape interval.
+    # The counted case above (6 req/s counted when executed, 10 slots, 1.6 s timed), a 5 s target.
+    policy, model = drain_policy(), ConstantModel(843.0)
+
+    def read(scraped_s: float, in_flight: float) -> Observation:
+        return make_obs(None, current=10, ready=10, workload=(image_class(6.0, observed_service_ms=1600.0),),
+                        in_flight_requests=in_flight, in_flight_age_ms=6000.0,
+                        observed_at=NOW + timedelta(seconds=scraped_s))
+
+    def at(s: float) -> datetime:
+        return NOW + timedelta(seconds=s)
+
+    # scrapes 14 s before each decision, 15 s apart, 40 more: ceil(((6 + 40 / 15) x 1.6 + 120 x 1.6 / 60) / 0.9) = 19
+    # (timed from the decision, 1 s: 86)
+    a = recommend(read(-29, 80.0), policy, ScalerState(), model, at(-15))
+    b = recommend(read(-14, 120.0), policy, a.state, model, at(0))
+    assert b.features["observed_queue_need_replicas"] == 19.0, b.message
+    # scrapes every 30 s, decisions every 15 s: a decision that reads the scrape its predecessor read learns nothing
+    # new; the last two samples' growth stands (40 in 30 s: ceil(((6 + 40 / 30) x 1.6 + 80 x 1.6 / 60) / 0.9) = 16,
+    # not KPA's 89 for an unknown growth), and the next scrape is timed from the last one (40 more in 30 s: 17)
+    a0 = recommend(read(-46, 40.0), policy, ScalerState(), model, at(-30))
+    a = recommend(read(-16, 80.0), policy, a0.state, model, at(-15))
+    b = recommend(read(-16, 80.0), policy, a.state, model, at(0))
+    assert b.state.in_flight_history == (40.0, 80.0)
+    assert b.features["observed_queue_need_replicas"] == 16.0, b.message
+    c = recommend(read(14, 120.0), policy, b.state, model, at(15))
+    assert c.features["observed_queue_need_replicas"] == 17.0, c.message
+    # a sample an hour old (decisions of a mode that reads no count in between, as Utilization mode without its
+    # standing-queue rule) is no base for a rate: unknown growth, KPA's rule, ceil(500 / 0.9) = 556 (before: the
+    # decision 15 s ago paired with the hour-old count, 420 more read as 28 req/s: 76)
+    old = ScalerState(in_flight_history=(80.0,), in_flight_times=(at(-3615),), recommendations=((at(-15), 10),))
+    d = recommend(read(0, 500.0), policy, old, model, at(0))
+    assert d.features["observed_queue_need_replicas"] == 556.0, d.message
 
 
 def test_the_drain_reads_every_class_of_a_modality_in_any_order() -> None:

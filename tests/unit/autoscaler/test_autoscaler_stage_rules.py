@@ -141,7 +141,8 @@ def front_obs(**pool: Any) -> Observation:
 
 def steady_front() -> ScalerState:
     """The front's state after a decision 15 s before ``T0`` that read the same 60 requests in flight."""
-    return ScalerState(in_flight_history=(60.0,), recommendations=((T0 - timedelta(seconds=15), 10),))
+    return ScalerState(in_flight_history=(60.0,), in_flight_times=(T0 - timedelta(seconds=15),),
+                       recommendations=((T0 - timedelta(seconds=15), 10),))
 
 
 def test_a_front_whose_requests_wait_on_a_backlogged_pool_does_not_scale_for_that_wait() -> None:
@@ -188,6 +189,7 @@ def test_a_fronts_queue_drains_at_the_slot_time_its_requests_hold_with_the_pools
                       in_flight_requests=60.0, in_flight_age_ms=6000.0, image_encoder_wait_ms=500.0,
                       image_encoder_queued_requests=5.0, image_encoder_ready_slots=8)
     d = recommend(obs, FRONT, ScalerState(in_flight_history=(40.0, 50.0),
+                                          in_flight_times=(T0 - timedelta(seconds=30), T0 - timedelta(seconds=15)),
                                           recommendations=((T0 - timedelta(seconds=15), 12),)), Model1000(), T0)
     assert d.features["observed_service_ms"] == 1000.0  # the front's own time, as the other rules size it
     assert d.features["observed_queue_need_replicas"] == 19.0, d.message

@@ -143,11 +143,15 @@ def read(u: Universe, gateway: bool) -> MetricsReading:
     return parse_answers(u.answer(build_queries("ml", "vc", gateway=gateway)), "byo", gateway=gateway)
 
 
-def decide(reading: MetricsReading, current: int = 2, state: ScalerState | None = None) -> Any:
+def decide(reading: MetricsReading, current: int = 2, state: ScalerState | None = None, later_s: float = 0.0) -> Any:
+    """The decision at ``NOW + later_s`` on ``reading``, its scrapes taken ``later_s`` later too."""
+    now = NOW + dt.timedelta(seconds=later_s)
+    if reading.observed_at is not None:
+        reading = dataclasses.replace(reading, observed_at=reading.observed_at + dt.timedelta(seconds=later_s))
     obs = build_observation(reading, current_replicas=current, ready_replicas=current, slots_per_replica=1,
-                            budget_max_replicas=None, now=NOW)
+                            budget_max_replicas=None, now=now)
     policy = ScalingPolicy(scale_down_stabilization_s=0, target_p95_latency_ms=1000)
-    return obs, recommend(obs, policy, state or ScalerState(), MODEL, NOW)
+    return obs, recommend(obs, policy, state or ScalerState(), MODEL, now)
 
 
 MODEL = ServiceTimeRegressor().fit(generate_profile(400, random_state=1))
@@ -230,11 +234,13 @@ def test_gateway_queue_and_in_flight_count_as_observed_demand() -> None:
 
 def test_a_queue_building_in_the_gateway_scales_up_for_observed_queue() -> None:
     """A queue held in the gateway (above maxInFlight) that grows over three decisions contradicts a model
-    that says 2 replicas suffice: KPA's rule sizes the observed concurrency (ScaleUpForObservedQueue)."""
+    that says 2 replicas suffice: KPA's rule sizes the observed concurrency (ScaleUpForObservedQueue). The decisions
+    are 15 s apart, each on a new scrape (a count read again from the same scrape is no new sample)."""
     state = ScalerState()
     decisions = []
-    for queue in (10.0, 20.0, 40.0):
-        _, decision = decide(read(universe(gateway_queue=queue, gateway_inflight=2.0), gateway=True), 2, state)
+    for i, queue in enumerate((10.0, 20.0, 40.0)):
+        _, decision = decide(read(universe(gateway_queue=queue, gateway_inflight=2.0), gateway=True), 2, state,
+                             later_s=15.0 * i)
         state = decision.state
         decisions.append(decision)
     assert all("observation contradicts the model" not in d.message for d in decisions[:2])
@@ -244,7 +250,7 @@ def test_a_queue_building_in_the_gateway_scales_up_for_observed_queue() -> None:
     assert last.features["observed_queue_need_replicas"] == 60.0  # ceil(42 / (1 slot x 70 %))
     assert last.desired_replicas == 2 + ScalingPolicy().max_step_replicas  # as far as one step goes
     _, unqueued = decide(read(universe(gateway_queue=0.0, gateway_inflight=2.0), gateway=True), 2,
-                         decisions[1].state)
+                         decisions[1].state, later_s=30.0)
     assert unqueued.desired_replicas <= 2  # the same traffic without the gateway's queue needs no more
 
 

@@ -174,12 +174,18 @@ def test_features_are_bounded_finite_and_policy_first() -> None:
 
 def test_state_round_trips_through_status() -> None:
     state = ScalerState(recommendations=((NOW, 2), (NOW + dt.timedelta(seconds=15), 4)), service_scale=1.25,
-                        latency_scale=0.8, last_change_at=NOW, in_flight_history=(4.0, 7.5))
+                        latency_scale=0.8, last_change_at=NOW, in_flight_history=(4.0, 7.5),
+                        in_flight_times=(NOW - dt.timedelta(seconds=15), NOW))
     status = {"autoscaler": {"state": state_json(state)}}
     assert stored_state(status) == state
-    # the observed-queue rule's memory: a malformed history is dropped, the rest of the state kept
+    # the observed-queue rule's memory: a malformed history is dropped with its times, the rest of the state kept
     status["autoscaler"]["state"]["inFlightHistory"] = [4.0, "x"]
-    assert stored_state(status) == replace(state, in_flight_history=())
+    assert stored_state(status) == replace(state, in_flight_history=(), in_flight_times=())
+    # times that do not match the counts (malformed, or missing: a status written before they were kept) are
+    # dropped; the counts stay for the contradictions, and the growth is unknown until two new samples
+    for times in (["x", "2025-06-01T12:00:00Z"], None, ["2025-06-01T12:00:00Z"]):
+        status["autoscaler"]["state"] = {**state_json(state), "inFlightTimes": times}
+        assert stored_state(status) == replace(state, in_flight_times=()), times
 
 
 @pytest.mark.parametrize("bad", [
