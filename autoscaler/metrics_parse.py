@@ -637,6 +637,11 @@ def _gateway_figures(answers: _Answers) -> _GatewayFigures:
                            None)
 
 
+def _sampled_at(value: float | None, newest_s: float | None) -> dt.datetime | None:
+    """When ``value`` was scraped: its source's newest scrape (``newest_s``, Unix s); None when either is unknown."""
+    return None if value is None or newest_s is None else dt.datetime.fromtimestamp(newest_s, dt.UTC)
+
+
 def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_WINDOW_S, *,
                   gateway: bool = False, recent_window_s: float = RECENT_WINDOW_S) -> MetricsReading:
     """Turn the answers to :func:`build_queries` into a :class:`MetricsReading` (pure).
@@ -715,6 +720,7 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
                           per_pod_targets=per_pod, problem=problem,
                           extra=_extra(answers, len(live), total, service, mean_latency_ms, gw),
                           arrival_counts=counts, in_flight_requests=in_flight,
+                          in_flight_at=_sampled_at(in_flight, gw.newest_s if gateway else max(stamps, default=None)),
                           gateway_targets_up=gw.up, gateway_targets_total=gw.total)
 
 

@@ -40,6 +40,9 @@ class MetricsReading:
         extra: Further numbers for status and metrics (mean latency ms, batch sizes ...).
         arrival_counts: Requests per ``COUNT_BIN_S`` bin, oldest first (bins without a value are left out); None =
             no answer or a non-finite count.
+        in_flight_at: When ``in_flight_requests`` was scraped: the newest scrape of its source (the gateway's pods
+            when the demand is the gateway's, else the replicas'), which ``observed_at`` (the older of the two sources'
+            newest) need not be; None = ``observed_at``.
         gateway_targets_up: The request gateway's scrape targets answering now (pods; 0 without the gateway).
         gateway_targets_total: The gateway's scrape targets Prometheus has; 0 = demand read from the replicas
             (``spec.gateway.enabled`` false). A gateway target that is down is in ``down_targets`` too.
@@ -59,6 +62,7 @@ class MetricsReading:
     extra: Mapping[str, float] = field(default_factory=dict)
     arrival_counts: tuple[float, ...] | None = None
     in_flight_requests: float | None = None
+    in_flight_at: dt.datetime | None = None
     gateway_targets_up: int = 0
     gateway_targets_total: int = 0
 

@@ -35,8 +35,9 @@
    Utilization mode (and Predictive without a model): the HPA rule ``ceil(ready * utilization / target)``; for a
    staged service's image encoder pool (``ScalingPolicy.standing_queue_rule``) raised by the observed-queue rule
    (``ScaleUpForObservedQueue``, :func:`_standing_queue`): the busy fraction cannot read above 100 %, so a queue
-   that stands at two decisions in a row (in flight above 2x the ready slots, more than the target's worth of
-   arrivals) is sized from the requests in flight as above. Fixed mode: ``spec.scaling.replicas``.
+   that stands at two samples in a row (decisions that read new scrapes; in flight above 2x the ready slots, more
+   than the target's worth of arrivals) is sized from the requests in flight as above. Fixed mode:
+   ``spec.scaling.replicas``.
 2. Tolerance band: no change while ``|need / current - 1| <= tolerance`` (HPA).
 3. Stabilization windows with HPA semantics: the recommendation is stored; scale-up goes to the MIN of the
    recommendations in the scale-up window, scale-down to the MAX of those in the scale-down window.
@@ -374,6 +375,8 @@ class Observation:
             rule (Little's law / KPA) and its growth check across decisions.
         in_flight_age_ms: Mean time since arrival of the requests in flight now, ms; None = unknown. Above the
             p95 target it contradicts a model that says the replicas suffice.
+        in_flight_at: When ``in_flight_requests`` was scraped (timezone-aware); None = ``observed_at``. The growth
+            of the requests in flight between decisions is a rate over the time between these samples.
         executing_requests: Requests executing now (in a slot); None = unknown.
         executing_age_ms: Mean time since their execution started, ms; None = unknown. Each is a lower bound on
             that request's service time, so the service-time observation counts them (module docstring).
@@ -414,6 +417,7 @@ class Observation:
     count_bin_s: float = 15.0
     in_flight_requests: float | None = None
     in_flight_age_ms: float | None = None
+    in_flight_at: datetime | None = None
     executing_requests: float | None = None
     executing_age_ms: float | None = None
     stage_target_p95_ms: float | None = None
@@ -440,8 +444,8 @@ class Observation:
             raise ValueError("Observation.image_encoder_ready_slots must be >= 0")
         if self.targets_up is not None and self.targets_up < 0:
             raise ValueError("targets_up must be >= 0")
-        if self.observed_at.tzinfo is None:
-            raise ValueError("observed_at must be timezone-aware (UTC)")
+        if self.observed_at.tzinfo is None or (self.in_flight_at is not None and self.in_flight_at.tzinfo is None):
+            raise ValueError("observed_at and in_flight_at must be timezone-aware (UTC)")
         if self.current_replicas < 0 or self.ready_replicas < 0:
             raise ValueError("current_replicas and ready_replicas must be >= 0")
         if self.budget_max_replicas is not None and self.budget_max_replicas < 0:
@@ -1445,11 +1449,11 @@ def _observed_queue(
     (``ScaleUpForObservedQueue``), never lowers it, and needs ``in_flight_requests``.
 
     ``standing`` (Utilization mode: :func:`_standing_queue`): one more contradiction, a queue that stands at two
-    decisions in a row (in flight above ``margin`` x the ready slots at both, and more than the target's worth of
-    arrivals now): the busy fraction the HPA rule reads cannot go above 100 %, so it asks for at most
-    ``1 / target utilization`` x the ready replicas a decision, and holds while replicas start, however long the
-    queue. The target is the stage's (``observation.stage_target_p95_ms``, the pool's share) when set, else the
-    policy's; the arrival rate is the workload's.
+    samples in a row (decisions that read new scrapes; in flight above ``margin`` x the ready slots at both, and
+    more than the target's worth of arrivals now): the busy fraction the HPA rule reads cannot go above 100 %, so it
+    asks for at most ``1 / target utilization`` x the ready replicas a decision, and holds while replicas start,
+    however long the queue. The target is the stage's (``observation.stage_target_p95_ms``, the pool's share) when
+    set, else the policy's; the arrival rate is the workload's.
     """
     in_flight = observation.in_flight_requests
     if in_flight is None:  # a decision without the count breaks the run of decisions the history is about
@@ -1510,21 +1514,24 @@ def _in_flight_sample(in_flight: float, observation: Observation, policy: Scalin
     ``(requests, seconds)`` the count rose between the last two samples, over the time between them; and the state
     holding this sample.
 
-    A sample is the count and when it was scraped (``observation.observed_at``, whole seconds as status stores it),
-    so the growth is a rate over the time between scrapes, whatever the time between decisions: a decision may read
-    a scrape from up to a scrape interval before it, or the same scrape as the decision before (decisions more
-    often than scrapes), which adds nothing: the history stays and the growth is the last two samples'. ``grew`` is
-    None when unknown: fewer than two samples, samples more than two decision intervals apart (held or missing
-    decisions, or decisions of a mode that reads no count between them), a sample older than the last one, or
-    samples stored without their times (a status written before they were kept)."""
-    at = observation.observed_at.replace(microsecond=0)
+    A sample is the count and when it was scraped (``observation.in_flight_at``, else ``observed_at``; to the
+    millisecond, as status stores it), so the growth is a rate over the time between scrapes, whatever the time
+    between decisions: a decision may read a scrape from up to a scrape interval before it, or the same scrape as the
+    decision before (decisions more often than scrapes), which adds nothing: the history stays and the growth is the
+    last two samples'. ``grew`` is None when unknown: fewer than two samples, samples further apart than the metrics
+    age limit (``max_metrics_age_s``, at least two decision intervals: held or missing decisions, decisions of a mode
+    that reads no count between them, or scrapes sparser than that), a sample older than the last one, or samples
+    stored without their times (a status written before they were kept)."""
+    sampled = observation.in_flight_at or observation.observed_at
+    at = sampled.replace(microsecond=sampled.microsecond // 1000 * 1000)
     counts, times = state.in_flight_history, state.in_flight_times
     if len(times) != len(counts):  # counts without their times: this sample starts a new history
         return counts, None, replace(state, in_flight_history=(in_flight,), in_flight_times=(at,))
 
     def growth(before: float, t_before: datetime, now: float, t_now: datetime) -> tuple[float, float] | None:
         seconds = (t_now - t_before).total_seconds()
-        return (now - before, seconds) if 0 < seconds <= 2 * policy.decision_interval_s else None
+        limit_s = max(2 * policy.decision_interval_s, policy.max_metrics_age_s)
+        return (now - before, seconds) if 0 < seconds <= limit_s else None
 
     if times and at <= times[-1]:  # the same scrape again (or an older one): nothing new was observed
         if at < times[-1]:
@@ -1605,7 +1612,8 @@ def _standing_queue(observation: Observation, policy: ScalingPolicy, state: Scal
                     ) -> tuple[int, Reason, str, dict[str, float], ScalerState]:
     """Utilization mode's observed-queue rule: :func:`_observed_queue` with its ``standing`` contradiction (a queue
     the HPA rule cannot see beyond 100 % busy), raising the HPA rule's ``need`` (``ScaleUpForObservedQueue``); the
-    image encoder pool of a staged service is sized by it within two decisions of a backlog. Without
+    image encoder pool of a staged service is sized by it within two samples of a backlog (decisions that read new
+    scrapes). Without
     ``in_flight_requests`` nothing changes (the state neither)."""
     out = dict(features)
     need, reason, message, state = _observed_queue(need, reason, message, out, observation, policy, state,

@@ -307,6 +307,7 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         arrival_counts=reading.arrival_counts,
         count_bin_s=COUNT_BIN_S,
         in_flight_requests=reading.in_flight_requests,
+        in_flight_at=reading.in_flight_at,
     )
 
 

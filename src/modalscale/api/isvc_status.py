@@ -57,8 +57,8 @@ class ScalerState:
         last_change_at: When a decision last changed the replica count (calibration waits for metrics to settle).
         in_flight_history: ``Observation.in_flight_requests`` of the last two distinct samples that decisions read,
             oldest first (the observed-queue rule's growth check).
-        in_flight_times: When each of ``in_flight_history`` was sampled (``Observation.observed_at``, whole seconds),
-            as long as it; the growth of the requests in flight is a rate over the time between samples.
+        in_flight_times: When each of ``in_flight_history`` was scraped (``Observation.in_flight_at``, to the
+            millisecond), as long as it; the growth of the requests in flight is a rate over the time between them.
         idle_since: The first decision of the current unbroken run that observed no request (scale to zero
             counts from it); None while requests arrive or the metrics are missing.
         scaled_to_zero_at: When a decision last took the count to 0 (an activation request must be newer).
@@ -227,6 +227,14 @@ def format_time(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_time_ms(value: dt.datetime) -> str:
+    """``value`` (timezone-aware) as RFC 3339 UTC to the millisecond (``2026-12-02T16:43:20.125Z``): for sample times
+    that rates are taken over, where whole seconds would be off by up to one."""
+    if value.tzinfo is None:
+        raise ValueError("time must be timezone-aware")
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 def _read_state(block: Any) -> ScalerState | None:
     """``status.autoscaler.state``; None when absent, a fresh state for anything malformed."""
     if block is None:
@@ -388,7 +396,14 @@ def _guarded(read: Callable[[], _T], default: _T) -> _T:
 
 
 # ================================================================================================ write
-def _write_state(state: ScalerState) -> AutoscalerStateStatus:
+_OPTIONAL_STATE_KEYS = ("lastChangeTime", "inFlightHistory", "inFlightTimes", "idleSince", "scaledToZeroTime")
+"""``status.autoscaler.state`` keys written only when set: a stored one the new state lacks is written as null."""
+
+
+def _write_state(state: ScalerState, stored: ScalerState | None = None) -> AutoscalerStateStatus:
+    """``state``'s JSON; with ``stored`` (the state in status now), each optional key ``stored`` has and ``state``
+    lacks is null: status is merge-patched, so a key left out would keep its old value (a history the policy cleared,
+    an idle run that ended) for the next operator to read after a restart."""
     out: AutoscalerStateStatus = {
         "recommendations": [{"time": format_time(t), "replicas": int(r)} for t, r in state.recommendations],
         "serviceScale": round(float(state.service_scale), 6),
@@ -399,11 +414,16 @@ def _write_state(state: ScalerState) -> AutoscalerStateStatus:
     if state.in_flight_history:
         out["inFlightHistory"] = [round(float(v), 3) for v in state.in_flight_history[-2:]]
     if state.in_flight_times:
-        out["inFlightTimes"] = [format_time(t) for t in state.in_flight_times[-2:]]
+        out["inFlightTimes"] = [format_time_ms(t) for t in state.in_flight_times[-2:]]
     if state.idle_since is not None:
         out["idleSince"] = format_time(state.idle_since)
     if state.scaled_to_zero_at is not None:
         out["scaledToZeroTime"] = format_time(state.scaled_to_zero_at)
+    if stored is not None:
+        before = _write_state(stored)
+        for key in _OPTIONAL_STATE_KEYS:
+            if key in before and key not in out:
+                out[key] = None  # type: ignore[literal-required]
     return out
 
 
@@ -424,7 +444,7 @@ def _write_autoscaler(rec: AutoscalerRecord, stored: AutoscalerRecord | None) ->
                 features[k] = None
         out["features"] = features
     if rec.state is not None:
-        out["state"] = _write_state(rec.state)
+        out["state"] = _write_state(rec.state, None if stored is None else stored.state)
     return out
 
 

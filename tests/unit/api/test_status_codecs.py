@@ -50,7 +50,7 @@ FULL = IsvcStatus(
         metrics_available=True, features={"arrival_rps": 2.5, "busy_erlangs": 0.1235},
         state=ScalerState(recommendations=((T0, 2), (T0 + dt.timedelta(seconds=15), 4)), service_scale=1.25,
                           latency_scale=0.8, last_change_at=T0, in_flight_history=(4.0, 7.5),
-                          in_flight_times=(T0 - dt.timedelta(seconds=15), T0),
+                          in_flight_times=(T0 - dt.timedelta(seconds=15, milliseconds=250), T0),
                           idle_since=T0 - dt.timedelta(seconds=30), scaled_to_zero_at=T0 - dt.timedelta(hours=1))),
     gateway=GatewayRecord(2, 1, "http://vc-replicas.ml.svc:8000"),
     stages=(StageRecord("front", 2, 1, 4, "ScaleUpForSLO"),
@@ -75,6 +75,41 @@ def test_every_field_round_trips_through_the_json_written() -> None:
                             "stages", "conditions"}
     assert written["costUSDPerHour"] == "1.2345" and written["scalingHistory"][1] == {
         "time": "2026-12-02T16:44:20Z", "from": 2, "to": 4, "reason": "ScaleUpForBurst"}
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the apiserver applies ``application/merge-patch+json``: null removes a key."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def test_a_scaler_state_key_the_new_state_lacks_is_removed_from_status_not_kept() -> None:
+    # Review of f3a5a16: status is merge-patched and the state's optional keys were left out when unset, so a history
+    # the policy had cleared (a decision without the in-flight count) and an idle run that had ended stayed in status,
+    # for the next operator to read after a restart (an idleSince two hours old: a scale to zero at once).
+    rec = ((T0, 2),)
+    old = ScalerState(recommendations=rec, in_flight_history=(40.0, 80.0), last_change_at=T0,
+                      in_flight_times=(T0 - dt.timedelta(seconds=15), T0), idle_since=T0 - dt.timedelta(hours=2),
+                      scaled_to_zero_at=T0 - dt.timedelta(hours=3))
+    stored = write_isvc_status(IsvcStatus(autoscaler=AutoscalerRecord(reason="Steady", state=old)))
+    new = ScalerState(recommendations=rec, last_change_at=T0)
+    patch = write_isvc_status(IsvcStatus(autoscaler=AutoscalerRecord(reason="Steady", state=new)), stored)
+    assert {k: v for k, v in patch["autoscaler"]["state"].items() if v is None} == {
+        "inFlightHistory": None, "inFlightTimes": None, "idleSince": None, "scaledToZeroTime": None}
+    assert read_isvc_status({"status": merge_patch(stored, patch)}).scaler_state == new
+    # the same state again writes nothing (no null for a key status does not have)
+    again = merge_patch(stored, patch)
+    assert write_isvc_status(IsvcStatus(autoscaler=AutoscalerRecord(reason="Steady", state=new)), again) == {}
+    # sample times keep their milliseconds (a rate is taken over them)
+    assert write_isvc_status(FULL)["autoscaler"]["state"]["inFlightTimes"] == [
+        "2026-12-02T16:43:04.750Z", "2026-12-02T16:43:20.000Z"]
 
 
 def test_the_image_encoder_pools_autoscaler_block_round_trips_inside_its_stage_item() -> None:
@@ -164,8 +199,8 @@ def test_merge_takes_every_field_a_later_part_sets() -> None:
 
 # ---------------------------------------------------------------------------------------------------- the guard
 ISVC_ONLY_KEYS = {"desiredReplicas", "scalingHistory", "lastScaleReason", "lastDecisionTime", "metricsAvailable",
-                  "serviceScale", "latencyScale", "inFlightHistory", "idleSince", "scaledToZeroTime", "replicasUrl",
-                  "lastChangeTime"}
+                  "serviceScale", "latencyScale", "inFlightHistory", "inFlightTimes", "idleSince", "scaledToZeroTime",
+                  "replicasUrl", "lastChangeTime"}
 """Keys only an InferenceService's status has (``costUSDPerHour`` is also a budget ledger item's)."""
 BUDGET_ONLY_KEYS = {"periodStart", "periodEnd", "burnRatePerHour", "lastEvaluationTime", "enforcedServices",
                     "spotServices", "rejectedTenants", "tenantSpent", "spendAnomalies", "pendingAlerts",

@@ -905,7 +905,7 @@ def test_the_drain_is_sized_at_no_less_than_the_timed_service_time_and_the_queue
     assert d.features["observed_queue_need_replicas"] == 134.0, d.message
 
 
-def test_the_drains_growth_is_a_rate_over_the_time_since_the_last_decision_not_the_interval() -> None:
+def test_the_drains_growth_is_a_rate_over_the_time_between_samples_not_the_interval() -> None:
     # Review 2 of the drain rule (noticed at stop 43, fixed here): the growth of the requests in flight was divided by
     # the policy's 15 s decision interval whatever the time since the decision that read it. The counted case of the
     # test above (6 req/s counted when executed, 40 more in flight since the last decision, 10 slots at 1.6 s):
@@ -963,6 +963,28 @@ def test_the_drains_growth_is_timed_by_the_scrapes_the_decisions_read() -> None:
     old = ScalerState(in_flight_history=(80.0,), in_flight_times=(at(-3615),), recommendations=((at(-15), 10),))
     d = recommend(read(0, 500.0), policy, old, model, at(0))
     assert d.features["observed_queue_need_replicas"] == 556.0, d.message
+
+
+def test_the_drains_growth_is_timed_by_the_counts_own_scrape() -> None:
+    # Second review: with the gateway the count is the gateway's, but observed_at is the older of the gateway's and
+    # the replicas' newest scrapes. Decisions every 5 s; the gateway scraped at 0, 7 and 14 s (12, 26, 40 in
+    # flight: 2 req/s), the replicas at 3, 10 and 17 s. Timed by observed_at, the decision at 15 s read 14 more in
+    # 3 s (4.67 req/s: 21 replicas) and the one at 20 s stored the gateway's scrape at 14 s a second time (0 req/s:
+    # 12). By the count's own scrape: 14 in 7 s at both, ceil(((6 + 2) x 1.6 + 40 x 1.6 / 60) / 0.9) = 16.
+    policy, model = drain_policy(decision_interval_s=5), ConstantModel(843.0)
+    state = ScalerState()
+    needs = []
+    for decided_s, gateway_s, replicas_s, in_flight in ((5, 0, 3, 12.0), (10, 7, 10, 26.0), (15, 14, 10, 40.0),
+                                                        (20, 14, 17, 40.0)):
+        obs = make_obs(None, current=10, ready=10, workload=(image_class(6.0, observed_service_ms=1600.0),),
+                       in_flight_requests=in_flight, in_flight_age_ms=6000.0,
+                       observed_at=NOW + timedelta(seconds=min(gateway_s, replicas_s)),
+                       in_flight_at=NOW + timedelta(seconds=gateway_s))
+        d = recommend(obs, policy, state, model, NOW + timedelta(seconds=decided_s))
+        state = d.state
+        needs.append(d.features.get("observed_queue_need_replicas"))
+    assert needs[2:] == [16.0, 16.0], needs
+    assert state.in_flight_history == (26.0, 40.0)  # the scrape at 14 s once
 
 
 def test_the_drain_reads_every_class_of_a_modality_in_any_order() -> None:

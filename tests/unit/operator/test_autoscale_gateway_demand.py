@@ -146,8 +146,10 @@ def read(u: Universe, gateway: bool) -> MetricsReading:
 def decide(reading: MetricsReading, current: int = 2, state: ScalerState | None = None, later_s: float = 0.0) -> Any:
     """The decision at ``NOW + later_s`` on ``reading``, its scrapes taken ``later_s`` later too."""
     now = NOW + dt.timedelta(seconds=later_s)
-    if reading.observed_at is not None:
-        reading = dataclasses.replace(reading, observed_at=reading.observed_at + dt.timedelta(seconds=later_s))
+    later = dt.timedelta(seconds=later_s)
+    reading = dataclasses.replace(
+        reading, observed_at=None if reading.observed_at is None else reading.observed_at + later,
+        in_flight_at=None if reading.in_flight_at is None else reading.in_flight_at + later)
     obs = build_observation(reading, current_replicas=current, ready_replicas=current, slots_per_replica=1,
                             budget_max_replicas=None, now=now)
     policy = ScalingPolicy(scale_down_stabilization_s=0, target_p95_latency_ms=1000)
@@ -226,10 +228,14 @@ def test_a_user_model_read_through_the_gateway_is_sized_like_the_built_in_one() 
 def test_gateway_queue_and_in_flight_count_as_observed_demand() -> None:
     reading = read(universe(gateway_queue=8.0, gateway_inflight=4.0), gateway=True)
     assert reading.in_flight_requests == pytest.approx(12.0)  # admitted + held, over both gateway pods
+    # the count is the gateway's, sampled at its newest scrape (T - 1), not the older of both sources' (T - 2)
+    assert reading.in_flight_at == dt.datetime.fromtimestamp(T - 1, dt.UTC)
+    assert reading.observed_at == dt.datetime.fromtimestamp(T - 2, dt.UTC)
     assert reading.queued_requests == pytest.approx(8.0 + 2 * 0.5)  # held in the gateway + Triton's pending
     assert reading.extra["gateway_queue_requests"] == 8.0 and reading.extra["gateway_targets_total"] == 2.0
     without = read(universe(gateway_queue=8.0, gateway_inflight=4.0), gateway=False)
     assert without.queued_requests == pytest.approx(1.0) and without.in_flight_requests is None
+    assert without.in_flight_at is None
 
 
 def test_a_queue_building_in_the_gateway_scales_up_for_observed_queue() -> None:
