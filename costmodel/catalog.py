@@ -247,7 +247,8 @@ def load_catalog(override: str | Path | Mapping[str, Any] | None = None, *,
     Returns:
         The validated, immutable :class:`Catalog`.
     Raises:
-        CatalogError: YAML that does not parse, or a field that does not validate (the message names it).
+        CatalogError: An override file that cannot be read, YAML that does not parse, or a field that does not
+            validate (the message names it).
     """
     try:
         data = yaml.safe_load(base.read_text(encoding="utf-8"))
@@ -257,7 +258,16 @@ def load_catalog(override: str | Path | Mapping[str, Any] | None = None, *,
     if override is not None:
         if isinstance(override, Path):
             origin = str(override)
-            text: Any = override.read_text(encoding="utf-8")
+            try:
+                text: Any = override.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                raise CatalogError(f"{override}: no such file; give a pricing catalog override YAML (the shape of "
+                                   "catalog.yaml)") from None
+            except IsADirectoryError:
+                raise CatalogError(f"{override} is a directory; give a pricing catalog override YAML file") from None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CatalogError(f"{override}: cannot be read as UTF-8 text ({exc}); give a pricing catalog "
+                                   "override YAML") from None
         else:
             text = override
             origin = "override"

@@ -341,6 +341,10 @@ def run_diff(args: argparse.Namespace) -> int:
         return 2
     try:
         catalog = load_catalog(args.catalog) if args.catalog is not None else load_catalog()
+    except CatalogError as exc:
+        print(f"modalscale cost diff: {'--catalog: ' if args.catalog is not None else ''}{exc}", file=sys.stderr)
+        return 2
+    try:
         expected = simulator_expected(args.trace, args.profile) if args.trace is not None else None
         base, skipped_base = price_side(read_manifests(args.base, args.repo), catalog, expected)
         head, skipped_head = price_side(read_manifests(args.head, args.repo), catalog, expected)

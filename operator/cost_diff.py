@@ -362,17 +362,26 @@ def simulator_expected(trace_path: Path, profile_path: Path, seed: int = 0) -> E
     are cached per distinct setting.
 
     Raises:
-        CostDiffError: The trace or the profile cannot be read.
+        CostDiffError: The trace or the profile cannot be read (the message starts with the flag).
     """
-    from modalscale.autoscaler.regressor import load_model
+    from modalscale.autoscaler.regressor import ArtifactError, load_model
     from modalscale.autoscaler.simulate import SimulationConfig, run_simulation
     from modalscale.autoscaler.simulate_cli import load_trace
+    from modalscale.cli import UsageError, first_line
 
     try:
         trace = load_trace(trace_path, seed=seed)
-        model = load_model(profile_path)
+    except UsageError as exc:  # names --trace and the fix
+        raise CostDiffError(str(exc)) from None
     except (OSError, ValueError) as exc:
-        raise CostDiffError(f"--trace/--profile: {exc}") from None
+        raise CostDiffError(f"--trace: {exc}") from None
+    if not profile_path.is_file():
+        raise CostDiffError(f"--profile: {profile_path}: no such file; give the model artifact `modalscale profile` "
+                            "wrote")
+    try:
+        model = load_model(profile_path)
+    except (ArtifactError, OSError, ValueError) as exc:
+        raise CostDiffError(f"--profile: {profile_path}: {first_line(exc)}") from None
     cache: dict[tuple[int, int, int, int], float] = {}
 
     def mean_replicas(spec: IsvcSpec) -> float:

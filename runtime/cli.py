@@ -236,7 +236,7 @@ def run_render(args: argparse.Namespace) -> int:
     try:
         cfg = sized_for_this_machine(config_from_args(args))
     except InvalidSpec as exc:
-        print(f"Invalid runtime config: {exc}", file=sys.stderr)
+        print(f"modalscale runtime render: invalid runtime config: {exc}", file=sys.stderr)
         return 2
     write_fresh_repository(build_repository(cfg), args.out, "--out")
     print(f"Wrote model repository to {args.out}: {config_summary(cfg)}")
@@ -251,7 +251,7 @@ def run_serve(args: argparse.Namespace) -> int:
         cfg = sized_for_this_machine(config_from_args(args))
         require_engine(cfg)
     except InvalidSpec as exc:
-        print(f"Invalid runtime config: {exc}", file=sys.stderr)
+        print(f"modalscale runtime serve: invalid runtime config: {exc}", file=sys.stderr)
         return 2
     if args.model_repository is not None:
         return _serve(args, cfg, args.model_repository)

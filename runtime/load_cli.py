@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +37,28 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run_load(args: argparse.Namespace) -> int:
-    """Replay and print the report; returns 0, 1 if any request failed, 2 on a bad trace."""
-    try:
-        trace = read_trace(args.trace) if args.trace else synthetic_trace(args.rate_rps, args.duration_s, args.seed)
-    except (OSError, ValueError) as exc:
-        print(f"Bad trace: {exc}", file=sys.stderr)
-        return 2
+    """Replay and print the report; returns 0, or 1 if any request failed.
+
+    Raises:
+        UsageError: a rate, duration or time scale that is not > 0 and finite, or a trace that cannot be read
+            (``modalscale`` prints it in one line, naming the flag, and exits 2).
+    """
+    from modalscale.cli import UsageError, first_line, positive_finite
+
+    positive_finite("--time-scale", args.time_scale, "0.5 (twice as fast)")
+    if args.trace:
+        try:
+            trace = read_trace(args.trace)
+        except FileNotFoundError:
+            raise UsageError("--trace", f"{args.trace}: no such file; give a trace CSV (or --rate-rps for a "
+                                        "synthetic one)") from None
+        except IsADirectoryError:
+            raise UsageError("--trace", f"{args.trace} is a directory; give a trace CSV file") from None
+        except (OSError, ValueError) as exc:
+            raise UsageError("--trace", f"{args.trace}: {first_line(exc)}") from None
+    else:
+        trace = synthetic_trace(positive_finite("--rate-rps", args.rate_rps, "5 (requests/s)"),
+                                positive_finite("--duration-s", args.duration_s, "30 (s)"), args.seed)
     if args.save_trace:
         write_trace(trace, args.save_trace)
     report = asyncio.run(replay(trace, args.url, args.protocol, args.model, repeat_images=args.repeat_images,

@@ -208,7 +208,11 @@ def synthetic_trace(rate_rps: float, duration_s: float, seed: int = 0,
         seed: RNG seed.
         mix: ``(modality, probability)`` pairs.
         sizes: Image ``(width, height)`` choices in pixels.
+    Raises:
+        ValueError: ``rate_rps`` or ``duration_s`` not > 0 and finite (a negative rate never reached the end).
     """
+    if not (math.isfinite(rate_rps) and rate_rps > 0 and math.isfinite(duration_s) and duration_s > 0):
+        raise ValueError(f"rate_rps and duration_s must be > 0 and finite, got {rate_rps!r} and {duration_s!r}")
     rng = random.Random(seed)
     rows: list[TraceRow] = []
     t = 0.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 from collections.abc import Sequence
 
@@ -31,6 +32,24 @@ class UsageError(ValueError):
         super().__init__(f"{where}: {message}")
         self.where = where
         self.message = message
+
+
+def positive_finite(flag: str, value: float, example: str) -> float:
+    """``value`` when it is > 0 and finite (a rate, a duration, a scale).
+
+    Raises:
+        UsageError: naming ``flag``, with ``example`` as the fix (``--rate-rps: -1 must be > 0 and finite; e.g. 5``).
+    """
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(flag, f"{value:g} must be > 0 and finite; e.g. {example}")
+    return value
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message as one line for a :class:`UsageError`: its first line, without the quotes a
+    ``KeyError`` adds; its type when it has no message."""
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return text.splitlines()[0] if text.strip() else type(exc).__name__
 
 
 #: subcommand name -> module that registers it.

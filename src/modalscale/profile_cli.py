@@ -212,11 +212,17 @@ def run_profile(args: argparse.Namespace) -> int:
 
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731 - progress on stderr
     if args.from_csv is not None:
+        from modalscale.cli import UsageError, first_line
+
+        if not args.from_csv.is_file():
+            raise UsageError("--from-csv", f"{args.from_csv}: no such file; give a profile CSV (one "
+                                           "`modalscale profile --out-csv` wrote)")
         try:
             table = read_profile_csv(args.from_csv)
         except (OSError, ValueError) as exc:
-            say(f"Bad profile CSV: {exc}")
-            return 2
+            message = first_line(exc)
+            raise UsageError("--from-csv", message if str(args.from_csv) in message
+                             else f"{args.from_csv}: {message}") from None
         source = str(args.from_csv)
     else:
         defaults = ProfileGrid()

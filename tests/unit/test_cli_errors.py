@@ -66,6 +66,47 @@ def test_simulate_bad_input_exits_2_with_one_line_naming_the_flag(
     assert says in line, line
 
 
+REPO = Path(__file__).resolve().parents[2]
+FIXED = str(REPO / "crds" / "examples" / "inferenceservice-fixed.yaml")
+EXAMPLES = str(REPO / "crds" / "examples")
+
+# The other commands' bad input (a newcomer's check, stop 44: `load --rate-rps -1` never ended, `--rate-rps 0` and
+# `cost diff` with a missing catalog or profile file ended in a traceback, `profile --from-csv` named no flag).
+OTHER_CASES = [
+    (["load", "--rate-rps", "-1", "--duration-s", "1"], "load", "--rate-rps", "> 0"),
+    (["load", "--rate-rps", "0"], "load", "--rate-rps", "> 0"),
+    (["load", "--rate-rps", "nan"], "load", "--rate-rps", "> 0"),
+    (["load", "--duration-s", "-3"], "load", "--duration-s", "> 0"),
+    (["load", "--duration-s", "inf"], "load", "--duration-s", "> 0"),
+    (["load", "--time-scale", "0"], "load", "--time-scale", "> 0"),
+    (["load", "--trace", "{d}/nonexistent.csv"], "load", "--trace", "no such file"),
+    (["load", "--trace", "{d}/header.csv"], "load", "--trace", "header"),
+    (["cost", "diff", FIXED, EXAMPLES, "--catalog", "{d}/nonexistent.yaml"], "cost diff", "--catalog",
+     "no such file"),
+    (["cost", "diff", FIXED, EXAMPLES, "--catalog", "{d}"], "cost diff", "--catalog", "directory"),
+    (["cost", "diff", FIXED, EXAMPLES, "--trace", "{d}/ok.csv", "--profile", "{d}/nonexistent.skops"], "cost diff",
+     "--profile", "no such file"),
+    (["cost", "diff", FIXED, EXAMPLES, "--trace", "{d}/ok.csv", "--profile", "{d}/ok.csv"], "cost diff",
+     "--profile", "modalscale profile"),
+    (["cost", "diff", FIXED, EXAMPLES, "--trace", "{d}/nonexistent.csv", "--profile", "{d}/ok.csv"], "cost diff",
+     "--trace", "no such file"),
+    (["profile", "--from-csv", "{d}/nonexistent.csv"], "profile", "--from-csv", "no such file"),
+    (["profile", "--from-csv", "{d}/header.csv"], "profile", "--from-csv", ""),
+]
+
+
+@pytest.mark.parametrize(("args", "command", "flag", "says"), OTHER_CASES,
+                         ids=[" ".join(Path(a).name for a in c[0]) for c in OTHER_CASES])
+def test_other_commands_bad_input_exits_2_with_one_line_naming_the_flag(
+        capsys: pytest.CaptureFixture[str], traces: Path, args: list[str], command: str, flag: str,
+        says: str) -> None:
+    (traces / "ok.csv").write_text("arrival_s,image_count,image_width,image_height,text_tokens\n"
+                                   "0.5,0,0,0,12\n1.5,1,640,480,0\n")
+    line = _one_line_error(capsys, [a.format(d=traces) for a in args])
+    assert line.startswith(f"modalscale {command}: {flag}: "), line
+    assert says in line, line
+
+
 def test_cost_export_without_a_kubeconfig_exits_2_naming_kubeconfig(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
@@ -105,7 +146,8 @@ def test_cost_export_to_a_missing_folder_exits_2_naming_output(capsys: pytest.Ca
 
 
 @pytest.mark.parametrize("argv", [["simulate", "--trace", "/nonexistent/trace.csv"],
-                                  ["cost", "export", "--kubeconfig", "/nonexistent/kubeconfig"]])
+                                  ["cost", "export", "--kubeconfig", "/nonexistent/kubeconfig"],
+                                  ["load", "--rate-rps", "-1", "--duration-s", "1"]])  # it never ended
 def test_a_real_process_exits_2_without_a_traceback(argv: list[str]) -> None:
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     proc = subprocess.run([sys.executable, "-m", "modalscale.cli", *argv], capture_output=True, text=True,
