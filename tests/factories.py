@@ -164,3 +164,16 @@ def pending_json(entry: PendingAlert) -> dict[str, Any]:
 def anomalies_json(state: AnomalyState) -> list[dict[str, Any]]:
     """``status.spendAnomalies`` as written."""
     return [dict(i) for i in budget_status_json(BudgetStatus(anomaly_state=state))["spendAnomalies"]]
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """``patch`` applied to ``target`` as the apiserver applies a JSON merge patch (RFC 7386: null deletes)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out

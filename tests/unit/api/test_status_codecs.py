@@ -34,6 +34,7 @@ from modalscale.api.isvc_status import (
 )
 from modalscale.costmodel.budget import PolicyRef
 from modalscale.costmodel.budget.status import budget_status_json, read_budget_status, write_budget_status
+from tests.factories import merge_patch
 from tests.unit.kubectl.statuses import evaluated_policy, scaled_isvc
 
 REPO = Path(__file__).resolve().parents[3]
@@ -75,19 +76,6 @@ def test_every_field_round_trips_through_the_json_written() -> None:
                             "stages", "conditions"}
     assert written["costUSDPerHour"] == "1.2345" and written["scalingHistory"][1] == {
         "time": "2026-12-02T16:44:20Z", "from": 2, "to": 4, "reason": "ScaleUpForBurst"}
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386, as the apiserver applies ``application/merge-patch+json``: null removes a key."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 def test_a_scaler_state_key_the_new_state_lacks_is_removed_from_status_not_kept() -> None:

@@ -29,6 +29,7 @@ from modalscale.demo.run import (
 )
 from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL, node_reserve
 from modalscale.operator.isvc.objects import build_deployment
+from tests.factories import merge_patch
 
 
 def _body(real: bool) -> dict[str, Any]:
@@ -84,19 +85,6 @@ def test_predictive_scaling_is_valid_for_both_modes(real: bool) -> None:
     assert spec.scaling.mode == "Predictive"
 
 
-def _merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """RFC 7386 JSON merge patch (what ``patch_namespaced_custom_object`` sends for a dict): None removes."""
-    out = copy.deepcopy(target)
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        elif isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge_patch(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
 def _millicores(q: str) -> int:
     return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
 
@@ -122,7 +110,7 @@ def test_the_real_demo_starts_at_zero_then_patches_to_one_fixed_replica_then_pre
     body = _body(real=True)
     cold = parse_isvc(body)
     assert cold.scaling.mode == "Predictive" and cold.scaling.min_replicas == 0  # a start from zero
-    fixed = _merge_patch(body, {"spec": {"scaling": FIRST_REPLICA_SCALING}})
+    fixed = merge_patch(body, {"spec": {"scaling": FIRST_REPLICA_SCALING}})
     assert "scaleToZeroAfterSeconds" not in fixed["spec"]["scaling"]
     spec = parse_isvc(fixed)
     assert (spec.scaling.mode, spec.scaling.replicas, spec.scaling.min_replicas) == ("Fixed", 1, 1)
@@ -132,7 +120,7 @@ def test_the_real_demo_starts_at_zero_then_patches_to_one_fixed_replica_then_pre
         scaling = dict(demo._scaling(), replicas=None)  # turn_predictive's patch
     finally:
         demo.close()
-    predictive = _merge_patch(fixed, {"spec": {"scaling": scaling, "model": {"costModelRef": {
+    predictive = merge_patch(fixed, {"spec": {"scaling": scaling, "model": {"costModelRef": {
         "name": "m", "key": "model.skops"}}}})
     spec = parse_isvc(predictive)
     assert spec.scaling.mode == "Predictive" and spec.scaling.min_replicas == 1

@@ -41,7 +41,7 @@ from modalscale.costmodel.catalog import ReplicaResources, load_catalog, price_r
 from modalscale.operator.autoscale.plan import ServiceTimeModelStatus, plan_autoscale, plan_image_encoder_autoscale
 from modalscale.operator.budget.plan import BudgetObserved, plan_policy
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
-from tests.factories import as_status, budget_policy, inference_service, observation
+from tests.factories import as_status, budget_policy, inference_service, merge_patch, observation
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
 REPLICA_USD_PER_HOUR = price_replica(ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4"), "OnDemand",
@@ -64,19 +64,6 @@ class ConstantModel:
 def isvc_body(name: str = "vc", ns: str = "ml") -> dict[str, Any]:
     return inference_service(name, ns, uid=f"u-{name}", generation=1,
                              scaling={"mode": "Predictive", "minReplicas": 1, "maxReplicas": 6})
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """``patch`` applied to ``target`` as the apiserver applies a JSON merge patch (RFC 7386: null deletes)."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 def _deployment(dep: dict[str, Any], replicas: int) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from modalscale.operator.autoscale.plan import (
     plan_autoscale,
 )
 from modalscale.operator.conditions import get
-from tests.factories import as_status, state_json, stored_state
+from tests.factories import as_status, merge_patch, state_json, stored_state
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 READ = MetricsReading(observed_at=NOW, workload=(), busy_erlangs=0.5, targets_up=1, targets_total=1)
@@ -225,27 +225,14 @@ def test_compression_never_changes_a_stabilized_decision() -> None:
         assert a.desired_replicas == b.desired_replicas
 
 
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as the apiserver applies the status patch."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = _merge(out.get(k), v)
-    return out
-
-
 def test_features_of_an_earlier_decision_do_not_pile_up_under_the_merge_patch() -> None:
     # Seen in the demo: 38 features stored (the CRD allows 32) because the merge patch kept an earlier decision's
     # keys next to the new ones, and every later status write was refused with 422.
     first = {f"a{i:02d}": 1.0 for i in range(MAX_FEATURES)}
     second = {f"b{i:02d}": 2.0 for i in range(MAX_FEATURES)}
     plan = plan_autoscale(as_status({}), decision(3, features=first), READ, None, generation=1, now=NOW)
-    status = _merge({}, plan.status_patch)
+    status = merge_patch({}, plan.status_patch)
     plan = plan_autoscale(as_status(status), decision(4, features=second), READ, None, generation=1,
                           now=NOW + dt.timedelta(seconds=5))
-    status = _merge(status, plan.status_patch)
+    status = merge_patch(status, plan.status_patch)
     assert status["autoscaler"]["features"] == second
