@@ -35,7 +35,7 @@ from modalscale.autoscaler.traces import (
     read_trace_csv,
     servegen_trace,
 )
-from modalscale.cli import UsageError
+from modalscale.cli import UsageError, reading
 
 
 def load_trace(path: Path | None, shift: bool = False, image_fraction: float = 0.5, seed: int = 0) -> Trace:
@@ -47,19 +47,8 @@ def load_trace(path: Path | None, shift: bool = False, image_fraction: float = 0
     """
     if path is None:
         return modality_shift_trace(random_state=seed + 1) if shift else generate_trace(TraceSpec(random_state=seed))
-    try:
+    with reading("--trace", path, "a trace CSV", " (or leave --trace out for the generated trace)"):
         return _read_trace_file(path, image_fraction, seed)
-    except FileNotFoundError:
-        raise UsageError("--trace", f"{path}: no such file; give a trace CSV (or leave --trace out for the "
-                                    "generated trace)") from None
-    except IsADirectoryError:
-        raise UsageError("--trace", f"{path} is a directory; give a trace CSV file") from None
-    except UnicodeDecodeError:
-        raise UsageError("--trace", f"{path} is not UTF-8 text; give a trace CSV") from None
-    except OSError as exc:
-        raise UsageError("--trace", f"{path}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # the readers' messages name the file, the line and the column
-        raise UsageError("--trace", str(exc).splitlines()[0]) from None
 
 
 def _read_trace_file(path: Path, image_fraction: float, seed: int) -> Trace:

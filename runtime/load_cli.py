@@ -43,19 +43,12 @@ def run_load(args: argparse.Namespace) -> int:
         UsageError: a rate, duration or time scale that is not > 0 and finite, or a trace that cannot be read
             (``modalscale`` prints it in one line, naming the flag, and exits 2).
     """
-    from modalscale.cli import UsageError, first_line, positive_finite
+    from modalscale.cli import positive_finite, reading
 
     positive_finite("--time-scale", args.time_scale, "0.5 (twice as fast)")
     if args.trace:
-        try:
+        with reading("--trace", args.trace, "a trace CSV", " (or --rate-rps for a synthetic one)"):
             trace = read_trace(args.trace)
-        except FileNotFoundError:
-            raise UsageError("--trace", f"{args.trace}: no such file; give a trace CSV (or --rate-rps for a "
-                                        "synthetic one)") from None
-        except IsADirectoryError:
-            raise UsageError("--trace", f"{args.trace} is a directory; give a trace CSV file") from None
-        except (OSError, ValueError) as exc:
-            raise UsageError("--trace", f"{args.trace}: {first_line(exc)}") from None
     else:
         trace = synthetic_trace(positive_finite("--rate-rps", args.rate_rps, "5 (requests/s)"),
                                 positive_finite("--duration-s", args.duration_s, "30 (s)"), args.seed)

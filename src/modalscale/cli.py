@@ -14,7 +14,9 @@ import argparse
 import importlib
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 
 class UsageError(ValueError):
@@ -50,6 +52,27 @@ def first_line(exc: BaseException) -> str:
     ``KeyError`` adds; its type when it has no message."""
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     return text.splitlines()[0] if text.strip() else type(exc).__name__
+
+
+@contextmanager
+def reading(flag: str, path: Path, what: str, otherwise: str = "") -> Iterator[None]:
+    """Read ``path`` (given by ``flag``) inside this block: the reader's errors become one-line :class:`UsageError`
+    naming ``flag``, with ``what`` to give instead (``a trace CSV``) and ``otherwise`` after a missing file's fix."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except FileNotFoundError:
+        raise UsageError(flag, f"{path}: no such file; give {what}{otherwise}") from None
+    except IsADirectoryError:
+        raise UsageError(flag, f"{path} is a directory; give {what} file") from None
+    except UnicodeDecodeError:
+        raise UsageError(flag, f"{path} is not UTF-8 text; give {what}") from None
+    except OSError as exc:
+        raise UsageError(flag, f"{path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # the readers' messages name the line and the column, most of them the file too
+        message = first_line(exc)
+        raise UsageError(flag, message if str(path) in message else f"{path}: {message}") from None
 
 
 #: subcommand name -> module that registers it.

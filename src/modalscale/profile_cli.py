@@ -212,17 +212,10 @@ def run_profile(args: argparse.Namespace) -> int:
 
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731 - progress on stderr
     if args.from_csv is not None:
-        from modalscale.cli import UsageError, first_line
+        from modalscale.cli import reading
 
-        if not args.from_csv.is_file():
-            raise UsageError("--from-csv", f"{args.from_csv}: no such file; give a profile CSV (one "
-                                           "`modalscale profile --out-csv` wrote)")
-        try:
+        with reading("--from-csv", args.from_csv, "a profile CSV", " (one `modalscale profile --out-csv` wrote)"):
             table = read_profile_csv(args.from_csv)
-        except (OSError, ValueError) as exc:
-            message = first_line(exc)
-            raise UsageError("--from-csv", message if str(args.from_csv) in message
-                             else f"{args.from_csv}: {message}") from None
         source = str(args.from_csv)
     else:
         defaults = ProfileGrid()

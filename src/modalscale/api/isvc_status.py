@@ -220,19 +220,14 @@ def parse_time(value: Any) -> dt.datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-def format_time(value: dt.datetime) -> str:
-    """``value`` (timezone-aware) as RFC 3339 UTC with second precision, as Kubernetes stores times."""
+def format_time(value: dt.datetime, *, milliseconds: bool = False) -> str:
+    """``value`` (timezone-aware) as RFC 3339 UTC with second precision, as Kubernetes stores times; to the
+    millisecond (``2026-12-02T16:43:20.125Z``) with ``milliseconds``: for sample times that rates are taken over,
+    where whole seconds would be off by up to one."""
     if value.tzinfo is None:
         raise ValueError("time must be timezone-aware")
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def format_time_ms(value: dt.datetime) -> str:
-    """``value`` (timezone-aware) as RFC 3339 UTC to the millisecond (``2026-12-02T16:43:20.125Z``): for sample times
-    that rates are taken over, where whole seconds would be off by up to one."""
-    if value.tzinfo is None:
-        raise ValueError("time must be timezone-aware")
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    utc = value.astimezone(dt.UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if milliseconds else utc.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _read_state(block: Any) -> ScalerState | None:
@@ -258,8 +253,8 @@ def _read_state(block: Any) -> ScalerState | None:
                       ) if isinstance(history, list) else ()
     in_flight = in_flight if len(in_flight) == len(history[-2:]) else ()
     stamps = block.get("inFlightTimes") or []
-    times = tuple(t for t in (parse_time(v) for v in stamps[-2:]) if t is not None) if isinstance(stamps, list) else ()
-    times = times if isinstance(stamps, list) and len(times) == len(in_flight) == len(stamps[-2:]) else ()
+    parsed = tuple(parse_time(v) for v in stamps[-2:]) if isinstance(stamps, list) else (None,)
+    times = tuple(t for t in parsed if t is not None) if len(parsed) == len(in_flight) and None not in parsed else ()
     return ScalerState(recommendations=tuple(recs), service_scale=scale("serviceScale"),
                        latency_scale=scale("latencyScale"), last_change_at=parse_time(block.get("lastChangeTime")),
                        in_flight_history=in_flight,
@@ -414,7 +409,7 @@ def _write_state(state: ScalerState, stored: ScalerState | None = None) -> Autos
     if state.in_flight_history:
         out["inFlightHistory"] = [round(float(v), 3) for v in state.in_flight_history[-2:]]
     if state.in_flight_times:
-        out["inFlightTimes"] = [format_time_ms(t) for t in state.in_flight_times[-2:]]
+        out["inFlightTimes"] = [format_time(t, milliseconds=True) for t in state.in_flight_times[-2:]]
     if state.idle_since is not None:
         out["idleSince"] = format_time(state.idle_since)
     if state.scaled_to_zero_at is not None:
