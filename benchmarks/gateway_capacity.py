@@ -1,0 +1,281 @@
+"""Added latency and CPU of the gateway at one replica's capacity rate, side by side with the direct path (issue 19).
+
+Issue 19's figure: "Gateway overhead at one replica's capacity rate: added latency p50 <= 2 ms, p99 <= 10 ms; gateway
+CPU <= 5 % of the replicas' CPU per request on the mixed capacity workload (images up to 1600x1200)".
+``benchmarks/gateway_overhead.py`` measures the path's own cost at the low-load end (one request at a time, a
+near-zero-work model); this script measures it where the issue asks, with nothing simulated:
+
+* **The replica**: one real ``tritonserver`` serving the runtime's ``default`` preset (what an InferenceService gets
+  with no runtime fields: the modality router in front of batched image / text / image+text models), sized for one
+  core and pinned to the last CPU (``sched_setaffinity``, inherited by Triton and its Python stubs), as a replica
+  on its own node.
+* **The gateway**: ``modalscale gateway`` in its own process with the replica as its static endpoint, pinned with
+  this client to the other CPUs, as the gateway pods and the clients run elsewhere than a replica.
+* **The workload**: ``benchmarks/runtime_capacity.py``'s mixed capacity workload (text, image-only JPEG and PNG from
+  224x224 to 1600x1200, several images, image + text; every request's image bytes distinct, so no cache hits).
+* **Capacity**: the replica's closed-loop throughput through the direct path (concurrency 4) after a warm-up; the
+  offered rates are ``--fractions`` of it (1.0 = the capacity rate).
+* **Arrivals**: the inter-arrival gaps of a real trace (``--trace``: the Azure LLM 2023 conversation hour, or the
+  Mooncake FAST'25 conversation hour; a window of ``--requests`` consecutive requests, its gaps scaled so that the
+  window's mean rate is the offered rate; each round takes another window), or Poisson arrivals without one.
+  Latency counts from each request's scheduled arrival, so a late client or a queue counts too.
+* **Rows**: per offered rate and round, three rows in a shuffled order: ``direct A`` and ``direct A'`` (the same
+  direct path twice: their difference is the A/A row, the noise floor) and ``gateway``; every row gets the same
+  requests (their bytes re-salted) at the same arrival times. ``added`` = gateway minus direct A per percentile,
+  per round, printed as median [min-max] over rounds beside A/A.
+* **CPU**: the gateway process's CPU per request over the gateway rows, against the replica's (Triton and every
+  stub process) over the same rows.
+
+Usage::
+
+    PYTHONPATH=src .venv/bin/python benchmarks/gateway_capacity.py \\
+        --trace ../shared/data/azure_llm_2023_conv_1h.csv [--fractions 0.5,0.8,1.0] [--rounds 5] \\
+        [--requests 200] [--protocol grpc]
+
+Needs at least 2 CPUs. Prints the machine's load average and steal before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import numpy as np
+from numpy.typing import NDArray
+
+from modalscale.runtime import proctree
+from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, Protocol
+from modalscale.runtime.repo_config import PRESETS
+from modalscale.runtime.server import TritonProcess, free_port
+from modalscale.runtime.sweep import poisson_arrivals_s
+
+ROWS = ("direct A", "direct A'", "gateway")
+PERCENTILES = (50.0, 90.0, 99.0)
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+capacity = _load("runtime_capacity")
+open_loop_bench = _load("runtime_open_loop")
+
+
+def trace_gaps_s(path: Path | None) -> NDArray[np.float64] | None:
+    """Inter-arrival gaps (s) of a real trace: Azure's (``TIMESTAMP`` column) or Mooncake's (``timestamp_ms``)."""
+    if path is None:
+        return None
+    from modalscale.autoscaler.traces import read_azure_llm_trace, read_mooncake_trace
+
+    with path.open() as fh:
+        head = fh.readline()
+    trace = read_azure_llm_trace(path) if "TIMESTAMP" in head else read_mooncake_trace(path)
+    return np.diff(trace.arrival_s)
+
+
+def arrivals_s(gaps: NDArray[np.float64] | None, rate_rps: float, count: int, window: int, seed: int) -> list[float]:
+    """``count`` arrival times (s from 0) at a mean ``rate_rps``: the ``window``-th block of ``count - 1`` consecutive
+    trace gaps scaled to that mean (blocks wrap around the trace), or Poisson arrivals without a trace."""
+    if gaps is None:
+        return [float(a) for a in poisson_arrivals_s(rate_rps, count, seed=seed)]
+    start = (window * (count - 1)) % max(1, gaps.size - count)
+    block = gaps[start:start + count - 1]
+    scaled = block * ((count - 1) / rate_rps / block.sum()) if block.sum() > 0 else np.full(count - 1, 1 / rate_rps)
+    return [0.0] + [float(a) for a in np.cumsum(scaled)]
+
+
+def start_replica(work: Path, cpu: int) -> tuple[TritonProcess, str]:
+    """The ``default`` preset for one core, pinned to ``cpu`` (this process is pinned there while Triton starts, so
+    Triton and its stubs inherit it; the caller re-pins this process)."""
+    variant = capacity.Variant("default", PRESETS["default"].replace(cpu_cores=1))
+    from modalscale.runtime.server import write_repository
+
+    repo = write_repository(capacity.repository_files(variant), work / "repo")
+    os.sched_setaffinity(0, {cpu})
+    server = TritonProcess(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                           exit_timeout_s=5, log_path=work / "tritonserver.log")
+    server.start(ready_timeout_s=900)
+    return server, variant.name
+
+
+def start_gateway(replica: TritonProcess) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+    """``modalscale gateway`` in its own process (this process's CPU affinity), the replica as its static endpoint."""
+    ports = {"HTTP": free_port(), "GRPC": free_port(), "METRICS": free_port()}
+    env = {**os.environ, **{f"MODALSCALE_GATEWAY_{k}_PORT": str(v) for k, v in ports.items()},
+           "MODALSCALE_GATEWAY_LOG_LEVEL": "WARNING", "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "modalscale.cli", "gateway", "--endpoints",
+                             f"{replica.host}:{replica.http_port}:{replica.grpc_port}"], env=env)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{ports['METRICS']}/readyz", timeout=1).status_code == 200:
+                return proc, ports
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("modalscale gateway did not start")
+        time.sleep(0.2)
+
+
+async def send(url: str, protocol: Protocol, model: str, contents: list[tuple[list[bytes] | None, str | None]],
+               arrivals: list[float]) -> tuple[list[float], int]:
+    """Open loop: request ``i`` at ``arrivals[i]`` whatever is in flight; latencies (ms, from the scheduled arrival)
+    of the answered requests, and the number of errors."""
+    client = AsyncMultimodalClient(url, protocol, model, timeout_s=600)
+    latencies: list[float] = []
+    errors = 0
+
+    async def one(i: int, due: float) -> None:
+        nonlocal errors
+        images, text = contents[i]
+        try:
+            await client.infer(images=images, text=text)
+            latencies.append(1000 * (time.perf_counter() - due))
+        except InferenceError:
+            errors += 1
+
+    tasks = []
+    start = time.perf_counter()
+    try:
+        for i, at in enumerate(arrivals):
+            delay = start + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i, start + at)))
+        await asyncio.gather(*tasks)
+    finally:
+        await client.close()
+    return latencies, errors
+
+
+def tree_cpu_s(pid: int) -> float:
+    return sum(p.cpu_s for p in proctree.tree_cpu_s(pid).values())
+
+
+def run_rate(ctx: dict[str, Any], fraction: float, k: int, rounds: int, requests: int, seed: int
+             ) -> dict[str, Any]:
+    """Every round of one offered rate: per row and round its percentiles (ms) and errors; CPU over gateway rows."""
+    rate = fraction * ctx["capacity_rps"]
+    rng = random.Random(seed + k)
+    per_round: list[dict[str, NDArray[np.float64]]] = []
+    errors = dict.fromkeys(ROWS, 0)
+    cpu = {"gateway": 0.0, "replica": 0.0, "answered": 0}
+    for r in range(rounds):
+        specs = capacity.workload(requests, seed=seed + 1000 * k + r)
+        times = arrivals_s(ctx["gaps"], rate, requests, window=k * rounds + r, seed=seed + 1000 * k + r)
+        order = list(ROWS)
+        rng.shuffle(order)
+        out: dict[str, NDArray[np.float64]] = {}
+        for row in order:
+            contents = [capacity.encode(s, f"cap:{k}:{r}:{row}:{i}") for i, s in enumerate(specs)]
+            url = ctx["gateway_url"] if row == "gateway" else ctx["direct_url"]
+            before = (tree_cpu_s(ctx["gateway_pid"]), tree_cpu_s(ctx["replica_pid"]))
+            lat, err = asyncio.run(send(url, ctx["protocol"], ctx["model"], contents, times))
+            if row == "gateway":
+                cpu["gateway"] += tree_cpu_s(ctx["gateway_pid"]) - before[0]
+                cpu["replica"] += tree_cpu_s(ctx["replica_pid"]) - before[1]
+                cpu["answered"] += len(lat)
+            errors[row] += err
+            out[row] = np.percentile(lat, PERCENTILES) if lat else np.full(len(PERCENTILES), np.nan)
+        per_round.append(out)
+    return {"fraction": fraction, "rate_rps": rate, "rounds": per_round, "errors": errors, "cpu": cpu}
+
+
+def spread(values: list[float]) -> str:
+    return f"{np.median(values):+8.2f} [{min(values):+.2f} to {max(values):+.2f}]"
+
+
+def report(result: dict[str, Any], requests: int) -> None:
+    rounds = result["rounds"]
+    print(f"\noffered {result['fraction']:.2f} x capacity = {result['rate_rps']:.2f} req/s; {len(rounds)} rounds x "
+          f"{requests} requests per row; errors {result['errors']}")
+    print(f"{'row (ms, median of rounds)':<28}" + "".join(f"{f'p{int(p)}':>12}" for p in PERCENTILES))
+    for row in ROWS:
+        print(f"{row:<28}" + "".join(f"{np.median([r[row][i] for r in rounds]):>12.1f}"
+                                     for i in range(len(PERCENTILES))))
+    for label, a in (("A/A (A' - A)", "direct A'"), ("added (gateway - A)", "gateway")):
+        cells = [spread([float(r[a][i] - r["direct A"][i]) for r in rounds]) for i in range(len(PERCENTILES))]
+        print(f"{label:<28}" + "   ".join(cells))
+    cpu = result["cpu"]
+    if cpu["answered"]:
+        g, rep = 1000 * cpu["gateway"] / cpu["answered"], 1000 * cpu["replica"] / cpu["answered"]
+        print(f"CPU per answered request over the gateway rows: gateway {g:.2f} ms, replica {rep:.1f} ms "
+              f"({100 * g / rep:.2f} % of the replica's)")
+
+
+def machine_line(when: str) -> str:
+    load = proctree.loadavg()
+    return f"{when}: load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+
+
+def measure_capacity(ctx: dict[str, Any], requests: int, seed: int) -> float:
+    """Warm the replica up (the workload twice), then its closed-loop throughput (req/s) through the direct path."""
+    specs = capacity.workload(requests, seed=seed)
+    open_loop_bench.warm_up(ctx["server"], [ctx["model"]], specs)
+    window = capacity.measure(ctx["server"], ctx["model"], ctx["model"], -2, specs, concurrency=4)
+    rps: float = (window.requests - window.errors) / window.wall_s
+    print(f"capacity: closed loop, concurrency 4, {window.requests} requests: {rps:.2f} req/s "
+          f"({window.server_ms:.1f} replica CPU-ms per request, {window.errors} errors)")
+    return rps
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, default=None, help="Azure or Mooncake CSV whose gaps the arrivals take")
+    parser.add_argument("--fractions", default="0.5,0.8,1.0", help="offered rates as fractions of the capacity")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=200, help="requests per row and round")
+    parser.add_argument("--capacity-requests", type=int, default=96)
+    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
+    parser.add_argument("--seed", type=int, default=23)
+    args = parser.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        parser.error("needs at least 2 CPUs: one for the replica, the rest for the gateway and the client")
+    fractions = [float(f) for f in args.fractions.split(",")]
+    print("\n".join(capacity.header([], {})))
+    print(f"replica pinned to CPU {cpus[-1]}; gateway and client to CPUs {cpus[:-1]}; protocol {args.protocol}; "
+          f"arrivals {'gaps of ' + str(args.trace) if args.trace else 'Poisson'}")
+    jiffies0 = proctree.cpu_jiffies()
+    print(machine_line("before"))
+    work = Path(__import__("tempfile").mkdtemp(prefix="bench-gateway-capacity-"))
+    server, model = start_replica(work, cpus[-1])
+    os.sched_setaffinity(0, set(cpus[:-1]))
+    gateway, ports = start_gateway(server)
+    assert server.pid is not None
+    ctx: dict[str, Any] = {
+        "server": server, "model": model, "protocol": args.protocol, "gaps": trace_gaps_s(args.trace),
+        "replica_pid": server.pid, "gateway_pid": gateway.pid,
+        "direct_url": server.grpc_url if args.protocol == "grpc" else server.http_url,
+        "gateway_url": f"127.0.0.1:{ports['GRPC' if args.protocol == 'grpc' else 'HTTP']}"}
+    try:
+        ctx["capacity_rps"] = measure_capacity(ctx, args.capacity_requests, args.seed)
+        for k, fraction in enumerate(fractions):
+            report(run_rate(ctx, fraction, k, args.rounds, args.requests, args.seed), args.requests)
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        gateway.wait(30)
+        server.stop(drain=False)
+    print(f"{machine_line('after')}; steal "
+          f"{100 * proctree.steal_fraction(jiffies0, proctree.cpu_jiffies()):.2f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
