@@ -14,6 +14,7 @@ without the marker is refused (exit 2), never emptied.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import signal
 import sys
@@ -167,14 +168,43 @@ def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
         if not isinstance(manifest, dict) or manifest.get("kind", "InferenceService") != "InferenceService":
             raise InvalidSpec(str(args.from_isvc), "not an InferenceService manifest")
         cfg = RuntimeConfig.from_isvc_spec(manifest.get("spec") or {})
-    changes = {field: getattr(args, dest) for dest, field in _OVERRIDES.items() if getattr(args, dest) is not None}
-    if "precision" in changes:
-        changes["precision"] = Precision(changes["precision"])
-    if "engine" in changes:
-        changes["engine"] = Engine(changes["engine"])
-    if "stage" in changes:
-        changes["stage"] = Stage(changes["stage"])
-    return cfg.replace(**changes) if changes else cfg
+    enums = {"precision": Precision, "engine": Engine, "stage": Stage}
+    flags = {field: (f"--{dest.replace('_', '-')}", getattr(args, dest)) for dest, field in _OVERRIDES.items()
+             if getattr(args, dest) is not None}
+    return _with_flags(cfg, {field: (flag, enums[field](value) if field in enums else value)
+                             for field, (flag, value) in flags.items()})
+
+
+def _flag_of(field: str) -> str | None:
+    """The flag that sets the config field an :class:`InvalidSpec` names (``spec.runtime.maxBatchSize``,
+    ``runtime.dynamicBatching.maxQueueDelayMicroseconds`` or ``image_encoder_url``), or None."""
+    name = re.sub(r"(?<!^)([A-Z])", r"_\1", field.rsplit(".", 1)[-1]).lower()
+    dest = next((d for d, f in _OVERRIDES.items() if f == name), None)
+    return None if dest is None else f"--{dest.replace('_', '-')}"
+
+
+def _with_flags(cfg: RuntimeConfig, flags: dict[str, tuple[str, Any]]) -> RuntimeConfig:
+    """``cfg`` with ``{field: (flag, value)}`` applied.
+
+    Raises:
+        InvalidSpec: Named after the flag that sets the field the config refuses (given or not: ``--stage front``
+            without ``--image-encoder-url`` names the latter), else after the flag whose value the config refuses
+            on its own, else after every flag given; the config's own field in the message.
+    """
+    if not flags:
+        return cfg
+    try:
+        return cfg.replace(**{field: value for field, (_, value) in flags.items()})
+    except InvalidSpec as together:
+        flag = _flag_of(together.field)
+        if flag is not None:
+            raise InvalidSpec(flag, f"{together.message} ({together.field})") from None
+        for field, (flag, value) in flags.items():
+            try:
+                cfg.replace(**{field: value})
+            except InvalidSpec as alone:
+                raise InvalidSpec(flag, f"{alone.message} ({alone.field})") from None
+        raise InvalidSpec(", ".join(flag for flag, _ in flags.values()), f"together: {together}") from None
 
 
 def require_engine(cfg: RuntimeConfig) -> None:
@@ -236,7 +266,7 @@ def run_render(args: argparse.Namespace) -> int:
     try:
         cfg = sized_for_this_machine(config_from_args(args))
     except InvalidSpec as exc:
-        print(f"modalscale runtime render: invalid runtime config: {exc}", file=sys.stderr)
+        print(f"modalscale runtime render: {exc}", file=sys.stderr)
         return 2
     write_fresh_repository(build_repository(cfg), args.out, "--out")
     print(f"Wrote model repository to {args.out}: {config_summary(cfg)}")
@@ -251,7 +281,7 @@ def run_serve(args: argparse.Namespace) -> int:
         cfg = sized_for_this_machine(config_from_args(args))
         require_engine(cfg)
     except InvalidSpec as exc:
-        print(f"modalscale runtime serve: invalid runtime config: {exc}", file=sys.stderr)
+        print(f"modalscale runtime serve: {exc}", file=sys.stderr)
         return 2
     if args.model_repository is not None:
         return _serve(args, cfg, args.model_repository)

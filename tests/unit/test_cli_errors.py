@@ -92,6 +92,19 @@ OTHER_CASES = [
      "--trace", "no such file"),
     (["profile", "--from-csv", "{d}/nonexistent.csv"], "profile", "--from-csv", "no such file"),
     (["profile", "--from-csv", "{d}/header.csv"], "profile", "--from-csv", ""),
+    # A runtime flag's bad value was reported under the CRD field it sets (spec.runtime.maxBatchSize), not the flag.
+    (["runtime", "render", "--max-batch-size", "-3", "--out", "{d}/repo"], "runtime render", "--max-batch-size",
+     "[0, 256]"),
+    (["runtime", "render", "--instance-count", "0", "--out", "{d}/repo"], "runtime render", "--instance-count",
+     "[1, 16]"),
+    (["runtime", "render", "--cpu-cores", "-1", "--out", "{d}/repo"], "runtime render", "--cpu-cores", "[0, 1024]"),
+    (["runtime", "render", "--preset", "naive", "--preferred-batch-sizes", "4", "--out", "{d}/repo"],
+     "runtime render", "--preferred-batch-sizes", "maxBatchSize"),
+    (["runtime", "render", "--max-batch-size", "4", "--preferred-batch-sizes", "8", "--out", "{d}/repo"],
+     "runtime render", "--preferred-batch-sizes", "maxBatchSize (4)"),
+    (["runtime", "render", "--stage", "front", "--out", "{d}/repo"], "runtime render", "--image-encoder-url",
+     "required for stage front"),
+    (["runtime", "serve", "--max-queue-delay-us", "-1"], "runtime serve", "--max-queue-delay-us", "[0, 1000000]"),
 ]
 
 

@@ -215,7 +215,7 @@ def test_front_flag_without_url_exits_2_naming_the_field(tmp_path: Path, capsys:
     args = _parser().parse_args(["runtime", "render", "--stage", "front", "--out", str(tmp_path / "repo")])
     assert args.func(args) == 2
     err = capsys.readouterr().err
-    assert "image_encoder_url: required for stage front" in err and "--image-encoder-url" in err
+    assert "--image-encoder-url: required for stage front" in err and "(image_encoder_url)" in err
     args = _parser().parse_args(["runtime", "render", "--stage", "image-encoder", "--out", str(tmp_path / "enc")])
     assert args.func(args) == 0
     assert sorted(p.name for p in (tmp_path / "enc").iterdir()) == [".modalscale-repository", "image_encoder"]
