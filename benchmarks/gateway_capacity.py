@@ -13,8 +13,9 @@ near-zero-work model); this script measures it where the issue asks, with nothin
   this client to the other CPUs, as the gateway pods and the clients run elsewhere than a replica.
 * **The workload**: ``benchmarks/runtime_capacity.py``'s mixed capacity workload (text, image-only JPEG and PNG from
   224x224 to 1600x1200, several images, image + text; every request's image bytes distinct, so no cache hits).
-* **Capacity**: the replica's closed-loop throughput through the direct path (concurrency 4) after a warm-up; the
-  offered rates are ``--fractions`` of it (1.0 = the capacity rate).
+* **Capacity**: the replica's closed-loop throughput through the direct path over gRPC whatever ``--protocol``
+  (``runtime_capacity.measure``, concurrency 4) after a warm-up; the offered rates are ``--fractions`` of it (1.0 =
+  the capacity rate).
 * **Arrivals**: the inter-arrival gaps of a real trace (``--trace``: the Azure LLM 2023 conversation hour, or the
   Mooncake FAST'25 conversation hour; a window of ``--requests`` consecutive requests, its gaps scaled so that the
   window's mean rate is the offered rate; each round takes another window), or Poisson arrivals without one.
@@ -225,12 +226,13 @@ def machine_line(when: str) -> str:
 
 
 def measure_capacity(ctx: dict[str, Any], requests: int, seed: int) -> float:
-    """Warm the replica up (the workload twice), then its closed-loop throughput (req/s) through the direct path."""
+    """Warm the replica up (the workload twice), then its closed-loop throughput (req/s) through the direct path,
+    over gRPC whatever the run's protocol (``runtime_capacity.measure``)."""
     specs = capacity.workload(requests, seed=seed)
     open_loop_bench.warm_up(ctx["server"], [ctx["model"]], specs)
     window = capacity.measure(ctx["server"], ctx["model"], ctx["model"], -2, specs, concurrency=4)
     rps: float = (window.requests - window.errors) / window.wall_s
-    print(f"capacity: closed loop, concurrency 4, {window.requests} requests: {rps:.2f} req/s "
+    print(f"capacity: closed loop over gRPC, concurrency 4, {window.requests} requests: {rps:.2f} req/s "
           f"({window.server_ms:.1f} replica CPU-ms per request, {window.errors} errors)")
     return rps
 

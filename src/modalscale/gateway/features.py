@@ -394,15 +394,15 @@ def _json_elements(tensor: Mapping[str, Any], name: str, limit: int, shape: Sequ
 # ---- gRPC
 
 
-def preload() -> None:
+def preload(grpc: bool = True) -> None:
     """Load now what reading a request needs and would otherwise load on the first request: the
     ``inference.ModelInferRequest`` message class (``tritonclient.grpc``, imported lazily so that importing this
-    module stays light) and the WordPiece vocabulary. About 135 ms and 16 ms of CPU on the 2-vCPU development
-    machine, measured with ``time.process_time`` in a fresh interpreter, added to the first request's latency; on a
-    busy node, where a gateway pod's share of the CPU is its 100m request, over a second.
-    :meth:`modalscale.gateway.server.Gateway.start` calls it."""
-    from tritonclient.grpc import service_pb2  # noqa: F401
-
+    module stays light; only with ``grpc``, when the gateway serves gRPC) and the WordPiece vocabulary. About 135 ms
+    and 16 ms of CPU on the 2-vCPU development machine, measured with ``time.process_time`` in a fresh interpreter,
+    added to the first request's latency; on a busy node, where a gateway pod's share of the CPU is its 100m
+    request, over a second. :meth:`modalscale.gateway.server.Gateway.start` calls it."""
+    if grpc:
+        from tritonclient.grpc import service_pb2  # noqa: F401
     wordpiece.vocabulary()
 
 

@@ -90,13 +90,6 @@ def not_connected(exc: grpc.aio.AioRpcError) -> bool:
     return exc.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect to all addresses" in (exc.details() or "")
 
 
-GRPC_MAX_FRAME_BYTES = 4 * 1024 * 1024
-"""Largest HTTP/2 frame the gateway lets a client and a replica send it (SETTINGS_MAX_FRAME_SIZE, RFC 9113 6.5.2;
-gRPC's default 16 KiB): a request of megabytes of images then crosses in a few frames, not hundreds. With this and
-:func:`gc.freeze` after start-up (``modalscale.gateway.cli``), the gateway's CPU per gRPC request fell from 5.08 and
-4.33 ms to 3.83 and 3.83 ms (``benchmarks/gateway_capacity.py --fractions 0.5 --rounds 1 --requests 120``, the
-two arms alternated twice, 6 Dec 2026; the effect of each alone not measured)."""
-
 GRPC_CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
@@ -105,7 +98,6 @@ GRPC_CHANNEL_OPTIONS = [
     # UNAVAILABLE, and is retried on another replica, after CONNECT_TIMEOUT_S as an HTTP one is, not after 20 s.
     ("grpc.min_reconnect_backoff_ms", int(CONNECT_TIMEOUT_S * 1000)),
     ("grpc.initial_reconnect_backoff_ms", 1000),
-    ("grpc.http2.max_frame_size", GRPC_MAX_FRAME_BYTES),
 ]
 """Options of the gateway's channel to each replica."""
 
@@ -170,7 +162,7 @@ class Gateway:
         """Load what reading a request needs (:func:`~modalscale.gateway.features.preload`), then open the listeners
         and start following endpoints."""
         s = self.settings
-        preload()
+        preload(grpc=s.grpc_port > 0)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
             timeout=aiohttp.ClientTimeout(total=s.upstream_timeout_s, sock_connect=CONNECT_TIMEOUT_S),
@@ -198,8 +190,7 @@ class Gateway:
         await self._serve(metrics_app, s.metrics_port, shutdown_timeout=1.0)
         if s.grpc_port:
             self._grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", s.max_body_bytes),
-                                                  ("grpc.max_send_message_length", -1),
-                                                  ("grpc.http2.max_frame_size", GRPC_MAX_FRAME_BYTES)])
+                                                  ("grpc.max_send_message_length", -1)])
             self._grpc.add_generic_rpc_handlers((_GrpcProxy(self),))
             self._grpc.add_insecure_port(f"{self.host}:{s.grpc_port}")
             await self._grpc.start()

@@ -25,6 +25,8 @@ from modalscale.gateway.settings import GatewaySettings
 from modalscale.runtime.server import free_port
 
 ports = {k: str(free_port()) for k in ("HTTP", "GRPC", "METRICS")}
+if sys.argv[1] == "http-only":
+    ports["GRPC"] = "0"
 settings = GatewaySettings.from_env({"MODALSCALE_GATEWAY_ENDPOINTS": "127.0.0.1:9:9",
                                      **{f"MODALSCALE_GATEWAY_{k}_PORT": v for k, v in ports.items()}})
 MESSAGE = "tritonclient.grpc.service_pb2"
@@ -42,11 +44,20 @@ asyncio.run(main())
 """
 
 
-def test_a_started_gateway_has_loaded_the_grpc_message_and_the_vocabulary() -> None:
+def _started(mode: str) -> dict[str, dict[str, object]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run([sys.executable, "-c", PROGRAM, mode], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen: dict[str, dict[str, object]] = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["before"] == {"message": False, "vocabulary": 0}, "the check would prove nothing: loaded at import"
-    assert seen["after"] == {"message": True, "vocabulary": 1}
+    return seen
+
+
+def test_a_started_gateway_has_loaded_the_grpc_message_and_the_vocabulary() -> None:
+    assert _started("grpc")["after"] == {"message": True, "vocabulary": 1}
+
+
+def test_a_gateway_without_grpc_does_not_import_the_grpc_message() -> None:
+    """``MODALSCALE_GATEWAY_GRPC_PORT=0``: nothing reads a gRPC message, so a fault in that import cannot stop it."""
+    assert _started("http-only")["after"] == {"message": False, "vocabulary": 1}
