@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -62,12 +61,6 @@ async def serve(settings: GatewaySettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await gateway.start()
-    # Everything loaded so far lives as long as the process: keep it out of the collector's full passes (CPython's
-    # gc.freeze, meant for this), which otherwise walk it again as requests allocate. A profile of the gateway
-    # under gRPC load (py-spy, native frames) had the collector in about a quarter of its busy samples; with the
-    # freeze its CPU per gRPC request read 3.83 and 3.83 ms against 5.08 and 4.33 ms without (two alternated pairs
-    # of short runs of benchmarks/gateway_capacity.py, 6 Dec 2026: a small sample).
-    gc.freeze()
     await stop.wait()
     log = logging.getLogger(__name__)
     log.info("Gateway draining, not ready; still serving delay_s=%g", settings.shutdown_delay_s)
