@@ -71,6 +71,9 @@ from modalscale.runtime.repo_config import CONFIGMAP_SEPARATOR
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
 from modalscale.runtime.workload import photo_at, photo_names, text_of_tokens
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks beside it, run or imported
+import gateway_overhead
+
 MODEL = "byo"
 IMAGES_INPUT = "PHOTOS"
 TEXT_INPUT = "PROMPT"
@@ -247,22 +250,8 @@ def start_replica(tmp: Path) -> TritonProcess:
 
 def start_gateway(replica: TritonProcess) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
     """``modalscale gateway`` in its own process, the replica as its static endpoint, this model's input names."""
-    ports = {"HTTP": free_port(), "GRPC": free_port(), "METRICS": free_port()}
-    env = {**os.environ, **{f"MODALSCALE_GATEWAY_{k}_PORT": str(v) for k, v in ports.items()},
-           "MODALSCALE_GATEWAY_LOG_LEVEL": "WARNING", "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S": "0",
-           "MODALSCALE_GATEWAY_IMAGES_INPUT": IMAGES_INPUT, "MODALSCALE_GATEWAY_TEXT_INPUT": TEXT_INPUT}
-    proc = subprocess.Popen([sys.executable, "-m", "modalscale.cli", "gateway", "--endpoints",
-                             f"{replica.host}:{replica.http_port}:{replica.grpc_port}"], env=env)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{ports['METRICS']}/readyz", timeout=1).status_code == 200:
-                return proc, ports
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("modalscale gateway did not start")
-        time.sleep(0.2)
+    return gateway_overhead.start_gateway(replica, {"MODALSCALE_GATEWAY_IMAGES_INPUT": IMAGES_INPUT,
+                                                    "MODALSCALE_GATEWAY_TEXT_INPUT": TEXT_INPUT}, ready_timeout_s=60)
 
 
 FEATURE_SERIES = {"modalscale_requests_total": "requests", "modalscale_request_images_sum": "image_count",

@@ -44,21 +44,17 @@ import importlib.util
 import os
 import random
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import httpx
 import numpy as np
 from numpy.typing import NDArray
 
 from modalscale.runtime import proctree
-from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, Protocol
 from modalscale.runtime.repo_config import PRESETS
-from modalscale.runtime.server import TritonProcess, free_port
+from modalscale.runtime.server import TritonProcess, free_port, write_repository
 from modalscale.runtime.sweep import poisson_arrivals_s
 
 ROWS = ("direct A", "direct A'", "gateway")
@@ -76,6 +72,7 @@ def _load(name: str) -> ModuleType:
 
 capacity = _load("runtime_capacity")
 open_loop_bench = _load("runtime_open_loop")
+overhead = _load("gateway_overhead")
 
 
 def trace_gaps_s(path: Path | None) -> NDArray[np.float64] | None:
@@ -105,7 +102,6 @@ def start_replica(work: Path, cpu: int) -> tuple[TritonProcess, str]:
     """The ``default`` preset for one core, pinned to ``cpu`` (this process is pinned there while Triton starts, so
     Triton and its stubs inherit it; the caller re-pins this process)."""
     variant = capacity.Variant("default", PRESETS["default"].replace(cpu_cores=1))
-    from modalscale.runtime.server import write_repository
 
     repo = write_repository(capacity.repository_files(variant), work / "repo")
     os.sched_setaffinity(0, {cpu})
@@ -113,60 +109,6 @@ def start_replica(work: Path, cpu: int) -> tuple[TritonProcess, str]:
                            exit_timeout_s=5, log_path=work / "tritonserver.log")
     server.start(ready_timeout_s=900)
     return server, variant.name
-
-
-def start_gateway(replica: TritonProcess) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
-    """``modalscale gateway`` in its own process (this process's CPU affinity), the replica as its static endpoint."""
-    ports = {"HTTP": free_port(), "GRPC": free_port(), "METRICS": free_port()}
-    env = {**os.environ, **{f"MODALSCALE_GATEWAY_{k}_PORT": str(v) for k, v in ports.items()},
-           "MODALSCALE_GATEWAY_LOG_LEVEL": "WARNING", "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "modalscale.cli", "gateway", "--endpoints",
-                             f"{replica.host}:{replica.http_port}:{replica.grpc_port}"], env=env)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{ports['METRICS']}/readyz", timeout=1).status_code == 200:
-                return proc, ports
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("modalscale gateway did not start")
-        time.sleep(0.2)
-
-
-async def send(url: str, protocol: Protocol, model: str, contents: list[tuple[list[bytes] | None, str | None]],
-               arrivals: list[float]) -> tuple[list[float], int]:
-    """Open loop: request ``i`` at ``arrivals[i]`` whatever is in flight; latencies (ms, from the scheduled arrival)
-    of the answered requests, and the number of errors."""
-    client = AsyncMultimodalClient(url, protocol, model, timeout_s=600)
-    latencies: list[float] = []
-    errors = 0
-
-    async def one(i: int, due: float) -> None:
-        nonlocal errors
-        images, text = contents[i]
-        try:
-            await client.infer(images=images, text=text)
-            latencies.append(1000 * (time.perf_counter() - due))
-        except InferenceError:
-            errors += 1
-
-    tasks = []
-    start = time.perf_counter()
-    try:
-        for i, at in enumerate(arrivals):
-            delay = start + at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(i, start + at)))
-        await asyncio.gather(*tasks)
-    finally:
-        await client.close()
-    return latencies, errors
-
-
-def tree_cpu_s(pid: int) -> float:
-    return sum(p.cpu_s for p in proctree.tree_cpu_s(pid).values())
 
 
 def run_rate(ctx: dict[str, Any], fraction: float, k: int, rounds: int, requests: int, seed: int
@@ -186,11 +128,13 @@ def run_rate(ctx: dict[str, Any], fraction: float, k: int, rounds: int, requests
         for row in order:
             contents = [capacity.encode(s, f"cap:{k}:{r}:{row}:{i}") for i, s in enumerate(specs)]
             url = ctx["gateway_url"] if row == "gateway" else ctx["direct_url"]
-            before = (tree_cpu_s(ctx["gateway_pid"]), tree_cpu_s(ctx["replica_pid"]))
-            lat, err = asyncio.run(send(url, ctx["protocol"], ctx["model"], contents, times))
+            before = {side: capacity._tree_cpu(ctx[f"{side}_pid"]) for side in ("gateway", "replica")}
+            done, err, _, _ = asyncio.run(open_loop_bench.open_loop(url, ctx["model"], contents, times,
+                                                                    len(times) + 1, ctx["protocol"]))
+            lat = [latency for _, latency in done]
             if row == "gateway":
-                cpu["gateway"] += tree_cpu_s(ctx["gateway_pid"]) - before[0]
-                cpu["replica"] += tree_cpu_s(ctx["replica_pid"]) - before[1]
+                for side in ("gateway", "replica"):
+                    cpu[side] += capacity._delta_cpu(before[side], capacity._tree_cpu(ctx[f"{side}_pid"]))
                 cpu["answered"] += len(lat)
             errors[row] += err
             out[row] = np.percentile(lat, PERCENTILES) if lat else np.full(len(PERCENTILES), np.nan)
@@ -259,7 +203,7 @@ def main() -> int:
     work = Path(__import__("tempfile").mkdtemp(prefix="bench-gateway-capacity-"))
     server, model = start_replica(work, cpus[-1])
     os.sched_setaffinity(0, set(cpus[:-1]))
-    gateway, ports = start_gateway(server)
+    gateway, ports = overhead.start_gateway(server, ready_timeout_s=60)
     assert server.pid is not None
     ctx: dict[str, Any] = {
         "server": server, "model": model, "protocol": args.protocol, "gaps": trace_gaps_s(args.trace),

@@ -99,13 +99,20 @@ def http_request(image: bool) -> tuple[bytes, dict[str, str]]:
                          "Content-Type": "application/octet-stream"}
 
 
-def start_gateway(replica: TritonProcess) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+def start_gateway(replica: TritonProcess, extra_env: dict[str, str] | None = None, ready_timeout_s: float = 30
+                  ) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+    """``modalscale gateway`` in its own process (as in a pod), the replica as its static endpoint, ``extra_env``
+    (``MODALSCALE_GATEWAY_*``) on top; returns it when its ``/readyz`` answers, and its ports by name.
+
+    Raises:
+        RuntimeError: It exited or was not ready within ``ready_timeout_s``.
+    """
     ports = {"HTTP": free_port(), "GRPC": free_port(), "METRICS": free_port()}
     env = {**os.environ, **{f"MODALSCALE_GATEWAY_{k}_PORT": str(v) for k, v in ports.items()},
-           "MODALSCALE_GATEWAY_LOG_LEVEL": "WARNING", "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S": "0"}
+           "MODALSCALE_GATEWAY_LOG_LEVEL": "WARNING", "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S": "0", **(extra_env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "modalscale.cli", "gateway", "--endpoints",
                              f"{replica.host}:{replica.http_port}:{replica.grpc_port}"], env=env)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + ready_timeout_s
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{ports['METRICS']}/readyz", timeout=1).status_code == 200:

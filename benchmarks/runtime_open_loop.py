@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from modalscale.runtime import proctree
-from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, scrape_metrics
+from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, Protocol, scrape_metrics
 from modalscale.runtime.cores import available_cores
 from modalscale.runtime.repo_config import PRESETS, Engine, Precision, config_flags
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
@@ -110,10 +110,11 @@ def extra_variants() -> dict[str, "capacity.Variant"]:
 
 
 async def open_loop(url: str, model: str, contents: list[tuple[list[bytes] | None, str | None]],
-                    arrivals_s: list[float], max_backlog: int) -> tuple[list[tuple[int, float]], int, int, float]:
+                    arrivals_s: list[float], max_backlog: int, protocol: Protocol = "grpc"
+                    ) -> tuple[list[tuple[int, float]], int, int, float]:
     """Send request i at ``arrivals_s[i]`` whatever is in flight; returns ``([(index, latency_ms)], errors, shed,
     wall_s)`` with latency from the scheduled arrival."""
-    client = AsyncMultimodalClient(url, "grpc", model, timeout_s=600)
+    client = AsyncMultimodalClient(url, protocol, model, timeout_s=600)
     done: list[tuple[int, float]] = []
     errors = 0
     inflight = 0
