@@ -169,10 +169,15 @@ def config_from_args(args: argparse.Namespace) -> RuntimeConfig:
             raise InvalidSpec(str(args.from_isvc), "not an InferenceService manifest")
         cfg = RuntimeConfig.from_isvc_spec(manifest.get("spec") or {})
     enums = {"precision": Precision, "engine": Engine, "stage": Stage}
-    flags = {field: (f"--{dest.replace('_', '-')}", getattr(args, dest)) for dest, field in _OVERRIDES.items()
+    flags = {field: (_flag(dest), getattr(args, dest)) for dest, field in _OVERRIDES.items()
              if getattr(args, dest) is not None}
     return _with_flags(cfg, {field: (flag, enums[field](value) if field in enums else value)
                              for field, (flag, value) in flags.items()})
+
+
+def _flag(dest: str) -> str:
+    """The flag of an argparse destination (``max_batch_size`` -> ``--max-batch-size``)."""
+    return f"--{dest.replace('_', '-')}"
 
 
 def _flag_of(field: str) -> str | None:
@@ -180,7 +185,7 @@ def _flag_of(field: str) -> str | None:
     ``runtime.dynamicBatching.maxQueueDelayMicroseconds`` or ``image_encoder_url``), or None."""
     name = re.sub(r"(?<!^)([A-Z])", r"_\1", field.rsplit(".", 1)[-1]).lower()
     dest = next((d for d, f in _OVERRIDES.items() if f == name), None)
-    return None if dest is None else f"--{dest.replace('_', '-')}"
+    return None if dest is None else _flag(dest)
 
 
 def _with_flags(cfg: RuntimeConfig, flags: dict[str, tuple[str, Any]]) -> RuntimeConfig:
