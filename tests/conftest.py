@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._signals import pytest_configure  # noqa: F401 (a hook: SIGTERM tears the session down)
+from tests import _signals
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_DIR = REPO / "crds"
@@ -62,6 +62,28 @@ def lane_of(module_path: str, uses_real_node: bool) -> str:
     if module_path.startswith(("tests/integration/operator/", "tests/unit/")):
         return "operator"
     return "rest"
+
+
+def lane_environment(lane: str) -> dict[str, str]:
+    """Variables a lane's pytest process sets for itself and everything it starts (pure).
+
+    Outside ``realnode`` no cluster may take the machine's one real node: ``MODALSCALE_REAL_NODE=0`` turns the
+    default (take it where the machine supports it) off for every cluster such a lane starts, in process or through
+    the CLI. Without it, at ci72 (stop 45) a control plane of the ``rest`` lane started with the default in the half
+    minute when the ``realnode`` lane's session cluster had handed its node to the two-node chaos module and not yet
+    taken it back: it took the node, the session cluster came back KWOK-only, and every later real-node test errored.
+    A cluster that asks with ``real_node=True`` is not affected (no such one runs outside ``realnode``).
+    """
+    if lane not in LANES:
+        raise ValueError(f"{LANE_ENV}={lane!r}: not a lane; use one of {', '.join(LANES)}")
+    return {} if lane == "realnode" else {"MODALSCALE_REAL_NODE": "0"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _signals.pytest_configure(config)  # SIGTERM tears the session down
+    lane = os.environ.get(LANE_ENV, "")
+    if lane in LANES:
+        os.environ.update(lane_environment(lane))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -615,7 +615,7 @@ def own_cluster(helm: list[str], tmp_path_factory: pytest.TempPathFactory) -> It
     with the CRDs installed for real by the CRD chart (kopf's peering CRDs included)."""
     c = LocalCluster(tmp_path_factory.mktemp("helm-cluster"), log=lambda _m: None)
     try:
-        c.up(nodes=2, gpus_per_node=8, gpu_type="nvidia-l4")
+        c.up(nodes=2, gpus_per_node=8, gpu_type="nvidia-l4", real_node=False)  # the machine's node is realnode's
         out = run([*helm, "install", "crds", str(CRD_CHART), "--kubeconfig", str(c.kubeconfig), "--wait",
                    "--timeout", "60s"]).stdout
         assert "STATUS: deployed" in out

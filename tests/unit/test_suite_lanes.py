@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from modalscale.devenv.realnode import real_node_plan
 from modalscale.runtime.server import port_range
-from tests.conftest import FIRST_IN_REALNODE, LANES, PLACED, lane_of, run_order
+from tests.conftest import FIRST_IN_REALNODE, LANES, PLACED, lane_environment, lane_of, run_order
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test.sh"
 
@@ -72,3 +73,18 @@ def test_the_modules_run_first_exist_use_the_real_node_and_no_project_image() ->
         text = (root / module).read_text(encoding="utf-8")
         assert "real_node_cluster" in text or "real: LocalCluster" in text, module
         assert "images_imported" not in text and "build_images" not in text, module
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_only_the_realnode_lane_lets_a_cluster_take_the_real_node_by_default(lane: str) -> None:
+    """ci72: a ``rest``-lane control plane started with the default took the machine's node while the ``realnode``
+    lane's session cluster was between stopping and restarting it."""
+    env = lane_environment(lane)
+    start, reason = real_node_plan(None, env.get("MODALSCALE_REAL_NODE", ""), [])
+    assert start is (lane == "realnode"), (lane, env, reason)
+    assert real_node_plan(True, env.get("MODALSCALE_REAL_NODE", ""), []) == (True, None)  # asking still works
+
+
+def test_a_lane_that_is_not_one_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="MODALSCALE_TEST_LANE='fast'.*realnode, operator, rest"):
+        lane_environment("fast")

@@ -282,6 +282,9 @@ def two_nodes(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPath
             two.down()
     finally:
         real_node_cluster.up(nodes=2, real_node=True)
+        # `up` runs KWOK-only when another cluster took the machine's node meanwhile: say so here, not in the
+        # next module's setup.
+        assert real_node_cluster.has_real_node, real_node_cluster.real_node_status()
 
 
 @pytest.fixture(scope="module")
