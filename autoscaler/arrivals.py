@@ -199,11 +199,19 @@ class Forecast:
         rate_rps: Forecast (upper) arrival rate to provision for over the horizon, requests/s.
         current_rps: The rate it is compared with: the mean over the last ``recent_bins`` bins, requests/s.
         rule: Which rule made it (``naive``, ``holt``, ``peak``).
+        level_rps: The expected rate over the horizon, without the upper part: ``peak``'s Holt level plus its positive
+            trend over the horizon (the rate a ramp brings; ``rate_rps`` adds the quantile of recent peaks); the
+            other rules' ``rate_rps``; requests/s.
     """
 
     rate_rps: float
     current_rps: float
     rule: str
+    level_rps: float = -1.0
+
+    def __post_init__(self) -> None:
+        if self.level_rps < 0:
+            object.__setattr__(self, "level_rps", self.rate_rps)
 
 
 def holt(rates: NDArray[np.float64], alpha: float = 0.5, beta: float = 0.2) -> tuple[float, float, float]:
@@ -273,4 +281,5 @@ def forecast_rate_rps(counts: Sequence[float] | NDArray[np.float64], bin_s: floa
     else:
         recent = rates[-k:]
     peak = float(np.quantile(recent, quantile))
-    return Forecast(max(0.0, peak + max(0.0, trend) * steps), current, rule)
+    ramp = max(0.0, trend) * steps
+    return Forecast(max(0.0, peak + ramp), current, rule, level_rps=max(0.0, level + ramp))

@@ -149,3 +149,13 @@ def test_peak_takes_rates_over_spans_as_long_as_asked() -> None:
     # spans below one bin, or of one bin, are the bins themselves
     short = forecast_rate_rps(counts, 15.0, 60.0, rule="peak", quantile=0.95, span_s=5.0)
     assert short is not None and short.rate_rps == per_bin.rate_rps
+
+
+def test_the_peak_forecast_carries_its_level_apart_from_its_peak() -> None:
+    counts = [750.0] * 30 + [1200.0, 750.0, 1200.0, 750.0, 1200.0] + [750.0] * 5
+    peak = forecast_rate_rps(counts, 15.0, 50.0, rule="peak", quantile=0.95)
+    assert peak is not None and peak.rate_rps == pytest.approx(80.0)
+    assert 45.0 <= peak.level_rps < 60.0  # Holt's level after the peaks, no rising trend
+    for rule in ("naive", "holt"):
+        other = forecast_rate_rps(counts, 15.0, 50.0, rule=rule)
+        assert other is not None and other.level_rps == other.rate_rps

@@ -690,6 +690,23 @@ def test_forecast_starts_replicas_ahead_of_a_ramp() -> None:
     assert (off.desired_replicas, off.reason) == (8, Reason.STEADY)
 
 
+def test_a_forecast_peak_is_sized_for_the_p95_target_and_a_scale_down_stops_at_it_at_the_utilization_target() -> None:
+    # 50 req/s now; three 80 req/s bins in the last 5 min: the peak forecaster's 95th percentile is 80 req/s = 8
+    # erlangs at 100 ms. The peak is headroom already: 9 replicas meet the 10 s p95 (8 / 0.7 = 12 sized it twice).
+    counts = tuple([750.0] * 30 + [1200.0, 750.0, 1200.0, 750.0, 1200.0] + [750.0] * 5)
+    policy = make_policy(max_step_replicas=50)
+    up = recommend(make_obs(50.0, current=8, arrival_counts=counts), policy, ScalerState(), MODEL, NOW)
+    assert (up.desired_replicas, up.reason) == (9, Reason.SCALE_UP_FOR_FORECAST)
+    assert up.features["forecast_rps"] == pytest.approx(80.0) and "needs 9" in up.message
+    # from above, the scale-down stops where the peak at the utilization target would (hysteresis: no 9 <-> 12 flap)
+    down = recommend(make_obs(50.0, current=14, arrival_counts=counts), replace(policy, scale_down_stabilization_s=0),
+                     ScalerState(), MODEL, NOW)
+    assert (down.desired_replicas, down.reason) == (12, Reason.SCALE_DOWN_FOR_FORECAST)
+    held = recommend(make_obs(50.0, current=10, arrival_counts=counts), replace(policy, scale_down_stabilization_s=0),
+                     ScalerState(), MODEL, NOW)
+    assert held.desired_replicas == 10
+
+
 def test_scale_down_goes_only_as_far_as_the_forecast_demand() -> None:
     # 50 req/s for 7.5 min, then 30 for 75 s, then 10 now; the peak forecaster's last 150 s hold 30 req/s bins
     counts = tuple([750.0] * 30 + [450.0] * 5 + [150.0] * 5)
