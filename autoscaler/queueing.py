@@ -125,11 +125,11 @@ def response_tail_probability(
     if a == 0:
         return service_sf
     p_wait = erlang_c(servers, a)
-    if p_wait <= 0.0:  # underflow: waiting is negligible
+    # Allen-Cunneen's mean wait divided by P(wait), in closed form (no 0/0 when P(wait) underflows).
+    mean_wait_if_waiting = mean_service_ms / (servers - a) * (scv_arrival + scv_service) / 2.0
+    if p_wait <= 0.0 or not mean_wait_if_waiting > 0.0:
+        # Waiting is negligible (P(wait) underflowed), or none at all: both SCVs 0 (D/D/c) has no queue when stable.
         return service_sf
-    mean_wait_if_waiting = (
-        allen_cunneen_mean_wait_ms(arrival_rps, mean_service_ms, scv_service, servers, scv_arrival) / p_wait
-    )
     theta = 1.0 / mean_wait_if_waiting
     # P(W' + S > t) for W' ~ Exp(theta): e^{-theta t} + int_0^t theta e^{-theta w} P(S > t - w) dw
     w = 0.5 * t_ms * (_GL_NODES + 1.0)

@@ -75,6 +75,19 @@ def test_no_load_response_quantile_is_the_service_quantile() -> None:
     assert response_quantile_ms(1e-9, 100.0, 1.0, 1) == pytest.approx(100 * math.log(20), rel=1e-3)
 
 
+@pytest.mark.parametrize(("servers", "erlangs"), [(2, 1.0), (5, 0.5), (5, 4.5), (40, 39.0)])
+def test_deterministic_arrivals_and_service_never_queue_while_stable(servers: int, erlangs: float) -> None:
+    # D/D/c (both SCVs 0): Allen-Cunneen's wait is 0, so the tail is the service time's own (the staged
+    # simulator's pool divided by zero here at d06fc87, when the forecast was first sized at utilization 1.0)
+    service_only = response_tail_probability(300.0, 0.0, 100.0, 0.0, servers)
+    tail = response_tail_probability(300.0, erlangs * 10.0, 100.0, 0.0, servers, scv_arrival=0.0)
+    assert tail == pytest.approx(service_only)
+    # the least count above the load (at the load itself it is unstable)
+    assert replicas_for_slo(erlangs * 10.0, 100.0, 0.0, 1, 300.0, 1.0, 100, scv_arrival=0.0) == math.floor(erlangs) + 1
+    # a vanishing P(wait) (many servers, little load) is the service time's tail: exponential, e^-3 at 3 means
+    assert response_tail_probability(300.0, 1.0, 100.0, 1.0, 400) == pytest.approx(math.exp(-3.0), rel=1e-6)
+
+
 def test_response_quantile_falls_as_servers_are_added() -> None:
     values = [response_quantile_ms(40.0, 100.0, 1.5, c) for c in range(5, 12)]
     assert all(a > b for a, b in zip(values, values[1:]))
