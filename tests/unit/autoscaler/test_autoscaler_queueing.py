@@ -11,6 +11,7 @@ from modalscale.autoscaler.queueing import (
     erlang_b,
     erlang_c,
     mmc_mean_wait_ms,
+    offered_load_erlangs,
     replicas_for_slo,
     response_quantile_ms,
     response_tail_probability,
@@ -86,6 +87,17 @@ def test_deterministic_arrivals_and_service_never_queue_while_stable(servers: in
     assert replicas_for_slo(erlangs * 10.0, 100.0, 0.0, 1, 300.0, 1.0, 100, scv_arrival=0.0) == math.floor(erlangs) + 1
     # a vanishing P(wait) (many servers, little load) is the service time's tail: exponential, e^-3 at 3 means
     assert response_tail_probability(300.0, 1.0, 100.0, 1.0, 400) == pytest.approx(math.exp(-3.0), rel=1e-6)
+
+
+def test_a_p_wait_at_the_smallest_float_is_no_wait_not_a_division_by_zero() -> None:
+    # The staged benchmark's servegen-peak-hour, seed 2, at d06fc87: replicas_for_slo's bisection tried 201 servers
+    # for 1.87 erlangs; P(wait) was 5e-324, Allen-Cunneen's mean wait underflowed to 0 and 0 / P(wait) = 0 was
+    # divided into 1 (ZeroDivisionError). The operator's sizer searches up to 2 x maxReplicas + 1 servers too.
+    args = dict(t_ms=1302.5982402678067, arrival_rps=18.935336506526305, mean_service_ms=98.57791962367371,
+                scv_service=0.6044297550092614, servers=201, scv_arrival=10.020816630800173)
+    assert erlang_c(201, offered_load_erlangs(args["arrival_rps"], args["mean_service_ms"])) == 5e-324
+    service_only = response_tail_probability(args["t_ms"], 0.0, args["mean_service_ms"], args["scv_service"], 1)
+    assert response_tail_probability(**args) == pytest.approx(service_only, rel=1e-9)
 
 
 def test_response_quantile_falls_as_servers_are_added() -> None:
