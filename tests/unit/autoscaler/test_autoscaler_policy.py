@@ -779,8 +779,9 @@ def test_sized_as_observed_uses_the_observed_service_time_in_every_window() -> N
     # means 20 s per request in the stable AND the recent window: 0.35 req/s x 20 s = 7 erlangs; a 15 s window
     # holding ~5 requests at 20 s is ~7 erlangs again. Scaling the model's prediction for that window's mean
     # tokens (18x the stable window's) by the observed ratio read 126 erlangs and asked for up to max_step more.
+    # (a start-up longer than the 80 s target, so that the recent window is sized at all)
     policy = make_policy(target_p95_latency_ms=80_000, target_utilization_percent=90, max_step_replicas=32,
-                         max_replicas=200)
+                         max_replicas=200, forecast_horizon_s=120.0)
     stable = (text_class(0.35, mean_text_tokens=7000, service_scv=0.3, observed_service_ms=20_000.0),)
     recent = (text_class(0.33, mean_text_tokens=30_000, service_scv=0.3),)  # 4 of ~7,000 and one of 126,000
     obs = make_obs(0.35, current=8, workload=stable, recent_workload=recent, recent_window_s=15.0)
@@ -789,6 +790,28 @@ def test_sized_as_observed_uses_the_observed_service_time_in_every_window() -> N
     assert d.features["recent_load_erlangs"] == pytest.approx(0.33 * 20.0)
     assert d.features["mean_service_ms"] == pytest.approx(20_000.0)
     assert d.desired_replicas <= 9  # ceil(7 / 0.9) = 8 (+1 for the p95 at SCV 0.3), never the recent window's 100+
+
+
+def test_a_target_that_absorbs_a_start_up_leaves_the_recent_window_to_the_queue_rules() -> None:
+    # 0.35 req/s of 20 s requests (7 erlangs) on 8 replicas; the last 15 s held 12 requests (0.8 req/s, 16 erlangs):
+    # with a 10 s target that is panic (16 / 0.9 -> 18 >= 2 x 8); with an 80 s target and 60 s start-ups a replica
+    # asked for when a queue forms comes within the target, so the recent window is not sized on (the long-request
+    # trace's panic spikes of 12-19 replicas, each held a minute by the scale-down window)
+    stable = (text_class(0.35, observed_service_ms=20_000.0),)
+    recent = (text_class(0.8, observed_service_ms=20_000.0),)
+    obs = make_obs(0.35, current=8, ready=8, workload=stable, recent_workload=recent, recent_window_s=15.0)
+    model = ConstantModel(20_000.0)
+    short = recommend(obs, make_policy(target_p95_latency_ms=10_000 * 6, target_utilization_percent=90,
+                                       max_step_replicas=32, forecast_horizon_s=61.0), ScalerState(), model, NOW)
+    assert short.reason == Reason.SCALE_UP_FOR_PANIC and short.desired_replicas >= 16
+    long = recommend(obs, make_policy(target_p95_latency_ms=80_000, target_utilization_percent=90,
+                                      max_step_replicas=32), ScalerState(), model, NOW)
+    assert long.reason != Reason.SCALE_UP_FOR_PANIC and long.desired_replicas <= 9
+    assert long.features["panic"] == long.features["burst"] == 0.0 and "recent_load_erlangs" not in long.features
+    # a queue still raises it at once (the backlog rule)
+    queued = recommend(replace(obs, queued_requests=30.0), make_policy(target_p95_latency_ms=80_000,
+                       target_utilization_percent=90, max_step_replicas=32), ScalerState(), model, NOW)
+    assert queued.reason == Reason.SCALE_UP_FOR_BACKLOG and queued.desired_replicas > 9
 
 
 def test_the_forecast_peak_is_over_the_latency_targets_timescale() -> None:
@@ -1127,3 +1150,21 @@ def test_observed_queue_contradictions_fire_and_only_raise() -> None:
     assert d.desired_replicas >= 2
     with pytest.raises(ValueError, match="in_flight_requests"):
         make_obs(in_flight_requests=-1.0)
+
+
+def test_a_low_rate_is_read_over_enough_recent_bins_when_the_window_agrees_with_them() -> None:
+    # 18 requests in the 60 s window (0.3 req/s: a 1 / sqrt(18) = 24 % standard error); the last 9 bins of 15 s hold
+    # 54 >= 50 at 0.4 req/s, and 18 is within 2 Poisson deviations of the 24 expected: size on 0.4 req/s
+    policy = make_policy(target_p95_latency_ms=10_000)
+    steady = tuple([6.0] * 40)
+    d = recommend(make_obs(0.3, current=2, arrival_counts=steady), policy, ScalerState(), ConstantModel(5000.0), NOW)
+    assert d.features["rate_window_s"] == 135.0
+    assert d.features["arrival_rps"] == pytest.approx(0.4) and "(last 135 s: few requests in 60 s)" in d.message
+    # the window disagrees with the bins (0.1 req/s for 10 minutes: 6 expected, 18 read): demand changed, sized as read
+    calm = tuple([1.5] * 40)
+    d = recommend(make_obs(0.3, current=2, arrival_counts=calm), policy, ScalerState(), ConstantModel(5000.0), NOW)
+    assert "rate_window_s" not in d.features and d.features["arrival_rps"] == pytest.approx(0.3)
+    # enough requests in the window: read as is
+    busy = tuple([60.0] * 40)
+    d = recommend(make_obs(1.0, current=2, arrival_counts=busy), policy, ScalerState(), ConstantModel(500.0), NOW)
+    assert "rate_window_s" not in d.features and d.features["arrival_rps"] == pytest.approx(1.0)
