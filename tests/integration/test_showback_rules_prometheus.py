@@ -76,6 +76,9 @@ as malformed before any replica (400). Never rows of their own, never in USD per
 a tenant's USD per request)."""
 RULES_VS_CLI_TOLERANCE_USD_PER_HOUR = 1e-6
 """Same Prometheus, same instant, same window: only the CLI's rounding to 1e-9 USD (x 3600/20 per hour) differs."""
+LATE_SCRAPE_INSTANTS = 3
+"""Rule evaluations tried as T before the rules-vs-CLI comparison fails (a scrape stored after the evaluation it
+predates makes one instant incomparable; see the test)."""
 RULES_VS_TRUE_TOLERANCE_RATIO = 0.01
 """Against the exporter's exact rates: the scrape timestamp vs the instant the exporter computes a value (ms over
 a 20 s window) enters through ``rate()``'s extrapolation."""
@@ -225,6 +228,12 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def last_evaluation(url: str) -> float:
+    """The instant of the showback rules' last evaluation (the timestamp of one recorded sample), s."""
+    (stamp,) = query(url, 'timestamp(w20s:showback_spend_usd_per_hour{inferenceservice="vc"})')
+    return float(stamp["value"][1])
+
+
 def test_recording_rules_equal_the_cli_allocation_and_sum_to_the_spend_rate(tmp_path: Path) -> None:
     operator_registry = CollectorRegistry()
     services = {(NS, svc): (replicas, usd) for svc, (replicas, usd, _) in SERVICES.items()}
@@ -249,32 +258,44 @@ def test_recording_rules_equal_the_cli_allocation_and_sum_to_the_spend_rate(tmp_
         wait_for(lambda: len(query(prom.url, "up == 1")) == len(targets), 30, "all targets scraped")
         ready = time.time() + WINDOW_S + 3
         wait_for(lambda: time.time() > ready, WINDOW_S + 10, "a whole window of samples", interval_s=0.5)
-        # T: the instant of the last rule evaluation; everything below is read at T.
-        (stamp,) = query(prom.url, 'timestamp(w20s:showback_spend_usd_per_hour{inferenceservice="vc"})')
-        at = float(stamp["value"][1])
-        rows = by_key(query(prom.url, "w20s:showback_usd_per_hour", at))
-        idle = by_key(query(prom.url, "w20s:showback_idle_usd_per_hour", at))
-        spend = by_key(query(prom.url, "w20s:showback_spend_usd_per_hour", at))
-        per_request = by_key(query(prom.url, "w20s:showback_usd_per_request", at))
+        # T: the instant of a rule evaluation; everything below is read at T. A scrape is dated when it starts and
+        # stored when it ends: one that started before T and ended after the evaluation at T is missing from the
+        # recorded series and present in the CLI's later read of the same window (the likeliest cause of ci73's
+        # failure, at a load of 6 on the 2 cores: 'vc' idle 21.5992 USD/h recorded, 21.5949 read; not proven).
+        # Such an instant is not comparable, so the next evaluation is taken (at most LATE_SCRAPE_INSTANTS); rules
+        # that differ from the CLI differ at every one.
+        worst_at: list[float] = []
+        at = 0.0
+        for _ in range(LATE_SCRAPE_INSTANTS):
+            before = at
+            wait_for(lambda: last_evaluation(prom.url) > before, 10, "the next rule evaluation", interval_s=0.2)
+            at = last_evaluation(prom.url)
+            rows = by_key(query(prom.url, "w20s:showback_usd_per_hour", at))
+            idle = by_key(query(prom.url, "w20s:showback_idle_usd_per_hour", at))
+            spend = by_key(query(prom.url, "w20s:showback_spend_usd_per_hour", at))
+            per_request = by_key(query(prom.url, "w20s:showback_usd_per_request", at))
 
-        # 1. The CLI's reading and allocation of the same window ending at T.
-        window_start = dt.datetime.fromtimestamp(at - WINDOW_S, dt.UTC)
-        window_end = dt.datetime.fromtimestamp(at, dt.UTC)
-        ledger, usage = PrometheusShowback(prom.url).read(WINDOW_S, window_end)
-        cli = build_showback(ledger, usage, window_start, window_end)
-        assert not cli.errors and {s.window.name for s, _ in cli.services} == set(SERVICES), (cli.errors, cli.notes)
-        per_hour = 3600 / WINDOW_S
-        cli_rows: dict[tuple[str, ...], float] = {(str(r.inferenceservice), str(r.tenant), str(r.modality)):
-                                                  float(r.usd) * per_hour for r in cli.rows if r.kind != IDLE}
-        cli_idle: dict[tuple[str, ...], float] = {(str(r.inferenceservice),): float(r.usd) * per_hour
-                                                  for r in cli.rows if r.kind == IDLE}
-        cli_per_request: dict[tuple[str, ...], float] = {
-            (str(r.inferenceservice), str(r.tenant), str(r.modality)): float(r.usd_per_request)
-            for r in cli.rows if r.kind != IDLE and r.usd_per_request is not None}
-        assert set(rows) == set(cli_rows) and set(idle) == set(cli_idle) == {(s,) for s in SERVICES}
-        worst_cli = max(abs(a - b) for d, c in ((rows, cli_rows), (idle, cli_idle)) for k in d
-                        for a, b in [(d[k], c[k])])
-        print(f"rules vs CLI allocation at T: worst |diff| {worst_cli:.3g} USD/h; rules {rows} {idle}")
+            # 1. The CLI's reading and allocation of the same window ending at T.
+            window_start = dt.datetime.fromtimestamp(at - WINDOW_S, dt.UTC)
+            window_end = dt.datetime.fromtimestamp(at, dt.UTC)
+            ledger, usage = PrometheusShowback(prom.url).read(WINDOW_S, window_end)
+            cli = build_showback(ledger, usage, window_start, window_end)
+            assert not cli.errors and {s.window.name for s, _ in cli.services} == set(SERVICES), (cli.errors, cli.notes)
+            per_hour = 3600 / WINDOW_S
+            cli_rows: dict[tuple[str, ...], float] = {(str(r.inferenceservice), str(r.tenant), str(r.modality)):
+                                                      float(r.usd) * per_hour for r in cli.rows if r.kind != IDLE}
+            cli_idle: dict[tuple[str, ...], float] = {(str(r.inferenceservice),): float(r.usd) * per_hour
+                                                      for r in cli.rows if r.kind == IDLE}
+            cli_per_request: dict[tuple[str, ...], float] = {
+                (str(r.inferenceservice), str(r.tenant), str(r.modality)): float(r.usd_per_request)
+                for r in cli.rows if r.kind != IDLE and r.usd_per_request is not None}
+            assert set(rows) == set(cli_rows) and set(idle) == set(cli_idle) == {(s,) for s in SERVICES}
+            worst_cli = max(abs(a - b) for d, c in ((rows, cli_rows), (idle, cli_idle)) for k in d
+                            for a, b in [(d[k], c[k])])
+            worst_at.append(worst_cli)
+            if worst_cli <= RULES_VS_CLI_TOLERANCE_USD_PER_HOUR:
+                break
+        print(f"rules vs CLI allocation at T: worst |diff| per instant tried {worst_at} USD/h; rules {rows} {idle}")
         assert worst_cli <= RULES_VS_CLI_TOLERANCE_USD_PER_HOUR, (rows, cli_rows, idle, cli_idle)
         # The CLI rounds USD per request to 1e-9 USD (half-even): within one quantum.
         assert set(per_request) == set(cli_per_request)
