@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -45,6 +44,7 @@ import numpy as np
 from modalscale.autoscaler.simulate import SWEEP_GRID, SimulationConfig, train_default_model
 from modalscale.autoscaler.simulate_staged import StagedConfig, compare_layouts
 from modalscale.autoscaler.traces import Trace
+from modalscale.devenv.provenance import code_version
 
 _spec = importlib.util.spec_from_file_location("autoscaler_pareto", Path(__file__).with_name("autoscaler_pareto.py"))
 assert _spec is not None and _spec.loader is not None
@@ -121,8 +121,7 @@ def main() -> int:
     parser.add_argument("--only", help="comma list of trace names to run (default: all given)")
     args = parser.parse_args()
     started = time.perf_counter()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            check=False).stdout.strip() or "unknown"
+    commit = code_version()
     print(f"git {commit}; machine load (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())} on "
           f"{os.cpu_count()} CPUs (shared: wall time indicative only; the figures are simulated and deterministic "
           f"per seed)")

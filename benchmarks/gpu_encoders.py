@@ -34,7 +34,6 @@ import json
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -348,8 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--min-s", type=float, default=0.15)
     args = parser.parse_args(argv)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"commit {commit or '?'}; {platform.node()}; python {sys.version.split()[0]}", flush=True)
+    from modalscale.devenv.provenance import code_version  # lazy, as every modalscale import here
+
+    print(f"commit {code_version()}; {platform.node()}; python {sys.version.split()[0]}", flush=True)
     {"reference": reference, "run": run}[args.command](args)
     return 0
 

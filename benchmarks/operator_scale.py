@@ -38,6 +38,7 @@ from kubernetes import client
 from modalscale.devenv.cluster import LocalCluster
 from modalscale.devenv.kube import install_crds, wait_for
 from modalscale.devenv.operator_process import OperatorProcess
+from modalscale.devenv.provenance import code_version
 
 REPO = Path(__file__).resolve().parents[1]
 RESYNC_S = 30.0
@@ -246,15 +247,6 @@ def import_breakdown(rounds: int) -> None:
                   f"heavy libraries loaded: {', '.join(heavy) or 'none'})")
 
 
-def git_sha() -> str:
-    """The checkout's commit, with ``+dirty`` when tracked files differ from it."""
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
-    if sha.returncode != 0:
-        return f"(not a git checkout: {REPO})"
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "."], cwd=REPO).returncode != 0
-    return sha.stdout.strip() + ("+dirty" if dirty else "")
-
-
 def spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f} (min {min(values):.2f}, max {max(values):.2f}, n={len(values)})"
 
@@ -411,7 +403,7 @@ def main() -> None:
     ap.add_argument("--import-breakdown", action="store_true",
                     help="print the RSS each library adds on import (fresh interpreter each) and stop")
     args = ap.parse_args()
-    print(f"git {git_sha()}; load average before: {os.getloadavg()} on {os.cpu_count()} CPUs (shared with other "
+    print(f"git {code_version()}; load average before: {os.getloadavg()} on {os.cpu_count()} CPUs (shared with other "
           "work: compare the columns of one run, not absolute figures)")
     if args.import_breakdown:
         import_breakdown(args.rounds)

@@ -70,7 +70,6 @@ import os
 import random
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -79,6 +78,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from modalscale.devenv.provenance import code_version
 from modalscale.runtime import proctree
 from modalscale.runtime.client import AsyncMultimodalClient, InferenceError, scrape_metrics
 from modalscale.runtime.cores import available_cores
@@ -485,10 +485,6 @@ def image_int8_table(rounds: int, per_modality: int, seed: int, repeats: int = 2
 def header(names: list[str], table: dict[str, Variant]) -> list[str]:
     """Machine, code and settings lines."""
     root = Path(__file__).resolve().parents[1]
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                         check=False).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "runtime", "benchmarks/runtime_*.py"], cwd=root,
-                           capture_output=True, text=True, check=False).stdout.strip()
     cpuinfo = Path("/proc/cpuinfo").read_text()
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
                  "?")
@@ -504,7 +500,7 @@ def header(names: list[str], table: dict[str, Variant]) -> list[str]:
     from modalscale.runtime.model.encoders import int8_full_range_safe
 
     lines = [
-        f"git {sha or '?'}{' + uncommitted changes in runtime/ or benchmarks/runtime_*.py' if dirty else ''}; python "
+        f"git {code_version(root)}; python "
         f"{sys.version.split()[0]}",
         f"cpu: {model}; {os.cpu_count()} logical cores ({len(os.sched_getaffinity(0))} usable); ISA: "
         + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in ISA_FLAGS),

@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from modalscale.devenv.provenance import code_version
 from modalscale.runtime.client import MultimodalClient
 from modalscale.runtime.repo_config import RuntimeConfig, Stage, build_repository
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
@@ -116,11 +116,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            check=False).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                           check=False).stdout.strip()
-    print(f"git {commit}{' (uncommitted changes)' if dirty else ''}, {os.cpu_count()} CPUs, "
+    print(f"git {code_version()}, {os.cpu_count()} CPUs, "
           f"load average before {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="staged-call-path-") as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
