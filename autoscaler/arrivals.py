@@ -207,11 +207,7 @@ class Forecast:
     rate_rps: float
     current_rps: float
     rule: str
-    level_rps: float = -1.0
-
-    def __post_init__(self) -> None:
-        if self.level_rps < 0:
-            object.__setattr__(self, "level_rps", self.rate_rps)
+    level_rps: float
 
 
 def holt(rates: NDArray[np.float64], alpha: float = 0.5, beta: float = 0.2) -> tuple[float, float, float]:
@@ -265,14 +261,15 @@ def forecast_rate_rps(counts: Sequence[float] | NDArray[np.float64], bin_s: floa
     rates = c / bin_s
     current = float(rates[-max(1, recent_bins):].mean())
     if rule == "naive":
-        return Forecast(float(rates[-1]), current, rule)
+        return Forecast(float(rates[-1]), current, rule, float(rates[-1]))
     steps = horizon_s / bin_s
     shifts = level_shifts(c)
     after = rates[shifts[-1] + 1:] if shifts else rates
     level, trend, rms = holt(after if after.size >= 3 else rates)  # a step is not a trend (level_shifts)
     if rule == "holt":
         ahead = level + max(0.0, trend) * max(1.0, steps)
-        return Forecast(max(0.0, ahead + z * rms), current, rule)
+        upper = max(0.0, ahead + z * rms)
+        return Forecast(upper, current, rule, upper)
     k = max(2, int(round(window_s / bin_s)))
     m = max(1, min(k, int(round(span_s / bin_s))))
     if m > 1:  # rates over spans of m bins (moving means), the quantile taken over those

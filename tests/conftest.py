@@ -76,7 +76,9 @@ def lane_environment(lane: str) -> dict[str, str]:
     """
     if lane not in LANES:
         raise ValueError(f"{LANE_ENV}={lane!r}: not a lane; use one of {', '.join(LANES)}")
-    return {} if lane == "realnode" else {"MODALSCALE_REAL_NODE": "0"}
+    from modalscale.devenv.cluster import REAL_NODE_ENV
+
+    return {} if lane == "realnode" else {REAL_NODE_ENV: "0"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
