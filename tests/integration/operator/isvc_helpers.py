@@ -43,3 +43,19 @@ def wait_condition(api: Any, ns: str, name: str, type_: str, status: str, reason
         return None
 
     return wait_for(check, timeout_s, f"{type_}={status} ({reason}) on {ns}/{name}")
+
+
+def event_reasons(api: Any, ns: str, name: str) -> list[str]:
+    """The reasons of the Events about ``name`` (any kind), in the API server's order."""
+    events = client.CoreV1Api(api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
+    return [e.reason for e in events.items]
+
+
+def wait_event(api: Any, ns: str, name: str, reason: str, timeout_s: float = 30) -> list[str]:
+    """Wait until an Event with ``reason`` about ``name`` exists; returns every reason about ``name`` then.
+
+    A reconcile's Events are queued and posted off its path (``apply.EventPoster``), so one can land after the status
+    it goes with: a test reads the status first, then waits here, never reads the Events once.
+    """
+    return wait_for(lambda: (r := event_reasons(api, ns, name)) and reason in r and r, timeout_s,
+                    f"a {reason} Event about {ns}/{name}")

@@ -16,10 +16,12 @@ from tests.integration.operator.isvc_helpers import (
     VERSION,
     condition,
     create,
+    event_reasons,
     get,
     make_isvc,
     patch_spec,
     wait_condition,
+    wait_event,
 )
 
 
@@ -212,8 +214,7 @@ def test_missing_model_configmap_is_reported_by_field_and_nothing_is_created(api
     c = wait_condition(api, namespace, "usermodel", "Ready", "False", "ModelNotFound")
     assert "spec.model.configMap.name" in c["message"]
     assert client.AppsV1Api(api).list_namespaced_deployment(namespace).items == []
-    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=usermodel")
-    assert [e.reason for e in events.items].count("ModelNotFound") == 1
+    assert wait_event(api, namespace, "usermodel", "ModelNotFound").count("ModelNotFound") == 1
 
     client.CoreV1Api(api).create_namespaced_config_map(namespace, {
         "metadata": {"name": "no-such-repo"},
@@ -222,6 +223,8 @@ def test_missing_model_configmap_is_reported_by_field_and_nothing_is_created(api
     dep = client.AppsV1Api(api).read_namespaced_deployment("usermodel", namespace)
     (vol,) = [v for v in dep.spec.template.spec.volumes if v.name == "model-repository"]
     assert sorted(i.path for i in vol.config_map.items) == ["cap/1/model.py", "cap/config.pbtxt"]
+    # reconciles after the first (the ConfigMap's creation, the Deployment's) posted no second ModelNotFound
+    assert event_reasons(api, namespace, "usermodel").count("ModelNotFound") == 1
 
 
 def test_scale_subresource_is_honoured_in_fixed_mode_and_explained_otherwise(api: Any, operator: Any,
@@ -267,5 +270,4 @@ def test_gpu_type_without_a_price_is_refused_by_field_and_nothing_is_created(api
     assert "spec.resources.gpu.type" in c["message"] and "acme-tpu9000" in c["message"]
     assert "costUSDPerHour" not in get(api, namespace, "exotic")["status"]
     assert client.AppsV1Api(api).list_namespaced_deployment(namespace).items == []
-    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=exotic")
-    assert [e.reason for e in events.items].count("UnknownGPUPrice") == 1
+    assert wait_event(api, namespace, "exotic", "UnknownGPUPrice").count("UnknownGPUPrice") == 1
