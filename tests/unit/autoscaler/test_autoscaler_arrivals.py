@@ -182,7 +182,7 @@ def test_the_peak_forecast_carries_its_level_apart_from_its_peak() -> None:
 def test_peak_forgets_a_level_it_has_seen_fall_once_four_bins_show_the_new_one(seed: int) -> None:
     # Poisson at 40 req/s for 20 bins of 15 s, then 10 req/s: the quantile of recent peaks is taken over the bins
     # after the detected shift once there are four of them (a level is not a burst to remember: Pareto benchmark,
-    # Azure 3.68 / 3.70 / 3.70 -> 3.60 / 3.64 / 3.65 replica-h at the same SLO-minutes); before that the old level
+    # Azure 3.68 / 3.70 / 3.70 -> 3.60 / 3.64 / 3.64 replica-h at the same SLO-minutes); before that the old level
     # is held, as a scale-down waits anyway
     rng = np.random.default_rng(seed)
     for after_bins, low in ((2, False), (4, True), (8, True)):

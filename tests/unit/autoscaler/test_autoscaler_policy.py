@@ -708,11 +708,16 @@ def test_a_forecast_peak_is_sized_for_the_p95_target_and_a_scale_down_stops_at_i
 
 
 def test_scale_down_goes_only_as_far_as_the_forecast_demand() -> None:
-    # 50 req/s for 7.5 min, then 30 for 75 s, then 10 now; the peak forecaster's last 150 s hold 30 req/s bins
-    counts = tuple([750.0] * 30 + [450.0] * 5 + [150.0] * 5)
+    # 50 req/s for 7.5 min, then 30 for 105 s, then 10 for the last 45 s; the peak forecaster's last 150 s hold
+    # 30 req/s bins, and three bins at 10 are too few to take the fall as the new level (PEAK_BINS_AFTER_SHIFT)
+    counts = tuple([750.0] * 30 + [450.0] * 7 + [150.0] * 3)
     policy = make_policy(max_step_replicas=50, scale_down_stabilization_s=0, forecast_window_s=150)
     d = recommend(make_obs(10.0, current=8, arrival_counts=counts), policy, ScalerState(), MODEL, NOW)
     assert (d.desired_replicas, d.reason) == (5, Reason.SCALE_DOWN_FOR_FORECAST)  # 3 erlangs / 0.7; now needs 2
+    # a minute at 10 is a level: the 30 req/s bins still in the look-back no longer hold the count
+    fallen = tuple([750.0] * 30 + [450.0] * 5 + [150.0] * 5)
+    d = recommend(make_obs(10.0, current=8, arrival_counts=fallen), policy, ScalerState(), MODEL, NOW)
+    assert (d.desired_replicas, d.reason) == (2, Reason.SCALE_DOWN_IDLE)
     later = tuple([750.0] * 20 + [450.0] * 5 + [150.0] * 15)  # the 30 req/s bins left the look-back
     d = recommend(make_obs(10.0, current=5, arrival_counts=later), policy, ScalerState(), MODEL, NOW)
     assert (d.desired_replicas, d.reason) == (2, Reason.SCALE_DOWN_IDLE)
