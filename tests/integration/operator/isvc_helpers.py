@@ -54,8 +54,9 @@ def event_reasons(api: Any, ns: str, name: str) -> list[str]:
 def wait_event(api: Any, ns: str, name: str, reason: str, timeout_s: float = 30) -> list[str]:
     """Wait until an Event with ``reason`` about ``name`` exists; returns every reason about ``name`` then.
 
-    A reconcile's Events are queued and posted off its path (``apply.EventPoster``), so one can land after the status
-    it goes with: a test reads the status first, then waits here, never reads the Events once.
+    The operator writes the status first and posts its Event after it (a refusal on the same thread, a reconcile's
+    through ``apply.EventPoster``'s queue), so a test that saw the status waits here instead of reading the Events
+    once.
     """
-    return wait_for(lambda: (r := event_reasons(api, ns, name)) and reason in r and r, timeout_s,
+    return wait_for(lambda: r if reason in (r := event_reasons(api, ns, name)) else None, timeout_s,
                     f"a {reason} Event about {ns}/{name}")
