@@ -122,8 +122,11 @@ class EventPoster:
             self._post(*item)
 
     def post_now(self, ev: dict[str, Any], logger: Log) -> None:
-        """Post one Event on the caller's thread, once (no retry); a failure is logged, never raised."""
-        self._post(ev, logger, attempts=1)
+        """Post one Event on the caller's thread, retrying a transient failure as the queue does (up to
+        :data:`EVENT_RETRIES` attempts, ``retry_s`` then doubled: 3 s of waiting at the defaults); a failure is
+        logged, never raised. Its callers post an Event once per new problem, right after the status it goes
+        with: a post lost to one refused call would not come again."""
+        self._post(ev, logger)
 
     def _post(self, ev: dict[str, Any], logger: Log, attempts: int = EVENT_RETRIES) -> None:
         ns, reason = ev["metadata"]["namespace"], ev["reason"]
@@ -303,9 +306,10 @@ class Writer:
 
         Args:
             queued: True: queue it and return at once (:class:`EventPoster` posts it, in order, retrying transient
-                failures): what a reconcile's Events do. False: post it now, once, on the caller's thread: the
-                refusal of an InferenceService and the BudgetPolicy handlers' Events, which clients read right
-                after the status they go with (off the creation burst's path).
+                failures): what a reconcile's Events do. False: post it now on the caller's thread (transient
+                failures retried there, :meth:`EventPoster.post_now`): the refusal of an InferenceService and the
+                BudgetPolicy handlers' Events, which clients read right after the status they go with (off the
+                creation burst's path).
         """
         meta = body["metadata"]
         now = dt.datetime.now(dt.UTC)

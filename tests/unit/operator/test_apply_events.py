@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from modalscale.operator.apply import EventPoster
+from modalscale.operator.apply import EVENT_RETRIES, EventPoster
 
 LOG = logging.getLogger("test-apply-events")
 
@@ -119,13 +119,27 @@ def test_writer_event_returns_at_once_and_an_unreachable_apiserver_never_reaches
     assert writer.metrics.api_writes.labels(kind="Event", verb="create")._value.get() == 3  # three attempts
 
 
-def test_an_event_posted_now_is_posted_once_on_the_callers_thread_and_a_failure_is_logged_not_raised(
+def test_an_event_posted_now_is_posted_on_the_callers_thread_retrying_a_transient_failure(
         caplog: pytest.LogCaptureFixture) -> None:
+    # A refusal's Event is posted once per new problem (reconcile.refuse): a post lost to one reset was never posted.
     post = Recorder(fail=1, error=ConnectionResetError("reset"))
     poster = EventPoster(post, lambda ns, name: None, retry_s=0.01)
     with caplog.at_level(logging.INFO, logger=LOG.name):
-        poster.post_now(event("Refused"), LOG)  # fails: no retry, logged
+        poster.post_now(event("Refused"), LOG)  # fails once, retried on this thread
         poster.post_now(event("InvalidSpec"), LOG)
-    assert post.attempts == 2 and post.posted == [("ns", "InvalidSpec")]
-    assert "Posting the event failed: reason=Refused status=None body=ConnectionResetError: reset" in caplog.text
+    assert post.attempts == 3 and post.posted == [("ns", "Refused"), ("ns", "InvalidSpec")]
+    assert "retrying in 0.0 s: reason=Refused status=None error=ConnectionResetError" in caplog.text
     assert not poster._threads  # nothing queued, no thread started
+
+
+def test_an_event_posted_now_gives_up_after_the_retries_or_at_a_refusal_and_logs_it_without_raising(
+        caplog: pytest.LogCaptureFixture) -> None:
+    post = Recorder(fail=99, error=ConnectionResetError("reset"))
+    poster = EventPoster(post, lambda ns, name: None, retry_s=0.01)
+    with caplog.at_level(logging.INFO, logger=LOG.name):
+        poster.post_now(event("Refused"), LOG)
+    assert post.attempts == EVENT_RETRIES and post.posted == []
+    assert "Posting the event failed: reason=Refused status=None body=ConnectionResetError: reset" in caplog.text
+    invalid = Recorder(fail=99, error=ApiException(status=422, reason="Unprocessable Entity"))
+    EventPoster(invalid, lambda ns, name: None, retry_s=0.01).post_now(event("Refused"), LOG)
+    assert invalid.attempts == 1  # a refusal by the API server is not retried
