@@ -307,11 +307,21 @@ def test_image_heavy_load_raises_desired_replicas_more_than_text_only_at_the_sam
     assert ups and all(h["reason"] in AUTOSCALER_REASONS for h in ups), history
     assert autoscale_operator.metric("modalscale_autoscaler_decisions_total", namespace=ns,
                                      inferenceservice="image-svc") > 0
-    # each new count posted its Event, with the decision's reason (what `kubectl describe` shows, as for an HPA)
-    events = client.CoreV1Api(as_api).list_namespaced_event(ns, field_selector="involvedObject.name=image-svc").items
-    counts = [re.fullmatch(r"replicas: (\d+) -> (\d+) \((\w+)(: .*)?\)", e.message or "", re.S) for e in events]
-    scaled_up = [(int(m[1]), int(m[2]), m[3]) for m in counts if m and int(m[2]) > int(m[1])]
-    assert scaled_up and all(reason in AUTOSCALER_REASONS for *_, reason in scaled_up), [e.message for e in events]
+    # each new count posted its Event, with the decision's reason (what `kubectl describe` shows, as for an HPA);
+    # Events go through the operator's queue after the status, so the last one may come a little after it
+    def scale_ups() -> tuple[list[tuple[int, int, str]], list[str]]:
+        events = client.CoreV1Api(as_api).list_namespaced_event(
+            ns, field_selector="involvedObject.name=image-svc").items
+        counts = [re.fullmatch(r"replicas: (\d+) -> (\d+) \((\w+)(: .*)?\)", e.message or "", re.S)
+                  for e in events]
+        return [(int(m[1]), int(m[2]), m[3]) for m in counts if m and int(m[2]) > int(m[1])], [
+            e.message for e in events]
+
+    with contextlib.suppress(TimeoutError):
+        wait_for(lambda: max((after for _, after, _ in scale_ups()[0]), default=0) >= image["desired"] or None, 30,
+                 "the Event of the highest count")
+    scaled_up, messages = scale_ups()
+    assert scaled_up and all(reason in AUTOSCALER_REASONS for *_, reason in scaled_up), messages
     assert max(after for _, after, _ in scaled_up) == image["desired"], (scaled_up, image["desired"])
 
 
