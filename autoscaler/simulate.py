@@ -55,6 +55,7 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
+from modalscale.api.inferenceservice import SCALING_MODE_DEFAULTS
 from modalscale.api.isvc_status import ScalerState
 from modalscale.autoscaler.calibration import Calibrator
 from modalscale.autoscaler.features import MODALITIES, features_from_columns
@@ -79,6 +80,7 @@ KNOWN_POLICIES: tuple[str, ...] = POLICIES + ("fixed",)
 """Policy names :func:`run_simulation` knows (``fixed`` needs ``SimulationConfig.fixed_replicas``)."""
 
 _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
+_PREDICTIVE = SCALING_MODE_DEFAULTS["Predictive"]
 _LOOKBACK_S = 600.0  # requests older than this before a window are assumed finished when measuring it
 
 
@@ -101,7 +103,8 @@ class SimulationConfig:
         min_replicas: Lower bound for every policy.
         max_replicas: Upper bound for every policy.
         initial_replicas: Ready replicas at t=0; None = the oracle's first-minute count.
-        predictive_target_utilization_percent: ``targetUtilizationPercent`` of the predictive policy.
+        predictive_target_utilization_percent: ``targetUtilizationPercent`` of the predictive policy (default: the
+            CRD's when unset in Predictive mode, ``modalscale.api.SCALING_MODE_DEFAULTS``).
         hpa_target_utilization_percent: Target utilization of the HPA-like baseline.
         kpa_target_utilization_ratio: Target in-flight per slot of the KPA-like baseline.
         kpa_stable_window_s: KPA stable window, s.
@@ -109,7 +112,7 @@ class SimulationConfig:
         tolerance_percent: Tolerance band (predictive and HPA-like).
         scale_up_stabilization_s: Scale-up window (predictive and HPA-like).
         scale_down_stabilization_s: Scale-down window (predictive and HPA-like).
-        max_step_replicas: Largest change per decision (all policies).
+        max_step_replicas: Largest change per decision (all policies; default: Predictive mode's).
         law: True service-time law (when the trace has no ``service_ms``).
         true_service_scale: Multiplier on the law's service times the model does not know (tests calibration).
         profile_requests: Size of the synthetic profile the predictive model is trained on.
@@ -120,9 +123,9 @@ class SimulationConfig:
             residual noise) for traces without ``service_ms``.
         fixed_replicas: Pool size of the ``fixed`` policy.
         predictive_scale_down_stabilization_s: Scale-down window of the predictive policy; None = the shared one.
-            Default 60 s: the peak forecaster's 300 s look-back is the predictive policy's memory after a drop,
-            so HPA's 300 s window on top of it mostly holds idle replicas (benchmarks/autoscaler_pareto.py); 60 s
-            rather than 0-30 s keeps the forecast's bin-to-bin jitter from flapping a replica.
+            Default: Predictive mode's when unset (60 s): the peak forecaster's 300 s look-back is its memory after
+            a drop, so HPA's 300 s window on top of it mostly holds idle replicas (benchmarks/autoscaler_pareto.py);
+            60 s rather than 0-30 s keeps the forecast's bin-to-bin jitter from flapping a replica.
         predictive_forecaster: The predictive policy's forecaster (None = no forecast).
         predictive_forecast_horizon_s: The predictive policy's ``forecast_horizon_s``; None = the p90 of the
             start-up law (:meth:`startup_horizon_s`). Set it to keep the shipped horizon while changing the law
@@ -142,7 +145,7 @@ class SimulationConfig:
     min_replicas: int = 1
     max_replicas: int = 200
     initial_replicas: int | None = None
-    predictive_target_utilization_percent: float = 90.0
+    predictive_target_utilization_percent: float = float(_PREDICTIVE.target_utilization_percent)
     hpa_target_utilization_percent: float = 70.0
     kpa_target_utilization_ratio: float = 0.7
     kpa_stable_window_s: float = 60.0
@@ -150,7 +153,7 @@ class SimulationConfig:
     tolerance_percent: float = 10.0
     scale_up_stabilization_s: float = 0.0
     scale_down_stabilization_s: float = 300.0
-    max_step_replicas: int = 32
+    max_step_replicas: int = _PREDICTIVE.max_step_replicas
     law: SyntheticServiceLaw = field(default_factory=SyntheticServiceLaw)
     true_service_scale: float = 1.0
     profile_requests: int = 3000
@@ -161,7 +164,7 @@ class SimulationConfig:
     startup_delay_samples_s: tuple[float, ...] = ()
     service_source: str = "law"
     fixed_replicas: int | None = None
-    predictive_scale_down_stabilization_s: float | None = 60.0
+    predictive_scale_down_stabilization_s: float | None = float(_PREDICTIVE.scale_down_stabilization_s)
     predictive_forecaster: str | None = "peak"
     predictive_forecast_horizon_s: float | None = None
     predictive_burst_aware: bool = True

@@ -362,7 +362,8 @@ def test_kubectl_explain_scaling_states_units_and_defaults(cluster: Any, crds_in
     out = _kubectl(cluster, "explain", "inferenceservices.spec.scaling")
     for text in ("minReplicas", "Fewest replicas any decision may set, 0-1000, default 1",
                  "targetP95LatencyMilliseconds", "in milliseconds", "default 500",
-                 "scaleDownStabilizationSeconds", "in seconds, 0-3600, default 300"):
+                 "scaleDownStabilizationSeconds", "in seconds, 0-3600", "60 in Predictive",
+                 "300 in Utilization and Fixed"):
         assert text in " ".join(out.split()), f"{text!r} not in:\n{out}"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +192,25 @@ def test_runtime_engine_is_the_runtimes_engine_enum_defaulted_to_torch_and_refus
     assert [(r["fieldPath"], "gpu.count == 0" in r["rule"]) for r in gpu] == [
         (".runtime.engine", True), (".stages.imageEncoder.resources.gpu.count", True)]  # the encoder pool's GPUs too
     assert all("engine torch" in r["message"] for r in fp16 + gpu)  # the fix is named
+
+
+MODE_DEFAULTED = {"targetUtilizationPercent": "target_utilization_percent",
+                  "scaleDownStabilizationSeconds": "scale_down_stabilization_s",
+                  "maxStepReplicas": "max_step_replicas"}
+"""``spec.scaling`` fields whose default depends on the mode (``SCALING_MODE_DEFAULTS``), by their attribute."""
+
+
+@pytest.mark.parametrize("field", sorted(MODE_DEFAULTED))
+def test_a_mode_defaulted_field_has_no_schema_default_and_states_each_modes_value(field: str) -> None:
+    from modalscale.api.inferenceservice import SCALING_MODE_DEFAULTS
+
+    sub = _schema("InferenceService")["properties"]["spec"]["properties"]["scaling"]["properties"][field]
+    # A schema default would be stored in every object whatever its mode, and the operator could not apply the
+    # mode's own value.
+    assert "default" not in sub
+    text = " ".join(str(sub["description"]).split())
+    for mode, values in SCALING_MODE_DEFAULTS.items():
+        value = getattr(values, MODE_DEFAULTED[field])
+        # "90 in Predictive", "70 in Utilization and Fixed"
+        assert re.search(rf"\b{value} in (?:[A-Z][a-z]+ and )?{mode}\b", text), (
+            f"{field}: say its unset value in {mode} mode ({value}): {text}")

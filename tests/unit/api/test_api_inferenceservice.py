@@ -14,7 +14,7 @@ import yaml
 
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import KNOWN_FIELDS, parse_isvc, parse_spec
-from modalscale.autoscaler.policy import ScalingPolicy
+from modalscale.autoscaler.policy import ScalingMode, ScalingPolicy
 from modalscale.runtime.repo_config import RuntimeConfig
 
 REPO = Path(__file__).resolve().parents[3]
@@ -156,6 +156,46 @@ def test_an_explicit_null_takes_the_crd_default_in_every_reader() -> None:
     assert (isvc.scaling.min_replicas, isvc.scaling.max_replicas, isvc.scaling.mode) == (1, 10, "Predictive")
     assert (policy.min_replicas, policy.max_replicas, policy.slots_per_replica) == (1, 10, 1)
     assert (runtime.instance_count, runtime.max_batch_size) == (1, 8)
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("Predictive", (90, 60, 32)),
+    ("Utilization", (70, 300, 4)),
+    ("Fixed", (70, 300, 4)),
+    (None, (90, 60, 32)),  # the mode's own default, Predictive
+])
+def test_unset_utilization_target_scale_down_window_and_step_take_the_modes_defaults(
+        mode: str | None, expected: tuple[int, int, int]) -> None:
+    scaling: dict[str, Any] = {"mode": mode, "targetUtilizationPercent": None}  # a null reads as unset
+    if mode == "Fixed":
+        scaling["replicas"] = 2
+    s = parse_spec({"scaling": scaling}).scaling
+    assert (s.target_utilization_percent, s.scale_down_stabilization_s, s.max_step_replicas) == expected
+    policy = ScalingPolicy.from_spec({"scaling": scaling})
+    assert (policy.target_utilization_percent, policy.scale_down_stabilization_s, policy.max_step_replicas) == expected
+
+
+@pytest.mark.parametrize("mode", ["Predictive", "Utilization"])
+def test_a_set_utilization_target_scale_down_window_or_step_is_kept_whatever_the_mode(mode: str) -> None:
+    s = parse_spec({"scaling": {"mode": mode, "targetUtilizationPercent": 55, "scaleDownStabilizationSeconds": 300,
+                                "maxStepReplicas": 4}}).scaling
+    assert (s.target_utilization_percent, s.scale_down_stabilization_s, s.max_step_replicas) == (55, 300, 4)
+    s = parse_spec({"scaling": {"mode": mode, "scaleDownStabilizationSeconds": 0}}).scaling
+    assert s.scale_down_stabilization_s == 0
+
+
+def test_the_simulators_predictive_policy_is_what_an_unset_predictive_spec_ships() -> None:
+    """The Pareto benchmark's figures are the product's defaults (issue 20: "the defaults are what ships")."""
+    from modalscale.autoscaler.simulate import SimulationConfig
+
+    config = SimulationConfig(target_p95_ms=2000.0, min_replicas=1, max_replicas=200)
+    simulated = config.scaling_policy(ScalingMode.PREDICTIVE)
+    shipped = ScalingPolicy.from_spec({"scaling": {"targetP95LatencyMilliseconds": 2000, "minReplicas": 1,
+                                                   "maxReplicas": 200}})
+    fields = ("mode", "min_replicas", "max_replicas", "target_p95_latency_ms", "target_utilization_percent",
+              "tolerance_percent", "scale_up_stabilization_s", "scale_down_stabilization_s", "max_step_replicas",
+              "decision_interval_s", "burst_aware", "forecaster")
+    assert {f: getattr(simulated, f) for f in fields} == {f: getattr(shipped, f) for f in fields}
 
 
 def test_the_policy_and_the_runtime_are_built_from_the_same_typed_pieces() -> None:

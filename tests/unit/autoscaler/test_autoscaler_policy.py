@@ -413,11 +413,14 @@ def test_decisions_stay_in_bounds_under_the_cap_and_never_drop_on_no_data() -> N
 
 
 def test_from_spec_applies_crd_defaults() -> None:
-    policy = ScalingPolicy.from_spec({})
+    policy = ScalingPolicy.from_spec({})  # Predictive: the mode's own defaults (modalscale.api.SCALING_MODE_DEFAULTS)
     assert (policy.mode, policy.min_replicas, policy.max_replicas) == (ScalingMode.PREDICTIVE, 1, 10)
-    assert (policy.target_p95_latency_ms, policy.target_utilization_percent, policy.tolerance_percent) == (500, 70, 10)
-    assert (policy.scale_up_stabilization_s, policy.scale_down_stabilization_s) == (0, 300)
-    assert (policy.max_step_replicas, policy.decision_interval_s, policy.slots_per_replica) == (4, 15, 1)
+    assert (policy.target_p95_latency_ms, policy.target_utilization_percent, policy.tolerance_percent) == (500, 90, 10)
+    assert (policy.scale_up_stabilization_s, policy.scale_down_stabilization_s) == (0, 60)
+    assert (policy.max_step_replicas, policy.decision_interval_s, policy.slots_per_replica) == (32, 15, 1)
+    policy = ScalingPolicy.from_spec({"scaling": {"mode": "Utilization"}})  # the HPA's usual values
+    assert (policy.target_utilization_percent, policy.scale_down_stabilization_s, policy.max_step_replicas) == (
+        70, 300, 4)
 
 
 def test_from_spec_reads_every_field() -> None:
