@@ -131,6 +131,11 @@ class ServiceTimePredictor(Protocol):
 class ScalingPolicy:
     """The replica policy of an InferenceService: its typed ``spec.scaling`` (:meth:`from_typed`) plus internals.
 
+    The dataclass's own defaults of ``target_utilization_percent``, ``scale_down_stabilization_s`` and
+    ``max_step_replicas`` (70, 300, 4) are Utilization mode's, whatever ``mode`` says: a service's policy comes from
+    its spec (:meth:`from_spec`, :meth:`from_typed`), where an unset field takes its mode's value
+    (``modalscale.api.inferenceservice.SCALING_MODE_DEFAULTS``: Predictive 90, 60, 32).
+
     Attributes:
         mode: Predictive, Utilization or Fixed.
         replicas: Replicas in Fixed mode (``spec.scaling.replicas``); None otherwise.

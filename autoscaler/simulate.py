@@ -104,7 +104,7 @@ class SimulationConfig:
         max_replicas: Upper bound for every policy.
         initial_replicas: Ready replicas at t=0; None = the oracle's first-minute count.
         predictive_target_utilization_percent: ``targetUtilizationPercent`` of the predictive policy (default: the
-            CRD's when unset in Predictive mode, ``modalscale.api.SCALING_MODE_DEFAULTS``).
+            CRD's when unset in Predictive mode, ``modalscale.api.inferenceservice.SCALING_MODE_DEFAULTS``).
         hpa_target_utilization_percent: Target utilization of the HPA-like baseline.
         kpa_target_utilization_ratio: Target in-flight per slot of the KPA-like baseline.
         kpa_stable_window_s: KPA stable window, s.

@@ -343,8 +343,10 @@ def main() -> int:
                           f"{rule or 'none':<6}: {r['slo_minutes_fraction']:.1%} / {r['replica_hours']:.2f} h")
                 crd = run_simulation(trace, replace(config, policies=("predictive",),
                                                     predictive_target_utilization_percent=70.0,
-                                                    predictive_scale_down_stabilization_s=300.0), model)["predictive"]
-                print(f"  predictive at the CRD defaults (70 %, 300 s scale-down window): "
+                                                    predictive_scale_down_stabilization_s=300.0,
+                                                    max_step_replicas=4), model)["predictive"]
+                print(f"  predictive at Utilization mode's defaults (the CRD's for every mode before 6 Dec 2026: "
+                      f"70 %, 300 s scale-down window, step 4): "
                       f"{crd['slo_minutes_fraction']:.1%} / {crd['replica_hours']:.2f} h = "
                       f"{crd['replica_hours'] / oracle['replica_hours']:.2f}x oracle")
                 pred = g["pred"]

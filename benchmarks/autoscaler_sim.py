@@ -53,7 +53,8 @@ def fluid_replica_hours(trace: Trace, config: SimulationConfig) -> float:
 
 
 def run_scenario(name: str, trace: Trace, config: SimulationConfig, model: Any) -> dict[str, dict[str, Any]]:
-    """All policies, plus the predictive policy at the CRD default of 70 % target utilization."""
+    """All policies, plus the predictive policy at 70 % target utilization (Utilization mode's default; the CRD's
+    for every mode before 6 Dec 2026)."""
     started = time.perf_counter()
     results = run_simulation(trace, config, model)
     at70 = run_simulation(

@@ -122,22 +122,28 @@ class EventPoster:
             self._post(*item)
 
     def post_now(self, ev: dict[str, Any], logger: Log) -> None:
-        """Post one Event on the caller's thread, retrying a transient failure as the queue does (up to
-        :data:`EVENT_RETRIES` attempts, ``retry_s`` then doubled: 3 s of waiting at the defaults); a failure is
-        logged, never raised. Its callers post an Event once per new problem, right after the status it goes
-        with: a post lost to one refused call would not come again."""
-        self._post(ev, logger)
+        """Post one Event on the caller's thread, once; a transient failure hands it to the queue (:meth:`put`),
+        which retries it off that thread (its callers post an Event once per new problem, right after the status
+        it goes with, so a post lost to one reset would never come again; a kopf handler must not sleep through
+        the retries). Any other failure is logged, never raised."""
+        if not self._post(ev, logger, attempts=1, requeue=True):
+            self.put(ev, logger)
 
-    def _post(self, ev: dict[str, Any], logger: Log, attempts: int = EVENT_RETRIES) -> None:
+    def _post(self, ev: dict[str, Any], logger: Log, attempts: int = EVENT_RETRIES, requeue: bool = False) -> bool:
+        """Post ``ev``; False only when ``requeue`` and the last attempt failed transiently (the caller queues it)."""
         ns, reason = ev["metadata"]["namespace"], ev["reason"]
         wait_s = self.retry_s
         for attempt in range(1, attempts + 1):
             self.on_posted(ns, ev["regarding"]["name"])
             try:
                 self.post(ns, ev)
-                return
+                return True
             except Exception as exc:  # a failed post never reaches the reconcile; ApiException and no answer alike
                 status = getattr(exc, "status", None)
+                if requeue and attempt == attempts and _event_retryable(exc):
+                    logger.info("Posting the event failed, queued to retry: reason=%s status=%s error=%s", reason,
+                                status, type(exc).__name__)
+                    return False
                 if attempt < attempts and _event_retryable(exc):
                     logger.info("Posting the event failed, retrying in %.1f s: reason=%s status=%s error=%s",
                                 wait_s, reason, status, type(exc).__name__)
@@ -146,7 +152,8 @@ class EventPoster:
                     continue
                 logger.warning("Posting the event failed: reason=%s status=%s body=%s", reason, status,
                                getattr(exc, "body", None) or f"{type(exc).__name__}: {exc}")
-                return
+                return True
+        return True
 
 
 class Writer:
@@ -306,10 +313,10 @@ class Writer:
 
         Args:
             queued: True: queue it and return at once (:class:`EventPoster` posts it, in order, retrying transient
-                failures): what a reconcile's Events do. False: post it now on the caller's thread (transient
-                failures retried there, :meth:`EventPoster.post_now`): the refusal of an InferenceService and the
-                BudgetPolicy handlers' Events, which clients read right after the status they go with (off the
-                creation burst's path).
+                failures): what a reconcile's Events do. False: post it now on the caller's thread, a transient
+                failure then retried through the queue (:meth:`EventPoster.post_now`): the refusal of an
+                InferenceService and the BudgetPolicy handlers' Events, which clients read right after the status
+                they go with (off the creation burst's path).
         """
         meta = body["metadata"]
         now = dt.datetime.now(dt.UTC)

@@ -358,7 +358,8 @@ def simulator_expected(trace_path: Path, profile_path: Path, seed: int = 0) -> E
     """Expected replicas of a service: the simulator's ``predictive`` policy replaying the trace.
 
     The model is the profiled regressor (``modalscale profile`` artifact); the policy runs with the service's
-    ``minReplicas``/``maxReplicas``, ``targetP95LatencyMilliseconds`` and ``targetUtilizationPercent``. Results
+    ``minReplicas``/``maxReplicas``, ``targetP95LatencyMilliseconds``, ``targetUtilizationPercent``,
+    ``scaleDownStabilizationSeconds`` and ``maxStepReplicas`` (each as parsed: unset, its mode's default). Results
     are cached per distinct setting.
 
     Raises:
@@ -382,16 +383,19 @@ def simulator_expected(trace_path: Path, profile_path: Path, seed: int = 0) -> E
         model = load_model(profile_path)
     except (ArtifactError, OSError, ValueError) as exc:
         raise CostDiffError(f"--profile: {profile_path}: {first_line(exc)}") from None
-    cache: dict[tuple[int, int, int, int], float] = {}
+    cache: dict[tuple[int, ...], float] = {}
 
     def mean_replicas(spec: IsvcSpec) -> float:
         sc = spec.scaling
-        key = (sc.min_replicas, sc.max_replicas, sc.target_p95_latency_ms, sc.target_utilization_percent)
+        key = (sc.min_replicas, sc.max_replicas, sc.target_p95_latency_ms, sc.target_utilization_percent,
+               sc.scale_down_stabilization_s, sc.max_step_replicas)
         if key not in cache:
             config = SimulationConfig(target_p95_ms=float(sc.target_p95_latency_ms),
                                       min_replicas=max(1, sc.min_replicas),
                                       max_replicas=sc.max_replicas, policies=("predictive",), random_state=seed,
-                                      predictive_target_utilization_percent=float(sc.target_utilization_percent))
+                                      predictive_target_utilization_percent=float(sc.target_utilization_percent),
+                                      predictive_scale_down_stabilization_s=float(sc.scale_down_stabilization_s),
+                                      max_step_replicas=sc.max_step_replicas)
             cache[key] = float(run_simulation(trace, config, model)["predictive"]["mean_replicas"])
         return cache[key]
 

@@ -119,27 +119,34 @@ def test_writer_event_returns_at_once_and_an_unreachable_apiserver_never_reaches
     assert writer.metrics.api_writes.labels(kind="Event", verb="create")._value.get() == 3  # three attempts
 
 
-def test_an_event_posted_now_is_posted_on_the_callers_thread_retrying_a_transient_failure(
+def test_an_event_posted_now_is_posted_on_the_callers_thread_and_a_transient_failure_is_retried_by_the_queue(
         caplog: pytest.LogCaptureFixture) -> None:
-    # A refusal's Event is posted once per new problem (reconcile.refuse): a post lost to one reset was never posted.
-    post = Recorder(fail=1, error=ConnectionResetError("reset"))
+    # A refusal's Event is posted once per new problem (reconcile.refuse): a post lost to one reset was never posted
+    # again; retried on the caller's thread it would hold a kopf handler through the waits.
+    post = Recorder(fail=0, error=ConnectionResetError("reset"))
     poster = EventPoster(post, lambda ns, name: None, retry_s=0.01)
     with caplog.at_level(logging.INFO, logger=LOG.name):
-        poster.post_now(event("Refused"), LOG)  # fails once, retried on this thread
-        poster.post_now(event("InvalidSpec"), LOG)
-    assert post.attempts == 3 and post.posted == [("ns", "Refused"), ("ns", "InvalidSpec")]
-    assert "retrying in 0.0 s: reason=Refused status=None error=ConnectionResetError" in caplog.text
-    assert not poster._threads  # nothing queued, no thread started
+        poster.post_now(event("InvalidSpec"), LOG)  # posted here, no thread
+        assert post.posted == [("ns", "InvalidSpec")] and not poster._threads
+        post.fail = 2
+        t0 = time.monotonic()
+        poster.post_now(event("Refused"), LOG)  # fails once here, returns at once, queued
+        assert time.monotonic() - t0 < 0.5 and poster._threads
+        assert poster.flush(5.0)
+    assert post.attempts == 3 and post.posted == [("ns", "InvalidSpec"), ("ns", "Refused")]
+    assert "queued to retry: reason=Refused status=None error=ConnectionResetError" in caplog.text
 
 
-def test_an_event_posted_now_gives_up_after_the_retries_or_at_a_refusal_and_logs_it_without_raising(
+def test_an_event_posted_now_gives_up_after_the_queues_retries_or_at_a_refusal_and_logs_it_without_raising(
         caplog: pytest.LogCaptureFixture) -> None:
     post = Recorder(fail=99, error=ConnectionResetError("reset"))
     poster = EventPoster(post, lambda ns, name: None, retry_s=0.01)
     with caplog.at_level(logging.INFO, logger=LOG.name):
         poster.post_now(event("Refused"), LOG)
-    assert post.attempts == EVENT_RETRIES and post.posted == []
+        assert poster.flush(5.0)
+    assert post.attempts == 1 + EVENT_RETRIES and post.posted == []
     assert "Posting the event failed: reason=Refused status=None body=ConnectionResetError: reset" in caplog.text
     invalid = Recorder(fail=99, error=ApiException(status=422, reason="Unprocessable Entity"))
-    EventPoster(invalid, lambda ns, name: None, retry_s=0.01).post_now(event("Refused"), LOG)
-    assert invalid.attempts == 1  # a refusal by the API server is not retried
+    refused = EventPoster(invalid, lambda ns, name: None, retry_s=0.01)
+    refused.post_now(event("Refused"), LOG)
+    assert invalid.attempts == 1 and not refused._threads  # a refusal by the API server is not retried

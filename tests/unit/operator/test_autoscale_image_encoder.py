@@ -102,6 +102,17 @@ def test_the_pools_policy_is_the_utilization_rule_with_the_services_knobs_and_th
                              SPEC.stages.image_encoder)  # type: ignore[union-attr]
 
 
+def test_a_predictive_services_pool_takes_predictives_defaults_when_the_spec_leaves_them_unset() -> None:
+    # The pool runs the Utilization rule, but with the service's knobs: unset in a Predictive spec, those are
+    # Predictive mode's (SCALING_MODE_DEFAULTS), as the staged simulator's pool has them.
+    spec = parse_isvc(inference_service("vc", "ml", uid="u", stages=STAGES,
+                                        scaling={"mode": "Predictive", "minReplicas": 1, "maxReplicas": 8}))
+    assert spec.stages is not None
+    pool = image_encoder_policy(spec.scaling, spec.stages.image_encoder)
+    assert (pool.mode, pool.target_utilization_percent, pool.scale_down_stabilization_s, pool.max_step_replicas) == (
+        ScalingMode.UTILIZATION, 90.0, 60.0, 32)
+
+
 def test_image_load_scales_the_pool_up() -> None:
     """2 pods x 20 req/s x 200 ms over batches of 2 = 2.0 erlangs each, 100 % of their 2 slots; target 50 %:
     ceil(2 x 1.0 / 0.5) = 4. At 10 req/s each: 50 %, steady at 2."""

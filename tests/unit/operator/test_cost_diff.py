@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -241,3 +242,31 @@ def test_an_unreachable_prometheus_leaves_the_diff_as_is_and_names_no_tenant(
     assert main(["cost", "diff", str(EXAMPLES), str(changed), "--catalog", str(override),
                  "--prometheus-url", "http://127.0.0.1:9", "--since", "soon"]) == 2
     assert "--since" in capsys.readouterr().err
+
+
+def test_the_simulator_runs_each_service_with_its_own_window_and_step(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # An object written under the earlier CRD carries 300 s and 4 where a new one leaves them unset (60 s, 32):
+    # the two are different policies and must not share a cached figure.
+    import modalscale.autoscaler.simulate as simulate
+    from modalscale.api.inferenceservice import parse_spec
+    from modalscale.autoscaler.regressor import save_model
+    from modalscale.autoscaler.traces import TraceSpec, generate_trace, write_trace_csv
+    from modalscale.operator.cost_diff import simulator_expected
+
+    save_model(simulate.train_default_model(simulate.SimulationConfig(profile_requests=300)), tmp_path / "m.skops")
+    write_trace_csv(generate_trace(TraceSpec(duration_s=120, mean_rate_rps=1, random_state=3)), tmp_path / "t.csv")
+    seen: list[tuple[float | None, int]] = []
+
+    def run(trace: Any, config: Any, model: Any) -> dict[str, Any]:
+        seen.append((config.predictive_scale_down_stabilization_s, config.max_step_replicas))
+        return {"predictive": {"mean_replicas": 1.0}}
+
+    monkeypatch.setattr(simulate, "run_simulation", run)
+    expected = simulator_expected(tmp_path / "t.csv", tmp_path / "m.skops")
+    unset = parse_spec({"scaling": {"mode": "Predictive"}})
+    stored = parse_spec({"scaling": {"mode": "Predictive", "targetUtilizationPercent": 90,
+                                     "scaleDownStabilizationSeconds": 300, "maxStepReplicas": 4}})
+    for spec in (unset, stored, unset):
+        expected(spec)  # type: ignore[arg-type]
+    assert seen == [(60.0, 32), (300.0, 4)]
