@@ -94,6 +94,14 @@ def test_defaults_are_filled_in_by_the_apiserver(api: Any, crds_installed: list[
     # No stored gateway default: an unset spec.gateway.enabled reads as GATEWAY_ENABLED_DEFAULT (true) wherever it
     # is read, so a later change of that default reaches objects written before it.
     assert "gateway" not in spec
+    # Nor of the three mode-dependent scaling fields: the operator reads the mode's own (Predictive's here). The
+    # CRD before 6 Dec 2026 stored 70, 300 and 4 in every object (docs/operations.md says how to remove them).
+    from modalscale.api.inferenceservice import parse_isvc
+
+    assert not {"targetUtilizationPercent", "scaleDownStabilizationSeconds", "maxStepReplicas"} & set(spec["scaling"])
+    scaling = parse_isvc({"metadata": {"name": "defaults", "namespace": NS}, "spec": spec}).scaling
+    assert (scaling.target_utilization_percent, scaling.scale_down_stabilization_s, scaling.max_step_replicas) == (
+        90, 60, 32)
 
 
 def _isvc(**spec: Any) -> dict[str, Any]:
