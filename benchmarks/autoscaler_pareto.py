@@ -69,6 +69,7 @@ from typing import Any
 
 import numpy as np
 
+from modalscale.api.inferenceservice import SCALING_MODE_DEFAULTS
 from modalscale.autoscaler.arrivals import FORECASTERS, forecast_rate_rps
 from modalscale.autoscaler.simulate import SimulationConfig, run_simulation, run_sweep, train_default_model
 from modalscale.autoscaler.traces import (
@@ -341,12 +342,15 @@ def main() -> int:
                                        model)["predictive"]
                     print(f"    predictive@{base.predictive_target_utilization_percent:g} with forecaster "
                           f"{rule or 'none':<6}: {r['slo_minutes_fraction']:.1%} / {r['replica_hours']:.2f} h")
-                crd = run_simulation(trace, replace(config, policies=("predictive",),
-                                                    predictive_target_utilization_percent=70.0,
-                                                    predictive_scale_down_stabilization_s=300.0,
-                                                    max_step_replicas=4), model)["predictive"]
+                util = SCALING_MODE_DEFAULTS["Utilization"]
+                crd = run_simulation(trace, replace(
+                    config, policies=("predictive",),
+                    predictive_target_utilization_percent=float(util.target_utilization_percent),
+                    predictive_scale_down_stabilization_s=float(util.scale_down_stabilization_s),
+                    max_step_replicas=util.max_step_replicas), model)["predictive"]
                 print(f"  predictive at Utilization mode's defaults (the CRD's for every mode before 6 Dec 2026: "
-                      f"70 %, 300 s scale-down window, step 4): "
+                      f"{util.target_utilization_percent} %, {util.scale_down_stabilization_s} s scale-down window, "
+                      f"step {util.max_step_replicas}): "
                       f"{crd['slo_minutes_fraction']:.1%} / {crd['replica_hours']:.2f} h = "
                       f"{crd['replica_hours'] / oracle['replica_hours']:.2f}x oracle")
                 pred = g["pred"]
