@@ -7,6 +7,7 @@ EXIF specification's wording, and checked against that wording."""
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 import zlib
@@ -25,6 +26,7 @@ FP32 = ModelSettings()
 INT8 = ModelSettings(precision=Precision.INT8)
 ORIENTATION_TAG = 0x0112
 JPEG_QUALITY = 95
+PNG_LEVEL = 1
 
 DISPLAYED: dict[int, Callable[[np.ndarray], np.ndarray]] = {
     1: lambda a: a,
@@ -75,10 +77,11 @@ def exif_with(orientation: int | None) -> Image.Exif:
 
 
 def encode(pixels: np.ndarray, fmt: str, orientation: int | None = None, exif: Image.Exif | None = None) -> bytes:
-    """``pixels`` encoded as ``fmt`` (JPEG quality 95), with EXIF orientation ``orientation`` (None: no EXIF
-    unless ``exif`` is given)."""
+    """``pixels`` encoded as ``fmt`` (JPEG quality 95; PNG at zlib level 1: lossless at any level, and the default 6
+    made PNG encoding most of this module's time), with EXIF orientation ``orientation`` (None: no EXIF unless
+    ``exif`` is given)."""
     buf = io.BytesIO()
-    params: dict[str, object] = {"quality": JPEG_QUALITY} if fmt == "JPEG" else {}
+    params: dict[str, object] = {"quality": JPEG_QUALITY} if fmt == "JPEG" else {"compress_level": PNG_LEVEL}
     if orientation is not None:
         params["exif"] = exif_with(orientation)
     elif exif is not None:
@@ -87,9 +90,13 @@ def encode(pixels: np.ndarray, fmt: str, orientation: int | None = None, exif: I
     return buf.getvalue()
 
 
+@functools.cache
 def photo_pixels(name: str, width: int, height: int) -> np.ndarray:
-    """The photograph at ``width`` x ``height`` as uint8 (h, w, 3), taken from a lossless PNG."""
-    return np.asarray(Image.open(io.BytesIO(photo_at(name, width, height, "PNG"))).convert("RGB"))
+    """The photograph at ``width`` x ``height`` as uint8 (h, w, 3), taken from a lossless PNG; read-only, made once
+    per size for the module."""
+    pixels = np.asarray(Image.open(io.BytesIO(photo_at(name, width, height, "PNG"))).convert("RGB"))
+    pixels.setflags(write=False)
+    return pixels
 
 
 def mean_diff_levels(a: DecodedImage, b: DecodedImage) -> float:
