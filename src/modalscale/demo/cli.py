@@ -30,7 +30,13 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from modalscale.demo.run import DemoConfig, run_demo
+    from modalscale.devenv.checkout import NotACheckoutError, source_root
 
+    try:
+        source_root("modalscale demo")  # its images and CRDs come from the checkout: say so before a cluster starts
+    except NotACheckoutError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if args.duration < 30 or (args.rate is not None and args.rate <= 0):
         print("--duration must be >= 30 s and --rate > 0", file=sys.stderr)
         return 2

@@ -43,6 +43,7 @@ from typing import Any
 from modalscale.api.isvc_status import read_isvc_status
 from modalscale.costmodel.budget.status import read_budget_status
 from modalscale.costmodel.ledger import Ledger
+from modalscale.devenv.checkout import source_root
 
 NAMESPACE = "demo"
 ISVC = "vision-chat"
@@ -511,7 +512,7 @@ class Demo:
         if not self.real:
             self.cluster.ensure_gpu_nodes(FALLBACK_FAKE_NODES, 8, GPU_TYPE)
         self.timings["cluster up"] = time.monotonic() - started
-        repo_crds = Path(__file__).resolve().parents[3] / "crds"
+        repo_crds = source_root("modalscale demo") / "crds"
         install_crds(self.cluster.api_client(), repo_crds)
         self.api = self.cluster.api_client()
         self.say(f"Control plane up with the real kubelet node (containerd + runc, {REPLICA_CPU} per replica)"

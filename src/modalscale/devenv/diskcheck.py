@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from modalscale.devenv import checkout
 from modalscale.devenv.binaries import cache_dir
 
 GB = 1024**3
@@ -93,7 +94,7 @@ def main(env: Mapping[str, str] = os.environ) -> int:
     """Check and print the verdict: 0 when there is room (or the check is skipped), 1 otherwise."""
     if env.get("MODALSCALE_SKIP_DISK_CHECK") == "1":
         return 0
-    repo = Path(__file__).resolve().parents[3]
+    repo = checkout.ROOT
     parts = cold_parts(repo, Path.home(), cache_dir())
     short = shortfall(parts, lambda p: shutil.disk_usage(_existing(p)).free, lambda p: _existing(p).stat().st_dev)
     if not short:

@@ -49,12 +49,16 @@ from typing import Any
 
 import yaml
 
+from modalscale.devenv import checkout
 from modalscale.devenv.binaries import build_lock, cache_dir
 
 Log = Callable[[str], None]
 
-REPO = Path(__file__).resolve().parents[3]
-"""The repository root (the build context's source): ``src/modalscale/devenv`` -> three levels up."""
+REPO = checkout.ROOT
+"""The repository root (the build context's source): ``src/modalscale/devenv`` -> three levels up; not a checkout
+in an installed wheel (``modalscale images`` checks with :func:`modalscale.devenv.checkout.source_root` first)."""
+IMAGE_NAMES = ("operator", "runtime-cpu")
+"""The images ``modalscale images build`` makes, by short name: the keys of :func:`image_definitions`."""
 
 DEBIAN_SUITE = "bookworm"
 """Debian release of the base rootfs (Python 3.11, the same minor as the project's .venv)."""

@@ -10,12 +10,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from modalscale.devenv.images import ImageBuildError, build_images, image_definitions
+from modalscale.devenv.checkout import NotACheckoutError, source_root
+from modalscale.devenv.images import IMAGE_NAMES, ImageBuildError, build_images
 
 
 def add_parser(sub: Any) -> None:
     """Register ``images`` and its subcommands on ``sub`` (an argparse subparsers action)."""
-    names = list(image_definitions())
+    names = IMAGE_NAMES  # not image_definitions(): it reads the checkout, and `--help` must work without one
     p = sub.add_parser("images", help="build the operator and CPU runtime images (buildah, no daemon) and load them")
     isub = p.add_subparsers(dest="images_command", metavar="ACTION", required=True)
     build = isub.add_parser("build", help="build (or find cached) the images and print each one's size")
@@ -40,6 +41,11 @@ def _log(msg: str) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    try:
+        source_root(f"modalscale images {args.images_command}")
+    except NotACheckoutError as exc:
+        _log(str(exc))
+        return 2
     try:
         built = build_images(args.names or None, log=_log, force=args.force)
     except ImageBuildError as exc:

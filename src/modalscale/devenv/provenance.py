@@ -5,7 +5,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from modalscale.devenv import checkout
+
+REPO = checkout.ROOT
 """The repository root of this checkout (src/modalscale/devenv/ is three levels below it)."""
 
 
