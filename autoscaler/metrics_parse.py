@@ -24,6 +24,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     PARTIAL_TARGETS,
     PARTIAL_WINDOW,
     SCRAPE_TARGETS_DOWN,
+    UNKNOWN_SAMPLE_TIME,
 )
 from modalscale.autoscaler.features import MODALITIES, Modality
 from modalscale.autoscaler.metrics_reading import MetricsReading
@@ -58,6 +59,19 @@ def _value(sample: Mapping[str, Any]) -> float | None:
     except (KeyError, IndexError, TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
+
+
+def _epoch_s(sample: Mapping[str, Any]) -> float | None:
+    """A ``timestamp(up)`` sample's value, s since the epoch; None when it is not a finite number that is a time
+    (a value in ms by a units slip, ``1e20``, or a negative one outside ``datetime``'s range, as much as ``NaN``)."""
+    v = _value(sample)
+    if v is None:
+        return None
+    try:
+        dt.datetime.fromtimestamp(v, dt.UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+    return v
 
 
 def _series_key(labels: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -238,7 +252,7 @@ def _targets(answers: Mapping[str, Sequence[Mapping[str, Any]]], up_key: str = "
     def scrape(labels: Mapping[str, Any]) -> tuple[str, str]:
         return str(labels.get("instance", "?")), str(labels.get("job", ""))
 
-    stamps = {scrape(s.get("metric") or {}): _value(s) for s in answers.get(scraped_key) or ()}
+    stamps = {scrape(s.get("metric") or {}): _epoch_s(s) for s in answers.get(scraped_key) or ()}
     up: dict[str, bool] = {}
     newest: dict[str, float] = {}
     rows = answers.get(up_key) or ()
@@ -422,6 +436,15 @@ def _targets_problem(total: int, down: tuple[str, ...], live: Sequence[str]) -> 
     return None
 
 
+def _unknown_time(what: str, unstamped: Sequence[str], live: int) -> _Problem:
+    """``(UnknownSampleTime, message)`` for the ``unstamped`` targets of ``live`` that answered without a readable
+    scrape time (``what``: "" for the replicas, "the request gateway's " for the gateway)."""
+    return (UNKNOWN_SAMPLE_TIME, f"{len(unstamped)} of {live} scrape target(s) of {what or 'this InferenceService'} "
+                                 f"answered with no readable scrape time (timestamp(up) missing, not finite, or not "
+                                 f"in seconds: {', '.join(unstamped)}): their data are of unknown age, never read as "
+                                 f"fresh; holding")
+
+
 def _outstanding(answers: _Answers, gw: "_GatewayFigures | None") -> float:
     """Requests counted as arrived that cannot have completed in Triton yet (:func:`_contradiction`): with the
     gateway (``gw``), its in-flight and queued requests now plus those its admission refused inside the window
@@ -537,9 +560,12 @@ def _queue(answers: _Answers, model_name: str, pending: Mapping[str, float] | No
 def _workloads(answers: _Answers, s: _ServiceFigures, contradicts: _Problem | None, gateway: bool = False
                ) -> tuple[tuple[WorkloadClass, ...] | None, tuple[WorkloadClass, ...] | None, _Problem | None]:
     """``(stable workload, recent workload, problem)``: both None when the runtime's counter contradicts
-    Triton's (the request rates are unknown, not zero); a contradiction is the problem named first."""
+    Triton's (the request rates are unknown, not zero) or the recent window's answers are not finite or negative;
+    a contradiction is the problem named first."""
     workload, problem = _workload(answers, "", s.batch, s.service_ms, gateway)
-    recent, _ = _workload(answers, "recent_", s.batch, {}, gateway)
+    recent, recent_problem = _workload(answers, "recent_", s.batch, {}, gateway)
+    if problem is None and recent_problem is not None and recent_problem[0] in (NON_FINITE_METRICS, NEGATIVE_RATE):
+        workload, problem = None, recent_problem  # a burst it cannot see: no decision on the stable window alone
     if contradicts and contradicts[0] == "runtime":  # the request rates are unknown, not zero
         workload, recent = None, None
     if contradicts:  # the more severe fault: it names why a mode holds
@@ -611,6 +637,7 @@ def _gateway_figures(answers: _Answers) -> _GatewayFigures:
     live = sorted(i for i, v in up.items() if v)
     down = tuple(sorted(i for i, v in up.items() if not v))
     stamp = max((newest[i] for i in live if i in newest), default=None)
+    unstamped = [i for i in live if i not in newest]
     if not up:
         return _GatewayFigures(0, 0, (), None, None, None, (
             NO_SCRAPE_TARGETS, "spec.gateway.enabled, but Prometheus has no scrape target of the request gateway "
@@ -621,6 +648,9 @@ def _gateway_figures(answers: _Answers) -> _GatewayFigures:
         return _GatewayFigures(0, len(up), down, None, None, None, (
             SCRAPE_TARGETS_DOWN, f"all {len(up)} scrape target(s) of the request gateway are down "
                                  f"({', '.join(down)}); demand is read from the gateway only: holding"))
+    if unstamped:  # the demand's only source is of unknown age
+        return _GatewayFigures(len(live), len(up), down, None, None, None,
+                               _unknown_time("the request gateway's ", unstamped, len(live)))
     gauges: dict[str, float] = {}
     names = {"gateway_queue": "modalscale_gateway_queue_depth",
              "gateway_inflight": "modalscale_gateway_inflight_requests"}
@@ -667,18 +697,25 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
         the service is serving (``MetricsContradict``, :func:`_contradiction`). Targets that are down are left
         out of the sums (``partial``). A window that starts in a gap of Prometheus' data (:func:`_window_holes`)
         gives no rate: the stable window's workload, busy time and per-bin counts are None (``PartialMetricsWindow``),
-        the recent window's workload is None.
+        the recent window's workload is None. A target that answered with no readable scrape time
+        (``UnknownSampleTime``: its data are of unknown age, and an hour-old sample would read fresh) gives a
+        reading with no data at all; a non-finite or negative answer of the recent (burst) window leaves the
+        workload unknown as the stable window's would (no decision blind to a burst).
     """
     up, newest, per_pod = _targets(answers)
     total = len(up)
     live = sorted(i for i, v in up.items() if v)
     down = tuple(sorted(i for i, v in up.items() if not v))
     unreadable = _targets_problem(total, down, live)
+    unstamped = [i for i in live if i not in newest]
+    if unreadable is None and unstamped:  # data of unknown age: none is read (it would be dated `now`)
+        unreadable = _unknown_time("", unstamped, len(live))
     if unreadable is not None:
         return MetricsReading(None, None, targets_total=total, down_targets=down, problem=unreadable)
-    stamps = [newest[i] for i in live if i in newest]
-    newest_s = max(stamps) if stamps else None
+    stamps = [newest[i] for i in live]
+    newest_s = max(stamps)
 
+    newest_s_replicas = newest_s
     gw = _gateway_figures(answers) if gateway else _GatewayFigures(0, 0, (), None, None, None, None)
     triton = _triton_figures(answers, window_s, _outstanding(answers, gw if gateway else None))
     service = _service_figures(triton, model_name)
@@ -693,9 +730,9 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
             assert gw.queue is not None and gw.in_flight is not None
             queued = gw.queue + (queued or 0.0)  # held in the gateway + waiting in Triton: never the same request
             in_flight = gw.in_flight + gw.queue  # what the clients of the gateway wait on
-        if newest_s is not None and gw.newest_s is not None:
+        if gw.newest_s is not None:
             newest_s = min(newest_s, gw.newest_s)  # as fresh as the older of the two sources
-    observed_at = dt.datetime.fromtimestamp(newest_s, dt.UTC) if newest_s is not None else None
+    observed_at = dt.datetime.fromtimestamp(newest_s, dt.UTC)
     busy = service.busy_erlangs
     holes = _window_holes(answers, {"stable": window_s, "recent": recent_window_s})
     if "recent" in holes:
@@ -720,7 +757,7 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
                           per_pod_targets=per_pod, problem=problem,
                           extra=_extra(answers, len(live), total, service, mean_latency_ms, gw),
                           arrival_counts=counts, in_flight_requests=in_flight,
-                          in_flight_at=_sampled_at(in_flight, gw.newest_s if gateway else max(stamps, default=None)),
+                          in_flight_at=_sampled_at(in_flight, gw.newest_s if gateway else newest_s_replicas),
                           gateway_targets_up=gw.up, gateway_targets_total=gw.total)
 
 

@@ -103,6 +103,9 @@ NEGATIVE_RATE = "NegativeRate"
 PARTIAL_WINDOW = "PartialMetricsWindow"
 """The metrics window starts in a gap of Prometheus' data (Prometheus was down or not scraping, or a target did not
 answer): every rate over it reads low, so none is read until the window lies after the gap."""
+UNKNOWN_SAMPLE_TIME = "UnknownSampleTime"
+"""A scrape target that answered has no readable scrape time (``timestamp(up)`` missing, not finite, or not a time
+in seconds): its data are of unknown age, so none is read (a sample an hour old would read fresh)."""
 METRICS_CONTRADICT = "MetricsContradict"
 """Two demand signals contradict each other (one request counter reads 0 while another, or Triton's compute time,
 says the service is serving): what the idle one feeds is unknown, and the policy holds on it."""

@@ -23,6 +23,7 @@ from modalscale.api.conditions import (
     NON_FINITE_METRICS,
     PARTIAL_TARGETS,
     SCRAPE_TARGETS_DOWN,
+    UNKNOWN_SAMPLE_TIME,
 )
 from modalscale.autoscaler.metrics_parse import parse_answers
 from modalscale.autoscaler.metrics_reading import MetricsReading
@@ -279,6 +280,24 @@ def test_missing_gateway_gauges_hold() -> None:
     reading = read(u, gateway=True)
     assert reading.workload is None and reading.problem is not None and reading.problem[0] == NO_REQUEST_METRICS
     assert "modalscale_gateway_inflight_requests" in reading.problem[1]
+    assert not decide(reading, current=3)[1].valid
+
+
+@pytest.mark.parametrize("spoil", ["missing", "one-pod", "NaN", "milliseconds"])
+def test_gateway_targets_without_a_readable_scrape_time_hold(spoil: str) -> None:
+    """The gateway's series are the demand's only source: of unknown age (``timestamp(up)`` missing or unreadable
+    for a gateway pod that answered), they are not read, and the decision holds."""
+    u = universe()
+    rows = u.rows["gateway_scraped"]
+    if spoil == "missing":
+        del u.rows["gateway_scraped"]
+    elif spoil == "one-pod":
+        del rows[0]
+    else:
+        rows[0] = (rows[0][0], float("nan") if spoil == "NaN" else (T - 1) * 1000)
+    reading = read(u, gateway=True)
+    assert reading.workload is None and reading.problem is not None and reading.problem[0] == UNKNOWN_SAMPLE_TIME
+    assert "request gateway" in reading.problem[1] and "vc-gateway-7c9-0" in reading.problem[1]
     assert not decide(reading, current=3)[1].valid
 
 

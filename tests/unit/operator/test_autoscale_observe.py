@@ -22,6 +22,7 @@ from modalscale.api.conditions import (
     PARTIAL_WINDOW,
     PROMETHEUS_NOT_CONFIGURED,
     SCRAPE_TARGETS_DOWN,
+    UNKNOWN_SAMPLE_TIME,
 )
 from modalscale.autoscaler.features import Modality
 from modalscale.autoscaler.metrics_parse import parse_answers
@@ -499,14 +500,15 @@ def test_non_finite_answer_is_missing_data_and_the_policy_holds(key: str, bad: s
 
 
 @pytest.mark.parametrize("bad", ["NaN", "+Inf"])
-def test_non_finite_triton_and_recent_answers_are_unknown_everywhere(bad: str) -> None:
+def test_non_finite_triton_answers_are_unknown_everywhere(bad: str) -> None:
+    """(The recent window's answers: :func:`test_an_unreadable_recent_window_is_named_and_predictive_holds`.)"""
     answers = copy.deepcopy(RECORDED_LABELLED)
-    for key in ("nv_compute_us", "recent_requests", "nv_pending", "nv_request_us"):
+    for key in ("nv_compute_us", "nv_pending", "nv_request_us"):
         answers[key][0]["value"][1] = bad
     answers["nv_p95_us"][0]["value"][1] = bad  # the router's (client-facing) p95
     reading = parse_answers(answers, "multimodal")
-    assert reading.workload is not None  # the stable window is intact
-    assert reading.busy_erlangs is None and reading.recent_workload is None
+    assert reading.workload is not None and reading.recent_workload is not None  # the request rates are intact
+    assert reading.busy_erlangs is None
     assert all(c.observed_service_ms is None for c in reading.workload)
     assert reading.p95_latency_ms is None and reading.queued_requests is None
     assert "mean_latency_ms" not in reading.extra
@@ -938,3 +940,63 @@ def test_the_int8_fallback_query_reads_the_replicas_series_or_the_pools() -> Non
     assert front.startswith("max by (pod, instance, job) (modalscale_image_int8_fallback{")
     assert 'component!~"gateway|image-encoder"' in front
     assert 'component="image-encoder"' in build_queries("ml", "vc", component="image-encoder")["int8_fallback"]
+
+
+def _stamps(answers: dict[str, Any], how: str) -> dict[str, Any]:
+    """``answers`` with the scrape times (``timestamp(up)``) spoiled as ``how`` says."""
+    first = answers["scraped"][0]
+    if how == "missing":
+        del answers["scraped"]
+    elif how == "one-pod-missing":
+        answers["scraped"] = answers["scraped"][1:]
+    elif how == "other-instance":
+        first["metric"] = {**first["metric"], "instance": "10.9.9.9:1"}
+    elif how == "milliseconds":  # a units slip: the same instant in ms
+        first["value"][1] = repr(float(first["value"][1]) * 1000)
+    else:
+        first["value"][1] = how  # NaN, +Inf, out of datetime's range
+    return answers
+
+
+@pytest.mark.parametrize("mode", ["Predictive", "Utilization"])
+@pytest.mark.parametrize("how", ["missing", "one-pod-missing", "other-instance", "NaN", "+Inf", "milliseconds",
+                                 "1e20", "-1e12"])
+def test_data_whose_scrape_time_is_unknown_is_not_read_and_the_policy_holds(how: str, mode: str) -> None:
+    """Found by an adversarial probe (6 Dec 2026): with the scrape-time answer missing, the observation was dated
+    ``now`` and Predictive scaled 10 -> 6 on samples an hour old (Utilization held); a scrape time in ms raised
+    ``ValueError`` out of the parse. Data of unknown age is unread data: no workload, a named problem, a hold."""
+    answers = _stamps(_pods(n_pods=4), how)
+    reading = parse_answers(answers, "multimodal")
+    assert reading.workload is None and reading.recent_workload is None and reading.busy_erlangs is None
+    assert reading.p95_latency_ms is None and reading.in_flight_requests is None
+    assert reading.problem is not None and reading.problem[0] == UNKNOWN_SAMPLE_TIME, reading.problem
+    assert "scrape time" in reading.problem[1] and "holding" in reading.problem[1]
+    for late_s in (5.0, 3600.0):  # evaluated at once, and an hour after the samples (their true age)
+        now = dt.datetime.fromtimestamp(T_LABELLED + late_s, dt.UTC)
+        obs = build_observation(reading, current_replicas=10, ready_replicas=10, slots_per_replica=1,
+                                budget_max_replicas=None, now=now)
+        decision = recommend(obs, ScalingPolicy(mode=ScalingMode(mode), scale_down_stabilization_s=60),
+                             ScalerState(((now - dt.timedelta(seconds=400), 10),)), _model(), now)
+        assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 10, Reason.HELD_NO_METRICS)
+
+
+def test_a_readable_scrape_time_on_every_live_target_still_reads_the_data() -> None:
+    reading = parse_answers(_pods(n_pods=4, skip=((3, PODMONITOR_JOB),)), "multimodal")  # a down pod needs none
+    assert reading.workload is not None and reading.problem is not None and reading.problem[0] == PARTIAL_TARGETS
+    assert reading.observed_at == dt.datetime.fromtimestamp(T_LABELLED - 2.0, dt.UTC)
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-1"])
+@pytest.mark.parametrize("key", ["recent_requests", "recent_images", "recent_pixels", "recent_tokens"])
+def test_an_unreadable_recent_window_is_named_and_predictive_holds(key: str, bad: str) -> None:
+    """Found by the same probe: a NaN or negative answer of the 15 s (burst) window was dropped without a word and
+    Predictive scaled 10 -> 6 on the 60 s window alone, blind to a burst. It is unread data like the stable
+    window's: no workload, the problem named, a hold (Utilization reads busy time only and goes on)."""
+    answers = _pods(n_pods=4)
+    answers[key][0]["value"][1] = bad
+    reading = parse_answers(answers, "multimodal")
+    assert reading.workload is None and reading.recent_workload is None
+    assert reading.problem is not None and reading.problem[0] in (NON_FINITE_METRICS, NEGATIVE_RATE)
+    assert key in reading.problem[1], reading.problem
+    _, decision = _decide(answers, current=10, model=_model(), after_window=True)
+    assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 10, Reason.HELD_NO_METRICS)
