@@ -628,7 +628,9 @@ def activate(current_replicas: int, requested_at: datetime | None, state: Scaler
     Returns:
         None when there is nothing to do: Fixed mode, ``min_replicas > 0``, replicas already there, no request, or
         a request not newer than the last scale to zero (the gateway keeps writing while it waits). Else a
-        decision: 1 replica (``Activated``, valid), or 0 held by the budget cap (``CappedByBudget``, not valid).
+        decision: 1 replica (``Activated``, valid), or 0 held by the budget cap (``CappedByBudget``, not valid) or
+        by a request dated more than ``policy.max_future_skew_s`` ahead of ``now`` (``HeldStaleMetrics``, not
+        valid: clock skew, or a time that is not the gateway's).
     Raises:
         ValueError: ``now`` is naive.
     """
@@ -641,6 +643,12 @@ def activate(current_replicas: int, requested_at: datetime | None, state: Scaler
         return None
     delay_s = (now - requested_at).total_seconds()
     features = {"activation_delay_s": delay_s}
+    if -delay_s > policy.max_future_skew_s:  # unreadable as a metrics sample dated ahead: it would activate again
+        return Decision(0, False, Reason.HELD_STALE_METRICS,  # after every scale to zero while it stays ahead
+                        f"the gateway's activation request is dated {requested_at.isoformat()}, {-delay_s:.0f} s in "
+                        f"the future (clock skew between the gateway's and the operator's nodes; allowance "
+                        f"{policy.max_future_skew_s:g} s): not read; holding 0 replicas", features, state,
+                        policy.mode)
     desired, why = bound_replicas(1, 1, policy.max_replicas, budget_max_replicas)
     if why == Reason.CAPPED_BY_BUDGET:
         return Decision(desired, False, Reason.CAPPED_BY_BUDGET,

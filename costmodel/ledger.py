@@ -131,7 +131,10 @@ def parse_time(value: object, field_path: str) -> datetime:
         raise LedgerFormatError(f"{field_path}: expected an RFC 3339 date-time string, got {type(value).__name__}")
     if when.tzinfo is None:
         raise LedgerFormatError(f"{field_path}: {value!r} has no time zone offset")
-    return when.astimezone(timezone.utc)
+    try:
+        return when.astimezone(timezone.utc)
+    except OverflowError:  # an offset that moves it before year 1 or past 9999
+        raise LedgerFormatError(f"{field_path}: {value!r} is outside the years 1-9999 in UTC") from None
 
 
 def floor_to_second(when: datetime) -> datetime:

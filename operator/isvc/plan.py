@@ -46,6 +46,7 @@ from modalscale.api.isvc_status import (
     IsvcStatus,
     ScalingChange,
     StageRecord,
+    parse_time,
 )
 from modalscale.api.quantities import parse_cpu_cores, same_quantity
 from modalscale.api.status import ConditionStatus
@@ -903,8 +904,8 @@ def _conflict_condition(spec: IsvcSpec, decision: ReplicaDecision, old_condition
     old = cond.get(old_conditions, R.SCALING_CONFLICT)
     held = False
     if old and old.get("status") == cond.TRUE and old.get("reason") == R.EXTERNAL_SCALE:
-        since = dt.datetime.fromisoformat(old["lastTransitionTime"].replace("Z", "+00:00"))
-        held = (now - since).total_seconds() < config.conflict_hold_s
+        since = parse_time(old.get("lastTransitionTime"))  # unreadable: the hold is over (the condition is redone)
+        held = since is not None and (now - since).total_seconds() < config.conflict_hold_s
     return (cond.Condition(R.SCALING_CONFLICT, cond.TRUE, old["reason"], old["message"]) if held and old
             else cond.Condition(R.SCALING_CONFLICT, cond.FALSE, R.NO_CONFLICT, "only modalscale writes the replicas"))
 

@@ -227,15 +227,16 @@ class TenantReject:
         raw = data.get("until")
         try:
             until = dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if isinstance(raw, str) else None
-        except ValueError:
+            until = until.astimezone(dt.UTC) if until is not None and until.tzinfo is not None else None
+        except (ValueError, OverflowError):  # OverflowError: an offset that moves it past year 1 or 9999
             until = None
-        if until is None or until.tzinfo is None:
+        if until is None:
             raise InvalidAnnotation(f"annotation {key}: 'until' must be an RFC 3339 time with a zone, got {raw!r}")
         p = data.get("thresholdPercent")
         if not isinstance(p, int) or isinstance(p, bool) or not 1 <= p <= 200:
             raise InvalidAnnotation(f"annotation {key}: 'thresholdPercent' must be a whole number in 1..200, "
                                     f"got {p!r}")
-        return cls(_policy(key, data), tuple(sorted(tenants)), until.astimezone(dt.UTC), p)
+        return cls(_policy(key, data), tuple(sorted(tenants)), until, p)
 
 
 def tenant_rejections(annotations: Mapping[str, str] | None) -> dict[str, tuple[dt.datetime, str]]:
@@ -342,6 +343,6 @@ def activation_requested_at(annotations: Mapping[str, str] | None) -> dt.datetim
         return None
     try:
         when = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
+        return when.astimezone(dt.UTC) if when.tzinfo is not None else None
+    except (ValueError, OverflowError):  # OverflowError: a zone offset past year 1 or 9999 ("0001-01-01T00:00+01:00")
         return None
-    return when.astimezone(dt.UTC) if when.tzinfo is not None else None

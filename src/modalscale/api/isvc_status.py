@@ -210,14 +210,15 @@ def _bool(value: Any) -> bool | None:
 
 
 def parse_time(value: Any) -> dt.datetime | None:
-    """An RFC 3339 time as stored (``2026-12-02T16:43:20Z``); None when absent, not a string or naive."""
+    """An RFC 3339 time as stored (``2026-12-02T16:43:20Z``), in UTC; None when absent, not a string, naive, or
+    outside the years 1-9999 in UTC (an offset that moves it past them)."""
     if not isinstance(value, str) or not value:
         return None
     try:
         parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        return parsed.astimezone(dt.UTC) if parsed.tzinfo is not None else None
+    except (ValueError, OverflowError):
         return None
-    return parsed if parsed.tzinfo is not None else None
 
 
 def format_time(value: dt.datetime, *, milliseconds: bool = False) -> str:

@@ -66,9 +66,9 @@ def parse_time(value: object) -> dt.datetime | None:
         return None
     try:
         when = dt.datetime.fromisoformat(value.strip().replace("z", "Z").replace("Z", "+00:00"))
-    except ValueError:
+        return when.astimezone(dt.UTC) if when.tzinfo is not None else None
+    except (ValueError, OverflowError):  # OverflowError: an offset that moves it past year 1 or 9999
         return None
-    return when if when.tzinfo is not None else None
 
 
 def age(value: object, now: dt.datetime) -> str:

@@ -143,3 +143,22 @@ def test_after_activation_the_idle_run_starts_afresh() -> None:
 def test_activation_refuses_a_naive_clock() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         activate(0, LATER, ZEROED, POLICY, None, dt.datetime(2026, 12, 1))
+
+
+@pytest.mark.parametrize(("ahead_s", "expected"), [
+    (0.0, (1, True, "Activated")),
+    (POLICY.max_future_skew_s, (1, True, "Activated")),  # within the clock-skew allowance
+    (POLICY.max_future_skew_s + 1, (0, False, "HeldStaleMetrics")),
+    (3600.0, (0, False, "HeldStaleMetrics")),
+    (2_300_000_000.0, (0, False, "HeldStaleMetrics")),  # the year 2099
+])
+def test_an_activation_request_dated_beyond_the_clock_skew_allowance_is_not_read(
+        ahead_s: float, expected: tuple[int, bool, str]) -> None:
+    """Found by an adversarial probe (6 Dec 2026): a request dated an hour (or decades) ahead activated a replica,
+    and again after every scale to zero for as long as its time stayed ahead (it is later than every scale to
+    zero). Beyond ``max_future_skew_s`` it is unreadable, as a metrics sample dated ahead is: hold at 0, say why."""
+    now = T0 + dt.timedelta(seconds=6)
+    d = activate(0, now + dt.timedelta(seconds=ahead_s), ZEROED, POLICY, None, now)
+    assert d is not None and (d.desired_replicas, d.valid, d.reason.value) == expected
+    if not d.valid:
+        assert "in the future" in d.message and "clock" in d.message and d.state == ZEROED

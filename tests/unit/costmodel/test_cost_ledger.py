@@ -702,3 +702,13 @@ def test_a_replica_gone_unseen_between_the_instant_and_the_listing_is_charged_to
     assert third.spent_usd - second.spent_usd == D("0.60")  # a alone; b nothing twice
     # Without a listing time (or one in the instant's second) nothing changes.
     assert advance(reload(first.ledger), [_svc((a,))], t1, "Daily").spent_usd - first.spent_usd == D("1.20")
+
+
+@pytest.mark.parametrize("raw", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_time_whose_offset_leaves_utcs_years_is_a_ledger_format_error_naming_the_field(raw: str) -> None:
+    """Found by an adversarial probe: ``OverflowError`` left ``parse_time`` instead of its declared error, past the
+    callers that catch only :class:`LedgerFormatError` (``pod_runs``' unreadable start times)."""
+    from modalscale.costmodel.ledger import parse_time
+
+    with pytest.raises(LedgerFormatError, match=r"status\.ledger\.observedTime: .* outside the years 1-9999"):
+        parse_time(raw, "status.ledger.observedTime")

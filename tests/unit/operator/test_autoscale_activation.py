@@ -48,6 +48,14 @@ def test_activation_time_is_read_as_utc() -> None:
     assert activation_requested_at({ACTIVATION_ANNOTATION: "2026-12-01T13:00:05+01:00"}) == T0.replace(second=5)
 
 
+@pytest.mark.parametrize("raw", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_an_activation_time_outside_utcs_years_is_unreadable_not_an_error(raw: str) -> None:
+    """Found by an adversarial probe: the zone offset moved these past year 1 / 9999 and ``OverflowError`` left
+    the reader, whose docstring promises None for what it cannot read."""
+    assert activation_requested_at({ACTIVATION_ANNOTATION: raw}) is None
+    assert activation_pending(body(raw)) is False
+
+
 def test_idle_and_scale_to_zero_times_round_trip_through_status() -> None:
     state = ScalerState(recommendations=((T0, 1),), idle_since=T0 - dt.timedelta(seconds=30), scaled_to_zero_at=T0)
     stored = state_json(state)
