@@ -23,6 +23,7 @@ import hashlib
 import logging
 import random
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -126,13 +127,20 @@ class Sender:
         """
         started = self._monotonic()
         kind_ = NotifierType(kind)
-        sensitive = sensitive_parts(url, secret)
         attempts, outcome = 0, None
         try:
-            outcome, attempts = await self._deliver(kind_, url, secret, alert, sensitive, started)
-        except Exception as exc:  # the contract is "never raise"; the error is reported, not hidden
-            outcome = Outcome(False, INTERNAL_ERROR, f"Delivery failed unexpectedly: {type(exc).__name__}: {exc}",
-                              False)
+            urllib.parse.urlsplit(url)  # ValueError: "https://[::1/x" (an unclosed IPv6 host), before any use of it
+        except ValueError:
+            sensitive = [p for p in (url, secret) if p]
+            outcome = Outcome(False, INVALID_URL, "The webhook URL is not usable: it does not parse as a URL (check "
+                                                  "the Secret's url)", False)
+        else:
+            sensitive = sensitive_parts(url, secret)
+            try:
+                outcome, attempts = await self._deliver(kind_, url, secret, alert, sensitive, started)
+            except Exception as exc:  # the contract is "never raise"; the error is reported, not hidden
+                outcome = Outcome(False, INTERNAL_ERROR,
+                                  f"Delivery failed unexpectedly: {type(exc).__name__}: {exc}", False)
         result = DeliveryResult(kind_, receiver, outcome.delivered, outcome.reason, redact(outcome.message, sensitive),
                                 attempts, outcome.status_code,
                                 redact(outcome.platform_code, sensitive) if isinstance(outcome.platform_code, str)
