@@ -92,20 +92,26 @@ def budgeted_tenants(annotations: Mapping[str, str] | None) -> frozenset[str]:
             continue
         try:
             names = json.loads(value)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):
             continue
         if isinstance(names, list):
             out.update(n for n in names if isinstance(n, str) and n)
     return frozenset(out)
 
 
+def _short(value: object, limit: int = 120) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a message about a huge value stays readable)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _json_object(key: str, value: str) -> dict[str, object]:
     try:
         data = json.loads(value)
-    except (ValueError, TypeError):
-        raise InvalidAnnotation(f"annotation {key}: {value!r} is not JSON") from None
+    except (ValueError, TypeError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        raise InvalidAnnotation(f"annotation {key}: {_short(value)} is not JSON") from None
     if not isinstance(data, dict):
-        raise InvalidAnnotation(f"annotation {key}: expected a JSON object, got {value!r}")
+        raise InvalidAnnotation(f"annotation {key}: expected a JSON object, got {_short(value)}")
     return data
 
 
@@ -265,7 +271,7 @@ def same_value(current: str | None, wanted: str | None) -> bool:
         return current is wanted
     try:
         return bool(json.loads(current) == json.loads(wanted))
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 

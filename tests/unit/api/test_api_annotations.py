@@ -106,3 +106,23 @@ def test_pod_tier_prefers_the_node_then_what_the_pod_asked_for() -> None:
     assert pod_tier(spot_pod, None) == "Spot"  # nodes not readable: the scheduler honoured its selector
     assert pod_tier({"spec": {}}, {"karpenter.sh/capacity-type": "spot"}) == "Spot"
     assert pod_tier({"spec": {}}, {}) is None
+
+
+def test_an_annotation_nested_deeper_than_the_json_parser_goes_is_undecodable_not_a_crash() -> None:
+    """Found by an adversarial probe (6 Dec 2026): ``RecursionError`` left every reader of budget annotations."""
+    from modalscale.api.annotations import (
+        budget_cap,
+        budgeted_tenants,
+        cap_annotation_key,
+        invalid_budget_annotations,
+        same_value,
+        tenants_annotation_key,
+    )
+
+    deep = "[" * 100_000 + "]" * 100_000
+    cap, tenants = cap_annotation_key("ns", "b"), tenants_annotation_key("ns", "b")
+    assert budget_cap({cap: deep}) == (None, None)
+    assert budgeted_tenants({tenants: deep}) == frozenset()
+    assert same_value(deep, deep) is False
+    (message,) = invalid_budget_annotations({cap: deep})
+    assert message.startswith(f"annotation {cap}: '[[[[") and "(200002 characters) is not JSON" in message
