@@ -50,6 +50,8 @@ BACKOFF_MAX_S = 900
 """Cap of one wait between rounds, in seconds (15 min)."""
 MAX_PENDING = 64
 """Most entries ``status.pendingAlerts`` holds (the CRD's ``maxItems``); the oldest are abandoned beyond it."""
+SEVERITIES = ("critical", "warning", "info")
+"""The values of ``AlertMessage.severity`` (``BudgetAlert.severity``); every payload builder maps each."""
 MAX_TITLE_CHARS = 512
 MAX_FACT_LABEL_CHARS = 64
 MAX_FACT_VALUE_CHARS = 2048

@@ -56,7 +56,7 @@ from modalscale.costmodel.budget.state import (
 )
 from modalscale.costmodel.ledger import Ledger, LedgerEntry, LedgerFormatError, floor_to_second, format_time, parse_time
 from modalscale.costmodel.money import format_usd, parse_usd, quantize_display_usd, quantize_ledger_usd
-from modalscale.costmodel.outbox import AlertMessage, PendingAlert
+from modalscale.costmodel.outbox import SEVERITIES, AlertMessage, PendingAlert
 
 
 @dataclass(frozen=True)
@@ -338,6 +338,8 @@ def _pending_json(entry: PendingAlert) -> PendingAlertStatus:
 
 
 def _pending_read(item: Mapping[str, Any], policy: PolicyRef, path: str) -> PendingAlert:
+    if item.get("severity") not in SEVERITIES:  # every payload builder maps each of them, and nothing else
+        raise InvalidBudgetStatus(f"{path}.severity: {item.get('severity')!r} is not one of {', '.join(SEVERITIES)}")
     try:
         message = AlertMessage(
             AlertKind(item["kind"]), policy, Period(item["period"]), str(item["title"]),

@@ -69,13 +69,14 @@ def slack_payload(alert: Alert) -> dict[str, Any]:
     header = (alert.title if len(alert.title) <= SLACK_MAX_HEADER_CHARS
               else alert.title[:SLACK_MAX_HEADER_CHARS - 1] + "…")
     fields = [{"type": "mrkdwn", "text": f"*{label}*\n{value}"[:2000]} for label, value in facts if label != "Action"]
-    action = next(value for label, value in facts if label == "Action")
+    action = next((value for label, value in facts if label == "Action"), None)  # every alert decided has one
     return {
         "text": alert.text(),
         "blocks": [
             {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}},
-            {"type": "section", "fields": fields[:10]},
-            {"type": "section", "text": {"type": "mrkdwn", "text": f"*Action*\n{action}"[:3000]}},
+            *([{"type": "section", "fields": fields[:10]}] if fields else []),  # Slack refuses an empty one
+            *([{"type": "section", "text": {"type": "mrkdwn", "text": f"*Action*\n{action}"[:3000]}}]
+              if action is not None else []),
             {"type": "context", "elements": [{"type": "mrkdwn", "text":
                                               f"modalscale · {alert.kind.value} · {format_time(alert.created_at)}"}]},
         ],

@@ -184,3 +184,39 @@ def test_prepare_request_signs_dingtalk_url_and_webhook_header() -> None:
     assert hook.headers["X-Modalscale-Signature"] == webhook_signature(SECRET, ts, hook.body)
     unsigned = prepare_request("DingTalk", URLS["DingTalk"], None, make_alert(), NOW)
     assert unsigned.url == URLS["DingTalk"]
+
+
+@pytest.mark.parametrize("facts", [(), (("Spent", "105.00 USD"),)], ids=["no-facts", "no-action"])
+@pytest.mark.parametrize("kind", list(URLS))
+def test_a_stored_message_without_an_action_fact_or_any_fact_still_builds_every_payload(
+        kind: str, facts: tuple[tuple[str, str], ...]) -> None:
+    """Found by an adversarial probe (6 Dec 2026): a message read back from ``status.pendingAlerts`` without an
+    ``Action`` fact made Slack's builder raise ``StopIteration``; Slack also refuses a section with no fields."""
+    from dataclasses import replace
+
+    from modalscale.costmodel.outbox import AlertMessage
+
+    message = replace(AlertMessage.from_alert(make_alert()), fact_pairs=facts)
+    request = prepare_request(kind, URLS[kind], SECRET, message, NOW)
+    assert message.title.split(" ")[0] in request.body.decode()
+    if kind == "Slack":
+        blocks = json.loads(request.body)["blocks"]
+        assert all(b.get("fields", [None]) for b in blocks) and "*Action*" not in request.body.decode()
+
+
+@pytest.mark.parametrize("severity", ["urgent", "", None, 3])
+def test_a_stored_alert_whose_severity_no_builder_maps_is_an_unreadable_status_naming_the_field(
+        severity: object) -> None:
+    """Teams, WeCom and Feishu map each severity to a colour: ``KeyError: 'urgent'`` came out of the builders for
+    a status that read without a problem. The reader refuses it and names the field."""
+    from modalscale.costmodel.budget.status import BudgetStatus, budget_status_json, read_budget_status
+    from modalscale.costmodel.outbox import AlertMessage, PendingAlert
+
+    pending = PendingAlert("team-slack", AlertMessage.from_alert(make_alert()), NOW, 0)
+    (item,) = budget_status_json(BudgetStatus(outbox=(pending,)))["pendingAlerts"]
+    ref = PolicyRef("team-search", "search-daily")
+    assert read_budget_status({"status": {"pendingAlerts": [item]}}, ref).outbox == (pending,)  # as written: read
+    item = {**item, "severity": severity}
+    status = read_budget_status({"status": {"pendingAlerts": [item]}}, PolicyRef("team-search", "search-daily"))
+    assert status.outbox is None
+    assert status.problem is not None and "status.pendingAlerts[0].severity" in status.problem
