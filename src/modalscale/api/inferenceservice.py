@@ -412,7 +412,7 @@ def _str(d: Mapping[str, Any], key: str, default: str | None, path: str, *, patt
         raise InvalidSpec(where, f"unknown value {value!r}; use {', '.join(choices)}")
     if not min_length <= len(value) <= max_length:
         raise InvalidSpec(where, f"must be {min_length}..{max_length} characters long, got {len(value)}")
-    if pattern is not None and not pattern.match(value):
+    if pattern is not None and not pattern.fullmatch(value):
         raise InvalidSpec(where, f"{value!r} does not match {pattern.pattern}")
     return value
 
@@ -434,7 +434,7 @@ def _quantity_text(d: Mapping[str, Any], key: str, default: str, path: str, patt
         if not 0 <= value <= max_int:
             raise InvalidSpec(where, f"must be in [0, {max_int}], got {value}")
     elif isinstance(value, str):
-        if len(value) > 16 or not pattern.match(value):
+        if len(value) > 16 or not pattern.fullmatch(value):
             raise InvalidSpec(where, f"{value!r} is not a quantity this field takes (e.g. {examples}; "
                                      f"pattern {pattern.pattern})")
     try:
@@ -741,14 +741,14 @@ def check_name(name: object) -> None:
     Raises:
         InvalidSpec: ``metadata.name`` is not :data:`NAME_RULE`; the message names the fix (rename).
     """
-    if isinstance(name, str) and len(name) <= NAME_MAX_LENGTH and _DNS_1035_LABEL.match(name):
+    if isinstance(name, str) and len(name) <= NAME_MAX_LENGTH and _DNS_1035_LABEL.fullmatch(name):
         return
     length = len(name) if isinstance(name, str) else 0
     hint = ""
     if isinstance(name, str):
         fixed = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
         fixed = ("x" + fixed if fixed[:1].isdigit() else fixed)[:NAME_MAX_LENGTH].rstrip("-")
-        hint = f", e.g. {fixed!r}" if fixed and _DNS_1035_LABEL.match(fixed) else ""
+        hint = f", e.g. {fixed!r}" if fixed and _DNS_1035_LABEL.fullmatch(fixed) else ""
     raise InvalidSpec("metadata.name", f"{name!r} ({length} characters) must be {NAME_RULE}: it becomes the name of "
                                        f"the Service and the value of the pods' label modalscale.io/inferenceservice"
                                        f"; rename the InferenceService (delete it and create it under a new name"

@@ -62,7 +62,7 @@ def parse_quantity(value: str | int | Decimal, field: str = "quantity") -> Decim
     elif isinstance(value, int):
         number = Decimal(value)
     elif isinstance(value, str):
-        match = _QUANTITY.match(value.strip())
+        match = _QUANTITY.fullmatch(value)
         if match is None:
             raise InvalidQuantity(field, f"{value!r} is not a Kubernetes quantity (e.g. \"3500m\", \"4\", \"8Gi\")")
         base = Decimal(match["num"])

@@ -129,6 +129,7 @@ NAMES_REFUSED = [
     ("a" * 70, "70 characters"),
     ("Vision", "upper case"),
     ("vision-", "ends with a dash"),
+    ("vision\n", "a trailing newline (Python's $ matched before it; found by an adversarial probe)"),
 ]
 
 
@@ -242,3 +243,19 @@ def test_every_example_manifest_parses() -> None:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "InferenceService":
                 assert parse_isvc(doc).name == doc["metadata"]["name"], path
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"resources": {"cpu": "2\n"}}, "spec.resources.cpu"),
+    ({"resources": {"memory": "8Gi\n"}}, "spec.resources.memory"),
+    ({"resources": {"cpu": " 2"}}, "spec.resources.cpu"),
+    ({"model": {"name": "abc\n"}}, "spec.model.name"),
+], ids=["cpu", "memory", "cpu-leading-space", "model-name"])
+def test_a_value_with_a_trailing_newline_or_padding_is_refused_as_the_crds_pattern_refuses_it(
+        spec: dict[str, Any], field: str) -> None:
+    """Found by an adversarial probe (6 Dec 2026): the parser's patterns ended in ``$``, which in Python matches
+    before a trailing newline, so ``"2\n"`` was accepted (and kept) where the apiserver's RE2 pattern refuses it;
+    ``modalscale cost diff`` reads local files with this parser and no apiserver."""
+    with pytest.raises(InvalidSpec) as info:
+        parse_isvc(body(**spec))
+    assert info.value.field == field
