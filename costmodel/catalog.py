@@ -67,6 +67,12 @@ def _tier_key(tier: PricingTier) -> str:
     return "onDemand" if tier is PricingTier.ON_DEMAND else "spot"
 
 
+MAX_USD_PER_UNIT_HOUR = Decimal(10_000)
+"""Most a catalog figure may be, USD per unit-hour: about 100x the dearest published GPU-hour (an 8-GPU H100 node
+is about 100 USD an hour on demand in 2026). A larger one is a slip (cents for dollars, an extra exponent): it was
+accepted, and ``1e25`` then failed the ledger's arithmetic with an unnamed ``decimal.InvalidOperation``."""
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -74,8 +80,8 @@ class _Model(BaseModel):
 class PriceFigure(_Model):
     """One published figure: USD per unit-hour with where it came from."""
 
-    usd_per_unit_hour: Decimal = Field(alias="usdPerUnitHour", ge=0)
-    """USD per unit (core, GiB or GPU) per hour; a decimal string in YAML."""
+    usd_per_unit_hour: Decimal = Field(alias="usdPerUnitHour", ge=0, le=MAX_USD_PER_UNIT_HOUR)
+    """USD per unit (core, GiB or GPU) per hour; a decimal string in YAML, at most :data:`MAX_USD_PER_UNIT_HOUR`."""
     source: str = Field(min_length=3)
     """Who published the figure and where (no figure without a source)."""
     as_of: date = Field(alias="asOf")

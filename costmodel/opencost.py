@@ -49,7 +49,7 @@ from typing import Any
 
 from modalscale.api import conditions as C
 from modalscale.api.quantities import GIB_BYTES
-from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources
+from modalscale.costmodel.catalog import MAX_USD_PER_UNIT_HOUR, Catalog, PricingTier, ReplicaResources
 from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd, quantize_ledger_usd
 
 ASSETS_PATH = "/assets"
@@ -261,7 +261,13 @@ def prices_from_nodes(nodes: Sequence[NodeCost], catalog: Catalog, as_of: dt.dat
         if n.gpu_type:
             name = catalog.gpu_type_name(n.gpu_type) or gpu_names.setdefault(n.gpu_type.lower(), n.gpu_type)
             add(("gpuHour", name, n.tier), n.name, n.gpu_usd, n.gpu_hours)
-    rates = {k: quantize_ledger_usd(ctx.divide(usd, hours)) for k, (usd, hours) in sums.items()}
+    unit = {k: ctx.divide(usd, hours) for k, (usd, hours) in sums.items()}
+    dear = sorted(f"{figure_key(resource, tier, gpu)} {rate:.6g}" for (resource, gpu, tier), rate in unit.items()
+                  if rate > MAX_USD_PER_UNIT_HOUR)
+    if dear:  # a slip in OpenCost's figures (a cost over a sliver of unit-hours): never a price to charge
+        raise OpenCostAnswerError(f"per-unit price above {MAX_USD_PER_UNIT_HOUR} USD per unit-hour, the catalog's "
+                                  f"bound: {', '.join(dear)}")
+    rates = {k: quantize_ledger_usd(rate) for k, rate in unit.items()}
     rates = {k: v for k, v in rates.items() if v > 0}  # rounded to 0: no usable price, keep the catalog's.
     data = catalog.model_dump(by_alias=True, mode="python")
     source = f"OpenCost {ASSETS_PATH} window={ASSETS_WINDOW} ({len(nodes)} node(s)), per-unit average"

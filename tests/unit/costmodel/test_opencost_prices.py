@@ -307,3 +307,24 @@ def test_when_no_node_of_a_figure_is_priced_the_catalog_prices_it() -> None:
     assert priced.source is PriceSource.CATALOG_FALLBACK
     assert priced.usd_per_hour == Decimal("0.05") + Decimal("0.01") + l4
     assert "gpuHour.nvidia-l4.onDemand" in priced.message
+
+
+@pytest.mark.parametrize(("gpu_h", "gpu_usd"), [(1e-300, 0.7), (1e-6, 1e30), (1.0, 10_000.01)])
+def test_a_unit_price_above_the_catalogs_bound_refuses_the_answer_and_the_catalog_prices(gpu_h: float,
+                                                                                          gpu_usd: float) -> None:
+    """A cost over a sliver of unit-hours made a price of 1e+300 USD per GPU-hour, which failed the ledger's
+    arithmetic with an unnamed ``decimal.InvalidOperation`` (or the catalog's bound with a pydantic error, past the
+    refusal this function reports). Above the catalog's bound the answer is refused and the figure named."""
+    obs = observed(answer(node("gpu-1", gpu_h=gpu_h, gpu_usd=gpu_usd, gpu_label="nvidia-l4")))
+    assert obs.prices is None and "gpuHour.nvidia-l4.onDemand" in obs.problem and "10000 USD" in obs.problem
+    priced = resolve_replica_price(L4_REPLICA, "OnDemand", CATALOG, obs)
+    assert priced.usd_per_hour == catalog_usd(L4_REPLICA) and priced.source is PriceSource.CATALOG_FALLBACK
+
+
+def test_a_catalog_figure_above_the_bound_is_refused_naming_it() -> None:
+    from modalscale.costmodel.catalog import CatalogError
+
+    for value in ("1e25", "10000.01", "1E+400"):
+        with pytest.raises(CatalogError, match=r"cpuCoreHour\.onDemand\.usdPerUnitHour: .*less than or equal to 10000"):
+            load_catalog({"cpuCoreHour": {"onDemand": {"usdPerUnitHour": value, "source": "a slip",
+                                                       "asOf": "2026-12-01"}}})
