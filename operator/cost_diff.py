@@ -301,6 +301,8 @@ def price_service(origin: str, body: Mapping[str, Any], catalog: Catalog,
             or an unknown GPU type / pricing tier.
     """
     meta = body.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise CostDiffError(f"{origin}: InferenceService: metadata: must be an object, got {meta!r}")
     where = f"{origin}: InferenceService {meta.get('namespace') or 'default'}/{meta.get('name')}"
     doc = {**body, "metadata": {**meta, "namespace": meta.get("namespace") or "default"}}
     try:

@@ -755,14 +755,36 @@ def check_name(name: object) -> None:
                                        f"{hint})")
 
 
+def _metadata(body: object) -> Mapping[str, Any]:
+    """``body``'s ``metadata``, checked where parse_isvc reads it (the apiserver guarantees these shapes; a manifest
+    that ``modalscale cost diff`` reads has no apiserver): an object, ``generation`` a whole number, ``labels`` a map
+    of strings. Raises :class:`InvalidSpec` naming the field."""
+    if not isinstance(body, Mapping):
+        raise InvalidSpec("(document)", f"must be an object with metadata and spec, got {type(body).__name__}")
+    meta = body.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise InvalidSpec("metadata", f"must be an object, got {meta!r}")
+    generation = meta.get("generation")
+    if generation is not None and (isinstance(generation, bool) or not isinstance(generation, int)
+                                   or generation < 0):
+        raise InvalidSpec("metadata.generation", f"must be a whole number >= 0, got {generation!r} (the apiserver "
+                                                 f"sets it; leave it out of a manifest)")
+    labels = meta.get("labels")
+    if labels is not None and not (isinstance(labels, Mapping)
+                                   and all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())):
+        raise InvalidSpec("metadata.labels", f"must be a map of strings to strings (team: search), got {labels!r}")
+    return meta
+
+
 def parse_isvc(body: Mapping[str, Any]) -> IsvcSpec:
     """Return the typed InferenceService of ``body`` (a dict as read from the API or a manifest).
 
     Raises:
         InvalidSpec: See :func:`parse_spec`; also ``metadata.name`` missing or not :data:`NAME_RULE` (the apiserver
-            admits any DNS-1123 subdomain of up to 253 for a custom resource; a CRD older than this rule too).
+            admits any DNS-1123 subdomain of up to 253 for a custom resource; a CRD older than this rule too), and
+            ``body`` or ``metadata`` not an object, ``metadata.generation`` or ``metadata.labels`` of the wrong type.
     """
-    meta = body.get("metadata") or {}
+    meta = _metadata(body)
     if not meta.get("name"):
         raise InvalidSpec("metadata.name", "required")
     check_name(meta["name"])
@@ -782,7 +804,7 @@ def parse_isvc(body: Mapping[str, Any]) -> IsvcSpec:
         namespace=meta.get("namespace") or "default",
         name=meta["name"],
         uid=meta.get("uid", ""),
-        generation=int(meta.get("generation", 0) or 0),
+        generation=meta.get("generation") or 0,
         labels=dict(meta.get("labels") or {}),
         model=s.model,
         runtime=s.runtime,

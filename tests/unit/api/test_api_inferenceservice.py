@@ -259,3 +259,23 @@ def test_a_value_with_a_trailing_newline_or_padding_is_refused_as_the_crds_patte
     with pytest.raises(InvalidSpec) as info:
         parse_isvc(body(**spec))
     assert info.value.field == field
+
+
+@pytest.mark.parametrize(("document", "field"), [
+    ({"metadata": {"name": "svc", "generation": "abc"}, "spec": {}}, "metadata.generation"),
+    ({"metadata": {"name": "svc", "generation": True}, "spec": {}}, "metadata.generation"),
+    ({"metadata": {"name": "svc", "labels": ["team"]}, "spec": {}}, "metadata.labels"),
+    ({"metadata": {"name": "svc", "labels": "team=a"}, "spec": {}}, "metadata.labels"),
+    ({"metadata": {"name": "svc", "labels": [1, 2]}, "spec": {}}, "metadata.labels"),
+    ({"metadata": {"name": "svc", "labels": {"team": 1}}, "spec": {}}, "metadata.labels"),
+    ({"metadata": "x", "spec": {}}, "metadata"),
+    (["not", "an", "object"], "(document)"),
+], ids=["generation-text", "generation-bool", "labels-list", "labels-text", "labels-numbers", "label-value-number",
+        "metadata-text", "document-list"])
+def test_metadata_of_the_wrong_shape_is_refused_naming_its_field(document: Any, field: str) -> None:
+    """Found by an adversarial probe (6 Dec 2026): ``modalscale cost diff`` blamed ``spec.resources`` for a bad
+    ``metadata.generation`` or ``labels``, or raised ``TypeError`` / ``AttributeError`` (a manifest has no
+    apiserver to check these shapes)."""
+    with pytest.raises(InvalidSpec) as info:
+        parse_isvc(document)
+    assert info.value.field == field

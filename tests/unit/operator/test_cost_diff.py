@@ -270,3 +270,20 @@ def test_the_simulator_runs_each_service_with_its_own_window_and_step(tmp_path: 
     for spec in (unset, stored, unset):
         expected(spec)  # type: ignore[arg-type]
     assert seen == [(60.0, 32), (300.0, 4)]
+
+
+@pytest.mark.parametrize(("metadata", "says"), [
+    ("x", "f.yaml: InferenceService: metadata: must be an object"),
+    ({"name": "svc", "generation": "abc"}, "f.yaml: InferenceService default/svc: metadata.generation: must"),
+    ({"name": "svc", "labels": [1, 2]}, "f.yaml: InferenceService default/svc: metadata.labels: must be a map"),
+])
+def test_a_manifest_with_bad_metadata_is_refused_naming_metadata_not_spec_resources(metadata: Any, says: str) -> None:
+    """Found by an adversarial probe (6 Dec 2026): these read as ``spec.resources: invalid literal for int()`` or
+    raised ``AttributeError`` / ``TypeError``."""
+    from modalscale.costmodel.catalog import load_catalog
+    from modalscale.operator.cost_diff import CostDiffError, price_service
+
+    body = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService", "metadata": metadata, "spec": {}}
+    with pytest.raises(CostDiffError) as info:
+        price_service("f.yaml", body, load_catalog())
+    assert str(info.value).startswith(says), info.value
