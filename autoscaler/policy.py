@@ -434,7 +434,7 @@ class Observation:
     def __post_init__(self) -> None:
         if self.arrival_counts is not None and not all(math.isfinite(c) for c in self.arrival_counts):
             object.__setattr__(self, "arrival_counts", None)  # NaN / Inf is missing data
-        if self.count_bin_s <= 0:
+        if not self.count_bin_s > 0:  # NaN too
             raise ValueError("count_bin_s must be > 0")
         for name in ("p95_latency_ms", "utilization_ratio", "queued_requests", "in_flight_requests",
                      "in_flight_age_ms", "executing_requests", "executing_age_ms", "stage_target_p95_ms",
@@ -456,7 +456,7 @@ class Observation:
             raise ValueError("current_replicas and ready_replicas must be >= 0")
         if self.budget_max_replicas is not None and self.budget_max_replicas < 0:
             raise ValueError("budget_max_replicas must be >= 0")
-        if self.window_s <= 0 or self.recent_window_s <= 0:
+        if not (self.window_s > 0 and self.recent_window_s > 0):  # NaN too
             raise ValueError("window_s and recent_window_s must be > 0")
 
 
@@ -499,12 +499,28 @@ def recommend(
         model: Service-time predictor over ``FEATURES``; None in Predictive mode falls back to Utilization.
         now: Timezone-aware UTC; the clock is never read inside.
     Returns:
-        A :class:`Decision`; ``valid=False`` means hold (no action).
+        A :class:`Decision`; ``valid=False`` means hold (no action). Metrics finite but so far out of range that
+        the arithmetic overflows (a rate of 1e300 req/s, a service time of 1e-300 ms) hold too
+        (``HeldNoMetrics``): no real metric takes them, and no replica count follows from them.
     Raises:
         ValueError: ``now`` is naive.
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
+    try:
+        return _recommend(observation, policy, state, model, now)
+    except (OverflowError, ZeroDivisionError) as exc:
+        mode = policy.mode if model is not None or policy.mode != ScalingMode.PREDICTIVE else ScalingMode.UTILIZATION
+        held = observation.current_replicas
+        desired, reason, message = _bounded(
+            held, Reason.HELD_NO_METRICS, f"The metrics are out of range ({type(exc).__name__}: {exc}): no replica "
+                                          f"count follows from them; holding {held} replicas", policy, observation)
+        return Decision(desired, desired != held, reason, message, {"held_replicas": float(held)}, state, mode)
+
+
+def _recommend(observation: Observation, policy: ScalingPolicy, state: ScalerState,
+               model: ServiceTimePredictor | None, now: datetime) -> Decision:
+    """:func:`recommend` past its clock check."""
     current = observation.current_replicas
     if policy.mode == ScalingMode.FIXED:
         assert policy.replicas is not None

@@ -1176,3 +1176,37 @@ def test_a_low_rate_is_read_over_enough_recent_bins_when_the_window_agrees_with_
     busy = tuple([60.0] * 40)
     d = recommend(make_obs(1.0, current=2, arrival_counts=busy), policy, ScalerState(), ConstantModel(500.0), NOW)
     assert "rate_window_s" not in d.features and d.features["arrival_rps"] == pytest.approx(1.0)
+
+
+EXTREME = [
+    ("utilization", ScalingMode.UTILIZATION, dict(utilization_ratio=1e308)),
+    ("queue", ScalingMode.PREDICTIVE, dict(workload=(WorkloadClass("text", 2.0, mean_text_tokens=50.0),),
+                                          queued_requests=1e308)),
+    ("tiny-service-time", ScalingMode.PREDICTIVE,
+     dict(workload=(WorkloadClass("text", 2.0, mean_text_tokens=50.0, observed_service_ms=1e-300),))),
+    ("huge-service-time", ScalingMode.PREDICTIVE,
+     dict(workload=(WorkloadClass("text", 2.0, mean_text_tokens=50.0, observed_service_ms=1e300),))),
+    ("huge-rate", ScalingMode.PREDICTIVE, dict(workload=(WorkloadClass("text", 1e300, mean_text_tokens=50.0),))),
+    ("huge-counts", ScalingMode.PREDICTIVE, dict(workload=(WorkloadClass("text", 2.0, mean_text_tokens=50.0),),
+                                                arrival_counts=(1e308,) * 12)),
+]
+
+
+@pytest.mark.parametrize(("mode", "fields"), [(m, f) for _, m, f in EXTREME], ids=[i for i, _, _ in EXTREME])
+def test_finite_but_absurd_metrics_hold_instead_of_raising(mode: ScalingMode, fields: dict[str, Any]) -> None:
+    """Found by an adversarial probe (6 Dec 2026): finite values no real metric takes (a rate of 1e300 req/s, a
+    utilization of 1e308, a service time of 1e-300 ms) raised ``OverflowError`` / ``ZeroDivisionError`` out of the
+    pure policy, i.e. out of the operator's decision. A figure that overflows is no number to size on: hold."""
+    obs = observation(NOW, 3, **{"utilization_ratio": 0.5, **fields})
+    d = recommend(obs, make_policy(mode=mode), ScalerState(), MODEL, NOW)
+    if d.valid:  # sized at all: then within the bounds
+        assert 1 <= d.desired_replicas <= 50 and d.reason is not Reason.HELD_NO_METRICS
+    else:
+        assert (d.desired_replicas, d.reason) == (3, Reason.HELD_NO_METRICS), d
+        assert "out of range" in d.message and "holding 3 replicas" in d.message
+
+
+@pytest.mark.parametrize("field", ["window_s", "recent_window_s", "count_bin_s"])
+def test_a_nan_window_or_bin_length_is_refused_like_a_negative_one(field: str) -> None:
+    with pytest.raises(ValueError, match="must be > 0"):
+        observation(NOW, 3, **{field: float("nan")})
