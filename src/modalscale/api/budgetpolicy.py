@@ -452,9 +452,15 @@ def parse_budget_spec(spec: Mapping[str, Any]) -> BudgetSpec:
                 continue
             path = "spec"
             unknown = err["type"] == "extra_forbidden"  # its last part is the input's own key
-            for part in err["loc"]:
+            loc = list(err["loc"])
+            for i, part in enumerate(loc):
+                if part == "[key]":  # pydantic's marker after a map key that failed: written with the key
+                    continue
                 name = str(part) if unknown else _ALIASES.get(str(part), str(part))
-                path += f"[{part}]" if isinstance(part, int) else f".{name}"
+                if i + 1 < len(loc) and loc[i + 1] == "[key]":
+                    path += f" (key {part!r})"
+                else:
+                    path += f"[{part}]" if isinstance(part, int) else f".{name}"
             msg = UNKNOWN_FIELD if unknown else err["msg"].removeprefix("Value error, ")
             messages.append((path, msg))
         first, rest = messages[0], [f"{p}: {m}" for p, m in messages[1:]]

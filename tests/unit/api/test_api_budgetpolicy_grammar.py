@@ -190,3 +190,15 @@ def test_the_parser_admits_what_the_apiserver_admits_and_names_the_field_it_refu
     assert verdict.accepted == (case.admitted and case.id not in APISERVER_ONLY), verdict
     if not verdict.accepted:
         assert case.field in verdict.message, verdict
+
+
+def test_a_label_key_that_is_not_a_string_is_named_as_the_key_it_is() -> None:
+    """Found by an adversarial probe (6 Dec 2026): the field read ``spec.selector.matchLabels[1].[key]``, an index
+    and pydantic's own marker, for the map key 1 (a YAML ``1: a``)."""
+    from modalscale.api.budgetpolicy import InvalidBudgetSpec, parse_budget_spec
+
+    spec = {"selector": {"matchLabels": {1: "a"}}, "period": "Daily", "limit": {"amount": "5"},
+            "thresholds": [{"percent": 50, "actions": ["Alert"]}]}
+    with pytest.raises(InvalidBudgetSpec) as info:
+        parse_budget_spec(spec)
+    assert info.value.field == "spec.selector.matchLabels (key 1)"
