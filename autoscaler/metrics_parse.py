@@ -672,6 +672,41 @@ def _sampled_at(value: float | None, newest_s: float | None) -> dt.datetime | No
     return None if value is None or newest_s is None else dt.datetime.fromtimestamp(newest_s, dt.UTC)
 
 
+@dataclass(frozen=True)
+class _ReplicaTargets:
+    """The replicas' scrape targets per pod identity (:func:`_replica_targets`)."""
+
+    total: int
+    live: list[str]
+    down: tuple[str, ...]
+    newest_s: float
+    """Newest scrape time of a live target, s since the epoch."""
+    per_pod: bool
+
+
+def _replica_targets(answers: _Answers) -> _ReplicaTargets | MetricsReading:
+    """The replicas' targets; when none can be read (none, all down, or one that answered with no readable scrape
+    time: data of unknown age, never dated `now`), the reading with no data that says why."""
+    up, newest, per_pod = _targets(answers)
+    live = sorted(i for i, v in up.items() if v)
+    down = tuple(sorted(i for i, v in up.items() if not v))
+    unreadable = _targets_problem(len(up), down, live)
+    unstamped = [i for i in live if i not in newest]
+    if unreadable is None and unstamped:
+        unreadable = _unknown_time("", unstamped, len(live))
+    if unreadable is not None:
+        return MetricsReading(None, None, targets_total=len(up), down_targets=down, problem=unreadable)
+    return _ReplicaTargets(len(up), live, down, max(newest[i] for i in live), per_pod)
+
+
+def _partial_window(late: int, missing_s: float, window_s: float) -> _Problem:
+    """``(PartialMetricsWindow, message)``: ``late`` targets have no sample in the window's first ``missing_s``."""
+    return (PARTIAL_WINDOW, f"{late} scrape target(s) scraped before have no sample in the first {missing_s:.0f} s "
+                            f"of the {window_s:.0f} s metrics window (Prometheus was down or not scraping, or the "
+                            f"target did not answer): every rate over the window would read low; holding until the "
+                            f"window lies after the gap")
+
+
 def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_WINDOW_S, *,
                   gateway: bool = False, recent_window_s: float = RECENT_WINDOW_S) -> MetricsReading:
     """Turn the answers to :func:`build_queries` into a :class:`MetricsReading` (pure).
@@ -702,20 +737,11 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
         reading with no data at all; a non-finite or negative answer of the recent (burst) window leaves the
         workload unknown as the stable window's would (no decision blind to a burst).
     """
-    up, newest, per_pod = _targets(answers)
-    total = len(up)
-    live = sorted(i for i, v in up.items() if v)
-    down = tuple(sorted(i for i, v in up.items() if not v))
-    unreadable = _targets_problem(total, down, live)
-    unstamped = [i for i in live if i not in newest]
-    if unreadable is None and unstamped:  # data of unknown age: none is read (it would be dated `now`)
-        unreadable = _unknown_time("", unstamped, len(live))
-    if unreadable is not None:
-        return MetricsReading(None, None, targets_total=total, down_targets=down, problem=unreadable)
-    stamps = [newest[i] for i in live]
-    newest_s = max(stamps)
-
-    newest_s_replicas = newest_s
+    targets = _replica_targets(answers)
+    if isinstance(targets, MetricsReading):
+        return targets
+    total, live, down, per_pod = targets.total, targets.live, targets.down, targets.per_pod
+    newest_s = newest_s_replicas = targets.newest_s
     gw = _gateway_figures(answers) if gateway else _GatewayFigures(0, 0, (), None, None, None, None)
     triton = _triton_figures(answers, window_s, _outstanding(answers, gw if gateway else None))
     service = _service_figures(triton, model_name)
@@ -738,12 +764,8 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
     if "recent" in holes:
         recent = None
     if "stable" in holes:  # every rate of the window reads low: unknown, never a lower bound to act on
-        late, missing_s = holes["stable"]
         workload, recent, busy, counts = None, None, None, None
-        problem = (PARTIAL_WINDOW, f"{late} scrape target(s) scraped before have no sample in the first "
-                                   f"{missing_s:.0f} s of the {window_s:.0f} s metrics window (Prometheus was down "
-                                   f"or not scraping, or the target did not answer): every rate over the window "
-                                   f"would read low; holding until the window lies after the gap")
+        problem = _partial_window(*holes["stable"], window_s)
     all_down = down + gw.down
     if problem is None and all_down:
         problem = (PARTIAL_TARGETS, f"{len(all_down)} of {total + gw.total} scrape target(s) down "
