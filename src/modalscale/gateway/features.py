@@ -74,6 +74,12 @@ MAX_ELEMENTS: Final = 4096
 Python loop turns (measured, shared 2-core EPYC: 0.7 us to split a binary element, 0.25 us to take a JSON one, 3 us
 to decode and count a one-word text), and a 64 MiB body holds 16 million empty BYTES elements."""
 
+MAX_DIMS: Final = 32
+"""Most dimensions a shape may have. The element count is the product of the dimensions, and a shape of 320,000
+huge ones ending in 0 holds 0 elements: multiplying them took 219 s of the event loop (an adversarial probe, 6 Dec
+2026). With at most this many dimensions, each at most :data:`MAX_ELEMENTS`, the product costs microseconds; real
+tensors have a few."""
+
 DIGEST_BYTES: Final = 16
 """Size of an image digest: BLAKE2b with ``digest_size=16`` (RFC 7693) of the encoded bytes."""
 
@@ -172,11 +178,21 @@ def _features(images: Sequence[Chunk] | None, texts: Sequence[Chunk] | None, nam
 
 
 def _shape_elements(shape: Any, field: str) -> int:
-    """Element count of a shape, at most :data:`MAX_ELEMENTS`."""
-    if not isinstance(shape, Sequence) or isinstance(shape, (str, bytes)) \
-            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+    """Element count of a shape, at most :data:`MAX_ELEMENTS`; at most :data:`MAX_DIMS` dimensions, each at most
+    :data:`MAX_ELEMENTS` (checked before anything is multiplied)."""
+    if not isinstance(shape, Sequence) or isinstance(shape, (str, bytes)):
         raise PayloadError(field, "MalformedRequest", f"shape must be a list of non-negative integers, got "
                                                       f"{_short(shape)}", "send the tensor's shape, e.g. [1, 2]")
+    if len(shape) > MAX_DIMS:
+        raise PayloadError(field, "TooManyElements", f"shape has {len(shape)} dimensions, more than the gateway reads "
+                                                     f"({MAX_DIMS})", "send the tensor's shape, e.g. [1, 2]")
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise PayloadError(field, "MalformedRequest", f"shape must be a list of non-negative integers, got "
+                                                      f"{_short(shape)}", "send the tensor's shape, e.g. [1, 2]")
+    if any(d > MAX_ELEMENTS for d in shape):
+        raise PayloadError(field, "TooManyElements", f"shape {_short(list(shape))} has a dimension above the "
+                                                     f"{MAX_ELEMENTS} elements the gateway reads",
+                           f"send at most {MAX_ELEMENTS} images or texts per request")
     count = math.prod(shape)
     if count > MAX_ELEMENTS:
         raise PayloadError(field, "TooManyElements", f"shape {list(shape)} holds {count} elements, more than the "
