@@ -74,6 +74,13 @@ MAX_ELEMENTS: Final = 4096
 Python loop turns (measured, shared 2-core EPYC: 0.7 us to split a binary element, 0.25 us to take a JSON one, 3 us
 to decode and count a one-word text), and a 64 MiB body holds 16 million empty BYTES elements."""
 
+MAX_IMAGE_PIXELS: Final = 2 * 89_478_485
+"""Most pixels (width x height, as the header says) an image may have: Pillow's ``DecompressionBombError`` limit
+(twice ``Image.MAX_IMAGE_PIXELS``), above which the Python imaging stack opens no image by default (the built-in
+runtime refuses above 40,000,000). Larger is refused (``ImageTooLarge``) before it reaches the demand series: a PNG
+header claiming 4294967295 x 4294967295 put 1.8e19 pixels into the autoscaler's pixel histogram (an adversarial
+probe, 6 Dec 2026)."""
+
 MAX_DIMS: Final = 32
 """Most dimensions a shape may have. The element count is the product of the dimensions, and a shape of 320,000
 huge ones ending in 0 holds 0 elements: multiplying them took 219 s of the event loop (an adversarial probe, 6 Dec
@@ -170,6 +177,9 @@ def _features(images: Sequence[Chunk] | None, texts: Sequence[Chunk] | None, nam
         except ImageHeaderError as exc:
             raise PayloadError(field, exc.reason, str(exc), f"send a whole {', '.join(FORMATS)} file, "
                                                             "unchanged (no base64, no truncation)") from None
+        if width * height > MAX_IMAGE_PIXELS:
+            raise PayloadError(field, "ImageTooLarge", f"{width}x{height} = {width * height} pixels, more than "
+                                                       f"{MAX_IMAGE_PIXELS}", "send a smaller image")
         pixels.append(width * height)
         digests.append(_digest(data))
     modality = "image_text" if pixels and tokens is not None else "image" if pixels else "text"

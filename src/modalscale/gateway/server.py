@@ -63,6 +63,17 @@ Activate = Callable[[], Awaitable[None]]
 
 INFER_PATH = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
 """KServe v2 infer endpoint (the only HTTP path whose body is read for features)."""
+MODEL_CALL = re.compile(r"^/+v2/+models/+[^/]+(?:/+versions/+[^/]+)?/+(infer|generate|generate_stream)/*$")
+"""Paths that may run a model besides :data:`INFER_PATH` exactly: Triton's generate extension (``generate``,
+``generate_stream``) and ``infer`` spelled with extra or trailing slashes. The gateway refuses them (generate:
+501, another spelling: 404), so that no request runs a model past its tenant budget, its admission and its
+features (an adversarial probe, 6 Dec 2026, had a tenant refused on ``/infer`` served on ``/generate``)."""
+
+
+def _served_s(status: int, t0: float, clock: Callable[[], float]) -> float | None:
+    """The service time of an HTTP answer that counts as work done for the tenant (2xx, as gRPC's OK), else None:
+    a request the replica refused (its pixels may be absurd) is no usage to bill."""
+    return clock() - t0 if 200 <= status < 300 else None
 GRPC_SERVICE = "/inference.GRPCInferenceService/"
 GRPC_INFER = GRPC_SERVICE + "ModelInfer"
 GRPC_STREAM = GRPC_SERVICE + "ModelStreamInfer"
@@ -400,6 +411,15 @@ class Gateway:
         raw_tenant = request.headers.get(self.settings.tenant_header)
         tenant = self.tenants.label(raw_tenant)
         is_infer = request.method == "POST" and INFER_PATH.match(request.path) is not None
+        # raw: aiohttp reads "//v2/models/m/infer" as a URL whose host is "v2" (path "/models/m/infer")
+        raw_path = request.raw_path.partition("?")[0]
+        if not is_infer and request.method == "POST" and (call := MODEL_CALL.match(raw_path)) is not None:
+            code = 501 if call[1] != "infer" else 404
+            self._record(tenant, None, "http", str(code), None)
+            return web.json_response({"error": f"{request.path}: the gateway passes KServe v2 inference on "
+                                               f"/v2/models/<model>[/versions/<version>]/infer only (Triton's "
+                                               f"generate extension is not passed through): send the request there"},
+                                     status=code)
         if is_infer and (refusal := self._refusal(raw_tenant)) is not None:
             self._record(tenant, None, "http", "429", None)
             return web.json_response({"error": refusal.message}, status=429,
@@ -475,7 +495,8 @@ class Gateway:
                     # streaming (send(2) on loopback was the proxy's largest CPU item under cProfile; gateway CPU
                     # per request 560 vs 640 us in one run each of benchmarks/gateway_overhead.py).
                     data = await upstream.read()
-                    self._record(tenant, feats, "http", str(upstream.status), self.clock() - t0)
+                    served_s = _served_s(upstream.status, t0, self.clock)
+                    self._record(tenant, feats, "http", str(upstream.status), served_s)
                     return web.Response(status=upstream.status, reason=upstream.reason, body=data,
                                         headers=forwarded_headers(upstream.headers))
                 out = web.StreamResponse(status=upstream.status, reason=upstream.reason,
@@ -486,7 +507,7 @@ class Gateway:
                 async for chunk in upstream.content.iter_any():
                     await out.write(chunk)
                 await out.write_eof()
-                self._record(tenant, feats, "http", str(upstream.status), self.clock() - t0)
+                self._record(tenant, feats, "http", str(upstream.status), _served_s(upstream.status, t0, self.clock))
                 return out
             finally:
                 upstream.release()

@@ -62,6 +62,26 @@ def test_the_rejected_tenant_gets_429_with_retry_after_to_the_period_end_and_the
     assert gw.metric(REQUESTS_METRIC, tenant="globex") == gw.metric(REQUESTS_METRIC, tenant="globex", code="200") == 1
 
 
+@pytest.mark.parametrize("path", [f"/v2/models/{MODEL}/generate", f"/v2/models/{MODEL}/generate_stream",
+                                  f"/v2/models/{MODEL}/versions/1/generate", f"{INFER}/",
+                                  f"/v2//models/{MODEL}/infer"])
+def test_no_other_path_runs_the_model_past_the_tenant_budget(
+        path: str, replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
+    """Found by an adversarial probe (6 Dec 2026): a tenant refused on ``/infer`` was served on Triton's
+    ``/generate``, past its budget, its admission and its features. The gateway answers every other spelling of a
+    model call itself (generate: 501, infer with extra slashes: 404), for every tenant, and names the path to use."""
+    replica = replicas[0]
+    annotations, _ = rejecting(("acme",), 3600)
+    gw = make_gateway([endpoint(replica)], annotations=annotations)
+    before = settled_request_count(replica)
+    with httpx.Client(base_url=gw.http, timeout=30) as client:
+        answers = [client.post(path, json={"TEXT": "hello"}, headers={HEADER: tenant}) for tenant in ("acme", "globex")]
+    code = 501 if "generate" in path else 404
+    assert [a.status_code for a in answers] == [code, code], [a.text for a in answers]
+    assert all("/infer only" in a.json()["error"] for a in answers), [a.text for a in answers]
+    assert settled_request_count(replica) == before  # nothing reached the replica
+
+
 def test_grpc_infer_of_the_rejected_tenant_gets_resource_exhausted_with_retry_after(
         replicas: tuple[TritonProcess, TritonProcess], make_gateway: Callable[..., RunningGateway]) -> None:
     from tritonclient.utils import InferenceServerException

@@ -321,7 +321,43 @@ HTTP_BAD: dict[str, tuple[Callable[[], tuple[bytes, Headers]], str, str]] = {
     "JPEG of junk bytes": (lambda: _binary([JPEG, b"\xff\xd8\xff\xe0\x00\x02" + bytes(1 << 19)]),
                            "inputs[IMAGES].data[1]", "CorruptImageHeader"),
     "text not UTF-8": (lambda: _raw_text(b"\xff\xfe"), "inputs[TEXT].data[0]", "InvalidUtf8"),
+    # An adversarial probe (6 Dec 2026): a PNG header claiming 4294967295 x 4294967295 (CRC right) put 1.8e19
+    # pixels into the demand histogram the autoscaler sizes from.
+    "image header too large": (lambda: _binary([_png_of_size(4_294_967_295, 4_294_967_295)]),
+                               "inputs[IMAGES].data[0]", "ImageTooLarge"),
+    "image just over Pillow's bomb limit": (lambda: _binary([_png_of_size(178_956_971, 1)]),
+                                            "inputs[IMAGES].data[0]", "ImageTooLarge"),
 }
+
+
+def _png_of_size(width: int, height: int) -> bytes:
+    """The coffee photo's PNG with its IHDR claiming ``width`` x ``height`` (CRC recomputed)."""
+    data = bytearray(photo_bytes("coffee"))
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    return bytes(data)
+
+
+def test_an_image_at_pillows_bomb_limit_is_read() -> None:
+    from modalscale.gateway.features import MAX_IMAGE_PIXELS
+
+    feats = features_from_http(*_binary([_png_of_size(MAX_IMAGE_PIXELS, 1)]), InputNames(), 1 << 20)
+    assert feats.image_pixels == (MAX_IMAGE_PIXELS,)
+
+
+@pytest.mark.parametrize(("path", "call"), [
+    ("/v2/models/m/infer", None),  # the canonical path: INFER_PATH's, read for features
+    ("/v2/models/m/versions/2/infer", None),
+    ("/v2/models/m/generate", "generate"), ("/v2/models/m/generate_stream", "generate_stream"),
+    ("//v2/models/m/infer", "infer"), ("/v2/models/m/infer/", "infer"), ("/v2//models/m/versions/1//infer", "infer"),
+    ("/v2/models/m", None), ("/v2/health/ready", None), ("/v2/models/m/inference", None),
+])
+def test_every_other_spelling_of_a_model_call_is_recognised(path: str, call: str | None) -> None:
+    from modalscale.gateway.server import INFER_PATH, MODEL_CALL
+
+    m = None if INFER_PATH.match(path) else MODEL_CALL.match(path)
+    assert (m[1] if m else None) == call
+
 
 
 def _raw_text(raw: bytes) -> tuple[bytes, Headers]:
