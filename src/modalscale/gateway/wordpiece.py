@@ -73,12 +73,13 @@ def _normalize(text: str) -> str:
         if char in "\t\n\r":
             out.append(" ")
             continue
+        if _is_cjk(code):  # before the category test: Python's tables call some of these unassigned (Cn), the
+            out.append(f" {char} ")  # tokenizer's do not, so 4000 of U+2FA1F counted 1 token instead of 4000
+            continue
         if code == 0 or code == 0xFFFD or unicodedata.category(char)[0] == "C":
             continue
         if char.isspace():
             out.append(" ")
-        elif _is_cjk(code):
-            out.append(f" {char} ")
         else:
             out.append(char)
     stripped = "".join(c for c in unicodedata.normalize("NFD", "".join(out)) if unicodedata.category(c) != "Mn")

@@ -101,3 +101,15 @@ def test_work_is_bounded_by_the_budget_whatever_the_request(monkeypatch: pytest.
 
 def test_without_anything_counted_exactly_the_fallback_ratio_applies() -> None:
     assert wordpiece.count_texts(["x" * 400], exact_chars=0) == round(400 * wordpiece.FALLBACK_TOKENS_PER_CHAR)
+
+
+def test_every_code_point_of_the_cjk_ranges_counts_as_the_runtime_counts_it(runtime_tokenizer: Any) -> None:
+    """Found by an adversarial probe (6 Dec 2026): U+2FA1F, which Python's Unicode tables call unassigned and the
+    tokenizer's pad as a CJK word, was dropped, so 4000 of them counted 1 token instead of 4000 (a client could
+    under-report its text tokens). Every code point of the ranges the tokenizer pads, between two letters."""
+    texts = [f"a{chr(code)}b" for lo, hi in wordpiece._CJK_RANGES for code in range(lo, hi + 1)]
+    theirs = [len(ids) for ids in runtime_tokenizer(texts, add_special_tokens=False, truncation=False)["input_ids"]]
+    mine = [wordpiece.count_tokens(t) for t in texts]
+    wrong = [(hex(ord(t[1])), m, r) for t, m, r in zip(texts, mine, theirs, strict=True) if m != r]
+    assert not wrong, f"{len(wrong)} of {len(texts)} differ, e.g. {wrong[:5]}"
+    assert wordpiece.count_tokens("ab\U0002fa1f" * 4000) == 8000
