@@ -258,6 +258,20 @@ def _refuse_shared_memory(name: str, field: str) -> PayloadError:
 # ---- HTTP/REST
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object hook: an object naming a key twice is refused (``ValueError``). Python keeps the last
+    value and a JSON reader may keep the first, so features could be read from a value the replica never sees (an
+    adversarial probe, 6 Dec 2026: a second ``"inputs"`` of one token hid the first one's six)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return out
+
+
 def _header(headers: Mapping[str, str], name: str) -> str | None:
     """Case-insensitive header lookup (``name`` in lower case); works on a plain dict and on a CIMultiDict."""
     value = headers.get(name)
@@ -288,6 +302,9 @@ def _inflate(body: bytes, encoding: str | None, max_body_bytes: int) -> bytes:
     if not inflater.eof:
         raise PayloadError("body", "CorruptBody", f"the {coding} stream is truncated",
                            f"compress the whole body with {coding}, or send it uncompressed")
+    if inflater.unused_data:  # a second gzip member, or junk: what the replica reads of it is not what was read here
+        raise PayloadError("body", "CorruptBody", f"{len(inflater.unused_data)} bytes follow the end of the {coding} "
+                                                  f"stream", f"compress the whole body once with {coding}")
     return out
 
 
@@ -316,18 +333,16 @@ def features_from_http(body: bytes, headers: Mapping[str, str], inputs: InputNam
         json_part, binary = body, memoryview(b"")
     else:
         field = "header Inference-Header-Content-Length"
-        try:
-            json_length = int(declared.strip())
-        except ValueError:
-            json_length = -1
+        digits = declared.strip()  # ASCII digits only: int() also takes "+107", "1_07" and fullwidth digits
+        json_length = int(digits) if digits.isascii() and digits.isdigit() else -1
         if json_length < 0 or json_length > len(body):
             raise PayloadError(field, "BadHeaderLength", f"is {_short(declared)}, not a length from 0 to the body's "
                                                          f"{len(body)} bytes",
                                "set it to the byte length of the JSON part that starts the body")
         json_part, binary = body[:json_length], memoryview(body)[json_length:]
-    try:
-        request = json.loads(json_part)
-    except (ValueError, RecursionError) as exc:
+    try:  # UTF-8 as Triton reads it (json.loads of bytes would also take UTF-16 and UTF-32), each key once
+        request = json.loads(bytes(json_part).decode("utf-8"), object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         where = "the JSON part of the body" if declared is not None else "the body"
         raise PayloadError("body", "MalformedJson", f"{where} is not valid JSON ({_short(str(exc), 120)})",
                            "send a KServe v2 inference request as UTF-8 JSON") from None

@@ -321,6 +321,25 @@ HTTP_BAD: dict[str, tuple[Callable[[], tuple[bytes, Headers]], str, str]] = {
     "JPEG of junk bytes": (lambda: _binary([JPEG, b"\xff\xd8\xff\xe0\x00\x02" + bytes(1 << 19)]),
                            "inputs[IMAGES].data[1]", "CorruptImageHeader"),
     "text not UTF-8": (lambda: _raw_text(b"\xff\xfe"), "inputs[TEXT].data[0]", "InvalidUtf8"),
+    # An adversarial probe (6 Dec 2026): what a replica may read otherwise than the gateway is refused.
+    "gzip with a second member": (lambda: (gzip.compress(_json_body({"name": "TEXT", "datatype": "BYTES",
+                                                                     "shape": [1], "data": ["x"]}))
+                                           + gzip.compress(b'{"inputs": []}'), {"Content-Encoding": "gzip"}),
+                                  "body", "CorruptBody"),
+    "gzip with junk after it": (lambda: (gzip.compress(b'{"inputs": []}') + b"junk", {"Content-Encoding": "gzip"}),
+                                "body", "CorruptBody"),
+    "a key twice": (lambda: (b'{"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["a b c"]}],'
+                             b' "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["x"]}]}', {}),
+                    "body", "MalformedJson"),
+    "UTF-16 JSON": (lambda: (_json_body({"name": "TEXT", "datatype": "BYTES", "shape": [1],
+                                         "data": ["hi"]}).decode().encode("utf-16"), {}), "body", "MalformedJson"),
+    "header length with a sign": (lambda: _with_length(lambda n: f"+{n}"), "header Inference-Header-Content-Length",
+                                  "BadHeaderLength"),
+    "header length with an underscore": (lambda: _with_length(lambda n: f"{n // 10}_{n % 10}"),
+                                         "header Inference-Header-Content-Length", "BadHeaderLength"),
+    "header length in fullwidth digits": (lambda: _with_length(lambda n: str(n).translate(
+        {ord(d): 0xFF10 + int(d) for d in "0123456789"})), "header Inference-Header-Content-Length",
+                                          "BadHeaderLength"),
     # An adversarial probe (6 Dec 2026): a PNG header claiming 4294967295 x 4294967295 (CRC right) put 1.8e19
     # pixels into the demand histogram the autoscaler sizes from.
     "image header too large": (lambda: _binary([_png_of_size(4_294_967_295, 4_294_967_295)]),
@@ -328,6 +347,12 @@ HTTP_BAD: dict[str, tuple[Callable[[], tuple[bytes, Headers]], str, str]] = {
     "image just over Pillow's bomb limit": (lambda: _binary([_png_of_size(178_956_971, 1)]),
                                             "inputs[IMAGES].data[0]", "ImageTooLarge"),
 }
+
+
+def _with_length(spell: Callable[[int], str]) -> tuple[bytes, Headers]:
+    """A binary request whose Inference-Header-Content-Length is its right value spelled by ``spell``."""
+    body, headers = _binary([JPEG], "a cat")
+    return body, {"Inference-Header-Content-Length": spell(int(headers["Inference-Header-Content-Length"]))}
 
 
 def _png_of_size(width: int, height: int) -> bytes:
