@@ -11,12 +11,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
 
 from modalscale.api import conditions as R
 from modalscale.api.annotations import budget_cap, spot_switches  # SwitchToSpot: the Spot annotation places the pods
@@ -227,7 +231,11 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
         refuse(deps, raw, exc, now, logger)
         raise
     planned = time.monotonic()
-    _apply_writes(deps, spec, plan.writes, logger)
+    try:
+        _apply_writes(deps, spec, plan.writes, logger)
+    except ChildRefused as exc:
+        refuse(deps, raw, exc, now, logger)
+        raise
     written = time.monotonic()
     patch = deps.writer.patch_isvc_status(ns, name, plan.status, stored)
     _report(deps, raw, plan.events, started, logger)
@@ -309,13 +317,52 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
     deps.writer.patch_isvc_status(ns, name, merge_isvc_status(autoscale, plan.status), stored)
     if recorded is not None:
         recorded(plan)
-    _apply_writes(deps, spec, plan.writes, logger)
+    try:
+        _apply_writes(deps, spec, plan.writes, logger)
+    except ChildRefused as exc:
+        refuse(deps, raw, exc, now, logger)
+        raise
     _report(deps, raw, plan.events, started, logger)
 
 
+class ChildRefused(InvalidSpec):
+    """The API server refused a child this spec makes as invalid (400 / 422): a value the CRD's schema admits but
+    the child's does not (a toleration with operator Exists and a value, a node-selector key that is no label key).
+    Reported as ``InvalidSpec`` on the spec field the refused child field comes from (:data:`CHILD_FIELDS`)."""
+
+
+CHILD_FIELDS = ((re.compile(r"\.tolerations\b"), "spec.placement.tolerations"),
+                (re.compile(r"\.nodeSelector\b"), "spec.placement.nodeSelector"),
+                (re.compile(r"\.containers\[\d+\]\.image\b"), "spec.runtime.image"),
+                (re.compile(r"\.resources\b"), "spec.resources"))
+"""A refused child field (the API server's ``details.causes[].field``) -> the InferenceService field it comes
+from; ``spec`` when none matches."""
+
+
+def child_refusal(write: Write, exc: ApiException) -> ChildRefused:
+    """What to report of the API server refusing ``write`` (pure): the spec field and the server's own causes."""
+    try:
+        details = (json.loads(exc.body or "{}") or {}).get("details") or {}
+    except (ValueError, AttributeError):
+        details = {}
+    causes = [c for c in details.get("causes") or [] if isinstance(c, dict)]
+    fields = [str(c.get("field") or "") for c in causes]
+    spec_field = next((to for f in fields for pattern, to in CHILD_FIELDS if pattern.search(f)), "spec")
+    why = "; ".join(f"{c.get('field')}: {c.get('message')}" for c in causes)[:600] or str(exc.reason)
+    return ChildRefused(spec_field, f"the API server refused the {write.kind} {write.name} made from it "
+                                    f"({exc.status}: {why}); fix {spec_field}")
+
+
 def _apply_writes(deps: Deps, spec: IsvcSpec, writes: list[Write], logger: Log) -> None:
+    """Apply ``writes`` in order. Raises :class:`ChildRefused` for a child the API server refuses as invalid (400,
+    422: trying again cannot help; other errors go up as they are, to be retried)."""
     for write in writes:
-        deps.writer.apply(spec.namespace, write)
+        try:
+            deps.writer.apply(spec.namespace, write)
+        except ApiException as exc:
+            if exc.status in (400, 422):
+                raise child_refusal(write, exc) from exc
+            raise
         logger.info("Applied %s %s: name=%s", write.action, write.kind, write.name)
         if write.kind == "Deployment" and write.name == spec.name and "replicas" in (write.body.get("spec") or {}):
             deps.metrics.decisions.labels(mode=spec.scaling.mode, reason="write").inc()

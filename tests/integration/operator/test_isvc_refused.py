@@ -140,6 +140,45 @@ def test_what_the_crd_now_refuses_is_refused_by_the_operator_naming_the_field_an
     assert condition(get(api, ns, "fine"), "Ready") is not None, op.log()[-4000:]
 
 
+CHILD_REFUSED = [
+    ("tol", {"placement": {"tolerations": [{"key": "foo", "operator": "Exists", "value": "bar"}]}},
+     "spec.placement.tolerations", "value must be empty when `operator` is 'Exists'"),
+    ("sel", {"placement": {"nodeSelector": {"bad key!": "x"}}}, "spec.placement.nodeSelector", "bad key!"),
+]
+
+
+def test_a_child_the_api_server_refuses_is_reported_on_the_spec_field_once(
+        older_crd_cluster: Any, older_crd_operator: Any) -> None:
+    """Found by a new-user audit (6 Dec 2026): these pass the CRD (any CRD: its schema has no rule for them), the
+    Deployment's create got 422, and the operator logged a traceback every 60 s with an empty status and no Event.
+    Now: Ready=False / InvalidSpec naming the spec field with the API server's own words, one Warning Event, and
+    the object left refused until its spec changes (no retry storm)."""
+    api, op = older_crd_cluster.api_client(), older_crd_operator
+    core = client.CoreV1Api(api)
+    ns = "child-refused"
+    core.create_namespace({"metadata": {"name": ns}})
+    for name, spec, _, _ in CHILD_REFUSED:
+        create(api, ns, make_isvc(name, **spec))
+    for name, _, field, fragment in CHILD_REFUSED:
+        c = wait_condition(api, ns, name, "Ready", "False", "InvalidSpec", timeout_s=120)
+        assert c["message"].startswith(f"{field}: the API server refused the Deployment {name} made from it (422: ")
+        assert fragment in c["message"], c["message"]
+
+    def warnings() -> dict[str, int] | None:
+        out: dict[str, int] = {}
+        for e in core.list_namespaced_event(ns).items:
+            if e.reason == "InvalidSpec" and e.type == "Warning":
+                out[e.involved_object.name] = out.get(e.involved_object.name, 0) + (e.count or 1)
+        return out if set(out) == {n for n, _, _, _ in CHILD_REFUSED} else None
+
+    assert wait_for(warnings, 60, "one InvalidSpec Warning Event per refused child") == {"tol": 1, "sel": 1}
+    refused = op.metric("modalscale_reconciles_total", kind="InferenceService", result="InvalidSpec")
+    wait_for(lambda: op.metric("modalscale_reconciles_total", kind="InferenceService", result="InvalidSpec")
+             >= refused + 2 * len(CHILD_REFUSED), 120, "the refused objects reconciled again by the timer")
+    assert warnings() == {"tol": 1, "sel": 1}  # reported once, not again at each resync
+    assert not client.AppsV1Api(api).list_namespaced_deployment(ns).items
+
+
 def test_threads_beyond_a_cpu_replicas_cores_get_one_warning_event_per_spec_change_and_the_service_runs(
         older_crd_cluster: Any, older_crd_operator: Any) -> None:
     api, op = older_crd_cluster.api_client(), older_crd_operator
