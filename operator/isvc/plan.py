@@ -423,6 +423,17 @@ def _pod_problems(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
     return None
 
 
+def _deployment_problem(deployment: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(``FailedCreate``, message) when the Deployment reports ``ReplicaFailure=True`` (its ReplicaSet cannot create
+    pods: then there are no pods for :func:`_pod_problems` to find), else None."""
+    for c in ((deployment or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "ReplicaFailure" and c.get("status") == "True":
+            name = ((deployment or {}).get("metadata") or {}).get("name", "")
+            return R.FAILED_CREATE, (f"Deployment {name} cannot create pods: {c.get('reason', '')}: "
+                                     f"{c.get('message', '')}").rstrip(": ")
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- plan
 def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | None, config: PlanConfig,
               now: dt.datetime, decision: Decision | None = None,
@@ -985,7 +996,7 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
             now: dt.datetime) -> tuple[IsvcStatus, list[tuple[str, str, str]]]:
     """The InferenceService's status (conditions, replicas, scaling history, cost) and its Events."""
     dst = (obs.deployment or {}).get("status") or {}
-    problem = _pod_problems(obs.pods)
+    problem = _pod_problems(obs.pods) or _deployment_problem(obs.deployment)
     old_conditions = list(obs.status.conditions or ())
     degraded = (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1]) if problem
                 else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))

@@ -54,6 +54,9 @@ ROLLOUT_COMPLETE = "RolloutComplete"
 CREATING = "Creating"
 HEALTHY = "Healthy"
 PODS_FAILING = "PodsFailing"
+FAILED_CREATE = "FailedCreate"
+"""Degraded / Ready=False: the Deployment's ``ReplicaFailure`` condition: its ReplicaSet cannot create pods (a
+ResourceQuota, an admission webhook, a pod spec the API server refuses): no pod exists to report anything."""
 CPU_OVERSUBSCRIBED = "CPUOversubscribed"
 """Warning Event (not a condition, not a refusal): ``instanceCount x intraOpThreads`` exceeds the replica's CPU."""
 # Reasons of ScalingConflict.

@@ -224,6 +224,25 @@ def test_ready_is_true_only_when_enough_replicas_are_ready_and_none_fail() -> No
     assert (c["status"], c["reason"]) == ("False", R.CRASH_LOOP)
 
 
+def test_pods_the_deployment_cannot_create_are_degraded_not_healthy() -> None:
+    """Found by a new-user audit (6 Dec 2026): under a ResourceQuota of 0 GPUs (or an image with a leading space)
+    the ReplicaSet logged FailedCreate and the Deployment said ReplicaFailure=True, while the InferenceService said
+    Degraded=False Healthy "no failing pods" (there were none: none could be created)."""
+    obs, _ = converge(make_isvc())
+    obs.pods = []
+    obs.deployment["status"]["conditions"] = [
+        {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+         "message": 'pods "vc-7d9-x" is forbidden: exceeded quota: q, requested: requests.nvidia.com/gpu=1'}]
+    plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
+    conditions = write_isvc_status(plan.status)["conditions"]
+    for type_, status in ((R.DEGRADED, "True"), (R.READY, "False")):
+        c = get(conditions, type_)
+        assert (c["status"], c["reason"]) == (status, R.FAILED_CREATE)
+        assert "Deployment vc cannot create pods: FailedCreate: pods" in c["message"] and "quota" in c["message"]
+    assert ("Warning", R.FAILED_CREATE) in [(t, r) for t, r, _ in plan.events]
+
+
 @pytest.mark.parametrize("waiting", ["ErrImageNeverPull", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                                      "ImageInspectError", "ErrRegistryUnavailable"])
 def test_a_pod_waiting_on_its_image_gives_its_real_reason_in_ready_false(waiting: str) -> None:
