@@ -27,6 +27,7 @@ import asyncio
 import copy
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -212,12 +213,17 @@ class Informer:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the thread: at once, also while its watch waits for an event. The watch's socket is shut down, which
+        ends the blocked read; closing the response instead waited for that read to return (its buffer's lock), up
+        to the watch's 300 s, and held the operator's shutdown past any pod's grace period (a new-user audit, 6 Dec
+        2026: 229-281 s from SIGTERM to exit)."""
         self._stop.set()
         resp = self._response
-        if resp is not None:
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
             try:
-                resp.close()
-            except Exception:  # closing a stream that is already closed
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed, or not connected
                 pass
 
 

@@ -79,14 +79,23 @@ class OperatorProcess:
             self.proc.wait(timeout=30)
         self._log.close()
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 20.0) -> bool:
+        """SIGTERM the operator's process group and wait ``grace_s`` for it to exit, then SIGKILL it.
+
+        Returns:
+            True when it had exited already or exited on SIGTERM within ``grace_s`` (the chart gives the pod 30 s);
+            False when it had to be killed (its shutdown hung: a test can say so).
+        """
+        clean = True
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
+                clean = False
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self._log.close()
+        return clean
 
 

@@ -88,6 +88,10 @@ def test_operator_started_after_applying_only_the_crds_folder_reconciles_the_exa
         owners = [(o["kind"], o["name"]) for o in deployment["metadata"]["owner_references"] or []]
         assert owners == [("InferenceService", name)]
         assert op.proc.poll() is None, "the operator stopped"
+        # Within the chart's grace period (30 s), so that its cleanup (queued Events) runs: its watch caches held it
+        # 229-281 s after SIGTERM until 6 Dec 2026 (a new-user audit), and every test's stop fell back to SIGKILL.
+        assert op.stop(grace_s=20), f"the operator did not exit within 20 s of SIGTERM:\n{op.log()[-3000:]}"
+        assert "Activity 'register.<locals>.stop_caches' succeeded" in op.log()
     finally:
         op.stop()
         custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
