@@ -60,6 +60,25 @@ def missing_namespaces(core: Any, namespaces: Sequence[str]) -> list[str]:
     return missing
 
 
+def ports_in_use(ports: dict[str, int]) -> list[str]:
+    """``"<setting>: port <n> is in use (<error>)"`` for each non-zero port of ``ports`` that cannot be bound on all
+    addresses now (checked before start: kopf's health server fails inside a task, and the operator ran on without
+    ``/healthz``)."""
+    import socket
+
+    taken = []
+    for name, port in ports.items():
+        if not port:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do: TIME_WAIT is no use
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError as exc:
+                taken.append(f"{name}: port {port} is in use ({exc.strerror or exc})")
+    return taken
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env(os.environ)
@@ -73,12 +92,23 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level)
 
     import kopf
+    from kubernetes.config import ConfigException
     from prometheus_client import start_http_server
 
     from modalscale.operator.deps import build_deps
     from modalscale.operator.handlers import register
 
-    deps = build_deps(settings)  # the one composition root: handlers reach it as memo.deps
+    try:
+        deps = build_deps(settings)  # the one composition root: handlers reach it as memo.deps
+    except ConfigException as exc:
+        print(f"modalscale operator: no cluster to connect to: {str(exc).splitlines()[0]}; run it in a pod "
+              f"(the chart), or set KUBECONFIG to a readable kubeconfig", file=sys.stderr)
+        return 2
+    taken = ports_in_use({"MODALSCALE_METRICS_PORT": settings.metrics_port,
+                          "MODALSCALE_HEALTH_PORT": settings.health_port})
+    if taken:
+        print(f"modalscale operator: {'; '.join(taken)}: stop what uses it or set another port", file=sys.stderr)
+        return 2
     for ns in missing_namespaces(deps.observer.core, settings.namespaces):
         # A typo in -n / MODALSCALE_NAMESPACES watches nothing, silently: say so (it may still be created later).
         logging.getLogger(__name__).warning("Watched namespace does not exist, nothing there is reconciled until it "

@@ -210,6 +210,9 @@ class Settings:
             budget_status_heartbeat_s=int(number("MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS", HEARTBEAT_MIN_S, 1,
                                                  3600, integer=True)),
         )
+        if settings.metrics_port and settings.metrics_port == settings.health_port:
+            errors.append(f"MODALSCALE_METRICS_PORT and MODALSCALE_HEALTH_PORT are both {settings.metrics_port}: the "
+                          f"metrics and the health endpoint need a port each (defaults 9090 and 8080)")
         if errors:
             raise ConfigError("invalid operator settings:\n  " + "\n  ".join(errors))
         return settings

@@ -82,3 +82,40 @@ def test_the_budget_status_heartbeat_floor_is_read_with_a_60_s_default_and_bad_v
         with pytest.raises(ConfigError) as err:
             Settings.from_env({"MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS": raw})
         assert message in str(err.value)
+
+
+def test_one_port_for_metrics_and_health_is_refused_naming_both() -> None:
+    """Found by a new-user audit (6 Dec 2026): accepted, and the second server failed inside kopf."""
+    with pytest.raises(ConfigError, match="MODALSCALE_METRICS_PORT and MODALSCALE_HEALTH_PORT are both 8080"):
+        Settings.from_env({"MODALSCALE_METRICS_PORT": "8080"})
+    assert Settings.from_env({"MODALSCALE_METRICS_PORT": "0", "MODALSCALE_HEALTH_PORT": "0"}).metrics_port == 0
+
+
+@pytest.mark.parametrize("case", ["no-kubeconfig", "health-port-taken", "metrics-port-taken"])
+def test_start_up_without_a_cluster_or_with_a_port_taken_is_one_line_and_exit_2(case: str, tmp_path: Path) -> None:
+    """Found by a new-user audit (6 Dec 2026): a 34-line ConfigException traceback (exit 1); an OSError traceback
+    for a taken metrics port; a taken health port left the operator running without /healthz."""
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODALSCALE_")}
+    env |= {"MODALSCALE_STANDALONE": "true", "KUBECONFIG": str(tmp_path / "none"),
+            "KUBERNETES_SERVICE_HOST": "", "HOME": str(tmp_path)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        if case != "no-kubeconfig":
+            (tmp_path / "kubeconfig").write_text(
+                "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                "current-context: x\n")
+            env["KUBECONFIG"] = str(tmp_path / "kubeconfig")
+            env["MODALSCALE_HEALTH_PORT" if case == "health-port-taken" else "MODALSCALE_METRICS_PORT"] = str(port)
+        proc = subprocess.run([sys.executable, "-m", "modalscale.cli", "operator"], env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    if case == "no-kubeconfig":
+        assert proc.stderr.startswith("modalscale operator: no cluster to connect to: ") and "KUBECONFIG" in proc.stderr
+    else:
+        assert f"port {port} is in use" in proc.stderr
