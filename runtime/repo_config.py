@@ -197,6 +197,9 @@ class RuntimeConfig:
             raise InvalidSpec("spec.runtime.precision", f"must be a Precision, got {self.precision!r}")
         if not isinstance(self.engine, Engine):
             raise InvalidSpec("engine", f"must be one of {[e.value for e in Engine]}, got {self.engine!r}")
+        if self.engine is Engine.OPENVINO and self.precision is Precision.FP16 and not self.gpu_count:  # CRD: too
+            raise InvalidSpec("engine", "openvino does not offer precision FP16 (no FP16 arithmetic on these CPUs); "
+                                        "use precision FP32, BF16 or INT8 with openvino, or engine torch")
         _check_int("image_int8_min_side_pixels", self.image_int8_min_side_pixels, 0, IMAGE_INT8_MAX_SIDE_PIXELS)
         if self.image_int8_min_side_pixels and (self.engine is not Engine.OPENVINO
                                                 or self.precision is not Precision.INT8):

@@ -228,3 +228,10 @@ def test_the_runtime_cli_reads_the_engine_from_an_inference_service_file(tmp_pat
     with pytest.raises(InvalidSpec) as err:
         cli.config_from_args(parser.parse_args(["--from-isvc", str(bad)]))
     assert err.value.field == "spec.runtime.engine"
+
+
+def test_openvino_at_fp16_on_cpu_is_refused_as_the_crd_refuses_it() -> None:
+    """Found by a new-user audit (6 Dec 2026): ``modalscale runtime render --engine openvino --precision FP16``
+    wrote a repository (exit 0) that the CRD and ``parse_isvc`` refuse."""
+    with pytest.raises(InvalidSpec, match="openvino does not offer precision FP16"):
+        RuntimeConfig(engine=Engine.OPENVINO, precision=Precision.FP16)
