@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -29,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.api.budgetpolicy import Notification, NotifierType
-from modalscale.api.conditions import SECRET_KEY_MISSING, SECRET_NOT_FOUND, SECRET_UNREADABLE
+from modalscale.api.conditions import INVALID_URL, SECRET_KEY_MISSING, SECRET_NOT_FOUND, SECRET_UNREADABLE
 from modalscale.costmodel.showback import ServiceWindow
 from modalscale.notify.answers import DeliveryResult
 from modalscale.operator.budget.plan import (
@@ -249,8 +250,22 @@ class BudgetObserver:
                 problems.append(receiver_problem(n, SECRET_UNREADABLE,
                                                  f"{where}: {exc} (notification {n.name})"))
                 continue
+            if not _is_http_url(url):  # named here, with the Secret and key, not later as a bare UnsupportedProtocol
+                problems.append(receiver_problem(n, INVALID_URL, (
+                    f"{where}: the value of key {ref.url_key} ({field}.urlKey) is not an http(s) URL with a host "
+                    f"(notification {n.name}); put the webhook URL there")))
+                continue
             ok.append(Receiver(n.name, n.type, url, signing))
         return ok, problems
+
+
+def _is_http_url(url: str) -> bool:
+    """Whether ``url`` is an ``http`` or ``https`` URL with a host (what every notifier posts to)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # an unclosed IPv6 host, a port out of range
+        return False
 
 
 def _secret_value(data: dict[str, Any], key: str, field: str) -> str:

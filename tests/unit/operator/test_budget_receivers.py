@@ -149,3 +149,16 @@ def test_every_key_and_name_string_of_the_budgetpolicy_spec_must_not_be_empty(cr
         assert prop["minLength"] == 1 and prop["pattern"] == "^[-._a-zA-Z0-9]+$"
     labels = spec["properties"]["selector"]["properties"]["matchLabels"]
     assert any("size(k) > 0" in r["rule"] for r in labels["x-kubernetes-validations"])
+
+
+@pytest.mark.parametrize("url", ["not a url", "ftp://example.com/hook", "https://", "https://[::1/x",
+                                 "hooks.slack.com/x"])
+def test_a_value_that_is_no_http_url_is_a_failed_receiver_naming_the_secret_key_and_field(url: str) -> None:
+    """Found by a new-user audit (6 Dec 2026): reported as ``bad-url: The webhook URL is not usable:
+    UnsupportedProtocol``, naming neither the Secret nor the key (budgets.md promises both, as for the others)."""
+    obs = observer({"hook": {"url": b64(url)}})
+    ok, (p,) = obs.read_receivers("ml", [notification()])
+    assert ok == [] and p.reason == "InvalidURL"
+    assert p.message.startswith("Secret ml/hook: the value of key url (spec.notifications[0].secretRef.urlKey) is "
+                                "not an http(s) URL with a host (notification room)")
+    assert "example.com" not in p.message and "slack" not in p.message and "::1" not in p.message  # never the value
