@@ -279,6 +279,8 @@ def _usage_reader(args: argparse.Namespace) -> UsageReader:
     if not url:
         raise UsageError("--prometheus-url", "--by-tenant reads the gateway's counters from Prometheus; give "
                                              "--prometheus-url URL or set MODALSCALE_PROMETHEUS_URL")
+    if not url.startswith(("http://", "https://")):
+        raise UsageError("--prometheus-url", "it is not an http:// or https:// URL (e.g. http://localhost:9090)")
     source = showback.PrometheusShowback(url)
 
     def read(start: dt.datetime, end: dt.datetime) -> ServiceUsage:

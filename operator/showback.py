@@ -517,6 +517,9 @@ def run_showback(args: argparse.Namespace) -> int:
     if not url:
         raise UsageError("--prometheus-url", "no Prometheus to read; give --prometheus-url URL or set "
                                              "MODALSCALE_PROMETHEUS_URL")
+    if not url.startswith(("http://", "https://")):  # as the operator's MODALSCALE_PROMETHEUS_URL is checked
+        raise UsageError("--prometheus-url", f"{redact_url(url)!r} is not an http:// or https:// URL "
+                                             f"(e.g. http://localhost:9090)")
     try:
         at = parse_time(args.at, "--at") if args.at else dt.datetime.now(dt.UTC)
     except LedgerFormatError as exc:

@@ -66,6 +66,17 @@ class Kube:
     host: str
 
 
+
+def _positive_int(text: str) -> int:
+    """argparse type of a count: a whole number >= 1 (``--last -3`` showed nothing and exited 0)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a count: give 1 or more")
+    return value
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().strip("'\"")
     return text.splitlines()[0] if text else type(exc).__name__
@@ -242,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="The autoscaler's latest decision (reason, message, features: arrival rate, "
                                    "service times, load), the last replica changes, and the conditions.")
     w.add_argument("name", metavar="NAME", help="InferenceService name")
-    w.add_argument("--last", type=int, default=10, help="replica changes to show, newest first (default 10)")
+    w.add_argument("--last", type=_positive_int, default=10,
+                   help="replica changes to show, newest first (default 10)")
     w.set_defaults(func=run_why)
     c = sub.add_parser("cost", parents=[common], help="an InferenceService's burn rate and spend per BudgetPolicy",
                        description="Burn rate now (status.costUSDPerHour) and the spend of this period in each "

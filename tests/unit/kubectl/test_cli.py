@@ -100,3 +100,11 @@ def test_the_module_runs_as_a_program() -> None:
     out = subprocess.run([sys.executable, "-m", "modalscale.kubectl.cli", "--help"], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.startswith("usage: kubectl modalscale") and "why" in out and "budget" in out
+
+
+@pytest.mark.parametrize("last", ["-3", "0", "x"])
+def test_why_last_must_be_a_count(last: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by a new-user audit (6 Dec 2026): ``--last -3`` printed nothing of the history and exited 0."""
+    with pytest.raises(SystemExit) as done:
+        main(["why", "vc", "--last", last])
+    assert done.value.code == 2 and "argument --last" in capsys.readouterr().err

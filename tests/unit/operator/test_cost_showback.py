@@ -295,3 +295,15 @@ def test_the_rate_in_force_is_the_range_queries_last_step_even_when_it_falls_sho
                                spend_answer(samples), window_s, step_s, END.timestamp())
     lw = ledger[("ml", "vc")]
     assert lw.spend_usd == Decimal("0.061") and lw.coverage_ratio == 1.0
+
+
+@pytest.mark.parametrize("url", ["localhost:9090", "prometheus", "ftp://prom:9090"])
+def test_a_prometheus_url_without_http_is_a_usage_error_naming_the_flag(
+        url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by a new-user audit (6 Dec 2026): exit 1 with "did not answer: No connection adapters were found",
+    where the operator refuses the same value of MODALSCALE_PROMETHEUS_URL as malformed."""
+    from modalscale.cli import main
+
+    assert main(["cost", "showback", "--prometheus-url", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("modalscale cost showback: --prometheus-url: ") and "not an http:// or https:// URL" in err
