@@ -1009,9 +1009,11 @@ def _outbox_update(outbox: Sequence[PendingAlert], attempts: Sequence[Attempt], 
     return OutboxUpdate(pending, update.delivered, update.abandoned + dropped)
 
 
-def _ready_and_exceeded(plan: BudgetPlan, spec: BudgetSpec, ns: str, n: int, refused: Sequence[str]
-                        ) -> tuple[cond.Condition, cond.Condition]:
-    """``Ready`` and ``BudgetExceeded`` for ``n`` selected services and the ``refused`` namespaces."""
+def _ready_and_exceeded(plan: BudgetPlan, spec: BudgetSpec, ns: str, n: int, refused: Sequence[str],
+                        empty: Sequence[str] = ()) -> tuple[cond.Condition, cond.Condition]:
+    """``Ready`` and ``BudgetExceeded`` for ``n`` selected services, the ``refused`` namespaces and the ``empty``
+    ones (listed in ``spec.selector.namespaces``, allowed, and selecting no service: a typo reads like a quiet
+    namespace, so ``Evaluated``'s message names them)."""
     if plan.blind:  # some running service is not priced: spend is a lower bound, still enforced on
         ready = cond.Condition(READY, cond.FALSE, GOVERNANCE_BLIND, plan.message)
         exceeded = (cond.Condition(BUDGET_EXCEEDED, cond.TRUE, plan.reason, plan.message)
@@ -1024,9 +1026,11 @@ def _ready_and_exceeded(plan: BudgetPlan, spec: BudgetSpec, ns: str, n: int, ref
         exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
                                   plan.reason, plan.message)
     else:
+        none_there = (f"; spec.selector.namespaces lists {', '.join(empty)}, where it selects no InferenceService "
+                      f"(a typo, or a namespace with none yet?)" if empty else "")
         ready = cond.Condition(READY, cond.TRUE, EVALUATED,
                                f"Evaluated {n} InferenceService{'s' if n != 1 else ''} every "
-                               f"{spec.evaluation_interval_s} s")
+                               f"{spec.evaluation_interval_s} s{none_there}")
         exceeded = cond.Condition(BUDGET_EXCEEDED, cond.TRUE if plan.state.value == "Exceeded" else cond.FALSE,
                                   plan.reason, plan.message)
     if refused:
@@ -1155,7 +1159,8 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     update = _outbox_update(stored.outbox, attempts, alerts, spec, now, in_flight)                   # 5
 
     old_conditions = list(status.conditions)                                            # 6
-    ready, exceeded = _ready_and_exceeded(plan, spec, ns, len(services), refused)
+    empty = [n for n in spec.selector.namespaces if n not in refused and all(s.namespace != n for s in services)]
+    ready, exceeded = _ready_and_exceeded(plan, spec, ns, len(services), refused, empty)
     conditions = cond.upsert(old_conditions, _wanted_conditions(ready, exceeded, plan, spec, old_conditions,
                                                                 update, history_read), generation, now)
 

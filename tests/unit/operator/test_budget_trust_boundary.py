@@ -155,3 +155,19 @@ def test_a_threshold_without_actions_is_refused_by_the_parser_and_the_crd() -> N
         schema = yaml.safe_load((crd / "budgetpolicies.modalscale.io.yaml").read_text())
         spec = schema["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
         assert spec["properties"]["thresholds"]["items"]["properties"]["actions"]["minItems"] == 1
+
+
+def test_a_listed_namespace_that_selects_nothing_is_named_in_ready_while_the_rest_is_evaluated() -> None:
+    """Found by a new-user audit (6 Dec 2026): ``namespaces: [ghost-ns, alerts]`` with a typo read Ready=True
+    Evaluated with no word of ghost-ns, so the typo'd namespace escaped the budget quietly (NoServicesSelected
+    says so only when nothing at all matches)."""
+    victim = make_isvc("victim", ns="team-b")
+    body = policy("finops", selector={"namespaces": ["team-b", "ghost-ns"]})
+    plan = plan_policy(body, two_teams(victim), CATALOG, [], T0 + dt.timedelta(hours=1), admin_namespaces=("finops",))
+    ready = get(plan.status_patch["conditions"], "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Evaluated")
+    assert ready["message"].endswith("; spec.selector.namespaces lists ghost-ns, where it selects no "
+                                     "InferenceService (a typo, or a namespace with none yet?)"), ready["message"]
+    both = plan_policy(policy("finops", selector={"namespaces": ["team-b"]}), two_teams(victim), CATALOG, [],
+                       T0 + dt.timedelta(hours=1), admin_namespaces=("finops",))
+    assert "lists" not in get(both.status_patch["conditions"], "Ready")["message"]
