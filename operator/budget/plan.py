@@ -1009,11 +1009,13 @@ def _outbox_update(outbox: Sequence[PendingAlert], attempts: Sequence[Attempt], 
     return OutboxUpdate(pending, update.delivered, update.abandoned + dropped)
 
 
-def _ready_and_exceeded(plan: BudgetPlan, spec: BudgetSpec, ns: str, n: int, refused: Sequence[str],
-                        empty: Sequence[str] = ()) -> tuple[cond.Condition, cond.Condition]:
-    """``Ready`` and ``BudgetExceeded`` for ``n`` selected services, the ``refused`` namespaces and the ``empty``
-    ones (listed in ``spec.selector.namespaces``, allowed, and selecting no service: a typo reads like a quiet
-    namespace, so ``Evaluated``'s message names them)."""
+def _ready_and_exceeded(plan: BudgetPlan, spec: BudgetSpec, ns: str, services: Sequence[ServiceState],
+                        refused: Sequence[str]) -> tuple[cond.Condition, cond.Condition]:
+    """``Ready`` and ``BudgetExceeded`` for the selected ``services`` and the ``refused`` namespaces; namespaces
+    listed in ``spec.selector.namespaces``, allowed and selecting no service are named in ``Evaluated``'s message
+    (a typo reads like a quiet namespace)."""
+    n = len(services)
+    empty = [e for e in spec.selector.namespaces if e not in refused and all(s.namespace != e for s in services)]
     if plan.blind:  # some running service is not priced: spend is a lower bound, still enforced on
         ready = cond.Condition(READY, cond.FALSE, GOVERNANCE_BLIND, plan.message)
         exceeded = (cond.Condition(BUDGET_EXCEEDED, cond.TRUE, plan.reason, plan.message)
@@ -1159,8 +1161,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     update = _outbox_update(stored.outbox, attempts, alerts, spec, now, in_flight)                   # 5
 
     old_conditions = list(status.conditions)                                            # 6
-    empty = [n for n in spec.selector.namespaces if n not in refused and all(s.namespace != n for s in services)]
-    ready, exceeded = _ready_and_exceeded(plan, spec, ns, len(services), refused, empty)
+    ready, exceeded = _ready_and_exceeded(plan, spec, ns, services, refused)
     conditions = cond.upsert(old_conditions, _wanted_conditions(ready, exceeded, plan, spec, old_conditions,
                                                                 update, history_read), generation, now)
 
