@@ -127,8 +127,8 @@ def _jpeg(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
             raise _corrupt("JPEG", "is truncated before its start of scan")
         marker = data[pos]
         pos += 1
-        if marker in _JPEG_STANDALONE:
-            continue
+        if marker == 0x00 or marker in _JPEG_STANDALONE:  # 0xFF00 between segments is a stuffed byte: libjpeg
+            continue                                        # (next_marker) and Pillow skip it as garbage
         if marker == 0xD9:
             raise _corrupt("JPEG", "ends (EOI) before its start of scan")
         if pos + 2 > end:
@@ -205,7 +205,13 @@ def _gif(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
                 break
             left, top, frame_w, frame_h = struct.unpack_from("<HHHH", data, pos + 1)
             return max(int(width), int(left) + int(frame_w)), max(int(height), int(top) + int(frame_h))
-        if block != 0x21 or pos + 2 > end:  # only extensions may precede the first image
+        if block == 0x3B:  # the trailer before any image
+            break
+        if block != 0x21:  # a stray byte: Pillow's reader skips it and reads on
+            steps.take("GIF")
+            pos += 1
+            continue
+        if pos + 2 > end:
             break
         pos += 2  # introducer and label, then data sub-blocks up to a zero-length one
         while pos < end and data[pos]:

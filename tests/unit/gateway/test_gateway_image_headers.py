@@ -190,3 +190,26 @@ def _left_after(data: bytes) -> int:
     steps = Steps()
     image_size(data, steps)
     return steps.left
+
+
+def _saved(fmt: str) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (37, 23), (200, 30, 60)).save(out, fmt)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("case", ["jpeg-ff00-before-a-segment", "gif-stray-byte-before-the-image"])
+def test_bytes_pillow_skips_between_blocks_are_skipped_not_refused(case: str) -> None:
+    """Found by an adversarial probe (6 Dec 2026): Pillow opens and loads both, at 37 x 23; the gateway answered
+    400 (``CorruptImageHeader``), refusing an image the replica decodes."""
+    if case.startswith("jpeg"):
+        jpg = _saved("JPEG")
+        data = jpg[:2] + b"\xff\x00" + jpg[2:]
+    else:
+        gif = _saved("GIF")
+        d = gif.index(b",")
+        data = gif[:d] + b"\x00" + gif[d:]
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()
+        assert im.size == (37, 23)
+    assert image_size(data)[1:] == (37, 23)
