@@ -333,8 +333,8 @@ def features_from_http(body: bytes, headers: Mapping[str, str], inputs: InputNam
         json_part, binary = body, memoryview(b"")
     else:
         field = "header Inference-Header-Content-Length"
-        digits = declared.strip()  # ASCII digits only: int() also takes "+107", "1_07" and fullwidth digits
-        json_length = int(digits) if digits.isascii() and digits.isdigit() else -1
+        digits = declared.strip().removeprefix("+")  # Triton's strtoul takes a "+"; int() also takes "1_07" and
+        json_length = int(digits) if digits.isascii() and digits.isdigit() else -1  # fullwidth digits: Triton not
         if json_length < 0 or json_length > len(body):
             raise PayloadError(field, "BadHeaderLength", f"is {_short(declared)}, not a length from 0 to the body's "
                                                          f"{len(body)} bytes",

@@ -135,6 +135,7 @@ STRUCTURAL_HTTP = sorted(case for case, (_, _, reason) in HTTP_BAD.items() if re
     "BodyTooLarge", "TooManyElements",  # the gateway's own limits
     "CorruptBody",  # Triton inflates what it can of a truncated gzip stream
     "MissingInput", "EmptyRequest", "EmptyImage", "CorruptImageHeader", "UnsupportedImageFormat", "InvalidUtf8",
+    "ImageTooLarge",
     # content faults: Triton passes them to the model, and the built-in model refuses them (runtime/model/inputs.py)
 ))
 STRUCTURAL_GRPC = sorted(case for case, (_, _, reason) in GRPC_BAD.items() if reason not in (
