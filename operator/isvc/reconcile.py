@@ -231,11 +231,7 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
         refuse(deps, raw, exc, now, logger)
         raise
     planned = time.monotonic()
-    try:
-        _apply_writes(deps, spec, plan.writes, logger)
-    except ChildRefused as exc:
-        refuse(deps, raw, exc, now, logger)
-        raise
+    _apply_writes(deps, raw, spec, plan.writes, now, logger)
     written = time.monotonic()
     patch = deps.writer.patch_isvc_status(ns, name, plan.status, stored)
     _report(deps, raw, plan.events, started, logger)
@@ -317,11 +313,7 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
     deps.writer.patch_isvc_status(ns, name, merge_isvc_status(autoscale, plan.status), stored)
     if recorded is not None:
         recorded(plan)
-    try:
-        _apply_writes(deps, spec, plan.writes, logger)
-    except ChildRefused as exc:
-        refuse(deps, raw, exc, now, logger)
-        raise
+    _apply_writes(deps, raw, spec, plan.writes, now, logger)
     _report(deps, raw, plan.events, started, logger)
 
 
@@ -353,16 +345,20 @@ def child_refusal(write: Write, exc: ApiException) -> ChildRefused:
                                     f"({exc.status}: {why}); fix {spec_field}")
 
 
-def _apply_writes(deps: Deps, spec: IsvcSpec, writes: list[Write], logger: Log) -> None:
-    """Apply ``writes`` in order. Raises :class:`ChildRefused` for a child the API server refuses as invalid (400,
-    422: trying again cannot help; other errors go up as they are, to be retried)."""
+def _apply_writes(deps: Deps, raw: dict[str, Any], spec: IsvcSpec, writes: list[Write], now: dt.datetime,
+                  logger: Log) -> None:
+    """Apply ``writes`` in order. A child the API server refuses as invalid (400, 422: trying again cannot help) is
+    recorded as a refusal of ``raw`` (:func:`refuse`) and raised as :class:`ChildRefused`; other errors go up as
+    they are, to be retried."""
     for write in writes:
         try:
             deps.writer.apply(spec.namespace, write)
         except ApiException as exc:
-            if exc.status in (400, 422):
-                raise child_refusal(write, exc) from exc
-            raise
+            if exc.status not in (400, 422):
+                raise
+            refused = child_refusal(write, exc)
+            refuse(deps, raw, refused, now, logger)
+            raise refused from exc
         logger.info("Applied %s %s: name=%s", write.action, write.kind, write.name)
         if write.kind == "Deployment" and write.name == spec.name and "replicas" in (write.body.get("spec") or {}):
             deps.metrics.decisions.labels(mode=spec.scaling.mode, reason="write").inc()
