@@ -36,6 +36,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from modalscale.api.isvc_status import parse_time
+
 BUDGET_CAP_PREFIX = "budget.modalscale.io/cap-"
 """Key prefix of a policy's replica-cap annotation."""
 BUDGET_SPOT_PREFIX = "budget.modalscale.io/spot-"
@@ -231,11 +233,7 @@ class TenantReject:
         if not isinstance(tenants, list) or not all(isinstance(t, str) and t for t in tenants):
             raise InvalidAnnotation(f"annotation {key}: 'tenants' must be a list of tenant names, got {tenants!r}")
         raw = data.get("until")
-        try:
-            until = dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if isinstance(raw, str) else None
-            until = until.astimezone(dt.UTC) if until is not None and until.tzinfo is not None else None
-        except (ValueError, OverflowError):  # OverflowError: an offset that moves it past year 1 or 9999
-            until = None
+        until = parse_time(raw)
         if until is None:
             raise InvalidAnnotation(f"annotation {key}: 'until' must be an RFC 3339 time with a zone, got {raw!r}")
         p = data.get("thresholdPercent")
@@ -344,11 +342,4 @@ newer than the autoscaler's last scale to zero (``modalscale.autoscaler.policy.a
 def activation_requested_at(annotations: Mapping[str, str] | None) -> dt.datetime | None:
     """The time in :data:`ACTIVATION_ANNOTATION` (timezone-aware UTC), None when absent or unreadable (a value
     that is not an RFC 3339 time with a zone activates nothing: never act on data that cannot be read)."""
-    raw = (annotations or {}).get(ACTIVATION_ANNOTATION)
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        return when.astimezone(dt.UTC) if when.tzinfo is not None else None
-    except (ValueError, OverflowError):  # OverflowError: a zone offset past year 1 or 9999 ("0001-01-01T00:00+01:00")
-        return None
+    return parse_time((annotations or {}).get(ACTIVATION_ANNOTATION))

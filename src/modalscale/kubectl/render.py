@@ -33,6 +33,7 @@ from typing import Any
 
 from modalscale.api.budgetpolicy import BudgetSpec, InvalidBudgetSpec, Threshold, ThresholdAction, parse_budget_spec
 from modalscale.api.isvc_status import AutoscalerRecord, IsvcStatus, format_time, read_isvc_status
+from modalscale.api.isvc_status import parse_time as read_time
 from modalscale.costmodel.budget.status import BudgetStatus, read_budget_status
 from modalscale.costmodel.ledger import Ledger
 from modalscale.operator.isvc.objects import STAGE_IMAGE_ENCODER, TERMINATION_GRACE_S
@@ -61,14 +62,9 @@ def parse_decimal(value: object) -> Decimal | None:
 
 
 def parse_time(value: object) -> dt.datetime | None:
-    """A timezone-aware datetime from an RFC 3339 status string; None when absent or unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(value.strip().replace("z", "Z").replace("Z", "+00:00"))
-        return when.astimezone(dt.UTC) if when.tzinfo is not None else None
-    except (ValueError, OverflowError):  # OverflowError: an offset that moves it past year 1 or 9999
-        return None
+    """A timezone-aware datetime from an RFC 3339 status string (surrounding blanks and a lower-case ``z`` taken);
+    None when absent or unreadable (:func:`modalscale.api.isvc_status.parse_time`)."""
+    return read_time(value.strip().replace("z", "Z")) if isinstance(value, str) else None
 
 
 def age(value: object, now: dt.datetime) -> str:
