@@ -412,8 +412,8 @@ class Gateway:
         tenant = self.tenants.label(raw_tenant)
         is_infer = request.method == "POST" and INFER_PATH.match(request.path) is not None
         # raw: aiohttp reads "//v2/models/m/infer" as a URL whose host is "v2" (path "/models/m/infer")
-        raw_path = request.raw_path.partition("?")[0]
-        if not is_infer and request.method == "POST" and (call := MODEL_CALL.match(raw_path)) is not None:
+        if (not is_infer and request.method == "POST"
+                and (call := MODEL_CALL.match(request.raw_path.partition("?")[0])) is not None):
             code = 501 if call[1] != "infer" else 404
             self._record(tenant, None, "http", str(code), None)
             return web.json_response({"error": f"{request.path}: the gateway passes KServe v2 inference on "
