@@ -263,9 +263,10 @@ def _is_http_url(url: str) -> bool:
     """Whether ``url`` is an ``http`` or ``https`` URL with a host (what every notifier posts to)."""
     try:
         parts = urllib.parse.urlsplit(url)
-        return parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+        parts.port  # raises ValueError for a port that is no number in 0-65535
     except ValueError:  # an unclosed IPv6 host, a port out of range
         return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _secret_value(data: dict[str, Any], key: str, field: str) -> str:
