@@ -639,7 +639,8 @@ def activate(current_replicas: int, requested_at: datetime | None, state: Scaler
         current_replicas: The Deployment's ``spec.replicas`` now.
         requested_at: The gateway's ``modalscale.io/activation-requested-at``; None = absent or unreadable.
         state: The scaler's memory (``scaled_to_zero_at``: the last scale to zero).
-        budget_max_replicas: An enforcing BudgetPolicy's cap; None = none. A cap of 0 wins (no activation).
+        budget_max_replicas: An enforcing BudgetPolicy's cap (held at ``current_replicas`` while a cap annotation
+            cannot be read: ``annotations.hold_on_unreadable_cap``); None = none. A cap of 0 wins (no activation).
         now: Timezone-aware UTC.
     Returns:
         None when there is nothing to do: Fixed mode, ``min_replicas > 0``, replicas already there, no request, or
@@ -668,8 +669,9 @@ def activate(current_replicas: int, requested_at: datetime | None, state: Scaler
     desired, why = bound_replicas(1, 1, policy.max_replicas, budget_max_replicas)
     if why == Reason.CAPPED_BY_BUDGET:
         return Decision(desired, False, Reason.CAPPED_BY_BUDGET,
-                        f"activation requested at {requested_at.isoformat()}, but a BudgetPolicy caps replicas at "
-                        f"{desired}", features, state, policy.mode)
+                        f"activation requested at {requested_at.isoformat()}, but the budget cap holds replicas at "
+                        f"{desired} (a BudgetPolicy's cap, or a cap annotation that cannot be read: BudgetLimited)",
+                        features, state, policy.mode)
     new_state = replace(state, idle_since=None, last_change_at=now,
                         recommendations=(*state.recommendations, (now, desired)))
     return Decision(desired, True, Reason.ACTIVATED,

@@ -51,7 +51,13 @@ from typing import Any, NamedTuple
 import kopf
 
 from modalscale import GROUP, VERSION
-from modalscale.api.annotations import ACTIVATION_ANNOTATION, activation_requested_at, budget_cap, spot_switches
+from modalscale.api.annotations import (
+    ACTIVATION_ANNOTATION,
+    activation_requested_at,
+    budget_cap,
+    hold_on_unreadable_cap,
+    spot_switches,
+)
 from modalscale.api.conditions import FRONT_AT_ZERO
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
@@ -186,15 +192,18 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
                 pool_reading, int(((pool or {}).get("status") or {}).get("readyReplicas") or 0),
                 spec.stages.image_encoder.runtime.instance_count)
         now = deps.clock()
+        current = int((deployment.get("spec") or {}).get("replicas") or 0)
+        annotations = raw["metadata"].get("annotations")
         observation = build_observation(
             reading,
-            current_replicas=int((deployment.get("spec") or {}).get("replicas") or 0),
+            current_replicas=current,
             ready_replicas=int((deployment.get("status") or {}).get("readyReplicas") or 0),
             slots_per_replica=policy.slots_per_replica,
             # A staged service's front decides under its share of the cap over both pools: the count the planner
-            # writes, so no decision is undone at the next one.
-            budget_max_replicas=front_budget_cap(spec, read_isvc_status(raw),
-                                                 budget_cap(raw["metadata"].get("annotations"))[0], *prices),
+            # writes, so no decision is undone at the next one. A cap that cannot be read holds the count.
+            budget_max_replicas=hold_on_unreadable_cap(
+                annotations, front_budget_cap(spec, read_isvc_status(raw), budget_cap(annotations)[0], *prices),
+                current),
             now=now)
         observation = replace(observation, **pool_figures)
         decision = recommend(observation, policy, state, model, now)
@@ -299,7 +308,9 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
             cap = budget_cap(raw["metadata"].get("annotations"))[0]
             if cap is not None and prices is None:  # a cap written since the first read
                 prices = pool_prices(deps, spec, raw)
-            share = image_encoder_budget_cap(spec, stored, cap, *(prices or (None, None)))
+            share = hold_on_unreadable_cap(raw["metadata"].get("annotations"),
+                                           image_encoder_budget_cap(spec, stored, cap, *(prices or (None, None))),
+                                           current)
             observation = replace(build_observation(
                 reading, current_replicas=current,
                 ready_replicas=int((pool.get("status") or {}).get("readyReplicas") or 0),
@@ -377,9 +388,10 @@ def activate_once(deps: Deps, namespace: str, name: str,
         annotations = raw["metadata"].get("annotations")
         now = deps.clock()
         stored = read_isvc_status(raw)
-        decision = activate(int((deployment.get("spec") or {}).get("replicas") or 0),
-                            activation_requested_at(annotations), stored.scaler_state,
-                            ScalingPolicy.from_typed(spec.scaling, spec.runtime), budget_cap(annotations)[0], now)
+        current = int((deployment.get("spec") or {}).get("replicas") or 0)
+        decision = activate(current, activation_requested_at(annotations), stored.scaler_state,
+                            ScalingPolicy.from_typed(spec.scaling, spec.runtime),
+                            hold_on_unreadable_cap(annotations, budget_cap(annotations)[0], current), now)
         if decision is None:
             return
         part = plan_activation(stored, decision, now)

@@ -36,7 +36,7 @@ from typing import Any
 
 from modalscale import __version__
 from modalscale.api import conditions as R
-from modalscale.api.annotations import SpotSwitch
+from modalscale.api.annotations import SpotSwitch, budget_cap, hold_on_unreadable_cap, unreadable_budget_caps
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
 from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
 from modalscale.api.isvc_status import (
@@ -144,6 +144,10 @@ class IsvcObserved:
     budget_cap_replicas: int | None = None
     """Effective max replicas imposed by a BudgetPolicy (None: no cap); see :func:`budget_cap`."""
     budget_cap_policy: str | None = None
+    """``ns/name[, ...]`` of the BudgetPolicies behind ``budget_cap_replicas`` (None: the cap is a hold, below)."""
+    budget_cap_unreadable: tuple[str, ...] = ()
+    """Messages of cap annotations that do not decode; while any does, ``budget_cap_replicas`` holds the current
+    count (:func:`observe_budget_cap`)."""
     spot_policy: str | None = None
     """``ns/name`` of the BudgetPolicies whose SwitchToSpot holds the service on Spot capacity (None: on-demand)."""
     replica_usd_per_hour: Decimal | None = None
@@ -161,6 +165,33 @@ class IsvcObserved:
     """The encoder pool's pods (label ``modalscale.io/image-encoder=<name>``), with ``spec.stages``."""
     image_encoder_usd_per_hour: Decimal | None = None
     """Price of one encoder replica in USD per hour (its own resources); None: left out of ``costUSDPerHour``."""
+
+
+def observe_budget_cap(obs: IsvcObserved, annotations: dict[str, str] | None) -> None:
+    """Set ``obs``'s budget cap from the InferenceService's annotations (pure, reads ``obs``' Deployments).
+
+    The tightest decodable cap (:func:`modalscale.api.annotations.budget_cap`); while any cap annotation does not
+    decode, no more than the replicas the Deployments hold now (the front's and, with ``spec.stages``, the image
+    encoder pool's: the cap counts both), by :func:`modalscale.api.annotations.hold_on_unreadable_cap`: a cap that
+    cannot be read is neither exceeded nor a reason to scale down. ``BudgetLimited`` names the annotation.
+    """
+    cap, policy = budget_cap(annotations)
+    obs.budget_cap_unreadable = unreadable_budget_caps(annotations)
+    if obs.budget_cap_unreadable:
+        current = sum(int(((dep or {}).get("spec") or {}).get("replicas") or 0)
+                      for dep in (obs.deployment, obs.image_encoder.get("Deployment")))
+        held = hold_on_unreadable_cap(annotations, cap, current)
+        if held != cap:
+            policy = None
+        cap = held
+    obs.budget_cap_replicas, obs.budget_cap_policy = cap, policy
+
+
+def cap_source(obs: IsvcObserved) -> str:
+    """Who sets ``obs.budget_cap_replicas``, for messages: ``BudgetPolicy ns/name`` or the unreadable annotation."""
+    if obs.budget_cap_policy is not None:
+        return f"BudgetPolicy {obs.budget_cap_policy}"
+    return "a budget cap annotation that cannot be read (held at the current count)"
 
 
 @dataclass(frozen=True)
@@ -364,7 +395,7 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None
             message = f"{sc.mode} mode: holding {within} replica(s) within [{sc.min_replicas}, {sc.max_replicas}]"
     if why == Reason.CAPPED_BY_BUDGET:
         reason = R.CAPPED_BY_BUDGET
-        message = f"capped at {desired} replica(s) by BudgetPolicy {obs.budget_cap_policy}"
+        message = f"capped at {desired} replica(s) by {cap_source(obs)}"
     if spec.stages is not None:  # the cap counts both pools
         (desired, reason, message), pool = staged_replicas(spec, obs, (desired, reason, message))
         return replace(_front_write(spec, obs, desired, reason, message), image_encoder=pool)
@@ -680,7 +711,7 @@ def staged_replicas(spec: IsvcSpec, obs: IsvcObserved, front: tuple[int, str, st
         return front, pool
     prices = (obs.replica_usd_per_hour, obs.image_encoder_usd_per_hour)
     split = split_staged_cap(front[0], min(pool[0], cap), cap, *prices)
-    text = (f"capped at {cap} replica(s) over both stages by BudgetPolicy {obs.budget_cap_policy}: "
+    text = (f"capped at {cap} replica(s) over both stages by {cap_source(obs)}: "
             f"{staged_cap_rule(split.front, split.image_encoder, cap, *prices)}")[:1024]
     if split.front < front[0] or front[1] == R.CAPPED_BY_BUDGET:
         front = (split.front, R.CAPPED_BY_BUDGET, text)
@@ -926,6 +957,14 @@ def _budget_condition(obs: IsvcObserved, decision: ReplicaDecision) -> cond.Cond
     service's cap counts both pools: the message says how it splits them (:func:`staged_replicas`)."""
     on_spot = (f"BudgetPolicy {obs.spot_policy} runs the pods on Spot capacity "
                f"({', '.join(f'{k}={v}' for k, v in SPOT_NODE_SELECTOR.items())})") if obs.spot_policy else ""
+    if obs.budget_cap_unreadable:
+        readable = "" if obs.budget_cap_policy is None else f"; BudgetPolicy {obs.budget_cap_policy} caps at it"
+        return cond.Condition(
+            R.BUDGET_LIMITED, cond.TRUE, R.BUDGET_CAP_UNREADABLE,
+            (f"{'; '.join(obs.budget_cap_unreadable)}: replicas held at no more than {obs.budget_cap_replicas} "
+             f"(a cap that cannot be read may be lower; it is no reason to scale down){readable}. The BudgetPolicy "
+             f"controller rewrites its own annotation at its next evaluation; delete one no BudgetPolicy writes"
+             + (f"; {on_spot}" if on_spot else ""))[:1024])
     if obs.budget_cap_replicas is not None:
         staged = ""
         if decision.image_encoder is not None and decision.desired > 0:

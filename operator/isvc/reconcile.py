@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from modalscale.api import conditions as R
-from modalscale.api.annotations import budget_cap, spot_switches  # SwitchToSpot: the Spot annotation places the pods
+from modalscale.api.annotations import spot_switches  # SwitchToSpot: the Spot annotation places the pods
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
 from modalscale.api.isvc_status import IsvcStatus, merge_isvc_status, read_isvc_status
@@ -39,6 +39,7 @@ from modalscale.operator.isvc.plan import (
     PlanConfig,
     StageLayout,
     Write,
+    observe_budget_cap,
     plan_isvc,
     stage_layout,
     with_spot_placement,
@@ -218,7 +219,7 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
         if layout.front_address is not None:
             files = repository_files(spec, layout)
         observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
-        observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
+        observe_budget_cap(observed, raw["metadata"].get("annotations"))
         priced = replica_price(deps, spec)
         observed.replica_usd_per_hour = priced.usd_per_hour
         observed.gateway_usd_per_pod_hour = gateway_price(deps, spec)
@@ -298,7 +299,7 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         observed = deps.observer.observe(spec, decided_status)
         observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
-        observed.budget_cap_replicas, observed.budget_cap_policy = budget_cap(raw["metadata"].get("annotations"))
+        observe_budget_cap(observed, raw["metadata"].get("annotations"))
         if spec.stages is not None:  # the cap over both pools splits by price: the same split as a full pass
             observed.replica_usd_per_hour, observed.image_encoder_usd_per_hour = stage_prices(deps, spec)
             observed.gateway_usd_per_pod_hour = gateway_price(deps, spec)  # and the same costUSDPerHour

@@ -276,8 +276,8 @@ def same_value(current: str | None, wanted: str | None) -> bool:
 def budget_cap(annotations: Mapping[str, str] | None) -> tuple[int | None, str | None]:
     """The tightest cap among ``annotations``: (max replicas, ``"ns/name[, ...]"`` of its policies), or (None, None).
 
-    Values that do not decode are skipped (the BudgetPolicy controller owns and rewrites them); see
-    :func:`invalid_budget_annotations` to report them.
+    Values that do not decode are skipped here; :func:`hold_on_unreadable_cap` holds the count while any does
+    (every caller deciding replicas applies it), and :func:`unreadable_budget_caps` names them.
     """
     best: int | None = None
     policies: list[str] = []
@@ -293,6 +293,33 @@ def budget_cap(annotations: Mapping[str, str] | None) -> tuple[int | None, str |
         elif cap.max_replicas == best:
             policies.append(cap.policy)
     return best, (", ".join(sorted(policies)) if policies else None)
+
+
+def unreadable_budget_caps(annotations: Mapping[str, str] | None) -> tuple[str, ...]:
+    """Messages for the cap annotations (``budget.modalscale.io/cap-*``) whose values do not decode, by key."""
+    out = []
+    for key, value in sorted((annotations or {}).items()):
+        if key.startswith(BUDGET_CAP_PREFIX):
+            try:
+                BudgetCap.decode(key, value)
+            except InvalidAnnotation as exc:
+                out.append(str(exc))
+    return tuple(out)
+
+
+def hold_on_unreadable_cap(annotations: Mapping[str, str] | None, cap: int | None,
+                           current_replicas: int) -> int | None:
+    """The cap a replica count is decided under: ``cap`` (from the decodable cap annotations, None = none), and no
+    more than ``current_replicas`` while any cap annotation does not decode.
+
+    A cap that cannot be read may be lower than the current count (so no scale-up past it) and is no reason to
+    scale down (the brief: never scale on data that could not be read): the count holds until the BudgetPolicy
+    controller rewrites the value (its next evaluation) or someone deletes the annotation. A readable cap below
+    ``current_replicas`` still applies.
+    """
+    if not unreadable_budget_caps(annotations):
+        return cap
+    return current_replicas if cap is None else min(cap, current_replicas)
 
 
 def spot_switches(annotations: Mapping[str, str] | None) -> tuple[SpotSwitch, ...]:
@@ -326,6 +353,7 @@ def invalid_budget_annotations(annotations: Mapping[str, str] | None) -> list[st
 __all__ = [
     "BUDGET_CAP_PREFIX", "BUDGET_REJECT_PREFIX", "BUDGET_SPOT_PREFIX", "BUDGET_TENANTS_PREFIX", "BudgetCap",
     "CAP_ACTIONS", "InvalidAnnotation", "SPOT_CAPACITY_TYPE", "SpotSwitch", "TenantReject", "budget_cap",
+    "hold_on_unreadable_cap", "unreadable_budget_caps",
     "cap_annotation_key", "invalid_budget_annotations", "policy_digest", "budgeted_tenants", "encode_tenants",
     "reject_annotation_key", "same_value", "tenants_annotation_key", "spot_annotation_key", "spot_switches",
     "tenant_rejections",

@@ -84,6 +84,8 @@ FRONT_AT_ZERO = "FrontAtZero"
 # Reasons of BudgetLimited.
 NO_BUDGET_POLICY = "NoBudgetPolicy"
 CAPPED_BY_BUDGET = "CappedByBudget"
+BUDGET_CAP_UNREADABLE = "BudgetCapUnreadable"
+"""A cap annotation does not decode: the replicas hold at their current count (``BudgetLimited``)."""
 WITHIN_BUDGET = "WithinBudget"
 MOVED_TO_SPOT = "MovedToSpot"
 """BudgetLimited: a BudgetPolicy's SwitchToSpot runs the pods on Spot capacity."""

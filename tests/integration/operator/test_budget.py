@@ -568,6 +568,35 @@ def test_deleting_the_policy_lifts_its_cap(api: Any, operator: Any, namespace: s
     assert cap_annotation_key(ns, "budget") not in (get_isvc(api, ns, "two")["metadata"].get("annotations") or {})
 
 
+def test_an_unreadable_cap_annotation_holds_the_count_until_it_is_deleted(api: Any, operator: Any, namespace: str,
+                                                                         h100_node: list[str]) -> None:
+    """A cap annotation that does not decode (hand-edited, or written by another version) is neither exceeded nor
+    a reason to scale down: the Deployment holds its count and ``BudgetLimited`` names the key; deleted, the spec's
+    count applies. Before, it was skipped and the service scaled to the spec's 3 at once (fail open)."""
+    ns, key = namespace, "budget.modalscale.io/cap-0000000000"
+    start_isvc(api, ns, "two", replicas=2)
+    custom(api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "two", {"metadata": {
+        "annotations": {key: '{"maxReplicas": 1, "policy": "gone/budget"}'}}})  # no "action": does not decode
+
+    def held() -> dict[str, Any] | None:
+        c = condition(get_isvc(api, ns, "two"), "BudgetLimited")
+        return c if c is not None and c["reason"] == "BudgetCapUnreadable" else None
+
+    c = wait_for(held, 60, "BudgetLimited=True BudgetCapUnreadable")
+    assert c["status"] == "True" and key in c["message"] and "held at no more than 2" in c["message"]
+    custom(api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "two",
+                                               {"spec": {"scaling": {"replicas": 3}}})
+    wait_for(lambda: (get_isvc(api, ns, "two").get("status") or {}).get("observedGeneration") == 2, 60,
+             "the new generation observed")
+    dep = client.AppsV1Api(api).read_namespaced_deployment("two", ns)
+    assert dep.spec.replicas == 2 and running_pods(api, ns, "two") == 2
+    custom(api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "two",
+                                               {"metadata": {"annotations": {key: None}}})
+    wait_for(lambda: running_pods(api, ns, "two") == 3, 90, "3 running pods once the annotation is deleted")
+    c = condition(get_isvc(api, ns, "two"), "BudgetLimited")
+    assert c is not None and (c["status"], c["reason"]) == ("False", "WithinBudget")
+
+
 def test_cost_export_writes_focus_rows_that_add_up_to_the_ledger(api: Any, operator: Any, namespace: str,
                                                                  h100_node: list[str], cluster: Any,
                                                                  tmp_path: Path) -> None:

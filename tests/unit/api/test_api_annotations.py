@@ -13,10 +13,12 @@ from modalscale.api.annotations import (
     SpotSwitch,
     budget_cap,
     cap_annotation_key,
+    hold_on_unreadable_cap,
     invalid_budget_annotations,
     same_value,
     spot_annotation_key,
     spot_switches,
+    unreadable_budget_caps,
 )
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION, node_capacity_tier, pod_tier
 
@@ -82,6 +84,20 @@ def test_budget_cap_is_the_tightest_decodable_cap_and_spot_switches_are_read_bes
     assert spot_switches({}) == ()
     problems = invalid_budget_annotations(ann)
     assert len(problems) == 2 and all("broken" in p for p in problems)
+
+
+def test_an_unreadable_cap_holds_the_count_and_a_readable_one_below_it_still_applies() -> None:
+    broken = {"budget.modalscale.io/cap-broken": '{"maxReplicas": -1, "policy": "a/p1", "action": "CapReplicas"}'}
+    readable = {cap_annotation_key("b", "p2"): BudgetCap(2, "b/p2", "ScaleDown").encode()}
+    (message,) = unreadable_budget_caps({**broken, **readable, "team": "x"})
+    assert "budget.modalscale.io/cap-broken" in message and "maxReplicas" in message
+    assert unreadable_budget_caps(readable) == () and unreadable_budget_caps(None) == ()
+    assert hold_on_unreadable_cap(broken, None, 5) == 5  # no scale-up past a cap that may be lower
+    assert hold_on_unreadable_cap({**broken, **readable}, 2, 5) == 2  # the readable cap below it applies
+    assert hold_on_unreadable_cap({**broken, **readable}, 2, 1) == 1  # and no scale-up to it either
+    assert hold_on_unreadable_cap(readable, 2, 1) == 2 and hold_on_unreadable_cap({}, None, 3) is None
+    # only cap annotations hold the count: a broken Spot or rejection annotation is another matter
+    assert hold_on_unreadable_cap({"budget.modalscale.io/spot-broken": "{}"}, None, 3) is None
 
 
 def test_same_value_compares_json_not_text() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -320,6 +321,55 @@ def test_budget_cap_is_the_tightest_annotation_and_is_applied_last_even_in_fixed
     c = get(write_isvc_status(plan.status)["conditions"], R.BUDGET_LIMITED)
     assert (c["status"], c["reason"]) == ("True", R.CAPPED_BY_BUDGET) and "b/p2" in c["message"]
     assert write_isvc_status(plan.status)["scalingHistory"][-1]["reason"] == R.CAPPED_BY_BUDGET
+
+
+UNREADABLE_CAP = {"budget.modalscale.io/cap-cccccccccc": '{"maxReplicas": "two", "policy": "a/p1"}'}
+READABLE_CAP = {"budget.modalscale.io/cap-aaaaaaaaaa":
+                '{"maxReplicas": 2, "policy": "a/p1", "action": "CapReplicas"}'}
+
+
+@pytest.mark.parametrize("recorded", [6, 1], ids=["scale-up", "scale-down"])
+def test_an_unreadable_cap_annotation_holds_the_current_count_and_is_named_in_budget_limited(recorded: int) -> None:
+    """A cap that cannot be read may be lower than the count (no scale-up past it) and is no reason to scale down:
+    before, it was skipped and the record's 6 was written (fail open)."""
+    from modalscale.operator.isvc.plan import observe_budget_cap
+
+    body = make_isvc(scaling={"mode": "Predictive", "minReplicas": 1, "maxReplicas": 6})
+    obs, _ = converge(body)
+    obs.deployment["spec"]["replicas"] = 3  # type: ignore[index]
+    obs.status = replace(obs.status, desired_replicas=recorded)
+    observe_budget_cap(obs, UNREADABLE_CAP)
+    assert (obs.budget_cap_replicas, obs.budget_cap_policy) == (3, None)
+    plan = plan_isvc(parse_isvc(body), obs, FILES, PlanConfig(), NOW)
+    writes = [w for w in plan.writes if w.kind == "Deployment"]
+    if recorded > 3:
+        (w,) = writes
+        assert w.body["spec"]["replicas"] == 3  # the current count, not the record's 6
+    else:
+        assert [w.body["spec"]["replicas"] for w in writes] == [1]  # a scale-down the record asks for still goes
+    c = get(write_isvc_status(plan.status)["conditions"], R.BUDGET_LIMITED)
+    assert (c["status"], c["reason"]) == ("True", R.BUDGET_CAP_UNREADABLE)
+    assert "budget.modalscale.io/cap-cccccccccc" in c["message"] and "maxReplicas" in c["message"]
+
+
+def test_a_readable_cap_below_the_count_still_applies_beside_an_unreadable_one() -> None:
+    from modalscale.operator.isvc.plan import observe_budget_cap
+
+    body = make_isvc(scaling={"mode": "Predictive", "minReplicas": 1, "maxReplicas": 6})
+    obs, _ = converge(body)
+    obs.deployment["spec"]["replicas"] = 3  # type: ignore[index]
+    obs.status = replace(obs.status, desired_replicas=5)
+    observe_budget_cap(obs, {**UNREADABLE_CAP, **READABLE_CAP})
+    assert (obs.budget_cap_replicas, obs.budget_cap_policy) == (2, "a/p1")
+    plan = plan_isvc(parse_isvc(body), obs, FILES, PlanConfig(), NOW)
+    (w,) = [w for w in plan.writes if w.kind == "Deployment"]
+    assert w.body["spec"]["replicas"] == 2
+    c = get(write_isvc_status(plan.status)["conditions"], R.BUDGET_LIMITED)
+    assert c["reason"] == R.BUDGET_CAP_UNREADABLE and "BudgetPolicy a/p1 caps at it" in c["message"]
+    observe_budget_cap(obs, READABLE_CAP)  # the annotation rewritten: the readable cap alone, no hold
+    assert (obs.budget_cap_replicas, obs.budget_cap_policy, obs.budget_cap_unreadable) == (2, "a/p1", ())
+    observe_budget_cap(obs, {})
+    assert (obs.budget_cap_replicas, obs.budget_cap_policy) == (None, None)
 
 
 def test_cost_per_hour_counts_only_pods_holding_resources() -> None:
