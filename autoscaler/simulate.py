@@ -19,10 +19,9 @@ Model of the pool (assumptions, stated once):
   arrival rates and mean features (also over ``recent_window_s``), mean service time of the requests that
   completed in the window whenever they arrived (Triton records compute time at completion), p95 latency of
   requests completed in the window, slot utilization of ready replicas, mean in-flight requests (queued +
-  running) and the queue length now; the per-modality service-time SCV of the requests completed over
-  ``service_window_s``; the requests in flight now with their mean age and the executing ones with their mean
-  time in execution (``Observation.in_flight_*``, ``executing_*``: what the predictive policy's observed-queue rule
-  and service-time lower bound read).
+  running) and the queue length now; the requests in flight now with their mean age and the executing ones with
+  their mean time in execution (``Observation.in_flight_*``, ``executing_*``: what the predictive policy's
+  observed-queue rule and service-time lower bound read). No per-class service-time SCV: the operator reads none.
 
 Policies:
 
@@ -93,7 +92,6 @@ class SimulationConfig:
         decision_interval_s: Seconds between decisions.
         metrics_window_s: Window of the rate, latency and utilization metrics of each decision, s.
         recent_window_s: Short window of the predictive policy's burst check (``Observation.recent_workload``), s.
-        service_window_s: Window of the observed service-time mean and SCV per class (a histogram over [5m]), s.
         startup_delay_s: Seconds from a scale-up decision until the new replica serves (the median when
             ``startup_delay_p90_s`` is set).
         startup_delay_p90_s: 90th percentile of a lognormal start-up delay; None = always ``startup_delay_s``.
@@ -139,7 +137,6 @@ class SimulationConfig:
     decision_interval_s: float = 15.0
     metrics_window_s: float = 60.0
     recent_window_s: float = 15.0
-    service_window_s: float = 300.0
     startup_delay_s: float = 30.0
     slots_per_replica: int = 1
     min_replicas: int = 1
@@ -369,14 +366,17 @@ class _Metrics:
         edges = now_s - bin_s * np.arange(k, -1, -1)
         return tuple(float(x) for x in np.diff(np.searchsorted(self.arrival, edges, side="right")))
 
-    def workload(self, pool: _Pool, lo_s: float, hi_s: float, service_window_s: float) -> tuple[WorkloadClass, ...]:
+    def workload(self, pool: _Pool, lo_s: float, hi_s: float) -> tuple[WorkloadClass, ...]:
+        """Per-class rates, mean features and observed mean service time over ``(lo_s, hi_s]``: what the operator's
+        reading has (``metrics_parse``), and nothing more. No per-class service-time SCV: the operator reads none
+        (Triton exports no per-class second moment), so the policy sizes with ``default_service_scv`` here as in
+        a cluster. Until 6 Dec 2026 this gave the policy the SCV of the last 5 minutes' completed requests."""
         a, b = self.index(lo_s), self.index(hi_s)
         window = hi_s - lo_s
         # service times of the requests that COMPLETED in the window, whenever they arrived (Triton records a
         # request's compute time when it completes); requests that arrived in it and completed are biased short
-        sa = self.index(hi_s - service_window_s - _LOOKBACK_S)
+        sa = self.index(lo_s - _LOOKBACK_S)
         finish = pool.finish[sa:b]
-        done = np.isfinite(finish) & (finish > hi_s - service_window_s) & (finish <= hi_s)
         done_here = np.isfinite(finish) & (finish > lo_s) & (finish <= hi_s)
         classes = []
         for code, modality in enumerate(MODALITIES):
@@ -387,8 +387,6 @@ class _Metrics:
             def mean(name: str) -> float:
                 return float((self.prefix[(code, name)][b] - self.prefix[(code, name)][a]) / count)
 
-            served = self.service_ms[sa:b][done & (self.modality[sa:b] == code)]
-            scv = float(served.var() / served.mean() ** 2) if served.size >= 10 else None
             served_here = self.service_ms[sa:b][done_here & (self.modality[sa:b] == code)]
             observed_ms = float(served_here.mean()) if served_here.size >= 10 else None
             classes.append(
@@ -398,7 +396,6 @@ class _Metrics:
                     mean_image_pixels=mean("pixels"),
                     mean_image_count=mean("images"),
                     mean_text_tokens=mean("tokens"),
-                    service_scv=scv,
                     observed_service_ms=observed_ms,
                 )
             )
@@ -603,8 +600,8 @@ def _predictive_decider(
             observed_at=_EPOCH + timedelta(seconds=now_s),
             current_replicas=len(pool.active),
             ready_replicas=pool.ready_count(now_s),
-            workload=metrics.workload(pool, lo, now_s, config.service_window_s),
-            recent_workload=metrics.workload(pool, recent_lo, now_s, config.service_window_s),
+            workload=metrics.workload(pool, lo, now_s),
+            recent_workload=metrics.workload(pool, recent_lo, now_s),
             recent_window_s=now_s - recent_lo,
             p95_latency_ms=metrics.latency_p95_ms(pool, lo, now_s),
             queued_requests=float(metrics.index(now_s) - pool.next_i),

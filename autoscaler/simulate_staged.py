@@ -284,28 +284,25 @@ class _PoolMetrics:
         self.pixels = trace.image_pixels.astype(np.float64)
         self.images = trace.image_count.astype(np.float64)
 
-    def reading(self, lo_s: float, hi_s: float, service_window_s: float) -> MetricsReading:
+    def reading(self, lo_s: float, hi_s: float) -> MetricsReading:
         """The pool's ``MetricsReading`` over ``(lo_s, hi_s]``: one ``image`` class (requests sent in the window:
-        rate, mean pixels and images; mean execution ms and SCV of those completed), ``mean_latency_ms`` (queue +
-        execution of those completed), the busy slots, and at ``hi_s`` the requests queued (sent, not started:
-        Triton's pending count) and in flight (sent, not answered: the model ``image_encoder``'s
-        ``modalscale_inflight_requests`` + its pending count), as the operator's reading of the pool has them."""
+        rate, mean pixels and images; mean execution ms of those completed; no SCV, which the operator does not
+        read), ``mean_latency_ms`` (queue + execution of those completed), the busy slots, and at ``hi_s`` the
+        requests queued (sent, not started: Triton's pending count) and in flight (sent, not answered: the model
+        ``image_encoder``'s ``modalscale_inflight_requests`` + its pending count), as the operator's reading of the
+        pool has them."""
         enc = self.pools.encoder
         sent = (enc.arrival > lo_s) & (enc.arrival <= hi_s)
         done = np.isfinite(enc.finish) & (enc.finish > lo_s) & (enc.finish <= hi_s)
-        done_long = np.isfinite(enc.finish) & (enc.finish > hi_s - service_window_s) & (enc.finish <= hi_s)
         count = int(sent.sum())
         extra: dict[str, float] = {}
         workload: tuple[WorkloadClass, ...] = ()
         if count:
             exec_ms = enc.service[done] * 1000.0
-            long_ms = enc.service[done_long] * 1000.0
             positive = exec_ms.size >= _MIN_SAMPLES and float(exec_ms.mean()) > 0
             workload = (WorkloadClass(
                 modality=Modality.IMAGE, rate_rps=count / (hi_s - lo_s),
                 mean_image_pixels=float(self.pixels[sent].mean()), mean_image_count=float(self.images[sent].mean()),
-                service_scv=(float(long_ms.var() / long_ms.mean() ** 2)
-                             if long_ms.size >= _MIN_SAMPLES and long_ms.mean() > 0 else None),
                 observed_service_ms=float(exec_ms.mean()) if positive else None),)
             if done.sum() >= _MIN_SAMPLES:
                 extra["mean_latency_ms"] = float(((enc.finish - enc.arrival)[done]).mean() * 1000.0)
@@ -330,7 +327,7 @@ def _encoder_decider(config: SimulationConfig, staged: StagedConfig, pools: _Sta
         nonlocal state
         enc = pools.encoder
         lo = max(0.0, now_s - config.metrics_window_s)
-        reading = metrics.reading(lo, now_s, config.service_window_s)
+        reading = metrics.reading(lo, now_s)
         ready = enc.ready_count(now_s)
         capacity = enc.ready_slot_seconds(lo, now_s)
         utilization = (None if capacity <= 0 or reading.busy_erlangs is None
@@ -338,7 +335,7 @@ def _encoder_decider(config: SimulationConfig, staged: StagedConfig, pools: _Sta
         target_ms = None
         if staged.split_slo:
             front = MetricsReading(observed_at=reading.observed_at,
-                                   workload=front_metrics.workload(pools.front, lo, now_s, config.service_window_s))
+                                   workload=front_metrics.workload(pools.front, lo, now_s))
             target_ms = split_slo(config.target_p95_ms, front, reading).image_encoder_target_ms
         obs = Observation(observed_at=_EPOCH + timedelta(seconds=now_s), current_replicas=len(enc.active),
                           ready_replicas=ready, workload=reading.workload, utilization_ratio=utilization,
@@ -402,7 +399,7 @@ def simulate_staged(trace: Trace, front_ms: NDArray[np.float64], encoder_ms: NDA
     pool_metrics = _PoolMetrics(trace, pools)
 
     def pool_figures(now_s: float) -> dict[str, Any]:  # what the operator's front decision reads of the pool
-        reading = pool_metrics.reading(max(0.0, now_s - config.metrics_window_s), now_s, config.service_window_s)
+        reading = pool_metrics.reading(max(0.0, now_s - config.metrics_window_s), now_s)
         return front_pool_figures(reading, pools.encoder.ready_count(now_s), staged.encoder_slots_per_replica)
 
     decide_front = _predictive_decider(config, model, front_metrics, front_log, pool_figures)
