@@ -367,7 +367,8 @@ class Observation:
         recent_window_s: Length of the recent window, s.
         queued_requests: Requests waiting for a slot now (Triton ``nv_inference_pending_request_count``); None =
             unknown. Predictive mode adds capacity to drain them within ``policy.backlog_drain_s``.
-        budget_max_replicas: Effective maxReplicas from an enforcing BudgetPolicy (CapReplicas); None = no cap.
+        budget_max_replicas: Effective maxReplicas from an enforcing BudgetPolicy (CapReplicas), from the cap
+            annotations that read (one that does not: ``budget_cap_unreadable``); None = no cap.
         arrival_counts: Requests that arrived in consecutive bins of ``count_bin_s``, oldest first (the last ~10
             min); None = unknown. Gives the arrival SCV (burst-aware sizing) and the demand forecast.
         count_bin_s: Length of one ``arrival_counts`` bin, s.
@@ -401,6 +402,10 @@ class Observation:
             front's queue rules hold (``HeldForImageEncoder``) and its latency calibration and in-execution ages
             wait. None = not staged or unknown.
         image_encoder_ready_slots: The pool's ready replicas x its ``instanceCount``; None = unknown.
+        budget_cap_unreadable: Why a BudgetPolicy cap annotation on the service cannot be read (its decode errors);
+            None = every one reads. Set, the decision holds the current count (``CappedByBudget``, not valid): a cap
+            that cannot be read may be below the count and is no reason to scale down
+            (``annotations.unreadable_budget_caps``).
 
     A non-finite ``p95_latency_ms``, ``utilization_ratio``, ``queued_requests`` or in-flight figure is stored as None
     (unknown), as are ``arrival_counts`` with a non-finite count; a negative one raises ValueError.
@@ -430,6 +435,7 @@ class Observation:
     image_encoder_wait_ms: float | None = None
     image_encoder_queued_requests: float | None = None
     image_encoder_ready_slots: int | None = None
+    budget_cap_unreadable: str | None = None
 
     def __post_init__(self) -> None:
         if self.arrival_counts is not None and not all(math.isfinite(c) for c in self.arrival_counts):
@@ -522,6 +528,12 @@ def _recommend(observation: Observation, policy: ScalingPolicy, state: ScalerSta
                model: ServiceTimePredictor | None, now: datetime) -> Decision:
     """:func:`recommend` past its clock check."""
     current = observation.current_replicas
+    if observation.budget_cap_unreadable is not None and policy.mode != ScalingMode.FIXED:
+        held = bound_replicas(current, None, None, observation.budget_max_replicas)[0]  # a readable cap still applies
+        return Decision(held, held != current, Reason.CAPPED_BY_BUDGET,
+                        f"holding {held} replicas: {observation.budget_cap_unreadable} (a cap that cannot be read "
+                        f"may be below the count, and is no reason to scale down)",
+                        {"held_replicas": float(held)}, state, policy.mode)
     if policy.mode == ScalingMode.FIXED:
         assert policy.replicas is not None
         desired, reason, message = _bounded(policy.replicas, Reason.FIXED_REPLICAS,

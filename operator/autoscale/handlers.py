@@ -57,6 +57,7 @@ from modalscale.api.annotations import (
     budget_cap,
     hold_on_unreadable_cap,
     spot_switches,
+    unreadable_budget_caps,
 )
 from modalscale.api.conditions import FRONT_AT_ZERO
 from modalscale.api.errors import InvalidSpec
@@ -131,6 +132,11 @@ def _autoscaled(spec: Any, **_: Any) -> bool:
     return ((spec.get("scaling") or {}).get("mode") or "Predictive") != "Fixed"
 
 
+def unreadable_cap(annotations: dict[str, str] | None) -> str | None:
+    """``Observation.budget_cap_unreadable``: the cap annotations that do not decode, joined; None = all read."""
+    return "; ".join(unreadable_budget_caps(annotations)) or None
+
+
 def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None,
                 logger: logging.Logger | logging.LoggerAdapter[Any]) -> FrontRound:
     """One autoscaler decision for one InferenceService (blocking; run in a worker thread).
@@ -200,12 +206,10 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
             ready_replicas=int((deployment.get("status") or {}).get("readyReplicas") or 0),
             slots_per_replica=policy.slots_per_replica,
             # A staged service's front decides under its share of the cap over both pools: the count the planner
-            # writes, so no decision is undone at the next one. A cap that cannot be read holds the count.
-            budget_max_replicas=hold_on_unreadable_cap(
-                annotations, front_budget_cap(spec, read_isvc_status(raw), budget_cap(annotations)[0], *prices),
-                current),
+            # writes, so no decision is undone at the next one.
+            budget_max_replicas=front_budget_cap(spec, read_isvc_status(raw), budget_cap(annotations)[0], *prices),
             now=now)
-        observation = replace(observation, **pool_figures)
+        observation = replace(observation, budget_cap_unreadable=unreadable_cap(annotations), **pool_figures)
         decision = recommend(observation, policy, state, model, now)
         plan = plan_autoscale(read_isvc_status(raw), decision, reading, model_status,
                               generation=int(raw["metadata"].get("generation") or 0), now=now,
@@ -308,14 +312,13 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
             cap = budget_cap(raw["metadata"].get("annotations"))[0]
             if cap is not None and prices is None:  # a cap written since the first read
                 prices = pool_prices(deps, spec, raw)
-            share = hold_on_unreadable_cap(raw["metadata"].get("annotations"),
-                                           image_encoder_budget_cap(spec, stored, cap, *(prices or (None, None))),
-                                           current)
+            share = image_encoder_budget_cap(spec, stored, cap, *(prices or (None, None)))
             observation = replace(build_observation(
                 reading, current_replicas=current,
                 ready_replicas=int((pool.get("status") or {}).get("readyReplicas") or 0),
                 slots_per_replica=policy.slots_per_replica, budget_max_replicas=share, now=now),
-                stage_target_p95_ms=split.image_encoder_target_ms)
+                stage_target_p95_ms=split.image_encoder_target_ms,
+                budget_cap_unreadable=unreadable_cap(raw["metadata"].get("annotations")))
             decision = recommend(observation, policy, state, None, now)
             message = decision.message
             if share != cap and decision.reason == Reason.CAPPED_BY_BUDGET:

@@ -36,7 +36,7 @@ from typing import Any
 
 from modalscale import __version__
 from modalscale.api import conditions as R
-from modalscale.api.annotations import SpotSwitch, budget_cap, hold_on_unreadable_cap, unreadable_budget_caps
+from modalscale.api.annotations import SpotSwitch, budget_cap, unreadable_budget_caps
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
 from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
 from modalscale.api.isvc_status import (
@@ -144,10 +144,10 @@ class IsvcObserved:
     budget_cap_replicas: int | None = None
     """Effective max replicas imposed by a BudgetPolicy (None: no cap); see :func:`budget_cap`."""
     budget_cap_policy: str | None = None
-    """``ns/name[, ...]`` of the BudgetPolicies behind ``budget_cap_replicas`` (None: the cap is a hold, below)."""
+    """``ns/name[, ...]`` of the BudgetPolicies behind ``budget_cap_replicas`` (None: no cap)."""
     budget_cap_unreadable: tuple[str, ...] = ()
-    """Messages of cap annotations that do not decode; while any does, ``budget_cap_replicas`` holds the current
-    count (:func:`observe_budget_cap`)."""
+    """Messages of cap annotations that do not decode; while any does, each pool holds its Deployment's count at
+    most (:func:`hold_unreadable_cap`)."""
     spot_policy: str | None = None
     """``ns/name`` of the BudgetPolicies whose SwitchToSpot holds the service on Spot capacity (None: on-demand)."""
     replica_usd_per_hour: Decimal | None = None
@@ -168,30 +168,39 @@ class IsvcObserved:
 
 
 def observe_budget_cap(obs: IsvcObserved, annotations: dict[str, str] | None) -> None:
-    """Set ``obs``'s budget cap from the InferenceService's annotations (pure, reads ``obs``' Deployments).
+    """Set ``obs``'s budget cap from the InferenceService's annotations (pure).
 
-    The tightest decodable cap (:func:`modalscale.api.annotations.budget_cap`); while any cap annotation does not
-    decode, no more than the replicas the Deployments hold now (the front's and, with ``spec.stages``, the image
-    encoder pool's: the cap counts both), by :func:`modalscale.api.annotations.hold_on_unreadable_cap`: a cap that
-    cannot be read is neither exceeded nor a reason to scale down. ``BudgetLimited`` names the annotation.
+    ``budget_cap_replicas`` / ``budget_cap_policy``: the tightest decodable cap
+    (:func:`modalscale.api.annotations.budget_cap`); ``budget_cap_unreadable``: the cap annotations that do not
+    decode, which :func:`decide_replicas` answers by holding each pool at its Deployment's count
+    (:func:`hold_unreadable_cap`).
     """
-    cap, policy = budget_cap(annotations)
+    obs.budget_cap_replicas, obs.budget_cap_policy = budget_cap(annotations)
     obs.budget_cap_unreadable = unreadable_budget_caps(annotations)
-    if obs.budget_cap_unreadable:
-        current = sum(int(((dep or {}).get("spec") or {}).get("replicas") or 0)
-                      for dep in (obs.deployment, obs.image_encoder.get("Deployment")))
-        held = hold_on_unreadable_cap(annotations, cap, current)
-        if held != cap:
-            policy = None
-        cap = held
-    obs.budget_cap_replicas, obs.budget_cap_policy = cap, policy
 
 
-def cap_source(obs: IsvcObserved) -> str:
-    """Who sets ``obs.budget_cap_replicas``, for messages: ``BudgetPolicy ns/name`` or the unreadable annotation."""
-    if obs.budget_cap_policy is not None:
-        return f"BudgetPolicy {obs.budget_cap_policy}"
-    return "a budget cap annotation that cannot be read (held at the current count)"
+def _spec_replicas(deployment: dict[str, Any] | None) -> int:
+    return int(((deployment or {}).get("spec") or {}).get("replicas") or 0)
+
+
+def hold_unreadable_cap(obs: IsvcObserved, front: tuple[int, str, str], pool: tuple[int, str, str] | None
+                        ) -> tuple[tuple[int, str, str], tuple[int, str, str] | None]:
+    """While a cap annotation does not decode (``obs.budget_cap_unreadable``), no pool goes above the replicas its
+    Deployment holds now (a missing one holds 0): a cap that cannot be read may be lower, and no replica moves from
+    one pool to the other on it. Counts at or below are kept (a spec's or a readable cap's scale-down still goes).
+    ``front`` and ``pool`` are ``(replicas, reason, message)``; a held one gets reason ``BudgetCapUnreadable``."""
+    if not obs.budget_cap_unreadable:
+        return front, pool
+    why = "a budget cap annotation cannot be read (BudgetLimited)"
+    current = _spec_replicas(obs.deployment)
+    if front[0] > current:
+        front = (current, R.BUDGET_CAP_UNREADABLE, f"held at its current {current} replica(s), not {front[0]}: {why}")
+    if pool is not None:
+        current = _spec_replicas(obs.image_encoder.get("Deployment"))
+        if pool[0] > current:
+            pool = (current, R.BUDGET_CAP_UNREADABLE,
+                    f"held at its current {current} replica(s), not {pool[0]}: {why}")
+    return front, pool
 
 
 @dataclass(frozen=True)
@@ -395,10 +404,11 @@ def decide_replicas(spec: IsvcSpec, obs: IsvcObserved, decision: Decision | None
             message = f"{sc.mode} mode: holding {within} replica(s) within [{sc.min_replicas}, {sc.max_replicas}]"
     if why == Reason.CAPPED_BY_BUDGET:
         reason = R.CAPPED_BY_BUDGET
-        message = f"capped at {desired} replica(s) by {cap_source(obs)}"
+        message = f"capped at {desired} replica(s) by BudgetPolicy {obs.budget_cap_policy}"
     if spec.stages is not None:  # the cap counts both pools
-        (desired, reason, message), pool = staged_replicas(spec, obs, (desired, reason, message))
-        return replace(_front_write(spec, obs, desired, reason, message), image_encoder=pool)
+        front, pool = hold_unreadable_cap(obs, *staged_replicas(spec, obs, (desired, reason, message)))
+        return replace(_front_write(spec, obs, *front), image_encoder=pool)
+    (desired, reason, message), _ = hold_unreadable_cap(obs, (desired, reason, message), None)
     return _front_write(spec, obs, desired, reason, message)
 
 
@@ -711,7 +721,7 @@ def staged_replicas(spec: IsvcSpec, obs: IsvcObserved, front: tuple[int, str, st
         return front, pool
     prices = (obs.replica_usd_per_hour, obs.image_encoder_usd_per_hour)
     split = split_staged_cap(front[0], min(pool[0], cap), cap, *prices)
-    text = (f"capped at {cap} replica(s) over both stages by {cap_source(obs)}: "
+    text = (f"capped at {cap} replica(s) over both stages by BudgetPolicy {obs.budget_cap_policy}: "
             f"{staged_cap_rule(split.front, split.image_encoder, cap, *prices)}")[:1024]
     if split.front < front[0] or front[1] == R.CAPPED_BY_BUDGET:
         front = (split.front, R.CAPPED_BY_BUDGET, text)
@@ -892,9 +902,11 @@ def _replicas_write(spec: IsvcSpec, replicas: int, drift: Write | None) -> Write
     return Write("Deployment", "patch", spec.name, patch)
 
 
-def _ready_condition(obs: IsvcObserved, desired: int, problem: tuple[str, str] | None) -> cond.Condition:
-    """``Ready``: creating, a pod problem, scaled to zero, all ``desired`` replicas ready at the Deployment's
-    current generation, or waiting for replicas."""
+def _ready_condition(obs: IsvcObserved, desired: int, problem: tuple[str, str] | None,
+                     held: bool = False) -> cond.Condition:
+    """``Ready``: creating, a pod problem, scaled to zero (or held at 0 by a cap annotation that cannot be read,
+    ``held``: not ready, it cannot serve), all ``desired`` replicas ready at the Deployment's current generation, or
+    waiting for replicas."""
     dep = obs.deployment or {}
     dst = dep.get("status") or {}
     ready = int(dst.get("readyReplicas") or 0)
@@ -902,6 +914,10 @@ def _ready_condition(obs: IsvcObserved, desired: int, problem: tuple[str, str] |
         return cond.Condition(R.READY, cond.FALSE, R.CREATING, "creating the Deployment")
     if problem:
         return cond.Condition(R.READY, cond.FALSE, problem[0], f"{ready}/{desired} replicas ready; {problem[1]}")
+    if desired == 0 and held:
+        return cond.Condition(R.READY, cond.FALSE, R.BUDGET_CAP_UNREADABLE,
+                              "held at 0 replicas: a budget cap annotation cannot be read (BudgetLimited); it serves "
+                              "once the BudgetPolicy rewrites the annotation or it is deleted")
     if desired == 0:
         return cond.Condition(R.READY, cond.TRUE, R.SCALED_TO_ZERO, "scaled to zero replicas")
     if ready >= desired and (dst.get("observedGeneration") or 0) >= (dep.get("metadata") or {}).get("generation", 0):
@@ -958,13 +974,16 @@ def _budget_condition(obs: IsvcObserved, decision: ReplicaDecision) -> cond.Cond
     on_spot = (f"BudgetPolicy {obs.spot_policy} runs the pods on Spot capacity "
                f"({', '.join(f'{k}={v}' for k, v in SPOT_NODE_SELECTOR.items())})") if obs.spot_policy else ""
     if obs.budget_cap_unreadable:
-        readable = "" if obs.budget_cap_policy is None else f"; BudgetPolicy {obs.budget_cap_policy} caps at it"
+        counts = f"front {decision.desired}, image encoder {decision.image_encoder[0]}" if (
+            decision.image_encoder is not None) else f"{decision.desired}"
+        readable = ("" if obs.budget_cap_replicas is None
+                    else f"; BudgetPolicy {obs.budget_cap_policy} caps replicas at {obs.budget_cap_replicas}")
         return cond.Condition(
             R.BUDGET_LIMITED, cond.TRUE, R.BUDGET_CAP_UNREADABLE,
-            (f"{'; '.join(obs.budget_cap_unreadable)}: replicas held at no more than {obs.budget_cap_replicas} "
-             f"(a cap that cannot be read may be lower; it is no reason to scale down){readable}. The BudgetPolicy "
-             f"controller rewrites its own annotation at its next evaluation; delete one no BudgetPolicy writes"
-             + (f"; {on_spot}" if on_spot else ""))[:1024])
+            (f"{'; '.join(obs.budget_cap_unreadable)}: no pool scales above the replicas its Deployment holds "
+             f"(now {counts}) and the autoscaler holds, since a cap that cannot be read may be lower and is no "
+             f"reason to scale down{readable}. The BudgetPolicy that owns the annotation rewrites or deletes it at "
+             f"its next evaluation; delete one no BudgetPolicy writes" + (f"; {on_spot}" if on_spot else ""))[:1024])
     if obs.budget_cap_replicas is not None:
         staged = ""
         if decision.image_encoder is not None and decision.desired > 0:
@@ -1006,6 +1025,11 @@ def _status_events(old_conditions: list[ConditionStatus], new_conditions: list[C
             old_conflict.get("reason") != new_conflict.get("reason") or decision.conflict is not None
             and decision.conflict.reason == R.EXTERNAL_SCALE and decision.write is not None):
         changed.append(new_conflict)
+    old_budget = cond.get(old_conditions, R.BUDGET_LIMITED) or {}
+    new_budget = cond.get(new_conditions, R.BUDGET_LIMITED) or {}
+    if (new_budget.get("status") == cond.TRUE and new_budget not in changed and old_budget
+            and old_budget.get("reason") != new_budget.get("reason")):
+        changed.append(new_budget)  # e.g. CappedByBudget -> BudgetCapUnreadable: True all along
     for c in changed:
         # Creating is the normal first step, not a warning (Ready=False only until the Deployment exists).
         bad = (c["type"] in (R.READY, R.IMAGE_ENCODER_READY) and c["status"] != cond.TRUE and c["reason"] != R.CREATING
@@ -1039,7 +1063,8 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
     old_conditions = list(obs.status.conditions or ())
     degraded = (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1]) if problem
                 else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))
-    wanted = [_ready_condition(obs, decision.desired, problem), _progressing_condition(obs, decision), degraded,
+    held = decision.reason == R.BUDGET_CAP_UNREADABLE
+    wanted = [_ready_condition(obs, decision.desired, problem, held), _progressing_condition(obs, decision), degraded,
               _conflict_condition(spec, decision, old_conditions, config, now), _budget_condition(obs, decision)]
     gateway_block: GatewayRecord | None = None
     if spec.gateway.enabled:

@@ -583,7 +583,7 @@ def test_an_unreadable_cap_annotation_holds_the_count_until_it_is_deleted(api: A
         return c if c is not None and c["reason"] == "BudgetCapUnreadable" else None
 
     c = wait_for(held, 60, "BudgetLimited=True BudgetCapUnreadable")
-    assert c["status"] == "True" and key in c["message"] and "held at no more than 2" in c["message"]
+    assert c["status"] == "True" and key in c["message"] and "holds (now 2)" in c["message"]
     custom(api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "two",
                                                {"spec": {"scaling": {"replicas": 3}}})
     wait_for(lambda: (get_isvc(api, ns, "two").get("status") or {}).get("observedGeneration") == 2, 60,

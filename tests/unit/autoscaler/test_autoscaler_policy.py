@@ -255,6 +255,22 @@ def test_metrics_dated_in_the_future_beyond_the_skew_allowance_are_stale(mode: S
         make_policy(max_future_skew_s=-1.0)
 
 
+@pytest.mark.parametrize(("cap", "want", "valid"), [(None, 4, False), (9, 4, False), (2, 2, True)],
+                         ids=["no-readable-cap", "a-readable-cap-above", "a-readable-cap-below"])
+def test_a_cap_that_cannot_be_read_holds_the_count_and_a_readable_one_below_still_applies(
+        cap: int | None, want: int, valid: bool) -> None:
+    """Load that asks for more (and, at 0 req/s, for fewer) replicas does not move a count whose budget cap cannot
+    be read: it may be below the count, and it is no reason to scale down."""
+    for rate in (80.0, 0.0):
+        obs = Observation(observed_at=NOW, current_replicas=4, ready_replicas=4,
+                          workload=(text_class(rate),) if rate else (), p95_latency_ms=100.0,
+                          budget_max_replicas=cap, budget_cap_unreadable="annotation budget.modalscale.io/cap-x: "
+                                                                         "not JSON")
+        d = recommend(obs, ScalingPolicy(target_p95_latency_ms=300, max_replicas=20), ScalerState(), MODEL, NOW)
+        assert (d.desired_replicas, d.valid, d.reason) == (want, valid, Reason.CAPPED_BY_BUDGET)
+        assert "cannot be read" in d.message and "budget.modalscale.io/cap-x" in d.message
+
+
 def test_missing_metrics_still_obey_the_budget_cap_and_bounds() -> None:
     d = recommend(make_obs(None, current=7, budget_max_replicas=3), make_policy(), ScalerState(), MODEL, NOW)
     assert (d.desired_replicas, d.valid, d.reason) == (3, True, Reason.CAPPED_BY_BUDGET)

@@ -412,6 +412,18 @@ def test_the_daemon_holds_the_pool_on_missing_metrics_and_writes_only_its_block(
     assert samples(seen["registry"], "modalscale_autoscaler_desired_replicas") == {}  # a hold sets no count
 
 
+def test_the_pool_holds_its_count_while_a_cap_annotation_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unreadable cap may be below the count: the pool's decision holds (valid=False, no write) where it would
+    scale 2 -> 4, and its message names the annotation (before: decided as if uncapped)."""
+    broken = {"budget.modalscale.io/cap-0000000000": '{"maxReplicas": 1, "policy": "gone/p"}'}
+    seen = daemon_pass(monkeypatch, STORED, pool_answers(T0, pods=2, rps_per_pod=20.0), annotations=broken)
+    assert seen["scaled"] == [] and seen["events"] == []
+    [part] = seen["patched"]
+    block = part.stage("image-encoder").autoscaler
+    assert (block.valid, block.reason) == (False, "CappedByBudget")
+    assert "holding 2 replicas" in block.message and "budget.modalscale.io/cap-0000000000" in block.message
+
+
 # ------------------------------------------------------------------- the p95 target split between the stages
 def front_reading(image_rps: float = 40.0, image_ms: float = 300.0, text_rps: float = 50.0,
                   text_ms: float = 20.0) -> MetricsReading:
@@ -667,10 +679,10 @@ def test_the_pools_share_is_a_count_the_planners_split_keeps() -> None:
 
 
 def _cap_seen_by_recommend(monkeypatch: pytest.MonkeyPatch, raw: dict[str, Any], price_replica: Any,
-                           replicas: int) -> int | None:
+                           replicas: int, observed: dict[str, Any] | None = None) -> int | None:
     """Run ``autoscale.handlers.decide_once`` once on InferenceService ``raw`` (its front's Deployment at
     ``replicas``, no metrics, replica prices from ``price_replica(resources, tier)``) and return the
-    ``budget_max_replicas`` it handed ``recommend``."""
+    ``budget_max_replicas`` it handed ``recommend`` (``observed["observation"]``: the whole observation)."""
     import logging
     import threading
     import types
@@ -681,6 +693,8 @@ def _cap_seen_by_recommend(monkeypatch: pytest.MonkeyPatch, raw: dict[str, Any],
 
     def recommend(observation: Any, *_: Any) -> Decision:
         seen["cap"] = observation.budget_max_replicas
+        if observed is not None:
+            observed["observation"] = observation
         return Decision(replicas, False, Reason.HELD_NO_METRICS, "held", {}, ScalerState(), ScalingMode.UTILIZATION)
 
     deps: Any = types.SimpleNamespace(
@@ -725,6 +739,25 @@ def test_a_staged_fronts_autoscaler_decides_under_its_share_of_the_cap_over_both
     assert share(("0.31", "0.52")) == 3
     assert share(("0.52", "0.52")) == 2  # equal prices: the larger pool first, so the two meet at 2 + 2
     assert share(("0.80", "0.52"), stages=None) == 4  # one piece: the cap itself, nothing priced
+
+
+@pytest.mark.parametrize("stages", [STAGES, None], ids=["staged-front", "one-piece"])
+def test_the_fronts_autoscaler_is_told_a_cap_annotation_cannot_be_read(monkeypatch: pytest.MonkeyPatch,
+                                                                        stages: dict[str, Any] | None) -> None:
+    """``decide_once`` hands ``recommend`` the decode error of an unreadable cap annotation (so it holds) beside the
+    readable caps (before: the annotation was skipped and the front decided as if uncapped)."""
+    import types
+    from decimal import Decimal
+
+    raw = inference_service("vc", "ml", uid="u1", generation=1, scaling=SCALING, stages=stages,
+                            model={"name": "byo", "source": "BuiltIn"},
+                            annotations={"budget.modalscale.io/cap-0000000000": "not json"})
+    raw["status"] = {"desiredReplicas": 2}
+    observed: dict[str, Any] = {}
+    cap = _cap_seen_by_recommend(monkeypatch, raw, lambda res, tier: types.SimpleNamespace(
+        usd_per_hour=Decimal("0.5")), replicas=2, observed=observed)
+    assert cap is None
+    assert "budget.modalscale.io/cap-0000000000" in observed["observation"].budget_cap_unreadable
 
 
 def test_a_staged_fronts_share_is_priced_at_the_tier_its_pods_run_on_under_a_switch_to_spot(

@@ -339,7 +339,9 @@ def test_an_unreadable_cap_annotation_holds_the_current_count_and_is_named_in_bu
     obs.deployment["spec"]["replicas"] = 3  # type: ignore[index]
     obs.status = replace(obs.status, desired_replicas=recorded)
     observe_budget_cap(obs, UNREADABLE_CAP)
-    assert (obs.budget_cap_replicas, obs.budget_cap_policy) == (3, None)
+    assert (obs.budget_cap_replicas, obs.budget_cap_policy) == (None, None)
+    (message,) = obs.budget_cap_unreadable
+    assert "budget.modalscale.io/cap-cccccccccc" in message
     plan = plan_isvc(parse_isvc(body), obs, FILES, PlanConfig(), NOW)
     writes = [w for w in plan.writes if w.kind == "Deployment"]
     if recorded > 3:
@@ -365,11 +367,49 @@ def test_a_readable_cap_below_the_count_still_applies_beside_an_unreadable_one()
     (w,) = [w for w in plan.writes if w.kind == "Deployment"]
     assert w.body["spec"]["replicas"] == 2
     c = get(write_isvc_status(plan.status)["conditions"], R.BUDGET_LIMITED)
-    assert c["reason"] == R.BUDGET_CAP_UNREADABLE and "BudgetPolicy a/p1 caps at it" in c["message"]
+    assert c["reason"] == R.BUDGET_CAP_UNREADABLE and "BudgetPolicy a/p1 caps replicas at 2" in c["message"]
     observe_budget_cap(obs, READABLE_CAP)  # the annotation rewritten: the readable cap alone, no hold
     assert (obs.budget_cap_replicas, obs.budget_cap_policy, obs.budget_cap_unreadable) == (2, "a/p1", ())
     observe_budget_cap(obs, {})
     assert (obs.budget_cap_replicas, obs.budget_cap_policy) == (None, None)
+
+
+def test_a_new_service_under_an_unreadable_cap_starts_at_zero_and_is_not_ready() -> None:
+    """An annotation that arrives with the manifest (a restore, a copied ``-o yaml``): the Deployment is made at 0
+    and ``Ready=False``/``BudgetCapUnreadable`` says why, not ``Ready=True``/``ScaledToZero``."""
+    from modalscale.operator.isvc.plan import observe_budget_cap
+
+    body = make_isvc(scaling={"mode": "Fixed", "replicas": 3, "minReplicas": 1, "maxReplicas": 6})
+    spec = parse_isvc(body)
+    first_obs = IsvcObserved()
+    observe_budget_cap(first_obs, UNREADABLE_CAP)
+    first = plan_isvc(spec, first_obs, FILES, PlanConfig(), NOW)
+    kinds = {w.kind: apiserver_view(w.body) for w in first.writes}
+    assert kinds["Deployment"]["spec"]["replicas"] == 0
+    obs = IsvcObserved(status=first.status, deployment=kinds["Deployment"], service=kinds["Service"],
+                       configmap=kinds["ConfigMap"], poddisruptionbudget=kinds["PodDisruptionBudget"])
+    observe_budget_cap(obs, UNREADABLE_CAP)
+    plan = plan_isvc(spec, obs, FILES, PlanConfig(), NOW)
+    ready = get(write_isvc_status(plan.status)["conditions"], R.READY)
+    assert (ready["status"], ready["reason"]) == ("False", R.BUDGET_CAP_UNREADABLE), ready
+    assert [w for w in plan.writes if w.kind == "Deployment"] == []
+    observe_budget_cap(obs, {})  # deleted: the spec's 3
+    (w,) = [w for w in plan_isvc(spec, obs, FILES, PlanConfig(), NOW).writes if w.kind == "Deployment"]
+    assert w.body["spec"]["replicas"] == 3
+
+
+def test_a_cap_that_becomes_unreadable_posts_an_event_though_budget_limited_stays_true() -> None:
+    from modalscale.operator.isvc.plan import observe_budget_cap
+
+    body = make_isvc(scaling={"mode": "Fixed", "replicas": 3, "minReplicas": 1, "maxReplicas": 6})
+    obs, _ = converge(body)
+    observe_budget_cap(obs, READABLE_CAP)
+    capped = plan_isvc(parse_isvc(body), obs, FILES, PlanConfig(), NOW)
+    assert get(write_isvc_status(capped.status)["conditions"], R.BUDGET_LIMITED)["reason"] == R.CAPPED_BY_BUDGET
+    obs.status = capped.status
+    observe_budget_cap(obs, UNREADABLE_CAP)  # the policy's own annotation edited by hand
+    plan = plan_isvc(parse_isvc(body), obs, FILES, PlanConfig(), NOW)
+    assert [(t, r) for t, r, _ in plan.events if r == R.BUDGET_CAP_UNREADABLE] == [("Warning", R.BUDGET_CAP_UNREADABLE)]
 
 
 def test_cost_per_hour_counts_only_pods_holding_resources() -> None:

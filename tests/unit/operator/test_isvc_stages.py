@@ -398,6 +398,35 @@ def test_a_cap_bounds_both_pools_together_and_the_costlier_pool_gives_up_replica
     assert again.writes == [] and write_isvc_status(again.status, after.status) == {}
 
 
+UNREADABLE = ("annotation budget.modalscale.io/cap-0000000000: value is not JSON",)
+
+
+@pytest.mark.parametrize(("b", "prices"), [
+    (body(scaling={"mode": "Fixed", "replicas": 5, "minReplicas": 1, "maxReplicas": 6}), ENCODER_DEAR),
+    (body(stages={**STAGES, "imageEncoder": {**STAGES["imageEncoder"], "minReplicas": 4}}), FRONT_DEAR),
+    (body(None, scaling={"mode": "Fixed", "replicas": 5, "minReplicas": 1, "maxReplicas": 6}), FRONT_DEAR),
+], ids=["front-asks-more", "pool-asks-more", "stages-removed-front-asks-more"])
+def test_an_unreadable_cap_holds_each_pool_at_its_own_count_and_moves_no_replica_between_them(
+        b: dict[str, Any], prices: tuple[Decimal | None, Decimal | None]) -> None:
+    """While a cap annotation cannot be read, each pool stays at most at its own Deployment's count (front 3,
+    encoder pool 2): no pool scales up, and no replica moves from the costlier pool to the other (a hold of their
+    sum split by price took the pool 2 -> 1 to grow the front 3 -> 4, review of ab8f84c)."""
+    obs = settled()
+    obs.budget_cap_unreadable = UNREADABLE
+    obs.replica_usd_per_hour, obs.image_encoder_usd_per_hour = prices
+    plan, after = run(b, obs)
+    if b["spec"].get("stages"):
+        assert pools(after) == (3, 2)
+        front, encoder = write_isvc_status(plan.status)["stages"]
+        assert [s["name"] for s in (front, encoder) if s["reason"] == "BudgetCapUnreadable"] == [
+            "image-encoder" if b["spec"]["stages"]["imageEncoder"]["minReplicas"] == 4 else "front"]
+    else:
+        assert after.deployment is not None and after.deployment["spec"]["replicas"] == 3
+    budget = conditions(plan)["BudgetLimited"]
+    assert (budget["status"], budget["reason"]) == ("True", "BudgetCapUnreadable")
+    assert UNREADABLE[0] in budget["message"]
+
+
 def test_a_front_at_zero_takes_the_pool_to_zero_under_any_cap() -> None:
     plan, after = run(body(scaling={"mode": "Fixed", "replicas": 0, "minReplicas": 0}), capped(3, ENCODER_DEAR))
     assert pools(after) == (0, 0)
