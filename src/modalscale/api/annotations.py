@@ -276,8 +276,9 @@ def same_value(current: str | None, wanted: str | None) -> bool:
 def budget_cap(annotations: Mapping[str, str] | None) -> tuple[int | None, str | None]:
     """The tightest cap among ``annotations``: (max replicas, ``"ns/name[, ...]"`` of its policies), or (None, None).
 
-    Values that do not decode are skipped here; :func:`hold_on_unreadable_cap` holds the count while any does
-    (every caller deciding replicas applies it), and :func:`unreadable_budget_caps` names them.
+    Values that do not decode are skipped here and named by :func:`unreadable_budget_caps`; while any does, every
+    replica decision holds (the reconcile: ``isvc.plan.hold_unreadable_cap``; the autoscaler:
+    ``Observation.budget_cap_unreadable``; an activation from 0: :func:`hold_on_unreadable_cap`).
     """
     best: int | None = None
     policies: list[str] = []
@@ -309,8 +310,9 @@ def unreadable_budget_caps(annotations: Mapping[str, str] | None) -> tuple[str, 
 
 def hold_on_unreadable_cap(annotations: Mapping[str, str] | None, cap: int | None,
                            current_replicas: int) -> int | None:
-    """The cap a replica count is decided under: ``cap`` (from the decodable cap annotations, None = none), and no
-    more than ``current_replicas`` while any cap annotation does not decode.
+    """The cap an activation from 0 is decided under (``autoscale.handlers.activate_once``): ``cap`` (from the
+    decodable cap annotations, None = none), and no more than ``current_replicas`` while any cap annotation does not
+    decode.
 
     A cap that cannot be read may be lower than the current count (so no scale-up past it) and is no reason to
     scale down (the brief: never scale on data that could not be read): the count holds until the BudgetPolicy
