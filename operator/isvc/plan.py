@@ -418,7 +418,7 @@ def _front_write(spec: IsvcSpec, obs: IsvcObserved, desired: int, reason: str, m
     dep = obs.deployment
     if dep is None:
         return ReplicaDecision(desired, desired, None, reason, message)
-    current = int((dep.get("spec") or {}).get("replicas") or 0)
+    current = _spec_replicas(dep)
     last_raw = ((dep.get("metadata") or {}).get("annotations") or {}).get(REPLICAS_ANNOTATION)
     last = int(last_raw) if last_raw is not None and str(last_raw).isdigit() else None
     if obs.foreign_autoscalers:
@@ -1003,7 +1003,7 @@ def _scaling_history(obs: IsvcObserved, decision: ReplicaDecision, now: dt.datet
     replicas), the last :data:`HISTORY_LIMIT` entries."""
     history = list(obs.status.scaling_history or ())
     if decision.write is not None and obs.deployment is not None:
-        before = int((obs.deployment.get("spec") or {}).get("replicas") or 0)
+        before = _spec_replicas(obs.deployment)
         if before != decision.write:
             history.append(ScalingChange(now.replace(microsecond=0), before, decision.write,
                                          decision.conflict.reason if decision.conflict else decision.reason,

@@ -297,15 +297,10 @@ def budget_cap(annotations: Mapping[str, str] | None) -> tuple[int | None, str |
 
 
 def unreadable_budget_caps(annotations: Mapping[str, str] | None) -> tuple[str, ...]:
-    """Messages for the cap annotations (``budget.modalscale.io/cap-*``) whose values do not decode, by key."""
-    out = []
-    for key, value in sorted((annotations or {}).items()):
-        if key.startswith(BUDGET_CAP_PREFIX):
-            try:
-                BudgetCap.decode(key, value)
-            except InvalidAnnotation as exc:
-                out.append(str(exc))
-    return tuple(out)
+    """Messages for the cap annotations (``budget.modalscale.io/cap-*``) whose values do not decode, by key
+    (:func:`invalid_budget_annotations` of the cap annotations alone)."""
+    caps = {k: v for k, v in sorted((annotations or {}).items()) if k.startswith(BUDGET_CAP_PREFIX)}
+    return tuple(invalid_budget_annotations(caps))
 
 
 def hold_on_unreadable_cap(annotations: Mapping[str, str] | None, cap: int | None,
