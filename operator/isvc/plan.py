@@ -36,7 +36,14 @@ from typing import Any
 
 from modalscale import __version__
 from modalscale.api import conditions as R
-from modalscale.api.annotations import SpotSwitch, budget_cap, unreadable_budget_caps
+from modalscale.api.annotations import (
+    BUDGET_REJECT_PREFIX,
+    BUDGET_SPOT_PREFIX,
+    SpotSwitch,
+    budget_cap,
+    unreadable_budget_annotations,
+    unreadable_budget_caps,
+)
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
 from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
 from modalscale.api.isvc_status import (
@@ -148,6 +155,10 @@ class IsvcObserved:
     budget_cap_unreadable: tuple[str, ...] = ()
     """Messages of cap annotations that do not decode; while any does, each pool holds its Deployment's count at
     most (:func:`hold_unreadable_cap`)."""
+    budget_annotations_unreadable: tuple[str, ...] = ()
+    """Messages of Spot and tenant-rejection annotations that do not decode: the pods' placement holds as the
+    Deployment has it (:func:`hold_spot_placement`) and the gateway keeps the tenants it last read under that key;
+    ``BudgetLimited`` names them."""
     spot_policy: str | None = None
     """``ns/name`` of the BudgetPolicies whose SwitchToSpot holds the service on Spot capacity (None: on-demand)."""
     replica_usd_per_hour: Decimal | None = None
@@ -173,10 +184,13 @@ def observe_budget_cap(obs: IsvcObserved, annotations: dict[str, str] | None) ->
     ``budget_cap_replicas`` / ``budget_cap_policy``: the tightest decodable cap
     (:func:`modalscale.api.annotations.budget_cap`); ``budget_cap_unreadable``: the cap annotations that do not
     decode, which :func:`decide_replicas` answers by holding each pool at its Deployment's count
-    (:func:`hold_unreadable_cap`).
+    (:func:`hold_unreadable_cap`); ``budget_annotations_unreadable``: the Spot and tenant-rejection annotations that
+    do not decode (:func:`hold_spot_placement`).
     """
     obs.budget_cap_replicas, obs.budget_cap_policy = budget_cap(annotations)
     obs.budget_cap_unreadable = unreadable_budget_caps(annotations)
+    obs.budget_annotations_unreadable = unreadable_budget_annotations(
+        annotations, BUDGET_SPOT_PREFIX, BUDGET_REJECT_PREFIX)
 
 
 def _spec_replicas(deployment: dict[str, Any] | None) -> int:
@@ -238,13 +252,37 @@ def with_spot_placement(spec: IsvcSpec, switches: tuple[SpotSwitch, ...]) -> Isv
     With a switch: pricing tier ``Spot``, the Spot node selector and toleration
     (:mod:`modalscale.api.capacity`) added to ``spec.placement``. Without one: ``spec`` unchanged.
     """
-    if not switches:
-        return spec
+    return _spot_placed(spec) if switches else spec
+
+
+def _spot_placed(spec: IsvcSpec) -> IsvcSpec:
     tolerations = spec.placement.tolerations
     if SPOT_TOLERATION not in tolerations:
         tolerations = (*tolerations, dict(SPOT_TOLERATION))
     placement = PlacementSpec({**spec.placement.node_selector, **SPOT_NODE_SELECTOR}, tolerations)
     return replace(spec, placement=placement, pricing_tier=SPOT_TIER)
+
+
+def hold_spot_placement(spec: IsvcSpec, obs: IsvcObserved, annotations: dict[str, str] | None) -> IsvcSpec:
+    """``spec`` (already placed by :func:`with_spot_placement`) on Spot capacity also while a Spot annotation that
+    does not decode is on the service, no decodable one is, and the front Deployment's pod template has the Spot
+    node selector now (pure).
+
+    A value that cannot be read is no reason to move pods: dropping the Spot placement would roll every replica
+    onto on-demand nodes (and adding it, onto Spot), so the placement the Deployment has holds until the
+    BudgetPolicy that owns the annotation rewrites it (its next evaluation) or someone deletes it. A Deployment not
+    created yet starts on-demand. ``BudgetLimited`` names the annotation (``obs.budget_annotations_unreadable``).
+    """
+    if spec.pricing_tier == SPOT_TIER or not unreadable_budget_annotations(annotations, BUDGET_SPOT_PREFIX):
+        return spec
+    return _spot_placed(spec) if _on_spot(obs.deployment) else spec
+
+
+def _on_spot(deployment: dict[str, Any] | None) -> bool:
+    """True when ``deployment``'s pod template has the Spot node selector."""
+    template = (((deployment or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    selector = template.get("nodeSelector") or {}
+    return all(selector.get(k) == v for k, v in SPOT_NODE_SELECTOR.items())
 
 
 def _spot_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -983,7 +1021,13 @@ def _budget_condition(obs: IsvcObserved, decision: ReplicaDecision) -> cond.Cond
             (f"{'; '.join(obs.budget_cap_unreadable)}: no pool scales above the replicas its Deployment holds "
              f"(now {counts}) and the autoscaler holds, since a cap that cannot be read may be lower and is no "
              f"reason to scale down{readable}. The BudgetPolicy that owns the annotation rewrites or deletes it at "
-             f"its next evaluation; delete one no BudgetPolicy writes" + (f"; {on_spot}" if on_spot else ""))[:1024])
+             f"its next evaluation; delete one no BudgetPolicy writes" + (f"; {on_spot}" if on_spot else "")
+             + (f"; {_unreadable_held(obs)}" if obs.budget_annotations_unreadable else ""))[:1024])
+    if obs.budget_annotations_unreadable:
+        cap = ("" if obs.budget_cap_replicas is None
+               else f"; BudgetPolicy {obs.budget_cap_policy} caps replicas at {obs.budget_cap_replicas}")
+        return cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.BUDGET_ANNOTATION_UNREADABLE,
+                              (_unreadable_held(obs) + cap + (f"; {on_spot}" if on_spot else ""))[:1024])
     if obs.budget_cap_replicas is not None:
         staged = ""
         if decision.image_encoder is not None and decision.desired > 0:
@@ -996,6 +1040,22 @@ def _budget_condition(obs: IsvcObserved, decision: ReplicaDecision) -> cond.Cond
     if on_spot:
         return cond.Condition(R.BUDGET_LIMITED, cond.TRUE, R.MOVED_TO_SPOT, on_spot)
     return cond.Condition(R.BUDGET_LIMITED, cond.FALSE, R.WITHIN_BUDGET, "no budget cap in force")
+
+
+def _unreadable_held(obs: IsvcObserved) -> str:
+    """What holds while Spot or tenant-rejection annotations do not decode (``BudgetLimited``'s message)."""
+    def unreadable(prefix: str) -> bool:  # invalid_budget_annotations' messages start "annotation <key>: "
+        return any(m.startswith(f"annotation {prefix}") for m in obs.budget_annotations_unreadable)
+
+    held = []
+    if unreadable(BUDGET_SPOT_PREFIX):
+        placed = "Spot" if _on_spot(obs.deployment) else "on-demand"
+        held.append(f"the pods stay on {placed} capacity, as the Deployment has them")
+    if unreadable(BUDGET_REJECT_PREFIX):
+        held.append("the gateway keeps refusing the tenants it last read under the key (none since it started)")
+    return (f"{'; '.join(obs.budget_annotations_unreadable)}: {' and '.join(held)}, since a value that cannot be "
+            f"read is no reason to move pods or admit a refused tenant. The BudgetPolicy that owns the annotation "
+            f"rewrites or deletes it at its next evaluation; delete one no BudgetPolicy writes")
 
 
 def _scaling_history(obs: IsvcObserved, decision: ReplicaDecision, now: dt.datetime) -> list[ScalingChange]:

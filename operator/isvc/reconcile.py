@@ -39,6 +39,7 @@ from modalscale.operator.isvc.plan import (
     PlanConfig,
     StageLayout,
     Write,
+    hold_spot_placement,
     observe_budget_cap,
     plan_isvc,
     stage_layout,
@@ -215,6 +216,7 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
         files = repository_files(spec)  # one piece (the runtime fields refused before any read)
         encoder_files = image_encoder_files(spec)
         observed = deps.observer.observe(spec, stored)
+        spec = hold_spot_placement(spec, observed, raw["metadata"].get("annotations"))
         layout = stage_layout(spec, observed)
         if layout.front_address is not None:
             files = repository_files(spec, layout)
@@ -298,6 +300,7 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
     try:
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         observed = deps.observer.observe(spec, decided_status)
+        spec = hold_spot_placement(spec, observed, raw["metadata"].get("annotations"))
         observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
         observe_budget_cap(observed, raw["metadata"].get("annotations"))
         if spec.stages is not None:  # the cap over both pools splits by price: the same split as a full pass

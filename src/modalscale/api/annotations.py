@@ -247,7 +247,8 @@ def tenant_rejections(annotations: Mapping[str, str] | None) -> dict[str, tuple[
     """Tenant -> (latest ``until``, ``"ns/name"`` of the policy behind it) over every decodable rejection annotation.
 
     Values that do not decode are skipped (the BudgetPolicy controller owns and rewrites them): a value that cannot
-    be read refuses no one.
+    be read refuses no one here; the gateway holds what it last read under that key
+    (:class:`modalscale.gateway.tenant_budget.TenantGate`).
     """
     out: dict[str, tuple[dt.datetime, str]] = {}
     for key, value in (annotations or {}).items():
@@ -299,8 +300,14 @@ def budget_cap(annotations: Mapping[str, str] | None) -> tuple[int | None, str |
 def unreadable_budget_caps(annotations: Mapping[str, str] | None) -> tuple[str, ...]:
     """Messages for the cap annotations (``budget.modalscale.io/cap-*``) whose values do not decode, by key
     (:func:`invalid_budget_annotations` of the cap annotations alone)."""
-    caps = {k: v for k, v in sorted((annotations or {}).items()) if k.startswith(BUDGET_CAP_PREFIX)}
-    return tuple(invalid_budget_annotations(caps))
+    return unreadable_budget_annotations(annotations, BUDGET_CAP_PREFIX)
+
+
+def unreadable_budget_annotations(annotations: Mapping[str, str] | None, *prefixes: str) -> tuple[str, ...]:
+    """Messages for the budget annotations under ``prefixes`` (of :data:`BUDGET_CAP_PREFIX`,
+    :data:`BUDGET_SPOT_PREFIX`, :data:`BUDGET_REJECT_PREFIX`) whose values do not decode, by key."""
+    chosen = {k: v for k, v in sorted((annotations or {}).items()) if k.startswith(prefixes)}
+    return tuple(invalid_budget_annotations(chosen))
 
 
 def hold_on_unreadable_cap(annotations: Mapping[str, str] | None, cap: int | None,
@@ -350,7 +357,7 @@ def invalid_budget_annotations(annotations: Mapping[str, str] | None) -> list[st
 __all__ = [
     "BUDGET_CAP_PREFIX", "BUDGET_REJECT_PREFIX", "BUDGET_SPOT_PREFIX", "BUDGET_TENANTS_PREFIX", "BudgetCap",
     "CAP_ACTIONS", "InvalidAnnotation", "SPOT_CAPACITY_TYPE", "SpotSwitch", "TenantReject", "budget_cap",
-    "hold_on_unreadable_cap", "unreadable_budget_caps",
+    "hold_on_unreadable_cap", "unreadable_budget_annotations", "unreadable_budget_caps",
     "cap_annotation_key", "invalid_budget_annotations", "policy_digest", "budgeted_tenants", "encode_tenants",
     "reject_annotation_key", "same_value", "tenants_annotation_key", "spot_annotation_key", "spot_switches",
     "tenant_rejections",

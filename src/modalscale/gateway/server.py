@@ -267,8 +267,11 @@ class Gateway:
         self._close_idle_channels()
 
     def _on_annotations(self, annotations: Mapping[str, str]) -> None:
-        before = self.tenant_gate.tenants
+        before, unreadable = self.tenant_gate.tenants, self.tenant_gate.unreadable
         self.tenant_gate.update(annotations)
+        if self.tenant_gate.unreadable and self.tenant_gate.unreadable != unreadable:
+            log.warning("Tenant rejection annotations that do not decode hold what was last read from them: %s",
+                        "; ".join(self.tenant_gate.unreadable))
         self.tenants.reserve(budgeted_tenants(annotations))
         if self.tenant_gate.tenants != before:
             log.info("Tenant rejections changed tenants=%s", ",".join(self.tenant_gate.tenants) or "none")

@@ -8,7 +8,10 @@ request it only looks the tenant up in a dict (:meth:`TenantGate.check`): no API
 The tenant is matched by its cleaned header value (:func:`modalscale.gateway.tenants.clean`), before folding into
 ``other``: a budgeted tenant stays refused however many tenants the gateway has seen. A rejection ends on its own at
 its ``until`` (the budget period's end), before the operator deletes the annotation; ``Retry-After`` is the whole
-seconds left until then (at least 1). Annotations that do not decode refuse no one.
+seconds left until then (at least 1). An annotation whose value does not decode (hand-edited, restored from an old
+manifest) changes nothing: the gate keeps what it last read under that key (none since the gateway started: it
+refuses no one on it) until the BudgetPolicy rewrites the value (its next evaluation) or the key is deleted, and
+:attr:`TenantGate.unreadable` names it (the gateway logs it; the operator's ``BudgetLimited`` condition says it too).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from modalscale.api.annotations import tenant_rejections
+from modalscale.api.annotations import BUDGET_REJECT_PREFIX, InvalidAnnotation, TenantReject
 
 TENANT_BUDGET_EXCEEDED = "TenantBudgetExceeded"
 """The reason the gateway counts (``modalscale_gateway_rejected_total``) for a tenant refused by its budget."""
@@ -52,6 +55,13 @@ class TenantGate:
 
     def __init__(self) -> None:
         self._until: dict[str, tuple[float, dt.datetime, str]] = {}
+        self._by_key: dict[str, TenantReject] = {}
+        self._unreadable: tuple[str, ...] = ()
+
+    @property
+    def unreadable(self) -> tuple[str, ...]:
+        """The decode errors of the rejection annotations the last :meth:`update` could not read, by key."""
+        return self._unreadable
 
     @property
     def tenants(self) -> tuple[str, ...]:
@@ -59,9 +69,28 @@ class TenantGate:
         return tuple(sorted(self._until))
 
     def update(self, annotations: Mapping[str, str] | None) -> None:
-        """Replace the set with what ``annotations`` (the InferenceService's, all of them) say."""
-        self._until = {t: (until.timestamp(), until, policy)
-                       for t, (until, policy) in tenant_rejections(annotations).items()}
+        """Replace the set with what ``annotations`` (the InferenceService's, all of them) say: per rejection key,
+        its value, or what the gate last read under that key when the value does not decode (see the module's
+        docstring); a deleted key refuses no one. A tenant named under several keys is refused until the latest
+        ``until``."""
+        by_key: dict[str, TenantReject] = {}
+        unreadable = []
+        for key, value in sorted((annotations or {}).items()):
+            if not key.startswith(BUDGET_REJECT_PREFIX):
+                continue
+            try:
+                by_key[key] = TenantReject.decode(key, value)
+            except InvalidAnnotation as exc:
+                unreadable.append(str(exc))
+                if key in self._by_key:
+                    by_key[key] = self._by_key[key]
+        self._by_key, self._unreadable = by_key, tuple(unreadable)
+        until: dict[str, tuple[float, dt.datetime, str]] = {}
+        for r in by_key.values():
+            for tenant in r.tenants:
+                if tenant not in until or r.until.timestamp() > until[tenant][0]:
+                    until[tenant] = (r.until.timestamp(), r.until, r.policy)
+        self._until = until
 
     def check(self, tenant: str, now_s: float) -> TenantRefusal | None:
         """The refusal of one request of ``tenant`` (cleaned, not folded) at ``now_s`` (Unix seconds), or None."""

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from modalscale.api.annotations import cap_annotation_key
+from modalscale.api.annotations import SpotSwitch, cap_annotation_key, spot_annotation_key
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.kube import describe_workload, wait_for
@@ -594,6 +594,48 @@ def test_an_unreadable_cap_annotation_holds_the_count_until_it_is_deleted(api: A
                                                {"metadata": {"annotations": {key: None}}})
     wait_for(lambda: running_pods(api, ns, "two") == 3, 90, "3 running pods once the annotation is deleted")
     c = condition(get_isvc(api, ns, "two"), "BudgetLimited")
+    assert c is not None and (c["status"], c["reason"]) == ("False", "WithinBudget")
+
+
+def test_an_unreadable_spot_annotation_moves_no_pod_until_it_is_deleted(api: Any, operator: Any, namespace: str,
+                                                                        h100_node: list[str]) -> None:
+    """A Spot annotation that does not decode is no reason to roll the replicas off Spot: the Deployment's pod
+    template (and so its generation) holds and ``BudgetLimited`` names the key; deleted, the Spot placement goes.
+    Before, it was skipped and the next reconcile rolled every replica onto on-demand nodes."""
+    ns, key = namespace, spot_annotation_key("gone", "budget")
+    isvc = make_isvc("one", 1)
+    isvc["metadata"]["annotations"] = {key: SpotSwitch("gone/budget", 50).encode()}
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", isvc)
+    apps = client.AppsV1Api(api)
+
+    def spot_selector() -> str | None:
+        try:
+            dep = apps.read_namespaced_deployment("one", ns)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return "(no Deployment yet)"
+            raise
+        return (dep.spec.template.spec.node_selector or {}).get("karpenter.sh/capacity-type")
+
+    wait_for(lambda: spot_selector() == "spot", 60, "the Deployment placed on Spot")
+    generation = apps.read_namespaced_deployment("one", ns).metadata.generation
+    custom(api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "one", {"metadata": {
+        "annotations": {key: '{"policy": "gone/budget", "capacityType": "Spot"}'}}})  # no thresholdPercent
+
+    def held() -> dict[str, Any] | None:
+        c = condition(get_isvc(api, ns, "one"), "BudgetLimited")
+        return c if c is not None and c["reason"] == "BudgetAnnotationUnreadable" else None
+
+    c = wait_for(held, 60, "BudgetLimited=True BudgetAnnotationUnreadable")
+    assert c["status"] == "True" and key in c["message"] and "stay on Spot capacity" in c["message"], c
+    assert any(e.reason == "BudgetAnnotationUnreadable" and e.type == "Warning" for e in client.CoreV1Api(
+        api).list_namespaced_event(ns, field_selector="involvedObject.name=one").items)
+    dep = apps.read_namespaced_deployment("one", ns)
+    assert spot_selector() == "spot" and dep.metadata.generation == generation, dep.spec.template.spec
+    custom(api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "one",
+                                               {"metadata": {"annotations": {key: None}}})
+    wait_for(lambda: spot_selector() is None, 60, "the Spot placement taken off once the annotation is deleted")
+    c = condition(get_isvc(api, ns, "one"), "BudgetLimited")
     assert c is not None and (c["status"], c["reason"]) == ("False", "WithinBudget")
 
 

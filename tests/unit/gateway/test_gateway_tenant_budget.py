@@ -57,12 +57,26 @@ def test_two_policies_refusing_one_tenant_refuse_it_until_the_later_end_and_lift
     '{"policy":"ml/x","tenants":["acme"],"until":"tomorrow","thresholdPercent":100}',
     '{"tenants":["acme"],"until":"2026-12-03T00:00:00Z","thresholdPercent":100}',
 ], ids=["not-json", "tenants-not-a-list", "until-without-zone", "until-not-a-time", "no-policy"])
-def test_an_annotation_that_does_not_decode_refuses_no_one_and_is_reported(value: str) -> None:
+def test_an_annotation_that_does_not_decode_holds_what_was_last_read_under_its_key_and_is_reported(
+        value: str) -> None:
     key = reject_annotation_key("ml", "x")
+    first = TenantGate()
+    first.update({key: value})  # nothing read before it (a gateway just started): it refuses no one
+    assert first.check("acme", NOW_S) is None
+    assert first.unreadable == tuple(invalid_budget_annotations({key: value}))
+    assert first.unreadable[0].startswith(f"annotation {key}")
     gate = TenantGate()
+    gate.update(annotation("ml/x", ("acme",)))
+    gate.update({key: value, **annotation("ml/y", ("globex",))})  # garbled in place: acme stays refused
+    assert gate.check("acme", NOW_S).policy == "ml/x"  # type: ignore[union-attr]
+    assert gate.check("globex", NOW_S) is not None and len(gate.unreadable) == 1
+    gate.update({key: value})  # still garbled: still held, however many updates
+    assert gate.check("acme", NOW_S) is not None and gate.check("globex", NOW_S) is None
+    gate.update(annotation("ml/x", ("initech",)))  # rewritten by its policy: the new value counts
+    assert gate.check("acme", NOW_S) is None and gate.check("initech", NOW_S) is not None and not gate.unreadable
     gate.update({key: value})
-    assert gate.check("acme", NOW_S) is None
-    assert invalid_budget_annotations({key: value})[0].startswith(f"annotation {key}")
+    gate.update({})  # deleted: refuses no one
+    assert gate.check("initech", NOW_S) is None and not gate.unreadable
 
 
 def test_other_annotations_are_ignored_and_non_string_values_dropped() -> None:

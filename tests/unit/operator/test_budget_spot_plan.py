@@ -8,14 +8,27 @@ import datetime as dt
 import json
 from typing import Any
 
-from modalscale.api.annotations import SpotSwitch, spot_annotation_key
+from modalscale.api.annotations import (
+    BudgetCap,
+    SpotSwitch,
+    cap_annotation_key,
+    spot_annotation_key,
+    spot_switches,
+)
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TOLERATION
 from modalscale.api.inferenceservice import parse_isvc
 from modalscale.costmodel.catalog import load_catalog
 from modalscale.operator.budget.plan import BudgetObserved, lift_all, observed_namespaces, plan_policy
 from modalscale.operator.conditions import get
 from modalscale.operator.isvc.objects import build_deployment
-from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc, with_spot_placement
+from modalscale.operator.isvc.plan import (
+    IsvcObserved,
+    PlanConfig,
+    hold_spot_placement,
+    observe_budget_cap,
+    plan_isvc,
+    with_spot_placement,
+)
 from tests.factories import budget_policy, inference_service
 
 CATALOG = load_catalog()
@@ -179,3 +192,60 @@ def test_the_inferenceservice_says_it_runs_on_spot_in_budget_limited() -> None:
     plain = get(plan_isvc(parse_isvc(make_isvc("batch", 10)), IsvcObserved(), {}, PlanConfig(), T0
                           ).status.conditions, "BudgetLimited")
     assert (plain["status"], plain["reason"]) == ("False", "WithinBudget")
+
+
+def _deployed(spec: Any) -> dict[str, Any]:
+    """``spec``'s Deployment as the operator writes it, rolled out."""
+    dep = build_deployment(spec, 2, {}, node_loss_toleration_s=PlanConfig().node_loss_toleration_s)
+    dep["status"] = {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 2, "observedGeneration": 1}
+    dep["metadata"]["generation"] = 1
+    return dep
+
+
+def test_an_unreadable_spot_annotation_moves_no_pod_and_budget_limited_names_it() -> None:
+    """A Spot annotation that does not decode is skipped by ``spot_switches``: before, the reconcile took the Spot
+    placement off a Deployment on Spot (a rollout of every replica) on data it could not read."""
+    annotations = {SPOT_KEY: '{"policy":"ml/daily","capacityType":"spot?"'}  # truncated: not JSON
+    raw = make_isvc("batch", 10, annotations)
+    spec = with_spot_placement(parse_isvc(raw), spot_switches(annotations))
+    assert spec.pricing_tier != "Spot"  # what the reconcile read before observing
+    for on_spot in (True, False):
+        dep = _deployed(with_spot_placement(spec, (SpotSwitch("ml/daily", 50),)) if on_spot else spec)
+        obs = IsvcObserved(deployment=dep, service=None, configmap=None)
+        observe_budget_cap(obs, annotations)
+        held = hold_spot_placement(spec, obs, annotations)
+        assert (held.pricing_tier == "Spot") is on_spot
+        plan = plan_isvc(held, obs, {}, PlanConfig(), T0)
+        assert not [w for w in plan.writes if w.kind == "Deployment" and w.name == "batch"
+                    and "template" in w.body.get("spec", {})], "the pods' placement must hold"
+        c = get(plan.status.conditions, "BudgetLimited")
+        assert (c["status"], c["reason"]) == ("True", "BudgetAnnotationUnreadable"), c
+        assert f"annotation {SPOT_KEY}" in c["message"]
+        assert f"stay on {'Spot' if on_spot else 'on-demand'} capacity" in c["message"], c["message"]
+    # A readable switch or none at all: the hold does nothing.
+    readable = {SPOT_KEY: SpotSwitch("ml/daily", 50).encode()}
+    obs = IsvcObserved(deployment=_deployed(spec))
+    assert hold_spot_placement(spec, obs, readable) is spec and hold_spot_placement(spec, obs, {}) is spec
+    # Deleted: the next reconcile takes the pods off Spot as before.
+    dep = _deployed(with_spot_placement(spec, (SpotSwitch("ml/daily", 50),)))
+    obs = IsvcObserved(deployment=dep, service=None, configmap=None)
+    observe_budget_cap(obs, {})
+    plan = plan_isvc(hold_spot_placement(spec, obs, {}), obs, {}, PlanConfig(), T0)
+    assert [w for w in plan.writes if w.kind == "Deployment" and w.name == "batch" and "template" in w.body["spec"]]
+    assert get(plan.status.conditions, "BudgetLimited")["reason"] == "WithinBudget"
+
+
+def test_an_unreadable_rejection_annotation_is_named_beside_a_readable_cap_and_an_event_posted() -> None:
+    reject = "budget.modalscale.io/reject-0123456789"
+    annotations = {reject: "not json",
+                   cap_annotation_key("ml", "daily"): BudgetCap(1, "ml/daily", "CapReplicas").encode()}
+    spec = parse_isvc(make_isvc("batch", 10, annotations))
+    obs = IsvcObserved(deployment=_deployed(spec), service=None, configmap=None)
+    observe_budget_cap(obs, annotations)
+    assert obs.budget_cap_replicas == 1, obs
+    plan = plan_isvc(spec, obs, {}, PlanConfig(), T0)
+    c = get(plan.status.conditions, "BudgetLimited")
+    assert (c["status"], c["reason"]) == ("True", "BudgetAnnotationUnreadable"), c
+    assert f"annotation {reject}" in c["message"] and "keeps refusing the tenants it last read" in c["message"]
+    assert c["message"].endswith("BudgetPolicy ml/daily caps replicas at 1"), c["message"]
+    assert ("Warning", "BudgetAnnotationUnreadable") in [(t, r) for t, r, _ in plan.events]
