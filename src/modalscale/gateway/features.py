@@ -408,6 +408,10 @@ def _json_elements(tensor: Mapping[str, Any], name: str, limit: int, shape: Sequ
     if "data" not in tensor:
         raise PayloadError(f"inputs[{name}].data", "MissingData", "input has neither data nor binary_data_size",
                            "send the elements in \"data\" or as binary data")
+    if not isinstance(tensor["data"], list):  # Triton: "expected 'data' to be an array"
+        raise PayloadError(f"inputs[{name}].data", "MalformedRequest",
+                           f"must be a JSON array, got {type(tensor['data']).__name__} {_short(tensor['data'])}",
+                           'send the elements in a list, e.g. "data": ["a photo of a cat"]')
     out: list[Chunk] = []
     stack = [tensor["data"]]
     # Triton flattens any nesting (empty lists included); the gateway reads at most the lists a row-major array of
@@ -476,6 +480,10 @@ def features_from_grpc(message: bytes, inputs: InputNames = InputNames()) -> Req
     seen: set[str] = set()
     for position, tensor in enumerate(request.inputs):
         name = str(tensor.name)
+        if raw and tensor.HasField("contents"):  # Triton refuses the request whichever input it is
+            raise PayloadError(f"inputs[{name}].contents", "MalformedRequest",
+                               "is set while the request also carries raw_input_contents",
+                               "send every input's elements either in raw_input_contents or in contents, not both")
         if name in seen:
             raise PayloadError(f"inputs[{name}]", "DuplicateInput", "appears twice", "send each input once")
         seen.add(name)

@@ -257,6 +257,9 @@ HTTP_BAD: dict[str, tuple[Callable[[], tuple[bytes, Headers]], str, str]] = {
     "missing input": (lambda: (_json_body({"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [1.0]}),
                                {}), "inputs", "MissingInput"),
     "blank text only": (lambda: _binary(None, " \t"), "inputs", "EmptyRequest"),
+    "data not a list": (lambda: (_json_body({"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
+                                             "data": "a photo of a cat"}), {}), "inputs[TEXT].data",
+                        "MalformedRequest"),
     "shape/data mismatch (JSON)": (lambda: (_json_body({"name": "TEXT", "datatype": "BYTES", "shape": [1, 2],
                                                         "data": ["a cat"]}), {}), "inputs[TEXT].shape",
                                    "ShapeMismatch"),
@@ -455,6 +458,11 @@ GRPC_BAD: dict[str, tuple[Callable[[], bytes], str, str]] = {
                             "inputs[IMAGES].shape", "TooManyElements"),
     "more typed elements than the shape": (_typed_extra, "inputs[IMAGES].shape", "ShapeMismatch"),
     "blank text only": (lambda: grpc_typed(None, "   "), "inputs", "EmptyRequest"),
+    "typed and raw contents": (lambda: _grpc_with(lambda r: r.inputs[1].contents.bytes_contents.append(b"a cat")),
+                               "inputs[TEXT].contents", "MalformedRequest"),
+    "typed and raw contents on another input": (lambda: _grpc_with(lambda r: (r.inputs.add(
+        name="OTHER", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0),
+        r.raw_input_contents.append(b"\0\0\x80?"))), "inputs[OTHER].contents", "MalformedRequest"),
 }
 
 

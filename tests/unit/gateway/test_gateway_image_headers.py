@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import struct
+import zlib
 from collections.abc import Callable
 
 import pytest
@@ -162,7 +163,8 @@ def test_zero_sized_image_is_refused() -> None:
 CRAFTED = {
     "jpeg-junk": b"\xff\xd8\xff\xe0\x00\x02" + bytes(1 << 20),
     "jpeg-fill": b"\xff\xd8" + b"\xff" * (1 << 20),
-    "png-empty-chunks": photo_bytes("coffee")[:33] + b"\x00\x00\x00\x00tEXt\x00\x00\x00\x00" * (1 << 16),
+    "png-empty-chunks": photo_bytes("coffee")[:33] + (b"\x00\x00\x00\x00tEXt" + struct.pack(">I", zlib.crc32(b"tEXt"))
+                                                      ) * (1 << 16),
     "gif-tiny-sub-blocks": b"GIF89a\x01\x00\x01\x00\x00\x00\x00\x21\xfe" + b"\x01a" * (1 << 18),
 }
 
@@ -213,3 +215,112 @@ def test_bytes_pillow_skips_between_blocks_are_skipped_not_refused(case: str) ->
         im.load()
         assert im.size == (37, 23)
     assert image_size(data)[1:] == (37, 23)
+
+
+# ---- headers the runtime refuses: found by an adversarial probe (6 Dec 2026); each reached a replica, which refused it
+
+
+def _png_chunk(kind: bytes, body: bytes, crc: int | None = None) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) if crc is None
+                                                                     else crc)
+
+
+def _riff(*chunks: bytes) -> bytes:
+    body = b"WEBP" + b"".join(chunks)
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def _riff_chunk(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("<I", len(body)) + body + (b"\x00" if len(body) % 2 else b"")
+
+
+def _vp8x(width: int, height: int, flags: int = 0) -> bytes:
+    return _riff_chunk(b"VP8X", bytes([flags, 0, 0, 0]) + (width - 1).to_bytes(3, "little")
+                       + (height - 1).to_bytes(3, "little"))
+
+
+def _webp_still_chunk() -> bytes:
+    """The one image chunk (``VP8 ``) of a 37 x 23 lossy WebP, whole."""
+    data = _saved("WEBP")
+    assert data[12:16] == b"VP8 " and len(data) == 20 + struct.unpack_from("<I", data, 16)[0] + (data[16] & 1)
+    return data[12:]
+
+
+def _jpeg_with(segment: bytes) -> bytes:
+    jpg = _saved("JPEG")
+    return jpg[:2] + segment + jpg[2:]
+
+
+def _jpeg_two_sofs() -> bytes:
+    jpg = _saved("JPEG")
+    i = jpg.index(b"\xff\xc0")
+    end = i + 2 + struct.unpack_from(">H", jpg, i + 2)[0]
+    second = bytearray(jpg[i:end])
+    struct.pack_into(">HH", second, 5, 50, 60)
+    return jpg[:end] + bytes(second) + jpg[end:]
+
+
+def _gif_cut(after_descriptor: int) -> bytes:
+    gif = _saved("GIF")
+    return gif[:gif.index(b",") + after_descriptor]
+
+
+REFUSED_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
+    "png-bad-crc-in-a-chunk-before-idat": lambda: _saved("PNG")[:33] + _png_chunk(b"tEXt", b"k\x00v", crc=1234)
+    + _saved("PNG")[33:],
+    "webp-vp8x-without-an-image": lambda: _riff(_vp8x(37, 23)),
+    "webp-vp8x-canvas-larger-than-its-image": lambda: _riff(_vp8x(100, 90), _webp_still_chunk()),
+    "webp-vp8x-animation-frame-outside-the-canvas": lambda: _riff(
+        _vp8x(37, 23, flags=0x02), _riff_chunk(b"ANIM", bytes(6)),
+        _riff_chunk(b"ANMF", (4).to_bytes(3, "little") + bytes(3) + (36).to_bytes(3, "little")
+                    + (22).to_bytes(3, "little") + bytes(4) + _webp_still_chunk())),
+    **{f"jpeg-marker-{m:02x}-before-sos": (lambda m=m: _jpeg_with(bytes([0xFF, m, 0, 4, 0, 0])))
+       for m in (0x01, 0x02, 0x30, 0xBF, 0xC8, 0xDE, 0xDF, 0xF0, 0xFD)},
+    "jpeg-two-sofs": _jpeg_two_sofs,
+    "gif-cut-after-the-image-descriptor": lambda: _gif_cut(10),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_BY_THE_RUNTIME))
+def test_a_header_the_runtime_refuses_is_refused_by_the_gateway(case: str) -> None:
+    """Issue 19, admission: undecodable image headers get 400 at the gateway and cost a replica nothing. The
+    runtime's own decode (``decode_image``, Pillow and libjpeg / libwebp behind it) is asked first, so this fails
+    if a Pillow upgrade starts reading one of them."""
+    from modalscale.runtime.model.inputs import RequestError, decode_image
+    from modalscale.runtime.model.settings import ModelSettings
+
+    data = REFUSED_BY_THE_RUNTIME[case]()
+    with pytest.raises(RequestError):
+        decode_image(data, 0, ModelSettings())
+    with pytest.raises(ImageHeaderError) as caught:
+        image_size(data)
+    assert caught.value.reason == "CorruptImageHeader", caught.value
+
+
+def _animated(fmt: str, **options: object) -> bytes:
+    frames = [Image.new("RGB", (40, 30), (10, 200, 30)), Image.new("RGB", (40, 30), (200, 10, 30))]
+    out = io.BytesIO()
+    frames[0].save(out, fmt, save_all=True, append_images=frames[1:], duration=100, **options)
+    return out.getvalue()
+
+
+READ_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
+    "png-bad-crc-in-idat": lambda: (lambda p, i: p[:i] + bytes([p[i] ^ 0xFF]) + p[i + 1:])(
+        _saved("PNG"), _saved("PNG").index(b"IEND") - 5),  # IDAT's CRC: Pillow checks none before the decode
+    "webp-vp8x-canvas-equal-to-its-image": lambda: _riff(_vp8x(37, 23), _webp_still_chunk()),
+    "webp-animated": lambda: _animated("WEBP", loop=0),
+    "webp-animated-lossless": lambda: _animated("WEBP", lossless=True),
+    "apng": lambda: _animated("PNG"),
+    "gif-animated": lambda: _animated("GIF"),
+    "jpeg-dnl-before-sos": lambda: _jpeg_with(b"\xff\xdc\x00\x04\x00\x17"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(READ_BY_THE_RUNTIME))
+def test_the_valid_neighbours_of_those_headers_are_read_as_the_runtime_reads_them(case: str) -> None:
+    from modalscale.runtime.model.inputs import decode_image
+    from modalscale.runtime.model.settings import ModelSettings
+
+    data = READ_BY_THE_RUNTIME[case]()
+    decoded = decode_image(data, 0, ModelSettings())
+    assert image_size(data)[1:] == (decoded.width, decoded.height) == _decoded_size(data)
