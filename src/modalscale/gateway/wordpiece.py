@@ -13,13 +13,15 @@ package because the gateway runs from the operator image, which has neither ``to
 Measured (891 texts: 300 ``runtime.workload.fidelity_texts``, the INT8 calibration texts, 500 standard-library
 docstring paragraphs and 26 edge cases: accents, CJK, Greek sigma, Arabic/Hebrew/Devanagari, Hangul/kana, emoji and
 ZWJ, controls, NUL, U+FFFD, NBSP/ideographic space, ligatures, 150-character words, ``$+<=>^`|~``): equal counts to the
-runtime's ``AutoTokenizer`` on all 891. Cost on the shared 2-core EPYC, 300 texts of mean 101 tokens: 42 us per
-text with the per-word cache (``functools.lru_cache``) warm, 70 us cold; the runtime's call through ``transformers``
-takes 247 us on the same texts.
+runtime's ``AutoTokenizer`` on all 891, and on every code point alone and between two letters once the tokenizer's
+older Unicode categories are read from :data:`_TOKENIZER_CATEGORIES`. Cost on the shared 2-core EPYC, 300 texts of
+mean 101 tokens: 42 us per text with the per-word cache (``functools.lru_cache``) warm, 70 us cold; the runtime's
+call through ``transformers`` takes 247 us on the same texts.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib.resources
 import unicodedata
@@ -49,6 +51,56 @@ _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700,
 """CJK ideograph blocks that BertNormalizer pads with spaces (each ideograph becomes a word)."""
 
 
+_TOKENIZER_CATEGORIES: Final = (
+    (0x61D, 0x61D, "Lo"), (0x7FD, 0x7FD, "Lo"), (0x890, 0x891, "Lo"), (0x898, 0x89F, "Lo"), (0x8CA, 0x8E2, "Lo"),
+    (0x9FD, 0x9FE, "Lo"), (0xA76, 0xA76, "Lo"), (0xAFA, 0xAFF, "Lo"), (0xB55, 0xB55, "Lo"), (0xC04, 0xC04, "Lo"),
+    (0xC3C, 0xC3C, "Lo"), (0xC77, 0xC77, "Lo"), (0xC84, 0xC84, "Lo"), (0xD00, 0xD00, "Lo"), (0xD3B, 0xD3C, "Lo"),
+    (0xD81, 0xD81, "Lo"), (0xEBA, 0xEBA, "Lo"), (0x166D, 0x166D, "Po"), (0x1734, 0x1734, "Mn"),
+    (0x180F, 0x180F, "Lo"), (0x1885, 0x1886, "Lo"), (0x1ABF, 0x1ACE, "Lo"), (0x1B7D, 0x1B7E, "Lo"),
+    (0x1DF6, 0x1DFB, "Lo"), (0x2E43, 0x2E4F, "Lo"), (0x2E52, 0x2E5D, "Lo"), (0xA82C, 0xA82C, "Lo"),
+    (0xA8C5, 0xA8C5, "Lo"), (0xA8FF, 0xA8FF, "Lo"), (0xA9BD, 0xA9BD, "Lo"), (0x10D24, 0x10D27, "Lo"),
+    (0x10EAB, 0x10EAD, "Lo"), (0x10F46, 0x10F50, "Lo"), (0x10F55, 0x10F59, "Lo"), (0x10F82, 0x10F89, "Lo"),
+    (0x11070, 0x11070, "Lo"), (0x11073, 0x11074, "Lo"), (0x110C2, 0x110C2, "Lo"), (0x110CD, 0x110CD, "Lo"),
+    (0x111C9, 0x111C9, "Po"), (0x111CF, 0x111CF, "Lo"), (0x1123E, 0x1123E, "Lo"), (0x1133B, 0x1133B, "Lo"),
+    (0x11438, 0x1143F, "Lo"), (0x11442, 0x11444, "Lo"), (0x11446, 0x11446, "Lo"), (0x1144B, 0x1144F, "Lo"),
+    (0x1145A, 0x1145B, "Lo"), (0x1145D, 0x1145E, "Lo"), (0x11660, 0x1166C, "Lo"), (0x116B9, 0x116B9, "Lo"),
+    (0x1182F, 0x11837, "Lo"), (0x11839, 0x1183B, "Lo"), (0x1193B, 0x1193C, "Lo"), (0x1193E, 0x1193E, "Lo"),
+    (0x11943, 0x11946, "Lo"), (0x119D4, 0x119D7, "Lo"), (0x119DA, 0x119DB, "Lo"), (0x119E0, 0x119E0, "Lo"),
+    (0x119E2, 0x119E2, "Lo"), (0x11A01, 0x11A0A, "Lo"), (0x11A33, 0x11A38, "Lo"), (0x11A3B, 0x11A47, "Lo"),
+    (0x11A51, 0x11A56, "Lo"), (0x11A59, 0x11A5B, "Lo"), (0x11A8A, 0x11A96, "Lo"), (0x11A98, 0x11A9C, "Lo"),
+    (0x11A9E, 0x11AA2, "Lo"), (0x11C30, 0x11C36, "Lo"), (0x11C38, 0x11C3D, "Lo"), (0x11C3F, 0x11C3F, "Lo"),
+    (0x11C41, 0x11C45, "Lo"), (0x11C70, 0x11C71, "Lo"), (0x11C92, 0x11CA7, "Lo"), (0x11CAA, 0x11CB0, "Lo"),
+    (0x11CB2, 0x11CB3, "Lo"), (0x11CB5, 0x11CB6, "Lo"), (0x11D31, 0x11D36, "Lo"), (0x11D3A, 0x11D3A, "Lo"),
+    (0x11D3C, 0x11D3D, "Lo"), (0x11D3F, 0x11D45, "Lo"), (0x11D47, 0x11D47, "Lo"), (0x11D90, 0x11D91, "Lo"),
+    (0x11D95, 0x11D95, "Lo"), (0x11D97, 0x11D97, "Lo"), (0x11EF3, 0x11EF4, "Lo"), (0x11EF7, 0x11EF8, "Lo"),
+    (0x11FFF, 0x11FFF, "Lo"), (0x12FF1, 0x12FF2, "Lo"), (0x13430, 0x13438, "Lo"), (0x16E97, 0x16E9A, "Lo"),
+    (0x16F4F, 0x16F4F, "Lo"), (0x16FE2, 0x16FE2, "Lo"), (0x16FE4, 0x16FE4, "Lo"), (0x1CF00, 0x1CF2D, "Lo"),
+    (0x1CF30, 0x1CF46, "Lo"), (0x1E000, 0x1E006, "Lo"), (0x1E008, 0x1E018, "Lo"), (0x1E01B, 0x1E021, "Lo"),
+    (0x1E023, 0x1E024, "Lo"), (0x1E026, 0x1E02A, "Lo"), (0x1E130, 0x1E136, "Lo"), (0x1E2AE, 0x1E2AE, "Lo"),
+    (0x1E2EC, 0x1E2EF, "Lo"), (0x1E944, 0x1E94A, "Lo"), (0x1E95E, 0x1E95F, "Lo"),
+)
+"""(first, last, category) of the code points whose Unicode category the runtime's tokenizer reads differently from
+Python's ``unicodedata`` (Unicode 14 in Python 3.11): ``tokenizers`` classifies characters with older tables, so the
+punctuation, nonspacing marks and format characters assigned since then are ordinary characters to it (``"Lo"``
+here: kept, not split off, an ``[UNK]`` unless in the vocabulary), two marks it still calls punctuation (U+166D, now
+So; U+111C9, now Mn) are ``"Po"``, and U+1734 (now Mc) is the nonspacing mark it strips. Every unassigned code point
+(``Cn`` to Python) is an ordinary character to it too (:func:`_category`). Found by counting ``"a<c>b"`` and
+``"<c>"`` for every code point with both, 6 Dec 2026 (tokenizers of the runtime's ``transformers``; 830,272 code points
+differed, all of them covered by this table and that rule); ``tests/unit/gateway/test_gateway_wordpiece.py`` checks
+each range and every assigned BMP code point of the categories involved."""
+_CATEGORY_STARTS: Final = tuple(first for first, _, _ in _TOKENIZER_CATEGORIES)
+
+
+def _category(char: str) -> str:
+    """The Unicode category of ``char`` as the runtime's tokenizer reads it (:data:`_TOKENIZER_CATEGORIES`)."""
+    code = ord(char)
+    i = bisect.bisect_right(_CATEGORY_STARTS, code) - 1
+    if i >= 0 and code <= _TOKENIZER_CATEGORIES[i][1]:
+        return _TOKENIZER_CATEGORIES[i][2]
+    category = unicodedata.category(char)
+    return "Lo" if category == "Cn" else category
+
+
 @functools.cache
 def vocabulary() -> frozenset[str]:
     """The 30522 WordPiece entries of ``minilm_vocab.txt`` (read once)."""
@@ -76,13 +128,13 @@ def _normalize(text: str) -> str:
         if _is_cjk(code):  # before the category test: Python's tables call some of these unassigned (Cn), the
             out.append(f" {char} ")  # tokenizer's do not, so 4000 of U+2FA1F counted 1 token instead of 4000
             continue
-        if code == 0 or code == 0xFFFD or unicodedata.category(char)[0] == "C":
+        if code == 0 or code == 0xFFFD or _category(char)[0] == "C":
             continue
         if char.isspace():
             out.append(" ")
         else:
             out.append(char)
-    stripped = "".join(c for c in unicodedata.normalize("NFD", "".join(out)) if unicodedata.category(c) != "Mn")
+    stripped = "".join(c for c in unicodedata.normalize("NFD", "".join(out)) if _category(c) != "Mn")
     # tokenizers lowercases char by char (no final-sigma rule), which str.lower() of one char also does
     return "".join(c.lower() for c in stripped)
 
@@ -90,7 +142,7 @@ def _normalize(text: str) -> str:
 def _is_punctuation(char: str) -> bool:
     """BertPreTokenizer's punctuation: any ASCII punctuation (``$+<=>^`|~`` included) or Unicode category P*."""
     return (char.isascii() and not char.isalnum() and char.isprintable() and char != " ") \
-        or unicodedata.category(char)[0] == "P"
+        or _category(char)[0] == "P"
 
 
 def _words(text: str) -> list[str]:
