@@ -53,10 +53,12 @@ import kopf
 from modalscale import GROUP, VERSION
 from modalscale.api.annotations import (
     ACTIVATION_ANNOTATION,
+    BUDGET_SPOT_PREFIX,
     activation_requested_at,
     budget_cap,
     hold_on_unreadable_cap,
     spot_switches,
+    unreadable_budget_annotations,
     unreadable_budget_caps,
 )
 from modalscale.api.conditions import FRONT_AT_ZERO
@@ -85,8 +87,10 @@ from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.objects import STAGE_FRONT, STAGE_IMAGE_ENCODER, image_encoder_name
 from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.isvc.plan import (
+    IsvcObserved,
     ModelReferenceError,
     front_budget_cap,
+    hold_spot_placement,
     image_encoder_budget_cap,
     with_spot_placement,
 )
@@ -237,9 +241,20 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
 
 
 def pool_prices(deps: Deps, spec: IsvcSpec, raw: dict[str, Any]) -> tuple[Decimal | None, Decimal | None]:
-    """USD per hour of a front and an image encoder replica at the tier the pods run on (a ``SwitchToSpot``'s Spot):
-    what the planner splits a cap by (``isvc.reconcile.stage_prices`` of ``with_spot_placement``)."""
-    return stage_prices(deps, with_spot_placement(spec, spot_switches(raw["metadata"].get("annotations"))))
+    """USD per hour of a front and an image encoder replica at the tier the pods run on (a ``SwitchToSpot``'s Spot,
+    or the placement held while a Spot annotation does not decode): what the planner splits a cap by
+    (``isvc.reconcile.stage_prices`` of ``with_spot_placement`` and ``hold_spot_placement``). The Deployments are
+    read only while such an annotation is there."""
+    annotations = raw["metadata"].get("annotations")
+    placed = with_spot_placement(spec, spot_switches(annotations))
+    if unreadable_budget_annotations(annotations, BUDGET_SPOT_PREFIX):
+        namespace, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
+        read = deps.observer.apps.read_namespaced_deployment
+        observed = IsvcObserved(deployment=read_json(read, name, namespace))
+        if spec.stages is not None:
+            observed.image_encoder["Deployment"] = read_json(read, image_encoder_name(spec), namespace)
+        placed = hold_spot_placement(placed, observed, annotations)
+    return stage_prices(deps, placed)
 
 
 def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState | None,

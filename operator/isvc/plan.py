@@ -265,24 +265,36 @@ def _spot_placed(spec: IsvcSpec) -> IsvcSpec:
 
 def hold_spot_placement(spec: IsvcSpec, obs: IsvcObserved, annotations: dict[str, str] | None) -> IsvcSpec:
     """``spec`` (already placed by :func:`with_spot_placement`) on Spot capacity also while a Spot annotation that
-    does not decode is on the service, no decodable one is, and the front Deployment's pod template has the Spot
-    node selector now (pure).
+    does not decode is on the service, no decodable one is, and the pods run where a ``SwitchToSpot`` put them: the
+    front Deployment's pod template (the image encoder pool's, while the front has none) has the Spot node selector
+    and toleration the operator adds (pure).
 
     A value that cannot be read is no reason to move pods: dropping the Spot placement would roll every replica
     onto on-demand nodes (and adding it, onto Spot), so the placement the Deployment has holds until the
-    BudgetPolicy that owns the annotation rewrites it (its next evaluation) or someone deletes it. A Deployment not
-    created yet starts on-demand. ``BudgetLimited`` names the annotation (``obs.budget_annotations_unreadable``).
+    BudgetPolicy that owns the annotation rewrites it (its next evaluation) or someone deletes it. A service with no
+    Deployment yet starts on-demand; a spec that asks for the Spot node selector itself is left as it is.
+    ``BudgetLimited`` names the annotation (``obs.budget_annotations_unreadable``).
     """
-    if spec.pricing_tier == SPOT_TIER or not unreadable_budget_annotations(annotations, BUDGET_SPOT_PREFIX):
+    if (spec.pricing_tier == SPOT_TIER or _selects_spot(spec.placement.node_selector)
+            or not unreadable_budget_annotations(annotations, BUDGET_SPOT_PREFIX)):
         return spec
-    return _spot_placed(spec) if _on_spot(obs.deployment) else spec
+    return _spot_placed(spec) if _on_spot(_placed_deployment(obs)) else spec
+
+
+def _placed_deployment(obs: IsvcObserved) -> dict[str, Any] | None:
+    """The Deployment whose pods' placement a hold keeps: the front's, else the image encoder pool's."""
+    return obs.deployment if obs.deployment is not None else obs.image_encoder.get("Deployment")
+
+
+def _selects_spot(node_selector: dict[str, str]) -> bool:
+    return all(node_selector.get(k) == v for k, v in SPOT_NODE_SELECTOR.items())
 
 
 def _on_spot(deployment: dict[str, Any] | None) -> bool:
-    """True when ``deployment``'s pod template has the Spot node selector."""
+    """True when ``deployment``'s pod template has the Spot node selector and toleration :func:`with_spot_placement`
+    adds."""
     template = (((deployment or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-    selector = template.get("nodeSelector") or {}
-    return all(selector.get(k) == v for k, v in SPOT_NODE_SELECTOR.items())
+    return _selects_spot(template.get("nodeSelector") or {}) and SPOT_TOLERATION in (template.get("tolerations") or [])
 
 
 def _spot_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -1049,7 +1061,7 @@ def _unreadable_held(obs: IsvcObserved) -> str:
 
     held = []
     if unreadable(BUDGET_SPOT_PREFIX):
-        placed = "Spot" if _on_spot(obs.deployment) else "on-demand"
+        placed = "Spot" if _on_spot(_placed_deployment(obs)) else "on-demand"
         held.append(f"the pods stay on {placed} capacity, as the Deployment has them")
     if unreadable(BUDGET_REJECT_PREFIX):
         held.append("the gateway keeps refusing the tenants it last read under the key (none since it started)")

@@ -13,11 +13,13 @@ shared 2-core EPYC, load 0.4-0.9): this reader 1.7-3.2 us per image (median 2.7;
 SOS), ``Image.open(io.BytesIO(data)).size`` 12.9-33.5 us (median 22).
 ``tests/unit/gateway/test_gateway_image_headers.py`` checks the size against Pillow's full decode on every test image.
 
-A header the runtime cannot open is refused here, so that it costs no replica any CPU: every JPEG segment up to the
+These header faults, which the runtime refuses too, are refused here, so that they cost no replica any CPU: every JPEG segment up to the
 start of scan is one a decoder reads (one frame header, no marker Pillow or libjpeg stops at), every PNG chunk before
 IDAT has its CRC-32 right, an extended WebP has a frame that fits its canvas (as libwebp's demuxer requires) and a
-GIF's first image descriptor is whole with its color table and LZW code size. What only the pixel decode finds (a
-broken IDAT or scan) still reaches a replica, which refuses it.
+GIF's first image descriptor is whole with its color table and LZW code size byte. Not every fault Pillow finds in
+a header is checked (for example a JPEG frame of 12-bit samples, a PNG IHDR with an undefined colour type, a WebP
+with reserved flag bits set): those, and what only the pixel decode finds (a broken IDAT or scan), still reach a
+replica, which refuses them.
 """
 
 from __future__ import annotations
@@ -239,13 +241,21 @@ def _webp_extended(data: bytes | memoryview, animated: bool, width: int, height:
             if frame != (width, height):
                 raise _corrupt("WebP", f"image is {frame[0]}x{frame[1]}, not its canvas's {width}x{height}")
             return
-        if kind == b"ANMF" and animated:
-            if pos + 24 > end:
+        if kind == b"ANMF" and animated:  # offset (2 x 24 bits each), the header's size, duration, flags, then
+            if pos + 24 > end:            # the frame's chunks: the demuxer sizes the frame by its bitstream
                 break
             x, y = (2 * int.from_bytes(data[pos + i:pos + i + 3], "little") for i in (8, 11))
-            w, h = (int.from_bytes(data[pos + i:pos + i + 3], "little") + 1 for i in (14, 17))
-            if x + w > width or y + h > height:
-                raise _corrupt("WebP", f"first frame ({w}x{h} at {x},{y}) is outside its {width}x{height} canvas")
+            inner = pos + 24
+            while inner + 8 <= min(end, pos + 8 + int(length)) and bytes(data[inner:inner + 4]) not in (
+                    b"VP8 ", b"VP8L"):
+                steps.take("WebP")
+                inner += 8 + int(struct.unpack_from("<I", data, inner + 4)[0])
+                inner += inner & 1
+            if inner + 8 <= end and bytes(data[inner:inner + 4]) in (b"VP8 ", b"VP8L"):
+                w, h = _webp_frame(data, inner)
+                if x + w > width or y + h > height:
+                    raise _corrupt("WebP", f"first frame ({w}x{h} at {x},{y}) is outside its {width}x{height} "
+                                           f"canvas")
             return
         pos += 8 + int(length) + (int(length) & 1)
     raise _corrupt("WebP", "has no image (truncated, or no VP8, VP8L or ANMF frame)")

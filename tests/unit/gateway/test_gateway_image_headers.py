@@ -313,6 +313,12 @@ READ_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
     "apng": lambda: _animated("PNG"),
     "gif-animated": lambda: _animated("GIF"),
     "jpeg-dnl-before-sos": lambda: _jpeg_with(b"\xff\xdc\x00\x04\x00\x17"),
+    # found by review: the demuxer sizes an animation frame by its bitstream (37 x 23 at 26,24 fits 64 x 48), not by
+    # the 30 x 30 its ANMF header says
+    "webp-animation-frame-header-larger-than-its-bitstream": lambda: _riff(
+        _vp8x(64, 48, flags=0x02), _riff_chunk(b"ANIM", bytes(6)),
+        _riff_chunk(b"ANMF", (13).to_bytes(3, "little") + (12).to_bytes(3, "little") + (29).to_bytes(3, "little")
+                    + (29).to_bytes(3, "little") + bytes(4) + _webp_still_chunk())),
 }
 
 

@@ -8,6 +8,8 @@ import datetime as dt
 import json
 from typing import Any
 
+import pytest
+
 from modalscale.api.annotations import (
     BudgetCap,
     SpotSwitch,
@@ -20,7 +22,7 @@ from modalscale.api.inferenceservice import parse_isvc
 from modalscale.costmodel.catalog import load_catalog
 from modalscale.operator.budget.plan import BudgetObserved, lift_all, observed_namespaces, plan_policy
 from modalscale.operator.conditions import get
-from modalscale.operator.isvc.objects import build_deployment
+from modalscale.operator.isvc.objects import build_deployment, image_encoder_spec
 from modalscale.operator.isvc.plan import (
     IsvcObserved,
     PlanConfig,
@@ -249,3 +251,63 @@ def test_an_unreadable_rejection_annotation_is_named_beside_a_readable_cap_and_a
     assert f"annotation {reject}" in c["message"] and "keeps refusing the tenants it last read" in c["message"]
     assert c["message"].endswith("BudgetPolicy ml/daily caps replicas at 1"), c["message"]
     assert ("Warning", "BudgetAnnotationUnreadable") in [(t, r) for t, r, _ in plan.events]
+
+
+def test_a_spec_that_asks_for_spot_itself_is_not_moved_by_an_unreadable_annotation() -> None:
+    """Found by review: the hold read the Spot node selector the user's own ``spec.placement`` asks for as a
+    ``SwitchToSpot``'s, so an unreadable key switched the service to the Spot tier and the operator's toleration (a
+    rollout of every replica)."""
+    raw = make_isvc("batch", 10, {SPOT_KEY: "not json"})
+    raw["spec"]["placement"] = {"nodeSelector": {"karpenter.sh/capacity-type": "spot"},
+                                "tolerations": [{"key": "karpenter.sh/capacity-type", "operator": "Exists"}]}
+    spec = parse_isvc(raw)
+    obs = IsvcObserved(deployment=_deployed(spec))
+    assert hold_spot_placement(spec, obs, raw["metadata"]["annotations"]) is spec
+
+
+def test_a_staged_pool_on_spot_keeps_its_placement_while_the_front_deployment_is_missing() -> None:
+    raw = make_isvc("batch", 10, {SPOT_KEY: "not json"})
+    raw["spec"]["stages"] = {"imageEncoder": {"minReplicas": 1, "maxReplicas": 2}}
+    spec = parse_isvc(raw)
+    pool = build_deployment(image_encoder_spec(with_spot_placement(spec, (SpotSwitch("ml/daily", 50),))), 1, {})
+    obs = IsvcObserved(deployment=None, image_encoder={"Deployment": pool})
+    assert hold_spot_placement(spec, obs, raw["metadata"]["annotations"]).pricing_tier == "Spot"
+    assert hold_spot_placement(spec, IsvcObserved(), raw["metadata"]["annotations"]) is spec  # nothing yet
+
+
+def test_the_autoscaler_prices_a_held_staged_service_at_the_tier_the_planner_prices_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: the autoscaler's ``pool_prices`` placed the pods by the readable Spot annotations alone, so
+    under a held Spot placement it priced both pools on-demand while the planner priced them at Spot; with Spot
+    discounts that differ by GPU the two split a cap differently and every front decision was undone."""
+    from types import SimpleNamespace
+
+    from modalscale.operator.autoscale import handlers
+    from modalscale.operator.isvc.reconcile import stage_prices
+
+    annotations = {SPOT_KEY: "not json"}
+    raw = make_isvc("batch", 10, annotations)
+    raw["spec"]["stages"] = {"imageEncoder": {"minReplicas": 2, "maxReplicas": 4, "resources": {
+        "cpu": "1", "memory": "2Gi", "gpu": {"count": 2, "type": "nvidia-t4"}}}}
+    spec = parse_isvc(raw)
+    front = _deployed(with_spot_placement(spec, (SpotSwitch("ml/daily", 50),)))
+    reads: list[str] = []
+
+    def read(name: str, namespace: str) -> dict[str, Any] | None:
+        reads.append(name)
+        return front if name == "batch" else None
+
+    monkeypatch.setattr(handlers, "read_json", lambda fn, name, namespace: fn(name, namespace))
+    book = SimpleNamespace(price_replica=lambda res, tier: SimpleNamespace(usd_per_hour=CATALOG.price_replica(res,
+                                                                                                             tier)))
+    deps = SimpleNamespace(prices=book, observer=SimpleNamespace(apps=SimpleNamespace(
+        read_namespaced_deployment=read)))
+    held = hold_spot_placement(spec, IsvcObserved(deployment=front), annotations)
+    assert held.pricing_tier == "Spot"
+    assert handlers.pool_prices(deps, spec, raw) == stage_prices(deps, held)  # type: ignore[arg-type]
+    assert reads == ["batch", "batch-image-encoder"]
+    reads.clear()
+    readable = {SPOT_KEY: SpotSwitch("ml/daily", 50).encode()}
+    assert handlers.pool_prices(deps, spec, {**raw, "metadata": {**raw["metadata"], "annotations": readable}}) \
+        == stage_prices(deps, held)  # type: ignore[arg-type]
+    assert reads == []  # no read without an unreadable annotation
