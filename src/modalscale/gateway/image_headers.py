@@ -13,13 +13,13 @@ shared 2-core EPYC, load 0.4-0.9): this reader 1.7-3.2 us per image (median 2.7;
 SOS), ``Image.open(io.BytesIO(data)).size`` 12.9-33.5 us (median 22).
 ``tests/unit/gateway/test_gateway_image_headers.py`` checks the size against Pillow's full decode on every test image.
 
-These header faults, which the runtime refuses too, are refused here, so that they cost no replica any CPU: every JPEG segment up to the
-start of scan is one a decoder reads (one frame header, no marker Pillow or libjpeg stops at), every PNG chunk before
-IDAT has its CRC-32 right, an extended WebP has a frame that fits its canvas (as libwebp's demuxer requires) and a
-GIF's first image descriptor is whole with its color table and LZW code size byte. Not every fault Pillow finds in
-a header is checked (for example a JPEG frame of 12-bit samples, a PNG IHDR with an undefined colour type, a WebP
-with reserved flag bits set): those, and what only the pixel decode finds (a broken IDAT or scan), still reach a
-replica, which refuses them.
+These header faults, which the runtime refuses too, are refused here, so that they cost no replica any CPU: every
+JPEG segment up to the start of scan is one a decoder reads (one frame header, no marker Pillow or libjpeg stops at),
+every PNG chunk before IDAT has its CRC-32 right, an extended WebP has a frame that fits its canvas (as libwebp's
+demuxer requires) and a GIF's first image descriptor is whole with its color table and LZW code size byte. Not every
+fault Pillow finds in a header is checked (for example a JPEG frame of 12-bit samples, a PNG IHDR with an undefined
+colour type, a WebP with reserved flag bits set): those, and what only the pixel decode finds (a broken IDAT or
+scan), still reach a replica, which refuses them.
 """
 
 from __future__ import annotations
