@@ -13,13 +13,13 @@ shared 2-core EPYC, load 0.4-0.9): this reader 1.7-3.2 us per image (median 2.7;
 SOS), ``Image.open(io.BytesIO(data)).size`` 12.9-33.5 us (median 22).
 ``tests/unit/gateway/test_gateway_image_headers.py`` checks the size against Pillow's full decode on every test image.
 
-These header faults, which the runtime refuses too, are refused here, so that they cost no replica any CPU: every
-JPEG segment up to the start of scan is one a decoder reads (one frame header, no marker Pillow or libjpeg stops at),
-every PNG chunk before IDAT has its CRC-32 right, an extended WebP has a frame that fits its canvas (as libwebp's
-demuxer requires) and a GIF's first image descriptor is whole with its color table and LZW code size byte. Not every
-fault Pillow finds in a header is checked (for example a JPEG frame of 12-bit samples, a PNG IHDR with an undefined
-colour type, a WebP with reserved flag bits set): those, and what only the pixel decode finds (a broken IDAT or
-scan), still reach a replica, which refuses them.
+These header faults, which the runtime refuses too, are refused here, so that they cost no replica any CPU: every JPEG
+segment up to the start of scan is one a decoder reads (one frame header of 8-bit samples in 1, 3 or 4 components, no
+marker Pillow or libjpeg stops at), a PNG's IHDR is one PNG defines and every chunk before IDAT has its CRC-32 right, an
+extended WebP has a frame that fits its canvas (as libwebp's demuxer requires) and a GIF's first image descriptor is
+whole with its color table and LZW code size byte. Not every fault Pillow finds in a header is checked (for example a
+malformed DQT, a truncated sRGB chunk, a WebP with reserved flag bits set): those, and what only the pixel decode finds
+(a broken IDAT or scan), still reach a replica, which refuses them.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ with each chunk's CRC-32 checked (6 Dec 2026, idle machine, best of 7 walks of 1
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_MODES = frozenset({(1, 0), (2, 0), (4, 0), (8, 0), (16, 0), (8, 2), (16, 2), (1, 3), (2, 3), (4, 3), (8, 3),
+                        (8, 4), (16, 4), (8, 6), (16, 6)})
+"""(bit depth, colour type) pairs PNG defines (ISO/IEC 15948 11.2.2), the ones Pillow's open reads."""
 _PNG_CHUNK = struct.Struct(">I4s")
 """A PNG chunk's length and type."""
 _PNG_CRC = struct.Struct(">I")
@@ -157,8 +160,11 @@ def _jpeg(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
         if marker in _JPEG_SOF:
             if size is not None:  # libjpeg: "Invalid JPEG file structure: two SOF markers"
                 raise _corrupt("JPEG", "has two frame headers (SOF) before its start of scan")
-            if length < 7:
-                raise _corrupt("JPEG", "frame header is shorter than 7 bytes")
+            if length < 8:
+                raise _corrupt("JPEG", "frame header is shorter than 8 bytes")
+            if data[pos + 2] != 8 or data[pos + 7] not in (1, 3, 4):  # what Pillow's open reads
+                raise _corrupt("JPEG", f"frame has {data[pos + 2]}-bit samples and {data[pos + 7]} components; "
+                                       "8-bit samples in 1, 3 or 4 components are read")
             height, width = struct.unpack_from(">HH", data, pos + 3)
             size = int(width), int(height)
         if marker == 0xDA:
@@ -178,6 +184,9 @@ def _png(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
     (crc,) = struct.unpack_from(">I", data, 29)
     if length != 13 or zlib.crc32(data[12:29]) != crc:
         raise _corrupt("PNG", "IHDR chunk is broken (length or CRC-32 wrong)")
+    if (data[24], data[25]) not in _PNG_MODES or data[27] != 0:
+        raise _corrupt("PNG", f"IHDR has bit depth {data[24]} with colour type {data[25]}, or filter method "
+                              f"{data[27]}, which PNG does not define")
     pos, header, crc_of = 33, _PNG_CHUNK.unpack_from, _PNG_CRC.unpack_from
     while pos + 8 <= end:
         steps.take("PNG")

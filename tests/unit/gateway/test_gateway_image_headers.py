@@ -330,3 +330,48 @@ def test_the_valid_neighbours_of_those_headers_are_read_as_the_runtime_reads_the
     data = READ_BY_THE_RUNTIME[case]()
     decoded = decode_image(data, 0, ModelSettings())
     assert image_size(data)[1:] == (decoded.width, decoded.height) == _decoded_size(data)
+
+
+def _opens(data: bytes) -> bool:
+    """Whether Pillow's open (the runtime's first step) reads the header."""
+    try:
+        Image.open(io.BytesIO(data)).close()
+    except Exception:  # any refusal of Pillow's is the finding
+        return False
+    return True
+
+
+def _reads(data: bytes) -> bool:
+    try:
+        image_size(data)
+    except ImageHeaderError:
+        return False
+    return True
+
+
+def test_every_png_ihdr_mode_and_filter_is_read_exactly_when_pillow_opens_it() -> None:
+    """Found by review: an IHDR with a bit depth / colour type pair PNG does not define, or a filter method other
+    than 0, passed the gateway and Pillow's open refused it at the replica."""
+    base = _saved("PNG")
+    wrong = []
+    for depth in range(17):
+        for colour in range(8):
+            for filter_method in (0, 1):
+                body = struct.pack(">IIBBBBB", 37, 23, depth, colour, 0, filter_method, 0)
+                data = base[:12] + b"IHDR" + body + struct.pack(">I", zlib.crc32(b"IHDR" + body)) + base[33:]
+                if _reads(data) != _opens(data):
+                    wrong.append((depth, colour, filter_method, _opens(data)))
+    assert not wrong, wrong
+
+
+def test_jpeg_sample_precision_and_component_count_are_read_exactly_when_pillow_opens_them() -> None:
+    base = _saved("JPEG")
+    sof = base.index(b"\xff\xc0")
+    wrong = []
+    for offset, values in ((4, range(17)), (9, range(8))):  # precision; component count
+        for value in values:
+            data = bytearray(base)
+            data[sof + offset] = value
+            if _reads(bytes(data)) != _opens(bytes(data)):
+                wrong.append((offset, value, _opens(bytes(data))))
+    assert not wrong, wrong
