@@ -593,8 +593,8 @@ def test_an_unreadable_cap_annotation_holds_the_count_until_it_is_deleted(api: A
     custom(api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "two",
                                                {"metadata": {"annotations": {key: None}}})
     wait_for(lambda: running_pods(api, ns, "two") == 3, 90, "3 running pods once the annotation is deleted")
-    c = condition(get_isvc(api, ns, "two"), "BudgetLimited")
-    assert c is not None and (c["status"], c["reason"]) == ("False", "WithinBudget")
+    wait_for(lambda: (lambda c: c is not None and (c["status"], c["reason"]) == ("False", "WithinBudget"))(
+        condition(get_isvc(api, ns, "two"), "BudgetLimited")), 30, "BudgetLimited=False WithinBudget")
 
 
 def test_an_unreadable_spot_annotation_moves_no_pod_until_it_is_deleted(api: Any, operator: Any, namespace: str,
