@@ -44,7 +44,7 @@ from modalscale.api.annotations import (
     unreadable_budget_annotations,
     unreadable_budget_caps,
 )
-from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION
+from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION, pod_requires_spot
 from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
 from modalscale.api.isvc_status import (
     DELETE,
@@ -275,7 +275,7 @@ def hold_spot_placement(spec: IsvcSpec, obs: IsvcObserved, annotations: dict[str
     Deployment yet starts on-demand; a spec that asks for the Spot node selector itself is left as it is.
     ``BudgetLimited`` names the annotation (``obs.budget_annotations_unreadable``).
     """
-    if (spec.pricing_tier == SPOT_TIER or _selects_spot(spec.placement.node_selector)
+    if (spec.pricing_tier == SPOT_TIER or pod_requires_spot({"spec": {"nodeSelector": spec.placement.node_selector}})
             or not unreadable_budget_annotations(annotations, BUDGET_SPOT_PREFIX)):
         return spec
     return _spot_placed(spec) if _on_spot(_placed_deployment(obs)) else spec
@@ -286,15 +286,11 @@ def _placed_deployment(obs: IsvcObserved) -> dict[str, Any] | None:
     return obs.deployment if obs.deployment is not None else obs.image_encoder.get("Deployment")
 
 
-def _selects_spot(node_selector: dict[str, str]) -> bool:
-    return all(node_selector.get(k) == v for k, v in SPOT_NODE_SELECTOR.items())
-
-
 def _on_spot(deployment: dict[str, Any] | None) -> bool:
     """True when ``deployment``'s pod template has the Spot node selector and toleration :func:`with_spot_placement`
     adds."""
-    template = (((deployment or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-    return _selects_spot(template.get("nodeSelector") or {}) and SPOT_TOLERATION in (template.get("tolerations") or [])
+    template = ((deployment or {}).get("spec") or {}).get("template") or {}
+    return pod_requires_spot(template) and SPOT_TOLERATION in ((template.get("spec") or {}).get("tolerations") or [])
 
 
 def _spot_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from modalscale.api.isvc_status import parse_time
@@ -250,14 +250,20 @@ def tenant_rejections(annotations: Mapping[str, str] | None) -> dict[str, tuple[
     be read refuses no one here; the gateway holds what it last read under that key
     (:class:`modalscale.gateway.tenant_budget.TenantGate`).
     """
-    out: dict[str, tuple[dt.datetime, str]] = {}
+    decoded = []
     for key, value in (annotations or {}).items():
-        if not key.startswith(BUDGET_REJECT_PREFIX):
-            continue
-        try:
-            r = TenantReject.decode(key, value)
-        except InvalidAnnotation:
-            continue
+        if key.startswith(BUDGET_REJECT_PREFIX):
+            try:
+                decoded.append(TenantReject.decode(key, value))
+            except InvalidAnnotation:
+                continue
+    return latest_rejections(decoded)
+
+
+def latest_rejections(rejections: Iterable[TenantReject]) -> dict[str, tuple[dt.datetime, str]]:
+    """Tenant -> (latest ``until``, ``"ns/name"`` of the policy behind it) over ``rejections``."""
+    out: dict[str, tuple[dt.datetime, str]] = {}
+    for r in rejections:
         for tenant in r.tenants:
             if tenant not in out or r.until > out[tenant][0]:
                 out[tenant] = (r.until, r.policy)
@@ -360,7 +366,7 @@ __all__ = [
     "hold_on_unreadable_cap", "unreadable_budget_annotations", "unreadable_budget_caps",
     "cap_annotation_key", "invalid_budget_annotations", "policy_digest", "budgeted_tenants", "encode_tenants",
     "reject_annotation_key", "same_value", "tenants_annotation_key", "spot_annotation_key", "spot_switches",
-    "tenant_rejections",
+    "latest_rejections", "tenant_rejections",
 ]
 
 

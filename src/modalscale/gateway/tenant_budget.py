@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from modalscale.api.annotations import BUDGET_REJECT_PREFIX, InvalidAnnotation, TenantReject
+from modalscale.api.annotations import BUDGET_REJECT_PREFIX, InvalidAnnotation, TenantReject, latest_rejections
 
 TENANT_BUDGET_EXCEEDED = "TenantBudgetExceeded"
 """The reason the gateway counts (``modalscale_gateway_rejected_total``) for a tenant refused by its budget."""
@@ -85,12 +85,8 @@ class TenantGate:
                 if key in self._by_key:
                     by_key[key] = self._by_key[key]
         self._by_key, self._unreadable = by_key, tuple(unreadable)
-        until: dict[str, tuple[float, dt.datetime, str]] = {}
-        for r in by_key.values():
-            for tenant in r.tenants:
-                if tenant not in until or r.until.timestamp() > until[tenant][0]:
-                    until[tenant] = (r.until.timestamp(), r.until, r.policy)
-        self._until = until
+        self._until = {t: (until.timestamp(), until, policy)
+                       for t, (until, policy) in latest_rejections(by_key.values()).items()}
 
     def check(self, tenant: str, now_s: float) -> TenantRefusal | None:
         """The refusal of one request of ``tenant`` (cleaned, not folded) at ``now_s`` (Unix seconds), or None."""
