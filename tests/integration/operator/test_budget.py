@@ -34,6 +34,7 @@ from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.kube import describe_workload, wait_for
 from modalscale.devenv.receivers import ChatReceiver, Reply
 from modalscale.operator.isvc.objects import TERMINATION_GRACE_S
+from tests.integration.operator.isvc_helpers import wait_event
 
 GROUP, VERSION = "modalscale.io", "v1alpha1"
 REPO = Path(__file__).resolve().parents[3]
@@ -127,6 +128,19 @@ def policy_events(api: Any, ns: str, name: str) -> list[dict[str, Any]]:
     resp = client.EventsV1Api(api).list_namespaced_event(ns, _preload_content=False)
     return [e for e in json.loads(resp.data)["items"]
             if (e.get("regarding") or {}).get("kind") == "BudgetPolicy" and e["regarding"].get("name") == name]
+
+
+def wait_policy_events(api: Any, ns: str, name: str, *reasons: str, timeout_s: float = 30) -> list[dict[str, Any]]:
+    """Wait until an Event with each of ``reasons`` about the policy exists; returns every Event about it then.
+
+    The operator posts its Events through a queue after the status patch (``apply.EventPoster``), so a test that saw
+    the status waits here instead of reading the Events once (stop 52's CI read an isvc's Events before the poster did).
+    """
+    def all_posted() -> list[dict[str, Any]] | None:
+        events = policy_events(api, ns, name)
+        return events if set(reasons) <= {e.get("reason") for e in events} else None
+
+    return wait_for(all_posted, timeout_s, f"{', '.join(reasons)} Event(s) about {ns}/{name}")
 
 
 def evaluations_after(api: Any, ns: str, name: str, when: dt.datetime, seconds: float) -> dict[str, Any]:
@@ -256,7 +270,7 @@ def test_thresholds_alert_once_each_then_cap_and_scale_down_through_the_inferenc
     assert client.AppsV1Api(api).read_namespaced_deployment("big", ns).spec.replicas == 1
     assert isvc["spec"]["scaling"]["replicas"] == 3  # enforcement never touches the spec
 
-    reasons = [e.get("reason") for e in policy_events(api, ns, "budget")]
+    reasons = [e.get("reason") for e in wait_policy_events(api, ns, "budget", "ThresholdCrossed", "BudgetEnforced")]
     assert reasons.count("ThresholdCrossed") == 2 and "BudgetEnforced" in reasons
     leaked = [slack.url, dingtalk.url, SIGNING]
     texts = (json.dumps(status) + " ".join(e.get("note") or "" for e in policy_events(api, ns, "budget"))
@@ -497,7 +511,8 @@ def test_an_alert_that_fails_past_the_senders_retries_is_delivered_once_after_th
         (msg,) = slack.accepted
         assert msg.received_at >= retry_at.timestamp() - 1  # not before the backoff (1 s: clock rounding)
         assert percents_in(titles(slack)) == [50]
-        reasons = [(e.get("type"), e.get("reason")) for e in policy_events(api, ns, "budget")]
+        reasons = [(e.get("type"), e.get("reason")) for e in wait_policy_events(api, ns, "budget", "ServerError",
+                                                                                "Delivered")]
         assert ("Warning", "ServerError") in reasons and ("Normal", "Delivered") in reasons
         assert slack.url not in json.dumps(get_policy(api, ns, "budget"))
 
@@ -553,7 +568,7 @@ def test_dry_run_reports_enforcement_without_annotating_or_scaling(api: Any, ope
     assert (condition(isvc, "BudgetLimited") or {}).get("status") == "False"
     assert client.AppsV1Api(api).read_namespaced_deployment("two", ns).spec.replicas == 2
     assert running_pods(api, ns, "two") == 2
-    reasons = [(e.get("reason"), e.get("note")) for e in policy_events(api, ns, "budget")]
+    reasons = [(e.get("reason"), e.get("note")) for e in wait_policy_events(api, ns, "budget", "BudgetEnforced")]
     assert any(r == "BudgetEnforced" and "dry run" in (n or "") for r, n in reasons)
 
 
@@ -628,6 +643,7 @@ def test_an_unreadable_spot_annotation_moves_no_pod_until_it_is_deleted(api: Any
 
     c = wait_for(held, 60, "BudgetLimited=True BudgetAnnotationUnreadable")
     assert c["status"] == "True" and key in c["message"] and "stay on Spot capacity" in c["message"], c
+    wait_event(api, ns, "one", "BudgetAnnotationUnreadable")  # posted through the queue after the status (stop 52's CI)
     assert any(e.reason == "BudgetAnnotationUnreadable" and e.type == "Warning" for e in client.CoreV1Api(
         api).list_namespaced_event(ns, field_selector="involvedObject.name=one").items)
     dep = apps.read_namespaced_deployment("one", ns)

@@ -21,7 +21,7 @@ from modalscale.api.annotations import SpotSwitch, spot_annotation_key
 from modalscale.costmodel.catalog import ReplicaResources, load_catalog
 from modalscale.devenv.kube import wait_for
 
-from .test_budget import GROUP, VERSION, condition, custom, get_policy, make_policy, policy_events
+from .test_budget import GROUP, VERSION, condition, custom, get_policy, make_policy, wait_policy_events
 
 GPU_TYPE = "nvidia-a100-40gb"
 RESOURCES = {"cpu": "64", "memory": "512Gi", "gpu": {"count": 8, "type": GPU_TYPE}}
@@ -144,7 +144,7 @@ def test_a_crossing_moves_the_low_priority_service_to_spot_then_a_spot_shortage_
     assert not any(t.key == "karpenter.sh/capacity-type" for t in template.tolerations or [])
     wait_for(lambda: ledger_rate(api, ns, "budget", "batch") == 2 * ON_DEMAND_USD, 60,
              "batch priced at 2 x on-demand again")
-    reasons = [e.get("reason") for e in policy_events(api, ns, "budget")]
+    reasons = [e.get("reason") for e in wait_policy_events(api, ns, "budget", "SwitchedToSpot", "SpotPendingTimeout")]
     assert "SwitchedToSpot" in reasons and "SpotPendingTimeout" in reasons
     print(f"\nfigure: Spot pod reclaimed -> fallback recorded after {fallback_after_s:.1f} s "
           f"(spotPendingTimeoutSeconds 10, evaluation every 1 s; shared 2-core machine)")
