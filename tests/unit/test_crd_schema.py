@@ -126,7 +126,7 @@ def test_inferenceservice_scale_subresource_and_printer_columns() -> None:
 def test_budgetpolicy_printer_columns() -> None:
     (version,) = CRDS["BudgetPolicy"]["spec"]["versions"]
     names = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert names == ["Period", "Limit", "Spent", "Forecast", "State", "Age"]
+    assert names == ["Ready", "Period", "Limit", "Spent", "Forecast", "State", "Reason", "Age"]
 
 
 @pytest.mark.parametrize("kind", ["InferenceService", "BudgetPolicy"])

@@ -9,6 +9,7 @@ spend is visible within seconds.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -146,6 +147,31 @@ def test_a_selector_that_matches_nothing_says_so_with_one_event(api: Any, operat
     more_evaluations(operator, 3)
     events = [e for e in policy_events(api, namespace, "nobody") if e.get("reason") == "NoServicesSelected"]
     assert len(events) == 1 and events[0]["type"] == "Warning"
+
+
+def test_a_time_zone_the_schema_lets_through_shows_ready_false_with_its_reason_in_kubectl_get(
+        api: Any, cluster: Any, operator: Any, namespace: str) -> None:
+    """``Mars/Olympus_Mons`` matches the CRD's pattern but is no IANA zone: the operator says so in ``Ready`` and an
+    Event; ``kubectl get`` showed a row with a blank STATE and nothing else, now READY False (REASON InvalidSpec with
+    ``-o wide``)."""
+    import subprocess
+
+    from modalscale.devenv.binaries import ensure_binaries
+
+    body = make_policy("mars", "10", [{"percent": 50}], [])
+    body["spec"]["timeZone"] = "Mars/Olympus_Mons"
+    create_policy(api, namespace, body)
+    ready = condition(wait_ready_reason(api, namespace, "mars", "InvalidSpec"), "Ready")
+    assert ready is not None and ready["status"] == "False" and "spec.timeZone" in ready["message"], ready
+    kubectl = ensure_binaries(lambda _m: None).kubectl
+    out = subprocess.run([str(kubectl), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace, "get",
+                          "budgetpolicies", "mars", "-o", "wide"], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    header, row = out.splitlines()
+    starts = [m.start() for m in re.finditer(r"\S+", header)]  # kubectl aligns each cell under its header
+    cells = {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)}
+    assert (cells["NAME"], cells["READY"], cells["PERIOD"], cells["REASON"]) == (
+        "mars", "False", "Daily", "InvalidSpec"), out
 
 
 @pytest.mark.parametrize("patch, words", [
