@@ -14,11 +14,15 @@ SOS), ``Image.open(io.BytesIO(data)).size`` 12.9-33.5 us (median 22).
 ``tests/unit/gateway/test_gateway_image_headers.py`` checks the size against Pillow's full decode on every test image.
 
 These header faults, which the runtime refuses too, are refused here, so that they cost no replica any CPU: every JPEG
-segment up to the start of scan is one a decoder reads (one frame header of 8-bit samples in 1, 3 or 4 components, no
-marker Pillow or libjpeg stops at), a PNG's IHDR is one PNG defines and every chunk before IDAT has its CRC-32 right, an
-extended WebP has a frame that fits its canvas (as libwebp's demuxer requires) and a GIF's first image descriptor is
-whole with its color table and LZW code size byte. Not every fault Pillow finds in a header is checked (for example a
-malformed DQT, a truncated sRGB chunk, a WebP with reserved flag bits set): those, and what only the pixel decode finds
+segment up to the start of scan is one a decoder reads (one frame header of 8-bit samples in 1, 3 or 4 components of a
+process libjpeg decodes, no second SOI, every DQT table whole with an index 0-3, no marker Pillow or libjpeg stops at),
+a PNG's IHDR is one PNG defines and every chunk before IDAT has its CRC-32 right, is no IEND and is not shorter than
+Pillow's open reads (sRGB 1 byte, pHYs 9, acTL 8, a grey or truecolour tRNS 2 or 6), a WebP is as long as its RIFF
+header says and its chunks up to the first frame lie inside the RIFF chunk, an extended WebP has no VP8X flag libwebp
+does not define, an animation has its ANIM chunk before the first ANMF and a frame that fits its canvas (as libwebp's
+demuxer requires), and a GIF's first image descriptor is whole with its color table and an LZW code size of at most 12,
+and has no zero side. Not every fault the runtime finds in a header is checked (for example a WebP chunk after the first
+frame that the RIFF size cuts, which only a walk of every frame would find): those, and what only the pixel decode finds
 (a broken IDAT or scan), still reach a replica, which refuses them.
 """
 
@@ -33,9 +37,10 @@ FORMATS: Final = ("JPEG", "PNG", "WebP", "GIF", "BMP")
 
 MAX_STEPS: Final = 16_384
 """Default bound of the header walk, in steps, shared by the images of a request (:class:`Steps`): a step is one JPEG
-marker segment or one byte outside a segment (junk and fill bytes, skipped one at a time as libjpeg and Pillow do),
-one PNG or WebP chunk before the image data, or one GIF extension sub-block before the first frame. Real files take a
-few: the six workload photographs 3-5 (PNG) and 22-24 (JPEG), so a request of hundreds of images fits. A crafted file
+marker segment, one quantization table of a DQT segment after its first or one byte outside a segment (junk and fill
+bytes, skipped one at a time as libjpeg and Pillow do), one PNG or WebP chunk before the image data, or one GIF
+extension sub-block before the first frame. Real files take a few: the six workload photographs 3-5 (PNG) and 22-24
+(JPEG), so a request of hundreds of images fits. A crafted file
 (a JPEG of 64 MiB of junk, a PNG of millions of empty chunks) would otherwise cost a Python loop turn per 1-12 bytes
 of the body. Measured, shared 2-core EPYC, per step: JPEG junk 75 ns, GIF sub-block 150 ns, PNG chunk 430 ns; and
 with each chunk's CRC-32 checked (6 Dec 2026, idle machine, best of 7 walks of 16384 empty chunks): 910 ns against
@@ -46,6 +51,12 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_MODES = frozenset({(1, 0), (2, 0), (4, 0), (8, 0), (16, 0), (8, 2), (16, 2), (1, 3), (2, 3), (4, 3), (8, 3),
                         (8, 4), (16, 4), (8, 6), (16, 6)})
 """(bit depth, colour type) pairs PNG defines (ISO/IEC 15948 11.2.2), the ones Pillow's open reads."""
+_PNG_SHORTEST = {colour: {b"sRGB": 1, b"pHYs": 9, b"acTL": 8, b"IEND": 1 << 32, b"tRNS": {0: 2, 2: 6}.get(colour, 0)}
+                 for colour in (0, 2, 3, 4, 6)}
+"""Colour type -> chunk type -> the shortest body of that chunk before IDAT that the runtime reads. Pillow's open
+raises on a shorter sRGB, pHYs, acTL ("Truncated ... chunk") and on a tRNS shorter than one grey (2 bytes) or RGB (6)
+sample; longer ones it reads. IEND ends Pillow's header walk as IDAT does, and the load then fails ("cannot load this
+image"): it is never long enough."""
 _PNG_CHUNK = struct.Struct(">I4s")
 """A PNG chunk's length and type."""
 _PNG_CRC = struct.Struct(">I")
@@ -53,10 +64,18 @@ _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 """Start-of-frame markers SOF0-SOF15 (C4 is DHT, C8 is reserved JPG, CC is DAC)."""
 _JPEG_STANDALONE = frozenset(range(0xD0, 0xD8))
 """Markers without a length field that Pillow's open skips before SOS (RSTn)."""
-_JPEG_REFUSED = frozenset(range(0x01, 0xC0)) | {0xC8, 0xDE, 0xDF} | frozenset(range(0xF0, 0xFE))
+_JPEG_SOF_UNSUPPORTED = frozenset((0xC5, 0xC6, 0xC7, 0xCB, 0xCD, 0xCE, 0xCF))
+"""Frame headers libjpeg-turbo (3.2, the one in Pillow's wheels) stops at when it loads: the differential (hierarchical)
+processes SOF5-SOF7 and SOF13-SOF15 (``JERR_SOF_UNSUPPORTED``) and lossless arithmetic SOF11 (``JERR_ARITH_NOTIMPL``).
+It decodes SOF0-SOF3 (lossless Huffman included), SOF9 and SOF10."""
+_JPEG_REFUSED = (frozenset(range(0x01, 0xC0)) | {0xC8, 0xD8, 0xDE, 0xDF} | frozenset(range(0xF0, 0xFE))
+                 | _JPEG_SOF_UNSUPPORTED)
 """Markers the runtime refuses before its start of scan: Pillow's open has no entry for TEM and 0x02-0xBF ("no
 marker found") and stops at DHP; libjpeg (at load) stops at JPG, EXP and JPG0-JPG13 (``JERR_SOF_UNSUPPORTED``,
-``JERR_UNKNOWN_MARKER``)."""
+``JERR_UNKNOWN_MARKER``), at a second SOI (``JERR_SOI_DUPLICATE``) and at :data:`_JPEG_SOF_UNSUPPORTED`."""
+_WEBP_FLAGS = 0x3E
+"""VP8X flag bits libwebp defines (ICC profile 0x20, alpha 0x10, EXIF 0x08, XMP 0x04, animation 0x02): its demuxer
+refuses a file that sets another bit of the flags byte (0x01, 0x40, 0x80); it ignores the three bytes after it."""
 _BMP_INFO_HEADERS = frozenset((40, 52, 56, 64, 108, 124))
 """DIB header sizes with signed 32-bit sides that Pillow's BmpImagePlugin reads (12, OS/2 core, is apart)."""
 
@@ -149,7 +168,7 @@ def _jpeg(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
         if marker == 0x00 or marker in _JPEG_STANDALONE:  # 0xFF00 between segments is a stuffed byte: libjpeg
             continue                                        # (next_marker) and Pillow skip it as garbage
         if marker in _JPEG_REFUSED:
-            raise _corrupt("JPEG", f"has marker 0xFF{marker:02X} before its start of scan, which no decoder reads")
+            raise _jpeg_refused(marker)
         if marker == 0xD9:
             raise _corrupt("JPEG", "ends (EOI) before its start of scan")
         if pos + 2 > end:
@@ -167,11 +186,39 @@ def _jpeg(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
                                        "8-bit samples in 1, 3 or 4 components are read")
             height, width = struct.unpack_from(">HH", data, pos + 3)
             size = int(width), int(height)
+        elif marker == 0xDB and (length != 67 or data[pos + 2] > 3):  # not the usual one 8-bit table 0-3
+            _jpeg_dqt(data, pos + 2, pos + length, steps)
         if marker == 0xDA:
             if size is None:
                 raise _corrupt("JPEG", "has no frame header (SOF) before its start of scan")
             return size
         pos += length
+
+
+def _jpeg_refused(marker: int) -> ImageHeaderError:
+    """The error for a marker of :data:`_JPEG_REFUSED` before the start of scan."""
+    if marker == 0xD8:
+        return _corrupt("JPEG", "has a second start of image (SOI, 0xFFD8) before its start of scan")
+    if marker in _JPEG_SOF_UNSUPPORTED:
+        return _corrupt("JPEG", f"frame header is SOF{marker - 0xC0} (0xFF{marker:02X}: a differential or lossless "
+                                "arithmetic process), which the decoder does not support")
+    return _corrupt("JPEG", f"has marker 0xFF{marker:02X} before its start of scan, which no decoder reads")
+
+
+def _jpeg_dqt(data: bytes | memoryview, pos: int, end: int, steps: Steps) -> None:
+    """Check the quantization tables of the DQT segment whose body is ``data[pos:end]`` (ITU T.81 B.2.4.1): each is
+    a precision / index byte and 64 values of 1 byte (precision 0) or 2 (any other precision, as Pillow and libjpeg
+    read it), and the tables fill the segment exactly (Pillow's open: "bad quantization table marker"); the index is
+    0-3 (libjpeg at load: "Bogus DQT index"). One step per table after the first (the segment's step pays for it)."""
+    while pos < end:
+        spec = data[pos]
+        pos += 65 if spec < 0x10 else 129
+        if pos > end:
+            raise _corrupt("JPEG", "quantization table (DQT) is cut short by its segment length")
+        if spec & 0x0F > 3:
+            raise _corrupt("JPEG", f"quantization table (DQT) has index {spec & 0x0F}; 0-3 are read")
+        if pos < end:
+            steps.take("JPEG")
 
 
 def _png(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
@@ -197,30 +244,50 @@ def _png(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
             break
         if zlib.crc32(data[pos + 4:pos + 8 + length]) != crc_of(data, pos + 8 + length)[0]:
             raise _corrupt("PNG", f"{kind.decode('latin-1')!r} chunk is broken (CRC-32 wrong)")
+        if length < _PNG_SHORTEST[data[25]].get(kind, 0):
+            raise _corrupt("PNG", "ends (IEND) before its first IDAT chunk" if kind == b"IEND" else
+                           f"{kind.decode('latin-1')!r} chunk is {length} bytes long, shorter than the "
+                           f"{_PNG_SHORTEST[data[25]][kind]} the decoder reads")
         pos += 12 + length
     raise _corrupt("PNG", "is truncated before its first IDAT chunk")
 
 
 def _webp(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
-    """RIFF container, first chunk (Google, "WebP Container Specification"; RFC 9649). An extended file (``VP8X``)
-    is read as libwebp's demuxer validates it (Pillow opens every WebP through it): at least one frame, a still
-    image's frame exactly the canvas, an animation frame (``ANMF``) inside it."""
-    if len(data) < 30:
+    """RIFF container, first chunk (Google, "WebP Container Specification"; RFC 9649), read as libwebp's demuxer
+    validates it (Pillow opens every WebP through it): the data holds the whole RIFF chunk (bytes after it are
+    ignored) and every chunk read lies inside it; a simple file's one image chunk is followed by nothing or by at least
+    a chunk header. An extended file (``VP8X``) sets no flag libwebp does not define and has at least one frame, a
+    still image's frame exactly the canvas, an animation's ``ANIM`` before its first frame (``ANMF``), inside it."""
+    end = len(data)
+    if end < 30:
         raise _corrupt("WebP", "is truncated (shorter than 30 bytes)")
+    riff_end = 8 + int.from_bytes(data[4:8], "little")
+    if riff_end > end:  # the demuxer refuses a partial file
+        raise _corrupt("WebP", f"is truncated: its RIFF header says {riff_end} bytes, the data has {end}")
     kind = bytes(data[12:16])
     if kind in (b"VP8 ", b"VP8L"):
-        return _webp_frame(data, 12)
+        length = int.from_bytes(data[16:20], "little")
+        left = riff_end - 20 - length - (length & 1)
+        if not (left == 0 or left >= 8):
+            raise _corrupt("WebP", f"{kind.decode('latin-1')!r} chunk of {length} bytes does not fit its RIFF chunk "
+                                   f"({riff_end} bytes)" if left < 0 else
+                                   f"RIFF chunk has {left} bytes after its image chunk, fewer than a chunk header")
+        return _webp_frame(data, 12, riff_end)
     if kind == b"VP8X":  # extended: flags (4 bytes), canvas width - 1 and height - 1 (24 bits each)
+        flags = data[20]
+        if flags & ~_WEBP_FLAGS:
+            raise _corrupt("WebP", f"VP8X flags 0x{flags:02X} set a bit libwebp does not define (reserved)")
         width = int.from_bytes(data[24:27], "little") + 1
         height = int.from_bytes(data[27:30], "little") + 1
-        _webp_extended(data, data[20] & 0x02 != 0, width, height, steps)
+        _webp_extended(data, flags & 0x02 != 0, width, height, riff_end, steps)
         return width, height
     raise _corrupt("WebP", f"first chunk is {kind!r}, not VP8, VP8L or VP8X")
 
 
-def _webp_frame(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Width and height of the ``VP8 `` or ``VP8L`` chunk whose header starts at ``pos``."""
-    if pos + 18 > len(data):
+def _webp_frame(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    """Width and height of the ``VP8 `` or ``VP8L`` chunk whose header starts at ``pos`` (its header before
+    ``end``)."""
+    if pos + 18 > end:
         raise _corrupt("WebP", "is truncated inside its image chunk header")
     if bytes(data[pos:pos + 4]) == b"VP8 ":  # lossy: frame tag, start code 9d 01 2a, 14-bit sides (RFC 6386 9.1)
         if bytes(data[pos + 11:pos + 14]) != b"\x9d\x01\x2a":
@@ -233,40 +300,52 @@ def _webp_frame(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     return (int(bits) & 0x3FFF) + 1, ((int(bits) >> 14) & 0x3FFF) + 1
 
 
-def _webp_extended(data: bytes | memoryview, animated: bool, width: int, height: int, steps: Steps) -> None:
-    """Walk the chunks after ``VP8X`` up to the first frame: a still image's ``VP8 `` / ``VP8L`` (its size must be
-    the canvas's), or an animation's first ``ANMF`` (offset and size inside the canvas).
+def _webp_extended(data: bytes | memoryview, animated: bool, width: int, height: int, end: int, steps: Steps) -> None:
+    """Walk the chunks after ``VP8X`` up to the first frame, each inside the RIFF chunk that ends at ``end``: a still
+    image's ``VP8 `` / ``VP8L`` (its size must be the canvas's), or an animation's first ``ANMF`` (offset and size
+    inside the canvas), after an ``ANIM`` chunk of at least 6 bytes.
 
     Raises:
-        ImageHeaderError: No frame, or a frame that does not fit (libwebp ``WebPDemux`` refuses both).
+        ImageHeaderError: A chunk past ``end``, no frame, a frame that does not fit, or an ``ANMF`` before any
+            ``ANIM`` or an ``ANIM`` shorter than 6 bytes (libwebp ``WebPDemux`` refuses all of them).
     """
-    pos, end = 30, len(data)
+    pos, anim = 30, False
     while pos + 8 <= end:
         steps.take("WebP")
         kind = bytes(data[pos:pos + 4])
-        (length,) = struct.unpack_from("<I", data, pos + 4)
+        length = int(struct.unpack_from("<I", data, pos + 4)[0])
+        padded = length + (length & 1)
+        if pos + 8 + padded > end:
+            raise _corrupt("WebP", f"{kind.decode('latin-1')!r} chunk of {length} bytes runs past the end of its "
+                                   "RIFF chunk")
         if kind in (b"VP8 ", b"VP8L") and not animated:
-            frame = _webp_frame(data, pos)
+            frame = _webp_frame(data, pos, end)
             if frame != (width, height):
                 raise _corrupt("WebP", f"image is {frame[0]}x{frame[1]}, not its canvas's {width}x{height}")
             return
-        if kind == b"ANMF" and animated:  # offset (2 x 24 bits each), the header's size, duration, flags, then
-            if pos + 24 > end:            # the frame's chunks: the demuxer sizes the frame by its bitstream
+        if kind == b"ANIM":
+            if padded < 6:
+                raise _corrupt("WebP", f"ANIM chunk is {length} bytes long, shorter than 6")
+            anim = True
+        elif kind == b"ANMF" and not anim:
+            raise _corrupt("WebP", "has an animation frame (ANMF) before its ANIM chunk")
+        elif kind == b"ANMF" and animated:  # offset (2 x 24 bits each), the header's size, duration, flags, then
+            if pos + 24 > end:              # the frame's chunks: the demuxer sizes the frame by its bitstream
                 break
             x, y = (2 * int.from_bytes(data[pos + i:pos + i + 3], "little") for i in (8, 11))
             inner = pos + 24
-            while inner + 8 <= min(end, pos + 8 + int(length)) and bytes(data[inner:inner + 4]) not in (
+            while inner + 8 <= min(end, pos + 8 + length) and bytes(data[inner:inner + 4]) not in (
                     b"VP8 ", b"VP8L"):
                 steps.take("WebP")
                 inner += 8 + int(struct.unpack_from("<I", data, inner + 4)[0])
                 inner += inner & 1
             if inner + 8 <= end and bytes(data[inner:inner + 4]) in (b"VP8 ", b"VP8L"):
-                w, h = _webp_frame(data, inner)
+                w, h = _webp_frame(data, inner, end)
                 if x + w > width or y + h > height:
                     raise _corrupt("WebP", f"first frame ({w}x{h} at {x},{y}) is outside its {width}x{height} "
                                            f"canvas")
             return
-        pos += 8 + int(length) + (int(length) & 1)
+        pos += 8 + padded
     raise _corrupt("WebP", "has no image (truncated, or no VP8, VP8L or ANMF frame)")
 
 
@@ -282,9 +361,17 @@ def _gif(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
     while pos < end:
         block = data[pos]
         if block == 0x2C:  # image descriptor: left, top, width, height, flags; its color table; LZW code size
-            if pos + 10 > end or pos + 11 + (3 << ((data[pos + 9] & 7) + 1) if data[pos + 9] & 0x80 else 0) > end:
+            if pos + 10 > end:
+                break
+            code_size_at = pos + 10 + (3 << ((data[pos + 9] & 7) + 1) if data[pos + 9] & 0x80 else 0)
+            if code_size_at >= end:
                 break  # Pillow's open reads all three
             left, top, frame_w, frame_h = struct.unpack_from("<HHHH", data, pos + 1)
+            if not frame_w or not frame_h:  # Pillow's load: "tile cannot extend outside image"
+                raise _corrupt("GIF", f"first frame declares a zero size ({frame_w}x{frame_h})")
+            if data[code_size_at] > 12:  # Pillow's LZW decoder takes 0-12 ("codec configuration error")
+                raise _corrupt("GIF", f"first frame has LZW minimum code size {data[code_size_at]}; at most 12 is "
+                                      "decoded")
             return max(int(width), int(left) + int(frame_w)), max(int(height), int(top) + int(frame_h))
         if block == 0x3B:  # the trailer before any image
             break

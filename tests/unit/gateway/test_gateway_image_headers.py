@@ -265,6 +265,83 @@ def _gif_cut(after_descriptor: int) -> bytes:
     return gif[:gif.index(b",") + after_descriptor]
 
 
+JPEG_LOSSLESS = bytes.fromhex(
+    "ffd8ffe000104a46494600010100000100010000ffc3000b080003000501011100ffc400160001010100000000000000000000000000030008"
+    "ffda0008010100010000cfeeeef3bbbceeefffd9")
+"""A 5 x 3 grey lossless (SOF3, Huffman) JPEG, written by libjpeg-turbo 3.2 (``jpeg_enable_lossless``); the runtime
+decodes it."""
+JPEG_ARITHMETIC = bytes.fromhex(
+    "ffd8ffe000104a46494600010100000100010000ffdb004300080606070605080707070909080a0c140d0c0b0b0c1912130f141d1a1f1e1d1a"
+    "1c1c20242e2720222c231c1c2837292c30313434341f27393d38323c2e333432ffc9000b080003000501011100ffcc000600101005ffda0008"
+    "010100003f00ff00d1dd4ce9dcffd9")
+"""A 5 x 3 grey sequential arithmetic-coded (SOF9) JPEG, written by libjpeg-turbo 3.2 (``arith_code``); the runtime
+decodes it."""
+
+
+def _with_sof(jpg: bytes, marker: int) -> bytes:
+    """``jpg`` with its frame header's marker replaced by ``marker`` (the rest of the file unchanged)."""
+    i = next(i for i in range(2, len(jpg)) if jpg[i] == 0xFF and jpg[i + 1] in (0xC0, 0xC2, 0xC3, 0xC9))
+    return jpg[:i + 1] + bytes([marker]) + jpg[i + 2:]
+
+
+def _jpeg_dqt(body: bytes) -> bytes:
+    """A 37 x 23 JPEG with an extra DQT segment of ``body`` before its own."""
+    jpg = _saved("JPEG")
+    i = jpg.index(b"\xff\xdb")
+    return jpg[:i] + b"\xff\xdb" + struct.pack(">H", 2 + len(body)) + body + jpg[i:]
+
+
+def _jpeg_first_dqt_cut_by_one() -> bytes:
+    """The JPEG's first DQT segment (one 8-bit table, 65 bytes) with its length and body one byte shorter."""
+    jpg = _saved("JPEG")
+    i = jpg.index(b"\xff\xdb")
+    assert struct.unpack_from(">H", jpg, i + 2)[0] == 67
+    return jpg[:i] + b"\xff\xdb\x00\x42" + jpg[i + 4:i + 68] + jpg[i + 69:]
+
+
+def _png_with(chunk: bytes, image: Image.Image | None = None) -> bytes:
+    """A 37 x 23 PNG (of ``image``, default RGB) with ``chunk`` right after its IHDR."""
+    out = io.BytesIO()
+    (image or Image.new("RGB", (37, 23), (200, 30, 60))).save(out, "PNG")
+    png = out.getvalue()
+    return png[:33] + chunk + png[33:]
+
+
+def _gif_with(offset: int, value: bytes) -> bytes:
+    """The 37 x 23 GIF with ``value`` written at ``offset`` after the start of its first image descriptor."""
+    gif = bytearray(_saved("GIF"))
+    at = gif.index(b",") + offset
+    gif[at:at + len(value)] = value
+    return bytes(gif)
+
+
+def _gif_lzw_code_size(bits: int) -> bytes:
+    """The 37 x 23 GIF with its first frame's LZW minimum code size byte set to ``bits``."""
+    gif = _saved("GIF")
+    d = gif.index(b",")
+    flags = gif[d + 9]
+    at = d + 10 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+    return gif[:at] + bytes([bits]) + gif[at + 1:]
+
+
+GIF_LZW_CODE_SIZE_12 = bytes.fromhex(
+    "47494638396105000400810000000000ffffffff000000ff002c0000000005000400000c24001000040001000002800000000140000080002000"
+    "004000100000200008000010000220003b")
+"""A 5 x 4 GIF whose LZW minimum code size is 12 (the largest Pillow's decoder takes): clear, 20 literal 13-bit codes
+(0, 1, 2, 0, ...) and end, written by hand; Pillow decodes it to those pixels."""
+
+
+def _with_riff_size(webp: bytes, delta: int) -> bytes:
+    return webp[:4] + struct.pack("<I", struct.unpack_from("<I", webp, 4)[0] + delta) + webp[8:]
+
+
+def _webp_animation(*before_the_frame: bytes, flags: int = 0x02) -> bytes:
+    """A 37 x 23 animated WebP: ``VP8X`` with ``flags``, the chunks ``before_the_frame``, one ``ANMF`` frame."""
+    frame = _riff_chunk(b"ANMF", bytes(6) + (36).to_bytes(3, "little") + (22).to_bytes(3, "little") + bytes(4)
+                        + _webp_still_chunk())
+    return _riff(_vp8x(37, 23, flags=flags), *before_the_frame, frame)
+
+
 REFUSED_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
     "png-bad-crc-in-a-chunk-before-idat": lambda: _saved("PNG")[:33] + _png_chunk(b"tEXt", b"k\x00v", crc=1234)
     + _saved("PNG")[33:],
@@ -278,6 +355,32 @@ REFUSED_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
        for m in (0x01, 0x02, 0x30, 0xBF, 0xC8, 0xDE, 0xDF, 0xF0, 0xFD)},
     "jpeg-two-sofs": _jpeg_two_sofs,
     "gif-cut-after-the-image-descriptor": lambda: _gif_cut(10),
+    # found by review (7 Dec 2026): each passed the gateway, and the runtime refused it
+    "jpeg-second-soi-read-as-a-segment": lambda: _jpeg_with(b"\xff\xd8\x00\x02"),  # libjpeg: "two SOI markers"
+    "jpeg-dqt-cut-short": _jpeg_first_dqt_cut_by_one,  # Pillow's open: "bad quantization table marker"
+    "jpeg-dqt-16-bit-table-of-64-bytes": lambda: _jpeg_dqt(b"\x10" + b"\x01" * 64),
+    "jpeg-dqt-index-4": lambda: _jpeg_dqt(b"\x04" + b"\x01" * 64),  # libjpeg: "Bogus DQT index 4"
+    **{f"jpeg-sof{m - 0xC0}": (lambda m=m, base=base: _with_sof(base(), m))  # libjpeg: "Unsupported JPEG process" or
+       for m, base in ((0xC5, lambda: _saved("JPEG")), (0xC6, lambda: _encode(Image.new("RGB", (37, 23)), "JPEG",
+                                                                                progressive=True)),
+                       (0xC7, lambda: JPEG_LOSSLESS), (0xCB, lambda: JPEG_LOSSLESS),  # "arithmetic coding is not
+                       (0xCD, lambda: JPEG_ARITHMETIC), (0xCE, lambda: JPEG_ARITHMETIC),  # implemented"
+                       (0xCF, lambda: JPEG_LOSSLESS))},
+    "png-srgb-empty": lambda: _png_with(_png_chunk(b"sRGB", b"")),  # Pillow's open: "Truncated sRGB chunk"
+    "png-phys-8-bytes": lambda: _png_with(_png_chunk(b"pHYs", bytes(8))),
+    "png-actl-7-bytes": lambda: _png_with(_png_chunk(b"acTL", bytes(7))),
+    "png-trns-rgb-5-bytes": lambda: _png_with(_png_chunk(b"tRNS", bytes(5))),
+    "png-trns-grey-1-byte": lambda: _png_with(_png_chunk(b"tRNS", bytes(1)), Image.new("L", (37, 23))),
+    "png-iend-before-idat": lambda: _png_with(_png_chunk(b"IEND", b"")),  # Pillow: "cannot load this image"
+    "gif-lzw-code-size-13": lambda: _gif_lzw_code_size(13),  # Pillow's decoder: "codec configuration error"
+    "gif-first-frame-0x0": lambda: _gif_with(5, bytes(4)),  # Pillow: "tile cannot extend outside image"
+    "webp-riff-size-beyond-the-data": lambda: _with_riff_size(_saved("WEBP"), 2),  # the demuxer: partial file
+    "webp-riff-size-cuts-the-image-chunk": lambda: _with_riff_size(_saved("WEBP"), -2),
+    "webp-riff-chunk-4-bytes-after-the-image": lambda: _with_riff_size(_saved("WEBP") + bytes(4), 4),
+    "webp-vp8x-animation-without-anim": lambda: _webp_animation(),  # the demuxer: 'ANIM' precedes frames
+    "webp-vp8x-anim-chunk-of-4-bytes": lambda: _webp_animation(_riff_chunk(b"ANIM", bytes(4))),
+    **{f"webp-vp8x-reserved-flag-{flag:02x}": (lambda flag=flag: _riff(_vp8x(37, 23, flags=flag), _webp_still_chunk()))
+       for flag in (0x01, 0x40, 0x80)},
 }
 
 
@@ -319,6 +422,20 @@ READ_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
         _vp8x(64, 48, flags=0x02), _riff_chunk(b"ANIM", bytes(6)),
         _riff_chunk(b"ANMF", (13).to_bytes(3, "little") + (12).to_bytes(3, "little") + (29).to_bytes(3, "little")
                     + (29).to_bytes(3, "little") + bytes(4) + _webp_still_chunk())),
+    # the neighbours of the 7 Dec 2026 cases, which the runtime reads
+    "jpeg-lossless-sof3": lambda: JPEG_LOSSLESS,
+    "jpeg-arithmetic-sof9": lambda: JPEG_ARITHMETIC,
+    "jpeg-empty-dqt": lambda: _jpeg_dqt(b""),
+    "jpeg-dqt-16-bit-table-index-3": lambda: _jpeg_dqt(b"\x13" + b"\x00\x01" * 64),
+    "png-srgb-2-bytes": lambda: _png_with(_png_chunk(b"sRGB", bytes(2))),
+    "png-trns-grey-2-bytes": lambda: _png_with(_png_chunk(b"tRNS", bytes(2)), Image.new("L", (37, 23))),
+    "png-trns-rgba-1-byte": lambda: _png_with(_png_chunk(b"tRNS", bytes(1)), Image.new("RGBA", (37, 23))),
+    "gif-lzw-code-size-12": lambda: GIF_LZW_CODE_SIZE_12,
+    "webp-bytes-after-the-riff-chunk": lambda: _saved("WEBP") + bytes(5),
+    "webp-riff-chunk-a-chunk-header-after-the-image": lambda: _with_riff_size(_saved("WEBP") + bytes(8), 8),
+    "webp-anim-chunk-of-5-bytes": lambda: _webp_animation(_riff_chunk(b"ANIM", bytes(5))),
+    "webp-vp8x-reserved-bytes-after-the-flags": lambda: _riff(_vp8x(37, 23)[:9] + b"\xff" * 3 + _vp8x(37, 23)[12:],
+                                                              _webp_still_chunk()),
 }
 
 
