@@ -201,6 +201,7 @@ def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes
                 image = ImageOps.exif_transpose(image)
                 if image.size != stored_size:  # a quarter turn (orientation 5-8): report the displayed size
                     width, height = height, width
+            rgb = _to_rgb(image)  # in the try: a palette PNG's tRNS longer than its palette fails here (ValueError)
     except RequestError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
@@ -212,7 +213,6 @@ def decode_image(data: bytes, index: int, settings: ModelSettings, digest: bytes
     except (OSError, SyntaxError, ValueError) as exc:
         raise RequestError("CorruptImage", f"IMAGES[{index}]: cannot decode image "
                                            f"({type(exc).__name__}: {_without_addresses(str(exc))})") from None
-    rgb = _to_rgb(image)
     bucket_h, bucket_w = resolution_bucket(width, height, settings.max_image_side_pixels)
     gap = INT8_REDUCING_GAP if settings.precision is Precision.INT8 else None
     resized = rgb.resize((bucket_w, bucket_h), Image.Resampling.BILINEAR, reducing_gap=gap)

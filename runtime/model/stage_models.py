@@ -29,7 +29,7 @@ from modalscale.runtime.model.inputs import Modality, RequestError
 from modalscale.runtime.model.pipeline import MultimodalPipeline, Prepared
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.model.staged import CLIENT, UNAVAILABLE, EncoderFailure, FrontPipeline, FrontPrepared
-from modalscale.runtime.model.triton_model import FeatureMetrics, _classes_output
+from modalscale.runtime.model.triton_model import FeatureMetrics, _classes_output, prepare_failure
 from modalscale.runtime.repo_config import (
     CLASSES,
     ENCODER_IMAGE,
@@ -97,6 +97,9 @@ class ImageEncoderStageModel:
                 batch.error(exc.reason)
                 responses[i] = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
+                continue
+            except Exception as exc:  # one request's unforeseen fault fails that request only
+                responses[i] = prepare_failure(exc, batch, i, len(requests))
                 continue
             batch.accepted(image, [im.pixels for im in prep.parsed.images], None)
             prepared.append(prep)
@@ -175,6 +178,9 @@ class FrontModel:
                 batch.error(exc.reason)
                 responses[i] = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
+                continue
+            except Exception as exc:  # one request's unforeseen fault fails that request only
+                responses[i] = prepare_failure(exc, batch, i, len(requests))
                 continue
             prepared.append(prep)
             rows.append(i)

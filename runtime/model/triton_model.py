@@ -176,6 +176,10 @@ class TritonPythonModel:
                 responses[i] = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
                 continue
+            except Exception as exc:  # one request's unforeseen fault fails that request only
+                responses[i] = prepare_failure(exc, batch, i, len(requests))
+                self._flush_per_request(batch)
+                continue
             batch.accepted(prep.parsed.modality.value, [image.pixels for image in prep.parsed.images],
                            prep.text_tokens if prep.parsed.text is not None else None)
             self._flush_per_request(batch)
@@ -206,6 +210,17 @@ class TritonPythonModel:
         """Drop the model and metric references (Triton unloads the families afterwards)."""
         self.pipeline = None  # type: ignore[assignment]
         self.metrics = None  # type: ignore[assignment]
+
+
+def prepare_failure(exc: Exception, batch: names.MetricBatch, index: int, size: int) -> Any:
+    """The response of a request whose validation (``prepare``) raised something other than a ``RequestError``: an
+    ``InternalError`` of that request alone, counted and logged with its traceback. Raised out of ``execute``, it
+    failed every request of the batch (a palette PNG whose tRNS is longer than its palette did so until
+    ``decode_image`` refused it), however valid the others were."""
+    LOG.error("Request %d of a batch of %d failed its validation", index, size, exc_info=exc)
+    batch.error("InternalError")
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}",
+                                                                 pb_utils.TritonError.INTERNAL))
 
 
 def _classes_output(classes: NDArray[np.integer[Any]]) -> NDArray[np.int32]:

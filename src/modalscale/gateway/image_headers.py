@@ -17,13 +17,13 @@ These header faults, which the runtime refuses too, are refused here, so that th
 segment up to the start of scan is one a decoder reads (one frame header of 8-bit samples in 1, 3 or 4 components of a
 process libjpeg decodes, no second SOI, every DQT table whole with an index 0-3, no marker Pillow or libjpeg stops at),
 a PNG's IHDR is one PNG defines and every chunk before IDAT has its CRC-32 right, is no IEND and is not shorter than
-Pillow's open reads (sRGB 1 byte, pHYs 9, acTL 8, a grey or truecolour tRNS 2 or 6), a WebP is as long as its RIFF
-header says and its chunks up to the first frame lie inside the RIFF chunk, an extended WebP has no VP8X flag libwebp
-does not define, an animation has its ANIM chunk before the first ANMF and a frame that fits its canvas (as libwebp's
-demuxer requires), and a GIF's first image descriptor is whole with its color table and an LZW code size of at most 12,
-and has no zero side. Not every fault the runtime finds in a header is checked (for example a WebP chunk after the first
-frame that the RIFF size cuts, which only a walk of every frame would find): those, and what only the pixel decode finds
-(a broken IDAT or scan), still reach a replica, which refuses them.
+Pillow's open reads (sRGB 1 byte, pHYs 9, acTL 8, a grey or truecolour tRNS 2 or 6; a palette's tRNS holds at most 256
+values), a WebP is as long as its RIFF header says and its chunks up to the first frame lie inside the RIFF chunk, an
+extended WebP has no VP8X flag libwebp does not define, an animation has its ANIM chunk before the first ANMF and a
+frame that fits its canvas (as libwebp's demuxer requires), and a GIF's first image descriptor is whole with its color
+table and an LZW code size of at most 12, and has no zero side. Not every fault the runtime finds in a header is checked
+(for example a WebP chunk after the first frame that the RIFF size cuts, which only a walk of every frame would find):
+those, and what only the pixel decode finds (a broken IDAT or scan), still reach a replica, which refuses them.
 """
 
 from __future__ import annotations
@@ -248,6 +248,8 @@ def _png(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
             raise _corrupt("PNG", "ends (IEND) before its first IDAT chunk" if kind == b"IEND" else
                            f"{kind.decode('latin-1')!r} chunk is {length} bytes long, shorter than the "
                            f"{_PNG_SHORTEST[data[25]][kind]} the decoder reads")
+        if kind == b"tRNS" and data[25] == 3 and length > 256:  # Pillow's RGBA conversion: "palette index out of
+            raise _corrupt("PNG", f"'tRNS' chunk has {length} alpha values, more than a palette's 256")  # range"
         pos += 12 + length
     raise _corrupt("PNG", "is truncated before its first IDAT chunk")
 

@@ -169,10 +169,26 @@ def _zero_size_png() -> bytes:
             + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
 
 
+def _palette_png_with_too_many_alphas() -> bytes:
+    """A palette PNG whose tRNS has 300 alpha values (a palette holds at most 256): Pillow's RGB conversion raised a
+    bare ValueError that failed every request of the batch; now CorruptImage for this request alone."""
+    import struct
+    import zlib
+
+    image = Image.new("P", (37, 23), 1)
+    image.putpalette([10, 20, 30] * 4)
+    png = _png(image)
+    at = png.index(b"IDAT") - 4
+    body = b"\x80" * 300
+    return png[:at] + struct.pack(">I", len(body)) + b"tRNS" + body + struct.pack(">I", zlib.crc32(b"tRNS" + body)) \
+        + png[at:]
+
+
 BAD_REQUESTS = {
     "corrupt-bytes": ({"images": [b"\xff\xd8\xff\xe0 this is not really a jpeg"]}, "CorruptImage"),
     "truncated-jpeg": ({"images": [photo_bytes("china")[:5000]]}, "CorruptImage"),
     "zero-size": ({"images": [_zero_size_png()]}, ("CorruptImage", "ImageTooSmall")),
+    "palette-png-with-300-alphas": ({"images": [_palette_png_with_too_many_alphas()]}, "CorruptImage"),
     "huge-20000x20000": ({"images": [_huge_png()]}, "ImageTooLarge"),
     "non-utf8-text": ({"text": b"caf\xe9 \xff"}, "InvalidUtf8"),
     "empty-request": ({"images": []}, "EmptyRequest"),
@@ -229,7 +245,9 @@ def test_bad_requests_in_the_same_batch_do_not_fail_good_ones(triton_server: Tri
         try:
             calls = []
             for i in range(6):
-                if i % 2:
+                if i == 5:  # failed the whole batch until decode_image refused it
+                    calls.append(aclient.infer(images=[_palette_png_with_too_many_alphas()]))
+                elif i % 2:
                     calls.append(aclient.infer(images=[b"garbage %d" % i]))
                 else:
                     calls.append(aclient.infer(images=[photo_at("coffee", 160, 120)], text=f"cup {i}"))

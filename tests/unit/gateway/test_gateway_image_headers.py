@@ -307,6 +307,17 @@ def _png_with(chunk: bytes, image: Image.Image | None = None) -> bytes:
     return png[:33] + chunk + png[33:]
 
 
+def _palette_png_with_trns(alphas: int) -> bytes:
+    """A 37 x 23 palette PNG of 4 colours with a tRNS chunk of ``alphas`` values before its IDAT (after PLTE)."""
+    image = Image.new("P", (37, 23), 1)
+    image.putpalette([10, 20, 30] * 4)
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    png = out.getvalue()
+    at = png.index(b"IDAT") - 4
+    return png[:at] + _png_chunk(b"tRNS", b"\x80" * alphas) + png[at:]
+
+
 def _gif_with(offset: int, value: bytes) -> bytes:
     """The 37 x 23 GIF with ``value`` written at ``offset`` after the start of its first image descriptor."""
     gif = bytearray(_saved("GIF"))
@@ -372,6 +383,9 @@ REFUSED_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
     "png-trns-rgb-5-bytes": lambda: _png_with(_png_chunk(b"tRNS", bytes(5))),
     "png-trns-grey-1-byte": lambda: _png_with(_png_chunk(b"tRNS", bytes(1)), Image.new("L", (37, 23))),
     "png-iend-before-idat": lambda: _png_with(_png_chunk(b"IEND", b"")),  # Pillow: "cannot load this image"
+    # found by review: the runtime's RGB conversion raised a bare ValueError ("palette index out of range") that
+    # failed the whole batch; decode_image now refuses it as CorruptImage
+    "png-palette-trns-of-257-alphas": lambda: _palette_png_with_trns(257),
     "gif-lzw-code-size-13": lambda: _gif_lzw_code_size(13),  # Pillow's decoder: "codec configuration error"
     "gif-first-frame-0x0": lambda: _gif_with(5, bytes(4)),  # Pillow: "tile cannot extend outside image"
     "webp-riff-size-beyond-the-data": lambda: _with_riff_size(_saved("WEBP"), 2),  # the demuxer: partial file
@@ -411,6 +425,7 @@ READ_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
     "png-bad-crc-in-idat": lambda: (lambda p, i: p[:i] + bytes([p[i] ^ 0xFF]) + p[i + 1:])(
         _saved("PNG"), _saved("PNG").index(b"IEND") - 5),  # IDAT's CRC: Pillow checks none before the decode
     "webp-vp8x-canvas-equal-to-its-image": lambda: _riff(_vp8x(37, 23), _webp_still_chunk()),
+    "png-palette-trns-of-256-alphas-for-4-colours": lambda: _palette_png_with_trns(256),
     "webp-animated": lambda: _animated("WEBP", loop=0),
     "webp-animated-lossless": lambda: _animated("WEBP", lossless=True),
     "apng": lambda: _animated("PNG"),

@@ -1,0 +1,137 @@
+"""One request's fault never fails the other requests of its batch (runtime adapters of the Python backend).
+
+A request whose validation raised anything but a ``RequestError`` used to leave ``execute`` with the exception, and
+Triton failed every request of the batch with it: a palette PNG whose tRNS is longer than its palette did so (a
+bare ``ValueError`` from Pillow's RGB conversion), with valid requests beside it. ``decode_image`` now refuses that
+image; this checks the whole kind: whatever ``prepare`` raises for one request, the others are served, and that one
+gets an ``InternalError`` of its own, counted.
+
+The adapters import ``triton_python_backend_utils``, which exists only inside the backend's stub process: a small
+stand-in module records the responses, as in ``test_runtime_stages.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from modalscale.runtime.model import metrics as names
+from modalscale.runtime.model.inputs import RequestError
+from modalscale.runtime.model.settings import ModelSettings
+
+
+def _stand_in() -> types.ModuleType:
+    fake = types.ModuleType("triton_python_backend_utils")
+
+    class TritonError:
+        INVALID_ARG, INTERNAL, UNAVAILABLE = 400, 500, 503
+
+        def __init__(self, message: str, code: int = 500) -> None:
+            self.message, self.code = message, code
+
+    fake.TritonError = TritonError  # type: ignore[attr-defined]
+    fake.InferenceResponse = lambda output_tensors=None, error=None: SimpleNamespace(  # type: ignore[attr-defined]
+        outputs=output_tensors, error=error)
+    fake.Tensor = lambda name, array: (name, array)  # type: ignore[attr-defined]
+    fake.get_input_tensor_by_name = lambda request, name: (  # type: ignore[attr-defined]
+        SimpleNamespace(as_numpy=lambda: request[name]) if name in request else None)
+    return fake
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_adapters() -> Iterator[None]:
+    """Drop the adapter modules a test imported against the stand-in (``stage_models`` imports ``triton_model`` by
+    its package name), so no later test gets them bound to it."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.endswith(("triton_model", "stage_models", "_under_test")):
+            del sys.modules[name]
+
+
+def _module(monkeypatch: pytest.MonkeyPatch, name: str) -> Any:
+    """``modalscale.runtime.model.<name>`` loaded afresh against the stand-in ``triton_python_backend_utils``."""
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _stand_in())
+    import modalscale.runtime.model as package
+
+    spec = importlib.util.spec_from_file_location(f"_{name}_under_test", Path(package.__file__).parent / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Pipeline:
+    """``prepare`` raises what the request's TEXT names (``b"crash"``: a ``KeyError``, ``b"invalid"``: a
+    ``RequestError``); ``run`` answers the others with an embedding."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def prepare(self, images: Any, text: Any) -> Any:
+        word = text[0][0].decode()
+        if word == "crash":
+            raise KeyError("a fault no check named")
+        if word == "invalid":
+            raise RequestError("InvalidUtf8", "TEXT: not UTF-8")
+        modality = SimpleNamespace(value="text")
+        return SimpleNamespace(word=word, text_tokens=3, parsed=SimpleNamespace(modality=modality, images=(),
+                                                                                 text=word))
+
+    def run(self, prepared: list[Any]) -> list[Any]:
+        self.ran = [p.word for p in prepared]
+        return [SimpleNamespace(modality="text", stage_s={"text": 0.01}, cache_hits=0, cache_misses=1,
+                                embedding=np.ones(4, dtype=np.float32), image_classes=np.zeros(0, dtype=np.int64))
+                for _ in prepared]
+
+
+def test_a_request_whose_validation_crashes_fails_alone_and_its_batch_is_served(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    triton_model = _module(monkeypatch, "triton_model")
+    model = object.__new__(triton_model.TritonPythonModel)
+    model.settings, model.pipeline = ModelSettings(), _Pipeline()
+    requests = [{"TEXT": np.array([[w.encode()]], dtype=object)} for w in ("a cat", "crash", "invalid", "a dog")]
+    batch = names.MetricBatch()
+
+    responses = model._execute(requests, batch)
+
+    assert model.pipeline.ran == ["a cat", "a dog"]
+    assert [r.error is None for r in responses] == [True, False, False, True]
+    assert responses[1].error.code == 500 and responses[1].error.message.startswith("InternalError: KeyError")
+    assert responses[2].error.code == 400 and responses[2].error.message.startswith("InvalidUtf8")
+    errors = {dict(label_set)["reason"]: by for op, name, label_set, by in batch.calls()
+              if name == names.REQUEST_ERRORS_TOTAL}
+    assert errors == {"InternalError": 1, "InvalidUtf8": 1}
+
+
+@pytest.mark.parametrize("model_class, input_name", [("ImageEncoderStageModel", "ENCODER_IMAGE"),
+                                                     ("FrontModel", "INPUT_IMAGES")])
+def test_the_staged_models_fail_a_crashing_request_alone(monkeypatch: pytest.MonkeyPatch, model_class: str,
+                                                        input_name: str) -> None:
+    """The encoder pool's and the front's own validation loops: the crashing request gets its ``InternalError``,
+    the call does not raise (it raised out of ``execute`` before, failing the batch)."""
+    stage_models = _module(monkeypatch, "stage_models")
+    cls = getattr(stage_models, model_class, None)
+    assert cls is not None, [n for n in dir(stage_models) if n.endswith("Model")]
+    model = object.__new__(cls)
+
+    def prepare(images: Any, text: Any) -> Any:
+        raise KeyError("a fault no check named")
+
+    model.pipeline = model.front = SimpleNamespace(prepare=prepare)
+    name = getattr(stage_models, input_name)
+    batch = names.MetricBatch()
+    responses = model._execute([{name: np.array([[b"x"]], dtype=object)}], batch)
+    (response,) = responses
+    assert response.error.code == 500 and response.error.message.startswith("InternalError: KeyError")
+    assert [(name_, by) for op, name_, _, by in batch.calls() if name_ == names.REQUEST_ERRORS_TOTAL] == [
+        (names.REQUEST_ERRORS_TOTAL, 1)]
