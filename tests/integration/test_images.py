@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import yaml
 
+from modalscale.devenv.image_rootfs import mounted_rootfs
 from modalscale.devenv.images import (
     BuiltImage,
     archive_layers,
@@ -33,7 +34,6 @@ from modalscale.devenv.images import (
     operator_reference,
     runtime_cpu_reference,
     stage_context,
-    unpack_archive,
 )
 from modalscale.devenv.kube import wait_for
 
@@ -132,8 +132,11 @@ def test_operator_image_has_no_torch_and_runs_as_the_chart_user(built: dict[str,
     assert not {p for p in packages if p.lower().startswith(("torch", "nvidia", "transformers", "triton/", "triton-"))
                 or p == "triton"}, packages
 
-    rootfs = tmp_path / "rootfs"
-    config = unpack_archive(archive, rootfs)
+    with mounted_rootfs(archive, tmp_path / "image", log=lambda m: print(m, flush=True)) as (rootfs, config):
+        _operator_image_runs_as_the_chart_user(rootfs, config)
+
+
+def _operator_image_runs_as_the_chart_user(rootfs: Path, config: dict[str, Any]) -> None:
     uid = VALUES["securityContext"]["runAsUser"]
     assert config["User"] == f"{uid}:{VALUES['securityContext']['runAsGroup']}"
     assert config["Entrypoint"] == ["modalscale", "operator"]
@@ -174,16 +177,14 @@ def runc_config(rootfs: Path, args: list[str], env: list[str], uid: int, mounts:
 @pytest.fixture(scope="module")
 def runtime_rootfs(built: dict[str, BuiltImage], tmp_path_factory: pytest.TempPathFactory
                    ) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """The CPU runtime image unpacked once per module (``(rootfs, image config)``): every container of the module
-    runs it with a read-only root, so they share it (unpacking its 3 GB of gzip layers took 50-120 s per test)."""
-    rootfs = tmp_path_factory.mktemp("runtime-rootfs") / "rootfs"
+    """The CPU runtime image as one read-only tree per module (``(rootfs, image config)``), shared by every container
+    of the module (unpacking its 3 GB of gzip layers took 50-120 s per test; :func:`mounted_rootfs` unpacks the
+    dependency layers once per their change and mounts the code layer over them)."""
     started = time.monotonic()
-    config = unpack_archive(Path(built["runtime-cpu"].archive), rootfs)
-    print(f"runtime image unpacked in {time.monotonic() - started:.1f} s", flush=True)
-    try:
+    with mounted_rootfs(Path(built["runtime-cpu"].archive), tmp_path_factory.mktemp("runtime-image"),
+                        log=lambda m: print(m, flush=True)) as (rootfs, config):
+        print(f"runtime image root filesystem ready in {time.monotonic() - started:.1f} s", flush=True)
         yield rootfs, config
-    finally:
-        shutil.rmtree(rootfs, ignore_errors=True)
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -739,7 +740,9 @@ def archive_paths(archive: Path) -> set[str]:
 def unpack_archive(archive: Path, rootfs: Path) -> dict[str, Any]:
     """Unpack the image in an OCI archive into ``rootfs`` (layers in order, OCI whiteouts applied).
 
-    For running an image without a container engine (``runc`` with a bundle, or ``chroot``), e.g. in tests.
+    For running an image without a container engine (``runc`` with a bundle, or ``chroot``), e.g. in tests;
+    :func:`modalscale.devenv.image_rootfs.mounted_rootfs` gives the same tree without unpacking the unchanged
+    layers again.
 
     Returns:
         The image config (``config`` of the OCI image config: User, Env, Entrypoint, Cmd, ...).
@@ -747,9 +750,25 @@ def unpack_archive(archive: Path, rootfs: Path) -> dict[str, Any]:
         ImageBuildError: A layer member would land outside ``rootfs``.
     """
     manifest, config = archive_manifest(archive)
+    unpack_layers(archive, manifest["layers"], rootfs)
+    return dict(config.get("config") or {})
+
+
+def unpack_layers(archive: Path, layers: Sequence[dict[str, Any]], rootfs: Path,
+                  overlay_below: Path | None = None) -> None:
+    """Unpack ``layers`` (manifest entries) of the OCI archive into ``rootfs``, in order.
+
+    Args:
+        overlay_below: The tree of the earlier layers, for ``rootfs`` to be an overlay's upper layer above it:
+            OCI whiteouts are then written as overlayfs does (``.wh.<name>`` as a 0/0 character device where that
+            tree has ``<name>``, ``.wh..wh..opq`` as the ``trusted.overlay.opaque`` attribute on its directory).
+            Without it they are applied (what they name is removed).
+    Raises:
+        ImageBuildError: A layer member would land outside ``rootfs``.
+    """
     rootfs.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive) as outer:
-        for layer in manifest["layers"]:
+        for layer in layers:
             algo, _, hexd = layer["digest"].partition(":")
             fh = outer.extractfile(f"blobs/{algo}/{hexd}")
             assert fh is not None
@@ -761,24 +780,36 @@ def unpack_archive(archive: Path, rootfs: Path) -> dict[str, Any]:
                     if ".." in Path(name).parts:
                         raise ImageBuildError(f"{archive}: layer member {member.name!r} escapes the rootfs")
                     parent, base = os.path.split(name)
-                    if base == ".wh..wh..opq":
-                        target_dir = rootfs / parent
-                        for child in target_dir.iterdir() if target_dir.is_dir() else []:
-                            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
-                        continue
                     if base.startswith(".wh."):
-                        gone = rootfs / parent / base[len(".wh."):]
-                        if gone.is_dir() and not gone.is_symlink():
-                            shutil.rmtree(gone)
-                        elif gone.exists() or gone.is_symlink():
-                            gone.unlink()
+                        _whiteout(rootfs, parent, base, overlay_below)
                         continue
                     target = rootfs / name
                     if (target.exists() or target.is_symlink()) and not (member.isdir() and target.is_dir()):
                         shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
                     member.name = name
                     inner.extract(member, rootfs, set_attrs=True, numeric_owner=True, filter="fully_trusted")
-    return dict(config.get("config") or {})
+
+
+def _whiteout(rootfs: Path, parent: str, base: str, below: Path | None) -> None:
+    """The OCI whiteout ``base`` (``.wh.<name>``, or ``.wh..wh..opq`` for the whole directory) in ``rootfs/parent``
+    (as an overlay's upper layer over ``below``, when given: see :func:`unpack_layers`)."""
+    directory = rootfs / parent
+    if base == ".wh..wh..opq":
+        if below is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            os.setxattr(directory, "trusted.overlay.opaque", b"y")
+            return
+        for child in directory.iterdir() if directory.is_dir() else []:
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        return
+    gone = directory / base[len(".wh."):]
+    if gone.is_dir() and not gone.is_symlink():
+        shutil.rmtree(gone)
+    elif gone.exists() or gone.is_symlink():
+        gone.unlink()
+    if below is not None and os.path.lexists(below / parent / base[len(".wh."):]):
+        directory.mkdir(parents=True, exist_ok=True)
+        os.mknod(gone, 0o600 | stat.S_IFCHR, os.makedev(0, 0))
 
 
 def _bud(buildah: list[str], root: Path, label: str, dockerfile_text: str, sources: Sequence[str], tag: str,
