@@ -18,12 +18,13 @@ segment up to the start of scan is one a decoder reads (one frame header of 8-bi
 process libjpeg decodes, no second SOI, every DQT table whole with an index 0-3, no marker Pillow or libjpeg stops at),
 a PNG's IHDR is one PNG defines and every chunk before IDAT has its CRC-32 right, is no IEND and is not shorter than
 Pillow's open reads (sRGB 1 byte, pHYs 9, acTL 8, a grey or truecolour tRNS 2 or 6; a palette's tRNS holds at most 256
-values), a WebP is as long as its RIFF header says and its chunks up to the first frame lie inside the RIFF chunk, an
-extended WebP has no VP8X flag libwebp does not define, an animation has its ANIM chunk before the first ANMF and a
-frame that fits its canvas (as libwebp's demuxer requires), and a GIF's first image descriptor is whole with its color
-table and an LZW code size of at most 12, and has no zero side. Not every fault the runtime finds in a header is checked
-(for example a WebP chunk after the first frame that the RIFF size cuts, which only a walk of every frame would find):
-those, and what only the pixel decode finds (a broken IDAT or scan), still reach a replica, which refuses them.
+values, or names one transparent index below 256), a WebP is as long as its RIFF header says and its chunks up to the
+first frame lie inside the RIFF chunk, an extended WebP has no VP8X flag libwebp does not define, an animation has its
+ANIM chunk before the first ANMF and a frame that fits its canvas (as libwebp's demuxer requires), and a GIF's first
+image descriptor is whole with its color table and an LZW code size of at most 12, and has no zero side. Not every fault
+the runtime finds in a header is checked (for example a WebP chunk after the first frame that the RIFF size cuts, which
+only a walk of every frame would find): those, and what only the pixel decode finds (a broken IDAT or scan), still reach
+a replica, which refuses them.
 """
 
 from __future__ import annotations
@@ -248,10 +249,19 @@ def _png(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
             raise _corrupt("PNG", "ends (IEND) before its first IDAT chunk" if kind == b"IEND" else
                            f"{kind.decode('latin-1')!r} chunk is {length} bytes long, shorter than the "
                            f"{_PNG_SHORTEST[data[25]][kind]} the decoder reads")
-        if kind == b"tRNS" and data[25] == 3 and length > 256:  # Pillow's RGBA conversion: "palette index out of
-            raise _corrupt("PNG", f"'tRNS' chunk has {length} alpha values, more than a palette's 256")  # range"
+        if kind == b"tRNS" and data[25] == 3 and length > 256 and not _one_transparent_index(data, pos + 8, length):
+            raise _corrupt("PNG", f"'tRNS' chunk has {length} alpha values, more than a palette's 256")
         pos += 12 + length
     raise _corrupt("PNG", "is truncated before its first IDAT chunk")
+
+
+def _one_transparent_index(data: bytes | memoryview, pos: int, length: int) -> bool:
+    """Whether the palette tRNS body ``data[pos:pos + length]`` is one 0x00 below index 256 among 0xFF bytes: Pillow
+    reads that as one transparent palette index (its ``_simple_palette``), which converts; any other body longer than
+    256 values it keeps as alphas, and its RGBA conversion fails ("palette index out of range")."""
+    body = bytes(data[pos:pos + length])
+    index = body.find(b"\x00")
+    return 0 <= index < 256 and body.count(b"\xff") == length - 1
 
 
 def _webp(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
@@ -261,8 +271,8 @@ def _webp(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
     a chunk header. An extended file (``VP8X``) sets no flag libwebp does not define and has at least one frame, a
     still image's frame exactly the canvas, an animation's ``ANIM`` before its first frame (``ANMF``), inside it."""
     end = len(data)
-    if end < 30:
-        raise _corrupt("WebP", "is truncated (shorter than 30 bytes)")
+    if end < 25:  # RIFF header, chunk header, and a VP8L header's 5 bytes (VP8 and VP8X need 10)
+        raise _corrupt("WebP", "is truncated (shorter than 25 bytes)")
     riff_end = 8 + int.from_bytes(data[4:8], "little")
     if riff_end > end:  # the demuxer refuses a partial file
         raise _corrupt("WebP", f"is truncated: its RIFF header says {riff_end} bytes, the data has {end}")
@@ -275,6 +285,8 @@ def _webp(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
                                    f"({riff_end} bytes)" if left < 0 else
                                    f"RIFF chunk has {left} bytes after its image chunk, fewer than a chunk header")
         return _webp_frame(data, 12, riff_end)
+    if kind == b"VP8X" and riff_end < 30:
+        raise _corrupt("WebP", "is truncated inside its VP8X chunk")
     if kind == b"VP8X":  # extended: flags (4 bytes), canvas width - 1 and height - 1 (24 bits each)
         flags = data[20]
         if flags & ~_WEBP_FLAGS:
@@ -288,10 +300,11 @@ def _webp(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
 
 def _webp_frame(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
     """Width and height of the ``VP8 `` or ``VP8L`` chunk whose header starts at ``pos`` (its header before
-    ``end``)."""
-    if pos + 18 > end:
+    ``end``: 10 bytes of a VP8 frame header, 5 of a VP8L one)."""
+    lossy = bytes(data[pos:pos + 4]) == b"VP8 "
+    if pos + (18 if lossy else 13) > end:
         raise _corrupt("WebP", "is truncated inside its image chunk header")
-    if bytes(data[pos:pos + 4]) == b"VP8 ":  # lossy: frame tag, start code 9d 01 2a, 14-bit sides (RFC 6386 9.1)
+    if lossy:  # lossy: frame tag, start code 9d 01 2a, 14-bit sides (RFC 6386 9.1)
         if bytes(data[pos + 11:pos + 14]) != b"\x9d\x01\x2a":
             raise _corrupt("WebP", "VP8 frame has no start code")
         width, height = struct.unpack_from("<HH", data, pos + 14)

@@ -307,15 +307,17 @@ def _png_with(chunk: bytes, image: Image.Image | None = None) -> bytes:
     return png[:33] + chunk + png[33:]
 
 
-def _palette_png_with_trns(alphas: int) -> bytes:
-    """A 37 x 23 palette PNG of 4 colours with a tRNS chunk of ``alphas`` values before its IDAT (after PLTE)."""
+def _palette_png_with_trns(alphas: int | bytes) -> bytes:
+    """A 37 x 23 palette PNG of 4 colours with a tRNS chunk before its IDAT (after PLTE): ``alphas`` values of 0x80,
+    or that body."""
     image = Image.new("P", (37, 23), 1)
     image.putpalette([10, 20, 30] * 4)
     out = io.BytesIO()
     image.save(out, "PNG")
     png = out.getvalue()
     at = png.index(b"IDAT") - 4
-    return png[:at] + _png_chunk(b"tRNS", b"\x80" * alphas) + png[at:]
+    body = alphas if isinstance(alphas, bytes) else b"\x80" * alphas
+    return png[:at] + _png_chunk(b"tRNS", body) + png[at:]
 
 
 def _gif_with(offset: int, value: bytes) -> bytes:
@@ -386,6 +388,7 @@ REFUSED_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
     # found by review: the runtime's RGB conversion raised a bare ValueError ("palette index out of range") that
     # failed the whole batch; decode_image now refuses it as CorruptImage
     "png-palette-trns-of-257-alphas": lambda: _palette_png_with_trns(257),
+    "png-palette-trns-one-transparent-index-280": lambda: _palette_png_with_trns(b"\xff" * 280 + b"\0" + b"\xff" * 5),
     "gif-lzw-code-size-13": lambda: _gif_lzw_code_size(13),  # Pillow's decoder: "codec configuration error"
     "gif-first-frame-0x0": lambda: _gif_with(5, bytes(4)),  # Pillow: "tile cannot extend outside image"
     "webp-riff-size-beyond-the-data": lambda: _with_riff_size(_saved("WEBP"), 2),  # the demuxer: partial file
@@ -426,6 +429,8 @@ READ_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
         _saved("PNG"), _saved("PNG").index(b"IEND") - 5),  # IDAT's CRC: Pillow checks none before the decode
     "webp-vp8x-canvas-equal-to-its-image": lambda: _riff(_vp8x(37, 23), _webp_still_chunk()),
     "png-palette-trns-of-256-alphas-for-4-colours": lambda: _palette_png_with_trns(256),
+    # found by review: Pillow reads one 0x00 among 0xFF bytes as one transparent index, whatever the length
+    "png-palette-trns-one-transparent-index-in-300-bytes": lambda: _palette_png_with_trns(b"\0" + b"\xff" * 299),
     "webp-animated": lambda: _animated("WEBP", loop=0),
     "webp-animated-lossless": lambda: _animated("WEBP", lossless=True),
     "apng": lambda: _animated("PNG"),
