@@ -4,6 +4,7 @@ made here. Needs root and overlayfs (the real node's containerd needs both too);
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import io
@@ -14,25 +15,26 @@ from pathlib import Path
 
 import pytest
 
-from modalscale.devenv.image_rootfs import LOWER_PREFIX, lower_key, mounted_lowers, mounted_rootfs
+from modalscale.devenv.image_rootfs import lower_name, mounted_rootfs, overlay_usable, rootfs_cache_dir
 from modalscale.devenv.images import unpack_archive
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting an overlay needs root")
+pytestmark = pytest.mark.skipif(not overlay_usable(), reason="mounting an overlay needs root and overlayfs")
 
 
 def _layer(entries: list[tuple[str, bytes | None, int]]) -> bytes:
     """A gzip tar layer: ``(path, content or None for a directory, mode)``; ``link:<target>`` content is a
-    symlink."""
+    symlink, ``hard:<target>`` a hard link; a directory ``tmp`` belongs to uid 1000."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         for path, content, mode in entries:
             info = tarfile.TarInfo(path)
-            info.mode = mode
+            info.mode, info.uid = mode, 1000 if path == "tmp" else 0
             if content is None:
                 info.type = tarfile.DIRTYPE
                 tar.addfile(info)
-            elif content.startswith(b"link:"):
-                info.type, info.linkname = tarfile.SYMTYPE, content[5:].decode()
+            elif content.startswith((b"link:", b"hard:")):
+                info.type = tarfile.SYMTYPE if content.startswith(b"link:") else tarfile.LNKTYPE
+                info.linkname = content[5:].decode()
                 tar.addfile(info)
             else:
                 info.size = len(content)
@@ -67,12 +69,14 @@ def _archive(path: Path, layers: list[bytes]) -> Path:
 
 BASE = _layer([("etc", None, 0o755), ("etc/os-release", b"debian\n", 0o644), ("bin", None, 0o755),
                ("bin/sh", b"#!shell\n", 0o755), ("opt", None, 0o755), ("opt/old", None, 0o755),
-               ("opt/old/a.txt", b"a\n", 0o644), ("opt/keep", b"keep\n", 0o600)])
+               ("opt/old/a.txt", b"a\n", 0o644), ("opt/keep", b"keep\n", 0o600), ("tmp", None, 0o1777)])
 DEPS = _layer([("usr", None, 0o755), ("usr/lib", None, 0o755), ("usr/lib/big.so", b"\0" * 4096, 0o755),
                ("etc/.wh.os-release", b"", 0o644), ("cache", None, 0o755), ("cache/x", b"x\n", 0o644)])
 CODE = _layer([("app", None, 0o755), ("app/main.py", b"print('hi')\n", 0o644), ("app/run", b"link:main.py", 0o777),
                ("usr/lib/.wh.big.so", b"", 0o644), ("cache/.wh..wh..opq", b"", 0o644), ("cache/y", b"y\n", 0o644),
-               ("opt/.wh.old", b"", 0o644)])
+               ("opt/.wh.old", b"", 0o644), ("usr/lib/.wh.never-there", b"", 0o644),
+               ("tmp/made-by-code", b"t", 0o644),  # no "tmp" entry: the upper tmp must keep 1777 and uid 1000
+               ("app/sh-again", b"hard:bin/sh", 0o755)])  # a hard link to a file of the base layer
 
 
 def _tree(root: Path) -> dict[str, tuple[str, int, bytes]]:
@@ -84,11 +88,11 @@ def _tree(root: Path) -> dict[str, tuple[str, int, bytes]]:
             st = p.lstat()
             rel = p.relative_to(root).as_posix()
             if p.is_symlink():
-                out[rel] = ("link", 0, os.readlink(p).encode())
+                out[rel] = ("link", st.st_uid, os.readlink(p).encode())
             elif p.is_dir():
-                out[rel] = ("dir", st.st_mode & 0o7777, b"")
+                out[rel] = ("dir", (st.st_mode & 0o7777) | st.st_uid << 16, b"")
             else:
-                out[rel] = ("file", st.st_mode & 0o7777, p.read_bytes())
+                out[rel] = ("file", (st.st_mode & 0o7777) | st.st_uid << 16, p.read_bytes())
     return out
 
 
@@ -99,13 +103,13 @@ def test_the_mounted_tree_is_the_unpacked_tree_and_the_lower_layers_are_unpacked
     expected = _tree_of_unpacked(archive, tmp_path / "unpacked")
     assert "etc/os-release" not in expected and "usr/lib/big.so" not in expected and "opt/old" not in expected
     assert expected["cache/y"][2] == b"y\n" and "cache/x" not in expected and expected["opt/keep"][1] == 0o600
+    assert expected["tmp"][1] == 0o1777 | 1000 << 16 and expected["app/sh-again"][2] == b"#!shell\n"
 
     logs: list[str] = []
     with mounted_rootfs(archive, tmp_path / "first", log=logs.append) as (rootfs, config):
         assert _tree(rootfs) == expected
         assert config["User"] == "1000:1000"
-        (lower,) = [p for p in mounted_lowers() if p.name.startswith(LOWER_PREFIX)
-                    and p.parent == tmp_path / "cache" / "images" / "rootfs"]
+        lower = rootfs_cache_dir() / lower_name(archive, _manifest_layers(archive)[:-1])
         (rootfs / "app" / "new").write_text("lands in the caller's directory")  # runc makes mount points
         (rootfs / "opt" / "keep").unlink()
         assert not list(lower.rglob("new")) and (lower / "opt" / "keep").is_file()
@@ -121,17 +125,25 @@ def test_the_mounted_tree_is_the_unpacked_tree_and_the_lower_layers_are_unpacked
         assert _tree(rootfs) == _tree_of_unpacked(archive2, tmp_path / "unpacked2")
     assert len([m for m in logs if "unpacking" in m]) == 1, logs
 
-    # New dependencies: a new lower tree, and the old one (no longer mounted) is removed.
-    deps3 = _layer([("usr", None, 0o755), ("usr/lib", None, 0o755), ("usr/lib/other.so", b"o", 0o755)])
     with mounted_rootfs(other, tmp_path / "other", log=logs.append) as (rootfs, _):
         assert _tree(rootfs) == _tree_of_unpacked(other, tmp_path / "unpacked-other")
+
+    # New dependencies: a new lower tree; the old one stays while another process holds it (its lock shared, as
+    # a mount of it does), and goes at the next change once nobody does. Another image's tree stays.
+    deps3 = _layer([("usr", None, 0o755), ("usr/lib", None, 0o755), ("usr/lib/other.so", b"o", 0o755)])
     archive3 = _archive(tmp_path / f"image-{3:016x}.oci.tar", [BASE, deps3, CODE])
-    with mounted_rootfs(archive3, tmp_path / "third", log=logs.append) as (rootfs, _):
-        assert _tree(rootfs) == _tree_of_unpacked(archive3, tmp_path / "unpacked3")
-    cached = sorted(p.name for p in (tmp_path / "cache" / "images" / "rootfs").iterdir() if p.name != ".lock")
-    assert cached == [f"{LOWER_PREFIX}image-{lower_key(_manifest_layers(archive3)[:-1])}",
-                      f"{LOWER_PREFIX}other-{lower_key(_manifest_layers(other)[:-1])}"], cached
-    assert lower.name not in cached
+    with open(lower.with_name(f"{lower.name}.lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_SH)
+        with mounted_rootfs(archive3, tmp_path / "third", log=logs.append) as (rootfs, _):
+            assert _tree(rootfs) == _tree_of_unpacked(archive3, tmp_path / "unpacked3")
+    assert lower.is_dir()
+    archive4 = _archive(tmp_path / f"image-{4:016x}.oci.tar", [BASE, _layer([("usr", None, 0o700)]), CODE])
+    with mounted_rootfs(archive4, tmp_path / "fourth", log=logs.append) as (rootfs, _):
+        assert _tree(rootfs) == _tree_of_unpacked(archive4, tmp_path / "unpacked4")
+    cached = sorted(p.name for p in rootfs_cache_dir().iterdir() if p.is_dir())
+    assert cached == [lower_name(archive4, _manifest_layers(archive4)[:-1]),
+                      lower_name(other, _manifest_layers(other)[:-1])], cached
+    assert not [p for p in tmp_path.glob("*/rootfs") if p.is_mount()]
 
 
 def _tree_of_unpacked(archive: Path, where: Path) -> dict[str, tuple[str, int, bytes]]:
@@ -143,11 +155,3 @@ def _manifest_layers(archive: Path) -> list[dict[str, object]]:
     from modalscale.devenv.images import archive_manifest
 
     return list(archive_manifest(archive)[0]["layers"])
-
-
-def test_mounted_lowers_reads_every_lower_directory_of_each_overlay(tmp_path: Path) -> None:
-    mounts = tmp_path / "mounts"
-    mounts.write_text("proc /proc proc rw 0 0\n"
-                      "overlay /a overlay ro,relatime,lowerdir=/x/up:/x/lower-1,redirect_dir=on 0 0\n"
-                      "overlay /b overlay rw,lowerdir=/y/l\\040z,upperdir=/y/u,workdir=/y/w 0 0\n")
-    assert mounted_lowers(mounts) == {Path("/x/up"), Path("/x/lower-1"), Path("/y/l z")}

@@ -761,8 +761,10 @@ def unpack_layers(archive: Path, layers: Sequence[dict[str, Any]], rootfs: Path,
     Args:
         overlay_below: The tree of the earlier layers, for ``rootfs`` to be an overlay's upper layer above it:
             OCI whiteouts are then written as overlayfs does (``.wh.<name>`` as a 0/0 character device where that
-            tree has ``<name>``, ``.wh..wh..opq`` as the ``trusted.overlay.opaque`` attribute on its directory).
-            Without it they are applied (what they name is removed).
+            tree has ``<name>``, ``.wh..wh..opq`` as the ``trusted.overlay.opaque`` attribute on its directory), a
+            directory the layer does not list but needs is made with that tree's mode and owner (overlayfs shows the
+            upper one's), and a hard link to a file only in that tree links to a copy of it (copy-up). Without it
+            whiteouts are applied (what they name is removed).
     Raises:
         ImageBuildError: A layer member would land outside ``rootfs``.
     """
@@ -783,11 +785,45 @@ def unpack_layers(archive: Path, layers: Sequence[dict[str, Any]], rootfs: Path,
                     if base.startswith(".wh."):
                         _whiteout(rootfs, parent, base, overlay_below)
                         continue
+                    if overlay_below is not None:
+                        _upper_parents(rootfs, parent, overlay_below)
+                        if member.islnk():
+                            _copy_up(rootfs, member.linkname.removeprefix("./").lstrip("/"), overlay_below)
                     target = rootfs / name
                     if (target.exists() or target.is_symlink()) and not (member.isdir() and target.is_dir()):
                         shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
                     member.name = name
                     inner.extract(member, rootfs, set_attrs=True, numeric_owner=True, filter="fully_trusted")
+
+
+def _upper_parents(rootfs: Path, parent: str, below: Path) -> None:
+    """Make the missing directories of ``rootfs/parent``, each with the mode and owner of the same directory in
+    ``below`` where it is one there (else as ``mkdir`` makes it)."""
+    path = rootfs
+    for part in Path(parent).parts:
+        path = path / part
+        if os.path.lexists(path):
+            continue
+        path.mkdir()
+        try:
+            st = (below / path.relative_to(rootfs)).lstat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            os.chown(path, st.st_uid, st.st_gid)
+            os.chmod(path, stat.S_IMODE(st.st_mode))
+
+
+def _copy_up(rootfs: Path, link: str, below: Path) -> None:
+    """Copy ``below/link`` to ``rootfs/link`` (contents, mode, owner) unless ``rootfs`` has it: a hard link of the
+    upper layer cannot link across the overlay's layers."""
+    source, copy = below / link, rootfs / link
+    if os.path.lexists(copy) or not os.path.lexists(source):
+        return
+    _upper_parents(rootfs, os.path.dirname(link), below)
+    shutil.copy2(source, copy, follow_symlinks=False)
+    st = source.lstat()
+    os.lchown(copy, st.st_uid, st.st_gid)
 
 
 def _whiteout(rootfs: Path, parent: str, base: str, below: Path | None) -> None:
@@ -796,8 +832,9 @@ def _whiteout(rootfs: Path, parent: str, base: str, below: Path | None) -> None:
     directory = rootfs / parent
     if base == ".wh..wh..opq":
         if below is not None:
-            directory.mkdir(parents=True, exist_ok=True)
-            os.setxattr(directory, "trusted.overlay.opaque", b"y")
+            if os.path.lexists(directory) or (below / parent).is_dir():
+                _upper_parents(rootfs, parent, below)
+                os.setxattr(directory, "trusted.overlay.opaque", b"y")
             return
         for child in directory.iterdir() if directory.is_dir() else []:
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
@@ -808,7 +845,7 @@ def _whiteout(rootfs: Path, parent: str, base: str, below: Path | None) -> None:
     elif gone.exists() or gone.is_symlink():
         gone.unlink()
     if below is not None and os.path.lexists(below / parent / base[len(".wh."):]):
-        directory.mkdir(parents=True, exist_ok=True)
+        _upper_parents(rootfs, parent, below)
         os.mknod(gone, 0o600 | stat.S_IFCHR, os.makedev(0, 0))
 
 

@@ -49,12 +49,17 @@ def _stand_in() -> types.ModuleType:
 @pytest.fixture(autouse=True)
 def _forget_the_adapters() -> Iterator[None]:
     """Drop the adapter modules a test imported against the stand-in (``stage_models`` imports ``triton_model`` by
-    its package name), so no later test gets them bound to it."""
-    before = set(sys.modules)
+    its package name), from ``sys.modules`` and from the package's attributes, so no later test gets them bound to
+    it."""
+    import modalscale.runtime.model as package
+
+    before, attributes = set(sys.modules), set(vars(package))
     yield
     for name in set(sys.modules) - before:
         if name.endswith(("triton_model", "stage_models", "_under_test")):
             del sys.modules[name]
+    for name in set(vars(package)) - attributes:  # the package's attribute of the submodule, too
+        delattr(package, name)
 
 
 def _module(monkeypatch: pytest.MonkeyPatch, name: str) -> Any:
