@@ -52,12 +52,11 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_MODES = frozenset({(1, 0), (2, 0), (4, 0), (8, 0), (16, 0), (8, 2), (16, 2), (1, 3), (2, 3), (4, 3), (8, 3),
                         (8, 4), (16, 4), (8, 6), (16, 6)})
 """(bit depth, colour type) pairs PNG defines (ISO/IEC 15948 11.2.2), the ones Pillow's open reads."""
-_PNG_SHORTEST = {colour: {b"sRGB": 1, b"pHYs": 9, b"acTL": 8, b"IEND": 1 << 32, b"tRNS": {0: 2, 2: 6}.get(colour, 0)}
+_PNG_SHORTEST = {colour: {b"sRGB": 1, b"pHYs": 9, b"acTL": 8, b"tRNS": {0: 2, 2: 6}.get(colour, 0)}
                  for colour in (0, 2, 3, 4, 6)}
 """Colour type -> chunk type -> the shortest body of that chunk before IDAT that the runtime reads. Pillow's open
 raises on a shorter sRGB, pHYs, acTL ("Truncated ... chunk") and on a tRNS shorter than one grey (2 bytes) or RGB (6)
-sample; longer ones it reads. IEND ends Pillow's header walk as IDAT does, and the load then fails ("cannot load this
-image"): it is never long enough."""
+sample; longer ones it reads."""
 _PNG_CHUNK = struct.Struct(">I4s")
 """A PNG chunk's length and type."""
 _PNG_CRC = struct.Struct(">I")
@@ -245,10 +244,11 @@ def _png(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
             break
         if zlib.crc32(data[pos + 4:pos + 8 + length]) != crc_of(data, pos + 8 + length)[0]:
             raise _corrupt("PNG", f"{kind.decode('latin-1')!r} chunk is broken (CRC-32 wrong)")
-        if length < _PNG_SHORTEST[data[25]].get(kind, 0):
-            raise _corrupt("PNG", "ends (IEND) before its first IDAT chunk" if kind == b"IEND" else
-                           f"{kind.decode('latin-1')!r} chunk is {length} bytes long, shorter than the "
-                           f"{_PNG_SHORTEST[data[25]][kind]} the decoder reads")
+        if kind == b"IEND":  # ends Pillow's header walk as IDAT does; the load then fails ("cannot load this image")
+            raise _corrupt("PNG", "ends (IEND) before its first IDAT chunk")
+        if length < (shortest := _PNG_SHORTEST[data[25]].get(kind, 0)):
+            raise _corrupt("PNG", f"{kind.decode('latin-1')!r} chunk is {length} bytes long, shorter than the "
+                                  f"{shortest} the decoder reads")
         if kind == b"tRNS" and data[25] == 3 and length > 256 and not _one_transparent_index(data, pos + 8, length):
             raise _corrupt("PNG", f"'tRNS' chunk has {length} alpha values, more than a palette's 256")
         pos += 12 + length
