@@ -60,3 +60,16 @@ def wait_event(api: Any, ns: str, name: str, reason: str, timeout_s: float = 30)
     """
     return wait_for(lambda: r if reason in (r := event_reasons(api, ns, name)) else None, timeout_s,
                     f"a {reason} Event about {ns}/{name}")
+
+
+def kubectl(cluster: Any, *args: str) -> str:
+    """The pinned kubectl's output against ``cluster``; a non-zero exit fails the test with its stderr."""
+    import subprocess
+
+    from modalscale.devenv.binaries import ensure_binaries
+
+    exe = ensure_binaries(lambda _m: None).kubectl
+    proc = subprocess.run([str(exe), f"--kubeconfig={cluster.kubeconfig}", *args], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
+    return proc.stdout

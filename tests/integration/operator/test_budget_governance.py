@@ -22,6 +22,7 @@ from kubernetes.client.rest import ApiException
 from modalscale.api.annotations import cap_annotation_key
 from modalscale.costmodel.ledger import parse_time
 from modalscale.devenv.kube import wait_for
+from tests.integration.operator.isvc_helpers import kubectl
 from tests.integration.operator.test_budget import (
     GPU_TYPE,
     GROUP,
@@ -154,19 +155,12 @@ def test_a_time_zone_the_schema_lets_through_shows_ready_false_with_its_reason_i
     """``Mars/Olympus_Mons`` matches the CRD's pattern but is no IANA zone: the operator says so in ``Ready`` and an
     Event; ``kubectl get`` showed a row with a blank STATE and nothing else, now READY False (REASON InvalidSpec with
     ``-o wide``)."""
-    import subprocess
-
-    from modalscale.devenv.binaries import ensure_binaries
-
     body = make_policy("mars", "10", [{"percent": 50}], [])
     body["spec"]["timeZone"] = "Mars/Olympus_Mons"
     create_policy(api, namespace, body)
     ready = condition(wait_ready_reason(api, namespace, "mars", "InvalidSpec"), "Ready")
     assert ready is not None and ready["status"] == "False" and "spec.timeZone" in ready["message"], ready
-    kubectl = ensure_binaries(lambda _m: None).kubectl
-    out = subprocess.run([str(kubectl), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace, "get",
-                          "budgetpolicies", "mars", "-o", "wide"], capture_output=True, text=True, check=True,
-                         timeout=60).stdout
+    out = kubectl(cluster, "-n", namespace, "get", "budgetpolicies", "mars", "-o", "wide")
     header, row = out.splitlines()
     starts = [m.start() for m in re.finditer(r"\S+", header)]  # kubectl aligns each cell under its header
     cells = {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)}

@@ -5,7 +5,6 @@ On a control plane of its own, so that the peering CRDs can be removed without d
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from modalscale.devenv.cluster import LocalCluster, running_cluster
 from modalscale.devenv.kube import wait_for
 from modalscale.devenv.operator_process import OperatorProcess
-from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION
+from tests.integration.operator.isvc_helpers import GROUP, PLURAL, VERSION, kubectl
 
 REPO = Path(__file__).resolve().parents[3]
 PEERING_CRDS = ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
@@ -36,16 +35,6 @@ def bare_api(bare_cluster: LocalCluster) -> Iterator[Any]:
     api = bare_cluster.api_client()
     yield api
     api.close()
-
-
-def kubectl(cluster: LocalCluster, *args: str) -> str:
-    from modalscale.devenv.binaries import ensure_binaries
-
-    exe = ensure_binaries(lambda _m: None).kubectl
-    proc = subprocess.run([str(exe), f"--kubeconfig={cluster.kubeconfig}", *args], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
-    return proc.stdout
 
 
 def apply_crds_folder(cluster: LocalCluster) -> None:
