@@ -18,13 +18,13 @@ segment up to the start of scan is one a decoder reads (one frame header of 8-bi
 process libjpeg decodes, no second SOI, every DQT table whole with an index 0-3, no marker Pillow or libjpeg stops at),
 a PNG's IHDR is one PNG defines and every chunk before IDAT has its CRC-32 right, is no IEND and is not shorter than
 Pillow's open reads (sRGB 1 byte, pHYs 9, acTL 8, a grey or truecolour tRNS 2 or 6; a palette's tRNS holds at most 256
-values, or names one transparent index below 256), a WebP is as long as its RIFF header says and its chunks up to the
-first frame lie inside the RIFF chunk, an extended WebP has no VP8X flag libwebp does not define, an animation has its
-ANIM chunk before the first ANMF and a frame that fits its canvas (as libwebp's demuxer requires), and a GIF's first
-image descriptor is whole with its color table and an LZW code size of at most 12, and has no zero side. Not every fault
-the runtime finds in a header is checked (for example a WebP chunk after the first frame that the RIFF size cuts, which
-only a walk of every frame would find): those, and what only the pixel decode finds (a broken IDAT or scan), still reach
-a replica, which refuses them.
+values, or names one transparent index below 256), a WebP is as long as its RIFF header says and every chunk the
+demuxer reads lies inside the RIFF chunk, an extended WebP has a 10-byte VP8X with no flag libwebp does not define, one
+still image or only animation frames, each frame inside its canvas, and an ANIM chunk before the first ANMF (as
+libwebp's demuxer requires), and a GIF's first image descriptor is whole with its color table and an LZW code size of
+at most 12, and has no zero side. Not every fault the runtime finds in a header is checked (for example a GIF frame
+after the first, or an animated WebP's chunks beyond the step budget): those, and what only the pixel decode finds (a
+broken IDAT or scan), still reach a replica, which refuses them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ FORMATS: Final = ("JPEG", "PNG", "WebP", "GIF", "BMP")
 MAX_STEPS: Final = 16_384
 """Default bound of the header walk, in steps, shared by the images of a request (:class:`Steps`): a step is one JPEG
 marker segment, one quantization table of a DQT segment after its first or one byte outside a segment (junk and fill
-bytes, skipped one at a time as libjpeg and Pillow do), one PNG or WebP chunk before the image data, or one GIF
+bytes, skipped one at a time as libjpeg and Pillow do), one PNG chunk before the image data, one WebP chunk, or one GIF
 extension sub-block before the first frame. Real files take a few: the six workload photographs 3-5 (PNG) and 22-24
 (JPEG), so a request of hundreds of images fits. A crafted file
 (a JPEG of 64 MiB of junk, a PNG of millions of empty chunks) would otherwise cost a Python loop turn per 1-12 bytes
@@ -83,10 +83,20 @@ _BMP_INFO_HEADERS = frozenset((40, 52, 56, 64, 108, 124))
 class Steps:
     """A budget of header-walk steps, shared by the images of one request (:data:`MAX_STEPS`)."""
 
-    __slots__ = ("left",)
+    __slots__ = ("left", "reserve")
 
     def __init__(self, limit: int = MAX_STEPS) -> None:
         self.left = limit
+        self.reserve = limit // 2
+
+    def spare(self) -> bool:
+        """Spend one step of a walk that may stop early without refusing (a WebP's chunks after its first frame)
+        while more than half the budget is left, so that such walks never starve the headers of a request's later
+        images. Returns False (nothing spent) once they would."""
+        if self.left <= self.reserve:
+            return False
+        self.left -= 1
+        return True
 
     def take(self, fmt: str, count: int = 1) -> None:
         """Spend ``count`` steps.
@@ -265,11 +275,12 @@ def _one_transparent_index(data: bytes | memoryview, pos: int, length: int) -> b
 
 
 def _webp(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
-    """RIFF container, first chunk (Google, "WebP Container Specification"; RFC 9649), read as libwebp's demuxer
-    validates it (Pillow opens every WebP through it): the data holds the whole RIFF chunk (bytes after it are
-    ignored) and every chunk read lies inside it; a simple file's one image chunk is followed by nothing or by at least
-    a chunk header. An extended file (``VP8X``) sets no flag libwebp does not define and has at least one frame, a
-    still image's frame exactly the canvas, an animation's ``ANIM`` before its first frame (``ANMF``), inside it."""
+    """RIFF container (Google, "WebP Container Specification"; RFC 9649), read as libwebp's demuxer validates it
+    (Pillow opens every WebP through it, ``WebPDemux`` in libwebp 1.x ``src/demux/demux.c``): the data holds the whole
+    RIFF chunk (bytes after it are ignored) and every chunk read lies inside it. A simple file's image chunk is
+    followed by nothing or by a whole chunk (the demuxer reads that one more, and no later one). An extended file
+    (``VP8X``, exactly 10 bytes as libwebp's ``WebPGetFeatures`` requires) sets no flag libwebp does not define and
+    is walked to its RIFF end by :func:`_webp_extended`."""
     end = len(data)
     if end < 25:  # RIFF header, chunk header, and a VP8L header's 5 bytes (VP8 and VP8X need 10)
         raise _corrupt("WebP", "is truncated (shorter than 25 bytes)")
@@ -279,15 +290,21 @@ def _webp(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
     kind = bytes(data[12:16])
     if kind in (b"VP8 ", b"VP8L"):
         length = int.from_bytes(data[16:20], "little")
-        left = riff_end - 20 - length - (length & 1)
+        after = 20 + length + (length & 1)
+        left = riff_end - after
         if not (left == 0 or left >= 8):
             raise _corrupt("WebP", f"{kind.decode('latin-1')!r} chunk of {length} bytes does not fit its RIFF chunk "
                                    f"({riff_end} bytes)" if left < 0 else
                                    f"RIFF chunk has {left} bytes after its image chunk, fewer than a chunk header")
+        if left:  # the demuxer reads the next chunk's header too: that chunk must fit (no later one is read)
+            _webp_chunk(data, after, riff_end)
         return _webp_frame(data, 12, riff_end)
-    if kind == b"VP8X" and riff_end < 30:
-        raise _corrupt("WebP", "is truncated inside its VP8X chunk")
     if kind == b"VP8X":  # extended: flags (4 bytes), canvas width - 1 and height - 1 (24 bits each)
+        length = int.from_bytes(data[16:20], "little")
+        if length != 10:
+            raise _corrupt("WebP", f"VP8X chunk is {length} bytes long, not 10")
+        if riff_end < 30:
+            raise _corrupt("WebP", "is truncated inside its VP8X chunk")
         flags = data[20]
         if flags & ~_WEBP_FLAGS:
             raise _corrupt("WebP", f"VP8X flags 0x{flags:02X} set a bit libwebp does not define (reserved)")
@@ -296,6 +313,21 @@ def _webp(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
         _webp_extended(data, flags & 0x02 != 0, width, height, riff_end, steps)
         return width, height
     raise _corrupt("WebP", f"first chunk is {kind!r}, not VP8, VP8L or VP8X")
+
+
+def _webp_chunk(data: bytes | memoryview, pos: int, end: int) -> tuple[bytes, int, int]:
+    """``(kind, length, padded length)`` of the chunk whose header starts at ``pos`` (at most ``end - 8``).
+
+    Raises:
+        ImageHeaderError: Its body (padded to an even length) runs past ``end``, the RIFF chunk's end.
+    """
+    kind = bytes(data[pos:pos + 4])
+    length = int(struct.unpack_from("<I", data, pos + 4)[0])
+    padded = length + (length & 1)
+    if pos + 8 + padded > end:
+        raise _corrupt("WebP", f"{kind.decode('latin-1')!r} chunk of {length} bytes runs past the end of its RIFF "
+                               "chunk")
+    return kind, length, padded
 
 
 def _webp_frame(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
@@ -315,53 +347,93 @@ def _webp_frame(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]
     return (int(bits) & 0x3FFF) + 1, ((int(bits) >> 14) & 0x3FFF) + 1
 
 
+_WEBP_IMAGE_CHUNKS = (b"ALPH", b"VP8 ", b"VP8L")
+
+
 def _webp_extended(data: bytes | memoryview, animated: bool, width: int, height: int, end: int, steps: Steps) -> None:
-    """Walk the chunks after ``VP8X`` up to the first frame, each inside the RIFF chunk that ends at ``end``: a still
-    image's ``VP8 `` / ``VP8L`` (its size must be the canvas's), or an animation's first ``ANMF`` (offset and size
-    inside the canvas), after an ``ANIM`` chunk of at least 6 bytes.
+    """Walk every chunk after ``VP8X`` to the RIFF chunk's ``end``, as the demuxer does: each lies inside it, and
+    no bytes too few for a chunk header are left at the end. A still image has one image (an optional ``ALPH``, then
+    ``VP8 `` or ``VP8L``, whose size must be the canvas's) and no image chunk after it; an animation has no image chunk
+    outside its frames, an ``ANIM`` of at least 6 bytes before its first ``ANMF``, and each ``ANMF`` of at least 16
+    bytes, its frame (sized by its bitstream) inside the canvas.
+
+    Every chunk takes a step; once the file's first frame is read, the walk goes on only while more than half the
+    budget is left (:meth:`Steps.spare`) and then ends without refusing (the runtime judges the rest): a long
+    animation is never refused for its length, nor does it starve a later image of the request.
 
     Raises:
-        ImageHeaderError: A chunk past ``end``, no frame, a frame that does not fit, or an ``ANMF`` before any
-            ``ANIM`` or an ``ANIM`` shorter than 6 bytes (libwebp ``WebPDemux`` refuses all of them).
+        ImageHeaderError: Any of the above broken (libwebp ``WebPDemux`` refuses each), or no frame at all.
     """
-    pos, anim = 30, False
-    while pos + 8 <= end:
-        steps.take("WebP")
-        kind = bytes(data[pos:pos + 4])
-        length = int(struct.unpack_from("<I", data, pos + 4)[0])
-        padded = length + (length & 1)
-        if pos + 8 + padded > end:
-            raise _corrupt("WebP", f"{kind.decode('latin-1')!r} chunk of {length} bytes runs past the end of its "
-                                   "RIFF chunk")
-        if kind in (b"VP8 ", b"VP8L") and not animated:
-            frame = _webp_frame(data, pos, end)
-            if frame != (width, height):
-                raise _corrupt("WebP", f"image is {frame[0]}x{frame[1]}, not its canvas's {width}x{height}")
+    pos, anim, frames, alpha = 30, False, 0, False
+    while pos < end:
+        if not frames:
+            steps.take("WebP")
+        elif not steps.spare():
             return
-        if kind == b"ANIM":
+        if pos + 8 > end:
+            raise _corrupt("WebP", f"RIFF chunk ends with {end - pos} bytes, fewer than a chunk header")
+        kind, length, padded = _webp_chunk(data, pos, end)
+        if kind == b"VP8X":
+            raise _corrupt("WebP", "has a second VP8X chunk")
+        if kind in _WEBP_IMAGE_CHUNKS:
+            if animated or anim:
+                raise _corrupt("WebP", f"animation has a {kind.decode('latin-1')!r} chunk outside its frames (ANMF)")
+            if frames:
+                raise _corrupt("WebP", f"still image has a second image ({kind.decode('latin-1')!r} chunk)")
+            if kind == b"ALPH":
+                alpha = True
+            else:
+                if alpha and kind == b"VP8L":
+                    raise _corrupt("WebP", "has an ALPH chunk before a VP8L image (VP8L carries its own alpha)")
+                frame = _webp_frame(data, pos, end)
+                if frame != (width, height):
+                    raise _corrupt("WebP", f"image is {frame[0]}x{frame[1]}, not its canvas's {width}x{height}")
+                frames, alpha = 1, False
+        elif alpha:
+            raise _corrupt("WebP", "has an ALPH chunk with no VP8 image after it")
+        elif kind == b"ANIM":
             if padded < 6:
                 raise _corrupt("WebP", f"ANIM chunk is {length} bytes long, shorter than 6")
             anim = True
-        elif kind == b"ANMF" and not anim:
-            raise _corrupt("WebP", "has an animation frame (ANMF) before its ANIM chunk")
-        elif kind == b"ANMF" and animated:  # offset (2 x 24 bits each), the header's size, duration, flags, then
-            if pos + 24 > end:              # the frame's chunks: the demuxer sizes the frame by its bitstream
-                break
-            x, y = (2 * int.from_bytes(data[pos + i:pos + i + 3], "little") for i in (8, 11))
-            inner = pos + 24
-            while inner + 8 <= min(end, pos + 8 + length) and bytes(data[inner:inner + 4]) not in (
-                    b"VP8 ", b"VP8L"):
-                steps.take("WebP")
-                inner += 8 + int(struct.unpack_from("<I", data, inner + 4)[0])
-                inner += inner & 1
-            if inner + 8 <= end and bytes(data[inner:inner + 4]) in (b"VP8 ", b"VP8L"):
-                w, h = _webp_frame(data, inner, end)
-                if x + w > width or y + h > height:
-                    raise _corrupt("WebP", f"first frame ({w}x{h} at {x},{y}) is outside its {width}x{height} "
-                                           f"canvas")
-            return
+        elif kind == b"ANMF":
+            if not anim:
+                raise _corrupt("WebP", "has an animation frame (ANMF) before its ANIM chunk")
+            if padded < 16:
+                raise _corrupt("WebP", f"ANMF chunk is {length} bytes long, shorter than its 16-byte header")
+            if animated and _webp_animation_frame(data, pos, length, end, width, height, steps, frames > 0):
+                frames += 1
         pos += 8 + padded
-    raise _corrupt("WebP", "has no image (truncated, or no VP8, VP8L or ANMF frame)")
+    if alpha:
+        raise _corrupt("WebP", "has an ALPH chunk with no VP8 image after it")
+    if not frames:
+        raise _corrupt("WebP", "has no image (truncated, or no VP8, VP8L or ANMF frame)")
+
+
+def _webp_animation_frame(data: bytes | memoryview, pos: int, length: int, end: int, width: int, height: int,
+                          steps: Steps, spare: bool) -> bool:
+    """Check the frame of the ``ANMF`` chunk at ``pos``: its offset (2 x 24 bits, in units of 2 pixels) plus its
+    bitstream's size (the demuxer sizes a frame by its bitstream, not by the header's width and height) inside the
+    ``width`` x ``height`` canvas. True when it has a ``VP8 `` / ``VP8L`` image (False: not a frame, which the
+    demuxer skips, or ``spare`` and the budget for spare steps is spent: not checked).
+
+    Raises:
+        ImageHeaderError: The frame is outside the canvas.
+    """
+    x, y = (2 * int.from_bytes(data[pos + i:pos + i + 3], "little") for i in (8, 11))
+    inner, stop = pos + 24, min(end, pos + 8 + length)
+    while inner + 8 <= stop and bytes(data[inner:inner + 4]) not in (b"VP8 ", b"VP8L"):
+        if not spare:
+            steps.take("WebP")
+        elif not steps.spare():
+            return False
+        inner += 8 + int(struct.unpack_from("<I", data, inner + 4)[0])
+        inner += inner & 1
+    if not (inner + 8 <= end and bytes(data[inner:inner + 4]) in (b"VP8 ", b"VP8L")):
+        return False
+    w, h = _webp_frame(data, inner, end)
+    if x + w > width or y + h > height:
+        raise _corrupt("WebP", f"a frame ({w}x{h} at {x},{y}) is outside its {width}x{height} canvas")
+    return True
 
 
 def _gif(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:

@@ -355,6 +355,24 @@ def _webp_animation(*before_the_frame: bytes, flags: int = 0x02) -> bytes:
     return _riff(_vp8x(37, 23, flags=flags), *before_the_frame, frame)
 
 
+def _webp_alpha_chunks() -> bytes:
+    """The ``ALPH`` and ``VP8 `` chunks of a 37 x 23 lossy WebP with alpha (Pillow writes them after a ``VP8X``)."""
+    data = _encode(Image.new("RGBA", (37, 23), (200, 30, 60, 128)), "WEBP")
+    assert data[12:16] == b"VP8X" and data[30:34] == b"ALPH"
+    return data[30:]
+
+
+def _frame(x: int = 0, y: int = 0) -> bytes:
+    """An ``ANMF`` chunk at offset (``x``, ``y``) (even pixels) holding the 37 x 23 still image."""
+    return _riff_chunk(b"ANMF", (x // 2).to_bytes(3, "little") + (y // 2).to_bytes(3, "little")
+                       + (36).to_bytes(3, "little") + (22).to_bytes(3, "little") + bytes(4) + _webp_still_chunk())
+
+
+def _cut_chunk(kind: bytes = b"EXIF") -> bytes:
+    """A chunk header that says 100 bytes, with 10 after it: placed last, the RIFF size cuts it."""
+    return kind + struct.pack("<I", 100) + bytes(10)
+
+
 REFUSED_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
     "png-bad-crc-in-a-chunk-before-idat": lambda: _saved("PNG")[:33] + _png_chunk(b"tEXt", b"k\x00v", crc=1234)
     + _saved("PNG")[33:],
@@ -398,6 +416,26 @@ REFUSED_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
     "webp-vp8x-anim-chunk-of-4-bytes": lambda: _webp_animation(_riff_chunk(b"ANIM", bytes(4))),
     **{f"webp-vp8x-reserved-flag-{flag:02x}": (lambda flag=flag: _riff(_vp8x(37, 23, flags=flag), _webp_still_chunk()))
        for flag in (0x01, 0x40, 0x80)},
+    # the cases the note of 7 Dec 2026 left (libwebp's WebPGetFeatures and WebPDemux refuse each)
+    "webp-vp8x-chunk-of-8-bytes": lambda: _riff(_riff_chunk(b"VP8X", _vp8x(37, 23)[8:16]), _webp_still_chunk()),
+    "webp-vp8x-chunk-of-12-bytes": lambda: _riff(_riff_chunk(b"VP8X", _vp8x(37, 23)[8:] + bytes(2)),
+                                                 _webp_still_chunk()),
+    "webp-simple-chunk-after-the-image-cut-by-the-riff-end": lambda: _riff(_webp_still_chunk(), _cut_chunk()),
+    "webp-vp8x-still-chunk-after-the-image-cut-by-the-riff-end": lambda: _riff(_vp8x(37, 23), _webp_still_chunk(),
+                                                                               _cut_chunk()),
+    "webp-vp8x-still-4-bytes-after-the-last-chunk": lambda: _riff(_vp8x(37, 23), _webp_still_chunk(), bytes(4)),
+    "webp-vp8x-still-two-images": lambda: _riff(_vp8x(37, 23), _webp_still_chunk(), _webp_still_chunk()),
+    "webp-vp8x-second-vp8x": lambda: _riff(_vp8x(37, 23), _vp8x(37, 23), _webp_still_chunk()),
+    "webp-vp8x-alph-without-an-image": lambda: _riff(_vp8x(37, 23, flags=0x10), _riff_chunk(b"ALPH", bytes(4)),
+                                                     _riff_chunk(b"EXIF", bytes(4)), _webp_still_chunk()),
+    "webp-animation-second-frame-outside-the-canvas": lambda: _riff(
+        _vp8x(37, 23, flags=0x02), _riff_chunk(b"ANIM", bytes(6)), _frame(), _frame(2, 0)),
+    "webp-animation-image-chunk-outside-its-frames": lambda: _riff(
+        _vp8x(37, 23, flags=0x02), _riff_chunk(b"ANIM", bytes(6)), _frame(), _webp_still_chunk()),
+    "webp-animation-chunk-after-the-frames-cut-by-the-riff-end": lambda: _riff(
+        _vp8x(37, 23, flags=0x02), _riff_chunk(b"ANIM", bytes(6)), _frame(), _frame(), _cut_chunk(b"XMP ")),
+    "webp-animation-anmf-of-12-bytes": lambda: _riff(
+        _vp8x(37, 23, flags=0x02), _riff_chunk(b"ANIM", bytes(6)), _frame(), _riff_chunk(b"ANMF", bytes(12))),
 }
 
 
@@ -456,6 +494,18 @@ READ_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
     "webp-anim-chunk-of-5-bytes": lambda: _webp_animation(_riff_chunk(b"ANIM", bytes(5))),
     "webp-vp8x-reserved-bytes-after-the-flags": lambda: _riff(_vp8x(37, 23)[:9] + b"\xff" * 3 + _vp8x(37, 23)[12:],
                                                               _webp_still_chunk()),
+    # the neighbours of the cases above: the demuxer reads one chunk after a simple file's image, and no more
+    "webp-simple-two-chunks-after-the-image-the-second-cut": lambda: _riff(
+        _webp_still_chunk(), _riff_chunk(b"ABCD", bytes(4)), _cut_chunk()),
+    "webp-simple-chunk-after-the-image": lambda: _riff(_webp_still_chunk(), _riff_chunk(b"EXIF", bytes(10))),
+    # an ALPH there is read too: the demuxer drops alpha from a file without the VP8X alpha flag
+    "webp-simple-alph-after-the-image": lambda: _riff(_webp_still_chunk(), _riff_chunk(b"ALPH", bytes(4))),
+    "webp-vp8x-still-chunks-after-the-image": lambda: _riff(
+        _vp8x(37, 23), _webp_still_chunk(), _riff_chunk(b"EXIF", bytes(10)), _riff_chunk(b"XMP ", b"x")),
+    "webp-vp8x-alph-then-vp8": lambda: _riff(_vp8x(37, 23, flags=0x10), _webp_alpha_chunks()),
+    "webp-animation-of-three-frames-and-metadata-after": lambda: _riff(
+        _vp8x(41, 27, flags=0x02), _riff_chunk(b"ANIM", bytes(6)), _frame(), _frame(2, 4), _frame(4, 2),
+        _riff_chunk(b"XMP ", bytes(5))),
 }
 
 
@@ -512,3 +562,17 @@ def test_jpeg_sample_precision_and_component_count_are_read_exactly_when_pillow_
             if _reads(bytes(data)) != _opens(bytes(data)):
                 wrong.append((offset, value, _opens(bytes(data))))
     assert not wrong, wrong
+
+
+def test_a_long_animation_is_read_without_refusal_and_leaves_half_the_budget_for_the_next_images() -> None:
+    """An animated WebP's chunks after its first frame are walked (to find one the RIFF size cuts) only while more
+    than half the request's step budget is left: 300 frames against a budget of 100 are not refused for their number,
+    the walk stops at half the budget, and the next image's header is still read."""
+    animation = _riff(_vp8x(37, 23, flags=0x02), _riff_chunk(b"ANIM", bytes(6)), *[_frame()] * 300)
+    steps = Steps(limit=100)
+    assert image_size(animation, steps) == ("WebP", 37, 23)
+    assert steps.left == 50
+    assert image_size(_saved("PNG"), steps) == ("PNG", 37, 23)
+    short = _riff(_vp8x(37, 23, flags=0x02), _riff_chunk(b"ANIM", bytes(6)), *[_frame()] * 3, _cut_chunk())
+    with pytest.raises(ImageHeaderError, match="runs past the end of its RIFF chunk"):
+        image_size(short, Steps(limit=100))  # walked to its end within the budget: the cut chunk is found
