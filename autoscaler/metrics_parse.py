@@ -153,6 +153,12 @@ def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
     if by_modality is None:
         return None, _unreadable(prefix + "requests", answers[prefix + "requests"])
     rates = {m: v for m, v in by_modality.items() if m}
+    unclassed = {m or "(none)": v for m, v in by_modality.items() if m not in {c.value for c in MODALITIES} and v > 0}
+    if unclassed:  # requests arrive that no class counts: unread demand, never zero traffic
+        return None, (INCOMPLETE_FEATURES, f"{prefix}requests arrive under modality label(s) "
+                                           f"{', '.join(sorted(unclassed))} ({sum(unclassed.values()):.2f} req/s), "
+                                           f"none of {', '.join(m.value for m in MODALITIES)}: their class and "
+                                           f"features are unknown, so is the workload: holding")
     classes = {m: max(0.0, rates.get(m.value, 0.0)) for m in MODALITIES}
     if sum(classes.values()) <= 0:
         return (), None

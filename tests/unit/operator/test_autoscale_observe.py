@@ -1000,3 +1000,24 @@ def test_an_unreadable_recent_window_is_named_and_predictive_holds(key: str, bad
     assert key in reading.problem[1], reading.problem
     _, decision = _decide(answers, current=10, model=_model(), after_window=True)
     assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 10, Reason.HELD_NO_METRICS)
+
+
+# ------------------------------------------------------------------------------ review of the parse (Dec 2026)
+
+@pytest.mark.parametrize("modality", [None, "", "audio"], ids=["unlabelled", "empty-label", "unknown-modality"])
+def test_requests_without_a_known_modality_are_unread_demand_not_zero_traffic(modality: str | None) -> None:
+    """12 req/s counted by ``modalscale_requests_total`` under no ``modality`` label (a user's model exporting the
+    runtime's names, as the feature histograms may be) or one the parse does not know were dropped: the workload
+    read ``()`` (no traffic), Predictive scaled 4 -> 1 with "No traffic in the window" (and with minReplicas 0 would
+    have counted towards scale to zero). Requests that arrive but cannot be classed are unread demand: hold."""
+    answers = _pods()
+    for prefix in ("", "recent_"):
+        for sample in answers[prefix + "requests"]:
+            if modality is None:
+                del sample["metric"]["modality"]
+            else:
+                sample["metric"]["modality"] = modality
+    reading, decision = _decide(answers, current=4, model=_model(), after_window=True)
+    assert reading.workload is None
+    assert reading.problem is not None and reading.problem[0] == INCOMPLETE_FEATURES, reading.problem
+    assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 4, Reason.HELD_NO_METRICS)
