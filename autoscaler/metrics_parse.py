@@ -362,7 +362,8 @@ def _contradiction(requests: Mapping[str, float] | None, counts: Mapping[str, fl
     Returns:
         ``("triton", why)`` when Triton's request counters read 0 while the runtime's counter or Triton's other
         figures say serving (triton-inference-server/server#8125: ``nv_inference_count``, ``..._exec_count``,
-        ``..._request_success`` and the pending gauge stuck at 0 in Triton 2.51 while requests are served);
+        ``..._request_success`` and the pending gauge stuck at 0 in Triton 2.51 while requests are served), or one
+        model's count reads 0 while its own executions or compute time say it serves (a router's count hides it);
         ``("runtime", why)`` when the runtime's counter reads 0 while Triton counts requests; None otherwise
         (a counter that is missing altogether is missing data, handled on its own, not a contradiction).
     """
@@ -389,6 +390,16 @@ def _contradiction(requests: Mapping[str, float] | None, counts: Mapping[str, fl
                               f"fault such as triton-inference-server/server#8125), so Triton's utilization, batch "
                               f"size, service time and queue are unknown: holding what needs them")
         return None
+    # the same fault on one model only (an executing model behind a router that counts): its count reads 0 while its
+    # own executions or compute time say it serves; Triton's per-model figures cannot be told apart then either
+    stuck = sorted(n for n in {*execs, *compute_us} if counts.get(n, 0.0) <= 0
+                   and (execs.get(n, 0.0) > 0 or compute_us.get(n, 0.0) > 0))
+    if stuck:
+        return ("triton", f"Triton's request counter (nv_inference_count) of model(s) {', '.join(stuck)} reads 0 over "
+                          f"the last {window_s:g} s while their executions (nv_inference_exec_count) or compute time "
+                          f"(nv_inference_compute_*_duration_us) say they serve: the signals contradict each other "
+                          f"(a Triton metrics fault such as triton-inference-server/server#8125), so Triton's "
+                          f"utilization, batch size, service time and queue are unknown: holding what needs them")
     if requests is not None and runtime_rps <= 0 and triton_rps * window_s >= least:
         return ("runtime", f"modalscale_requests_total reads 0 over the last {window_s:g} s while Triton counts "
                            f"{triton_rps * window_s:.0f} requests ({triton_rps:.2f} req/s, nv_inference_count): the "

@@ -1021,3 +1021,21 @@ def test_requests_without_a_known_modality_are_unread_demand_not_zero_traffic(mo
     assert reading.workload is None
     assert reading.problem is not None and reading.problem[0] == INCOMPLETE_FEATURES, reading.problem
     assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 4, Reason.HELD_NO_METRICS)
+
+
+def test_an_executing_models_counters_stuck_at_zero_under_a_counting_router_is_a_contradiction() -> None:
+    """The cross-check compared only the largest model's count (the router's) with 0: with the image model's
+    ``nv_inference_count`` and successes stuck at 0 (triton-inference-server/server#8125 on one model) while its
+    executions and compute time say it serves 12 req/s, its busy time was dropped, busy read 0 erlangs and
+    Utilization mode scaled 4 -> 1 on the signal that says idle. Contradicting signals hold."""
+    answers = _pods()
+    for key in ("nv_count", "nv_success"):
+        for sample in answers[key]:
+            if sample["metric"]["model"] == "multimodal_image":
+                sample["value"][1] = "0"
+    reading, decision = _decide(answers, current=4, model=_model(), after_window=True,
+                                policy=ScalingPolicy(mode=ScalingMode.UTILIZATION, scale_down_stabilization_s=0))
+    assert reading.busy_erlangs is None
+    assert reading.problem is not None and reading.problem[0] == METRICS_CONTRADICT, reading.problem
+    assert "multimodal_image" in reading.problem[1]
+    assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 4, Reason.HELD_NO_METRICS)
