@@ -278,14 +278,19 @@ def build_observation(reading: MetricsReading, *, current_replicas: int, ready_r
         1 when the work exceeds the slots, as HPA's utilization may exceed 100 %), None when unknown or no
         replica is ready; ``targets_up`` the scrape targets that answered (None when Prometheus has none), which
         the policy compares with ``ready_replicas`` when every target is a pod, else with the targets Prometheus
-        has (``targets_expected``; one shared target, as in the local setup, stands for every replica); fewer:
-        no scale-down.
+        has (``targets_expected``; one shared target, as in the local setup, stands for every replica), or with
+        the pod targets Prometheus has when they are more than the ready replicas (a starting or terminating pod
+        scraped too: a down target is not made up for by it); fewer: no scale-down.
     """
     utilization = None
     if reading.busy_erlangs is not None and ready_replicas > 0 and reading.observed_at is not None:
         utilization = reading.busy_erlangs / (ready_replicas * max(1, slots_per_replica))
     targets_up = reading.targets_up if reading.targets_total > 0 else None
     targets_expected = None if reading.per_pod_targets else reading.targets_total
+    if reading.per_pod_targets and reading.targets_total > ready_replicas:
+        # more pod targets than ready replicas (a starting or terminating pod is scraped too): each is expected, so
+        # one that is down still makes the reading partial instead of being made up for by the unready pod's
+        targets_expected = reading.targets_total
     if targets_up is not None and reading.gateway_targets_total > 0:
         targets_up += reading.gateway_targets_up
         targets_expected = ((ready_replicas if targets_expected is None else targets_expected)

@@ -1039,3 +1039,27 @@ def test_an_executing_models_counters_stuck_at_zero_under_a_counting_router_is_a
     assert reading.problem is not None and reading.problem[0] == METRICS_CONTRADICT, reading.problem
     assert "multimodal_image" in reading.problem[1]
     assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 4, Reason.HELD_NO_METRICS)
+
+
+@pytest.mark.parametrize("mode", ["Predictive", "Utilization"])
+def test_a_down_pod_target_is_partial_even_when_a_terminating_pods_target_still_answers(mode: str) -> None:
+    """4 ready replicas serve 6 req/s each at 100 ms (4 needed); a fifth pod, terminating after a scale-down (not
+    ready, idle, still scraped in its grace period), answers while ready pod d's scrape is down. The partial check
+    counted targets only (4 up for 4 ready) and scaled 4 -> 3 on the three pods that answered, d's traffic missing
+    from every sum. A target that is down makes the reading partial: no scale-down."""
+    answers = _pods(n_pods=5, rps_per_pod=6.0, skip=((3, PODMONITOR_JOB),))
+    for key, samples in answers.items():
+        for sample in samples:
+            if sample["metric"]["pod"].startswith("vc-7d9f8c6b5-e") and key not in ("up", "scraped"):
+                sample["value"][1] = "0.0"  # the terminating pod serves nothing
+    reading, decision = _decide(answers, current=4, model=_model(), after_window=True,
+                                policy=ScalingPolicy(mode=ScalingMode(mode), scale_down_stabilization_s=0,
+                                                     target_p95_latency_ms=10_000))
+    assert reading.down_targets == ("vc-7d9f8c6b5-dx2lq",) and reading.problem[0] == PARTIAL_TARGETS
+    assert (decision.desired_replicas, decision.reason) == (4, Reason.HELD_PARTIAL_METRICS), decision.message
+    # the same pods, d answering: 4 is what the load needs
+    answers = _pods(n_pods=4, rps_per_pod=6.0)
+    _, whole = _decide(answers, current=4, model=_model(), after_window=True,
+                       policy=ScalingPolicy(mode=ScalingMode(mode), scale_down_stabilization_s=0,
+                                            target_p95_latency_ms=10_000))
+    assert whole.desired_replicas == 4, whole.message
