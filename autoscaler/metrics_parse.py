@@ -91,7 +91,8 @@ def _by_label(answer: Sequence[Mapping[str, Any]] | None, label: str, *, per_ser
     then summed per label value (a series without the label is keyed ``""``).
 
     None when any series' value is not a finite number (Prometheus answers ``NaN`` for a ratio over no samples
-    and ``+-Inf`` for a division by zero; a sum with one unknown term is unknown: missing data, never zero) or,
+    and ``+-Inf`` for a division by zero; a sum with one unknown term is unknown: missing data, never zero), when
+    a sum of finite values is not (it overflows to ``+-Inf``), or,
     for a ``rate``, is negative (``rate``/``increase`` correct counter resets, so a negative rate is a counter
     read without that correction, e.g. by a recording rule with ``delta``; missing data, never zero either).
     With ``per_series`` such a series is left out instead (only that label value is unknown: a Triton summary
@@ -103,6 +104,8 @@ def _by_label(answer: Sequence[Mapping[str, Any]] | None, label: str, *, per_ser
     for (_, content), v in best.items():
         name = dict(content).get(label, "")
         out[name] = out.get(name, 0.0) + v
+    if not all(math.isfinite(v) for v in out.values()):
+        return None  # finite values whose sum is not (+-Inf): no number either
     return out
 
 
@@ -197,6 +200,10 @@ def _workload(answers: Mapping[str, Sequence[Mapping[str, Any]]], prefix: str,
         images = means["images"].get(m, 0.0)
         pixels = means["pixels"].get(m, 0.0)
         tokens = means["tokens"].get(m, 0.0)
+        if not all(math.isfinite(v) for v in (images, pixels, tokens)):  # finite sums over a rate near 0
+            return None, (NON_FINITE_METRICS, f"a {prefix}feature mean per {m.value} request is not finite (its "
+                                              f"histogram's rate over a request rate of {rate:g} req/s); that is "
+                                              f"missing data, not a number: holding")
         if m != Modality.TEXT and (images <= 0 or pixels <= 0):
             return None, (INCOMPLETE_FEATURES, f"{m.value} requests arrive but their image features read 0")
         if m == Modality.IMAGE_TEXT and tokens <= 0:
@@ -533,13 +540,14 @@ def _service_figures(t: _TritonFigures, model_name: str) -> _ServiceFigures:
     service_ms: dict[Modality, float | None] = {}
     if routed:
         for m, n in per_class.items():
-            if n in busy and _requests(t, n) > 0 and busy[n] > 0:
+            if n in busy and _requests(t, n) > 0 and busy[n] > 0 and math.isfinite(1000.0 * busy[n] / _requests(t, n)):
                 batch[m] = batch_of[n]
                 service_ms[m] = 1000.0 * busy[n] / _requests(t, n)
     else:
         pooled_count = sum(_requests(t, n) for n in busy)
         pooled_exec = sum(t.execs.get(n, 0.0) for n in busy)
-        if pooled_count > 0 and pooled_exec > 0 and sum(busy.values()) > 0:
+        if (pooled_count > 0 and pooled_exec > 0 and sum(busy.values()) > 0
+                and math.isfinite(1000.0 * sum(busy.values()) / pooled_count)):
             for m in MODALITIES:
                 batch[m] = max(1.0, pooled_count / pooled_exec)
                 service_ms[m] = 1000.0 * sum(busy.values()) / pooled_count

@@ -1063,3 +1063,21 @@ def test_a_down_pod_target_is_partial_even_when_a_terminating_pods_target_still_
                        policy=ScalingPolicy(mode=ScalingMode(mode), scale_down_stabilization_s=0,
                                             target_p95_latency_ms=10_000))
     assert whole.desired_replicas == 4, whole.message
+
+
+@pytest.mark.parametrize(("key", "value", "mode"), [
+    ("nv_compute_us", "1e308", "Utilization"),  # finite per pod; the sum over 4 pods is +Inf: busy time unknown
+    ("requests", "1e-310", "Predictive"),  # finite; a feature's mean per request is +Inf
+], ids=["compute-sum-overflows", "feature-mean-overflows"])
+def test_finite_answers_whose_sum_or_mean_overflows_are_unread_not_a_crash(key: str, value: str, mode: str) -> None:
+    """Every value finite, but the parse's own sum over pods or mean per request is not: ``WorkloadClass`` raised
+    ValueError out of ``parse_answers`` (an exception out of the decision, no status, no reason) instead of a
+    reading that names the problem and a hold."""
+    answers = _pods()
+    for prefix in ("", "recent_") if key == "requests" else ("",):
+        for sample in answers[prefix + key]:
+            sample["value"][1] = value
+    reading, decision = _decide(answers, current=4, model=_model(), after_window=True,
+                                policy=ScalingPolicy(mode=ScalingMode(mode), scale_down_stabilization_s=0))
+    assert reading.problem is not None and reading.problem[0] == NON_FINITE_METRICS, reading.problem
+    assert (decision.valid, decision.desired_replicas) == (False, 4), decision.message
