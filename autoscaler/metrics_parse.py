@@ -707,6 +707,9 @@ class _ReplicaTargets:
     newest_s: float
     """Newest scrape time of a live target, s since the epoch."""
     per_pod: bool
+    oldest_s: float = math.inf
+    """The oldest of the live targets' newest scrape times, s since the epoch: how fresh the sums over them are (a
+    target whose last scrape is minutes old has no rate in the window, and its traffic is missing from them)."""
 
 
 def _replica_targets(answers: _Answers) -> _ReplicaTargets | MetricsReading:
@@ -721,7 +724,7 @@ def _replica_targets(answers: _Answers) -> _ReplicaTargets | MetricsReading:
         unreadable = _unknown_time("", unstamped, len(live))
     if unreadable is not None:
         return MetricsReading(None, None, targets_total=len(up), down_targets=down, problem=unreadable)
-    return _ReplicaTargets(len(up), live, down, max(newest[i] for i in live), per_pod)
+    return _ReplicaTargets(len(up), live, down, max(newest[i] for i in live), per_pod, min(newest[i] for i in live))
 
 
 def _partial_window(late: int, missing_s: float, window_s: float) -> _Problem:
@@ -766,7 +769,7 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
     if isinstance(targets, MetricsReading):
         return targets
     total, live, down, per_pod = targets.total, targets.live, targets.down, targets.per_pod
-    newest_s = newest_s_replicas = targets.newest_s
+    newest_s, newest_s_replicas = targets.oldest_s, targets.newest_s  # data as fresh as their stalest target's
     gw = _gateway_figures(answers) if gateway else _GatewayFigures(0, 0, (), None, None, None, None)
     triton = _triton_figures(answers, window_s, _outstanding(answers, gw if gateway else None))
     service = _service_figures(triton, model_name)

@@ -18,7 +18,8 @@ class MetricsReading:
     """What Prometheus said about one InferenceService (pure data; made by the metrics parse).
 
     Attributes:
-        observed_at: Newest sample time of an up scrape target (timezone-aware UTC); None = no target up.
+        observed_at: When the data were scraped (timezone-aware UTC): the oldest of the up targets' newest
+            sample times (a target scraped minutes ago makes the reading that old, so stale); None = no target up.
         workload: Per-class traffic over the stable window; None = unusable (``problem`` says why); ``()`` = no
             traffic.
         recent_workload: Same over the recent window; None = not enough samples.

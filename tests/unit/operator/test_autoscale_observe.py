@@ -1081,3 +1081,27 @@ def test_finite_answers_whose_sum_or_mean_overflows_are_unread_not_a_crash(key: 
                                 policy=ScalingPolicy(mode=ScalingMode(mode), scale_down_stabilization_s=0))
     assert reading.problem is not None and reading.problem[0] == NON_FINITE_METRICS, reading.problem
     assert (decision.valid, decision.desired_replicas) == (False, 4), decision.message
+
+
+@pytest.mark.parametrize("mode", ["Predictive", "Utilization"])
+def test_a_target_whose_last_scrape_is_minutes_old_is_stale_not_hidden_by_the_fresh_ones(mode: str) -> None:
+    """Pod d's newest ``up`` (1) is 200 s old (Prometheus stopped scraping it without a staleness marker: a
+    restart, a remote-write gap; the instant query still returns it within its 5 min look-back) and none of its
+    rates exist over the 60 s window. The reading was dated by the newest target, so it read fresh and complete
+    (4 of 4 targets up) and both modes scaled 4 -> 3 on three pods' traffic. Data are as fresh as their oldest
+    target's: stale, hold."""
+    answers = _pods(n_pods=4, rps_per_pod=6.0)
+    stale = "vc-7d9f8c6b5-dx2lq"
+    for key in list(answers):
+        if key == "scraped":
+            for sample in answers[key]:
+                if sample["metric"]["pod"] == stale:
+                    sample["value"][1] = repr(T_LABELLED - 200.0)
+        elif key != "up":
+            answers[key] = [s for s in answers[key] if s["metric"]["pod"] != stale]
+    reading, decision = _decide(answers, current=4, model=_model(), after_window=True,
+                                policy=ScalingPolicy(mode=ScalingMode(mode), scale_down_stabilization_s=0,
+                                                     target_p95_latency_ms=10_000))
+    assert reading.observed_at == dt.datetime.fromtimestamp(T_LABELLED - 200.0, dt.UTC)
+    assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 4, Reason.HELD_STALE_METRICS), \
+        decision.message
