@@ -54,13 +54,14 @@ def resolve_zone(tz: str | ZoneInfo) -> ZoneInfo:
     """``spec.timeZone``: ``"Europe/Berlin"`` -> ``ZoneInfo`` (IANA tz database, ``tzdata`` where the OS has none).
 
     Raises:
-        InvalidTimeZone: Unknown name (the message names the field and gives examples).
+        InvalidTimeZone: Unknown name, or a folder of the tz database such as ``America/Indiana`` (``ZoneInfo`` raises
+            ``IsADirectoryError`` for it, an ``OSError``); the message names the field and gives examples.
     """
     if isinstance(tz, ZoneInfo):
         return tz
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
         raise InvalidTimeZone(f"spec.timeZone: {tz!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
 
 

@@ -202,3 +202,20 @@ def test_a_label_key_that_is_not_a_string_is_named_as_the_key_it_is() -> None:
     with pytest.raises(InvalidBudgetSpec) as info:
         parse_budget_spec(spec)
     assert info.value.field == "spec.selector.matchLabels (key 1)"
+
+
+@pytest.mark.parametrize("zone", ["America/Indiana", "America/Argentina", "America/Kentucky", "America/North_Dakota"])
+def test_a_tz_database_folder_of_the_crds_shape_is_refused_naming_the_field_never_raised(zone: str) -> None:
+    """A folder of the tz database (``America/Indiana`` holds ``Indianapolis``, ...) matches the CRD's pattern, so
+    the apiserver admits it; ``ZoneInfo`` then raises ``IsADirectoryError``, which escaped the parser (an OSError,
+    not one of the errors it caught) and failed every evaluation of the policy with a traceback instead of
+    ``Ready=False``/``InvalidSpec`` naming ``spec.timeZone``."""
+    from modalscale.api.budgetpolicy import InvalidTimeZone, resolve_zone
+
+    spec = copy.deepcopy(BASE)
+    spec["timeZone"] = zone
+    verdict = parser_verdict(spec)
+    assert not verdict.accepted
+    assert "spec.timeZone" in verdict.message and zone in verdict.message, verdict
+    with pytest.raises(InvalidTimeZone, match="spec.timeZone"):
+        resolve_zone(zone)
