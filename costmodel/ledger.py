@@ -69,7 +69,8 @@ Rules (all pure; the caller passes ``now``):
   Running, or Terminating, in the API server until it is removed), and no longer counts in the replicas in force.
   The node is marked only after the controller-manager's grace period, so the evaluation that first sees the pod
   silent takes back what earlier evaluations charged it past that instant, by its own run (inside the current
-  period only): a lost pod costs what it ran, not what ran until someone noticed. The ledger remembers each such
+  period only, and never below 0 for the service: the take-back, rounded once, can exceed the per-interval charges
+  by a few 1e-9): a lost pod costs what it ran, not what ran until someone noticed. The ledger remembers each such
   pod with the instant up to which it charged it (``LedgerEntry.unheard``, ``status.ledger.services[].unheardPods``):
   a pod whose node is then deleted (``PodRun.node_gone``) stays charged to it, and a pod whose node reports again
   (its ``Ready`` True or False) is charged the gap from that instant to ``observedTime`` too, by its own run (the
@@ -547,7 +548,9 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
                 spent += seg.cost_usd
             elif not window.carry and seg.period_start == ledger.period_start:
                 closing_spent += seg.cost_usd
-        current_spent[entry.key] = spent
+        # A take-back (a silent node's pod) is rounded once, its charges once per interval: it can exceed them by a
+        # few 1e-9. A service costs 0 or more.
+        current_spent[entry.key] = max(spent, Decimal(0))
     closed = _closed_period(ledger, window, period, tz, closing_spent)
     late = {(o.namespace, o.name): _late_bound(o, window.now) for o in obs}
     uncounted = {(o.namespace, o.name): _uncounted(o, window.now) for o in obs}

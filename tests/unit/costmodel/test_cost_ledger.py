@@ -712,3 +712,35 @@ def test_a_time_whose_offset_leaves_utcs_years_is_a_ledger_format_error_naming_t
 
     with pytest.raises(LedgerFormatError, match=r"status\.ledger\.observedTime: .* outside the years 1-9999"):
         parse_time(raw, "status.ledger.observedTime")
+
+
+def test_taking_back_a_silent_nodes_pod_never_leaves_a_negative_spend() -> None:
+    """A pod bound to a node 5 s after its kubelet was last heard (the node is marked Unknown only after the grace
+    period, and the scheduler binds to it meanwhile; no kubelet writes its startTime) is charged by its run at two
+    60 s evaluations (each rounded to 1e-9, both down: 0.010002087), then taken back whole, 120 s at once (rounded
+    once: 0.020004175) when its node is seen silent. The service's spend went to -1e-9, which ``plan_budget``
+    refuses ("spend must be >= 0"): the evaluation raised, and every later one that re-read the stored ledger,
+    so the policy was not evaluated at all. A service costs 0 or more; what is taken back is at most what it was
+    charged this period."""
+    from modalscale.api.budgetpolicy import parse_budget_spec
+    from modalscale.costmodel.budget import AlertState, ServiceState
+    from modalscale.costmodel.evaluation import evaluate_budget
+    from modalscale.costmodel.ledger import PodRun
+
+    heard = utc(2026, 11, 30, 10)
+    bind = heard + timedelta(seconds=5)
+    price = D("0.600125239")  # the catalog's replica of 1 CPU, 2Gi and one nvidia-l4
+    pod = PodRun("vc-0", bind, bound=bind)
+    ledger = Ledger()
+    for k in (1, 2):
+        ledger = advance(ledger, [ServiceObservation("ml", "vc", 1, price, (pod,))], bind + timedelta(minutes=k),
+                         "Daily").ledger
+    assert ledger.spent_usd == D("0.020004174")
+    cut = PodRun("vc-0", bind, bound=bind, unheard_since=heard)
+    now = bind + timedelta(minutes=3)
+    result = advance(reload(ledger), [ServiceObservation("ml", "vc", 0, price, (cut,))], now, "Daily")
+    assert result.spent_usd == 0 and all(e.spent_usd >= 0 for e in result.ledger.entries)
+    spec = parse_budget_spec({"period": "Daily", "limit": {"amount": "10"}, "thresholds": [{"percent": 50}]})
+    evaluation = evaluate_budget(spec, reload(ledger), [ServiceState("ml", "vc", 0, 4, price, pods=(cut,))],
+                                 AlertState(), now)
+    assert evaluation.plan.spent_usd == 0
