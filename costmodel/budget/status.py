@@ -240,8 +240,8 @@ def _ledger_read(ledger: Any, period_start: object = None) -> Ledger:
             raise LedgerFormatError(f"{path}.replicas: expected a non-negative integer, got {replicas!r}")
         try:
             cost = item.get("costUSDPerHour")
-            cost_d = parse_usd(cost, f"{path}.costUSDPerHour") if cost is not None else None
-            spent_d = parse_usd(item.get("spent", "0"), f"{path}.spent")
+            cost_d = _not_negative(cost, f"{path}.costUSDPerHour") if cost is not None else None
+            spent_d = _not_negative(item.get("spent", "0"), f"{path}.spent")
         except ValueError as exc:
             raise LedgerFormatError(str(exc)) from None
         entries.append(LedgerEntry(namespace, name, replicas, cost_d, spent_d, _unheard_read(item, path),
@@ -250,6 +250,20 @@ def _ledger_read(ledger: Any, period_start: object = None) -> Ledger:
     if len(set(keys)) != len(keys):
         raise LedgerFormatError("status.ledger.services: a namespace/name appears twice")
     return Ledger(observed_time, start, tuple(sorted(entries, key=lambda e: e.key)))
+
+
+def _not_negative(value: object, field_path: str) -> Decimal:
+    """A spend or rate read back from status (:func:`parse_usd`), which is never negative.
+
+    Raises:
+        ValueError: It does not parse, or it is below 0 (a hand edit, another version): no lower bound of a spend,
+            never added to one (the message names ``field_path``).
+    """
+    amount = parse_usd(value, field_path)
+    if amount < 0:
+        raise ValueError(f"{field_path}: {str(value)[:40]!r} is negative: a spend or a rate "
+                         f"in USD is 0 or more")
+    return amount
 
 
 def _unheard_read(item: Mapping[str, Any], path: str) -> tuple[tuple[str, dt.datetime], ...]:
@@ -458,7 +472,7 @@ def read_budget_status(obj: Mapping[str, Any] | None, policy: PolicyRef | None =
     def tenant_spent() -> Decimal | None:
         spent = status.get("tenantSpent")
         try:
-            return None if spent is None else parse_usd(spent, "status.tenantSpent")
+            return None if spent is None else _not_negative(spent, "status.tenantSpent")
         except ValueError as exc:
             raise InvalidBudgetStatus(str(exc)) from None
 

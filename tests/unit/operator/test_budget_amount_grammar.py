@@ -177,3 +177,33 @@ def test_a_readable_status_amount_still_plans() -> None:
     plan = plan_policy(_policy_with_ledger_spent("4.000000001"), BudgetObserved(isvcs=[], pods={"ml": []}),
                        load_catalog(), [], T0)
     assert plan.budget is not None and plan.budget.spent_usd == Decimal("4.000000001")
+
+
+@pytest.mark.parametrize(("field", "value"), [("spent", "-5"), ("costUSDPerHour", "-100"), ("spent", "-0.5")],
+                         ids=["spent-below-the-others", "negative-rate", "spent-within-the-others"])
+def test_a_negative_ledger_amount_is_invalid_status_never_an_exception_nor_a_smaller_spend(field: str,
+                                                                                          value: str) -> None:
+    """A ledger's spend and rate are never negative (the CRD says ``replicas`` minimum 0, and the reader refuses a
+    negative one, but ``spent`` and ``costUSDPerHour`` are bare strings): a status edited by hand, or written by
+    another version, with ``-5`` there made ``plan_budget`` raise ``spend must be >= 0`` (no condition, every
+    evaluation failing), and ``-0.5`` beside another service's 4 USD silently took 0.5 USD off the spend the budget
+    enforces on. Either is data that could not be read: ``Ready=False``/``InvalidStatus`` naming the field."""
+    policy = _policy_with_ledger_spent("4")
+    services = policy["status"]["ledger"]["services"]
+    services.append({"namespace": "ml", "name": "b", "replicas": 1, "costUSDPerHour": "1", "spent": "0"})
+    services[1][field] = value
+    plan = plan_policy(policy, BudgetObserved(isvcs=[], pods={"ml": []}), load_catalog(), [], T0)
+    ready = get(plan.status_patch["conditions"], "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidStatus"), ready
+    assert f"status.ledger.services[1].{field}" in ready["message"]
+    assert plan.annotation_writes == [] and plan.alerts == ()
+
+
+def test_a_negative_tenant_spent_is_invalid_status() -> None:
+    """``status.tenantSpent`` is the tenants' spend held while their usage cannot be read: a negative figure is no
+    lower bound of a spend."""
+    from modalscale.costmodel.budget.status import read_budget_status
+
+    status = read_budget_status({"status": {"tenantSpent": "-3"}})
+    assert status.problem is not None and "status.tenantSpent" in status.problem
