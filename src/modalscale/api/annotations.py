@@ -271,13 +271,21 @@ def latest_rejections(rejections: Iterable[TenantReject]) -> dict[str, tuple[dt.
 
 
 def same_value(current: str | None, wanted: str | None) -> bool:
-    """True when two annotation values say the same (JSON equality; None = absent)."""
+    """True when two annotation values say the same (None = absent): the same JSON whatever the spacing and the
+    order of object members, and of the same JSON types (``1.0`` and ``true`` are not ``1``: Python's ``==`` takes
+    them for it, while the decoders refuse them, so an unreadable value was never rewritten)."""
     if current is None or wanted is None:
         return current is wanted
     try:
-        return bool(json.loads(current) == json.loads(wanted))
+        return _canonical(json.loads(current)) == _canonical(json.loads(wanted))
     except (ValueError, RecursionError):
         return False
+
+
+def _canonical(value: object) -> str:
+    """``value`` (decoded JSON) written back with sorted keys and no spaces: equal only for equal JSON of equal
+    types (``json.dumps`` writes ``1``, ``1.0`` and ``true`` apart)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def budget_cap(annotations: Mapping[str, str] | None) -> tuple[int | None, str | None]:

@@ -105,6 +105,23 @@ def test_same_value_compares_json_not_text() -> None:
     assert same_value(None, None) and not same_value(None, "{}") and not same_value("x", "{}")
 
 
+@pytest.mark.parametrize("stored", [
+    '{"maxReplicas":1.0,"policy":"ml/daily","action":"CapReplicas"}',
+    '{"maxReplicas":true,"policy":"ml/daily","action":"CapReplicas"}',
+], ids=["float", "bool"])
+def test_a_cap_value_the_decoder_refuses_is_never_the_same_as_the_one_the_policy_writes(stored: str) -> None:
+    """JSON equality in Python takes ``1.0`` and ``true`` for ``1``, the decoder does not: a cap stored as
+    ``{"maxReplicas": 1.0, ...}`` (a hand edit, another writer) is unreadable (the autoscaler holds,
+    ``BudgetCapUnreadable``), yet the policy that owns the key took it for the value it wants and never rewrote it
+    (docs/budgets.md: "The policy that owns the key rewrites it ... at its next evaluation"): held for the period."""
+    wanted = BudgetCap(1, "ml/daily", "CapReplicas").encode()
+    key = cap_annotation_key("ml", "daily")
+    assert unreadable_budget_caps({key: stored})
+    assert not same_value(stored, wanted)
+    switch = SpotSwitch("ml/daily", 50).encode()
+    assert not same_value(switch.replace("50", "50.0"), switch)
+
+
 @pytest.mark.parametrize("labels, tier", [
     ({"karpenter.sh/capacity-type": "spot"}, "Spot"), ({"karpenter.sh/capacity-type": "on-demand"}, "OnDemand"),
     ({"karpenter.sh/capacity-type": "reserved"}, "OnDemand"), ({"eks.amazonaws.com/capacityType": "SPOT"}, "Spot"),

@@ -847,3 +847,19 @@ def test_pod_resources_sums_the_containers_requests_and_refuses_what_it_cannot_r
     assert pod_resources(pod({"cpu": "2"})) is None  # no memory request
     assert pod_resources(pod({"cpu": "two", "memory": "1Gi"})) is None
     assert pod_resources({"spec": {}}) is None
+
+
+def test_a_cap_annotation_stored_as_a_float_is_rewritten_by_the_policy_that_owns_it() -> None:
+    """``{"maxReplicas": 1.0, ...}`` does not decode (the autoscaler holds: ``BudgetCapUnreadable``), but JSON
+    equality took it for the ``1`` the policy wants, so the policy never rewrote it and the service stayed held
+    for the rest of the period."""
+    policy = make_policy(limit={"amount": "0.01"},
+                         thresholds=[{"percent": 50, "actions": ["Alert", "CapReplicas"], "capReplicas": 1}])
+    isvc = make_isvc()
+    first = plan_policy(policy, observed(isvc), CATALOG, [], T0)
+    capped = annotated(isvc, first.annotation_writes)
+    wanted = capped["metadata"]["annotations"][KEY]
+    capped["metadata"]["annotations"][KEY] = wanted.replace('"maxReplicas":1', '"maxReplicas":1.0')
+    second = plan_policy(persisted(policy, first.status_patch), observed(capped), CATALOG, [],
+                         T0 + dt.timedelta(minutes=1))
+    assert [(w.key, w.value) for w in second.annotation_writes] == [(KEY, wanted)]
