@@ -46,14 +46,19 @@ class UnknownPrice(LookupError):
     """The catalog has no price for a resource; never priced as 0.
 
     Attributes:
-        gpu_type: The GPU type as written in the service spec.
+        gpu_type: The GPU type as written in the service spec ("" when the missing figure is not a GPU's).
         tier: The tier that was asked for.
     """
 
     def __init__(self, gpu_type: str, tier: PricingTier, known: list[str], detail: str = "",
-                 catalog_name: str | None = None) -> None:
+                 catalog_name: str | None = None, *, figures: tuple[str, ...] = ()) -> None:
         self.gpu_type = gpu_type
         self.tier = tier
+        if figures:  # a CPU or memory figure: no GPU type is at fault, and none would fix it
+            names = " and ".join(figures)
+            super().__init__(f"The pricing catalog has no {tier.value} price for {names}. Fix: add {names} "
+                             f"(usdPerUnitHour, source, asOf) to the catalog override (Helm value / ConfigMap).")
+            return
         what = f"no {tier.value} price for GPU type {gpu_type!r}" + (f" ({detail})" if detail else "")
         super().__init__(
             f"The pricing catalog has {what}. Known GPU types: {', '.join(known)}. Fix: set "
@@ -160,7 +165,8 @@ class Catalog(_Model):
         cpu = self.cpu_core_hour.figure(tier)
         mem = self.memory_gib_hour.figure(tier)
         if cpu is None or mem is None:
-            raise UnknownPrice("cpu/memory", tier, known, "cpuCoreHour/memoryGiBHour have no such tier")
+            raise UnknownPrice("", tier, known, figures=tuple(
+                f"{name}.{_tier_key(tier)}" for name, f in (("cpuCoreHour", cpu), ("memoryGiBHour", mem)) if f is None))
         ctx = MONEY_CONTEXT
         total = ctx.add(
             ctx.multiply(resources.cpu_cores, cpu.usd_per_unit_hour),

@@ -77,6 +77,20 @@ def test_missing_spot_figure_raises_instead_of_pricing_zero() -> None:
         price_replica(ReplicaResources.from_quantities("1", "1Gi", 1, "NVIDIA-A10G"), "Spot")
 
 
+@pytest.mark.parametrize("resource", ["cpuCoreHour", "memoryGiBHour"])
+def test_a_missing_cpu_or_memory_spot_figure_names_that_figure_not_a_gpu_type(resource: str) -> None:
+    """An override that removes a CPU or memory Spot figure (``spot: null``) priced every Spot replica unknown, as
+    it should, but the message (the GovernanceBlind alert's and the condition's) called it the GPU type
+    ``'cpu/memory'`` and said to change ``resources.gpu.type`` or add ``gpuHour.cpu/memory.spot``: the wrong field and
+    a fix that fixes nothing, for a CPU-only service too."""
+    catalog = load_catalog({resource: {"spot": None}})
+    with pytest.raises(UnknownPrice) as info:
+        catalog.price_replica(ReplicaResources.from_quantities("1", "1Gi"), "Spot")
+    text = str(info.value)
+    assert f"{resource}.spot" in text, text
+    assert "gpuHour" not in text and "resources.gpu.type" not in text and "GPU type" not in text, text
+
+
 def test_gpu_count_without_type_raises() -> None:
     with pytest.raises(UnknownPrice, match="no GPU type"):
         price_replica(ReplicaResources(Decimal(1), GIB, 1, None), "OnDemand")
