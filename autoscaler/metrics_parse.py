@@ -651,6 +651,10 @@ class _GatewayFigures:
     """Requests the gateway admitted and has not finished (at a replica), summed over its pods; None = unknown."""
     problem: _Problem | None
     """Why the gateway's demand cannot be read (then the workload is unknown: hold); None = readable."""
+    oldest_s: float | None = None
+    """The oldest of the up gateway targets' newest sample times, s since the epoch: how fresh the demand summed over
+    them is (a gateway pod last scraped minutes ago has no rate in the window, and its requests are missing from
+    the sum); None = unknown."""
 
 
 def _gateway_figures(answers: _Answers) -> _GatewayFigures:
@@ -689,7 +693,7 @@ def _gateway_figures(answers: _Answers) -> _GatewayFigures:
                                     f"unknown: holding"))
         gauges[key] = max(0.0, sum(read.values()))
     return _GatewayFigures(len(live), len(up), down, stamp, gauges["gateway_queue"], gauges["gateway_inflight"],
-                           None)
+                           None, min(newest[i] for i in live))
 
 
 def _sampled_at(value: float | None, newest_s: float | None) -> dt.datetime | None:
@@ -784,8 +788,9 @@ def parse_answers(answers: _Answers, model_name: str, window_s: float = STABLE_W
             assert gw.queue is not None and gw.in_flight is not None
             queued = gw.queue + (queued or 0.0)  # held in the gateway + waiting in Triton: never the same request
             in_flight = gw.in_flight + gw.queue  # what the clients of the gateway wait on
-        if gw.newest_s is not None:
-            newest_s = min(newest_s, gw.newest_s)  # as fresh as the older of the two sources
+        gw_s = gw.oldest_s if gw.oldest_s is not None else gw.newest_s
+        if gw_s is not None:
+            newest_s = min(newest_s, gw_s)  # as fresh as the older of the two sources, each its stalest target
     observed_at = dt.datetime.fromtimestamp(newest_s, dt.UTC)
     busy = service.busy_erlangs
     holes = _window_holes(answers, {"stable": window_s, "recent": recent_window_s})

@@ -468,3 +468,24 @@ def test_the_pools_reading_is_its_own_series_only() -> None:
     assert reading.queued_requests == pytest.approx(6.0)
     with pytest.raises(ValueError):
         build_queries("ml", "vc", gateway=True, component="image-encoder")
+
+
+def test_a_gateway_target_whose_last_scrape_is_minutes_old_makes_the_demand_stale() -> None:
+    """The replicas' targets date the data by their stalest live target (a pod last scraped minutes ago has no rate
+    in the window); the gateway's, the demand's only source with the gateway on, do too: gateway pod 0's newest
+    ``up`` (1) is 200 s old and none of its rates are in the window, so the sum over the gateway reads half the
+    demand. Dated by the fresh pod, the reading looked fresh and complete and scaled 6 -> 2 on it; it is stale: hold."""
+    u = universe(replica_pods=6)
+    stale = "vc-gateway-7c9-0"
+    for key, rows in list(u.rows.items()):
+        if key == "gateway_scraped":
+            u.rows[key] = [(labels, T - 200.0 if labels["pod"] == stale else v) for labels, v in rows]
+        elif key != "gateway_up":
+            u.rows[key] = [(labels, v) for labels, v in rows if labels.get("pod") != stale]
+    reading = read(u, gateway=True)
+    assert reading.observed_at == dt.datetime.fromtimestamp(T - 200.0, dt.UTC)
+    _, decision = decide(reading, current=6)
+    assert (decision.valid, decision.desired_replicas, decision.reason) == (False, 6, Reason.HELD_STALE_METRICS), \
+        decision.message
+    _, whole = decide(read(universe(replica_pods=6), gateway=True), current=6)
+    assert whole.desired_replicas < 6  # the same service with both gateway pods fresh does scale down
