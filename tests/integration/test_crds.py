@@ -13,6 +13,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.integration.operator.isvc_helpers import kubectl
+
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "modalscale.io", "v1alpha1"
 PLURALS = {"InferenceService": "inferenceservices", "BudgetPolicy": "budgetpolicies"}
@@ -302,15 +304,6 @@ def test_turning_the_gateway_on_for_a_name_over_54_characters_is_refused(api: An
         _delete(api, "InferenceService", body["metadata"]["name"])
 
 
-def _kubectl(cluster: Any, *args: str) -> str:
-    from modalscale.devenv.binaries import ensure_binaries
-
-    kubectl = ensure_binaries(lambda _m: None).kubectl
-    proc = subprocess.run([str(kubectl), f"--kubeconfig={cluster.kubeconfig}", *args],
-                          capture_output=True, text=True, check=True, timeout=60)
-    return proc.stdout
-
-
 def test_kubectl_get_shows_the_printer_columns(cluster: Any, api: Any, crds_installed: list[str]) -> None:
     isvc = yaml.safe_load((REPO / "crds/examples/inferenceservice-predictive.yaml").read_text())
     budget = yaml.safe_load((REPO / "crds/examples/budgetpolicy-daily.yaml").read_text())
@@ -318,13 +311,13 @@ def test_kubectl_get_shows_the_printer_columns(cluster: Any, api: Any, crds_inst
         _delete(api, body["kind"], body["metadata"]["name"])
         _create(api, body)
     try:
-        header, row = _kubectl(cluster, "get", "msvc", isvc["metadata"]["name"]).splitlines()
+        header, row = kubectl(cluster, "get", "msvc", isvc["metadata"]["name"]).splitlines()
         assert header.split() == ["NAME", "READY", "REPLICAS", "DESIRED", "P95", "SLO", "COST/H", "AGE"]
         assert row.split()[0] == "vision-chat" and "300" in row.split()
-        header, row = _kubectl(cluster, "get", "budgetpolicies", budget["metadata"]["name"]).splitlines()
+        header, row = kubectl(cluster, "get", "budgetpolicies", budget["metadata"]["name"]).splitlines()
         assert header.split() == ["NAME", "READY", "PERIOD", "LIMIT", "SPENT", "FORECAST", "STATE", "AGE"]
         assert row.split()[0] == "search-daily" and {"Daily", "50.00"} <= set(row.split()), row  # no status yet
-        listed = _kubectl(cluster, "get", "modalscale", "-o", "name").split()
+        listed = kubectl(cluster, "get", "modalscale", "-o", "name").split()
         assert f"inferenceservice.modalscale.io/{isvc['metadata']['name']}" in listed
         assert f"budgetpolicy.modalscale.io/{budget['metadata']['name']}" in listed
     finally:
@@ -367,7 +360,7 @@ def test_kubectl_explain_prints_a_description_for_every_field(cluster: Any, crds
 
 
 def test_kubectl_explain_scaling_states_units_and_defaults(cluster: Any, crds_installed: list[str]) -> None:
-    out = _kubectl(cluster, "explain", "inferenceservices.spec.scaling")
+    out = kubectl(cluster, "explain", "inferenceservices.spec.scaling")
     for text in ("minReplicas", "Fewest replicas any decision may set, 0-1000, default 1",
                  "targetP95LatencyMilliseconds", "in milliseconds", "default 500",
                  "scaleDownStabilizationSeconds", "in seconds, 0-3600", "60 in Predictive",
