@@ -131,11 +131,13 @@ class Balancer:
 
         Only routable endpoints are kept for new requests; the outstanding count of one that left the set stays
         until its requests finish (:meth:`release`). The same ``key`` listed twice (two slices during a
-        re-shard) counts once, routable if any copy is.
+        re-shard, one not yet rewritten) counts once: terminating if any copy is (a pod never stops terminating,
+        so a copy that still says ready is stale), else routable if any copy is.
         """
         merged: dict[str, Endpoint] = {}
         for ep in endpoints:
-            if ep.routable or ep.key not in merged:
+            held = merged.get(ep.key)
+            if held is None or (not held.terminating and (ep.terminating or ep.routable)):
                 merged[ep.key] = ep
         self._listed = {k: ep for k, ep in merged.items() if ep.routable}
         for ep in merged.values() if not self._updated else self._listed.values():

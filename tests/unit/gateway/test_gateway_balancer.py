@@ -229,3 +229,28 @@ def test_two_requests_in_flight_over_two_replicas_never_share_one_while_the_othe
         in_flight[i] = nxt
         shared += in_flight[0] == in_flight[1]
     assert shared == 0
+
+
+@pytest.mark.parametrize("order", ["stale first", "stale last"])
+def test_a_pod_one_slice_lists_terminating_is_not_routable_while_a_stale_slice_still_lists_it_ready(
+        order: str) -> None:
+    # An endpoint moved between slices (a re-shard) is listed twice for a moment: the new slice with its current
+    # conditions, the old one not yet rewritten. A pod never stops terminating, so a terminating copy is the truth;
+    # a stale ready copy must not send it new requests ("a terminating replica gets no new request").
+    stale = _slice([{"addresses": ["10.1.0.1"], "conditions": {"ready": True}, "targetRef": {"name": "p1"}}])
+    current = _slice([{"addresses": ["10.1.0.1"], "conditions": {"ready": False, "serving": True,
+                                                                 "terminating": True}, "targetRef": {"name": "p1"}},
+                      {"addresses": ["10.1.0.2"], "conditions": {"ready": True}, "targetRef": {"name": "p2"}}])
+    names = ("a", "b") if order == "stale first" else ("b", "a")
+    b = Balancer(rng=random.Random(0))
+    b.update(merge_slices({names[0]: stale, names[1]: current}))
+    assert [e.key for e in b.endpoints] == ["10.1.0.2:8000"]
+    assert {b.pick(None, 0.0).key for _ in range(50)} == {"10.1.0.2:8000"}  # type: ignore[union-attr]
+    assert b.warming == ()  # nor is it a starting pod to probe
+
+
+def test_a_pod_listed_twice_is_routable_when_one_copy_is_ready_and_none_terminating() -> None:
+    # The other half of the merge: a pod that turned Ready in one slice while a stale copy still says not ready.
+    b = Balancer(rng=random.Random(0))
+    b.update([Endpoint("10.1.0.1", 8000, ready=False, name="p1"), Endpoint("10.1.0.1", 8000, name="p1")])
+    assert [e.key for e in b.endpoints] == ["10.1.0.1:8000"]
