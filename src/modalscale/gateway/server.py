@@ -411,6 +411,7 @@ class Gateway:
 
     # --- HTTP -------------------------------------------------------------------------------------------------
     async def _http(self, request: web.Request) -> web.StreamResponse:
+        arrived_s = self.clock()
         raw_tenant = request.headers.get(self.settings.tenant_header)
         tenant = self.tenants.label(raw_tenant)
         is_infer = request.method == "POST" and INFER_PATH.match(request.path) is not None
@@ -455,17 +456,20 @@ class Gateway:
             return web.json_response({"error": str(exc)}, status=503,
                                      headers={"Retry-After": str(exc.retry_after_s)})
         try:
-            return await self._forward_http(request, body, feats, tenant)
+            return await self._forward_http(request, body, feats, tenant, arrived_s)
         finally:
             self._release()
 
     async def _forward_http(self, request: web.Request, body: bytes, feats: RequestFeatures | None,
-                            tenant: str) -> web.StreamResponse:
+                            tenant: str, arrived_s: float) -> web.StreamResponse:
+        """Send the request to a replica and stream its answer back; ``arrived_s`` (monotonic seconds, the
+        request's arrival) bounds the hold after failed connects to ``queue_timeout_s`` from the arrival, time in the
+        admission queue included."""
         assert self._session is not None
         key = affinity_key(feats.image_digests) if feats is not None else None
         headers = forwarded_headers(request.headers)
         tried: tuple[str, ...] = ()
-        deadline_s = self.clock() + self.settings.queue_timeout_s
+        deadline_s = arrived_s + self.settings.queue_timeout_s
         while True:
             ep = await self._reachable(key, tried, deadline_s)
             if ep is None:
@@ -538,6 +542,7 @@ class Gateway:
     async def grpc_unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
                          ) -> bytes:
         """Forward one unary call of ``inference.GRPCInferenceService`` as raw bytes."""
+        arrived_s = self.clock()
         metadata = tuple((k, v) for k, v in context.invocation_metadata() or ()
                          if not k.startswith(":") and k not in GRPC_DROPPED_METADATA)
         tenant_raw = next((v for k, v in metadata if k == self.settings.tenant_header), None)
@@ -564,17 +569,18 @@ class Gateway:
             context.set_trailing_metadata((("retry-after", str(exc.retry_after_s)),))
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         try:
-            return await self._forward_grpc(method, request, metadata, context, feats, tenant)
+            return await self._forward_grpc(method, request, metadata, context, feats, tenant, arrived_s)
         finally:
             self._release()
 
     async def _forward_grpc(self, method: str, request: bytes, metadata: tuple[tuple[str, Any], ...],
                             context: grpc.aio.ServicerContext[bytes, bytes], feats: RequestFeatures | None,
-                            tenant: str) -> bytes:
+                            tenant: str, arrived_s: float) -> bytes:
+        """:meth:`_forward_http` for a gRPC call (``arrived_s`` likewise bounds the hold after failed connects)."""
         key = affinity_key(feats.image_digests) if feats is not None else None
         tried: tuple[str, ...] = ()
         last: grpc.aio.AioRpcError | None = None
-        deadline_s = self.clock() + self.settings.queue_timeout_s
+        deadline_s = arrived_s + self.settings.queue_timeout_s
         while True:
             ep = await self._reachable(key, tried, deadline_s)
             if ep is None or ep.grpc_target is None:

@@ -1,0 +1,175 @@
+"""The gateway's request path around a replica no connect reaches: how long a request is held for another try, and
+what it asks for meanwhile. In-process: a Gateway that is not started, a fake upstream whose every connect fails, a
+clock that can jump ahead (no network, no replica)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+from unittest import mock
+
+import aiohttp
+import grpc
+from aiohttp import web
+from aiohttp.streams import StreamReader
+from aiohttp.test_utils import make_mocked_request
+
+from modalscale.gateway.balancer import Endpoint
+from modalscale.gateway.endpoints import StaticSource
+from modalscale.gateway.server import GRPC_INFER, Gateway
+from modalscale.gateway.settings import GatewaySettings
+
+INFER = "/v2/models/m/infer"
+BODY = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["a cat"]}]}).encode()
+LOST = Endpoint("10.0.0.1", 8000, 8001, name="lost")
+"""A replica listed Ready whose connects time out (a lost node's pod)."""
+
+
+class Clock:
+    """Monotonic seconds that :meth:`jump` moves ahead (time spent in the queue without spending it)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def jump(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+class Unreachable:
+    """An aiohttp session whose every connect times out: no byte of any request reaches a replica."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    async def request(self, *_: Any, **__: Any) -> Any:
+        self.tries += 1
+        raise aiohttp.ConnectionTimeoutError("Connection timeout to host 10.0.0.1:8000")
+
+
+class UnreachableChannel:
+    """A gRPC channel that never connects: every call fails UNAVAILABLE with gRPC core's own message."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    def unary_unary(self, _method: str) -> Any:
+        async def call(*_: Any, **__: Any) -> bytes:
+            self.tries += 1
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       details="failed to connect to all addresses; last error: UNKNOWN: "
+                                               "ipv4:10.0.0.1:8001: Failed to connect to remote host: Timeout "
+                                               "occurred: FD Shutdown")
+        return call
+
+
+class Aborted(Exception):
+    pass
+
+
+class Context:
+    """The parts of a ``grpc.aio.ServicerContext`` the gateway uses."""
+
+    def __init__(self) -> None:
+        self.code: grpc.StatusCode | None = None
+        self.trailing: tuple[tuple[str, str], ...] = ()
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    def set_trailing_metadata(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.trailing = metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.code = code
+        raise Aborted(details)
+
+
+def _grpc_text() -> bytes:
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name="m")
+    tensor = request.inputs.add(name="TEXT", datatype="BYTES", shape=[1])
+    tensor.contents.bytes_contents.append(b"a cat")
+    return bytes(request.SerializeToString())
+
+
+def _gateway(clock: Clock, **settings: Any) -> Gateway:
+    gw = Gateway(GatewaySettings(**settings), StaticSource(), clock=clock)
+    gw._session = Unreachable()  # type: ignore[assignment]
+    return gw
+
+
+def _request(body: bytes) -> web.Request:
+    payload = StreamReader(mock.Mock(_reading_paused=False), 2 ** 16, loop=asyncio.get_running_loop())
+    payload.feed_data(body)
+    payload.feed_eof()
+    return make_mocked_request("POST", INFER, headers={"Content-Length": str(len(body))}, payload=payload)
+
+
+def test_a_request_held_at_zero_then_sent_to_an_unreachable_replica_is_answered_within_the_queue_timeout_of_its_arrival(
+) -> None:
+    # docs/gateway.md (Forward): a request whose every listed replica failed is held "up to queueTimeoutSeconds
+    # from its arrival, then 503 + Retry-After". One that already waited in the queue at zero for most of that
+    # time must not get a whole new queue timeout after its admission.
+    async def body() -> tuple[int, float, int]:
+        clock = Clock()
+        gw = _gateway(clock, queue_timeout_s=10.0)
+        task = asyncio.create_task(gw._http(_request(BODY)))
+        await asyncio.sleep(0.05)
+        assert gw.admission.waiting == 1  # held at zero replicas
+        clock.jump(9.8)  # 9.8 s of the 10 s spent waiting for a replica
+        t0 = time.monotonic()
+        gw._on_endpoints((LOST,))  # a replica is listed Ready: the request is admitted and sent to it
+        try:
+            answer = await asyncio.wait_for(task, 5.0)
+        except TimeoutError:
+            task.cancel()
+            raise AssertionError("still held 5 s after its admission, 9.8 s into a 10 s queue timeout") from None
+        return answer.status, time.monotonic() - t0, gw._session.tries  # type: ignore[attr-defined]
+
+    status, held_s, tries = asyncio.run(body())
+    assert status == 503
+    assert held_s < 2.0, held_s
+    assert tries >= 1
+
+
+def test_a_grpc_call_held_at_zero_then_sent_to_an_unreachable_replica_ends_within_the_queue_timeout_of_its_arrival(
+) -> None:
+    async def body() -> tuple[grpc.StatusCode | None, float, int]:
+        clock = Clock()
+        gw = _gateway(clock, queue_timeout_s=10.0)
+        channel = UnreachableChannel()
+        gw._channel = lambda ep: channel  # type: ignore[method-assign, assignment, return-value]
+        context = Context()
+
+        async def call() -> None:
+            try:
+                await gw.grpc_unary(GRPC_INFER, _grpc_text(), context)  # type: ignore[arg-type]
+            except Aborted:
+                pass
+
+        task = asyncio.create_task(call())
+        await asyncio.sleep(0.05)
+        assert gw.admission.waiting == 1
+        clock.jump(9.8)
+        t0 = time.monotonic()
+        gw._on_endpoints((LOST,))
+        try:
+            await asyncio.wait_for(task, 5.0)
+        except TimeoutError:
+            task.cancel()
+            raise AssertionError("still held 5 s after its admission, 9.8 s into a 10 s queue timeout") from None
+        return context.code, time.monotonic() - t0, channel.tries
+
+    code, held_s, tries = asyncio.run(body())
+    assert code is not None and code != grpc.StatusCode.OK
+    assert held_s < 2.0, held_s
+    assert tries >= 1
