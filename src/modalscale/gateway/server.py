@@ -165,6 +165,9 @@ class Gateway:
         self._stopping = False
         self._endpoints_changed = asyncio.Event()
         """Set (and replaced) at every endpoint update: wakes the requests held after every replica failed."""
+        self._held = 0
+        """Requests admitted and held in :meth:`_reachable` after every listed replica failed: waiting as the queue's
+        requests wait (activation pokes, readiness checks of starting replicas), though they hold their slot."""
         self.draining = False
         """True from :meth:`begin_drain` on: ``/readyz`` answers 503, requests are still served."""
 
@@ -183,7 +186,7 @@ class Gateway:
             self._probe_task = asyncio.create_task(ReplicaProbe(self.balancer, self.clock).run(s.probe_interval_s),
                                                    name="probe")
         if s.warm_probe_interval_s > 0:
-            warm = WarmingProbe(self.balancer, lambda: self.admission.waiting > 0, self._routable_changed,
+            warm = WarmingProbe(self.balancer, self._holding, self._routable_changed,
                                 http_ready_check(self._session), self.clock)
             self._warm_task = asyncio.create_task(warm.run(s.warm_probe_interval_s), name="warm-probe")
         if self.budget is not None:
@@ -307,7 +310,9 @@ class Gateway:
 
     async def _keep_poking(self) -> None:
         """Poke again every :data:`ACTIVATION_INTERVAL_S` (looked at four times as often: :meth:`_poke` keeps the
-        rate) while requests wait in the queue with no Ready replica.
+        rate) while requests wait with no Ready replica: in the queue, or held after every listed replica failed
+        (:meth:`_reachable`; such a request was admitted while its replica was listed Ready, and no arrival after it
+        may come to ask).
 
         The poke at a request's arrival may not start one: its patch can fail (the apiserver down or slow), and the
         operator acts only on a poke stamped after the last scale to zero (whole seconds: one in the same second
@@ -316,8 +321,12 @@ class Gateway:
         reporting the requests it holds to its autoscaler while they wait."""
         while True:
             await asyncio.sleep(ACTIVATION_INTERVAL_S / 4)
-            if self.admission.waiting > 0:
+            if self._holding():
                 self._poke()
+
+    def _holding(self) -> bool:
+        """Requests wait for a replica: in the admission queue, or held after every listed replica failed."""
+        return self.admission.waiting > 0 or self._held > 0
 
     async def _send_poke(self, activate: Activate) -> None:
         try:
@@ -377,10 +386,14 @@ class Gateway:
             if left_s <= 0 or self._stopping:
                 return None
             changed = self._endpoints_changed
+            self._held += 1
+            self._poke()  # none may be Ready now (the failed replica left the set): held as at zero
             try:
                 await asyncio.wait_for(changed.wait(), min(left_s, EJECT_S))
             except TimeoutError:
                 pass
+            finally:
+                self._held -= 1
             ep = self._pick(key, ())
             if ep is not None:
                 return ep

@@ -173,3 +173,34 @@ def test_a_grpc_call_held_at_zero_then_sent_to_an_unreachable_replica_ends_withi
     assert code is not None and code != grpc.StatusCode.OK
     assert held_s < 2.0, held_s
     assert tries >= 1
+
+
+def test_a_request_held_after_its_replica_failed_and_left_asks_for_activation_as_one_held_at_zero() -> None:
+    # docs/gateway.md: a request whose every listed replica failed "is held as at zero replicas", and the gateway
+    # asks for activation "again every second while requests wait with none Ready". A request admitted while its
+    # replica was listed Ready, whose connect then failed and whose replica then left the set (scaled to zero, or
+    # deleted), waits with none Ready: without a poke nothing starts a replica, and it waits out its queue timeout.
+    async def body() -> tuple[int, int]:
+        pokes: list[float] = []
+
+        async def activate() -> None:
+            pokes.append(time.monotonic())
+
+        gw = Gateway(GatewaySettings(queue_timeout_s=30.0), StaticSource(), activate=activate, clock=Clock())
+        gw._session = Unreachable()  # type: ignore[assignment]
+        gw._on_endpoints((LOST,))
+        keep_poking = asyncio.create_task(gw._keep_poking())
+        task = asyncio.create_task(gw._http(_request(BODY)))
+        await asyncio.sleep(0.1)
+        assert gw._session.tries >= 1 and not task.done()  # type: ignore[attr-defined]  # held after the failure
+        gw._on_endpoints(())  # its replica leaves the set: none Ready now
+        await asyncio.sleep(1.5)
+        held = not task.done()
+        for t in (task, keep_poking):
+            t.cancel()
+        await asyncio.gather(task, keep_poking, return_exceptions=True)
+        return len(pokes), held
+
+    pokes, held = asyncio.run(body())
+    assert held
+    assert pokes >= 1, "no activation asked for while a request was held with no replica Ready"
