@@ -54,9 +54,15 @@ class Endpoint:
     """The pod behind it (``targetRef.name``), for logs; empty for a static endpoint."""
 
     @property
+    def _netloc_host(self) -> str:
+        """``host`` as it stands before ``:port`` in a URL or a gRPC target: an IPv6 address in brackets (RFC 3986)."""
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+    @property
     def key(self) -> str:
-        """``host:http_port``: the identity the balancer counts and hashes by."""
-        return f"{self.host}:{self.http_port}"
+        """``host:http_port`` (``[host]:http_port`` for an IPv6 address, as an EndpointSlice of addressType IPv6
+        lists it bare): the identity the balancer counts and hashes by, and the authority of the replica's URL."""
+        return f"{self._netloc_host}:{self.http_port}"
 
     @property
     def identity(self) -> str:
@@ -66,7 +72,7 @@ class Endpoint:
     @property
     def grpc_target(self) -> str | None:
         """``host:grpc_port`` for a gRPC channel, or None."""
-        return None if self.grpc_port is None else f"{self.host}:{self.grpc_port}"
+        return None if self.grpc_port is None else f"{self._netloc_host}:{self.grpc_port}"
 
     @property
     def routable(self) -> bool:

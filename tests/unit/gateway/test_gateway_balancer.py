@@ -254,3 +254,17 @@ def test_a_pod_listed_twice_is_routable_when_one_copy_is_ready_and_none_terminat
     b = Balancer(rng=random.Random(0))
     b.update([Endpoint("10.1.0.1", 8000, ready=False, name="p1"), Endpoint("10.1.0.1", 8000, name="p1")])
     assert [e.key for e in b.endpoints] == ["10.1.0.1:8000"]
+
+
+def test_an_ipv6_pod_address_gives_a_url_and_a_grpc_target_that_name_its_host_and_port() -> None:
+    # An EndpointSlice of addressType IPv6 (an IPv6 or dual-stack cluster) lists bare addresses; "http://" + key
+    # is the URL every request and readiness check goes to, and grpc_target the channel's target.
+    import yarl
+
+    raw = {**_slice([{"addresses": ["fd00:10:244::5"], "conditions": {"ready": True}}]), "addressType": "IPv6"}
+    (ep,) = endpoints_from_slice(raw)
+    url = yarl.URL(f"http://{ep.key}/v2/health/ready")
+    assert (url.host, url.port) == ("fd00:10:244::5", 8000)
+    assert ep.grpc_target == "[fd00:10:244::5]:8001"
+    assert Endpoint("10.0.0.1", 8000, 8001).key == "10.0.0.1:8000"  # IPv4 and names unchanged
+    assert Endpoint("replica-0.local", 8000, 8001).grpc_target == "replica-0.local:8001"
