@@ -83,6 +83,8 @@ class ModelSettings:
                     values[name] = kind(raw[name])
                 except ValueError:
                     raise ValueError(f"parameter {name}: expected an integer, got {raw[name]!r}") from None
+                if values[name] < 1:  # RuntimeConfig's bound: 0 or less breaks at run time, not at load
+                    raise ValueError(f"parameter {name}: expected an integer >= 1, got {raw[name]!r}")
         if "image_int8_min_side_pixels" in raw:
             text = raw["image_int8_min_side_pixels"]
             if not (text.isascii() and text.isdigit()):
