@@ -191,7 +191,7 @@ class OrchestratorModel:
             feats, classes = self._call("image_encoder", [pb_utils.Tensor(PIXELS, b.pixels),
                                                           pb_utils.Tensor(VALID_HW, b.valid_hw)], [FEATURES, CLASSES])
             for j, k in enumerate(b.members):
-                entries[k] = (feats[j], int(classes[j, 0]), images[k].width, images[k].height)
+                entries[k] = (feats[j].copy(), int(classes[j, 0]), images[k].width, images[k].height)
                 if self.cache is not None:
                     self.cache.put(images[k].digest, entries[k])  # type: ignore[arg-type]
         if batches:

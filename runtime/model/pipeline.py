@@ -233,7 +233,8 @@ class MultimodalPipeline:
         for j, i in enumerate(group.indices):
             r, k = owners[i]
             image = batch[r].parsed.images[k]
-            entry = (result.features[j], int(result.classes[j]), image.width, image.height)
+            # a copy: a view would keep the whole pass's features alive as long as this entry
+            entry = (result.features[j].copy(), int(result.classes[j]), image.width, image.height)
             per_request[r][k] = entry
             if self.cache is not None:
                 self.cache.put(batch[r].parsed.images[k].digest, entry)
