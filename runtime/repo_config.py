@@ -52,6 +52,10 @@ OUTPUT_IMAGE_CLASSES = "IMAGE_CLASSES"
 
 IMAGE_INT8_MAX_SIDE_PIXELS = 16_384
 """Upper bound of ``image_int8_min_side_pixels`` (above ``max_image_side_pixels`` it only means no image is INT8)."""
+MAX_IMAGE_PIXELS_BOUND = 89_478_485
+"""Upper bound of ``max_image_pixels``: Pillow's ``Image.MAX_IMAGE_PIXELS``. ``Image.open`` warns above it (and raises
+above twice it), and ``inputs.decode_image`` refuses on that warning, so a larger limit was not the one enforced: an
+image of 95 M pixels under a 200 M limit was refused as ``ImageTooLarge`` "exceeds the limit of 200000000 pixels"."""
 RESPONSE_CACHE_BYTES = 64 * 1024 * 1024
 """Size of Triton's local response cache (``--cache-config local,size=...``) when any model enables it."""
 
@@ -183,7 +187,8 @@ class RuntimeConfig:
                                      f"got {self.cpu_cores!r}")
         for name in ("max_images_per_request", "max_image_side_pixels", "max_image_pixels", "max_text_bytes",
                      "embedding_cache_entries"):
-            _check_int(name, getattr(self, name), 1, 1 << 40)
+            high = MAX_IMAGE_PIXELS_BOUND if name == "max_image_pixels" else 1 << 40
+            _check_int(name, getattr(self, name), 1, high)
         sizes = self.preferred_batch_sizes
         if list(sizes) != sorted(set(sizes)) or any(s < 1 for s in sizes):
             raise InvalidSpec(

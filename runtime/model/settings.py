@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from modalscale.runtime.repo_config import Engine, Precision
+from modalscale.runtime.repo_config import MAX_IMAGE_PIXELS_BOUND, Engine, Precision
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,9 @@ class ModelSettings:
                     raise ValueError(f"parameter {name}: expected an integer, got {raw[name]!r}") from None
                 if values[name] < 1:  # RuntimeConfig's bound: 0 or less breaks at run time, not at load
                     raise ValueError(f"parameter {name}: expected an integer >= 1, got {raw[name]!r}")
+        if values.get("max_image_pixels", 0) > MAX_IMAGE_PIXELS_BOUND:  # the image decoder's own limit
+            raise ValueError(f"parameter max_image_pixels: expected at most {MAX_IMAGE_PIXELS_BOUND} (Pillow's "
+                             f"decompression-bomb limit), got {raw['max_image_pixels']!r}")
         if "image_int8_min_side_pixels" in raw:
             text = raw["image_int8_min_side_pixels"]
             if not (text.isascii() and text.isdigit()):
