@@ -60,6 +60,8 @@ from modalscale.api.status import ConditionStatus
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas, split_staged_cap, staged_cap_rule
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
     IMAGE_ENCODER_ADDRESS_ANNOTATION,
     NODE_LOSS_TOLERATION_S,
     REPLICAS_ANNOTATION,
@@ -313,6 +315,39 @@ def _spot_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> d
     if stale_toleration:
         pod["tolerations"] = list(want.get("tolerations") or [])
     return {"spec": {"template": {"spec": pod}}}
+
+
+LAYOUT_RESOURCES = {"requests": (GPU_RESOURCE,), "limits": (GPU_RESOURCE, "cpu")}
+"""Resource keys the operator writes in one layout only: a GPU replica's ``nvidia.com/gpu`` request and limit, a CPU
+replica's CPU limit (:func:`modalscale.operator.isvc.objects.build_deployment`)."""
+
+
+def _stale_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pod-template patch that nulls what the operator wrote for an earlier spec and ``desired`` no longer has:
+    the resource keys of the other layout (:data:`LAYOUT_RESOURCES`) and the GPU product node selector. A strategic
+    merge keeps map keys a patch does not name, and :func:`is_derivative` does not see them: a service whose
+    ``resources.gpu.count`` went from 1 to 0 would keep requesting a GPU on a GPU node, one from 0 to 1 keep its CPU
+    limit. None when nothing is to remove."""
+    if observed is None:
+        return None
+    want = desired["spec"]["template"]["spec"]
+    have = ((observed.get("spec") or {}).get("template") or {}).get("spec") or {}
+    old = {c.get("name"): c for c in have.get("containers") or [] if isinstance(c, dict)}
+    containers = []
+    for c in want["containers"]:
+        had, has = (old.get(c["name"]) or {}).get("resources") or {}, c.get("resources") or {}
+        resources = {}
+        for part, keys in LAYOUT_RESOURCES.items():
+            stale = {k: None for k in keys if k in (had.get(part) or {}) and k not in (has.get(part) or {})}
+            if stale:
+                resources[part] = stale
+        if resources:
+            containers.append({"name": c["name"], "resources": resources})
+    pod: dict[str, Any] = {"containers": containers} if containers else {}
+    if GPU_PRODUCT_LABEL in (have.get("nodeSelector") or {}) and GPU_PRODUCT_LABEL not in (want.get("nodeSelector")
+                                                                                           or {}):
+        pod["nodeSelector"] = {GPU_PRODUCT_LABEL: None}
+    return {"spec": {"template": {"spec": pod}}} if pod else None
 
 
 def running_replicas(pods: list[dict[str, Any]]) -> int:
@@ -597,6 +632,7 @@ def _front_deployment_writes(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict
     w = _child_write("Deployment", dep_cmp, obs.deployment, ("spec",))
     w = _merge_template(w, spec.name, _spot_removal(dep, obs.deployment))
     w = _merge_template(w, spec.name, _stage_removal(dep, obs.deployment))
+    w = _merge_template(w, spec.name, _stale_removal(dep, obs.deployment))
     if obs.deployment is None:
         return [] if layout.hold_front else [Write("Deployment", "create", spec.name, dep)]
     if replicas.write is not None:
@@ -822,20 +858,32 @@ def _pool_autoscaler(spec: IsvcSpec, status: IsvcStatus) -> AutoscalerRecord | N
 
 def _merge_template(w: Write | None, name: str, removal: dict[str, Any] | None) -> Write | None:
     """``w`` (a Deployment patch, or None) with a pod-template ``removal`` patch merged in (its metadata maps key by
-    key, its spec fields whole); ``w`` when ``removal`` is None."""
+    key, its spec by :func:`_merged`); ``w`` when ``removal`` is None."""
     if removal is None:
         return w
     body = w.body if w else {"metadata": {}, "spec": {}}
     template = {**(body["spec"].get("template") or {})}
     extra = removal["spec"]["template"]
     if "spec" in extra:
-        template["spec"] = {**(template.get("spec") or {}), **extra["spec"]}
+        template["spec"] = _merged(template.get("spec") or {}, extra["spec"])
     if "metadata" in extra:
         meta = {**(template.get("metadata") or {})}
         for key, values in extra["metadata"].items():
             meta[key] = {**(meta.get(key) or {}), **values}
         template["metadata"] = meta
     return Write("Deployment", "patch", name, {**body, "spec": {**body["spec"], "template": template}})
+
+
+def _merged(patch: Any, extra: Any) -> Any:
+    """Two patches in one: maps merged key by key, lists of named objects (containers, volumes) item by item on their
+    ``name`` as the strategic merge does, anything else ``extra``'s (a ``None`` in it deletes the key)."""
+    if isinstance(patch, dict) and isinstance(extra, dict):
+        return {**patch, **{k: _merged(patch[k], v) if k in patch else v for k, v in extra.items()}}
+    if (isinstance(patch, list) and isinstance(extra, list) and patch and extra
+            and all(isinstance(i, dict) and "name" in i for i in patch + extra)):
+        more = {i["name"]: i for i in extra}
+        return [_merged(i, more.pop(i["name"])) if i["name"] in more else i for i in patch] + list(more.values())
+    return extra
 
 
 def _stage_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -878,7 +926,8 @@ def _image_encoder_writes(spec: IsvcSpec, obs: IsvcObserved, files: dict[str, st
     desired = build_image_encoder_deployment(spec, replicas, files, config.node_loss_toleration_s)
     writes = [_child_write("ConfigMap", build_image_encoder_configmap(spec, files), obs.image_encoder.get("ConfigMap"),
                            ("data",)),
-              _merge_template(_child_write("Deployment", desired, dep, ("spec",)), name, _spot_removal(desired, dep)),
+              _merge_template(_merge_template(_child_write("Deployment", desired, dep, ("spec",)), name,
+                                              _spot_removal(desired, dep)), name, _stale_removal(desired, dep)),
               _service_write(build_image_encoder_service(spec), obs.image_encoder.get("Service")),
               _pdb_write(build_image_encoder_pdb(spec), obs.image_encoder.get("PodDisruptionBudget")),
               _child_write("NetworkPolicy", build_image_encoder_network_policy(spec, config.scraper_labels),

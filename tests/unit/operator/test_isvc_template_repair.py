@@ -1,0 +1,126 @@
+"""A spec change that drops a field of the pod template reaches the Deployment: the operator's strategic merge patch
+nulls what it no longer wants, instead of leaving it beside the new value.
+
+The operator patches its Deployments with a strategic merge patch, which keeps every map key the patch does not name
+and merges list items by their merge key (containers and volumes by ``name``, volume mounts by ``mountPath``).
+:func:`is_derivative` also ignores keys the desired object lacks. So a field the spec no longer asks for stays:
+
+- ``resources.gpu.count`` 1 -> 0 kept ``nvidia.com/gpu: 1`` in the requests and limits and the node selector
+  ``nvidia.com/gpu.product``: the "CPU" replicas kept taking a GPU each on GPU nodes (priced as CPU replicas);
+  0 -> 1 kept the CPU limit a GPU replica must not have;
+- ``model.source`` BuiltIn -> PVC (or any other switch) merged the new volume source into the old one
+  (``configMap`` and ``persistentVolumeClaim`` in one volume) and the new probe handler into the old one (``exec``
+  and ``httpGet``): the API server refuses both (``may not specify more than 1 volume type``, ``may not specify more
+  than 1 handler type``), so the service was refused until deleted.
+
+:func:`strategic_merge` is the API server's merge for the Deployment's fields these tests touch.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from modalscale.api.inferenceservice import parse_isvc
+from modalscale.operator.isvc.objects import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
+from modalscale.operator.isvc.reconcile import repository_files
+from tests.factories import inference_service
+
+NOW = dt.datetime(2026, 12, 8, 12, 0, tzinfo=dt.UTC)
+MERGE_KEYS = {"containers": "name", "initContainers": "name", "volumes": "name", "env": "name",
+              "volumeMounts": "mountPath", "ports": "containerPort"}
+"""Patch merge keys of the pod spec's lists (k8s.io/api/core/v1 ``patchMergeKey``); other lists are atomic."""
+GPU = {"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}}
+CPU = {"cpu": "2", "memory": "8Gi"}
+
+
+def strategic_merge(obj: Any, patch: Any, key: str = "") -> Any:
+    """``obj`` after the strategic merge ``patch``: maps merge key by key (``null`` deletes, ``$patch: replace``
+    replaces), lists of :data:`MERGE_KEYS` merge item by item on their key, other values replace."""
+    if isinstance(patch, dict):
+        if patch.get("$patch") == "replace":
+            return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        out = copy.deepcopy(obj) if isinstance(obj, dict) else {}
+        for k, v in patch.items():
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = strategic_merge(out.get(k), v, k)
+        return out
+    if isinstance(patch, list) and key in MERGE_KEYS and isinstance(obj, list):
+        merge_key = MERGE_KEYS[key]
+        out = copy.deepcopy(obj)
+        for item in patch:
+            at = next((i for i, o in enumerate(out) if o.get(merge_key) == item.get(merge_key)), None)
+            if at is None:
+                out.append(copy.deepcopy(item))
+            else:
+                out[at] = strategic_merge(out[at], item)
+        return out
+    return copy.deepcopy(patch)
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    return inference_service("vc", "ml", uid="u-1", generation=1, gateway={"enabled": False},
+                             **{"scaling": {"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 4},
+                                **spec})
+
+
+def plan(b: dict[str, Any], obs: IsvcObserved) -> Any:
+    spec = parse_isvc(b)
+    return plan_isvc(spec, obs, repository_files(spec), PlanConfig(), NOW)
+
+
+def settled(b: dict[str, Any]) -> IsvcObserved:
+    """Every child of ``b`` as stored after its first pass (a PVC source's claim exists)."""
+    first = plan(b, IsvcObserved(pvc_exists=True))
+    obs = IsvcObserved(status=first.status, pvc_exists=True)
+    for w in first.writes:
+        assert w.action == "create"
+        stored = copy.deepcopy(w.body)
+        stored["metadata"].update(generation=1, resourceVersion="1")
+        setattr(obs, w.kind.lower(), stored)
+    assert plan(b, obs).writes == []
+    return obs
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, Any], IsvcObserved]:
+    """The Deployment once the pass for ``after`` is applied to the children of ``before``, and the world then."""
+    obs = settled(before)
+    p = plan(after, obs)
+    (w,) = [w for w in p.writes if w.kind == "Deployment"]
+    assert w.action == "patch"
+    obs.deployment = strategic_merge(obs.deployment, w.body)
+    for other in p.writes:
+        if other.kind == "ConfigMap" and other.action == "patch":
+            obs.configmap = strategic_merge(obs.configmap, other.body)
+    return obs.deployment, obs
+
+
+def wanted(b: dict[str, Any]) -> dict[str, Any]:
+    """The Deployment a first pass of ``b`` creates."""
+    return next(w.body for w in plan(b, IsvcObserved(pvc_exists=True)).writes if w.kind == "Deployment")
+
+
+def pod(dep: dict[str, Any]) -> dict[str, Any]:
+    return dep["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(("before", "after"), [(GPU, CPU), (CPU, GPU)], ids=["gpu-to-cpu", "cpu-to-gpu"])
+def test_a_gpu_count_change_leaves_no_gpu_request_selector_or_cpu_limit_of_the_old_layout(
+        before: dict[str, Any], after: dict[str, Any]) -> None:
+    dep, obs = changed(body(resources=before), body(resources=after))
+    want = pod(wanted(body(resources=after)))
+    have = pod(dep)
+    assert have["containers"][0]["resources"] == want["containers"][0]["resources"]
+    assert (have.get("nodeSelector") or {}) == (want.get("nodeSelector") or {})
+    if after is CPU:
+        assert GPU_RESOURCE not in have["containers"][0]["resources"]["requests"]
+        assert GPU_PRODUCT_LABEL not in (have.get("nodeSelector") or {})
+    else:
+        assert "cpu" not in have["containers"][0]["resources"]["limits"]  # a GPU replica has no CPU limit
+    assert plan(body(resources=after), obs).writes == []  # and the next pass writes nothing
