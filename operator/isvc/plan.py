@@ -320,14 +320,30 @@ def _spot_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> d
 LAYOUT_RESOURCES = {"requests": (GPU_RESOURCE,), "limits": (GPU_RESOURCE, "cpu")}
 """Resource keys the operator writes in one layout only: a GPU replica's ``nvidia.com/gpu`` request and limit, a CPU
 replica's CPU limit (:func:`modalscale.operator.isvc.objects.build_deployment`)."""
+PROBES = ("readinessProbe", "livenessProbe", "startupProbe")
+PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+"""A probe's handler fields, of which the API server admits exactly one (``may not specify more than 1 handler
+type``): the BuiltIn runtime's probes run ``exec``, another source's ``httpGet``."""
+
+
+def _stale_keys(want: dict[str, Any], have: Any, keys: tuple[str, ...] | None = None) -> dict[str, None]:
+    """``{key: None}`` for each of ``keys`` (None: every key but ``name``) that ``have`` has and ``want`` has not."""
+    if not isinstance(have, dict):
+        return {}
+    return {k: None for k in (keys if keys is not None else tuple(have)) if k != "name" and k in have
+            and k not in want}
 
 
 def _stale_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The pod-template patch that nulls what the operator wrote for an earlier spec and ``desired`` no longer has:
-    the resource keys of the other layout (:data:`LAYOUT_RESOURCES`) and the GPU product node selector. A strategic
-    merge keeps map keys a patch does not name, and :func:`is_derivative` does not see them: a service whose
-    ``resources.gpu.count`` went from 1 to 0 would keep requesting a GPU on a GPU node, one from 0 to 1 keep its CPU
-    limit. None when nothing is to remove."""
+    """The pod-template patch that nulls what the operator wrote for an earlier spec and ``desired`` no longer has.
+
+    A strategic merge keeps map keys a patch does not name and merges list items by their key, and
+    :func:`is_derivative` does not see them. So it nulls: the resource keys of the other layout
+    (:data:`LAYOUT_RESOURCES`) and the GPU product node selector (a service whose ``resources.gpu.count`` went from 1
+    to 0 would keep requesting a GPU on a GPU node, one from 0 to 1 keep its CPU limit); the old model source of a
+    desired volume, the old handler of each probe (:data:`PROBE_HANDLERS`), the BuiltIn runtime's ``lifecycle`` and a
+    PVC source's ``subPath`` (a ``model.source`` change would otherwise merge two volume sources or two probe
+    handlers into one, which the API server refuses). None when nothing is to remove."""
     if observed is None:
         return None
     want = desired["spec"]["template"]["spec"]
@@ -335,18 +351,32 @@ def _stale_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> 
     old = {c.get("name"): c for c in have.get("containers") or [] if isinstance(c, dict)}
     containers = []
     for c in want["containers"]:
-        had, has = (old.get(c["name"]) or {}).get("resources") or {}, c.get("resources") or {}
-        resources = {}
-        for part, keys in LAYOUT_RESOURCES.items():
-            stale = {k: None for k in keys if k in (had.get(part) or {}) and k not in (has.get(part) or {})}
-            if stale:
-                resources[part] = stale
+        was = old.get(c["name"]) or {}
+        had, has = was.get("resources") or {}, c.get("resources") or {}
+        item: dict[str, Any] = {}
+        resources = {part: stale for part, keys in LAYOUT_RESOURCES.items()
+                     if (stale := _stale_keys(has.get(part) or {}, had.get(part), keys))}
         if resources:
-            containers.append({"name": c["name"], "resources": resources})
+            item["resources"] = resources
+        for probe in PROBES:
+            if probe in c and (stale := _stale_keys(c[probe], was.get(probe), PROBE_HANDLERS)):
+                item[probe] = stale
+        item.update(_stale_keys(c, was, ("lifecycle",)))
+        mounts = {m.get("mountPath"): m for m in was.get("volumeMounts") or [] if isinstance(m, dict)}
+        stale_mounts = [{"name": m["name"], "mountPath": m["mountPath"], **stale} for m in c.get("volumeMounts") or []
+                        if (stale := _stale_keys(m, mounts.get(m["mountPath"]), ("subPath",)))]
+        if stale_mounts:
+            item["volumeMounts"] = stale_mounts
+        if item:
+            containers.append({"name": c["name"], **item})
     pod: dict[str, Any] = {"containers": containers} if containers else {}
-    if GPU_PRODUCT_LABEL in (have.get("nodeSelector") or {}) and GPU_PRODUCT_LABEL not in (want.get("nodeSelector")
-                                                                                           or {}):
-        pod["nodeSelector"] = {GPU_PRODUCT_LABEL: None}
+    volumes = {v.get("name"): v for v in have.get("volumes") or [] if isinstance(v, dict)}
+    stale_volumes = [{"name": v["name"], **stale} for v in want.get("volumes") or []
+                     if (stale := _stale_keys(v, volumes.get(v["name"])))]
+    if stale_volumes:
+        pod["volumes"] = stale_volumes
+    if stale := _stale_keys(want.get("nodeSelector") or {}, have.get("nodeSelector"), (GPU_PRODUCT_LABEL,)):
+        pod["nodeSelector"] = stale
     return {"spec": {"template": {"spec": pod}}} if pod else None
 
 

@@ -94,10 +94,10 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, An
     p = plan(after, obs)
     (w,) = [w for w in p.writes if w.kind == "Deployment"]
     assert w.action == "patch"
-    obs.deployment = strategic_merge(obs.deployment, w.body)
-    for other in p.writes:
-        if other.kind == "ConfigMap" and other.action == "patch":
-            obs.configmap = strategic_merge(obs.configmap, other.body)
+    for other in p.writes:  # the Deployment's patch, and any other child's create or patch
+        slot = other.kind.lower()
+        setattr(obs, slot, copy.deepcopy(other.body) if other.action == "create"
+                else strategic_merge(getattr(obs, slot), other.body))
     return obs.deployment, obs
 
 
@@ -124,3 +124,31 @@ def test_a_gpu_count_change_leaves_no_gpu_request_selector_or_cpu_limit_of_the_o
     else:
         assert "cpu" not in have["containers"][0]["resources"]["limits"]  # a GPU replica has no CPU limit
     assert plan(body(resources=after), obs).writes == []  # and the next pass writes nothing
+
+
+HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+SOURCES = {
+    "builtin": {"source": "BuiltIn"},
+    "pvc": {"source": "PVC", "pvc": {"claimName": "models", "subPath": "repo"}},
+    "image": {"source": "Image", "image": {"reference": "registry.example.com/models/cap:v3"}},
+    "uri": {"source": "URI", "uri": "s3://bucket/models"},
+}
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ("builtin", "pvc"), ("pvc", "builtin"), ("builtin", "image"), ("pvc", "image"), ("builtin", "uri")])
+def test_a_model_source_change_gives_a_pod_template_the_api_server_accepts_and_nothing_of_the_old_source(
+        before: str, after: str) -> None:
+    dep, obs = changed(body(model=SOURCES[before]), body(model=SOURCES[after]))
+    want, have = pod(wanted(body(model=SOURCES[after]))), pod(dep)
+    for volume in have["volumes"]:  # ValidateVolumes: "may not specify more than 1 volume type"
+        assert len(set(volume) - {"name"}) == 1, volume
+    (container,) = have["containers"]
+    (desired,) = want["containers"]
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):  # "may not specify more than 1 handler type"
+        assert [h for h in HANDLERS if h in container[probe]] == [h for h in HANDLERS if h in desired[probe]]
+    assert ("lifecycle" in container) == ("lifecycle" in desired)  # the BuiltIn runtime's preStop hook only
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    for m in desired["volumeMounts"]:
+        assert mounts[m["mountPath"]] == m  # no subPath of a PVC source left on another source's mount
+    assert plan(body(model=SOURCES[after]), obs).writes == []
