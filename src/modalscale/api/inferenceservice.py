@@ -124,6 +124,8 @@ _URI = re.compile(r"^(s3|gs|as)://.+")
 _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _HEADER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DOTDOT_ELEMENT = re.compile(r"(^|/)\.\.(/|$)")
+"""A ``..`` element of a path: the API server refuses a volume mount's ``subPath`` with one (the CRD too)."""
 GATEWAY_ENABLED_DEFAULT = True
 """``spec.gateway.enabled`` when unset: the gateway is in the path of every InferenceService (issue 19) unless its
 spec says ``gateway: {enabled: false}`` (the direct Service). The CRD's CEL rule on ``spec`` reads an unset
@@ -486,6 +488,10 @@ def parse_model(model: Mapping[str, Any]) -> ModelSpec:
     if extra:
         raise InvalidSpec(f"{p}.{extra[0]}", f"not used with spec.model.source {source}; set only the object the "
                                              f"source names")
+    if spec.pvc_sub_path.startswith("/") or _DOTDOT_ELEMENT.search(spec.pvc_sub_path):
+        raise InvalidSpec(f"{p}.pvc.subPath", f"{spec.pvc_sub_path!r} must be a relative path inside the volume "
+                                              f"without a '..' element (the Deployment's volume mount takes no other), "
+                                              f"e.g. 'models/v3'; \"\" is the volume's root")
     if cost_ref and spec.cost_model_config_map is None:
         raise InvalidSpec(f"{p}.costModelRef.name", "required when spec.model.costModelRef is set")
     return spec

@@ -279,3 +279,29 @@ def test_metadata_of_the_wrong_shape_is_refused_naming_its_field(document: Any, 
     with pytest.raises(InvalidSpec) as info:
         parse_isvc(document)
     assert info.value.field == field
+
+
+SUB_PATH_RULE = "!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')"
+"""The CRD's rule on ``spec.model.pvc.subPath``: the API server's own for a volume mount's ``subPath``."""
+
+
+@pytest.mark.parametrize("sub_path", ["/models", "..", "../models", "repo/../../etc", "repo/.."])
+def test_a_pvc_sub_path_a_volume_mount_cannot_take_is_refused_naming_the_field(sub_path: str) -> None:
+    """The Deployment mounts the claim at ``subPath``; the API server refuses an absolute one or one with a ``..``
+    element (``ValidateVolumeMounts``: "must be a relative path" / "must not contain '..'"). Admitted, the service
+    was refused only when its Deployment was, as ``ChildRefused`` on field ``spec`` ("fix spec"), not on the field."""
+    spec = {"model": {"source": "PVC", "pvc": {"claimName": "models", "subPath": sub_path}}}
+    with pytest.raises(InvalidSpec) as err:
+        parse_isvc(body(**spec))
+    assert err.value.field == "spec.model.pvc.subPath"
+    assert "relative" in str(err.value)
+    crd = yaml.safe_load((REPO / "crds" / "inferenceservices.modalscale.io.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    pvc = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["model"]["properties"]["pvc"]
+    assert SUB_PATH_RULE in [r["rule"] for r in pvc["properties"]["subPath"].get("x-kubernetes-validations", [])]
+
+
+@pytest.mark.parametrize("sub_path", ["", "repo", "models/v3", "..repo", "repo..", "a/..b/c"])
+def test_a_relative_pvc_sub_path_without_a_dotdot_element_is_a_good_one(sub_path: str) -> None:
+    spec = {"model": {"source": "PVC", "pvc": {"claimName": "models", "subPath": sub_path}}}
+    assert parse_isvc(body(**spec)).model.pvc_sub_path == sub_path
