@@ -65,7 +65,14 @@ app.kubernetes.io/component: operator
 /etc/modalscale/pricing
 {{- end }}
 
-{{/* The operator image reference. */}}
+{{/* The operator image reference: <repository>:<tag>, or <repository>@sha256:<hex> when image.tag is a digest
+("sha256:<hex>" or "@sha256:<hex>", both accepted by values.schema.json); "<repository>:sha256:<hex>" is no image
+reference (the kubelet answers InvalidImageName). */}}
 {{- define "modalscale.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if hasPrefix "sha256:" (trimPrefix "@" $tag) }}
+{{- printf "%s@%s" .Values.image.repository (trimPrefix "@" $tag) }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
 {{- end }}

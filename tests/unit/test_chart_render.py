@@ -1,0 +1,74 @@
+"""The operator chart rendered by `helm template` (no cluster): objects the API server and the kubelet accept for
+values a platform team sets (image digests, long release names). Uses the pinned helm cached under
+~/.cache/modalscale/bin/ (or a `helm` on PATH); skipped when there is none (tests/integration/test_helm.py builds
+it)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from modalscale.devenv.binaries import tool_dirs
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "modalscale"
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def _helm() -> str | None:
+    cached = tool_dirs()[1] / "helm"
+    return str(cached) if cached.is_file() else shutil.which("helm")
+
+
+HELM = _helm()
+pytestmark = pytest.mark.skipif(HELM is None, reason="no helm binary (build it: modalscale cluster build)")
+
+
+def template(tmp_path: Path, values: dict[str, Any] | None = None, release: str = "ms",
+             namespace: str = "modalscale-system") -> list[dict[str, Any]]:
+    """The chart's objects rendered by `helm template` with ``values``."""
+    assert HELM is not None
+    cmd = [HELM, "template", release, str(CHART), "--namespace", namespace]
+    if values:
+        path = tmp_path / "values.yaml"
+        path.write_text(yaml.safe_dump(values))
+        cmd += ["-f", str(path)]
+    env = {**os.environ, **{k: str(tmp_path / k.lower()) for k in
+                            ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")}}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (found,) = [d for d in docs if d["kind"] == "Deployment"]
+    return found
+
+
+def env_of(dep: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize("tag", [DIGEST, "@" + DIGEST], ids=["sha256", "at-sha256"])
+def test_a_digest_in_image_tag_pins_the_image_by_digest(tmp_path: Path, tag: str) -> None:
+    # values.schema.json accepts image.tag "sha256:<hex>" and "@sha256:<hex>"; both must give repo@sha256:<hex>, not
+    # repo:sha256:<hex> (InvalidImageName at the kubelet), for the operator and the gateway pods alike.
+    dep = deployment(template(tmp_path, {"image": {"repository": "registry.example.com/ml/operator", "tag": tag}}))
+    image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"registry.example.com/ml/operator@{DIGEST}"
+    assert env_of(dep)["MODALSCALE_GATEWAY_IMAGE"] == image
+
+
+def test_a_tag_or_none_still_gives_repo_colon_tag(tmp_path: Path) -> None:
+    dep = deployment(template(tmp_path, {"image": {"tag": "0.1.0-rc1"}}))
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "modalscale/operator:0.1.0-rc1"
+    dep = deployment(template(tmp_path))
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == f"modalscale/operator:{chart['appVersion']}"
