@@ -72,3 +72,33 @@ def test_a_tag_or_none_still_gives_repo_colon_tag(tmp_path: Path) -> None:
     dep = deployment(template(tmp_path))
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == f"modalscale/operator:{chart['appVersion']}"
+
+
+EVERY_OPTIONAL_OBJECT = {
+    "pricingCatalog": {"overrides": {"currency": "USD"}},
+    "metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True},
+                "prometheusRule": {"enabled": True}, "ruleFileConfigMap": {"enabled": True}},
+}
+"""Values that render every optional object next to the defaults' (dashboard and kube-state-metrics ConfigMaps)."""
+
+
+@pytest.mark.parametrize("release,values", [
+    ("a" * 53, {}),  # helm's longest release name: <release>-modalscale is cut to 63
+    ("platform-inference-operator-production-eu-west-1", EVERY_OPTIONAL_OBJECT),  # 49 + 11 = 60: not cut
+    ("platform-inference-operator-production-eu-west-1-b", EVERY_OPTIONAL_OBJECT),  # 51 + 11 = 62
+    ("ms", {**EVERY_OPTIONAL_OBJECT, "fullnameOverride": "x" * 63}),
+], ids=["53-defaults", "49-all", "51-all", "fullname-override-63-all"])
+def test_every_object_keeps_its_own_name_with_a_long_release_name(tmp_path: Path, release: str,
+                                                                  values: dict[str, Any]) -> None:
+    # <fullname>-dashboard, -kube-state-metrics, -pricing, -showback-rules (ConfigMaps) and -inferenceservices,
+    # -gateways, -image-encoders (PodMonitors) were each cut back to <fullname> once it neared 63 characters: two
+    # objects of one kind with one name, which `helm install` cannot create.
+    docs = template(tmp_path, values, release=release)
+    names = collections.Counter((d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs)
+    assert [k for k, n in names.items() if n > 1] == []
+    assert [k for k in names if len(k[2]) > 63 or k[2].endswith("-")] == []
+    deployment_spec = deployment(docs)["spec"]["template"]["spec"]
+    pricing = [v["configMap"]["name"] for v in deployment_spec["volumes"] if v["name"] == "pricing-catalog"]
+    if values.get("pricingCatalog"):
+        assert pricing == [d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"
+                           and "catalog.yaml" in d.get("data", {})]

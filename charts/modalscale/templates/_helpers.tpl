@@ -17,6 +17,16 @@
 {{- end }}
 {{- end }}
 
+{{/* "<fullname>-<suffix>" within 63 characters: the full name is cut, never the suffix, so that the objects named
+after one release (the ConfigMaps -dashboard, -kube-state-metrics, -pricing, -showback-rules; the PodMonitors
+-inferenceservices, -gateways, -image-encoders) keep names of their own however long the release name is.
+Call as (include "modalscale.suffixedName" (list . "dashboard")). */}}
+{{- define "modalscale.suffixedName" -}}
+{{- $root := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- printf "%s-%s" (include "modalscale.fullname" $root | trunc (int (sub 62 (len $suffix))) | trimSuffix "-") $suffix }}
+{{- end }}
+
 {{- define "modalscale.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -56,7 +66,7 @@ app.kubernetes.io/component: operator
 {{- if .Values.pricingCatalog.existingConfigMap }}
 {{- .Values.pricingCatalog.existingConfigMap }}
 {{- else if .Values.pricingCatalog.overrides }}
-{{- printf "%s-pricing" (include "modalscale.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- include "modalscale.suffixedName" (list . "pricing") }}
 {{- end }}
 {{- end }}
 
