@@ -48,16 +48,24 @@ def ensure_peering(writer: Writer, config: Settings) -> None:
             with ``MODALSCALE_NAMESPACES``) is not installed: the apiserver answered 404 for the resource itself.
             The message names the CRD and both fixes; start-up stops, since without the CRD kopf would hold every
             handler paused forever.
-        kubernetes.client.rest.ApiException: Any other refusal (409, the object already exists, is success).
+        kubernetes.client.rest.ApiException: Any other refusal (409, the object already exists, is success: for
+            each object on its own, so a namespace added to ``MODALSCALE_NAMESPACES`` gets its KopfPeering though
+            the namespaces before it have theirs; kopf keeps the whole operator paused while one is missing).
     """
     body = {"apiVersion": "kopf.dev/v1", "metadata": {"name": config.peering_name}}
     plural = "kopfpeerings" if config.namespaces else "clusterkopfpeerings"
+    if config.namespaces:
+        for ns in config.namespaces:
+            _create_peering(writer, config, plural, ns, {**body, "kind": "KopfPeering"})
+    else:
+        _create_peering(writer, config, plural, None, {**body, "kind": "ClusterKopfPeering"})
+
+
+def _create_peering(writer: Writer, config: Settings, plural: str, namespace: str | None,
+                    body: dict[str, Any]) -> None:
+    """One peering object of :func:`ensure_peering`: 409 (it exists) is success, a missing CRD a PermanentError."""
     try:
-        if config.namespaces:
-            for ns in config.namespaces:
-                writer.create_peering(plural, ns, {**body, "kind": "KopfPeering"})
-        else:
-            writer.create_peering(plural, None, {**body, "kind": "ClusterKopfPeering"})
+        writer.create_peering(plural, namespace, body)
     except ApiException as exc:
         if exc.status == 409:
             return

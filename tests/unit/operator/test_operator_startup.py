@@ -95,3 +95,29 @@ def test_a_watched_namespace_that_does_not_exist_is_named_at_start() -> None:
     core = _Namespaces({"does-not-exist": 404, "team-b": 403})
     assert missing_namespaces(core, ("team-a", "does-not-exist", "team-b")) == ["does-not-exist"]
     assert missing_namespaces(core, ()) == []
+
+
+class _Existing:
+    """A CustomObjectsApi stand-in where the peering objects of ``existing`` namespaces are there already (409)."""
+
+    def __init__(self, existing: set[str]) -> None:
+        self.existing = existing
+        self.created: list[tuple[str, str, object]] = []
+
+    def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
+                                        body: dict[str, object]) -> None:
+        if namespace in self.existing:
+            exc = ApiException(status=409, reason="AlreadyExists")
+            exc.body = json.dumps({"kind": "Status", "reason": "AlreadyExists", "code": 409})
+            raise exc
+        self.created.append((namespace, plural, body["metadata"]))
+
+
+def test_a_namespace_added_to_a_namespaced_install_gets_its_peering_though_an_earlier_one_has_it() -> None:
+    # `helm upgrade --set config.namespaces={team-a,team-b}` after an install with {team-a}: team-a's KopfPeering is
+    # there (409), team-b's must still be created, else kopf (mandatory peering) keeps every namespace paused.
+    custom = _Existing({"team-a"})
+    writer = _writer(custom)  # type: ignore[arg-type]
+    ensure_peering(writer, Settings(namespaces=("team-a", "team-b", "team-c"), peering_name="ms-modalscale"))
+    assert custom.created == [("team-b", "kopfpeerings", {"name": "ms-modalscale"}),
+                              ("team-c", "kopfpeerings", {"name": "ms-modalscale"})]
