@@ -31,9 +31,9 @@ HELM = _helm()
 pytestmark = pytest.mark.skipif(HELM is None, reason="no helm binary (build it: modalscale cluster build)")
 
 
-def template(tmp_path: Path, values: dict[str, Any] | None = None, release: str = "ms",
-             namespace: str = "modalscale-system") -> list[dict[str, Any]]:
-    """The chart's objects rendered by `helm template` with ``values``."""
+def helm_template(tmp_path: Path, values: dict[str, Any] | None = None, release: str = "ms",
+                  namespace: str = "modalscale-system") -> subprocess.CompletedProcess[str]:
+    """`helm template` of the chart with ``values``, as it exited."""
     assert HELM is not None
     cmd = [HELM, "template", release, str(CHART), "--namespace", namespace]
     if values:
@@ -42,7 +42,13 @@ def template(tmp_path: Path, values: dict[str, Any] | None = None, release: str 
         cmd += ["-f", str(path)]
     env = {**os.environ, **{k: str(tmp_path / k.lower()) for k in
                             ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")}}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+
+def template(tmp_path: Path, values: dict[str, Any] | None = None, release: str = "ms",
+             namespace: str = "modalscale-system") -> list[dict[str, Any]]:
+    """The chart's objects rendered by `helm template` with ``values``."""
+    proc = helm_template(tmp_path, values, release, namespace)
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
@@ -102,3 +108,21 @@ def test_every_object_keeps_its_own_name_with_a_long_release_name(tmp_path: Path
     if values.get("pricingCatalog"):
         assert pricing == [d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"
                            and "catalog.yaml" in d.get("data", {})]
+
+
+@pytest.mark.parametrize("monitor,interval_s", [("podMonitor", 3), ("serviceMonitor", 5)])
+def test_a_scrape_timeout_over_the_interval_is_refused_at_install(tmp_path: Path, monitor: str,
+                                                                  interval_s: int) -> None:
+    # Lowering only the interval (the podMonitor's comment asks for at most 7 s; its default timeout is 4 s, the
+    # serviceMonitor's 10 s) rendered scrapeTimeout > interval, which the Prometheus Operator rejects: it skips the
+    # monitor (event InvalidConfiguration), and the autoscaler then has no series to read.
+    values = {"metrics": {monitor: {"enabled": True, "intervalSeconds": interval_s}}}
+    proc = helm_template(tmp_path, values)
+    assert proc.returncode != 0
+    assert f"metrics.{monitor}.scrapeTimeoutSeconds" in proc.stderr and "intervalSeconds" in proc.stderr
+    values["metrics"][monitor]["scrapeTimeoutSeconds"] = interval_s
+    docs = template(tmp_path, values)
+    kind = monitor[0].upper() + monitor[1:]
+    endpoints = [e for d in docs if d["kind"] == kind
+                 for e in d["spec"].get("podMetricsEndpoints", d["spec"].get("endpoints", []))]
+    assert endpoints and {(e["interval"], e["scrapeTimeout"]) for e in endpoints} == {(f"{interval_s}s",) * 2}
