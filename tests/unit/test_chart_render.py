@@ -126,3 +126,38 @@ def test_a_scrape_timeout_over_the_interval_is_refused_at_install(tmp_path: Path
     endpoints = [e for d in docs if d["kind"] == kind
                  for e in d["spec"].get("podMetricsEndpoints", d["spec"].get("endpoints", []))]
     assert endpoints and {(e["interval"], e["scrapeTimeout"]) for e in endpoints} == {(f"{interval_s}s",) * 2}
+
+
+L4 = {"source": "our contract", "asOf": "2026-01-01"}
+
+
+@pytest.mark.parametrize("overrides,says", [
+    ({"gpuHour": {"nvidia-l4": {"onDemand": {**L4, "usdPerUnitHour": 0.5}}}}, "usdPerUnitHour"),
+    ({"gpuHours": {"nvidia-l4": {"onDemand": {**L4, "usdPerUnitHour": "0.50"}}}}, "gpuHours"),
+    ({"gpuHour": {"nvidia-l4": {"ondemand": {**L4, "usdPerUnitHour": "0.50"}}}}, "ondemand"),
+    ({"cpuCoreHour": {"onDemand": {**L4, "usdPerUnitHour": "0.03", "asof": "2026-01-01"}}}, "asof"),
+], ids=["float-price", "misspelt-section", "misspelt-tier", "misspelt-field"])
+def test_a_pricing_override_the_operator_refuses_is_refused_by_the_schema(tmp_path: Path, overrides: dict[str, Any],
+                                                                          says: str) -> None:
+    # costmodel.catalog refuses these at start-up (a float price; extra keys: extra="forbid"), so the new operator
+    # pods crash-loop while `helm install/upgrade` reports success (on upgrade the old pods stay: maxUnavailable 0).
+    proc = helm_template(tmp_path, {"pricingCatalog": {"overrides": overrides}})
+    assert proc.returncode != 0 and "values don't meet the specifications of the schema" in proc.stderr
+    assert says in proc.stderr
+
+
+def test_pricing_overrides_the_operator_takes_pass_the_schema_and_load(tmp_path: Path) -> None:
+    from modalscale.costmodel.catalog import load_catalog
+
+    overrides = {
+        "currency": "USD",
+        "cpuCoreHour": {"spot": {**L4, "usdPerUnitHour": "0.01", "note": "our spot deal"}},
+        "memoryGiBHour": {"onDemand": {**L4, "usdPerUnitHour": 0}},
+        "gpuHour": {"nvidia-l4": {"onDemand": {**L4, "usdPerUnitHour": "0.50"}},
+                    "nvidia-b200": {"aliases": ["B200"], "onDemand": {**L4, "usdPerUnitHour": "9.99"}},
+                    "nvidia-t4": {"spot": {"note": "a partial figure is deep-merged"}}},
+    }
+    (cm,) = [d for d in template(tmp_path, {"pricingCatalog": {"overrides": overrides}})
+             if d["kind"] == "ConfigMap" and "catalog.yaml" in d["data"]]
+    catalog = load_catalog(yaml.safe_load(cm["data"]["catalog.yaml"]))
+    assert str(catalog.gpu_hour["nvidia-l4"].on_demand.usd_per_unit_hour) == "0.50"
