@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
@@ -18,10 +19,13 @@ SETTINGS_ENV = frozenset({
     "MODALSCALE_PRICING_CATALOG", "MODALSCALE_OPENCOST_URL",
     "MODALSCALE_OPENCOST_REFRESH_SECONDS", "MODALSCALE_SPEND_ANOMALY", "MODALSCALE_BUDGET_ADMIN_NAMESPACES",
     "MODALSCALE_GATEWAY_IMAGE", "MODALSCALE_METRICS_SCRAPER_LABELS", "MODALSCALE_NODE_LOSS_TOLERATION_SECONDS",
-    "MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS",
+    "MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS", "MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS",
 })
 """Every environment variable :meth:`Settings.from_env` reads (a ``MODALSCALE_*`` name that is neither this nor
 :data:`OTHER_COMMANDS_ENV` is an error: most likely a typo)."""
+
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""A Kubernetes object name (RFC 1123 subdomain), as a Secret's."""
 
 OTHER_COMMANDS_ENV: dict[str, str] = {
     "MODALSCALE_REAL_NODE": "modalscale cluster up / the demo / the tests: run the real kubelet node or not",
@@ -97,6 +101,11 @@ class Settings:
     gateway_image: str = f"modalscale/operator:{__version__}"
     """Image of the request gateway's pods (``MODALSCALE_GATEWAY_IMAGE``): the operator's own image, which the chart
     passes in (``image.repository:image.tag``); the default is the chart's default image."""
+    gateway_image_pull_secrets: tuple[str, ...] = ()
+    """Secrets (by name) the gateway pods pull :attr:`gateway_image` with (``MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS``,
+    comma-separated; the chart passes its ``imagePullSecrets``): each must exist in every namespace that runs an
+    InferenceService with the gateway on, as the kubelet reads a pod's pull secrets from its own namespace. Default
+    none (a public image)."""
     metrics_scraper_labels: dict[str, str] = field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
     """Pod labels of the metrics scraper that an InferenceService's NetworkPolicy admits to the replicas' metrics
     port (``MODALSCALE_METRICS_SCRAPER_LABELS``, comma-separated ``name=value``); default the label the Prometheus
@@ -180,6 +189,12 @@ class Settings:
         if any(c.isspace() for c in gateway_image) or len(gateway_image) > 512:
             errors.append(f"MODALSCALE_GATEWAY_IMAGE={gateway_image!r}: not an image reference; use e.g. "
                           f"registry.example.com/modalscale/operator:{__version__}")
+        pull_secrets = tuple(n.strip() for n in environ.get("MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS", "").split(",")
+                             if n.strip())
+        for secret in pull_secrets:
+            if not _DNS_SUBDOMAIN.fullmatch(secret):
+                errors.append(f"MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS: {secret!r} is not a Secret name (lowercase "
+                              f"letters, digits, '-' and '.', at most 253 characters), e.g. regcred")
         scraper: dict[str, str] = {}
         for part in (p.strip() for p in environ.get("MODALSCALE_METRICS_SCRAPER_LABELS", "").split(",") if p.strip()):
             key, sep, value = part.partition("=")
@@ -204,6 +219,7 @@ class Settings:
             spend_anomaly=anomaly,
             budget_admin_namespaces=admin,
             gateway_image=gateway_image,
+            gateway_image_pull_secrets=pull_secrets,
             metrics_scraper_labels=scraper or {"app.kubernetes.io/name": "prometheus"},
             node_loss_toleration_s=int(number("MODALSCALE_NODE_LOSS_TOLERATION_SECONDS", NODE_LOSS_TOLERATION_S, 0,
                                               3600, integer=True)),

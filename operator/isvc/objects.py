@@ -561,7 +561,8 @@ def gateway_env(spec: IsvcSpec) -> list[dict[str, str]]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
-def build_gateway_deployment(spec: IsvcSpec, image: str, node_loss_toleration_s: int | None = None) -> dict[str, Any]:
+def build_gateway_deployment(spec: IsvcSpec, image: str, node_loss_toleration_s: int | None = None,
+                             pull_secrets: tuple[str, ...] = ()) -> dict[str, Any]:
     """The Deployment ``<name>-gateway`` running ``modalscale gateway`` from the operator's ``image``.
 
     ``spec.gateway.replicas`` pods, spread over nodes, placed by the user's ``spec.placement`` (node selector and
@@ -569,7 +570,8 @@ def build_gateway_deployment(spec: IsvcSpec, image: str, node_loss_toleration_s:
     (the gateway holds the requests of every replica: it stays on-demand) nor by the replicas' GPU selector; the
     API credentials are mounted explicitly (the projected volume the ServiceAccount admission plugin would add, as
     the chart does for the operator), so the gateway can watch EndpointSlices also where that plugin is off.
-    ``node_loss_toleration_s``: as in :func:`build_deployment`.
+    ``node_loss_toleration_s``: as in :func:`build_deployment`. ``pull_secrets``: the pods' ``imagePullSecrets``
+    (Secret names in the service's namespace; the operator's ``MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS``).
     """
     gw = spec.gateway
     labels = gateway_labels(spec)
@@ -616,6 +618,8 @@ def build_gateway_deployment(spec: IsvcSpec, image: str, node_loss_toleration_s:
         pod_spec["nodeSelector"] = node_selector
     if tolerations:
         pod_spec["tolerations"] = tolerations
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
     return {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _gateway_meta(spec, gateway_name(spec)),
         "spec": {
@@ -722,8 +726,9 @@ def build_network_policy(spec: IsvcSpec, scraper_labels: dict[str, str]) -> dict
 
 
 def gateway_children(spec: IsvcSpec, image: str, scraper_labels: dict[str, str],
-                     node_loss_toleration_s: int | None = None) -> list[dict[str, Any]]:
+                     node_loss_toleration_s: int | None = None, pull_secrets: tuple[str, ...] = ()
+                     ) -> list[dict[str, Any]]:
     """Every object the gateway adds, in creation order (RBAC before the pods that use it)."""
     return [build_gateway_service_account(spec), build_gateway_role(spec), build_gateway_role_binding(spec),
             build_replicas_service(spec), build_network_policy(spec, scraper_labels), build_gateway_pdb(spec),
-            build_gateway_deployment(spec, image, node_loss_toleration_s)]
+            build_gateway_deployment(spec, image, node_loss_toleration_s, pull_secrets)]

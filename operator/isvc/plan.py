@@ -45,7 +45,7 @@ from modalscale.api.annotations import (
     unreadable_budget_caps,
 )
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION, pod_requires_spot
-from modalscale.api.inferenceservice import IsvcSpec, PlacementSpec
+from modalscale.api.inferenceservice import GPU_PRODUCT_LABEL, GPU_RESOURCE, IsvcSpec, PlacementSpec
 from modalscale.api.isvc_status import (
     DELETE,
     AutoscalerRecord,
@@ -60,8 +60,6 @@ from modalscale.api.status import ConditionStatus
 from modalscale.autoscaler.policy import Decision, Reason, bound_replicas, split_staged_cap, staged_cap_rule
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
-    GPU_PRODUCT_LABEL,
-    GPU_RESOURCE,
     IMAGE_ENCODER_ADDRESS_ANNOTATION,
     NODE_LOSS_TOLERATION_S,
     REPLICAS_ANNOTATION,
@@ -115,6 +113,8 @@ class PlanConfig:
     """How long ScalingConflict stays True after the last external change, in seconds."""
     gateway_image: str = f"modalscale/operator:{__version__}"
     """Image of the gateway pods: the operator's own (``MODALSCALE_GATEWAY_IMAGE``, set by the chart)."""
+    gateway_image_pull_secrets: tuple[str, ...] = ()
+    """Secrets the gateway pods pull their image with (``MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS``, set by the chart)."""
     scraper_labels: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SCRAPER_LABELS))
     """Pod labels of the metrics scraper the NetworkPolicy admits to the replicas' metrics port."""
     node_loss_toleration_s: int | None = NODE_LOSS_TOLERATION_S
@@ -705,7 +705,8 @@ def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, servi
         names["Service"] = names["NetworkPolicy"] = replicas_service_name(spec)
         return [Write(k, "delete", names[k], {}) for k in reversed(GATEWAY_KINDS)]
     writes = []
-    for desired in gateway_children(spec, config.gateway_image, config.scraper_labels, config.node_loss_toleration_s):
+    for desired in gateway_children(spec, config.gateway_image, config.scraper_labels, config.node_loss_toleration_s,
+                                    config.gateway_image_pull_secrets):
         kind = desired["kind"]
         observed = obs.gateway_objects.get(kind)
         if kind == "NetworkPolicy" and not serving:

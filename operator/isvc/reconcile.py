@@ -60,6 +60,7 @@ def plan_config(deps: Deps) -> PlanConfig:
     """The planner's operator-wide knobs from the settings."""
     s = deps.settings
     return PlanConfig(conflict_hold_s=s.conflict_hold_s, gateway_image=s.gateway_image,
+                      gateway_image_pull_secrets=s.gateway_image_pull_secrets,
                       scraper_labels=dict(s.metrics_scraper_labels), node_loss_toleration_s=s.node_loss_toleration_s)
 
 

@@ -161,3 +161,18 @@ def test_pricing_overrides_the_operator_takes_pass_the_schema_and_load(tmp_path:
              if d["kind"] == "ConfigMap" and "catalog.yaml" in d["data"]]
     catalog = load_catalog(yaml.safe_load(cm["data"]["catalog.yaml"]))
     assert str(catalog.gpu_hour["nvidia-l4"].on_demand.usd_per_unit_hour) == "0.50"
+
+
+def test_the_image_pull_secrets_reach_the_gateway_pods_through_the_operators_setting(tmp_path: Path) -> None:
+    """The gateway pods run the operator's image: the chart passes its ``imagePullSecrets`` names to the operator
+    (``MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS``), which the operator's settings read back; none set, none passed."""
+    from modalscale.operator.settings import Settings
+
+    dep = deployment(template(tmp_path, {"imagePullSecrets": [{"name": "regcred"}, {"name": "mirror.creds"}]}))
+    env = env_of(dep)
+    assert env["MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS"] == "regcred,mirror.creds"
+    assert dep["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror.creds"}]
+    names = env["MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS"]
+    settings = Settings.from_env({"MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS": names})
+    assert settings.gateway_image_pull_secrets == ("regcred", "mirror.creds")
+    assert "MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS" not in env_of(deployment(template(tmp_path)))

@@ -86,3 +86,15 @@ reference (the kubelet answers InvalidImageName). */}}
 {{- printf "%s:%s" .Values.image.repository $tag }}
 {{- end }}
 {{- end }}
+
+{{/*
+The names of .Values.imagePullSecrets, comma-separated: the gateway pods (the operator's image, in each
+InferenceService's namespace) pull with the same Secrets (MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS).
+*/}}
+{{- define "modalscale.pullSecretNames" -}}
+{{- $names := list -}}
+{{- range .Values.imagePullSecrets -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- join "," $names -}}
+{{- end -}}

@@ -338,3 +338,18 @@ def test_the_gateway_follows_the_users_placement_but_not_a_budgets_spot_switch_n
     node_loss = [{"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute",
                   "tolerationSeconds": 30} for t in ("unreachable", "not-ready")]  # test_isvc_node_loss_tolerations
     assert (pod["nodeSelector"], pod["tolerations"]) == ({"pool": "a"}, [taint, *node_loss])
+
+
+def test_the_gateway_pods_pull_their_image_with_the_operators_pull_secrets() -> None:
+    """Found by the chart review (7 Dec 2026): the chart's ``imagePullSecrets`` reached the operator's pods only, and
+    the gateway pods, which run the same image from the same (private) registry, sat in ImagePullBackOff. The
+    operator's ``MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS`` (the chart passes the names) now goes on their pod spec;
+    without it the pods name none, as before."""
+    body = make_isvc(gateway={"enabled": True})
+    plan = plan_isvc(parse_isvc(body), IsvcObserved(), FILES,
+                     PlanConfig(gateway_image=IMAGE, gateway_image_pull_secrets=("regcred", "mirror.creds")), NOW)
+    dep = next(w.body for w in plan.writes if w.name == "vc-gateway" and w.kind == "Deployment")
+    assert dep["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror.creds"}]
+    plain, _ = run(body)
+    dep = next(w.body for w in plain.writes if w.name == "vc-gateway" and w.kind == "Deployment")
+    assert "imagePullSecrets" not in dep["spec"]["template"]["spec"]

@@ -119,3 +119,11 @@ def test_start_up_without_a_cluster_or_with_a_port_taken_is_one_line_and_exit_2(
         assert proc.stderr.startswith("modalscale operator: no cluster to connect to: ") and "KUBECONFIG" in proc.stderr
     else:
         assert f"port {port} is in use" in proc.stderr
+
+
+def test_the_gateway_image_pull_secrets_are_read_as_names_and_a_bad_one_names_the_fix() -> None:
+    assert Settings.from_env({}).gateway_image_pull_secrets == ()
+    read = Settings.from_env({"MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS": "regcred, mirror.creds,"})
+    assert read.gateway_image_pull_secrets == ("regcred", "mirror.creds")
+    with pytest.raises(ConfigError, match="MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS: 'Reg_Cred' is not a Secret name"):
+        Settings.from_env({"MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS": "Reg_Cred"})
