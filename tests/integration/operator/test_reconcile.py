@@ -271,3 +271,51 @@ def test_gpu_type_without_a_price_is_refused_by_field_and_nothing_is_created(api
     assert "costUSDPerHour" not in get(api, namespace, "exotic")["status"]
     assert client.AppsV1Api(api).list_namespaced_deployment(namespace).items == []
     assert wait_event(api, namespace, "exotic", "UnknownGPUPrice").count("UnknownGPUPrice") == 1
+
+
+def test_a_gpu_and_model_source_change_gives_a_template_the_api_server_takes_with_nothing_of_the_old_layout(
+        api: Any, operator: Any, namespace: str) -> None:
+    """Found by review (7 Dec 2026), on the real API server here: a strategic merge keeps what its patch does not
+    name, so a live service switched from one GPU and the BuiltIn model to a CPU replica reading a PVC kept its GPU
+    request and GPU node selector (a "CPU" replica holding a GPU), and its patch merged a ConfigMap and a PVC into
+    one volume and exec and httpGet into one probe, which the API server refuses (422) at every pass. Now the
+    patch nulls what the old spec wrote: the Deployment takes it, holds one volume source and one probe handler, no
+    GPU and no BuiltIn preStop hook, and a rerun writes nothing."""
+    from modalscale.api.inferenceservice import GPU_PRODUCT_LABEL, GPU_RESOURCE
+
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    core.create_namespaced_persistent_volume_claim(namespace, {
+        "metadata": {"name": "models"},
+        "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    create(api, namespace, make_isvc("swap"))
+    wait_condition(api, namespace, "swap", "Ready", "True")
+    before = apps.read_namespaced_deployment("swap", namespace).spec.template.spec
+    assert before.containers[0].resources.limits[GPU_RESOURCE] == "1" and GPU_PRODUCT_LABEL in before.node_selector
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "swap", {"spec": {
+        "resources": {"cpu": "1", "memory": "2Gi", "gpu": None},
+        "model": {"source": "PVC", "pvc": {"claimName": "models", "subPath": "repo"}}}})
+
+    def switched() -> Any:
+        d = apps.read_namespaced_deployment("swap", namespace)
+        volume = next(v for v in d.spec.template.spec.volumes if v.name == "model-repository")
+        return d if volume.persistent_volume_claim is not None else None
+
+    dep = wait_for(switched, 60, "the Deployment patched onto the PVC")
+    pod = dep.spec.template.spec
+    volume = next(v for v in pod.volumes if v.name == "model-repository")
+    assert volume.config_map is None and volume.persistent_volume_claim.claim_name == "models"
+    triton = pod.containers[0]
+    for probe in (triton.readiness_probe, triton.liveness_probe, triton.startup_probe):
+        if probe is not None:
+            assert probe._exec is None and probe.http_get is not None, probe
+    assert GPU_RESOURCE not in (triton.resources.requests or {}) and GPU_RESOURCE not in (triton.resources.limits or {})
+    assert GPU_PRODUCT_LABEL not in (pod.node_selector or {}) and triton.lifecycle is None
+    assert (triton.resources.limits or {}).get("cpu") == "1"  # the CPU layout's own limit
+    mount = next(m for m in triton.volume_mounts if m.name == "model-repository")
+    assert mount.sub_path == "repo"
+    ready = condition(get(api, namespace, "swap"), "Ready")
+    assert ready is None or ready["reason"] != "InvalidSpec", ready
+    time.sleep(2 * 2.0)  # the writes of the switch settle
+    version = apps.read_namespaced_deployment("swap", namespace).metadata.resource_version
+    time.sleep(3 * 2.0)  # three resync periods
+    assert apps.read_namespaced_deployment("swap", namespace).metadata.resource_version == version
