@@ -159,7 +159,9 @@ class WarmingProbe:
         self.check = check
         self.clock = clock
         self._first_promoted: dict[str, float] = {}
-        """Pod name (else key) -> when it was first promoted."""
+        """Pod name (else key) -> when it was first promoted; only pods still warming (a pod that left the warming set,
+        listed ready, terminating or gone, never warms again: its record is dropped, so the map stays as small as that
+        set however many pods come and go)."""
 
     def _allowed(self, ep: Endpoint) -> bool:
         first = self._first_promoted.get(ep.identity)
@@ -167,6 +169,9 @@ class WarmingProbe:
 
     async def round(self) -> bool:
         """One round; returns whether the endpoints new requests may go to changed."""
+        still = {ep.identity for ep in self.balancer.warming}
+        if len(self._first_promoted) > len(still):
+            self._first_promoted = {k: t for k, t in self._first_promoted.items() if k in still}
         warming = [ep for ep in self.balancer.warming if self._allowed(ep)]
         if self.balancer.has_listed_ready() or not warming or not (self.holding() or self.balancer.promoted):
             changed = self.balancer.promote(())

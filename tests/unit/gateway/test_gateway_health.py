@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+from dataclasses import replace
 
 from modalscale.gateway.balancer import Balancer, Endpoint
 from modalscale.gateway.health import PROBE_EJECT_S, ReplicaProbe, WarmingProbe, tcp_connect
@@ -205,3 +206,32 @@ def test_a_replica_promoted_for_the_limit_without_being_listed_ready_is_not_prom
     assert asyncio.run(probe.round()) is True and not balancer.has_ready()
     now[0] += 100  # the kubelet restarted its container: the same pod, still not promoted
     assert asyncio.run(probe.round()) is False and not balancer.has_ready()
+
+
+def test_the_promotion_records_hold_only_pods_still_warming_however_many_come_and_go() -> None:
+    """Found by review (7 Dec 2026): each promoted pod's first promotion stayed in the probe for the gateway's life
+    (one entry per pod ever started: an autoscaled service's gateway grew without bound). A pod that left the warming
+    set (listed ready, terminating or gone) never warms again, so its record goes; one still warming keeps its
+    promotion limit."""
+    from modalscale.gateway.health import PROMOTION_LIMIT_S
+
+    now = [0.0]
+    balancer = Balancer(rng=random.Random(0))
+
+    async def check(ep: Endpoint) -> bool:
+        return True
+
+    probe = WarmingProbe(balancer, lambda: True, lambda: None, check, clock=lambda: now[0])
+    balancer.update([])
+    for i in range(50):  # 50 pods start, answer ready, are promoted, then listed ready and scaled away
+        pod = Endpoint(f"10.0.1.{i}", 8000, ready=False, name=f"vc-{i}")
+        balancer.update([pod])
+        asyncio.run(probe.round())
+        balancer.update([replace(pod, ready=True)])
+        balancer.update([])
+    stuck = Endpoint("10.0.2.1", 8000, ready=False, name="vc-stuck")
+    balancer.update([stuck])
+    assert asyncio.run(probe.round()) is True and balancer.has_ready()
+    now[0] = PROMOTION_LIMIT_S + 1
+    assert asyncio.run(probe.round()) is True and not balancer.has_ready()  # its limit still holds
+    assert len(probe._first_promoted) == 1
