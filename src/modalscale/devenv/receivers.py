@@ -79,7 +79,9 @@ class Received:
                     lines.append(block["text"]["text"].replace("*", ""))
                 for f in block.get("fields", []):
                     lines.append(f["text"].replace("*", "").replace("\n", ": ", 1))
-            return "\n".join(lines) or p.get("text", "")
+            shown = "\n".join(lines) or p.get("text", "")
+            # mrkdwn's escapes, as Slack shows them (payloads.slack_escape)
+            return shown.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
         if self.kind == "Teams":
             card = p["attachments"][0]["content"]
             lines = []

@@ -63,19 +63,38 @@ def _markdown_lines(alert: Alert, bold: str = "**") -> list[str]:
     return [f"{bold}{label}:{bold} {value}" for label, value in alert.facts()]
 
 
+def slack_escape(text: str) -> str:
+    """``text`` shown as written in Slack mrkdwn: its control characters ``&``, ``<`` and ``>`` as ``&amp;``,
+    ``&lt;`` and ``&gt;`` (https://api.slack.com/reference/surfaces/formatting#escaping), so a tenant named
+    ``<!channel>`` (a name any client can send) neither notifies the channel nor becomes a link."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_cut(text: str, limit: int) -> str:
+    """Escaped mrkdwn cut to ``limit`` characters, never inside an entity."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    amp = cut.rfind("&")
+    return cut[:amp] if amp >= 0 and ";" not in cut[amp:] else cut
+
+
 def slack_payload(alert: Alert) -> dict[str, Any]:
-    """Slack incoming-webhook body: Block Kit ``blocks`` and a ``text`` fallback for notifications."""
+    """Slack incoming-webhook body: Block Kit ``blocks`` and a ``text`` fallback for notifications; every mrkdwn
+    text escaped (:func:`slack_escape`), the ``plain_text`` header as is."""
     facts = alert.facts()
     header = (alert.title if len(alert.title) <= SLACK_MAX_HEADER_CHARS
               else alert.title[:SLACK_MAX_HEADER_CHARS - 1] + "…")
-    fields = [{"type": "mrkdwn", "text": f"*{label}*\n{value}"[:2000]} for label, value in facts if label != "Action"]
+    fields = [{"type": "mrkdwn", "text": _slack_cut(f"*{slack_escape(label)}*\n{slack_escape(value)}", 2000)}
+              for label, value in facts if label != "Action"]
     action = next((value for label, value in facts if label == "Action"), None)  # every alert decided has one
     return {
-        "text": alert.text(),
+        "text": slack_escape(alert.text()),
         "blocks": [
             {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}},
             *([{"type": "section", "fields": fields[:10]}] if fields else []),  # Slack refuses an empty one
-            *([{"type": "section", "text": {"type": "mrkdwn", "text": f"*Action*\n{action}"[:3000]}}]
+            *([{"type": "section", "text": {"type": "mrkdwn",
+                                            "text": _slack_cut(f"*Action*\n{slack_escape(action)}", 3000)}}]
               if action is not None else []),
             {"type": "context", "elements": [{"type": "mrkdwn", "text":
                                               f"modalscale · {alert.kind.value} · {format_time(alert.created_at)}"}]},
@@ -294,6 +313,6 @@ def prepare_request(kind: NotifierType | str, url: str, secret: str | None, aler
 
 __all__ = [
     "Alert", "PreparedRequest", "SLACK_MAX_HEADER_CHARS", "WECOM_MAX_MARKDOWN_BYTES", "build_payload",
-    "dingtalk_payload", "encode_json", "feishu_payload", "prepare_request", "slack_payload", "teams_payload",
-    "webhook_group", "webhook_payload", "wecom_payload",
+    "dingtalk_payload", "encode_json", "feishu_payload", "prepare_request", "slack_escape", "slack_payload",
+    "teams_payload", "webhook_group", "webhook_payload", "wecom_payload",
 ]

@@ -220,3 +220,37 @@ def test_a_stored_alert_whose_severity_no_builder_maps_is_an_unreadable_status_n
     status = read_budget_status({"status": {"pendingAlerts": [item]}}, PolicyRef("team-search", "search-daily"))
     assert status.outbox is None
     assert status.problem is not None and "status.pendingAlerts[0].severity" in status.problem
+
+
+# ------------------------------------------------------------------- text a client chose (tenant names)
+# The gateway names a tenant after a request header, cleaned to printable ASCII only (gateway.tenants.clean), so
+# "<!channel>" or "<https://evil.example|...>" is a tenant name any client can send, and the top tenants of the
+# spend are a fact of ThresholdCrossed, ForecastExceeded and SpendAnomaly alerts (showback.SpendDrivers.facts).
+HOSTILE_TENANT = "<!channel> & <https://evil.example|pay here>"
+
+
+def driven_alert(tenant: str = HOSTILE_TENANT) -> BudgetAlert:
+    from dataclasses import replace
+
+    from modalscale.costmodel.showback import SpendDrivers
+
+    drivers = SpendDrivers(((tenant, Decimal("60")), ("acme", Decimal("40"))), (("text", Decimal("100")),),
+                           Decimal(0), Decimal("100"))
+    return replace(make_alert(), drivers=drivers)
+
+
+def test_slack_escapes_the_control_characters_of_mrkdwn_in_what_it_shows() -> None:
+    """Slack's formatting reference (https://api.slack.com/reference/surfaces/formatting#escaping): ``&``, ``<``
+    and ``>`` are control characters of mrkdwn and must be sent as ``&amp;``, ``&lt;``, ``&gt;``. Unescaped, a
+    tenant named ``<!channel>`` notified the whole channel and ``<https://...|pay here>`` became a link in the
+    budget alert; the ``&`` is read as the start of an entity."""
+    body = slack_payload(driven_alert())
+    shown = [body["text"], *(f["text"] for b in body["blocks"] for f in b.get("fields", ())),
+             *(b["text"]["text"] for b in body["blocks"] if b["type"] == "section" and "text" in b)]
+    tenants = next(t for t in shown if t.startswith("*Top tenants*"))
+    assert "&lt;!channel&gt; &amp; &lt;https://evil.example|pay here&gt; 60.00 USD (60 %)" in tenants
+    assert "&lt;!channel&gt;" in body["text"]
+    for text in shown:
+        assert "<" not in text and ">" not in text, text
+        assert "&" not in text.replace("&amp;", "").replace("&lt;", "").replace("&gt;", ""), text
+    assert all(len(f["text"]) <= 2000 for b in body["blocks"] for f in b.get("fields", ()))
