@@ -59,8 +59,15 @@ SLACK_MAX_HEADER_CHARS = 150
 
 
 # ------------------------------------------------------------------------------------------------ payloads
+def lark_md_escape(text: str) -> str:
+    """``text`` shown as written in Feishu's card markdown (``lark_md``): ``<`` and ``>`` as ``&#60;`` and
+    ``&#62;`` (card Markdown component, special characters), so no tag in a fact (``<at id=all></at>``: @everyone;
+    ``<font>``) is read as one; a tenant name is any client's printable ASCII."""
+    return text.replace("<", "&#60;").replace(">", "&#62;")
+
+
 def _markdown_lines(alert: Alert, bold: str = "**") -> list[str]:
-    return [f"{bold}{label}:{bold} {value}" for label, value in alert.facts()]
+    return [f"{bold}{lark_md_escape(label)}:{bold} {lark_md_escape(value)}" for label, value in alert.facts()]
 
 
 def slack_escape(text: str) -> str:
@@ -313,6 +320,6 @@ def prepare_request(kind: NotifierType | str, url: str, secret: str | None, aler
 
 __all__ = [
     "Alert", "PreparedRequest", "SLACK_MAX_HEADER_CHARS", "WECOM_MAX_MARKDOWN_BYTES", "build_payload",
-    "dingtalk_payload", "encode_json", "feishu_payload", "prepare_request", "slack_escape", "slack_payload",
-    "teams_payload", "webhook_group", "webhook_payload", "wecom_payload",
+    "dingtalk_payload", "encode_json", "feishu_payload", "lark_md_escape", "prepare_request", "slack_escape",
+    "slack_payload", "teams_payload", "webhook_group", "webhook_payload", "wecom_payload",
 ]

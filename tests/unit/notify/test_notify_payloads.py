@@ -254,3 +254,17 @@ def test_slack_escapes_the_control_characters_of_mrkdwn_in_what_it_shows() -> No
         assert "<" not in text and ">" not in text, text
         assert "&" not in text.replace("&amp;", "").replace("&lt;", "").replace("&gt;", ""), text
     assert all(len(f["text"]) <= 2000 for b in body["blocks"] for f in b.get("fields", ()))
+
+
+def test_feishu_lark_md_shows_a_tag_in_a_fact_as_text_never_a_mention_of_everyone() -> None:
+    """Feishu's card markdown (``lark_md``) reads ``<at id=all></at>`` as @everyone (Feishu custom bot FAQ, "at
+    所有人": ``<at id=all></at>`` in a card's lark_md; also ``<at email=...>``, ``<font color=...>``), and shows a
+    ``<`` or ``>`` written as ``&#60;``/``&#62;`` (card Markdown component, special characters). Unescaped, a tenant
+    named ``<at id=all></at>`` (17 printable ASCII characters a client can send) rang every member of the group."""
+    body = feishu_payload(driven_alert("<at id=all></at>"), SECRET, 1777627800)
+    (element,) = body["card"]["elements"]
+    content = element["text"]["content"]
+    assert element["text"]["tag"] == "lark_md"
+    assert "<" not in content and ">" not in content
+    assert "**Top tenants:** &#60;at id=all&#62;&#60;/at&#62; 60.00 USD (60 %)" in content
+    assert "**Policy:** team-search/search-daily" in content  # the labels' own markdown kept
