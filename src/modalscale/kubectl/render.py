@@ -477,6 +477,7 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
     except InvalidBudgetSpec as exc:
         spec, spec_error = None, str(exc)
     spent, burn = status.spent_usd, status.burn_rate_usd_per_hour
+    exact = _exact_spent(spec, status)
     limit = spec.limit.amount if spec is not None else parse_decimal((raw_spec.get("limit") or {}).get("amount"))
     services = sorted((status.ledger or Ledger()).entries, key=lambda e: (-e.spent_usd, e.namespace, e.name))
     a = status.alert_state
@@ -486,7 +487,7 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
         "periodStart": _time(a.period_start), "periodEnd": _time(status.period_end),
         "state": _state(status), "limit": None if limit is None else f"{limit:f}",
         "spent": _exact(spent), "remaining": _exact(status.remaining_usd),
-        "percentUsed": None if spent is None or not limit else f"{(spent * 100 / limit).quantize(Decimal('0.1')):f}",
+        "percentUsed": None if exact is None or not limit else f"{(exact * 100 / limit).quantize(Decimal('0.1')):f}",
         "burnRatePerHour": _exact(burn), "forecast": _exact(status.forecast_usd),
         "lastEvaluationTime": last, "lastEvaluationAge": age(last, now),
         "thresholds": _threshold_items(spec, status),
@@ -502,7 +503,7 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
                              "thresholdPercent": r.threshold_percent, "since": _time(r.since),
                              "until": _time(r.until), "dryRun": r.dry_run} for r in status.rejections],
         "tenants": list(spec.selector.tenants) if spec is not None else [],
-        "nextAction": None if spec is None else next_action(spec, spent, burn, frozenset(
+        "nextAction": None if spec is None else next_action(spec, exact, burn, frozenset(
             e.action.value for e in a.enforced)),
         "pendingAlerts": [{"notification": e.notification, "kind": e.message.kind.value,
                            "thresholdsPercent": list(e.message.thresholds_percent), "severity": e.message.severity,
@@ -514,6 +515,24 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
                       "spent": _exact(e.spent_usd)} for e in services],
         "conditions": conditions_rows({"conditions": list(status.conditions)}, now), "specError": spec_error,
         "statusProblem": status.problem or next(iter(status.display_problems), None)}
+
+
+def _exact_spent(spec: BudgetSpec | None, status: BudgetStatus) -> Decimal | None:
+    """The spend the operator compares with the thresholds (``modalscale.costmodel.budget.spend.reaches``): exact,
+    to the ledger's 1e-9 USD, where status holds it (``status.tenantSpent`` of a tenant policy, else the sum of
+    ``status.ledger.services[].spent``) and it is the figure ``status.spent`` shows in cents; else ``status.spent``
+    (None: unknown). ``status.spent`` alone put a spend within half a cent below a threshold past it (1.996 USD
+    shows as 2.00: "every threshold is reached" while the operator had not crossed 100 %)."""
+    shown = status.spent_usd
+    if shown is None:
+        return None
+    if spec is not None and spec.selector.tenants:
+        exact = status.tenant_spent_usd
+    else:
+        exact = None if status.ledger is None or status.ledger.observed_time is None else status.ledger.spent_usd
+    if exact is None or exact.quantize(Decimal("0.01")) != shown:
+        return shown
+    return exact
 
 
 def _exact(value: Decimal | None) -> str | None:

@@ -170,6 +170,21 @@ def test_a_next_threshold_enforced_ahead_of_its_crossing_says_so() -> None:
     assert "enforced already (ahead of the crossing" in text and "enforced from spend" not in text
 
 
+def test_the_next_action_reads_the_exact_spend_the_operator_compares_not_the_cents_status_shows() -> None:
+    # 99 min 48 s of two L4 replicas: the ledger holds 1.996416628 USD, status.spent shows it to the cent as 2.00.
+    # The operator compares the exact spend: the 100 % threshold (2.00 USD) is not crossed, it is enforced ahead.
+    report = budget_report(evaluated_policy(step=dt.timedelta(minutes=99, seconds=48)),
+                           T0 + dt.timedelta(minutes=100))
+    assert report["spent"] == "2.00" and [t["crossed"] for t in report["thresholds"]] == [True, False]
+    assert report["percentUsed"] == "99.8"  # 1.996416628 / 2, not 2.00 / 2
+    n = report["nextAction"]
+    assert n is not None and (n["percent"], n["atSpend"], n["toGo"], n["enforcedAhead"]) == (100, "2.00", "0.00",
+                                                                                             True)
+    text = render_budget(report)
+    assert "every threshold is reached" not in text
+    assert "Next action: at 100 % (spend 2.00 USD" in text and "enforced already (ahead of the crossing" in text
+
+
 def test_budget_past_every_threshold_has_no_next_action() -> None:
     report = budget_report(evaluated_policy(hours=2), NOW + dt.timedelta(hours=1))
     assert report["state"] == "Exceeded" and report["nextAction"] is None
