@@ -208,11 +208,30 @@ def _drivers_json(d: SpendDrivers, window: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------- reading
-def _git(args: Sequence[str], cwd: Path) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+def _text(data: bytes, origin: str) -> str:
+    """A manifest file's bytes as text; raises :class:`CostDiffError` naming ``origin`` when they are not UTF-8 (a
+    UTF-16 file, as Windows PowerShell 5 redirects ``helm template`` output, or a binary file)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CostDiffError(f"{origin}: not UTF-8 text; save it as UTF-8 (YAML or JSON manifests)") from None
+
+
+def _read_file(path: Path) -> ManifestFile:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CostDiffError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    return ManifestFile(str(path), _text(data, str(path)))
+
+
+def _git(args: Sequence[str], cwd: Path, origin: str | None = None) -> str:
+    """``git args`` in ``cwd``; its output as text (``origin``: the file it is, for the message when it is not
+    UTF-8)."""
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
     if proc.returncode != 0:
-        raise CostDiffError(f"git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
-    return proc.stdout
+        raise CostDiffError(f"git {' '.join(args)}: {proc.stderr.decode(errors='replace').strip() or 'failed'}")
+    return _text(proc.stdout, origin or f"git {' '.join(args)}")
 
 
 def _is_git_ref(ref: str, repo: Path) -> bool:
@@ -225,14 +244,14 @@ def read_manifests(source: str, repo: Path = Path.cwd()) -> list[ManifestFile]:
     """The manifest files of one side: a file, a folder, or a git ref (``REF`` or ``REF:PATH``) of ``repo``.
 
     Raises:
-        CostDiffError: Neither a file, a folder nor a git ref; an unreadable file.
+        CostDiffError: Neither a file, a folder nor a git ref; an unreadable file or one that is not UTF-8.
     """
     path = Path(source)
     if path.is_file():
-        return [ManifestFile(str(path), path.read_text(encoding="utf-8"))]
+        return [_read_file(path)]
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
-        return [ManifestFile(str(p), p.read_text(encoding="utf-8")) for p in files]
+        return [_read_file(p) for p in files]
     ref, _, sub = source.partition(":")
     if not ref or not _is_git_ref(ref, repo):
         raise CostDiffError(f"{source}: not a file, a folder or a git ref of {repo} (use PATH, REF or REF:PATH)")
@@ -242,7 +261,7 @@ def read_manifests(source: str, repo: Path = Path.cwd()) -> list[ManifestFile]:
         raise CostDiffError(f"{source}: no {', '.join(MANIFEST_SUFFIXES)} file at {sub} in {ref}")
     out = []
     for name in names:
-        text = _git(["show", f"{ref}:{name}"], repo)
+        text = _git(["show", f"{ref}:{name}"], repo, f"{ref}:{name}")
         if sub or "InferenceService" in text:  # a bare ref: only files that can hold one (charts hold templates)
             out.append(ManifestFile(f"{ref}:{name}", text))
     return out

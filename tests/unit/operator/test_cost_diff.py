@@ -163,6 +163,21 @@ def test_added_and_removed_services_and_rendered_multi_document_input() -> None:
     assert result.total_monthly_delta_usd.max == 2 * 8 * L4_REPLICA * 730 - 3 * (D("0.063222") + D("0.033896")) * 730
 
 
+def test_a_manifest_that_is_not_utf8_is_an_error_naming_the_file_not_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `helm template . > head.yaml` in Windows PowerShell 5 writes UTF-16 with a byte-order mark.
+    text = (EXAMPLES / "inferenceservice-predictive.yaml").read_text()
+    folder = tmp_path / "head"
+    folder.mkdir()
+    (folder / "rendered.yaml").write_bytes(text.encode("utf-16"))
+    for source in (folder / "rendered.yaml", folder):
+        with pytest.raises(CostDiffError, match=r"rendered\.yaml: not UTF-8 text"):
+            read_manifests(str(source))
+    assert main(["cost", "diff", str(EXAMPLES / "inferenceservice-predictive.yaml"), str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "rendered.yaml: not UTF-8 text" in err and "Traceback" not in err
+
+
 def test_a_service_defined_twice_on_one_side_is_an_error() -> None:
     text = (EXAMPLES / "inferenceservice-predictive.yaml").read_text()
     with pytest.raises(CostDiffError, match="default/vision-chat is also defined in a.yaml"):
