@@ -36,6 +36,7 @@ Rules:
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -56,6 +57,9 @@ HOURS_PER_MONTH = Decimal(730)
 """Hours in a month for monthly cost (8760 / 12, the convention of infracost and cloud pricing calculators)."""
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 GROUP_PREFIX = "modalscale.io/"
+_HOLDS_ISVC = re.compile(r"""\bkind["']?\s*:\s*["']?InferenceService\b""")
+"""``kind: InferenceService`` in YAML or JSON: a file a bare REF reads (a Helm template whose comment names
+InferenceServices is not one; it is not YAML either)."""
 
 ExpectedReplicas = Callable[[IsvcSpec], float]
 """Mean replicas of a service over the trace (the simulator's predictive policy), given its parsed spec."""
@@ -262,7 +266,7 @@ def read_manifests(source: str, repo: Path = Path.cwd()) -> list[ManifestFile]:
     out = []
     for name in names:
         text = _git(["show", f"{ref}:{name}"], repo, f"{ref}:{name}")
-        if sub or "InferenceService" in text:  # a bare ref: only files that can hold one (charts hold templates)
+        if sub or _HOLDS_ISVC.search(text):  # a bare ref: only files that can hold one (charts hold templates)
             out.append(ManifestFile(f"{ref}:{name}", text))
     return out
 

@@ -185,6 +185,17 @@ def test_a_service_defined_twice_on_one_side_is_an_error() -> None:
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs the git checkout")
+def test_a_bare_ref_reads_the_files_that_hold_an_inferenceservice_not_templates_that_mention_one() -> None:
+    # charts/modalscale/templates/podmonitor.yaml (a Helm template, not YAML) names InferenceServices in a comment:
+    # `modalscale cost diff main HEAD` on this repository stopped there ("not valid YAML", exit 2).
+    head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    files = read_manifests(head_commit, REPO)
+    assert not any("/templates/" in f.origin for f in files)
+    priced, _ = price_side(files, CATALOG)
+    assert {("default", "vision-chat"), ("default", "captioner")} <= set(priced)
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs the git checkout")
 def test_git_refs_read_this_repositorys_own_layout(changed: Path) -> None:
     head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     files = read_manifests(f"{head_commit}:crds/examples", REPO)
