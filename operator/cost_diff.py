@@ -259,7 +259,9 @@ def read_manifests(source: str, repo: Path = Path.cwd()) -> list[ManifestFile]:
     ref, _, sub = source.partition(":")
     if not ref or not _is_git_ref(ref, repo):
         raise CostDiffError(f"{source}: not a file, a folder or a git ref of {repo} (use PATH, REF or REF:PATH)")
-    names = [n for n in _git(["ls-tree", "-r", "--name-only", ref, "--", sub or "."], repo).splitlines()
+    # --full-tree: PATH and the names listed are from the top of the tree, as `git show REF:NAME` reads them,
+    # whichever folder of the repository ``repo`` is.
+    names = [n for n in _git(["ls-tree", "-r", "--full-tree", "--name-only", ref, "--", sub or "."], repo).splitlines()
              if n.endswith(MANIFEST_SUFFIXES)]
     if sub and not names:
         raise CostDiffError(f"{source}: no {', '.join(MANIFEST_SUFFIXES)} file at {sub} in {ref}")

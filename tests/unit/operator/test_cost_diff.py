@@ -196,6 +196,17 @@ def test_a_bare_ref_reads_the_files_that_hold_an_inferenceservice_not_templates_
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs the git checkout")
+def test_git_refs_read_the_same_files_from_a_subdirectory_of_the_repository() -> None:
+    # REF:PATH is git's (PATH from the top of the tree), whatever folder the command runs in (--repo defaults to .):
+    # run from crds/, `git ls-tree` listed names relative to it and `git show REF:NAME` did not find them.
+    head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    for source in (f"{head_commit}:crds/examples", head_commit):
+        at_top = {f.origin for f in read_manifests(source, REPO)}
+        assert f"{head_commit}:crds/examples/inferenceservice-predictive.yaml" in at_top
+        assert {f.origin for f in read_manifests(source, REPO / "crds")} == at_top
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs the git checkout")
 def test_git_refs_read_this_repositorys_own_layout(changed: Path) -> None:
     head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     files = read_manifests(f"{head_commit}:crds/examples", REPO)
