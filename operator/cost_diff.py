@@ -21,7 +21,10 @@ Rules:
   replicas of the ``predictive`` policy replaying a trace in the simulator
   (:func:`modalscale.autoscaler.simulate.run_simulation`, bounded by the service's min/max and its p95
   target) when a profile and a trace are given, else unknown (None). ``Fixed`` mode runs ``replicas``: min,
-  expected and max are all that.
+  expected and max are all that. A staged service's image encoder pool (``spec.stages.imageEncoder``, priced by
+  its own ``resources`` at the service's tier, as the ledger charges its pods) adds its ``minReplicas`` and
+  ``maxReplicas``; its expected replicas are its ``minReplicas`` in ``Fixed`` mode, else unknown (its own
+  autoscaler sizes it).
 * **Money.** Monthly cost = replicas x USD per replica-hour x :data:`HOURS_PER_MONTH` (730 h, the FinOps
   convention of infracost and the cloud pricing calculators: 8760 h / 12). Deltas are HEAD - BASE per
   service (an added service's BASE is 0, a removed one's HEAD is 0); the total is their sum. ``expected`` of a
@@ -47,7 +50,7 @@ from typing import Any
 import yaml
 
 from modalscale.api.errors import InvalidSpec
-from modalscale.api.inferenceservice import IsvcSpec, parse_isvc
+from modalscale.api.inferenceservice import IsvcSpec, ResourceSpec, parse_isvc
 from modalscale.api.quantities import InvalidQuantity
 from modalscale.costmodel.catalog import Catalog, ReplicaResources, UnknownPrice
 from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd
@@ -134,14 +137,31 @@ class PricedService:
     usd_per_replica_hour: Decimal
     replicas: ReplicaRange
     monthly_usd: ReplicaRange
+    image_encoder: PricedPool | None = None
+    """A staged service's image encoder pool (``spec.stages.imageEncoder``), in :attr:`monthly_usd` too."""
 
     def to_json(self) -> dict[str, Any]:
-        r = self.replicas
-        return {"file": self.origin, "gpu": self.gpu, "pricingTier": self.pricing_tier, "scalingMode": self.mode,
-                "usdPerReplicaHour": format_usd(self.usd_per_replica_hour),
-                "replicas": {"min": int(r.min), "expected": None if r.expected is None else float(r.expected),
-                             "max": int(r.max)},
-                "monthly_usd": self.monthly_usd.to_json()}
+        out = {"file": self.origin, "gpu": self.gpu, "pricingTier": self.pricing_tier, "scalingMode": self.mode,
+               "usdPerReplicaHour": format_usd(self.usd_per_replica_hour), "replicas": _replicas_json(self.replicas),
+               "monthly_usd": self.monthly_usd.to_json()}
+        if self.image_encoder is not None:
+            out["imageEncoderPool"] = {"gpu": self.image_encoder.gpu,
+                                       "usdPerReplicaHour": format_usd(self.image_encoder.usd_per_replica_hour),
+                                       "replicas": _replicas_json(self.image_encoder.replicas)}
+        return out
+
+
+@dataclass(frozen=True)
+class PricedPool:
+    """A staged service's image encoder pool: one pod's catalog price and its replicas at min, expected, max."""
+
+    gpu: str
+    usd_per_replica_hour: Decimal
+    replicas: ReplicaRange
+
+
+def _replicas_json(r: ReplicaRange) -> dict[str, int | float | None]:
+    return {"min": int(r.min), "expected": None if r.expected is None else float(r.expected), "max": int(r.max)}
 
 
 @dataclass(frozen=True)
@@ -338,15 +358,7 @@ def price_service(origin: str, body: Mapping[str, Any], catalog: Catalog,
         raise CostDiffError(f"{where}: {exc}") from None
     except (InvalidQuantity, ValueError) as exc:
         raise CostDiffError(f"{where}: spec.resources: {exc}") from None
-    try:
-        price = catalog.price_replica(res, spec.pricing_tier)
-    except UnknownPrice as exc:
-        unknown_type = bool(spec.resources.gpu_count and spec.resources.gpu_type
-                            and catalog.gpu_type_name(spec.resources.gpu_type) is None)
-        field_ = "spec.resources.gpu.type" if unknown_type else "spec.pricing.tier"
-        raise CostDiffError(f"{where}: {field_}: {exc}") from None
-    except ValueError as exc:
-        raise CostDiffError(f"{where}: spec.pricing.tier: {exc}") from None
+    price = _price(where, res, spec.resources, spec.pricing_tier, catalog, "spec.resources")
     sc = spec.scaling
     if sc.mode == "Fixed" and sc.replicas is not None:
         fixed = Decimal(sc.replicas)
@@ -356,9 +368,42 @@ def price_service(origin: str, body: Mapping[str, Any], catalog: Catalog,
         exp = (None if mean is None else
                min(max(Decimal(str(round(mean, 4))), Decimal(sc.min_replicas)), Decimal(sc.max_replicas)))
         replicas = ReplicaRange(Decimal(sc.min_replicas), exp, Decimal(sc.max_replicas))
-    gpu = f"{spec.resources.gpu_count} x {spec.resources.gpu_type}" if spec.resources.gpu_count else "none"
-    return PricedService(spec.namespace, spec.name, origin, gpu, spec.pricing_tier, sc.mode, price, replicas,
-                         replicas.times(MONEY_CONTEXT.multiply(price, HOURS_PER_MONTH)))
+    monthly = replicas.times(MONEY_CONTEXT.multiply(price, HOURS_PER_MONTH))
+    pool = None
+    if spec.stages is not None:  # the encoder pool's pods are charged by the ledger as the replicas are
+        enc = spec.stages.image_encoder
+        path = "spec.stages.imageEncoder.resources"
+        try:
+            enc_res = ReplicaResources.from_quantities(enc.resources.cpu, enc.resources.memory,
+                                                       enc.resources.gpu_count, enc.resources.gpu_type)
+        except (InvalidQuantity, ValueError) as exc:
+            raise CostDiffError(f"{where}: {path}: {exc}") from None
+        pool_price = _price(where, enc_res, enc.resources, spec.pricing_tier, catalog, path)
+        # Fixed mode runs minReplicas; otherwise the pool's own autoscaler sizes it: expected unknown.
+        low, high = Decimal(enc.min_replicas), Decimal(enc.max_replicas)
+        pool = PricedPool(_gpu(enc.resources), pool_price,
+                          ReplicaRange(low, low if sc.mode == "Fixed" else None, high))
+        monthly = monthly.plus(pool.replicas.times(MONEY_CONTEXT.multiply(pool_price, HOURS_PER_MONTH)))
+    return PricedService(spec.namespace, spec.name, origin, _gpu(spec.resources), spec.pricing_tier, sc.mode, price,
+                         replicas, monthly, pool)
+
+
+def _gpu(resources: ResourceSpec) -> str:
+    return f"{resources.gpu_count} x {resources.gpu_type}" if resources.gpu_count else "none"
+
+
+def _price(where: str, res: ReplicaResources, resources: ResourceSpec, tier: str, catalog: Catalog,
+           path: str) -> Decimal:
+    """One replica's catalog price; raises :class:`CostDiffError` naming ``path``'s GPU type or the tier."""
+    try:
+        return catalog.price_replica(res, tier)
+    except UnknownPrice as exc:
+        unknown_type = bool(resources.gpu_count and resources.gpu_type
+                            and catalog.gpu_type_name(resources.gpu_type) is None)
+        field_ = f"{path}.gpu.type" if unknown_type else "spec.pricing.tier"
+        raise CostDiffError(f"{where}: {field_}: {exc}") from None
+    except ValueError as exc:
+        raise CostDiffError(f"{where}: spec.pricing.tier: {exc}") from None
 
 
 def price_side(files: Iterable[ManifestFile], catalog: Catalog, expected: ExpectedReplicas | None = None

@@ -178,6 +178,22 @@ def test_a_manifest_that_is_not_utf8_is_an_error_naming_the_file_not_a_traceback
     assert "rendered.yaml: not UTF-8 text" in err and "Traceback" not in err
 
 
+def test_a_staged_services_image_encoder_pool_is_priced_at_its_own_min_and_max_replicas(tmp_path: Path) -> None:
+    # The pool's pods cost what the ledger charges them (its own resources, here spec.resources', at the service's
+    # tier): adding spec.stages.imageEncoder (1..4 L4 replicas) to vision-chat was "unchanged", +0.00.
+    doc = yaml.safe_load((EXAMPLES / "inferenceservice-predictive.yaml").read_text())
+    doc["spec"]["stages"] = {"imageEncoder": {"minReplicas": 1, "maxReplicas": 4}}
+    (tmp_path / "staged.yaml").write_text(yaml.safe_dump(doc))
+    base, _ = price_side(read_manifests(str(EXAMPLES / "inferenceservice-predictive.yaml")), CATALOG)
+    head, _ = price_side(read_manifests(str(tmp_path / "staged.yaml")), CATALOG)
+    (vc,) = diff(base, head).services
+    assert vc.change == "changed"
+    assert (vc.monthly_delta_usd.min, vc.monthly_delta_usd.max) == (L4_REPLICA * 730, 4 * L4_REPLICA * 730)
+    assert vc.head is not None and vc.head.to_json()["imageEncoderPool"] == {
+        "gpu": "1 x nvidia-l4", "usdPerReplicaHour": "0.754276239", "replicas": {"min": 1, "expected": None, "max": 4}}
+    assert vc.base is not None and "imageEncoderPool" not in vc.base.to_json()
+
+
 def test_a_service_defined_twice_on_one_side_is_an_error() -> None:
     text = (EXAMPLES / "inferenceservice-predictive.yaml").read_text()
     with pytest.raises(CostDiffError, match="default/vision-chat is also defined in a.yaml"):
