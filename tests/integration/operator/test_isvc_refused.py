@@ -3,10 +3,9 @@
 
 The rules: the name (it becomes the Service's, a DNS-1035 label, and the pods' label value, at most 63
 characters), ``minReplicas >= 1`` outside Fixed mode unless the gateway is on (nothing else activates a service
-from 0 replicas) and CPU and
-memory above 0 (a replica priced 0 USD never counts against a budget). A control plane of its own carries the
-CRD without those rules; the session cluster's CRD has them and refuses such objects at the apiserver
-(tests/integration/test_crds.py).
+from 0 replicas) and CPU and memory above 0, the gateway pods' too (a replica priced 0 USD never counts against a
+budget). A control plane of its own carries the CRD without those rules; the session cluster's CRD has them and
+refuses such objects at the apiserver (tests/integration/test_crds.py).
 """
 
 from __future__ import annotations
@@ -56,8 +55,8 @@ def older_crds(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if doc["metadata"]["name"] == "inferenceservices.modalscale.io":
             # the name, minReplicas, cpu and memory rules, and (issue 24) the staged name's length and the
             # image-encoder pool's cpu and memory rules, which reuse their fragments, and the name's length with
-            # the gateway (its replicas' Service)
-            assert _strip_new_rules(doc) == 8
+            # the gateway (its replicas' Service), and the gateway pods' cpu and memory rules (7 Dec 2026)
+            assert _strip_new_rules(doc) == 10
         (crds / path.name).write_text(yaml.safe_dump(doc))
     return crds
 
@@ -92,6 +91,8 @@ REFUSED = [
                    "gateway": {"enabled": False}}, "spec.scaling.minReplicas", ["at least 1", "mode: Fixed"]),
     ("no-cpu", {"resources": {"cpu": "0", "memory": "1Gi"}}, "spec.resources.cpu", ["greater than 0", "0 USD"]),
     ("no-memory", {"resources": {"cpu": "1", "memory": "0Gi"}}, "spec.resources.memory", ["greater than 0"]),
+    ("gw-no-cpu", {"gateway": {"enabled": True, "resources": {"cpu": "0"}}}, "spec.gateway.resources.cpu",
+     ["greater than 0"]),
 ]
 
 
