@@ -119,6 +119,8 @@ def test_each_config_key_is_a_setting_the_operator_reads() -> None:
 _NOT_CHART_VALUES = {
     "MODALSCALE_PRICING_CATALOG": "set by the chart to its pricing ConfigMap's mount (pricing.* values)",
     "MODALSCALE_GATEWAY_IMAGE": "set by the chart to the operator's own image (image.* values)",
+    "MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS": "set by the chart to the names of imagePullSecrets (the gateway pods pull "
+                                             "the operator's image with them)",
 }
 
 
