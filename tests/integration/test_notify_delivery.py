@@ -141,8 +141,10 @@ def test_retries_stop_after_five() -> None:
       93000),
      ("Feishu", Reply(status=200, body={"code": 19021, "msg": "sign match fail or timestamp is not within one hour "
                                                   "from current time"}), "RejectedByPlatform", 19021),
+     ("Feishu", Reply(status=200, body={"code": 9499, "msg": "Bad Request", "data": {}}), "RejectedByPlatform",
+      9499),
      ("Slack", Reply(status=400, body="invalid_payload"), "RejectedByPlatform", "invalid_payload")],
-    ids=["wecom-errcode", "feishu-code", "slack-invalid-payload"],
+    ids=["wecom-errcode", "feishu-code", "feishu-9499-bad-request", "slack-invalid-payload"],
 )
 def test_an_error_inside_an_http_200_or_a_4xx_is_a_final_failure(kind, reply, reason, code) -> None:
     with ChatReceiver(kind) as rx:

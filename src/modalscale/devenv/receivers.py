@@ -481,7 +481,7 @@ class ChatReceiver:
             "Teams": (400, {"error": {"code": "InvalidRequestContent", "message": first}}),
             "WeCom": (200, {"errcode": 40008, "errmsg": "invalid message type"}),
             "DingTalk": (200, {"errcode": 40035, "errmsg": "missing parameter json"}),
-            "Feishu": (200, {"code": 19002, "msg": "params error", "data": {}}),
+            "Feishu": (200, {"code": 9499, "msg": "Bad Request", "data": {}}),  # the custom bot guide's answer
             "Webhook": (400, first),
         }[k]
 

@@ -7,7 +7,7 @@ retryable ones and returns a :class:`DeliveryResult`, which the operator records
 ``AlertDelivered`` condition is the operator's: ``modalscale.operator.budget.plan``).
 
 Retryable: 429, 5xx (and, in the sender, timeouts and connection errors); a platform's rate-limit code inside an
-HTTP 200 (:data:`modalscale.notify.limits.RATE_LIMIT_WAIT_S`) is a 429 too, whose ``Retry-After`` is that
+HTTP 200 (:func:`modalscale.notify.limits.rate_limit_wait_s`) is a 429 too, whose ``Retry-After`` is that
 platform's documented window. Anything else (4xx, any other error code inside a 200) is final.
 
 Success and error shapes handled (documentation read 2026-11-30):
@@ -20,7 +20,8 @@ Success and error shapes handled (documentation read 2026-11-30):
 * WeCom / DingTalk: HTTP 200 with ``{"errcode": 0, "errmsg": "ok"}``; a non-zero ``errcode`` is an error
   (https://developer.work.weixin.qq.com/document/path/91770, https://open.dingtalk.com/document/robots/custom-robot-access).
 * Feishu/Lark: HTTP 200 with ``{"code": 0, "msg": "success"}`` (older answers ``{"StatusCode": 0}``); a
-  non-zero ``code``/``StatusCode`` is an error, e.g. 19021 for a bad signature or stale timestamp
+  non-zero ``code``/``StatusCode`` is an error, e.g. 19021 for a bad signature or stale timestamp, 9499 "Bad
+  Request" for a body it cannot read (final), 11232 for its rate limit
   (https://open.feishu.cn/document/client-docs/bot-v3/add-custom-bot).
 * Generic webhook: any 2xx.
 
@@ -45,7 +46,7 @@ from modalscale.api.conditions import (
     REJECTED_BY_PLATFORM,
     SERVER_ERROR,
 )
-from modalscale.notify.limits import RATE_LIMIT_WAIT_S
+from modalscale.notify.limits import rate_limit_wait_s
 from modalscale.redaction import userinfo_parts
 
 
@@ -180,7 +181,7 @@ def classify(kind: NotifierType, status: int, body: str, retry_after: float | No
         code, msg = parsed
         if status == 200 and code == 0:
             return Outcome(True, DELIVERED, f"{kind.value} accepted the message", False, status, 0)
-        wait_s = RATE_LIMIT_WAIT_S.get(kind, {}).get(code) if isinstance(code, int) else None
+        wait_s = rate_limit_wait_s(kind, code, msg)
         if wait_s is not None:
             return Outcome(False, RATE_LIMITED, f"{kind.value} rate-limited the message (HTTP {status}, code "
                            f"{code}: {msg[:160]})", True, status, code,

@@ -9,7 +9,7 @@ attempt (DingTalk and Feishu reject timestamps older than one hour); each answer
 Retries (house rule C7, crate-operator style): 429, 5xx, timeouts and connection errors are retried at most
 ``RetryPolicy.max_retries`` (5) times with exponential backoff ``base x 2**n`` and +/-20 % jitter; a 429's
 ``Retry-After`` is honoured as the lower bound of the wait. A platform's rate-limit code inside an HTTP 200
-(:data:`~modalscale.notify.limits.RATE_LIMIT_WAIT_S`) is a 429 too: retried in the round, waiting at least one
+(:func:`~modalscale.notify.limits.rate_limit_wait_s`) is a 429 too: retried in the round, waiting at least one
 window of that platform's documented limit (a wait longer than the round's budget ends the round, and the outbox
 retries later). The whole delivery, waits included, is bounded by ``RetryPolicy.max_total_s``. Anything else
 (4xx, any other error code inside a 200) is final. A message that would exceed a platform's client-side limit

@@ -90,3 +90,25 @@ def test_the_pure_notify_modules_load_no_http_or_kubernetes_library() -> None:
             "print('httpx' in sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.split("\n")[:2] == ["[]", "True"]  # the check can see httpx when it is loaded
+
+
+@pytest.mark.parametrize(
+    ("body", "reason", "retryable"),
+    [('{"code": 9499, "msg": "Bad Request", "data": {}}', "RejectedByPlatform", False),
+     ('{"code": 9499, "msg": "Bad Request: fail to parse content"}', "RejectedByPlatform", False),
+     ('{"StatusCode": 9499, "StatusMessage": "Bad Request"}', "RejectedByPlatform", False),
+     ('{"code": 9499, "msg": "too many request", "data": {}}', "RateLimited", True),
+     ('{"code": 11232, "msg": "frequency limited psm[lark.oapi.app_platform_runtime]appID[1500]"}', "RateLimited",
+      True),
+     ('{"code": 19024, "msg": "Key Words Not Found"}', "RejectedByPlatform", False)],
+    ids=["9499-bad-request", "9499-parse", "9499-old-shape", "9499-too-many", "11232", "19024"],
+)
+def test_feishu_9499_is_its_bad_request_and_11232_its_rate_limit(body, reason, retryable) -> None:
+    """Feishu's custom bot guide (https://open.feishu.cn/document/client-docs/bot-v3/add-custom-bot): a malformed
+    or oversized body (over 20 KB) is answered ``{"code": 9499, "msg": "Bad Request"}``, and the rate limit (100/min,
+    5/s) with ``11232``. 9499 was read as a rate limit: a body Feishu refuses was sent again 5 times within the
+    round, 1 s apart, and reported ``RateLimited``. Feishu's gateway also answers 9499 "too many request" (seen by
+    kubesphere/notification-manager#126), so a 9499 whose message says so stays a rate limit."""
+    out = classify(N.FEISHU, 200, body, None)
+    assert (out.reason, out.retryable) == (reason, retryable), out
+    assert (out.retry_after_s is not None) == retryable
