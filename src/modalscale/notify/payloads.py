@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -68,6 +69,54 @@ def lark_md_escape(text: str) -> str:
 
 def _markdown_lines(alert: Alert, bold: str = "**") -> list[str]:
     return [f"{bold}{lark_md_escape(label)}:{bold} {lark_md_escape(value)}" for label, value in alert.facts()]
+
+
+_LOOKALIKES = {"<": "\uff1c", ">": "\uff1e", "[": "\uff3b", "]": "\uff3d", "*": "\uff0a", "_": "\uff3f",
+               "`": "\uff40"}
+"""Fullwidth look-alikes (Unicode's Halfwidth and Fullwidth Forms block) of markdown's ASCII metacharacters."""
+
+WECOM_MARKDOWN_CHARS = "<>[]*`"
+"""What WeCom's group-robot markdown reads (https://developer.work.weixin.qq.com/document/path/91770, the same
+list in /99110): ``<@userid>`` mentions a member, ``<font color="info|comment|warning">`` colours, ``[x](url)``
+links, ``**`` bolds, `` ` `` starts code (``#`` and ``>`` only at a line's start, where a fact never starts)."""
+DINGTALK_MARKDOWN_CHARS = "<>[]*`"
+"""What DingTalk's custom-robot markdown reads (https://open.dingtalk.com/document/robots/custom-robot-access,
+message types): ``[x](url)`` links, ``![](url)`` images, ``**``/``*`` emphasis; ``<font>`` tags are not
+documented but reported to render, and `` ` `` is taken as code by common markdown. A mention needs the
+member in the body's ``at.atMobiles``/``atUserIds`` (or ``at.isAtAll``), which this payload never sets, so an
+``@138...`` in a fact is text."""
+TEAMS_MARKDOWN_CHARS = "<>[]*_"
+"""What Teams reads in an Adaptive Card's ``Fact.title``/``Fact.value`` (https://learn.microsoft.com/en-us/
+microsoftteams/platform/task-modules-and-cards/cards/cards-format): ``**``, ``_``, ``[x](url)``, lists at a
+line's start (:func:`teams_text`); no HTML. A mention needs ``<at>name</at>`` and a ``msteams.entities`` entry,
+which this card never has; ``<``/``>`` are replaced all the same."""
+
+_LIST_START = re.compile(r"^(\s*)(?:([-+])|(\d+)([.)]))(?=\s)", re.MULTILINE)
+
+
+def markdown_lookalikes(text: str, chars: str) -> str:
+    """``text`` with each of ``chars`` (a subset of ``<>[]*_` ``) replaced by its fullwidth look-alike (U+FF1C
+    ``＜`` for ``<``, U+FF3B ``［`` for ``[``, ...), so no markdown construct that needs them can form.
+
+    For the platforms that document no escape for their markdown (WeCom, DingTalk, Teams: none of their
+    documents names a backslash or entity escape; an assumption that one works would be untested): a tenant name is
+    any client's printable ASCII, shown among an alert's Top tenants, and copied as is it mentioned members
+    (WeCom ``<@userid>``), linked (``[pay here](https://...)``) or restyled. The look-alikes keep the name
+    readable; a reader sees ``［`` where the client sent ``[``.
+    """
+    return text.translate({ord(c): _LOOKALIKES[c] for c in chars})
+
+
+def teams_text(text: str) -> str:
+    """``text`` shown as written in a Teams Adaptive Card fact: :data:`TEAMS_MARKDOWN_CHARS` as look-alikes and
+    a list marker at a line's start (``- ``, ``+ ``, ``1. ``, ``1) ``, where the first tenant's name starts the
+    Top tenants value) as a look-alike (U+2010 ``‐``, U+FF0B ``＋``, U+FF0E ``．``, U+FF09 ``）``)."""
+    def unlist(m: re.Match[str]) -> str:
+        if m.group(2):
+            return m.group(1) + {"-": "\u2010", "+": "\uff0b"}[m.group(2)]
+        return m.group(1) + m.group(3) + {".": "\uff0e", ")": "\uff09"}[m.group(4)]
+
+    return _LIST_START.sub(unlist, markdown_lookalikes(text, TEAMS_MARKDOWN_CHARS))
 
 
 def slack_escape(text: str) -> str:
@@ -110,7 +159,8 @@ def slack_payload(alert: Alert) -> dict[str, Any]:
 
 
 def teams_payload(alert: Alert) -> dict[str, Any]:
-    """Teams Workflows webhook body: a ``message`` with one Adaptive Card (1.4) attachment."""
+    """Teams Workflows webhook body: a ``message`` with one Adaptive Card (1.4) attachment; each fact shown as
+    written (:func:`teams_text`)."""
     color = {"critical": "Attention", "warning": "Warning", "info": "Good"}[alert.severity]
     card = {
         "type": "AdaptiveCard",
@@ -118,7 +168,8 @@ def teams_payload(alert: Alert) -> dict[str, Any]:
         "body": [
             {"type": "TextBlock", "text": alert.title, "weight": "Bolder", "size": "Medium", "wrap": True,
              "color": color},
-            {"type": "FactSet", "facts": [{"title": label, "value": value} for label, value in alert.facts()]},
+            {"type": "FactSet", "facts": [{"title": teams_text(label), "value": teams_text(value)}
+                                          for label, value in alert.facts()]},
         ],
         "msteams": {"width": "Full"},
     }
@@ -135,16 +186,28 @@ def _fit_bytes(text: str, limit: int) -> str:
 
 
 def wecom_payload(alert: Alert) -> dict[str, Any]:
-    """WeCom group-robot body: ``msgtype: markdown`` (content cut to 4096 bytes)."""
+    """WeCom group-robot body: ``msgtype: markdown`` (content cut to 4096 bytes); the title and facts with
+    :data:`WECOM_MARKDOWN_CHARS` as look-alikes (:func:`markdown_lookalikes`)."""
     color = {"critical": "warning", "warning": "warning", "info": "info"}[alert.severity]
-    content = f"### <font color=\"{color}\">{alert.title}</font>\n" + "\n".join(
-        f"> **{label}:** {value}" for label, value in alert.facts())
+
+    def shown(text: str) -> str:
+        return markdown_lookalikes(text, WECOM_MARKDOWN_CHARS)
+
+    content = f"### <font color=\"{color}\">{shown(alert.title)}</font>\n" + "\n".join(
+        f"> **{shown(label)}:** {shown(value)}" for label, value in alert.facts())
     return {"msgtype": "markdown", "markdown": {"content": _fit_bytes(content, WECOM_MAX_MARKDOWN_BYTES)}}
 
 
 def dingtalk_payload(alert: Alert) -> dict[str, Any]:
-    """DingTalk custom-robot body: ``msgtype: markdown`` with ``title`` (notification preview) and ``text``."""
-    text = f"#### {alert.title}\n\n" + "\n\n".join(f"- **{label}:** {value}" for label, value in alert.facts())
+    """DingTalk custom-robot body: ``msgtype: markdown`` with ``title`` (notification preview, plain text) and
+    ``text``, its title and facts with :data:`DINGTALK_MARKDOWN_CHARS` as look-alikes (:func:`markdown_lookalikes`);
+    no ``at``: the message mentions no one."""
+
+    def shown(text: str) -> str:
+        return markdown_lookalikes(text, DINGTALK_MARKDOWN_CHARS)
+
+    text = f"#### {shown(alert.title)}\n\n" + "\n\n".join(
+        f"- **{shown(label)}:** {shown(value)}" for label, value in alert.facts())
     return {"msgtype": "markdown", "markdown": {"title": alert.title[:64], "text": text}}
 
 
@@ -319,7 +382,8 @@ def prepare_request(kind: NotifierType | str, url: str, secret: str | None, aler
 
 
 __all__ = [
-    "Alert", "PreparedRequest", "SLACK_MAX_HEADER_CHARS", "WECOM_MAX_MARKDOWN_BYTES", "build_payload",
-    "dingtalk_payload", "encode_json", "feishu_payload", "lark_md_escape", "prepare_request", "slack_escape",
-    "slack_payload", "teams_payload", "webhook_group", "webhook_payload", "wecom_payload",
+    "Alert", "DINGTALK_MARKDOWN_CHARS", "PreparedRequest", "SLACK_MAX_HEADER_CHARS", "TEAMS_MARKDOWN_CHARS",
+    "WECOM_MARKDOWN_CHARS", "WECOM_MAX_MARKDOWN_BYTES", "build_payload", "dingtalk_payload", "encode_json",
+    "feishu_payload", "lark_md_escape", "markdown_lookalikes", "prepare_request", "slack_escape", "slack_payload",
+    "teams_payload", "teams_text", "webhook_group", "webhook_payload", "wecom_payload",
 ]

@@ -268,3 +268,63 @@ def test_feishu_lark_md_shows_a_tag_in_a_fact_as_text_never_a_mention_of_everyon
     assert "<" not in content and ">" not in content
     assert "**Top tenants:** &#60;at id=all&#62;&#60;/at&#62; 60.00 USD (60 %)" in content
     assert "**Policy:** team-search/search-daily" in content  # the labels' own markdown kept
+
+
+# Tenant names a client can send (printable ASCII, at most 64 characters: gateway.tenants.clean), each written in
+# one platform's markdown: a mention, a tag that restyles, a link, an image, emphasis, code.
+MARKDOWN_TENANTS = ("<@zhangsan> <@all>", '<font color="warning">PAID</font>', "[pay here](https://evil.example)",
+                    "![x](https://evil.example/p.png)", "**x** *y* _z_ ~~w~~ `c`", "<at>Jane Doe</at>")
+
+
+def tenants_alert(names: tuple[str, ...] = MARKDOWN_TENANTS) -> BudgetAlert:
+    from dataclasses import replace
+
+    from modalscale.costmodel.showback import SpendDrivers
+
+    assert all(len(n) <= 64 and n.isprintable() and n.isascii() for n in names)  # as the gateway keeps them
+    drivers = SpendDrivers(tuple((n, Decimal(10 + i)) for i, n in enumerate(names)), (("text", Decimal("100")),),
+                           Decimal(0), Decimal("100"))
+    return replace(make_alert(), drivers=drivers)
+
+
+def tenants_shown(text: str) -> str:
+    """The part of a rendered message that shows the top tenants (between their label and the idle share)."""
+    start = text.index(" ", text.index("Top tenants") + len("Top tenants")) + 1  # past the label and its markup
+    return text[start:text.index("; idle", start)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "build", "syntax"),
+    [("WeCom", lambda a: wecom_payload(a)["markdown"]["content"], "<>[]*`"),
+     ("DingTalk", lambda a: dingtalk_payload(a)["markdown"]["text"], "<>[]*`"),
+     ("Teams", lambda a: "\n".join(f"{f['title']}: {f['value']}" for b in teams_payload(a)["attachments"][0]
+                                   ["content"]["body"] if b["type"] == "FactSet" for f in b["facts"]), "<>[]*_")],
+    ids=["wecom", "dingtalk", "teams"],
+)
+def test_a_tenant_name_cannot_mention_link_or_restyle_in_the_platforms_markdown(kind, build, syntax) -> None:
+    """WeCom's group robot markdown (developer.work.weixin.qq.com/document/path/91770 and 99110) reads ``<@userid>``
+    as a mention, ``<font color=...>`` as colour, ``[x](url)`` as a link, ``**``, `` ` ``; DingTalk's (open.dingtalk
+    .com/document/robots/custom-robot-access, message types) links, images ``![](url)``, ``**``/``*``; Teams'
+    Adaptive Card FactSet values (learn.microsoft.com/microsoftteams/platform/task-modules-and-cards/cards/
+    cards-format) links ``[x](url)``, ``**``, ``_``. None documents an escape. A tenant name (any client's header
+    value, among the alert's Top tenants) was copied into that markdown as is: a group member was mentioned and
+    ``[pay here](https://evil.example)`` became a link in the budget alert. Each metacharacter now reaches the
+    receiver as its fullwidth look-alike (U+FF1C for ``<``, ...), so no construct of the syntax can form."""
+    shown = tenants_shown(build(tenants_alert()))
+    assert not set(shown) & set(syntax), shown
+    assert "＜@zhangsan＞" in shown and "［pay here］(https://evil.example)" in shown
+    assert shown.startswith("＜@zhangsan＞ ＜@all＞ 10.00 USD (10 %), ＜font")
+    plain = build(make_alert())  # an alert without tenant names keeps its own markdown
+    assert "**Policy:**" in plain or "Policy: team-search/search-daily" in plain
+
+
+def test_teams_a_tenant_name_at_the_start_of_a_fact_cannot_start_a_list() -> None:
+    """Adaptive Card markdown lists (``- item``, ``1. item``) start at the start of a line, and the first tenant's
+    name starts the Top tenants value."""
+    for name, marker in (("- pay now", "-"), ("1. pay now", "1."), ("+ pay now", "+")):
+        facts = {f["title"]: f["value"] for f in teams_payload(tenants_alert((name, "acme")))["attachments"][0]
+                 ["content"]["body"][1]["facts"]}
+        value = facts["Top tenants"]
+        assert not value.startswith(marker + " "), value
+        assert "pay now" in value
+
