@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import html
 import json
 import secrets
 import threading
@@ -98,8 +99,7 @@ class Received:
         if self.kind == "Feishu":
             card = p["card"]
             return card["header"]["title"]["content"] + "\n" + "\n".join(  # lark_md's escapes (lark_md_escape) as shown
-                e["text"]["content"].replace("&#60;", "<").replace("&#62;", ">")
-                for e in card.get("elements", []) if "text" in e)
+                html.unescape(e["text"]["content"]) for e in card.get("elements", []) if "text" in e)
         alerts = p.get("alerts", [{}])
         shown = dict.fromkeys(f"[{a.get('status')}] {a.get('annotations', {}).get('summary', '')}\n"
                               f"{a.get('annotations', {}).get('description', '')}" for a in alerts)

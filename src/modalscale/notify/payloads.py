@@ -60,11 +60,19 @@ SLACK_MAX_HEADER_CHARS = 150
 
 
 # ------------------------------------------------------------------------------------------------ payloads
+_LARK_MD_ESCAPES = {ord(c): f"&#{ord(c)};" for c in "&<>[]*_~`:"}
+
+
 def lark_md_escape(text: str) -> str:
-    """``text`` shown as written in Feishu's card markdown (``lark_md``): ``<`` and ``>`` as ``&#60;`` and
-    ``&#62;`` (card Markdown component, special characters), so no tag in a fact (``<at id=all></at>``: @everyone;
-    ``<font>``) is read as one; a tenant name is any client's printable ASCII."""
-    return text.replace("<", "&#60;").replace(">", "&#62;")
+    """``text`` shown as written in Feishu's card markdown (``lark_md``): each character its syntax reads as an
+    HTML escape ``&#N;``, as Feishu's card Markdown document says to show a special character (its table lists
+    ``&#60;`` ``&#62;`` ``&#91;`` ``&#93;`` ``&#42;`` ``&#95;`` ``&#96;`` ``&#58;``; ``&#38;`` and ``&#126;`` by its
+    rule "other escapes follow the HTML standard", https://open.feishu.cn/document/common-capabilities/
+    message-card/message-cards-content/using-markdown-tags). So no tag in a fact is read as one
+    (``<at id=all></at>``: @everyone; ``<font>``, ``<a href>``), nor a link ``[x](url)``, emphasis ``*``/``**``/
+    ``__``, strike ``~~``, an emoji ``:KEY:``, or an escape the text happens to contain (``&``); a tenant name
+    is any client's printable ASCII."""
+    return text.translate(_LARK_MD_ESCAPES)
 
 
 def _markdown_lines(alert: Alert, bold: str = "**") -> list[str]:

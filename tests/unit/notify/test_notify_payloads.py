@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import html
 import json
 import urllib.parse
 from datetime import datetime, timezone
@@ -328,3 +329,16 @@ def test_teams_a_tenant_name_at_the_start_of_a_fact_cannot_start_a_list() -> Non
         assert not value.startswith(marker + " "), value
         assert "pay now" in value
 
+
+def test_feishu_lark_md_shows_a_link_or_emphasis_in_a_fact_as_text() -> None:
+    """Feishu's card markdown reads ``[x](url)`` as a link, ``*``/``**``/``__`` as emphasis, ``~~`` as strike and
+    ``:KEY:`` as an emoji, and documents an HTML escape for each special character (``&#91;``, ``&#42;``, ...;
+    open.feishu.cn/document/common-capabilities/message-card/message-cards-content/using-markdown-tags). b66512a
+    escaped ``<`` and ``>`` only: ``[pay here](https://evil.example)`` in a tenant name was a link in the card."""
+    body = feishu_payload(tenants_alert(), SECRET, 1777627800)
+    content = body["card"]["elements"][0]["text"]["content"]
+    shown = tenants_shown(content)
+    assert not set(shown) & set("<>[]*_~`"), shown
+    assert "&#91;pay here&#93;" in shown
+    assert "[pay here](https://evil.example)" in html.unescape(shown)  # shown as written
+    assert "**Policy:** team-search/search-daily" in content
