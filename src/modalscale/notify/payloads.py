@@ -93,11 +93,12 @@ message types): ``[x](url)`` links, ``![](url)`` images, ``**``/``*`` emphasis; 
 documented but reported to render, and `` ` `` is taken as code by common markdown. A mention needs the
 member in the body's ``at.atMobiles``/``atUserIds`` (or ``at.isAtAll``), which this payload never sets, so an
 ``@138...`` in a fact is text."""
-TEAMS_MARKDOWN_CHARS = "<>[]*_"
+TEAMS_MARKDOWN_CHARS = "<>[]*"
 """What Teams reads in an Adaptive Card's ``Fact.title``/``Fact.value`` (https://learn.microsoft.com/en-us/
 microsoftteams/platform/task-modules-and-cards/cards/cards-format): ``**``, ``_``, ``[x](url)``, lists at a
 line's start (:func:`teams_text`); no HTML. A mention needs ``<at>name</at>`` and a ``msteams.entities`` entry,
-which this card never has; ``<``/``>`` are replaced all the same."""
+which this card never has; ``<``/``>`` are replaced all the same. ``_`` is left as sent: it only italicises, and a
+tenant such as ``team_a`` must read as the string its clients send (``team＿a`` could not be searched for)."""
 
 _LIST_START = re.compile(r"^(\s*)(?:([-+])|(\d+)([.)]))(?=\s)", re.MULTILINE)
 

@@ -299,7 +299,7 @@ def tenants_shown(text: str) -> str:
     [("WeCom", lambda a: wecom_payload(a)["markdown"]["content"], "<>[]*`"),
      ("DingTalk", lambda a: dingtalk_payload(a)["markdown"]["text"], "<>[]*`"),
      ("Teams", lambda a: "\n".join(f"{f['title']}: {f['value']}" for b in teams_payload(a)["attachments"][0]
-                                   ["content"]["body"] if b["type"] == "FactSet" for f in b["facts"]), "<>[]*_")],
+                                   ["content"]["body"] if b["type"] == "FactSet" for f in b["facts"]), "<>[]*")],
     ids=["wecom", "dingtalk", "teams"],
 )
 def test_a_tenant_name_cannot_mention_link_or_restyle_in_the_platforms_markdown(kind, build, syntax) -> None:
