@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from modalscale.gateway.balancer import Endpoint
@@ -58,31 +59,76 @@ class EndpointSource(Protocol):
         """Report the current set, then every change, until cancelled."""
 
 
-def endpoints_from_slice(slice_: Mapping[str, Any]) -> list[Endpoint]:
-    """The endpoints of one EndpointSlice (a raw ``discovery.k8s.io/v1`` object as JSON), pure.
+ADDRESS_TYPE_ORDER = ("IPv4", "IPv6")
+"""Which address of a pod listed in several families the gateway uses, best first (then any other type). A
+dual-stack replicas Service has one EndpointSlice per family (``addressType``), so each pod is listed twice, once at
+each address. The gateway takes IPv4: a pod listed in both families has both addresses, and the gateway's own pod,
+in the same dual-stack cluster, has both too, so either reaches it; what matters is that the choice is fixed (never
+the slices' random name suffixes or the order of watch events), so the pod keeps one key on the affinity ring and
+one in-flight count. IPv4 is the family of every single-stack IPv4 and every dual-stack cluster, and the gateway's
+health probes and readiness checks go to the same address."""
 
-    Ports come from the slice's ports named ``http`` and ``grpc`` (the replicas Service names them so); a slice
-    without an ``http`` port yields nothing. Per the EndpointSlice API, an absent ``ready`` means ready and an
-    absent ``terminating`` means not terminating.
-    """
+
+def _rank(address_type: object) -> int:
+    return ADDRESS_TYPE_ORDER.index(address_type) if address_type in ADDRESS_TYPE_ORDER else len(ADDRESS_TYPE_ORDER)
+
+
+def _pod_endpoints(slice_: Mapping[str, Any]) -> list[tuple[str, Endpoint]]:
+    """``(pod identity, endpoint)`` for each endpoint of one EndpointSlice: the pod's ``targetRef.uid``, else its
+    name, else the address (an endpoint with no targetRef)."""
     ports = {p.get("name"): p.get("port") for p in slice_.get("ports") or () if isinstance(p, Mapping)}
     http, grpc = ports.get("http"), ports.get("grpc")
     if not isinstance(http, int):
         return []
     out = []
     for ep in slice_.get("endpoints") or ():
+        addresses = ep.get("addresses") or ()
+        if not addresses:
+            continue
         cond = ep.get("conditions") or {}
         ref = ep.get("targetRef") or {}
-        for address in ep.get("addresses") or ():
-            out.append(Endpoint(host=address, http_port=http, grpc_port=grpc if isinstance(grpc, int) else None,
-                                ready=cond.get("ready") is not False, terminating=cond.get("terminating") is True,
-                                name=str(ref.get("name", ""))))
+        name = str(ref.get("name", ""))
+        identity = f"uid:{ref['uid']}" if ref.get("uid") else f"pod:{name}" if name else f"address:{addresses[0]}"
+        out.append((identity, Endpoint(host=addresses[0], http_port=http,
+                                       grpc_port=grpc if isinstance(grpc, int) else None,
+                                       ready=cond.get("ready") is not False,
+                                       terminating=cond.get("terminating") is True, name=name)))
     return out
 
 
+def endpoints_from_slice(slice_: Mapping[str, Any]) -> list[Endpoint]:
+    """The endpoints of one EndpointSlice (a raw ``discovery.k8s.io/v1`` object as JSON), pure.
+
+    Ports come from the slice's ports named ``http`` and ``grpc`` (the replicas Service names them so); a slice
+    without an ``http`` port yields nothing. Per the EndpointSlice API, an absent ``ready`` means ready and an
+    absent ``terminating`` means not terminating, and an endpoint's addresses are fungible (clients may use the
+    first only): one endpoint per entry, at its first address.
+    """
+    return [ep for _, ep in _pod_endpoints(slice_)]
+
+
 def merge_slices(slices: Mapping[str, Mapping[str, Any]]) -> tuple[Endpoint, ...]:
-    """All endpoints of the slices by name, in a stable order (slice name, then address)."""
-    return tuple(ep for name in sorted(slices) for ep in endpoints_from_slice(slices[name]))
+    """One endpoint per pod over all the slices by name, pure, in a stable order (slice name, then entry).
+
+    A pod is listed more than once when the Service is dual-stack (one slice per address family) and, for a moment,
+    when the EndpointSlice controller moves it between slices (the API asks clients to deduplicate). Its copies are
+    one replica (by ``targetRef.uid``, else its name): at the address of the family first in
+    :data:`ADDRESS_TYPE_ORDER` (the first such slice by name, then the first entry), terminating if any copy is (a
+    pod never stops terminating, so a copy that still says otherwise is stale), else ready if any copy is. Counted
+    twice, a pod took a double share of new requests (its in-flight requests split over two keys), two points of
+    the affinity ring, and twice the warming checks.
+    """
+    copies: dict[str, list[tuple[int, Endpoint]]] = {}
+    for name in sorted(slices):
+        rank = _rank(slices[name].get("addressType", "IPv4"))
+        for identity, ep in _pod_endpoints(slices[name]):
+            copies.setdefault(identity, []).append((rank, ep))
+    out = []
+    for found in copies.values():
+        chosen = min(found, key=lambda c: c[0])[1]  # min keeps the first of equal rank
+        out.append(replace(chosen, ready=any(ep.ready for _, ep in found),
+                           terminating=any(ep.terminating for _, ep in found)))
+    return tuple(out)
 
 
 class StaticSource:

@@ -268,3 +268,62 @@ def test_an_ipv6_pod_address_gives_a_url_and_a_grpc_target_that_name_its_host_an
     assert ep.grpc_target == "[fd00:10:244::5]:8001"
     assert Endpoint("10.0.0.1", 8000, 8001).key == "10.0.0.1:8000"  # IPv4 and names unchanged
     assert Endpoint("replica-0.local", 8000, 8001).grpc_target == "replica-0.local:8001"
+
+
+def _family_slice(family: str, pods: list[tuple[str, str, dict[str, object]]]) -> dict[str, object]:
+    """One EndpointSlice of ``addressType`` ``family`` listing ``(pod, address, conditions)``, as the EndpointSlice
+    controller writes it (targetRef with the pod's uid)."""
+    return {**_slice([{"addresses": [addr], "conditions": cond,
+                       "targetRef": {"kind": "Pod", "name": pod, "uid": f"uid-{pod}"}} for pod, addr, cond in pods]),
+            "addressType": family}
+
+
+READY: dict[str, object] = {"ready": True}
+DUAL_STACK = {  # names as the controller makes them: a random suffix, so the IPv6 slice may sort first
+    "svc-replicas-4v2kq": _family_slice("IPv6", [("p1", "fd00::1", READY), ("p2", "fd00::2", READY)]),
+    "svc-replicas-zx9bd": _family_slice("IPv4", [("p1", "10.1.0.1", READY), ("p2", "10.1.0.2", READY)]),
+}
+
+
+def test_a_dual_stack_service_lists_each_pod_once_at_its_ipv4_address() -> None:
+    # A dual-stack replicas Service gets one EndpointSlice per address family, so every pod is listed twice. Counted
+    # twice, a pod took a double share of least-outstanding picks (its in-flight count split over two keys), two
+    # points of the affinity ring and two warming checks; one replica per pod, at one address whatever the slice
+    # names.
+    eps = merge_slices(DUAL_STACK)
+    assert [(e.host, e.name) for e in eps] == [("10.1.0.1", "p1"), ("10.1.0.2", "p2")]
+    b = Balancer(rng=random.Random(0))
+    b.update(eps)
+    assert [e.key for e in b.endpoints] == ["10.1.0.1:8000", "10.1.0.2:8000"]
+    b.acquire(b.pick(None, 0.0))  # type: ignore[arg-type]
+    second = b.pick(None, 0.0)
+    assert second is not None and b.outstanding().get(second.key) is None  # the idle pod, not the busy one's twin
+    swapped = {"a": DUAL_STACK["svc-replicas-zx9bd"], "b": DUAL_STACK["svc-replicas-4v2kq"]}
+    assert merge_slices(swapped) == eps
+
+
+def test_a_pod_whose_ipv4_slice_goes_keeps_one_entry_at_its_ipv6_address() -> None:
+    # The Service's ipFamilies changed (IPv4 dropped): the pods stay, listed once at their IPv6 address; no stale
+    # IPv4 entry stays routable.
+    b = Balancer(rng=random.Random(0))
+    b.update(merge_slices(DUAL_STACK))
+    b.update(merge_slices({"svc-replicas-4v2kq": DUAL_STACK["svc-replicas-4v2kq"]}))
+    assert [e.key for e in b.endpoints] == ["[fd00::1]:8000", "[fd00::2]:8000"]
+    assert b.warming == ()
+
+
+def test_a_pod_terminating_in_one_family_is_not_routable_while_the_other_family_still_lists_it_ready() -> None:
+    # The controller rewrites the two families' slices one after the other: the pod's conditions are merged as one
+    # pod's (terminating if any copy is), not read as two pods, one of them still ready.
+    slices = {"a": _family_slice("IPv4", [("p1", "10.1.0.1", READY), ("p2", "10.1.0.2", READY)]),
+              "b": _family_slice("IPv6", [("p1", "fd00::1", {"ready": False, "terminating": True}),
+                                          ("p2", "fd00::2", READY)])}
+    b = Balancer(rng=random.Random(0))
+    b.update(merge_slices(slices))
+    assert [e.key for e in b.endpoints] == ["10.1.0.2:8000"]
+
+
+def test_an_endpoint_with_two_addresses_is_one_replica_at_its_first() -> None:
+    # EndpointSlice API: an endpoint's addresses are fungible and clients may use only the first.
+    raw = _slice([{"addresses": ["10.1.0.1", "10.1.0.7"], "targetRef": {"name": "p1"}}])
+    assert [e.key for e in merge_slices({"s": raw})] == ["10.1.0.1:8000"]
