@@ -21,10 +21,15 @@ Pillow's open reads (sRGB 1 byte, pHYs 9, acTL 8, a grey or truecolour tRNS 2 or
 values, or names one transparent index below 256), a WebP is as long as its RIFF header says and every chunk the
 demuxer reads lies inside the RIFF chunk, an extended WebP has a 10-byte VP8X with no flag libwebp does not define, one
 still image or only animation frames, each frame inside its canvas, and an ANIM chunk before the first ANMF (as
-libwebp's demuxer requires), and a GIF's first image descriptor is whole with its color table and an LZW code size of
-at most 12, and has no zero side. Not every fault the runtime finds in a header is checked (for example a GIF frame
-after the first, or an animated WebP's chunks beyond the step budget): those, and what only the pixel decode finds (a
-broken IDAT or scan), still reach a replica, which refuses them.
+libwebp's demuxer requires), and a GIF's blocks before its first image descriptor are read as Pillow's open reads them
+(a graphic control extension of at least 3 bytes, 4 with a transparent colour; after the first sub-block of an extension
+other than a comment, even the terminator, sub-blocks up to one more) and that descriptor is whole with its color table
+and an LZW code size of at most 12, and has no zero side. A GIF's frames after the first are not walked, because the
+runtime does not read them either: Pillow's open stops at the first frame's descriptor and ``decode_image`` loads that
+frame only, so a later frame cut short, of zero size, with an LZW code size of 13 or outside the logical screen is
+served, and refusing it here would refuse what a replica serves. Not every fault the runtime finds in a header is
+checked (for example an animated WebP's chunks beyond the step budget): those, and what only the pixel decode finds (a
+broken IDAT, scan or LZW stream), still reach a replica, which refuses them.
 """
 
 from __future__ import annotations
@@ -438,7 +443,9 @@ def _webp_animation_frame(data: bytes | memoryview, pos: int, length: int, end: 
 
 def _gif(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
     """Logical screen size, grown to the first image descriptor's extent (Pillow's ``GifImagePlugin`` does the
-    same when it opens the file)."""
+    same when it opens the file). The blocks before that descriptor are read as Pillow's open reads them
+    (:func:`_gif_extension`); nothing after the first frame's LZW code size is: the runtime decodes a GIF's first
+    frame only."""
     end = len(data)
     if end < 13:
         raise _corrupt("GIF", "is truncated inside its logical screen descriptor")
@@ -468,12 +475,48 @@ def _gif(data: bytes | memoryview, steps: Steps) -> tuple[int, int]:
             continue
         if pos + 2 > end:
             break
-        pos += 2  # introducer and label, then data sub-blocks up to a zero-length one
-        while pos < end and data[pos]:
-            steps.take("GIF")
-            pos += data[pos] + 1
-        pos += 1
+        pos = _gif_extension(data, pos, end, steps)
     raise _corrupt("GIF", "has no image descriptor (truncated, or no frame)")
+
+
+def _gif_sub_blocks(data: bytes | memoryview, pos: int, end: int, steps: Steps) -> int:
+    """The position after the data sub-blocks at ``pos``, up to and including a zero-length one (one step each)."""
+    while pos < end and data[pos]:
+        steps.take("GIF")
+        pos += data[pos] + 1
+    return pos + 1
+
+
+def _gif_extension(data: bytes | memoryview, pos: int, end: int, steps: Steps) -> int:
+    """The position after the extension block at ``pos`` (introducer and label before ``end``), read as Pillow's open
+    reads one before the first frame (``GifImagePlugin._seek(0)``): a comment's sub-blocks up to the terminator;
+    any other label's first sub-block alone (of any length, the terminator too), the NETSCAPE2.0 application
+    block's second one too (its loop count), then sub-blocks up to a terminator. So an extension whose first
+    sub-block is its terminator has the image descriptor after it read as the length of one (Pillow then finds no
+    image), and a graphic control extension's first sub-block is its flags, delay and, when the flags' bit 0 says
+    so, transparent colour index, read at offsets 0, 1-2 and 3.
+
+    Raises:
+        ImageHeaderError: A graphic control extension's first sub-block shorter than that (Pillow's open fails:
+            IndexError or struct.error, "cannot identify image file").
+    """
+    label = data[pos + 1]
+    pos += 2
+    if label == 0xFE:
+        return _gif_sub_blocks(data, pos, end, steps)
+    if pos >= end:
+        return pos
+    steps.take("GIF")
+    length = data[pos]
+    body = bytes(data[pos + 1:pos + 1 + min(length, 16)])
+    pos += 1 + length
+    if label == 0xF9 and length and len(body) < (4 if body and body[0] & 1 else 3):
+        raise _corrupt("GIF", f"graphic control extension before the first frame is {len(body)} bytes long; the "
+                              "decoder reads 3 (4 with a transparent colour)")
+    if label == 0xFF and length and body.startswith(b"NETSCAPE2.0") and pos < end:
+        steps.take("GIF")
+        pos += 1 + data[pos]
+    return _gif_sub_blocks(data, pos, end, steps)
 
 
 def _bmp(data: bytes | memoryview) -> tuple[int, int]:

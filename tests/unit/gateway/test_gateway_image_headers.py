@@ -337,6 +337,38 @@ def _gif_lzw_code_size(bits: int) -> bytes:
     return gif[:at] + bytes([bits]) + gif[at + 1:]
 
 
+def _gif_extension(ext: bytes) -> bytes:
+    """The 37 x 23 GIF with the extension block ``ext`` (introducer, label, sub-blocks) before its image descriptor."""
+    gif = _saved("GIF")
+    d = gif.index(b",")
+    return gif[:d] + ext + gif[d:]
+
+
+def _gif_frames(gif: bytes) -> list[int]:
+    """Offsets of the image descriptors of a well-formed GIF (each block walked as the GIF89a spec has it)."""
+    pos, out = 13 + (3 << ((gif[10] & 7) + 1) if gif[10] & 0x80 else 0), []
+    while gif[pos] != 0x3B:
+        if gif[pos] == 0x2C:
+            out.append(pos)
+            pos += 10 + (3 << ((gif[pos + 9] & 7) + 1) if gif[pos + 9] & 0x80 else 0)  # to the LZW code size
+        else:
+            pos += 1  # to the label
+        pos += 1
+        while gif[pos]:
+            pos += gif[pos] + 1
+        pos += 1
+    return out
+
+
+def _gif_second_frame(offset: int | None, value: bytes = b"", cut: bool = False) -> bytes:
+    """A 40 x 30 GIF of two frames with ``value`` written at ``offset`` after the start of its second image descriptor
+    (``offset`` None: at its LZW code size), or cut there when ``cut``."""
+    gif = _animated("GIF")
+    d = _gif_frames(gif)[1]
+    at = d + (offset if offset is not None else 10 + (3 << ((gif[d + 9] & 7) + 1) if gif[d + 9] & 0x80 else 10))
+    return gif[:at] if cut else gif[:at] + value + gif[at + len(value):]
+
+
 GIF_LZW_CODE_SIZE_12 = bytes.fromhex(
     "47494638396105000400810000000000ffffffff000000ff002c0000000005000400000c24001000040001000002800000000140000080002000"
     "004000100000200008000010000220003b")
@@ -409,6 +441,16 @@ REFUSED_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
     "png-palette-trns-one-transparent-index-280": lambda: _palette_png_with_trns(b"\xff" * 280 + b"\0" + b"\xff" * 5),
     "gif-lzw-code-size-13": lambda: _gif_lzw_code_size(13),  # Pillow's decoder: "codec configuration error"
     "gif-first-frame-0x0": lambda: _gif_with(5, bytes(4)),  # Pillow: "tile cannot extend outside image"
+    # Pillow's open reads a graphic control extension's first sub-block as flags, delay (2 bytes) and a transparent
+    # index when the flags' bit 0 says so: shorter, it fails (struct.error / IndexError: "cannot identify"); and
+    # after an extension's first sub-block, if that is the terminator, it reads sub-blocks up to one more terminator
+    # (the image descriptor that follows is read as the length of one)
+    "gif-graphic-control-extension-of-2-bytes": lambda: _gif_extension(b"\x21\xf9\x02\x00\x00\x00"),
+    "gif-graphic-control-extension-of-3-bytes-with-transparency": lambda: _gif_extension(
+        b"\x21\xf9\x03\x01\x00\x00\x00"),
+    "gif-graphic-control-extension-without-a-sub-block": lambda: _gif_extension(b"\x21\xf9\x00"),
+    "gif-application-extension-without-a-sub-block": lambda: _gif_extension(b"\x21\xff\x00"),
+    "gif-netscape-extension-without-its-loop-sub-block": lambda: _gif_extension(b"\x21\xff\x0bNETSCAPE2.0\x00"),
     "webp-riff-size-beyond-the-data": lambda: _with_riff_size(_saved("WEBP"), 2),  # the demuxer: partial file
     "webp-riff-size-cuts-the-image-chunk": lambda: _with_riff_size(_saved("WEBP"), -2),
     "webp-riff-chunk-4-bytes-after-the-image": lambda: _with_riff_size(_saved("WEBP") + bytes(4), 4),
@@ -489,6 +531,24 @@ READ_BY_THE_RUNTIME: dict[str, Callable[[], bytes]] = {
     "png-trns-grey-2-bytes": lambda: _png_with(_png_chunk(b"tRNS", bytes(2)), Image.new("L", (37, 23))),
     "png-trns-rgba-1-byte": lambda: _png_with(_png_chunk(b"tRNS", bytes(1)), Image.new("RGBA", (37, 23))),
     "gif-lzw-code-size-12": lambda: GIF_LZW_CODE_SIZE_12,
+    # the neighbours of the GIF extensions the runtime refuses
+    "gif-graphic-control-extension-of-3-bytes": lambda: _gif_extension(b"\x21\xf9\x03\x00\x00\x00\x00"),
+    "gif-graphic-control-extension-of-4-bytes-with-transparency": lambda: _gif_extension(
+        b"\x21\xf9\x04\x01\x00\x00\x05\x00"),
+    "gif-graphic-control-extension-without-a-sub-block-and-a-second-terminator": lambda: _gif_extension(
+        b"\x21\xf9\x00\x00"),
+    "gif-comment-extension-without-a-sub-block": lambda: _gif_extension(b"\x21\xfe\x00"),
+    "gif-netscape-extension-of-one-byte-loop-sub-block": lambda: _gif_extension(
+        b"\x21\xff\x0bNETSCAPE2.0\x01\x01\x00"),
+    # the runtime decodes a GIF's first frame only (Pillow's open reads up to it, and load decodes it): the faults of
+    # a later frame are the runtime's to ignore too, and refusing them would refuse GIFs it serves
+    "gif-second-frame-cut-inside-its-descriptor": lambda: _gif_second_frame(5, cut=True),
+    "gif-second-frame-cut-inside-its-data": lambda: _gif_second_frame(None, cut=True),
+    "gif-second-frame-0x0": lambda: _gif_second_frame(5, bytes(4)),
+    "gif-second-frame-lzw-code-size-13": lambda: _gif_second_frame(None, b"\x0d"),
+    "gif-second-frame-outside-the-logical-screen": lambda: _gif_second_frame(1, struct.pack("<HH", 1000, 1000)),
+    "gif-extension-cut-after-the-first-frame": lambda: (lambda g: g[:_gif_frames(g)[1]] + b"\x21\xf9\x04\x00")(
+        _animated("GIF")),
     "webp-bytes-after-the-riff-chunk": lambda: _saved("WEBP") + bytes(5),
     "webp-riff-chunk-a-chunk-header-after-the-image": lambda: _with_riff_size(_saved("WEBP") + bytes(8), 8),
     "webp-anim-chunk-of-5-bytes": lambda: _webp_animation(_riff_chunk(b"ANIM", bytes(5))),
@@ -561,6 +621,37 @@ def test_jpeg_sample_precision_and_component_count_are_read_exactly_when_pillow_
             data[sof + offset] = value
             if _reads(bytes(data)) != _opens(bytes(data)):
                 wrong.append((offset, value, _opens(bytes(data))))
+    assert not wrong, wrong
+
+
+def _decodes(data: bytes) -> bool:
+    """Whether the runtime's ``decode_image`` reads ``data``."""
+    from modalscale.runtime.model.inputs import RequestError, decode_image
+    from modalscale.runtime.model.settings import ModelSettings
+
+    try:
+        decode_image(data, 0, ModelSettings())
+    except RequestError:
+        return False
+    return True
+
+
+def test_every_short_gif_extension_before_the_first_frame_is_read_exactly_when_the_runtime_decodes_it() -> None:
+    """Found by review (issue 19): an extension's first sub-block of each length 0-5 (flags byte 0 or 1), with and
+    without a second terminator, under each label Pillow treats apart (graphic control, comment, application, the
+    NETSCAPE loop, another): the gateway refuses exactly those the runtime's ``decode_image`` refuses."""
+    wrong = []
+    for label, lead in ((0xF9, b""), (0xFE, b""), (0xFF, b""), (0xFF, b"NETSCAPE2.0"), (0x01, b"")):
+        for length in range(6):
+            for flags in (0, 1):
+                first = (lead + bytes([flags]) + bytes(length))[:length] if length else b""
+                for tail in (b"\x00", b"\x00\x00"):
+                    ext = bytes([0x21, label]) + (bytes([len(first)]) + first if first else b"") + tail
+                    if lead and first:  # the NETSCAPE block: its loop sub-block of ``length`` bytes follows
+                        ext = bytes([0x21, label, 11]) + lead + bytes([length]) + bytes([1]) * length + tail
+                    data = _gif_extension(ext)
+                    if _reads(data) != _decodes(data):
+                        wrong.append((hex(label), lead, length, flags, tail, _decodes(data)))
     assert not wrong, wrong
 
 
