@@ -66,6 +66,19 @@ class Admission:
         self._closed = True
         self.wake()
 
+    def refuse_waiting(self) -> None:
+        """Refuse every request still in the queue (``ShuttingDown``): the gateway's drain is about to end, and a
+        queued request never reached a replica, so a ``503`` with ``Retry-After`` (another gateway pod takes the
+        retry) beats the unanswered connection that the listener's shutdown would leave it."""
+        changed = bool(self._waiters)
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(Rejected("ShuttingDown", 1, "the gateway is shutting down and its drain ends before "
+                                           "a slot frees; retry (another gateway replica answers)"))
+        if changed:
+            self._on_change()
+
     async def enter(self) -> None:
         """Wait for a slot (and a Ready replica); call :meth:`exit` exactly once after a normal return.
 

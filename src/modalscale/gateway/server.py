@@ -24,7 +24,8 @@ stream pinned to one replica would defeat per-request balancing; clients use ``M
 
 Shutdown (SIGTERM): ``/readyz`` turns 503 and every HTTP answer from then on closes its connection (a keep-alive
 client reconnects, to a gateway pod that is not terminating); after ``shutdown_delay_s`` the listeners close, new
-requests are refused, and in-flight and queued requests finish within ``drain_timeout_s``.
+requests are refused (``503`` + ``Retry-After``), and in-flight and queued requests finish within ``drain_timeout_s``;
+those still queued just before it ends are refused the same way, not cut with their connection.
 """
 
 from __future__ import annotations
@@ -92,6 +93,12 @@ CONNECT_TIMEOUT_S = 5.0
 """Longest a TCP connect to a replica may take, seconds; one that times out is retried on another replica, as a
 refused one is (a crashed node's pods stay in the EndpointSlice until the node is marked, and their SYNs go
 unanswered)."""
+QUEUE_REFUSAL_MARGIN_S = 0.5
+"""On stop, requests still in the admission queue this long before ``drain_timeout_s`` ends are refused with
+``503`` + ``Retry-After`` / ``RESOURCE_EXHAUSTED`` (writing the answer takes a loop turn); at the end the listeners'
+shutdown cancels what is left, and a queued request then lost its connection unanswered."""
+
+
 def not_connected(exc: grpc.aio.AioRpcError) -> bool:
     """Whether a call failed because the channel never reached the replica, so that no byte of the request did and
     another replica may take it: ``UNAVAILABLE`` with gRPC core's own message for a channel that has no connection
@@ -232,6 +239,8 @@ class Gateway:
 
     async def stop(self) -> None:
         """Graceful stop: refuse new requests, let in-flight and queued ones finish (``drain_timeout_s``), close.
+        Requests still queued :data:`QUEUE_REFUSAL_MARGIN_S` before the drain ends are refused (``ShuttingDown``,
+        ``503`` + ``Retry-After``) rather than cut with the listener.
 
         A second call does nothing."""
         if self._stopping:
@@ -239,10 +248,17 @@ class Gateway:
         self._stopping = self.draining = True
         self.admission.close()
         grace = self.settings.drain_timeout_s
+        # At the grace's end the listener's shutdown cancels what is left (aiohttp closes the connection unanswered,
+        # gRPC answers CANCELLED): refuse the queue just before, with Retry-After (nothing of it reached a replica).
+        refusal = asyncio.get_running_loop().call_later(max(0.0, grace - QUEUE_REFUSAL_MARGIN_S),
+                                                        self.admission.refuse_waiting)
         stops = [r.cleanup() for r in self._runners]  # closes the listener, then waits for handlers
         if self._grpc is not None:
             stops.append(self._grpc.stop(grace))
-        await asyncio.gather(*stops)
+        try:
+            await asyncio.gather(*stops)
+        finally:
+            refusal.cancel()
         for task in (self._source_task, self._budget_task, self._probe_task, self._poke_task, self._warm_task):
             if task is not None:
                 task.cancel()

@@ -81,7 +81,8 @@ class GatewaySettings:
     (``MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S``): the Service's endpoints and kube-proxy take a few seconds to stop
     sending new connections to a terminating pod (Knative's queue-proxy waits the same way)."""
     drain_timeout_s: float = 30.0
-    """On SIGTERM, how long in-flight requests may take to finish, seconds (``MODALSCALE_GATEWAY_DRAIN_TIMEOUT_S``)."""
+    """On SIGTERM, how long in-flight requests may take to finish, seconds (``MODALSCALE_GATEWAY_DRAIN_TIMEOUT_S``);
+    requests still queued 0.5 s before it ends are refused with ``503`` + ``Retry-After``."""
     upstream_timeout_s: float = 300.0
     """Longest a replica may take to answer one request, seconds (``MODALSCALE_GATEWAY_UPSTREAM_TIMEOUT_S``)."""
     probe_interval_s: float = 1.0
