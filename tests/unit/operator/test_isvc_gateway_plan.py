@@ -253,6 +253,7 @@ def test_the_gateway_deployment_runs_the_operator_image_with_its_config_probes_a
         "MODALSCALE_GATEWAY_GRPC_PORT": "8001", "MODALSCALE_GATEWAY_METRICS_PORT": "9090",
         "MODALSCALE_GATEWAY_MAX_INFLIGHT": "64", "MODALSCALE_GATEWAY_QUEUE_SIZE": "5",
         "MODALSCALE_GATEWAY_QUEUE_TIMEOUT_S": "120", "MODALSCALE_GATEWAY_MAX_BODY_BYTES": "67108864",
+        "MODALSCALE_GATEWAY_SHUTDOWN_DELAY_S": "5", "MODALSCALE_GATEWAY_DRAIN_TIMEOUT_S": "125",
         "MODALSCALE_GATEWAY_TENANT_HEADER": "x-team", "MODALSCALE_GATEWAY_IMAGES_INPUT": "PIXELS",
         "MODALSCALE_GATEWAY_TEXT_INPUT": "TEXT"}
     # The probes hit what `modalscale gateway` serves: /readyz and /healthz on its metrics port.
@@ -353,3 +354,21 @@ def test_the_gateway_pods_pull_their_image_with_the_operators_pull_secrets() -> 
     plain, _ = run(body)
     dep = next(w.body for w in plain.writes if w.name == "vc-gateway" and w.kind == "Deployment")
     assert "imagePullSecrets" not in dep["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("queue_timeout_s", [1, 30, 120, 300, 3600])
+def test_the_gateway_drains_in_flight_requests_for_its_whole_grace_period(queue_timeout_s: int) -> None:
+    """The gateway pods' grace period says in-flight requests finish within the queue timeout, but the gateway's own
+    drain (``MODALSCALE_GATEWAY_DRAIN_TIMEOUT_S``) was left at its 30 s default: at every rollout or scale-down of
+    the gateway a request still being answered after the 5 s shutdown delay + 30 s was cut with a 135 s grace
+    period unused. The drain now takes the grace period less the shutdown delay and 5 s for the teardown."""
+    from modalscale.gateway.settings import GatewaySettings
+
+    plan, _ = run(make_isvc(gateway={"enabled": True, "queue": {"timeoutSeconds": queue_timeout_s}}),
+                  gateway_ready=False)
+    dep = next(w.body for w in plan.writes if w.name == "vc-gateway" and w.kind == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    settings = GatewaySettings.from_env({e["name"]: e["value"] for e in pod["containers"][0]["env"]})
+    grace_s = pod["terminationGracePeriodSeconds"]
+    assert settings.shutdown_delay_s + settings.drain_timeout_s + 5 == grace_s
+    assert settings.drain_timeout_s >= min(queue_timeout_s, 300)  # what the grace period's comment promises
