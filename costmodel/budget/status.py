@@ -125,6 +125,22 @@ def _enforced_json(e: EnforcedService) -> EnforcedServiceStatus:
             "message": e.describe()}
 
 
+def _replica_cap(value: object, field_path: str) -> int:
+    """``status.enforcedServices[i].maxReplicas``: the cap in force, an integer 0 or more (never a default: a
+    missing cap read as 0 planned on one it never decided, and rewrote the service's cap annotation).
+
+    Raises:
+        InvalidBudgetStatus: Missing, not an integer (a bool, a float, a string) or negative; the message names
+            ``field_path``.
+    """
+    if value is None:
+        raise InvalidBudgetStatus(f"{field_path}: missing (the replica cap in force; the operator writes it with "
+                                  f"every enforced service)")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidBudgetStatus(f"{field_path}: expected an integer 0 or more, got {value!r}")
+    return value
+
+
 def _spot_json(r: SpotRecord) -> SpotServiceStatus:
     out: SpotServiceStatus = {"namespace": r.namespace, "name": r.name, "thresholdPercent": r.threshold_percent,
                               "state": r.state.value, "since": format_time(r.since), "dryRun": r.dry_run,
@@ -169,10 +185,11 @@ def _alert_state_read(status: Mapping[str, Any]) -> AlertState:
             try:
                 enforced.append(EnforcedService(
                     str(item["namespace"]), str(item["name"]), ThresholdAction(item["action"]),
-                    int(item.get("maxReplicas", 0)), parse_time(item.get("since"), f"{path}.since"),
+                    _replica_cap(item.get("maxReplicas"), f"{path}.maxReplicas"),
+                    parse_time(item.get("since"), f"{path}.since"),
                     bool(item.get("dryRun", False)), str(item.get("message", ""))))
             except (KeyError, ValueError, TypeError) as exc:
-                if isinstance(exc, LedgerFormatError):
+                if isinstance(exc, (LedgerFormatError, InvalidBudgetStatus)):  # already names the field
                     raise
                 raise InvalidBudgetStatus(f"{path}: {exc}") from None
         spot = tuple(_spot_read(item, f"status.spotServices[{i}]")

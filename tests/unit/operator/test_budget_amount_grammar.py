@@ -207,3 +207,52 @@ def test_a_negative_tenant_spent_is_invalid_status() -> None:
 
     status = read_budget_status({"status": {"tenantSpent": "-3"}})
     assert status.problem is not None and "status.tenantSpent" in status.problem
+
+
+def _policy_enforcing(item: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The 100 % ScaleDown threshold of ``_policy`` in force on ml/a (ledger spend 10 of 10), its cap annotation on
+    the service at 2 replicas, and ``status.enforcedServices`` = [``item``]."""
+    from modalscale.api.annotations import cap_annotation_key
+    from modalscale.costmodel.budget.state import PolicyRef
+    from modalscale.operator.budget.plan import cap_annotation_value
+
+    policy = _policy_with_ledger_spent("10")
+    policy["status"]["thresholds"] = [{"percent": 100, "crossed": True, "lastAlertTime": "2026-11-30T09:00:00Z",
+                                       "alertedPeriodStart": "2026-11-30T00:00:00Z"}]
+    policy["status"]["state"] = "Exceeded"
+    policy["status"]["enforcedServices"] = [item]
+    isvc = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "a", "namespace": "ml", "annotations": {
+                cap_annotation_key("ml", "daily"): cap_annotation_value(PolicyRef("ml", "daily"), "ScaleDown", 2)}},
+            "spec": {}}
+    return policy, [isvc]
+
+
+@pytest.mark.parametrize("max_replicas", [None, "2", True, 1.5, -1],
+                         ids=["missing", "a-string", "a-bool", "a-float", "negative"])
+def test_an_unreadable_enforced_max_replicas_is_invalid_status_never_a_cap_of_0(max_replicas: object) -> None:
+    """``status.enforcedServices[].maxReplicas`` is the cap in force: read as 0 when missing (and ``"2"``, ``True``,
+    ``1.5`` coerced by ``int()``), a status edited by hand or written by another version planned on a cap it never
+    decided, and the service's cap annotation of 2 could be rewritten to 0 (scaled to zero). Like a negative ledger
+    amount (f0f907a): data that could not be read, ``Ready=False``/``InvalidStatus`` naming the field, and the
+    annotation in force held (no write)."""
+    item: dict[str, Any] = {"namespace": "ml", "name": "a", "action": "ScaleDown", "since": "2026-11-30T09:00:00Z",
+                            "dryRun": False}
+    if max_replicas is not None:
+        item["maxReplicas"] = max_replicas
+    policy, isvcs = _policy_enforcing(item)
+    plan = plan_policy(policy, BudgetObserved(isvcs=isvcs, pods={"ml": []}), load_catalog(), [], T0)
+    ready = get(plan.status_patch["conditions"], "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidStatus"), ready
+    assert "status.enforcedServices[0].maxReplicas" in ready["message"]
+    assert plan.annotation_writes == [] and plan.alerts == ()
+    assert [e[1] for e in plan.events] == ["InvalidStatus"]
+
+
+def test_a_readable_enforced_max_replicas_still_plans() -> None:
+    policy, isvcs = _policy_enforcing({"namespace": "ml", "name": "a", "action": "ScaleDown",
+                                       "since": "2026-11-30T09:00:00Z", "dryRun": False, "maxReplicas": 2})
+    plan = plan_policy(policy, BudgetObserved(isvcs=isvcs, pods={"ml": []}), load_catalog(), [], T0)
+    ready = get(plan.status_patch["conditions"], "Ready")
+    assert ready is not None and ready["reason"] != "InvalidStatus", ready
