@@ -28,6 +28,7 @@ from modalscale.costmodel.budget import (
     ServiceState,
     TenantRejection,
     TenantSpend,
+    carried_over,
     plan_budget,
     rates_after_enforcement,
 )
@@ -71,6 +72,8 @@ def evaluate_budget(spec: BudgetSpec, ledger: Ledger, services: Sequence[Service
     """
     result = advance(ledger, [s.observation() for s in services], now, spec.period, spec.time_zone,
                      listed_at=listed_at)
+    # The stored period going on under a new spec.timeZone is this one (its caps are not new: rates_after_...).
+    alert_state = carried_over(alert_state, spec.period, result.period_start, result.period_end, now)
     plan = plan_budget(spec, result, services, alert_state, now, policy=policy, horizon_s=horizon_s,
                        tenants=tenants, rejected=rejected)
     return BudgetEvaluation(result, plan,

@@ -95,7 +95,7 @@ from modalscale.costmodel.money import (
     MONEY_CONTEXT,
     quantize_ledger_usd,
 )
-from modalscale.costmodel.periods import period_bounds, segment_microseconds, split_interval
+from modalscale.costmodel.periods import period_bounds, period_in_progress, segment_microseconds, split_interval
 
 MICROSECONDS_PER_HOUR = Decimal(3_600_000_000)
 MAX_LEDGER_SERVICES = 500
@@ -400,11 +400,14 @@ class Ledger:
         observed_time: UTC instant up to which spend is counted; None = nothing counted yet.
         period_start: Start of the period that ``spent_usd`` values belong to (``status.periodStart``).
         entries: One entry per service, sorted by (namespace, name).
+        period_end: End of that period as stored (``status.periodEnd``; None when not known): a period still in
+            progress at the next evaluation goes on when ``spec.timeZone`` changed (:func:`advance`).
     """
 
     observed_time: datetime | None = None
     period_start: datetime | None = None
     entries: tuple[LedgerEntry, ...] = ()
+    period_end: datetime | None = None
 
     @property
     def spent_usd(self) -> Decimal:
@@ -533,7 +536,7 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     closing_spent = Decimal(0)
     raw = {(o.namespace, o.name): o for o in observations}
     for entry, t0, pods in _integration_work(ledger, obs, by_key, window):
-        credit = _credit_microseconds(entry, t0, pods, raw.get(entry.key), window.period_start)
+        credit = _credit_microseconds(entry, t0, pods, raw.get(entry.key), window.since)
         charged, missing = _charge(entry, t0, pods, by_key.get(entry.key), window, period, tz, credit,
                                    _listing_second(listed_at, window))
         unheard[entry.key] = _unheard_after(entry, t0, pods, window.now)
@@ -557,7 +560,7 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     entries = _next_entries(ledger, obs, current_spent, unheard, late, uncounted)
     if ledger.observed_time is not None and window.now <= ledger.observed_time:
         entries = _kept_in_force(ledger, entries)
-    new_ledger = Ledger(window.now, window.period_start, entries)
+    new_ledger = Ledger(window.now, window.period_start, entries, window.period_end)
     return LedgerAdvance(new_ledger, new_ledger.spent_usd, window.period_start, window.period_end, tuple(segments),
                          closed, tuple(unpriced), window.new_period)
 
@@ -570,9 +573,13 @@ class _Window:
     period_start: datetime
     period_end: datetime
     carry: bool
-    """The ledger's spend so far counts in the current period (same period, or one that lies inside it)."""
+    """The ledger's spend so far counts in the current period (same period, or one that lies inside it, or the
+    stored period still in progress after a ``spec.timeZone`` change: ``periods.period_in_progress``)."""
     new_period: bool
     """The ledger was accumulating an earlier period: its spend is reset (and reported closed)."""
+    since: datetime
+    """From when spend counts in the current period: its start, or the stored period's start when that period goes
+    on under a new zone and started earlier (a charge of ``[t0, now)`` before the new zone's start still counts)."""
 
 
 _Work = tuple[LedgerEntry, datetime | None, tuple[PodRun, ...] | None]
@@ -615,9 +622,11 @@ def _window(ledger: Ledger, now: datetime, period: Period | str, tz: str) -> tup
     if ledger.period_start is None and ledger.observed_time is not None:
         # status.periodStart missing: the spend belongs to the period containing observedTime (invariant).
         ledger = replace(ledger, period_start=period_bounds(period, tz, ledger.observed_time)[0])
-    carry = ledger.period_start is not None and ledger.period_start >= p_start
+    carry = ledger.period_start is not None and (
+        ledger.period_start >= p_start or period_in_progress(period, ledger.period_start, ledger.period_end, now))
     new_period = ledger.period_start is not None and not carry
-    return ledger, _Window(now, p_start, p_end, carry, new_period)
+    since = min(p_start, ledger.period_start) if carry and ledger.period_start is not None else p_start
+    return ledger, _Window(now, p_start, p_end, carry, new_period, since)
 
 
 def _integration_work(ledger: Ledger, obs: Sequence[ServiceObservation],
@@ -630,7 +639,7 @@ def _integration_work(ledger: Ledger, obs: Sequence[ServiceObservation],
         now_seen = by_key.get(entry.key)
         work.append((entry, ledger.observed_time,
                      now_seen.pods if now_seen is not None and entry.replicas is not None else None))
-    return work + _new_service_work(ledger, obs, window.now, window.period_start)
+    return work + _new_service_work(ledger, obs, window.now, window.since)
 
 
 _PodRate = Callable[[PodRun], Decimal | None]
@@ -717,7 +726,7 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
     back: dict[str, int] = {}
     if pods is not None:
         price, gone, pod_rate = _pod_prices(entry, pods, now_seen, t0)
-        gap = _gap_microseconds(entry, t0, pods, window.period_start)
+        gap = _gap_microseconds(entry, t0, pods, window.since)
         back = {k: gap.get(k, 0) - credit.get(k, 0) for k in {*gap, *credit}}
         unknown_ran = (price is None and gone > 0) or any(
             pod_rate(p) is None and (p.microseconds_in(t0, now) > 0 or back.get(p.name)) for p in pods)
@@ -729,7 +738,7 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
     for seg in split_interval(t0, now, period, tz):
         replica_us: int | None = None
         if pods is not None and pod_rate is not None:
-            first = seg.period_start == window.period_start and seg.start == max(t0, window.period_start)
+            first = seg.start >= window.since and seg.start == max(t0, window.since)
             gone_until = listed if listed is not None and seg.end == now and listed > now else seg.end
             replica_us, cost = _pods_cost(pods, pod_rate, price, gone, seg.start, seg.end, back if first else {},
                                           gone_until)
@@ -740,7 +749,7 @@ def _charge(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, ...] | 
                         Decimal(0))
         segments.append(CostSegment(entry.namespace, entry.name, seg.start, seg.end, entry.replicas,
                                     entry.cost_usd_per_hour if pods is not None else rate, cost,
-                                    seg.period_start, seg.period_start == window.period_start, replica_us))
+                                    seg.period_start, seg.start >= window.since, replica_us))
     return segments, missing
 
 

@@ -129,3 +129,32 @@ def split_interval(start: datetime, end: datetime, period: Period | str, tz: str
         segments.append(PeriodSegment(cursor, seg_end, p_start, p_end))
         cursor = seg_end
     return segments
+
+
+_LENGTHS_H: dict[Period, tuple[int, int]] = {
+    Period.DAILY: (22, 26),
+    Period.WEEKLY: (7 * 24 - 2, 7 * 24 + 2),
+    Period.MONTHLY: (28 * 24 - 2, 31 * 24 + 2),
+}
+"""The lengths a period of each kind can have in any zone, hours (DST moves a local midnight by at most 2 h)."""
+
+
+def period_in_progress(period: Period | str, start: datetime | None, end: datetime | None, now: datetime) -> bool:
+    """Whether ``[start, end)``, a period an earlier evaluation stored (``status.periodStart`` / ``periodEnd``,
+    perhaps computed in another ``spec.timeZone``), is a ``period`` still in progress at ``now``.
+
+    A zone change moves where periods start, not which period is in progress: the one stored goes on, with its
+    spend, the thresholds it alerted and the enforcement in force, until the new zone's current period ends
+    (``docs/budgets.md``, "Changing the time zone"). A stored period of another kind (``spec.period`` changed:
+    its length is not one of ``period``'s) or one that is over is not.
+
+    Args:
+        period: ``spec.period`` now.
+        start, end: The stored bounds (None when status has none: never in progress).
+        now: Timezone-aware instant.
+    """
+    if start is None or end is None:
+        return False
+    _require_aware(now, "now")
+    low_h, high_h = _LENGTHS_H[Period(period)]
+    return start <= now < end and timedelta(hours=low_h) <= end - start <= timedelta(hours=high_h)

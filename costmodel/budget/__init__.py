@@ -44,6 +44,7 @@ from modalscale.costmodel.budget.state import (
     SpotRecord,
     SpotState,
     ThresholdRecord,
+    carried_over,
     service_state,
 )
 
@@ -53,5 +54,5 @@ __all__ = [
     "SpotRecord", "SpotState", "ThresholdRecord", "plan_budget", "plan_spot", "rates_after_enforcement",
     "RejectPlan", "TenantRejection", "TenantSpend", "plan_rejections",
     "tenant_spend",
-    "service_state", "spend_anomaly_alert",
+    "carried_over", "service_state", "spend_anomaly_alert",
 ]

@@ -52,6 +52,7 @@ from modalscale.costmodel.budget.state import (
     PolicyRef,
     ServiceState,
     SpotRecord,
+    carried_over,
 )
 from modalscale.costmodel.ledger import ClosedPeriod, LedgerAdvance, ServiceObservation, format_time
 from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd
@@ -305,7 +306,10 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
     to_date = spend_to_date(spec, spent, services, now, extra_blind=tenant_blind(spec, tenants))     # 1
     forecast_bound = None if spec.selector.tenants else forecast_usd(spec, to_date, now)             # 2
     crossed = [t for t in spec.thresholds if reaches(spent, t.percent, to_date.limit_usd)]
-    new_period = alert_state.period_start is not None and alert_state.period_start != to_date.period_start
+    alert_state = carried_over(alert_state, spec.period, to_date.period_start, to_date.period_end, now)
+    new_period = alert_state.period_start is not None and (
+        alert_state.period_start != to_date.period_start
+        or alert_state.period_end not in (None, to_date.period_end))  # spec.period changed, same start
     previous, previous_spot = ((), ()) if new_period else (alert_state.enforced, alert_state.spot)
     ordered = order_services(services, spec.enforcement.order)
     enforcement = plan_enforcement(spec, to_date, crossed, services, ordered, previous, previous_spot,  # 3

@@ -13,13 +13,14 @@ False), and the planner treats the known spend as a lower bound.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 
-from modalscale.api.budgetpolicy import ThresholdAction
+from modalscale.api.budgetpolicy import Period, ThresholdAction
 from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
 from modalscale.costmodel.ledger import PodPool, PodRun, ServiceObservation
+from modalscale.costmodel.periods import period_in_progress
 
 
 class BudgetState(str, enum.Enum):
@@ -283,9 +284,31 @@ class AlertState:
     blind: bool = False
     spot: tuple[SpotRecord, ...] = ()
     """``status.spotServices``."""
+    period_end: datetime | None = None
+    """``status.periodEnd`` of the last evaluation (None: not known); see :func:`carried_over`."""
 
     def record(self, percent: int, forecast: bool = False) -> ThresholdRecord | None:
         return next((r for r in self.records if r.percent == percent and r.forecast == forecast), None)
 
+def carried_over(state: AlertState, period: Period, start: datetime, end: datetime, now: datetime) -> AlertState:
+    """``state`` as the record of the current period ``[start, end)`` when the period it describes goes on.
+
+    A ``spec.timeZone`` change moves where periods start and end, not which one is in progress
+    (:func:`~modalscale.costmodel.periods.period_in_progress`: the stored period, of the same kind, contains
+    ``now``): its thresholds already alerted are not alerted again, its enforcement stays in force, and no recovery is
+    sent. The stored period start (and each threshold's ``alerted_period_start`` equal to it) is relabelled to
+    ``start``, so this and later evaluations in the new zone read them as this period's. Anything else (the same
+    period, a period that is over, a ``spec.period`` change) returns ``state`` unchanged.
+    """
+    old = state.period_start
+    if old is None or (old == start and state.period_end in (None, end)):
+        return state
+    if not period_in_progress(period, old, state.period_end, now):
+        return state
+    records = tuple(replace(r, alerted_period_start=start) if r.alerted_period_start == old else r
+                    for r in state.records)
+    return replace(state, records=records, period_start=start, period_end=end)
+
+
 __all__ = ["AlertState", "BudgetState", "EnforcedService", "InvalidBudgetStatus", "PolicyRef", "ServiceState",
-           "SpotRecord", "SpotState", "ThresholdRecord", "service_state"]
+           "SpotRecord", "SpotState", "ThresholdRecord", "carried_over", "service_state"]

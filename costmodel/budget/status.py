@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, cast
 
@@ -508,9 +508,13 @@ def read_budget_status(obj: Mapping[str, Any] | None, policy: PolicyRef | None =
     currency = status.get("currency")
     if currency is not None and not isinstance(currency, str):
         shown.append(f"status.currency: {currency!r} is not a string")
+    period_end = _time(status.get("periodEnd"), "status.periodEnd", shown)
+    # Where the stored period ends: it goes on after a spec.timeZone change while in progress (None: it does not).
+    ledger = None if ledger is None else replace(ledger, period_end=period_end)
+    alert_state = replace(alert_state, period_end=period_end)
     return BudgetStatus(
         observed_generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
-        period_end=_time(status.get("periodEnd"), "status.periodEnd", shown),
+        period_end=period_end,
         currency=currency if isinstance(currency, str) else None,
         spent_usd=_money(status.get("spent"), "status.spent", shown),
         remaining_usd=_money(status.get("remaining"), "status.remaining", shown),
