@@ -9,8 +9,12 @@ The fixed quantization rule:
   1e-9 USD (a nano-dollar) with ``ROUND_HALF_EVEN`` (banker's rounding) after every interval that is added.
   One rounding per interval per service bounds the drift at 0.5e-9 USD per evaluation: a month of 60 s
   evaluations (44 640 intervals) drifts by at most 2.3e-5 USD per service.
-* **Displayed amounts** (status ``spent``/``forecast``/``remaining``, chat messages) are quantized to
-  ``DISPLAY_QUANTUM_USD`` = 0.01 USD with ``ROUND_HALF_EVEN``; they are never fed back into the ledger.
+* **Displayed amounts** (status ``spent``/``forecast``/``remaining``, conditions, chat messages, the kubectl
+  plugin, cost reports) are written by :func:`display_usd`: quantized to ``DISPLAY_QUANTUM_USD`` = 0.01 USD with
+  ``ROUND_HALF_EVEN``, except a non-zero amount under a cent, shown with its first
+  ``SUB_CENT_SIGNIFICANT_DIGITS`` significant digits, rounded toward zero (0.004 reads ``0.004``, never ``0.00``;
+  0.00999 reads ``0.0099``, never a cent it has not reached), as Kubecost shows costs under a cent
+  (kubecost/kubecost#1607). They are never fed back into the ledger, nor compared with anything.
 * Arithmetic runs in a local decimal context with 34 significant digits (IEEE 754 decimal128), so a
   12-digit dollar amount with 9 fractional digits is exact before rounding.
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import decimal
 import re
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_DOWN, ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 LEDGER_QUANTUM_USD = Decimal("0.000000001")
 """Resolution of ledger amounts and rates, in USD (1e-9)."""
@@ -29,6 +33,9 @@ DISPLAY_QUANTUM_USD = Decimal("0.01")
 
 MONEY_CONTEXT = decimal.Context(prec=34, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation, decimal.DivisionByZero])
 """Decimal context for all cost arithmetic (34 significant digits, banker's rounding)."""
+
+SUB_CENT_SIGNIFICANT_DIGITS = 2
+"""Significant digits :func:`display_usd` shows of a non-zero amount under a cent."""
 
 SECONDS_PER_HOUR = Decimal(3600)
 
@@ -41,6 +48,20 @@ def quantize_ledger_usd(amount: Decimal) -> Decimal:
 def quantize_display_usd(amount: Decimal) -> Decimal:
     """Round a USD amount to cents (half-even) for status columns and messages."""
     return amount.quantize(DISPLAY_QUANTUM_USD, rounding=ROUND_HALF_EVEN, context=MONEY_CONTEXT)
+
+
+def display_usd(amount: Decimal) -> str:
+    """An amount as people read it (status, conditions, alerts, reports): cents, or the significant digits of a
+    non-zero amount under a cent (module docstring); matches :data:`STATUS_AMOUNT_PATTERN`.
+
+    Examples: ``12.345`` -> ``'12.34'``, ``0`` -> ``'0.00'``, ``0.004`` -> ``'0.004'``, ``0.000123456`` ->
+    ``'0.00012'``, ``-0.004`` -> ``'-0.004'``.
+    """
+    if amount and abs(amount) < DISPLAY_QUANTUM_USD:
+        exponent = amount.adjusted() - SUB_CENT_SIGNIFICANT_DIGITS + 1
+        shown = amount.quantize(Decimal(1).scaleb(exponent), rounding=ROUND_DOWN, context=MONEY_CONTEXT)
+        return format_usd(shown.normalize(MONEY_CONTEXT))
+    return format_usd(quantize_display_usd(amount))
 
 
 def format_usd(amount: Decimal) -> str:

@@ -50,7 +50,7 @@ from typing import Any
 from modalscale.api import conditions as C
 from modalscale.api.quantities import GIB_BYTES
 from modalscale.costmodel.catalog import MAX_USD_PER_UNIT_HOUR, Catalog, PricingTier, ReplicaResources
-from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd, quantize_ledger_usd
+from modalscale.costmodel.money import MONEY_CONTEXT, display_usd, quantize_ledger_usd
 
 ASSETS_PATH = "/assets"
 """OpenCost's Assets API path."""
@@ -385,18 +385,18 @@ def resolve_replica_price(resources: ReplicaResources, tier: PricingTier | str, 
     if opencost is None:
         usd = catalog.price_replica(resources, tier)
         return PricedReplica(usd, PriceSource.CATALOG,
-                             f"Priced from the pricing catalog: {format_usd(quantize_display_usd(usd))} USD "
+                             f"Priced from the pricing catalog: {display_usd(usd)} USD "
                              f"per replica-hour")
     if opencost.prices is None:
         usd = catalog.price_replica(resources, tier)
         return PricedReplica(usd, PriceSource.CATALOG_FALLBACK,
                              f"{opencost.problem} (since {_stamp(opencost.since)}); priced from the pricing catalog: "
-                             f"{format_usd(quantize_display_usd(usd))} USD per replica-hour")
+                             f"{display_usd(usd)} USD per replica-hour")
     effective = opencost.prices.catalog
     usd = effective.price_replica(resources, tier)
     used = _figures_used(resources, tier, effective)
     missing = [k for k in used if k not in opencost.prices.from_opencost]
-    shown = f"{format_usd(quantize_display_usd(usd))} USD per replica-hour"
+    shown = f"{display_usd(usd)} USD per replica-hour"
     left_out = sorted({n for k in used if k in opencost.prices.from_opencost
                        for n in opencost.prices.unpriced.get(k, ())})
     unpriced = (f"; {len(left_out)} node(s) without an OpenCost price left out ({', '.join(left_out[:5])}"

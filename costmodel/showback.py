@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
-from modalscale.costmodel.money import LEDGER_QUANTUM_USD, MONEY_CONTEXT, format_usd, quantize_display_usd
+from modalscale.costmodel.money import LEDGER_QUANTUM_USD, MONEY_CONTEXT, display_usd
 
 # --- Per-tenant accounting metrics the gateway exports (counters; labels tenant, modality) -------------------------
 REQUESTS_METRIC = "modalscale_gateway_requests_total"
@@ -369,7 +369,7 @@ class SpendDrivers:
 
     def _share(self, usd: Decimal) -> str:
         pct = (usd * 100 / self.spend_usd) if self.spend_usd > 0 else Decimal(0)
-        return f"{format_usd(quantize_display_usd(usd))} USD ({pct.quantize(Decimal(1), context=MONEY_CONTEXT):f} %)"
+        return f"{display_usd(usd)} USD ({pct.quantize(Decimal(1), context=MONEY_CONTEXT):f} %)"
 
     def facts(self) -> tuple[tuple[str, str], ...]:
         """``("Top tenants", "acme 1.20 USD (60 %), ..., other ...; idle 0.40 USD (20 %)")`` and ``("Top

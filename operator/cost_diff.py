@@ -53,7 +53,7 @@ from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import IsvcSpec, ResourceSpec, parse_isvc
 from modalscale.api.quantities import InvalidQuantity
 from modalscale.costmodel.catalog import Catalog, ReplicaResources, UnknownPrice
-from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd
+from modalscale.costmodel.money import MONEY_CONTEXT, display_usd, format_usd
 from modalscale.costmodel.showback import ServiceWindow, SpendDrivers, TenantUsage, drivers_of
 
 HOURS_PER_MONTH = Decimal(730)
@@ -108,7 +108,7 @@ class ReplicaRange:
     def to_json(self) -> dict[str, str | None]:
         """Money to the cent as decimal strings (``expected`` null when unknown)."""
         def cents(v: Decimal) -> str:
-            return format_usd(quantize_display_usd(v))
+            return display_usd(v)
 
         return {"min": cents(self.min), "expected": None if self.expected is None else cents(self.expected),
                 "max": cents(self.max)}
@@ -476,13 +476,13 @@ def simulator_expected(trace_path: Path, profile_path: Path, seed: int = 0) -> E
 
 # ------------------------------------------------------------------------------------------------- output
 def _money(v: Decimal | None) -> str:
-    return "unknown" if v is None else format_usd(quantize_display_usd(v))
+    return "unknown" if v is None else display_usd(v)
 
 
 def _signed(v: Decimal | None) -> str:
     if v is None:
         return "unknown"
-    text = format_usd(quantize_display_usd(v))
+    text = display_usd(v)
     return text if v < 0 else f"+{text}"
 
 

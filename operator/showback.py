@@ -55,7 +55,7 @@ from decimal import Decimal
 from typing import Any
 
 from modalscale.costmodel.ledger import format_time
-from modalscale.costmodel.money import format_usd, quantize_display_usd, quantize_ledger_usd
+from modalscale.costmodel.money import display_usd, format_usd, quantize_ledger_usd
 from modalscale.costmodel.showback import (
     ACCOUNTING_METRICS,
     GROUP_DIMENSIONS,
@@ -469,14 +469,14 @@ def render(result: Showback, by: Sequence[str], fmt: str) -> str:
     for r, rec in zip(rows, records):
         names = [("(idle)" if r.kind == IDLE and d in ("tenant", "modality") else rec[d] or "-") for d in by]
         per = r.usd_per_request
-        lines.append([*names, r.kind, format_usd(quantize_display_usd(r.usd)),
+        lines.append([*names, r.kind, display_usd(r.usd),
                       "-" if per is None else format_usd(per.normalize()), rec["replica_s"], rec["requests"],
                       rec["flags"] or "-"])
     total = sum((r.usd for r in rows), Decimal(0))
-    lines.append(["total", *[""] * (len(by) - 1), "", format_usd(quantize_display_usd(total)), "", "", "", ""])
+    lines.append(["total", *[""] * (len(by) - 1), "", display_usd(total), "", "", "", ""])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     text = [f"Showback {format_time(result.start)} .. {format_time(result.end)}: "
-            f"{format_usd(quantize_display_usd(result.spend_usd))} USD spent by {len(result.services)} service(s)"]
+            f"{display_usd(result.spend_usd)} USD spent by {len(result.services)} service(s)"]
     text += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
     return "\n".join(text) + "\n"
 

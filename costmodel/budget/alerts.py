@@ -33,7 +33,7 @@ from modalscale.costmodel.budget.enforce import EnforcementAction
 from modalscale.costmodel.budget.spend import FORECAST_METHOD, SpendToDate, reaches
 from modalscale.costmodel.budget.state import AlertState, BudgetState, PolicyRef, SpotRecord, SpotState, ThresholdRecord
 from modalscale.costmodel.ledger import format_time
-from modalscale.costmodel.money import format_usd, quantize_display_usd
+from modalscale.costmodel.money import display_usd, format_usd
 from modalscale.costmodel.showback import SpendDrivers
 
 if TYPE_CHECKING:
@@ -170,10 +170,10 @@ class BudgetAlert:
             ("Scope", self.scope),
             ("Period", f"{self.period.value} ({self.time_zone}) {format_time(self.period_start)} to "
                        f"{format_time(self.period_end)}"),
-            ("Spent", f"{least}{format_usd(quantize_display_usd(self.spent_usd))} {cur} of "
-                      f"{format_usd(quantize_display_usd(self.limit_usd))} {cur} "
+            ("Spent", f"{least}{display_usd(self.spent_usd)} {cur} of "
+                      f"{display_usd(self.limit_usd)} {cur} "
                       f"({format_usd(self.percent_used)} %)"),
-            ("Forecast", f"{least}{format_usd(quantize_display_usd(self.forecast_usd))} {cur} at period end "
+            ("Forecast", f"{least}{display_usd(self.forecast_usd)} {cur} at period end "
                          f"({self.forecast_method})" if self.forecast_usd is not None
              else "unknown (spend rate not readable)"),
         ]
@@ -181,7 +181,7 @@ class BudgetAlert:
             facts.append(("Enforced ahead", f"{', '.join(f'{p} %' for p in self.ahead_percents)} would be crossed "
                                             f"within {self.horizon_s} s at the current burn rate"))
         if self.closed_period_spent_usd is not None:
-            closed = format_usd(quantize_display_usd(self.closed_period_spent_usd))
+            closed = display_usd(self.closed_period_spent_usd)
             facts.append(("Previous period", f"closed at {closed} {cur}"))
         if self.blind_services:
             facts.append(("Not readable", "; ".join(self.blind_services)))

@@ -55,7 +55,7 @@ from modalscale.costmodel.budget.state import (
     carried_over,
 )
 from modalscale.costmodel.ledger import ClosedPeriod, LedgerAdvance, ServiceObservation, format_time
-from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_display_usd
+from modalscale.costmodel.money import MONEY_CONTEXT, display_usd, format_usd
 from modalscale.costmodel.periods import period_bounds
 
 
@@ -237,19 +237,19 @@ def budget_state(spend: SpendToDate, forecast: Decimal | None, crossed: Sequence
                         and reaches(forecast, alert_at_percent, limit))
     if spent >= limit:
         state, reason = BudgetState.EXCEEDED, C.BUDGET_EXCEEDED
-        message = f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
+        message = f"Spent {display_usd(spent)} of {format_usd(limit)} {currency}"
     elif crossed or ahead or forecast_warning:
         state = BudgetState.WARNING
         reason = C.THRESHOLD_CROSSED if crossed else C.THRESHOLD_AHEAD if ahead else C.FORECAST_OVER_LIMIT
-        message = (f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
-                   + (f", forecast {format_usd(quantize_display_usd(forecast))}" if forecast is not None else ""))
+        message = (f"Spent {display_usd(spent)} of {format_usd(limit)} {currency}"
+                   + (f", forecast {display_usd(forecast)}" if forecast is not None else ""))
     else:
         state, reason = BudgetState.OK, C.WITHIN_BUDGET
-        message = f"Spent {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency}"
+        message = f"Spent {display_usd(spent)} of {format_usd(limit)} {currency}"
     if spend.blind:
         if state is not BudgetState.EXCEEDED:
             state, reason = BudgetState.UNKNOWN, C.GOVERNANCE_BLIND
-        message = (f"Spent at least {format_usd(quantize_display_usd(spent))} of {format_usd(limit)} {currency} "
+        message = (f"Spent at least {display_usd(spent)} of {format_usd(limit)} {currency} "
                    f"(the known part; not priced: {'; '.join(spend.blind_services)})")
     if ahead:
         message += (f"; enforcing {', '.join(f'{t.percent} %' for t in ahead)} ahead: crossed within "

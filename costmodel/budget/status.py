@@ -14,8 +14,8 @@ the planner holds on it (``Ready=False/InvalidStatus``: spend is never reset fro
 An outbox that reads is kept even then (:attr:`BudgetStatus.outbox` None only when it does not).
 
 Shapes are the CRD's (``modalscale.api.status.BudgetPolicyStatus``): camelCase, RFC 3339 UTC times, money as
-decimal strings (display cents; ledger and ``tenantSpent`` exact to 1e-9 USD). The JSON is what the part codecs
-wrote before (the month benchmark and the unit tests compare it).
+decimal strings (shown: ``money.display_usd``; ledger and ``tenantSpent`` exact to 1e-9 USD). The JSON is what
+the part codecs wrote before (the month benchmark and the unit tests compare it).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from modalscale.costmodel.budget.state import (
     ThresholdRecord,
 )
 from modalscale.costmodel.ledger import Ledger, LedgerEntry, LedgerFormatError, floor_to_second, format_time, parse_time
-from modalscale.costmodel.money import format_usd, parse_usd, quantize_display_usd, quantize_ledger_usd
+from modalscale.costmodel.money import display_usd, format_usd, parse_usd, quantize_ledger_usd
 from modalscale.costmodel.outbox import SEVERITIES, AlertMessage, PendingAlert
 
 
@@ -66,7 +66,8 @@ class BudgetStatus:
     Attributes:
         observed_generation: ``metadata.generation`` the last evaluation acted on.
         period_end, currency: As the last evaluation wrote them.
-        spent_usd, remaining_usd: Display amounts (cents) of the period so far.
+        spent_usd, remaining_usd: Display amounts (``money.display_usd``: cents, or the digits of an amount under
+            a cent) of the period so far.
         burn_rate_usd_per_hour, forecast_usd: Display amounts; None when unknown (written as null: deleted).
         last_evaluation_time: When the last evaluation ran (UTC).
         ledger: ``status.ledger`` with ``status.periodStart`` (``ledger.period_start``); None when it does not parse.
@@ -551,9 +552,9 @@ def budget_status_json(status: BudgetStatus) -> BudgetPolicyStatus:
     if status.currency is not None:
         out["currency"] = status.currency
     if status.spent_usd is not None:
-        out["spent"] = format_usd(quantize_display_usd(status.spent_usd))
+        out["spent"] = display_usd(status.spent_usd)
     if status.remaining_usd is not None:
-        out["remaining"] = format_usd(quantize_display_usd(status.remaining_usd))
+        out["remaining"] = display_usd(status.remaining_usd)
     if a.state is not None:
         out["state"] = a.state.value
     if status.last_evaluation_time is not None:
@@ -566,8 +567,8 @@ def budget_status_json(status: BudgetStatus) -> BudgetPolicyStatus:
         out["tenantSpent"] = format_usd(quantize_ledger_usd(status.tenant_spent_usd))
     # None (JSON null) deletes a stale value under a merge patch when it becomes unknown.
     out["burnRatePerHour"] = (None if status.burn_rate_usd_per_hour is None
-                              else format_usd(quantize_display_usd(status.burn_rate_usd_per_hour)))
-    out["forecast"] = None if status.forecast_usd is None else format_usd(quantize_display_usd(status.forecast_usd))
+                              else display_usd(status.burn_rate_usd_per_hour))
+    out["forecast"] = None if status.forecast_usd is None else display_usd(status.forecast_usd)
     out["ledger"] = _ledger_json(status.ledger or Ledger())
     out["pendingAlerts"] = [_pending_json(e) for e in status.outbox or ()]
     out["spendAnomalies"] = _anomalies_json(status.anomaly_state)

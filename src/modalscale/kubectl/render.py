@@ -36,6 +36,7 @@ from modalscale.api.isvc_status import AutoscalerRecord, IsvcStatus, format_time
 from modalscale.api.isvc_status import parse_time as read_time
 from modalscale.costmodel.budget.status import BudgetStatus, read_budget_status
 from modalscale.costmodel.ledger import Ledger
+from modalscale.costmodel.money import display_usd
 from modalscale.operator.isvc.objects import STAGE_IMAGE_ENCODER, TERMINATION_GRACE_S
 
 NONE = "<none>"
@@ -429,7 +430,9 @@ def enforcement_ahead_s(spec: BudgetSpec) -> int:
 
 
 def _money(d: Decimal) -> str:
-    return f"{d.quantize(Decimal('0.01')):f}"
+    """A computed amount as the operator shows money (``costmodel.money.display_usd``: cents, or the digits of an
+    amount under a cent)."""
+    return display_usd(d)
 
 
 def _threshold_items(spec: BudgetSpec | None, status: BudgetStatus) -> list[dict[str, Any]]:
@@ -520,9 +523,9 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
 def _exact_spent(spec: BudgetSpec | None, status: BudgetStatus) -> Decimal | None:
     """The spend the operator compares with the thresholds (``modalscale.costmodel.budget.spend.reaches``): exact,
     to the ledger's 1e-9 USD, where status holds it (``status.tenantSpent`` of a tenant policy, else the sum of
-    ``status.ledger.services[].spent``) and it is the figure ``status.spent`` shows in cents; else ``status.spent``
-    (None: unknown). ``status.spent`` alone put a spend within half a cent below a threshold past it (1.996 USD
-    shows as 2.00: "every threshold is reached" while the operator had not crossed 100 %)."""
+    ``status.ledger.services[].spent``) and it is the figure ``status.spent`` shows (``display_usd``); else
+    ``status.spent`` (None: unknown). ``status.spent`` alone put a spend within half a cent below a threshold past
+    it (1.996 USD shows as 2.00: "every threshold is reached" while the operator had not crossed 100 %)."""
     shown = status.spent_usd
     if shown is None:
         return None
@@ -530,7 +533,7 @@ def _exact_spent(spec: BudgetSpec | None, status: BudgetStatus) -> Decimal | Non
         exact = status.tenant_spent_usd
     else:
         exact = None if status.ledger is None or status.ledger.observed_time is None else status.ledger.spent_usd
-    if exact is None or exact.quantize(Decimal("0.01")) != shown:
+    if exact is None or Decimal(display_usd(exact)) != shown:
         return shown
     return exact
 

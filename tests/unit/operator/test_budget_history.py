@@ -249,7 +249,10 @@ def test_each_evaluation_exports_the_ledgers_spend_written_or_not_and_a_hold_exp
     stored = persisted(policy, first.status_patch)
     entry = stored["status"]["ledger"]["services"][0]
     assert first.ledger_spent_usd == {KEY: Decimal(entry["spent"])} and first.ledger_observed_time == T0
-    later = T0 + dt.timedelta(seconds=2)
+    minute = plan_policy(stored, TEN, CATALOG, [], T0 + dt.timedelta(seconds=60))  # past a cent: shown in cents
+    stored = persisted(stored, minute.status_patch)
+    entry = stored["status"]["ledger"]["services"][0]
+    later = T0 + dt.timedelta(seconds=62)
     quiet = plan_policy(stored, TEN, CATALOG, [], later)  # nothing material changed: the status is not written
     assert quiet.status_patch == {}
     ten_replicas_usd = Decimal(entry["costUSDPerHour"]) * 2 / 3600

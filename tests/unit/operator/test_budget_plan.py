@@ -234,14 +234,17 @@ def test_first_evaluation_writes_status_with_the_rate_and_unknown_alert_conditio
 
 def test_only_the_clock_moving_writes_nothing_until_the_heartbeat() -> None:
     p1 = persisted(make_policy(), plan_policy(make_policy(), observed(make_isvc()), CATALOG, [], T0).status_patch)
-    # 10 s at 1.200250478 USD/h is 0.0033 USD: displayed money unchanged, rate unchanged -> no write.
-    quiet = plan_policy(p1, observed(make_isvc()), CATALOG, [], T0 + dt.timedelta(seconds=10))
-    assert quiet.status_patch == {}
     beat = plan_policy(p1, observed(make_isvc()), CATALOG, [], T0 + dt.timedelta(seconds=heartbeat_s(60)))
     assert heartbeat_s(60) == 600 and heartbeat_s(1) == 60
     # 600 s x 1.200250478 / 3600 = 0.200041746333... -> 0.200041746 in the ledger, 0.20 displayed.
     assert beat.status_patch["spent"] == "0.20"
     assert beat.status_patch["ledger"]["services"][0]["spent"] == "0.200041746"
+    # 10 s more at 1.200250478 USD/h is 0.0033 USD: displayed money (0.20) unchanged, rate unchanged -> no write.
+    p2 = persisted(p1, beat.status_patch)
+    assert plan_policy(p2, observed(make_isvc()), CATALOG, [], T0 + dt.timedelta(seconds=610)).status_patch == {}
+    # The same 10 s from 0 is money shown changing (0.00 -> 0.0033: an amount under a cent reads as itself).
+    assert plan_policy(p1, observed(make_isvc()), CATALOG, [], T0 + dt.timedelta(seconds=10)
+                       ).status_patch["spent"] == "0.0033"
 
 
 def test_a_rate_change_is_written_even_when_money_shown_is_unchanged() -> None:
@@ -564,15 +567,18 @@ def test_the_operators_heartbeat_floor_refreshes_an_unchanged_status_sooner_and_
     10 evaluation intervals still bound it from below."""
     assert heartbeat_s(1, 10) == 10 and heartbeat_s(60, 10) == 600 and heartbeat_s(1, 120) == 120
     policy = make_policy(evaluationIntervalSeconds=1)
-    p1 = persisted(policy, plan_policy(policy, observed(make_isvc()), CATALOG, [], T0).status_patch)
-    # Within 10 s at 1.200250478 USD/h the displayed cents stay 0.00: only the heartbeat can write.
-    at = {s: T0 + dt.timedelta(seconds=s) for s in (9, 10)}
+    p0 = persisted(policy, plan_policy(policy, observed(make_isvc()), CATALOG, [], T0).status_patch)
+    # 60 s at 1.200250478 USD/h: 0.020004175 in the ledger, 0.02 shown (past a cent: spend shown in cents).
+    p1 = persisted(p0, plan_policy(p0, observed(make_isvc()), CATALOG, [], T0 + dt.timedelta(seconds=60)
+                                   ).status_patch)
+    # Within 10 s more the displayed cents stay 0.02: only the heartbeat can write.
+    at = {s: T0 + dt.timedelta(seconds=60 + s) for s in (9, 10)}
     assert plan_policy(p1, observed(make_isvc()), CATALOG, [], at[9], status_heartbeat_min_s=10).status_patch == {}
     assert plan_policy(p1, observed(make_isvc()), CATALOG, [], at[10]).status_patch == {}  # default floor: 60 s
     beat = plan_policy(p1, observed(make_isvc()), CATALOG, [], at[10], status_heartbeat_min_s=10)
-    # 10 s x 1.200250478 / 3600 = 0.003334029... -> 0.003334029 in the ledger
-    assert beat.status_patch["ledger"]["services"][0]["spent"] == "0.003334029", beat.status_patch
-    assert beat.status_patch["ledger"]["observedTime"] == "2026-11-30T10:00:10Z"
+    # + 10 s x 1.200250478 / 3600 = 0.003334029... -> 0.023338204 in the ledger
+    assert beat.status_patch["ledger"]["services"][0]["spent"] == "0.023338204", beat.status_patch
+    assert beat.status_patch["ledger"]["observedTime"] == "2026-11-30T10:01:10Z"
 
 
 def test_the_cap_is_written_one_evaluation_and_a_replica_grace_period_before_the_crossing_and_held() -> None:
