@@ -24,7 +24,8 @@ Triton for up to 45 s), and the kubelet stops it by that deadline at the latest.
 period while ``spent + max_rate x horizon`` still reaches it, where ``max_rate`` is every selected service at
 ``max(replicas, maxReplicas)`` (a staged service's image encoder pool at its ``maxReplicas`` too): enforcement
 lowers the burn rate, so re-testing the lowered rate would lift and re-apply the action every other evaluation;
-spend only grows, so the hold ends only with the period or a spec change (a raised limit lifts it, as before).
+spend only grows, so the hold ends only with the period or a spec change (a raised limit lifts it, as before; a
+tightened ``capReplicas``, ``floorReplicas`` or service ``maxReplicas`` holds it at its new target: :func:`_held`).
 Enforcement is downward closed (enforcing 100 % enforces every lower enforcing threshold). Thresholds with only
 ``Alert`` are not anticipated. ``horizon_s=0`` gives the reactive rule (act only after the crossing).
 
@@ -150,12 +151,17 @@ def _target(action: ThresholdAction, threshold: Threshold, svc: ServiceState, fl
 
 
 def _held(t: Threshold, previous: Mapping[tuple[str, str, ThresholdAction], EnforcedService],
-          services: Sequence[ServiceState], floor: int, spot_held: frozenset[int] = frozenset()) -> bool:
+          services: Sequence[ServiceState], floor: int, spot_held: frozenset[int] = frozenset(),
+          thresholds: Sequence[Threshold] = ()) -> bool:
     """True when ``t``'s enforcement was in force at the previous evaluation of this period.
 
     A service's entry in ``status.enforcedServices`` names only its strongest action, so ``t`` counts as in
     force when some still-selected service carries one of ``t``'s actions at or below ``t``'s target; a
     ``SwitchToSpot`` action is in force when ``status.spotServices`` names ``t`` (``spot_held``).
+
+    An entry above the target of every threshold (``thresholds``: the spec's) with its action was tightened since
+    (a lower ``capReplicas``, ``floorReplicas`` or service ``maxReplicas``): it is held as the weakest of them (the
+    lowest percent with that action, whose target is the highest), at its new target, never lifted by the edit.
     """
     if ThresholdAction.SWITCH_TO_SPOT in t.actions and t.percent in spot_held:
         return True
@@ -164,7 +170,13 @@ def _held(t: Threshold, previous: Mapping[tuple[str, str, ThresholdAction], Enfo
             if action in _NOT_REPLICA:
                 continue
             e = previous.get((svc.namespace, svc.name, action))
-            if e is not None and e.max_replicas <= _target(action, t, svc, floor):
+            if e is None:
+                continue
+            if e.max_replicas <= _target(action, t, svc, floor):
+                return True
+            carriers = [u for u in thresholds if action in u.actions]
+            if (carriers and min(carriers, key=lambda u: u.percent).percent == t.percent
+                    and all(e.max_replicas > _target(action, u, svc, floor) for u in carriers)):
                 return True
     return False
 
@@ -198,7 +210,7 @@ def _enforced_thresholds(spec: BudgetSpec, spent: Decimal, burn_usd_per_hour: De
     top = max((t.percent for t in enforcing
                if reaches(projected, t.percent, limit)  # also covers spent itself: the burn rate is >= 0
                or ((hold_unconditionally or reaches(bounded, t.percent, limit))
-                   and _held(t, previous, services, floor, spot_held))),
+                   and _held(t, previous, services, floor, spot_held, spec.thresholds))),
               default=0)
     return [t for t in enforcing if t.percent <= top]
 
