@@ -869,3 +869,22 @@ def test_a_cap_annotation_stored_as_a_float_is_rewritten_by_the_policy_that_owns
     second = plan_policy(persisted(policy, first.status_patch), observed(capped), CATALOG, [],
                          T0 + dt.timedelta(minutes=1))
     assert [(w.key, w.value) for w in second.annotation_writes] == [(KEY, wanted)]
+
+
+def test_a_time_zone_change_mid_period_keeps_the_cap_and_re_alerts_nothing_through_the_stored_status() -> None:
+    """The operator's round trip of the zone change (``costmodel/test_budget_zone_change.py``): the status written
+    under UTC (periodStart/periodEnd) is read back, the spec now says America/New_York (its day began at 05:00Z):
+    the cap annotation stays, nothing is alerted, no Event says enforcement was lifted, the spend carries."""
+    isvc = make_isvc()
+    p1 = persisted(make_policy(), plan_policy(make_policy(), observed(isvc), CATALOG, [], T0).status_patch)
+    t1 = T0 + dt.timedelta(hours=1)
+    crossed = plan_policy(p1, observed(isvc), CATALOG, [], t1)
+    assert crossed.alerts and crossed.annotation_writes
+    p2 = persisted(p1, crossed.status_patch)
+    p2["spec"]["timeZone"] = "America/New_York"
+    capped = observed(annotated(isvc, crossed.annotation_writes), pods={"ml": [make_pod("vc", 0)]})
+    moved = plan_policy(p2, capped, CATALOG, [], t1 + dt.timedelta(seconds=30))
+    assert moved.alerts == () and moved.annotation_writes == []
+    assert not any(e[1] in ("EnforcementLifted", "Recovered") for e in moved.events), moved.events
+    assert moved.status_patch["periodStart"] == "2026-11-30T05:00:00Z"
+    assert moved.status_patch["spent"] == "1.21"  # 1.200250478 + 30 s at 0.600125239 USD/h, not reset
