@@ -337,7 +337,7 @@ class ServiceSpec:
     pricing_tier: str
     """``spec.pricing.tier``: one of :data:`PRICING_TIERS`."""
     priority: int
-    """``spec.priority``, 0..1000 (budget actions touch lower priorities first)."""
+    """``spec.priority``, 0..1000 (a BudgetPolicy lists lower priorities first; it caps every service alike)."""
     gateway: GatewaySpec = field(default_factory=GatewaySpec)
     stages: StagesSpec | None = None
     """``spec.stages``: None = the one-piece layout."""
