@@ -25,6 +25,10 @@ Rules:
   its own ``resources`` at the service's tier, as the ledger charges its pods) adds its ``minReplicas`` and
   ``maxReplicas``; its expected replicas are its ``minReplicas`` in ``Fixed`` mode, else unknown (its own
   autoscaler sizes it).
+* **Gateway.** With ``spec.gateway.enabled`` (the default) the service also runs ``spec.gateway.replicas`` request
+  gateway pods whatever its own replicas (at 0 replicas too), each priced by its ``spec.gateway.resources`` (CPU and
+  memory requests) at the catalog's on-demand prices whatever the service's tier, as the budget ledger charges them
+  (``modalscale.costmodel.budget.state.service_state``); they add to min, expected and max alike. Turned off: none.
 * **Money.** Monthly cost = replicas x USD per replica-hour x :data:`HOURS_PER_MONTH` (730 h, the FinOps
   convention of infracost and the cloud pricing calculators: 8760 h / 12). Deltas are HEAD - BASE per
   service (an added service's BASE is 0, a removed one's HEAD is 0); the total is their sum. ``expected`` of a
@@ -52,7 +56,7 @@ import yaml
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import IsvcSpec, ResourceSpec, parse_isvc
 from modalscale.api.quantities import InvalidQuantity
-from modalscale.costmodel.catalog import Catalog, ReplicaResources, UnknownPrice
+from modalscale.costmodel.catalog import Catalog, PricingTier, ReplicaResources, UnknownPrice
 from modalscale.costmodel.money import MONEY_CONTEXT, display_usd, format_usd
 from modalscale.costmodel.showback import ServiceWindow, SpendDrivers, TenantUsage, drivers_of
 
@@ -139,15 +143,21 @@ class PricedService:
     monthly_usd: ReplicaRange
     image_encoder: PricedPool | None = None
     """A staged service's image encoder pool (``spec.stages.imageEncoder``), in :attr:`monthly_usd` too."""
+    gateway: PricedPool | None = None
+    """Its request gateway pods (``spec.gateway``, on demand), in :attr:`monthly_usd` too; None: turned off."""
 
     def to_json(self) -> dict[str, Any]:
-        out = {"file": self.origin, "gpu": self.gpu, "pricingTier": self.pricing_tier, "scalingMode": self.mode,
-               "usdPerReplicaHour": format_usd(self.usd_per_replica_hour), "replicas": _replicas_json(self.replicas),
-               "monthly_usd": self.monthly_usd.to_json()}
+        out: dict[str, Any] = {
+            "file": self.origin, "gpu": self.gpu, "pricingTier": self.pricing_tier, "scalingMode": self.mode,
+            "usdPerReplicaHour": format_usd(self.usd_per_replica_hour), "replicas": _replicas_json(self.replicas),
+            "monthly_usd": self.monthly_usd.to_json()}
         if self.image_encoder is not None:
             out["imageEncoderPool"] = {"gpu": self.image_encoder.gpu,
                                        "usdPerReplicaHour": format_usd(self.image_encoder.usd_per_replica_hour),
                                        "replicas": _replicas_json(self.image_encoder.replicas)}
+        out["gateway"] = None if self.gateway is None else {
+            "pods": int(self.gateway.replicas.max), "usdPerPodHour": format_usd(self.gateway.usd_per_replica_hour),
+            "pricingTier": PricingTier.ON_DEMAND.value}
         return out
 
 
@@ -384,8 +394,22 @@ def price_service(origin: str, body: Mapping[str, Any], catalog: Catalog,
         pool = PricedPool(_gpu(enc.resources), pool_price,
                           ReplicaRange(low, low if sc.mode == "Fixed" else None, high))
         monthly = monthly.plus(pool.replicas.times(MONEY_CONTEXT.multiply(pool_price, HOURS_PER_MONTH)))
+    gateway = None
+    if spec.gateway.enabled:  # its pods run whatever the replicas, each charged on demand by the ledger
+        path = "spec.gateway.resources"
+        try:
+            gw_res = ReplicaResources.from_quantities(spec.gateway.cpu, spec.gateway.memory)
+        except (InvalidQuantity, ValueError) as exc:
+            raise CostDiffError(f"{where}: {path}: {exc}") from None
+        try:
+            gw_price = catalog.price_replica(gw_res, PricingTier.ON_DEMAND)
+        except UnknownPrice as exc:  # a catalog without on-demand CPU or memory figures
+            raise CostDiffError(f"{where}: {path}: {exc}") from None
+        pods = Decimal(spec.gateway.replicas)
+        gateway = PricedPool("none", gw_price, ReplicaRange(pods, pods, pods))
+        monthly = monthly.plus(gateway.replicas.times(MONEY_CONTEXT.multiply(gw_price, HOURS_PER_MONTH)))
     return PricedService(spec.namespace, spec.name, origin, _gpu(spec.resources), spec.pricing_tier, sc.mode, price,
-                         replicas, monthly, pool)
+                         replicas, monthly, pool, gateway)
 
 
 def _gpu(resources: ResourceSpec) -> str:
@@ -510,8 +534,8 @@ def render(result: CostDiff, fmt: str) -> str:
         rows.append([f"{s.namespace}/{s.name}", s.change, f"{r.min}/{exp}/{r.max}", triple(s.base), triple(s.head),
                      f"{_signed(d.min)} / {_signed(d.expected)} / {_signed(d.max)}"])
     rows.append(["Total", "", "", "", "", f"{_signed(total.min)} / {_signed(total.expected)} / {_signed(total.max)}"])
-    note = (f"Monthly = replicas x catalog USD per replica-hour x {HOURS_PER_MONTH} h/month; expected replicas: "
-            f"{result.expected_source}.")
+    note = (f"Monthly = replicas x catalog USD per replica-hour x {HOURS_PER_MONTH} h/month, plus the request "
+            f"gateway's pods (on demand) and any image encoder pool; expected replicas: {result.expected_source}.")
     who = [f"{s.namespace}/{s.name}: " + "; ".join(f"{k.lower()} {v}" for k, v in sd.facts())
            for s in result.services if (sd := result.drivers.get((s.namespace, s.name))) is not None]
     if fmt == "markdown":

@@ -26,6 +26,7 @@ from modalscale.operator.cost_diff import (
     HOURS_PER_MONTH,
     CostDiffError,
     ManifestFile,
+    ReplicaRange,
     diff,
     price_side,
     read_manifests,
@@ -42,6 +43,11 @@ D = Decimal
 L4_REPLICA = D("0.754276239")
 # the same with 1 x nvidia-a100-40gb -> 0.126444 + 0.067792 + 2.933908 = 3.128144 USD/h
 A100_REPLICA = D("3.128144")
+# One request gateway pod, default spec.gateway.resources (100m CPU, 256Mi), on demand whatever the service's tier
+# (as the budget ledger charges it): 0.1 x 0.031611 + 0.25 x 0.004237 = 0.00422035 USD/h. Every example runs the
+# default 2 (gateway on): 2 x 0.00422035 x 730 = 6.161711 USD/month on each side, so deltas are as before.
+GATEWAY_POD = D("0.00422035")
+GATEWAYS_MONTHLY = 2 * GATEWAY_POD * 730
 
 
 @pytest.fixture
@@ -79,7 +85,8 @@ def test_a_real_change_is_priced_at_min_and_max_replicas_for_730_hours(changed: 
     # Fixed mode knows its replicas: captioner runs 2 Spot L4 replicas (2 x 0.006655 + 8 x 0.000892 + 0.2688).
     cap = next(s for s in result.services if s.name == "captioner").head
     assert cap is not None and cap.replicas.expected == 2
-    assert cap.monthly_usd.expected == 2 * (2 * D("0.006655") + 8 * D("0.000892") + D("0.2688")) * 730
+    spot_l4 = 2 * D("0.006655") + 8 * D("0.000892") + D("0.2688")
+    assert cap.monthly_usd.expected == 2 * spot_l4 * 730 + GATEWAYS_MONTHLY
 
 
 def test_json_has_the_total_delta_object_and_the_services_list(changed: Path, tmp_path: Path,
@@ -159,8 +166,10 @@ def test_added_and_removed_services_and_rendered_multi_document_input() -> None:
     result = diff(base, head)
     assert {s.name: s.change for s in result.services} == {"text-embedder": "removed", "vision-chat": "added",
                                                            "vision-chat-2": "added"}
-    # text-embedder (2 CPU, 8Gi defaults, 1..3 replicas) removed: -3 x (0.063222 + 0.033896) x 730 at max.
-    assert result.total_monthly_delta_usd.max == 2 * 8 * L4_REPLICA * 730 - 3 * (D("0.063222") + D("0.033896")) * 730
+    # text-embedder (2 CPU, 8Gi defaults, 1..3 replicas) removed: -3 x (0.063222 + 0.033896) x 730 at max; each
+    # service's 2 gateway pods with it (two added, one removed).
+    assert result.total_monthly_delta_usd.max == (2 * 8 * L4_REPLICA * 730 - 3 * (D("0.063222") + D("0.033896")) * 730
+                                                  + GATEWAYS_MONTHLY)
 
 
 def test_a_manifest_that_is_not_utf8_is_an_error_naming_the_file_not_a_traceback(
@@ -253,7 +262,7 @@ def test_expected_replicas_come_from_the_simulator_when_a_trace_and_a_profile_ar
     for side, price in ((vc.base, L4_REPLICA), (vc.head, A100_REPLICA)):
         r = side.replicas
         assert r.expected is not None and r.min <= r.expected <= r.max
-        assert side.monthly_usd.expected == r.expected * price * 730
+        assert side.monthly_usd.expected == r.expected * price * 730 + GATEWAYS_MONTHLY
     assert vc.monthly_delta_usd.expected == vc.head.monthly_usd.expected - vc.base.monthly_usd.expected
     # text-embedder (Utilization, minReplicas 1) is simulated too; the total's expected is known.
     assert result.total_monthly_delta_usd.expected == sum(s.monthly_delta_usd.expected for s in result.services)
@@ -340,3 +349,29 @@ def test_a_manifest_with_bad_metadata_is_refused_naming_metadata_not_spec_resour
     with pytest.raises(CostDiffError) as info:
         price_service("f.yaml", body, load_catalog())
     assert str(info.value).startswith(says), info.value
+
+
+@pytest.mark.parametrize(("gateway", "pods", "pod_price"), [
+    ({"enabled": False}, 0, GATEWAY_POD),
+    ({"replicas": 5}, 5, GATEWAY_POD),
+    ({"resources": {"cpu": "2", "memory": "4Gi"}}, 2, 2 * D("0.031611") + 4 * D("0.004237")),
+], ids=["turned-off", "more-pods", "bigger-pods"])
+def test_the_gateway_pods_are_priced_on_demand_as_the_ledger_charges_them(
+        gateway: dict[str, Any], pods: int, pod_price: Decimal) -> None:
+    # The ledger charges each gateway pod (modalscale.io/gateway) at its CPU and memory requests, on demand: turning
+    # the gateway off or changing its replicas or resources was "unchanged", +0.00, whatever it saved or cost.
+    doc = yaml.safe_load((EXAMPLES / "inferenceservice-fixed.yaml").read_text())  # Spot captioner, gateway default
+    base, _ = price_side([ManifestFile("base.yaml", yaml.safe_dump(doc))], CATALOG)
+    doc["spec"]["gateway"] = gateway
+    head, _ = price_side([ManifestFile("head.yaml", yaml.safe_dump(doc))], CATALOG)
+    (cap,) = diff(base, head).services
+    assert cap.change == "changed"
+    delta = (pods * pod_price - 2 * GATEWAY_POD) * 730
+    assert cap.monthly_delta_usd == ReplicaRange(delta, delta, delta)
+    assert cap.base is not None and cap.head is not None
+    base_gw, head_gw = cap.base.to_json()["gateway"], cap.head.to_json()["gateway"]
+    assert (base_gw["pods"], D(base_gw["usdPerPodHour"]), base_gw["pricingTier"]) == (2, GATEWAY_POD, "OnDemand")
+    if pods == 0:
+        assert head_gw is None
+    else:
+        assert (head_gw["pods"], D(head_gw["usdPerPodHour"]), head_gw["pricingTier"]) == (pods, pod_price, "OnDemand")
