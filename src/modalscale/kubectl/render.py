@@ -3,7 +3,10 @@
 Each command has a ``*_report`` function (objects in, a JSON-ready dict out: what ``-o json|yaml`` prints) and a
 ``render_*`` function (that dict in, kubectl-style text out: aligned columns, ages like ``5m``). Status fields are
 read as the operator writes them (``crds/*.yaml`` documents each one); a field that is missing or does not parse
-is shown as ``<none>``/``unknown``, never guessed. Money stays a decimal string in USD, as in status.
+is shown as ``<none>``/``unknown``, never guessed. A value this plugin does not know (an action, state or kind a
+newer operator wrote; the typed read of its part then fails) is shown as read, followed by
+:data:`UNKNOWN_TO_PLUGIN`, never hidden: the budget's state, period start, thresholds, enforced and Spot services and
+pending alerts fall back to the stored items. Money stays a decimal string in USD, as in status.
 
 Sources of the figures:
 
@@ -26,6 +29,8 @@ Sources of the figures:
 from __future__ import annotations
 
 import datetime as dt
+import enum
+import json
 import math
 from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
@@ -34,6 +39,8 @@ from typing import Any
 from modalscale.api.budgetpolicy import BudgetSpec, InvalidBudgetSpec, Threshold, ThresholdAction, parse_budget_spec
 from modalscale.api.isvc_status import AutoscalerRecord, IsvcStatus, format_time, read_isvc_status
 from modalscale.api.isvc_status import parse_time as read_time
+from modalscale.costmodel.budget.alerts import AlertKind
+from modalscale.costmodel.budget.state import BudgetState, SpotState
 from modalscale.costmodel.budget.status import BudgetStatus, read_budget_status
 from modalscale.costmodel.ledger import Ledger
 from modalscale.costmodel.money import display_usd
@@ -41,6 +48,8 @@ from modalscale.operator.isvc.objects import STAGE_IMAGE_ENCODER, TERMINATION_GR
 
 NONE = "<none>"
 """How kubectl shows an empty cell."""
+UNKNOWN_TO_PLUGIN = "(unknown to this plugin)"
+"""Follows a stored enum value this plugin does not know (written by a newer operator; upgrade the plugin)."""
 
 FEATURE_ORDER = ("arrival_rps", "forecast_rps", "mean_service_ms", "observed_service_ms", "predicted_p95_ms",
                  "observed_p95_ms", "offered_load_erlangs", "needed_replicas", "utilization_ratio")
@@ -98,6 +107,27 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str 
     cells = [[str(h) for h in headers]] + [[NONE if c is None or c == "" else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "\n".join(indent + "   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def shown_value(value: object, known: type[enum.Enum]) -> str | None:
+    """A stored enum value as text: as read, followed by :data:`UNKNOWN_TO_PLUGIN` when ``known`` has no such value
+    (a newer operator wrote it); None when absent or empty."""
+    if value is None or value == "":
+        return None
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if text in {m.value for m in known} else f"{text} {UNKNOWN_TO_PLUGIN}"
+
+
+def _stored(policy: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """The items of the list ``status.<key>`` as stored (objects only)."""
+    status = policy.get("status")
+    items = status.get(key) if isinstance(status, Mapping) else None
+    return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
+
+
+def _stored_text(policy: Mapping[str, Any], key: str) -> object:
+    status = policy.get("status")
+    return status.get(key) if isinstance(status, Mapping) else None
 
 
 def _usd(value: object) -> str:
@@ -313,7 +343,7 @@ def cost_report(isvc: Mapping[str, Any], policies: Sequence[Mapping[str, Any]], 
         entry = next((e for e in ledger.entries if e.key == key), None)
         if entry is None and not _selects(p, isvc):
             continue
-        enforced = next((e for e in ps.alert_state.enforced if (e.namespace, e.name) == key), None)
+        enforced = next((e for e in _enforced_items(p, ps) if (e["namespace"], e["name"]) == key), None)
         as_of = _time(ledger.observed_time)
         budgets.append({
             "budgetPolicy": _ref(p), "period": (p.get("spec") or {}).get("period"),
@@ -321,10 +351,10 @@ def cost_report(isvc: Mapping[str, Any], policies: Sequence[Mapping[str, Any]], 
             "spent": None if entry is None else _exact(entry.spent_usd),
             "costUSDPerHour": None if entry is None or entry.cost_usd_per_hour is None
             else _exact(entry.cost_usd_per_hour),
-            "asOf": as_of, "asOfAge": age(as_of, now), "state": _state(ps), "counted": entry is not None,
+            "asOf": as_of, "asOfAge": age(as_of, now), "state": _state(p, ps), "counted": entry is not None,
             "enforcement": None if enforced is None else {
-                "action": enforced.action.value, "maxReplicas": enforced.max_replicas, "dryRun": enforced.dry_run,
-                "message": enforced.describe()}})
+                "action": enforced["action"], "maxReplicas": enforced["maxReplicas"], "dryRun": enforced["dryRun"],
+                "message": enforced["message"]}})
     cost = None if status.cost_usd_per_hour is None else format(status.cost_usd_per_hour, "f")
     return {"inferenceService": _ref(isvc), "costUSDPerHour": cost,
             "readyReplicas": status.ready_replicas, "budgets": budgets, "policiesScope": policies_scope}
@@ -435,10 +465,73 @@ def _money(d: Decimal) -> str:
     return display_usd(d)
 
 
-def _threshold_items(spec: BudgetSpec | None, status: BudgetStatus) -> list[dict[str, Any]]:
+def _threshold_records(policy: Mapping[str, Any], status: BudgetStatus) -> dict[tuple[int, bool], dict[str, Any]]:
+    """``status.thresholds`` by (percent, forecast): ``crossed``, ``alertedThisPeriod`` and ``lastAlertTime``; as
+    stored when the typed read failed (a value a newer operator wrote elsewhere in the part)."""
+    a = status.alert_state
+    if a.records or not _stored(policy, "thresholds"):
+        return {(r.percent, r.forecast): {
+            "crossed": r.crossed, "lastAlertTime": _time(r.last_alert_time),
+            "alertedThisPeriod": r.alerted_period_start is not None and r.alerted_period_start == a.period_start}
+            for r in a.records}
+    start = parse_time(_stored_text(policy, "periodStart"))
+    out = {}
+    for item in _stored(policy, "thresholds"):
+        percent = item.get("percent")
+        if isinstance(percent, int) and not isinstance(percent, bool):
+            alerted = parse_time(item.get("alertedPeriodStart"))
+            last = item.get("lastAlertTime")
+            out[(percent, item.get("forecast") is True)] = {
+                "crossed": item.get("crossed") is True, "lastAlertTime": last if isinstance(last, str) else None,
+                "alertedThisPeriod": alerted is not None and alerted == start}
+    return out
+
+
+def _enforced_items(policy: Mapping[str, Any], status: BudgetStatus) -> list[dict[str, Any]]:
+    """``status.enforcedServices`` as report items; as stored (an unknown action named so) when the typed read
+    failed."""
+    if status.alert_state.enforced or not _stored(policy, "enforcedServices"):
+        return [{"namespace": e.namespace, "name": e.name, "action": e.action.value, "maxReplicas": e.max_replicas,
+                 "since": _time(e.since), "dryRun": e.dry_run, "message": e.describe()}
+                for e in status.alert_state.enforced]
+    return [{"namespace": i.get("namespace"), "name": i.get("name"),
+             "action": shown_value(i.get("action"), ThresholdAction), "maxReplicas": i.get("maxReplicas"),
+             "since": i.get("since"), "dryRun": i.get("dryRun") is True,
+             "message": i.get("message") if isinstance(i.get("message"), str) else ""}
+            for i in _stored(policy, "enforcedServices")]
+
+
+def _spot_items(policy: Mapping[str, Any], status: BudgetStatus) -> list[dict[str, Any]]:
+    """``status.spotServices`` as report items; as stored (an unknown state named so) when the typed read failed."""
+    if status.alert_state.spot or not _stored(policy, "spotServices"):
+        return [{"namespace": r.namespace, "name": r.name, "thresholdPercent": r.threshold_percent,
+                 "state": r.state.value, "since": _time(r.since), "dryRun": r.dry_run, "message": r.message,
+                 **({} if r.fallback_time is None else {"fallbackTime": _time(r.fallback_time)})}
+                for r in status.alert_state.spot]
+    return [{"namespace": i.get("namespace"), "name": i.get("name"), "thresholdPercent": i.get("thresholdPercent"),
+             "state": shown_value(i.get("state"), SpotState), "since": i.get("since"),
+             "dryRun": i.get("dryRun") is True, "message": _text(i.get("message"))}
+            for i in _stored(policy, "spotServices")]
+
+
+def _pending_items(policy: Mapping[str, Any], status: BudgetStatus) -> list[dict[str, Any]]:
+    """``status.pendingAlerts`` as report items; as stored (an unknown kind named so) when the typed read failed."""
+    if status.outbox or not _stored(policy, "pendingAlerts"):
+        return [{"notification": e.notification, "kind": e.message.kind.value,
+                 "thresholdsPercent": list(e.message.thresholds_percent), "severity": e.message.severity,
+                 "title": e.message.title, "attempts": e.attempts, "nextAttemptTime": _time(e.next_attempt_time),
+                 "lastReason": e.last_reason, "lastError": e.last_error} for e in status.outbox or ()]
+    return [{"notification": _text(i.get("notification")), "kind": shown_value(i.get("kind"), AlertKind),
+             "thresholdsPercent": i.get("thresholdsPercent") if isinstance(i.get("thresholdsPercent"), list) else [],
+             "severity": _text(i.get("severity")), "title": _text(i.get("title")), "attempts": i.get("attempts"),
+             "nextAttemptTime": _text(i.get("nextAttemptTime")), "lastReason": _text(i.get("lastReason")),
+             "lastError": _text(i.get("lastError"))} for i in _stored(policy, "pendingAlerts")]
+
+
+def _threshold_items(policy: Mapping[str, Any], spec: BudgetSpec | None, status: BudgetStatus
+                     ) -> list[dict[str, Any]]:
     """Spec thresholds (and the forecast alert) joined with their ``status.thresholds`` records."""
-    records = {(r.percent, r.forecast): r for r in status.alert_state.records}
-    start = status.alert_state.period_start
+    records = _threshold_records(policy, status)
     wanted: list[tuple[int, bool, list[str]]] = []
     if spec is not None:
         wanted = [(t.percent, False, [a.value for a in t.actions]) for t in spec.thresholds]
@@ -449,13 +542,11 @@ def _threshold_items(spec: BudgetSpec | None, status: BudgetStatus) -> list[dict
     limit = spec.limit.amount if spec is not None else None
     out = []
     for percent, forecast, actions in wanted:
-        r = records.get((percent, forecast))
+        r = records.get((percent, forecast), {})
         out.append({"percent": percent, "forecast": forecast,
                     "atSpend": None if limit is None else _money(limit * percent / 100), "actions": actions,
-                    "crossed": r is not None and r.crossed,
-                    "alertedThisPeriod": r is not None and r.alerted_period_start is not None
-                    and r.alerted_period_start == start,
-                    "lastAlertTime": None if r is None else _time(r.last_alert_time)})
+                    "crossed": r.get("crossed", False), "alertedThisPeriod": r.get("alertedThisPeriod", False),
+                    "lastAlertTime": r.get("lastAlertTime")})
     return out
 
 
@@ -470,7 +561,9 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
         ``enforcedServices``, ``spotServices``, ``rejectedTenants`` and ``tenants`` (per-tenant budgets),
         ``nextAction`` (:func:`next_action`), ``pendingAlerts``,
         ``services`` (the ledger, most spent first), ``conditions`` and ``specError`` (the operator's message when
-        the spec does not parse; the figures are then status only).
+        the spec does not parse; the figures are then status only), ``statusProblem`` (the first status field that
+        does not read) and ``statusShownAsStored`` (True when a part's typed read failed: its items are the stored
+        ones, an unknown value followed by :data:`UNKNOWN_TO_PLUGIN`).
     """
     status = read_budget_status(policy)
     raw_spec = policy.get("spec") or {}
@@ -485,39 +578,32 @@ def budget_report(policy: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]
     services = sorted((status.ledger or Ledger()).entries, key=lambda e: (-e.spent_usd, e.namespace, e.name))
     a = status.alert_state
     last = _time(status.last_evaluation_time)
+    enforced = _enforced_items(policy, status)
     return {
         "budgetPolicy": _ref(policy), "period": raw_spec.get("period"), "timeZone": raw_spec.get("timeZone", "UTC"),
-        "periodStart": _time(a.period_start), "periodEnd": _time(status.period_end),
-        "state": _state(status), "limit": None if limit is None else f"{limit:f}",
+        "periodStart": _time(a.period_start) or _text(_stored_text(policy, "periodStart")),
+        "periodEnd": _time(status.period_end),
+        "state": _state(policy, status), "limit": None if limit is None else f"{limit:f}",
         "spent": _exact(spent), "remaining": _exact(status.remaining_usd),
         "percentUsed": None if exact is None or not limit else f"{(exact * 100 / limit).quantize(Decimal('0.1')):f}",
         "burnRatePerHour": _exact(burn), "forecast": _exact(status.forecast_usd),
         "lastEvaluationTime": last, "lastEvaluationAge": age(last, now),
-        "thresholds": _threshold_items(spec, status),
-        "enforcedServices": [{"namespace": e.namespace, "name": e.name, "action": e.action.value,
-                              "maxReplicas": e.max_replicas, "since": _time(e.since), "dryRun": e.dry_run,
-                              "message": e.describe()}
-                             for e in a.enforced],
-        "spotServices": [{"namespace": r.namespace, "name": r.name, "thresholdPercent": r.threshold_percent,
-                          "state": r.state.value, "since": _time(r.since), "dryRun": r.dry_run, "message": r.message,
-                          **({} if r.fallback_time is None else {"fallbackTime": _time(r.fallback_time)})}
-                         for r in a.spot],
+        "thresholds": _threshold_items(policy, spec, status),
+        "enforcedServices": enforced,
+        "spotServices": _spot_items(policy, status),
         "rejectedTenants": [{"namespace": r.namespace, "name": r.name, "tenant": r.tenant,
                              "thresholdPercent": r.threshold_percent, "since": _time(r.since),
                              "until": _time(r.until), "dryRun": r.dry_run} for r in status.rejections],
         "tenants": list(spec.selector.tenants) if spec is not None else [],
         "nextAction": None if spec is None else next_action(spec, exact, burn, frozenset(
-            e.action.value for e in a.enforced)),
-        "pendingAlerts": [{"notification": e.notification, "kind": e.message.kind.value,
-                           "thresholdsPercent": list(e.message.thresholds_percent), "severity": e.message.severity,
-                           "title": e.message.title, "attempts": e.attempts,
-                           "nextAttemptTime": _time(e.next_attempt_time),
-                           "lastReason": e.last_reason, "lastError": e.last_error} for e in status.outbox or ()],
+            e["action"] for e in enforced)),
+        "pendingAlerts": _pending_items(policy, status),
         "services": [{"namespace": e.namespace, "name": e.name, "replicas": e.replicas,
                       "costUSDPerHour": None if e.cost_usd_per_hour is None else _exact(e.cost_usd_per_hour),
                       "spent": _exact(e.spent_usd)} for e in services],
         "conditions": conditions_rows({"conditions": list(status.conditions)}, now), "specError": spec_error,
-        "statusProblem": status.problem or next(iter(status.display_problems), None)}
+        "statusProblem": status.problem or next(iter(status.display_problems), None),
+        "statusShownAsStored": status.problem is not None}
 
 
 def _exact_spent(spec: BudgetSpec | None, status: BudgetStatus) -> Decimal | None:
@@ -543,8 +629,16 @@ def _exact(value: Decimal | None) -> str | None:
     return None if value is None else f"{value:f}"
 
 
-def _state(status: BudgetStatus) -> str | None:
-    return None if status.alert_state.state is None else status.alert_state.state.value
+def _state(policy: Mapping[str, Any], status: BudgetStatus) -> str | None:
+    """``status.state``: as read (an unknown one named so) when the typed read failed."""
+    if status.alert_state.state is not None:
+        return status.alert_state.state.value
+    return shown_value(_stored_text(policy, "state"), BudgetState)
+
+
+def _text(value: object) -> str | None:
+    """A stored string as is; None for anything else."""
+    return value if isinstance(value, str) else None
 
 
 def render_budget(report: Mapping[str, Any]) -> str:
@@ -554,7 +648,10 @@ def render_budget(report: Mapping[str, Any]) -> str:
              f"{r['state'] or 'not evaluated yet'}"]
     if r["specError"]:
         lines.append(f"  spec does not parse (the operator refuses it too): {r['specError']}")
-    if r["statusProblem"]:
+    if r["statusProblem"] and r.get("statusShownAsStored"):
+        lines.append(f"  status does not read here (its items are shown below as stored, a value this plugin does "
+                     f"not know named so: a newer operator wrote it; upgrade the plugin): {r['statusProblem']}")
+    elif r["statusProblem"]:
         lines.append(f"  status does not read (shown as absent below): {r['statusProblem']}")
     lines += [f"  Period:     {r['periodStart'] or NONE} .. {r['periodEnd'] or NONE}",
               f"  Spent:      {_usd(r['spent'])} of {_usd(r['limit'])}"

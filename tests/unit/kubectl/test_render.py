@@ -254,3 +254,40 @@ def test_budget_of_a_tenant_policy_names_the_tenants_and_the_services_refusing_t
     assert "Tenants: acme" in text
     assert any(line.split()[:3] == ["ml/vc", "acme", "2026-11-30T10:30:00Z"] for line in text.splitlines()), text
     assert [t["actions"] for t in report["thresholds"]] == [["Alert", "Reject"]]
+
+
+def test_values_a_newer_operator_wrote_are_shown_as_read_and_called_unknown_never_hidden() -> None:
+    # An action, a Spot state, an alert kind and a budget state this plugin does not know: the typed read of the
+    # whole part failed, and the plugin showed "Enforced now: <none>", "state not evaluated yet", every threshold
+    # "not crossed" and "Pending alerts: <none>", hiding what the operator is doing.
+    policy = evaluated_policy()
+    status = policy["status"]
+    status["enforcedServices"][0]["action"] = "Throttle"
+    status["spotServices"] = [{"namespace": "ml", "name": "vc", "thresholdPercent": 50, "state": "Preempted",
+                               "since": "2026-11-30T11:00:00Z"}]
+    status["state"] = "Frozen"
+    status["pendingAlerts"][0]["kind"] = "TenantSpike"
+    report = budget_report(policy, NOW)
+    assert report["statusProblem"] is not None and "Throttle" in report["statusProblem"]
+    assert report["state"] == "Frozen (unknown to this plugin)"
+    assert [(e["namespace"], e["name"], e["action"], e["maxReplicas"], e["message"])
+            for e in report["enforcedServices"]] == [
+        ("ml", "vc", "Throttle (unknown to this plugin)", 1, "at most 1 replica(s)")]
+    assert [(s["name"], s["state"]) for s in report["spotServices"]] == [("vc", "Preempted (unknown to this plugin)")]
+    assert [(t["percent"], t["crossed"], t["alertedThisPeriod"]) for t in report["thresholds"]] == [
+        (50, True, True), (100, False, False)]
+    assert [(a["notification"], a["kind"]) for a in report["pendingAlerts"]] == [
+        ("team-slack", "TenantSpike (unknown to this plugin)")]
+    assert report["periodStart"] == "2026-11-30T00:00:00Z"
+    text = render_budget(report)
+    assert "Enforced now: <none>" not in text and "Pending alerts: <none>" not in text
+    assert "state Frozen (unknown to this plugin)" in text
+    assert any(line.split()[:3] == ["ml/vc", "Throttle", "(unknown"] for line in text.splitlines()), text
+    assert "Preempted (unknown to this plugin)" in text and "TenantSpike (unknown to this plugin)" in text
+    assert "status does not read here (its items are shown below as stored" in text
+    cost = cost_report(scaled_isvc(), [policy], NOW)
+    (budget,) = cost["budgets"]
+    assert budget["state"] == "Frozen (unknown to this plugin)"
+    assert budget["enforcement"] is not None and budget["enforcement"]["action"] == "Throttle (unknown to this plugin)"
+    assert "Throttle (unknown to this plugin): at most 1 replica(s)" in render_cost(cost)
+    assert json.loads(json.dumps(report)) == report
