@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from modalscale import __version__
+from modalscale.api.names import is_dns_subdomain
 from modalscale.costmodel.anomaly import AnomalyConfig
 from modalscale.operator.budget.plan import HEARTBEAT_MIN_S
 from modalscale.operator.isvc.objects import NODE_LOSS_TOLERATION_S
@@ -24,8 +24,6 @@ SETTINGS_ENV = frozenset({
 """Every environment variable :meth:`Settings.from_env` reads (a ``MODALSCALE_*`` name that is neither this nor
 :data:`OTHER_COMMANDS_ENV` is an error: most likely a typo)."""
 
-_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-"""A Kubernetes object name (RFC 1123 subdomain), as a Secret's."""
 
 OTHER_COMMANDS_ENV: dict[str, str] = {
     "MODALSCALE_REAL_NODE": "modalscale cluster up / the demo / the tests: run the real kubelet node or not",
@@ -192,7 +190,7 @@ class Settings:
         pull_secrets = tuple(n.strip() for n in environ.get("MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS", "").split(",")
                              if n.strip())
         for secret in pull_secrets:
-            if not _DNS_SUBDOMAIN.fullmatch(secret):
+            if not is_dns_subdomain(secret):
                 errors.append(f"MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS: {secret!r} is not a Secret name (lowercase "
                               f"letters, digits, '-' and '.', at most 253 characters), e.g. regcred")
         scraper: dict[str, str] = {}

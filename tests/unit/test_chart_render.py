@@ -176,3 +176,12 @@ def test_the_image_pull_secrets_reach_the_gateway_pods_through_the_operators_set
     settings = Settings.from_env({"MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS": names})
     assert settings.gateway_image_pull_secrets == ("regcred", "mirror.creds")
     assert "MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS" not in env_of(deployment(template(tmp_path)))
+
+
+@pytest.mark.parametrize("name", ["a..b", "regcred.-x"])
+def test_an_image_pull_secret_name_the_operator_refuses_fails_the_install(tmp_path: Path, name: str) -> None:
+    # The schema took any mix of '.' and '-' inside a name; the operator's settings (and Kubernetes) refuse 'a..b',
+    # so `helm install` succeeded and the new operator pods crash-looped on MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS.
+    proc = helm_template(tmp_path, {"imagePullSecrets": [{"name": name}]})
+    assert proc.returncode != 0 and "values don't meet the specifications of the schema" in proc.stderr
+    assert "imagePullSecrets" in proc.stderr

@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from modalscale.api.errors import InvalidSpec
+from modalscale.api.names import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_MAX_CHARS, DNS_SUBDOMAIN_PATTERN
 
 
 class Period(str, enum.Enum):
@@ -121,10 +122,6 @@ JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 CelInt = Annotated[int, BeforeValidator(_cel_integer)]
 """An integer inside an object a CEL rule reads (``thresholds[]``): a JSON integer only (:func:`_cel_integer`)."""
 
-DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-"""A DNS-1123 label (namespaces, ``notifications[].name``), as the CRD says; at most 63 characters."""
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
-"""A DNS-1123 subdomain (a Secret's name), as the CRD says; at most 253 characters."""
 TIME_ZONE_PATTERN = r"^(UTC|[A-Za-z]+(/[A-Za-z0-9_+-]+){1,2})$"
 """``spec.timeZone``'s ``pattern`` in the CRD (``maxLength`` :data:`TIME_ZONE_MAX_CHARS`)."""
 TIME_ZONE_MAX_CHARS = 64
@@ -353,7 +350,7 @@ SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 
 
 class SecretRef(_Spec):
-    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    name: str = Field(min_length=1, max_length=DNS_SUBDOMAIN_MAX_CHARS, pattern=DNS_SUBDOMAIN_PATTERN)
     url_key: str = Field(default="url", alias="urlKey", min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
     signing_secret_key: str | None = Field(default=None, alias="signingSecretKey", min_length=1, max_length=253,
                                            pattern=SECRET_KEY_PATTERN)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from modalscale.api.errors import InvalidSpec
+from modalscale.api.names import DNS_SUBDOMAIN_PATTERN
 from modalscale.api.quantities import InvalidQuantity, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -115,7 +116,7 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
 """The properties of every object in the CRD's ``spec`` schema (a unit test holds this equal to the CRD)."""
 
 _MODEL_NAME = re.compile(r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$")
-_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_OBJECT_NAME = re.compile(DNS_SUBDOMAIN_PATTERN)
 _VERSION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GPU_TYPE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _CPU = re.compile(r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$")
