@@ -26,8 +26,12 @@ The rule (:func:`allocate`), for one InferenceService and one window ``[at - win
   over go one each to the rows with the largest remainders (Hamilton's largest-remainder method), ties to the
   first row in (kind, tenant, modality) order with the idle row last. Per-request prices are
   ``row usd / requests`` rounded half-even to 1e-9 USD: a display figure, never summed.
+* **Pods beside the replicas**: the ledger's spend also holds the pods it charges that are not replicas (the
+  request gateway's, at zero replicas too, and a staged service's image encoder pool); their cost is split as the
+  replicas' is. With no replica-second and no request in the window (a service scaled to zero whose gateway ran) the
+  whole spend is the idle row, with a note.
 * **Bad input is refused, never priced**: NaN, infinite or negative figures, a (tenant, modality) given twice,
-  spend over zero replica-seconds, or a counter that reset inside the window raise :class:`ShowbackInputError`
+  or a counter that reset inside the window raise :class:`ShowbackInputError`
   naming the field. A reset is accepted only when the caller says so (``accept_counter_resets=True``: Prometheus'
   ``increase()`` already adds the counts from before and after a restart, losing at most what the process counted
   after its last scrape); the row then carries the flag ``CounterReset`` and the result ``partial=True``.
@@ -222,9 +226,6 @@ def _validate(window: ServiceWindow, usage: Sequence[TenantUsage], accept_counte
         raise ShowbackInputError(f"{ref}.spend_usd", f"{window.spend_usd} is finer than the ledger's 1e-9 USD; "
                                                      "round it with money.quantize_ledger_usd first")
     available = _figure(window.available_replica_s, f"{ref}.available_replica_s")
-    if available == 0 and window.spend_usd > 0:
-        raise ShowbackInputError(f"{ref}.available_replica_s", f"0 replica-seconds but {window.spend_usd} USD spent: "
-                                                               "spend and capacity must cover the same window")
     seen: set[tuple[str, str]] = set()
     checked = []
     for u in usage:
@@ -272,8 +273,8 @@ def allocate(window: ServiceWindow, usage: Sequence[TenantUsage], *,
         :class:`ServiceShowback`: request rows sorted by (tenant, modality), then the idle row (always present,
         possibly 0 USD); ``sum(row.usd) == window.spend_usd`` exactly.
     Raises:
-        ShowbackInputError: NaN, infinite or negative figures, a pair given twice, spend finer than 1e-9 USD, spend
-            over 0 replica-seconds, or a counter reset when not accepted (the message names the field).
+        ShowbackInputError: NaN, infinite or negative figures, a pair given twice, spend finer than 1e-9 USD, or a
+            counter reset when not accepted (the message names the field).
     """
     spend, available, checked = _validate(window, usage, accept_counter_resets)
     checked.sort(key=lambda c: (c[0].tenant, c[0].modality))
@@ -281,8 +282,8 @@ def allocate(window: ServiceWindow, usage: Sequence[TenantUsage], *,
     oversubscribed = used > available
     denominator = Fraction(max(used, available))
     idle_s = Decimal(0) if oversubscribed else available - used
-    if denominator == 0:
-        weights = [Fraction(0)] * (len(checked) + 1)
+    if denominator == 0:  # no replica ran and no request used one: what was spent (gateway pods) is idle
+        weights = [Fraction(0)] * len(checked) + [Fraction(1)]
     else:
         weights = [Fraction(f["service_s"]) / denominator for _, f in checked] + [Fraction(idle_s) / denominator]
     quanta = _largest_remainder(int(spend / LEDGER_QUANTUM_USD), weights)
@@ -300,6 +301,10 @@ def allocate(window: ServiceWindow, usage: Sequence[TenantUsage], *,
     if oversubscribed:
         notes.append(f"{window.namespace}/{window.name}: requests used {used} replica-seconds of {available} run "
                      "(concurrent requests overlap); shares are of the used seconds and idle is 0")
+    if denominator == 0 and spend > 0:
+        notes.append(f"{window.namespace}/{window.name}: no replica ran in the window but {spend} USD was spent (the "
+                     "pods the ledger charges beside the replicas: the request gateway's, an image encoder pool's): "
+                     "all idle")
     if partial:
         notes.append(f"{window.namespace}/{window.name}: a gateway counter reset inside the window; rows flagged "
                      f"{COUNTER_RESET} are lower bounds")

@@ -307,3 +307,18 @@ def test_a_prometheus_url_without_http_is_a_usage_error_naming_the_flag(
     assert main(["cost", "showback", "--prometheus-url", url]) == 2
     err = capsys.readouterr().err
     assert err.startswith("modalscale cost showback: --prometheus-url: ") and "not an http:// or https:// URL" in err
+
+
+def test_a_service_at_zero_replicas_whose_gateway_pods_still_ran_is_all_idle_not_an_error() -> None:
+    # Scaled to zero for the whole hour, its 2 gateway pods (100m, 256Mi) still ran and the ledger charged them:
+    # 2 x 0.00422035 USD/h = 0.008440700 USD over 0 replica-seconds. Showback refused the service ("not priced",
+    # exit 1) and `cost export --by-tenant` left its row unsplit; it is capacity no request used: idle.
+    from modalscale.costmodel.showback import IDLE
+    from modalscale.operator.showback import LedgerWindow
+
+    ledger = {("ml", "vc"): LedgerWindow(Decimal("0.008440700"), Decimal(0), 1.0)}
+    result = build_showback(ledger, {}, END - dt.timedelta(hours=1), END)
+    assert result.errors == []
+    assert [(r.kind, r.usd, r.replica_s) for r in result.rows] == [(IDLE, Decimal("0.008440700"), Decimal(0))]
+    assert result.spend_usd == Decimal("0.008440700")
+    assert any("ml/vc" in n and "no replica ran" in n for n in result.notes), result.notes
