@@ -458,6 +458,8 @@ class ClosedPeriod:
     period_start: datetime
     period_end: datetime
     spent_usd: Decimal
+    spent_by_service: tuple[tuple[tuple[str, str], Decimal], ...] = ()
+    """Its final spend per (namespace, name), USD, sorted; they sum to :attr:`spent_usd`."""
 
 
 @dataclass(frozen=True)
@@ -533,7 +535,7 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
     unpriced: list[UnpricedInterval] = []
     current_spent: dict[tuple[str, str], Decimal] = {}
     unheard: dict[tuple[str, str], tuple[tuple[str, datetime], ...]] = {}
-    closing_spent = Decimal(0)
+    closing: dict[tuple[str, str], Decimal] = {}  # per service, the period that closes (a new period only)
     raw = {(o.namespace, o.name): o for o in observations}
     for entry, t0, pods in _integration_work(ledger, obs, by_key, window):
         credit = _credit_microseconds(entry, t0, pods, raw.get(entry.key), window.since)
@@ -545,16 +547,16 @@ def advance(ledger: Ledger, observations: Sequence[ServiceObservation] | Iterabl
             unpriced.append(missing)
         spent = entry.spent_usd if window.carry else Decimal(0)
         if not window.carry:
-            closing_spent += entry.spent_usd
+            closing[entry.key] = closing.get(entry.key, Decimal(0)) + entry.spent_usd
         for seg in charged:
             if seg.counted:
                 spent += seg.cost_usd
             elif not window.carry and seg.period_start == ledger.period_start:
-                closing_spent += seg.cost_usd
+                closing[entry.key] = closing.get(entry.key, Decimal(0)) + seg.cost_usd
         # A take-back (a silent node's pod) is rounded once, its charges once per interval: it can exceed them by a
         # few 1e-9. A service costs 0 or more.
         current_spent[entry.key] = max(spent, Decimal(0))
-    closed = _closed_period(ledger, window, period, tz, closing_spent)
+    closed = _closed_period(ledger, window, period, tz, closing)
     late = {(o.namespace, o.name): _late_bound(o, window.now) for o in obs}
     uncounted = {(o.namespace, o.name): _uncounted(o, window.now) for o in obs}
     entries = _next_entries(ledger, obs, current_spent, unheard, late, uncounted)
@@ -821,13 +823,15 @@ def _unheard_after(entry: LedgerEntry, t0: datetime | None, pods: tuple[PodRun, 
     return tuple(sorted(out)[:MAX_UNHEARD_PODS])
 
 
-def _closed_period(ledger: Ledger, window: _Window, period: Period | str, tz: str, closing_spent: Decimal
-                   ) -> ClosedPeriod | None:
-    """The period the ledger was accumulating, with its final spend, when this evaluation started a new one."""
+def _closed_period(ledger: Ledger, window: _Window, period: Period | str, tz: str,
+                   closing: Mapping[tuple[str, str], Decimal]) -> ClosedPeriod | None:
+    """The period the ledger was accumulating, with its final spend (in all and per service), when this evaluation
+    started a new one."""
     if not window.new_period or ledger.period_start is None:
         return None
     _, closed_end = period_bounds(period, tz, ledger.period_start)
-    return ClosedPeriod(ledger.period_start, min(closed_end, window.period_start), closing_spent)
+    return ClosedPeriod(ledger.period_start, min(closed_end, window.period_start), sum(closing.values(), Decimal(0)),
+                        tuple(sorted(closing.items())))
 
 
 def _kept_in_force(ledger: Ledger, entries: tuple[LedgerEntry, ...]) -> tuple[LedgerEntry, ...]:

@@ -79,9 +79,11 @@ class LedgerSpendCollector(Collector):
     rate sampled at evaluations cannot show (it is in force only from the evaluation that saw the change, and
     leaves terminating pods out). The running total is exact at each evaluation; stamped with that evaluation's
     time (Prometheus keeps exposition timestamps, ``honor_timestamps``), a reader interpolates between
-    evaluations instead of lagging one scrape and one evaluation behind. It drops to the new period's spend when
-    a period starts, which Prometheus reads as a counter reset (``rate()``, ``increase()`` and the reader count the
-    value after the drop as the increase).
+    evaluations instead of lagging one scrape and one evaluation behind. The evaluation that closes a period sets
+    the closed period's final spend stamped at its end (``operator.budget.plan.exported_spend``), so the tail from
+    its last evaluation to its end is in a sample; the next one drops to the new period's spend, which Prometheus
+    reads as a counter reset (``rate()``, ``increase()`` and the reader count the value after the drop as the
+    increase).
     """
 
     def __init__(self) -> None:

@@ -134,7 +134,7 @@ from modalscale.costmodel.budget import (
 from modalscale.costmodel.budget.status import BudgetStatus, read_budget_status, status_of_plan, write_budget_status
 from modalscale.costmodel.catalog import Catalog, ReplicaResources
 from modalscale.costmodel.evaluation import evaluate_budget
-from modalscale.costmodel.ledger import Ledger, LedgerFormatError, PodRun, parse_time
+from modalscale.costmodel.ledger import ClosedPeriod, Ledger, LedgerFormatError, PodRun, parse_time
 from modalscale.costmodel.outbox import (
     Abandoned,
     Attempt,
@@ -689,7 +689,8 @@ class PolicyPlan:
             the status is written).
         anomaly_state: The services in an anomaly after this evaluation (as written to ``status.spendAnomalies``).
         ledger_spent_usd: The ledger's spend per service in the current period up to ``ledger_observed_time``
-            (this evaluation's ``now`` floored to the second), USD; exported as
+            (this evaluation's ``now`` floored to the second; :func:`exported_spend`: the closed period's final
+            spend at its end from the evaluation that closed it), USD; exported as
             ``modalscale_budget_service_spend_usd_total`` once the status is written. The same figures whether
             or not this evaluation writes the ledger (one that does not computes them from the stored ledger, as
             the next one that writes will). None when the ledger was not read (a hold): the exported figures
@@ -1172,10 +1173,24 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     beat_s = heartbeat_s(spec.evaluation_interval_s, status_heartbeat_min_s)
     patch = write_budget_status(desired, policy, heartbeat_s=beat_s, now=now)
     events = _policy_events(status, conditions, old_conditions, ready, plan, alerts, update.abandoned) if patch else []
+    spent, spent_at = exported_spend(evaluation.advance.closed_period, ledger)
     return PolicyPlan(writes, patch, events, alerts if patch else (), spec.notifications,
                       spec.evaluation_interval_s, plan, sends,
                       next_due_s(pending, now, {*in_flight, *(e.key for e in sends)}), samples, anomaly_state,
-                      {e.key: e.spent_usd for e in ledger.entries}, ledger.observed_time)
+                      spent, spent_at)
+
+
+def exported_spend(closed: ClosedPeriod | None, ledger: Ledger
+                   ) -> tuple[dict[tuple[str, str], Decimal], dt.datetime | None]:
+    """What ``modalscale_budget_service_spend_usd_total`` carries after an evaluation, and its time: the ledger's
+    spend per service in the current period up to its ``observedTime``; from the evaluation that closed a period,
+    that period's final spend per service at its end instead (the next evaluation exports the new period's). A
+    reader of the running total then sees the closed period's tail (its last evaluation to its end, charged to it)
+    and the new period from its start; with the new period's first figure only, a drop read as a reset, the tail
+    was in no sample (showback over midnight lost up to an evaluation interval of spend)."""
+    if closed is not None:
+        return dict(closed.spent_by_service), closed.period_end
+    return {e.key: e.spent_usd for e in ledger.entries}, ledger.observed_time
 
 
 def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> list[AnnotationWrite]:

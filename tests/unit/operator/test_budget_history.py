@@ -261,3 +261,37 @@ def test_each_evaluation_exports_the_ledgers_spend_written_or_not_and_a_hold_exp
     held = plan_policy(persisted(stored, {"spendAnomalies": [{"namespace": "ml", "name": "vc"}]}), TEN, CATALOG,
                        [], later)
     assert held.ledger_spent_usd is None
+
+
+def test_the_evaluation_that_closes_a_period_exports_its_final_spend_at_the_periods_end() -> None:
+    """Showback reads the spend between two samples of the running total; a drop is a new period whose value after
+    it is the increase. The evaluation that crossed midnight exported the new period's 30 s at 00:00:30, so the old
+    period's tail (23:59:30 -> midnight, charged to the closed period) was in no sample: a window over midnight lost
+    it (with hourly evaluations up to an hour of spend). It now exports the closed period's final spend per service
+    stamped at the period's end; the next evaluation exports the new period's from there."""
+    from modalscale.operator.showback import spend_over_window
+
+    policy = make_policy()
+    before = T0.replace(hour=23, minute=59, second=30)
+    first = plan_policy(policy, TEN, CATALOG, [], T0)  # 10:00: the day's spend is far above a minute's
+    stored = persisted(policy, first.status_patch)
+    last_of_day = plan_policy(stored, TEN, CATALOG, [], before)
+    stored = persisted(stored, last_of_day.status_patch)
+    midnight = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    rollover = plan_policy(stored, TEN, CATALOG, [], midnight + dt.timedelta(seconds=30))
+    stored = persisted(stored, rollover.status_patch)
+    after = plan_policy(stored, TEN, CATALOG, [], midnight + dt.timedelta(seconds=90))
+    rate_usd_per_s = Decimal(stored["status"]["ledger"]["services"][0]["costUSDPerHour"]) / 3600
+    assert last_of_day.ledger_spent_usd is not None and rollover.ledger_spent_usd is not None
+    assert rollover.ledger_observed_time == midnight
+    assert abs(rollover.ledger_spent_usd[KEY] - last_of_day.ledger_spent_usd[KEY] - 30 * rate_usd_per_s) < Decimal(
+        "1e-8")
+    assert after.ledger_observed_time == midnight + dt.timedelta(seconds=90)
+    assert after.ledger_spent_usd is not None and abs(after.ledger_spent_usd[KEY] - 90 * rate_usd_per_s) < Decimal(
+        "1e-8")
+    # The reader over [23:59:30, 00:01:30]: 120 s of spend, the tail included (it read 90 s).
+    samples = [(p.ledger_observed_time.timestamp(), float(p.ledger_spent_usd[KEY]))
+               for p in (first, last_of_day, rollover, after)
+               if p.ledger_observed_time is not None and p.ledger_spent_usd is not None]
+    usd, _ = spend_over_window(samples, before.timestamp(), samples[-1][0], None)
+    assert abs(Decimal(repr(usd)) - 120 * rate_usd_per_s) < Decimal("1e-7")
