@@ -434,9 +434,21 @@ def _record(r: ShowbackRow, by: Sequence[str]) -> dict[str, str]:
     return rec
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""First characters with which a spreadsheet reads a CSV cell as a formula (OWASP, CSV injection)."""
+
+
+def spreadsheet_text(cell: str) -> str:
+    """A CSV cell a spreadsheet shows as text: one that starts with one of :data:`FORMULA_STARTS` gets a leading
+    ``'`` (OWASP's CSV-injection defence). A tenant is any client's header value (``=HYPERLINK(...)`` would be a live
+    link in the sheet); the amounts and counts are never negative, so they are never changed."""
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
+
+
 def render(result: Showback, by: Sequence[str], fmt: str) -> str:
     """The rows grouped ``by`` as ``table`` (people: cents, idle rows named ``(idle)``), ``json`` or ``csv``
-    (exact: 1e-9 USD, one row per group, the idle rows with empty tenant and modality and kind ``idle``).
+    (exact: 1e-9 USD, one row per group, the idle rows with empty tenant and modality and kind ``idle``; a cell a
+    spreadsheet would read as a formula starts with ``'``, :func:`spreadsheet_text`).
 
     Raises:
         ValueError: An unknown format, or ``by`` (via :func:`aggregate`).
@@ -460,7 +472,7 @@ def render(result: Showback, by: Sequence[str], fmt: str) -> str:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=[*by, *COLUMNS], lineterminator="\r\n")
         writer.writeheader()
-        writer.writerows(records)
+        writer.writerows({k: spreadsheet_text(v) for k, v in rec.items()} for rec in records)
         return buf.getvalue()
     if fmt != "table":
         raise ValueError(f"--format: {fmt!r}; give one of {', '.join(FORMATS)}")

