@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -174,15 +174,20 @@ def _driver(sample: BurnSample, s: Score) -> str:
 
 
 def detect(history: Mapping[tuple[str, str], Sequence[BurnSample]], state: AnomalyState,
-           cfg: AnomalyConfig = AnomalyConfig()) -> tuple[list[Anomaly], AnomalyState]:
+           cfg: AnomalyConfig = AnomalyConfig(), in_scope: Collection[tuple[str, str]] | None = None
+           ) -> tuple[list[Anomaly], AnomalyState]:
     """Decide, for the newest sample of each service, whether an anomaly starts, lasts or ends.
 
     Args:
         history: (namespace, name) -> that service's samples, oldest first; the last one is "now".
         state: From the previous call (``AnomalyState()`` the first time).
+        in_scope: The services still watched, with a sample now or not (default: those of ``history`` with
+            samples). An active anomaly of a service in scope without a sample now (its burn rate could not be
+            read) is held as it was: nothing is decided on data that could not be read. Only a service out of
+            scope (no longer selected) is forgotten.
     Returns:
-        (anomalies that started now: alert each once, the new state). A service with too little history keeps
-        its state.
+        (anomalies that started now: alert each once, the new state). A service with too little history, or
+        without a sample now, keeps its state.
     """
     started: list[Anomaly] = []
     active, calm = dict(state.active), dict(state.calm_since)
@@ -202,8 +207,9 @@ def detect(history: Mapping[tuple[str, str], Sequence[BurnSample]], state: Anoma
         elif sc.z >= cfg.z_threshold and excess >= cfg.min_excess_usd_per_hour:
             active[key] = now.time
             started.append(Anomaly(key[0], key[1], now, sc, _driver(now, sc)))
+    scope = {k for k, v in history.items() if v} if in_scope is None else set(in_scope)
     for key in list(active):
-        if not history.get(key):
+        if key not in scope:
             active.pop(key, None)
             calm.pop(key, None)
     return started, AnomalyState(active, calm)

@@ -965,13 +965,15 @@ def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
                      drivers: tuple[Sequence[ServiceState], TenantUsageRead | None] = ((), None)
                      ) -> tuple[tuple[BudgetAlert, ...], AnomalyState]:
     """The budget plan's alerts plus one ``SpendAnomaly`` alert naming the services whose sample leaves their own
-    history, and the anomaly state after it; no anomaly is decided on a history that could not be read. The
-    alerts name the top tenants and modalities of ``drivers`` (the selected services, what showback read):
-    :func:`with_drivers`."""
+    history, and the anomaly state after it; no anomaly is decided on a history that could not be read, and a
+    selected service (of ``drivers``) without a sample now keeps its anomaly state. The alerts name the top
+    tenants and modalities of ``drivers`` (the selected services, what showback read): :func:`with_drivers`."""
     series = {k: [*(history or {}).get(k, ()), v] for k, v in samples.items()}
     started: list[Anomaly] = []
     if history_read is None or history_read.ok:  # never decide on a history that could not be read
-        started, state = detect(series, state, config)
+        # A selected service without a sample now (replicas or price unknown) keeps its anomaly as stored.
+        selected = {*samples, *((s.namespace, s.name) for s in drivers[0])}
+        started, state = detect(series, state, config, in_scope=selected)
     alerts = plan.alerts
     if started:
         alerts += (spend_anomaly_alert(plan, spec, ref, [a.describe() for a in started],

@@ -113,3 +113,16 @@ def test_on_a_simulated_replica_timeline_quiet_stays_quiet_and_an_injected_spike
     assert found.driver == "replicas" and found.score.baseline == "seasonal"
     # found once the spike fills half of the 120 s smoothing window: the 4th or 5th sample of 15 s
     assert 45 <= (found.sample.time - quiet[start].time).total_seconds() <= 60
+
+
+def test_an_active_anomaly_without_a_sample_now_is_held_while_in_scope_and_forgotten_out_of_it() -> None:
+    flat = [BurnSample(T0 + timedelta(minutes=i), 2 * PRICE, 2, PRICE) for i in range(60)]
+    high = [BurnSample(T0 + timedelta(minutes=60 + i), 8 * PRICE, 8, PRICE) for i in range(2)]
+    found, state = detect({("ml", "vc"): flat + high}, AnomalyState())
+    assert len(found) == 1 and ("ml", "vc") in state.active
+    # The next evaluation could not read its burn rate: no sample, still selected -> held, not ended.
+    found, held = detect({}, state, in_scope={("ml", "vc")})
+    assert found == [] and held == state
+    # No longer selected: forgotten (as without in_scope, whose default is the services with samples).
+    assert detect({}, state, in_scope=set())[1] == AnomalyState()
+    assert detect({}, state)[1] == AnomalyState()

@@ -888,3 +888,28 @@ def test_a_time_zone_change_mid_period_keeps_the_cap_and_re_alerts_nothing_throu
     assert not any(e[1] in ("EnforcementLifted", "Recovered") for e in moved.events), moved.events
     assert moved.status_patch["periodStart"] == "2026-11-30T05:00:00Z"
     assert moved.status_patch["spent"] == "1.21"  # 1.200250478 + 30 s at 0.600125239 USD/h, not reset
+
+
+def test_a_service_whose_replicas_cannot_be_read_keeps_its_spend_anomaly_and_is_not_alerted_again() -> None:
+    """A service in an anomaly whose pods could not be listed has no burn sample this evaluation: nothing is known
+    about it, so its anomaly neither ends nor restarts. It was dropped from ``status.spendAnomalies`` as if the
+    service were gone, and the next readable evaluation, still at 10 replicas, alerted the same anomaly again."""
+    from modalscale.costmodel.anomaly import BurnSample
+
+    price = 0.600125239  # one L4 replica of make_isvc
+    history = {("ml", "vc"): [BurnSample(T0 - dt.timedelta(minutes=40 - i), 2 * price, 2, price) for i in range(40)]}
+    policy = make_policy(notifications=[{"name": "room", "type": "Slack", "secretRef": {"name": "hook"}}])
+    ten = observed(make_isvc(), pods={"ml": [make_pod("vc", n) for n in range(10)]})
+    first = plan_policy(policy, ten, CATALOG, [], T0, history=history)
+    assert [a.kind.value for a in first.alerts] == ["SpendAnomaly"]
+    history[("ml", "vc")].append(first.burn_samples[("ml", "vc")])
+    policy = persisted(policy, first.status_patch)
+    blind = plan_policy(policy, observed(make_isvc(), pods={"ml": None}), CATALOG, [], T0 + dt.timedelta(minutes=1),
+                        history=history)
+    assert ("ml", "vc") not in blind.burn_samples  # replicas unknown: no sample
+    assert ("ml", "vc") in blind.anomaly_state.active
+    assert "spendAnomalies" not in blind.status_patch  # held as stored, not cleared
+    again = plan_policy(persisted(policy, blind.status_patch), ten, CATALOG, [], T0 + dt.timedelta(minutes=2),
+                        history=history)
+    assert "SpendAnomaly" not in [a.kind.value for a in again.alerts]
+    assert ("ml", "vc") in again.anomaly_state.active
