@@ -140,8 +140,8 @@ def split_by_tenant(record: CostRecord, usage: Sequence[TenantUsage],
         Records with the same service, window, tier and tags plus the tenant, modality and allocation tags (module
         docstring); their ``cost_usd`` sum to ``record.cost_usd`` (to 1e-9 USD) exactly.
     Raises:
-        modalscale.costmodel.showback.ShowbackInputError: Figures the allocation refuses (NaN, negative, spend over
-            0 replica-seconds), naming the field.
+        modalscale.costmodel.showback.ShowbackInputError: Figures the allocation refuses (NaN, infinite,
+            negative), naming the field.
     """
     window = ServiceWindow(record.namespace, record.name, quantize_ledger_usd(record.cost_usd), available_replica_s)
     out = []

@@ -21,6 +21,10 @@ The rule (:func:`allocate`), for one InferenceService and one window ``[at - win
   shares are then taken of the used seconds (``spend x used / sum used``), idle is 0, and the result carries
   ``oversubscribed=True``. Below that point overlap is invisible in the counters: with concurrency, idle is a
   lower bound and the request rows an upper bound.
+* **Spend over zero replica-seconds** is real: the ledger charges a service's gateway pods (and a staged service's
+  image-encoder pool) with it, and they run while it is scaled to zero. With no request it is all ``idle``
+  (capacity no request used); requests served though no replica-second was counted (a replica that started and
+  stopped between two evaluations) are the concurrency case above: shares of the used seconds, flagged.
 * **Rounding**: every row is a multiple of the ledger's 1e-9 USD (``money.LEDGER_QUANTUM_USD``) and the rows sum
   to ``spend_usd`` exactly. Exact shares (rational arithmetic) are floored to the quantum, and the quanta left
   over go one each to the rows with the largest remainders (Hamilton's largest-remainder method), ties to the

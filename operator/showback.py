@@ -33,9 +33,11 @@ Where the figures come from:
   first sample).
 
 A service with gateway usage but no ledger rate in Prometheus is not priced (a note says so); a service whose
-figures are refused (NaN, negative) is left out with the error on stderr and the exit code 1: never a silent wrong
-number. The query building and answer parsing are pure (:func:`showback_queries`, :func:`parse_showback`); only
-:class:`PrometheusShowback` does I/O (``requests``, as ``budget.history`` does).
+figures are refused (NaN, negative), or that spent with no replicas sample in the window (its capacity unknown; 0
+replicas is a figure: a service scaled to zero pays its gateway pods, all idle), is left out with the error on
+stderr and the exit code 1: never a silent wrong number. The query building and answer parsing are pure
+(:func:`showback_queries`, :func:`parse_showback`); only :class:`PrometheusShowback` does I/O (``requests``, as
+``budget.history`` does).
 """
 
 from __future__ import annotations
@@ -109,6 +111,10 @@ class LedgerWindow:
     spend_usd: Decimal
     available_replica_s: Decimal
     coverage_ratio: float
+    replicas_read: bool = True
+    """False: no sample of the replicas series in the window; ``available_replica_s`` is then NaN (not known) when
+    the ledger spent anything, so that an allocation refuses it (0 is a real figure: a service at zero replicas
+    still pays for its gateway pods)."""
 
 
 @dataclass(frozen=True)
@@ -268,8 +274,9 @@ def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str
         window_s: The window's length, s; ``step_s``: the range queries' step, s; ``end_s``: its end, Unix s.
     Returns:
         ``(ledger figures per service, usage rows per service)``; values are passed on as read (a NaN sample
-        stays NaN, for the allocation to refuse naming the field). A service has ledger figures when its spend
-        series has a sample in the window or before it.
+        stays NaN, for the allocation to refuse naming the field; so does the replica-seconds of a service that
+        spent with no replicas sample in the window, while all-zero samples are 0 replica-seconds). A service has
+        ledger figures when its spend series has a sample in the window or before it.
     Raises:
         ShowbackUnavailable: An answer that failed, carries warnings (partial) or does not parse.
     """
@@ -329,8 +336,10 @@ def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str
         usd, covered_s = max(windows, key=lambda f: (not math.isfinite(f[0]), f[0]))
         spend_usd = quantize_ledger_usd(Decimal(repr(usd))) if math.isfinite(usd) else Decimal("NaN")
         replicas = sums.get(svc, 0.0)
-        available = Decimal(repr(replicas)) * step_s if math.isfinite(replicas) else Decimal("NaN")
-        ledger[svc] = LedgerWindow(spend_usd, available, covered_s / window_s)
+        # No replicas sample is not 0 replicas once something was spent: NaN, for every allocation to refuse.
+        known = math.isfinite(replicas) and (svc in sums or spend_usd == 0)
+        available = Decimal(repr(replicas)) * step_s if known else Decimal("NaN")
+        ledger[svc] = LedgerWindow(spend_usd, available, covered_s / window_s, svc in sums)
     return ledger, usage_rows
 
 
@@ -352,6 +361,13 @@ def build_showback(ledger: Mapping[SpendKey, LedgerWindow], usage: Mapping[Spend
                              "(no BudgetPolicy selects it, or the operator's /metrics is not scraped)")
             continue
         lw = ledger[svc]
+        if not lw.replicas_read and lw.spend_usd.is_finite() and not lw.available_replica_s.is_finite():
+            # 0 replica-seconds is a real figure (a service scaled to zero pays for its gateway pods); no sample
+            # at all is not one: how much capacity ran is not known, so the spend is not split.
+            out.errors.append(f"{ref}: not priced: {ref}.available_replica_s: no {REPLICAS_METRIC} sample in the "
+                              f"window though the ledger spent {lw.spend_usd} USD (is the operator's /metrics "
+                              "scraped for the whole window?)")
+            continue
         try:
             result = allocate(ServiceWindow(svc[0], svc[1], lw.spend_usd, lw.available_replica_s),
                               usage.get(svc, ()), accept_counter_resets=True)

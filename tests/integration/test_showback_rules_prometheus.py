@@ -195,8 +195,16 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
                    {"series": f"modalscale_budget_service_replicas{_labels(**ledger)}", "values": "1x10"},
                    {"series": f"modalscale_budget_service_spend_usd_total{_labels(**ledger)}",
                     "values": spend_values}]
+    # "zero": scaled to zero for the whole window, its two gateway pods still charged with it (0.0084 USD/h): no
+    # replica-second ran and no request came, so all of its spend is idle (it had no idle series: 0.0084 USD/h lost
+    # from the tenants + idle sum).
+    ledger = {"policy_namespace": NS, "policy": "budget", "namespace": NS, "inferenceservice": "zero"}
+    series += [{"series": f"modalscale_budget_service_burn_usd_per_hour{_labels(**ledger)}", "values": "0.0084x10"},
+               {"series": f"modalscale_budget_service_replicas{_labels(**ledger)}", "values": "0x10"},
+               {"series": f"modalscale_budget_service_spend_usd_total{_labels(**ledger)}",
+                "values": f"0+{0.0084 * step_s / 3600}x10"}]
     true_rows, true_idle = true_allocation()
-    true_idle |= {("draining",): 27.0, ("newperiod",): 18.0}
+    true_idle |= {("draining",): 27.0, ("newperiod",): 18.0, ("zero",): 0.0084}
     requests: dict[tuple[str, ...], float] = {(svc, t, m): r for svc, (_, _, rates) in SERVICES.items()
                                               for (t, m), (_, r) in rates.items()}
 
@@ -212,7 +220,7 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
         return out
 
     spend: dict[tuple[str, ...], float] = {(svc,): usd for svc, (_, usd, _) in SERVICES.items()}
-    spend |= {("draining",): 27.0, ("newperiod",): 18.0}
+    spend |= {("draining",): 27.0, ("newperiod",): 18.0, ("zero",): 0.0084}
     tests = [{"expr": f"round({name}, {q})", "eval_time": "10m", "exp_samples": rounded(values, q)}
              for name, values, q in (
                  ("modalscale:showback_usd_per_hour", true_rows, 1e-9),

@@ -95,6 +95,21 @@ def test_spend_with_no_replica_second_is_idle_and_requests_that_used_some_share_
     assert shared.oversubscribed
 
 
+def test_spend_over_zero_replica_seconds_is_idle_or_the_requests_shares() -> None:
+    # A service at 0 replicas still pays for its gateway pods (the ledger charges them with the service): 0.0084
+    # USD over 0 replica-seconds. No request: all of it is idle (capacity no request used).
+    result = allocate(window("0.008400000", 0), [])
+    assert [(r.kind, r.usd, r.replica_s) for r in result.rows] == [(IDLE, Decimal("0.0084"), Decimal(0))]
+    assert not result.oversubscribed
+    # Requests served though no replica was counted (one started and stopped between two evaluations): the
+    # requests used more than the 0 counted, so shares of the used seconds (3:1), idle 0, flagged.
+    usage = [TenantUsage("a", "image", 15, 3), TenantUsage("b", "text", 5, 1)]
+    result = allocate(window("0.008400000", 0), usage)
+    assert [(r.tenant, r.kind, r.usd) for r in result.rows] == [
+        ("a", REQUEST, Decimal("0.0063")), ("b", REQUEST, Decimal("0.0021")), (None, IDLE, Decimal(0))]
+    assert result.oversubscribed and all(OVERSUBSCRIBED in r.flags for r in result.rows)
+
+
 def test_concurrent_requests_using_more_than_the_replicas_ran_share_the_spend_and_leave_no_idle() -> None:
     # A replica batching requests: 150 s of request time inside 100 replica-seconds. Shares of the used seconds:
     # a = 1.50 x 100/150 = 1.00, b = 1.50 x 50/150 = 0.50; idle 0.

@@ -161,6 +161,29 @@ def test_usage_without_a_ledger_rate_is_not_priced_and_noted() -> None:
     assert result.notes[0].startswith("ml/vc: gateway usage but no ledger spend")
 
 
+def test_a_service_scaled_to_zero_is_priced_its_gateway_pods_spend_all_idle() -> None:
+    # At 0 replicas for the whole window, only its gateway pods run (the ledger charges them with the service):
+    # 0.036 USD/h = 0.00001 USD/s, 0.0006 USD over 60 s, over 0 replica-seconds and no request. It was refused
+    # ("0 replica-seconds but 0.0006 USD spent", exit 1); it is capacity no request used: the idle row.
+    ledger, usage = parse_showback({}, {BURN_METRIC: matrix("0.036"), REPLICAS_METRIC: matrix("0")},
+                                   spend_answer(running_total(90, usd_per_s=0.00001)), WINDOW_S, 1, END.timestamp())
+    result = build_showback(ledger, usage, END - dt.timedelta(seconds=WINDOW_S), END)
+    assert result.errors == []
+    assert [(r.kind, r.usd, r.replica_s) for r in result.rows] == [("idle", Decimal("0.0006"), Decimal(0))]
+    assert result.spend_usd == Decimal("0.0006")
+
+
+def test_spend_without_any_replicas_sample_is_refused_naming_the_series() -> None:
+    # The ledger spent 0.0006 USD but no modalscale_budget_service_replicas sample lies in the window: how much
+    # capacity ran is not known, so nothing is split (never read as 0 replicas).
+    ledger, usage = parse_showback({}, {BURN_METRIC: matrix("0.036")},
+                                   spend_answer(running_total(90, usd_per_s=0.00001)), WINDOW_S, 1, END.timestamp())
+    result = build_showback(ledger, usage, END - dt.timedelta(seconds=WINDOW_S), END)
+    assert result.rows == []
+    (error,) = result.errors
+    assert error.startswith("ml/vc: not priced: ml/vc.available_replica_s: ") and REPLICAS_METRIC in error
+
+
 @pytest.mark.parametrize("body", [
     {"status": "error", "error": "bad_data"},
     {"status": "success", "warnings": ["partial"], "data": {"resultType": "vector", "result": []}},
@@ -340,3 +363,19 @@ def test_a_tenant_a_spreadsheet_would_read_as_a_formula_is_text_in_the_csv() -> 
     assert [r["tenant"] for r in rows] == ["'" + evil, "'@sum", "acme", ""]
     assert all(not c.startswith(("=", "+", "-", "@")) for r in rows for c in r.values())
     assert [r["tenant"] for r in json.loads(render(result, ["tenant"], "json"))["rows"]] == [evil, "@sum", "acme", ""]
+
+
+def test_every_reader_of_the_ledger_figures_refuses_spend_without_a_replicas_sample() -> None:
+    # The budget's tenant spend and `cost export --by-tenant` build their ServiceWindow from LedgerWindow
+    # themselves: the unknown capacity is NaN there (refused naming the field), never 0 (all idle).
+    from modalscale.costmodel.showback import ServiceWindow, ShowbackInputError, allocate
+
+    ledger, _ = parse_showback({}, {BURN_METRIC: matrix("0.036")},
+                               spend_answer(running_total(90, usd_per_s=0.00001)), WINDOW_S, 1, END.timestamp())
+    lw = ledger[("ml", "vc")]
+    assert lw.spend_usd == Decimal("0.0006") and lw.available_replica_s.is_nan() and not lw.replicas_read
+    with pytest.raises(ShowbackInputError, match=r"ml/vc\.available_replica_s"):
+        allocate(ServiceWindow("ml", "vc", lw.spend_usd, lw.available_replica_s), [])
+    # Nothing spent and no sample (a policy that stopped selecting it before the window): 0, nothing to split.
+    idle, _ = parse_showback({}, {}, spend_answer([(WINDOW_S + 60, 0.5)]), WINDOW_S, 1, END.timestamp())
+    assert idle[("ml", "vc")].spend_usd == 0 and idle[("ml", "vc")].available_replica_s == 0
