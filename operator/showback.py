@@ -21,8 +21,9 @@ Where the figures come from:
   window was covered; below 0.99 its rows carry the flag ``PartialLedgerCoverage``.
 * **Replica-seconds available, per InferenceService**: ``modalscale_budget_service_replicas`` (the replicas in
   force at each evaluation, ``max by (namespace, inferenceservice)``) read with a range query at step ``step_s``
-  and integrated (``available = sum(replicas) x step_s``). It splits the spend between requests and idle, never
-  adds to it; its error is at most one evaluation interval per change of replicas in the window.
+  and integrated (``available = sum(replicas) x step_s``; a gap inside the window, the operator down, carries the
+  replicas before it: :func:`replica_seconds`). It splits the spend between requests and idle, never adds to it;
+  its error is at most one evaluation interval per change of replicas in the window (or in a gap).
 * **Replica-seconds used, requests, images, pixels, tokens, per (tenant, modality)** (the gateway): ``increase()``
   of the gateway's accounting counters (``modalscale.costmodel.showback.ACCOUNTING_METRICS``) over the window,
   summed by ``namespace, inferenceservice, tenant, modality`` (over gateway pods and, for requests, response
@@ -243,6 +244,28 @@ def spend_over_window(samples: Sequence[tuple[float, float]], start_s: float, en
     return total_at(end_s) - total_at(start_s), max(0.0, covered_until - max(start_s, times[0]))
 
 
+def replica_seconds(points: Sequence[tuple[float, float]], step_s: int) -> float:
+    """Replica-seconds of one service from its replicas series read at ``step_s`` (pure).
+
+    Each point's replicas count until the next point, the last one's for one step: where points are a step apart
+    that is ``sum(replicas) x step_s``. A gap inside the window (the operator down, so no sample: Prometheus marks
+    the series stale) carries the replicas before it, as the ledger's spend is taken linear across it; the ledger
+    charges the pods by their own start and stop, so counting the gap as 0 replicas split the whole spend over the
+    replica-seconds outside it.
+
+    Args:
+        points: ``(Unix time s, replicas)`` in any order.
+        step_s: The range query's step, s.
+    Returns:
+        Replica-seconds; NaN when a value is NaN or infinite (for the allocation to refuse).
+    """
+    ordered = sorted(points)
+    total = 0.0
+    for (t, v), (t_next, _) in zip(ordered, [*ordered[1:], (ordered[-1][0] + step_s, 0.0)]):
+        total += v * (t_next - t)
+    return total
+
+
 def _result(body: Mapping[str, Any], name: str, result_type: str) -> list[Mapping[str, Any]]:
     if not isinstance(body, Mapping) or body.get("status") != "success":
         err = body.get("error") if isinstance(body, Mapping) else None
@@ -304,7 +327,7 @@ def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str
                 tenant, modality, **{name: v.get(metric, 0.0) for metric, name in _USAGE_FIELDS.items()},
                 counter_resets=int(resets) if math.isfinite(resets) and resets >= 0 else -1))
         usage_rows[svc] = rows
-    sums: dict[SpendKey, float] = {}
+    replicas_at: dict[SpendKey, list[tuple[float, float]]] = {}
     burn_at_end: dict[SpendKey, float] = {}
     for metric, body in ranged.items():
         for series in _result(body, metric, "matrix"):
@@ -313,11 +336,12 @@ def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str
                 svc = (str(labels["namespace"]), str(labels["inferenceservice"]))
                 for ts, value in series["values"]:
                     if metric == REPLICAS_METRIC:
-                        sums[svc] = sums.get(svc, 0.0) + float(value)
+                        replicas_at.setdefault(svc, []).append((float(ts), float(value)))
                     elif metric == BURN_METRIC and float(ts) > end_s - step_s:
                         burn_at_end[svc] = float(value)  # the range's last step: at most a step before the end
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 raise ShowbackUnavailable(f"answer of {metric} is malformed: {type(exc).__name__}: {exc}") from None
+    sums = {svc: replica_seconds(points, step_s) for svc, points in replicas_at.items()}
     per_policy: dict[SpendKey, dict[tuple[str, str], list[tuple[float, float]]]] = {}
     for series in _result(spend, SPEND_METRIC, "matrix"):
         try:
@@ -335,10 +359,10 @@ def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str
         windows = [spend_over_window(samples, end_s - window_s, end_s, rate) for samples in policies.values()]
         usd, covered_s = max(windows, key=lambda f: (not math.isfinite(f[0]), f[0]))
         spend_usd = quantize_ledger_usd(Decimal(repr(usd))) if math.isfinite(usd) else Decimal("NaN")
-        replicas = sums.get(svc, 0.0)
+        replica_s = sums.get(svc, 0.0)
         # No replicas sample is not 0 replicas once something was spent: NaN, for every allocation to refuse.
-        known = math.isfinite(replicas) and (svc in sums or spend_usd == 0)
-        available = Decimal(repr(replicas)) * step_s if known else Decimal("NaN")
+        known = math.isfinite(replica_s) and (svc in sums or spend_usd == 0)
+        available = Decimal(repr(replica_s)) if known else Decimal("NaN")
         ledger[svc] = LedgerWindow(spend_usd, available, covered_s / window_s, svc in sums)
     return ledger, usage_rows
 
@@ -569,5 +593,5 @@ def run_showback(args: argparse.Namespace) -> int:
 
 __all__ = ["FORMATS", "LedgerWindow", "PARTIAL_LEDGER_COVERAGE", "PrometheusShowback",
            "RESETS_PREFIX", "Showback", "ShowbackUnavailable", "add_parser", "build_showback", "ledger_queries",
-           "parse_showback", "parse_since", "render", "run_showback", "showback_queries", "spend_over_window",
-           "spend_query", "step_for"]
+           "parse_showback", "parse_since", "render", "replica_seconds", "run_showback", "showback_queries",
+           "spend_over_window", "spend_query", "step_for"]

@@ -161,6 +161,22 @@ def test_usage_without_a_ledger_rate_is_not_priced_and_noted() -> None:
     assert result.notes[0].startswith("ml/vc: gateway usage but no ledger spend")
 
 
+def test_a_gap_in_the_replicas_series_carries_the_replicas_before_it() -> None:
+    # The operator was down for 30 s of the 60 s window (an upgrade): Prometheus has no replicas sample then,
+    # but the ledger charged the replica for the whole window (by its pods' own start and stop): 0.06 USD. The
+    # gap was read as 0 replicas: 30 replica-seconds available, all used, so acme paid 0.04 and globex 0.02
+    # (twice their share) and idle 0. The replica in force before the gap is carried across it.
+    replicas = matrix("1")
+    values = replicas["data"]["result"][0]["values"]
+    replicas["data"]["result"][0]["values"] = values[:10] + values[40:]
+    ledger, usage = parse_showback(usage_answers(), {BURN_METRIC: matrix("3.6"), REPLICAS_METRIC: replicas},
+                                   spend_answer(running_total(WINDOW_S + 30)), WINDOW_S, 1, END.timestamp())
+    result = build_showback(ledger, usage, END - dt.timedelta(seconds=WINDOW_S), END)
+    assert ledger[("ml", "vc")].available_replica_s == 60
+    assert [(r.tenant, r.kind, r.usd) for r in result.rows] == [
+        ("acme", "request", Decimal("0.02")), ("globex", "request", Decimal("0.01")), (None, "idle", Decimal("0.03"))]
+
+
 def test_a_service_scaled_to_zero_is_priced_its_gateway_pods_spend_all_idle() -> None:
     # At 0 replicas for the whole window, only its gateway pods run (the ledger charges them with the service):
     # 0.036 USD/h = 0.00001 USD/s, 0.0006 USD over 60 s, over 0 replica-seconds and no request. It was refused
