@@ -18,6 +18,7 @@ time the request occupied an execution slot (queue time excluded), in millisecon
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,13 +150,21 @@ def write_profile_csv(table: Mapping[str, ArrayLike], path: str | Path) -> None:
             writer.writerow([f"{float(t):.3f}", str(m), int(ic), int(px), int(tok), int(b), f"{float(s):.3f}"])
 
 
+_INT_COLUMNS: dict[str, int] = {"image_count": 0, "image_pixels": 0, "text_tokens": 0, "batch_size": 1}
+"""Whole-number columns and their least value."""
+_FIX = "correct or remove that row, or measure again with `modalscale profile --out-csv FILE`"
+
+
 def read_profile_csv(path: str | Path) -> dict[str, NDArray[Any]]:
-    """Read a profile CSV (format in the module docstring).
+    """Read a profile CSV (format in the module docstring) and check every cell the fit uses.
 
     Returns:
         Dict of ``PROFILE_COLUMNS`` -> arrays of shape ``(n_rows,)``.
     Raises:
-        ValueError: missing columns (named), a non-numeric cell (row and column named) or no rows.
+        ValueError: missing columns (named), no rows, or a cell the fit cannot use, naming the line, the column
+            and the fix: a row with too few cells, a value that is not a finite number (NaN, inf), a count that is
+            not a whole number >= 0 (``batch_size`` >= 1), ``service_ms`` <= 0, ``time_s`` < 0, or a modality
+            other than ``text``, ``image``, ``image_text``.
     """
     with Path(path).open(newline="") as fh:
         reader = csv.DictReader(fh)
@@ -165,20 +174,45 @@ def read_profile_csv(path: str | Path) -> dict[str, NDArray[Any]]:
         rows = list(reader)
     if not rows:
         raise ValueError(f"{path}: profile CSV has no rows")
-    out: dict[str, NDArray[Any]] = {"modality": np.array([r["modality"].strip() for r in rows], dtype=object)}
-    for col, kind in (
-        ("time_s", float),
-        ("image_count", int),
-        ("image_pixels", int),
-        ("text_tokens", int),
-        ("batch_size", int),
-        ("service_ms", float),
-    ):
-        values = []
-        for i, r in enumerate(rows, start=2):
-            try:
-                values.append(kind(float(r[col])) if kind is int else float(r[col]))
-            except ValueError:
-                raise ValueError(f"{path}: line {i}: column {col}={r[col]!r} is not a number") from None
-        out[col] = np.array(values, dtype=np.int64 if kind is int else np.float64)
+    known = [m.value for m in MODALITIES]
+    columns: dict[str, list[Any]] = {c: [] for c in PROFILE_COLUMNS}
+    for line, r in enumerate(rows, start=2):
+        if None in r or any(r.get(c) is None for c in PROFILE_COLUMNS):  # DictReader: None = a cell too many
+            cells = sum(1 for k, v in r.items() if k is not None and v is not None) + len(r.get(None) or ())
+            raise ValueError(f"{path}: line {line}: has {cells} cells; expected {len(reader.fieldnames or [])} "
+                             f"({_FIX})")
+        modality = str(r["modality"]).strip()
+        if modality not in known:
+            raise ValueError(f"{path}: line {line}: column modality={modality!r} is not one of "
+                             f"{', '.join(known)} ({_FIX})")
+        columns["modality"].append(modality)
+        for col in PROFILE_COLUMNS[2:] + PROFILE_COLUMNS[:1]:
+            columns[col].append(_cell(path, line, col, str(r[col])))
+    out: dict[str, NDArray[Any]] = {"modality": np.array(columns["modality"], dtype=object)}
+    for col in PROFILE_COLUMNS:
+        if col != "modality":
+            out[col] = np.array(columns[col], dtype=np.int64 if col in _INT_COLUMNS else np.float64)
     return out
+
+
+def _cell(path: str | Path, line: int, col: str, text: str) -> float | int:
+    """One numeric cell of a profile CSV, checked (see :func:`read_profile_csv`)."""
+    where = f"{path}: line {line}: column {col}"
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}={text!r} is not a number ({_FIX})") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{where}={text.strip()!r} is not a finite number ({_FIX})")
+    if col in _INT_COLUMNS:
+        if not value.is_integer():
+            raise ValueError(f"{where}={text.strip()!r} is not a whole number ({_FIX})")
+        least = _INT_COLUMNS[col]
+        if value < least:
+            raise ValueError(f"{where}={int(value)} must be >= {least} ({_FIX})")
+        return int(value)
+    if col == "service_ms" and value <= 0:
+        raise ValueError(f"{where}={value} must be > 0: a request occupies its slot for some time ({_FIX})")
+    if col == "time_s" and value < 0:
+        raise ValueError(f"{where}={value} must be >= 0 (seconds since the profile started; {_FIX})")
+    return value

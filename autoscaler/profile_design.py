@@ -240,7 +240,8 @@ def evaluate_profile(table: Mapping[str, NDArray[Any]], kind: str = "additive", 
     y = np.asarray(table["service_ms"], dtype=np.float64)
     n = y.shape[0]
     if n < 8:
-        raise ValueError(f"a profile needs at least 8 rows to evaluate, got {n}")
+        raise ValueError(f"a profile needs at least 8 rows to evaluate, got {n}; measure more requests "
+                         "(modalscale profile --shapes, --repeats)")
     rng = np.random.default_rng(seed)
     keys = _shape_keys(table)
     splits = []

@@ -251,10 +251,10 @@ def run_profile(args: argparse.Namespace) -> int:
 
     try:
         report = _evaluate(table, args)
-    except ValueError as exc:
+        model = ServiceTimeRegressor(kind=args.kind).fit(table)
+    except ValueError as exc:  # the profile's rows cannot fit a model; the message says which and the fix
         say(f"Cannot evaluate the profile: {exc}")
         return 2
-    model = ServiceTimeRegressor(kind=args.kind).fit(table)
     artifact = dumps_model(model, {"profile": source, "rows": str(len(table["service_ms"])), "kind": args.kind})
     args.out_model.write_bytes(artifact)
     say(f"Wrote the model artifact {args.out_model} ({len(artifact)} bytes, fitted on all rows)")
