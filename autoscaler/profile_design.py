@@ -220,6 +220,47 @@ def _noise_floor(keys: NDArray[np.str_], y: NDArray[np.float64], test: NDArray[n
     return float(np.mean(errors)) if errors else None
 
 
+def profile_problem(table: Mapping[str, NDArray[Any]]) -> str | None:
+    """Why the model's terms cannot be told apart on this profile's request shapes, with the fix; None: they can.
+
+    The additive model splits a request's time into per-megapixel, per-image, per-token and per-modality fixed
+    parts (``regressor.TERMS``). A profile in which one of them moves in lockstep with another (every prompt of one
+    length, every request with one image, every image of one size) fits its rows as well whatever the split, so
+    requests unlike them are predicted by an arbitrary split: held-out rows of the same shapes cannot show it.
+
+    Args:
+        table: A profile (``PROFILE_COLUMNS`` -> arrays), each row valid (``read_profile_csv`` checks them).
+    Returns:
+        A message naming the column and the flags that measure more varied shapes, or None.
+    """
+    images = np.asarray(table["image_count"], dtype=np.float64)
+    pixels = np.asarray(table["image_pixels"], dtype=np.float64)
+    tokens = np.asarray(table["text_tokens"], dtype=np.float64)
+    with_images, with_text = images > 0, tokens > 0
+    classes = [~with_images, with_images & ~with_text, with_images & with_text]  # text, image, image_text
+    terms = np.column_stack([pixels / 1e6, images, tokens / 1e3, *(c.astype(np.float64) for c in classes)])
+    terms = terms[:, np.abs(terms).max(axis=0) > 0]  # a modality never measured has no term to tell apart
+    if terms.shape[0] == 0 or np.linalg.matrix_rank(terms / np.abs(terms).max(axis=0)) == terms.shape[1]:
+        return None
+    problems = []
+    if with_text.any() and np.unique(tokens[with_text]).size == 1:
+        problems.append(f"text_tokens is {tokens[with_text][0]:g} in every request with text: the model cannot "
+                        "tell the time per token from a fixed time per request; measure several token counts "
+                        "(--tokens 8,64,256, or a --trace with varied prompts)")
+    if with_images.any() and np.unique(images[with_images]).size == 1:
+        problems.append(f"image_count is {images[with_images][0]:g} in every request with images: the model cannot "
+                        "tell the time per image from a fixed time per request; measure several image counts "
+                        "(--images 1,2,4, or a --trace with varied requests)")
+    per_image = pixels[with_images] / images[with_images]
+    if with_images.any() and np.unique(per_image).size == 1:
+        problems.append(f"every image has {per_image[0]:g} pixels: the model cannot tell the time per megapixel "
+                        "from the time per image; measure several image sizes (--image-sizes 640x480,1280x960, or "
+                        "a --trace with varied requests)")
+    return "; ".join(problems) or ("the request shapes do not vary enough to tell the model's terms apart (time per "
+                                   "megapixel, per image, per token, per modality); measure more varied shapes "
+                                   "(--shapes, --tokens, --images, --image-sizes)")
+
+
 def evaluate_profile(table: Mapping[str, NDArray[Any]], kind: str = "additive", test_ratio: float = 0.25,
                      seed: int = 0) -> list[SplitReport]:
     """Fit on a training split and compare with the baselines on the held-out rest, for both splits.
@@ -232,7 +273,8 @@ def evaluate_profile(table: Mapping[str, NDArray[Any]], kind: str = "additive", 
     Returns:
         ``[requests split, shapes split]`` (the shapes split is left out when there are fewer than 4 shapes).
     Raises:
-        ValueError: fewer than 8 rows, or ``test_ratio`` outside (0, 1).
+        ValueError: fewer than 8 rows, ``test_ratio`` outside (0, 1), or request shapes that cannot tell the
+            model's terms apart (:func:`profile_problem`; the message names the column and the fix).
     """
     if not 0 < test_ratio < 1:
         raise ValueError("test_ratio must be in (0, 1)")
@@ -242,6 +284,9 @@ def evaluate_profile(table: Mapping[str, NDArray[Any]], kind: str = "additive", 
     if n < 8:
         raise ValueError(f"a profile needs at least 8 rows to evaluate, got {n}; measure more requests "
                          "(modalscale profile --shapes, --repeats)")
+    problem = profile_problem(table)
+    if problem is not None:
+        raise ValueError(problem)
     rng = np.random.default_rng(seed)
     keys = _shape_keys(table)
     splits = []
