@@ -36,12 +36,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--url", default=None, help="host:port of a running runtime's HTTP endpoint; default: start a "
                                                "local runtime (default config) for the profile")
     p.add_argument("--model", default="multimodal", help="Client-facing Triton model name (spec.model.name)")
-    p.add_argument("--shapes", type=int, default=80, help="Request shapes drawn from the grid")
-    p.add_argument("--repeats", type=int, default=3, help="Measurements per shape (one request at a time)")
-    p.add_argument("--batched-shapes", type=int, default=0,
+    p.add_argument("--shapes", type=_at_least(1), default=80, help="Request shapes drawn from the grid")
+    p.add_argument("--repeats", type=_at_least(1), default=3, help="Measurements per shape (one request at a time)")
+    p.add_argument("--batched-shapes", type=_at_least(0), default=0,
                    help="Shapes also sent --concurrency at a time to measure batched service times")
-    p.add_argument("--concurrency", type=int, default=4, help="Requests in flight for the batched shapes")
-    p.add_argument("--rounds", type=int, default=3, help="Rounds of --concurrency requests per batched shape")
+    p.add_argument("--concurrency", type=_at_least(1), default=4, help="Requests in flight for the batched shapes")
+    p.add_argument("--rounds", type=_at_least(1), default=3, help="Rounds of --concurrency requests per batched shape")
     p.add_argument("--image-sizes", type=_sizes, default=None, metavar="640x480,1024x768",
                    help="Image sizes of the grid (default: upload sizes with a longer side of 480 to 1920 px)")
     p.add_argument("--images", type=_ints, default=None, metavar="1,2,4", help="Images per request of the grid")
@@ -52,7 +52,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--from-csv", type=Path, default=None, help="Fit and evaluate an existing profile CSV "
                                                                "(nothing is measured)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--test-ratio", type=float, default=0.25, help="Share held out for evaluation")
+    p.add_argument("--test-ratio", type=_ratio, default=0.25, help="Share held out for evaluation, in (0, 1)")
     p.add_argument("--kind", choices=["additive", "boosted"], default="additive", help="Regressor kind")
     p.add_argument("--out-csv", type=Path, default=Path("profile.csv"), help="Profile CSV to write")
     p.add_argument("--out-model", type=Path, default=Path("model.skops"), help="Model artifact to write")
@@ -64,6 +64,30 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--key", default="model.skops", help="binaryData key (spec.model.costModelRef.key)")
     p.add_argument("--json", type=Path, default=None, help="Write the evaluation report as JSON")
     p.set_defaults(func=run_profile)
+
+
+def _at_least(least: int) -> Any:
+    """An argparse type: an integer >= ``least`` (checked before anything is measured)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {text!r}")
+        return value
+    return parse
+
+
+def _ratio(text: str) -> float:
+    """An argparse type: a number in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), e.g. 0.25, got {text!r}")
+    return value
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -205,7 +229,8 @@ def measure(url: str, model: str, shapes: Sequence[Any], batched: Sequence[Any],
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    """Measure (or read), evaluate, fit on everything, write the artifact; returns 0, or 2 on bad input."""
+    """Measure (or read), evaluate, fit on everything, write the artifact; returns 0, 1 when the runtime did not
+    answer or refused the profile's requests (one line naming it and the fix), or 2 on bad input."""
     from modalscale.autoscaler.profile_data import read_profile_csv, write_profile_csv
     from modalscale.autoscaler.profile_design import ProfileGrid, RequestShape, configmap_yaml, design, to_table
     from modalscale.autoscaler.regressor import ServiceTimeRegressor, dumps_model
@@ -237,14 +262,20 @@ def run_profile(args: argparse.Namespace) -> int:
             return 2
         say(f"Profiling {len(shapes)} requests one at a time and {len(batched)} shape(s) x {args.rounds} rounds "
             f"at concurrency {args.concurrency}")
-        with contextlib.ExitStack() as stack:
-            url = args.url
-            if url is None:
-                log = stack.enter_context(server_log(say))
-                say(f"Starting a local runtime (default config; log {log}, removed after the run)")
-                url = stack.enter_context(local_runtime(log))
-            rows = measure(url, args.model, shapes, batched, args.concurrency, args.rounds, grid.warmup_shapes(),
-                           say)
+        from modalscale.runtime.client import InferenceError
+
+        try:
+            with contextlib.ExitStack() as stack:  # a failure keeps the local runtime's log (server_log names it)
+                url = args.url
+                if url is None:
+                    log = stack.enter_context(server_log(say))
+                    say(f"Starting a local runtime (default config; log {log}, removed after the run)")
+                    url = stack.enter_context(local_runtime(log))
+                rows = measure(url, args.model, shapes, batched, args.concurrency, args.rounds,
+                               grid.warmup_shapes(), say)
+        except (httpx.HTTPError, InferenceError, OSError) as exc:
+            say(f"Profiling failed: {_runtime_failure(args, exc)}")
+            return 1
         table = to_table(rows)
         write_profile_csv(table, args.out_csv)
         source = f"{args.url or 'local runtime'} ({len(rows)} rows -> {args.out_csv})"
@@ -268,6 +299,24 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
     return 0
+
+
+def _runtime_failure(args: argparse.Namespace, exc: BaseException) -> str:
+    """One line for a runtime that did not answer or refused the profile's requests: who, what, and the fix."""
+    from modalscale.runtime.client import InferenceError
+
+    detail = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+    who = f"the runtime at {args.url}" if args.url else "the local runtime"
+    if isinstance(exc, httpx.HTTPStatusError):
+        return (f"{who} answered HTTP {exc.response.status_code} to {exc.request.url.path} ({detail}); is --model "
+                f"{args.model!r} the client-facing model it serves?")
+    if isinstance(exc, InferenceError):
+        return (f"{who} refused a profile request ({detail}); is --model {args.model!r} the client-facing model it "
+                "serves?")
+    if args.url is None:
+        return f"the local runtime did not answer ({detail}); its log is named above"
+    return (f"{who} (--url) did not answer: {detail}; give --url HOST:PORT of a running runtime's HTTP endpoint, "
+            "or leave it out to start a local runtime")
 
 
 def _evaluate(table: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -134,3 +134,38 @@ def test_the_default_grid_varies_every_term() -> None:
                 for s in design(ProfileGrid().draw(80, seed), 3, seed)]
         assert profile_problem(to_table(rows)) is None
     assert profile_problem(generate_profile(200)) is None
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_runtime_that_does_not_answer_is_one_line_naming_the_flag_not_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"127.0.0.1:{_closed_port()}"
+    code = main(["profile", "--url", url, "--shapes", "3", "--out-csv", str(tmp_path / "p.csv"),
+                 "--out-model", str(tmp_path / "m.skops")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1].startswith(f"Profiling failed: the runtime at {url} (--url) did not answer: ConnectError: ")
+    assert "give --url HOST:PORT of a running runtime's HTTP endpoint, or leave it out" in err[-1]
+    assert not (tmp_path / "m.skops").exists()
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--test-ratio", "1.5"], "--test-ratio"), (["--test-ratio", "0"], "--test-ratio"),
+    (["--concurrency", "0", "--batched-shapes", "2"], "--concurrency"), (["--rounds", "0"], "--rounds"),
+    (["--batched-shapes", "-1"], "--batched-shapes"),
+], ids=["ratio-above-1", "ratio-0", "concurrency-0", "rounds-0", "negative-batched"])
+def test_a_bad_flag_is_refused_before_anything_is_measured(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], named: str) -> None:
+    # Checked only after the measurement (--test-ratio 1.5: minutes of requests, then "test_ratio must be in
+    # (0, 1)"), or never (--concurrency 0 sent no batched request and said nothing): refused at once.
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "--url", f"127.0.0.1:{_closed_port()}", *flags])
+    assert exc.value.code == 2
+    assert f"argument {named}: " in capsys.readouterr().err
