@@ -257,6 +257,24 @@ def budget_state(spend: SpendToDate, forecast: Decimal | None, crossed: Sequence
     return state, reason, message
 
 
+def _checked_inputs(spec: BudgetSpec, spend: Decimal | LedgerAdvance, services: Sequence[ServiceState],
+                    horizon_s: int | None, now: datetime) -> tuple[int, datetime, Decimal, ClosedPeriod | None]:
+    """:func:`plan_budget`'s arguments checked: ``(horizon_s, now in UTC, spent_usd, closed period or None)``.
+
+    Raises:
+        ValueError: Naive ``now``, negative spend or a negative ``horizon_s``.
+    """
+    horizon_s = enforcement_horizon_s(spec.evaluation_interval_s, services) if horizon_s is None else horizon_s
+    if horizon_s < 0:
+        raise ValueError(f"horizon_s must be >= 0, got {horizon_s}")
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
+    closed, spent = (spend.closed_period, spend.spent_usd) if isinstance(spend, LedgerAdvance) else (None, spend)
+    if spent < 0:
+        raise ValueError(f"spend must be >= 0, got {spent}")
+    return horizon_s, now.astimezone(timezone.utc), spent, closed
+
+
 def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
                 services: Sequence[ServiceState] | Iterable[ServiceState], alert_state: AlertState, now: datetime,
                 *, policy: PolicyRef = PolicyRef("", ""), horizon_s: int | None = None,
@@ -292,15 +310,7 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
         ValueError: Naive ``now``, negative spend or a negative ``horizon_s``.
     """
     services = list(services)
-    horizon_s = enforcement_horizon_s(spec.evaluation_interval_s, services) if horizon_s is None else horizon_s
-    if horizon_s < 0:
-        raise ValueError(f"horizon_s must be >= 0, got {horizon_s}")
-    if now.tzinfo is None or now.utcoffset() is None:
-        raise ValueError(f"now must be timezone-aware (UTC), got naive {now.isoformat()}")
-    now = now.astimezone(timezone.utc)
-    closed, spent = (spend.closed_period, spend.spent_usd) if isinstance(spend, LedgerAdvance) else (None, spend)
-    if spent < 0:
-        raise ValueError(f"spend must be >= 0, got {spent}")
+    horizon_s, now, spent, closed = _checked_inputs(spec, spend, services, horizon_s, now)
     spent, closed = scoped_spend(spec, spent, closed, tenants, now)
 
     to_date = spend_to_date(spec, spent, services, now, extra_blind=tenant_blind(spec, tenants))     # 1
@@ -308,8 +318,8 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
     crossed = [t for t in spec.thresholds if reaches(spent, t.percent, to_date.limit_usd)]
     alert_state = carried_over(alert_state, spec.period, to_date.period_start, to_date.period_end, now)
     new_period = alert_state.period_start is not None and (
-        alert_state.period_start != to_date.period_start
-        or alert_state.period_end not in (None, to_date.period_end))  # spec.period changed, same start
+        alert_state.period_start, alert_state.period_end) not in (
+        (to_date.period_start, None), (to_date.period_start, to_date.period_end))  # or spec.period changed
     previous, previous_spot = ((), ()) if new_period else (alert_state.enforced, alert_state.spot)
     ordered = order_services(services, spec.enforcement.order)
     enforcement = plan_enforcement(spec, to_date, crossed, services, ordered, previous, previous_spot,  # 3

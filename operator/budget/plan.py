@@ -1175,11 +1175,10 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     beat_s = heartbeat_s(spec.evaluation_interval_s, status_heartbeat_min_s)
     patch = write_budget_status(desired, policy, heartbeat_s=beat_s, now=now)
     events = _policy_events(status, conditions, old_conditions, ready, plan, alerts, update.abandoned) if patch else []
-    spent, spent_at = exported_spend(evaluation.advance.closed_period, ledger)
     return PolicyPlan(writes, patch, events, alerts if patch else (), spec.notifications,
                       spec.evaluation_interval_s, plan, sends,
                       next_due_s(pending, now, {*in_flight, *(e.key for e in sends)}), samples, anomaly_state,
-                      spent, spent_at)
+                      *exported_spend(evaluation.advance.closed_period, ledger))
 
 
 def exported_spend(closed: ClosedPeriod | None, ledger: Ledger
