@@ -344,6 +344,12 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
         pod_spec["nodeSelector"] = node_selector
     if tolerations:
         pod_spec["tolerations"] = tolerations
+    # The user's account (workload identity for a model in object storage) and pull Secrets (a private registry);
+    # the API token stays unmounted: the identity webhooks (IRSA, Azure) project their own token.
+    if spec.service_account_name:
+        pod_spec["serviceAccountName"] = spec.service_account_name
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
     template: dict[str, Any] = {"metadata": {"labels": {**pool.labels, **pool.pod_labels}}, "spec": pod_spec}
     annotations = dict(pool.pod_annotations)
     if spec.model.source == "BuiltIn" and repo_files:

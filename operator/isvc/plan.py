@@ -326,6 +326,28 @@ PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
 type``): the BuiltIn runtime's probes run ``exec``, another source's ``httpGet``."""
 
 
+POD_ACCOUNT_KEYS = ("serviceAccountName", "serviceAccount")
+"""A pod spec's account: ``serviceAccount`` is the deprecated twin the API server mirrors ``serviceAccountName`` into
+and reads back when ``serviceAccountName`` is empty (``Convert_v1_PodSpec_To_core_PodSpec``), so removing the account
+nulls both (nulling one left the pods on the old account)."""
+
+
+def _pod_identity_removal(want: dict[str, Any], have: dict[str, Any]) -> dict[str, Any]:
+    """The pod-spec patch that takes off an account and pull Secrets ``want`` (a desired pod spec) no longer has and
+    ``have`` (the stored one) still has: both account keys (:data:`POD_ACCOUNT_KEYS`) nulled when ``want`` names
+    none, and each stale ``imagePullSecrets`` item deleted (``$patch: delete``; the strategic merge merges that list
+    on ``name``), the list nulled when ``want`` has none. {} when nothing is to remove."""
+    pod: dict[str, Any] = {}
+    if not want.get("serviceAccountName") and any(have.get(k) for k in POD_ACCOUNT_KEYS):
+        pod.update({k: None for k in POD_ACCOUNT_KEYS})
+    wanted = {s.get("name") for s in want.get("imagePullSecrets") or []}
+    stale = [s["name"] for s in have.get("imagePullSecrets") or [] if isinstance(s, dict) and "name" in s
+             and s["name"] not in wanted]
+    if stale:
+        pod["imagePullSecrets"] = [{"name": n, "$patch": "delete"} for n in stale] if wanted else None
+    return pod
+
+
 def _stale_keys(want: dict[str, Any], have: Any, keys: tuple[str, ...] | None = None) -> dict[str, None]:
     """``{key: None}`` for each of ``keys`` (None: every key but ``name``) that ``have`` has and ``want`` has not."""
     if not isinstance(have, dict):
@@ -343,7 +365,8 @@ def _stale_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> 
     to 0 would keep requesting a GPU on a GPU node, one from 0 to 1 keep its CPU limit); the old model source of a
     desired volume, the old handler of each probe (:data:`PROBE_HANDLERS`), the BuiltIn runtime's ``lifecycle`` and a
     PVC source's ``subPath`` (a ``model.source`` change would otherwise merge two volume sources or two probe
-    handlers into one, which the API server refuses). None when nothing is to remove."""
+    handlers into one, which the API server refuses); and the account and pull Secrets ``spec.serviceAccountName``
+    and ``spec.imagePullSecrets`` no longer name (:func:`_pod_identity_removal`). None when nothing is to remove."""
     if observed is None:
         return None
     want = desired["spec"]["template"]["spec"]
@@ -377,6 +400,7 @@ def _stale_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> 
         pod["volumes"] = stale_volumes
     if stale := _stale_keys(want.get("nodeSelector") or {}, have.get("nodeSelector"), (GPU_PRODUCT_LABEL,)):
         pod["nodeSelector"] = stale
+    pod.update(_pod_identity_removal(want, have))
     return {"spec": {"template": {"spec": pod}}} if pod else None
 
 
@@ -714,9 +738,20 @@ def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, servi
         w = (_service_write(desired, observed) if kind == "Service"
              else _pdb_write(desired, observed) if kind == "PodDisruptionBudget"
              else _child_write(kind, desired, observed, _GATEWAY_SPEC_KEYS[kind]))
+        if kind == "Deployment" and observed is not None:
+            w = _merge_template(w, gateway_name(spec), _gateway_pod_removal(desired, observed))
         if w:
             writes.append(w)
     return writes
+
+
+def _gateway_pod_removal(desired: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod-template patch that takes pull Secrets the operator's ``MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS`` no
+    longer names off the gateway's Deployment (:func:`_pod_identity_removal`; its account is always its own)."""
+    want = desired["spec"]["template"]["spec"]
+    have = ((observed.get("spec") or {}).get("template") or {}).get("spec") or {}
+    pod = _pod_identity_removal(want, have)
+    return {"spec": {"template": {"spec": pod}}} if pod else None
 
 
 def _gateway_status(spec: IsvcSpec, obs: IsvcObserved) -> tuple[GatewayRecord, cond.Condition]:

@@ -331,7 +331,9 @@ class ChildRefused(InvalidSpec):
 CHILD_FIELDS = ((re.compile(r"\.tolerations\b"), "spec.placement.tolerations"),
                 (re.compile(r"\.nodeSelector\b"), "spec.placement.nodeSelector"),
                 (re.compile(r"\.containers\[\d+\]\.image\b"), "spec.runtime.image"),
-                (re.compile(r"\.resources\b"), "spec.resources"))
+                (re.compile(r"\.resources\b"), "spec.resources"),
+                (re.compile(r"\.imagePullSecrets\b"), "spec.imagePullSecrets"),
+                (re.compile(r"\.serviceAccountName\b"), "spec.serviceAccountName"))
 """A refused child field (the API server's ``details.causes[].field``) -> the InferenceService field it comes
 from; ``spec`` when none matches."""
 

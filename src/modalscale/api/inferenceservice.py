@@ -22,6 +22,8 @@ held to what the apiserver would hold it to:
   ``metadata.name`` a DNS-1035 label of at most 63 characters (it names the Service and is the pods' label value);
   with ``spec.stages``: model source BuiltIn, encoder ``minReplicas <= maxReplicas``, no encoder GPUs with engine
   openvino, and a name of at most 49 characters (the encoder pool's Service is ``<name>-image-encoder``);
+- ``spec.serviceAccountName`` and each ``spec.imagePullSecrets[].name`` a DNS-1123 subdomain of at most 253
+  characters (:data:`~modalscale.api.budgetpolicy.DNS_SUBDOMAIN_PATTERN`), each Secret listed once (a list-map);
 - unknown fields are refused, as the apiserver's strict field validation (kubectl's default) refuses them.
 """
 
@@ -32,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from modalscale.api.budgetpolicy import DNS_SUBDOMAIN_PATTERN
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.names import DNS_SUBDOMAIN_PATTERN
 from modalscale.api.quantities import InvalidQuantity, parse_quantity
@@ -83,7 +86,7 @@ TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 
 KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "spec": frozenset({"model", "runtime", "resources", "placement", "scaling", "pricing", "priority", "gateway",
-                       "stages"}),
+                       "stages", "serviceAccountName", "imagePullSecrets"}),
     "spec.model": frozenset({"source", "name", "configMap", "pvc", "image", "uri", "costModelRef", "inputs"}),
     "spec.model.inputs": frozenset({"images", "text"}),
     "spec.model.configMap": frozenset({"name"}),
@@ -126,6 +129,8 @@ _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _HEADER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DOTDOT_ELEMENT = re.compile(r"(^|/)\.\.(/|$)")
+IMAGE_PULL_SECRETS_MAX_ITEMS = 16
+"""Most ``spec.imagePullSecrets`` (the CRD's ``maxItems``)."""
 """A ``..`` element of a path: the API server refuses a volume mount's ``subPath`` with one (the CRD too)."""
 GATEWAY_ENABLED_DEFAULT = True
 """``spec.gateway.enabled`` when unset: the gateway is in the path of every InferenceService (issue 19) unless its
@@ -342,6 +347,10 @@ class ServiceSpec:
     gateway: GatewaySpec = field(default_factory=GatewaySpec)
     stages: StagesSpec | None = None
     """``spec.stages``: None = the one-piece layout."""
+    service_account_name: str | None = None
+    """``spec.serviceAccountName``: the replicas' pods' ServiceAccount; None = the namespace's ``default``."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """``spec.imagePullSecrets[].name``: Secrets (this namespace) the replicas' pods pull their images with."""
 
 
 @dataclass(frozen=True)
@@ -367,6 +376,13 @@ class IsvcSpec:
     """The request gateway (``spec.gateway``); ``enabled`` False = the Service selects the replicas directly."""
     stages: StagesSpec | None = None
     """The staged layout (``spec.stages``); None = one piece (every object as before stages existed)."""
+    service_account_name: str | None = None
+    """ServiceAccount of the replicas' and the image encoder pool's pods (``spec.serviceAccountName``); None = the
+    namespace's ``default``. The gateway pods always run as their own ``<name>-gateway``."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets the replicas' and the image encoder pool's pods pull the Triton and model images with
+    (``spec.imagePullSecrets``), in order. The gateway pods pull the operator's image with the operator's own
+    (``MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS``)."""
 
 
 # ---------------------------------------------------------------------------------------------- readers
@@ -708,6 +724,48 @@ def parse_placement(placement: Mapping[str, Any]) -> PlacementSpec:
     return PlacementSpec(node_selector=dict(selector), tolerations=tuple(out))
 
 
+def parse_pod_identity(root: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    """Typed ``spec.serviceAccountName`` and ``spec.imagePullSecrets`` (``root`` is ``spec``'s mapping).
+
+    Returns:
+        The ServiceAccount's name (None: unset) and the pull Secrets' names in order.
+    Raises:
+        InvalidSpec: A name that is not a DNS-1123 subdomain of at most 253 characters, a Secret that is not
+            ``{name: ...}`` or is listed twice (the CRD's list-map), more than :data:`IMAGE_PULL_SECRETS_MAX_ITEMS`
+            (field named, with an example).
+    """
+    account = root.get("serviceAccountName")
+    if account is not None and not (isinstance(account, str) and 1 <= len(account) <= 253
+                                    and _OBJECT_NAME.fullmatch(account)):
+        raise InvalidSpec("spec.serviceAccountName", f"{account!r} is not a ServiceAccount name (lower-case letters, "
+                                                     f"digits, '-' and '.', at most 253 characters), e.g. "
+                                                     f"model-reader")
+    secrets = root.get("imagePullSecrets")
+    if secrets is None:
+        return account, ()
+    p = "spec.imagePullSecrets"
+    if not isinstance(secrets, list) or len(secrets) > IMAGE_PULL_SECRETS_MAX_ITEMS:
+        raise InvalidSpec(p, f"must be a list of at most {IMAGE_PULL_SECRETS_MAX_ITEMS} Secret references, e.g. "
+                             f"[{{name: regcred}}]")
+    names: list[str] = []
+    for i, ref in enumerate(secrets):
+        if not isinstance(ref, Mapping):
+            raise InvalidSpec(f"{p}[{i}]", f"must be an object naming a Secret, e.g. {{name: regcred}}, got {ref!r}")
+        unknown = sorted(set(ref) - {"name"})
+        if unknown:
+            raise InvalidSpec(f"{p}[{i}].{unknown[0]}", "unknown field (known: name); the Secret must be in the "
+                                                        "service's namespace, e.g. {name: regcred}")
+        name = ref.get("name")
+        if not (isinstance(name, str) and 1 <= len(name) <= 253 and _OBJECT_NAME.fullmatch(name)):
+            raise InvalidSpec(f"{p}[{i}].name", f"{name!r} is not a Secret name (lower-case letters, digits, '-' and "
+                                                f"'.', at most 253 characters), e.g. regcred")
+        if name in names:
+            raise InvalidSpec(f"{p}[{i}].name", f"{name!r} is listed twice; list each Secret once, e.g. "
+                                                f"[{{name: regcred}}]")
+        names.append(name)
+    return account, tuple(names)
+
+
 def parse_spec(spec: Mapping[str, Any] | None) -> ServiceSpec:
     """Parse the ``spec`` of an InferenceService (camelCase mapping as the API or a manifest holds it).
 
@@ -728,6 +786,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ServiceSpec:
                                                  f"runs torch encoder models on its GPUs); use engine torch with GPUs, "
                                                  f"or gpu.count 0 with openvino")
     gateway = parse_gateway(_object(root, "gateway", "spec"))
+    account, pull_secrets = parse_pod_identity(root)
     return ServiceSpec(
         model=model,
         runtime=runtime,
@@ -739,6 +798,8 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ServiceSpec:
         priority=_int(root, "priority", 100, "spec", 0, 1000),
         gateway=gateway,
         stages=parse_stages(root, model, runtime, resources),
+        service_account_name=account,
+        image_pull_secrets=pull_secrets,
     )
 
 
@@ -823,4 +884,6 @@ def parse_isvc(body: Mapping[str, Any]) -> IsvcSpec:
         placement=s.placement,
         gateway=s.gateway,
         stages=s.stages,
+        service_account_name=s.service_account_name,
+        image_pull_secrets=s.image_pull_secrets,
     )

@@ -319,3 +319,60 @@ def test_a_gpu_and_model_source_change_gives_a_template_the_api_server_takes_wit
     version = apps.read_namespaced_deployment("swap", namespace).metadata.resource_version
     time.sleep(3 * 2.0)  # three resync periods
     assert apps.read_namespaced_deployment("swap", namespace).metadata.resource_version == version
+
+
+def test_a_service_account_and_pull_secrets_reach_the_pods_and_leave_them_when_taken_out_of_the_spec(
+        api: Any, operator: Any, namespace: str) -> None:
+    """``spec.serviceAccountName`` and ``spec.imagePullSecrets`` (KServe's predictor fields): a private mirror of the
+    Triton image and a workload identity for a model in object storage. On the real API server: the Deployment's pod
+    template and its pods carry them; taking one Secret out, then both fields, takes them off the template (the
+    strategic merge keeps what a patch does not name, the list merges on ``name``, and the API server reads the
+    deprecated ``serviceAccount`` back when ``serviceAccountName`` alone is nulled), the pods roll onto the
+    namespace's default account, and a rerun writes nothing."""
+    import base64
+
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "model-reader"}})
+    config = base64.b64encode(b'{"auths": {}}').decode()
+    for name in ("ngc-mirror", "hub"):
+        core.create_namespaced_secret(namespace, {"metadata": {"name": name}, "type": "kubernetes.io/dockerconfigjson",
+                                                  "data": {".dockerconfigjson": config}})
+    create(api, namespace, make_isvc("ident", serviceAccountName="model-reader",
+                                     imagePullSecrets=[{"name": "ngc-mirror"}, {"name": "hub"}]))
+    wait_condition(api, namespace, "ident", "Ready", "True")
+
+    def template() -> Any:
+        return apps.read_namespaced_deployment("ident", namespace).spec.template.spec
+
+    def pods() -> list[Any]:
+        return core.list_namespaced_pod(namespace, label_selector="modalscale.io/inferenceservice=ident").items
+
+    pod = template()
+    assert pod.service_account_name == "model-reader" and pod.automount_service_account_token is False
+    assert [s.name for s in pod.image_pull_secrets] == ["ngc-mirror", "hub"]
+    running = pods()
+    assert running and all(p.spec.service_account_name == "model-reader" for p in running)
+    assert all([s.name for s in p.spec.image_pull_secrets] == ["ngc-mirror", "hub"] for p in running)
+
+    patch_spec(api, namespace, "ident", {"imagePullSecrets": [{"name": "hub"}]})
+    wait_for(lambda: [s.name for s in template().image_pull_secrets or []] == ["hub"], 60,
+             "the Deployment pulling with hub only")
+    patch_spec(api, namespace, "ident", {"serviceAccountName": None, "imagePullSecrets": None})
+    wait_for(lambda: not template().image_pull_secrets and not template().service_account_name, 60,
+             "the Deployment without pull secrets and account")
+    pod = template()
+    assert pod.service_account_name is None and pod.service_account is None and pod.image_pull_secrets is None
+
+    def rolled() -> bool:
+        live = [p for p in pods() if not p.metadata.deletion_timestamp]
+        # "default" once the ServiceAccount admission plugin fills it in (it is off in this cluster: none)
+        return len(live) == 2 and all(p.spec.service_account_name in (None, "default") and not p.spec.image_pull_secrets
+                                      for p in live)
+
+    wait_for(rolled, 90, "the pods rolled onto the namespace's default account without pull secrets")
+    ready = condition(get(api, namespace, "ident"), "Ready")
+    assert ready is None or ready["reason"] != "InvalidSpec", ready
+    time.sleep(2 * 2.0)  # the writes of the removal settle
+    version = apps.read_namespaced_deployment("ident", namespace).metadata.resource_version
+    time.sleep(3 * 2.0)  # three resync periods
+    assert apps.read_namespaced_deployment("ident", namespace).metadata.resource_version == version

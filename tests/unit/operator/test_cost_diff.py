@@ -66,8 +66,8 @@ def changed(tmp_path: Path) -> Path:
 def test_a_real_change_is_priced_at_min_and_max_replicas_for_730_hours(changed: Path) -> None:
     base, skipped = price_side(read_manifests(str(EXAMPLES)), CATALOG)
     head, _ = price_side(read_manifests(str(changed)), CATALOG)
-    assert sorted(base) == [("default", "captioner"), ("default", "multimodal-real"), ("default", "text-embedder"),
-                            ("default", "vision-chat")]
+    assert sorted(base) == [("default", "captioner"), ("default", "doc-reader"), ("default", "multimodal-real"),
+                            ("default", "text-embedder"), ("default", "vision-chat")]
     assert any("BudgetPolicy" in s for s in skipped)  # other kinds are skipped, not errors
     result = diff(base, head)
     vc = next(s for s in result.services if s.name == "vision-chat")
@@ -79,7 +79,8 @@ def test_a_real_change_is_priced_at_min_and_max_replicas_for_730_hours(changed: 
     assert vc.monthly_delta_usd.max == (12 * A100_REPLICA - 8 * L4_REPLICA) * 730
     assert vc.monthly_delta_usd.expected is None
     assert {s.name: s.change for s in result.services} == {"captioner": "unchanged", "text-embedder": "unchanged",
-                                                           "multimodal-real": "unchanged", "vision-chat": "changed"}
+                                                           "doc-reader": "unchanged", "multimodal-real": "unchanged",
+                                                           "vision-chat": "changed"}
     total = result.total_monthly_delta_usd
     assert (total.min, total.expected, total.max) == (vc.monthly_delta_usd.min, None, vc.monthly_delta_usd.max)
     # Fixed mode knows its replicas: captioner runs 2 Spot L4 replicas (2 x 0.006655 + 8 x 0.000892 + 0.2688).
@@ -101,9 +102,9 @@ def test_json_has_the_total_delta_object_and_the_services_list(changed: Path, tm
                                               "max": f"{max_delta:.2f}"}
     assert out["hours_per_month"] == 730 and out["currency"] == "USD"
     assert [(s["name"], s["change"]) for s in out["services"]] == [
-        ("captioner", "unchanged"), ("multimodal-real", "unchanged"), ("text-embedder", "unchanged"),
-        ("vision-chat", "changed")]
-    vc = out["services"][3]
+        ("captioner", "unchanged"), ("doc-reader", "unchanged"), ("multimodal-real", "unchanged"),
+        ("text-embedder", "unchanged"), ("vision-chat", "changed")]
+    vc = out["services"][4]
     assert vc["base"]["gpu"] == "1 x nvidia-l4" and vc["head"]["gpu"] == "1 x nvidia-a100-40gb"
     assert vc["head"]["replicas"] == {"min": 1, "expected": None, "max": 12}
     assert vc["base"]["file"].endswith("inferenceservice-predictive.yaml")

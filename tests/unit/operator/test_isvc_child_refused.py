@@ -29,6 +29,9 @@ def refused(*causes: tuple[str, str], status: int = 422, body: object = None) ->
     ("spec.template.spec.nodeSelector", "spec.placement.nodeSelector"),
     ("spec.template.spec.containers[0].image", "spec.runtime.image"),
     ("spec.template.spec.containers[0].resources.limits", "spec.resources"),
+    # The CRD's pattern admits "a..b", which a DNS-1123 subdomain (the pod's account name) is not.
+    ("spec.template.spec.serviceAccountName", "spec.serviceAccountName"),
+    ("spec.template.spec.imagePullSecrets[0].name", "spec.imagePullSecrets"),
     ("metadata.labels", "spec"),
 ])
 def test_the_refused_child_field_names_the_spec_field_it_comes_from(field: str, spec_field: str) -> None:
