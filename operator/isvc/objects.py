@@ -28,6 +28,9 @@ SELECTOR_LABEL = "modalscale.io/inferenceservice"
 REPLICAS_ANNOTATION = "modalscale.io/replicas"
 """Deployment annotation: the replicas the operator last wrote; a different spec.replicas means someone else scaled."""
 MODEL_REPO_MOUNT = "/models"
+MODEL_VOLUME = "model-repository"
+"""The pod volume (and mount at :data:`MODEL_REPO_MOUNT`) of a ConfigMap, PVC or Image model source; a URI source
+has none (Triton reads the repository itself)."""
 CONFIGMAP_REPO = f"{MODEL_REPO_MOUNT}/..data"
 """``--model-repository`` of a ConfigMap volume: the kubelet's ``..data`` link to the current files. The volume's
 root also holds ``..data`` and ``..<timestamp>``, which Triton would scan as models and fail to load."""
@@ -229,22 +232,22 @@ def _model_volume(spec: IsvcSpec, repo_files: dict[str, str], user_cm_keys: list
     """Volumes, mounts and the ``--model-repository`` argument for the model source (``configmap``: the generated
     repository's, BuiltIn)."""
     m = spec.model
-    mount = {"name": "model-repository", "mountPath": MODEL_REPO_MOUNT, "readOnly": True}
+    mount = {"name": MODEL_VOLUME, "mountPath": MODEL_REPO_MOUNT, "readOnly": True}
     if m.source == "BuiltIn":
         items = [{"key": configmap_key(p), "path": p} for p in sorted(repo_files)]
-        vol = {"name": "model-repository", "configMap": {"name": configmap, "items": items}}
+        vol = {"name": MODEL_VOLUME, "configMap": {"name": configmap, "items": items}}
         return [vol], [mount], CONFIGMAP_REPO
     if m.source == "ConfigMap":
         items = [{"key": k, "path": k.replace("__", "/")} for k in sorted(user_cm_keys)]
-        vol = {"name": "model-repository", "configMap": {"name": m.config_map, "items": items}}
+        vol = {"name": MODEL_VOLUME, "configMap": {"name": m.config_map, "items": items}}
         return [vol], [mount], CONFIGMAP_REPO
     if m.source == "PVC":
-        vol = {"name": "model-repository", "persistentVolumeClaim": {"claimName": m.pvc_claim, "readOnly": True}}
+        vol = {"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": m.pvc_claim, "readOnly": True}}
         if m.pvc_sub_path:
             mount = {**mount, "subPath": m.pvc_sub_path}
         return [vol], [mount], MODEL_REPO_MOUNT
     if m.source == "Image":
-        vol = {"name": "model-repository", "image": {"reference": m.image_reference, "pullPolicy": "IfNotPresent"}}
+        vol = {"name": MODEL_VOLUME, "image": {"reference": m.image_reference, "pullPolicy": "IfNotPresent"}}
         return [vol], [mount], f"{MODEL_REPO_MOUNT}/{m.image_path.strip('/')}"
     return [], [], str(m.uri)
 

@@ -61,6 +61,7 @@ from modalscale.autoscaler.policy import Decision, Reason, bound_replicas, split
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
     IMAGE_ENCODER_ADDRESS_ANNOTATION,
+    MODEL_VOLUME,
     NODE_LOSS_TOLERATION_S,
     REPLICAS_ANNOTATION,
     STAGE_FRONT,
@@ -365,7 +366,9 @@ def _stale_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> 
     to 0 would keep requesting a GPU on a GPU node, one from 0 to 1 keep its CPU limit); the old model source of a
     desired volume, the old handler of each probe (:data:`PROBE_HANDLERS`), the BuiltIn runtime's ``lifecycle`` and a
     PVC source's ``subPath`` (a ``model.source`` change would otherwise merge two volume sources or two probe
-    handlers into one, which the API server refuses); and the account and pull Secrets ``spec.serviceAccountName``
+    handlers into one, which the API server refuses); the model volume and its mount (:data:`MODEL_VOLUME`) once a URI
+    source has none (they stayed: the old ConfigMap, claim or image mounted at /models for nothing, and a pod whose
+    ConfigMap was deleted since never started); and the account and pull Secrets ``spec.serviceAccountName``
     and ``spec.imagePullSecrets`` no longer name (:func:`_pod_identity_removal`). None when nothing is to remove."""
     if observed is None:
         return None
@@ -388,6 +391,9 @@ def _stale_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> 
         mounts = {m.get("mountPath"): m for m in was.get("volumeMounts") or [] if isinstance(m, dict)}
         stale_mounts = [{"name": m["name"], "mountPath": m["mountPath"], **stale} for m in c.get("volumeMounts") or []
                         if (stale := _stale_keys(m, mounts.get(m["mountPath"]), ("subPath",)))]
+        wanted_mounts = {m["mountPath"] for m in c.get("volumeMounts") or []}
+        stale_mounts += [{"name": MODEL_VOLUME, "mountPath": path, "$patch": "delete"} for path, m in mounts.items()
+                         if m.get("name") == MODEL_VOLUME and path not in wanted_mounts]  # named: see _merged
         if stale_mounts:
             item["volumeMounts"] = stale_mounts
         if item:
@@ -396,6 +402,8 @@ def _stale_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> 
     volumes = {v.get("name"): v for v in have.get("volumes") or [] if isinstance(v, dict)}
     stale_volumes = [{"name": v["name"], **stale} for v in want.get("volumes") or []
                      if (stale := _stale_keys(v, volumes.get(v["name"])))]
+    if MODEL_VOLUME in volumes and not any(v["name"] == MODEL_VOLUME for v in want.get("volumes") or []):
+        stale_volumes.append({"name": MODEL_VOLUME, "$patch": "delete"})
     if stale_volumes:
         pod["volumes"] = stale_volumes
     if stale := _stale_keys(want.get("nodeSelector") or {}, have.get("nodeSelector"), (GPU_PRODUCT_LABEL,)):

@@ -40,7 +40,8 @@ CPU = {"cpu": "2", "memory": "8Gi"}
 
 def strategic_merge(obj: Any, patch: Any, key: str = "") -> Any:
     """``obj`` after the strategic merge ``patch``: maps merge key by key (``null`` deletes, ``$patch: replace``
-    replaces), lists of :data:`MERGE_KEYS` merge item by item on their key, other values replace."""
+    replaces), lists of :data:`MERGE_KEYS` merge item by item on their key (an item with ``$patch: delete`` is
+    deleted), other values replace."""
     if isinstance(patch, dict):
         if patch.get("$patch") == "replace":
             return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
@@ -56,7 +57,10 @@ def strategic_merge(obj: Any, patch: Any, key: str = "") -> Any:
         out = copy.deepcopy(obj)
         for item in patch:
             at = next((i for i, o in enumerate(out) if o.get(merge_key) == item.get(merge_key)), None)
-            if at is None:
+            if item.get("$patch") == "delete":  # the item is deleted (absent: nothing happens)
+                if at is not None:
+                    del out[at]
+            elif at is None:
                 out.append(copy.deepcopy(item))
             else:
                 out[at] = strategic_merge(out[at], item)
@@ -136,7 +140,8 @@ SOURCES = {
 
 
 @pytest.mark.parametrize(("before", "after"), [
-    ("builtin", "pvc"), ("pvc", "builtin"), ("builtin", "image"), ("pvc", "image"), ("builtin", "uri")])
+    ("builtin", "pvc"), ("pvc", "builtin"), ("builtin", "image"), ("pvc", "image"), ("builtin", "uri"), ("pvc", "uri"),
+    ("image", "uri"), ("uri", "builtin")])
 def test_a_model_source_change_gives_a_pod_template_the_api_server_accepts_and_nothing_of_the_old_source(
         before: str, after: str) -> None:
     dep, obs = changed(body(model=SOURCES[before]), body(model=SOURCES[after]))
@@ -151,4 +156,8 @@ def test_a_model_source_change_gives_a_pod_template_the_api_server_accepts_and_n
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     for m in desired["volumeMounts"]:
         assert mounts[m["mountPath"]] == m  # no subPath of a PVC source left on another source's mount
+    # A URI source reads the repository itself: no volume of the old source stays mounted at /models (a ConfigMap
+    # deleted later would hold every new pod in ContainerCreating, FailedMount)
+    assert sorted(v["name"] for v in have["volumes"]) == sorted(v["name"] for v in want["volumes"])
+    assert sorted(mounts) == sorted(m["mountPath"] for m in desired["volumeMounts"])
     assert plan(body(model=SOURCES[after]), obs).writes == []
