@@ -21,7 +21,7 @@ from modalscale.api.inferenceservice import (
     REPLICAS_SERVICE_SUFFIX,
     IsvcSpec,
 )
-from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL
+from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL, RESPONSE_CACHE_BYTES
 
 SELECTOR_LABEL = "modalscale.io/inferenceservice"
 """Pod label that selects the pods of one InferenceService (immutable Deployment selector)."""
@@ -315,7 +315,7 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
         "--metrics-config=summary_latencies=true",
     ]
     if spec.runtime.response_cache:
-        args.append("--cache-config=local,size=268435456")
+        args.append(f"--cache-config=local,size={RESPONSE_CACHE_BYTES}")  # as runtime serve sizes it
     container = {
         "name": "triton",
         "image": spec.image,

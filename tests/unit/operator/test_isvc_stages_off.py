@@ -31,6 +31,7 @@ from modalscale.operator.isvc.objects import (
     gateway_children,
 )
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc
+from modalscale.runtime.repo_config import RESPONSE_CACHE_BYTES
 from tests.factories import inference_service
 
 try:  # the pod template's repository hash came after stages: left out of the comparison (None at df43d75)
@@ -132,8 +133,20 @@ def scenarios() -> dict[str, Any]:
     return json.loads(json.dumps(out, sort_keys=True))
 
 
+BEFORE_CACHE_CONFIG = "--cache-config=local,size=268435456"
+"""The replicas' response-cache size before stages (256 MiB). Since 7 Dec 2026 the Deployment sizes it as ``runtime
+serve`` does (``RESPONSE_CACHE_BYTES``, 64 MiB; tests/unit/operator/test_isvc_response_cache.py): the golden is read
+with that one argument changed, everything else as the code before stages wrote it."""
+
+
+def golden() -> Any:
+    text = GOLDEN.read_text().replace(BEFORE_CACHE_CONFIG, f"--cache-config=local,size={RESPONSE_CACHE_BYTES}")
+    return json.loads(text)
+
+
 def test_without_stages_every_object_and_plan_is_what_the_code_before_stages_made() -> None:
-    assert scenarios() == json.loads(GOLDEN.read_text())
+    assert GOLDEN.read_text().count(BEFORE_CACHE_CONFIG) == 3  # the predictive example's responseCache: true
+    assert scenarios() == golden()
 
 
 def test_the_proof_covers_every_example_and_both_gateway_settings() -> None:
