@@ -45,7 +45,7 @@ from modalscale.api.annotations import (
     unreadable_budget_caps,
 )
 from modalscale.api.capacity import SPOT_NODE_SELECTOR, SPOT_TIER, SPOT_TOLERATION, pod_requires_spot
-from modalscale.api.inferenceservice import GPU_PRODUCT_LABEL, GPU_RESOURCE, IsvcSpec, PlacementSpec
+from modalscale.api.inferenceservice import GPU_RESOURCE, IsvcSpec, PlacementSpec
 from modalscale.api.isvc_status import (
     DELETE,
     AutoscalerRecord,
@@ -333,12 +333,17 @@ and reads back when ``serviceAccountName`` is empty (``Convert_v1_PodSpec_To_cor
 nulls both (nulling one left the pods on the old account)."""
 
 
-def _pod_identity_removal(want: dict[str, Any], have: dict[str, Any]) -> dict[str, Any]:
-    """The pod-spec patch that takes off an account and pull Secrets ``want`` (a desired pod spec) no longer has and
-    ``have`` (the stored one) still has: both account keys (:data:`POD_ACCOUNT_KEYS`) nulled when ``want`` names
-    none, and each stale ``imagePullSecrets`` item deleted (``$patch: delete``; the strategic merge merges that list
-    on ``name``), the list nulled when ``want`` has none. {} when nothing is to remove."""
+def _pod_keys_removal(want: dict[str, Any], have: dict[str, Any]) -> dict[str, Any]:
+    """The pod-spec patch that takes off what ``want`` (a desired pod spec) no longer has and ``have`` (the stored
+    one) still has: each node-selector label (a strategic merge keeps map keys a patch does not name: a label taken
+    out of ``spec.placement.nodeSelector``, the GPU product of a service gone to CPU), both account keys
+    (:data:`POD_ACCOUNT_KEYS`) when ``want`` names none, and each stale ``imagePullSecrets`` item (``$patch:
+    delete``; the strategic merge merges that list on ``name``), the list nulled when ``want`` has none. {} when
+    nothing is to remove."""
     pod: dict[str, Any] = {}
+    selector, wanted_labels = have.get("nodeSelector"), want.get("nodeSelector") or {}
+    if isinstance(selector, dict) and (stale_labels := {k: None for k in selector if k not in wanted_labels}):
+        pod["nodeSelector"] = stale_labels
     if not want.get("serviceAccountName") and any(have.get(k) for k in POD_ACCOUNT_KEYS):
         pod.update({k: None for k in POD_ACCOUNT_KEYS})
     wanted = {s.get("name") for s in want.get("imagePullSecrets") or []}
@@ -362,14 +367,15 @@ def _stale_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> 
 
     A strategic merge keeps map keys a patch does not name and merges list items by their key, and
     :func:`is_derivative` does not see them. So it nulls: the resource keys of the other layout
-    (:data:`LAYOUT_RESOURCES`) and the GPU product node selector (a service whose ``resources.gpu.count`` went from 1
-    to 0 would keep requesting a GPU on a GPU node, one from 0 to 1 keep its CPU limit); the old model source of a
-    desired volume, the old handler of each probe (:data:`PROBE_HANDLERS`), the BuiltIn runtime's ``lifecycle`` and a
-    PVC source's ``subPath`` (a ``model.source`` change would otherwise merge two volume sources or two probe
-    handlers into one, which the API server refuses); the model volume and its mount (:data:`MODEL_VOLUME`) once a URI
-    source has none (they stayed: the old ConfigMap, claim or image mounted at /models for nothing, and a pod whose
-    ConfigMap was deleted since never started); and the account and pull Secrets ``spec.serviceAccountName``
-    and ``spec.imagePullSecrets`` no longer name (:func:`_pod_identity_removal`). None when nothing is to remove."""
+    (:data:`LAYOUT_RESOURCES`) and every node-selector label ``desired`` lacks, the GPU product's too (a service
+    whose ``resources.gpu.count`` went from 1 to 0 would keep requesting a GPU on a GPU node, one from 0 to 1 keep its
+    CPU limit); the old model source of a desired volume, the old handler of each probe (:data:`PROBE_HANDLERS`), the
+    BuiltIn runtime's ``lifecycle`` and a PVC source's ``subPath`` (a ``model.source`` change would otherwise merge
+    two volume sources or two probe handlers into one, which the API server refuses); the model volume and its mount
+    (:data:`MODEL_VOLUME`) once a URI source has none (they stayed: the old ConfigMap, claim or image mounted at
+    /models for nothing, and a pod whose ConfigMap was deleted since never started); and the account and pull Secrets
+    ``spec.serviceAccountName`` and ``spec.imagePullSecrets`` no longer name (:func:`_pod_keys_removal`). None when
+    nothing is to remove."""
     if observed is None:
         return None
     want = desired["spec"]["template"]["spec"]
@@ -406,9 +412,7 @@ def _stale_removal(desired: dict[str, Any], observed: dict[str, Any] | None) -> 
         stale_volumes.append({"name": MODEL_VOLUME, "$patch": "delete"})
     if stale_volumes:
         pod["volumes"] = stale_volumes
-    if stale := _stale_keys(want.get("nodeSelector") or {}, have.get("nodeSelector"), (GPU_PRODUCT_LABEL,)):
-        pod["nodeSelector"] = stale
-    pod.update(_pod_identity_removal(want, have))
+    pod.update(_pod_keys_removal(want, have))
     return {"spec": {"template": {"spec": pod}}} if pod else None
 
 
@@ -754,11 +758,12 @@ def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, servi
 
 
 def _gateway_pod_removal(desired: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any] | None:
-    """The pod-template patch that takes pull Secrets the operator's ``MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS`` no
-    longer names off the gateway's Deployment (:func:`_pod_identity_removal`; its account is always its own)."""
+    """The pod-template patch that takes off the gateway's Deployment the node-selector labels ``spec.placement`` and
+    the pull Secrets the operator's ``MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS`` no longer name
+    (:func:`_pod_keys_removal`; its account is always its own)."""
     want = desired["spec"]["template"]["spec"]
     have = ((observed.get("spec") or {}).get("template") or {}).get("spec") or {}
-    pod = _pod_identity_removal(want, have)
+    pod = _pod_keys_removal(want, have)
     return {"spec": {"template": {"spec": pod}}} if pod else None
 
 

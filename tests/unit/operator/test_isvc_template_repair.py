@@ -161,3 +161,65 @@ def test_a_model_source_change_gives_a_pod_template_the_api_server_accepts_and_n
     assert sorted(v["name"] for v in have["volumes"]) == sorted(v["name"] for v in want["volumes"])
     assert sorted(mounts) == sorted(m["mountPath"] for m in desired["volumeMounts"])
     assert plan(body(model=SOURCES[after]), obs).writes == []
+
+
+def test_a_node_selector_label_taken_out_of_the_placement_leaves_the_replicas_and_the_gateway() -> None:
+    """Found by the isvc review (7 Dec 2026): only the GPU product and Spot labels were nulled, so a label taken out of
+    ``spec.placement.nodeSelector`` stayed on the pods' selector (a strategic merge keeps map keys a patch does not
+    name): the replicas and the gateway stayed pinned to the old node pool."""
+    def gated(selector: dict[str, str]) -> dict[str, Any]:
+        return inference_service("vc", "ml", uid="u-1", generation=1, placement={"nodeSelector": selector},
+                                 scaling={"mode": "Fixed", "replicas": 2, "minReplicas": 1, "maxReplicas": 4})
+
+    before, after = gated({"pool": "a", "zone": "z1"}), gated({"zone": "z1"})
+    obs = settled_all(before)
+    p = plan(after, obs)
+    obs = applied_all(obs, p)
+    assert pod(obs.deployment)["nodeSelector"] == {**pod(wanted(after))["nodeSelector"]}
+    assert "pool" not in pod(obs.gateway_objects["Deployment"]).get("nodeSelector", {})
+    assert pod(obs.gateway_objects["Deployment"])["nodeSelector"] == {"zone": "z1"}
+    assert plan(after, obs).writes == []
+
+
+def applied_all(obs: IsvcObserved, p: Any) -> IsvcObserved:
+    """``obs`` after every write of ``p`` (the gateway's objects too)."""
+    obs = copy.deepcopy(obs)
+    for w in p.writes:
+        gateway = w.name.endswith("-gateway") or (w.name.endswith("-replicas") and w.kind != "Deployment")
+        have = obs.gateway_objects.get(w.kind) if gateway else getattr(obs, w.kind.lower())
+        new = copy.deepcopy(w.body) if w.action == "create" else strategic_merge(have, w.body) \
+            if w.kind == "Deployment" else merge_replacing_lists(have, w.body)
+        if w.action == "create":
+            new["metadata"].update(generation=1, resourceVersion="1")
+            if w.kind == "Deployment":
+                n = new["spec"]["replicas"]
+                new["status"] = {"observedGeneration": 1, "replicas": n, "readyReplicas": n, "updatedReplicas": n}
+        if gateway:
+            obs.gateway_objects[w.kind] = new
+        else:
+            setattr(obs, w.kind.lower(), new)
+    return obs
+
+
+def merge_replacing_lists(obj: Any, patch: Any) -> Any:
+    """A merge patch of another kind's object: maps key by key (``null`` deletes, ``$patch: replace`` replaces),
+    lists replaced whole (these tests' Service ports and selectors change as a whole)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if patch.get("$patch") == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    out = copy.deepcopy(obj) if isinstance(obj, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_replacing_lists(out.get(k), v)
+    return out
+
+
+def settled_all(b: dict[str, Any]) -> IsvcObserved:
+    obs = IsvcObserved(pvc_exists=True)
+    for _ in range(3):
+        obs = applied_all(obs, plan(b, obs))
+    assert plan(b, obs).writes == []
+    return obs
