@@ -25,10 +25,9 @@ from numpy.typing import NDArray
 from modalscale.runtime.model import metrics as names
 from modalscale.runtime.model.encoders import MultimodalEncoder
 from modalscale.runtime.model.gpu_layout import encode_image_items, encode_text_rows, fuse_request, pad_images
-from modalscale.runtime.model.inputs import RequestError
 from modalscale.runtime.model.pipeline import EmbeddingCache, MultimodalPipeline, Prepared
 from modalscale.runtime.model.settings import ModelSettings
-from modalscale.runtime.model.triton_model import FeatureMetrics, _classes_output
+from modalscale.runtime.model.triton_model import FeatureMetrics, _classes_output, prepare_failure
 from modalscale.runtime.repo_config import (
     CLASSES,
     FEATURES,
@@ -133,21 +132,19 @@ class OrchestratorModel:
         self.metrics.inflight.increment(len(requests))
         batch = names.MetricBatch()
         try:
-            return [self._one(request, batch) for request in requests]
+            return [self._one(request, batch, i, len(requests)) for i, request in enumerate(requests)]
         finally:
             self.metrics.send(batch)
             self.metrics.inflight.increment(-len(requests))
 
-    def _one(self, request: Any, batch: names.MetricBatch) -> Any:
+    def _one(self, request: Any, batch: names.MetricBatch, index: int, size: int) -> Any:
         images = pb_utils.get_input_tensor_by_name(request, INPUT_IMAGES)
         text = pb_utils.get_input_tensor_by_name(request, INPUT_TEXT)
         try:
             prep = self.pipeline.prepare(None if images is None else images.as_numpy(),
                                          None if text is None else text.as_numpy())
-        except RequestError as exc:
-            batch.error(exc.reason)
-            return pb_utils.InferenceResponse(
-                error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
+        except Exception as exc:  # the batched models' mapping: 400 naming the field, else this request's 500
+            return prepare_failure(exc, batch, index, size)
         modality = prep.parsed.modality.value
         batch.accepted(modality, [image.pixels for image in prep.parsed.images],
                        prep.text_tokens if prep.parsed.text is not None else None)

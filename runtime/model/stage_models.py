@@ -25,7 +25,7 @@ import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 from modalscale.runtime.model import metrics as names
 from modalscale.runtime.model.encoder_client import ImageEncoderClient
 from modalscale.runtime.model.encoders import MultimodalEncoder
-from modalscale.runtime.model.inputs import Modality, RequestError
+from modalscale.runtime.model.inputs import Modality
 from modalscale.runtime.model.pipeline import MultimodalPipeline, Prepared
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.model.staged import CLIENT, UNAVAILABLE, EncoderFailure, FrontPipeline, FrontPrepared
@@ -93,12 +93,7 @@ class ImageEncoderStageModel:
             tensor = pb_utils.get_input_tensor_by_name(request, ENCODER_IMAGE)
             try:
                 prep = self.pipeline.prepare(None if tensor is None else tensor.as_numpy(), None)
-            except RequestError as exc:
-                batch.error(exc.reason)
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
-                continue
-            except Exception as exc:  # one request's unforeseen fault fails that request only
+            except Exception as exc:  # one request's fault fails that request only (400 or 500: prepare_failure)
                 responses[i] = prepare_failure(exc, batch, i, len(requests))
                 continue
             batch.accepted(image, [im.pixels for im in prep.parsed.images], None)
@@ -174,12 +169,7 @@ class FrontModel:
             try:
                 prep = self.front.prepare(None if images is None else images.as_numpy(),
                                           None if text is None else text.as_numpy())
-            except RequestError as exc:
-                batch.error(exc.reason)
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
-                continue
-            except Exception as exc:  # one request's unforeseen fault fails that request only
+            except Exception as exc:  # one request's fault fails that request only (400 or 500: prepare_failure)
                 responses[i] = prepare_failure(exc, batch, i, len(requests))
                 continue
             prepared.append(prep)

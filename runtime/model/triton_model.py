@@ -170,13 +170,7 @@ class TritonPythonModel:
             try:
                 prep = self.pipeline.prepare(None if images is None else images.as_numpy(),
                                              None if text is None else text.as_numpy())
-            except RequestError as exc:
-                batch.error(exc.reason)
-                self._flush_per_request(batch)
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
-                continue
-            except Exception as exc:  # one request's unforeseen fault fails that request only
+            except Exception as exc:  # one request's fault fails that request only
                 responses[i] = prepare_failure(exc, batch, i, len(requests))
                 self._flush_per_request(batch)
                 continue
@@ -213,10 +207,18 @@ class TritonPythonModel:
 
 
 def prepare_failure(exc: Exception, batch: names.MetricBatch, index: int, size: int) -> Any:
-    """The response of a request whose validation (``prepare``) raised something other than a ``RequestError``: an
-    ``InternalError`` of that request alone, counted and logged with its traceback. Raised out of ``execute``, it
-    failed every request of the batch (a palette PNG whose tRNS is longer than its palette did so until
-    ``decode_image`` refused it), however valid the others were."""
+    """The response of a request whose validation (``prepare``) raised ``exc``, counted in
+    ``modalscale_request_errors_total``; every model that validates requests answers them through this one mapping.
+
+    A :class:`RequestError` is the client's: ``INVALID_ARG`` (400) with ``<Reason>: <message naming the field>``.
+    Anything else is an ``InternalError`` of that request alone (500), logged with its traceback. Raised out of
+    ``execute``, it failed every request of the batch (a palette PNG whose tRNS is longer than its palette did so
+    until ``decode_image`` refused it), however valid the others were; the GPU layout's orchestrator, which
+    validates one request at a time, let it out until it shared this mapping."""
+    if isinstance(exc, RequestError):
+        batch.error(exc.reason)
+        return pb_utils.InferenceResponse(
+            error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
     LOG.error("Request %d of a batch of %d failed its validation", index, size, exc_info=exc)
     batch.error("InternalError")
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}",

@@ -38,6 +38,7 @@ def _stand_in() -> types.ModuleType:
             self.message, self.code = message, code
 
     fake.TritonError = TritonError  # type: ignore[attr-defined]
+    fake.TritonModelException = type("TritonModelException", (Exception,), {})  # type: ignore[attr-defined]
     fake.InferenceResponse = lambda output_tensors=None, error=None: SimpleNamespace(  # type: ignore[attr-defined]
         outputs=output_tensors, error=error)
     fake.Tensor = lambda name, array: (name, array)  # type: ignore[attr-defined]
@@ -56,7 +57,7 @@ def _forget_the_adapters() -> Iterator[None]:
     before, attributes = set(sys.modules), set(vars(package))
     yield
     for name in set(sys.modules) - before:
-        if name.endswith(("triton_model", "stage_models", "_under_test")):
+        if name.endswith(("triton_model", "stage_models", "gpu_models", "_under_test")):
             del sys.modules[name]
     for name in set(vars(package)) - attributes:  # the package's attribute of the submodule, too
         delattr(package, name)
@@ -89,8 +90,8 @@ class _Pipeline:
         if word == "invalid":
             raise RequestError("InvalidUtf8", "TEXT: not UTF-8")
         modality = SimpleNamespace(value="text")
-        return SimpleNamespace(word=word, text_tokens=3, parsed=SimpleNamespace(modality=modality, images=(),
-                                                                                 text=word))
+        return SimpleNamespace(word=word, text_tokens=3, stage_s={"decode": 0.001},
+                               parsed=SimpleNamespace(modality=modality, images=(), text=word))
 
     def run(self, prepared: list[Any]) -> list[Any]:
         self.ran = [p.word for p in prepared]
@@ -140,3 +141,35 @@ def test_the_staged_models_fail_a_crashing_request_alone(monkeypatch: pytest.Mon
     assert response.error.code == 500 and response.error.message.startswith("InternalError: KeyError")
     assert [(name_, by) for op, name_, _, by in batch.calls() if name_ == names.REQUEST_ERRORS_TOTAL] == [
         (names.REQUEST_ERRORS_TOTAL, 1)]
+
+
+def test_the_gpu_layouts_orchestrator_answers_each_request_as_the_batched_models_do(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU layout's orchestrator validates one request at a time (``_one``): a request whose validation raised
+    anything but a ``RequestError`` left ``execute`` with the exception (Triton answered every request of the call
+    with it, as an unlabelled 500, uncounted); it gets the batched models' ``InternalError`` of its own now, and a
+    ``RequestError`` its 400 naming the field, as before."""
+    gpu_models = _module(monkeypatch, "gpu_models")
+    model = object.__new__(gpu_models.OrchestratorModel)
+    model.pipeline = _Pipeline()
+    sent: list[names.MetricBatch] = []
+    model.metrics = SimpleNamespace(inflight=SimpleNamespace(increment=lambda by: None), send=sent.append)
+    encoded: list[str] = []
+
+    def encode(prep: Any) -> Any:
+        encoded.append(prep.word)
+        return np.ones(4, dtype=np.float32), np.zeros(0, dtype=np.int32), 0, 0
+
+    model._encode = encode
+    requests = [{"TEXT": np.array([[w.encode()]], dtype=object)} for w in ("a cat", "crash", "invalid", "a dog")]
+
+    responses = model.execute(requests)
+
+    assert encoded == ["a cat", "a dog"]
+    assert [r.error is None for r in responses] == [True, False, False, True]
+    assert responses[1].error.code == 500 and responses[1].error.message.startswith("InternalError: KeyError")
+    assert responses[2].error.code == 400 and responses[2].error.message == "InvalidUtf8: TEXT: not UTF-8"
+    (batch,) = sent
+    errors = {dict(label_set)["reason"]: by for op, name, label_set, by in batch.calls()
+              if name == names.REQUEST_ERRORS_TOTAL}
+    assert errors == {"InternalError": 1, "InvalidUtf8": 1}
