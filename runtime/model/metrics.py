@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 REQUESTS_TOTAL = "modalscale_requests_total"
-"""Counter of successfully parsed requests by ``modality`` (image, text, image_text)."""
+"""Counter of accepted requests by ``modality`` (image, text, image_text): those that passed the model's validation,
+counted whether they are then served or fail (an encoder failure, the image encoder pool not answering), in every
+deployment shape; a request refused by the validation counts in :data:`REQUEST_ERRORS_TOTAL` only."""
 REQUEST_ERRORS_TOTAL = "modalscale_request_errors_total"
 """Counter of rejected requests by ``reason`` (CamelCase, e.g. CorruptImage, TooManyImages)."""
 REQUEST_IMAGE_PIXELS = "modalscale_request_image_pixels"
@@ -71,20 +73,22 @@ HELP = {
 }
 
 
-def request_observations(modality: str, image_pixels: Sequence[int], text_tokens: int | None
+def request_observations(modality: str, image_pixels: Sequence[int | None], text_tokens: int | None
                          ) -> list[tuple[str, str, float]]:
     """The feature-histogram observations of one accepted request (pure).
 
     Args:
         modality: The request's class, one of :data:`MODALITIES`.
-        image_pixels: ``width * height`` of each image as received, pixels (empty for text-only).
+        image_pixels: ``width * height`` of each image as received, pixels (empty for text-only); None for an image
+            whose size is unknown (a front's request whose image encoder pool failed or did not answer): it counts
+            in the image count, with no pixel observation.
         text_tokens: WordPiece tokens of the text; None = no text.
     Returns:
         ``[(histogram name, modality label, value), ...]``: ``images`` once (the image count), ``pixels`` once per
-        image, ``tokens`` once when there is text; all labelled with ``modality``.
+        image of known size, ``tokens`` once when there is text; all labelled with ``modality``.
     """
     out = [(REQUEST_IMAGES, modality, float(len(image_pixels)))]
-    out += [(REQUEST_IMAGE_PIXELS, modality, float(p)) for p in image_pixels]
+    out += [(REQUEST_IMAGE_PIXELS, modality, float(p)) for p in image_pixels if p is not None]
     if text_tokens is not None:
         out.append((REQUEST_TEXT_TOKENS, modality, float(text_tokens)))
     return out
@@ -133,9 +137,10 @@ class MetricBatch:
         """One rejected request with ``reason`` (``modalscale_request_errors_total``)."""
         self.increment(REQUEST_ERRORS_TOTAL, labels(reason=reason))
 
-    def accepted(self, modality: str, image_pixels: Sequence[int], text_tokens: int | None) -> None:
-        """One accepted request: ``modalscale_requests_total`` and its feature observations
-        (:func:`request_observations`), all under ``modality``."""
+    def accepted(self, modality: str, image_pixels: Sequence[int | None], text_tokens: int | None) -> None:
+        """One accepted request (it passed the model's validation, whether or not it is then served):
+        ``modalscale_requests_total`` and its feature observations (:func:`request_observations`), all under
+        ``modality``."""
         self.increment(REQUESTS_TOTAL, labels(modality=modality))
         for name, label, value in request_observations(modality, image_pixels, text_tokens):
             self.observe(name, labels(modality=label), value)

@@ -180,13 +180,16 @@ class FrontModel:
             outputs = self.front.run(prepared)
         except (RuntimeError, ValueError) as exc:  # a torch failure fails this batch, not the server
             LOG.exception("Front failed on a batch of %d requests", len(prepared))
-            for i in rows:
+            for i, prep in zip(rows, prepared, strict=True):
+                _accepted_unserved(batch, prep)
                 batch.error("InternalError")
                 responses[i] = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}"))
             return responses
-        for i, out in zip(rows, outputs, strict=True):
+        for i, prep, out in zip(rows, prepared, outputs, strict=True):
             if isinstance(out, EncoderFailure):
+                if out.kind != CLIENT:  # the pool failed or did not answer: accepted, as one-piece counts it
+                    _accepted_unserved(batch, prep)
                 batch.error(out.reason)
                 responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(out.message, _code(out)))
                 continue
@@ -204,6 +207,13 @@ class FrontModel:
         self.client.close()
         self.front = None  # type: ignore[assignment]
         self.metrics = None  # type: ignore[assignment]
+
+
+def _accepted_unserved(batch: names.MetricBatch, prep: FrontPrepared) -> None:
+    """Count a request that passed the front's checks and then failed (``modalscale_requests_total`` counts what a
+    model accepted, as the one-piece model does; a request whose image the pool refused, 400, was not accepted):
+    its images and text tokens, no pixels (only the pool knows an image's size)."""
+    batch.accepted(prep.modality, [None] * len(prep.images), prep.text_tokens)
 
 
 def _code(failure: EncoderFailure) -> Any:

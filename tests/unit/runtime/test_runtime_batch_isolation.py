@@ -173,3 +173,78 @@ def test_the_gpu_layouts_orchestrator_answers_each_request_as_the_batched_models
     errors = {dict(label_set)["reason"]: by for op, name, label_set, by in batch.calls()
               if name == names.REQUEST_ERRORS_TOTAL}
     assert errors == {"InternalError": 1, "InvalidUtf8": 1}
+
+
+def _counted(batch: names.MetricBatch) -> dict[str, dict[str, float]]:
+    """``{series name: {label value: total}}`` of the requests, errors and images counters of ``batch``."""
+    out: dict[str, dict[str, float]] = {}
+    for op, name, label_set, value in batch.calls():
+        key = dict(label_set).get("reason") or dict(label_set).get("modality", "")
+        if name in (names.REQUESTS_TOTAL, names.REQUEST_ERRORS_TOTAL):
+            out.setdefault(name, {})[key] = out.get(name, {}).get(key, 0.0) + value
+        elif name in (names.REQUEST_IMAGES, names.REQUEST_IMAGE_PIXELS):
+            out.setdefault(name, {})[key] = out.get(name, {}).get(key, 0.0) + 1  # observations
+    return out
+
+
+def test_a_request_that_passed_validation_and_then_failed_counts_in_both_shapes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``modalscale_requests_total`` counts the requests a model accepted (they passed its validation), failed
+    later or not, in both deployment shapes: the one-piece model counted a request whose encoder pass failed, the
+    front (stage ``front``) did not, so the autoscaler's demand read lower in the staged shape by every failure."""
+    triton_model = _module(monkeypatch, "triton_model")
+    stage_models = _module(monkeypatch, "stage_models")
+    from modalscale.runtime.model.staged import FrontPrepared
+
+    def broken_run(prepared: list[Any]) -> list[Any]:
+        raise RuntimeError("the encoder pass failed")
+
+    one_piece = object.__new__(triton_model.TritonPythonModel)
+    one_piece.settings, one_piece.pipeline = ModelSettings(), _Pipeline()
+    one_piece.pipeline.run = broken_run
+    front = object.__new__(stage_models.FrontModel)
+    front.front = SimpleNamespace(
+        prepare=lambda images, text: FrontPrepared(modality="text", images=[], token_ids=[101, 102], text_tokens=3),
+        run=broken_run)
+    requests = [{"TEXT": np.array([[b"a cat"]], dtype=object)}]
+
+    counted = []
+    for model in (one_piece, front):
+        batch = names.MetricBatch()
+        (response,) = model._execute(requests, batch)
+        assert response.error.code == 500
+        counted.append(_counted(batch))
+
+    assert counted[0][names.REQUESTS_TOTAL] == {"text": 1}
+    assert counted[1] == counted[0]
+
+
+def test_a_front_request_whose_pool_call_failed_counts_as_accepted_unless_the_pool_refused_its_image(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool that failed (500) or did not answer (503) leaves the request accepted, as the one-piece model counts
+    a request whose encoder failed, with the images it sent (their pixels are the pool's to tell, so none are
+    observed); an image the pool refused (400) was never accepted, as the one-piece model refuses it while it
+    validates."""
+    stage_models = _module(monkeypatch, "stage_models")
+    from modalscale.runtime.model.staged import CLIENT, INTERNAL, UNAVAILABLE, EncoderFailure, FrontPrepared
+
+    failures = [EncoderFailure("ImageEncoderUnavailable", "ImageEncoderUnavailable: down", UNAVAILABLE),
+                EncoderFailure("CorruptImage", "CorruptImage: IMAGES[0]: cannot decode image", CLIENT),
+                EncoderFailure("InternalError", "InternalError: image encoder pool at x: boom", INTERNAL)]
+    front = object.__new__(stage_models.FrontModel)
+    front.front = SimpleNamespace(
+        prepare=lambda images, text: FrontPrepared(modality="image", images=[b"a", b"b"], token_ids=None,
+                                                   text_tokens=None),
+        run=lambda prepared: failures)
+    batch = names.MetricBatch()
+
+    responses = front._execute([{"IMAGES": np.array([[b"a", b"b"]], dtype=object)}] * 3, batch)
+
+    assert [r.error.code for r in responses] == [503, 400, 500]
+    assert _counted(batch) == {
+        names.REQUESTS_TOTAL: {"image": 2},
+        names.REQUEST_ERRORS_TOTAL: {"ImageEncoderUnavailable": 1, "CorruptImage": 1, "InternalError": 1},
+        names.REQUEST_IMAGES: {"image": 2},
+    }
+    images = [value for op, name, _, value in batch.calls() if name == names.REQUEST_IMAGES]
+    assert images == [2.0, 2.0]
