@@ -36,9 +36,10 @@ ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (
 
 
 def raw_png(pixels: np.ndarray, colour_type: int, interlace: bool = False, before_idat: bytes = b"",
-            after_idat: bytes = b"") -> bytes:
+            after_idat: bytes = b"", zlevel: int = -1) -> bytes:
     """A PNG written by hand (Pillow writes neither 16-bit RGB nor interlaced PNGs): ``pixels`` (h, w[, c]) uint8
-    or uint16, no filtering, optional extra chunks (already framed) before and after the IDAT."""
+    or uint16, no filtering, optional extra chunks (already framed) before and after the IDAT, zlib ``zlevel``
+    (0: stored, the pixels as they are)."""
     h, w = pixels.shape[:2]
     depth = 16 if pixels.dtype == np.uint16 else 8
     px = pixels.reshape(h, w, -1).astype(">u2") if depth == 16 else pixels.reshape(h, w, -1)
@@ -51,7 +52,7 @@ def raw_png(pixels: np.ndarray, colour_type: int, interlace: bool = False, befor
     else:
         raw = rows(px)
     ihdr = struct.pack(">IIBBBBB", w, h, depth, colour_type, 0, 0, int(interlace))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + before_idat + chunk(b"IDAT", zlib.compress(raw))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + before_idat + chunk(b"IDAT", zlib.compress(raw, zlevel))
             + after_idat + chunk(b"IEND", b""))
 
 
@@ -265,6 +266,28 @@ def _idat_offset(data: bytes) -> int:
     return data.index(b"IDAT") + 4
 
 
+def _chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    """``[(kind, data), ...]`` of a PNG's chunks, CRCs not checked."""
+    out, pos = [], 8
+    while pos + 12 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        out.append((data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]))
+        pos += 12 + length
+    return out
+
+
+def with_crcs_recomputed(data: bytes) -> bytes:
+    return data[:8] + b"".join(chunk(kind, body) for kind, body in _chunks(data))
+
+
+def _idat_cut(data: bytes) -> bytes:
+    """The image data's last 1000 bytes dropped, framed again with right lengths and CRCs."""
+    parts = _chunks(data)
+    stream = b"".join(body for kind, body in parts if kind == b"IDAT")[:-1000]
+    return (data[:8] + b"".join(chunk(kind, body) for kind, body in parts if kind == b"IHDR")
+            + chunk(b"IDAT", stream) + chunk(b"IEND", b""))
+
+
 def _damaged() -> dict[str, bytes]:
     data = save(photo("coffee"))
     idat = _idat_offset(data)
@@ -274,6 +297,13 @@ def _damaged() -> dict[str, bytes]:
     zeroed[idat + 100: idat + 400] = bytes(300)
     bad_crc = bytearray(data)
     bad_crc[data.index(b"IEND") - 4] ^= 1  # the last IDAT chunk's CRC
+    bad_ihdr_crc = bytearray(data)
+    bad_ihdr_crc[29] ^= 1  # IHDR's CRC (bytes 29..32)
+    stored = raw_png(np.asarray(photo("coffee", (64, 48))), 2, zlevel=0)  # pixels readable in the zlib stream
+    pixel = bytearray(stored)
+    pixel[_idat_offset(stored) + 400] ^= 0x55
+    adler = bytearray(data)
+    adler[data.index(b"IEND") - 9] ^= 1  # the zlib stream's Adler-32, the last IDAT's last data bytes
     return {
         "truncated-half": data[: len(data) // 2],
         "truncated-in-first-idat": data[: idat + 50],
@@ -283,6 +313,12 @@ def _damaged() -> dict[str, bytes]:
         "byte-flipped-in-idat": bytes(flipped),
         "zeroed-run-in-idat": bytes(zeroed),
         "bad-idat-crc": bytes(bad_crc),
+        "bad-ihdr-crc": bytes(bad_ihdr_crc),
+        # altered, then every chunk framed again with a right CRC (a tool that rewrites chunks): only zlib's
+        # Adler-32 shows the damage, which Pillow checks and pyspng (libspng told to ignore CRCs) skips
+        "pixel-altered-crc-recomputed": with_crcs_recomputed(bytes(pixel)),
+        "adler-altered-crc-recomputed": with_crcs_recomputed(bytes(adler)),
+        "idat-cut-crc-recomputed": _idat_cut(data),
         "trailing-garbage": data + b"garbage after IEND",
     }
 
@@ -292,6 +328,16 @@ def test_int8_damaged_png_gets_what_fp32_gets(kind: str) -> None:
     """A damaged PNG gets exactly the answer it got before (the same RequestError, or the same pixels where Pillow
     tolerates the damage): pyspng's failures fall back to Pillow, which gives today's answer."""
     assert_same_outcome(_damaged()[kind])
+
+
+@pytest.mark.parametrize("kind", ["bad-ihdr-crc", "pixel-altered-crc-recomputed",
+                                  "adler-altered-crc-recomputed", "idat-cut-crc-recomputed", "truncated-in-first-idat"])
+def test_int8_refuses_the_corrupt_pngs_pillow_refuses(kind: str) -> None:
+    """Damage that only a checksum shows is refused on both paths (400 CorruptImage), never decoded to the damaged
+    pixels on the INT8 path: image data altered with its chunk CRCs recomputed decoded there (pyspng skips zlib's
+    Adler-32), while FP32 answered CorruptImage."""
+    kind_, value = assert_same_outcome(_damaged()[kind])
+    assert kind_ == "error" and value[0] == "CorruptImage", value
 
 
 def test_truncated_png_is_corrupt_on_both_paths() -> None:
@@ -329,3 +375,13 @@ def test_int8_downscale_stays_close_to_fp32(fmt: str, size: tuple[int, int]) -> 
         assert int8.bucket == fp32.bucket and (int8.width, int8.height) == size
         diff = np.abs(int8.array - fp32.array) * IMAGE_STD  # in 0..255 pixel steps
         assert float(diff.mean()) < 2.0, (name, float(diff.mean()))
+
+
+def test_int8_image_data_longer_than_the_header_says_goes_to_pillow(spng_calls: list[str]) -> None:
+    """The Adler-32 check inflates no more than the header's rows allow (a stream that goes on, as a zlib bomb
+    would, is Pillow's to decode): 48 rows of data under a header of 24 rows, CRCs right."""
+    data = bytearray(raw_png(np.asarray(photo("coffee", (64, 48))), 2))
+    data[20:24] = (24).to_bytes(4, "big")
+    short = with_crcs_recomputed(bytes(data))
+    assert_same_outcome(short)
+    assert spng_calls == []
