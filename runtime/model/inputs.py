@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyspng
 from numpy.typing import NDArray
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
+from modalscale.runtime.model import png_decode
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.repo_config import Precision
 
@@ -245,19 +245,19 @@ def _png_by_pyspng(data: bytes, image: Image.Image) -> Image.Image | None:
     Pillow image equal to what ``image.load()`` + ``ImageOps.exif_transpose`` give; None when Pillow must decode it:
     not 8-bit RGB / RGBA / L / LA, a tRNS chunk, an APNG, any EXIF (an eXIf chunk, or a text chunk whose keyword
     names exif) or an XMP text that could hold ``tiff:Orientation`` (compressed, or containing "Orientation"), in
-    any position in the file; a chunk with a wrong CRC-32 or no IEND; image data that is not one whole zlib stream
-    with the right Adler-32 and the size the header gives; or pyspng cannot decode it (damaged: Pillow then gives
-    today's answer or error)."""
+    any position in the file; a chunk with a wrong CRC-32 or no IEND; or libspng cannot decode it (damaged, a wrong
+    Adler-32 included: Pillow then gives today's answer or error). libspng is called with its checks on
+    (:func:`png_decode.decode`): ``pyspng.load`` turns them off, Adler-32 included, so image data altered and framed
+    again with right chunk CRCs decoded to the altered pixels where Pillow raised CorruptImage."""
     if len(data) < 33 or data[12:16] != b"IHDR" or data[24] != 8 or data[25] not in _PNG_SPNG_FORMATS:
         return None
     pillow_mode, spng_format = _PNG_SPNG_FORMATS[data[25]]
-    if image.mode != pillow_mode or "transparency" in image.info or not _png_chunks_allow_pyspng(data):
+    if (not png_decode.AVAILABLE or image.mode != pillow_mode or "transparency" in image.info
+            or not _png_chunks_allow_pyspng(data)):
         return None
     try:
-        pixels = pyspng.load(data, spng_format)
-    except RuntimeError:  # libspng's error (truncated, bad zlib stream, ...)
-        return None
-    if pixels.shape[:2] != (image.height, image.width):
+        pixels = png_decode.decode(data, spng_format, image.width, image.height)
+    except png_decode.SpngError:  # libspng's error (a bad Adler-32, truncated, bad zlib stream, ...)
         return None
     return Image.fromarray(pixels)
 
@@ -271,23 +271,18 @@ def _png_chunks_allow_pyspng(data: bytes) -> bool:
     is right, and none of them can make Pillow's pixels or orientation differ from pyspng's plain decode (see
     :func:`_png_by_pyspng`).
 
-    The checksums matter because pyspng (libspng told to use data with bad CRCs) also skips zlib's Adler-32 check,
-    which Pillow makes: damaged image data that Pillow refuses would otherwise come back as damaged pixels. The
-    CRCs catch damage in transit; image data altered and framed again with right CRCs (a tool that rewrites chunks)
-    shows only in the Adler-32, so the IDAT stream is inflated once more here to check it
-    (:func:`_png_stream_intact`).
+    The CRCs are checked here because libspng, even with its checks on (:mod:`png_decode`), decoded a PNG whose
+    last IDAT chunk had a wrong CRC; it checks zlib's Adler-32, which shows image data altered and framed again
+    with right CRCs.
     """
     view = memoryview(data)
     pos, end = 8, len(data)
-    idat: list[memoryview] = []
     while pos + 12 <= end:
         length = int.from_bytes(data[pos:pos + 4], "big")
         kind = data[pos + 4:pos + 8]
         crc_at = pos + 8 + length
         if crc_at + 4 > end or zlib.crc32(view[pos + 4:crc_at]) != int.from_bytes(data[crc_at:crc_at + 4], "big"):
             return False
-        if kind == b"IDAT":
-            idat.append(view[pos + 8:crc_at])
         if kind in _PNG_REFUSED_CHUNKS:
             return False
         if kind in _PNG_TEXT_CHUNKS:
@@ -299,53 +294,10 @@ def _png_chunks_allow_pyspng(data: bytes) -> bool:
             if b"xmp" in keyword and (compressed or b"Orientation" in rest):
                 return False
         if kind == b"IEND":
-            return _png_stream_intact(idat, _png_raw_bytes(data))
+            return True
         pos = crc_at + 4
     return False
 
-
-_INFLATE_STEP_BYTES = 1 << 18
-"""Most bytes :func:`_png_stream_intact` inflates at a time (what it holds, whatever the image's size)."""
-
-_ADAM7_PASSES = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
-"""Adam7 passes: (x start, y start, x step, y step) (PNG specification, 8.2)."""
-
-
-def _png_raw_bytes(data: bytes) -> int:
-    """Bytes of the filtered scanlines (a filter byte per row) of the 8-bit PNG ``data`` whose IHDR says
-    ``width x height``, colour type and interlace (Adam7: each non-empty pass has its own rows)."""
-    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    channels = {0: 1, 2: 3, 4: 2, 6: 4}[data[25]]
-    if data[28] == 0:
-        return height * (1 + width * channels)
-    total = 0
-    for x0, y0, dx, dy in _ADAM7_PASSES:
-        cols, rows = max(0, (width - x0 + dx - 1) // dx), max(0, (height - y0 + dy - 1) // dy)
-        if cols and rows:
-            total += rows * (1 + cols * channels)
-    return total
-
-
-def _png_stream_intact(parts: list[memoryview], raw_bytes: int) -> bool:
-    """Whether the IDAT ``parts`` hold one whole zlib stream, right Adler-32 included, that inflates to exactly
-    ``raw_bytes`` with nothing after it. Inflated :data:`_INFLATE_STEP_BYTES` at a time and thrown away, so it holds
-    little memory and stops as soon as the stream gives more than the header allows."""
-    inflater = zlib.decompressobj()
-    produced = 0
-    try:
-        for part in parts:
-            if inflater.eof:  # image data after the stream's end
-                return False
-            pending: bytes | memoryview = part
-            while pending and not inflater.eof:
-                produced += len(inflater.decompress(pending, _INFLATE_STEP_BYTES))
-                if produced > raw_bytes:
-                    return False
-                pending = inflater.unconsumed_tail
-        produced += len(inflater.flush())
-    except zlib.error:  # a bad stream or Adler-32 ("incorrect data check")
-        return False
-    return inflater.eof and not inflater.unused_data and produced == raw_bytes
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:

@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Iterator
 
 import numpy as np
+import pyspng
 import pytest
 from PIL import Image, PngImagePlugin
 
@@ -88,15 +89,15 @@ def in_mode(name: str, mode: str, size: tuple[int, int] = AT_BUCKET) -> Image.Im
 
 @pytest.fixture
 def spng_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Records the output format of every ``pyspng.load`` call decode_image makes."""
+    """Records the output format of every libspng decode (``png_decode.decode``) decode_image makes."""
     calls: list[str] = []
-    real = inputs.pyspng.load
+    real = inputs.png_decode.decode
 
-    def counting(data: bytes, format: str | None = None) -> np.ndarray:
-        calls.append(str(format))
-        return real(data, format)
+    def counting(data: bytes, fmt: str, width: int, height: int) -> np.ndarray:
+        calls.append(fmt)
+        return real(data, fmt, width, height)
 
-    monkeypatch.setattr(inputs.pyspng, "load", counting)
+    monkeypatch.setattr(inputs.png_decode, "decode", counting)
     yield calls
 
 
@@ -377,11 +378,23 @@ def test_int8_downscale_stays_close_to_fp32(fmt: str, size: tuple[int, int]) -> 
         assert float(diff.mean()) < 2.0, (name, float(diff.mean()))
 
 
-def test_int8_image_data_longer_than_the_header_says_goes_to_pillow(spng_calls: list[str]) -> None:
-    """The Adler-32 check inflates no more than the header's rows allow (a stream that goes on, as a zlib bomb
-    would, is Pillow's to decode): 48 rows of data under a header of 24 rows, CRCs right."""
+def test_int8_image_data_longer_than_the_header_says_gets_pillows_answer() -> None:
+    """48 rows of data under a header of 24 rows, CRCs right: both decoders give the header's rows."""
     data = bytearray(raw_png(np.asarray(photo("coffee", (64, 48))), 2))
     data[20:24] = (24).to_bytes(4, "big")
-    short = with_crcs_recomputed(bytes(data))
-    assert_same_outcome(short)
-    assert spng_calls == []
+    assert assert_same_outcome(with_crcs_recomputed(bytes(data)))[0] == "array"
+
+
+def test_libspng_is_called_with_its_checks_on() -> None:
+    """pyspng.load decodes image data whose Adler-32 is wrong (it turns libspng's checks off); png_decode.decode
+    refuses it, and gives pyspng's pixels for an intact PNG, in every format the INT8 path asks for."""
+    from modalscale.runtime.model import png_decode
+
+    assert png_decode.AVAILABLE
+    damaged = _damaged()["pixel-altered-crc-recomputed"]
+    assert pyspng.load(damaged).shape == (48, 64, 3)
+    with pytest.raises(png_decode.SpngError, match="IDAT stream error"):
+        png_decode.decode(damaged, "RGB", 64, 48)
+    for mode, fmt in (("L", "L"), ("RGB", "RGB"), ("RGBA", "RGBA"), ("LA", "RGBA")):
+        data = save(in_mode("rocket", mode, (40, 24)))
+        assert np.array_equal(png_decode.decode(data, fmt, 40, 24), pyspng.load(data, fmt))
