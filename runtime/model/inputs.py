@@ -344,10 +344,19 @@ def check_request(images: NDArray[np.object_] | None, text: NDArray[np.object_] 
     Returns:
         ``(image elements, decoded text or None)``; the elements are not checked.
     Raises:
-        RequestError: Neither input, too many images, a bad text, or nothing to encode.
+        RequestError: Neither input, a batch dimension other than 1 (``[b, ...]`` with b != 1: a batched model
+            without the router takes up to ``max_batch_size``, which would be read as one request's images),
+            too many images, a bad text, or nothing to encode.
     """
     if images is None and text is None:
         raise RequestError("MissingInput", "request has neither IMAGES nor TEXT; send at least one")
+    for name, tensor, reason, shape in (("IMAGES", images, "BadImagesShape", "[1, n]"),
+                                        ("TEXT", text, "BadTextShape", "[1, 1]")):
+        dims = np.shape(tensor) if tensor is not None else ()
+        if len(dims) >= 2 and dims[0] != 1:
+            raise RequestError(reason, f"{name}: shape {list(dims)} has a batch dimension of {dims[0]}; a request is "
+                                       f"one item with one embedding: send {name} {shape} and each further item as "
+                                       f"a request of its own")
     image_items = [] if images is None else list(np.asarray(images, dtype=object).reshape(-1))
     if len(image_items) > settings.max_images_per_request:
         raise RequestError("TooManyImages", f"IMAGES: {len(image_items)} images exceed the limit of "
@@ -377,7 +386,8 @@ def parse_request(images: NDArray[np.object_] | None, text: NDArray[np.object_] 
     """Validate and decode one request.
 
     Args:
-        images: The IMAGES tensor as numpy (object array of bytes, shape (1, n) or (n,)), or None if absent.
+        images: The IMAGES tensor as numpy (object array of bytes, shape (1, n) or (n,)), or None if absent; a
+            leading dimension other than 1 is refused (``BadImagesShape``).
         text: The TEXT tensor (object array with one bytes element), or None if absent.
         settings: Bounds.
         lookup: The embedding cache: an image whose digest it knows is not decoded again (byte-identical bytes

@@ -92,7 +92,8 @@ class ImageEncoderStageModel:
         for i, request in enumerate(requests):
             tensor = pb_utils.get_input_tensor_by_name(request, ENCODER_IMAGE)
             try:
-                prep = self.pipeline.prepare(None if tensor is None else tensor.as_numpy(), None)
+                # [k, 1] (the batch dimension counts images) -> one request's [1, k], as the client sent them
+                prep = self.pipeline.prepare(None if tensor is None else tensor.as_numpy().reshape(1, -1), None)
             except Exception as exc:  # one request's fault fails that request only (400 or 500: prepare_failure)
                 responses[i] = prepare_failure(exc, batch, i, len(requests))
                 continue

@@ -154,6 +154,24 @@ def test_parse_request_rejects_missing_and_empty(images, text, reason: str) -> N
     assert info.value.reason == reason
 
 
+@pytest.mark.parametrize(("images", "text", "reason", "words"), [
+    (np.array([[b"a"], [b"b"]], dtype=object), None, "BadImagesShape",
+     "IMAGES: shape [2, 1] has a batch dimension of 2"),
+    (np.array([[b"a", b"b"]] * 3, dtype=object), None, "BadImagesShape",
+     "IMAGES: shape [3, 2] has a batch dimension of 3"),
+    (np.empty((0, 1), dtype=object), np.array([[b"hi"]], dtype=object), "BadImagesShape", "a batch dimension of 0"),
+    (None, np.array([[b"a"], [b"b"]], dtype=object), "BadTextShape", "TEXT: shape [2, 1] has a batch dimension of 2"),
+], ids=["images-2x1", "images-3x2", "images-0x1", "text-2x1"])
+def test_a_batch_dimension_other_than_1_is_refused_naming_the_input(images, text, reason: str, words: str) -> None:
+    """A batched model (no router) takes a client's leading dimension up to ``max_batch_size``: IMAGES [2, 1] was
+    read as one request of two images, answered with one embedding of both, where the client sent two items."""
+    with pytest.raises(RequestError) as info:
+        parse_request(images, text, SETTINGS)
+    assert info.value.reason == reason
+    assert words in str(info.value)
+    assert ("[1, n]" if reason == "BadImagesShape" else "[1, 1]") in str(info.value)
+
+
 def test_too_many_images_rejected_before_decoding() -> None:
     with pytest.raises(RequestError) as info:
         parse_request(objects(*([b"not decoded"] * 17)), None, SETTINGS)
