@@ -58,7 +58,9 @@ def test_the_chart_schema_and_the_crds_use_the_one_pattern_and_bound() -> None:
     for kind, path in (("BudgetPolicy", (*spec, "notifications", "[]", "secretRef", "name")),
                        ("InferenceService", (*spec, "model", "configMap", "name")),
                        ("InferenceService", (*spec, "model", "pvc", "claimName")),
-                       ("InferenceService", (*spec, "model", "costModelRef", "name"))):
+                       ("InferenceService", (*spec, "model", "costModelRef", "name")),
+                       ("InferenceService", (*spec, "serviceAccountName")),
+                       ("InferenceService", (*spec, "imagePullSecrets", "[]", "name"))):
         assert _crd_pattern(kind, path) == (DNS_SUBDOMAIN_PATTERN, DNS_SUBDOMAIN_MAX_CHARS), path
 
 
@@ -92,3 +94,12 @@ def test_the_chart_the_settings_and_the_parsers_take_exactly_the_names_kubernete
         assert "spec.model.configMap" in str(exc)
         isvc_took = False
     assert isvc_took is valid
+    for field, extra in (("spec.serviceAccountName", {"serviceAccountName": name}),
+                         ("spec.imagePullSecrets[0].name", {"imagePullSecrets": [{"name": name}]})):
+        try:
+            parse_spec({"model": {"source": "BuiltIn", "name": "m"}, **extra})
+            took = True
+        except InvalidSpec as exc:
+            assert field in str(exc)
+            took = False
+        assert took is valid, field

@@ -23,7 +23,7 @@ held to what the apiserver would hold it to:
   with ``spec.stages``: model source BuiltIn, encoder ``minReplicas <= maxReplicas``, no encoder GPUs with engine
   openvino, and a name of at most 49 characters (the encoder pool's Service is ``<name>-image-encoder``);
 - ``spec.serviceAccountName`` and each ``spec.imagePullSecrets[].name`` a DNS-1123 subdomain of at most 253
-  characters (:data:`~modalscale.api.budgetpolicy.DNS_SUBDOMAIN_PATTERN`), each Secret listed once (a list-map);
+  characters (:data:`~modalscale.api.names.DNS_SUBDOMAIN_PATTERN`), each Secret listed once (a list-map);
 - unknown fields are refused, as the apiserver's strict field validation (kubectl's default) refuses them.
 """
 
@@ -34,7 +34,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from modalscale.api.budgetpolicy import DNS_SUBDOMAIN_PATTERN
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.names import DNS_SUBDOMAIN_PATTERN
 from modalscale.api.quantities import InvalidQuantity, parse_quantity
