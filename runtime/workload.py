@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import importlib.util
 import io
 import math
 import random
@@ -31,12 +32,19 @@ WORDS = ("a photo of the cat on a red chair next to a cup of coffee while the ma
 """Common English words, each one WordPiece token in MiniLM's uncased vocabulary."""
 
 
-def _photo_paths() -> dict[str, Path]:
-    import skimage
-    import sklearn.datasets
+def _package_dir(name: str) -> Path:
+    """The folder of installed package ``name``, found without importing it (importing scikit-learn's datasets,
+    which bring SciPy and joblib, and scikit-image only to locate six files was about 4 s of CPU on a shared 2-core
+    machine, before the load generator's first request)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
 
-    skimage_data = Path(skimage.__file__).resolve().parent / "data"
-    sklearn_images = Path(sklearn.datasets.__file__).resolve().parent / "images"
+
+def _photo_paths() -> dict[str, Path]:
+    skimage_data = _package_dir("skimage") / "data"
+    sklearn_images = _package_dir("sklearn") / "datasets" / "images"
     return {
         "astronaut": skimage_data / "astronaut.png",
         "coffee": skimage_data / "coffee.png",

@@ -68,3 +68,22 @@ def test_fidelity_texts_are_real_varied_and_disjoint_from_the_int8_calibration_t
     lengths = sorted(len(t.split()) for t in texts)
     assert lengths[0] <= 5 and lengths[-1] >= 200  # short queries up to texts past the 254-token window
     assert len(CALIBRATION_TEXTS) >= 64 and not set(texts) & set(CALIBRATION_TEXTS)
+
+
+def test_the_photographs_are_found_without_importing_the_packages_that_ship_them() -> None:
+    """The load generator's photographs are files of scikit-image and scikit-learn: locating them imported both
+    packages (sklearn.datasets brings SciPy and joblib), about 4 s of CPU on a shared 2-core machine before the
+    first request of ``modalscale load`` or the first photograph of a test. Checked in a fresh interpreter, since
+    this test process may have imported them already."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from modalscale.runtime.workload import photo_bytes, photo_names; "
+            "sizes = [len(photo_bytes(n)) for n in photo_names()]; "
+            "print(len(sizes), min(sizes) > 10000, sorted({m.split('.')[0] for m in sys.modules} "
+            "& {'skimage', 'sklearn', 'scipy'}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().split(maxsplit=2) == ["6", "True", "[]"], proc.stdout
