@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,34 +24,6 @@ from modalscale.autoscaler.profile_data import generate_profile
 from modalscale.autoscaler.regressor import ServiceTimeRegressor, dumps_model
 
 REPO = Path(__file__).resolve().parents[2]
-
-OPERATOR_PROCESS = r"""
-import base64, json, sys
-from pathlib import Path
-
-import numpy as np
-
-import modalscale.cli
-parser = modalscale.cli.build_parser(["operator"])           # what `modalscale operator` imports before it runs
-import kopf
-from modalscale.operator import handlers
-from modalscale.operator.autoscale import handlers as autoscale_handlers
-from modalscale.operator.budget import handlers as budget_handlers
-from modalscale.autoscaler.features import FEATURES
-from modalscale.operator.autoscale.model import decode_service_time_model
-from modalscale.operator.settings import Settings
-
-handlers.register(kopf.OperatorRegistry(), Settings())       # every handler module, as at start-up
-loaded = []
-for path in sys.argv[1:]:
-    cm = {"binaryData": {"model.skops": base64.b64encode(Path(path).read_bytes()).decode()}}
-    model, status = decode_service_time_model(cm, "service-time-model", "model.skops")
-    assert status.loaded, status
-    loaded.append(float(model.predict(np.ones((1, len(FEATURES))))[0]))     # the model is usable, not just read
-print(json.dumps({"torch": sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")),
-                  "loaded": loaded}))
-"""
-
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
@@ -69,13 +42,9 @@ def test_torch_is_installed_so_the_guard_below_can_fail() -> None:
     assert importlib.util.find_spec("torch") is not None
 
 
-def test_operator_modules_and_a_loaded_service_time_model_import_no_torch(artifacts: list[Path]) -> None:
-    proc = subprocess.run([sys.executable, "-c", OPERATOR_PROCESS, *map(str, artifacts)], capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(result["loaded"]) == 2 and all(math.isfinite(v) for v in result["loaded"])
-    assert result["torch"] == [], "the operator imported torch; find the path with python -X importtime"
+def test_operator_modules_and_a_loaded_service_time_model_import_no_torch(operator_process: dict[str, Any]) -> None:
+    assert len(operator_process["loaded"]) == 2 and all(math.isfinite(v) for v in operator_process["loaded"])
+    assert operator_process["torch"] == [], "the operator imported torch; find the path with python -X importtime"
 
 
 def test_the_regressor_module_still_lets_torch_users_import_sklearns_torch_shim() -> None:
@@ -94,7 +63,7 @@ LAZY_LIBRARIES = ("sklearn", "scipy", "skops", "pandas", "torch")
 ``benchmarks/operator_scale.py --import-breakdown``): the service-time model's stack is imported when the first
 artifact is decoded; pandas is an optional extra of prometheus-api-client >= 0.7 that its query path never uses."""
 
-OPERATOR_START = r"""
+OPERATOR_PROCESS = r"""
 import base64, json, sys
 from pathlib import Path
 
@@ -114,7 +83,7 @@ from modalscale.operator.settings import Settings
 
 settings = Settings()
 deps = build_deps(settings)
-register(kopf.OperatorRegistry(), settings)
+register(kopf.OperatorRegistry(), settings)       # every handler module, as at start-up
 at_start = loaded()
 
 # The first service that needs a prediction: its artifact decoded, a prediction, the queueing model's p95.
@@ -123,18 +92,29 @@ from modalscale.autoscaler.features import FEATURES
 from modalscale.autoscaler.queueing import response_quantile_ms
 from modalscale.operator.autoscale.model import decode_service_time_model
 
-cm = {"binaryData": {"model.skops": base64.b64encode(Path(sys.argv[2]).read_bytes()).decode()}}
-model, status = decode_service_time_model(cm, "service-time-model", "model.skops")
-assert status.loaded, status
-service_ms = float(model.predict(np.ones((1, len(FEATURES))))[0])
+def predict(path):
+    cm = {"binaryData": {"model.skops": base64.b64encode(Path(path).read_bytes()).decode()}}
+    model, status = decode_service_time_model(cm, "service-time-model", "model.skops")
+    assert status.loaded, status
+    return float(model.predict(np.ones((1, len(FEATURES))))[0])     # the model is usable, not just read
+
+service_ms = predict(sys.argv[2])
+after_first_model = loaded()
 p95_ms = response_quantile_ms(500.0 / service_ms, service_ms, 1.0, 2)  # 0.5 erlangs on 2 slots
-print(json.dumps({"at_start": at_start, "after_first_model": loaded(), "p95_ms": p95_ms}))
+predicted = [service_ms] + [predict(path) for path in sys.argv[3:]]   # every kind of artifact
+print(json.dumps({"at_start": at_start, "after_first_model": after_first_model, "p95_ms": p95_ms,
+                  "loaded": predicted,
+                  "torch": sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))}))
 """
+"""The operator process as it starts (``modalscale operator`` up to kopf's run: settings, deps, every handler
+module registered), then decoding both kinds of artifact: one process serves every test below (each start of an
+interpreter importing the operator and the model's stack took 5-8 s of CPU on a shared 2-core machine)."""
 
 
-def test_the_operator_starts_without_the_service_time_models_stack_and_loads_it_with_the_first_model(
-        artifacts: list[Path], tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"  # build_deps reads one; nothing here connects to it
+@pytest.fixture(scope="module")
+def operator_process(artifacts: list[Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What :data:`OPERATOR_PROCESS` reports, run once for the module in a fresh interpreter."""
+    kubeconfig = tmp_path_factory.mktemp("kubeconfig") / "kubeconfig"  # build_deps reads one; nothing connects
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
         "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
@@ -142,10 +122,16 @@ def test_the_operator_starts_without_the_service_time_models_stack_and_loads_it_
         "users": [{"name": "u", "user": {"token": "t"}}]}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MODALSCALE_", "KUBERNETES_SERVICE"))}
     env["KUBECONFIG"] = str(kubeconfig)
-    proc = subprocess.run([sys.executable, "-c", OPERATOR_START, ",".join(LAZY_LIBRARIES), str(artifacts[0])],
+    proc = subprocess.run([sys.executable, "-c", OPERATOR_PROCESS, ",".join(LAZY_LIBRARIES), *map(str, artifacts)],
                           capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_operator_starts_without_the_service_time_models_stack_and_loads_it_with_the_first_model(
+        operator_process: dict[str, Any]) -> None:
+    result = operator_process
     assert result["at_start"] == [], (
         f"the operator imported {result['at_start']} at start-up; find the path with python -X importtime")
     # The same check sees the stack once a model is in use, so it looks at the right module names.
