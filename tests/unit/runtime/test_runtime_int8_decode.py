@@ -4,6 +4,7 @@ downscale's ``reducing_gap`` close to FP32's full-quality resize (real photograp
 
 from __future__ import annotations
 
+import functools
 import io
 import random
 import re
@@ -136,6 +137,13 @@ def test_int8_png_pixels_from_pyspng_equal_pillows(name: str, mode: str, spng_ca
         assert np.allclose(int8.array[:, :16], (255 - inputs.IMAGE_MEAN) / IMAGE_STD)
 
 
+@functools.cache
+def large_png(mode: str) -> bytes:
+    """The 1600x1200 coffee photograph in ``mode`` as a PNG, written once for both gaps (zlib level 1: the same
+    pixels, and level 6 took seconds of CPU at this size)."""
+    return save(in_mode("coffee", mode, (1600, 1200)), compress_level=1)
+
+
 @pytest.mark.parametrize("gap", [None, 2.0], ids=["no-gap", "gap-2"])
 @pytest.mark.parametrize("mode", ["RGB", "RGBA"])
 def test_int8_large_png_equals_pillows_decode_and_the_same_resize(mode: str, gap: float | None,
@@ -143,7 +151,7 @@ def test_int8_large_png_equals_pillows_decode_and_the_same_resize(mode: str, gap
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """At 1600x1200 (where the resize does work): the INT8 array is Pillow's decode, composited onto white,
     resized with the same reducing gap; with no gap that is FP32's array."""
-    data = save(in_mode("coffee", mode, (1600, 1200)))
+    data = large_png(mode)
     monkeypatch.setattr(inputs, "INT8_REDUCING_GAP", gap)
     int8 = decode_image(data, 0, INT8)
     assert spng_calls == [mode]
