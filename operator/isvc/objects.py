@@ -75,6 +75,10 @@ every scale-up. An HTTP GET that Triton's C++ server answers costs the replica n
 measurable, unlike the BuiltIn readiness check (a Python process, about 40 ms of CPU a run), which stays at 5 s."""
 
 
+MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "modalscale-operator"
+"""The label, and its value, on every object the operator makes (the watch caches list by it)."""
+
+
 def owned_labels(spec: IsvcSpec) -> dict[str, str]:
     """The labels the operator owns on every child (others' labels are never touched)."""
     return {
@@ -82,7 +86,7 @@ def owned_labels(spec: IsvcSpec) -> dict[str, str]:
         "app.kubernetes.io/instance": spec.name,
         "app.kubernetes.io/component": "inference-server",
         "app.kubernetes.io/part-of": "modalscale",
-        "app.kubernetes.io/managed-by": "modalscale-operator",
+        MANAGED_BY_LABEL: MANAGED_BY,
         SELECTOR_LABEL: spec.name,
     }
 

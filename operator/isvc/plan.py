@@ -3,7 +3,8 @@
 ``plan_isvc(spec, observed, repo_files, config, now, decision=None)`` never reads the cluster or the clock. It
 decides:
 - which children to create or patch (only when the fields the operator owns differ: drift is repaired,
-  what others added is left alone, and a second run with nothing changed plans zero writes); a scale pass
+  what others added is left alone, and a second run with nothing changed plans zero writes), and the generated
+  model repository ``<name>-model-repo`` to delete once the source is no longer BuiltIn; a scale pass
   (``repo_files`` None, the autoscaler's ``decision`` given) plans the Deployment's replicas only;
 - the replicas to write, by the single scaling decision of the mode (Fixed: ``spec.scaling.replicas``;
   Predictive/Utilization: the autoscaler's ``decision`` when it hands one over, else its record
@@ -61,6 +62,8 @@ from modalscale.autoscaler.policy import Decision, Reason, bound_replicas, split
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
     IMAGE_ENCODER_ADDRESS_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     MODEL_VOLUME,
     NODE_LOSS_TOLERATION_S,
     REPLICAS_ANNOTATION,
@@ -668,6 +671,9 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
         if w:
             writes.append(w)
     writes += _front_deployment_writes(spec, obs, repo_files, replicas, config, layout)
+    w = _model_configmap_removal(spec, obs)
+    if w:
+        writes.append(w)
     w = _pdb_write(build_pdb(spec), obs.poddisruptionbudget)
     if w:
         writes.append(w)
@@ -683,6 +689,24 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
     if oversubscribed and obs.status.observed_generation != spec.generation:  # once per spec generation
         events.append(("Warning", R.CPU_OVERSUBSCRIBED, oversubscribed))
     return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
+
+
+def _model_configmap_removal(spec: IsvcSpec, obs: IsvcObserved) -> Write | None:
+    """Delete the generated model repository ``<name>-model-repo`` once ``spec.model.source`` is no longer BuiltIn:
+    the operator's child it no longer wants (left, it held the old repository until the InferenceService was
+    deleted). Planned after the Deployment's write, which takes its volume off the pod template: a refused patch
+    stops the pass first and the ConfigMap stays for the pods that still mount it. Only this service's own child
+    goes, as its controller reference and the operator's managed-by label say (a user's ConfigMap of that name,
+    read without the watch cache, stays), and never the one the spec names as its model
+    (``spec.model.configMap.name: <name>-model-repo``)."""
+    cm, name = obs.configmap, configmap_name(spec)
+    if spec.model.source == "BuiltIn" or cm is None or (
+            spec.model.source == "ConfigMap" and spec.model.config_map == name):
+        return None
+    meta = cm.get("metadata") or {}
+    owned = any(r.get("uid") == spec.uid and r.get("controller") for r in meta.get("ownerReferences") or [])
+    managed = (meta.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
+    return Write("ConfigMap", "delete", name, {}) if owned and managed else None
 
 
 def _front_deployment_writes(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str],

@@ -98,10 +98,10 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, An
     p = plan(after, obs)
     (w,) = [w for w in p.writes if w.kind == "Deployment"]
     assert w.action == "patch"
-    for other in p.writes:  # the Deployment's patch, and any other child's create or patch
+    for other in p.writes:  # the Deployment's patch, and any other child's create, patch or delete
         slot = other.kind.lower()
-        setattr(obs, slot, copy.deepcopy(other.body) if other.action == "create"
-                else strategic_merge(getattr(obs, slot), other.body))
+        setattr(obs, slot, None if other.action == "delete" else copy.deepcopy(other.body)
+                if other.action == "create" else strategic_merge(getattr(obs, slot), other.body))
     return obs.deployment, obs
 
 
@@ -161,6 +161,54 @@ def test_a_model_source_change_gives_a_pod_template_the_api_server_accepts_and_n
     assert sorted(v["name"] for v in have["volumes"]) == sorted(v["name"] for v in want["volumes"])
     assert sorted(mounts) == sorted(m["mountPath"] for m in desired["volumeMounts"])
     assert plan(body(model=SOURCES[after]), obs).writes == []
+
+
+USER_MODEL = {"source": "ConfigMap", "configMap": {"name": "cap"}}
+
+
+@pytest.mark.parametrize("after", ["pvc", "image", "uri", "configmap"])
+def test_leaving_the_builtin_model_deletes_the_generated_repository_after_the_deployment_lets_go_of_it(
+        after: str) -> None:
+    """Found by the isvc review (7 Dec 2026): the ConfigMap ``<name>-model-repo`` the operator made for the BuiltIn
+    model stayed once ``spec.model.source`` left BuiltIn (only the InferenceService's deletion collected it, by its
+    owner reference), holding the old repository for nothing. It is the operator's child it no longer wants: the pass
+    deletes it, after the Deployment's patch that takes its volume off the pods (a refused patch leaves it)."""
+    source = {**SOURCES, "configmap": USER_MODEL}[after]
+    obs = settled(body(model={"source": "BuiltIn"}))
+    obs.user_configmap_keys = ["cap__config.pbtxt"] if after == "configmap" else None
+    p = plan(body(model=source), obs)
+    assert [(w.kind, w.action) for w in p.writes] == [("Deployment", "patch"), ("ConfigMap", "delete")]
+    assert p.writes[1].name == "vc-model-repo"
+    obs.deployment = strategic_merge(obs.deployment, p.writes[0].body)
+    obs.configmap = None
+    assert "vc-model-repo" not in [v["configMap"]["name"] for v in pod(obs.deployment)["volumes"] if "configMap" in v]
+    assert plan(body(model=source), obs).writes == []  # and the next pass writes nothing
+
+
+@pytest.mark.parametrize("stored", ["no-owner", "another-owner", "unmanaged"])
+def test_a_model_repo_configmap_that_is_not_this_services_child_is_never_deleted(stored: str) -> None:
+    """Only the operator's own child goes: a ConfigMap of the same name without this service's controller reference
+    or the operator's managed-by label (a user's, read with no watch cache) stays."""
+    cm = copy.deepcopy(settled(body(model={"source": "BuiltIn"})).configmap)
+    assert cm is not None
+    meta = cm["metadata"]
+    if stored == "no-owner":
+        meta.pop("ownerReferences")
+    elif stored == "another-owner":
+        meta["ownerReferences"] = [{**meta["ownerReferences"][0], "uid": "u-2"}]
+    else:
+        meta["labels"].pop("app.kubernetes.io/managed-by")
+    obs = settled(body(model={"source": "BuiltIn"}))
+    obs.configmap = cm
+    assert [w for w in plan(body(model=SOURCES["uri"]), obs).writes if w.kind == "ConfigMap"] == []
+
+
+def test_a_service_that_names_its_generated_repository_as_its_model_configmap_keeps_it() -> None:
+    """``spec.model.configMap.name: <name>-model-repo``: the ConfigMap is the service's model now, not a left-over."""
+    obs = settled(body(model={"source": "BuiltIn"}))
+    obs.user_configmap_keys = sorted(obs.configmap["data"]) if obs.configmap else None
+    own = {"source": "ConfigMap", "configMap": {"name": "vc-model-repo"}}
+    assert [w for w in plan(body(model=own), obs).writes if w.kind == "ConfigMap"] == []
 
 
 def test_a_node_selector_label_taken_out_of_the_placement_leaves_the_replicas_and_the_gateway() -> None:
