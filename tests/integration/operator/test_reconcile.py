@@ -376,3 +376,53 @@ def test_a_service_account_and_pull_secrets_reach_the_pods_and_leave_them_when_t
     version = apps.read_namespaced_deployment("ident", namespace).metadata.resource_version
     time.sleep(3 * 2.0)  # three resync periods
     assert apps.read_namespaced_deployment("ident", namespace).metadata.resource_version == version
+
+
+def test_leaving_the_builtin_model_and_a_node_selector_label_leaves_nothing_of_them_on_the_api_server(
+        api: Any, operator: Any, namespace: str) -> None:
+    """Three repairs the unit tests check only against their model of the strategic merge, here on the real API
+    server: BuiltIn -> URI deletes the model volume and its /models mount (``$patch: delete`` on lists merged by
+    ``name`` and ``mountPath``), a label taken out of ``spec.placement.nodeSelector`` is nulled on the Deployment,
+    and the generated ConfigMap ``<name>-model-repo`` is deleted; a rerun writes nothing. The pods never schedule
+    (no node has ``pool``/``zone`` labels): only the Deployment's template and the ConfigMap are read."""
+    from modalscale.operator.isvc.objects import MODEL_VOLUME
+
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    create(api, namespace, make_isvc("leave", placement={"nodeSelector": {"pool": "a", "zone": "z1"}}))
+
+    def template() -> Any:
+        try:
+            return apps.read_namespaced_deployment("leave", namespace).spec.template.spec
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def configmaps() -> list[str]:
+        return [m.metadata.name for m in core.list_namespaced_config_map(namespace).items]
+
+    before = wait_for(template, 60, "the Deployment of the BuiltIn service")
+    wait_for(lambda: "leave-model-repo" in configmaps(), 60, "the generated model repository")
+    volume = next(v for v in before.volumes if v.name == MODEL_VOLUME)
+    assert volume.config_map.name == "leave-model-repo"
+    assert "/models" in [m.mount_path for m in before.containers[0].volume_mounts]
+    assert (before.node_selector["pool"], before.node_selector["zone"]) == ("a", "z1")
+
+    patch_spec(api, namespace, "leave", {"model": {"source": "URI", "uri": "s3://bucket/models"},
+                                         "placement": {"nodeSelector": {"pool": None, "zone": "z1"}}})
+    def unpinned() -> Any:
+        t = template()
+        return t if t is not None and "pool" not in (t.node_selector or {}) else None
+
+    pod = wait_for(unpinned, 60, "the Deployment without the pool label")
+    assert pod.node_selector["zone"] == "z1"
+    assert MODEL_VOLUME not in [v.name for v in pod.volumes or []]
+    assert "/models" not in [m.mount_path for m in pod.containers[0].volume_mounts or []]
+    wait_for(lambda: "leave-model-repo" not in configmaps(), 60, "the generated model repository deleted")
+    ready = condition(get(api, namespace, "leave"), "Ready")
+    assert ready is None or ready["reason"] != "InvalidSpec", ready
+    time.sleep(2 * 2.0)  # the writes of the switch settle
+    version = apps.read_namespaced_deployment("leave", namespace).metadata.resource_version
+    time.sleep(3 * 2.0)  # three resync periods
+    assert apps.read_namespaced_deployment("leave", namespace).metadata.resource_version == version
+    assert "leave-model-repo" not in configmaps()
