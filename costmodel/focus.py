@@ -23,7 +23,12 @@ https://github.com/FinOps-Open-Cost-and-Usage-Spec/FOCUS_Spec/tree/main/specific
 (:func:`modalscale.costmodel.showback.allocate`: replica-seconds used; idle capacity is its own record, never
 spread). Each carries ``modalscale.io/allocation`` (``request`` or ``idle``) and, on request records,
 ``modalscale.io/tenant`` and ``modalscale.io/modality`` in ``Tags``; the split records sum to the service's
-record exactly (1e-9 USD), so a FOCUS consumer that sums ``BilledCost`` gets the same total.
+record exactly (1e-9 USD), so a FOCUS consumer that sums ``BilledCost`` gets the same total. Their
+``ConsumedQuantity``/``PricingQuantity`` split in the same shares (the replica-seconds each row was charged for) and
+sum to the service record's exactly; ``ListUnitPrice``/``ContractedUnitPrice`` stay the service's, as FOCUS defines
+them per unit ("the unit price for a single Pricing Unit"), so unit price x PricingQuantity = cost on every split
+record too. FOCUS 1.0 ConsumedQuantity is "the volume ... used" and PricingQuantity "the volume ... used or
+purchased, based on the Pricing Unit": a tenant's record carries its own volume, not the service's.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from typing import IO
 from modalscale.costmodel.catalog import PricingTier
 from modalscale.costmodel.ledger import CostSegment, Ledger, format_time
 from modalscale.costmodel.money import MONEY_CONTEXT, format_usd, quantize_ledger_usd
-from modalscale.costmodel.showback import ServiceWindow, TenantUsage, allocate
+from modalscale.costmodel.showback import ServiceWindow, TenantUsage, allocate, split_quantity
 
 FOCUS_VERSION = "1.0"
 FOCUS_COLUMNS: tuple[str, ...] = (
@@ -138,20 +143,25 @@ def split_by_tenant(record: CostRecord, usage: Sequence[TenantUsage],
         available_replica_s: Replica-seconds the service ran over the window, s.
     Returns:
         Records with the same service, window, tier and tags plus the tenant, modality and allocation tags (module
-        docstring); their ``cost_usd`` sum to ``record.cost_usd`` (to 1e-9 USD) exactly.
+        docstring); their ``cost_usd`` sum to ``record.cost_usd`` (to 1e-9 USD) exactly, and their
+        ``replica_hours`` (when the record has them) to ``record.replica_hours`` exactly, in the same shares.
     Raises:
         modalscale.costmodel.showback.ShowbackInputError: Figures the allocation refuses (NaN, infinite,
             negative), naming the field.
     """
     window = ServiceWindow(record.namespace, record.name, quantize_ledger_usd(record.cost_usd), available_replica_s)
     out = []
-    for row in allocate(window, usage, accept_counter_resets=True).rows:
+    rows = allocate(window, usage, accept_counter_resets=True).rows
+    hours: Sequence[Decimal | None] = [None] * len(rows)
+    if record.replica_hours is not None:
+        hours = split_quantity(record.replica_hours, [row.replica_s for row in rows])
+    for row, row_hours in zip(rows, hours):
         tags = {**dict(record.tags), ALLOCATION_TAG: row.kind}
         if row.tenant is not None and row.modality is not None:
             tags.update({TENANT_TAG: row.tenant, MODALITY_TAG: row.modality})
         if row.flags:
             tags[SHOWBACK_FLAGS_TAG] = ";".join(row.flags)
-        out.append(replace(record, cost_usd=row.usd, tags=tags))
+        out.append(replace(record, cost_usd=row.usd, replica_hours=row_hours, tags=tags))
     return out
 
 

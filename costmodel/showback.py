@@ -264,6 +264,28 @@ def _largest_remainder(total_quanta: int, weights: Sequence[Fraction]) -> list[i
     return floors
 
 
+def split_quantity(total: Decimal, weights: Sequence[Decimal]) -> list[Decimal]:
+    """``total`` split in proportion to ``weights`` (an allocation's row ``replica_s``: the shares its ``usd`` was
+    split in), by largest remainder at 1e-9 or ``total``'s own finer resolution, so the parts sum to ``total``
+    exactly; all to the last weight (the idle row) when the weights are all 0, as :func:`allocate` does.
+
+    Raises:
+        ShowbackInputError: ``total`` NaN, infinite or negative.
+    """
+    total = _figure(total, "replica_hours")
+    weight_sum = sum(weights, Decimal(0))
+    if not weights:
+        return []
+    if weight_sum == 0:
+        shares = [Fraction(0)] * (len(weights) - 1) + [Fraction(1)]
+    else:
+        shares = [Fraction(w) / Fraction(weight_sum) for w in weights]
+    exponent = total.as_tuple().exponent
+    quantum = Decimal(1).scaleb(min(exponent if isinstance(exponent, int) else 0, LEDGER_QUANTUM_USD.adjusted()))
+    quanta = _largest_remainder(int(MONEY_CONTEXT.divide(total, quantum)), shares)
+    return [MONEY_CONTEXT.multiply(q, quantum) for q in quanta]
+
+
 def allocate(window: ServiceWindow, usage: Sequence[TenantUsage], *,
              accept_counter_resets: bool = False) -> ServiceShowback:
     """Split one service's spend over its (tenant, modality) rows by replica-seconds used, plus an idle row.

@@ -10,12 +10,15 @@ from decimal import Decimal
 from modalscale.costmodel.catalog import PricingTier
 from modalscale.costmodel.focus import (
     FOCUS_COLUMNS,
+    CostRecord,
     cost_records_from_ledger,
     cost_records_from_segments,
     focus_rows,
+    split_by_tenant,
     write_focus_csv,
 )
 from modalscale.costmodel.ledger import Ledger, ServiceObservation, advance
+from modalscale.costmodel.showback import TenantUsage
 from tests.factories import ledger_json, read_ledger
 
 UTC = timezone.utc
@@ -76,3 +79,30 @@ def test_rows_from_status_alone_are_period_to_date_without_quantities() -> None:
     assert {(r["ChargePeriodStart"], r["ChargePeriodEnd"]) for r in rows} == {("2026-05-02T00:00:00Z",
                                                                                "2026-05-02T01:30:00Z")}
     assert {r["ConsumedQuantity"] for r in rows} == {""}
+
+
+def test_split_rows_share_the_quantities_as_they_share_the_cost() -> None:
+    """A segment's 4 replica-hours at 1.5 USD split over two tenants (1 h and 2 h used of 4 h) and idle: the
+    quantities split as the cost does (1, 2, 1 h) and sum to the parent's 4, not 3 x 4 = 12; the unit price
+    stays the parent's, so ListUnitPrice x PricingQuantity = ListCost on every row."""
+    parent = CostRecord("ml", "ranker", utc(2026, 5, 1), utc(2026, 5, 1, 2), D(6), D(4), D("1.5"))
+    usage = [TenantUsage("acme", "image", 3600, 10), TenantUsage("beta", "text", 7200, 20)]
+    rows = focus_rows(split_by_tenant(parent, usage, 4 * 3600))
+    assert [D(r["BilledCost"]) for r in rows] == [D("1.5"), D(3), D("1.5")]
+    for column in ("ConsumedQuantity", "PricingQuantity"):
+        assert [D(r[column]) for r in rows] == [D(1), D(2), D(1)], column
+    assert all(D(r["ListUnitPrice"]) * D(r["PricingQuantity"]) == D(r["ListCost"]) for r in rows)
+    assert {r["ConsumedUnit"] for r in rows} == {"Replica-Hours"}
+
+
+def test_split_quantities_sum_to_the_parent_exactly_with_uneven_shares() -> None:
+    """Thirds of 1 replica-hour (34 digits): the rows sum to the parent exactly (largest remainder), and a parent
+    without quantities keeps them null on every split row."""
+    hours = D(1) / D(3)
+    parent = CostRecord("ml", "ranker", utc(2026, 5, 1), utc(2026, 5, 1, 1), D("0.000000007"), hours, D(3))
+    usage = [TenantUsage("a", "image", 1, 1), TenantUsage("b", "image", 1, 1)]
+    split = split_by_tenant(parent, usage, 3)
+    assert sum(r.replica_hours or 0 for r in split) == hours
+    assert sum(r.cost_usd for r in split) == parent.cost_usd
+    bare = split_by_tenant(CostRecord("ml", "ranker", utc(2026, 5, 1), utc(2026, 5, 1, 1), D(1)), usage, 3)
+    assert {r["ConsumedQuantity"] for r in focus_rows(bare)} == {""}
