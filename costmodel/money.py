@@ -15,6 +15,11 @@ The fixed quantization rule:
   ``SUB_CENT_SIGNIFICANT_DIGITS`` significant digits, rounded toward zero (0.004 reads ``0.004``, never ``0.00``;
   0.00999 reads ``0.0099``, never a cent it has not reached), as Kubecost shows costs under a cent
   (kubecost/kubecost#1607). They are never fed back into the ledger, nor compared with anything.
+* **Displayed parts of a displayed total** (the showback table's rows and total): :func:`display_usd_parts` shows
+  the total as :func:`display_usd` does and each part at the total's resolution (cents, or the total's sub-cent
+  digits), rounded by largest remainder (Hamilton's method, as showback's allocation splits the ledger quanta) so
+  the parts shown add up to the total shown; rounding each part alone showed three thirds of a dollar as 0.33
+  under a total of 1.00.
 * Arithmetic runs in a local decimal context with 34 significant digits (IEEE 754 decimal128), so a
   12-digit dollar amount with 9 fractional digits is exact before rounding.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import decimal
 import re
+from collections.abc import Sequence
 from decimal import ROUND_DOWN, ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 LEDGER_QUANTUM_USD = Decimal("0.000000001")
@@ -62,6 +68,31 @@ def display_usd(amount: Decimal) -> str:
         shown = amount.quantize(Decimal(1).scaleb(exponent), rounding=ROUND_DOWN, context=MONEY_CONTEXT)
         return format_usd(shown.normalize(MONEY_CONTEXT))
     return format_usd(quantize_display_usd(amount))
+
+
+def display_usd_parts(parts: Sequence[Decimal]) -> tuple[list[str], str]:
+    """Non-negative parts of a total and the total as people read them, the parts adding up to the total shown.
+
+    The total is :func:`display_usd` of the exact sum; each part is at the same resolution (0.01, or the total's
+    last sub-cent digit), floored, with the units left over going one each to the parts with the largest remainders
+    (ties to the earlier part): ``[1/3, 1/3, 1/3]`` -> ``(['0.34', '0.33', '0.33'], '1.00')``.
+
+    Raises:
+        ValueError: A negative part (a showback row cannot be).
+    """
+    if any(p < 0 for p in parts):
+        raise ValueError(f"display_usd_parts: negative part {min(parts)}; parts of a total are >= 0")
+    total = sum(parts, Decimal(0))
+    shown_total = display_usd(total)
+    target = Decimal(shown_total)
+    exponent = target.as_tuple().exponent
+    quantum = Decimal(1).scaleb(exponent if isinstance(exponent, int) else 0)
+    exact = [MONEY_CONTEXT.divide(p, quantum) for p in parts]
+    floors = [int(x.to_integral_value(rounding=ROUND_DOWN)) for x in exact]
+    left = int(MONEY_CONTEXT.divide(target, quantum)) - sum(floors)
+    for i in sorted(range(len(parts)), key=lambda i: (floors[i] - exact[i], i))[:max(left, 0)]:
+        floors[i] += 1
+    return [format_usd(MONEY_CONTEXT.multiply(q, quantum)) for q in floors], shown_total
 
 
 def format_usd(amount: Decimal) -> str:

@@ -58,7 +58,7 @@ from decimal import Decimal
 from typing import Any
 
 from modalscale.costmodel.ledger import format_time
-from modalscale.costmodel.money import display_usd, format_usd, quantize_ledger_usd
+from modalscale.costmodel.money import display_usd, display_usd_parts, format_usd, quantize_ledger_usd
 from modalscale.costmodel.showback import (
     ACCOUNTING_METRICS,
     GROUP_DIMENSIONS,
@@ -486,7 +486,9 @@ def spreadsheet_text(cell: str) -> str:
 
 
 def render(result: Showback, by: Sequence[str], fmt: str) -> str:
-    """The rows grouped ``by`` as ``table`` (people: cents, idle rows named ``(idle)``), ``json`` or ``csv``
+    """The rows grouped ``by`` as ``table`` (people: cents, or the total's sub-cent digits, the rows rounded by
+    largest remainder to add up to the total shown, ``money.display_usd_parts``; idle rows named ``(idle)``),
+    ``json`` or ``csv``
     (exact: 1e-9 USD, one row per group, the idle rows with empty tenant and modality and kind ``idle``; a cell a
     spreadsheet would read as a formula starts with ``'``, :func:`spreadsheet_text`).
 
@@ -518,14 +520,14 @@ def render(result: Showback, by: Sequence[str], fmt: str) -> str:
         raise ValueError(f"--format: {fmt!r}; give one of {', '.join(FORMATS)}")
     header = [*by, "kind", "USD", "USD/request", "replica-s", "requests", "flags"]
     lines = [header]
-    for r, rec in zip(rows, records):
+    shown, shown_total = display_usd_parts([r.usd for r in rows])
+    for r, rec, usd in zip(rows, records, shown):
         names = [("(idle)" if r.kind == IDLE and d in ("tenant", "modality") else rec[d] or "-") for d in by]
         per = r.usd_per_request
-        lines.append([*names, r.kind, display_usd(r.usd),
+        lines.append([*names, r.kind, usd,
                       "-" if per is None else format_usd(per.normalize()), rec["replica_s"], rec["requests"],
                       rec["flags"] or "-"])
-    total = sum((r.usd for r in rows), Decimal(0))
-    lines.append(["total", *[""] * (len(by) - 1), "", display_usd(total), "", "", "", ""])
+    lines.append(["total", *[""] * (len(by) - 1), "", shown_total, "", "", "", ""])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     text = [f"Showback {format_time(result.start)} .. {format_time(result.end)}: "
             f"{display_usd(result.spend_usd)} USD spent by {len(result.services)} service(s)"]

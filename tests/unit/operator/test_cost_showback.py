@@ -7,6 +7,7 @@ import datetime as dt
 import io
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -395,3 +396,26 @@ def test_every_reader_of_the_ledger_figures_refuses_spend_without_a_replicas_sam
     # Nothing spent and no sample (a policy that stopped selecting it before the window): 0, nothing to split.
     idle, _ = parse_showback({}, {}, spend_answer([(WINDOW_S + 60, 0.5)]), WINDOW_S, 1, END.timestamp())
     assert idle[("ml", "vc")].spend_usd == 0 and idle[("ml", "vc")].available_replica_s == 0
+
+
+@pytest.mark.parametrize(("usd", "shown", "total"), [
+    # Three thirds of a dollar: cents each would read 0.33 x 3 = 0.99 under a total of 1.00.
+    (["0.333333333"] * 2 + ["0.333333334"], ["0.33", "0.33", "0.34"], "1.00"),
+    # Three rows of 1.005: 1.00 x 3 = 3.00 under a total of 3.02 (3.015, half-even).
+    (["1.005"] * 3, ["1.01", "1.01", "1.00"], "3.02"),
+    # Under a cent in all: the total's own digits (display_usd: 0.0099), the rows to the same 1e-4.
+    (["0.0033"] * 3, ["0.0033", "0.0033", "0.0033"], "0.0099"),
+    # Sub-cent rows beside cents: the rows' cents still add up to the total shown.
+    (["0.004", "0.004", "0.004", "0.5"], ["0.01", "0.00", "0.00", "0.50"], "0.51"),
+])
+def test_table_rows_add_up_to_the_total_shown(usd: list[str], shown: list[str], total: str) -> None:
+    base = showback()
+    rows = tuple(replace(base.rows[0], tenant=f"t{i}", usd=Decimal(u)) for i, u in enumerate(usd))
+    spend = sum((Decimal(u) for u in usd), Decimal(0))
+    service, coverage = base.services[0]
+    service = replace(service, rows=rows, window=replace(service.window, spend_usd=spend))
+    lines = render(replace(base, services=[(service, coverage)]), ["tenant"], "table").splitlines()
+    assert [line.split()[2] for line in lines[2:-1]] == shown
+    assert lines[-1].split() == ["total", total]
+    assert sum(Decimal(s) for s in shown) == Decimal(total)
+    assert f": {total} USD spent" in lines[0]
