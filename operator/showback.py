@@ -14,9 +14,10 @@ Where the figures come from:
   :data:`SPEND_LOOKBEHIND_S` before it) are read and :func:`spend_over_window` takes the difference of the
   running total at the window's two edges, linear between evaluations (the ledger charges pods by their own
   start and stop, so this is the ledger's own figure wherever no pod started or stopped between the two
-  evaluations around an edge), a drop (a new period) counted as a counter reset, and after the last sample the
-  rate in force (``modalscale_budget_service_burn_usd_per_hour`` at the window's end). Several policies selecting
-  one service: the largest. Where the series does not reach (a policy younger than the window, no rate in force
+  evaluations around an edge), each period its own series (label ``period_start``, where its total is 0) summed
+  over the periods the window meets, and after the last sample the rate in force
+  (``modalscale_budget_service_burn_usd_per_hour`` at the window's end). Several policies selecting one service:
+  the largest. Where the series does not reach (a policy younger than the window, no rate in force
   after the last sample) nothing is counted and the service's ``ledger_coverage_ratio`` says how much of the
   window was covered; below 0.99 its rows carry the flag ``PartialLedgerCoverage``.
 * **Replica-seconds available, per InferenceService**: ``modalscale_budget_service_replicas`` (the replicas in
@@ -79,7 +80,7 @@ from modalscale.costmodel.showback import (
     aggregate,
     allocate,
 )
-from modalscale.operator.budget.history import BURN_METRIC, REPLICAS_METRIC, SPEND_METRIC
+from modalscale.operator.budget.history import BURN_METRIC, PERIOD_LABEL, REPLICAS_METRIC, SPEND_METRIC
 from modalscale.redaction import redact_for_url, redact_url
 
 QUERY_TIMEOUT_S = 30.0
@@ -196,8 +197,22 @@ def spend_query(window_s: int) -> str:
     return f"{SPEND_METRIC}[{window_s + SPEND_LOOKBEHIND_S}s]"
 
 
+def _policy_spend(periods: Mapping[float | None, Sequence[tuple[float, float]]], start_s: float, end_s: float,
+                  usd_per_hour_after: float | None) -> tuple[float, float]:
+    """One policy's spend and covered seconds over the window: the sum over its periods' series (label
+    ``period_start``; None: a series without it, an older operator's), the rate after the last sample applied to
+    the newest period's only (a closed period spends nothing after its final)."""
+    order = sorted(periods, key=lambda p: -math.inf if p is None else p)
+    usd, covered = 0.0, 0.0
+    for i, period in enumerate(order):
+        after = usd_per_hour_after if i == len(order) - 1 else None
+        u, c = spend_over_window(periods[period], start_s, end_s, after, period_start_s=period)
+        usd, covered = usd + u, covered + c
+    return usd, min(covered, end_s - start_s)
+
+
 def spend_over_window(samples: Sequence[tuple[float, float]], start_s: float, end_s: float,
-                      usd_per_hour_after: float | None) -> tuple[float, float]:
+                      usd_per_hour_after: float | None, period_start_s: float | None = None) -> tuple[float, float]:
     """The ledger's spend over ``[start_s, end_s]`` from samples of its running total (pure).
 
     The running total is taken linear between two samples (exact where no pod started or stopped between the two
@@ -211,6 +226,9 @@ def spend_over_window(samples: Sequence[tuple[float, float]], start_s: float, en
         start_s, end_s: The window, Unix s.
         usd_per_hour_after: The rate in force after the last sample (the burn-rate gauge at ``end_s``), USD/h;
             None: nothing is counted after the last sample.
+        period_start_s: Start of the period the series is of (its ``period_start`` label), Unix s: the total is 0
+            there, so the spend from it to the first sample is counted (a new period's series starts with what it
+            spent since its start, not 0).
     Returns:
         ``(spend USD, seconds of the window covered)``; the spend is NaN when a sample is NaN, infinite or
         negative (for the allocation to refuse, naming the field), 0 without samples.
@@ -222,6 +240,8 @@ def spend_over_window(samples: Sequence[tuple[float, float]], start_s: float, en
         points[t] = max(v, points.get(t, v))
     if not points:
         return 0.0, 0.0
+    if period_start_s is not None and period_start_s < min(points):
+        points[period_start_s] = 0.0
     times = sorted(points)
     running: list[float] = []
     previous = None
@@ -342,13 +362,15 @@ def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 raise ShowbackUnavailable(f"answer of {metric} is malformed: {type(exc).__name__}: {exc}") from None
     sums = {svc: replica_seconds(points, step_s) for svc, points in replicas_at.items()}
-    per_policy: dict[SpendKey, dict[tuple[str, str], list[tuple[float, float]]]] = {}
+    per_policy: dict[SpendKey, dict[tuple[str, str], dict[float | None, list[tuple[float, float]]]]] = {}
     for series in _result(spend, SPEND_METRIC, "matrix"):
         try:
             labels = series["metric"]
             svc = (str(labels["namespace"]), str(labels["inferenceservice"]))
             policy = (str(labels.get("policy_namespace", "")), str(labels.get("policy", "")))
-            per_policy.setdefault(svc, {}).setdefault(policy, []).extend(
+            period = labels.get(PERIOD_LABEL) or None
+            start_s = None if period is None else dt.datetime.fromisoformat(str(period)).timestamp()
+            per_policy.setdefault(svc, {}).setdefault(policy, {}).setdefault(start_s, []).extend(
                 (float(ts), float(value)) for ts, value in series["values"])
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ShowbackUnavailable(f"answer of {SPEND_METRIC} is malformed: {type(exc).__name__}: {exc}") from None
@@ -356,7 +378,7 @@ def parse_showback(instant: Mapping[str, Mapping[str, Any]], ranged: Mapping[str
     for svc, policies in per_policy.items():
         rate = burn_at_end.get(svc)
         rate = rate if rate is not None and math.isfinite(rate) and rate >= 0 else None
-        windows = [spend_over_window(samples, end_s - window_s, end_s, rate) for samples in policies.values()]
+        windows = [_policy_spend(periods, end_s - window_s, end_s, rate) for periods in policies.values()]
         usd, covered_s = max(windows, key=lambda f: (not math.isfinite(f[0]), f[0]))
         spend_usd = quantize_ledger_usd(Decimal(repr(usd))) if math.isfinite(usd) else Decimal("NaN")
         replica_s = sums.get(svc, 0.0)

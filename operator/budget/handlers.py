@@ -158,7 +158,8 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     # The samples join the history only once the status (with status.spendAnomalies and any SpendAnomaly alert
     # in its outbox) is written.
     if runtime.gauges is not None:
-        runtime.gauges.export(namespace, name, plan.burn_samples, plan.ledger_spent_usd, plan.ledger_observed_time)
+        runtime.gauges.export(namespace, name, plan.burn_samples, plan.ledger_spent_usd, plan.ledger_observed_time,
+                              plan.ledger_period_start)
     _keep_history(history, plan.burn_samples, now, cfg)
     _report(deps, policy, plan, logger)
     deps.metrics.reconciles.labels(kind="BudgetPolicy", result="ok").inc()

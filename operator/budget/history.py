@@ -58,6 +58,11 @@ SPEND_METRIC = "modalscale_budget_service_spend_usd_total"
 """The ledger's spend of a service in the policy's current period, USD, stamped with the evaluation's time: the
 figure showback takes the spend of a window from (``modalscale.operator.showback``)."""
 LABELS = ("policy_namespace", "policy", "namespace", "inferenceservice")
+PERIOD_LABEL = "period_start"
+"""Label of :data:`SPEND_METRIC`: the start of the budget period the total is of (RFC 3339, ``...Z``). Each period is
+its own series, whose total is 0 at that time: a reader knows where a period starts without a drop of the total (a
+new period whose first figure is above the old one's final, a burst after midnight or a service selected minutes
+before it, read as no reset lost the old period's final from the window's spend)."""
 KEEP_EVERY_S = 300.0
 """Step of the older part of the history (``trim_history`` keeps one sample per 300 s there)."""
 MAX_POINTS = 10_000
@@ -81,20 +86,26 @@ class LedgerSpendCollector(Collector):
     time (Prometheus keeps exposition timestamps, ``honor_timestamps``), a reader interpolates between
     evaluations instead of lagging one scrape and one evaluation behind. The evaluation that closes a period sets
     the closed period's final spend stamped at its end (``operator.budget.plan.exported_spend``), so the tail from
-    its last evaluation to its end is in a sample; the next one drops to the new period's spend, which Prometheus
-    reads as a counter reset (``rate()``, ``increase()`` and the reader count the value after the drop as the
-    increase).
+    its last evaluation to its end is in a sample; the next one exports the new period's spend in a new series
+    (label :data:`PERIOD_LABEL`, the period's start), which counts from 0 at that start: a reader sums the series of
+    the periods its window meets (``modalscale.operator.showback.spend_over_window``). One series across periods
+    read a period change only as a drop, so a new period's first figure above the old one's final was no reset
+    and the old period's final was lost from the spend. Within a period the total is the ledger's, monotonic
+    across operator restarts (it is in the status).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._values: dict[SpendKey, dict[SpendKey, tuple[float, float]]] = {}
+        self._values: dict[SpendKey, tuple[str, dict[SpendKey, tuple[float, float]]]] = {}
 
-    def set(self, policy_namespace: str, policy: str, spent_usd: Mapping[SpendKey, Decimal], at: dt.datetime
-            ) -> None:
-        """Replace a policy's series by ``spent_usd`` (service -> spend in the period up to ``at``)."""
+    def set(self, policy_namespace: str, policy: str, spent_usd: Mapping[SpendKey, Decimal], at: dt.datetime,
+            period_start: dt.datetime) -> None:
+        """Replace a policy's series by ``spent_usd`` (service -> spend in the period from ``period_start`` up to
+        ``at``)."""
+        period = period_start.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         with self._lock:
-            self._values[(policy_namespace, policy)] = {k: (float(v), at.timestamp()) for k, v in spent_usd.items()}
+            self._values[(policy_namespace, policy)] = (
+                period, {k: (float(v), at.timestamp()) for k, v in spent_usd.items()})
 
     def forget(self, policy_namespace: str, policy: str) -> None:
         with self._lock:
@@ -102,12 +113,12 @@ class LedgerSpendCollector(Collector):
 
     def collect(self) -> Any:
         family = CounterMetricFamily(SPEND_METRIC, "Ledger spend of an InferenceService in the BudgetPolicy's "
-                                     "current period, USD, at the evaluation's time", labels=LABELS)
+                                     "current period, USD, at the evaluation's time", labels=[*LABELS, PERIOD_LABEL])
         with self._lock:
-            values = {p: dict(v) for p, v in self._values.items()}
-        for pkey, services in sorted(values.items()):
+            values = {p: (period, dict(v)) for p, (period, v) in self._values.items()}
+        for pkey, (period, services) in sorted(values.items()):
             for key, (usd, ts) in sorted(services.items()):
-                family.add_metric([*pkey, *key], usd, timestamp=ts)
+                family.add_metric([*pkey, *key, period], usd, timestamp=ts)
         yield family
 
 
@@ -127,12 +138,14 @@ class BurnGauges:
         self._exported: dict[SpendKey, set[SpendKey]] = {}
 
     def export(self, policy_namespace: str, policy: str, samples: Mapping[SpendKey, BurnSample],
-               spent_usd: Mapping[SpendKey, Decimal] | None = None, at: dt.datetime | None = None) -> None:
+               spent_usd: Mapping[SpendKey, Decimal] | None = None, at: dt.datetime | None = None,
+               period_start: dt.datetime | None = None) -> None:
         """Set the gauges of this evaluation's samples; series of services no longer sampled are removed.
 
         Args:
-            spent_usd: The ledger's spend per service in the period up to ``at`` (the evaluation's time), all of
-                them replacing the policy's :data:`SPEND_METRIC` series; None leaves those as they are.
+            spent_usd: The ledger's spend per service in the period from ``period_start`` up to ``at`` (the
+                evaluation's time), all of them replacing the policy's :data:`SPEND_METRIC` series; None leaves
+                those as they are.
         """
         pkey = (policy_namespace, policy)
         for key, s in samples.items():
@@ -144,9 +157,9 @@ class BurnGauges:
         self._remove(pkey, gone)
         self._exported[pkey] = set(samples)
         if spent_usd is not None:
-            if at is None:
-                raise ValueError("at (the evaluation's time) is required with spent_usd")
-            self.spend.set(policy_namespace, policy, spent_usd, at)
+            if at is None or period_start is None:
+                raise ValueError("at (the evaluation's time) and period_start are required with spent_usd")
+            self.spend.set(policy_namespace, policy, spent_usd, at, period_start)
 
     def forget(self, policy_namespace: str, policy: str) -> None:
         """Remove every series of a policy whose daemon stopped (deleted, or another replica leads)."""
@@ -289,4 +302,5 @@ class PrometheusHistory:
 
 
 __all__ = ["BURN_METRIC", "BurnGauges", "HistoryUnavailable", "LedgerSpendCollector", "PRICE_METRIC",
-           "PrometheusHistory", "REPLICAS_METRIC", "SPEND_METRIC", "history_queries", "merge_history", "parse_history"]
+           "PERIOD_LABEL", "PrometheusHistory",
+           "REPLICAS_METRIC", "SPEND_METRIC", "history_queries", "merge_history", "parse_history"]

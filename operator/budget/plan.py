@@ -695,6 +695,8 @@ class PolicyPlan:
             or not this evaluation writes the ledger (one that does not computes them from the stored ledger, as
             the next one that writes will). None when the ledger was not read (a hold): the exported figures
             stay as they were.
+        ledger_period_start: The start of the period ``ledger_spent_usd`` is of (the closed one's from the
+            evaluation that closed it): the series' ``period_start`` label.
     """
 
     annotation_writes: list[AnnotationWrite]
@@ -710,6 +712,7 @@ class PolicyPlan:
     anomaly_state: AnomalyState = field(default_factory=AnomalyState)
     ledger_spent_usd: dict[tuple[str, str], Decimal] | None = None
     ledger_observed_time: dt.datetime | None = None
+    ledger_period_start: dt.datetime | None = None
 
 
 def heartbeat_s(interval_s: int, min_s: int = HEARTBEAT_MIN_S) -> int:
@@ -1182,16 +1185,17 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
 
 
 def exported_spend(closed: ClosedPeriod | None, ledger: Ledger
-                   ) -> tuple[dict[tuple[str, str], Decimal], dt.datetime | None]:
+                   ) -> tuple[dict[tuple[str, str], Decimal], dt.datetime | None, dt.datetime | None]:
     """What ``modalscale_budget_service_spend_usd_total`` carries after an evaluation, and its time: the ledger's
     spend per service in the current period up to its ``observedTime``; from the evaluation that closed a period,
     that period's final spend per service at its end instead (the next evaluation exports the new period's). A
     reader of the running total then sees the closed period's tail (its last evaluation to its end, charged to it)
     and the new period from its start; with the new period's first figure only, a drop read as a reset, the tail
-    was in no sample (showback over midnight lost up to an evaluation interval of spend)."""
+    was in no sample (showback over midnight lost up to an evaluation interval of spend). The third figure is the
+    start of the period the figures are of (the series' ``period_start`` label: each period is its own series)."""
     if closed is not None:
-        return dict(closed.spent_by_service), closed.period_end
-    return {e.key: e.spent_usd for e in ledger.entries}, ledger.observed_time
+        return dict(closed.spent_by_service), closed.period_end, closed.period_start
+    return {e.key: e.spent_usd for e in ledger.entries}, ledger.observed_time, ledger.period_start
 
 
 def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> list[AnnotationWrite]:

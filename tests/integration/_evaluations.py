@@ -39,7 +39,7 @@ class Evaluations:
         for (pns, policy), services in self.policies.items():
             samples = {k: BurnSample(at, usd, replicas, usd / replicas) for k, (replicas, usd) in services.items()}
             spent = {k: Decimal(repr(usd * (at_s - self.t0) / 3600)) for k, (_, usd) in services.items()}
-            self.gauges.export(pns, policy, samples, spent, at)
+            self.gauges.export(pns, policy, samples, spent, at, dt.datetime.fromtimestamp(self.t0, dt.UTC))
 
     def start(self) -> Evaluations:
         self.evaluate()

@@ -186,15 +186,22 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
                                    "values": f"0+{calls_per_s * step_s / 2}x10"})
     # Two services without requests where the ledger's running total and the rate in force differ. "draining": the
     # ledger charges a terminating pod the rate in force leaves out (spend grows at 27 USD/h, the rate says 18):
-    # the spend rate is the ledger's. "newperiod": a period started 3 minutes ago (the total dropped): no slope
-    # over the 5 minutes, the rate in force (18).
-    for svc, spend_values in (("draining", f"0+{27.0 * step_s / 3600}x10"),
-                              ("newperiod", f"10+{18.0 * step_s / 3600}x7 0+{18.0 * step_s / 3600}x2")):
+    # the spend rate is the ledger's. "newperiod": a period ended 3 minutes ago at 2.1 USD and the new one's first
+    # figure is 5 USD (a burst after midnight): each period is its own series (label period_start), so the old one's
+    # slope is 18 USD/h and the new one has none yet; one series across the periods read 5 > 2.1 as no reset and
+    # its slope as (5.6 - 1.5) USD in 5 minutes, 49.2 USD/h. "dropped": the same with the new figure below the old
+    # final (0.3): 18 either way.
+    for svc, spend_values in (("draining", [(None, f"0+{27.0 * step_s / 3600}x10")]),
+                              ("newperiod", [("2026-12-01T00:00:00Z", f"0+{18.0 * step_s / 3600}x7 _x2"),
+                                             ("2026-12-02T00:00:00Z", f"_x7 5+{18.0 * step_s / 3600}x2")]),
+                              ("dropped", [("2026-12-01T00:00:00Z", f"0+{18.0 * step_s / 3600}x7 _x2"),
+                                           ("2026-12-02T00:00:00Z", f"_x7 0+{18.0 * step_s / 3600}x2")])):
         ledger = {"policy_namespace": NS, "policy": "budget", "namespace": NS, "inferenceservice": svc}
         series += [{"series": f"modalscale_budget_service_burn_usd_per_hour{_labels(**ledger)}", "values": "18x10"},
-                   {"series": f"modalscale_budget_service_replicas{_labels(**ledger)}", "values": "1x10"},
-                   {"series": f"modalscale_budget_service_spend_usd_total{_labels(**ledger)}",
-                    "values": spend_values}]
+                   {"series": f"modalscale_budget_service_replicas{_labels(**ledger)}", "values": "1x10"}]
+        series += [{"series": "modalscale_budget_service_spend_usd_total"
+                              f"{_labels(**ledger, **({} if period is None else {'period_start': period}))}",
+                    "values": values} for period, values in spend_values]
     # "zero": scaled to zero for the whole window, its two gateway pods still charged with it (0.0084 USD/h): no
     # replica-second ran and no request came, so all of its spend is idle (it had no idle series: 0.0084 USD/h lost
     # from the tenants + idle sum).
@@ -204,7 +211,7 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
                {"series": f"modalscale_budget_service_spend_usd_total{_labels(**ledger)}",
                 "values": f"0+{0.0084 * step_s / 3600}x10"}]
     true_rows, true_idle = true_allocation()
-    true_idle |= {("draining",): 27.0, ("newperiod",): 18.0, ("zero",): 0.0084}
+    true_idle |= {("draining",): 27.0, ("newperiod",): 18.0, ("dropped",): 18.0, ("zero",): 0.0084}
     requests: dict[tuple[str, ...], float] = {(svc, t, m): r for svc, (_, _, rates) in SERVICES.items()
                                               for (t, m), (_, r) in rates.items()}
 
@@ -220,7 +227,7 @@ def test_the_shipped_rules_at_steady_state_equal_allocate_under_promtool(tmp_pat
         return out
 
     spend: dict[tuple[str, ...], float] = {(svc,): usd for svc, (_, usd, _) in SERVICES.items()}
-    spend |= {("draining",): 27.0, ("newperiod",): 18.0, ("zero",): 0.0084}
+    spend |= {("draining",): 27.0, ("newperiod",): 18.0, ("dropped",): 18.0, ("zero",): 0.0084}
     tests = [{"expr": f"round({name}, {q})", "eval_time": "10m", "exp_samples": rounded(values, q)}
              for name, values, q in (
                  ("modalscale:showback_usd_per_hour", true_rows, 1e-9),

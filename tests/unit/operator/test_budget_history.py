@@ -200,8 +200,10 @@ def test_the_ledgers_spend_is_exported_with_the_evaluations_own_time() -> None:
 
     reg = CollectorRegistry()
     g = BurnGauges(reg)
-    labels = {"policy_namespace": "ml", "policy": "daily", "namespace": "ml", "inferenceservice": "vc"}
-    g.export("ml", "daily", {KEY: BurnSample(T0, 6.0, 10, 0.6)}, {KEY: Decimal("12.345678901")}, T0)
+    day = T0.replace(hour=0)
+    labels = {"policy_namespace": "ml", "policy": "daily", "namespace": "ml", "inferenceservice": "vc",
+              "period_start": day.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    g.export("ml", "daily", {KEY: BurnSample(T0, 6.0, 10, 0.6)}, {KEY: Decimal("12.345678901")}, T0, day)
     assert reg.get_sample_value(SPEND_METRIC, labels) == 12.345678901
     text = generate_latest(reg).decode()
     line = next(ln for ln in text.splitlines() if ln.startswith(SPEND_METRIC + "{"))
@@ -209,13 +211,15 @@ def test_the_ledgers_spend_is_exported_with_the_evaluations_own_time() -> None:
     assert f"# TYPE {SPEND_METRIC} counter" in text
     g.export("ml", "daily", {}, None)  # a hold: the figures stay as they were
     assert reg.get_sample_value(SPEND_METRIC, labels) == 12.345678901
-    g.export("ml", "daily", {}, {}, T0)  # nothing in the ledger any more
+    g.export("ml", "daily", {}, {}, T0, day)  # nothing in the ledger any more
     assert reg.get_sample_value(SPEND_METRIC, labels) is None
-    g.export("ml", "daily", {}, {KEY: Decimal(1)}, T0)
+    g.export("ml", "daily", {}, {KEY: Decimal(1)}, T0, day)
     g.forget("ml", "daily")
     assert reg.get_sample_value(SPEND_METRIC, labels) is None
     with pytest.raises(ValueError, match="at"):
         g.export("ml", "daily", {}, {KEY: Decimal(1)})
+    with pytest.raises(ValueError, match="period_start"):
+        g.export("ml", "daily", {}, {KEY: Decimal(1)}, T0)
 
 
 def test_settings_take_detector_fields_and_name_a_bad_one() -> None:
@@ -284,6 +288,7 @@ def test_the_evaluation_that_closes_a_period_exports_its_final_spend_at_the_peri
     rate_usd_per_s = Decimal(stored["status"]["ledger"]["services"][0]["costUSDPerHour"]) / 3600
     assert last_of_day.ledger_spent_usd is not None and rollover.ledger_spent_usd is not None
     assert rollover.ledger_observed_time == midnight
+    assert rollover.ledger_period_start == midnight - dt.timedelta(days=1) and after.ledger_period_start == midnight
     assert abs(rollover.ledger_spent_usd[KEY] - last_of_day.ledger_spent_usd[KEY] - 30 * rate_usd_per_s) < Decimal(
         "1e-8")
     assert after.ledger_observed_time == midnight + dt.timedelta(seconds=90)

@@ -419,3 +419,19 @@ def test_table_rows_add_up_to_the_total_shown(usd: list[str], shown: list[str], 
     assert lines[-1].split() == ["total", total]
     assert sum(Decimal(s) for s in shown) == Decimal(total)
     assert f": {total} USD spent" in lines[0]
+
+
+def test_a_new_period_is_its_own_series_counted_from_zero_even_above_the_old_final() -> None:
+    """A period ends 30 s before END with 0.06 USD (the closing evaluation's final, stamped at its end); the new
+    period's first evaluation, 10 s later, has 0.50 (a burst right after the boundary), then 0.60 at END. Over the
+    last 60 s: 0.06 - 0.03 = 0.03 of the old period plus 0.60 of the new, 0.63 USD. One series without its period,
+    0.50 > 0.06 was no drop, so no reset: 0.60 - 0.03 = 0.57, the old period's final 0.06 lost."""
+    boundary = END - dt.timedelta(seconds=30)
+    old = {**SVC, "period_start": "2026-12-02T00:00:00Z"}
+    new = {**SVC, "period_start": boundary.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    spend = spend_answer([(90, 0.01), (60, 0.03), (40, 0.05), (30, 0.06)], labels=old)
+    spend["data"]["result"] += spend_answer([(20, 0.50), (0, 0.60)], labels=new)["data"]["result"]
+    ledger, _ = parse_showback(usage_answers(), {BURN_METRIC: matrix("3.6"), REPLICAS_METRIC: matrix("1")},
+                               spend, WINDOW_S, 1, END.timestamp())
+    assert ledger[("ml", "vc")].spend_usd == Decimal("0.63")
+    assert ledger[("ml", "vc")].coverage_ratio == 1.0
