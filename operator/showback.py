@@ -228,7 +228,8 @@ def spend_over_window(samples: Sequence[tuple[float, float]], start_s: float, en
             None: nothing is counted after the last sample.
         period_start_s: Start of the period the series is of (its ``period_start`` label), Unix s: the total is 0
             there, so the spend from it to the first sample is counted (a new period's series starts with what it
-            spent since its start, not 0).
+            spent since its start, not 0) when the first sample is at most :data:`SPEND_LOOKBEHIND_S` after it
+            (an evaluation interval: the period's first evaluation).
     Returns:
         ``(spend USD, seconds of the window covered)``; the spend is NaN when a sample is NaN, infinite or
         negative (for the allocation to refuse, naming the field), 0 without samples.
@@ -240,8 +241,9 @@ def spend_over_window(samples: Sequence[tuple[float, float]], start_s: float, en
         points[t] = max(v, points.get(t, v))
     if not points:
         return 0.0, 0.0
-    if period_start_s is not None and period_start_s < min(points):
-        points[period_start_s] = 0.0
+    if period_start_s is not None and 0 < min(points) - period_start_s <= SPEND_LOOKBEHIND_S:
+        points[period_start_s] = 0.0  # a period's first evaluation; further from its start (a policy created
+        # mid-period, the operator down), what came before the first sample is not known: nothing counted
     times = sorted(points)
     running: list[float] = []
     previous = None

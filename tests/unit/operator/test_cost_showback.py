@@ -435,3 +435,14 @@ def test_a_new_period_is_its_own_series_counted_from_zero_even_above_the_old_fin
                                spend, WINDOW_S, 1, END.timestamp())
     assert ledger[("ml", "vc")].spend_usd == Decimal("0.63")
     assert ledger[("ml", "vc")].coverage_ratio == 1.0
+
+
+def test_a_series_that_did_not_start_with_its_period_counts_nothing_before_its_first_sample() -> None:
+    """A policy created mid-period (its period began 9 h before END, its first evaluation 30 s before END): no
+    evaluation near the period's start, so nothing before the first sample is counted and half the window is
+    covered, as without the label."""
+    labels = {**SVC, "period_start": "2026-12-02T00:00:00Z"}
+    ledger, _ = parse_showback(usage_answers(), {BURN_METRIC: matrix("3.6"), REPLICAS_METRIC: matrix("1")},
+                               spend_answer([(30, 0.0), (0, 0.03)], labels=labels), WINDOW_S, 1, END.timestamp())
+    assert ledger[("ml", "vc")].spend_usd == Decimal("0.03")
+    assert ledger[("ml", "vc")].coverage_ratio == 0.5
