@@ -219,3 +219,21 @@ def test_a_tz_database_folder_of_the_crds_shape_is_refused_naming_the_field_neve
     assert "spec.timeZone" in verdict.message and zone in verdict.message, verdict
     with pytest.raises(InvalidTimeZone, match="spec.timeZone"):
         resolve_zone(zone)
+
+
+def test_every_budgetpolicy_example_manifest_parses() -> None:
+    """The BudgetPolicy examples under crds/examples (README and docs/budgets.md point users at them) parse with the
+    operator's own parser, as every InferenceService example does (test_api_inferenceservice)."""
+    from pathlib import Path
+
+    import yaml
+
+    from modalscale.api.budgetpolicy import parse_budget_spec
+
+    paths = sorted((Path(__file__).resolve().parents[3] / "crds" / "examples").glob("budgetpolicy-*.yaml"))
+    assert len(paths) >= 2
+    for path in paths:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "BudgetPolicy"]
+        assert docs, path
+        for doc in docs:
+            parse_budget_spec(doc["spec"])
