@@ -106,6 +106,14 @@ IMAGE_ENCODER_MODEL = "image_encoder"
 IMAGE_ENCODER_UNAVAILABLE = "ImageEncoderUnavailable"
 """Error reason (message prefix and ``modalscale_request_errors_total`` label) of a front request whose images the
 encoder pool did not answer; Triton answers it with ``UNAVAILABLE`` (HTTP 503)."""
+OUT_OF_MEMORY = "OutOfMemory"
+"""Error reason (message prefix and ``modalscale_request_errors_total`` label) of a request that the replica ran out
+of memory for (a ``MemoryError`` decoding or resizing its image, torch's out of memory in the encoder pass): resource
+exhaustion of that replica, not the request's fault nor a bug, so Triton answers it with ``UNAVAILABLE`` (HTTP 503,
+gRPC UNAVAILABLE: the Python backend's ``TritonError`` has no RESOURCE_EXHAUSTED), which clients retry."""
+UNAVAILABLE_REASONS = (IMAGE_ENCODER_UNAVAILABLE, OUT_OF_MEMORY)
+"""The reasons Triton answers with ``UNAVAILABLE`` (HTTP 503); the router gives them back that status from the
+message prefix (BLS loses the code)."""
 _HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):([0-9]{1,5})$")
 
 

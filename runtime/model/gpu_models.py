@@ -27,7 +27,13 @@ from modalscale.runtime.model.encoders import MultimodalEncoder
 from modalscale.runtime.model.gpu_layout import encode_image_items, encode_text_rows, fuse_request, pad_images
 from modalscale.runtime.model.pipeline import EmbeddingCache, MultimodalPipeline, Prepared
 from modalscale.runtime.model.settings import ModelSettings
-from modalscale.runtime.model.triton_model import FeatureMetrics, _classes_output, prepare_failure
+from modalscale.runtime.model.triton_model import (
+    SERVER_FAILURES,
+    FeatureMetrics,
+    _classes_output,
+    prepare_failure,
+    server_failure,
+)
 from modalscale.runtime.repo_config import (
     CLASSES,
     FEATURES,
@@ -143,17 +149,16 @@ class OrchestratorModel:
         try:
             prep = self.pipeline.prepare(None if images is None else images.as_numpy(),
                                          None if text is None else text.as_numpy())
-        except Exception as exc:  # the batched models' mapping: 400 naming the field, else this request's 500
+        except Exception as exc:  # the batched models' mapping: 400 naming the field, else this request's 503 or 500
             return prepare_failure(exc, batch, index, size)
         modality = prep.parsed.modality.value
         batch.accepted(modality, [image.pixels for image in prep.parsed.images],
                        prep.text_tokens if prep.parsed.text is not None else None)
         try:
             embedding, classes, hits, misses = self._encode(prep)
-        except (RuntimeError, ValueError, pb_utils.TritonModelException) as exc:
+        except (*SERVER_FAILURES, pb_utils.TritonModelException) as exc:
             LOG.exception("GPU layout failed on a request")
-            batch.error("InternalError")
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"InternalError: {exc}"))
+            return server_failure(exc, batch)
         batch.computed(modality, prep.stage_s, hits, misses)
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor(OUTPUT_EMBEDDING, embedding.reshape(1, -1).astype(np.float32)),

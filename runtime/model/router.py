@@ -21,12 +21,12 @@ import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 from modalscale.runtime.model import metrics as names
 from modalscale.runtime.model.batching import route
 from modalscale.runtime.repo_config import (
-    IMAGE_ENCODER_UNAVAILABLE,
     INPUT_IMAGES,
     INPUT_TEXT,
     OUTPUT_EMBEDDING,
     OUTPUT_IMAGE_CLASSES,
     OUTPUT_MODALITY,
+    UNAVAILABLE_REASONS,
 )
 
 OUTPUTS = [OUTPUT_EMBEDDING, OUTPUT_MODALITY, OUTPUT_IMAGE_CLASSES]
@@ -100,8 +100,10 @@ def _code(message: str) -> Any:
     """Status for a forwarded error: Triton 2.51's BLS response error carries only the target model's message
     (its status code is lost), so the message prefix decides: ``<CamelCaseReason>: ...`` (a ``RequestError``)
     is the client's fault (400); ``ImageEncoderUnavailable: ...`` (a front whose image encoder pool did not answer)
-    is ``UNAVAILABLE`` (503); ``InternalError: ...`` and anything else is the server's (500)."""
-    if message.startswith(IMAGE_ENCODER_UNAVAILABLE + ": "):
+    and ``OutOfMemory: ...`` (a replica out of memory for the request: ``triton_model.server_failure``), the
+    reasons of ``repo_config.UNAVAILABLE_REASONS``, are ``UNAVAILABLE`` (503); ``InternalError: ...`` and anything
+    else is the server's (500)."""
+    if message.startswith(tuple(reason + ": " for reason in UNAVAILABLE_REASONS)):
         return pb_utils.TritonError.UNAVAILABLE
     if _REQUEST_ERROR.match(message) and not message.startswith("InternalError"):
         return pb_utils.TritonError.INVALID_ARG

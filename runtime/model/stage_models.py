@@ -29,7 +29,13 @@ from modalscale.runtime.model.inputs import Modality
 from modalscale.runtime.model.pipeline import MultimodalPipeline, Prepared
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.model.staged import CLIENT, UNAVAILABLE, EncoderFailure, FrontPipeline, FrontPrepared
-from modalscale.runtime.model.triton_model import FeatureMetrics, _classes_output, prepare_failure
+from modalscale.runtime.model.triton_model import (
+    SERVER_FAILURES,
+    FeatureMetrics,
+    _classes_output,
+    prepare_failure,
+    server_failure,
+)
 from modalscale.runtime.repo_config import (
     CLASSES,
     ENCODER_IMAGE,
@@ -94,7 +100,7 @@ class ImageEncoderStageModel:
             try:
                 # [k, 1] (the batch dimension counts images) -> one request's [1, k], as the client sent them
                 prep = self.pipeline.prepare(None if tensor is None else tensor.as_numpy().reshape(1, -1), None)
-            except Exception as exc:  # one request's fault fails that request only (400 or 500: prepare_failure)
+            except Exception as exc:  # one request's fault fails that request only (400, 503 or 500: prepare_failure)
                 responses[i] = prepare_failure(exc, batch, i, len(requests))
                 continue
             batch.accepted(image, [im.pixels for im in prep.parsed.images], None)
@@ -104,12 +110,10 @@ class ImageEncoderStageModel:
             return responses
         try:
             entries, hits, misses = self.pipeline.image_entries(prepared)
-        except (RuntimeError, ValueError) as exc:  # a torch failure fails this batch, not the server
+        except SERVER_FAILURES as exc:  # a torch failure fails this batch, not the server
             LOG.exception("Image encoder failed on a batch of %d requests", len(prepared))
             for i in rows:
-                batch.error("InternalError")
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}"))
+                responses[i] = server_failure(exc, batch)
             return responses
         for j, i in enumerate(rows):
             slots = [e for e in entries[j] if e is not None]
@@ -170,7 +174,7 @@ class FrontModel:
             try:
                 prep = self.front.prepare(None if images is None else images.as_numpy(),
                                           None if text is None else text.as_numpy())
-            except Exception as exc:  # one request's fault fails that request only (400 or 500: prepare_failure)
+            except Exception as exc:  # one request's fault fails that request only (400, 503 or 500: prepare_failure)
                 responses[i] = prepare_failure(exc, batch, i, len(requests))
                 continue
             prepared.append(prep)
@@ -179,13 +183,11 @@ class FrontModel:
             return responses
         try:
             outputs = self.front.run(prepared)
-        except (RuntimeError, ValueError) as exc:  # a torch failure fails this batch, not the server
+        except SERVER_FAILURES as exc:  # a torch failure fails this batch, not the server
             LOG.exception("Front failed on a batch of %d requests", len(prepared))
             for i, prep in zip(rows, prepared, strict=True):
                 _accepted_unserved(batch, prep)
-                batch.error("InternalError")
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}"))
+                responses[i] = server_failure(exc, batch)
             return responses
         for i, prep, out in zip(rows, prepared, outputs, strict=True):
             if isinstance(out, EncoderFailure):

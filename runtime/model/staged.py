@@ -29,7 +29,7 @@ from modalscale.runtime.model.encoders import IMAGE_FEATURE_DIM, MultimodalEncod
 from modalscale.runtime.model.inputs import Modality, check_request, image_bytes
 from modalscale.runtime.model.pipeline import encode_texts
 from modalscale.runtime.model.settings import ModelSettings
-from modalscale.runtime.repo_config import IMAGE_ENCODER_UNAVAILABLE
+from modalscale.runtime.repo_config import IMAGE_ENCODER_UNAVAILABLE, OUT_OF_MEMORY
 
 ENCODER_CALL_TIMEOUT_S = 60.0
 """Deadline of one call to the image encoder pool, in seconds; past it the request fails as unavailable."""
@@ -68,7 +68,9 @@ def classify_encoder_error(status: str | None, message: str, url: str) -> Encode
         url: The pool's address, named in the unavailable message.
     Returns:
         ``INVALID_ARGUMENT``: the client's error, the pool's message unchanged (reason from its prefix, else
-        ``ImageEncoderRejected``); ``INTERNAL`` / ``UNKNOWN``: ``InternalError`` naming the pool; anything else
+        ``ImageEncoderRejected``); ``INTERNAL`` / ``UNKNOWN``: ``InternalError`` naming the pool; ``UNAVAILABLE``
+        with the pool model's ``OutOfMemory: ...`` (a pool replica out of memory for these images, after the
+        client's retries): :data:`~modalscale.runtime.repo_config.OUT_OF_MEMORY` naming the pool; anything else
         (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``NOT_FOUND`` for a pool without the model, no status ...):
         :data:`~modalscale.runtime.repo_config.IMAGE_ENCODER_UNAVAILABLE` naming ``url``.
     """
@@ -80,6 +82,9 @@ def classify_encoder_error(status: str | None, message: str, url: str) -> Encode
         return EncoderFailure("ImageEncoderRejected", f"ImageEncoderRejected: {message}", CLIENT)
     if code in ("INTERNAL", "UNKNOWN"):
         return EncoderFailure("InternalError", f"InternalError: image encoder pool at {url}: {message}", INTERNAL)
+    if code == "UNAVAILABLE" and message.startswith(OUT_OF_MEMORY + ": "):
+        return EncoderFailure(OUT_OF_MEMORY, f"{OUT_OF_MEMORY}: image encoder pool at {url}: "
+                                             f"{message.removeprefix(OUT_OF_MEMORY + ': ')}", UNAVAILABLE)
     shown = f"{code}: {message}" if code else message
     return EncoderFailure(IMAGE_ENCODER_UNAVAILABLE,
                           f"{IMAGE_ENCODER_UNAVAILABLE}: the image encoder pool at {url} did not answer ({shown}); "

@@ -25,6 +25,7 @@ from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.repo_config import (
     INPUT_IMAGES,
     INPUT_TEXT,
+    OUT_OF_MEMORY,
     OUTPUT_EMBEDDING,
     OUTPUT_IMAGE_CLASSES,
     OUTPUT_MODALITY,
@@ -182,13 +183,11 @@ class TritonPythonModel:
         if prepared:
             try:
                 outputs = self.pipeline.run(prepared)
-            except (RuntimeError, ValueError) as exc:  # a torch failure fails this batch, not the server
+            except SERVER_FAILURES as exc:  # a torch failure fails this batch, not the server
                 LOG.exception("Model failed on a batch of %d requests", len(prepared))
                 for i in rows:
-                    batch.error("InternalError")
+                    responses[i] = server_failure(exc, batch)
                     self._flush_per_request(batch)
-                    responses[i] = pb_utils.InferenceResponse(
-                        error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}"))
                 return responses
             for i, out in zip(rows, outputs, strict=True):
                 batch.computed(out.modality, out.stage_s, out.cache_hits, out.cache_misses)
@@ -211,15 +210,38 @@ def prepare_failure(exc: Exception, batch: names.MetricBatch, index: int, size: 
     ``modalscale_request_errors_total``; every model that validates requests answers them through this one mapping.
 
     A :class:`RequestError` is the client's: ``INVALID_ARG`` (400) with ``<Reason>: <message naming the field>``.
-    Anything else is an ``InternalError`` of that request alone (500), logged with its traceback. Raised out of
-    ``execute``, it failed every request of the batch (a palette PNG whose tRNS is longer than its palette did so
-    until ``decode_image`` refused it), however valid the others were; the GPU layout's orchestrator, which
-    validates one request at a time, let it out until it shared this mapping."""
+    Anything else is the server's, that request's alone (:func:`server_failure`: ``OutOfMemory`` 503 or
+    ``InternalError`` 500), logged with its traceback. Raised out of ``execute``, it failed every request of the
+    batch (a palette PNG whose tRNS is longer than its palette did so until ``decode_image`` refused it), however
+    valid the others were; the GPU layout's orchestrator, which validates one request at a time, let it out until it
+    shared this mapping."""
     if isinstance(exc, RequestError):
         batch.error(exc.reason)
         return pb_utils.InferenceResponse(
             error=pb_utils.TritonError(f"{exc.reason}: {exc}", pb_utils.TritonError.INVALID_ARG))
     LOG.error("Request %d of a batch of %d failed its validation", index, size, exc_info=exc)
+    return server_failure(exc, batch)
+
+
+SERVER_FAILURES = (RuntimeError, ValueError, MemoryError)
+"""What a model's encoder pass may raise for a batch, answered per request by :func:`server_failure` (torch's
+failures are ``RuntimeError``, its out of memory included)."""
+
+
+def server_failure(exc: BaseException, batch: names.MetricBatch) -> Any:
+    """The response of a request the server failed (``exc``: not the request's fault), counted in
+    ``modalscale_request_errors_total``; the one mapping of every model, for validation (:func:`prepare_failure`)
+    and for the encoder pass.
+
+    Out of memory (``MemoryError``: a large image decoded or resized on a replica near its memory limit; torch's
+    ``OutOfMemoryError``) is the replica's resource exhaustion: :data:`~modalscale.runtime.repo_config.OUT_OF_MEMORY`
+    with ``UNAVAILABLE`` (HTTP 503, gRPC UNAVAILABLE), transient, so a client retries it (another replica, or this
+    one with memory freed). Anything else is ``InternalError`` with ``INTERNAL`` (500)."""
+    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
+        batch.error(OUT_OF_MEMORY)
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(
+            f"{OUT_OF_MEMORY}: the replica ran out of memory for this request ({type(exc).__name__}: {exc}); "
+            "retry", pb_utils.TritonError.UNAVAILABLE))
     batch.error("InternalError")
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}",
                                                                  pb_utils.TritonError.INTERNAL))

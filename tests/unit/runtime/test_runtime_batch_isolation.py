@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from modalscale.runtime.model import metrics as names
 from modalscale.runtime.model.inputs import RequestError
@@ -248,3 +249,90 @@ def test_a_front_request_whose_pool_call_failed_counts_as_accepted_unless_the_po
     }
     images = [value for op, name, _, value in batch.calls() if name == names.REQUEST_IMAGES]
     assert images == [2.0, 2.0]
+
+
+class _OutOfMemoryPipeline(_Pipeline):
+    """``_Pipeline`` whose ``prepare`` runs out of memory on TEXT ``b"huge"`` (a large image decoded on a replica
+    near its memory limit: Pillow's or numpy's ``MemoryError``)."""
+
+    def prepare(self, images: Any, text: Any) -> Any:
+        if text[0][0] == b"huge":
+            raise MemoryError("cannot allocate 1.2 GiB for the decoded image")
+        return super().prepare(images, text)
+
+
+def test_a_request_that_runs_out_of_memory_gets_a_retryable_unavailable_in_every_model_shape(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``MemoryError`` while one request is decoded is the replica's resource exhaustion, not a fault of the request
+    nor a bug: it was a 500 ``InternalError``, which clients and the gateway do not retry and the error counter mixed
+    with real bugs. Every model that validates requests (one-piece, the GPU layout's orchestrator, the pool, the
+    front) answers it ``UNAVAILABLE`` (HTTP 503, gRPC UNAVAILABLE: Triton's code for a transient server-side failure;
+    the Python backend has no RESOURCE_EXHAUSTED) with reason ``OutOfMemory``, and serves the rest of its batch."""
+    triton_model = _module(monkeypatch, "triton_model")
+    requests = [{"TEXT": np.array([[w.encode()]], dtype=object)} for w in ("a cat", "huge", "a dog")]
+    one_piece = object.__new__(triton_model.TritonPythonModel)
+    one_piece.settings, one_piece.pipeline = ModelSettings(), _OutOfMemoryPipeline()
+    batch = names.MetricBatch()
+
+    responses = one_piece._execute(requests, batch)
+
+    assert one_piece.pipeline.ran == ["a cat", "a dog"]
+    assert [r.error is None for r in responses] == [True, False, True]
+    assert responses[1].error.code == 503, responses[1].error.message
+    assert responses[1].error.message.startswith("OutOfMemory: ")
+    assert "1.2 GiB" in responses[1].error.message
+    assert _counted(batch)[names.REQUEST_ERRORS_TOTAL] == {"OutOfMemory": 1}
+
+    gpu_models = _module(monkeypatch, "gpu_models")
+    orchestrator = object.__new__(gpu_models.OrchestratorModel)
+    orchestrator.pipeline = _OutOfMemoryPipeline()
+    batch = names.MetricBatch()
+    response = orchestrator._one(requests[1], batch, 1, 3)
+    assert (response.error.code, response.error.message.split(":")[0]) == (503, "OutOfMemory")
+
+    stage_models = _module(monkeypatch, "stage_models")
+    for cls, name in ((stage_models.ImageEncoderStageModel, stage_models.ENCODER_IMAGE),
+                      (stage_models.FrontModel, stage_models.INPUT_IMAGES)):
+        model = object.__new__(cls)
+
+        def prepare(images: Any, text: Any) -> Any:
+            raise MemoryError("cannot allocate")
+
+        model.pipeline = model.front = SimpleNamespace(prepare=prepare)
+        batch = names.MetricBatch()
+        (response,) = model._execute([{name: np.array([[b"x"]], dtype=object)}], batch)
+        assert (response.error.code, response.error.message.split(":")[0]) == (503, "OutOfMemory"), cls
+        assert _counted(batch)[names.REQUEST_ERRORS_TOTAL] == {"OutOfMemory": 1}
+
+
+@pytest.mark.parametrize("exc", [MemoryError("cannot allocate"), torch.OutOfMemoryError("CUDA out of memory")])
+def test_a_batch_that_runs_out_of_memory_is_answered_unavailable_not_raised(monkeypatch: pytest.MonkeyPatch,
+                                                                            exc: Exception) -> None:
+    """The same kind after validation: a ``MemoryError`` in the encoder pass left ``execute`` (Triton failed the
+    batch with an unlabelled 500, uncounted), and torch's out of memory (a ``RuntimeError``) was an
+    ``InternalError``; both are ``OutOfMemory`` 503 for each request of the batch now, in each batched model."""
+    triton_model = _module(monkeypatch, "triton_model")
+    stage_models = _module(monkeypatch, "stage_models")
+    from modalscale.runtime.model.staged import FrontPrepared
+
+    def broken(prepared: list[Any]) -> Any:
+        raise exc
+
+    one_piece = object.__new__(triton_model.TritonPythonModel)
+    one_piece.settings, one_piece.pipeline = ModelSettings(), _Pipeline()
+    one_piece.pipeline.run = broken
+    front = object.__new__(stage_models.FrontModel)
+    front.front = SimpleNamespace(
+        prepare=lambda images, text: FrontPrepared(modality="text", images=[], token_ids=[101, 102], text_tokens=3),
+        run=broken)
+    pool = object.__new__(stage_models.ImageEncoderStageModel)
+    pool.pipeline = SimpleNamespace(
+        prepare=lambda images, text: SimpleNamespace(parsed=SimpleNamespace(images=()), stage_s={}),
+        image_entries=broken)
+    for model, request in ((one_piece, {"TEXT": np.array([[b"a cat"]], dtype=object)}),
+                           (front, {"TEXT": np.array([[b"a cat"]], dtype=object)}),
+                           (pool, {stage_models.ENCODER_IMAGE: np.array([[b"x"]], dtype=object)})):
+        batch = names.MetricBatch()
+        (response,) = model._execute([request], batch)
+        assert (response.error.code, response.error.message.split(":")[0]) == (503, "OutOfMemory"), model
+        assert _counted(batch)[names.REQUEST_ERRORS_TOTAL] == {"OutOfMemory": 1}

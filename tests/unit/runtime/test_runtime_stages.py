@@ -250,7 +250,10 @@ def test_front_checks_every_non_image_rule_in_the_one_piece_order() -> None:
     ("StatusCode.NOT_FOUND", "Request for unknown model: 'image_encoder' is not found", IMAGE_ENCODER_UNAVAILABLE,
      UNAVAILABLE, "ImageEncoderUnavailable:"),
     (None, "no answer within 60 s", IMAGE_ENCODER_UNAVAILABLE, UNAVAILABLE, "ImageEncoderUnavailable:"),
-], ids=["bad-image", "triton-refusal", "internal", "unreachable", "deadline", "no-model", "no-status"])
+    ("StatusCode.UNAVAILABLE", "OutOfMemory: the replica ran out of memory for this request (MemoryError: ); retry",
+     "OutOfMemory", UNAVAILABLE, f"OutOfMemory: image encoder pool at {URL}: the replica ran out of memory"),
+], ids=["bad-image", "triton-refusal", "internal", "unreachable", "deadline", "no-model", "no-status",
+        "pool-out-of-memory"])
 def test_pool_errors_map_to_the_requests_own_error(status: str | None, message: str, reason: str, kind: str,
                                                    starts: str) -> None:
     failure = classify_encoder_error(status, message, URL)
@@ -557,3 +560,5 @@ def test_router_gives_an_unavailable_pool_back_its_status(monkeypatch: pytest.Mo
     assert router._code("CorruptImage: IMAGES[0]: not a recognised image format") == 400
     assert router._code(classify_encoder_error("StatusCode.INTERNAL", "boom", URL).message) == 500
     assert router._code("ImageEncoderUnavailableish: no") == 400  # only the exact reason
+    # a replica out of memory (triton_model.server_failure) is transient, 503 through the router as without it
+    assert router._code("OutOfMemory: the replica ran out of memory for this request (MemoryError: ); retry") == 503
