@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -30,7 +31,15 @@ from modalscale.operator.isvc.objects import (
     STAGE_LABEL,
     image_encoder_address,
 )
-from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, front_budget_cap, plan_isvc, stage_layout
+from modalscale.operator.isvc.plan import (
+    IsvcObserved,
+    PlanConfig,
+    StageLayout,
+    front_budget_cap,
+    plan_isvc,
+    stage_layout,
+)
+from modalscale.operator.isvc.reconcile import image_encoder_files, repository_files
 from modalscale.runtime.repo_config import IMAGE_ENCODER_MODEL, Stage
 from tests.factories import inference_service
 
@@ -621,3 +630,46 @@ def test_stage_prices_prices_each_pool_and_leaves_an_unpriced_one_unknown() -> N
     unpriced = True
     assert stage_prices(deps, parse_isvc(body())) == (front, None)
     assert stage_prices(deps, parse_isvc(body(None))) == (None, None)  # one piece: nothing priced
+
+
+REQUEST_LIMITS = ("max_images_per_request", "max_image_pixels", "max_image_side_pixels", "max_text_bytes")
+"""The model parameters that bound a request (``runtime.model.settings.ModelSettings``, read from the model config
+only: no environment variable sets them)."""
+
+
+def _limits(files: dict[str, str]) -> dict[str, dict[str, str]]:
+    """``{config.pbtxt path: {limit: value}}`` of the models of a generated repository that carry the limits."""
+    param = re.compile(r'key: "(\w+)"\n  value: \{ string_value: "([^"]*)" \}')
+    out = {}
+    for path, text in files.items():
+        if path.endswith("config.pbtxt"):
+            values = {k: v for k, v in param.findall(text) if k in REQUEST_LIMITS}
+            if values:
+                out[path] = values
+    return out
+
+
+@pytest.mark.parametrize("stages, runtime, resources", [
+    (STAGES, {}, {}),
+    ({"imageEncoder": {"runtime": {"instanceCount": 3, "intraOpThreads": 4, "maxBatchSize": 64,
+                                   "maxQueueDelayMicroseconds": 100}, "resources": {"cpu": "6", "memory": "12Gi"}}},
+     {"maxBatchSize": 16, "engine": "openvino", "precision": "INT8"}, {"cpu": "2", "memory": "4Gi"}),
+], ids=["gpu-pool", "openvino-int8-own-knobs"])
+def test_the_front_and_the_encoder_pool_are_generated_with_the_same_request_limits(
+        stages: dict[str, Any], runtime: dict[str, Any], resources: dict[str, Any]) -> None:
+    """A front checks a request's limits (``inputs.check_request``: ``TooManyImages``, text length) before it sends
+    the images on, and each pool instance checks them again with its own settings (``parse_request``) and the
+    per-image ones (pixels, side): were the pool's tighter, a request the front accepted would be refused (400) after
+    the front's work; looser, the spec's limit would not hold. They cannot differ in what the operator generates:
+    the limits are not InferenceService fields (``RuntimeConfig.from_typed`` leaves its defaults) and
+    ``spec.stages.imageEncoder.runtime`` overrides only instanceCount, intraOpThreads, maxBatchSize and
+    maxQueueDelayMicroseconds. This pins it, with every pool knob and its resources set apart from the front's."""
+    spec = parse_isvc(body(stages, runtime=runtime, **({"resources": resources} if resources else {})))
+    front = _limits(repository_files(spec, StageLayout(front_address="10.0.0.40:8001")))
+    pool_files = image_encoder_files(spec)
+    assert pool_files is not None
+    pool = _limits(pool_files)
+    assert front and list(pool) == [f"{IMAGE_ENCODER_MODEL}/config.pbtxt"], (front, pool)
+    assert all(set(values) == set(REQUEST_LIMITS) for values in [*front.values(), *pool.values()])
+    (pool_limits,) = pool.values()
+    assert {path: pool_limits for path in front} == front
