@@ -114,36 +114,45 @@ class Observer:
         return list(found.get("items") or [])
 
     def observe_image_encoder(self, spec: IsvcSpec) -> dict[str, dict[str, Any] | None]:
-        """The image encoder pool's objects by kind (``plan.IMAGE_ENCODER_KINDS``); without ``spec.stages`` only the
-        ConfigMap (made first, deleted last) and the Deployment: enough to tell that an earlier staged spec left objects
-        to delete."""
+        """The image encoder pool's objects by kind (``plan.IMAGE_ENCODER_KINDS``). Without ``spec.stages`` the
+        ConfigMap (made first, deleted last) and the Deployment are read first, enough to tell that an earlier staged
+        spec left objects; when either is there, the others are read too: the plan deletes only an object it read
+        and found its own (``plan.delete_refusal``)."""
         ns, name = spec.namespace, image_encoder_name(spec)
-        reads: dict[str, tuple[Callable[..., Any], str]] = {
+        first: dict[str, tuple[Callable[..., Any], str]] = {
             "ConfigMap": (self.core.read_namespaced_config_map, image_encoder_configmap_name(spec)),
             "Deployment": (self.apps.read_namespaced_deployment, name),
         }
-        if spec.stages is not None:
-            reads.update({
-                "Service": (self.core.read_namespaced_service, name),
-                "PodDisruptionBudget": (self.policy.read_namespaced_pod_disruption_budget, name),
-                "NetworkPolicy": (self.networking.read_namespaced_network_policy, name),
-            })
-        return {kind: self.child(kind, read, n, ns) for kind, (read, n) in reads.items()}
+        rest: dict[str, tuple[Callable[..., Any], str]] = {
+            "Service": (self.core.read_namespaced_service, name),
+            "PodDisruptionBudget": (self.policy.read_namespaced_pod_disruption_budget, name),
+            "NetworkPolicy": (self.networking.read_namespaced_network_policy, name),
+        }
+        return self._children(ns, first, rest, read_rest=spec.stages is not None)
 
     def observe_gateway(self, spec: IsvcSpec) -> dict[str, dict[str, Any] | None]:
-        """The gateway's objects by kind (``plan.GATEWAY_KINDS``); with the gateway disabled only the Deployment and
-        the NetworkPolicy (two reads, enough to tell that an earlier enabled spec left objects to delete)."""
+        """The gateway's objects by kind (``plan.GATEWAY_KINDS``). With the gateway disabled the Deployment (deleted
+        first) and the ServiceAccount (made first, deleted last) are read first: two reads, enough to tell that an
+        earlier enabled spec left objects, even a pass stopped between two deletes. When either is there, the others
+        are read too: the plan deletes only an object it read and found its own (``plan.delete_refusal``)."""
         ns, gw, rs = spec.namespace, gateway_name(spec), replicas_service_name(spec)
-        reads: dict[str, tuple[Callable[..., Any], str]] = {
+        first: dict[str, tuple[Callable[..., Any], str]] = {
             "Deployment": (self.apps.read_namespaced_deployment, gw),
-            "NetworkPolicy": (self.networking.read_namespaced_network_policy, rs),
+            "ServiceAccount": (self.core.read_namespaced_service_account, gw),
         }
-        if spec.gateway.enabled:
-            reads.update({
-                "ServiceAccount": (self.core.read_namespaced_service_account, gw),
-                "Role": (self.rbac.read_namespaced_role, gw),
-                "RoleBinding": (self.rbac.read_namespaced_role_binding, gw),
-                "Service": (self.core.read_namespaced_service, rs),
-                "PodDisruptionBudget": (self.policy.read_namespaced_pod_disruption_budget, gw),
-            })
-        return {kind: self.child(kind, read, name, ns) for kind, (read, name) in reads.items()}
+        rest: dict[str, tuple[Callable[..., Any], str]] = {
+            "NetworkPolicy": (self.networking.read_namespaced_network_policy, rs),
+            "Role": (self.rbac.read_namespaced_role, gw),
+            "RoleBinding": (self.rbac.read_namespaced_role_binding, gw),
+            "Service": (self.core.read_namespaced_service, rs),
+            "PodDisruptionBudget": (self.policy.read_namespaced_pod_disruption_budget, gw),
+        }
+        return self._children(ns, first, rest, read_rest=spec.gateway.enabled)
+
+    def _children(self, ns: str, first: dict[str, tuple[Callable[..., Any], str]],
+                  rest: dict[str, tuple[Callable[..., Any], str]], read_rest: bool) -> dict[str, dict[str, Any] | None]:
+        """``first``'s objects by kind, and ``rest``'s when ``read_rest`` or one of ``first`` is there."""
+        found = {kind: self.child(kind, read, n, ns) for kind, (read, n) in first.items()}
+        if read_rest or any(o is not None for o in found.values()):
+            found.update({kind: self.child(kind, read, n, ns) for kind, (read, n) in rest.items()})
+        return found

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
@@ -174,10 +175,12 @@ class IsvcObserved:
     None: the gateway pods are left out of ``costUSDPerHour``."""
     gateway_objects: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     """The gateway's objects by kind (:data:`GATEWAY_KINDS`; the Service is ``<name>-replicas``) as read; None =
-    not found. With the gateway disabled only the Deployment and the NetworkPolicy are read (left-overs to delete)."""
+    not found. With the gateway disabled the Deployment and the ServiceAccount are read, and the others only when one
+    of them is there (left-overs to delete)."""
     image_encoder: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     """The image encoder pool's objects by kind (:data:`IMAGE_ENCODER_KINDS`) as read; None = not found. Without
-    ``spec.stages`` only the ConfigMap and the Deployment are read (left-overs to delete)."""
+    ``spec.stages`` the ConfigMap and the Deployment are read, and the others only when one of them is there
+    (left-overs to delete)."""
     image_encoder_pods: list[dict[str, Any]] = field(default_factory=list)
     """The encoder pool's pods (label ``modalscale.io/image-encoder=<name>``), with ``spec.stages``."""
     image_encoder_usd_per_hour: Decimal | None = None
@@ -688,7 +691,77 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
     oversubscribed = cpu_oversubscription(spec)
     if oversubscribed and obs.status.observed_generation != spec.generation:  # once per spec generation
         events.append(("Warning", R.CPU_OVERSUBSCRIBED, oversubscribed))
+    if obs.status.observed_generation != spec.generation:  # once per spec generation, as the last
+        events += [("Warning", R.CHILD_NOT_DELETED, why) for k, n, o in _leftovers(spec, obs)
+                   if (why := delete_refusal(spec, k, n, o)) is not None]
     return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
+
+
+def delete_refusal(spec: IsvcSpec, kind: str, name: str, observed: dict[str, Any]) -> str | None:
+    """Why the operator may not delete ``observed`` (None: it may): the one guard of every delete the plan makes.
+
+    The operator deletes only what it read and made for this service: an object whose controller owner reference
+    is this InferenceService (by uid) and that carries ``app.kubernetes.io/managed-by: modalscale-operator``.
+    Without the watch cache the children are read by name, so a user's own ``<name>-gateway`` is read as well; with
+    it, every managed object is read, another InferenceService's ``<name>-gateway`` (the Deployment of a service so
+    named) too. The message names the object and why it stays (the ``ChildNotDeleted`` Event)."""
+    meta = observed.get("metadata") or {}
+    owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    label = (meta.get("labels") or {}).get(MANAGED_BY_LABEL)
+    if owner is None:
+        why = "it has no controller owner reference"
+    elif owner.get("uid") != spec.uid:
+        why = (f"its controller is {owner.get('kind')} {owner.get('name')} (uid {owner.get('uid')}), not this "
+               f"InferenceService (uid {spec.uid})")
+    elif label != MANAGED_BY:
+        why = f"it lacks the label {MANAGED_BY_LABEL}: {MANAGED_BY}" + (f" (it has {label!r})" if label else "")
+    else:
+        return None
+    return (f"{kind} {name} not deleted: {why}; the operator deletes only the objects it made for this "
+            f"InferenceService. Delete it yourself if nothing else needs it")
+
+
+def _deletes(spec: IsvcSpec, objects: dict[str, dict[str, Any] | None], names: dict[str, str],
+             order: Iterable[str]) -> list[Write]:
+    """Deletes of the objects of ``order`` that were read and pass :func:`delete_refusal` (one not read, or not
+    this service's own, is left)."""
+    return [Write(k, "delete", names[k], {}) for k in order
+            if (o := objects.get(k)) is not None and delete_refusal(spec, k, names[k], o) is None]
+
+
+def _gateway_names(spec: IsvcSpec) -> dict[str, str]:
+    names = {k: gateway_name(spec) for k in GATEWAY_KINDS}
+    names["Service"] = names["NetworkPolicy"] = replicas_service_name(spec)
+    return names
+
+
+def _image_encoder_names(spec: IsvcSpec) -> dict[str, str]:
+    names = {k: image_encoder_name(spec) for k in IMAGE_ENCODER_KINDS}
+    names["ConfigMap"] = image_encoder_configmap_name(spec)
+    return names
+
+
+def _leftovers(spec: IsvcSpec, obs: IsvcObserved) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(kind, name, object)`` of each child read that the spec no longer wants: the gateway's objects once it is
+    disabled, the encoder pool's without ``spec.stages``, the generated model repository once the source is no
+    longer BuiltIn (whether or not its delete waits: a front pod calling the pool, the rollout off the repository)."""
+    found: list[tuple[str, str, dict[str, Any] | None]] = []
+    if not spec.gateway.enabled:
+        names = _gateway_names(spec)
+        found += [(k, names[k], obs.gateway_objects.get(k)) for k in GATEWAY_KINDS]
+    if spec.stages is None:
+        names = _image_encoder_names(spec)
+        found += [(k, names[k], obs.image_encoder.get(k)) for k in IMAGE_ENCODER_KINDS]
+    if _model_configmap_unwanted(spec, obs):
+        found.append(("ConfigMap", configmap_name(spec), obs.configmap))
+    return [(k, n, o) for k, n, o in found if o is not None]
+
+
+def _model_configmap_unwanted(spec: IsvcSpec, obs: IsvcObserved) -> bool:
+    """The generated model repository is read and no longer wanted: the source left BuiltIn and the spec does not
+    name it as its model ConfigMap."""
+    return obs.configmap is not None and spec.model.source != "BuiltIn" and not (
+        spec.model.source == "ConfigMap" and spec.model.config_map == configmap_name(spec))
 
 
 def _model_configmap_removal(spec: IsvcSpec, obs: IsvcObserved) -> Write | None:
@@ -696,17 +769,12 @@ def _model_configmap_removal(spec: IsvcSpec, obs: IsvcObserved) -> Write | None:
     the operator's child it no longer wants (left, it held the old repository until the InferenceService was
     deleted). Planned after the Deployment's write, which takes its volume off the pod template: a refused patch
     stops the pass first and the ConfigMap stays for the pods that still mount it. Only this service's own child
-    goes, as its controller reference and the operator's managed-by label say (a user's ConfigMap of that name,
-    read without the watch cache, stays), and never the one the spec names as its model
-    (``spec.model.configMap.name: <name>-model-repo``)."""
-    cm, name = obs.configmap, configmap_name(spec)
-    if spec.model.source == "BuiltIn" or cm is None or (
-            spec.model.source == "ConfigMap" and spec.model.config_map == name):
+    goes (:func:`delete_refusal`: a user's ConfigMap of that name, read without the watch cache, stays), and never
+    the one the spec names as its model (``spec.model.configMap.name: <name>-model-repo``)."""
+    if not _model_configmap_unwanted(spec, obs):
         return None
-    meta = cm.get("metadata") or {}
-    owned = any(r.get("uid") == spec.uid and r.get("controller") for r in meta.get("ownerReferences") or [])
-    managed = (meta.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
-    return Write("ConfigMap", "delete", name, {}) if owned and managed else None
+    w = _deletes(spec, {"ConfigMap": obs.configmap}, {"ConfigMap": configmap_name(spec)}, ("ConfigMap",))
+    return w[0] if w else None
 
 
 def _front_deployment_writes(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str],
@@ -759,11 +827,7 @@ def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, servi
     NetworkPolicy only while ``serving``: the Service ``<name>`` selects the gateway), or delete what an earlier
     enabled spec left when disabled."""
     if not spec.gateway.enabled:
-        if not any(obs.gateway_objects.get(k) for k in GATEWAY_KINDS):
-            return []
-        names = {k: gateway_name(spec) for k in GATEWAY_KINDS}
-        names["Service"] = names["NetworkPolicy"] = replicas_service_name(spec)
-        return [Write(k, "delete", names[k], {}) for k in reversed(GATEWAY_KINDS)]
+        return _deletes(spec, obs.gateway_objects, _gateway_names(spec), reversed(GATEWAY_KINDS))
     writes = []
     for desired in gateway_children(spec, config.gateway_image, config.scraper_labels, config.node_loss_toleration_s,
                                     config.gateway_image_pull_secrets):
@@ -1021,11 +1085,9 @@ def _image_encoder_writes(spec: IsvcSpec, obs: IsvcObserved, files: dict[str, st
         return [] if spec.stages is None or dep is None or current == replicas else [
             Write("Deployment", "patch", name, {"spec": {"replicas": replicas}})]
     if spec.stages is None:
-        if not any(obs.image_encoder.get(k) for k in IMAGE_ENCODER_KINDS) or _front_calls_pool(obs):
+        if _front_calls_pool(obs):
             return []
-        names = {k: name for k in IMAGE_ENCODER_KINDS}
-        names["ConfigMap"] = image_encoder_configmap_name(spec)
-        return [Write(k, "delete", names[k], {}) for k in reversed(IMAGE_ENCODER_KINDS)]
+        return _deletes(spec, obs.image_encoder, _image_encoder_names(spec), reversed(IMAGE_ENCODER_KINDS))
     desired = build_image_encoder_deployment(spec, replicas, files, config.node_loss_toleration_s)
     writes = [_child_write("ConfigMap", build_image_encoder_configmap(spec, files), obs.image_encoder.get("ConfigMap"),
                            ("data",)),

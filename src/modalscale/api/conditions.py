@@ -59,6 +59,9 @@ FAILED_CREATE = "FailedCreate"
 ResourceQuota, an admission webhook, a pod spec the API server refuses): no pod exists to report anything."""
 CPU_OVERSUBSCRIBED = "CPUOversubscribed"
 """Warning Event (not a condition, not a refusal): ``instanceCount x intraOpThreads`` exceeds the replica's CPU."""
+CHILD_NOT_DELETED = "ChildNotDeleted"
+"""Warning Event (not a condition): an object of a child's name the plan no longer wants is not this service's own
+(its controller owner reference by uid and the operator's managed-by label), so it is left, not deleted."""
 # Reasons of ScalingConflict.
 NO_CONFLICT = "NoConflict"
 EXTERNAL_SCALE = "ReplicasChangedExternally"

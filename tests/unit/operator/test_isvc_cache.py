@@ -213,7 +213,29 @@ def test_observer_reads_children_from_the_caches_without_a_request() -> None:
     obs = observer.observe(spec, {})
     assert obs.deployment == dep and obs.service == svc and obs.configmap is None
     assert obs.pods == [pod] and obs.foreign_autoscalers == ["theirs"]
-    assert obs.gateway_objects == {"Deployment": None, "NetworkPolicy": None}
+    assert obs.gateway_objects == {"Deployment": None, "ServiceAccount": None}
+
+
+def test_observer_reads_every_leftover_of_a_gateway_or_pool_the_spec_no_longer_has() -> None:
+    """The plan deletes only what it read (``plan.delete_refusal`` checks each object's owner and label): with the
+    gateway off and no ``spec.stages``, two reads each tell whether an earlier spec left anything (the object made
+    first and deleted last among them, so a pass stopped between two deletes is seen too); when one did,
+    every object of those names is read, so that each delete is checked against the object itself."""
+    spec = parse_isvc(ISVC)
+    managed = {"app.kubernetes.io/managed-by": "modalscale-operator"}
+    left = {"RoleBinding": [obj("svc-gateway", "2", owner="svc", labels=managed)],  # a pass stopped after the
+            "ServiceAccount": [obj("svc-gateway", "2", owner="svc", labels=managed)],  # Deployment's delete
+            "ConfigMap": [obj("svc-image-encoder-model-repo", "2", owner="svc", labels=managed)],
+            "Service": [obj("svc-image-encoder", "2", owner="svc", labels=managed)]}
+    obs = Observer(unreachable_api(), synced_caches(left)).observe(spec, {})
+    assert set(obs.gateway_objects) == {"ServiceAccount", "Role", "RoleBinding", "Service", "NetworkPolicy",
+                                        "PodDisruptionBudget", "Deployment"}
+    assert obs.gateway_objects["RoleBinding"] == left["RoleBinding"][0]
+    assert set(obs.image_encoder) == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"}
+    assert obs.image_encoder["Service"] == left["Service"][0]
+    none_left = Observer(unreachable_api(), synced_caches({})).observe(spec, {})
+    assert set(none_left.gateway_objects) == {"Deployment", "ServiceAccount"}
+    assert set(none_left.image_encoder) == {"ConfigMap", "Deployment"}
 
 
 def test_observer_holds_on_a_cache_that_has_not_synced() -> None:

@@ -307,6 +307,51 @@ def test_turning_the_gateway_off_switches_the_service_back_first_and_deletes_the
     assert plan.writes == []
 
 
+GATEWAY_KINDS = ("ServiceAccount", "Role", "RoleBinding", "Service", "NetworkPolicy", "PodDisruptionBudget",
+                 "Deployment")
+
+
+def foreign(obj: dict[str, Any], stored_as: str) -> dict[str, Any]:
+    """``obj`` as an object the operator did not make for this service: no controller owner reference, another
+    owner's (another InferenceService's uid), or without the operator's managed-by label."""
+    obj = copy.deepcopy(obj)
+    meta = obj["metadata"]
+    if stored_as == "no-owner":
+        meta.pop("ownerReferences", None)
+    elif stored_as == "another-owner":
+        meta["ownerReferences"] = [{**meta["ownerReferences"][0], "uid": "u-2", "name": "vc-gateway"}]
+    else:
+        meta["labels"].pop("app.kubernetes.io/managed-by")
+    return obj
+
+
+@pytest.mark.parametrize("stored_as", ["no-owner", "another-owner", "unmanaged"])
+@pytest.mark.parametrize("kind", GATEWAY_KINDS)
+def test_turning_the_gateway_off_deletes_only_the_gateway_objects_this_service_made(kind: str, stored_as: str) -> None:
+    """Found by the isvc review (7 Dec 2026): with the gateway turned off every object of a gateway's name was deleted
+    unread or unchecked, so a user's own ``vc-gateway`` ServiceAccount (read by name with no watch cache), or the
+    Deployment of another InferenceService named ``vc-gateway`` (the cache holds every managed object), went with them.
+    One that is not this service's child (its controller owner reference by uid and the managed-by label) stays,
+    and a Warning Event names it, once for the spec change; a rerun writes nothing."""
+    on = make_isvc(gateway={"enabled": True})
+    _, obs = run(on)
+    _, obs = run(on, obs)
+    obj = obs.gateway_objects[kind]
+    assert obj is not None
+    obs.gateway_objects[kind] = foreign(obj, stored_as)
+    off = make_isvc(gateway={"enabled": False})
+    off["metadata"]["generation"] = 2
+    plan, obs = run(off, obs)
+    name = "vc-replicas" if kind in ("Service", "NetworkPolicy") else "vc-gateway"
+    deleted = [(w.kind, w.name) for w in plan.writes if w.action == "delete"]
+    assert (kind, name) not in deleted and len(deleted) == len(GATEWAY_KINDS) - 1
+    (event,) = [e for e in plan.events if e[1] == "ChildNotDeleted"]
+    assert event[0] == "Warning" and f"{kind} {name}" in event[2]
+    assert obs.gateway_objects[kind] is not None
+    plan, _ = run(off, obs)
+    assert plan.writes == [] and [e for e in plan.events if e[1] == "ChildNotDeleted"] == []
+
+
 @pytest.mark.parametrize("labels", [{"app": "prometheus-server"}, {"a": "1", "b": "2"}])
 def test_the_network_policy_admits_the_configured_scraper(labels: dict[str, str]) -> None:
     body = make_isvc(gateway={"enabled": True})

@@ -263,6 +263,41 @@ def test_removing_stages_rolls_the_front_back_first_and_deletes_the_pool_once_no
     assert plan.writes == [] and plan.status.stages is None
 
 
+@pytest.mark.parametrize("stored_as", ["no-owner", "another-owner", "unmanaged"])
+@pytest.mark.parametrize("kind", ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"])
+def test_removing_stages_deletes_only_the_pool_objects_this_service_made(kind: str, stored_as: str) -> None:
+    """Found by the isvc review (7 Dec 2026): without ``spec.stages`` every object of the pool's names was deleted
+    unchecked, so a user's own ``vc-image-encoder`` Service (read by name with no watch cache), or the Deployment of
+    another InferenceService named ``vc-image-encoder``, went with the pool. One that is not this service's child
+    (its controller owner reference by uid and the managed-by label) stays, and a Warning Event names it once for the
+    spec change; a rerun writes nothing."""
+    obs = settled()
+    obj = copy.deepcopy(obs.image_encoder[kind])
+    assert obj is not None
+    meta = obj["metadata"]
+    if stored_as == "no-owner":
+        meta.pop("ownerReferences", None)
+    elif stored_as == "another-owner":
+        meta["ownerReferences"] = [{**meta["ownerReferences"][0], "uid": "u-2", "name": "vc-image-encoder"}]
+    else:
+        meta["labels"].pop("app.kubernetes.io/managed-by")
+    obs.image_encoder[kind] = obj
+    obs.pods = [{"metadata": {"name": "vc-2", "labels": {SELECTOR_LABEL: "vc"}}}]  # no front pod calls the pool
+    off = body(None)
+    off["metadata"]["generation"] = 2
+    plan, obs = run(off, obs)  # the front rolls back to one piece first; the pool's deletes wait for it
+    name = "vc-image-encoder-model-repo" if kind == "ConfigMap" else "vc-image-encoder"
+    (event,) = [e for e in plan.events if e[1] == "ChildNotDeleted"]
+    assert event[0] == "Warning" and f"{kind} {name}" in event[2]
+    plan, obs = run(off, obs)
+    deleted = [(k, n) for k, a, n in made(plan) if a == "delete"]
+    assert (kind, name) not in deleted and len(deleted) == 4
+    assert [e for e in plan.events if e[1] == "ChildNotDeleted"] == []
+    plan, obs = run(off, obs)
+    assert [w for w in plan.writes if w.name.startswith("vc-image-encoder")] == []
+    assert [e for e in plan.events if e[1] == "ChildNotDeleted"] == []
+
+
 def _admits(rule: dict[str, Any], labels: dict[str, str]) -> bool:
     """True when one of the ingress rule's pod selectors selects a pod with ``labels``."""
     return any(all(labels.get(k) == v for k, v in peer["podSelector"]["matchLabels"].items())

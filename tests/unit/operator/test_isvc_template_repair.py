@@ -200,7 +200,13 @@ def test_a_model_repo_configmap_that_is_not_this_services_child_is_never_deleted
         meta["labels"].pop("app.kubernetes.io/managed-by")
     obs = settled(body(model={"source": "BuiltIn"}))
     obs.configmap = cm
-    assert [w for w in plan(body(model=SOURCES["uri"]), obs).writes if w.kind == "ConfigMap"] == []
+    obs.deployment = None  # nothing mounts it: only the guard keeps it
+    uri = body(model=SOURCES["uri"])
+    uri["metadata"]["generation"] = 2
+    p = plan(uri, obs)
+    assert [w for w in p.writes if w.kind == "ConfigMap"] == []
+    (event,) = [e for e in p.events if e[1] == "ChildNotDeleted"]
+    assert event[0] == "Warning" and "ConfigMap vc-model-repo" in event[2]
 
 
 def test_a_service_that_names_its_generated_repository_as_its_model_configmap_keeps_it() -> None:
