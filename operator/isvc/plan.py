@@ -757,6 +757,25 @@ def _leftovers(spec: IsvcSpec, obs: IsvcObserved) -> list[tuple[str, str, dict[s
     return [(k, n, o) for k, n, o in found if o is not None]
 
 
+def rollout_complete(deployment: dict[str, Any]) -> bool:
+    """The Deployment's rollout is complete, by ``kubectl rollout status``'s rule (k8s.io/kubectl
+    pkg/polymorphichelpers/rollout_status.go, ``DeploymentStatusViewer.Status``): the controller observed the
+    current generation (``status.observedGeneration >= metadata.generation``), ``updatedReplicas`` reached
+    ``spec.replicas``, no old replica is left (``replicas <= updatedReplicas``) and every updated one is available
+    (``availableReplicas >= updatedReplicas``). A rollout past its progress deadline (``ProgressDeadlineExceeded``,
+    an error there) is not complete: its old pods stay."""
+    meta, want, st = (deployment.get(k) or {} for k in ("metadata", "spec", "status"))
+    if int(st.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
+        return False
+    if any(c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+           for c in st.get("conditions") or []):
+        return False
+    updated = int(st.get("updatedReplicas") or 0)
+    if want.get("replicas") is not None and updated < int(want["replicas"]):
+        return False
+    return int(st.get("replicas") or 0) <= updated <= int(st.get("availableReplicas") or 0)
+
+
 def _model_configmap_unwanted(spec: IsvcSpec, obs: IsvcObserved) -> bool:
     """The generated model repository is read and no longer wanted: the source left BuiltIn and the spec does not
     name it as its model ConfigMap."""
@@ -767,12 +786,19 @@ def _model_configmap_unwanted(spec: IsvcSpec, obs: IsvcObserved) -> bool:
 def _model_configmap_removal(spec: IsvcSpec, obs: IsvcObserved) -> Write | None:
     """Delete the generated model repository ``<name>-model-repo`` once ``spec.model.source`` is no longer BuiltIn:
     the operator's child it no longer wants (left, it held the old repository until the InferenceService was
-    deleted). Planned after the Deployment's write, which takes its volume off the pod template: a refused patch
-    stops the pass first and the ConfigMap stays for the pods that still mount it. Only this service's own child
-    goes (:func:`delete_refusal`: a user's ConfigMap of that name, read without the watch cache, stays), and never
-    the one the spec names as its model (``spec.model.configMap.name: <name>-model-repo``)."""
+    deleted). Not in the pass that patches the Deployment off it, nor before that patch's rollout is complete
+    (:func:`rollout_complete`): the old ReplicaSet's pods mount it until then, and one it recreates meanwhile would
+    wait in ContainerCreating; the first pass that reads the new template fully rolled out deletes it. Only this
+    service's own child goes (:func:`delete_refusal`: a user's ConfigMap of that name, read without the watch cache,
+    stays), and never the one the spec names as its model (``spec.model.configMap.name: <name>-model-repo``)."""
     if not _model_configmap_unwanted(spec, obs):
         return None
+    dep = obs.deployment
+    if dep is not None:
+        volumes = (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("volumes") or []
+        if any(((v or {}).get("configMap") or {}).get("name") == configmap_name(spec) for v in volumes) or (
+                not rollout_complete(dep)):
+            return None
     w = _deletes(spec, {"ConfigMap": obs.configmap}, {"ConfigMap": configmap_name(spec)}, ("ConfigMap",))
     return w[0] if w else None
 

@@ -383,8 +383,9 @@ def test_leaving_the_builtin_model_and_a_node_selector_label_leaves_nothing_of_t
     """Three repairs the unit tests check only against their model of the strategic merge, here on the real API
     server: BuiltIn -> URI deletes the model volume and its /models mount (``$patch: delete`` on lists merged by
     ``name`` and ``mountPath``), a label taken out of ``spec.placement.nodeSelector`` is nulled on the Deployment,
-    and the generated ConfigMap ``<name>-model-repo`` is deleted; a rerun writes nothing. The pods never schedule
-    (no node has ``pool``/``zone`` labels): only the Deployment's template and the ConfigMap are read."""
+    and the generated ConfigMap ``<name>-model-repo`` is deleted once the rollout is complete (not before: the pods
+    never schedule, so it completes only at 0 replicas); a rerun writes nothing. The pods never schedule (no node has
+    ``pool``/``zone`` labels): only the Deployment's template and the ConfigMap are read."""
     from modalscale.operator.isvc.objects import MODEL_VOLUME
 
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
@@ -418,6 +419,9 @@ def test_leaving_the_builtin_model_and_a_node_selector_label_leaves_nothing_of_t
     assert pod.node_selector["zone"] == "z1"
     assert MODEL_VOLUME not in [v.name for v in pod.volumes or []]
     assert "/models" not in [m.mount_path for m in pod.containers[0].volume_mounts or []]
+    time.sleep(3 * 2.0)  # three resync periods: the new pods never schedule, so the rollout never completes and
+    assert "leave-model-repo" in configmaps()  # the old ReplicaSet's pods (which still mount it) stay
+    patch_spec(api, namespace, "leave", {"scaling": {"replicas": 0}})  # a rollout of 0 replicas completes at once
     wait_for(lambda: "leave-model-repo" not in configmaps(), 60, "the generated model repository deleted")
     ready = condition(get(api, namespace, "leave"), "Ready")
     assert ready is None or ready["reason"] != "InvalidSpec", ready

@@ -172,16 +172,29 @@ def test_leaving_the_builtin_model_deletes_the_generated_repository_after_the_de
     """Found by the isvc review (7 Dec 2026): the ConfigMap ``<name>-model-repo`` the operator made for the BuiltIn
     model stayed once ``spec.model.source`` left BuiltIn (only the InferenceService's deletion collected it, by its
     owner reference), holding the old repository for nothing. It is the operator's child it no longer wants: the pass
-    deletes it, after the Deployment's patch that takes its volume off the pods (a refused patch leaves it)."""
+    deletes it, after the Deployment's patch that takes its volume off the pods (a refused patch leaves it).
+
+    And not in the pass of that patch (found by the isvc review, 7 Dec 2026: it was): the old ReplicaSet's pods still
+    mount it until the rollout completes, and one it recreates meanwhile waits in ContainerCreating. It goes in the
+    first pass that sees the rollout complete by ``kubectl rollout status``'s rule."""
     source = {**SOURCES, "configmap": USER_MODEL}[after]
     obs = settled(body(model={"source": "BuiltIn"}))
     obs.user_configmap_keys = ["cap__config.pbtxt"] if after == "configmap" else None
     p = plan(body(model=source), obs)
-    assert [(w.kind, w.action) for w in p.writes] == [("Deployment", "patch"), ("ConfigMap", "delete")]
-    assert p.writes[1].name == "vc-model-repo"
+    assert [(w.kind, w.action) for w in p.writes] == [("Deployment", "patch")]  # its pods still mount it
     obs.deployment = strategic_merge(obs.deployment, p.writes[0].body)
-    obs.configmap = None
+    obs.deployment["metadata"]["generation"] = 2
     assert "vc-model-repo" not in [v["configMap"]["name"] for v in pod(obs.deployment)["volumes"] if "configMap" in v]
+    for rolling in ({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2},
+                    {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 1, "availableReplicas": 2},
+                    {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 2, "availableReplicas": 3},
+                    {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 1}):
+        obs.deployment["status"] = rolling  # the old ReplicaSet's pods still mount it (and may be recreated)
+        assert [w for w in plan(body(model=source), obs).writes if w.action == "delete"] == [], rolling
+    obs.deployment["status"] = {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2}
+    p = plan(body(model=source), obs)
+    assert [(w.kind, w.action, w.name) for w in p.writes] == [("ConfigMap", "delete", "vc-model-repo")]
+    obs.configmap = None
     assert plan(body(model=source), obs).writes == []  # and the next pass writes nothing
 
 
