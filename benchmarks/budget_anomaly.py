@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from modalscale.costmodel import anomaly
-from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, replay
+from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, for_interval, replay
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 PRICE = 0.754276239  # one L4 replica (4 CPU, 16Gi) in the packaged catalog, USD/h
@@ -121,7 +121,7 @@ def main() -> None:
     print(f"load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (a machine shared with other work: wall times "
           f"are not comparable, counts and delays are)")
 
-    cfg = AnomalyConfig()
+    cfg = for_interval(AnomalyConfig(), 300)  # as the operator runs it at evaluationIntervalSeconds 300
     print("synthetic week: 8 days of 5-min samples, daily cycle; 3x replicas for 40 min on day 8")
     for label, seeds in (("robust", range(args.rounds)), ("robust (A/A, other seeds)", range(100, 100 + args.rounds)),
                          ("plain z (baseline)", range(args.rounds))):
@@ -133,7 +133,7 @@ def main() -> None:
         evaluate(label, quiet, spiked, cfg, timedelta(days=1), plain=label.startswith("plain"))
 
     sim, name = simulated(args.trace)
-    sim_cfg = replace(cfg, recent_s=900)
+    sim_cfg = for_interval(replace(AnomalyConfig(), recent_s=900), 15)
     print(f"simulated trace ({name}): predictive autoscaler, {len(sim)} samples every 15 s, "
           f"replicas {min(s.replicas for s in sim)}..{max(s.replicas for s in sim)}; +8 replicas for 5 min")
     rng = random.Random(11)

@@ -10,6 +10,16 @@ Method (a robust z-score over a seasonal baseline, Iglewicz and Hoaglin's modifi
   ``min_baseline_samples`` of them; else the samples from ``recent_s`` to ``smooth_s`` seconds before ``t`` (a
   service without a season of history yet; the scored window below is not part of its own baseline), when
   there are at least ``min_recent_samples``. Else: no decision.
+* **Minimums per evaluation interval** (:func:`for_interval`, applied to the configured settings for each
+  BudgetPolicy): an interval of ``I`` seconds puts ``floor((recent_s - smooth_s) / I)`` samples in the recent
+  window, so fixed minimums of 30 recent and 10 same-phase samples were never met from ``I`` of about 2400 s (the
+  CRD allows 1-3600). The recent minimum is ``min(min_recent_samples, max(5, that count less one spare interval
+  for timer jitter))``, and the window widens to ``smooth_s + (minimum + 1) x I`` where the hour cannot hold it;
+  the same-phase minimum is ``min(min_baseline_samples, max(5, samples one slot holds at max(I, 300 s)))``
+  (one season of history where a slot holds enough). The floor of :data:`MIN_BASELINE_SAMPLES` (5) is where the
+  median and MAD stay meaningful: both tolerate ``floor((n - 1) / 2)`` outlying samples (2 at 5, none at 2), and
+  below 5 the MAD's small-sample bias grows (Croux and Rousseeuw's correction factor is 1.21 at 5, 1.36 at 4,
+  1.50 at 3), so a z of 6 means on average 5.0 standard deviations at 5 samples, 4.4 at 4 and 4.0 at 3.
 * **Score**: ``z = (x - median) / scale``, where ``x`` is the median burn rate of the samples of the last
   ``smooth_s`` seconds (a blip of one autoscaler step is not an anomaly; a spike is seen once it fills half of
   that window), with ``scale = max(1.4826 x MAD, floor_ratio x median,
@@ -27,13 +37,21 @@ Units: burn rates in USD/h, times timezone-aware UTC, durations in seconds.
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 MAD_TO_SIGMA = 1.4826
 """Consistency constant: 1.4826 x MAD estimates sigma for normal data (1 / Phi^-1(3/4))."""
+
+MIN_BASELINE_SAMPLES = 5
+"""Least baseline (recent or same-phase) that :func:`for_interval` asks for at any interval: median and MAD of 5
+samples tolerate 2 outliers, and the MAD's small-sample bias is at most about 1.2 from 5 on (module docstring)."""
+
+KEEP_EVERY_S = 300.0
+"""Beyond the recent window :func:`trim_history` keeps one sample per this many seconds."""
 
 
 @dataclass(frozen=True)
@@ -215,8 +233,25 @@ def detect(history: Mapping[tuple[str, str], Sequence[BurnSample]], state: Anoma
     return started, AnomalyState(active, calm)
 
 
+def for_interval(cfg: AnomalyConfig, interval_s: float) -> AnomalyConfig:
+    """``cfg`` with its sample minimums (and recent window) scaled to an evaluation interval, so that a service
+    is decided on at every interval (module docstring, *Minimums per evaluation interval*). Idempotent.
+
+    Raises:
+        ValueError: ``interval_s`` is not positive.
+    """
+    if not interval_s > 0:
+        raise ValueError(f"evaluationIntervalSeconds must be positive, got {interval_s!r}")
+    held = math.floor((cfg.recent_s - cfg.smooth_s) / interval_s) - 1  # one interval spare for timer jitter
+    recent = min(cfg.min_recent_samples, max(MIN_BASELINE_SAMPLES, held))
+    step = interval_s * math.ceil(KEEP_EVERY_S / interval_s)  # the spacing trim_history keeps beyond recent_s
+    seasonal = min(cfg.min_baseline_samples, max(MIN_BASELINE_SAMPLES, math.floor(cfg.slot_s / step)))
+    return replace(cfg, min_recent_samples=recent, min_baseline_samples=seasonal,
+                   recent_s=max(cfg.recent_s, cfg.smooth_s + (recent + 1) * interval_s))
+
+
 def trim_history(samples: Sequence[BurnSample], now: datetime, cfg: AnomalyConfig = AnomalyConfig(),
-                 keep_every_s: float = 300.0) -> list[BurnSample]:
+                 keep_every_s: float = KEEP_EVERY_S) -> list[BurnSample]:
     """Bound a service's history: samples older than the seasonal horizon are dropped, and beyond the last
     ``max(recent_s, smooth_s)`` only one sample per ``keep_every_s`` is kept (the seasonal baseline needs no more).
 
@@ -249,5 +284,6 @@ def replay(samples: Sequence[BurnSample], cfg: AnomalyConfig = AnomalyConfig(),
     return out
 
 
-__all__ = ["Anomaly", "AnomalyConfig", "AnomalyState", "BurnSample", "MAD_TO_SIGMA", "Score", "detect", "replay",
-           "score", "trim_history"]
+__all__ = ["Anomaly", "AnomalyConfig", "AnomalyState", "BurnSample", "KEEP_EVERY_S", "MAD_TO_SIGMA",
+           "MIN_BASELINE_SAMPLES", "Score", "detect", "for_interval", "replay", "score",
+           "trim_history"]

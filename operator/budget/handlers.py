@@ -55,7 +55,7 @@ from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.api.conditions import ENFORCEMENT_LIFTED
-from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, trim_history
+from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, for_interval, trim_history
 from modalscale.costmodel.budget.status import read_budget_status
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
 from modalscale.notify.answers import DeliveryResult
@@ -143,7 +143,7 @@ def evaluate_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: st
     observed = runtime.observer.observe(observed_namespaces(policy, admin), runtime.gone_pods, now)
     observed.listed_at = deps.clock()  # a replica the listing lacks was gone by then, not by `now`
     _read_tenant_usage(runtime, policy, observed, now, logger)
-    cfg = getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig()
+    cfg = _anomaly_config(getattr(deps.settings, "spend_anomaly", None) or AnomalyConfig(), policy)
     history, read = _anomaly_history(runtime, namespace, name, policy, now, cfg, logger)
 
     def planned() -> PolicyPlan:
@@ -201,6 +201,16 @@ def _read_drivers(runtime: BudgetRuntime, policy: Mapping[str, Any], observed: A
                        observed.tenant_usage.error)
         return False
     return True
+
+
+def _anomaly_config(cfg: AnomalyConfig, policy: Mapping[str, Any]) -> AnomalyConfig:
+    """The detector settings at the policy's evaluation interval (``for_interval``; the planner applies the same,
+    idempotent, rule), so the history kept and read back holds the recent window it scores on. An interval that
+    does not read leaves ``cfg`` as configured (the planner reports the spec)."""
+    try:
+        return for_interval(cfg, float((policy.get("spec") or {}).get("evaluationIntervalSeconds") or 60))
+    except (TypeError, ValueError):
+        return cfg
 
 
 def _anomaly_history(runtime: BudgetRuntime, namespace: str, name: str, policy: Mapping[str, Any], now: datetime,

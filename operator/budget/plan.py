@@ -55,7 +55,10 @@ Rules decided here (the rest is ``plan_budget``'s):
   price). Anomalies that start at the same evaluation share one message. The services in an anomaly now are
   ``status.spendAnomalies``, written in the same patch as the alert's outbox entry, so a restarted operator
   never alerts the same anomaly twice. A history that could not be read decides nothing (the stored set is
-  held) and says so in ``SpendAnomalyHistory=False``.
+  held) and says so in ``SpendAnomalyHistory=False``. The detector's sample minimums are scaled to the
+  policy's ``evaluationIntervalSeconds`` (``anomaly.for_interval``: fixed ones were never met from about
+  2400 s), and a service that has too little history for a decision is named in
+  ``SpendAnomalyDetection=False`` / ``InsufficientHistory`` with when its first decision comes.
 * **AlertDelivered**: ``False`` (reason of the last failure) while an entry has failed at least once; ``False``
   / ``DeliveryAbandoned`` when an entry was given up, until a later delivery succeeds; ``True`` / ``Delivered``
   once deliveries succeeded and no entry has a failed attempt; ``Unknown`` / ``NoAlertSent`` before any.
@@ -64,6 +67,7 @@ Rules decided here (the rest is ``plan_budget``'s):
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -89,11 +93,13 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     DELIVERED,
     DELIVERY_ABANDONED,
     DELIVERY_FAILED,
+    DETECTING,
     ENFORCEMENT_LIFTED,
     EVALUATED,
     GOVERNANCE_BLIND,
     HISTORY_READ,
     HISTORY_UNAVAILABLE,
+    INSUFFICIENT_HISTORY,
     INVALID_SPEC,
     INVALID_STATUS,
     NAMESPACE_NOT_ALLOWED,
@@ -101,6 +107,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     NO_SERVICES_SELECTED,
     NO_SPOT_SWITCH,
     READY,
+    SPEND_ANOMALY_DETECTION,
     SPEND_ANOMALY_HISTORY,
     SPOT_AVAILABLE,
     SPOT_FALLBACK,
@@ -114,7 +121,15 @@ from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import GPU_PRODUCT_LABEL, GPU_RESOURCE, parse_isvc
 from modalscale.api.quantities import InvalidQuantity
 from modalscale.api.status import ConditionStatus
-from modalscale.costmodel.anomaly import Anomaly, AnomalyConfig, AnomalyState, BurnSample, detect
+from modalscale.costmodel.anomaly import (
+    Anomaly,
+    AnomalyConfig,
+    AnomalyState,
+    BurnSample,
+    detect,
+    for_interval,
+    score,
+)
 from modalscale.costmodel.budget import (
     AlertKind,
     AlertState,
@@ -966,11 +981,14 @@ def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
                      history: Mapping[tuple[str, str], Sequence[BurnSample]] | None, state: AnomalyState,
                      config: AnomalyConfig, history_read: HistoryRead | None,
                      drivers: tuple[Sequence[ServiceState], TenantUsageRead | None] = ((), None)
-                     ) -> tuple[tuple[BudgetAlert, ...], AnomalyState]:
+                     ) -> tuple[tuple[BudgetAlert, ...], AnomalyState, cond.Condition | None]:
     """The budget plan's alerts plus one ``SpendAnomaly`` alert naming the services whose sample leaves their own
     history, and the anomaly state after it; no anomaly is decided on a history that could not be read, and a
     selected service (of ``drivers``) without a sample now keeps its anomaly state. The alerts name the top
-    tenants and modalities of ``drivers`` (the selected services, what showback read): :func:`with_drivers`."""
+    tenants and modalities of ``drivers`` (the selected services, what showback read): :func:`with_drivers`.
+    ``config`` is scaled to the policy's interval first (:func:`~modalscale.costmodel.anomaly.for_interval`), and
+    the third value is the ``SpendAnomalyDetection`` condition (:func:`_detection_condition`)."""
+    config = for_interval(config, spec.evaluation_interval_s)  # sample minimums this interval can meet
     series = {k: [*(history or {}).get(k, ()), v] for k, v in samples.items()}
     started: list[Anomaly] = []
     if history_read is None or history_read.ok:  # never decide on a history that could not be read
@@ -981,7 +999,45 @@ def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
     if started:
         alerts += (spend_anomaly_alert(plan, spec, ref, [a.describe() for a in started],
                                        [f"{a.namespace}/{a.name}" for a in started]),)
-    return with_drivers(alerts, *drivers), state
+    detection = _detection_condition(samples, history, config, spec.evaluation_interval_s, history_read)
+    return with_drivers(alerts, *drivers), state, detection
+
+
+def _detection_condition(samples: Mapping[tuple[str, str], BurnSample],
+                         history: Mapping[tuple[str, str], Sequence[BurnSample]] | None, config: AnomalyConfig,
+                         interval_s: float, history_read: HistoryRead | None) -> cond.Condition | None:
+    """``SpendAnomalyDetection``: True when every sampled service's sample was scored against a baseline, False
+    naming those with too little history (the samples their baseline needs, since when they have samples and when
+    the first decision comes at this interval), or while the history could not be read; None without a sample
+    (nothing to watch). The message moves only when the history does not accrue as expected: conditions are
+    material to the status heartbeat, so a count that grew every evaluation would write the status every time."""
+    if not samples:
+        return None
+    if history_read is not None and not history_read.ok:
+        return cond.Condition(SPEND_ANOMALY_DETECTION, cond.FALSE, HISTORY_UNAVAILABLE,
+                              "No spend anomaly is decided while the burn-rate history cannot be read (see "
+                              "SpendAnomalyHistory)")
+    # The first decision comes once the recent window (recent_s back to smooth_s) holds min_recent_samples: the
+    # earliest sample in it is then (ceil(smooth_s / interval) + min_recent_samples - 1) intervals old.
+    wait_s = (math.ceil(config.smooth_s / interval_s) + config.min_recent_samples - 1) * interval_s
+    short = []
+    for (ns, name), sample in sorted(samples.items()):
+        past = (history or {}).get((ns, name), ())
+        if score(past, sample, config) is not None:
+            continue
+        held = [s for s in past if (sample.time - s.time).total_seconds() < config.recent_s]
+        when = (f"has burn-rate samples from {cond.rfc3339(held[0].time)}, so the first decision comes at "
+                f"{cond.rfc3339(held[0].time + dt.timedelta(seconds=wait_s))}" if held else
+                f"has no burn-rate sample before this evaluation, so the first decision comes {wait_s:g} s after "
+                f"its first")
+        short.append(f"{ns}/{name}: no spend anomaly is decided until its baseline holds "
+                     f"{config.min_recent_samples} burn-rate samples of the last {config.recent_s:g} s (at "
+                     f"evaluationIntervalSeconds {interval_s:g}); it {when}")
+    if short:
+        more = f"; and {len(short) - 5} more" if len(short) > 5 else ""
+        return cond.Condition(SPEND_ANOMALY_DETECTION, cond.FALSE, INSUFFICIENT_HISTORY, "; ".join(short[:5]) + more)
+    return cond.Condition(SPEND_ANOMALY_DETECTION, cond.TRUE, DETECTING,
+                          f"Every priced InferenceService ({len(samples)}) is scored against its own baseline")
 
 
 DRIVER_KINDS = frozenset({AlertKind.THRESHOLD_CROSSED, AlertKind.FORECAST_EXCEEDED, AlertKind.SPEND_ANOMALY})
@@ -1053,10 +1109,12 @@ def _ready_and_exceeded(plan: BudgetPlan, spec: BudgetSpec, ns: str, services: S
 
 def _wanted_conditions(ready: cond.Condition, exceeded: cond.Condition, plan: BudgetPlan, spec: BudgetSpec,
                        old_conditions: list[ConditionStatus], update: OutboxUpdate,
-                       history_read: HistoryRead | None) -> list[cond.Condition]:
+                       history_read: HistoryRead | None, detection: cond.Condition | None = None
+                       ) -> list[cond.Condition]:
     """Every condition this evaluation writes: Ready, BudgetExceeded, AlertDelivered, then SpotFallback (only for
-    policies that use SwitchToSpot, or did: the condition then says it is over) and SpendAnomalyHistory (only
-    when the history is read back from Prometheus)."""
+    policies that use SwitchToSpot, or did: the condition then says it is over), SpendAnomalyHistory (only
+    when the history is read back from Prometheus) and SpendAnomalyDetection (:func:`_detection_condition`,
+    once a selected service is priced)."""
     wanted = [ready, exceeded, _alert_condition(old_conditions, update, update.abandoned)]
     if (any(ThresholdAction.SWITCH_TO_SPOT in t.actions for t in spec.thresholds)
             or cond.get(old_conditions, SPOT_FALLBACK) is not None):
@@ -1065,6 +1123,8 @@ def _wanted_conditions(ready: cond.Condition, exceeded: cond.Condition, plan: Bu
         wanted.append(cond.Condition(
             SPEND_ANOMALY_HISTORY, cond.TRUE if history_read.ok else cond.FALSE,
             HISTORY_READ if history_read.ok else HISTORY_UNAVAILABLE, history_read.message))
+    if detection is not None:
+        wanted.append(detection)
     return wanted
 
 
@@ -1130,7 +1190,7 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
         in_flight: Keys of outbox entries being sent right now by this process (not due, not expired).
         history: Earlier burn-rate samples per service, oldest first (``PolicyPlan.burn_samples`` of earlier
             evaluations); None or empty: no anomaly can be decided yet.
-        anomaly_config: Detector settings.
+        anomaly_config: Detector settings as configured (scaled to the interval here: ``for_interval``).
         history_read: How reading ``history`` back after start went (None: history kept in memory only, no
             ``SpendAnomalyHistory`` condition); ``ok`` False: no anomaly is decided and the services in an
             anomaly (``status.spendAnomalies``) are held.
@@ -1162,14 +1222,14 @@ def plan_policy(policy: Mapping[str, Any], observed: BudgetObserved, catalog: Ca
     plan, ledger = evaluation.plan, evaluation.ledger  # ledger, planner, rates in force: the month benchmark's too
     writes = annotation_writes(ref, plan, observed.isvcs)                                            # 3
     samples = burn_samples(services, now)                                                            # 4
-    alerts, anomaly_state = _spend_anomalies(plan, spec, ref, samples, history, stored.anomaly_state,
-                                             anomaly_config, history_read, (services, observed.tenant_usage))
+    alerts, anomaly_state, detection = _spend_anomalies(plan, spec, ref, samples, history, stored.anomaly_state,
+                                                        anomaly_config, history_read, (services, observed.tenant_usage))
     update = _outbox_update(stored.outbox, attempts, alerts, spec, now, in_flight)                   # 5
 
     old_conditions = list(status.conditions)                                            # 6
     ready, exceeded = _ready_and_exceeded(plan, spec, ns, services, refused)
     conditions = cond.upsert(old_conditions, _wanted_conditions(ready, exceeded, plan, spec, old_conditions,
-                                                                update, history_read), generation, now)
+                                                                update, history_read, detection), generation, now)
 
     # Every pending entry is in status, those sent marked as sent by this process, by the time the handler sends.
     pending, sends = mark_sending(update.pending, due_alerts(update.pending, now, in_flight), now, holder)

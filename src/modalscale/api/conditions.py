@@ -135,7 +135,11 @@ SPOT_FALLBACK = "SpotFallback"
 """True while a service switched to Spot by this policy fell back to on-demand."""
 SPEND_ANOMALY_HISTORY = "SpendAnomalyHistory"
 """True once the spend-anomaly history was read back from Prometheus after the operator started."""
-BUDGET_CONDITION_TYPES = (READY, BUDGET_EXCEEDED, ALERT_DELIVERED, SPOT_FALLBACK, SPEND_ANOMALY_HISTORY)
+SPEND_ANOMALY_DETECTION = "SpendAnomalyDetection"
+"""True while every priced service has enough burn-rate history for an anomaly decision (written once a service is
+priced); False names the services without, the samples they hold and need, and when detection starts."""
+BUDGET_CONDITION_TYPES = (READY, BUDGET_EXCEEDED, ALERT_DELIVERED, SPOT_FALLBACK, SPEND_ANOMALY_HISTORY,
+                          SPEND_ANOMALY_DETECTION)
 
 # Reasons of BudgetExceeded, decided by the budget planner (modalscale.costmodel.budget.plan_budget; WITHIN_BUDGET
 # above, and BUDGET_EXCEEDED, the condition's own name, when spent >= limit).
@@ -191,6 +195,10 @@ TENANTS_REJECTED = "TenantsRejected"
 TENANTS_ADMITTED = "TenantsAdmitted"
 HISTORY_READ = "HistoryRead"
 HISTORY_UNAVAILABLE = "HistoryUnavailable"
+DETECTING = "Detecting"
+"""SpendAnomalyDetection True: every priced service's newest sample was scored against a baseline."""
+INSUFFICIENT_HISTORY = "InsufficientHistory"
+"""SpendAnomalyDetection False: a priced service has too few burn-rate samples for a baseline (nothing decided)."""
 
 
 # ============================================================================================= the autoscaler

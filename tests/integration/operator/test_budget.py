@@ -262,6 +262,8 @@ def test_thresholds_alert_once_each_then_cap_and_scale_down_through_the_inferenc
     (svc,) = status["ledger"]["services"]
     assert svc["replicas"] == 1 and Decimal(svc["costUSDPerHour"]) == PRICE_USD_PER_REPLICA_HOUR
     conds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    # 30 burn-rate samples (30 s at evaluationIntervalSeconds 1) before the first spend-anomaly decision
+    assert conds.pop("SpendAnomalyDetection") in {("False", "InsufficientHistory"), ("True", "Detecting")}
     assert conds == {"Ready": ("True", "Evaluated"), "BudgetExceeded": ("True", "BudgetExceeded"),
                      "AlertDelivered": ("True", "Delivered")}
 

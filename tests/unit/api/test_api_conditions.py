@@ -24,7 +24,7 @@ def test_each_kind_lists_its_condition_types() -> None:
     assert C.ISVC_CONDITION_TYPES == ("Ready", "Progressing", "Degraded", "ScalingConflict", "BudgetLimited", "Priced")
     assert C.AUTOSCALER_CONDITION_TYPES == ("MetricsAvailable", "CostModelLoaded")
     assert C.BUDGET_CONDITION_TYPES == ("Ready", "BudgetExceeded", "AlertDelivered", "SpotFallback",
-                                         "SpendAnomalyHistory")
+                                         "SpendAnomalyHistory", "SpendAnomalyDetection")
 
 
 # Where reasons must not be defined: every product package but modalscale.api.conditions. (The runtime's

@@ -126,3 +126,46 @@ def test_an_active_anomaly_without_a_sample_now_is_held_while_in_scope_and_forgo
     # No longer selected: forgotten (as without in_scope, whose default is the services with samples).
     assert detect({}, state, in_scope=set())[1] == AnomalyState()
     assert detect({}, state)[1] == AnomalyState()
+
+
+def _first_decision_s(interval_s: float, cfg: AnomalyConfig, days: float = 8) -> float | None:
+    """The review's measurement: a flat series at ``interval_s``, kept as the operator keeps it (``trim_history``),
+    scored at every evaluation; seconds from the first sample to the first decision (None: none in ``days``)."""
+    from modalscale.costmodel.anomaly import trim_history
+
+    history: list[BurnSample] = []
+    for i in range(int(days * 86_400 / interval_s)):
+        now = BurnSample(T0 + timedelta(seconds=i * interval_s), 2 * PRICE, 2, PRICE)
+        if score(history, now, cfg) is not None:
+            return i * interval_s
+        history = trim_history([*history, now], now.time, cfg)
+    return None
+
+
+@pytest.mark.parametrize(("interval_s", "decided_by_s"), [
+    (60, 1_860), (116, 3_600), (117, 3_600), (300, 3_600), (1_800, 3 * 3_600), (2_400, 4 * 3_600),
+    (3_600, 6 * 3_600)])
+def test_every_evaluation_interval_the_crd_allows_reaches_a_decision_within_hours(interval_s: int,
+                                                                                  decided_by_s: float) -> None:
+    """With the fixed minimums (30 recent, 10 same-phase samples) the first decision came after a day at 117 s,
+    after about 4 days at 1800 s and never from about 2400 s (the recent hour holds 3600 / interval samples).
+    The minimums now scale with the interval (``for_interval``), floored at 5 samples."""
+    from modalscale.costmodel.anomaly import MIN_BASELINE_SAMPLES, for_interval
+
+    cfg = for_interval(AnomalyConfig(), interval_s)
+    first = _first_decision_s(interval_s, cfg)
+    assert first is not None and first <= decided_by_s
+    assert MIN_BASELINE_SAMPLES <= cfg.min_recent_samples <= 30 and MIN_BASELINE_SAMPLES <= cfg.min_baseline_samples
+    assert for_interval(cfg, interval_s) == cfg  # idempotent: the handler and the planner may both apply it
+
+
+def test_the_interval_rule_keeps_the_defaults_where_the_hour_holds_them_and_a_lower_setting_is_kept() -> None:
+    from modalscale.costmodel.anomaly import for_interval
+
+    assert for_interval(AnomalyConfig(), 60) == AnomalyConfig()
+    wide = for_interval(AnomalyConfig(), 1_800)
+    # 1 sample in the last hour: the window widens to hold 5 (and one spare interval), the seasonal minimum is 5.
+    assert (wide.min_recent_samples, wide.recent_s, wide.min_baseline_samples) == (5, 120 + 6 * 1_800, 5)
+    assert for_interval(AnomalyConfig(min_recent_samples=3), 3_600).min_recent_samples == 3
+    with pytest.raises(ValueError, match="evaluationIntervalSeconds"):
+        for_interval(AnomalyConfig(), 0)

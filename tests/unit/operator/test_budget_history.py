@@ -300,3 +300,16 @@ def test_the_evaluation_that_closes_a_period_exports_its_final_spend_at_the_peri
                if p.ledger_observed_time is not None and p.ledger_spent_usd is not None]
     usd, _ = spend_over_window(samples, before.timestamp(), samples[-1][0], None)
     assert abs(Decimal(repr(usd)) - 120 * rate_usd_per_s) < Decimal("1e-7")
+
+
+def test_the_history_kept_and_read_back_covers_the_recent_window_scaled_to_the_policys_interval() -> None:
+    """At evaluationIntervalSeconds 3600 the recent baseline needs 5 samples, so its window is 120 s + 6 h; the
+    read-back after a restart covered only the configured hour (1 sample) densely. The handler scales the settings
+    as the planner does; an interval that does not read leaves them as configured (the planner reports the spec)."""
+    from modalscale.operator.budget.handlers import _anomaly_config
+
+    cfg = _anomaly_config(AnomalyConfig(), {"spec": {"evaluationIntervalSeconds": 3600}})
+    assert (cfg.recent_s, cfg.min_recent_samples) == (120 + 6 * 3600, 5)
+    dense = [q for q in history_queries("ml", "daily", T0, cfg, 3600) if q[3] == T0]
+    assert dense and all(q[2] == T0 - dt.timedelta(seconds=21_720) for q in dense)
+    assert _anomaly_config(AnomalyConfig(), {"spec": {"evaluationIntervalSeconds": "soon"}}) == AnomalyConfig()

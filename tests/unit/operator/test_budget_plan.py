@@ -228,7 +228,9 @@ def test_first_evaluation_writes_status_with_the_rate_and_unknown_alert_conditio
     assert s["periodStart"] == "2026-11-30T00:00:00Z" and s["periodEnd"] == "2026-12-01T00:00:00Z"
     conds = {c["type"]: (c["status"], c["reason"]) for c in s["conditions"]}
     assert conds == {"Ready": ("True", "Evaluated"), "BudgetExceeded": ("False", "WithinBudget"),
-                     "AlertDelivered": ("Unknown", "NoAlertSent")}
+                     "AlertDelivered": ("Unknown", "NoAlertSent"),
+                     # a priced service without a burn-rate history yet: no spend anomaly is decided, and it says so
+                     "SpendAnomalyDetection": ("False", "InsufficientHistory")}
     assert plan.annotation_writes == [] and plan.alerts == () and plan.events == []
 
 
@@ -913,3 +915,33 @@ def test_a_service_whose_replicas_cannot_be_read_keeps_its_spend_anomaly_and_is_
                         history=history)
     assert "SpendAnomaly" not in [a.kind.value for a in again.alerts]
     assert ("ml", "vc") in again.anomaly_state.active
+
+
+def _flat_history(interval_s: int, n: int) -> dict[tuple[str, str], list[Any]]:
+    from modalscale.costmodel.anomaly import BurnSample
+
+    price = 0.600125239  # one L4 replica of make_isvc
+    return {("ml", "vc"): [BurnSample(T0 - dt.timedelta(seconds=interval_s * (n - i)), 2 * price, 2, price)
+                           for i in range(n)]}
+
+
+def test_a_flat_history_at_1800_s_is_decided_on_and_too_little_history_says_so_in_a_condition() -> None:
+    """A flat history at evaluationIntervalSeconds 1800 over 2 days (96 samples) decided nothing (the recent hour
+    holds 1 sample, 30 were needed; a day's slot 3, 10 were needed) and no condition said so."""
+    policy = make_policy(evaluationIntervalSeconds=1800)
+    two = observed(make_isvc(), pods={"ml": [make_pod("vc", n) for n in range(2)]})
+    plan = plan_policy(policy, two, CATALOG, [], T0, history=_flat_history(1800, 96))
+    detection = get(plan.status_patch["conditions"], "SpendAnomalyDetection")
+    assert detection is not None and (detection["status"], detection["reason"]) == ("True", "Detecting")
+    # 3 samples of history: no decision, and the status names what is held and when detection starts.
+    early = plan_policy(policy, two, CATALOG, [], T0, history=_flat_history(1800, 3))
+    detection = get(early.status_patch["conditions"], "SpendAnomalyDetection")
+    assert detection is not None and (detection["status"], detection["reason"]) == ("False", "InsufficientHistory")
+    assert detection["message"] == (
+        "ml/vc: no spend anomaly is decided until its baseline holds 5 burn-rate samples of the last 10920 s (at "
+        "evaluationIntervalSeconds 1800); it has burn-rate samples from 2026-11-30T08:30:00Z, so the first decision "
+        "comes at 2026-11-30T11:00:00Z")  # 2 more evaluations at 1800 s
+    assert not [e for e in early.events if e[1] == "InsufficientHistory"]  # a new policy's warm-up: no Event
+    # Decided from then on: one Normal Event on the transition, none at the evaluations after it.
+    later = plan_policy(persisted(policy, early.status_patch), two, CATALOG, [], T0, history=_flat_history(1800, 5))
+    assert [e[:2] for e in later.events if e[1] == "Detecting"] == [("Normal", "Detecting")]
