@@ -421,7 +421,7 @@ def test_leaving_the_builtin_model_and_a_node_selector_label_leaves_nothing_of_t
     assert "/models" not in [m.mount_path for m in pod.containers[0].volume_mounts or []]
     time.sleep(3 * 2.0)  # three resync periods: the new pods never schedule, so the rollout never completes and
     assert "leave-model-repo" in configmaps()  # the old ReplicaSet's pods (which still mount it) stay
-    patch_spec(api, namespace, "leave", {"scaling": {"replicas": 0}})  # a rollout of 0 replicas completes at once
+    patch_spec(api, namespace, "leave", {"scaling": {"minReplicas": 0, "replicas": 0}})  # a rollout of 0 completes
     wait_for(lambda: "leave-model-repo" not in configmaps(), 60, "the generated model repository deleted")
     ready = condition(get(api, namespace, "leave"), "Ready")
     assert ready is None or ready["reason"] != "InvalidSpec", ready
