@@ -767,7 +767,7 @@ def rollout_complete(deployment: dict[str, Any]) -> bool:
     meta, want, st = (deployment.get(k) or {} for k in ("metadata", "spec", "status"))
     if int(st.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
         return False
-    if any(c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+    if any(c.get("type") == R.PROGRESSING and c.get("reason") == R.DEPLOYMENT_PROGRESS_DEADLINE_EXCEEDED
            for c in st.get("conditions") or []):
         return False
     updated = int(st.get("updatedReplicas") or 0)

@@ -21,6 +21,12 @@ INVALID_SPEC = "InvalidSpec"
 """The default reason of every ``modalscale.api.errors.InvalidSpec``: the spec cannot be acted on
 (``Ready=False/InvalidSpec``)."""
 
+# ============================================================================================= Deployment (read)
+DEPLOYMENT_PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+"""The reason of a Deployment's own ``Progressing=False`` once its rollout is past ``progressDeadlineSeconds`` (the
+deployment controller's; ``kubectl rollout status`` calls it an error). The type is :data:`PROGRESSING`, the same
+name as this project's."""
+
 # ============================================================================================= InferenceService
 # Condition types.
 READY = "Ready"
