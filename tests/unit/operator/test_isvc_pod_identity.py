@@ -20,46 +20,11 @@ from modalscale.api.inferenceservice import parse_isvc
 from modalscale.operator.isvc.plan import IsvcObserved, PlanConfig, plan_isvc, stage_layout
 from tests.factories import inference_service
 from tests.unit.operator.test_isvc_stages import ENCODER_FILES, FRONT_FILES, ONE_PIECE_FILES, STAGES
+from tests.unit.operator.test_isvc_template_repair import strategic_merge
 
 NOW = dt.datetime(2026, 12, 8, 12, 0, tzinfo=dt.UTC)
 CONFIG = PlanConfig(gateway_image="op:1", gateway_image_pull_secrets=("op-regcred",))
-MERGE_KEYS = {"containers": "name", "volumes": "name", "env": "name", "volumeMounts": "mountPath",
-              "ports": "containerPort", "imagePullSecrets": "name"}
-"""Patch merge keys of the pod spec's lists (k8s.io/api/core/v1 ``patchMergeKey``); other lists are atomic."""
 IDENTITY = {"serviceAccountName": "model-reader", "imagePullSecrets": [{"name": "ngc-mirror"}, {"name": "hub"}]}
-
-
-def strategic_merge(obj: Any, patch: Any, key: str = "", keys: dict[str, str] | None = None) -> Any:
-    """``obj`` after the strategic merge ``patch``: maps merge key by key (``null`` deletes), lists of ``keys``
-    (a Deployment's: :data:`MERGE_KEYS`) item by item on their key (an item ``$patch: delete`` deletes it), other
-    values replace."""
-    keys = MERGE_KEYS if keys is None else keys
-    if isinstance(patch, dict):
-        out = copy.deepcopy(obj) if isinstance(obj, dict) else {}
-        if patch.get("$patch") == "replace":
-            out = {}
-        for k, v in patch.items():
-            if k == "$patch":
-                continue
-            if v is None:
-                out.pop(k, None)
-            else:
-                out[k] = strategic_merge(out.get(k), v, k, keys)
-        return out
-    if isinstance(patch, list) and key in keys and isinstance(obj, list):
-        merge_key = keys[key]
-        out = copy.deepcopy(obj)
-        for item in patch:
-            at = next((i for i, o in enumerate(out) if o.get(merge_key) == item.get(merge_key)), None)
-            if item.get("$patch") == "delete":
-                if at is not None:
-                    del out[at]
-            elif at is None:
-                out.append({k: v for k, v in item.items() if k != "$patch"})
-            else:
-                out[at] = strategic_merge(out[at], item, keys=keys)
-        return out
-    return copy.deepcopy(patch)
 
 
 def api_server(stored: dict[str, Any] | None, write: Any) -> dict[str, Any]:

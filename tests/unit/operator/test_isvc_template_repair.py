@@ -32,16 +32,17 @@ from tests.factories import inference_service
 
 NOW = dt.datetime(2026, 12, 8, 12, 0, tzinfo=dt.UTC)
 MERGE_KEYS = {"containers": "name", "initContainers": "name", "volumes": "name", "env": "name",
-              "volumeMounts": "mountPath", "ports": "containerPort"}
+              "volumeMounts": "mountPath", "ports": "containerPort", "imagePullSecrets": "name"}
 """Patch merge keys of the pod spec's lists (k8s.io/api/core/v1 ``patchMergeKey``); other lists are atomic."""
 GPU = {"cpu": "2", "memory": "8Gi", "gpu": {"count": 1, "type": "nvidia-l4"}}
 CPU = {"cpu": "2", "memory": "8Gi"}
 
 
-def strategic_merge(obj: Any, patch: Any, key: str = "") -> Any:
+def strategic_merge(obj: Any, patch: Any, key: str = "", keys: dict[str, str] | None = None) -> Any:
     """``obj`` after the strategic merge ``patch``: maps merge key by key (``null`` deletes, ``$patch: replace``
-    replaces), lists of :data:`MERGE_KEYS` merge item by item on their key (an item with ``$patch: delete`` is
-    deleted), other values replace."""
+    replaces), lists of ``keys`` (a Deployment's: :data:`MERGE_KEYS`) merge item by item on their key (an item with
+    ``$patch: delete`` is deleted), other values replace."""
+    keys = MERGE_KEYS if keys is None else keys
     if isinstance(patch, dict):
         if patch.get("$patch") == "replace":
             return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
@@ -50,10 +51,10 @@ def strategic_merge(obj: Any, patch: Any, key: str = "") -> Any:
             if v is None:
                 out.pop(k, None)
             else:
-                out[k] = strategic_merge(out.get(k), v, k)
+                out[k] = strategic_merge(out.get(k), v, k, keys)
         return out
-    if isinstance(patch, list) and key in MERGE_KEYS and isinstance(obj, list):
-        merge_key = MERGE_KEYS[key]
+    if isinstance(patch, list) and key in keys and isinstance(obj, list):
+        merge_key = keys[key]
         out = copy.deepcopy(obj)
         for item in patch:
             at = next((i for i, o in enumerate(out) if o.get(merge_key) == item.get(merge_key)), None)
@@ -63,7 +64,7 @@ def strategic_merge(obj: Any, patch: Any, key: str = "") -> Any:
             elif at is None:
                 out.append(copy.deepcopy(item))
             else:
-                out[at] = strategic_merge(out[at], item)
+                out[at] = strategic_merge(out[at], item, keys=keys)
         return out
     return copy.deepcopy(patch)
 
