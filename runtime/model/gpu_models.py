@@ -28,10 +28,11 @@ from modalscale.runtime.model.gpu_layout import encode_image_items, encode_text_
 from modalscale.runtime.model.pipeline import EmbeddingCache, MultimodalPipeline, Prepared
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.model.triton_model import (
-    SERVER_FAILURES,
     FeatureMetrics,
+    ForwardedFailure,
     _classes_output,
     prepare_failure,
+    server_error,
     server_failure,
 )
 from modalscale.runtime.repo_config import (
@@ -74,14 +75,15 @@ class _EncoderModel:
         self.inflight_family, self.inflight = _inflight_gauge(str(args.get("model_name", config.get("name", ""))))
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        """Encode every request of the batch; a failure fails the batch (the orchestrator answers InternalError)."""
+        """Encode every request of the batch; a failed pass answers each of its requests with the one mapping
+        (``triton_model.server_error``: ``OutOfMemory`` 503, else ``InternalError`` 500), which the orchestrator
+        reads back from the message and counts (these models export no error counter)."""
         self.inflight.increment(len(requests))
         try:
             return self._encode(requests)
-        except (RuntimeError, ValueError) as exc:
+        except Exception as exc:  # raised out of execute, it failed the whole batch with Triton's unlabelled error
             LOG.exception("Encoder failed on a batch of %d requests", len(requests))
-            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(f"InternalError: {exc}"))
-                    for _ in requests]
+            return [pb_utils.InferenceResponse(error=server_error(exc)[1]) for _ in requests]
         finally:
             self.inflight.increment(-len(requests))
 
@@ -156,7 +158,7 @@ class OrchestratorModel:
                        prep.text_tokens if prep.parsed.text is not None else None)
         try:
             embedding, classes, hits, misses = self._encode(prep)
-        except (*SERVER_FAILURES, pb_utils.TritonModelException) as exc:
+        except Exception as exc:  # an encoder's answer (ForwardedFailure), a failed BLS call, the fusion head
             LOG.exception("GPU layout failed on a request")
             return server_failure(exc, batch)
         batch.computed(modality, prep.stage_s, hits, misses)
@@ -169,8 +171,8 @@ class OrchestratorModel:
     def _call(self, encoder: str, tensors: list[Any], outputs: list[str]) -> list[NDArray[Any]]:
         answer = pb_utils.InferenceRequest(model_name=self.routes[encoder], inputs=tensors,
                                            requested_output_names=outputs).exec()
-        if answer.has_error():
-            raise RuntimeError(answer.error().message())
+        if answer.has_error():  # its message only (BLS loses the code): server_error reads the reason back
+            raise ForwardedFailure(self.routes[encoder], answer.error().message())
         return [pb_utils.get_output_tensor_by_name(answer, name).as_numpy() for name in outputs]
 
     def _encode(self, prep: Prepared) -> tuple[NDArray[np.float32], NDArray[np.int32], int, int]:

@@ -12,6 +12,7 @@ Imports no torch: a router instance is a light process that waits on BLS (busine
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
@@ -23,11 +24,14 @@ from modalscale.runtime.model.batching import route
 from modalscale.runtime.repo_config import (
     INPUT_IMAGES,
     INPUT_TEXT,
+    OUT_OF_MEMORY,
     OUTPUT_EMBEDDING,
     OUTPUT_IMAGE_CLASSES,
     OUTPUT_MODALITY,
     UNAVAILABLE_REASONS,
 )
+
+LOG = logging.getLogger("modalscale.runtime.model.router")
 
 OUTPUTS = [OUTPUT_EMBEDDING, OUTPUT_MODALITY, OUTPUT_IMAGE_CLASSES]
 
@@ -44,6 +48,8 @@ class TritonPythonModel:
                                                    description=names.HELP[names.REQUEST_ERRORS_TOTAL],
                                                    kind=pb_utils.MetricFamily.COUNTER)
         self.missing_input = self.errors_family.Metric(labels={"reason": "MissingInput"})
+        self.errors: dict[str, Any] = {}
+        """The router's own failures' series (:meth:`_failure`), created on first use."""
         # Triton counts only queued requests as in flight; this gauge covers requests waiting on a BLS call.
         self.inflight_family = pb_utils.MetricFamily(name=names.INFLIGHT_REQUESTS,
                                                      description=names.HELP[names.INFLIGHT_REQUESTS],
@@ -64,29 +70,48 @@ class TritonPythonModel:
     def _forward(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
-            images = pb_utils.get_input_tensor_by_name(request, INPUT_IMAGES)
-            text = pb_utils.get_input_tensor_by_name(request, INPUT_TEXT)
-            modality = route(None if images is None else int(np.prod(images.shape()[1:], dtype=np.int64)),
-                             text is not None)
-            if modality is None:
-                self.missing_input.increment(1)
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    "MissingInput: request has neither IMAGES nor TEXT; send at least one",
-                    pb_utils.TritonError.INVALID_ARG)))
-                continue
-            inputs = [t for t in (images, text) if t is not None]
             try:
-                answer = pb_utils.InferenceRequest(model_name=self.routes[modality], inputs=inputs,
-                                                   requested_output_names=OUTPUTS).exec()
-            except pb_utils.TritonModelException as exc:
-                responses.append(_error_response(str(exc)))
-                continue
-            if answer.has_error():
-                responses.append(_error_response(answer.error().message()))
-            else:
-                responses.append(pb_utils.InferenceResponse(output_tensors=[
-                    pb_utils.get_output_tensor_by_name(answer, name) for name in OUTPUTS]))
+                responses.append(self._one(request))
+            except Exception as exc:  # raised out of execute, it failed every request of the call, uncounted
+                responses.append(self._failure(exc))
         return responses
+
+    def _one(self, request: Any) -> Any:
+        images = pb_utils.get_input_tensor_by_name(request, INPUT_IMAGES)
+        text = pb_utils.get_input_tensor_by_name(request, INPUT_TEXT)
+        modality = route(None if images is None else int(np.prod(images.shape()[1:], dtype=np.int64)),
+                         text is not None)
+        if modality is None:
+            self.missing_input.increment(1)
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                "MissingInput: request has neither IMAGES nor TEXT; send at least one",
+                pb_utils.TritonError.INVALID_ARG))
+        inputs = [t for t in (images, text) if t is not None]
+        try:
+            answer = pb_utils.InferenceRequest(model_name=self.routes[modality], inputs=inputs,
+                                               requested_output_names=OUTPUTS).exec()
+        except pb_utils.TritonModelException as exc:
+            return _error_response(str(exc))
+        if answer.has_error():
+            return _error_response(answer.error().message())
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.get_output_tensor_by_name(answer, name) for name in OUTPUTS])
+
+    def _failure(self, exc: Exception) -> Any:
+        """The router's own failure on one request, as ``triton_model.server_error`` maps it (that module imports
+        torch, which a router process does not load, so its only out of memory is ``MemoryError``): ``OutOfMemory``
+        503 or ``InternalError`` 500, counted under the reason (the batched model did not see the request)."""
+        LOG.error("Router failed on a request", exc_info=exc)
+        if isinstance(exc, MemoryError):
+            reason, code = OUT_OF_MEMORY, pb_utils.TritonError.UNAVAILABLE
+            message = f"{OUT_OF_MEMORY}: the replica ran out of memory for this request (MemoryError: {exc}); retry"
+        else:
+            reason, code = "InternalError", pb_utils.TritonError.INTERNAL
+            message = f"InternalError: {type(exc).__name__}: {exc}"
+        if reason not in self.errors:
+            self.errors[reason] = self.errors_family.Metric(labels={"reason": reason})
+        self.errors[reason].increment(1)
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
 
 
 def _error_response(message: str) -> Any:

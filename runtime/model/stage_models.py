@@ -30,7 +30,6 @@ from modalscale.runtime.model.pipeline import MultimodalPipeline, Prepared
 from modalscale.runtime.model.settings import ModelSettings
 from modalscale.runtime.model.staged import CLIENT, UNAVAILABLE, EncoderFailure, FrontPipeline, FrontPrepared
 from modalscale.runtime.model.triton_model import (
-    SERVER_FAILURES,
     FeatureMetrics,
     _classes_output,
     prepare_failure,
@@ -110,7 +109,7 @@ class ImageEncoderStageModel:
             return responses
         try:
             entries, hits, misses = self.pipeline.image_entries(prepared)
-        except SERVER_FAILURES as exc:  # a torch failure fails this batch, not the server
+        except Exception as exc:  # the pass's failure fails its requests, each answered, not the batch
             LOG.exception("Image encoder failed on a batch of %d requests", len(prepared))
             for i in rows:
                 responses[i] = server_failure(exc, batch)
@@ -183,7 +182,7 @@ class FrontModel:
             return responses
         try:
             outputs = self.front.run(prepared)
-        except SERVER_FAILURES as exc:  # a torch failure fails this batch, not the server
+        except Exception as exc:  # the pass's failure fails its requests, each answered, not the batch
             LOG.exception("Front failed on a batch of %d requests", len(prepared))
             for i, prep in zip(rows, prepared, strict=True):
                 _accepted_unserved(batch, prep)

@@ -29,6 +29,7 @@ from modalscale.runtime.repo_config import (
     OUTPUT_EMBEDDING,
     OUTPUT_IMAGE_CLASSES,
     OUTPUT_MODALITY,
+    UNAVAILABLE_REASONS,
 )
 
 LOG = logging.getLogger("modalscale.runtime.model")
@@ -183,7 +184,7 @@ class TritonPythonModel:
         if prepared:
             try:
                 outputs = self.pipeline.run(prepared)
-            except SERVER_FAILURES as exc:  # a torch failure fails this batch, not the server
+            except Exception as exc:  # the pass's failure fails its requests, each answered, not the batch
                 LOG.exception("Model failed on a batch of %d requests", len(prepared))
                 for i in rows:
                     responses[i] = server_failure(exc, batch)
@@ -223,28 +224,55 @@ def prepare_failure(exc: Exception, batch: names.MetricBatch, index: int, size: 
     return server_failure(exc, batch)
 
 
-SERVER_FAILURES = (RuntimeError, ValueError, MemoryError)
-"""What a model's encoder pass may raise for a batch, answered per request by :func:`server_failure` (torch's
-failures are ``RuntimeError``, its out of memory included)."""
+class ForwardedFailure(Exception):
+    """The error answer of a model this one called by BLS (the GPU layout's encoders): BLS gives only its message,
+    its status code is lost (as behind the router), so :func:`server_error` reads the reason from the prefix."""
+
+    def __init__(self, model: str, message: str) -> None:
+        super().__init__(f"{model}: {message}")
+        self.model = model
+        self.message = message
+
+
+def server_error(exc: BaseException) -> tuple[str, Any]:
+    """The reason and ``pb_utils.TritonError`` of a request the server failed (``exc``: not the request's fault),
+    the one mapping of every model (:func:`server_failure` counts it; the GPU layout's encoders, which export no
+    error counter, answer with it and their orchestrator counts).
+
+    Out of memory (``MemoryError``: a large image decoded or resized on a replica near its memory limit; torch's
+    ``OutOfMemoryError``; a called model's ``OutOfMemory: ...`` answer) is the replica's resource exhaustion:
+    :data:`~modalscale.runtime.repo_config.OUT_OF_MEMORY` with ``UNAVAILABLE`` (HTTP 503, gRPC UNAVAILABLE),
+    transient, so a client retries it (another replica, or this one with memory freed); a called model's other
+    reason of :data:`~modalscale.runtime.repo_config.UNAVAILABLE_REASONS` keeps its reason and ``UNAVAILABLE``.
+    Anything else is ``InternalError`` with ``INTERNAL`` (500)."""
+    if isinstance(exc, ForwardedFailure):
+        for reason in UNAVAILABLE_REASONS:
+            if exc.message.startswith(reason + ": "):
+                return reason, pb_utils.TritonError(
+                    f"{reason}: {exc.model}: {exc.message.removeprefix(reason + ': ')}",
+                    pb_utils.TritonError.UNAVAILABLE)
+        return "InternalError", pb_utils.TritonError(
+            f"InternalError: {exc.model}: {exc.message.removeprefix('InternalError: ')}",
+            pb_utils.TritonError.INTERNAL)
+    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
+        return OUT_OF_MEMORY, pb_utils.TritonError(
+            f"{OUT_OF_MEMORY}: the replica ran out of memory for this request ({type(exc).__name__}: {exc}); "
+            "retry", pb_utils.TritonError.UNAVAILABLE)
+    return "InternalError", pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}",
+                                                 pb_utils.TritonError.INTERNAL)
 
 
 def server_failure(exc: BaseException, batch: names.MetricBatch) -> Any:
     """The response of a request the server failed (``exc``: not the request's fault), counted in
-    ``modalscale_request_errors_total``; the one mapping of every model, for validation (:func:`prepare_failure`)
-    and for the encoder pass.
+    ``modalscale_request_errors_total`` under its reason; the one mapping (:func:`server_error`) of every model, for
+    validation (:func:`prepare_failure`) and for the encoder pass.
 
-    Out of memory (``MemoryError``: a large image decoded or resized on a replica near its memory limit; torch's
-    ``OutOfMemoryError``) is the replica's resource exhaustion: :data:`~modalscale.runtime.repo_config.OUT_OF_MEMORY`
-    with ``UNAVAILABLE`` (HTTP 503, gRPC UNAVAILABLE), transient, so a client retries it (another replica, or this
-    one with memory freed). Anything else is ``InternalError`` with ``INTERNAL`` (500)."""
-    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
-        batch.error(OUT_OF_MEMORY)
-        return pb_utils.InferenceResponse(error=pb_utils.TritonError(
-            f"{OUT_OF_MEMORY}: the replica ran out of memory for this request ({type(exc).__name__}: {exc}); "
-            "retry", pb_utils.TritonError.UNAVAILABLE))
-    batch.error("InternalError")
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"InternalError: {type(exc).__name__}: {exc}",
-                                                                 pb_utils.TritonError.INTERNAL))
+    Every model catches ``Exception`` around its encoder pass and answers each request of the pass with this: an
+    exception that left ``execute`` made Triton's Python backend fail every request of the batch with its own
+    unlabelled message, uncounted, those served or refused beside it included."""
+    reason, error = server_error(exc)
+    batch.error(reason)
+    return pb_utils.InferenceResponse(error=error)
 
 
 def _classes_output(classes: NDArray[np.integer[Any]]) -> NDArray[np.int32]:

@@ -336,3 +336,143 @@ def test_a_batch_that_runs_out_of_memory_is_answered_unavailable_not_raised(monk
         (response,) = model._execute([request], batch)
         assert (response.error.code, response.error.message.split(":")[0]) == (503, "OutOfMemory"), model
         assert _counted(batch)[names.REQUEST_ERRORS_TOTAL] == {"OutOfMemory": 1}
+
+
+@pytest.mark.parametrize("exc, code, reason", [
+    (MemoryError("cannot allocate 3.1 GiB"), 503, "OutOfMemory"),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.1 GiB"), 503, "OutOfMemory"),
+    (IndexError("a fault no check named"), 500, "InternalError"),
+])
+@pytest.mark.parametrize("model_class", ["ImageEncoderModel", "TextEncoderModel"])
+def test_the_gpu_layouts_encoders_answer_every_request_of_a_failed_pass(
+        monkeypatch: pytest.MonkeyPatch, model_class: str, exc: Exception, code: int, reason: str) -> None:
+    """The GPU layout's encoder models caught only ``RuntimeError`` and ``ValueError``: a ``MemoryError`` (or any
+    other exception) left ``execute`` and Triton failed the whole dynamic batch (up to 64 images, from every
+    orchestrator instance) with its own unlabelled message, and torch's out of memory was an ``InternalError`` 500;
+    each request of the pass gets the one mapping's answer now (``OutOfMemory`` 503, else ``InternalError`` 500)."""
+    gpu_models = _module(monkeypatch, "gpu_models")
+    model = object.__new__(getattr(gpu_models, model_class))
+    model.inflight = SimpleNamespace(increment=lambda by: None)
+
+    def encode(requests: list[Any]) -> list[Any]:
+        raise exc
+
+    model._encode = encode
+
+    responses = model.execute([{}, {}, {}])
+
+    assert [(r.error.code, r.error.message.split(":")[0]) for r in responses] == [(code, reason)] * 3
+    assert type(exc).__name__ in responses[0].error.message
+
+
+@pytest.mark.parametrize("answered, code, reason", [
+    ("OutOfMemory: the replica ran out of memory for this request (OutOfMemoryError: CUDA out of memory); retry",
+     503, "OutOfMemory"),
+    ("InternalError: IndexError: a fault no check named", 500, "InternalError"),
+])
+def test_the_gpu_layouts_orchestrator_keeps_its_encoders_out_of_memory(
+        monkeypatch: pytest.MonkeyPatch, answered: str, code: int, reason: str) -> None:
+    """BLS gives the orchestrator only the encoder's message (its code is lost, as behind the router): an encoder's
+    ``OutOfMemory`` was re-raised as a ``RuntimeError`` and answered ``InternalError: RuntimeError: OutOfMemory: ...``
+    (500, counted InternalError), so a GPU out of memory in the GPU layout never reached the client as the 503 the
+    other layouts give; the orchestrator keeps the reason and its code now, counted under it."""
+    gpu_models = _module(monkeypatch, "gpu_models")
+    error = SimpleNamespace(message=lambda: answered)
+    answer = SimpleNamespace(has_error=lambda: True, error=lambda: error)
+    monkeypatch.setattr(gpu_models.pb_utils, "InferenceRequest",
+                        lambda **kwargs: SimpleNamespace(exec=lambda: answer), raising=False)
+    model = object.__new__(gpu_models.OrchestratorModel)
+    model.pipeline, model.cache = _Pipeline(), None
+    model.settings = SimpleNamespace(image_bucket_sides=(128, 256, 384))
+    model.routes = {"image_encoder": "mm_image_encoder", "text_encoder": "mm_text_encoder"}
+    prepared = model.pipeline.prepare(None, np.array([[b"a cat"]], dtype=object))
+    prepared.token_ids = [101, 102]
+    model.pipeline.prepare = lambda images, text: prepared
+    batch = names.MetricBatch()
+
+    response = model._one({"TEXT": np.array([[b"a cat"]], dtype=object)}, batch, 0, 1)
+
+    assert (response.error.code, response.error.message.split(":")[0]) == (code, reason), response.error.message
+    assert response.error.message.startswith(f"{reason}: mm_text_encoder: "), response.error.message
+    assert answered.removeprefix(f"{reason}: ") in response.error.message
+    assert "RuntimeError" not in response.error.message
+    assert _counted(batch)[names.REQUEST_ERRORS_TOTAL] == {reason: 1}
+
+
+def test_an_encoder_pass_that_raises_anything_fails_its_requests_not_the_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batched models caught ``RuntimeError``, ``ValueError`` and ``MemoryError`` from the encoder pass; anything
+    else (an ``IndexError`` of a bug) left ``execute`` and Triton failed the batch with its own unlabelled 500,
+    uncounted, the requests that failed validation beside it included. Each request of the pass gets its counted
+    ``InternalError`` now, in every model that runs one, and the others keep their own answers."""
+    triton_model = _module(monkeypatch, "triton_model")
+    stage_models = _module(monkeypatch, "stage_models")
+    gpu_models = _module(monkeypatch, "gpu_models")
+    from modalscale.runtime.model.staged import FrontPrepared
+
+    def broken(*args: Any) -> Any:
+        raise IndexError("a fault no check named")
+
+    one_piece = object.__new__(triton_model.TritonPythonModel)
+    one_piece.settings, one_piece.pipeline = ModelSettings(), _Pipeline()
+    one_piece.pipeline.run = broken
+    front = object.__new__(stage_models.FrontModel)
+    front.front = SimpleNamespace(
+        prepare=lambda images, text: FrontPrepared(modality="text", images=[], token_ids=[101, 102], text_tokens=3),
+        run=broken)
+    pool = object.__new__(stage_models.ImageEncoderStageModel)
+    pool.pipeline = SimpleNamespace(
+        prepare=lambda images, text: SimpleNamespace(parsed=SimpleNamespace(images=()), stage_s={}),
+        image_entries=broken)
+    for model, request in ((one_piece, {"TEXT": np.array([[b"a cat"]], dtype=object)}),
+                           (front, {"TEXT": np.array([[b"a cat"]], dtype=object)}),
+                           (pool, {stage_models.ENCODER_IMAGE: np.array([[b"x"]], dtype=object)})):
+        batch = names.MetricBatch()
+        (response,) = model._execute([request], batch)
+        assert (response.error.code, response.error.message.split(":")[0]) == (500, "InternalError"), model
+        assert "IndexError" in response.error.message
+        assert _counted(batch)[names.REQUEST_ERRORS_TOTAL] == {"InternalError": 1}
+
+    orchestrator = object.__new__(gpu_models.OrchestratorModel)
+    orchestrator.pipeline = _Pipeline()
+    orchestrator._encode = broken
+    batch = names.MetricBatch()
+    response = orchestrator._one({"TEXT": np.array([[b"a cat"]], dtype=object)}, batch, 0, 1)
+    assert (response.error.code, response.error.message.split(":")[0]) == (500, "InternalError")
+    assert _counted(batch)[names.REQUEST_ERRORS_TOTAL] == {"InternalError": 1}
+
+
+def test_the_router_answers_a_request_whose_forwarding_raised_and_serves_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router caught only ``TritonModelException`` around its BLS call: anything else (a ``MemoryError`` copying
+    the answer, a bug) left ``execute`` and failed every request of the call; that request gets its counted
+    ``InternalError`` (or ``OutOfMemory`` 503) now and the next is forwarded."""
+    router = _module(monkeypatch, "router")
+    served = SimpleNamespace(has_error=lambda: False)
+    calls: list[str] = []
+
+    def request(model_name: str, inputs: Any, requested_output_names: Any) -> Any:
+        calls.append(model_name)
+        if len(calls) == 1:
+            raise MemoryError("cannot allocate the answer")
+        if len(calls) == 2:
+            raise KeyError("a fault no check named")
+        return SimpleNamespace(exec=lambda: served)
+
+    monkeypatch.setattr(router.pb_utils, "InferenceRequest", request, raising=False)
+    monkeypatch.setattr(router.pb_utils, "get_output_tensor_by_name", lambda answer, name: name, raising=False)
+    model = object.__new__(router.TritonPythonModel)
+    model.routes = {"image": "mm_image", "text": "mm_text", "image_text": "mm_image_text"}
+    errors: dict[str, float] = {}
+    model.errors_family = SimpleNamespace(Metric=lambda labels: SimpleNamespace(
+        increment=lambda by: errors.__setitem__(labels["reason"], errors.get(labels["reason"], 0) + by)))
+    model.missing_input, model.errors = model.errors_family.Metric(labels={"reason": "MissingInput"}), {}
+    text = {"TEXT": np.array([[b"a cat"]], dtype=object)}
+
+    responses = model._forward([text, text, text])
+
+    assert calls == ["mm_text"] * 3
+    assert [(r.error.code, r.error.message.split(":")[0]) for r in responses[:2]] == [
+        (503, "OutOfMemory"), (500, "InternalError")]
+    assert responses[2].error is None
+    assert errors == {"OutOfMemory": 1, "InternalError": 1}
