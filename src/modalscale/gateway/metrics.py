@@ -98,8 +98,8 @@ class GatewayMetrics:
                              "affinity_spill (moved on by the load bound), least_outstanding (no image).",
                              ("policy",), registry=r)
         self.retries = Counter("modalscale_gateway_retries_total",
-                               "Requests sent again to another replica after a failure before any byte reached the "
-                               "first, by protocol.", ("protocol",), registry=r)
+                               "Requests sent again after a try no replica ran: a failed connect, or (HTTP) a kept-"
+                               "alive connection the replica had closed, by protocol.", ("protocol",), registry=r)
         self.rejected = Counter("modalscale_gateway_rejected_total",
                                 "Requests refused by admission, by reason (QueueFull, QueueTimeout, NoReadyReplica, "
                                 "ShuttingDown, TenantBudgetExceeded).", ("reason",), registry=r)

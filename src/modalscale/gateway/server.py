@@ -14,8 +14,9 @@ Per request, in this order:
    and the gateway pokes again every second while requests wait with none Ready (at most one poke per second).
 3. **Pick** (:class:`modalscale.gateway.balancer.Balancer`): image affinity, else least outstanding requests.
 4. **Forward**: the body goes out byte for byte; the response streams back with its status, headers (hop-by-hop
-   ones dropped, RFC 9110 section 7.6.1) and body unaltered. A request whose connection to the replica failed (so no
-   byte reached it) is sent once to another replica.
+   ones dropped, RFC 9110 section 7.6.1) and body unaltered. A request whose connect to the replica failed (so no
+   byte reached it) is sent to another replica; one sent on a kept-alive connection the replica had closed (closed
+   or reset before any byte of an answer: :func:`stale_connection`) is sent once more, to another replica.
 
 gRPC: every unary method of ``inference.GRPCInferenceService`` is forwarded as raw bytes (generic handlers, no
 protobuf decode except the features of ``ModelInfer``). ``ModelStreamInfer`` (bidirectional streaming, used by
@@ -125,6 +126,52 @@ def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
 
 
+class Attempt:
+    """One try of a request to a replica, passed to aiohttp as its ``trace_request_ctx``."""
+
+    def __init__(self) -> None:
+        self.reused = False
+        """True when aiohttp sent it on a pooled keep-alive connection (set by :func:`upstream_session`'s trace)."""
+
+
+async def _on_reused(_session: aiohttp.ClientSession, context: Any, _params: Any) -> None:
+    if isinstance(context.trace_request_ctx, Attempt):
+        context.trace_request_ctx.reused = True
+
+
+def upstream_session(upstream_timeout_s: float) -> aiohttp.ClientSession:
+    """The gateway's HTTP client to the replicas: unbounded pool of keep-alive connections (kept 30 s idle), a
+    request's whole time bounded to ``upstream_timeout_s`` s and its connect to :data:`CONNECT_TIMEOUT_S`, bodies and
+    headers passed as they are (no decompression, no default headers); a request sent with an :class:`Attempt` as
+    ``trace_request_ctx`` learns whether it went out on a pooled connection (:func:`stale_connection`)."""
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_on_reused)
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
+        timeout=aiohttp.ClientTimeout(total=upstream_timeout_s, sock_connect=CONNECT_TIMEOUT_S),
+        auto_decompress=False, skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
+        trace_configs=[trace])
+
+
+def stale_connection(exc: BaseException, attempt: Attempt) -> bool:
+    """Whether a try failed as a kept-alive connection the replica had closed fails (pure): sent on a pooled
+    connection (``attempt.reused``), and closed or reset before any byte of an answer (aiohttp's
+    ``ServerDisconnectedError``, or ``ClientOSError`` such as ``ECONNRESET`` / ``EPIPE`` on the write or the read).
+
+    The replica closes an idle keep-alive connection (its idle timeout, its shutdown) while the gateway takes it from
+    the pool and writes the request, which then reached a socket the replica had closed, so it never ran. The client
+    cannot tell this from a replica that died running a request sent on a kept-alive connection; Go's net/http resends
+    a replayable request on exactly this signal (a reused connection, nothing of an answer read; RFC 9112 section
+    9.3.1 allows it for an idempotent request), and an inference is one (the same body gives the same answer, nothing
+    else changes), so the gateway does too, once. aiohttp resends only its idempotent methods itself, never an infer
+    ``POST``. A *new* connection closed before the answer is not this (the replica read the request and then failed
+    or died: a request that kills its replica takes no second one with it), nor is a connect that failed
+    (:class:`aiohttp.ClientConnectorError`, retried on its own rule)."""
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return False
+    return attempt.reused and isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
+
+
 class Gateway:
     """One gateway process: HTTP, gRPC and metrics listeners over one balancer and one admission queue.
 
@@ -184,10 +231,7 @@ class Gateway:
         and start following endpoints."""
         s = self.settings
         preload(grpc=s.grpc_port > 0)
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
-            timeout=aiohttp.ClientTimeout(total=s.upstream_timeout_s, sock_connect=CONNECT_TIMEOUT_S),
-            auto_decompress=False, skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"))
+        self._session = upstream_session(s.upstream_timeout_s)
         self._source_task = asyncio.create_task(self.source.run(self._on_endpoints), name="endpoints")
         if s.probe_interval_s > 0:
             self._probe_task = asyncio.create_task(ReplicaProbe(self.balancer, self.clock).run(s.probe_interval_s),
@@ -499,17 +543,22 @@ class Gateway:
         headers = forwarded_headers(request.headers)
         tried: tuple[str, ...] = ()
         deadline_s = arrived_s + self.settings.queue_timeout_s
+        resend: Endpoint | None = None
+        """The replica for the one resend after a stale kept-alive connection (:func:`stale_connection`)."""
+        stale_resent = False
         while True:
-            ep = await self._reachable(key, tried, deadline_s)
+            ep, resend = resend or await self._reachable(key, tried, deadline_s), None
             if ep is None:
                 break
             if ep.key in tried:  # every listed replica failed once: a new round after the wait
                 tried = ()
             self.balancer.acquire(ep)
             t0 = self.clock()
+            attempt = Attempt()
             try:
                 upstream = await self._session.request(request.method, f"http://{ep.key}{request.raw_path}",
-                                                       headers=headers, data=body, allow_redirects=False)
+                                                       headers=headers, data=body, allow_redirects=False,
+                                                       trace_request_ctx=attempt)
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                 # No connection (refused, unreachable, or a connect that timed out: a lost node's address answers
                 # nothing): not a byte reached the replica, so another one may take the request.
@@ -521,6 +570,14 @@ class Gateway:
                 continue
             except (aiohttp.ClientError, TimeoutError) as exc:
                 self._done(ep)
+                if not stale_resent and stale_connection(exc, attempt):
+                    # A kept-alive connection the replica had closed: sent once more, to another replica when one is
+                    # listed (the same one when it is alone); the replica is not ejected (its connection was stale).
+                    stale_resent = True
+                    resend = self._pick(key, (ep.key,)) or ep
+                    log.warning("Kept-alive connection to replica was closed endpoint=%s error=%r", ep.key, exc)
+                    self.metrics.retries.labels("http").inc()
+                    continue
                 self._record(tenant, feats, "http", "502", None)
                 return web.json_response({"error": f"replica {ep.key} failed: {exc!r}"}, status=502)
             try:

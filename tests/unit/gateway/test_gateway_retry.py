@@ -1,6 +1,7 @@
 """The gateway's request path around a replica no connect reaches: how long a request is held for another try, and
 what it asks for meanwhile. In-process: a Gateway that is not started, a fake upstream whose every connect fails, a
-clock that can jump ahead (no network, no replica)."""
+clock that can jump ahead (no network, no replica); and which tries are sent again, against loopback replicas that
+close a connection without answering (asyncio servers, no Triton)."""
 
 from __future__ import annotations
 
@@ -204,3 +205,131 @@ def test_a_request_held_after_its_replica_failed_and_left_asks_for_activation_as
     pokes, held = asyncio.run(body())
     assert held
     assert pokes >= 1, "no activation asked for while a request was held with no replica Ready"
+
+
+class Replica:
+    """A loopback HTTP/1.1 replica: answers ``200`` + keep-alive, and closes without a byte of answer the request
+    numbered ``close_on`` on a connection (1: a fresh connection's first; 2: the next request on a kept-alive one,
+    the stale-connection race: the replica closed the idle connection as the request was sent). Records every
+    request body it read whole."""
+
+    def __init__(self, close_on: int | None = None) -> None:
+        self.close_on = close_on
+        self.bodies: list[bytes] = []
+        self.connections = 0
+        self.read = 0
+        """Requests read whole, answered or not."""
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> Endpoint:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return Endpoint("127.0.0.1", port, None, name=f"replica-{port}")
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                body = await reader.readexactly(length)
+                served += 1
+                self.read += 1
+                if served == self.close_on:
+                    return  # closed: not a byte of answer
+                self.bodies.append(body)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def close(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+async def _gateway_to(*replicas: Replica) -> tuple[Gateway, list[Endpoint]]:
+    from modalscale.gateway.server import upstream_session
+
+    gw = Gateway(GatewaySettings(queue_timeout_s=10.0), StaticSource())
+    gw._session = upstream_session(gw.settings.upstream_timeout_s)
+    endpoints = [await r.start() for r in replicas]
+    return gw, endpoints
+
+
+def test_a_request_sent_on_a_kept_alive_connection_the_replica_closed_is_sent_once_to_another_replica() -> None:
+    """The classic stale-connection race: aiohttp took a pooled keep-alive connection that the replica closed while
+    idle (its answer ServerDisconnectedError, no byte received), and it does not resend a POST itself (only its
+    idempotent methods); the client got 502 for a request no replica ran. It is sent once to another replica now,
+    its body unaltered."""
+    async def body() -> tuple[int, list[bytes], list[bytes], int]:
+        stale, other = Replica(close_on=2), Replica()
+        gw, (a, b) = await _gateway_to(stale, other)
+        try:
+            gw._on_endpoints((a,))
+            first = await gw._http(_request(BODY))  # opens the connection the replica keeps alive, then closes
+            assert first.status == 200 and stale.bodies == [BODY]
+            gw._on_endpoints((a, b))
+            gw.balancer.acquire(b)  # the least outstanding pick goes to the replica holding the pooled connection
+            answer = await gw._http(_request(BODY))
+            gw.balancer.release(b)
+            return answer.status, stale.bodies, other.bodies, stale.connections
+        finally:
+            await gw._session.close()  # type: ignore[union-attr]
+            stale.close()
+            other.close()
+
+    status, stale_bodies, other_bodies, connections = asyncio.run(body())
+    assert connections == 1  # the second request went out on the kept-alive connection
+    assert status == 200, "a request no replica ran was answered 502 when its kept-alive connection was closed"
+    assert stale_bodies == [BODY]  # its first request only
+    assert other_bodies == [BODY]  # the retry, byte for byte
+
+
+def test_a_request_whose_fresh_connection_closed_without_an_answer_is_not_sent_again() -> None:
+    """A new connection closed after the request went out (a replica that crashed running it) may have run part of
+    it: 502, sent nowhere else (a request that kills its replica must not take a second one with it); and the
+    kept-alive case is retried once only, not once per replica."""
+    async def body() -> tuple[int, int, int, int]:
+        crashing, other = Replica(close_on=1), Replica(close_on=1)
+        gw, (a, b) = await _gateway_to(crashing, other)
+        try:
+            gw._on_endpoints((a, b))
+            answer = await gw._http(_request(BODY))
+            return answer.status, crashing.connections + other.connections, len(crashing.bodies), len(other.bodies)
+        finally:
+            await gw._session.close()  # type: ignore[union-attr]
+            crashing.close()
+            other.close()
+
+    status, connections, *served = asyncio.run(body())
+    assert status == 502
+    assert connections == 1
+    assert served == [0, 0]
+
+
+def test_a_stale_connection_is_retried_once_however_many_replicas_are_stale() -> None:
+    """The resend after a stale kept-alive connection is bounded: once per request, not once per replica."""
+    async def body() -> tuple[int, int, int]:
+        replicas = [Replica(close_on=2) for _ in range(3)]
+        gw, endpoints = await _gateway_to(*replicas)
+        try:
+            for ep in endpoints:  # one kept-alive connection to each
+                gw._on_endpoints((ep,))
+                assert (await gw._http(_request(BODY))).status == 200
+            gw._on_endpoints(tuple(endpoints))
+            answer = await gw._http(_request(BODY))
+            return answer.status, sum(r.connections for r in replicas), sum(r.read for r in replicas) - 3
+        finally:
+            await gw._session.close()  # type: ignore[union-attr]
+            for r in replicas:
+                r.close()
+
+    status, connections, tries = asyncio.run(body())
+    assert status == 502
+    assert connections == 3  # no new connection: both tries on kept-alive ones
+    assert tries == 2
