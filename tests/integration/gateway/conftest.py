@@ -62,9 +62,22 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     """SIZES = [images, image bytes, text bytes]; a text "sleep:S" sleeps S seconds first; PAD = N zero bytes
     for a text "pad:N" (a large response), else none; a text "unavailable:..." is answered with an UNAVAILABLE
-    error."""
+    error. byo_inflight_requests counts the requests inside execute (Triton's pending gauge counts only queued
+    ones)."""
+
+    def initialize(self, args):
+        self.family = pb_utils.MetricFamily(name="byo_inflight_requests", description="requests inside execute",
+                                            kind=pb_utils.MetricFamily.GAUGE)
+        self.inflight = self.family.Metric(labels={"model": "byo"})
 
     def execute(self, requests):
+        self.inflight.increment(len(requests))
+        try:
+            return self._execute(requests)
+        finally:
+            self.inflight.increment(-len(requests))
+
+    def _execute(self, requests):
         out = []
         for r in requests:
             images = pb_utils.get_input_tensor_by_name(r, "IMAGES")
@@ -101,27 +114,46 @@ def endpoint(server: TritonProcess) -> Endpoint:
     return Endpoint(server.host, server.http_port, server.grpc_port)
 
 
-def request_count(server: TritonProcess, outcome: str = "success") -> int:
-    """``nv_inference_request_<outcome>`` of :data:`MODEL` on the replica's own metrics endpoint."""
-    text = httpx.get(server.metrics_url, timeout=5).text
-    m = re.search(rf'^nv_inference_request_{outcome}\{{[^}}]*model="{MODEL}"[^}}]*\}} (\S+)$', text, re.M)
+def _series(text: str, name: str) -> int:
+    """The value of ``name`` for :data:`MODEL` in a replica's ``/metrics`` text (0 when absent)."""
+    m = re.search(rf'^{name}\{{[^}}]*model="{MODEL}"[^}}]*\}} (\S+)$', text, re.M)
     return int(float(m.group(1))) if m else 0
 
 
-def settled_request_count(server: TritonProcess, outcome: str = "success", quiet_s: float = 0.5,
-                          timeout_s: float = 15.0) -> int:
-    """:func:`request_count` once it has not moved for ``quiet_s``: the replicas are shared by the session, and a
+def request_count(server: TritonProcess, outcome: str = "success") -> int:
+    """``nv_inference_request_<outcome>`` of :data:`MODEL` on the replica's own metrics endpoint."""
+    return _series(httpx.get(server.metrics_url, timeout=5).text, f"nv_inference_request_{outcome}")
+
+
+SETTLE_TIMEOUT_S = 30.0
+"""Longest wait for a replica to have nothing in flight: above the longest request any gateway test sends (``sleep:6``
+in the autoscaling test), with room for a loaded machine."""
+
+
+def settled_request_count(server: TritonProcess, outcome: str = "success", quiet_s: float = 0.2,
+                          timeout_s: float = SETTLE_TIMEOUT_S) -> int:
+    """:func:`request_count` once nothing is in flight on the replica: the replicas are shared by the session, and a
     request an earlier test left in flight (a client's timeout, a gateway stopped mid-request) may still complete on
-    them; a count read as a baseline must not include it. Raises ``AssertionError`` when it never settles."""
+    them; a count read as a baseline must not include it. Nothing is in flight when the model's own
+    ``byo_inflight_requests`` (inside ``execute``) and Triton's ``nv_inference_pending_request_count`` (queued) are 0
+    at two reads ``quiet_s`` apart, the count unchanged between them. The count alone staying put for 0.5 s, as this
+    waited before, does not say so: a request running longer shows no movement until it ends (a machine at load 7-8
+    stretches one). Raises ``AssertionError`` when it never settles."""
+    def read() -> tuple[int, int]:
+        text = httpx.get(server.metrics_url, timeout=5).text
+        return (_series(text, f"nv_inference_request_{outcome}"),
+                _series(text, "byo_inflight_requests") + _series(text, "nv_inference_pending_request_count"))
+
     deadline = time.monotonic() + timeout_s
-    last = request_count(server, outcome)
+    last = read()
     while time.monotonic() < deadline:
         time.sleep(quiet_s)
-        now = request_count(server, outcome)
-        if now == last:
-            return now
+        now = read()
+        if now == last and now[1] == 0:
+            return now[0]
         last = now
-    raise AssertionError(f"{server.metrics_url}: nv_inference_request_{outcome} still moving after {timeout_s} s")
+    raise AssertionError(f"{server.metrics_url}: requests in flight or nv_inference_request_{outcome} still moving "
+                         f"after {timeout_s} s (count, in flight: {last})")
 
 
 @pytest.fixture(scope="session")
