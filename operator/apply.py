@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import logging
 import queue
 import threading
@@ -26,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.api.isvc_status import IsvcStatus, write_isvc_status
-from modalscale.operator.isvc.plan import Write
+from modalscale.operator.isvc.plan import FOREIGN, ForeignChild, Write, desired_ownership
 from modalscale.operator.metrics import OperatorMetrics
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
@@ -188,8 +189,14 @@ class Writer:
         log.info("Wrote kind=%s verb=%s namespace=%s name=%s", kind, verb, namespace, name)
 
     def apply(self, namespace: str, write: Write) -> None:
-        """Create, patch or delete one child. A create that finds the object already there, or a delete that finds
-        it gone, is not an error."""
+        """Create, patch or delete one child. A delete that finds it gone is not an error; a create that finds an
+        object of that name reads it and patches it to ``write.body`` only when it is this service's
+        (``plan.desired_ownership``: its controller owner reference, or an orphan with the operator's labels).
+
+        Raises:
+            ForeignChild: The create found an object that is not this service's; it is left as it is.
+            kubernetes.client.exceptions.ApiException: Any other refusal (a 409 whose object is gone by the read).
+        """
         self._count(write.kind, write.action, namespace, write.name)
         try:
             if write.action == "delete" and write.kind in ("Deployment", "Service", "ConfigMap"):
@@ -223,15 +230,39 @@ class Writer:
         except ApiException as exc:
             if write.action == "create" and exc.status == 409:
                 # Created meanwhile (the other replica before a handover), or there all along but not in the watch
-                # cache: someone removed its managed-by label, or it predates the label. Patch it to the desired
+                # cache (no managed-by label): the operator's own child whose label was removed, or a user's object
+                # that merely has the child's name. Read it: the plan's rule decides. Ours: patch it to the desired
                 # object, as a pass that had read it would have (labels and ownerReferences included), so that it
-                # is back in the cache and the next pass finds it.
+                # is back in the cache and the next pass finds it. Not ours: left untouched, for the plan to report.
+                found = self._read(namespace, write.kind, write.name)
+                if found is None:
+                    raise  # deleted since: the next pass creates it
+                verdict, why = desired_ownership(write.body, found)
+                if verdict == FOREIGN:
+                    raise ForeignChild(write.kind, write.name, found, why) from exc
                 self._count(write.kind, "patch", namespace, write.name)
                 self._patch(namespace, write.kind, write.name, write.body)
                 return
             if write.action == "delete" and exc.status == 404:
                 return  # Already gone.
             raise
+
+    def _read(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+        """The object as the API server has it, camelCase as the observer reads it (None: not found)."""
+        api, method = {"Deployment": (self.apps, "deployment"), "Service": (self.core, "service"),
+                       "ConfigMap": (self.core, "config_map"), "ServiceAccount": (self.core, "service_account"),
+                       "Role": (self.rbac, "role"), "RoleBinding": (self.rbac, "role_binding"),
+                       "NetworkPolicy": (self.networking, "network_policy"),
+                       "PodDisruptionBudget": (self.policy, "pod_disruption_budget")}[kind]
+        read = getattr(api, f"read_namespaced_{method}")
+        try:
+            resp = read(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        found: dict[str, Any] = json.loads(resp.data)
+        return found
 
     def _patch(self, namespace: str, kind: str, name: str, body: dict[str, Any]) -> None:
         if kind == "Deployment":

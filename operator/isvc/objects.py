@@ -77,13 +77,16 @@ measurable, unlike the BuiltIn readiness check (a Python process, about 40 ms of
 
 MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "modalscale-operator"
 """The label, and its value, on every object the operator makes (the watch caches list by it)."""
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+"""The label naming the InferenceService on every object the operator makes for it (its value: the service's name);
+with :data:`MANAGED_BY_LABEL` it tells an orphaned child to adopt back (``plan.child_ownership``)."""
 
 
 def owned_labels(spec: IsvcSpec) -> dict[str, str]:
     """The labels the operator owns on every child (others' labels are never touched)."""
     return {
         "app.kubernetes.io/name": "triton-inference-server",
-        "app.kubernetes.io/instance": spec.name,
+        INSTANCE_LABEL: spec.name,
         "app.kubernetes.io/component": "inference-server",
         "app.kubernetes.io/part-of": "modalscale",
         MANAGED_BY_LABEL: MANAGED_BY,
@@ -540,10 +543,10 @@ def gateway_labels(spec: IsvcSpec) -> dict[str, str]:
     """The labels the operator owns on the gateway's objects and pods."""
     return {
         "app.kubernetes.io/name": "modalscale-gateway",
-        "app.kubernetes.io/instance": spec.name,
+        INSTANCE_LABEL: spec.name,
         "app.kubernetes.io/component": "gateway",
         "app.kubernetes.io/part-of": "modalscale",
-        "app.kubernetes.io/managed-by": "modalscale-operator",
+        MANAGED_BY_LABEL: MANAGED_BY,
         GATEWAY_LABEL: spec.name,
     }
 

@@ -25,6 +25,10 @@ decides:
   in a Predictive or Utilization mode (``minReplicas`` in Fixed mode), within its bounds, 0 while the front is at 0.
   A BudgetPolicy cap bounds both pools together, the pool whose replica costs more giving up replicas first
   (:func:`staged_replicas`). Without it, every object as before stages.
+- whose objects the children's names hold (:func:`child_ownership`): an object that is not this service's (a user's,
+  another InferenceService's) is never created over, patched or deleted; the group of children it belongs to is held
+  (:func:`child_conflicts`), and ``ChildConflict`` (``Ready`` where it holds the replicas or their Service) says which
+  object, whose, and the fix.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from modalscale.autoscaler.policy import Decision, Reason, bound_replicas, split
 from modalscale.operator import conditions as cond
 from modalscale.operator.isvc.objects import (
     IMAGE_ENCODER_ADDRESS_ANNOTATION,
+    INSTANCE_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     MODEL_VOLUME,
@@ -646,10 +651,25 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
         encoder_files: With ``spec.stages``, the image encoder pool's generated repository (``repo_files`` is then the
             front's, or the one-piece one while :func:`stage_layout` says so: the caller renders it for that layout).
     Returns:
-        Writes (children to create/patch, replicas), the whole desired status, Events for transitions.
+        Writes (children to create/patch, replicas), the whole desired status, Events for transitions. An object of
+        a child's name that is not this service's (:func:`child_conflicts`) is planned as absent, and no write goes
+        to it nor to the rest of its group (:attr:`ChildConflict.group`).
     Raises:
         ModelReferenceError: The model's ConfigMap or PVC does not exist; nothing is written then.
     """
+    obs, conflicts = child_conflicts(spec, obs)
+    groups = _child_groups(spec)
+    held = {c.group for c in conflicts if c.wanted}
+    taken = {(c.kind, c.name) for c in conflicts}
+    plan = _plan(spec, obs, repo_files, config, now, decision, encoder_files, conflicts)
+    plan.writes = [w for w in plan.writes if (w.kind, w.name) not in taken and groups.get((w.kind, w.name)) not in held]
+    return plan
+
+
+def _plan(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | None, config: PlanConfig,
+          now: dt.datetime, decision: Decision | None, encoder_files: dict[str, str] | None,
+          conflicts: list[ChildConflict]) -> IsvcPlan:
+    """:func:`plan_isvc` on ``obs`` without the foreign objects (``conflicts``), before its writes are held."""
     m = spec.model
     if m.source == "ConfigMap" and obs.user_configmap_keys is None:
         raise ModelReferenceError("spec.model.configMap.name",
@@ -665,7 +685,7 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
         writes = [_replicas_write(spec, replicas.write, None)] if (
             obs.deployment is not None and replicas.write is not None) else []
         writes += _image_encoder_writes(spec, obs, None, config, encoder)
-        status, events = _status(spec, obs, replicas, config, now)
+        status, events = _status(spec, obs, replicas, config, now, conflicts)
         return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
     layout = stage_layout(spec, obs)
     writes = []
@@ -687,7 +707,7 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
     writes += _gateway_writes(spec, obs, config, gateway_serving)
     writes += _image_encoder_writes(spec, obs, encoder_files or {}, config, encoder)
 
-    status, events = _status(spec, obs, replicas, config, now)
+    status, events = _status(spec, obs, replicas, config, now, conflicts)
     oversubscribed = cpu_oversubscription(spec)
     if oversubscribed and obs.status.observed_generation != spec.generation:  # once per spec generation
         events.append(("Warning", R.CPU_OVERSUBSCRIBED, oversubscribed))
@@ -697,22 +717,177 @@ def plan_isvc(spec: IsvcSpec, obs: IsvcObserved, repo_files: dict[str, str] | No
     return IsvcPlan(writes=writes, status=status, events=events, desired_replicas=replicas.desired)
 
 
+OWN, ADOPTABLE, FOREIGN = "own", "adoptable", "foreign"
+"""The verdicts of :func:`child_ownership`."""
+
+
+def child_ownership(uid: str, instance: str, observed: dict[str, Any]) -> tuple[str, str | None]:
+    """Whose ``observed`` (an object at one of the names of the children of the InferenceService ``instance``, uid
+    ``uid``) is, and why it is not this service's (pure): the one rule of every write and delete of a child.
+
+    - :data:`OWN`: its controller owner reference is this InferenceService (by uid), as every child the operator
+      makes has had since its first version;
+    - :data:`ADOPTABLE`: no controller owner reference, but the operator's labels ``app.kubernetes.io/managed-by:
+      modalscale-operator`` and ``app.kubernetes.io/instance: <name>``: an orphaned child (``kubectl delete
+      --cascade=orphan`` takes the owner references off and leaves the labels; someone stripped it), which a write
+      takes back (its patch puts the owner reference on);
+    - :data:`FOREIGN`: anything else (a user's object, another InferenceService's child: another uid): never created
+      over, patched or deleted, as controller-runtime's ``SetControllerReference`` refuses an object another owner
+      controls and Helm 3 one without its ownership metadata. ``why`` (None unless foreign) says which.
+    """
+    meta = observed.get("metadata") or {}
+    owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    if owner is not None:
+        if owner.get("uid") == uid:
+            return OWN, None
+        return FOREIGN, (f"its controller is {owner.get('kind')} {owner.get('name')} (uid {owner.get('uid')}), not "
+                         f"this InferenceService (uid {uid})")
+    labels = meta.get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) == MANAGED_BY and labels.get(INSTANCE_LABEL) == instance:
+        return ADOPTABLE, None
+    return FOREIGN, (f"it has no controller owner reference and not both labels {MANAGED_BY_LABEL}: {MANAGED_BY} "
+                     f"and {INSTANCE_LABEL}: {instance}")
+
+
+def desired_ownership(desired: dict[str, Any], observed: dict[str, Any]) -> tuple[str, str | None]:
+    """:func:`child_ownership` of ``observed`` for the service the child ``desired`` is built for (its controller
+    owner reference's uid and its instance label): what the Writer checks of an object a create found there."""
+    meta = desired.get("metadata") or {}
+    uid = next((r.get("uid") for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    return child_ownership(str(uid), str((meta.get("labels") or {}).get(INSTANCE_LABEL)), observed)
+
+
+class ForeignChild(Exception):
+    """A create found an object of the child's name that is not this service's (``apply.Writer``): the reconcile
+    plans again with it observed (:func:`observed_with`), so the plan holds its group and says so."""
+
+    def __init__(self, kind: str, name: str, observed: dict[str, Any], why: str | None) -> None:
+        super().__init__(f"{kind} {name} is not this InferenceService's: {why}")
+        self.kind, self.name, self.observed = kind, name, observed
+
+
+@dataclass(frozen=True)
+class ChildConflict:
+    """An object of a child's name that is not this service's (:func:`child_ownership` says :data:`FOREIGN`)."""
+
+    kind: str
+    name: str
+    why: str
+    group: str
+    """The children written together (:func:`_child_slots`): a wanted child's conflict holds every write of its
+    group."""
+    wanted: bool
+    """The spec wants this child (False: a left-over's name, the plan would only have deleted its own)."""
+
+    def message(self) -> str:
+        """What the condition says: the object, whose it is, what holds, and the fix."""
+        fix = (f"rename or delete the existing {self.kind} {self.name}, or give this InferenceService another name")
+        if self.wanted:
+            return (f"{self.kind} {self.name} is not this InferenceService's: {self.why}. The operator neither writes "
+                    f"nor deletes it, and {_HELD[self.group].format(name=self.name)}: {fix}.")
+        return (f"{self.kind} {self.name} is not this InferenceService's: {self.why}. Nothing of this service needs "
+                f"that name now and the operator leaves it (it deletes only its own objects); it needs the name once "
+                f"{_NEEDED[self.group]}: {fix}.")
+
+
+_HELD = {"replicas": "the replicas' Deployment and its generated model repository are held (neither created nor "
+                     "changed)",
+         "service": "clients of the Service {name} do not reach this service",
+         "pdb": "the replicas have no PodDisruptionBudget of their own",
+         "gateway": "the gateway's objects are held (none created or changed)",
+         "image-encoder": "the image encoder pool's objects are held (none created or changed)"}
+_NEEDED = {"replicas": "spec.model.source is BuiltIn", "gateway": "spec.gateway.enabled is true",
+           "image-encoder": "spec.stages is set"}
+
+
+def _child_slots(spec: IsvcSpec) -> list[tuple[str, str, str, bool, str]]:
+    """``(kind, name, group, wanted, where)`` of every name a child of ``spec`` may hold (wanted: the spec makes it;
+    else only a left-over of an earlier spec is deleted there); ``where``: the :class:`IsvcObserved` field, or
+    ``gateway_objects``/``image_encoder`` keyed by kind. The generated model repository's name is no child's while
+    ``spec.model.configMap.name`` names it (the user's model)."""
+    slots = [("Deployment", spec.name, "replicas", True, "deployment"),
+             ("Service", spec.name, "service", True, "service"),
+             ("PodDisruptionBudget", spec.name, "pdb", True, "poddisruptionbudget")]
+    m = spec.model
+    if not (m.source == "ConfigMap" and m.config_map == configmap_name(spec)):
+        slots.append(("ConfigMap", configmap_name(spec), "replicas", m.source == "BuiltIn", "configmap"))
+    names = _gateway_names(spec)
+    slots += [(k, names[k], "gateway", spec.gateway.enabled, "gateway_objects") for k in GATEWAY_KINDS]
+    names = _image_encoder_names(spec)
+    slots += [(k, names[k], "image-encoder", spec.stages is not None, "image_encoder") for k in IMAGE_ENCODER_KINDS]
+    return slots
+
+
+def _child_groups(spec: IsvcSpec) -> dict[tuple[str, str], str]:
+    return {(k, n): g for k, n, g, _, _ in _child_slots(spec)}
+
+
+_BY_KIND = ("gateway_objects", "image_encoder")
+"""The :class:`IsvcObserved` fields that hold a group's objects by kind."""
+
+
+def _slot_object(obs: IsvcObserved, kind: str, where: str) -> dict[str, Any] | None:
+    value: Any = getattr(obs, where)
+    found: dict[str, Any] | None = value.get(kind) if where in _BY_KIND else value
+    return found
+
+
+def _with_slot(obs: IsvcObserved, kind: str, where: str, found: dict[str, Any] | None) -> IsvcObserved:
+    """A copy of ``obs`` with ``found`` in the slot ``where`` (``kind``'s, for a group's)."""
+    out = replace(obs, gateway_objects=dict(obs.gateway_objects), image_encoder=dict(obs.image_encoder))
+    if where in _BY_KIND:
+        getattr(out, where)[kind] = found
+    else:
+        setattr(out, where, found)
+    return out
+
+
+def child_conflicts(spec: IsvcSpec, obs: IsvcObserved) -> tuple[IsvcObserved, list[ChildConflict]]:
+    """``obs`` with every object of a child's name that is not this service's (:func:`child_ownership`) taken out,
+    as if absent (a copy; ``obs`` is left as it is), and those objects as :class:`ChildConflict` (pure). Planned on
+    that copy, nothing of the plan reads a foreign object as its own: not a user's Deployment's ready replicas, nor a
+    user's Service's ClusterIP as the encoder pool's address, nor another service's Deployment ``<name>-gateway``
+    as this service's gateway."""
+    conflicts, clean = [], obs
+    for kind, name, group, wanted, where in _child_slots(spec):
+        observed = _slot_object(obs, kind, where)
+        if observed is None:
+            continue
+        verdict, why = child_ownership(spec.uid, spec.name, observed)
+        if verdict == FOREIGN:
+            conflicts.append(ChildConflict(kind, name, why or "", group, wanted))
+            clean = _with_slot(clean, kind, where, None)
+    return clean, conflicts
+
+
+def observed_with(spec: IsvcSpec, obs: IsvcObserved, kind: str, name: str, found: dict[str, Any]) -> IsvcObserved:
+    """``obs`` (a copy) with ``found`` observed as the object ``kind``/``name`` (pure): what a create met there
+    (:class:`ForeignChild`), unseen by the watch caches, which hold only objects with the operator's label.
+
+    Raises:
+        ValueError: ``kind``/``name`` is none of ``spec``'s child names.
+    """
+    where = next((w for k, n, _, _, w in _child_slots(spec) if (k, n) == (kind, name)), None)
+    if where is None:
+        raise ValueError(f"{kind} {name} is no child name of InferenceService {spec.name}")
+    return _with_slot(obs, kind, where, found)
+
+
 def delete_refusal(spec: IsvcSpec, kind: str, name: str, observed: dict[str, Any]) -> str | None:
     """Why the operator may not delete ``observed`` (None: it may): the one guard of every delete the plan makes.
 
     The operator deletes only what it read and made for this service: an object whose controller owner reference
-    is this InferenceService (by uid) and that carries ``app.kubernetes.io/managed-by: modalscale-operator``.
-    Without the watch cache the children are read by name, so a user's own ``<name>-gateway`` is read as well; with
-    it, every managed object is read, another InferenceService's ``<name>-gateway`` (the Deployment of a service so
-    named) too. The message names the object and why it stays (the ``ChildNotDeleted`` Event)."""
-    meta = observed.get("metadata") or {}
-    owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
-    label = (meta.get("labels") or {}).get(MANAGED_BY_LABEL)
-    if owner is None:
+    is this InferenceService (by uid) and that carries ``app.kubernetes.io/managed-by: modalscale-operator``. An
+    object that is not this service's at all (:func:`child_ownership`) never reaches here: :func:`child_conflicts`
+    takes it out first and ``ChildConflict`` reports it. What is left here is an orphan with the operator's labels
+    (no controller owner reference: it is adopted back only where the spec wants it) or a child whose managed-by
+    label was taken off. The message names the object and why it stays (the ``ChildNotDeleted`` Event)."""
+    verdict, foreign = child_ownership(spec.uid, spec.name, observed)
+    label = ((observed.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL)
+    if verdict == FOREIGN:
+        why = foreign or ""
+    elif verdict == ADOPTABLE:
         why = "it has no controller owner reference"
-    elif owner.get("uid") != spec.uid:
-        why = (f"its controller is {owner.get('kind')} {owner.get('name')} (uid {owner.get('uid')}), not this "
-               f"InferenceService (uid {spec.uid})")
     elif label != MANAGED_BY:
         why = f"it lacks the label {MANAGED_BY_LABEL}: {MANAGED_BY}" + (f" (it has {label!r})" if label else "")
     else:
@@ -1338,10 +1513,16 @@ def _status_events(old_conditions: list[ConditionStatus], new_conditions: list[C
     if (new_budget.get("status") == cond.TRUE and new_budget not in changed and old_budget
             and old_budget.get("reason") != new_budget.get("reason")):
         changed.append(new_budget)  # e.g. CappedByBudget -> BudgetCapUnreadable: True all along
+    old_child = cond.get(old_conditions, R.CHILD_CONFLICT) or {}
+    new_child = cond.get(new_conditions, R.CHILD_CONFLICT) or {}
+    if (new_child.get("status") == cond.TRUE and new_child not in changed
+            and old_child.get("message") != new_child.get("message")):
+        changed.append(new_child)  # another object's name taken, or one given back: True all along
     for c in changed:
         # Creating is the normal first step, not a warning (Ready=False only until the Deployment exists).
         bad = (c["type"] in (R.READY, R.IMAGE_ENCODER_READY) and c["status"] != cond.TRUE and c["reason"] != R.CREATING
-               ) or (c["type"] in (R.DEGRADED, R.SCALING_CONFLICT, R.BUDGET_LIMITED) and c["status"] == cond.TRUE)
+               ) or (c["type"] in (R.DEGRADED, R.SCALING_CONFLICT, R.BUDGET_LIMITED, R.CHILD_CONFLICT)
+                     and c["status"] == cond.TRUE)
         if not old_conditions and not bad and not (c["type"] == R.READY and c["reason"] == R.CREATING):
             continue  # First visit: no Event for the initial healthy/unknown state of every condition.
         events.append(("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: {c['message']}"))
@@ -1363,8 +1544,32 @@ def _with_stages(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, w
     return block, [ready, *wanted[1:], encoder_ready]
 
 
+def _with_conflicts(spec: IsvcSpec, wanted: list[cond.Condition], conflicts: list[ChildConflict],
+                    old_conditions: list[ConditionStatus]) -> list[cond.Condition]:
+    """``wanted`` with ``ChildConflict``: True naming every foreign object (:func:`child_conflicts`), False once none
+    is left (written only after a first conflict). ``Ready`` turns False (``ForeignObject``) when one holds the
+    replicas (their Deployment, their generated model repository) or is the Service ``<name>`` clients call, or
+    while the replicas are not created and any wanted child's name is taken (a staged front waits for a held pool)."""
+    if not conflicts:
+        if cond.get(old_conditions, R.CHILD_CONFLICT) is None:
+            return wanted
+        return [*wanted, cond.Condition(R.CHILD_CONFLICT, cond.FALSE, R.NO_CONFLICT,
+                                        "every object of this service's child names is its own")]
+    text = " ".join(c.message() for c in conflicts)[:4096]
+    out = [*wanted, cond.Condition(R.CHILD_CONFLICT, cond.TRUE, R.FOREIGN_OBJECT, text)]
+    ready = out[0]
+    blocking = [c for c in conflicts if c.wanted and (c.group == "replicas" or (c.kind, c.name) == ("Service",
+                                                                                                    spec.name))]
+    if not blocking and ready.reason == R.CREATING:
+        blocking = [c for c in conflicts if c.wanted]
+    if blocking:
+        out[0] = cond.Condition(R.READY, cond.FALSE, R.FOREIGN_OBJECT, " ".join(c.message() for c in blocking)[:4096])
+    return out
+
+
 def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config: PlanConfig,
-            now: dt.datetime) -> tuple[IsvcStatus, list[tuple[str, str, str]]]:
+            now: dt.datetime, conflicts: list[ChildConflict] | None = None
+            ) -> tuple[IsvcStatus, list[tuple[str, str, str]]]:
     """The InferenceService's status (conditions, replicas, scaling history, cost) and its Events."""
     dst = (obs.deployment or {}).get("status") or {}
     problem = _pod_problems(obs.pods) or _deployment_problem(obs.deployment)
@@ -1379,6 +1584,7 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
         gateway_block, gateway_ready = _gateway_status(spec, obs)
         wanted.append(gateway_ready)
     stage_block, wanted = _with_stages(spec, obs, decision, wanted)
+    wanted = _with_conflicts(spec, wanted, conflicts or [], old_conditions)
     kept = [c for c in old_conditions if (spec.gateway.enabled or c.get("type") != R.GATEWAY_READY)
             and (spec.stages is not None or c.get("type") != R.IMAGE_ENCODER_READY)]
     new_conditions = cond.upsert(kept, wanted, spec.generation, now)

@@ -34,13 +34,17 @@ from modalscale.operator.deps import Deps
 from modalscale.operator.isvc.cache import NotSynced
 from modalscale.operator.isvc.objects import image_encoder_spec
 from modalscale.operator.isvc.plan import (
+    ForeignChild,
+    IsvcObserved,
     IsvcPlan,
     ModelReferenceError,
     PlanConfig,
     StageLayout,
     Write,
+    child_conflicts,
     hold_spot_placement,
     observe_budget_cap,
+    observed_with,
     plan_isvc,
     stage_layout,
     with_spot_placement,
@@ -217,8 +221,9 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
         files = repository_files(spec)  # one piece (the runtime fields refused before any read)
         encoder_files = image_encoder_files(spec)
         observed = deps.observer.observe(spec, stored)
-        spec = hold_spot_placement(spec, observed, raw["metadata"].get("annotations"))
-        layout = stage_layout(spec, observed)
+        owned, _ = child_conflicts(spec, observed)  # as the plan sees it: no foreign object taken for a child
+        spec = hold_spot_placement(spec, owned, raw["metadata"].get("annotations"))
+        layout = stage_layout(spec, owned)
         if layout.front_address is not None:
             files = repository_files(spec, layout)
         observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
@@ -229,13 +234,19 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
         if spec.stages is not None:
             observed.image_encoder_usd_per_hour = replica_price(
                 deps, image_encoder_spec(spec), "spec.stages.imageEncoder.resources.gpu.type").usd_per_hour
-        plan = plan_isvc(spec, observed, files, plan_config(deps), now, encoder_files=encoder_files)
-        add_priced(plan, stored, priced, spec.generation, now)
+        config = plan_config(deps)
+
+        def make_plan(observed: IsvcObserved) -> IsvcPlan:
+            plan = plan_isvc(spec, observed, files, config, now, encoder_files=encoder_files)
+            add_priced(plan, stored, priced, spec.generation, now)
+            return plan
+
+        plan = make_plan(observed)
     except (InvalidSpec, ModelReferenceError) as exc:
         refuse(deps, raw, exc, now, logger)
         raise
     planned = time.monotonic()
-    _apply_writes(deps, raw, spec, plan.writes, now, logger)
+    plan = _apply_owned(deps, raw, spec, observed, plan, make_plan, now, logger)
     written = time.monotonic()
     patch = deps.writer.patch_isvc_status(ns, name, plan.status, stored)
     _report(deps, raw, plan.events, started, logger)
@@ -253,7 +264,9 @@ def resync_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> bool:
 
     Returns:
         Whether the service is settled: False when it was refused, the reconcile failed (an API error, a cache not
-        synced: nothing written) or it holds ``ScalingConflict=True`` (the worker then looks again sooner).
+        synced: nothing written) or it holds ``ScalingConflict=True`` or ``ChildConflict=True`` (the worker then looks
+        again sooner: a user's object without the operator's label is in no watch cache, so its deletion wakes
+        nothing).
     """
     try:
         with deps.lock_for(body["metadata"]["uid"]):
@@ -266,8 +279,9 @@ def resync_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> bool:
     except Exception as exc:  # an API error: hold, as the timer did, and try again soon
         logger.warning("Reconcile failed: %s: %s", type(exc).__name__, exc)
         return False
-    conflict = None if status is None else cond.get(status.conditions, R.SCALING_CONFLICT)
-    return conflict is None or conflict.get("status") != cond.TRUE
+    conflicts = [] if status is None else [cond.get(status.conditions, t) for t in (R.SCALING_CONFLICT,
+                                                                                    R.CHILD_CONFLICT)]
+    return all(c is None or c.get("status") != cond.TRUE for c in conflicts)
 
 
 def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autoscale: IsvcStatus,
@@ -301,7 +315,7 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
     try:
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         observed = deps.observer.observe(spec, decided_status)
-        spec = hold_spot_placement(spec, observed, raw["metadata"].get("annotations"))
+        spec = hold_spot_placement(spec, child_conflicts(spec, observed)[0], raw["metadata"].get("annotations"))
         observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
         observe_budget_cap(observed, raw["metadata"].get("annotations"))
         if spec.stages is not None:  # the cap over both pools splits by price: the same split as a full pass
@@ -352,12 +366,33 @@ def child_refusal(write: Write, exc: ApiException) -> ChildRefused:
                                     f"({exc.status}: {why}); fix {spec_field}")
 
 
+def _apply_owned(deps: Deps, raw: dict[str, Any], spec: IsvcSpec, observed: IsvcObserved, plan: IsvcPlan,
+                 make_plan: Callable[[IsvcObserved], IsvcPlan], now: dt.datetime, logger: Log) -> IsvcPlan:
+    """Apply ``plan``'s writes; when a create meets an object that is not this service's (:class:`ForeignChild`:
+    the watch caches hold only objects with the operator's label, so a user's is first met there), plan again with
+    it observed (``make_plan``: the plan holds its group and reports it) and apply what the new plan writes that was
+    not applied yet. Returns the plan whose writes were applied, the one to report. Each foreign name is met once per
+    pass (the next plan writes nothing to it), so this ends within the number of child names."""
+    done: list[Write] = []
+    while True:
+        try:
+            _apply_writes(deps, raw, spec, plan.writes, now, logger, done)
+            return plan
+        except ForeignChild as exc:
+            logger.warning("Left an object of a child's name alone: %s", exc)
+            observed = observed_with(spec, observed, exc.kind, exc.name, exc.observed)
+            plan = make_plan(observed)
+
+
 def _apply_writes(deps: Deps, raw: dict[str, Any], spec: IsvcSpec, writes: list[Write], now: dt.datetime,
-                  logger: Log) -> None:
-    """Apply ``writes`` in order. A child the API server refuses as invalid (400, 422: trying again cannot help) is
-    recorded as a refusal of ``raw`` (:func:`refuse`) and raised as :class:`ChildRefused`; other errors go up as
-    they are, to be retried."""
+                  logger: Log, done: list[Write] | None = None) -> None:
+    """Apply ``writes`` in order, but those in ``done`` (applied earlier in this pass), each appended to ``done`` once
+    applied. A child the API server refuses as invalid (400, 422: trying again cannot help) is recorded as a refusal
+    of ``raw`` (:func:`refuse`) and raised as :class:`ChildRefused`; other errors go up as they are, to be retried."""
+    done = [] if done is None else done
     for write in writes:
+        if write in done:
+            continue
         try:
             deps.writer.apply(spec.namespace, write)
         except ApiException as exc:
@@ -366,6 +401,7 @@ def _apply_writes(deps: Deps, raw: dict[str, Any], spec: IsvcSpec, writes: list[
             refused = child_refusal(write, exc)
             refuse(deps, raw, refused, now, logger)
             raise refused from exc
+        done.append(write)
         logger.info("Applied %s %s: name=%s", write.action, write.kind, write.name)
         if write.kind == "Deployment" and write.name == spec.name and "replicas" in (write.body.get("spec") or {}):
             deps.metrics.decisions.labels(mode=spec.scaling.mode, reason="write").inc()

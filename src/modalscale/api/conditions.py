@@ -41,6 +41,10 @@ COST_MODEL_LOADED = "CostModelLoaded"
 GATEWAY_READY = "GatewayReady"
 """With ``spec.gateway.enabled``: at least one gateway pod is ready (its EndpointSlice watch has synced)."""
 """The service-time model of ``spec.model.costModelRef`` is loaded."""
+CHILD_CONFLICT = "ChildConflict"
+"""True while an object of one of this service's child names is not its own (``operator.isvc.plan.child_ownership``:
+no controller owner reference of this InferenceService's uid, and not an orphaned child with the operator's labels):
+the operator neither writes nor deletes it. Written once a conflict is found; False (:data:`NO_CONFLICT`) after."""
 ISVC_CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, SCALING_CONFLICT, BUDGET_LIMITED, PRICED)
 """The conditions the reconcile writes (the autoscaler adds ``MetricsAvailable`` and ``CostModelLoaded``)."""
 AUTOSCALER_CONDITION_TYPES = (METRICS_AVAILABLE, COST_MODEL_LOADED)
@@ -66,9 +70,14 @@ ResourceQuota, an admission webhook, a pod spec the API server refuses): no pod 
 CPU_OVERSUBSCRIBED = "CPUOversubscribed"
 """Warning Event (not a condition, not a refusal): ``instanceCount x intraOpThreads`` exceeds the replica's CPU."""
 CHILD_NOT_DELETED = "ChildNotDeleted"
-"""Warning Event (not a condition): an object of a child's name the plan no longer wants is not this service's own
-(its controller owner reference by uid and the operator's managed-by label), so it is left, not deleted."""
-# Reasons of ScalingConflict.
+"""Warning Event (not a condition): a child the plan no longer wants is an orphan with the operator's labels (no
+controller owner reference) or has lost the managed-by label, so it is left, not deleted. An object of a child's name
+that is not this service's at all is reported by :data:`CHILD_CONFLICT` instead, whether the plan would write or
+delete it."""
+FOREIGN_OBJECT = "ForeignObject"
+"""ChildConflict True (and Ready False where it holds the replicas or their Service): an object of a child's name
+belongs to someone else (a user, another InferenceService)."""
+# Reasons of ScalingConflict (NO_CONFLICT: also ChildConflict False).
 NO_CONFLICT = "NoConflict"
 EXTERNAL_SCALE = "ReplicasChangedExternally"
 FOREIGN_AUTOSCALER = "ForeignAutoscaler"

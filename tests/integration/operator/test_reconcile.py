@@ -430,3 +430,41 @@ def test_leaving_the_builtin_model_and_a_node_selector_label_leaves_nothing_of_t
     time.sleep(3 * 2.0)  # three resync periods
     assert apps.read_namespaced_deployment("leave", namespace).metadata.resource_version == version
     assert "leave-model-repo" not in configmaps()
+
+
+def test_a_users_objects_of_child_names_are_left_as_they_are_reported_and_outlive_the_service(
+        api: Any, operator: Any, namespace: str) -> None:
+    """Found by the isvc review (7 Dec 2026): a user's ConfigMap ``<name>-model-repo`` or ServiceAccount
+    ``<name>-gateway`` (no managed-by label, so in no watch cache: the create met it with 409) was patched to the
+    service's labels, owner reference and data, and garbage-collected with the InferenceService. Now it is read,
+    left as it is, the replicas and the gateway (their groups) are held, ``ChildConflict`` and ``Ready`` name it
+    with the fix and a Warning Event is posted, while the rest (the Service) is made; deleting the InferenceService
+    leaves both."""
+    core = client.CoreV1Api(api)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "adopt-model-repo", "labels": {"app": "mine"}},
+                                                  "data": {"keep": "me"}})
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "adopt-gateway"}})
+    create(api, namespace, make_isvc("adopt", gateway={"enabled": True}))
+    c = wait_condition(api, namespace, "adopt", "ChildConflict", "True", "ForeignObject")
+    for kind, name in (("ConfigMap", "adopt-model-repo"), ("ServiceAccount", "adopt-gateway")):
+        assert f"rename or delete the existing {kind} {name}" in c["message"]
+    ready = wait_condition(api, namespace, "adopt", "Ready", "False", "ForeignObject")
+    assert "ConfigMap adopt-model-repo" in ready["message"]
+    wait_event(api, namespace, "adopt", "ForeignObject")
+    wait_for(lambda: [s for s in core.list_namespaced_service(namespace).items if s.metadata.name == "adopt"], 30,
+             "the Service made beside the conflict")
+    apps, rbac = client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
+    assert [d.metadata.name for d in apps.list_namespaced_deployment(namespace).items] == []
+    assert [r.metadata.name for r in rbac.list_namespaced_role(namespace).items] == []
+    assert [b.metadata.name for b in rbac.list_namespaced_role_binding(namespace).items] == []
+    cm = core.read_namespaced_config_map("adopt-model-repo", namespace)
+    sa = core.read_namespaced_service_account("adopt-gateway", namespace)
+    assert cm.metadata.owner_references is None and sa.metadata.owner_references is None
+    assert cm.data == {"keep": "me"} and cm.metadata.labels == {"app": "mine"} and sa.metadata.labels is None
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "adopt")
+    wait_for(lambda: not client.CustomObjectsApi(api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL)["items"], 30, "InferenceService deleted")
+    wait_for(lambda: not [s for s in core.list_namespaced_service(namespace).items if s.metadata.name == "adopt"],
+             60, "its own Service garbage-collected")
+    assert core.read_namespaced_config_map("adopt-model-repo", namespace).data == {"keep": "me"}
+    assert core.read_namespaced_service_account("adopt-gateway", namespace).metadata.name == "adopt-gateway"

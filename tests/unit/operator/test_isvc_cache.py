@@ -8,9 +8,11 @@ The list calls are scripted, answering with real ``urllib3.HTTPResponse`` object
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
 import json
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -246,13 +248,18 @@ def test_observer_holds_on_a_cache_that_has_not_synced() -> None:
 
 
 class _AppsWithExisting:
-    """An AppsV1Api stand-in: the Deployment already exists (create answers 409), patches are recorded."""
+    """An AppsV1Api stand-in: the Deployment ``existing`` already exists (create answers 409, a read returns it),
+    patches are recorded."""
 
-    def __init__(self) -> None:
+    def __init__(self, existing: dict[str, Any]) -> None:
+        self.existing = existing
         self.patches: list[tuple[str, str, dict[str, Any], str]] = []
 
     def create_namespaced_deployment(self, *_: object) -> None:
         raise client.exceptions.ApiException(status=409, reason="AlreadyExists")
+
+    def read_namespaced_deployment(self, name: str, namespace: str, _preload_content: bool = True) -> Any:
+        return SimpleNamespace(data=json.dumps(self.existing).encode())
 
     def patch_namespaced_deployment(self, name: str, namespace: str, body: dict[str, Any],
                                     _content_type: str) -> None:
@@ -263,7 +270,8 @@ def test_a_create_that_finds_the_object_patches_it_back_into_the_cache() -> None
     # The watch cache keeps only objects with the managed-by label: a Deployment whose label was removed (or that
     # predates it) is missing there, so the plan creates it. The 409 must not end there (it would, every pass,
     # forever): the Writer patches it to the desired object, labels and ownerReferences included, as a pass that had
-    # read it with a GET would have.
+    # read it with a GET would have. It is read first: only this service's own is patched
+    # (test_isvc_child_ownership.py has the foreign ones).
     from modalscale.operator.apply import SMP, Writer
     from modalscale.operator.isvc.plan import Write
     from modalscale.operator.metrics import OperatorMetrics
@@ -271,7 +279,9 @@ def test_a_create_that_finds_the_object_patches_it_back_into_the_cache() -> None
     spec = parse_isvc(ISVC)
     body = build_deployment(spec, 1, {})
     writer = Writer(unreachable_api(), OperatorMetrics())
-    apps = _AppsWithExisting()
+    existing = copy.deepcopy(body)
+    existing["metadata"]["labels"].pop("app.kubernetes.io/managed-by")
+    apps = _AppsWithExisting(existing)
     writer.apps = apps  # type: ignore[assignment]
     writer.apply("ns", Write("Deployment", "create", "svc", body))
     assert apps.patches == [("svc", "ns", body, SMP)]

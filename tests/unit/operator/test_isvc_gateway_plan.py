@@ -332,7 +332,9 @@ def test_turning_the_gateway_off_deletes_only_the_gateway_objects_this_service_m
     unread or unchecked, so a user's own ``vc-gateway`` ServiceAccount (read by name with no watch cache), or the
     Deployment of another InferenceService named ``vc-gateway`` (the cache holds every managed object), went with them.
     One that is not this service's child (its controller owner reference by uid and the managed-by label) stays,
-    and a Warning Event names it, once for the spec change; a rerun writes nothing."""
+    and a Warning Event names it, once for the spec change; a rerun writes nothing. Another InferenceService's is not
+    this service's child at all: ``ChildConflict`` reports it, with an Event on its transition, as it would if the
+    spec wanted the name (test_isvc_child_ownership.py)."""
     on = make_isvc(gateway={"enabled": True})
     _, obs = run(on)
     _, obs = run(on, obs)
@@ -345,11 +347,12 @@ def test_turning_the_gateway_off_deletes_only_the_gateway_objects_this_service_m
     name = "vc-replicas" if kind in ("Service", "NetworkPolicy") else "vc-gateway"
     deleted = [(w.kind, w.name) for w in plan.writes if w.action == "delete"]
     assert (kind, name) not in deleted and len(deleted) == len(GATEWAY_KINDS) - 1
-    (event,) = [e for e in plan.events if e[1] == "ChildNotDeleted"]
-    assert event[0] == "Warning" and f"{kind} {name}" in event[2]
+    reason = "ForeignObject" if stored_as == "another-owner" else "ChildNotDeleted"
+    (event,) = [e for e in plan.events if e[1] in ("ChildNotDeleted", "ForeignObject")]
+    assert event[:2] == ("Warning", reason) and f"{kind} {name}" in event[2]
     assert obs.gateway_objects[kind] is not None
     plan, _ = run(off, obs)
-    assert plan.writes == [] and [e for e in plan.events if e[1] == "ChildNotDeleted"] == []
+    assert plan.writes == [] and [e for e in plan.events if e[1] in ("ChildNotDeleted", "ForeignObject")] == []
 
 
 @pytest.mark.parametrize("labels", [{"app": "prometheus-server"}, {"a": "1", "b": "2"}])

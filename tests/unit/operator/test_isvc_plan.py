@@ -471,7 +471,9 @@ def test_cost_per_hour_includes_the_ready_gateway_pods_at_their_own_price() -> N
     obs.gateway_usd_per_pod_hour = Decimal("0.00422035")
     obs.pods = [{"metadata": {"name": n}, "spec": {"nodeName": "n0"}, "status": {"phase": "Running"}}
                 for n in ("a", "b")]
-    obs.gateway_objects["Deployment"] = {"status": {"replicas": 3, "readyReplicas": 2}}  # one not ready yet
+    obs.gateway_objects["Deployment"] = {  # one not ready yet
+        "metadata": {"name": "vc-gateway", "ownerReferences": [{"uid": "u-1", "controller": True}]},
+        "status": {"replicas": 3, "readyReplicas": 2}}
     plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
     assert plan.status.cost_usd_per_hour == Decimal("2.5084")  # 2 x 1.25 + 2 x 0.00422035
     obs.gateway_objects["Deployment"] = None  # no gateway (disabled, or not created yet): replicas only

@@ -202,7 +202,9 @@ def test_leaving_the_builtin_model_deletes_the_generated_repository_after_the_de
 @pytest.mark.parametrize("stored", ["no-owner", "another-owner", "unmanaged"])
 def test_a_model_repo_configmap_that_is_not_this_services_child_is_never_deleted(stored: str) -> None:
     """Only the operator's own child goes: a ConfigMap of the same name without this service's controller reference
-    or the operator's managed-by label (a user's, read with no watch cache) stays."""
+    or the operator's managed-by label (a user's, read with no watch cache) stays: ``ChildNotDeleted`` for an orphan
+    with the operator's labels or one without the managed-by label, ``ChildConflict`` (Event ``ForeignObject``) for
+    another InferenceService's, no child of this one at all."""
     cm = copy.deepcopy(settled(body(model={"source": "BuiltIn"})).configmap)
     assert cm is not None
     meta = cm["metadata"]
@@ -219,8 +221,9 @@ def test_a_model_repo_configmap_that_is_not_this_services_child_is_never_deleted
     uri["metadata"]["generation"] = 2
     p = plan(uri, obs)
     assert [w for w in p.writes if w.kind == "ConfigMap"] == []
-    (event,) = [e for e in p.events if e[1] == "ChildNotDeleted"]
-    assert event[0] == "Warning" and "ConfigMap vc-model-repo" in event[2]
+    (event,) = [e for e in p.events if e[1] in ("ChildNotDeleted", "ForeignObject")]
+    reason = "ForeignObject" if stored == "another-owner" else "ChildNotDeleted"
+    assert event[:2] == ("Warning", reason) and "ConfigMap vc-model-repo" in event[2]
 
 
 def test_a_service_that_names_its_generated_repository_as_its_model_configmap_keeps_it() -> None:
