@@ -87,8 +87,10 @@ from modalscale.operator.deps import Deps, deps_of
 from modalscale.operator.isvc.objects import STAGE_FRONT, STAGE_IMAGE_ENCODER, image_encoder_name
 from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.isvc.plan import (
+    FOREIGN,
     IsvcObserved,
     ModelReferenceError,
+    child_ownership,
     front_budget_cap,
     hold_spot_placement,
     image_encoder_budget_cap,
@@ -123,6 +125,21 @@ def _post(deps: Deps, raw: dict[str, Any], events: Any, logger: logging.Logger |
     """Post a plan's ``(type, reason, message)`` Events on the InferenceService."""
     for type_, reason, message in events:
         deps.writer.event(raw, type_, reason, message, logger)
+
+
+def read_own_deployment(deps: Deps, raw: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The Deployment ``name`` (the front's ``<name>`` or the pool's ``<name>-image-encoder``) of the InferenceService
+    ``raw``, camelCase; None when there is none or it is not the service's (``plan.child_ownership``: a user's, another
+    InferenceService's), as the planner takes it: no decision is made from, nor recorded for, someone else's replicas.
+
+    Raises:
+        kubernetes.client.rest.ApiException: The read failed (not 404).
+    """
+    meta = raw["metadata"]
+    found = read_json(deps.observer.apps.read_namespaced_deployment, name, meta["namespace"])
+    if found is None or child_ownership(str(meta.get("uid")), meta["name"], found)[0] == FOREIGN:
+        return None
+    return found
 
 
 def pool_decision_due(staged: bool, pool_state: ScalerState | None) -> bool:
@@ -192,12 +209,12 @@ def decide_once(deps: Deps, namespace: str, name: str, state: ScalerState | None
         raw = deps.observer.read_isvc(namespace, name)
         if raw is None:
             return FrontRound(state, interval, reading, staged, pool_reading)
-        deployment = read_json(deps.observer.apps.read_namespaced_deployment, name, namespace)
+        deployment = read_own_deployment(deps, raw, name)
         if deployment is None:
             return FrontRound(state, interval, reading, staged, pool_reading)  # reconcile_isvc creates it first
         pool_figures: dict[str, Any] = {}
         if pool_reading is not None and spec.stages is not None:
-            pool = read_json(deps.observer.apps.read_namespaced_deployment, image_encoder_name(spec), namespace)
+            pool = read_own_deployment(deps, raw, image_encoder_name(spec))
             pool_figures = front_pool_figures(
                 pool_reading, int(((pool or {}).get("status") or {}).get("readyReplicas") or 0),
                 spec.stages.image_encoder.runtime.instance_count)
@@ -248,11 +265,9 @@ def pool_prices(deps: Deps, spec: IsvcSpec, raw: dict[str, Any]) -> tuple[Decima
     annotations = raw["metadata"].get("annotations")
     placed = with_spot_placement(spec, spot_switches(annotations))
     if unreadable_budget_annotations(annotations, BUDGET_SPOT_PREFIX):
-        namespace, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
-        read = deps.observer.apps.read_namespaced_deployment
-        observed = IsvcObserved(deployment=read_json(read, name, namespace))
+        observed = IsvcObserved(deployment=read_own_deployment(deps, raw, raw["metadata"]["name"]))
         if spec.stages is not None:
-            observed.image_encoder["Deployment"] = read_json(read, image_encoder_name(spec), namespace)
+            observed.image_encoder["Deployment"] = read_own_deployment(deps, raw, image_encoder_name(spec))
         placed = hold_spot_placement(placed, observed, annotations)
     return stage_prices(deps, placed)
 
@@ -309,8 +324,8 @@ def decide_pool_once(deps: Deps, namespace: str, name: str, state: ScalerState |
             return state  # deleted meanwhile
         stored = read_isvc_status(raw)
         item = stored.stage(STAGE_IMAGE_ENCODER)
-        pool = read_json(deps.observer.apps.read_namespaced_deployment, image_encoder_name(spec), namespace)
-        front_deployment = read_json(deps.observer.apps.read_namespaced_deployment, name, namespace)
+        pool = read_own_deployment(deps, raw, image_encoder_name(spec))
+        front_deployment = read_own_deployment(deps, raw, name)
         held = pool_decision_held(stored, front_deployment, pool)
         if held is not None or item is None or pool is None:
             logger.debug("No decision for the image encoder pool of InferenceService: %s", held)
@@ -400,7 +415,7 @@ def activate_once(deps: Deps, namespace: str, name: str,
             spec = parse_isvc(raw)
         except InvalidSpec:
             return  # the reconcile reports it
-        deployment = read_json(deps.observer.apps.read_namespaced_deployment, name, namespace)
+        deployment = read_own_deployment(deps, raw, name)
         if deployment is None:
             return
         annotations = raw["metadata"].get("annotations")

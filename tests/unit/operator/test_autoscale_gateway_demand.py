@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import re
 from typing import Any
@@ -489,3 +490,40 @@ def test_a_gateway_target_whose_last_scrape_is_minutes_old_makes_the_demand_stal
         decision.message
     _, whole = decide(read(universe(replica_pods=6), gateway=True), current=6)
     assert whole.desired_replicas < 6  # the same service with both gateway pods fresh does scale down
+
+
+@pytest.mark.parametrize("owner", [None, {"kind": "InferenceService", "name": "o", "uid": "u2", "controller": True}],
+                         ids=["users", "another-service"])
+def test_the_daemon_takes_no_deployment_of_the_services_name_that_is_not_its_own(owner: dict[str, Any] | None
+                                                                                 ) -> None:
+    """Found by the isvc review (7 Dec 2026): ``decide_once`` read the Deployment ``<name>`` by name and decided from
+    its replicas whoever's it was (a user's ``vc`` at 5 replicas read as the service's 5); now one that is not the
+    service's (``plan.child_ownership``) counts as none, as the planner takes it: no decision until the service's
+    own is created (stand-ins for the Kubernetes reads: nothing is written, no writer is there to write)."""
+    import threading
+    import types
+
+    from modalscale.operator.autoscale.handlers import decide_once
+
+    class Reader:
+        def read(self, *_: Any, **__: Any) -> MetricsReading:
+            return MetricsReading(None, None)
+
+    users = {"metadata": {"name": "vc", "namespace": "ml", "labels": {"app": "mine"},
+                          "ownerReferences": [owner] if owner else []},
+             "spec": {"replicas": 5}, "status": {"replicas": 5, "readyReplicas": 5}}
+
+    class Response:
+        data = json.dumps(users).encode()
+
+    raw = {"apiVersion": "modalscale.io/v1alpha1", "kind": "InferenceService",
+           "metadata": {"name": "vc", "namespace": "ml", "uid": "u1", "generation": 1},
+           "spec": {"model": {"name": "byo"}, "scaling": {"mode": "Utilization"}, "gateway": {"enabled": False}}}
+    lock = threading.Lock()
+    deps: Any = types.SimpleNamespace(
+        autoscale=types.SimpleNamespace(reader=Reader()),
+        observer=types.SimpleNamespace(read_isvc=lambda ns, name: raw, apps=types.SimpleNamespace(
+            read_namespaced_deployment=lambda *_, **__: Response())),
+        lock_for=lambda uid: lock, clock=lambda: NOW)
+    round_ = decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
+    assert round_.state is not None and round_.state.recommendations == ()  # no decision taken

@@ -42,6 +42,9 @@ SCALING = {"mode": "Utilization", "minReplicas": 1, "maxReplicas": 8, "targetUti
            "tolerancePercent": 10}
 STAGES = {"imageEncoder": {"minReplicas": 1, "maxReplicas": 6, "runtime": {"instanceCount": 2}}}
 SPEC = parse_isvc(inference_service("vc", "ml", uid="u", scaling=SCALING, stages=STAGES))
+OWNED = {"ownerReferences": [{"kind": "InferenceService", "name": "vc", "uid": "u1", "controller": True}]}
+"""The metadata of the daemon's stand-in Deployments: the service's own (uid u1), as ``read_own_deployment`` reads
+only those."""
 assert SPEC.stages is not None
 POLICY = image_encoder_policy(SPEC.scaling, SPEC.stages.image_encoder)
 
@@ -316,10 +319,11 @@ def daemon_pass(monkeypatch: pytest.MonkeyPatch, status: dict[str, Any], answers
 
     raw = inference_service("vc", "ml", uid="u1", scaling=SCALING, stages=stages, annotations=annotations or {})
     raw["status"] = status
-    pool = {"spec": {"replicas": pool_replicas}, "status": {"readyReplicas": pool_replicas}}
+    pool = {"metadata": OWNED, "spec": {"replicas": pool_replicas}, "status": {"readyReplicas": pool_replicas}}
     deployments = {"vc-image-encoder": pool}
     if front_replicas is not None:
-        deployments["vc"] = {"spec": {"replicas": front_replicas}, "status": {"readyReplicas": front_replicas}}
+        deployments["vc"] = {"metadata": OWNED, "spec": {"replicas": front_replicas},
+                             "status": {"readyReplicas": front_replicas}}
     deps: Any = types.SimpleNamespace(
         autoscale=types.SimpleNamespace(reader=Reader(), metrics=exported),
         observer=types.SimpleNamespace(
@@ -702,7 +706,7 @@ def _cap_seen_by_recommend(monkeypatch: pytest.MonkeyPatch, raw: dict[str, Any],
                                         metrics=types.SimpleNamespace(record=lambda *a, **k: None)),
         prices=types.SimpleNamespace(price_replica=price_replica),
         observer=types.SimpleNamespace(read_isvc=lambda ns, name: raw, apps=types.SimpleNamespace(
-            read_namespaced_deployment=lambda name, ns, **_: {"spec": {"replicas": replicas},
+            read_namespaced_deployment=lambda name, ns, **_: {"metadata": OWNED, "spec": {"replicas": replicas},
                                                                "status": {"readyReplicas": replicas}})),
         writer=types.SimpleNamespace(patch_isvc_status=lambda *a: None),
         lock_for=lambda uid: threading.Lock(), clock=lambda: T0)
