@@ -1025,8 +1025,8 @@ def _ready_pods(deployment: dict[str, Any] | None) -> int:
 
 def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, serving: bool) -> list[Write]:
     """The gateway's object writes: create/repair each of ``objects.gateway_children`` when enabled (the
-    NetworkPolicy only while ``serving``: the Service ``<name>`` selects the gateway), or delete what an earlier
-    enabled spec left when disabled."""
+    NetworkPolicy only while ``serving``: the Service ``<name>`` selects the gateway; deleted while it does not), or
+    delete what an earlier enabled spec left when disabled."""
     if not spec.gateway.enabled:
         return _deletes(spec, obs.gateway_objects, _gateway_names(spec), reversed(GATEWAY_KINDS))
     writes = []
@@ -1035,6 +1035,10 @@ def _gateway_writes(spec: IsvcSpec, obs: IsvcObserved, config: PlanConfig, servi
         kind = desired["kind"]
         observed = obs.gateway_objects.get(kind)
         if kind == "NetworkPolicy" and not serving:
+            # It admits only the gateway to the replicas: once the Service falls back to them, it would refuse its
+            # every client wherever the network plugin enforces it. It exists exactly while the gateway serves.
+            if observed is not None:
+                writes += _deletes(spec, {kind: observed}, _gateway_names(spec), (kind,))
             continue
         w = (_service_write(desired, observed) if kind == "Service"
              else _pdb_write(desired, observed) if kind == "PodDisruptionBudget"

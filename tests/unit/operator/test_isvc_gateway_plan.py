@@ -233,6 +233,31 @@ def test_once_a_gateway_pod_is_ready_the_service_selects_the_gateway_and_the_net
     assert obs.service is not None and obs.service["spec"]["selector"] == {"modalscale.io/gateway": "vc"}
 
 
+def test_when_no_gateway_pod_is_ready_the_service_goes_direct_and_the_network_policy_goes_with_it() -> None:
+    """The NetworkPolicy admits only the gateway (and the scraper) to the replicas: kept while the Service ``<name>``
+    falls back to the replicas (no gateway pod Ready), every client of that Service would be refused wherever the
+    network plugin enforces it. It exists exactly while the Service selects the gateway."""
+    body = make_isvc(gateway={"enabled": True})
+    _, obs = run(body)
+    _, obs = run(body, obs)
+    assert obs.gateway_objects["NetworkPolicy"] is not None
+    gw = obs.gateway_objects["Deployment"]
+    assert gw is not None
+    gw["status"].update(readyReplicas=0, availableReplicas=0)  # both gateway pods lost
+    plan, obs = run(body, obs)
+    assert [(w.kind, w.action, w.name) for w in plan.writes] == [
+        ("Service", "patch", "vc"), ("NetworkPolicy", "delete", "vc-replicas")]
+    assert plan.writes[0].body["spec"]["selector"] == {"$patch": "replace", "modalscale.io/inferenceservice": "vc"}
+    plan, obs = run(body, obs)
+    assert plan.writes == []  # a rerun writes nothing
+    gw = obs.gateway_objects["Deployment"]
+    assert gw is not None
+    gw["status"].update(readyReplicas=2, availableReplicas=2)  # back
+    plan, _ = run(body, obs)
+    assert [(w.kind, w.action, w.name) for w in plan.writes] == [
+        ("Service", "patch", "vc"), ("NetworkPolicy", "create", "vc-replicas")]
+
+
 def test_the_gateway_deployment_runs_the_operator_image_with_its_config_probes_and_own_service_account() -> None:
     plan, _ = run(make_isvc(gateway={"enabled": True, "replicas": 3, "maxInFlight": 64, "queue": {"size": 5},
                                      "tenantHeader": "x-team"},
