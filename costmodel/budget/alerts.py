@@ -223,11 +223,12 @@ def _threshold_records(spec: BudgetSpec, crossed: Sequence[Threshold], ahead: Se
         old = alert_state.record(t.percent)
         is_crossed = t in crossed
         if (is_crossed or t in ahead) and not _alerted_in(old, period_start):
-            send = ThresholdAction.ALERT in t.actions
-            if send:
+            if ThresholdAction.ALERT in t.actions:
                 newly_alerted.append(t.percent)
-            records.append(ThresholdRecord(t.percent, False, is_crossed,
-                                           now if send else (old.last_alert_time if old else None), period_start))
+                records.append(ThresholdRecord(t.percent, False, is_crossed, now, period_start))
+            else:  # decided without an alert: when and in which period it last alerted stay as they were
+                records.append(ThresholdRecord(t.percent, False, is_crossed, old.last_alert_time if old else None,
+                                               old.alerted_period_start if old else None))
         elif is_crossed and old is not None:  # decided earlier this period (so ``old`` is there): mark the crossing
             records.append(replace(old, crossed=True))
         else:
@@ -254,14 +255,21 @@ def _forecast_record(spec: BudgetSpec, spend: SpendToDate, forecast_usd: Decimal
 
 def _alerted_in_closed_period(alert_state: AlertState) -> tuple[FiringAlert, ...]:
     """The threshold and forecast alerts sent in the period ``alert_state`` describes (read back from
-    ``status.thresholds``, so a recovery decided after a restart resolves them too), thresholds first."""
+    ``status.thresholds``, so a recovery decided after a restart resolves them too), thresholds first.
+
+    A record's ``alerted_period_start`` is the period it last alerted in (a threshold crossed without the
+    ``Alert`` action keeps the one it had), so that alone says which alerted in this period. Its alert time is not
+    compared with the period's start: after a ``spec.timeZone`` change the period in progress is relabelled with
+    the new zone's start (``state.carried_over``), which can be later than alerts sent before the change (UTC to
+    America/New_York at noon: the 01:00Z alert is before the 05:00Z start) or earlier than an alert of the day
+    before (UTC to Asia/Tokyo: 15:00Z the day before).
+    """
     start = alert_state.period_start
     return tuple(
         FiringAlert(AlertKind.FORECAST_EXCEEDED if r.forecast else AlertKind.THRESHOLD_CROSSED, r.percent,
                     r.last_alert_time)
         for r in sorted(alert_state.records, key=lambda r: (r.forecast, r.percent))
-        if start is not None and r.alerted_period_start == start and r.last_alert_time is not None
-        and r.last_alert_time >= start)
+        if start is not None and r.alerted_period_start == start and r.last_alert_time is not None)
 
 
 def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecast_usd: Decimal | None,

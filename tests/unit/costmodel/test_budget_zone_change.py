@@ -113,3 +113,44 @@ def test_a_period_change_is_a_new_period() -> None:
     ev, _ = step(weekly, status, 2, utc(2026, 11, 30, 12, 0))
     assert [a.kind for a in ev.plan.alerts] == [AlertKind.RECOVERED]
     assert ev.plan.enforced_services == ()
+
+
+def test_the_recovery_after_a_zone_change_resolves_the_thresholds_alerted_before_it() -> None:
+    """UTC to America/New_York at 12:00Z after 50 % (01:00Z) and 80 % (01:30Z) alerted in the UTC day: New York's
+    day, which the period in progress now ends with, began at 05:00Z, after both alerts. The Recovered notice at
+    New York's midnight resolves both (it resolved none: each alert's time was compared with the new start)."""
+    _, status = step(SPEC, None, 30, utc(2026, 11, 30, 0, 0))  # 30 replicas at 2 USD/h: 60 USD/h
+    ev, status = step(SPEC, status, 30, utc(2026, 11, 30, 1, 0))
+    assert [a.thresholds_percent for a in ev.plan.alerts] == [(50,)]
+    ev, status = step(SPEC, status, 0, utc(2026, 11, 30, 1, 30))  # 90 USD; none runs from here on
+    assert [a.thresholds_percent for a in ev.plan.alerts] == [(80,)]
+    ny = {**SPEC, "timeZone": "America/New_York"}
+    ev, status = step(ny, status, 0, utc(2026, 11, 30, 12, 0))
+    assert ev.plan.alerts == () and ev.plan.period_start == utc(2026, 11, 30, 5, 0)
+    ev, _ = step(ny, status, 0, utc(2026, 12, 1, 5, 0, 30))
+    (recovered,) = ev.plan.alerts
+    assert recovered.kind is AlertKind.RECOVERED
+    assert [(f.kind, f.threshold_percent, f.starts_at) for f in recovered.resolves] == [
+        (AlertKind.THRESHOLD_CROSSED, 50, utc(2026, 11, 30, 1, 0)),
+        (AlertKind.THRESHOLD_CROSSED, 80, utc(2026, 11, 30, 1, 30))]
+
+
+def test_the_recovery_leaves_out_a_threshold_that_did_not_alert_in_the_period() -> None:
+    """A threshold that alerted the day before and lost its Alert action: crossed again today it is recorded
+    (``status.thresholds``) but sends nothing, so today's recovery does not resolve it; after a zone change
+    whose new period began before its old alert time (UTC to Asia/Tokyo: 15:00Z the day before) neither."""
+    loud = {**SPEC, "thresholds": [{"percent": p, "actions": ["Alert"]} for p in (50, 80, 100)]}
+    quiet = {**SPEC, "thresholds": [{"percent": 50, "actions": ["Alert"]},
+                                    {"percent": 80, "actions": ["CapReplicas"], "capReplicas": 2}]}
+    _, status = step(loud, None, 30, utc(2026, 11, 29, 22, 0))
+    ev, status = step(loud, status, 30, utc(2026, 11, 29, 23, 40))  # 100 USD: 50 %, 80 %, 100 % alerted
+    assert [a.thresholds_percent for a in ev.plan.alerts] == [(50, 80, 100)]
+    ev, status = step(quiet, status, 30, utc(2026, 11, 30, 1, 30))  # a new UTC day: 90 USD, 50 % and 80 %
+    assert [(a.kind, a.thresholds_percent) for a in ev.plan.alerts] == [
+        (AlertKind.RECOVERED, ()), (AlertKind.THRESHOLD_CROSSED, (50,))]
+    tokyo = {**quiet, "timeZone": "Asia/Tokyo"}
+    ev, status = step(tokyo, status, 0, utc(2026, 11, 30, 12, 0))
+    assert ev.plan.alerts == () and ev.plan.period_start == utc(2026, 11, 29, 15, 0)
+    ev, _ = step(tokyo, status, 0, utc(2026, 11, 30, 15, 0, 30))
+    (recovered,) = ev.plan.alerts
+    assert [(f.threshold_percent, f.starts_at) for f in recovered.resolves] == [(50, utc(2026, 11, 30, 1, 30))]
