@@ -19,6 +19,12 @@ Rules (times are timezone-aware UTC, passed in as ``now``; nothing here reads th
 * **Expiry** (reported as abandoned, with the target, the number of rounds and the last error): at the end of
   the alert's budget period (the message is about a period that is over), when its notification was removed
   from ``spec.notifications``, or when the outbox is full (:data:`MAX_PENDING`, oldest first).
+* **A renamed notification keeps its entries**: each entry records its notification's target (``target``: type,
+  Secret and URL key, :attr:`modalscale.api.budgetpolicy.Notification.target`); an entry whose name is no longer
+  in ``spec.notifications`` goes on, with its rounds so far, to the first notification with that target, as an
+  Alertmanager receiver renamed in its configuration goes on getting the alerts still firing. Only an entry whose
+  target is gone too (or that predates the field) is abandoned as removed; one whose target already has the same
+  alert pending is merged into it (one send to one webhook).
 * **At least once, not exactly once**: a crash after a send and before the status write that removes the
   entry sends it once more on restart. So that the second copy can say so, the status patch written before a
   round marks each entry it will send (``sendingSince``, ``sendingBy``: the sending process); a finished round
@@ -36,7 +42,7 @@ none and ``lastError`` comes from the sender's redacted message.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
@@ -141,6 +147,8 @@ class PendingAlert:
         last_error: The sender's redacted message of the last failure (never a URL or secret).
         sending_since: When a round of this entry was started and not yet recorded (UTC); None otherwise.
         sending_by: The process that started it (:func:`mark_sending`'s ``holder``).
+        target: Where ``notification`` posts (``Notification.target``: ``type:secretName/urlKey``); None when
+            not known (an entry written before this field, or by a caller that passed no targets).
     """
 
     notification: str
@@ -152,6 +160,7 @@ class PendingAlert:
     last_error: str | None = None
     sending_since: datetime | None = None
     sending_by: str | None = None
+    target: str | None = None
 
     @property
     def key(self) -> OutboxKey:
@@ -228,14 +237,15 @@ def backoff_s(attempts: int) -> int:
 
 
 def enqueue(outbox: Sequence[PendingAlert], alerts: Iterable[BudgetAlert | AlertMessage],
-            notifications: Sequence[str], now: datetime, *, max_pending: int = MAX_PENDING
-            ) -> tuple[tuple[PendingAlert, ...], tuple[Abandoned, ...]]:
+            notifications: Sequence[str], now: datetime, *, max_pending: int = MAX_PENDING,
+            targets: Mapping[str, str] | None = None) -> tuple[tuple[PendingAlert, ...], tuple[Abandoned, ...]]:
     """Add one entry per (alert, notification), due at ``now``, after those already pending.
 
     Args:
         alerts: Alerts decided now, in the order rooms should see them.
         notifications: ``spec.notifications[].name``, in spec order.
         max_pending: Bound of the outbox; the oldest entries beyond it are abandoned (:data:`OUTBOX_FULL`).
+        targets: Name -> ``Notification.target``, recorded on each entry (:attr:`PendingAlert.target`).
     Returns:
         (the new outbox, the entries dropped to keep the bound).
     Raises:
@@ -247,7 +257,7 @@ def enqueue(outbox: Sequence[PendingAlert], alerts: Iterable[BudgetAlert | Alert
     for alert in alerts:
         message = alert if isinstance(alert, AlertMessage) else AlertMessage.from_alert(alert)
         for name in notifications:
-            entry = PendingAlert(name, message, now)
+            entry = PendingAlert(name, message, now, target=(targets or {}).get(name))
             if entry.key not in have:
                 out.append(entry)
                 have.add(entry.key)
@@ -305,21 +315,29 @@ def next_due_s(outbox: Sequence[PendingAlert], now: datetime,
 
 def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], now: datetime,
                  notifications: Collection[str] | None,
-                 in_flight: Collection[OutboxKey] = frozenset()) -> OutboxUpdate:
-    """Apply finished delivery rounds, then expire what can no longer be delivered.
+                 in_flight: Collection[OutboxKey] = frozenset(),
+                 targets: Mapping[str, str] | None = None) -> OutboxUpdate:
+    """Apply finished delivery rounds, then carry entries of renamed notifications and expire what can no longer
+    be delivered.
 
     Args:
         outbox: ``status.pendingAlerts`` as stored.
         attempts: Rounds finished since the outbox was stored; one for an entry no longer pending is ignored.
         now: Timezone-aware UTC instant of this evaluation.
-        notifications: ``spec.notifications[].name`` now; None = unknown (invalid spec): expire by period only.
-        in_flight: Keys being sent right now: never expired here (the round in flight decides their fate).
+        notifications: ``spec.notifications[].name`` now, in spec order; None = unknown (invalid spec): expire by
+            period only.
+        in_flight: Keys being sent right now: never expired or carried here (the round in flight decides their
+            fate; a failed one is carried at the next call).
+        targets: Name -> ``Notification.target`` of ``notifications`` (None: not known, nothing is carried).
     Returns:
         :class:`OutboxUpdate`: delivered entries removed; failed ones with ``attempts + 1``, the sending mark
         cleared, ``last_reason``,
         ``last_error`` (cut to :data:`MAX_ERROR_CHARS`), ``first_attempt_time`` set once and
         ``next_attempt_time = now + backoff_s(attempts)``; then entries whose period ended
-        (``period_end <= now``) or whose notification is gone are abandoned.
+        (``period_end <= now``) are abandoned; an entry whose notification is gone goes on to the first of
+        ``notifications`` with its :attr:`~PendingAlert.target` (one entry with the one pending there already,
+        :func:`_merged`; none when delivered there in these rounds), else is abandoned; an entry of a
+        notification still there records its target now.
     Raises:
         ValueError: Naive ``now``.
     """
@@ -328,6 +346,9 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
     pending: list[PendingAlert] = []
     delivered: list[PendingAlert] = []
     abandoned: list[Abandoned] = []
+    names = list(notifications) if notifications is not None else None
+    targets = targets or {}
+    kept = {a.key for a in by_key.values() if a.delivered}
     for e in outbox:
         a = by_key.get(e.key)
         if a is not None:
@@ -343,11 +364,27 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
             pending.append(e)
         elif e.message.period_end <= now:
             abandoned.append(Abandoned(e, PERIOD_ENDED))
-        elif notifications is not None and e.notification not in notifications:
-            abandoned.append(Abandoned(e, NOTIFICATION_REMOVED))
+        elif names is not None and e.notification not in names:
+            renamed = next((n for n in names if e.target is not None and targets.get(n) == e.target), None)
+            if renamed is None:
+                abandoned.append(Abandoned(e, NOTIFICATION_REMOVED))
+            elif (carried := replace(e, notification=renamed)).key not in kept:  # else delivered there just now
+                pending.append(carried)
         else:
-            pending.append(e)
-    return OutboxUpdate(tuple(pending), tuple(delivered), tuple(abandoned))
+            target = targets.get(e.notification, e.target)
+            pending.append(e if target == e.target else replace(e, target=target))
+    return OutboxUpdate(_merged(pending), tuple(delivered), tuple(abandoned))
+
+
+def _merged(pending: Sequence[PendingAlert]) -> tuple[PendingAlert, ...]:
+    """``pending`` with one entry per key: an entry carried to a renamed notification that already had the alert
+    pending is one entry, at the first one's place, with the rounds of whichever failed more (its failures are
+    the target's: ``AlertDelivered`` goes on naming them)."""
+    first: dict[OutboxKey, PendingAlert] = {}
+    for e in pending:
+        if e.key not in first or e.attempts > first[e.key].attempts:
+            first[e.key] = e
+    return tuple(first.values())
 
 
 __all__ = [

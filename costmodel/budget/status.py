@@ -366,6 +366,8 @@ def _pending_json(entry: PendingAlert) -> PendingAlertStatus:
         out["sendingSince"] = format_time(entry.sending_since)
     if entry.sending_by:
         out["sendingBy"] = entry.sending_by
+    if entry.target:
+        out["target"] = entry.target
     return out
 
 
@@ -390,7 +392,8 @@ def _pending_read(item: Mapping[str, Any], policy: PolicyRef, path: str) -> Pend
                             parse_time(first, f"{path}.firstAttemptTime") if first else None,
                             item.get("lastReason") or None, item.get("lastError") or None,
                             parse_time(sending, f"{path}.sendingSince") if sending else None,
-                            str(item["sendingBy"]) if item.get("sendingBy") else None)
+                            str(item["sendingBy"]) if item.get("sendingBy") else None,
+                            str(item["target"]) if item.get("target") else None)
     except LedgerFormatError as exc:
         raise InvalidBudgetStatus(str(exc)) from None
     except (KeyError, ValueError, TypeError) as exc:

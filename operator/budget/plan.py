@@ -47,7 +47,8 @@ Rules decided here (the rest is ``plan_budget``'s):
   again (30 s x 2^(attempts-1), at most 15 min). A crash after a send and before that status write sends it
   once more. Entries expire when their period ends or their notification is removed: that is reported
   (``AlertDelivered=False``, reason ``DeliveryAbandoned``, and a Warning Event naming the target and the last
-  error), never silent.
+  error), never silent. A notification renamed with the same target (type, Secret, URL key) is not removed: its
+  entries go on to the new name (``outbox.outbox_after``).
 * **Spend anomalies** (``modalscale.costmodel.anomaly``): every evaluation adds one burn-rate sample per priced
   service to a history the caller keeps (exported to Prometheus and read back after a restart:
   ``modalscale.operator.budget.history``); a service whose burn rate leaves its own seasonal (or, at first,
@@ -1064,10 +1065,12 @@ def with_drivers(alerts: Sequence[BudgetAlert], services: Sequence[ServiceState]
 
 def _outbox_update(outbox: Sequence[PendingAlert], attempts: Sequence[Attempt], alerts: Sequence[BudgetAlert],
                    spec: BudgetSpec, now: dt.datetime, in_flight: Collection[OutboxKey]) -> OutboxUpdate:
-    """The outbox after the finished rounds, expiry, then this evaluation's alerts (one entry per target)."""
+    """The outbox after the finished rounds, expiry (entries of a renamed notification go on to the one with their
+    target), then this evaluation's alerts (one entry per target)."""
     names = [n.name for n in spec.notifications]
-    update = outbox_after(outbox, attempts, now, names, in_flight)
-    pending, dropped = enqueue(update.pending, alerts, names, now)
+    targets = {n.name: n.target for n in spec.notifications}
+    update = outbox_after(outbox, attempts, now, names, in_flight, targets)
+    pending, dropped = enqueue(update.pending, alerts, names, now, targets=targets)
     return OutboxUpdate(pending, update.delivered, update.abandoned + dropped)
 
 

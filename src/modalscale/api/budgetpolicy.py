@@ -361,6 +361,13 @@ class Notification(_Spec):
     type: NotifierType
     secret_ref: SecretRef = Field(alias="secretRef")
 
+    @property
+    def target(self) -> str:
+        """Where it posts, whatever its name: ``<type>:<secretRef.name>/<secretRef.urlKey>`` (the platform and the
+        Secret key that holds the URL; no URL or secret). Two notifications with one target post to one webhook: a
+        pending alert of a renamed notification goes on to the one with its target (``costmodel.outbox``)."""
+        return f"{self.type.value}:{self.secret_ref.name}/{self.secret_ref.url_key}"
+
 
 class BudgetSpec(_Spec):
     """Typed ``BudgetPolicy.spec`` (field names snake_case; the CRD's camelCase are accepted as aliases)."""

@@ -222,6 +222,7 @@ class PendingAlertStatus(TypedDict):
     """One item of ``status.pendingAlerts`` (the outbox): an alert not yet accepted by one notification target."""
 
     notification: str
+    target: NotRequired[str]
     kind: str
     thresholdsPercent: NotRequired[list[int]]
     resolves: NotRequired[list[ResolvedAlertStatus]]

@@ -154,6 +154,46 @@ def test_entries_of_a_removed_notification_are_abandoned_unless_in_flight_or_the
     assert outbox_after(outbox, [], T0 + timedelta(seconds=1), None).pending == outbox
 
 
+TARGETS = {"slack": "Slack:s/url", "ding": "DingTalk:d/url"}
+
+
+def test_entries_of_a_renamed_notification_go_on_to_the_one_with_the_same_target() -> None:
+    """ding renamed oncall (same type, Secret and URL key): its entry goes on there with its rounds; one in flight
+    is carried once its round is recorded; one whose target already has the alert is merged; without the same
+    target (or an entry written before targets were recorded) it is abandoned, reported."""
+    outbox, _ = enqueue((), [make_alert()], ["slack", "ding"], T0, targets=TARGETS)
+    slack, ding = outbox
+    assert [e.target for e in outbox] == ["Slack:s/url", "DingTalk:d/url"]
+    renamed = {"slack": "Slack:s/url", "oncall": "DingTalk:d/url"}
+    t1 = T0 + timedelta(seconds=1)
+    after = outbox_after(outbox, [failed(ding, T0)], t1, ["slack", "oncall"], targets=renamed)
+    assert after.abandoned == () and after.pending[0] == slack
+    carried = after.pending[1]
+    assert (carried.notification, carried.attempts, carried.last_reason, carried.target, carried.message) == (
+        "oncall", 1, "ServerError", "DingTalk:d/url", ding.message)
+    busy = outbox_after(outbox, [], t1, ["slack", "oncall"], in_flight={ding.key}, targets=renamed)
+    assert busy.pending == outbox and busy.abandoned == ()
+    done = outbox_after(busy.pending, [failed(ding, t1)], t1 + timedelta(seconds=1), ["slack", "oncall"],
+                        targets=renamed)
+    assert [(e.notification, e.attempts) for e in done.pending] == [("slack", 0), ("oncall", 1)]
+    # Two names for one webhook, one removed: the alert pending for the other is not sent twice.
+    twice, _ = enqueue((), [make_alert()], ["slack", "slack2"], T0, targets={"slack": "Slack:s/url",
+                                                                            "slack2": "Slack:s/url"})
+    both = outbox_after(twice, [], t1, ["slack"], targets=TARGETS)
+    assert both.pending == (slack,) and both.abandoned == ()
+    # ... with the failed rounds of either (AlertDelivered goes on naming the failure), and none once delivered.
+    merged = outbox_after(twice, [failed(twice[1], T0)], t1, ["slack"], targets=TARGETS)
+    assert [(e.notification, e.attempts, e.last_reason) for e in merged.pending] == [("slack", 1, "ServerError")]
+    assert outbox_after(twice, [ok(twice[0], T0)], t1, ["slack"], targets=TARGETS).pending == ()
+    elsewhere = outbox_after(outbox, [], t1, ["slack", "oncall"], targets={**renamed, "oncall": "DingTalk:d2/url"})
+    assert [(a.entry, a.why) for a in elsewhere.abandoned] == [(ding, NOTIFICATION_REMOVED)]
+    legacy = replace(ding, target=None)
+    assert [a.why for a in outbox_after((legacy,), [], t1, ["oncall"], targets=renamed).abandoned] == [
+        NOTIFICATION_REMOVED]
+    # An entry written before targets were recorded records its notification's target at the next evaluation.
+    assert outbox_after((legacy,), [], t1, ["ding"], targets=TARGETS).pending == (ding,)
+
+
 def test_a_full_outbox_abandons_the_oldest_entries() -> None:
     first, _ = enqueue((), [make_alert(T0)], ["a", "b"], T0)
     later = make_alert(T0 + timedelta(seconds=5), spent="106")
@@ -165,11 +205,12 @@ def test_a_full_outbox_abandons_the_oldest_entries() -> None:
 
 def test_status_round_trip_keeps_every_field_and_payloads_byte_for_byte() -> None:
     alert = make_alert()
-    outbox, _ = enqueue((), [alert], ["slack"], T0)
-    after = outbox_after(outbox, [failed(outbox[0], T0)], T0 + timedelta(seconds=2), ["slack"])
+    outbox, _ = enqueue((), [alert], ["slack"], T0, targets=TARGETS)
+    after = outbox_after(outbox, [failed(outbox[0], T0)], T0 + timedelta(seconds=2), ["slack"], targets=TARGETS)
     status = {"pendingAlerts": [pending_json(e) for e in after.pending]}
     (item,) = status["pendingAlerts"]
     assert item["attempts"] == 1 and item["nextAttemptTime"] == "2026-11-30T10:00:32Z"
+    assert item["target"] == "Slack:s/url"
     assert item["firstAttemptTime"] == "2026-11-30T10:00:00Z" and item["lastReason"] == "ServerError"
     assert item["thresholdsPercent"] == [50, 100] and item["periodEnd"] == "2026-12-01T00:00:00Z"
     assert read_budget(status, POLICY).outbox == after.pending

@@ -522,6 +522,38 @@ def test_removing_a_notification_abandons_its_entries_with_a_warning_event() -> 
     assert [e.notification for e in after.sends] == ["slack"]
 
 
+def test_renaming_a_notification_carries_its_pending_entries_to_the_same_target() -> None:
+    """spec.notifications[].name renamed (ding to oncall) while ding's entry waits for its retry: the target (type,
+    Secret and URL key) is the same, so the entry goes on to it with its failed rounds, as an Alertmanager receiver
+    renamed in its config keeps getting the alerts that still fire. It was abandoned (DeliveryAbandoned: 1 of 2
+    entries lost)."""
+    p2, plan = first_alert()
+    slack, ding = plan.sends
+    sent = T0 + dt.timedelta(seconds=CROSSED_50)
+    failed = plan_policy(p2, observed(make_isvc()), CATALOG,
+                         [Attempt(slack.key, True, "Delivered", "ok", sent),
+                          Attempt(ding.key, False, "ServerError", "DingTalk answered HTTP 503", sent)],
+                         sent + dt.timedelta(seconds=1))
+    p3 = persisted(p2, failed.status_patch)
+    p3["spec"]["notifications"] = [NOTIFICATIONS[0], {**NOTIFICATIONS[1], "name": "oncall"}]
+    p3["metadata"]["generation"] = 2
+    later = sent + dt.timedelta(seconds=40)
+    after = plan_policy(p3, observed(make_isvc()), CATALOG, [], later)
+    assert [(i["notification"], i["attempts"], i["lastReason"]) for i in after.status_patch["pendingAlerts"]] == [
+        ("oncall", 1, "ServerError")]
+    assert [(e.notification, e.message.title) for e in after.sends] == [("oncall", ding.message.title)]
+    assert "DeliveryAbandoned" not in [e[1] for e in after.events]
+    c = get(after.status_patch["conditions"], "AlertDelivered")
+    assert (c["status"], c["reason"]) == ("False", "ServerError") and c["message"].startswith("oncall: ")
+    # Renamed to a notification with another Secret: another target, so the entry is given up, and reported.
+    p3["spec"]["notifications"] = [NOTIFICATIONS[0], {**NOTIFICATIONS[1], "name": "oncall",
+                                                      "secretRef": {"name": "d2"}}]
+    moved = plan_policy(p3, observed(make_isvc()), CATALOG, [], later)
+    assert moved.status_patch["pendingAlerts"] == [] and moved.sends == ()
+    (event,) = [e for e in moved.events if e[1] == "DeliveryAbandoned"]
+    assert event[0] == "Warning" and "notification ding" in event[2]
+
+
 def test_an_entry_still_failing_at_the_end_of_its_period_is_abandoned_and_reported() -> None:
     p2, plan = first_alert()
     slack, ding = plan.sends
