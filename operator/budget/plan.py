@@ -59,7 +59,9 @@ Rules decided here (the rest is ``plan_budget``'s):
   held) and says so in ``SpendAnomalyHistory=False``. The detector's sample minimums are scaled to the
   policy's ``evaluationIntervalSeconds`` (``anomaly.for_interval``: fixed ones were never met from about
   2400 s), and a service that has too little history for a decision is named in
-  ``SpendAnomalyDetection=False`` / ``InsufficientHistory`` with when its first decision comes.
+  ``SpendAnomalyDetection=False`` / ``InsufficientHistory`` with when its first decision comes; once no selected
+  service has a burn rate any more the condition is ``Unknown`` (``NothingPriced`` / ``NoServicesSelected``),
+  not its last value.
 * **AlertDelivered**: ``False`` (reason of the last failure) while an entry has failed at least once; ``False``
   / ``DeliveryAbandoned`` when an entry was given up, until a later delivery succeeds; ``True`` / ``Delivered``
   once deliveries succeeded and no entry has a failed attempt; ``Unknown`` / ``NoAlertSent`` before any.
@@ -107,6 +109,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     NO_ALERT_SENT,
     NO_SERVICES_SELECTED,
     NO_SPOT_SWITCH,
+    NOTHING_PRICED,
     READY,
     SPEND_ANOMALY_DETECTION,
     SPEND_ANOMALY_HISTORY,
@@ -746,6 +749,8 @@ def _interval(policy: Mapping[str, Any]) -> int:
 def _events_for(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
     events = []
     for c in cond.transitions(old, new):
+        if c["type"] == SPEND_ANOMALY_DETECTION and c["reason"] == HISTORY_UNAVAILABLE:
+            continue  # the cause's one Event is SpendAnomalyHistory's Warning (it went False when the read failed)
         bad = ((c["type"] == READY and c["status"] == cond.FALSE)
                or (c["type"] == BUDGET_EXCEEDED and c["status"] == cond.TRUE)
                or (c["type"] == ALERT_DELIVERED and c["status"] == cond.FALSE)
@@ -1000,20 +1005,32 @@ def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
     if started:
         alerts += (spend_anomaly_alert(plan, spec, ref, [a.describe() for a in started],
                                        [f"{a.namespace}/{a.name}" for a in started]),)
-    detection = _detection_condition(samples, history, config, spec.evaluation_interval_s, history_read)
+    detection = _detection_condition(samples, history, config, spec.evaluation_interval_s, history_read,
+                                     drivers[0])
     return with_drivers(alerts, *drivers), state, detection
 
 
 def _detection_condition(samples: Mapping[tuple[str, str], BurnSample],
                          history: Mapping[tuple[str, str], Sequence[BurnSample]] | None, config: AnomalyConfig,
-                         interval_s: float, history_read: HistoryRead | None) -> cond.Condition | None:
+                         interval_s: float, history_read: HistoryRead | None,
+                         services: Sequence[ServiceState] = ()) -> cond.Condition:
     """``SpendAnomalyDetection``: True when every sampled service's sample was scored against a baseline, False
     naming those with too little history (the samples their baseline needs, since when they have samples and when
-    the first decision comes at this interval), or while the history could not be read; None without a sample
-    (nothing to watch). The message moves only when the history does not accrue as expected: conditions are
-    material to the status heartbeat, so a count that grew every evaluation would write the status every time."""
+    the first decision comes at this interval), or while the history could not be read. Without a sample (no
+    selected service has a burn rate: none priced, or their pods not listed) Unknown: ``NothingPriced`` naming
+    the selected ``services`` and why, or ``NoServicesSelected`` (:func:`_wanted_conditions` writes it only over
+    one written before: a stale True would say they are still scored). The message
+    moves only when the history does not accrue as expected: conditions are material to the status heartbeat, so a
+    count that grew every evaluation would write the status every time."""
     if not samples:
-        return None
+        if not services:
+            return cond.Condition(SPEND_ANOMALY_DETECTION, cond.UNKNOWN, NO_SERVICES_SELECTED,
+                                  "No spend anomaly is decided: spec.selector selects no InferenceService")
+        why = [f"{s.namespace}/{s.name}: {s.unknown_reason or 'no price'}" for s in services[:5]]
+        more = f"; and {len(services) - 5} more" if len(services) > 5 else ""
+        return cond.Condition(SPEND_ANOMALY_DETECTION, cond.UNKNOWN, NOTHING_PRICED,
+                              f"No spend anomaly is decided: no selected InferenceService has a burn rate now "
+                              f"({'; '.join(why)}{more})")
     if history_read is not None and not history_read.ok:
         return cond.Condition(SPEND_ANOMALY_DETECTION, cond.FALSE, HISTORY_UNAVAILABLE,
                               "No spend anomaly is decided while the burn-rate history cannot be read (see "
@@ -1117,7 +1134,7 @@ def _wanted_conditions(ready: cond.Condition, exceeded: cond.Condition, plan: Bu
     """Every condition this evaluation writes: Ready, BudgetExceeded, AlertDelivered, then SpotFallback (only for
     policies that use SwitchToSpot, or did: the condition then says it is over), SpendAnomalyHistory (only
     when the history is read back from Prometheus) and SpendAnomalyDetection (:func:`_detection_condition`,
-    once a selected service is priced)."""
+    once a selected service was priced)."""
     wanted = [ready, exceeded, _alert_condition(old_conditions, update, update.abandoned)]
     if (any(ThresholdAction.SWITCH_TO_SPOT in t.actions for t in spec.thresholds)
             or cond.get(old_conditions, SPOT_FALLBACK) is not None):
@@ -1126,8 +1143,9 @@ def _wanted_conditions(ready: cond.Condition, exceeded: cond.Condition, plan: Bu
         wanted.append(cond.Condition(
             SPEND_ANOMALY_HISTORY, cond.TRUE if history_read.ok else cond.FALSE,
             HISTORY_READ if history_read.ok else HISTORY_UNAVAILABLE, history_read.message))
-    if detection is not None:
-        wanted.append(detection)
+    if detection is not None and (detection.status != cond.UNKNOWN
+                                  or cond.get(old_conditions, SPEND_ANOMALY_DETECTION) is not None):
+        wanted.append(detection)  # Unknown (nothing has a burn rate) only over one written before
     return wanted
 
 

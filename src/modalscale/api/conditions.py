@@ -152,7 +152,8 @@ SPEND_ANOMALY_HISTORY = "SpendAnomalyHistory"
 """True once the spend-anomaly history was read back from Prometheus after the operator started."""
 SPEND_ANOMALY_DETECTION = "SpendAnomalyDetection"
 """True while every priced service has enough burn-rate history for an anomaly decision (written once a service is
-priced); False names the services without, the samples they hold and need, and when detection starts."""
+priced); False names the services without, the samples they hold and need, and when detection starts; Unknown once
+no selected service has a burn rate (or none is selected) any more."""
 BUDGET_CONDITION_TYPES = (READY, BUDGET_EXCEEDED, ALERT_DELIVERED, SPOT_FALLBACK, SPEND_ANOMALY_HISTORY,
                           SPEND_ANOMALY_DETECTION)
 
@@ -214,6 +215,9 @@ DETECTING = "Detecting"
 """SpendAnomalyDetection True: every priced service's newest sample was scored against a baseline."""
 INSUFFICIENT_HISTORY = "InsufficientHistory"
 """SpendAnomalyDetection False: a priced service has too few burn-rate samples for a baseline (nothing decided)."""
+NOTHING_PRICED = "NothingPriced"
+"""SpendAnomalyDetection Unknown: services are selected but none has a burn rate now (no price, or its pods could
+not be listed), so nothing is scored (``NoServicesSelected`` when none is selected any more)."""
 
 
 # ============================================================================================= the autoscaler

@@ -7,9 +7,24 @@ import datetime as dt
 from dataclasses import replace
 
 from modalscale.costmodel.outbox import OutboxUpdate
-from modalscale.operator.budget.plan import _alert_condition, plan_policy
+from modalscale.operator.budget.plan import PolicyPlan, _alert_condition, plan_policy
 from modalscale.operator.budget.spend_anomalies import HistoryRead
-from tests.unit.operator.test_budget_plan import CATALOG, T0, first_alert, make_isvc, make_policy, observed, persisted
+from tests.unit.operator.test_budget_plan import (
+    CATALOG,
+    T0,
+    _flat_history,
+    first_alert,
+    make_isvc,
+    make_pod,
+    make_policy,
+    observed,
+    persisted,
+)
+
+
+def get_condition(plan: PolicyPlan, type_: str) -> tuple[str, str, str]:
+    c = next(c for c in plan.status_patch["conditions"] if c["type"] == type_)
+    return c["status"], c["reason"], c["message"]
 
 
 def test_a_spend_anomaly_history_that_cannot_be_read_is_a_warning_event() -> None:
@@ -41,3 +56,48 @@ def test_alert_delivered_lists_each_failing_receiver_once() -> None:
     assert c.message.count("slack:") == 1 and c.message.count("ding:") == 1
     assert "slack: Slack answered HTTP 503 (2 alerts pending, attempt 3 failed; retrying at" in c.message
     assert "ding: Secret ml/d was not found (attempt 1 failed" in c.message
+
+
+def test_spend_anomaly_detection_says_it_cannot_decide_when_no_service_is_priced_any_more() -> None:
+    """Detecting (a flat history of 2 replicas), then the one service loses its price (a GPU type the catalog does
+    not know) and then its pods cannot be listed: no burn-rate sample, nothing is scored. The condition stayed
+    True/Detecting (stale: 'every priced InferenceService (1) is scored'); now Unknown, naming the service and why."""
+    p0 = make_policy(evaluationIntervalSeconds=1800)
+    two = observed(make_isvc(), pods={"ml": [make_pod("vc", n) for n in range(2)]})
+    first = plan_policy(p0, two, CATALOG, [], T0, history=_flat_history(1800, 96))
+    assert get_condition(first, "SpendAnomalyDetection")[:2] == ("True", "Detecting")
+    p1 = persisted(p0, first.status_patch)
+    t1 = T0 + dt.timedelta(seconds=1800)
+    unpriced = observed(make_isvc(gpu_type="nvidia-z9"), pods={"ml": [make_pod("vc", n) for n in range(2)]})
+    lost = plan_policy(p1, unpriced, CATALOG, [], t1, history=_flat_history(1800, 97))
+    assert lost.burn_samples == {}
+    status, reason, message = get_condition(lost, "SpendAnomalyDetection")
+    assert (status, reason) == ("Unknown", "NothingPriced")
+    assert message.startswith("No spend anomaly is decided: no selected InferenceService has a burn rate now "
+                              "(ml/vc: The pricing catalog has no ") and "nvidia-z9" in message
+    unlisted = plan_policy(p1, observed(make_isvc(), pods={"ml": None}), CATALOG, [], t1,
+                           history=_flat_history(1800, 97))
+    assert get_condition(unlisted, "SpendAnomalyDetection")[:2] == ("Unknown", "NothingPriced")
+    assert "ml/vc: replica count could not be read" in get_condition(unlisted, "SpendAnomalyDetection")[2]
+    # And the selector matching nothing any more: nothing to watch.
+    gone = plan_policy(p1, observed(), CATALOG, [], t1, history=_flat_history(1800, 97))
+    assert get_condition(gone, "SpendAnomalyDetection")[:2] == ("Unknown", "NoServicesSelected")
+    # A policy that never had a priced service has no such condition (nothing was ever watched).
+    never = plan_policy(p0, unpriced, CATALOG, [], T0)
+    assert "SpendAnomalyDetection" not in [c["type"] for c in never.status_patch["conditions"]]
+
+
+def test_prometheus_unreadable_is_one_warning_event_not_also_a_normal_one() -> None:
+    """Detecting, then the operator restarts while Prometheus does not answer: SpendAnomalyHistory=False is the
+    cause's Warning Event; SpendAnomalyDetection, True to False for the same cause, posted a Normal
+    HistoryUnavailable Event repeating it (2 Events for one cause, of two types)."""
+    p0 = make_policy(evaluationIntervalSeconds=1800)
+    two = observed(make_isvc(), pods={"ml": [make_pod("vc", n) for n in range(2)]})
+    first = plan_policy(p0, two, CATALOG, [], T0, history=_flat_history(1800, 96),
+                        history_read=HistoryRead(True, "Read 96 samples"))
+    assert get_condition(first, "SpendAnomalyDetection")[:2] == ("True", "Detecting")
+    down = plan_policy(persisted(p0, first.status_patch), two, CATALOG, [], T0 + dt.timedelta(seconds=1800),
+                       history={}, history_read=HistoryRead(False, "Prometheus at http://p did not answer"))
+    assert get_condition(down, "SpendAnomalyDetection")[:2] == ("False", "HistoryUnavailable")
+    assert [e[:2] for e in down.events if e[1] == "HistoryUnavailable"] == [("Warning", "HistoryUnavailable")]
+    assert "SpendAnomalyHistory=False" in [e[2] for e in down.events if e[1] == "HistoryUnavailable"][0]
