@@ -749,8 +749,10 @@ def _interval(policy: Mapping[str, Any]) -> int:
 def _events_for(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
     events = []
     for c in cond.transitions(old, new):
-        if c["type"] == SPEND_ANOMALY_DETECTION and c["reason"] == HISTORY_UNAVAILABLE:
-            continue  # the cause's one Event is SpendAnomalyHistory's Warning (it went False when the read failed)
+        if c["type"] == SPEND_ANOMALY_DETECTION and (c["reason"] == HISTORY_UNAVAILABLE or c["status"] == cond.UNKNOWN):
+            # The cause's one Event is another condition's: SpendAnomalyHistory's Warning (it went False when the
+            # read failed), Ready's GovernanceBlind or NoServicesSelected (nothing has a burn rate).
+            continue
         bad = ((c["type"] == READY and c["status"] == cond.FALSE)
                or (c["type"] == BUDGET_EXCEEDED and c["status"] == cond.TRUE)
                or (c["type"] == ALERT_DELIVERED and c["status"] == cond.FALSE)
@@ -1153,19 +1155,42 @@ def _policy_events(stored: BudgetStatus, conditions: list[ConditionStatus], old_
                    ready: cond.Condition, plan: BudgetPlan, alerts: Sequence[BudgetAlert],
                    abandoned: Sequence[Abandoned]) -> list[tuple[str, str, str]]:
     """The Events of an evaluation that writes its status: condition transitions, ``NoServicesSelected`` once on
-    the way in, enforcement and Spot transitions, one per alert, and the abandoned deliveries."""
+    the way in, enforcement and Spot transitions, one per alert, and the abandoned deliveries; one per cause
+    (:func:`_one_per_cause`)."""
     events = _events_for(old_conditions, conditions)
     old_ready = cond.get(old_conditions, READY) or {}
     if ready.reason == NO_SERVICES_SELECTED and old_ready.get("reason") != NO_SERVICES_SELECTED:
         events = [e for e in events if e[1] != NO_SERVICES_SELECTED]
         events.append(("Warning", NO_SERVICES_SELECTED, ready.message))  # once, on the way in
-    events += _enforcement_events(stored.alert_state.enforced, plan.enforced_services)
-    events += _spot_events(stored.alert_state.spot, plan.spot)
-    events += _reject_events(stored.rejections, plan.rejections)
-    for alert in alerts:
-        events.append(("Normal" if alert.kind is AlertKind.RECOVERED else "Warning", alert.kind.value,
-                       alert.title))
-    return _abandoned_events(events, abandoned)
+    per_object = (_enforcement_events(stored.alert_state.enforced, plan.enforced_services)
+                  + _spot_events(stored.alert_state.spot, plan.spot)
+                  + _reject_events(stored.rejections, plan.rejections))
+    alerted = [("Normal" if alert.kind is AlertKind.RECOVERED else "Warning", alert.kind.value, alert.title)
+               for alert in alerts]
+    return _abandoned_events(_one_per_cause(events, per_object, alerted), abandoned)
+
+
+def _one_per_cause(transitions: Sequence[tuple[str, str, str]], per_object: Sequence[tuple[str, str, str]],
+                   alerted: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """One Event per cause, of the right type: the condition ``transitions`` and the ``alerted`` Events (one per
+    alert) keep one Event per reason, the first Warning (else the first), conditions first; the ``per_object``
+    Events (enforcement, Spot, tenants: one per service) are all kept and replace a condition's Event of their
+    reason. So a service that can no longer be priced is Ready's Warning ``GovernanceBlind``, naming it and why,
+    not also BudgetExceeded's Normal one and the alert's Warning of that reason; a Spot fallback is the service's
+    Warning, not also SpotFallback's Normal; SpendAnomalyDetection posts none for a cause another condition
+    reports (``Unknown``: Ready's ``GovernanceBlind`` or ``NoServicesSelected``; ``HistoryUnavailable``:
+    :func:`_events_for`)."""
+    objects = {e[1] for e in per_object}
+    pool = [("transition", i, e) for i, e in enumerate(transitions) if e[1] not in objects]
+    pool += [("alert", i, e) for i, e in enumerate(alerted)]
+    chosen: dict[str, tuple[str, int, tuple[str, str, str]]] = {}
+    for item in pool:
+        reason, type_ = item[2][1], item[2][0]
+        if reason not in chosen or (type_ == "Warning" and chosen[reason][2][0] != "Warning"):
+            chosen[reason] = item
+    kept = {(kind, i) for kind, i, _ in chosen.values()}
+    return ([e for i, e in enumerate(transitions) if ("transition", i) in kept] + list(per_object)
+            + [e for i, e in enumerate(alerted) if ("alert", i) in kept])
 
 
 def _tenant_spend(spec: BudgetSpec, services: Sequence[ServiceState], observed: BudgetObserved, stored: _Stored

@@ -101,3 +101,40 @@ def test_prometheus_unreadable_is_one_warning_event_not_also_a_normal_one() -> N
     assert get_condition(down, "SpendAnomalyDetection")[:2] == ("False", "HistoryUnavailable")
     assert [e[:2] for e in down.events if e[1] == "HistoryUnavailable"] == [("Warning", "HistoryUnavailable")]
     assert "SpendAnomalyHistory=False" in [e[2] for e in down.events if e[1] == "HistoryUnavailable"][0]
+
+
+def test_a_service_that_can_no_longer_be_priced_is_one_warning_event() -> None:
+    """Its pods cannot be listed: Ready=False/GovernanceBlind (Warning), BudgetExceeded=Unknown/GovernanceBlind
+    (Normal), the GovernanceBlind alert's Warning and SpendAnomalyDetection=Unknown/NothingPriced (Normal): 4 Events
+    for one cause, 3 of one reason in both types. Now Ready's Warning only, which names the service and why."""
+    p0 = make_policy()
+    p1 = persisted(p0, plan_policy(p0, observed(make_isvc()), CATALOG, [], T0).status_patch)
+    blind = plan_policy(p1, observed(make_isvc(), pods={"ml": None}), CATALOG, [], T0 + dt.timedelta(minutes=1))
+    assert [a.kind.value for a in blind.alerts] == ["GovernanceBlind"]
+    assert [e[:2] for e in blind.events] == [("Warning", "GovernanceBlind")]
+    assert blind.events[0][2].startswith("Ready=False: ") and "ml/vc: replica count could not be read" in \
+        blind.events[0][2]
+
+
+def test_a_spot_fallback_is_one_warning_event_per_service() -> None:
+    """SpotFallback=True/SpotPendingTimeout posted a Normal Event besides the service's own Warning of the same
+    reason and text (2 Events, of two types, for one fallback); now the service's Warning only."""
+    from tests.unit.operator.test_budget_spot_plan import CATALOG as SPOT_CATALOG
+    from tests.unit.operator.test_budget_spot_plan import NODES, SPOT_KEY, BudgetObserved, SpotSwitch
+    from tests.unit.operator.test_budget_spot_plan import make_isvc as spot_isvc
+    from tests.unit.operator.test_budget_spot_plan import make_pod as spot_pod
+    from tests.unit.operator.test_budget_spot_plan import make_policy as spot_policy
+    from tests.unit.operator.test_budget_spot_plan import persisted as spot_persisted
+
+    batch = spot_isvc("batch", 10, {SPOT_KEY: SpotSwitch("ml/daily", 50).encode()})
+    pods = [spot_pod("batch", 0, "kwok-gpu-0"), spot_pod("batch", 1, "kwok-gpu-0"),
+            spot_pod("batch", 2, None, spot=True, created="2026-11-30T10:30:00Z")]
+    obs = BudgetObserved([batch], {"ml": pods}, NODES)
+    base = spot_policy(timeout_s=120, limit="1")
+    t1 = T0 + dt.timedelta(minutes=30)
+    p1 = spot_persisted(base, plan_policy(base, obs, SPOT_CATALOG, [], T0).status_patch)
+    p2 = spot_persisted(p1, plan_policy(p1, obs, SPOT_CATALOG, [], t1).status_patch)
+    plan = plan_policy(p2, obs, SPOT_CATALOG, [], t1 + dt.timedelta(seconds=120))
+    assert get_condition(plan, "SpotFallback")[:2] == ("True", "SpotPendingTimeout")
+    assert [e[:2] for e in plan.events if e[1] == "SpotPendingTimeout"] == [("Warning", "SpotPendingTimeout")]
+    assert "InferenceService ml/batch: " in [e[2] for e in plan.events if e[1] == "SpotPendingTimeout"][0]
