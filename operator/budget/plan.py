@@ -110,6 +110,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     NO_SERVICES_SELECTED,
     NO_SPOT_SWITCH,
     NOTHING_PRICED,
+    PROMETHEUS_NOT_CONFIGURED,
     READY,
     SPEND_ANOMALY_DETECTION,
     SPEND_ANOMALY_HISTORY,
@@ -1135,8 +1136,8 @@ def _wanted_conditions(ready: cond.Condition, exceeded: cond.Condition, plan: Bu
                        ) -> list[cond.Condition]:
     """Every condition this evaluation writes: Ready, BudgetExceeded, AlertDelivered, then SpotFallback (only for
     policies that use SwitchToSpot, or did: the condition then says it is over), SpendAnomalyHistory (only
-    when the history is read back from Prometheus) and SpendAnomalyDetection (:func:`_detection_condition`,
-    once a selected service was priced)."""
+    when the history is read back from Prometheus, or was: then Unknown/PrometheusNotConfigured) and
+    SpendAnomalyDetection (:func:`_detection_condition`, once a selected service was priced)."""
     wanted = [ready, exceeded, _alert_condition(old_conditions, update, update.abandoned)]
     if (any(ThresholdAction.SWITCH_TO_SPOT in t.actions for t in spec.thresholds)
             or cond.get(old_conditions, SPOT_FALLBACK) is not None):
@@ -1145,6 +1146,10 @@ def _wanted_conditions(ready: cond.Condition, exceeded: cond.Condition, plan: Bu
         wanted.append(cond.Condition(
             SPEND_ANOMALY_HISTORY, cond.TRUE if history_read.ok else cond.FALSE,
             HISTORY_READ if history_read.ok else HISTORY_UNAVAILABLE, history_read.message))
+    elif cond.get(old_conditions, SPEND_ANOMALY_HISTORY) is not None:  # an operator since started without one
+        wanted.append(cond.Condition(SPEND_ANOMALY_HISTORY, cond.UNKNOWN, PROMETHEUS_NOT_CONFIGURED,
+                                     "The burn-rate history is kept in memory only, not read back after a restart: "
+                                     "MODALSCALE_PROMETHEUS_URL (chart value config.prometheusUrl) is not set"))
     if detection is not None and (detection.status != cond.UNKNOWN
                                   or cond.get(old_conditions, SPEND_ANOMALY_DETECTION) is not None):
         wanted.append(detection)  # Unknown (nothing has a burn rate) only over one written before

@@ -138,3 +138,22 @@ def test_a_spot_fallback_is_one_warning_event_per_service() -> None:
     assert get_condition(plan, "SpotFallback")[:2] == ("True", "SpotPendingTimeout")
     assert [e[:2] for e in plan.events if e[1] == "SpotPendingTimeout"] == [("Warning", "SpotPendingTimeout")]
     assert "InferenceService ml/batch: " in [e[2] for e in plan.events if e[1] == "SpotPendingTimeout"][0]
+
+
+def test_spend_anomaly_history_says_so_once_prometheus_is_no_longer_configured() -> None:
+    """The history was unreadable (False/HistoryUnavailable), then the operator was restarted without
+    MODALSCALE_PROMETHEUS_URL (history_read None: memory only): the condition kept saying Prometheus did not answer,
+    for good. Now Unknown/PrometheusNotConfigured naming the setting; a policy that never had one gets none."""
+    p0 = make_policy()
+    down = plan_policy(p0, observed(make_isvc()), CATALOG, [], T0,
+                       history_read=HistoryRead(False, "Prometheus at http://p did not answer"))
+    assert get_condition(down, "SpendAnomalyHistory")[:2] == ("False", "HistoryUnavailable")
+    memory = plan_policy(persisted(p0, down.status_patch), observed(make_isvc()), CATALOG, [],
+                         T0 + dt.timedelta(minutes=1))
+    status, reason, message = get_condition(memory, "SpendAnomalyHistory")
+    assert (status, reason) == ("Unknown", "PrometheusNotConfigured")
+    assert "MODALSCALE_PROMETHEUS_URL" in message and "memory" in message
+    assert [e[:2] for e in memory.events if e[1] == "PrometheusNotConfigured"] == [
+        ("Normal", "PrometheusNotConfigured")]
+    never = plan_policy(p0, observed(make_isvc()), CATALOG, [], T0)
+    assert "SpendAnomalyHistory" not in [c["type"] for c in never.status_patch["conditions"]]
