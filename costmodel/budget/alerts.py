@@ -209,6 +209,10 @@ def action_lines(actions: Sequence[EnforcementAction], spot: Sequence[SpotRecord
         + (" [dry run, not applied]" if r.dry_run else "") for r in spot if r.state is SpotState.SPOT)
 
 
+MAX_THRESHOLD_RECORDS = 11
+"""Most items of ``status.thresholds`` (the CRD's ``maxItems``: 10 thresholds and the forecast)."""
+
+
 def _alerted_in(record: ThresholdRecord | None, period_start: datetime) -> bool:
     return record is not None and record.alerted_period_start == period_start
 
@@ -251,6 +255,18 @@ def _forecast_record(spec: BudgetSpec, spend: SpendToDate, forecast_usd: Decimal
     if old is not None:
         return replace(old, crossed=bool(forecast_over)), False
     return ThresholdRecord(at, True, bool(forecast_over)), False
+
+
+def _left_the_spec(records: Sequence[ThresholdRecord], alert_state: AlertState, period_start: datetime
+                   ) -> list[ThresholdRecord]:
+    """The records of thresholds (or of a forecast percent) no longer in the spec that alerted in this period, kept
+    until it ends: the recovery resolves their alerts, and one put back is not alerted again this period; after
+    ``records`` (the spec's), at most :data:`MAX_THRESHOLD_RECORDS` in all. Dropped with the spec, the incident
+    their alert opened in an Alertmanager-style receiver was never resolved."""
+    present = {(r.percent, r.forecast) for r in records}
+    left = [replace(r, crossed=False) for r in alert_state.records
+            if (r.percent, r.forecast) not in present and _alerted_in(r, period_start) and r.last_alert_time]
+    return left[:max(0, MAX_THRESHOLD_RECORDS - len(records))]
 
 
 def _alerted_in_closed_period(alert_state: AlertState) -> tuple[FiringAlert, ...]:
@@ -315,7 +331,7 @@ def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecas
         if send:
             alerts.append(make(AlertKind.FORECAST_EXCEEDED, (forecast_record.percent,)))
         records.append(forecast_record)
-    return tuple(alerts), tuple(records)
+    return tuple(alerts), (*records, *_left_the_spec(records, alert_state, spend.period_start))
 
 
 def spend_anomaly_alert(plan: BudgetPlan, spec: BudgetSpec, policy: PolicyRef, anomalies: Sequence[str],

@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+import pytest
+
 from modalscale.api.budgetpolicy import parse_budget_spec
 from modalscale.costmodel.budget import AlertKind, AlertState, BudgetAlert, PolicyRef, ServiceState, plan_budget
 from modalscale.costmodel.outbox import AlertMessage, PendingAlert
@@ -95,3 +97,35 @@ def test_chat_rooms_read_which_alerts_the_recovery_resolves() -> None:
                                  "100 % (since 2026-05-01T20:00:00Z); ForecastExceeded at 100 % "
                                  "(since 2026-05-01T10:00:00Z)")
     assert "Resolved" in slack_payload(recovered)["text"]
+
+
+@pytest.mark.parametrize("forecast", [{"enabled": False}, {"enabled": True, "alertAtPercent": 90}],
+                         ids=["forecast-disabled", "forecast-at-90"])
+def test_an_alert_whose_threshold_or_forecast_left_the_spec_mid_period_is_still_resolved(
+        forecast: dict[str, Any]) -> None:
+    """50 % and the forecast (at 100 %) alerted at 10:00; then spec.thresholds lost its 50 % item and the forecast
+    was disabled (or moved to 90 %); 80 % and 100 % crossed at 20:00. The recovery resolved those two only: the
+    records of 50 % and the forecast left status.thresholds with the spec, so the incidents they opened in an
+    Alertmanager-style receiver stayed open (2 of 4 resolved). Their records now stay until the period ends (4 of
+    4), and 50 % put back the same day is not alerted again (once per period; it was)."""
+    edited = parse_budget_spec({
+        "period": "Daily", "limit": {"amount": "100"}, "forecast": forecast,
+        "thresholds": [{"percent": 80}, {"percent": 100, "actions": ["Alert", "ScaleDown"]}]})
+    plan = plan_budget(SPEC, Decimal("60"), SERVICES, AlertState(), datetime(2026, 5, 1, 10, 0, tzinfo=UTC),
+                       policy=POLICY)
+    assert sorted(a.kind.value for a in plan.alerts) == ["ForecastExceeded", "ThresholdCrossed"]
+    state = read_budget(plan_json(plan)).alert_state
+    plan = plan_budget(edited, Decimal("101"), SERVICES, state, datetime(2026, 5, 1, 20, 0, tzinfo=UTC),
+                       policy=POLICY)
+    assert [(a.kind.value, a.thresholds_percent) for a in plan.alerts] == [("ThresholdCrossed", (80, 100))]
+    state = read_budget(plan_json(plan)).alert_state
+    again = plan_budget(SPEC, Decimal("101"), SERVICES, state, datetime(2026, 5, 1, 21, 0, tzinfo=UTC),
+                        policy=POLICY)
+    assert again.alerts == ()  # 50 % and the forecast back in the spec: alerted already this period
+    plan = plan_budget(edited, Decimal(0), SERVICES, state, datetime(2026, 5, 2, 0, 5, tzinfo=UTC), policy=POLICY)
+    (recovered,) = [a for a in plan.alerts if a.kind is AlertKind.RECOVERED]
+    assert [(f.kind.value, f.threshold_percent) for f in recovered.resolves] == [
+        ("ThresholdCrossed", 50), ("ThresholdCrossed", 80), ("ThresholdCrossed", 100), ("ForecastExceeded", 100)]
+    # The new period's records are the spec's only.
+    assert sorted((r.percent, r.forecast) for r in plan.alert_state.records) == sorted([
+        (80, False), (100, False), *([(90, True)] if forecast["enabled"] else [])])
