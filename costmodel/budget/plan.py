@@ -28,7 +28,7 @@ alert is decided on the lower-bound forecast and says "at least").
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 
@@ -221,6 +221,16 @@ def reject_lines(reject: RejectPlan) -> tuple[str, ...]:
                  + (" [dry run, not applied]" if rs[0].dry_run else "") for t, rs in sorted(by_tenant.items()))
 
 
+def carried_rejections(rejected: Sequence[TenantRejection], period_end: datetime, now: datetime
+                       ) -> tuple[TenantRejection, ...]:
+    """``status.rejectedTenants`` of the period in progress (the caller knows no new period started) as pairs of
+    its current bounds: ``until`` is its end now, ``since`` kept. A ``spec.timeZone`` change moves that end
+    (``state.carried_over``: the period goes on to the new zone's next midnight), and the pairs stored with the
+    old one read as another period's: with the usage unknown every rejection was lifted, and read, each started
+    over. A pair whose ``until`` has passed is of a period that is over (dropped)."""
+    return tuple(replace(r, until=period_end) for r in rejected if r.until > now)
+
+
 def budget_state(spend: SpendToDate, forecast: Decimal | None, crossed: Sequence[Threshold],
                  ahead: Sequence[Threshold], alert_at_percent: int | None,
                  horizon_s: int) -> tuple[BudgetState, str, str]:
@@ -325,8 +335,9 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
     enforcement = plan_enforcement(spec, to_date, crossed, services, ordered, previous, previous_spot,  # 3
                                    horizon_s, now)
     spot, spot_skipped = plan_spot(spec, enforcement.in_force, ordered, previous_spot, now)           # 4
-    reject = plan_rejections(spec, tenants or TenantSpend(None), services, () if new_period else rejected,
-                             to_date.period_start, to_date.period_end, now)                           # 4b
+    reject = plan_rejections(spec, tenants or TenantSpend(None), services,                            # 4b
+                             () if new_period else carried_rejections(rejected, to_date.period_end, now),
+                             to_date.period_start, to_date.period_end, now)
     alerts, records = plan_alerts(spec, policy, to_date, forecast_bound, crossed, enforcement.ahead,  # 5
                                   action_lines(enforcement.actions, spot) + reject_lines(reject),
                                   alert_state, new_period,
@@ -352,5 +363,5 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
         tenant_spent_usd=spent if spec.selector.tenants else None, budgeted=budgeted(spec, services))
 
 
-__all__ = ["BudgetPlan", "budget_state", "budgeted", "front_after_cap", "plan_budget", "rates_after_enforcement",
-           "reject_lines", "scoped_spend", "tenant_blind"]
+__all__ = ["BudgetPlan", "budget_state", "budgeted", "carried_rejections", "front_after_cap", "plan_budget",
+           "rates_after_enforcement", "reject_lines", "scoped_spend", "tenant_blind"]

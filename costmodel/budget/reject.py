@@ -187,7 +187,8 @@ def plan_rejections(spec: BudgetSpec, spend: TenantSpend, services: Sequence[Ser
         spec: Parsed spec; nothing is rejected without ``selector.tenants`` and a ``Reject`` threshold.
         spend: The tenants' spend (:func:`tenant_spend`); unknown: the previous pairs of this period are held.
         services: The selected services.
-        previous: ``status.rejectedTenants`` as read back.
+        previous: ``status.rejectedTenants`` as read back (of this period: ``until`` its end, ``plan_budget``'s
+            ``carried_rejections``).
         period_start, period_end: The current period (UTC).
         now: This evaluation (UTC): ``since`` of a pair that starts now.
     Returns:
@@ -196,7 +197,8 @@ def plan_rejections(spec: BudgetSpec, spend: TenantSpend, services: Sequence[Ser
     thresholds: list[Threshold] = [t for t in spec.thresholds if ThresholdAction.REJECT in t.actions]
     if not spec.selector.tenants or not thresholds:
         return RejectPlan()
-    this_period = [r for r in previous if period_start <= r.since < period_end and r.until == period_end]
+    # Those of this period (a pair carried over a spec.timeZone change may have started before its new start).
+    this_period = [r for r in previous if r.since < period_end and r.until == period_end]
     if not spend.known:
         held = tuple(sorted(this_period, key=lambda r: r.key))
         return RejectPlan(held, True, (f"tenants' spend unknown ({spend.unknown_reason}); "

@@ -155,6 +155,22 @@ def test_a_new_period_with_unknown_usage_holds_nothing_of_the_last_period() -> N
     assert p.rejections == () and p.spent_usd == D(0)
 
 
+@pytest.mark.parametrize("spent", [None, "11"], ids=["usage-unknown", "usage-read"])
+def test_a_time_zone_change_keeps_the_rejections_of_the_period_in_progress(spent: str | None) -> None:
+    """acme rejected at 14:00Z of a UTC day, then spec.timeZone to America/New_York at 15:00Z: the period goes on
+    to New York's midnight (05:00Z), with its rejections. They were read as another period's (since 14:00Z is
+    after the new start, but until 00:00Z was not the new end): with the usage unknown all were lifted (acme served
+    again, 2 of 2 pairs lost); read, they started over (since 15:00Z). Now held, since kept, until the new end."""
+    state, rejected = roundtrip(plan("10"))
+    later = datetime(2026, 12, 2, 15, tzinfo=UTC)
+    p = plan(spent, spec=tenant_spec(timeZone="America/New_York"), alert_state=state, rejected=rejected, now=later,
+             held="10")
+    assert pairs(p) == [("ml", "ocr", "acme"), ("ml", "vc", "acme")]
+    new_end = datetime(2026, 12, 3, 5, tzinfo=UTC)
+    assert p.period_end == new_end
+    assert {(r.since, r.until) for r in p.rejections} == {(NOW, new_end)}
+
+
 def test_dry_run_reports_the_pairs_marked_dry_run() -> None:
     p = plan("10", spec=tenant_spec(enforcement={"dryRun": True}))
     assert pairs(p) and all(r.dry_run for r in p.rejections)
