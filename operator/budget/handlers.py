@@ -54,7 +54,6 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
-from modalscale.api.conditions import ENFORCEMENT_LIFTED
 from modalscale.costmodel.anomaly import AnomalyConfig, BurnSample, for_interval, trim_history
 from modalscale.costmodel.budget.status import read_budget_status
 from modalscale.costmodel.outbox import Attempt, OutboxKey, PendingAlert
@@ -70,6 +69,7 @@ from modalscale.operator.budget.plan import (
     ISVC_PLURAL,
     PolicyPlan,
     lift_all,
+    lift_events,
     observed_namespaces,
     plan_policy,
     tenant_window_s,
@@ -341,16 +341,14 @@ async def run_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: s
 
 
 def lift_caps(deps: Deps, runtime: BudgetRuntime, policy: dict[str, Any], logger: Log) -> int:
-    """Remove this policy's cap annotation from every InferenceService that carries it; returns how many."""
+    """Remove this policy's annotations (cap, Spot, tenants refused and budgeted) from every InferenceService that
+    carries them, with one Event per service and action lifted (``lift_events``); returns how many were removed."""
     isvcs = runtime.observer.list_isvcs(observed_namespaces(policy, deps.settings.budget_admin_namespaces))
-    lifted = 0
-    for w in lift_all(policy, isvcs):
-        if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: None}):
-            lifted += 1
-            deps.writer.event(policy, "Normal", ENFORCEMENT_LIFTED,
-                              f"Budget cap lifted from InferenceService {w.namespace}/{w.name}: policy deleted",
-                              logger, queued=False)
-    return lifted
+    lifted = [w for w in lift_all(policy, isvcs)
+              if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: None})]
+    for type_, reason, message in lift_events(policy, lifted):
+        deps.writer.event(policy, type_, reason, message, logger, queued=False)
+    return len(lifted)
 
 
 def priced_pod(labels: Mapping[str, str], **_: Any) -> bool:

@@ -1323,6 +1323,27 @@ def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> l
     return writes
 
 
+def lift_events(policy: Mapping[str, Any], lifted: Sequence[AnnotationWrite]) -> list[tuple[str, str, str]]:
+    """The Events of a deleted policy's annotations that were deleted (``lifted``, from :func:`lift_all`): one per
+    service and action lifted, in service order: ``EnforcementLifted`` for its cap, ``SpotLifted`` for its Spot
+    switch, ``TenantsAdmitted`` for the tenants it refused; none for the list of budgeted tenants, which held
+    nothing. (Each deleted annotation was a 'Budget cap lifted' Event: 2 alike for a service capped and on Spot, 1
+    for a cap it never had on each service of a tenant-scoped policy.)"""
+    ns, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
+    kinds = {cap_annotation_key(ns, name): ("Normal", ENFORCEMENT_LIFTED, "Budget cap lifted from InferenceService "
+                                                                          "{0}/{1}: policy deleted"),
+             spot_annotation_key(ns, name): ("Normal", SPOT_LIFTED, "InferenceService {0}/{1} back on on-demand "
+                                                                    "capacity: policy deleted"),
+             reject_annotation_key(ns, name): ("Normal", TENANTS_ADMITTED, "InferenceService {0}/{1}: tenants "
+                                                                           "admitted again: policy deleted")}
+    events = {}
+    for w in sorted(lifted, key=lambda w: (w.namespace, w.name)):
+        if w.key in kinds:
+            type_, reason, text = kinds[w.key]
+            events[(w.namespace, w.name, reason)] = (type_, reason, text.format(w.namespace, w.name))
+    return list(events.values())
+
+
 def receiver_problem(notification: Notification, reason: str, message: str) -> DeliveryResult:
     """A :class:`DeliveryResult` for a receiver that could not even be tried (e.g. its Secret is missing)."""
     return DeliveryResult(notification.type, notification.name, False, reason, message, attempts=0)
@@ -1330,7 +1351,8 @@ def receiver_problem(notification: Notification, reason: str, message: str) -> D
 
 __all__ = [
     "AnnotationWrite", "BudgetObserved", "GonePod", "PolicyPlan", "TenantUsageRead", "annotation_writes",
-    "burn_samples", "gone_pod_runs", "cap_annotation_value", "heartbeat_s", "lift_all", "observed_namespaces",
+    "burn_samples", "gone_pod_runs", "cap_annotation_value", "heartbeat_s", "lift_all", "lift_events",
+    "observed_namespaces",
     "plan_policy", "pod_runs", "receiver_problem", "refused_namespaces", "reject_annotation_values",
     "longest_stop_s", "selected_services", "spot_pending_since", "tenant_window_s", "wants_drivers", "with_drivers",
 ]

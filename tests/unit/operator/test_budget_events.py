@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
 
 from modalscale.costmodel.outbox import OutboxUpdate
 from modalscale.operator.budget.plan import PolicyPlan, _alert_condition, plan_policy
@@ -157,3 +160,51 @@ def test_spend_anomaly_history_says_so_once_prometheus_is_no_longer_configured()
         ("Normal", "PrometheusNotConfigured")]
     never = plan_policy(p0, observed(make_isvc()), CATALOG, [], T0)
     assert "SpendAnomalyHistory" not in [c["type"] for c in never.status_patch["conditions"]]
+
+
+class _Recorder:
+    """The writer, observer and settings ``lift_caps`` reads (a recording fake: every patch succeeds)."""
+
+    def __init__(self, isvcs: list[dict[str, Any]]) -> None:
+        self.isvcs = isvcs
+        self.events: list[tuple[str, str, str]] = []
+        self.writer, self.observer, self.budget = self, self, self
+        self.settings = SimpleNamespace(budget_admin_namespaces=())
+
+    def list_isvcs(self, namespaces: Any) -> list[dict[str, Any]]:
+        return self.isvcs
+
+    def patch_annotations(self, plural: str, namespace: str, name: str, patch: dict[str, Any]) -> bool:
+        return True
+
+    def event(self, obj: Any, type_: str, reason: str, message: str, logger: Any, queued: bool = True) -> None:
+        self.events.append((type_, reason, message))
+
+
+def test_deleting_a_policy_posts_one_event_per_service_and_lifted_action() -> None:
+    """Each annotation deleted was an EnforcementLifted 'Budget cap lifted' Event: a service capped and on Spot got
+    2 alike, and each selected service of a tenant-scoped policy 1 for a cap it never had (its budgeted-tenants
+    list). Now one Event per service and what held it: the cap, the Spot switch (SpotLifted), the tenants refused
+    (TenantsAdmitted); none for the list of budgeted tenants."""
+    from modalscale.api.annotations import (
+        cap_annotation_key,
+        reject_annotation_key,
+        spot_annotation_key,
+        tenants_annotation_key,
+    )
+    from modalscale.operator.budget.handlers import lift_caps
+
+    keys = {k: f("ml", "daily") for k, f in (("cap", cap_annotation_key), ("spot", spot_annotation_key),
+                                                ("reject", reject_annotation_key),
+                                                ("tenants", tenants_annotation_key))}
+    both = make_isvc("vc", annotations={keys["cap"]: "{}", keys["spot"]: "{}"})
+    listed = make_isvc("ocr", annotations={keys["tenants"]: '["acme"]'})
+    refused = make_isvc("asr", annotations={keys["reject"]: "{}", keys["tenants"]: '["acme"]'})
+    rec = _Recorder([both, listed, refused])
+    lifted = lift_caps(rec, rec, make_policy(), logging.getLogger("test"))  # type: ignore[arg-type]  # a fake
+    assert lifted == 5  # annotations deleted
+    assert sorted(rec.events) == [
+        ("Normal", "EnforcementLifted", "Budget cap lifted from InferenceService ml/vc: policy deleted"),
+        ("Normal", "SpotLifted", "InferenceService ml/vc back on on-demand capacity: policy deleted"),
+        ("Normal", "TenantsAdmitted", "InferenceService ml/asr: tenants admitted again: policy deleted"),
+    ]
