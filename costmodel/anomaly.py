@@ -42,6 +42,9 @@ import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
+
+from modalscale.costmodel.money import display_usd
 
 MAD_TO_SIGMA = 1.4826
 """Consistency constant: 1.4826 x MAD estimates sigma for normal data (1 / Phi^-1(3/4))."""
@@ -128,9 +131,15 @@ class Anomaly:
             why = f"replicas {b.median_replicas:g} -> {s.replicas}"
         else:
             why = f"price {b.median_usd_per_replica_hour:.4g} -> {s.usd_per_replica_hour:.4g} USD/replica-hour"
-        return (f"{self.namespace}/{self.name} burns {s.usd_per_hour:.2f} USD/h (median of the last samples "
-                f"{b.value_usd_per_hour:.2f}) against a {b.baseline} baseline of {b.median_usd_per_hour:.2f} USD/h "
-                f"(robust z {b.z:.1f}); driver: {why}")
+        return (f"{self.namespace}/{self.name} burns {_usd(s.usd_per_hour)} USD/h (median of the last samples "
+                f"{_usd(b.value_usd_per_hour)}) against a {b.baseline} baseline of {_usd(b.median_usd_per_hour)} "
+                f"USD/h (robust z {b.z:.1f}); driver: {why}")
+
+
+def _usd(rate: float) -> str:
+    """A burn rate (a float feature, USD/h) as money is shown everywhere (:func:`~modalscale.costmodel.money.
+    display_usd`: cents, an amount under a cent to 2 significant digits)."""
+    return display_usd(Decimal(repr(rate))) if math.isfinite(rate) else str(rate)
 
 
 @dataclass(frozen=True)

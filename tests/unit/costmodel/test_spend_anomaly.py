@@ -169,3 +169,17 @@ def test_the_interval_rule_keeps_the_defaults_where_the_hour_holds_them_and_a_lo
     assert for_interval(AnomalyConfig(min_recent_samples=3), 3_600).min_recent_samples == 3
     with pytest.raises(ValueError, match="evaluationIntervalSeconds"):
         for_interval(AnomalyConfig(), 0)
+
+
+def test_the_anomaly_text_shows_burn_rates_as_money_is_shown_everywhere() -> None:
+    """A service scaled to zero burns only its two gateway pods, 0.0084 USD/h, then 10 replicas: the baseline read
+    '0.01 USD/h' (float .2f: rounded up, and a real 0.004 read 0.00) where the status and the alerts show an amount
+    under a cent to 2 significant digits (money.display_usd): '0.0084'."""
+    from modalscale.costmodel.anomaly import Anomaly, Score
+
+    now = BurnSample(T0, 10 * PRICE + 0.0084, 10, PRICE)
+    found = Anomaly("ml", "vc", now, Score(400.0, 10 * PRICE + 0.0084, 0.0084, 0.0021, "recent", 30, 0.0, PRICE),
+                    "replicas")
+    text = found.describe()
+    assert "burns 7.55 USD/h (median of the last samples 7.55) against a recent baseline of 0.0084 USD/h" in text
+    assert "replicas 0 -> 10" in text
