@@ -72,7 +72,8 @@ class BudgetStatus:
         last_evaluation_time: When the last evaluation ran (UTC).
         ledger: ``status.ledger`` with ``status.periodStart`` (``ledger.period_start``); None when it does not parse.
         alert_state: ``thresholds``, ``periodStart``, ``state``, ``enforcedServices``, ``spotServices`` and whether
-            the last evaluation was blind (state ``Unknown`` or ``Ready``'s reason ``GovernanceBlind``).
+            the last evaluation was blind (state ``Unknown``, ``Ready``'s reason ``GovernanceBlind``, or a service
+            of ``ledger`` whose rate is unknown: Exceeded while Ready says NamespaceNotAllowed shows neither).
         outbox: ``status.pendingAlerts``; None when it does not parse.
         anomaly_state: ``status.spendAnomalies``.
         rejections: ``status.rejectedTenants``.
@@ -515,7 +516,10 @@ def read_budget_status(obj: Mapping[str, Any] | None, policy: PolicyRef | None =
     period_end = _time(status.get("periodEnd"), "status.periodEnd", shown)
     # Where the stored period ends: it goes on after a spec.timeZone change while in progress (None: it does not).
     ledger = None if ledger is None else replace(ledger, period_end=period_end)
-    alert_state = replace(alert_state, period_end=period_end)
+    # A service whose rate is unknown is a blind evaluation whatever state and Ready say (an Exceeded policy whose
+    # Ready is NamespaceNotAllowed says neither: its GovernanceBlind alert went out at every evaluation).
+    unpriced = ledger is not None and any(e.cost_usd_per_hour is None for e in ledger.entries)
+    alert_state = replace(alert_state, period_end=period_end, blind=alert_state.blind or unpriced)
     return BudgetStatus(
         observed_generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
         period_end=period_end,

@@ -171,3 +171,24 @@ def test_a_listed_namespace_that_selects_nothing_is_named_in_ready_while_the_res
     both = plan_policy(policy("finops", selector={"namespaces": ["team-b"]}), two_teams(victim), CATALOG, [],
                        T0 + dt.timedelta(hours=1), admin_namespaces=("finops",))
     assert "lists" not in get(both.status_patch["conditions"], "Ready")["message"]
+
+
+def test_a_policy_blind_and_exceeded_while_a_namespace_is_refused_alerts_governance_blind_once() -> None:
+    """typo runs without a price, big's spend passes the 1 USD limit, and spec.selector.namespaces also lists a
+    namespace the policy may not select: Ready=False/NamespaceNotAllowed, state Exceeded. Neither said the last
+    evaluation was blind (state Unknown or Ready's GovernanceBlind: how it was read back), so the GovernanceBlind
+    alert went out again at every evaluation (3 of 4); the stored ledger says it too (typo's rate unknown): once."""
+    from modalscale.operator.budget.plan import BudgetObserved, plan_policy
+
+    p = make_policy(limit={"amount": "1", "currency": "USD"}, selector={"namespaces": ["ml", "other"]},
+                    thresholds=[{"percent": 100, "actions": ["Alert"]}],
+                    notifications=[{"name": "room", "type": "Slack", "secretRef": {"name": "hook"}}])
+    pods = {"ml": [make_pod("big", n) for n in range(2)] + [make_pod("typo", n) for n in range(2)]}
+    obs = BudgetObserved([make_isvc("big"), make_isvc("typo", gpu_type="nvidia-b999")], pods)
+    kinds = []
+    for hour in range(4):
+        plan = plan_policy(p, obs, CATALOG, [], T0 + dt.timedelta(hours=hour))
+        kinds.append([a.kind.value for a in plan.alerts])
+        assert (get(plan.status_patch["conditions"], "Ready") or {}).get("reason") == "NamespaceNotAllowed"
+        p = persisted(p, plan.status_patch)
+    assert kinds == [["GovernanceBlind"], ["ThresholdCrossed"], [], []]
