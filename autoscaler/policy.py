@@ -90,7 +90,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from modalscale.api.conditions import ScalingReason
-from modalscale.api.inferenceservice import ImageEncoderStageSpec, RuntimeSpec, ScalingSpec, parse_spec
+from modalscale.api.inferenceservice import (
+    START_UP_HORIZON_S,
+    ImageEncoderStageSpec,
+    RuntimeSpec,
+    ScalingSpec,
+    parse_spec,
+)
 from modalscale.api.isvc_status import ScalerState
 from modalscale.autoscaler.arrivals import FORECASTERS, Forecast, arrival_scv, forecast_rate_rps, level_shifts
 from modalscale.autoscaler.calibration import Calibrator
@@ -192,7 +198,7 @@ class ScalingPolicy:
     calibrator: Calibrator = field(default_factory=Calibrator)
     burst_aware: bool = True
     forecaster: str | None = "peak"
-    forecast_horizon_s: float = 60.0
+    forecast_horizon_s: float = float(START_UP_HORIZON_S)
     forecast_window_s: float = 300.0
     forecast_quantile: float = 0.95
     panic_threshold_ratio: float = 2.0

@@ -54,7 +54,7 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from modalscale.api.inferenceservice import SCALING_MODE_DEFAULTS
+from modalscale.api.inferenceservice import SCALING_MODE_DEFAULTS, predictive_scale_down_window_s
 from modalscale.api.isvc_status import ScalerState
 from modalscale.autoscaler.calibration import Calibrator
 from modalscale.autoscaler.features import MODALITIES, features_from_columns
@@ -120,10 +120,12 @@ class SimulationConfig:
         service_source: ``law`` (synthetic law draws) or ``regressor`` (the regressor's prediction with its
             residual noise) for traces without ``service_ms``.
         fixed_replicas: Pool size of the ``fixed`` policy.
-        predictive_scale_down_stabilization_s: Scale-down window of the predictive policy; None = the shared one.
-            Default: Predictive mode's when unset (60 s): the peak forecaster's 300 s look-back is its memory after
-            a drop, so HPA's 300 s window on top of it mostly holds idle replicas (benchmarks/autoscaler_pareto.py);
-            60 s rather than 0-30 s keeps the forecast's bin-to-bin jitter from flapping a replica.
+        predictive_scale_down_stabilization_s: Scale-down window of the predictive policy; None (the default) =
+            Predictive mode's when unset for ``target_p95_ms`` and ``decision_interval_s``
+            (``modalscale.api.inferenceservice.predictive_scale_down_window_s``): 60 s less the p95 target, at least
+            one decision interval. The peak forecaster's 300 s look-back is its memory after a drop, so HPA's 300 s
+            window on top of it mostly holds idle replicas (benchmarks/autoscaler_pareto.py); 60 s rather than
+            0-30 s keeps the forecast's bin-to-bin jitter from flapping a replica where the target is short.
         predictive_forecaster: The predictive policy's forecaster (None = no forecast).
         predictive_forecast_horizon_s: The predictive policy's ``forecast_horizon_s``; None = the p90 of the
             start-up law (:meth:`startup_horizon_s`). Set it to keep the shipped horizon while changing the law
@@ -161,7 +163,7 @@ class SimulationConfig:
     startup_delay_samples_s: tuple[float, ...] = ()
     service_source: str = "law"
     fixed_replicas: int | None = None
-    predictive_scale_down_stabilization_s: float | None = float(_PREDICTIVE.scale_down_stabilization_s)
+    predictive_scale_down_stabilization_s: float | None = None
     predictive_forecaster: str | None = "peak"
     predictive_forecast_horizon_s: float | None = None
     predictive_burst_aware: bool = True
@@ -208,8 +210,10 @@ class SimulationConfig:
         predictive = mode == ScalingMode.PREDICTIVE
         target = self.predictive_target_utilization_percent if predictive else self.hpa_target_utilization_percent
         down_s = self.scale_down_stabilization_s
-        if predictive and self.predictive_scale_down_stabilization_s is not None:
-            down_s = self.predictive_scale_down_stabilization_s
+        if predictive:
+            down_s = (float(predictive_scale_down_window_s(int(self.target_p95_ms), int(self.decision_interval_s)))
+                      if self.predictive_scale_down_stabilization_s is None
+                      else self.predictive_scale_down_stabilization_s)
         return ScalingPolicy(
             mode=mode,
             min_replicas=self.min_replicas,

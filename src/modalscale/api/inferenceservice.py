@@ -70,13 +70,43 @@ SCALING_MODE_DEFAULTS: dict[str, ScalingModeDefaults] = {
 target, its 300 s scale-down window (``behavior.scaleDown.stabilizationWindowSeconds``' default) and a step of 4.
 Predictive gets the setting the Pareto benchmark measures (``benchmarks/autoscaler_pareto.py``): its p95 target is
 the sizing rule and the utilization target only a bound (90 %), the peak forecast's 5-minute look-back is its
-memory after a drop (a 60 s window, not 300 s), and the observed-queue rule's drain may need many replicas at once
-(32). Measured on that benchmark's six traces, 3 seeds, 6 Dec 2026 (docs/benchmarks.md): at 70 %, 300 s and 4 the
+memory after a drop (a 60 s window, not 300 s; less the p95 target when unset: :func:`predictive_scale_down_window_s`),
+and the observed-queue rule's drain may need many replicas at once (32). Measured on that benchmark's six traces,
+3 seeds, 6 Dec 2026 (docs/benchmarks.md): at 70 %, 300 s and 4 the
 predictive policy cost 1.09-1.51x the replica-hours of this setting, for 0-5 more SLO-minutes in the hour on Azure
 and ServeGen, none on Mooncake and long-request, 1 fewer on the modality shift and on/off seed 1; at 90 %, 60 s and
 4 only the shift's SLO-minutes moved (1-2 more minutes missed). The CRD sets no ``default`` on these fields so
 that the operator can tell an unset field from a set one (an apiserver default would be stored in every object,
 whatever its mode); ``tests/unit/test_crd_schema.py`` holds the CRD's descriptions to these values."""
+START_UP_HORIZON_S = 60
+"""A new replica's start-up time the Predictive policy plans for, s (``ScalingPolicy.forecast_horizon_s``): the
+forecast looks that far ahead less the p95 target, and the unset scale-down window is what of it the target does
+not absorb (:func:`predictive_scale_down_window_s`)."""
+
+
+def predictive_scale_down_window_s(target_p95_latency_ms: int, decision_interval_s: int) -> int:
+    """Predictive mode's ``scaleDownStabilizationSeconds`` when unset, s (pure): its 60 s
+    (:data:`SCALING_MODE_DEFAULTS`) less the p95 target's whole seconds, the part of a new replica's
+    :data:`START_UP_HORIZON_S` start-up a request cannot wait out, at least two decision intervals.
+
+    The window holds a replica through a dip so that it is there if the demand comes back before a new one could
+    start and serve. A request may wait the target, so a replica asked for again when the demand shows is in time
+    if it starts within the target: only the start-up beyond the target needs the hold, as only that part needs a
+    forecast (``modalscale.autoscaler.policy._forecast_need``). At least two decisions, so that a scale-down is
+    taken on two readings in a row and the observed-queue rule, whose contradiction check spans two decisions, can
+    see that one was early: with one decision's window (a 120 s target, long requests and a model predicting 5 ms,
+    tests/unit/autoscaler/test_autoscaler_simulate.py) every dip went down at once and came back too late, 81.7 %
+    SLO-minutes against 100 % at 30 s. Measured (``benchmarks/autoscaler_pareto.py``, 3 seeds, docs/benchmarks.md):
+    long-request (80 s target: 30 s) 8.62 / 8.64 / 8.85 -> 8.28 / 8.34 / 8.61 replica-h (1.28 / 1.31 / 1.28 ->
+    1.23 / 1.26 / 1.24x oracle), on/off (30 s target: 30 s) 2.75 / 2.70 / 2.48 -> 2.52 / 2.50 / 2.30 h, at the same
+    SLO-minutes and burst counts; the traces with a 2-10 s target (a 50-58 s window holds the same 15 s decisions
+    as 60 s) unchanged.
+    """
+    unabsorbed_s = START_UP_HORIZON_S - target_p95_latency_ms // 1000
+    return max(2 * decision_interval_s,
+               min(SCALING_MODE_DEFAULTS["Predictive"].scale_down_stabilization_s, unabsorbed_s))
+
+
 PRECISIONS = ("FP32", "FP16", "BF16", "INT8")
 ENGINES = ("torch", "openvino")
 """``spec.runtime.engine`` values (``modalscale.runtime.repo_config.Engine``; a unit test keeps them equal)."""
@@ -582,7 +612,7 @@ def parse_resources(res: Mapping[str, Any], path: str = "spec.resources") -> Res
 def parse_scaling(sc: Mapping[str, Any], gateway_enabled: bool = GATEWAY_ENABLED_DEFAULT) -> ScalingSpec:
     """Typed ``spec.scaling`` (``sc`` is its mapping, already checked for unknown fields); unset
     ``targetUtilizationPercent``, ``scaleDownStabilizationSeconds`` and ``maxStepReplicas`` take their mode's
-    :data:`SCALING_MODE_DEFAULTS`.
+    :data:`SCALING_MODE_DEFAULTS` (Predictive's window less the p95 target: :func:`predictive_scale_down_window_s`).
 
     Args:
         gateway_enabled: ``spec.gateway.enabled``: only with the gateway may Utilization and Predictive go to 0.
@@ -595,20 +625,23 @@ def parse_scaling(sc: Mapping[str, Any], gateway_enabled: bool = GATEWAY_ENABLED
     replicas = sc.get("replicas")
     if replicas is not None:
         replicas = _int(sc, "replicas", 0, p, 0, 1000)
+    interval_s = _int(sc, "decisionIntervalSeconds", 15, p, 5, 3600)
+    target_ms = _int(sc, "targetP95LatencyMilliseconds", 500, p, 1, 600000)
+    down_s = (predictive_scale_down_window_s(target_ms, interval_s) if mode == "Predictive"
+              else by_mode.scale_down_stabilization_s)
     scaling = ScalingSpec(
         mode=mode,
         replicas=replicas,
         min_replicas=_int(sc, "minReplicas", 1, p, 0, 1000),
         max_replicas=_int(sc, "maxReplicas", 10, p, 1, 1000),
-        target_p95_latency_ms=_int(sc, "targetP95LatencyMilliseconds", 500, p, 1, 600000),
+        target_p95_latency_ms=target_ms,
         target_utilization_percent=_int(sc, "targetUtilizationPercent", by_mode.target_utilization_percent, p, 1,
                                         100),
         tolerance_percent=_int(sc, "tolerancePercent", 10, p, 0, 50),
         scale_up_stabilization_s=_int(sc, "scaleUpStabilizationSeconds", 0, p, 0, 3600),
-        scale_down_stabilization_s=_int(sc, "scaleDownStabilizationSeconds", by_mode.scale_down_stabilization_s, p,
-                                        0, 3600),
+        scale_down_stabilization_s=_int(sc, "scaleDownStabilizationSeconds", down_s, p, 0, 3600),
         max_step_replicas=_int(sc, "maxStepReplicas", by_mode.max_step_replicas, p, 1, 1000),
-        decision_interval_s=_int(sc, "decisionIntervalSeconds", 15, p, 5, 3600),
+        decision_interval_s=interval_s,
         scale_to_zero_after_s=(None if sc.get("scaleToZeroAfterSeconds") is None
                                else _int(sc, "scaleToZeroAfterSeconds", 0, p, 1, 86400)),
     )
