@@ -70,14 +70,19 @@ def test_spec_change_rolls_out_without_losing_ready_replicas(api: Any, operator:
     wait_condition(api, namespace, "roll", "Ready", "True")
     apps = client.AppsV1Api(api)
     seen_ready: list[int] = []
-    stop = threading.Event()
+
+    def is_rolled(d: Any) -> bool:
+        return bool(d.spec.template.spec.containers[0].image.endswith(":24.11-py3")
+                    and d.status.updated_replicas == 2 and d.status.ready_replicas == 2 and d.status.replicas == 2)
 
     def watch_ready() -> None:
+        # Every event of the rollout, up to the first that shows it done. It stopped at the first event after the
+        # test had seen the rollout done, and none comes then: the watch held the test until its own 60 s timeout.
         w = watch.Watch()
         for ev in w.stream(apps.list_namespaced_deployment, namespace, field_selector="metadata.name=roll",
                            timeout_seconds=60):
             seen_ready.append(ev["object"].status.ready_replicas or 0)
-            if stop.is_set():
+            if is_rolled(ev["object"]):
                 w.stop()
 
     t = threading.Thread(target=watch_ready, daemon=True)
@@ -86,14 +91,8 @@ def test_spec_change_rolls_out_without_losing_ready_replicas(api: Any, operator:
     patch_spec(api, namespace, "roll", {"runtime": {"version": "24.11-py3",
                                                     "dynamicBatching": {"maxQueueDelayMicroseconds": 500}}})
 
-    def rolled() -> bool:
-        d = apps.read_namespaced_deployment("roll", namespace)
-        return (d.spec.template.spec.containers[0].image.endswith(":24.11-py3")
-                and d.status.updated_replicas == 2 and d.status.ready_replicas == 2 and d.status.replicas == 2)
-
-    wait_for(rolled, 90, "rollout of the new image")
+    wait_for(lambda: is_rolled(apps.read_namespaced_deployment("roll", namespace)), 90, "rollout of the new image")
     wait_condition(api, namespace, "roll", "Ready", "True")
-    stop.set()
     t.join(timeout=70)
     assert seen_ready and min(seen_ready) >= 2, seen_ready
     cm = client.CoreV1Api(api).read_namespaced_config_map("roll-model-repo", namespace)
