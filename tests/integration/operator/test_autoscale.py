@@ -446,7 +446,14 @@ def test_prometheus_down_under_a_load_change_holds_then_catches_up_in_one_decisi
     price = load_catalog().price_replica(ReplicaResources.from_quantities("1", "2Gi", 1, "nvidia-l4"), "OnDemand")
 
     # One trace: text-only for PRE_S, then image-heavy (same arrival rate) through the outage and the recovery.
-    pre_s, post_s = 40.0, 110.0
+    # post_s: the first decision on a whole window comes 60 s after the recovery (+63 and +64 s in two runs of this
+    # test alone at load 8-11, 7 Dec 2026; +68 s in the clean-clone run at 9024e7c) and the checks end 3 decisions
+    # later (~+80 to +85 s); the trace runs to ~+102 s, so every window they read is whole image-heavy load. 110 s
+    # ran that load ~25 s past the checks, and every request of it queued on the one Triton is waited for (at load
+    # 11 the call took 473 s of its 220 s trace, the queue draining for ~250 s). pre_s stays: the arrivals of the
+    # windows after the recovery are this seed's at these offsets (at pre_s 30, another stretch of the same trace
+    # read 1.41 req/s at +74 s on a quiet machine, and the need fell to 2 replicas).
+    pre_s, post_s = 40.0, 100.0
     rng, rows, t = random.Random(21), [], 0.0
     while t < pre_s + OUTAGE_S + post_s:
         t += rng.expovariate(RATE_RPS)
