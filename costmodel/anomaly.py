@@ -95,6 +95,9 @@ class AnomalyConfig:
     """Least rise over the baseline median that can alert, USD/h (tiny services stay quiet)."""
     smooth_s: float = 120.0
     """The scored value is the median burn rate of the samples of this many seconds up to the newest."""
+    history_retry_s: float = 30.0
+    """After a failed read of the history back from Prometheus (no decision until one succeeds), the next read is
+    tried this many seconds later, not at every evaluation: a hanging Prometheus costs one query timeout per retry."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ Once the status is written, each priced service's burn-rate sample joins the pol
 evaluation's anomaly decision, and is exported as gauges for Prometheus. With ``MODALSCALE_PROMETHEUS_URL`` set,
 the first evaluation of a policy after start reads that history back from Prometheus
 (``modalscale.operator.budget.history``); until a read succeeds no anomaly is decided (retried every
-evaluation). The services already alerted are ``status.spendAnomalies``, not memory.
+``AnomalyConfig.history_retry_s``, 30 s by default). The services already alerted are ``status.spendAnomalies``,
+not memory.
 
 Delivery (the pump: ``modalscale.operator.budget.delivery``) is at least once and never blocks evaluation or
 deletion: each batch of due entries runs as an asyncio task of its own, with a deadline (:data:`DELIVERY_RETRY`
@@ -83,8 +84,6 @@ from modalscale.operator.settings import Settings
 
 ERROR_RETRY_S = 5.0
 """Seconds before re-evaluating after an API error (or the interval, if shorter)."""
-HISTORY_RETRY_S = 30.0
-"""Seconds between attempts to read a policy's spend-anomaly history back from Prometheus after a failure."""
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
 BurnHistory = dict[tuple[str, str], list[BurnSample]]
@@ -216,7 +215,7 @@ def _anomaly_config(cfg: AnomalyConfig, policy: Mapping[str, Any]) -> AnomalyCon
 def _anomaly_history(runtime: BudgetRuntime, namespace: str, name: str, policy: Mapping[str, Any], now: datetime,
                      cfg: AnomalyConfig, logger: Log) -> tuple[BurnHistory, HistoryRead | None]:
     """The policy's burn-rate history in memory, read back from Prometheus first when it has not been yet (or a
-    read failed and :data:`HISTORY_RETRY_S` has passed), and how that read went (None: no Prometheus)."""
+    read failed and ``cfg.history_retry_s`` has passed), and how that read went (None: no Prometheus)."""
     uid = str(policy["metadata"].get("uid", ""))
     history = runtime.burn_history.setdefault(uid, {})
     read = runtime.history_read.get(uid)
@@ -228,10 +227,10 @@ def _anomaly_history(runtime: BudgetRuntime, namespace: str, name: str, policy: 
         loaded = runtime.history_source.read(namespace, name, now, cfg, interval_s)
     except HistoryUnavailable as exc:
         read = HistoryRead(False, f"{exc}; no spend anomaly is decided until the history is read (retried "
-                                  f"every {HISTORY_RETRY_S:g} s)")
+                                  f"every {cfg.history_retry_s:g} s)")
         # A hanging Prometheus costs one query timeout per retry, never one per evaluation: budget
         # enforcement does not wait on it.
-        runtime.history_retry_at[uid] = time.monotonic() + HISTORY_RETRY_S
+        runtime.history_retry_at[uid] = time.monotonic() + cfg.history_retry_s
         logger.warning("Reading the spend-anomaly history failed, holding anomaly decisions: error=%s", exc)
     else:
         history = runtime.burn_history[uid] = merge_history(loaded, history)

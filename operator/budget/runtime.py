@@ -51,7 +51,7 @@ class BudgetRuntime:
     """Where the history is read back from at a policy's first evaluation (None: memory only)."""
     history_read: dict[str, HistoryRead] = field(default_factory=dict)
     """Policy uid -> how reading its history back went (retried until ``ok``, at most every
-    ``modalscale.operator.budget.handlers.HISTORY_RETRY_S``)."""
+    ``AnomalyConfig.history_retry_s``)."""
     history_retry_at: dict[str, float] = field(default_factory=dict)
     """Policy uid -> ``time.monotonic()`` before which a failed read is not tried again."""
     gauges: BurnGauges | None = None

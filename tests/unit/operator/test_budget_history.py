@@ -313,3 +313,34 @@ def test_the_history_kept_and_read_back_covers_the_recent_window_scaled_to_the_p
     dense = [q for q in history_queries("ml", "daily", T0, cfg, 3600) if q[3] == T0]
     assert dense and all(q[2] == T0 - dt.timedelta(seconds=21_720) for q in dense)
     assert _anomaly_config(AnomalyConfig(), {"spec": {"evaluationIntervalSeconds": "soon"}}) == AnomalyConfig()
+
+
+def test_a_failed_history_read_is_tried_again_after_the_configured_retry_not_at_every_evaluation() -> None:
+    import logging
+    import time
+
+    from modalscale.operator.budget.handlers import _anomaly_history
+    from modalscale.operator.budget.runtime import BudgetRuntime
+
+    class Down:
+        shown_url = "http://p"
+        reads = 0
+
+        def read(self, *_: Any) -> Any:
+            Down.reads += 1
+            raise HistoryUnavailable("Prometheus at http://p did not answer")
+
+    assert AnomalyConfig().history_retry_s == 30.0
+    assert Settings.from_env({"MODALSCALE_SPEND_ANOMALY": "history_retry_s=5"}).spend_anomaly.history_retry_s == 5.0
+    runtime = BudgetRuntime(observer=None, history_source=Down())  # type: ignore[arg-type]
+    policy = {"metadata": {"uid": "u1"}, "spec": {"evaluationIntervalSeconds": 1}}
+    cfg, log = AnomalyConfig(history_retry_s=5.0), logging.getLogger("test")
+    before = time.monotonic()
+    _, read = _anomaly_history(runtime, "ml", "daily", policy, T0, cfg, log)
+    assert read is not None and not read.ok and "retried every 5 s" in read.message and Down.reads == 1
+    assert before + 5.0 <= runtime.history_retry_at["u1"] <= time.monotonic() + 5.0
+    _anomaly_history(runtime, "ml", "daily", policy, T0, cfg, log)  # the next evaluation: not read again
+    assert Down.reads == 1
+    runtime.history_retry_at["u1"] = time.monotonic() - 1  # the retry time has come
+    _anomaly_history(runtime, "ml", "daily", policy, T0, cfg, log)
+    assert Down.reads == 2
