@@ -5,9 +5,9 @@ on 127.0.0.1.
 A service runs steady at one 8 x H100 replica (about 84 USD/h, packaged catalog), is scaled to 4 replicas by hand
 (a spike: 4x its own baseline), and back. The operator is killed during the anomaly and the next one starts
 while Prometheus is down: it holds (decides nothing) until Prometheus is back. The detector runs with short
-windows through ``MODALSCALE_SPEND_ANOMALY`` (recent baseline 180 s, scored window 4 s, cleared after 10 s calm), the
-policy every second, Prometheus scraping every second, so the whole story takes a few minutes. The budget limit is
-far away: only the anomaly can alert.
+windows through ``MODALSCALE_SPEND_ANOMALY`` (recent baseline 180 s, scored window 4 s, cleared after 10 s calm, a
+failed history read retried after 5 s), the policy every second, Prometheus scraping every second, so the whole
+story takes a few minutes. The budget limit is far away: only the anomaly can alert.
 """
 
 from __future__ import annotations
@@ -41,10 +41,13 @@ from tests.integration.operator.test_budget import (
     start_isvc,
 )
 
-DETECTOR = "recent_s=180,smooth_s=4,min_recent_samples=10,clear_after_s=10"
-BASELINE_SAMPLES = 60
+DETECTOR = "recent_s=180,smooth_s=4,min_recent_samples=10,clear_after_s=10,history_retry_s=5"
+BASELINE_SAMPLES = 40
 """Steady samples in Prometheus before the spike: more than the spike adds to the 180 s window before the
-restart's checks end (Prometheus down included), so the baseline median stays the steady rate."""
+restart's checks end (Prometheus down included), so the baseline median stays the steady rate. The spike adds a
+sample a second from the patch until Prometheus is stopped (the alert and its delivery: ~10 s) and from Prometheus'
+restart to the checks (up to ``history_retry_s`` plus 3 evaluations): ~20. It was 60 while the history read was
+retried after the operator's default 30 s (up to ~45 spike samples)."""
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +133,7 @@ def test_a_spike_alerts_once_across_a_restart_and_clears_when_back_to_normal(
             c = condition(held, "SpendAnomalyHistory")
             assert c is not None and c["reason"] == "HistoryUnavailable" and prom.url in c["message"], c
             assert [i["since"] for i in held["status"]["spendAnomalies"]] == [item["since"]]  # held as stored
-            # ---- Prometheus back: the next retry (every 30 s) reads the history back
+            # ---- Prometheus back: the next retry (history_retry_s after the failed read) reads the history back
             prom.start([ScrapeTarget(f"127.0.0.1:{metrics_port}", job="modalscale-operator")])
             wait_for(lambda: (c := condition(get_policy(api, ns, "budget"), "SpendAnomalyHistory"))
                      and c["status"] == "True", 90, "SpendAnomalyHistory=True once Prometheus is back", interval_s=1.0)
