@@ -56,6 +56,11 @@ def tenant_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with running_cluster(tmp_path_factory.mktemp("tenant-cluster"), nodes=0, crd_dir=REPO / "crds") as c:
         c.ensure_gpu_nodes(1, gpus_per_node=64, gpu_type=GPU_TYPE, cpu="1024", memory="16Ti", prefix="kwok-h100-")
         yield c
+        # The gateway's InferenceService watch (a daemon thread of this process) still holds its stream open, and
+        # kube-apiserver's shutdown waits on it until down()'s SIGKILL 10 s later (the module's teardown: 10.4 s in
+        # ci102, 10.3 s alone; its log stops 0.03 s after SIGTERM, never saying "apiserver is exiting", which other
+        # modules' apiservers say ~1.1 s after it). This throwaway cluster's components get 3 s each.
+        c.down(timeout_s=3.0)
 
 
 class Tenant(threading.Thread):
