@@ -5,7 +5,7 @@ on 127.0.0.1.
 A service runs steady at one 8 x H100 replica (about 84 USD/h, packaged catalog), is scaled to 4 replicas by hand
 (a spike: 4x its own baseline), and back. The operator is killed during the anomaly and the next one starts
 while Prometheus is down: it holds (decides nothing) until Prometheus is back. The detector runs with short
-windows through ``MODALSCALE_SPEND_ANOMALY`` (recent baseline 180 s, scored window 4 s, cleared after 10 s calm, a
+windows through ``MODALSCALE_SPEND_ANOMALY`` (recent baseline 180 s, scored window 4 s, cleared after 5 s calm, a
 failed history read retried after 5 s), the policy every second, Prometheus scraping every second, so the whole
 story takes a few minutes. The budget limit is far away: only the anomaly can alert.
 """
@@ -41,7 +41,7 @@ from tests.integration.operator.test_budget import (
     start_isvc,
 )
 
-DETECTOR = "recent_s=180,smooth_s=4,min_recent_samples=10,clear_after_s=10,history_retry_s=5"
+DETECTOR = "recent_s=180,smooth_s=4,min_recent_samples=10,clear_after_s=5,history_retry_s=5"
 BASELINE_SAMPLES = 40
 """Steady samples in Prometheus before the spike: more than the spike adds to the 180 s window before the
 restart's checks end (Prometheus down included), so the baseline median stays the steady rate. The spike adds a
