@@ -63,9 +63,11 @@ class Env:
         return "\n".join(lines) + f"\nstatus: {str(status)[:1500]}\noperator:\n{self.op.log()[-2000:]}"
 
     def create(self, name: str, scaling: dict[str, Any], cpu: str = "500m", labels: dict[str, str] | None = None,
-               node: str | None = None, priority: int | None = None, **gateway: Any) -> None:
+               node: str | None = None, priority: int | None = None, gateway_cpu: str = GATEWAY_CPU,
+               **gateway: Any) -> None:
         """Create InferenceService ``name`` of the CPU runtime on the real nodes (``node``: on that one only, by
-        its hostname label), with ``labels``, ``spec.priority`` and ``spec.gateway`` fields ``gateway``."""
+        its hostname label), with ``labels``, ``spec.priority``, gateway pods of ``gateway_cpu`` and ``spec.gateway``
+        fields ``gateway``."""
         body = yaml.safe_load(yaml.safe_dump(EXAMPLE))
         body["metadata"] = {"name": name, **({"labels": labels} if labels else {})}
         body["spec"]["resources"]["cpu"] = cpu
@@ -75,7 +77,7 @@ class Env:
         if priority is not None:
             body["spec"]["priority"] = priority
         body["spec"]["scaling"] = scaling
-        body["spec"]["gateway"] = {"enabled": True, "resources": {"cpu": GATEWAY_CPU}, **gateway}
+        body["spec"]["gateway"] = {"enabled": True, "resources": {"cpu": gateway_cpu}, **gateway}
         self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body)
 
     def wait(self, what: Callable[[], Any], timeout_s: float, message: str, name: str) -> float:

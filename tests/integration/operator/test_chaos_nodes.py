@@ -57,7 +57,21 @@ pytestmark = pytest.mark.timeout(900)
 REPO = Path(__file__).resolve().parents[3]
 NODES = ("real-node-0", "real-node-1")
 REPLICA_CPU = "250m"
-"""Each replica's CPU (request = limit): 2 replicas and the 2 gateway pods (100m) take 700m of one node's 750m."""
+"""Each replica's CPU (request = limit) in scenarios 1 and 2: 2 replicas and the 2 gateway pods (100m) take 700m of
+one node's 750m."""
+SPOT_REPLICA_CPU, SPOT_GATEWAY_CPU = "300m", "50m"
+"""Scenario 5's replica CPU (request = limit) and gateway pods' CPU request (no limit): its fallback replica is
+placed on real-node-0 while the replica it replaced may still drain there, beside the 2 gateway pods: 700m of the
+node's 750m. A replica's start (Triton, then its Python backend importing torch and loading both encoders) is
+CPU-bound under its CFS quota (a starting replica of 250m was throttled in 604 of 796 periods, 7 Dec 2026), and
+the scenario waits for three: at 250m with 100m gateway pods 65, 56 and ~71 s. The gateway pods carry 2 connections,
+a few requests/s at ~0.8 CPU-ms each, and this scenario counts its failed requests without bounding them (scenarios
+1 and 2, which allow none while gateway pods move or a node is lost, keep the CRD's 100m: with 50m gateway pods and
+300m replicas, the machine at load average 14, scenario 1 once saw no Ready gateway pod for ~3 s during its drain
+and 12 refused connections; not traced, so not taken there)."""
+SOLO_REPLICA_CPU = "600m"
+"""Scenario 6's replica CPU: one replica per node, no gateway pod, nothing replaced, so more than twice as much as
+the others and its start (66 s at 250m) about twice as fast."""
 NODE_MONITOR_GRACE_S = 40
 """The module cluster's ``--node-monitor-grace-period`` (the local default is 200 s): a crashed node is marked
 ``Unknown`` and tainted within 40 s + a 5 s monitor period, Kubernetes' own value before 1.29 (four missed Lease
@@ -523,7 +537,7 @@ so that a cap decided in time can hold."""
 def test_one_budget_over_services_on_both_nodes_holds_its_limit_under_load_and_alerts_once_per_threshold(
         chaos: Env, two_nodes: LocalCluster) -> None:
     """Scenario 6: one BudgetPolicy selects two services by label, ``cap-a`` pinned to real-node-0 and ``cap-b``
-    to real-node-1 (1 replica of 250m each, no gateway: budget actions act on replicas only and a gateway pod is
+    to real-node-1 (1 replica of 600m each, no gateway: budget actions act on replicas only and a gateway pod is
     charged on for as long as the service exists, so the limit can hold only for a service without one), each
     under its own request load through its Service. The limit is ``CAP_LEAD_S`` s ahead at the burn rate then;
     50 % alerts, 100 % alerts and scales every selected service to zero (when the operator decides, ahead of the
@@ -539,7 +553,7 @@ def test_one_budget_over_services_on_both_nodes_holds_its_limit_under_load_and_a
         with Meter(env.api, env.ns) as meter, ChatReceiver("Slack") as slack:
             for name, node in services.items():
                 env.create(name, {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 1},
-                           cpu=REPLICA_CPU, labels={"chaos": "cap"}, node=node, enabled=False)
+                           cpu=SOLO_REPLICA_CPU, labels={"chaos": "cap"}, node=node, enabled=False)
             up_s = env.wait(lambda: all(_serving_direct(env, n) for n in services), 420,
                             "1 Ready replica of each service", "cap-a")
             placed = {n: sorted(p.spec.node_name for p in env.pods(f"modalscale.io/inferenceservice={n}"))
@@ -614,7 +628,7 @@ SPOT_PENDING_TIMEOUT_S = 15
 def test_spot_reclaim_of_a_real_node_falls_back_to_on_demand_within_the_pending_timeout_under_load(
         chaos: Env, two_nodes: LocalCluster) -> None:
     """Scenario 5: real-node-1 labelled Spot (``karpenter.sh/capacity-type=spot`` and its taint, by ``cluster up``
-    on the running cluster); a service of priority 10 (1 replica of 250m, 2 gateway pods) on real-node-0 under
+    on the running cluster); a service of priority 10 (1 replica of 300m, 2 gateway pods of 50m) on real-node-0 under
     request load through its Service; a BudgetPolicy whose 50 % threshold alerts and switches services of priority
     <= 50 to Spot (``spotPendingTimeoutSeconds`` 15), 60 % alerts. The replica moves to real-node-1; then the node
     is reclaimed as a cloud provider does: its kubelet, containerd and containers stopped, its Node object deleted.
@@ -642,8 +656,8 @@ def test_spot_reclaim_of_a_real_node_falls_back_to_on_demand_within_the_pending_
     try:
         with Meter(env.api, env.ns) as meter, ChatReceiver("Slack") as slack:
             meter.spot_nodes.add(spot_node)
-            env.create(name, {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 1}, cpu=REPLICA_CPU,
-                       priority=10)
+            env.create(name, {"mode": "Fixed", "replicas": 1, "minReplicas": 1, "maxReplicas": 1},
+                       cpu=SPOT_REPLICA_CPU, priority=10, gateway_cpu=SPOT_GATEWAY_CPU)
             up_s = env.wait_serving(name, 1)
             assert {p.spec.node_name for p in env.pods(replicas) + env.pods(gateways)} == {od_node}
             with Load(env.url(name)) as load:
