@@ -72,15 +72,18 @@ and 12 refused connections; not traced, so not taken there)."""
 SOLO_REPLICA_CPU = "600m"
 """Scenario 6's replica CPU: one replica per node, no gateway pod, nothing replaced, so more than twice as much as
 the others and its start (66 s at 250m) about twice as fast."""
-NODE_MONITOR_GRACE_S = 40
+NODE_MONITOR_GRACE_S = 30
 """The module cluster's ``--node-monitor-grace-period`` (the local default is 200 s): a crashed node is marked
-``Unknown`` and tainted within 40 s + a 5 s monitor period, Kubernetes' own value before 1.29 (four missed Lease
-renewals); a node that merely misses them under load for 40 s would be marked too, and its pods evicted after
-their toleration (``NODE_LOSS_TOLERATION_S``)."""
-NODE_LOSS_TOLERATION_S = 10
+``Unknown`` and tainted within 30 s + a 3 s monitor period (three missed Lease renewals; Kubernetes' own value
+before 1.29 was 40 s, four, which this module used until 7 Dec 2026: scenario 2 waited 36-40 s for the mark). A
+node that merely misses them under load for 30 s would be marked too, and its pods evicted after their toleration
+(``NODE_LOSS_TOLERATION_S``): at load average 9-12 on the 2-core machine (7 Dec 2026) both kubelets renewed every
+10.1-10.4 s, so that takes two renewals lost in a row."""
+NODE_LOSS_TOLERATION_S = 5
 """The module operator's ``MODALSCALE_NODE_LOSS_TOLERATION_SECONDS`` (the product's default is 30 s): how long the
 pods it creates stay bound to a node marked ``Unknown``. Scenario 2 waits it out before the replacement is even
-created; the mechanism is the same at any value, so the module takes 10 s rather than wait 20 s more."""
+created; the mechanism is the same at any value, so the module takes 5 s (10 s until 7 Dec 2026) rather than wait
+25 s more."""
 BUDGET_HEARTBEAT_S = 10
 """The module operator's ``MODALSCALE_BUDGET_STATUS_HEARTBEAT_SECONDS`` (default 60): with only the clock moving, a
 BudgetPolicy's status is rewritten this often (its policies evaluate every second, so 10 evaluations = 10 s). Each
@@ -621,8 +624,10 @@ def test_one_budget_over_services_on_both_nodes_holds_its_limit_under_load_and_a
         print(f"scenario 6 took {time.monotonic() - test_started:.1f} s (clean-up {_clear(env):.1f} s)")
 
 
-SPOT_PENDING_TIMEOUT_S = 15
-"""Scenario 5's ``spotPendingTimeoutSeconds``."""
+SPOT_PENDING_TIMEOUT_S = 10
+"""Scenario 5's ``spotPendingTimeoutSeconds``: the CRD's minimum (15 before 7 Dec 2026; the wait after the reclaim
+is this timeout, and the fallback's bounds below are derived from it). A Spot pod counts as waiting only while it
+is unscheduled or bound to a lost node, and the replica that moves to the Spot node is bound within a second."""
 
 
 def test_spot_reclaim_of_a_real_node_falls_back_to_on_demand_within_the_pending_timeout_under_load(
@@ -630,7 +635,7 @@ def test_spot_reclaim_of_a_real_node_falls_back_to_on_demand_within_the_pending_
     """Scenario 5: real-node-1 labelled Spot (``karpenter.sh/capacity-type=spot`` and its taint, by ``cluster up``
     on the running cluster); a service of priority 10 (1 replica of 300m, 2 gateway pods of 50m) on real-node-0 under
     request load through its Service; a BudgetPolicy whose 50 % threshold alerts and switches services of priority
-    <= 50 to Spot (``spotPendingTimeoutSeconds`` 15), 60 % alerts. The replica moves to real-node-1; then the node
+    <= 50 to Spot (``spotPendingTimeoutSeconds`` 10), 60 % alerts. The replica moves to real-node-1; then the node
     is reclaimed as a cloud provider does: its kubelet, containerd and containers stopped, its Node object deleted.
     The service falls back to on-demand within ``spotPendingTimeoutSeconds`` (+ one evaluation) of the reclaim and
     serves again from real-node-0; the requests before, during and after are counted; each threshold alerts once;
