@@ -6,11 +6,13 @@ for an enforcing threshold enforced ahead, when its enforcement starts (the titl
 within N s"; ``status.thresholds[].crossed`` stays the actual crossing) (several thresholds crossed in one
 evaluation are reported in one message); the forecast alerts once per period (not when actual spend already
 crossed that percent; decided on the lower-bound forecast when some service is not priced, and it then says "at
-least"); a ``Recovered`` notice is sent once when a new period starts after one that was ``Exceeded`` or
-enforced; a ``GovernanceBlind`` alert names the services it cannot price once, when the policy starts to have
-any. The plan marks alerts as decided when it decides them; delivery is at least once through the outbox of
-:mod:`modalscale.costmodel.outbox` (each alert is persisted in ``status.pendingAlerts`` together with
-``status.thresholds``, before it is sent, and retried until its target accepts it or it expires).
+least"); a ``Recovered`` notice is sent once when a new period starts after one that was ``Exceeded``, was
+enforced, or alerted a threshold or its forecast (it resolves those alerts: an Alertmanager-style receiver's
+incidents close at the period's end, a ``Warning`` period's too); a ``GovernanceBlind`` alert names the services
+it cannot price once, when the policy starts to have any. The plan marks alerts as decided when it decides them;
+delivery is at least once through the outbox of :mod:`modalscale.costmodel.outbox` (each alert is persisted in
+``status.pendingAlerts`` together with ``status.thresholds``, before it is sent, and retried until its target
+accepts it or it expires).
 
 What an alert says (:attr:`BudgetAlert.title`, :meth:`BudgetAlert.facts`) is platform-neutral text decided here
 with the alert and stored with it in the outbox; each platform's shape is ``modalscale.notify.payloads``'. A
@@ -38,6 +40,10 @@ from modalscale.costmodel.showback import SpendDrivers
 
 if TYPE_CHECKING:
     from modalscale.costmodel.budget.plan import BudgetPlan
+
+
+LIFTED = "enforcement lifted"
+"""A recovery's action line when the closed period had enforcement (a cap, a scale-down, Spot) in force."""
 
 
 class AlertKind(str, enum.Enum):
@@ -159,7 +165,8 @@ class BudgetAlert:
                     + (f" and {len(self.anomaly_services) - 3} more" if len(self.anomaly_services) > 3 else ""))
         if self.kind is AlertKind.GOVERNANCE_BLIND:
             return f"Budget {self.policy} cannot price all of its spend: enforcing on the known part, a lower bound"
-        return f"Budget {self.policy}: a new {self.period.value.lower()} period started, enforcement lifted"
+        started = f"Budget {self.policy}: a new {self.period.value.lower()} period started"
+        return f"{started}, enforcement lifted" if LIFTED in self.actions else f"{started}, its alerts resolved"
 
     def facts(self, max_actions: int = 10) -> list[tuple[str, str]]:
         """Ordered (label, value) pairs every payload shows; at most ``max_actions`` actions are listed."""
@@ -316,10 +323,12 @@ def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecas
                            closed, ahead_percents, horizon_s, lower_bound=spend.blind)
 
     alerts: list[BudgetAlert] = []
-    if new_period and (alert_state.state is BudgetState.EXCEEDED or alert_state.enforced or alert_state.spot):
-        recovered = make(AlertKind.RECOVERED, (), ("enforcement lifted",)
-                         if alert_state.enforced or alert_state.spot else (), closed=closed_period_spent_usd)
-        alerts.append(replace(recovered, resolves=_alerted_in_closed_period(alert_state)))
+    resolves = _alerted_in_closed_period(alert_state) if new_period else ()
+    if new_period and (alert_state.state is BudgetState.EXCEEDED or alert_state.enforced or alert_state.spot
+                       or resolves):
+        recovered = make(AlertKind.RECOVERED, (), (LIFTED,) if alert_state.enforced or alert_state.spot else (),
+                         closed=closed_period_spent_usd)
+        alerts.append(replace(recovered, resolves=resolves))
     if spend.blind and not alert_state.blind:
         alerts.append(make(AlertKind.GOVERNANCE_BLIND, ()))
     records, newly_alerted = _threshold_records(spec, crossed, ahead, alert_state, spend.period_start, now)

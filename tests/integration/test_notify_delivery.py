@@ -312,9 +312,16 @@ def test_an_outage_outlasts_the_senders_retries_and_the_stored_message_arrives_a
         assert "ml-prod/platform-daily" in msg.room_text() and alert.title.split(":")[0] in msg.room_text()
 
 
-def test_the_recovery_closes_the_incident_its_alerts_opened_at_an_alertmanager_style_receiver() -> None:
+@pytest.mark.parametrize(("spends", "kinds"), [
+    ((("41", 10), ("51", 20)), ["ThresholdCrossed", "ThresholdCrossed", "Recovered"]),
+    ((("41", 10),), ["ThresholdCrossed", "Recovered"]),
+], ids=["exceeded-day", "warning-day"])
+def test_the_recovery_closes_the_incident_its_alerts_opened_at_an_alertmanager_style_receiver(
+        spends: tuple[tuple[str, float], ...], kinds: list[str]) -> None:
     """Issue 22 s1 fault 3: the receiver holds an incident per groupKey, an alert per fingerprint (as Grafana
-    OnCall and PagerDuty's Alertmanager integration do); every message goes through the outbox's status form."""
+    OnCall and PagerDuty's Alertmanager integration do); every message goes through the outbox's status form. A
+    day that only alerted 80 % (Warning, never Exceeded nor enforced) sent no recovery at all, so its incident
+    stayed open for good."""
     from modalscale.costmodel.outbox import AlertMessage, PendingAlert
 
     policy = PolicyRef("ml-prod", "platform-daily")
@@ -328,18 +335,18 @@ def test_the_recovery_closes_the_incident_its_alerts_opened_at_an_alertmanager_s
 
     state, messages = AlertState(), []
     day = datetime(2026, 5, 1, tzinfo=timezone.utc)
-    for hours, spent in ((10, "41"), (20, "51"), (24.1, "0")):
+    for spent, hours in (*spends, ("0", 24.1)):
         plan = plan_budget(spec, Decimal(spent), services, state, day + timedelta(hours=hours), policy=policy)
         messages += [stored(a) for a in plan.alerts]
         state = read_budget(plan_json(plan)).alert_state
-    assert [m.kind.value for m in messages] == ["ThresholdCrossed", "ThresholdCrossed", "Recovered"]
+    assert [m.kind.value for m in messages] == kinds
 
     async def go(rx: ChatReceiver) -> list[bool]:
         async with Sender(retry=FAST) as s:
             return [(await s.deliver("Webhook", rx.url, SECRET, m, receiver="oncall")).delivered for m in messages]
 
     with ChatReceiver("Webhook", SECRET) as rx:
-        assert asyncio.run(go(rx)) == [True, True, True]
-        assert [r.errors for r in rx.received] == [[], [], []]
+        assert asyncio.run(go(rx)) == [True] * len(kinds)
+        assert [r.errors for r in rx.received] == [[]] * len(kinds)
         assert rx.unmatched_resolves == [] and rx.open_incidents() == {}
         assert rx.received[-1].payload["status"] == "resolved"

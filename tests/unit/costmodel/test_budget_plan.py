@@ -83,7 +83,10 @@ def test_forecast_alert_once_per_period_and_not_when_disabled(make_spec) -> None
     second = plan_budget(spec, D(11), services, roundtrip(first), utc(2026, 5, 1, 12, 1), policy=POLICY)
     assert second.alerts == ()
     next_day = plan_budget(spec, D(10), services, roundtrip(second), utc(2026, 5, 2, 12), policy=POLICY)
-    assert kinds(next_day) == [AlertKind.FORECAST_EXCEEDED]
+    # The new period resolves the day before's forecast alert (a Warning period's: see the recovery tests below)
+    # and the forecast alerts again in its own period.
+    assert kinds(next_day) == [AlertKind.RECOVERED, AlertKind.FORECAST_EXCEEDED]
+    assert [(f.kind, f.threshold_percent) for f in next_day.alerts[0].resolves] == [(AlertKind.FORECAST_EXCEEDED, 90)]
     off = plan_budget(make_spec(), D(10), services, AlertState(), utc(2026, 5, 1, 12), policy=POLICY)
     assert off.forecast_usd is None and off.alerts == ()
 
@@ -118,7 +121,7 @@ def test_thresholds_crossed_together_are_one_message_and_each_is_marked(make_spe
 def test_a_new_period_resets_the_dedupe(make_spec) -> None:
     day1 = plan_budget(make_spec(), D(55), [svc("a")], AlertState(), utc(2026, 5, 1, 20), policy=POLICY)
     day2_low = plan_budget(make_spec(), D(5), [svc("a")], roundtrip(day1), utc(2026, 5, 2, 1), policy=POLICY)
-    assert day2_low.alerts == () and day2_low.state is BudgetState.OK
+    assert kinds(day2_low) == [AlertKind.RECOVERED] and day2_low.state is BudgetState.OK  # day 1's 50 % resolved
     day2 = plan_budget(make_spec(), D(50), [svc("a")], roundtrip(day2_low), utc(2026, 5, 2, 9), policy=POLICY)
     assert [a.thresholds_percent for a in day2.alerts] == [(50,)]
 
@@ -141,11 +144,35 @@ def test_recovery_notice_once_when_a_new_period_follows_an_exceeded_one(make_spe
     assert kinds(recovered) == [AlertKind.RECOVERED]
     alert = recovered.alerts[0]
     assert alert.resolved and alert.severity == "info"
+    assert alert.title == f"Budget {POLICY}: a new daily period started, enforcement lifted"
     assert alert.closed_period_spent_usd == D(1)  # 23:00 -> 24:00 at 1 USD/h
     assert recovered.actions == () and recovered.enforced_services == ()
     assert recovered.state is BudgetState.OK
     again = plan_budget(make_spec(), D("1.5"), [svc("a", 1)], roundtrip(recovered), utc(2026, 5, 2, 1), policy=POLICY)
     assert again.alerts == ()
+
+
+def test_a_warning_period_that_alerted_ends_with_a_recovery_that_resolves_its_alerts(make_spec) -> None:
+    """A period that alerted 50 % and 80 % and never reached its limit (Warning, nothing enforced) ended without a
+    Recovered notice (only an Exceeded or enforced one sent it), so the incidents those alerts opened in an
+    Alertmanager-style receiver stayed open for good; a period that alerted nothing still ends silently."""
+    spec = make_spec(thresholds=[{"percent": 50}, {"percent": 80}, {"percent": 100, "actions": ["Alert", "ScaleDown"]}])
+    warned = plan_budget(spec, D(85), [svc("a", 1)], AlertState(), utc(2026, 5, 1, 22), policy=POLICY)
+    assert warned.state is BudgetState.WARNING and warned.actions == ()
+    assert kinds(warned) == [AlertKind.THRESHOLD_CROSSED]
+    rolled = plan_budget(spec, D(0), [svc("a", 1)], roundtrip(warned), utc(2026, 5, 2, 0, 5), policy=POLICY)
+    (recovered,) = rolled.alerts
+    assert recovered.kind is AlertKind.RECOVERED and recovered.resolved and recovered.severity == "info"
+    assert [(f.kind, f.threshold_percent) for f in recovered.resolves] == [(AlertKind.THRESHOLD_CROSSED, 50),
+                                                                (AlertKind.THRESHOLD_CROSSED, 80)]
+    assert recovered.actions == ()
+    assert recovered.title == f"Budget {POLICY}: a new daily period started, its alerts resolved"
+    assert dict(recovered.facts())["Action"] == "none"
+    again = plan_budget(spec, D(1), [svc("a", 1)], roundtrip(rolled), utc(2026, 5, 2, 1), policy=POLICY)
+    assert again.alerts == ()
+    quiet = plan_budget(spec, D(30), [svc("a", 1)], AlertState(), utc(2026, 5, 1, 22), policy=POLICY)
+    assert quiet.alerts == () and quiet.state is BudgetState.OK
+    assert plan_budget(spec, D(0), [svc("a", 1)], roundtrip(quiet), utc(2026, 5, 2, 0, 5), policy=POLICY).alerts == ()
 
 
 # -------------------------------------------------------------------------------------- enforcement

@@ -565,7 +565,11 @@ def test_an_entry_still_failing_at_the_end_of_its_period_is_abandoned_and_report
                                    sent + dt.timedelta(seconds=1)).status_patch)
     midnight = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
     after = plan_policy(p3, observed(make_isvc()), CATALOG, [], midnight)
-    assert after.status_patch["pendingAlerts"] == [] and after.sends == ()
+    # Only the new period's Recovered notice, which resolves the 50 % alert, is pending (one per target): the
+    # ThresholdCrossed entry still failing for ding is gone.
+    pending = after.status_patch["pendingAlerts"]
+    assert sorted((i["notification"], i["kind"]) for i in pending) == [("ding", "Recovered"), ("slack", "Recovered")]
+    assert sorted(s.key[:2] for s in after.sends) == [("ding", "Recovered"), ("slack", "Recovered")]
     c = get(after.status_patch["conditions"], "AlertDelivered")
     assert (c["status"], c["reason"]) == ("False", "DeliveryAbandoned")
     assert "notification ding after 1 attempt: its budget period ended" in c["message"]
