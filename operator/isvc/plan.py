@@ -1530,6 +1530,10 @@ def _status_events(old_conditions: list[ConditionStatus], new_conditions: list[C
         if not old_conditions and not bad and not (c["type"] == R.READY and c["reason"] == R.CREATING):
             continue  # First visit: no Event for the initial healthy/unknown state of every condition.
         events.append(("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: {c['message']}"))
+    if any(e[1] == R.FOREIGN_OBJECT and e[2].startswith(f"{R.CHILD_CONFLICT}=") for e in events):
+        # One cause, one Event: a foreign object that holds the replicas or their Service turns Ready False
+        # (ForeignObject) in the pass ChildConflict turns True, and ChildConflict's Event names every such object.
+        events = [e for e in events if not (e[1] == R.FOREIGN_OBJECT and e[2].startswith(f"{R.READY}="))]
     return events
 
 
