@@ -64,7 +64,8 @@ Rules decided here (the rest is ``plan_budget``'s):
   not its last value.
 * **AlertDelivered**: ``False`` (reason of the last failure) while an entry has failed at least once; ``False``
   / ``DeliveryAbandoned`` when an entry was given up, until a later delivery succeeds; ``True`` / ``Delivered``
-  once deliveries succeeded and no entry has a failed attempt; ``Unknown`` / ``NoAlertSent`` before any.
+  once deliveries succeeded and no entry has a failed attempt; ``Unknown`` / ``NoAlertSent`` before any;
+  ``Unknown`` / ``NoNotifications`` while ``spec.notifications`` is empty and nothing is pending.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ from modalscale.api.conditions import (  # condition types and reasons: one modu
     INVALID_STATUS,
     NAMESPACE_NOT_ALLOWED,
     NO_ALERT_SENT,
+    NO_NOTIFICATIONS,
     NO_SERVICES_SELECTED,
     NO_SPOT_SWITCH,
     NOTHING_PRICED,
@@ -765,8 +767,9 @@ def _events_for(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any
 
 
 def _alert_condition(current: list[ConditionStatus], update: OutboxUpdate,
-                     abandoned: Sequence[Abandoned] = ()) -> cond.Condition:
-    """``AlertDelivered`` from the outbox after this evaluation's rounds (see the module docstring)."""
+                     abandoned: Sequence[Abandoned] = (), notifications: int | None = None) -> cond.Condition:
+    """``AlertDelivered`` from the outbox after this evaluation's rounds (see the module docstring);
+    ``notifications``: how many ``spec.notifications`` there are (None: the spec could not be read)."""
     if abandoned:
         return cond.Condition(ALERT_DELIVERED, cond.FALSE, DELIVERY_ABANDONED,
                               "; ".join(a.describe() for a in abandoned))
@@ -785,6 +788,10 @@ def _alert_condition(current: list[ConditionStatus], update: OutboxUpdate,
         return cond.Condition(ALERT_DELIVERED, cond.FALSE, failing[0].last_reason or DELIVERY_FAILED,
                               "; ".join(parts))
     old = cond.get(current, ALERT_DELIVERED)
+    if notifications == 0 and not update.pending and not update.delivered:
+        return cond.Condition(ALERT_DELIVERED, cond.UNKNOWN, NO_NOTIFICATIONS,
+                              "spec.notifications is empty: alerts are recorded in status.thresholds and Events "
+                              "only, and none is delivered anywhere")
     if update.delivered:
         names = list(dict.fromkeys(e.notification for e in update.delivered))
         return cond.Condition(ALERT_DELIVERED, cond.TRUE, DELIVERED, f"Delivered to {', '.join(names)}")
@@ -1138,7 +1145,7 @@ def _wanted_conditions(ready: cond.Condition, exceeded: cond.Condition, plan: Bu
     policies that use SwitchToSpot, or did: the condition then says it is over), SpendAnomalyHistory (only
     when the history is read back from Prometheus, or was: then Unknown/PrometheusNotConfigured) and
     SpendAnomalyDetection (:func:`_detection_condition`, once a selected service was priced)."""
-    wanted = [ready, exceeded, _alert_condition(old_conditions, update, update.abandoned)]
+    wanted = [ready, exceeded, _alert_condition(old_conditions, update, update.abandoned, len(spec.notifications))]
     if (any(ThresholdAction.SWITCH_TO_SPOT in t.actions for t in spec.thresholds)
             or cond.get(old_conditions, SPOT_FALLBACK) is not None):
         wanted.append(_spot_condition(plan.spot, plan.spot_skipped))

@@ -178,6 +178,10 @@ NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
 ``MODALSCALE_BUDGET_ADMIN_NAMESPACES``; nothing there is counted or enforced (the trust boundary)."""
 INVALID_STATUS = "InvalidStatus"
 NO_ALERT_SENT = "NoAlertSent"
+NO_NOTIFICATIONS = "NoNotifications"
+"""AlertDelivered=Unknown: ``spec.notifications`` is empty and nothing is pending: alerts are Events and
+``status.thresholds`` only, so there is no delivery to report (an earlier ``DeliveryAbandoned`` no longer holds it
+False: no later delivery could ever succeed)."""
 DELIVERY_FAILED = "DeliveryFailed"
 DELIVERY_ABANDONED = "DeliveryAbandoned"
 # Reasons of one delivery (modalscale.notify: DeliveryResult.reason, the outbox's lastReason, and AlertDelivered's

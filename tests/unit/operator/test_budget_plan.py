@@ -228,7 +228,7 @@ def test_first_evaluation_writes_status_with_the_rate_and_unknown_alert_conditio
     assert s["periodStart"] == "2026-11-30T00:00:00Z" and s["periodEnd"] == "2026-12-01T00:00:00Z"
     conds = {c["type"]: (c["status"], c["reason"]) for c in s["conditions"]}
     assert conds == {"Ready": ("True", "Evaluated"), "BudgetExceeded": ("False", "WithinBudget"),
-                     "AlertDelivered": ("Unknown", "NoAlertSent"),
+                     "AlertDelivered": ("Unknown", "NoNotifications"),
                      # a priced service without a burn-rate history yet: no spend anomaly is decided, and it says so
                      "SpendAnomalyDetection": ("False", "InsufficientHistory")}
     assert plan.annotation_writes == [] and plan.alerts == () and plan.events == []
@@ -575,6 +575,33 @@ def test_an_entry_still_failing_at_the_end_of_its_period_is_abandoned_and_report
     assert "notification ding after 1 attempt: its budget period ended" in c["message"]
     assert "last error: Connection to DingTalk failed" in c["message"]
     assert ("Warning", "DeliveryAbandoned") in [e[:2] for e in after.events]
+
+
+def test_emptying_the_notifications_abandons_what_is_pending_then_reports_no_delivery_not_a_failure() -> None:
+    """With every notification removed after a failed round, AlertDelivered stayed False/DeliveryAbandoned for good:
+    only a later delivery lifted it, and none could come. The abandonment is that evaluation's Warning (as before);
+    from then on the condition says there is nothing to deliver to. A policy with notifications before any alert is
+    NoAlertSent, as before."""
+    assert get(plan_policy(alerting_policy(), observed(make_isvc()), CATALOG, [], T0).status_patch["conditions"],
+               "AlertDelivered")["reason"] == "NoAlertSent"
+    p2, plan = first_alert()
+    slack, ding = plan.sends
+    sent = T0 + dt.timedelta(seconds=CROSSED_50)
+    p3 = persisted(p2, plan_policy(p2, observed(make_isvc()), CATALOG,
+                                   [Attempt(slack.key, True, "Delivered", "ok", sent),
+                                    Attempt(ding.key, False, "ServerError", "DingTalk answered HTTP 503", sent)],
+                                   sent + dt.timedelta(seconds=1)).status_patch)
+    p3["spec"]["notifications"] = []
+    emptied = plan_policy(p3, observed(make_isvc()), CATALOG, [], sent + dt.timedelta(seconds=2))
+    c = get(emptied.status_patch["conditions"], "AlertDelivered")
+    assert (c["status"], c["reason"]) == ("False", "DeliveryAbandoned") and "notification ding" in c["message"]
+    assert emptied.status_patch["pendingAlerts"] == [] and emptied.sends == ()
+    assert [e[:2] for e in emptied.events if e[0] == "Warning"] == [("Warning", "DeliveryAbandoned")]
+    p4 = persisted(p3, emptied.status_patch)
+    later = plan_policy(p4, observed(make_isvc()), CATALOG, [], sent + dt.timedelta(seconds=3))
+    c = get(later.status_patch["conditions"], "AlertDelivered")
+    assert (c["status"], c["reason"]) == ("Unknown", "NoNotifications") and "spec.notifications" in c["message"]
+    assert [e[:2] for e in later.events] == [("Normal", "NoNotifications")]
 
 
 def test_an_invalid_spec_sends_nothing_but_records_finished_rounds() -> None:
