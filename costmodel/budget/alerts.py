@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 
 LIFTED = "enforcement lifted"
-"""A recovery's action line when the closed period had enforcement (a cap, a scale-down, Spot) in force."""
+"""A recovery's action line when the closed period had enforcement (a cap, a scale-down, Spot, a tenant
+``Reject``) in force."""
 
 
 class AlertKind(str, enum.Enum):
@@ -166,7 +167,9 @@ class BudgetAlert:
         if self.kind is AlertKind.GOVERNANCE_BLIND:
             return f"Budget {self.policy} cannot price all of its spend: enforcing on the known part, a lower bound"
         started = f"Budget {self.policy}: a new {self.period.value.lower()} period started"
-        return f"{started}, enforcement lifted" if LIFTED in self.actions else f"{started}, its alerts resolved"
+        if LIFTED in self.actions:
+            return f"{started}, enforcement lifted"
+        return f"{started}, its alerts resolved" if self.resolves else started
 
     def facts(self, max_actions: int = 10) -> list[tuple[str, str]]:
         """Ordered (label, value) pairs every payload shows; at most ``max_actions`` actions are listed."""
@@ -298,7 +301,8 @@ def _alerted_in_closed_period(alert_state: AlertState) -> tuple[FiringAlert, ...
 def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecast_usd: Decimal | None,
                 crossed: Sequence[Threshold], ahead: Sequence[Threshold], actions: tuple[str, ...],
                 alert_state: AlertState, new_period: bool, closed_period_spent_usd: Decimal | None, horizon_s: int,
-                now: datetime) -> tuple[tuple[BudgetAlert, ...], tuple[ThresholdRecord, ...]]:
+                now: datetime, rejected_before: bool = False
+                ) -> tuple[tuple[BudgetAlert, ...], tuple[ThresholdRecord, ...]]:
     """Step 5: the alerts to send now (see the module docstring) and the de-duplication records to persist.
 
     Args:
@@ -308,6 +312,8 @@ def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecas
         alert_state: What earlier evaluations decided; ``new_period``: its period is over.
         closed_period_spent_usd: Final spend of the period that just closed (quoted in a recovery notice).
         horizon_s: Seconds ahead that enforcement looked (quoted when a threshold is enforced ahead).
+        rejected_before: A tenant ``Reject`` was in force when the period closed (``status.rejectedTenants``, which
+            ``alert_state`` does not hold): the recovery says enforcement is lifted.
     Returns:
         (alerts in the order rooms should see them: Recovered (naming in ``resolves`` each threshold and forecast
         alert of the closed period, which it resolves), GovernanceBlind, ThresholdCrossed, ForecastExceeded; the
@@ -324,11 +330,17 @@ def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecas
 
     alerts: list[BudgetAlert] = []
     resolves = _alerted_in_closed_period(alert_state) if new_period else ()
-    if new_period and (alert_state.state is BudgetState.EXCEEDED or alert_state.enforced or alert_state.spot
-                       or resolves):
-        recovered = make(AlertKind.RECOVERED, (), (LIFTED,) if alert_state.enforced or alert_state.spot else (),
+    lifted = bool(alert_state.enforced or alert_state.spot or rejected_before)
+    if new_period and (alert_state.state is BudgetState.EXCEEDED or lifted or resolves):
+        recovered = make(AlertKind.RECOVERED, (), (LIFTED,) if lifted else (),
                          closed=closed_period_spent_usd)
         alerts.append(replace(recovered, resolves=resolves))
+    if resolves and alert_state.period_start == spend.period_start:
+        # spec.period changed at a shared start (Daily -> Weekly on a Monday): what the recovery resolved is not
+        # this new period's, else it is never alerted again here and the next recovery resolves it twice.
+        alert_state = replace(alert_state, records=tuple(
+            replace(r, alerted_period_start=None) if r.alerted_period_start == alert_state.period_start else r
+            for r in alert_state.records))
     if spend.blind and not alert_state.blind:
         alerts.append(make(AlertKind.GOVERNANCE_BLIND, ()))
     records, newly_alerted = _threshold_records(spec, crossed, ahead, alert_state, spend.period_start, now)

@@ -341,7 +341,8 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
     alerts, records = plan_alerts(spec, policy, to_date, forecast_bound, crossed, enforcement.ahead,  # 5
                                   action_lines(enforcement.actions, spot) + reject_lines(reject),
                                   alert_state, new_period,
-                                  closed.spent_usd if closed is not None else None, horizon_s, now)
+                                  closed.spent_usd if closed is not None else None, horizon_s, now,
+                                  rejected_before=new_period and bool(rejected))
     forecast = None if to_date.blind else forecast_bound
     state, reason, message = budget_state(                                                           # 6
         to_date, forecast, crossed, enforcement.ahead,

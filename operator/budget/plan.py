@@ -63,9 +63,10 @@ Rules decided here (the rest is ``plan_budget``'s):
   service has a burn rate any more the condition is ``Unknown`` (``NothingPriced`` / ``NoServicesSelected``),
   not its last value.
 * **AlertDelivered**: ``False`` (reason of the last failure) while an entry has failed at least once; ``False``
-  / ``DeliveryAbandoned`` when an entry was given up, until a later delivery succeeds; ``True`` / ``Delivered``
-  once deliveries succeeded and no entry has a failed attempt; ``Unknown`` / ``NoAlertSent`` before any;
-  ``Unknown`` / ``NoNotifications`` while ``spec.notifications`` is empty and nothing is pending.
+  / ``DeliveryAbandoned`` when an entry was given up, until a later delivery succeeds or the notifications are
+  emptied; ``True`` / ``Delivered`` once deliveries succeeded and no entry has a failed attempt; ``Unknown`` /
+  ``NoAlertSent`` before any (with notifications); ``Unknown`` / ``NoNotifications`` while ``spec.notifications``
+  is empty and nothing is pending.
 """
 
 from __future__ import annotations

@@ -175,6 +175,36 @@ def test_a_warning_period_that_alerted_ends_with_a_recovery_that_resolves_its_al
     assert plan_budget(spec, D(0), [svc("a", 1)], roundtrip(quiet), utc(2026, 5, 2, 0, 5), policy=POLICY).alerts == ()
 
 
+def test_a_period_changed_at_a_shared_start_alerts_again_what_its_recovery_resolved(make_spec) -> None:
+    """Daily -> Weekly on a Monday: both periods start at 00:00Z, so the 50 % alert of the day (resolved by the
+    recovery the change sends) read as already alerted in the week: never alerted there, and resolved a second time
+    by the week's own recovery (an unmatched resolve at an Alertmanager-style receiver)."""
+    thresholds = [{"percent": 50}, {"percent": 80}]
+    daily = make_spec(thresholds=thresholds, limit={"amount": "100"})
+    weekly = make_spec(thresholds=thresholds, limit={"amount": "100"}, period="Weekly")
+    day = plan_budget(daily, D(60), [svc("a", 1)], AlertState(), utc(2026, 5, 4, 12), policy=POLICY)  # a Monday
+    assert kinds(day) == [AlertKind.THRESHOLD_CROSSED] and day.alerts[0].thresholds_percent == (50,)
+    week = plan_budget(weekly, D(60), [svc("a", 1)], roundtrip(day), utc(2026, 5, 4, 13), policy=POLICY)
+    assert kinds(week) == [AlertKind.RECOVERED, AlertKind.THRESHOLD_CROSSED]
+    assert [f.starts_at for f in week.alerts[0].resolves] == [utc(2026, 5, 4, 12)]
+    assert week.alerts[1].thresholds_percent == (50,)
+    later = plan_budget(weekly, D(85), [svc("a", 1)], roundtrip(week), utc(2026, 5, 5, 13), policy=POLICY)
+    assert [a.thresholds_percent for a in later.alerts] == [(80,)]
+    end = plan_budget(weekly, D(0), [svc("a", 1)], roundtrip(later), utc(2026, 5, 11, 0, 5), policy=POLICY)
+    (recovered,) = end.alerts
+    assert [(f.threshold_percent, f.starts_at) for f in recovered.resolves] == [(50, utc(2026, 5, 4, 13)),
+                                                                              (80, utc(2026, 5, 5, 13))]
+
+
+def test_an_exceeded_period_that_alerted_and_enforced_nothing_ends_with_a_plain_notice(make_spec) -> None:
+    spec = make_spec(thresholds=[{"percent": 120}], forecast={"enabled": False})
+    over = plan_budget(spec, D(110), [svc("a", 1)], AlertState(), utc(2026, 5, 1, 22), policy=POLICY)
+    assert over.state is BudgetState.EXCEEDED and over.alerts == () and over.actions == ()
+    (recovered,) = plan_budget(spec, D(0), [svc("a", 1)], roundtrip(over), utc(2026, 5, 2, 0, 5), policy=POLICY).alerts
+    assert recovered.resolves == () and recovered.actions == ()
+    assert recovered.title == f"Budget {POLICY}: a new daily period started"
+
+
 # -------------------------------------------------------------------------------------- enforcement
 def test_enforcement_targets_and_threshold_order(make_spec) -> None:
     spec = make_spec(thresholds=[

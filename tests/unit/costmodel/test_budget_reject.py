@@ -11,6 +11,7 @@ import pytest
 
 from modalscale.api.budgetpolicy import InvalidBudgetSpec, parse_budget_spec
 from modalscale.costmodel.budget import (
+    AlertKind,
     AlertState,
     BudgetPlan,
     BudgetState,
@@ -146,6 +147,12 @@ def test_a_new_period_lifts_the_rejection() -> None:
     p = plan("0.01", alert_state=state, rejected=rejected, now=tomorrow)
     assert p.rejections == ()
     assert p.period_start == PERIOD_END
+    # The recovery says so: a Reject lives in status.rejectedTenants, not in the alert state, and the notice read
+    # "its alerts resolved", action none, as if nothing had been enforced.
+    (recovered,) = p.alerts
+    assert recovered.kind is AlertKind.RECOVERED and recovered.actions == ("enforcement lifted",)
+    assert recovered.title == f"Budget {POLICY}: a new daily period started, enforcement lifted"
+    assert [f.threshold_percent for f in recovered.resolves] == [80, 100]
 
 
 def test_a_new_period_with_unknown_usage_holds_nothing_of_the_last_period() -> None:
