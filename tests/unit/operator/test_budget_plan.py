@@ -599,7 +599,7 @@ def test_emptying_the_notifications_abandons_what_is_pending_then_reports_no_del
     assert [e[:2] for e in emptied.events if e[0] == "Warning"] == [("Warning", "DeliveryAbandoned")]
     p4 = persisted(p3, emptied.status_patch)
     later = plan_policy(p4, observed(make_isvc()), CATALOG, [], sent + dt.timedelta(seconds=3))
-    c = get(later.status_patch["conditions"], "AlertDelivered")
+    c = get(persisted(p4, later.status_patch)["status"]["conditions"], "AlertDelivered")
     assert (c["status"], c["reason"]) == ("Unknown", "NoNotifications") and "spec.notifications" in c["message"]
     assert [e[:2] for e in later.events] == [("Normal", "NoNotifications")]
 
