@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import json
 import logging
 import queue
 import threading
@@ -27,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from modalscale import GROUP, VERSION
 from modalscale.api.isvc_status import IsvcStatus, write_isvc_status
+from modalscale.operator.isvc.observe import read_json
 from modalscale.operator.isvc.plan import FOREIGN, ForeignChild, Write, desired_ownership
 from modalscale.operator.metrics import OperatorMetrics
 
@@ -254,15 +254,7 @@ class Writer:
                        "Role": (self.rbac, "role"), "RoleBinding": (self.rbac, "role_binding"),
                        "NetworkPolicy": (self.networking, "network_policy"),
                        "PodDisruptionBudget": (self.policy, "pod_disruption_budget")}[kind]
-        read = getattr(api, f"read_namespaced_{method}")
-        try:
-            resp = read(name, namespace, _preload_content=False)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        found: dict[str, Any] = json.loads(resp.data)
-        return found
+        return read_json(getattr(api, f"read_namespaced_{method}"), name, namespace)
 
     def _patch(self, namespace: str, kind: str, name: str, body: dict[str, Any]) -> None:
         if kind == "Deployment":
