@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -305,18 +305,12 @@ def test_a_request_that_runs_out_of_memory_gets_a_retryable_unavailable_in_every
         assert _counted(batch)[names.REQUEST_ERRORS_TOTAL] == {"OutOfMemory": 1}
 
 
-@pytest.mark.parametrize("exc", [MemoryError("cannot allocate"), torch.OutOfMemoryError("CUDA out of memory")])
-def test_a_batch_that_runs_out_of_memory_is_answered_unavailable_not_raised(monkeypatch: pytest.MonkeyPatch,
-                                                                            exc: Exception) -> None:
-    """The same kind after validation: a ``MemoryError`` in the encoder pass left ``execute`` (Triton failed the
-    batch with an unlabelled 500, uncounted), and torch's out of memory (a ``RuntimeError``) was an
-    ``InternalError``; both are ``OutOfMemory`` 503 for each request of the batch now, in each batched model."""
+def _passing_models(monkeypatch: pytest.MonkeyPatch, broken: Callable[..., Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """``(model, request)`` for each batched model whose pass is ``broken`` (raises): the one-piece model, the staged
+    front and the image encoder pool, each with a request that passes validation."""
     triton_model = _module(monkeypatch, "triton_model")
     stage_models = _module(monkeypatch, "stage_models")
     from modalscale.runtime.model.staged import FrontPrepared
-
-    def broken(prepared: list[Any]) -> Any:
-        raise exc
 
     one_piece = object.__new__(triton_model.TritonPythonModel)
     one_piece.settings, one_piece.pipeline = ModelSettings(), _Pipeline()
@@ -329,9 +323,21 @@ def test_a_batch_that_runs_out_of_memory_is_answered_unavailable_not_raised(monk
     pool.pipeline = SimpleNamespace(
         prepare=lambda images, text: SimpleNamespace(parsed=SimpleNamespace(images=()), stage_s={}),
         image_entries=broken)
-    for model, request in ((one_piece, {"TEXT": np.array([[b"a cat"]], dtype=object)}),
-                           (front, {"TEXT": np.array([[b"a cat"]], dtype=object)}),
-                           (pool, {stage_models.ENCODER_IMAGE: np.array([[b"x"]], dtype=object)})):
+    return [(one_piece, {"TEXT": np.array([[b"a cat"]], dtype=object)}),
+            (front, {"TEXT": np.array([[b"a cat"]], dtype=object)}),
+            (pool, {stage_models.ENCODER_IMAGE: np.array([[b"x"]], dtype=object)})]
+
+
+@pytest.mark.parametrize("exc", [MemoryError("cannot allocate"), torch.OutOfMemoryError("CUDA out of memory")])
+def test_a_batch_that_runs_out_of_memory_is_answered_unavailable_not_raised(monkeypatch: pytest.MonkeyPatch,
+                                                                            exc: Exception) -> None:
+    """The same kind after validation: a ``MemoryError`` in the encoder pass left ``execute`` (Triton failed the
+    batch with an unlabelled 500, uncounted), and torch's out of memory (a ``RuntimeError``) was an
+    ``InternalError``; both are ``OutOfMemory`` 503 for each request of the batch now, in each batched model."""
+    def broken(prepared: list[Any]) -> Any:
+        raise exc
+
+    for model, request in _passing_models(monkeypatch, broken):
         batch = names.MetricBatch()
         (response,) = model._execute([request], batch)
         assert (response.error.code, response.error.message.split(":")[0]) == (503, "OutOfMemory"), model
@@ -405,28 +411,12 @@ def test_an_encoder_pass_that_raises_anything_fails_its_requests_not_the_batch(
     else (an ``IndexError`` of a bug) left ``execute`` and Triton failed the batch with its own unlabelled 500,
     uncounted, the requests that failed validation beside it included. Each request of the pass gets its counted
     ``InternalError`` now, in every model that runs one, and the others keep their own answers."""
-    triton_model = _module(monkeypatch, "triton_model")
-    stage_models = _module(monkeypatch, "stage_models")
     gpu_models = _module(monkeypatch, "gpu_models")
-    from modalscale.runtime.model.staged import FrontPrepared
 
     def broken(*args: Any) -> Any:
         raise IndexError("a fault no check named")
 
-    one_piece = object.__new__(triton_model.TritonPythonModel)
-    one_piece.settings, one_piece.pipeline = ModelSettings(), _Pipeline()
-    one_piece.pipeline.run = broken
-    front = object.__new__(stage_models.FrontModel)
-    front.front = SimpleNamespace(
-        prepare=lambda images, text: FrontPrepared(modality="text", images=[], token_ids=[101, 102], text_tokens=3),
-        run=broken)
-    pool = object.__new__(stage_models.ImageEncoderStageModel)
-    pool.pipeline = SimpleNamespace(
-        prepare=lambda images, text: SimpleNamespace(parsed=SimpleNamespace(images=()), stage_s={}),
-        image_entries=broken)
-    for model, request in ((one_piece, {"TEXT": np.array([[b"a cat"]], dtype=object)}),
-                           (front, {"TEXT": np.array([[b"a cat"]], dtype=object)}),
-                           (pool, {stage_models.ENCODER_IMAGE: np.array([[b"x"]], dtype=object)})):
+    for model, request in _passing_models(monkeypatch, broken):
         batch = names.MetricBatch()
         (response,) = model._execute([request], batch)
         assert (response.error.code, response.error.message.split(":")[0]) == (500, "InternalError"), model
