@@ -1522,6 +1522,10 @@ def _status_events(old_conditions: list[ConditionStatus], new_conditions: list[C
     if (new_child.get("status") == cond.TRUE and new_child not in changed
             and old_child.get("message") != new_child.get("message")):
         changed.append(new_child)  # another object's name taken, or one given back: True all along
+    if any(c["type"] == R.CHILD_CONFLICT and c["status"] == cond.TRUE for c in changed):
+        # One cause, one Event: a foreign object that holds the replicas or their Service turns Ready False
+        # (ForeignObject) in the pass ChildConflict turns True, and ChildConflict's Event names every such object.
+        changed = [c for c in changed if not (c["type"] == R.READY and c["reason"] == R.FOREIGN_OBJECT)]
     for c in changed:
         # Creating is the normal first step, not a warning (Ready=False only until the Deployment exists).
         bad = (c["type"] in (R.READY, R.IMAGE_ENCODER_READY) and c["status"] != cond.TRUE and c["reason"] != R.CREATING
@@ -1530,10 +1534,6 @@ def _status_events(old_conditions: list[ConditionStatus], new_conditions: list[C
         if not old_conditions and not bad and not (c["type"] == R.READY and c["reason"] == R.CREATING):
             continue  # First visit: no Event for the initial healthy/unknown state of every condition.
         events.append(("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: {c['message']}"))
-    if any(e[1] == R.FOREIGN_OBJECT and e[2].startswith(f"{R.CHILD_CONFLICT}=") for e in events):
-        # One cause, one Event: a foreign object that holds the replicas or their Service turns Ready False
-        # (ForeignObject) in the pass ChildConflict turns True, and ChildConflict's Event names every such object.
-        events = [e for e in events if not (e[1] == R.FOREIGN_OBJECT and e[2].startswith(f"{R.READY}="))]
     return events
 
 
