@@ -63,7 +63,7 @@ MAX_FACT_LABEL_CHARS = 64
 MAX_FACT_VALUE_CHARS = 2048
 MAX_FACTS = 16
 MAX_ERROR_CHARS = 1024
-MAX_RESOLVES = 11
+MAX_RESOLVES = 13
 """Bounds of the stored texts and lists (the CRD's ``maxLength``/``maxItems``); longer texts are cut with an
 ellipsis."""
 

@@ -22,7 +22,13 @@ The rules are in each module's docstring. The names below are the package's API;
 
 from __future__ import annotations
 
-from modalscale.costmodel.budget.alerts import AlertKind, BudgetAlert, FiringAlert, spend_anomaly_alert
+from modalscale.costmodel.budget.alerts import (
+    AlertKind,
+    BudgetAlert,
+    FiringAlert,
+    spend_anomaly_alert,
+    spend_anomaly_over,
+)
 from modalscale.costmodel.budget.enforce import ENFORCEMENT_METHOD, EnforcementAction
 from modalscale.costmodel.budget.plan import BudgetPlan, plan_budget, rates_after_enforcement
 from modalscale.costmodel.budget.reject import (
@@ -54,5 +60,5 @@ __all__ = [
     "SpotRecord", "SpotState", "ThresholdRecord", "plan_budget", "plan_spot", "rates_after_enforcement",
     "RejectPlan", "TenantRejection", "TenantSpend", "plan_rejections",
     "tenant_spend",
-    "carried_over", "service_state", "spend_anomaly_alert",
+    "carried_over", "service_state", "spend_anomaly_alert", "spend_anomaly_over",
 ]

@@ -9,7 +9,9 @@ crossed that percent; decided on the lower-bound forecast when some service is n
 least"); a ``Recovered`` notice is sent once when a new period starts after one that was ``Exceeded``, was
 enforced, or alerted a threshold or its forecast (it resolves those alerts: an Alertmanager-style receiver's
 incidents close at the period's end, a ``Warning`` period's too); a ``GovernanceBlind`` alert names the services
-it cannot price once, when the policy starts to have any. The plan marks alerts as decided when it decides them;
+it cannot price once, when the policy starts to have any, and a ``Recovered`` resolves it once every service is
+priced again (so does one for the ``SpendAnomaly`` alert once no service is in an anomaly:
+:func:`spend_anomaly_over`). The plan marks alerts as decided when it decides them;
 delivery is at least once through the outbox of :mod:`modalscale.costmodel.outbox` (each alert is persisted in
 ``status.pendingAlerts`` together with ``status.thresholds``, before it is sent, and retried until its target
 accepts it or it expires).
@@ -58,34 +60,45 @@ class AlertKind(str, enum.Enum):
     SPEND_ANOMALY = C.SPEND_ANOMALY
 
 
+OPEN_ENDED_KINDS = frozenset({AlertKind.GOVERNANCE_BLIND, AlertKind.SPEND_ANOMALY})
+"""Alerts not bound to a budget period: each is resolved when its cause ends (every service priced again; no
+service in a spend anomaly), not at the period's end."""
+
+
 @dataclass(frozen=True)
 class FiringAlert:
     """The identity of one alert a recovery resolves (Alertmanager: one alert per threshold, the same labels,
     fingerprint and ``startsAt`` in its resolve; ``modalscale.notify.payloads`` renders them).
 
     Attributes:
-        kind: ``ThresholdCrossed`` or ``ForecastExceeded``.
-        threshold_percent: The threshold's percent (the forecast's ``alertAtPercent``).
-        starts_at: When it was alerted (``status.thresholds[].lastAlertTime``), timezone-aware UTC.
+        kind: ``ThresholdCrossed``, ``ForecastExceeded``, ``GovernanceBlind`` or ``SpendAnomaly``.
+        threshold_percent: The threshold's percent (the forecast's ``alertAtPercent``); None for the two
+            :data:`OPEN_ENDED_KINDS`, which fire one alert per policy.
+        starts_at: When it was alerted (``status.thresholds[].lastAlertTime``; for ``SpendAnomaly`` the earliest
+            ``status.spendAnomalies[].since``; for ``GovernanceBlind`` when ``Ready`` turned ``GovernanceBlind``),
+            timezone-aware UTC.
     """
 
     kind: AlertKind
-    threshold_percent: int
+    threshold_percent: int | None
     starts_at: datetime
 
 
 def describe_resolved(resolves: Sequence[FiringAlert]) -> str:
-    """``ThresholdCrossed at 50 %, 80 % (since <t1>), 100 % (since <t2>); ForecastExceeded at 100 % (since <t1>)``."""
-    parts = []
-    for kind in dict.fromkeys(f.kind for f in resolves):
+    """``ThresholdCrossed at 50 %, 80 % (since <t1>), 100 % (since <t2>); ForecastExceeded at 100 % (since <t1>)``;
+    an alert without a percent after those: ``GovernanceBlind (since <t>)``."""
+    with_percent = [(f.kind, p, f.starts_at) for f in resolves if (p := f.threshold_percent) is not None]
+    parts: list[str] = []
+    for kind in dict.fromkeys(k for k, _, _ in with_percent):
         runs: list[tuple[list[int], datetime]] = []
-        for f in sorted((f for f in resolves if f.kind is kind), key=lambda f: f.threshold_percent):
-            if runs and runs[-1][1] == f.starts_at:
-                runs[-1][0].append(f.threshold_percent)
+        for _, percent, starts_at in sorted((f for f in with_percent if f[0] is kind), key=lambda f: f[1]):
+            if runs and runs[-1][1] == starts_at:
+                runs[-1][0].append(percent)
             else:
-                runs.append(([f.threshold_percent], f.starts_at))
+                runs.append(([percent], starts_at))
         parts.append(f"{kind.value} at " + ", ".join(f"{', '.join(f'{p} %' for p in ps)} (since {format_time(t)})"
                                                      for ps, t in runs))
+    parts += [f"{f.kind.value} (since {format_time(f.starts_at)})" for f in resolves if f.threshold_percent is None]
     return "; ".join(parts)
 
 
@@ -126,7 +139,11 @@ class BudgetAlert:
     anomaly_services: tuple[str, ...] = ()
     """For ``SpendAnomaly``: ``namespace/name`` of those services."""
     resolves: tuple[FiringAlert, ...] = ()
-    """For ``Recovered``: the alerts of the closed period it resolves (each threshold and the forecast alerted)."""
+    """For ``Recovered``: the alerts it resolves (each threshold and the forecast alerted in the closed period, the
+    ``GovernanceBlind`` alert once every service is priced again, the ``SpendAnomaly`` alert once no service is
+    in an anomaly)."""
+    new_period: bool = False
+    """For ``Recovered``: sent because a period ended (else because an open-ended alert's cause ended)."""
     drivers: SpendDrivers | None = None
     """The top tenants and modalities behind the spend (showback's allocation over the period so far, of the
     selected services); None: no tenant data was read, and the alert says nothing about tenants."""
@@ -166,10 +183,25 @@ class BudgetAlert:
                     + (f" and {len(self.anomaly_services) - 3} more" if len(self.anomaly_services) > 3 else ""))
         if self.kind is AlertKind.GOVERNANCE_BLIND:
             return f"Budget {self.policy} cannot price all of its spend: enforcing on the known part, a lower bound"
+        if not self.new_period:
+            return f"Budget {self.policy}: " + "; ".join(self._ended())
         started = f"Budget {self.policy}: a new {self.period.value.lower()} period started"
         if LIFTED in self.actions:
             return f"{started}, enforcement lifted"
         return f"{started}, its alerts resolved" if self.resolves else started
+
+    def _ended(self) -> list[str]:
+        """What a recovery sent outside a period's end says ended, one phrase per open-ended kind it resolves."""
+        kinds = {f.kind for f in self.resolves}
+        out = []
+        if AlertKind.GOVERNANCE_BLIND in kinds:
+            out.append("every running service is priced again")
+        if AlertKind.SPEND_ANOMALY in kinds:
+            out.append("no spend anomaly left" + (f" ({', '.join(self.anomaly_services[:3])} back to baseline"
+                                                  + (f" and {len(self.anomaly_services) - 3} more"
+                                                     if len(self.anomaly_services) > 3 else "") + ")"
+                                                  if self.anomaly_services else ""))
+        return out or ["alerts resolved"]
 
     def facts(self, max_actions: int = 10) -> list[tuple[str, str]]:
         """Ordered (label, value) pairs every payload shows; at most ``max_actions`` actions are listed."""
@@ -316,8 +348,9 @@ def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecas
             ``alert_state`` does not hold): the recovery says enforcement is lifted.
     Returns:
         (alerts in the order rooms should see them: Recovered (naming in ``resolves`` each threshold and forecast
-        alert of the closed period, which it resolves), GovernanceBlind, ThresholdCrossed, ForecastExceeded; the
-        records of ``status.thresholds``, thresholds then the forecast).
+        alert of the closed period, which it resolves, and the ``GovernanceBlind`` alert when every service is
+        priced again: a recovery of its own when no period ended), GovernanceBlind, ThresholdCrossed,
+        ForecastExceeded; the records of ``status.thresholds``, thresholds then the forecast).
     """
     scope = spec.selector.describe(policy.namespace)
 
@@ -331,10 +364,16 @@ def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecas
     alerts: list[BudgetAlert] = []
     resolves = _alerted_in_closed_period(alert_state) if new_period else ()
     lifted = bool(alert_state.enforced or alert_state.spot or rejected_before)
+    # Every service is priced again: the GovernanceBlind alert is resolved (in the period's recovery when one is
+    # sent now: one Recovered per evaluation, the outbox's key).
+    priced_again = ((FiringAlert(AlertKind.GOVERNANCE_BLIND, None, alert_state.blind_since or now),)
+                    if alert_state.blind and not spend.blind else ())
     if new_period and (alert_state.state is BudgetState.EXCEEDED or lifted or resolves):
         recovered = make(AlertKind.RECOVERED, (), (LIFTED,) if lifted else (),
                          closed=closed_period_spent_usd)
-        alerts.append(replace(recovered, resolves=resolves))
+        alerts.append(replace(recovered, resolves=resolves + priced_again, new_period=True))
+    elif priced_again:
+        alerts.append(replace(make(AlertKind.RECOVERED, (), ()), resolves=priced_again))
     if resolves and alert_state.period_start == spend.period_start:
         # spec.period changed at a shared start (Daily -> Weekly on a Monday): what the recovery resolved is not
         # this new period's, else it is never alerted again here and the next recovery resolves it twice.
@@ -373,5 +412,34 @@ def spend_anomaly_alert(plan: BudgetPlan, spec: BudgetSpec, policy: PolicyRef, a
                        anomalies=tuple(anomalies), anomaly_services=tuple(services))
 
 
-__all__ = ["AlertKind", "BudgetAlert", "FiringAlert", "action_lines", "describe_resolved", "plan_alerts",
-           "spend_anomaly_alert"]
+def spend_anomaly_over(alerts: Sequence[BudgetAlert], plan: BudgetPlan, spec: BudgetSpec, policy: PolicyRef,
+                       since: datetime, services: Sequence[str]) -> tuple[BudgetAlert, ...]:
+    """``alerts`` with the resolve of the policy's ``SpendAnomaly`` alert, once no service is in an anomaly.
+
+    The anomaly alert is one per policy (its labels name no service, as a threshold's name its percent), so it is
+    resolved when the last anomaly ends, not when each does.
+
+    Args:
+        alerts: This evaluation's alerts; a ``Recovered`` among them (a period's end) takes the resolve, else a
+            ``Recovered`` of its own is appended (one per evaluation: the outbox's key is the kind and time).
+        plan: This evaluation's plan (period, spend and forecast are quoted).
+        since: When the anomaly alert first fired (the earliest ``status.spendAnomalies[].since`` before).
+        services: ``namespace/name`` of the services whose anomaly ended now (named in the title).
+    Returns:
+        The alerts, in their order.
+    """
+    firing = FiringAlert(AlertKind.SPEND_ANOMALY, None, since)
+    out = list(alerts)
+    for i, a in enumerate(out):
+        if a.kind is AlertKind.RECOVERED:
+            out[i] = replace(a, resolves=(*a.resolves, firing), anomaly_services=tuple(services))
+            return tuple(out)
+    return (*out, BudgetAlert(AlertKind.RECOVERED, policy, spec.selector.describe(policy.namespace), spec.period,
+                              spec.time_zone, plan.period_start, plan.period_end, plan.spent_usd, plan.limit_usd,
+                              plan.currency, plan.percent_used, plan.forecast_usd, plan.forecast_method, (), (),
+                              spec.enforcement.dry_run, plan.blind_services, plan.evaluated_at,
+                              lower_bound=plan.blind, anomaly_services=tuple(services), resolves=(firing,)))
+
+
+__all__ = ["AlertKind", "BudgetAlert", "FiringAlert", "OPEN_ENDED_KINDS", "action_lines", "describe_resolved",
+           "plan_alerts", "spend_anomaly_alert", "spend_anomaly_over"]

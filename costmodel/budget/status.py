@@ -36,12 +36,13 @@ from modalscale.api.status import (
     LedgerStatus,
     PendingAlertStatus,
     RejectedTenantStatus,
+    ResolvedAlertStatus,
     SpendAnomalyStatus,
     SpotServiceStatus,
     ThresholdStatus,
 )
 from modalscale.costmodel.anomaly import AnomalyState
-from modalscale.costmodel.budget.alerts import AlertKind, FiringAlert
+from modalscale.costmodel.budget.alerts import OPEN_ENDED_KINDS, AlertKind, FiringAlert
 from modalscale.costmodel.budget.plan import BudgetPlan
 from modalscale.costmodel.budget.reject import TenantRejection
 from modalscale.costmodel.budget.state import (
@@ -200,10 +201,13 @@ def _alert_state_read(status: Mapping[str, Any]) -> AlertState:
         state = status.get("state")
         ready = next((c for c in status.get("conditions") or []
                       if isinstance(c, Mapping) and c.get("type") == C.READY), None)
-        blind = state == BudgetState.UNKNOWN.value or (ready is not None
-                                                       and ready.get("reason") == C.GOVERNANCE_BLIND)
+        blind_ready = ready is not None and ready.get("reason") == C.GOVERNANCE_BLIND
+        blind = state == BudgetState.UNKNOWN.value or blind_ready
+        since = ready.get("lastTransitionTime") if ready is not None and blind_ready else None
         return AlertState(tuple(records), parse_time(start, "status.periodStart") if start else None,
-                          BudgetState(state) if state else None, tuple(enforced), blind, spot)
+                          BudgetState(state) if state else None, tuple(enforced), blind, spot,
+                          blind_since=parse_time(since, "status.conditions[Ready].lastTransitionTime")
+                          if isinstance(since, str) and since else None)
     except LedgerFormatError as exc:
         raise InvalidBudgetStatus(str(exc)) from None
     except ValueError as exc:
@@ -344,6 +348,23 @@ def _rejections_read(status: Mapping[str, Any]) -> tuple[TenantRejection, ...]:
     return tuple(out)
 
 
+def _resolved_json(f: FiringAlert) -> ResolvedAlertStatus:
+    out: ResolvedAlertStatus = {"kind": f.kind.value, "startsAt": format_time(f.starts_at)}
+    if f.threshold_percent is not None:
+        out["thresholdPercent"] = f.threshold_percent
+    return out
+
+
+def _resolved_read(f: Mapping[str, Any], path: str) -> FiringAlert:
+    """One ``status.pendingAlerts[].resolves`` item; a threshold's or the forecast's without its percent is refused
+    (:class:`InvalidBudgetStatus` naming the field), an open-ended alert's has none."""
+    kind = AlertKind(f["kind"])
+    percent = f.get("thresholdPercent")
+    if percent is None and kind not in OPEN_ENDED_KINDS:
+        raise InvalidBudgetStatus(f"{path}.thresholdPercent: required for {kind.value}")
+    return FiringAlert(kind, None if percent is None else int(percent), parse_time(f["startsAt"], f"{path}.startsAt"))
+
+
 def _pending_json(entry: PendingAlert) -> PendingAlertStatus:
     m = entry.message
     out: PendingAlertStatus = {
@@ -355,8 +376,7 @@ def _pending_json(entry: PendingAlert) -> PendingAlertStatus:
         "attempts": entry.attempts, "nextAttemptTime": format_time(entry.next_attempt_time),
     }
     if m.resolves:
-        out["resolves"] = [{"kind": f.kind.value, "thresholdPercent": f.threshold_percent,
-                            "startsAt": format_time(f.starts_at)} for f in m.resolves]
+        out["resolves"] = [_resolved_json(f) for f in m.resolves]
     if entry.first_attempt_time is not None:
         out["firstAttemptTime"] = format_time(entry.first_attempt_time)
     if entry.last_reason:
@@ -383,9 +403,7 @@ def _pending_read(item: Mapping[str, Any], policy: PolicyRef, path: str) -> Pend
             tuple(int(p) for p in item.get("thresholdsPercent") or []),
             parse_time(item["periodStart"], f"{path}.periodStart"),
             parse_time(item["periodEnd"], f"{path}.periodEnd"),
-            tuple(FiringAlert(AlertKind(f["kind"]), int(f["thresholdPercent"]),
-                              parse_time(f["startsAt"], f"{path}.resolves[{i}].startsAt"))
-                  for i, f in enumerate(item.get("resolves") or [])))
+            tuple(_resolved_read(f, f"{path}.resolves[{i}]") for i, f in enumerate(item.get("resolves") or [])))
         first, sending = item.get("firstAttemptTime"), item.get("sendingSince")
         return PendingAlert(str(item["notification"]), message,
                             parse_time(item["nextAttemptTime"], f"{path}.nextAttemptTime"),
@@ -395,6 +413,8 @@ def _pending_read(item: Mapping[str, Any], policy: PolicyRef, path: str) -> Pend
                             parse_time(sending, f"{path}.sendingSince") if sending else None,
                             str(item["sendingBy"]) if item.get("sendingBy") else None,
                             str(item["target"]) if item.get("target") else None)
+    except InvalidBudgetStatus:  # already names the field
+        raise
     except LedgerFormatError as exc:
         raise InvalidBudgetStatus(str(exc)) from None
     except (KeyError, ValueError, TypeError) as exc:

@@ -152,6 +152,7 @@ from modalscale.costmodel.budget import (
     TenantSpend,
     service_state,
     spend_anomaly_alert,
+    spend_anomaly_over,
     tenant_spend,
 )
 from modalscale.costmodel.budget.status import BudgetStatus, read_budget_status, status_of_plan, write_budget_status
@@ -1000,7 +1001,9 @@ def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
                      drivers: tuple[Sequence[ServiceState], TenantUsageRead | None] = ((), None)
                      ) -> tuple[tuple[BudgetAlert, ...], AnomalyState, cond.Condition | None]:
     """The budget plan's alerts plus one ``SpendAnomaly`` alert naming the services whose sample leaves their own
-    history, and the anomaly state after it; no anomaly is decided on a history that could not be read, and a
+    history (or the resolve of that alert once no service is in an anomaly:
+    :func:`~modalscale.costmodel.budget.alerts.spend_anomaly_over`), and the anomaly state after it; no anomaly
+    is decided on a history that could not be read, and a
     selected service (of ``drivers``) without a sample now keeps its anomaly state. The alerts name the top
     tenants and modalities of ``drivers`` (the selected services, what showback read): :func:`with_drivers`.
     ``config`` is scaled to the policy's interval first (:func:`~modalscale.costmodel.anomaly.for_interval`), and
@@ -1008,6 +1011,7 @@ def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
     config = for_interval(config, spec.evaluation_interval_s)  # sample minimums this interval can meet
     series = {k: [*(history or {}).get(k, ()), v] for k, v in samples.items()}
     started: list[Anomaly] = []
+    before = state
     if history_read is None or history_read.ok:  # never decide on a history that could not be read
         # A selected service without a sample now (replicas or price unknown) keeps its anomaly as stored.
         selected = {*samples, *((s.namespace, s.name) for s in drivers[0])}
@@ -1016,6 +1020,9 @@ def _spend_anomalies(plan: BudgetPlan, spec: BudgetSpec, ref: PolicyRef,
     if started:
         alerts += (spend_anomaly_alert(plan, spec, ref, [a.describe() for a in started],
                                        [f"{a.namespace}/{a.name}" for a in started]),)
+    if before.active and not state.active:  # the last anomaly ended (or left the selection): resolve the alert
+        alerts = spend_anomaly_over(alerts, plan, spec, ref, min(before.active.values()),
+                                    [f"{ns}/{name}" for ns, name in sorted(before.active)])
     detection = _detection_condition(samples, history, config, spec.evaluation_interval_s, history_read,
                                      drivers[0])
     return with_drivers(alerts, *drivers), state, detection

@@ -207,7 +207,7 @@ class ResolvedAlertStatus(TypedDict):
     """One item of ``status.pendingAlerts[].resolves``: the alert a ``Recovered`` alert resolves."""
 
     kind: str
-    thresholdPercent: int
+    thresholdPercent: NotRequired[int]
     startsAt: str
 
 

@@ -286,7 +286,8 @@ def webhook_payload(alert: Alert, receiver: str = "modalscale") -> dict[str, Any
     """Alertmanager-compatible webhook body (``version: "4"``), no URLs.
 
     Firing: one alert per threshold in the message (a threshold is one alert, as one Alertmanager rule instance
-    is), ``endsAt`` the zero time. Recovered (``status: resolved``): the alerts of ``alert.resolves``, each with
+    is; ``GovernanceBlind`` and ``SpendAnomaly`` one alert per policy), ``endsAt`` the zero time. Recovered
+    (``status: resolved``): the alerts of ``alert.resolves``, each with
     the labels, fingerprint and ``startsAt`` it fired with and ``endsAt`` = the recovery's time; the same
     ``groupKey`` as the firing (:func:`webhook_group`). A recovery that names none (an outbox item stored before
     ``resolves`` existed) sends one resolved ``BudgetRecovered`` alert under that ``groupKey``.

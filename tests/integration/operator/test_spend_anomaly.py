@@ -150,13 +150,17 @@ def test_a_spike_alerts_once_across_a_restart_and_clears_when_back_to_normal(
             assert "alerts=1" not in second.log()  # the restarted operator decided no alert
             assert len(slack.received) == 1, [json.dumps(r.payload)[:200] for r in slack.received]
 
-            # ---- back to normal: the anomaly clears (calm for clear_after_s), nothing more is sent
+            # ---- back to normal: the anomaly clears (calm for clear_after_s) and its alert is resolved, once
             custom(api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", svc,
                                                        {"spec": {"scaling": {"replicas": 1}}})
             wait_for(lambda: spend_anomalies(api, ns) == [], 120, "status.spendAnomalies empty again",
                      interval_s=1.0)
+            assert slack.wait_for(2, timeout_s=30, accepted_only=True), "no recovery of the SpendAnomaly alert"
             evaluations_after(api, ns, "budget", dt.datetime.now(dt.UTC), 3)
-            assert len(slack.received) == 1, [json.dumps(r.payload) for r in slack.received[1:]]
+            assert len(slack.received) == 2, [json.dumps(r.payload) for r in slack.received[1:]]
+            over = slack.accepted[1].room_text()
+            assert f"no spend anomaly left ({ns}/{svc} back to baseline)" in over, over
+            assert f"SpendAnomaly (since {item['since']})" in over, over
             print(f"\nfigure: steady {steady_usd_per_hour:.2f} USD/h x4 by hand; anomaly started {delay_s:.1f} s "
                   f"after the patch (smooth_s=4, 1 s evaluations); the restarted operator held while Prometheus "
                   f"was down, then read {read} samples back and alerted nothing again (machine shared with other "

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from modalscale.costmodel.anomaly import AnomalyConfig, AnomalyState, BurnSample
+from modalscale.costmodel.budget import AlertKind, FiringAlert
 from modalscale.operator.budget.history import (
     BURN_METRIC,
     PRICE_METRIC,
@@ -165,14 +166,28 @@ def test_the_anomaly_clears_from_status_once_calm_for_clear_after_s() -> None:
     p = plan_policy(policy, TEN, CATALOG, [], T0, history=hist, anomaly_config=cfg)
     stored = persisted(policy, p.status_patch)
     two = observed(make_isvc())
+    assert [a.kind for a in p.alerts] == [AlertKind.SPEND_ANOMALY]
     for i, t in enumerate(T0 + dt.timedelta(seconds=s) for s in (150, 180, 240)):
         hist[KEY].append(p.burn_samples[KEY])
         p = plan_policy(stored, two, CATALOG, [], t, history=hist, anomaly_config=cfg)
-        assert p.alerts == ()
         stored = persisted(stored, p.status_patch)
+        if i < 2:  # calm, not yet for clear_after_s
+            assert p.alerts == ()
         if i == 0:
             assert stored["status"]["spendAnomalies"][0]["calmSince"] == "2026-11-30T10:02:30Z"
     assert stored["status"]["spendAnomalies"] == []
+    # Its end resolves the SpendAnomaly alert (else its incident stays open in an Alertmanager-style receiver):
+    # once, with the identity it fired with, and kept in the outbox until delivered.
+    (recovered,) = p.alerts
+    assert recovered.kind is AlertKind.RECOVERED and not recovered.new_period
+    assert recovered.resolves == (FiringAlert(AlertKind.SPEND_ANOMALY, None, T0),)
+    assert recovered.title == "Budget ml/daily: no spend anomaly left (ml/vc back to baseline)"
+    pending = stored["status"]["pendingAlerts"][-1]
+    assert (pending["kind"], pending["resolves"]) == ("Recovered", [{"kind": "SpendAnomaly",
+                                                                      "startsAt": "2026-11-30T10:00:00Z"}])
+    hist[KEY].append(p.burn_samples[KEY])
+    p = plan_policy(stored, two, CATALOG, [], T0 + dt.timedelta(seconds=270), history=hist, anomaly_config=cfg)
+    assert p.alerts == ()
 
 
 def test_gauges_export_each_sample_and_drop_services_no_longer_sampled() -> None:
