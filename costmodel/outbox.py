@@ -265,15 +265,29 @@ def enqueue(outbox: Sequence[PendingAlert], alerts: Iterable[BudgetAlert | Alert
     return tuple(out[len(dropped):]), tuple(Abandoned(e, OUTBOX_FULL) for e in dropped)
 
 
+def _waits_for_firing(e: PendingAlert, outbox: Sequence[PendingAlert]) -> bool:
+    """True for a recovery whose notification still has an entry pending (due, backing off or in flight) of an
+    alert it resolves, decided no later: it is sent after that one is delivered or abandoned. Sent by its own
+    ``next_attempt_time`` alone, a resolve decided while its firing backs off after failed rounds went out first
+    (an open-ended alert's cause can end while its firing is pending), and an Alertmanager-style receiver that
+    then got the firing kept that incident open for good."""
+    kinds = {f.kind for f in e.message.resolves}
+    return bool(kinds) and any(
+        o.notification == e.notification and o.message.kind in kinds and o.message.created_at <= e.message.created_at
+        for o in outbox)
+
+
 def due_alerts(outbox: Sequence[PendingAlert], now: datetime,
                in_flight: Collection[OutboxKey] = frozenset()) -> tuple[PendingAlert, ...]:
-    """The entries to send now: ``next_attempt_time <= now`` and not in flight, in outbox order.
+    """The entries to send now: ``next_attempt_time <= now``, not in flight and not a recovery whose firing is still
+    pending (:func:`_waits_for_firing`), in outbox order.
 
     Raises:
         ValueError: Naive ``now``.
     """
     now = _aware(now)
-    return tuple(e for e in outbox if e.next_attempt_time <= now and e.key not in in_flight)
+    return tuple(e for e in outbox if e.next_attempt_time <= now and e.key not in in_flight
+                 and not _waits_for_firing(e, outbox))
 
 
 def mark_sending(outbox: Sequence[PendingAlert], sends: Sequence[PendingAlert], now: datetime, holder: str
@@ -307,9 +321,12 @@ def mark_sending(outbox: Sequence[PendingAlert], sends: Sequence[PendingAlert], 
 
 def next_due_s(outbox: Sequence[PendingAlert], now: datetime,
                in_flight: Collection[OutboxKey] = frozenset()) -> float | None:
-    """Seconds until the earliest entry not in flight is due (0 if one is due now); None when there is none."""
+    """Seconds until the earliest entry not in flight is due (0 if one is due now); None when there is none. A
+    recovery waiting for its firing (:func:`_waits_for_firing`) is not counted: the firing's delivery (a round's
+    end wakes the policy) or expiry comes first."""
     now = _aware(now)
-    waits = [(e.next_attempt_time - now).total_seconds() for e in outbox if e.key not in in_flight]
+    waits = [(e.next_attempt_time - now).total_seconds() for e in outbox
+             if e.key not in in_flight and not _waits_for_firing(e, outbox)]
     return max(0.0, min(waits)) if waits else None
 
 

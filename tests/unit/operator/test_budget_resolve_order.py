@@ -1,0 +1,60 @@
+"""A resolve never overtakes the firing it resolves.
+
+An open-ended alert (``GovernanceBlind``, ``SpendAnomaly``) can still be pending in the outbox, backing off after
+failed rounds, when its cause ends and its ``Recovered`` is decided. Sent by ``next_attempt_time`` alone, the
+recovery (30 s after its first failure) went out before the firing (minutes after its fifth): an Alertmanager-style
+receiver then saw the resolve first and the firing after it, and the incident stayed open for good.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from modalscale.costmodel.budget import AlertKind
+from modalscale.costmodel.outbox import Attempt
+from modalscale.operator.budget.plan import plan_policy
+from tests.unit.operator.test_budget_history import ROOM
+from tests.unit.operator.test_budget_plan import CATALOG, T0, make_isvc, make_policy, observed, persisted
+
+BLIND = observed(make_isvc(gpu_type="nvidia-b999"))  # a GPU type the catalog does not price
+PRICED = observed(make_isvc())
+
+
+def _fail(sends: Any, at: dt.datetime) -> list[Attempt]:
+    return [Attempt(e.key, False, "ServerError", "503", at) for e in sends]
+
+
+def test_a_recovery_is_not_sent_before_the_pending_firing_it_resolves() -> None:
+    policy = make_policy(notifications=ROOM, limit={"amount": "1000", "currency": "USD"})
+    p = plan_policy(policy, BLIND, CATALOG, [], T0)
+    policy = persisted(policy, p.status_patch)
+    t = T0
+    sent_kinds: list[AlertKind] = [e.message.kind for e in p.sends]
+    assert sent_kinds == [AlertKind.GOVERNANCE_BLIND]
+    attempts = _fail(p.sends, t)
+    # The receiver is down: the firing fails round after round (backoff 30, 60, 120, 240, 480 s).
+    while True:
+        t += dt.timedelta(seconds=30)
+        p = plan_policy(policy, BLIND, CATALOG, attempts, t)
+        policy = persisted(policy, p.status_patch) if p.status_patch else policy
+        attempts = _fail(p.sends, t) if p.sends else []
+        (firing,) = [e for e in policy["status"]["pendingAlerts"] if e["kind"] == "GovernanceBlind"]
+        if firing["attempts"] >= 5 and not attempts:
+            break
+    # Every service is priced again while the firing waits for its next round.
+    p = plan_policy(policy, PRICED, CATALOG, [], t + dt.timedelta(seconds=30))
+    assert [a.kind for a in p.alerts] == [AlertKind.RECOVERED]
+    policy = persisted(policy, p.status_patch)
+    order: list[AlertKind] = []
+    t += dt.timedelta(seconds=30)
+    attempts = _fail(p.sends, t)  # the receiver is still down for the recovery's first round
+    for _ in range(200):  # the receiver is back: every round from now on is delivered
+        t += dt.timedelta(seconds=30)
+        p = plan_policy(policy, PRICED, CATALOG, attempts, t)
+        policy = persisted(policy, p.status_patch) if p.status_patch else policy
+        order += [e.message.kind for e in p.sends]
+        attempts = [Attempt(e.key, True, "Delivered", "", t) for e in p.sends]
+        if len(order) == 2:
+            break
+    assert order == [AlertKind.GOVERNANCE_BLIND, AlertKind.RECOVERED]
