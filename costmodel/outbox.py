@@ -49,6 +49,7 @@ from datetime import datetime, timedelta, timezone
 from modalscale.api.budgetpolicy import Period
 from modalscale.api.conditions import NOTIFICATION_REMOVED, OUTBOX_FULL, PERIOD_ENDED
 from modalscale.costmodel.budget import AlertKind, BudgetAlert, FiringAlert, PolicyRef
+from modalscale.costmodel.budget.alerts import OPEN_ENDED_KINDS
 
 BACKOFF_BASE_S = 30
 """Wait after the first failed round, in seconds; doubles with each further failed round."""
@@ -265,6 +266,16 @@ def enqueue(outbox: Sequence[PendingAlert], alerts: Iterable[BudgetAlert | Alert
     return tuple(out[len(dropped):]), tuple(Abandoned(e, OUTBOX_FULL) for e in dropped)
 
 
+def expires_at(message: AlertMessage) -> datetime:
+    """When an entry of ``message`` is given up (:data:`PERIOD_ENDED`): its period's end; a recovery that resolves
+    an open-ended alert (``GovernanceBlind``, ``SpendAnomaly``, whose incident no period's end closes) one whole
+    period after it was decided, if later. Expired with the period, a resolve decided just before its end (the
+    cause ended at 23:59:30, the receiver refused its first round) was abandoned and the incident stayed open."""
+    if any(f.kind in OPEN_ENDED_KINDS for f in message.resolves):
+        return max(message.period_end, message.created_at + (message.period_end - message.period_start))
+    return message.period_end
+
+
 def _waits_for_firing(e: PendingAlert, outbox: Sequence[PendingAlert]) -> bool:
     """True for a recovery whose notification still has an entry pending (due, backing off or in flight) of an
     alert it resolves, decided no later: it is sent after that one is delivered or abandoned. Sent by its own
@@ -351,7 +362,7 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
         cleared, ``last_reason``,
         ``last_error`` (cut to :data:`MAX_ERROR_CHARS`), ``first_attempt_time`` set once and
         ``next_attempt_time = now + backoff_s(attempts)``; then entries whose period ended
-        (``period_end <= now``) are abandoned; an entry whose notification is gone goes on to the first of
+        (:func:`expires_at` ``<= now``) are abandoned; an entry whose notification is gone goes on to the first of
         ``notifications`` with its :attr:`~PendingAlert.target` (one entry with the one pending there already,
         :func:`_merged`; none when delivered there in these rounds), else is abandoned; an entry of a
         notification still there records its target now.
@@ -379,7 +390,7 @@ def outbox_after(outbox: Sequence[PendingAlert], attempts: Iterable[Attempt], no
                         sending_by=None)
         if e.key in in_flight:
             pending.append(e)
-        elif e.message.period_end <= now:
+        elif expires_at(e.message) <= now:
             abandoned.append(Abandoned(e, PERIOD_ENDED))
         elif names is not None and e.notification not in names:
             renamed = next((n for n in names if e.target is not None and targets.get(n) == e.target), None)
@@ -406,6 +417,7 @@ def _merged(pending: Sequence[PendingAlert]) -> tuple[PendingAlert, ...]:
 
 __all__ = [
     "Abandoned", "AlertMessage", "Attempt", "BACKOFF_BASE_S", "BACKOFF_MAX_S", "MAX_PENDING", "OutboxKey",
-    "OutboxUpdate", "POSSIBLE_DUPLICATE_FACT", "PendingAlert", "backoff_s", "due_alerts", "enqueue", "mark_sending",
+    "OutboxUpdate", "POSSIBLE_DUPLICATE_FACT", "PendingAlert", "backoff_s", "due_alerts", "enqueue", "expires_at",
+    "mark_sending",
     "next_due_s", "outbox_after",
 ]

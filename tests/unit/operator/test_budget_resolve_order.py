@@ -58,3 +58,24 @@ def test_a_recovery_is_not_sent_before_the_pending_firing_it_resolves() -> None:
         if len(order) == 2:
             break
     assert order == [AlertKind.GOVERNANCE_BLIND, AlertKind.RECOVERED]
+
+
+def test_a_recovery_decided_just_before_its_period_ends_is_still_retried_after_it() -> None:
+    """The GovernanceBlind alert's cause ends at 23:59:30; the receiver refuses the resolve's first round. Expired
+    with the period at 00:00 like a firing of that period, the resolve was abandoned and the incident its alert
+    opened (its cause did not end with the period) stayed open for good."""
+    policy = make_policy(notifications=ROOM, limit={"amount": "1000", "currency": "USD"})
+    p = plan_policy(policy, BLIND, CATALOG, [], T0)
+    policy = persisted(policy, p.status_patch)
+    p = plan_policy(policy, BLIND, CATALOG, [Attempt(e.key, True, "Delivered", "", T0) for e in p.sends],
+                    T0 + dt.timedelta(seconds=30))
+    policy = persisted(policy, p.status_patch)
+    t = T0 + dt.timedelta(hours=13, minutes=59, seconds=30)  # 23:59:30, priced again
+    p = plan_policy(policy, PRICED, CATALOG, [], t)
+    assert [a.kind for a in p.alerts] == [AlertKind.RECOVERED]
+    policy = persisted(policy, p.status_patch)
+    p = plan_policy(policy, PRICED, CATALOG, _fail(p.sends, t), t + dt.timedelta(seconds=40))  # 00:00:10
+    policy = persisted(policy, p.status_patch)
+    assert [e["kind"] for e in policy["status"]["pendingAlerts"]] == ["Recovered"], p.events
+    p = plan_policy(policy, PRICED, CATALOG, [], t + dt.timedelta(minutes=2))  # its next round, after 00:00
+    assert [e.message.kind for e in p.sends] == [AlertKind.RECOVERED]
