@@ -278,13 +278,15 @@ def expires_at(message: AlertMessage) -> datetime:
 
 def _waits_for_firing(e: PendingAlert, outbox: Sequence[PendingAlert]) -> bool:
     """True for a recovery whose notification still has an entry pending (due, backing off or in flight) of an
-    alert it resolves, decided no later: it is sent after that one is delivered or abandoned. Sent by its own
+    alert it resolves, decided before it: it is sent after that one is delivered or abandoned. Sent by its own
     ``next_attempt_time`` alone, a resolve decided while its firing backs off after failed rounds went out first
     (an open-ended alert's cause can end while its firing is pending), and an Alertmanager-style receiver that
-    then got the firing kept that incident open for good."""
+    then got the firing kept that incident open for good. A firing decided with the recovery (the new period's
+    50 % at the evaluation that recovers the old one's, the same labels) goes after it, in outbox order: sent
+    first, the recovery would close the new incident."""
     kinds = {f.kind for f in e.message.resolves}
     return bool(kinds) and any(
-        o.notification == e.notification and o.message.kind in kinds and o.message.created_at <= e.message.created_at
+        o.notification == e.notification and o.message.kind in kinds and o.message.created_at < e.message.created_at
         for o in outbox)
 
 

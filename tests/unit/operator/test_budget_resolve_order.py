@@ -79,3 +79,21 @@ def test_a_recovery_decided_just_before_its_period_ends_is_still_retried_after_i
     assert [e["kind"] for e in policy["status"]["pendingAlerts"]] == ["Recovered"], p.events
     p = plan_policy(policy, PRICED, CATALOG, [], t + dt.timedelta(minutes=2))  # its next round, after 00:00
     assert [e.message.kind for e in p.sends] == [AlertKind.RECOVERED]
+
+
+def test_the_periods_recovery_goes_before_the_new_periods_firing_decided_with_it() -> None:
+    """The first evaluation of a day both recovers the day before (resolving its 50 % alert) and crosses 50 % of
+    the new day (the same labels, so the same fingerprint). The recovery must go first: sent after the new firing,
+    it closes the new day's incident in an Alertmanager-style receiver. Only a firing decided before the recovery
+    makes it wait."""
+    policy = make_policy(notifications=ROOM, limit={"amount": "0.01", "currency": "USD"})
+    p = plan_policy(policy, PRICED, CATALOG, [], T0)
+    assert [a.kind for a in p.alerts] == [AlertKind.THRESHOLD_CROSSED]
+    policy = persisted(policy, p.status_patch)
+    p = plan_policy(policy, PRICED, CATALOG, [Attempt(e.key, True, "Delivered", "", T0) for e in p.sends],
+                    T0 + dt.timedelta(hours=1))
+    policy = persisted(policy, p.status_patch)
+    assert policy["status"]["pendingAlerts"] == []
+    p = plan_policy(policy, PRICED, CATALOG, [], T0 + dt.timedelta(hours=14, minutes=10))  # 00:10 the next day
+    assert [a.kind for a in p.alerts] == [AlertKind.RECOVERED, AlertKind.THRESHOLD_CROSSED]
+    assert [e.message.kind for e in p.sends] == [AlertKind.RECOVERED, AlertKind.THRESHOLD_CROSSED]
