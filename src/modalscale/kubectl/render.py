@@ -131,8 +131,15 @@ def _stored_text(policy: Mapping[str, Any], key: str) -> object:
 
 
 def _usd(value: object) -> str:
+    """An amount in a table as the operator shows money everywhere (``costmodel.money.display_usd``: cents, or the
+    first two significant digits of an amount under a cent); the JSON output keeps the exact figure."""
     d = parse_decimal(value)
-    return NONE if d is None else f"{d:f} USD"
+    if d is None:
+        return NONE
+    try:
+        return f"{display_usd(d)} USD"
+    except ArithmeticError:  # beyond what money holds (a refused spec's 1e999): shown as read
+        return f"{d:f} USD"
 
 
 def _ref(obj: Mapping[str, Any]) -> str:

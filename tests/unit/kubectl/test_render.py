@@ -123,10 +123,11 @@ def test_cost_reads_the_burn_rate_and_the_spend_each_ledger_counts() -> None:
         "ml/daily", "1.200250478", "0.600125239", True)
     assert b["enforcement"] == {"action": "CapReplicas", "maxReplicas": 1, "dryRun": False,
                                 "message": "at most 1 replica(s)"}
-    text = render_cost(report)
-    assert "Burn rate now: 3.0006 USD/h" in text
-    assert any(line.split()[:5] == ["ml/daily", "Daily", "2026-11-30T00:00Z..2026-12-01T00:00Z", "1.200250478", "USD"]
-               for line in text.splitlines())
+    text = render_cost(report)  # money in cents, as everywhere (docs/budgets.md); the JSON report keeps it exact
+    assert "Burn rate now: 3.00 USD/h" in text
+    assert any(line.split()[:7] == ["ml/daily", "Daily", "2026-11-30T00:00Z..2026-12-01T00:00Z", "1.20", "USD",
+                                    "0.60", "USD/h"] for line in text.splitlines()), text
+    assert "1.200250478" not in text and "0.600125239" not in text
 
 
 def test_cost_lists_a_selecting_policy_not_evaluated_yet_and_says_when_nothing_meters_the_service() -> None:
@@ -152,11 +153,13 @@ def test_budget_shows_spend_thresholds_and_the_next_action_with_the_spend_it_sta
     assert n["actions"] == ["Alert (team-slack)", "ScaleDown: every selected service to 1 replica(s)"]
     assert [(a["notification"], a["kind"]) for a in report["pendingAlerts"]] == [("team-slack", "ThresholdCrossed")]
     text = render_budget(report)
-    assert "Spent:      1.20 USD of 2 USD (60.0 %), remaining 0.80 USD" in text
+    assert "Spent:      1.20 USD of 2.00 USD (60.0 %), remaining 0.80 USD" in text
     assert "Next action: at 100 % (spend 2.00 USD, 0.80 USD to go, in 0.67 h at the current burn rate)" in text
     assert ("enforced from spend 1.95 USD (one evaluation and a replica's 90 s grace period ahead of the crossing)"
             in text)
     assert any(line.split()[:2] == ["ml/vc", "CapReplicas"] for line in text.splitlines())
+    # the ledger's rows in cents too (they showed its exact 1e-9 USD: 0.600125239 USD/h, 1.200250478 USD)
+    assert ["ml/vc", "1", "0.60", "USD/h", "1.20", "USD"] in [line.split() for line in text.splitlines()], text
 
 
 def test_a_next_threshold_enforced_ahead_of_its_crossing_says_so() -> None:
