@@ -103,6 +103,27 @@ CACHE_PHASE_ZIPF_ALPHA = 0.8
 Zipf-like laws with alpha 0.64-0.83 (Breslau et al., "Web caching and Zipf-like distributions", INFOCOM 1999)."""
 
 
+def profile_summary(report: dict[str, Any]) -> str:
+    """One line from ``modalscale profile --json``'s report: the last held-out split's model MAPE against the best
+    baseline's, and the model's MAPE by modality (the console showed the last 3 lines of profile's rich table: a
+    baseline's row and a border). A report without splits says so."""
+    splits = report.get("splits") or []
+    if not splits:
+        return f"{report.get('rows', '?')} rows, no held-out split evaluated"
+    split = splits[-1]
+    results = split.get("results") or {}
+    model = results.get("model") or {}
+    baselines = sorted(((v.get("mape_ratio", float("inf")), k) for k, v in results.items() if k != "model"))
+    line = (f"held-out {split.get('name')} ({model.get('n', '?')} requests): model MAPE "
+            f"{100 * model.get('mape_ratio', float('nan')):.1f} %")
+    if baselines:
+        line += f", best baseline {baselines[0][1]} {100 * baselines[0][0]:.1f} %"
+    by = split.get("model_mape_by_modality") or {}
+    if by:
+        line += "; by modality: " + ", ".join(f"{m} {100 * v:.1f} %" for m, v in by.items())
+    return line
+
+
 @dataclass
 class DemoConfig:
     """Options of ``modalscale demo``."""
@@ -975,7 +996,10 @@ class Demo:
             raise RuntimeError(f"modalscale profile failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
                                f"{proc.stderr[-2000:]}")
         self.timings["profile"] = time.monotonic() - started
-        self.say("Service-time model fitted on the real runtime: " + " ".join(proc.stdout.strip().splitlines()[-3:]))
+        import json
+
+        self.say("Service-time model fitted on the real runtime: "
+                 + profile_summary(json.loads((out / "evaluation.json").read_text(encoding="utf-8"))))
         return base64.b64encode((out / "model.skops").read_bytes()).decode()
 
     def plan_load(self, url: str, shift_at_s: float) -> Any:
