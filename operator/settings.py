@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from modalscale import __version__
-from modalscale.api.names import is_dns_subdomain
+from modalscale.api.names import LABEL_SYNTAX, is_dns_subdomain, is_label_key, is_label_value
 from modalscale.costmodel.anomaly import AnomalyConfig
 from modalscale.operator.budget.plan import HEARTBEAT_MIN_S
 from modalscale.operator.isvc.objects import NODE_LOSS_TOLERATION_S
@@ -106,8 +106,8 @@ class Settings:
     none (a public image)."""
     metrics_scraper_labels: dict[str, str] = field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
     """Pod labels of the metrics scraper that an InferenceService's NetworkPolicy admits to the replicas' metrics
-    port (``MODALSCALE_METRICS_SCRAPER_LABELS``, comma-separated ``name=value``); default the label the Prometheus
-    Operator puts on its Prometheus pods."""
+    port (``MODALSCALE_METRICS_SCRAPER_LABELS``, comma-separated ``name=value`` in Kubernetes label syntax, checked
+    at start-up); default the label the Prometheus Operator puts on its Prometheus pods."""
     node_loss_toleration_s: int = NODE_LOSS_TOLERATION_S
     """Seconds the replicas' and gateway pods stay bound to a node tainted ``node.kubernetes.io/unreachable`` or
     ``not-ready`` (NoExecute) before they are evicted and replaced elsewhere
@@ -200,7 +200,14 @@ class Settings:
                 errors.append(f"MODALSCALE_METRICS_SCRAPER_LABELS: {part!r} is not name=value (e.g. "
                               f"app.kubernetes.io/name=prometheus)")
                 continue
-            scraper[key.strip()] = value.strip()
+            key, value = key.strip(), value.strip()
+            bad = [f"{key!r} is not a label key"] if not is_label_key(key) else []
+            bad += [f"{value!r} is not a label value"] if not is_label_value(value) else []
+            if bad:
+                errors.append(f"MODALSCALE_METRICS_SCRAPER_LABELS: {' and '.join(bad)} ({LABEL_SYNTAX}), e.g. "
+                              f"app.kubernetes.io/name=prometheus")
+                continue
+            scraper[key] = value
         settings = cls(
             namespaces=namespaces,
             resync_interval_s=number("MODALSCALE_RESYNC_INTERVAL_SECONDS", 300.0, 1.0, 3600.0),
