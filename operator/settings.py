@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from modalscale import __version__
-from modalscale.api.names import LABEL_SYNTAX, is_dns_subdomain, is_label_key, is_label_value
+from modalscale.api.names import LABEL_SYNTAX, is_dns_label, is_dns_subdomain, is_label_key, is_label_value
 from modalscale.costmodel.anomaly import AnomalyConfig
 from modalscale.operator.budget.plan import HEARTBEAT_MIN_S
 from modalscale.operator.isvc.objects import NODE_LOSS_TOLERATION_S
@@ -52,6 +52,11 @@ OTHER_COMMANDS_ENV: dict[str, str] = {
 they are often set in the shell that starts the operator) -> who reads them. The operator ignores them."""
 
 
+NAMESPACE_SYNTAX = ("lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 "
+                    "characters")
+"""A namespace name (a DNS-1123 label) in words, for error messages."""
+
+
 class ConfigError(ValueError):
     """One or more ``MODALSCALE_*`` variables are invalid; the message lists each with the fix."""
 
@@ -75,7 +80,8 @@ class Settings:
     health_port: int = 8080
     """Port of the liveness endpoint ``/healthz`` (``MODALSCALE_HEALTH_PORT``; 0 disables)."""
     peering_name: str = "modalscale"
-    """kopf peering object shared by the replicas of one operator (``MODALSCALE_PEERING_NAME``)."""
+    """kopf peering object shared by the replicas of one operator (``MODALSCALE_PEERING_NAME``; an object name, a
+    DNS-1123 subdomain, checked at start-up)."""
     standalone: bool = False
     """Run without peering (``MODALSCALE_STANDALONE``); only for a single replica."""
     prometheus_url: str = ""
@@ -150,8 +156,8 @@ class Settings:
 
         namespaces = tuple(n.strip() for n in environ.get("MODALSCALE_NAMESPACES", "").split(",") if n.strip())
         for ns in namespaces:
-            if not (len(ns) <= 63 and ns.replace("-", "a").isalnum() and ns.islower() or ns.isdigit()):
-                errors.append(f"MODALSCALE_NAMESPACES: {ns!r} is not a namespace name (lowercase, digits, '-')")
+            if not is_dns_label(ns):
+                errors.append(f"MODALSCALE_NAMESPACES: {ns!r} is not a namespace name ({NAMESPACE_SYNTAX})")
         standalone_raw = environ.get("MODALSCALE_STANDALONE", "false").lower()
         if standalone_raw not in ("true", "false", "1", "0", ""):
             errors.append(f"MODALSCALE_STANDALONE={standalone_raw!r}: use true or false")
@@ -180,9 +186,9 @@ class Settings:
         anomaly = _anomaly_config(environ.get("MODALSCALE_SPEND_ANOMALY", ""), errors)
         admin = tuple(n.strip() for n in environ.get("MODALSCALE_BUDGET_ADMIN_NAMESPACES", "").split(",") if n.strip())
         for ns in admin:
-            if ns != "*" and not (len(ns) <= 63 and ns.replace("-", "a").isalnum() and ns.islower() or ns.isdigit()):
-                errors.append(f"MODALSCALE_BUDGET_ADMIN_NAMESPACES: {ns!r} is not a namespace name (lowercase, "
-                              "digits, '-') or *")
+            if ns != "*" and not is_dns_label(ns):
+                errors.append(f"MODALSCALE_BUDGET_ADMIN_NAMESPACES: {ns!r} is not a namespace name "
+                              f"({NAMESPACE_SYNTAX}) or *")
         gateway_image = environ.get("MODALSCALE_GATEWAY_IMAGE", "") or cls.gateway_image
         if any(c.isspace() for c in gateway_image) or len(gateway_image) > 512:
             errors.append(f"MODALSCALE_GATEWAY_IMAGE={gateway_image!r}: not an image reference; use e.g. "
@@ -208,13 +214,18 @@ class Settings:
                               f"app.kubernetes.io/name=prometheus")
                 continue
             scraper[key] = value
+        peering = environ.get("MODALSCALE_PEERING_NAME", "") or cls.peering_name
+        if not is_dns_subdomain(peering):
+            errors.append(f"MODALSCALE_PEERING_NAME={peering!r}: not an object name (the KopfPeering's: lowercase "
+                          f"letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or "
+                          f"digit, at most 253 characters), e.g. modalscale")
         settings = cls(
             namespaces=namespaces,
             resync_interval_s=number("MODALSCALE_RESYNC_INTERVAL_SECONDS", 300.0, 1.0, 3600.0),
             conflict_hold_s=number("MODALSCALE_CONFLICT_HOLD_SECONDS", 60.0, 0.0, 86400.0),
             metrics_port=int(number("MODALSCALE_METRICS_PORT", 9090, 0, 65535, integer=True)),
             health_port=int(number("MODALSCALE_HEALTH_PORT", 8080, 0, 65535, integer=True)),
-            peering_name=environ.get("MODALSCALE_PEERING_NAME", "modalscale") or "modalscale",
+            peering_name=peering,
             standalone=standalone_raw in ("true", "1"),
             prometheus_url=prom,
             log_level=level,

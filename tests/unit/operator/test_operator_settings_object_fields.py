@@ -62,3 +62,41 @@ def test_the_chart_schema_pattern_is_built_from_the_label_patterns() -> None:
     pair = f"{LABEL_KEY_PATTERN[1:-1]}={LABEL_VALUE_PATTERN[1:-1]}"
     node = SCHEMA["properties"]["config"]["properties"]["metricsScraperLabels"]
     assert node["pattern"] == f"^({pair}(,{pair})*)?$"
+
+
+NAMES = [("modalscale", True), ("ms.peering-1", True), ("0", True), ("x" * 253, True),
+         ("Bad Name!", False), ("a..b", False), ("-a", False), ("a-", False), ("Modalscale", False), ("a_b", False),
+         ("é", False), ("x" * 254, False)]
+"""(name, whether Kubernetes takes it as an object name: a DNS-1123 subdomain)."""
+
+
+@pytest.mark.parametrize(("name", "valid"), NAMES, ids=[n[:12] for n, _ in NAMES])
+def test_the_peering_name_is_taken_exactly_when_kubernetes_takes_it_as_an_object_name(name: str, valid: bool) -> None:
+    """Found by a user trial: 'Bad Name!' was accepted, and kopf then failed its start-up activity every 60 s with a
+    422 from the API server (the KopfPeering could not be created) and the operator never handled anything."""
+    try:
+        took = Settings.from_env({"MODALSCALE_PEERING_NAME": name}).peering_name == name
+    except ConfigError as exc:
+        took = False
+        assert f"MODALSCALE_PEERING_NAME={name!r}: not an object name" in str(exc)
+        assert "e.g. modalscale" in str(exc)
+    assert took is valid
+
+
+NAMESPACES = [("default", True), ("team-a", True), ("0", True), ("x" * 63, True),
+              ("Bad NS", False), ("-a", False), ("a-", False), ("a.b", False), ("é", False), ("x" * 64, False)]
+"""(namespace, whether Kubernetes takes it as a namespace name: a DNS-1123 label)."""
+
+
+@pytest.mark.parametrize(("ns", "valid"), NAMESPACES, ids=[n[:12] for n, _ in NAMESPACES])
+@pytest.mark.parametrize("variable", ["MODALSCALE_NAMESPACES", "MODALSCALE_BUDGET_ADMIN_NAMESPACES"])
+def test_the_namespace_settings_take_exactly_the_names_kubernetes_takes(variable: str, ns: str, valid: bool) -> None:
+    """'-a', 'a-' and 'é' were taken (a hand-written check: '-' read as a letter, str.isalnum and str.islower take
+    non-ASCII letters), and watched nothing, or an admin namespace that cannot exist."""
+    try:
+        settings = Settings.from_env({variable: f"{ns},default"})
+        took = ns in (settings.namespaces if variable == "MODALSCALE_NAMESPACES" else settings.budget_admin_namespaces)
+    except ConfigError as exc:
+        took = False
+        assert f"{variable}: {ns!r} is not a namespace name" in str(exc)
+    assert took is valid
