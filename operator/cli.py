@@ -81,12 +81,10 @@ def ports_in_use(ports: dict[str, int]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        settings = Settings.from_env(os.environ)
+        settings = Settings.from_env(os.environ, namespaces=args.namespace)  # -n is checked as the variable is
     except ConfigError as exc:
         print(f"modalscale operator: {exc}", file=sys.stderr)
         return 2
-    if args.namespace:
-        settings = Settings(**{**settings.__dict__, "namespaces": tuple(args.namespace)})
     if args.standalone:
         settings = Settings(**{**settings.__dict__, "standalone": True})
     configure_logging(settings.log_level)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from modalscale import __version__
@@ -129,8 +129,12 @@ class Settings:
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+    def from_env(cls, environ: Mapping[str, str], namespaces: Sequence[str] | None = None) -> Settings:
         """Build settings from ``environ``; unknown ``MODALSCALE_*`` names and bad values are errors.
+
+        Args:
+            namespaces: ``modalscale operator --namespace`` (given: it replaces ``MODALSCALE_NAMESPACES``, checked
+                the same way, and its errors name the flag).
 
         Raises:
             ConfigError: Listing every invalid variable, what it got, and what it takes.
@@ -154,10 +158,14 @@ class Settings:
                 return default
             return value
 
-        namespaces = tuple(n.strip() for n in environ.get("MODALSCALE_NAMESPACES", "").split(",") if n.strip())
-        for ns in namespaces:
+        if namespaces is None:
+            source = "MODALSCALE_NAMESPACES"
+            watched = tuple(n.strip() for n in environ.get(source, "").split(",") if n.strip())
+        else:
+            source, watched = "--namespace", tuple(namespaces)
+        for ns in watched:
             if not is_dns_label(ns):
-                errors.append(f"MODALSCALE_NAMESPACES: {ns!r} is not a namespace name ({NAMESPACE_SYNTAX})")
+                errors.append(f"{source}: {ns!r} is not a namespace name ({NAMESPACE_SYNTAX})")
         standalone_raw = environ.get("MODALSCALE_STANDALONE", "false").lower()
         if standalone_raw not in ("true", "false", "1", "0", ""):
             errors.append(f"MODALSCALE_STANDALONE={standalone_raw!r}: use true or false")
@@ -220,7 +228,7 @@ class Settings:
                           f"letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or "
                           f"digit, at most 253 characters), e.g. modalscale")
         settings = cls(
-            namespaces=namespaces,
+            namespaces=watched,
             resync_interval_s=number("MODALSCALE_RESYNC_INTERVAL_SECONDS", 300.0, 1.0, 3600.0),
             conflict_hold_s=number("MODALSCALE_CONFLICT_HOLD_SECONDS", 60.0, 0.0, 86400.0),
             metrics_port=int(number("MODALSCALE_METRICS_PORT", 9090, 0, 65535, integer=True)),
