@@ -56,6 +56,10 @@ samples tolerate 2 outliers, and the MAD's small-sample bias is at most about 1.
 KEEP_EVERY_S = 300.0
 """Beyond the recent window :func:`trim_history` keeps one sample per this many seconds."""
 
+MAX_HORIZON_S = 400 * 86_400.0
+"""Longest history (``seasons x season_s + slot_s``) :meth:`AnomalyConfig.problems` takes, seconds: a year of weekly
+seasons and then some; at one sample per :data:`KEEP_EVERY_S` that is 115,200 samples per service in memory."""
+
 
 @dataclass(frozen=True)
 class BurnSample:
@@ -98,6 +102,37 @@ class AnomalyConfig:
     history_retry_s: float = 30.0
     """After a failed read of the history back from Prometheus (no decision until one succeeds), the next read is
     tried this many seconds later, not at every evaluation: a hanging Prometheus costs one query timeout per retry."""
+
+    def problems(self) -> list[str]:
+        """Why the detector cannot work with these settings, one line each naming the fields (empty: it can).
+
+        Every field is positive and finite (the settings parser checks that per field); beyond that: ``clear_z <=
+        z_threshold`` (an anomaly starts at ``z >= z_threshold`` and is calm below ``clear_z``: above, one that
+        starts between them is calm at once, ends after ``clear_after_s`` and starts again), ``smooth_s <
+        recent_s`` (the recent baseline is the samples from ``recent_s`` to ``smooth_s`` before the scored one),
+        ``slot_s <= season_s`` (wider, the same-phase slots of consecutive seasons overlap and count samples twice,
+        and from twice the season the scored samples themselves), and a history ``seasons x season_s + slot_s`` of
+        at most :data:`MAX_HORIZON_S` (kept in memory and read back from Prometheus; far longer overflows the
+        clock).
+        """
+        out = []
+        if self.clear_z > self.z_threshold:
+            out.append(f"clear_z={self.clear_z:g} is above z_threshold={self.z_threshold:g}: an anomaly would be "
+                       f"calm as soon as it starts (it ends below clear_z); use clear_z <= z_threshold (defaults 3 "
+                       f"and 6)")
+        if not self.smooth_s < self.recent_s:
+            out.append(f"recent_s={self.recent_s:g} is not above smooth_s={self.smooth_s:g}: the recent baseline (the "
+                       f"samples from recent_s to smooth_s before the scored one) would be empty; use recent_s > "
+                       f"smooth_s (defaults 3600 and 120)")
+        if self.slot_s > self.season_s:
+            out.append(f"slot_s={self.slot_s:g} is above season_s={self.season_s:g}: the same-phase slots of "
+                       f"consecutive seasons would overlap; use slot_s <= season_s (defaults 3600 and 86400)")
+        horizon = self.seasons * self.season_s + self.slot_s
+        if horizon > MAX_HORIZON_S:
+            out.append(f"seasons x season_s + slot_s = {horizon:g} s of history is more than {MAX_HORIZON_S:g} s "
+                       f"({MAX_HORIZON_S / 86_400:g} days); use fewer seasons or a shorter season_s (defaults 7 and "
+                       f"86400)")
+        return out
 
 
 @dataclass(frozen=True)
@@ -296,6 +331,6 @@ def replay(samples: Sequence[BurnSample], cfg: AnomalyConfig = AnomalyConfig(),
     return out
 
 
-__all__ = ["Anomaly", "AnomalyConfig", "AnomalyState", "BurnSample", "KEEP_EVERY_S", "MAD_TO_SIGMA",
+__all__ = ["Anomaly", "AnomalyConfig", "AnomalyState", "BurnSample", "KEEP_EVERY_S", "MAD_TO_SIGMA", "MAX_HORIZON_S",
            "MIN_BASELINE_SAMPLES", "Score", "detect", "for_interval", "replay", "score",
            "trim_history"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
@@ -96,7 +97,8 @@ class Settings:
     """Seconds between reads of OpenCost's ``/assets`` (``MODALSCALE_OPENCOST_REFRESH_SECONDS``)."""
     spend_anomaly: AnomalyConfig = field(default_factory=AnomalyConfig)
     """Spend-anomaly detector settings (``MODALSCALE_SPEND_ANOMALY``: comma-separated ``field=value`` over the
-    fields of :class:`modalscale.costmodel.anomaly.AnomalyConfig`, e.g. ``season_s=86400,recent_s=3600``)."""
+    fields of :class:`modalscale.costmodel.anomaly.AnomalyConfig`, e.g. ``season_s=86400,recent_s=3600``; each
+    positive and finite, and together free of :meth:`~modalscale.costmodel.anomaly.AnomalyConfig.problems`)."""
     budget_admin_namespaces: tuple[str, ...] = ()
     """Namespaces whose BudgetPolicies may select InferenceServices in other namespaces
     (``MODALSCALE_BUDGET_ADMIN_NAMESPACES``, comma-separated; ``*``: every namespace). Default none: a policy
@@ -286,8 +288,15 @@ def _anomaly_config(raw: str, errors: list[str]) -> AnomalyConfig:
         except ValueError:
             errors.append(f"MODALSCALE_SPEND_ANOMALY: {key}={value!r} is not a {types[key].__name__}")
             continue
+        if not math.isfinite(number):
+            errors.append(f"MODALSCALE_SPEND_ANOMALY: {key}={value!r} is not a finite number; use e.g. "
+                          f"{key}={getattr(defaults, key):g}")
+            continue
         if not number > 0:
             errors.append(f"MODALSCALE_SPEND_ANOMALY: {key}={value!r} must be greater than 0")
             continue
         values[key] = number
-    return AnomalyConfig(**values)  # type: ignore[arg-type]
+    config = AnomalyConfig(**values)  # type: ignore[arg-type]
+    problems = config.problems()
+    errors += [f"MODALSCALE_SPEND_ANOMALY: {p}" for p in problems]
+    return defaults if problems else config
