@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes.config import ConfigException
     from prometheus_client import start_http_server
 
-    from modalscale.operator.deps import build_deps
+    from modalscale.operator.deps import KubeconfigError, build_deps
     from modalscale.operator.handlers import register
 
     try:
@@ -101,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigException as exc:
         print(f"modalscale operator: no cluster to connect to: {str(exc).splitlines()[0]}; run it in a pod "
               f"(the chart), or set KUBECONFIG to a readable kubeconfig", file=sys.stderr)
+        return 2
+    except KubeconfigError as exc:
+        print(f"modalscale operator: the kubeconfig {exc}; fix it, or set KUBECONFIG to a readable kubeconfig",
+              file=sys.stderr)
         return 2
     taken = ports_in_use({"MODALSCALE_METRICS_PORT": settings.metrics_port,
                           "MODALSCALE_HEALTH_PORT": settings.health_port})

@@ -8,6 +8,7 @@ by a handler, so no start-up handler depends on the order kopf runs the others i
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,12 +68,47 @@ class Deps:
         return self.locks.setdefault(uid, threading.Lock())
 
 
+class KubeconfigError(Exception):
+    """The kubeconfig cannot be read as one; the message (one line) names the file and what is wrong."""
+
+
+def load_kubeconfig() -> None:
+    """``kubernetes.config.load_kube_config()``, with a file that is not a kubeconfig (not YAML, not UTF-8 text, not
+    a mapping, a directory) raised as one :class:`KubeconfigError` line naming it, not the loader's own exception.
+
+    Raises:
+        kubernetes.config.ConfigException: No kubeconfig, or one without what is needed (as the loader raises it).
+        KubeconfigError: The file cannot be read as a kubeconfig.
+    """
+    import yaml
+    from kubernetes import config
+
+    path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    try:
+        config.load_kube_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{mark.name}: not valid YAML at line {mark.line + 1}, column {mark.column + 1}" if mark else (
+            f"{path}: not valid YAML")
+        context = f" ({exc.context})" if exc.context else ""
+        raise KubeconfigError(f"{where}: {exc.problem}{context}") from exc
+    except yaml.YAMLError as exc:
+        raise KubeconfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from exc
+    except UnicodeDecodeError as exc:
+        raise KubeconfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except OSError as exc:
+        raise KubeconfigError(f"{exc.filename or path}: {exc.strerror or exc}") from exc
+    except (TypeError, AttributeError) as exc:  # YAML, but a list or a string: the loader indexes it as a mapping
+        raise KubeconfigError(f"{path}: not a kubeconfig (a YAML mapping with clusters, users and contexts)") from exc
+
+
 def build_deps(settings: Settings) -> Deps:
     """Clients, metrics, prices, the autoscaler and budget runtimes and clock for the handlers (kubeconfig or
     in-cluster config).
 
     Raises:
-        kubernetes.config.ConfigException: Neither in a pod nor with a readable kubeconfig.
+        kubernetes.config.ConfigException: Neither in a pod nor with a kubeconfig.
+        KubeconfigError: The kubeconfig cannot be read as one.
         modalscale.costmodel.catalog.CatalogError: ``MODALSCALE_PRICING_CATALOG`` cannot be read.
     """
     from pathlib import Path
@@ -87,7 +123,7 @@ def build_deps(settings: Settings) -> Deps:
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
     except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
+        load_kubeconfig()
     api = client.ApiClient()
     metrics = OperatorMetrics()
     pokes = Pokes()
