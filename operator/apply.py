@@ -11,6 +11,7 @@ queue for the API server's CPU), and with 2 its gain was within the noise.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import logging
@@ -18,7 +19,7 @@ import queue
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes import client
@@ -65,12 +66,14 @@ class EventPoster:
     clean-up) posts what is left before it returns.
     """
 
-    def __init__(self, post: Callable[[str, dict[str, Any]], Any], on_posted: Callable[[str, str], None],
+    def __init__(self, post: Callable[[str, dict[str, Any]], Any],
+                 on_posted: Callable[[str, str, BaseException | None], None],
                  retry_s: float = EVENT_RETRY_S, threads: int = EVENT_THREADS) -> None:
         """
         Args:
             post: ``(namespace, event body)``: the API call (``EventsV1Api.create_namespaced_event``).
-            on_posted: ``(namespace, regarding name)``: called before each attempt (the write counter and log line).
+            on_posted: ``(namespace, regarding name, error)``: called after each attempt, ``error`` None when the
+                Event was posted (the write counter and log line).
             retry_s: Wait before the second attempt (doubled before each later one), s.
             threads: Queues, each with its thread (started with the first Event it gets).
         """
@@ -135,11 +138,12 @@ class EventPoster:
         ns, reason = ev["metadata"]["namespace"], ev["reason"]
         wait_s = self.retry_s
         for attempt in range(1, attempts + 1):
-            self.on_posted(ns, ev["regarding"]["name"])
             try:
                 self.post(ns, ev)
+                self.on_posted(ns, ev["regarding"]["name"], None)
                 return True
             except Exception as exc:  # a failed post never reaches the reconcile; ApiException and no answer alike
+                self.on_posted(ns, ev["regarding"]["name"], exc)
                 status = getattr(exc, "status", None)
                 if requeue and attempt == attempts and _event_retryable(exc):
                     logger.info("Posting the event failed, queued to retry: reason=%s status=%s error=%s", reason,
@@ -155,6 +159,11 @@ class EventPoster:
                                getattr(exc, "body", None) or f"{type(exc).__name__}: {exc}")
                 return True
         return True
+
+
+WRITE_KINDS = frozenset({"Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy",
+                         "PodDisruptionBudget"})
+"""The kinds :meth:`Writer.apply` writes (those of :meth:`Writer._gateway_calls` and Deployment, Service, ConfigMap)."""
 
 
 class Writer:
@@ -177,16 +186,38 @@ class Writer:
         self.metrics = metrics
         self.component = component
         self.events_out = EventPoster(lambda ns, ev: self.events.create_namespaced_event(ns, ev),  # type: ignore[arg-type]  # the client sends a dict body as is
-                                      lambda ns, name: self._count("Event", "create", ns, name))
+                                      lambda ns, name, error: self._count("Event", "create", ns, name, error))
 
     def close(self, timeout_s: float = 10.0) -> bool:
         """Post the Events still queued (up to ``timeout_s``) and stop the Event threads (the operator's
         clean-up). Returns whether every queued Event was posted."""
         return self.events_out.close(timeout_s)
 
-    def _count(self, kind: str, verb: str, namespace: str, name: str) -> None:
-        self.metrics.api_writes.labels(kind=kind, verb=verb).inc()
-        log.info("Wrote kind=%s verb=%s namespace=%s name=%s", kind, verb, namespace, name)
+    def _count(self, kind: str, verb: str, namespace: str, name: str, error: BaseException | None) -> None:
+        """Count and log one write once its answer is in: ``error`` None (written), an ``ApiException`` (refused by
+        the API server, with its status) or another exception (failed: no answer)."""
+        if error is None:
+            outcome = "written"
+            log.info("Wrote kind=%s verb=%s namespace=%s name=%s", kind, verb, namespace, name)
+        elif isinstance(error, ApiException):
+            outcome = "refused"
+            log.info("Write refused kind=%s verb=%s namespace=%s name=%s status=%s reason=%s", kind, verb,
+                     namespace, name, error.status, error.reason)
+        else:
+            outcome = "failed"
+            log.info("Write failed kind=%s verb=%s namespace=%s name=%s error=%s", kind, verb, namespace, name,
+                     type(error).__name__)
+        self.metrics.api_writes.labels(kind=kind, verb=verb, outcome=outcome).inc()
+
+    @contextlib.contextmanager
+    def _counted(self, kind: str, verb: str, namespace: str, name: str) -> Iterator[None]:
+        """Around one API call: :meth:`_count` it with its outcome (an exception is counted, then raised on)."""
+        try:
+            yield
+        except Exception as exc:
+            self._count(kind, verb, namespace, name, exc)
+            raise
+        self._count(kind, verb, namespace, name, None)
 
     def apply(self, namespace: str, write: Write) -> None:
         """Create, patch or delete one child. A delete that finds it gone is not an error; a create that finds an
@@ -197,36 +228,11 @@ class Writer:
             ForeignChild: The create found an object that is not this service's; it is left as it is.
             kubernetes.client.exceptions.ApiException: Any other refusal (a 409 whose object is gone by the read).
         """
-        self._count(write.kind, write.action, namespace, write.name)
+        if write.kind not in WRITE_KINDS:
+            raise ValueError(f"unknown kind {write.kind}")
         try:
-            if write.action == "delete" and write.kind in ("Deployment", "Service", "ConfigMap"):
-                {"Deployment": self.apps.delete_namespaced_deployment, "Service": self.core.delete_namespaced_service,
-                 "ConfigMap": self.core.delete_namespaced_config_map}[write.kind](write.name, namespace)
-            elif write.kind == "Deployment":
-                if write.action == "create":
-                    self.apps.create_namespaced_deployment(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
-                else:
-                    self.apps.patch_namespaced_deployment(write.name, namespace, write.body, _content_type=SMP)
-            elif write.kind == "Service":
-                if write.action == "create":
-                    self.core.create_namespaced_service(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
-                else:
-                    self.core.patch_namespaced_service(write.name, namespace, write.body, _content_type=SMP)
-            elif write.kind == "ConfigMap":
-                if write.action == "create":
-                    self.core.create_namespaced_config_map(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
-                else:
-                    self.core.patch_namespaced_config_map(write.name, namespace, write.body, _content_type=MERGE)
-            elif write.kind in self._gateway_calls():
-                create, patch, delete = self._gateway_calls()[write.kind]
-                if write.action == "create":
-                    create(namespace, write.body)
-                elif write.action == "delete":
-                    delete(write.name, namespace)
-                else:
-                    patch(write.name, namespace, write.body, _content_type=SMP)
-            else:
-                raise ValueError(f"unknown kind {write.kind}")
+            with self._counted(write.kind, write.action, namespace, write.name):
+                self._call(namespace, write)
         except ApiException as exc:
             if write.action == "create" and exc.status == 409:
                 # Created meanwhile (the other replica before a handover), or there all along but not in the watch
@@ -240,12 +246,43 @@ class Writer:
                 verdict, why = desired_ownership(write.body, found)
                 if verdict == FOREIGN:
                     raise ForeignChild(write.kind, write.name, found, why) from exc
-                self._count(write.kind, "patch", namespace, write.name)
-                self._patch(namespace, write.kind, write.name, write.body)
+                with self._counted(write.kind, "patch", namespace, write.name):
+                    self._patch(namespace, write.kind, write.name, write.body)
                 return
             if write.action == "delete" and exc.status == 404:
                 return  # Already gone.
             raise
+
+    def _call(self, namespace: str, write: Write) -> None:
+        """The one API call of ``write`` (its kind checked by :meth:`apply`)."""
+        if write.action == "delete" and write.kind in ("Deployment", "Service", "ConfigMap"):
+            {"Deployment": self.apps.delete_namespaced_deployment, "Service": self.core.delete_namespaced_service,
+             "ConfigMap": self.core.delete_namespaced_config_map}[write.kind](write.name, namespace)
+        elif write.kind == "Deployment":
+            if write.action == "create":
+                self.apps.create_namespaced_deployment(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
+            else:
+                self.apps.patch_namespaced_deployment(write.name, namespace, write.body, _content_type=SMP)
+        elif write.kind == "Service":
+            if write.action == "create":
+                self.core.create_namespaced_service(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
+            else:
+                self.core.patch_namespaced_service(write.name, namespace, write.body, _content_type=SMP)
+        elif write.kind == "ConfigMap":
+            if write.action == "create":
+                self.core.create_namespaced_config_map(namespace, write.body)  # type: ignore[arg-type]  # the client sends a dict body as is
+            else:
+                self.core.patch_namespaced_config_map(write.name, namespace, write.body, _content_type=MERGE)
+        elif write.kind in self._gateway_calls():
+            create, patch, delete = self._gateway_calls()[write.kind]
+            if write.action == "create":
+                create(namespace, write.body)
+            elif write.action == "delete":
+                delete(write.name, namespace)
+            else:
+                patch(write.name, namespace, write.body, _content_type=SMP)
+        else:
+            raise ValueError(f"unknown kind {write.kind}")
 
     def _read(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
         """The object as the API server has it, camelCase as the observer reads it (None: not found)."""
@@ -289,9 +326,9 @@ class Writer:
         """Merge-patch ``status`` (a no-op when ``patch`` is empty)."""
         if not patch:
             return
-        self._count(plural, "patch-status", namespace, name)
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, plural, name, {"status": patch}, _content_type=MERGE)
+        with self._counted(plural, "patch-status", namespace, name):
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, {"status": patch}, _content_type=MERGE)
 
     def patch_isvc_status(self, namespace: str, name: str, status: IsvcStatus,
                           stored: IsvcStatus | None) -> dict[str, Any]:
@@ -307,11 +344,11 @@ class Writer:
         Used by BudgetPolicies to set and lift the ``budget.modalscale.io/cap-*`` annotation on
         InferenceServices. Returns False when the object is gone (404); other API errors raise.
         """
-        self._count(plural, "patch-annotations", namespace, name)
         try:
-            self.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name, {"metadata": {"annotations": annotations}},
-                _content_type=MERGE)
+            with self._counted(plural, "patch-annotations", namespace, name):
+                self.custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, name, {"metadata": {"annotations": annotations}},
+                    _content_type=MERGE)
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -324,11 +361,11 @@ class Writer:
         Raises:
             kubernetes.client.rest.ApiException: Any refusal, 409 (it already exists) included.
         """
-        self._count(plural, "create", namespace or "", body["metadata"]["name"])
-        if namespace is None:
-            self.custom.create_cluster_custom_object("kopf.dev", "v1", plural, body)
-        else:
-            self.custom.create_namespaced_custom_object("kopf.dev", "v1", namespace, plural, body)
+        with self._counted(plural, "create", namespace or "", body["metadata"]["name"]):
+            if namespace is None:
+                self.custom.create_cluster_custom_object("kopf.dev", "v1", plural, body)
+            else:
+                self.custom.create_namespaced_custom_object("kopf.dev", "v1", namespace, plural, body)
 
     def event(self, body: dict[str, Any], type_: str, reason: str, message: str, logger: Log,
               queued: bool = True) -> None:

@@ -17,8 +17,10 @@ class OperatorMetrics:
         self.reconcile_seconds = Histogram("modalscale_reconcile_duration_seconds", "Reconcile duration",
                                            ["kind"], registry=self.registry,
                                            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-        self.api_writes = Counter("modalscale_api_writes_total", "Kubernetes API writes by object kind and verb",
-                                  ["kind", "verb"], registry=self.registry)
+        self.api_writes = Counter("modalscale_api_writes_total",
+                                  "Kubernetes API write attempts by object kind, verb and outcome (written: accepted; "
+                                  "refused: the API server answered an error status; failed: no answer)",
+                                  ["kind", "verb", "outcome"], registry=self.registry)
         self.decisions = Counter("modalscale_scaling_decisions_total",
                                  "Replica changes written, by InferenceService mode and reason",
                                  ["mode", "reason"], registry=self.registry)

@@ -44,7 +44,7 @@ def event(reason: str, ns: str = "ns") -> dict[str, Any]:
 def test_events_are_posted_in_order_off_the_callers_thread_and_flush_waits_for_them() -> None:
     post = Recorder(delay_s=0.05)
     counted: list[tuple[str, str]] = []
-    poster = EventPoster(post, lambda ns, name: counted.append((ns, name)))
+    poster = EventPoster(post, lambda ns, name, error: counted.append((ns, name)))
     t0 = time.monotonic()
     for i in range(5):
         poster.put(event(f"R{i}"), LOG)
@@ -59,7 +59,7 @@ def test_events_are_posted_in_order_off_the_callers_thread_and_flush_waits_for_t
                          ids=["500", "no-answer"])
 def test_a_transient_failure_is_retried_and_the_event_still_posted(error: Exception) -> None:
     post = Recorder(fail=2, error=error)
-    poster = EventPoster(post, lambda ns, name: None, retry_s=0.01)
+    poster = EventPoster(post, lambda ns, name, error: None, retry_s=0.01)
     poster.put(event("Creating"), LOG)
     assert poster.flush(5.0)
     assert post.posted == [("ns", "Creating")] and post.attempts == 3
@@ -69,7 +69,7 @@ def test_a_refused_post_is_logged_not_raised_and_the_next_event_is_posted(caplog
     refusal = ApiException(status=403, reason="Forbidden")
     refusal.body = '{"message": "denied by policy"}'
     post = Recorder(fail=1, error=refusal)
-    poster = EventPoster(post, lambda ns, name: None, retry_s=0.01)
+    poster = EventPoster(post, lambda ns, name, error: None, retry_s=0.01)
     with caplog.at_level(logging.INFO, logger=LOG.name):
         poster.put(event("Refused"), LOG)
         poster.put(event("Next"), LOG)
@@ -81,7 +81,7 @@ def test_a_refused_post_is_logged_not_raised_and_the_next_event_is_posted(caplog
 
 def test_flush_gives_up_after_its_timeout_and_close_stops_the_thread() -> None:
     release = threading.Event()
-    poster = EventPoster(lambda ns, ev: release.wait(5), lambda ns, name: None)
+    poster = EventPoster(lambda ns, ev: release.wait(5), lambda ns, name, error: None)
     poster.put(event("Slow"), LOG)
     assert not poster.flush(0.05)
     release.set()
@@ -116,7 +116,9 @@ def test_writer_event_returns_at_once_and_an_unreachable_apiserver_never_reaches
         assert writer.close(5.0)
     assert "Posting the event failed: reason=Creating status=None body=ConnectionRefusedError: nobody there" \
         in caplog.text
-    assert writer.metrics.api_writes.labels(kind="Event", verb="create")._value.get() == 3  # three attempts
+    writes = writer.metrics.api_writes
+    assert writes.labels(kind="Event", verb="create", outcome="failed")._value.get() == 3  # three attempts, none posted
+    assert writes.labels(kind="Event", verb="create", outcome="written")._value.get() == 0
 
 
 def test_an_event_posted_now_is_posted_on_the_callers_thread_and_a_transient_failure_is_retried_by_the_queue(
@@ -124,7 +126,7 @@ def test_an_event_posted_now_is_posted_on_the_callers_thread_and_a_transient_fai
     # A refusal's Event is posted once per new problem (reconcile.refuse): a post lost to one reset was never posted
     # again; retried on the caller's thread it would hold a kopf handler through the waits.
     post = Recorder(fail=0, error=ConnectionResetError("reset"))
-    poster = EventPoster(post, lambda ns, name: None, retry_s=0.01)
+    poster = EventPoster(post, lambda ns, name, error: None, retry_s=0.01)
     with caplog.at_level(logging.INFO, logger=LOG.name):
         poster.post_now(event("InvalidSpec"), LOG)  # posted here, no thread
         assert post.posted == [("ns", "InvalidSpec")] and not poster._threads
@@ -140,13 +142,13 @@ def test_an_event_posted_now_is_posted_on_the_callers_thread_and_a_transient_fai
 def test_an_event_posted_now_gives_up_after_the_queues_retries_or_at_a_refusal_and_logs_it_without_raising(
         caplog: pytest.LogCaptureFixture) -> None:
     post = Recorder(fail=99, error=ConnectionResetError("reset"))
-    poster = EventPoster(post, lambda ns, name: None, retry_s=0.01)
+    poster = EventPoster(post, lambda ns, name, error: None, retry_s=0.01)
     with caplog.at_level(logging.INFO, logger=LOG.name):
         poster.post_now(event("Refused"), LOG)
         assert poster.flush(5.0)
     assert post.attempts == 1 + EVENT_RETRIES and post.posted == []
     assert "Posting the event failed: reason=Refused status=None body=ConnectionResetError: reset" in caplog.text
     invalid = Recorder(fail=99, error=ApiException(status=422, reason="Unprocessable Entity"))
-    refused = EventPoster(invalid, lambda ns, name: None, retry_s=0.01)
+    refused = EventPoster(invalid, lambda ns, name, error: None, retry_s=0.01)
     refused.post_now(event("Refused"), LOG)
     assert invalid.attempts == 1 and not refused._threads  # a refusal by the API server is not retried
