@@ -133,6 +133,12 @@ INVALID = [
      ["spec.scaling.replicas", "1000"]),
     ("fixed-without-replicas", _isvc(scaling={"mode": "Fixed"}), ["scaling.replicas is required"]),
     ("gpu-without-type", _isvc(resources={"gpu": {"count": 1}}), ["spec.resources.gpu.type"]),
+    # A type without a count (count defaults to 0) would ask for no GPU: the trial of 7 Dec 2026.
+    ("gpu-type-without-count", _isvc(resources={"gpu": {"type": "nvidia-a100"}}),
+     ["spec.resources.gpu.count", "count: 1"]),
+    ("encoder-gpu-type-with-count-0", _isvc(stages={"imageEncoder": {"resources": {"gpu": {"count": 0,
+                                                                                           "type": "nvidia-l4"}}}}),
+     ["spec.stages.imageEncoder.resources.gpu.count", "count: 1"]),
     ("unknown-precision", _isvc(runtime={"precision": "INT4"}), ["spec.runtime.precision"]),
     # OpenVINO: no FP16 on CPU, and a GPU replica runs torch encoder models (both name the engine and the fix).
     ("unknown-engine", _isvc(runtime={"engine": "tensorrt"}), ["spec.runtime.engine", "Unsupported value"]),

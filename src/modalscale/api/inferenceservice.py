@@ -17,7 +17,8 @@ held to what the apiserver would hold it to:
   maxReplicas]``, Utilization and Predictive need ``minReplicas >= 1`` unless ``spec.gateway.enabled`` (only the
   gateway holds requests at 0 replicas and activates one), ``scaleToZeroAfterSeconds`` needs ``minReplicas: 0``
   outside Fixed mode,
-  CPU and memory above 0, a model source needs its object, a GPU count needs a type, preferred batch sizes
+  CPU and memory above 0, a model source needs its object, a GPU count needs a type and a GPU type a count of at
+  least 1 (an unset count is 0: no GPU), preferred batch sizes
   ascending and ``<= maxBatchSize``, engine ``openvino`` neither at precision FP16 nor with GPUs, and
   ``metadata.name`` a DNS-1035 label of at most 63 characters (it names the Service and is the pods' label value);
   with ``spec.stages``: model source BuiltIn, encoder ``minReplicas <= maxReplicas``, no encoder GPUs with engine
@@ -298,7 +299,7 @@ class ResourceSpec:
     gpu_count: int
     """GPUs per replica, 0..16."""
     gpu_type: str | None
-    """GPU product (``nvidia-l4``); required when ``gpu_count > 0``."""
+    """GPU product (``nvidia-l4``); required when ``gpu_count > 0``, and only then (None when 0)."""
 
 
 @dataclass(frozen=True)
@@ -601,6 +602,12 @@ def parse_resources(res: Mapping[str, Any], path: str = "spec.resources") -> Res
     gpu_type = _str(gpu, "type", None, f"{p}.gpu", pattern=_GPU_TYPE, max_length=63)
     if gpu_count > 0 and not gpu_type:
         raise InvalidSpec(f"{p}.gpu.type", f"required when {p}.gpu.count > 0 (e.g. nvidia-l4)")
+    if gpu_type is not None and gpu_count == 0:
+        written = "unset (0)" if gpu.get("count") is None else "0"
+        raise InvalidSpec(f"{p}.gpu.count", f"is {written} but {p}.gpu.type is {gpu_type!r}: a replica with 0 GPUs "
+                                            f"requests none and is not placed on {gpu_type} nodes, so the type would "
+                                            f"be ignored; set count: 1 (or more) for GPU replicas, or remove "
+                                            f"gpu.type for CPU replicas")
     return ResourceSpec(
         cpu=_quantity_text(res, "cpu", "2", p, _CPU, 1024, '"2", "500m" (half a core)'),
         memory=_quantity_text(res, "memory", "8Gi", p, _MEMORY, 2**44, '"8Gi", "512Mi" (binary units)'),

@@ -73,11 +73,13 @@ def readers(spec: dict[str, Any]) -> list[tuple[str, Any]]:
     ({"runtime": {"engine": "openvino", "precision": "FP16"}}, "spec.runtime.engine"),
     ({"runtime": {"engine": "openvino"}, "resources": {"gpu": {"count": 1, "type": "nvidia-l4"}}},
      "spec.runtime.engine"),
+    # A GPU type without a count (count unset is 0): no GPU requested or selected, yet priced as if (user trial).
+    ({"resources": {"gpu": {"type": "nvidia-a100"}}}, "spec.resources.gpu.count"),
 ], ids=["fixed-outside-bounds", "unknown-runtime-field", "unknown-scaling-field", "scaling-not-object",
         "precision-enum", "model-name-pattern", "tier-enum", "instance-count-range", "preferred-above-max",
         "cpu-pattern", "memory-pattern", "utilization-min-zero", "predictive-min-zero", "cpu-zero", "cpu-zero-milli",
         "cpu-zero-decimal", "cpu-zero-int", "memory-zero", "memory-zero-gi", "memory-zero-int", "engine-enum",
-        "engine-enum-case", "openvino-fp16", "openvino-gpu"])
+        "engine-enum-case", "openvino-fp16", "openvino-gpu", "gpu-type-without-count"])
 def test_every_reader_refuses_what_the_crd_refuses_naming_the_same_field(spec: dict[str, Any], field: str) -> None:
     assert readers(spec) == [("parse_isvc", field), ("ScalingPolicy", field), ("RuntimeConfig", field)]
 
@@ -305,3 +307,47 @@ def test_a_pvc_sub_path_a_volume_mount_cannot_take_is_refused_naming_the_field(s
 def test_a_relative_pvc_sub_path_without_a_dotdot_element_is_a_good_one(sub_path: str) -> None:
     spec = {"model": {"source": "PVC", "pvc": {"claimName": "models", "subPath": sub_path}}}
     assert parse_isvc(body(**spec)).model.pvc_sub_path == sub_path
+
+
+GPU_TYPE_NEEDS_COUNT_RULE = "!has(self.type) || (has(self.count) && self.count > 0)"
+"""The CRD's rule on each ``resources.gpu`` object (``spec``'s and the image encoder pool's): a GPU type needs a
+count of at least 1. It cannot be ``self.count > 0 || !has(self.type)`` on its own terms alone: ``count`` has the
+schema ``default: 0``, so the apiserver fills an unset count in before the rule runs and ``has(self.count)`` is always
+true there; the rule therefore refuses a type with count 0 whether the 0 was written or defaulted."""
+
+
+def _gpu_schema(path: str) -> dict[str, Any]:
+    crd = yaml.safe_load((REPO / "crds" / "inferenceservices.modalscale.io.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    node = version["schema"]["openAPIV3Schema"]
+    for part in [*path.split("."), "gpu"]:
+        node = node["properties"][part]
+    return dict(node)
+
+
+@pytest.mark.parametrize("path", ["spec.resources", "spec.stages.imageEncoder.resources"])
+@pytest.mark.parametrize("gpu", [{"type": "nvidia-a100"}, {"type": "nvidia-a100", "count": None},
+                                 {"type": "nvidia-a100", "count": 0}], ids=["count-unset", "count-null", "count-0"])
+def test_a_gpu_type_without_a_count_is_refused_naming_the_count_and_the_fix(path: str, gpu: dict[str, Any]) -> None:
+    """Found by a user trial (7 Dec 2026): ``gpu: {type: nvidia-a100}`` without ``count`` was admitted and meant no
+    GPU (count defaults to 0): the pods got no GPU request and no GPU product selector, and ``modalscale cost diff``
+    reported a saving. The CRD's rule checked only the other direction (a count needs a type). Refused now by the
+    parser and by the CRD, naming the count and the fix."""
+    spec: dict[str, Any] = {"resources": {"gpu": gpu}}
+    if path != "spec.resources":
+        spec = {"stages": {"imageEncoder": spec}}
+    with pytest.raises(InvalidSpec) as info:
+        parse_isvc(body(**spec))
+    assert info.value.field == f"{path}.gpu.count"
+    assert "'nvidia-a100'" in info.value.message
+    assert "count: 1" in info.value.message and "remove" in info.value.message
+    schema = _gpu_schema(path)
+    assert schema["properties"]["count"].get("default") == 0  # why the rule cannot tell unset from 0 (see the rule)
+    (rule,) = [r for r in schema["x-kubernetes-validations"] if r["rule"] == GPU_TYPE_NEEDS_COUNT_RULE]
+    assert rule["fieldPath"] == ".count" and "count: 1" in rule["message"] and "remove" in rule["message"]
+
+
+@pytest.mark.parametrize("gpu", [{}, {"count": 0}, {"count": None}, {"count": 2, "type": "nvidia-a100"}])
+def test_no_gpu_or_a_gpu_count_with_its_type_is_still_a_good_spec(gpu: dict[str, Any]) -> None:
+    resources = parse_isvc(body(resources={"gpu": gpu})).resources
+    assert (resources.gpu_count, resources.gpu_type) == (gpu.get("count") or 0, gpu.get("type"))
