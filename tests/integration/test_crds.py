@@ -140,6 +140,10 @@ INVALID = [
                                                                                            "type": "nvidia-l4"}}}}),
      ["spec.stages.imageEncoder.resources.gpu.count", "count: 1"]),
     ("unknown-precision", _isvc(runtime={"precision": "INT4"}), ["spec.runtime.precision"]),
+    # A tag inside runtime.image was doubled in the Deployment (<image>:<version>): the trial of 7 Dec 2026.
+    ("runtime-image-with-tag", _isvc(runtime={"image": "nvcr.io/nvidia/tritonserver:24.10-py3"}),
+     ["spec.runtime.image", "runtime.version"]),
+    ("runtime-image-with-space", _isvc(runtime={"image": "my image"}), ["spec.runtime.image", "should match"]),
     # OpenVINO: no FP16 on CPU, and a GPU replica runs torch encoder models (both name the engine and the fix).
     ("unknown-engine", _isvc(runtime={"engine": "tensorrt"}), ["spec.runtime.engine", "Unsupported value"]),
     ("openvino-fp16", _isvc(runtime={"engine": "openvino", "precision": "FP16"}),
@@ -268,6 +272,7 @@ ACCEPTED = [
     ("utilization-min-zero-with-gateway", _isvc(scaling={"mode": "Utilization", "minReplicas": 0},
                                                 gateway={"enabled": True}, model={"inputs": {"images": "pixels"}})),
     ("one-milli-cpu", _isvc(resources={"cpu": "1m", "memory": "1Mi"})),
+    ("runtime-image-on-a-registry-with-a-port", _isvc(runtime={"image": "registry.local:5000/ml/triton"})),
     ("currency-defaulted", _budget(limit={"amount": "10"})),
     ("tenant-budget-with-reject", _budget(selector={"tenants": ["acme", "team b/prod~1", "default"]},
                                           thresholds=[{"percent": 80}, {"percent": 100,

@@ -148,6 +148,23 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
 }
 """The properties of every object in the CRD's ``spec`` schema (a unit test holds this equal to the CRD)."""
 
+_HOST = r"([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[a-fA-F0-9:]+\])"
+_PATH_COMPONENT = r"[a-z0-9]+(([.]|_|__|-+)[a-z0-9]+)*"
+_REPOSITORY = f"({_HOST}(:[0-9]+)?/)?{_PATH_COMPONENT}(/{_PATH_COMPONENT})*"
+IMAGE_REPOSITORY_PATTERN = f"^{_REPOSITORY}$"
+"""``spec.runtime.image``'s ``pattern`` in the CRD: an image repository without tag or digest, as the OCI distribution
+reference grammar writes a name: an optional registry host (a DNS name, or an IPv6 address in brackets) with an
+optional port and a ``/``, then lower-case path components (letters, digits, separated by ``.``, ``_``, ``__`` or
+dashes) joined by ``/``. The container's image is ``<image>:<version>`` (:attr:`RuntimeSpec.image_ref`), so a tag or
+digest here would be doubled."""
+IMAGE_REPOSITORY_MAX_CHARS = 255
+"""``spec.runtime.image``'s ``maxLength`` in the CRD: the distribution grammar's longest name."""
+IMAGE_REFERENCE_PATTERN = (f"^{_REPOSITORY}(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                           f"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?$")
+"""``spec.model.image.reference``'s ``pattern`` in the CRD: a whole image reference, the repository
+(:data:`IMAGE_REPOSITORY_PATTERN`) with an optional ``:tag`` and an optional ``@digest``."""
+_IMAGE_REPOSITORY = re.compile(IMAGE_REPOSITORY_PATTERN)
+_IMAGE_REFERENCE = re.compile(IMAGE_REFERENCE_PATTERN)
 _MODEL_NAME = re.compile(r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$")
 _OBJECT_NAME = re.compile(DNS_SUBDOMAIN_PATTERN)
 _VERSION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -515,7 +532,7 @@ def parse_model(model: Mapping[str, Any]) -> ModelSpec:
         config_map=_str(config_map, "name", None, f"{p}.configMap", pattern=_OBJECT_NAME),
         pvc_claim=_str(pvc, "claimName", None, f"{p}.pvc", pattern=_OBJECT_NAME),
         pvc_sub_path=_req(_str(pvc, "subPath", "", f"{p}.pvc", max_length=1024)),
-        image_reference=_str(image, "reference", None, f"{p}.image", min_length=1, max_length=512),
+        image_reference=_model_image_reference(image.get("reference")),
         image_path=_req(_str(image, "path", "/models", f"{p}.image", max_length=1024)),
         uri=_str(model, "uri", None, p, pattern=_URI, max_length=2048),
         cost_model_config_map=_str(cost_ref, "name", None, f"{p}.costModelRef", pattern=_OBJECT_NAME),
@@ -544,6 +561,25 @@ def parse_model(model: Mapping[str, Any]) -> ModelSpec:
     return spec
 
 
+def _model_image_reference(value: object) -> str | None:
+    """``spec.model.image.reference`` (its raw value): a whole image reference (:data:`IMAGE_REFERENCE_PATTERN`) of
+    at most 512 characters; None when unset or null.
+
+    Raises:
+        InvalidSpec: Not a string, too long, or not an image reference (the message has an example).
+    """
+    where = "spec.model.image.reference"
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidSpec(where, f"must be a string, got {value!r}")
+    if not (1 <= len(value) <= 512 and _IMAGE_REFERENCE.fullmatch(value)):
+        raise InvalidSpec(where, f"{value[:80]!r} is not an image reference: [registry host[:port]/]repository"
+                                 f"[:tag][@digest], the repository's path in lower case, no spaces, at most 512 "
+                                 f"characters, e.g. registry.example.com/models/captioner:v3")
+    return value
+
+
 def parse_runtime(runtime: Mapping[str, Any]) -> RuntimeSpec:
     """Typed ``spec.runtime`` (``runtime`` is its mapping, already checked for unknown fields).
 
@@ -566,7 +602,7 @@ def parse_runtime(runtime: Mapping[str, Any]) -> RuntimeSpec:
         raise InvalidSpec(f"{b}.preferredBatchSizes",
                           f"each entry must be <= spec.runtime.maxBatchSize ({max_batch}), got {sizes}")
     spec = RuntimeSpec(
-        image=_req(_str(runtime, "image", "nvcr.io/nvidia/tritonserver", p, min_length=1, max_length=512)),
+        image=_runtime_image(runtime.get("image")),
         version=_req(_str(runtime, "version", "24.10-py3", p, pattern=_VERSION, max_length=128)),
         instance_count=_int(runtime, "instanceCount", 1, p, 1, 16),
         intra_op_threads=_int(runtime, "intraOpThreads", 1, p, 1, 64),
@@ -587,6 +623,39 @@ def parse_runtime(runtime: Mapping[str, Any]) -> RuntimeSpec:
                                          "on these CPUs); use precision FP32, BF16 or INT8 with openvino, or engine "
                                          "torch")
     return spec
+
+
+def _runtime_image(value: object) -> str:
+    """``spec.runtime.image`` (its raw value): an image repository without tag or digest
+    (:data:`IMAGE_REPOSITORY_PATTERN`), or the default when unset or null.
+
+    Raises:
+        InvalidSpec: Not a string, longer than :data:`IMAGE_REPOSITORY_MAX_CHARS`, a tag or digest in it (the tag
+            goes in ``spec.runtime.version``), or not a repository name; the message has the fix and an example.
+    """
+    where, default = "spec.runtime.image", RuntimeSpec.image
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise InvalidSpec(where, f"must be a string, got {value!r}")
+    if 1 <= len(value) <= IMAGE_REPOSITORY_MAX_CHARS and _IMAGE_REPOSITORY.fullmatch(value):
+        return value
+    name = value.partition("@")[0]
+    tagged = ":" in name.rsplit("/", 1)[-1]
+    if "@" in value or tagged:
+        repository, tag = name.rsplit(":", 1) if tagged else (name, "")
+        example = f"image: {repository}" + (f", version: {tag}" if tag else "")
+        if tag.isdigit() and "/" not in name:
+            example += f" (or, if {name} is a registry, name the repository in it: {name}/<repository>)"
+        digest = "; a digest cannot be pinned: spec.runtime.version takes a tag" if "@" in value else ""
+        raise InvalidSpec(where, f"{value[:80]!r} carries a {'digest' if '@' in value else 'tag'}: set the repository "
+                                 f"only and put the tag in spec.runtime.version (the container's image is "
+                                 f"<image>:<version>, so a tag here is doubled), e.g. {example} (default "
+                                 f"{default}:{RuntimeSpec.version}){digest}")
+    raise InvalidSpec(where, f"{value[:80]!r} is not an image repository name: an optional registry host[:port]/, "
+                             f"then lower-case path components (letters, digits, '.', '_', '-') joined by '/', no "
+                             f"spaces, tag or digest, at most {IMAGE_REPOSITORY_MAX_CHARS} characters, e.g. "
+                             f"{default} or registry.local:5000/ml/triton")
 
 
 def parse_resources(res: Mapping[str, Any], path: str = "spec.resources") -> ResourceSpec:

@@ -6,6 +6,7 @@ disagreed has a test: the answer is the CRD's, and every consumer now gives the 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -351,3 +352,95 @@ def test_a_gpu_type_without_a_count_is_refused_naming_the_count_and_the_fix(path
 def test_no_gpu_or_a_gpu_count_with_its_type_is_still_a_good_spec(gpu: dict[str, Any]) -> None:
     resources = parse_isvc(body(resources={"gpu": gpu})).resources
     assert (resources.gpu_count, resources.gpu_type) == (gpu.get("count") or 0, gpu.get("type"))
+
+
+def _runtime_schema() -> dict[str, Any]:
+    crd = yaml.safe_load((REPO / "crds" / "inferenceservices.modalscale.io.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    return dict(version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["runtime"])
+
+
+RUNTIME_IMAGE_TAG_RULE = "!self.contains('@') && !self.matches(':[^/]*$')"
+"""The CRD's rule on ``spec.runtime.image`` that says where a tag goes (its ``pattern`` refuses the rest)."""
+
+WITH_TAG_OR_DIGEST = ["nvcr.io/nvidia/tritonserver:24.10-py3", "tritonserver:latest", "host:5000/triton:v1",
+                      "nvcr.io/nvidia/tritonserver@sha256:" + "a" * 64, "host:5000"]
+
+
+@pytest.mark.parametrize("image", WITH_TAG_OR_DIGEST)
+def test_a_runtime_image_with_a_tag_or_digest_is_refused_saying_the_tag_goes_in_the_version(image: str) -> None:
+    """Found by a user trial (7 Dec 2026): ``image: "nvcr.io/nvidia/tritonserver:24.10-py3"`` was admitted, and
+    the Deployment got ``...:24.10-py3:24.10-py3`` (the container's image is ``<image>:<version>``), which no
+    registry serves; the pods never started."""
+    with pytest.raises(InvalidSpec) as info:
+        parse_isvc(body(runtime={"image": image}))
+    assert info.value.field == "spec.runtime.image"
+    assert "spec.runtime.version" in info.value.message and "nvcr.io/nvidia/tritonserver" in info.value.message
+    if image == "host:5000":  # the grammar reads repository host, tag 5000; it may have been meant as a registry
+        assert "host:5000/<repository>" in info.value.message
+    image_schema = _runtime_schema()["properties"]["image"]
+    (rule,) = [r for r in image_schema.get("x-kubernetes-validations", []) if r["rule"] == RUNTIME_IMAGE_TAG_RULE]
+    assert "runtime.version" in rule["message"]
+    assert re.fullmatch(image_schema["pattern"], image) is None
+
+
+NOT_IMAGE_NAMES = ["my image", "Nvidia/Triton", "nvcr.io/nvidia/TritonServer", "/triton", "triton/",
+                   "a//b", "triton\n", " triton", "host:port/triton", "a" * 256]
+
+
+@pytest.mark.parametrize("image", NOT_IMAGE_NAMES)
+def test_a_runtime_image_that_is_not_a_repository_name_is_refused_by_the_parser_and_the_crds_pattern(
+        image: str) -> None:
+    """``image: "my image"`` was admitted too (user trial, 7 Dec 2026): the kubelet cannot pull it."""
+    with pytest.raises(InvalidSpec) as info:
+        parse_isvc(body(runtime={"image": image}))
+    assert info.value.field == "spec.runtime.image"
+    assert "e.g. nvcr.io/nvidia/tritonserver" in info.value.message
+    image_schema = _runtime_schema()["properties"]["image"]
+    assert len(image) > image_schema["maxLength"] or re.fullmatch(image_schema["pattern"], image) is None
+
+
+GOOD_IMAGE_NAMES = ["nvcr.io/nvidia/tritonserver", "host:5000/repo", "localhost:5000/team/triton", "triton",
+                    "modalscale/runtime-cpu", "registry.example.com/a/b_c/d__e/f--g.h", "[::1]:5000/triton",
+                    "Registry.Example.COM/ml/triton", "10.0.0.7:443/x", "a" * 255]
+
+
+@pytest.mark.parametrize("image", GOOD_IMAGE_NAMES)
+def test_a_repository_name_with_a_registry_and_port_is_a_good_runtime_image(image: str) -> None:
+    isvc = parse_isvc(body(runtime={"image": image, "version": "24.10-py3"}))
+    assert isvc.image == f"{image}:24.10-py3"
+    image_schema = _runtime_schema()["properties"]["image"]
+    assert re.fullmatch(image_schema["pattern"], image) and len(image) <= image_schema["maxLength"]
+    assert not image_schema["default"] or re.fullmatch(image_schema["pattern"], image_schema["default"])
+
+
+@pytest.mark.parametrize(("reference", "ok"), [
+    ("registry.example.com/models/captioner:v3", True), ("host:5000/models/captioner", True),
+    ("models/captioner@sha256:" + "0" * 64, True), ("models/captioner:v3@sha256:" + "0" * 64, True),
+    ("my models:v3", False), ("models/captioner:v3:v4", False), ("models/captioner:", False),
+    ("models/captioner@sha256:xyz", False), ("Models/Captioner:v3", False),
+])
+def test_a_model_image_reference_must_be_an_image_reference(reference: str, ok: bool) -> None:
+    """The same kind of fault on ``spec.model.image.reference`` (a whole reference, tag and digest allowed): any
+    string of 1-512 characters was admitted, and the image volume then failed to pull."""
+    spec = {"model": {"source": "Image", "image": {"reference": reference}}}
+    if ok:
+        assert parse_isvc(body(**spec)).model.image_reference == reference
+    else:
+        with pytest.raises(InvalidSpec) as info:
+            parse_isvc(body(**spec))
+        assert info.value.field == "spec.model.image.reference" and "e.g." in info.value.message
+    crd = yaml.safe_load((REPO / "crds" / "inferenceservices.modalscale.io.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["model"]
+    assert bool(re.fullmatch(schema["properties"]["image"]["properties"]["reference"]["pattern"], reference)) is ok
+
+
+def test_the_crds_image_patterns_are_the_parsers() -> None:
+    from modalscale.api.inferenceservice import IMAGE_REFERENCE_PATTERN, IMAGE_REPOSITORY_PATTERN
+
+    crd = yaml.safe_load((REPO / "crds" / "inferenceservices.modalscale.io.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["runtime"]["properties"]["image"]["pattern"] == IMAGE_REPOSITORY_PATTERN
+    assert spec["model"]["properties"]["image"]["properties"]["reference"]["pattern"] == IMAGE_REFERENCE_PATTERN
