@@ -315,12 +315,14 @@ class Threshold(_Spec):
         return _unique(value, "actions")
 
     # The CRD's rules name the field (fieldPath .capReplicas / .spotMaxPriority): so do these (declared after
-    # ``actions``, so ``info.data`` holds it when it validated).
+    # ``actions``, so ``info.data`` holds it when it validated). Each field is read by its action only, so it is
+    # required with the action and refused without it (it would never be applied).
     @field_validator("cap_replicas")
     @classmethod
     def _cap_needs_value(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is None and ThresholdAction.CAP_REPLICAS in info.data.get("actions", ()):
             raise ValueError("capReplicas is required with the CapReplicas action")
+        _only_with_action(value, info, "capReplicas", ThresholdAction.CAP_REPLICAS)
         return value
 
     @field_validator("spot_max_priority")
@@ -329,7 +331,20 @@ class Threshold(_Spec):
         if value is None and ThresholdAction.SWITCH_TO_SPOT in info.data.get("actions", ()):
             raise ValueError("spotMaxPriority is required with the SwitchToSpot action (services with "
                              "spec.priority <= spotMaxPriority move to Spot; e.g. 50)")
+        _only_with_action(value, info, "spotMaxPriority", ThresholdAction.SWITCH_TO_SPOT)
         return value
+
+
+def _only_with_action(value: int | None, info: ValidationInfo, name: str, action: ThresholdAction) -> None:
+    """Refuse the threshold field ``name`` set while its ``actions`` (validated: in ``info.data``) lack ``action``,
+    the only one that reads it (the CRD's rule ``!has(self.<name>) || (has(self.actions) && '<action>' in
+    self.actions)``)."""
+    actions = info.data.get("actions")
+    if value is not None and actions is not None and action not in actions:
+        listed = ", ".join(a.value for a in actions)
+        raise ValueError(f"{name} is set but this threshold's actions [{listed}] have no {action.value}, the only "
+                         f"action that reads it, so it would never be applied: add {action.value} to actions "
+                         f"(e.g. actions: [{listed}, {action.value}]) or remove {name}")
 
 
 class Enforcement(_Spec):

@@ -111,6 +111,17 @@ CASES: list[Case] = [
           field="spec.thresholds[0].capReplicas"),
     _case("thresholds[0]", {"percent": 50, "actions": ["SwitchToSpot"]}, "spot-without-priority",
           field="spec.thresholds[0].spotMaxPriority"),
+    # an action's own field without its action would never be applied (user trial, 7 Dec 2026): refused
+    _case("thresholds[0]", {"percent": 50, "actions": ["Alert"], "capReplicas": 0}, "cap-without-action",
+          field="spec.thresholds[0].capReplicas"),
+    _case("thresholds[0]", {"percent": 50, "capReplicas": 3}, "cap-with-default-actions",
+          field="spec.thresholds[0].capReplicas"),
+    _case("thresholds[0]", {"percent": 50, "actions": ["ScaleDown"], "capReplicas": 3}, "cap-with-scale-down",
+          field="spec.thresholds[0].capReplicas"),
+    _case("thresholds[0]", {"percent": 50, "actions": ["Alert", "CapReplicas"], "spotMaxPriority": 50},
+          "spot-priority-without-action", field="spec.thresholds[0].spotMaxPriority"),
+    _case("thresholds[0]", {"percent": 50, "actions": ["CapReplicas", "SwitchToSpot"], "capReplicas": 2,
+                            "spotMaxPriority": 10}, "cap-and-spot-with-their-actions", ok=True),
     # notifications: a list-map keyed by name (a DNS label), at most 10; the Secret only referenced
     *_cases("notifications[0].name", ["a" * 63], ["a" * 64, "Ops", "ops_team", "-ops", "ops-", "", "o.ps", None]),
     *_cases("notifications[0].type", [], ["Telegram", "slack"]),
@@ -237,3 +248,28 @@ def test_every_budgetpolicy_example_manifest_parses() -> None:
         assert docs, path
         for doc in docs:
             parse_budget_spec(doc["spec"])
+
+
+ACTION_FIELDS = {"capReplicas": "CapReplicas", "spotMaxPriority": "SwitchToSpot"}
+"""Each threshold field that only one action reads, and that action."""
+
+
+@pytest.mark.parametrize(("field", "action"), list(ACTION_FIELDS.items()))
+def test_an_action_field_without_its_action_is_refused_naming_the_field_and_the_fix(field: str, action: str) -> None:
+    """Found by a user trial (7 Dec 2026): ``thresholds: [{percent: 50, actions: [Alert], capReplicas: 0}]`` was
+    admitted, and the cap was silently never applied (only the CapReplicas action reads capReplicas); the same for
+    spotMaxPriority without SwitchToSpot. The parser and the CRD's CEL rule refuse both, at the field's path."""
+    from tests.unit.test_crd_schema import CRDS
+
+    spec = copy.deepcopy(BASE)
+    spec["thresholds"][1] = {"percent": 100, "actions": ["Alert", "ScaleDown"], field: 0}
+    with pytest.raises(InvalidBudgetSpec) as info:
+        parse_budget_spec(spec)
+    assert info.value.field == f"spec.thresholds[1].{field}"
+    assert f"add {action} to actions" in info.value.message and f"remove {field}" in info.value.message
+    (version,) = CRDS["BudgetPolicy"]["spec"]["versions"]
+    item = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["thresholds"]["items"]
+    (rule,) = [r for r in item["x-kubernetes-validations"]
+               if r["rule"] == f"!has(self.{field}) || (has(self.actions) && '{action}' in self.actions)"]
+    assert rule["fieldPath"] == f".{field}" and f"add {action} to actions" in rule["message"]
+    assert set(ACTION_FIELDS) == set(item["properties"]) - {"percent", "actions"}, "a new action field: add it here"
