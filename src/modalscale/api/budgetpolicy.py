@@ -11,7 +11,7 @@ patterns, lengths and bounds, list types (``actions`` and ``selector.namespaces`
 keyed by name), the CEL rules, an explicit ``null`` read as absent (the apiserver prunes nulls before defaulting),
 and an unknown field refused (as kubectl's strict field validation refuses it; the apiserver prunes it from what it
 stores). ``tests/integration/test_budget_spec_grammar.py`` submits each edge to a real apiserver and holds the two
-verdicts equal. One check goes further than the CRD can: a time zone must also be in the tz database.
+verdicts equal. One check goes further than the CRD can: a time zone of the tz database's shape must also be in it.
 """
 
 from __future__ import annotations
@@ -122,9 +122,32 @@ JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 CelInt = Annotated[int, BeforeValidator(_cel_integer)]
 """An integer inside an object a CEL rule reads (``thresholds[]``): a JSON integer only (:func:`_cel_integer`)."""
 
-TIME_ZONE_PATTERN = r"^(UTC|[A-Za-z]+(/[A-Za-z0-9_+-]+){1,2})$"
-"""``spec.timeZone``'s ``pattern`` in the CRD (``maxLength`` :data:`TIME_ZONE_MAX_CHARS`)."""
+TIME_ZONE_AREAS = ("Africa", "America", "Antarctica", "Arctic", "Asia", "Atlantic", "Australia", "Brazil", "Canada",
+                   "Chile", "Etc", "Europe", "Indian", "Mexico", "Pacific", "US")
+"""The tz database's areas: the first part of every ``Area/Location`` name (``Etc`` holds UTC and the fixed offsets,
+``Etc/GMT-2`` = UTC+2)."""
+TIME_ZONE_NAMES_WITHOUT_AREA = ("CET", "CST6CDT", "Cuba", "EET", "EST", "EST5EDT", "Egypt", "Eire", "Factory", "GB",
+                                "GB-Eire", "GMT", "GMT+0", "GMT-0", "GMT0", "Greenwich", "HST", "Hongkong", "Iceland",
+                                "Iran", "Israel", "Jamaica", "Japan", "Kwajalein", "Libya", "MET", "MST", "MST7MDT",
+                                "NZ", "NZ-CHAT", "Navajo", "PRC", "PST8PDT", "Poland", "Portugal", "ROC", "ROK",
+                                "Singapore", "Turkey", "UCT", "UTC", "Universal", "W-SU", "WET", "Zulu")
+"""The tz database's names without an area (UTC and its aliases, GMT, the POSIX-style US rules such as EST5EDT and
+older country names): the tz database adds no new ones (a unit test holds the two lists to the ``tzdata`` package)."""
+TIME_ZONE_PATTERN = (f"^({'|'.join(n.replace('+', '[+]') for n in TIME_ZONE_NAMES_WITHOUT_AREA)}"
+                     f"|({'|'.join(TIME_ZONE_AREAS)})(/[A-Za-z0-9_+-]+){{1,2}})$")
+"""``spec.timeZone``'s ``pattern`` in the CRD (``maxLength`` :data:`TIME_ZONE_MAX_CHARS`): a name of the tz database
+by its shape, case-sensitive (as ``ZoneInfo`` reads it): one without an area, or an area of :data:`TIME_ZONE_AREAS`
+and one or two parts (``America/Argentina/Buenos_Aires``). The pattern cannot tell a location the tz database has from
+one it does not (``Europe/Nowhere``): the parser then asks the tz database too. It keeps out what ``ZoneInfo`` would
+read from a host's zoneinfo folder but is no zone name: ``localtime``, ``posixrules`` and the ``posix/`` and
+``right/`` copies (``right/`` counts leap seconds, which the operator's clock does not)."""
 TIME_ZONE_MAX_CHARS = 64
+TIME_ZONE_RULE_TEXT = (f"a tz database name, case-sensitive: Area/Location with an area of "
+                       f"{', '.join(TIME_ZONE_AREAS)} (e.g. Europe/Berlin, America/Argentina/Buenos_Aires, "
+                       f"Etc/GMT-2 for a fixed UTC+2), or one of "
+                       f"its names without an area ({', '.join(TIME_ZONE_NAMES_WITHOUT_AREA)}); at most "
+                       f"{TIME_ZONE_MAX_CHARS} characters")
+"""What ``spec.timeZone`` takes, in words (the parser's message)."""
 _TIME_ZONE_RE = re.compile(TIME_ZONE_PATTERN)
 
 
@@ -402,12 +425,11 @@ class BudgetSpec(_Spec):
     def _zone(cls, value: str) -> str:
         # The CRD's pattern and maxLength first (what the apiserver refuses), then the tz database (beyond it).
         if len(value) > TIME_ZONE_MAX_CHARS or _TIME_ZONE_RE.fullmatch(value) is None:
-            raise ValueError(f"{value[:80]!r} is not an IANA time zone name: write UTC or Area/Location (at most "
-                             f"{TIME_ZONE_MAX_CHARS} characters), e.g. Europe/Berlin or America/Argentina/Buenos_Aires")
+            raise ValueError(f"{value[:80]!r} is not a time zone name: write {TIME_ZONE_RULE_TEXT}")
         try:
             resolve_zone(value)
         except InvalidTimeZone:
-            raise ValueError(f"{value!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
+            raise ValueError(f"{value!r} is not in the tz database (e.g. UTC, GMT, Europe/Berlin)") from None
         return value
 
     @field_validator("thresholds")

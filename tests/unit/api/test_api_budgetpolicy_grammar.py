@@ -76,8 +76,8 @@ def _notification(name: str = "ops", type_: str = "Slack") -> dict[str, Any]:
 
 ISSUE_AMOUNTS = ["1e999", "1E+30", "0.0000001", "100.", " 100", "1_000", "0", "0.000000", "1234567890123"]
 """The amounts issue 23 names first; then the amount grammar's whole table and values of other JSON types."""
-UNKNOWN_ZONES = ["Europe/Nowhere", "Mars/Olympus", "Europe/" + "B" * 57]
-"""Of the CRD's shape (the last at its maxLength, 64) but not in the tz database."""
+UNKNOWN_ZONES = ["Europe/Nowhere", "Etc/GMT+15", "Europe/" + "B" * 57]
+"""Of the CRD's shape (an area of the tz database; the last at its maxLength, 64) but not in the tz database."""
 
 CASES: list[Case] = [
     Case("valid-base", "spec", lambda spec: None, True),
@@ -86,10 +86,14 @@ CASES: list[Case] = [
     *_cases("limit.currency", [None], ["EUR", "usd"]),
     # period: an enum of three; a null is pruned, and period is required
     *_cases("period", ["Weekly", "Monthly"], ["daily", "Yearly", "", " Daily", "Daily\n", None, 1]),
-    # timeZone: the CRD's pattern and maxLength, then the tz database (parser only)
+    # timeZone: the CRD's pattern and maxLength, then the tz database (parser only). Every name of the tz database
+    # (GMT, EST5EDT: refused before 7 Dec 2026, user trial); not the host's files that are no zone (localtime,
+    # posixrules, posix/ and right/ copies) nor a name of another case.
     *_cases("timeZone", ["UTC", "Etc/UTC", "America/Argentina/Buenos_Aires", "Etc/GMT+5", "America/Port-au-Prince",
-                         None, *UNKNOWN_ZONES],
-            ["GMT", "EST", "utc", "Europe/Berlin ", "Europe/Berlin\n", "", "Not a zone!", "Europe//Berlin",
+                         "GMT", "EST", "EST5EDT", "Etc/GMT-14", "GMT+0", "NZ-CHAT", "W-SU",
+                         "America/North_Dakota/New_Salem", None, *UNKNOWN_ZONES],
+            ["utc", "gmt", "Gmt", "Foo", "Mars/Olympus", "localtime", "posixrules", "posix/Europe/Berlin",
+             "right/UTC", "GMT+5", "Europe/Berlin ", "Europe/Berlin\n", "", "Not a zone!", "Europe//Berlin",
              "../etc/passwd", "Europe/" + "B" * 58, 0]),
     # thresholds: percent an integer 1..200 (a JSON number without a fraction), strictly ascending, 1..10 of them
     *_cases("thresholds[0].percent", [1, 99], [0, -1, 201, 50.5, "50", True, None, 2**63]),
@@ -273,3 +277,54 @@ def test_an_action_field_without_its_action_is_refused_naming_the_field_and_the_
                if r["rule"] == f"!has(self.{field}) || (has(self.actions) && '{action}' in self.actions)"]
     assert rule["fieldPath"] == f".{field}" and f"add {action} to actions" in rule["message"]
     assert set(ACTION_FIELDS) == set(item["properties"]) - {"percent", "actions"}, "a new action field: add it here"
+
+
+def _tz_database_names() -> list[str]:
+    """Every zone name of the tz database (the ``tzdata`` package's list: a dependency; the host's
+    ``/usr/share/zoneinfo`` may add files that are no zone, such as ``localtime``)."""
+    from importlib.resources import files
+
+    return files("tzdata").joinpath("zones").read_text().split()
+
+
+def test_every_tz_database_name_is_a_good_time_zone_and_the_crd_has_the_parsers_pattern() -> None:
+    """Found by a user trial (7 Dec 2026): ``timeZone: GMT`` was refused with "'GMT' is not an IANA time zone
+    name", but GMT (and EST5EDT, UTC's own aliases, ...) are tz database names; the pattern took only UTC and
+    Area/Location. It now lists the tz database's areas and its names without one, so the CRD admits each name the
+    parser resolves, and still refuses a name of no area or of another case at admission."""
+    import re
+
+    from modalscale.api.budgetpolicy import (
+        TIME_ZONE_AREAS,
+        TIME_ZONE_MAX_CHARS,
+        TIME_ZONE_NAMES_WITHOUT_AREA,
+        TIME_ZONE_PATTERN,
+    )
+    from tests.unit.test_crd_schema import CRDS
+
+    names = _tz_database_names()
+    assert len(names) > 500 and {"GMT", "EST5EDT", "Etc/GMT+5", "Europe/Berlin"} <= set(names)
+    assert set(TIME_ZONE_AREAS) == {n.split("/")[0] for n in names if "/" in n}
+    assert set(TIME_ZONE_NAMES_WITHOUT_AREA) == {n for n in names if "/" not in n}
+    refused = []
+    for name in names:
+        spec = copy.deepcopy(BASE)
+        spec["timeZone"] = name
+        verdict = parser_verdict(spec)
+        if not verdict.accepted or len(name) > TIME_ZONE_MAX_CHARS or not re.fullmatch(TIME_ZONE_PATTERN, name):
+            refused.append(f"{name}: {verdict.message}")
+    assert refused == []
+    (version,) = CRDS["BudgetPolicy"]["spec"]["versions"]
+    zone = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["timeZone"]
+    assert (zone["pattern"], zone["maxLength"]) == (TIME_ZONE_PATTERN, TIME_ZONE_MAX_CHARS)
+
+
+@pytest.mark.parametrize("zone", ["gmt", "Foo", "posix/Europe/Berlin", "localtime"])
+def test_a_refused_time_zone_is_told_which_names_are_accepted(zone: str) -> None:
+    spec = copy.deepcopy(BASE)
+    spec["timeZone"] = zone
+    with pytest.raises(InvalidBudgetSpec) as info:
+        parse_budget_spec(spec)
+    assert info.value.field == "spec.timeZone"
+    for words in ("tz database", "case-sensitive", "Europe/Berlin", "GMT", "EST5EDT", "Etc/GMT-2"):
+        assert words in info.value.message, words
