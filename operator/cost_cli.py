@@ -361,6 +361,8 @@ def run_diff(args: argparse.Namespace) -> int:
         if result is None:
             return 2
     print(render(result, args.format))
+    for s in result.not_priced:  # a typo'd kind or apiVersion: kubectl would refuse it, the gate must not hide it
+        print(f"modalscale cost diff: warning: {s.origin}: {s.what} not priced: {s.why}", file=sys.stderr)
     if limit is not None and result.total_monthly_delta_usd.max > limit:
         print(f"modalscale cost diff: the max monthly delta {result.total_monthly_delta_usd.max:.2f} USD exceeds "
               f"--fail-above {limit} USD", file=sys.stderr)

@@ -10,8 +10,9 @@ Rules:
   under it), or a git ref of this repository (``REF`` or ``REF:PATH``; with a bare ``REF`` every file of the
   tree that mentions ``kind: InferenceService`` is read). A file may hold several documents (rendered Helm
   output, ``kind: List``); only ``InferenceService`` objects of ``modalscale.io`` count, everything else is
-  skipped. A service is identified by ``namespace/name`` (namespace ``default`` when absent, as ``kubectl``
-  would apply it).
+  skipped: quietly, except a document that looks meant as one (a kind or apiVersion close to ours,
+  :func:`looks_meant_as_isvc`), listed as not priced with why (table, JSON ``not_priced``, stderr). A service is
+  identified by ``namespace/name`` (namespace ``default`` when absent, as ``kubectl`` would apply it).
 * **Parsing and prices.** Each InferenceService is parsed by the operator's own parser
   (:func:`modalscale.api.inferenceservice.parse_isvc`) and priced per replica-hour by the operator's catalog
   (:meth:`modalscale.costmodel.catalog.Catalog.price_replica`, ``--catalog`` merges an override exactly like
@@ -53,6 +54,7 @@ from typing import Any
 
 import yaml
 
+from modalscale import VERSION
 from modalscale.api.errors import InvalidSpec
 from modalscale.api.inferenceservice import IsvcSpec, ResourceSpec, parse_isvc
 from modalscale.api.quantities import InvalidQuantity
@@ -68,6 +70,9 @@ _HOLDS_ISVC = re.compile(r"""\bkind["']?\s*:\s*["']?InferenceService\b""")
 """``kind: InferenceService`` in YAML or JSON: a file a bare REF reads (a Helm template whose comment names
 InferenceServices is not one; it is not YAML either)."""
 
+_OTHER_KINDS = frozenset({"BudgetPolicy"})
+"""The group's other kinds: skipped quietly (they cost nothing themselves)."""
+
 ExpectedReplicas = Callable[[IsvcSpec], float]
 """Mean replicas of a service over the trace (the simulator's predictive policy), given its parsed spec."""
 
@@ -82,6 +87,59 @@ class ManifestFile:
 
     origin: str
     text: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A document of an input that is not priced: ``what`` (``Kind name``); ``why`` is set when it looks meant as an
+    InferenceService (:func:`looks_meant_as_isvc`) and is said in the output, else it is skipped quietly."""
+
+    origin: str
+    what: str
+    kind: str = ""
+    api_version: str = ""
+    name: str = ""
+    why: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.origin}: {self.what}" + (f" (not priced: {self.why})" if self.why else "")
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"file": self.origin, "kind": self.kind, "apiVersion": self.api_version, "name": self.name,
+                "why": self.why}
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions) between ``a`` and ``b``."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def looks_meant_as_isvc(kind: str, api_version: str) -> str | None:
+    """Why a document that is not priced looks meant as a ``modalscale.io`` InferenceService, or None.
+
+    The rule: its ``kind`` is within 2 edits of ``InferenceService`` ignoring case (``Inferenceservice``,
+    ``InferenceServce``, KServe's ``InferenceService`` too), or its apiVersion's group mentions ``modalscale`` or is
+    within 2 edits of ``modalscale.io`` (``modalscale/v1alpha1``, ``modalsacle.io/v1alpha1``) and its kind is not
+    another kind of the group (``BudgetPolicy``). Deployments, ConfigMaps and the like are neither.
+    """
+    group = api_version.split("/", 1)[0].lower()
+    ours = f"{GROUP_PREFIX}{VERSION}"
+    kind_close = _edits(kind.lower(), "inferenceservice") <= 2
+    group_close = "modalscale" in group or _edits(group, GROUP_PREFIX.rstrip("/")) <= 2
+    if not kind_close and not (group_close and kind not in _OTHER_KINDS):
+        return None
+    why = []
+    if kind != "InferenceService":
+        why.append(f"kind {kind or '(none)'} is not InferenceService" + (" (case matters)" if kind_close and
+                                                                         kind.lower() == "inferenceservice" else ""))
+    if not api_version.startswith(GROUP_PREFIX) or api_version == GROUP_PREFIX:
+        why.append(f"apiVersion {api_version or '(none)'} is not {ours}")
+    return "; ".join(why) or None
 
 
 @dataclass(frozen=True)
@@ -205,11 +263,17 @@ class CostDiff:
     base_label: str
     head_label: str
     expected_source: str
-    skipped: tuple[str, ...] = field(default=())
+    skipped: tuple[Skipped, ...] = field(default=())
+    """Every document not priced; those that look meant as InferenceServices are :attr:`not_priced`."""
     drivers: Mapping[tuple[str, str], SpendDrivers] = field(default_factory=dict)
     """Per (namespace, name): the top tenants and modalities behind its spend now (only services with figures)."""
     drivers_window: str = ""
     """What :attr:`drivers` cover, e.g. ``showback over the last 1h`` (shown with them)."""
+
+    @property
+    def not_priced(self) -> tuple[Skipped, ...]:
+        """Skipped documents that look meant as InferenceServices (a typo'd kind or apiVersion), with why."""
+        return tuple(s for s in self.skipped if s.why)
 
     @property
     def total_monthly_delta_usd(self) -> ReplicaRange:
@@ -230,6 +294,7 @@ class CostDiff:
                           **({"spend_drivers": _drivers_json(d, self.drivers_window)}
                              if (d := self.drivers.get((s.namespace, s.name))) is not None else {})}
                          for s in self.services],
+            "not_priced": [s.to_json() for s in self.not_priced],
         }
 
 
@@ -303,14 +368,15 @@ def read_manifests(source: str, repo: Path = Path.cwd()) -> list[ManifestFile]:
     return out
 
 
-def inference_services(files: Iterable[ManifestFile]) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """Every ``modalscale.io`` InferenceService object in ``files``, with its file; and what was skipped.
+def inference_services(files: Iterable[ManifestFile]) -> tuple[list[tuple[str, dict[str, Any]]], list[Skipped]]:
+    """Every ``modalscale.io`` InferenceService object in ``files``, with its file; and what was skipped (those that
+    look meant as InferenceServices with why, :func:`looks_meant_as_isvc`).
 
     Raises:
         CostDiffError: A file that does not parse as YAML/JSON, or a service defined twice.
     """
     found: list[tuple[str, dict[str, Any]]] = []
-    skipped: list[str] = []
+    skipped: list[Skipped] = []
     seen: dict[tuple[str, str], str] = {}
     for f in files:
         try:
@@ -321,15 +387,20 @@ def inference_services(files: Iterable[ManifestFile]) -> tuple[list[tuple[str, d
         while stack:
             doc = stack.pop(0)
             if not isinstance(doc, dict):
-                skipped.append(f"{f.origin}: a document that is not an object")
+                skipped.append(Skipped(f.origin, "a document that is not an object"))
                 continue
             kind, api = doc.get("kind"), str(doc.get("apiVersion", ""))
             if kind == "List" and isinstance(doc.get("items"), list):
                 stack = list(doc["items"]) + stack
                 continue
-            if kind != "InferenceService" or not api.startswith(GROUP_PREFIX):
-                skipped.append(f"{f.origin}: {kind or '(no kind)'} {((doc.get('metadata') or {}).get('name')) or ''}"
-                               .rstrip())
+            if kind != "InferenceService" or not api.startswith(GROUP_PREFIX) or api == GROUP_PREFIX:
+                meta = m if isinstance(m := doc.get("metadata"), dict) else {}
+                name = str(meta.get("name") or "")
+                kind_text = "" if kind is None else str(kind)
+                why = looks_meant_as_isvc(kind_text, api)
+                shown = (f"{meta.get('namespace') or 'default'}/{name}" if why and name else name)
+                skipped.append(Skipped(f.origin, f"{kind_text or '(no kind)'} {shown}".rstrip(), kind_text, api, shown,
+                                       why))
                 continue
             meta = doc.get("metadata") or {}
             if not meta.get("name"):
@@ -431,7 +502,7 @@ def _price(where: str, res: ReplicaResources, resources: ResourceSpec, tier: str
 
 
 def price_side(files: Iterable[ManifestFile], catalog: Catalog, expected: ExpectedReplicas | None = None
-               ) -> tuple[dict[tuple[str, str], PricedService], list[str]]:
+               ) -> tuple[dict[tuple[str, str], PricedService], list[Skipped]]:
     """Every InferenceService of one side, priced, by (namespace, name); and what was skipped."""
     objects, skipped = inference_services(files)
     priced = {}
@@ -443,7 +514,7 @@ def price_side(files: Iterable[ManifestFile], catalog: Catalog, expected: Expect
 
 def diff(base: Mapping[tuple[str, str], PricedService], head: Mapping[tuple[str, str], PricedService],
          base_label: str = "BASE", head_label: str = "HEAD", expected_source: str = "unknown",
-         skipped: Sequence[str] = ()) -> CostDiff:
+         skipped: Sequence[Skipped] = ()) -> CostDiff:
     """Pair the services of both sides by namespace/name (pure)."""
     keys = sorted(set(base) | set(head))
     return CostDiff(tuple(ServiceDiff(k[0], k[1], base.get(k), head.get(k)) for k in keys), base_label, head_label,
@@ -536,6 +607,7 @@ def render(result: CostDiff, fmt: str) -> str:
     rows.append(["Total", "", "", "", "", f"{_signed(total.min)} / {_signed(total.expected)} / {_signed(total.max)}"])
     note = (f"Monthly = replicas x catalog USD per replica-hour x {HOURS_PER_MONTH} h/month, plus the request "
             f"gateway's pods (on demand) and any image encoder pool; expected replicas: {result.expected_source}.")
+    unpriced = [f"{s.origin}: {s.what}: {s.why}" for s in result.not_priced]
     who = [f"{s.namespace}/{s.name}: " + "; ".join(f"{k.lower()} {v}" for k, v in sd.facts())
            for s in result.services if (sd := result.drivers.get((s.namespace, s.name))) is not None]
     if fmt == "markdown":
@@ -544,11 +616,15 @@ def render(result: CostDiff, fmt: str) -> str:
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         if who:
             lines += ["", f"Who spends on them now ({result.drivers_window}):", *(f"- {w}" for w in who)]
+        if unpriced:
+            lines += ["", f"Not priced (look like InferenceServices, {len(unpriced)}):", *(f"- {u}" for u in unpriced)]
         return "\n".join(lines + ["", note])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
     if who:
         lines += [f"Who spends on them now ({result.drivers_window}):", *(f"  {w}" for w in who)]
+    if unpriced:
+        lines += [f"Not priced (look like InferenceServices, {len(unpriced)}):", *(f"  {u}" for u in unpriced)]
     return "\n".join([f"modalscale cost diff: {result.base_label} -> {result.head_label}", *lines, note])
 
 
@@ -566,5 +642,5 @@ def with_drivers(result: CostDiff, windows: Mapping[tuple[str, str], ServiceWind
 
 
 __all__ = ["CostDiff", "CostDiffError", "HOURS_PER_MONTH", "ManifestFile", "PricedService", "ReplicaRange",
-           "ServiceDiff", "diff", "inference_services", "price_service", "price_side", "read_manifests", "render",
-           "simulator_expected", "with_drivers"]
+           "ServiceDiff", "Skipped", "diff", "inference_services", "looks_meant_as_isvc", "price_service", "price_side",
+           "read_manifests", "render", "simulator_expected", "with_drivers"]

@@ -68,7 +68,7 @@ def test_a_real_change_is_priced_at_min_and_max_replicas_for_730_hours(changed: 
     head, _ = price_side(read_manifests(str(changed)), CATALOG)
     assert sorted(base) == [("default", "captioner"), ("default", "doc-reader"), ("default", "multimodal-real"),
                             ("default", "text-embedder"), ("default", "vision-chat")]
-    assert any("BudgetPolicy" in s for s in skipped)  # other kinds are skipped, not errors
+    assert any("BudgetPolicy" in str(s) for s in skipped)  # other kinds are skipped, not errors
     result = diff(base, head)
     vc = next(s for s in result.services if s.name == "vision-chat")
     assert vc.change == "changed" and HOURS_PER_MONTH == 730
@@ -162,7 +162,8 @@ def test_added_and_removed_services_and_rendered_multi_document_input() -> None:
                 + "\n---\napiVersion: v1\nkind: List\nitems:\n- " + "\n  ".join(
                     yaml.safe_dump(yaml.safe_load(text)).splitlines()))
     head, skipped = price_side([ManifestFile("rendered.yaml", rendered)], CATALOG)
-    assert sorted(k[1] for k in head) == ["vision-chat", "vision-chat-2"] and skipped == ["rendered.yaml: ConfigMap x"]
+    assert sorted(k[1] for k in head) == ["vision-chat", "vision-chat-2"]
+    assert [str(s) for s in skipped] == ["rendered.yaml: ConfigMap x"]
     base, _ = price_side(read_manifests(str(EXAMPLES / "inferenceservice-cpu-utilization.yaml")), CATALOG)
     result = diff(base, head)
     assert {s.name: s.change for s in result.services} == {"text-embedder": "removed", "vision-chat": "added",
@@ -376,3 +377,52 @@ def test_the_gateway_pods_are_priced_on_demand_as_the_ledger_charges_them(
         assert head_gw is None
     else:
         assert (head_gw["pods"], D(head_gw["usdPerPodHour"]), head_gw["pricingTier"]) == (pods, pod_price, "OnDemand")
+
+
+# An 8 x H100 service (max 2 replicas) under a typo: kubectl would refuse it, but a CI gate must not pass it silently.
+_H100 = ("metadata: {name: big-llm, namespace: ml}\n"
+         "spec:\n  model: {uri: 'hf://x/y'}\n  resources: {gpu: {type: nvidia-h100-80gb, count: 8}}\n"
+         "  scaling: {minReplicas: 1, maxReplicas: 2}\n")
+_LOOKALIKES = {
+    "group-typo.yaml": "apiVersion: modalscale/v1alpha1\nkind: InferenceService\n" + _H100,
+    "case-typo.yaml": "apiVersion: modalscale.io/v1alpha1\nkind: Inferenceservice\n" + _H100,
+    "kind-typo.yaml": "apiVersion: modalscale.io/v1alpha1\nkind: InferenceServce\n" + _H100,
+}
+_ORDINARY = ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n---\n"
+             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: conf}\n---\n"
+             "apiVersion: modalscale.io/v1alpha1\nkind: BudgetPolicy\nmetadata: {name: team}\n")
+
+
+def test_documents_that_look_meant_as_inferenceservices_are_listed_as_not_priced_not_dropped() -> None:
+    files = [ManifestFile(n, t) for n, t in _LOOKALIKES.items()] + [ManifestFile("other.yaml", _ORDINARY)]
+    priced, skipped = price_side(files, CATALOG)
+    assert priced == {}
+    result = diff({}, priced, skipped=skipped)
+    unpriced = {s.origin: s for s in result.not_priced}
+    assert sorted(unpriced) == sorted(_LOOKALIKES)  # the Deployment, ConfigMap and BudgetPolicy are not suspects
+    assert "apiVersion modalscale/v1alpha1 is not modalscale.io/v1alpha1" in unpriced["group-typo.yaml"].why
+    assert "kind Inferenceservice is not InferenceService" in unpriced["case-typo.yaml"].why
+    assert "kind InferenceServce is not InferenceService" in unpriced["kind-typo.yaml"].why
+    assert {str(s) for s in skipped} >= {"other.yaml: Deployment web", "other.yaml: ConfigMap conf"}
+
+
+def test_cost_diff_shows_a_typod_service_in_the_table_the_json_and_stderr(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: the typo'd 8 x H100 service appeared nowhere, rc 0.
+    base, head = tmp_path / "base", tmp_path / "head"
+    base.mkdir()
+    head.mkdir()
+    (head / "svc.yaml").write_text(_LOOKALIKES["group-typo.yaml"] + "---\n" + _ORDINARY)
+    assert main(["cost", "diff", str(base), str(head)]) == 0
+    out = capsys.readouterr()
+    for text in (out.out, out.err):
+        assert "svc.yaml: InferenceService ml/big-llm" in text and "modalscale/v1alpha1" in text
+        assert "Deployment" not in text and "ConfigMap" not in text
+    assert "Not priced" in out.out
+    assert main(["cost", "diff", str(base), str(head), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["not_priced"] == [{"file": str(head / "svc.yaml"), "kind": "InferenceService",
+                                  "apiVersion": "modalscale/v1alpha1", "name": "ml/big-llm",
+                                  "why": "apiVersion modalscale/v1alpha1 is not modalscale.io/v1alpha1"}]
+    assert main(["cost", "diff", str(base), str(head), "--format", "markdown"]) == 0
+    assert "ml/big-llm" in capsys.readouterr().out
