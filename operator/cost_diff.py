@@ -6,9 +6,12 @@ InferenceServices of a change. Pure except :func:`read_manifests` (files, folder
 
 Rules:
 
-* **Inputs.** BASE and HEAD are each a YAML/JSON file, a folder (every ``*.yaml``, ``*.yml`` and ``*.json``
-  under it), or a git ref of this repository (``REF`` or ``REF:PATH``; with a bare ``REF`` every file of the
-  tree that mentions ``kind: InferenceService`` is read). A file may hold several documents (rendered Helm
+* **Inputs.** BASE and HEAD are each a YAML/JSON file, a folder (the ``*.yaml``, ``*.yml`` and ``*.json``
+  under it, hidden folders apart), or a git ref of this repository (``REF`` or ``REF:PATH``). Of a folder, a bare
+  ``REF`` or a ``REF:PATH`` folder only the files that can hold an InferenceService are read (a ``kind`` close to
+  it or a modalscale apiVersion, :func:`may_hold_isvc`): Helm templates and other files are not manifests; a Helm
+  template (a chart's ``templates/``) that can hold one is listed as not priced (render it first).
+  A file may hold several documents (rendered Helm
   output, ``kind: List``); only ``InferenceService`` objects of ``modalscale.io`` count, everything else is
   skipped: quietly, except a document that looks meant as one (a kind or apiVersion close to ours,
   :func:`looks_meant_as_isvc`), listed as not priced with why (table, JSON ``not_priced``, stderr). A service is
@@ -66,9 +69,10 @@ HOURS_PER_MONTH = Decimal(730)
 """Hours in a month for monthly cost (8760 / 12, the convention of infracost and cloud pricing calculators)."""
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 GROUP_PREFIX = "modalscale.io/"
-_HOLDS_ISVC = re.compile(r"""\bkind["']?\s*:\s*["']?InferenceService\b""")
-"""``kind: InferenceService`` in YAML or JSON: a file a bare REF reads (a Helm template whose comment names
-InferenceServices is not one; it is not YAML either)."""
+_KIND = re.compile(r"""\bkind["']?\s*:\s*["']?([A-Za-z][\w.-]*)""")
+_API_VERSION = re.compile(r"""\bapiVersion["']?\s*:\s*["']?([^\s"',}]+)""")
+HELM_TEMPLATE = ("a Helm template, not a manifest: render it (helm template CHART > FILE) and diff the rendered "
+                 "FILE")
 
 _OTHER_KINDS = frozenset({"BudgetPolicy"})
 """The group's other kinds: skipped quietly (they cost nothing themselves)."""
@@ -83,10 +87,12 @@ class CostDiffError(ValueError):
 
 @dataclass(frozen=True)
 class ManifestFile:
-    """One input file: where it came from (``path`` or ``REF:path``) and its text."""
+    """One input file: where it came from (``path`` or ``REF:path``) and its text; ``not_manifest``: why it is not
+    read although it may hold an InferenceService (a Helm template), listed as not priced."""
 
     origin: str
     text: str
+    not_manifest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,15 @@ def _edits(a: str, b: str) -> int:
     return row[-1]
 
 
+def _kind_close(kind: str) -> bool:
+    return _edits(kind.lower(), "inferenceservice") <= 2
+
+
+def _group_close(api_version: str) -> bool:
+    group = api_version.split("/", 1)[0].lower()
+    return "modalscale" in group or _edits(group, GROUP_PREFIX.rstrip("/")) <= 2
+
+
 def looks_meant_as_isvc(kind: str, api_version: str) -> str | None:
     """Why a document that is not priced looks meant as a ``modalscale.io`` InferenceService, or None.
 
@@ -127,10 +142,9 @@ def looks_meant_as_isvc(kind: str, api_version: str) -> str | None:
     within 2 edits of ``modalscale.io`` (``modalscale/v1alpha1``, ``modalsacle.io/v1alpha1``) and its kind is not
     another kind of the group (``BudgetPolicy``). Deployments, ConfigMaps and the like are neither.
     """
-    group = api_version.split("/", 1)[0].lower()
     ours = f"{GROUP_PREFIX}{VERSION}"
-    kind_close = _edits(kind.lower(), "inferenceservice") <= 2
-    group_close = "modalscale" in group or _edits(group, GROUP_PREFIX.rstrip("/")) <= 2
+    kind_close = _kind_close(kind)
+    group_close = _group_close(api_version)
     if not kind_close and not (group_close and kind not in _OTHER_KINDS):
         return None
     why = []
@@ -339,8 +353,37 @@ def _is_git_ref(ref: str, repo: Path) -> bool:
     return proc.returncode == 0
 
 
+def may_hold_isvc(text: str) -> bool:
+    """Whether a file can hold an InferenceService or a document that looks meant as one
+    (:func:`looks_meant_as_isvc`): one of its ``kind:`` values is within 2 edits of ``InferenceService`` or one of its
+    apiVersions is of a modalscale-ish group. A folder or a bare REF reads only those files."""
+    if any(k == "InferenceService" or _kind_close(k) for k in _KIND.findall(text)):
+        return True
+    return any(_group_close(a) for a in _API_VERSION.findall(text))
+
+
+def _helm_template(parts: Sequence[str], exists: Callable[[str], bool]) -> bool:
+    """Whether the file at ``parts`` (its path from the side's root) is in the ``templates/`` folder of a Helm chart
+    (a folder with a ``Chart.yaml``)."""
+    return any(part == "templates" and exists("/".join([*parts[:i], "Chart.yaml"]))
+               for i, part in enumerate(parts[:-1]))
+
+
+def _keep(origin: str, text: str, template: bool) -> ManifestFile | None:
+    """A file of a folder or a bare REF: read when it can hold an InferenceService (:func:`may_hold_isvc`); a Helm
+    template that can is listed as not priced, the others are not manifests and skipped."""
+    if not may_hold_isvc(text):
+        return None
+    return ManifestFile(origin, text, HELM_TEMPLATE if template else None)
+
+
 def read_manifests(source: str, repo: Path = Path.cwd()) -> list[ManifestFile]:
     """The manifest files of one side: a file, a folder, or a git ref (``REF`` or ``REF:PATH``) of ``repo``.
+
+    A file named is read whatever it holds. Of a folder (or a bare REF, or a REF:PATH naming a folder) only the files
+    that can hold an InferenceService are read (:func:`may_hold_isvc`: the rest, e.g. Helm templates of a chart's
+    ``templates/``, JSON dashboards, are not manifests of one); a Helm template that can is listed as not priced
+    (:data:`HELM_TEMPLATE`). Hidden folders of a folder (``.git``, ``.venv``) are not read.
 
     Raises:
         CostDiffError: Neither a file, a folder nor a git ref; an unreadable file or one that is not UTF-8.
@@ -349,8 +392,16 @@ def read_manifests(source: str, repo: Path = Path.cwd()) -> list[ManifestFile]:
     if path.is_file():
         return [_read_file(path)]
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
-        return [_read_file(p) for p in files]
+        files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts[:-1]) and p.is_file())
+        out = []
+        for p in files:
+            f = _read_file(p)
+            parts = p.relative_to(path).parts
+            kept = _keep(f.origin, f.text, _helm_template(parts, lambda rel: (path / rel).is_file()))
+            if kept is not None:
+                out.append(kept)
+        return out
     ref, _, sub = source.partition(":")
     if not ref or not _is_git_ref(ref, repo):
         raise CostDiffError(f"{source}: not a file, a folder or a git ref of {repo} (use PATH, REF or REF:PATH)")
@@ -361,10 +412,13 @@ def read_manifests(source: str, repo: Path = Path.cwd()) -> list[ManifestFile]:
     if sub and not names:
         raise CostDiffError(f"{source}: no {', '.join(MANIFEST_SUFFIXES)} file at {sub} in {ref}")
     out = []
+    listed = set(names)
     for name in names:
         text = _git(["show", f"{ref}:{name}"], repo, f"{ref}:{name}")
-        if sub or _HOLDS_ISVC.search(text):  # a bare ref: only files that can hold one (charts hold templates)
+        if names == [sub.rstrip("/")]:  # REF:PATH naming a file: read whatever it holds
             out.append(ManifestFile(f"{ref}:{name}", text))
+        elif (kept := _keep(f"{ref}:{name}", text, _helm_template(name.split("/"), listed.__contains__))) is not None:
+            out.append(kept)
     return out
 
 
@@ -379,6 +433,9 @@ def inference_services(files: Iterable[ManifestFile]) -> tuple[list[tuple[str, d
     skipped: list[Skipped] = []
     seen: dict[tuple[str, str], str] = {}
     for f in files:
+        if f.not_manifest:
+            skipped.append(Skipped(f.origin, "(Helm template)", why=f.not_manifest))
+            continue
         try:
             docs = list(yaml.safe_load_all(f.text))
         except yaml.YAMLError as exc:
@@ -642,5 +699,6 @@ def with_drivers(result: CostDiff, windows: Mapping[tuple[str, str], ServiceWind
 
 
 __all__ = ["CostDiff", "CostDiffError", "HOURS_PER_MONTH", "ManifestFile", "PricedService", "ReplicaRange",
-           "ServiceDiff", "Skipped", "diff", "inference_services", "looks_meant_as_isvc", "price_service", "price_side",
+           "ServiceDiff", "Skipped", "diff", "inference_services", "looks_meant_as_isvc", "may_hold_isvc",
+           "price_service", "price_side",
            "read_manifests", "render", "simulator_expected", "with_drivers"]

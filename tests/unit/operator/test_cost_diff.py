@@ -426,3 +426,48 @@ def test_cost_diff_shows_a_typod_service_in_the_table_the_json_and_stderr(
                                   "why": "apiVersion modalscale/v1alpha1 is not modalscale.io/v1alpha1"}]
     assert main(["cost", "diff", str(base), str(head), "--format", "markdown"]) == 0
     assert "ml/big-llm" in capsys.readouterr().out
+
+
+def test_a_folder_side_skips_helm_templates_and_files_that_hold_no_inferenceservice(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `modalscale cost diff HEAD .` stopped at charts/modalscale/templates/configmap-dashboard.yaml: "not valid YAML",
+    # rc 2, while a bare REF side reads only the files that can hold an InferenceService.
+    side = tmp_path / "side"
+    (side / "chart" / "templates").mkdir(parents=True)
+    (side / "chart" / "Chart.yaml").write_text("apiVersion: v2\nname: chart\nversion: 0.1.0\n")
+    (side / "chart" / "templates" / "configmap.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\ndata:\n  {{- toYaml .Values.x | nindent 2 }}\n")
+    (side / "chart" / "templates" / "isvc.yaml").write_text(
+        "apiVersion: modalscale.io/v1alpha1\nkind: InferenceService\nmetadata:\n  name: {{ .Release.Name }}\n"
+        "{{- with .Values.spec }}\nspec: {{ toYaml . }}\n{{- end }}\n")
+    (side / ".venv").mkdir()
+    (side / ".venv" / "broken.yaml").write_text("kind: InferenceService\n: [\n")
+    (side / "notes.yml").write_text("a: [unclosed\n")  # not a manifest: nothing in it is a kind
+    shutil.copy(EXAMPLES / "inferenceservice-predictive.yaml", side / "svc.yaml")
+    (side / "typo.yaml").write_text(_LOOKALIKES["case-typo.yaml"])
+    priced, skipped = price_side(read_manifests(str(side)), CATALOG)
+    assert set(priced) == {("default", "vision-chat")}
+    unpriced = {s.origin: s.why for s in diff({}, priced, skipped=skipped).not_priced}
+    assert unpriced.keys() == {str(side / "typo.yaml"), str(side / "chart" / "templates" / "isvc.yaml")}
+    assert "Helm template" in str(unpriced[str(side / "chart" / "templates" / "isvc.yaml")])
+    # A file that can hold one and is not YAML is still an error (it is not a template).
+    (side / "bad.yaml").write_text("kind: InferenceService\nmetadata: {name: [\n")
+    with pytest.raises(CostDiffError, match=r"bad\.yaml: not valid YAML"):
+        price_side(read_manifests(str(side)), CATALOG)
+    # This repository's own charts/ (templates) against crds/examples.
+    assert main(["cost", "diff", str(REPO / "charts"), str(EXAMPLES), "--catalog", str(_spot(tmp_path))]) == 0
+    assert "not valid YAML" not in capsys.readouterr().err
+
+
+def _spot(tmp_path: Path) -> Path:
+    override = tmp_path / "spot.yaml"
+    override.write_text(yaml.safe_dump(SPOT_A10G))
+    return override
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs the git checkout")
+def test_cost_diff_of_head_against_the_working_tree_reads_this_repository(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["cost", "diff", "HEAD", str(REPO), "--repo", str(REPO), "--catalog", str(_spot(tmp_path))])
+    err = capsys.readouterr().err
+    assert rc == 0, err
