@@ -727,6 +727,12 @@ def replay_fixed(trace: Trace, replicas: int, config: SimulationConfig = Simulat
     return (pool.finish - trace.arrival_s) * 1000.0
 
 
+def trace_end_s(trace: Trace) -> float:
+    """Where a replay of ``trace`` ends: its last arrival's minute's end, at least one minute (a trace whose arrivals
+    are all at 0 is replayed over its first minute)."""
+    return max(1, math.ceil(trace.duration_s / 60.0)) * 60.0
+
+
 def run_simulation(
     trace: Trace, config: SimulationConfig = SimulationConfig(), model: ServiceTimePredictor | None = None
 ) -> dict[str, dict[str, Any]]:
@@ -751,7 +757,7 @@ def run_simulation(
     if model is None and ("predictive" in config.policies or config.service_source == "regressor"):
         model = train_default_model(config)
     service = service_times_ms(trace, config, model)
-    end_s = math.ceil(trace.duration_s / 60.0) * 60.0
+    end_s = trace_end_s(trace)
     decision_times = np.arange(config.decision_interval_s, end_s + 1e-9, config.decision_interval_s)
     metrics = _Metrics(trace, service)
     schedule: list[int] | None = None

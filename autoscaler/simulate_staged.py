@@ -80,6 +80,7 @@ from modalscale.autoscaler.simulate import (
     oracle_schedule,
     run_simulation,
     service_times_ms,
+    trace_end_s,
     train_default_model,
 )
 from modalscale.autoscaler.stages import front_pool_figures, split_slo
@@ -385,7 +386,7 @@ def simulate_staged(trace: Trace, front_ms: NDArray[np.float64], encoder_ms: NDA
     """
     if len(trace) == 0:
         raise ValueError("cannot simulate an empty trace")
-    end_s = math.ceil(trace.duration_s / 60.0) * 60.0
+    end_s = trace_end_s(trace)
     times = np.arange(config.decision_interval_s, end_s + 1e-9, config.decision_interval_s)
     pools = _StagedPools(trace, np.asarray(front_ms, np.float64), np.asarray(encoder_ms, np.float64), config, staged)
     for _ in range(initial_replicas[0]):
@@ -475,7 +476,7 @@ def compare_layouts(trace: Trace, config: SimulationConfig, staged: StagedConfig
     service = service_times_ms(trace, config, model)
     initial = config.initial_replicas
     if initial is None:
-        end_s = math.ceil(trace.duration_s / 60.0) * 60.0
+        end_s = trace_end_s(trace)
         initial = oracle_schedule(trace, service, config, end_s)[0][0]
     config = replace(config, initial_replicas=initial, policies=("predictive",))
     front_ms, encoder_ms = split_service_ms(service, image_service_share(trace, model.predict))

@@ -4,7 +4,8 @@ Trace CSV (modalscale's format; one row per request, header required, rows in an
 
     arrival_s,image_count,image_width,image_height,text_tokens[,service_ms]
 
-``arrival_s`` seconds since the trace start; ``image_count`` images in the request (0 = text only);
+``arrival_s`` seconds since the trace start (at most 7 days, :data:`MAX_TRACE_SPAN_S`; not an absolute timestamp);
+every value a finite number >= 0; ``image_count`` images in the request (0 = text only);
 ``image_width``/``image_height`` pixels of each image (all images of one request share the size; 0 when there
 are none); ``text_tokens`` prompt tokens; optional ``service_ms`` the known service time of the request (the
 simulator otherwise draws it from its service-time law).
@@ -127,15 +128,36 @@ class Trace:
         return features_from_columns(self.image_pixels, self.image_count, self.text_tokens)
 
 
+MAX_TRACE_SPAN_S = 7 * 86400
+"""The latest ``arrival_s`` a trace CSV may hold: 7 days (the simulator replays every minute from 0; a larger value is
+nearly always an absolute timestamp such as Unix time)."""
+
+
 def _trace_from_rows(rows: list[dict[str, str]], path: str | Path, name: str) -> Trace:
     has_service = bool(rows) and "service_ms" in rows[0]
     cols: dict[str, list[float]] = {c: [] for c in TRACE_COLUMNS + (("service_ms",) if has_service else ())}
     for line, row in enumerate(rows, start=2):
         for c in cols:
+            where = f"{path}: line {line}: column {c}={row.get(c)!r}"
             try:
-                cols[c].append(float(row[c]))
+                value = float(row[c])
             except (TypeError, ValueError):
-                raise ValueError(f"{path}: line {line}: column {c}={row.get(c)!r} is not a number") from None
+                raise ValueError(f"{where} is not a number") from None
+            if not math.isfinite(value):
+                raise ValueError(f"{where} is not a finite number")
+            if value < 0:
+                raise ValueError(f"{where} must be >= 0")
+            if c == "arrival_s" and value > MAX_TRACE_SPAN_S:
+                raise ValueError(f"{where} is more than 7 days ({MAX_TRACE_SPAN_S} s) after the trace start: "
+                                 "arrival_s is seconds since the trace start; subtract the first timestamp")
+            cols[c].append(value)
+        images, width, height = (round(cols[c][-1]) for c in ("image_count", "image_width", "image_height"))
+        if images > 0 and width * height <= 0:
+            raise ValueError(f"{path}: line {line}: column image_count={row['image_count']!r} needs image_width and "
+                             "image_height > 0")
+        if images <= 0 and width * height > 0:
+            c = "image_width" if width > 0 else "image_height"
+            raise ValueError(f"{path}: line {line}: column {c}={row[c]!r} needs image_count > 0 (0 without images)")
     order = np.argsort(np.asarray(cols["arrival_s"]), kind="stable")
 
     def ints(c: str) -> NDArray[np.int64]:
@@ -156,7 +178,8 @@ def read_trace_csv(path: str | Path) -> Trace:
     """Read a trace in modalscale's CSV format (see the module docstring); rows are sorted by arrival.
 
     Raises:
-        ValueError: missing columns (named), a non-numeric cell (line and column named) or invalid values.
+        ValueError: missing columns (named); a cell that is not a finite number >= 0, an ``arrival_s`` past
+            :data:`MAX_TRACE_SPAN_S`, or images without a size (each with the line and column named).
     """
     with Path(path).open(newline="") as fh:
         reader = csv.DictReader(fh)

@@ -30,6 +30,11 @@ def traces(tmp_path: Path) -> Path:
     (tmp_path / "empty.csv").write_text("")
     (tmp_path / "noreq.csv").write_text("arrival_s,image_count,image_width,image_height,text_tokens\n")
     (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00arrival_s\n")
+    header = "arrival_s,image_count,image_width,image_height,text_tokens\n"
+    (tmp_path / "nan.csv").write_text(header + "0,0,0,0,5\nnan,0,0,0,5\n")
+    (tmp_path / "inf.csv").write_text(header + "inf,0,0,0,5\n")
+    (tmp_path / "unix.csv").write_text(header + "1765000000,0,0,0,5\n1765000002,0,0,0,5\n")
+    (tmp_path / "negative.csv").write_text(header + "0,0,0,0,-5\n")
     return tmp_path
 
 
@@ -41,6 +46,10 @@ SIMULATE_CASES = [
     (["--trace", "{d}/empty.csv"], "--trace", "empty"),
     (["--trace", "{d}/binary.csv"], "--trace", "text"),
     (["--trace", "{d}/noreq.csv"], "--trace", "no request"),
+    (["--trace", "{d}/nan.csv"], "--trace", "line 3: column arrival_s='nan' is not a finite number"),
+    (["--trace", "{d}/inf.csv"], "--trace", "line 2: column arrival_s='inf' is not a finite number"),
+    (["--trace", "{d}/unix.csv"], "--trace", "subtract the first timestamp"),
+    (["--trace", "{d}/negative.csv"], "--trace", "line 2: column text_tokens='-5' must be >= 0"),
     (["--policies", "foo"], "--policies", "predictive,utilization,concurrency,oracle"),
     (["--policies", "fixed"], "--policies", "--sweep"),
     (["--policies", ","], "--policies", "at least one"),

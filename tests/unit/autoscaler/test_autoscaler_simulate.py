@@ -301,3 +301,16 @@ def test_the_predictive_forecast_horizon_follows_the_start_up_law_unless_set() -
     assert at_once.scaling_policy(ScalingMode.PREDICTIVE).forecast_horizon_s == 0.0
     kept = replace(at_once, predictive_forecast_horizon_s=60.0)
     assert kept.scaling_policy(ScalingMode.PREDICTIVE).forecast_horizon_s == 60.0
+
+
+@pytest.mark.parametrize("arrivals", [[0.0], [0.0, 0.0, 0.0]], ids=["one-row", "one-instant"])
+def test_a_trace_of_one_instant_is_simulated_over_its_minute_not_divided_by_zero(arrivals: list[float]) -> None:
+    # Before: end_s = 0 -> ZeroDivisionError (replica_s / end_s) for a trace whose arrivals are all at 0.
+    n = len(arrivals)
+    zeros = np.zeros(n, dtype=np.int64)
+    trace = Trace(np.asarray(arrivals), zeros, zeros, zeros, np.full(n, 100), np.full(n, 50.0))
+    config = SimulationConfig(policies=("predictive", "utilization", "concurrency", "oracle"))
+    result = run_simulation(trace, config, ConstantModel(50.0))
+    for name, r in result.items():
+        assert r["mean_replicas"] >= 1 and math.isfinite(r["mean_replicas"]), name
+        assert r["slo_minutes_fraction"] == 1.0, name

@@ -59,6 +59,38 @@ def test_csv_errors_name_column_and_line(tmp_path: Path) -> None:
         read_trace_csv(path)
 
 
+_HEADER = "arrival_s,image_count,image_width,image_height,text_tokens,service_ms\n"
+
+
+@pytest.mark.parametrize(("rows", "says"), [
+    ("0,0,0,0,5,10\nnan,0,0,0,5,10\n", r"line 3: column arrival_s='nan' is not a finite number"),
+    ("inf,0,0,0,5,10\n", r"line 2: column arrival_s='inf' is not a finite number"),
+    ("0,0,0,0,5,-inf\n", r"line 2: column service_ms='-inf' is not a finite number"),
+    ("0,0,0,0,1e400,10\n", r"line 2: column text_tokens='1e400' is not a finite number"),
+    ("0,0,0,0,5,10\n1,0,0,0,-3,10\n", r"line 3: column text_tokens='-3' must be >= 0"),
+    ("-1,0,0,0,5,10\n", r"line 2: column arrival_s='-1' must be >= 0"),
+    ("1765000000,0,0,0,5,10\n1765000001,0,0,0,5,10\n",
+     r"line 2: column arrival_s='1765000000' is more than 7 days \(604800 s\) after the trace start: arrival_s is "
+     r"seconds since the trace start; subtract the first timestamp"),
+    ("0,0,0,0,5,10\n1,2,0,0,5,10\n", r"line 3: column image_count='2' needs image_width and image_height > 0"),
+    ("0,0,640,480,5,10\n", r"line 2: column image_width='640' needs image_count > 0"),
+], ids=["nan", "inf", "service-inf", "overflow", "negative", "negative-arrival", "unix-time", "images", "no-images"])
+def test_csv_refuses_non_finite_negative_and_absolute_values_naming_line_and_column(
+        tmp_path: Path, rows: str, says: str) -> None:
+    # Before: nan -> a ValueError traceback from numpy, inf -> OverflowError, 1765000000 -> minutes of CPU simulating
+    # from 0, -3 -> "trace values must be >= 0" without the line.
+    path = tmp_path / "t.csv"
+    path.write_text(_HEADER + rows)
+    with pytest.raises(ValueError, match=says):
+        read_trace_csv(path)
+
+
+def test_a_trace_of_exactly_seven_days_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(_HEADER + "0,0,0,0,5,10\n604800,0,0,0,5,10\n")
+    assert read_trace_csv(path).duration_s == 604800
+
+
 AZURE = (
     "TIMESTAMP,ContextTokens,GeneratedTokens\n"
     "2023-11-16 18:15:46.6805900,374,44\n"
