@@ -96,3 +96,50 @@ def test_label_flags_alone_apply_to_the_recorded_nodes(monkeypatch: pytest.Monke
     (call,) = RecordingCluster.calls
     assert call["real_nodes"] is None and call["real_node_labels"] == {1: {"karpenter.sh/capacity-type": "spot"}}
     assert cluster_cli._up(parse("up", "--real-nodes", "1", "--spot-real-node", "1")) == 2
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (("up", "--no-real-node", "--gpu-type", "bad type"),
+     "--gpu-type 'bad type': not a valid node label value (letters, digits, '-', '_', '.', at most 63, starting and "
+     "ending with a letter or digit), e.g. nvidia-l4"),
+    (("up", "--gpu-type", ""), "--gpu-type '': not a valid node label value"),
+    (("up", "--gpu-type", "x" * 64), f"--gpu-type '{'x' * 64}': not a valid node label value"),
+    (("up", "--gpus-per-node", "0"), "--gpus-per-node 0: must be >= 1"),
+    (("up", "--gpus-per-node", "-2"), "--gpus-per-node -2: must be >= 1"),
+    (("up", "--nodes", "-1"), "--nodes -1: must be >= 0"),
+], ids=["space", "empty", "too-long", "zero-gpus", "negative-gpus", "negative-nodes"])
+def test_bad_node_flags_are_refused_before_anything_starts(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], says: str) -> None:
+    # Before: --gpu-type "bad type" started etcd, the apiserver, ... and then died with a 422 traceback creating
+    # the node, leaving the control plane running.
+    monkeypatch.setattr(cluster_cli, "LocalCluster", RecordingCluster)
+    RecordingCluster.calls = []
+    assert cluster_cli._up(parse(*argv)) == 2
+    assert RecordingCluster.calls == []
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"modalscale cluster up: {says}" or line.startswith(f"modalscale cluster up: {says}"), line
+
+
+def test_node_flags_not_given_keep_the_existing_nodes_and_given_ones_are_passed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster_cli, "LocalCluster", RecordingCluster)
+    RecordingCluster.calls = []
+    assert cluster_cli._up(parse("up")) == 0
+    assert RecordingCluster.calls[-1]["gpu_type"] is None and RecordingCluster.calls[-1]["gpus_per_node"] is None
+    assert cluster_cli._up(parse("up", "--gpu-type", "nvidia-h100-80gb", "--gpus-per-node", "4")) == 0
+    assert RecordingCluster.calls[-1]["gpu_type"] == "nvidia-h100-80gb"
+    assert RecordingCluster.calls[-1]["gpus_per_node"] == 4
+
+
+@pytest.mark.parametrize(("labels", "gpus", "gpu_type", "gpus_per_node", "says"), [
+    ({"nvidia.com/gpu.product": "nvidia-l4"}, "8", "nvidia-h100-80gb", None,
+     ["nvidia.com/gpu.product=nvidia-l4, not --gpu-type nvidia-h100-80gb"]),
+    ({"nvidia.com/gpu.product": "nvidia-l4"}, "8", None, 4, ["8 GPUs, not --gpus-per-node 4"]),
+    ({"nvidia.com/gpu.product": "nvidia-l4"}, "8", "nvidia-l4", 8, []),
+    ({"nvidia.com/gpu.product": "nvidia-l4"}, "8", None, None, []),
+], ids=["type", "count", "same", "not-given"])
+def test_an_existing_fake_node_that_differs_from_the_flags_is_named(
+        labels: dict[str, str], gpus: str, gpu_type: str | None, gpus_per_node: int | None, says: list[str]) -> None:
+    from modalscale.devenv.cluster import fake_node_differences
+
+    assert fake_node_differences(labels, {"nvidia.com/gpu": gpus}, gpu_type, gpus_per_node) == says

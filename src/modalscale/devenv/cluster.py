@@ -26,6 +26,7 @@ import datetime as dt
 import ipaddress
 import json
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -114,6 +115,39 @@ def fake_gpu_node(name: str, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4"
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kwok"}],
         },
     }
+
+
+DEFAULT_GPUS_PER_NODE = 8
+DEFAULT_GPU_TYPE = "nvidia-l4"
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+"""A Kubernetes label value, not empty (the apiserver refuses a node with another with 422)."""
+
+
+def check_fake_gpu_nodes(gpus_per_node: int | None, gpu_type: str | None) -> None:
+    """Refuse fake GPU node settings the apiserver would refuse or that make no GPU node (None: not given).
+
+    Raises:
+        ValueError: ``--gpus-per-node`` below 1 or a ``--gpu-type`` that is not a label value (the flag named).
+    """
+    if gpus_per_node is not None and gpus_per_node < 1:
+        raise ValueError(f"--gpus-per-node {gpus_per_node}: must be >= 1 (GPUs of each fake GPU node)")
+    if gpu_type is not None and not _LABEL_VALUE.fullmatch(gpu_type):
+        raise ValueError(f"--gpu-type {gpu_type!r}: not a valid node label value (letters, digits, '-', '_', '.', "
+                         "at most 63, starting and ending with a letter or digit), e.g. nvidia-l4")
+
+
+def fake_node_differences(labels: dict[str, str], capacity: dict[str, str], gpu_type: str | None,
+                          gpus_per_node: int | None) -> list[str]:
+    """What an existing fake GPU node has that the flags given (None: not given) differ from, e.g.
+    ``nvidia.com/gpu.product=nvidia-l4, not --gpu-type nvidia-h100-80gb`` (pure)."""
+    out = []
+    have_type = labels.get(GPU_PRODUCT_LABEL)
+    if gpu_type is not None and have_type != gpu_type:
+        out.append(f"{GPU_PRODUCT_LABEL}={have_type}, not --gpu-type {gpu_type}")
+    have_gpus = capacity.get(GPU_RESOURCE)
+    if gpus_per_node is not None and have_gpus != str(gpus_per_node):
+        out.append(f"{have_gpus} GPUs, not --gpus-per-node {gpus_per_node}")
+    return out
 
 
 def missing_taints(existing: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -437,7 +471,7 @@ class LocalCluster:
         return ["real-node-0", *st.get("nodes", {})] if st["enabled"] else []
 
     # ------------------------------------------------------------------ up
-    def up(self, nodes: int = 2, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
+    def up(self, nodes: int = 2, gpus_per_node: int | None = None, gpu_type: str | None = None,
            binaries: Binaries | None = None, timeout_s: float = 120.0, real_node: bool | None = None,
            spot_nodes: int = 0, real_node_off_reason: str | None = None, real_nodes: int | None = None,
            real_node_labels: dict[int, dict[str, str]] | None = None,
@@ -449,8 +483,9 @@ class LocalCluster:
                 KWOK is neither built nor started, unless this cluster already runs it (:attr:`runs_kwok`).
             spot_nodes: Fake Spot GPU nodes ``kwok-gpu-spot-<i>`` wanted besides (label and taint
                 ``karpenter.sh/capacity-type=spot``; see :meth:`ensure_gpu_nodes`).
-            gpus_per_node: ``nvidia.com/gpu`` capacity of each fake node.
-            gpu_type: Value of the ``nvidia.com/gpu.product`` label of the fake nodes.
+            gpus_per_node: ``nvidia.com/gpu`` capacity of each new fake node (None: 8; see :meth:`ensure_gpu_nodes`
+                for existing ones).
+            gpu_type: Value of the ``nvidia.com/gpu.product`` label of new fake nodes (None: ``nvidia-l4``).
             binaries: Prebuilt binaries; built or taken from the cache when None.
             timeout_s: Deadline for the apiserver to become ready, in seconds.
             real_node: Run the real kubelet node too. None (the default): where the machine supports it, unless
@@ -474,7 +509,9 @@ class LocalCluster:
             ClusterError: A component exited, the apiserver was not ready in time, or ``real_node=True`` on a
                 machine without what the node needs (the message names the missing pieces).
             modalscale.devenv.binaries.BuildError: Building the binaries failed.
+            ValueError: A ``gpus_per_node`` below 1 or a ``gpu_type`` that is not a label value (nothing started).
         """
+        check_fake_gpu_nodes(gpus_per_node, gpu_type)  # before anything starts (ValueError)
         bins = binaries or ensure_binaries(self.log)
         cfg = self._config()
         monitor = node_monitor_args(node_monitor_grace_period_s or cfg.node_monitor_grace_period_s)
@@ -794,11 +831,14 @@ class LocalCluster:
         if not self.pids()["kwok"]:
             raise ClusterError(f"kwok exited at start; see {self._logfile('kwok')}:\n{self._tail('kwok')}")
 
-    def ensure_gpu_nodes(self, count: int, gpus_per_node: int = 8, gpu_type: str = "nvidia-l4",
+    def ensure_gpu_nodes(self, count: int, gpus_per_node: int | None = None, gpu_type: str | None = None,
                          cpu: str = "32", memory: str = "256Gi", prefix: str = "kwok-gpu-",
                          spot: bool = False) -> list[str]:
         """Create fake GPU nodes ``<prefix>0..count-1`` that KWOK manages (:func:`fake_gpu_node`); existing ones
-        are kept and given the taints they lack (a node made before :data:`FAKE_GPU_TAINT` existed).
+        are kept and given the taints they lack (a node made before :data:`FAKE_GPU_TAINT` existed). An existing
+        node whose GPU type or count differs from ``gpu_type`` / ``gpus_per_node`` given is kept as it is and a
+        warning names what it keeps (``modalscale cluster down`` first remakes the nodes). None: the defaults
+        (:data:`DEFAULT_GPU_TYPE`, :data:`DEFAULT_GPUS_PER_NODE`) for new nodes, no check of existing ones.
 
         Args:
             spot: Make them Spot nodes: Karpenter's label ``karpenter.sh/capacity-type=spot`` and the taint
@@ -810,13 +850,16 @@ class LocalCluster:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
+        check_fake_gpu_nodes(gpus_per_node, gpu_type)
         self._ensure_kwok()
         api = client.CoreV1Api(self.api_client())
         names = []
+        kept: dict[str, list[str]] = {}
         for i in range(count):
             name = f"{prefix}{i}"
             names.append(name)
-            body = fake_gpu_node(name, gpus_per_node, gpu_type, cpu, memory, spot)
+            body = fake_gpu_node(name, DEFAULT_GPUS_PER_NODE if gpus_per_node is None else gpus_per_node,
+                                 gpu_type or DEFAULT_GPU_TYPE, cpu, memory, spot)
             try:
                 api.create_node(body)
             except ApiException as exc:
@@ -825,10 +868,16 @@ class LocalCluster:
                 # Made by an older `cluster up` without today's taints: add what it lacks (resourceVersion
                 # makes a concurrent write, e.g. the node controller's not-ready taint, a conflict, not a loss).
                 node = api.read_node(name)
+                if differs := fake_node_differences(node.metadata.labels or {}, (node.status.capacity or {}),
+                                                    gpu_type, gpus_per_node):
+                    kept.setdefault("; ".join(differs), []).append(name)
                 existing = [api.api_client.sanitize_for_serialization(t) for t in node.spec.taints or []]
                 if add := missing_taints(existing, body["spec"]["taints"]):
                     api.patch_node(name, {"metadata": {"resourceVersion": node.metadata.resource_version},
                                           "spec": {"taints": existing + add}})
+        for what, nodes in kept.items():
+            self.log(f"warning: fake node(s) {', '.join(nodes)} exist with {what}: kept as they are (nodes are never "
+                     f"changed; `modalscale cluster down` first to make them with the flags)")
         deadline = time.monotonic() + 60
         while not all(schedulable_fake_node(api.read_node(n)) for n in names):
             if time.monotonic() > deadline:

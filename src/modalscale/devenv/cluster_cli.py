@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from modalscale.devenv.binaries import BuildError, ensure_binaries, tool_dirs
-from modalscale.devenv.cluster import ClusterError, LocalCluster, default_workdir
+from modalscale.devenv.cluster import ClusterError, LocalCluster, check_fake_gpu_nodes, default_workdir
 from modalscale.devenv.nodelayout import MAX_REAL_NODES, check_real_node_count
 
 
@@ -23,8 +23,12 @@ def add_parser(sub: Any) -> None:
     csub = p.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
     up = csub.add_parser("up", help="build or reuse the binaries, start the control plane, create fake GPU nodes")
     up.add_argument("--nodes", type=int, default=2, help="fake GPU nodes (default 2)")
-    up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu capacity per node (default 8)")
-    up.add_argument("--gpu-type", default="nvidia-l4", help="nvidia.com/gpu.product label (default nvidia-l4)")
+    up.add_argument("--gpus-per-node", type=int, default=None,
+                    help="nvidia.com/gpu capacity of new fake nodes (default 8; existing nodes are kept as they are, "
+                         "a warning names a difference)")
+    up.add_argument("--gpu-type", default=None,
+                    help="nvidia.com/gpu.product label of new fake nodes (default nvidia-l4; existing nodes are kept "
+                         "as they are, a warning names a difference)")
     up.add_argument("--spot-nodes", type=int, default=1,
                     help="fake Spot GPU nodes kwok-gpu-spot-<i> besides, labelled and tainted "
                          "karpenter.sh/capacity-type=spot (for the SwitchToSpot budget action; default 1)")
@@ -64,11 +68,16 @@ def _log(msg: str) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    if args.nodes < 0 or args.gpus_per_node < 0 or args.spot_nodes < 0:
-        _log("--nodes, --gpus-per-node and --spot-nodes must be >= 0")
-        return 2
     from modalscale.devenv.realnode import real_node_labels
 
+    try:  # before anything starts: a bad value refused by the apiserver would leave the control plane running
+        for flag, count in (("--nodes", args.nodes), ("--spot-nodes", args.spot_nodes)):
+            if count < 0:
+                raise ValueError(f"{flag} {count}: must be >= 0")
+        check_fake_gpu_nodes(args.gpus_per_node, args.gpu_type)
+    except ValueError as exc:
+        _log(f"modalscale cluster up: {exc}")
+        return 2
     cluster = LocalCluster(args.workdir, log=_log)
     labels = None  # none of the real-node flags: the nodes keep their count and labels
     try:
@@ -78,7 +87,7 @@ def _up(args: argparse.Namespace) -> int:
             count = args.real_nodes if args.real_nodes is not None else cluster.real_node_count
             labels = real_node_labels(count, args.spot_real_node, args.real_node_gpu)
     except ValueError as exc:
-        _log(str(exc))
+        _log(f"modalscale cluster up: {exc}")
         return 2
     started = time.monotonic()
     try:
