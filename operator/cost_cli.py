@@ -175,6 +175,9 @@ def _client(kubeconfig: str | None) -> ApiClient:
     Raises:
         UsageError: No usable kubeconfig (the flag or variable named, with the fix).
     """
+    import os
+
+    import yaml
     from kubernetes import client, config
 
     from modalscale.cli import UsageError
@@ -185,14 +188,18 @@ def _client(kubeconfig: str | None) -> ApiClient:
         try:
             api: ApiClient = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
             return api
-        except (config.ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
+        except (config.ConfigException, ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as exc:
             raise UsageError("--kubeconfig", f"{kubeconfig} is not a kubeconfig the client can read "
                                              f"({_first_line(exc)}); give the cluster's kubeconfig") from None
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
     except config.ConfigException:
+        files = os.environ.get("KUBECONFIG") or None  # as set now (the client read it once, at its import)
         try:
-            config.load_kube_config()  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
+            config.load_kube_config(config_file=files)  # type: ignore[no-untyped-call]  # kubernetes.config is untyped
+        except yaml.YAMLError as exc:
+            raise UsageError("KUBECONFIG", f"{files or '~/.kube/config'}: not a usable kubeconfig "
+                                           f"({_first_line(exc)}); fix the file or give --kubeconfig FILE") from None
         except (config.ConfigException, ValueError, TypeError, AttributeError, OSError) as exc:
             raise UsageError("KUBECONFIG", f"no usable kubeconfig ({_first_line(exc)}); "
                                     "export KUBECONFIG=FILE or give --kubeconfig FILE (for the local cluster: "
@@ -201,6 +208,10 @@ def _client(kubeconfig: str | None) -> ApiClient:
 
 
 def _first_line(exc: BaseException) -> str:
+    if getattr(exc, "problem_mark", None) is not None:  # a kubeconfig that is not YAML: the problem and where
+        from modalscale.cli import first_line
+
+        return first_line(exc)
     text = str(exc).strip()
     if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a KeyError's or ConfigException's repr
         text = text[1:-1]

@@ -49,7 +49,11 @@ def positive_finite(flag: str, value: float, example: str) -> float:
 
 def first_line(exc: BaseException) -> str:
     """An exception's message as one line for a :class:`UsageError`: its first line, without the quotes a
-    ``KeyError`` adds; its type when it has no message."""
+    ``KeyError`` adds; for a YAML error its problem and where (``not valid YAML: ... at line 5, column 1``); its
+    type when it has no message."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is not None and problem:  # a yaml MarkedYAMLError: its first line ("while parsing ...") says nothing
+        return f"not valid YAML: {problem} at line {mark.line + 1}, column {mark.column + 1}"
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     return text.splitlines()[0] if text.strip() else type(exc).__name__
 

@@ -188,3 +188,22 @@ def test_top_level_help_gives_each_command_the_summary_its_module_registers(
     assert top == SUMMARIES and set(SUMMARIES) == set(SUBCOMMANDS)
     for name in SUBCOMMANDS:
         assert helps(build_parser([name]))[name] == SUMMARIES[name], name
+
+
+@pytest.mark.parametrize("via", ["flag", "variable"])
+def test_cost_export_with_a_kubeconfig_that_is_not_yaml_exits_2_naming_the_file(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, via: str) -> None:
+    # Before: a yaml ScannerError/ParserError traceback.
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nclusters:\n- name: c\n  cluster: {server: https://h\n")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    if via == "flag":
+        line = _one_line_error(capsys, ["cost", "export", "--kubeconfig", str(bad)])
+        assert line.startswith(f"modalscale cost export: --kubeconfig: {bad} is not a kubeconfig the client can read "
+                               "(not valid YAML: "), line
+    else:
+        monkeypatch.setenv("KUBECONFIG", str(bad))
+        line = _one_line_error(capsys, ["cost", "export"])
+        assert line.startswith(f"modalscale cost export: KUBECONFIG: {bad}: not a usable kubeconfig "
+                               "(not valid YAML: "), line
+    assert "line 5, column 1" in line, line

@@ -78,6 +78,10 @@ def _positive_int(text: str) -> int:
     return value
 
 def _first_line(exc: BaseException) -> str:
+    if getattr(exc, "problem_mark", None) is not None:  # a kubeconfig that is not YAML: the problem and where
+        from modalscale.cli import first_line
+
+        return first_line(exc)
     text = str(exc).strip().strip("'\"")
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -90,6 +94,7 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str | None,
         PluginError: The kubeconfig file does not exist or does not load, the context is not in it, or there is
             no kubeconfig and no in-cluster service account.
     """
+    import yaml
     from kubernetes import client
     from kubernetes import config as _config
 
@@ -105,7 +110,8 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str | None,
         try:
             api = config.new_client_from_config(config_file=files, context=context)
             contexts, active = config.list_kube_config_contexts(config_file=files)
-        except (config.ConfigException, ValueError, TypeError, KeyError, AttributeError, OSError) as exc:
+        except (config.ConfigException, ValueError, TypeError, KeyError, AttributeError, OSError,
+                yaml.YAMLError) as exc:
             raise PluginError(f"{where}: cannot use it ({_first_line(exc)}); check the file"
                               + (f" and that context {context!r} is in it (kubectl config get-contexts)"
                                  if context else "")) from None

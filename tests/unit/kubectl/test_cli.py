@@ -108,3 +108,20 @@ def test_why_last_must_be_a_count(last: str, capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as done:
         main(["why", "vc", "--last", last])
     assert done.value.code == 2 and "argument --last" in capsys.readouterr().err
+
+
+BROKEN_YAML = "apiVersion: v1\nclusters:\n- name: c\n  cluster: {server: https://h\n"  # an unclosed flow mapping
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_one_line_naming_the_file_and_the_yaml_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: a yaml ParserError traceback from the kubernetes loader.
+    bad = tmp_path / "kc"
+    bad.write_text(BROKEN_YAML)
+    assert main(["why", "foo", "--kubeconfig", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"kubectl modalscale why: --kubeconfig {bad}: cannot use it (not valid YAML: "), err
+    assert "line 5, column 1" in err, err
+    with pytest.raises(PluginError, match=rf"KUBECONFIG={bad}: cannot use it \(not valid YAML: .*line 5"):
+        connect(None, None, None, env={"KUBECONFIG": str(bad)})
