@@ -208,14 +208,14 @@ def _client(kubeconfig: str | None) -> ApiClient:
 
 
 def _first_line(exc: BaseException) -> str:
-    if getattr(exc, "problem_mark", None) is not None:  # a kubeconfig that is not YAML: the problem and where
-        from modalscale.cli import first_line
+    """``exc`` as one line (:func:`modalscale.cli.first_line`); quotes removed only where they wrap the whole message
+    (a KeyError's or ConfigException's repr), never a quote of the message's own."""
+    from modalscale.cli import first_line
 
-        return first_line(exc)
-    text = str(exc).strip()
-    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a KeyError's or ConfigException's repr
+    text = first_line(exc).strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"" and text[0] not in text[1:-1]:
         text = text[1:-1]
-    return text.splitlines()[0] if text else type(exc).__name__
+    return text or type(exc).__name__
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -78,12 +78,15 @@ def _positive_int(text: str) -> int:
     return value
 
 def _first_line(exc: BaseException) -> str:
-    if getattr(exc, "problem_mark", None) is not None:  # a kubeconfig that is not YAML: the problem and where
-        from modalscale.cli import first_line
+    """``exc`` as one line (:func:`modalscale.cli.first_line`: a KeyError's key, a YAML error's problem and where);
+    quotes are removed only where they wrap the whole message (a repr), never a quote of the message's own (the
+    path in ``Is a directory: '/tmp/x'``)."""
+    from modalscale.cli import first_line
 
-        return first_line(exc)
-    text = str(exc).strip().strip("'\"")
-    return text.splitlines()[0] if text else type(exc).__name__
+    text = first_line(exc).strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"" and text[0] not in text[1:-1]:
+        text = text[1:-1]
+    return text or type(exc).__name__
 
 
 def connect(kubeconfig: str | None, context: str | None, namespace: str | None,

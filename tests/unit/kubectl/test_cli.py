@@ -125,3 +125,15 @@ def test_a_kubeconfig_that_is_not_yaml_is_one_line_naming_the_file_and_the_yaml_
     assert "line 5, column 1" in err, err
     with pytest.raises(PluginError, match=rf"KUBECONFIG={bad}: cannot use it \(not valid YAML: .*line 5"):
         connect(None, None, None, env={"KUBECONFIG": str(bad)})
+
+
+def test_an_error_keeps_its_own_quotes_and_loses_only_a_keyerrors(tmp_path: Path) -> None:
+    # Before: "cannot use it ([Errno 21] Is a directory: '/tmp/x); ..." (the closing quote stripped).
+    with pytest.raises(PluginError) as info:
+        connect(None, None, None, env={"KUBECONFIG": str(tmp_path)})
+    assert f"cannot use it ([Errno 21] Is a directory: '{tmp_path}'); check the file" in str(info.value)
+    from modalscale.kubectl.cli import _first_line
+
+    assert _first_line(KeyError("current-context")) == "current-context"  # what the strip was for
+    assert _first_line(ValueError("'a' is not 'b'")) == "'a' is not 'b'"
+    assert _first_line(ValueError("")) == "ValueError"
