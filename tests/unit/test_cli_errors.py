@@ -207,3 +207,26 @@ def test_cost_export_with_a_kubeconfig_that_is_not_yaml_exits_2_naming_the_file(
         assert line.startswith(f"modalscale cost export: KUBECONFIG: {bad}: not a usable kubeconfig "
                                "(not valid YAML: "), line
     assert "line 5, column 1" in line, line
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--rate", "0"], "modalscale demo: --rate: 0 must be > 0 and finite; e.g. 3"),
+    (["--rate", "nan"], "modalscale demo: --rate: nan must be > 0 and finite; e.g. 3"),
+    (["--duration", "10"], "modalscale demo: --duration: 10 must be >= 30 (seconds) and finite; e.g. 300"),
+    (["--duration", "inf"], "modalscale demo: --duration: inf must be >= 30 (seconds) and finite; e.g. 300"),
+    (["--trace", "/nonexistent/t.csv"], "modalscale demo: --trace: /nonexistent/t.csv: no such file"),
+    (["--duration", "40"], "modalscale demo: --duration 40 s is too short"),
+], ids=["rate-0", "rate-nan", "duration-10", "duration-inf", "trace", "shift"])
+def test_demo_bad_input_names_the_flag_after_the_command(capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch, args: list[str],
+                                                         says: str) -> None:
+    # Before: "--duration must be >= 30 s and --rate > 0" without the command and without saying which was wrong;
+    # nan and inf were taken (and the demo started).
+    import modalscale.demo.run
+
+    def must_not_start(*_a: object, **_k: object) -> int:
+        raise AssertionError("the demo started")
+
+    monkeypatch.setattr(modalscale.demo.run, "run_demo", must_not_start)
+    line = _one_line_error(capsys, ["demo", *args])
+    assert line.startswith(says), line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from modalscale.cli import UsageError, positive_finite
     from modalscale.demo.run import DemoConfig, run_demo
     from modalscale.devenv.checkout import NotACheckoutError, source_root
 
@@ -37,12 +39,12 @@ def run(args: argparse.Namespace) -> int:
     except NotACheckoutError as exc:
         print(exc, file=sys.stderr)
         return 2
-    if args.duration < 30 or (args.rate is not None and args.rate <= 0):
-        print("--duration must be >= 30 s and --rate > 0", file=sys.stderr)
-        return 2
+    if not (math.isfinite(args.duration) and args.duration >= 30):
+        raise UsageError("--duration", f"{args.duration:g} must be >= 30 (seconds) and finite; e.g. 300")
+    if args.rate is not None:
+        positive_finite("--rate", args.rate, "3")
     if args.trace is not None and not args.trace.is_file():
-        print(f"--trace {args.trace}: no such file", file=sys.stderr)
-        return 2
+        raise UsageError("--trace", f"{args.trace}: no such file; give a trace CSV or leave --trace out")
     cfg = DemoConfig(duration_s=args.duration, trace=args.trace, rate_rps=args.rate, report_dir=args.report_dir,
                      live=not args.no_live and sys.stdout.isatty(), real_node=args.real_node)
     if cfg.trace is None:
@@ -50,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             shift_at_s(cfg, real=cfg.real_node is not False)
-        except ValueError as exc:
-            print(exc, file=sys.stderr)
+        except ValueError as exc:  # names --duration and the fix
+            print(f"modalscale demo: {exc}", file=sys.stderr)
             return 2
     stop_on_sigterm()
     return run_demo(cfg, say=lambda m: print(m, flush=True))
