@@ -430,6 +430,17 @@ def build_showback(ledger: Mapping[SpendKey, LedgerWindow], usage: Mapping[Spend
     return out
 
 
+def _why_no_answer(exc: BaseException) -> str:
+    """Why a request got no answer, without the request's URL (its query string is the whole URL-encoded PromQL):
+    urllib3's reason under requests' exception (``[Errno 111] Connection refused``, a timeout), else the exception's
+    text with any ``url: PATH?QUERY`` cut."""
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None  # requests wraps urllib3's MaxRetryError
+    text = str(reason if reason is not None else exc)
+    text = re.sub(r"^<[^>]*object at 0x[0-9a-f]+>: ", "", text)  # urllib3's NewConnectionError names its object
+    text = re.sub(r"\s*\(Caused by [^)]*\)+", "", text) if reason is None else text
+    return re.sub(r"(with )?url: \S+", "", text).strip() or type(exc).__name__
+
+
 class PrometheusShowback:
     """Reads the showback inputs of one window from Prometheus (thin I/O around :func:`parse_showback`).
 
@@ -450,7 +461,7 @@ class PrometheusShowback:
             r = requests.get(f"{self.url}{path}", params=dict(params), timeout=self.timeout_s)
             body = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
         except (requests.RequestException, ValueError) as exc:
-            first = (redact_for_url(str(exc), self.url).splitlines() or [type(exc).__name__])[0][:300]
+            first = (redact_for_url(_why_no_answer(exc), self.url).splitlines() or [type(exc).__name__])[0][:300]
             raise ShowbackUnavailable(f"Prometheus at {self.shown_url} did not answer: {first}") from None
         if not isinstance(body, Mapping):
             raise ShowbackUnavailable(f"Prometheus at {self.shown_url} answered HTTP {r.status_code} to {name}")

@@ -446,3 +446,21 @@ def test_a_series_that_did_not_start_with_its_period_counts_nothing_before_its_f
                                spend_answer([(30, 0.0), (0, 0.03)], labels=labels), WINDOW_S, 1, END.timestamp())
     assert ledger[("ml", "vc")].spend_usd == Decimal("0.03")
     assert ledger[("ml", "vc")].coverage_ratio == 0.5
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9", "http://alice:s3cret@127.0.0.1:9/prom"],
+                         ids=["plain", "user-info"])
+def test_an_unreachable_prometheus_is_one_line_with_its_url_and_the_error_not_the_query(
+        url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "... did not answer: HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url:
+    # /api/v1/query?query=sum+by+%28namespace%2C+... (Caused by NewConnectionError(...))": the whole URL-encoded PromQL.
+    from modalscale.cli import main
+
+    assert main(["cost", "showback", "--prometheus-url", url]) == 1
+    err = capsys.readouterr().err
+    (line,) = err.strip().splitlines()
+    shown = url.replace("alice:s3cret", "<redacted>")
+    assert line.startswith(f"modalscale cost showback: Prometheus at {shown} did not answer: "), line
+    assert "Connection refused" in line, line
+    for leak in ("query", "%28", "api/v1", "s3cret", "alice", "object at 0x"):
+        assert leak not in line, line
