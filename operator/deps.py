@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,7 +94,8 @@ def load_kubeconfig() -> None:
         context = f" ({exc.context})" if exc.context else ""
         raise KubeconfigError(f"{where}: {exc.problem}{context}") from exc
     except yaml.YAMLError as exc:
-        raise KubeconfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from exc
+        detail = re.sub(r"\s+", " ", str(exc)).strip()  # the YAML error on one line
+        raise KubeconfigError(f"{path}: not valid YAML: {detail}") from exc
     except UnicodeDecodeError as exc:
         raise KubeconfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except OSError as exc:
