@@ -159,12 +159,18 @@ def test_a_history_that_could_not_be_read_decides_nothing_and_says_so() -> None:
         stored["status"]["spendAnomalies"]
 
 
-def test_the_anomaly_clears_from_status_once_calm_for_clear_after_s() -> None:
-    cfg = AnomalyConfig(clear_after_s=60)
+def spiked(cfg: AnomalyConfig) -> tuple[dict[str, Any], Any, dict[tuple[str, str], list[BurnSample]]]:
+    """A policy with a room whose service went from 2 to 10 replicas at T0 over a steady history: (the policy as
+    persisted after that evaluation, its plan, the history)."""
     policy = make_policy(notifications=ROOM)
     hist = steady()
     p = plan_policy(policy, TEN, CATALOG, [], T0, history=hist, anomaly_config=cfg)
-    stored = persisted(policy, p.status_patch)
+    return persisted(policy, p.status_patch), p, hist
+
+
+def test_the_anomaly_clears_from_status_once_calm_for_clear_after_s() -> None:
+    cfg = AnomalyConfig(clear_after_s=60)
+    stored, p, hist = spiked(cfg)
     two = observed(make_isvc())
     assert [a.kind for a in p.alerts] == [AlertKind.SPEND_ANOMALY]
     for i, t in enumerate(T0 + dt.timedelta(seconds=s) for s in (150, 180, 240)):

@@ -18,7 +18,7 @@ from modalscale.costmodel.outbox import AlertMessage
 from modalscale.notify.payloads import slack_payload, webhook_payload
 from modalscale.operator.budget.plan import plan_policy
 from tests.factories import read_budget
-from tests.unit.operator.test_budget_history import KEY, ROOM, TEN, steady
+from tests.unit.operator.test_budget_history import KEY, ROOM, spiked
 from tests.unit.operator.test_budget_plan import CATALOG, T0, make_isvc, make_policy, observed, persisted
 
 HOUR = dt.timedelta(hours=1)
@@ -92,10 +92,7 @@ def test_the_spend_anomaly_alert_is_resolved_by_its_fingerprint_once_the_last_an
     from modalscale.costmodel.anomaly import AnomalyConfig
 
     cfg = AnomalyConfig(clear_after_s=60)
-    policy = make_policy(notifications=ROOM)
-    hist = steady()
-    p = plan_policy(policy, TEN, CATALOG, [], T0, history=hist, anomaly_config=cfg)
-    policy = persisted(policy, p.status_patch)
+    policy, p, hist = spiked(cfg)
     (fired,) = sent(policy, p.alerts)
     assert fired.kind is AlertKind.SPEND_ANOMALY
     for t in (T0 + dt.timedelta(seconds=s) for s in (150, 180, 240)):  # back to 2 replicas, calm for 90 s
