@@ -434,11 +434,9 @@ def spend_anomaly_over(alerts: Sequence[BudgetAlert], plan: BudgetPlan, spec: Bu
         if a.kind is AlertKind.RECOVERED:
             out[i] = replace(a, resolves=(*a.resolves, firing), anomaly_services=tuple(services))
             return tuple(out)
-    return (*out, BudgetAlert(AlertKind.RECOVERED, policy, spec.selector.describe(policy.namespace), spec.period,
-                              spec.time_zone, plan.period_start, plan.period_end, plan.spent_usd, plan.limit_usd,
-                              plan.currency, plan.percent_used, plan.forecast_usd, plan.forecast_method, (), (),
-                              spec.enforcement.dry_run, plan.blind_services, plan.evaluated_at,
-                              lower_bound=plan.blind, anomaly_services=tuple(services), resolves=(firing,)))
+    # The anomaly alert's figures (period, spend, forecast at this evaluation), as a recovery of it.
+    return (*out, replace(spend_anomaly_alert(plan, spec, policy, (), services), kind=AlertKind.RECOVERED,
+                          resolves=(firing,)))
 
 
 __all__ = ["AlertKind", "BudgetAlert", "FiringAlert", "OPEN_ENDED_KINDS", "action_lines", "describe_resolved",
