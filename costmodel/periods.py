@@ -133,10 +133,22 @@ def split_interval(start: datetime, end: datetime, period: Period | str, tz: str
 
 _LENGTHS_H: dict[Period, tuple[int, int]] = {
     Period.DAILY: (22, 26),
-    Period.WEEKLY: (7 * 24 - 2, 7 * 24 + 2),
-    Period.MONTHLY: (28 * 24 - 2, 31 * 24 + 2),
+    Period.WEEKLY: (6 * 24 - 2, 8 * 24 + 2),
+    Period.MONTHLY: (27 * 24 - 2, 32 * 24 + 2),
 }
-"""The lengths a period of each kind can have in any zone, hours (DST moves a local midnight by at most 2 h)."""
+"""The lengths a period of each kind can have in any zone, hours: DST moves a local midnight by at most 2 h, and a
+zone that crossed the date line skipped or repeated a whole day (Pacific/Apia skipped 30 Dec 2011: that week had 6
+days). The ranges do not overlap."""
+
+
+def period_of_span(start: datetime | None, end: datetime | None) -> Period | None:
+    """The kind of period ``[start, end)`` is (``status.periodStart`` / ``periodEnd`` as an earlier evaluation
+    stored them, in any ``spec.timeZone``), read from its length; None when either is missing or the length is
+    none of a period's (the kinds' ranges, ``_LENGTHS_H``, do not overlap)."""
+    if start is None or end is None:
+        return None
+    return next((p for p, (low_h, high_h) in _LENGTHS_H.items()
+                 if timedelta(hours=low_h) <= end - start <= timedelta(hours=high_h)), None)
 
 
 def period_in_progress(period: Period | str, start: datetime | None, end: datetime | None, now: datetime) -> bool:

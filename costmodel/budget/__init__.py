@@ -25,6 +25,7 @@ from __future__ import annotations
 from modalscale.costmodel.budget.alerts import (
     AlertKind,
     BudgetAlert,
+    OPEN_ENDED_KINDS,
     FiringAlert,
     spend_anomaly_alert,
     spend_anomaly_over,
@@ -56,7 +57,7 @@ from modalscale.costmodel.budget.state import (
 
 __all__ = [
     "AlertKind", "AlertState", "BudgetAlert", "BudgetPlan", "BudgetState", "ENFORCEMENT_METHOD", "EnforcedService",
-    "EnforcementAction", "FORECAST_METHOD", "FiringAlert", "InvalidBudgetStatus", "PolicyRef", "ServiceState",
+    "EnforcementAction", "FORECAST_METHOD", "FiringAlert", "InvalidBudgetStatus", "OPEN_ENDED_KINDS", "PolicyRef", "ServiceState",
     "SpotRecord", "SpotState", "ThresholdRecord", "plan_budget", "plan_spot", "rates_after_enforcement",
     "RejectPlan", "TenantRejection", "TenantSpend", "plan_rejections",
     "tenant_spend",

@@ -38,6 +38,7 @@ from modalscale.costmodel.budget.spend import FORECAST_METHOD, SpendToDate, reac
 from modalscale.costmodel.budget.state import AlertState, BudgetState, PolicyRef, SpotRecord, SpotState, ThresholdRecord
 from modalscale.costmodel.ledger import format_time
 from modalscale.costmodel.money import display_usd, format_usd
+from modalscale.costmodel.periods import period_of_span
 from modalscale.costmodel.showback import SpendDrivers
 
 if TYPE_CHECKING:
@@ -77,11 +78,15 @@ class FiringAlert:
         starts_at: When it was alerted (``status.thresholds[].lastAlertTime``; for ``SpendAnomaly`` the earliest
             ``status.spendAnomalies[].since``; for ``GovernanceBlind`` when ``Ready`` turned ``GovernanceBlind``),
             timezone-aware UTC.
+        period: The ``spec.period`` it fired under (its ``period`` label) when that may differ from the resolving
+            alert's: a threshold or forecast alert of a period that a ``spec.period`` change ended. None: the
+            resolving alert's own. :data:`OPEN_ENDED_KINDS` have no ``period`` label (not bound to a period).
     """
 
     kind: AlertKind
     threshold_percent: int | None
     starts_at: datetime
+    period: Period | None = None
 
 
 def describe_resolved(resolves: Sequence[FiringAlert]) -> str:
@@ -323,9 +328,12 @@ def _alerted_in_closed_period(alert_state: AlertState) -> tuple[FiringAlert, ...
     before (UTC to Asia/Tokyo: 15:00Z the day before).
     """
     start = alert_state.period_start
+    # Their ``period`` label: the closed period's kind, which a ``spec.period`` change makes differ from the
+    # recovery's (None, the recovery's own, where the stored bounds do not say).
+    period = period_of_span(start, alert_state.period_end)
     return tuple(
         FiringAlert(AlertKind.FORECAST_EXCEEDED if r.forecast else AlertKind.THRESHOLD_CROSSED, r.percent,
-                    r.last_alert_time)
+                    r.last_alert_time, period)
         for r in sorted(alert_state.records, key=lambda r: (r.forecast, r.percent))
         if start is not None and r.alerted_period_start == start and r.last_alert_time is not None)
 

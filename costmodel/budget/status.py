@@ -352,6 +352,8 @@ def _resolved_json(f: FiringAlert) -> ResolvedAlertStatus:
     out: ResolvedAlertStatus = {"kind": f.kind.value, "startsAt": format_time(f.starts_at)}
     if f.threshold_percent is not None:
         out["thresholdPercent"] = f.threshold_percent
+    if f.period is not None:
+        out["period"] = f.period.value
     return out
 
 
@@ -362,7 +364,9 @@ def _resolved_read(f: Mapping[str, Any], path: str) -> FiringAlert:
     percent = f.get("thresholdPercent")
     if percent is None and kind not in OPEN_ENDED_KINDS:
         raise InvalidBudgetStatus(f"{path}.thresholdPercent: required for {kind.value}")
-    return FiringAlert(kind, None if percent is None else int(percent), parse_time(f["startsAt"], f"{path}.startsAt"))
+    period = f.get("period")
+    return FiringAlert(kind, None if percent is None else int(percent), parse_time(f["startsAt"], f"{path}.startsAt"),
+                       None if period is None else Period(period))
 
 
 def _pending_json(entry: PendingAlert) -> PendingAlertStatus:

@@ -209,6 +209,7 @@ class ResolvedAlertStatus(TypedDict):
     kind: str
     thresholdPercent: NotRequired[int]
     startsAt: str
+    period: NotRequired[str]
 
 
 class AlertFactStatus(TypedDict):

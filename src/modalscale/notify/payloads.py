@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from modalscale.api.budgetpolicy import NotifierType
-from modalscale.costmodel.budget import AlertKind, BudgetAlert
+from modalscale.api.budgetpolicy import NotifierType, Period
+from modalscale.costmodel.budget import OPEN_ENDED_KINDS, AlertKind, BudgetAlert
 from modalscale.costmodel.ledger import format_time
 from modalscale.costmodel.outbox import AlertMessage
 from modalscale.notify.signing import (
@@ -245,18 +245,22 @@ def feishu_payload(alert: Alert, secret: str | None = None, timestamp_s: int | N
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
-def _alert_labels(kind: AlertKind, alert: Alert, threshold_percent: int | None) -> dict[str, str]:
+def _alert_labels(kind: AlertKind, alert: Alert, threshold_percent: int | None,
+                  period: Period | None = None) -> dict[str, str]:
     """The labels of one alert: its identity, the same in its firing and in its resolve.
 
-    ``severity`` follows the threshold (``critical`` from 100 %), not the spend at sending time, so that a
-    resolve computes the very labels its firing had.
+    ``severity`` follows the threshold (``critical`` from 100 %), not the spend at sending time, and ``period``
+    is the one the alert fired under (``period``, else ``alert``'s), not the spec's at sending time, so that a
+    resolve computes the very labels its firing had. :data:`OPEN_ENDED_KINDS` have no ``period`` label: they are
+    not bound to a period, and a ``spec.period`` edited while one fires must not change its identity.
     """
     labels = {
         "alertname": f"Budget{kind.value}",
         "namespace": alert.policy.namespace,
         "budgetpolicy": alert.policy.name,
-        "period": alert.period.value,
     }
+    if kind not in OPEN_ENDED_KINDS:
+        labels["period"] = (period or alert.period).value
     if threshold_percent is not None:
         labels["threshold_percent"] = str(threshold_percent)
         labels["severity"] = ("critical" if kind is AlertKind.THRESHOLD_CROSSED and threshold_percent >= 100
@@ -297,7 +301,7 @@ def webhook_payload(alert: Alert, receiver: str = "modalscale") -> dict[str, Any
     items: list[dict[str, Any]] = []
     if alert.resolved and alert.resolves:
         for firing in alert.resolves:
-            labels = _alert_labels(firing.kind, alert, firing.threshold_percent)
+            labels = _alert_labels(firing.kind, alert, firing.threshold_percent, firing.period)
             items.append({"status": "resolved", "labels": labels, "annotations": annotations,
                           "startsAt": format_time(firing.starts_at), "endsAt": created, "generatorURL": "",
                           "fingerprint": _fingerprint(labels)})

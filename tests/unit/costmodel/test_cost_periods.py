@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from modalscale.api.budgetpolicy import InvalidTimeZone, Period
-from modalscale.costmodel.periods import period_bounds, split_interval
+from modalscale.costmodel.periods import period_bounds, period_of_span, split_interval
 
 UTC = timezone.utc
 H = timedelta(hours=1)
@@ -124,3 +124,23 @@ def test_naive_now_and_unknown_zone_are_rejected() -> None:
         period_bounds("Daily", "UTC", datetime(2026, 1, 1))
     with pytest.raises(InvalidTimeZone, match="Mars/Olympus"):
         period_bounds("Daily", "Mars/Olympus", utc(2026, 1, 1))
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe",
+                                  "Pacific/Apia"])
+@pytest.mark.parametrize("period", list(Period))
+def test_the_kind_of_every_period_is_read_back_from_its_bounds(zone: str, period: Period) -> None:
+    """``period_of_span`` names the kind of any period ``period_bounds`` gives (DST days of 23 and 25 h, Lord
+    Howe's half hour, Samoa's skipped day in 2011), so a recovery after a ``spec.period`` change labels the
+    closed period's alerts as they fired."""
+    rng = random.Random(20261207)
+    for now in [utc(2011, 12, 30, 12), *(utc(2010, 1, 1) + timedelta(seconds=rng.randrange(17 * 366 * 86400))
+                                          for _ in range(80))]:
+        assert period_of_span(*period_bounds(period, zone, now)) is period
+
+
+@pytest.mark.parametrize("hours", [0, 12, 48, 100, 200, 24 * 40])
+def test_a_span_of_no_periods_length_has_no_kind(hours: int) -> None:
+    start = utc(2026, 11, 30)
+    assert period_of_span(start, start + timedelta(hours=hours)) is None
+    assert period_of_span(None, start) is None and period_of_span(start, None) is None

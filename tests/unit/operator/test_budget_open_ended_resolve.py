@@ -13,11 +13,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from modalscale.api.budgetpolicy import Period
 from modalscale.costmodel.budget import AlertKind, FiringAlert, PolicyRef
-from modalscale.costmodel.outbox import AlertMessage
+from modalscale.costmodel.outbox import AlertMessage, PendingAlert
 from modalscale.notify.payloads import slack_payload, webhook_payload
 from modalscale.operator.budget.plan import plan_policy
-from tests.factories import read_budget
+from tests.factories import pending_json, read_budget
 from tests.unit.operator.test_budget_history import KEY, ROOM, spiked
 from tests.unit.operator.test_budget_plan import CATALOG, T0, make_isvc, make_policy, observed, persisted
 
@@ -120,3 +121,61 @@ def test_a_resolve_item_of_a_threshold_without_its_percent_names_the_field() -> 
     item["resolves"] = item["resolves"][:1]
     (entry,) = read_budget({"pendingAlerts": [item]}).outbox or ()
     assert entry.message.resolves == (FiringAlert(AlertKind.SPEND_ANOMALY, None, T0 - HOUR),)
+
+
+def with_period(policy: dict[str, Any], period: str) -> dict[str, Any]:
+    """``policy`` after a user's edit of ``spec.period`` (its status kept)."""
+    return {**policy, "spec": {**policy["spec"], "period": period}}
+
+
+def test_a_threshold_alert_is_resolved_with_the_period_label_it_fired_with_after_spec_period_changes() -> None:
+    """50 % alerted on a Daily policy; the next day the user made it Weekly. The change ends the Daily period and its
+    recovery resolves the 50 % alert, but it rendered the resolve with the new spec's ``period="Weekly"`` label, so
+    its fingerprint matched nothing and the incident stayed open. The resolve now carries the closed period's kind
+    (read from the stored bounds' length), and the receiver closes the incident."""
+    policy = make_policy(notifications=ROOM, limit={"amount": "0.5", "currency": "USD"})
+    p = plan_policy(policy, PRICED, CATALOG, [], T0)
+    policy = persisted(policy, p.status_patch)
+    p = plan_policy(policy, PRICED, CATALOG, [], T0 + 13 * HOUR + dt.timedelta(minutes=50))  # 23:50, over 50 %
+    policy = persisted(policy, p.status_patch)
+    (fired,) = sent(policy, p.alerts)
+    assert fired.kind is AlertKind.THRESHOLD_CROSSED
+    policy = with_period(policy, "Weekly")
+    p = plan_policy(policy, PRICED, CATALOG, [], T0 + 14 * HOUR + dt.timedelta(minutes=5))  # Tuesday 00:05
+    policy = persisted(policy, p.status_patch)
+    (resolve,) = sent(policy, tuple(a for a in p.alerts if a.kind is AlertKind.RECOVERED))
+    opened, closed = fingerprints(fired), fingerprints(resolve)
+    assert set(opened) <= set(closed)
+    for fp, alert in opened.items():
+        assert closed[fp]["labels"] == alert["labels"] and closed[fp]["labels"]["period"] == "Daily"
+        assert closed[fp]["status"] == "resolved"
+
+
+def test_the_governance_blind_alert_is_resolved_by_its_fingerprint_after_spec_period_changes() -> None:
+    """GovernanceBlind is one alert per policy, not bound to a period: its identity has no ``period`` label, so a
+    ``spec.period`` edited while it fires (Daily -> Monthly) does not change the fingerprint its resolve needs."""
+    policy = make_policy(notifications=ROOM, limit={"amount": "1000", "currency": "USD"})
+    p = plan_policy(policy, BLIND, CATALOG, [], T0)
+    policy = persisted(policy, p.status_patch)
+    (fired,) = sent(policy, p.alerts)
+    policy = with_period(policy, "Monthly")
+    p = plan_policy(policy, BLIND, CATALOG, [], T0 + HOUR)
+    policy = persisted(policy, p.status_patch)
+    p = plan_policy(policy, PRICED, CATALOG, [], T0 + 2 * HOUR)
+    policy = persisted(policy, p.status_patch)
+    (resolve,) = sent(policy, tuple(a for a in p.alerts if a.kind is AlertKind.RECOVERED))
+    opened, closed = fingerprints(fired), fingerprints(resolve)
+    assert set(closed) == set(opened) and len(closed) == 1
+    (fp,) = closed
+    assert closed[fp]["labels"] == opened[fp]["labels"] and "period" not in closed[fp]["labels"]
+
+
+def test_a_resolve_items_period_is_kept_across_a_restart() -> None:
+    firing = FiringAlert(AlertKind.THRESHOLD_CROSSED, 50, T0, Period.DAILY)
+    message = AlertMessage(AlertKind.RECOVERED, PolicyRef("ml", "daily"), Period.WEEKLY, "t", (), "info", T0 + HOUR,
+                           (), T0, T0 + 7 * 24 * HOUR, resolves=(firing,))
+    item = pending_json(PendingAlert("room", message, T0 + HOUR))
+    assert item["resolves"] == [{"kind": "ThresholdCrossed", "thresholdPercent": 50,
+                                 "startsAt": "2026-11-30T10:00:00Z", "period": "Daily"}]
+    (entry,) = read_budget({"pendingAlerts": [item]}).outbox or ()
+    assert entry.message.resolves == (firing,)
