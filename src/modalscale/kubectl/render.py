@@ -535,6 +535,25 @@ def _pending_items(policy: Mapping[str, Any], status: BudgetStatus) -> list[dict
              "lastError": _text(i.get("lastError"))} for i in _stored(policy, "pendingAlerts")]
 
 
+def _written_thresholds(raw_spec: object) -> list[tuple[int, bool, list[str]]]:
+    """The thresholds (and the forecast alert) of a spec that does not parse, as written: each item whose
+    ``percent`` is an integer, its ``actions`` the strings listed (``Alert``, the CRD's default, when absent)."""
+    spec = raw_spec if isinstance(raw_spec, Mapping) else {}
+    items = spec.get("thresholds") if isinstance(spec.get("thresholds"), list) else []
+    out: list[tuple[int, bool, list[str]]] = []
+    for t in items:
+        percent = t.get("percent") if isinstance(t, Mapping) else None
+        if isinstance(percent, int) and not isinstance(percent, bool):
+            actions = t.get("actions", ["Alert"])
+            out.append((percent, False, [a for a in actions if isinstance(a, str)] if isinstance(actions, list)
+                        else []))
+    forecast = spec.get("forecast", {})  # the CRD's default: enabled, at 100 %
+    at = forecast.get("alertAtPercent", 100) if isinstance(forecast, Mapping) else None
+    if isinstance(forecast, Mapping) and forecast.get("enabled", True) is True and isinstance(at, int):
+        out.append((at, True, ["Alert"]))
+    return out
+
+
 def _threshold_items(policy: Mapping[str, Any], spec: BudgetSpec | None, status: BudgetStatus
                      ) -> list[dict[str, Any]]:
     """Spec thresholds (and the forecast alert) joined with their ``status.thresholds`` records."""
@@ -544,8 +563,10 @@ def _threshold_items(policy: Mapping[str, Any], spec: BudgetSpec | None, status:
         wanted = [(t.percent, False, [a.value for a in t.actions]) for t in spec.thresholds]
         if spec.forecast.enabled:
             wanted.append((spec.forecast.alert_at_percent, True, ["Alert"]))
-    else:  # spec unreadable: show what status holds
-        wanted = [(p, f, []) for (p, f) in sorted(records, key=lambda k: (k[1], k[0]))]
+    else:  # spec unreadable: its items as written, then what status holds besides
+        wanted = _written_thresholds(policy.get("spec"))
+        written = {(p, f) for p, f, _ in wanted}
+        wanted += [(p, f, []) for (p, f) in sorted(records, key=lambda k: (k[1], k[0])) if (p, f) not in written]
     limit = spec.limit.amount if spec is not None else None
     out = []
     for percent, forecast, actions in wanted:
@@ -670,7 +691,8 @@ def render_budget(report: Mapping[str, Any]) -> str:
               "  Forecast:   <none> (disabled or unknown)",
               f"  Evaluated:  {r['lastEvaluationAge']} ago", ""]
     if r["thresholds"]:
-        lines.append("Thresholds:")
+        lines.append("Thresholds:" if r["specError"] is None else
+                     "Thresholds (as written; the spec is refused, none is in force):")
         lines.append(table(["PERCENT", "AT", "ACTIONS", "CROSSED", "ALERTED", "LAST ALERT"], [
             [f"{t['percent']} %" + (" (forecast)" if t["forecast"] else ""),
              f"{t['atSpend']} USD" if t["atSpend"] is not None else NONE, ",".join(t["actions"]) or NONE,

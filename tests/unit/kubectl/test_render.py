@@ -294,3 +294,27 @@ def test_values_a_newer_operator_wrote_are_shown_as_read_and_called_unknown_neve
     assert budget["enforcement"] is not None and budget["enforcement"]["action"] == "Throttle (unknown to this plugin)"
     assert "Throttle (unknown to this plugin): at most 1 replica(s)" in render_cost(cost)
     assert json.loads(json.dumps(report)) == report
+
+
+def test_budget_with_a_spec_the_operator_refuses_shows_its_thresholds_as_written() -> None:
+    """A spec that does not parse showed its thresholds from status alone: none on a policy the operator never
+    evaluated (so no "Thresholds:" table at all), and ``<none>`` actions on one it had, which read as thresholds
+    without actions. They are now the spec's own items, each action as written, joined with status's records;
+    the amount each is at stays unknown (the operator refuses the spec, so nothing is in force)."""
+    bad = budget_body()
+    bad["spec"]["timeZone"] = "Mars/Olympus"  # the operator refuses the zone
+    bad["spec"]["thresholds"] = [{"percent": 50}, {"percent": 100, "actions": ["Alert", "ScaleDown"]},
+                                 {"percent": "lots"}]
+    report = budget_report(bad, NOW)
+    assert report["specError"] is not None
+    assert [(t["percent"], t["forecast"], t["actions"], t["atSpend"]) for t in report["thresholds"]] == [
+        (50, False, ["Alert"], None), (100, False, ["Alert", "ScaleDown"], None)]
+    text = render_budget(report)
+    assert "Alert,ScaleDown" in text and "Thresholds (as written; the spec is refused, none is in force):" in text
+
+    evaluated = evaluated_policy(hours=2)
+    evaluated["spec"]["timeZone"] = "Mars/Olympus"
+    rows = {(t["percent"], t["forecast"]): t for t in budget_report(evaluated, NOW)["thresholds"]}
+    written = {(t["percent"], False) for t in evaluated["spec"]["thresholds"]}
+    assert written <= set(rows) and all(rows[k]["crossed"] for k in written)  # joined with status's records
+    assert all(rows[k]["actions"] for k in written)
