@@ -539,7 +539,8 @@ def _written_thresholds(raw_spec: object) -> list[tuple[int, bool, list[str]]]:
     """The thresholds (and the forecast alert) of a spec that does not parse, as written: each item whose
     ``percent`` is an integer, its ``actions`` the strings listed (``Alert``, the CRD's default, when absent)."""
     spec = raw_spec if isinstance(raw_spec, Mapping) else {}
-    items = spec.get("thresholds") if isinstance(spec.get("thresholds"), list) else []
+    items = spec.get("thresholds")
+    items = items if isinstance(items, list) else []
     out: list[tuple[int, bool, list[str]]] = []
     for t in items:
         percent = t.get("percent") if isinstance(t, Mapping) else None
