@@ -349,8 +349,10 @@ def plan_budget(spec: BudgetSpec, spend: Decimal | LedgerAdvance,
         spec.forecast.alert_at_percent if spec.forecast.enabled else None, horizon_s)
 
     enforced = enforcement.enforced
+    # When the GovernanceBlind alert fired (now, when it fires at this evaluation): its resolve's startsAt.
+    blind_since = (alert_state.blind_since if alert_state.blind else now) if to_date.blind else None
     new_state = AlertState(tuple(sorted(records, key=lambda r: (r.forecast, r.percent))), to_date.period_start,
-                           state, enforced, to_date.blind, spot)
+                           state, enforced, to_date.blind, spot, blind_since=blind_since)
     return BudgetPlan(
         state=state, reason=reason, message=message, period_start=to_date.period_start,
         period_end=to_date.period_end, currency=to_date.currency, spent_usd=spent, limit_usd=to_date.limit_usd,

@@ -287,8 +287,9 @@ class AlertState:
     period_end: datetime | None = None
     """``status.periodEnd`` of the last evaluation (None: not known); see :func:`carried_over`."""
     blind_since: datetime | None = None
-    """When ``Ready`` turned ``GovernanceBlind`` (its ``lastTransitionTime``), the ``startsAt`` of the
-    ``GovernanceBlind`` alert's resolve; None when the status does not say (the resolve is then dated when sent)."""
+    """When the ``GovernanceBlind`` alert fired (``status.blindSince``; a status written before that field says
+    only ``Ready``'s ``lastTransitionTime``), the ``startsAt`` of its resolve; None when the status does not say
+    (the resolve is then dated when sent)."""
 
     def record(self, percent: int, forecast: bool = False) -> ThresholdRecord | None:
         return next((r for r in self.records if r.percent == percent and r.forecast == forecast), None)

@@ -203,11 +203,15 @@ def _alert_state_read(status: Mapping[str, Any]) -> AlertState:
                       if isinstance(c, Mapping) and c.get("type") == C.READY), None)
         blind_ready = ready is not None and ready.get("reason") == C.GOVERNANCE_BLIND
         blind = state == BudgetState.UNKNOWN.value or blind_ready
-        since = ready.get("lastTransitionTime") if ready is not None and blind_ready else None
+        # When the GovernanceBlind alert fired: status.blindSince; a status written before it existed says only
+        # when Ready last turned False (the alert's time if Ready was True before it).
+        since, since_field = status.get("blindSince"), "status.blindSince"
+        if not since and blind_ready and ready is not None:
+            since, since_field = ready.get("lastTransitionTime"), "status.conditions[Ready].lastTransitionTime"
         return AlertState(tuple(records), parse_time(start, "status.periodStart") if start else None,
                           BudgetState(state) if state else None, tuple(enforced), blind, spot,
-                          blind_since=parse_time(since, "status.conditions[Ready].lastTransitionTime")
-                          if isinstance(since, str) and since else None)
+                          blind_since=parse_time(since, since_field) if blind and isinstance(since, str) and since
+                          else None)
     except LedgerFormatError as exc:
         raise InvalidBudgetStatus(str(exc)) from None
     except ValueError as exc:
@@ -600,6 +604,8 @@ def budget_status_json(status: BudgetStatus) -> BudgetPolicyStatus:
     out["burnRatePerHour"] = (None if status.burn_rate_usd_per_hour is None
                               else display_usd(status.burn_rate_usd_per_hour))
     out["forecast"] = None if status.forecast_usd is None else display_usd(status.forecast_usd)
+    if a.blind_since is not None:
+        out["blindSince"] = format_time(a.blind_since)
     out["ledger"] = _ledger_json(status.ledger or Ledger())
     out["pendingAlerts"] = [_pending_json(e) for e in status.outbox or ()]
     out["spendAnomalies"] = _anomalies_json(status.anomaly_state)
@@ -618,7 +624,7 @@ def status_of_plan(plan: BudgetPlan, ledger: Ledger | None, *, generation: int,
         last_evaluation_time=plan.evaluated_at,
         ledger=Ledger() if ledger is None else ledger,
         alert_state=AlertState(plan.alert_state.records, plan.period_start, plan.state, plan.enforced_services,
-                               plan.blind, plan.spot),
+                               plan.blind, plan.spot, blind_since=plan.alert_state.blind_since),
         outbox=outbox, anomaly_state=anomaly_state, rejections=plan.rejections,
         tenant_spent_usd=plan.tenant_spent_usd, conditions=tuple(conditions))
 
@@ -651,7 +657,8 @@ def write_budget_status(status: BudgetStatus, stored: Mapping[str, Any] | None, 
         The keys whose JSON differs from the stored one (lists written whole; null deletes an unknown forecast or
         burn rate). Lists the stored status lacks count as empty.
     """
-    desired: dict[str, Any] = dict(budget_status_json(status))
+    # null deletes a stored blindSince once every service is priced again (the JSON form omits it then).
+    desired: dict[str, Any] = {"blindSince": None, **budget_status_json(status)}
     if only is not None:
         desired = {k: v for k, v in desired.items() if k in only}
     raw = (stored or {}).get("status")

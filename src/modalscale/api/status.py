@@ -266,6 +266,7 @@ class BudgetPolicyStatus(TypedDict, total=False):
     spotServices: list[SpotServiceStatus]
     rejectedTenants: list[RejectedTenantStatus]
     tenantSpent: str  # exact (1e-9 USD): the tenants' spend the last evaluation used (spec.selector.tenants)
+    blindSince: str  # when the GovernanceBlind alert fired (absent once every service is priced again)
     spendAnomalies: list[SpendAnomalyStatus]
     pendingAlerts: list[PendingAlertStatus]
     conditions: list[ConditionStatus]

@@ -179,3 +179,29 @@ def test_a_resolve_items_period_is_kept_across_a_restart() -> None:
                                  "startsAt": "2026-11-30T10:00:00Z", "period": "Daily"}]
     (entry,) = read_budget({"pendingAlerts": [item]}).outbox or ()
     assert entry.message.resolves == (firing,)
+
+
+def test_the_governance_blind_resolve_repeats_the_starts_at_its_firing_had_after_a_refused_spec() -> None:
+    """Ready was False (``InvalidSpec``) before the policy turned blind, so ``Ready``'s ``lastTransitionTime`` (the
+    resolve's ``startsAt`` until now) was the refusal's time, an hour before the alert fired: a receiver saw a
+    resolve whose ``startsAt`` was not its firing's. When it fired is now kept in ``status.blindSince``."""
+    policy = make_policy(notifications=ROOM, limit={"amount": "1000", "currency": "USD"}, timeZone="Europe/Atlantis")
+    p = plan_policy(policy, BLIND, CATALOG, [], T0)
+    assert p.alerts == ()  # the spec is refused: nothing is evaluated
+    policy = persisted(policy, p.status_patch)
+    ready = next(c for c in policy["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    policy = {**policy, "spec": {**policy["spec"], "timeZone": "UTC"}}
+    p = plan_policy(policy, BLIND, CATALOG, [], T0 + HOUR)
+    policy = persisted(policy, p.status_patch)
+    (fired,) = sent(policy, p.alerts)
+    assert fired.kind is AlertKind.GOVERNANCE_BLIND and policy["status"]["blindSince"] == "2026-11-30T11:00:00Z"
+    p = plan_policy(policy, BLIND, CATALOG, [], T0 + 2 * HOUR)
+    assert p.alerts == () and "blindSince" not in p.status_patch  # still blind: kept, nothing rewritten
+    policy = persisted(policy, p.status_patch)
+    p = plan_policy(policy, PRICED, CATALOG, [], T0 + 3 * HOUR)
+    policy = persisted(policy, p.status_patch)
+    (resolve,) = sent(policy, p.alerts)
+    (opened,), (closed,) = fingerprints(fired).values(), fingerprints(resolve).values()
+    assert closed["startsAt"] == opened["startsAt"] == "2026-11-30T11:00:00Z"
+    assert "blindSince" not in policy["status"]  # priced again: deleted (null in the merge patch)
