@@ -132,13 +132,14 @@ def split_interval(start: datetime, end: datetime, period: Period | str, tz: str
 
 
 _LENGTHS_H: dict[Period, tuple[int, int]] = {
-    Period.DAILY: (22, 26),
-    Period.WEEKLY: (6 * 24 - 2, 8 * 24 + 2),
-    Period.MONTHLY: (27 * 24 - 2, 32 * 24 + 2),
+    Period.DAILY: (12, 72),
+    Period.WEEKLY: (4 * 24, 14 * 24),
+    Period.MONTHLY: (20 * 24, 40 * 24),
 }
-"""The lengths a period of each kind can have in any zone, hours: DST moves a local midnight by at most 2 h, and a
-zone that crossed the date line skipped or repeated a whole day (Pacific/Apia skipped 30 Dec 2011: that week had 6
-days). The ranges do not overlap."""
+"""Hours that tell the kinds of period apart, wide of any length a period can have in a zone: DST moves a local
+midnight by 1-2 h, zones have moved theirs by up to 7 h in a day (Antarctica/Casey +8 <-> +11 up to 2023: days of 21
+and 27 h; Antarctica/Vostok 1994: 17 and 31 h), and a zone that crossed the date line skipped or repeated a whole day
+(Pacific/Apia skipped 30 Dec 2011: that week had 6 days). The ranges do not overlap."""
 
 
 def period_of_span(start: datetime | None, end: datetime | None) -> Period | None:

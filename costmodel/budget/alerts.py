@@ -316,7 +316,7 @@ def _left_the_spec(records: Sequence[ThresholdRecord], alert_state: AlertState, 
     return left[:max(0, MAX_THRESHOLD_RECORDS - len(records))]
 
 
-def _alerted_in_closed_period(alert_state: AlertState) -> tuple[FiringAlert, ...]:
+def _alerted_in_closed_period(alert_state: AlertState, period_now: Period) -> tuple[FiringAlert, ...]:
     """The threshold and forecast alerts sent in the period ``alert_state`` describes (read back from
     ``status.thresholds``, so a recovery decided after a restart resolves them too), thresholds first.
 
@@ -328,9 +328,10 @@ def _alerted_in_closed_period(alert_state: AlertState) -> tuple[FiringAlert, ...
     before (UTC to Asia/Tokyo: 15:00Z the day before).
     """
     start = alert_state.period_start
-    # Their ``period`` label: the closed period's kind, which a ``spec.period`` change makes differ from the
-    # recovery's (None, the recovery's own, where the stored bounds do not say).
+    # Their ``period`` label where it differs from the recovery's (``period_now``, the spec's): the closed period's
+    # kind after a ``spec.period`` change (None, the recovery's own, also where the stored bounds do not say).
     period = period_of_span(start, alert_state.period_end)
+    period = None if period is period_now else period
     return tuple(
         FiringAlert(AlertKind.FORECAST_EXCEEDED if r.forecast else AlertKind.THRESHOLD_CROSSED, r.percent,
                     r.last_alert_time, period)
@@ -370,7 +371,7 @@ def plan_alerts(spec: BudgetSpec, policy: PolicyRef, spend: SpendToDate, forecas
                            closed, ahead_percents, horizon_s, lower_bound=spend.blind)
 
     alerts: list[BudgetAlert] = []
-    resolves = _alerted_in_closed_period(alert_state) if new_period else ()
+    resolves = _alerted_in_closed_period(alert_state, spec.period) if new_period else ()
     lifted = bool(alert_state.enforced or alert_state.spot or rejected_before)
     # Every service is priced again: the GovernanceBlind alert is resolved (in the period's recovery when one is
     # sent now: one Recovered per evaluation, the outbox's key).

@@ -166,6 +166,21 @@ def _spot_read(item: Mapping[str, Any], path: str) -> SpotRecord:
         raise InvalidBudgetStatus(f"{path}: {exc}") from None
 
 
+def _blind_since(stored: object, blind_ready: Mapping[str, Any] | None) -> dt.datetime | None:
+    """When the GovernanceBlind alert fired: ``status.blindSince`` whenever present (a blind policy whose priced part
+    is ``Exceeded`` says blind only through its ledger's unpriced entries). ``blind_ready``, the Ready condition when
+    its reason is ``GovernanceBlind``, says when Ready last turned False: the time a status written before
+    ``blindSince`` existed has, and the later of the two when an older operator cleared the blind spell without
+    deleting ``blindSince`` and fired again (a rollback)."""
+    times = []
+    if isinstance(stored, str) and stored:
+        times.append(parse_time(stored, "status.blindSince"))
+    ready_since = blind_ready.get("lastTransitionTime") if blind_ready is not None else None
+    if isinstance(ready_since, str) and ready_since:
+        times.append(parse_time(ready_since, "status.conditions[Ready].lastTransitionTime"))
+    return max(times, default=None)
+
+
 def _alert_state_read(status: Mapping[str, Any]) -> AlertState:
     if not status:
         return AlertState()
@@ -203,15 +218,9 @@ def _alert_state_read(status: Mapping[str, Any]) -> AlertState:
                       if isinstance(c, Mapping) and c.get("type") == C.READY), None)
         blind_ready = ready is not None and ready.get("reason") == C.GOVERNANCE_BLIND
         blind = state == BudgetState.UNKNOWN.value or blind_ready
-        # When the GovernanceBlind alert fired: status.blindSince; a status written before it existed says only
-        # when Ready last turned False (the alert's time if Ready was True before it).
-        since, since_field = status.get("blindSince"), "status.blindSince"
-        if not since and blind_ready and ready is not None:
-            since, since_field = ready.get("lastTransitionTime"), "status.conditions[Ready].lastTransitionTime"
         return AlertState(tuple(records), parse_time(start, "status.periodStart") if start else None,
                           BudgetState(state) if state else None, tuple(enforced), blind, spot,
-                          blind_since=parse_time(since, since_field) if blind and isinstance(since, str) and since
-                          else None)
+                          blind_since=_blind_since(status.get("blindSince"), ready if blind_ready else None))
     except LedgerFormatError as exc:
         raise InvalidBudgetStatus(str(exc)) from None
     except ValueError as exc:

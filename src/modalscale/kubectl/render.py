@@ -559,15 +559,15 @@ def _threshold_items(policy: Mapping[str, Any], spec: BudgetSpec | None, status:
                      ) -> list[dict[str, Any]]:
     """Spec thresholds (and the forecast alert) joined with their ``status.thresholds`` records."""
     records = _threshold_records(policy, status)
-    wanted: list[tuple[int, bool, list[str]]] = []
+    wanted: list[tuple[int, bool, list[str] | None]] = []  # actions None: in status only, not in the spec
     if spec is not None:
         wanted = [(t.percent, False, [a.value for a in t.actions]) for t in spec.thresholds]
         if spec.forecast.enabled:
             wanted.append((spec.forecast.alert_at_percent, True, ["Alert"]))
     else:  # spec unreadable: its items as written, then what status holds besides
-        wanted = _written_thresholds(policy.get("spec"))
+        wanted = [*_written_thresholds(policy.get("spec"))]
         written = {(p, f) for p, f, _ in wanted}
-        wanted += [(p, f, []) for (p, f) in sorted(records, key=lambda k: (k[1], k[0])) if (p, f) not in written]
+        wanted += [(p, f, None) for (p, f) in sorted(records, key=lambda k: (k[1], k[0])) if (p, f) not in written]
     limit = spec.limit.amount if spec is not None else None
     out = []
     for percent, forecast, actions in wanted:
@@ -693,10 +693,12 @@ def render_budget(report: Mapping[str, Any]) -> str:
               f"  Evaluated:  {r['lastEvaluationAge']} ago", ""]
     if r["thresholds"]:
         lines.append("Thresholds:" if r["specError"] is None else
-                     "Thresholds (as written; the spec is refused, none is in force):")
+                     "Thresholds (as written; the spec is refused, so none acts from it; enforcement already in force "
+                     "is held):")
         lines.append(table(["PERCENT", "AT", "ACTIONS", "CROSSED", "ALERTED", "LAST ALERT"], [
             [f"{t['percent']} %" + (" (forecast)" if t["forecast"] else ""),
-             f"{t['atSpend']} USD" if t["atSpend"] is not None else NONE, ",".join(t["actions"]) or NONE,
+             f"{t['atSpend']} USD" if t["atSpend"] is not None else NONE,
+             "(not in the spec)" if t["actions"] is None else ",".join(t["actions"]) or NONE,
              "yes" if t["crossed"] else "no", "yes" if t["alertedThisPeriod"] else "no", t["lastAlertTime"]]
             for t in r["thresholds"]], indent="  "))
     n = r["nextAction"]

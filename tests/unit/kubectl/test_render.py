@@ -310,7 +310,7 @@ def test_budget_with_a_spec_the_operator_refuses_shows_its_thresholds_as_written
     assert [(t["percent"], t["forecast"], t["actions"], t["atSpend"]) for t in report["thresholds"]] == [
         (50, False, ["Alert"], None), (100, False, ["Alert", "ScaleDown"], None)]
     text = render_budget(report)
-    assert "Alert,ScaleDown" in text and "Thresholds (as written; the spec is refused, none is in force):" in text
+    assert "Alert,ScaleDown" in text and "Thresholds (as written; the spec is refused, so none acts from it" in text
 
     evaluated = evaluated_policy(hours=2)
     evaluated["spec"]["timeZone"] = "Mars/Olympus"
@@ -318,3 +318,25 @@ def test_budget_with_a_spec_the_operator_refuses_shows_its_thresholds_as_written
     written = {(t["percent"], False) for t in evaluated["spec"]["thresholds"]}
     assert written <= set(rows) and all(rows[k]["crossed"] for k in written)  # joined with status's records
     assert all(rows[k]["actions"] for k in written)
+
+
+def test_a_refused_spec_with_caps_held_does_not_say_nothing_is_enforced() -> None:
+    """Found by review: the heading said "none is in force" above "Enforced now: ml/vc ..." (a hold keeps the
+    enforcement in force)."""
+    policy = evaluated_policy(hours=2)
+    policy["spec"]["timeZone"] = "Mars/Olympus"
+    report = budget_report(policy, NOW)
+    assert report["enforcedServices"]
+    text = render_budget(report)
+    assert "none is in force" not in text and "enforcement already in force is held" in text
+
+
+def test_a_threshold_only_status_holds_is_not_shown_as_written_without_actions() -> None:
+    """Found by review: 50 % removed in the refused edit was listed under "as written" with ``<none>`` actions."""
+    policy = evaluated_policy(hours=2)
+    policy["spec"]["timeZone"] = "Mars/Olympus"
+    policy["spec"]["thresholds"] = [policy["spec"]["thresholds"][1]]
+    report = budget_report(policy, NOW)
+    rows = {t["percent"]: t["actions"] for t in report["thresholds"] if not t["forecast"]}
+    assert rows[50] is None and rows[policy["spec"]["thresholds"][0]["percent"]]
+    assert "(not in the spec)" in render_budget(report)
