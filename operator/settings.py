@@ -145,6 +145,9 @@ class Settings:
         for name in sorted(environ):
             if name.startswith("MODALSCALE_") and name not in SETTINGS_ENV and name not in OTHER_COMMANDS_ENV:
                 errors.append(_unknown_setting(name))
+        if errors:  # the lists once, not once per unknown name
+            errors.append(f"(the operator reads {', '.join(sorted(SETTINGS_ENV))} and ignores "
+                          f"{', '.join(sorted(OTHER_COMMANDS_ENV))}: other modalscale commands')")
 
         def number(name: str, default: float, lo: float, hi: float, integer: bool = False) -> float:
             raw = environ.get(name)
@@ -261,13 +264,12 @@ class Settings:
 
 
 def _unknown_setting(name: str) -> str:
-    """The error line of an unknown ``MODALSCALE_*`` name: the closest setting if one is near, then the lists."""
+    """The error line of an unknown ``MODALSCALE_*`` name, with the closest setting if one is near (the lists of
+    known names follow the errors once)."""
     import difflib
 
     close = difflib.get_close_matches(name, sorted(SETTINGS_ENV), n=1, cutoff=0.8)
-    hint = f"did you mean {close[0]}? " if close else ""
-    return (f"{name}: unknown setting; {hint}the operator reads {', '.join(sorted(SETTINGS_ENV))} and ignores "
-            f"{', '.join(sorted(OTHER_COMMANDS_ENV))} (other modalscale commands')")
+    return f"{name}: unknown setting" + (f"; did you mean {close[0]}?" if close else "")
 
 
 def _anomaly_config(raw: str, errors: list[str]) -> AnomalyConfig:

@@ -348,6 +348,7 @@ def build_deployment(spec: IsvcSpec, replicas: int, repo_files: dict[str, str],
         "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000,
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "automountServiceAccountToken": False,
+        "enableServiceLinks": False,  # see the gateway's pod spec
     }
     tolerations = node_loss_tolerations(tolerations, node_loss_toleration_s)
     if node_selector:
@@ -640,6 +641,10 @@ def build_gateway_deployment(spec: IsvcSpec, image: str, node_loss_toleration_s:
     pod_spec: dict[str, Any] = {
         "serviceAccountName": gateway_name(spec),
         "automountServiceAccountToken": False,
+        # No Docker-link variables of the namespace's Services: an InferenceService named modalscale-gateway has a
+        # Service whose link variables are named like the gateway's settings, which the gateway refuses as unknown
+        # settings: every gateway pod of the namespace crash-looped.
+        "enableServiceLinks": False,
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, {"name": "kube-api-access", **token}],
         # In-flight requests finish within the queue timeout (the gateway's drain: gateway_drain_timeout_s); the

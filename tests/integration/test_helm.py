@@ -843,8 +843,10 @@ def test_operator_pod_installed_by_helm_on_the_real_node_reconciles_with_only_th
     from modalscale.devenv.realnode import NODE_TYPE_LABEL, NODE_TYPE_REAL
 
     ns, workload = namespaces("ms-pod"), namespaces("apps-pod")
-    kc, release = cluster.kubeconfig, "oppod"
-    name = f"{release}-modalscale"
+    # README's release name: the chart's Service is then modalscale-metrics, whose Service-link variables
+    # (MODALSCALE_METRICS_PORT_9090_TCP, ...) crash-looped both operator pods until the chart turned links off.
+    kc, release = cluster.kubeconfig, "modalscale"
+    name = release  # the chart's full name: the release name, which holds the chart's
     core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
     values = {"config": {"resyncIntervalSeconds": 10}}
     started = time.monotonic()

@@ -107,8 +107,9 @@ class GatewaySettings:
         for name in sorted(environ):
             if name.startswith(PREFIX) and name not in SETTINGS_ENV:
                 close = difflib.get_close_matches(name, sorted(SETTINGS_ENV), n=1, cutoff=0.8)
-                hint = f"did you mean {close[0]}? " if close else ""
-                errors.append(f"{name}: unknown setting; {hint}the gateway reads {', '.join(sorted(SETTINGS_ENV))}")
+                errors.append(f"{name}: unknown setting" + (f"; did you mean {close[0]}?" if close else ""))
+        if errors:  # the list once, not once per unknown name
+            errors.append(f"(the gateway reads {', '.join(sorted(SETTINGS_ENV))})")
 
         def number(name: str, default: float, lo: float, hi: float, integer: bool = False) -> float:
             raw = environ.get(PREFIX + name, "").strip()

@@ -95,3 +95,10 @@ def test_cli_exits_2_listing_every_bad_setting(monkeypatch: pytest.MonkeyPatch,
     err = capsys.readouterr().err
     assert err.startswith("modalscale gateway: invalid gateway settings:")
     assert "MODALSCALE_GATEWAY_QUEUE_SIZE='many'" in err and "MODALSCALE_GATEWAY_NAMESPACE" in err
+
+
+def test_the_gateway_lists_its_known_names_once() -> None:
+    env = {f"MODALSCALE_GATEWAY_PORT_8000_TCP{s}": "x" for s in ("", "_ADDR", "_PORT")}
+    with pytest.raises(ConfigError) as err:
+        GatewaySettings.from_env(env)
+    assert str(err.value).count("the gateway reads") == 1 and str(err.value).count(": unknown setting") == 3

@@ -61,8 +61,9 @@ def test_modalscale_operator_starts_past_its_settings_with_readme_exports_and_st
     assert "Traceback" not in proc.stderr
     lines = [ln.strip() for ln in proc.stderr.strip().splitlines()]
     assert lines[0] == "modalscale operator: invalid operator settings:"
-    assert [ln.split(":")[0] for ln in lines[1:]] == ["MODALSCALE_NAMESPCES"]
+    assert [ln.split(":")[0] for ln in lines[1:-1]] == ["MODALSCALE_NAMESPCES"]
     assert "did you mean MODALSCALE_NAMESPACES?" in lines[1]
+    assert lines[-1].startswith("(the operator reads ")  # the known names once, after every unknown one
 
 
 def test_the_operator_knows_every_gateway_setting_as_another_commands() -> None:
@@ -127,3 +128,13 @@ def test_the_gateway_image_pull_secrets_are_read_as_names_and_a_bad_one_names_th
     assert read.gateway_image_pull_secrets == ("regcred", "mirror.creds")
     with pytest.raises(ConfigError, match="MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS: 'Reg_Cred' is not a Secret name"):
         Settings.from_env({"MODALSCALE_GATEWAY_IMAGE_PULL_SECRETS": "Reg_Cred"})
+
+
+def test_the_known_names_are_listed_once_whatever_the_number_of_unknown_ones() -> None:
+    """A Service's link variables were 8 unknown names at once (a new-user trial), and each line repeated the ~60
+    known names: 8 screens of log for one fault."""
+    env = {f"MODALSCALE_METRICS_PORT_9090_TCP{s}": "x" for s in ("", "_ADDR", "_PORT", "_PROTO")}
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env(env)
+    text = str(err.value)
+    assert text.count("the operator reads") == 1 and text.count(": unknown setting") == 4
