@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,22 @@ def run_load(args: argparse.Namespace) -> int:
     report = asyncio.run(replay(trace, args.url, args.protocol, args.model, repeat_images=args.repeat_images,
                                 time_scale=args.time_scale))
     print_report(report)
+    if (hint := protocol_hint(report, args.protocol, args.url)) is not None:
+        print(hint, file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps(report_as_dict(report), indent=2), encoding="utf-8")
     return 1 if any(s.errors for s in report.stats) else 0
+
+
+def protocol_hint(report: LoadReport, protocol: str, url: str) -> str | None:
+    """What to check when every request failed: the port may speak the other protocol (Triton: HTTP 8000, gRPC
+    8001; ``modalscale profile --url`` takes the HTTP one). None when any request was answered."""
+    every = next((s for s in report.stats if s.modality == "all"), None)
+    if every is None or every.requests == 0 or every.errors < every.requests:
+        return None
+    other = "http" if protocol == "grpc" else "grpc"
+    return (f"modalscale load: every request failed over {protocol} to {url}: is it the {protocol} port "
+            f"({'8001' if protocol == 'grpc' else '8000'} on Triton)? For the {other} port add --protocol {other}.")
 
 
 def report_as_dict(report: LoadReport) -> dict[str, Any]:
