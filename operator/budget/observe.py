@@ -229,7 +229,7 @@ class BudgetObserver:
                     cache[ref.name] = read_json(self.core.read_namespaced_secret, ref.name, namespace)
                 except ApiException as exc:
                     problems.append(receiver_problem(n, SECRET_UNREADABLE,
-                                                     f"{where} could not be read (HTTP {exc.status})"))
+                                                     _unreadable_secret(where, f"{field}.name", n.name, exc)))
                     continue
             secret = cache[ref.name]
             if secret is None:
@@ -257,6 +257,20 @@ class BudgetObserver:
                 continue
             ok.append(Receiver(n.name, n.type, url, signing))
         return ok, problems
+
+
+def _unreadable_secret(where: str, field: str, notification: str, exc: ApiException) -> str:
+    """The message of a Secret read that failed with ``exc`` (not a 404): the Secret, the notification and its
+    ``secretRef`` field, and for a 403 the fix. The chart grants ``get`` only on the Secrets named in
+    ``notifications.secretNames`` (RBAC ``resourceNames``), so a Secret missing there answers 403, not 404."""
+    said = f"{where} ({field} of notification {notification}) could not be read (HTTP {exc.status}"
+    if exc.status == 403:
+        name = where.rsplit("/", 1)[-1]
+        return (f"{said} Forbidden: the operator may not get it); add {name} to the chart value "
+                f"notifications.secretNames (helm upgrade ... --set 'notifications.secretNames={{...,{name}}}'), "
+                f"or, without the chart, grant the operator get on it (a Role rule on secrets with resourceNames "
+                f"[{name}], bound to its ServiceAccount)")
+    return f"{said})"
 
 
 def _is_http_url(url: str) -> bool:

@@ -162,3 +162,45 @@ def test_a_value_that_is_no_http_url_is_a_failed_receiver_naming_the_secret_key_
     assert p.message.startswith("Secret ml/hook: the value of key url (spec.notifications[0].secretRef.urlKey) is "
                                 "not an http(s) URL with a host (notification room)")
     assert "example.com" not in p.message and "slack" not in p.message and "::1" not in p.message  # never the value
+
+
+class _Forbidden(_Core):
+    """``read_namespaced_secret`` answering 403 for names outside the chart's ``notifications.secretNames``
+    (RBAC ``resourceNames``), as the API server does, and a 503 for ``flaky``."""
+
+    def read_namespaced_secret(self, name: str, namespace: str, **kw: Any) -> _Response:
+        from kubernetes.client.exceptions import ApiException
+        if name == "flaky":
+            raise ApiException(status=503, reason="Service Unavailable")
+        if name not in self.secrets:
+            raise ApiException(status=403, reason="Forbidden")
+        return super().read_namespaced_secret(name, namespace, **kw)
+
+
+def referring(notification_name: str, secret_name: str) -> Notification:
+    ref = SecretRef.model_construct(name=secret_name, url_key="url", signing_secret_key=None)
+    return Notification.model_construct(name=notification_name, type=NotifierType.SLACK, secret_ref=ref)
+
+
+def test_a_secret_the_operator_may_not_read_names_the_notification_its_secret_ref_and_the_fix() -> None:
+    """New-user trial (7 Dec 2026): a notification ``missing`` with ``secretRef: {name: trial-missing}``, a Secret
+    not in the chart's ``notifications.secretNames``, reported ``Secret default/trial-missing could not be read
+    (HTTP 403)``: neither the field nor the fix (budgets.md: bad input gets an error naming both)."""
+    obs = BudgetObserver.__new__(BudgetObserver)
+    obs.core = _Forbidden({"hook": {"url": b64("http://127.0.0.1:1/x")}})  # type: ignore[assignment]
+    ok, (p,) = obs.read_receivers("default", [notification("room"), referring("missing", "trial-missing")])
+    assert [r.name for r in ok] == ["room"]
+    assert (p.receiver, p.reason) == ("missing", "SecretUnreadable")
+    assert "Secret default/trial-missing" in p.message and "HTTP 403" in p.message
+    assert "spec.notifications[1].secretRef.name" in p.message and "notification missing" in p.message
+    assert "notifications.secretNames" in p.message and "helm upgrade" in p.message
+    assert "grant the operator get on it" in p.message
+
+
+def test_a_secret_read_that_fails_otherwise_names_the_notification_and_its_secret_ref() -> None:
+    obs = BudgetObserver.__new__(BudgetObserver)
+    obs.core = _Forbidden({})  # type: ignore[assignment]
+    _, (p,) = obs.read_receivers("default", [referring("room", "flaky")])
+    assert p.reason == "SecretUnreadable" and "HTTP 503" in p.message
+    assert "spec.notifications[0].secretRef.name" in p.message and "notification room" in p.message
+    assert "secretNames" not in p.message  # not a permission problem
