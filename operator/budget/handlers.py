@@ -341,12 +341,13 @@ async def run_policy(deps: Deps, runtime: BudgetRuntime, namespace: str, name: s
 
 def lift_caps(deps: Deps, runtime: BudgetRuntime, policy: dict[str, Any], logger: Log) -> int:
     """Remove this policy's annotations (cap, Spot, tenants refused and budgeted) from every InferenceService that
-    carries them, with one Event per service and action lifted (``lift_events``); returns how many were removed."""
+    carries them, with one Event per service and action lifted, posted on that service (``lift_events``; the
+    policy is gone by then); returns how many were removed."""
     isvcs = runtime.observer.list_isvcs(observed_namespaces(policy, deps.settings.budget_admin_namespaces))
     lifted = [w for w in lift_all(policy, isvcs)
               if deps.writer.patch_annotations(ISVC_PLURAL, w.namespace, w.name, {w.key: None})]
-    for type_, reason, message in lift_events(policy, lifted):
-        deps.writer.event(policy, type_, reason, message, logger, queued=False)
+    for regarding, type_, reason, message in lift_events(policy, lifted, isvcs):
+        deps.writer.event(regarding, type_, reason, message, logger, queued=False)
     return len(lifted)
 
 

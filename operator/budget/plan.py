@@ -78,6 +78,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from modalscale import GROUP, VERSION
 from modalscale.api.annotations import (
     BudgetCap,
     SpotSwitch,
@@ -1338,24 +1339,33 @@ def lift_all(policy: Mapping[str, Any], isvcs: Sequence[Mapping[str, Any]]) -> l
     return writes
 
 
-def lift_events(policy: Mapping[str, Any], lifted: Sequence[AnnotationWrite]) -> list[tuple[str, str, str]]:
-    """The Events of a deleted policy's annotations that were deleted (``lifted``, from :func:`lift_all`): one per
-    service and action lifted, in service order: ``EnforcementLifted`` for its cap, ``SpotLifted`` for its Spot
-    switch, ``TenantsAdmitted`` for the tenants it refused; none for the list of budgeted tenants, which held
-    nothing. (Each deleted annotation was a 'Budget cap lifted' Event: 2 alike for a service capped and on Spot, 1
-    for a cap it never had on each service of a tenant-scoped policy.)"""
+def lift_events(policy: Mapping[str, Any], lifted: Sequence[AnnotationWrite], isvcs: Sequence[Mapping[str, Any]]
+                ) -> list[tuple[dict[str, Any], str, str, str]]:
+    """The Events of a deleted policy's annotations that were deleted (``lifted``, from :func:`lift_all` over
+    ``isvcs``), as ``(regarding, type, reason, message)``: one per service and action lifted, in service order,
+    each on that InferenceService (``regarding``: its apiVersion, kind and metadata name, namespace, uid), never on
+    the policy, which is gone by then: ``EnforcementLifted`` for its cap, ``SpotLifted`` for its Spot switch,
+    ``TenantsAdmitted`` for the tenants it refused; none for the list of budgeted tenants, which held nothing.
+    (Each deleted annotation was a 'Budget cap lifted' Event: 2 alike for a service capped and on Spot, 1 for a
+    cap it never had on each service of a tenant-scoped policy; and all of them were posted on the deleted
+    policy, so no service's ``kubectl describe`` showed them.)"""
     ns, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
+    why = f"BudgetPolicy {ns}/{name} deleted"
     kinds = {cap_annotation_key(ns, name): ("Normal", ENFORCEMENT_LIFTED, "Budget cap lifted from InferenceService "
-                                                                          "{0}/{1}: policy deleted"),
+                                                                          "{0}/{1}: " + why),
              spot_annotation_key(ns, name): ("Normal", SPOT_LIFTED, "InferenceService {0}/{1} back on on-demand "
-                                                                    "capacity: policy deleted"),
+                                                                    "capacity: " + why),
              reject_annotation_key(ns, name): ("Normal", TENANTS_ADMITTED, "InferenceService {0}/{1}: tenants "
-                                                                           "admitted again: policy deleted")}
+                                                                           "admitted again: " + why)}
+    uids = {((i.get("metadata") or {}).get("namespace", ""), (i.get("metadata") or {}).get("name", "")):
+            (i.get("metadata") or {}).get("uid") for i in isvcs}
     events = {}
     for w in sorted(lifted, key=lambda w: (w.namespace, w.name)):
         if w.key in kinds:
             type_, reason, text = kinds[w.key]
-            events[(w.namespace, w.name, reason)] = (type_, reason, text.format(w.namespace, w.name))
+            regarding = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
+                         "metadata": {"namespace": w.namespace, "name": w.name, "uid": uids.get((w.namespace, w.name))}}
+            events[(w.namespace, w.name, reason)] = (regarding, type_, reason, text.format(w.namespace, w.name))
     return list(events.values())
 
 

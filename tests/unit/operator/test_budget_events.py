@@ -168,6 +168,7 @@ class _Recorder:
     def __init__(self, isvcs: list[dict[str, Any]]) -> None:
         self.isvcs = isvcs
         self.events: list[tuple[str, str, str]] = []
+        self.regarding: list[tuple[str, str, str, str | None, str]] = []  # kind, namespace, name, uid, reason
         self.writer, self.observer, self.budget = self, self, self
         self.settings = SimpleNamespace(budget_admin_namespaces=())
 
@@ -179,6 +180,8 @@ class _Recorder:
 
     def event(self, obj: Any, type_: str, reason: str, message: str, logger: Any, queued: bool = True) -> None:
         self.events.append((type_, reason, message))
+        m = obj["metadata"]
+        self.regarding.append((obj["kind"], m["namespace"], m["name"], m.get("uid"), reason))
 
 
 def test_deleting_a_policy_posts_one_event_per_service_and_lifted_action() -> None:
@@ -204,7 +207,46 @@ def test_deleting_a_policy_posts_one_event_per_service_and_lifted_action() -> No
     lifted = lift_caps(rec, rec, make_policy(), logging.getLogger("test"))  # type: ignore[arg-type]  # a fake
     assert lifted == 5  # annotations deleted
     assert sorted(rec.events) == [
-        ("Normal", "EnforcementLifted", "Budget cap lifted from InferenceService ml/vc: policy deleted"),
-        ("Normal", "SpotLifted", "InferenceService ml/vc back on on-demand capacity: policy deleted"),
-        ("Normal", "TenantsAdmitted", "InferenceService ml/asr: tenants admitted again: policy deleted"),
+        ("Normal", "EnforcementLifted", "Budget cap lifted from InferenceService ml/vc: BudgetPolicy ml/daily deleted"),
+        ("Normal", "SpotLifted", "InferenceService ml/vc back on on-demand capacity: BudgetPolicy ml/daily deleted"),
+        ("Normal", "TenantsAdmitted", "InferenceService ml/asr: tenants admitted again: BudgetPolicy ml/daily deleted"),
     ]
+
+
+def test_a_deleted_policys_lift_events_regard_each_service_not_the_gone_policy() -> None:
+    """New-user trial (7 Dec 2026): ``kubectl delete mbudget trial-tiny`` with a CapReplicas in force on service
+    echo posted ``EnforcementLifted`` on budgetpolicy/trial-tiny, an object then gone; the service got none.
+    budgets.md: each service gets one Normal Event per action lifted. The pure part: which Events, on which
+    objects (the InferenceService, with its uid, in its own namespace)."""
+    from modalscale.api.annotations import cap_annotation_key, spot_annotation_key
+    from modalscale.operator.budget.plan import lift_all, lift_events
+
+    policy = make_policy()
+    policy["metadata"].update(name="trial-tiny", namespace="default")
+    echo = make_isvc("echo", ns="default", annotations={cap_annotation_key("default", "trial-tiny"): "{}"})
+    other = make_isvc("vc", ns="ml", annotations={cap_annotation_key("default", "trial-tiny"): "{}",
+                                                  spot_annotation_key("default", "trial-tiny"): "{}"})
+    isvcs = [other, echo]
+    events = lift_events(policy, lift_all(policy, isvcs), isvcs)
+    assert [(obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"], obj["metadata"]["uid"], r)
+            for obj, _, r, _ in events] == [
+        ("InferenceService", "default", "echo", "u-echo", "EnforcementLifted"),
+        ("InferenceService", "ml", "vc", "u-vc", "EnforcementLifted"),
+        ("InferenceService", "ml", "vc", "u-vc", "SpotLifted"),
+    ]
+    assert all(obj["apiVersion"] == "modalscale.io/v1alpha1" for obj, *_ in events)
+    assert events[0][1:] == ("Normal", "EnforcementLifted",
+                             "Budget cap lifted from InferenceService default/echo: BudgetPolicy default/trial-tiny "
+                             "deleted")
+
+
+def test_deleting_a_policy_posts_its_lift_events_on_the_services() -> None:
+    from modalscale.api.annotations import cap_annotation_key
+    from modalscale.operator.budget.handlers import lift_caps
+
+    policy = make_policy()
+    echo = make_isvc("echo", annotations={cap_annotation_key(policy["metadata"]["namespace"],
+                                                             policy["metadata"]["name"]): "{}"})
+    rec = _Recorder([echo])
+    assert lift_caps(rec, rec, policy, logging.getLogger("test")) == 1  # type: ignore[arg-type]  # a fake
+    assert rec.regarding == [("InferenceService", "ml", "echo", "u-echo", "EnforcementLifted")]
