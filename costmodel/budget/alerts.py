@@ -2,8 +2,10 @@
 
 **Alerts** are de-duplicated per period with state persisted in ``status.thresholds`` (Alertmanager-style: alert on
 the crossing, once): each threshold with the ``Alert`` action alerts exactly once per period, on its crossing or,
-for an enforcing threshold enforced ahead, when its enforcement starts (the title says "would have crossed ...
-within N s"; ``status.thresholds[].crossed`` stays the actual crossing) (several thresholds crossed in one
+for an enforcing threshold enforced ahead, when its enforcement starts (the title says "would cross ... within
+N s at the current burn rate: enforcing now, ahead of the crossing", never that it crossed; the webhook alert keeps
+its ``BudgetThresholdCrossed`` name, the identity its resolve matches; ``status.thresholds[].crossed`` stays the
+actual crossing, which alerts nothing more that period) (several thresholds crossed in one
 evaluation are reported in one message); the forecast alerts once per period (not when actual spend already
 crossed that percent; decided on the lower-bound forecast when some service is not priced, and it then says "at
 least"); a ``Recovered`` notice is sent once when a new period starts after one that was ``Exceeded``, was
@@ -178,8 +180,10 @@ class BudgetAlert:
             if not self.ahead_percents:
                 return f"Budget {self.policy} crossed {crossed} of its {period} limit"
             ahead = ", ".join(f"{p} %" for p in self.ahead_percents)
-            return (f"Budget {self.policy} {f'crossed {crossed} and ' if crossed else ''}would have crossed {ahead} "
-                    f"of its {period} limit within {self.horizon_s} s: enforcing now")
+            # Not crossed yet: "would have crossed" read as a crossing that had happened (new-user trial, 7 Dec 2026).
+            return (f"Budget {self.policy} {f'crossed {crossed} and ' if crossed else ''}would cross {ahead} "
+                    f"of its {period} limit within {self.horizon_s} s at the current burn rate: enforcing now, "
+                    f"ahead of the crossing")
         if self.kind is AlertKind.FORECAST_EXCEEDED:
             return (f"Budget {self.policy} is forecast to reach {self.thresholds_percent[0]} % of its "
                     f"{self.period.value.lower()} limit")
@@ -225,8 +229,8 @@ class BudgetAlert:
              else "unknown (spend rate not readable)"),
         ]
         if self.ahead_percents:
-            facts.append(("Enforced ahead", f"{', '.join(f'{p} %' for p in self.ahead_percents)} would be crossed "
-                                            f"within {self.horizon_s} s at the current burn rate"))
+            facts.append(("Enforced ahead", f"{', '.join(f'{p} %' for p in self.ahead_percents)} not crossed yet: "
+                                            f"at the current burn rate it would be within {self.horizon_s} s"))
         if self.closed_period_spent_usd is not None:
             closed = display_usd(self.closed_period_spent_usd)
             facts.append(("Previous period", f"closed at {closed} {cur}"))

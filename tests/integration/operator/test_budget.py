@@ -335,8 +335,9 @@ def test_a_hard_cap_is_enforced_one_evaluation_and_one_replica_stop_before_the_s
     assert svc["replicas"] == 0 and Decimal(svc["costUSDPerHour"]) == 0
     conds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert conds["BudgetExceeded"] == ("False", "ThresholdAhead")
-    assert titles(slack) == [f"Budget {ns}/budget would have crossed 100 % of its daily limit within "
-                             f"{20 + TERMINATION_GRACE_S} s: enforcing now"]
+    assert titles(slack) == [f"Budget {ns}/budget would cross 100 % of its daily limit within "
+                             f"{20 + TERMINATION_GRACE_S} s at the current burn rate: enforcing now, "
+                             f"ahead of the crossing"]
     assert client.AppsV1Api(api).read_namespaced_deployment("one", ns).spec.replicas == 0
     enforced_at = parse_time(status["enforcedServices"][0]["since"], "since")
     zeroed = timeline.first(lambda spec, st: spec == 0)

@@ -500,10 +500,11 @@ def test_enforcing_ahead_alerts_once_says_so_and_keeps_crossed_for_the_real_cros
     assert (ahead.state, ahead.reason) == (BudgetState.WARNING, "ThresholdAhead")
     (alert,) = ahead.alerts
     assert (alert.kind, alert.thresholds_percent, alert.ahead_percents) == (AlertKind.THRESHOLD_CROSSED, (100,), (100,))
-    assert alert.title == ("Budget team-search/search-daily would have crossed 100 % of its daily limit within 60 s: "
-                           "enforcing now")
+    assert alert.title == ("Budget team-search/search-daily would cross 100 % of its daily limit within 60 s at the "
+                           "current burn rate: enforcing now, ahead of the crossing")
     assert alert.severity == "critical"  # a 100 % threshold, though spent is 99.90 %
-    assert ("Enforced ahead", "100 % would be crossed within 60 s at the current burn rate") in alert.facts()
+    assert ("Enforced ahead",
+            "100 % not crossed yet: at the current burn rate it would be within 60 s") in alert.facts()
     assert "ahead of the crossing" in ahead.actions[0].describe()
     (record,) = [r for r in ahead.alert_state.records if not r.forecast]
     assert (record.crossed, record.alerted_period_start) == (False, utc(2026, 5, 1))
@@ -600,8 +601,8 @@ def test_crossed_and_ahead_in_one_message(make_spec) -> None:
     # 2 replicas x 30 USD = 60 USD/h -> 1.00 USD per 60 s: 99.00 + 1.00 reaches 100
     plan = plan_budget(spec, D(99), [svc("a", 2, "30")], AlertState(), utc(2026, 5, 1, 9), policy=POLICY)
     (alert,) = plan.alerts
-    assert alert.title == ("Budget team-search/search-daily crossed 80 % and would have crossed 100 % of its daily "
-                           "limit within 60 s: enforcing now")
+    assert alert.title == ("Budget team-search/search-daily crossed 80 % and would cross 100 % of its daily limit "
+                           "within 60 s at the current burn rate: enforcing now, ahead of the crossing")
     assert plan.thresholds_crossed == (80,) and plan.thresholds_enforced == (80, 100)
     assert [(a.action, a.max_replicas, a.ahead) for a in plan.actions] == [(ThresholdAction.SCALE_DOWN, 1, True)]
 
@@ -707,3 +708,35 @@ def test_a_running_service_that_cannot_be_priced_leaves_the_known_spend_as_a_low
     assert under.burn_rate_usd_per_hour is None  # the true rate is unknown; 10 USD/h is only its lower bound
     quiet = plan_budget(_hard_cap_spec(make_spec), D(50), services, AlertState(), utc(2026, 5, 1, 12))
     assert quiet.state is BudgetState.UNKNOWN and quiet.actions == ()
+
+
+def test_the_trials_ahead_alert_says_it_is_ahead_never_crossed_and_the_real_crossing_does_not_alert_again(
+        make_spec) -> None:
+    """New-user trial (7 Dec 2026): limit 0.002 USD, 50 % [Alert], 100 % [Alert, CapReplicas 1], 5 s evaluations,
+    a 90 s grace period: at 53.38 % the 100 % threshold was enforced ahead (it would be crossed within 95 s) and
+    alerted then, titled 'would have crossed 100 % ... within 95 s', read as a crossing that had not happened. The
+    alert comes when enforcement acts (budgets.md says so); its title and facts say it is ahead, not crossed; the
+    real crossing later in the period alerts nothing more (once per period)."""
+    spec = make_spec(limit={"amount": "0.002"}, evaluationIntervalSeconds=5, thresholds=[
+        {"percent": 50, "actions": ["Alert"]},
+        {"percent": 100, "actions": ["Alert", "CapReplicas"], "capReplicas": 1}])
+    echo = [replace(svc("echo", 2, "0.025", max_replicas=2), stop_grace_s=90)]  # 0.05 USD/h: 0.00132 USD in 95 s
+    quiet = plan_budget(spec, D("0.0005"), echo, AlertState(), utc(2026, 5, 1, 9), policy=POLICY)
+    assert quiet.alerts == ()  # 0.0005 + 0.00132 < 0.002
+    ahead = plan_budget(spec, D("0.0010676"), echo, roundtrip(quiet), utc(2026, 5, 1, 9, 0, 5), policy=POLICY)
+    assert ahead.thresholds_crossed == (50,) and ahead.thresholds_enforced == (100,)
+    (alert,) = ahead.alerts
+    assert (alert.thresholds_percent, alert.ahead_percents, alert.horizon_s) == ((50, 100), (100,), 95)
+    assert alert.title == ("Budget team-search/search-daily crossed 50 % and would cross 100 % of its daily limit "
+                           "within 95 s at the current burn rate: enforcing now, ahead of the crossing")
+    facts = dict(alert.facts())
+    assert facts["Spent"] == "0.001 USD of 0.002 USD (53.38 %)"
+    assert facts["Enforced ahead"] == "100 % not crossed yet: at the current burn rate it would be within 95 s"
+    # Spend really crosses 100 % (the cap's replica still charged): crossed now, not alerted again this period.
+    over = plan_budget(spec, D("0.0021"), [replace(echo[0], replicas=1)], roundtrip(ahead),
+                       utc(2026, 5, 1, 9, 2), policy=POLICY)
+    assert over.thresholds_crossed == (50, 100) and over.alerts == ()
+    assert [(r.percent, r.crossed) for r in over.alert_state.records if not r.forecast] == [(50, True), (100, True)]
+    later = plan_budget(spec, D("0.0030"), [replace(echo[0], replicas=1)], roundtrip(over), utc(2026, 5, 1, 15),
+                        policy=POLICY)
+    assert later.alerts == ()

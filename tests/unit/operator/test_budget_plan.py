@@ -660,7 +660,8 @@ def test_the_cap_is_written_one_evaluation_and_a_replica_grace_period_before_the
     (w,) = plan.annotation_writes
     assert json.loads(w.value or "") == {"maxReplicas": 1, "policy": "ml/daily", "action": "CapReplicas"}
     (alert,) = plan.alerts
-    assert alert.title == "Budget ml/daily would have crossed 50 % of its daily limit within 150 s: enforcing now"
+    assert alert.title == ("Budget ml/daily would cross 50 % of its daily limit within 150 s at the current burn rate: "
+                           "enforcing now, ahead of the crossing")
     assert plan.status_patch["state"] == "Warning"
     assert [r["crossed"] for r in plan.status_patch["thresholds"] if r["percent"] == 50] == [False]
     # One pod now (0.600125239 USD/h), yet the cap stays and nothing resends; and with no pod running at all (the
@@ -689,7 +690,8 @@ def test_a_replica_with_a_longer_grace_period_moves_the_cap_earlier_still() -> N
     (w,) = plan.annotation_writes
     assert json.loads(w.value or "") == {"maxReplicas": 1, "policy": "ml/daily", "action": "CapReplicas"}
     (alert,) = plan.alerts
-    assert alert.title == "Budget ml/daily would have crossed 50 % of its daily limit within 180 s: enforcing now"
+    assert alert.title == ("Budget ml/daily would cross 50 % of its daily limit within 180 s at the current burn rate: "
+                           "enforcing now, ahead of the crossing")
 
 
 @pytest.mark.parametrize(("pods", "expected"), [
