@@ -20,7 +20,9 @@ is one encoded image (JPEG, PNG, WebP, GIF or BMP: :mod:`modalscale.gateway.imag
 header). The text input's elements are UTF-8 texts; their tokens are summed (the built-in model takes exactly one),
 counted by :data:`TEXT_TOKENS_METHOD` (exactly up to 16384 characters per request, extrapolated beyond), and a blank
 text counts as no text, as the runtime's ``decode_text`` has it.
-Inputs with other names are not read (their binary sections are still walked, to find the next input's bytes).
+Inputs with other names are not read (their binary sections are still walked, to find the next input's bytes). A
+well-formed request with neither named input (a user's model with other inputs) is forwarded and counted as demand:
+:data:`FEATURELESS`, the ``text`` class with 0 images and 0 tokens.
 
 What is refused with :class:`PayloadError` (HTTP 400 / gRPC INVALID_ARGUMENT; the field and the fix in its message):
 a body over ``max_body_bytes`` (raw or inflated), an unknown content encoding, a bad
@@ -28,7 +30,7 @@ a body over ``max_body_bytes`` (raw or inflated), an unknown content encoding, a
 text input that is not BYTES, a shape whose element count differs from the data, a JSON element that is not a string,
 a binary section shorter or longer than the ``binary_data_size`` values say, more than :data:`MAX_ELEMENTS` images
 or texts, an image or text input in shared memory (the gateway cannot read a replica's shared memory), a request with
-neither named input, a request with no image and only blank text, an empty image, an image whose header is
+no image and only blank text (the named inputs present, nothing in them), an empty image, an image whose header is
 truncated, of another format or too long to walk (:data:`modalscale.gateway.image_headers.MAX_STEPS`), and text that
 is not UTF-8. Every structural fault in that list is one Triton refuses too (checked against a real tritonserver by
 ``tests/integration/runtime/test_runtime_gateway_wire.py``), except a truncated gzip stream, of which Triton serves
@@ -113,9 +115,27 @@ class RequestFeatures:
     image_pixels: tuple[int, ...]
     """``width * height`` per image in request order, pixels, from the encoded headers only."""
     text_tokens: int | None
-    """Tokens of the text (:data:`TEXT_TOKENS_METHOD`); None = no text (absent or blank)."""
+    """Tokens of the text (:data:`TEXT_TOKENS_METHOD`); None = no text (absent or blank) beside images; 0 = neither
+    input (:data:`FEATURELESS`)."""
     image_digests: tuple[bytes, ...]
     """BLAKE2b-128 (``hashlib.blake2b(digest_size=16)``) of each image's encoded bytes, the cache-affinity key."""
+
+
+FEATURELESS: Final = RequestFeatures(modality="text", image_pixels=(), text_tokens=0, image_digests=())
+"""The features of a well-formed request that carries neither the image nor the text input (a user's model with
+other inputs, e.g. one ``INPUT0`` FP32[4], and no ``spec.model.inputs`` naming them): forwarded like any other, and
+counted as demand in the ``text`` class with 0 images and 0 tokens. The runtime's classes are ``image``, ``text``
+and ``image_text`` (:data:`modalscale.runtime.model.metrics.MODALITIES`) and it has none for a request without
+either; ``text`` is its class of requests without images, and the autoscaler's own classification of 0 images and 0
+tokens (:func:`modalscale.autoscaler.features.modality_of`). The 0 tokens are observed (``text_tokens`` is 0, not
+None), so a text-class request still observes the image count and the token count once each, as the runtime's do.
+The autoscaler reads them as a text class of 0 images and 0 tokens at the counted rate, timed by Triton's observed
+service time (0 tokens is a missing feature only for ``image_text``: ``autoscaler/metrics_parse.py``); such a model
+has no service-time model (``modalscale profile`` sends IMAGES / TEXT requests), so Predictive falls back to the
+Utilization rule on Triton's busy time, and the counted rate is what scale to zero and the observed-queue rule read.
+The built-in model never counts a 0-token text request (it refuses blank text), so ``text_tokens == 0`` marks
+exactly these requests. Never an uncounted request: a service under load that counted nothing would read idle and
+could be scaled to zero."""
 
 
 class PayloadError(ValueError):
@@ -146,12 +166,10 @@ def _digest(data: Chunk) -> bytes:
 
 def _features(images: Sequence[Chunk] | None, texts: Sequence[Chunk] | None, names: InputNames,
               element: str) -> RequestFeatures:
-    """Features from the elements of the image and text inputs (None = input absent); ``element`` is the
-    field suffix of one element, ``data`` (HTTP) or ``contents`` (gRPC)."""
-    if images is None and texts is None:
-        raise PayloadError("inputs", "MissingInput", f"the request has neither {names.images!r} nor {names.text!r}",
-                           f"send the images as BYTES input {names.images!r} and/or the text as BYTES input "
-                           f"{names.text!r} (the names come from the InferenceService's spec.model.inputs)")
+    """Features from the elements of the image and text inputs (None = input absent; both absent:
+    :data:`FEATURELESS`); ``element`` is the field suffix of one element, ``data`` (HTTP) or ``contents`` (gRPC)."""
+    if images is None and texts is None:  # a model whose inputs are neither: demand all the same
+        return FEATURELESS
     decoded = []
     for i, raw in enumerate(texts or ()):
         try:

@@ -4,7 +4,8 @@ Per request, in this order:
 
 1. **Features** (infer calls only): :mod:`modalscale.gateway.features` reads modality, image sizes, text tokens and
    image digests from the body as sent. A bad payload is answered ``400`` / ``INVALID_ARGUMENT`` naming the field,
-   before any replica is touched.
+   before any replica is touched. A well-formed request with neither the image nor the text input (a user's model
+   with other inputs) is no bad payload: it goes on, counted in the ``text`` class with 0 images and 0 tokens.
    Before that, an infer call of a tenant over its budget (a BudgetPolicy's ``Reject``, read from the
    InferenceService's annotations by a watch, :mod:`modalscale.gateway.tenant_budget`) is answered ``429`` /
    ``RESOURCE_EXHAUSTED`` with ``Retry-After`` = seconds to the budget period's end, without reading its body.
@@ -222,6 +223,8 @@ class Gateway:
         self._held = 0
         """Requests admitted and held in :meth:`_reachable` after every listed replica failed: waiting as the queue's
         requests wait (activation pokes, readiness checks of starting replicas), though they hold their slot."""
+        self._said_featureless = False
+        """Whether the first request with neither named input has been logged (once per process)."""
         self.draining = False
         """True from :meth:`begin_drain` on: ``/readyz`` answers 503, requests are still served."""
 
@@ -473,7 +476,16 @@ class Gateway:
         features: counted before admission, so requests refused for capacity (queue full, queue timeout, no Ready
         replica: 503 / RESOURCE_EXHAUSTED) are demand too, as Knative's activator and the KEDA HTTP add-on count
         arrivals. Not counted: a tenant refused by its budget (429, before the body is read) and malformed bodies
-        (400)."""
+        (400). A request with neither the image nor the text input (:data:`~modalscale.gateway.features.FEATURELESS`)
+        counts in the ``text`` class with 0 images and 0 tokens; the first one is logged, naming the inputs the
+        gateway looks for, since a model whose images or text come under other names needs ``spec.model.inputs``."""
+        if feats.text_tokens == 0 and not self._said_featureless:
+            self._said_featureless = True
+            names = self.settings.inputs
+            log.info("an infer request carries neither input %r nor %r (spec.model.inputs): forwarded, counted as "
+                     "demand in modality text with 0 images and 0 tokens; if this model takes images or text under "
+                     "other names, set spec.model.inputs so that their features are read (logged once)",
+                     names.images, names.text)
         m = feats.modality
         self.metrics.requests.labels(m).inc()
         self.metrics.images.labels(m).observe(len(feats.image_pixels))
