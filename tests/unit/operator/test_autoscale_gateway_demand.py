@@ -527,3 +527,41 @@ def test_the_daemon_takes_no_deployment_of_the_services_name_that_is_not_its_own
         lock_for=lambda uid: lock, clock=lambda: NOW)
     round_ = decide_once(deps, "ml", "vc", None, logging.getLogger("test"))
     assert round_.state is not None and round_.state.recommendations == ()  # no decision taken
+
+
+def featureless(u: Universe) -> Universe:
+    """``u`` with the gateway's demand as a model without image or text inputs (the new-user trial's ``ident``,
+    one FP32 input) has it: every request in the ``text`` class, its image count and its 0 tokens observed
+    (``gateway.features.FEATURELESS``), no pixel series."""
+    for key, rows in list(u.rows.items()):
+        bare = key.removeprefix("recent_")
+        if bare not in ("requests", "images", "pixels", "tokens"):
+            continue
+        kept = [(labels, v) for labels, v in rows if labels.get("component") != "gateway"]
+        for labels, v in rows:
+            if labels.get("component") == "gateway" and bare in ("requests", "images", "tokens"):
+                kept.append(({**labels, "modality": "text"}, v if bare == "requests" else 0.0))
+        u.rows[key] = kept
+    return u
+
+
+def test_a_model_without_image_or_text_inputs_is_sized_on_its_rate_and_observed_service_time() -> None:
+    """The gateway counts such a request in the text class with 0 images and 0 tokens: read as 6 req/s of text
+    with no features, timed by Triton's observed service time, it is a valid workload (0 tokens is no missing
+    feature for the text class), and a service under load is never read idle (no scale to zero on it)."""
+    reading = read(featureless(universe(runtime_features=False)), gateway=True)
+    assert reading.problem is None, reading.problem
+    (text,) = reading.workload or ()
+    assert text.modality.value == "text" and text.rate_rps == pytest.approx(2 * RPS_PER_POD)
+    assert (text.mean_image_count, text.mean_image_pixels, text.mean_text_tokens) == (0.0, 0.0, 0.0)
+    assert text.observed_service_ms == pytest.approx(SERVICE_MS)
+    obs, decision = decide(reading)  # a profiled model (costModelRef): its prediction at 0 images, 0 tokens
+    assert decision.valid, decision.message
+    assert decision.desired_replicas >= 1
+    # without one (`modalscale profile` drives IMAGES / TEXT only): Predictive falls back to Utilization
+    unprofiled = recommend(obs, ScalingPolicy(scale_down_stabilization_s=0, target_p95_latency_ms=1000),
+                           ScalerState(), None, NOW)
+    assert unprofiled.valid and unprofiled.mode_used.value == "Utilization", unprofiled.message
+    from modalscale.autoscaler.policy import observed_idle
+
+    assert not observed_idle(obs, ScalingPolicy(min_replicas=0, scale_to_zero_after_s=60), NOW)
