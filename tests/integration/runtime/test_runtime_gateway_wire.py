@@ -134,14 +134,14 @@ def test_gateway_digests_equal_what_the_model_received(echo_server: TritonProces
 STRUCTURAL_HTTP = sorted(case for case, (_, _, reason) in HTTP_BAD.items() if reason not in (
     "BodyTooLarge", "TooManyElements",  # the gateway's own limits
     "CorruptBody",  # Triton inflates what it can of a truncated gzip stream
-    "MissingInput", "EmptyRequest", "EmptyImage", "CorruptImageHeader", "UnsupportedImageFormat", "InvalidUtf8",
+    "EmptyRequest", "EmptyImage", "CorruptImageHeader", "UnsupportedImageFormat", "InvalidUtf8",
     "ImageTooLarge",
     # content faults: Triton passes them to the model, and the built-in model refuses them (runtime/model/inputs.py)
 ))
 STRUCTURAL_GRPC = sorted(case for case, (_, _, reason) in GRPC_BAD.items() if reason not in (
     "MalformedProtobuf",  # cannot even be sent with a gRPC client
     "TooManyElements",  # the gateway's own limit
-    "MissingInput", "EmptyRequest", "CorruptImageHeader", "UnsupportedImageFormat",
+    "EmptyRequest", "CorruptImageHeader", "UnsupportedImageFormat",
 ))
 
 
