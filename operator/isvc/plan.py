@@ -932,23 +932,44 @@ def _leftovers(spec: IsvcSpec, obs: IsvcObserved) -> list[tuple[str, str, dict[s
     return [(k, n, o) for k, n, o in found if o is not None]
 
 
-def rollout_complete(deployment: dict[str, Any]) -> bool:
-    """The Deployment's rollout is complete, by ``kubectl rollout status``'s rule (k8s.io/kubectl
-    pkg/polymorphichelpers/rollout_status.go, ``DeploymentStatusViewer.Status``): the controller observed the
-    current generation (``status.observedGeneration >= metadata.generation``), ``updatedReplicas`` reached
-    ``spec.replicas``, no old replica is left (``replicas <= updatedReplicas``) and every updated one is available
-    (``availableReplicas >= updatedReplicas``). A rollout past its progress deadline (``ProgressDeadlineExceeded``,
-    an error there) is not complete: its old pods stay."""
+def rollout_status(deployment: dict[str, Any]) -> tuple[str, str] | None:
+    """Why the Deployment's rollout is not complete, by ``kubectl rollout status``'s rule (k8s.io/kubectl
+    pkg/polymorphichelpers/rollout_status.go, ``DeploymentStatusViewer.Status``), in its order, as ``(reason,
+    message)``; None when complete.
+
+    - ``status.observedGeneration < metadata.generation``: the controller has not seen the spec yet (RollingOut);
+    - the Deployment's own ``Progressing`` condition says ``ProgressDeadlineExceeded`` (an error there; its old pods
+      stay): that reason, with the controller's message;
+    - ``updatedReplicas < spec.replicas``: "N out of M new replica(s) have been updated";
+    - ``replicas > updatedReplicas``: "N old replica(s) are pending termination";
+    - ``availableReplicas < updatedReplicas``: "N of M updated replica(s) are available".
+    """
     meta, want, st = (deployment.get(k) or {} for k in ("metadata", "spec", "status"))
-    if int(st.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
-        return False
-    if any(c.get("type") == R.PROGRESSING and c.get("reason") == R.DEPLOYMENT_PROGRESS_DEADLINE_EXCEEDED
-           for c in st.get("conditions") or []):
-        return False
-    updated = int(st.get("updatedReplicas") or 0)
+    generation, seen = int(meta.get("generation") or 0), int(st.get("observedGeneration") or 0)
+    if seen < generation:
+        return R.ROLLING_OUT, (f"waiting for the Deployment controller to observe generation {generation} "
+                               f"(it has observed {seen})")
+    for c in st.get("conditions") or []:
+        if c.get("type") == R.PROGRESSING and c.get("reason") == R.DEPLOYMENT_PROGRESS_DEADLINE_EXCEEDED:
+            return R.DEPLOYMENT_PROGRESS_DEADLINE_EXCEEDED, (
+                f"the rollout exceeded its progress deadline ({want.get('progressDeadlineSeconds', 600)} s): "
+                f"{c.get('message', '')}".rstrip(": "))
+    updated, replicas = int(st.get("updatedReplicas") or 0), int(st.get("replicas") or 0)
+    available = int(st.get("availableReplicas") or 0)
     if want.get("replicas") is not None and updated < int(want["replicas"]):
-        return False
-    return int(st.get("replicas") or 0) <= updated <= int(st.get("availableReplicas") or 0)
+        return R.ROLLING_OUT, f"{updated} out of {int(want['replicas'])} new replica(s) have been updated"
+    if replicas > updated:
+        return R.ROLLING_OUT, f"{replicas - updated} old replica(s) are pending termination"
+    if available < updated:
+        return R.ROLLING_OUT, f"{available} of {updated} updated replica(s) are available"
+    return None
+
+
+def rollout_complete(deployment: dict[str, Any]) -> bool:
+    """The Deployment's rollout is complete by ``kubectl rollout status``'s rule (:func:`rollout_status` says
+    nothing is left). A rollout past its progress deadline (``ProgressDeadlineExceeded``) is not complete: its old
+    pods stay."""
+    return rollout_status(deployment) is None
 
 
 def _model_configmap_unwanted(spec: IsvcSpec, obs: IsvcObserved) -> bool:
@@ -1391,25 +1412,36 @@ def _ready_condition(obs: IsvcObserved, desired: int, problem: tuple[str, str] |
 
 
 def _progressing_condition(obs: IsvcObserved, decision: ReplicaDecision) -> cond.Condition:
-    """``Progressing``: creating, rolling out (a new generation, replicas not yet updated, a scale-down or a
-    replica write in this plan), or the rollout complete."""
-    dep = obs.deployment or {}
-    dst = dep.get("status") or {}
-    replicas = int(dst.get("replicas") or 0)
-    ready = int(dst.get("readyReplicas") or 0)
-    updated = int(dst.get("updatedReplicas") or 0)
-    desired = decision.desired
-    if not obs.deployment:
+    """``Progressing``: what ``kubectl rollout status`` waits for (:func:`rollout_status`, over the replicas this plan
+    writes when it writes them), said as a new pod template rolling out (old pods left) or as a scale (a replica
+    count change: the pods are not at the count, or this plan writes another one); False
+    ``ProgressDeadlineExceeded`` when the Deployment says so; False ``RolloutComplete`` only when the rollout is
+    complete and nothing is scaling."""
+    dep = obs.deployment
+    if not dep:
         return cond.Condition(R.PROGRESSING, cond.TRUE, R.CREATING, "creating the Deployment")
-    rolling = ((dst.get("observedGeneration") or 0) < (dep.get("metadata") or {}).get("generation", 0)
-               or updated < desired or replicas > desired or (decision.write is not None))
-    if rolling:
-        # Never "4/1 replicas updated": a scale-down is said as one (old pods count as updated until gone).
-        return cond.Condition(R.PROGRESSING, cond.TRUE, R.ROLLING_OUT,
-                              f"scaling down from {replicas} to {desired} replica(s), {ready} ready"
-                              if replicas > desired else
-                              f"{min(updated, desired)} of {desired} replica(s) updated, {ready} ready")
-    return cond.Condition(R.PROGRESSING, cond.FALSE, R.ROLLOUT_COMPLETE, f"all {desired} replica(s) updated")
+    dst = dep.get("status") or {}
+    replicas, ready = int(dst.get("replicas") or 0), int(dst.get("readyReplicas") or 0)
+    updated, available = int(dst.get("updatedReplicas") or 0), int(dst.get("availableReplicas") or 0)
+    raw = (dep.get("spec") or {}).get("replicas")
+    have = int(raw) if raw is not None else decision.desired
+    target = decision.write if decision.write is not None else have
+    pending = rollout_status({**dep, "spec": {**(dep.get("spec") or {}), "replicas": target}})
+    counts = f"{replicas} replica(s), {updated} updated, {available} available, {ready} ready"
+    if pending is not None and pending[0] == R.DEPLOYMENT_PROGRESS_DEADLINE_EXCEEDED:
+        return cond.Condition(R.PROGRESSING, cond.FALSE, pending[0], f"{pending[1]} ({counts})"[:1024])
+    if replicas > updated:  # the old ReplicaSet's pods are left: a changed pod template (or a restart) rolls out
+        what = "rolling out a new pod template"
+    elif replicas != target:
+        what = f"scaling from {replicas} to {target} replica(s)"
+    elif target != have:  # the pods are at the count already; the Deployment's replicas are written
+        what = f"setting the Deployment's replicas from {have} to {target}"
+    else:
+        what = ""
+    if pending is None and not what:
+        return cond.Condition(R.PROGRESSING, cond.FALSE, R.ROLLOUT_COMPLETE, f"all {target} replica(s) updated")
+    text = ": ".join(t for t in (what, pending[1] if pending else "") if t)
+    return cond.Condition(R.PROGRESSING, cond.TRUE, R.ROLLING_OUT, f"{text} ({counts})"[:1024])
 
 
 def _conflict_condition(spec: IsvcSpec, decision: ReplicaDecision, old_conditions: list[ConditionStatus],

@@ -25,7 +25,7 @@ INVALID_SPEC = "InvalidSpec"
 DEPLOYMENT_PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
 """The reason of a Deployment's own ``Progressing=False`` once its rollout is past ``progressDeadlineSeconds`` (the
 deployment controller's; ``kubectl rollout status`` calls it an error). The type is :data:`PROGRESSING`, the same
-name as this project's."""
+name as this project's; the InferenceService's ``Progressing`` says it too (False) while its Deployment does."""
 
 # ============================================================================================= InferenceService
 # Condition types.

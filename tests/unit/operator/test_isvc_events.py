@@ -54,10 +54,10 @@ def test_an_hpa_appearing_while_a_conflict_is_already_reported_posts_a_foreign_a
 
 def test_progressing_says_a_scale_down_not_four_of_one_replicas_updated() -> None:
     obs, _ = converge(make_isvc())
-    obs.deployment["status"].update(replicas=4, updatedReplicas=4, readyReplicas=4)  # 4 -> 2 under way
+    obs.deployment["status"].update(replicas=4, updatedReplicas=4, readyReplicas=4, availableReplicas=4)  # 4 -> 2
     plan = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
     msg = get(write_isvc_status(plan.status)["conditions"], R.PROGRESSING)["message"]
-    assert msg == "scaling down from 4 to 2 replica(s), 4 ready"
-    obs.deployment["status"].update(replicas=2, updatedReplicas=2, readyReplicas=2)
+    assert msg == "scaling from 4 to 2 replica(s) (4 replica(s), 4 updated, 4 available, 4 ready)"
+    obs.deployment["status"].update(replicas=2, updatedReplicas=2, readyReplicas=2, availableReplicas=2)
     done = plan_isvc(parse_isvc(make_isvc()), obs, FILES, PlanConfig(), NOW)
     assert get(write_isvc_status(done.status)["conditions"], R.PROGRESSING)["message"] == "all 2 replica(s) updated"
