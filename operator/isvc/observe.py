@@ -14,6 +14,7 @@ from modalscale.api.inferenceservice import IsvcSpec
 from modalscale.api.isvc_status import IsvcStatus
 from modalscale.operator.isvc.cache import ChildCaches
 from modalscale.operator.isvc.objects import (
+    GATEWAY_LABEL,
     IMAGE_ENCODER_LABEL,
     SELECTOR_LABEL,
     configmap_name,
@@ -101,6 +102,8 @@ class Observer:
             if (h.get("spec") or {}).get("scaleTargetRef", {}).get("kind") == "Deployment"
             and h["spec"]["scaleTargetRef"].get("name") == spec.name]
         obs.gateway_objects = self.observe_gateway(spec)
+        if spec.gateway.enabled:
+            obs.gateway_pods = self.pods(ns, GATEWAY_LABEL, spec.name)
         obs.image_encoder = self.observe_image_encoder(spec)
         if spec.stages is not None:
             obs.image_encoder_pods = self.pods(ns, IMAGE_ENCODER_LABEL, spec.name)

@@ -188,6 +188,9 @@ class IsvcObserved:
     (left-overs to delete)."""
     image_encoder_pods: list[dict[str, Any]] = field(default_factory=list)
     """The encoder pool's pods (label ``modalscale.io/image-encoder=<name>``), with ``spec.stages``."""
+    gateway_pods: list[dict[str, Any]] = field(default_factory=list)
+    """The gateway's pods (label ``modalscale.io/gateway=<name>``), with ``spec.gateway.enabled``: why they are not
+    ready goes into ``GatewayReady`` and ``Degraded``."""
     image_encoder_usd_per_hour: Decimal | None = None
     """Price of one encoder replica in USD per hour (its own resources); None: left out of ``costUSDPerHour``."""
 
@@ -597,29 +600,72 @@ def _front_write(spec: IsvcSpec, obs: IsvcObserved, desired: int, reason: str, m
 
 
 # ---------------------------------------------------------------------------------------------- pods
-def _pod_problems(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
-    """(reason, message) of the first failing pod, or None. Terminating pods are ignored."""
-    for pod in pods:
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            continue
-        name = pod["metadata"]["name"]
-        st = pod.get("status") or {}
-        for c in st.get("conditions") or []:
-            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
-                return R.UNSCHEDULABLE, f"pod {name} cannot be scheduled: {c.get('message', '')}"
-        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") in FAILING_WAIT_REASONS:
-                kind = R.IMAGE_PULL if waiting["reason"] in IMAGE_WAIT_REASONS else R.CRASH_LOOP
-                return kind, (f"pod {name} container {cs.get('name')}: {waiting['reason']}: "
-                              f"{waiting.get('message', '')}".rstrip(": "))
-            terminated = (cs.get("state") or {}).get("terminated") or {}
-            if terminated and terminated.get("exitCode", 0) != 0:
-                return R.CRASH_LOOP, (f"pod {name} container {cs.get('name')} exited with code "
-                                      f"{terminated.get('exitCode')} ({terminated.get('reason', 'Error')})")
-        if st.get("phase") == "Failed":
-            return R.PODS_FAILING, f"pod {name} failed: {st.get('reason', '')} {st.get('message', '')}".strip()
+TERMINATION_MESSAGE_CHARS = 300
+"""Characters of a container's last termination message kept in a condition (the kubelet keeps up to 4096 bytes)."""
+
+
+def _last_exit(cs: dict[str, Any]) -> str:
+    """``"; last exit code N (Reason): message"`` of a container's last termination, or ``""`` when none is known."""
+    last = (cs.get("lastState") or {}).get("terminated") or {}
+    if not last:
+        return ""
+    text = " ".join(str(last.get("message") or "").split())[:TERMINATION_MESSAGE_CHARS]
+    return f"; last exit code {last.get('exitCode')} ({last.get('reason') or 'Error'})" + (f": {text}" if text else "")
+
+
+def _pod_problem(pod: dict[str, Any], who: str = "pod") -> tuple[str, str] | None:
+    """(reason, message) of one failing pod (``who``: how the message names it), or None: unschedulable (the
+    scheduler's message), a container waiting on a reason that stops it (its image, a crash loop: with its last exit
+    code, reason and termination message), a container that exited non-zero, or the pod Failed. A terminating pod is
+    not failing."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    name = pod["metadata"]["name"]
+    st = pod.get("status") or {}
+    for c in st.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+            return R.UNSCHEDULABLE, f"{who} {name} cannot be scheduled: {c.get('message', '')}"
+    for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FAILING_WAIT_REASONS:
+            kind = R.IMAGE_PULL if waiting["reason"] in IMAGE_WAIT_REASONS else R.CRASH_LOOP
+            return kind, (f"{who} {name} container {cs.get('name')}: {waiting['reason']}: "
+                          f"{waiting.get('message', '')}".rstrip(": ") + _last_exit(cs))
+        terminated = (cs.get("state") or {}).get("terminated") or {}
+        if terminated and terminated.get("exitCode", 0) != 0:
+            text = " ".join(str(terminated.get("message") or "").split())[:TERMINATION_MESSAGE_CHARS]
+            return R.CRASH_LOOP, (f"{who} {name} container {cs.get('name')} exited with code "
+                                  f"{terminated.get('exitCode')} ({terminated.get('reason', 'Error')})"
+                                  + (f": {text}" if text else ""))
+    if st.get("phase") == "Failed":
+        return R.PODS_FAILING, f"{who} {name} failed: {st.get('reason', '')} {st.get('message', '')}".strip()
     return None
+
+
+def _pod_problems(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """(reason, message) of the first failing pod (:func:`_pod_problem`), or None. Terminating pods are ignored."""
+    return next((p for p in map(_pod_problem, pods) if p is not None), None)
+
+
+GATEWAY_FIXES = {
+    R.UNSCHEDULABLE: ("the gateway pods run real containers (spec.gateway.resources) on a node that "
+                      "spec.placement allows; KWOK nodes run no containers, so on a KWOK-only cluster set "
+                      "spec.gateway.enabled: false"),
+    R.IMAGE_PULL: ("the node cannot get the operator's image (MODALSCALE_GATEWAY_IMAGE, the chart's image; pull "
+                   "Secrets: the chart's imagePullSecrets); on the local cluster: modalscale images import operator"),
+    R.CRASH_LOOP: "kubectl logs --previous on the pod shows why the gateway exits",
+}
+"""What to do about the gateway pods' failure of each reason (appended to ``GatewayReady``'s message)."""
+
+
+def _gateway_problems(obs: IsvcObserved) -> tuple[str, str, int] | None:
+    """(reason, message, failing pods) of the gateway's pods: the first failing one (its Deployment's
+    ``ReplicaFailure`` when it cannot create them), with how many fail; None when none does."""
+    problems = [p for p in (_pod_problem(pod, "gateway pod") for pod in obs.gateway_pods) if p is not None]
+    if problems:
+        return problems[0][0], problems[0][1], len(problems)
+    failed = _deployment_problem(obs.gateway_objects.get("Deployment"))
+    return (failed[0], failed[1], 0) if failed else None
 
 
 def _deployment_problem(deployment: dict[str, Any] | None) -> tuple[str, str] | None:
@@ -1093,6 +1139,11 @@ def _gateway_status(spec: IsvcSpec, obs: IsvcObserved) -> tuple[GatewayRecord, c
     elif ready > 0:
         c = cond.Condition(R.GATEWAY_READY, cond.TRUE, R.AVAILABLE,
                            f"{ready}/{want} gateway pod(s) ready; the Service {spec.name} reaches the gateway")
+    elif (problem := _gateway_problems(obs)) is not None:
+        fix = GATEWAY_FIXES.get(problem[0])
+        c = cond.Condition(R.GATEWAY_READY, cond.FALSE, problem[0],
+                           (f"0/{want} gateway pod(s) ready; the Service {spec.name} still reaches the replicas "
+                            f"directly; {problem[1]}"[:800] + (f"; fix: {fix}" if fix else ""))[:1024])
     else:
         c = cond.Condition(R.GATEWAY_READY, cond.FALSE, R.GATEWAY_UNAVAILABLE,
                            f"0/{want} gateway pod(s) ready; the Service {spec.name} still reaches the replicas "
@@ -1411,6 +1462,21 @@ def _ready_condition(obs: IsvcObserved, desired: int, problem: tuple[str, str] |
     return cond.Condition(R.READY, cond.FALSE, R.WAITING_FOR_REPLICAS, f"{ready}/{desired} replicas ready")
 
 
+def _degraded_condition(problem: tuple[str, str] | None, gateway: tuple[str, str, int] | None,
+                        gateway_pods: int) -> cond.Condition:
+    """``Degraded``: True with the first failing replica's reason (or its Deployment's ``FailedCreate``), else the
+    gateway's (:func:`_gateway_problems`); the gateway's failing pods are counted and named as the gateway's either
+    way. False ``Healthy`` when no pod of either fails."""
+    if gateway is None:
+        return (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1][:1024]) if problem
+                else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))
+    said = (f"{gateway[2]} of {gateway_pods} gateway pod(s) failing: {gateway[1]}" if gateway[2]
+            else f"the gateway: {gateway[1]}")
+    if problem is None:
+        return cond.Condition(R.DEGRADED, cond.TRUE, gateway[0], said[:1024])
+    return cond.Condition(R.DEGRADED, cond.TRUE, problem[0], f"{problem[1][:600]}; and {said}"[:1024])
+
+
 def _progressing_condition(obs: IsvcObserved, decision: ReplicaDecision) -> cond.Condition:
     """``Progressing``: what ``kubectl rollout status`` waits for (:func:`rollout_status`, over the replicas this plan
     writes when it writes them), said as a new pod template rolling out (old pods left) or as a scale (a replica
@@ -1614,8 +1680,8 @@ def _status(spec: IsvcSpec, obs: IsvcObserved, decision: ReplicaDecision, config
     dst = (obs.deployment or {}).get("status") or {}
     problem = _pod_problems(obs.pods) or _deployment_problem(obs.deployment)
     old_conditions = list(obs.status.conditions or ())
-    degraded = (cond.Condition(R.DEGRADED, cond.TRUE, problem[0], problem[1]) if problem
-                else cond.Condition(R.DEGRADED, cond.FALSE, R.HEALTHY, "no failing pods"))
+    degraded = _degraded_condition(problem, _gateway_problems(obs) if spec.gateway.enabled else None,
+                                   len(obs.gateway_pods))
     held = decision.reason == R.BUDGET_CAP_UNREADABLE
     wanted = [_ready_condition(obs, decision.desired, problem, held), _progressing_condition(obs, decision), degraded,
               _conflict_condition(spec, decision, old_conditions, config, now), _budget_condition(obs, decision)]

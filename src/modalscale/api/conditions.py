@@ -82,7 +82,9 @@ NO_CONFLICT = "NoConflict"
 EXTERNAL_SCALE = "ReplicasChangedExternally"
 FOREIGN_AUTOSCALER = "ForeignAutoscaler"
 SCALE_IGNORED_IN_MODE = "ScaleIgnoredInMode"
-# Reasons of GatewayReady (AVAILABLE, WAITING_FOR_REPLICAS and CREATING above are shared with Ready).
+# Reasons of GatewayReady (AVAILABLE, WAITING_FOR_REPLICAS and CREATING above are shared with Ready; with no gateway
+# pod ready, a failing gateway pod's UNSCHEDULABLE, CRASH_LOOP, IMAGE_PULL, PODS_FAILING or its Deployment's
+# FAILED_CREATE, as Ready has the replicas').
 GATEWAY_UNAVAILABLE = "GatewayUnavailable"
 # The staged layout (spec.stages): ImageEncoderReady and the image encoder pool's reasons in status.stages.
 IMAGE_ENCODER_READY = "ImageEncoderReady"

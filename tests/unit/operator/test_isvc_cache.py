@@ -28,7 +28,7 @@ from modalscale.operator.isvc.cache import (
     Pokes,
     owner_of,
 )
-from modalscale.operator.isvc.objects import build_deployment, build_service, owned_labels
+from modalscale.operator.isvc.objects import build_deployment, build_service, gateway_labels, owned_labels
 from modalscale.operator.isvc.observe import Observer
 from tests.factories import inference_service
 
@@ -216,6 +216,19 @@ def test_observer_reads_children_from_the_caches_without_a_request() -> None:
     assert obs.deployment == dep and obs.service == svc and obs.configmap is None
     assert obs.pods == [pod] and obs.foreign_autoscalers == ["theirs"]
     assert obs.gateway_objects == {"Deployment": None, "ServiceAccount": None}
+
+
+def test_observer_reads_the_gateway_pods_with_the_gateway_enabled() -> None:
+    """Their failures go into GatewayReady and Degraded (a new-user trial, 7 Dec 2026: Pending gateway pods read as
+    "0/2 gateway pod(s) ready" and Degraded=False Healthy)."""
+    gateway = gateway_labels(parse_isvc(ISVC))
+    pods = [obj("svc-gateway-1", "3", labels={**gateway, "modalscale.io/gateway": "svc"}),
+            obj("svc-1", "3", labels=owned_labels(parse_isvc(ISVC))),
+            obj("other-gateway-1", "3", labels={**gateway, "modalscale.io/gateway": "other"})]
+    enabled = parse_isvc({**ISVC, "spec": {**ISVC["spec"], "gateway": {"enabled": True}}})
+    obs = Observer(unreachable_api(), synced_caches({"Pod": pods})).observe(enabled, {})
+    assert obs.gateway_pods == [pods[0]] and obs.pods == [pods[1]]
+    assert Observer(unreachable_api(), synced_caches({"Pod": pods})).observe(parse_isvc(ISVC), {}).gateway_pods == []
 
 
 def test_observer_reads_every_leftover_of_a_gateway_or_pool_the_spec_no_longer_has() -> None:
