@@ -1477,6 +1477,20 @@ def _degraded_condition(problem: tuple[str, str] | None, gateway: tuple[str, str
     return cond.Condition(R.DEGRADED, cond.TRUE, problem[0], f"{problem[1][:600]}; and {said}"[:1024])
 
 
+def refused_ready(reason: str, message: str, deployment: dict[str, Any] | None) -> cond.Condition:
+    """``Ready`` of a refused service (``reason``, ``message``: the refusal's): False with them, but True while a
+    missing model (``ModelNotFound``: its ConfigMap or PVC was deleted) meets a Deployment (as read) with ready
+    replicas: those replicas loaded the model before and still serve it; new ones cannot start (``Degraded``)."""
+    dep = deployment or {}
+    ready = int((dep.get("status") or {}).get("readyReplicas") or 0)
+    if reason == R.MODEL_NOT_FOUND and ready > 0:
+        want = (dep.get("spec") or {}).get("replicas")
+        return cond.Condition(R.READY, cond.TRUE, R.AVAILABLE,
+                              (f"{ready}/{want if want is not None else ready} replicas ready, serving the model "
+                               f"they loaded; new replicas cannot start: {message}")[:1024])
+    return cond.Condition(R.READY, cond.FALSE, reason, message)
+
+
 def _progressing_condition(obs: IsvcObserved, decision: ReplicaDecision) -> cond.Condition:
     """``Progressing``: what ``kubectl rollout status`` waits for (:func:`rollout_status`, over the replicas this plan
     writes when it writes them), said as a new pod template rolling out (old pods left) or as a scale (a replica

@@ -46,6 +46,7 @@ from modalscale.operator.isvc.plan import (
     observe_budget_cap,
     observed_with,
     plan_isvc,
+    refused_ready,
     stage_layout,
     with_spot_placement,
 )
@@ -170,9 +171,13 @@ def add_priced(plan: IsvcPlan, stored: IsvcStatus, priced: PricedReplica, genera
         plan.events.append(("Warning" if fallback else "Normal", wanted.reason, f"Priced: {wanted.message}"))
 
 
-def _fail_status(stored: IsvcStatus, generation: int, reason: str, message: str, now: dt.datetime) -> IsvcStatus:
-    wanted = [cond.Condition(R.READY, cond.FALSE, reason, message),
-              cond.Condition(R.DEGRADED, cond.TRUE, reason, message)]
+def _fail_status(stored: IsvcStatus, generation: int, reason: str, message: str, now: dt.datetime,
+                 deployment: dict[str, Any] | None = None) -> IsvcStatus:
+    """The status of a refused service: ``Ready=False`` and ``Degraded=True`` with the refusal's reason, but for a
+    missing model (``ModelNotFound``) while the Deployment ``deployment`` (as read) still has ready replicas: they
+    serve the model they loaded, so ``Ready`` stays True (:func:`plan.refused_ready`) and ``Degraded`` says that new
+    replicas cannot start."""
+    wanted = [refused_ready(reason, message, deployment), cond.Condition(R.DEGRADED, cond.TRUE, reason, message)]
     if reason == R.UNKNOWN_GPU_PRICE:  # Neither OpenCost nor the catalog prices it: Priced says so too.
         wanted.append(cond.Condition(R.PRICED, cond.FALSE, reason, message))
     return IsvcStatus(observed_generation=generation,
@@ -180,16 +185,18 @@ def _fail_status(stored: IsvcStatus, generation: int, reason: str, message: str,
 
 
 def refuse(deps: Deps, raw: dict[str, Any], exc: InvalidSpec | ModelReferenceError, now: dt.datetime,
-           logger: Log, stored: IsvcStatus | None = None) -> None:
+           logger: Log, stored: IsvcStatus | None = None, deployment: dict[str, Any] | None = None) -> None:
     """Record a refused InferenceService in status and an Event (once per new or changed problem).
 
     Args:
         stored: The status to compare with (default: ``raw``'s, read with ``read_isvc_status``).
+        deployment: The replicas' Deployment as read this pass (None: not read or not found), whose ready replicas
+            keep ``Ready`` True through a missing model (:func:`_fail_status`).
     """
     ns, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
     reason = exc.reason if isinstance(exc, InvalidSpec) else R.MODEL_NOT_FOUND
     before = read_isvc_status(raw) if stored is None else stored
-    new = _fail_status(before, int(raw["metadata"].get("generation") or 0), reason, str(exc), now)
+    new = _fail_status(before, int(raw["metadata"].get("generation") or 0), reason, str(exc), now, deployment)
     if deps.writer.patch_isvc_status(ns, name, new, before):
         # The problem is new or changed: reported once, in status and as an Event.
         deps.writer.event(raw, "Warning", reason, str(exc), logger, queued=False)
@@ -216,11 +223,13 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
     if raw is None:
         return None
     stored = read_isvc_status(raw)
+    deployment: dict[str, Any] | None = None
     try:
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         files = repository_files(spec)  # one piece (the runtime fields refused before any read)
         encoder_files = image_encoder_files(spec)
         observed = deps.observer.observe(spec, stored)
+        deployment = observed.deployment
         owned, _ = child_conflicts(spec, observed)  # as the plan sees it: no foreign object taken for a child
         spec = hold_spot_placement(spec, owned, raw["metadata"].get("annotations"))
         layout = stage_layout(spec, owned)
@@ -243,7 +252,7 @@ def reconcile_isvc(deps: Deps, body: Mapping[str, Any], logger: Log) -> IsvcStat
 
         plan = make_plan(observed)
     except (InvalidSpec, ModelReferenceError) as exc:
-        refuse(deps, raw, exc, now, logger)
+        refuse(deps, raw, exc, now, logger, deployment=deployment)
         raise
     planned = time.monotonic()
     plan = _apply_owned(deps, raw, spec, observed, plan, make_plan, now, logger)
@@ -312,9 +321,11 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
     ns, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
     stored = read_isvc_status(raw)
     decided_status = merge_isvc_status(stored, autoscale)
+    deployment: dict[str, Any] | None = None
     try:
         spec = with_spot_placement(parse_isvc(raw), spot_switches(raw["metadata"].get("annotations")))
         observed = deps.observer.observe(spec, decided_status)
+        deployment = observed.deployment
         spec = hold_spot_placement(spec, child_conflicts(spec, observed)[0], raw["metadata"].get("annotations"))
         observed.spot_policy = spot_policies(raw["metadata"].get("annotations"))
         observe_budget_cap(observed, raw["metadata"].get("annotations"))
@@ -327,7 +338,7 @@ def scale_isvc(deps: Deps, raw: dict[str, Any], decision: Decision | None, autos
         deps.writer.patch_isvc_status(ns, name, autoscale, stored)
         if recorded is not None:
             recorded(None)
-        refuse(deps, raw, exc, now, logger, stored=decided_status)
+        refuse(deps, raw, exc, now, logger, stored=decided_status, deployment=deployment)
         raise
     deps.writer.patch_isvc_status(ns, name, merge_isvc_status(autoscale, plan.status), stored)
     if recorded is not None:
