@@ -23,9 +23,9 @@ The rules are in each module's docstring. The names below are the package's API;
 from __future__ import annotations
 
 from modalscale.costmodel.budget.alerts import (
+    OPEN_ENDED_KINDS,
     AlertKind,
     BudgetAlert,
-    OPEN_ENDED_KINDS,
     FiringAlert,
     spend_anomaly_alert,
     spend_anomaly_over,
@@ -57,8 +57,8 @@ from modalscale.costmodel.budget.state import (
 
 __all__ = [
     "AlertKind", "AlertState", "BudgetAlert", "BudgetPlan", "BudgetState", "ENFORCEMENT_METHOD", "EnforcedService",
-    "EnforcementAction", "FORECAST_METHOD", "FiringAlert", "InvalidBudgetStatus", "OPEN_ENDED_KINDS", "PolicyRef", "ServiceState",
-    "SpotRecord", "SpotState", "ThresholdRecord", "plan_budget", "plan_spot", "rates_after_enforcement",
+    "EnforcementAction", "FORECAST_METHOD", "FiringAlert", "InvalidBudgetStatus", "OPEN_ENDED_KINDS", "PolicyRef",
+    "ServiceState", "SpotRecord", "SpotState", "ThresholdRecord", "plan_budget", "plan_spot", "rates_after_enforcement",
     "RejectPlan", "TenantRejection", "TenantSpend", "plan_rejections",
     "tenant_spend",
     "carried_over", "service_state", "spend_anomaly_alert", "spend_anomaly_over",
