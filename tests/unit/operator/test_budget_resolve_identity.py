@@ -90,50 +90,43 @@ def test_blind_since_is_kept_while_exceeded_blind_with_a_refused_namespace() -> 
     assert (policy["status"]["state"], ready["reason"]) == ("Exceeded", "NamespaceNotAllowed")
     assert policy["status"].get("blindSince") == "2026-11-30T23:00:00Z"
 
-@pytest.mark.parametrize("first,then,tz,at", [
-    ("Daily", "Weekly", "Asia/Tokyo", T0 + 14 * HOUR + 5 * M),
-    ("Daily", "Monthly", "America/New_York", T0 + 14 * HOUR + 5 * M),
-    ("Daily", "Weekly", "UTC", T0 + 14 * HOUR + 5 * M),
-    ("Weekly", "Daily", "Pacific/Kiritimati", T0 + 14 * HOUR + 5 * M),
-    ("Monthly", "Daily", "Asia/Tokyo", T0 + 14 * HOUR + 5 * M),
-])
-def test_period_and_zone_change_at_once(first: str, then: str, tz: str, at: dt.datetime) -> None:
+
+def assert_resolved_with_its_identity_after_an_edit(at: dt.datetime, first: str, then: str, tz: str) -> None:
+    """50 % crossed at ``at`` + 13:50 under ``spec.period`` ``first`` (UTC); at ``at`` + 14:05 the spec says ``then``
+    in ``tz``: the recovery resolves every alert fired with its labels and ``startsAt``."""
     policy = make_policy(notifications=ROOM, limit={"amount": "0.5", "currency": "USD"}, period=first)
-    p = plan_policy(policy, PRICED, CATALOG, [], T0)
+    p = plan_policy(policy, PRICED, CATALOG, [], at)
     policy = persisted(policy, p.status_patch)
-    p = plan_policy(policy, PRICED, CATALOG, [], T0 + 13 * HOUR + 50 * M)
+    p = plan_policy(policy, PRICED, CATALOG, [], at + 13 * HOUR + 50 * M)
     policy = persisted(policy, p.status_patch)
     fired = sent(policy, tuple(a for a in p.alerts if a.kind is AlertKind.THRESHOLD_CROSSED))
     assert fired
     policy = with_period(policy, then)
     policy = {**policy, "spec": {**policy["spec"], "timeZone": tz}}
-    p = plan_policy(policy, PRICED, CATALOG, [], at)
+    p = plan_policy(policy, PRICED, CATALOG, [], at + 14 * HOUR + 5 * M)
     policy = persisted(policy, p.status_patch)
     (resolve,) = sent(policy, tuple(a for a in p.alerts if a.kind is AlertKind.RECOVERED))
     closed = fingerprints(resolve)
     for f in fired:
         for fp, a in fingerprints(f).items():
             assert fp in closed and closed[fp]["labels"] == a["labels"] and closed[fp]["startsAt"] == a["startsAt"]
+
+
+@pytest.mark.parametrize("first,then,tz", [
+    ("Daily", "Weekly", "Asia/Tokyo"),
+    ("Daily", "Monthly", "America/New_York"),
+    ("Daily", "Weekly", "UTC"),
+    ("Weekly", "Daily", "Pacific/Kiritimati"),
+    ("Monthly", "Daily", "Asia/Tokyo"),
+])
+def test_period_and_zone_change_at_once(first: str, then: str, tz: str) -> None:
+    assert_resolved_with_its_identity_after_an_edit(T0, first, then, tz)
 
 
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Tokyo"])
-def test_shared_start_daily_to_weekly_then_alert_again(tz: str) -> None:
-    S = T0 - 24 * HOUR  # Sunday 10:00
-    policy = make_policy(notifications=ROOM, limit={"amount": "0.5", "currency": "USD"})
-    p = plan_policy(policy, PRICED, CATALOG, [], S)
-    policy = persisted(policy, p.status_patch)
-    p = plan_policy(policy, PRICED, CATALOG, [], S + 13 * HOUR + 50 * M)
-    policy = persisted(policy, p.status_patch)
-    fired = sent(policy, tuple(a for a in p.alerts if a.kind is AlertKind.THRESHOLD_CROSSED))
-    policy = with_period(policy, "Weekly")
-    policy = {**policy, "spec": {**policy["spec"], "timeZone": tz}}
-    p = plan_policy(policy, PRICED, CATALOG, [], S + 14 * HOUR + 5 * M)
-    policy = persisted(policy, p.status_patch)
-    (resolve,) = sent(policy, tuple(a for a in p.alerts if a.kind is AlertKind.RECOVERED))
-    closed = fingerprints(resolve)
-    for f in fired:
-        for fp, a in fingerprints(f).items():
-            assert fp in closed and closed[fp]["labels"] == a["labels"] and closed[fp]["startsAt"] == a["startsAt"]
+def test_daily_to_weekly_at_a_shared_start(tz: str) -> None:
+    """Sunday's alert, the edit on Monday 00:05: the new week starts where the closed day ended."""
+    assert_resolved_with_its_identity_after_an_edit(T0 - 24 * HOUR, "Daily", "Weekly", tz)
 
 
 @pytest.mark.parametrize("then", ["Daily", "Weekly"])
