@@ -604,13 +604,19 @@ TERMINATION_MESSAGE_CHARS = 300
 """Characters of a container's last termination message kept in a condition (the kubelet keeps up to 4096 bytes)."""
 
 
+def _termination_text(terminated: dict[str, Any]) -> str:
+    """``": message"`` of a container termination (whitespace folded, at most ``TERMINATION_MESSAGE_CHARS``), or
+    ``""`` when it has none."""
+    text = " ".join(str(terminated.get("message") or "").split())[:TERMINATION_MESSAGE_CHARS]
+    return f": {text}" if text else ""
+
+
 def _last_exit(cs: dict[str, Any]) -> str:
     """``"; last exit code N (Reason): message"`` of a container's last termination, or ``""`` when none is known."""
     last = (cs.get("lastState") or {}).get("terminated") or {}
     if not last:
         return ""
-    text = " ".join(str(last.get("message") or "").split())[:TERMINATION_MESSAGE_CHARS]
-    return f"; last exit code {last.get('exitCode')} ({last.get('reason') or 'Error'})" + (f": {text}" if text else "")
+    return f"; last exit code {last.get('exitCode')} ({last.get('reason') or 'Error'})" + _termination_text(last)
 
 
 def _pod_problem(pod: dict[str, Any], who: str = "pod") -> tuple[str, str] | None:
@@ -633,10 +639,9 @@ def _pod_problem(pod: dict[str, Any], who: str = "pod") -> tuple[str, str] | Non
                           f"{waiting.get('message', '')}".rstrip(": ") + _last_exit(cs))
         terminated = (cs.get("state") or {}).get("terminated") or {}
         if terminated and terminated.get("exitCode", 0) != 0:
-            text = " ".join(str(terminated.get("message") or "").split())[:TERMINATION_MESSAGE_CHARS]
             return R.CRASH_LOOP, (f"{who} {name} container {cs.get('name')} exited with code "
                                   f"{terminated.get('exitCode')} ({terminated.get('reason', 'Error')})"
-                                  + (f": {text}" if text else ""))
+                                  + _termination_text(terminated))
     if st.get("phase") == "Failed":
         return R.PODS_FAILING, f"{who} {name} failed: {st.get('reason', '')} {st.get('message', '')}".strip()
     return None
