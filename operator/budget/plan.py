@@ -78,7 +78,6 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from modalscale import GROUP, VERSION
 from modalscale.api.annotations import (
     BudgetCap,
     SpotSwitch,
@@ -1343,7 +1342,7 @@ def lift_events(policy: Mapping[str, Any], lifted: Sequence[AnnotationWrite], is
                 ) -> list[tuple[dict[str, Any], str, str, str]]:
     """The Events of a deleted policy's annotations that were deleted (``lifted``, from :func:`lift_all` over
     ``isvcs``), as ``(regarding, type, reason, message)``: one per service and action lifted, in service order,
-    each on that InferenceService (``regarding``: its apiVersion, kind and metadata name, namespace, uid), never on
+    each on that InferenceService (``regarding``: its object as in ``isvcs``, with apiVersion and kind), never on
     the policy, which is gone by then: ``EnforcementLifted`` for its cap, ``SpotLifted`` for its Spot switch,
     ``TenantsAdmitted`` for the tenants it refused; none for the list of budgeted tenants, which held nothing.
     (Each deleted annotation was a 'Budget cap lifted' Event: 2 alike for a service capped and on Spot, 1 for a
@@ -1357,15 +1356,14 @@ def lift_events(policy: Mapping[str, Any], lifted: Sequence[AnnotationWrite], is
                                                                     "capacity: " + why),
              reject_annotation_key(ns, name): ("Normal", TENANTS_ADMITTED, "InferenceService {0}/{1}: tenants "
                                                                            "admitted again: " + why)}
-    uids = {((i.get("metadata") or {}).get("namespace", ""), (i.get("metadata") or {}).get("name", "")):
-            (i.get("metadata") or {}).get("uid") for i in isvcs}
+    services = {((i.get("metadata") or {}).get("namespace", ""), (i.get("metadata") or {}).get("name", "")): i
+                for i in isvcs}
     events = {}
     for w in sorted(lifted, key=lambda w: (w.namespace, w.name)):
         if w.key in kinds:
             type_, reason, text = kinds[w.key]
-            regarding = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
-                         "metadata": {"namespace": w.namespace, "name": w.name, "uid": uids.get((w.namespace, w.name))}}
-            events[(w.namespace, w.name, reason)] = (regarding, type_, reason, text.format(w.namespace, w.name))
+            events[(w.namespace, w.name, reason)] = (dict(services[(w.namespace, w.name)]), type_, reason,
+                                                     text.format(w.namespace, w.name))
     return list(events.values())
 
 
