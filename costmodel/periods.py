@@ -169,5 +169,4 @@ def period_in_progress(period: Period | str, start: datetime | None, end: dateti
     if start is None or end is None:
         return False
     _require_aware(now, "now")
-    low_h, high_h = _LENGTHS_H[Period(period)]
-    return start <= now < end and timedelta(hours=low_h) <= end - start <= timedelta(hours=high_h)
+    return start <= now < end and period_of_span(start, end) is Period(period)
