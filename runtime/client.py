@@ -193,13 +193,18 @@ class AsyncMultimodalClient:
             self._client = self.module.InferenceServerClient(url)
 
     async def infer(self, images: Sequence[bytes] | None = None,
-                    text: str | bytes | None = None) -> MultimodalResult:
+                    text: str | bytes | None = None, request_id: str = "") -> MultimodalResult:
         """Send one request.
 
+        Args:
+            request_id: The KServe v2 request ``id`` (empty: none), which Triton echoes in its response and in its
+                trace records' ``request_id``.
         Raises:
             InferenceError: The server rejected the request.
         """
         kwargs: dict[str, Any] = {"client_timeout": self.timeout_s} if self.protocol == "grpc" else {}
+        if request_id:
+            kwargs["request_id"] = request_id
         try:
             result = await self._client.infer(self.model_name, build_inputs(self.module, images, text),
                                               outputs=_outputs(self.module), **kwargs)
