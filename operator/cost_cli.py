@@ -148,12 +148,19 @@ def add_parser(sub: Any) -> None:
     d = csub.add_parser("diff", help="monthly cost of InferenceService changes between two manifest sets",
                         description="Compare the InferenceServices of BASE and HEAD (files, folders, or git refs REF "
                                     "or REF:PATH) at catalog prices: monthly cost at min, expected and max replicas "
-                                    "(730 h/month) and the delta. Exit 1 when --fail-above is exceeded, 2 on errors.")
+                                    "(730 h/month) and the delta. Exit 1 when --fail-above is exceeded, 2 on errors "
+                                    "and, with --fail-above, when a document that may be an InferenceService (a "
+                                    "typo'd kind or apiVersion, a Helm template) was not priced (unless "
+                                    "--allow-not-priced).")
     d.add_argument("base", metavar="BASE", help="file, folder, REF or REF:PATH of the manifests before the change")
     d.add_argument("head", metavar="HEAD", help="file, folder, REF or REF:PATH of the manifests after the change")
     d.add_argument("--format", choices=("table", "markdown", "json"), default="table", help="output format")
     d.add_argument("--fail-above", type=str, default=None, metavar="USD",
-                   help="exit 1 when the total max monthly delta exceeds this many USD")
+                   help="exit 1 when the total max monthly delta exceeds this many USD; exit 2 when a document "
+                        "of either side that may be an InferenceService was not priced")
+    d.add_argument("--allow-not-priced", action="store_true",
+                   help="with --fail-above: accept documents not priced (warned on stderr) and gate on the priced "
+                        "delta alone")
     d.add_argument("--catalog", type=Path, default=None,
                    help="pricing catalog override YAML (as MODALSCALE_PRICING_CATALOG; default: packaged catalog)")
     d.add_argument("--trace", type=Path, default=None, help="trace CSV for expected replicas (needs --profile)")
@@ -329,9 +336,11 @@ def _with_showback(result: Any, url: str, since: str) -> Any:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    """Price both sides, print the diff; 0, 1 (``--fail-above`` exceeded) or 2 (bad input, named on stderr)."""
+    """Price both sides, print the diff; 0, 1 (``--fail-above`` exceeded) or 2 (bad input, named on stderr; with
+    ``--fail-above`` and without ``--allow-not-priced``, also a document not priced: the delta is not known)."""
     from modalscale.costmodel.catalog import CatalogError, load_catalog
     from modalscale.operator.cost_diff import (
+        NOT_PRICED_FIX,
         CostDiffError,
         diff,
         price_side,
@@ -372,8 +381,16 @@ def run_diff(args: argparse.Namespace) -> int:
         if result is None:
             return 2
     print(render(result, args.format))
-    for s in result.not_priced:  # a typo'd kind or apiVersion: kubectl would refuse it, the gate must not hide it
-        print(f"modalscale cost diff: warning: {s.origin}: {s.what} not priced: {s.why}", file=sys.stderr)
+    # A typo'd kind or apiVersion (kubectl would refuse it) or a Helm template: the gate must not hide it, nor pass
+    # a delta that leaves it out unless told to.
+    blind = limit is not None and not args.allow_not_priced and bool(result.not_priced)
+    for s in result.not_priced:
+        print(f"modalscale cost diff: {'--fail-above' if blind else 'warning'}: {s.origin}: {s.what} not priced: "
+              f"{s.why}", file=sys.stderr)
+    if blind:
+        print(f"modalscale cost diff: --fail-above: {len(result.not_priced)} document(s) above may be "
+              f"InferenceServices but were not priced, so the delta is not known; {NOT_PRICED_FIX}", file=sys.stderr)
+        return 2
     if limit is not None and result.total_monthly_delta_usd.max > limit:
         print(f"modalscale cost diff: the max monthly delta {result.total_monthly_delta_usd.max:.2f} USD exceeds "
               f"--fail-above {limit} USD", file=sys.stderr)

@@ -37,7 +37,12 @@ Rules:
   convention of infracost and the cloud pricing calculators: 8760 h / 12). Deltas are HEAD - BASE per
   service (an added service's BASE is 0, a removed one's HEAD is 0); the total is their sum. ``expected`` of a
   delta or total is None when any side it needs is unknown. Amounts are ``Decimal``, shown to the cent.
-* ``--fail-above USD``: exit status 1 when the total ``max`` delta exceeds it (2 for errors).
+* ``--fail-above USD``: exit status 1 when the total ``max`` delta exceeds it (2 for errors). A gate that
+  could not price something cannot pass: when any document of either side is not priced (a typo'd kind or
+  apiVersion, a Helm template), the delta is not known, so the exit status is 2 with one line per document
+  (origin, what, why) and the fix (:data:`NOT_PRICED_FIX`), before the limit is compared; the report is printed
+  all the same. ``--allow-not-priced`` accepts them: each is a warning, as without ``--fail-above``, and the
+  priced delta decides. Without ``--fail-above`` nothing not priced changes the exit status (a report).
 * **Who spends on them now** (``--prometheus-url``): for each service of the diff that showback can price, the
   top tenants and modalities behind its spend over the last ``--since`` (showback's allocation, the same as
   ``modalscale cost showback``; :func:`modalscale.costmodel.showback.drivers_of`), so a reviewer sees whom a change
@@ -73,6 +78,11 @@ _KIND = re.compile(r"""\bkind["']?\s*:\s*["']?([A-Za-z][\w.-]*)""")
 _API_VERSION = re.compile(r"""\bapiVersion["']?\s*:\s*["']?([^\s"',}]+)""")
 HELM_TEMPLATE = ("a Helm template, not a manifest: render it (helm template CHART > FILE) and diff the rendered "
                  "FILE")
+
+NOT_PRICED_FIX = (f"fix each as its line says (kind InferenceService, apiVersion {GROUP_PREFIX}{VERSION}; a Helm "
+                  "template: render the chart and diff the output), or give --allow-not-priced to gate on the "
+                  "priced services alone")
+"""What to do about documents not priced when ``--fail-above`` gates on the delta (the exit-2 message)."""
 
 _OTHER_KINDS = frozenset({"BudgetPolicy"})
 """The group's other kinds: skipped quietly (they cost nothing themselves)."""
@@ -698,7 +708,7 @@ def with_drivers(result: CostDiff, windows: Mapping[tuple[str, str], ServiceWind
     return replace(result, drivers=drivers, drivers_window=window)
 
 
-__all__ = ["CostDiff", "CostDiffError", "HOURS_PER_MONTH", "ManifestFile", "PricedService", "ReplicaRange",
-           "ServiceDiff", "Skipped", "diff", "inference_services", "looks_meant_as_isvc", "may_hold_isvc",
-           "price_service", "price_side",
+__all__ = ["CostDiff", "CostDiffError", "HOURS_PER_MONTH", "ManifestFile", "NOT_PRICED_FIX", "PricedService",
+           "ReplicaRange", "ServiceDiff", "Skipped", "diff", "inference_services", "looks_meant_as_isvc",
+           "may_hold_isvc", "price_service", "price_side",
            "read_manifests", "render", "simulator_expected", "with_drivers"]

@@ -471,3 +471,56 @@ def test_cost_diff_of_head_against_the_working_tree_reads_this_repository(
     rc = main(["cost", "diff", "HEAD", str(REPO), "--repo", str(REPO), "--catalog", str(_spot(tmp_path))])
     err = capsys.readouterr().err
     assert rc == 0, err
+
+
+def _unpriced_sides(tmp_path: Path, where: str) -> tuple[Path, Path]:
+    """BASE and HEAD folders whose only difference is one document cost diff cannot price: the typo'd 8 x H100
+    service added in HEAD, or a chart's Helm template that can hold an InferenceService in BASE."""
+    base, head = tmp_path / "base", tmp_path / "head"
+    for side in (base, head):
+        side.mkdir()
+        shutil.copy(EXAMPLES / "inferenceservice-predictive.yaml", side / "svc.yaml")
+    if where == "head-typo":
+        (head / "typo.yaml").write_text(_LOOKALIKES["kind-typo.yaml"])
+    else:
+        (base / "chart" / "templates").mkdir(parents=True)
+        (base / "chart" / "Chart.yaml").write_text("apiVersion: v2\nname: chart\nversion: 0.1.0\n")
+        (base / "chart" / "templates" / "isvc.yaml").write_text(
+            "apiVersion: modalscale.io/v1alpha1\nkind: InferenceService\nmetadata:\n  name: {{ .Release.Name }}\n")
+    return base, head
+
+
+_UNPRICED = {"head-typo": ("head/typo.yaml: InferenceServce ml/big-llm not priced",
+                           "kind InferenceServce is not InferenceService"),
+             "base-helm-template": ("base/chart/templates/isvc.yaml: (Helm template) not priced",
+                                    "render it (helm template CHART > FILE)")}
+
+
+@pytest.mark.parametrize("where", list(_UNPRICED), ids=list(_UNPRICED))
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_fail_above_does_not_pass_a_change_it_could_not_price_unless_told_to(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str, fmt: str) -> None:
+    # Before: the priced delta (+0.00) was under the limit, so the gate exited 0 while the typo'd 8 x H100 service
+    # (or the unrendered template) went unchecked: a check that could not fail.
+    base, head = _unpriced_sides(tmp_path, where)
+    what, why = _UNPRICED[where]
+    args = ["cost", "diff", str(base), str(head), "--format", fmt, "--fail-above", "100"]
+    assert main(args) == 2
+    out = capsys.readouterr()
+    error = [line for line in out.err.splitlines() if what in line]
+    assert len(error) == 1 and why in error[0] and error[0].startswith("modalscale cost diff: --fail-above: ")
+    assert "warning" not in out.err
+    assert "--allow-not-priced" in out.err and "not known" in out.err  # the fix, and why the gate cannot pass
+    if fmt == "json":  # the report is still printed, and still says what is not priced
+        assert [why in s["why"] for s in json.loads(out.out)["not_priced"]] == [True]
+    else:
+        assert "Not priced" in out.out and what.split(" not priced")[0] in out.out
+    # Accepted explicitly: warned as before, and the gate decides on what it priced.
+    assert main([*args, "--allow-not-priced"]) == 0
+    out = capsys.readouterr()
+    assert f"modalscale cost diff: warning: {tmp_path}/{what}" in out.err and why in out.err
+    assert main([*args, "--allow-not-priced", "--fail-above", "-1"]) == 1  # the last --fail-above counts
+    assert "exceeds --fail-above" in capsys.readouterr().err
+    # Without --fail-above it is a report only, as before.
+    assert main(args[:-2]) == 0
+    assert "warning" in capsys.readouterr().err
