@@ -230,7 +230,11 @@ INVALID = [
     ("tenant-name-over-64-characters", _budget(selector={"tenants": ["a" * 65]},
                                                thresholds=[{"percent": 100, "actions": ["Reject"]}]),
      ["spec.selector.tenants[0]"]),
-    ("bad-time-zone", _budget(timeZone="Not a zone!"), ["spec.timeZone"]),
+    # The CEL rule's message in words, not the regex (the CRD's pattern was printed whole, hundreds of characters).
+    ("bad-time-zone", _budget(timeZone="Not a zone!"),
+     ["spec.timeZone", "must be a tz database name, case-sensitive, such as UTC, Europe/Berlin"]),
+    ("time-zone-of-another-case", _budget(timeZone="europe/berlin"),
+     ["spec.timeZone", "must be a tz database name, case-sensitive", "Area/Location"]),
     ("unknown-notification-type",
      _budget(notifications=[{"name": "t", "type": "Telegram", "secretRef": {"name": "s"}}]),
      ["spec.notifications[0].type", "Unsupported value"]),

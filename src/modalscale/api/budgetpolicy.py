@@ -135,9 +135,11 @@ TIME_ZONE_NAMES_WITHOUT_AREA = ("CET", "CST6CDT", "Cuba", "EET", "EST", "EST5EDT
 older country names): the tz database adds no new ones (a unit test holds the two lists to the ``tzdata`` package)."""
 TIME_ZONE_PATTERN = (f"^({'|'.join(n.replace('+', '[+]') for n in TIME_ZONE_NAMES_WITHOUT_AREA)}"
                      f"|({'|'.join(TIME_ZONE_AREAS)})(/[A-Za-z0-9_+-]+){{1,2}})$")
-"""``spec.timeZone``'s ``pattern`` in the CRD (``maxLength`` :data:`TIME_ZONE_MAX_CHARS`): a name of the tz database
-by its shape, case-sensitive (as ``ZoneInfo`` reads it): one without an area, or an area of :data:`TIME_ZONE_AREAS`
-and one or two parts (``America/Argentina/Buenos_Aires``). The pattern cannot tell a location the tz database has from
+"""The regex of ``spec.timeZone``'s CEL rule in the CRD, ``self.matches('<this>')`` (``maxLength``
+:data:`TIME_ZONE_MAX_CHARS`; a rule, not a ``pattern``, so that the apiserver refuses a name with the rule's short
+message in words, not with this regex printed whole): a name of the tz database by its shape, case-sensitive (as
+``ZoneInfo`` reads it): one without an area, or an area of :data:`TIME_ZONE_AREAS` and one or two parts
+(``America/Argentina/Buenos_Aires``). The pattern cannot tell a location the tz database has from
 one it does not (``Europe/Nowhere``): the parser then asks the tz database too. It keeps out what ``ZoneInfo`` would
 read from a host's zoneinfo folder but is no zone name: ``localtime``, ``posixrules`` and the ``posix/`` and
 ``right/`` copies (``right/`` counts leap seconds, which the operator's clock does not)."""

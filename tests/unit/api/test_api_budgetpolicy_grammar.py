@@ -4,8 +4,8 @@ One table of hostile and edge values, each changing one field of a valid spec, w
 kube-apiserver holding the CRD (``admitted``). Here the parser is held to it (fast, no cluster);
 ``tests/integration/test_budget_spec_grammar.py`` submits every case to a real apiserver, so the recorded verdicts
 cannot drift from the CRD. One difference is by design (:data:`APISERVER_ONLY`): a zone name of the CRD's shape that
-the tz database does not know passes the CRD's pattern, which cannot consult the tz database, and the parser refuses
-it (the operator reports ``InvalidSpec`` naming ``spec.timeZone``).
+the tz database does not know passes the CRD's rule (a regex), which cannot consult the tz database, and the parser
+refuses it (the operator reports ``InvalidSpec`` naming ``spec.timeZone``).
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ CASES: list[Case] = [
     *_cases("limit.currency", [None], ["EUR", "usd"]),
     # period: an enum of three; a null is pruned, and period is required
     *_cases("period", ["Weekly", "Monthly"], ["daily", "Yearly", "", " Daily", "Daily\n", None, 1]),
-    # timeZone: the CRD's pattern and maxLength, then the tz database (parser only). Every name of the tz database
-    # (GMT, EST5EDT: refused before 7 Dec 2026, user trial); not the host's files that are no zone (localtime,
+    # timeZone: the CRD's rule (a regex) and maxLength, then the tz database (parser only). Every name of the tz
+    # database (GMT, EST5EDT: refused before 7 Dec 2026, user trial); not the host's files that are no zone (localtime,
     # posixrules, posix/ and right/ copies) nor a name of another case.
     *_cases("timeZone", ["UTC", "Etc/UTC", "America/Argentina/Buenos_Aires", "Etc/GMT+5", "America/Port-au-Prince",
                          "GMT", "EST", "EST5EDT", "Etc/GMT-14", "GMT+0", "NZ-CHAT", "W-SU",
@@ -221,7 +221,7 @@ def test_a_label_key_that_is_not_a_string_is_named_as_the_key_it_is() -> None:
 
 @pytest.mark.parametrize("zone", ["America/Indiana", "America/Argentina", "America/Kentucky", "America/North_Dakota"])
 def test_a_tz_database_folder_of_the_crds_shape_is_refused_naming_the_field_never_raised(zone: str) -> None:
-    """A folder of the tz database (``America/Indiana`` holds ``Indianapolis``, ...) matches the CRD's pattern, so
+    """A folder of the tz database (``America/Indiana`` holds ``Indianapolis``, ...) matches the CRD's rule, so
     the apiserver admits it; ``ZoneInfo`` then raises ``IsADirectoryError``, which escaped the parser (an OSError,
     not one of the errors it caught) and failed every evaluation of the policy with a traceback instead of
     ``Ready=False``/``InvalidSpec`` naming ``spec.timeZone``."""
@@ -316,7 +316,25 @@ def test_every_tz_database_name_is_a_good_time_zone_and_the_crd_has_the_parsers_
     assert refused == []
     (version,) = CRDS["BudgetPolicy"]["spec"]["versions"]
     zone = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["timeZone"]
-    assert (zone["pattern"], zone["maxLength"]) == (TIME_ZONE_PATTERN, TIME_ZONE_MAX_CHARS)
+    (rule,) = zone["x-kubernetes-validations"]
+    assert (rule["rule"], zone["maxLength"]) == (f"self.matches('{TIME_ZONE_PATTERN}')", TIME_ZONE_MAX_CHARS)
+
+
+def test_the_crd_refuses_a_time_zone_with_a_short_message_in_words_not_its_regex() -> None:
+    """Before: ``timeZone: europe/berlin`` was refused by the apiserver with the CRD's whole ``pattern`` printed
+    (hundreds of characters of alternation), which names no fix. The CRD checks the same regex by a CEL
+    rule (``maxLength`` kept: CEL's cost estimate needs it) whose message says what the field takes, with examples."""
+    from modalscale.api.budgetpolicy import TIME_ZONE_PATTERN
+    from tests.unit.test_crd_schema import CRDS
+
+    (version,) = CRDS["BudgetPolicy"]["spec"]["versions"]
+    zone = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["timeZone"]
+    assert "pattern" not in zone  # the apiserver prints a pattern whole in its refusal
+    (rule,) = zone["x-kubernetes-validations"]
+    message = rule["message"]
+    assert len(message) <= 200 and TIME_ZONE_PATTERN not in message and "|" not in message
+    for words in ("tz database name", "case-sensitive", "UTC", "Europe/Berlin", "Area/Location", "EST5EDT"):
+        assert words in message, words
 
 
 @pytest.mark.parametrize("zone", ["gmt", "Foo", "posix/Europe/Berlin", "localtime"])
