@@ -335,6 +335,10 @@ def test_the_crd_refuses_a_time_zone_with_a_short_message_in_words_not_its_regex
     assert len(message) <= 200 and TIME_ZONE_PATTERN not in message and "|" not in message
     for words in ("tz database name", "case-sensitive", "UTC", "Europe/Berlin", "Area/Location", "EST5EDT"):
         assert words in message, words
+    # the value typed, quoted, before the same words (the apiserver prints `Invalid value: "string"` for a rule)
+    expression = rule["messageExpression"]
+    assert expression.startswith("'\\'' + self + '\\' is not a tz database name: it must be one, case-sensitive")
+    assert TIME_ZONE_PATTERN not in expression and "Europe/Berlin" in expression
 
 
 @pytest.mark.parametrize("zone", ["gmt", "Foo", "posix/Europe/Berlin", "localtime"])
