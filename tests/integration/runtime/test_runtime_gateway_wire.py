@@ -2,7 +2,8 @@
 model that reports the BLAKE2b digest of every IMAGES and TEXT element it received, against
 ``modalscale.gateway.features`` on the same request, in every wire form; and every structural fault the gateway
 refuses with 400 is refused by Triton too (content faults, such as a truncated image, reach the model, which is
-what the gateway spares it)."""
+what the gateway spares it), the faults of the inputs the gateway does not read (the echo model's SCALE, THRESHOLD,
+TAGS and HALF) among them, while well-formed such inputs pass both."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from modalscale.gateway.features import RequestFeatures, features_from_grpc, features_from_http
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
+from tests.unit.gateway import test_gateway_other_inputs as other
 from tests.unit.gateway.test_gateway_features import BUILDERS, GRPC_BAD, HTTP_BAD, REQUESTS, InputNames
 
 ECHO_MODEL = '''\
@@ -59,7 +61,10 @@ max_batch_size: 0
 input [
   { name: "IMAGES" data_type: TYPE_STRING dims: [ -1, -1 ] optional: true },
   { name: "TEXT" data_type: TYPE_STRING dims: [ -1, -1 ] optional: true },
-  { name: "THRESHOLD" data_type: TYPE_INT32 dims: [ -1, -1 ] optional: true }
+  { name: "THRESHOLD" data_type: TYPE_INT32 dims: [ -1, -1 ] optional: true },
+  { name: "SCALE" data_type: TYPE_FP32 dims: [ -1, -1 ] optional: true },
+  { name: "TAGS" data_type: TYPE_STRING dims: [ -1, -1 ] optional: true },
+  { name: "HALF" data_type: TYPE_FP16 dims: [ -1, -1 ] optional: true }
 ]
 output [ { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
@@ -156,4 +161,34 @@ def test_structural_http_faults_the_gateway_refuses_triton_refuses_too(echo_serv
 def test_structural_grpc_faults_the_gateway_refuses_triton_refuses_too(echo_server: TritonProcess,
                                                                        case: str) -> None:
     build, _, _ = GRPC_BAD[case]
+    assert not isinstance(_grpc(echo_server, build()), dict)
+
+
+@pytest.mark.parametrize("text", ["text", "no-text"])
+@pytest.mark.parametrize("form", sorted(other.GOOD))
+def test_well_formed_other_inputs_pass_the_gateway_and_reach_the_model(echo_server: TritonProcess, form: str,
+                                                                        text: str) -> None:
+    built: Any = other.GOOD[form](other.TEXT if text == "text" else None)
+    received: Received | int | str
+    if form.startswith("grpc"):
+        received, features = _grpc(echo_server, built), features_from_grpc(built)
+    else:
+        received, features = _http(echo_server, *built), features_from_http(*built)
+    assert isinstance(received, dict), received
+    sent = () if text == "no-text" else (hashlib.blake2b(other.TEXT.encode(), digest_size=16).digest(),)
+    assert _digests(received, "TEXT") == sent
+    assert features.text_tokens == (5 if sent else 0)
+
+
+@pytest.mark.parametrize("case", sorted(other.HTTP_BAD))
+def test_other_http_input_faults_the_gateway_refuses_triton_refuses_too(echo_server: TritonProcess,
+                                                                        case: str) -> None:
+    build, _, _ = other.HTTP_BAD[case]
+    assert not isinstance(_http(echo_server, *build()), dict)
+
+
+@pytest.mark.parametrize("case", sorted(other.GRPC_BAD))
+def test_other_grpc_input_faults_the_gateway_refuses_triton_refuses_too(echo_server: TritonProcess,
+                                                                        case: str) -> None:
+    build, _, _ = other.GRPC_BAD[case]
     assert not isinstance(_grpc(echo_server, build()), dict)
