@@ -25,8 +25,10 @@ Inputs with other names (a user's model's own) are not read, but checked as Trit
 binary section (HTTP ``binary_data_size``, a gRPC ``raw_input_contents`` entry) of exactly elements x element size
 bytes, by arithmetic, or for BYTES a 4-byte framing that walks to its end in exactly that many elements (within
 :data:`MAX_WALKED_ELEMENTS` per request; past it the replica checks); a JSON ``data`` of that many elements, any nesting
-flattened, each of a type Triton takes (:data:`JSON_ELEMENT_TYPES`); a gRPC typed ``contents`` field
-(:data:`GRPC_CONTENTS`) of that many values. One in shared memory is the replica's to read: its datatype and shape only.
+flattened, each of a type Triton takes (:data:`JSON_ELEMENT_TYPES`), unless the shape holds 0 elements (Triton then
+never reads ``data``, of any datatype: a real tritonserver takes FP16 ``[1, 0]`` with ``[]`` and FP32 ``[1, 0]`` with
+``[1]``); a gRPC typed ``contents`` field (:data:`GRPC_CONTENTS`) of that many values. One in shared memory is the
+replica's to read: its datatype and shape only.
 A well-formed request with neither named input (a user's model with other inputs) is forwarded and counted as demand:
 :data:`FEATURELESS`, the ``text`` class with 0 images and 0 tokens.
 
@@ -38,7 +40,8 @@ whose element count differs from the data, a JSON element that is not a string, 
 an unknown datatype (``UnknownDatatype``), a shape that is not a list of non-negative int64 integers or has more than
 :data:`MAX_OTHER_DIMS` of them (``TooManyElements``), binary data or a JSON ``data`` or gRPC ``contents`` that does not
 hold the shape's elements (``ShapeMismatch``), broken BYTES framing (``TruncatedBinaryData``), a JSON element of a type
-the datatype cannot take (``WrongElementType``), FP16 or BF16 data in JSON (``UnsupportedJsonData``), no data
+the datatype cannot take (``WrongElementType``), FP16 or BF16 data in JSON for a shape of elements
+(``UnsupportedJsonData``), no data
 (``MissingData``); and more than :data:`MAX_ELEMENTS` images or texts, an image or text input in shared memory (the
 gateway cannot read a replica's shared memory), a request with no image and only blank text (the named inputs present,
 nothing in them), an empty image, an image whose header is truncated, of another format or too long to walk
@@ -625,6 +628,8 @@ def _check_other_http_input(tensor: Mapping[str, Any], name: str, parameters: Ma
     if "data" not in tensor:
         raise PayloadError(field, "MissingData", "input has neither data nor binary_data_size",
                            "send the elements in \"data\" or as binary data")
+    if 0 in dims:  # Triton appends no data for a tensor of 0 elements and never reads its "data" (any datatype)
+        return
     data, datatype = tensor["data"], tensor["datatype"]
     if not isinstance(data, list):
         raise PayloadError(field, "MalformedRequest", f"must be a JSON array, got {type(data).__name__} "

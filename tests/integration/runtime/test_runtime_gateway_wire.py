@@ -7,6 +7,7 @@ TAGS and HALF) among them, while well-formed such inputs pass both."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -64,7 +65,9 @@ input [
   { name: "THRESHOLD" data_type: TYPE_INT32 dims: [ -1, -1 ] optional: true },
   { name: "SCALE" data_type: TYPE_FP32 dims: [ -1, -1 ] optional: true },
   { name: "TAGS" data_type: TYPE_STRING dims: [ -1, -1 ] optional: true },
-  { name: "HALF" data_type: TYPE_FP16 dims: [ -1, -1 ] optional: true }
+  { name: "HALF" data_type: TYPE_FP16 dims: [ -1, -1 ] optional: true },
+  { name: "FLAG" data_type: TYPE_BOOL dims: [ -1, -1 ] optional: true },
+  { name: "BIG" data_type: TYPE_UINT64 dims: [ -1, -1 ] optional: true }
 ]
 output [ { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
@@ -73,10 +76,9 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 Received = dict[str, list[str]]
 
 
-@pytest.fixture(scope="module")
-def echo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
-    repo = write_repository({"echo/config.pbtxt": ECHO_CONFIG, "echo/1/model.py": ECHO_MODEL},
-                            tmp_path_factory.mktemp("echo-repo"))
+@contextlib.contextmanager
+def _start_echo(folder: Path) -> Iterator[TritonProcess]:
+    repo = write_repository({"echo/config.pbtxt": ECHO_CONFIG, "echo/1/model.py": ECHO_MODEL}, folder)
     old_path = os.environ.get("PATH", "")
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + old_path
     try:
@@ -85,6 +87,19 @@ def echo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProc
             yield server
     finally:
         os.environ["PATH"] = old_path
+
+
+@pytest.fixture(scope="module")
+def echo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
+    with _start_echo(tmp_path_factory.mktemp("echo-repo")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def probe_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
+    """An echo server of its own, which no refused request has been sent to before."""
+    with _start_echo(tmp_path_factory.mktemp("probe-repo")) as server:
+        yield server
 
 
 def _http(server: TritonProcess, body: bytes, headers: dict[str, str]) -> Received | int:
@@ -192,3 +207,67 @@ def test_other_grpc_input_faults_the_gateway_refuses_triton_refuses_too(echo_ser
                                                                         case: str) -> None:
     build, _, _ = other.GRPC_BAD[case]
     assert not isinstance(_grpc(echo_server, build()), dict)
+
+
+def _json_probe(*inputs: str, headers: dict[str, str] | None = None) -> tuple[bytes, dict[str, str]]:
+    """A JSON request of ``inputs`` (each a JSON object as written) and TEXT, its JSON text as given, so that forms
+    ``json.dumps`` would not write (``1e2``, ``-0``) are sent as they are."""
+    text = '{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": ["a photo of a cat"]}'
+    return f'{{"inputs": [{", ".join((*inputs, text))}]}}'.encode(), dict(headers or {})
+
+
+def _gzip(request: tuple[bytes, dict[str, str]]) -> tuple[bytes, dict[str, str]]:
+    import gzip
+    return gzip.compress(request[0]), {**request[1], "Content-Encoding": "gzip"}
+
+
+HTTP_PROBES: dict[str, Any] = {
+    # name: builder of (body, headers); the gateway must take exactly what Triton takes
+    "BOOL as JSON booleans": lambda: _json_probe('{"name": "FLAG", "datatype": "BOOL", "shape": [1, 2], '
+                                                 '"data": [true, false]}'),
+    "BOOL as JSON 0/1": lambda: _json_probe('{"name": "FLAG", "datatype": "BOOL", "shape": [1, 2], "data": [0, 1]}'),
+    "UINT64 above 2**63 as JSON": lambda: _json_probe('{"name": "BIG", "datatype": "UINT64", "shape": [1, 1], '
+                                                      '"data": [18446744073709551615]}'),
+    "INT32 -0 as JSON": lambda: _json_probe('{"name": "THRESHOLD", "datatype": "INT32", "shape": [1, 2], '
+                                            '"data": [-0, 7]}'),
+    "INT32 1e2 as JSON": lambda: _json_probe('{"name": "THRESHOLD", "datatype": "INT32", "shape": [1, 1], '
+                                             '"data": [1e2]}'),
+    "FP32 exponents, -0.0, Infinity as JSON": lambda: _json_probe(
+        '{"name": "SCALE", "datatype": "FP32", "shape": [1, 4], "data": [1e2, -0.0, 1E-3, -Infinity]}'),
+    "FP32 [1, 0] with data []": lambda: _json_probe('{"name": "SCALE", "datatype": "FP32", "shape": [1, 0], '
+                                                    '"data": []}'),
+    "FP16 [1, 0] with data []": lambda: _json_probe('{"name": "HALF", "datatype": "FP16", "shape": [1, 0], '
+                                                    '"data": []}'),
+    "FP32 [1, 0] with data [1]": lambda: _json_probe('{"name": "SCALE", "datatype": "FP32", "shape": [1, 0], '
+                                                     '"data": [1]}'),
+    "INT32 [0, 3] with data [[]]": lambda: _json_probe('{"name": "THRESHOLD", "datatype": "INT32", "shape": [0, 3], '
+                                                       '"data": [[]]}'),
+    "input parameters with another key": lambda: _json_probe(
+        '{"name": "SCALE", "datatype": "FP32", "shape": [1, 1], "data": [1], "parameters": {"note": "x"}}'),
+    "outputs asking for binary data": lambda: (json.dumps({"inputs": [
+        {"name": "SCALE", "datatype": "FP32", "shape": [1, 1], "data": [1]},
+        {"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": ["a photo of a cat"]}],
+        "outputs": [{"name": "INFO", "parameters": {"binary_data": True}}]}).encode(), {}),
+    "gzip body with other inputs": lambda: _gzip(other.GOOD["http-json-nested"](other.TEXT)),
+    "BYTES [1, 0] binary of 0 bytes": lambda: other._binary_with("TAGS", "BYTES", [1, 0], b""),
+    "FP32 [1, 0] binary of 0 bytes": lambda: other._binary_with("SCALE", "FP32", [1, 0], b""),
+    "BYTES elements of 0 bytes, binary": lambda: other._binary_with("TAGS", "BYTES", [1, 3],
+                                                                   other._framed(b"", b"", b"")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HTTP_PROBES))
+def test_gateway_takes_an_http_request_exactly_when_triton_takes_it(probe_server: TritonProcess, case: str) -> None:
+    from modalscale.gateway.features import PayloadError
+    body, headers = HTTP_PROBES[case]()
+    answer = httpx.post(f"http://127.0.0.1:{probe_server.http_port}/v2/models/echo/infer", content=body,
+                        headers=headers, timeout=30)
+    triton_took = answer.status_code == 200
+    assert isinstance(_http(probe_server, *_json_probe()), dict), "the probe server no longer serves"
+    try:
+        features_from_http(body, headers)
+        gateway_took, why = True, ""
+    except PayloadError as exc:
+        gateway_took, why = False, str(exc)
+    assert gateway_took == triton_took, (answer.status_code, answer.text[:300], why)
+
