@@ -28,7 +28,8 @@ bytes, by arithmetic, or for BYTES a 4-byte framing that walks to its end in exa
 flattened, each of a type Triton takes (:data:`JSON_ELEMENT_TYPES`), unless the shape holds 0 elements (Triton then
 never reads ``data``, of any datatype: a real tritonserver takes FP16 ``[1, 0]`` with ``[]`` and FP32 ``[1, 0]`` with
 ``[1]``); a gRPC typed ``contents`` field (:data:`GRPC_CONTENTS`) of that many values. One in shared memory is the
-replica's to read: its datatype and shape only.
+replica's to read: its datatype and shape only; over gRPC it takes no ``raw_input_contents`` entry (Triton reads the
+entries in order for the inputs not in shared memory, and tritonclient sends none for one in shared memory).
 A well-formed request with neither named input (a user's model with other inputs) is forwarded and counted as demand:
 :data:`FEATURELESS`, the ``text`` class with 0 images and 0 tokens.
 
@@ -711,16 +712,19 @@ def features_from_grpc(message: bytes, inputs: InputNames = InputNames()) -> Req
         raise PayloadError("message", "MalformedProtobuf", f"is not an inference.ModelInferRequest ({exc})",
                            "send a serialized ModelInferRequest (KServe v2 gRPC)") from None
     raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
-        raise PayloadError("raw_input_contents", "MalformedRequest", f"has {len(raw)} entries for "
-                                                                     f"{len(request.inputs)} inputs",
-                           "send one raw_input_contents entry per input, in the order of inputs, or none")
     images: list[Chunk] | None = None
     texts: list[Chunk] | None = None
     seen: set[str] = set()
     budget = _WalkBudget()
-    for position, tensor in enumerate(request.inputs):
+    entry = 0  # Triton takes raw_input_contents in order for the inputs not in shared memory (tritonclient sends
+    # no entry for one in shared memory): the entry of the next such input
+    for tensor in request.inputs:
         name = str(tensor.name)
+        position, shared = entry, "shared_memory_region" in tensor.parameters
+        if raw and not shared:
+            if entry == len(raw):  # Triton: "unable to find data for input tensor"
+                raise _raw_count(len(raw), request.inputs)
+            entry += 1
         if raw and tensor.HasField("contents"):  # Triton refuses the request whichever input it is
             raise PayloadError(f"inputs[{name}].contents", "MalformedRequest",
                                "is set while the request also carries raw_input_contents",
@@ -729,9 +733,10 @@ def features_from_grpc(message: bytes, inputs: InputNames = InputNames()) -> Req
             raise PayloadError(f"inputs[{name}]", "DuplicateInput", "appears twice", "send each input once")
         seen.add(name)
         if name not in (inputs.images, inputs.text):
-            _check_other_grpc_input(tensor, (position, raw[position]) if raw else None, len(message), budget)
+            _check_other_grpc_input(tensor, (position, raw[position]) if raw and not shared else None,
+                                    len(message), budget)
             continue
-        if "shared_memory_region" in tensor.parameters:
+        if shared:
             raise _refuse_shared_memory(name, f"inputs[{name}].parameters[shared_memory_region]")
         _check_datatype(str(tensor.datatype), name)
         expected = _shape_elements([int(d) for d in tensor.shape], f"inputs[{name}].shape")
@@ -746,7 +751,17 @@ def features_from_grpc(message: bytes, inputs: InputNames = InputNames()) -> Req
             images = elements
         else:
             texts = elements
+    if raw and entry != len(raw):
+        raise _raw_count(len(raw), request.inputs)
     return _features(images, texts, inputs, "contents")
+
+
+def _raw_count(entries: int, tensors: Sequence[Any]) -> PayloadError:
+    unshared = sum("shared_memory_region" not in tensor.parameters for tensor in tensors)
+    return PayloadError("raw_input_contents", "MalformedRequest", f"has {entries} entries for {unshared} inputs "
+                                                                  "not in shared memory",
+                        "send one raw_input_contents entry per input not in shared memory, in the order of inputs, "
+                        "or none")
 
 
 def _check_other_grpc_input(tensor: Any, raw: tuple[int, bytes] | None, cap: int, budget: _WalkBudget) -> None:

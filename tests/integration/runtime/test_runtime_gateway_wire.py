@@ -271,3 +271,42 @@ def test_gateway_takes_an_http_request_exactly_when_triton_takes_it(probe_server
         gateway_took, why = False, str(exc)
     assert gateway_took == triton_took, (answer.status_code, answer.text[:300], why)
 
+
+def test_grpc_input_in_shared_memory_beside_raw_contents_is_taken_by_triton_and_the_gateway(
+        probe_server: TritonProcess) -> None:
+    """Triton reads raw_input_contents in order for the inputs not in shared memory only (infer_handler.cc: the
+    index moves only on an input that reads it); tritonclient sends no entry for an input in shared memory."""
+    from multiprocessing import shared_memory
+
+    import numpy as np
+    import tritonclient.grpc as tg
+    from tritonclient.grpc._utils import _get_inference_request
+
+    from modalscale.gateway.features import PayloadError
+    from modalscale.runtime.client import build_inputs
+
+    region = shared_memory.SharedMemory(name="modalscale_scale_probe", create=True, size=12)
+    try:
+        region.buf[:12] = np.array([[0.5, 1.0, 2.0]], dtype=np.float32).tobytes()
+        with grpc.insecure_channel(f"127.0.0.1:{probe_server.grpc_port}") as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            stub.SystemSharedMemoryRegister(service_pb2.SystemSharedMemoryRegisterRequest(
+                name="scale_probe", key="/modalscale_scale_probe", offset=0, byte_size=12), timeout=30)
+        scale = tg.InferInput("SCALE", [1, 3], "FP32")
+        scale.set_shared_memory("scale_probe", 12)
+        request = _get_inference_request(model_name="echo", inputs=[scale, *build_inputs(tg, None, other.TEXT)],
+                                         model_version="", request_id="", outputs=None, sequence_id=0,
+                                         sequence_start=False, sequence_end=False, priority=0, timeout=None,
+                                         parameters=None)
+        message = bytes(request.SerializeToString())
+        assert len(request.raw_input_contents) == 1 and len(request.inputs) == 2
+        received = _grpc(probe_server, message)
+    finally:
+        region.close()
+        region.unlink()
+    assert isinstance(received, dict), received
+    try:
+        features_from_grpc(message)
+    except PayloadError as exc:
+        pytest.fail(f"Triton took it, the gateway refused it: {exc}")
+

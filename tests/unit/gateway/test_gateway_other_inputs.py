@@ -295,3 +295,36 @@ def test_json_data_of_an_input_of_zero_elements_is_not_read(tensor: dict[str, An
     (tests/integration/runtime/test_runtime_gateway_wire.py), so the gateway takes them too."""
     assert features_from_http(*_json(tensor)).text_tokens == 5
 
+
+def _grpc_with_shared_memory(*raw_inputs: Any) -> bytes:
+    """SCALE in shared memory (as tritonclient sends it: no raw_input_contents entry), then ``raw_inputs``."""
+    scale = tg.InferInput("SCALE", [1, 3], "FP32")
+    scale.set_shared_memory("region", 12)
+    return grpc_request([scale, *raw_inputs])
+
+
+def test_grpc_input_in_shared_memory_takes_no_raw_input_contents_entry() -> None:
+    """Triton reads raw_input_contents in order for the inputs not in shared memory only (infer_handler.cc: its
+    index moves only on such an input); a real tritonserver takes SCALE in shared memory beside TEXT's raw entry."""
+    message = _grpc_with_shared_memory(*build_inputs(tg, None, TEXT))
+    assert len(service_pb2.ModelInferRequest.FromString(message).raw_input_contents) == 1
+    assert features_from_grpc(message).text_tokens == 5
+    threshold = tg.InferInput("THRESHOLD", [1, 2], "INT32")
+    threshold.set_data_from_numpy(np.array([[3, -4]], dtype=np.int32))
+    assert features_from_grpc(_grpc_with_shared_memory(threshold, *build_inputs(tg, None, TEXT))).text_tokens == 5
+    request = service_pb2.ModelInferRequest.FromString(
+        _grpc_with_shared_memory(threshold, *build_inputs(tg, None, TEXT)))
+    request.inputs[1].shape[:] = [1, 3]  # THRESHOLD's raw entry is 8 bytes: 2 elements, not 3
+    with pytest.raises(PayloadError) as caught:
+        features_from_grpc(bytes(request.SerializeToString()))
+    assert (caught.value.field, caught.value.reason) == ("inputs[THRESHOLD].shape", "ShapeMismatch")
+
+
+def test_grpc_raw_input_contents_short_of_the_inputs_not_in_shared_memory_is_refused() -> None:
+    """Triton: "unable to find data for input tensor" when an input without shared memory has no entry left."""
+    request = service_pb2.ModelInferRequest.FromString(
+        _grpc_with_shared_memory(*build_inputs(tg, None, TEXT)))
+    request.inputs.add(name="THRESHOLD", datatype="INT32", shape=[1, 1])
+    with pytest.raises(PayloadError) as caught:
+        features_from_grpc(bytes(request.SerializeToString()))
+    assert caught.value.field == "raw_input_contents"
