@@ -22,7 +22,7 @@ import httpx
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from modalscale.gateway.features import RequestFeatures, features_from_grpc, features_from_http
+from modalscale.gateway.features import PayloadError, RequestFeatures, features_from_grpc, features_from_http
 from modalscale.runtime.server import TritonProcess, free_port, write_repository
 from tests.unit.gateway import test_gateway_other_inputs as other
 from tests.unit.gateway.test_gateway_features import BUILDERS, GRPC_BAD, HTTP_BAD, REQUESTS, InputNames
@@ -128,6 +128,14 @@ def _grpc(server: TritonProcess, message: bytes) -> Received | str:
     return dict(json.loads(raw[4:4 + struct.unpack_from("<I", raw)[0]]))
 
 
+def _still_serving(server: TritonProcess) -> None:
+    """The server still takes a well-formed request after a refusal: a refusal is Triton's verdict on the request,
+    not a server the case left broken (which refuses everything after it, so that every later refusal proved
+    nothing)."""
+    built: Any = other.GOOD["http-json"](other.TEXT)
+    assert isinstance(_http(server, *built), dict), "the server refuses a well-formed request after this case"
+
+
 def _digests(received: Received, name: str) -> tuple[bytes, ...]:
     return tuple(bytes.fromhex(h) for h in received.get(name, []))
 
@@ -195,18 +203,48 @@ def test_well_formed_other_inputs_pass_the_gateway_and_reach_the_model(echo_serv
     assert features.text_tokens == (5 if sent else 0)
 
 
-@pytest.mark.parametrize("case", sorted(other.HTTP_BAD))
+BREAK_THE_STUB = {"other input: a shape larger than the body (JSON)", "other input: dimension above int64"}
+"""Cases Triton does not refuse in its frontend but passes to the Python backend, whose stub process dies on them;
+see :func:`test_a_shape_whose_size_overflows_breaks_the_python_backend_the_gateway_refuses_it`."""
+
+
+@pytest.mark.parametrize("case", sorted(set(other.HTTP_BAD) - BREAK_THE_STUB))
 def test_other_http_input_faults_the_gateway_refuses_triton_refuses_too(echo_server: TritonProcess,
                                                                         case: str) -> None:
     build, _, _ = other.HTTP_BAD[case]
-    assert not isinstance(_http(echo_server, *build()), dict)
+    assert _http(echo_server, *build()) in (400, 500)  # 500: Triton's answer to data its JSON reader cannot take
+    _still_serving(echo_server)
 
 
 @pytest.mark.parametrize("case", sorted(other.GRPC_BAD))
 def test_other_grpc_input_faults_the_gateway_refuses_triton_refuses_too(echo_server: TritonProcess,
                                                                         case: str) -> None:
     build, _, _ = other.GRPC_BAD[case]
-    assert not isinstance(_grpc(echo_server, build()), dict)
+    assert _grpc(echo_server, build()) in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED")  # the latter: message size
+    _still_serving(echo_server)
+
+
+@pytest.mark.parametrize("case", sorted(BREAK_THE_STUB))
+def test_a_shape_whose_size_overflows_breaks_the_python_backend_the_gateway_refuses_it(
+        tmp_path_factory: pytest.TempPathFactory, case: str) -> None:
+    """Why the gateway checks the inputs it does not read: one request whose shape holds more bytes than any array
+    can (2**124 FP32 elements with one element of data; a dimension of 2**63 beside a 0) passes Triton's frontend to
+    the Python backend, whose stub process then dies (``terminate called ... ValueError: array is too big``). Triton
+    answers 500 to that request and to every later one of the model (``Stub process 'echo_0_0' is not healthy``),
+    while its health, readiness and model readiness endpoints keep answering 200, so no probe restarts it (found
+    7 Dec 2026). The gateway refuses the request with 400 before any replica sees it."""
+    build, _, reason = other.HTTP_BAD[case]
+    with pytest.raises(PayloadError) as refused:
+        features_from_http(*build())
+    assert refused.value.reason == reason
+    with _start_echo(tmp_path_factory.mktemp("fragile-repo")) as server:
+        _still_serving(server)
+        assert _http(server, *build()) == 500
+        good: Any = other.GOOD["http-json"](other.TEXT)
+        assert _http(server, *good) == 500  # every later request: the stub is gone
+        base = f"http://127.0.0.1:{server.http_port}/v2"
+        assert [httpx.get(f"{base}{path}", timeout=10).status_code
+                for path in ("/health/live", "/health/ready", "/models/echo/ready")] == [200, 200, 200]
 
 
 def _json_probe(*inputs: str, headers: dict[str, str] | None = None) -> tuple[bytes, dict[str, str]]:
