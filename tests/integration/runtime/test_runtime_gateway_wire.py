@@ -231,8 +231,9 @@ def test_a_shape_whose_size_overflows_breaks_the_python_backend_the_gateway_refu
     can (2**124 FP32 elements with one element of data; a dimension of 2**63 beside a 0) passes Triton's frontend to
     the Python backend, whose stub process then dies (``terminate called ... ValueError: array is too big``). Triton
     answers 500 to that request and to every later one of the model (``Stub process 'echo_0_0' is not healthy``),
-    while its health, readiness and model readiness endpoints keep answering 200, so no probe restarts it (found
-    7 Dec 2026). The gateway refuses the request with 400 before any replica sees it."""
+    while its health, readiness and model readiness endpoints keep answering 200 (found 7 Dec 2026): only the runtime
+    pods' exec probes (``modalscale.runtime.health``) see the dead stub, and the container restarts, failing what
+    it held. The gateway refuses the request with 400 before any replica sees it."""
     build, _, reason = other.HTTP_BAD[case]
     with pytest.raises(PayloadError) as refused:
         features_from_http(*build())

@@ -25,9 +25,13 @@ from modalscale.runtime.repo_config import RuntimeConfig
 from modalscale.runtime.server import free_port, serve_config
 
 
-def _probe(port: int, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "modalscale.runtime.health", "--http-port", str(port), *extra],
-                          capture_output=True, text=True, timeout=60)
+def _probe(port: int, server_pid: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The probe's command for this test's server only (``--server-pid``): a pod sees one ``tritonserver``, this
+    machine may run others beside the test (the suite's other lanes, a test that kills a stub on purpose), whose dead
+    stubs the default (every visible server) would report (CI, 7 Dec 2026: "died (pid 2383 ...)" before this test
+    killed anything)."""
+    return subprocess.run([sys.executable, "-m", "modalscale.runtime.health", "--http-port", str(port),
+                           "--server-pid", str(server_pid), *extra], capture_output=True, text=True, timeout=60)
 
 
 def test_a_killed_stub_makes_the_replica_unready_and_not_live(tmp_path: Path,
@@ -42,7 +46,7 @@ def test_a_killed_stub_makes_the_replica_unready_and_not_live(tmp_path: Path,
         with MultimodalClient(server.http_url) as c:
             assert c.infer(text="a table").modality == "text"
         assert check(port, "multimodal", processes(), server.pid) is None
-        ready, live = _probe(port, "--model", "multimodal"), _probe(port)
+        ready, live = _probe(port, server.pid, "--model", "multimodal"), _probe(port, server.pid)
         assert (ready.returncode, ready.stdout.strip()) == (0, "ok"), ready
         assert (live.returncode, live.stdout.strip()) == (0, "ok"), live
 
@@ -64,7 +68,7 @@ def test_a_killed_stub_makes_the_replica_unready_and_not_live(tmp_path: Path,
 
         reason = check(port, "multimodal", processes(), server.pid)
         assert reason is not None and str(stubs[0].pid) in reason, reason
-        ready, live = _probe(port, "--model", "multimodal"), _probe(port)
+        ready, live = _probe(port, server.pid, "--model", "multimodal"), _probe(port, server.pid)
         assert ready.returncode == 1 and "stub" in ready.stdout, ready
         assert live.returncode == 1 and "stub" in live.stdout, live
     # Stopped: the check reports the server gone, not healthy.
