@@ -22,8 +22,8 @@ counted by :data:`TEXT_TOKENS_METHOD` (exactly up to 16384 characters per reques
 text counts as no text, as the runtime's ``decode_text`` has it.
 Inputs with other names (a user's model's own) are not read, but checked as Triton reads them: a datatype of
 :data:`ELEMENT_BYTES`, a shape of at most :data:`MAX_OTHER_DIMS` non-negative int64 integers, and data of that shape: a
-binary section (HTTP ``binary_data_size``, a gRPC ``raw_input_contents`` entry) of exactly elements x element size
-bytes, by arithmetic, or for BYTES a 4-byte framing that walks to its end in exactly that many elements (within
+binary section (HTTP ``binary_data_size``, a gRPC ``raw_input_contents`` entry) of at least elements x element size
+bytes, by arithmetic (a longer one goes on: a TensorRT input of a non-linear format is padded beyond it), or for BYTES a 4-byte framing that walks to its end in exactly that many elements (within
 :data:`MAX_WALKED_ELEMENTS` per request; past it the replica checks); a JSON ``data`` of that many elements, any nesting
 flattened, each of a type Triton takes (:data:`JSON_ELEMENT_TYPES`), unless the shape holds 0 elements (Triton then
 never reads ``data``, of any datatype: a real tritonserver takes FP16 ``[1, 0]`` with ``[]`` and FP32 ``[1, 0]`` with
@@ -56,7 +56,8 @@ own.
 What the replica still checks itself (per-model limits and the model's configuration, which the gateway does not know):
 image pixels, images per request and text length limits, and the pixels of an image whose header is whole; whether the
 other inputs are the model's, of its datatypes and dimensions; a JSON integer out of its datatype's range (a negative
-UINT8, an INT64 above 2**63 - 1); FP16 / BF16 data in a gRPC input without ``raw_input_contents``; and the BYTES framing
+UINT8, an INT64 above 2**63 - 1); FP16 / BF16 data in a gRPC input without ``raw_input_contents``; a binary section longer than its shape's elements (Triton refuses it unless the
+input is a TensorRT model's of a non-linear format); and the BYTES framing
 past :data:`MAX_WALKED_ELEMENTS`.
 
 Cost, measured on the shared 2-core EPYC (300 calls each, tritonclient-built requests): one 1600x1200 JPEG (192 KB)
@@ -413,12 +414,16 @@ def _count_bytes(raw: Chunk, field: str, limit: int) -> int:
 def _check_other_binary(name: str, element_bytes: int | None, dims: Sequence[int], cap: int, raw: Chunk,
                         what: str, budget: _WalkBudget) -> None:
     """Binary data (``what`` names it) of an input the gateway does not read holds the shape's elements: a fixed-size
-    datatype's byte count by arithmetic; a BYTES tensor's framing walked to its end, within ``budget`` (every
+    datatype's byte count by arithmetic, at least elements x element size (a longer section is forwarded: a TensorRT
+    model's input of a non-linear format (``is_non_linear_format_io``, e.g. CHW32) is padded beyond that, which
+    Triton's core does not check and the backend takes, while for any other input Triton refuses it; the gateway does
+    not know the model's configuration); a BYTES tensor's framing walked to its end, within ``budget`` (every
     element takes at least its 4-byte length, so a section too short is refused by arithmetic first)."""
     count = _tensor_elements(dims, cap)
     if element_bytes is not None:
-        if count * element_bytes != len(raw):
-            raise _mismatch(name, dims, count, cap, f"{what} is {len(raw)} bytes, not {element_bytes} per element")
+        if count * element_bytes > len(raw):
+            raise _mismatch(name, dims, count, cap, f"{what} is {len(raw)} bytes, less than {element_bytes} per "
+                                                    "element")
         return
     if 4 * count > len(raw):
         raise _mismatch(name, dims, count, cap, f"{what} is {len(raw)} bytes, less than 4 per BYTES element")

@@ -230,7 +230,7 @@ GRPC_BAD: dict[str, tuple[Callable[[], bytes], str, str]] = {
                                           "inputs[SCALE].shape", "TooManyElements"),
     "other input: raw size mismatch": (lambda: _grpc_raw_with("SCALE", "FP32", [1, 3], bytes(8)),
                                        "inputs[SCALE].shape", "ShapeMismatch"),
-    "other input: raw size mismatch (FP16)": (lambda: _grpc_raw_with("HALF", "FP16", [1, 2], bytes(6)),
+    "other input: raw size mismatch (FP16)": (lambda: _grpc_raw_with("HALF", "FP16", [1, 2], bytes(3)),
                                               "inputs[HALF].shape", "ShapeMismatch"),
     "other input: truncated raw BYTES framing": (lambda: _grpc_raw_with("TAGS", "BYTES", [1, 1],
                                                                         struct.pack("<I", 10) + b"abc"),
@@ -328,3 +328,20 @@ def test_grpc_raw_input_contents_short_of_the_inputs_not_in_shared_memory_is_ref
     with pytest.raises(PayloadError) as caught:
         features_from_grpc(bytes(request.SerializeToString()))
     assert caught.value.field == "raw_input_contents"
+
+
+@pytest.mark.parametrize("form", ["http", "grpc"])
+def test_a_binary_section_longer_than_its_shape_goes_on_as_a_padded_non_linear_format_may_be(form: str) -> None:
+    """A TensorRT model's input of a non-linear format (``is_non_linear_format_io``, e.g. CHW32) is padded beyond
+    elements x element size; Triton's core leaves its byte size to the backend (``infer_request.cc``), so the gateway,
+    which does not know the model's configuration, must not refuse it (review, 7 Dec 2026: refused ``ShapeMismatch``).
+    A shorter section is refused whatever the format."""
+    padded = bytes(4 * 32)  # FP32 [1, 3] padded to 32 channels
+    if form == "http":
+        features_from_http(*_binary_with("SCALE", "FP32", [1, 3], padded))
+        with pytest.raises(PayloadError, match="less than 4 per element"):
+            features_from_http(*_binary_with("SCALE", "FP32", [1, 3], bytes(11)))
+    else:
+        features_from_grpc(_grpc_raw_with("SCALE", "FP32", [1, 3], padded))
+        with pytest.raises(PayloadError, match="less than 4 per element"):
+            features_from_grpc(_grpc_raw_with("SCALE", "FP32", [1, 3], bytes(11)))
