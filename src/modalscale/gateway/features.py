@@ -23,15 +23,16 @@ text counts as no text, as the runtime's ``decode_text`` has it.
 Inputs with other names (a user's model's own) are not read, but checked as Triton reads them: a datatype of
 :data:`ELEMENT_BYTES`, a shape of at most :data:`MAX_OTHER_DIMS` non-negative int64 integers, and data of that shape: a
 binary section (HTTP ``binary_data_size``, a gRPC ``raw_input_contents`` entry) of at least elements x element size
-bytes, by arithmetic (a longer one goes on: a TensorRT input of a non-linear format is padded beyond it), or for BYTES a 4-byte framing that walks to its end in exactly that many elements (within
-:data:`MAX_WALKED_ELEMENTS` per request; past it the replica checks); a JSON ``data`` of that many elements, any nesting
-flattened, each of a type Triton takes (:data:`JSON_ELEMENT_TYPES`), unless the shape holds 0 elements (Triton then
-never reads ``data``, of any datatype: a real tritonserver takes FP16 ``[1, 0]`` with ``[]`` and FP32 ``[1, 0]`` with
-``[1]``); a gRPC typed ``contents`` field (:data:`GRPC_CONTENTS`) of that many values. One in shared memory is the
-replica's to read: its datatype and shape only; over gRPC it takes no ``raw_input_contents`` entry (Triton reads the
-entries in order for the inputs not in shared memory, and tritonclient sends none for one in shared memory).
-A well-formed request with neither named input (a user's model with other inputs) is forwarded and counted as demand:
-:data:`FEATURELESS`, the ``text`` class with 0 images and 0 tokens.
+bytes, by arithmetic (a longer one goes on: a TensorRT input of a non-linear format is padded beyond it), or for BYTES a
+4-byte framing that walks to its end in exactly that many elements (within :data:`MAX_WALKED_ELEMENTS` per request; past
+it the replica checks); a JSON ``data`` of that many elements, any nesting flattened, each of a type Triton takes
+(:data:`JSON_ELEMENT_TYPES`), unless the shape holds 0 elements (Triton then never reads ``data``, of any datatype: a
+real tritonserver takes FP16 ``[1, 0]`` with ``[]`` and FP32 ``[1, 0]`` with ``[1]``); a gRPC typed ``contents`` field
+(:data:`GRPC_CONTENTS`) of that many values. One in shared memory is the replica's to read: its datatype and shape only;
+over gRPC it takes no ``raw_input_contents`` entry (Triton reads the entries in order for the inputs not in shared
+memory, and tritonclient sends none for one in shared memory). A well-formed request with neither named input (a user's
+model with other inputs) is forwarded and counted as demand: :data:`FEATURELESS`, the ``text`` class with 0 images and 0
+tokens.
 
 What is refused with :class:`PayloadError` (HTTP 400 / gRPC INVALID_ARGUMENT; the field and the fix in its message): a
 body over ``max_body_bytes`` (raw or inflated), an unknown content encoding, a bad ``Inference-Header-Content-Length``,
@@ -56,9 +57,9 @@ own.
 What the replica still checks itself (per-model limits and the model's configuration, which the gateway does not know):
 image pixels, images per request and text length limits, and the pixels of an image whose header is whole; whether the
 other inputs are the model's, of its datatypes and dimensions; a JSON integer out of its datatype's range (a negative
-UINT8, an INT64 above 2**63 - 1); FP16 / BF16 data in a gRPC input without ``raw_input_contents``; a binary section longer than its shape's elements (Triton refuses it unless the
-input is a TensorRT model's of a non-linear format); and the BYTES framing
-past :data:`MAX_WALKED_ELEMENTS`.
+UINT8, an INT64 above 2**63 - 1); FP16 / BF16 data in a gRPC input without ``raw_input_contents``; a binary section
+longer than its shape's elements (Triton refuses it unless the input is a TensorRT model's of a non-linear format); and
+the BYTES framing past :data:`MAX_WALKED_ELEMENTS`.
 
 Cost, measured on the shared 2-core EPYC (300 calls each, tritonclient-built requests): one 1600x1200 JPEG (192 KB)
 and 32 tokens 299 us over HTTP binary, 382 us over gRPC; four 640x480 JPEGs 550 / 609 us; a 128-token text 70 / 40
