@@ -342,6 +342,7 @@ def run_diff(args: argparse.Namespace) -> int:
     from modalscale.operator.cost_diff import (
         NOT_PRICED_FIX,
         CostDiffError,
+        changed_not_priced,
         diff,
         price_side,
         read_manifests,
@@ -382,13 +383,21 @@ def run_diff(args: argparse.Namespace) -> int:
             return 2
     print(render(result, args.format))
     # A typo'd kind or apiVersion (kubectl would refuse it) or a Helm template: the gate must not hide it, nor pass
-    # a delta that leaves it out unless told to.
-    blind = limit is not None and not args.allow_not_priced and bool(result.not_priced)
+    # a delta that leaves out a part of the change unless told to; one the same on both sides adds nothing to it.
+    changed = changed_not_priced(skipped_base, skipped_head)
+    changed_ids = {id(s) for s in changed}
+    blind = limit is not None and not args.allow_not_priced and bool(changed)
+    said: set[tuple[str, str, str, str]] = set()
     for s in result.not_priced:
-        print(f"modalscale cost diff: {'--fail-above' if blind else 'warning'}: {s.origin}: {s.what} not priced: "
-              f"{s.why}", file=sys.stderr)
+        if id(s) in changed_ids:
+            print(f"modalscale cost diff: {'--fail-above' if blind else 'warning'}: {s.origin}: {s.what} not priced: "
+                  f"{s.why}", file=sys.stderr)
+        elif (key := (s.what, s.kind, s.api_version, s.content)) not in said:  # once, not once per side
+            said.add(key)
+            print(f"modalscale cost diff: warning: {s.origin}: {s.what} not priced: {s.why} (the same in BASE and "
+                  "HEAD: not part of the change)", file=sys.stderr)
     if blind:
-        print(f"modalscale cost diff: --fail-above: {len(result.not_priced)} document(s) above may be "
+        print(f"modalscale cost diff: --fail-above: {len(changed)} document(s) of the change above may be "
               f"InferenceServices but were not priced, so the delta is not known; {NOT_PRICED_FIX}", file=sys.stderr)
         return 2
     if limit is not None and result.total_monthly_delta_usd.max > limit:

@@ -38,11 +38,14 @@ Rules:
   service (an added service's BASE is 0, a removed one's HEAD is 0); the total is their sum. ``expected`` of a
   delta or total is None when any side it needs is unknown. Amounts are ``Decimal``, shown to the cent.
 * ``--fail-above USD``: exit status 1 when the total ``max`` delta exceeds it (2 for errors). A gate that
-  could not price something cannot pass: when any document of either side is not priced (a typo'd kind or
-  apiVersion, a Helm template), the delta is not known, so the exit status is 2 with one line per document
-  (origin, what, why) and the fix (:data:`NOT_PRICED_FIX`), before the limit is compared; the report is printed
-  all the same. ``--allow-not-priced`` accepts them: each is a warning, as without ``--fail-above``, and the
-  priced delta decides. Without ``--fail-above`` nothing not priced changes the exit status (a report).
+  could not price part of the change cannot pass: when a document not priced (a typo'd kind or apiVersion, a Helm
+  template) is part of the change, i.e. not the same in BASE and HEAD (:func:`changed_not_priced`: added, removed
+  or edited), the delta is not known, so the exit status is 2 with one line per such document (origin, what, why)
+  and the fix (:data:`NOT_PRICED_FIX`), before the limit is compared; the report is printed all the same. One the
+  same on both sides (another project's ``InferenceService``, e.g. KServe's, that the change leaves alone) adds
+  nothing to the delta whatever it is: a warning. ``--allow-not-priced`` accepts changed ones too: each is a
+  warning, and the priced delta decides. Without ``--fail-above`` nothing not priced changes the exit status (a
+  report).
 * **Who spends on them now** (``--prometheus-url``): for each service of the diff that showback can price, the
   top tenants and modalities behind its spend over the last ``--since`` (showback's allocation, the same as
   ``modalscale cost showback``; :func:`modalscale.costmodel.showback.drivers_of`), so a reviewer sees whom a change
@@ -54,6 +57,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -79,9 +83,10 @@ _API_VERSION = re.compile(r"""\bapiVersion["']?\s*:\s*["']?([^\s"',}]+)""")
 HELM_TEMPLATE = ("a Helm template, not a manifest: render it (helm template CHART > FILE) and diff the rendered "
                  "FILE")
 
-NOT_PRICED_FIX = (f"fix each as its line says (kind InferenceService, apiVersion {GROUP_PREFIX}{VERSION}; a Helm "
-                  "template: render the chart and diff the output), or give --allow-not-priced to gate on the "
-                  "priced services alone")
+NOT_PRICED_FIX = (f"if it is meant as a modalscale InferenceService, fix it as its line says (kind "
+                  f"InferenceService, apiVersion {GROUP_PREFIX}{VERSION}; a Helm template: render the chart and "
+                  "diff the output); if it is another project's (e.g. KServe's serving.kserve.io), give "
+                  "--allow-not-priced to gate on the priced services alone")
 """What to do about documents not priced when ``--fail-above`` gates on the delta (the exit-2 message)."""
 
 _OTHER_KINDS = frozenset({"BudgetPolicy"})
@@ -116,6 +121,9 @@ class Skipped:
     api_version: str = ""
     name: str = ""
     why: str | None = None
+    content: str = ""
+    """The document as written, canonical (sorted-key JSON; a Helm template: its text): what
+    :func:`changed_not_priced` compares between BASE and HEAD."""
 
     def __str__(self) -> str:
         return f"{self.origin}: {self.what}" + (f" (not priced: {self.why})" if self.why else "")
@@ -444,7 +452,7 @@ def inference_services(files: Iterable[ManifestFile]) -> tuple[list[tuple[str, d
     seen: dict[tuple[str, str], str] = {}
     for f in files:
         if f.not_manifest:
-            skipped.append(Skipped(f.origin, "(Helm template)", why=f.not_manifest))
+            skipped.append(Skipped(f.origin, "(Helm template)", why=f.not_manifest, content=f.text))
             continue
         try:
             docs = list(yaml.safe_load_all(f.text))
@@ -467,7 +475,7 @@ def inference_services(files: Iterable[ManifestFile]) -> tuple[list[tuple[str, d
                 why = looks_meant_as_isvc(kind_text, api)
                 shown = (f"{meta.get('namespace') or 'default'}/{name}" if why and name else name)
                 skipped.append(Skipped(f.origin, f"{kind_text or '(no kind)'} {shown}".rstrip(), kind_text, api, shown,
-                                       why))
+                                       why, json.dumps(doc, sort_keys=True, default=str) if why else ""))
                 continue
             meta = doc.get("metadata") or {}
             if not meta.get("name"):
@@ -577,6 +585,27 @@ def price_side(files: Iterable[ManifestFile], catalog: Catalog, expected: Expect
         p = price_service(origin, body, catalog, expected)
         priced[(p.namespace, p.name)] = p
     return priced, skipped
+
+
+def changed_not_priced(base: Sequence[Skipped], head: Sequence[Skipped]) -> tuple[Skipped, ...]:
+    """The documents not priced (those with ``why``) that are part of the change: on one side and not the same on
+    the other (added, removed or edited; compared by what, kind, apiVersion and :attr:`Skipped.content`, not by
+    origin, which names the side). Each side's own, in order, BASE's first; a document repeated counts as often
+    as it is written."""
+    def key(s: Skipped) -> tuple[str, str, str, str]:
+        return s.what, s.kind, s.api_version, s.content
+
+    out: list[Skipped] = []
+    for mine, other in ((base, head), (head, base)):
+        left = Counter(key(s) for s in other if s.why)
+        for s in mine:
+            if not s.why:
+                continue
+            if left[key(s)] > 0:
+                left[key(s)] -= 1
+            else:
+                out.append(s)
+    return tuple(out)
 
 
 def diff(base: Mapping[tuple[str, str], PricedService], head: Mapping[tuple[str, str], PricedService],

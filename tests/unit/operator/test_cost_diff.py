@@ -524,3 +524,58 @@ def test_fail_above_does_not_pass_a_change_it_could_not_price_unless_told_to(
     # Without --fail-above it is a report only, as before.
     assert main(args[:-2]) == 0
     assert "warning" in capsys.readouterr().err
+
+
+_KSERVE = """apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata:
+  name: sklearn-iris
+  namespace: ml
+spec:
+  predictor:
+    model:
+      modelFormat: {name: sklearn}
+      storageUri: gs://kfserving-examples/models/sklearn/1.0/model
+"""
+
+
+def test_fail_above_passes_a_change_that_leaves_a_document_it_cannot_price_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review, 7 Dec 2026: KServe's own InferenceService (kind InferenceService, apiVersion serving.kserve.io), the
+    same in BASE and HEAD, made every run of the gate exit 2, counted twice ("2 document(s)") and told the user to
+    change its apiVersion to modalscale.io. A document the change leaves alone adds nothing to the delta: a
+    warning, said once. Edited in HEAD it is part of the change again, and the gate cannot pass."""
+    base, head = _unpriced_sides(tmp_path, "head-typo")
+    (head / "typo.yaml").unlink()
+    for side in (base, head):
+        (side / "kserve.yaml").write_text(_KSERVE)
+    args = ["cost", "diff", str(base), str(head), "--fail-above", "100"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "sklearn-iris" in line]
+    assert len(lines) == 1 and lines[0].startswith("modalscale cost diff: warning: ")
+    assert "not part of the change" in lines[0]
+    assert "apiVersion serving.kserve.io/v1beta1 is not modalscale.io/v1alpha1" in lines[0]
+
+    (head / "kserve.yaml").write_text(_KSERVE.replace("sklearn/1.0", "sklearn/2.0"))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert [line.split(": ")[1] for line in err.splitlines() if "sklearn-iris" in line] == ["--fail-above"] * 2
+    assert "2 document(s) of the change" in err  # the old text and the new, each a side of the edit
+    assert "another project's (e.g. KServe's serving.kserve.io), give --allow-not-priced" in err
+    assert main([*args, "--allow-not-priced"]) == 0
+
+
+def test_changed_not_priced_pairs_documents_by_what_they_say_not_where_they_are() -> None:
+    from modalscale.operator.cost_diff import Skipped, changed_not_priced
+
+    same_base = Skipped("main:a.yaml", "InferenceService ml/x", "InferenceService", "serving.kserve.io/v1beta1",
+                        "ml/x", "why", '{"a": 1}')
+    same_head = Skipped("a.yaml", *[getattr(same_base, f) for f in ("what", "kind", "api_version", "name", "why",
+                                                                    "content")])
+    edited = Skipped("a.yaml", "InferenceService ml/x", "InferenceService", "serving.kserve.io/v1beta1", "ml/x",
+                     "why", '{"a": 2}')
+    quiet = Skipped("b.yaml", "Deployment web")  # not priced and not meant as one: never part of the gate
+    assert changed_not_priced([same_base], [same_head, quiet]) == ()
+    assert changed_not_priced([same_base], [edited]) == (same_base, edited)
+    assert changed_not_priced([same_base, same_base], [same_head]) == (same_base,)  # written twice, once left
