@@ -268,25 +268,32 @@ def _features(images: Sequence[Chunk] | None, texts: Sequence[Chunk] | None, nam
                            image_digests=tuple(digests))
 
 
-def _shape_elements(shape: Any, field: str) -> int:
-    """Element count of a shape, at most :data:`MAX_ELEMENTS`; at most :data:`MAX_DIMS` dimensions, each at most
-    :data:`MAX_ELEMENTS` (checked before anything is multiplied)."""
+def _shape_dims(shape: Any, field: str, max_dims: int, whose: str, max_dim: int | None = None) -> list[int]:
+    """A shape as a list of at most ``max_dims`` non-negative integers (``max_dim`` and below when given), else
+    :class:`PayloadError` naming ``field`` (``whose``: who takes at most ``max_dims`` dimensions, for the message)."""
     if not isinstance(shape, Sequence) or isinstance(shape, (str, bytes)):
         raise PayloadError(field, "MalformedRequest", f"shape must be a list of non-negative integers, got "
                                                       f"{_short(shape)}", "send the tensor's shape, e.g. [1, 2]")
-    if len(shape) > MAX_DIMS:
-        raise PayloadError(field, "TooManyElements", f"shape has {len(shape)} dimensions, more than the gateway reads "
-                                                     f"({MAX_DIMS})", "send the tensor's shape, e.g. [1, 2]")
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+    if len(shape) > max_dims:
+        raise PayloadError(field, "TooManyElements", f"shape has {len(shape)} dimensions, more than {whose} "
+                                                     f"({max_dims})", "send the tensor's shape, e.g. [1, 2]")
+    if not all(type(d) is int and d >= 0 and (max_dim is None or d <= max_dim) for d in shape):
         raise PayloadError(field, "MalformedRequest", f"shape must be a list of non-negative integers, got "
                                                       f"{_short(shape)}", "send the tensor's shape, e.g. [1, 2]")
-    if any(d > MAX_ELEMENTS for d in shape):
-        raise PayloadError(field, "TooManyElements", f"shape {_short(list(shape))} has a dimension above the "
+    return list(shape)
+
+
+def _shape_elements(shape: Any, field: str) -> int:
+    """Element count of a shape, at most :data:`MAX_ELEMENTS`; at most :data:`MAX_DIMS` dimensions, each at most
+    :data:`MAX_ELEMENTS` (checked before anything is multiplied)."""
+    dims = _shape_dims(shape, field, MAX_DIMS, "the gateway reads")
+    if any(d > MAX_ELEMENTS for d in dims):
+        raise PayloadError(field, "TooManyElements", f"shape {_short(dims)} has a dimension above the "
                                                      f"{MAX_ELEMENTS} elements the gateway reads",
                            f"send at most {MAX_ELEMENTS} images or texts per request")
-    count = math.prod(shape)
+    count = math.prod(dims)
     if count > MAX_ELEMENTS:
-        raise PayloadError(field, "TooManyElements", f"shape {list(shape)} holds {count} elements, more than the "
+        raise PayloadError(field, "TooManyElements", f"shape {dims} holds {count} elements, more than the "
                                                      f"gateway reads ({MAX_ELEMENTS})",
                            f"send at most {MAX_ELEMENTS} images or texts per request")
     return count
@@ -358,17 +365,8 @@ def _other_head(name: str, datatype: Any, shape: Any) -> tuple[int | None, list[
         raise PayloadError(f"inputs[{name}].datatype", "UnknownDatatype", f"is {_short(datatype)}, not a KServe v2 "
                                                                           "datatype",
                            f"send one of {', '.join(ELEMENT_BYTES)}")
-    field = f"inputs[{name}].shape"
-    if not isinstance(shape, Sequence) or isinstance(shape, (str, bytes)):
-        raise PayloadError(field, "MalformedRequest", f"shape must be a list of non-negative integers, got "
-                                                      f"{_short(shape)}", "send the tensor's shape, e.g. [1, 2]")
-    if len(shape) > MAX_OTHER_DIMS:
-        raise PayloadError(field, "TooManyElements", f"shape has {len(shape)} dimensions, more than any model takes "
-                                                     f"({MAX_OTHER_DIMS})", "send the tensor's shape, e.g. [1, 2]")
-    if not all(type(d) is int and 0 <= d <= _MAX_INT64 for d in shape):
-        raise PayloadError(field, "MalformedRequest", f"shape must be a list of non-negative integers, got "
-                                                      f"{_short(shape)}", "send the tensor's shape, e.g. [1, 2]")
-    return ELEMENT_BYTES[datatype], list(shape)
+    return ELEMENT_BYTES[datatype], _shape_dims(shape, f"inputs[{name}].shape", MAX_OTHER_DIMS, "any model takes",
+                                                _MAX_INT64)
 
 
 def _tensor_elements(dims: Sequence[int], cap: int) -> int:
